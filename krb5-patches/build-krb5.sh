@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Fetch Debian's krb5 1.20.1 source package, apply Debian's patch series and
+# then ours (krb5-patches/series), build and install into a private prefix.
+#
+#   build-krb5.sh BUILD_DIR
+#
+# Nothing outside BUILD_DIR is written: apt-get runs with its own sources
+# list, state and cache directories, so the machine's apt set-up is untouched.
+# Re-running it rebuilds only what changed: the source tree is a git
+# repository whose "debian" tag is the pristine Debian tree; when the patch
+# series changes, the tree is reset to that tag and the series re-applied,
+# which rewrites only the files the patches touch, and make does the rest.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(mkdir -p "$1" && cd "$1" && pwd)
+upstream_version=1.20.1
+src_root=$build/krb5-src           # dpkg-source tree (git repo)
+prefix=$build/krb5                 # private install prefix
+objdir=$build/krb5-obj             # out-of-tree build directory
+aptdir=$build/apt
+jobs=${JOBS:-$(nproc)}
+
+log() { printf '[krb5] %s\n' "$*"; }
+series_list() { awk '!/^#/ && NF {print $1}' "$here/series"; }
+
+fetch_source() {
+  mkdir -p "$aptdir"/{etc,state/lists/partial,cache/archives/partial,dl}
+  cat >"$aptdir/etc/sources.list" <<SRC
+deb-src http://deb.debian.org/debian bookworm main
+deb-src http://deb.debian.org/debian bookworm-updates main
+deb-src http://deb.debian.org/debian-security bookworm-security main
+SRC
+  local opts=(-o "Dir::Etc::SourceList=$aptdir/etc/sources.list"
+              -o "Dir::Etc::SourceParts=/dev/null"
+              -o "Dir::State=$aptdir/state" -o "Dir::Cache=$aptdir/cache"
+              -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root" -qq)
+  log "fetching Debian krb5 $upstream_version source package (private apt state in $aptdir)"
+  apt-get "${opts[@]}" update
+  (cd "$aptdir/dl" && rm -rf ./* && apt-get "${opts[@]}" source --download-only krb5)
+  local dsc
+  dsc=$(ls "$aptdir"/dl/krb5_${upstream_version}-*.dsc 2>/dev/null | head -n1)
+  if [ -z "$dsc" ]; then
+    echo "error: Debian no longer serves a krb5 $upstream_version source package" >&2
+    ls "$aptdir/dl" >&2
+    exit 1
+  fi
+  log "unpacking $(basename "$dsc") with Debian's patch series"
+  rm -rf "$src_root.tmp"
+  dpkg-source --no-check -x "$dsc" "$src_root.tmp" >/dev/null
+  (cd "$src_root.tmp" &&
+    git init -q && git config user.email kmpc@localhost && git config user.name kmpc-build &&
+    git add -A && git commit -qm "Debian krb5 $(basename "$dsc" .dsc)" && git tag debian)
+  mv "$src_root.tmp" "$src_root"
+}
+
+apply_series() {
+  local want have
+  want=$( (cat "$here/series"; for p in $(series_list); do cat "$here/$p"; done) |
+           sha256sum | cut -c1-64)
+  have=$(cat "$build/.krb5-series" 2>/dev/null || true)
+  [ "$want" = "$have" ] && return 0
+  log "applying krb5-patches/series"
+  (cd "$src_root" &&
+    git am --abort >/dev/null 2>&1 || true
+    git reset -q --hard refs/tags/debian)
+  for p in $(series_list); do
+    log "  $p"
+    (cd "$src_root" && git am -q --keep-cr "$here/$p") || {
+      echo "error: patch $p does not apply" >&2; exit 1; }
+  done
+  echo "$want" >"$build/.krb5-series"
+  rm -f "$build/.krb5-configured"
+}
+
+configure_tree() {
+  # Reconfigure only when configure.ac or our options changed.
+  local opts="--prefix=$prefix --with-crypto-impl=builtin --disable-pkinit \
+--without-ldap --disable-nls --without-keyutils --with-lmdb=no \
+--without-system-verto --enable-shared --disable-static"
+  local key
+  key=$(printf '%s\n' "$opts" | cat - "$src_root/src/configure.ac" | sha256sum | cut -c1-64)
+  if [ "$(cat "$build/.krb5-configured" 2>/dev/null)" = "$key" ] && [ -f "$objdir/Makefile" ]; then
+    return 0
+  fi
+  log "configuring (prefix $prefix)"
+  if [ ! -x "$src_root/src/configure" ] || [ "$src_root/src/configure.ac" -nt "$src_root/src/configure" ]; then
+    (cd "$src_root/src" && autoreconf -fi >"$build/krb5-autoreconf.log" 2>&1) || {
+      tail -n 20 "$build/krb5-autoreconf.log" >&2; exit 1; }
+  fi
+  mkdir -p "$objdir"
+  # RUNPATH (new dtags) to the private lib dir: binaries and libraries load
+  # the patched libraries, never the system's.
+  (cd "$objdir" && CFLAGS="-O2 -g" LDFLAGS="-Wl,--enable-new-dtags" \
+     "$src_root/src/configure" $opts >"$build/krb5-configure.log" 2>&1) || {
+    tail -n 40 "$build/krb5-configure.log" >&2; exit 1; }
+  echo "$key" >"$build/.krb5-configured"
+}
+
+[ -d "$src_root/.git" ] || fetch_source
+apply_series
+configure_tree
+log "building (make -j$jobs; log in $build/krb5-make.log)"
+(cd "$objdir" && make -j"$jobs" >"$build/krb5-make.log" 2>&1 && make install >>"$build/krb5-make.log" 2>&1) || {
+  tail -n 60 "$build/krb5-make.log" >&2; exit 1; }
+log "installed into $prefix"
