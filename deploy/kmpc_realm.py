@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""A throwaway Kerberos realm on 127.0.0.1, run from the patched krb5 prefix.
+
+Used by the integration tests, `make demo` and the benchmarks, in the spirit
+of MIT's k5test.py: real daemons (kdb5_util, kadmin.local, krb5kdc), their own
+ports and directories, a "commencing operation" wait, every daemon's log kept
+for dumping on failure, and processes stopped by PID.
+
+Only binaries and libraries from the private prefix (KRB5_PREFIX, default
+build/krb5) are used: patched and stock krb5 libraries must never meet in one
+process, so the environment is scrubbed of LD_LIBRARY_PATH and friends.
+
+CLI:  kmpc_realm.py start DIR [--enctype E ...]   (prints the env to use)
+      kmpc_realm.py stop DIR
+"""
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build"))
+PREFIX = os.environ.get("KRB5_PREFIX", os.path.join(BUILD, "krb5"))
+
+REALM = "KMPC.TEST"
+DEFAULT_ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc")
+
+
+class RealmError(Exception):
+    pass
+
+
+def free_ports(n):
+    """n distinct TCP+UDP ports on 127.0.0.1 that are free right now."""
+    ports, socks = [], []
+    while len(ports) < n:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            u.close()
+            continue
+        socks += [s, u]
+        ports.append(port)
+    for s in socks:
+        s.close()
+    return ports
+
+
+def binpath(name):
+    for sub in ("bin", "sbin"):
+        p = os.path.join(PREFIX, sub, name)
+        if os.path.exists(p):
+            return p
+    raise RealmError(f"{name} not found under {PREFIX}: run `make krb5` first")
+
+
+class Realm:
+    """One realm: a KDC database, a krb5kdc, config files and a ccache."""
+
+    def __init__(self, workdir, enctypes=DEFAULT_ENCTYPES, kdc_conf_extra="",
+                 krb5_conf_extra="", realm=REALM):
+        self.dir = os.path.abspath(workdir)
+        self.realm = realm
+        self.enctypes = list(enctypes)
+        self.kdc_conf_extra = kdc_conf_extra
+        self.krb5_conf_extra = krb5_conf_extra
+        self.kdc_proc = None
+        self.kdc_port = None
+        self.krb5_conf = os.path.join(self.dir, "krb5.conf")
+        self.kdc_conf = os.path.join(self.dir, "kdc.conf")
+        self.kdc_log = os.path.join(self.dir, "krb5kdc.log")
+        self.ccache = os.path.join(self.dir, "ccache")
+        self.keytab = os.path.join(self.dir, "keytab")
+        self.master_password = None
+        self.env = None
+
+    # ---- set-up -------------------------------------------------------
+    def create(self):
+        os.makedirs(self.dir, exist_ok=True)
+        self.kdc_port, self.kadmin_port = free_ports(2)
+        ets = " ".join(self.enctypes)
+        supported = " ".join(f"{e}:normal" for e in self.enctypes)
+        with open(self.krb5_conf, "w") as f:
+            f.write(f"""[libdefaults]
+    default_realm = {self.realm}
+    dns_lookup_kdc = false
+    dns_lookup_realm = false
+    rdns = false
+    udp_preference_limit = 1
+    default_tkt_enctypes = {ets}
+    default_tgs_enctypes = {ets}
+    permitted_enctypes = {ets}
+    allow_weak_crypto = false
+{self.krb5_conf_extra}
+[realms]
+    {self.realm} = {{
+        kdc = 127.0.0.1:{self.kdc_port}
+        admin_server = 127.0.0.1:{self.kadmin_port}
+    }}
+""")
+        with open(self.kdc_conf, "w") as f:
+            f.write(f"""[kdcdefaults]
+    kdc_listen = 127.0.0.1:{self.kdc_port}
+    kdc_tcp_listen = 127.0.0.1:{self.kdc_port}
+{self.kdc_conf_extra}
+[realms]
+    {self.realm} = {{
+        database_name = {self.dir}/principal
+        key_stash_file = {self.dir}/stash
+        acl_file = {self.dir}/kadm5.acl
+        kadmind_port = {self.kadmin_port}
+        master_key_type = aes256-cts-hmac-sha1-96
+        supported_enctypes = {supported}
+        max_life = 10h
+        max_renewable_life = 0
+    }}
+[logging]
+    kdc = FILE:{self.kdc_log}
+    admin_server = FILE:{self.dir}/kadmind.log
+    default = FILE:{self.dir}/krb5lib.log
+""")
+        open(os.path.join(self.dir, "kadm5.acl"), "w").close()
+        self.env = self.make_env()
+        # The master password only protects this throwaway database; it is
+        # random per realm and never printed.
+        self.master_password = secrets.token_urlsafe(24)
+        self.run(["kdb5_util", "create", "-s", "-r", self.realm, "-W"],
+                 input=self.master_password + "\n" + self.master_password + "\n")
+        return self
+
+    def make_env(self):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("LD_", "KRB5", "KPROP"))}
+        env.update({
+            "KRB5_CONFIG": self.krb5_conf,
+            "KRB5_KDC_PROFILE": self.kdc_conf,
+            "KRB5CCNAME": "FILE:" + self.ccache,
+            "KRB5_KTNAME": "FILE:" + self.keytab,
+            "KRB5RCACHEDIR": self.dir,
+            "KRB5_TRACE": "/dev/null",
+            "LC_ALL": "C",
+        })
+        return env
+
+    # ---- running tools -----------------------------------------------
+    def run(self, argv, input=None, expected_code=0, expected_msg=None,
+            env=None, timeout=60):
+        """Run a krb5 tool from the private prefix; check exit code/message."""
+        argv = [binpath(argv[0])] + list(argv[1:])
+        p = subprocess.run(argv, input=input, capture_output=True, text=True,
+                           env=env or self.env, timeout=timeout)
+        out = p.stdout + p.stderr
+        if expected_code is not None and p.returncode != expected_code:
+            raise RealmError(f"{os.path.basename(argv[0])} exited {p.returncode}, "
+                             f"expected {expected_code}:\n{out}")
+        if expected_msg is not None and expected_msg not in out:
+            raise RealmError(f"{os.path.basename(argv[0])}: expected "
+                             f"{expected_msg!r} in output:\n{out}")
+        return out
+
+    def kadmin_local(self, query, **kw):
+        return self.run(["kadmin.local", "-r", self.realm, "-q", query], **kw)
+
+    def addprinc(self, name, password=None, enctypes=None, flags="+requires_preauth"):
+        ks = ""
+        if enctypes:
+            ks = "-e " + ",".join(f"{e}:normal" for e in enctypes) + " "
+        if password is None:
+            out = self.kadmin_local(f"addprinc {flags} {ks}-randkey {name}")
+        else:
+            out = self.kadmin_local(f"addprinc {flags} {ks}-pw {password} {name}")
+        if "created" not in out:
+            raise RealmError(f"addprinc {name} failed:\n{out}")
+
+    def extract_keytab(self, name, keytab=None):
+        kt = keytab or self.keytab
+        self.kadmin_local(f"ktadd -norandkey -k {kt} {name}")
+        return kt
+
+    def kinit(self, princ, password, **kw):
+        return self.run(["kinit", princ], input=password + "\n", **kw)
+
+    # ---- the KDC -------------------------------------------------------
+    def start_kdc(self, extra_args=(), timeout=20):
+        if self.kdc_proc is not None:
+            raise RealmError("KDC already running")
+        offset = os.path.getsize(self.kdc_log) if os.path.exists(self.kdc_log) else 0
+        self.kdc_proc = subprocess.Popen(
+            [binpath("krb5kdc"), "-n", "-r", self.realm, *extra_args],
+            env=self.env, stdout=open(os.path.join(self.dir, "krb5kdc.out"), "ab"),
+            stderr=subprocess.STDOUT)
+        with open(os.path.join(self.dir, "krb5kdc.pid"), "w") as f:
+            f.write(str(self.kdc_proc.pid))
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.kdc_proc.poll() is not None:
+                raise RealmError(f"krb5kdc exited with {self.kdc_proc.returncode}:\n"
+                                 + self.logs())
+            if os.path.exists(self.kdc_log):
+                with open(self.kdc_log) as f:
+                    f.seek(offset)
+                    if "commencing operation" in f.read():
+                        return
+            time.sleep(0.05)
+        raise RealmError("krb5kdc did not start within %ds:\n%s" % (timeout, self.logs()))
+
+    def kdc_alive(self):
+        return self.kdc_proc is not None and self.kdc_proc.poll() is None
+
+    def stop_kdc(self):
+        if self.kdc_proc is None:
+            return
+        if self.kdc_proc.poll() is None:
+            self.kdc_proc.send_signal(signal.SIGTERM)
+            try:
+                self.kdc_proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kdc_proc.kill()
+                self.kdc_proc.wait()
+        self.kdc_proc = None
+
+    def logs(self):
+        parts = []
+        for name in sorted(os.listdir(self.dir)):
+            if name.endswith((".log", ".out")):
+                with open(os.path.join(self.dir, name), errors="replace") as f:
+                    parts.append(f"----- {name} -----\n{f.read()[-20000:]}")
+        return "\n".join(parts)
+
+    def stop(self):
+        self.stop_kdc()
+
+
+def stop_dir(workdir):
+    pidfile = os.path.join(workdir, "krb5kdc.pid")
+    if not os.path.exists(pidfile):
+        return
+    with open(pidfile) as f:
+        pid = int(f.read().strip() or 0)
+    try:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.unlink(pidfile)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("start")
+    s.add_argument("dir")
+    s.add_argument("--enctype", action="append")
+    t = sub.add_parser("stop")
+    t.add_argument("dir")
+    args = ap.parse_args()
+    if args.cmd == "stop":
+        stop_dir(args.dir)
+        return 0
+    if os.path.exists(args.dir):
+        stop_dir(args.dir)
+        shutil.rmtree(args.dir)
+    realm = Realm(args.dir, enctypes=args.enctype or DEFAULT_ENCTYPES).create()
+    realm.start_kdc()
+    # Leave the KDC running detached from this process.
+    realm.kdc_proc = None
+    for k in ("KRB5_CONFIG", "KRB5_KDC_PROFILE", "KRB5CCNAME"):
+        print(f"export {k}={realm.env[k]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
