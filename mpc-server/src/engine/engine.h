@@ -1,0 +1,223 @@
+// The computational core of one MPC server worker: jobs of the
+// aes128-ctr-mpc / aes256-ctr-mpc enctypes (shared/design/enctype.md)
+// evaluated on replicated 2-of-3 XOR shares (Araki et al., CCS 2016).
+//
+// Threading: one Engine per worker thread and RingChannel; an Engine is not
+// thread-safe. KeyShares / EncryptState are immutable once built and may be
+// shared between threads.
+//
+// Output format for the KDC: every value the KDC may learn (keystream
+// blocks, tags) is returned as this party's two shares (s_i, s_{i+1}) for
+// party i in {0,1,2} (indices mod 3). The KDC XORs s_0 ^ s_1 ^ s_2 and
+// rejects a batch whose two copies of any share (party i's s_{i+1} and party
+// i+1's s_{i+1}) disagree. Public values (ctr0, integrity verdicts) are
+// returned in the clear and are identical on the three servers.
+#ifndef KMPC_ENGINE_ENGINE_H_
+#define KMPC_ENGINE_ENGINE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "net/channel.h"
+
+namespace kmpc::engine {
+
+// Values match the key sizes' order in enctype.md; persisted by the store.
+enum class Cipher : uint8_t { kAes128 = 1, kAes256 = 2 };
+
+// 10 or 14; nullopt-free: returns 0 for an unknown value.
+int NumRounds(Cipher cipher);
+// 16 or 32; 0 for an unknown value.
+size_t KeyBytes(Cipher cipher);
+
+// H^1 .. H^kStoredHPowers are stored with every key (H = AES_K(0^128)).
+// Longer messages get the missing powers computed inside the MPC by the
+// job that needs them (log2 rounds of shared GF(2^128) multiplication).
+inline constexpr int kStoredHPowers = 64;
+
+// Largest message a job may cover, in 16-byte blocks (keystream blocks for
+// ENCRYPT/DECRYPT, data blocks for CHECKSUM/VERIFY): 1 MiB.
+inline constexpr uint32_t kMaxJobBlocks = 65536;
+// Largest number of AES blocks in one batch (all jobs together).
+inline constexpr uint32_t kMaxBatchBlocks = 1u << 20;
+
+// One party's view of one shared key. Party i holds shares i and i+1 of
+// every value. Secrets are wiped when the object dies.
+struct KeyShares {
+  int party = -1;  // 0, 1, 2: which party's view this is
+  Cipher cipher = Cipher::kAes128;
+  // round_keys[k] = share (party+k)%3 of the expanded key schedule,
+  // (NumRounds+1)*16 bytes, round 0 first, FIPS-197 byte order.
+  std::array<std::vector<uint8_t>, 2> round_keys;
+  // h_powers[k] = share (party+k)%3 of H^1 .. H^kStoredHPowers, 16 bytes
+  // each, GCM byte order (SP 800-38D), H^1 first.
+  std::array<std::vector<uint8_t>, 2> h_powers;
+
+  KeyShares() = default;
+  KeyShares(const KeyShares&) = default;
+  KeyShares(KeyShares&&) = default;
+  KeyShares& operator=(const KeyShares&) = default;
+  KeyShares& operator=(KeyShares&&) = default;
+  ~KeyShares();
+
+  // Checks sizes and fields; the engine refuses a key that fails this.
+  absl::Status Validate() const;
+
+  // Stable binary encoding for the share store:
+  //   "KMPCKS" | version 0x01 | party (1) | cipher (1) | hpowers (u16 BE) |
+  //   round_keys[0] | round_keys[1] | h_powers[0] | h_powers[1]
+  std::vector<uint8_t> Serialize() const;
+  // Strict inverse of Serialize: exact length, known version/cipher/party.
+  static absl::StatusOr<KeyShares> Parse(absl::Span<const uint8_t> bytes);
+};
+
+// The dealer (admin path, tests): expands `key` (16 or 32 bytes matching
+// `cipher`), computes H = AES_K(0) and H^1..H^kStoredHPowers in the clear,
+// and splits everything into three party views with fresh randomness.
+// The caller must wipe `key` itself; intermediate copies are wiped here.
+absl::StatusOr<std::array<KeyShares, 3>> DealKey(Cipher cipher,
+                                                 absl::Span<const uint8_t> key);
+
+// State an ENCRYPT job leaves for its FINALIZE (one party's view). Holds
+// shares of AES_K(c0) and of the powers of H the tag needs. Wiped on
+// destruction. The service must let at most one FINALIZE use it
+// (enctype.md, invariant 2) and drop it afterwards.
+struct EncryptState {
+  int party = -1;
+  Cipher cipher = Cipher::kAes128;
+  std::string key_id;
+  uint32_t usage = 0;
+  uint32_t nblocks = 0;
+  std::array<uint8_t, 16> ctr0{};  // public
+  // shares (party, party+1) of AES_K(c0)
+  std::array<std::array<uint8_t, 16>, 2> mask{};
+  // shares of H^1 .. H^(nblocks+2), 16 bytes each
+  std::array<std::vector<uint8_t>, 2> h_powers;
+
+  EncryptState() = default;
+  EncryptState(const EncryptState&) = delete;
+  EncryptState& operator=(const EncryptState&) = delete;
+  ~EncryptState();
+};
+
+enum class JobType : uint8_t {
+  // in: key_id, usage, nblocks (1..kMaxJobBlocks).
+  // out: ctr0 (picked by the cluster), keystream shares for blocks
+  //      c0+1 .. c0+nblocks, state for FINALIZE.
+  kEncrypt = 1,
+  // in: state, usage (must equal the state's), data = C with
+  //     ceil(len(C)/16) == state->nblocks.
+  // out: tag shares. Local, no communication.
+  kFinalize = 2,
+  // in: key_id, usage, data = ctr0 || C || T (>= 32 bytes, the enctype's
+  //     ciphertext format).
+  // out: integrity_ok; keystream shares for blocks c0+1.. only if ok.
+  kDecrypt = 3,
+  // in: key_id, usage, data = the message (may be empty).
+  // out: ctr0 (picked by the cluster) and tag shares; the checksum is
+  //      ctr0 || (s_0 ^ s_1 ^ s_2).
+  kChecksum = 4,
+  // in: key_id, usage, data = the message, checksum = ctr0 || tag (32).
+  // out: integrity_ok.
+  kVerifyChecksum = 5,
+};
+
+struct Job {
+  JobType type = JobType::kEncrypt;
+  std::string key_id;  // binary, 1..256 bytes; unused by kFinalize
+  uint32_t usage = 0;
+  uint32_t nblocks = 0;           // kEncrypt only
+  std::vector<uint8_t> data;      // see JobType
+  std::vector<uint8_t> checksum;  // kVerifyChecksum only
+  std::shared_ptr<const EncryptState> state;  // kFinalize only
+};
+
+struct JobResult {
+  // INVALID_ARGUMENT (malformed job), NOT_FOUND (some party lacks the key),
+  // FAILED_PRECONDITION (parties disagree about the key, or a key share of
+  // the wrong party). An integrity failure is NOT an error status: it is
+  // status OK with integrity_ok == false.
+  absl::Status status;
+  bool integrity_ok = true;        // kDecrypt, kVerifyChecksum
+  std::array<uint8_t, 16> ctr0{};  // kEncrypt, kChecksum
+  // keystream[k] = share (party+k)%3 of the keystream, nblocks*16 bytes.
+  std::array<std::vector<uint8_t>, 2> keystream;
+  // tag[k] = share (party+k)%3 of the tag (kFinalize, kChecksum).
+  std::array<std::array<uint8_t, 16>, 2> tag{};
+  std::shared_ptr<const EncryptState> state;  // kEncrypt
+};
+
+struct BatchResult {
+  uint64_t batch_seq = 0;
+  std::vector<JobResult> jobs;  // same order as the input
+};
+
+// Key lookup by id in this party's store. Returning an error (NOT_FOUND or
+// anything else) fails only that job, consistently on all three parties.
+using KeyLookup = std::function<absl::StatusOr<std::shared_ptr<const KeyShares>>(
+    absl::string_view key_id)>;
+
+struct EngineOptions {
+  // Lanes (AES blocks) per pipeline chunk: while one chunk's AND-layer
+  // message is in flight the next chunk computes. Multiple of 64.
+  uint32_t chunk_lanes = 4096;
+  // Batches with at least this many AES blocks use the 32-AND S-box
+  // (AND depth 6: fewer bytes); smaller ones the 34-AND S-box (AND depth 4:
+  // fewer rounds, lower latency).
+  uint32_t small_sbox_min_blocks = 1024;
+};
+
+// One worker's MPC engine. The RingChannel must outlive the Engine.
+//
+// Channel requirement: within one AND layer the engine sends the messages
+// of all chunks (up to ~36 bits per AES block per S-box layer, i.e. a few
+// MB for 100,000 blocks) before it receives the first reply, so
+// SendToPrev must not wait for the peer to read (queue or buffer it).
+class Engine {
+ public:
+  // Sets up the PRSS keys with the two neighbours (one exchange on the
+  // ring: party i draws k_i and sends it to party i-1). All three parties
+  // must call this at the same time on the same ring.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      net::RingChannel& channel, EngineOptions options = {});
+
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int party() const;
+
+  // Runs one batch. The three parties must call this with the same
+  // batch_seq and jobs (same order); they first compare a SHA-256 digest of
+  // a canonical encoding of (batch_seq, jobs' public inputs) and fail with
+  // ABORTED if any differs. Per-job problems are reported in JobResult;
+  // a returned error (ABORTED, UNAVAILABLE, DATA_LOSS, INVALID_ARGUMENT for
+  // a batch over kMaxBatchBlocks) means the whole batch failed and, for
+  // channel errors, that the ring must be re-established.
+  absl::StatusOr<BatchResult> RunBatch(uint64_t batch_seq,
+                                       absl::Span<const Job> jobs,
+                                       const KeyLookup& lookup);
+
+ private:
+  class Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// FINALIZE outside a batch (it needs no communication). Same checks and
+// output as a kFinalize job.
+absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
+                                   absl::Span<const uint8_t> ciphertext);
+
+}  // namespace kmpc::engine
+
+#endif  // KMPC_ENGINE_ENGINE_H_
