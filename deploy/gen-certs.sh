@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Generate a private CA and the certificates of a local kmpc MPC cluster.
+#
+#   deploy/gen-certs.sh DIR [EXTRA_CLIENT_CN ...]
+#
+# DIR/ca.pem                       CA certificate (trust anchor of everyone)
+# DIR/party-{0,1,2}.{pem,key}      servers, CN kmpc-party-<i>, SAN
+#                                  127.0.0.1/localhost; used for the ring
+#                                  (both TLS ends) and for gRPC
+# DIR/kdc.{pem,key}                CN kmpc-kdc    (KeyOps client)
+# DIR/admin.{pem,key}              CN kmpc-admin  (Admin client)
+# DIR/<cn>.{pem,key}               each EXTRA_CLIENT_CN (tests: e.g. a rogue)
+#
+# Keys are generated here at run time (EC P-256) and never committed.
+set -euo pipefail
+[ $# -ge 1 ] || { echo "usage: $0 DIR [EXTRA_CLIENT_CN ...]" >&2; exit 2; }
+dir=$1; shift
+mkdir -p "$dir"
+chmod 700 "$dir"
+cd "$dir"
+umask 077
+days=825
+
+newkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+
+if [ ! -f ca.pem ]; then
+  newkey ca.key
+  openssl req -x509 -new -key ca.key -sha256 -days "$days" -subj "/CN=kmpc-test-ca" \
+    -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" -out ca.pem 2>/dev/null
+fi
+
+# sign NAME CN EXT
+sign() {
+  local name=$1 cn=$2 ext=$3
+  newkey "$name.key"
+  openssl req -new -key "$name.key" -subj "/CN=$cn" -out "$name.csr" 2>/dev/null
+  printf '%s\n' "$ext" > "$name.ext"
+  openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key -CAcreateserial \
+    -days "$days" -sha256 -extfile "$name.ext" -out "$name.pem" 2>/dev/null
+  rm -f "$name.csr" "$name.ext"
+}
+
+server_ext='basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth,clientAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost'
+client_ext='basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth'
+
+for i in 0 1 2; do sign "party-$i" "kmpc-party-$i" "$server_ext"; done
+sign kdc kmpc-kdc "$client_ext"
+sign admin kmpc-admin "$client_ext"
+for cn in "$@"; do sign "$cn" "$cn" "$client_ext"; done
+chmod 600 ./*.key
+chmod 644 ./*.pem
+echo "certificates in $(pwd)"

@@ -1,0 +1,92 @@
+// TLS 1.3 over TCP for the ring: contexts with mutual certificate
+// authentication under one CA, and a non-blocking connection.
+//
+// Identities: a certificate's subject CN names its holder: "kmpc-party-0",
+// "kmpc-party-1", "kmpc-party-2" for the servers (deploy/gen-certs.sh). Each
+// end checks that the peer is exactly the party the ring position expects.
+#ifndef KMPC_NET_TLS_CONN_H_
+#define KMPC_NET_TLS_CONN_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct ssl_st SSL;
+
+namespace kmpc::net {
+
+std::string PartyIdentity(int party);  // "kmpc-party-<party>"
+
+struct TlsFiles {
+  std::string cert;  // PEM certificate of this server
+  std::string key;   // PEM private key
+  std::string ca;    // PEM CA certificate that signed all parties
+};
+
+// Owns an SSL_CTX. Server contexts require and verify a client certificate
+// and issue no session tickets (the acceptor never writes after the
+// handshake, so the dialer's socket turns readable only when the peer goes).
+class TlsContext {
+ public:
+  static absl::StatusOr<std::unique_ptr<TlsContext>> Create(
+      const TlsFiles& files, bool server);
+  ~TlsContext();
+  SSL_CTX* get() const { return ctx_; }
+
+ private:
+  explicit TlsContext(SSL_CTX* ctx) : ctx_(ctx) {}
+  SSL_CTX* ctx_;
+};
+
+// A TLS connection on a non-blocking TCP socket.
+class TlsConn {
+ public:
+  ~TlsConn();
+  TlsConn(const TlsConn&) = delete;
+  TlsConn& operator=(const TlsConn&) = delete;
+
+  // Dials host:port, handshakes and checks the server's identity.
+  static absl::StatusOr<std::unique_ptr<TlsConn>> Dial(
+      const TlsContext& ctx, const std::string& host_port,
+      const std::string& expected_identity, absl::Time deadline);
+  // Handshakes an accepted socket (takes ownership of fd).
+  static absl::StatusOr<std::unique_ptr<TlsConn>> Accept(const TlsContext& ctx,
+                                                         int fd,
+                                                         absl::Time deadline);
+
+  // Subject CN of the verified peer certificate.
+  const std::string& peer_identity() const { return peer_; }
+  int fd() const { return fd_; }
+  SSL* ssl() const { return ssl_; }
+
+  // Blocking (poll-based) helpers with a deadline, for hello messages.
+  absl::Status WriteAll(const uint8_t* p, size_t n, absl::Time deadline);
+  absl::Status ReadAll(uint8_t* p, size_t n, absl::Time deadline);
+
+  // True if the peer closed or reset the connection (a write-only
+  // connection that turns readable is dead).
+  bool PeerGone() const;
+  // True if the peer has closed its side (FIN/RST), even if data remain.
+  bool PeerClosed() const;
+
+ private:
+  TlsConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
+  absl::Status Handshake(bool client, absl::Time deadline);
+  int fd_;
+  SSL* ssl_;
+  std::string peer_;
+};
+
+// Applies TCP_NODELAY, keepalive and buffer sizes; makes fd non-blocking.
+void TuneSocket(int fd);
+
+// Waits for `events` on fd until deadline: OK, or UNAVAILABLE on timeout.
+absl::Status PollFd(int fd, short events, absl::Time deadline);
+
+}  // namespace kmpc::net
+
+#endif  // KMPC_NET_TLS_CONN_H_

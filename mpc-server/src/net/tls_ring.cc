@@ -1,0 +1,388 @@
+#include "net/tls_ring.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "net/log.h"
+#include "absl/strings/str_cat.h"
+
+namespace kmpc::net {
+namespace {
+
+constexpr uint8_t kHelloMagic[4] = {'K', 'R', 'H', '1'};
+constexpr size_t kHelloSize = 8;
+
+int Prev(int party) { return (party + 2) % 3; }
+int Next(int party) { return (party + 1) % 3; }
+
+int RemainingMs(absl::Time deadline) {
+  absl::Duration d = deadline - absl::Now();
+  if (d <= absl::ZeroDuration()) return 0;
+  int64_t ms = absl::ToInt64Milliseconds(d) + 1;
+  return ms > 1'000'000 ? 1'000'000 : static_cast<int>(ms);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- channel
+
+void TlsRingChannel::Reset() {
+  out_.reset();
+  in_.reset();
+  outbuf_.clear();
+  outpos_ = 0;
+  up_ = false;
+}
+
+absl::Status TlsRingChannel::Fail(absl::Status st) {
+  Reset();
+  return st;
+}
+
+bool TlsRingChannel::connected() const { return up_.load(); }
+
+void TlsRingChannel::OfferIncoming(std::unique_ptr<TlsConn> conn) {
+  std::lock_guard<std::mutex> lock(incoming_mu_);
+  incoming_ = std::move(conn);
+}
+
+void TlsRingChannel::AdoptIncoming() {
+  std::lock_guard<std::mutex> lock(incoming_mu_);
+  if (incoming_ != nullptr) in_ = std::move(incoming_);
+}
+
+absl::Status TlsRingChannel::Connect(absl::Time deadline) {
+  AdoptIncoming();
+  // A neighbour that dropped its end re-dials; do not read its stale side.
+  if (in_ != nullptr && in_->PeerClosed()) in_.reset();
+  if (out_ != nullptr && out_->PeerGone()) {
+    out_.reset();
+    outbuf_.clear();
+    outpos_ = 0;
+  }
+  const TlsRingOptions& opt = ring_->options_;
+  absl::Status last;
+  while (out_ == nullptr) {
+    absl::Time attempt = std::min(deadline, absl::Now() + absl::Seconds(2));
+    auto conn = TlsConn::Dial(*ring_->client_ctx_, opt.prev_addr,
+                              PartyIdentity(Prev(party_)), attempt);
+    if (conn.ok()) {
+      uint8_t hello[kHelloSize] = {kHelloMagic[0], kHelloMagic[1],
+                                   kHelloMagic[2], kHelloMagic[3],
+                                   static_cast<uint8_t>(party_),
+                                   static_cast<uint8_t>(worker_), 0, 0};
+      absl::Status st = (*conn)->WriteAll(hello, kHelloSize, attempt);
+      if (st.ok()) {
+        out_ = std::move(*conn);
+        break;
+      }
+      last = st;
+    } else {
+      last = conn.status();
+      // A peer with the wrong identity will not become right by retrying.
+      if (absl::IsPermissionDenied(last)) return last;
+    }
+    if (absl::Now() + absl::Milliseconds(50) >= deadline)
+      return absl::UnavailableError(
+          absl::StrCat("ring: cannot reach party ", Prev(party_), " at ",
+                       opt.prev_addr, ": ", last.message()));
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  while (in_ == nullptr) {
+    AdoptIncoming();
+    if (in_ != nullptr) break;
+    if (absl::Now() >= deadline)
+      return absl::UnavailableError(absl::StrCat(
+          "ring: party ", Next(party_), " has not connected (worker ", worker_,
+          ")"));
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  up_ = true;
+  return absl::OkStatus();
+}
+
+void TlsRingChannel::BeginBatch(uint32_t seq) {
+  seq_ = seq;
+  send_step_ = 0;
+  recv_step_ = 0;
+}
+
+void TlsRingChannel::Queue(FrameType type, uint32_t seq, uint32_t step,
+                           absl::Span<const uint8_t> payload) {
+  if (outpos_ == outbuf_.size()) {
+    outbuf_.clear();
+    outpos_ = 0;
+  }
+  uint8_t hdr[kFrameHeaderSize];
+  EncodeFrameHeader({type, seq, step, static_cast<uint32_t>(payload.size())},
+                    hdr);
+  outbuf_.insert(outbuf_.end(), hdr, hdr + kFrameHeaderSize);
+  outbuf_.insert(outbuf_.end(), payload.begin(), payload.end());
+  bytes_sent_ += kFrameHeaderSize + payload.size();
+  steps_sent_ += 1;
+}
+
+absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline) {
+  for (;;) {
+    bool want_in = false;
+    short out_events = 0;
+    while (outpos_ < outbuf_.size()) {
+      if (out_ == nullptr)
+        return Fail(absl::UnavailableError(absl::StrCat(
+            "ring: no connection to party ", Prev(party_))));
+      size_t chunk = std::min<size_t>(outbuf_.size() - outpos_, INT_MAX);
+      ERR_clear_error();
+      int rc = SSL_write(out_->ssl(), outbuf_.data() + outpos_,
+                         static_cast<int>(chunk));
+      if (rc > 0) {
+        outpos_ += rc;
+        continue;
+      }
+      int err = SSL_get_error(out_->ssl(), rc);
+      if (err == SSL_ERROR_WANT_WRITE) {
+        out_events = POLLOUT;
+      } else if (err == SSL_ERROR_WANT_READ) {
+        out_events = POLLIN;
+      } else {
+        return Fail(absl::UnavailableError(absl::StrCat(
+            "ring: lost connection to party ", Prev(party_))));
+      }
+      break;
+    }
+    if (outpos_ == outbuf_.size()) {
+      outbuf_.clear();
+      outpos_ = 0;
+    }
+    while (n > 0) {
+      if (in_ == nullptr)
+        return Fail(absl::UnavailableError(absl::StrCat(
+            "ring: no connection from party ", Next(party_))));
+      ERR_clear_error();
+      int rc = SSL_read(in_->ssl(), p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+      if (rc > 0) {
+        p += rc;
+        n -= rc;
+        continue;
+      }
+      int err = SSL_get_error(in_->ssl(), rc);
+      if (err == SSL_ERROR_WANT_READ) {
+        want_in = true;
+        break;
+      }
+      return Fail(absl::UnavailableError(absl::StrCat(
+          "ring: party ", Next(party_), " closed the connection")));
+    }
+    if (n == 0 && outbuf_.empty()) return absl::OkStatus();
+    pollfd fds[2];
+    int nfds = 0;
+    if (out_events != 0) fds[nfds++] = {out_->fd(), out_events, 0};
+    if (want_in) fds[nfds++] = {in_->fd(), POLLIN, 0};
+    int ms = RemainingMs(deadline);
+    int rc = poll(fds, nfds, ms);
+    if (rc == 0) {
+      return Fail(absl::UnavailableError(absl::StrCat(
+          "ring: party ", n > 0 ? Next(party_) : Prev(party_),
+          " did not respond within ",
+          absl::FormatDuration(ring_->options_.recv_timeout))));
+    }
+    if (rc < 0 && errno != EINTR)
+      return Fail(absl::UnavailableError(
+          absl::StrCat("ring: poll: ", strerror(errno))));
+  }
+}
+
+absl::Status TlsRingChannel::SendToPrev(absl::Span<const uint8_t> msg) {
+  Queue(FrameType::kData, seq_, send_step_++, msg);
+  // Opportunistic flush; whatever the kernel does not take now is written
+  // while the next receive waits.
+  return Pump(nullptr, 0, absl::Now());
+}
+
+absl::Status TlsRingChannel::RecvFromNext(absl::Span<uint8_t> out) {
+  absl::Time deadline = absl::Now() + ring_->options_.recv_timeout;
+  uint8_t hdr[kFrameHeaderSize];
+  if (absl::Status st = Pump(hdr, kFrameHeaderSize, deadline); !st.ok()) return st;
+  FrameHeader h;
+  absl::Status st = DecodeFrameHeader(hdr, &h);
+  if (st.ok()) st = CheckDataFrame(h, seq_, recv_step_, out.size());
+  if (!st.ok()) return Fail(st);
+  ++recv_step_;
+  return Pump(out.data(), out.size(), deadline);
+}
+
+absl::Status TlsRingChannel::Exchange(absl::Span<const uint8_t> to_prev,
+                                      absl::Span<uint8_t> from_next) {
+  Queue(FrameType::kData, seq_, send_step_++, to_prev);
+  return RecvFromNext(from_next);
+}
+
+absl::Status TlsRingChannel::Flush(absl::Time deadline) {
+  return Pump(nullptr, 0, deadline);
+}
+
+absl::Status TlsRingChannel::SendControl(uint32_t seq,
+                                         absl::Span<const uint8_t> msg) {
+  if (msg.size() > kMaxControlPayload)
+    return absl::InternalError("ring: control message too large");
+  Queue(FrameType::kControl, seq, 0, msg);
+  return Pump(nullptr, 0, absl::Now() + ring_->options_.recv_timeout);
+}
+
+absl::StatusOr<std::vector<uint8_t>> TlsRingChannel::RecvControl(
+    uint32_t* seq, absl::Time deadline) {
+  uint8_t hdr[kFrameHeaderSize];
+  if (absl::Status st = Pump(hdr, kFrameHeaderSize, deadline); !st.ok())
+    return st;
+  FrameHeader h;
+  if (absl::Status st = DecodeFrameHeader(hdr, &h); !st.ok()) return Fail(st);
+  // Data frames left over from a batch that failed elsewhere in the ring
+  // are drained here, so the ring resynchronises at the next batch.
+  while (h.type == FrameType::kData) {
+    std::vector<uint8_t> junk(std::min<uint32_t>(h.length, 1 << 20));
+    for (uint32_t left = h.length; left > 0;) {
+      uint32_t n = std::min<uint32_t>(left, junk.size());
+      if (absl::Status st = Pump(junk.data(), n, deadline); !st.ok()) return st;
+      left -= n;
+    }
+    if (absl::Status st = Pump(hdr, kFrameHeaderSize, deadline); !st.ok())
+      return st;
+    if (absl::Status st = DecodeFrameHeader(hdr, &h); !st.ok()) return Fail(st);
+  }
+  std::vector<uint8_t> msg(h.length);
+  if (absl::Status st = Pump(msg.data(), msg.size(), deadline); !st.ok())
+    return st;
+  *seq = h.seq;
+  return msg;
+}
+
+bool TlsRingChannel::InboundReadable(absl::Duration wait) {
+  if (in_ == nullptr) return false;
+  if (SSL_pending(in_->ssl()) > 0) return true;
+  pollfd p{in_->fd(), POLLIN, 0};
+  return poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(wait))) > 0;
+}
+
+// ---------------------------------------------------------------- ring
+
+absl::StatusOr<std::unique_ptr<TlsRing>> TlsRing::Start(
+    const TlsRingOptions& options) {
+  if (options.party < 0 || options.party > 2)
+    return absl::InvalidArgumentError("party must be 0, 1 or 2");
+  if (options.workers < 1 || options.workers > 64)
+    return absl::InvalidArgumentError("workers must be in [1, 64]");
+  std::unique_ptr<TlsRing> ring(new TlsRing(options));
+  auto sctx = TlsContext::Create(options.tls, /*server=*/true);
+  if (!sctx.ok()) return sctx.status();
+  auto cctx = TlsContext::Create(options.tls, /*server=*/false);
+  if (!cctx.ok()) return cctx.status();
+  ring->server_ctx_ = std::move(*sctx);
+  ring->client_ctx_ = std::move(*cctx);
+  for (int w = 0; w < options.workers; ++w)
+    ring->channels_.emplace_back(
+        new TlsRingChannel(ring.get(), w, options.party));
+
+  const std::string& addr = options.listen_addr;
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos)
+    return absl::InvalidArgumentError("ring listen address must be host:port");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  std::string host = addr.substr(0, colon), port = addr.substr(colon + 1);
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("resolve ", addr, ": ", gai_strerror(rc)));
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
+      listen(fd, 64) != 0) {
+    int e = errno;
+    freeaddrinfo(res);
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("ring: cannot listen on ", addr, ": ", strerror(e)));
+  }
+  freeaddrinfo(res);
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof(ss);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl);
+  ring->listen_port_ =
+      ntohs(ss.ss_family == AF_INET6
+                ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  ring->listen_fd_ = fd;
+  TlsRing* raw = ring.get();
+  ring->listener_ = std::thread([raw] { raw->ListenLoop(); });
+  return ring;
+}
+
+TlsRing::~TlsRing() {
+  stop_ = true;
+  if (listener_.joinable()) listener_.join();
+  if (listen_fd_ >= 0) close(listen_fd_);
+}
+
+bool TlsRing::AllConnected() const {
+  for (const auto& c : channels_)
+    if (!c->connected()) return false;
+  return true;
+}
+
+uint64_t TlsRing::bytes_sent() const {
+  uint64_t total = 0;
+  for (const auto& c : channels_) total += c->bytes_sent();
+  return total;
+}
+
+void TlsRing::ListenLoop() {
+  while (!stop_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (poll(&p, 1, 200) <= 0) continue;
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    HandleAccepted(fd);
+  }
+}
+
+void TlsRing::HandleAccepted(int fd) {
+  const int next = Next(options_.party);
+  absl::Time deadline = absl::Now() + absl::Seconds(2);
+  auto conn = TlsConn::Accept(*server_ctx_, fd, deadline);
+  if (!conn.ok()) {
+    KMPC_LOG(WARNING) << "ring: rejected connection: " << conn.status().message();
+    return;
+  }
+  if ((*conn)->peer_identity() != PartyIdentity(next)) {
+    KMPC_LOG(WARNING) << "ring: rejected connection from '"
+                 << (*conn)->peer_identity() << "', expected '"
+                 << PartyIdentity(next) << "'";
+    return;
+  }
+  uint8_t hello[kHelloSize];
+  if (!(*conn)->ReadAll(hello, kHelloSize, deadline).ok() ||
+      std::memcmp(hello, kHelloMagic, 4) != 0 || hello[4] != next ||
+      hello[5] >= channels_.size() || hello[6] != 0 || hello[7] != 0) {
+    KMPC_LOG(WARNING) << "ring: rejected connection from party " << next
+                 << ": malformed hello";
+    return;
+  }
+  KMPC_VLOG(1) << "ring: party " << next << " connected (worker "
+          << int{hello[5]} << ")";
+  channels_[hello[5]]->OfferIncoming(std::move(*conn));
+}
+
+}  // namespace kmpc::net

@@ -1,0 +1,135 @@
+// The ring between the three servers over TLS 1.3 / TCP (channel.h).
+//
+// Party i dials party i-1 ("prev") once per worker and writes only on that
+// connection; it accepts one connection per worker from party i+1 ("next")
+// and only reads on it. Both ends check the peer's certificate identity
+// (PartyIdentity) and a hello naming the party and worker.
+//
+// Send and receive overlap in one thread with non-blocking I/O: while a
+// receive waits, pending output is flushed, and a receive returns only once
+// all queued output has been handed to the kernel. No party ever blocks in a
+// send, so three parties sending large messages at once cannot deadlock.
+//
+// Failure model: any I/O error, timeout or malformed frame drops both of the
+// channel's connections (so the neighbours fail fast too) and returns
+// UNAVAILABLE / DATA_LOSS; the next Connect() re-dials prev and waits for
+// next to re-dial, so a restarted peer rejoins at the next batch.
+#ifndef KMPC_NET_TLS_RING_H_
+#define KMPC_NET_TLS_RING_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "net/channel.h"
+#include "net/frame.h"
+#include "net/tls_conn.h"
+
+namespace kmpc::net {
+
+struct TlsRingOptions {
+  int party = 0;
+  int workers = 1;
+  std::string listen_addr;  // host:port of this party's ring listener
+  std::string prev_addr;    // host:port of party (i-1)'s ring listener
+  TlsFiles tls;
+  absl::Duration recv_timeout = absl::Seconds(5);
+  absl::Duration connect_timeout = absl::Seconds(5);
+};
+
+class TlsRing;
+
+class TlsRingChannel final : public RingChannel {
+ public:
+  int party() const override { return party_; }
+  absl::Status SendToPrev(absl::Span<const uint8_t> msg) override;
+  absl::Status RecvFromNext(absl::Span<uint8_t> out) override;
+  absl::Status Exchange(absl::Span<const uint8_t> to_prev,
+                        absl::Span<uint8_t> from_next) override;
+
+  // Ensures both connections are up (re-dialing prev, waiting for next).
+  absl::Status Connect(absl::Time deadline);
+  // Starts a batch: data frames carry `seq`, steps count from 0.
+  void BeginBatch(uint32_t seq);
+  // Control messages (batch scheduling), variable length up to
+  // kMaxControlPayload; RecvControl waits until `deadline`.
+  absl::Status SendControl(uint32_t seq, absl::Span<const uint8_t> msg);
+  absl::StatusOr<std::vector<uint8_t>> RecvControl(uint32_t* seq,
+                                                   absl::Time deadline);
+  // Waits until all queued output is written.
+  absl::Status Flush(absl::Time deadline);
+  // Drops both connections (after a failed batch).
+  void Reset();
+  // Payload + framing bytes this channel has written.
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }
+  uint64_t steps_sent() const { return steps_sent_.load(); }
+  bool connected() const;
+  // True if the inbound connection has bytes waiting (non-leader idle loop).
+  bool InboundReadable(absl::Duration wait);
+
+ private:
+  friend class TlsRing;
+  TlsRingChannel(TlsRing* ring, int worker, int party)
+      : ring_(ring), worker_(worker), party_(party) {}
+  void OfferIncoming(std::unique_ptr<TlsConn> conn);
+  void Queue(FrameType type, uint32_t seq, uint32_t step,
+             absl::Span<const uint8_t> payload);
+  // Reads exactly n bytes into p (n may be 0) while flushing output.
+  absl::Status Pump(uint8_t* p, size_t n, absl::Time deadline);
+  absl::Status Fail(absl::Status st);
+  void AdoptIncoming();
+
+  TlsRing* ring_;
+  int worker_;
+  int party_;
+  std::unique_ptr<TlsConn> out_;  // to prev, write-only
+  std::unique_ptr<TlsConn> in_;   // from next, read-only
+  std::mutex incoming_mu_;
+  std::unique_ptr<TlsConn> incoming_;  // handed over by the listener
+  std::vector<uint8_t> outbuf_;
+  size_t outpos_ = 0;
+  uint32_t seq_ = 0;
+  uint32_t send_step_ = 0;
+  uint32_t recv_step_ = 0;
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> steps_sent_{0};
+  std::atomic<bool> up_{false};
+};
+
+class TlsRing {
+ public:
+  static absl::StatusOr<std::unique_ptr<TlsRing>> Start(
+      const TlsRingOptions& options);
+  ~TlsRing();
+  TlsRingChannel* channel(int worker) { return channels_[worker].get(); }
+  int workers() const { return static_cast<int>(channels_.size()); }
+  const TlsRingOptions& options() const { return options_; }
+  bool AllConnected() const;
+  uint64_t bytes_sent() const;
+  int listen_port() const { return listen_port_; }
+
+ private:
+  friend class TlsRingChannel;
+  explicit TlsRing(const TlsRingOptions& options) : options_(options) {}
+  void ListenLoop();
+  void HandleAccepted(int fd);
+
+  TlsRingOptions options_;
+  std::unique_ptr<TlsContext> server_ctx_;
+  std::unique_ptr<TlsContext> client_ctx_;
+  std::vector<std::unique_ptr<TlsRingChannel>> channels_;
+  int listen_fd_ = -1;
+  int listen_port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread listener_;
+};
+
+}  // namespace kmpc::net
+
+#endif  // KMPC_NET_TLS_RING_H_

@@ -1,0 +1,96 @@
+// The share store: one LMDB environment per MPC server, keyed by the 32-byte
+// key id the KDC's key handles carry (enctype.md, "Inside the KDC").
+//
+// A record holds public metadata (cipher, kvno, label) and this server's
+// serialized KeyShares: its two replicated shares of every round key and of
+// the powers of H. One server's store alone reveals no key (architecture.md,
+// invariant 1): the third share lives only on the other two servers.
+#ifndef KMPC_STORE_SHARE_STORE_H_
+#define KMPC_STORE_SHARE_STORE_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kmpc::store {
+
+inline constexpr size_t kKeyIdSize = 32;
+using KeyId = std::array<uint8_t, kKeyIdSize>;
+
+// Parses a key id from raw bytes; INVALID_ARGUMENT unless exactly 32 bytes.
+absl::StatusOr<KeyId> KeyIdFromBytes(absl::Span<const uint8_t> bytes);
+std::string KeyIdHex(const KeyId& id);  // for logs: ids are not secret
+
+enum class Cipher : uint8_t { kAes128 = 1, kAes256 = 2 };
+
+struct KeyMeta {
+  KeyId key_id{};
+  Cipher cipher = Cipher::kAes128;
+  uint32_t kvno = 0;
+  std::string label;
+};
+
+// Serialized shares; wiped on destruction.
+class SecretBytes {
+ public:
+  SecretBytes() = default;
+  explicit SecretBytes(absl::Span<const uint8_t> b) : data_(b.begin(), b.end()) {}
+  SecretBytes(SecretBytes&&) = default;
+  SecretBytes& operator=(SecretBytes&& o) noexcept;
+  SecretBytes(const SecretBytes&) = delete;
+  SecretBytes& operator=(const SecretBytes&) = delete;
+  ~SecretBytes();
+  absl::Span<const uint8_t> span() const { return data_; }
+  size_t size() const { return data_.size(); }
+
+ private:
+  std::vector<uint8_t> data_;
+};
+
+struct KeyRecord {
+  KeyMeta meta;
+  SecretBytes shares;
+};
+
+class ShareStore {
+ public:
+  // Opens (creating if needed) the LMDB environment in directory `dir`.
+  static absl::StatusOr<std::unique_ptr<ShareStore>> Open(
+      const std::string& dir, size_t map_size = size_t{1} << 30);
+  ~ShareStore();
+  ShareStore(const ShareStore&) = delete;
+  ShareStore& operator=(const ShareStore&) = delete;
+
+  // ALREADY_EXISTS if the id is present and !replace.
+  absl::Status Put(const KeyMeta& meta, absl::Span<const uint8_t> shares,
+                   bool replace);
+  // NOT_FOUND for an unknown id; DATA_LOSS for a corrupt record.
+  absl::StatusOr<KeyRecord> Get(const KeyId& id) const;
+  absl::Status Delete(const KeyId& id);  // NOT_FOUND for an unknown id
+  absl::StatusOr<std::vector<KeyMeta>> List() const;
+  absl::StatusOr<uint64_t> Count() const;
+
+  // Path of the LMDB data file (tests scan it for key material).
+  std::string data_file() const;
+
+ private:
+  struct Env;
+  explicit ShareStore(std::unique_ptr<Env> env);
+  std::unique_ptr<Env> env_;
+};
+
+// Record encoding, exposed for tests (hostile-input parsing).
+std::vector<uint8_t> EncodeRecord(const KeyMeta& meta,
+                                  absl::Span<const uint8_t> shares);
+absl::StatusOr<KeyRecord> DecodeRecord(const KeyId& id,
+                                       absl::Span<const uint8_t> value);
+
+}  // namespace kmpc::store
+
+#endif  // KMPC_STORE_SHARE_STORE_H_
