@@ -1,0 +1,682 @@
+// kmpc-storm: a login-storm load generator for a Kerberos KDC.
+//
+// Every login is a real AS exchange with encrypted-timestamp pre-auth (the
+// two round trips kinit makes), optionally followed by a TGS-REQ, driven by
+// the patched libkrb5 of the private prefix.  Users' long-term keys are read
+// from a keytab once, into one MEMORY keytab per user, so no string-to-key
+// (PBKDF2) runs per login.  A login counts only if the TGT (and the service
+// ticket, with --tgs) was obtained; every failure is counted by its Kerberos
+// error code.  Latency is measured from the time a login was *due* (open
+// loop) or started (closed loop) to the time its last reply was checked, so
+// a KDC that falls behind shows up in the figures rather than slowing the
+// schedule down (no coordinated omission, as in wrk2).
+#include <getopt.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storm.h"
+
+namespace kmpc::storm {
+namespace {
+
+Run* g_run = nullptr;
+
+void OnSignal(int) {
+  if (g_run) g_run->Stop();
+}
+
+[[noreturn]] void Usage(int code) {
+  fprintf(code ? stderr : stdout, R"(usage: kmpc-storm --keytab FILE [users] [load] [output]
+users:
+  --keytab FILE          keys of the users (read once; no PBKDF2 per login)
+  --principals FMT       user principal names, printf format with one %%d,
+                         e.g. user%%d@KMPC.TEST (default: every client
+                         principal in the keytab)
+  --users N              number of users (with FMT: FMT(first..first+N-1))
+  --first-user I         first index for FMT (default 0)
+  --tgs SERVICE          after each AS exchange, a TGS-REQ for SERVICE
+load (closed loop OR open loop; duration OR count):
+  -c, --concurrency N    closed loop: N logins always in flight
+  -r, --rate R[/s]       open loop: R logins per second, uniformly spaced
+  -d, --duration S       measured seconds (default 10)
+  -n, --count N          measured logins instead of a duration
+  -w, --warmup S         seconds before the measurement (not in figures)
+  --time-limit S         hard stop of the whole run (default 300)
+  --engine async|sync    async: epoll + krb5_init_creds_step, many logins per
+                         thread (default); sync: one thread per login in
+                         flight, krb5_get_init_creds_keytab (kinit's path)
+  -t, --threads N        async: worker threads (default 1); sync open loop:
+                         thread pool (default 64)
+  --transport udp|tcp    default udp (replies too big for UDP go to TCP)
+  --max-inflight N       open loop, async: logins in flight at most (1024)
+  --timeout S            per login, as kinit (default 10): KRB5_KDC_UNREACH
+  --kdc HOST:PORT        default: the realm's first kdc in krb5.conf
+output:
+  --csv FILE             per-second figures
+  --json FILE            summary (figures, errors by code, histogram)
+  --hist-csv FILE        every non-empty histogram bucket
+  --watch-pid PID        also report that process's CPU per login (repeat)
+  --max-errors N         exit 1 if more than N logins failed (default 0)
+  --progress / --no-progress   live line on stderr (default: if a terminal)
+  -q, --quiet            no summary on stdout (files and exit code only)
+exit: 0 all good, 1 too many failed logins (or none succeeded), 2 usage/set-up
+)");
+  exit(code);
+}
+
+double ParseDouble(const char* opt, const char* s) {
+  char* end = nullptr;
+  double v = strtod(s, &end);
+  if (end == s || v < 0 || !std::isfinite(v)) {
+    fprintf(stderr, "kmpc-storm: bad value for %s: %s\n", opt, s);
+    exit(2);
+  }
+  if (*end && strcmp(end, "/s") != 0 && strcmp(end, "s") != 0) {
+    fprintf(stderr, "kmpc-storm: bad value for %s: %s\n", opt, s);
+    exit(2);
+  }
+  return v;
+}
+
+uint64_t ParseCount(const char* opt, const char* s) {
+  char* end = nullptr;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (end == s || *end || s[0] == '-') {
+    fprintf(stderr, "kmpc-storm: bad value for %s: %s\n", opt, s);
+    exit(2);
+  }
+  return v;
+}
+
+Config ParseArgs(int argc, char** argv) {
+  Config c;
+  enum {
+    kKeytab = 1000, kPrincipals, kUsers, kFirst, kTgs, kTimeLimit, kEngine,
+    kTransport, kMaxInflight, kTimeout, kKdc, kCsv, kJson, kHistCsv, kWatch,
+    kMaxErrors, kProgress, kNoProgress,
+  };
+  static const option opts[] = {
+      {"keytab", required_argument, nullptr, kKeytab},
+      {"principals", required_argument, nullptr, kPrincipals},
+      {"users", required_argument, nullptr, kUsers},
+      {"first-user", required_argument, nullptr, kFirst},
+      {"tgs", required_argument, nullptr, kTgs},
+      {"concurrency", required_argument, nullptr, 'c'},
+      {"rate", required_argument, nullptr, 'r'},
+      {"duration", required_argument, nullptr, 'd'},
+      {"count", required_argument, nullptr, 'n'},
+      {"warmup", required_argument, nullptr, 'w'},
+      {"time-limit", required_argument, nullptr, kTimeLimit},
+      {"engine", required_argument, nullptr, kEngine},
+      {"threads", required_argument, nullptr, 't'},
+      {"transport", required_argument, nullptr, kTransport},
+      {"max-inflight", required_argument, nullptr, kMaxInflight},
+      {"timeout", required_argument, nullptr, kTimeout},
+      {"kdc", required_argument, nullptr, kKdc},
+      {"csv", required_argument, nullptr, kCsv},
+      {"json", required_argument, nullptr, kJson},
+      {"hist-csv", required_argument, nullptr, kHistCsv},
+      {"watch-pid", required_argument, nullptr, kWatch},
+      {"max-errors", required_argument, nullptr, kMaxErrors},
+      {"progress", no_argument, nullptr, kProgress},
+      {"no-progress", no_argument, nullptr, kNoProgress},
+      {"quiet", no_argument, nullptr, 'q'},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  int o;
+  bool threads_set = false;
+  while ((o = getopt_long(argc, argv, "c:r:d:n:w:t:qh", opts, nullptr)) != -1) {
+    switch (o) {
+      case kKeytab: c.keytab = optarg; break;
+      case kPrincipals: c.principal_fmt = optarg; break;
+      case kUsers: c.users = static_cast<int>(ParseCount("--users", optarg)); break;
+      case kFirst: c.first_user = static_cast<int>(ParseCount("--first-user", optarg)); break;
+      case kTgs: c.tgs_service = optarg; break;
+      case 'c': c.concurrency = static_cast<int>(ParseCount("--concurrency", optarg)); break;
+      case 'r': c.rate = ParseDouble("--rate", optarg); break;
+      case 'd': c.duration = ParseDouble("--duration", optarg); break;
+      case 'n': c.count = ParseCount("--count", optarg); break;
+      case 'w': c.warmup = ParseDouble("--warmup", optarg); break;
+      case kTimeLimit: c.time_limit = ParseDouble("--time-limit", optarg); break;
+      case kEngine:
+        if (!strcmp(optarg, "async")) c.engine = Engine::kAsync;
+        else if (!strcmp(optarg, "sync")) c.engine = Engine::kSync;
+        else Usage(2);
+        break;
+      case 't': c.threads = static_cast<int>(ParseCount("--threads", optarg)); threads_set = true; break;
+      case kTransport:
+        if (!strcmp(optarg, "udp")) c.tcp = false;
+        else if (!strcmp(optarg, "tcp")) c.tcp = true;
+        else Usage(2);
+        break;
+      case kMaxInflight: c.max_inflight = static_cast<int>(ParseCount("--max-inflight", optarg)); break;
+      case kTimeout: c.timeout = ParseDouble("--timeout", optarg); break;
+      case kKdc: c.kdc = optarg; break;
+      case kCsv: c.csv = optarg; break;
+      case kJson: c.json = optarg; break;
+      case kHistCsv: c.hist_csv = optarg; break;
+      case kWatch: c.watch_pids.push_back(static_cast<int>(ParseCount("--watch-pid", optarg))); break;
+      case kMaxErrors: c.max_errors = ParseCount("--max-errors", optarg); break;
+      case kProgress: c.progress = 1; break;
+      case kNoProgress: c.progress = 0; break;
+      case 'q': c.quiet = true; break;
+      case 'h': Usage(0);
+      default: Usage(2);
+    }
+  }
+  if (optind != argc || c.keytab.empty()) Usage(2);
+  if (c.concurrency > 0 && c.rate > 0) {
+    fprintf(stderr, "kmpc-storm: --concurrency (closed loop) or --rate (open loop), not both\n");
+    exit(2);
+  }
+  if (c.concurrency == 0 && c.rate == 0) c.concurrency = 1;
+  if (c.duration > 0 && c.count > 0) {
+    fprintf(stderr, "kmpc-storm: --duration or --count, not both\n");
+    exit(2);
+  }
+  if (c.duration == 0 && c.count == 0) c.duration = 10;
+  if (c.timeout <= 0) c.timeout = 10;
+  if (c.engine == Engine::kSync) {
+    if (c.rate == 0) c.threads = c.concurrency;
+    else if (!threads_set) c.threads = 64;
+  }
+  if (c.threads < 1) c.threads = 1;
+  if (c.engine == Engine::kAsync && c.concurrency > 0 && c.threads > c.concurrency)
+    c.threads = c.concurrency;
+  if (c.max_inflight < c.threads) c.max_inflight = c.threads;
+  if (!c.principal_fmt.empty()) {
+    const char* p = strstr(c.principal_fmt.c_str(), "%d");
+    if (!p || strchr(p + 2, '%') || strchr(c.principal_fmt.c_str(), '%') != p || c.users <= 0) {
+      fprintf(stderr, "kmpc-storm: --principals needs exactly one %%d and --users N\n");
+      exit(2);
+    }
+  }
+  return c;
+}
+
+// ---- users: keytab -> one MEMORY keytab per user ---------------------------
+
+struct Users {
+  std::vector<std::string> names, ktnames;
+  std::vector<krb5_keytab> handles;  // keep the MEMORY keytabs alive
+};
+
+bool LoadUsers(krb5_context ctx, const Config& cfg, Users* users) {
+  std::string ktname = cfg.keytab;
+  if (ktname.find(':') == std::string::npos || ktname[0] == '/')
+    ktname = "FILE:" + ktname;
+  krb5_keytab kt = nullptr;
+  krb5_kt_cursor cur;
+  krb5_keytab_entry ent;
+  std::map<std::string, std::vector<krb5_keytab_entry>> by_name;
+  krb5_error_code ret = krb5_kt_resolve(ctx, ktname.c_str(), &kt);
+  if (!ret) ret = krb5_kt_start_seq_get(ctx, kt, &cur);
+  if (ret) {
+    fprintf(stderr, "kmpc-storm: keytab %s: %s\n", cfg.keytab.c_str(), error_message(ret));
+    if (kt) krb5_kt_close(ctx, kt);
+    return false;
+  }
+  while ((ret = krb5_kt_next_entry(ctx, kt, &ent, &cur)) == 0) {
+    char* name = nullptr;
+    if (krb5_unparse_name(ctx, ent.principal, &name) == 0) {
+      by_name[name].push_back(ent);  // owns ent's contents now
+      krb5_free_unparsed_name(ctx, name);
+    } else {
+      krb5_free_keytab_entry_contents(ctx, &ent);
+    }
+  }
+  krb5_kt_end_seq_get(ctx, kt, &cur);
+  krb5_kt_close(ctx, kt);
+  if (ret != KRB5_KT_END) {
+    fprintf(stderr, "kmpc-storm: reading keytab %s: %s\n", cfg.keytab.c_str(),
+            error_message(ret));
+    return false;
+  }
+  std::vector<std::string> wanted;
+  if (!cfg.principal_fmt.empty()) {
+    for (int i = 0; i < cfg.users; i++) {
+      char buf[1024];
+      snprintf(buf, sizeof(buf), cfg.principal_fmt.c_str(), cfg.first_user + i);
+      // Canonical form (adds the default realm if FMT has none).
+      krb5_principal p = nullptr;
+      char* canon = nullptr;
+      if (krb5_parse_name(ctx, buf, &p) || krb5_unparse_name(ctx, p, &canon)) {
+        fprintf(stderr, "kmpc-storm: bad principal name %s\n", buf);
+        krb5_free_principal(ctx, p);
+        return false;
+      }
+      wanted.push_back(canon);
+      krb5_free_unparsed_name(ctx, canon);
+      krb5_free_principal(ctx, p);
+    }
+  } else {
+    for (auto& [name, ents] : by_name) {
+      if (name.rfind("krbtgt/", 0) == 0 || name.rfind("kadmin/", 0) == 0 ||
+          name == cfg.tgs_service || name.rfind(cfg.tgs_service + "@", 0) == 0)
+        continue;
+      wanted.push_back(name);
+      if (cfg.users > 0 && static_cast<int>(wanted.size()) == cfg.users) break;
+    }
+  }
+  if (wanted.empty()) {
+    fprintf(stderr, "kmpc-storm: no user principals in %s\n", cfg.keytab.c_str());
+    return false;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < wanted.size() && ok; i++) {
+    auto it = by_name.find(wanted[i]);
+    if (it == by_name.end()) {
+      fprintf(stderr, "kmpc-storm: %s has no key in %s\n", wanted[i].c_str(),
+              cfg.keytab.c_str());
+      ok = false;
+      break;
+    }
+    std::string mem = "MEMORY:kmpc-storm." + std::to_string(getpid()) + "." +
+                      std::to_string(i);
+    krb5_keytab mk = nullptr;
+    ret = krb5_kt_resolve(ctx, mem.c_str(), &mk);
+    for (size_t j = 0; !ret && j < it->second.size(); j++)
+      ret = krb5_kt_add_entry(ctx, mk, &it->second[j]);
+    if (ret) {
+      fprintf(stderr, "kmpc-storm: memory keytab: %s\n", error_message(ret));
+      ok = false;
+    }
+    users->names.push_back(wanted[i]);
+    users->ktnames.push_back(mem);
+    users->handles.push_back(mk);
+  }
+  for (auto& [name, ents] : by_name)
+    for (auto& e : ents) krb5_free_keytab_entry_contents(ctx, &e);
+  return ok;
+}
+
+// ---- CPU accounting ---------------------------------------------------------
+
+double SelfCpu() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// utime + stime of a process from /proc/PID/stat (fields 14 and 15, after
+// the parenthesised command name, which may itself hold spaces).
+double PidCpu(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t rp = s.rfind(')');
+  if (rp == std::string::npos) return -1;
+  std::istringstream in(s.substr(rp + 2));
+  std::string field;
+  double ut = 0, st = 0;
+  for (int i = 3; i <= 15 && (in >> field); i++) {
+    if (i == 14) ut = atof(field.c_str());
+    if (i == 15) st = atof(field.c_str());
+  }
+  return (ut + st) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// ---- error names ------------------------------------------------------------
+
+// Symbolic names of the codes a storm meets; com_err gives only the text.
+std::string ErrorName(krb5_error_code code) {
+  static const std::map<krb5_error_code, const char*> kNames = {
+      {KRB5KDC_ERR_C_PRINCIPAL_UNKNOWN, "KDC_ERR_C_PRINCIPAL_UNKNOWN"},
+      {KRB5KDC_ERR_S_PRINCIPAL_UNKNOWN, "KDC_ERR_S_PRINCIPAL_UNKNOWN"},
+      {KRB5KDC_ERR_POLICY, "KDC_ERR_POLICY"},
+      {KRB5KDC_ERR_ETYPE_NOSUPP, "KDC_ERR_ETYPE_NOSUPP"},
+      {KRB5KDC_ERR_CLIENT_REVOKED, "KDC_ERR_CLIENT_REVOKED"},
+      {KRB5KDC_ERR_KEY_EXP, "KDC_ERR_KEY_EXPIRED"},
+      {KRB5KDC_ERR_PREAUTH_FAILED, "KDC_ERR_PREAUTH_FAILED"},
+      {KRB5KDC_ERR_PREAUTH_REQUIRED, "KDC_ERR_PREAUTH_REQUIRED"},
+      {KRB5KDC_ERR_SVC_UNAVAILABLE, "KDC_ERR_SVC_UNAVAILABLE"},
+      {KRB5KRB_AP_ERR_BAD_INTEGRITY, "KRB_AP_ERR_BAD_INTEGRITY"},
+      {KRB5KRB_AP_ERR_SKEW, "KRB_AP_ERR_SKEW"},
+      {KRB5KRB_AP_ERR_MODIFIED, "KRB_AP_ERR_MODIFIED"},
+      {KRB5KRB_AP_ERR_MSG_TYPE, "KRB_AP_ERR_MSG_TYPE"},
+      {KRB5KRB_ERR_RESPONSE_TOO_BIG, "KRB_ERR_RESPONSE_TOO_BIG"},
+      {KRB5KRB_ERR_GENERIC, "KRB_ERR_GENERIC"},
+      {KRB5KRB_ERR_FIELD_TOOLONG, "KRB_ERR_FIELD_TOOLONG"},
+      {KRB5_KDC_UNREACH, "KRB5_KDC_UNREACH"},
+      {KRB5_PREAUTH_FAILED, "KRB5_PREAUTH_FAILED"},
+      {KRB5_KDCREP_MODIFIED, "KRB5_KDCREP_MODIFIED"},
+      {KRB5_KT_NOTFOUND, "KRB5_KT_NOTFOUND"},
+      {KRB5_REALM_UNKNOWN, "KRB5_REALM_UNKNOWN"},
+  };
+  auto it = kNames.find(code);
+  if (it != kNames.end()) return it->second;
+  if (code > ERROR_TABLE_BASE_krb5 && code < ERROR_TABLE_BASE_krb5 + 128)
+    return "KDC/KRB error " + std::to_string(code - ERROR_TABLE_BASE_krb5);
+  if (code > 0 && code < 4096) return "errno " + std::to_string(code);
+  return "krb5 " + std::to_string(code);
+}
+
+std::string JsonStr(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; o += c; }
+    else if (c < 0x20) { char b[8]; snprintf(b, sizeof(b), "\\u%04x", c); o += b; }
+    else o += c;
+  }
+  return o + "\"";
+}
+
+// HdrHistogram's percentile ladder: ticks halve the remaining distance to
+// 100% (outputPercentileDistribution with 2 ticks per half distance).
+std::vector<double> PercentileLadder() {
+  std::vector<double> v = {0.0};
+  double step = 25.0, p = 0.0;
+  while (p < 99.999) {
+    for (int i = 0; i < 2 && p < 99.999; i++) {
+      p += step;
+      v.push_back(p);
+    }
+    step /= 2;
+  }
+  v.push_back(100.0);
+  return v;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  Config cfg = ParseArgs(argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  // One socket per in-flight login: make room.
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  krb5_context ctx = nullptr;
+  if (krb5_error_code ret = krb5_init_context(&ctx)) {
+    fprintf(stderr, "kmpc-storm: krb5_init_context: %s\n", error_message(ret));
+    return 2;
+  }
+  Users users;
+  if (!LoadUsers(ctx, cfg, &users)) return 2;
+
+  Run run(cfg, users.names, users.ktnames);
+  g_run = &run;
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  int nworkers = cfg.threads;
+  std::vector<std::unique_ptr<WorkerStats>> stats;
+  double max_run_s = cfg.warmup + (cfg.duration > 0 ? cfg.duration : cfg.time_limit) +
+                     2 * cfg.timeout + 3;
+  max_run_s = std::min(max_run_s, cfg.time_limit + cfg.timeout + 3);
+  for (int i = 0; i < nworkers; i++) {
+    stats.push_back(std::make_unique<WorkerStats>());
+    stats.back()->seconds.resize(static_cast<size_t>(std::ceil(max_run_s)) + 1);
+  }
+  bool progress = cfg.progress == 1 || (cfg.progress == -1 && isatty(2));
+
+  std::vector<double> pid_cpu0(cfg.watch_pids.size(), 0), pid_cpu1(cfg.watch_pids.size(), 0);
+  double cpu0 = 0, cpu1 = 0;
+  uint64_t t0 = NowNs() + 20000000;  // 20 ms for the workers to set up
+  run.Start(t0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < nworkers; i++) {
+    run.workers_running++;
+    threads.emplace_back([&, i] {
+      if (cfg.engine == Engine::kAsync) RunAsyncWorker(&run, i, stats[i].get());
+      else RunSyncWorker(&run, i, stats[i].get());
+      run.workers_running--;
+    });
+  }
+  // Progress line, and the CPU snapshot at the end of the warm-up.
+  bool window_started = false;
+  uint64_t last_ok = 0, next_tick = t0 + 1000000000ull;
+  while (run.workers_running.load() > 0) {
+    uint64_t now = NowNs();
+    if (!window_started && now >= run.warmup_end()) {
+      cpu0 = SelfCpu();
+      for (size_t i = 0; i < cfg.watch_pids.size(); i++) pid_cpu0[i] = PidCpu(cfg.watch_pids[i]);
+      window_started = true;
+    }
+    if (now >= next_tick) {
+      next_tick += 1000000000ull;
+      if (progress) {
+        Histogram h;
+        uint64_t ok = 0, err = 0;
+        int inflight = 0;
+        for (auto& s : stats) {
+          h.Merge(s->hist_all);
+          ok += s->ok_all.load(std::memory_order_relaxed);
+          err += s->err_all.load(std::memory_order_relaxed);
+          inflight += s->inflight.load(std::memory_order_relaxed);
+        }
+        double el = (now - t0) / 1e9;
+        fprintf(stderr,
+                "\r\033[K[%6.1fs]%s %7" PRIu64 " logins/s  ok %" PRIu64 "  errors %" PRIu64
+                "  in flight %d  p50 %.2f ms  p99 %.2f ms",
+                el, now < run.warmup_end() ? " warm-up" : "", ok - last_ok, ok, err,
+                inflight, h.Quantile(0.5) / 1000.0, h.Quantile(0.99) / 1000.0);
+        fflush(stderr);
+        last_ok = ok;
+      }
+    }
+    uint64_t wake = std::min(next_tick, window_started ? next_tick : run.warmup_end());
+    now = NowNs();
+    uint64_t wait = std::min<uint64_t>(wake > now ? wake - now : 0, 50000000ull);
+    usleep(static_cast<useconds_t>(wait / 1000 + 1));
+  }
+  for (auto& t : threads) t.join();
+  cpu1 = SelfCpu();
+  for (size_t i = 0; i < cfg.watch_pids.size(); i++) pid_cpu1[i] = PidCpu(cfg.watch_pids[i]);
+  if (!window_started) {  // the run ended before the warm-up did
+    cpu0 = cpu1;
+    pid_cpu0 = pid_cpu1;
+  }
+  if (progress) fprintf(stderr, "\n");
+
+  // ---- merge ----
+  Histogram hist;
+  uint64_t ok = 0, errors = 0, started = 0, dropped = 0, retx = 0, tcpfb = 0, reqs = 0;
+  uint64_t ok_all = 0, err_all = 0, last_done = 0;
+  std::map<int32_t, uint64_t> by_code;
+  std::map<int32_t, std::string> texts;
+  size_t nsec = stats[0]->seconds.size();
+  std::vector<Second> secs(nsec);
+  for (auto& s : stats) {
+    hist.Merge(s->hist);
+    ok += s->ok;
+    errors += s->errors;
+    started += s->started;
+    dropped += s->dropped;
+    retx += s->retransmits;
+    tcpfb += s->tcp_fallbacks;
+    reqs += s->requests;
+    ok_all += s->ok_all.load();
+    err_all += s->err_all.load();
+    last_done = std::max(last_done, s->last_done_ns);
+    for (auto& [c, n] : s->err_by_code) by_code[c] += n;
+    for (auto& [c, t] : s->err_text) texts.emplace(c, t);
+    for (size_t i = 0; i < nsec; i++) {
+      secs[i].started += s->seconds[i].started;
+      secs[i].ok += s->seconds[i].ok;
+      secs[i].errors += s->seconds[i].errors;
+      if (s->seconds[i].hist) {
+        if (!secs[i].hist) secs[i].hist = std::make_unique<CoarseHistogram>();
+        secs[i].hist->Merge(*s->seconds[i].hist);
+      }
+    }
+  }
+  double window = last_done > run.warmup_end() ? (last_done - run.warmup_end()) / 1e9 : 0;
+  double rate = window > 0 ? ok / window : 0;
+  double gen_cpu = cpu1 - cpu0;
+  auto per_login_us = [&](double cpu) { return ok > 0 ? cpu / ok * 1e6 : 0.0; };
+  std::string mode = run.open_loop()
+                         ? "open loop, " + std::to_string(static_cast<long>(cfg.rate)) + "/s"
+                         : "closed loop, concurrency " + std::to_string(cfg.concurrency);
+  std::string engine = std::string(cfg.engine == Engine::kAsync ? "async" : "sync") +
+                       " x" + std::to_string(cfg.threads) + (cfg.tcp ? ", tcp" : ", udp");
+  uint64_t failed_total = err_all;
+
+  if (!cfg.quiet) {
+    printf("kmpc-storm: %s, %zu users, %s, %s\n", mode.c_str(), users.names.size(),
+           cfg.tgs_service.empty() ? "AS exchange with encrypted timestamp"
+                                   : ("AS exchange + TGS-REQ " + cfg.tgs_service).c_str(),
+           engine.c_str());
+    printf("  window          %.3f s (after %.1f s warm-up)\n", window, cfg.warmup);
+    printf("  logins ok       %" PRIu64 "  (%.1f logins/s)\n", ok, rate);
+    if (run.open_loop()) printf("  offered         %.1f logins/s\n", cfg.rate);
+    printf("  failed          %" PRIu64 " in window, %" PRIu64 " in all\n", errors, failed_total);
+    if (run.open_loop()) printf("  dropped         %" PRIu64 " (due, never started: KDC too slow)\n", dropped);
+    printf("  requests        %" PRIu64 " sent, %" PRIu64 " UDP retransmits, %" PRIu64 " TCP fallbacks\n",
+           reqs, retx, tcpfb);
+    printf("  latency (ms)    p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f\n",
+           hist.Quantile(0.5) / 1e3, hist.Quantile(0.9) / 1e3, hist.Quantile(0.99) / 1e3,
+           hist.Quantile(0.999) / 1e3, hist.Max() / 1e3, hist.Mean() / 1e3);
+    printf("  cpu             kmpc-storm %.3f s = %.1f us/login (%.2f cores)\n", gen_cpu,
+           per_login_us(gen_cpu), window > 0 ? gen_cpu / window : 0);
+    for (size_t i = 0; i < cfg.watch_pids.size(); i++) {
+      double c = pid_cpu1[i] - pid_cpu0[i];
+      printf("                  pid %d %.3f s = %.1f us/login (%.2f cores)\n", cfg.watch_pids[i],
+             c, per_login_us(c), window > 0 ? c / window : 0);
+    }
+    if (!by_code.empty()) {
+      printf("  failed logins by error code (all phases):\n");
+      for (auto& [c, n] : by_code)
+        printf("    %10" PRIu64 "  %-28s %d  %s\n", n, ErrorName(c).c_str(), c,
+               texts[c].c_str());
+    }
+    printf("  latency distribution (ms, HdrHistogram style):\n");
+    printf("    %12s %14s %10s %14s\n", "Value", "Percentile", "TotalCount", "1/(1-Percentile)");
+    if (hist.Count() > 0) {
+      for (double p : PercentileLadder()) {
+        uint64_t v = p == 0 ? hist.Min() : hist.Quantile(p / 100);
+        uint64_t below = 0;
+        for (int i = 0; i < Histogram::kBuckets && Histogram::LowerOf(i) <= v; i++)
+          below += hist.BucketCount(i);
+        if (p < 100)
+          printf("    %12.3f %14.6f %10" PRIu64 " %14.2f\n", v / 1e3, p / 100, below,
+                 1 / (1 - p / 100));
+        else
+          printf("    %12.3f %14.6f %10" PRIu64 " %14s\n", v / 1e3, 1.0, below, "inf");
+      }
+    }
+  }
+
+  if (!cfg.csv.empty()) {
+    FILE* f = fopen(cfg.csv.c_str(), "w");
+    if (!f) { perror(cfg.csv.c_str()); return 2; }
+    fprintf(f, "second,phase,started,ok,failed,p50_us,p90_us,p99_us,max_us\n");
+    size_t last = 0;
+    for (size_t i = 0; i < nsec; i++)
+      if (secs[i].started || secs[i].ok || secs[i].errors) last = i;
+    for (size_t i = 0; i <= last; i++) {
+      double t = static_cast<double>(i);
+      const char* phase = t + 1 <= cfg.warmup ? "warmup"
+                          : (cfg.duration > 0 && t >= cfg.warmup + cfg.duration) ? "drain"
+                                                                                 : "measure";
+      auto& h = secs[i].hist;
+      fprintf(f, "%zu,%s,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 "\n",
+              i, phase, secs[i].started, secs[i].ok, secs[i].errors,
+              h ? h->Quantile(0.5) : 0, h ? h->Quantile(0.9) : 0, h ? h->Quantile(0.99) : 0,
+              h ? h->Max() : 0);
+    }
+    fclose(f);
+  }
+  if (!cfg.hist_csv.empty()) {
+    FILE* f = fopen(cfg.hist_csv.c_str(), "w");
+    if (!f) { perror(cfg.hist_csv.c_str()); return 2; }
+    fprintf(f, "lower_us,upper_us,count\n");
+    for (int i = 0; i < Histogram::kBuckets; i++)
+      if (hist.BucketCount(i))
+        fprintf(f, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 "\n", Histogram::LowerOf(i),
+                Histogram::UpperOf(i), hist.BucketCount(i));
+    fclose(f);
+  }
+  if (!cfg.json.empty()) {
+    std::ostringstream j;
+    j.setf(std::ios::fixed);
+    j.precision(3);
+    j << "{\n  \"tool\": \"kmpc-storm\",\n";
+    j << "  \"mode\": " << JsonStr(run.open_loop() ? "open" : "closed") << ",\n";
+    j << "  \"offered_rate\": " << cfg.rate << ",\n";
+    j << "  \"concurrency\": " << cfg.concurrency << ",\n";
+    j << "  \"engine\": " << JsonStr(cfg.engine == Engine::kAsync ? "async" : "sync") << ",\n";
+    j << "  \"threads\": " << cfg.threads << ",\n";
+    j << "  \"transport\": " << JsonStr(cfg.tcp ? "tcp" : "udp") << ",\n";
+    j << "  \"tgs\": " << JsonStr(cfg.tgs_service) << ",\n";
+    j << "  \"users\": " << users.names.size() << ",\n";
+    j << "  \"warmup_s\": " << cfg.warmup << ",\n";
+    j << "  \"duration_s\": " << cfg.duration << ",\n";
+    j << "  \"window_s\": " << window << ",\n";
+    j << "  \"started\": " << started << ",\n";
+    j << "  \"ok\": " << ok << ",\n";
+    j << "  \"failed\": " << errors << ",\n";
+    j << "  \"failed_all_phases\": " << failed_total << ",\n";
+    j << "  \"ok_all_phases\": " << ok_all << ",\n";
+    j << "  \"dropped\": " << dropped << ",\n";
+    j << "  \"requests\": " << reqs << ",\n";
+    j << "  \"retransmits\": " << retx << ",\n";
+    j << "  \"tcp_fallbacks\": " << tcpfb << ",\n";
+    j << "  \"logins_per_s\": " << rate << ",\n";
+    j << "  \"latency_us\": {\"p50\": " << hist.Quantile(0.5) << ", \"p90\": " << hist.Quantile(0.9)
+      << ", \"p99\": " << hist.Quantile(0.99) << ", \"p999\": " << hist.Quantile(0.999)
+      << ", \"max\": " << hist.Max() << ", \"min\": " << hist.Min() << ", \"mean\": " << hist.Mean()
+      << "},\n";
+    j << "  \"generator_cpu_s\": " << gen_cpu << ",\n";
+    j << "  \"generator_cpu_us_per_login\": " << per_login_us(gen_cpu) << ",\n";
+    j << "  \"watched\": [";
+    for (size_t i = 0; i < cfg.watch_pids.size(); i++) {
+      double c = pid_cpu1[i] - pid_cpu0[i];
+      j << (i ? ", " : "") << "{\"pid\": " << cfg.watch_pids[i] << ", \"cpu_s\": " << c
+        << ", \"cpu_us_per_login\": " << per_login_us(c) << "}";
+    }
+    j << "],\n  \"errors\": [";
+    bool first = true;
+    for (auto& [c, n] : by_code) {
+      j << (first ? "" : ", ") << "{\"code\": " << c << ", \"name\": " << JsonStr(ErrorName(c))
+        << ", \"message\": " << JsonStr(texts[c]) << ", \"count\": " << n << "}";
+      first = false;
+    }
+    j << "],\n  \"histogram_us\": [";
+    first = true;
+    for (int i = 0; i < Histogram::kBuckets; i++) {
+      if (!hist.BucketCount(i)) continue;
+      j << (first ? "" : ", ") << "[" << Histogram::LowerOf(i) << ", " << Histogram::UpperOf(i)
+        << ", " << hist.BucketCount(i) << "]";
+      first = false;
+    }
+    j << "]\n}\n";
+    std::ofstream f(cfg.json);
+    f << j.str();
+    if (!f) { perror(cfg.json.c_str()); return 2; }
+  }
+
+  for (auto kt : users.handles) krb5_kt_close(ctx, kt);
+  krb5_free_context(ctx);
+  if (failed_total > cfg.max_errors) {
+    fprintf(stderr, "kmpc-storm: %" PRIu64 " failed logins (allowed: %" PRIu64 ")\n",
+            failed_total, cfg.max_errors);
+    return 1;
+  }
+  if (ok == 0) {
+    fprintf(stderr, "kmpc-storm: no successful login in the measured window\n");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace kmpc::storm
+
+int main(int argc, char** argv) { return kmpc::storm::Main(argc, argv); }

@@ -1,0 +1,219 @@
+// The storm's shared schedule, outcome recording, krb5 context set-up, and
+// the "sync" engine: one thread per in-flight login, each with its own
+// krb5_context, each calling krb5_get_init_creds_keytab exactly as
+// `kinit -k` does (libkrb5's own sendto_kdc, retransmits and all).
+#include <time.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "storm.h"
+
+extern "C" {
+#include <profile.h>
+}
+
+namespace kmpc::storm {
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+Run::Run(const Config& cfg, std::vector<std::string> principals,
+         std::vector<std::string> keytab_names)
+    : cfg_(cfg), principals_(std::move(principals)),
+      ktnames_(std::move(keytab_names)) {}
+
+void Run::Start(uint64_t t0) {
+  t0_ = t0;
+  warmup_end_ = t0 + static_cast<uint64_t>(cfg_.warmup * 1e9);
+  issue_end_ = cfg_.duration > 0
+                   ? warmup_end_ + static_cast<uint64_t>(cfg_.duration * 1e9)
+                   : UINT64_MAX;
+  hard_end_ = t0 + static_cast<uint64_t>(cfg_.time_limit * 1e9);
+}
+
+bool Run::MayStart(uint64_t sched, uint64_t now, bool* measured) {
+  *measured = false;
+  if (stopped() || now >= hard_end_) return false;
+  if (sched < warmup_end_) return true;
+  if (cfg_.duration > 0) {
+    if (sched >= issue_end_) return false;
+    // An open-loop backlog (the KDC fell behind and every in-flight slot is
+    // taken) may start late, but not forever: what is still waiting a
+    // timeout after the end is dropped and reported as such.
+    if (now > issue_end_ + static_cast<uint64_t>(cfg_.timeout * 1e9)) return false;
+  } else if (cfg_.count > 0) {
+    if (measured_claimed_.fetch_add(1) >= cfg_.count) return false;
+  }
+  *measured = true;
+  return true;
+}
+
+void Run::Done(WorkerStats* ws, krb5_context ctx, uint64_t sched, bool measured,
+               krb5_error_code code, uint64_t now) {
+  uint64_t lat_us = now > sched ? (now - sched) / 1000 : 0;
+  size_t sec = static_cast<size_t>((now - t0_) / 1000000000ull);
+  if (sec >= ws->seconds.size()) sec = ws->seconds.size() - 1;
+  Second& s = ws->seconds[sec];
+  if (code == 0) {
+    ws->hist_all.Record(lat_us);
+    ws->ok_all.fetch_add(1, std::memory_order_relaxed);
+    s.ok++;
+    if (!s.hist) s.hist = std::make_unique<CoarseHistogram>();
+    s.hist->Record(lat_us);
+    if (measured) {
+      ws->hist.Record(lat_us);
+      ws->ok++;
+    }
+  } else {
+    ws->err_all.fetch_add(1, std::memory_order_relaxed);
+    s.errors++;
+    if (ws->err_by_code[code]++ == 0) {
+      const char* msg = krb5_get_error_message(ctx, code);
+      ws->err_text[code] = msg;
+      krb5_free_error_message(ctx, msg);
+    }
+    if (measured) ws->errors++;
+  }
+  if (measured && now > ws->last_done_ns) ws->last_done_ns = now;
+}
+
+krb5_error_code MakeContext(bool tcp, krb5_context* out) {
+  *out = nullptr;
+  krb5_context base = nullptr;
+  profile_t prof = nullptr;
+  krb5_error_code ret = krb5_init_context(&base);
+  if (ret) return ret;
+  ret = krb5_get_profile(base, &prof);
+  krb5_free_context(base);
+  if (ret) return ret;
+  // In-memory only (never flushed): udp_preference_limit = 1 sends every
+  // request over TCP, 1465 (MIT's default) sends AS/TGS requests over UDP.
+  const char* names[] = {"libdefaults", "udp_preference_limit", nullptr};
+  (void)profile_clear_relation(prof, names);
+  ret = profile_add_relation(prof, names, tcp ? "1" : "1465");
+  if (ret == 0) ret = krb5_init_context_profile(prof, 0, out);
+  profile_release(prof);
+  return ret;
+}
+
+std::string KdcAddress(krb5_context ctx, const std::string& realm,
+                       const std::string& override_addr) {
+  if (!override_addr.empty()) return override_addr;
+  profile_t prof = nullptr;
+  if (krb5_get_profile(ctx, &prof)) return "";
+  const char* names[] = {"realms", realm.c_str(), "kdc", nullptr};
+  char** vals = nullptr;
+  std::string addr;
+  if (profile_get_values(prof, names, &vals) == 0 && vals && vals[0]) addr = vals[0];
+  profile_free_list(vals);
+  profile_release(prof);
+  return addr;
+}
+
+// ---- the sync engine ----------------------------------------------------
+
+static void SleepUntil(uint64_t t) {
+  timespec ts{static_cast<time_t>(t / 1000000000ull),
+              static_cast<long>(t % 1000000000ull)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
+  const Config& cfg = run->cfg();
+  krb5_context ctx = nullptr;
+  krb5_get_init_creds_opt* opt = nullptr;
+  krb5_principal server = nullptr;
+  krb5_ccache cc = nullptr;
+  std::vector<krb5_principal> princs;
+  std::vector<krb5_keytab> kts;
+  size_t n = run->principals().size();
+  uint64_t local = 0;
+  krb5_error_code ret = MakeContext(cfg.tcp, &ctx);
+  if (ret) {
+    fprintf(stderr, "kmpc-storm: worker %d: krb5 context: %s\n", worker,
+            error_message(ret));
+    run->Stop();
+    goto cleanup;
+  }
+  for (size_t i = 0; i < n; i++) {
+    krb5_principal p = nullptr;
+    krb5_keytab kt = nullptr;
+    ret = krb5_parse_name(ctx, run->principals()[i].c_str(), &p);
+    if (!ret) ret = krb5_kt_resolve(ctx, run->keytab_names()[i].c_str(), &kt);
+    if (ret) {
+      fprintf(stderr, "kmpc-storm: %s: %s\n", run->principals()[i].c_str(),
+              error_message(ret));
+      run->Stop();
+      goto cleanup;
+    }
+    princs.push_back(p);
+    kts.push_back(kt);
+  }
+  if ((ret = krb5_get_init_creds_opt_alloc(ctx, &opt))) goto cleanup;
+  if (!cfg.tgs_service.empty()) {
+    if ((ret = krb5_parse_name(ctx, cfg.tgs_service.c_str(), &server)) ||
+        (ret = krb5_cc_new_unique(ctx, "MEMORY", nullptr, &cc)))
+      goto cleanup;
+  }
+  for (;;) {
+    uint64_t now = NowNs(), sched = now, k;
+    if (run->open_loop()) {
+      k = run->next_ticket.fetch_add(1);
+      sched = run->Due(k);
+      if (sched > run->hard_end() || (cfg.duration > 0 && sched >= run->issue_end()))
+        break;
+      if (sched > now) SleepUntil(sched);
+      now = NowNs();
+    } else {
+      k = local++ * cfg.threads + worker;
+    }
+    bool measured;
+    if (!run->MayStart(sched, now, &measured)) break;
+    size_t u = k % n;
+    ws->started_all.fetch_add(1, std::memory_order_relaxed);
+    ws->seconds[std::min(ws->seconds.size() - 1,
+                         static_cast<size_t>((now - run->t0()) / 1000000000ull))]
+        .started++;
+    if (measured) ws->started++;
+    ws->inflight.fetch_add(1, std::memory_order_relaxed);
+    krb5_creds creds;
+    memset(&creds, 0, sizeof(creds));
+    krb5_error_code code =
+        krb5_get_init_creds_keytab(ctx, &creds, princs[u], kts[u], 0, nullptr, opt);
+    ws->requests += 2;
+    if (code == 0 && creds.ticket.length == 0) code = KRB5KRB_AP_ERR_MSG_TYPE;
+    if (code == 0 && server != nullptr) {
+      krb5_creds in, *out = nullptr;
+      memset(&in, 0, sizeof(in));
+      in.client = princs[u];
+      in.server = server;
+      code = krb5_cc_initialize(ctx, cc, princs[u]);
+      if (!code) code = krb5_cc_store_cred(ctx, cc, &creds);
+      if (!code) code = krb5_get_credentials(ctx, 0, cc, &in, &out);
+      ws->requests++;
+      if (!code && (out == nullptr || out->ticket.length == 0))
+        code = KRB5KRB_AP_ERR_MSG_TYPE;
+      krb5_free_creds(ctx, out);
+    }
+    krb5_free_cred_contents(ctx, &creds);
+    ws->inflight.fetch_sub(1, std::memory_order_relaxed);
+    run->Done(ws, ctx, sched, measured, code, NowNs());
+  }
+
+cleanup:
+  if (cc) krb5_cc_destroy(ctx, cc);
+  krb5_free_principal(ctx, server);
+  for (auto kt : kts) krb5_kt_close(ctx, kt);
+  for (auto p : princs) krb5_free_principal(ctx, p);
+  krb5_get_init_creds_opt_free(ctx, opt);
+  if (ctx) krb5_free_context(ctx);
+}
+
+}  // namespace kmpc::storm
