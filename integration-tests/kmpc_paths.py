@@ -1,0 +1,22 @@
+"""Paths of the kmpc build shared by the enctype tests (no fixtures here:
+conftest.py belongs to the realm harness)."""
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build"))
+KRB5_PREFIX = os.environ.get("KRB5_PREFIX", os.path.join(BUILD, "krb5"))
+
+# Copy of shared/vectors/enctype-vectors.json (vectors from an independent
+# implementation), kept in the repository so that `make test` needs nothing
+# outside it.  test_enctype.py checks it still matches the shared original
+# when that is present.
+VECTORS = os.environ.get(
+    "KMPC_VECTORS", os.path.join(ROOT, "krb5-patches", "tests", "enctype-vectors.json"))
+SHARED_VECTORS = "/work/shared/vectors/enctype-vectors.json"
+
+
+def t_ctr_mpc():
+    """The C test program, built by CMake from krb5-patches/tests."""
+    return os.environ.get(
+        "KMPC_T_CTR_MPC",
+        os.path.join(BUILD, "cmake", "krb5-patches", "tests", "t_ctr_mpc"))
