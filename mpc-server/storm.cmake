@@ -4,9 +4,9 @@
 # loaded next to it.  Needs nothing else but threads.
 set(KMPC_STORM_KRB5_LIBDIR "${KRB5_PREFIX}/lib")
 add_executable(kmpc-storm
-  ${CMAKE_CURRENT_SOURCE_DIR}/storm/main.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/storm/run.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/storm/async.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/storm/main.cc
+  ${CMAKE_CURRENT_LIST_DIR}/storm/run.cc
+  ${CMAKE_CURRENT_LIST_DIR}/storm/async.cc)
 target_include_directories(kmpc-storm PRIVATE "${KRB5_PREFIX}/include")
 target_compile_options(kmpc-storm PRIVATE -Wall -Wextra -Wno-unused-parameter)
 target_link_libraries(kmpc-storm PRIVATE

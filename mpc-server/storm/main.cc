@@ -478,6 +478,7 @@ int Main(int argc, char** argv) {
     usleep(static_cast<useconds_t>(wait / 1000 + 1));
   }
   for (auto& t : threads) t.join();
+  RemoveProfileFiles();
   cpu1 = SelfCpu();
   for (size_t i = 0; i < cfg.watch_pids.size(); i++) pid_cpu1[i] = PidCpu(cfg.watch_pids[i]);
   if (!window_started) {  // the run ended before the warm-up did
@@ -565,11 +566,14 @@ int Main(int argc, char** argv) {
         uint64_t below = 0;
         for (int i = 0; i < Histogram::kBuckets && Histogram::LowerOf(i) <= v; i++)
           below += hist.BucketCount(i);
-        if (p < 100)
+        if (p < 100 && below < hist.Count()) {
           printf("    %12.3f %14.6f %10" PRIu64 " %14.2f\n", v / 1e3, p / 100, below,
                  1 / (1 - p / 100));
-        else
-          printf("    %12.3f %14.6f %10" PRIu64 " %14s\n", v / 1e3, 1.0, below, "inf");
+        } else {  // the rest is the maximum
+          printf("    %12.3f %14.6f %10" PRIu64 " %14s\n", hist.Max() / 1e3, 1.0,
+                 hist.Count(), "inf");
+          break;
+        }
       }
     }
   }

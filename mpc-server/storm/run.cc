@@ -3,6 +3,9 @@
 // krb5_context, each calling krb5_get_init_creds_keytab exactly as
 // `kinit -k` does (libkrb5's own sendto_kdc, retransmits and all).
 #include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cmath>
 #include <cstdio>
@@ -13,6 +16,10 @@
 
 extern "C" {
 #include <profile.h>
+// Exported by libkrb5 (the path list that honours KRB5_CONFIG) but not in
+// its public headers.
+krb5_error_code KRB5_CALLCONV krb5_get_default_config_files(char*** files);
+void KRB5_CALLCONV krb5_free_config_files(char** files);
 }
 
 namespace kmpc::storm {
@@ -83,23 +90,59 @@ void Run::Done(WorkerStats* ws, krb5_context ctx, uint64_t sched, bool measured,
   if (measured && now > ws->last_done_ns) ws->last_done_ns = now;
 }
 
+// The transport preference is forced by a one-line profile file placed in
+// front of the user's own (profile lookups take the first file's value), so
+// the user's krb5.conf is only ever read.  (Editing a file-backed profile
+// in memory is no good: libkrb5 copies profiles by re-reading the files,
+// and releasing an edited one writes it back to disk.)
+static std::mutex g_profile_mu;
+static std::string g_profile_path[2];
+
 krb5_error_code MakeContext(bool tcp, krb5_context* out) {
   *out = nullptr;
-  krb5_context base = nullptr;
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(g_profile_mu);
+    std::string& p = g_profile_path[tcp];
+    if (p.empty()) {
+      char tmpl[] = "/tmp/kmpc-storm-profile.XXXXXX";
+      int fd = mkstemp(tmpl);
+      if (fd < 0) return errno;
+      // 1: every request over TCP; 1465 (MIT's default): AS/TGS over UDP.
+      std::string body = std::string("[libdefaults]\n\tudp_preference_limit = ") +
+                         (tcp ? "1" : "1465") + "\n";
+      bool ok = write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
+      close(fd);
+      if (!ok) {
+        unlink(tmpl);
+        return EIO;
+      }
+      char** files = nullptr;
+      krb5_error_code ret = krb5_get_default_config_files(&files);
+      if (ret) {
+        unlink(tmpl);
+        return ret;
+      }
+      p = tmpl;
+      for (char** f = files; *f; f++) p += std::string(":") + *f;
+      krb5_free_config_files(files);
+    }
+    path = p;
+  }
   profile_t prof = nullptr;
-  krb5_error_code ret = krb5_init_context(&base);
+  krb5_error_code ret = profile_init_path(path.c_str(), &prof);
   if (ret) return ret;
-  ret = krb5_get_profile(base, &prof);
-  krb5_free_context(base);
-  if (ret) return ret;
-  // In-memory only (never flushed): udp_preference_limit = 1 sends every
-  // request over TCP, 1465 (MIT's default) sends AS/TGS requests over UDP.
-  const char* names[] = {"libdefaults", "udp_preference_limit", nullptr};
-  (void)profile_clear_relation(prof, names);
-  ret = profile_add_relation(prof, names, tcp ? "1" : "1465");
-  if (ret == 0) ret = krb5_init_context_profile(prof, 0, out);
+  ret = krb5_init_context_profile(prof, 0, out);
   profile_release(prof);
   return ret;
+}
+
+void RemoveProfileFiles() {
+  std::lock_guard<std::mutex> lock(g_profile_mu);
+  for (auto& p : g_profile_path) {
+    if (!p.empty()) unlink(p.substr(0, p.find(':')).c_str());
+    p.clear();
+  }
 }
 
 std::string KdcAddress(krb5_context ctx, const std::string& realm,

@@ -117,6 +117,7 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws);
 // A krb5_context whose transport preference is forced (udp_preference_limit)
 // so the sync engine's libkrb5 sendto_kdc uses what --transport says.
 krb5_error_code MakeContext(bool tcp, krb5_context* out);
+void RemoveProfileFiles();  // at exit
 
 // The realm's KDC address from the profile ([realms] REALM kdc), or cfg.kdc.
 std::string KdcAddress(krb5_context ctx, const std::string& realm,
