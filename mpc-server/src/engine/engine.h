@@ -34,7 +34,7 @@ namespace kmpc::engine {
 // Values match the key sizes' order in enctype.md; persisted by the store.
 enum class Cipher : uint8_t { kAes128 = 1, kAes256 = 2 };
 
-// 10 or 14; nullopt-free: returns 0 for an unknown value.
+// 10 or 14; 0 for an unknown value.
 int NumRounds(Cipher cipher);
 // 16 or 32; 0 for an unknown value.
 size_t KeyBytes(Cipher cipher);
@@ -55,6 +55,10 @@ inline constexpr uint32_t kMaxBatchBlocks = 1u << 20;
 struct KeyShares {
   int party = -1;  // 0, 1, 2: which party's view this is
   Cipher cipher = Cipher::kAes128;
+  // Random id the dealer gives the three views of one dealing (not
+  // secret). The parties compare it before using a key, so a re-dealt key
+  // present on only some servers fails cleanly instead of computing junk.
+  std::array<uint8_t, 16> deal_id{};
   // round_keys[k] = share (party+k)%3 of the expanded key schedule,
   // (NumRounds+1)*16 bytes, round 0 first, FIPS-197 byte order.
   std::array<std::vector<uint8_t>, 2> round_keys;
@@ -74,7 +78,8 @@ struct KeyShares {
 
   // Stable binary encoding for the share store:
   //   "KMPCKS" | version 0x01 | party (1) | cipher (1) | hpowers (u16 BE) |
-  //   round_keys[0] | round_keys[1] | h_powers[0] | h_powers[1]
+  //   deal_id (16) | round_keys[0] | round_keys[1] | h_powers[0] |
+  //   h_powers[1]
   std::vector<uint8_t> Serialize() const;
   // Strict inverse of Serialize: exact length, known version/cipher/party.
   static absl::StatusOr<KeyShares> Parse(absl::Span<const uint8_t> bytes);

@@ -1,0 +1,53 @@
+# kmpc_core: shares, PRSS, AND layers, GF(2^128), bitsliced AES, the job
+# engine and the in-memory ring. Pure computation, no gRPC. Owned by the
+# core half (see CMakeLists.txt).
+find_package(PkgConfig REQUIRED)
+
+set(KMPC_CORE_ROOT "${CMAKE_CURRENT_LIST_DIR}")
+set(KMPC_CORE_DIR "${KMPC_CORE_ROOT}/src")
+
+add_library(kmpc_core STATIC
+  ${KMPC_CORE_ROOT}/src/share/replicated.cc
+  ${KMPC_CORE_ROOT}/src/protocol/gf128.cc
+  ${KMPC_CORE_ROOT}/src/protocol/prf.cc
+  ${KMPC_CORE_ROOT}/src/protocol/prss.cc
+  ${KMPC_CORE_ROOT}/src/protocol/rep3.cc
+  ${KMPC_CORE_ROOT}/src/aes/key_expansion.cc
+  ${KMPC_CORE_ROOT}/src/aes/aes.cc
+  ${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc
+  ${KMPC_CORE_ROOT}/src/aes/kernel_avx512.cc
+  ${KMPC_CORE_ROOT}/src/engine/key_shares.cc
+  ${KMPC_CORE_ROOT}/src/engine/engine.cc
+  ${KMPC_CORE_ROOT}/src/net/memory_ring.cc
+)
+target_include_directories(kmpc_core PUBLIC "${KMPC_CORE_DIR}")
+# Baseline: AES-NI, PCLMULQDQ, SSSE3/SSE4.1 (every x86-64 of the last
+# decade). Wider kernels are compiled per file and picked at run time.
+target_compile_options(kmpc_core PRIVATE -maes -mpclmul -mssse3 -msse4.1
+  -Wall -Wextra -Wno-unused-parameter)
+target_compile_options(kmpc_core PUBLIC -maes -mpclmul -mssse3 -msse4.1)
+set_source_files_properties(${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc PROPERTIES
+  COMPILE_OPTIONS "-mavx2;-mbmi2;-O3")
+set_source_files_properties(${KMPC_CORE_ROOT}/src/aes/kernel_avx512.cc PROPERTIES
+  COMPILE_OPTIONS "-mavx2;-mbmi2;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mprefer-vector-width=512;-O3")
+target_link_libraries(kmpc_core PUBLIC
+  absl::status absl::statusor absl::strings absl::span absl::str_format
+  OpenSSL::Crypto Threads::Threads)
+
+# ---- tests ----
+include(GoogleTest)
+set(KMPC_VECTORS "${KMPC_CORE_ROOT}/../../shared/vectors/enctype-vectors.json")
+if(NOT EXISTS "${KMPC_VECTORS}")
+  set(KMPC_VECTORS "/work/shared/vectors/enctype-vectors.json")
+endif()
+
+foreach(t share_test gf128_test prss_test aes_test engine_test)
+  add_executable(kmpc_core_${t} ${KMPC_CORE_ROOT}/test/core/${t}.cc)
+  target_link_libraries(kmpc_core_${t} PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
+  target_compile_definitions(kmpc_core_${t} PRIVATE
+    KMPC_VECTORS_PATH="${KMPC_VECTORS}")
+  gtest_discover_tests(kmpc_core_${t} DISCOVERY_TIMEOUT 60)
+endforeach()
+
+add_executable(kmpc_core_bench ${KMPC_CORE_ROOT}/test/core/core_bench.cc)
+target_link_libraries(kmpc_core_bench PRIVATE kmpc_core)

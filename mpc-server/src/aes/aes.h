@@ -1,0 +1,81 @@
+// Bitsliced AES-128 / AES-256 encryption (forward only) for many blocks at
+// once, each block ("lane") with its own key, in the clear or on
+// replicated shares. Round keys are inputs (no key schedule inside the
+// MPC); ExpandKey (key_expansion.h) produces them for the dealer.
+//
+// The circuit is written once (circuit.h) over an abstract AND engine and
+// instantiated for the clear engine (known-answer tests) and the
+// replicated-share engine; the kernels are compiled for AVX-512 and for
+// AVX2 and picked at run time.
+#ifndef KMPC_AES_AES_H_
+#define KMPC_AES_AES_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "protocol/rep3.h"
+
+namespace kmpc::aes {
+
+// S-box circuits of Boyar and Peralta.
+enum class SboxCircuit : uint8_t {
+  // "A depth-16 circuit for the AES S-box" (Boyar, Peralta, SEC 2012):
+  // 34 AND, AND depth 4 (9 + 3 + 4 + 18 ANDs per layer).
+  kDepth4 = 0,
+  // "A new combinational logic minimization technique with applications to
+  // cryptology" (Boyar, Peralta, SEA 2010), as in BearSSL aes_ct: 32 AND,
+  // AND depth 6 (9 + 1 + 2 + 1 + 1 + 18).
+  kDepth6 = 1,
+};
+int AndsPerSbox(SboxCircuit c);
+int AndDepth(SboxCircuit c);
+
+struct PlainLane {
+  const uint8_t* round_keys;  // (nr+1)*16 bytes
+  int nr;                     // 10 or 14
+  const uint8_t* in;          // 16 bytes
+  uint8_t* out;               // 16 bytes (may equal in)
+};
+
+// out = AES_k(in) for every lane, in the clear. Lanes with different nr
+// are allowed.
+absl::Status EncryptPlain(absl::Span<const PlainLane> lanes,
+                          SboxCircuit circuit = SboxCircuit::kDepth4);
+
+struct SharedLane {
+  const uint8_t* round_keys[2];  // this party's two share components
+  int nr;                        // 10 or 14
+  const uint8_t* in;             // public 16-byte input block
+  uint8_t* out[2];               // this party's two output share components
+};
+
+// The same on shares, among the three parties of ctx (all three call it
+// with the same lane count, nr pattern and circuit). Lanes are processed in
+// chunks of chunk_lanes (a multiple of 64): in every AND layer all chunks
+// send before the first chunk receives, so one chunk's message is on the
+// wire while the next computes. AND layers: nr * AndDepth(circuit) (both
+// key sizes run side by side). Fails only on channel errors.
+absl::Status EncryptShared(protocol::Rep3& ctx,
+                           absl::Span<const SharedLane> lanes,
+                           SboxCircuit circuit, size_t chunk_lanes);
+
+// Bit transposition (exposed for tests). Layout, shared by all kernels:
+// a group of 64*wn lanes is stored as 128 bit planes; plane (j, p) holds
+// bit j (0 = least significant) of byte p (FIPS-197 input order, p = row
+// + 4*column) of every lane, lane l at bit l%64 of word l/64, and sits at
+// words[j*16*wn + p*wn .. + wn). Lanes beyond `blocks.size()` are zero.
+void BlocksToPlanes(absl::Span<const uint8_t* const> blocks, size_t wn,
+                    uint64_t* planes);
+void PlanesToBlocks(const uint64_t* planes, size_t wn,
+                    absl::Span<uint8_t* const> blocks);
+
+// "avx512" or "avx2".
+const char* KernelName();
+// Force the AVX2 kernels (benchmarks); returns the previous setting.
+bool ForceAvx2(bool force);
+
+}  // namespace kmpc::aes
+
+#endif  // KMPC_AES_AES_H_

@@ -1,0 +1,381 @@
+// Bitsliced AES written once over an abstract AND engine E. Included by
+// the kernel translation units inside an ISA-specific namespace
+// (KMPC_AES_ARCH), so that each gets its own copy of these templates.
+//
+// Data layout (see also aes.h): a "wire" holds one bit position j of all 16
+// state bytes of all lanes of a chunk: 16 sub-arrays of wn 64-bit words,
+// sub-array p = state byte p (FIPS-197 order: p = row + 4*column), lane l
+// at bit l%64 of word l/64. The state is the 8 wires kSt+j (bit j, 0 =
+// least significant). An S-box over all 16 bytes of all lanes is therefore
+// one pass of word-wise XOR/AND over 8 wires.
+//
+// Engine concept:
+//   static constexpr int kComps;        1 (clear) or 2 (share components)
+//   size_t words();                     words per wire (16 * wn)
+//   size_t wn();
+//   uint64_t* W(int comp, int wire);    wires with consecutive ids are
+//                                       contiguous in memory
+//   void XorOnes(int wire);             add the public all-ones constant
+//   void BeginLayer(int first, int n);  an AND layer writes wires
+//   void And(int d, int a, int b);        first .. first+n-1 (prepare),
+//   void EndLayer(int first, int n);      then sends them; the next Step
+//                                         starts after the matching Await
+//   void AddRoundKey(int round, int first_state_wire);
+#ifndef KMPC_AES_ARCH
+#error "define KMPC_AES_ARCH before including aes/circuit.h"
+#endif
+
+namespace kmpc::aes::KMPC_AES_ARCH {
+
+// Wire ids. The outputs of every AND layer are consecutive (one message).
+struct Wires {
+  enum : int {
+    kSt = 0,         // 8: the state, bit j at kSt + j
+    kOut = kSt + 8,  // 8: S-box output, bit j at kOut + j
+    y1 = kOut + 8, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14,
+    y15, y16, y17, y18, y19, y20, y21, u0, u1,
+    // AND layer 1 (9)
+    t2, t3, t5, t7, t8, t10, t12, t13, t15,
+    t4, t6, t9, t11, t14, t16, t17, t18, t19, t20, t21, t22, t23, t24,
+    // SEA 2010 inversion in GF(2^4): layers t26 | t28 t32 | t36 | t39
+    t25, t26, t27, t28, t32, t29, t30, t31, t33, t34, t35, t36, t37, t38,
+    t39, t40,
+    // SEC 2012 inversion: layers m25 m31 m34 | m29 m30 m32 m35
+    m24, m25, m31, m34, m29, m30, m32, m35, m26, m27, m28, m33, m36, m37,
+    m38, m39, m40,
+    t41, t42, t43, t44, t45,
+    // output AND layer (18)
+    z0, z1, z2, z3, z4, z5, z6, z7, z8, z9, z10, z11, z12, z13, z14, z15,
+    z16, z17,
+    t46, t47, t48, t49, t50, t51, t52, t53, t54, t55, t56, t57, t58, t59,
+    t60, t61, t62, t63, t64, t65, t66, t67,
+    kKeyScratch,  // 8 wires for a transposed round key
+    kCount = kKeyScratch + 8,
+  };
+};
+
+inline void XorWords3(uint64_t* __restrict d, const uint64_t* a,
+                      const uint64_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) d[i] = a[i] ^ b[i];
+}
+
+template <class E>
+class AesProgram {
+ public:
+  AesProgram(E& e, int nr, SboxCircuit circuit)
+      : e_(e),
+        nr_(nr),
+        depth4_(circuit == SboxCircuit::kDepth4),
+        layers_(depth4_ ? 4 : 6) {}
+
+  // nr S-boxes of `layers_` AND layers each, plus the final linear step.
+  int steps() const { return nr_ * layers_ + 1; }
+
+  // Runs step k: everything after AND layer k-1 (whose result the caller
+  // has received) up to and including the preparation of AND layer k.
+  void Step(int k) {
+    const int phase = k % layers_;
+    const int round = k / layers_;
+    if (phase == 0) {
+      if (round > 0) {
+        SboxBottom();
+        if (round < nr_) {
+          ShiftRowsMixColumns();
+        } else {
+          ShiftRows();
+        }
+      }
+      e_.AddRoundKey(round, W::kSt);
+      if (round < nr_) SboxTop();
+      return;
+    }
+    if (depth4_) {
+      switch (phase) {
+        case 1: Inv4Layer2(); break;
+        case 2: Inv4Layer3(); break;
+        case 3: Inv4Finish(); break;
+      }
+    } else {
+      switch (phase) {
+        case 1: Inv6Layer2(); break;
+        case 2: Inv6Layer3(); break;
+        case 3: Inv6Layer4(); break;
+        case 4: Inv6Layer5(); break;
+        case 5: Inv6Finish(); break;
+      }
+    }
+  }
+
+ private:
+  using W = Wires;
+  // BearSSL's x0..x7 (x0 = most significant bit) and s0..s7.
+  static constexpr int X(int k) { return W::kSt + 7 - k; }
+  static constexpr int S(int k) { return W::kOut + 7 - k; }
+
+  void Xor(int d, int a, int b) {
+    for (int c = 0; c < E::kComps; ++c) {
+      XorWords3(e_.W(c, d), e_.W(c, a), e_.W(c, b), e_.words());
+    }
+  }
+  void Xnor(int d, int a, int b) {
+    Xor(d, a, b);
+    e_.XorOnes(d);
+  }
+
+  // Top linear transformation and the first AND layer (9 ANDs); Boyar and
+  // Peralta 2010 / BearSSL aes_ct.c br_aes_ct_bitslice_Sbox.
+  void SboxTop() {
+    const int x0 = X(0), x1 = X(1), x2 = X(2), x3 = X(3), x4 = X(4),
+              x5 = X(5), x6 = X(6), x7 = X(7);
+    Xor(W::y14, x3, x5);
+    Xor(W::y13, x0, x6);
+    Xor(W::y9, x0, x3);
+    Xor(W::y8, x0, x5);
+    Xor(W::u0, x1, x2);
+    Xor(W::y1, W::u0, x7);
+    Xor(W::y4, W::y1, x3);
+    Xor(W::y12, W::y13, W::y14);
+    Xor(W::y2, W::y1, x0);
+    Xor(W::y5, W::y1, x6);
+    Xor(W::y3, W::y5, W::y8);
+    Xor(W::u1, x4, W::y12);
+    Xor(W::y15, W::u1, x5);
+    Xor(W::y20, W::u1, x1);
+    Xor(W::y6, W::y15, x7);
+    Xor(W::y10, W::y15, W::u0);
+    Xor(W::y11, W::y20, W::y9);
+    Xor(W::y7, x7, W::y11);
+    Xor(W::y17, W::y10, W::y11);
+    Xor(W::y19, W::y10, W::y8);
+    Xor(W::y16, W::u0, W::y11);
+    Xor(W::y21, W::y13, W::y16);
+    Xor(W::y18, x0, W::y16);
+
+    e_.BeginLayer(W::t2, 9);
+    e_.And(W::t2, W::y12, W::y15);
+    e_.And(W::t3, W::y3, W::y6);
+    e_.And(W::t5, W::y4, x7);
+    e_.And(W::t7, W::y13, W::y16);
+    e_.And(W::t8, W::y5, W::y1);
+    e_.And(W::t10, W::y2, W::y7);
+    e_.And(W::t12, W::y9, W::y11);
+    e_.And(W::t13, W::y14, W::y17);
+    e_.And(W::t15, W::y8, W::y10);
+    e_.EndLayer(W::t2, 9);
+  }
+
+  // Combines layer 1 into the GF(2^4) element (t21, t22, t23, t24) to invert.
+  void SboxMiddleIn() {
+    Xor(W::t4, W::t3, W::t2);
+    Xor(W::t6, W::t5, W::t2);
+    Xor(W::t9, W::t8, W::t7);
+    Xor(W::t11, W::t10, W::t7);
+    Xor(W::t14, W::t13, W::t12);
+    Xor(W::t16, W::t15, W::t12);
+    Xor(W::t17, W::t4, W::t14);
+    Xor(W::t18, W::t6, W::t16);
+    Xor(W::t19, W::t9, W::t14);
+    Xor(W::t20, W::t11, W::t16);
+    Xor(W::t21, W::t17, W::y20);
+    Xor(W::t22, W::t18, W::y19);
+    Xor(W::t23, W::t19, W::y21);
+    Xor(W::t24, W::t20, W::y18);
+  }
+
+  // --- SEC 2012 (depth-16 paper) inversion, AND depth 2, 7 ANDs. Their
+  // M20, M21, M22, M23 are our t21, t22, t23, t24; their M37, M38, M39,
+  // M40 our t29, t40, t33, t37 (checked exhaustively by the S-box test).
+  void Inv4Layer2() {
+    SboxMiddleIn();
+    Xor(W::m24, W::t23, W::t24);
+    Xor(W::m27, W::t21, W::t22);
+    e_.BeginLayer(W::m25, 3);
+    e_.And(W::m25, W::t23, W::t21);
+    e_.And(W::m31, W::t21, W::t24);
+    e_.And(W::m34, W::t22, W::t23);
+    e_.EndLayer(W::m25, 3);
+  }
+  void Inv4Layer3() {
+    Xor(W::m26, W::t22, W::m25);
+    Xor(W::m28, W::t24, W::m25);
+    e_.BeginLayer(W::m29, 4);
+    e_.And(W::m29, W::m28, W::m27);
+    e_.And(W::m30, W::m26, W::m24);
+    e_.And(W::m32, W::m27, W::m31);
+    e_.And(W::m35, W::m24, W::m34);
+    e_.EndLayer(W::m29, 4);
+  }
+  void Inv4Finish() {
+    Xor(W::m33, W::m27, W::m25);
+    Xor(W::m36, W::m24, W::m25);
+    Xor(W::m37, W::t22, W::m29);
+    Xor(W::m38, W::m32, W::m33);
+    Xor(W::m39, W::t24, W::m30);
+    Xor(W::m40, W::m35, W::m36);
+    SboxOutputLayer(W::m37, W::m39, W::m40, W::m38);
+  }
+
+  // --- SEA 2010 inversion (BearSSL), AND depth 4, 5 ANDs.
+  void Inv6Layer2() {
+    SboxMiddleIn();
+    Xor(W::t25, W::t21, W::t22);
+    e_.BeginLayer(W::t26, 1);
+    e_.And(W::t26, W::t21, W::t23);
+    e_.EndLayer(W::t26, 1);
+  }
+  void Inv6Layer3() {
+    Xor(W::t27, W::t24, W::t26);
+    Xor(W::t30, W::t23, W::t24);
+    Xor(W::t31, W::t22, W::t26);
+    e_.BeginLayer(W::t28, 2);
+    e_.And(W::t28, W::t25, W::t27);
+    e_.And(W::t32, W::t31, W::t30);
+    e_.EndLayer(W::t28, 2);
+  }
+  void Inv6Layer4() {
+    Xor(W::t29, W::t28, W::t22);
+    Xor(W::t33, W::t32, W::t24);
+    Xor(W::t34, W::t23, W::t33);
+    Xor(W::t35, W::t27, W::t33);
+    e_.BeginLayer(W::t36, 1);
+    e_.And(W::t36, W::t24, W::t35);
+    e_.EndLayer(W::t36, 1);
+  }
+  void Inv6Layer5() {
+    Xor(W::t37, W::t36, W::t34);
+    Xor(W::t38, W::t27, W::t36);
+    e_.BeginLayer(W::t39, 1);
+    e_.And(W::t39, W::t29, W::t38);
+    e_.EndLayer(W::t39, 1);
+  }
+  void Inv6Finish() {
+    Xor(W::t40, W::t25, W::t39);
+    SboxOutputLayer(W::t29, W::t33, W::t37, W::t40);
+  }
+
+  // The 18 output ANDs (the inverse in GF(2^4) times the y's).
+  void SboxOutputLayer(int t29, int t33, int t37, int t40) {
+    Xor(W::t41, t40, t37);
+    Xor(W::t42, t29, t33);
+    Xor(W::t43, t29, t40);
+    Xor(W::t44, t33, t37);
+    Xor(W::t45, W::t42, W::t41);
+    e_.BeginLayer(W::z0, 18);
+    e_.And(W::z0, W::t44, W::y15);
+    e_.And(W::z1, t37, W::y6);
+    e_.And(W::z2, t33, X(7));
+    e_.And(W::z3, W::t43, W::y16);
+    e_.And(W::z4, t40, W::y1);
+    e_.And(W::z5, t29, W::y7);
+    e_.And(W::z6, W::t42, W::y11);
+    e_.And(W::z7, W::t45, W::y17);
+    e_.And(W::z8, W::t41, W::y10);
+    e_.And(W::z9, W::t44, W::y12);
+    e_.And(W::z10, t37, W::y3);
+    e_.And(W::z11, t33, W::y4);
+    e_.And(W::z12, W::t43, W::y13);
+    e_.And(W::z13, t40, W::y5);
+    e_.And(W::z14, t29, W::y2);
+    e_.And(W::z15, W::t42, W::y9);
+    e_.And(W::z16, W::t45, W::y14);
+    e_.And(W::z17, W::t41, W::y8);
+    e_.EndLayer(W::z0, 18);
+  }
+
+  // Bottom linear transformation (includes the affine constant 0x63 as
+  // the four XNORs).
+  void SboxBottom() {
+    Xor(W::t46, W::z15, W::z16);
+    Xor(W::t47, W::z10, W::z11);
+    Xor(W::t48, W::z5, W::z13);
+    Xor(W::t49, W::z9, W::z10);
+    Xor(W::t50, W::z2, W::z12);
+    Xor(W::t51, W::z2, W::z5);
+    Xor(W::t52, W::z7, W::z8);
+    Xor(W::t53, W::z0, W::z3);
+    Xor(W::t54, W::z6, W::z7);
+    Xor(W::t55, W::z16, W::z17);
+    Xor(W::t56, W::z12, W::t48);
+    Xor(W::t57, W::t50, W::t53);
+    Xor(W::t58, W::z4, W::t46);
+    Xor(W::t59, W::z3, W::t54);
+    Xor(W::t60, W::t46, W::t57);
+    Xor(W::t61, W::z14, W::t57);
+    Xor(W::t62, W::t52, W::t58);
+    Xor(W::t63, W::t49, W::t58);
+    Xor(W::t64, W::z4, W::t59);
+    Xor(W::t65, W::t61, W::t62);
+    Xor(W::t66, W::z1, W::t63);
+    Xor(S(0), W::t59, W::t63);
+    Xnor(S(6), W::t56, W::t62);
+    Xnor(S(7), W::t48, W::t60);
+    Xor(W::t67, W::t64, W::t65);
+    Xor(S(3), W::t53, W::t66);
+    Xor(S(4), W::t51, W::t66);
+    Xor(S(5), W::t47, W::t65);
+    Xnor(S(1), W::t64, S(3));
+    Xnor(S(2), W::t55, W::t67);
+  }
+
+  // Position of the byte that ShiftRows moves to row r, column c.
+  static constexpr int Shifted(int r, int c) { return r + 4 * ((c + r) & 3); }
+
+  // ShiftRows then MixColumns (FIPS-197 5.1.2, 5.1.3) from kOut into kSt:
+  // out_r = 2*(a_r ^ a_{r+1}) ^ a_{r+1} ^ a_{r+2} ^ a_{r+3}, where
+  // multiplication by 2 (xtime) moves bit j to j+1 and folds bit 7 into
+  // bits 0, 1, 3, 4 (x^8 = x^4 + x^3 + x + 1).
+  void ShiftRowsMixColumns() {
+    const size_t wn = e_.wn();
+    for (int comp = 0; comp < E::kComps; ++comp) {
+      for (int c = 0; c < 4; ++c) {
+        const uint64_t* a[4][8];
+        uint64_t* o[4][8];
+        for (int r = 0; r < 4; ++r) {
+          for (int j = 0; j < 8; ++j) {
+            a[r][j] = e_.W(comp, W::kOut + j) + Shifted(r, c) * wn;
+            o[r][j] = e_.W(comp, W::kSt + j) + (r + 4 * c) * wn;
+          }
+        }
+        for (size_t w = 0; w < wn; ++w) {
+          uint64_t v[4][8];
+          for (int r = 0; r < 4; ++r) {
+            for (int j = 0; j < 8; ++j) v[r][j] = a[r][j][w];
+          }
+          for (int r = 0; r < 4; ++r) {
+            const int r1 = (r + 1) & 3, r2 = (r + 2) & 3, r3 = (r + 3) & 3;
+            uint64_t d[8];
+            for (int j = 0; j < 8; ++j) d[j] = v[r][j] ^ v[r1][j];
+            for (int j = 0; j < 8; ++j) {
+              uint64_t x = (j == 0) ? d[7] : d[j - 1];
+              if (j == 1 || j == 3 || j == 4) x ^= d[7];
+              o[r][j][w] = x ^ v[r1][j] ^ v[r2][j] ^ v[r3][j];
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void ShiftRows() {
+    const size_t wn = e_.wn();
+    for (int comp = 0; comp < E::kComps; ++comp) {
+      for (int j = 0; j < 8; ++j) {
+        const uint64_t* in = e_.W(comp, W::kOut + j);
+        uint64_t* out = e_.W(comp, W::kSt + j);
+        for (int r = 0; r < 4; ++r) {
+          for (int c = 0; c < 4; ++c) {
+            std::memcpy(out + (r + 4 * c) * wn, in + Shifted(r, c) * wn,
+                        wn * sizeof(uint64_t));
+          }
+        }
+      }
+    }
+  }
+
+  E& e_;
+  const int nr_;
+  const bool depth4_;
+  const int layers_;
+};
+
+}  // namespace kmpc::aes::KMPC_AES_ARCH

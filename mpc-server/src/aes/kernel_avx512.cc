@@ -1,0 +1,3 @@
+// AVX-512 instantiation of the AES kernels (compiled with -mavx512f/bw/vl).
+#define KMPC_AES_ARCH avx512
+#include "aes/kernel_impl.inc"

@@ -1,0 +1,653 @@
+// The job engine: one batch = digest agreement, counter draw, one
+// bitsliced AES pass over every block of every job, then (if needed) the
+// H-power extension, one GF(2^128) multiplication round and one reveal
+// round for the tag checks. See engine.h and shared/design/enctype.md.
+#include "engine/engine.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "aes/aes.h"
+#include "protocol/gf128.h"
+#include "protocol/prss.h"
+#include "protocol/rep3.h"
+#include "share/replicated.h"
+
+namespace kmpc::engine {
+namespace {
+
+constexpr size_t kMaxKeyIdBytes = 256;
+constexpr int kMaxCounterDraws = 16;
+
+using Block = std::array<uint8_t, 16>;
+
+void PutU32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int k = 3; k >= 0; --k) out.push_back(static_cast<uint8_t>(v >> (8 * k)));
+}
+void PutU64(std::vector<uint8_t>& out, uint64_t v) {
+  for (int k = 7; k >= 0; --k) out.push_back(static_cast<uint8_t>(v >> (8 * k)));
+}
+void PutBytes(std::vector<uint8_t>& out, absl::Span<const uint8_t> b) {
+  PutU32(out, static_cast<uint32_t>(b.size()));
+  out.insert(out.end(), b.begin(), b.end());
+}
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) {
+    ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
+  }
+  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  void Update(absl::Span<const uint8_t> b) {
+    if (ok_ && !b.empty()) ok_ = EVP_DigestUpdate(ctx_, b.data(), b.size()) == 1;
+  }
+  absl::StatusOr<Block> Final32(uint8_t* out32) {
+    unsigned int len = 0;
+    if (!ok_ || EVP_DigestFinal_ex(ctx_, out32, &len) != 1 || len != 32) {
+      return absl::InternalError("SHA-256 failed");
+    }
+    return Block{};
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+  bool ok_;
+};
+
+// 128-bit big-endian counter helpers.
+struct U128 {
+  uint64_t hi, lo;
+};
+U128 LoadBe(const uint8_t* p) {
+  U128 v{0, 0};
+  for (int k = 0; k < 8; ++k) v.hi = (v.hi << 8) | p[k];
+  for (int k = 8; k < 16; ++k) v.lo = (v.lo << 8) | p[k];
+  return v;
+}
+void StoreBe(U128 v, uint8_t* p) {
+  for (int k = 7; k >= 0; --k, v.hi >>= 8) p[k] = static_cast<uint8_t>(v.hi);
+  for (int k = 15; k >= 8; --k, v.lo >>= 8) p[k] = static_cast<uint8_t>(v.lo);
+}
+// enctype.md: c0 != 0 and c0 + n <= 2^128 - 1, so no block c0 .. c0+n is
+// the all-zero block.
+bool CounterRangeOk(const uint8_t* ctr0, uint64_t n) {
+  const U128 c = LoadBe(ctr0);
+  if (c.hi == 0 && c.lo == 0) return false;
+  const uint64_t lo = c.lo + n;
+  const bool carry = lo < c.lo;
+  return !(carry && c.hi == ~uint64_t{0});
+}
+void CounterPlus(const uint8_t* ctr0, uint64_t i, uint8_t* out) {
+  U128 c = LoadBe(ctr0);
+  const uint64_t lo = c.lo + i;
+  if (lo < c.lo) ++c.hi;
+  c.lo = lo;
+  StoreBe(c, out);
+}
+
+std::array<uint8_t, 4> UsageBe(uint32_t usage) {
+  return {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
+          static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage)};
+}
+
+// Per-job working state inside RunBatch.
+struct Work {
+  absl::Status status;
+  std::shared_ptr<const KeyShares> key;
+  bool needs_ctr0 = false;  // the cluster picks it
+  bool check = false;       // masked zero test of T'
+  Block ctr0{};
+  uint64_t nks = 0;          // keystream blocks
+  size_t lane0 = 0;          // lane of AES_K(c0); keystream follows
+  std::vector<uint8_t> ghash_in;  // public GHASH input blocks
+  size_t m = 0;                   // GHASH blocks = powers needed
+  Block tag{};                    // public tag to check against
+  std::array<std::vector<uint8_t>, 2> powers;  // if m > stored
+  std::array<Block, 2> tprime{};               // shares of T' (or tag)
+  ~Work() {
+    for (auto& p : powers) share::Wipe(p);
+    for (auto& t : tprime) share::Wipe(t.data(), t.size());
+  }
+  const uint8_t* Powers(int comp) const {
+    return m > static_cast<size_t>(kStoredHPowers) ? powers[comp].data()
+                                                   : key->h_powers[comp].data();
+  }
+};
+
+bool NeedsKey(JobType t) { return t != JobType::kFinalize; }
+
+absl::Status CheckKeyId(const Job& job) {
+  if (job.key_id.empty() || job.key_id.size() > kMaxKeyIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key_id must be 1..", kMaxKeyIdBytes, " bytes, got ", job.key_id.size()));
+  }
+  return absl::OkStatus();
+}
+
+// Checks one job's public inputs; fills the public parts of `w`.
+absl::Status ValidateJob(const Job& job, Work& w) {
+  switch (job.type) {
+    case JobType::kEncrypt: {
+      if (absl::Status s = CheckKeyId(job); !s.ok()) return s;
+      if (job.nblocks == 0 || job.nblocks > kMaxJobBlocks) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ENCRYPT: nblocks must be 1..", kMaxJobBlocks, ", got ", job.nblocks));
+      }
+      if (!job.data.empty() || !job.checksum.empty() || job.state != nullptr) {
+        return absl::InvalidArgumentError(
+            "ENCRYPT: data, checksum and state must be empty");
+      }
+      w.needs_ctr0 = true;
+      w.nks = job.nblocks;
+      w.m = protocol::GhashBlocks(4, 16 * static_cast<size_t>(job.nblocks));
+      return absl::OkStatus();
+    }
+    case JobType::kFinalize:
+      if (job.state == nullptr) {
+        return absl::InvalidArgumentError("FINALIZE: no encrypt state");
+      }
+      return absl::OkStatus();
+    case JobType::kDecrypt: {
+      if (absl::Status s = CheckKeyId(job); !s.ok()) return s;
+      if (job.data.size() < 32) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "DECRYPT: ciphertext has ", job.data.size(),
+            " bytes, at least 32 (ctr0 || C || T) needed"));
+      }
+      const size_t clen = job.data.size() - 32;
+      if (clen > 16 * static_cast<size_t>(kMaxJobBlocks)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "DECRYPT: ciphertext longer than ", kMaxJobBlocks, " blocks"));
+      }
+      if (!job.checksum.empty() || job.state != nullptr || job.nblocks != 0) {
+        return absl::InvalidArgumentError(
+            "DECRYPT: nblocks, checksum and state must be empty");
+      }
+      std::memcpy(w.ctr0.data(), job.data.data(), 16);
+      w.nks = (clen + 15) / 16;
+      if (!CounterRangeOk(w.ctr0.data(), w.nks)) {
+        return absl::InvalidArgumentError(
+            "DECRYPT: counter range touches the all-zero block");
+      }
+      const auto a = UsageBe(job.usage);
+      w.ghash_in = protocol::GhashInput(
+          a, absl::MakeConstSpan(job.data.data() + 16, clen));
+      w.m = w.ghash_in.size() / 16;
+      std::memcpy(w.tag.data(), job.data.data() + 16 + clen, 16);
+      w.check = true;
+      return absl::OkStatus();
+    }
+    case JobType::kChecksum:
+    case JobType::kVerifyChecksum: {
+      const bool verify = job.type == JobType::kVerifyChecksum;
+      const char* name = verify ? "VERIFY_CHECKSUM" : "CHECKSUM";
+      if (absl::Status s = CheckKeyId(job); !s.ok()) return s;
+      if (job.data.size() > 16 * static_cast<size_t>(kMaxJobBlocks)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": data longer than ", kMaxJobBlocks, " blocks"));
+      }
+      if (job.state != nullptr || job.nblocks != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": nblocks and state must be empty"));
+      }
+      if (verify) {
+        if (job.checksum.size() != 32) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "VERIFY_CHECKSUM: checksum has ", job.checksum.size(),
+              " bytes, want 32 (ctr0 || tag)"));
+        }
+        std::memcpy(w.ctr0.data(), job.checksum.data(), 16);
+        std::memcpy(w.tag.data(), job.checksum.data() + 16, 16);
+        if (!CounterRangeOk(w.ctr0.data(), 0)) {
+          return absl::InvalidArgumentError(
+              "VERIFY_CHECKSUM: ctr0 is the all-zero block");
+        }
+        w.check = true;
+      } else {
+        if (!job.checksum.empty()) {
+          return absl::InvalidArgumentError("CHECKSUM: checksum must be empty");
+        }
+        w.needs_ctr0 = true;
+      }
+      // A' = usage (4 bytes big-endian) || 0x99 (enctype.md).
+      const auto u = UsageBe(job.usage);
+      const uint8_t a[5] = {u[0], u[1], u[2], u[3], 0x99};
+      w.ghash_in = protocol::GhashInput(a, job.data);
+      w.m = w.ghash_in.size() / 16;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown job type ", static_cast<int>(job.type)));
+}
+
+void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
+  out.push_back(static_cast<uint8_t>(job.type));
+  PutBytes(out, absl::MakeConstSpan(
+                    reinterpret_cast<const uint8_t*>(job.key_id.data()),
+                    job.key_id.size()));
+  PutU32(out, job.usage);
+  PutU32(out, job.nblocks);
+  PutBytes(out, job.data);
+  PutBytes(out, job.checksum);
+  if (job.state != nullptr) {
+    out.push_back(1);
+    out.insert(out.end(), job.state->ctr0.begin(), job.state->ctr0.end());
+    PutU32(out, job.state->nblocks);
+    PutU32(out, job.state->usage);
+  } else {
+    out.push_back(0);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
+                                   absl::Span<const uint8_t> ciphertext) {
+  if (state.party < 0 || state.party > 2) {
+    return absl::InvalidArgumentError("FINALIZE: state has no party");
+  }
+  if (usage != state.usage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FINALIZE: usage ", usage, " differs from the encryption's ", state.usage));
+  }
+  const uint64_t n = (ciphertext.size() + 15) / 16;
+  if (n != state.nblocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FINALIZE: ciphertext of ", ciphertext.size(), " bytes is ", n,
+        " blocks, the encryption produced ", state.nblocks));
+  }
+  const auto a = UsageBe(usage);
+  std::vector<uint8_t> x = protocol::GhashInput(a, ciphertext);
+  const size_t m = x.size() / 16;
+  for (int k = 0; k < 2; ++k) {
+    if (state.h_powers[k].size() < 16 * m) {
+      return absl::InvalidArgumentError("FINALIZE: state lacks powers of H");
+    }
+  }
+  JobResult r;
+  r.ctr0 = state.ctr0;
+  for (int k = 0; k < 2; ++k) {
+    protocol::GhashWithPowers(x, state.h_powers[k].data(), r.tag[k].data());
+    for (int b = 0; b < 16; ++b) r.tag[k][b] ^= state.mask[k][b];
+  }
+  return r;
+}
+
+class Engine::Impl {
+ public:
+  Impl(net::RingChannel& channel, protocol::Prss prss, EngineOptions options)
+      : channel_(channel),
+        prss_(std::move(prss)),
+        rep3_(channel_, prss_),
+        options_(options) {}
+
+  int party() const { return prss_.party(); }
+
+  absl::StatusOr<BatchResult> RunBatch(uint64_t batch_seq,
+                                       absl::Span<const Job> jobs,
+                                       const KeyLookup& lookup);
+
+ private:
+  absl::Status AgreeOnBatch(uint64_t batch_seq, absl::Span<const Job> jobs,
+                            std::vector<Work>& work);
+  absl::Status DrawCounters(absl::Span<const Job> jobs, std::vector<Work>& work);
+  absl::Status ExtendPowers(std::vector<Work>& work);
+
+  net::RingChannel& channel_;
+  protocol::Prss prss_;
+  protocol::Rep3 rep3_;
+  EngineOptions options_;
+};
+
+// Two rounds: everyone sends (digest of public inputs, digest of its key
+// view) to party i-1, then forwards what it got from i+1; afterwards every
+// party holds all three pairs and takes the same decision.
+absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
+                                        absl::Span<const Job> jobs,
+                                        std::vector<Work>& work) {
+  std::vector<uint8_t> enc;
+  static constexpr char kTag[] = "kmpc-batch-v1";
+  enc.insert(enc.end(), kTag, kTag + sizeof kTag);
+  PutU64(enc, batch_seq);
+  PutU32(enc, static_cast<uint32_t>(jobs.size()));
+  Sha256 inputs;
+  inputs.Update(enc);
+  Sha256 keys;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    enc.clear();
+    EncodeJob(jobs[j], enc);
+    inputs.Update(enc);
+    enc.clear();
+    if (work[j].key != nullptr) {
+      enc.push_back(1);
+      enc.push_back(static_cast<uint8_t>(work[j].key->cipher));
+      enc.insert(enc.end(), work[j].key->deal_id.begin(),
+                 work[j].key->deal_id.end());
+    } else {
+      enc.push_back(0);
+    }
+    keys.Update(enc);
+  }
+  uint8_t mine[64], next[64], next2[64];
+  if (absl::StatusOr<Block> s = inputs.Final32(mine); !s.ok()) return s.status();
+  if (absl::StatusOr<Block> s = keys.Final32(mine + 32); !s.ok()) return s.status();
+  absl::Status st = channel_.Exchange(mine, absl::MakeSpan(next));
+  if (st.ok()) st = channel_.Exchange(next, absl::MakeSpan(next2));
+  if (!st.ok()) return st;
+  if (std::memcmp(mine, next, 32) != 0 || std::memcmp(mine, next2, 32) != 0) {
+    return absl::AbortedError(
+        "batch refused: the MPC servers received different batch inputs");
+  }
+  if (std::memcmp(mine + 32, next + 32, 32) != 0 ||
+      std::memcmp(mine + 32, next2 + 32, 32) != 0) {
+    return absl::FailedPreconditionError(
+        "batch refused: the MPC servers' key stores disagree about the keys "
+        "of this batch (missing or differently dealt keys)");
+  }
+  return absl::OkStatus();
+}
+
+// ctr0 for ENCRYPT and CHECKSUM: a fresh PRSS random value revealed among
+// the servers (never chosen by the KDC); redrawn while its range would
+// touch the all-zero block.
+absl::Status Engine::Impl::DrawCounters(absl::Span<const Job> jobs,
+                                        std::vector<Work>& work) {
+  std::vector<size_t> pending;
+  for (size_t j = 0; j < work.size(); ++j) {
+    if (work[j].status.ok() && work[j].needs_ctr0) pending.push_back(j);
+  }
+  for (int draw = 0; !pending.empty(); ++draw) {
+    if (draw == kMaxCounterDraws) {
+      return absl::InternalError("could not draw a valid counter");
+    }
+    const size_t n = 16 * pending.size();
+    std::vector<uint8_t> c0(n), c1(n), open(n);
+    prss_.RandomShares(c0.data(), c1.data(), n);
+    absl::Status st = rep3_.Reveal(c0, c1, absl::MakeSpan(open));
+    if (!st.ok()) return st;
+    std::vector<size_t> again;
+    for (size_t p = 0; p < pending.size(); ++p) {
+      Work& w = work[pending[p]];
+      std::memcpy(w.ctr0.data(), open.data() + 16 * p, 16);
+      if (!CounterRangeOk(w.ctr0.data(), w.nks)) again.push_back(pending[p]);
+    }
+    pending.swap(again);
+  }
+  (void)jobs;
+  return absl::OkStatus();
+}
+
+// Powers of H beyond the stored ones, by doubling: H^(a+1..2a) =
+// H^a * H^(1..a), one multiplication round per doubling for all jobs.
+absl::Status Engine::Impl::ExtendPowers(std::vector<Work>& work) {
+  std::vector<size_t> need;
+  for (size_t j = 0; j < work.size(); ++j) {
+    Work& w = work[j];
+    if (!w.status.ok() || w.key == nullptr ||
+        w.m <= static_cast<size_t>(kStoredHPowers)) {
+      continue;
+    }
+    for (int k = 0; k < 2; ++k) {
+      w.powers[k].assign(w.key->h_powers[k].begin(), w.key->h_powers[k].end());
+      w.powers[k].reserve(16 * w.m);
+    }
+    need.push_back(j);
+  }
+  while (!need.empty()) {
+    size_t total = 0;
+    for (size_t j : need) {
+      const size_t a = work[j].powers[0].size() / 16;
+      total += std::min(a, work[j].m - a);
+    }
+    std::vector<uint8_t> x0(16 * total), x1(16 * total), y0(16 * total),
+        y1(16 * total), z0(16 * total), z1(16 * total);
+    size_t off = 0;
+    for (size_t j : need) {
+      Work& w = work[j];
+      const size_t a = w.powers[0].size() / 16;
+      const size_t cnt = std::min(a, w.m - a);
+      for (size_t i = 0; i < cnt; ++i, off += 16) {
+        std::memcpy(&x0[off], &w.powers[0][16 * (a - 1)], 16);
+        std::memcpy(&x1[off], &w.powers[1][16 * (a - 1)], 16);
+        std::memcpy(&y0[off], &w.powers[0][16 * i], 16);
+        std::memcpy(&y1[off], &w.powers[1][16 * i], 16);
+      }
+    }
+    absl::Status st = rep3_.GfMul(x0, x1, y0, y1, absl::MakeSpan(z0),
+                                  absl::MakeSpan(z1));
+    for (auto* v : {&x0, &x1, &y0, &y1}) share::Wipe(*v);
+    if (!st.ok()) return st;
+    off = 0;
+    std::vector<size_t> again;
+    for (size_t j : need) {
+      Work& w = work[j];
+      const size_t a = w.powers[0].size() / 16;
+      const size_t cnt = std::min(a, w.m - a);
+      w.powers[0].insert(w.powers[0].end(), z0.begin() + off,
+                         z0.begin() + off + 16 * cnt);
+      w.powers[1].insert(w.powers[1].end(), z1.begin() + off,
+                         z1.begin() + off + 16 * cnt);
+      off += 16 * cnt;
+      if (w.powers[0].size() / 16 < w.m) again.push_back(j);
+    }
+    share::Wipe(z0);
+    share::Wipe(z1);
+    need.swap(again);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BatchResult> Engine::Impl::RunBatch(uint64_t batch_seq,
+                                                   absl::Span<const Job> jobs,
+                                                   const KeyLookup& lookup) {
+  const int party = prss_.party();
+  std::vector<Work> work(jobs.size());
+  // 1. Local checks and key lookup.
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Work& w = work[j];
+    w.status = ValidateJob(jobs[j], w);
+    if (!w.status.ok() || !NeedsKey(jobs[j].type)) continue;
+    absl::StatusOr<std::shared_ptr<const KeyShares>> key =
+        lookup ? lookup(jobs[j].key_id)
+               : absl::StatusOr<std::shared_ptr<const KeyShares>>(
+                     absl::NotFoundError("no key lookup"));
+    if (!key.ok() || *key == nullptr) {
+      w.status = key.ok() ? absl::NotFoundError("unknown key id")
+                          : absl::NotFoundError(absl::StrCat(
+                                "key lookup failed: ", key.status().message()));
+      continue;
+    }
+    if (absl::Status s = (*key)->Validate(); !s.ok() || (*key)->party != party) {
+      // Treated as missing here; AgreeOnBatch then refuses the batch unless
+      // every party lacks it.
+      w.status = absl::FailedPreconditionError(
+          "stored key shares are malformed or belong to another party");
+      continue;
+    }
+    w.key = *key;
+  }
+  // 2. Same inputs and keys on the three servers?
+  if (absl::Status s = AgreeOnBatch(batch_seq, jobs, work); !s.ok()) return s;
+
+  // 3. Counters chosen by the cluster.
+  if (absl::Status s = DrawCounters(jobs, work); !s.ok()) return s;
+
+  // 4. One bitsliced pass: per job AES_K(c0) then keystream c0+1..c0+n.
+  size_t nlanes = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Work& w = work[j];
+    if (!w.status.ok() || w.key == nullptr) continue;
+    w.lane0 = nlanes;
+    nlanes += 1 + w.nks;
+    if (nlanes > kMaxBatchBlocks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch needs more than ", kMaxBatchBlocks, " AES blocks"));
+    }
+  }
+  std::vector<uint8_t> in(16 * nlanes);
+  std::array<std::vector<uint8_t>, 2> out;
+  out[0].resize(16 * nlanes);
+  out[1].resize(16 * nlanes);
+  std::vector<aes::SharedLane> lanes(nlanes);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Work& w = work[j];
+    if (!w.status.ok() || w.key == nullptr) continue;
+    const int nr = NumRounds(w.key->cipher);
+    for (uint64_t i = 0; i <= w.nks; ++i) {
+      const size_t l = w.lane0 + i;
+      CounterPlus(w.ctr0.data(), i, &in[16 * l]);
+      lanes[l] = aes::SharedLane{
+          {w.key->round_keys[0].data(), w.key->round_keys[1].data()},
+          nr,
+          &in[16 * l],
+          {&out[0][16 * l], &out[1][16 * l]}};
+    }
+  }
+  const aes::SboxCircuit circuit = nlanes >= options_.small_sbox_min_blocks
+                                       ? aes::SboxCircuit::kDepth6
+                                       : aes::SboxCircuit::kDepth4;
+  absl::Status st = aes::EncryptShared(rep3_, lanes, circuit,
+                                       options_.chunk_lanes);
+  if (!st.ok()) {
+    share::Wipe(out[0]);
+    share::Wipe(out[1]);
+    return st;
+  }
+
+  // 5. Powers of H for long messages, then T' = GHASH ^ AES_K(c0) on shares.
+  st = ExtendPowers(work);
+  if (!st.ok()) return st;
+  std::vector<size_t> checks;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Work& w = work[j];
+    if (!w.status.ok() || w.key == nullptr || jobs[j].type == JobType::kEncrypt) {
+      continue;
+    }
+    for (int k = 0; k < 2; ++k) {
+      protocol::GhashWithPowers(w.ghash_in, w.Powers(k), w.tprime[k].data());
+      for (int b = 0; b < 16; ++b) w.tprime[k][b] ^= out[k][16 * w.lane0 + b];
+    }
+    if (w.check) checks.push_back(j);
+  }
+
+  // 6. Masked zero test: reveal r * (T' ^ T) for a fresh shared random r.
+  std::vector<bool> pass(jobs.size(), false);
+  if (!checks.empty()) {
+    const size_t n = 16 * checks.size();
+    std::vector<uint8_t> d0(n), d1(n), r0(n), r1(n), z0(n), z1(n), open(n);
+    for (size_t c = 0; c < checks.size(); ++c) {
+      const Work& w = work[checks[c]];
+      std::memcpy(&d0[16 * c], w.tprime[0].data(), 16);
+      std::memcpy(&d1[16 * c], w.tprime[1].data(), 16);
+      for (int b = 0; b < 16; ++b) {
+        if (share::HoldsPublicIn(party, 0)) d0[16 * c + b] ^= w.tag[b];
+        if (share::HoldsPublicIn(party, 1)) d1[16 * c + b] ^= w.tag[b];
+      }
+    }
+    prss_.RandomShares(r0.data(), r1.data(), n);
+    st = rep3_.GfMul(r0, r1, d0, d1, absl::MakeSpan(z0), absl::MakeSpan(z1));
+    if (st.ok()) st = rep3_.Reveal(z0, z1, absl::MakeSpan(open));
+    for (auto* v : {&d0, &d1, &r0, &r1, &z0, &z1}) share::Wipe(*v);
+    if (!st.ok()) return st;
+    for (size_t c = 0; c < checks.size(); ++c) {
+      uint8_t acc = 0;
+      for (int b = 0; b < 16; ++b) acc |= open[16 * c + b];
+      pass[checks[c]] = (acc == 0);
+    }
+  }
+
+  // 7. Results.
+  BatchResult result;
+  result.batch_seq = batch_seq;
+  result.jobs.resize(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Work& w = work[j];
+    JobResult& r = result.jobs[j];
+    const Job& job = jobs[j];
+    if (job.type == JobType::kFinalize && w.status.ok()) {
+      absl::StatusOr<JobResult> f = Finalize(*job.state, job.usage, job.data);
+      if (f.ok()) {
+        r = std::move(*f);
+      } else {
+        r.status = f.status();
+      }
+      continue;
+    }
+    r.status = w.status;
+    if (!w.status.ok()) continue;
+    auto keystream = [&](JobResult& res) {
+      for (int k = 0; k < 2; ++k) {
+        res.keystream[k].assign(out[k].begin() + 16 * (w.lane0 + 1),
+                                out[k].begin() + 16 * (w.lane0 + 1 + w.nks));
+      }
+    };
+    switch (job.type) {
+      case JobType::kEncrypt: {
+        r.ctr0 = w.ctr0;
+        keystream(r);
+        auto state = std::make_shared<EncryptState>();
+        state->party = party;
+        state->cipher = w.key->cipher;
+        state->key_id = job.key_id;
+        state->usage = job.usage;
+        state->nblocks = job.nblocks;
+        state->ctr0 = w.ctr0;
+        for (int k = 0; k < 2; ++k) {
+          std::memcpy(state->mask[k].data(), &out[k][16 * w.lane0], 16);
+          const uint8_t* p = w.Powers(k);
+          state->h_powers[k].assign(p, p + 16 * w.m);
+        }
+        r.state = std::move(state);
+        break;
+      }
+      case JobType::kDecrypt:
+        r.integrity_ok = pass[j];
+        if (pass[j]) keystream(r);
+        break;
+      case JobType::kChecksum:
+        r.ctr0 = w.ctr0;
+        r.tag = w.tprime;
+        break;
+      case JobType::kVerifyChecksum:
+        r.integrity_ok = pass[j];
+        break;
+      case JobType::kFinalize:
+        break;
+    }
+  }
+  share::Wipe(out[0]);
+  share::Wipe(out[1]);
+  return result;
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    net::RingChannel& channel, EngineOptions options) {
+  if (options.chunk_lanes == 0 || options.chunk_lanes % 64 != 0) {
+    return absl::InvalidArgumentError("chunk_lanes must be a positive multiple of 64");
+  }
+  if (channel.party() < 0 || channel.party() > 2) {
+    return absl::InvalidArgumentError("channel party must be 0, 1 or 2");
+  }
+  absl::StatusOr<protocol::Prss> prss = protocol::Prss::Setup(channel);
+  if (!prss.ok()) return prss.status();
+  return std::unique_ptr<Engine>(new Engine(
+      std::make_unique<Impl>(channel, std::move(*prss), options)));
+}
+
+int Engine::party() const { return impl_->party(); }
+
+absl::StatusOr<BatchResult> Engine::RunBatch(uint64_t batch_seq,
+                                             absl::Span<const Job> jobs,
+                                             const KeyLookup& lookup) {
+  return impl_->RunBatch(batch_seq, jobs, lookup);
+}
+
+}  // namespace kmpc::engine

@@ -1,0 +1,197 @@
+// KeyShares, EncryptState and the dealer.
+#include <openssl/evp.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "aes/key_expansion.h"
+#include "engine/engine.h"
+#include "protocol/gf128.h"
+#include "share/replicated.h"
+
+namespace kmpc::engine {
+namespace {
+
+constexpr char kMagic[6] = {'K', 'M', 'P', 'C', 'K', 'S'};
+constexpr uint8_t kVersion = 1;
+constexpr size_t kHeader = 6 + 1 + 1 + 1 + 2 + 16;
+
+bool KnownCipher(Cipher c) {
+  return c == Cipher::kAes128 || c == Cipher::kAes256;
+}
+
+// AES_K(0^128) in the clear, for the dealer only.
+absl::Status EncryptZeroBlock(absl::Span<const uint8_t> key, uint8_t* out) {
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  if (ctx == nullptr) return absl::InternalError("EVP_CIPHER_CTX_new failed");
+  const EVP_CIPHER* cipher =
+      key.size() == 16 ? EVP_aes_128_ecb() : EVP_aes_256_ecb();
+  const uint8_t zero[16] = {0};
+  int len = 0;
+  bool ok = EVP_EncryptInit_ex(ctx, cipher, nullptr, key.data(), nullptr) == 1 &&
+            EVP_CIPHER_CTX_set_padding(ctx, 0) == 1 &&
+            EVP_EncryptUpdate(ctx, out, &len, zero, 16) == 1 && len == 16;
+  EVP_CIPHER_CTX_free(ctx);
+  return ok ? absl::OkStatus() : absl::InternalError("AES-ECB failed");
+}
+
+}  // namespace
+
+int NumRounds(Cipher cipher) {
+  switch (cipher) {
+    case Cipher::kAes128: return 10;
+    case Cipher::kAes256: return 14;
+  }
+  return 0;
+}
+
+size_t KeyBytes(Cipher cipher) {
+  switch (cipher) {
+    case Cipher::kAes128: return 16;
+    case Cipher::kAes256: return 32;
+  }
+  return 0;
+}
+
+KeyShares::~KeyShares() {
+  for (auto& v : round_keys) share::Wipe(v);
+  for (auto& v : h_powers) share::Wipe(v);
+}
+
+absl::Status KeyShares::Validate() const {
+  if (party < 0 || party > 2) {
+    return absl::InvalidArgumentError("key shares: party index out of range");
+  }
+  if (!KnownCipher(cipher)) {
+    return absl::InvalidArgumentError("key shares: unknown cipher");
+  }
+  const size_t rk = 16 * static_cast<size_t>(NumRounds(cipher) + 1);
+  for (int k = 0; k < 2; ++k) {
+    if (round_keys[k].size() != rk) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key shares: round key share has ", round_keys[k].size(),
+          " bytes, want ", rk));
+    }
+    if (h_powers[k].size() != 16 * static_cast<size_t>(kStoredHPowers)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key shares: H power share has ", h_powers[k].size(),
+          " bytes, want ", 16 * kStoredHPowers));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint8_t> KeyShares::Serialize() const {
+  std::vector<uint8_t> out;
+  out.reserve(kHeader + 2 * round_keys[0].size() + 2 * h_powers[0].size());
+  out.insert(out.end(), kMagic, kMagic + 6);
+  out.push_back(kVersion);
+  out.push_back(static_cast<uint8_t>(party));
+  out.push_back(static_cast<uint8_t>(cipher));
+  out.push_back(static_cast<uint8_t>(kStoredHPowers >> 8));
+  out.push_back(static_cast<uint8_t>(kStoredHPowers & 0xff));
+  out.insert(out.end(), deal_id.begin(), deal_id.end());
+  for (int k = 0; k < 2; ++k) {
+    out.insert(out.end(), round_keys[k].begin(), round_keys[k].end());
+  }
+  for (int k = 0; k < 2; ++k) {
+    out.insert(out.end(), h_powers[k].begin(), h_powers[k].end());
+  }
+  return out;
+}
+
+absl::StatusOr<KeyShares> KeyShares::Parse(absl::Span<const uint8_t> b) {
+  if (b.size() < kHeader) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key shares: ", b.size(), " bytes is shorter than the ",
+                     kHeader, "-byte header"));
+  }
+  if (std::memcmp(b.data(), kMagic, 6) != 0) {
+    return absl::InvalidArgumentError("key shares: bad magic");
+  }
+  if (b[6] != kVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key shares: unsupported version ", b[6]));
+  }
+  KeyShares ks;
+  if (b[7] > 2) {
+    return absl::InvalidArgumentError("key shares: party index out of range");
+  }
+  ks.party = b[7];
+  ks.cipher = static_cast<Cipher>(b[8]);
+  if (!KnownCipher(ks.cipher)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key shares: unknown cipher ", b[8]));
+  }
+  const size_t hp = (static_cast<size_t>(b[9]) << 8) | b[10];
+  if (hp != static_cast<size_t>(kStoredHPowers)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key shares: ", hp, " H powers, want ", kStoredHPowers));
+  }
+  std::memcpy(ks.deal_id.data(), b.data() + 11, 16);
+  const size_t rk = 16 * static_cast<size_t>(NumRounds(ks.cipher) + 1);
+  const size_t want = kHeader + 2 * rk + 2 * 16 * hp;
+  if (b.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key shares: ", b.size(), " bytes, want ", want));
+  }
+  const uint8_t* p = b.data() + kHeader;
+  for (int k = 0; k < 2; ++k, p += rk) ks.round_keys[k].assign(p, p + rk);
+  for (int k = 0; k < 2; ++k, p += 16 * hp) {
+    ks.h_powers[k].assign(p, p + 16 * hp);
+  }
+  return ks;
+}
+
+absl::StatusOr<std::array<KeyShares, 3>> DealKey(
+    Cipher cipher, absl::Span<const uint8_t> key) {
+  if (!KnownCipher(cipher)) {
+    return absl::InvalidArgumentError("DealKey: unknown cipher");
+  }
+  if (key.size() != KeyBytes(cipher)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DealKey: key has ", key.size(), " bytes, cipher needs ",
+                     KeyBytes(cipher)));
+  }
+  absl::StatusOr<std::vector<uint8_t>> rk = aes::ExpandKey(key);
+  if (!rk.ok()) return rk.status();
+  std::vector<uint8_t> powers(16 * kStoredHPowers);
+  uint8_t h[16];
+  absl::Status st = EncryptZeroBlock(key, h);
+  if (!st.ok()) {
+    share::Wipe(*rk);
+    return st;
+  }
+  std::memcpy(powers.data(), h, 16);
+  for (int i = 1; i < kStoredHPowers; ++i) {
+    protocol::GfMul(powers.data() + 16 * (i - 1), h, powers.data() + 16 * i);
+  }
+  share::Wipe(h, sizeof h);
+  absl::StatusOr<std::array<share::View, 3>> rk_views = share::Deal(*rk);
+  absl::StatusOr<std::array<share::View, 3>> hp_views = share::Deal(powers);
+  share::Wipe(*rk);
+  share::Wipe(powers);
+  if (!rk_views.ok()) return rk_views.status();
+  if (!hp_views.ok()) return hp_views.status();
+  std::array<uint8_t, 16> deal_id;
+  st = share::RandomBytes(absl::MakeSpan(deal_id));
+  if (!st.ok()) return st;
+  std::array<KeyShares, 3> out;
+  for (int i = 0; i < 3; ++i) {
+    out[i].party = i;
+    out[i].cipher = cipher;
+    out[i].deal_id = deal_id;
+    for (int k = 0; k < 2; ++k) {
+      out[i].round_keys[k] = std::move((*rk_views)[i].comp[k]);
+      out[i].h_powers[k] = std::move((*hp_views)[i].comp[k]);
+    }
+  }
+  return out;
+}
+
+EncryptState::~EncryptState() {
+  for (auto& m : mask) share::Wipe(m.data(), m.size());
+  for (auto& v : h_powers) share::Wipe(v);
+}
+
+}  // namespace kmpc::engine

@@ -1,0 +1,81 @@
+#include "protocol/rep3.h"
+
+#include <vector>
+
+#include "protocol/gf128.h"
+#include "share/replicated.h"
+
+namespace kmpc::protocol {
+
+absl::Status Rep3::And(absl::Span<const uint64_t> x0,
+                       absl::Span<const uint64_t> x1,
+                       absl::Span<const uint64_t> y0,
+                       absl::Span<const uint64_t> y1, absl::Span<uint64_t> z0,
+                       absl::Span<uint64_t> z1) {
+  const size_t n = x0.size();
+  if (x1.size() != n || y0.size() != n || y1.size() != n || z0.size() != n ||
+      z1.size() != n) {
+    return absl::InvalidArgumentError("And: operand sizes differ");
+  }
+  std::vector<uint64_t> t(n);
+  prss_.ZeroShare(reinterpret_cast<uint8_t*>(t.data()), n * 8);
+  for (size_t j = 0; j < n; ++j) {
+    t[j] ^= (x0[j] & y0[j]) ^ (x0[j] & y1[j]) ^ (x1[j] & y0[j]);
+  }
+  std::vector<uint64_t> r(n);
+  absl::Status st = channel_.Exchange(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(t.data()), n * 8),
+      absl::MakeSpan(reinterpret_cast<uint8_t*>(r.data()), n * 8));
+  if (!st.ok()) return st;
+  for (size_t j = 0; j < n; ++j) {
+    z0[j] = t[j];
+    z1[j] = r[j];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Rep3::GfMul(absl::Span<const uint8_t> x0,
+                         absl::Span<const uint8_t> x1,
+                         absl::Span<const uint8_t> y0,
+                         absl::Span<const uint8_t> y1, absl::Span<uint8_t> z0,
+                         absl::Span<uint8_t> z1) {
+  const size_t nb = x0.size();
+  if (nb % 16 != 0 || x1.size() != nb || y0.size() != nb ||
+      y1.size() != nb || z0.size() != nb || z1.size() != nb) {
+    return absl::InvalidArgumentError("GfMul: operand sizes differ");
+  }
+  std::vector<uint8_t> t(nb);
+  prss_.ZeroShare(t.data(), nb);
+  for (size_t j = 0; j < nb; j += 16) {
+    // x_i*y_i ^ x_i*y_{i+1} ^ x_{i+1}*y_i = x_i*(y_i ^ y_{i+1}) ^ x_{i+1}*y_i
+    uint8_t ysum[16], p[16], q[16];
+    for (int k = 0; k < 16; ++k) ysum[k] = y0[j + k] ^ y1[j + k];
+    protocol::GfMul(x0.data() + j, ysum, p);
+    protocol::GfMul(x1.data() + j, y0.data() + j, q);
+    for (int k = 0; k < 16; ++k) t[j + k] ^= p[k] ^ q[k];
+    share::Wipe(ysum, 16);
+    share::Wipe(p, 16);
+    share::Wipe(q, 16);
+  }
+  absl::Status st = channel_.Exchange(t, z1);
+  if (st.ok()) std::copy(t.begin(), t.end(), z0.begin());
+  share::Wipe(t);
+  return st;
+}
+
+absl::Status Rep3::Reveal(absl::Span<const uint8_t> c0,
+                          absl::Span<const uint8_t> c1,
+                          absl::Span<uint8_t> out) {
+  const size_t n = c0.size();
+  if (c1.size() != n || out.size() != n) {
+    return absl::InvalidArgumentError("Reveal: operand sizes differ");
+  }
+  // Party i-1 lacks s_{i+1} = our component 1; we lack s_{i+2}.
+  std::vector<uint8_t> missing(n);
+  absl::Status st = channel_.Exchange(c1, absl::MakeSpan(missing));
+  if (!st.ok()) return st;
+  for (size_t j = 0; j < n; ++j) out[j] = c0[j] ^ c1[j] ^ missing[j];
+  return absl::OkStatus();
+}
+
+}  // namespace kmpc::protocol
