@@ -9,6 +9,7 @@
 """
 import json
 import os
+import re
 import secrets
 import subprocess
 
@@ -280,3 +281,66 @@ def test_checksums_both_directions(tool, enctype, length):
     bad = mine[:-1] + bytes([mine[-1] ^ 0x40])
     assert tool("verify", enctype, key.hex(), usage, data.hex(), bad.hex()).strip() == "invalid"
     assert tool("verify", enctype, key.hex(), usage ^ 1, data.hex(), mine.hex()).strip() == "invalid"
+
+
+# --- configuration and the KDC database ------------------------------------------
+
+def _permitted(tool_path, tmp_path, relations):
+    conf = tmp_path / "krb5.conf"
+    conf.write_text("[libdefaults]\n" + "".join(f"    {r}\n" for r in relations))
+    p = subprocess.run([tool_path, "permitted"], capture_output=True, text=True,
+                       env={**os.environ, "KRB5_CONFIG": str(conf)}, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return [int(x) for x in p.stdout.split()]
+
+
+def test_enctype_lists_in_krb5_conf(tool, tmp_path):
+    path = kmpc_paths.t_ctr_mpc()
+    # Never part of DEFAULT or of a family name, even with weak crypto allowed.
+    got = _permitted(path, tmp_path, ["allow_weak_crypto = true",
+                                      "permitted_enctypes = DEFAULT aes camellia des3 rc4"])
+    assert 17 in got and 18 in got
+    assert -29001 not in got and -29002 not in got
+    # By name they are usable, in the configured order, and removable.
+    got = _permitted(path, tmp_path, [
+        "permitted_enctypes = aes256-ctr-mpc aes128-ctr-mpc aes256-cts-hmac-sha1-96"])
+    assert got == [-29002, -29001, 18]
+    got = _permitted(path, tmp_path, [
+        "permitted_enctypes = DEFAULT +aes128-ctr-mpc -aes128-cts-hmac-sha1-96"])
+    assert got[-1] == -29001 and 17 not in got and -29002 not in got
+
+
+def _keytab_keys(realm, keytab):
+    out = realm.run(["klist", "-k", "-K", "-e", keytab])
+    keys = {}
+    for m in re.finditer(r"\S+@\S+ \((\S+)\)\s+\(0x([0-9a-f]+)\)", out):
+        keys[m.group(1)] = m.group(2)
+    return keys, out
+
+
+def test_kadmin_creates_ctr_mpc_keys_equal_to_aes_cts(realm_factory, tmp_path):
+    """kadmin keeps a ctr-mpc key beside the aes-cts key of the same size
+    (the enctypes are not 'similar'), and both come out of string-to-key
+    with the same bytes, so existing AES keys can move into the cluster."""
+    enctypes = ["aes256-cts-hmac-sha1-96", "aes256-ctr-mpc",
+                "aes128-cts-hmac-sha1-96", "aes128-ctr-mpc"]
+    realm = realm_factory(enctypes=enctypes)
+    pw = "pw-" + secrets.token_hex(8)
+    realm.addprinc("carol", pw, enctypes=enctypes)
+    out = realm.kadmin_local("getprinc carol")
+    for e in enctypes:
+        assert f", {e}" in out, out
+    kt = str(tmp_path / "carol.keytab")
+    realm.extract_keytab("carol", kt)
+    keys, out = _keytab_keys(realm, kt)
+    assert set(keys) == set(enctypes), out
+    assert keys["aes256-ctr-mpc"] == keys["aes256-cts-hmac-sha1-96"]
+    assert keys["aes128-ctr-mpc"] == keys["aes128-cts-hmac-sha1-96"]
+    # And they are the reference's RFC 3962 keys for the default salt.
+    salt = (realm.realm + "carol").encode()
+    assert keys["aes256-ctr-mpc"] == ref.string_to_key("aes256-ctr-mpc", pw.encode(), salt).hex()
+    assert keys["aes128-ctr-mpc"] == ref.string_to_key("aes128-ctr-mpc", pw.encode(), salt).hex()
+    # A random key of each enctype too ("-e aes256-ctr-mpc:normal -randkey").
+    realm.addprinc("svc/host", None, enctypes=["aes256-ctr-mpc", "aes128-ctr-mpc"])
+    out = realm.kadmin_local("getprinc svc/host")
+    assert ", aes256-ctr-mpc" in out and ", aes128-ctr-mpc" in out, out

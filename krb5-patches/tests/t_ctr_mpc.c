@@ -8,6 +8,8 @@
  *   t_ctr_mpc tamper                 bit flips, counter ranges, key sizes
  *   t_ctr_mpc api                    names, lengths, similarity, s2k/PRF
  *                                    equality with aes-cts, checksum pairing
+ *   t_ctr_mpc permitted              print the permitted enctypes of the
+ *                                    profile (KRB5_CONFIG), one a line
  *   t_ctr_mpc encrypt ENCTYPE KEYHEX USAGE PLAINHEX        (krb5_c_encrypt)
  *   t_ctr_mpc encrypt-iov ENCTYPE KEYHEX USAGE PLAINHEX    (krb5_c_encrypt_iov,
  *                                    data split over two DATA buffers)
@@ -1356,6 +1358,23 @@ run_api(void)
     return 0;
 }
 
+/* Print the permitted enctypes of the profile in KRB5_CONFIG, one number a
+ * line (to check how enctype lists in krb5.conf expand). */
+static int
+run_permitted(void)
+{
+    krb5_error_code ret;
+    krb5_enctype *list = NULL, *e;
+
+    ret = krb5_get_permitted_enctypes(ctx, &list);
+    if (ret)
+        die_code(ret, "krb5_get_permitted_enctypes");
+    for (e = list; *e; e++)
+        printf("%d\n", (int)*e);
+    krb5_free_enctypes(ctx, list);
+    return 0;
+}
+
 /*** single operations for the Python cross-check ***/
 
 static int
@@ -1420,7 +1439,8 @@ run_op(int argc, char **argv)
 static void
 usage_exit(void)
 {
-    fprintf(stderr, "usage: t_ctr_mpc vectors FILE.json | tamper | api |\n"
+    fprintf(stderr, "usage: t_ctr_mpc vectors FILE.json | tamper | api | "
+            "permitted |\n"
             "       t_ctr_mpc encrypt|encrypt-iov|decrypt|checksum ENCTYPE "
             "KEYHEX USAGE HEX |\n"
             "       t_ctr_mpc verify ENCTYPE KEYHEX USAGE DATAHEX CKSUMHEX\n");
@@ -1446,6 +1466,8 @@ main(int argc, char **argv)
         status = run_tamper();
     else if (strcmp(argv[1], "api") == 0 && argc == 2)
         status = run_api();
+    else if (strcmp(argv[1], "permitted") == 0 && argc == 2)
+        status = run_permitted();
     else if ((status = run_op(argc, argv)) < 0)
         usage_exit();
     krb5_free_context(ctx);
