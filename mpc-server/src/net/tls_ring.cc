@@ -43,6 +43,7 @@ void TlsRingChannel::Reset() {
   outbuf_.clear();
   outpos_ = 0;
   up_ = false;
+  ++generation_;
 }
 
 absl::Status TlsRingChannel::Fail(absl::Status st) {
@@ -59,14 +60,21 @@ void TlsRingChannel::OfferIncoming(std::unique_ptr<TlsConn> conn) {
 
 void TlsRingChannel::AdoptIncoming() {
   std::lock_guard<std::mutex> lock(incoming_mu_);
-  if (incoming_ != nullptr) in_ = std::move(incoming_);
+  if (incoming_ != nullptr) {
+    in_ = std::move(incoming_);
+    ++generation_;
+  }
 }
 
 absl::Status TlsRingChannel::Connect(absl::Time deadline) {
   AdoptIncoming();
   // A neighbour that dropped its end re-dials; do not read its stale side.
-  if (in_ != nullptr && in_->PeerClosed()) in_.reset();
+  if (in_ != nullptr && in_->PeerClosed()) {
+    in_.reset();
+    ++generation_;
+  }
   if (out_ != nullptr && out_->PeerGone()) {
+    ++generation_;
     out_.reset();
     outbuf_.clear();
     outpos_ = 0;
@@ -85,6 +93,7 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
       absl::Status st = (*conn)->WriteAll(hello, kHelloSize, attempt);
       if (st.ok()) {
         out_ = std::move(*conn);
+        ++generation_;
         break;
       }
       last = st;

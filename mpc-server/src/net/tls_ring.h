@@ -70,6 +70,9 @@ class TlsRingChannel final : public RingChannel {
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
   uint64_t steps_sent() const { return steps_sent_.load(); }
   bool connected() const;
+  // Changes whenever a connection is dropped or replaced: the PRSS keys
+  // exchanged over the old connections are then stale.
+  uint64_t generation() const { return generation_; }
   // True if the inbound connection has bytes waiting (non-leader idle loop).
   bool InboundReadable(absl::Duration wait);
 
@@ -100,6 +103,7 @@ class TlsRingChannel final : public RingChannel {
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> steps_sent_{0};
   std::atomic<bool> up_{false};
+  uint64_t generation_ = 0;
 };
 
 class TlsRing {

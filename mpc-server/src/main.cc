@@ -1,0 +1,164 @@
+// kmpc-mpc-server: one of the three MPC servers.
+//
+//   kmpc-mpc-server --party=0 --listen=127.0.0.1:7000 \
+//     --ring_listen=127.0.0.1:7100 --ring_prev=127.0.0.1:7102 \
+//     --cert=party-0.pem --key=party-0.key --ca=ca.pem --store_dir=/var/lib/kmpc
+//
+// Party i dials party i-1's ring address (--ring_prev) and accepts party
+// i+1. Logs "listening on <addr>" once gRPC serves (tests wait for it).
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+#include <openssl/crypto.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "net/log.h"
+#include "net/tls_ring.h"
+#include "service/metrics.h"
+#include "service/scheduler.h"
+#include "service/services.h"
+#include "store/share_store.h"
+
+ABSL_FLAG(int, party, -1, "this server's party index: 0, 1 or 2");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7000", "gRPC listen address host:port");
+ABSL_FLAG(std::string, ring_listen, "127.0.0.1:7100",
+          "ring listen address (party i+1 connects here)");
+ABSL_FLAG(std::string, ring_prev, "",
+          "ring address of party i-1 (this server connects there)");
+ABSL_FLAG(std::string, cert, "", "PEM certificate (CN kmpc-party-<i>)");
+ABSL_FLAG(std::string, key, "", "PEM private key");
+ABSL_FLAG(std::string, ca, "", "PEM CA certificate trusted for peers and clients");
+ABSL_FLAG(std::string, store_dir, "", "directory of the LMDB share store");
+ABSL_FLAG(int, workers, 2, "worker threads, each with its own ring connections");
+ABSL_FLAG(int, v, 0, "verbose logging level");
+ABSL_FLAG(int, ring_timeout_ms, 5000,
+          "deadline for one ring receive; a dead peer fails a batch after this");
+ABSL_FLAG(int, schedule_timeout_ms, 5000,
+          "how long a batch may wait to be scheduled on the ring");
+ABSL_FLAG(int, peer_batch_wait_ms, 2000,
+          "how long a follower waits for its copy of a batch party 0 proposed");
+ABSL_FLAG(std::string, keyops_clients, "kmpc-kdc",
+          "comma-separated certificate CNs allowed to call KeyOps");
+ABSL_FLAG(std::string, admin_clients, "kmpc-admin",
+          "comma-separated certificate CNs allowed to call Admin");
+ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted (MiB)");
+ABSL_FLAG(int, chunk_lanes, 0, "engine pipeline chunk (lanes); 0 = default");
+
+namespace {
+
+std::string ReadFile(const std::string& path, bool* ok) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *ok = f.good() || f.eof();
+  return ss.str();
+}
+
+int Fail(const std::string& msg) {
+  KMPC_LOG(ERROR) << msg;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("kmpc MPC server (one of three parties)");
+  absl::ParseCommandLine(argc, argv);
+  kmpc::log::g_verbosity = absl::GetFlag(FLAGS_v);
+  const int party = absl::GetFlag(FLAGS_party);
+  if (party < 0 || party > 2) return Fail("--party must be 0, 1 or 2");
+  for (const auto* f : {&FLAGS_cert, &FLAGS_key, &FLAGS_ca, &FLAGS_store_dir,
+                        &FLAGS_ring_prev})
+    if (absl::GetFlag(*f).empty())
+      return Fail("--cert, --key, --ca, --store_dir and --ring_prev are required");
+
+  // Block the stop signals before any thread starts; one thread waits.
+  sigset_t stop_set;
+  sigemptyset(&stop_set);
+  sigaddset(&stop_set, SIGTERM);
+  sigaddset(&stop_set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto store = kmpc::store::ShareStore::Open(absl::GetFlag(FLAGS_store_dir));
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+
+  kmpc::net::TlsRingOptions ropt;
+  ropt.party = party;
+  ropt.workers = absl::GetFlag(FLAGS_workers);
+  ropt.listen_addr = absl::GetFlag(FLAGS_ring_listen);
+  ropt.prev_addr = absl::GetFlag(FLAGS_ring_prev);
+  ropt.tls = {absl::GetFlag(FLAGS_cert), absl::GetFlag(FLAGS_key),
+              absl::GetFlag(FLAGS_ca)};
+  ropt.recv_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_ring_timeout_ms));
+  auto ring = kmpc::net::TlsRing::Start(ropt);
+  if (!ring.ok()) return Fail(std::string(ring.status().message()));
+
+  kmpc::service::KeyCache keys(store->get(), party);
+  kmpc::service::SchedulerOptions sopt;
+  sopt.schedule_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_schedule_timeout_ms));
+  sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
+  if (absl::GetFlag(FLAGS_chunk_lanes) > 0)
+    sopt.engine.chunk_lanes = absl::GetFlag(FLAGS_chunk_lanes);
+  kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
+  kmpc::service::Metrics metrics;
+
+  kmpc::service::ServiceOptions svc;
+  svc.party = party;
+  svc.keyops_clients = absl::StrSplit(absl::GetFlag(FLAGS_keyops_clients), ',',
+                                      absl::SkipEmpty());
+  svc.admin_clients = absl::StrSplit(absl::GetFlag(FLAGS_admin_clients), ',',
+                                     absl::SkipEmpty());
+  kmpc::service::KeyOpsService keyops(svc, &keys, &scheduler, &metrics);
+  kmpc::service::AdminService admin(svc, store->get(), &keys, &scheduler,
+                                    &metrics);
+
+  bool ok1, ok2, ok3;
+  grpc::SslServerCredentialsOptions sslopt(
+      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  sslopt.pem_root_certs = ReadFile(absl::GetFlag(FLAGS_ca), &ok1);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  pair.private_key = ReadFile(absl::GetFlag(FLAGS_key), &ok2);
+  pair.cert_chain = ReadFile(absl::GetFlag(FLAGS_cert), &ok3);
+  if (!ok1 || !ok2 || !ok3 || sslopt.pem_root_certs.empty() ||
+      pair.private_key.empty() || pair.cert_chain.empty())
+    return Fail("cannot read --ca, --key or --cert");
+  sslopt.pem_key_cert_pairs.push_back(pair);
+  OPENSSL_cleanse(pair.private_key.data(), pair.private_key.size());
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
+                           grpc::SslServerCredentials(sslopt), &port);
+  for (auto& k : sslopt.pem_key_cert_pairs)
+    OPENSSL_cleanse(k.private_key.data(), k.private_key.size());
+  const int max_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
+  builder.RegisterService(&keyops);
+  builder.RegisterService(&admin);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0)
+    return Fail("cannot serve gRPC on " + absl::GetFlag(FLAGS_listen));
+  scheduler.Start();
+  KMPC_LOG(INFO) << "party " << party << " listening on "
+                 << absl::GetFlag(FLAGS_listen) << " (port " << port
+                 << "), ring on " << ropt.listen_addr << " -> "
+                 << ropt.prev_addr << ", " << ropt.workers << " workers";
+
+  int sig = 0;
+  sigwait(&stop_set, &sig);
+  KMPC_LOG(INFO) << "signal " << sig << ": shutting down";
+  scheduler.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}

@@ -1,0 +1,378 @@
+#include "service/scheduler.h"
+
+#include <openssl/rand.h>
+
+#include <cstring>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "net/log.h"
+
+namespace kmpc::service {
+namespace {
+
+// Control message (24 bytes):
+//   0 type (kPropose / kCommit)   1 kind   2 status   3 status party
+//   4 flags (bit 0: need / new PRSS session; bit 1: go, COMMIT only)
+//   5..7 zero   8..23 batch id
+enum : uint8_t { kPropose = 1, kCommit = 2 };
+enum : uint8_t { kStatusOk = 0, kStatusMissing = 1 };
+enum : uint8_t { kFlagSession = 1, kFlagGo = 2 };
+constexpr size_t kControlSize = 8 + kBatchIdSize;
+
+struct Control {
+  uint8_t type = 0;
+  BatchKind kind = BatchKind::kRun;
+  uint8_t status = kStatusOk;
+  uint8_t status_party = 0;
+  uint8_t flags = 0;
+  BatchId id{};
+};
+
+std::vector<uint8_t> Encode(const Control& c) {
+  std::vector<uint8_t> out(kControlSize, 0);
+  out[0] = c.type;
+  out[1] = static_cast<uint8_t>(c.kind);
+  out[2] = c.status;
+  out[3] = c.status_party;
+  out[4] = c.flags;
+  std::memcpy(out.data() + 8, c.id.data(), kBatchIdSize);
+  return out;
+}
+
+absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
+  if (in.size() != kControlSize)
+    return absl::DataLossError("ring: malformed scheduling message (size)");
+  Control c;
+  c.type = in[0];
+  c.status = in[2];
+  c.status_party = in[3];
+  c.flags = in[4];
+  if ((c.type != kPropose && c.type != kCommit) || (in[1] != 1 && in[1] != 2) ||
+      c.status > kStatusMissing || c.status_party > 2 || (c.flags & ~3) != 0 ||
+      in[5] != 0 || in[6] != 0 || in[7] != 0)
+    return absl::DataLossError("ring: malformed scheduling message");
+  c.kind = static_cast<BatchKind>(in[1]);
+  std::memcpy(c.id.data(), in.data() + 8, kBatchIdSize);
+  return c;
+}
+
+std::string Key(BatchKind kind, const BatchId& id) {
+  std::string k(1, static_cast<char>(kind));
+  k.append(reinterpret_cast<const char*>(id.data()), id.size());
+  return k;
+}
+
+std::string IdHex(const BatchId& id) {
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(id.data()), id.size()));
+}
+
+}  // namespace
+
+struct Scheduler::Work {
+  BatchKind kind;
+  BatchId id;
+  std::vector<engine::Job> jobs;
+  absl::Time arrived;
+  absl::Time claimed_at;
+  bool claimed = false;
+  bool done = false;
+  BatchOutcome outcome;
+};
+
+struct Scheduler::Session {
+  std::unique_ptr<engine::Engine> engine;
+  uint64_t generation = 0;
+  bool Usable(const net::TlsRingChannel& ch) const {
+    return engine != nullptr && generation == ch.generation();
+  }
+};
+
+Scheduler::Scheduler(net::TlsRing* ring, engine::KeyLookup lookup,
+                     SchedulerOptions options)
+    : ring_(ring), lookup_(std::move(lookup)), options_(options) {}
+
+Scheduler::~Scheduler() { Stop(); }
+
+void Scheduler::Start() {
+  for (int w = 0; w < ring_->workers(); ++w) {
+    if (party() == 0)
+      threads_.emplace_back([this, w] { LeaderLoop(w); });
+    else
+      threads_.emplace_back([this, w] { FollowerLoop(w); });
+  }
+}
+
+void Scheduler::Stop() {
+  stopping_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    cv_.SignalAll();
+  }
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+BatchOutcome Scheduler::Submit(BatchKind kind, const BatchId& id,
+                               std::vector<engine::Job> jobs) {
+  auto work = std::make_shared<Work>();
+  work->kind = kind;
+  work->id = id;
+  work->jobs = std::move(jobs);
+  work->arrived = absl::Now();
+  const std::string key = Key(kind, id);
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    work->outcome.status = absl::UnavailableError("server is shutting down");
+    return std::move(work->outcome);
+  }
+  if (pending_.count(key) != 0) {
+    work->outcome.status = absl::AlreadyExistsError(absl::StrCat(
+        "batch ", IdHex(id), " is already waiting on this server"));
+    return std::move(work->outcome);
+  }
+  pending_[key] = work;
+  if (party() == 0) queue_.push_back(work);
+  cv_.SignalAll();
+  const absl::Time deadline = work->arrived + options_.schedule_timeout;
+  while (!work->claimed && !work->done) {
+    if (cv_.WaitWithDeadline(&mu_, deadline) && !work->claimed && !work->done) {
+      auto it = pending_.find(key);
+      if (it != pending_.end() && it->second == work) pending_.erase(it);
+      for (auto q = queue_.begin(); q != queue_.end(); ++q)
+        if (*q == work) {
+          queue_.erase(q);
+          break;
+        }
+      work->outcome.status = absl::UnavailableError(absl::StrCat(
+          "batch was not scheduled on the ring within ",
+          absl::FormatDuration(options_.schedule_timeout),
+          " (a peer server is down, or did not receive the batch)"));
+      return std::move(work->outcome);
+    }
+  }
+  while (!work->done) cv_.Wait(&mu_);
+  return std::move(work->outcome);
+}
+
+std::shared_ptr<Scheduler::Work> Scheduler::Claim(BatchKind kind,
+                                                  const BatchId& id,
+                                                  absl::Time deadline) {
+  const std::string key = Key(kind, id);
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    auto it = pending_.find(key);
+    if (it != pending_.end()) {
+      std::shared_ptr<Work> w = it->second;
+      pending_.erase(it);
+      w->claimed = true;
+      w->claimed_at = absl::Now();
+      cv_.SignalAll();
+      return w;
+    }
+    if (stopping_ || cv_.WaitWithDeadline(&mu_, deadline)) {
+      if (absl::Now() >= deadline || stopping_) return nullptr;
+    }
+  }
+}
+
+void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) work->outcome.status = status;
+  work->outcome.queue_time = work->claimed_at - work->arrived;
+  work->outcome.run_time = absl::Now() - work->claimed_at;
+  work->done = true;
+  cv_.SignalAll();
+}
+
+absl::Status Scheduler::RunOnRing(net::TlsRingChannel& ch, Session& session,
+                                  uint32_t seq, bool new_session, Work& work) {
+  const uint64_t bytes0 = ch.bytes_sent(), msgs0 = ch.steps_sent();
+  ch.BeginBatch(seq);
+  if (new_session) {
+    session.engine.reset();
+    auto eng = engine::Engine::Create(ch, options_.engine);
+    if (!eng.ok()) {
+      ch.Reset();
+      return eng.status();
+    }
+    session.engine = std::move(*eng);
+    session.generation = ch.generation();
+  } else if (!session.Usable(ch)) {
+    ch.Reset();
+    return absl::InternalError("ring: no PRSS session and none was agreed");
+  }
+  auto res = session.engine->RunBatch(seq, work.jobs, lookup_);
+  absl::Status flushed = res.ok() ? ch.Flush(absl::Now() + ring_->options().recv_timeout)
+                                  : absl::OkStatus();
+  work.outcome.ring_bytes = ch.bytes_sent() - bytes0;
+  work.outcome.ring_messages = ch.steps_sent() - msgs0;
+  if (!res.ok() || !flushed.ok()) {
+    ch.Reset();
+    session.engine.reset();
+    return res.ok() ? flushed : res.status();
+  }
+  work.outcome.result = std::move(*res);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::LeadBatch(net::TlsRingChannel& ch, Session& session,
+                                  uint32_t seq, Work& work) {
+  const auto& ropt = ring_->options();
+  if (absl::Status st = ch.Connect(absl::Now() + options_.connect_timeout);
+      !st.ok())
+    return absl::UnavailableError(st.message());
+  Control propose;
+  propose.type = kPropose;
+  propose.kind = work.kind;
+  propose.id = work.id;
+  propose.flags = session.Usable(ch) ? 0 : kFlagSession;
+  if (absl::Status st = ch.SendControl(seq, Encode(propose)); !st.ok()) return st;
+  uint32_t rseq = 0;
+  auto reply = ch.RecvControl(
+      &rseq, absl::Now() + options_.peer_batch_wait + ropt.recv_timeout);
+  if (!reply.ok()) return reply.status();
+  auto back = Decode(*reply);
+  if (back.ok() && (back->type != kPropose || rseq != seq ||
+                    back->id != work.id || back->kind != work.kind))
+    back = absl::DataLossError("ring: scheduling message for another batch");
+  if (!back.ok()) {
+    ch.Reset();
+    return back.status();
+  }
+  Control commit = *back;
+  commit.type = kCommit;
+  commit.flags = (propose.flags | back->flags) & kFlagSession;
+  const bool go = back->status == kStatusOk;
+  if (go) commit.flags |= kFlagGo;
+  if (absl::Status st = ch.SendControl(seq, Encode(commit)); !st.ok()) return st;
+  if (!go)
+    return absl::UnavailableError(absl::StrCat(
+        "party ", int{back->status_party},
+        " did not receive this batch from the client in time"));
+  return RunOnRing(ch, session, seq, (commit.flags & kFlagSession) != 0, work);
+}
+
+void Scheduler::LeaderLoop(int worker) {
+  net::TlsRingChannel& ch = *ring_->channel(worker);
+  Session session;
+  uint32_t seq = 0;
+  RAND_bytes(reinterpret_cast<unsigned char*>(&seq), sizeof(seq));
+  while (!stopping_) {
+    std::shared_ptr<Work> work;
+    {
+      absl::MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_)
+        cv_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+      if (stopping_) break;
+      work = queue_.front();
+      queue_.pop_front();
+      pending_.erase(Key(work->kind, work->id));
+      work->claimed = true;
+      work->claimed_at = absl::Now();
+      cv_.SignalAll();
+    }
+    absl::Status st = LeadBatch(ch, session, ++seq, *work);
+    if (!st.ok()) {
+      KMPC_LOG(WARNING) << "worker " << worker << ": batch " << IdHex(work->id)
+                        << " failed: " << st;
+      if (absl::IsUnavailable(st) || absl::IsDataLoss(st)) session.engine.reset();
+    }
+    Complete(work, st);
+  }
+  // Fail whatever is still queued.
+  absl::MutexLock lock(&mu_);
+  for (auto& w : queue_) {
+    w->claimed = w->done = true;
+    w->outcome.status = absl::UnavailableError("server is shutting down");
+  }
+  queue_.clear();
+  cv_.SignalAll();
+}
+
+void Scheduler::FollowerLoop(int worker) {
+  net::TlsRingChannel& ch = *ring_->channel(worker);
+  const auto& ropt = ring_->options();
+  const uint8_t me = static_cast<uint8_t>(party());
+  Session session;
+  absl::Time last_warn = absl::InfinitePast();
+  while (!stopping_) {
+    if (absl::Status st = ch.Connect(absl::Now() + absl::Seconds(1)); !st.ok()) {
+      if (absl::Now() - last_warn > absl::Seconds(10)) {
+        KMPC_LOG(WARNING) << "worker " << worker << ": " << st.message();
+        last_warn = absl::Now();
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+      continue;
+    }
+    if (!ch.InboundReadable(absl::Milliseconds(200))) continue;
+    uint32_t seq = 0;
+    auto msg = ch.RecvControl(&seq, absl::Now() + ropt.recv_timeout);
+    if (!msg.ok()) continue;  // the channel reset itself
+    auto prop = Decode(*msg);
+    if (prop.ok() && prop->type != kPropose)
+      prop = absl::DataLossError("ring: expected a batch proposal");
+    if (!prop.ok()) {
+      KMPC_LOG(WARNING) << "worker " << worker << ": " << prop.status();
+      ch.Reset();
+      continue;
+    }
+    Control fwd = *prop;
+    std::shared_ptr<Work> work;
+    if (fwd.status == kStatusOk) {
+      work = Claim(fwd.kind, fwd.id, absl::Now() + options_.peer_batch_wait);
+      if (work == nullptr) {
+        fwd.status = kStatusMissing;
+        fwd.status_party = me;
+      }
+    }
+    if (!session.Usable(ch)) fwd.flags |= kFlagSession;
+    absl::Status st = ch.SendControl(seq, Encode(fwd));
+    absl::StatusOr<Control> commit = absl::UnknownError("");
+    if (st.ok()) {
+      uint32_t cseq = 0;
+      auto cmsg = ch.RecvControl(
+          &cseq, absl::Now() + options_.peer_batch_wait + ropt.recv_timeout);
+      if (!cmsg.ok()) {
+        st = cmsg.status();
+      } else {
+        commit = Decode(*cmsg);
+        if (commit.ok() && (commit->type != kCommit || cseq != seq ||
+                            commit->id != fwd.id || commit->kind != fwd.kind))
+          commit = absl::DataLossError("ring: commit for another batch");
+        if (!commit.ok()) {
+          st = commit.status();
+          ch.Reset();
+        }
+      }
+    }
+    // Party 2 passes the commit on to party 1; party 1's prev is the leader.
+    if (st.ok() && me == 2) st = ch.SendControl(seq, Encode(*commit));
+    if (!st.ok()) {
+      session.engine.reset();
+      if (work) Complete(work, absl::UnavailableError(st.message()));
+      continue;
+    }
+    const bool go = (commit->flags & kFlagGo) != 0;
+    if (!go) {
+      if (work)
+        Complete(work, absl::UnavailableError(absl::StrCat(
+                           "party ", int{commit->status_party},
+                           " did not receive this batch from the client in time")));
+      continue;
+    }
+    if (work == nullptr) {  // cannot happen: we would have said "missing"
+      ch.Reset();
+      continue;
+    }
+    st = RunOnRing(ch, session, seq, (commit->flags & kFlagSession) != 0, *work);
+    if (!st.ok())
+      KMPC_LOG(WARNING) << "worker " << worker << ": batch " << IdHex(work->id)
+                        << " failed: " << st;
+    Complete(work, st);
+  }
+}
+
+}  // namespace kmpc::service

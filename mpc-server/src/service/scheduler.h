@@ -1,0 +1,112 @@
+// Puts client batches on the ring: the same batch, received by all three
+// servers from the KDC, must run on the same worker with the same sequence
+// number everywhere.
+//
+// Party 0 leads. Each of its workers takes the oldest waiting batch and
+// agrees on it with the other two in two passes of small control frames
+// around the ring (0 -> 2 -> 1 -> 0, the direction every party sends in):
+//
+//   PROPOSE (kind, batch id, seq): each follower claims its own copy of the
+//     batch (waiting up to peer_batch_wait for the KDC's RPC to arrive) and
+//     adds "missing" or "needs new PRSS keys" to the message it forwards;
+//   COMMIT (go / abort, new session): 0 -> 2 -> 1. On go, all three
+//     (re)create their Engine if asked (PRSS key exchange over the fresh
+//     connections) and run Engine::RunBatch(seq, jobs), which itself compares
+//     a digest of the batch (the KDC cannot feed servers different inputs).
+//
+// Pipelining: every worker has its own ring connections and Engine, so with
+// N workers N batches are in flight; one computes while others wait on the
+// network.
+#ifndef KMPC_SERVICE_SCHEDULER_H_
+#define KMPC_SERVICE_SCHEDULER_H_
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "net/tls_ring.h"
+
+namespace kmpc::service {
+
+inline constexpr size_t kBatchIdSize = 16;
+using BatchId = std::array<uint8_t, kBatchIdSize>;
+
+enum class BatchKind : uint8_t { kRun = 1, kFinalize = 2 };
+
+struct SchedulerOptions {
+  // How long a submitted batch may wait to be scheduled on the ring.
+  absl::Duration schedule_timeout = absl::Seconds(5);
+  // How long a follower waits for its own copy of a proposed batch.
+  absl::Duration peer_batch_wait = absl::Seconds(2);
+  absl::Duration connect_timeout = absl::Seconds(3);
+  engine::EngineOptions engine;
+};
+
+struct BatchOutcome {
+  absl::Status status;
+  engine::BatchResult result;
+  uint64_t ring_bytes = 0;     // sent by this party for this batch
+  uint64_t ring_messages = 0;
+  absl::Duration queue_time;   // arrival -> claimed by a worker
+  absl::Duration run_time;     // claimed -> done
+};
+
+class Scheduler {
+ public:
+  Scheduler(net::TlsRing* ring, engine::KeyLookup lookup,
+            SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void Start();
+  void Stop();
+
+  // Runs the batch on the ring; blocks until it finished or failed.
+  // ALREADY_EXISTS if the same (kind, id) is already waiting; UNAVAILABLE if
+  // the ring could not run it (peer down, batch not received by a peer).
+  BatchOutcome Submit(BatchKind kind, const BatchId& id,
+                      std::vector<engine::Job> jobs);
+
+  bool RingUp() const { return ring_->AllConnected(); }
+  int party() const { return ring_->options().party; }
+  int workers() const { return ring_->workers(); }
+
+ private:
+  struct Work;
+  struct Session;  // one worker's Engine and the channel generation it used
+
+  void LeaderLoop(int worker);
+  void FollowerLoop(int worker);
+  absl::Status LeadBatch(net::TlsRingChannel& ch, Session& session,
+                         uint32_t seq, Work& work);
+  absl::Status RunOnRing(net::TlsRingChannel& ch, Session& session,
+                         uint32_t seq, bool new_session, Work& work);
+  std::shared_ptr<Work> Claim(BatchKind kind, const BatchId& id,
+                              absl::Time deadline);
+  void Complete(const std::shared_ptr<Work>& work, absl::Status status);
+
+  net::TlsRing* ring_;
+  engine::KeyLookup lookup_;
+  SchedulerOptions options_;
+  std::atomic<bool> stopping_{false};
+  std::vector<std::thread> threads_;
+
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::map<std::string, std::shared_ptr<Work>> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Work>> queue_ ABSL_GUARDED_BY(mu_);  // party 0
+};
+
+}  // namespace kmpc::service
+
+#endif  // KMPC_SERVICE_SCHEDULER_H_

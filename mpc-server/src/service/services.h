@@ -1,0 +1,137 @@
+// The gRPC services of one MPC server: KeyOps for the KDC, Admin for the
+// operator's tools. This is the only place absl::Status becomes grpc::Status
+// (style.md). Both services require mutual TLS; each has an allow-list of
+// client certificate identities (subject CN), checked from the call's
+// AuthContext on every RPC.
+#ifndef KMPC_SERVICE_SERVICES_H_
+#define KMPC_SERVICE_SERVICES_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "kmpc.grpc.pb.h"
+#include "service/metrics.h"
+#include "service/scheduler.h"
+#include "store/share_store.h"
+
+namespace kmpc::service {
+
+// Parsed KeyShares by key id, loaded from the store on first use and
+// dropped on PutKey/DeleteKey. Thread-safe; used by every worker's Engine.
+class KeyCache {
+ public:
+  KeyCache(store::ShareStore* store, int party) : store_(store), party_(party) {}
+  absl::StatusOr<std::shared_ptr<const engine::KeyShares>> Get(
+      absl::string_view key_id);
+  void Invalidate(absl::string_view key_id);
+  engine::KeyLookup AsLookup() {
+    return [this](absl::string_view id) { return Get(id); };
+  }
+
+ private:
+  store::ShareStore* store_;
+  int party_;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<const engine::KeyShares>> cache_
+      ABSL_GUARDED_BY(mu_);
+};
+
+struct ServiceOptions {
+  int party = 0;
+  std::vector<std::string> keyops_clients = {"kmpc-kdc"};
+  std::vector<std::string> admin_clients = {"kmpc-admin"};
+  // How long an ENCRYPT job's state waits for its FINALIZE.
+  absl::Duration encrypt_state_ttl = absl::Seconds(60);
+  size_t max_batch_jobs = 100000;
+  size_t max_pending_encrypts = 1000000;
+};
+
+// State left by ENCRYPT jobs for their FINALIZE: at most one use each.
+class EncryptStates {
+ public:
+  struct Entry {
+    std::shared_ptr<const engine::EncryptState> state;
+    uint32_t length = 0;  // plaintext bytes the ENCRYPT job was asked for
+    absl::Time created;
+  };
+  explicit EncryptStates(const ServiceOptions& o) : ttl_(o.encrypt_state_ttl),
+                                                    max_(o.max_pending_encrypts) {}
+  absl::Status Put(const std::string& key, Entry e);
+  // Removes and returns the entries for all keys, or none of them.
+  absl::StatusOr<std::vector<Entry>> TakeAll(const std::vector<std::string>& keys);
+  size_t size();
+
+ private:
+  void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration ttl_;
+  size_t max_;
+  absl::Mutex mu_;
+  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_sweep_ ABSL_GUARDED_BY(mu_);
+};
+
+class KeyOpsService final : public kmpc::v1::KeyOps::Service {
+ public:
+  KeyOpsService(const ServiceOptions& options, KeyCache* keys,
+                Scheduler* scheduler, Metrics* metrics)
+      : options_(options), keys_(keys), scheduler_(scheduler),
+        metrics_(metrics), states_(options) {}
+  grpc::Status Run(grpc::ServerContext* ctx, const kmpc::v1::RunRequest* req,
+                   kmpc::v1::RunResponse* resp) override;
+  grpc::Status Finalize(grpc::ServerContext* ctx,
+                        const kmpc::v1::FinalizeRequest* req,
+                        kmpc::v1::FinalizeResponse* resp) override;
+
+  // The request handling without gRPC (tests, fuzzing).
+  absl::Status DoRun(const kmpc::v1::RunRequest& req, kmpc::v1::RunResponse* resp);
+  absl::Status DoFinalize(const kmpc::v1::FinalizeRequest& req,
+                          kmpc::v1::FinalizeResponse* resp);
+
+ private:
+  ServiceOptions options_;
+  KeyCache* keys_;
+  Scheduler* scheduler_;
+  Metrics* metrics_;
+  EncryptStates states_;
+};
+
+class AdminService final : public kmpc::v1::Admin::Service {
+ public:
+  AdminService(const ServiceOptions& options, store::ShareStore* store,
+               KeyCache* keys, Scheduler* scheduler, service::Metrics* metrics)
+      : options_(options), store_(store), keys_(keys), scheduler_(scheduler),
+        metrics_(metrics) {}
+  grpc::Status PutKey(grpc::ServerContext* ctx, const kmpc::v1::PutKeyRequest* req,
+                      kmpc::v1::PutKeyResponse* resp) override;
+  grpc::Status DeleteKey(grpc::ServerContext* ctx,
+                         const kmpc::v1::DeleteKeyRequest* req,
+                         kmpc::v1::DeleteKeyResponse* resp) override;
+  grpc::Status ListKeys(grpc::ServerContext* ctx,
+                        const kmpc::v1::ListKeysRequest* req,
+                        kmpc::v1::ListKeysResponse* resp) override;
+  grpc::Status Health(grpc::ServerContext* ctx, const kmpc::v1::HealthRequest* req,
+                      kmpc::v1::HealthResponse* resp) override;
+  grpc::Status Metrics(grpc::ServerContext* ctx,
+                       const kmpc::v1::MetricsRequest* req,
+                       kmpc::v1::MetricsResponse* resp) override;
+
+ private:
+  absl::Status DoPutKey(const kmpc::v1::PutKeyRequest& req);
+  ServiceOptions options_;
+  store::ShareStore* store_;
+  KeyCache* keys_;
+  Scheduler* scheduler_;
+  service::Metrics* metrics_;
+};
+
+grpc::Status ToGrpcStatus(const absl::Status& st);
+
+}  // namespace kmpc::service
+
+#endif  // KMPC_SERVICE_SERVICES_H_

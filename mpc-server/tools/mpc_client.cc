@@ -1,0 +1,663 @@
+// kmpc-mpc-client: talks to the three MPC servers the way the KDC does, plus
+// the admin operations. Used by the tests and the benchmark.
+//
+//   kmpc-mpc-client --servers=H:P0,H:P1,H:P2 --certs=DIR <command> [args]
+//
+// commands
+//   put-key --key_hex=.. [--key_id_hex=..] [--kvno --label --replace]
+//       deals the key (engine::DealKey) and stores party i's view on server
+//       i; all-or-nothing: a failure removes what was stored. Prints the id.
+//   delete-key --key_id_hex=..   list-keys   health   metrics
+//   jobs            one batch from stdin, one job per line (hex arguments):
+//                     encrypt  KEYID USAGE PLAINTEXT   -> ok CTR0||C||T
+//                     keystream KEYID USAGE NBYTES     -> ok CTR0 KEYSTREAM
+//                     decrypt  KEYID USAGE CTR0||C||T  -> ok PLAINTEXT |
+//                                                         integrity_failed
+//                     checksum KEYID USAGE DATA        -> ok CTR0||TAG
+//                     verify   KEYID USAGE DATA CKSUM  -> ok | integrity_failed
+//                   encrypt runs ENCRYPT, XORs, then one FINALIZE for all.
+//                   A job error prints "error CODE MESSAGE". An RPC failure
+//                   prints "rpc_error PARTY CODE MESSAGE" and exits 3; shares
+//                   whose two copies disagree print "share_mismatch", exit 4.
+//   fuzz --count=N --seed=S   malformed requests; every one must fail with
+//                   a clean status and the servers must stay healthy.
+//   bench --blocks=N --threads=T --iters=K --cipher=aes128|aes256
+//                   ENCRYPT batches of N keystream blocks, T in flight;
+//                   prints a JSON record line prefixed "RESULT ".
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "kmpc.grpc.pb.h"
+
+ABSL_FLAG(std::string, servers, "", "gRPC addresses of parties 0,1,2");
+ABSL_FLAG(std::string, certs, "", "directory from deploy/gen-certs.sh");
+ABSL_FLAG(std::string, client, "",
+          "client certificate name in --certs (default: kdc for jobs/bench, "
+          "admin for admin commands)");
+ABSL_FLAG(std::string, key_hex, "", "put-key: the key");
+ABSL_FLAG(std::string, key_id_hex, "", "key id (32 bytes hex)");
+ABSL_FLAG(int, kvno, 1, "put-key: kvno");
+ABSL_FLAG(std::string, label, "", "put-key: label");
+ABSL_FLAG(bool, replace, false, "put-key: overwrite an existing id");
+ABSL_FLAG(int, count, 200, "fuzz: requests per kind");
+ABSL_FLAG(int, seed, 1, "fuzz: seed");
+ABSL_FLAG(int, blocks, 128, "bench: keystream blocks per batch");
+ABSL_FLAG(int, threads, 1, "bench: batches in flight");
+ABSL_FLAG(int, iters, 5, "bench: batches per thread");
+ABSL_FLAG(int, job_blocks, 1024, "bench: largest ENCRYPT job in blocks");
+ABSL_FLAG(std::string, cipher, "aes128", "bench: aes128 or aes256");
+ABSL_FLAG(int, timeout_ms, 30000, "deadline of each RPC");
+
+namespace {
+
+namespace pb = kmpc::v1;
+using Bytes = std::string;
+
+[[noreturn]] void Die(const std::string& msg, int code = 2) {
+  std::fprintf(stderr, "kmpc-mpc-client: %s\n", msg.c_str());
+  std::exit(code);
+}
+
+bool FromHex(absl::string_view hex, Bytes* out) {
+  if (hex.size() % 2 != 0) return false;
+  for (char c : hex)
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  *out = absl::HexStringToBytes(hex);
+  return true;
+}
+std::string ToHex(absl::string_view b) { return absl::BytesToHexString(b); }
+
+Bytes RandomBytes(size_t n) {
+  Bytes b(n, '\0');
+  RAND_bytes(reinterpret_cast<unsigned char*>(b.data()), n);
+  return b;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) Die("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct Cluster {
+  std::array<std::shared_ptr<grpc::Channel>, 3> channel;
+  std::array<std::unique_ptr<pb::KeyOps::Stub>, 3> keyops;
+  std::array<std::unique_ptr<pb::Admin::Stub>, 3> admin;
+};
+
+Cluster Connect(const std::string& default_client) {
+  std::vector<std::string> servers =
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',');
+  if (servers.size() != 3) Die("--servers needs three addresses");
+  std::string dir = absl::GetFlag(FLAGS_certs);
+  if (dir.empty()) Die("--certs is required");
+  std::string name = absl::GetFlag(FLAGS_client);
+  if (name.empty()) name = default_client;
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ReadFile(dir + "/ca.pem");
+  o.pem_private_key = ReadFile(dir + "/" + name + ".key");
+  o.pem_cert_chain = ReadFile(dir + "/" + name + ".pem");
+  auto creds = grpc::SslCredentials(o);
+  OPENSSL_cleanse(o.pem_private_key.data(), o.pem_private_key.size());
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  Cluster c;
+  for (int i = 0; i < 3; ++i) {
+    c.channel[i] = grpc::CreateCustomChannel(servers[i], creds, args);
+    c.keyops[i] = pb::KeyOps::NewStub(c.channel[i]);
+    c.admin[i] = pb::Admin::NewStub(c.channel[i]);
+  }
+  return c;
+}
+
+void SetDeadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+}
+
+// Runs f(i) for the three servers in parallel.
+template <typename F>
+std::array<grpc::Status, 3> OnAll(F f) {
+  std::array<std::future<grpc::Status>, 3> fs;
+  for (int i = 0; i < 3; ++i) fs[i] = std::async(std::launch::async, f, i);
+  std::array<grpc::Status, 3> st;
+  for (int i = 0; i < 3; ++i) st[i] = fs[i].get();
+  return st;
+}
+
+void CheckRpcs(const std::array<grpc::Status, 3>& st) {
+  for (int i = 0; i < 3; ++i)
+    if (!st[i].ok()) {
+      std::printf("rpc_error %d %d %s\n", i, st[i].error_code(),
+                  st[i].error_message().c_str());
+      std::fflush(stdout);
+      std::exit(3);
+    }
+}
+
+// XOR of the three servers' shares, checking both copies of each share.
+bool Combine(const std::array<const pb::SharePair*, 3>& s, Bytes* out) {
+  for (int i = 0; i < 3; ++i)
+    if (s[i]->second() != s[(i + 1) % 3]->first()) return false;
+  Bytes v = s[0]->first();
+  if (s[1]->first().size() != v.size() || s[2]->first().size() != v.size())
+    return false;
+  for (size_t k = 0; k < v.size(); ++k) v[k] ^= s[1]->first()[k] ^ s[2]->first()[k];
+  *out = std::move(v);
+  return true;
+}
+
+[[noreturn]] void ShareMismatch() {
+  std::printf("share_mismatch\n");
+  std::fflush(stdout);
+  std::exit(4);
+}
+
+Bytes Xor(absl::string_view a, absl::string_view b) {
+  Bytes o(a);
+  for (size_t i = 0; i < o.size() && i < b.size(); ++i) o[i] ^= b[i];
+  return o;
+}
+
+// ------------------------------------------------------------------ admin
+
+int PutKey(Cluster& c) {
+  Bytes key;
+  if (!FromHex(absl::GetFlag(FLAGS_key_hex), &key) ||
+      (key.size() != 16 && key.size() != 32))
+    Die("--key_hex must be 16 or 32 bytes of hex");
+  Bytes id;
+  if (absl::GetFlag(FLAGS_key_id_hex).empty()) id = RandomBytes(32);
+  else if (!FromHex(absl::GetFlag(FLAGS_key_id_hex), &id) || id.size() != 32)
+    Die("--key_id_hex must be 32 bytes of hex");
+  auto cipher = key.size() == 16 ? kmpc::engine::Cipher::kAes128
+                                 : kmpc::engine::Cipher::kAes256;
+  auto views = kmpc::engine::DealKey(
+      cipher, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()),
+                                  key.size()));
+  OPENSSL_cleanse(key.data(), key.size());
+  if (!views.ok()) Die(absl::StrCat("dealer: ", views.status().message()));
+  std::array<pb::PutKeyRequest, 3> reqs;
+  for (int i = 0; i < 3; ++i) {
+    auto* info = reqs[i].mutable_info();
+    info->set_key_id(id);
+    info->set_cipher(cipher == kmpc::engine::Cipher::kAes128 ? pb::CIPHER_AES128
+                                                             : pb::CIPHER_AES256);
+    info->set_kvno(absl::GetFlag(FLAGS_kvno));
+    info->set_label(absl::GetFlag(FLAGS_label));
+    reqs[i].set_party(i);
+    std::vector<uint8_t> ser = (*views)[i].Serialize();
+    reqs[i].set_shares(ser.data(), ser.size());
+    OPENSSL_cleanse(ser.data(), ser.size());
+    reqs[i].set_replace(absl::GetFlag(FLAGS_replace));
+  }
+  auto st = OnAll([&](int i) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::PutKeyResponse r;
+    return c.admin[i]->PutKey(&ctx, reqs[i], &r);
+  });
+  for (auto& r : reqs) {
+    std::string* s = r.mutable_shares();
+    OPENSSL_cleanse(s->data(), s->size());
+  }
+  bool all = st[0].ok() && st[1].ok() && st[2].ok();
+  if (!all) {
+    // All-or-nothing: take the new shares off the servers that took them.
+    for (int i = 0; i < 3; ++i) {
+      if (!st[i].ok()) continue;
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      pb::DeleteKeyRequest d;
+      d.set_key_id(id);
+      pb::DeleteKeyResponse r;
+      (void)c.admin[i]->DeleteKey(&ctx, d, &r);
+    }
+    CheckRpcs(st);
+  }
+  std::printf("%s\n", ToHex(id).c_str());
+  return 0;
+}
+
+int DeleteKey(Cluster& c) {
+  Bytes id;
+  if (!FromHex(absl::GetFlag(FLAGS_key_id_hex), &id)) Die("bad --key_id_hex");
+  auto st = OnAll([&](int i) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::DeleteKeyRequest d;
+    d.set_key_id(id);
+    pb::DeleteKeyResponse r;
+    return c.admin[i]->DeleteKey(&ctx, d, &r);
+  });
+  CheckRpcs(st);
+  std::printf("deleted\n");
+  return 0;
+}
+
+int AdminQuery(Cluster& c, const std::string& cmd) {
+  std::array<std::string, 3> out;
+  auto st = OnAll([&](int i) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    grpc::Status s;
+    if (cmd == "health") {
+      pb::HealthResponse r;
+      s = c.admin[i]->Health(&ctx, {}, &r);
+      out[i] = absl::StrFormat(
+          "party %d ring_up %d workers %d keys %d batches_ok %d batches_failed %d",
+          r.party(), r.ring_up(), r.workers(), r.keys(), r.batches_ok(),
+          r.batches_failed());
+    } else if (cmd == "metrics") {
+      pb::MetricsResponse r;
+      s = c.admin[i]->Metrics(&ctx, {}, &r);
+      out[i] = r.text();
+    } else {
+      pb::ListKeysResponse r;
+      s = c.admin[i]->ListKeys(&ctx, {}, &r);
+      for (const auto& k : r.keys())
+        absl::StrAppend(&out[i], "party ", i, " ", ToHex(k.key_id()), " ",
+                        pb::Cipher_Name(k.cipher()), " kvno ", k.kvno(), " ",
+                        k.label(), "\n");
+    }
+    return s;
+  });
+  CheckRpcs(st);
+  for (auto& o : out) std::printf("%s%s", o.c_str(), o.empty() || o.back() == '\n' ? "" : "\n");
+  return 0;
+}
+
+// ------------------------------------------------------------------ jobs
+
+struct ParsedJob {
+  std::string op;
+  pb::Job job;
+  Bytes plaintext;  // encrypt
+};
+
+int Jobs(Cluster& c) {
+  std::vector<ParsedJob> jobs;
+  std::string line;
+  uint64_t next_id = 1;
+  while (std::getline(std::cin, line)) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (f.empty()) continue;
+    if (f.size() < 4) Die("job line needs at least 4 fields: " + line);
+    ParsedJob p;
+    p.op = f[0];
+    Bytes kid;
+    if (!FromHex(f[1], &kid)) Die("bad key id hex: " + f[1]);
+    p.job.set_job_id(next_id++);
+    p.job.set_key_id(kid);
+    p.job.set_usage(static_cast<uint32_t>(std::stoul(f[2])));
+    Bytes a, b;
+    if (p.op == "encrypt") {
+      if (!FromHex(f[3], &p.plaintext)) Die("bad hex: " + f[3]);
+      p.job.set_type(pb::JOB_ENCRYPT);
+      p.job.set_length(p.plaintext.size());
+    } else if (p.op == "keystream") {
+      p.job.set_type(pb::JOB_ENCRYPT);
+      p.job.set_length(static_cast<uint32_t>(std::stoul(f[3])));
+    } else if (p.op == "decrypt") {
+      if (!FromHex(f[3], &a)) Die("bad hex: " + f[3]);
+      p.job.set_type(pb::JOB_DECRYPT);
+      p.job.set_data(a);
+    } else if (p.op == "checksum") {
+      if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
+      p.job.set_type(pb::JOB_CHECKSUM);
+      p.job.set_data(a);
+    } else if (p.op == "verify") {
+      if (f.size() < 5 || !FromHex(f[3] == "-" ? "" : f[3], &a) || !FromHex(f[4], &b))
+        Die("verify needs DATA and CKSUM hex");
+      p.job.set_type(pb::JOB_VERIFY_CHECKSUM);
+      p.job.set_data(a);
+      p.job.set_checksum(b);
+    } else {
+      Die("unknown job: " + p.op);
+    }
+    jobs.push_back(std::move(p));
+  }
+  if (jobs.empty()) Die("no jobs on stdin");
+  pb::RunRequest req;
+  req.set_batch_id(RandomBytes(16));
+  for (auto& j : jobs) *req.add_jobs() = j.job;
+  std::array<pb::RunResponse, 3> resp;
+  CheckRpcs(OnAll([&](int i) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    return c.keyops[i]->Run(&ctx, req, &resp[i]);
+  }));
+  for (int i = 0; i < 3; ++i)
+    if (resp[i].results_size() != static_cast<int>(jobs.size()))
+      Die("a server returned a wrong number of results");
+  std::vector<std::string> out(jobs.size());
+  pb::FinalizeRequest fin;
+  fin.set_batch_id(RandomBytes(16));
+  std::vector<size_t> fin_jobs;
+  std::vector<Bytes> fin_ct, fin_ctr0;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    std::array<const pb::JobResult*, 3> r = {&resp[0].results(k), &resp[1].results(k),
+                                             &resp[2].results(k)};
+    for (int i = 1; i < 3; ++i)
+      if (r[i]->status() != r[0]->status() || r[i]->ctr0() != r[0]->ctr0() ||
+          r[i]->error_code() != r[0]->error_code() ||
+          r[i]->job_id() != r[0]->job_id())
+        ShareMismatch();  // public values must agree too
+    if (r[0]->error_code() != 0) {
+      out[k] = absl::StrCat("error ", r[0]->error_code(), " ", r[0]->error_message());
+      continue;
+    }
+    const std::string& op = jobs[k].op;
+    if (op == "verify" || ((op == "decrypt") && r[0]->status() != pb::JOB_OK)) {
+      out[k] = r[0]->status() == pb::JOB_OK ? "ok" : "integrity_failed";
+      continue;
+    }
+    Bytes v;
+    if (op == "checksum") {
+      if (!Combine({&r[0]->tag(), &r[1]->tag(), &r[2]->tag()}, &v)) ShareMismatch();
+      out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0() + v));
+      continue;
+    }
+    if (!Combine({&r[0]->keystream(), &r[1]->keystream(), &r[2]->keystream()}, &v))
+      ShareMismatch();
+    if (op == "keystream") {
+      out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0()), " ", ToHex(v));
+    } else if (op == "decrypt") {
+      const Bytes& d = jobs[k].job.data();
+      out[k] = absl::StrCat("ok ", ToHex(Xor(d.substr(16, d.size() - 32), v)));
+    } else {  // encrypt
+      Bytes ct = Xor(jobs[k].plaintext, v);
+      auto* item = fin.add_items();
+      item->set_run_batch_id(req.batch_id());
+      item->set_job_id(jobs[k].job.job_id());
+      item->set_ciphertext(ct);
+      fin_jobs.push_back(k);
+      fin_ct.push_back(ct);
+      fin_ctr0.push_back(r[0]->ctr0());
+    }
+    OPENSSL_cleanse(v.data(), v.size());
+  }
+  if (fin.items_size() > 0) {
+    std::array<pb::FinalizeResponse, 3> fr;
+    CheckRpcs(OnAll([&](int i) {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      return c.keyops[i]->Finalize(&ctx, fin, &fr[i]);
+    }));
+    for (size_t n = 0; n < fin_jobs.size(); ++n) {
+      Bytes tag;
+      if (fr[0].results_size() != fin.items_size() ||
+          fr[1].results_size() != fin.items_size() ||
+          fr[2].results_size() != fin.items_size() ||
+          !Combine({&fr[0].results(n).tag(), &fr[1].results(n).tag(),
+                    &fr[2].results(n).tag()},
+                   &tag))
+        ShareMismatch();
+      out[fin_jobs[n]] = absl::StrCat("ok ", ToHex(fin_ctr0[n] + fin_ct[n] + tag));
+    }
+  }
+  for (auto& o : out) std::printf("%s\n", o.c_str());
+  return 0;
+}
+
+// ------------------------------------------------------------------ fuzz
+
+int Fuzz(Cluster& c) {
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  auto rbytes = [&](size_t n) {
+    Bytes b(n, '\0');
+    for (auto& x : b) x = static_cast<char>(rng());
+    return b;
+  };
+  std::map<int, int> codes;
+  int bad = 0;
+  const int count = absl::GetFlag(FLAGS_count);
+  auto expect_fail = [&](const grpc::Status& s, const std::string& what) {
+    codes[s.error_code()]++;
+    if (s.ok() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      std::printf("UNEXPECTED %s: %d %s\n", what.c_str(), s.error_code(),
+                  s.error_message().c_str());
+      ++bad;
+    }
+  };
+  grpc::GenericStub generic(c.channel[0]);
+  for (int n = 0; n < count; ++n) {
+    int server = static_cast<int>(rng() % 3);
+    // 1. random bytes as the body of every method
+    for (const char* method :
+         {"/kmpc.v1.KeyOps/Run", "/kmpc.v1.KeyOps/Finalize", "/kmpc.v1.Admin/PutKey"}) {
+      grpc::GenericStub g(c.channel[server]);
+      Bytes body = rbytes(rng() % 512);
+      grpc::Slice slice(body);
+      grpc::ByteBuffer req(&slice, 1), resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      std::promise<grpc::Status> done;
+      g.UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp,
+                  [&](grpc::Status s) { done.set_value(s); });
+      grpc::Status s = done.get_future().get();
+      // Random bytes may parse as an (empty or odd) message; any answer but
+      // OK or a hang is fine.
+      codes[s.error_code()]++;
+      if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        std::printf("UNEXPECTED hang on %s\n", method);
+        ++bad;
+      }
+    }
+    // 2. structured but malformed Run requests
+    pb::RunRequest req;
+    int kind = static_cast<int>(rng() % 9);
+    req.set_batch_id(kind == 0 ? rbytes(rng() % 15) : rbytes(16));
+    int njobs = kind == 1 ? 0 : 1 + static_cast<int>(rng() % 4);
+    for (int j = 0; j < njobs; ++j) {
+      pb::Job* job = req.add_jobs();
+      job->set_job_id(kind == 2 ? 7 : j);
+      job->set_key_id(kind == 3 ? rbytes(rng() % 40) : rbytes(32));  // unknown ids
+      job->set_usage(static_cast<uint32_t>(rng()));
+      int type = kind == 4 ? 5 + static_cast<int>(rng() % 100) : 1 + static_cast<int>(rng() % 4);
+      job->set_type(static_cast<pb::JobType>(type));
+      job->set_length(kind == 5 ? (1u << 21) : static_cast<uint32_t>(rng() % 64));
+      job->set_data(kind == 6 ? rbytes(rng() % 31) : rbytes(32 + rng() % 64));
+      job->set_checksum(rbytes(kind == 7 ? 31 : 32));
+    }
+    if (kind == 8) {  // oversized batch
+      req.clear_jobs();
+      for (int j = 0; j < 100001; ++j) {
+        pb::Job* job = req.add_jobs();
+        job->set_job_id(j);
+        job->set_type(pb::JOB_ENCRYPT);
+        job->set_length(16);
+        job->set_key_id(Bytes(32, 'k'));
+      }
+    }
+    pb::RunResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    expect_fail(c.keyops[server]->Run(&ctx, req, &resp), absl::StrCat("run kind ", kind));
+    // 3. malformed Finalize
+    pb::FinalizeRequest f;
+    f.set_batch_id(rbytes(rng() % 2 ? 16 : rng() % 20));
+    for (int j = 0; j < 1 + static_cast<int>(rng() % 3); ++j) {
+      auto* it = f.add_items();
+      it->set_run_batch_id(rbytes(rng() % 2 ? 16 : rng() % 20));
+      it->set_job_id(rng());
+      it->set_ciphertext(rbytes(rng() % 64));
+    }
+    pb::FinalizeResponse fresp;
+    grpc::ClientContext fctx;
+    fctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    expect_fail(c.keyops[server]->Finalize(&fctx, f, &fresp), "finalize");
+  }
+  for (auto& [code, n] : codes) std::printf("code %d: %d\n", code, n);
+  std::printf("%s\n", bad == 0 ? "fuzz ok" : "fuzz FAILED");
+  return bad == 0 ? 0 : 1;
+}
+
+// ------------------------------------------------------------------ bench
+
+int Bench(Cluster& c) {
+  const int blocks = absl::GetFlag(FLAGS_blocks);
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const int iters = absl::GetFlag(FLAGS_iters);
+  const std::string cipher = absl::GetFlag(FLAGS_cipher);
+  if (blocks < 1 || threads < 1 || iters < 1) Die("bad bench parameters");
+  const size_t key_len = cipher == "aes256" ? 32 : 16;
+  Bytes key = RandomBytes(key_len);
+  auto cid = key_len == 16 ? kmpc::engine::Cipher::kAes128 : kmpc::engine::Cipher::kAes256;
+  auto views = kmpc::engine::DealKey(
+      cid, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()));
+  if (!views.ok()) Die("dealer failed");
+  Bytes kid = RandomBytes(32);
+  {
+    // Admin path with the admin certificate.
+    std::string dir = absl::GetFlag(FLAGS_certs);
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = ReadFile(dir + "/ca.pem");
+    o.pem_private_key = ReadFile(dir + "/admin.key");
+    o.pem_cert_chain = ReadFile(dir + "/admin.pem");
+    std::vector<std::string> servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',');
+    CheckRpcs(OnAll([&](int i) {
+      auto stub = pb::Admin::NewStub(grpc::CreateChannel(servers[i], grpc::SslCredentials(o)));
+      pb::PutKeyRequest r;
+      r.mutable_info()->set_key_id(kid);
+      r.mutable_info()->set_cipher(key_len == 16 ? pb::CIPHER_AES128 : pb::CIPHER_AES256);
+      r.set_party(i);
+      auto ser = (*views)[i].Serialize();
+      r.set_shares(ser.data(), ser.size());
+      OPENSSL_cleanse(ser.data(), ser.size());
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      pb::PutKeyResponse resp;
+      return stub->PutKey(&ctx, r, &resp);
+    }));
+  }
+  pb::RunRequest proto_req;
+  const int job_blocks = std::max(1, absl::GetFlag(FLAGS_job_blocks));
+  uint64_t id = 0;
+  for (int left = blocks; left > 0; left -= job_blocks) {
+    pb::Job* j = proto_req.add_jobs();
+    j->set_job_id(id++);
+    j->set_key_id(kid);
+    j->set_type(pb::JOB_ENCRYPT);
+    j->set_usage(1);
+    j->set_length(16 * std::min(left, job_blocks));
+  }
+  struct Sample {
+    double latency_ms;
+    std::array<uint64_t, 3> bytes, msgs;
+  };
+  auto one_batch = [&](bool check) -> Sample {
+    pb::RunRequest req = proto_req;
+    req.set_batch_id(RandomBytes(16));
+    std::array<pb::RunResponse, 3> resp;
+    absl::Time t0 = absl::Now();
+    CheckRpcs(OnAll([&](int i) {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      return c.keyops[i]->Run(&ctx, req, &resp[i]);
+    }));
+    Sample s;
+    s.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    for (int i = 0; i < 3; ++i) {
+      s.bytes[i] = resp[i].stats().ring_bytes_sent();
+      s.msgs[i] = resp[i].stats().ring_messages();
+    }
+    if (check) {
+      for (int k = 0; k < req.jobs_size(); ++k) {
+        Bytes v;
+        if (!Combine({&resp[0].results(k).keystream(), &resp[1].results(k).keystream(),
+                      &resp[2].results(k).keystream()},
+                     &v))
+          ShareMismatch();
+      }
+    }
+    return s;
+  };
+  one_batch(true);  // warm-up: connections, PRSS sessions, key cache
+  std::vector<std::vector<Sample>> samples(threads);
+  absl::Time t0 = absl::Now();
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (int k = 0; k < iters; ++k) samples[t].push_back(one_batch(false));
+    });
+  for (auto& t : ts) t.join();
+  double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+  std::vector<double> lat;
+  std::array<double, 3> bytes{};
+  std::array<double, 3> msgs{};
+  for (auto& v : samples)
+    for (auto& s : v) {
+      lat.push_back(s.latency_ms);
+      for (int i = 0; i < 3; ++i) {
+        bytes[i] += s.bytes[i];
+        msgs[i] += s.msgs[i];
+      }
+    }
+  std::sort(lat.begin(), lat.end());
+  double n = lat.size();
+  double mean = 0;
+  for (double l : lat) mean += l;
+  mean /= n;
+  double max_bytes = 0, rounds = 0;
+  for (int i = 0; i < 3; ++i) {
+    max_bytes = std::max(max_bytes, bytes[i] / n / blocks);
+    // Party 1 sends one control frame per batch (the forwarded proposal);
+    // the rest are protocol rounds.
+  }
+  rounds = msgs[1] / n - 1;
+  std::printf(
+      "RESULT {\"cipher\": \"%s\", \"blocks\": %d, \"threads\": %d, "
+      "\"blocks_per_s\": %.0f, \"latency_ms\": %.3f, \"latency_p50_ms\": %.3f, "
+      "\"bytes_per_block_per_party\": %.1f, \"rounds\": %.1f, \"batches\": %d, "
+      "\"jobs_per_batch\": %d, \"aes_blocks_per_batch\": %d}\n",
+      cipher.c_str(), blocks, threads, n * blocks / secs, mean, lat[lat.size() / 2],
+      max_bytes, rounds, static_cast<int>(n), proto_req.jobs_size(),
+      blocks + proto_req.jobs_size());
+  // Leave no key behind.
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() != 2) Die("usage: kmpc-mpc-client [flags] COMMAND (see source header)");
+  std::string cmd = rest[1];
+  if (cmd == "put-key" || cmd == "delete-key" || cmd == "list-keys" ||
+      cmd == "health" || cmd == "metrics") {
+    Cluster c = Connect("admin");
+    if (cmd == "put-key") return PutKey(c);
+    if (cmd == "delete-key") return DeleteKey(c);
+    return AdminQuery(c, cmd);
+  }
+  Cluster c = Connect("kdc");
+  if (cmd == "jobs") return Jobs(c);
+  if (cmd == "fuzz") return Fuzz(c);
+  if (cmd == "bench") return Bench(c);
+  Die("unknown command " + cmd);
+}
