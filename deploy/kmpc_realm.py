@@ -69,12 +69,15 @@ class Realm:
     """One realm: a KDC database, a krb5kdc, config files and a ccache."""
 
     def __init__(self, workdir, enctypes=DEFAULT_ENCTYPES, kdc_conf_extra="",
-                 krb5_conf_extra="", realm=REALM):
+                 krb5_conf_extra="", realm=REALM, realm_extra=""):
         self.dir = os.path.abspath(workdir)
         self.realm = realm
         self.enctypes = list(enctypes)
         self.kdc_conf_extra = kdc_conf_extra
         self.krb5_conf_extra = krb5_conf_extra
+        # Extra relations inside the realm's [realms] block of kdc.conf
+        # (e.g. "disable_pac = true").
+        self.realm_extra = realm_extra
         self.kdc_proc = None
         self.kdc_port = None
         self.krb5_conf = os.path.join(self.dir, "krb5.conf")
@@ -124,6 +127,7 @@ class Realm:
         supported_enctypes = {supported}
         max_life = 10h
         max_renewable_life = 0
+{self.realm_extra}
     }}
 [logging]
     kdc = FILE:{self.kdc_log}

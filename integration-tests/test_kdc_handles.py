@@ -1,0 +1,400 @@
+"""The KDC with MPC-held keys: the KDB holds 40-byte key handles for the
+krbtgt and for users, and the patched krb5kdc routes every operation with
+them to a kdcmpc module.  Here the module is krb5's test module
+(kdcmpc/test.so), which holds the real keys in a file and completes every
+job asynchronously from a verto timeout, so the KDC's asynchronous paths run
+as they will against the MPC cluster.
+
+Keys are migrated the way an admin would do it: create the principal with an
+aes256-ctr-mpc key, read the key out (kmpc-kdb-handle get-key), hand it to
+the "cluster" (the module's key file), and replace the KDB key by a handle
+(kmpc-kdb-handle set).
+"""
+import os
+import re
+import secrets
+import struct
+import subprocess
+
+import pytest
+
+import kmpc_realm
+from kmpc_realm import RealmError, binpath
+
+REALM = kmpc_realm.REALM
+TGS = f"krbtgt/{REALM}@{REALM}"
+SERVICE = "host/svc.kmpc.test"
+ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc", "aes256-cts-hmac-sha1-96")
+# Session keys are never of an MPC enctype; realms say so explicitly too.
+SESSION_ENCTYPES = "aes256-cts-hmac-sha1-96"
+
+
+def _tool():
+    path = os.environ.get("KMPC_KDB_HANDLE") or os.path.join(
+        kmpc_realm.BUILD, "cmake", "kdc-plugin", "kmpc-kdb-handle")
+    if not os.path.exists(path):
+        pytest.fail(f"kmpc-kdb-handle not found at {path}: run `make build`")
+    return path
+
+
+def _test_module():
+    path = os.path.join(kmpc_realm.PREFIX, "lib", "krb5", "plugins", "kdcmpc",
+                        "test.so")
+    if not os.path.exists(path):
+        pytest.fail(f"{path} missing: the krb5 patch series is not built")
+    return path
+
+
+def _password():
+    return "pw-" + secrets.token_hex(8)
+
+
+class MpcRealm:
+    """A realm whose krbtgt and users have handle keys and whose KDC loads
+    the test kdcmpc module."""
+
+    def __init__(self, realm_factory, tmp_path, workers=0):
+        self.keyfile = str(tmp_path / "mpc-keys")
+        self.journal = str(tmp_path / "mpc-journal")
+        self.failflag = str(tmp_path / "mpc-unavailable")
+        open(self.keyfile, "w").close()
+        os.chmod(self.keyfile, 0o600)
+        extra = f"""[plugins]
+    kdcmpc = {{
+        module = test:{_test_module()}
+    }}
+[kdcmpc]
+    test = {{
+        keyfile = {self.keyfile}
+        journal = {self.journal}
+        fail_if_exists = {self.failflag}
+        delay_ms = 30
+    }}
+"""
+        self.realm = realm_factory(enctypes=ENCTYPES, kdc_conf_extra=extra,
+                                   realm_extra="        disable_pac = true")
+        self.workers = workers
+        self.passwords = {}
+
+    def tool(self, *args, expected_code=0):
+        p = subprocess.run([_tool(), "-r", REALM, *args], capture_output=True,
+                           text=True, env=self.realm.env, timeout=60)
+        if p.returncode != expected_code:
+            raise RealmError(f"kmpc-kdb-handle {args[0]} exited "
+                             f"{p.returncode}:\n{p.stderr}")
+        return p.stdout, p.stderr
+
+    def migrate(self, princ, enctype="aes256-ctr-mpc"):
+        """Move princ's key of enctype into the "cluster"; leave a handle."""
+        out, _ = self.tool("get-key", princ, enctype)
+        key = out.strip()
+        assert re.fullmatch(r"[0-9a-f]{32}|[0-9a-f]{64}", key), "bad key output"
+        keyid = secrets.token_hex(32)
+        with open(self.keyfile, "a") as f:
+            f.write(f"{keyid} {key}\n")
+        self.tool("set", princ, enctype, keyid)
+        return keyid
+
+    def add_user(self, name, enctype="aes256-ctr-mpc"):
+        pw = _password()
+        self.realm.addprinc(name, pw, enctypes=[enctype])
+        self.migrate(name, enctype)
+        self.passwords[name] = pw
+        return pw
+
+    def setup(self):
+        r = self.realm
+        r.kadmin_local(f"setstr {TGS} session_enctypes {SESSION_ENCTYPES}")
+        self.migrate(TGS)
+        # An ordinary service: its key stays in the KDB, tickets for it are
+        # made locally.
+        r.addprinc(SERVICE, enctypes=["aes256-cts-hmac-sha1-96"], flags="")
+        return self
+
+    def start(self):
+        r = self.realm
+        r.start_kdc(extra_args=("-w", str(self.workers)) if self.workers else ())
+        return self
+
+    def journal_lines(self):
+        if not os.path.exists(self.journal):
+            return []
+        with open(self.journal) as f:
+            return [l.strip() for l in f]
+
+    def kdc_log(self):
+        with open(self.realm.kdc_log) as f:
+            return f.read()
+
+    def trace_env(self):
+        return {**self.realm.env, "KRB5_TRACE": "/dev/stdout"}
+
+
+@pytest.fixture
+def mpc(realm_factory, tmp_path):
+    m = MpcRealm(realm_factory, tmp_path).setup()
+    m.add_user("alice")
+    m.start()
+    return m
+
+
+def _klist(realm):
+    out = realm.run(["klist", "-e"])
+    return re.findall(r"Etype \(skey, tkt\): (\S+), (\S+)", out), out
+
+
+def _kinit(m, name="alice", **kw):
+    return m.realm.kinit(name, m.passwords[name], **kw)
+
+
+# ---- the database -------------------------------------------------------
+
+def test_kdb_holds_only_handles(mpc):
+    for princ in ("alice", TGS):
+        out = mpc.realm.kadmin_local(f"getprinc {princ}")
+        keys = re.findall(r"Key: vno (\d+), (\S+)", out)
+        assert [k[1] for k in keys] == ["aes256-ctr-mpc"], out
+        assert int(keys[0][0]) >= 2, out
+    # The key that is now a handle can never be read out as a key.
+    _, err = mpc.tool("get-key", "alice", "aes256-ctr-mpc", expected_code=1)
+    assert "already an MPC key handle" in err
+
+
+# ---- AS exchange ---------------------------------------------------------
+
+def test_kinit_through_the_module(mpc):
+    trace = _kinit(mpc, env=mpc.trace_env())
+    assert re.search(r"AS key obtained for encrypted timestamp: aes256-ctr-mpc/",
+                     trace), trace
+    etypes, out = _klist(mpc.realm)
+    assert etypes == [("aes256-cts-hmac-sha1-96", "aes256-ctr-mpc")], out
+    assert TGS in out
+
+    log = mpc.kdc_log()
+    # Pre-auth decrypt, ticket and reply encryption all went through the
+    # module and completed asynchronously.
+    for job in ("DECRYPT job (usage 1)", "ENCRYPT job (usage 2)",
+                "ENCRYPT job (usage 3)"):
+        assert f"kdcmpc: {job} completed asynchronously" in log, log
+    assert "kdcmpc: loaded module test" in log
+    assert re.search(r"AS_REQ .* ISSUE: authtime \d+, etypes .* "
+                     r"alice@KMPC.TEST for krbtgt/KMPC.TEST@KMPC.TEST", log), log
+
+    # The ticket encryption was submitted back to back with the job that
+    # follows it (the PA-REQ-ENC-PA-REP checksum, or the reply).
+    subs = [l for l in mpc.journal_lines() if l.startswith("submit")]
+    i = next(n for n, l in enumerate(subs) if l.startswith("submit ENCRYPT usage 2"))
+    assert re.match(r"submit (CHECKSUM usage 56|ENCRYPT usage 3)", subs[i + 1]), subs
+    if "CHECKSUM" in subs[i + 1]:
+        # The reply carries the checksum, so it is encrypted in round two.
+        assert subs[i + 2].startswith("submit ENCRYPT usage 3"), subs
+        assert "kdcmpc: CHECKSUM job (usage 56) completed asynchronously" in log
+
+
+def test_kinit_aes128_user(mpc):
+    pw = mpc.add_user("carol", enctype="aes128-ctr-mpc")
+    mpc.realm.stop_kdc()          # the test module reads its keys at start-up
+    mpc.start()
+    mpc.realm.kinit("carol", pw)
+    etypes, out = _klist(mpc.realm)
+    assert etypes == [("aes256-cts-hmac-sha1-96", "aes256-ctr-mpc")], out
+
+
+def test_wrong_password_is_preauth_failed(mpc):
+    trace = mpc.realm.run(["kinit", "alice"], input="not-the-password\n",
+                          expected_code=1, expected_msg="Password incorrect",
+                          env=mpc.trace_env())
+    assert re.search(r"Received error from KDC: -1765328360/Preauthentication "
+                     r"failed", trace), trace
+    assert "kdcmpc: DECRYPT job (usage 1) failed" in mpc.kdc_log()
+    assert mpc.realm.kdc_alive()
+
+
+def test_cluster_unavailable(mpc):
+    open(mpc.failflag, "w").close()
+    out = _kinit(mpc, expected_code=1)
+    assert "A service is not available" in out, out
+    log = mpc.kdc_log()
+    assert "MPC cluster unavailable (simulated)" in log, log
+    assert mpc.realm.kdc_alive()
+    # The cluster comes back: logins work again without a KDC restart.
+    os.unlink(mpc.failflag)
+    _kinit(mpc)
+    assert mpc.realm.kdc_alive()
+
+
+# ---- TGS exchange --------------------------------------------------------
+
+def test_service_ticket_via_tgs(mpc):
+    _kinit(mpc)
+    before = len(mpc.journal_lines())
+    mpc.realm.run(["kvno", SERVICE])
+    jobs = mpc.journal_lines()[before:]
+    # The TGT was decrypted by the module; the service ticket and the reply
+    # were made locally (ordinary service key, session key).
+    assert jobs[0].startswith("submit DECRYPT usage 2"), jobs
+    assert not any("ENCRYPT" in j for j in jobs), jobs
+    _, out = _klist(mpc.realm)
+    assert f"{SERVICE}@{REALM}" in out
+    etypes, _ = _klist(mpc.realm)
+    assert ("aes256-cts-hmac-sha1-96", "aes256-cts-hmac-sha1-96") in etypes, out
+    assert "kdcmpc: DECRYPT job (usage 2) completed asynchronously" in mpc.kdc_log()
+
+
+def _ccache_ticket_spans(path):
+    """(offset, length) of every credential's ticket in a v4 FILE ccache."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    assert buf[:2] == b"\x05\x04", "not a v4 FILE ccache"
+    pos = 2
+    hlen, = struct.unpack_from(">H", buf, pos)
+    pos += 2 + hlen
+
+    def data():
+        nonlocal pos
+        n, = struct.unpack_from(">I", buf, pos)
+        start = pos + 4
+        pos = start + n
+        return start, n
+
+    def principal():
+        nonlocal pos
+        pos += 4                       # name type
+        ncomp, = struct.unpack_from(">I", buf, pos)
+        pos += 4
+        data()                         # realm
+        names = []
+        for _ in range(ncomp):
+            s, n = data()
+            names.append(buf[s:s + n].decode())
+        return names
+
+    principal()                        # default principal
+    spans = []
+    while pos < len(buf):
+        principal()
+        server = principal()
+        pos += 2                       # keyblock enctype
+        data()                         # key
+        pos += 16 + 1 + 4              # times, is_skey, flags
+        naddr, = struct.unpack_from(">I", buf, pos)
+        pos += 4
+        for _ in range(naddr):
+            pos += 2
+            data()
+        nad, = struct.unpack_from(">I", buf, pos)
+        pos += 4
+        for _ in range(nad):
+            pos += 2
+            data()
+        tstart, tlen = data()
+        data()                         # second ticket
+        spans.append((server, tstart, tlen))
+    return spans
+
+
+def test_tampered_tgt_is_refused(mpc):
+    _kinit(mpc)
+    spans = [s for s in _ccache_ticket_spans(mpc.realm.ccache)
+             if s[0] == ["krbtgt", REALM]]
+    assert len(spans) == 1, spans
+    _, start, length = spans[0]
+    with open(mpc.realm.ccache, "r+b") as f:
+        # A byte in the middle of the encrypted part (the DER of a Ticket
+        # ends with the cipher octets).
+        off = start + length - 40
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x01]))
+    out = mpc.realm.run(["kvno", SERVICE], expected_code=1)
+    assert "integrity check failed" in out, out
+    log = mpc.kdc_log()
+    assert "kdcmpc: DECRYPT job (usage 2) failed" in log, log
+    assert re.search(r"TGS_REQ .*PROCESS_TGS: .*integrity check failed", log), log
+    assert mpc.realm.kdc_alive()
+
+
+# ---- guardrails ----------------------------------------------------------
+
+def test_renewal_is_refused(mpc):
+    _kinit(mpc)
+    out = mpc.realm.run(["kinit", "-R"], expected_code=1)
+    assert "KDC can't fulfill requested option" in out, out
+    assert "kdcmpc: refusing ticket renewal" in mpc.kdc_log()
+    assert mpc.realm.kdc_alive()
+
+
+def test_validation_is_refused(mpc):
+    _kinit(mpc)
+    out = mpc.realm.run(["kinit", "-v"], expected_code=1)
+    assert "KDC can't fulfill requested option" in out, out
+    assert "kdcmpc: refusing ticket validation" in mpc.kdc_log()
+    assert mpc.realm.kdc_alive()
+
+
+def test_user_to_user_is_refused(mpc):
+    _kinit(mpc)
+    out = mpc.realm.run(["kvno", "--u2u", mpc.realm.ccache, "alice"],
+                        expected_code=1)
+    assert "KDC can't fulfill requested option" in out, out
+    assert "kdcmpc: refusing user-to-user" in mpc.kdc_log()
+    assert mpc.realm.kdc_alive()
+
+
+def test_tgs_for_mpc_keyed_service_is_refused(realm_factory, tmp_path):
+    # A service whose key is MPC-held: TGS-REQs encrypt tickets locally only.
+    mpc = MpcRealm(realm_factory, tmp_path).setup()
+    mpc.add_user("alice")
+    mpc.realm.addprinc("host/mpc.kmpc.test", enctypes=["aes256-ctr-mpc"],
+                       flags="")
+    mpc.migrate("host/mpc.kmpc.test")
+    mpc.start()
+    _kinit(mpc)
+    out = mpc.realm.run(["kvno", "host/mpc.kmpc.test"], expected_code=1)
+    assert "KDC policy rejects request" in out, out
+    assert "kdcmpc: refusing a TGS-REQ for a service whose key is MPC-held" \
+        in mpc.kdc_log()
+    assert mpc.realm.kdc_alive()
+
+
+def test_pac_signing_is_refused_without_disable_pac(realm_factory, tmp_path):
+    m = MpcRealm(realm_factory, tmp_path)
+    m.realm.realm_extra = ""
+    # Rewrite kdc.conf without disable_pac.
+    with open(m.realm.kdc_conf) as f:
+        conf = f.read()
+    with open(m.realm.kdc_conf, "w") as f:
+        f.write(conf.replace("disable_pac = true", ""))
+    m.setup()
+    m.add_user("alice")
+    m.start()
+    out = _kinit(m, expected_code=1)
+    assert "KDC policy rejects request" in out, out
+    assert "kdcmpc: refusing PAC signing" in m.kdc_log()
+    assert m.realm.kdc_alive()
+
+
+def test_no_module_is_service_unavailable(realm_factory, tmp_path):
+    m = MpcRealm(realm_factory, tmp_path)
+    with open(m.realm.kdc_conf) as f:
+        conf = f.read()
+    with open(m.realm.kdc_conf, "w") as f:
+        f.write(re.sub(r"\[plugins\].*?\n    \}\n", "", conf, flags=re.S))
+    m.setup()
+    m.add_user("alice")
+    m.start()
+    out = _kinit(m, expected_code=1)
+    assert "A service is not available" in out, out
+    assert "no kdcmpc module is loaded" in m.kdc_log()
+    assert m.realm.kdc_alive()
+
+
+def test_workers_load_the_module_after_fork(realm_factory, tmp_path):
+    m = MpcRealm(realm_factory, tmp_path, workers=2).setup()
+    m.add_user("alice")
+    m.start()
+    for _ in range(3):
+        _kinit(m)
+        m.realm.run(["kvno", SERVICE])
+    assert m.kdc_log().count("kdcmpc: loaded module test") >= 2

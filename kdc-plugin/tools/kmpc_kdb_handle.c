@@ -1,0 +1,254 @@
+/* -*- mode: c; c-basic-offset: 4; indent-tabs-mode: nil -*- */
+/* kdc-plugin/tools/kmpc_kdb_handle.c - write kmpc key handles into the KDB */
+/*
+ * Usage (run on the KDC host, like kadmin.local; KRB5_CONFIG and
+ * KRB5_KDC_PROFILE select the realm's configuration):
+ *
+ *   kmpc-kdb-handle [-r REALM] set PRINC ENCTYPE KEYID_HEX
+ *       Replace all key data of PRINC with one key of ENCTYPE
+ *       (aes128-ctr-mpc or aes256-ctr-mpc) whose contents are the handle
+ *       "kmpc-key" || KEYID (32 bytes, 64 hex digits), at kvno + 1.
+ *
+ *   kmpc-kdb-handle [-r REALM] get-key PRINC ENCTYPE
+ *       Print PRINC's current key of ENCTYPE (aes*-cts-hmac-sha1-96 or
+ *       aes*-ctr-mpc) in hex on stdout, for the admin tool that shares a
+ *       migrated key with the MPC cluster.  The key goes to stdout only,
+ *       never to a log; a key that is already a handle is refused.
+ *
+ * The handle is written through kadm5_setkey_principal_4(), which encrypts
+ * the key data contents (40 bytes) in the master key like any other key:
+ * neither it nor krb5_dbe_encrypt_key_data() checks contents against the
+ * enctype's key length, and only libk5crypto does (KRB5_BAD_KEYSIZE), which
+ * is the safety net that keeps a handle from ever being used as a key.
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <krb5/krb5.h>
+#include <kadm5/admin.h>
+#include <com_err.h>
+
+#define HANDLE_MAGIC "kmpc-key"
+#define HANDLE_MAGIC_LEN 8
+#define KEY_ID_LEN 32
+#define HANDLE_LEN (HANDLE_MAGIC_LEN + KEY_ID_LEN)
+#define ENCTYPE_AES128_MPC (-29001)
+#define ENCTYPE_AES256_MPC (-29002)
+
+static const char *progname = "kmpc-kdb-handle";
+
+static void
+usage(void)
+{
+    fprintf(stderr, "usage: %s [-r REALM] set PRINC ENCTYPE KEYID_HEX\n"
+            "       %s [-r REALM] get-key PRINC ENCTYPE\n",
+            progname, progname);
+    exit(2);
+}
+
+static int
+kmpc_is_mpc_enctype(krb5_enctype enctype)
+{
+    return enctype == ENCTYPE_AES128_MPC || enctype == ENCTYPE_AES256_MPC;
+}
+
+static int
+kmpc_is_exportable_enctype(krb5_enctype enctype)
+{
+    return kmpc_is_mpc_enctype(enctype) ||
+        enctype == ENCTYPE_AES128_CTS_HMAC_SHA1_96 ||
+        enctype == ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+}
+
+/* Decode exactly len bytes of hex; return 0 on success. */
+static int
+kmpc_unhex(const char *str, unsigned char *out, size_t len)
+{
+    size_t i;
+    unsigned int hi, lo;
+    const char *digits = "0123456789abcdef";
+    const char *p;
+
+    if (strlen(str) != len * 2)
+        return -1;
+    for (i = 0; i < len; i++) {
+        p = strchr(digits, str[2 * i] | 0x20);
+        if (p == NULL || str[2 * i] == '\0')
+            return -1;
+        hi = p - digits;
+        p = strchr(digits, str[2 * i + 1] | 0x20);
+        if (p == NULL || str[2 * i + 1] == '\0')
+            return -1;
+        lo = p - digits;
+        out[i] = (hi << 4) | lo;
+    }
+    return 0;
+}
+
+static krb5_error_code
+kmpc_set(krb5_context context, void *handle, krb5_principal princ,
+         krb5_enctype enctype, const char *keyid_hex)
+{
+    krb5_error_code ret;
+    unsigned char contents[HANDLE_LEN];
+    kadm5_key_data kd;
+
+    if (!kmpc_is_mpc_enctype(enctype)) {
+        fprintf(stderr, "%s: a handle key must be of enctype aes128-ctr-mpc "
+                "or aes256-ctr-mpc\n", progname);
+        return EINVAL;
+    }
+    memcpy(contents, HANDLE_MAGIC, HANDLE_MAGIC_LEN);
+    if (kmpc_unhex(keyid_hex, contents + HANDLE_MAGIC_LEN, KEY_ID_LEN) != 0) {
+        fprintf(stderr, "%s: KEYID_HEX must be %d hex digits\n", progname,
+                KEY_ID_LEN * 2);
+        return EINVAL;
+    }
+
+    memset(&kd, 0, sizeof(kd));
+    kd.kvno = 0;                        /* the next kvno */
+    kd.key.magic = KV5M_KEYBLOCK;
+    kd.key.enctype = enctype;
+    kd.key.length = HANDLE_LEN;
+    kd.key.contents = contents;
+    kd.salt.type = KRB5_KDB_SALTTYPE_NORMAL;
+    kd.salt.data.length = 0;
+    kd.salt.data.data = NULL;
+
+    ret = kadm5_setkey_principal_4(handle, princ, FALSE, &kd, 1);
+    if (ret)
+        com_err(progname, ret, "while setting the handle key");
+    return ret;
+}
+
+static krb5_error_code
+kmpc_get_key(krb5_context context, void *handle, krb5_principal princ,
+             krb5_enctype enctype)
+{
+    krb5_error_code ret;
+    kadm5_key_data *kd = NULL, *best = NULL;
+    int n = 0, i;
+    size_t j;
+
+    if (!kmpc_is_exportable_enctype(enctype)) {
+        fprintf(stderr, "%s: only aes*-cts-hmac-sha1-96 and aes*-ctr-mpc keys "
+                "can be exported\n", progname);
+        return EINVAL;
+    }
+    ret = kadm5_get_principal_keys(handle, princ, 0, &kd, &n);
+    if (ret) {
+        com_err(progname, ret, "while reading the principal's keys");
+        return ret;
+    }
+    for (i = 0; i < n; i++) {
+        if (kd[i].key.enctype != enctype)
+            continue;
+        if (best == NULL || kd[i].kvno > best->kvno)
+            best = &kd[i];
+    }
+    if (best == NULL) {
+        fprintf(stderr, "%s: the principal has no key of that enctype\n",
+                progname);
+        ret = ENOENT;
+        goto cleanup;
+    }
+    if (best->key.length == HANDLE_LEN &&
+        memcmp(best->key.contents, HANDLE_MAGIC, HANDLE_MAGIC_LEN) == 0) {
+        fprintf(stderr, "%s: that key is already an MPC key handle\n",
+                progname);
+        ret = EINVAL;
+        goto cleanup;
+    }
+    for (j = 0; j < best->key.length; j++)
+        printf("%02x", best->key.contents[j]);
+    printf("\n");
+    if (fflush(stdout) != 0)
+        ret = errno;
+
+cleanup:
+    kadm5_free_kadm5_key_data(context, n, kd);
+    return ret;
+}
+
+int
+main(int argc, char **argv)
+{
+    krb5_error_code ret;
+    krb5_context context = NULL;
+    kadm5_config_params params;
+    void *handle = NULL;
+    krb5_principal princ = NULL;
+    krb5_enctype enctype;
+    char *realm = NULL, *cmd;
+    int opt, nargs;
+
+    while ((opt = getopt(argc, argv, "r:")) != -1) {
+        if (opt == 'r')
+            realm = optarg;
+        else
+            usage();
+    }
+    argc -= optind;
+    argv += optind;
+    if (argc < 1)
+        usage();
+    cmd = argv[0];
+    if (strcmp(cmd, "set") == 0)
+        nargs = 4;
+    else if (strcmp(cmd, "get-key") == 0)
+        nargs = 3;
+    else
+        usage();
+    if (argc != nargs)
+        usage();
+
+    ret = kadm5_init_krb5_context(&context);
+    if (ret) {
+        com_err(progname, ret, "while initializing krb5");
+        return 1;
+    }
+    memset(&params, 0, sizeof(params));
+    if (realm != NULL) {
+        params.mask |= KADM5_CONFIG_REALM;
+        params.realm = realm;
+        ret = krb5_set_default_realm(context, realm);
+        if (ret)
+            goto cleanup;
+    }
+
+    ret = krb5_string_to_enctype(argv[2], &enctype);
+    if (ret) {
+        fprintf(stderr, "%s: unknown enctype %s\n", progname, argv[2]);
+        goto cleanup;
+    }
+    ret = krb5_parse_name(context, argv[1], &princ);
+    if (ret) {
+        com_err(progname, ret, "while parsing the principal name");
+        goto cleanup;
+    }
+
+    ret = kadm5_init_with_password(context, "kmpc-kdb-handle/admin", NULL,
+                                   KADM5_ADMIN_SERVICE, &params,
+                                   KADM5_STRUCT_VERSION, KADM5_API_VERSION_4,
+                                   NULL, &handle);
+    if (ret) {
+        com_err(progname, ret, "while opening the KDB");
+        goto cleanup;
+    }
+
+    if (strcmp(cmd, "set") == 0)
+        ret = kmpc_set(context, handle, princ, enctype, argv[3]);
+    else
+        ret = kmpc_get_key(context, handle, princ, enctype);
+
+cleanup:
+    if (handle != NULL)
+        kadm5_destroy(handle);
+    krb5_free_principal(context, princ);
+    krb5_free_context(context);
+    return ret ? 1 : 0;
+}
