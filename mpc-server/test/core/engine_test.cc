@@ -1,1 +1,593 @@
-int main(){return 0;}
+// Every job type on three parties in one process, against an independent
+// computation (OpenSSL AES, GHASH by the bit-by-bit reference multiply),
+// the shared vectors, tampering, digest mismatch and malformed input.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "net/memory_ring.h"
+#include "protocol/gf128.h"
+#include "share/replicated.h"
+#include "test_util.h"
+
+namespace kmpc::engine {
+namespace {
+
+using ::kmpc::testing::Hex;
+using ::kmpc::testing::OpensslAes;
+using ::kmpc::testing::Random;
+using ::kmpc::testing::RunParties;
+using ::kmpc::testing::ToHex;
+using Bytes = std::vector<uint8_t>;
+
+// Reference GHASH with the bit-by-bit multiply (independent of PCLMUL).
+Bytes RefGhash(const Bytes& key, const Bytes& a, const Bytes& c) {
+  const uint8_t zero[16] = {0};
+  const auto h16 = OpensslAes(key, zero);
+  protocol::Block h, y{};
+  std::copy(h16.begin(), h16.end(), h.begin());
+  Bytes x = a;
+  x.resize((a.size() + 15) / 16 * 16, 0);
+  x.insert(x.end(), c.begin(), c.end());
+  x.resize(x.size() + (16 - c.size() % 16) % 16, 0);
+  for (int k = 7; k >= 0; --k) x.push_back(static_cast<uint8_t>((8 * a.size()) >> (8 * k)));
+  for (int k = 7; k >= 0; --k) x.push_back(static_cast<uint8_t>((8 * c.size()) >> (8 * k)));
+  for (size_t j = 0; j < x.size(); j += 16) {
+    for (int k = 0; k < 16; ++k) y[k] ^= x[j + k];
+    y = protocol::GfMulReference(y, h);
+  }
+  return Bytes(y.begin(), y.end());
+}
+
+Bytes Ctr(const Bytes& ctr0, uint64_t i) {
+  Bytes c = ctr0;
+  for (int k = 15; k >= 0 && i; --k) {
+    const uint64_t s = c[k] + (i & 0xff);
+    c[k] = static_cast<uint8_t>(s);
+    i = (i >> 8) + (s >> 8);
+  }
+  return c;
+}
+
+// The enctype of enctype.md in the clear, with a given ctr0.
+Bytes RefEncrypt(const Bytes& key, uint32_t usage, const Bytes& ctr0, const Bytes& p) {
+  Bytes out = ctr0, c;
+  const size_t n = (p.size() + 15) / 16;
+  for (size_t i = 1; i <= n; ++i) {
+    const auto ks = OpensslAes(key, Ctr(ctr0, i).data());
+    for (size_t k = 0; k < 16 && 16 * (i - 1) + k < p.size(); ++k) {
+      c.push_back(p[16 * (i - 1) + k] ^ ks[k]);
+    }
+  }
+  const Bytes a = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
+                   static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage)};
+  Bytes s = RefGhash(key, a, c);
+  const auto e0 = OpensslAes(key, ctr0.data());
+  for (int k = 0; k < 16; ++k) s[k] ^= e0[k];
+  out.insert(out.end(), c.begin(), c.end());
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+Bytes RefChecksum(const Bytes& key, uint32_t usage, const Bytes& ctr0, const Bytes& d) {
+  const Bytes a = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
+                   static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
+  Bytes s = RefGhash(key, a, d);
+  const auto e0 = OpensslAes(key, ctr0.data());
+  for (int k = 0; k < 16; ++k) s[k] ^= e0[k];
+  Bytes out = ctr0;
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+// Combines the three parties' output shares, checking each share's copies.
+Bytes Combine(const std::array<std::array<Bytes, 2>, 3>& v) {
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(v[i][1], v[(i + 1) % 3][0]) << "copies of share " << (i + 1) % 3;
+    EXPECT_EQ(v[i][0].size(), v[0][0].size());
+  }
+  Bytes out(v[0][0].size());
+  for (size_t k = 0; k < out.size(); ++k) out[k] = v[0][0][k] ^ v[1][0][k] ^ v[2][0][k];
+  return out;
+}
+
+Bytes Keystream(const std::array<BatchResult, 3>& r, size_t j) {
+  std::array<std::array<Bytes, 2>, 3> v;
+  for (int i = 0; i < 3; ++i) v[i] = r[i].jobs[j].keystream;
+  return Combine(v);
+}
+
+Bytes TagOf(const std::array<JobResult, 3>& r) {
+  std::array<std::array<Bytes, 2>, 3> v;
+  for (int i = 0; i < 3; ++i) {
+    for (int k = 0; k < 2; ++k) v[i][k].assign(r[i].tag[k].begin(), r[i].tag[k].end());
+  }
+  return Combine(v);
+}
+
+class Cluster {
+ public:
+  explicit Cluster(EngineOptions opt = {}) {
+    auto st = RunParties([&](int i) -> absl::Status {
+      auto e = Engine::Create(ring_.party(i), opt);
+      if (!e.ok()) return e.status();
+      engines_[i] = std::move(*e);
+      return absl::OkStatus();
+    });
+    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+  }
+
+  std::string AddKey(const Bytes& key) {
+    const Cipher c = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
+    auto views = DealKey(c, key);
+    EXPECT_TRUE(views.ok()) << views.status();
+    const std::string id = "key-" + std::to_string(next_id_++);
+    for (int i = 0; i < 3; ++i) {
+      // Store round trip, as the LMDB store would.
+      auto parsed = KeyShares::Parse((*views)[i].Serialize());
+      EXPECT_TRUE(parsed.ok()) << parsed.status();
+      store_[i][id] = std::make_shared<const KeyShares>(std::move(*parsed));
+    }
+    return id;
+  }
+  void DropKey(int party, const std::string& id) { store_[party].erase(id); }
+
+  // Runs the batch on the three parties; per-party job lists may differ.
+  std::array<absl::StatusOr<BatchResult>, 3> RunEach(
+      uint64_t seq, const std::array<std::vector<Job>, 3>& jobs) {
+    std::array<absl::StatusOr<BatchResult>, 3> out;
+    RunParties([&](int i) {
+      KeyLookup lookup = [this, i](absl::string_view id)
+          -> absl::StatusOr<std::shared_ptr<const KeyShares>> {
+        auto it = store_[i].find(std::string(id));
+        if (it == store_[i].end()) return absl::NotFoundError("no such key");
+        return it->second;
+      };
+      out[i] = engines_[i]->RunBatch(seq, jobs[i], lookup);
+      return out[i].status();
+    });
+    return out;
+  }
+
+  std::array<BatchResult, 3> Run(const std::vector<Job>& jobs) {
+    auto r = RunEach(seq_++, {jobs, jobs, jobs});
+    std::array<BatchResult, 3> out;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(r[i].ok()) << r[i].status();
+      if (r[i].ok()) out[i] = std::move(*r[i]);
+      if (out[i].jobs.size() != jobs.size()) out[i].jobs.resize(jobs.size());
+    }
+    return out;
+  }
+
+  net::InMemoryRing& ring() { return ring_; }
+
+ private:
+  net::InMemoryRing ring_{std::chrono::milliseconds(20000)};
+  std::array<std::unique_ptr<Engine>, 3> engines_;
+  std::array<std::map<std::string, std::shared_ptr<const KeyShares>>, 3> store_;
+  int next_id_ = 0;
+  uint64_t seq_ = 1;
+};
+
+Job EncryptJob(const std::string& id, uint32_t usage, uint32_t n) {
+  Job j;
+  j.type = JobType::kEncrypt;
+  j.key_id = id;
+  j.usage = usage;
+  j.nblocks = n;
+  return j;
+}
+Job DecryptJob(const std::string& id, uint32_t usage, Bytes ct) {
+  Job j;
+  j.type = JobType::kDecrypt;
+  j.key_id = id;
+  j.usage = usage;
+  j.data = std::move(ct);
+  return j;
+}
+Job ChecksumJob(const std::string& id, uint32_t usage, Bytes d) {
+  Job j;
+  j.type = JobType::kChecksum;
+  j.key_id = id;
+  j.usage = usage;
+  j.data = std::move(d);
+  return j;
+}
+Job VerifyJob(const std::string& id, uint32_t usage, Bytes d, Bytes cks) {
+  Job j;
+  j.type = JobType::kVerifyChecksum;
+  j.key_id = id;
+  j.usage = usage;
+  j.data = std::move(d);
+  j.checksum = std::move(cks);
+  return j;
+}
+
+Bytes Xor(const Bytes& a, const Bytes& b) {
+  Bytes o(a.size());
+  for (size_t k = 0; k < a.size(); ++k) o[k] = a[k] ^ b[k];
+  return o;
+}
+
+// Encrypt P the way the KDC does: ENCRYPT, XOR, FINALIZE.
+Bytes ClusterEncrypt(Cluster& c, const std::string& id, uint32_t usage,
+                     const Bytes& p) {
+  const uint32_t n = static_cast<uint32_t>((p.size() + 15) / 16);
+  auto r = c.Run({EncryptJob(id, usage, n)});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(r[i].jobs[0].status.ok()) << r[i].jobs[0].status;
+    EXPECT_EQ(r[i].jobs[0].ctr0, r[0].jobs[0].ctr0);
+  }
+  Bytes ks = Keystream(r, 0);
+  ks.resize(p.size());
+  const Bytes cbytes = Xor(p, ks);
+  std::array<JobResult, 3> f;
+  for (int i = 0; i < 3; ++i) {
+    auto fr = Finalize(*r[i].jobs[0].state, usage, cbytes);
+    EXPECT_TRUE(fr.ok()) << fr.status();
+    if (fr.ok()) f[i] = std::move(*fr);
+  }
+  Bytes out(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
+  out.insert(out.end(), cbytes.begin(), cbytes.end());
+  const Bytes tag = TagOf(f);
+  out.insert(out.end(), tag.begin(), tag.end());
+  return out;
+}
+
+TEST(Engine, EncryptFinalizeMatchesReference) {
+  Cluster c;
+  for (size_t key_len : {16, 32}) {
+    const Bytes key = Random(key_len);
+    const std::string id = c.AddKey(key);
+    for (size_t plen : {1, 15, 16, 17, 100, 992, 993, 3000}) {
+      const Bytes p = Random(plen);
+      const Bytes ct = ClusterEncrypt(c, id, 7, p);
+      const Bytes ctr0(ct.begin(), ct.begin() + 16);
+      EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 7, ctr0, p)))
+          << "key " << key_len << " plen " << plen;
+    }
+  }
+}
+
+TEST(Engine, DecryptRoundTripAndKeystreamOnlyIfTagHolds) {
+  Cluster c;
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes p = Random(40);
+  const Bytes ct = ClusterEncrypt(c, id, 3, p);
+  auto r = c.Run({DecryptJob(id, 3, ct), DecryptJob(id, 4, ct)});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(r[i].jobs[0].status.ok());
+    EXPECT_TRUE(r[i].jobs[0].integrity_ok);
+    EXPECT_FALSE(r[i].jobs[1].integrity_ok);  // wrong usage
+    EXPECT_TRUE(r[i].jobs[1].keystream[0].empty());
+    EXPECT_TRUE(r[i].jobs[1].keystream[1].empty());
+  }
+  Bytes ks = Keystream(r, 0);
+  ks.resize(p.size());
+  EXPECT_EQ(Xor(Bytes(ct.begin() + 16, ct.end() - 16), ks), p);
+}
+
+TEST(Engine, FreshCounterEveryJobEvenForIdenticalBatches) {
+  Cluster c;
+  const std::string id = c.AddKey(Random(16));
+  std::set<std::string> seen;
+  for (int b = 0; b < 3; ++b) {
+    auto r = c.Run({EncryptJob(id, 1, 2), EncryptJob(id, 1, 2), ChecksumJob(id, 1, {})});
+    for (int j = 0; j < 3; ++j) {
+      for (int i = 1; i < 3; ++i) EXPECT_EQ(r[i].jobs[j].ctr0, r[0].jobs[j].ctr0);
+      EXPECT_TRUE(seen.insert(ToHex(r[0].jobs[j].ctr0)).second);
+    }
+  }
+}
+
+std::string ReadFile(const char* path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Minimal extraction of the flat objects of one array of the vector file.
+std::vector<std::map<std::string, std::string>> Section(const std::string& json,
+                                                        const std::string& name) {
+  std::vector<std::map<std::string, std::string>> out;
+  const size_t start = json.find("\"" + name + "\"");
+  if (start == std::string::npos) return out;
+  const size_t open = json.find('[', start);
+  const size_t close = json.find(']', open);
+  const std::string body = json.substr(open, close - open);
+  std::regex obj("\\{([^}]*)\\}");
+  std::regex kv("\"([a-z0-9_]+)\"\\s*:\\s*(\"([^\"]*)\"|([0-9]+))");
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), obj);
+       it != std::sregex_iterator(); ++it) {
+    std::map<std::string, std::string> m;
+    const std::string o = (*it)[1];
+    for (auto k = std::sregex_iterator(o.begin(), o.end(), kv);
+         k != std::sregex_iterator(); ++k) {
+      m[(*k)[1]] = (*k)[3].matched ? std::string((*k)[3]) : std::string((*k)[4]);
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+TEST(Engine, SharedVectors) {
+  const std::string json = ReadFile(KMPC_VECTORS_PATH);
+  ASSERT_FALSE(json.empty()) << KMPC_VECTORS_PATH;
+  auto enc = Section(json, "encrypt");
+  auto cks = Section(json, "checksum");
+  ASSERT_GE(enc.size(), 2u);
+  ASSERT_GE(cks.size(), 1u);
+  Cluster c;
+  std::vector<Job> jobs;
+  std::vector<Bytes> plains;
+  for (auto& v : enc) {
+    const Bytes key = Hex(v["key"]);
+    // The reference agrees with the vector (sanity of the harness).
+    EXPECT_EQ(ToHex(RefEncrypt(key, std::stoul(v["usage"]), Hex(v["ctr0"]),
+                               Hex(v["plaintext"]))),
+              v["ciphertext"]);
+    jobs.push_back(DecryptJob(c.AddKey(key), std::stoul(v["usage"]), Hex(v["ciphertext"])));
+    plains.push_back(Hex(v["plaintext"]));
+  }
+  for (auto& v : cks) {
+    const Bytes key = Hex(v["key"]);
+    const Bytes full = Hex(v["checksum"]);
+    EXPECT_EQ(ToHex(RefChecksum(key, std::stoul(v["usage"]), Hex(v["ctr0"]), Hex(v["data"]))),
+              v["checksum"]);
+    jobs.push_back(VerifyJob(c.AddKey(key), std::stoul(v["usage"]), Hex(v["data"]), full));
+  }
+  auto r = c.Run(jobs);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(r[i].jobs[j].status.ok()) << r[i].jobs[j].status;
+      EXPECT_TRUE(r[i].jobs[j].integrity_ok) << "vector job " << j;
+    }
+    if (j < enc.size()) {
+      const Bytes& ct = jobs[j].data;
+      Bytes ks = Keystream(r, j);
+      ks.resize(ct.size() - 32);
+      EXPECT_EQ(Xor(Bytes(ct.begin() + 16, ct.end() - 16), ks), plains[j]);
+    }
+  }
+}
+
+TEST(Engine, ChecksumMatchesReferenceAndVerifies) {
+  Cluster c;
+  for (size_t key_len : {16, 32}) {
+    const Bytes key = Random(key_len);
+    const std::string id = c.AddKey(key);
+    for (size_t dlen : {0, 5, 16, 33, 1500}) {
+      const Bytes d = Random(dlen);
+      auto r = c.Run({ChecksumJob(id, 41, d)});
+      std::array<JobResult, 3> jr = {r[0].jobs[0], r[1].jobs[0], r[2].jobs[0]};
+      for (auto& x : jr) ASSERT_TRUE(x.status.ok()) << x.status;
+      const Bytes ctr0(jr[0].ctr0.begin(), jr[0].ctr0.end());
+      Bytes full = ctr0;
+      const Bytes tag = TagOf(jr);
+      full.insert(full.end(), tag.begin(), tag.end());
+      EXPECT_EQ(ToHex(full), ToHex(RefChecksum(key, 41, ctr0, d)));
+      Bytes bad = full;
+      bad[20] ^= 0x10;
+      auto v = c.Run({VerifyJob(id, 41, d, full), VerifyJob(id, 41, d, bad),
+                      VerifyJob(id, 42, d, full)});
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_TRUE(v[i].jobs[0].integrity_ok);
+        EXPECT_FALSE(v[i].jobs[1].integrity_ok);
+        EXPECT_FALSE(v[i].jobs[2].integrity_ok);
+      }
+    }
+  }
+}
+
+TEST(Engine, AnySingleBitFlipFailsIntegrity) {
+  Cluster c;
+  const std::string id = c.AddKey(Random(32));
+  const Bytes p = Random(20);
+  const Bytes ct = ClusterEncrypt(c, id, 2, p);
+  std::vector<Job> jobs;
+  for (size_t bit = 0; bit < 8 * ct.size(); ++bit) {
+    Bytes t = ct;
+    t[bit / 8] ^= static_cast<uint8_t>(1 << (bit % 8));
+    jobs.push_back(DecryptJob(id, 2, t));
+  }
+  jobs.push_back(DecryptJob(id, 2, ct));
+  auto r = c.Run(jobs);
+  for (int i = 0; i < 3; ++i) {
+    for (size_t j = 0; j + 1 < jobs.size(); ++j) {
+      ASSERT_TRUE(r[i].jobs[j].status.ok()) << r[i].jobs[j].status;
+      ASSERT_FALSE(r[i].jobs[j].integrity_ok) << "bit " << j;
+      ASSERT_TRUE(r[i].jobs[j].keystream[0].empty());
+      ASSERT_TRUE(r[i].jobs[j].keystream[1].empty());
+    }
+    EXPECT_TRUE(r[i].jobs.back().integrity_ok);
+  }
+  // Checksums too.
+  const Bytes d = Random(24);
+  auto cr = c.Run({ChecksumJob(id, 9, d)});
+  std::array<JobResult, 3> jr = {cr[0].jobs[0], cr[1].jobs[0], cr[2].jobs[0]};
+  Bytes full(jr[0].ctr0.begin(), jr[0].ctr0.end());
+  const Bytes tag = TagOf(jr);
+  full.insert(full.end(), tag.begin(), tag.end());
+  std::vector<Job> vj;
+  for (size_t bit = 0; bit < 8 * full.size(); ++bit) {
+    Bytes t = full;
+    t[bit / 8] ^= static_cast<uint8_t>(1 << (bit % 8));
+    vj.push_back(VerifyJob(id, 9, d, t));
+  }
+  for (size_t bit = 0; bit < 8 * d.size(); bit += 13) {
+    Bytes t = d;
+    t[bit / 8] ^= static_cast<uint8_t>(1 << (bit % 8));
+    vj.push_back(VerifyJob(id, 9, t, full));
+  }
+  auto vr = c.Run(vj);
+  for (int i = 0; i < 3; ++i) {
+    for (size_t j = 0; j < vj.size(); ++j) ASSERT_FALSE(vr[i].jobs[j].integrity_ok) << j;
+  }
+}
+
+TEST(Engine, DigestMismatchRefusedEverywhere) {
+  Cluster c;
+  const std::string id = c.AddKey(Random(16));
+  std::vector<Job> a = {EncryptJob(id, 1, 2)};
+  std::vector<Job> b = {EncryptJob(id, 1, 3)};
+  auto r = c.RunEach(5, {a, a, b});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << i;
+  }
+  // Different batch_seq too.
+  std::array<absl::StatusOr<BatchResult>, 3> r2;
+  // The ring is still in step: a good batch works afterwards.
+  auto ok = c.Run(a);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ok[i].jobs[0].status.ok());
+}
+
+TEST(Engine, KeyStoreDisagreementRefused) {
+  Cluster c;
+  const std::string id = c.AddKey(Random(16));
+  c.DropKey(1, id);
+  auto r = c.RunEach(9, {std::vector<Job>{EncryptJob(id, 1, 1)},
+                         std::vector<Job>{EncryptJob(id, 1, 1)},
+                         std::vector<Job>{EncryptJob(id, 1, 1)}});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[i].status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST(Engine, MalformedJobsInvalidArgumentOthersStillRun) {
+  Cluster c;
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  Bytes ff(32, 0xff);
+  ff[31] = 0;  // ctr0 = 2^128-1: any block after it wraps to zero
+  Bytes ff_ct(ff.begin(), ff.end());
+  ff_ct.insert(ff_ct.begin() + 16, 0x00);  // 1 byte of C
+  Bytes zero_ctr(48, 0);
+  Job bad_type = EncryptJob(id, 1, 1);
+  bad_type.type = static_cast<JobType>(77);
+  Job enc_with_data = EncryptJob(id, 1, 1);
+  enc_with_data.data = {1};
+  std::vector<Job> jobs = {
+      EncryptJob(id, 1, 0),                       // 0 blocks
+      EncryptJob(id, 1, kMaxJobBlocks + 1),       // too many
+      EncryptJob("", 1, 1),                       // no key id
+      DecryptJob(id, 1, Random(31)),              // too short
+      DecryptJob(id, 1, ff_ct),                   // counter wraps
+      DecryptJob(id, 1, zero_ctr),                // ctr0 = 0
+      VerifyJob(id, 1, {}, Random(31)),           // short checksum
+      bad_type,
+      enc_with_data,
+      Job{JobType::kFinalize},                    // no state
+      EncryptJob("nope", 1, 1),                   // unknown key
+      EncryptJob(id, 1, 1),                       // fine
+  };
+  auto r = c.Run(jobs);
+  for (int i = 0; i < 3; ++i) {
+    for (size_t j = 0; j + 2 < jobs.size(); ++j) {
+      EXPECT_EQ(r[i].jobs[j].status.code(), absl::StatusCode::kInvalidArgument)
+          << "job " << j << ": " << r[i].jobs[j].status;
+      EXPECT_FALSE(r[i].jobs[j].status.message().empty());
+    }
+    EXPECT_EQ(r[i].jobs[jobs.size() - 2].status.code(), absl::StatusCode::kNotFound);
+    EXPECT_TRUE(r[i].jobs.back().status.ok());
+  }
+  // The good job is still right.
+  const Bytes ks = Keystream(r, jobs.size() - 1);
+  const Bytes ctr0(r[0].jobs.back().ctr0.begin(), r[0].jobs.back().ctr0.end());
+  const auto want = OpensslAes(key, Ctr(ctr0, 1).data());
+  EXPECT_EQ(ToHex(ks), ToHex(want));
+}
+
+TEST(Engine, FinalizeChecks) {
+  Cluster c;
+  const std::string id = c.AddKey(Random(16));
+  auto r = c.Run({EncryptJob(id, 5, 2)});
+  const EncryptState& st = *r[0].jobs[0].state;
+  EXPECT_EQ(Finalize(st, 6, Random(20)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Finalize(st, 5, Random(33)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Finalize(st, 5, Random(16)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Finalize(st, 5, Random(17)).ok());
+  // As a batch job as well.
+  Job f;
+  f.type = JobType::kFinalize;
+  f.usage = 5;
+  f.data = Random(32);
+  std::vector<Job> per[3];
+  for (int i = 0; i < 3; ++i) {
+    per[i] = {f};
+    per[i][0].state = r[i].jobs[0].state;
+  }
+  auto fr = c.RunEach(77, {per[0], per[1], per[2]});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(fr[i].ok());
+    EXPECT_TRUE(fr[i]->jobs[0].status.ok());
+  }
+}
+
+TEST(Engine, LargeMixedBatchUsesDepth6AndStaysCorrect) {
+  EngineOptions opt;
+  opt.small_sbox_min_blocks = 64;
+  opt.chunk_lanes = 256;
+  Cluster c(opt);
+  const Bytes k1 = Random(16), k2 = Random(32);
+  const std::string id1 = c.AddKey(k1), id2 = c.AddKey(k2);
+  auto r = c.Run({EncryptJob(id1, 1, 300), EncryptJob(id2, 2, 500), EncryptJob(id1, 3, 7)});
+  const Bytes* keys[] = {&k1, &k2, &k1};
+  for (int j = 0; j < 3; ++j) {
+    const Bytes ks = Keystream(r, j);
+    const Bytes ctr0(r[0].jobs[j].ctr0.begin(), r[0].jobs[j].ctr0.end());
+    for (size_t b = 0; b < ks.size() / 16; b += 17) {
+      const auto want = OpensslAes(*keys[j], Ctr(ctr0, b + 1).data());
+      ASSERT_EQ(ToHex(absl::MakeConstSpan(&ks[16 * b], 16)), ToHex(want));
+    }
+  }
+}
+
+TEST(KeySharesTest, SerializeParseStrict) {
+  auto v = DealKey(Cipher::kAes256, Random(32));
+  ASSERT_TRUE(v.ok());
+  const Bytes s = (*v)[2].Serialize();
+  auto p = KeyShares::Parse(s);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->party, 2);
+  EXPECT_EQ(p->round_keys[1], (*v)[2].round_keys[1]);
+  EXPECT_EQ(p->h_powers[0], (*v)[2].h_powers[0]);
+  EXPECT_EQ(p->deal_id, (*v)[0].deal_id);
+  Bytes shorter(s.begin(), s.end() - 1), longer = s;
+  longer.push_back(0);
+  EXPECT_EQ(KeyShares::Parse(shorter).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(KeyShares::Parse(longer).status().code(), absl::StatusCode::kInvalidArgument);
+  Bytes bad = s;
+  bad[8] = 9;  // cipher
+  EXPECT_FALSE(KeyShares::Parse(bad).ok());
+  bad = s;
+  bad[7] = 3;  // party
+  EXPECT_FALSE(KeyShares::Parse(bad).ok());
+  bad = s;
+  bad[0] = 'X';
+  EXPECT_FALSE(KeyShares::Parse(bad).ok());
+  EXPECT_FALSE(KeyShares::Parse({}).ok());
+  EXPECT_EQ(DealKey(Cipher::kAes128, Random(32)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Three views recombine to the round keys of the key.
+  const Bytes key = Random(16);
+  auto w = DealKey(Cipher::kAes128, key);
+  ASSERT_TRUE(w.ok());
+  Bytes rk0(16);
+  for (int k = 0; k < 16; ++k) {
+    rk0[k] = (*w)[0].round_keys[0][k] ^ (*w)[1].round_keys[0][k] ^ (*w)[2].round_keys[0][k];
+  }
+  EXPECT_EQ(rk0, key);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ((*w)[i].round_keys[1], (*w)[(i + 1) % 3].round_keys[0]);
+}
+
+}  // namespace
+}  // namespace kmpc::engine
