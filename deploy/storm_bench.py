@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""Login-storm benchmark: kmpc-storm against a realm on 127.0.0.1.
+
+For each KDC setting it measures, with real AS exchanges (encrypted-timestamp
+pre-auth, two round trips per login, as kinit):
+  - one-client latency (closed loop, concurrency 1),
+  - saturation throughput (closed loop) and CPU per login of the KDC (and of
+    any other watched process) and of the load generator, from /proc,
+  - an open-loop sweep of offered rates to find the peak *sustained* rate:
+    achieved >= 97% of offered, no failed or dropped login, p99 bounded,
+  - latency at 50% and 90% of that peak.
+Figures go to build/bench/storm.json (one section per target: "stock" now,
+"kmpc" later), every sweep point to build/bench/storm_sweep.csv, and
+deploy/plot_storm.py draws latency against throughput (the CCS 2016 paper's
+Figure 5) into build/bench/storm_latency_throughput.png.
+
+A *target* is what the storm logs in to: a factory returns an object with
+  env (KRB5_CONFIG ... for kmpc-storm), keytab, principal_fmt, n_users,
+  service, watch {name: pid}, p99_bound_ms, alive(), logs(), stop().
+`stock` is the patched krb5kdc with ordinary aes256-cts-hmac-sha1-96 keys in
+its database; a `kmpc` factory (KDC + plugin + three MPC servers) registers
+itself in TARGETS the same way and nothing else changes.
+
+Usage: storm_bench.py [--target stock] [--settings headline,default]
+                      [--users 1000] [--quick]
+"""
+
+import argparse
+import csv
+import datetime
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kmpc_realm  # noqa: E402
+
+ROOT = kmpc_realm.ROOT
+BUILD = kmpc_realm.BUILD
+BENCH_DIR = os.path.join(BUILD, "bench")
+
+STOCK_ENCTYPE = "aes256-cts-hmac-sha1-96"
+SERVICE = "host/storm.kmpc.test"
+
+
+def find_storm():
+    """The kmpc-storm binary: $KMPC_STORM, else the newest build of it."""
+    if os.environ.get("KMPC_STORM"):
+        return os.environ["KMPC_STORM"]
+    cands = [p for p in glob.glob(os.path.join(BUILD, "*", "mpc-server", "kmpc-storm"))
+             + glob.glob(os.path.join(BUILD, "storm-scratch", "out", "kmpc-storm"))
+             if os.access(p, os.X_OK)]
+    if not cands:
+        raise kmpc_realm.RealmError(
+            "kmpc-storm is not built: cmake --build build/cmake --target kmpc-storm")
+    return max(cands, key=os.path.getmtime)
+
+
+def dbmodules_block(realm, **opts):
+    """kdc.conf text for [dbmodules] REALM = {...}: where the db2 module
+    reads disable_last_success / disable_lockout (MIT kdc.conf(5);
+    plugins/kdb/db2/kdb_db2.c looks them up under [dbmodules] only)."""
+    lines = "".join(f"        {k} = {v}\n" for k, v in opts.items())
+    return f"[dbmodules]\n    {realm} = {{\n{lines}    }}\n"
+
+
+def populate_users(realm, n, fmt="user{}", enctypes=None, keytab=None,
+                   service=SERVICE):
+    """n users requiring pre-auth with random keys, a service principal, and
+    one keytab holding the users' keys: one kadmin.local process for all."""
+    ets = enctypes or realm.enctypes
+    ks = ",".join(f"{e}:normal" for e in ets)
+    names = [fmt.format(i) for i in range(n)]
+    cmds = [f"addprinc +requires_preauth -e {ks} -randkey {u}" for u in names]
+    if service:
+        cmds.append(f"addprinc -e {ks} -randkey {service}")
+    kt = keytab or realm.keytab
+    for i in range(0, n, 200):  # ktadd takes many principals per line
+        cmds.append(f"ktadd -norandkey -k {kt} " + " ".join(names[i:i + 200]))
+    out = realm.run(["kadmin.local", "-r", realm.realm], input="\n".join(cmds) + "\n",
+                    timeout=600)
+    created = out.count("created.")
+    if created != n + (1 if service else 0):
+        raise kmpc_realm.RealmError(f"expected {n} principals, kadmin.local created "
+                                    f"{created}:\n{out[-3000:]}")
+    return kt
+
+
+class StockTarget:
+    """The patched krb5kdc with ordinary keys held in its database."""
+
+    def __init__(self, workdir, settings, n_users, enctype=STOCK_ENCTYPE):
+        extra = ""
+        if settings == "headline":
+            extra = dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
+                                    disable_lockout="true")
+        self.realm = kmpc_realm.Realm(workdir, enctypes=[enctype],
+                                      kdc_conf_extra=extra).create()
+        self.n_users = n_users
+        self.keytab = populate_users(self.realm, n_users)
+        self.principal_fmt = "user%d@" + self.realm.realm
+        self.service = f"{SERVICE}@{self.realm.realm}"
+        self.realm.start_kdc()
+        self.env = self.realm.env
+        self.watch = {"krb5kdc": self.realm.kdc_proc.pid}
+        # Stock KDC answers in well under a millisecond; 100 ms at p99 means
+        # a queue that grows or UDP retransmits (1 s): not sustained.
+        self.p99_bound_ms = 100.0
+        self.enctype = enctype
+
+    def alive(self):
+        return self.realm.kdc_alive()
+
+    def logs(self):
+        return self.realm.logs()
+
+    def stop(self):
+        self.realm.stop()
+
+
+def stock_factory(workdir, settings, n_users):
+    return StockTarget(workdir, settings, n_users)
+
+
+# target name -> (factory, settings it supports, description)
+TARGETS = {
+    "stock": (stock_factory, ("headline", "default"),
+              "patched krb5kdc, ordinary aes256-cts-hmac-sha1-96 keys in its KDB"),
+}
+SETTINGS_DOC = {
+    "headline": "disable_last_success = true, disable_lockout = true ([dbmodules])",
+    "default": "MIT defaults (last-success time written to the KDB on every login)",
+}
+
+
+def machine_busy():
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+def run_storm(target, args, label, outdir, check=False, timeout=None):
+    """Run kmpc-storm against the target; return its JSON summary (+extras)."""
+    storm = find_storm()
+    js = os.path.join(outdir, label + ".json")
+    cs = os.path.join(outdir, label + ".csv")
+    argv = [storm, "--keytab", target.keytab, "--principals", target.principal_fmt,
+            "--users", str(target.n_users), "--json", js, "--csv", cs, "--no-progress",
+            "-q"]
+    for pid in target.watch.values():
+        argv += ["--watch-pid", str(pid)]
+    argv += [str(a) for a in args]
+    b0, t0 = machine_busy()
+    p = subprocess.run(argv, env=target.env, capture_output=True, text=True,
+                       timeout=timeout or 600)
+    b1, t1 = machine_busy()
+    if p.returncode == 2 or not os.path.exists(js):
+        raise kmpc_realm.RealmError(f"kmpc-storm failed ({p.returncode}):\n{p.stderr}")
+    if check and p.returncode != 0:
+        raise kmpc_realm.RealmError(f"kmpc-storm: failed logins:\n{p.stderr}")
+    with open(js) as f:
+        res = json.load(f)
+    res["exit_code"] = p.returncode
+    res["stderr"] = p.stderr.strip()
+    names = {pid: n for n, pid in target.watch.items()}
+    w = res["window_s"] or 1e-9
+    res["cpu"] = {names.get(x["pid"], str(x["pid"])): {
+        "us_per_login": x["cpu_us_per_login"], "cores": x["cpu_s"] / w}
+        for x in res.pop("watched")}
+    res["cpu"]["kmpc-storm"] = {"us_per_login": res["generator_cpu_us_per_login"],
+                                "cores": res["generator_cpu_s"] / w}
+    # Whole machine over the run (2 cores shared with other work): what was
+    # busy that was neither the KDC side nor the generator.
+    hz = os.sysconf("SC_CLK_TCK")
+    ncpu = os.cpu_count()
+    span = (t1 - t0) / ncpu / hz
+    res["machine_busy_cores"] = (b1 - b0) / hz / span if span > 0 else 0
+    if not target.alive():
+        raise kmpc_realm.RealmError("the KDC side died during the storm:\n" + target.logs())
+    return res
+
+
+def brief(res):
+    lat = res["latency_us"]
+    cpu = " ".join(f"{n} {c['us_per_login']:.0f}us/{c['cores']:.2f}c"
+                   for n, c in res["cpu"].items())
+    errs = ", ".join(f"{e['name']} x{e['count']}" for e in res["errors"])
+    return (f"{res['logins_per_s']:8.0f}/s  p50 {lat['p50'] / 1e3:7.2f} ms  "
+            f"p99 {lat['p99'] / 1e3:8.2f} ms  failed {res['failed_all_phases']}"
+            f"{' (' + errs + ')' if errs else ''}  dropped {res['dropped']}  "
+            f"retx {res['retransmits']}  cpu: {cpu}  machine {res['machine_busy_cores']:.2f}c")
+
+
+def sustained(res, offered, p99_bound_ms):
+    return (res["failed_all_phases"] == 0 and res["dropped"] == 0
+            and res["logins_per_s"] >= 0.97 * offered
+            and res["latency_us"]["p99"] <= p99_bound_ms * 1000)
+
+
+def point_row(target_name, settings, res, offered, ok):
+    lat = res["latency_us"]
+    return {
+        "target": target_name, "settings": settings, "offered": round(offered, 1),
+        "achieved": round(res["logins_per_s"], 1),
+        "p50_ms": lat["p50"] / 1e3, "p90_ms": lat["p90"] / 1e3,
+        "p99_ms": lat["p99"] / 1e3, "p999_ms": lat["p999"] / 1e3,
+        "max_ms": lat["max"] / 1e3, "failed": res["failed_all_phases"],
+        "dropped": res["dropped"], "retransmits": res["retransmits"],
+        "sustained": int(ok),
+        "kdc_cores": round(sum(c["cores"] for n, c in res["cpu"].items()
+                               if n != "kmpc-storm"), 3),
+        "generator_cores": round(res["cpu"]["kmpc-storm"]["cores"], 3),
+        "machine_cores": round(res["machine_busy_cores"], 3),
+    }
+
+
+def bench_settings(target_name, settings, n_users, quick, log):
+    factory = TARGETS[target_name][0]
+    work = tempfile.mkdtemp(prefix=f"storm-{target_name}-{settings}-",
+                            dir=os.path.join(BUILD, "bench"))
+    outdir = os.path.join(BENCH_DIR, "storm", f"{target_name}-{settings}")
+    os.makedirs(outdir, exist_ok=True)
+    dur = 2 if quick else 4
+    t_start = time.time()
+    target = factory(os.path.join(work, "realm"), settings, n_users)
+    sec = {"settings": settings, "settings_doc": SETTINGS_DOC.get(settings, ""),
+           "target_doc": TARGETS[target_name][2], "users": n_users,
+           "enctype": getattr(target, "enctype", None), "p99_bound_ms": target.p99_bound_ms}
+    rows = []
+    try:
+        log(f"== {target_name} / {settings}: {sec['settings_doc']}")
+        # Warm the KDC (page cache, first-use allocations) then one client.
+        run_storm(target, ["-c", 1, "-d", 1], "warm", outdir)
+        one = run_storm(target, ["-c", 1, "-d", dur, "-w", 0.5], "one-client", outdir, check=True)
+        log(f"  one client (closed loop, c=1): {brief(one)}")
+        sat = run_storm(target, ["-c", 8, "-d", dur, "-w", 0.5], "saturation-c8", outdir)
+        log(f"  saturation (closed loop, c=8): {brief(sat)}")
+        cap = max(sat["logins_per_s"], 100.0)
+        sec["one_client"] = {"p50_ms": one["latency_us"]["p50"] / 1e3,
+                             "p99_ms": one["latency_us"]["p99"] / 1e3,
+                             "logins_per_s": one["logins_per_s"], "cpu": one["cpu"]}
+        sec["saturation_closed_loop"] = {
+            "concurrency": 8, "logins_per_s": sat["logins_per_s"],
+            "p50_ms": sat["latency_us"]["p50"] / 1e3, "p99_ms": sat["latency_us"]["p99"] / 1e3,
+            "failed": sat["failed_all_phases"], "cpu": sat["cpu"],
+            "machine_busy_cores": sat["machine_busy_cores"]}
+
+        # Open-loop sweep around the closed-loop capacity, then bisection.
+        points = {}
+
+        def point(rate):
+            rate = round(rate, -1) if rate >= 100 else round(rate)
+            if rate in points:
+                return points[rate]
+            res = run_storm(target, ["-r", rate, "-d", dur, "-w", 1, "--timeout", 5,
+                                     "--max-inflight", 512], f"open-{int(rate)}", outdir)
+            ok = sustained(res, rate, target.p99_bound_ms)
+            points[rate] = (res, ok)
+            rows.append(point_row(target_name, settings, res, rate, ok))
+            log(f"  open loop {rate:7.0f}/s: {'sustained ' if ok else 'NOT       '}{brief(res)}")
+            if not ok:
+                time.sleep(1.0)  # let the KDC drain its socket queues
+            return res, ok
+
+        fracs = [0.5, 0.75, 0.9, 1.0, 1.1, 1.25] if not quick else [0.5, 0.9, 1.1]
+        misses = 0
+        for fr in fracs:
+            _, ok = point(cap * fr)
+            misses = 0 if ok else misses + 1
+            if misses >= 2:
+                break
+        for _ in range(1 if quick else 3):
+            good = [r for r, (_, ok) in points.items() if ok]
+            bad = [r for r, (_, ok) in points.items() if not ok and r > max(good, default=0)]
+            if not good or not bad:
+                break
+            lo, hi = max(good), min(bad)
+            if hi - lo <= max(50, 0.03 * lo):
+                break
+            point((lo + hi) / 2)
+        good = [r for r, (_, ok) in points.items() if ok]
+        if not good:
+            # Even the lowest rate failed: go down until something holds.
+            r = min(points) / 2
+            while r >= 50 and not point(r)[1]:
+                r /= 2
+            good = [r for r, (_, ok) in points.items() if ok]
+        peak_rate = max(good) if good else 0
+        peak = points[peak_rate][0] if good else None
+        sec["peak_sustained"] = None if not peak else {
+            "offered": peak_rate, "logins_per_s": peak["logins_per_s"],
+            "p50_ms": peak["latency_us"]["p50"] / 1e3, "p99_ms": peak["latency_us"]["p99"] / 1e3,
+            "cpu": peak["cpu"], "machine_busy_cores": peak["machine_busy_cores"]}
+        if peak:
+            for name, fr in (("at_50pct_of_peak", 0.5), ("at_90pct_of_peak", 0.9)):
+                res, ok = point(peak_rate * fr)
+                sec[name] = {"offered": round(peak_rate * fr), "logins_per_s": res["logins_per_s"],
+                             "sustained": ok,
+                             **{k + "_ms": v / 1e3 for k, v in res["latency_us"].items()
+                                if k in ("p50", "p90", "p99", "p999", "max")},
+                             "cpu": res["cpu"]}
+        # CPU per login: the KDC's at saturation (busiest, cheapest per
+        # login) and the generator's; is the generator the bottleneck?
+        kdc = {n: c for n, c in sat["cpu"].items() if n != "kmpc-storm"}
+        gen = sat["cpu"]["kmpc-storm"]
+        sec["cpu_us_per_login"] = {**{n: c["us_per_login"] for n, c in kdc.items()},
+                                   "kmpc-storm": gen["us_per_login"]}
+        kdc_cores = sum(c["cores"] for c in kdc.values())
+        sec["generator_bottleneck"] = bool(gen["cores"] >= 0.9 and kdc_cores < 0.9)
+        sec["generator_note"] = (
+            f"at closed-loop saturation the generator used {gen['cores']:.2f} cores "
+            f"({gen['us_per_login']:.0f} us/login), the KDC side {kdc_cores:.2f} cores, "
+            f"the whole machine {sat['machine_busy_cores']:.2f} of {os.cpu_count()}")
+        sec["peak_logins_per_s"] = peak["logins_per_s"] if peak else 0
+        log(f"  peak sustained: {sec['peak_logins_per_s']:.0f} logins/s "
+            f"(offered {peak_rate}); {sec['generator_note']}")
+        if settings == "headline":
+            # AS + TGS, and the engine choice (async vs one thread per login).
+            tgs = run_storm(target, ["-c", 8, "-d", dur, "-w", 0.5, "--tgs", target.service],
+                            "tgs-c8", outdir)
+            log(f"  AS + TGS-REQ (closed loop, c=8): {brief(tgs)}")
+            sec["as_plus_tgs_closed_loop"] = {
+                "logins_per_s": tgs["logins_per_s"], "p50_ms": tgs["latency_us"]["p50"] / 1e3,
+                "failed": tgs["failed_all_phases"], "cpu": tgs["cpu"]}
+            eng = {}
+            for e, extra in (("async", ["-c", 8]), ("sync", ["-c", 8, "--engine", "sync"])):
+                r = run_storm(target, extra + ["-d", dur, "-w", 0.5], f"engine-{e}", outdir)
+                log(f"  engine {e:5s} (closed loop, c=8): {brief(r)}")
+                eng[e] = {"logins_per_s": r["logins_per_s"],
+                          "generator_us_per_login": r["cpu"]["kmpc-storm"]["us_per_login"],
+                          "generator_cores": r["cpu"]["kmpc-storm"]["cores"],
+                          "p50_ms": r["latency_us"]["p50"] / 1e3,
+                          "p99_ms": r["latency_us"]["p99"] / 1e3}
+            sec["engines_closed_loop_c8"] = eng
+        sec["sweep"] = sorted(rows, key=lambda r: r["offered"])
+        sec["elapsed_s"] = round(time.time() - t_start, 1)
+    except Exception:
+        sys.stderr.write(target.logs()[-5000:] + "\n")
+        raise
+    finally:
+        target.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return sec, rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default="stock", choices=sorted(TARGETS))
+    ap.add_argument("--settings", default=None,
+                    help="comma list (default: all the target supports)")
+    ap.add_argument("--users", type=int, default=1000)
+    ap.add_argument("--quick", action="store_true", help="shorter points (test runs)")
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "storm.json"))
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(BENCH_DIR, exist_ok=True)
+    settings = args.settings.split(",") if args.settings else list(TARGETS[args.target][1])
+
+    def log(msg):
+        print(msg, flush=True)
+
+    log(f"storm bench: kmpc-storm = {find_storm()}, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.2f} (shared machine: compare within one run)")
+    data = {}
+    if os.path.exists(args.out):
+        try:
+            with open(args.out) as f:
+                data = json.load(f)
+        except ValueError:
+            data = {}
+    section = {"when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "machine": {"cores": os.cpu_count(), "loadavg_start": os.getloadavg()[0],
+                           "kernel": os.uname().release},
+               "storm": find_storm(), "settings": {}}
+    all_rows = []
+    for s in settings:
+        sec, rows = bench_settings(args.target, s, args.users, args.quick, log)
+        section["settings"][s] = sec
+        all_rows += rows
+    data[args.target] = section
+    with open(args.out, "w") as f:
+        json.dump(data, f, indent=2)
+    # The sweep CSV keeps the other targets' rows.
+    csv_path = os.path.join(BENCH_DIR, "storm_sweep.csv")
+    old = []
+    if os.path.exists(csv_path):
+        with open(csv_path) as f:
+            old = [r for r in csv.DictReader(f) if r["target"] != args.target]
+    fields = list(all_rows[0].keys()) if all_rows else []
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in old + all_rows:
+            w.writerow({k: r.get(k, "") for k in fields})
+    log(f"figures: {args.out}, sweep: {csv_path}")
+    log("")
+    log(f"{'target/settings':28s} {'peak logins/s':>14s} {'1-client p50':>13s} "
+        f"{'p99@90%':>9s} {'KDC us/login':>13s} {'gen us/login':>13s}")
+    for tname, tsec in data.items():
+        for s, sec in tsec.get("settings", {}).items():
+            kdc = sum(v for k, v in sec["cpu_us_per_login"].items() if k != "kmpc-storm")
+            p99 = sec.get("at_90pct_of_peak", {}).get("p99_ms", float("nan"))
+            log(f"{tname + '/' + s:28s} {sec['peak_logins_per_s']:14.0f} "
+                f"{sec['one_client']['p50_ms']:10.2f} ms {p99:6.2f} ms "
+                f"{kdc:13.0f} {sec['cpu_us_per_login']['kmpc-storm']:13.0f}")
+    if not args.no_plot:
+        subprocess.run([sys.executable, os.path.join(HERE, "plot_storm.py"), csv_path,
+                        os.path.join(BENCH_DIR, "storm_latency_throughput.png")], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
