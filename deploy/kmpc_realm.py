@@ -30,6 +30,9 @@ PREFIX = os.environ.get("KRB5_PREFIX", os.path.join(BUILD, "krb5"))
 
 REALM = "KMPC.TEST"
 DEFAULT_ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc")
+# The KDC never makes session keys of an MPC enctype (krb5 patch 0003), so
+# clients must also offer, and be permitted, an ordinary one.
+DEFAULT_SESSION_ENCTYPES = ("aes256-cts-hmac-sha1-96",)
 
 
 class RealmError(Exception):
@@ -69,10 +72,15 @@ class Realm:
     """One realm: a KDC database, a krb5kdc, config files and a ccache."""
 
     def __init__(self, workdir, enctypes=DEFAULT_ENCTYPES, kdc_conf_extra="",
-                 krb5_conf_extra="", realm=REALM, realm_extra=""):
+                 krb5_conf_extra="", realm=REALM, realm_extra="",
+                 session_enctypes=DEFAULT_SESSION_ENCTYPES):
         self.dir = os.path.abspath(workdir)
         self.realm = realm
         self.enctypes = list(enctypes)
+        # Offered and permitted on the client side after enctypes, but no
+        # principal gets keys of them unless asked to.
+        self.session_enctypes = [e for e in session_enctypes
+                                 if e not in self.enctypes]
         self.kdc_conf_extra = kdc_conf_extra
         self.krb5_conf_extra = krb5_conf_extra
         # Extra relations inside the realm's [realms] block of kdc.conf
@@ -92,7 +100,7 @@ class Realm:
     def create(self):
         os.makedirs(self.dir, exist_ok=True)
         self.kdc_port, self.kadmin_port = free_ports(2)
-        ets = " ".join(self.enctypes)
+        ets = " ".join(self.enctypes + self.session_enctypes)
         supported = " ".join(f"{e}:normal" for e in self.enctypes)
         with open(self.krb5_conf, "w") as f:
             f.write(f"""[libdefaults]
