@@ -67,6 +67,7 @@ ABSL_FLAG(int, threads, 1, "bench: batches in flight");
 ABSL_FLAG(int, iters, 5, "bench: batches per thread");
 ABSL_FLAG(int, job_blocks, 1024, "bench: largest ENCRYPT job in blocks");
 ABSL_FLAG(std::string, cipher, "aes128", "bench: aes128 or aes256");
+ABSL_FLAG(bool, finalize_twice, false, "jobs: try every FINALIZE a second time");
 ABSL_FLAG(int, timeout_ms, 30000, "deadline of each RPC");
 
 namespace {
@@ -316,7 +317,7 @@ int Jobs(Cluster& c) {
     p.job.set_usage(static_cast<uint32_t>(std::stoul(f[2])));
     Bytes a, b;
     if (p.op == "encrypt") {
-      if (!FromHex(f[3], &p.plaintext)) Die("bad hex: " + f[3]);
+      if (!FromHex(f[3] == "-" ? "" : f[3], &p.plaintext)) Die("bad hex: " + f[3]);
       p.job.set_type(pb::JOB_ENCRYPT);
       p.job.set_length(p.plaintext.size());
     } else if (p.op == "keystream") {
@@ -372,6 +373,13 @@ int Jobs(Cluster& c) {
       continue;
     }
     const std::string& op = jobs[k].op;
+    if (op == "decrypt" && r[0]->status() != pb::JOB_OK) {
+      for (int i = 0; i < 3; ++i)
+        if (!r[i]->keystream().first().empty() || !r[i]->keystream().second().empty()) {
+          std::printf("keystream_leak\n");
+          std::exit(5);
+        }
+    }
     if (op == "verify" || ((op == "decrypt") && r[0]->status() != pb::JOB_OK)) {
       out[k] = r[0]->status() == pb::JOB_OK ? "ok" : "integrity_failed";
       continue;
@@ -408,6 +416,19 @@ int Jobs(Cluster& c) {
       SetDeadline(&ctx);
       return c.keyops[i]->Finalize(&ctx, fin, &fr[i]);
     }));
+    if (absl::GetFlag(FLAGS_finalize_twice)) {
+      // Invariant 2 (enctype.md): a second FINALIZE of the same jobs must
+      // be refused by every server.
+      std::array<pb::FinalizeResponse, 3> again;
+      fin.set_batch_id(RandomBytes(16));
+      auto st = OnAll([&](int i) {
+        grpc::ClientContext ctx;
+        SetDeadline(&ctx);
+        return c.keyops[i]->Finalize(&ctx, fin, &again[i]);
+      });
+      for (int i = 0; i < 3; ++i)
+        std::printf("second_finalize %d %d\n", i, st[i].error_code());
+    }
     for (size_t n = 0; n < fin_jobs.size(); ++n) {
       Bytes tag;
       if (fr[0].results_size() != fin.items_size() ||

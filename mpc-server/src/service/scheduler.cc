@@ -264,8 +264,16 @@ void Scheduler::LeaderLoop(int worker) {
     std::shared_ptr<Work> work;
     {
       absl::MutexLock lock(&mu_);
-      while (queue_.empty() && !stopping_)
-        cv_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+      while (queue_.empty() && !stopping_) {
+        if (cv_.WaitWithTimeout(&mu_, absl::Milliseconds(200)) &&
+            queue_.empty() && !ch.connected()) {
+          // Idle and not connected: bring the ring up ahead of the next
+          // batch (followers wait for our connection).
+          mu_.Unlock();
+          (void)ch.Connect(absl::Now() + absl::Milliseconds(300));
+          mu_.Lock();
+        }
+      }
       if (stopping_) break;
       work = queue_.front();
       queue_.pop_front();
@@ -297,7 +305,7 @@ void Scheduler::FollowerLoop(int worker) {
   const auto& ropt = ring_->options();
   const uint8_t me = static_cast<uint8_t>(party());
   Session session;
-  absl::Time last_warn = absl::InfinitePast();
+  absl::Time last_warn = absl::Now();  // peers may still be starting
   while (!stopping_) {
     if (absl::Status st = ch.Connect(absl::Now() + absl::Seconds(1)); !st.ok()) {
       if (absl::Now() - last_warn > absl::Seconds(10)) {

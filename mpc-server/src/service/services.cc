@@ -203,9 +203,11 @@ absl::Status KeyOpsService::DoRun(const kmpc::v1::RunRequest& req,
     key_ids.insert(in.key_id());
     switch (in.type()) {
       case JobType::JOB_ENCRYPT:
-        if (in.length() == 0 || in.length() > max_bytes)
+        // Length 0 is passed on: the engine decides whether an empty
+        // plaintext (ctr0 || T only) is supported.
+        if (in.length() > max_bytes)
           return absl::InvalidArgumentError(absl::StrCat(
-              "job ", i, ": ENCRYPT length must be 1..", max_bytes, ", got ",
+              "job ", i, ": ENCRYPT length must be 0..", max_bytes, ", got ",
               in.length()));
         if (!in.data().empty() || !in.checksum().empty())
           return absl::InvalidArgumentError(absl::StrCat(

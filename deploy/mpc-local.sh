@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Three MPC servers on 127.0.0.1, each with its own ports, store and log.
+#
+#   deploy/mpc-local.sh start DIR [BASE_PORT] [WORKERS]
+#   deploy/mpc-local.sh stop DIR
+#   deploy/mpc-local.sh status DIR
+#
+# Party i serves gRPC on BASE_PORT+i and the ring on BASE_PORT+10+i; its
+# store is DIR/store-i, its log DIR/party-i.log, its pid DIR/party-i.pid.
+# Certificates are generated into DIR/certs on first start. `start` waits
+# for every server's "listening" line and prints the --servers value.
+# Servers are stopped by the PIDs recorded here, never by name.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cmd=${1:-}; dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|status DIR [BASE_PORT] [WORKERS]" >&2; exit 2; }
+
+find_bin() {
+  for d in "${KMPC_MPC_BIN_DIR:-}" "${KMPC_BUILD:-$root/build}/cmake/mpc-server" \
+           "$root/build/cmake/mpc-server" "$root/build/cmake-c/mpc-server"; do
+    [ -n "$d" ] && [ -x "$d/kmpc-mpc-server" ] && { echo "$d"; return; }
+  done
+  echo "mpc-local: kmpc-mpc-server not built (make build)" >&2; exit 1
+}
+
+stop_all() {
+  for i in 0 1 2; do
+    pidf="$dir/party-$i.pid"
+    [ -f "$pidf" ] || continue
+    pid=$(cat "$pidf")
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidf"
+  done
+}
+
+case "$cmd" in
+  start)
+    base=${3:-$((20000 + RANDOM % 20000))}
+    workers=${4:-2}
+    bin=$(find_bin)
+    mkdir -p "$dir"
+    [ -f "$dir/certs/ca.pem" ] || bash "$root/deploy/gen-certs.sh" "$dir/certs" >/dev/null
+    stop_all
+    for i in 0 1 2; do
+      prev=$(( (i + 2) % 3 ))
+      : > "$dir/party-$i.log"
+      "$bin/kmpc-mpc-server" --party=$i --listen=127.0.0.1:$((base + i)) \
+        --ring_listen=127.0.0.1:$((base + 10 + i)) \
+        --ring_prev=127.0.0.1:$((base + 10 + prev)) \
+        --cert="$dir/certs/party-$i.pem" --key="$dir/certs/party-$i.key" \
+        --ca="$dir/certs/ca.pem" --store_dir="$dir/store-$i" \
+        --workers="$workers" ${KMPC_MPC_FLAGS:-} >>"$dir/party-$i.log" 2>&1 &
+      echo $! > "$dir/party-$i.pid"
+    done
+    for i in 0 1 2; do
+      for _ in $(seq 100); do
+        grep -q "listening on" "$dir/party-$i.log" && break
+        kill -0 "$(cat "$dir/party-$i.pid")" 2>/dev/null || { cat "$dir/party-$i.log" >&2; stop_all; exit 1; }
+        sleep 0.1
+      done
+      grep -q "listening on" "$dir/party-$i.log" || { cat "$dir/party-$i.log" >&2; stop_all; exit 1; }
+    done
+    echo "127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))" > "$dir/servers"
+    cat "$dir/servers"
+    ;;
+  stop) stop_all ;;
+  status)
+    for i in 0 1 2; do
+      pidf="$dir/party-$i.pid"
+      if [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; then echo "party $i: running (pid $(cat "$pidf"))"
+      else echo "party $i: stopped"; fi
+    done ;;
+  *) echo "unknown command $cmd" >&2; exit 2 ;;
+esac

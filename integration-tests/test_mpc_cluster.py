@@ -1,0 +1,586 @@
+"""Three real kmpc-mpc-server processes on loopback over mutual TLS.
+
+Driven through the C++ client (tools/mpc_client.cc): no python gRPC here.
+Results are checked against an independent implementation of the enctypes
+(ctr_mpc_ref.py: python3-cryptography's AES, which is OpenSSL, plus its own
+GHASH) and the shared vectors. Any server that dies fails the test; every
+server log is printed on failure.
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+import ctr_mpc_ref as ref
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VECTORS = "/work/shared/vectors/enctype-vectors.json"
+if not os.path.exists(VECTORS):
+    VECTORS = os.path.join(ROOT, "shared", "vectors", "enctype-vectors.json")
+
+
+def _bin_dir():
+    cands = [os.environ.get("KMPC_MPC_BIN_DIR", ""),
+             os.path.join(os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build")),
+                          "cmake", "mpc-server"),
+             os.path.join(ROOT, "build", "cmake", "mpc-server"),
+             os.path.join(ROOT, "build", "cmake-c", "mpc-server")]
+    for d in cands:
+        if d and os.access(os.path.join(d, "kmpc-mpc-server"), os.X_OK) and \
+                os.access(os.path.join(d, "kmpc-mpc-client"), os.X_OK):
+            return d
+    return None
+
+
+BIN = _bin_dir()
+pytestmark = pytest.mark.skipif(BIN is None, reason="kmpc-mpc-server not built (make build)")
+
+
+def _free_base():
+    # A random base with 13 free ports: gRPC base+0..2, ring base+10..12.
+    for _ in range(200):
+        base = random.randrange(20000, 55000)
+        ok = True
+        for p in list(range(base, base + 3)) + list(range(base + 10, base + 13)):
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                ok = False
+            finally:
+                s.close()
+        if ok:
+            return base
+    raise RuntimeError("no free ports")
+
+
+class Cluster:
+    def __init__(self, top, certs, workers=2, ring_timeout_ms=2000):
+        self.top = top
+        self.certs = certs
+        self.workers = workers
+        self.ring_timeout_ms = ring_timeout_ms
+        self.base = _free_base()
+        self.procs = [None, None, None]
+        self.logs_ = ["", "", ""]
+        self.expected_dead = set()
+        os.makedirs(top, exist_ok=True)
+
+    def grpc_addr(self, i):
+        return f"127.0.0.1:{self.base + i}"
+
+    def ring_addr(self, i):
+        return f"127.0.0.1:{self.base + 10 + i}"
+
+    @property
+    def servers(self):
+        return ",".join(self.grpc_addr(i) for i in range(3))
+
+    def log_path(self, i):
+        return os.path.join(self.top, f"party-{i}.log")
+
+    def store_dir(self, i):
+        return os.path.join(self.top, f"store-{i}")
+
+    def start_party(self, i):
+        log = open(self.log_path(i), "ab")
+        args = [os.path.join(BIN, "kmpc-mpc-server"), f"--party={i}",
+                f"--listen={self.grpc_addr(i)}", f"--ring_listen={self.ring_addr(i)}",
+                f"--ring_prev={self.ring_addr((i + 2) % 3)}",
+                f"--cert={self.certs}/party-{i}.pem", f"--key={self.certs}/party-{i}.key",
+                f"--ca={self.certs}/ca.pem", f"--store_dir={self.store_dir(i)}",
+                f"--workers={self.workers}", f"--ring_timeout_ms={self.ring_timeout_ms}",
+                "--schedule_timeout_ms=5000", "--peer_batch_wait_ms=2000"]
+        self.procs[i] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self.expected_dead.discard(i)
+        log.close()
+
+    def wait_listening(self, i, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with open(self.log_path(i), "rb") as f:
+                data = f.read().decode(errors="replace")
+            # Count "listening" lines: a restarted server appends a new one.
+            if data.count("listening on") >= self._starts.get(i, 1):
+                return
+            if self.procs[i].poll() is not None:
+                raise AssertionError(f"party {i} exited: {data}")
+            time.sleep(0.05)
+        raise AssertionError(f"party {i} did not start listening")
+
+    def start(self):
+        self._starts = {}
+        for i in range(3):
+            self._starts[i] = 1
+            self.start_party(i)
+        for i in range(3):
+            self.wait_listening(i)
+        return self
+
+    def restart_party(self, i):
+        self._starts[i] = self._starts.get(i, 1) + 1
+        self.start_party(i)
+        self.wait_listening(i)
+
+    def kill_party(self, i, sig=signal.SIGKILL):
+        self.expected_dead.add(i)
+        self.procs[i].send_signal(sig)
+        self.procs[i].wait(timeout=10)
+
+    def check_alive(self):
+        for i, p in enumerate(self.procs):
+            if i in self.expected_dead:
+                continue
+            assert p is not None and p.poll() is None, f"party {i} died (rc={p.returncode})"
+
+    def stop(self):
+        for i, p in enumerate(self.procs):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            if p is not None:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+    def logs(self):
+        out = []
+        for i in range(3):
+            try:
+                with open(self.log_path(i), "rb") as f:
+                    out.append(f"--- party {i} ---\n" + f.read().decode(errors="replace")[-20000:])
+            except OSError:
+                pass
+        return "\n".join(out)
+
+    # ---- client
+    def client(self, *args, stdin=None, client=None, timeout=120):
+        cmd = [os.path.join(BIN, "kmpc-mpc-client"), f"--servers={self.servers}",
+               f"--certs={self.certs}"]
+        if client:
+            cmd.append(f"--client={client}")
+        cmd += list(args)
+        return subprocess.run(cmd, input=stdin, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def put_key(self, key_hex, key_id_hex=None):
+        args = ["put-key", f"--key_hex={key_hex}"]
+        if key_id_hex:
+            args.append(f"--key_id_hex={key_id_hex}")
+        r = self.client(*args)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout.strip()
+
+    def jobs(self, lines, extra=(), expect_ok=True, timeout=120):
+        r = self.client(*extra, "jobs", stdin="\n".join(lines) + "\n", timeout=timeout)
+        if expect_ok:
+            assert r.returncode == 0, r.stdout + r.stderr
+        return r
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("mpc-certs"))
+    subprocess.run(["bash", os.path.join(ROOT, "deploy", "gen-certs.sh"), d, "kmpc-rogue"],
+                   check=True, capture_output=True)
+    return d
+
+
+def _dump(request, cluster):
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        sys.stderr.write(f"\n===== MPC server logs for {request.node.name} =====\n")
+        sys.stderr.write(cluster.logs() + "\n")
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory, certs):
+    c = Cluster(str(tmp_path_factory.mktemp("mpc-cluster")), certs).start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def cluster(shared_cluster, request):
+    shared_cluster.check_alive()
+    yield shared_cluster
+    try:
+        shared_cluster.check_alive()
+    finally:
+        _dump(request, shared_cluster)
+
+
+@pytest.fixture
+def own_cluster(tmp_path, certs, request):
+    made = []
+
+    def make(**kw):
+        c = Cluster(str(tmp_path / f"c{len(made)}"), certs, **kw).start()
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        try:
+            c.check_alive()
+        finally:
+            _dump(request, c)
+            c.stop()
+
+
+def aes_ecb(key, blocks):
+    e = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+    return e.update(blocks) + e.finalize()
+
+
+def expected_keystream(key, ctr0, nbytes):
+    c0 = int.from_bytes(ctr0, "big")
+    n = (nbytes + 15) // 16
+    ctrs = b"".join((c0 + i).to_bytes(16, "big") for i in range(1, n + 1))
+    return aes_ecb(key, ctrs)[:nbytes]
+
+
+# ----------------------------------------------------------------- tests
+
+def test_random_keys_and_counters_match_openssl(cluster):
+    rng = random.Random(1234)
+    keys = []
+    for klen in (16, 32, 16, 32, 16):
+        k = bytes(rng.randrange(256) for _ in range(klen))
+        keys.append((k, cluster.put_key(k.hex())))
+    lines, want = [], []
+    for j in range(40):
+        k, kid = keys[j % len(keys)]
+        n = rng.choice([1, 15, 16, 17, 31, 33, 100, 257, 4000])
+        lines.append(f"keystream {kid} {j} {n}")
+        want.append((k, n))
+    out = cluster.jobs(lines).stdout.split("\n")
+    ctr0s = set()
+    for (k, n), line in zip(want, out):
+        tag, ctr0_hex, ks_hex = line.split()
+        assert tag == "ok"
+        ctr0 = bytes.fromhex(ctr0_hex)
+        assert ctr0 not in ctr0s, "ctr0 repeated"
+        ctr0s.add(ctr0)
+        assert bytes.fromhex(ks_hex) == expected_keystream(k, ctr0, n)
+    # The same batch again: fresh counters for every job.
+    out2 = cluster.jobs(lines).stdout.split("\n")
+    for line in out2[:len(lines)]:
+        assert bytes.fromhex(line.split()[1]) not in ctr0s
+
+
+def _vectors():
+    with open(VECTORS) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def vector_keys(shared_cluster):
+    v = _vectors()
+    ids = {}
+    for vec in v["encrypt"] + v["checksum"]:
+        if vec["key"] not in ids:
+            ids[vec["key"]] = shared_cluster.put_key(vec["key"])
+    return ids
+
+
+def test_vectors_decrypt_and_verify(cluster, vector_keys):
+    v = _vectors()
+    lines = []
+    for vec in v["encrypt"]:
+        lines.append(f"decrypt {vector_keys[vec['key']]} {vec['usage']} {vec['ciphertext']}")
+    for vec in v["checksum"]:
+        lines.append(f"verify {vector_keys[vec['key']]} {vec['usage']} "
+                     f"{vec['data'] or '-'} {vec['checksum']}")
+    out = cluster.jobs(lines).stdout.split("\n")
+    for vec, line in zip(v["encrypt"], out):
+        assert line == f"ok {vec['plaintext']}", vec
+    for vec, line in zip(v["checksum"], out[len(v["encrypt"]):]):
+        assert line == "ok", vec
+
+
+def test_encrypt_finalize_and_checksum_accepted_by_reference(cluster, vector_keys):
+    v = _vectors()
+    # ENCRYPT of an empty plaintext: see test_encrypt_empty_plaintext.
+    v["encrypt"] = [vec for vec in v["encrypt"] if vec["plaintext"]]
+    lines = []
+    for vec in v["encrypt"]:
+        lines.append(f"encrypt {vector_keys[vec['key']]} {vec['usage']} {vec['plaintext']}")
+    for vec in v["checksum"]:
+        lines.append(f"checksum {vector_keys[vec['key']]} {vec['usage']} {vec['data'] or '-'}")
+    out = cluster.jobs(lines).stdout.split("\n")
+    back = []
+    for vec, line in zip(v["encrypt"], out):
+        tag, ct_hex = line.split()
+        assert tag == "ok"
+        ct = bytes.fromhex(ct_hex)
+        key = bytes.fromhex(vec["key"])
+        assert ct[:16] != bytes.fromhex(vec["ctr0"])  # the cluster picked ctr0
+        assert ref.decrypt(key, vec["usage"], ct) == bytes.fromhex(vec["plaintext"])
+        back.append(f"decrypt {vector_keys[vec['key']]} {vec['usage']} {ct_hex}")
+    for vec, line in zip(v["checksum"], out[len(v["encrypt"]):]):
+        tag, ck_hex = line.split()
+        assert tag == "ok"
+        key = bytes.fromhex(vec["key"])
+        data = bytes.fromhex(vec["data"])
+        assert ref.verify_checksum(key, vec["usage"], data, bytes.fromhex(ck_hex))
+        back.append(f"verify {vector_keys[vec['key']]} {vec['usage']} {vec['data'] or '-'} {ck_hex}")
+    out2 = cluster.jobs(back).stdout.split("\n")
+    for vec, line in zip(v["encrypt"], out2):
+        assert line == f"ok {vec['plaintext']}"
+    for line in out2[len(v["encrypt"]):len(back)]:
+        assert line == "ok"
+
+
+@pytest.mark.xfail(reason="engine::Engine rejects ENCRYPT with nblocks == 0 "
+                          "(requested from the core: allow it, with an empty keystream)",
+                   strict=False)
+def test_encrypt_empty_plaintext(cluster, vector_keys):
+    vec = next(v for v in _vectors()["encrypt"] if not v["plaintext"])
+    r = cluster.jobs([f"encrypt {vector_keys[vec['key']]} {vec['usage']} -"], expect_ok=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ct = bytes.fromhex(r.stdout.split()[1])
+    assert ref.decrypt(bytes.fromhex(vec["key"]), vec["usage"], ct) == b""
+
+
+def test_finalize_at_most_once(cluster, vector_keys):
+    vec = _vectors()["encrypt"][0]
+    r = cluster.jobs([f"encrypt {vector_keys[vec['key']]} {vec['usage']} {vec['plaintext']}"],
+                     extra=["--finalize_twice"])
+    lines = r.stdout.split("\n")
+    for i in range(3):
+        assert f"second_finalize {i} 5" in lines, r.stdout  # NOT_FOUND
+    ct = bytes.fromhex(lines[3].split()[1])
+    assert ref.decrypt(bytes.fromhex(vec["key"]), vec["usage"], ct) == bytes.fromhex(vec["plaintext"])
+
+
+def test_tamper_any_bit_fails_integrity(cluster, vector_keys):
+    v = _vectors()
+    vec = v["encrypt"][0]
+    ct = bytearray(bytes.fromhex(vec["ciphertext"]))
+    kid = vector_keys[vec["key"]]
+    lines = []
+    for bit in range(len(ct) * 8):
+        t = bytearray(ct)
+        t[bit // 8] ^= 1 << (bit % 8)
+        lines.append(f"decrypt {kid} {vec['usage']} {t.hex()}")
+    lines.append(f"decrypt {kid} {vec['usage'] + 1} {ct.hex()}")  # wrong usage
+    ck = v["checksum"][1]
+    ckb = bytearray(bytes.fromhex(ck["checksum"]))
+    for bit in range(0, len(ckb) * 8, 3):
+        t = bytearray(ckb)
+        t[bit // 8] ^= 1 << (bit % 8)
+        lines.append(f"verify {vector_keys[ck['key']]} {ck['usage']} {ck['data'] or '-'} {t.hex()}")
+    r = cluster.jobs(lines)
+    out = r.stdout.split("\n")[:len(lines)]
+    # Flipping ctr0 into the all-zero counter range is a request error, not
+    # possible here; every other line must be an integrity failure and the
+    # client saw no keystream share (it exits 5 on "keystream_leak").
+    assert all(line == "integrity_failed" for line in out), r.stdout
+
+
+def _key_schedule(key):
+    sbox = [0] * 256
+    p = q = 1
+    while True:  # FIPS-197 S-box from the multiplicative inverse + affine map
+        p = p ^ ((p << 1) & 0xFF) ^ (0x1B if p & 0x80 else 0)
+        q ^= q << 1
+        q ^= q << 2
+        q ^= q << 4
+        q &= 0xFF
+        if q & 0x80:
+            q ^= 0x09
+        x = q ^ ((q << 1) | (q >> 7)) ^ ((q << 2) | (q >> 6)) ^ ((q << 3) | (q >> 5)) ^ ((q << 4) | (q >> 4))
+        sbox[p] = (x ^ 0x63) & 0xFF
+        if p == 1:
+            break
+    sbox[0] = 0x63
+    nk = len(key) // 4
+    nr = nk + 6
+    w = [list(key[4 * i:4 * i + 4]) for i in range(nk)]
+    rcon = 1
+    for i in range(nk, 4 * (nr + 1)):
+        t = list(w[i - 1])
+        if i % nk == 0:
+            t = [sbox[b] for b in t[1:] + t[:1]]
+            t[0] ^= rcon
+            rcon = ((rcon << 1) ^ (0x1B if rcon & 0x80 else 0)) & 0xFF
+        elif nk > 6 and i % nk == 4:
+            t = [sbox[b] for b in t]
+        w.append([a ^ b for a, b in zip(w[i - nk], t)])
+    flat = bytes(b for word in w for b in word)
+    return [flat[16 * r:16 * r + 16] for r in range(nr + 1)]
+
+
+def test_key_schedule_helper_matches_fips197():
+    rk = _key_schedule(bytes.fromhex("2b7e151628aed2a6abf7158809cf4f3c"))
+    assert rk[10].hex() == "d014f9a8c9ee2589e13f0cc8b6630ca6"
+
+
+def test_no_single_store_holds_key_material(cluster):
+    rng = random.Random(99)
+    secrets, ids = [], []
+    for klen in (16, 32):
+        key = bytes(rng.randrange(256) for _ in range(klen))
+        ids.append(bytes.fromhex(cluster.put_key(key.hex())))
+        h = aes_ecb(key, bytes(16))
+        secrets.append(key)
+        secrets.extend(_key_schedule(key))
+        # H and its first powers (the store holds shares of H^1..H^64).
+        hi, p = int.from_bytes(h, "big"), int.from_bytes(h, "big")
+        for _ in range(8):
+            secrets.append(p.to_bytes(16, "big"))
+            p = ref.gf_mult(p, hi)
+    for i in range(3):
+        path = os.path.join(cluster.store_dir(i), "data.mdb")
+        with open(path, "rb") as f:
+            data = f.read()
+        for kid in ids:  # positive control: we read the right, plain file
+            assert kid in data
+        for s in secrets:
+            # Any 8-byte window of a secret (shares are XOR-masked, so even
+            # half a round key must not appear).
+            for off in range(0, len(s) - 7, 4):
+                assert s[off:off + 8] not in data, f"party {i} store leaks key material"
+
+
+def test_precise_errors(cluster, vector_keys):
+    kid = next(iter(vector_keys.values()))
+    unknown = "ab" * 32
+    cases = [
+        ([f"keystream {unknown} 1 16"], 5, "unknown key id"),
+        ([f"decrypt {kid} 1 {'00' * 10}"], 3, "DECRYPT data"),
+        ([f"keystream {'ab' * 31} 1 16"], 3, "key_id must be 32 bytes"),
+        ([f"keystream {kid} 1 {70000 * 16}"], 3, "ENCRYPT length"),
+        ([f"verify {kid} 1 00 {'00' * 31}"], 3, "checksum must be 32 bytes"),
+        ([f"decrypt {kid} 1 {'00' * 48}"], 3, "all-zero block"),
+        ([f"keystream {kid} 1 65536"] * 20, 8, "AES blocks"),  # 20 x 4097 > 2^16? no: batch limit
+    ]
+    for lines, code, msg in cases[:-1]:
+        r = cluster.jobs(lines, expect_ok=False, timeout=30)
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert f" {code} " in r.stdout and msg in r.stdout, r.stdout
+    # Oversized batch: more AES blocks than the engine's batch limit.
+    lines = [f"keystream {kid} {j} {65536 * 16}" for j in range(17)]
+    r = cluster.jobs(lines, expect_ok=False, timeout=60)
+    assert r.returncode == 3 and " 8 " in r.stdout, r.stdout  # RESOURCE_EXHAUSTED
+
+
+def test_access_control(cluster):
+    # KDC certificate on Admin, admin certificate on KeyOps, an unknown
+    # certificate from the same CA on both: PERMISSION_DENIED (7).
+    r = cluster.client("health", client="kdc")
+    assert r.returncode == 3 and " 7 " in r.stdout, r.stdout
+    r = cluster.client("jobs", stdin=f"keystream {'ab' * 32} 1 16\n", client="admin")
+    assert r.returncode == 3 and " 7 " in r.stdout, r.stdout
+    r = cluster.client("list-keys", client="kmpc-rogue")
+    assert r.returncode == 3 and " 7 " in r.stdout, r.stdout
+    r = cluster.client("health")
+    assert r.returncode == 0 and r.stdout.count("ring_up 1") == 3, r.stdout
+
+
+def test_grpc_fuzz_no_crash_no_hang(cluster, vector_keys):
+    r = cluster.client("fuzz", "--count=60", "--seed=7", timeout=600)
+    assert r.returncode == 0 and "fuzz ok" in r.stdout, r.stdout + r.stderr
+    cluster.check_alive()
+    vec = _vectors()["encrypt"][1]
+    out = cluster.jobs([f"decrypt {vector_keys[vec['key']]} {vec['usage']} {vec['ciphertext']}"])
+    assert out.stdout.split("\n")[0] == f"ok {vec['plaintext']}"
+
+
+def _tls_to_ring(cluster, target, as_party):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_verify_locations(f"{cluster.certs}/ca.pem")
+    ctx.load_cert_chain(f"{cluster.certs}/party-{as_party}.pem",
+                        f"{cluster.certs}/party-{as_party}.key")
+    ctx.check_hostname = False
+    raw = socket.create_connection(("127.0.0.1", cluster.base + 10 + target), timeout=5)
+    return ctx.wrap_socket(raw)
+
+
+def test_ring_fuzz_malformed_frames(cluster, vector_keys):
+    rng = random.Random(5)
+    vec = _vectors()["encrypt"][2]
+    good = f"decrypt {vector_keys[vec['key']]} {vec['usage']} {vec['ciphertext']}"
+    for target in range(3):
+        nxt = (target + 1) % 3
+        for trial in range(6):
+            try:
+                s = _tls_to_ring(cluster, target, nxt)
+                if trial % 2 == 0:
+                    s.sendall(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))))
+                else:
+                    # A valid hello for worker 0, then malformed frames.
+                    s.sendall(b"KRH1" + bytes([nxt, 0, 0, 0]))
+                    hdr = struct.pack("<HBBIII", 0x4B52, rng.choice([1, 2, 9]), 0,
+                                      rng.randrange(2**32), rng.randrange(4), rng.randrange(2**32))
+                    s.sendall(hdr + bytes(rng.randrange(256) for _ in range(64)))
+                time.sleep(0.05)
+                s.close()
+            except (OSError, ssl.SSLError):
+                pass
+        # A peer certificate of the wrong party is refused.
+        try:
+            s = _tls_to_ring(cluster, target, (target + 2) % 3)
+            s.sendall(b"KRH1" + bytes([(target + 2) % 3, 0, 0, 0]))
+            s.close()
+        except (OSError, ssl.SSLError):
+            pass
+    cluster.check_alive()
+    # The ring recovers: a batch succeeds within a few attempts, each bounded.
+    ok = False
+    for attempt in range(4):
+        t0 = time.time()
+        r = cluster.jobs([good], expect_ok=False, timeout=60)
+        assert time.time() - t0 < 30
+        if r.returncode == 0 and r.stdout.split("\n")[0] == f"ok {vec['plaintext']}":
+            ok = True
+            break
+        time.sleep(1)
+    assert ok, r.stdout + r.stderr
+    cluster.check_alive()
+
+
+def test_kill_one_server_mid_batch_then_recover(own_cluster):
+    c = own_cluster(ring_timeout_ms=2000)
+    key = bytes(range(16))
+    kid = c.put_key(key.hex())
+    big = [f"keystream {kid} {j} {1024 * 16}" for j in range(100)]  # ~100k blocks
+    # Sanity: the big batch works and takes long enough to be interrupted.
+    t0 = time.time()
+    c.jobs(big, timeout=120)
+    took = time.time() - t0
+    res = {}
+    th = threading.Thread(
+        target=lambda: res.update(r=c.jobs(big, expect_ok=False, timeout=60)))
+    t0 = time.time()
+    th.start()
+    time.sleep(min(0.3, took / 3))
+    c.kill_party(2)
+    th.join(70)
+    elapsed = time.time() - t0
+    r = res["r"]
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert " 14 " in r.stdout, r.stdout  # UNAVAILABLE
+    assert elapsed < 15, elapsed
+    c.check_alive()  # parties 0 and 1 are still up
+    c.restart_party(2)
+    t0 = time.time()
+    r = c.jobs([f"keystream {kid} 1 64"])
+    line = r.stdout.split("\n")[0].split()
+    assert bytes.fromhex(line[2]) == expected_keystream(key, bytes.fromhex(line[1]), 64)
+    assert time.time() - t0 < 10
+    c.check_alive()
