@@ -541,6 +541,7 @@ void RunAsyncWorker(Run* run, int worker, WorkerStats* ws) {
     run->Stop();
     return;
   }
+  SleepUntil(run->t0());  // set-up time is not part of the storm
   w.Loop();
 }
 

@@ -429,7 +429,8 @@ int Main(int argc, char** argv) {
 
   std::vector<double> pid_cpu0(cfg.watch_pids.size(), 0), pid_cpu1(cfg.watch_pids.size(), 0);
   double cpu0 = 0, cpu1 = 0;
-  uint64_t t0 = NowNs() + 20000000;  // 20 ms for the workers to set up
+  // Workers set up (contexts, sockets) and wait for t0.
+  uint64_t t0 = NowNs() + 50000000 + 2000000ull * std::min(cfg.threads, 256);
   run.Start(t0);
   std::vector<std::thread> threads;
   for (int i = 0; i < nworkers; i++) {
@@ -587,7 +588,7 @@ int Main(int argc, char** argv) {
       if (secs[i].started || secs[i].ok || secs[i].errors) last = i;
     for (size_t i = 0; i <= last; i++) {
       double t = static_cast<double>(i);
-      const char* phase = t + 1 <= cfg.warmup ? "warmup"
+      const char* phase = t < cfg.warmup ? "warmup"
                           : (cfg.duration > 0 && t >= cfg.warmup + cfg.duration) ? "drain"
                                                                                  : "measure";
       auto& h = secs[i].hist;

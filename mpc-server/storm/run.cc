@@ -161,7 +161,7 @@ std::string KdcAddress(krb5_context ctx, const std::string& realm,
 
 // ---- the sync engine ----------------------------------------------------
 
-static void SleepUntil(uint64_t t) {
+void SleepUntil(uint64_t t) {
   timespec ts{static_cast<time_t>(t / 1000000000ull),
               static_cast<long>(t % 1000000000ull)};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
@@ -205,6 +205,7 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
         (ret = krb5_cc_new_unique(ctx, "MEMORY", nullptr, &cc)))
       goto cleanup;
   }
+  SleepUntil(run->t0());
   for (;;) {
     uint64_t now = NowNs(), sched = now, k;
     if (run->open_loop()) {

@@ -18,6 +18,7 @@
 namespace kmpc::storm {
 
 uint64_t NowNs();  // CLOCK_MONOTONIC
+void SleepUntil(uint64_t t);  // on the same clock
 
 enum class Engine { kAsync, kSync };
 

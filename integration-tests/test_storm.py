@@ -1,0 +1,186 @@
+"""kmpc-storm against a real krb5kdc: short storms (a few hundred logins) that
+must all succeed, and checks that the tool's counts are real: the KDC log
+shows one NEEDED_PREAUTH and one ISSUE per login, a user whose keytab key is
+stale shows up as KDC_ERR_PREAUTH_FAILED, a deleted user as
+KDC_ERR_C_PRINCIPAL_UNKNOWN, each exactly as often as they were tried."""
+import csv
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+import storm_bench
+from kmpc_realm import PREFIX
+
+ENCTYPES = ["aes256-cts-hmac-sha1-96"]
+
+
+def _have_enctype(name):
+    lib = os.path.join(PREFIX, "lib", "libk5crypto.so")
+    try:
+        with open(lib, "rb") as f:
+            return name.encode() in f.read()
+    except OSError:
+        return False
+
+
+# The ctr-mpc enctypes exist once krb5 patch 0001 is in build/krb5.
+if _have_enctype("aes256-ctr-mpc"):
+    ENCTYPES.append("aes256-ctr-mpc")
+
+
+@pytest.fixture(scope="module")
+def storm_bin():
+    return storm_bench.find_storm()
+
+
+def _realm(realm_factory, enctype, users, service=True):
+    r = realm_factory(enctypes=[enctype])
+    storm_bench.populate_users(r, users, service=storm_bench.SERVICE if service else None)
+    r.start_kdc()
+    return r
+
+
+def _storm(storm_bin, realm, tmp_path, *args, users, name="storm"):
+    js = tmp_path / f"{name}.json"
+    cs = tmp_path / f"{name}.csv"
+    argv = [storm_bin, "--keytab", realm.keytab, "--principals", "user%d@" + realm.realm,
+            "--users", str(users), "--json", str(js), "--csv", str(cs),
+            "--watch-pid", str(realm.kdc_proc.pid), *map(str, args)]
+    p = subprocess.run(argv, env=realm.env, capture_output=True, text=True, timeout=120)
+    res = json.loads(js.read_text()) if js.exists() else None
+    rows = list(csv.DictReader(cs.open())) if cs.exists() else []
+    return p, res, rows
+
+
+def _kdc_log_counts(realm, expect_total, kind="AS_REQ"):
+    """Per-outcome counts of the KDC log lines of one request kind, waiting
+    (briefly) until the KDC has written expect_total of them."""
+    deadline = time.time() + 10
+    while True:
+        with open(realm.kdc_log) as f:
+            lines = [l for l in f if f" {kind} " in l]
+        if len(lines) >= expect_total or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    counts = {}
+    for l in lines:
+        m = re.search(r"127\.0\.0\.1: (\w+):", l)
+        key = m.group(1) if m else "?"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("enctype", ENCTYPES)
+def test_closed_loop_storm_all_logins_succeed(realm_factory, storm_bin, tmp_path, enctype):
+    realm = _realm(realm_factory, enctype, users=50)
+    p, res, rows = _storm(storm_bin, realm, tmp_path, "-c", 4, "-n", 300, users=50)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert res["ok"] == 300 and res["failed_all_phases"] == 0, res
+    assert res["errors"] == []
+    # Two round trips per login: PREAUTH_REQUIRED, then the TGT.
+    assert res["requests"] == 2 * res["ok_all_phases"], res
+    assert res["retransmits"] == 0
+    # The histogram holds every measured login.
+    assert sum(b[2] for b in res["histogram_us"]) == res["ok"]
+    lat = res["latency_us"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p999"] <= lat["max"]
+    assert sum(int(r["ok"]) for r in rows) == res["ok_all_phases"]
+    # The KDC saw exactly these exchanges.
+    counts = _kdc_log_counts(realm, 2 * res["ok_all_phases"])
+    assert counts == {"NEEDED_PREAUTH": res["ok_all_phases"],
+                      "ISSUE": res["ok_all_phases"]}, counts
+    # The summary on stdout names the figures.
+    assert "logins ok       300" in p.stdout and "p99.9" in p.stdout
+
+
+@pytest.mark.parametrize("enctype", ENCTYPES[:1])
+def test_open_loop_and_tgs(realm_factory, storm_bin, tmp_path, enctype):
+    realm = _realm(realm_factory, enctype, users=20)
+    service = f"{storm_bench.SERVICE}@{realm.realm}"
+    p, res, rows = _storm(storm_bin, realm, tmp_path, "-r", 150, "-d", 2, "-w", 0.5,
+                          "--tgs", service, users=20)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert res["mode"] == "open" and res["dropped"] == 0
+    # 300 due in the 2 s window (uniform spacing), give or take the edge.
+    assert 295 <= res["ok"] <= 301, res
+    assert res["failed_all_phases"] == 0
+    assert res["requests"] == 3 * res["ok_all_phases"]
+    assert {r["phase"] for r in rows} >= {"warmup", "measure"}
+    tgs = _kdc_log_counts(realm, res["ok_all_phases"], kind="TGS_REQ")
+    assert tgs == {"ISSUE": res["ok_all_phases"]}, tgs
+
+
+def test_sync_engine_and_tcp(realm_factory, storm_bin, tmp_path):
+    realm = _realm(realm_factory, ENCTYPES[0], users=10)
+    for extra, name in ((["--engine", "sync"], "sync-udp"),
+                        (["--engine", "sync", "--transport", "tcp"], "sync-tcp"),
+                        (["--transport", "tcp"], "async-tcp")):
+        p, res, _ = _storm(storm_bin, realm, tmp_path, "-c", 2, "-n", 100, *extra,
+                           users=10, name=name)
+        assert p.returncode == 0, name + ": " + p.stdout + p.stderr
+        assert res["ok"] == 100 and res["failed_all_phases"] == 0, (name, res)
+    with open(realm.krb5_conf) as f:
+        assert "udp_preference_limit = 1\n" in f.read()  # the user's file untouched
+
+
+def test_failed_logins_are_counted_by_code(realm_factory, storm_bin, tmp_path):
+    users = 20
+    realm = _realm(realm_factory, ENCTYPES[0], users=users)
+    # user3: new key in the KDB, the keytab keeps the old one.  user5: gone.
+    realm.kadmin_local("cpw -randkey user3")
+    realm.kadmin_local("delprinc -force user5")
+    with open(realm.kdc_log) as f:
+        before = sum(1 for _ in f)
+    # One worker, closed loop: logins go round the users in order, so each
+    # user is tried exactly 200 / 20 = 10 times.
+    p, res, _ = _storm(storm_bin, realm, tmp_path, "-c", 2, "-n", 200, users=users)
+    assert p.returncode == 1, p.stdout + p.stderr
+    errs = {e["name"]: e for e in res["errors"]}
+    assert set(errs) == {"KDC_ERR_PREAUTH_FAILED", "KDC_ERR_C_PRINCIPAL_UNKNOWN"}, errs
+    assert errs["KDC_ERR_PREAUTH_FAILED"]["count"] == 10
+    assert errs["KDC_ERR_C_PRINCIPAL_UNKNOWN"]["count"] == 10
+    assert "Preauthentication failed" in errs["KDC_ERR_PREAUTH_FAILED"]["message"]
+    assert res["failed"] == 20 and res["ok"] == 180
+    assert "KDC_ERR_PREAUTH_FAILED" in p.stdout and "20 failed logins" in p.stderr
+    # The KDC log agrees.
+    with open(realm.kdc_log) as f:
+        new = [l for l in list(f)[before:] if " AS_REQ " in l]
+    assert sum("PREAUTH_FAILED" in l and "user3@" in l for l in new) == 10
+    assert sum("CLIENT_NOT_FOUND" in l and "user5@" in l for l in new) == 10
+    assert sum(": ISSUE:" in l for l in new) == 180
+    # --max-errors lets a known number of failures through.
+    p, res, _ = _storm(storm_bin, realm, tmp_path, "-c", 2, "-n", 200, "--max-errors", 20,
+                       users=users, name="allowed")
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_unreachable_kdc_times_out(realm_factory, storm_bin, tmp_path):
+    realm = _realm(realm_factory, ENCTYPES[0], users=2, service=False)
+    pid = realm.kdc_proc.pid
+    realm.stop_kdc()
+    argv = [storm_bin, "--keytab", realm.keytab, "--principals", "user%d@" + realm.realm,
+            "--users", "2", "-c", "2", "-n", "2", "--timeout", "1.5",
+            "--json", str(tmp_path / "s.json")]
+    t = time.time()
+    p = subprocess.run(argv, env=realm.env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert time.time() - t < 10
+    res = json.loads((tmp_path / "s.json").read_text())
+    assert [e["name"] for e in res["errors"]] == ["KRB5_KDC_UNREACH"], res
+    assert res["retransmits"] >= 2  # 1 s, as kinit, before giving up at 1.5 s
+    assert pid  # (the KDC was stopped on purpose)
+
+
+def test_usage_errors(realm_factory, storm_bin, tmp_path):
+    realm = _realm(realm_factory, ENCTYPES[0], users=2, service=False)
+    base = [storm_bin, "--keytab", realm.keytab]
+    for extra, msg in ((["--principals", "user%d@KMPC.TEST", "--users", "3"], "has no key"),
+                       (["-c", "1", "-r", "10"], "not both"),
+                       (["-d", "1", "-n", "10"], "not both")):
+        p = subprocess.run(base + extra, env=realm.env, capture_output=True, text=True,
+                           timeout=30)
+        assert p.returncode == 2 and msg in p.stderr, (extra, p.stderr)
