@@ -14,10 +14,11 @@ namespace kmpc::aes {
   void PlanesToBlocksImpl(const uint64_t* planes, size_t wn,                \
                           absl::Span<uint8_t* const> blocks);               \
   absl::Status EncryptPlainImpl(absl::Span<const PlainLane> lanes,          \
-                                SboxCircuit circuit);                       \
+                                SboxCircuit circuit, Workspace& ws);        \
   absl::Status EncryptSharedImpl(protocol::Rep3& ctx,                       \
                                  absl::Span<const SharedLane> lanes,        \
-                                 SboxCircuit circuit, size_t chunk_lanes);  \
+                                 SboxCircuit circuit, size_t chunk_lanes,   \
+                                 Workspace& ws);                            \
   }
 KMPC_DECLARE_KERNELS(avx512)
 KMPC_DECLARE_KERNELS(avx2)
@@ -43,6 +44,16 @@ absl::Status CheckLanes(int nr) {
 }
 
 }  // namespace
+
+Workspace::~Workspace() = default;
+
+uint64_t* Workspace::Get(size_t words) {
+  if (size_ < words) {
+    buf_.reset(new uint64_t[words]);
+    size_ = words;
+  }
+  return buf_.get();
+}
 
 int AndsPerSbox(SboxCircuit c) { return c == SboxCircuit::kDepth4 ? 34 : 32; }
 int AndDepth(SboxCircuit c) { return c == SboxCircuit::kDepth4 ? 4 : 6; }
@@ -74,13 +85,15 @@ absl::Status EncryptPlain(absl::Span<const PlainLane> lanes,
     if (absl::Status s = CheckLanes(l.nr); !s.ok()) return s;
   }
   if (lanes.empty()) return absl::OkStatus();
-  return UseAvx512() ? avx512::EncryptPlainImpl(lanes, circuit)
-                     : avx2::EncryptPlainImpl(lanes, circuit);
+  Workspace ws;
+  return UseAvx512() ? avx512::EncryptPlainImpl(lanes, circuit, ws)
+                     : avx2::EncryptPlainImpl(lanes, circuit, ws);
 }
 
 absl::Status EncryptShared(protocol::Rep3& ctx,
                            absl::Span<const SharedLane> lanes,
-                           SboxCircuit circuit, size_t chunk_lanes) {
+                           SboxCircuit circuit, size_t chunk_lanes,
+                           Workspace* workspace) {
   for (const SharedLane& l : lanes) {
     if (absl::Status s = CheckLanes(l.nr); !s.ok()) return s;
   }
@@ -88,8 +101,11 @@ absl::Status EncryptShared(protocol::Rep3& ctx,
     return absl::InvalidArgumentError("chunk_lanes must be a multiple of 64");
   }
   if (lanes.empty()) return absl::OkStatus();
-  return UseAvx512() ? avx512::EncryptSharedImpl(ctx, lanes, circuit, chunk_lanes)
-                     : avx2::EncryptSharedImpl(ctx, lanes, circuit, chunk_lanes);
+  Workspace local;
+  Workspace& ws = workspace != nullptr ? *workspace : local;
+  return UseAvx512()
+             ? avx512::EncryptSharedImpl(ctx, lanes, circuit, chunk_lanes, ws)
+             : avx2::EncryptSharedImpl(ctx, lanes, circuit, chunk_lanes, ws);
 }
 
 }  // namespace kmpc::aes

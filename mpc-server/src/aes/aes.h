@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -44,6 +45,21 @@ struct PlainLane {
 absl::Status EncryptPlain(absl::Span<const PlainLane> lanes,
                           SboxCircuit circuit = SboxCircuit::kDepth4);
 
+// Scratch memory reused across calls (one per worker): the bitsliced
+// state of a whole batch. Contents are wiped after every call.
+class Workspace {
+ public:
+  Workspace() = default;
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  uint64_t* Get(size_t words);
+
+ private:
+  std::unique_ptr<uint64_t[]> buf_;
+  size_t size_ = 0;
+};
+
 struct SharedLane {
   const uint8_t* round_keys[2];  // this party's two share components
   int nr;                        // 10 or 14
@@ -59,7 +75,8 @@ struct SharedLane {
 // key sizes run side by side). Fails only on channel errors.
 absl::Status EncryptShared(protocol::Rep3& ctx,
                            absl::Span<const SharedLane> lanes,
-                           SboxCircuit circuit, size_t chunk_lanes);
+                           SboxCircuit circuit, size_t chunk_lanes,
+                           Workspace* workspace = nullptr);
 
 // Bit transposition (exposed for tests). Layout, shared by all kernels:
 // a group of 64*wn lanes is stored as 128 bit planes; plane (j, p) holds

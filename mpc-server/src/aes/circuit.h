@@ -11,15 +11,20 @@
 //
 // Engine concept:
 //   static constexpr int kComps;        1 (clear) or 2 (share components)
+//   static constexpr size_t kTileWords;
 //   size_t words();                     words per wire (16 * wn)
 //   size_t wn();
-//   uint64_t* W(int comp, int wire);    wires with consecutive ids are
-//                                       contiguous in memory
-//   void XorOnes(int wire);             add the public all-ones constant
+//   uint64_t* W(int comp, int wire);    a whole persistent wire; wires
+//                                       with consecutive ids are contiguous
+//   void SetTile(size_t lo, size_t n);  selects words [lo, lo+n) of every
+//   size_t tile_words();                  wire for P(); temporaries
+//   uint64_t* P(int comp, int wire);      (>= Wires::kFirstTemp) live in a
+//                                         tile-sized scratch
+//   void XorOnes(int wire);             add the public all-ones (tile)
 //   void BeginLayer(int first, int n);  an AND layer writes wires
-//   void And(int d, int a, int b);        first .. first+n-1 (prepare),
-//   void EndLayer(int first, int n);      then sends them; the next Step
-//                                         starts after the matching Await
+//   void And(int d, int a, int b);        first .. first+n-1 (prepare, per
+//   void EndLayer(int first, int n);      tile), then sends them; the next
+//                                         Step starts after the Await
 //   void AddRoundKey(int round, int first_state_wire);
 #ifndef KMPC_AES_ARCH
 #error "define KMPC_AES_ARCH before including aes/circuit.h"
@@ -30,27 +35,31 @@ namespace kmpc::aes::KMPC_AES_ARCH {
 // Wire ids. The outputs of every AND layer are consecutive (one message).
 struct Wires {
   enum : int {
+    // Persistent wires (one full wire per chunk): live across AND layers.
     kSt = 0,         // 8: the state, bit j at kSt + j
     kOut = kSt + 8,  // 8: S-box output, bit j at kOut + j
     y1 = kOut + 8, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14,
-    y15, y16, y17, y18, y19, y20, y21, u0, u1,
+    y15, y16, y17, y18, y19, y20, y21,
     // AND layer 1 (9)
     t2, t3, t5, t7, t8, t10, t12, t13, t15,
-    t4, t6, t9, t11, t14, t16, t17, t18, t19, t20, t21, t22, t23, t24,
+    t21, t22, t23, t24,
     // SEA 2010 inversion in GF(2^4): layers t26 | t28 t32 | t36 | t39
-    t25, t26, t27, t28, t32, t29, t30, t31, t33, t34, t35, t36, t37, t38,
-    t39, t40,
+    t25, t26, t28, t32, t27, t29, t33, t34, t36, t37, t39,
     // SEC 2012 inversion: layers m25 m31 m34 | m29 m30 m32 m35
-    m24, m25, m31, m34, m29, m30, m32, m35, m26, m27, m28, m33, m36, m37,
-    m38, m39, m40,
-    t41, t42, t43, t44, t45,
+    m24, m27, m25, m31, m34, m29, m30, m32, m35,
     // output AND layer (18)
     z0, z1, z2, z3, z4, z5, z6, z7, z8, z9, z10, z11, z12, z13, z14, z15,
     z16, z17,
+    kCount,
+    // Temporaries: tile-local, never cross an AND layer.
+    kFirstTemp = kCount,
+    u0 = kFirstTemp, u1, t4, t6, t9, t11, t14, t16, t17, t18, t19, t20,
+    t30, t31, t35, t38, t40, m26, m28, m33, m36, m37, m38, m39, m40,
+    t41, t42, t43, t44, t45,
     t46, t47, t48, t49, t50, t51, t52, t53, t54, t55, t56, t57, t58, t59,
     t60, t61, t62, t63, t64, t65, t66, t67,
-    kKeyScratch,  // 8 wires for a transposed round key
-    kCount = kKeyScratch + 8,
+    kTempEnd,
+    kTemps = kTempEnd - kFirstTemp,
   };
 };
 
@@ -73,12 +82,16 @@ class AesProgram {
 
   // Runs step k: everything after AND layer k-1 (whose result the caller
   // has received) up to and including the preparation of AND layer k.
+  // The S-box parts run tile by tile (a few hundred bytes of every wire)
+  // so that their temporaries stay in L1; the AND layer's zero-share is
+  // drawn for the whole layer first and the layer is sent after the last
+  // tile.
   void Step(int k) {
     const int phase = k % layers_;
     const int round = k / layers_;
     if (phase == 0) {
       if (round > 0) {
-        SboxBottom();
+        Tiled([this] { SboxBottom(); });
         if (round < nr_) {
           ShiftRowsMixColumns();
         } else {
@@ -86,22 +99,22 @@ class AesProgram {
         }
       }
       e_.AddRoundKey(round, W::kSt);
-      if (round < nr_) SboxTop();
+      if (round < nr_) Layer(W::t2, 9, [this] { SboxTop(); });
       return;
     }
     if (depth4_) {
       switch (phase) {
-        case 1: Inv4Layer2(); break;
-        case 2: Inv4Layer3(); break;
-        case 3: Inv4Finish(); break;
+        case 1: Layer(W::m25, 3, [this] { Inv4Layer2(); }); break;
+        case 2: Layer(W::m29, 4, [this] { Inv4Layer3(); }); break;
+        case 3: Layer(W::z0, 18, [this] { Inv4Finish(); }); break;
       }
     } else {
       switch (phase) {
-        case 1: Inv6Layer2(); break;
-        case 2: Inv6Layer3(); break;
-        case 3: Inv6Layer4(); break;
-        case 4: Inv6Layer5(); break;
-        case 5: Inv6Finish(); break;
+        case 1: Layer(W::t26, 1, [this] { Inv6Layer2(); }); break;
+        case 2: Layer(W::t28, 2, [this] { Inv6Layer3(); }); break;
+        case 3: Layer(W::t36, 1, [this] { Inv6Layer4(); }); break;
+        case 4: Layer(W::t39, 1, [this] { Inv6Layer5(); }); break;
+        case 5: Layer(W::z0, 18, [this] { Inv6Finish(); }); break;
       }
     }
   }
@@ -112,9 +125,25 @@ class AesProgram {
   static constexpr int X(int k) { return W::kSt + 7 - k; }
   static constexpr int S(int k) { return W::kOut + 7 - k; }
 
+  template <class F>
+  void Tiled(F&& body) {
+    const size_t n = e_.words();
+    for (size_t lo = 0; lo < n; lo += E::kTileWords) {
+      e_.SetTile(lo, std::min<size_t>(E::kTileWords, n - lo));
+      body();
+    }
+  }
+  template <class F>
+  void Layer(int first, int count, F&& body) {
+    e_.BeginLayer(first, count);
+    Tiled(body);
+    e_.EndLayer(first, count);
+  }
+
   void Xor(int d, int a, int b) {
+    const size_t n = e_.tile_words();
     for (int c = 0; c < E::kComps; ++c) {
-      XorWords3(e_.W(c, d), e_.W(c, a), e_.W(c, b), e_.words());
+      XorWords3(e_.P(c, d), e_.P(c, a), e_.P(c, b), n);
     }
   }
   void Xnor(int d, int a, int b) {
@@ -151,7 +180,6 @@ class AesProgram {
     Xor(W::y21, W::y13, W::y16);
     Xor(W::y18, x0, W::y16);
 
-    e_.BeginLayer(W::t2, 9);
     e_.And(W::t2, W::y12, W::y15);
     e_.And(W::t3, W::y3, W::y6);
     e_.And(W::t5, W::y4, x7);
@@ -161,7 +189,6 @@ class AesProgram {
     e_.And(W::t12, W::y9, W::y11);
     e_.And(W::t13, W::y14, W::y17);
     e_.And(W::t15, W::y8, W::y10);
-    e_.EndLayer(W::t2, 9);
   }
 
   // Combines layer 1 into the GF(2^4) element (t21, t22, t23, t24) to invert.
@@ -189,21 +216,17 @@ class AesProgram {
     SboxMiddleIn();
     Xor(W::m24, W::t23, W::t24);
     Xor(W::m27, W::t21, W::t22);
-    e_.BeginLayer(W::m25, 3);
     e_.And(W::m25, W::t23, W::t21);
     e_.And(W::m31, W::t21, W::t24);
     e_.And(W::m34, W::t22, W::t23);
-    e_.EndLayer(W::m25, 3);
   }
   void Inv4Layer3() {
     Xor(W::m26, W::t22, W::m25);
     Xor(W::m28, W::t24, W::m25);
-    e_.BeginLayer(W::m29, 4);
     e_.And(W::m29, W::m28, W::m27);
     e_.And(W::m30, W::m26, W::m24);
     e_.And(W::m32, W::m27, W::m31);
     e_.And(W::m35, W::m24, W::m34);
-    e_.EndLayer(W::m29, 4);
   }
   void Inv4Finish() {
     Xor(W::m33, W::m27, W::m25);
@@ -219,34 +242,26 @@ class AesProgram {
   void Inv6Layer2() {
     SboxMiddleIn();
     Xor(W::t25, W::t21, W::t22);
-    e_.BeginLayer(W::t26, 1);
     e_.And(W::t26, W::t21, W::t23);
-    e_.EndLayer(W::t26, 1);
   }
   void Inv6Layer3() {
     Xor(W::t27, W::t24, W::t26);
     Xor(W::t30, W::t23, W::t24);
     Xor(W::t31, W::t22, W::t26);
-    e_.BeginLayer(W::t28, 2);
     e_.And(W::t28, W::t25, W::t27);
     e_.And(W::t32, W::t31, W::t30);
-    e_.EndLayer(W::t28, 2);
   }
   void Inv6Layer4() {
     Xor(W::t29, W::t28, W::t22);
     Xor(W::t33, W::t32, W::t24);
     Xor(W::t34, W::t23, W::t33);
     Xor(W::t35, W::t27, W::t33);
-    e_.BeginLayer(W::t36, 1);
     e_.And(W::t36, W::t24, W::t35);
-    e_.EndLayer(W::t36, 1);
   }
   void Inv6Layer5() {
     Xor(W::t37, W::t36, W::t34);
     Xor(W::t38, W::t27, W::t36);
-    e_.BeginLayer(W::t39, 1);
     e_.And(W::t39, W::t29, W::t38);
-    e_.EndLayer(W::t39, 1);
   }
   void Inv6Finish() {
     Xor(W::t40, W::t25, W::t39);
@@ -260,7 +275,6 @@ class AesProgram {
     Xor(W::t43, t29, t40);
     Xor(W::t44, t33, t37);
     Xor(W::t45, W::t42, W::t41);
-    e_.BeginLayer(W::z0, 18);
     e_.And(W::z0, W::t44, W::y15);
     e_.And(W::z1, t37, W::y6);
     e_.And(W::z2, t33, X(7));
@@ -279,7 +293,6 @@ class AesProgram {
     e_.And(W::z15, W::t42, W::y9);
     e_.And(W::z16, W::t45, W::y14);
     e_.And(W::z17, W::t41, W::y8);
-    e_.EndLayer(W::z0, 18);
   }
 
   // Bottom linear transformation (includes the affine constant 0x63 as

@@ -302,6 +302,7 @@ class Engine::Impl {
   protocol::Prss prss_;
   protocol::Rep3 rep3_;
   EngineOptions options_;
+  aes::Workspace workspace_;
 };
 
 // Two rounds: everyone sends (digest of public inputs, digest of its key
@@ -512,7 +513,7 @@ absl::StatusOr<BatchResult> Engine::Impl::RunBatch(uint64_t batch_seq,
                                        ? aes::SboxCircuit::kDepth6
                                        : aes::SboxCircuit::kDepth4;
   absl::Status st = aes::EncryptShared(rep3_, lanes, circuit,
-                                       options_.chunk_lanes);
+                                       options_.chunk_lanes, &workspace_);
   if (!st.ok()) {
     share::Wipe(out[0]);
     share::Wipe(out[1]);
