@@ -398,3 +398,45 @@ def test_workers_load_the_module_after_fork(realm_factory, tmp_path):
         _kinit(m)
         m.realm.run(["kvno", SERVICE])
     assert m.kdc_log().count("kdcmpc: loaded module test") >= 2
+
+
+# ---- mixed realms --------------------------------------------------------
+
+def test_ordinary_user_with_mpc_krbtgt(mpc):
+    # bob keeps an ordinary key: only the ticket goes through the module.
+    pw = _password()
+    mpc.realm.addprinc("bob", pw, enctypes=["aes256-cts-hmac-sha1-96"])
+    before = len(mpc.journal_lines())
+    mpc.realm.kinit("bob", pw)
+    jobs = [re.match(r"submit (\S+) usage (\d+)", j).groups()
+            for j in mpc.journal_lines()[before:] if j.startswith("submit")]
+    assert jobs == [("ENCRYPT", "2")], jobs
+    etypes, out = _klist(mpc.realm)
+    assert etypes == [("aes256-cts-hmac-sha1-96", "aes256-ctr-mpc")], out
+    mpc.realm.run(["kvno", SERVICE])
+
+
+def test_mpc_user_as_req_for_ordinary_service(mpc):
+    # An AS-REQ straight for a service: the ticket is made locally, only
+    # the reply (and its PA-REQ-ENC-PA-REP checksum) uses the user's handle.
+    before = len(mpc.journal_lines())
+    mpc.realm.run(["kinit", "-S", SERVICE, "alice"],
+                  input=mpc.passwords["alice"] + "\n")
+    jobs = [j for j in mpc.journal_lines()[before:] if j.startswith("submit")]
+    assert not any(" usage 2 " in j for j in jobs), jobs
+    assert any(j.startswith("submit ENCRYPT usage 3") for j in jobs), jobs
+    etypes, out = _klist(mpc.realm)
+    assert etypes == [("aes256-cts-hmac-sha1-96", "aes256-cts-hmac-sha1-96")], out
+
+
+def test_fast_armor_is_refused(mpc, tmp_path):
+    # A FAST armor ticket is a TGT under the MPC-held krbtgt key.
+    armor = "FILE:" + str(tmp_path / "armor")
+    mpc.realm.run(["kinit", "-c", armor, "alice"],
+                  input=mpc.passwords["alice"] + "\n")
+    out = mpc.realm.run(["kinit", "-T", armor, "alice"],
+                        input=mpc.passwords["alice"] + "\n", expected_code=1)
+    assert "KDC policy rejects request" in out, out
+    assert "kdcmpc: refusing FAST armor with a ticket under an MPC-held key" \
+        in mpc.kdc_log()
+    assert mpc.realm.kdc_alive()
