@@ -24,19 +24,36 @@ iters_for() {  # enough batches for a stable figure, bounded in time
   case $1 in 1) echo 200 ;; 128) echo 100 ;; 12800) echo 10 ;; *) echo 5 ;; esac
 }
 
+# CPU time (user+system, clock ticks) of the three servers: the machine may
+# be shared, so CPU per block is reported next to the wall-clock figures.
+cpu_ticks() {
+  local t=0
+  for i in 0 1 2; do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$(cat "$work/party-$i.pid")/stat")))
+  done
+  echo "$t"
+}
+hz=$(getconf CLK_TCK)
+
 results=$work/results.jsonl
 : > "$results"
 for threads in 1 2; do
   servers=$(bash "$root/deploy/mpc-local.sh" start "$work" "" "$threads")
   for cipher in aes128 aes256; do
     for blocks in 1 128 12800 100000; do
+      c0=$(cpu_ticks)
       line=$(timeout 600 "$bin/kmpc-mpc-client" --servers="$servers" --certs="$work/certs" \
                bench --cipher="$cipher" --blocks="$blocks" --threads="$threads" \
                --iters="$(iters_for "$blocks")") || {
         echo "bench-mpc: $cipher $blocks blocks x$threads failed" >&2
         for i in 0 1 2; do tail -n 20 "$work/party-$i.log" >&2; done
         exit 1; }
-      echo "$line" | sed -n 's/^RESULT //p' >> "$results"
+      c1=$(cpu_ticks)
+      iters=$(iters_for "$blocks")
+      # Batches run: the warm-up plus threads x iters.
+      cpu_us=$(/usr/bin/python3 -c "print(round(($c1 - $c0) / $hz * 1e6 / 3 / ((1 + $threads * $iters) * $blocks), 3))")
+      echo "$line" | sed -n 's/^RESULT //p' | \
+        sed "s/}\$/, \"server_cpu_us_per_block_per_party\": $cpu_us}/" >> "$results"
     done
   done
   bash "$root/deploy/mpc-local.sh" stop "$work"
@@ -47,11 +64,12 @@ import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 json.dump(recs, open(sys.argv[2], "w"), indent=1)
 print(f"{'cipher':7} {'blocks':>7} {'thr':>3} {'blocks/s':>10} {'lat ms':>9} {'p50 ms':>8} "
-      f"{'B/blk/party':>11} {'rounds':>6}")
+      f"{'B/blk/party':>11} {'rounds':>6} {'cpu us/blk/party':>16}")
 for r in recs:
     print(f"{r['cipher']:7} {r['blocks']:>7} {r['threads']:>3} {r['blocks_per_s']:>10.0f} "
           f"{r['latency_ms']:>9.2f} {r['latency_p50_ms']:>8.2f} "
-          f"{r['bytes_per_block_per_party']:>11.1f} {r['rounds']:>6.1f}")
+          f"{r['bytes_per_block_per_party']:>11.1f} {r['rounds']:>6.1f} "
+          f"{r['server_cpu_us_per_block_per_party']:>16.3f}")
 big = [r for r in recs if r["cipher"] == "aes128" and r["blocks"] == 100000]
 one = [r for r in recs if r["cipher"] == "aes128" and r["blocks"] == 1]
 if big and one:
@@ -60,5 +78,10 @@ if big and one:
           f"{best / 550000:.2f}x); bytes/block/party "
           f"{min(r['bytes_per_block_per_party'] for r in big):.1f} (target <= 660); "
           f"single-block latency p50 {min(r['latency_p50_ms'] for r in one):.2f} ms (target <= 2)")
+    cpu = min(r["server_cpu_us_per_block_per_party"] for r in big)
+    import os
+    ncpu = os.cpu_count() or 1
+    print(f"server CPU {cpu:.2f} us per block per party: with all three servers on this "
+          f"{ncpu}-core machine the CPU alone caps throughput at ~{ncpu * 1e6 / (3 * cpu):.0f} blocks/s")
 print(f"written: {sys.argv[2]}")
 PY

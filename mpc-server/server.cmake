@@ -43,6 +43,13 @@ if(TARGET kmpc_core AND TARGET kmpc_proto)
   target_link_libraries(kmpc-mpc-client PRIVATE
     kmpc_core kmpc_proto absl::flags absl::flags_parse absl::strings
     OpenSSL::Crypto)
+
+  add_executable(kmpc_service_test test/server/service_test.cc)
+  target_link_libraries(kmpc_service_test PRIVATE kmpc_service GTest::gtest_main)
+  target_compile_definitions(kmpc_service_test PRIVATE
+    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  add_test(NAME kmpc_service_test COMMAND kmpc_service_test)
+  set_tests_properties(kmpc_service_test PROPERTIES TIMEOUT 180)
 else()
   message(STATUS "mpc-server: kmpc_core or kmpc_proto missing; "
                  "building the server without engine parts")

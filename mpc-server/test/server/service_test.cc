@@ -1,0 +1,309 @@
+// Three parties in one process, each with its own LMDB store, TLS ring
+// endpoint, Scheduler and KeyOpsService: the service layer end to end
+// without gRPC transport (the multi-process tests cover that).
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "engine/engine.h"
+#include "gtest/gtest.h"
+#include "net/tls_ring.h"
+#include "service/scheduler.h"
+#include "service/services.h"
+#include "store/share_store.h"
+
+namespace kmpc::service {
+namespace {
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t l = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &l);
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+std::string Rand(size_t n) {
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(random());
+  return s;
+}
+
+std::string AesEcb(const std::string& key, const std::string& in) {
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  EVP_EncryptInit_ex(ctx, key.size() == 16 ? EVP_aes_128_ecb() : EVP_aes_256_ecb(),
+                     nullptr, reinterpret_cast<const uint8_t*>(key.data()), nullptr);
+  EVP_CIPHER_CTX_set_padding(ctx, 0);
+  std::string out(in.size(), '\0');
+  int n = 0;
+  EVP_EncryptUpdate(ctx, reinterpret_cast<uint8_t*>(out.data()), &n,
+                    reinterpret_cast<const uint8_t*>(in.data()), in.size());
+  EVP_CIPHER_CTX_free(ctx);
+  return out;
+}
+
+struct Party {
+  std::unique_ptr<store::ShareStore> store;
+  std::unique_ptr<net::TlsRing> ring;
+  std::unique_ptr<KeyCache> keys;
+  std::unique_ptr<Scheduler> scheduler;
+  Metrics metrics;
+  std::unique_ptr<KeyOpsService> keyops;
+};
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/kmpc-service-test-XXXXXX";
+    dir_ = new std::string(mkdtemp(tmpl));
+    std::string cmd = absl::StrCat("bash " KMPC_SOURCE_DIR "/deploy/gen-certs.sh ",
+                                   *dir_, "/certs >/dev/null");
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  }
+
+  void SetUp() override {
+    int ports[3] = {FreePort(), FreePort(), FreePort()};
+    static int instance = 0;
+    ++instance;
+    for (int i = 0; i < 3; ++i) {
+      Party& p = parties_[i];
+      auto st = store::ShareStore::Open(absl::StrCat(*dir_, "/store-", instance, "-", i),
+                                        size_t{64} << 20);
+      ASSERT_TRUE(st.ok()) << st.status();
+      p.store = std::move(*st);
+      net::TlsRingOptions o;
+      o.party = i;
+      o.workers = 2;
+      o.listen_addr = absl::StrCat("127.0.0.1:", ports[i]);
+      o.prev_addr = absl::StrCat("127.0.0.1:", ports[(i + 2) % 3]);
+      std::string c = *dir_ + "/certs/";
+      o.tls = {c + "party-" + std::to_string(i) + ".pem",
+               c + "party-" + std::to_string(i) + ".key", c + "ca.pem"};
+      o.recv_timeout = absl::Seconds(2);
+      auto ring = net::TlsRing::Start(o);
+      ASSERT_TRUE(ring.ok()) << ring.status();
+      p.ring = std::move(*ring);
+      p.keys = std::make_unique<KeyCache>(p.store.get(), i);
+      SchedulerOptions so;
+      so.schedule_timeout = absl::Seconds(3);
+      so.peer_batch_wait = absl::Milliseconds(500);
+      p.scheduler = std::make_unique<Scheduler>(p.ring.get(), p.keys->AsLookup(), so);
+      ServiceOptions svc;
+      svc.party = i;
+      p.keyops = std::make_unique<KeyOpsService>(svc, p.keys.get(), p.scheduler.get(),
+                                                 &p.metrics);
+      p.scheduler->Start();
+    }
+  }
+
+  void TearDown() override {
+    for (auto& p : parties_) p.scheduler->Stop();
+  }
+
+  std::string PutKey(const std::string& key) {
+    auto views = engine::DealKey(
+        key.size() == 16 ? engine::Cipher::kAes128 : engine::Cipher::kAes256,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()));
+    EXPECT_TRUE(views.ok());
+    std::string id = Rand(32);
+    for (int i = 0; i < 3; ++i) {
+      store::KeyMeta meta;
+      std::memcpy(meta.key_id.data(), id.data(), 32);
+      meta.cipher = key.size() == 16 ? store::Cipher::kAes128 : store::Cipher::kAes256;
+      auto ser = (*views)[i].Serialize();
+      EXPECT_TRUE(parties_[i].store->Put(meta, ser, false).ok());
+    }
+    return id;
+  }
+
+  // Runs `reqs[i]` on party i (all three at once).
+  std::array<absl::Status, 3> RunAll(const std::array<v1::RunRequest, 3>& reqs,
+                                     std::array<v1::RunResponse, 3>* resp,
+                                     std::array<bool, 3> send = {true, true, true}) {
+    std::array<std::future<absl::Status>, 3> fs;
+    for (int i = 0; i < 3; ++i) {
+      if (!send[i]) continue;
+      fs[i] = std::async(std::launch::async, [&, i] {
+        return parties_[i].keyops->DoRun(reqs[i], &(*resp)[i]);
+      });
+    }
+    std::array<absl::Status, 3> st;
+    for (int i = 0; i < 3; ++i)
+      if (send[i]) st[i] = fs[i].get();
+    return st;
+  }
+
+  static std::string* dir_;
+  Party parties_[3];
+};
+std::string* ServiceTest::dir_ = nullptr;
+
+std::string Combine(const std::array<v1::RunResponse, 3>& r, int job) {
+  std::string v = r[0].results(job).keystream().first();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[i].results(job).keystream().second(),
+              r[(i + 1) % 3].results(job).keystream().first());
+  }
+  for (int i = 1; i < 3; ++i) {
+    const std::string& s = r[i].results(job).keystream().first();
+    for (size_t k = 0; k < v.size(); ++k) v[k] ^= s[k];
+  }
+  return v;
+}
+
+TEST_F(ServiceTest, KeystreamMatchesOpenSslAndCountersAreFresh) {
+  std::string k128 = Rand(16), k256 = Rand(32);
+  std::string id128 = PutKey(k128), id256 = PutKey(k256);
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  for (int j = 0; j < 6; ++j) {
+    auto* job = req.add_jobs();
+    job->set_job_id(j);
+    job->set_key_id(j % 2 ? id256 : id128);
+    job->set_type(v1::JOB_ENCRYPT);
+    job->set_usage(j);
+    job->set_length(1 + 37 * j);
+  }
+  std::array<v1::RunRequest, 3> reqs = {req, req, req};
+  std::array<v1::RunResponse, 3> resp;
+  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s;
+  std::set<std::string> ctrs;
+  for (int j = 0; j < 6; ++j) {
+    const std::string& ctr0 = resp[0].results(j).ctr0();
+    ASSERT_EQ(ctr0.size(), 16u);
+    EXPECT_EQ(resp[1].results(j).ctr0(), ctr0);
+    EXPECT_TRUE(ctrs.insert(ctr0).second);
+    std::string ks = Combine(resp, j);
+    ASSERT_EQ(ks.size(), 1u + 37 * j);
+    std::string ctrs_in;
+    unsigned __int128 c0 = 0;
+    for (unsigned char b : ctr0) c0 = (c0 << 8) | b;
+    for (size_t b = 1; b <= (ks.size() + 15) / 16; ++b) {
+      unsigned __int128 c = c0 + b;
+      for (int k = 15; k >= 0; --k) ctrs_in.push_back(static_cast<char>(c >> (8 * k)));
+    }
+    EXPECT_EQ(ks, AesEcb(j % 2 ? k256 : k128, ctrs_in).substr(0, ks.size())) << j;
+  }
+  EXPECT_GT(resp[0].stats().ring_bytes_sent(), 0u);
+}
+
+TEST_F(ServiceTest, BatchMissingOnOnePartyIsUnavailableAndRingRecovers) {
+  std::string id = PutKey(Rand(16));
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto* job = req.add_jobs();
+  job->set_key_id(id);
+  job->set_type(v1::JOB_ENCRYPT);
+  job->set_length(16);
+  for (int missing = 0; missing < 3; ++missing) {
+    req.set_batch_id(Rand(16));
+    std::array<v1::RunRequest, 3> reqs = {req, req, req};
+    std::array<v1::RunResponse, 3> resp;
+    std::array<bool, 3> send = {true, true, true};
+    send[missing] = false;
+    absl::Time t0 = absl::Now();
+    auto st = RunAll(reqs, &resp, send);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(8));
+    for (int i = 0; i < 3; ++i)
+      if (i != missing) EXPECT_EQ(st[i].code(), absl::StatusCode::kUnavailable) << i << st[i];
+  }
+  req.set_batch_id(Rand(16));
+  std::array<v1::RunRequest, 3> reqs = {req, req, req};
+  std::array<v1::RunResponse, 3> resp;
+  for (auto& s : RunAll(reqs, &resp)) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
+  std::string id = PutKey(Rand(16));
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto* job = req.add_jobs();
+  job->set_key_id(id);
+  job->set_type(v1::JOB_CHECKSUM);
+  job->set_data("hello");
+  std::array<v1::RunRequest, 3> reqs = {req, req, req};
+  reqs[1].mutable_jobs(0)->set_data("hellO");
+  std::array<v1::RunResponse, 3> resp;
+  auto st = RunAll(reqs, &resp);
+  for (auto& s : st) EXPECT_FALSE(s.ok());
+  // Next batch is fine.
+  req.set_batch_id(Rand(16));
+  reqs = {req, req, req};
+  for (auto& s : RunAll(reqs, &resp)) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
+  std::string key = Rand(16);
+  std::string id = PutKey(key);
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto* job = req.add_jobs();
+  job->set_job_id(42);
+  job->set_key_id(id);
+  job->set_type(v1::JOB_ENCRYPT);
+  job->set_length(20);
+  std::array<v1::RunRequest, 3> reqs = {req, req, req};
+  std::array<v1::RunResponse, 3> resp;
+  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s;
+  v1::FinalizeRequest fin;
+  fin.set_batch_id(Rand(16));
+  auto* item = fin.add_items();
+  item->set_run_batch_id(req.batch_id());
+  item->set_job_id(42);
+  item->set_ciphertext(std::string(19, 'x'));  // wrong length: nothing consumed
+  v1::FinalizeResponse fr;
+  EXPECT_EQ(parties_[0].keyops->DoFinalize(fin, &fr).code(),
+            absl::StatusCode::kInvalidArgument);
+  item->set_ciphertext(std::string(20, 'x'));
+  std::array<std::future<absl::Status>, 3> fs;
+  std::array<v1::FinalizeResponse, 3> frs;
+  for (int i = 0; i < 3; ++i)
+    fs[i] = std::async(std::launch::async,
+                       [&, i] { return parties_[i].keyops->DoFinalize(fin, &frs[i]); });
+  for (auto& f : fs) EXPECT_TRUE(f.get().ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(frs[i].results_size(), 1);
+    EXPECT_EQ(frs[i].results(0).tag().second(), frs[(i + 1) % 3].results(0).tag().first());
+  }
+  fin.set_batch_id(Rand(16));
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(parties_[i].keyops->DoFinalize(fin, &fr).code(), absl::StatusCode::kNotFound);
+
+  // Request errors: precise codes, nothing scheduled.
+  v1::RunRequest bad = req;
+  bad.set_batch_id("short");
+  EXPECT_EQ(parties_[0].keyops->DoRun(bad, &resp[0]).code(), absl::StatusCode::kInvalidArgument);
+  bad = req;
+  bad.mutable_jobs(0)->set_key_id(Rand(32));
+  EXPECT_EQ(parties_[1].keyops->DoRun(bad, &resp[1]).code(), absl::StatusCode::kNotFound);
+  bad = req;
+  bad.mutable_jobs(0)->set_type(static_cast<v1::JobType>(77));
+  EXPECT_EQ(parties_[2].keyops->DoRun(bad, &resp[2]).code(), absl::StatusCode::kInvalidArgument);
+  bad = req;
+  *bad.add_jobs() = req.jobs(0);  // duplicate job id
+  EXPECT_EQ(parties_[0].keyops->DoRun(bad, &resp[0]).code(), absl::StatusCode::kInvalidArgument);
+  bad.clear_jobs();
+  EXPECT_EQ(parties_[0].keyops->DoRun(bad, &resp[0]).code(), absl::StatusCode::kInvalidArgument);
+  for (int j = 0; j < 17; ++j) {
+    auto* big = bad.add_jobs();
+    big->set_job_id(j);
+    big->set_key_id(id);
+    big->set_type(v1::JOB_ENCRYPT);
+    big->set_length(65536 * 16);
+  }
+  EXPECT_EQ(parties_[0].keyops->DoRun(bad, &resp[0]).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace kmpc::service
