@@ -16,8 +16,8 @@
 //   size_t wn();
 //   uint64_t* W(int comp, int wire);    a whole persistent wire; wires
 //                                       with consecutive ids are contiguous
-//   void SetTile(size_t lo, size_t n);  selects words [lo, lo+n) of every
-//   size_t tile_words();                  wire for P(); temporaries
+//   void SetTile(size_t lo);            selects words [lo, lo+kTileWords)
+//                                         of every wire for P(); temporaries
 //   uint64_t* P(int comp, int wire);      (>= Wires::kFirstTemp) live in a
 //                                         tile-sized scratch
 //   void XorOnes(int wire);             add the public all-ones (tile)
@@ -63,9 +63,19 @@ struct Wires {
   };
 };
 
-inline void XorWords3(uint64_t* __restrict d, const uint64_t* a,
-                      const uint64_t* b, size_t n) {
-  for (size_t i = 0; i < n; ++i) d[i] = a[i] ^ b[i];
+#define KMPC_INLINE inline __attribute__((always_inline))
+
+// Vector of lane words for the linear layers (64 bytes with AVX-512).
+#ifndef KMPC_AES_VEC_BYTES
+#define KMPC_AES_VEC_BYTES 32
+#endif
+using Vec = uint64_t __attribute__((vector_size(KMPC_AES_VEC_BYTES)));
+inline constexpr size_t kVecWords = KMPC_AES_VEC_BYTES / 8;
+
+template <size_t kN>
+KMPC_INLINE void XorWords3(uint64_t* __restrict d, const uint64_t* a,
+                           const uint64_t* b) {
+  for (size_t i = 0; i < kN; ++i) d[i] = a[i] ^ b[i];
 }
 
 template <class E>
@@ -127,9 +137,10 @@ class AesProgram {
 
   template <class F>
   void Tiled(F&& body) {
+    // words() = 16 * wn is a multiple of kTileWords (16).
     const size_t n = e_.words();
     for (size_t lo = 0; lo < n; lo += E::kTileWords) {
-      e_.SetTile(lo, std::min<size_t>(E::kTileWords, n - lo));
+      e_.SetTile(lo);
       body();
     }
   }
@@ -140,13 +151,12 @@ class AesProgram {
     e_.EndLayer(first, count);
   }
 
-  void Xor(int d, int a, int b) {
-    const size_t n = e_.tile_words();
+  KMPC_INLINE void Xor(int d, int a, int b) {
     for (int c = 0; c < E::kComps; ++c) {
-      XorWords3(e_.P(c, d), e_.P(c, a), e_.P(c, b), n);
+      XorWords3<E::kTileWords>(e_.P(c, d), e_.P(c, a), e_.P(c, b));
     }
   }
-  void Xnor(int d, int a, int b) {
+  KMPC_INLINE void Xnor(int d, int a, int b) {
     Xor(d, a, b);
     e_.XorOnes(d);
   }
@@ -349,22 +359,31 @@ class AesProgram {
             o[r][j] = e_.W(comp, W::kSt + j) + (r + 4 * c) * wn;
           }
         }
-        for (size_t w = 0; w < wn; ++w) {
-          uint64_t v[4][8];
-          for (int r = 0; r < 4; ++r) {
-            for (int j = 0; j < 8; ++j) v[r][j] = a[r][j][w];
-          }
-          for (int r = 0; r < 4; ++r) {
-            const int r1 = (r + 1) & 3, r2 = (r + 2) & 3, r3 = (r + 3) & 3;
-            uint64_t d[8];
-            for (int j = 0; j < 8; ++j) d[j] = v[r][j] ^ v[r1][j];
-            for (int j = 0; j < 8; ++j) {
-              uint64_t x = (j == 0) ? d[7] : d[j - 1];
-              if (j == 1 || j == 3 || j == 4) x ^= d[7];
-              o[r][j][w] = x ^ v[r1][j] ^ v[r2][j] ^ v[r3][j];
-            }
-          }
-        }
+        size_t w = 0;
+        for (; w + kVecWords <= wn; w += kVecWords) MixColumn<Vec>(a, o, w);
+        for (; w < wn; ++w) MixColumn<uint64_t>(a, o, w);
+      }
+    }
+  }
+
+  // One column of 4 bytes x 8 bits for the lane words at w (T: a word or
+  // a vector of kVecWords words).
+  template <class T>
+  static KMPC_INLINE void MixColumn(const uint64_t* const (&a)[4][8],
+                                    uint64_t* const (&o)[4][8], size_t w) {
+    T v[4][8];
+    for (int r = 0; r < 4; ++r) {
+      for (int j = 0; j < 8; ++j) std::memcpy(&v[r][j], a[r][j] + w, sizeof(T));
+    }
+    for (int r = 0; r < 4; ++r) {
+      const int r1 = (r + 1) & 3, r2 = (r + 2) & 3, r3 = (r + 3) & 3;
+      T d[8];
+      for (int j = 0; j < 8; ++j) d[j] = v[r][j] ^ v[r1][j];
+      for (int j = 0; j < 8; ++j) {
+        T x = (j == 0) ? d[7] : d[j - 1];
+        if (j == 1 || j == 3 || j == 4) x ^= d[7];
+        x ^= v[r1][j] ^ v[r2][j] ^ v[r3][j];
+        std::memcpy(o[r][j] + w, &x, sizeof(T));
       }
     }
   }

@@ -40,7 +40,7 @@ struct View {
 // Fills `out` from the operating system's CSPRNG (OpenSSL RAND_bytes).
 absl::Status RandomBytes(absl::Span<uint8_t> out);
 
-// Wipes memory in a way the compiler keeps (OPENSSL_cleanse).
+// Wipes memory in a way the compiler keeps (explicit_bzero).
 void Wipe(void* p, size_t n);
 inline void Wipe(std::vector<uint8_t>& v) { Wipe(v.data(), v.size()); }
 

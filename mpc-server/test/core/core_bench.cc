@@ -28,6 +28,7 @@ using namespace kmpc;
 int main(int argc, char** argv) {
   engine::EngineOptions opt;
   int reps = 0;
+  bool only128 = false;
   std::vector<uint32_t> sizes = {1, 128, 12800, 100000};
   for (int a = 1; a < argc; ++a) {
     std::string s = argv[a];
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     else if (s == "--aesni") protocol::PrfForceAesNi(true);
     else if (s.rfind("--chunk=", 0) == 0) opt.chunk_lanes = std::stoul(s.substr(8));
     else if (s == "--depth4") opt.small_sbox_min_blocks = ~0u;
+    else if (s == "--aes128") only128 = true;
     else if (s == "--depth6") opt.small_sbox_min_blocks = 0;
     else if (s.rfind("--reps=", 0) == 0) reps = std::stoi(s.substr(7));
     else if (s.rfind("--sizes=", 0) == 0) {
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
   }
   uint64_t seq = 1;
   for (engine::Cipher cipher : {engine::Cipher::kAes128, engine::Cipher::kAes256}) {
+    if (only128 && cipher != engine::Cipher::kAes128) continue;
     std::vector<uint8_t> key(engine::KeyBytes(cipher));
     (void)share::RandomBytes(absl::MakeSpan(key));
     auto views = engine::DealKey(cipher, key);
