@@ -16,3 +16,10 @@ target_link_libraries(kmpc-storm PRIVATE
 set_target_properties(kmpc-storm PROPERTIES
   BUILD_RPATH "${KMPC_STORM_KRB5_LIBDIR}" INSTALL_RPATH "${KMPC_STORM_KRB5_LIBDIR}"
   SKIP_BUILD_RPATH OFF LINK_FLAGS "-Wl,--enable-new-dtags")
+
+# Unit test of the latency histogram (no krb5 needed).
+if(TARGET GTest::gtest_main)
+  add_executable(kmpc_storm_histogram_test ${CMAKE_CURRENT_LIST_DIR}/storm/histogram_test.cc)
+  target_link_libraries(kmpc_storm_histogram_test PRIVATE GTest::gtest_main)
+  add_test(NAME kmpc_storm_histogram_test COMMAND kmpc_storm_histogram_test)
+endif()
