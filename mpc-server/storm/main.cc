@@ -409,8 +409,13 @@ int Main(int argc, char** argv) {
     fprintf(stderr, "kmpc-storm: krb5_init_context: %s\n", error_message(ret));
     return 2;
   }
+  if (!getenv("KMPC_STORM_TRACE")) krb5_set_trace_callback(ctx, nullptr, nullptr);
   Users users;
-  if (!LoadUsers(ctx, cfg, &users)) return 2;
+  if (!LoadUsers(ctx, cfg, &users)) {
+    for (auto kt : users.handles) krb5_kt_close(ctx, kt);
+    krb5_free_context(ctx);
+    return 2;
+  }
 
   Run run(cfg, users.names, users.ktnames);
   g_run = &run;
