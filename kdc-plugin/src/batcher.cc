@@ -1,0 +1,762 @@
+#include "batcher.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <syslog.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kmpc::kdc {
+
+namespace pb = kmpc::v1;
+
+namespace {
+
+constexpr int kParties = 3;
+// A batch the servers refuse because of one job (unknown key id, malformed
+// job) is re-run without that job at most this many times.
+constexpr int kMaxAttempts = 3;
+
+std::string RandomId() {
+  std::string id(16, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(id.data()), 16) != 1) {
+    // Batch ids need only be fresh, not secret; fall back on a counter.
+    static std::atomic<uint64_t> n{0};
+    uint64_t v = ++n;
+    std::memcpy(id.data(), &v, sizeof(v));
+  }
+  return id;
+}
+
+bool IsUnreachable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+         absl::IsCancelled(s) || absl::IsUnknown(s) || absl::IsInternal(s) ||
+         absl::IsUnauthenticated(s) || absl::IsPermissionDenied(s);
+}
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+}  // namespace
+
+struct Queued {
+  uint64_t token = 0;
+  Job job;
+  uint64_t blocks = 0;
+  absl::Time enqueued;
+};
+
+class BatchRun;
+
+struct Batcher::State {
+  BatcherOptions options;
+  Transport* transport = nullptr;
+
+  std::mutex mu;  // guards everything below up to sink_mu
+  std::condition_variable cv;
+  bool stopping = false;
+  std::deque<Queued> queue;
+  uint64_t queued_blocks = 0;
+  int inflight = 0;
+  std::set<std::shared_ptr<BatchRun>> active;
+  BatcherStats stats;
+  uint64_t next_seq = 1;
+
+  // Deliveries pass this gate; Stop() closes it so that nothing reaches the
+  // sink after Stop returns.
+  std::mutex sink_mu;
+  bool closed = false;
+  Sink* sink = nullptr;
+
+  void Deliver(Result r) {
+    std::lock_guard<std::mutex> l(sink_mu);
+    if (!closed) sink->Deliver(std::move(r));
+  }
+  void Log(int level, std::string line) {
+    std::lock_guard<std::mutex> l(sink_mu);
+    if (!closed) sink->Log(level, std::move(line));
+  }
+  void Finished(const std::shared_ptr<BatchRun>& run, uint64_t blocks,
+                bool failed) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      active.erase(run);
+      --inflight;
+      stats.blocks += blocks;
+      if (failed) ++stats.failed_batches;
+    }
+    cv.notify_all();
+  }
+};
+
+// One batch on its way through Run (and Finalize). Shared by the transport
+// callbacks; every job completes exactly once (Complete checks `done`).
+class BatchRun : public std::enable_shared_from_this<BatchRun> {
+ public:
+  BatchRun(std::shared_ptr<Batcher::State> state, uint64_t seq,
+           std::vector<Queued> jobs, absl::Time start)
+      : state_(std::move(state)),
+        seq_(seq),
+        start_(start),
+        deadline_(start + state_->options.deadline) {
+    entries_.resize(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      entries_[i].token = jobs[i].token;
+      entries_[i].job = std::move(jobs[i].job);
+      entries_[i].enqueued = jobs[i].enqueued;
+    }
+    open_ = entries_.size();
+  }
+
+  absl::Time deadline() const { return deadline_; }
+
+  void Start() {
+    std::vector<size_t> all(entries_.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    StartRun(std::move(all), 1);
+  }
+
+  // The deadline passed: every job still open fails.
+  void Expire() {
+    FailOpen(absl::UnavailableError(absl::StrFormat(
+                 "the MPC cluster did not answer within %d ms",
+                 absl::ToInt64Milliseconds(state_->options.deadline))),
+             true);
+  }
+
+ private:
+  struct Entry {
+    uint64_t token = 0;
+    Job job;
+    absl::Time enqueued;
+    bool done = false;
+    std::string ctr0;         // ENCRYPT, between Run and Finalize
+    std::string ciphertext;   // ENCRYPT: C (public)
+  };
+
+  struct RunStep {
+    pb::RunRequest req;
+    std::array<pb::RunResponse, kParties> resp;
+    std::array<absl::Status, kParties> st;
+    std::atomic<int> left{kParties};
+    std::vector<size_t> idx;  // request job k is entries_[idx[k]]
+    int attempt = 1;
+  };
+  struct FinalizeStep {
+    pb::FinalizeRequest req;
+    std::array<pb::FinalizeResponse, kParties> resp;
+    std::array<absl::Status, kParties> st;
+    std::atomic<int> left{kParties};
+    std::vector<size_t> idx;
+  };
+
+  std::string Party(int p) const { return state_->transport->PartyName(p); }
+
+  void StartRun(std::vector<size_t> idx, int attempt) {
+    auto step = std::make_shared<RunStep>();
+    step->attempt = attempt;
+    step->req.set_batch_id(RandomId());
+    for (size_t k = 0; k < idx.size(); ++k) {
+      const Entry& e = entries_[idx[k]];
+      pb::Job* j = step->req.add_jobs();
+      j->set_job_id(idx[k]);
+      j->set_key_id(e.job.key_id);
+      j->set_usage(e.job.usage);
+      switch (e.job.type) {
+        case JobType::kEncrypt:
+          // The plaintext never leaves the KDC: only its length.
+          j->set_type(pb::JOB_ENCRYPT);
+          j->set_length(static_cast<uint32_t>(e.job.input.size()));
+          break;
+        case JobType::kDecrypt:
+          j->set_type(pb::JOB_DECRYPT);
+          j->set_data(e.job.input.data(), e.job.input.size());
+          break;
+        case JobType::kChecksum:
+          j->set_type(pb::JOB_CHECKSUM);
+          j->set_data(e.job.input.data(), e.job.input.size());
+          break;
+        case JobType::kVerify:
+          j->set_type(pb::JOB_VERIFY_CHECKSUM);
+          j->set_data(e.job.input.data(), e.job.input.size());
+          j->set_checksum(e.job.checksum);
+          break;
+      }
+    }
+    step->idx = std::move(idx);
+    run_started_ = absl::Now();
+    auto self = shared_from_this();
+    for (int p = 0; p < kParties; ++p) {
+      state_->transport->Run(
+          p, step->req, &step->resp[p], deadline_,
+          [self, step, p](absl::Status s) {
+            step->st[p] = s;
+            if (!s.ok() && IsUnreachable(s)) self->PartyUnreachable(p, s);
+            if (step->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+              self->OnRun(step);
+          });
+    }
+  }
+
+  // Fail fast: one unreachable party is enough to fail the batch; the
+  // other two calls are left to finish or time out on their own.
+  void PartyUnreachable(int p, const absl::Status& s) {
+    FailOpen(absl::UnavailableError(absl::StrCat(
+                 "MPC ", Party(p), " unreachable: ",
+                 absl::StatusCodeToString(s.code()), ": ", s.message())),
+             true);
+  }
+
+  // Jobs the servers named as the reason they refused the batch.
+  std::vector<std::pair<size_t, absl::Status>> Culprits(const RunStep& step) {
+    std::vector<std::pair<size_t, absl::Status>> out;
+    for (const absl::Status& s : step.st) {
+      if (s.ok()) continue;
+      absl::string_view msg = s.message();
+      if (absl::IsNotFound(s) && absl::ConsumePrefix(&msg, "unknown key id ")) {
+        std::string hex(absl::StripAsciiWhitespace(msg).substr(0, 64));
+        std::string kid = absl::HexStringToBytes(hex);
+        for (size_t k = 0; k < step.idx.size(); ++k)
+          if (entries_[step.idx[k]].job.key_id == kid)
+            out.emplace_back(step.idx[k],
+                             absl::NotFoundError("the MPC cluster holds no "
+                                                 "shares for this key id"));
+      } else if (absl::IsInvalidArgument(s) &&
+                 absl::ConsumePrefix(&msg, "job ")) {
+        size_t colon = msg.find(':');
+        size_t k;
+        if (colon != absl::string_view::npos &&
+            absl::SimpleAtoi(msg.substr(0, colon), &k) && k < step.idx.size())
+          out.emplace_back(step.idx[k],
+                           absl::InvalidArgumentError(absl::StrCat(
+                               "the MPC cluster refused the job: ",
+                               msg.substr(colon + 1))));
+      }
+    }
+    return out;
+  }
+
+  void OnRun(const std::shared_ptr<RunStep>& step) {
+    run_time_ = absl::Now() - run_started_;
+    bool all_ok = true;
+    for (const auto& s : step->st) all_ok &= s.ok();
+    if (!all_ok) {
+      for (int p = 0; p < kParties; ++p)
+        if (!step->st[p].ok() && IsUnreachable(step->st[p])) return;  // failed
+      auto culprits = Culprits(*step);
+      if (!culprits.empty() && step->attempt < kMaxAttempts) {
+        std::set<size_t> out;
+        for (auto& [i, st] : culprits)
+          if (out.insert(i).second) Complete(i, st, {});
+        std::vector<size_t> rest;
+        for (size_t i : step->idx)
+          if (!out.count(i)) rest.push_back(i);
+        if (!rest.empty()) StartRun(std::move(rest), step->attempt + 1);
+        return;
+      }
+      absl::Status first;
+      int party = 0;
+      for (int p = 0; p < kParties; ++p)
+        if (!step->st[p].ok()) {
+          first = step->st[p];
+          party = p;
+          break;
+        }
+      absl::Status st =
+          absl::IsNotFound(first)
+              ? absl::NotFoundError(absl::StrCat("MPC ", Party(party), ": ",
+                                                 first.message()))
+              : absl::UnavailableError(absl::StrCat(
+                    "MPC ", Party(party), " refused the batch: ",
+                    absl::StatusCodeToString(first.code()), ": ",
+                    first.message()));
+      FailOpen(st, !absl::IsNotFound(first));
+      return;
+    }
+
+    absl::Status bad = CheckRunResponses(*step);
+    if (!bad.ok()) {
+      state_->Log(LOG_ERR, absl::StrCat("kdcmpc: batch #", seq_,
+                                        " rejected: ", bad.message()));
+      FailOpen(absl::UnavailableError(bad.message()), true);
+      ScrubRun(step.get());
+      return;
+    }
+    blocks_ += step->resp[0].stats().aes_blocks();
+
+    // Everything checked: complete what needs no Finalize, collect the
+    // ciphertexts that do.
+    auto fin = std::make_shared<FinalizeStep>();
+    fin->req.set_batch_id(RandomId());
+    const int n = step->req.jobs_size();
+    for (int k = 0; k < n; ++k) {
+      size_t i = step->idx[k];
+      Entry& e = entries_[i];
+      const pb::JobResult& r = step->resp[0].results(k);
+      if (r.error_code() != 0) {
+        absl::StatusCode code = static_cast<absl::StatusCode>(r.error_code());
+        std::string msg = absl::StrCat("the MPC cluster failed the job: ",
+                                       r.error_message());
+        Complete(i,
+                 code == absl::StatusCode::kNotFound
+                     ? absl::NotFoundError(msg)
+                     : code == absl::StatusCode::kInvalidArgument
+                           ? absl::InvalidArgumentError(msg)
+                           : absl::UnavailableError(msg),
+                 {});
+        continue;
+      }
+      bool verified = r.status() == pb::JOB_OK;
+      switch (e.job.type) {
+        case JobType::kVerify:
+          Complete(i, verified ? absl::OkStatus()
+                               : IntegrityError("checksum did not verify"),
+                   {});
+          break;
+        case JobType::kDecrypt: {
+          if (!verified) {
+            Complete(i, IntegrityError("ciphertext tag did not verify"), {});
+            break;
+          }
+          SecureBytes ks;
+          Combine(*step, k, &pb::JobResult::keystream, &ks);  // checked above
+          SecureBytes out(e.job.input.begin() + kBlock,
+                          e.job.input.end() - kBlock);
+          for (size_t b = 0; b < out.size(); ++b) out[b] ^= ks[b];
+          Complete(i, absl::OkStatus(), std::move(out));
+          break;
+        }
+        case JobType::kChecksum: {
+          SecureBytes tag;
+          Combine(*step, k, &pb::JobResult::tag, &tag);
+          SecureBytes out(r.ctr0().begin(), r.ctr0().end());
+          out.insert(out.end(), tag.begin(), tag.end());
+          Complete(i, absl::OkStatus(), std::move(out));
+          break;
+        }
+        case JobType::kEncrypt: {
+          if (IsDone(i)) break;  // the batch already failed (deadline)
+          SecureBytes ks;
+          Combine(*step, k, &pb::JobResult::keystream, &ks);
+          e.ctr0 = r.ctr0();
+          e.ciphertext.resize(e.job.input.size());
+          for (size_t b = 0; b < ks.size(); ++b)
+            e.ciphertext[b] = static_cast<char>(e.job.input[b] ^ ks[b]);
+          pb::FinalizeItem* item = fin->req.add_items();
+          item->set_run_batch_id(step->req.batch_id());
+          item->set_job_id(i);
+          item->set_ciphertext(e.ciphertext);
+          fin->idx.push_back(i);
+          break;
+        }
+      }
+    }
+    ScrubRun(step.get());
+    if (fin->idx.empty()) return;
+    StartFinalize(fin);
+  }
+
+  void StartFinalize(const std::shared_ptr<FinalizeStep>& fin) {
+    fin_started_ = absl::Now();
+    auto self = shared_from_this();
+    for (int p = 0; p < kParties; ++p) {
+      state_->transport->Finalize(
+          p, fin->req, &fin->resp[p], deadline_,
+          [self, fin, p](absl::Status s) {
+            fin->st[p] = s;
+            if (!s.ok()) self->PartyUnreachable(p, s);
+            if (fin->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+              self->OnFinalize(fin);
+          });
+    }
+  }
+
+  void OnFinalize(const std::shared_ptr<FinalizeStep>& fin) {
+    fin_time_ = absl::Now() - fin_started_;
+    for (const auto& s : fin->st)
+      if (!s.ok()) return;  // PartyUnreachable failed the jobs
+    const int n = fin->req.items_size();
+    std::string bad;
+    for (int p = 0; p < kParties && bad.empty(); ++p) {
+      const pb::FinalizeResponse& r = fin->resp[p];
+      if (r.party() != static_cast<uint32_t>(p))
+        bad = PartyOrderError(p, r.party());
+      else if (r.results_size() != n)
+        bad = absl::StrCat(Party(p), " returned ", r.results_size(),
+                           " tags for ", n, " items");
+      for (int k = 0; k < n && bad.empty(); ++k)
+        if (r.results(k).job_id() != fin->req.items(k).job_id() ||
+            r.results(k).run_batch_id() != fin->req.items(k).run_batch_id())
+          bad = absl::StrCat(Party(p), " returned tags out of order");
+    }
+    std::vector<SecureBytes> tags(n);
+    for (int k = 0; k < n && bad.empty(); ++k) {
+      std::array<const pb::SharePair*, kParties> s;
+      for (int p = 0; p < kParties; ++p) s[p] = &fin->resp[p].results(k).tag();
+      bad = CombineShares(s, kBlock, &tags[k], "tag", k);
+    }
+    for (auto& r : fin->resp)
+      for (auto& res : *r.mutable_results()) {
+        Cleanse(res.mutable_tag()->mutable_first());
+        Cleanse(res.mutable_tag()->mutable_second());
+      }
+    if (!bad.empty()) {
+      state_->Log(LOG_ERR,
+                  absl::StrCat("kdcmpc: batch #", seq_, " rejected: ", bad));
+      FailOpen(absl::UnavailableError(bad), true);
+      return;
+    }
+    for (int k = 0; k < n; ++k) {
+      Entry& e = entries_[fin->idx[k]];
+      SecureBytes out;
+      out.reserve(kOverhead + e.ciphertext.size());
+      out.insert(out.end(), e.ctr0.begin(), e.ctr0.end());
+      out.insert(out.end(), e.ciphertext.begin(), e.ciphertext.end());
+      out.insert(out.end(), tags[k].begin(), tags[k].end());
+      Complete(fin->idx[k], absl::OkStatus(), std::move(out));
+    }
+  }
+
+  std::string PartyOrderError(int p, uint32_t answered) const {
+    return absl::StrCat("the server listed as party ", p, " (",
+                        Party(p), ") answered as party ", answered,
+                        ": list the servers in party order");
+  }
+
+  // Checks the public parts of the three Run answers and both copies of
+  // every share; returns an error message naming the parties, never a
+  // share.
+  absl::Status CheckRunResponses(const RunStep& step) {
+    const int n = step.req.jobs_size();
+    for (int p = 0; p < kParties; ++p) {
+      const pb::RunResponse& r = step.resp[p];
+      if (r.party() != static_cast<uint32_t>(p))
+        return absl::AbortedError(PartyOrderError(p, r.party()));
+      if (r.results_size() != n)
+        return absl::AbortedError(absl::StrCat(Party(p), " returned ",
+                                               r.results_size(),
+                                               " results for ", n, " jobs"));
+    }
+    for (int k = 0; k < n; ++k) {
+      const pb::Job& job = step.req.jobs(k);
+      const pb::JobResult& r0 = step.resp[0].results(k);
+      for (int p = 0; p < kParties; ++p) {
+        const pb::JobResult& r = step.resp[p].results(k);
+        if (r.job_id() != job.job_id())
+          return absl::AbortedError(
+              absl::StrCat(Party(p), " returned results out of order"));
+        if (r.status() != r0.status() || r.ctr0() != r0.ctr0() ||
+            r.error_code() != r0.error_code())
+          return absl::AbortedError(absl::StrCat(
+              Party(p), " and ", Party(0),
+              " disagree on the public result of job ", k));
+      }
+      if (r0.error_code() != 0) continue;
+      const Entry& e = entries_[step.idx[k]];
+      SecureBytes scratch;
+      std::string bad;
+      switch (e.job.type) {
+        case JobType::kEncrypt:
+          if (r0.status() != pb::JOB_OK || r0.ctr0().size() != kBlock)
+            return absl::AbortedError(absl::StrCat(
+                "malformed ENCRYPT result for job ", k));
+          bad = CombineFrom(step, k, &pb::JobResult::keystream,
+                            e.job.input.size(), &scratch, "keystream");
+          break;
+        case JobType::kDecrypt:
+          if (r0.status() == pb::JOB_OK)
+            bad = CombineFrom(step, k, &pb::JobResult::keystream,
+                              e.job.input.size() - kOverhead, &scratch,
+                              "keystream");
+          else if (r0.status() != pb::JOB_INTEGRITY_FAILED)
+            return absl::AbortedError(
+                absl::StrCat("malformed DECRYPT result for job ", k));
+          break;
+        case JobType::kChecksum:
+          if (r0.status() != pb::JOB_OK || r0.ctr0().size() != kBlock)
+            return absl::AbortedError(absl::StrCat(
+                "malformed CHECKSUM result for job ", k));
+          bad = CombineFrom(step, k, &pb::JobResult::tag, kBlock, &scratch,
+                            "tag");
+          break;
+        case JobType::kVerify:
+          if (r0.status() != pb::JOB_OK &&
+              r0.status() != pb::JOB_INTEGRITY_FAILED)
+            return absl::AbortedError(
+                absl::StrCat("malformed VERIFY result for job ", k));
+          break;
+      }
+      if (!bad.empty()) return absl::AbortedError(bad);
+    }
+    return absl::OkStatus();
+  }
+
+  using PairGetter = const pb::SharePair& (pb::JobResult::*)() const;
+
+  std::string CombineFrom(const RunStep& step, int k, PairGetter get,
+                          size_t len, SecureBytes* out, const char* what) {
+    std::array<const pb::SharePair*, kParties> s;
+    for (int p = 0; p < kParties; ++p) s[p] = &(step.resp[p].results(k).*get)();
+    return CombineShares(s, len, out, what, k);
+  }
+  void Combine(const RunStep& step, int k, PairGetter get, SecureBytes* out) {
+    size_t len = 0;
+    const Entry& e = entries_[step.idx[k]];
+    if (e.job.type == JobType::kEncrypt) len = e.job.input.size();
+    else if (e.job.type == JobType::kDecrypt) len = e.job.input.size() - kOverhead;
+    else len = kBlock;
+    (void)CombineFrom(step, k, get, len, out, "");
+  }
+
+  // v = s_0 ^ s_1 ^ s_2, where party p sent (s_p, s_{p+1}). Each share
+  // arrives twice (party p's second copy and party p+1's first); the
+  // copies must agree (architecture.md, "Reveal to the KDC").
+  std::string CombineShares(const std::array<const pb::SharePair*, kParties>& s,
+                            size_t len, SecureBytes* out, const char* what,
+                            int job) {
+    for (int p = 0; p < kParties; ++p)
+      if (s[p]->first().size() != len || s[p]->second().size() != len)
+        return absl::StrCat(Party(p), " sent a ", what, " share of the wrong "
+                            "length for job ", job);
+    std::vector<int> bad;  // check p: party p's s_{p+1} vs party p+1's s_{p+1}
+    for (int p = 0; p < kParties; ++p)
+      if (CRYPTO_memcmp(s[p]->second().data(), s[(p + 1) % 3]->first().data(),
+                        len) != 0)
+        bad.push_back(p);
+    if (!bad.empty()) {
+      std::string blame;
+      if (bad.size() == 2) {
+        // Two failed checks share exactly one party: the one that lied.
+        int a = bad[0], b = bad[1];
+        int culprit = (a + 1) % 3 == b ? b : a;
+        blame = absl::StrCat("; ", Party(culprit), " is the common party of "
+                             "both disagreements");
+      }
+      int p = bad[0];
+      return absl::StrCat("the two copies of share s_", (p + 1) % 3, " of the ",
+                          what, " of job ", job, " from ", Party(p), " and ",
+                          Party((p + 1) % 3), " disagree (", bad.size(),
+                          " of 3 share checks failed", blame, ")");
+    }
+    out->assign(s[0]->first().begin(), s[0]->first().end());
+    for (size_t b = 0; b < len; ++b)
+      (*out)[b] ^= static_cast<uint8_t>(s[1]->first()[b] ^ s[2]->first()[b]);
+    return "";
+  }
+
+  static void ScrubRun(RunStep* step) {
+    for (auto& r : step->resp)
+      for (auto& res : *r.mutable_results()) {
+        Cleanse(res.mutable_keystream()->mutable_first());
+        Cleanse(res.mutable_keystream()->mutable_second());
+        Cleanse(res.mutable_tag()->mutable_first());
+        Cleanse(res.mutable_tag()->mutable_second());
+      }
+  }
+
+  void Complete(size_t i, absl::Status st, SecureBytes out) {
+    bool finished = false;
+    Result r;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      Entry& e = entries_[i];
+      if (e.done) return;
+      e.done = true;
+      if (!st.ok()) ++failed_;
+      finished = --open_ == 0;
+      r.token = e.token;
+      r.status = std::move(st);
+      r.output = std::move(out);
+    }
+    state_->Deliver(std::move(r));
+    if (finished) Finish();
+  }
+
+  bool IsDone(size_t i) {
+    std::lock_guard<std::mutex> l(mu_);
+    return entries_[i].done;
+  }
+
+  void FailOpen(const absl::Status& st, bool log) {
+    std::vector<size_t> open;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (size_t i = 0; i < entries_.size(); ++i)
+        if (!entries_[i].done) open.push_back(i);
+      if (open.empty()) return;
+      if (log && !failure_logged_) {
+        failure_logged_ = true;
+        log = true;
+      } else {
+        log = false;
+      }
+    }
+    if (log)
+      state_->Log(LOG_ERR, absl::StrCat("kdcmpc: batch #", seq_, " of ",
+                                        entries_.size(), " jobs failed: ",
+                                        st.message()));
+    for (size_t i : open) Complete(i, st, {});
+  }
+
+  void Finish() {
+    absl::Time now = absl::Now();
+    if (state_->options.debug) {
+      absl::Duration queued = absl::ZeroDuration();
+      uint64_t job_blocks = 0;
+      for (const Entry& e : entries_) {
+        queued = std::max(queued, start_ - e.enqueued);
+        job_blocks += JobBlocks(e.job);
+      }
+      state_->Log(LOG_DEBUG,
+                  absl::StrFormat("kdcmpc: batch #%d: %d jobs (%d failed), "
+                                  "%d AES blocks (%d requested), queued %.1f "
+                                  "ms, run %.1f ms, finalize %.1f ms, total "
+                                  "%.1f ms",
+                                  seq_, entries_.size(), failed_, blocks_,
+                                  job_blocks,
+                                  Ms(queued), Ms(run_time_), Ms(fin_time_),
+                                  Ms(now - start_)));
+    }
+    state_->Finished(shared_from_this(), blocks_, failed_ > 0);
+  }
+
+  std::shared_ptr<Batcher::State> state_;
+  const uint64_t seq_;
+  const absl::Time start_;
+  const absl::Time deadline_;
+  std::mutex mu_;  // guards done flags, open_, failed_
+  std::vector<Entry> entries_;
+  size_t open_ = 0;
+  size_t failed_ = 0;
+  bool failure_logged_ = false;
+  uint64_t blocks_ = 0;
+  absl::Time run_started_, fin_started_;
+  absl::Duration run_time_ = absl::ZeroDuration();
+  absl::Duration fin_time_ = absl::ZeroDuration();
+};
+
+Batcher::Batcher(BatcherOptions options, Transport* transport, Sink* sink)
+    : options_(options), state_(std::make_shared<State>()) {
+  state_->options = options;
+  state_->transport = transport;
+  state_->sink = sink;
+  dispatcher_ = std::thread([this] { Dispatch(); });
+}
+
+Batcher::~Batcher() { Stop(); }
+
+absl::Status Batcher::Submit(uint64_t token, Job job) {
+  if (absl::Status st = ValidateJob(job); !st.ok()) return st;
+  Queued q;
+  q.token = token;
+  q.blocks = JobBlocks(job);
+  q.job = std::move(job);
+  q.enqueued = absl::Now();
+  {
+    std::lock_guard<std::mutex> l(state_->mu);
+    if (state_->stopping)
+      return absl::UnavailableError("the kdcmpc module is shutting down");
+    state_->queued_blocks += q.blocks;
+    state_->queue.push_back(std::move(q));
+  }
+  state_->cv.notify_all();
+  return absl::OkStatus();
+}
+
+void Batcher::Dispatch() {
+  State& s = *state_;
+  const BatcherOptions& o = options_;
+  std::unique_lock<std::mutex> lk(s.mu);
+  while (!s.stopping) {
+    absl::Time now = absl::Now();
+    absl::Time wake = absl::InfiniteFuture();
+
+    // Watchdog: a batch past its deadline fails even if a transport never
+    // calls back.
+    std::vector<std::shared_ptr<BatchRun>> expired;
+    for (const auto& run : s.active) {
+      if (run->deadline() <= now) expired.push_back(run);
+      else wake = std::min(wake, run->deadline());
+    }
+    if (!expired.empty()) {
+      lk.unlock();
+      for (auto& run : expired) run->Expire();
+      expired.clear();
+      lk.lock();
+      continue;
+    }
+
+    if (!s.queue.empty() && s.inflight < o.max_inflight) {
+      absl::Time flush_at;
+      if (s.queue.size() >= o.max_jobs || s.queued_blocks >= o.max_blocks)
+        flush_at = now;
+      else if (o.early_flush && s.inflight == 0)
+        flush_at = s.queue.front().enqueued + o.coalesce;
+      else
+        flush_at = s.queue.front().enqueued + o.window;
+      if (flush_at <= now) {
+        std::vector<Queued> batch;
+        uint64_t blocks = 0;
+        while (!s.queue.empty() && batch.size() < o.max_jobs &&
+               (batch.empty() ||
+                blocks + s.queue.front().blocks <= o.max_blocks)) {
+          blocks += s.queue.front().blocks;
+          s.queued_blocks -= s.queue.front().blocks;
+          batch.push_back(std::move(s.queue.front()));
+          s.queue.pop_front();
+        }
+        ++s.stats.batches;
+        s.stats.jobs += batch.size();
+        auto run = std::make_shared<BatchRun>(state_, s.next_seq++,
+                                              std::move(batch), now);
+        s.active.insert(run);
+        ++s.inflight;
+        lk.unlock();
+        run->Start();
+        run.reset();
+        lk.lock();
+        continue;
+      }
+      wake = std::min(wake, flush_at);
+    }
+    if (wake == absl::InfiniteFuture()) {
+      s.cv.wait(lk);
+    } else {
+      s.cv.wait_for(lk, absl::ToChronoMicroseconds(wake - absl::Now()) +
+                            std::chrono::microseconds(50));
+    }
+  }
+}
+
+void Batcher::Stop() {
+  {
+    std::lock_guard<std::mutex> l(state_->mu);
+    state_->stopping = true;
+  }
+  state_->cv.notify_all();
+  if (dispatcher_.joinable()) dispatcher_.join();
+  {
+    std::lock_guard<std::mutex> l(state_->sink_mu);
+    state_->closed = true;
+  }
+  std::lock_guard<std::mutex> l(state_->mu);
+  state_->queue.clear();
+  state_->queued_blocks = 0;
+}
+
+BatcherStats Batcher::stats() const {
+  std::lock_guard<std::mutex> l(state_->mu);
+  return state_->stats;
+}
+
+}  // namespace kmpc::kdc

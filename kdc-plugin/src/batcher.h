@@ -1,0 +1,110 @@
+// The batcher: KDC jobs are queued and sent to the MPC cluster in batches,
+// one call per server per batch (architecture.md: "queue -> batch every
+// 100 ms (or when full)").
+//
+// A batch is flushed when the oldest queued job has waited `window`, or at
+// once when the queue reaches max_jobs / max_blocks. With early_flush, a
+// queue is also flushed after only `coalesce` when no batch is in flight
+// (the servers are idle), which gives low latency at low load; under load
+// the in-flight batch makes the queue wait, so batches grow by themselves.
+// At most max_inflight batches run at once.
+//
+// One batch: Run on the three servers in parallel; every revealed value
+// arrives as two copies of each of its three XOR shares (server i sends
+// s_i, s_{i+1}), the copies must agree and the public values (ctr0,
+// verdicts, per-job errors) must be identical, otherwise the whole batch is
+// rejected. Non-ENCRYPT jobs complete right there; ENCRYPT jobs XOR the
+// keystream into the plaintext and go through one batched Finalize call per
+// server for their tags, then complete as ctr0 || C || T.
+//
+// Every accepted job completes exactly once through the sink, unless Stop()
+// abandons it first. A batch not answered by its deadline fails every job
+// still open with kUnavailable.
+#ifndef KMPC_KDC_PLUGIN_BATCHER_H_
+#define KMPC_KDC_PLUGIN_BATCHER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "job.h"
+#include "transport.h"
+
+namespace kmpc::kdc {
+
+struct BatcherOptions {
+  absl::Duration window = absl::Milliseconds(100);
+  size_t max_jobs = 256;
+  uint64_t max_blocks = 16384;
+  absl::Duration deadline = absl::Milliseconds(3000);
+  bool early_flush = false;
+  // Early flush waits this long for jobs submitted back to back (the KDC
+  // submits the ticket and the reply of one AS-REQ in one go).
+  absl::Duration coalesce = absl::Microseconds(500);
+  int max_inflight = 4;
+  // Per-batch figures (jobs, blocks, latency) in the log.
+  bool debug = false;
+};
+
+struct Result {
+  uint64_t token = 0;
+  absl::Status status;
+  SecureBytes output;
+};
+
+// Where results and log lines go. Implementations must be thread-safe and
+// must not call back into the batcher.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void Deliver(Result result) = 0;
+  // level: syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG).
+  virtual void Log(int level, std::string line) = 0;
+};
+
+struct BatcherStats {
+  uint64_t batches = 0;
+  uint64_t jobs = 0;
+  uint64_t blocks = 0;           // AES blocks the servers reported (party 0)
+  uint64_t failed_batches = 0;
+};
+
+class Batcher {
+ public:
+  Batcher(BatcherOptions options, Transport* transport, Sink* sink);
+  ~Batcher();  // Stop()
+
+  // Queues a job. A malformed job is refused here (the sink never hears of
+  // it); token is the caller's name for the job in its Result.
+  absl::Status Submit(uint64_t token, Job job);
+
+  // Stops the dispatcher thread and abandons queued and in-flight jobs: the
+  // sink receives nothing once Stop has returned. The transport must stay
+  // usable until Stop returns; late transport callbacks after that are
+  // harmless.
+  void Stop();
+
+  BatcherStats stats() const;
+
+  struct State;  // shared with in-flight batches (batcher.cc)
+
+ private:
+  void Dispatch();
+
+  BatcherOptions options_;
+  std::shared_ptr<State> state_;
+  std::thread dispatcher_;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_BATCHER_H_

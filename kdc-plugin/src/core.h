@@ -1,0 +1,60 @@
+/* -*- mode: c; c-basic-offset: 4; indent-tabs-mode: nil -*- */
+/*
+ * kdc-plugin/src/core.h - the C interface of the kmpc module's C++ core.
+ *
+ * The C entry file (kmpc_kdc.c) talks to krb5kdc and verto; the core
+ * (module.cc) batches jobs, talks to the MPC cluster over gRPC and hands
+ * finished jobs back through an eventfd.  Every function here catches every
+ * C++ exception: none unwinds into krb5kdc.  Error detail comes back as a
+ * malloc'ed string (never key material, shares or plaintext) for
+ * krb5_set_error_message.
+ */
+#ifndef KMPC_KDC_PLUGIN_CORE_H
+#define KMPC_KDC_PLUGIN_CORE_H
+
+#include <krb5/krb5.h>
+#include <krb5/kdcmpc_plugin.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kmpc_core kmpc_core;
+
+/* One finished job, for the KDC's event loop. */
+typedef struct {
+    krb5_kdcmpc_done_fn done;
+    void *arg;
+    krb5_error_code code;
+    krb5_data output;           /* malloc'ed, ownership passes on */
+    char *message;              /* malloc'ed detail when code != 0, or NULL */
+} kmpc_completion;
+
+/* Parse options, connect and start the batcher. */
+krb5_error_code kmpc_core_create(const char *const *options,
+                                 kmpc_core **core_out, char **msg_out);
+
+/* The eventfd that becomes readable when completions or log lines wait. */
+int kmpc_core_fd(kmpc_core *core);
+
+/* Queue a job (copied); done will be called through kmpc_core_next. */
+krb5_error_code kmpc_core_submit(kmpc_core *core, const krb5_kdcmpc_job *job,
+                                 krb5_kdcmpc_done_fn done, void *arg,
+                                 char **msg_out);
+
+/* Reset the eventfd; then take everything that waits. */
+void kmpc_core_ack(kmpc_core *core);
+/* Return 1 and fill *out if a log line waits (free *line_out). */
+int kmpc_core_next_log(kmpc_core *core, int *level_out, char **line_out);
+/* Return 1 and fill *out if a completion waits. */
+int kmpc_core_next(kmpc_core *core, kmpc_completion *out);
+
+/* Stop threads, abandon pending jobs (their callbacks are never called),
+ * free everything. */
+void kmpc_core_destroy(kmpc_core *core);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KMPC_KDC_PLUGIN_CORE_H */

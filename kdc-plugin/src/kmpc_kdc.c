@@ -1,0 +1,165 @@
+/* -*- mode: c; c-basic-offset: 4; indent-tabs-mode: nil -*- */
+/* kdc-plugin/src/kmpc_kdc.c - kdcmpc module "kmpc": crypto in the MPC cluster */
+/*
+ * The kdcmpc module of kmpc (krb5/kdcmpc_plugin.h): the KDC's jobs under
+ * MPC-held keys go to the three MPC servers in batches, and finished jobs
+ * come back to the KDC's event loop through an eventfd registered with
+ * verto.  This file is the thin krb5-style entry; the batcher and the gRPC
+ * client are C++ (core.h).  Registered in kdc.conf as
+ *
+ *   [plugins]
+ *       kdcmpc = {
+ *           module = kmpc:/path/to/libkmpc_kdc.so
+ *       }
+ *   [kdcmpc]
+ *       kmpc = {
+ *           servers = 127.0.0.1:5000,127.0.0.1:5001,127.0.0.1:5002
+ *           certs = /etc/kmpc/certs
+ *       }
+ *
+ * (options: kdc-plugin/src/options.h).
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <krb5/krb5.h>
+#include <krb5/kdcmpc_plugin.h>
+#include <verto.h>
+#include "core.h"
+
+/* From libkadm5srv_mit, which krb5kdc links (adm_proto.h is not
+ * installed); the KDC log. */
+krb5_error_code krb5_klog_syslog(int, const char *, ...);
+
+krb5_error_code
+kdcmpc_kmpc_initvt(krb5_context context, int maj_ver, int min_ver,
+                   krb5_plugin_vtable vtable)
+    __attribute__((visibility("default")));
+
+struct krb5_kdcmpc_moddata_st {
+    krb5_context context;
+    verto_ctx *vctx;
+    verto_ev *ev;
+    kmpc_core *core;
+};
+
+/* Log whatever the core's threads have to say, from the loop thread. */
+static void
+kmpc_drain_logs(krb5_kdcmpc_moddata data)
+{
+    int level;
+    char *line;
+
+    while (kmpc_core_next_log(data->core, &level, &line)) {
+        krb5_klog_syslog(level, "%s", line);
+        free(line);
+    }
+}
+
+/* The eventfd is readable: deliver every finished job. */
+static void
+kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
+{
+    krb5_kdcmpc_moddata data = verto_get_private(ev);
+    kmpc_completion c;
+
+    kmpc_core_ack(data->core);
+    kmpc_drain_logs(data);
+    while (kmpc_core_next(data->core, &c)) {
+        if (c.code != 0) {
+            krb5_set_error_message(data->context, c.code, "%s",
+                                   c.message != NULL ? c.message :
+                                   "kdcmpc: job failed");
+        }
+        free(c.message);
+        (*c.done)(c.arg, c.code, c.output);
+    }
+}
+
+static void
+kmpc_fini(krb5_context context, krb5_kdcmpc_moddata data)
+{
+    if (data == NULL)
+        return;
+    if (data->ev != NULL)
+        verto_del(data->ev);
+    if (data->core != NULL)
+        kmpc_core_destroy(data->core);
+    free(data);
+}
+
+static krb5_error_code
+kmpc_init(krb5_context context, struct verto_ctx *vctx,
+          const char *const *options, krb5_kdcmpc_moddata *data_out)
+{
+    krb5_error_code ret;
+    krb5_kdcmpc_moddata data;
+    char *msg = NULL;
+
+    *data_out = NULL;
+
+    data = calloc(1, sizeof(*data));
+    if (data == NULL)
+        return ENOMEM;
+    data->context = context;
+    data->vctx = vctx;
+
+    ret = kmpc_core_create(options, &data->core, &msg);
+    if (ret) {
+        krb5_set_error_message(context, ret, "%s",
+                               msg != NULL ? msg : "kdcmpc: start-up failed");
+        goto cleanup;
+    }
+    data->ev = verto_add_io(vctx, VERTO_EV_FLAG_PERSIST | VERTO_EV_FLAG_IO_READ,
+                            kmpc_on_ready, kmpc_core_fd(data->core));
+    if (data->ev == NULL) {
+        ret = ENOMEM;
+        krb5_set_error_message(context, ret,
+                               "kdcmpc: cannot watch the completion eventfd");
+        goto cleanup;
+    }
+    verto_set_private(data->ev, data, NULL);
+    krb5_klog_syslog(LOG_INFO, "kdcmpc: kmpc module ready");
+
+    *data_out = data;
+    data = NULL;
+
+cleanup:
+    free(msg);
+    kmpc_fini(context, data);
+    return ret;
+}
+
+static krb5_error_code
+kmpc_submit(krb5_context context, krb5_kdcmpc_moddata data,
+            const krb5_kdcmpc_job *job, krb5_kdcmpc_done_fn done, void *arg)
+{
+    krb5_error_code ret;
+    char *msg = NULL;
+
+    ret = kmpc_core_submit(data->core, job, done, arg, &msg);
+    if (ret) {
+        krb5_set_error_message(context, ret, "%s",
+                               msg != NULL ? msg : "kdcmpc: submit failed");
+    }
+    free(msg);
+    return ret;
+}
+
+krb5_error_code
+kdcmpc_kmpc_initvt(krb5_context context, int maj_ver, int min_ver,
+                   krb5_plugin_vtable vtable)
+{
+    krb5_kdcmpc_vtable vt;
+
+    if (maj_ver != 1)
+        return KRB5_PLUGIN_VER_NOTSUPP;
+    vt = (krb5_kdcmpc_vtable)vtable;
+    vt->name = "kmpc";
+    vt->init = kmpc_init;
+    vt->fini = kmpc_fini;
+    vt->submit = kmpc_submit;
+    return 0;
+}

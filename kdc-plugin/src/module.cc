@@ -1,0 +1,297 @@
+// The C++ side of the kmpc kdcmpc module (core.h): options, the gRPC
+// transport, the batcher and the eventfd bridge to the KDC's event loop.
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "batcher.h"
+#include "core.h"
+#include "grpc_transport.h"
+#include "options.h"
+
+namespace kmpc::kdc {
+
+// The one mapping from the core's statuses to krb5 error codes (the
+// meanings are fixed in job.h).
+krb5_error_code KrbErrorFromStatus(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return 0;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kCancelled:
+      return KRB5KDC_ERR_SVC_UNAVAILABLE;
+    case absl::StatusCode::kNotFound:
+      return KRB5_KT_NOTFOUND;
+    case absl::StatusCode::kDataLoss:
+      return KRB5KRB_AP_ERR_BAD_INTEGRITY;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+      return EINVAL;
+    default:
+      return KRB5_CRYPTO_INTERNAL;
+  }
+}
+
+namespace {
+
+char* Dup(const std::string& s) {
+  char* p = static_cast<char*>(malloc(s.size() + 1));
+  if (p != nullptr) memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+
+// Collects results and log lines from any thread; wakes the loop through
+// the eventfd.
+class LoopSink : public Sink {
+ public:
+  explicit LoopSink(int efd) : efd_(efd) {}
+
+  void Deliver(Result r) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      results_.push_back(std::move(r));
+    }
+    Wake();
+  }
+  void Log(int level, std::string line) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (logs_.size() >= 1000) return;  // a flood of failures: keep the KDC up
+      logs_.emplace_back(level, std::move(line));
+    }
+    Wake();
+  }
+  bool NextResult(Result* out) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (results_.empty()) return false;
+    *out = std::move(results_.front());
+    results_.pop_front();
+    return true;
+  }
+  bool NextLog(std::pair<int, std::string>* out) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (logs_.empty()) return false;
+    *out = std::move(logs_.front());
+    logs_.pop_front();
+    return true;
+  }
+  void Clear() {
+    std::lock_guard<std::mutex> l(mu_);
+    results_.clear();  // SecureBytes wipe themselves
+    logs_.clear();
+  }
+
+ private:
+  void Wake() {
+    uint64_t one = 1;
+    // EAGAIN means the counter is already huge: the loop will wake anyway.
+    ssize_t n = write(efd_, &one, sizeof(one));
+    (void)n;
+  }
+
+  const int efd_;
+  std::mutex mu_;
+  std::deque<Result> results_;
+  std::deque<std::pair<int, std::string>> logs_;
+};
+
+}  // namespace
+}  // namespace kmpc::kdc
+
+using kmpc::kdc::KrbErrorFromStatus;
+
+struct kmpc_core {
+  int efd = -1;
+  std::unique_ptr<kmpc::kdc::LoopSink> sink;
+  std::unique_ptr<kmpc::kdc::GrpcTransport> transport;
+  std::unique_ptr<kmpc::kdc::Batcher> batcher;
+  // Touched only on the KDC's event loop thread (submit and next).
+  std::unordered_map<uint64_t, std::pair<krb5_kdcmpc_done_fn, void*>> pending;
+  uint64_t next_token = 1;
+
+  ~kmpc_core() {
+    // Order matters: no batcher thread, then no transport callback, then
+    // nothing can write to the eventfd.
+    if (batcher) batcher->Stop();
+    if (transport) transport->Shutdown();
+    batcher.reset();
+    transport.reset();
+    if (sink) sink->Clear();
+    if (efd >= 0) close(efd);
+  }
+};
+
+extern "C" krb5_error_code kmpc_core_create(const char* const* options,
+                                            kmpc_core** core_out,
+                                            char** msg_out) {
+  *core_out = nullptr;
+  *msg_out = nullptr;
+  try {
+    std::vector<std::string> opts;
+    for (const char* const* o = options; o != nullptr && *o != nullptr; ++o)
+      opts.emplace_back(*o);
+    auto mo = kmpc::kdc::ParseOptions(opts);
+    if (!mo.ok()) {
+      *msg_out = kmpc::kdc::Dup(std::string(mo.status().message()));
+      return EINVAL;
+    }
+    auto core = std::make_unique<kmpc_core>();
+    core->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (core->efd < 0) {
+      int e = errno;
+      *msg_out = kmpc::kdc::Dup("kdcmpc: eventfd failed");
+      return e;
+    }
+    core->sink = std::make_unique<kmpc::kdc::LoopSink>(core->efd);
+    auto t = kmpc::kdc::GrpcTransport::Create(mo->servers, mo->ca, mo->cert,
+                                              mo->key);
+    if (!t.ok()) {
+      *msg_out = kmpc::kdc::Dup(
+          absl::StrCat("kdcmpc: ", t.status().message()));
+      return EINVAL;
+    }
+    core->transport = std::move(*t);
+    core->batcher = std::make_unique<kmpc::kdc::Batcher>(
+        mo->batcher, core->transport.get(), core->sink.get());
+    *core_out = core.release();
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  } catch (...) {
+    *msg_out = kmpc::kdc::Dup("kdcmpc: internal error during start-up");
+    return KRB5_CRYPTO_INTERNAL;
+  }
+}
+
+extern "C" int kmpc_core_fd(kmpc_core* core) { return core->efd; }
+
+extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
+                                            const krb5_kdcmpc_job* job,
+                                            krb5_kdcmpc_done_fn done,
+                                            void* arg, char** msg_out) {
+  *msg_out = nullptr;
+  try {
+    if (job == nullptr || job->key_id == nullptr || done == nullptr ||
+        (job->input.length > 0 && job->input.data == nullptr) ||
+        (job->checksum.length > 0 && job->checksum.data == nullptr)) {
+      *msg_out = kmpc::kdc::Dup("kdcmpc: malformed job");
+      return EINVAL;
+    }
+    if (job->enctype != KRB5_KDCMPC_ENCTYPE_AES128 &&
+        job->enctype != KRB5_KDCMPC_ENCTYPE_AES256) {
+      *msg_out = kmpc::kdc::Dup("kdcmpc: not an MPC enctype");
+      return KRB5_BAD_ENCTYPE;
+    }
+    kmpc::kdc::Job j;
+    switch (job->type) {
+      case KRB5_KDCMPC_DECRYPT: j.type = kmpc::kdc::JobType::kDecrypt; break;
+      case KRB5_KDCMPC_ENCRYPT: j.type = kmpc::kdc::JobType::kEncrypt; break;
+      case KRB5_KDCMPC_CHECKSUM: j.type = kmpc::kdc::JobType::kChecksum; break;
+      case KRB5_KDCMPC_VERIFY: j.type = kmpc::kdc::JobType::kVerify; break;
+      default:
+        *msg_out = kmpc::kdc::Dup("kdcmpc: unknown job type");
+        return EINVAL;
+    }
+    j.key_id.assign(reinterpret_cast<const char*>(job->key_id),
+                    KRB5_KDCMPC_KEY_ID_LEN);
+    j.usage = static_cast<uint32_t>(job->usage);
+    const uint8_t* in = reinterpret_cast<const uint8_t*>(job->input.data);
+    j.input.assign(in, in + job->input.length);
+    if (job->checksum.length > 0)
+      j.checksum.assign(job->checksum.data, job->checksum.length);
+    uint64_t token = core->next_token++;
+    absl::Status st = core->batcher->Submit(token, std::move(j));
+    if (!st.ok()) {
+      *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
+      return KrbErrorFromStatus(st);
+    }
+    core->pending.emplace(token, std::make_pair(done, arg));
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  } catch (...) {
+    *msg_out = kmpc::kdc::Dup("kdcmpc: internal error");
+    return KRB5_CRYPTO_INTERNAL;
+  }
+}
+
+extern "C" void kmpc_core_ack(kmpc_core* core) {
+  uint64_t v;
+  while (read(core->efd, &v, sizeof(v)) == sizeof(v)) {
+  }
+}
+
+extern "C" int kmpc_core_next_log(kmpc_core* core, int* level_out,
+                                  char** line_out) {
+  *line_out = nullptr;
+  try {
+    std::pair<int, std::string> l;
+    if (!core->sink->NextLog(&l)) return 0;
+    *level_out = l.first;
+    *line_out = kmpc::kdc::Dup(l.second);
+    return *line_out != nullptr;
+  } catch (...) {
+    return 0;
+  }
+}
+
+extern "C" int kmpc_core_next(kmpc_core* core, kmpc_completion* out) {
+  memset(out, 0, sizeof(*out));
+  try {
+    kmpc::kdc::Result r;
+    for (;;) {
+      if (!core->sink->NextResult(&r)) return 0;
+      auto it = core->pending.find(r.token);
+      if (it == core->pending.end()) continue;  // never twice
+      out->done = it->second.first;
+      out->arg = it->second.second;
+      core->pending.erase(it);
+      break;
+    }
+    out->code = KrbErrorFromStatus(r.status);
+    if (out->code == 0 && !r.output.empty()) {
+      out->output.data = static_cast<char*>(malloc(r.output.size()));
+      if (out->output.data == nullptr) {
+        out->code = ENOMEM;
+      } else {
+        memcpy(out->output.data, r.output.data(), r.output.size());
+        out->output.length = r.output.size();
+      }
+    }
+    out->output.magic = KV5M_DATA;
+    if (out->code != 0)
+      out->message = kmpc::kdc::Dup(absl::StrCat(
+          "kdcmpc: ", r.status.ok() ? "out of memory" : r.status.message()));
+    return 1;
+  } catch (...) {
+    // The job is lost to the KDC only if we cannot even report it.
+    if (out->done != nullptr) {
+      out->code = KRB5_CRYPTO_INTERNAL;
+      return 1;
+    }
+    return 0;
+  }
+}
+
+extern "C" void kmpc_core_destroy(kmpc_core* core) {
+  try {
+    delete core;
+  } catch (...) {
+  }
+}

@@ -1,0 +1,41 @@
+// The module's kdc.conf options ([kdcmpc] -> kmpc), parsed as hostile
+// input: every relation must be known and well-formed.
+//
+//   servers = HOST:PORT,HOST:PORT,HOST:PORT   the three parties, in party
+//                        order (may also be given as three relations)
+//   certs = DIR          ca.pem, kdc.pem, kdc.key from deploy/gen-certs.sh;
+//   ca = / cert = / key = PATH   or each file on its own (these win)
+//   batch_window_ms = 100      flush the queue when its oldest job is this old
+//   max_batch_jobs = 256       ... or when it holds this many jobs
+//   max_batch_blocks = 16384   ... or this many AES blocks
+//   early_flush = false        flush at once when no batch is in flight
+//   coalesce_us = 500          early flush: wait this long for jobs
+//                              submitted back to back
+//   max_inflight = 4           batches in flight at once
+//   deadline_ms = 3000         a batch not done by then fails (every job
+//                              KRB5KDC_ERR_SVC_UNAVAILABLE)
+//   debug = false              per-batch figures in the KDC log
+#ifndef KMPC_KDC_PLUGIN_OPTIONS_H_
+#define KMPC_KDC_PLUGIN_OPTIONS_H_
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "batcher.h"
+
+namespace kmpc::kdc {
+
+struct ModuleOptions {
+  std::array<std::string, 3> servers;
+  std::string ca, cert, key;  // paths
+  BatcherOptions batcher;
+};
+
+absl::StatusOr<ModuleOptions> ParseOptions(
+    const std::vector<std::string>& options);
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_OPTIONS_H_

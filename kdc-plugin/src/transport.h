@@ -1,0 +1,38 @@
+// How the batcher reaches the three MPC servers: one unary call per server
+// per step. The gRPC implementation (grpc_transport.h) uses mTLS channels;
+// tests use a fake that computes in one process.
+#ifndef KMPC_KDC_PLUGIN_TRANSPORT_H_
+#define KMPC_KDC_PLUGIN_TRANSPORT_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "kmpc.pb.h"
+
+namespace kmpc::kdc {
+
+class Transport {
+ public:
+  using Done = std::function<void(absl::Status)>;
+  virtual ~Transport() = default;
+
+  // Sends req to party (0, 1, 2) and fills *resp. req and resp must stay
+  // valid until done runs. done runs exactly once, on any thread, possibly
+  // before Run returns; a call not answered by deadline fails with
+  // kDeadlineExceeded, an unreachable party with kUnavailable.
+  virtual void Run(int party, const kmpc::v1::RunRequest& req,
+                   kmpc::v1::RunResponse* resp, absl::Time deadline,
+                   Done done) = 0;
+  virtual void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
+                        kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
+                        Done done) = 0;
+
+  // "party 1 (127.0.0.1:5001)": for log lines.
+  virtual std::string PartyName(int party) const = 0;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_TRANSPORT_H_

@@ -1,0 +1,431 @@
+// The batcher against a fake cluster: the window, the size limits, early
+// flush, deadlines, share-copy checks and exactly-once completion.
+#include "batcher.h"
+
+#include <syslog.h>
+
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "fake_cluster.h"
+#include "gtest/gtest.h"
+#include "options.h"
+
+namespace kmpc::kdc {
+namespace {
+
+using testing::FakeCluster;
+
+const std::string kKeyId(32, 'k');
+const std::string kKey(32, 'K');
+
+class CollectingSink : public Sink {
+ public:
+  void Deliver(Result r) override {
+    std::lock_guard<std::mutex> l(mu_);
+    ++count_[r.token];
+    at_[r.token] = absl::Now();
+    results_[r.token] = std::move(r);
+    cv_.notify_all();
+  }
+  void Log(int level, std::string line) override {
+    std::lock_guard<std::mutex> l(mu_);
+    logs_.push_back(std::move(line));
+  }
+  bool WaitFor(size_t n, absl::Duration timeout = absl::Seconds(10)) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, absl::ToChronoMicroseconds(timeout),
+                        [&] { return results_.size() >= n; });
+  }
+  Result Get(uint64_t token) {
+    std::lock_guard<std::mutex> l(mu_);
+    return results_.at(token);
+  }
+  absl::Time At(uint64_t token) {
+    std::lock_guard<std::mutex> l(mu_);
+    return at_.at(token);
+  }
+  std::map<uint64_t, int> counts() {
+    std::lock_guard<std::mutex> l(mu_);
+    return count_;
+  }
+  std::vector<std::string> logs() {
+    std::lock_guard<std::mutex> l(mu_);
+    return logs_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Result> results_;
+  std::map<uint64_t, int> count_;
+  std::map<uint64_t, absl::Time> at_;
+  std::vector<std::string> logs_;
+};
+
+Job Encrypt(const std::string& plaintext, uint32_t usage = 2) {
+  Job j;
+  j.type = JobType::kEncrypt;
+  j.key_id = kKeyId;
+  j.usage = usage;
+  j.input.assign(plaintext.begin(), plaintext.end());
+  return j;
+}
+
+Job Decrypt(const SecureBytes& ct, uint32_t usage = 2) {
+  Job j;
+  j.type = JobType::kDecrypt;
+  j.key_id = kKeyId;
+  j.usage = usage;
+  j.input = ct;
+  return j;
+}
+
+std::string Str(const SecureBytes& b) { return std::string(b.begin(), b.end()); }
+
+class BatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override { fake_.AddKey(kKeyId, kKey); }
+  std::unique_ptr<Batcher> Make(BatcherOptions o) {
+    return std::make_unique<Batcher>(o, &fake_, &sink_);
+  }
+  int RunCalls() {
+    int n = 0;
+    for (const auto& c : fake_.calls()) n += c.method == "Run" && c.party == 0;
+    return n;
+  }
+  FakeCluster fake_;  // outlives the batchers
+  CollectingSink sink_;
+};
+
+TEST_F(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(10);
+  auto b = Make(o);
+  const std::string pt = "an EncTicketPart of some 150 bytes, give or take";
+  ASSERT_TRUE(b->Submit(1, Encrypt(pt)).ok());
+  Job ck;
+  ck.type = JobType::kChecksum;
+  ck.key_id = kKeyId;
+  ck.usage = 56;
+  ck.input.assign(pt.begin(), pt.end());
+  ASSERT_TRUE(b->Submit(2, std::move(ck)).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  Result enc = sink_.Get(1);
+  ASSERT_TRUE(enc.status.ok()) << enc.status;
+  ASSERT_EQ(enc.output.size(), pt.size() + 32);
+  // ctr0 || C || T with C = P ^ KS and the cluster's tag over C.
+  std::string out = Str(enc.output);
+  std::string ctr0 = out.substr(0, 16), c = out.substr(16, pt.size());
+  std::string ks = fake_.Keystream(kKey, ctr0, pt.size());
+  for (size_t i = 0; i < pt.size(); ++i) EXPECT_EQ(c[i] ^ ks[i], pt[i]);
+  EXPECT_EQ(out.substr(16 + pt.size()), fake_.Tag(kKey, 2, ctr0, c, false));
+
+  ASSERT_TRUE(b->Submit(3, Decrypt(enc.output)).ok());
+  SecureBytes bad = enc.output;
+  bad[20] ^= 1;
+  ASSERT_TRUE(b->Submit(4, Decrypt(bad)).ok());
+  Result ckr = sink_.Get(2);
+  ASSERT_TRUE(ckr.status.ok());
+  ASSERT_EQ(ckr.output.size(), 32u);
+  Job v;
+  v.type = JobType::kVerify;
+  v.key_id = kKeyId;
+  v.usage = 56;
+  v.input.assign(pt.begin(), pt.end());
+  v.checksum = Str(ckr.output);
+  Job v2 = v;
+  v2.checksum[31] ^= 1;
+  ASSERT_TRUE(b->Submit(5, std::move(v)).ok());
+  ASSERT_TRUE(b->Submit(6, std::move(v2)).ok());
+  ASSERT_TRUE(sink_.WaitFor(6));
+  EXPECT_EQ(Str(sink_.Get(3).output), pt);
+  EXPECT_TRUE(absl::IsDataLoss(sink_.Get(4).status)) << sink_.Get(4).status;
+  EXPECT_TRUE(sink_.Get(4).output.empty());
+  EXPECT_TRUE(sink_.Get(5).status.ok());
+  EXPECT_TRUE(absl::IsDataLoss(sink_.Get(6).status));
+}
+
+TEST_F(BatcherTest, MalformedJobsAreRefusedAtSubmit) {
+  auto b = Make({});
+  Job j = Encrypt("x");
+  j.key_id = "short";
+  EXPECT_TRUE(absl::IsInvalidArgument(b->Submit(1, std::move(j))));
+  SecureBytes tiny(31, 1);
+  EXPECT_TRUE(absl::IsDataLoss(b->Submit(2, Decrypt(tiny))));
+  SecureBytes zero_ctr(48, 0);  // ctr0 == 0 touches the all-zero block
+  EXPECT_TRUE(absl::IsDataLoss(b->Submit(3, Decrypt(zero_ctr))));
+  SecureBytes wrap(48, 0xff);  // ctr0 + 1 wraps past 2^128 - 1
+  EXPECT_TRUE(absl::IsDataLoss(b->Submit(4, Decrypt(wrap))));
+  Job v;
+  v.type = JobType::kVerify;
+  v.key_id = kKeyId;
+  v.checksum = std::string(31, 'c');
+  EXPECT_TRUE(absl::IsDataLoss(b->Submit(5, std::move(v))));
+  b->Stop();
+  EXPECT_TRUE(sink_.counts().empty());
+}
+
+TEST_F(BatcherTest, WindowCollectsJobsIntoOneBatch) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(150);
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(b->Submit(i, Encrypt("ticket")).ok());
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(sink_.WaitFor(5));
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(sink_.Get(i).status.ok());
+    EXPECT_GE(sink_.At(i) - t0, absl::Milliseconds(145));
+  }
+  auto calls = fake_.calls();
+  ASSERT_EQ(RunCalls(), 1);
+  EXPECT_EQ(calls[0].jobs, 5);
+  EXPECT_GE(calls[0].at - t0, absl::Milliseconds(145));
+  EXPECT_LT(calls[0].at - t0, absl::Milliseconds(400));
+  // Finalize is batched too: one call per server.
+  int fin = 0;
+  for (const auto& c : calls)
+    if (c.method == "Finalize") {
+      ++fin;
+      EXPECT_EQ(c.jobs, 5);
+    }
+  EXPECT_EQ(fin, 3);
+  EXPECT_EQ(b->stats().batches, 1u);
+  EXPECT_EQ(b->stats().jobs, 5u);
+}
+
+TEST_F(BatcherTest, SizeLimitFlushesAtOnce) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.max_jobs = 4;
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  ASSERT_TRUE(sink_.WaitFor(8, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+  auto calls = fake_.calls();
+  EXPECT_EQ(calls[0].jobs, 4);
+  // The ninth job waits for the window (30 s): not done yet.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(sink_.counts().size(), 8u);
+  b->Stop();
+  EXPECT_EQ(sink_.counts().size(), 8u);
+}
+
+TEST_F(BatcherTest, BlockLimitFlushesAtOnce) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.max_blocks = 20;  // each job: 8 keystream blocks + 1
+  auto b = Make(o);
+  ASSERT_TRUE(b->Submit(1, Encrypt(std::string(128, 'a'))).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt(std::string(128, 'b'))).ok());
+  ASSERT_TRUE(b->Submit(3, Encrypt(std::string(128, 'c'))).ok());
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
+  EXPECT_EQ(fake_.calls()[0].jobs, 2);
+}
+
+TEST_F(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Milliseconds(2);
+  fake_.set_latency(absl::Milliseconds(150));
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());  // back to back: same batch
+  absl::SleepFor(absl::Milliseconds(40));
+  // The servers are busy with batch 1: these wait, then go together.
+  for (int i = 3; i < 7; ++i) ASSERT_TRUE(b->Submit(i, Decrypt(SecureBytes(40, 7))).ok());
+  ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(5)));
+  EXPECT_LT(sink_.At(1) - t0, absl::Seconds(1));  // not the 30 s window
+  std::vector<int> sizes;
+  for (const auto& c : fake_.calls())
+    if (c.method == "Run" && c.party == 0) sizes.push_back(c.jobs);
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0], 2);
+  EXPECT_EQ(sizes[1], 4);
+  // The second batch started only after the first was done.
+  EXPECT_GE(sink_.At(3), sink_.At(1));
+  for (int i = 3; i < 7; ++i) EXPECT_TRUE(absl::IsDataLoss(sink_.Get(i).status));
+}
+
+TEST_F(BatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.deadline = absl::Milliseconds(300);
+  fake_.set_hang(1, true);
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(5)));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(absl::IsUnavailable(sink_.Get(i).status)) << sink_.Get(i).status;
+    EXPECT_GE(sink_.At(i) - t0, absl::Milliseconds(290));
+    EXPECT_LT(sink_.At(i) - t0, absl::Seconds(2));
+  }
+  // The batcher keeps serving once the server is back.
+  fake_.set_hang(1, false);
+  ASSERT_TRUE(b->Submit(10, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_TRUE(sink_.Get(10).status.ok());
+  for (auto& [t, n] : sink_.counts()) EXPECT_EQ(n, 1) << "token " << t;
+}
+
+TEST_F(BatcherTest, UnreachableServerFailsFast) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.deadline = absl::Seconds(20);
+  fake_.set_down(2, true);
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status));
+  EXPECT_TRUE(absl::StrContains(sink_.Get(1).status.message(), "party 2"));
+  fake_.set_down(2, false);
+  ASSERT_TRUE(b->Submit(2, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_TRUE(sink_.Get(2).status.ok());
+}
+
+TEST_F(BatcherTest, ShareCopyDisagreementRejectsTheBatch) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  auto b = Make(o);
+  // Warm up a ciphertext to decrypt.
+  ASSERT_TRUE(b->Submit(1, Encrypt("the plaintext")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  SecureBytes ct = sink_.Get(1).output;
+  fake_.set_corrupt(1, true);
+  ASSERT_TRUE(b->Submit(2, Decrypt(ct)).ok());
+  ASSERT_TRUE(b->Submit(3, Encrypt("other")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  for (int t : {2, 3}) {
+    EXPECT_TRUE(absl::IsUnavailable(sink_.Get(t).status)) << sink_.Get(t).status;
+    EXPECT_TRUE(sink_.Get(t).output.empty());
+  }
+  bool named = false;
+  for (const auto& l : sink_.logs())
+    named |= absl::StrContains(l, "rejected") &&
+             absl::StrContains(l, "party 1 (fake) and party 2 (fake) disagree");
+  EXPECT_TRUE(named) << ::testing::PrintToString(sink_.logs());
+  // No plaintext in any log line.
+  for (const auto& l : sink_.logs()) EXPECT_FALSE(absl::StrContains(l, "plaintext"));
+  fake_.set_corrupt(1, false);
+  ASSERT_TRUE(b->Submit(4, Decrypt(ct)).ok());
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_EQ(Str(sink_.Get(4).output), "the plaintext");
+}
+
+TEST_F(BatcherTest, CorruptTagShareInFinalizeIsRejected) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  fake_.set_corrupt(0, true);
+  auto b = Make(o);
+  // ENCRYPT keystream shares are corrupted too; either step must reject.
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status));
+}
+
+TEST_F(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  auto b = Make(o);
+  Job j = Encrypt("x");
+  j.key_id = std::string(32, 'u');
+  ASSERT_TRUE(b->Submit(1, std::move(j)).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_TRUE(absl::IsNotFound(sink_.Get(1).status)) << sink_.Get(1).status;
+  EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
+}
+
+TEST_F(BatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(3);
+  o.max_jobs = 7;
+  o.deadline = absl::Milliseconds(200);
+  o.early_flush = true;
+  o.max_inflight = 3;
+  fake_.set_latency(absl::Milliseconds(2));
+  auto b = Make(o);
+  const int n = 600;
+  for (int i = 0; i < n; ++i) {
+    if (i == 150) fake_.set_hang(0, true);
+    if (i == 250) fake_.set_hang(0, false);
+    if (i == 300) fake_.set_down(1, true);
+    if (i == 350) fake_.set_down(1, false);
+    if (i == 400) fake_.set_corrupt(2, true);
+    if (i == 450) fake_.set_corrupt(2, false);
+    ASSERT_TRUE(b->Submit(i, Encrypt(std::string(1 + i % 70, 'p'))).ok());
+    if (i % 10 == 0) absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_TRUE(sink_.WaitFor(n, absl::Seconds(30)));
+  absl::SleepFor(absl::Milliseconds(300));  // late callbacks must not count
+  auto counts = sink_.counts();
+  ASSERT_EQ(counts.size(), static_cast<size_t>(n));
+  int ok = 0;
+  for (auto& [t, c] : counts) {
+    EXPECT_EQ(c, 1) << "token " << t;
+    ok += sink_.Get(t).status.ok();
+  }
+  EXPECT_GT(ok, n / 3);
+}
+
+TEST_F(BatcherTest, StopAbandonsPendingJobsAndNothingArrivesAfter) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  fake_.set_latency(absl::Milliseconds(200));
+  auto b = Make(o);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
+  absl::SleepFor(absl::Milliseconds(50));  // in flight
+  b->Stop();
+  size_t at_stop = sink_.counts().size();
+  absl::SleepFor(absl::Milliseconds(400));
+  EXPECT_EQ(sink_.counts().size(), at_stop);
+  EXPECT_FALSE(b->Submit(99, Encrypt("x")).ok());
+}
+
+TEST(OptionsTest, ParsesAndRejects) {
+  auto o = ParseOptions({"servers = 127.0.0.1:1,127.0.0.1:2, 127.0.0.1:3",
+                         "certs=/c", "batch_window_ms=50", "early_flush=true",
+                         "deadline_ms=1500", "max_batch_jobs=9",
+                         "max_batch_blocks=99", "debug=yes"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->servers[2], "127.0.0.1:3");
+  EXPECT_EQ(o->ca, "/c/ca.pem");
+  EXPECT_EQ(o->cert, "/c/kdc.pem");
+  EXPECT_EQ(o->key, "/c/kdc.key");
+  EXPECT_EQ(o->batcher.window, absl::Milliseconds(50));
+  EXPECT_TRUE(o->batcher.early_flush);
+  EXPECT_EQ(o->batcher.deadline, absl::Milliseconds(1500));
+  EXPECT_EQ(o->batcher.max_jobs, 9u);
+  EXPECT_EQ(o->batcher.max_blocks, 99u);
+  EXPECT_TRUE(o->batcher.debug);
+  // Three relations instead of a list.
+  EXPECT_TRUE(ParseOptions({"servers=h:1", "servers=h:2", "servers=h:3",
+                            "ca=a", "cert=b", "key=c"})
+                  .ok());
+  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
+           {"servers=h:1,h:2", "certs=/c"},
+           {"servers=h:1,h:2,h", "certs=/c"},
+           {"servers=h:1,h:2,h:3"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "batch_window_ms=-1"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "early_flush=maybe"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "bogus=1"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "noequals"}}) {
+    EXPECT_FALSE(ParseOptions(bad).ok()) << ::testing::PrintToString(bad);
+  }
+}
+
+}  // namespace
+}  // namespace kmpc::kdc

@@ -1,0 +1,288 @@
+#include "fake_cluster.h"
+
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace kmpc::kdc::testing {
+
+namespace pb = kmpc::v1;
+
+namespace {
+
+std::string Random(size_t n) {
+  std::string s(n, '\0');
+  RAND_bytes(reinterpret_cast<unsigned char*>(s.data()), n);
+  return s;
+}
+
+std::string Hmac(const std::string& key, const std::string& msg) {
+  unsigned char out[32];
+  unsigned int len = 32;
+  HMAC(EVP_sha256(), key.data(), key.size(),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out,
+       &len);
+  return std::string(reinterpret_cast<char*>(out), 16);
+}
+
+std::string Be32(uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>(v >> (24 - 8 * i));
+  return s;
+}
+
+// Party p's view of v: (s_p, s_{p+1}) with s_0 ^ s_1 ^ s_2 = v.
+void Share(const std::string& v, std::array<pb::SharePair*, 3> out) {
+  std::array<std::string, 3> s = {Random(v.size()), Random(v.size()), v};
+  for (size_t i = 0; i < v.size(); ++i) s[2][i] ^= s[0][i] ^ s[1][i];
+  for (int p = 0; p < 3; ++p) {
+    out[p]->set_first(s[p]);
+    out[p]->set_second(s[(p + 1) % 3]);
+  }
+}
+
+}  // namespace
+
+FakeCluster::FakeCluster() : thread_([this] { Loop(); }) {}
+
+FakeCluster::~FakeCluster() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void FakeCluster::AddKey(const std::string& key_id, const std::string& key) {
+  std::lock_guard<std::mutex> l(mu_);
+  keys_[key_id] = key;
+}
+void FakeCluster::set_latency(absl::Duration d) {
+  std::lock_guard<std::mutex> l(mu_);
+  latency_ = d;
+}
+void FakeCluster::set_down(int p, bool v) {
+  std::lock_guard<std::mutex> l(mu_);
+  down_[p] = v;
+}
+void FakeCluster::set_hang(int p, bool v) {
+  std::lock_guard<std::mutex> l(mu_);
+  hang_[p] = v;
+}
+void FakeCluster::set_corrupt(int p, bool v) {
+  std::lock_guard<std::mutex> l(mu_);
+  corrupt_[p] = v;
+}
+std::vector<FakeCluster::Call> FakeCluster::calls() {
+  std::lock_guard<std::mutex> l(mu_);
+  return calls_;
+}
+std::string FakeCluster::PartyName(int party) const {
+  return absl::StrCat("party ", party, " (fake)");
+}
+
+std::string FakeCluster::Keystream(const std::string& key,
+                                   const std::string& ctr0, size_t len) const {
+  std::string ks;
+  for (uint32_t i = 1; ks.size() < len; ++i) ks += Hmac(key, ctr0 + Be32(i));
+  ks.resize(len);
+  return ks;
+}
+
+std::string FakeCluster::Tag(const std::string& key, uint32_t usage,
+                             const std::string& ctr0, const std::string& data,
+                             bool checksum) const {
+  return Hmac(key, std::string(checksum ? "C" : "E") + Be32(usage) + ctr0 + data);
+}
+
+void FakeCluster::Later(absl::Duration d, std::function<void()> f) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    timers_.emplace(absl::Now() + d, std::move(f));
+  }
+  cv_.notify_all();
+}
+
+void FakeCluster::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    if (timers_.empty()) {
+      cv_.wait(l);
+      continue;
+    }
+    auto it = timers_.begin();
+    absl::Time now = absl::Now();
+    if (it->first > now) {
+      cv_.wait_for(l, absl::ToChronoMicroseconds(it->first - now));
+      continue;
+    }
+    auto f = std::move(it->second);
+    timers_.erase(it);
+    l.unlock();
+    f();
+    l.lock();
+  }
+}
+
+absl::Status FakeCluster::ComputeRun(const pb::RunRequest& req,
+                                     std::array<pb::RunResponse, 3>* out) {
+  for (int p = 0; p < 3; ++p) {
+    (*out)[p].set_batch_id(req.batch_id());
+    (*out)[p].set_party(p);
+  }
+  uint64_t blocks = 0;
+  for (const pb::Job& j : req.jobs()) {
+    auto k = keys_.find(j.key_id());
+    if (k == keys_.end())
+      return absl::NotFoundError(
+          absl::StrCat("unknown key id ", absl::BytesToHexString(j.key_id())));
+  }
+  for (const pb::Job& j : req.jobs()) {
+    const std::string& key = keys_[j.key_id()];
+    std::array<pb::JobResult*, 3> r;
+    for (int p = 0; p < 3; ++p) {
+      r[p] = (*out)[p].add_results();
+      r[p]->set_job_id(j.job_id());
+      r[p]->set_status(pb::JOB_OK);
+    }
+    auto pairs = [&](pb::SharePair* (pb::JobResult::*m)()) {
+      return std::array<pb::SharePair*, 3>{(r[0]->*m)(), (r[1]->*m)(),
+                                           (r[2]->*m)()};
+    };
+    switch (j.type()) {
+      case pb::JOB_ENCRYPT: {
+        std::string ctr0 = Random(16);
+        for (auto* x : r) x->set_ctr0(ctr0);
+        Share(Keystream(key, ctr0, j.length()),
+              pairs(&pb::JobResult::mutable_keystream));
+        enc_[{req.batch_id(), j.job_id()}] = {key, ctr0, j.usage(), j.length()};
+        blocks += (j.length() + 15) / 16 + 1;
+        break;
+      }
+      case pb::JOB_DECRYPT: {
+        const std::string& d = j.data();
+        std::string ctr0 = d.substr(0, 16), c = d.substr(16, d.size() - 32),
+                    t = d.substr(d.size() - 16);
+        if (Tag(key, j.usage(), ctr0, c, false) != t) {
+          for (auto* x : r) x->set_status(pb::JOB_INTEGRITY_FAILED);
+        } else {
+          Share(Keystream(key, ctr0, c.size()),
+                pairs(&pb::JobResult::mutable_keystream));
+        }
+        blocks += (c.size() + 15) / 16 + 1;
+        break;
+      }
+      case pb::JOB_CHECKSUM: {
+        std::string ctr0 = Random(16);
+        for (auto* x : r) x->set_ctr0(ctr0);
+        Share(Tag(key, j.usage(), ctr0, j.data(), true),
+              pairs(&pb::JobResult::mutable_tag));
+        blocks += 1;
+        break;
+      }
+      case pb::JOB_VERIFY_CHECKSUM: {
+        std::string ctr0 = j.checksum().substr(0, 16);
+        if (Tag(key, j.usage(), ctr0, j.data(), true) != j.checksum().substr(16))
+          for (auto* x : r) x->set_status(pb::JOB_INTEGRITY_FAILED);
+        blocks += 1;
+        break;
+      }
+      default:
+        return absl::InvalidArgumentError("bad job type");
+    }
+  }
+  for (int p = 0; p < 3; ++p) (*out)[p].mutable_stats()->set_aes_blocks(blocks);
+  return absl::OkStatus();
+}
+
+void FakeCluster::Run(int party, const pb::RunRequest& req,
+                      pb::RunResponse* resp, absl::Time deadline, Done done) {
+  std::unique_lock<std::mutex> l(mu_);
+  calls_.push_back({"Run", party, req.jobs_size(), absl::Now()});
+  if (hang_[party]) return;  // never answers
+  if (down_[party]) {
+    l.unlock();
+    Later(absl::ZeroDuration(), [done] {
+      done(absl::UnavailableError("connection refused"));
+    });
+    return;
+  }
+  const std::string& id = req.batch_id();
+  if (!run_cache_.count(id) && !run_error_.count(id)) {
+    std::array<pb::RunResponse, 3> out;
+    absl::Status st = ComputeRun(req, &out);
+    if (st.ok()) run_cache_[id] = std::move(out);
+    else run_error_[id] = st;
+  }
+  absl::Status st = run_error_.count(id) ? run_error_[id] : absl::OkStatus();
+  if (st.ok()) {
+    *resp = run_cache_[id][party];
+    if (corrupt_[party])
+      for (auto& r : *resp->mutable_results())
+        if (!r.keystream().second().empty())
+          (*r.mutable_keystream()->mutable_second())[0] ^= 1;
+  }
+  absl::Duration lat = latency_;
+  l.unlock();
+  Later(lat, [done, st] { done(st); });
+}
+
+void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
+                           pb::FinalizeResponse* resp, absl::Time deadline,
+                           Done done) {
+  std::unique_lock<std::mutex> l(mu_);
+  calls_.push_back({"Finalize", party, req.items_size(), absl::Now()});
+  if (hang_[party]) return;
+  if (down_[party]) {
+    l.unlock();
+    Later(absl::ZeroDuration(), [done] {
+      done(absl::UnavailableError("connection refused"));
+    });
+    return;
+  }
+  const std::string& id = req.batch_id();
+  if (!fin_cache_.count(id) && !fin_error_.count(id)) {
+    std::array<pb::FinalizeResponse, 3> out;
+    absl::Status st;
+    for (const auto& it : req.items()) {
+      auto e = enc_.find({it.run_batch_id(), it.job_id()});
+      if (e == enc_.end() || it.ciphertext().size() != e->second.length) {
+        st = absl::NotFoundError("no ENCRYPT job awaits FINALIZE");
+        break;
+      }
+      std::array<pb::SharePair*, 3> tags;
+      for (int p = 0; p < 3; ++p) {
+        auto* r = out[p].add_results();
+        r->set_run_batch_id(it.run_batch_id());
+        r->set_job_id(it.job_id());
+        tags[p] = r->mutable_tag();
+      }
+      Share(Tag(e->second.key, e->second.usage, e->second.ctr0, it.ciphertext(),
+                false),
+            tags);
+      enc_.erase(e);
+    }
+    for (int p = 0; p < 3; ++p) {
+      out[p].set_batch_id(id);
+      out[p].set_party(p);
+    }
+    if (st.ok()) fin_cache_[id] = std::move(out);
+    else fin_error_[id] = st;
+  }
+  absl::Status st = fin_error_.count(id) ? fin_error_[id] : absl::OkStatus();
+  if (st.ok()) {
+    *resp = fin_cache_[id][party];
+    if (corrupt_[party])
+      for (auto& r : *resp->mutable_results())
+        (*r.mutable_tag()->mutable_second())[0] ^= 1;
+  }
+  absl::Duration lat = latency_;
+  l.unlock();
+  Later(lat, [done, st] { done(st); });
+}
+
+}  // namespace kmpc::kdc::testing

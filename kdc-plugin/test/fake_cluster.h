@@ -1,0 +1,89 @@
+// A fake MPC cluster for the batcher tests: computes in one process what
+// the three servers compute together, and hands each "party" its view of
+// every revealed value as replicated XOR shares (s_p, s_{p+1}). The
+// "cipher" is HMAC-SHA256 based, not AES: these tests are about batching,
+// share handling and error paths; the real constructions are tested against
+// the real servers (integration-tests/test_kdc_plugin.py).
+#ifndef KMPC_KDC_PLUGIN_TEST_FAKE_CLUSTER_H_
+#define KMPC_KDC_PLUGIN_TEST_FAKE_CLUSTER_H_
+
+#include <array>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport.h"
+
+namespace kmpc::kdc::testing {
+
+class FakeCluster : public Transport {
+ public:
+  FakeCluster();
+  ~FakeCluster() override;
+
+  void AddKey(const std::string& key_id, const std::string& key);
+
+  // Behaviour, changeable at any time.
+  void set_latency(absl::Duration d);
+  void set_down(int party, bool down);     // answers kUnavailable at once
+  void set_hang(int party, bool hang);     // never answers
+  void set_corrupt(int party, bool bad);   // flips a bit of its 2nd share copy
+
+  struct Call {
+    std::string method;  // "Run" or "Finalize"
+    int party;
+    int jobs;
+    absl::Time at;
+  };
+  std::vector<Call> calls();
+
+  void Run(int party, const kmpc::v1::RunRequest& req,
+           kmpc::v1::RunResponse* resp, absl::Time deadline,
+           Done done) override;
+  void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
+                kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
+                Done done) override;
+  std::string PartyName(int party) const override;
+
+  // Reference computations, for the tests' expectations.
+  std::string Keystream(const std::string& key, const std::string& ctr0,
+                        size_t len) const;
+  std::string Tag(const std::string& key, uint32_t usage,
+                  const std::string& ctr0, const std::string& data,
+                  bool checksum) const;
+
+ private:
+  void Later(absl::Duration d, std::function<void()> f);
+  void Loop();
+  absl::Status ComputeRun(const kmpc::v1::RunRequest& req,
+                          std::array<kmpc::v1::RunResponse, 3>* out);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::multimap<absl::Time, std::function<void()>> timers_;
+  std::thread thread_;
+
+  std::map<std::string, std::string> keys_;
+  absl::Duration latency_ = absl::Milliseconds(5);
+  std::array<bool, 3> down_{}, hang_{}, corrupt_{};
+  std::vector<Call> calls_;
+  std::map<std::string, std::array<kmpc::v1::RunResponse, 3>> run_cache_;
+  std::map<std::string, absl::Status> run_error_;
+  struct EncState {
+    std::string key, ctr0;
+    uint32_t usage;
+    uint32_t length;
+  };
+  std::map<std::pair<std::string, uint64_t>, EncState> enc_;
+  std::map<std::string, std::array<kmpc::v1::FinalizeResponse, 3>> fin_cache_;
+  std::map<std::string, absl::Status> fin_error_;
+};
+
+}  // namespace kmpc::kdc::testing
+
+#endif  // KMPC_KDC_PLUGIN_TEST_FAKE_CLUSTER_H_
