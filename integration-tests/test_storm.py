@@ -97,6 +97,21 @@ def test_closed_loop_storm_all_logins_succeed(realm_factory, storm_bin, tmp_path
     assert "logins ok       300" in p.stdout and "p99.9" in p.stdout
 
 
+def test_progress_line_and_histogram_csv(realm_factory, storm_bin, tmp_path):
+    realm = _realm(realm_factory, ENCTYPES[0], users=5, service=False)
+    hist = tmp_path / "hist.csv"
+    p, res, _ = _storm(storm_bin, realm, tmp_path, "-r", 100, "-d", 2.2, "--progress",
+                       "--hist-csv", hist, users=5)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # Not a terminal: quiet unless asked; asked here, one line a second.
+    assert p.stderr.count("logins/s") >= 2 and "p99" in p.stderr, p.stderr
+    buckets = list(csv.DictReader(hist.open()))
+    assert sum(int(b["count"]) for b in buckets) == res["ok"]
+    assert all(int(b["lower_us"]) <= int(b["upper_us"]) for b in buckets)
+    p, _, _ = _storm(storm_bin, realm, tmp_path, "-c", 1, "-n", 5, users=5, name="quiet")
+    assert "logins/s " not in p.stderr
+
+
 @pytest.mark.parametrize("enctype", ENCTYPES[:1])
 def test_open_loop_and_tgs(realm_factory, storm_bin, tmp_path, enctype):
     realm = _realm(realm_factory, enctype, users=20)
