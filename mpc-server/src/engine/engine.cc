@@ -290,9 +290,28 @@ class Engine::Impl {
 
   absl::StatusOr<BatchResult> RunBatch(uint64_t batch_seq,
                                        absl::Span<const Job> jobs,
-                                       const KeyLookup& lookup);
+                                       const KeyLookup& lookup) {
+    if (broken_) {
+      return absl::FailedPreconditionError(
+          "engine unusable after a ring failure: create a new Engine on a "
+          "fresh ring");
+    }
+    absl::StatusOr<BatchResult> r = Run(batch_seq, jobs, lookup);
+    // ABORTED / FAILED_PRECONDITION (agreement) and INVALID_ARGUMENT (batch
+    // too large) are decided identically by all parties with the ring in
+    // step; anything else came from the channel.
+    if (!r.ok() && r.status().code() != absl::StatusCode::kAborted &&
+        r.status().code() != absl::StatusCode::kFailedPrecondition &&
+        r.status().code() != absl::StatusCode::kInvalidArgument) {
+      broken_ = true;
+    }
+    return r;
+  }
 
  private:
+  absl::StatusOr<BatchResult> Run(uint64_t batch_seq,
+                                  absl::Span<const Job> jobs,
+                                  const KeyLookup& lookup);
   absl::Status AgreeOnBatch(uint64_t batch_seq, absl::Span<const Job> jobs,
                             std::vector<Work>& work);
   absl::Status DrawCounters(absl::Span<const Job> jobs, std::vector<Work>& work);
@@ -303,6 +322,9 @@ class Engine::Impl {
   protocol::Rep3 rep3_;
   EngineOptions options_;
   aes::Workspace workspace_;
+  // Set after a channel failure: the parties may be out of step (PRSS
+  // counters, half-read messages), so the engine refuses further batches.
+  bool broken_ = false;
 };
 
 // Two rounds: everyone sends (digest of public inputs, digest of its key
@@ -443,9 +465,9 @@ absl::Status Engine::Impl::ExtendPowers(std::vector<Work>& work) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<BatchResult> Engine::Impl::RunBatch(uint64_t batch_seq,
-                                                   absl::Span<const Job> jobs,
-                                                   const KeyLookup& lookup) {
+absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
+                                              absl::Span<const Job> jobs,
+                                              const KeyLookup& lookup) {
   const int party = prss_.party();
   std::vector<Work> work(jobs.size());
   // 1. Local checks and key lookup.

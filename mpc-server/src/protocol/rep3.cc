@@ -63,6 +63,27 @@ absl::Status Rep3::GfMul(absl::Span<const uint8_t> x0,
   return st;
 }
 
+void Rep3::GfMulPublic(absl::Span<const uint8_t> c,
+                       absl::Span<const uint8_t> x0,
+                       absl::Span<const uint8_t> x1, absl::Span<uint8_t> z0,
+                       absl::Span<uint8_t> z1) {
+  const size_t nb = x0.size();
+  const bool per_element = c.size() == nb;
+  for (size_t j = 0; j + 16 <= nb; j += 16) {
+    const uint8_t* cj = c.data() + (per_element ? j : 0);
+    protocol::GfMul(x0.data() + j, cj, z0.data() + j);
+    protocol::GfMul(x1.data() + j, cj, z1.data() + j);
+  }
+}
+
+void Rep3::GfSquare(absl::Span<const uint8_t> x0, absl::Span<const uint8_t> x1,
+                    absl::Span<uint8_t> z0, absl::Span<uint8_t> z1) {
+  for (size_t j = 0; j + 16 <= x0.size(); j += 16) {
+    protocol::GfMul(x0.data() + j, x0.data() + j, z0.data() + j);
+    protocol::GfMul(x1.data() + j, x1.data() + j, z1.data() + j);
+  }
+}
+
 absl::Status Rep3::Reveal(absl::Span<const uint8_t> c0,
                           absl::Span<const uint8_t> c1,
                           absl::Span<uint8_t> out) {

@@ -40,6 +40,18 @@ class Rep3 {
                      absl::Span<const uint8_t> y0, absl::Span<const uint8_t> y1,
                      absl::Span<uint8_t> z0, absl::Span<uint8_t> z1);
 
+  // Local operations on shared GF(2^128) elements (n = x0.size()/16):
+  // z = c * x for public c (16 bytes, or 16*n: one per element), and
+  // z = x^2 (squaring is additive in characteristic 2). Component-wise,
+  // no communication. Outputs may alias inputs.
+  static void GfMulPublic(absl::Span<const uint8_t> c,
+                          absl::Span<const uint8_t> x0,
+                          absl::Span<const uint8_t> x1, absl::Span<uint8_t> z0,
+                          absl::Span<uint8_t> z1);
+  static void GfSquare(absl::Span<const uint8_t> x0,
+                       absl::Span<const uint8_t> x1, absl::Span<uint8_t> z0,
+                       absl::Span<uint8_t> z1);
+
   // Opens shared bytes among the three servers (one round).
   absl::Status Reveal(absl::Span<const uint8_t> c0, absl::Span<const uint8_t> c1,
                       absl::Span<uint8_t> out);

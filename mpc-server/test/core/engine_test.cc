@@ -551,6 +551,34 @@ TEST(Engine, LargeMixedBatchUsesDepth6AndStaysCorrect) {
   }
 }
 
+TEST(Engine, RingFailureMakesEngineRefuseLaterBatches) {
+  net::InMemoryRing ring(std::chrono::milliseconds(200));
+  std::array<std::unique_ptr<Engine>, 3> e;
+  RunParties([&](int i) -> absl::Status {
+    auto x = Engine::Create(ring.party(i));
+    if (x.ok()) e[i] = std::move(*x);
+    return x.status();
+  });
+  for (auto& x : e) ASSERT_NE(x, nullptr);
+  auto views = DealKey(Cipher::kAes128, Random(16));
+  ASSERT_TRUE(views.ok());
+  // Only parties 0 and 1 run: they time out waiting for party 2.
+  std::array<absl::StatusOr<BatchResult>, 3> r;
+  RunParties([&](int i) -> absl::Status {
+    if (i == 2) return absl::OkStatus();
+    auto ks = std::make_shared<const KeyShares>((*views)[i]);
+    KeyLookup lookup = [ks](absl::string_view)
+        -> absl::StatusOr<std::shared_ptr<const KeyShares>> { return ks; };
+    r[i] = e[i]->RunBatch(1, {EncryptJob("k", 1, 1)}, lookup);
+    return r[i].status();
+  });
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(r[i].status().code(), absl::StatusCode::kUnavailable);
+    auto again = e[i]->RunBatch(2, {}, nullptr);
+    EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+}
+
 TEST(KeySharesTest, SerializeParseStrict) {
   auto v = DealKey(Cipher::kAes256, Random(32));
   ASSERT_TRUE(v.ok());

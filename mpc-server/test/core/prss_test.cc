@@ -134,6 +134,29 @@ TEST(Rep3, GfMulAndReveal) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(opened[i], z);
 }
 
+TEST(Rep3, LocalGfOpsOnShares) {
+  const size_t n = 3;
+  auto xb = Random(16 * n), cb = Random(16);
+  auto vx = share::Deal(xb);
+  ASSERT_TRUE(vx.ok());
+  std::array<share::View, 3> vm = *vx, vs = *vx;
+  for (int i = 0; i < 3; ++i) {
+    Rep3::GfMulPublic(cb, (*vx)[i].comp[0], (*vx)[i].comp[1],
+                      absl::MakeSpan(vm[i].comp[0]), absl::MakeSpan(vm[i].comp[1]));
+    Rep3::GfSquare((*vx)[i].comp[0], (*vx)[i].comp[1], absl::MakeSpan(vs[i].comp[0]),
+                   absl::MakeSpan(vs[i].comp[1]));
+  }
+  auto m = Open3(vm), sq = Open3(vs);
+  Block c;
+  std::memcpy(c.data(), cb.data(), 16);
+  for (size_t j = 0; j < n; ++j) {
+    Block a;
+    std::memcpy(a.data(), &xb[16 * j], 16);
+    EXPECT_EQ(0, std::memcmp(GfMulReference(a, c).data(), &m[16 * j], 16));
+    EXPECT_EQ(0, std::memcmp(GfMulReference(a, a).data(), &sq[16 * j], 16));
+  }
+}
+
 class SharedAesTest : public ::testing::TestWithParam<aes::SboxCircuit> {};
 
 TEST_P(SharedAesTest, MatchesOpenssl) {
