@@ -24,7 +24,12 @@ A *target* is what the storm logs in to: a factory returns an object with
 its database; a `kmpc` factory (KDC + plugin + three MPC servers) registers
 itself in TARGETS the same way and nothing else changes.
 
-Usage: storm_bench.py [--target stock] [--settings headline,default]
+A factory kept elsewhere plugs in without editing this file:
+  --target kmpc=MODULE:FUNCTION   (FUNCTION(workdir, settings, n_users);
+  FUNCTION.settings lists the settings it supports). For realms whose KDC
+  holds no keys, client_keytab_from_passwords() makes the users' keytab.
+
+Usage: storm_bench.py [--target stock,stock-ctr-mpc,...] [--settings ...]
                       [--users 1000] [--quick]
 """
 
@@ -100,6 +105,25 @@ def populate_users(realm, n, fmt="user{}", enctypes=None, keytab=None,
         raise kmpc_realm.RealmError(f"expected {n} principals, kadmin.local created "
                                     f"{created}:\n{out[-3000:]}")
     return kt
+
+
+def client_keytab_from_passwords(env, passwords, enctypes, path, kvno=1):
+    """A keytab holding the keys the *client* derives from each password
+    (string-to-key with the default salt, as kinit would): ktutil from the
+    private prefix, one process, passwords on its stdin, never printed.
+    For realms whose KDC cannot hand out keys (kmpc: the KDB holds handles),
+    the users are created with passwords and the storm's keytab is made here.
+    passwords: {principal: password}."""
+    lines = []
+    for princ, pw in passwords.items():
+        for e in enctypes:
+            lines += [f"addent -password -p {princ} -k {kvno} -e {e}", pw]
+    lines += [f"wkt {path}", "quit"]
+    p = subprocess.run([kmpc_realm.binpath("ktutil")], input="\n".join(lines) + "\n",
+                       capture_output=True, text=True, env=env, timeout=600)
+    if p.returncode != 0 or not os.path.exists(path):
+        raise kmpc_realm.RealmError(f"ktutil failed ({p.returncode}): {p.stderr[-2000:]}")
+    return path
 
 
 class StockTarget:
@@ -429,10 +453,20 @@ def main():
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
     os.makedirs(BENCH_DIR, exist_ok=True)
-    targets = [t for t in args.target.split(",") if t]
-    for t in targets:
+    targets = []
+    for t in (t for t in args.target.split(",") if t):
+        if "=" in t:
+            # NAME=MODULE:FUNCTION: a factory living elsewhere (deploy/ is
+            # on the path), e.g. kmpc=kmpc_cluster:storm_target.
+            name, spec = t.split("=", 1)
+            mod, _, fn = spec.partition(":")
+            factory = getattr(__import__(mod), fn or "storm_target")
+            TARGETS[name] = (factory, tuple(getattr(factory, "settings", ("headline",))),
+                             getattr(factory, "__doc__", "") or name)
+            t = name
         if t not in TARGETS:
             ap.error(f"unknown target {t}; known: {', '.join(sorted(TARGETS))}")
+        targets.append(t)
 
     def log(msg):
         print(msg, flush=True)
@@ -467,7 +501,8 @@ def main():
     with open(args.out, "w") as f:
         json.dump(data, f, indent=2)
     # The sweep CSV keeps the other targets' rows.
-    csv_path = os.path.join(BENCH_DIR, "storm_sweep.csv")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    csv_path = os.path.join(out_dir, "storm_sweep.csv")
     old = []
     if os.path.exists(csv_path):
         with open(csv_path) as f:
@@ -497,7 +532,7 @@ def main():
             for t, tsec in data.items() for s, sec in tsec.get("settings", {}).items()))
     if not args.no_plot:
         subprocess.run([sys.executable, os.path.join(HERE, "plot_storm.py"), csv_path,
-                        os.path.join(BENCH_DIR, "storm_latency_throughput.png")], check=True)
+                        os.path.join(out_dir, "storm_latency_throughput.png")], check=True)
     return 0
 
 

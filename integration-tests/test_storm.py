@@ -199,3 +199,22 @@ def test_usage_errors(realm_factory, storm_bin, tmp_path):
         p = subprocess.run(base + extra, env=realm.env, capture_output=True, text=True,
                            timeout=30)
         assert p.returncode == 2 and msg in p.stderr, (extra, p.stderr)
+
+
+def test_keytab_from_passwords(realm_factory, storm_bin, tmp_path):
+    """The path a realm whose KDC holds no keys takes: users made with
+    passwords, the storm's keytab derived on the client side."""
+    realm = realm_factory(enctypes=[ENCTYPES[-1]])
+    pws = {}
+    for i in range(3):
+        pws[f"user{i}@{realm.realm}"] = "pw-" + os.urandom(6).hex()
+        realm.addprinc(f"user{i}", pws[f"user{i}@{realm.realm}"], enctypes=[ENCTYPES[-1]])
+    realm.start_kdc()
+    kt = storm_bench.client_keytab_from_passwords(realm.env, pws, [ENCTYPES[-1]],
+                                                  str(tmp_path / "pw.keytab"))
+    p = subprocess.run([storm_bin, "--keytab", kt, "-c", "2", "-n", "30", "-q",
+                        "--json", str(tmp_path / "pw.json")],
+                       env=realm.env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "pw.json").read_text())
+    assert res["users"] == 3 and res["ok"] == 30
