@@ -39,6 +39,7 @@ struct Slot {
   int tcp_fd = -1;   // one TCP connection per request
   bool use_tcp = false;
   bool tcp_writing = false;
+  bool retransmitted = false;  // this socket may still get a stale reply
   Phase phase = Phase::kIdle;
   krb5_init_creds_context icc = nullptr;
   krb5_tkt_creds_context tcc = nullptr;
@@ -195,6 +196,7 @@ void Worker::Arm(Slot* s, int fd, uint32_t events, int op) {
 
 bool Worker::OpenUdp(Slot* s) {
   if (s->udp_fd >= 0) close(s->udp_fd);
+  s->retransmitted = false;
   s->udp_fd = socket(kdc_.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s->udp_fd < 0 ||
       connect(s->udp_fd, reinterpret_cast<sockaddr*>(&kdc_), kdc_len_) != 0) {
@@ -346,6 +348,15 @@ void Worker::Send(Slot* s, const krb5_data& out) {
     return;
   }
   s->retx_gap = kSec;
+  if (s->retransmitted) {
+    // A duplicate reply to an earlier, retransmitted request could still
+    // arrive and be taken for this one's: libkrb5's sendto_kdc uses a new
+    // socket per request; so do we, after a retransmit.
+    if (!OpenUdp(s)) {
+      Finish(s, errno ? errno : KRB5_KDC_UNREACH);
+      return;
+    }
+  }
   SendUdp(s);
 }
 
@@ -456,6 +467,7 @@ void Worker::CheckTimers(uint64_t now) {
     }
     if (!s.use_tcp && now >= s.next_retx) {
       s.retx_gap *= 2;
+      s.retransmitted = true;
       ws_->retransmits++;
       SendUdp(&s);
     }
