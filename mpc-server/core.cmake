@@ -46,7 +46,7 @@ foreach(t share_test gf128_test prss_test aes_test engine_test)
   target_link_libraries(kmpc_core_${t} PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
   target_compile_definitions(kmpc_core_${t} PRIVATE
     KMPC_VECTORS_PATH="${KMPC_VECTORS}")
-  gtest_discover_tests(kmpc_core_${t} DISCOVERY_TIMEOUT 60)
+  gtest_discover_tests(kmpc_core_${t} TEST_PREFIX "core." DISCOVERY_TIMEOUT 60)
 endforeach()
 
 add_executable(kmpc_core_bench ${KMPC_CORE_ROOT}/test/core/core_bench.cc)
