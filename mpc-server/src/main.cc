@@ -50,6 +50,8 @@ ABSL_FLAG(std::string, keyops_clients, "kmpc-kdc",
 ABSL_FLAG(std::string, admin_clients, "kmpc-admin",
           "comma-separated certificate CNs allowed to call Admin");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted (MiB)");
+ABSL_FLAG(int, ring_spin_us, 0,
+          "busy-poll a ring receive this long before sleeping (latency)");
 ABSL_FLAG(int, chunk_lanes, 0, "engine pipeline chunk (lanes); 0 = default");
 
 namespace {
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
   ropt.tls = {absl::GetFlag(FLAGS_cert), absl::GetFlag(FLAGS_key),
               absl::GetFlag(FLAGS_ca)};
   ropt.recv_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_ring_timeout_ms));
+  ropt.spin_us = absl::GetFlag(FLAGS_ring_spin_us);
   auto ring = kmpc::net::TlsRing::Start(ropt);
   if (!ring.ok()) return Fail(std::string(ring.status().message()));
 

@@ -197,8 +197,16 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline) {
     int nfds = 0;
     if (out_events != 0) fds[nfds++] = {out_->fd(), out_events, 0};
     if (want_in) fds[nfds++] = {in_->fd(), POLLIN, 0};
-    int ms = RemainingMs(deadline);
-    int rc = poll(fds, nfds, ms);
+    int rc = 0;
+    if (ring_->options_.spin_us > 0) {
+      // Small messages of a latency-bound batch arrive within tens of
+      // microseconds; polling briefly saves a sleep/wake-up per round.
+      const absl::Time spin_end =
+          absl::Now() + absl::Microseconds(ring_->options_.spin_us);
+      while ((rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {
+      }
+    }
+    if (rc == 0) rc = poll(fds, nfds, RemainingMs(deadline));
     if (rc == 0) {
       return Fail(absl::UnavailableError(absl::StrCat(
           "ring: party ", n > 0 ? Next(party_) : Prev(party_),

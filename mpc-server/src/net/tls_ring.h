@@ -41,6 +41,8 @@ struct TlsRingOptions {
   TlsFiles tls;
   absl::Duration recv_timeout = absl::Seconds(5);
   absl::Duration connect_timeout = absl::Seconds(5);
+  // Busy-poll this long before sleeping in a receive (0: never).
+  int spin_us = 0;
 };
 
 class TlsRing;
