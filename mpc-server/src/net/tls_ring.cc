@@ -366,13 +366,31 @@ uint64_t TlsRing::bytes_sent() const {
 }
 
 void TlsRing::ListenLoop() {
+  // Handshakes run on their own threads (at most kMaxHandshakes at once), so
+  // a client that connects and stalls cannot hold up a peer's reconnect.
+  constexpr int kMaxHandshakes = 16;
   while (!stop_) {
     pollfd p{listen_fd_, POLLIN, 0};
     if (poll(&p, 1, 200) <= 0) continue;
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    HandleAccepted(fd);
+    {
+      std::lock_guard<std::mutex> lock(handshakes_mu_);
+      if (handshakes_ >= kMaxHandshakes) {
+        close(fd);
+        continue;
+      }
+      ++handshakes_;
+    }
+    std::thread([this, fd] {
+      HandleAccepted(fd);
+      std::lock_guard<std::mutex> lock(handshakes_mu_);
+      --handshakes_;
+      handshakes_cv_.notify_all();
+    }).detach();
   }
+  std::unique_lock<std::mutex> lock(handshakes_mu_);
+  handshakes_cv_.wait(lock, [this] { return handshakes_ == 0; });
 }
 
 void TlsRing::HandleAccepted(int fd) {

@@ -18,6 +18,7 @@
 #define KMPC_NET_TLS_RING_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -134,6 +135,9 @@ class TlsRing {
   int listen_port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread listener_;
+  std::mutex handshakes_mu_;
+  std::condition_variable handshakes_cv_;
+  int handshakes_ = 0;  // accepted connections still in their handshake
 };
 
 }  // namespace kmpc::net

@@ -472,7 +472,11 @@ grpc::Status AdminService::PutKey(grpc::ServerContext* ctx,
                                   kmpc::v1::PutKeyResponse*) {
   if (absl::Status st = Authorize(ctx, options_.admin_clients, "Admin"); !st.ok())
     return ToGrpcStatus(st);
-  return ToGrpcStatus(DoPutKey(*req));
+  absl::Status st = DoPutKey(*req);
+  // The request is ours until we return: wipe this copy of the shares.
+  std::string* shares = const_cast<kmpc::v1::PutKeyRequest*>(req)->mutable_shares();
+  OPENSSL_cleanse(shares->data(), shares->size());
+  return ToGrpcStatus(st);
 }
 
 grpc::Status AdminService::DeleteKey(grpc::ServerContext* ctx,
