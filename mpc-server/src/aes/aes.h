@@ -79,10 +79,12 @@ absl::Status EncryptShared(protocol::Rep3& ctx,
                            Workspace* workspace = nullptr);
 
 // Bit transposition (exposed for tests). Layout, shared by all kernels:
-// a group of 64*wn lanes is stored as 128 bit planes; plane (j, p) holds
-// bit j (0 = least significant) of byte p (FIPS-197 input order, p = row
-// + 4*column) of every lane, lane l at bit l%64 of word l/64, and sits at
-// words[j*16*wn + p*wn .. + wn). Lanes beyond `blocks.size()` are zero.
+// a group of 64*wn lanes is stored as 8 bit planes ("wires") of 16*wn
+// words; in wire j (bit j, 0 = least significant), word 16*w + p holds bit
+// j of byte p (FIPS-197 input order, p = row + 4*column) of lanes 64*w ..
+// 64*w+63, lane l at bit l%64: words[j*16*wn + 16*(l/64) + p]. The 16
+// bytes of a lane group are adjacent so that ShiftRows and MixColumns stay
+// inside one 128-byte tile. Lanes beyond `blocks.size()` are zero.
 void BlocksToPlanes(absl::Span<const uint8_t* const> blocks, size_t wn,
                     uint64_t* planes);
 void PlanesToBlocks(const uint64_t* planes, size_t wn,

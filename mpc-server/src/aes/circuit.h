@@ -3,29 +3,30 @@
 // (KMPC_AES_ARCH), so that each gets its own copy of these templates.
 //
 // Data layout (see also aes.h): a "wire" holds one bit position j of all 16
-// state bytes of all lanes of a chunk: 16 sub-arrays of wn 64-bit words,
-// sub-array p = state byte p (FIPS-197 order: p = row + 4*column), lane l
-// at bit l%64 of word l/64. The state is the 8 wires kSt+j (bit j, 0 =
-// least significant). An S-box over all 16 bytes of all lanes is therefore
-// one pass of word-wise XOR/AND over 8 wires.
+// state bytes of all lanes of a chunk, as wn groups of 16 64-bit words:
+// word 16*w + p holds bit j of state byte p (FIPS-197 order: p = row +
+// 4*column) of lanes 64*w .. 64*w+63, lane l at bit l%64. The state is the
+// 8 wires kSt+j (bit j, 0 = least significant).
+//
+// The circuit runs tile by tile, a tile being one group of 64 lanes (16
+// words of every wire): all 16 S-boxes, ShiftRows, MixColumns and
+// AddRoundKey of a group happen in L1-resident tile temporaries; only the
+// state and the AND-layer outputs (the values that cross a network round)
+// live in the chunk's arena.
 //
 // Engine concept:
 //   static constexpr int kComps;        1 (clear) or 2 (share components)
-//   static constexpr size_t kTileWords;
-//   size_t words();                     words per wire (16 * wn)
-//   size_t wn();
-//   uint64_t* W(int comp, int wire);    a whole persistent wire; wires
-//                                       with consecutive ids are contiguous
-//   void SetTile(size_t lo);            selects words [lo, lo+kTileWords)
-//                                         of every wire for P(); temporaries
-//   uint64_t* P(int comp, int wire);      (>= Wires::kFirstTemp) live in a
-//                                         tile-sized scratch
+//   static constexpr size_t kTileWords; 16
+//   size_t wn();                        lane groups in the chunk
+//   void SetTile(size_t w);             selects group w for P()
+//   uint64_t* P(int comp, int wire);    the tile's 16 words of a wire
 //   void XorOnes(int wire);             add the public all-ones (tile)
-//   void BeginLayer(int first, int n);  an AND layer writes wires
-//   void And(int d, int a, int b);        first .. first+n-1 (prepare, per
-//   void EndLayer(int first, int n);      tile), then sends them; the next
-//                                         Step starts after the Await
-//   void AddRoundKey(int round, int first_state_wire);
+//   void TileMask(int first, int n);    per tile, before the layer's ANDs
+//   void And(int d, int a, int b);      prepare an AND of the current layer
+//   void EndLayer(int first, int n);    after the last tile: send wires
+//                                       first..first+n-1 (one message); the
+//                                       next Step starts after the Await
+//   void AddRoundKey(int round);        XOR round key into the tile's state
 #ifndef KMPC_AES_ARCH
 #error "define KMPC_AES_ARCH before including aes/circuit.h"
 #endif
@@ -36,12 +37,9 @@ namespace kmpc::aes::KMPC_AES_ARCH {
 struct Wires {
   enum : int {
     // Persistent wires (one full wire per chunk): live across AND layers.
-    kSt = 0,         // 8: the state, bit j at kSt + j
-    kOut = kSt + 8,  // 8: S-box output, bit j at kOut + j
-    y1 = kOut + 8, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14,
-    y15, y16, y17, y18, y19, y20, y21,
+    kSt = 0,  // 8: the state, bit j at kSt + j
     // AND layer 1 (9)
-    t2, t3, t5, t7, t8, t10, t12, t13, t15,
+    t2 = kSt + 8, t3, t5, t7, t8, t10, t12, t13, t15,
     t21, t22, t23, t24,
     // SEA 2010 inversion in GF(2^4): layers t26 | t28 t32 | t36 | t39
     t25, t26, t28, t32, t27, t29, t33, t34, t36, t37, t39,
@@ -53,7 +51,10 @@ struct Wires {
     kCount,
     // Temporaries: tile-local, never cross an AND layer.
     kFirstTemp = kCount,
-    u0 = kFirstTemp, u1, t4, t6, t9, t11, t14, t16, t17, t18, t19, t20,
+    kOut = kFirstTemp,  // 8: S-box output, bit j at kOut + j
+    y1 = kOut + 8, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14,
+    y15, y16, y17, y18, y19, y20, y21, u0, u1,
+    t4, t6, t9, t11, t14, t16, t17, t18, t19, t20,
     t30, t31, t35, t38, t40, m26, m28, m33, m36, m37, m38, m39, m40,
     t41, t42, t43, t44, t45,
     t46, t47, t48, t49, t50, t51, t52, t53, t54, t55, t56, t57, t58, t59,
@@ -65,18 +66,17 @@ struct Wires {
 
 #define KMPC_INLINE inline __attribute__((always_inline))
 
-// Vector of lane words for the linear layers (64 bytes with AVX-512).
-#ifndef KMPC_AES_VEC_BYTES
-#define KMPC_AES_VEC_BYTES 32
-#endif
-using Vec = uint64_t __attribute__((vector_size(KMPC_AES_VEC_BYTES)));
-inline constexpr size_t kVecWords = KMPC_AES_VEC_BYTES / 8;
+// The 16 words of one wire in a tile, as one generic vector (two zmm
+// registers with AVX-512, four ymm with AVX2).
+using V16 = uint64_t __attribute__((vector_size(128)));
+using I16 = int64_t __attribute__((vector_size(128)));
 
-template <size_t kN>
-KMPC_INLINE void XorWords3(uint64_t* __restrict d, const uint64_t* a,
-                           const uint64_t* b) {
-  for (size_t i = 0; i < kN; ++i) d[i] = a[i] ^ b[i];
+KMPC_INLINE V16 Load16(const uint64_t* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
+KMPC_INLINE void Store16(uint64_t* p, V16 v) { std::memcpy(p, &v, sizeof v); }
 
 template <class E>
 class AesProgram {
@@ -91,25 +91,27 @@ class AesProgram {
   int steps() const { return nr_ * layers_ + 1; }
 
   // Runs step k: everything after AND layer k-1 (whose result the caller
-  // has received) up to and including the preparation of AND layer k.
-  // The S-box parts run tile by tile (a few hundred bytes of every wire)
-  // so that their temporaries stay in L1; the AND layer's zero-share is
-  // drawn for the whole layer first and the layer is sent after the last
-  // tile.
+  // has received) up to and including the preparation of AND layer k, in
+  // one pass over the lane groups; then sends layer k.
   void Step(int k) {
     const int phase = k % layers_;
     const int round = k / layers_;
     if (phase == 0) {
-      if (round > 0) {
-        Tiled([this] { SboxBottom(); });
-        if (round < nr_) {
-          ShiftRowsMixColumns();
-        } else {
-          ShiftRows();
+      // Finish S-box `round` (if any), ShiftRows, MixColumns,
+      // AddRoundKey(round), start S-box round+1 (if any).
+      const bool sbox_next = round < nr_;
+      Layer(W::t2, sbox_next ? 9 : 0, [&] {
+        if (round > 0) {
+          SboxBottom();
+          if (round < nr_) {
+            ShiftRowsMixColumns();
+          } else {
+            ShiftRowsOnly();
+          }
         }
-      }
-      e_.AddRoundKey(round, W::kSt);
-      if (round < nr_) Layer(W::t2, 9, [this] { SboxTop(); });
+        e_.AddRoundKey(round);
+        if (sbox_next) SboxLayer1();
+      });
       return;
     }
     if (depth4_) {
@@ -136,24 +138,19 @@ class AesProgram {
   static constexpr int S(int k) { return W::kOut + 7 - k; }
 
   template <class F>
-  void Tiled(F&& body) {
-    // words() = 16 * wn is a multiple of kTileWords (16).
-    const size_t n = e_.words();
-    for (size_t lo = 0; lo < n; lo += E::kTileWords) {
-      e_.SetTile(lo);
+  void Layer(int first, int count, F&& body) {
+    const size_t wn = e_.wn();
+    for (size_t w = 0; w < wn; ++w) {
+      e_.SetTile(w);
+      if (count > 0) e_.TileMask(first, count);
       body();
     }
-  }
-  template <class F>
-  void Layer(int first, int count, F&& body) {
-    e_.BeginLayer(first, count);
-    Tiled(body);
-    e_.EndLayer(first, count);
+    if (count > 0) e_.EndLayer(first, count);
   }
 
   KMPC_INLINE void Xor(int d, int a, int b) {
     for (int c = 0; c < E::kComps; ++c) {
-      XorWords3<E::kTileWords>(e_.P(c, d), e_.P(c, a), e_.P(c, b));
+      Store16(e_.P(c, d), Load16(e_.P(c, a)) ^ Load16(e_.P(c, b)));
     }
   }
   KMPC_INLINE void Xnor(int d, int a, int b) {
@@ -161,9 +158,12 @@ class AesProgram {
     e_.XorOnes(d);
   }
 
-  // Top linear transformation and the first AND layer (9 ANDs); Boyar and
-  // Peralta 2010 / BearSSL aes_ct.c br_aes_ct_bitslice_Sbox.
-  void SboxTop() {
+  // Top linear transformation (y1..y21 from the state); Boyar and Peralta
+  // 2010 / BearSSL aes_ct.c br_aes_ct_bitslice_Sbox. The y's are tile
+  // temporaries: later layers recompute them from the state, which stays
+  // put for the whole S-box (23 XORs in L1 are cheaper than keeping 21
+  // wires in memory).
+  KMPC_INLINE void TopLinear() {
     const int x0 = X(0), x1 = X(1), x2 = X(2), x3 = X(3), x4 = X(4),
               x5 = X(5), x6 = X(6), x7 = X(7);
     Xor(W::y14, x3, x5);
@@ -189,7 +189,12 @@ class AesProgram {
     Xor(W::y16, W::u0, W::y11);
     Xor(W::y21, W::y13, W::y16);
     Xor(W::y18, x0, W::y16);
+  }
 
+  // AND layer 1 (9 ANDs).
+  void SboxLayer1() {
+    TopLinear();
+    const int x7 = X(7);
     e_.And(W::t2, W::y12, W::y15);
     e_.And(W::t3, W::y3, W::y6);
     e_.And(W::t5, W::y4, x7);
@@ -223,6 +228,7 @@ class AesProgram {
   // M20, M21, M22, M23 are our t21, t22, t23, t24; their M37, M38, M39,
   // M40 our t29, t40, t33, t37 (checked exhaustively by the S-box test).
   void Inv4Layer2() {
+    TopLinear();
     SboxMiddleIn();
     Xor(W::m24, W::t23, W::t24);
     Xor(W::m27, W::t21, W::t22);
@@ -250,6 +256,7 @@ class AesProgram {
 
   // --- SEA 2010 inversion (BearSSL), AND depth 4, 5 ANDs.
   void Inv6Layer2() {
+    TopLinear();
     SboxMiddleIn();
     Xor(W::t25, W::t21, W::t22);
     e_.And(W::t26, W::t21, W::t23);
@@ -279,7 +286,8 @@ class AesProgram {
   }
 
   // The 18 output ANDs (the inverse in GF(2^4) times the y's).
-  void SboxOutputLayer(int t29, int t33, int t37, int t40) {
+  KMPC_INLINE void SboxOutputLayer(int t29, int t33, int t37, int t40) {
+    TopLinear();
     Xor(W::t41, t40, t37);
     Xor(W::t42, t29, t33);
     Xor(W::t43, t29, t40);
@@ -307,7 +315,7 @@ class AesProgram {
 
   // Bottom linear transformation (includes the affine constant 0x63 as
   // the four XNORs).
-  void SboxBottom() {
+  KMPC_INLINE void SboxBottom() {
     Xor(W::t46, W::z15, W::z16);
     Xor(W::t47, W::z10, W::z11);
     Xor(W::t48, W::z5, W::z13);
@@ -340,66 +348,43 @@ class AesProgram {
     Xnor(S(2), W::t55, W::t67);
   }
 
-  // Position of the byte that ShiftRows moves to row r, column c.
-  static constexpr int Shifted(int r, int c) { return r + 4 * ((c + r) & 3); }
+  // Within a tile, word p of a wire is state byte p. ShiftRows moves the
+  // byte at row r, column (c + r) mod 4 to row r, column c (FIPS-197
+  // 5.1.2); kRot<k> picks row r+k of the same column.
+  static constexpr I16 kShiftRows = {0, 5, 10, 15, 4, 9, 14, 3,
+                                     8, 13, 2, 7, 12, 1, 6, 11};
+  static constexpr I16 kRot1 = {1, 2, 3, 0, 5, 6, 7, 4,
+                                9, 10, 11, 8, 13, 14, 15, 12};
+  static constexpr I16 kRot2 = {2, 3, 0, 1, 6, 7, 4, 5,
+                                10, 11, 8, 9, 14, 15, 12, 13};
 
-  // ShiftRows then MixColumns (FIPS-197 5.1.2, 5.1.3) from kOut into kSt:
+  // ShiftRows then MixColumns (FIPS-197 5.1.3) from kOut into kSt:
   // out_r = 2*(a_r ^ a_{r+1}) ^ a_{r+1} ^ a_{r+2} ^ a_{r+3}, where
   // multiplication by 2 (xtime) moves bit j to j+1 and folds bit 7 into
   // bits 0, 1, 3, 4 (x^8 = x^4 + x^3 + x + 1).
-  void ShiftRowsMixColumns() {
-    const size_t wn = e_.wn();
-    for (int comp = 0; comp < E::kComps; ++comp) {
-      for (int c = 0; c < 4; ++c) {
-        const uint64_t* a[4][8];
-        uint64_t* o[4][8];
-        for (int r = 0; r < 4; ++r) {
-          for (int j = 0; j < 8; ++j) {
-            a[r][j] = e_.W(comp, W::kOut + j) + Shifted(r, c) * wn;
-            o[r][j] = e_.W(comp, W::kSt + j) + (r + 4 * c) * wn;
-          }
-        }
-        size_t w = 0;
-        for (; w + kVecWords <= wn; w += kVecWords) MixColumn<Vec>(a, o, w);
-        for (; w < wn; ++w) MixColumn<uint64_t>(a, o, w);
-      }
-    }
-  }
-
-  // One column of 4 bytes x 8 bits for the lane words at w (T: a word or
-  // a vector of kVecWords words).
-  template <class T>
-  static KMPC_INLINE void MixColumn(const uint64_t* const (&a)[4][8],
-                                    uint64_t* const (&o)[4][8], size_t w) {
-    T v[4][8];
-    for (int r = 0; r < 4; ++r) {
-      for (int j = 0; j < 8; ++j) std::memcpy(&v[r][j], a[r][j] + w, sizeof(T));
-    }
-    for (int r = 0; r < 4; ++r) {
-      const int r1 = (r + 1) & 3, r2 = (r + 2) & 3, r3 = (r + 3) & 3;
-      T d[8];
-      for (int j = 0; j < 8; ++j) d[j] = v[r][j] ^ v[r1][j];
+  KMPC_INLINE void ShiftRowsMixColumns() {
+    for (int c = 0; c < E::kComps; ++c) {
+      V16 a[8], d[8], rest[8];
       for (int j = 0; j < 8; ++j) {
-        T x = (j == 0) ? d[7] : d[j - 1];
+        a[j] = __builtin_shuffle(Load16(e_.P(c, W::kOut + j)), kShiftRows);
+        const V16 a1 = __builtin_shuffle(a[j], kRot1);
+        d[j] = a[j] ^ a1;
+        // a_{r+1} ^ a_{r+2} ^ a_{r+3} = a1 ^ rot2(a ^ a1)
+        rest[j] = a1 ^ __builtin_shuffle(d[j], kRot2);
+      }
+      for (int j = 0; j < 8; ++j) {
+        V16 x = (j == 0) ? d[7] : d[j - 1];
         if (j == 1 || j == 3 || j == 4) x ^= d[7];
-        x ^= v[r1][j] ^ v[r2][j] ^ v[r3][j];
-        std::memcpy(o[r][j] + w, &x, sizeof(T));
+        Store16(e_.P(c, W::kSt + j), x ^ rest[j]);
       }
     }
   }
 
-  void ShiftRows() {
-    const size_t wn = e_.wn();
-    for (int comp = 0; comp < E::kComps; ++comp) {
+  KMPC_INLINE void ShiftRowsOnly() {
+    for (int c = 0; c < E::kComps; ++c) {
       for (int j = 0; j < 8; ++j) {
-        const uint64_t* in = e_.W(comp, W::kOut + j);
-        uint64_t* out = e_.W(comp, W::kSt + j);
-        for (int r = 0; r < 4; ++r) {
-          for (int c = 0; c < 4; ++c) {
-            std::memcpy(out + (r + 4 * c) * wn, in + Shifted(r, c) * wn,
-                        wn * sizeof(uint64_t));
-          }
-        }
+        Store16(e_.P(c, W::kSt + j),
+                __builtin_shuffle(Load16(e_.P(c, W::kOut + j)), kShiftRows));
       }
     }
   }

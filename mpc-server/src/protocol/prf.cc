@@ -101,6 +101,20 @@ __attribute__((target("avx512f,vaes"))) void FillVaes(
       _mm512_storeu_si512(out + 16 * (i + 4 * j), v);
     }
   }
+  // Tail: one register (4 blocks) at a time, then AES-NI for the rest.
+  for (; i + 4 <= nblocks; i += 4) {
+    __m512i a = _mm512_xor_si512(c, ka[0]);
+    __m512i b;
+    if constexpr (kTwo) b = _mm512_xor_si512(c, kb[0]);
+    c = _mm512_add_epi64(c, kFour);
+    for (int r = 1; r < 10; ++r) {
+      a = _mm512_aesenc_epi128(a, ka[r]);
+      if constexpr (kTwo) b = _mm512_aesenc_epi128(b, kb[r]);
+    }
+    __m512i v = _mm512_aesenclast_epi128(a, ka[10]);
+    if constexpr (kTwo) v = _mm512_xor_si512(v, _mm512_aesenclast_epi128(b, kb[10]));
+    _mm512_storeu_si512(out + 16 * i, v);
+  }
   if (i < nblocks) {
     FillAesNi<kTwo>(rka, rkb, ctr + i, nblocks - i, out + 16 * i);
   }

@@ -135,7 +135,7 @@ TEST_P(AesPlainTest, TranspositionRoundTrip) {
     for (size_t l = 0; l < n; l += 7) {
       for (int p = 0; p < 16; ++p) {
         for (int j = 0; j < 8; ++j) {
-          const uint64_t word = planes[j * 16 * wn + p * wn + l / 64];
+          const uint64_t word = planes[j * 16 * wn + 16 * (l / 64) + p];
           ASSERT_EQ((word >> (l % 64)) & 1, (in[16 * l + p] >> j) & 1u);
         }
       }
@@ -143,7 +143,7 @@ TEST_P(AesPlainTest, TranspositionRoundTrip) {
     // Padding lanes are zero.
     for (int p = 0; p < 16; ++p) {
       for (int j = 0; j < 8; ++j) {
-        EXPECT_EQ(planes[j * 16 * wn + p * wn + wn - 1], 0u);
+        EXPECT_EQ(planes[j * 16 * wn + 16 * (wn - 1) + p], 0u);
       }
     }
     PlanesToBlocks(planes.data(), wn, op);
