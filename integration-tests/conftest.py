@@ -46,3 +46,28 @@ def realm_factory(tmp_path, request):
         r.stop()
         if died:
             pytest.fail("krb5kdc died during the test:\n" + r.logs())
+
+
+@pytest.fixture
+def kmpc_factory(tmp_path, request):
+    """Whole kmpc realms (deploy/kmpc_cluster.py: three MPC servers, the KDB
+    with key handles, the KDC with a kdcmpc module), created on demand:
+    make(**KmpcRealm kwargs) returns a created realm (servers running, KDC
+    not started yet). Stopped by PID afterwards; every daemon log is dumped
+    on failure, and a daemon that died fails the test."""
+    import kmpc_cluster
+    made = []
+
+    def make(**kw):
+        r = kmpc_cluster.KmpcRealm(str(tmp_path / f"kmpc{len(made)}"), **kw)
+        made.append(r)
+        r.create()
+        return r
+
+    yield make
+    for r in made:
+        died = r.kdc_proc is not None and r.kdc_proc.poll() is not None
+        _dump_on_failure(request, r)
+        r.stop()
+        if died:
+            pytest.fail("krb5kdc died during the test:\n" + r.logs())

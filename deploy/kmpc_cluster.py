@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""The whole kmpc realm on 127.0.0.1: three MPC servers, a KDC whose database
+holds only key handles, and kmpc-admin sharing the keys.
+
+Used by the integration tests, `make demo` and the benchmarks. Extends
+kmpc_realm.Realm (the plain patched-KDC realm) with:
+  - certificates (deploy/gen-certs.sh) and three kmpc-mpc-server processes
+    (deploy/mpc-local.sh) under DIR/mpc, ports checked free,
+  - kdc.conf [plugins] kdcmpc: the real module (kdc-plugin's libkmpc_kdc.so)
+    when it is built, else krb5's test module (patch 0004), which holds the
+    keys in a file in DIR and is test scaffolding only,
+  - the krbtgt key and the users' keys moved into the cluster with
+    `kmpc-admin share` (--from-existing for the krbtgt and random-key users,
+    --password-stdin for users with a password), the KDB left with handles,
+  - a KDC started afterwards and everything stopped by PID.
+
+Nothing secret is printed. Passwords exist only in memory (and on the
+kmpc-admin stdin); random-key users' keys sit in DIR/users.keytab (0600) for
+kinit -k and the login storm; with the test module, DIR/mpc-test-keys (0600)
+holds keys because that module needs them.
+
+CLI:  kmpc_cluster.py start DIR [--users N] [--module auto|real|test]
+      kmpc_cluster.py status DIR
+      kmpc_cluster.py stop DIR
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kmpc_realm  # noqa: E402
+from kmpc_realm import RealmError  # noqa: E402
+
+ROOT = kmpc_realm.ROOT
+BUILD = kmpc_realm.BUILD
+REALM = kmpc_realm.REALM
+# Every principal the cluster serves has an MPC key; the service principal
+# and session keys use an ordinary enctype (session keys are never MPC).
+ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc", "aes256-cts-hmac-sha1-96")
+SESSION_ENCTYPES = "aes256-cts-hmac-sha1-96"
+SERVICE = "host/svc.kmpc.test"
+STATE = "kmpc-realm.json"
+
+# kdc.conf [kdcmpc] -> kmpc options of the real module (kdc-plugin/).
+REAL_MODULE_NAME = "kmpc"
+
+
+def cmake_build_dirs():
+    """CMake build trees to take binaries from: $KMPC_CMAKE_BUILD, then
+    build/cmake (`make build`), then the newest other build/*."""
+    dirs = []
+    if os.environ.get("KMPC_CMAKE_BUILD"):
+        dirs.append(os.environ["KMPC_CMAKE_BUILD"])
+    dirs.append(os.path.join(BUILD, "cmake"))
+    others = [d for d in glob.glob(os.path.join(BUILD, "cmake*"))
+              if d not in dirs and os.path.isdir(d)]
+    dirs += sorted(others, key=os.path.getmtime, reverse=True)
+    return dirs
+
+
+def find_built(rel, required=True):
+    """A built file, e.g. find_built('mpc-server/kmpc-admin')."""
+    env = {"mpc-server/kmpc-admin": "KMPC_ADMIN",
+           "kdc-plugin/kmpc-kdb-handle": "KMPC_KDB_HANDLE",
+           "kdc-plugin/libkmpc_kdc.so": "KMPC_KDC_MODULE"}.get(rel)
+    if env and os.environ.get(env):
+        return os.environ[env]
+    for d in cmake_build_dirs():
+        p = os.path.join(d, rel)
+        if os.path.exists(p):
+            return p
+    if required:
+        raise RealmError(f"{rel} is not built (make build)")
+    return None
+
+
+def test_module_path():
+    return os.path.join(kmpc_realm.PREFIX, "lib", "krb5", "plugins", "kdcmpc", "test.so")
+
+
+def free_base():
+    """A base port with base+0..2 (gRPC) and base+10..12 (ring) free."""
+    for _ in range(500):
+        base = random.randrange(20000, 55000)
+        socks = []
+        try:
+            for p in list(range(base, base + 3)) + list(range(base + 10, base + 13)):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RealmError("no free ports for the MPC servers")
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def stop_pid(pid, timeout=5.0):
+    if not pid or not pid_alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            # Reap it if it is our child, so it does not linger as a zombie.
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        if not pid_alive(pid):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class MpcCluster:
+    """Three kmpc-mpc-server processes on loopback, started by
+    deploy/mpc-local.sh (its layout: DIR/party-i.{pid,log}, DIR/store-i,
+    DIR/certs, DIR/servers)."""
+
+    def __init__(self, workdir, workers=2, extra_client_cns=(), server_flags=""):
+        self.dir = os.path.abspath(workdir)
+        self.certs = os.path.join(self.dir, "certs")
+        self.workers = workers
+        self.extra_client_cns = list(extra_client_cns)
+        self.server_flags = server_flags
+        self.base = None
+        self.servers = None
+
+    def addr(self, i):
+        return f"127.0.0.1:{self.base + i}"
+
+    def log_path(self, i):
+        return os.path.join(self.dir, f"party-{i}.log")
+
+    def store_dir(self, i):
+        return os.path.join(self.dir, f"store-{i}")
+
+    def pid(self, i):
+        try:
+            with open(os.path.join(self.dir, f"party-{i}.pid")) as f:
+                return int(f.read().strip() or 0)
+        except FileNotFoundError:
+            return 0
+
+    def gen_certs(self):
+        subprocess.run(["bash", os.path.join(HERE, "gen-certs.sh"), self.certs,
+                        *self.extra_client_cns], check=True, capture_output=True,
+                       timeout=120)
+
+    def start(self):
+        os.makedirs(self.dir, exist_ok=True)
+        if not os.path.exists(os.path.join(self.certs, "ca.pem")):
+            self.gen_certs()
+        server = find_built("mpc-server/kmpc-mpc-server")
+        env = dict(os.environ, KMPC_MPC_BIN_DIR=os.path.dirname(server),
+                   KMPC_MPC_FLAGS=self.server_flags)
+        for attempt in range(3):
+            self.base = free_base()
+            p = subprocess.run(["bash", os.path.join(HERE, "mpc-local.sh"), "start",
+                                self.dir, str(self.base), str(self.workers)],
+                               capture_output=True, text=True, env=env, timeout=120)
+            if p.returncode == 0:
+                self.servers = p.stdout.strip().splitlines()[-1]
+                self.wait_ring()
+                return self
+            if attempt == 2 or "Address already in use" not in p.stderr + self.logs():
+                raise RealmError(f"mpc-local.sh start failed:\n{p.stderr}\n{self.logs()}")
+        return self
+
+    def admin_flags(self, client="admin"):
+        c = self.certs
+        return [f"--servers={self.servers}", f"--ca={c}/ca.pem",
+                f"--cert={c}/{client}.pem", f"--key={c}/{client}.key"]
+
+    def wait_ring(self, timeout=30):
+        """The servers connect their ring in the background; wait until all
+        three report it up (kmpc-admin status), so that the first login does
+        not race it."""
+        admin = find_built("mpc-server/kmpc-admin")
+        deadline = time.time() + timeout
+        out = ""
+        while time.time() < deadline:
+            p = subprocess.run([admin, *self.admin_flags(), "--timeout-ms=2000", "status"],
+                               capture_output=True, text=True, timeout=60,
+                               env={k: v for k, v in os.environ.items()
+                                    if k != "KMPC_ADMIN_CONFIG"})
+            out = p.stdout + p.stderr
+            if out.count(", ring up,") == 3:
+                return
+            if not self.alive():
+                raise RealmError("an MPC server died while starting:\n" + self.logs())
+            time.sleep(0.1)
+        raise RealmError(f"the MPC ring did not come up within {timeout}s:\n{out}\n"
+                         + self.logs())
+
+    def alive(self, parties=(0, 1, 2)):
+        return all(pid_alive(self.pid(i)) for i in parties)
+
+    def stop_party(self, i):
+        stop_pid(self.pid(i))
+
+    def stop(self):
+        for i in range(3):
+            stop_pid(self.pid(i))
+        subprocess.run(["bash", os.path.join(HERE, "mpc-local.sh"), "stop", self.dir],
+                       capture_output=True, timeout=60)
+
+    def logs(self):
+        parts = []
+        for i in range(3):
+            p = self.log_path(i)
+            if os.path.exists(p):
+                with open(p, errors="replace") as f:
+                    parts.append(f"----- mpc party-{i}.log -----\n{f.read()[-20000:]}")
+        return "\n".join(parts)
+
+
+class KmpcRealm(kmpc_realm.Realm):
+    """A kmpc_realm.Realm whose long-term keys live in an MpcCluster."""
+
+    def __init__(self, workdir, module="auto", mpc_workers=2, kdc_workers=0,
+                 extra_client_cns=(), server_flags="", test_module_delay_ms=5,
+                 enctypes=ENCTYPES, realm_extra="        disable_pac = true",
+                 **kw):
+        super().__init__(workdir, enctypes=enctypes, realm_extra=realm_extra, **kw)
+        self.cluster = MpcCluster(os.path.join(self.dir, "mpc"), workers=mpc_workers,
+                                  extra_client_cns=extra_client_cns,
+                                  server_flags=server_flags)
+        if module == "auto":
+            module = "real" if find_built("kdc-plugin/libkmpc_kdc.so", False) else "test"
+        if module not in ("real", "test"):
+            raise RealmError(f"module must be auto, real or test, not {module}")
+        self.module = module
+        self.kdc_workers = kdc_workers
+        self.test_module_delay_ms = test_module_delay_ms
+        self.admin_conf = os.path.join(self.dir, "kmpc-admin.conf")
+        self.test_keyfile = os.path.join(self.dir, "mpc-test-keys")
+        self.users_keytab = os.path.join(self.dir, "users.keytab")
+        self._plugin_conf = ""
+
+    # ---- set-up -------------------------------------------------------
+    def create(self):
+        os.makedirs(self.dir, exist_ok=True)
+        self.cluster.start()
+        c = self.cluster
+        if self.module == "real":
+            so = find_built("kdc-plugin/libkmpc_kdc.so")
+            opts = (f"        servers = {c.servers}\n"
+                    f"        ca = {c.certs}/ca.pem\n"
+                    f"        cert = {c.certs}/kdc.pem\n"
+                    f"        key = {c.certs}/kdc.key\n")
+            name = REAL_MODULE_NAME
+        else:
+            so = test_module_path()
+            if not os.path.exists(so):
+                raise RealmError(f"{so} missing: the krb5 patch series is not built")
+            open(self.test_keyfile, "w").close()
+            os.chmod(self.test_keyfile, 0o600)
+            opts = (f"        keyfile = {self.test_keyfile}\n"
+                    f"        delay_ms = {self.test_module_delay_ms}\n")
+            name = "test"
+        self._plugin_conf = (f"[plugins]\n    kdcmpc = {{\n        module = {name}:{so}\n"
+                             f"    }}\n[kdcmpc]\n    {name} = {{\n{opts}    }}\n")
+        self.kdc_conf_extra = self._plugin_conf + self.kdc_conf_extra
+        super().create()
+        with open(self.admin_conf, "w") as f:
+            f.write(f"# kmpc-admin for realm {self.realm} (generated)\n"
+                    f"servers = {c.servers}\nca = {c.certs}/ca.pem\n"
+                    f"cert = {c.certs}/admin.pem\nkey = {c.certs}/admin.key\n"
+                    f"realm = {self.realm}\n")
+        self.env["KMPC_ADMIN_CONFIG"] = self.admin_conf
+        self.save_state()
+        return self
+
+    def make_env(self):
+        env = super().make_env()
+        env["KMPC_ADMIN_CONFIG"] = self.admin_conf
+        return env
+
+    @property
+    def tgs(self):
+        return f"krbtgt/{self.realm}@{self.realm}"
+
+    # ---- kmpc-admin ----------------------------------------------------
+    def admin(self, *args, input=None, expected_code=0, env=None, timeout=120):
+        """Run kmpc-admin; return (returncode, stdout, stderr)."""
+        p = subprocess.run([find_built("mpc-server/kmpc-admin"), *args], input=input,
+                           capture_output=True, text=True, env=env or self.env,
+                           timeout=timeout)
+        if expected_code is not None and p.returncode != expected_code:
+            raise RealmError(f"kmpc-admin {' '.join(args)} exited {p.returncode}, "
+                             f"expected {expected_code}:\n{p.stdout}{p.stderr}")
+        return p.returncode, p.stdout, p.stderr
+
+    def _export_for_test_module(self, princs):
+        """Test module only: it computes with real keys, so it gets each key
+        (read out before sharing) in its key file."""
+        tool = find_built("kdc-plugin/kmpc-kdb-handle")
+        keys = {}
+        for pr in princs:
+            p = subprocess.run([tool, "-r", self.realm, "get-key", pr, "aes256-ctr-mpc"],
+                               capture_output=True, text=True, env=self.env, timeout=60)
+            if p.returncode != 0:
+                p = subprocess.run([tool, "-r", self.realm, "get-key", pr,
+                                    "aes128-ctr-mpc"],
+                                   capture_output=True, text=True, env=self.env, timeout=60)
+            if p.returncode != 0:
+                raise RealmError(f"kmpc-kdb-handle get-key {pr}: {p.stderr}")
+            keys[pr] = p.stdout.strip()
+        return keys
+
+    def _record_test_keys(self, keys, admin_out):
+        """Pair each principal's exported key with the key id kmpc-admin
+        printed for it, into the test module's key file."""
+        ids = dict(re.findall(r"\] (\S+): shared .*key id ([0-9a-f]{64})", admin_out))
+        with open(self.test_keyfile, "a") as f:
+            for pr, key in keys.items():
+                kid = ids.get(pr)
+                if kid is None:
+                    raise RealmError(f"kmpc-admin printed no key id for {pr}")
+                f.write(f"{kid} {key}\n")
+
+    def share_existing(self, princs, expected_code=0):
+        princs = list(princs)
+        keys = self._export_for_test_module(princs) if self.module == "test" else None
+        out = ""
+        for i in range(0, len(princs), 500):
+            rc, o, e = self.admin("share", "--from-existing", *princs[i:i + 500],
+                                  expected_code=expected_code)
+            out += o
+        if keys is not None:
+            self._record_test_keys(keys, out)
+        return out
+
+    def share_passwords(self, pairs, enctype="aes256-ctr-mpc", expected_code=0):
+        """pairs: [(princ, password)]; the passwords go to kmpc-admin's stdin."""
+        pairs = list(pairs)
+        names = [p for p, _ in pairs]
+        keys = self._export_for_test_module(names) if self.module == "test" else None
+        _, out, _ = self.admin("share", "--password-stdin", f"--enctype={enctype}",
+                               *names, input="".join(pw + "\n" for _, pw in pairs),
+                               expected_code=expected_code)
+        if keys is not None:
+            self._record_test_keys(keys, out)
+        return out
+
+    # ---- principals ----------------------------------------------------
+    def setup_krbtgt(self):
+        """Session keys of an ordinary enctype; the krbtgt key into the cluster."""
+        self.kadmin_local(f"setstr {self.tgs} session_enctypes {SESSION_ENCTYPES}")
+        return self.share_existing([self.tgs])
+
+    def add_service(self, name=SERVICE):
+        """An ordinary service: its key stays in the KDB."""
+        self.addprinc(name, enctypes=["aes256-cts-hmac-sha1-96"], flags="")
+
+    def add_users(self, passwords=None, n_random=0, fmt="user{}"):
+        """Users with passwords ({name: password}) shared from the password,
+        and n_random random-key users (keys in users.keytab) migrated with
+        --from-existing. The KDC must not be running yet with the test module
+        (it reads its key file at start-up)."""
+        passwords = passwords or {}
+        for name, pw in passwords.items():
+            self.addprinc(name, pw, enctypes=["aes256-ctr-mpc"])
+        if passwords:
+            self.share_passwords(passwords.items())
+        if n_random:
+            names = [fmt.format(i) for i in range(n_random)]
+            cmds = [f"addprinc +requires_preauth -e aes256-ctr-mpc:normal -randkey {u}"
+                    for u in names]
+            for i in range(0, n_random, 200):
+                cmds.append(f"ktadd -norandkey -k {self.users_keytab} "
+                            + " ".join(names[i:i + 200]))
+            self.run(["kadmin.local", "-r", self.realm], input="\n".join(cmds) + "\n",
+                     timeout=600)
+            if os.path.exists(self.users_keytab):
+                os.chmod(self.users_keytab, 0o600)
+            self.share_existing(names)
+        return self
+
+    # ---- daemons -------------------------------------------------------
+    WARMUP = "kmpc/warmup"
+
+    def setup_warmup(self):
+        """A random-key principal in the cluster whose keytab lets start()
+        make the KDC's first login itself (connections up before anyone
+        else logs in)."""
+        kt = os.path.join(self.dir, "warmup.keytab")
+        self.addprinc(self.WARMUP, enctypes=["aes256-ctr-mpc"])
+        self.kadmin_local(f"ktadd -norandkey -k {kt} {self.WARMUP}")
+        os.chmod(kt, 0o600)
+        self.share_existing([self.WARMUP])
+
+    def warm_up(self, timeout=15):
+        """Log the warm-up principal in until it works: the kdcmpc module's
+        first batch fails while its connections are still being made."""
+        kt = os.path.join(self.dir, "warmup.keytab")
+        if not os.path.exists(kt):
+            return
+        env = dict(self.env, KRB5CCNAME="FILE:" + os.path.join(self.dir, "warmup.ccache"))
+        deadline = time.time() + timeout
+        while True:
+            try:
+                self.run(["kinit", "-k", "-t", kt, self.WARMUP], env=env)
+                return
+            except RealmError:
+                if time.time() > deadline or not self.kdc_alive():
+                    raise
+                time.sleep(0.3)
+
+    def start(self):
+        self.start_kdc(extra_args=("-w", str(self.kdc_workers)) if self.kdc_workers else ())
+        self.warm_up()
+        self.save_state()
+        return self
+
+    def alive(self):
+        return self.kdc_alive() and self.cluster.alive()
+
+    def logs(self):
+        return super().logs() + "\n" + self.cluster.logs()
+
+    def stop(self):
+        self.stop_kdc()
+        self.cluster.stop()
+
+    def save_state(self):
+        st = {"realm": self.realm, "module": self.module, "servers": self.cluster.servers,
+              "mpc_dir": self.cluster.dir, "kdc_port": self.kdc_port,
+              "kdc_pid": self.kdc_proc.pid if self.kdc_proc else None,
+              "admin_conf": self.admin_conf,
+              "env": {k: self.env[k] for k in ("KRB5_CONFIG", "KRB5_KDC_PROFILE",
+                                                "KRB5CCNAME", "KMPC_ADMIN_CONFIG")}
+              if self.env else {}}
+        with open(os.path.join(self.dir, STATE), "w") as f:
+            json.dump(st, f, indent=1)
+
+
+def bring_up(workdir, users=None, n_random=0, **kw):
+    """The realm everyone uses: cluster, realm, krbtgt and users shared, a
+    service principal, the KDC running. Stops what it started on failure."""
+    r = KmpcRealm(workdir, **kw)
+    try:
+        r.create()
+        r.setup_krbtgt()
+        r.setup_warmup()
+        r.add_service()
+        r.add_users(users or {}, n_random=n_random)
+        r.start()
+    except BaseException:
+        r.stop()
+        raise
+    return r
+
+
+# ---- CLI -------------------------------------------------------------------
+
+def stop_dir(workdir):
+    kmpc_realm.stop_dir(workdir)
+    mpc = os.path.join(workdir, "mpc")
+    for i in range(3):
+        pf = os.path.join(mpc, f"party-{i}.pid")
+        if os.path.exists(pf):
+            with open(pf) as f:
+                stop_pid(int(f.read().strip() or 0))
+    if os.path.isdir(mpc):
+        subprocess.run(["bash", os.path.join(HERE, "mpc-local.sh"), "stop", mpc],
+                       capture_output=True, timeout=60)
+
+
+def status_dir(workdir):
+    try:
+        with open(os.path.join(workdir, STATE)) as f:
+            st = json.load(f)
+    except FileNotFoundError:
+        print(f"no kmpc realm in {workdir}")
+        return 1
+    ok = True
+    pidf = os.path.join(workdir, "krb5kdc.pid")
+    pid = int(open(pidf).read().strip() or 0) if os.path.exists(pidf) else 0
+    kdc = pid and pid_alive(pid)
+    ok = ok and bool(kdc)
+    print(f"krb5kdc: {'running (pid %d)' % pid if kdc else 'stopped'}, realm "
+          f"{st['realm']}, 127.0.0.1:{st['kdc_port']}, kdcmpc module: {st['module']}")
+    env = kmpc_realm.Realm(workdir).make_env()
+    env.update(st.get("env", {}))
+    p = subprocess.run([find_built("mpc-server/kmpc-admin"), "status", "--kdb"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    sys.stdout.write(p.stdout + p.stderr)
+    return 0 if ok and p.returncode == 0 else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("start")
+    s.add_argument("dir")
+    s.add_argument("--users", type=int, default=0,
+                   help="random-key users user0.. (keys in DIR/users.keytab)")
+    s.add_argument("--module", default="auto", choices=("auto", "real", "test"))
+    s.add_argument("--mpc-workers", type=int, default=2)
+    for name in ("stop", "status"):
+        sub.add_parser(name).add_argument("dir")
+    args = ap.parse_args()
+    d = os.path.abspath(args.dir)
+    if args.cmd == "stop":
+        stop_dir(d)
+        return 0
+    if args.cmd == "status":
+        return status_dir(d)
+    if os.path.exists(d):
+        stop_dir(d)
+        shutil.rmtree(d)
+    r = bring_up(d, n_random=args.users, module=args.module, mpc_workers=args.mpc_workers)
+    r.kdc_proc = None  # leave it running, detached from this process
+    print(f"realm {r.realm}: KDC 127.0.0.1:{r.kdc_port} (module {r.module}), "
+          f"MPC servers {r.cluster.servers}")
+    for k in ("KRB5_CONFIG", "KRB5_KDC_PROFILE", "KRB5CCNAME", "KMPC_ADMIN_CONFIG"):
+        print(f"export {k}={r.env[k]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""kmpc-admin against three real MPC servers and a real KDB.
+
+Sharing from a password and from the key already in the KDB; afterwards the
+KDB dump and the servers' LMDB files hold none of the key's bytes, its round
+keys or H (computed here independently: ctr_mpc_ref's string-to-key and
+python3-cryptography's AES); all-or-nothing when a server is down; explicit
+errors for an unknown principal, a principal without an AES key and a wrong
+certificate; `status`; and kinit/kvno through the KDC with shared keys.
+"""
+import glob
+import os
+import re
+import secrets
+import subprocess
+
+import pytest
+
+import ctr_mpc_ref as ref
+import kmpc_cluster
+from kmpc_realm import binpath
+
+pytestmark = pytest.mark.skipif(
+    kmpc_cluster.find_built("mpc-server/kmpc-admin", required=False) is None
+    or kmpc_cluster.find_built("mpc-server/kmpc-mpc-server", required=False) is None,
+    reason="kmpc-admin / kmpc-mpc-server not built (make build)")
+
+REALM = kmpc_cluster.REALM
+
+
+# ---- independent key material ------------------------------------------
+
+_SBOX = None
+
+
+def _sbox():
+    global _SBOX
+    if _SBOX is None:
+        # FIPS-197 5.1.1: multiplicative inverse in GF(2^8), then the affine map.
+        def mul(a, b):
+            r = 0
+            while b:
+                if b & 1:
+                    r ^= a
+                a = ((a << 1) ^ 0x11B) if a & 0x80 else a << 1
+                b >>= 1
+            return r
+        inv = [0] * 256
+        for a in range(1, 256):
+            for b in range(1, 256):
+                if mul(a, b) == 1:
+                    inv[a] = b
+                    break
+        s = []
+        for a in range(256):
+            x = inv[a]
+            y = x
+            for k in range(1, 5):
+                y ^= ((x << k) | (x >> (8 - k))) & 0xFF
+            s.append(y ^ 0x63)
+        _SBOX = s
+    return _SBOX
+
+
+def expand_key(key):
+    """FIPS-197 5.2 KeyExpansion: the round keys, round 0 first."""
+    sbox = _sbox()
+    nk = len(key) // 4
+    nr = nk + 6
+    w = [list(key[4 * i:4 * i + 4]) for i in range(nk)]
+    rcon = 1
+    for i in range(nk, 4 * (nr + 1)):
+        t = list(w[i - 1])
+        if i % nk == 0:
+            t = [sbox[b] for b in t[1:] + t[:1]]
+            t[0] ^= rcon
+            rcon = ((rcon << 1) ^ 0x11B) if rcon & 0x80 else rcon << 1
+        elif nk > 6 and i % nk == 4:
+            t = [sbox[b] for b in t]
+        w.append([a ^ b for a, b in zip(w[i - nk], t)])
+    flat = bytes(b for word in w for b in word)
+    return [flat[16 * r:16 * r + 16] for r in range(nr + 1)]
+
+
+def test_key_expansion_matches_fips197():
+    # FIPS-197 Appendix A.1 / A.3: last round key of the example keys.
+    rk = expand_key(bytes.fromhex("2b7e151628aed2a6abf7158809cf4f3c"))
+    assert rk[10].hex() == "d014f9a8c9ee2589e13f0cc8b6630ca6"
+    rk = expand_key(bytes.fromhex(
+        "603deb1015ca71be2b73aef0857d77811f352c073b6108d72d9810a30914dff4"))
+    assert rk[14].hex() == "fe4890d1e6188d0b046df344706c631e"
+
+
+def secret_patterns(key):
+    """Byte strings that must appear nowhere on disk: the key, each round
+    key (both 16-byte halves of the key are round keys 0/1), H and H^2."""
+    h = ref.aes_block(key, bytes(16))
+    hi = int.from_bytes(h, "big")
+    h2 = ref.gf_mult(hi, hi).to_bytes(16, "big")
+    pats = {"key": key, "H": h, "H^2": h2}
+    for r, k in enumerate(expand_key(key)):
+        pats[f"round key {r}"] = k
+    return pats
+
+
+def assert_nowhere(pats, blobs):
+    for name, data in blobs.items():
+        for what, p in pats.items():
+            # The first 12 bytes of a pattern are enough to be sure.
+            assert p[:12] not in data, f"{what} found in {name}"
+
+
+def store_blobs(realm):
+    blobs = {}
+    for f in glob.glob(os.path.join(realm.cluster.dir, "store-*", "**"), recursive=True):
+        if os.path.isfile(f):
+            with open(f, "rb") as fh:
+                blobs[os.path.relpath(f, realm.dir)] = fh.read()
+    assert blobs, "no store files found"
+    return blobs
+
+
+def kdb_dump(realm):
+    out = os.path.join(realm.dir, "dump.txt")
+    realm.run(["kdb5_util", "-r", realm.realm, "dump", out])
+    with open(out, "rb") as f:
+        data = f.read()
+    # kdb5_util dump writes key contents as hex: check both forms.
+    return {"kdb dump": data, "kdb dump (unhexed)": _unhex_runs(data)}
+
+
+def _unhex_runs(data):
+    return b"".join(bytes.fromhex(m.decode()) for m in
+                    re.findall(rb"[0-9a-f]{32,}", data) if len(m) % 2 == 0)
+
+
+def salt_of(princ):
+    # Normal salt: realm followed by the name's components.
+    name, realm = princ.split("@")
+    return (realm + "".join(name.split("/"))).encode()
+
+
+def keys_of(realm, princ):
+    out = realm.kadmin_local(f"getprinc {princ}")
+    return re.findall(r"Key: vno (\d+), (\S+)", out)
+
+
+def handle_key_ids(realm):
+    _, out, _ = realm.admin("status", "--kdb", expected_code=None)
+    return out
+
+
+def server_key_counts(out):
+    return {int(m[0]): int(m[1]) for m in
+            re.findall(r"server (\d) \(\S+\): (?:ok|DEGRADED), .*?, (\d+) keys", out)}
+
+
+@pytest.fixture
+def kr(kmpc_factory):
+    return kmpc_factory(module="test", extra_client_cns=("kmpc-rogue",))
+
+
+# ---- sharing -----------------------------------------------------------
+
+def test_share_from_password(kr):
+    pw = "pw-" + secrets.token_hex(8)
+    kr.addprinc("alice", pw, enctypes=["aes256-ctr-mpc"])
+    assert keys_of(kr, "alice") == [("1", "aes256-ctr-mpc")]
+    rc, out, err = kr.admin("share", "--password-stdin", "alice", input=pw + "\n")
+    assert re.search(r"\[1/1\] alice: shared from a password as aes256-ctr-mpc kvno 2, "
+                     r"key id [0-9a-f]{64}$", out.strip()), out
+    assert pw not in out + err
+    assert keys_of(kr, "alice") == [("2", "aes256-ctr-mpc")]
+
+    key = ref.string_to_key("aes256-ctr-mpc", pw.encode(), salt_of(f"alice@{REALM}"))
+    pats = secret_patterns(key)
+    assert_nowhere(pats, kdb_dump(kr))
+    assert_nowhere(pats, store_blobs(kr))
+    assert key.hex() not in out + err
+
+    # The handle's key id is on all three servers, labelled with the name.
+    _, st, _ = kr.admin("status", "--kdb")
+    kid = re.search(r"key id ([0-9a-f]{64})", out).group(1)
+    assert "keys: 1 on all three servers, 0 incomplete" in st, st
+    assert "0 handles without shares" in st, st
+    assert server_key_counts(st) == {0: 1, 1: 1, 2: 1}, st
+
+    # A new password: a new key, the old key id removed from the servers.
+    pw2 = "pw-" + secrets.token_hex(8)
+    _, out2, _ = kr.admin("share", "--password-stdin", "--enctype=aes128-ctr-mpc",
+                          "alice", input=pw2 + "\n")
+    assert "as aes128-ctr-mpc kvno 3" in out2, out2
+    assert kid not in out2
+    _, st, _ = kr.admin("status", "--kdb")
+    assert "keys: 1 on all three servers, 0 incomplete" in st, st
+    assert kid not in st
+
+
+def test_share_from_existing(kr):
+    kr.addprinc("bob", enctypes=["aes256-cts-hmac-sha1-96", "aes128-cts-hmac-sha1-96"])
+    kr.addprinc("carol", enctypes=["aes256-ctr-mpc", "aes128-ctr-mpc"])
+    tool = kmpc_cluster.find_built("kdc-plugin/kmpc-kdb-handle")
+
+    def get_key(p, e):
+        r = subprocess.run([tool, "-r", REALM, "get-key", p, e], capture_output=True,
+                           text=True, env=kr.env, timeout=60, check=True)
+        return bytes.fromhex(r.stdout.strip())
+
+    keys = {"bob": get_key("bob", "aes256-cts-hmac-sha1-96"),
+            "carol": get_key("carol", "aes256-ctr-mpc"),
+            "krbtgt": get_key(kr.tgs, "aes256-ctr-mpc")}
+    side = {"bob aes128": get_key("bob", "aes128-cts-hmac-sha1-96"),
+            "carol aes128": get_key("carol", "aes128-ctr-mpc")}
+    _, out, err = kr.admin("share", "--from-existing", "bob", "carol", kr.tgs)
+    # aes-cts -> next kvno; already aes256-ctr-mpc (krbtgt, carol) -> same kvno,
+    # so tickets issued under it stay valid.
+    assert re.search(r"\[1/3\] bob: shared from its aes256-cts-hmac-sha1-96 key kvno 1 "
+                     r"as aes256-ctr-mpc kvno 2", out), out
+    assert re.search(r"\[2/3\] carol: shared from its aes256-ctr-mpc key kvno 1 "
+                     r"as aes256-ctr-mpc kvno 1", out), out
+    assert "[3/3] krbtgt/KMPC.TEST@KMPC.TEST: shared" in out, out
+    assert "3 shared, 0 already shared, 0 failed" in out, out
+    assert keys_of(kr, "bob") == [("2", "aes256-ctr-mpc")]
+    assert keys_of(kr, "carol") == [("1", "aes256-ctr-mpc")]
+    assert keys_of(kr, kr.tgs) == [("1", "aes256-ctr-mpc")]
+    blobs = {**kdb_dump(kr), **store_blobs(kr)}
+    for k in list(keys.values()) + list(side.values()):
+        assert_nowhere(secret_patterns(k), blobs)
+        assert k.hex() not in out + err
+    # Again: nothing to do.
+    _, out, _ = kr.admin("share", "--from-existing", "bob")
+    assert "already shared" in out, out
+    _, st, _ = kr.admin("status", "--kdb")
+    assert "keys: 3 on all three servers, 0 incomplete" in st, st
+
+
+def _sharing_env(kr, **extra):
+    return {**kr.env, **extra}
+
+
+def test_all_or_nothing(kr):
+    pw = "pw-" + secrets.token_hex(8)
+    kr.addprinc("dave", pw, enctypes=["aes256-ctr-mpc"])
+    kr.admin("share", "--from-existing", kr.tgs)
+    before = keys_of(kr, "dave")
+    dump_before = kr.kadmin_local("getprinc dave")
+    kr.cluster.stop_party(2)
+    addr2 = kr.cluster.addr(2)
+
+    # The pre-check names the server and touches nothing.
+    rc, out, err = kr.admin("share", "--password-stdin", "dave", input=pw + "\n",
+                            expected_code=1)
+    assert f"server 2 ({addr2}) is unreachable" in err, err
+    assert "nothing was shared" in err, err
+    assert keys_of(kr, "dave") == before
+
+    # Without the pre-check, servers 0 and 1 take their shares, server 2
+    # fails: the shares are removed again and the KDB is unchanged.
+    rc, out, err = kr.admin("share", "--password-stdin", "dave", input=pw + "\n",
+                            expected_code=1,
+                            env=_sharing_env(kr, KMPC_ADMIN_NO_PRECHECK="1"))
+    assert f"server 2 ({addr2}) is unreachable" in err, err
+    assert "dave@KMPC.TEST: not shared, the KDB is unchanged" in err, err
+    assert pw not in out + err
+    assert keys_of(kr, "dave") == before
+    assert kr.kadmin_local("getprinc dave") == dump_before
+    _, st, _ = kr.admin("status", expected_code=1)
+    assert f"server 2 ({addr2}): ERROR" in st, st
+    # Only the krbtgt key on the two live servers: no orphan.
+    assert server_key_counts(st) == {0: 1, 1: 1}, st
+
+
+def test_unknown_principal_and_no_aes_key(kr):
+    rc, out, err = kr.admin("share", "--from-existing", "nosuch", expected_code=1)
+    assert "principal nosuch@KMPC.TEST does not exist in the KDB" in err, err
+    rc, out, err = kr.admin("share", "--password-stdin", "nosuch", input="x\n",
+                            expected_code=1)
+    assert "does not exist in the KDB" in err, err
+    kr.kadmin_local("addprinc -nokey erin")
+    rc, out, err = kr.admin("share", "--from-existing", "erin", expected_code=1)
+    assert "erin@KMPC.TEST has no AES key to migrate" in err, err
+    rc, out, err = kr.admin("share", "--from-existing", f"K/M@{REALM}", expected_code=1)
+    assert "cannot be shared" in err, err
+    # One bad name among good ones: the others are still shared.
+    kr.addprinc("frank")
+    rc, out, err = kr.admin("share", "--from-existing", "nosuch", "frank",
+                            expected_code=1)
+    assert "[2/2] frank: shared" in out, out
+    assert "1 shared, 0 already shared, 1 failed" in out, out
+    _, st, _ = kr.admin("status")
+    assert "keys: 1 on all three servers" in st, st
+
+
+def test_wrong_certificate(kr, tmp_path):
+    certs = kr.cluster.certs
+    # The KDC's certificate is valid, but not for the Admin service.
+    rc, out, err = kr.admin(f"--cert={certs}/kdc.pem", f"--key={certs}/kdc.key",
+                            "status", expected_code=1)
+    assert re.search(r"server 0 \(127\.0\.0\.1:\d+\) refused our certificate for the "
+                     r"Admin service \(client 'kmpc-kdc' may not call Admin\)", out), out
+    kr.addprinc("gina")
+    rc, out, err = kr.admin(f"--cert={certs}/kdc.pem", f"--key={certs}/kdc.key",
+                            "share", "--from-existing", "gina", expected_code=1)
+    assert "refused our certificate" in err and "nothing was shared" in err, err
+    assert keys_of(kr, "gina")[0][0] == "1"
+    # Another CN signed by the CA: refused the same way.
+    rc, out, err = kr.admin(f"--cert={certs}/kmpc-rogue.pem",
+                            f"--key={certs}/kmpc-rogue.key", "status", expected_code=1)
+    assert "client 'kmpc-rogue' may not call Admin" in out, out
+    # A certificate from another CA: the TLS handshake fails.
+    other = str(tmp_path / "other-ca")
+    subprocess.run(["bash", os.path.join(kmpc_cluster.HERE, "gen-certs.sh"), other],
+                   check=True, capture_output=True, timeout=120)
+    rc, out, err = kr.admin(f"--cert={other}/admin.pem", f"--key={other}/admin.key",
+                            "share", "--from-existing", "gina", expected_code=1)
+    assert re.search(r"server \d \(127\.0\.0\.1:\d+\)", err), err
+    assert keys_of(kr, "gina")[0][0] == "1"
+    _, st, _ = kr.admin("status")
+    assert "keys: 0 on all three servers" in st, st
+
+
+def test_status(kr):
+    _, out, _ = kr.admin("status")
+    lines = out.strip().splitlines()
+    for i in range(3):
+        assert re.match(rf"server {i} \(127\.0\.0\.1:\d+\): ok, party {i}, ring up, "
+                        r"2 workers, 0 keys, batches ok \d+ failed \d+$", lines[i]), out
+    assert lines[-1] == "status: OK", out
+    kr.addprinc("hank")
+    kr.admin("share", "--from-existing", "hank")
+    _, out, _ = kr.admin("status", "--kdb")
+    assert re.search(r"kdb: realm KMPC.TEST, \d+ principals, 1 with key handles, "
+                     r"0 handles without shares", out), out
+    kr.cluster.stop_party(1)
+    rc, out, _ = kr.admin("--timeout-ms=3000", "status", "--kdb", expected_code=1)
+    assert re.search(r"server 1 \(127\.0\.0\.1:\d+\): ERROR server 1 .* is unreachable",
+                     out), out
+    assert "keys: cannot compare" in out and "status: PROBLEMS" in out, out
+
+
+def test_usage_and_config_errors(kr, tmp_path):
+    rc, _, err = kr.admin("share", "alice", expected_code=2)
+    assert "exactly one of --password-stdin and --from-existing" in err
+    bad = tmp_path / "bad.conf"
+    bad.write_text("servers = a:1,b:2\n")
+    rc, _, err = kr.admin(f"--config={bad}", "status", expected_code=1)
+    assert "servers needs three" in err, err
+    bad.write_text("colour = blue\n")
+    rc, _, err = kr.admin(f"--config={bad}", "status", expected_code=1)
+    assert "unknown setting" in err, err
+
+
+# ---- through the KDC ----------------------------------------------------
+
+def _etypes(realm):
+    out = realm.run(["klist", "-e"])
+    return re.findall(r"Etype \(skey, tkt\): (\S+), (\S+)", out), out
+
+
+@pytest.mark.parametrize("module", ["test", "real"])
+def test_kinit_kvno_with_shared_keys(kmpc_factory, module):
+    if module == "real" and kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so",
+                                                    required=False) is None:
+        pytest.skip("the real kdcmpc module (kdc-plugin/libkmpc_kdc.so) is not built")
+    r = kmpc_factory(module=module)
+    pw = "pw-" + secrets.token_hex(8)
+    r.setup_krbtgt()
+    r.setup_warmup()
+    r.add_service()
+    r.add_users({"alice": pw}, n_random=3)
+    r.start()
+    for p in ("alice", "user0", r.tgs):
+        assert [k[1] for k in keys_of(r, p)] == ["aes256-ctr-mpc"], p
+    r.kinit("alice", pw)
+    etypes, out = _etypes(r)
+    assert etypes == [("aes256-cts-hmac-sha1-96", "aes256-ctr-mpc")], out
+    out = r.run(["kvno", kmpc_cluster.SERVICE])
+    assert "kvno = 1" in out, out
+    etypes, out = _etypes(r)
+    assert ("aes256-cts-hmac-sha1-96", "aes256-cts-hmac-sha1-96") in etypes, out
+    # A random-key user migrated with --from-existing, from its keytab.
+    r.run(["kinit", "-k", "-t", r.users_keytab, "user2"])
+    r.run(["kvno", kmpc_cluster.SERVICE])
+    # A wrong password still fails.
+    r.kinit("alice", "wrong", expected_code=1, expected_msg="Password incorrect")
+    assert r.kdc_alive() and r.cluster.alive()
+    if module == "real":
+        _, st, _ = r.admin("status")
+        oks = [int(x) for x in re.findall(r"batches ok (\d+)", st)]
+        assert len(oks) == 3 and all(n > 0 for n in oks), st

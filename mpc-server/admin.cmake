@@ -1,0 +1,31 @@
+# kmpc-admin (admin/): shares principals' long-term keys into the MPC cluster
+# and replaces them in the KDB by key handles.  Runs on the KDC host like
+# kadmin.local: it links the patched krb5 of the private prefix (kadm5 server
+# API, libkdb5, libk5crypto for string-to-key) with a RUNPATH to it, never
+# the system's krb5, plus the core's dealer (kmpc_core) and the gRPC stubs.
+if(TARGET kmpc_core AND TARGET kmpc_proto)
+  set(KMPC_ADMIN_KRB5_LIBDIR "${KRB5_PREFIX}/lib")
+  add_executable(kmpc-admin
+    ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cluster.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
+  target_include_directories(kmpc-admin PRIVATE
+    "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
+  target_compile_options(kmpc-admin PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_link_libraries(kmpc-admin PRIVATE
+    kmpc_core kmpc_proto absl::strings absl::str_format absl::status
+    absl::statusor OpenSSL::Crypto
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkadm5srv_mit.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libk5crypto.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5support.so")
+  set_target_properties(kmpc-admin PROPERTIES
+    BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
+    INSTALL_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
+    SKIP_BUILD_RPATH OFF LINK_FLAGS "-Wl,--enable-new-dtags")
+else()
+  message(STATUS "mpc-server: kmpc_core or kmpc_proto missing; no kmpc-admin")
+endif()

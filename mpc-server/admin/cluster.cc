@@ -1,0 +1,202 @@
+#include "admin/cluster.h"
+
+#include <openssl/crypto.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace kmpc::admin {
+namespace pb = kmpc::v1;
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream f(path);
+  if (!f)
+    return absl::NotFoundError(absl::StrCat("cannot read the ", what, " ", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs f(i) for the three servers in parallel.
+template <typename F>
+auto OnAll(F f) -> std::array<decltype(f(0)), 3> {
+  std::array<std::future<decltype(f(0))>, 3> fs;
+  for (int i = 0; i < 3; ++i) fs[i] = std::async(std::launch::async, f, i);
+  return {fs[0].get(), fs[1].get(), fs[2].get()};
+}
+
+void Wipe(std::string* s) { OPENSSL_cleanse(s->data(), s->size()); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AdminCluster>> AdminCluster::Connect(const Config& cfg) {
+  if (absl::Status st = CheckClusterConfig(cfg); !st.ok()) return st;
+  auto ca = ReadPem(cfg.ca, "CA certificate");
+  if (!ca.ok()) return ca.status();
+  auto cert = ReadPem(cfg.cert, "client certificate");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem(cfg.key, "client private key");
+  if (!key.ok()) return key.status();
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = *ca;
+  o.pem_cert_chain = *cert;
+  o.pem_private_key = *key;
+  Wipe(&*key);
+  auto creds = grpc::SslCredentials(o);
+  Wipe(&o.pem_private_key);
+  std::unique_ptr<AdminCluster> c(new AdminCluster());
+  c->cfg_ = cfg;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  for (int i = 0; i < 3; ++i) {
+    c->channels_[i] = grpc::CreateCustomChannel(cfg.servers[i], creds, args);
+    c->stubs_[i] = pb::Admin::NewStub(c->channels_[i]);
+  }
+  return c;
+}
+
+std::string AdminCluster::Describe(int party) const {
+  return absl::StrCat("server ", party, " (", cfg_.servers[party], ")");
+}
+
+void AdminCluster::SetDeadline(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(cfg_.timeout_ms));
+}
+
+absl::Status AdminCluster::RpcError(int party, const char* what,
+                                    const grpc::Status& st) const {
+  const std::string who = Describe(party);
+  const std::string& msg = st.error_message();
+  switch (st.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      // gRPC reports a failed TLS handshake as UNAVAILABLE too; the usual
+      // cause is a client certificate not issued by the cluster's CA (or a
+      // server certificate not issued by ours).
+      if (absl::StrContains(msg, "andshake") || absl::StrContains(msg, "SSL") ||
+          absl::StrContains(msg, "ertificate") || absl::StrContains(msg, "TLS"))
+        return absl::UnauthenticatedError(absl::StrCat(
+            who, " refused the TLS connection (is the client certificate issued "
+                 "by the cluster's CA, and --ca the cluster's CA?): ", msg));
+      return absl::UnavailableError(
+          absl::StrCat(who, " is unreachable: ", msg));
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return absl::DeadlineExceededError(absl::StrCat(
+          who, " did not answer ", what, " within ", cfg_.timeout_ms, " ms"));
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return absl::PermissionDeniedError(absl::StrCat(
+          who, " refused our certificate for the Admin service (",
+          msg, "); use the admin client certificate"));
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return absl::UnauthenticatedError(absl::StrCat(
+          who, " did not accept our client certificate: ", msg));
+    default:
+      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                          absl::StrCat(who, ": ", what, " failed: ", msg));
+  }
+}
+
+std::array<absl::StatusOr<pb::HealthResponse>, 3> AdminCluster::Health() {
+  return OnAll([&](int i) -> absl::StatusOr<pb::HealthResponse> {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::HealthResponse r;
+    grpc::Status st = stubs_[i]->Health(&ctx, pb::HealthRequest(), &r);
+    if (!st.ok()) return RpcError(i, "Health", st);
+    return r;
+  });
+}
+
+std::array<absl::StatusOr<std::vector<pb::KeyInfo>>, 3> AdminCluster::ListKeys() {
+  return OnAll([&](int i) -> absl::StatusOr<std::vector<pb::KeyInfo>> {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::ListKeysResponse r;
+    grpc::Status st = stubs_[i]->ListKeys(&ctx, pb::ListKeysRequest(), &r);
+    if (!st.ok()) return RpcError(i, "ListKeys", st);
+    return std::vector<pb::KeyInfo>(r.keys().begin(), r.keys().end());
+  });
+}
+
+absl::Status AdminCluster::CheckReachable() {
+  auto h = Health();
+  for (int i = 0; i < 3; ++i)
+    if (!h[i].ok()) return h[i].status();
+  for (int i = 0; i < 3; ++i)
+    if (h[i]->party() != static_cast<uint32_t>(i))
+      return absl::FailedPreconditionError(absl::StrCat(
+          Describe(i), " says it is party ", h[i]->party(),
+          ": list the servers in party order (0, 1, 2)"));
+  return absl::OkStatus();
+}
+
+absl::Status AdminCluster::PutKey(engine::Cipher cipher, absl::Span<const uint8_t> key,
+                                  const std::string& key_id, uint32_t kvno,
+                                  const std::string& label) {
+  if (key_id.size() != kKeyIdLen) return absl::InvalidArgumentError("bad key id length");
+  auto views = engine::DealKey(cipher, key);
+  if (!views.ok())
+    return absl::InternalError(absl::StrCat("dealer: ", views.status().message()));
+  std::array<pb::PutKeyRequest, 3> reqs;
+  for (int i = 0; i < 3; ++i) {
+    pb::KeyInfo* info = reqs[i].mutable_info();
+    info->set_key_id(key_id);
+    info->set_cipher(cipher == engine::Cipher::kAes128 ? pb::CIPHER_AES128
+                                                       : pb::CIPHER_AES256);
+    info->set_kvno(kvno);
+    info->set_label(label);
+    reqs[i].set_party(i);
+    std::vector<uint8_t> ser = (*views)[i].Serialize();
+    reqs[i].set_shares(ser.data(), ser.size());
+    OPENSSL_cleanse(ser.data(), ser.size());
+    reqs[i].set_replace(false);
+  }
+  // The three views die (and are wiped) here; only the requests hold shares.
+  views = absl::InternalError("wiped");
+  auto st = OnAll([&](int i) -> grpc::Status {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::PutKeyResponse r;
+    return stubs_[i]->PutKey(&ctx, reqs[i], &r);
+  });
+  for (auto& r : reqs) Wipe(r.mutable_shares());
+  int failed = -1;
+  for (int i = 0; i < 3 && failed < 0; ++i)
+    if (!st[i].ok()) failed = i;
+  if (failed < 0) return absl::OkStatus();
+  absl::Status err = RpcError(failed, "PutKey", st[failed]);
+  // All-or-nothing: take the new key id off every server. A server whose
+  // PutKey timed out may have stored it all the same, so every server is
+  // asked; NOT_FOUND is the expected answer from those that failed.
+  absl::Status undo = DeleteKey(key_id);
+  if (!undo.ok())
+    return absl::Status(err.code(),
+                        absl::StrCat(err.message(), "; and removing the key id "
+                                     "from the other servers failed: ",
+                                     undo.message(), " (run kmpc-admin status)"));
+  return err;
+}
+
+absl::Status AdminCluster::DeleteKey(const std::string& key_id) {
+  auto st = OnAll([&](int i) -> grpc::Status {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::DeleteKeyRequest d;
+    d.set_key_id(key_id);
+    pb::DeleteKeyResponse r;
+    return stubs_[i]->DeleteKey(&ctx, d, &r);
+  });
+  for (int i = 0; i < 3; ++i)
+    if (!st[i].ok() && st[i].error_code() != grpc::StatusCode::NOT_FOUND)
+      return RpcError(i, "DeleteKey", st[i]);
+  return absl::OkStatus();
+}
+
+}  // namespace kmpc::admin

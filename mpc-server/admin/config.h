@@ -1,0 +1,49 @@
+// kmpc-admin configuration: where the three MPC servers are and which
+// certificate the tool presents to them.  Flags override the config file.
+//
+// Config file (KMPC_ADMIN_CONFIG, else /etc/kmpc/admin.conf if present, or
+// --config=PATH): "name = value" lines, '#' comments:
+//   servers    = HOST:PORT,HOST:PORT,HOST:PORT   parties 0, 1, 2 in ring order
+//   ca         = PATH   CA certificate the servers' certificates chain to
+//   cert       = PATH   this tool's client certificate (CN kmpc-admin)
+//   key        = PATH   its private key
+//   realm      = REALM  (default: the default realm of KRB5_CONFIG)
+//   timeout_ms = N      deadline of each RPC (default 10000)
+// The KDB itself is found as kadmin.local finds it: KRB5_CONFIG and
+// KRB5_KDC_PROFILE.
+#ifndef KMPC_ADMIN_CONFIG_H_
+#define KMPC_ADMIN_CONFIG_H_
+
+#include <array>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kmpc::admin {
+
+struct Config {
+  std::array<std::string, 3> servers;
+  std::string ca;
+  std::string cert;
+  std::string key;
+  std::string realm;
+  int timeout_ms = 10000;
+};
+
+// Reads a config file into name -> value pairs (strict: unknown names,
+// lines without '=' and duplicates are errors, with the line number).
+absl::StatusOr<std::map<std::string, std::string>> ReadConfigFile(
+    const std::string& path);
+
+// Applies name -> value pairs (from the file or from flags) to cfg.
+absl::Status ApplySettings(const std::map<std::string, std::string>& settings,
+                           Config* cfg);
+
+// Checks that the cluster part of cfg is complete.
+absl::Status CheckClusterConfig(const Config& cfg);
+
+}  // namespace kmpc::admin
+
+#endif  // KMPC_ADMIN_CONFIG_H_

@@ -1,0 +1,280 @@
+#include "admin/kdb.h"
+
+#include <openssl/crypto.h>
+
+#include <cstring>
+
+#include <com_err.h>
+#include <kadm5/admin.h>
+#include <krb5/krb5.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace kmpc::admin {
+namespace {
+
+constexpr char kHandleMagic[] = "kmpc-key";
+constexpr size_t kHandleMagicLen = 8;
+constexpr size_t kKeyIdBytes = 32;
+constexpr size_t kHandleLen = kHandleMagicLen + kKeyIdBytes;
+
+krb5_context Ctx(void* p) { return static_cast<krb5_context>(p); }
+
+bool IsHandle(const krb5_keyblock& k) {
+  return k.length == kHandleLen &&
+         std::memcmp(k.contents, kHandleMagic, kHandleMagicLen) == 0;
+}
+
+// Frees kadm5 key data (krb5_free_keyblock_contents wipes the keys).
+struct KeyDataList {
+  krb5_context ctx = nullptr;
+  kadm5_key_data* kd = nullptr;
+  int n = 0;
+  ~KeyDataList() {
+    if (kd != nullptr) kadm5_free_kadm5_key_data(ctx, n, kd);
+  }
+};
+
+struct Principal {
+  krb5_context ctx;
+  krb5_principal p = nullptr;
+  ~Principal() {
+    if (p != nullptr) krb5_free_principal(ctx, p);
+  }
+};
+
+int Preference(int32_t enctype) {
+  switch (enctype) {
+    case kEnctypeAes256Mpc: return 4;
+    case kEnctypeAes256Cts: return 3;
+    case kEnctypeAes128Mpc: return 2;
+    case kEnctypeAes128Cts: return 1;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+SecretBytes& SecretBytes::operator=(SecretBytes&& o) noexcept {
+  Wipe();
+  v_ = std::move(o.v_);
+  return *this;
+}
+
+void SecretBytes::Wipe() {
+  if (!v_.empty()) OPENSSL_cleanse(v_.data(), v_.size());
+  v_.clear();
+}
+
+const char* EnctypeName(int32_t enctype) {
+  switch (enctype) {
+    case kEnctypeAes128Mpc: return "aes128-ctr-mpc";
+    case kEnctypeAes256Mpc: return "aes256-ctr-mpc";
+    case kEnctypeAes128Cts: return "aes128-cts-hmac-sha1-96";
+    case kEnctypeAes256Cts: return "aes256-cts-hmac-sha1-96";
+    default: return "(another enctype)";
+  }
+}
+
+int32_t MpcEnctypeFor(int32_t enctype) {
+  switch (enctype) {
+    case kEnctypeAes128Mpc:
+    case kEnctypeAes128Cts: return kEnctypeAes128Mpc;
+    case kEnctypeAes256Mpc:
+    case kEnctypeAes256Cts: return kEnctypeAes256Mpc;
+    default: return 0;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Kdb>> Kdb::Open(const std::string& realm) {
+  std::unique_ptr<Kdb> db(new Kdb());
+  krb5_context ctx = nullptr;
+  krb5_error_code ret = kadm5_init_krb5_context(&ctx);
+  if (ret)
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot initialize krb5 (KRB5_CONFIG, KRB5_KDC_PROFILE): ",
+                     error_message(ret)));
+  db->context_ = ctx;
+  kadm5_config_params params;
+  std::memset(&params, 0, sizeof(params));
+  std::string r = realm;
+  if (!r.empty()) {
+    params.mask |= KADM5_CONFIG_REALM;
+    params.realm = r.data();
+    ret = krb5_set_default_realm(ctx, r.c_str());
+    if (ret) return db->Error(ret, "setting the realm");
+  } else {
+    char* def = nullptr;
+    ret = krb5_get_default_realm(ctx, &def);
+    if (ret) return db->Error(ret, "finding the default realm");
+    r = def;
+    krb5_free_default_realm(ctx, def);
+  }
+  db->realm_ = r;
+  std::string client = "kmpc-admin/admin@" + r;
+  ret = kadm5_init_with_password(ctx, client.data(), nullptr,
+                                 const_cast<char*>(KADM5_ADMIN_SERVICE), &params,
+                                 KADM5_STRUCT_VERSION, KADM5_API_VERSION_4,
+                                 nullptr, &db->handle_);
+  if (ret) return db->Error(ret, "opening the KDB of realm " + r);
+  return db;
+}
+
+Kdb::~Kdb() {
+  if (handle_ != nullptr) kadm5_destroy(handle_);
+  if (context_ != nullptr) krb5_free_context(Ctx(context_));
+}
+
+absl::Status Kdb::Error(long ret, const std::string& what) {
+  const char* m = krb5_get_error_message(Ctx(context_), ret);
+  std::string msg = absl::StrCat(what, ": ", m);
+  krb5_free_error_message(Ctx(context_), m);
+  if (ret == KADM5_UNK_PRINC) return absl::NotFoundError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::StatusOr<PrincipalInfo> Kdb::Lookup(const std::string& name) {
+  krb5_context ctx = Ctx(context_);
+  Principal p{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
+  if (ret) return Error(ret, "parsing principal name " + name);
+  char* canon = nullptr;
+  ret = krb5_unparse_name(ctx, p.p, &canon);
+  if (ret) return Error(ret, "unparsing " + name);
+  PrincipalInfo info;
+  info.name = canon;
+  krb5_free_unparsed_name(ctx, canon);
+  KeyDataList kd{ctx};
+  ret = kadm5_get_principal_keys(handle_, p.p, 0, &kd.kd, &kd.n);
+  if (ret == KADM5_UNK_PRINC)
+    return absl::NotFoundError(
+        absl::StrCat("principal ", info.name, " does not exist in the KDB"));
+  if (ret) return Error(ret, "reading the keys of " + info.name);
+  for (int i = 0; i < kd.n; ++i) {
+    const kadm5_key_data& k = kd.kd[i];
+    KeyEntry e;
+    e.enctype = k.key.enctype;
+    e.kvno = k.kvno;
+    e.is_handle = IsHandle(k.key);
+    if (e.is_handle)
+      e.key_id.assign(reinterpret_cast<const char*>(k.key.contents) + kHandleMagicLen,
+                      kKeyIdBytes);
+    e.salt_type = static_cast<int16_t>(k.salt.type);
+    if (k.salt.data.length > 0)
+      e.salt.assign(k.salt.data.data, k.salt.data.length);
+    if (e.kvno > info.kvno) info.kvno = e.kvno;
+    info.keys.push_back(std::move(e));
+  }
+  return info;
+}
+
+absl::StatusOr<ExistingKey> Kdb::ExportAesKey(const std::string& name) {
+  krb5_context ctx = Ctx(context_);
+  Principal p{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
+  if (ret) return Error(ret, "parsing principal name " + name);
+  KeyDataList kd{ctx};
+  ret = kadm5_get_principal_keys(handle_, p.p, 0, &kd.kd, &kd.n);
+  if (ret == KADM5_UNK_PRINC)
+    return absl::NotFoundError(
+        absl::StrCat("principal ", name, " does not exist in the KDB"));
+  if (ret) return Error(ret, "reading the keys of " + name);
+  uint32_t kvno = 0;
+  for (int i = 0; i < kd.n; ++i)
+    if (kd.kd[i].kvno > kvno) kvno = kd.kd[i].kvno;
+  const kadm5_key_data* best = nullptr;
+  for (int i = 0; i < kd.n; ++i) {
+    const kadm5_key_data& k = kd.kd[i];
+    if (k.kvno != kvno) continue;
+    if (IsHandle(k.key))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "principal ", name, " is already shared (its key is an MPC key handle)"));
+    if (Preference(k.key.enctype) == 0) continue;
+    if (best == nullptr || Preference(k.key.enctype) > Preference(best->key.enctype))
+      best = &k;
+  }
+  if (best == nullptr)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "principal ", name, " has no AES key to migrate (needs an "
+        "aes256/aes128-cts-hmac-sha1-96 or aes*-ctr-mpc key at its current kvno ",
+        kvno, "); share it from a password instead"));
+  size_t want = (MpcEnctypeFor(best->key.enctype) == kEnctypeAes256Mpc) ? 32 : 16;
+  if (best->key.length != want)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "principal ", name, ": its ", EnctypeName(best->key.enctype),
+        " key has a wrong length"));
+  ExistingKey out;
+  out.entry.enctype = best->key.enctype;
+  out.entry.kvno = best->kvno;
+  out.entry.salt_type = static_cast<int16_t>(best->salt.type);
+  if (best->salt.data.length > 0)
+    out.entry.salt.assign(best->salt.data.data, best->salt.data.length);
+  out.key = SecretBytes(best->key.length);
+  std::memcpy(out.key.data(), best->key.contents, best->key.length);
+  return out;
+}
+
+absl::StatusOr<SecretBytes> Kdb::StringToKey(const std::string& name, int32_t enctype,
+                                             const std::string& password) {
+  krb5_context ctx = Ctx(context_);
+  Principal p{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
+  if (ret) return Error(ret, "parsing principal name " + name);
+  krb5_data salt = {};
+  ret = krb5_principal2salt(ctx, p.p, &salt);
+  if (ret) return Error(ret, "making the salt of " + name);
+  krb5_data pw;
+  pw.magic = KV5M_DATA;
+  pw.data = const_cast<char*>(password.data());
+  pw.length = password.size();
+  krb5_keyblock kb = {};
+  ret = krb5_c_string_to_key(ctx, enctype, &pw, &salt, &kb);
+  krb5_free_data_contents(ctx, &salt);
+  if (ret) return Error(ret, "deriving the key of " + name);
+  SecretBytes key(kb.length);
+  std::memcpy(key.data(), kb.contents, kb.length);
+  krb5_free_keyblock_contents(ctx, &kb);  // wipes
+  return key;
+}
+
+absl::Status Kdb::SetHandle(const std::string& name, int32_t enctype,
+                            const std::string& key_id, uint32_t kvno,
+                            int16_t salt_type, const std::string& salt) {
+  krb5_context ctx = Ctx(context_);
+  if (key_id.size() != kKeyIdBytes) return absl::InvalidArgumentError("bad key id");
+  Principal p{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
+  if (ret) return Error(ret, "parsing principal name " + name);
+  unsigned char contents[kHandleLen];
+  std::memcpy(contents, kHandleMagic, kHandleMagicLen);
+  std::memcpy(contents + kHandleMagicLen, key_id.data(), kKeyIdBytes);
+  std::string salt_copy = salt;
+  kadm5_key_data kd;
+  std::memset(&kd, 0, sizeof(kd));
+  kd.kvno = kvno;  // 0: the next kvno (kadm5_setkey_principal_4)
+  kd.key.magic = KV5M_KEYBLOCK;
+  kd.key.enctype = enctype;
+  kd.key.length = kHandleLen;
+  kd.key.contents = contents;
+  kd.salt.type = salt_type;
+  kd.salt.data.magic = KV5M_DATA;
+  kd.salt.data.length = salt_copy.size();
+  kd.salt.data.data = salt_copy.empty() ? nullptr : salt_copy.data();
+  // keepold = FALSE: the handle replaces every other key of the principal.
+  ret = kadm5_setkey_principal_4(handle_, p.p, FALSE, &kd, 1);
+  if (ret) return Error(ret, "writing the key handle of " + name);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Kdb::ListPrincipals() {
+  char** names = nullptr;
+  int n = 0;
+  krb5_error_code ret =
+      kadm5_get_principals(handle_, const_cast<char*>("*"), &names, &n);
+  if (ret) return Error(ret, "listing principals");
+  std::vector<std::string> out(names, names + n);
+  kadm5_free_name_list(handle_, names, n);
+  return out;
+}
+
+}  // namespace kmpc::admin

@@ -1,0 +1,114 @@
+// The KDB side of kmpc-admin: the kadm5 server API of the patched krb5, as
+// kadmin.local uses it (run on the KDC host; KRB5_CONFIG and
+// KRB5_KDC_PROFILE select the realm). Absorbs kdc-plugin/tools/
+// kmpc_kdb_handle.c: reading a principal's key for migration and writing
+// the 40-byte handle ("kmpc-key" || key id, enctype.md) in its place.
+#ifndef KMPC_ADMIN_KDB_H_
+#define KMPC_ADMIN_KDB_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kmpc::admin {
+
+// Key bytes that wipe themselves.
+class SecretBytes {
+ public:
+  SecretBytes() = default;
+  explicit SecretBytes(size_t n) : v_(n) {}
+  SecretBytes(const SecretBytes&) = delete;
+  SecretBytes& operator=(const SecretBytes&) = delete;
+  SecretBytes(SecretBytes&& o) noexcept : v_(std::move(o.v_)) {}
+  SecretBytes& operator=(SecretBytes&& o) noexcept;
+  ~SecretBytes() { Wipe(); }
+  void Wipe();
+  uint8_t* data() { return v_.data(); }
+  const uint8_t* data() const { return v_.data(); }
+  size_t size() const { return v_.size(); }
+
+ private:
+  std::vector<uint8_t> v_;
+};
+
+inline constexpr int32_t kEnctypeAes128Mpc = -29001;
+inline constexpr int32_t kEnctypeAes256Mpc = -29002;
+inline constexpr int32_t kEnctypeAes128Cts = 17;
+inline constexpr int32_t kEnctypeAes256Cts = 18;
+
+// One key_data entry, without its contents.
+struct KeyEntry {
+  int32_t enctype = 0;
+  uint32_t kvno = 0;
+  bool is_handle = false;
+  std::string key_id;  // handles only: the 32-byte key id
+  int16_t salt_type = 0;
+  std::string salt;    // salt data (public)
+};
+
+struct PrincipalInfo {
+  std::string name;  // canonical, with realm
+  uint32_t kvno = 0;  // highest kvno
+  std::vector<KeyEntry> keys;
+};
+
+// The key --from-existing moves into the cluster.
+struct ExistingKey {
+  KeyEntry entry;  // the source key (enctype, kvno, salt)
+  SecretBytes key;
+};
+
+class Kdb {
+ public:
+  // realm empty: the default realm of the profile.
+  static absl::StatusOr<std::unique_ptr<Kdb>> Open(const std::string& realm);
+  ~Kdb();
+  Kdb(const Kdb&) = delete;
+  Kdb& operator=(const Kdb&) = delete;
+
+  const std::string& realm() const { return realm_; }
+
+  // NOT_FOUND "principal ... does not exist" for an unknown principal.
+  absl::StatusOr<PrincipalInfo> Lookup(const std::string& name);
+
+  // The principal's current AES key (highest kvno; aes256 before aes128,
+  // aes*-ctr-mpc before aes*-cts-hmac-sha1-96, whose key derivation and
+  // bytes are identical). FAILED_PRECONDITION when it has none, or when its
+  // current key is already a handle.
+  absl::StatusOr<ExistingKey> ExportAesKey(const std::string& name);
+
+  // RFC 3962 string-to-key of the MPC enctype with the principal's normal
+  // salt, exactly as kadmin's cpw would derive it.
+  absl::StatusOr<SecretBytes> StringToKey(const std::string& name, int32_t enctype,
+                                          const std::string& password);
+
+  // Replaces every key of the principal with one handle key of `enctype`
+  // at `kvno` (0: the next kvno), with the given salt (what clients get in
+  // ETYPE-INFO2, so they derive the key that was shared).
+  absl::Status SetHandle(const std::string& name, int32_t enctype,
+                         const std::string& key_id, uint32_t kvno,
+                         int16_t salt_type, const std::string& salt);
+
+  // Every principal name in the realm.
+  absl::StatusOr<std::vector<std::string>> ListPrincipals();
+
+ private:
+  Kdb() = default;
+  absl::Status Error(long ret, const std::string& what);
+
+  void* context_ = nullptr;  // krb5_context
+  void* handle_ = nullptr;   // kadm5 server handle
+  std::string realm_;
+};
+
+const char* EnctypeName(int32_t enctype);
+// The MPC enctype holding the same key as `enctype` (0 if none).
+int32_t MpcEnctypeFor(int32_t enctype);
+
+}  // namespace kmpc::admin
+
+#endif  // KMPC_ADMIN_KDB_H_

@@ -1,0 +1,445 @@
+// kmpc-admin: moves principals' long-term keys into the MPC cluster.
+//
+//   kmpc-admin [OPTIONS] share (--password-stdin | --from-existing)
+//              [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] PRINC...
+//   kmpc-admin [OPTIONS] status [--kdb]
+//
+// share: for each principal, get its key (derived from a password read from
+//   stdin, one line per principal, with the principal's normal salt as
+//   kadmin does; or, with --from-existing, its current AES key read from the
+//   KDB, so nobody has to change a password), deal it into replicated
+//   2-of-3 XOR shares (core dealer: round keys expanded, H and its powers),
+//   store party i's view on server i (all-or-nothing), then replace all of
+//   the principal's key data in the KDB with one key handle of the MPC
+//   enctype ("kmpc-key" || key id). The key is wiped after use; nothing
+//   secret is printed.
+//
+//   kvno: a new key (password) takes the next kvno. A migrated key keeps its
+//   kvno when it already was of the MPC enctype (same bytes, same enctype:
+//   tickets issued under it, e.g. TGTs under the krbtgt key, stay valid and
+//   are now decrypted by the cluster); a migrated aes*-cts key takes the
+//   next kvno, because tickets issued under it are aes-cts tickets that
+//   nothing can decrypt any more (clean "wrong kvno" errors, and the
+//   clients get new tickets).
+//
+// status: each server's health and whether every key id is on all three;
+//   with --kdb (on the KDC host) also whether every handle in the KDB has
+//   its shares on all three servers. Exit 0 only when all is well.
+//
+// OPTIONS (or the config file, see config.h):
+//   --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM
+//   -r REALM | --realm=REALM   --timeout-ms=N   -q | --quiet
+//
+// Exit codes: 0 success, 1 failure (the message says which server or which
+// principal), 2 usage.
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "admin/cluster.h"
+#include "admin/config.h"
+#include "admin/kdb.h"
+
+namespace kmpc::admin {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: kmpc-admin [OPTIONS] share (--password-stdin | --from-existing)\n"
+    "                  [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] PRINC...\n"
+    "       kmpc-admin [OPTIONS] status [--kdb]\n"
+    "OPTIONS: --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM\n"
+    "         -r REALM | --realm=REALM  --timeout-ms=N  -q | --quiet\n";
+
+[[noreturn]] void Usage(const std::string& msg = "") {
+  if (!msg.empty()) std::fprintf(stderr, "kmpc-admin: %s\n", msg.c_str());
+  std::fputs(kUsage, stderr);
+  std::exit(2);
+}
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "kmpc-admin: %s\n", std::string(st.message()).c_str());
+  return 1;
+}
+
+struct Args {
+  std::string command;
+  std::vector<std::string> principals;
+  std::map<std::string, std::string> settings;  // from flags, override the file
+  std::string config;
+  bool password_stdin = false;
+  bool from_existing = false;
+  bool kdb = false;
+  bool quiet = false;
+  std::string enctype = "aes256-ctr-mpc";
+};
+
+Args ParseArgs(int argc, char** argv) {
+  static const std::set<std::string> kValued = {
+      "config", "servers", "ca", "cert", "key", "realm", "timeout-ms", "enctype"};
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "-h" || s == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (s == "-r") {
+      if (++i >= argc) Usage("-r needs a realm");
+      a.settings["realm"] = argv[i];
+      continue;
+    }
+    if (s == "-q" || s == "--quiet") {
+      a.quiet = true;
+      continue;
+    }
+    if (absl::StartsWith(s, "--")) {
+      std::string name = s.substr(2), value;
+      bool has_value = false;
+      if (size_t eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+      if (kValued.count(name)) {
+        if (!has_value) {
+          if (++i >= argc) Usage("--" + name + " needs a value");
+          value = argv[i];
+        }
+        if (name == "config") a.config = value;
+        else if (name == "enctype") a.enctype = value;
+        else if (name == "timeout-ms") a.settings["timeout_ms"] = value;
+        else a.settings[name] = value;
+        continue;
+      }
+      if (has_value) Usage("--" + name + " takes no value");
+      if (name == "password-stdin") a.password_stdin = true;
+      else if (name == "from-existing") a.from_existing = true;
+      else if (name == "kdb") a.kdb = true;
+      else Usage("unknown option " + s);
+      continue;
+    }
+    if (a.command.empty()) a.command = s;
+    else a.principals.push_back(s);
+  }
+  if (a.command.empty()) Usage();
+  return a;
+}
+
+absl::StatusOr<Config> LoadConfig(const Args& a) {
+  Config cfg;
+  std::string path = a.config;
+  if (path.empty()) {
+    if (const char* e = std::getenv("KMPC_ADMIN_CONFIG"); e != nullptr && *e) path = e;
+    else if (FILE* f = std::fopen("/etc/kmpc/admin.conf", "r")) {
+      std::fclose(f);
+      path = "/etc/kmpc/admin.conf";
+    }
+  }
+  if (!path.empty()) {
+    auto file = ReadConfigFile(path);
+    if (!file.ok()) return file.status();
+    if (absl::Status st = ApplySettings(*file, &cfg); !st.ok())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.message()));
+  }
+  if (absl::Status st = ApplySettings(a.settings, &cfg); !st.ok()) return st;
+  return cfg;
+}
+
+std::string Hex(const std::string& b) { return absl::BytesToHexString(b); }
+
+// Principals whose keys daemons need in the clear: never shared.
+bool Unshareable(const std::string& canon) {
+  return absl::StartsWith(canon, "K/M@") || absl::StartsWith(canon, "kadmin/") ||
+         absl::StartsWith(canon, "kiprop/");
+}
+
+// A cluster-wide problem (a server down, our certificate refused): sharing
+// the next principal would fail the same way, so the run stops.
+bool IsClusterError(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct ShareOutcome {
+  enum { kShared, kSkipped } what = kShared;
+  std::string detail;
+};
+
+absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
+                                      const Args& a, const std::string& name,
+                                      std::string* password) {
+  auto info = kdb.Lookup(name);
+  if (!info.ok()) return info.status();
+  const std::string& canon = info->name;
+  if (Unshareable(canon))
+    return absl::FailedPreconditionError(absl::StrCat(
+        canon, ": K/M, kadmin/* and kiprop/* keys are used by the KDC's own "
+               "daemons and cannot be shared"));
+  std::vector<std::string> old_ids;
+  bool current_is_handle = false;
+  for (const KeyEntry& e : info->keys) {
+    if (!e.is_handle) continue;
+    old_ids.push_back(e.key_id);
+    if (e.kvno == info->kvno) current_is_handle = true;
+  }
+
+  SecretBytes key;
+  int32_t enctype;
+  uint32_t kvno;
+  int16_t salt_type = 0;  // KRB5_KDB_SALTTYPE_NORMAL
+  std::string salt;
+  std::string source;
+  if (a.from_existing) {
+    if (current_is_handle)
+      return ShareOutcome{ShareOutcome::kSkipped, "already shared"};
+    auto ex = kdb.ExportAesKey(canon);
+    if (!ex.ok()) return ex.status();
+    enctype = MpcEnctypeFor(ex->entry.enctype);
+    // Same bytes and enctype: keep the kvno (outstanding tickets stay
+    // valid). From aes-cts: the next kvno (see the file comment).
+    kvno = ex->entry.enctype == enctype ? ex->entry.kvno : info->kvno + 1;
+    salt_type = ex->entry.salt_type;
+    salt = ex->entry.salt;
+    source = absl::StrCat("from its ", EnctypeName(ex->entry.enctype), " key kvno ",
+                          ex->entry.kvno);
+    key = std::move(ex->key);
+  } else {
+    enctype = a.enctype == "aes128-ctr-mpc" ? kEnctypeAes128Mpc : kEnctypeAes256Mpc;
+    auto k = kdb.StringToKey(canon, enctype, *password);
+    OPENSSL_cleanse(password->data(), password->size());
+    if (!k.ok()) return k.status();
+    key = std::move(*k);
+    kvno = info->kvno + 1;
+    source = "from a password";
+  }
+  std::string key_id(kKeyIdLen, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()), kKeyIdLen) != 1)
+    return absl::InternalError("no randomness for the key id");
+  engine::Cipher cipher =
+      enctype == kEnctypeAes128Mpc ? engine::Cipher::kAes128 : engine::Cipher::kAes256;
+  absl::Status st = cluster.PutKey(cipher, absl::MakeConstSpan(key.data(), key.size()),
+                                   key_id, kvno, canon);
+  key.Wipe();
+  if (!st.ok())
+    return absl::Status(st.code(), absl::StrCat(canon, ": not shared, the KDB is "
+                                                "unchanged: ", st.message()));
+  st = kdb.SetHandle(canon, enctype, key_id, kvno, salt_type, salt);
+  if (!st.ok()) {
+    absl::Status undo = cluster.DeleteKey(key_id);
+    return absl::Status(
+        st.code(),
+        absl::StrCat(canon, ": the KDB refused the key handle, the KDB is unchanged (",
+                     st.message(), "); ",
+                     undo.ok() ? "the shares were removed again"
+                               : absl::StrCat("removing the shares failed: ",
+                                              undo.message(), " (key id ", Hex(key_id),
+                                              ")")));
+  }
+  std::string note;
+  for (const std::string& old : old_ids) {
+    // The previous handle's shares: nothing refers to them any more.
+    absl::Status d = cluster.DeleteKey(old);
+    if (!d.ok())
+      absl::StrAppend(&note, "; warning: the old key id ", Hex(old),
+                      " could not be removed: ", d.message());
+  }
+  return ShareOutcome{
+      ShareOutcome::kShared,
+      absl::StrCat("shared ", source, " as ", EnctypeName(enctype), " kvno ", kvno,
+                   ", key id ", Hex(key_id), note)};
+}
+
+int Share(const Args& a, const Config& cfg) {
+  if (a.password_stdin == a.from_existing)
+    Usage("share needs exactly one of --password-stdin and --from-existing");
+  if (a.enctype != "aes256-ctr-mpc" && a.enctype != "aes128-ctr-mpc")
+    Usage("--enctype must be aes256-ctr-mpc or aes128-ctr-mpc");
+  if (a.from_existing && a.enctype != "aes256-ctr-mpc")
+    Usage("--enctype applies to --password-stdin (a migrated key keeps its size)");
+  if (a.principals.empty()) Usage("share needs at least one principal");
+  auto cluster = AdminCluster::Connect(cfg);
+  if (!cluster.ok()) return Fail(cluster.status());
+  auto kdb = Kdb::Open(cfg.realm);
+  if (!kdb.ok()) return Fail(kdb.status());
+  // Fail fast, before any principal, when a server is down or refuses us.
+  // (KMPC_ADMIN_NO_PRECHECK: tests only, to exercise the all-or-nothing
+  // path of a server that fails during PutKey.)
+  const char* no_pre = std::getenv("KMPC_ADMIN_NO_PRECHECK");
+  if (no_pre == nullptr || std::string(no_pre) != "1")
+    if (absl::Status st = (*cluster)->CheckReachable(); !st.ok())
+      return Fail(absl::Status(st.code(), absl::StrCat(st.message(),
+                                                       "; nothing was shared")));
+  const size_t n = a.principals.size();
+  size_t shared = 0, skipped = 0, failed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& name = a.principals[i];
+    std::string password;
+    if (a.password_stdin) {
+      if (!std::getline(std::cin, password)) {
+        std::fprintf(stderr, "kmpc-admin: %s: no password on stdin (one line per principal)\n",
+                     name.c_str());
+        ++failed;
+        break;
+      }
+      if (!password.empty() && password.back() == '\r') password.pop_back();
+      if (password.empty()) {
+        std::fprintf(stderr, "kmpc-admin: %s: empty password\n", name.c_str());
+        ++failed;
+        continue;
+      }
+    }
+    auto r = ShareOne(**kdb, **cluster, a, name, &password);
+    OPENSSL_cleanse(password.data(), password.size());
+    if (!r.ok()) {
+      ++failed;
+      std::fprintf(stderr, "kmpc-admin: [%zu/%zu] %s\n", i + 1, n,
+                   std::string(r.status().message()).c_str());
+      if (IsClusterError(r.status())) {
+        std::fprintf(stderr, "kmpc-admin: stopping: %zu shared, %zu not attempted\n",
+                     shared, n - i - 1);
+        return 1;
+      }
+      continue;
+    }
+    if (r->what == ShareOutcome::kSkipped) ++skipped;
+    else ++shared;
+    if (!a.quiet || n == 1)
+      std::printf("[%zu/%zu] %s: %s\n", i + 1, n, name.c_str(), r->detail.c_str());
+    std::fflush(stdout);
+  }
+  if (n > 1 || failed > 0 || skipped > 0)
+    std::printf("kmpc-admin: %zu shared, %zu already shared, %zu failed\n", shared,
+                skipped, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+int Status(const Args& a, const Config& cfg) {
+  auto cluster = AdminCluster::Connect(cfg);
+  if (!cluster.ok()) return Fail(cluster.status());
+  bool ok = true;
+  auto health = (*cluster)->Health();
+  auto lists = (*cluster)->ListKeys();
+  for (int i = 0; i < 3; ++i) {
+    std::string who = (*cluster)->Describe(i);
+    if (!health[i].ok()) {
+      ok = false;
+      std::printf("%s: ERROR %s\n", who.c_str(),
+                  std::string(health[i].status().message()).c_str());
+      continue;
+    }
+    const auto& h = *health[i];
+    bool good = h.ring_up() && h.party() == static_cast<uint32_t>(i);
+    ok = ok && good;
+    std::printf("%s: %s, party %u, ring %s, %u workers, %lu keys, batches ok %lu "
+                "failed %lu\n",
+                who.c_str(), good ? "ok" : "DEGRADED", h.party(),
+                h.ring_up() ? "up" : "DOWN", h.workers(),
+                static_cast<unsigned long>(h.keys()),
+                static_cast<unsigned long>(h.batches_ok()),
+                static_cast<unsigned long>(h.batches_failed()));
+    if (h.party() != static_cast<uint32_t>(i))
+      std::printf("%s: says it is party %u: list the servers in party order\n",
+                  who.c_str(), h.party());
+  }
+  // key id -> which servers hold it
+  std::map<std::string, std::array<bool, 3>> where;
+  std::map<std::string, kmpc::v1::KeyInfo> infos;
+  bool lists_ok = true;
+  for (int i = 0; i < 3; ++i) {
+    if (!lists[i].ok()) {
+      lists_ok = false;
+      if (health[i].ok())
+        std::printf("%s: ERROR %s\n", (*cluster)->Describe(i).c_str(),
+                    std::string(lists[i].status().message()).c_str());
+      continue;
+    }
+    for (const auto& k : *lists[i]) {
+      where[k.key_id()][i] = true;
+      infos.emplace(k.key_id(), k);
+    }
+  }
+  size_t complete = 0;
+  for (const auto& [id, on] : where) {
+    if (on[0] && on[1] && on[2]) {
+      ++complete;
+      continue;
+    }
+    if (!lists_ok) continue;
+    ok = false;
+    std::vector<int> missing;
+    for (int i = 0; i < 3; ++i)
+      if (!on[i]) missing.push_back(i);
+    std::printf("key %s (%s, kvno %u): MISSING on server %s\n", Hex(id).c_str(),
+                infos[id].label().c_str(), infos[id].kvno(),
+                absl::StrJoin(missing, ", ").c_str());
+  }
+  if (lists_ok)
+    std::printf("keys: %zu on all three servers, %zu incomplete\n", complete,
+                where.size() - complete);
+  else
+    std::printf("keys: cannot compare, not every server answered\n");
+  if (a.kdb) {
+    auto kdb = Kdb::Open(cfg.realm);
+    if (!kdb.ok()) return Fail(kdb.status());
+    auto names = (*kdb)->ListPrincipals();
+    if (!names.ok()) return Fail(names.status());
+    size_t with_handles = 0, missing = 0;
+    for (const std::string& name : *names) {
+      auto info = (*kdb)->Lookup(name);
+      if (!info.ok()) continue;  // deleted meanwhile
+      bool has = false;
+      for (const KeyEntry& e : info->keys) {
+        if (!e.is_handle) continue;
+        has = true;
+        auto it = where.find(e.key_id);
+        if (lists_ok && (it == where.end() || !(it->second[0] && it->second[1] &&
+                                                it->second[2]))) {
+          ++missing;
+          ok = false;
+          std::printf("kdb: %s kvno %u: key id %s is NOT on all three servers\n",
+                      info->name.c_str(), e.kvno, Hex(e.key_id).c_str());
+        }
+      }
+      if (has) ++with_handles;
+    }
+    std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu handles "
+                "without shares\n",
+                (*kdb)->realm().c_str(), names->size(), with_handles, missing);
+  }
+  std::printf("status: %s\n", ok ? "OK" : "PROBLEMS (see above)");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kmpc::admin
+
+int main(int argc, char** argv) {
+  using namespace kmpc::admin;
+  Args a = ParseArgs(argc, argv);
+  auto cfg = LoadConfig(a);
+  if (!cfg.ok()) return Fail(cfg.status());
+  if (a.command == "share") return Share(a, *cfg);
+  if (a.command == "status") {
+    if (!a.principals.empty()) Usage("status takes no principals");
+    return Status(a, *cfg);
+  }
+  Usage("unknown command " + a.command);
+}
