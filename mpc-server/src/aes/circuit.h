@@ -66,17 +66,121 @@ struct Wires {
 
 #define KMPC_INLINE inline __attribute__((always_inline))
 
-// The 16 words of one wire in a tile, as one generic vector (two zmm
-// registers with AVX-512, four ymm with AVX2).
-using V16 = uint64_t __attribute__((vector_size(128)));
-using I16 = int64_t __attribute__((vector_size(128)));
-
-KMPC_INLINE V16 Load16(const uint64_t* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+// The 16 words of one wire in a tile (one lane group: word p = state byte
+// p = row + 4*column) as registers: two zmm with AVX-512 (columns 0-1 and
+// 2-3), four ymm with AVX2 (one column each). ShiftRows, the row rotations
+// of MixColumns and the round-key broadcast are register permutations.
+#if defined(__AVX512F__)
+struct V16 {
+  __m512i a, b;
+};
+KMPC_INLINE V16 operator^(V16 x, V16 y) {
+  return {_mm512_xor_si512(x.a, y.a), _mm512_xor_si512(x.b, y.b)};
 }
-KMPC_INLINE void Store16(uint64_t* p, V16 v) { std::memcpy(p, &v, sizeof v); }
+KMPC_INLINE V16 operator&(V16 x, V16 y) {
+  return {_mm512_and_si512(x.a, y.a), _mm512_and_si512(x.b, y.b)};
+}
+KMPC_INLINE V16 operator~(V16 x) {
+  return {_mm512_ternarylogic_epi64(x.a, x.a, x.a, 0x55),
+          _mm512_ternarylogic_epi64(x.b, x.b, x.b, 0x55)};
+}
+KMPC_INLINE V16& operator^=(V16& x, V16 y) { return x = x ^ y; }
+KMPC_INLINE V16 Load16(const uint64_t* p) {
+  return {_mm512_loadu_si512(p), _mm512_loadu_si512(p + 8)};
+}
+KMPC_INLINE void Store16(uint64_t* p, V16 v) {
+  _mm512_storeu_si512(p, v.a);
+  _mm512_storeu_si512(p + 8, v.b);
+}
+// new[r + 4c] = old[r + 4((c + r) mod 4)]
+KMPC_INLINE V16 ShiftRowsV(V16 x) {
+  const __m512i lo = _mm512_setr_epi64(0, 5, 10, 15, 4, 9, 14, 3);
+  const __m512i hi = _mm512_setr_epi64(8, 13, 2, 7, 12, 1, 6, 11);
+  return {_mm512_permutex2var_epi64(x.a, lo, x.b),
+          _mm512_permutex2var_epi64(x.a, hi, x.b)};
+}
+// new[r + 4c] = old[(r + 1) mod 4 + 4c], resp. r + 2.
+KMPC_INLINE V16 RotRow1(V16 x) {
+  return {_mm512_permutex_epi64(x.a, 0x39), _mm512_permutex_epi64(x.b, 0x39)};
+}
+KMPC_INLINE V16 RotRow2(V16 x) {
+  return {_mm512_permutex_epi64(x.a, 0x4e), _mm512_permutex_epi64(x.b, 0x4e)};
+}
+// Word p = all-ones iff bit j of key[p] is set.
+KMPC_INLINE V16 KeyBitMask(const uint8_t* key, int j) {
+  const __m128i k = _mm_loadu_si128(reinterpret_cast<const __m128i*>(key));
+  const __mmask16 m =
+      _mm_test_epi8_mask(k, _mm_set1_epi8(static_cast<char>(1 << j)));
+  return {_mm512_maskz_set1_epi64(static_cast<__mmask8>(m), -1),
+          _mm512_maskz_set1_epi64(static_cast<__mmask8>(m >> 8), -1)};
+}
+#else
+struct V16 {
+  __m256i c[4];
+};
+KMPC_INLINE V16 operator^(V16 x, V16 y) {
+  V16 r;
+  for (int i = 0; i < 4; ++i) r.c[i] = _mm256_xor_si256(x.c[i], y.c[i]);
+  return r;
+}
+KMPC_INLINE V16 operator&(V16 x, V16 y) {
+  V16 r;
+  for (int i = 0; i < 4; ++i) r.c[i] = _mm256_and_si256(x.c[i], y.c[i]);
+  return r;
+}
+KMPC_INLINE V16 operator~(V16 x) {
+  V16 r;
+  for (int i = 0; i < 4; ++i) {
+    r.c[i] = _mm256_xor_si256(x.c[i], _mm256_set1_epi64x(-1));
+  }
+  return r;
+}
+KMPC_INLINE V16& operator^=(V16& x, V16 y) { return x = x ^ y; }
+KMPC_INLINE V16 Load16(const uint64_t* p) {
+  V16 r;
+  for (int i = 0; i < 4; ++i) {
+    r.c[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 4 * i));
+  }
+  return r;
+}
+KMPC_INLINE void Store16(uint64_t* p, V16 v) {
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 4 * i), v.c[i]);
+  }
+}
+KMPC_INLINE V16 ShiftRowsV(V16 x) {
+  // Column c takes row r from column c + r: blend 64-bit lanes.
+  V16 r;
+  for (int c = 0; c < 4; ++c) {
+    __m256i v = _mm256_blend_epi32(x.c[c], x.c[(c + 1) & 3], 0x0c);
+    v = _mm256_blend_epi32(v, x.c[(c + 2) & 3], 0x30);
+    r.c[c] = _mm256_blend_epi32(v, x.c[(c + 3) & 3], 0xc0);
+  }
+  return r;
+}
+KMPC_INLINE V16 RotRow1(V16 x) {
+  V16 r;
+  for (int i = 0; i < 4; ++i) r.c[i] = _mm256_permute4x64_epi64(x.c[i], 0x39);
+  return r;
+}
+KMPC_INLINE V16 RotRow2(V16 x) {
+  V16 r;
+  for (int i = 0; i < 4; ++i) r.c[i] = _mm256_permute4x64_epi64(x.c[i], 0x4e);
+  return r;
+}
+KMPC_INLINE V16 KeyBitMask(const uint8_t* key, int j) {
+  V16 r;
+  for (int i = 0; i < 4; ++i) {
+    int32_t w;
+    std::memcpy(&w, key + 4 * i, 4);
+    const __m256i b = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(w));
+    r.c[i] = _mm256_sub_epi64(
+        _mm256_setzero_si256(),
+        _mm256_and_si256(_mm256_srli_epi64(b, j), _mm256_set1_epi64x(1)));
+  }
+  return r;
+}
+#endif
 
 template <class E>
 class AesProgram {
@@ -348,29 +452,19 @@ class AesProgram {
     Xnor(S(2), W::t55, W::t67);
   }
 
-  // Within a tile, word p of a wire is state byte p. ShiftRows moves the
-  // byte at row r, column (c + r) mod 4 to row r, column c (FIPS-197
-  // 5.1.2); kRot<k> picks row r+k of the same column.
-  static constexpr I16 kShiftRows = {0, 5, 10, 15, 4, 9, 14, 3,
-                                     8, 13, 2, 7, 12, 1, 6, 11};
-  static constexpr I16 kRot1 = {1, 2, 3, 0, 5, 6, 7, 4,
-                                9, 10, 11, 8, 13, 14, 15, 12};
-  static constexpr I16 kRot2 = {2, 3, 0, 1, 6, 7, 4, 5,
-                                10, 11, 8, 9, 14, 15, 12, 13};
-
-  // ShiftRows then MixColumns (FIPS-197 5.1.3) from kOut into kSt:
+  // ShiftRows then MixColumns (FIPS-197 5.1.2, 5.1.3) from kOut into kSt:
   // out_r = 2*(a_r ^ a_{r+1}) ^ a_{r+1} ^ a_{r+2} ^ a_{r+3}, where
   // multiplication by 2 (xtime) moves bit j to j+1 and folds bit 7 into
   // bits 0, 1, 3, 4 (x^8 = x^4 + x^3 + x + 1).
   KMPC_INLINE void ShiftRowsMixColumns() {
     for (int c = 0; c < E::kComps; ++c) {
-      V16 a[8], d[8], rest[8];
+      V16 d[8], rest[8];
       for (int j = 0; j < 8; ++j) {
-        a[j] = __builtin_shuffle(Load16(e_.P(c, W::kOut + j)), kShiftRows);
-        const V16 a1 = __builtin_shuffle(a[j], kRot1);
-        d[j] = a[j] ^ a1;
+        const V16 a = ShiftRowsV(Load16(e_.P(c, W::kOut + j)));
+        const V16 a1 = RotRow1(a);
+        d[j] = a ^ a1;
         // a_{r+1} ^ a_{r+2} ^ a_{r+3} = a1 ^ rot2(a ^ a1)
-        rest[j] = a1 ^ __builtin_shuffle(d[j], kRot2);
+        rest[j] = a1 ^ RotRow2(d[j]);
       }
       for (int j = 0; j < 8; ++j) {
         V16 x = (j == 0) ? d[7] : d[j - 1];
@@ -383,8 +477,7 @@ class AesProgram {
   KMPC_INLINE void ShiftRowsOnly() {
     for (int c = 0; c < E::kComps; ++c) {
       for (int j = 0; j < 8; ++j) {
-        Store16(e_.P(c, W::kSt + j),
-                __builtin_shuffle(Load16(e_.P(c, W::kOut + j)), kShiftRows));
+        Store16(e_.P(c, W::kSt + j), ShiftRowsV(Load16(e_.P(c, W::kOut + j))));
       }
     }
   }
