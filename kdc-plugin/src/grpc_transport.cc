@@ -60,9 +60,11 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
   // A restarted server must be usable again within a second or so, not
-  // after gRPC's default exponential backoff (up to two minutes).
+  // after gRPC's default exponential backoff (up to two minutes). The
+  // "min reconnect backoff" is also the timeout of one connection attempt
+  // (TCP + TLS handshake), so it stays generous for a loaded machine.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Detect a dead peer on an idle connection.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);

@@ -1,0 +1,433 @@
+"""The real kdcmpc module (kdc-plugin/, libkmpc_kdc.so) against three real
+MPC servers on 127.0.0.1.
+
+Keys are derived from passwords with the independent reference
+(ctr_mpc_ref.string_to_key), shared into the cluster with kmpc-mpc-client
+put-key, and the KDB gets only the 40-byte handles (kmpc-kdb-handle set).
+The patched krb5kdc then does every operation with the krbtgt and user keys
+in the MPC cluster: pre-auth decrypt, ticket and reply encryption
+(Run + Finalize), TGT decryption for kvno.
+
+Figures (login latency p50/p99 with the 100 ms window and with early flush,
+AES blocks per login) are printed and written to $KMPC_PLUGIN_FIGURES when
+set.
+"""
+import concurrent.futures
+import json
+import os
+import re
+import secrets
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+
+import ctr_mpc_ref
+import kmpc_realm
+from kmpc_realm import RealmError
+
+REALM = kmpc_realm.REALM
+TGS = f"krbtgt/{REALM}@{REALM}"
+SERVICE = "host/svc.kmpc.test"
+ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc", "aes256-cts-hmac-sha1-96")
+ROOT = kmpc_realm.ROOT
+CMAKE_BUILD = os.environ.get("KMPC_CMAKE_BUILD",
+                             os.path.join(kmpc_realm.BUILD, "cmake"))
+
+
+def _artifact(env, *rel):
+    path = os.environ.get(env) or os.path.join(CMAKE_BUILD, *rel)
+    if not os.path.exists(path):
+        pytest.fail(f"{path} not found: run `make build` (or set {env})")
+    return path
+
+
+def module_path():
+    return _artifact("KMPC_KDC_MODULE", "kdc-plugin", "libkmpc_kdc.so")
+
+
+def kdb_tool():
+    return _artifact("KMPC_KDB_HANDLE", "kdc-plugin", "kmpc-kdb-handle")
+
+
+def mpc_bin_dir():
+    d = os.environ.get("KMPC_MPC_BIN_DIR") or os.path.join(CMAKE_BUILD,
+                                                           "mpc-server")
+    for b in ("kmpc-mpc-server", "kmpc-mpc-client"):
+        if not os.path.exists(os.path.join(d, b)):
+            pytest.fail(f"{b} not found in {d}: run `make build`")
+    return d
+
+
+class Cluster:
+    """Three kmpc-mpc-server processes started by deploy/mpc-local.sh."""
+
+    def __init__(self, workdir):
+        self.dir = str(workdir)
+        self.bindir = mpc_bin_dir()
+        self.env = {**os.environ, "KMPC_MPC_BIN_DIR": self.bindir}
+        p = subprocess.run(["bash", os.path.join(ROOT, "deploy", "mpc-local.sh"),
+                            "start", self.dir], capture_output=True, text=True,
+                           env=self.env, timeout=120)
+        if p.returncode != 0:
+            raise RealmError(f"mpc-local.sh start failed:\n{p.stdout}{p.stderr}")
+        self.servers = p.stdout.strip().splitlines()[-1]
+        self.certs = os.path.join(self.dir, "certs")
+        self.base = int(self.servers.split(",")[0].rsplit(":", 1)[1])
+
+    def client(self, *args, timeout=60):
+        p = subprocess.run([os.path.join(self.bindir, "kmpc-mpc-client"),
+                            f"--servers={self.servers}", f"--certs={self.certs}",
+                            *args], capture_output=True, text=True,
+                           timeout=timeout)
+        if p.returncode != 0:
+            raise RealmError(f"kmpc-mpc-client {args[-1]} exited "
+                             f"{p.returncode}:\n{p.stdout}{p.stderr}")
+        return p.stdout
+
+    def pid(self, i):
+        with open(os.path.join(self.dir, f"party-{i}.pid")) as f:
+            return int(f.read().strip())
+
+    def stop_party(self, i):
+        pid = self.pid(i)
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+    def start_party(self, i, workers=2):
+        """Restart party i alone, exactly as mpc-local.sh starts it."""
+        prev = (i + 2) % 3
+        log = os.path.join(self.dir, f"party-{i}.log")
+        offset = os.path.getsize(log)
+        out = open(log, "ab")
+        proc = subprocess.Popen(
+            [os.path.join(self.bindir, "kmpc-mpc-server"), f"--party={i}",
+             f"--listen=127.0.0.1:{self.base + i}",
+             f"--ring_listen=127.0.0.1:{self.base + 10 + i}",
+             f"--ring_prev=127.0.0.1:{self.base + 10 + prev}",
+             f"--cert={self.certs}/party-{i}.pem",
+             f"--key={self.certs}/party-{i}.key", f"--ca={self.certs}/ca.pem",
+             f"--store_dir={self.dir}/store-{i}", f"--workers={workers}"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        with open(os.path.join(self.dir, f"party-{i}.pid"), "w") as f:
+            f.write(str(proc.pid))
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            with open(log, errors="replace") as f:
+                f.seek(offset)
+                if "listening on" in f.read():
+                    return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RealmError(f"party {i} did not restart:\n{self.logs()}")
+
+    def alive(self):
+        try:
+            for i in range(3):
+                os.kill(self.pid(i), 0)
+            return True
+        except (ProcessLookupError, FileNotFoundError):
+            return False
+
+    def logs(self):
+        parts = []
+        for i in range(3):
+            path = os.path.join(self.dir, f"party-{i}.log")
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    parts.append(f"----- party-{i}.log -----\n{f.read()[-8000:]}")
+        return "\n".join(parts)
+
+    def stop(self):
+        subprocess.run(["bash", os.path.join(ROOT, "deploy", "mpc-local.sh"),
+                        "stop", self.dir], capture_output=True, env=self.env,
+                       timeout=60)
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    c = Cluster(tmp_path / "mpc")
+    yield c
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        import sys
+        sys.stderr.write("\n===== MPC server logs =====\n" + c.logs() + "\n")
+    c.stop()
+
+
+class KmpcRealm:
+    """A realm whose krbtgt and users' keys live in the MPC cluster and
+    whose KDC loads libkmpc_kdc.so."""
+
+    def __init__(self, realm_factory, cluster, **options):
+        self.cluster = cluster
+        opts = {"servers": cluster.servers, "certs": cluster.certs,
+                "batch_window_ms": 100, "deadline_ms": 3000, "debug": "true"}
+        opts.update(options)
+        body = "\n".join(f"        {k} = {v}" for k, v in opts.items())
+        extra = f"""[plugins]
+    kdcmpc = {{
+        module = kmpc:{module_path()}
+    }}
+[kdcmpc]
+    kmpc = {{
+{body}
+    }}
+[logging]
+    debug = true
+"""
+        self.realm = realm_factory(enctypes=ENCTYPES, kdc_conf_extra=extra,
+                                   realm_extra="        disable_pac = true")
+        self.passwords = {}
+        self.key_ids = {}
+
+    def tool(self, *args, expected_code=0):
+        p = subprocess.run([kdb_tool(), "-r", REALM, *args], capture_output=True,
+                           text=True, env=self.realm.env, timeout=60)
+        if p.returncode != expected_code:
+            raise RealmError(f"kmpc-kdb-handle {args[0]} exited "
+                             f"{p.returncode}:\n{p.stderr}")
+        return p.stdout
+
+    def share(self, princ, enctype, password, salt):
+        """Derive princ's key from its password (independent reference),
+        check it against the KDB, share it into the cluster and leave only
+        a handle in the KDB."""
+        key = ctr_mpc_ref.string_to_key(enctype, password.encode(), salt.encode())
+        assert self.tool("get-key", princ, enctype).strip() == key.hex()
+        key_id = secrets.token_hex(32)
+        self.cluster.client("put-key", f"--key_hex={key.hex()}",
+                            f"--key_id_hex={key_id}", f"--label={princ}")
+        self.tool("set", princ, enctype, key_id)
+        self.key_ids[princ] = key_id
+        return key_id
+
+    def add_user(self, name, enctype="aes256-ctr-mpc"):
+        pw = "pw-" + secrets.token_hex(8)
+        self.realm.addprinc(name, pw, enctypes=[enctype])
+        self.share(name, enctype, pw, REALM + name)
+        self.passwords[name] = pw
+        return pw
+
+    def setup(self, users=("alice",)):
+        r = self.realm
+        r.kadmin_local(f"setstr {TGS} session_enctypes aes256-cts-hmac-sha1-96")
+        pw = "tgs-" + secrets.token_hex(16)
+        r.kadmin_local(f"cpw -e aes256-ctr-mpc:normal -pw {pw} {TGS}")
+        self.share(TGS, "aes256-ctr-mpc", pw, f"{REALM}krbtgt{REALM}")
+        r.addprinc(SERVICE, enctypes=["aes256-cts-hmac-sha1-96"], flags="")
+        for u in users:
+            self.add_user(u)
+        r.start_kdc()
+        return self
+
+    def kinit(self, name="alice", **kw):
+        return self.realm.kinit(name, self.passwords[name], **kw)
+
+    def kdc_log(self):
+        with open(self.realm.kdc_log) as f:
+            return f.read()
+
+
+def _timed_kinit(m, name, ccache, timeout=60):
+    env = {**m.realm.env, "KRB5CCNAME": "FILE:" + ccache}
+    t0 = time.monotonic()
+    p = subprocess.run([kmpc_realm.binpath("kinit"), name],
+                       input=m.passwords[name] + "\n", capture_output=True,
+                       text=True, env=env, timeout=timeout)
+    return time.monotonic() - t0, p.returncode, p.stdout + p.stderr
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, int(round(q / 100 * len(xs) + 0.5)) - 1))]
+
+
+def _blocks_in_log(log):
+    return sum(int(b) for b in re.findall(r"kdcmpc: batch #\d+: .*?(\d+) AES "
+                                          r"blocks \(", log))
+
+
+def _figures(update):
+    path = os.environ.get("KMPC_PLUGIN_FIGURES")
+    if not path:
+        return
+    data = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+    data.update(update)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+
+
+# ---- tests -----------------------------------------------------------------
+
+def test_module_exports_only_its_entry_point():
+    out = subprocess.run(["nm", "-D", "--defined-only", module_path()],
+                         capture_output=True, text=True, check=True).stdout
+    syms = sorted(l.split()[-1] for l in out.splitlines()
+                  if len(l.split()) == 3 and l.split()[1] in "TDBRVWi")
+    assert syms == ["kdcmpc_kmpc_initvt"], syms
+    ldd = subprocess.run(["ldd", module_path()], capture_output=True,
+                         text=True, check=True).stdout
+    for line in ldd.splitlines():
+        if re.search(r"lib(krb5|k5crypto|gssapi_krb5|verto|kadm5srv_mit)\.so",
+                     line):
+            assert kmpc_realm.PREFIX in line, line
+
+
+def test_login_kvno_and_wrong_password(realm_factory, cluster):
+    m = KmpcRealm(realm_factory, cluster).setup()
+    m.kinit()
+    out = m.realm.run(["klist", "-e"])
+    assert TGS in out and "aes256-ctr-mpc" in out, out
+    # The TGT is decrypted in the MPC cluster for the TGS-REQ.
+    m.realm.run(["kvno", SERVICE])
+    log = m.kdc_log()
+    assert "kdcmpc: kmpc module ready" in log, log
+    for job in ("DECRYPT job (usage 1)", "ENCRYPT job (usage 2)",
+                "ENCRYPT job (usage 3)", "DECRYPT job (usage 2)"):
+        assert f"kdcmpc: {job} completed asynchronously" in log, log
+    out = m.realm.run(["kinit", "alice"], input="not-the-password\n",
+                      expected_code=1, env={**m.realm.env,
+                                            "KRB5_TRACE": "/dev/stdout"})
+    assert "Preauthentication failed" in out, out
+    assert m.realm.kdc_alive() and cluster.alive()
+    # No secret in the KDC log: neither the password nor key material.
+    log = m.kdc_log()
+    assert m.passwords["alice"] not in log
+
+
+def test_aes128_user(realm_factory, cluster):
+    m = KmpcRealm(realm_factory, cluster)
+    m.realm.kadmin_local(f"setstr {TGS} session_enctypes aes256-cts-hmac-sha1-96")
+    m.setup(users=())
+    m.add_user("carol", enctype="aes128-ctr-mpc")
+    m.kinit("carol")
+    assert TGS in m.realm.run(["klist"])
+
+
+def test_tampered_tgt_is_an_integrity_error(realm_factory, cluster):
+    from test_kdc_handles import _ccache_ticket_spans
+    m = KmpcRealm(realm_factory, cluster).setup()
+    m.kinit()
+    spans = [s for s in _ccache_ticket_spans(m.realm.ccache)
+             if s[0] == ["krbtgt", REALM]]
+    assert len(spans) == 1, spans
+    _, start, length = spans[0]
+    with open(m.realm.ccache, "r+b") as f:
+        off = start + length - 40
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x01]))
+    out = m.realm.run(["kvno", SERVICE], expected_code=1)
+    assert "integrity check failed" in out, out
+    assert "kdcmpc: DECRYPT job (usage 2) failed" in m.kdc_log()
+    assert m.realm.kdc_alive()
+
+
+def test_unknown_key_id(realm_factory, cluster):
+    m = KmpcRealm(realm_factory, cluster).setup()
+    m.realm.addprinc("bob", "bob-pw-1", enctypes=["aes256-ctr-mpc"])
+    m.tool("set", "bob", "aes256-ctr-mpc", secrets.token_hex(32))
+    m.passwords["bob"] = "bob-pw-1"
+    m.kinit("bob", expected_code=1)
+    assert "holds no shares for this key id" in m.kdc_log()
+    # Others are not affected.
+    m.kinit()
+    assert m.realm.kdc_alive()
+
+
+def test_server_down_then_back(realm_factory, cluster):
+    m = KmpcRealm(realm_factory, cluster, deadline_ms=3000).setup()
+    m.kinit()
+    cluster.stop_party(1)
+    t0 = time.monotonic()
+    out = m.kinit(expected_code=1, timeout=30)
+    took = time.monotonic() - t0
+    assert "A service is not available" in out, out
+    # The KDC answers at once (below); MIT's client then keeps listening for
+    # another KDC's answer after KDC_ERR_SVC_UNAVAILABLE (sendto_kdc.c,
+    # check_for_svc_unavailable) until its own timeouts run out.
+    assert took < 30, f"kinit took {took:.1f} s to fail"
+    print(f"\nFIGURES party down: kinit failed after {took:.1f} s")
+    _figures({"party_down_kinit_s": round(took, 1)})
+    log = m.kdc_log()
+    assert re.search(r"kdcmpc: batch #\d+ of \d+ jobs failed: MPC party 1 "
+                     r"\(127\.0\.0\.1:\d+\) unreachable", log), log
+    assert m.realm.kdc_alive()
+    cluster.start_party(1)
+    # The KDC's channel reconnects within a second or so, the ring too.
+    deadline = time.time() + 30
+    while True:
+        try:
+            m.kinit(timeout=30)
+            break
+        except RealmError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+    m.realm.run(["kvno", SERVICE])
+    assert m.realm.kdc_alive()
+
+
+def test_200_concurrent_logins(realm_factory, cluster, tmp_path):
+    users = [f"user{i}" for i in range(10)]
+    m = KmpcRealm(realm_factory, cluster, max_batch_jobs=512).setup(users=users)
+    n = 200
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as ex:
+        futs = [ex.submit(_timed_kinit, m, users[i % len(users)],
+                          str(tmp_path / f"cc{i}"), 120) for i in range(n)]
+        res = [f.result() for f in futs]
+    wall = time.monotonic() - t0
+    errors = [r[2] for r in res if r[1] != 0]
+    assert not errors, f"{len(errors)} of {n} logins failed, e.g.:\n{errors[0]}"
+    lat = [r[0] for r in res]
+    blocks = _blocks_in_log(m.kdc_log())
+    fig = {"concurrent_logins": n, "wall_s": round(wall, 2),
+           "logins_per_s": round(n / wall, 1),
+           "latency_p50_ms": round(_pct(lat, 50) * 1000, 1),
+           "latency_p99_ms": round(_pct(lat, 99) * 1000, 1),
+           "aes_blocks_per_login": round(blocks / n, 1)}
+    print("\nFIGURES 200 concurrent logins:", json.dumps(fig))
+    _figures({"concurrent": fig})
+    assert m.realm.kdc_alive()
+
+
+@pytest.mark.parametrize("early_flush", [False, True])
+def test_single_client_latency(realm_factory, cluster, tmp_path, early_flush):
+    m = KmpcRealm(realm_factory, cluster, batch_window_ms=100,
+                  early_flush="true" if early_flush else "false").setup()
+    m.kinit()  # warm-up: connections, key caches
+    blocks_before = _blocks_in_log(m.kdc_log())
+    lat = []
+    n = 25
+    for i in range(n):
+        dt, code, out = _timed_kinit(m, "alice", str(tmp_path / "cc"))
+        assert code == 0, out
+        lat.append(dt)
+    blocks = _blocks_in_log(m.kdc_log()) - blocks_before
+    name = "early_flush" if early_flush else "window_100ms"
+    fig = {"logins": n, "latency_p50_ms": round(_pct(lat, 50) * 1000, 1),
+           "latency_p99_ms": round(_pct(lat, 99) * 1000, 1),
+           "latency_mean_ms": round(statistics.mean(lat) * 1000, 1),
+           "aes_blocks_per_login": round(blocks / n, 1)}
+    print(f"\nFIGURES single client, {name}:", json.dumps(fig))
+    _figures({name: fig})
+    if early_flush:
+        # Two MPC rounds (pre-auth decrypt; encrypt + finalize) without
+        # any 100 ms wait.
+        assert _pct(lat, 50) < 1.0
