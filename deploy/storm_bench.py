@@ -218,6 +218,8 @@ class KmpcTarget:
         self.p99_bound_ms = 2000.0
         self.max_inflight = 4096
         self.saturation_concurrency = 1024
+        self.warmup_s = 3.0
+        self.timeout_s = 10
 
     def alive(self):
         return self.realm.alive()
@@ -379,7 +381,12 @@ def bench_settings(target_name, settings, n_users, quick, log):
         one = run_storm(target, ["-c", 1, "-d", dur, "-w", 0.5], "one-client", outdir, check=True)
         log(f"  one client (closed loop, c=1): {brief(one)}")
         sat_c = getattr(target, "saturation_concurrency", 8)
-        sat = run_storm(target, ["-c", sat_c, "-d", dur, "-w", 0.5], f"saturation-c{sat_c}",
+        wu = getattr(target, "warmup_s", 1.0)
+        # Closed loop with many in flight: first logins spread over the
+        # warm-up, not one burst into the KDC's socket.
+        ramp = ["--ramp", wu] if sat_c > 64 else []
+        sat = run_storm(target, ["-c", sat_c, "-d", dur, "-w", wu, *ramp],
+                        f"saturation-c{sat_c}",
                         outdir)
         log(f"  saturation (closed loop, c={sat_c}): {brief(sat)}")
         cap = max(sat["logins_per_s"], 100.0)
@@ -399,7 +406,8 @@ def bench_settings(target_name, settings, n_users, quick, log):
             rate = round(rate, -1) if rate >= 100 else round(rate)
             if rate in points:
                 return points[rate]
-            res = run_storm(target, ["-r", rate, "-d", dur, "-w", 1, "--timeout", 5,
+            res = run_storm(target, ["-r", rate, "-d", dur, "-w", wu,
+                                     "--timeout", getattr(target, "timeout_s", 5),
                                      "--max-inflight",
                                      getattr(target, "max_inflight", MAX_INFLIGHT)],
                             f"open-{int(rate)}",
@@ -483,7 +491,7 @@ def bench_settings(target_name, settings, n_users, quick, log):
             f"(offered {peak_rate}); {sec['generator_note']}")
         if settings == "headline":
             # AS + TGS, and the engine choice (async vs one thread per login).
-            tgs = run_storm(target, ["-c", sat_c, "-d", dur, "-w", 0.5, "--tgs",
+            tgs = run_storm(target, ["-c", sat_c, "-d", dur, "-w", wu, *ramp, "--tgs",
                                      target.service], "tgs", outdir)
             log(f"  AS + TGS-REQ (closed loop, c={sat_c}): {brief(tgs)}")
             sec["as_plus_tgs_closed_loop"] = {
@@ -493,7 +501,7 @@ def bench_settings(target_name, settings, n_users, quick, log):
             # (the sync engine is a thread per login in flight: small c only)
             for e, extra in [] if sat_c > 64 else (("async", ["-c", sat_c]),
                              ("sync", ["-c", sat_c, "--engine", "sync"])):
-                r = run_storm(target, extra + ["-d", dur, "-w", 0.5], f"engine-{e}", outdir)
+                r = run_storm(target, extra + ["-d", dur, "-w", wu], f"engine-{e}", outdir)
                 log(f"  engine {e:5s} (closed loop, c={sat_c}): {brief(r)}")
                 eng[e] = {"logins_per_s": r["logins_per_s"],
                           "generator_us_per_login": r["cpu"]["kmpc-storm"]["us_per_login"],

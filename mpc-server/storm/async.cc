@@ -47,6 +47,7 @@ struct Slot {
   size_t user = 0;
   bool measured = false;
   uint64_t sched = 0, deadline = 0, next_retx = 0, retx_gap = 0;
+  uint64_t first_due = 0;  // closed loop with --ramp: not before this
   std::string req;            // current request (for retransmits)
   std::string tcp_out, tcp_in;
   size_t tcp_off = 0;
@@ -175,6 +176,16 @@ bool Worker::Init() {
     if (!cfg().tcp && !OpenUdp(&s)) return false;
     if (server_ && (ret = krb5_cc_new_unique(ctx_, "MEMORY", nullptr, &s.cc)))
       return false;
+  }
+  // Closed loop with --ramp: slot j of all workers' C slots makes its
+  // first login at t0 + ramp * j / C, so C logins do not hit the KDC's
+  // socket in one burst (it holds a few hundred datagrams).
+  for (int i = 0; i < mine; i++) {
+    uint64_t j = static_cast<uint64_t>(i) * cfg().threads + index_;
+    slots_[i].first_due =
+        run_->open_loop() || total == 0
+            ? 0
+            : run_->t0() + static_cast<uint64_t>(cfg().ramp * 1e9 * j / total);
   }
   for (int i = mine - 1; i >= 0; i--) idle_.push_back(&slots_[i]);
   return true;
@@ -509,6 +520,7 @@ void Worker::Loop() {
         }
       } else {
         while (!idle_.empty()) {
+          if (idle_.back()->first_due > now) break;  // ramping up
           bool measured;
           if (!run_->MayStart(now, now, &measured)) {
             issuing_ = false;
@@ -530,6 +542,8 @@ void Worker::Loop() {
     uint64_t wake = next_timer_check;
     if (issuing_ && run_->open_loop() && !idle_.empty())
       wake = std::min(wake, run_->Due(next_k_ * cfg().threads + index_));
+    if (issuing_ && !run_->open_loop() && !idle_.empty() && idle_.back()->first_due > now)
+      wake = std::min(wake, idle_.back()->first_due);
     now = NowNs();
     uint64_t wait = wake > now ? wake - now : 0;
     timespec ts{static_cast<time_t>(wait / kSec), static_cast<long>(wait % kSec)};

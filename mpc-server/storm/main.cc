@@ -56,6 +56,8 @@ load (closed loop OR open loop; duration OR count):
   -d, --duration S       measured seconds (default 10)
   -n, --count N          measured logins instead of a duration
   -w, --warmup S         seconds before the measurement (not in figures)
+  --ramp S               closed loop: start the N logins spread over S seconds
+                         (not all in one burst; keep S <= warmup)
   --time-limit S         hard stop of the whole run (default 300)
   --engine async|sync    async: epoll + krb5_init_creds_step, many logins per
                          thread (default); sync: one thread per login in
@@ -108,7 +110,7 @@ Config ParseArgs(int argc, char** argv) {
   enum {
     kKeytab = 1000, kPrincipals, kUsers, kFirst, kTgs, kTimeLimit, kEngine,
     kTransport, kMaxInflight, kTimeout, kKdc, kCsv, kJson, kHistCsv, kWatch,
-    kMaxErrors, kProgress, kNoProgress,
+    kMaxErrors, kProgress, kNoProgress, kRamp,
   };
   static const option opts[] = {
       {"keytab", required_argument, nullptr, kKeytab},
@@ -121,6 +123,7 @@ Config ParseArgs(int argc, char** argv) {
       {"duration", required_argument, nullptr, 'd'},
       {"count", required_argument, nullptr, 'n'},
       {"warmup", required_argument, nullptr, 'w'},
+      {"ramp", required_argument, nullptr, kRamp},
       {"time-limit", required_argument, nullptr, kTimeLimit},
       {"engine", required_argument, nullptr, kEngine},
       {"threads", required_argument, nullptr, 't'},
@@ -153,6 +156,7 @@ Config ParseArgs(int argc, char** argv) {
       case 'd': c.duration = ParseDouble("--duration", optarg); break;
       case 'n': c.count = ParseCount("--count", optarg); break;
       case 'w': c.warmup = ParseDouble("--warmup", optarg); break;
+      case kRamp: c.ramp = ParseDouble("--ramp", optarg); break;
       case kTimeLimit: c.time_limit = ParseDouble("--time-limit", optarg); break;
       case kEngine:
         if (!strcmp(optarg, "async")) c.engine = Engine::kAsync;

@@ -210,6 +210,8 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
       goto cleanup;
   }
   SleepUntil(run->t0());
+  if (!run->open_loop() && cfg.ramp > 0)  // --ramp: spread the first logins
+    SleepUntil(run->t0() + static_cast<uint64_t>(cfg.ramp * 1e9 * worker / cfg.threads));
   for (;;) {
     uint64_t now = NowNs(), sched = now, k;
     if (run->open_loop()) {

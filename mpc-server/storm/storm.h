@@ -35,6 +35,7 @@ struct Config {
   double duration = 0;  // measured seconds (after warmup)
   uint64_t count = 0;   // or: measured logins
   double warmup = 0;
+  double ramp = 0;  // closed loop: first logins spread over this many seconds
   double time_limit = 300;  // hard stop, whatever else is asked
   int threads = 1;
   int max_inflight = 1024;  // open loop: in-flight logins, all workers
