@@ -11,8 +11,9 @@
  *   t_ctr_mpc permitted              print the permitted enctypes of the
  *                                    profile (KRB5_CONFIG), one a line
  *   t_ctr_mpc encrypt ENCTYPE KEYHEX USAGE PLAINHEX        (krb5_c_encrypt)
- *   t_ctr_mpc encrypt-iov ENCTYPE KEYHEX USAGE PLAINHEX    (krb5_c_encrypt_iov,
- *                                    data split over two DATA buffers)
+ *   t_ctr_mpc encrypt-iov ENCTYPE KEYHEX USAGE PLAINHEX
+ *                                    (krb5_c_encrypt_iov, data split over
+ *                                    two DATA buffers)
  *   t_ctr_mpc decrypt ENCTYPE KEYHEX USAGE CIPHERHEX       (plain, stream and
  *                                    iov paths must agree; prints plaintext)
  *   t_ctr_mpc checksum ENCTYPE KEYHEX USAGE DATAHEX
@@ -680,8 +681,8 @@ check_enc_vector(const struct vec *v, int idx)
     krb5_error_code ret;
     const char *et = vec_get(v, "enctype"), *keyhex = vec_get(v, "key");
     const char *us = vec_get(v, "usage"), *c0 = vec_get(v, "ctr0");
-    const char *pthex = vec_get(v, "plaintext"), *cthex = vec_get(v,
-                                                                  "ciphertext");
+    const char *pthex = vec_get(v, "plaintext");
+    const char *cthex = vec_get(v, "ciphertext");
     krb5_data key, pt, ct, ctr0, got, fresh, got2;
     krb5_keyblock kb;
     krb5_keyusage usage;
@@ -1198,7 +1199,8 @@ api_names(krb5_enctype e, const char *name, krb5_cksumtype c,
     if (ret || similar)
         fail("aes128-ctr-mpc similar to aes256-ctr-mpc");
 
-    if (krb5_c_crypto_length(ctx, e, KRB5_CRYPTO_TYPE_HEADER, &len) || len != 16)
+    if (krb5_c_crypto_length(ctx, e, KRB5_CRYPTO_TYPE_HEADER, &len) ||
+        len != 16)
         fail("%s header length %u", name, len);
     if (krb5_c_crypto_length(ctx, e, KRB5_CRYPTO_TYPE_TRAILER, &len) ||
         len != 16)
