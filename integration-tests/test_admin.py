@@ -387,3 +387,54 @@ def test_kinit_kvno_with_shared_keys(kmpc_factory, module):
         _, st, _ = r.admin("status")
         oks = [int(x) for x in re.findall(r"batches ok (\d+)", st)]
         assert len(oks) == 3 and all(n > 0 for n in oks), st
+
+
+@pytest.mark.parametrize("module", ["test", "real"])
+def test_migrated_key_keeps_its_salt(kmpc_factory, module):
+    """A key with a non-default (random, "special") salt: the handle carries
+    the same salt, so clients still derive the shared key from the password."""
+    if module == "real" and kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so",
+                                                    required=False) is None:
+        pytest.skip("the real kdcmpc module is not built")
+    r = kmpc_factory(module=module)
+    r.setup_krbtgt()
+    r.setup_warmup()
+    pw = "pw-" + secrets.token_hex(8)
+    r.kadmin_local(f"addprinc +requires_preauth -e aes256-ctr-mpc:special -pw {pw} ivan")
+    before = r.kadmin_local("getprinc ivan")
+    assert "aes256-ctr-mpc" in before and "special" in before, before
+    out = r.share_existing(["ivan"])
+    assert "as aes256-ctr-mpc kvno 1" in out, out
+    after = r.kadmin_local("getprinc ivan")
+    assert re.search(r"Key: vno 1, aes256-ctr-mpc:special", after), after
+    r.start()
+    r.kinit("ivan", pw)
+    assert r.kdc_alive() and r.cluster.alive()
+
+
+def test_outstanding_tgt_survives_krbtgt_migration(kmpc_factory):
+    """The krbtgt key already was aes256-ctr-mpc: it is shared at the same
+    kvno, so a TGT issued from the KDB key before the migration is decrypted
+    by the cluster afterwards (kvno semantics kept)."""
+    if kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so", required=False) is None:
+        pytest.skip("the real kdcmpc module is not built")
+    r = kmpc_factory(module="real")
+    r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
+    r.add_service()
+    pw = "pw-" + secrets.token_hex(8)
+    r.addprinc("judy", pw, enctypes=["aes256-ctr-mpc"])
+    r.start_kdc()
+    r.kinit("judy", pw)  # everything still from the KDB's own keys
+    assert ("1", "aes256-ctr-mpc") in keys_of(r, r.tgs)
+    _, out, _ = r.admin("share", "--from-existing", r.tgs, "judy")
+    assert "as aes256-ctr-mpc kvno 1" in out, out
+    # Only the handle is left (the krbtgt's aes128/aes-cts keys are gone).
+    assert keys_of(r, r.tgs) == [("1", "aes256-ctr-mpc")]
+    # The old TGT, now decrypted inside the MPC cluster.
+    out = r.run(["kvno", kmpc_cluster.SERVICE])
+    assert "kvno = 1" in out, out
+    _, st, _ = r.admin("status")
+    assert all(int(n) > 0 for n in re.findall(r"batches ok (\d+)", st)), st
+    # And a new login from the password, pre-auth checked by the cluster.
+    r.kinit("judy", pw)
+    assert r.kdc_alive() and r.cluster.alive()
