@@ -97,10 +97,32 @@ configure_tree() {
   echo "$key" >"$build/.krb5-configured"
 }
 
+sync_tree() {
+  local from=$1 to=$2 f s d
+  (cd "$from" && find . \( -type f -o -type l \) -print0) |
+  while IFS= read -r -d '' f; do
+    s=$from/$f; d=$to/$f
+    if [ -L "$s" ]; then
+      [ -L "$d" ] && [ "$(readlink "$s")" = "$(readlink "$d")" ] && continue
+      mkdir -p "$(dirname "$d")"; ln -sfn "$(readlink "$s")" "$d"
+    else
+      [ -f "$d" ] && [ ! -L "$d" ] && cmp -s "$s" "$d" && continue
+      mkdir -p "$(dirname "$d")"; cp -p "$s" "$d.kmpc-new" && mv -f "$d.kmpc-new" "$d"
+    fi
+  done
+}
+
 [ -d "$src_root/.git" ] || fetch_source
 apply_series
 configure_tree
 log "building (make -j$jobs; log in $build/krb5-make.log)"
-(cd "$objdir" && make -j"$jobs" >"$build/krb5-make.log" 2>&1 && make install >>"$build/krb5-make.log" 2>&1) || {
+(cd "$objdir" && make -j"$jobs" >"$build/krb5-make.log" 2>&1 &&
+  rm -rf "$build/krb5-stage" &&
+  make install DESTDIR="$build/krb5-stage" >>"$build/krb5-make.log" 2>&1) || {
   tail -n 60 "$build/krb5-make.log" >&2; exit 1; }
+# MIT's install rules rewrite every library and header; copying from a
+# staging tree only what differs keeps the prefix's timestamps stable, so the
+# C/C++ parts built against it are not rebuilt for nothing. Files are
+# replaced by rename, so a running daemon keeps its mapped copy.
+sync_tree "$build/krb5-stage$prefix" "$prefix"
 log "installed into $prefix"
