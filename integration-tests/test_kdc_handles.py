@@ -180,15 +180,21 @@ def test_kinit_through_the_module(mpc):
     assert re.search(r"AS_REQ .* ISSUE: authtime \d+, etypes .* "
                      r"alice@KMPC.TEST for krbtgt/KMPC.TEST@KMPC.TEST", log), log
 
-    # The ticket encryption was submitted back to back with the job that
-    # follows it (the PA-REQ-ENC-PA-REP checksum, or the reply).
-    subs = [l for l in mpc.journal_lines() if l.startswith("submit")]
-    i = next(n for n, l in enumerate(subs) if l.startswith("submit ENCRYPT usage 2"))
-    assert re.match(r"submit (CHECKSUM usage 56|ENCRYPT usage 3)", subs[i + 1]), subs
-    if "CHECKSUM" in subs[i + 1]:
-        # The reply carries the checksum, so it is encrypted in round two.
-        assert subs[i + 2].startswith("submit ENCRYPT usage 3"), subs
-        assert "kdcmpc: CHECKSUM job (usage 56) completed asynchronously" in log
+    # Two MPC rounds per login, each submitted back to back so the module
+    # can batch it: the pre-auth decryption with the PA-REQ-ENC-PA-REP
+    # checksum, then the ticket and reply encryptions.
+    events = [re.match(r"(\w+) (\w+) usage (\d+)", l).groups()
+              for l in mpc.journal_lines()]
+    assert sorted(events[0:2]) == [("submit", "CHECKSUM", "56"),
+                                   ("submit", "DECRYPT", "1")], events
+    assert sorted(events[2:4]) == [("done", "CHECKSUM", "56"),
+                                   ("done", "DECRYPT", "1")], events
+    assert events[4:6] == [("submit", "ENCRYPT", "2"),
+                           ("submit", "ENCRYPT", "3")], events
+    assert sorted(events[6:8]) == [("done", "ENCRYPT", "2"),
+                                   ("done", "ENCRYPT", "3")], events
+    assert len(events) == 8, events
+    assert "kdcmpc: CHECKSUM job (usage 56) completed asynchronously" in log
 
 
 def test_kinit_aes128_user(mpc):
