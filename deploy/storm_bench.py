@@ -308,7 +308,7 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
     res["kdc_udp_drops"] = d1 - d0
     res["stderr"] = p.stderr.strip()
     names = {pid: n for n, pid in target.watch.items()}
-    w = res["window_s"] or 1e-9
+    w = res.get("elapsed_s") or res["window_s"] or 1e-9
     res["cpu"] = {names.get(x["pid"], str(x["pid"])): {
         "us_per_login": x["cpu_us_per_login"], "cores": x["cpu_s"] / w}
         for x in res.pop("watched")}

@@ -88,7 +88,10 @@ void Run::Done(WorkerStats* ws, krb5_context ctx, uint64_t sched, bool measured,
     }
     if (measured) ws->errors++;
   }
-  if (measured && now > ws->last_done_ns) ws->last_done_ns = now;
+  if (measured) {
+    if (now > ws->last_done_ns) ws->last_done_ns = now;
+    if (ws->first_done_ns == 0 || now < ws->first_done_ns) ws->first_done_ns = now;
+  }
 }
 
 // The transport preference is forced by a one-line profile file placed in
