@@ -307,6 +307,28 @@ def test_login_kvno_and_wrong_password(realm_factory, cluster):
     # No secret in the KDC log: neither the password nor key material.
     log = m.kdc_log()
     assert m.passwords["alice"] not in log
+    # Module fini joins its threads: the KDC stops promptly and cleanly.
+    proc = m.realm.kdc_proc
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+    assert time.monotonic() - t0 < 5
+    m.realm.kdc_proc = None
+    assert "shutting down" in m.kdc_log()
+
+
+def test_kdc_workers_each_load_the_module(realm_factory, cluster):
+    m = KmpcRealm(realm_factory, cluster, early_flush="true")
+    m.realm.kadmin_local(f"setstr {TGS} session_enctypes aes256-cts-hmac-sha1-96")
+    r = m.realm
+    r.start_kdc = (lambda orig: (lambda **kw: orig(extra_args=("-w", "2"))))(
+        r.start_kdc)
+    m.setup()
+    for _ in range(4):
+        m.kinit()
+        r.run(["kvno", SERVICE])
+    assert m.kdc_log().count("kdcmpc: kmpc module ready") >= 2
+    assert r.kdc_alive()
 
 
 def test_aes128_user(realm_factory, cluster):
