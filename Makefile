@@ -39,7 +39,7 @@ build: deps krb5
 # MIT's own crypto test suite on the patched tree.
 test-crypto: krb5
 	@echo "== MIT make check (src/lib/crypto) =="
-	@$(MAKE) -s -C $(BUILD)/krb5-obj/lib/crypto check > $(BUILD)/krb5-crypto-check.log 2>&1 \
+	@flock $(BUILD)/.krb5.lock $(MAKE) -s -C $(BUILD)/krb5-obj/lib/crypto check > $(BUILD)/krb5-crypto-check.log 2>&1 \
 	  || { tail -n 60 $(BUILD)/krb5-crypto-check.log; echo "MIT crypto make check FAILED"; exit 1; }
 	@echo "MIT crypto make check passed (log: build/krb5-crypto-check.log)"
 

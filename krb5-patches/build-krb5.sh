@@ -21,6 +21,14 @@ objdir=$build/krb5-obj             # out-of-tree build directory
 aptdir=$build/apt
 jobs=${JOBS:-$(nproc)}
 
+# One build at a time per build directory: concurrent runs would reset the
+# tree under each other and race on configure's outputs.
+exec 9>"$build/.krb5.lock"
+if ! flock -n 9; then
+  printf '[krb5] waiting for another build in %s to finish\n' "$build"
+  flock 9
+fi
+
 log() { printf '[krb5] %s\n' "$*"; }
 series_list() { awk '!/^#/ && NF {print $1}' "$here/series"; }
 
