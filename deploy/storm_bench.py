@@ -338,9 +338,14 @@ def brief(res):
 
 
 def sustained(res, offered, p99_bound_ms):
+    """Achieved >= 97% of offered, nothing failed or dropped, p99 within the
+    target's bound, and (almost) no request lost: a retransmit means the
+    KDC's socket overflowed and that user waited a second more, as with
+    kinit."""
     return (res["failed_all_phases"] == 0 and res["dropped"] == 0
             and res["logins_per_s"] >= 0.97 * offered
-            and res["latency_us"]["p99"] <= p99_bound_ms * 1000)
+            and res["latency_us"]["p99"] <= p99_bound_ms * 1000
+            and res["retransmits"] <= 0.001 * max(res["ok"], 1))
 
 
 def point_row(target_name, settings, res, offered, ok):
