@@ -608,7 +608,7 @@ int Bench(Cluster& c) {
   struct Sample {
     double latency_ms;
     double server_ms;  // party 0: scheduling handshake + MPC
-    std::array<uint64_t, 3> bytes, msgs;
+    std::array<uint64_t, 3> bytes, tcp, msgs;
   };
   auto one_batch = [&](bool check) -> Sample {
     pb::RunRequest req = proto_req;
@@ -621,6 +621,7 @@ int Bench(Cluster& c) {
     s.server_ms = resp[0].stats().compute_us() / 1000.0;
     for (int i = 0; i < 3; ++i) {
       s.bytes[i] = resp[i].stats().ring_bytes_sent();
+      s.tcp[i] = resp[i].stats().tcp_bytes_sent();
       s.msgs[i] = resp[i].stats().ring_messages();
     }
     if (check) {
@@ -646,7 +647,7 @@ int Bench(Cluster& c) {
   double secs = absl::ToDoubleSeconds(absl::Now() - t0);
   std::vector<double> lat;
   std::array<double, 3> bytes{};
-  std::array<double, 3> msgs{};
+  std::array<double, 3> msgs{}, tcp{};
   double server_ms = 0;
   for (auto& v : samples)
     for (auto& s : v) {
@@ -654,6 +655,7 @@ int Bench(Cluster& c) {
       server_ms += s.server_ms;
       for (int i = 0; i < 3; ++i) {
         bytes[i] += s.bytes[i];
+        tcp[i] += s.tcp[i];
         msgs[i] += s.msgs[i];
       }
     }
@@ -665,7 +667,11 @@ int Bench(Cluster& c) {
   // Bytes: the busiest party, all ring traffic of the batch (payload, frame
   // headers, the scheduling handshake) divided by the keystream blocks.
   double max_bytes = 0;
-  for (int i = 0; i < 3; ++i) max_bytes = std::max(max_bytes, bytes[i] / n / blocks);
+  double max_tcp = 0;
+  for (int i = 0; i < 3; ++i) {
+    max_bytes = std::max(max_bytes, bytes[i] / n / blocks);
+    max_tcp = std::max(max_tcp, tcp[i] / n / blocks);
+  }
   // Party 1 sends one control frame per batch (the forwarded proposal); the
   // other messages are protocol rounds, one per AND layer per pipeline chunk
   // of --chunk_lanes AES blocks (engine default 4096).
@@ -676,11 +682,12 @@ int Bench(Cluster& c) {
   std::printf(
       "RESULT {\"cipher\": \"%s\", \"blocks\": %d, \"threads\": %d, "
       "\"blocks_per_s\": %.0f, \"latency_ms\": %.3f, \"latency_p50_ms\": %.3f, "
-      "\"server_ms\": %.3f, \"bytes_per_block_per_party\": %.1f, \"rounds\": %.1f, "
+      "\"server_ms\": %.3f, \"bytes_per_block_per_party\": %.1f, "
+      "\"tls_bytes_per_block_per_party\": %.1f, \"rounds\": %.1f, "
       "\"messages_per_batch\": %.1f, \"batches\": %d, \"jobs_per_batch\": %d, "
       "\"aes_blocks_per_batch\": %d}\n",
       cipher.c_str(), blocks, threads, n * blocks / secs, mean, lat[lat.size() / 2],
-      server_ms / n, max_bytes, messages / chunks, messages, static_cast<int>(n),
+      server_ms / n, max_bytes, max_tcp, messages / chunks, messages, static_cast<int>(n),
       proto_req.jobs_size(), aes_blocks);
   // Leave no key behind.
   return 0;

@@ -1,6 +1,7 @@
 #include "net/tls_ring.h"
 
 #include <arpa/inet.h>
+#include <linux/tcp.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstddef>
 #include <cstring>
 
 #include "net/log.h"
@@ -37,8 +39,27 @@ int RemainingMs(absl::Time deadline) {
 
 // ---------------------------------------------------------------- channel
 
-void TlsRingChannel::Reset() {
+uint64_t TlsRingChannel::OutTcpBytes() const {
+  if (out_ == nullptr) return 0;
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(out_->fd(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+      len < offsetof(tcp_info, tcpi_bytes_sent) + sizeof(info.tcpi_bytes_sent))
+    return 0;
+  return info.tcpi_bytes_sent;
+}
+
+void TlsRingChannel::DropOut() {
+  tcp_bytes_base_ += OutTcpBytes();
   out_.reset();
+}
+
+uint64_t TlsRingChannel::tcp_bytes_sent() const {
+  return tcp_bytes_base_ + OutTcpBytes();
+}
+
+void TlsRingChannel::Reset() {
+  DropOut();
   in_.reset();
   outbuf_.clear();
   outpos_ = 0;
@@ -75,7 +96,7 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
   }
   if (out_ != nullptr && out_->PeerGone()) {
     ++generation_;
-    out_.reset();
+    DropOut();
     outbuf_.clear();
     outpos_ = 0;
   }

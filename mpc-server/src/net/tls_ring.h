@@ -72,6 +72,10 @@ class TlsRingChannel final : public RingChannel {
   // Payload + framing bytes this channel has written.
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
   uint64_t steps_sent() const { return steps_sent_.load(); }
+  // Bytes TCP sent to prev on this channel's connections: frames plus TLS
+  // record overhead and handshakes (TCP_INFO tcpi_bytes_sent). Worker
+  // thread only.
+  uint64_t tcp_bytes_sent() const;
   bool connected() const;
   // Changes whenever a connection is dropped or replaced: the PRSS keys
   // exchanged over the old connections are then stale.
@@ -90,6 +94,8 @@ class TlsRingChannel final : public RingChannel {
   absl::Status Pump(uint8_t* p, size_t n, absl::Time deadline);
   absl::Status Fail(absl::Status st);
   void AdoptIncoming();
+  void DropOut();
+  uint64_t OutTcpBytes() const;
 
   TlsRing* ring_;
   int worker_;
@@ -107,6 +113,7 @@ class TlsRingChannel final : public RingChannel {
   std::atomic<uint64_t> steps_sent_{0};
   std::atomic<bool> up_{false};
   uint64_t generation_ = 0;
+  uint64_t tcp_bytes_base_ = 0;  // from connections already closed
 };
 
 class TlsRing {

@@ -190,6 +190,7 @@ void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status)
 absl::Status Scheduler::RunOnRing(net::TlsRingChannel& ch, Session& session,
                                   uint32_t seq, bool new_session, Work& work) {
   const uint64_t bytes0 = ch.bytes_sent(), msgs0 = ch.steps_sent();
+  const uint64_t tcp0 = ch.tcp_bytes_sent();
   ch.BeginBatch(seq);
   if (new_session) {
     session.engine.reset();
@@ -209,6 +210,8 @@ absl::Status Scheduler::RunOnRing(net::TlsRingChannel& ch, Session& session,
                                   : absl::OkStatus();
   work.outcome.ring_bytes = ch.bytes_sent() - bytes0;
   work.outcome.ring_messages = ch.steps_sent() - msgs0;
+  const uint64_t tcp1 = ch.tcp_bytes_sent();
+  work.outcome.tcp_bytes = tcp1 > tcp0 ? tcp1 - tcp0 : 0;
   if (!res.ok() || !flushed.ok()) {
     ch.Reset();
     session.engine.reset();
@@ -231,8 +234,9 @@ absl::Status Scheduler::LeadBatch(net::TlsRingChannel& ch, Session& session,
   propose.flags = session.Usable(ch) ? 0 : kFlagSession;
   if (absl::Status st = ch.SendControl(seq, Encode(propose)); !st.ok()) return st;
   uint32_t rseq = 0;
+  // Each follower may wait peer_batch_wait for its copy of the batch.
   auto reply = ch.RecvControl(
-      &rseq, absl::Now() + options_.peer_batch_wait + ropt.recv_timeout);
+      &rseq, absl::Now() + 2 * options_.peer_batch_wait + ropt.recv_timeout);
   if (!reply.ok()) return reply.status();
   auto back = Decode(*reply);
   if (back.ok() && (back->type != kPropose || rseq != seq ||

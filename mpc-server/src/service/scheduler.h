@@ -56,6 +56,7 @@ struct BatchOutcome {
   engine::BatchResult result;
   uint64_t ring_bytes = 0;     // sent by this party for this batch
   uint64_t ring_messages = 0;
+  uint64_t tcp_bytes = 0;      // the same on the wire: TLS records, via TCP_INFO
   absl::Duration queue_time;   // arrival -> claimed by a worker
   absl::Duration run_time;     // claimed -> done
 };

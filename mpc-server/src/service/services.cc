@@ -80,6 +80,7 @@ void FillStats(kmpc::v1::BatchStats* s, const BatchOutcome& o, uint64_t aes) {
   s->set_queue_us(absl::ToInt64Microseconds(o.queue_time));
   s->set_compute_us(absl::ToInt64Microseconds(o.run_time));
   s->set_aes_blocks(aes);
+  s->set_tcp_bytes_sent(o.tcp_bytes);
 }
 
 }  // namespace
