@@ -133,7 +133,8 @@ def test_sync_engine_and_tcp(realm_factory, storm_bin, tmp_path):
     realm = _realm(realm_factory, ENCTYPES[0], users=10)
     for extra, name in ((["--engine", "sync"], "sync-udp"),
                         (["--engine", "sync", "--transport", "tcp"], "sync-tcp"),
-                        (["--transport", "tcp"], "async-tcp")):
+                        (["--transport", "tcp"], "async-tcp"),
+                        (["-t", "2", "--ramp", "0.3"], "async-ramp")):
         p, res, _ = _storm(storm_bin, realm, tmp_path, "-c", 2, "-n", 100, *extra,
                            users=10, name=name)
         assert p.returncode == 0, name + ": " + p.stdout + p.stderr
