@@ -328,12 +328,20 @@ TEST_F(BatcherTest, ShareCopyDisagreementRejectsTheBatch) {
 TEST_F(BatcherTest, CorruptTagShareInFinalizeIsRejected) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
-  fake_.set_corrupt(0, true);
+  fake_.set_corrupt_finalize(0, true);
   auto b = Make(o);
-  // ENCRYPT keystream shares are corrupted too; either step must reject.
   ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
-  ASSERT_TRUE(sink_.WaitFor(1));
-  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status));
+  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  for (int t : {1, 2}) {
+    EXPECT_TRUE(absl::IsUnavailable(sink_.Get(t).status)) << sink_.Get(t).status;
+    EXPECT_TRUE(sink_.Get(t).output.empty());
+  }
+  bool named = false;
+  for (const auto& l : sink_.logs())
+    named |= absl::StrContains(l, "tag") &&
+             absl::StrContains(l, "party 0 (fake) and party 1 (fake) disagree");
+  EXPECT_TRUE(named) << ::testing::PrintToString(sink_.logs());
 }
 
 TEST_F(BatcherTest, UnknownKeyFailsOnlyItsJobs) {

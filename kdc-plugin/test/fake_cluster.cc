@@ -77,6 +77,10 @@ void FakeCluster::set_corrupt(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
   corrupt_[p] = v;
 }
+void FakeCluster::set_corrupt_finalize(int p, bool v) {
+  std::lock_guard<std::mutex> l(mu_);
+  corrupt_fin_[p] = v;
+}
 std::vector<FakeCluster::Call> FakeCluster::calls() {
   std::lock_guard<std::mutex> l(mu_);
   return calls_;
@@ -276,7 +280,7 @@ void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
   absl::Status st = fin_error_.count(id) ? fin_error_[id] : absl::OkStatus();
   if (st.ok()) {
     *resp = fin_cache_[id][party];
-    if (corrupt_[party])
+    if (corrupt_[party] || corrupt_fin_[party])
       for (auto& r : *resp->mutable_results())
         (*r.mutable_tag()->mutable_second())[0] ^= 1;
   }

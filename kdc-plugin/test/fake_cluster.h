@@ -32,6 +32,7 @@ class FakeCluster : public Transport {
   void set_down(int party, bool down);     // answers kUnavailable at once
   void set_hang(int party, bool hang);     // never answers
   void set_corrupt(int party, bool bad);   // flips a bit of its 2nd share copy
+  void set_corrupt_finalize(int party, bool bad);  // the same, Finalize only
 
   struct Call {
     std::string method;  // "Run" or "Finalize"
@@ -70,7 +71,7 @@ class FakeCluster : public Transport {
 
   std::map<std::string, std::string> keys_;
   absl::Duration latency_ = absl::Milliseconds(5);
-  std::array<bool, 3> down_{}, hang_{}, corrupt_{};
+  std::array<bool, 3> down_{}, hang_{}, corrupt_{}, corrupt_fin_{};
   std::vector<Call> calls_;
   std::map<std::string, std::array<kmpc::v1::RunResponse, 3>> run_cache_;
   std::map<std::string, absl::Status> run_error_;
