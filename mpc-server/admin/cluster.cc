@@ -7,7 +7,9 @@
 #include <future>
 #include <sstream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
 
 namespace kmpc::admin {
@@ -167,24 +169,45 @@ absl::Status AdminCluster::PutKey(engine::Cipher cipher, absl::Span<const uint8_
     return stubs_[i]->PutKey(&ctx, reqs[i], &r);
   });
   for (auto& r : reqs) Wipe(r.mutable_shares());
-  int failed = -1;
-  for (int i = 0; i < 3 && failed < 0; ++i)
-    if (!st[i].ok()) failed = i;
-  if (failed < 0) return absl::OkStatus();
-  absl::Status err = RpcError(failed, "PutKey", st[failed]);
+  std::vector<std::string> errors;
+  int first_failed = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (st[i].ok()) continue;
+    if (first_failed < 0) first_failed = i;
+    errors.push_back(std::string(RpcError(i, "PutKey", st[i]).message()));
+  }
+  if (first_failed < 0) return absl::OkStatus();
+  absl::Status err = RpcError(first_failed, "PutKey", st[first_failed]);
   // All-or-nothing: take the new key id off every server. A server whose
-  // PutKey timed out may have stored it all the same, so every server is
-  // asked; NOT_FOUND is the expected answer from those that failed.
-  absl::Status undo = DeleteKey(key_id);
-  if (!undo.ok())
-    return absl::Status(err.code(),
-                        absl::StrCat(err.message(), "; and removing the key id "
-                                     "from the other servers failed: ",
-                                     undo.message(), " (run kmpc-admin status)"));
-  return err;
+  // PutKey failed in transit (timed out, connection lost) may have stored
+  // it all the same, so every server is asked; NOT_FOUND is the expected
+  // answer from those that refused it.
+  auto del = DeleteKeyEach(key_id);
+  std::vector<std::string> removed_from, left_on;
+  for (int i = 0; i < 3; ++i) {
+    bool gone = del[i].ok() || del[i].code() == absl::StatusCode::kNotFound;
+    if (st[i].ok())
+      (gone ? removed_from : left_on).push_back(absl::StrCat(i));
+    else if (!gone && st[i].error_code() != grpc::StatusCode::UNAVAILABLE &&
+             st[i].error_code() != grpc::StatusCode::PERMISSION_DENIED &&
+             st[i].error_code() != grpc::StatusCode::UNAUTHENTICATED &&
+             st[i].error_code() != grpc::StatusCode::INVALID_ARGUMENT &&
+             st[i].error_code() != grpc::StatusCode::ALREADY_EXISTS)
+      left_on.push_back(absl::StrCat(i, " (maybe)"));
+  }
+  std::string msg = absl::StrJoin(errors, "; ");
+  if (!removed_from.empty())
+    absl::StrAppend(&msg, "; the shares already stored on server ",
+                    absl::StrJoin(removed_from, ", "), " were removed again");
+  if (!left_on.empty())
+    absl::StrAppend(&msg, "; WARNING: could not remove key id ",
+                    absl::BytesToHexString(key_id), " from server ",
+                    absl::StrJoin(left_on, ", "),
+                    " (nothing refers to it; `kmpc-admin status --kdb` lists it)");
+  return absl::Status(err.code(), msg);
 }
 
-absl::Status AdminCluster::DeleteKey(const std::string& key_id) {
+std::array<absl::Status, 3> AdminCluster::DeleteKeyEach(const std::string& key_id) {
   auto st = OnAll([&](int i) -> grpc::Status {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
@@ -193,9 +216,19 @@ absl::Status AdminCluster::DeleteKey(const std::string& key_id) {
     pb::DeleteKeyResponse r;
     return stubs_[i]->DeleteKey(&ctx, d, &r);
   });
+  std::array<absl::Status, 3> out;
   for (int i = 0; i < 3; ++i)
-    if (!st[i].ok() && st[i].error_code() != grpc::StatusCode::NOT_FOUND)
-      return RpcError(i, "DeleteKey", st[i]);
+    if (!st[i].ok())
+      out[i] = st[i].error_code() == grpc::StatusCode::NOT_FOUND
+                   ? absl::NotFoundError("not found")
+                   : RpcError(i, "DeleteKey", st[i]);
+  return out;
+}
+
+absl::Status AdminCluster::DeleteKey(const std::string& key_id) {
+  auto st = DeleteKeyEach(key_id);
+  for (int i = 0; i < 3; ++i)
+    if (!st[i].ok() && st[i].code() != absl::StatusCode::kNotFound) return st[i];
   return absl::OkStatus();
 }
 

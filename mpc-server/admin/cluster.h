@@ -51,6 +51,8 @@ class AdminCluster {
 
   // Deletes key_id from all three servers (NOT_FOUND counts as done).
   absl::Status DeleteKey(const std::string& key_id);
+  // The same, one status per server (NOT_FOUND where it was not there).
+  std::array<absl::Status, 3> DeleteKeyEach(const std::string& key_id);
 
  private:
   AdminCluster() = default;

@@ -402,6 +402,7 @@ int Status(const Args& a, const Config& cfg) {
     auto names = (*kdb)->ListPrincipals();
     if (!names.ok()) return Fail(names.status());
     size_t with_handles = 0, missing = 0;
+    std::set<std::string> referenced;
     for (const std::string& name : *names) {
       auto info = (*kdb)->Lookup(name);
       if (!info.ok()) continue;  // deleted meanwhile
@@ -409,6 +410,7 @@ int Status(const Args& a, const Config& cfg) {
       for (const KeyEntry& e : info->keys) {
         if (!e.is_handle) continue;
         has = true;
+        referenced.insert(e.key_id);
         auto it = where.find(e.key_id);
         if (lists_ok && (it == where.end() || !(it->second[0] && it->second[1] &&
                                                 it->second[2]))) {
@@ -420,9 +422,18 @@ int Status(const Args& a, const Config& cfg) {
       }
       if (has) ++with_handles;
     }
+    size_t unreferenced = 0;
+    for (const auto& [id, on] : where) {
+      if (referenced.count(id)) continue;
+      ++unreferenced;
+      std::printf("kdb: key %s (%s, kvno %u) is on the servers but no KDB handle "
+                  "refers to it\n",
+                  Hex(id).c_str(), infos[id].label().c_str(), infos[id].kvno());
+    }
     std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu handles "
-                "without shares\n",
-                (*kdb)->realm().c_str(), names->size(), with_handles, missing);
+                "without shares, %zu unreferenced keys on the servers\n",
+                (*kdb)->realm().c_str(), names->size(), with_handles, missing,
+                unreferenced);
   }
   std::printf("status: %s\n", ok ? "OK" : "PROBLEMS (see above)");
   return ok ? 0 : 1;
