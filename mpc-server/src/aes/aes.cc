@@ -17,7 +17,8 @@ namespace kmpc::aes {
                                 SboxCircuit circuit, Workspace& ws);        \
   absl::Status EncryptSharedImpl(protocol::Rep3& ctx,                       \
                                  absl::Span<const SharedLane> lanes,        \
-                                 SboxCircuit circuit, size_t chunk_lanes,   \
+                                 SboxCircuit circuit,                       \
+                                 const SharedOptions& options,              \
                                  Workspace& ws);                            \
   }
 KMPC_DECLARE_KERNELS(avx512)
@@ -92,20 +93,20 @@ absl::Status EncryptPlain(absl::Span<const PlainLane> lanes,
 
 absl::Status EncryptShared(protocol::Rep3& ctx,
                            absl::Span<const SharedLane> lanes,
-                           SboxCircuit circuit, size_t chunk_lanes,
+                           SboxCircuit circuit, const SharedOptions& options,
                            Workspace* workspace) {
   for (const SharedLane& l : lanes) {
     if (absl::Status s = CheckLanes(l.nr); !s.ok()) return s;
   }
-  if (chunk_lanes == 0 || chunk_lanes % 64 != 0) {
+  if (options.chunk_lanes == 0 || options.chunk_lanes % 64 != 0) {
     return absl::InvalidArgumentError("chunk_lanes must be a multiple of 64");
   }
   if (lanes.empty()) return absl::OkStatus();
   Workspace local;
   Workspace& ws = workspace != nullptr ? *workspace : local;
   return UseAvx512()
-             ? avx512::EncryptSharedImpl(ctx, lanes, circuit, chunk_lanes, ws)
-             : avx2::EncryptSharedImpl(ctx, lanes, circuit, chunk_lanes, ws);
+             ? avx512::EncryptSharedImpl(ctx, lanes, circuit, options, ws)
+             : avx2::EncryptSharedImpl(ctx, lanes, circuit, options, ws);
 }
 
 }  // namespace kmpc::aes

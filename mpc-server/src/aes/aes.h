@@ -67,15 +67,23 @@ struct SharedLane {
   uint8_t* out[2];               // this party's two output share components
 };
 
+struct SharedOptions {
+  // Lanes per chunk (multiple of 64): within a wave, in every AND layer all
+  // chunks send before the first chunk receives, so one chunk's message is
+  // on the wire while the next computes.
+  size_t chunk_lanes = 1024;
+  // Lanes per wave: waves run one after the other (each nr * AndDepth
+  // rounds), bounding the working set to about 300 bytes per lane.
+  size_t wave_lanes = 8192;
+};
+
 // The same on shares, among the three parties of ctx (all three call it
-// with the same lane count, nr pattern and circuit). Lanes are processed in
-// chunks of chunk_lanes (a multiple of 64): in every AND layer all chunks
-// send before the first chunk receives, so one chunk's message is on the
-// wire while the next computes. AND layers: nr * AndDepth(circuit) (both
-// key sizes run side by side). Fails only on channel errors.
+// with the same lanes' nr pattern, circuit and options). AND layers per
+// wave: nr * AndDepth(circuit) (both key sizes run side by side). Fails
+// only on channel errors, after which the ring is out of step.
 absl::Status EncryptShared(protocol::Rep3& ctx,
                            absl::Span<const SharedLane> lanes,
-                           SboxCircuit circuit, size_t chunk_lanes,
+                           SboxCircuit circuit, const SharedOptions& options,
                            Workspace* workspace = nullptr);
 
 // Bit transposition (exposed for tests). Layout, shared by all kernels:

@@ -534,8 +534,11 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   const aes::SboxCircuit circuit = nlanes >= options_.small_sbox_min_blocks
                                        ? aes::SboxCircuit::kDepth6
                                        : aes::SboxCircuit::kDepth4;
-  absl::Status st = aes::EncryptShared(rep3_, lanes, circuit,
-                                       options_.chunk_lanes, &workspace_);
+  aes::SharedOptions aes_options;
+  aes_options.chunk_lanes = options_.chunk_lanes;
+  aes_options.wave_lanes = options_.wave_lanes;
+  absl::Status st = aes::EncryptShared(rep3_, lanes, circuit, aes_options,
+                                       &workspace_);
   if (!st.ok()) {
     share::Wipe(out[0]);
     share::Wipe(out[1]);
@@ -655,6 +658,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     net::RingChannel& channel, EngineOptions options) {
   if (options.chunk_lanes == 0 || options.chunk_lanes % 64 != 0) {
     return absl::InvalidArgumentError("chunk_lanes must be a positive multiple of 64");
+  }
+  if (options.wave_lanes < options.chunk_lanes) {
+    return absl::InvalidArgumentError("wave_lanes must be >= chunk_lanes");
   }
   if (channel.party() < 0 || channel.party() > 2) {
     return absl::InvalidArgumentError("channel party must be 0, 1 or 2");

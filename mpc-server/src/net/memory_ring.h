@@ -42,6 +42,7 @@ class InMemoryRing {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::vector<uint8_t>> queue;
+    std::vector<std::vector<uint8_t>> spare;  // consumed buffers, reused
   };
   friend class Channel;
   std::chrono::milliseconds timeout_;

@@ -51,7 +51,8 @@ double ThreadCpu() {
 }
 
 // One party's bitsliced AES over n lanes, timed by thread CPU time.
-void Solo(const std::vector<uint32_t>& sizes, size_t chunk, int reps) {
+void Solo(const std::vector<uint32_t>& sizes, const aes::SharedOptions& o,
+          int reps) {
   NullChannel ch;
   uint8_t k0[16] = {1}, k1[16] = {2};
   protocol::Prss prss(0, k0, k1);
@@ -69,7 +70,7 @@ void Solo(const std::vector<uint32_t>& sizes, size_t chunk, int reps) {
         double best = 1e9;
         for (int r = 0; r < std::max(reps, 3); ++r) {
           const double t0 = ThreadCpu();
-          (void)aes::EncryptShared(rep3, lanes, c, chunk, &ws);
+          (void)aes::EncryptShared(rep3, lanes, c, o, &ws);
           best = std::min(best, ThreadCpu() - t0);
         }
         std::printf("solo AES-%d %s n=%6u  %8.3f ms cpu  %7.3f us/block/party\n",
@@ -89,15 +90,18 @@ int main(int argc, char** argv) {
   int reps = 0;
   bool only128 = false;
   bool solo = false;
+  uint32_t job_blocks = 62;  // typical Kerberos message: no extra H powers
   std::vector<uint32_t> sizes = {1, 128, 12800, 100000};
   for (int a = 1; a < argc; ++a) {
     std::string s = argv[a];
     if (s == "--avx2") aes::ForceAvx2(true);
     else if (s == "--aesni") protocol::PrfForceAesNi(true);
     else if (s.rfind("--chunk=", 0) == 0) opt.chunk_lanes = std::stoul(s.substr(8));
+    else if (s.rfind("--wave=", 0) == 0) opt.wave_lanes = std::stoul(s.substr(7));
     else if (s == "--depth4") opt.small_sbox_min_blocks = ~0u;
     else if (s == "--aes128") only128 = true;
     else if (s == "--solo") solo = true;
+    else if (s.rfind("--job-blocks=", 0) == 0) job_blocks = std::stoul(s.substr(13));
     else if (s == "--depth6") opt.small_sbox_min_blocks = 0;
     else if (s.rfind("--reps=", 0) == 0) reps = std::stoi(s.substr(7));
     else if (s.rfind("--sizes=", 0) == 0) {
@@ -115,11 +119,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("kernel=%s prf=%s chunk_lanes=%u depth6_from=%u blocks\n",
+  std::printf("kernel=%s prf=%s chunk_lanes=%u wave_lanes=%u depth6_from=%u "
+              "blocks job_blocks=%u\n",
               aes::KernelName(), protocol::PrfImplementation(), opt.chunk_lanes,
-              opt.small_sbox_min_blocks);
+              opt.wave_lanes, opt.small_sbox_min_blocks, job_blocks);
   if (solo) {
-    Solo(sizes, opt.chunk_lanes, reps);
+    aes::SharedOptions o;
+    o.chunk_lanes = opt.chunk_lanes;
+    o.wave_lanes = opt.wave_lanes;
+    Solo(sizes, o, reps);
     return 0;
   }
   net::InMemoryRing ring(std::chrono::milliseconds(60000));
@@ -141,14 +149,15 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 3; ++i) ks[i] = std::make_shared<engine::KeyShares>((*views)[i]);
     for (uint32_t n : sizes) {
       std::vector<engine::Job> jobs;
-      // ENCRYPT jobs of up to 10000 blocks; each adds the AES_K(c0) block.
+      // ENCRYPT jobs of up to job_blocks blocks; each adds the AES_K(c0)
+      // block (counted in bytes/block, not in blocks/s).
       uint32_t left = n;
       while (left > 0) {
         engine::Job j;
         j.type = engine::JobType::kEncrypt;
         j.key_id = "k";
         j.usage = 1;
-        j.nblocks = std::min<uint32_t>(left, 10000);
+        j.nblocks = std::min<uint32_t>(left, job_blocks);
         left -= j.nblocks;
         jobs.push_back(j);
       }

@@ -536,6 +536,7 @@ TEST(Engine, LargeMixedBatchUsesDepth6AndStaysCorrect) {
   EngineOptions opt;
   opt.small_sbox_min_blocks = 64;
   opt.chunk_lanes = 256;
+  opt.wave_lanes = 512;
   Cluster c(opt);
   const Bytes k1 = Random(16), k2 = Random(32);
   const std::string id1 = c.AddKey(k1), id2 = c.AddKey(k2);

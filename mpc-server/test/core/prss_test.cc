@@ -216,7 +216,10 @@ TEST_P(SharedAesTest, MatchesOpenssl) {
                     &in[16 * l],
                     {&out[i].comp[0][16 * l], &out[i].comp[1][16 * l]}};
       }
-      return aes::EncryptShared(*c.rep3[i], lanes, GetParam(), 128);
+      aes::SharedOptions o;
+      o.chunk_lanes = 128;
+      o.wave_lanes = 192;
+      return aes::EncryptShared(*c.rep3[i], lanes, GetParam(), o);
     });
     for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
     auto ct = Open3(out);
@@ -252,7 +255,7 @@ TEST(SharedAes, BytesPerBlock) {
       lanes[l] = {{(*v)[i].comp[0].data(), (*v)[i].comp[1].data()}, 10,
                   &in[16 * l], {&o0[i][16 * l], &o1[i][16 * l]}};
     }
-    return aes::EncryptShared(*c.rep3[i], lanes, aes::SboxCircuit::kDepth4, 4096);
+    return aes::EncryptShared(*c.rep3[i], lanes, aes::SboxCircuit::kDepth4, aes::SharedOptions{});
   });
   for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
   for (int i = 0; i < 3; ++i) {
