@@ -26,6 +26,17 @@ if(TARGET kmpc_core AND TARGET kmpc_proto)
     BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     INSTALL_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     SKIP_BUILD_RPATH OFF LINK_FLAGS "-Wl,--enable-new-dtags")
+
+  # Config parsing (no krb5, no servers); the rest is tested end to end by
+  # integration-tests/test_admin.py.
+  add_executable(kmpc_admin_config_test
+    ${CMAKE_CURRENT_LIST_DIR}/admin/config_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
+  target_include_directories(kmpc_admin_config_test PRIVATE "${CMAKE_CURRENT_LIST_DIR}")
+  target_link_libraries(kmpc_admin_config_test PRIVATE
+    absl::strings absl::status absl::statusor GTest::gtest_main)
+  add_test(NAME kmpc_admin_config_test COMMAND kmpc_admin_config_test)
+  set_tests_properties(kmpc_admin_config_test PROPERTIES TIMEOUT 60)
 else()
   message(STATUS "mpc-server: kmpc_core or kmpc_proto missing; no kmpc-admin")
 endif()

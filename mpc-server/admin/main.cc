@@ -292,6 +292,9 @@ int Share(const Args& a, const Config& cfg) {
   for (size_t i = 0; i < n; ++i) {
     const std::string& name = a.principals[i];
     std::string password;
+    // Room for any sane password up front: growing the string would leave
+    // unwiped copies in freed memory.
+    password.reserve(4096);
     if (a.password_stdin) {
       if (!std::getline(std::cin, password)) {
         std::fprintf(stderr, "kmpc-admin: %s: no password on stdin (one line per principal)\n",
