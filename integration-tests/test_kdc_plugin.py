@@ -453,3 +453,39 @@ def test_single_client_latency(realm_factory, cluster, tmp_path, early_flush):
         # Two MPC rounds (pre-auth decrypt; encrypt + finalize) without
         # any 100 ms wait.
         assert _pct(lat, 50) < 1.0
+
+
+def test_hung_server_hits_the_batch_deadline(realm_factory, cluster):
+    m = KmpcRealm(realm_factory, cluster, deadline_ms=1500,
+                  early_flush="true").setup()
+    m.kinit()
+    os.kill(cluster.pid(2), signal.SIGSTOP)
+    try:
+        out = m.kinit(expected_code=1, timeout=60)
+        assert "A service is not available" in out, out
+        log = m.kdc_log()
+        assert re.search(r"kdcmpc: batch #\d+ of \d+ jobs failed: .*(did not "
+                         r"answer within 1500 ms|DEADLINE_EXCEEDED)", log), log
+        assert m.realm.kdc_alive()
+    finally:
+        os.kill(cluster.pid(2), signal.SIGCONT)
+    # The cluster recovers by itself (its ring timeouts); the KDC needs
+    # nothing.
+    deadline = time.time() + 60
+    while True:
+        try:
+            m.kinit(timeout=30)
+            break
+        except RealmError:
+            if time.time() > deadline:
+                raise
+            time.sleep(1)
+    assert m.realm.kdc_alive()
+
+
+def test_bad_options_stop_the_kdc_with_a_clear_error(realm_factory, cluster):
+    m = KmpcRealm(realm_factory, cluster, batch_windw_ms=5)
+    with pytest.raises(RealmError) as e:
+        m.realm.start_kdc()
+    assert 'unknown kdcmpc option "batch_windw_ms"' in str(e.value), e.value
+    m.realm.kdc_proc = None  # it was meant to exit
