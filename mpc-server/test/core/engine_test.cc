@@ -324,6 +324,14 @@ TEST(Engine, SharedVectors) {
   ASSERT_FALSE(json.empty()) << KMPC_VECTORS_PATH;
   auto enc = Section(json, "encrypt");
   auto cks = Section(json, "checksum");
+  auto count = [&](const std::string& key) {
+    size_t n = 0;
+    for (size_t p = json.find(key); p != std::string::npos; p = json.find(key, p + 1)) ++n;
+    return n;
+  };
+  // Every vector of the file is parsed (none silently skipped).
+  ASSERT_EQ(enc.size(), count("\"plaintext\""));
+  ASSERT_EQ(cks.size(), count("\"data\""));
   ASSERT_GE(enc.size(), 2u);
   ASSERT_GE(cks.size(), 1u);
   Cluster c;
@@ -549,6 +557,19 @@ TEST(Engine, LargeMixedBatchUsesDepth6AndStaysCorrect) {
       const auto want = OpensslAes(*keys[j], Ctr(ctr0, b + 1).data());
       ASSERT_EQ(ToHex(absl::MakeConstSpan(&ks[16 * b], 16)), ToHex(want));
     }
+  }
+}
+
+TEST(Engine, EmptyBatchAndBatchesInSequence) {
+  Cluster c;
+  auto r = c.Run({});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(r[i].jobs.empty());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  for (int b = 0; b < 5; ++b) {
+    const Bytes p = Random(1 + 37 * b);
+    const Bytes ct = ClusterEncrypt(c, id, 11, p);
+    EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 11, Bytes(ct.begin(), ct.begin() + 16), p)));
   }
 }
 
