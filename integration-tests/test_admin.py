@@ -314,7 +314,13 @@ def test_wrong_certificate(kr, tmp_path):
                    check=True, capture_output=True, timeout=120)
     rc, out, err = kr.admin(f"--cert={other}/admin.pem", f"--key={other}/admin.key",
                             "share", "--from-existing", "gina", expected_code=1)
-    assert re.search(r"server \d \(127\.0\.0\.1:\d+\)", err), err
+    assert re.search(r"server \d \(127\.0\.0\.1:\d+\) closed the connection during "
+                     r"the TLS handshake \(does it trust our client certificate", err), err
+    assert "nothing was shared" in err, err
+    # Trusting another CA: the servers' certificates fail our verification.
+    rc, out, err = kr.admin(f"--ca={other}/ca.pem", "share", "--from-existing", "gina",
+                            expected_code=1)
+    assert re.search(r"server \d \(127\.0\.0\.1:\d+\): TLS handshake failed", err), err
     assert keys_of(kr, "gina")[0][0] == "1"
     _, st, _ = kr.admin("status")
     assert "keys: 0 on all three servers" in st, st

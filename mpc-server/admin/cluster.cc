@@ -85,8 +85,16 @@ absl::Status AdminCluster::RpcError(int party, const char* what,
       if (absl::StrContains(msg, "andshake") || absl::StrContains(msg, "SSL") ||
           absl::StrContains(msg, "ertificate") || absl::StrContains(msg, "TLS"))
         return absl::UnauthenticatedError(absl::StrCat(
-            who, " refused the TLS connection (is the client certificate issued "
-                 "by the cluster's CA, and --ca the cluster's CA?): ", msg));
+            who, ": TLS handshake failed (is --ca the cluster's CA, and our "
+                 "client certificate issued by it?): ", msg));
+      // A server that does not trust our client certificate aborts the
+      // handshake, which the client sees as a closed socket.
+      if (absl::StrContains(msg, "Socket closed") ||
+          absl::StrContains(msg, "Connection reset"))
+        return absl::UnauthenticatedError(absl::StrCat(
+            who, " closed the connection during the TLS handshake (does it "
+                 "trust our client certificate? it must be issued by the "
+                 "cluster's CA): ", msg));
       return absl::UnavailableError(
           absl::StrCat(who, " is unreachable: ", msg));
     case grpc::StatusCode::DEADLINE_EXCEEDED:

@@ -447,6 +447,9 @@ int Status(const Args& a, const Config& cfg) {
 
 int main(int argc, char** argv) {
   using namespace kmpc::admin;
+  // Our own messages name the server and the cause; gRPC's internal log
+  // lines would only repeat them (GRPC_VERBOSITY=ERROR brings them back).
+  setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
   Args a = ParseArgs(argc, argv);
   auto cfg = LoadConfig(a);
   if (!cfg.ok()) return Fail(cfg.status());
