@@ -247,7 +247,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   }
 
   void OnRun(const std::shared_ptr<RunStep>& step) {
-    run_time_ = absl::Now() - run_started_;
+    run_us_ = absl::ToInt64Microseconds(absl::Now() - run_started_);
     bool all_ok = true;
     for (const auto& s : step->st) all_ok &= s.ok();
     if (!all_ok) {
@@ -382,7 +382,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   }
 
   void OnFinalize(const std::shared_ptr<FinalizeStep>& fin) {
-    fin_time_ = absl::Now() - fin_started_;
+    fin_us_ = absl::ToInt64Microseconds(absl::Now() - fin_started_);
     for (const auto& s : fin->st)
       if (!s.ok()) return;  // PartyUnreachable failed the jobs
     const int n = fin->req.items_size();
@@ -610,6 +610,11 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
 
   void Finish() {
     absl::Time now = absl::Now();
+    size_t failed;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      failed = failed_;
+    }
     if (state_->options.debug) {
       absl::Duration queued = absl::ZeroDuration();
       uint64_t job_blocks = 0;
@@ -622,12 +627,13 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
                                   "%d AES blocks (%d requested), queued %.1f "
                                   "ms, run %.1f ms, finalize %.1f ms, total "
                                   "%.1f ms",
-                                  seq_, entries_.size(), failed_, blocks_,
+                                  seq_, entries_.size(), failed, blocks_.load(),
                                   job_blocks,
-                                  Ms(queued), Ms(run_time_), Ms(fin_time_),
+                                  Ms(queued), run_us_.load() / 1000.0,
+                                  fin_us_.load() / 1000.0,
                                   Ms(now - start_)));
     }
-    state_->Finished(shared_from_this(), blocks_, failed_ > 0);
+    state_->Finished(shared_from_this(), blocks_.load(), failed > 0);
   }
 
   std::shared_ptr<Batcher::State> state_;
@@ -639,10 +645,11 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   size_t open_ = 0;
   size_t failed_ = 0;
   bool failure_logged_ = false;
-  uint64_t blocks_ = 0;
-  absl::Time run_started_, fin_started_;
-  absl::Duration run_time_ = absl::ZeroDuration();
-  absl::Duration fin_time_ = absl::ZeroDuration();
+  // Figures for the debug line; written by the step callbacks, read by
+  // whichever thread finishes the batch (possibly the deadline watchdog).
+  std::atomic<uint64_t> blocks_{0};
+  absl::Time run_started_, fin_started_;  // the step's own thread only
+  std::atomic<int64_t> run_us_{0}, fin_us_{0};
 };
 
 Batcher::Batcher(BatcherOptions options, Transport* transport, Sink* sink)
