@@ -119,6 +119,19 @@ def store_blobs(realm):
     return blobs
 
 
+def all_files(realm):
+    """Every file of the realm (logs, configs, stores, the KDB), except the
+    test module's key file and keytabs, which hold keys by design."""
+    blobs = {}
+    for f in glob.glob(os.path.join(realm.dir, "**"), recursive=True):
+        base = os.path.basename(f)
+        if not os.path.isfile(f) or base == "mpc-test-keys" or base.endswith(".keytab"):
+            continue
+        with open(f, "rb") as fh:
+            blobs[os.path.relpath(f, realm.dir)] = fh.read()
+    return blobs
+
+
 def kdb_dump(realm):
     out = os.path.join(realm.dir, "dump.txt")
     realm.run(["kdb5_util", "-r", realm.realm, "dump", out])
@@ -176,6 +189,13 @@ def test_share_from_password(kr):
     assert_nowhere(pats, kdb_dump(kr))
     assert_nowhere(pats, store_blobs(kr))
     assert key.hex() not in out + err
+    # Nor in any log or other file of the realm and its servers, in binary
+    # or hex; nor the password.
+    files = all_files(kr)
+    assert_nowhere(pats, files)
+    for name, data in files.items():
+        assert key.hex().encode() not in data.lower(), name
+        assert pw.encode() not in data, name
 
     # The handle's key id is on all three servers, labelled with the name.
     _, st, _ = kr.admin("status", "--kdb")
@@ -222,7 +242,7 @@ def test_share_from_existing(kr):
     assert keys_of(kr, "bob") == [("2", "aes256-ctr-mpc")]
     assert keys_of(kr, "carol") == [("1", "aes256-ctr-mpc")]
     assert keys_of(kr, kr.tgs) == [("1", "aes256-ctr-mpc")]
-    blobs = {**kdb_dump(kr), **store_blobs(kr)}
+    blobs = {**kdb_dump(kr), **store_blobs(kr), **all_files(kr)}
     for k in list(keys.values()) + list(side.values()):
         assert_nowhere(secret_patterns(k), blobs)
         assert k.hex() not in out + err
