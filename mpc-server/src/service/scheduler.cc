@@ -340,8 +340,12 @@ void Scheduler::FollowerLoop(int worker) {
         fwd.status_party = me;
       }
     }
+    // The proposal may have waited in a poll while our predecessor died and
+    // came back: re-check the outgoing connection right before forwarding,
+    // or the message could vanish into a dead socket.
+    absl::Status st = ch.Connect(absl::Now() + options_.connect_timeout);
     if (!session.Usable(ch)) fwd.flags |= kFlagSession;
-    absl::Status st = ch.SendControl(seq, Encode(fwd));
+    if (st.ok()) st = ch.SendControl(seq, Encode(fwd));
     absl::StatusOr<Control> commit = absl::UnknownError("");
     if (st.ok()) {
       uint32_t cseq = 0;
