@@ -604,6 +604,20 @@ def main():
             section["settings"][s] = sec
             all_rows += rows
         section["machine"]["loadavg_end"] = os.getloadavg()[0]
+        # The figures one reads first, per setting.
+        section["summary"] = {s: {
+            "peak_sustained_logins_per_s": round(sec["peak_logins_per_s"]),
+            "closed_loop_logins_per_s": round(sec["saturation_closed_loop"]["logins_per_s"]),
+            "one_client_p50_ms": round(sec["one_client"]["p50_ms"], 3),
+            "p50_ms_at_50pct": sec.get("at_50pct_of_peak", {}).get("p50_ms"),
+            "p99_ms_at_50pct": sec.get("at_50pct_of_peak", {}).get("p99_ms"),
+            "p50_ms_at_90pct": sec.get("at_90pct_of_peak", {}).get("p50_ms"),
+            "p99_ms_at_90pct": sec.get("at_90pct_of_peak", {}).get("p99_ms"),
+            "server_cpu_us_per_login": round(sum(
+                v for k, v in sec["cpu_us_per_login"].items() if k != "kmpc-storm"), 1),
+            "generator_cpu_us_per_login": round(sec["cpu_us_per_login"]["kmpc-storm"], 1),
+            "generator_bottleneck": sec["generator_bottleneck"],
+        } for s, sec in section["settings"].items()}
         data[tname] = section
     with open(args.out, "w") as f:
         json.dump(data, f, indent=2)
