@@ -560,6 +560,7 @@ def main():
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
     os.makedirs(BENCH_DIR, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     targets = []
     for t in (t for t in args.target.split(",") if t):
         if "=" in t:
