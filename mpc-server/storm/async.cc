@@ -112,11 +112,19 @@ Worker::~Worker() {
   if (ctx_) krb5_free_context(ctx_);
 }
 
-static bool ParseAddr(const std::string& hostport, sockaddr_storage* ss,
-                      socklen_t* len) {
+// krb5.conf kdc syntax: [tcp/|udp/]host[:port], host may be [v6-address].
+static bool ParseAddr(const std::string& spec, sockaddr_storage* ss, socklen_t* len) {
+  std::string hostport = spec;
+  if (hostport.rfind("tcp/", 0) == 0 || hostport.rfind("udp/", 0) == 0)
+    hostport = hostport.substr(4);
   std::string host = hostport, port = "88";
-  size_t colon = hostport.rfind(':');
-  if (colon != std::string::npos && hostport.find(']') == std::string::npos) {
+  if (!hostport.empty() && hostport[0] == '[') {
+    size_t rb = hostport.find(']');
+    if (rb == std::string::npos) return false;
+    host = hostport.substr(1, rb - 1);
+    if (rb + 1 < hostport.size() && hostport[rb + 1] == ':') port = hostport.substr(rb + 2);
+  } else if (size_t colon = hostport.rfind(':');
+             colon != std::string::npos && hostport.find(':') == colon) {
     host = hostport.substr(0, colon);
     port = hostport.substr(colon + 1);
   }
