@@ -466,3 +466,19 @@ def test_outstanding_tgt_survives_krbtgt_migration(kmpc_factory):
     # And a new login from the password, pre-auth checked by the cluster.
     r.kinit("judy", pw)
     assert r.kdc_alive() and r.cluster.alive()
+
+
+def test_kdb_refusal_removes_the_shares(kr):
+    """The KDB refuses the handle (a policy allows no MPC enctype): the shares
+    already on the three servers are removed again, the principal keeps its
+    key."""
+    kr.kadmin_local("addpol -allowedkeysalts aes256-cts-hmac-sha1-96:normal ctsonly")
+    kr.addprinc("kim", enctypes=["aes256-cts-hmac-sha1-96"])
+    kr.kadmin_local("modprinc -policy ctsonly kim")
+    before = keys_of(kr, "kim")
+    rc, out, err = kr.admin("share", "--from-existing", "kim", expected_code=1)
+    assert "kim@KMPC.TEST: the KDB refused the key handle, the KDB is unchanged" in err, err
+    assert "the shares were removed again" in err, err
+    assert keys_of(kr, "kim") == before
+    _, st, _ = kr.admin("status", "--kdb")
+    assert "keys: 0 on all three servers, 0 incomplete" in st, st
