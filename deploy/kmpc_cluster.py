@@ -246,8 +246,13 @@ class KmpcRealm(kmpc_realm.Realm):
 
     def __init__(self, workdir, module="auto", mpc_workers=2, kdc_workers=0,
                  extra_client_cns=(), server_flags="", test_module_delay_ms=5,
-                 enctypes=ENCTYPES, realm_extra="        disable_pac = true",
-                 **kw):
+                 module_options=None, enctypes=ENCTYPES,
+                 realm_extra="        disable_pac = true", **kw):
+        """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test
+        module) or "auto" (real when built). module_options: extra relations
+        for the real module's [kdcmpc] -> kmpc section (e.g. {"early_flush":
+        "true", "batch_window_ms": 20}; kdc-plugin/src/options.h).
+        server_flags: extra kmpc-mpc-server flags (KMPC_MPC_FLAGS)."""
         super().__init__(workdir, enctypes=enctypes, realm_extra=realm_extra, **kw)
         self.cluster = MpcCluster(os.path.join(self.dir, "mpc"), workers=mpc_workers,
                                   extra_client_cns=extra_client_cns,
@@ -259,6 +264,7 @@ class KmpcRealm(kmpc_realm.Realm):
         self.module = module
         self.kdc_workers = kdc_workers
         self.test_module_delay_ms = test_module_delay_ms
+        self.module_options = dict(module_options or {})
         self.admin_conf = os.path.join(self.dir, "kmpc-admin.conf")
         self.test_keyfile = os.path.join(self.dir, "mpc-test-keys")
         self.users_keytab = os.path.join(self.dir, "users.keytab")
@@ -275,6 +281,7 @@ class KmpcRealm(kmpc_realm.Realm):
                     f"        ca = {c.certs}/ca.pem\n"
                     f"        cert = {c.certs}/kdc.pem\n"
                     f"        key = {c.certs}/kdc.key\n")
+            opts += "".join(f"        {k} = {v}\n" for k, v in self.module_options.items())
             name = REAL_MODULE_NAME
         else:
             so = test_module_path()
