@@ -391,6 +391,8 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       const pb::FinalizeResponse& r = fin->resp[p];
       if (r.party() != static_cast<uint32_t>(p))
         bad = PartyOrderError(p, r.party());
+      else if (r.batch_id() != fin->req.batch_id())
+        bad = absl::StrCat(Party(p), " answered for another batch");
       else if (r.results_size() != n)
         bad = absl::StrCat(Party(p), " returned ", r.results_size(),
                            " tags for ", n, " items");
@@ -442,6 +444,9 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       const pb::RunResponse& r = step.resp[p];
       if (r.party() != static_cast<uint32_t>(p))
         return absl::AbortedError(PartyOrderError(p, r.party()));
+      if (r.batch_id() != step.req.batch_id())
+        return absl::AbortedError(
+            absl::StrCat(Party(p), " answered for another batch"));
       if (r.results_size() != n)
         return absl::AbortedError(absl::StrCat(Party(p), " returned ",
                                                r.results_size(),
@@ -467,9 +472,12 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       std::string bad;
       switch (e.job.type) {
         case JobType::kEncrypt:
-          if (r0.status() != pb::JOB_OK || r0.ctr0().size() != kBlock)
+          // Invariant 4 (enctype.md) is the cluster's to keep; a counter
+          // range through the all-zero block is refused here as well.
+          if (r0.status() != pb::JOB_OK ||
+              !CounterRangeOk(r0.ctr0(), CeilBlocks(e.job.input.size())))
             return absl::AbortedError(absl::StrCat(
-                "malformed ENCRYPT result for job ", k));
+                "malformed ENCRYPT result (status or ctr0) for job ", k));
           bad = CombineFrom(step, k, &pb::JobResult::keystream,
                             e.job.input.size(), &scratch, "keystream");
           break;
@@ -483,9 +491,9 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
                 absl::StrCat("malformed DECRYPT result for job ", k));
           break;
         case JobType::kChecksum:
-          if (r0.status() != pb::JOB_OK || r0.ctr0().size() != kBlock)
+          if (r0.status() != pb::JOB_OK || !CounterRangeOk(r0.ctr0(), 0))
             return absl::AbortedError(absl::StrCat(
-                "malformed CHECKSUM result for job ", k));
+                "malformed CHECKSUM result (status or ctr0) for job ", k));
           bad = CombineFrom(step, k, &pb::JobResult::tag, kBlock, &scratch,
                             "tag");
           break;

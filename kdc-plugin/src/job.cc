@@ -3,19 +3,14 @@
 #include "absl/strings/str_cat.h"
 
 namespace kmpc::kdc {
-namespace {
-
 uint64_t CeilBlocks(size_t n) { return (n + kBlock - 1) / kBlock; }
 
-// enctype.md: a counter range c0 .. c0+n that reaches the all-zero block
-// (c0 == 0 or a wrap past 2^128 - 1) is never computed.
 bool CounterRangeOk(const std::string& ctr0, uint64_t n) {
+  if (ctr0.size() != kBlock) return false;
   unsigned __int128 c0 = 0;
   for (unsigned char b : ctr0) c0 = (c0 << 8) | b;
   return c0 != 0 && c0 <= ~static_cast<unsigned __int128>(0) - n;
 }
-
-}  // namespace
 
 const char* JobTypeName(JobType t) {
   switch (t) {

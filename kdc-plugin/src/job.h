@@ -81,6 +81,13 @@ struct Job {
 // any key (too short, a counter range through the all-zero block).
 absl::Status ValidateJob(const Job& job);
 
+// ceil(n / 16).
+uint64_t CeilBlocks(size_t n);
+
+// enctype.md: a 16-byte ctr0 whose range c0 .. c0+n never reaches the
+// all-zero block (c0 == 0, or a wrap past 2^128 - 1).
+bool CounterRangeOk(const std::string& ctr0, uint64_t n);
+
 // AES blocks the job costs the cluster (keystream blocks plus the tag
 // mask block), as the servers count them against their batch limit.
 uint64_t JobBlocks(const Job& job);

@@ -344,6 +344,18 @@ TEST_F(BatcherTest, CorruptTagShareInFinalizeIsRejected) {
   EXPECT_TRUE(named) << ::testing::PrintToString(sink_.logs());
 }
 
+TEST_F(BatcherTest, InvalidCounterFromTheClusterIsRejected) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  fake_.set_zero_ctr0(true);
+  auto b = Make(o);
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status)) << sink_.Get(1).status;
+  // Nothing was finalized: no tag exists for that counter.
+  for (const auto& c : fake_.calls()) EXPECT_NE(c.method, "Finalize");
+}
+
 TEST_F(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);

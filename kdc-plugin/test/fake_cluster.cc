@@ -81,6 +81,10 @@ void FakeCluster::set_corrupt_finalize(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
   corrupt_fin_[p] = v;
 }
+void FakeCluster::set_zero_ctr0(bool v) {
+  std::lock_guard<std::mutex> l(mu_);
+  zero_ctr0_ = v;
+}
 std::vector<FakeCluster::Call> FakeCluster::calls() {
   std::lock_guard<std::mutex> l(mu_);
   return calls_;
@@ -159,7 +163,7 @@ absl::Status FakeCluster::ComputeRun(const pb::RunRequest& req,
     };
     switch (j.type()) {
       case pb::JOB_ENCRYPT: {
-        std::string ctr0 = Random(16);
+        std::string ctr0 = zero_ctr0_ ? std::string(16, '\0') : Random(16);
         for (auto* x : r) x->set_ctr0(ctr0);
         Share(Keystream(key, ctr0, j.length()),
               pairs(&pb::JobResult::mutable_keystream));

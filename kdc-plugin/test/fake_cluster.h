@@ -33,6 +33,7 @@ class FakeCluster : public Transport {
   void set_hang(int party, bool hang);     // never answers
   void set_corrupt(int party, bool bad);   // flips a bit of its 2nd share copy
   void set_corrupt_finalize(int party, bool bad);  // the same, Finalize only
+  void set_zero_ctr0(bool zero);  // ENCRYPT answers with ctr0 = 0 (invalid)
 
   struct Call {
     std::string method;  // "Run" or "Finalize"
@@ -72,6 +73,7 @@ class FakeCluster : public Transport {
   std::map<std::string, std::string> keys_;
   absl::Duration latency_ = absl::Milliseconds(5);
   std::array<bool, 3> down_{}, hang_{}, corrupt_{}, corrupt_fin_{};
+  bool zero_ctr0_ = false;
   std::vector<Call> calls_;
   std::map<std::string, std::array<kmpc::v1::RunResponse, 3>> run_cache_;
   std::map<std::string, absl::Status> run_error_;
