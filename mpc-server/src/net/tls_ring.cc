@@ -163,7 +163,12 @@ void TlsRingChannel::Queue(FrameType type, uint32_t seq, uint32_t step,
   steps_sent_ += 1;
 }
 
-absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline) {
+absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
+                                  bool wait) {
+  // A read returns as soon as its bytes are in, even with output still
+  // queued: waiting for our output to drain while no longer reading would
+  // let three parties with full socket buffers wait on each other.
+  const bool reading = n > 0;
   for (;;) {
     bool want_in = false;
     short out_events = 0;
@@ -213,7 +218,10 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline) {
       return Fail(absl::UnavailableError(absl::StrCat(
           "ring: party ", Next(party_), " closed the connection")));
     }
-    if (n == 0 && outbuf_.empty()) return absl::OkStatus();
+    if (reading ? n == 0 : outbuf_.empty()) return absl::OkStatus();
+    // An opportunistic flush (SendToPrev) leaves what the kernel does not
+    // take now for the next receive or Flush.
+    if (!reading && !wait) return absl::OkStatus();
     pollfd fds[2];
     int nfds = 0;
     if (out_events != 0) fds[nfds++] = {out_->fd(), out_events, 0};
@@ -244,7 +252,7 @@ absl::Status TlsRingChannel::SendToPrev(absl::Span<const uint8_t> msg) {
   Queue(FrameType::kData, seq_, send_step_++, msg);
   // Opportunistic flush; whatever the kernel does not take now is written
   // while the next receive waits.
-  return Pump(nullptr, 0, absl::Now());
+  return Pump(nullptr, 0, absl::Now(), /*wait=*/false);
 }
 
 absl::Status TlsRingChannel::RecvFromNext(absl::Span<uint8_t> out) {

@@ -5,10 +5,11 @@
 // and only reads on it. Both ends check the peer's certificate identity
 // (PartyIdentity) and a hello naming the party and worker.
 //
-// Send and receive overlap in one thread with non-blocking I/O: while a
-// receive waits, pending output is flushed, and a receive returns only once
-// all queued output has been handed to the kernel. No party ever blocks in a
-// send, so three parties sending large messages at once cannot deadlock.
+// Send and receive overlap in one thread with non-blocking I/O: SendToPrev
+// queues and writes what the kernel takes; while a receive waits, queued
+// output keeps flowing; Flush() (end of batch) drains the rest. No party ever
+// blocks in a send while it should be reading, so three parties sending large
+// messages at once cannot deadlock.
 //
 // Failure model: any I/O error, timeout or malformed frame drops both of the
 // channel's connections (so the neighbours fail fast too) and returns
@@ -90,8 +91,10 @@ class TlsRingChannel final : public RingChannel {
   void OfferIncoming(std::unique_ptr<TlsConn> conn);
   void Queue(FrameType type, uint32_t seq, uint32_t step,
              absl::Span<const uint8_t> payload);
-  // Reads exactly n bytes into p (n may be 0) while flushing output.
-  absl::Status Pump(uint8_t* p, size_t n, absl::Time deadline);
+  // n > 0: reads exactly n bytes into p, writing queued output meanwhile.
+  // n == 0: writes queued output, until all of it is written (wait) or
+  // what the kernel takes now (!wait).
+  absl::Status Pump(uint8_t* p, size_t n, absl::Time deadline, bool wait = true);
   absl::Status Fail(absl::Status st);
   void AdoptIncoming();
   void DropOut();
