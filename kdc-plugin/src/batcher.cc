@@ -689,6 +689,20 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
 }
 
 void Batcher::Dispatch() {
+  // No exception may end this thread (std::terminate would take the KDC
+  // with it): after a failure (memory), try again shortly. A job lost that
+  // way fails at its batch's deadline; one still queued is retried.
+  for (;;) {
+    try {
+      DispatchLoop();
+      return;
+    } catch (...) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+void Batcher::DispatchLoop() {
   State& s = *state_;
   const BatcherOptions& o = options_;
   std::unique_lock<std::mutex> lk(s.mu);

@@ -99,6 +99,7 @@ class Batcher {
 
  private:
   void Dispatch();
+  void DispatchLoop();
 
   BatcherOptions options_;
   std::shared_ptr<State> state_;

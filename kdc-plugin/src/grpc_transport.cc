@@ -36,6 +36,15 @@ std::chrono::system_clock::time_point ToChrono(absl::Time t) {
   return absl::ToChronoTime(t);
 }
 
+// A gRPC thread must never see an exception (it would end the KDC); a job
+// whose completion was lost that way fails at the batch deadline instead.
+void Invoke(const Transport::Done& done, absl::Status s) {
+  try {
+    done(std::move(s));
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
@@ -118,7 +127,7 @@ void GrpcTransport::Run(int party, const kmpc::v1::RunRequest& req,
   stubs_[party]->async()->Run(
       ctx.get(), &req, resp,
       [this, ctx, done = std::move(done)](grpc::Status s) {
-        done(FromGrpc(s));
+        Invoke(done, FromGrpc(s));
         End(ctx);
       });
 }
@@ -135,7 +144,7 @@ void GrpcTransport::Finalize(int party, const kmpc::v1::FinalizeRequest& req,
   stubs_[party]->async()->Finalize(
       ctx.get(), &req, resp,
       [this, ctx, done = std::move(done)](grpc::Status s) {
-        done(FromGrpc(s));
+        Invoke(done, FromGrpc(s));
         End(ctx);
       });
 }
