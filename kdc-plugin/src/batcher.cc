@@ -681,6 +681,10 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
     std::lock_guard<std::mutex> l(state_->mu);
     if (state_->stopping)
       return absl::UnavailableError("the kdcmpc module is shutting down");
+    if (state_->queue.size() >= options_.max_queue)
+      return absl::UnavailableError(absl::StrCat(
+          "the MPC cluster is overloaded: ", state_->queue.size(),
+          " jobs wait"));
     state_->queued_blocks += q.blocks;
     state_->queue.push_back(std::move(q));
   }

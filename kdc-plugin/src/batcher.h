@@ -51,6 +51,9 @@ struct BatcherOptions {
   // submits the ticket and the reply of one AS-REQ in one go).
   absl::Duration coalesce = absl::Microseconds(500);
   int max_inflight = 4;
+  // Jobs waiting beyond this are refused at submit (kUnavailable): an
+  // overloaded or slow cluster must not grow the KDC without bound.
+  size_t max_queue = 65536;
   // Per-batch figures (jobs, blocks, latency) in the log.
   bool debug = false;
 };

@@ -90,6 +90,10 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       auto n = Int(name, v, 1, 1024);
       if (!n.ok()) return n.status();
       b.max_inflight = static_cast<int>(*n);
+    } else if (name == "max_queue_jobs") {
+      auto n = Int(name, v, 1, 10000000);
+      if (!n.ok()) return n.status();
+      b.max_queue = *n;
     } else if (name == "deadline_ms") {
       auto n = Int(name, v, 10, 600000);
       if (!n.ok()) return n.status();

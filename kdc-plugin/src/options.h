@@ -12,6 +12,8 @@
 //   coalesce_us = 500          early flush: wait this long for jobs
 //                              submitted back to back
 //   max_inflight = 4           batches in flight at once
+//   max_queue_jobs = 65536     jobs allowed to wait; more are refused
+//                              (KRB5KDC_ERR_SVC_UNAVAILABLE)
 //   deadline_ms = 3000         a batch not done by then fails (every job
 //                              KRB5KDC_ERR_SVC_UNAVAILABLE)
 //   debug = false              per-batch figures in the KDC log

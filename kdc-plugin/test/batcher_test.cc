@@ -402,6 +402,15 @@ TEST_F(BatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
   EXPECT_GT(ok, n / 3);
 }
 
+TEST_F(BatcherTest, FullQueueRefusesJobs) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.max_queue = 3;
+  auto b = Make(o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
+  EXPECT_TRUE(absl::IsUnavailable(b->Submit(3, Encrypt("x"))));
+}
+
 TEST_F(BatcherTest, StopAbandonsPendingJobsAndNothingArrivesAfter) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
@@ -420,7 +429,8 @@ TEST(OptionsTest, ParsesAndRejects) {
   auto o = ParseOptions({"servers = 127.0.0.1:1,127.0.0.1:2, 127.0.0.1:3",
                          "certs=/c", "batch_window_ms=50", "early_flush=true",
                          "deadline_ms=1500", "max_batch_jobs=9",
-                         "max_batch_blocks=99", "debug=yes"});
+                         "max_batch_blocks=99", "debug=yes",
+                         "max_queue_jobs=7"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->servers[2], "127.0.0.1:3");
   EXPECT_EQ(o->ca, "/c/ca.pem");
@@ -432,6 +442,7 @@ TEST(OptionsTest, ParsesAndRejects) {
   EXPECT_EQ(o->batcher.max_jobs, 9u);
   EXPECT_EQ(o->batcher.max_blocks, 99u);
   EXPECT_TRUE(o->batcher.debug);
+  EXPECT_EQ(o->batcher.max_queue, 7u);
   // Three relations instead of a list.
   EXPECT_TRUE(ParseOptions({"servers=h:1", "servers=h:2", "servers=h:3",
                             "ca=a", "cert=b", "key=c"})
