@@ -24,6 +24,8 @@ def main():
     series = defaultdict(list)
     with open(sys.argv[1]) as f:
         for r in csv.DictReader(f):
+            if r.get("superseded") in ("1", "True"):
+                continue  # a point that was run again: the re-run counts
             series[(r["target"], r["settings"])].append(r)
     if not series:
         sys.stderr.write("plot_storm: no rows in %s\n" % sys.argv[1])
