@@ -367,7 +367,7 @@ def test_status(kr):
 
 def test_usage_and_config_errors(kr, tmp_path):
     rc, _, err = kr.admin("share", "alice", expected_code=2)
-    assert "exactly one of --password-stdin and --from-existing" in err
+    assert "exactly one of --password-stdin, --from-existing and --randkey" in err
     bad = tmp_path / "bad.conf"
     bad.write_text("servers = a:1,b:2\n")
     rc, _, err = kr.admin(f"--config={bad}", "status", expected_code=1)
@@ -482,3 +482,48 @@ def test_kdb_refusal_removes_the_shares(kr):
     assert keys_of(kr, "kim") == before
     _, st, _ = kr.admin("status", "--kdb")
     assert "keys: 0 on all three servers, 0 incomplete" in st, st
+
+
+def test_krbtgt_rotation_with_keepold(kmpc_factory):
+    """kadmin's `cpw -randkey -keepold krbtgt` in the cluster: a new random
+    krbtgt key at the next kvno, the old handle and its shares kept, so
+    TGTs issued before still work; the next rotation without --keepold
+    removes the old handles from the KDB and their shares from the servers."""
+    if kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so", required=False) is None:
+        pytest.skip("the real kdcmpc module is not built")
+    r = kmpc_factory(module="real")
+    r.setup_krbtgt()
+    r.setup_warmup()
+    r.add_service()
+    pw = "pw-" + secrets.token_hex(8)
+    r.add_users({"lena": pw})
+    r.start()
+    r.kinit("lena", pw)  # a TGT under krbtgt kvno 1
+    # --keepold refuses to keep real keys.
+    r.addprinc("mike")
+    _, _, err = r.admin("share", "--randkey", "--keepold", "mike", expected_code=1)
+    assert "would keep keys that are not MPC key handles" in err, err
+
+    _, out, _ = r.admin("share", "--randkey", "--keepold", r.tgs)
+    assert "shared from a random key as aes256-ctr-mpc kvno 2" in out, out
+    assert "1 old key handle(s) kept" in out, out
+    assert keys_of(r, r.tgs) == [("2", "aes256-ctr-mpc"), ("1", "aes256-ctr-mpc")]
+    r.run(["kvno", kmpc_cluster.SERVICE])  # the kvno-1 TGT still decrypts
+    r.kinit("lena", pw)  # a new TGT under kvno 2
+    r.run(["kvno", kmpc_cluster.SERVICE])
+
+    _, out, _ = r.admin("share", "--randkey", r.tgs)
+    assert "kvno 3" in out, out
+    assert keys_of(r, r.tgs) == [("3", "aes256-ctr-mpc")]
+    _, st, _ = r.admin("status", "--kdb")
+    # krbtgt (1 key), warm-up, lena: the two old krbtgt keys are gone.
+    assert "keys: 3 on all three servers, 0 incomplete" in st, st
+    assert "0 unreferenced keys" in st, st
+    # The kvno-2 TGT is now unusable (its key is gone): a clean error for a
+    # new service ticket, and a new login works.
+    r.add_service("host/svc2.kmpc.test")
+    out = r.run(["kvno", "host/svc2.kmpc.test"], expected_code=1)
+    assert "host/svc2.kmpc.test" in out, out
+    r.kinit("lena", pw)
+    r.run(["kvno", "host/svc2.kmpc.test"])
+    assert r.kdc_alive() and r.cluster.alive()

@@ -4,9 +4,14 @@
 
 #include <cstring>
 
+#include <krb5/krb5.h>
+// kdb.h has no C++ guards of its own (kadm5/admin.h includes it outside
+// its extern "C" block): include it first, as C.
+extern "C" {
+#include <kdb.h>
+}
 #include <com_err.h>
 #include <kadm5/admin.h>
-#include <krb5/krb5.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -239,7 +244,8 @@ absl::StatusOr<SecretBytes> Kdb::StringToKey(const std::string& name, int32_t en
 
 absl::Status Kdb::SetHandle(const std::string& name, int32_t enctype,
                             const std::string& key_id, uint32_t kvno,
-                            int16_t salt_type, const std::string& salt) {
+                            int16_t salt_type, const std::string& salt,
+                            bool keepold) {
   krb5_context ctx = Ctx(context_);
   if (key_id.size() != kKeyIdBytes) return absl::InvalidArgumentError("bad key id");
   Principal p{ctx};
@@ -260,10 +266,79 @@ absl::Status Kdb::SetHandle(const std::string& name, int32_t enctype,
   kd.salt.data.magic = KV5M_DATA;
   kd.salt.data.length = salt_copy.size();
   kd.salt.data.data = salt_copy.empty() ? nullptr : salt_copy.data();
-  // keepold = FALSE: the handle replaces every other key of the principal.
+  if (keepold) return AddHandleKeepOld(p.p, name, &kd);
+  // The handle replaces every other key of the principal.
   ret = kadm5_setkey_principal_4(handle_, p.p, FALSE, &kd, 1);
   if (ret) return Error(ret, "writing the key handle of " + name);
   return absl::OkStatus();
+}
+
+// kadm5_setkey_principal_4(keepold = TRUE) of krb5 1.20.1 copies the old
+// key data but does not count it (n_new_key_data is not increased), so the
+// old keys are silently dropped. Done here with libkdb5 instead, as kadm5
+// does it: the entry's own master key, the new key first (the KDB keeps key
+// data sorted by descending kvno), modifier recorded, one put (which also
+// writes the iprop update log).
+absl::Status Kdb::AddHandleKeepOld(void* princ_ptr, const std::string& name,
+                                   const void* kd_ptr) {
+  krb5_context ctx = Ctx(context_);
+  krb5_principal princ = static_cast<krb5_principal>(princ_ptr);
+  const kadm5_key_data& kd = *static_cast<const kadm5_key_data*>(kd_ptr);
+  krb5_db_entry* ent = nullptr;
+  krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &ent);
+  if (ret) return Error(ret, "reading the KDB entry of " + name);
+  struct EntryFree {
+    krb5_context c;
+    krb5_db_entry* e;
+    ~EntryFree() { krb5_db_free_principal(c, e); }
+  } ent_free{ctx, ent};
+  for (int i = 0; i < ent->n_key_data; ++i)
+    if (ent->key_data[i].key_data_kvno >= kd.kvno)
+      return absl::FailedPreconditionError(
+          absl::StrCat(name, ": kvno ", kd.kvno, " is taken"));
+  krb5_keyblock* mkey = nullptr;
+  ret = krb5_dbe_find_mkey(ctx, ent, &mkey);
+  if (ret) return Error(ret, "finding the master key of " + name);
+  krb5_keysalt ks;
+  ks.type = kd.salt.type;
+  ks.data = kd.salt.data;
+  krb5_key_data enc;
+  std::memset(&enc, 0, sizeof(enc));
+  ret = krb5_dbe_encrypt_key_data(ctx, mkey, &kd.key, &ks, kd.kvno, &enc);
+  if (ret) return Error(ret, "encrypting the key handle of " + name);
+  auto* grown = static_cast<krb5_key_data*>(
+      realloc(ent->key_data, (ent->n_key_data + 1) * sizeof(krb5_key_data)));
+  if (grown == nullptr) {
+    krb5_dbe_free_key_data_contents(ctx, &enc);
+    return absl::ResourceExhaustedError("out of memory");
+  }
+  std::memmove(grown + 1, grown, ent->n_key_data * sizeof(krb5_key_data));
+  grown[0] = enc;
+  ent->key_data = grown;
+  ent->n_key_data++;
+  krb5_principal mod = nullptr;
+  std::string modname = "kmpc-admin/admin@" + realm_;
+  if (krb5_parse_name(ctx, modname.c_str(), &mod) == 0) {
+    krb5_timestamp now = 0;
+    if (krb5_timeofday(ctx, &now) == 0)
+      (void)krb5_dbe_update_mod_princ_data(ctx, ent, now, mod);
+    krb5_free_principal(ctx, mod);
+  }
+  ent->mask = KADM5_KEY_DATA | KADM5_MOD_TIME | KADM5_MOD_NAME;
+  ret = krb5_db_put_principal(ctx, ent);
+  if (ret) return Error(ret, "writing the key handle of " + name);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SecretBytes> Kdb::RandomKey(int32_t enctype) {
+  krb5_context ctx = Ctx(context_);
+  krb5_keyblock kb = {};
+  krb5_error_code ret = krb5_c_make_random_key(ctx, enctype, &kb);
+  if (ret) return Error(ret, "making a random key");
+  SecretBytes key(kb.length);
+  std::memcpy(key.data(), kb.contents, kb.length);
+  krb5_free_keyblock_contents(ctx, &kb);  // wipes
+  return key;
 }
 
 absl::StatusOr<std::vector<std::string>> Kdb::ListPrincipals() {

@@ -88,10 +88,16 @@ class Kdb {
 
   // Replaces every key of the principal with one handle key of `enctype`
   // at `kvno` (0: the next kvno), with the given salt (what clients get in
-  // ETYPE-INFO2, so they derive the key that was shared).
+  // ETYPE-INFO2, so they derive the key that was shared). keepold: keep the
+  // existing keys too (the caller makes sure they are all handles).
   absl::Status SetHandle(const std::string& name, int32_t enctype,
                          const std::string& key_id, uint32_t kvno,
-                         int16_t salt_type, const std::string& salt);
+                         int16_t salt_type, const std::string& salt,
+                         bool keepold = false);
+
+  // A fresh random key of the enctype (krb5_c_make_random_key, as kadmin's
+  // randkey).
+  absl::StatusOr<SecretBytes> RandomKey(int32_t enctype);
 
   // Every principal name in the realm.
   absl::StatusOr<std::vector<std::string>> ListPrincipals();
@@ -99,6 +105,9 @@ class Kdb {
  private:
   Kdb() = default;
   absl::Status Error(long ret, const std::string& what);
+  // SetHandle with keepold (krb5_principal, const kadm5_key_data*).
+  absl::Status AddHandleKeepOld(void* princ, const std::string& name,
+                                const void* kd);
 
   void* context_ = nullptr;  // krb5_context
   void* handle_ = nullptr;   // kadm5 server handle

@@ -1,7 +1,7 @@
 // kmpc-admin: moves principals' long-term keys into the MPC cluster.
 //
-//   kmpc-admin [OPTIONS] share (--password-stdin | --from-existing)
-//              [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] PRINC...
+//   kmpc-admin [OPTIONS] share (--password-stdin | --from-existing | --randkey)
+//              [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] PRINC...
 //   kmpc-admin [OPTIONS] status [--kdb]
 //
 // share: for each principal, get its key (derived from a password read from
@@ -12,7 +12,11 @@
 //   store party i's view on server i (all-or-nothing), then replace all of
 //   the principal's key data in the KDB with one key handle of the MPC
 //   enctype ("kmpc-key" || key id). The key is wiped after use; nothing
-//   secret is printed.
+//   secret is printed. --randkey: a fresh random key (kadmin's randkey; the
+//   krbtgt's key rotation). --keepold (with --password-stdin / --randkey,
+//   when every existing key is already a handle): keep the old handles and
+//   their shares, as kadmin's -keepold, so tickets under the old kvno stay
+//   valid; the next share without --keepold removes them.
 //
 //   kvno: a new key (password) takes the next kvno. A migrated key keeps its
 //   kvno when it already was of the MPC enctype (same bytes, same enctype:
@@ -35,6 +39,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -55,8 +60,8 @@ namespace kmpc::admin {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: kmpc-admin [OPTIONS] share (--password-stdin | --from-existing)\n"
-    "                  [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] PRINC...\n"
+    "usage: kmpc-admin [OPTIONS] share (--password-stdin | --from-existing | --randkey)\n"
+    "                  [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
     "OPTIONS: --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM\n"
     "         -r REALM | --realm=REALM  --timeout-ms=N  -q | --quiet\n";
@@ -79,6 +84,8 @@ struct Args {
   std::string config;
   bool password_stdin = false;
   bool from_existing = false;
+  bool randkey = false;
+  bool keepold = false;
   bool kdb = false;
   bool quiet = false;
   std::string enctype = "aes256-ctr-mpc";
@@ -125,6 +132,8 @@ Args ParseArgs(int argc, char** argv) {
       if (has_value) Usage("--" + name + " takes no value");
       if (name == "password-stdin") a.password_stdin = true;
       else if (name == "from-existing") a.from_existing = true;
+      else if (name == "randkey") a.randkey = true;
+      else if (name == "keepold") a.keepold = true;
       else if (name == "kdb") a.kdb = true;
       else Usage("unknown option " + s);
       continue;
@@ -195,11 +204,20 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
                "daemons and cannot be shared"));
   std::vector<std::string> old_ids;
   bool current_is_handle = false;
+  bool all_handles = true;
   for (const KeyEntry& e : info->keys) {
-    if (!e.is_handle) continue;
-    old_ids.push_back(e.key_id);
+    if (!e.is_handle) {
+      all_handles = false;
+      continue;
+    }
+    if (std::find(old_ids.begin(), old_ids.end(), e.key_id) == old_ids.end())
+      old_ids.push_back(e.key_id);
     if (e.kvno == info->kvno) current_is_handle = true;
   }
+  if (a.keepold && !all_handles)
+    return absl::FailedPreconditionError(absl::StrCat(
+        canon, ": --keepold would keep keys that are not MPC key handles in the "
+               "KDB; share the principal once without --keepold first"));
 
   SecretBytes key;
   int32_t enctype;
@@ -221,6 +239,13 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
     source = absl::StrCat("from its ", EnctypeName(ex->entry.enctype), " key kvno ",
                           ex->entry.kvno);
     key = std::move(ex->key);
+  } else if (a.randkey) {
+    enctype = a.enctype == "aes128-ctr-mpc" ? kEnctypeAes128Mpc : kEnctypeAes256Mpc;
+    auto k = kdb.RandomKey(enctype);
+    if (!k.ok()) return k.status();
+    key = std::move(*k);
+    kvno = info->kvno + 1;
+    source = "from a random key";
   } else {
     enctype = a.enctype == "aes128-ctr-mpc" ? kEnctypeAes128Mpc : kEnctypeAes256Mpc;
     auto k = kdb.StringToKey(canon, enctype, *password);
@@ -241,7 +266,7 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
   if (!st.ok())
     return absl::Status(st.code(), absl::StrCat(canon, ": not shared, the KDB is "
                                                 "unchanged: ", st.message()));
-  st = kdb.SetHandle(canon, enctype, key_id, kvno, salt_type, salt);
+  st = kdb.SetHandle(canon, enctype, key_id, kvno, salt_type, salt, a.keepold);
   if (!st.ok()) {
     absl::Status undo = cluster.DeleteKey(key_id);
     return absl::Status(
@@ -254,6 +279,10 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
                                               ")")));
   }
   std::string note;
+  if (a.keepold) {
+    absl::StrAppend(&note, "; ", old_ids.size(), " old key handle(s) kept");
+    old_ids.clear();
+  }
   for (const std::string& old : old_ids) {
     // The previous handle's shares: nothing refers to them any more.
     absl::Status d = cluster.DeleteKey(old);
@@ -268,8 +297,11 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
 }
 
 int Share(const Args& a, const Config& cfg) {
-  if (a.password_stdin == a.from_existing)
-    Usage("share needs exactly one of --password-stdin and --from-existing");
+  if (a.password_stdin + a.from_existing + a.randkey != 1)
+    Usage("share needs exactly one of --password-stdin, --from-existing and --randkey");
+  if (a.keepold && a.from_existing)
+    Usage("--keepold applies to --password-stdin and --randkey (a migrated key "
+          "replaces the key it was)");
   if (a.enctype != "aes256-ctr-mpc" && a.enctype != "aes128-ctr-mpc")
     Usage("--enctype must be aes256-ctr-mpc or aes128-ctr-mpc");
   if (a.from_existing && a.enctype != "aes256-ctr-mpc")
