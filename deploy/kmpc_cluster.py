@@ -515,6 +515,14 @@ def status_dir(workdir):
     ok = ok and bool(kdc)
     print(f"krb5kdc: {'running (pid %d)' % pid if kdc else 'stopped'}, realm "
           f"{st['realm']}, 127.0.0.1:{st['kdc_port']}, kdcmpc module: {st['module']}")
+    mpc = os.path.join(workdir, "mpc")
+    for i in range(3):
+        pf = os.path.join(mpc, f"party-{i}.pid")
+        ppid = int(open(pf).read().strip() or 0) if os.path.exists(pf) else 0
+        alive = ppid and pid_alive(ppid)
+        ok = ok and bool(alive)
+        print(f"mpc party {i}: {'running (pid %d)' % ppid if alive else 'stopped'}, "
+              f"log {mpc}/party-{i}.log")
     env = kmpc_realm.Realm(workdir).make_env()
     env.update(st.get("env", {}))
     p = subprocess.run([find_built("mpc-server/kmpc-admin"), "status", "--kdb"],

@@ -457,6 +457,13 @@ int Status(const Args& a, const Config& cfg) {
       }
       if (has) ++with_handles;
     }
+    if (!lists_ok) {
+      std::printf("kdb: realm %s, %zu principals, %zu with key handles (their "
+                  "shares not checked: not every server answered)\n",
+                  (*kdb)->realm().c_str(), names->size(), with_handles);
+      std::printf("status: PROBLEMS (see above)\n");
+      return 1;
+    }
     size_t unreferenced = 0;
     for (const auto& [id, on] : where) {
       if (referenced.count(id)) continue;
