@@ -52,7 +52,11 @@ ABSL_FLAG(std::string, admin_clients, "kmpc-admin",
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted (MiB)");
 ABSL_FLAG(int, ring_spin_us, 0,
           "busy-poll a ring receive this long before sleeping (latency)");
-ABSL_FLAG(int, chunk_lanes, 0, "engine pipeline chunk (lanes); 0 = default");
+ABSL_FLAG(int, chunk_lanes, 0,
+          "engine pipeline chunk in AES blocks (one ring message per AND layer "
+          "per chunk); 0 = the engine's default");
+ABSL_FLAG(int, wave_lanes, 0,
+          "engine wave in AES blocks (>= chunk_lanes); 0 = the engine's default");
 
 namespace {
 
@@ -112,6 +116,8 @@ int main(int argc, char** argv) {
   sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
   if (absl::GetFlag(FLAGS_chunk_lanes) > 0)
     sopt.engine.chunk_lanes = absl::GetFlag(FLAGS_chunk_lanes);
+  if (absl::GetFlag(FLAGS_wave_lanes) > 0)
+    sopt.engine.wave_lanes = absl::GetFlag(FLAGS_wave_lanes);
   kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
   kmpc::service::Metrics metrics;
 

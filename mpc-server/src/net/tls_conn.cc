@@ -91,6 +91,13 @@ absl::StatusOr<std::unique_ptr<TlsContext>> TlsContext::Create(
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
                             SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (server) SSL_CTX_set_num_tickets(ctx, 0);
+  // Ring throughput: AES-128-GCM first (OpenSSL's default TLS 1.3 order puts
+  // AES-256-GCM first, ~30% more CPU per byte), and read-ahead with a large
+  // buffer so one read() brings in many records instead of two reads per
+  // record (header, body).
+  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384");
+  SSL_CTX_set_read_ahead(ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx, 256 * 1024);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   return out;
 }

@@ -314,7 +314,9 @@ absl::StatusOr<std::vector<uint8_t>> TlsRingChannel::RecvControl(
 
 bool TlsRingChannel::InboundReadable(absl::Duration wait) {
   if (in_ == nullptr) return false;
-  if (SSL_pending(in_->ssl()) > 0) return true;
+  // SSL_has_pending, not SSL_pending: with read-ahead, bytes of records
+  // not yet decrypted may wait in OpenSSL's buffer, not in the socket.
+  if (SSL_has_pending(in_->ssl())) return true;
   pollfd p{in_->fd(), POLLIN, 0};
   return poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(wait))) > 0;
 }
