@@ -14,10 +14,13 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kmpc-bench-mpc.XXXXXX")
 cleanup() { bash "$root/deploy/mpc-local.sh" stop "$work" || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-bin=""
-for d in "${KMPC_MPC_BIN_DIR:-}" "$build/cmake/mpc-server" "$root/build/cmake-c/mpc-server"; do
-  [ -n "$d" ] && [ -x "$d/kmpc-mpc-client" ] && { bin=$d; break; }
-done
+bin=${KMPC_MPC_BIN_DIR:-}
+if [ -z "$bin" ]; then  # the most recently built candidate
+  for d in "$build/cmake/mpc-server" "$root/build/cmake-c/mpc-server"; do
+    [ -x "$d/kmpc-mpc-client" ] || continue
+    if [ -z "$bin" ] || [ "$d/kmpc-mpc-server" -nt "$bin/kmpc-mpc-server" ]; then bin=$d; fi
+  done
+fi
 [ -n "$bin" ] || { echo "bench-mpc: kmpc-mpc-client not built" >&2; exit 1; }
 export KMPC_MPC_BIN_DIR=$bin
 

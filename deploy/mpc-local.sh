@@ -15,12 +15,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cmd=${1:-}; dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|status DIR [BASE_PORT] [WORKERS]" >&2; exit 2; }
 
-find_bin() {
-  for d in "${KMPC_MPC_BIN_DIR:-}" "${KMPC_BUILD:-$root/build}/cmake/mpc-server" \
-           "$root/build/cmake/mpc-server" "$root/build/cmake-c/mpc-server"; do
-    [ -n "$d" ] && [ -x "$d/kmpc-mpc-server" ] && { echo "$d"; return; }
+find_bin() {  # KMPC_MPC_BIN_DIR, else the most recently built candidate
+  if [ -n "${KMPC_MPC_BIN_DIR:-}" ]; then echo "$KMPC_MPC_BIN_DIR"; return; fi
+  local best="" d
+  for d in "${KMPC_BUILD:-$root/build}/cmake/mpc-server" "$root/build/cmake/mpc-server" \
+           "$root/build/cmake-c/mpc-server"; do
+    [ -x "$d/kmpc-mpc-server" ] || continue
+    if [ -z "$best" ] || [ "$d/kmpc-mpc-server" -nt "$best/kmpc-mpc-server" ]; then best=$d; fi
   done
-  echo "mpc-local: kmpc-mpc-server not built (make build)" >&2; exit 1
+  [ -n "$best" ] || { echo "mpc-local: kmpc-mpc-server not built (make build)" >&2; exit 1; }
+  echo "$best"
 }
 
 stop_all() {

@@ -31,16 +31,18 @@ if not os.path.exists(VECTORS):
 
 
 def _bin_dir():
-    cands = [os.environ.get("KMPC_MPC_BIN_DIR", ""),
-             os.path.join(os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build")),
+    """KMPC_MPC_BIN_DIR, else the most recently built of the usual build dirs."""
+    env = os.environ.get("KMPC_MPC_BIN_DIR", "")
+    cands = [os.path.join(os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build")),
                           "cmake", "mpc-server"),
              os.path.join(ROOT, "build", "cmake", "mpc-server"),
              os.path.join(ROOT, "build", "cmake-c", "mpc-server")]
-    for d in cands:
-        if d and os.access(os.path.join(d, "kmpc-mpc-server"), os.X_OK) and \
-                os.access(os.path.join(d, "kmpc-mpc-client"), os.X_OK):
-            return d
-    return None
+    ok = [d for d in ([env] if env else cands)
+          if d and os.access(os.path.join(d, "kmpc-mpc-server"), os.X_OK)
+          and os.access(os.path.join(d, "kmpc-mpc-client"), os.X_OK)]
+    if not ok:
+        return None
+    return max(ok, key=lambda d: os.path.getmtime(os.path.join(d, "kmpc-mpc-server")))
 
 
 BIN = _bin_dir()
