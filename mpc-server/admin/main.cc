@@ -376,7 +376,7 @@ int Status(const Args& a, const Config& cfg) {
     std::string who = (*cluster)->Describe(i);
     if (!health[i].ok()) {
       ok = false;
-      std::printf("%s: ERROR %s\n", who.c_str(),
+      std::printf("ERROR: %s\n",
                   std::string(health[i].status().message()).c_str());
       continue;
     }
@@ -402,7 +402,7 @@ int Status(const Args& a, const Config& cfg) {
     if (!lists[i].ok()) {
       lists_ok = false;
       if (health[i].ok())
-        std::printf("%s: ERROR %s\n", (*cluster)->Describe(i).c_str(),
+        std::printf("ERROR: %s\n",
                     std::string(lists[i].status().message()).c_str());
       continue;
     }
