@@ -71,7 +71,7 @@ struct SharedOptions {
   // Lanes per chunk (multiple of 64): within a wave, in every AND layer all
   // chunks send before the first chunk receives, so one chunk's message is
   // on the wire while the next computes.
-  size_t chunk_lanes = 1024;
+  size_t chunk_lanes = 4096;
   // Lanes per wave: waves run one after the other (each nr * AndDepth
   // rounds), bounding the working set to about 300 bytes per lane.
   size_t wave_lanes = 8192;

@@ -192,7 +192,7 @@ using KeyLookup = std::function<absl::StatusOr<std::shared_ptr<const KeyShares>>
 struct EngineOptions {
   // Lanes (AES blocks) per pipeline chunk: while one chunk's AND-layer
   // message is in flight the next chunk computes. Multiple of 64.
-  uint32_t chunk_lanes = 1024;
+  uint32_t chunk_lanes = 4096;
   // Lanes per wave: larger batches run in consecutive waves (each a full
   // set of AND rounds), which keeps the working set in cache. >= chunk_lanes.
   uint32_t wave_lanes = 8192;
