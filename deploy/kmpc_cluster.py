@@ -404,8 +404,11 @@ class KmpcRealm(kmpc_realm.Realm):
             for i in range(0, n_random, 200):
                 cmds.append(f"ktadd -norandkey -k {self.users_keytab} "
                             + " ".join(names[i:i + 200]))
-            self.run(["kadmin.local", "-r", self.realm], input="\n".join(cmds) + "\n",
-                     timeout=600)
+            out = self.run(["kadmin.local", "-r", self.realm],
+                           input="\n".join(cmds) + "\n", timeout=600)
+            if out.count("created.") != n_random:
+                raise RealmError(f"expected {n_random} principals, kadmin.local "
+                                 f"created {out.count('created.')}:\n{out[-3000:]}")
             if os.path.exists(self.users_keytab):
                 os.chmod(self.users_keytab, 0o600)
             self.share_existing(names)
