@@ -639,14 +639,14 @@ def main():
     log(f"figures: {args.out}, sweep: {csv_path}")
     log("")
     log(f"{'target/settings':24s} {'peak logins/s':>14s} {'1-client p50':>13s} "
-        f"{'p99@90%':>11s} {'KDC us/login':>13s} {'(1 core: /s)':>13s} {'gen us/login':>13s}")
+        f"{'p99@90%':>11s} {'server us/login':>16s} {'(1 core: /s)':>13s} {'gen us/login':>13s}")
     for tname, tsec in data.items():
         for s, sec in tsec.get("settings", {}).items():
             kdc = sum(v for k, v in sec["cpu_us_per_login"].items() if k != "kmpc-storm")
             p99 = sec.get("at_90pct_of_peak", {}).get("p99_ms", float("nan"))
             log(f"{tname + '/' + s:24s} {sec['peak_logins_per_s']:14.0f} "
                 f"{sec['one_client']['p50_ms']:10.2f} ms {p99:8.2f} ms "
-                f"{kdc:13.0f} {sec.get('cpu_implied_logins_per_s_per_core') or 0:13.0f} "
+                f"{kdc:16.0f} {sec.get('cpu_implied_logins_per_s_per_core') or 0:13.0f} "
                 f"{sec['cpu_us_per_login']['kmpc-storm']:13.0f}")
     base = data.get("stock", {}).get("settings", {}).get("headline", {}).get("peak_logins_per_s")
     if base:
