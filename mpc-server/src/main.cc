@@ -52,7 +52,10 @@ ABSL_FLAG(std::string, admin_clients, "kmpc-admin",
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted (MiB)");
 ABSL_FLAG(int, ring_spin_us, 0,
           "busy-poll a ring receive this long before sleeping (latency)");
-ABSL_FLAG(int, chunk_lanes, 0,
+// 4096, not the engine's in-memory default (1024): over TLS/TCP every ring
+// message costs syscalls, records and wake-ups; on the 2-core loopback bench
+// 4096-block chunks need ~15% less server CPU per block.
+ABSL_FLAG(int, chunk_lanes, 4096,
           "engine pipeline chunk in AES blocks (one ring message per AND layer "
           "per chunk); 0 = the engine's default");
 ABSL_FLAG(int, wave_lanes, 0,

@@ -66,7 +66,7 @@ ABSL_FLAG(int, blocks, 128, "bench: keystream blocks per batch");
 ABSL_FLAG(int, threads, 1, "bench: batches in flight");
 ABSL_FLAG(int, iters, 5, "bench: batches per thread");
 ABSL_FLAG(int, job_blocks, 1024, "bench: largest ENCRYPT job in blocks");
-ABSL_FLAG(int, chunk_lanes, 1024, "bench: the servers' engine chunk (for rounds)");
+ABSL_FLAG(int, chunk_lanes, 4096, "bench: the servers' --chunk_lanes (for rounds)");
 ABSL_FLAG(std::string, cipher, "aes128", "bench: aes128 or aes256");
 ABSL_FLAG(bool, finalize_twice, false, "jobs: try every FINALIZE a second time");
 ABSL_FLAG(int, timeout_ms, 30000, "deadline of each RPC");
