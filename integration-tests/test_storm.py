@@ -219,3 +219,30 @@ def test_keytab_from_passwords(realm_factory, storm_bin, tmp_path):
     assert p.returncode == 0, p.stderr
     res = json.loads((tmp_path / "pw.json").read_text())
     assert res["users"] == 3 and res["ok"] == 30
+
+
+def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
+    """The same storm, the realm swapped for kmpc's (deploy/kmpc_cluster.py:
+    handles in the KDB, the kdcmpc module, three MPC servers): every login,
+    and the TGS-REQ after it, must succeed."""
+    import kmpc_cluster
+    for rel in ("mpc-server/kmpc-mpc-server", "mpc-server/kmpc-admin"):
+        if not kmpc_cluster.find_built(rel, required=False):
+            pytest.skip(f"{rel} not built")
+    target = storm_bench.KmpcTarget(str(tmp_path / "kmpc"), "headline", 40)
+    try:
+        js = tmp_path / "kmpc.json"
+        argv = [storm_bin, "--keytab", target.keytab, "--principals", target.principal_fmt,
+                "--users", "40", "-c", "32", "--ramp", "0.3", "-n", "160", "--timeout", "10",
+                "--tgs", target.service, "--json", str(js)]
+        for pid in target.watch.values():
+            argv += ["--watch-pid", str(pid)]
+        p = subprocess.run(argv, env=target.env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr + target.logs()[-5000:]
+        res = json.loads(js.read_text())
+        assert res["ok"] == 160 and res["failed_all_phases"] == 0, res
+        assert res["requests"] == 3 * res["ok_all_phases"], res  # (retransmits not counted)
+        assert len(res["watched"]) == 4  # krb5kdc and the three servers
+        assert target.alive(), target.logs()[-5000:]
+    finally:
+        target.stop()
