@@ -13,7 +13,7 @@ export KMPC_BUILD := $(BUILD)
 export KRB5_PREFIX
 
 .PHONY: all deps krb5 build test test-crypto test-unit test-integration \
-        demo bench bench-mpc clean distclean help
+        demo bench bench-mpc bench-storm clean distclean help
 
 all: build
 
@@ -60,11 +60,16 @@ demo: build
 	@bash deploy/demo.sh
 
 bench-mpc: build
-	@if [ -x deploy/bench-mpc.sh ]; then bash deploy/bench-mpc.sh; else \
-	  echo "bench-mpc: the MPC benchmark is not there yet (issue: MPC engine)"; exit 2; fi
+	@bash deploy/bench-mpc.sh
 
-bench: bench-mpc
-	@echo "bench: the login-storm comparison with a stock KDC is not there yet (issue: login storm)"; exit 2
+# Login storms (kmpc-storm) against the stock KDC and against kmpc, same
+# machine, same run: figures, JSON and the latency/throughput plot in build/bench.
+bench-storm: build
+	@$(PYTHON) deploy/storm_bench.py --target stock,kmpc
+
+bench: build
+	@$(MAKE) -s --no-print-directory bench-mpc
+	@$(MAKE) -s --no-print-directory bench-storm
 
 clean:
 	rm -rf $(CMAKE_BUILD)
