@@ -32,14 +32,14 @@ std::string SslErrors() {
   return out.empty() ? std::string("unknown TLS error") : out;
 }
 
+}  // namespace
+
 int RemainingMs(absl::Time deadline) {
   absl::Duration d = deadline - absl::Now();
   if (d <= absl::ZeroDuration()) return 0;
   int64_t ms = absl::ToInt64Milliseconds(d) + 1;
   return ms > 1'000'000 ? 1'000'000 : static_cast<int>(ms);
 }
-
-}  // namespace
 
 std::string PartyIdentity(int party) { return absl::StrCat("kmpc-party-", party); }
 

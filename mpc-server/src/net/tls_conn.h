@@ -87,6 +87,9 @@ void TuneSocket(int fd);
 // Waits for `events` on fd until deadline: OK, or UNAVAILABLE on timeout.
 absl::Status PollFd(int fd, short events, absl::Time deadline);
 
+// Milliseconds left until deadline for poll(): 0 if past, rounded up.
+int RemainingMs(absl::Time deadline);
+
 }  // namespace kmpc::net
 
 #endif  // KMPC_NET_TLS_CONN_H_

@@ -28,13 +28,6 @@ constexpr size_t kHelloSize = 8;
 int Prev(int party) { return (party + 2) % 3; }
 int Next(int party) { return (party + 1) % 3; }
 
-int RemainingMs(absl::Time deadline) {
-  absl::Duration d = deadline - absl::Now();
-  if (d <= absl::ZeroDuration()) return 0;
-  int64_t ms = absl::ToInt64Milliseconds(d) + 1;
-  return ms > 1'000'000 ? 1'000'000 : static_cast<int>(ms);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- channel

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/engine.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 #include "net/tls_ring.h"
 #include "service/scheduler.h"
 #include "service/services.h"
@@ -20,18 +21,7 @@
 namespace kmpc::service {
 namespace {
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t l = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &l);
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
+using ::kmpc::testing::FreeLoopbackPort;
 
 std::string Rand(size_t n) {
   std::string s(n, '\0');
@@ -64,15 +54,12 @@ struct Party {
 class ServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/kmpc-service-test-XXXXXX";
-    dir_ = new std::string(mkdtemp(tmpl));
-    std::string cmd = absl::StrCat("bash " KMPC_SOURCE_DIR "/deploy/gen-certs.sh ",
-                                   *dir_, "/certs >/dev/null");
-    ASSERT_EQ(system(cmd.c_str()), 0);
+    dir_ = new std::string(::kmpc::testing::MakeTestCerts("service-test"));
+    ASSERT_FALSE(dir_->empty());
   }
 
   void SetUp() override {
-    int ports[3] = {FreePort(), FreePort(), FreePort()};
+    int ports[3] = {FreeLoopbackPort(), FreeLoopbackPort(), FreeLoopbackPort()};
     static int instance = 0;
     ++instance;
     for (int i = 0; i < 3; ++i) {

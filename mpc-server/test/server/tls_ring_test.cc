@@ -13,35 +13,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace kmpc::net {
 namespace {
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t l = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &l);
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
+using ::kmpc::testing::FreeLoopbackPort;
 
 class TlsRingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/kmpc-ring-test-XXXXXX";
-    certs_ = new std::string(mkdtemp(tmpl));
-    std::string cmd = absl::StrCat("bash " KMPC_SOURCE_DIR "/deploy/gen-certs.sh ",
-                                   *certs_, " >/dev/null");
-    ASSERT_EQ(system(cmd.c_str()), 0);
+    certs_ = new std::string(::kmpc::testing::MakeTestCerts("ring-test") + "/certs");
+    ASSERT_NE(*certs_, "/certs");
   }
 
   void SetUp() override {
-    for (int i = 0; i < 3; ++i) ports_[i] = FreePort();
+    for (int i = 0; i < 3; ++i) ports_[i] = FreeLoopbackPort();
   }
 
   TlsRingOptions Options(int party, int workers = 1,
