@@ -43,6 +43,7 @@ class TlsRingTest : public ::testing::Test {
              *certs_ + "/ca.pem"};
     o.recv_timeout = absl::Seconds(2);
     o.connect_timeout = absl::Seconds(3);
+    if (const char* spin = getenv("KMPC_RING_SPIN_US")) o.spin_us = atoi(spin);
     return o;
   }
 
