@@ -1,8 +1,9 @@
 // kmpc-mpc-server: one of the three MPC servers.
 //
-//   kmpc-mpc-server --party=0 --listen=127.0.0.1:7000 \
-//     --ring_listen=127.0.0.1:7100 --ring_prev=127.0.0.1:7102 \
+//   kmpc-mpc-server --party=0 --listen=127.0.0.1:7000
+//     --ring_listen=127.0.0.1:7100 --ring_prev=127.0.0.1:7102
 //     --cert=party-0.pem --key=party-0.key --ca=ca.pem --store_dir=/var/lib/kmpc
+//   (one command line; deploy/mpc-local.sh starts three on loopback)
 //
 // Party i dials party i-1's ring address (--ring_prev) and accepts party
 // i+1. Logs "listening on <addr>" once gRPC serves (tests wait for it).

@@ -35,6 +35,7 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <thread>
