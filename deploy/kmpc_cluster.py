@@ -58,29 +58,31 @@ REAL_MODULE_NAME = "kmpc"
 
 
 def cmake_build_dirs():
-    """CMake build trees to take binaries from: $KMPC_CMAKE_BUILD, then
-    build/cmake (`make build`), then the newest other build/*."""
-    dirs = []
-    if os.environ.get("KMPC_CMAKE_BUILD"):
-        dirs.append(os.environ["KMPC_CMAKE_BUILD"])
-    dirs.append(os.path.join(BUILD, "cmake"))
-    others = [d for d in glob.glob(os.path.join(BUILD, "cmake*"))
-              if d not in dirs and os.path.isdir(d)]
-    dirs += sorted(others, key=os.path.getmtime, reverse=True)
+    """CMake build trees that may hold binaries: build/cmake (`make build`)
+    and the other build/cmake* trees."""
+    dirs = [os.path.join(BUILD, "cmake")]
+    dirs += [d for d in sorted(glob.glob(os.path.join(BUILD, "cmake*")))
+             if d not in dirs and os.path.isdir(d)]
     return dirs
 
 
 def find_built(rel, required=True):
-    """A built file, e.g. find_built('mpc-server/kmpc-admin')."""
+    """A built file, e.g. find_built('mpc-server/kmpc-admin'): its own
+    environment variable, else from $KMPC_CMAKE_BUILD, else the most
+    recently built copy among the build trees (as deploy/mpc-local.sh)."""
     env = {"mpc-server/kmpc-admin": "KMPC_ADMIN",
            "kdc-plugin/kmpc-kdb-handle": "KMPC_KDB_HANDLE",
            "kdc-plugin/libkmpc_kdc.so": "KMPC_KDC_MODULE"}.get(rel)
     if env and os.environ.get(env):
         return os.environ[env]
-    for d in cmake_build_dirs():
-        p = os.path.join(d, rel)
+    if os.environ.get("KMPC_CMAKE_BUILD"):
+        p = os.path.join(os.environ["KMPC_CMAKE_BUILD"], rel)
         if os.path.exists(p):
             return p
+    found = [p for p in (os.path.join(d, rel) for d in cmake_build_dirs())
+             if os.path.exists(p)]
+    if found:
+        return max(found, key=os.path.getmtime)
     if required:
         raise RealmError(f"{rel} is not built (make build)")
     return None
