@@ -256,7 +256,14 @@ absl::Status Scheduler::LeadBatch(net::TlsRingChannel& ch, Session& session,
     return absl::UnavailableError(absl::StrCat(
         "party ", int{back->status_party},
         " did not receive this batch from the client in time"));
-  return RunOnRing(ch, session, seq, (commit.flags & kFlagSession) != 0, work);
+  const absl::Time agreed = absl::Now();
+  absl::Status st =
+      RunOnRing(ch, session, seq, (commit.flags & kFlagSession) != 0, work);
+  KMPC_VLOG(2) << "batch " << IdHex(work.id) << ": schedule "
+               << absl::ToDoubleMicroseconds(agreed - work.claimed_at)
+               << " us, run " << absl::ToDoubleMicroseconds(absl::Now() - agreed)
+               << " us, " << work.outcome.ring_messages << " messages";
+  return st;
 }
 
 void Scheduler::LeaderLoop(int worker) {
