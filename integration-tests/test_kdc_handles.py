@@ -15,6 +15,7 @@ import re
 import secrets
 import struct
 import subprocess
+import time
 
 import pytest
 
@@ -147,6 +148,18 @@ def _kinit(m, name="alice", **kw):
     return m.realm.kinit(name, m.passwords[name], **kw)
 
 
+# A KDC that answers KDC_ERR_SVC_UNAVAILABLE is given up at once (krb5 patch
+# 0005); MIT's client would keep retrying it for ~17 s.
+PROMPT_SECONDS = 5
+
+
+def _timed_kinit(m, **kw):
+    """_kinit, and how long it took (seconds)."""
+    start = time.monotonic()
+    out = _kinit(m, **kw)
+    return out, time.monotonic() - start
+
+
 # ---- the database -------------------------------------------------------
 
 def test_kdb_holds_only_handles(mpc):
@@ -218,8 +231,9 @@ def test_wrong_password_is_preauth_failed(mpc):
 
 def test_cluster_unavailable(mpc):
     open(mpc.failflag, "w").close()
-    out = _kinit(mpc, expected_code=1)
+    out, elapsed = _timed_kinit(mpc, expected_code=1)
     assert "A service is not available" in out, out
+    assert elapsed < PROMPT_SECONDS, f"kinit took {elapsed:.1f}s"
     log = mpc.kdc_log()
     assert "MPC cluster unavailable (simulated)" in log, log
     assert mpc.realm.kdc_alive()
@@ -390,10 +404,101 @@ def test_no_module_is_service_unavailable(realm_factory, tmp_path):
     m.setup()
     m.add_user("alice")
     m.start()
-    out = _kinit(m, expected_code=1)
+    out, elapsed = _timed_kinit(m, expected_code=1)
     assert "A service is not available" in out, out
+    assert elapsed < PROMPT_SECONDS, f"kinit took {elapsed:.1f}s"
     assert "no kdcmpc module is loaded" in m.kdc_log()
     assert m.realm.kdc_alive()
+
+
+# ---- several KDCs: failover ---------------------------------------------
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def _set_kdcs(realm, ports):
+    """Make the client's krb5.conf list one `kdc =` line per port, in order."""
+    with open(realm.krb5_conf) as f:
+        conf = f.read()
+    lines = "".join(f"        kdc = 127.0.0.1:{p}\n" for p in ports)
+    conf, n = re.subn(r"^        kdc = .*\n", lines, conf, flags=re.M)
+    assert n == 1, conf
+    with open(realm.krb5_conf, "w") as f:
+        f.write(conf)
+
+
+@pytest.fixture
+def second_kdc(tmp_path):
+    """start(m, with_module) runs a second krb5kdc on m's database, on its own
+    port and log; returns (port, log path). Stopped by PID afterwards."""
+    procs = []
+
+    def start(m, with_module=True):
+        port, = kmpc_realm.free_ports(1)
+        log = str(tmp_path / "kdc2.log")
+        with open(m.realm.kdc_conf) as f:
+            conf = f.read()
+        conf = conf.replace(f"127.0.0.1:{m.realm.kdc_port}", f"127.0.0.1:{port}")
+        conf = conf.replace(f"kdc = FILE:{m.realm.kdc_log}", f"kdc = FILE:{log}")
+        if not with_module:
+            conf = re.sub(r"\[plugins\].*?\n    \}\n", "", conf, flags=re.S)
+        path = str(tmp_path / "kdc2.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        env = {**m.realm.env, "KRB5_KDC_PROFILE": path}
+        with open(str(tmp_path / "kdc2.out"), "ab") as out:
+            proc = subprocess.Popen([binpath("krb5kdc"), "-n", "-r", REALM],
+                                    env=env, stdout=out,
+                                    stderr=subprocess.STDOUT)
+        procs.append(proc)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"second krb5kdc exited {proc.returncode}"
+            if os.path.exists(log) and "commencing operation" in _read(log):
+                return port, log
+            time.sleep(0.05)
+        pytest.fail("second krb5kdc did not start")
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)
+
+
+def test_svc_unavailable_fails_over_to_the_next_kdc(mpc, second_kdc):
+    # The first KDC has no module (KDC_ERR_SVC_UNAVAILABLE); the second is
+    # the working one: the client moves on to it and logs in.
+    down_port, down_log = second_kdc(mpc, with_module=False)
+    _set_kdcs(mpc.realm, [down_port, mpc.realm.kdc_port])
+    out, elapsed = _timed_kinit(mpc, env=mpc.trace_env())
+    assert "no kdcmpc module is loaded" in _read(down_log)
+    assert "Reply from" in out and "asks to try another KDC" in out, out
+    assert elapsed < PROMPT_SECONDS, f"kinit took {elapsed:.1f}s"
+    _klist(mpc.realm)
+
+
+def test_unreachable_kdc_fails_over_to_the_next_kdc(mpc):
+    # MIT's failover past a KDC where nothing listens is unchanged.
+    dead, = kmpc_realm.free_ports(1)
+    _set_kdcs(mpc.realm, [dead, mpc.realm.kdc_port])
+    _kinit(mpc)
+    _klist(mpc.realm)
+
+
+@pytest.mark.parametrize("unavailable_first", [True, False])
+def test_svc_unavailable_and_unreachable_kdc(mpc, unavailable_first):
+    # One KDC answers KDC_ERR_SVC_UNAVAILABLE, nothing listens at the other:
+    # the clear error, promptly, whatever the order.
+    dead, = kmpc_realm.free_ports(1)
+    ports = [mpc.realm.kdc_port, dead]
+    _set_kdcs(mpc.realm, ports if unavailable_first else ports[::-1])
+    open(mpc.failflag, "w").close()
+    out, elapsed = _timed_kinit(mpc, expected_code=1)
+    assert "A service is not available" in out, out
+    assert elapsed < PROMPT_SECONDS, f"kinit took {elapsed:.1f}s"
 
 
 def test_workers_load_the_module_after_fork(realm_factory, tmp_path):
