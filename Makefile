@@ -13,7 +13,7 @@ export KMPC_BUILD := $(BUILD)
 export KRB5_PREFIX
 
 .PHONY: all deps krb5 build test test-crypto test-unit test-integration \
-        demo bench bench-mpc bench-storm clean distclean help
+        demo demo-stop bench bench-mpc bench-storm clean distclean help
 
 all: build
 
@@ -23,6 +23,7 @@ help:
 	@echo "make build    build the C++ parts (CMake, build/cmake)"
 	@echo "make test     everything above, then all tests"
 	@echo "make demo     a realm on loopback, a login, a short storm"
+	@echo "make demo-stop  stop the demo's KDC and MPC servers"
 	@echo "make bench    benchmarks that print figures"
 
 deps:
@@ -58,6 +59,9 @@ test: deps krb5 build
 
 demo: build
 	@bash deploy/demo.sh
+
+demo-stop:
+	@$(PYTHON) deploy/kmpc_cluster.py stop $(BUILD)/demo
 
 bench-mpc: build
 	@bash deploy/bench-mpc.sh
