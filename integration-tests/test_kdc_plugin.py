@@ -303,6 +303,9 @@ def test_login_kvno_and_wrong_password(realm_factory, cluster):
                       expected_code=1, env={**m.realm.env,
                                             "KRB5_TRACE": "/dev/stdout"})
     assert "Preauthentication failed" in out, out
+    # An unknown user is refused by the KDC before any MPC work.
+    m.realm.run(["kinit", "nobody"], input="whatever\n", expected_code=1,
+                expected_msg="not found in Kerberos database")
     assert m.realm.kdc_alive() and cluster.alive()
     # No secret in the KDC log: neither the password nor key material.
     log = m.kdc_log()
