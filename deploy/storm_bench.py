@@ -221,6 +221,10 @@ class KmpcTarget:
         self.warmup_s = 3.0
         self.timeout_s = 10
 
+    def mpc_counters(self):
+        c = self.realm.cluster
+        return mpc_metrics(c.servers, c.certs)
+
     def alive(self):
         return self.realm.alive()
 
@@ -229,6 +233,62 @@ class KmpcTarget:
 
     def stop(self):
         self.realm.stop()
+
+
+def mpc_metrics(servers, certs, prefix=()):
+    """The three MPC servers' counters (kmpc-mpc-client metrics, the admin
+    client certificate): {party: {metric: value}} for kmpc_aes_blocks_total,
+    kmpc_ring_bytes_sent_total, kmpc_ring_messages_sent_total,
+    kmpc_jobs_total and kmpc_batches_total{kind,result=ok}.  prefix: argv in
+    front (e.g. ip netns exec NS).  None when the query fails."""
+    import kmpc_cluster
+    import re
+    client = kmpc_cluster.find_built("mpc-server/kmpc-mpc-client", required=False)
+    if not client:
+        return None
+    try:
+        p = subprocess.run([*prefix, client, f"--servers={servers}", f"--certs={certs}",
+                            "metrics"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
+    if p.returncode != 0:
+        return None
+    out = {}
+    for m in re.finditer(r'^(kmpc_\w+)\{party="(\d)"(?:,kind="(\w+)",result="ok")?\} (\d+)$',
+                         p.stdout, re.M):
+        name, party, kind, val = m.groups()
+        if name == "kmpc_batches_total":
+            if not kind:
+                continue
+            name = f"kmpc_batches_{kind}_ok_total"
+        out.setdefault(int(party), {})[name] = int(val)
+    return out if len(out) == 3 else None
+
+
+def mpc_per_login(m0, m1, logins):
+    """MPC cost per login between two mpc_metrics() snapshots: AES blocks
+    (each party evaluates every block), ring bytes and messages sent by one
+    party (mean of the three; each party sends to its predecessor), batches
+    (Run and Finalize) and jobs."""
+    if not m0 or not m1 or logins <= 0:
+        return None
+
+    def mean(name):
+        return sum(m1[i].get(name, 0) - m0[i].get(name, 0) for i in range(3)) / 3.0
+
+    return {
+        "logins": logins,
+        "aes_blocks_per_login": round(mean("kmpc_aes_blocks_total") / logins, 2),
+        "ring_bytes_per_login_per_party": round(mean("kmpc_ring_bytes_sent_total") / logins, 1),
+        "ring_bytes_per_login_all_parties": round(3 * mean("kmpc_ring_bytes_sent_total")
+                                                  / logins, 1),
+        "ring_messages_per_login_per_party": round(
+            mean("kmpc_ring_messages_sent_total") / logins, 3),
+        "run_batches_per_login": round(mean("kmpc_batches_run_ok_total") / logins, 4),
+        "finalize_batches_per_login": round(mean("kmpc_batches_finalize_ok_total") / logins, 4),
+        "jobs_per_login": round(mean("kmpc_jobs_total") / logins, 2),
+        "logins_per_run_batch": round(logins / max(mean("kmpc_batches_run_ok_total"), 1e-9), 1),
+    }
 
 
 def kmpc_factory(workdir, settings, n_users):
@@ -282,7 +342,7 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
     storm = find_storm()
     js = os.path.join(outdir, label + ".json")
     cs = os.path.join(outdir, label + ".csv")
-    argv = [storm, "--keytab", target.keytab, "--principals", target.principal_fmt,
+    argv = [*getattr(target, "exec_prefix", ()), storm, "--keytab", target.keytab, "--principals", target.principal_fmt,
             "--users", str(target.n_users), "--json", js, "--csv", cs, "--no-progress",
             "-q"]
     for pid in target.watch.values():
@@ -292,6 +352,8 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
         args += ["-t", str(GEN_THREADS)]  # clamped to -c by the tool
     argv += args
     ports = getattr(target, "udp_ports", [])
+    counters = getattr(target, "mpc_counters", None)
+    m0 = counters() if counters else None
     d0 = udp_drops(ports)
     b0, t0 = machine_busy()
     p = subprocess.run(argv, env=target.env, capture_output=True, text=True,
@@ -304,6 +366,12 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
         raise kmpc_realm.RealmError(f"kmpc-storm: failed logins:\n{p.stderr}")
     with open(js) as f:
         res = json.load(f)
+    if counters:
+        # Every login the run made (warm-up included) against the counters'
+        # difference over the whole run.
+        res["mpc"] = mpc_per_login(m0, counters(),
+                                   res.get("ok_all_phases", res["ok"])
+                                   + res.get("failed_all_phases", 0))
     res["exit_code"] = p.returncode
     res["kdc_udp_drops"] = d1 - d0
     res["stderr"] = p.stderr.strip()
@@ -411,7 +479,7 @@ def bench_settings(target_name, settings, n_users, quick, log):
             "concurrency": sat_c, "logins_per_s": sat["logins_per_s"],
             "p50_ms": sat["latency_us"]["p50"] / 1e3, "p99_ms": sat["latency_us"]["p99"] / 1e3,
             "failed": sat["failed_all_phases"], "cpu": sat["cpu"],
-            "machine_busy_cores": sat["machine_busy_cores"]}
+            "machine_busy_cores": sat["machine_busy_cores"], "mpc": sat.get("mpc")}
 
         # Open-loop sweep around the closed-loop capacity, then bisection.
         points = {}
@@ -477,12 +545,16 @@ def bench_settings(target_name, settings, n_users, quick, log):
         sec["peak_sustained"] = None if not peak else {
             "offered": peak_rate, "logins_per_s": peak["logins_per_s"],
             "p50_ms": peak["latency_us"]["p50"] / 1e3, "p99_ms": peak["latency_us"]["p99"] / 1e3,
-            "cpu": peak["cpu"], "machine_busy_cores": peak["machine_busy_cores"]}
+            "cpu": peak["cpu"], "machine_busy_cores": peak["machine_busy_cores"],
+            "failed": peak["failed_all_phases"], "dropped": peak["dropped"],
+            "retransmits": peak["retransmits"], "mpc": peak.get("mpc")}
         if peak:
             for name, fr in (("at_50pct_of_peak", 0.5), ("at_90pct_of_peak", 0.9)):
                 res, ok = point(peak_rate * fr)
                 sec[name] = {"offered": round(peak_rate * fr), "logins_per_s": res["logins_per_s"],
-                             "sustained": ok,
+                             "sustained": ok, "failed": res["failed_all_phases"],
+                             "dropped": res["dropped"], "retransmits": res["retransmits"],
+                             "mpc": res.get("mpc"),
                              **{k + "_ms": v / 1e3 for k, v in res["latency_us"].items()
                                 if k in ("p50", "p90", "p99", "p999", "max")},
                              "cpu": res["cpu"]}
@@ -498,6 +570,9 @@ def bench_settings(target_name, settings, n_users, quick, log):
         # limit is I/O, as the default settings' fsync).
         kdc_us = sum(c["us_per_login"] for c in kdc.values())
         sec["cpu_implied_logins_per_s_per_core"] = round(1e6 / kdc_us) if kdc_us else None
+        # MPC blocks, bytes and batches per login (kmpc only): at the peak
+        # (the batches the sustained rate makes), else at saturation.
+        sec["mpc_per_login"] = ((peak or {}).get("mpc") or sat.get("mpc"))
         kdc_cores = sum(c["cores"] for c in kdc.values())
         threads = sat.get("threads", 1)
         kdc_us = sum(c["us_per_login"] for c in kdc.values())

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Login-storm soak and one-client latency of kmpc (make bench-soak).
+
+One kmpc realm (deploy/kmpc_cluster.py, headline settings: disable_last_success
+and disable_lockout on), then:
+  1. one client (closed loop, c=1) with the module's default batch window
+     (batch_window_ms = 100, early_flush off);
+  2. the soak: an open-loop storm at 90% of kmpc's peak sustained rate (from
+     build/bench/storm.json, else --rate) for --duration seconds (60) after
+     --warmup seconds (10), sampling the resident memory (VmRSS) of the KDC,
+     each MPC server and the load generator once a second.  Passes when no
+     login failed or was dropped and no process's RSS in the second half of
+     the run is above its warm-up level (the highest RSS seen during the
+     warm-up and the first 10 s of the run) by more than --rss-slack-kib;
+  3. the KDC restarted with early_flush = true (same cluster, same KDB):
+     one client again, and a short open-loop point at 50% of the peak
+     (what early flush costs under load).
+Writes build/bench/soak.json; prints one line per phase.  Every process is
+stopped by PID at the end, also on failure.
+
+Usage: storm_soak.py [--duration 60] [--warmup 10] [--rate R] [--users 1000]
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kmpc_realm  # noqa: E402
+import storm_bench  # noqa: E402
+
+BENCH_DIR = storm_bench.BENCH_DIR
+
+
+def rss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def find_child(ppid, name):
+    """A child process of ppid whose comm starts with name (the storm
+    runs under subprocess.run; its pid is found from /proc)."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        fields = st[st.rindex(")") + 2:].split()
+        if int(fields[1]) == ppid and comm.startswith(name[:15]):
+            return int(d)
+    return None
+
+
+def rss_summary(samples, t_warm):
+    """samples: [(t, rss_kib)] for one process; t from the storm's start.
+    Warm-up level: the highest RSS up to t_warm. Growth: the highest RSS in
+    the second half of the run above that level, and the slope of a least
+    squares line over the second half."""
+    if not samples:
+        return None
+    warm = [r for t, r in samples if t <= t_warm] or [samples[0][1]]
+    t_end = samples[-1][0]
+    half = [(t, r) for t, r in samples if t >= (t_warm + t_end) / 2] or samples[-1:]
+    level = max(warm)
+    late_max = max(r for _, r in half)
+    n = len(half)
+    slope = 0.0
+    if n >= 3:
+        mt = sum(t for t, _ in half) / n
+        mr = sum(r for _, r in half) / n
+        den = sum((t - mt) ** 2 for t, _ in half)
+        slope = sum((t - mt) * (r - mr) for t, r in half) / den if den else 0.0
+    return {"warmup_level_kib": level, "first_kib": samples[0][1],
+            "max_kib": max(r for _, r in samples), "end_kib": samples[-1][1],
+            "second_half_max_kib": late_max, "growth_over_warmup_kib": late_max - level,
+            "second_half_slope_kib_per_s": round(slope, 2), "samples": len(samples)}
+
+
+def restart_kdc_with(target, options):
+    """Stop the KDC, set the kdcmpc module options in kdc.conf, start it."""
+    r = target.realm
+    r.stop_kdc()
+    with open(r.kdc_conf) as f:
+        conf = f.read()
+    for k, v in options.items():
+        conf, n = re.subn(rf"^(\s*){k}\s*=.*$", rf"\g<1>{k} = {v}", conf, flags=re.M)
+        if not n:  # insert after the module's key = line in [kdcmpc]
+            conf, n = re.subn(r"^(\s*)key = (.*kdc\.key)$", rf"\g<0>\n\g<1>{k} = {v}", conf,
+                              count=1, flags=re.M)
+            if not n:
+                raise kmpc_realm.RealmError("no [kdcmpc] key = line in kdc.conf")
+    with open(r.kdc_conf, "w") as f:
+        f.write(conf)
+    r.start()
+    target.watch["krb5kdc"] = r.kdc_proc.pid
+
+
+def one_client(target, label, outdir, dur):
+    storm_bench.run_storm(target, ["-c", 1, "-d", 1], label + "-warm", outdir)
+    res = storm_bench.run_storm(target, ["-c", 1, "-d", dur, "-w", 0.5], label, outdir,
+                                check=True)
+    lat = res["latency_us"]
+    return {"p50_ms": lat["p50"] / 1e3, "p90_ms": lat["p90"] / 1e3,
+            "p99_ms": lat["p99"] / 1e3, "max_ms": lat["max"] / 1e3,
+            "logins": res["ok"], "failed": res["failed_all_phases"],
+            "cpu": res["cpu"], "mpc": res.get("mpc")}
+
+
+def peak_from_storm_json(path):
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        return d["kmpc"]["settings"]["headline"]["peak_logins_per_s"] or None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--duration", type=float, default=60.0, help="measured soak seconds")
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--rate", type=float, default=None,
+                    help="offered logins/s (default: 90%% of kmpc/headline peak in storm.json)")
+    ap.add_argument("--storm-json", default=os.path.join(BENCH_DIR, "storm.json"))
+    ap.add_argument("--users", type=int, default=1000)
+    ap.add_argument("--one-client-s", type=float, default=4.0)
+    ap.add_argument("--rss-slack-kib", type=int, default=2048,
+                    help="RSS above the warm-up level still counted as no growth "
+                         "(allocator noise)")
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "soak.json"))
+    args = ap.parse_args()
+
+    def log(msg):
+        print(msg, flush=True)
+
+    peak = peak_from_storm_json(args.storm_json)
+    rate = args.rate or (0.9 * peak if peak else 500.0)
+    rate = round(rate)
+    os.makedirs(BENCH_DIR, exist_ok=True)
+    outdir = os.path.join(BENCH_DIR, "storm", "kmpc-soak")
+    os.makedirs(outdir, exist_ok=True)
+    import tempfile
+    import shutil
+    work = tempfile.mkdtemp(prefix="soak-", dir=BENCH_DIR)
+    t0 = time.time()
+    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "machine": {"cores": os.cpu_count(), "loadavg_start": os.getloadavg()[0]},
+           "settings": "headline", "peak_from_storm_json": peak,
+           "rate_basis": "90% of kmpc/headline peak" if (peak and not args.rate)
+           else ("--rate" if args.rate else "no storm.json: 500/s")}
+    log(f"== kmpc soak: {rate}/s for {args.duration:.0f} s (+{args.warmup:.0f} s warm-up), "
+        f"{out['rate_basis']}; load average {os.getloadavg()[0]:.2f}")
+    target = storm_bench.kmpc_factory(os.path.join(work, "realm"), "headline", args.users)
+    try:
+        out["setup_s"] = round(time.time() - t0, 1)
+        one = one_client(target, "one-client-window100", outdir, args.one_client_s)
+        out["one_client_window_100ms"] = one
+        log(f"  one client, batch_window_ms = 100: p50 {one['p50_ms']:.2f} ms, "
+            f"p99 {one['p99_ms']:.2f} ms")
+
+        # ---- the soak -------------------------------------------------
+        samples = {n: [] for n in target.watch}
+        samples["kmpc-storm"] = []
+        result = {}
+
+        def storm():
+            try:
+                result["res"] = storm_bench.run_storm(
+                    target, ["-r", rate, "-d", args.duration, "-w", args.warmup,
+                             "--timeout", target.timeout_s, "--max-inflight",
+                             target.max_inflight, "--max-errors", 1000000,
+                             "--time-limit", args.duration + args.warmup + 60],
+                    "soak", outdir, timeout=args.duration + args.warmup + 120)
+            except BaseException as e:  # reported below
+                result["exc"] = e
+
+        th = threading.Thread(target=storm, daemon=True)
+        ts = time.time()
+        th.start()
+        gen_pid = None
+        while th.is_alive():
+            t = time.time() - ts
+            for n, pid in target.watch.items():
+                r = rss_kib(pid)
+                if r is not None:
+                    samples[n].append((round(t, 2), r))
+            if gen_pid is None:
+                gen_pid = find_child(os.getpid(), "kmpc-storm")
+            if gen_pid:
+                r = rss_kib(gen_pid)
+                if r is not None:
+                    samples["kmpc-storm"].append((round(t, 2), r))
+            th.join(1.0)
+        if "exc" in result:
+            raise result["exc"]
+        res = result["res"]
+        t_warm = args.warmup + min(10.0, args.duration / 4)
+        rss = {n: rss_summary(s, t_warm) for n, s in samples.items() if s}
+        errors = res["failed_all_phases"] + res["dropped"]
+        grown = {n: v["growth_over_warmup_kib"] for n, v in rss.items()
+                 if v and n != "kmpc-storm" and v["growth_over_warmup_kib"] > args.rss_slack_kib}
+        lat = res["latency_us"]
+        out["soak"] = {
+            "offered": rate, "duration_s": args.duration, "warmup_s": args.warmup,
+            "logins_per_s": res["logins_per_s"], "logins": res["ok"],
+            "failed": res["failed_all_phases"], "dropped": res["dropped"],
+            "retransmits": res["retransmits"], "errors": errors,
+            "errors_by_code": res["errors"],
+            **{k + "_ms": v / 1e3 for k, v in lat.items()
+               if k in ("p50", "p90", "p99", "p999", "max")},
+            "cpu": res["cpu"], "mpc": res.get("mpc"),
+            "rss_warmup_level_until_s": t_warm, "rss_slack_kib": args.rss_slack_kib,
+            "rss": rss, "rss_grown": grown,
+            "rss_samples": {n: s for n, s in samples.items()},
+            "pass": errors == 0 and not grown and res["logins_per_s"] >= 0.97 * rate,
+        }
+        s = out["soak"]
+        log(f"  soak: {s['logins_per_s']:.0f}/s achieved of {rate}, {s['logins']} logins, "
+            f"errors {errors} (failed {s['failed']}, dropped {s['dropped']}), "
+            f"p50 {s['p50_ms']:.1f} ms p99 {s['p99_ms']:.1f} ms max {s['max_ms']:.1f} ms")
+        for n, v in rss.items():
+            if v:
+                log(f"    RSS {n:13s} warm-up {v['warmup_level_kib'] / 1024:7.1f} MiB, "
+                    f"max {v['max_kib'] / 1024:7.1f}, end {v['end_kib'] / 1024:7.1f}, "
+                    f"growth over warm-up {v['growth_over_warmup_kib']:+6d} KiB, "
+                    f"slope (2nd half) {v['second_half_slope_kib_per_s']:+.1f} KiB/s")
+        log(f"  soak {'PASSED' if s['pass'] else 'FAILED'}: zero errors "
+            f"{'yes' if errors == 0 else 'NO'}, memory growth beyond warm-up "
+            f"{'none' if not grown else grown}")
+
+        # ---- early flush ----------------------------------------------
+        restart_kdc_with(target, {"early_flush": "true"})
+        one = one_client(target, "one-client-early-flush", outdir, args.one_client_s)
+        out["one_client_early_flush"] = one
+        log(f"  one client, early_flush = true: p50 {one['p50_ms']:.2f} ms, "
+            f"p99 {one['p99_ms']:.2f} ms")
+        if peak:
+            r50 = round(0.5 * peak)
+            res = storm_bench.run_storm(
+                target, ["-r", r50, "-d", 4, "-w", 2, "--timeout", target.timeout_s,
+                         "--max-inflight", target.max_inflight, "--max-errors", 1000000],
+                "early-flush-open-50pct", outdir)
+            lat = res["latency_us"]
+            out["early_flush_at_50pct_of_peak"] = {
+                "offered": r50, "logins_per_s": res["logins_per_s"],
+                "failed": res["failed_all_phases"], "dropped": res["dropped"],
+                **{k + "_ms": v / 1e3 for k, v in lat.items() if k in ("p50", "p90", "p99")},
+                "mpc": res.get("mpc")}
+            e = out["early_flush_at_50pct_of_peak"]
+            log(f"  early flush, open loop {r50}/s: {e['logins_per_s']:.0f}/s p50 "
+                f"{e['p50_ms']:.1f} ms p99 {e['p99_ms']:.1f} ms failed {e['failed']} "
+                f"dropped {e['dropped']}")
+    except Exception:
+        sys.stderr.write(target.logs()[-5000:] + "\n")
+        raise
+    finally:
+        target.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    out["machine"]["loadavg_end"] = os.getloadavg()[0]
+    out["elapsed_s"] = round(time.time() - t0, 1)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    log(f"written: {args.out} ({out['elapsed_s']:.0f} s)")
+    return 0 if out["soak"]["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
