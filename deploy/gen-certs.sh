@@ -11,6 +11,10 @@
 # DIR/admin.{pem,key}              CN kmpc-admin  (Admin client)
 # DIR/<cn>.{pem,key}               each EXTRA_CLIENT_CN (tests: e.g. a rogue)
 #
+# KMPC_CERT_EXTRA_SAN (optional), e.g. "IP:10.77.0.11,IP:10.77.0.12": more
+# subjectAltName entries for the server certificates (the network-namespace
+# benchmark, deploy/netns_cluster.py, puts the servers on such addresses).
+#
 # Keys are generated here at run time (EC P-256) and never committed.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 DIR [EXTRA_CLIENT_CN ...]" >&2; exit 2; }
@@ -44,7 +48,7 @@ sign() {
 server_ext='basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth,clientAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost'
+subjectAltName=IP:127.0.0.1,DNS:localhost'"${KMPC_CERT_EXTRA_SAN:+,$KMPC_CERT_EXTRA_SAN}"
 client_ext='basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth'

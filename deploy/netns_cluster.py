@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""Login storms against kmpc with the KDC and the three MPC servers on their
+own emulated "hosts": Linux network namespaces joined by veth links to one
+bridge, with netem delay and rate on every host's link (make bench-netns).
+
+    ns <tag>-sw    bridge br0 (the LAN switch)
+    ns <tag>-kdc   eth0 10.77.0.1/24    krb5kdc + kdcmpc module
+    ns <tag>-p0    eth0 10.77.0.11/24   kmpc-mpc-server party 0
+    ns <tag>-p1    eth0 10.77.0.12/24   kmpc-mpc-server party 1
+    ns <tag>-p2    eth0 10.77.0.13/24   kmpc-mpc-server party 2
+    ns <tag>-cl    eth0 10.77.0.100/24  kmpc-storm (the clients)
+
+Every host's eth0 gets `netem delay RTT/2 rate RATE` on egress, so any two
+hosts see RTT (default 0.13 ms, 10 Gbit/s: the LAN of Araki et al., CCS
+2016).  The addresses exist only inside these namespaces: nothing is routed
+to or from the machine's own network.  If the kernel has no sch_netem
+(CONFIG_NET_SCH_NETEM not set), the run says so and goes on with no added
+delay (rate alone through tbf when the kernel has that, else no shaping).
+
+The realm is made on loopback first (deploy/kmpc_cluster.py bring_up: certs
+with the namespace addresses in their SANs, keys shared, KDB of handles),
+then the KDC and the servers are stopped and started again inside their
+namespaces with the same stores, KDB and certificates.
+
+Measured (kmpc-storm from the client namespace, headline settings):
+  one client with batch_window_ms = 100, open-loop points at 50% and 90% of
+  the loopback peak (build/bench/storm.json, else --rate), closed-loop
+  saturation; then the KDC restarted with early_flush = true: one client.
+Writes build/bench/netns.json.  The namespaces and every process are removed
+at the end, also on failure or SIGTERM/SIGINT; namespaces left by a run
+that was killed (-9) are removed by the next run (their tag holds the dead
+run's PID) or by `netns_cluster.py cleanup`.
+
+Usage: netns_cluster.py [--rtt-ms 0.13] [--rate 10gbit] [--users 1000]
+                        [--duration 4] [--quick]
+       netns_cluster.py cleanup
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kmpc_cluster  # noqa: E402
+import kmpc_realm  # noqa: E402
+import storm_bench  # noqa: E402
+
+BENCH_DIR = storm_bench.BENCH_DIR
+NS_PREFIX = "kmpcbench"
+SUBNET = "10.77.0"
+HOSTS = {"kdc": f"{SUBNET}.1", "p0": f"{SUBNET}.11", "p1": f"{SUBNET}.12",
+         "p2": f"{SUBNET}.13", "cl": f"{SUBNET}.100"}
+
+
+class NetnsError(Exception):
+    pass
+
+
+def sh(argv, check=True, timeout=30):
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise NetnsError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def list_ns():
+    p = sh(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
+
+
+def cleanup_stale(only_tag=None):
+    """Delete our namespaces (NS_PREFIX<pid>-*) whose run is gone (or those
+    of only_tag).  Processes still inside are killed first, by PID."""
+    removed = []
+    for ns in list_ns():
+        m = re.match(rf"^({NS_PREFIX}(\d+))-\w+$", ns)
+        if not m:
+            continue
+        tag, pid = m.group(1), int(m.group(2))
+        if only_tag is not None:
+            if tag != only_tag:
+                continue
+        elif kmpc_cluster.pid_alive(pid) and pid != os.getpid():
+            continue  # another live run's
+        for p in sh(["ip", "netns", "pids", ns], check=False).stdout.split():
+            kmpc_cluster.stop_pid(int(p), timeout=3)
+        sh(["ip", "netns", "del", ns], check=False)
+        removed.append(ns)
+    return removed
+
+
+class Lan:
+    """The namespaces, the bridge and the links."""
+
+    def __init__(self, rtt_ms, rate):
+        self.tag = f"{NS_PREFIX}{os.getpid()}"
+        self.rtt_ms = rtt_ms
+        self.rate = rate
+        self.shaping = None
+        self.note = ""
+        self.made = []
+
+    def ns(self, host):
+        return f"{self.tag}-{host}"
+
+    def exec_prefix(self, host):
+        return ["ip", "netns", "exec", self.ns(host)]
+
+    def up(self):
+        sw = self.ns("sw")
+        for h in ["sw", *HOSTS]:
+            sh(["ip", "netns", "add", self.ns(h)])
+            self.made.append(self.ns(h))
+            sh(["ip", "-n", self.ns(h), "link", "set", "lo", "up"])
+        sh(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+        sh(["ip", "-n", sw, "link", "set", "br0", "up"])
+        for h, addr in HOSTS.items():
+            port = f"sw-{h}"
+            sh(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+                "netns", self.ns(h)])
+            sh(["ip", "-n", sw, "link", "set", port, "master", "br0"])
+            sh(["ip", "-n", sw, "link", "set", port, "up"])
+            sh(["ip", "-n", self.ns(h), "addr", "add", f"{addr}/24", "dev", "eth0"])
+            sh(["ip", "-n", self.ns(h), "link", "set", "eth0", "up"])
+        self.shape()
+        return self
+
+    def shape(self):
+        """netem delay RTT/2 + rate on every host's egress; tbf (rate only)
+        if the kernel lacks netem; nothing if it lacks both."""
+        half_us = max(int(round(self.rtt_ms * 1000 / 2)), 0)
+        errors = []
+        for kind in ("netem", "tbf"):
+            ok = True
+            for h in HOSTS:
+                argv = ["tc", "-n", self.ns(h), "qdisc", "replace", "dev", "eth0", "root"]
+                if kind == "netem":
+                    argv += ["netem", "delay", f"{half_us}us", "rate", self.rate,
+                             "limit", "100000"]
+                else:
+                    argv += ["tbf", "rate", self.rate, "burst", "4mb", "latency", "20ms"]
+                p = sh(argv, check=False)
+                if p.returncode != 0:
+                    ok = False
+                    errors.append(f"{kind}: {p.stderr.strip()}")
+                    break
+            if ok:
+                self.shaping = kind
+                break
+        cfg = ""
+        try:
+            import gzip
+            with gzip.open("/proc/config.gz", "rt") as f:
+                cfg = " ".join(line.strip() for line in f if "NET_SCH_NETEM" in line)
+        except OSError:
+            pass
+        if self.shaping == "netem":
+            self.note = (f"netem on every host link: delay {half_us} us each way "
+                         f"(RTT {self.rtt_ms} ms), rate {self.rate}")
+        else:
+            why = (f"kernel {os.uname().release} has no sch_netem "
+                   f"({cfg or 'CONFIG_NET_SCH_NETEM unknown'}; tc: {errors[0] if errors else '?'})")
+            if self.shaping == "tbf":
+                self.note = (f"NO DELAY EMULATED: {why}. Links shaped to {self.rate} with tbf "
+                             f"only; the RTT is the veth/bridge path's own (~tens of us), "
+                             f"not {self.rtt_ms} ms")
+            else:
+                self.note = (f"NO DELAY AND NO RATE EMULATED: {why}, and tbf failed too; "
+                             f"plain veth/bridge links")
+        return self.shaping
+
+    ECHO_SERVER = ("import socket,sys\n"
+                   "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                   "s.bind((sys.argv[1],0));print(s.getsockname()[1],flush=True)\n"
+                   "s.settimeout(10)\n"
+                   "while True:\n"
+                   "  try: d,a=s.recvfrom(64)\n"
+                   "  except OSError: break\n"
+                   "  if d==b'q': break\n"
+                   "  s.sendto(d,a)\n")
+    ECHO_CLIENT = ("import socket,sys,time\n"
+                   "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(1)\n"
+                   "a=(sys.argv[1],int(sys.argv[2]));r=[]\n"
+                   "for i in range(int(sys.argv[3])):\n"
+                   "  t=time.perf_counter();s.sendto(b'x',a)\n"
+                   "  try: s.recvfrom(64)\n"
+                   "  except OSError: continue\n"
+                   "  r.append(time.perf_counter()-t)\n"
+                   "s.sendto(b'q',a);r.sort()\n"
+                   "print(r[len(r)//2]*1e3 if r else -1)\n")
+
+    def udp_rtt_ms(self, src="kdc", dst="p0", count=200):
+        """Median round trip of a small UDP datagram from host src to host
+        dst (a Python echo in dst's namespace): what the links add, plus two
+        Python processes' own time (~tens of us)."""
+        srv = subprocess.Popen([*self.exec_prefix(dst), sys.executable, "-c", self.ECHO_SERVER,
+                                HOSTS[dst]], stdout=subprocess.PIPE, text=True)
+        try:
+            port = srv.stdout.readline().strip()
+            p = sh([*self.exec_prefix(src), sys.executable, "-c", self.ECHO_CLIENT, HOSTS[dst],
+                    port, str(count)], check=False, timeout=60)
+            v = float(p.stdout.strip() or -1)
+            return round(v, 3) if v >= 0 else None
+        except (ValueError, subprocess.TimeoutExpired):
+            return None
+        finally:
+            try:
+                srv.wait(5)
+            except subprocess.TimeoutExpired:
+                kmpc_cluster.stop_pid(srv.pid)
+
+    def down(self):
+        cleanup_stale(only_tag=self.tag)
+        self.made = []
+
+
+class NetnsKmpc:
+    """A storm target (storm_bench's interface) whose KDC and servers run in
+    the Lan's namespaces."""
+
+    def __init__(self, lan, workdir, n_users, headline=True):
+        self.lan = lan
+        extra = ""
+        if headline:
+            extra = storm_bench.dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
+                                                disable_lockout="true")
+        os.environ["KMPC_CERT_EXTRA_SAN"] = ",".join(
+            f"IP:{HOSTS[f'p{i}']}" for i in range(3))
+        try:
+            self.realm = kmpc_cluster.bring_up(workdir, n_random=n_users, kdc_conf_extra=extra)
+        finally:
+            os.environ.pop("KMPC_CERT_EXTRA_SAN", None)
+        r = self.realm
+        self.server_procs = {}
+        self.n_users = n_users
+        self.keytab = r.users_keytab
+        self.principal_fmt = "user%d@" + r.realm
+        self.service = f"{kmpc_cluster.SERVICE}@{r.realm}"
+        self.env = r.env
+        self.udp_ports = []
+        self.enctype = "aes256-ctr-mpc"
+        self.p99_bound_ms = 2000.0
+        self.max_inflight = 4096
+        self.saturation_concurrency = 1024
+        self.warmup_s = 3.0
+        self.timeout_s = 10
+        self.exec_prefix = lan.exec_prefix("cl")
+        base = r.cluster.base
+        self.servers = ",".join(f"{HOSTS[f'p{i}']}:{base + i}" for i in range(3))
+        # Move into the namespaces: stop, re-address, start.
+        r.stop()
+        self._readdress()
+        self._start_servers()
+        self._start_kdc()
+        self.watch = {"krb5kdc": r.kdc_proc.pid,
+                      **{f"mpc-server-{i}": self.server_procs[i].pid for i in range(3)}}
+
+    def _readdress(self):
+        r = self.realm
+        base = r.cluster.base
+        with open(r.kdc_conf) as f:
+            conf = f.read()
+        conf = conf.replace(f"127.0.0.1:{r.kdc_port}", f"{HOSTS['kdc']}:{r.kdc_port}")
+        for i in range(3):
+            conf = conf.replace(f"127.0.0.1:{base + i}", f"{HOSTS[f'p{i}']}:{base + i}")
+        with open(r.kdc_conf, "w") as f:
+            f.write(conf)
+        with open(r.krb5_conf) as f:
+            conf = f.read()
+        conf = conf.replace(f"kdc = 127.0.0.1:{r.kdc_port}", f"kdc = {HOSTS['kdc']}:{r.kdc_port}")
+        with open(r.krb5_conf, "w") as f:
+            f.write(conf)
+
+    def _start_servers(self):
+        c = self.realm.cluster
+        server = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server")
+        base = c.base
+        for i in range(3):
+            prev = (i + 2) % 3
+            log = open(c.log_path(i), "a")
+            argv = [*self.lan.exec_prefix(f"p{i}"), server, f"--party={i}",
+                    f"--listen={HOSTS[f'p{i}']}:{base + i}",
+                    f"--ring_listen={HOSTS[f'p{i}']}:{base + 10 + i}",
+                    f"--ring_prev={HOSTS[f'p{prev}']}:{base + 10 + prev}",
+                    f"--cert={c.certs}/party-{i}.pem", f"--key={c.certs}/party-{i}.key",
+                    f"--ca={c.certs}/ca.pem", f"--store_dir={c.store_dir(i)}",
+                    f"--workers={c.workers}"]
+            self.server_procs[i] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+        # ring up on all three (kmpc-admin status from the KDC's host)
+        admin = kmpc_cluster.find_built("mpc-server/kmpc-admin")
+        flags = [f"--servers={self.servers}", f"--ca={c.certs}/ca.pem",
+                 f"--cert={c.certs}/admin.pem", f"--key={c.certs}/admin.key"]
+        deadline = time.time() + 30
+        out = ""
+        while time.time() < deadline:
+            p = subprocess.run([*self.lan.exec_prefix("kdc"), admin, *flags,
+                                "--timeout-ms=2000", "status"], capture_output=True, text=True,
+                               timeout=60, env={k: v for k, v in os.environ.items()
+                                                if k != "KMPC_ADMIN_CONFIG"})
+            out = p.stdout + p.stderr
+            if out.count(", ring up,") == 3:
+                return
+            if any(pr.poll() is not None for pr in self.server_procs.values()):
+                raise NetnsError("an MPC server died in its namespace:\n" + c.logs())
+            time.sleep(0.2)
+        raise NetnsError(f"the MPC ring did not come up in the namespaces:\n{out}\n{c.logs()}")
+
+    def _start_kdc(self):
+        r = self.realm
+        offset = os.path.getsize(r.kdc_log) if os.path.exists(r.kdc_log) else 0
+        r.kdc_proc = subprocess.Popen(
+            [*self.lan.exec_prefix("kdc"), kmpc_realm.binpath("krb5kdc"), "-n", "-r", r.realm],
+            env=r.env, stdout=open(os.path.join(r.dir, "krb5kdc.out"), "ab"),
+            stderr=subprocess.STDOUT)
+        with open(os.path.join(r.dir, "krb5kdc.pid"), "w") as f:
+            f.write(str(r.kdc_proc.pid))
+        deadline = time.time() + 20
+        while True:
+            if r.kdc_proc.poll() is not None:
+                raise NetnsError("krb5kdc exited in its namespace:\n" + r.logs())
+            with open(r.kdc_log) as f:
+                f.seek(offset)
+                if "commencing operation" in f.read():
+                    break
+            if time.time() > deadline:
+                raise NetnsError("krb5kdc did not start in its namespace:\n" + r.logs())
+            time.sleep(0.05)
+        # First login from the client host (the module connects on demand).
+        kt = os.path.join(r.dir, "warmup.keytab")
+        env = dict(r.env, KRB5CCNAME="FILE:" + os.path.join(r.dir, "warmup.ccache"))
+        deadline = time.time() + 20
+        while True:
+            p = subprocess.run([*self.exec_prefix, kmpc_realm.binpath("kinit"), "-k", "-t", kt,
+                                r.WARMUP], env=env, capture_output=True, text=True, timeout=30)
+            if p.returncode == 0:
+                break
+            if time.time() > deadline or r.kdc_proc.poll() is not None:
+                raise NetnsError(f"warm-up login failed: {p.stderr}\n" + r.logs())
+            time.sleep(0.3)
+
+    def restart_kdc(self, options):
+        r = self.realm
+        r.stop_kdc()
+        with open(r.kdc_conf) as f:
+            conf = f.read()
+        for k, v in options.items():
+            conf, n = re.subn(rf"^(\s*){k}\s*=.*$", rf"\g<1>{k} = {v}", conf, flags=re.M)
+            if not n:
+                conf = re.sub(r"^(\s*)key = (.*kdc\.key)$", rf"\g<0>\n\g<1>{k} = {v}", conf,
+                              count=1, flags=re.M)
+        with open(r.kdc_conf, "w") as f:
+            f.write(conf)
+        self._start_kdc()
+        self.watch["krb5kdc"] = r.kdc_proc.pid
+
+    def mpc_counters(self):
+        return storm_bench.mpc_metrics(self.servers, self.realm.cluster.certs,
+                                       prefix=self.lan.exec_prefix("kdc"))
+
+    def alive(self):
+        return (self.realm.kdc_alive()
+                and all(p.poll() is None for p in self.server_procs.values()))
+
+    def logs(self):
+        return self.realm.logs()
+
+    def stop(self):
+        self.realm.stop_kdc()
+        for p in self.server_procs.values():
+            kmpc_cluster.stop_pid(p.pid)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.realm.cluster.stop()  # pid files from the loopback start: already gone
+
+
+def loopback_peak(path):
+    try:
+        with open(path) as f:
+            return json.load(f)["kmpc"]["settings"]["headline"]["peak_logins_per_s"] or None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def figures(res):
+    lat = res["latency_us"]
+    return {"logins_per_s": res["logins_per_s"], "ok": res["ok"],
+            "failed": res["failed_all_phases"], "dropped": res["dropped"],
+            "retransmits": res["retransmits"],
+            **{k + "_ms": v / 1e3 for k, v in lat.items()
+               if k in ("p50", "p90", "p99", "p999", "max")},
+            "cpu": res["cpu"], "mpc": res.get("mpc")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("cmd", nargs="?", default="run", choices=("run", "cleanup"))
+    ap.add_argument("--rtt-ms", type=float, default=0.13, help="round trip between hosts")
+    ap.add_argument("--rate", default="10gbit", help="link rate (tc syntax)")
+    ap.add_argument("--users", type=int, default=1000)
+    ap.add_argument("--duration", type=float, default=4.0, help="seconds per point")
+    ap.add_argument("--peak", type=float, default=None,
+                    help="logins/s the open-loop points are fractions of "
+                         "(default: kmpc/headline peak in storm.json, else 1000)")
+    ap.add_argument("--storm-json", default=os.path.join(BENCH_DIR, "storm.json"))
+    ap.add_argument("--quick", action="store_true", help="one-client points only")
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "netns.json"))
+    args = ap.parse_args()
+
+    def log(msg):
+        print(msg, flush=True)
+
+    if os.geteuid() != 0:
+        log("netns bench: needs root (ip netns); skipped")
+        return 2
+    if args.cmd == "cleanup":
+        gone = cleanup_stale()
+        log(f"removed: {' '.join(gone) or 'nothing'}")
+        return 0
+    gone = cleanup_stale()
+    if gone:
+        log(f"removed namespaces of a dead run: {' '.join(gone)}")
+
+    # SIGTERM/SIGHUP: unwind through the finally blocks (teardown).
+    def on_signal(signum, frame):
+        raise SystemExit(128 + signum)
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+
+    peak = args.peak or loopback_peak(args.storm_json) or 1000.0
+    os.makedirs(BENCH_DIR, exist_ok=True)
+    outdir = os.path.join(BENCH_DIR, "storm", "kmpc-netns")
+    os.makedirs(outdir, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="netns-", dir=BENCH_DIR)
+    t0 = time.time()
+    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "machine": {"cores": os.cpu_count(), "loadavg_start": os.getloadavg()[0],
+                       "kernel": os.uname().release},
+           "rtt_ms_requested": args.rtt_ms, "rate_requested": args.rate,
+           "hosts": HOSTS, "settings": "headline", "peak_basis": peak}
+    lan = Lan(args.rtt_ms, args.rate)
+    target = None
+    try:
+        lan.up()
+        out["shaping"] = lan.shaping
+        out["delay_emulated"] = lan.shaping == "netem"
+        out["note"] = lan.note
+        out["udp_rtt_ms_kdc_p0"] = lan.udp_rtt_ms("kdc", "p0")
+        out["udp_rtt_ms_p0_p1"] = lan.udp_rtt_ms("p0", "p1")
+        log(f"== netns LAN: {lan.note}")
+        log(f"   UDP echo RTT (median of 200, Python both ends) kdc->p0 "
+            f"{out['udp_rtt_ms_kdc_p0']} ms, p0->p1 {out['udp_rtt_ms_p0_p1']} ms")
+        target = NetnsKmpc(lan, os.path.join(work, "realm"), args.users)
+        out["setup_s"] = round(time.time() - t0, 1)
+        d = args.duration
+        storm_bench.run_storm(target, ["-c", 1, "-d", 1], "warm", outdir)
+        one = storm_bench.run_storm(target, ["-c", 1, "-d", d, "-w", 0.5], "one-client",
+                                    outdir, check=True)
+        out["one_client_window_100ms"] = figures(one)
+        log(f"  one client, window 100 ms: {storm_bench.brief(one)}")
+        if not args.quick:
+            for name, fr in (("at_50pct_of_peak", 0.5), ("at_90pct_of_peak", 0.9)):
+                rate = round(peak * fr)
+                res = storm_bench.run_storm(
+                    target, ["-r", rate, "-d", d, "-w", target.warmup_s, "--timeout",
+                             target.timeout_s, "--max-inflight", target.max_inflight,
+                             "--max-errors", 1000000], f"open-{rate}", outdir)
+                out[name] = {"offered": rate, **figures(res)}
+                log(f"  open loop {rate}/s ({int(fr * 100)}% of loopback peak): "
+                    f"{storm_bench.brief(res)}")
+            sat = storm_bench.run_storm(
+                target, ["-c", target.saturation_concurrency, "-d", d, "-w", target.warmup_s,
+                         "--ramp", target.warmup_s, "--max-errors", 1000000],
+                "saturation", outdir)
+            out["saturation_closed_loop"] = {"concurrency": target.saturation_concurrency,
+                                             **figures(sat)}
+            log(f"  saturation (closed loop, c={target.saturation_concurrency}): "
+                f"{storm_bench.brief(sat)}")
+        target.restart_kdc({"early_flush": "true"})
+        storm_bench.run_storm(target, ["-c", 1, "-d", 1], "warm-ef", outdir)
+        one = storm_bench.run_storm(target, ["-c", 1, "-d", d, "-w", 0.5],
+                                    "one-client-early-flush", outdir, check=True)
+        out["one_client_early_flush"] = figures(one)
+        log(f"  one client, early flush: {storm_bench.brief(one)}")
+    except BaseException:
+        if target is not None:
+            sys.stderr.write(target.logs()[-5000:] + "\n")
+        raise
+    finally:
+        if target is not None:
+            target.stop()
+        lan.down()
+        left = [n for n in list_ns() if n.startswith(lan.tag + "-")]
+        if left:
+            sys.stderr.write(f"netns bench: could not remove {left}\n")
+        shutil.rmtree(work, ignore_errors=True)
+    out["torn_down"] = True
+    out["machine"]["loadavg_end"] = os.getloadavg()[0]
+    out["elapsed_s"] = round(time.time() - t0, 1)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    log(f"  namespaces removed; written: {args.out} ({out['elapsed_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
