@@ -143,14 +143,17 @@ void TlsRingChannel::BeginBatch(uint32_t seq) {
 }
 
 void TlsRingChannel::Queue(FrameType type, uint32_t seq, uint32_t step,
-                           absl::Span<const uint8_t> payload) {
+                           absl::Span<const uint8_t> payload,
+                           size_t header_length) {
   if (outpos_ == outbuf_.size()) {
     outbuf_.clear();
     outpos_ = 0;
   }
   uint8_t hdr[kFrameHeaderSize];
-  EncodeFrameHeader({type, seq, step, static_cast<uint32_t>(payload.size())},
-                    hdr);
+  EncodeFrameHeader(
+      {type, seq, step,
+       static_cast<uint32_t>(payload.empty() ? header_length : payload.size())},
+      hdr);
   outbuf_.insert(outbuf_.end(), hdr, hdr + kFrameHeaderSize);
   outbuf_.insert(outbuf_.end(), payload.begin(), payload.end());
   bytes_sent_ += kFrameHeaderSize + payload.size();
@@ -244,10 +247,48 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
 }
 
 absl::Status TlsRingChannel::SendToPrev(absl::Span<const uint8_t> msg) {
-  Queue(FrameType::kData, seq_, send_step_++, msg);
-  // Opportunistic flush; whatever the kernel does not take now is written
-  // while the next receive waits.
-  return Pump(nullptr, 0, absl::Now(), /*wait=*/false);
+  return SendData(msg);
+}
+
+absl::Status TlsRingChannel::SendData(absl::Span<const uint8_t> msg) {
+  const uint32_t step = send_step_++;
+  if (msg.size() < kDirectWriteMin || outpos_ != outbuf_.size() ||
+      out_ == nullptr) {
+    Queue(FrameType::kData, seq_, step, msg);
+    // Opportunistic flush; whatever the kernel does not take now is written
+    // while the next receive waits.
+    return Pump(nullptr, 0, absl::Now(), /*wait=*/false);
+  }
+  // Nothing queued and a large message: write the header, then the payload
+  // straight from the caller's buffer (one copy less); only what the kernel
+  // does not take now is copied into the queue.
+  Queue(FrameType::kData, seq_, step, {}, msg.size());
+  bytes_sent_ += msg.size();
+  if (absl::Status st = Pump(nullptr, 0, absl::Now(), /*wait=*/false); !st.ok())
+    return st;
+  size_t done = 0;
+  if (outpos_ == outbuf_.size()) {
+    while (done < msg.size()) {
+      ERR_clear_error();
+      int rc = SSL_write(out_->ssl(), msg.data() + done,
+                         static_cast<int>(std::min<size_t>(msg.size() - done, INT_MAX)));
+      if (rc > 0) {
+        done += rc;
+        continue;
+      }
+      int err = SSL_get_error(out_->ssl(), rc);
+      if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) break;
+      return Fail(absl::UnavailableError(
+          absl::StrCat("ring: lost connection to party ", Prev(party_))));
+    }
+    if (done == msg.size()) return absl::OkStatus();
+    // A retried SSL_write must carry the same bytes; the queue starts with
+    // exactly msg[done..] (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER).
+    outbuf_.clear();
+    outpos_ = 0;
+  }
+  outbuf_.insert(outbuf_.end(), msg.begin() + done, msg.end());
+  return absl::OkStatus();
 }
 
 absl::Status TlsRingChannel::RecvFromNext(absl::Span<uint8_t> out) {
@@ -264,7 +305,7 @@ absl::Status TlsRingChannel::RecvFromNext(absl::Span<uint8_t> out) {
 
 absl::Status TlsRingChannel::Exchange(absl::Span<const uint8_t> to_prev,
                                       absl::Span<uint8_t> from_next) {
-  Queue(FrameType::kData, seq_, send_step_++, to_prev);
+  if (absl::Status st = SendData(to_prev); !st.ok()) return st;
   return RecvFromNext(from_next);
 }
 

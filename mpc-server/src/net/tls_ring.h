@@ -89,8 +89,14 @@ class TlsRingChannel final : public RingChannel {
   TlsRingChannel(TlsRing* ring, int worker, int party)
       : ring_(ring), worker_(worker), party_(party) {}
   void OfferIncoming(std::unique_ptr<TlsConn> conn);
+  // Appends a frame to the output queue; with an empty payload and
+  // header_length > 0, only a header announcing header_length bytes.
   void Queue(FrameType type, uint32_t seq, uint32_t step,
-             absl::Span<const uint8_t> payload);
+             absl::Span<const uint8_t> payload, size_t header_length = 0);
+  absl::Status SendData(absl::Span<const uint8_t> msg);
+  // Data messages at least this large skip the copy into the queue when
+  // nothing is queued (the header then travels in a TLS record of its own).
+  static constexpr size_t kDirectWriteMin = 16 * 1024;
   // n > 0: reads exactly n bytes into p, writing queued output meanwhile.
   // n == 0: writes queued output, until all of it is written (wait) or
   // what the kernel takes now (!wait).
