@@ -99,6 +99,7 @@ struct Work {
   absl::Status status;
   std::shared_ptr<const KeyShares> key;
   bool needs_ctr0 = false;  // the cluster picks it
+  bool ctr0_drawn = false;
   bool check = false;       // masked zero test of T'
   Block ctr0{};
   uint64_t nks = 0;          // keystream blocks
@@ -328,8 +329,12 @@ class Engine::Impl {
 };
 
 // Two rounds: everyone sends (digest of public inputs, digest of its key
-// view) to party i-1, then forwards what it got from i+1; afterwards every
-// party holds all three pairs and takes the same decision.
+// view, number n of counters it draws) to party i-1, then forwards what it
+// got from i+1 together with its half of the reveal of the n fresh ctr0
+// values (sized by the announced n, so the ring stays in step whatever the
+// inputs). Afterwards every party holds all three headers and takes the
+// same decision; on a refusal the PRSS counters are re-aligned to the
+// largest n.
 absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
                                         absl::Span<const Job> jobs,
                                         std::vector<Work>& work) {
@@ -356,33 +361,78 @@ absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
     }
     keys.Update(enc);
   }
-  uint8_t mine[64], next[64], next2[64];
+  std::vector<size_t> pending;
+  for (size_t j = 0; j < work.size(); ++j) {
+    if (work[j].status.ok() && work[j].key != nullptr && work[j].needs_ctr0) {
+      pending.push_back(j);
+    }
+  }
+  constexpr size_t kHeader = 68;
+  uint8_t mine[kHeader], next[kHeader];
   if (absl::StatusOr<Block> s = inputs.Final32(mine); !s.ok()) return s.status();
   if (absl::StatusOr<Block> s = keys.Final32(mine + 32); !s.ok()) return s.status();
+  const uint32_t n_mine = static_cast<uint32_t>(pending.size());
+  for (int k = 0; k < 4; ++k) mine[64 + k] = static_cast<uint8_t>(n_mine >> (24 - 8 * k));
+  auto count_of = [](const uint8_t* h) {
+    return (uint32_t{h[64]} << 24) | (uint32_t{h[65]} << 16) |
+           (uint32_t{h[66]} << 8) | uint32_t{h[67]};
+  };
+  const uint64_t counter_before = prss_.counter();
+  std::vector<uint8_t> r0(16 * n_mine), r1(16 * n_mine);
+  prss_.RandomShares(r0.data(), r1.data(), r0.size());
   absl::Status st = channel_.Exchange(mine, absl::MakeSpan(next));
-  if (st.ok()) st = channel_.Exchange(next, absl::MakeSpan(next2));
   if (!st.ok()) return st;
-  if (std::memcmp(mine, next, 32) != 0 || std::memcmp(mine, next2, 32) != 0) {
-    return absl::AbortedError(
-        "batch refused: the MPC servers received different batch inputs");
+  const uint32_t n_next = count_of(next);
+  if (n_next > kMaxBatchBlocks) {
+    return absl::DataLossError("agreement header out of range");
   }
-  if (std::memcmp(mine + 32, next + 32, 32) != 0 ||
-      std::memcmp(mine + 32, next2 + 32, 32) != 0) {
+  // Round 2: forward next's header, reveal our component 1 (r_{i+1}).
+  std::vector<uint8_t> out(kHeader + r1.size()), in(kHeader + 16 * n_next);
+  std::memcpy(out.data(), next, kHeader);
+  if (!r1.empty()) std::memcpy(out.data() + kHeader, r1.data(), r1.size());
+  st = channel_.Exchange(out, absl::MakeSpan(in));
+  if (!st.ok()) return st;
+  const uint8_t* next2 = in.data();
+  const uint32_t n_next2 = count_of(next2);
+  const bool inputs_differ = std::memcmp(mine, next, 32) != 0 ||
+                             std::memcmp(mine, next2, 32) != 0;
+  const bool keys_differ = std::memcmp(mine + 32, next + 32, 32) != 0 ||
+                           std::memcmp(mine + 32, next2 + 32, 32) != 0;
+  if (inputs_differ || keys_differ || n_next != n_mine || n_next2 != n_mine) {
+    // Keep the PRSS ids in step for the next batch.
+    const uint64_t most = std::max({n_mine, n_next, n_next2});
+    prss_.Skip(counter_before + most - prss_.counter());
+    for (auto* v : {&r0, &r1}) share::Wipe(*v);
+    if (inputs_differ) {
+      return absl::AbortedError(
+          "batch refused: the MPC servers received different batch inputs");
+    }
     return absl::FailedPreconditionError(
         "batch refused: the MPC servers' key stores disagree about the keys "
         "of this batch (missing or differently dealt keys)");
+  }
+  for (size_t p = 0; p < pending.size(); ++p) {
+    Work& w = work[pending[p]];
+    for (int b = 0; b < 16; ++b) {
+      w.ctr0[b] = r0[16 * p + b] ^ r1[16 * p + b] ^ in[kHeader + 16 * p + b];
+    }
+    w.ctr0_drawn = true;
   }
   return absl::OkStatus();
 }
 
 // ctr0 for ENCRYPT and CHECKSUM: a fresh PRSS random value revealed among
-// the servers (never chosen by the KDC); redrawn while its range would
-// touch the all-zero block.
+// the servers (never chosen by the KDC; the first draw rides on the
+// agreement), redrawn here while its range would touch the all-zero block.
 absl::Status Engine::Impl::DrawCounters(absl::Span<const Job> jobs,
                                         std::vector<Work>& work) {
   std::vector<size_t> pending;
   for (size_t j = 0; j < work.size(); ++j) {
-    if (work[j].status.ok() && work[j].needs_ctr0) pending.push_back(j);
+    const Work& w = work[j];
+    if (w.status.ok() && w.key != nullptr && w.needs_ctr0 &&
+        (!w.ctr0_drawn || !CounterRangeOk(w.ctr0.data(), w.nks))) {
+      pending.push_back(j);
+    }
   }
   for (int draw = 0; !pending.empty(); ++draw) {
     if (draw == kMaxCounterDraws) {

@@ -6,9 +6,10 @@
 // party i+1 each):
 //   2  agreement: SHA-256 digests of the public inputs and of each party's
 //      view of the keys (dealing ids), sent and then forwarded, so all three
-//      decide alike (ABORTED / FAILED_PRECONDITION, ring still in step);
-//   1  ctr0 for ENCRYPT/CHECKSUM jobs: PRSS random values revealed among
-//      the servers (redrawn while a range would touch the all-zero block);
+//      decide alike (ABORTED / FAILED_PRECONDITION, ring and PRSS still in
+//      step); the second round also reveals ctr0 for ENCRYPT/CHECKSUM jobs
+//      (PRSS random values; a rare extra round redraws a range that would
+//      touch the all-zero block);
 //   nr * d  AES AND layers for all blocks of all jobs, bitsliced (d = 4 with
 //      the 34-AND S-box for batches under small_sbox_min_blocks, else d = 6
 //      with the 32-AND S-box: 1 bit per AND per party, i.e. 680 resp. 640
@@ -18,7 +19,7 @@
 //      computing further powers of H;
 //   2  only if the batch has DECRYPT/VERIFY jobs: one GF(2^128)
 //      multiplication r * (T' ^ T) and one reveal of the products.
-// AES-128 single block: 43 rounds (ENCRYPT), 44 (DECRYPT).
+// AES-128 single block: 42 rounds (ENCRYPT), 44 (DECRYPT).
 //
 // Threading: one Engine per worker thread and RingChannel; an Engine is not
 // thread-safe. KeyShares / EncryptState are immutable once built and may be

@@ -31,6 +31,10 @@ class Prss {
 
   // out[0..nbytes) = this party's share of zero (nbytes any size).
   void ZeroShare(uint8_t* out, size_t nbytes);
+  // Advances the id counter (keeps parties in step after a batch in which
+  // they drew different amounts).
+  void Skip(uint64_t blocks) { counter_ += blocks; }
+
   // comp0/comp1 = this party's two components of a fresh random value.
   void RandomShares(uint8_t* comp0, uint8_t* comp1, size_t nbytes);
 

@@ -451,11 +451,24 @@ TEST(Engine, DigestMismatchRefusedEverywhere) {
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << i;
   }
-  // Different batch_seq too.
-  std::array<absl::StatusOr<BatchResult>, 3> r2;
-  // The ring is still in step: a good batch works afterwards.
+  // One party with an extra ENCRYPT job (draws one more counter): refused,
+  // and the PRSS stays in step.
+  std::vector<Job> c2 = {EncryptJob(id, 1, 2), ChecksumJob(id, 4, {1, 2})};
+  r = c.RunEach(6, {a, c2, a});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << i;
+  }
+  // Same jobs, different batch_seq on one party.
+  r = c.RunEach(7, {a, a, a});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(r[i].ok());
+  // The ring is still in step: a good batch works afterwards (and its
+  // keystream is right, so the zero-shares still cancel).
   auto ok = c.Run(a);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(ok[i].jobs[0].status.ok());
+  const Bytes p = Random(30);
+  const Bytes ct = ClusterEncrypt(c, id, 3, p);
+  auto d = c.Run({DecryptJob(id, 3, ct)});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(d[i].jobs[0].integrity_ok);
 }
 
 TEST(Engine, KeyStoreDisagreementRefused) {
