@@ -160,7 +160,9 @@ std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
   std::array<grpc::ClientContext, 3> ctx;
   std::array<grpc::Status, 3> st;
   std::array<std::unique_ptr<grpc::ClientAsyncResponseReader<pb::RunResponse>>, 3> rpc;
-  for (int i = 0; i < 3; ++i) {
+  // Followers first: party 0 proposes the batch as soon as its copy
+  // arrives, and the followers then need theirs already.
+  for (int i : {2, 1, 0}) {
     SetDeadline(&ctx[i]);
     rpc[i] = c.keyops[i]->AsyncRun(&ctx[i], req, &cq);
     rpc[i]->Finish(&(*resp)[i], &st[i], reinterpret_cast<void*>(intptr_t{i}));
