@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""The login-storm benchmark's results (make bench, last step).
+
+Reads what the earlier steps wrote into build/bench:
+  storm.json  deploy/storm_bench.py --target stock,kmpc (headline and
+              default settings: peak sustained rate, latency, CPU, MPC cost)
+  soak.json   deploy/storm_soak.py (60 s at 90% of kmpc's peak, RSS; kmpc's
+              one-client latency with the 100 ms window and with early flush)
+  netns.json  deploy/netns_cluster.py (the same realm across network
+              namespaces), optional
+  mpc.json    deploy/bench-mpc.sh (MPC micro-benchmark), optional
+and writes build/bench/results.json:
+  {"kmpc":  {"peak_logins_per_s", "p50_ms_one_client", "p99_ms_at_90pct",
+             "errors", ...},
+   "stock": {"peak_logins_per_s", "p50_ms_one_client", ...},
+   "ratio": kmpc / stock peak (headline pair: disable_last_success and
+            disable_lockout on for both),
+   "default_settings": {"kmpc": ..., "stock": ..., "ratio": ...},
+   "soak": ..., "netns": ..., "mpc_microbench": ..., "targets": [...]}
+and prints the table.  Exit status 0 whether or not targets are met (the
+table says which were missed); 2 when storm.json lacks a stock or kmpc run.
+
+Usage: bench_results.py [--dir build/bench] [--out FILE]
+"""
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build"))
+
+# The issue's targets.
+TARGET_RATIO = 0.60          # kmpc peak >= 60% of stock, zero errors
+TARGET_P50_EARLY_MS = 5.0    # one client, early flush
+TARGET_P99_90PCT_MS = 250.0  # at 90% of peak, 100 ms window
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def r(x, nd=3):
+    return None if x is None else round(x, nd)
+
+
+def side(sec):
+    """One target/settings section of storm.json -> the results' figures."""
+    one = sec.get("one_client", {})
+    a50 = sec.get("at_50pct_of_peak", {})
+    a90 = sec.get("at_90pct_of_peak", {})
+    peak = sec.get("peak_sustained") or {}
+    errors = sum((p or {}).get("failed", 0) + (p or {}).get("dropped", 0)
+                 for p in (peak, a50, a90))
+    cpu_peak = {n: r(c["us_per_login"], 1) for n, c in (peak.get("cpu") or {}).items()}
+    cpu_sat = {n: r(v, 1) for n, v in (sec.get("cpu_us_per_login") or {}).items()}
+    out = {
+        "peak_logins_per_s": r(sec.get("peak_logins_per_s"), 1),
+        "peak_offered": peak.get("offered"),
+        "closed_loop_logins_per_s": r((sec.get("saturation_closed_loop") or {})
+                                      .get("logins_per_s"), 1),
+        "p50_ms_one_client": r(one.get("p50_ms")),
+        "p99_ms_one_client": r(one.get("p99_ms")),
+        "p50_ms_at_50pct": r(a50.get("p50_ms")), "p99_ms_at_50pct": r(a50.get("p99_ms")),
+        "p50_ms_at_90pct": r(a90.get("p50_ms")), "p90_ms_at_90pct": r(a90.get("p90_ms")),
+        "p99_ms_at_90pct": r(a90.get("p99_ms")),
+        "sustained_at_50pct": a50.get("sustained"), "sustained_at_90pct": a90.get("sustained"),
+        "errors": errors,
+        "errors_note": "failed + dropped logins at the peak, 50% and 90% points",
+        # CPU seconds per login of every process, as microseconds.
+        "cpu_us_per_login_at_peak": cpu_peak,
+        "cpu_us_per_login_at_saturation": cpu_sat,
+        "server_side_cpu_us_per_login_at_peak": r(sum(
+            v for n, v in cpu_peak.items() if n != "kmpc-storm"), 1) if cpu_peak else None,
+        "mpc_per_login": sec.get("mpc_per_login"),
+        "generator_bottleneck": sec.get("generator_bottleneck"),
+        "p99_bound_ms_for_sustained": sec.get("p99_bound_ms"),
+    }
+    return out
+
+
+def build(bench_dir):
+    storm = load(os.path.join(bench_dir, "storm.json")) or {}
+    soak = load(os.path.join(bench_dir, "soak.json"))
+    netns = load(os.path.join(bench_dir, "netns.json"))
+    mpc = load(os.path.join(bench_dir, "mpc.json"))
+    if "kmpc" not in storm or "stock" not in storm:
+        raise SystemExit(f"bench_results: {bench_dir}/storm.json needs both a stock and a "
+                         f"kmpc run (deploy/storm_bench.py --target stock,kmpc)")
+    res = {"generated_from": {k: os.path.exists(os.path.join(bench_dir, k + ".json"))
+                              for k in ("storm", "soak", "netns", "mpc")},
+           "machine": storm["kmpc"].get("machine"),
+           "note": ("one shared, loaded 2-core machine: KDC, three MPC servers and the "
+                    "load generator on the same cores; compare figures within one run")}
+    pairs = {}
+    for s in ("headline", "default"):
+        k = storm["kmpc"]["settings"].get(s)
+        st = storm["stock"]["settings"].get(s)
+        if not k or not st:
+            continue
+        pk, ps = side(k), side(st)
+        ratio = (pk["peak_logins_per_s"] / ps["peak_logins_per_s"]
+                 if ps["peak_logins_per_s"] else None)
+        pairs[s] = {"kmpc": pk, "stock": ps, "ratio": r(ratio)}
+    if "headline" not in pairs:
+        raise SystemExit("bench_results: storm.json has no headline pair")
+    h = pairs["headline"]
+    res["settings"] = ("headline: disable_last_success = true, disable_lockout = true "
+                       "([dbmodules]) for both; kmpc module batch_window_ms = 100, "
+                       "early_flush off")
+    res["kmpc"], res["stock"], res["ratio"] = h["kmpc"], h["stock"], h["ratio"]
+    if "default" in pairs:
+        res["default_settings"] = pairs["default"]
+    if soak:
+        ef = soak.get("one_client_early_flush") or {}
+        w = soak.get("one_client_window_100ms") or {}
+        res["kmpc"]["p50_ms_one_client_early_flush"] = r(ef.get("p50_ms"))
+        res["kmpc"]["p99_ms_one_client_early_flush"] = r(ef.get("p99_ms"))
+        res["kmpc"]["p50_ms_one_client_window_100ms_soak_run"] = r(w.get("p50_ms"))
+        if soak.get("early_flush_at_50pct_of_peak"):
+            res["kmpc"]["early_flush_at_50pct_of_peak"] = soak["early_flush_at_50pct_of_peak"]
+        so = dict(soak.get("soak") or {})
+        so.pop("rss_samples", None)
+        res["soak"] = so
+    if netns:
+        res["netns"] = {k: v for k, v in netns.items()}
+    if mpc:
+        big = [x for x in mpc if x.get("cipher") == "aes128" and x.get("blocks") == 100000]
+        one = [x for x in mpc if x.get("cipher") == "aes128" and x.get("blocks") == 1]
+        res["mpc_microbench"] = {
+            "aes128_100k_blocks_per_s_best": max((x["blocks_per_s"] for x in big), default=None),
+            "aes128_bytes_per_block_per_party": min(
+                (x["bytes_per_block_per_party"] for x in big), default=None),
+            "aes128_single_block_p50_ms": min((x["latency_p50_ms"] for x in one), default=None),
+        }
+    res["targets"] = targets(res)
+    return res
+
+
+def targets(res):
+    k, s = res["kmpc"], res["stock"]
+    soak = res.get("soak") or {}
+    out = []
+    errs = k["errors"] + soak.get("errors", 0)
+    out.append({
+        "what": "kmpc peak >= 60% of stock peak with zero errors (headline pair)",
+        "measured": (f"{k['peak_logins_per_s']:.0f} vs {s['peak_logins_per_s']:.0f} logins/s = "
+                     f"{res['ratio']:.2f}; errors {k['errors']} in the sweep's reported points"
+                     + (f", {soak.get('errors')} in the soak" if soak else "")),
+        "met": bool(res["ratio"] is not None and res["ratio"] >= TARGET_RATIO and errs == 0),
+        "miss_by": (None if res["ratio"] is None or res["ratio"] >= TARGET_RATIO
+                    else f"{TARGET_RATIO - res['ratio']:.2f} of stock "
+                         f"({TARGET_RATIO * s['peak_logins_per_s'] - k['peak_logins_per_s']:.0f}"
+                         f" logins/s short)"),
+    })
+    p50 = k.get("p50_ms_one_client_early_flush")
+    out.append({
+        "what": "kmpc one-client p50 <= 5 ms with early flush",
+        "measured": "not measured (no soak.json)" if p50 is None else f"{p50:.2f} ms",
+        "met": p50 is not None and p50 <= TARGET_P50_EARLY_MS,
+        "miss_by": (None if p50 is None or p50 <= TARGET_P50_EARLY_MS
+                    else f"{p50 - TARGET_P50_EARLY_MS:.2f} ms ({p50 / TARGET_P50_EARLY_MS:.1f}x)"),
+    })
+    p99 = k.get("p99_ms_at_90pct")
+    out.append({
+        "what": "kmpc p99 at 90% of peak <= 250 ms with the 100 ms window",
+        "measured": "not measured" if p99 is None else f"{p99:.1f} ms",
+        "met": p99 is not None and p99 <= TARGET_P99_90PCT_MS,
+        "miss_by": (None if p99 is None or p99 <= TARGET_P99_90PCT_MS
+                    else f"{p99 - TARGET_P99_90PCT_MS:.1f} ms"),
+    })
+    if soak:
+        out.append({
+            "what": (f"soak {soak.get('duration_s', 0):.0f} s at 90% of peak: zero errors, "
+                     "no RSS growth beyond warm-up"),
+            "measured": (f"{soak.get('logins_per_s', 0):.0f}/s of {soak.get('offered')}, errors "
+                         f"{soak.get('errors')}, RSS grown: {soak.get('rss_grown') or 'none'}"),
+            "met": bool(soak.get("pass")),
+            "miss_by": None if soak.get("pass") else "see soak.rss / soak.errors",
+        })
+    return out
+
+
+def fmt(v, spec=".2f", unit=""):
+    return "-" if v is None else f"{v:{spec}}{unit}"
+
+
+def print_table(res, out_path):
+    p = print
+    k, s = res["kmpc"], res["stock"]
+    p("")
+    p("== login-storm benchmark (kmpc-storm, AS exchange with encrypted-timestamp pre-auth) ==")
+    p(res["note"])
+    p(res["settings"])
+    p(f"{'':34s} {'stock':>12s} {'kmpc':>12s}")
+    rows = [
+        ("peak sustained logins/s", "peak_logins_per_s", ".0f", ""),
+        ("closed-loop logins/s (saturation)", "closed_loop_logins_per_s", ".0f", ""),
+        ("one client p50", "p50_ms_one_client", ".2f", " ms"),
+        ("one client p99", "p99_ms_one_client", ".2f", " ms"),
+        ("at 50% of peak: p50", "p50_ms_at_50pct", ".2f", " ms"),
+        ("at 50% of peak: p99", "p99_ms_at_50pct", ".2f", " ms"),
+        ("at 90% of peak: p50", "p50_ms_at_90pct", ".2f", " ms"),
+        ("at 90% of peak: p99", "p99_ms_at_90pct", ".2f", " ms"),
+        ("errors (peak, 50%, 90% points)", "errors", "d", ""),
+        ("server-side CPU us/login (peak)", "server_side_cpu_us_per_login_at_peak", ".0f", ""),
+    ]
+    for label, key, spec, unit in rows:
+        p(f"{label:34s} {fmt(s.get(key), spec, unit):>12s} {fmt(k.get(key), spec, unit):>12s}")
+    p(f"{'ratio kmpc/stock (peak)':34s} {'':>12s} {fmt(res['ratio'], '.2f', 'x'):>12s}")
+    p(f"{'kmpc one client p50, early flush':34s} {'':>12s} "
+      f"{fmt(k.get('p50_ms_one_client_early_flush'), '.2f', ' ms'):>12s}")
+    p("CPU us per login at the peak, per process:")
+    for side_name, d in (("stock", s), ("kmpc", k)):
+        p(f"  {side_name:6s} " + ", ".join(f"{n} {v:.0f}" for n, v in
+                                           d["cpu_us_per_login_at_peak"].items()))
+    m = k.get("mpc_per_login")
+    if m:
+        p(f"MPC per login (at kmpc's peak): {m['aes_blocks_per_login']:.1f} AES blocks, "
+          f"{m['ring_bytes_per_login_per_party']:.0f} ring bytes sent per party "
+          f"({m['ring_bytes_per_login_all_parties']:.0f} all three), "
+          f"{m['run_batches_per_login']:.3f} Run + {m['finalize_batches_per_login']:.3f} "
+          f"Finalize batches ({m['logins_per_run_batch']:.1f} logins per Run batch)")
+    d = res.get("default_settings")
+    if d:
+        p(f"default settings (last-success written to the KDB): stock "
+          f"{fmt(d['stock']['peak_logins_per_s'], '.0f')}/s, kmpc "
+          f"{fmt(d['kmpc']['peak_logins_per_s'], '.0f')}/s, ratio "
+          f"{fmt(d['ratio'], '.2f', 'x')}; p99 at 90%: stock "
+          f"{fmt(d['stock']['p99_ms_at_90pct'], '.1f', ' ms')}, kmpc "
+          f"{fmt(d['kmpc']['p99_ms_at_90pct'], '.1f', ' ms')}")
+    so = res.get("soak")
+    if so:
+        p(f"soak: {so.get('duration_s', 0):.0f} s at {so.get('offered')}/s -> "
+          f"{so.get('logins_per_s', 0):.0f}/s, errors {so.get('errors')}, p99 "
+          f"{fmt(so.get('p99_ms'), '.1f', ' ms')}; RSS (warm-up level -> max of 2nd half, KiB):")
+        for n, v in (so.get("rss") or {}).items():
+            if v:
+                p(f"  {n:13s} {v['warmup_level_kib']:8d} -> {v['second_half_max_kib']:8d} "
+                  f"({v['growth_over_warmup_kib']:+d}; slope {v['second_half_slope_kib_per_s']:+.1f}"
+                  f" KiB/s)")
+    n = res.get("netns")
+    if n:
+        p(f"netns LAN ({n.get('shaping')}): {n.get('note')}")
+        for key, label in (("one_client_window_100ms", "one client, window 100 ms"),
+                           ("one_client_early_flush", "one client, early flush"),
+                           ("at_50pct_of_peak", "open loop at 50% of loopback peak"),
+                           ("at_90pct_of_peak", "open loop at 90% of loopback peak"),
+                           ("saturation_closed_loop", "closed loop saturation")):
+            v = n.get(key)
+            if v:
+                p(f"  {label:36s} {v['logins_per_s']:7.0f}/s p50 {v['p50_ms']:8.2f} ms "
+                  f"p99 {v['p99_ms']:8.2f} ms failed {v['failed']} dropped {v['dropped']}")
+    p("targets:")
+    for t in res["targets"]:
+        p(f"  [{'met ' if t['met'] else 'MISS'}] {t['what']}: {t['measured']}"
+          + (f"; missed by {t['miss_by']}" if t.get("miss_by") else ""))
+    p(f"written: {out_path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", default=os.path.join(BUILD, "bench"))
+    ap.add_argument("--out", default=None, help="default DIR/results.json")
+    args = ap.parse_args()
+    out = args.out or os.path.join(args.dir, "results.json")
+    try:
+        res = build(args.dir)
+    except SystemExit as e:
+        sys.stderr.write(f"{e}\n")
+        return 2
+    with open(out, "w") as f:
+        json.dump(res, f, indent=1)
+    print_table(res, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The benchmark's results writer (deploy/bench_results.py) on small inputs
+shaped as storm_bench.py / storm_soak.py write them, and the network-namespace
+LAN of deploy/netns_cluster.py coming up and going away (root only).
+Cheap: no realm, no storm; a few seconds in all."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEPLOY = os.path.join(ROOT, "deploy")
+
+
+def section(peak, one_p50, p99_90, cpu, failed=0, mpc=None):
+    pt = {"offered": peak, "logins_per_s": peak, "p50_ms": 1.0, "p99_ms": 2.0,
+          "cpu": {n: {"us_per_login": v, "cores": 0.5} for n, v in cpu.items()},
+          "failed": failed, "dropped": 0, "mpc": mpc}
+    return {
+        "one_client": {"p50_ms": one_p50, "p99_ms": one_p50 * 2, "logins_per_s": 10},
+        "saturation_closed_loop": {"logins_per_s": peak * 1.2},
+        "peak_sustained": pt, "peak_logins_per_s": peak,
+        "at_50pct_of_peak": {"offered": peak / 2, "p50_ms": 1.0, "p99_ms": 3.0,
+                             "sustained": True, "failed": 0, "dropped": 0},
+        "at_90pct_of_peak": {"offered": peak * 0.9, "p50_ms": 2.0, "p90_ms": 5.0,
+                             "p99_ms": p99_90, "sustained": True, "failed": 0, "dropped": 0},
+        "cpu_us_per_login": cpu, "mpc_per_login": mpc, "p99_bound_ms": 100.0,
+        "generator_bottleneck": False,
+    }
+
+
+MPC = {"logins": 1000, "aes_blocks_per_login": 31.0, "ring_bytes_per_login_per_party": 900.0,
+       "ring_bytes_per_login_all_parties": 2700.0, "ring_messages_per_login_per_party": 1.2,
+       "run_batches_per_login": 0.02, "finalize_batches_per_login": 0.01,
+       "jobs_per_login": 6.0, "logins_per_run_batch": 50.0}
+
+
+def write_inputs(d, kmpc_failed=0, soak_pass=True):
+    stock_cpu = {"krb5kdc": 200.0, "kmpc-storm": 80.0}
+    kmpc_cpu = {"krb5kdc": 350.0, "mpc-server-0": 130.0, "mpc-server-1": 130.0,
+                "mpc-server-2": 130.0, "kmpc-storm": 90.0}
+    storm = {
+        "stock": {"machine": {"cores": 2}, "settings": {
+            "headline": section(2000.0, 0.25, 40.0, stock_cpu),
+            "default": section(240.0, 1.6, 70.0, stock_cpu)}},
+        "kmpc": {"machine": {"cores": 2}, "settings": {
+            "headline": section(1300.0, 210.0, 220.0, kmpc_cpu, kmpc_failed, MPC),
+            "default": section(250.0, 212.0, 230.0, kmpc_cpu, 0, MPC)}},
+    }
+    with open(os.path.join(d, "storm.json"), "w") as f:
+        json.dump(storm, f)
+    soak = {"one_client_window_100ms": {"p50_ms": 211.0, "p99_ms": 214.0},
+            "one_client_early_flush": {"p50_ms": 4.5, "p99_ms": 9.0},
+            "soak": {"offered": 1170, "duration_s": 60, "logins_per_s": 1169.0,
+                     "errors": 0, "p99_ms": 230.0, "pass": soak_pass,
+                     "rss": {"krb5kdc": {"warmup_level_kib": 30000,
+                                         "second_half_max_kib": 30100,
+                                         "growth_over_warmup_kib": 100,
+                                         "second_half_slope_kib_per_s": 0.1}},
+                     "rss_grown": {} if soak_pass else {"krb5kdc": 9000},
+                     "rss_samples": {"krb5kdc": [[0, 1]]}}}
+    with open(os.path.join(d, "soak.json"), "w") as f:
+        json.dump(soak, f)
+
+
+def run_writer(d):
+    p = subprocess.run([sys.executable, os.path.join(DEPLOY, "bench_results.py"), "--dir", d],
+                       capture_output=True, text=True, timeout=60)
+    return p
+
+
+def test_results_json_headline_pair(tmp_path):
+    d = str(tmp_path)
+    write_inputs(d)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    for k in ("peak_logins_per_s", "p50_ms_one_client", "p99_ms_at_90pct", "errors"):
+        assert k in res["kmpc"], k
+    for k in ("peak_logins_per_s", "p50_ms_one_client"):
+        assert k in res["stock"], k
+    assert res["kmpc"]["peak_logins_per_s"] == 1300.0
+    assert res["stock"]["peak_logins_per_s"] == 2000.0
+    assert res["ratio"] == pytest.approx(0.65)
+    assert res["kmpc"]["errors"] == 0
+    assert res["kmpc"]["p50_ms_one_client_early_flush"] == 4.5
+    assert res["kmpc"]["mpc_per_login"]["aes_blocks_per_login"] == 31.0
+    assert res["default_settings"]["ratio"] == pytest.approx(250 / 240, abs=1e-3)
+    assert "rss_samples" not in res["soak"]
+    assert all(t["met"] for t in res["targets"]), res["targets"]
+    # the printed table holds the ratio and every process's CPU per login
+    assert "0.65x" in p.stdout
+    assert "mpc-server-2 130" in p.stdout
+
+
+def test_results_report_misses(tmp_path):
+    d = str(tmp_path)
+    write_inputs(d, kmpc_failed=3, soak_pass=False)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    assert res["kmpc"]["errors"] == 3
+    met = {t["what"].split(" ")[1]: t["met"] for t in res["targets"]}
+    assert not res["targets"][0]["met"]  # errors: the 60% target is not met
+    assert not res["targets"][-1]["met"]  # the soak
+    assert "MISS" in p.stdout and met
+
+
+def test_missing_storm_json(tmp_path):
+    p = run_writer(str(tmp_path))
+    assert p.returncode == 2
+    assert "storm.json" in p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ip netns needs root")
+def test_netns_lan_up_and_torn_down():
+    sys.path.insert(0, DEPLOY)
+    import netns_cluster
+    lan = netns_cluster.Lan(0.13, "10gbit")
+    try:
+        lan.up()
+        assert lan.shaping in ("netem", "tbf", None)
+        if lan.shaping != "netem":
+            assert "NO DELAY" in lan.note
+        rtt = lan.udp_rtt_ms("kdc", "p1", count=20)
+        assert rtt is not None and rtt > 0
+    finally:
+        lan.down()
+    assert not [n for n in netns_cluster.list_ns() if n.startswith(lan.tag + "-")]
