@@ -125,6 +125,9 @@ def build(bench_dir):
         res["kmpc"]["p50_ms_one_client_window_100ms_soak_run"] = r(w.get("p50_ms"))
         if soak.get("early_flush_at_50pct_of_peak"):
             res["kmpc"]["early_flush_at_50pct_of_peak"] = soak["early_flush_at_50pct_of_peak"]
+        for key in ("breakdown_one_client_early_flush", "breakdown_90pct_window_100ms"):
+            if soak.get(key):
+                res["kmpc"][key] = soak[key]
         so = dict(soak.get("soak") or {})
         so.pop("rss_samples", None)
         res["soak"] = so
@@ -227,6 +230,20 @@ def print_table(res, out_path):
           f"({m['ring_bytes_per_login_all_parties']:.0f} all three), "
           f"{m['run_batches_per_login']:.3f} Run + {m['finalize_batches_per_login']:.3f} "
           f"Finalize batches ({m['logins_per_run_batch']:.1f} logins per Run batch)")
+    for key, label in (("breakdown_one_client_early_flush", "one client, early flush"),
+                       ("breakdown_90pct_window_100ms", "90% of peak, 100 ms window")):
+        bd = k.get(key)
+        if not bd:
+            continue
+        p(f"where kmpc's time goes, {label} (login p50 {bd['p50_ms']:.2f} ms; medians per "
+          f"batch from the module's debug lines):")
+        for kind, b in bd.get("batches", {}).items():
+            p(f"  {kind:13s} {b['jobs_median']:>4} jobs {b['aes_blocks_median']:>5} blocks: "
+              f"queued {fmt(b['queued_ms_median'], '.1f')} ms, run {fmt(b['run_ms_median'], '.1f')}"
+              f" ms (servers: queue {fmt(b['servers_queue_ms_median'], '.1f')}, compute "
+              f"{fmt(b['servers_compute_ms_median'], '.1f')} ms, {b['ring_messages_median']} ring "
+              f"msgs), finalize {fmt(b['finalize_ms_median'], '.1f')} ms, total "
+              f"{fmt(b['total_ms_median'], '.1f')} ms")
     d = res.get("default_settings")
     if d:
         p(f"default settings (last-success written to the KDB): stock "

@@ -37,6 +37,13 @@ import storm_bench  # noqa: E402
 BENCH_DIR = storm_bench.BENCH_DIR
 
 
+def save(path, out):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=1)
+    os.replace(tmp, path)
+
+
 def rss_kib(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -97,17 +104,91 @@ def restart_kdc_with(target, options):
     r.stop_kdc()
     with open(r.kdc_conf) as f:
         conf = f.read()
+    a = conf.find("[kdcmpc]")
+    if a < 0:
+        raise kmpc_realm.RealmError("no [kdcmpc] section in kdc.conf")
+    b = conf.find("\n[", a + 1)
+    b = len(conf) if b < 0 else b + 1
+    sect = conf[a:b]
     for k, v in options.items():
-        conf, n = re.subn(rf"^(\s*){k}\s*=.*$", rf"\g<1>{k} = {v}", conf, flags=re.M)
-        if not n:  # insert after the module's key = line in [kdcmpc]
-            conf, n = re.subn(r"^(\s*)key = (.*kdc\.key)$", rf"\g<0>\n\g<1>{k} = {v}", conf,
+        sect, n = re.subn(rf"^(\s*){k}\s*=.*$", rf"\g<1>{k} = {v}", sect, flags=re.M)
+        if not n:  # insert after the module's key = line
+            sect, n = re.subn(r"^(\s*)key = (.*kdc\.key)$", rf"\g<0>\n\g<1>{k} = {v}", sect,
                               count=1, flags=re.M)
             if not n:
-                raise kmpc_realm.RealmError("no [kdcmpc] key = line in kdc.conf")
+                raise kmpc_realm.RealmError("no key = line in kdc.conf [kdcmpc]")
+    conf = conf[:a] + sect + conf[b:]
     with open(r.kdc_conf, "w") as f:
         f.write(conf)
     r.start()
     target.watch["krb5kdc"] = r.kdc_proc.pid
+
+
+BATCH_RE = re.compile(
+    r"kdcmpc: batch #(\d+): (\d+) jobs \((\d+) failed\), (\d+) AES blocks \((\d+) requested\), "
+    r"queued ([\d.]+) ms, run ([\d.]+) ms(?: \(servers: queue ([\d.]+) ms, compute ([\d.]+) ms, "
+    r"(\d+) ring messages\))?, finalize ([\d.]+) ms, total ([\d.]+) ms")
+
+
+def set_kdc_debug(target, on):
+    """[logging] debug = true|false in kdc.conf (the module's per-batch
+    LOG_DEBUG lines reach the KDC log only with it)."""
+    r = target.realm
+    with open(r.kdc_conf) as f:
+        conf = f.read()
+    conf = conf.replace("[logging]\n    debug = true\n", "[logging]\n")
+    if on:
+        conf = conf.replace("[logging]\n", "[logging]\n    debug = true\n", 1)
+    with open(r.kdc_conf, "w") as f:
+        f.write(conf)
+
+
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if v else None
+
+
+def batch_breakdown(log_text):
+    """Medians of the module's per-batch debug lines, split into batches
+    without a Finalize (the pre-auth DECRYPT + CHECKSUM round) and with one
+    (ticket and reply ENCRYPT)."""
+    rows = [m.groups() for m in BATCH_RE.finditer(log_text)]
+    out = {}
+    for kind, sel in (("run_only", lambda f: f == 0.0), ("with_finalize", lambda f: f > 0.0)):
+        rs = [r for r in rows if sel(float(r[10]))]
+        if not rs:
+            continue
+        col = lambda i, t=float: [t(r[i]) for r in rs if r[i] is not None]  # noqa: E731
+        out[kind] = {
+            "batches": len(rs), "jobs_median": median(col(1, int)),
+            "aes_blocks_median": median(col(3, int)),
+            "queued_ms_median": median(col(5)), "run_ms_median": median(col(6)),
+            "servers_queue_ms_median": median(col(7)),
+            "servers_compute_ms_median": median(col(8)),
+            "ring_messages_median": median(col(9, int)),
+            "finalize_ms_median": median(col(10)), "total_ms_median": median(col(11)),
+        }
+    return out
+
+
+def breakdown_run(target, label, outdir, argv, options):
+    """Restart the KDC with these module options and per-batch debug lines,
+    run the storm, and return its figures with the batches' breakdown."""
+    set_kdc_debug(target, True)
+    try:
+        restart_kdc_with(target, {**options, "debug": "true"})
+        log_path = target.realm.kdc_log
+        off = os.path.getsize(log_path)
+        res = storm_bench.run_storm(target, argv, label, outdir)
+        with open(log_path, errors="replace") as f:
+            f.seek(off)
+            text = f.read()
+    finally:
+        set_kdc_debug(target, False)
+    lat = res["latency_us"]
+    return {"logins_per_s": res["logins_per_s"], "p50_ms": lat["p50"] / 1e3,
+            "p99_ms": lat["p99"] / 1e3, "failed": res["failed_all_phases"],
+            "cpu": res["cpu"], "batches": batch_breakdown(text)}
 
 
 def one_client(target, label, outdir, dur):
@@ -119,6 +200,41 @@ def one_client(target, label, outdir, dur):
             "p99_ms": lat["p99"] / 1e3, "max_ms": lat["max"] / 1e3,
             "logins": res["ok"], "failed": res["failed_all_phases"],
             "cpu": res["cpu"], "mpc": res.get("mpc")}
+
+
+def _f(v):
+    return "-" if v is None else f"{v:.1f}"
+
+
+def describe(bd):
+    parts = [f"login p50 {bd['p50_ms']:.2f} ms p99 {bd['p99_ms']:.2f} ms"]
+    for kind, b in bd["batches"].items():
+        parts.append(f"{kind}: {b['jobs_median']} jobs, {b['aes_blocks_median']} blocks, "
+                     f"queued {_f(b['queued_ms_median'])} ms, run {_f(b['run_ms_median'])} ms "
+                     f"(servers: queue {_f(b['servers_queue_ms_median'])}, compute "
+                     f"{_f(b['servers_compute_ms_median'])} ms, {b['ring_messages_median']} "
+                     f"ring msgs), finalize {_f(b['finalize_ms_median'])} ms, total "
+                     f"{_f(b['total_ms_median'])} ms")
+    return "; ".join(parts)
+
+
+def breakdown(target, out, outdir, rate, log):
+    # Where a login's time goes: the module's per-batch lines (one
+    # client with early flush; 90% of peak with the 100 ms window).
+    bd = breakdown_run(target, "breakdown-one-client-early-flush", outdir,
+                       ["-c", 1, "-d", 3, "-w", 0.5], {"early_flush": "true"})
+    out["breakdown_one_client_early_flush"] = bd
+    log("  where the time goes, one client, early flush (medians per batch): "
+        + describe(bd))
+    bd = breakdown_run(target, "breakdown-90pct-window100", outdir,
+                       ["-r", rate, "-d", 4, "-w", 2, "--timeout", target.timeout_s,
+                        "--max-inflight", target.max_inflight,
+                        "--max-errors", 1000000],
+                       {"early_flush": "false"})
+    out["breakdown_90pct_window_100ms"] = bd
+    log(f"  where the time goes, {rate}/s with the 100 ms window (medians per "
+        "batch): " + describe(bd))
+    restart_kdc_with(target, {"early_flush": "true", "debug": "false"})
 
 
 def peak_from_storm_json(path):
@@ -142,6 +258,8 @@ def main():
     ap.add_argument("--rss-slack-kib", type=int, default=2048,
                     help="RSS above the warm-up level still counted as no growth "
                          "(allocator noise)")
+    ap.add_argument("--no-breakdown", dest="breakdown", action="store_false",
+                    help="skip the per-batch timing runs (KDC debug log)")
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "soak.json"))
     args = ap.parse_args()
 
@@ -243,12 +361,22 @@ def main():
             f"{'yes' if errors == 0 else 'NO'}, memory growth beyond warm-up "
             f"{'none' if not grown else grown}")
 
+        save(args.out, out)  # the soak's figures, whatever happens below
+
         # ---- early flush ----------------------------------------------
         restart_kdc_with(target, {"early_flush": "true"})
         one = one_client(target, "one-client-early-flush", outdir, args.one_client_s)
         out["one_client_early_flush"] = one
         log(f"  one client, early_flush = true: p50 {one['p50_ms']:.2f} ms, "
             f"p99 {one['p99_ms']:.2f} ms")
+        if args.breakdown:
+            try:
+                breakdown(target, out, outdir, rate, log)
+            except Exception as e:  # figures above still count
+                log(f"  breakdown runs failed: {e!r}")
+                out["breakdown_error"] = repr(e)
+                if not target.alive():
+                    raise
         if peak:
             r50 = round(0.5 * peak)
             res = storm_bench.run_storm(
@@ -273,8 +401,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     out["machine"]["loadavg_end"] = os.getloadavg()[0]
     out["elapsed_s"] = round(time.time() - t0, 1)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    save(args.out, out)
     log(f"written: {args.out} ({out['elapsed_s']:.0f} s)")
     return 0 if out["soak"]["pass"] else 1
 

@@ -52,6 +52,13 @@ def write_inputs(d, kmpc_failed=0, soak_pass=True):
         json.dump(storm, f)
     soak = {"one_client_window_100ms": {"p50_ms": 211.0, "p99_ms": 214.0},
             "one_client_early_flush": {"p50_ms": 4.5, "p99_ms": 9.0},
+            "breakdown_one_client_early_flush": {
+                "p50_ms": 4.6, "p99_ms": 9.1, "batches": {"run_only": {
+                    "batches": 30, "jobs_median": 2, "aes_blocks_median": 4,
+                    "queued_ms_median": 0.6, "run_ms_median": 1.5,
+                    "servers_queue_ms_median": None, "servers_compute_ms_median": None,
+                    "ring_messages_median": None, "finalize_ms_median": 0.0,
+                    "total_ms_median": 2.1}}},
             "soak": {"offered": 1170, "duration_s": 60, "logins_per_s": 1169.0,
                      "errors": 0, "p99_ms": 230.0, "pass": soak_pass,
                      "rss": {"krb5kdc": {"warmup_level_kib": 30000,
@@ -92,6 +99,8 @@ def test_results_json_headline_pair(tmp_path):
     # the printed table holds the ratio and every process's CPU per login
     assert "0.65x" in p.stdout
     assert "mpc-server-2 130" in p.stdout
+    assert "where kmpc's time goes, one client, early flush" in p.stdout
+    assert res["kmpc"]["breakdown_one_client_early_flush"]["batches"]["run_only"]["batches"] == 30
 
 
 def test_results_report_misses(tmp_path):
