@@ -275,6 +275,32 @@ TEST(Engine, DecryptRoundTripAndKeystreamOnlyIfTagHolds) {
   EXPECT_EQ(Xor(Bytes(ct.begin() + 16, ct.end() - 16), ks), p);
 }
 
+TEST(Engine, DecryptCounterCarriesAndUpperEdge) {
+  Cluster c;
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  Bytes carry = Hex("0123456789abcdefffffffffffffffff");  // c0+1 carries
+  Bytes edge(16, 0xff);
+  edge[15] = 0xfc;  // c0 + 3 = 2^128 - 1: the last usable range
+  const Bytes p3 = Random(48), p4 = Random(49);
+  std::vector<Job> jobs = {DecryptJob(id, 5, RefEncrypt(key, 5, carry, p3)),
+                           DecryptJob(id, 5, RefEncrypt(key, 5, edge, p3)),
+                           DecryptJob(id, 5, RefEncrypt(key, 5, edge, p4))};
+  auto r = c.Run(jobs);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(r[i].jobs[0].integrity_ok);
+    EXPECT_TRUE(r[i].jobs[1].integrity_ok);
+    // 4 blocks after 2^128 - 4 would reach the all-zero block.
+    EXPECT_EQ(r[i].jobs[2].status.code(), absl::StatusCode::kInvalidArgument);
+  }
+  for (int j = 0; j < 2; ++j) {
+    Bytes ks = Keystream(r, j);
+    ks.resize(p3.size());
+    const Bytes& ct = jobs[j].data;
+    EXPECT_EQ(Xor(Bytes(ct.begin() + 16, ct.end() - 16), ks), p3) << j;
+  }
+}
+
 TEST(Engine, FreshCounterEveryJobEvenForIdenticalBatches) {
   Cluster c;
   const std::string id = c.AddKey(Random(16));
