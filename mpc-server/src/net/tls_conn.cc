@@ -230,10 +230,14 @@ absl::StatusOr<std::unique_ptr<TlsConn>> TlsConn::Accept(const TlsContext& ctx,
   return conn;
 }
 
-absl::Status TlsConn::WriteAll(const uint8_t* p, size_t n, absl::Time deadline) {
+// Blocking transfer of exactly n bytes on the non-blocking socket, polling
+// for whatever OpenSSL asks for (a TLS read may need a write and back).
+absl::Status TlsConn::Transfer(bool write, uint8_t* p, size_t n,
+                               absl::Time deadline) {
   while (n > 0) {
     ERR_clear_error();
-    int rc = SSL_write(ssl_, p, static_cast<int>(n));
+    int rc = write ? SSL_write(ssl_, p, static_cast<int>(n))
+                   : SSL_read(ssl_, p, static_cast<int>(n));
     if (rc > 0) {
       p += rc;
       n -= rc;
@@ -243,29 +247,19 @@ absl::Status TlsConn::WriteAll(const uint8_t* p, size_t n, absl::Time deadline) 
     absl::Status st;
     if (err == SSL_ERROR_WANT_WRITE) st = PollFd(fd_, POLLOUT, deadline);
     else if (err == SSL_ERROR_WANT_READ) st = PollFd(fd_, POLLIN, deadline);
-    else return absl::UnavailableError("TLS write failed");
+    else return absl::UnavailableError(write ? "TLS write failed"
+                                             : "TLS connection closed");
     if (!st.ok()) return st;
   }
   return absl::OkStatus();
 }
 
+absl::Status TlsConn::WriteAll(const uint8_t* p, size_t n, absl::Time deadline) {
+  return Transfer(/*write=*/true, const_cast<uint8_t*>(p), n, deadline);
+}
+
 absl::Status TlsConn::ReadAll(uint8_t* p, size_t n, absl::Time deadline) {
-  while (n > 0) {
-    ERR_clear_error();
-    int rc = SSL_read(ssl_, p, static_cast<int>(n));
-    if (rc > 0) {
-      p += rc;
-      n -= rc;
-      continue;
-    }
-    int err = SSL_get_error(ssl_, rc);
-    absl::Status st;
-    if (err == SSL_ERROR_WANT_READ) st = PollFd(fd_, POLLIN, deadline);
-    else if (err == SSL_ERROR_WANT_WRITE) st = PollFd(fd_, POLLOUT, deadline);
-    else return absl::UnavailableError("TLS connection closed");
-    if (!st.ok()) return st;
-  }
-  return absl::OkStatus();
+  return Transfer(/*write=*/false, p, n, deadline);
 }
 
 }  // namespace kmpc::net

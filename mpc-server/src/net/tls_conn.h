@@ -76,6 +76,7 @@ class TlsConn {
  private:
   TlsConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
   absl::Status Handshake(bool client, absl::Time deadline);
+  absl::Status Transfer(bool write, uint8_t* p, size_t n, absl::Time deadline);
   int fd_;
   SSL* ssl_;
   std::string peer_;

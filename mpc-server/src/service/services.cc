@@ -396,34 +396,33 @@ absl::Status KeyOpsService::DoFinalize(const kmpc::v1::FinalizeRequest& req,
   return absl::OkStatus();
 }
 
-grpc::Status KeyOpsService::Run(grpc::ServerContext* ctx,
-                                const kmpc::v1::RunRequest* req,
-                                kmpc::v1::RunResponse* resp) {
+// Authorization, then the request; a rejected request leaves no partial
+// response behind.
+grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
+                                  google::protobuf::Message* resp,
+                                  const std::function<absl::Status()>& body) {
   if (absl::Status st = Authorize(ctx, options_.keyops_clients, "KeyOps");
       !st.ok())
     return ToGrpcStatus(st);
-  absl::Status st = DoRun(*req, resp);
+  absl::Status st = body();
   if (!st.ok()) {
     metrics_->RecordRejected();
-    KMPC_VLOG(1) << "Run rejected: " << st;
+    KMPC_VLOG(1) << what << " rejected: " << st;
     resp->Clear();
   }
   return ToGrpcStatus(st);
 }
 
+grpc::Status KeyOpsService::Run(grpc::ServerContext* ctx,
+                                const kmpc::v1::RunRequest* req,
+                                kmpc::v1::RunResponse* resp) {
+  return Serve(ctx, "Run", resp, [&] { return DoRun(*req, resp); });
+}
+
 grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
                                      const kmpc::v1::FinalizeRequest* req,
                                      kmpc::v1::FinalizeResponse* resp) {
-  if (absl::Status st = Authorize(ctx, options_.keyops_clients, "KeyOps");
-      !st.ok())
-    return ToGrpcStatus(st);
-  absl::Status st = DoFinalize(*req, resp);
-  if (!st.ok()) {
-    metrics_->RecordRejected();
-    KMPC_VLOG(1) << "Finalize rejected: " << st;
-    resp->Clear();
-  }
-  return ToGrpcStatus(st);
+  return Serve(ctx, "Finalize", resp, [&] { return DoFinalize(*req, resp); });
 }
 
 // ------------------------------------------------------------ Admin

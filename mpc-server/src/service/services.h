@@ -6,6 +6,7 @@
 #ifndef KMPC_SERVICE_SERVICES_H_
 #define KMPC_SERVICE_SERVICES_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -94,6 +95,9 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
                           kmpc::v1::FinalizeResponse* resp);
 
  private:
+  grpc::Status Serve(grpc::ServerContext* ctx, const char* what,
+                     google::protobuf::Message* resp,
+                     const std::function<absl::Status()>& body);
   ServiceOptions options_;
   KeyCache* keys_;
   Scheduler* scheduler_;
