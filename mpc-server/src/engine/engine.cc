@@ -646,6 +646,11 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
     JobResult& r = result.jobs[j];
     const Job& job = jobs[j];
     if (job.type == JobType::kFinalize && w.status.ok()) {
+      if (job.state->party != party) {
+        r.status = absl::FailedPreconditionError(
+            "FINALIZE: encrypt state belongs to another party");
+        continue;
+      }
       absl::StatusOr<JobResult> f = Finalize(*job.state, job.usage, job.data);
       if (f.ok()) {
         r = std::move(*f);
