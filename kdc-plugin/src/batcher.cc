@@ -68,6 +68,7 @@ struct Batcher::State {
   std::deque<Queued> queue;
   uint64_t queued_blocks = 0;
   int inflight = 0;
+  bool kicked = false;  // Kick() since the last batch emptied the queue
   std::set<std::shared_ptr<BatchRun>> active;
   BatcherStats stats;
   uint64_t next_seq = 1;
@@ -293,6 +294,18 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       return;
     }
     blocks_ += step->resp[0].stats().aes_blocks();
+    if (state_->options.debug) {
+      // The slowest party's view (BatchStats): waiting for the scheduler,
+      // then the handshake and the MPC rounds.
+      uint64_t q = 0, c = 0;
+      for (const auto& r : step->resp) {
+        q = std::max<uint64_t>(q, r.stats().queue_us());
+        c = std::max<uint64_t>(c, r.stats().compute_us());
+      }
+      srv_queue_us_ += q;
+      srv_compute_us_ += c;
+      ring_messages_ += step->resp[0].stats().ring_messages();
+    }
 
     // Everything checked: complete what needs no Finalize, collect the
     // ciphertexts that do.
@@ -633,11 +646,15 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       state_->Log(LOG_DEBUG,
                   absl::StrFormat("kdcmpc: batch #%d: %d jobs (%d failed), "
                                   "%d AES blocks (%d requested), queued %.1f "
-                                  "ms, run %.1f ms, finalize %.1f ms, total "
-                                  "%.1f ms",
+                                  "ms, run %.1f ms (servers: queue %.1f ms, "
+                                  "compute %.1f ms, %d ring messages), "
+                                  "finalize %.1f ms, total %.1f ms",
                                   seq_, entries_.size(), failed, blocks_.load(),
                                   job_blocks,
                                   Ms(queued), run_us_.load() / 1000.0,
+                                  srv_queue_us_.load() / 1000.0,
+                                  srv_compute_us_.load() / 1000.0,
+                                  ring_messages_.load(),
                                   fin_us_.load() / 1000.0,
                                   Ms(now - start_)));
     }
@@ -658,6 +675,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   std::atomic<uint64_t> blocks_{0};
   absl::Time run_started_, fin_started_;  // the step's own thread only
   std::atomic<int64_t> run_us_{0}, fin_us_{0};
+  std::atomic<uint64_t> srv_queue_us_{0}, srv_compute_us_{0}, ring_messages_{0};
 };
 
 Batcher::Batcher(BatcherOptions options, Transport* transport, Sink* sink)
@@ -677,6 +695,7 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
   q.blocks = JobBlocks(job);
   q.job = std::move(job);
   q.enqueued = absl::Now();
+  bool wake;
   {
     std::lock_guard<std::mutex> l(state_->mu);
     if (state_->stopping)
@@ -685,11 +704,34 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
       return absl::UnavailableError(absl::StrCat(
           "the MPC cluster is overloaded: ", state_->queue.size(),
           " jobs wait"));
+    // Wake the dispatcher only when this job changes its decision: the
+    // flush time depends on the oldest queued job (or a full queue), and
+    // the dispatcher re-evaluates after every batch start and completion
+    // anyway. A wake-up per job (three per login) cost the KDC's event
+    // loop a futex call and usually a context switch each, under load.
+    const bool was_empty = state_->queue.empty();
+    const uint64_t blocks_before = state_->queued_blocks;
     state_->queued_blocks += q.blocks;
     state_->queue.push_back(std::move(q));
+    wake = was_empty || state_->queue.size() == options_.max_jobs ||
+           (blocks_before < options_.max_blocks &&
+            state_->queued_blocks >= options_.max_blocks);
   }
-  state_->cv.notify_all();
+  if (wake) state_->cv.notify_one();  // the dispatcher is the only waiter
   return absl::OkStatus();
+}
+
+void Batcher::Kick() {
+  if (!options_.early_flush) return;
+  {
+    std::lock_guard<std::mutex> l(state_->mu);
+    if (state_->queue.empty() || state_->kicked) return;
+    state_->kicked = true;
+    // With a batch in flight the queue waits for it anyway; its completion
+    // wakes the dispatcher, which then sees `kicked`.
+    if (state_->inflight != 0) return;
+  }
+  state_->cv.notify_one();
 }
 
 void Batcher::Dispatch() {
@@ -734,7 +776,7 @@ void Batcher::DispatchLoop() {
       if (s.queue.size() >= o.max_jobs || s.queued_blocks >= o.max_blocks)
         flush_at = now;
       else if (o.early_flush && s.inflight == 0)
-        flush_at = s.queue.front().enqueued + o.coalesce;
+        flush_at = s.kicked ? now : s.queue.front().enqueued + o.coalesce;
       else
         flush_at = s.queue.front().enqueued + o.window;
       if (flush_at <= now) {
@@ -748,6 +790,7 @@ void Batcher::DispatchLoop() {
           batch.push_back(std::move(s.queue.front()));
           s.queue.pop_front();
         }
+        if (s.queue.empty()) s.kicked = false;
         ++s.stats.batches;
         s.stats.jobs += batch.size();
         auto run = std::make_shared<BatchRun>(state_, s.next_seq++,

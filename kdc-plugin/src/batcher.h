@@ -48,7 +48,8 @@ struct BatcherOptions {
   absl::Duration deadline = absl::Milliseconds(3000);
   bool early_flush = false;
   // Early flush waits this long for jobs submitted back to back (the KDC
-  // submits the ticket and the reply of one AS-REQ in one go).
+  // submits the ticket and the reply of one AS-REQ in one go), unless
+  // Kick() says earlier that the submitter is done.
   absl::Duration coalesce = absl::Microseconds(500);
   int max_inflight = 4;
   // Jobs waiting beyond this are refused at submit (kUnavailable): an
@@ -89,6 +90,12 @@ class Batcher {
   // Queues a job. A malformed job is refused here (the sink never hears of
   // it); token is the caller's name for the job in its Result.
   absl::Status Submit(uint64_t token, Job job);
+
+  // The submitter has no more jobs for now (the KDC's event loop finished
+  // the callback that submitted them): with early_flush, an idle cluster
+  // gets the queued jobs at once instead of after `coalesce`. Cheap; may be
+  // called from any thread.
+  void Kick();
 
   // Stops the dispatcher thread and abandons queued and in-flight jobs: the
   // sink receives nothing once Stop has returned. The transport must stay

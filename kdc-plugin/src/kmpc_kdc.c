@@ -42,6 +42,7 @@ struct krb5_kdcmpc_moddata_st {
     krb5_context context;
     verto_ctx *vctx;
     verto_ev *ev;
+    krb5_boolean kick;          /* kick the batcher on the next wake-up */
     kmpc_core *core;
 };
 
@@ -66,6 +67,13 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
     kmpc_completion c;
 
     kmpc_core_ack(data->core);
+    if (data->kick) {
+        /* The callback that submitted jobs has returned: the jobs of one
+         * request (the ticket and the reply of an AS-REQ) are all queued,
+         * and an idle cluster may get them now. */
+        data->kick = FALSE;
+        kmpc_core_kick(data->core);
+    }
     kmpc_drain_logs(data);
     while (kmpc_core_next(data->core, &c)) {
         if (c.code != 0) {
@@ -143,6 +151,10 @@ kmpc_submit(krb5_context context, krb5_kdcmpc_moddata data,
     if (ret) {
         krb5_set_error_message(context, ret, "%s",
                                msg != NULL ? msg : "kdcmpc: submit failed");
+    } else if (!data->kick) {
+        /* Wake this loop once more when the current callback is done (a
+         * zero verto timeout would wait for libev's 1 ms poll minimum). */
+        data->kick = kmpc_core_arm_kick(data->core);
     }
     free(msg);
     return ret;

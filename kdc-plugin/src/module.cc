@@ -7,6 +7,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -77,6 +78,10 @@ class LoopSink : public Sink {
     }
     Wake();
   }
+  // The loop thread, before it drains: the next Deliver or Log writes the
+  // eventfd again. Everything queued before this call is drained after it.
+  void Rearm() { signalled_.store(false, std::memory_order_seq_cst); }
+
   bool NextResult(Result* out) {
     std::lock_guard<std::mutex> l(mu_);
     if (results_.empty()) return false;
@@ -98,7 +103,10 @@ class LoopSink : public Sink {
   }
 
  private:
+  // One eventfd write per drain, not one per job: a batch of N jobs used
+  // to cost N write(2) calls on the gRPC thread and N wake-ups of the loop.
   void Wake() {
+    if (signalled_.exchange(true, std::memory_order_seq_cst)) return;
     uint64_t one = 1;
     // EAGAIN means the counter is already huge: the loop will wake anyway.
     ssize_t n = write(efd_, &one, sizeof(one));
@@ -106,6 +114,7 @@ class LoopSink : public Sink {
   }
 
   const int efd_;
+  std::atomic<bool> signalled_{false};
   std::mutex mu_;
   std::deque<Result> results_;
   std::deque<std::pair<int, std::string>> logs_;
@@ -124,6 +133,7 @@ struct kmpc_core {
   // Touched only on the KDC's event loop thread (submit and next).
   std::unordered_map<uint64_t, std::pair<krb5_kdcmpc_done_fn, void*>> pending;
   uint64_t next_token = 1;
+  bool early_flush = false;
 
   ~kmpc_core() {
     // Order matters: no batcher thread, then no transport callback, then
@@ -167,6 +177,7 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
       return EINVAL;
     }
     core->transport = std::move(*t);
+    core->early_flush = mo->batcher.early_flush;
     core->batcher = std::make_unique<kmpc::kdc::Batcher>(
         mo->batcher, core->transport.get(), core->sink.get());
     *core_out = core.release();
@@ -234,6 +245,22 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
 extern "C" void kmpc_core_ack(kmpc_core* core) {
   uint64_t v;
   while (read(core->efd, &v, sizeof(v)) == sizeof(v)) {
+  }
+  // After the read: a Deliver between the read and the drain that follows
+  // either is drained now or writes the eventfd again.
+  core->sink->Rearm();
+}
+
+extern "C" int kmpc_core_arm_kick(kmpc_core* core) {
+  if (!core->early_flush) return 0;
+  uint64_t one = 1;
+  return write(core->efd, &one, sizeof(one)) == sizeof(one);
+}
+
+extern "C" void kmpc_core_kick(kmpc_core* core) {
+  try {
+    core->batcher->Kick();
+  } catch (...) {
   }
 }
 

@@ -257,6 +257,42 @@ TEST_F(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
   for (int i = 3; i < 7; ++i) EXPECT_TRUE(absl::IsDataLoss(sink_.Get(i).status));
 }
 
+TEST_F(BatcherTest, KickFlushesAnIdleQueueWithoutTheCoalesceDelay) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Seconds(20);
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(RunCalls(), 0);  // the coalesce delay holds them
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
+  EXPECT_LT(sink_.At(2) - t0, absl::Seconds(5));
+  EXPECT_EQ(RunCalls(), 1);  // both in one batch
+  // A kick with nothing queued changes nothing; the next jobs wait again.
+  b->Kick();
+  ASSERT_TRUE(b->Submit(3, Encrypt("c")).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(RunCalls(), 1);
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(5)));
+  EXPECT_EQ(RunCalls(), 2);
+}
+
+TEST_F(BatcherTest, KickWithoutEarlyFlushKeepsTheWindow) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(300);
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
+  EXPECT_GE(sink_.At(1) - t0, absl::Milliseconds(290));
+}
+
 TEST_F(BatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
