@@ -12,9 +12,10 @@
 // words of every wire): all 16 S-boxes, ShiftRows, MixColumns and
 // AddRoundKey of a group happen in L1-resident tile temporaries; only the
 // state and the AND-layer outputs (the values that cross a network round)
-// live in the chunk's arena, which is tile-major (a tile's persistent wires
-// form one contiguous block; a wire-major arena made the wires of a tile
-// 4 KiB apart and thrashed L1 sets).
+// live in the chunk's arena (kernel_impl.inc: one region per group of
+// wires, tile-major inside, so a layer's message is one contiguous region
+// and a tile's data is a few small blocks; a wire-major arena put the wires
+// of a tile 4 KiB apart and thrashed L1 sets).
 //
 // Engine concept:
 //   static constexpr int kComps;        1 (clear) or 2 (share components)
