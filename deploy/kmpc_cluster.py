@@ -249,12 +249,16 @@ class KmpcRealm(kmpc_realm.Realm):
     def __init__(self, workdir, module="auto", mpc_workers=2, kdc_workers=0,
                  extra_client_cns=(), server_flags="", test_module_delay_ms=5,
                  module_options=None, enctypes=ENCTYPES,
-                 realm_extra="        disable_pac = true", **kw):
+                 realm_extra="        disable_pac = true",
+                 udp_recv_buffer=4 << 20, **kw):
         """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test
         module) or "auto" (real when built). module_options: extra relations
         for the real module's [kdcmpc] -> kmpc section (e.g. {"early_flush":
         "true", "batch_window_ms": 20}; kdc-plugin/src/options.h).
-        server_flags: extra kmpc-mpc-server flags (KMPC_MPC_FLAGS)."""
+        server_flags: extra kmpc-mpc-server flags (KMPC_MPC_FLAGS).
+        udp_recv_buffer: [kdcdefaults] kdc_udp_recv_buffer (krb5 patch 0006;
+        0 for the OS default): the batched replies make the clients' next
+        requests arrive in bursts, which overflow the default ~208 KB."""
         super().__init__(workdir, enctypes=enctypes, realm_extra=realm_extra, **kw)
         self.cluster = MpcCluster(os.path.join(self.dir, "mpc"), workers=mpc_workers,
                                   extra_client_cns=extra_client_cns,
@@ -267,6 +271,7 @@ class KmpcRealm(kmpc_realm.Realm):
         self.kdc_workers = kdc_workers
         self.test_module_delay_ms = test_module_delay_ms
         self.module_options = dict(module_options or {})
+        self.udp_recv_buffer = udp_recv_buffer
         self.admin_conf = os.path.join(self.dir, "kmpc-admin.conf")
         self.test_keyfile = os.path.join(self.dir, "mpc-test-keys")
         self.users_keytab = os.path.join(self.dir, "users.keytab")
@@ -296,7 +301,10 @@ class KmpcRealm(kmpc_realm.Realm):
             name = "test"
         self._plugin_conf = (f"[plugins]\n    kdcmpc = {{\n        module = {name}:{so}\n"
                              f"    }}\n[kdcmpc]\n    {name} = {{\n{opts}    }}\n")
-        self.kdc_conf_extra = self._plugin_conf + self.kdc_conf_extra
+        # Relations before [plugins] land in [kdcdefaults].
+        rcvbuf = (f"    kdc_udp_recv_buffer = {self.udp_recv_buffer}\n"
+                  if self.udp_recv_buffer else "")
+        self.kdc_conf_extra = rcvbuf + self._plugin_conf + self.kdc_conf_extra
         super().create()
         with open(self.admin_conf, "w") as f:
             f.write(f"# kmpc-admin for realm {self.realm} (generated)\n"
