@@ -533,6 +533,13 @@ def bench_settings(target_name, settings, n_users, quick, log):
             misses = 0 if ok else misses + 1
             if misses >= 2:
                 break
+        # The highest rate held (the closed loop under-estimated capacity,
+        # e.g. a KDC that batches loses datagrams with 1024 in flight): go
+        # on up until a rate is not sustained.
+        extra = 0
+        while points and points[max(points)][1] and extra < (2 if quick else 4):
+            point(max(points) * 1.2)
+            extra += 1
         if not any(ok for _, ok in points.values()):
             # Even the lowest rate failed: go down until something holds.
             r = min(points) / 2
