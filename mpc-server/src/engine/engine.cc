@@ -134,9 +134,11 @@ absl::Status ValidateJob(const Job& job, Work& w) {
   switch (job.type) {
     case JobType::kEncrypt: {
       if (absl::Status s = CheckKeyId(job); !s.ok()) return s;
-      if (job.nblocks == 0 || job.nblocks > kMaxJobBlocks) {
+      // nblocks 0 is an empty plaintext (enctype.md allows it; the shared
+      // vectors have one): no keystream, the tag covers only A.
+      if (job.nblocks > kMaxJobBlocks) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "ENCRYPT: nblocks must be 1..", kMaxJobBlocks, ", got ", job.nblocks));
+            "ENCRYPT: nblocks must be 0..", kMaxJobBlocks, ", got ", job.nblocks));
       }
       if (!job.data.empty() || !job.checksum.empty() || job.state != nullptr) {
         return absl::InvalidArgumentError(

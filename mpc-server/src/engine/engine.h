@@ -134,7 +134,7 @@ struct EncryptState {
 };
 
 enum class JobType : uint8_t {
-  // in: key_id, usage, nblocks (1..kMaxJobBlocks).
+  // in: key_id, usage, nblocks (0..kMaxJobBlocks; 0 = empty plaintext).
   // out: ctr0 (picked by the cluster), keystream shares for blocks
   //      c0+1 .. c0+nblocks, state for FINALIZE.
   kEncrypt = 1,

@@ -246,7 +246,7 @@ TEST(Engine, EncryptFinalizeMatchesReference) {
   for (size_t key_len : {16, 32}) {
     const Bytes key = Random(key_len);
     const std::string id = c.AddKey(key);
-    for (size_t plen : {1, 15, 16, 17, 100, 992, 993, 3000}) {
+    for (size_t plen : {0, 1, 15, 16, 17, 100, 992, 993, 3000}) {
       const Bytes p = Random(plen);
       const Bytes ct = ClusterEncrypt(c, id, 7, p);
       const Bytes ctr0(ct.begin(), ct.begin() + 16);
@@ -523,7 +523,6 @@ TEST(Engine, MalformedJobsInvalidArgumentOthersStillRun) {
   Job enc_with_data = EncryptJob(id, 1, 1);
   enc_with_data.data = {1};
   std::vector<Job> jobs = {
-      EncryptJob(id, 1, 0),                       // 0 blocks
       EncryptJob(id, 1, kMaxJobBlocks + 1),       // too many
       EncryptJob("", 1, 1),                       // no key id
       DecryptJob(id, 1, Random(31)),              // too short
