@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 #include <set>
 #include <map>
 #include <regex>
@@ -636,6 +637,52 @@ TEST(Engine, RingFailureMakesEngineRefuseLaterBatches) {
     EXPECT_EQ(r[i].status().code(), absl::StatusCode::kUnavailable);
     auto again = e[i]->RunBatch(2, {}, nullptr);
     EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST(Engine, RandomJunkJobsGiveConsistentStatuses) {
+  Cluster c;
+  const std::string id = c.AddKey(Random(16));
+  std::mt19937 rng(1234);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<Job> jobs;
+    for (int k = 0; k < 40; ++k) {
+      Job j;
+      j.type = static_cast<JobType>(rng() % 7);
+      j.key_id = (rng() % 4 == 0) ? std::string("nope") : id;
+      j.usage = rng();
+      j.nblocks = (rng() % 3 == 0) ? rng() : rng() % 5;
+      j.data = Random(rng() % 80);
+      if (rng() % 2) j.checksum = Random(rng() % 40);
+      jobs.push_back(std::move(j));
+    }
+    auto r = c.Run(jobs);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      for (int i = 1; i < 3; ++i) {
+        ASSERT_EQ(r[i].jobs[j].status.code(), r[0].jobs[j].status.code()) << j;
+        ASSERT_EQ(r[i].jobs[j].integrity_ok, r[0].jobs[j].integrity_ok) << j;
+      }
+      // Random ciphertexts and checksums never verify.
+      if (jobs[j].type == JobType::kDecrypt || jobs[j].type == JobType::kVerifyChecksum) {
+        EXPECT_FALSE(r[0].jobs[j].status.ok() && r[0].jobs[j].integrity_ok) << j;
+      }
+    }
+  }
+  // Still in step afterwards.
+  auto ok = c.Run({EncryptJob(id, 1, 3)});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ok[i].jobs[0].status.ok());
+}
+
+TEST(KeySharesTest, ParseNeverAcceptsJunk) {
+  auto v = DealKey(Cipher::kAes128, Random(16));
+  ASSERT_TRUE(v.ok());
+  const Bytes s = (*v)[0].Serialize();
+  for (size_t len = 0; len < s.size(); len += 7) {
+    EXPECT_FALSE(KeyShares::Parse(absl::MakeConstSpan(s.data(), len)).ok()) << len;
+  }
+  for (int k = 0; k < 200; ++k) {
+    const Bytes junk = Random(k * 5);
+    EXPECT_FALSE(KeyShares::Parse(junk).ok());
   }
 }
 
