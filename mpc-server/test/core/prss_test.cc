@@ -187,7 +187,17 @@ TEST(Rep3, LocalGfOpsOnShares) {
   }
 }
 
-class SharedAesTest : public ::testing::TestWithParam<aes::SboxCircuit> {};
+struct SharedParam {
+  aes::SboxCircuit circuit;
+  bool avx2;
+};
+
+class SharedAesTest : public ::testing::TestWithParam<SharedParam> {
+ protected:
+  void SetUp() override { prev_ = aes::ForceAvx2(GetParam().avx2); }
+  void TearDown() override { aes::ForceAvx2(prev_); }
+  bool prev_ = false;
+};
 
 TEST_P(SharedAesTest, MatchesOpenssl) {
   Cluster c;
@@ -219,7 +229,7 @@ TEST_P(SharedAesTest, MatchesOpenssl) {
       aes::SharedOptions o;
       o.chunk_lanes = 128;
       o.wave_lanes = 192;
-      return aes::EncryptShared(*c.rep3[i], lanes, GetParam(), o);
+      return aes::EncryptShared(*c.rep3[i], lanes, GetParam().circuit, o);
     });
     for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
     auto ct = Open3(out);
@@ -233,9 +243,17 @@ TEST_P(SharedAesTest, MatchesOpenssl) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Circuits, SharedAesTest,
-                         ::testing::Values(aes::SboxCircuit::kDepth4,
-                                           aes::SboxCircuit::kDepth6));
+INSTANTIATE_TEST_SUITE_P(
+    Circuits, SharedAesTest,
+    ::testing::Values(SharedParam{aes::SboxCircuit::kDepth4, false},
+                      SharedParam{aes::SboxCircuit::kDepth6, false},
+                      SharedParam{aes::SboxCircuit::kDepth4, true},
+                      SharedParam{aes::SboxCircuit::kDepth6, true}),
+    [](const ::testing::TestParamInfo<SharedParam>& p) {
+      return std::string(p.param.circuit == aes::SboxCircuit::kDepth4 ? "Depth4"
+                                                                      : "Depth6") +
+             (p.param.avx2 ? "Avx2" : "Native");
+    });
 
 TEST(SharedAes, BytesPerBlock) {
   // 1 bit per AND per party: AES-128 with 64 lanes, 34-AND S-box:
