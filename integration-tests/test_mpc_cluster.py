@@ -346,9 +346,6 @@ def test_encrypt_finalize_and_checksum_accepted_by_reference(cluster, vector_key
         assert line == "ok"
 
 
-@pytest.mark.xfail(reason="engine::Engine rejects ENCRYPT with nblocks == 0 "
-                          "(requested from the core: allow it, with an empty keystream)",
-                   strict=False)
 def test_encrypt_empty_plaintext(cluster, vector_keys):
     vec = next(v for v in _vectors()["encrypt"] if not v["plaintext"])
     r = cluster.jobs([f"encrypt {vector_keys[vec['key']]} {vec['usage']} -"], expect_ok=False)
