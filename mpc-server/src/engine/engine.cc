@@ -98,6 +98,7 @@ std::array<uint8_t, 4> UsageBe(uint32_t usage) {
 struct Work {
   absl::Status status;
   std::shared_ptr<const KeyShares> key;
+  uint8_t key_view = 0;     // KeyView: this party's view of the job's key
   bool needs_ctr0 = false;  // the cluster picks it
   bool ctr0_drawn = false;
   bool check = false;       // masked zero test of T'
@@ -120,6 +121,69 @@ struct Work {
 };
 
 bool NeedsKey(JobType t) { return t != JobType::kFinalize; }
+
+// One party's view of one job's key, compared among the three parties in
+// the agreement: 1 code byte, the cipher, the dealing id (not secret).
+enum KeyView : uint8_t {
+  kViewNone = 0,     // no key needed (FINALIZE) or the job is malformed
+  kViewMissing = 1,  // the store has no shares for the key id
+  kViewBad = 2,      // shares unusable here (malformed, other party, I/O)
+  kViewPresent = 3,
+};
+constexpr size_t kKeyViewBytes = 18;
+
+void EncodeKeyView(const Work& w, uint8_t* out) {
+  std::memset(out, 0, kKeyViewBytes);
+  out[0] = w.key_view;
+  if (w.key_view == kViewPresent && w.key != nullptr) {
+    out[1] = static_cast<uint8_t>(w.key->cipher);
+    std::memcpy(out + 2, w.key->deal_id.data(), 16);
+  }
+}
+
+std::string PartyList(const std::vector<int>& parties) {
+  std::string s;
+  for (size_t k = 0; k < parties.size(); ++k) {
+    absl::StrAppend(&s, k == 0 ? "" : (k + 1 == parties.size() ? " and " : ", "),
+                    parties[k]);
+  }
+  return s;
+}
+
+// The per-job outcome of the three parties' key views (views[p] is party
+// p's 18-byte encoding): the same on every party since all three hold the
+// same three views. Only a job whose key is present with the same cipher
+// and dealing on all three parties is computed; the others fail alone.
+void DecideKey(Work& w, const std::array<const uint8_t*, 3>& views) {
+  if (views[0][0] == kViewNone && views[1][0] == kViewNone &&
+      views[2][0] == kViewNone) {
+    return;  // malformed job or FINALIZE: status already set alike
+  }
+  bool same = true;
+  std::vector<int> missing, bad;
+  for (int p = 0; p < 3; ++p) {
+    if (views[p][0] == kViewMissing) missing.push_back(p);
+    if (views[p][0] == kViewBad || views[p][0] == kViewNone) bad.push_back(p);
+    if (std::memcmp(views[p], views[0], kKeyViewBytes) != 0) same = false;
+  }
+  if (same && views[0][0] == kViewPresent) return;  // compute it
+  w.key.reset();
+  if (!missing.empty()) {
+    w.status = absl::NotFoundError(
+        missing.size() == 3
+            ? std::string("unknown key id")
+            : absl::StrCat("unknown key id: no shares on MPC party ",
+                           PartyList(missing),
+                           " (the key store of the cluster is inconsistent)"));
+  } else if (!bad.empty()) {
+    w.status = absl::FailedPreconditionError(absl::StrCat(
+        "stored key shares are unusable on MPC party ", PartyList(bad)));
+  } else {
+    w.status = absl::FailedPreconditionError(
+        "the MPC servers hold different dealings of this key (deal_id or "
+        "cipher differ): re-deal it");
+  }
+}
 
 absl::Status CheckKeyId(const Job& job) {
   if (job.key_id.empty() || job.key_id.size() > kMaxKeyIdBytes) {
@@ -336,7 +400,8 @@ class Engine::Impl {
 // values (sized by the announced n, so the ring stays in step whatever the
 // inputs). Afterwards every party holds all three headers and takes the
 // same decision; on a refusal the PRSS counters are re-aligned to the
-// largest n.
+// largest n. Same inputs but different key views: two more rounds of
+// per-job views (DecideKey), the counters are drawn afresh.
 absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
                                         absl::Span<const Job> jobs,
                                         std::vector<Work>& work) {
@@ -352,16 +417,9 @@ absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
     enc.clear();
     EncodeJob(jobs[j], enc);
     inputs.Update(enc);
-    enc.clear();
-    if (work[j].key != nullptr) {
-      enc.push_back(1);
-      enc.push_back(static_cast<uint8_t>(work[j].key->cipher));
-      enc.insert(enc.end(), work[j].key->deal_id.begin(),
-                 work[j].key->deal_id.end());
-    } else {
-      enc.push_back(0);
-    }
-    keys.Update(enc);
+    uint8_t view[kKeyViewBytes];
+    EncodeKeyView(work[j], view);
+    keys.Update(view);
   }
   std::vector<size_t> pending;
   for (size_t j = 0; j < work.size(); ++j) {
@@ -401,7 +459,7 @@ absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
   const bool keys_differ = std::memcmp(mine + 32, next + 32, 32) != 0 ||
                            std::memcmp(mine + 32, next2 + 32, 32) != 0;
   if (inputs_differ || keys_differ || n_next != n_mine || n_next2 != n_mine) {
-    // Keep the PRSS ids in step for the next batch.
+    // Keep the PRSS ids in step for the next batch (or the redraw below).
     const uint64_t most = std::max({n_mine, n_next, n_next2});
     prss_.Skip(counter_before + most - prss_.counter());
     for (auto* v : {&r0, &r1}) share::Wipe(*v);
@@ -409,9 +467,41 @@ absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
       return absl::AbortedError(
           "batch refused: the MPC servers received different batch inputs");
     }
-    return absl::FailedPreconditionError(
-        "batch refused: the MPC servers' key stores disagree about the keys "
-        "of this batch (missing or differently dealt keys)");
+    if (!keys_differ) {
+      // Same inputs and key views but different counts: cannot happen with
+      // a correct peer.
+      return absl::FailedPreconditionError(
+          "batch refused: the MPC servers disagree about the jobs to run");
+    }
+    // Same inputs (hence the same number of jobs), different key views:
+    // two more rounds exchange the per-job views, then every party fails
+    // the same jobs (NOT_FOUND / FAILED_PRECONDITION) and runs the rest.
+    // The ctr0 values revealed above are dropped; DrawCounters draws them.
+    const size_t vbytes = kKeyViewBytes * work.size();
+    std::vector<uint8_t> vmine(vbytes), vnext(vbytes), vnext2(vbytes);
+    for (size_t j = 0; j < work.size(); ++j) {
+      EncodeKeyView(work[j], &vmine[kKeyViewBytes * j]);
+    }
+    st = channel_.Exchange(vmine, absl::MakeSpan(vnext));
+    if (!st.ok()) return st;
+    st = channel_.Exchange(vnext, absl::MakeSpan(vnext2));
+    if (!st.ok()) return st;
+    const int me = party();
+    for (size_t j = 0; j < work.size(); ++j) {
+      std::array<const uint8_t*, 3> views;
+      views[me] = &vmine[kKeyViewBytes * j];
+      views[(me + 1) % 3] = &vnext[kKeyViewBytes * j];
+      views[(me + 2) % 3] = &vnext2[kKeyViewBytes * j];
+      DecideKey(work[j], views);
+    }
+    return absl::OkStatus();
+  }
+  // All three key views are equal: a key missing or unusable here is so
+  // everywhere; normalise the statuses so all parties report alike.
+  for (size_t j = 0; j < work.size(); ++j) {
+    uint8_t view[kKeyViewBytes];
+    EncodeKeyView(work[j], view);
+    DecideKey(work[j], {view, view, view});
   }
   for (size_t p = 0; p < pending.size(); ++p) {
     Work& w = work[pending[p]];
@@ -531,20 +621,25 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
         lookup ? lookup(jobs[j].key_id)
                : absl::StatusOr<std::shared_ptr<const KeyShares>>(
                      absl::NotFoundError("no key lookup"));
+    // A key missing or unusable here fails only this job; AgreeOnBatch
+    // compares the three parties' views of every job's key and fails the
+    // same jobs on all of them (engine.h, KeyLookup).
     if (!key.ok() || *key == nullptr) {
-      w.status = key.ok() ? absl::NotFoundError("unknown key id")
-                          : absl::NotFoundError(absl::StrCat(
-                                "key lookup failed: ", key.status().message()));
+      const bool missing = key.ok() || absl::IsNotFound(key.status());
+      w.key_view = missing ? kViewMissing : kViewBad;
+      w.status = missing ? absl::NotFoundError("unknown key id")
+                         : absl::FailedPreconditionError(
+                               "stored key shares are unusable");
       continue;
     }
     if (absl::Status s = (*key)->Validate(); !s.ok() || (*key)->party != party) {
-      // Treated as missing here; AgreeOnBatch then refuses the batch unless
-      // every party lacks it.
+      w.key_view = kViewBad;
       w.status = absl::FailedPreconditionError(
           "stored key shares are malformed or belong to another party");
       continue;
     }
     w.key = *key;
+    w.key_view = kViewPresent;
   }
   // 2. Same inputs and keys on the three servers?
   if (absl::Status s = AgreeOnBatch(batch_seq, jobs, work); !s.ok()) return s;

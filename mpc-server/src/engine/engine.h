@@ -5,11 +5,15 @@
 // A batch runs in these ring rounds (one message to party i-1, one from
 // party i+1 each):
 //   2  agreement: SHA-256 digests of the public inputs and of each party's
-//      view of the keys (dealing ids), sent and then forwarded, so all three
-//      decide alike (ABORTED / FAILED_PRECONDITION, ring and PRSS still in
-//      step); the second round also reveals ctr0 for ENCRYPT/CHECKSUM jobs
-//      (PRSS random values; a rare extra round redraws a range that would
-//      touch the all-zero block);
+//      view of the keys (present? cipher, dealing id), sent and then
+//      forwarded, so all three decide alike (ABORTED for different inputs,
+//      ring and PRSS still in step); the second round also reveals ctr0 for
+//      ENCRYPT/CHECKSUM jobs (PRSS random values; a rare extra round redraws
+//      a range that would touch the all-zero block);
+//   2+1  only if the key views differ: the per-job views are exchanged and
+//      forwarded, the jobs whose key is missing (NOT_FOUND) or differently
+//      dealt / unusable (FAILED_PRECONDITION) on any party fail alone on all
+//      three, and the counters of the rest are drawn in one more round;
 //   nr * d  AES AND layers for all blocks of all jobs, bitsliced (d = 4 with
 //      the 34-AND S-box for batches under small_sbox_min_blocks, else d = 6
 //      with the 32-AND S-box: 1 bit per AND per party, i.e. 680 resp. 640
@@ -167,9 +171,10 @@ struct Job {
 
 struct JobResult {
   // INVALID_ARGUMENT (malformed job), NOT_FOUND (some party lacks the key),
-  // FAILED_PRECONDITION (parties disagree about the key, or a key share of
-  // the wrong party). An integrity failure is NOT an error status: it is
-  // status OK with integrity_ok == false.
+  // FAILED_PRECONDITION (parties disagree about the key's dealing, or a
+  // party's shares are unusable). The same code on all three parties; the
+  // other jobs of the batch are unaffected. An integrity failure is NOT an
+  // error status: it is status OK with integrity_ok == false.
   absl::Status status;
   bool integrity_ok = true;        // kDecrypt, kVerifyChecksum
   std::array<uint8_t, 16> ctr0{};  // kEncrypt, kChecksum

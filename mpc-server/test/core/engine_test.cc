@@ -138,6 +138,18 @@ class Cluster {
     return id;
   }
   void DropKey(int party, const std::string& id) { store_[party].erase(id); }
+  // Gives `party` its view of a fresh dealing of `key` under `id` (another
+  // deal_id than the other two parties' views).
+  void RedealOn(int party, const std::string& id, const Bytes& key) {
+    const Cipher c = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
+    auto views = DealKey(c, key);
+    ASSERT_TRUE(views.ok()) << views.status();
+    store_[party][id] = std::make_shared<const KeyShares>((*views)[party]);
+  }
+  // Puts another party's view under `id` on `party` (unusable shares).
+  void WrongPartyOn(int party, const std::string& id) {
+    store_[party][id] = store_[(party + 1) % 3][id];
+  }
 
   // Runs the batch on the three parties; per-party job lists may differ.
   std::array<absl::StatusOr<BatchResult>, 3> RunEach(
@@ -498,16 +510,85 @@ TEST(Engine, DigestMismatchRefusedEverywhere) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(d[i].jobs[0].integrity_ok);
 }
 
-TEST(Engine, KeyStoreDisagreementRefused) {
+// A key missing / differently dealt / unusable on one party fails only the
+// jobs using it, with the same code on all three parties; the other jobs of
+// the batch are computed correctly and the ring stays in step.
+TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
   Cluster c;
-  const std::string id = c.AddKey(Random(16));
-  c.DropKey(1, id);
-  auto r = c.RunEach(9, {std::vector<Job>{EncryptJob(id, 1, 1)},
-                         std::vector<Job>{EncryptJob(id, 1, 1)},
-                         std::vector<Job>{EncryptJob(id, 1, 1)}});
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(r[i].status().code(), absl::StatusCode::kFailedPrecondition);
+  const Bytes good_key = Random(16), good_key2 = Random(32);
+  const std::string good = c.AddKey(good_key);
+  const std::string good2 = c.AddKey(good_key2);
+  const std::string gone = c.AddKey(Random(16));
+  const Bytes redealt_key = Random(16);
+  const std::string redealt = c.AddKey(redealt_key);
+  const std::string wrong = c.AddKey(Random(16));
+  c.DropKey(1, gone);
+  c.RedealOn(2, redealt, redealt_key);
+  c.WrongPartyOn(0, wrong);
+  const Bytes p = Random(40);
+  const Bytes ct = ClusterEncrypt(c, good, 3, p);
+  const std::vector<Job> jobs = {
+      EncryptJob(good, 1, 2),           // 0 fine
+      EncryptJob(gone, 1, 2),           // 1 missing on party 1
+      ChecksumJob(redealt, 4, {1, 2}),  // 2 other dealing on party 2
+      DecryptJob(good, 3, ct),          // 3 fine
+      DecryptJob(wrong, 3, ct),         // 4 party 0 holds party 1's view
+      ChecksumJob(good2, 5, {7, 8, 9}), // 5 fine
+      EncryptJob("nope", 1, 1),         // 6 missing everywhere
+      Job{JobType::kFinalize},          // 7 malformed (no state)
+  };
+  for (int round = 0; round < 2; ++round) {
+    auto r = c.Run(jobs);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(r[i].jobs[0].status.ok()) << i << ": " << r[i].jobs[0].status;
+      EXPECT_EQ(r[i].jobs[1].status.code(), absl::StatusCode::kNotFound) << i;
+      EXPECT_NE(r[i].jobs[1].status.message().find("party 1"), std::string::npos)
+          << r[i].jobs[1].status;
+      EXPECT_EQ(r[i].jobs[2].status.code(), absl::StatusCode::kFailedPrecondition)
+          << i << ": " << r[i].jobs[2].status;
+      EXPECT_TRUE(r[i].jobs[3].status.ok()) << i << ": " << r[i].jobs[3].status;
+      EXPECT_TRUE(r[i].jobs[3].integrity_ok);
+      EXPECT_EQ(r[i].jobs[4].status.code(), absl::StatusCode::kFailedPrecondition)
+          << i << ": " << r[i].jobs[4].status;
+      EXPECT_TRUE(r[i].jobs[5].status.ok()) << i << ": " << r[i].jobs[5].status;
+      EXPECT_EQ(r[i].jobs[6].status.code(), absl::StatusCode::kNotFound) << i;
+      EXPECT_EQ(r[i].jobs[7].status.code(), absl::StatusCode::kInvalidArgument);
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        EXPECT_EQ(r[i].jobs[j].status.code(), r[0].jobs[j].status.code()) << j;
+        EXPECT_EQ(r[i].jobs[j].ctr0, r[0].jobs[j].ctr0) << j;
+      }
+    }
+    // The computed jobs are right.
+    const Bytes ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
+    const auto w1 = OpensslAes(good_key, Ctr(ctr0, 1).data());
+    const auto w2 = OpensslAes(good_key, Ctr(ctr0, 2).data());
+    Bytes want(w1.begin(), w1.end());
+    want.insert(want.end(), w2.begin(), w2.end());
+    EXPECT_EQ(ToHex(Keystream(r, 0)), ToHex(want));
+    Bytes dec = Keystream(r, 3);
+    ASSERT_GE(dec.size(), p.size());
+    dec.resize(p.size());
+    Bytes c_only(ct.begin() + 16, ct.end() - 16);
+    EXPECT_EQ(ToHex(Xor(c_only, dec)), ToHex(p));
+    // The CHECKSUM verifies.
+    std::array<JobResult, 3> cr;
+    for (int i = 0; i < 3; ++i) cr[i] = r[i].jobs[5];
+    Bytes cks(r[0].jobs[5].ctr0.begin(), r[0].jobs[5].ctr0.end());
+    const Bytes tag = TagOf(cr);
+    cks.insert(cks.end(), tag.begin(), tag.end());
+    auto v = c.Run({VerifyJob(good2, 5, {7, 8, 9}, cks)});
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(v[i].jobs[0].integrity_ok) << i;
   }
+  // Only broken keys in the batch: every job fails alike, the ring is fine.
+  auto r = c.Run({EncryptJob(gone, 1, 1), ChecksumJob(redealt, 1, {})});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[i].jobs[0].status.code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(r[i].jobs[1].status.code(), absl::StatusCode::kFailedPrecondition);
+  }
+  const Bytes p2 = Random(17);
+  const Bytes ct2 = ClusterEncrypt(c, good, 9, p2);
+  auto d = c.Run({DecryptJob(good, 9, ct2)});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(d[i].jobs[0].integrity_ok);
 }
 
 TEST(Engine, MalformedJobsInvalidArgumentOthersStillRun) {
