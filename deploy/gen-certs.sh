@@ -5,6 +5,8 @@
 #
 # DIR/ca.pem                       CA certificate (trust anchor of everyone)
 # DIR/party-{0,1,2}.{pem,key}      servers, CN kmpc-party-<i>, SAN
+#                                  DNS:kmpc-party-<i> (the party's own
+#                                  identity: clients check it, see below) and
 #                                  127.0.0.1/localhost; used for the ring
 #                                  (both TLS ends) and for gRPC
 # DIR/kdc.{pem,key}                CN kmpc-kdc    (KeyOps client)
@@ -14,6 +16,13 @@
 # KMPC_CERT_EXTRA_SAN (optional), e.g. "IP:10.77.0.11,IP:10.77.0.12": more
 # subjectAltName entries for the server certificates (the network-namespace
 # benchmark, deploy/netns_cluster.py, puts the servers on such addresses).
+#
+# Party identity: every gRPC client (kmpc-admin, the KDC module,
+# kmpc-mpc-client) connects to the server at position i of its server list
+# with the TLS target name "kmpc-party-<i>" and so only accepts a
+# certificate with the SAN DNS:kmpc-party-<i>. Only party i's certificate
+# carries it (the shared SANs 127.0.0.1/localhost/KMPC_CERT_EXTRA_SAN are the
+# same on all three and prove nothing about which party answers).
 #
 # Keys are generated here at run time (EC P-256) and never committed.
 set -euo pipefail
@@ -45,15 +54,17 @@ sign() {
   rm -f "$name.csr" "$name.ext"
 }
 
-server_ext='basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature
-extendedKeyUsage=serverAuth,clientAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost'"${KMPC_CERT_EXTRA_SAN:+,$KMPC_CERT_EXTRA_SAN}"
+# server_ext I: the extensions of party I's certificate.
+server_ext() {
+  printf '%s\n' 'basicConstraints=CA:FALSE' 'keyUsage=critical,digitalSignature' \
+    'extendedKeyUsage=serverAuth,clientAuth' \
+    "subjectAltName=DNS:kmpc-party-$1,IP:127.0.0.1,DNS:localhost${KMPC_CERT_EXTRA_SAN:+,$KMPC_CERT_EXTRA_SAN}"
+}
 client_ext='basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth'
 
-for i in 0 1 2; do sign "party-$i" "kmpc-party-$i" "$server_ext"; done
+for i in 0 1 2; do sign "party-$i" "kmpc-party-$i" "$(server_ext "$i")"; done
 sign kdc kmpc-kdc "$client_ext"
 sign admin kmpc-admin "$client_ext"
 for cn in "$@"; do sign "$cn" "$cn" "$client_ext"; done

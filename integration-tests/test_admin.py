@@ -253,8 +253,35 @@ def test_share_from_existing(kr):
     assert "keys: 3 on all three servers, 0 incomplete" in st, st
 
 
-def _sharing_env(kr, **extra):
-    return {**kr.env, **extra}
+def _read_syscall_nr():
+    import platform
+    return {"x86_64": 0, "aarch64": 63}.get(platform.machine())
+
+
+def _wait_reading_stdin(pid, timeout=60):
+    """Wait until process pid (its main thread) is blocked reading fd 0,
+    e.g. kmpc-admin share --password-stdin past its pre-check, waiting for
+    the password."""
+    import time
+    nr = _read_syscall_nr()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{pid}/syscall") as f:
+                sc = f.read().split()
+        except OSError:
+            sc = []
+        try:
+            with open(f"/proc/{pid}/wchan") as f:
+                wchan = f.read()
+        except OSError:
+            wchan = ""
+        if nr is not None and len(sc) > 1 and sc[0] == str(nr) and int(sc[1], 16) == 0:
+            return
+        if nr is None and "pipe" in wchan:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} never read its stdin")
 
 
 def test_all_or_nothing(kr):
@@ -263,21 +290,25 @@ def test_all_or_nothing(kr):
     kr.admin("share", "--from-existing", kr.tgs)
     before = keys_of(kr, "dave")
     dump_before = kr.kadmin_local("getprinc dave")
-    kr.cluster.stop_party(2)
     addr2 = kr.cluster.addr(2)
 
-    # The pre-check names the server and touches nothing.
-    rc, out, err = kr.admin("share", "--password-stdin", "dave", input=pw + "\n",
-                            expected_code=1)
-    assert f"server 2 ({addr2}) is unreachable" in err, err
-    assert "nothing was shared" in err, err
-    assert keys_of(kr, "dave") == before
-
-    # Without the pre-check, servers 0 and 1 take their shares, server 2
-    # fails: the shares are removed again and the KDB is unchanged.
-    rc, out, err = kr.admin("share", "--password-stdin", "dave", input=pw + "\n",
-                            expected_code=1,
-                            env=_sharing_env(kr, KMPC_ADMIN_NO_PRECHECK="1"))
+    # Server 2 passes the pre-check, then dies before PutKey (kmpc-admin
+    # reads the password only after the pre-check): servers 0 and 1 take
+    # their shares, server 2 fails; the shares are removed again and the
+    # KDB is unchanged.
+    p = subprocess.Popen([kmpc_cluster.find_built("mpc-server/kmpc-admin"), "share",
+                          "--password-stdin", "dave"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=kr.env)
+    try:
+        _wait_reading_stdin(p.pid)
+        kr.cluster.stop_party(2)
+        out, err = p.communicate(pw + "\n", timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 1, (p.returncode, out, err)
     assert f"server 2 ({addr2}) is unreachable" in err, err
     assert "dave@KMPC.TEST: not shared, the KDB is unchanged" in err, err
     assert "the shares already stored on server 0, 1 were removed again" in err, err
@@ -285,10 +316,58 @@ def test_all_or_nothing(kr):
     assert pw not in out + err
     assert keys_of(kr, "dave") == before
     assert kr.kadmin_local("getprinc dave") == dump_before
+
+    # The pre-check names the server and touches nothing.
+    rc, out, err = kr.admin("share", "--password-stdin", "dave", input=pw + "\n",
+                            expected_code=1)
+    assert f"server 2 ({addr2}) is unreachable" in err, err
+    assert "nothing was shared" in err, err
+    assert keys_of(kr, "dave") == before
     _, st, _ = kr.admin("status", expected_code=1)
     assert f"ERROR: server 2 ({addr2}) is unreachable" in st, st
     # Only the krbtgt key on the two live servers: no orphan.
     assert server_key_counts(st) == {0: 1, 1: 1}, st
+
+
+def _swapped_admin_conf(kr):
+    """kr's kmpc-admin config with servers 0 and 1 swapped."""
+    a = [kr.cluster.addr(i) for i in range(3)]
+    conf = os.path.join(kr.dir, "kmpc-admin-swapped.conf")
+    with open(kr.admin_conf) as f:
+        text = f.read()
+    text = text.replace(f"servers = {kr.cluster.servers}",
+                        f"servers = {a[1]},{a[0]},{a[2]}")
+    assert f"{a[1]},{a[0]},{a[2]}" in text
+    with open(conf, "w") as f:
+        f.write(text)
+    return conf, a
+
+
+def test_swapped_servers_refused(kr):
+    """Each server must present its own party's certificate: with servers 0
+    and 1 swapped in the config, kmpc-admin refuses both before sending a
+    single share (a compromised party redirecting another's address gets
+    nothing), and names the position that is wrong."""
+    pw = "pw-" + secrets.token_hex(8)
+    kr.addprinc("gina", pw, enctypes=["aes256-ctr-mpc"])
+    before = keys_of(kr, "gina")
+    _, st0, _ = kr.admin("status")
+    counts0 = server_key_counts(st0)
+    conf, a = _swapped_admin_conf(kr)
+    env = dict(kr.env, KMPC_ADMIN_CONFIG=conf)
+    rc, out, err = kr.admin("share", "--password-stdin", "gina", input=pw + "\n",
+                            expected_code=1, env=env)
+    assert f"the server at position 0 ({a[1]}) is not party 0" in err, err
+    assert "nothing was shared" in err, err
+    assert pw not in out + err
+    rc, out, err = kr.admin("share", "--from-existing", "gina", expected_code=1, env=env)
+    assert "is not party 0" in err, err
+    _, st, _ = kr.admin("status", expected_code=1, env=env)
+    assert f"the server at position 1 ({a[0]}) is not party 1" in st, st
+    # Nothing reached any server, the KDB is unchanged.
+    assert keys_of(kr, "gina") == before
+    _, st1, _ = kr.admin("status")
+    assert server_key_counts(st1) == counts0, st1
 
 
 def test_unknown_principal_and_no_aes_key(kr):

@@ -26,10 +26,24 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
   return s;
 }
 
-absl::Status FromGrpc(const grpc::Status& s) {
+// The TLS name the certificate of party i carries (and only it): SAN
+// DNS:kmpc-party-<i>, deploy/gen-certs.sh.
+std::string PartyTlsName(int i) { return absl::StrCat("kmpc-party-", i); }
+
+absl::Status FromGrpc(int party, const std::string& server,
+                      const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      s.error_message());
+  const std::string& msg = s.error_message();
+  // The TLS handshake found a certificate of our CA, but not party
+  // <party>'s: the servers are listed out of order, or another party sits
+  // at this address. The request was not sent.
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      msg.find("Peer name") != std::string::npos)
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the server at position ", party, " (", server, ") is not party ",
+        party, ": its certificate is not ", PartyTlsName(party),
+        "'s (list the servers in party order 0, 1, 2): ", msg));
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), msg);
 }
 
 std::chrono::system_clock::time_point ToChrono(absl::Time t) {
@@ -85,7 +99,14 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
   std::unique_ptr<GrpcTransport> t(new GrpcTransport());
   for (int i = 0; i < 3; ++i) {
     t->servers_[i] = servers[i];
-    t->channels_[i] = grpc::CreateCustomChannel(servers[i], creds, args);
+    // Party identity: the server at position i must present party i's
+    // certificate (SAN DNS:kmpc-party-<i>), checked in the TLS handshake
+    // before any request is sent; the shared SANs (127.0.0.1, localhost)
+    // are on all three certificates and would let any party stand in for
+    // another (and collect the other parties' messages).
+    grpc::ChannelArguments a = args;
+    a.SetSslTargetNameOverride(PartyTlsName(i));
+    t->channels_[i] = grpc::CreateCustomChannel(servers[i], creds, a);
     t->stubs_[i] = kmpc::v1::KeyOps::NewStub(t->channels_[i]);
     // Start connecting now, so the first login does not pay for it.
     t->channels_[i]->GetState(/*try_to_connect=*/true);
@@ -126,8 +147,8 @@ void GrpcTransport::Run(int party, const kmpc::v1::RunRequest& req,
   }
   stubs_[party]->async()->Run(
       ctx.get(), &req, resp,
-      [this, ctx, done = std::move(done)](grpc::Status s) {
-        Invoke(done, FromGrpc(s));
+      [this, party, ctx, done = std::move(done)](grpc::Status s) {
+        Invoke(done, FromGrpc(party, servers_[party], s));
         End(ctx);
       });
 }
@@ -143,8 +164,8 @@ void GrpcTransport::Finalize(int party, const kmpc::v1::FinalizeRequest& req,
   }
   stubs_[party]->async()->Finalize(
       ctx.get(), &req, resp,
-      [this, ctx, done = std::move(done)](grpc::Status s) {
-        Invoke(done, FromGrpc(s));
+      [this, party, ctx, done = std::move(done)](grpc::Status s) {
+        Invoke(done, FromGrpc(party, servers_[party], s));
         End(ctx);
       });
 }

@@ -35,6 +35,9 @@ auto OnAll(F f) -> std::array<decltype(f(0)), 3> {
 
 void Wipe(std::string* s) { OPENSSL_cleanse(s->data(), s->size()); }
 
+// The TLS name the certificate of party i carries (and only it).
+std::string PartyTlsName(int i) { return absl::StrCat("kmpc-party-", i); }
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AdminCluster>> AdminCluster::Connect(const Config& cfg) {
@@ -58,7 +61,14 @@ absl::StatusOr<std::unique_ptr<AdminCluster>> AdminCluster::Connect(const Config
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
   for (int i = 0; i < 3; ++i) {
-    c->channels_[i] = grpc::CreateCustomChannel(cfg.servers[i], creds, args);
+    // Party identity: the server at position i must present party i's
+    // certificate (SAN DNS:kmpc-party-<i>, deploy/gen-certs.sh), checked in
+    // the TLS handshake, before any request (PutKey: a share) is sent. The
+    // shared SANs (127.0.0.1, localhost) are on all three certificates and
+    // would let any party stand in for another.
+    grpc::ChannelArguments a = args;
+    a.SetSslTargetNameOverride(PartyTlsName(i));
+    c->channels_[i] = grpc::CreateCustomChannel(cfg.servers[i], creds, a);
     c->stubs_[i] = pb::Admin::NewStub(c->channels_[i]);
   }
   return c;
@@ -79,6 +89,15 @@ absl::Status AdminCluster::RpcError(int party, const char* what,
   const std::string& msg = st.error_message();
   switch (st.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
+      // The server's certificate is valid (our CA) but not party <party>'s:
+      // a wrong server order, or another party at this address. Nothing
+      // was sent to it.
+      if (absl::StrContains(msg, "Peer name"))
+        return absl::PermissionDeniedError(absl::StrCat(
+            "the server at position ", party, " (", cfg_.servers[party],
+            ") is not party ", party, ": its certificate is not ",
+            PartyTlsName(party), "'s (list the servers in party order 0, 1, "
+            "2; nothing was sent to it): ", msg));
       // gRPC reports a failed TLS handshake as UNAVAILABLE too; the usual
       // cause is a client certificate not issued by the cluster's CA (or a
       // server certificate not issued by ours).

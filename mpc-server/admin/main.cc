@@ -311,14 +311,11 @@ int Share(const Args& a, const Config& cfg) {
   if (!cluster.ok()) return Fail(cluster.status());
   auto kdb = Kdb::Open(cfg.realm);
   if (!kdb.ok()) return Fail(kdb.status());
-  // Fail fast, before any principal, when a server is down or refuses us.
-  // (KMPC_ADMIN_NO_PRECHECK: tests only, to exercise the all-or-nothing
-  // path of a server that fails during PutKey.)
-  const char* no_pre = std::getenv("KMPC_ADMIN_NO_PRECHECK");
-  if (no_pre == nullptr || std::string(no_pre) != "1")
-    if (absl::Status st = (*cluster)->CheckReachable(); !st.ok())
-      return Fail(absl::Status(st.code(), absl::StrCat(st.message(),
-                                                       "; nothing was shared")));
+  // Fail fast, before any principal, when a server is down, refuses us or
+  // is not the party its position says (always: there is no way around it).
+  if (absl::Status st = (*cluster)->CheckReachable(); !st.ok())
+    return Fail(absl::Status(st.code(), absl::StrCat(st.message(),
+                                                     "; nothing was shared")));
   const size_t n = a.principals.size();
   size_t shared = 0, skipped = 0, failed = 0;
   for (size_t i = 0; i < n; ++i) {

@@ -7,7 +7,7 @@
 //   put-key --key_hex=.. [--key_id_hex=..] [--kvno --label --replace]
 //       deals the key (engine::DealKey) and stores party i's view on server
 //       i; all-or-nothing: a failure removes what was stored. Prints the id.
-//   delete-key --key_id_hex=..   list-keys   health   metrics
+//   delete-key --key_id_hex=.. [--only_party=I]   list-keys   health   metrics
 //   jobs            one batch from stdin, one job per line (hex arguments):
 //                     encrypt  KEYID USAGE PLAINTEXT   -> ok CTR0||C||T
 //                     keystream KEYID USAGE NBYTES     -> ok CTR0 KEYSTREAM
@@ -61,6 +61,9 @@ ABSL_FLAG(std::string, key_id_hex, "", "key id (32 bytes hex)");
 ABSL_FLAG(int, kvno, 1, "put-key: kvno");
 ABSL_FLAG(std::string, label, "", "put-key: label");
 ABSL_FLAG(bool, replace, false, "put-key: overwrite an existing id");
+ABSL_FLAG(int, only_party, -1,
+          "delete-key: delete on this party's server only (tests: a key "
+          "store out of step)");
 ABSL_FLAG(int, count, 200, "fuzz: requests per kind");
 ABSL_FLAG(int, seed, 1, "fuzz: seed");
 ABSL_FLAG(int, blocks, 128, "bench: keystream blocks per batch");
@@ -105,6 +108,15 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// Party identity: the server at position i must present party i's
+// certificate (SAN DNS:kmpc-party-<i>, deploy/gen-certs.sh), checked in the
+// TLS handshake before any request (PutKey: a share) is sent.
+grpc::ChannelArguments PartyArgs(const grpc::ChannelArguments& args, int i) {
+  grpc::ChannelArguments a = args;
+  a.SetSslTargetNameOverride(absl::StrCat("kmpc-party-", i));
+  return a;
+}
+
 struct Cluster {
   std::array<std::shared_ptr<grpc::Channel>, 3> channel;
   std::array<std::unique_ptr<pb::KeyOps::Stub>, 3> keyops;
@@ -130,7 +142,7 @@ Cluster Connect(const std::string& default_client) {
   args.SetMaxSendMessageSize(256 << 20);
   Cluster c;
   for (int i = 0; i < 3; ++i) {
-    c.channel[i] = grpc::CreateCustomChannel(servers[i], creds, args);
+    c.channel[i] = grpc::CreateCustomChannel(servers[i], creds, PartyArgs(args, i));
     c.keyops[i] = pb::KeyOps::NewStub(c.channel[i]);
     c.admin[i] = pb::Admin::NewStub(c.channel[i]);
   }
@@ -272,7 +284,10 @@ int PutKey(Cluster& c) {
 int DeleteKey(Cluster& c) {
   Bytes id;
   if (!FromHex(absl::GetFlag(FLAGS_key_id_hex), &id)) Die("bad --key_id_hex");
+  const int only = absl::GetFlag(FLAGS_only_party);
+  if (only < -1 || only > 2) Die("--only_party must be 0, 1 or 2");
   auto st = OnAll([&](int i) {
+    if (only >= 0 && i != only) return grpc::Status::OK;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::DeleteKeyRequest d;
@@ -583,7 +598,8 @@ int Bench(Cluster& c) {
     o.pem_cert_chain = ReadFile(dir + "/admin.pem");
     std::vector<std::string> servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',');
     CheckRpcs(OnAll([&](int i) {
-      auto stub = pb::Admin::NewStub(grpc::CreateChannel(servers[i], grpc::SslCredentials(o)));
+      auto stub = pb::Admin::NewStub(grpc::CreateCustomChannel(
+          servers[i], grpc::SslCredentials(o), PartyArgs(grpc::ChannelArguments(), i)));
       pb::PutKeyRequest r;
       r.mutable_info()->set_key_id(kid);
       r.mutable_info()->set_cipher(key_len == 16 ? pb::CIPHER_AES128 : pb::CIPHER_AES256);
