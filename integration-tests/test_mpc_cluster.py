@@ -458,8 +458,13 @@ def test_no_single_store_holds_key_material(cluster):
 def test_precise_errors(cluster, vector_keys):
     kid = next(iter(vector_keys.values()))
     unknown = "ab" * 32
+    # An unknown key id fails only its job (NOT_FOUND, 5) on all three
+    # servers; the rest of the batch is computed.
+    r = cluster.jobs([f"keystream {unknown} 1 16", f"keystream {kid} 1 16"])
+    lines = r.stdout.split("\n")
+    assert lines[0].startswith("error 5 ") and "unknown key id" in lines[0], r.stdout
+    assert lines[1].startswith("ok "), r.stdout
     cases = [
-        ([f"keystream {unknown} 1 16"], 5, "unknown key id"),
         ([f"decrypt {kid} 1 {'00' * 10}"], 3, "DECRYPT data"),
         ([f"keystream {'ab' * 31} 1 16"], 3, "key_id must be 32 bytes"),
         ([f"keystream {kid} 1 {70000 * 16}"], 3, "ENCRYPT length"),
@@ -475,6 +480,25 @@ def test_precise_errors(cluster, vector_keys):
     lines = [f"keystream {kid} {j} {65536 * 16}" for j in range(17)]
     r = cluster.jobs(lines, expect_ok=False, timeout=60)
     assert r.returncode == 3 and " 8 " in r.stdout, r.stdout  # RESOURCE_EXHAUSTED
+
+
+def test_key_deleted_on_one_server_fails_only_its_jobs(cluster, vector_keys):
+    kid = next(iter(vector_keys.values()))
+    doomed = cluster.put_key("11" * 16)
+    r = cluster.jobs([f"keystream {doomed} 1 16"])
+    assert r.stdout.startswith("ok "), r.stdout
+    r = cluster.client("delete-key", f"--key_id_hex={doomed}", "--only_party=2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    t0 = time.monotonic()
+    r = cluster.jobs([f"keystream {kid} 1 16", f"keystream {doomed} 1 16",
+                      f"checksum {kid} 7 0102"])
+    took = time.monotonic() - t0
+    lines = r.stdout.split("\n")
+    assert lines[0].startswith("ok "), r.stdout
+    assert lines[1].startswith("error 5 ") and "party 2" in lines[1], r.stdout
+    assert lines[2].startswith("ok "), r.stdout
+    assert took < 2, f"{took:.1f} s"
+    cluster.check_alive()
 
 
 def test_access_control(cluster):
