@@ -317,16 +317,32 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       Entry& e = entries_[i];
       const pb::JobResult& r = step->resp[0].results(k);
       if (r.error_code() != 0) {
+        // A per-job error fails only this job (the three servers agreed on
+        // it, CheckRunResponses): NOT_FOUND -> KRB5_KT_NOTFOUND; a key the
+        // servers hold inconsistently (FAILED_PRECONDITION) or any other
+        // server-side problem -> SVC_UNAVAILABLE.
         absl::StatusCode code = static_cast<absl::StatusCode>(r.error_code());
-        std::string msg = absl::StrCat("the MPC cluster failed the job: ",
-                                       r.error_message());
-        Complete(i,
-                 code == absl::StatusCode::kNotFound
-                     ? absl::NotFoundError(msg)
-                     : code == absl::StatusCode::kInvalidArgument
-                           ? absl::InvalidArgumentError(msg)
-                           : absl::UnavailableError(msg),
-                 {});
+        absl::Status st;
+        switch (code) {
+          case absl::StatusCode::kNotFound:
+            st = absl::NotFoundError(absl::StrCat(
+                "the MPC cluster holds no shares for this key id (",
+                r.error_message(), ")"));
+            break;
+          case absl::StatusCode::kInvalidArgument:
+            st = absl::InvalidArgumentError(absl::StrCat(
+                "the MPC cluster failed the job: ", r.error_message()));
+            break;
+          case absl::StatusCode::kFailedPrecondition:
+            st = absl::UnavailableError(absl::StrCat(
+                "the MPC servers hold inconsistent shares of this key: ",
+                r.error_message()));
+            break;
+          default:
+            st = absl::UnavailableError(absl::StrCat(
+                "the MPC cluster failed the job: ", r.error_message()));
+        }
+        Complete(i, st, {});
         continue;
       }
       bool verified = r.status() == pb::JOB_OK;

@@ -406,6 +406,39 @@ TEST_F(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
   EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
 }
 
+// Servers that fail a job whose key is missing or inconsistent on some of
+// them per job (JobResult.error_code): only those jobs fail, in the same
+// single Run, NOT_FOUND for a missing key, UNAVAILABLE for inconsistent
+// shares; the others complete.
+TEST_F(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  fake_.set_per_job_key_errors(true);
+  const std::string bad(32, 'b');
+  fake_.AddInconsistentKey(bad);
+  auto b = Make(o);
+  Job unknown = Encrypt("x");
+  unknown.key_id = std::string(32, 'u');
+  Job stale = Encrypt("z");
+  stale.key_id = bad;
+  ASSERT_TRUE(b->Submit(1, std::move(unknown)).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(b->Submit(3, std::move(stale)).ok());
+  ASSERT_TRUE(b->Submit(4, Encrypt("w")).ok());
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_TRUE(absl::IsNotFound(sink_.Get(1).status)) << sink_.Get(1).status;
+  EXPECT_TRUE(absl::StrContains(sink_.Get(1).status.message(), "no shares"))
+      << sink_.Get(1).status;
+  EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(3).status)) << sink_.Get(3).status;
+  EXPECT_TRUE(absl::StrContains(sink_.Get(3).status.message(), "inconsistent"))
+      << sink_.Get(3).status;
+  EXPECT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
+  int runs = 0;
+  for (const auto& c : fake_.calls()) runs += c.method == "Run";
+  EXPECT_EQ(runs, 3);  // one batch, one Run per party, no re-run
+}
+
 TEST_F(BatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
   BatcherOptions o;
   o.window = absl::Milliseconds(3);

@@ -145,18 +145,29 @@ absl::Status FakeCluster::ComputeRun(const pb::RunRequest& req,
   uint64_t blocks = 0;
   for (const pb::Job& j : req.jobs()) {
     auto k = keys_.find(j.key_id());
-    if (k == keys_.end())
+    if (k == keys_.end() && !per_job_key_errors_)
       return absl::NotFoundError(
           absl::StrCat("unknown key id ", absl::BytesToHexString(j.key_id())));
   }
   for (const pb::Job& j : req.jobs()) {
-    const std::string& key = keys_[j.key_id()];
     std::array<pb::JobResult*, 3> r;
     for (int p = 0; p < 3; ++p) {
       r[p] = (*out)[p].add_results();
       r[p]->set_job_id(j.job_id());
-      r[p]->set_status(pb::JOB_OK);
     }
+    const bool unknown = !keys_.count(j.key_id());
+    if (unknown || inconsistent_.count(j.key_id())) {
+      for (auto* x : r) {
+        x->set_error_code(static_cast<int>(
+            unknown ? absl::StatusCode::kNotFound
+                    : absl::StatusCode::kFailedPrecondition));
+        x->set_error_message(unknown ? "unknown key id: no shares on MPC party 1"
+                                     : "different dealings of this key");
+      }
+      continue;
+    }
+    const std::string& key = keys_[j.key_id()];
+    for (auto* x : r) x->set_status(pb::JOB_OK);
     auto pairs = [&](pb::SharePair* (pb::JobResult::*m)()) {
       return std::array<pb::SharePair*, 3>{(r[0]->*m)(), (r[1]->*m)(),
                                            (r[2]->*m)()};
@@ -205,6 +216,17 @@ absl::Status FakeCluster::ComputeRun(const pb::RunRequest& req,
   }
   for (int p = 0; p < 3; ++p) (*out)[p].mutable_stats()->set_aes_blocks(blocks);
   return absl::OkStatus();
+}
+
+void FakeCluster::set_per_job_key_errors(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  per_job_key_errors_ = on;
+}
+
+void FakeCluster::AddInconsistentKey(const std::string& key_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  keys_[key_id] = std::string(32, 'i');
+  inconsistent_.insert(key_id);
 }
 
 void FakeCluster::Run(int party, const pb::RunRequest& req,

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,12 @@ class FakeCluster : public Transport {
   void set_corrupt(int party, bool bad);   // flips a bit of its 2nd share copy
   void set_corrupt_finalize(int party, bool bad);  // the same, Finalize only
   void set_zero_ctr0(bool zero);  // ENCRYPT answers with ctr0 = 0 (invalid)
+  // As the servers since the per-job key agreement: an unknown key id fails
+  // only its jobs (error_code NOT_FOUND in the JobResult), not the batch.
+  void set_per_job_key_errors(bool on);
+  // Jobs of this key id fail with FAILED_PRECONDITION (the servers hold
+  // different dealings of it), per job.
+  void AddInconsistentKey(const std::string& key_id);
 
   struct Call {
     std::string method;  // "Run" or "Finalize"
@@ -74,6 +81,8 @@ class FakeCluster : public Transport {
   absl::Duration latency_ = absl::Milliseconds(5);
   std::array<bool, 3> down_{}, hang_{}, corrupt_{}, corrupt_fin_{};
   bool zero_ctr0_ = false;
+  bool per_job_key_errors_ = false;
+  std::set<std::string> inconsistent_;
   std::vector<Call> calls_;
   std::map<std::string, std::array<kmpc::v1::RunResponse, 3>> run_cache_;
   std::map<std::string, absl::Status> run_error_;
