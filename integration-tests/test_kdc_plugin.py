@@ -375,6 +375,42 @@ def test_unknown_key_id(realm_factory, cluster):
     assert m.realm.kdc_alive()
 
 
+def test_key_deleted_on_one_server_fails_only_that_user(realm_factory, cluster,
+                                                        tmp_path):
+    """bob's shares deleted on server 1 only (Admin DeleteKey): bob's
+    logins fail at once with a clear error, while alice's concurrent logins,
+    batched with bob's, succeed (the servers agree per job which keys they
+    all hold; one inconsistent key no longer fails the whole batch)."""
+    m = KmpcRealm(realm_factory, cluster, batch_window_ms=100).setup(
+        users=("alice", "bob"))
+    m.kinit("bob")
+    cluster.client("delete-key", f"--key_id_hex={m.key_ids['bob']}",
+                   "--only_party=1")
+    t0 = time.monotonic()
+    out = m.kinit("bob", expected_code=1, timeout=30)
+    took = time.monotonic() - t0
+    assert took < 2.5, f"bob's kinit took {took:.1f} s to fail:\n{out}"
+    log = m.kdc_log()
+    assert "holds no shares for this key id" in log, log
+    assert "no shares on MPC party 1" in log, log
+    # bob and alice at once, many times: alice never fails.
+    n = 30
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as ex:
+        futs = [ex.submit(_timed_kinit, m, "bob" if i % 3 == 0 else "alice",
+                          str(tmp_path / f"cc{i}"), 60) for i in range(n)]
+        res = [(i, f.result()) for i, f in enumerate(futs)]
+    for i, (took, rc, out) in res:
+        if i % 3 == 0:
+            assert rc != 0, out
+            assert took < 5, f"bob's kinit took {took:.1f} s:\n{out}"
+        else:
+            assert rc == 0, f"alice's kinit failed:\n{out}"
+    log = m.kdc_log()
+    # bob's jobs shared batches with alice's, none failed as a whole.
+    assert not re.search(r"kdcmpc: batch #\d+ of \d+ jobs failed", log), log
+    assert m.realm.kdc_alive() and cluster.alive()
+
+
 def test_server_down_then_back(realm_factory, cluster):
     m = KmpcRealm(realm_factory, cluster, deadline_ms=3000).setup()
     m.kinit()
