@@ -295,6 +295,64 @@ TEST_F(ServiceTest, KeyMissingOrStaleOnOnePartyFailsOnlyItsJobs) {
   }
 }
 
+// A PutKey/DeleteKey (store change + Invalidate) that lands while a cache
+// miss is loading the old shares must not leave the old shares cached.
+TEST_F(ServiceTest, KeyCacheInvalidateDuringLoadIsNotLost) {
+  store::ShareStore* st = parties_[0].store.get();
+  KeyCache cache(st, 0);
+  const std::string id = PutKey(Rand(16));
+  store::KeyMeta meta;
+  std::memcpy(meta.key_id.data(), id.data(), 32);
+  meta.cipher = store::Cipher::kAes128;
+  auto redeal = [&] {
+    auto views = engine::DealKey(
+        engine::Cipher::kAes128,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(Rand(16).data()), 16));
+    EXPECT_TRUE(views.ok());
+    EXPECT_TRUE(st->Put(meta, (*views)[0].Serialize(), true).ok());
+    return (*views)[0].deal_id;
+  };
+  // Re-dealt (PutKey --replace) while the load runs.
+  bool once = true;
+  std::array<uint8_t, 16> new_deal{};
+  cache.SetLoadHookForTest([&] {
+    if (!once) return;
+    once = false;
+    new_deal = redeal();
+    cache.Invalidate(id);
+  });
+  auto first = cache.Get(id);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_NE((*first)->deal_id, new_deal);  // read before the change
+  auto second = cache.Get(id);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)->deal_id, new_deal);  // not the stale cached value
+  auto third = cache.Get(id);  // cached now
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->get(), second->get());
+  // Deleted while the load runs.
+  cache.Invalidate(id);
+  once = true;
+  cache.SetLoadHookForTest([&] {
+    if (!once) return;
+    once = false;
+    store::KeyId kid;
+    std::memcpy(kid.data(), id.data(), 32);
+    EXPECT_TRUE(st->Delete(kid).ok());
+    cache.Invalidate(id);
+  });
+  EXPECT_TRUE(cache.Get(id).ok());  // overlapped the delete
+  EXPECT_TRUE(absl::IsNotFound(cache.Get(id).status())) << cache.Get(id).status();
+  // An Invalidate of another id does not keep a load out of the cache.
+  const std::string other = PutKey(Rand(16));
+  cache.SetLoadHookForTest([&] { cache.Invalidate(id); });
+  auto a = cache.Get(other);
+  cache.SetLoadHookForTest(nullptr);
+  auto b = cache.Get(other);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->get(), b->get());
+}
+
 TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   std::string key = Rand(16);
   std::string id = PutKey(key);
