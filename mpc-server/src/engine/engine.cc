@@ -558,8 +558,10 @@ absl::Status Engine::Impl::ExtendPowers(std::vector<Work>& work) {
       continue;
     }
     for (int k = 0; k < 2; ++k) {
-      w.powers[k].assign(w.key->h_powers[k].begin(), w.key->h_powers[k].end());
+      // Reserve first: assign-then-reserve would reallocate and free an
+      // unwiped copy of the H-power shares.
       w.powers[k].reserve(16 * w.m);
+      w.powers[k].assign(w.key->h_powers[k].begin(), w.key->h_powers[k].end());
     }
     need.push_back(j);
   }
@@ -661,6 +663,14 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   }
   std::vector<uint8_t> in(16 * nlanes);
   std::array<std::vector<uint8_t>, 2> out;
+  // out holds shares of AES_K(c0) and of the keystream: wiped on every
+  // way out of here (the early returns below included).
+  struct WipeOnExit {
+    std::array<std::vector<uint8_t>, 2>& v;
+    ~WipeOnExit() {
+      for (auto& x : v) share::Wipe(x);
+    }
+  } wipe_out{out};
   out[0].resize(16 * nlanes);
   out[1].resize(16 * nlanes);
   std::vector<aes::SharedLane> lanes(nlanes);
@@ -686,11 +696,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   aes_options.wave_lanes = options_.wave_lanes;
   absl::Status st = aes::EncryptShared(rep3_, lanes, circuit, aes_options,
                                        &workspace_);
-  if (!st.ok()) {
-    share::Wipe(out[0]);
-    share::Wipe(out[1]);
-    return st;
-  }
+  if (!st.ok()) return st;
 
   // 5. Powers of H for long messages, then T' = GHASH ^ AES_K(c0) on shares.
   st = ExtendPowers(work);
@@ -798,9 +804,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
         break;
     }
   }
-  share::Wipe(out[0]);
-  share::Wipe(out[1]);
-  return result;
+  return result;  // out is wiped by wipe_out
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -160,6 +160,7 @@ absl::StatusOr<std::array<KeyShares, 3>> DealKey(
   absl::Status st = EncryptZeroBlock(key, h);
   if (!st.ok()) {
     share::Wipe(*rk);
+    share::Wipe(h, sizeof h);
     return st;
   }
   std::memcpy(powers.data(), h, 16);
@@ -171,11 +172,25 @@ absl::StatusOr<std::array<KeyShares, 3>> DealKey(
   absl::StatusOr<std::array<share::View, 3>> hp_views = share::Deal(powers);
   share::Wipe(*rk);
   share::Wipe(powers);
-  if (!rk_views.ok()) return rk_views.status();
-  if (!hp_views.ok()) return hp_views.status();
+  // share::View does not wipe itself: on a failure below, wipe whichever
+  // views were dealt before they are freed.
+  auto wipe_views = [&] {
+    for (auto* v : {&rk_views, &hp_views})
+      if (v->ok())
+        for (share::View& view : **v)
+          for (auto& c : view.comp) share::Wipe(c);
+  };
+  if (!rk_views.ok() || !hp_views.ok()) {
+    absl::Status bad = !rk_views.ok() ? rk_views.status() : hp_views.status();
+    wipe_views();
+    return bad;
+  }
   std::array<uint8_t, 16> deal_id;
   st = share::RandomBytes(absl::MakeSpan(deal_id));
-  if (!st.ok()) return st;
+  if (!st.ok()) {
+    wipe_views();
+    return st;
+  }
   std::array<KeyShares, 3> out;
   for (int i = 0; i < 3; ++i) {
     out[i].party = i;
