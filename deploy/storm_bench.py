@@ -212,10 +212,12 @@ class KmpcTarget:
         self.enctype = "aes256-ctr-mpc"
         self.module = r.module
         # The module batches (up to 100 ms) and each batch is tens of MPC
-        # rounds: latency is in the hundreds of ms by design, so throughput
-        # needs many logins in flight.  p99 past 2 s means kinit-style
-        # retransmits or a growing queue.
-        self.p99_bound_ms = 2000.0
+        # rounds: a login is two batches, ~200-250 ms by design, so
+        # throughput needs many logins in flight.  Achieved rate judged by
+        # "due" (see achieved()); p99 past 500 ms (twice the design latency)
+        # means a queue that grows over the point, or retransmits.
+        self.p99_bound_ms = 500.0
+        self.achieved = "due"
         self.max_inflight = 4096
         self.saturation_concurrency = 1024
         self.warmup_s = 3.0
@@ -405,21 +407,37 @@ def brief(res):
             f"machine {res['machine_busy_cores']:.2f}c")
 
 
-def sustained(res, offered, p99_bound_ms):
+# How an open-loop point's achieved rate is judged (target.achieved):
+#   "span": kmpc-storm's logins_per_s, completions over the span from the
+#     first to the last measured completion; a KDC that falls behind
+#     stretches the span.
+#   "due": measured logins completed / the point's duration.  For a KDC that
+#     answers in batches (kmpc: up to 100 ms window + the batch's MPC time)
+#     the span is stretched by up to one batch cycle (~0.1-0.2 s of a 4 s
+#     point, 3-5%) even when it keeps up, so "span" fails points that held.
+#     With "due" a falling-behind KDC is caught by the p99 bound instead,
+#     which such targets set tight enough (a backlog growing over the point).
+def achieved(res, how="span"):
+    if how == "due" and res.get("mode") == "open" and res.get("duration_s"):
+        return res["ok"] / res["duration_s"]
+    return res["logins_per_s"]
+
+
+def sustained(res, offered, p99_bound_ms, how="span"):
     """Achieved >= 97% of offered, nothing failed or dropped, p99 within the
     target's bound, and (almost) no request lost: a retransmit means the
     KDC's socket overflowed and that user waited a second more, as with
     kinit."""
     return (res["failed_all_phases"] == 0 and res["dropped"] == 0
-            and res["logins_per_s"] >= 0.97 * offered
+            and achieved(res, how) >= 0.97 * offered
             and res["latency_us"]["p99"] <= p99_bound_ms * 1000
             and res["retransmits"] <= 0.001 * max(res["ok"], 1))
 
 
-def retry_tail(res, offered, p99_bound_ms):
+def retry_tail(res, offered, p99_bound_ms, how="span"):
     """Everything held but the p99 bound."""
     return (res["failed_all_phases"] == 0 and res["dropped"] == 0
-            and res["logins_per_s"] >= 0.97 * offered
+            and achieved(res, how) >= 0.97 * offered
             and res["retransmits"] <= 0.001 * max(res["ok"], 1)
             and res["latency_us"]["p99"] > p99_bound_ms * 1000)
 
@@ -494,8 +512,9 @@ def bench_settings(target_name, settings, n_users, quick, log):
                                      getattr(target, "max_inflight", MAX_INFLIGHT)],
                             f"open-{int(rate)}",
                             outdir)
-            ok = sustained(res, rate, target.p99_bound_ms)
-            if not ok and retry_tail(res, rate, target.p99_bound_ms):
+            how = getattr(target, "achieved", "span")
+            ok = sustained(res, rate, target.p99_bound_ms, how)
+            if not ok and retry_tail(res, rate, target.p99_bound_ms, how):
                 # Only the tail missed: on a shared machine one stall of the
                 # KDC's process does that.  Run the point once more; the
                 # better of the two counts (both are in the sweep).
@@ -507,7 +526,7 @@ def bench_settings(target_name, settings, n_users, quick, log):
                                          "--max-inflight",
                                          getattr(target, "max_inflight", MAX_INFLIGHT)],
                                 f"open-{int(rate)}-again", outdir)
-                ok = sustained(res, rate, target.p99_bound_ms)
+                ok = sustained(res, rate, target.p99_bound_ms, how)
             points[rate] = (res, ok)
             rows.append(point_row(target_name, settings, res, rate, ok))
             log(f"  open loop {rate:7.0f}/s: {'sustained ' if ok else 'NOT       '}{brief(res)}")
