@@ -66,11 +66,13 @@ demo-stop:
 	@$(PYTHON) deploy/kmpc_cluster.py stop $(BUILD)/demo
 
 bench-mpc: build
+	@$(BENCH_SNAPSHOT)
 	@$(BENCH_MPC)
 
 # Login storms (kmpc-storm) against the stock KDC and against kmpc, same
 # machine, same run: figures, JSON and the latency/throughput plot in build/bench.
 bench-storm: build
+	@$(BENCH_SNAPSHOT)
 	@$(BENCH_STORM)
 
 # 60 s at 90% of kmpc's peak (from storm.json): zero errors, RSS of every
@@ -78,6 +80,7 @@ bench-storm: build
 # early flush.
 BENCH_SOAK_S ?= 60
 bench-soak: build
+	@$(BENCH_SNAPSHOT)
 	@$(BENCH_SOAK)
 
 # The KDC, the three MPC servers and the clients in their own network
@@ -85,15 +88,24 @@ bench-soak: build
 NETNS_RTT_MS ?= 0.13
 NETNS_RATE   ?= 10gbit
 bench-netns: build
+	@$(BENCH_SNAPSHOT)
 	@$(BENCH_NETNS)
 
 # results.json and the table from what the steps above wrote.
 bench-results:
 	@$(BENCH_RESULTS)
 
-# Every step uses the binaries of this tree (not the most recently built
-# copy among build/cmake*, which other work may rebuild during the run).
-KMPC_BENCH_BUILD ?= $(CMAKE_BUILD)
+# Every step uses a copy of this tree's binaries taken when it starts
+# (build/bench/bin), not the most recently built copy among build/cmake*:
+# other work may rebuild build/cmake during the run.
+KMPC_BENCH_BUILD ?= $(BUILD)/bench/bin
+BENCH_SNAPSHOT = rm -rf $(BUILD)/bench/bin && \
+	mkdir -p $(BUILD)/bench/bin/mpc-server $(BUILD)/bench/bin/kdc-plugin && \
+	cp -p $(addprefix $(CMAKE_BUILD)/mpc-server/,kmpc-mpc-server kmpc-admin kmpc-mpc-client \
+	  kmpc-storm) $(BUILD)/bench/bin/mpc-server/ && \
+	cp -p $(CMAKE_BUILD)/kdc-plugin/libkmpc_kdc.so $(BUILD)/bench/bin/kdc-plugin/ && \
+	{ cp -p $(CMAKE_BUILD)/kdc-plugin/kmpc-kdb-handle $(BUILD)/bench/bin/kdc-plugin/ \
+	  2>/dev/null || true; }
 BENCH_ENV     = KMPC_CMAKE_BUILD=$(KMPC_BENCH_BUILD) \
                 KMPC_MPC_BIN_DIR=$(KMPC_BENCH_BUILD)/mpc-server \
                 KMPC_STORM=$(KMPC_BENCH_BUILD)/mpc-server/kmpc-storm
@@ -110,6 +122,7 @@ BENCH_RESULTS = $(PYTHON) deploy/bench_results.py
 # the earlier steps took more than BENCH_NETNS_AFTER_S.
 BENCH_NETNS_AFTER_S ?= 660
 bench: build
+	@$(BENCH_SNAPSHOT)
 	@start=$$(date +%s); \
 	rm -f $(BUILD)/bench/soak.json $(BUILD)/bench/netns.json $(BUILD)/bench/results.json; \
 	$(BENCH_MPC); \
