@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <sys/prctl.h>
 #include <krb5/krb5.h>
 #include <krb5/kdcmpc_plugin.h>
 #include <verto.h>
@@ -107,6 +108,18 @@ kmpc_init(krb5_context context, struct verto_ctx *vctx,
     char *msg = NULL;
 
     *data_out = NULL;
+
+    /* The KDC process now handles shares of keystreams and session keys:
+     * never write them to a core dump (nor let processes of our uid ptrace
+     * it).  This makes the whole krb5kdc process non-dumpable
+     * (kdc-plugin/README.md). */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+        ret = errno;
+        krb5_set_error_message(context, ret,
+                               "kdcmpc: cannot disable core dumps: %s",
+                               strerror(ret));
+        return ret;
+    }
 
     data = calloc(1, sizeof(*data));
     if (data == NULL)

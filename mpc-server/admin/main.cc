@@ -38,6 +38,8 @@
 // principal), 2 usage.
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -483,6 +485,15 @@ int Status(const Args& a, const Config& cfg) {
 
 int main(int argc, char** argv) {
   using namespace kmpc::admin;
+  // Never write a key (a password, a KDB key, the dealt shares) to a core
+  // dump: no core file, and not dumpable (no ptrace by our uid either).
+  {
+    struct rlimit none = {0, 0};
+    if (setrlimit(RLIMIT_CORE, &none) != 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+      std::perror("kmpc-admin: cannot disable core dumps");
+      return 1;
+    }
+  }
   // Our own messages name the server and the cause; gRPC's internal log
   // lines would only repeat them (GRPC_VERBOSITY=ERROR brings them back).
   setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);

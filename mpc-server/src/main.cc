@@ -11,6 +11,8 @@
 #include <grpcpp/security/server_credentials.h>
 #include <openssl/crypto.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <fstream>
@@ -77,10 +79,19 @@ int Fail(const std::string& msg) {
   return 1;
 }
 
+// Never write a key share to a core dump: no core file (RLIMIT_CORE 0) and
+// not dumpable (also keeps other processes of our uid from ptrace-ing us
+// and reading /proc/<pid>/mem).
+bool DisableCoreDumps() {
+  struct rlimit none = {0, 0};
+  return setrlimit(RLIMIT_CORE, &none) == 0 && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("kmpc MPC server (one of three parties)");
+  if (!DisableCoreDumps()) return Fail("cannot disable core dumps");
   absl::ParseCommandLine(argc, argv);
   kmpc::log::g_verbosity = absl::GetFlag(FLAGS_v);
   const int party = absl::GetFlag(FLAGS_party);
