@@ -53,6 +53,12 @@ ABSL_FLAG(std::string, keyops_clients, "kmpc-kdc",
 ABSL_FLAG(std::string, admin_clients, "kmpc-admin",
           "comma-separated certificate CNs allowed to call Admin");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted (MiB)");
+ABSL_FLAG(int, encrypt_state_ttl_ms, 10000,
+          "how long an ENCRYPT job's state waits for its FINALIZE (the KDC "
+          "finalizes within milliseconds)");
+ABSL_FLAG(int, max_pending_encrypt_mb, 256,
+          "memory all ENCRYPT states awaiting FINALIZE may hold (MiB); "
+          "ENCRYPT jobs beyond it fail with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, ring_spin_us, 0,
           "busy-poll a ring receive this long before sleeping (latency)");
 // 4096, not the engine's in-memory default (1024): over TLS/TCP every ring
@@ -142,6 +148,13 @@ int main(int argc, char** argv) {
                                       absl::SkipEmpty());
   svc.admin_clients = absl::StrSplit(absl::GetFlag(FLAGS_admin_clients), ',',
                                      absl::SkipEmpty());
+  if (absl::GetFlag(FLAGS_encrypt_state_ttl_ms) <= 0 ||
+      absl::GetFlag(FLAGS_max_pending_encrypt_mb) <= 0)
+    return Fail("--encrypt_state_ttl_ms and --max_pending_encrypt_mb must be positive");
+  svc.encrypt_state_ttl =
+      absl::Milliseconds(absl::GetFlag(FLAGS_encrypt_state_ttl_ms));
+  svc.max_pending_encrypt_bytes =
+      size_t(absl::GetFlag(FLAGS_max_pending_encrypt_mb)) << 20;
   kmpc::service::KeyOpsService keyops(svc, &keys, &scheduler, &metrics);
   kmpc::service::AdminService admin(svc, store->get(), &keys, &scheduler,
                                     &metrics);

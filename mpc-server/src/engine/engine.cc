@@ -331,15 +331,13 @@ absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
   const auto a = UsageBe(usage);
   std::vector<uint8_t> x = protocol::GhashInput(a, ciphertext);
   const size_t m = x.size() / 16;
-  for (int k = 0; k < 2; ++k) {
-    if (state.h_powers[k].size() < 16 * m) {
-      return absl::InvalidArgumentError("FINALIZE: state lacks powers of H");
-    }
+  if (state.NumPowers() < m) {
+    return absl::InvalidArgumentError("FINALIZE: state lacks powers of H");
   }
   JobResult r;
   r.ctr0 = state.ctr0;
   for (int k = 0; k < 2; ++k) {
-    protocol::GhashWithPowers(x, state.h_powers[k].data(), r.tag[k].data());
+    protocol::GhashWithPowers(x, state.Powers(k), r.tag[k].data());
     for (int b = 0; b < 16; ++b) r.tag[k][b] ^= state.mask[k][b];
   }
   return r;
@@ -783,8 +781,13 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
         state->ctr0 = w.ctr0;
         for (int k = 0; k < 2; ++k) {
           std::memcpy(state->mask[k].data(), &out[k][16 * w.lane0], 16);
-          const uint8_t* p = w.Powers(k);
-          state->h_powers[k].assign(p, p + 16 * w.m);
+        }
+        if (w.m > static_cast<size_t>(kStoredHPowers)) {
+          // The powers this job computed: moved, not copied (the state
+          // wipes them).
+          for (int k = 0; k < 2; ++k) state->h_powers[k] = std::move(w.powers[k]);
+        } else {
+          state->key = w.key;  // the stored powers suffice: no copy
         }
         r.state = std::move(state);
         break;

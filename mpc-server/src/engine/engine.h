@@ -128,13 +128,22 @@ struct EncryptState {
   std::array<uint8_t, 16> ctr0{};  // public
   // shares (party, party+1) of AES_K(c0)
   std::array<std::array<uint8_t, 16>, 2> mask{};
-  // shares of H^1 .. H^(nblocks+2), 16 bytes each
+  // Shares of H^1 .. H^(nblocks+2), 16 bytes each: for messages whose tag
+  // needs at most kStoredHPowers powers, the key's stored ones (`key`, no
+  // copy; h_powers empty), else the powers the job computed (h_powers).
+  std::shared_ptr<const KeyShares> key;
   std::array<std::vector<uint8_t>, 2> h_powers;
 
   EncryptState() = default;
   EncryptState(const EncryptState&) = delete;
   EncryptState& operator=(const EncryptState&) = delete;
   ~EncryptState();
+
+  // Share comp (0, 1) of the powers of H, and how many powers there are.
+  const uint8_t* Powers(int comp) const;
+  size_t NumPowers() const;
+  // Memory this state holds on its own (not counting a shared `key`).
+  size_t OwnBytes() const;
 };
 
 enum class JobType : uint8_t {

@@ -63,10 +63,15 @@ struct ServiceOptions {
   int party = 0;
   std::vector<std::string> keyops_clients = {"kmpc-kdc"};
   std::vector<std::string> admin_clients = {"kmpc-admin"};
-  // How long an ENCRYPT job's state waits for its FINALIZE.
-  absl::Duration encrypt_state_ttl = absl::Seconds(60);
+  // How long an ENCRYPT job's state waits for its FINALIZE (the KDC sends
+  // it right after the Run answers, within milliseconds).
+  absl::Duration encrypt_state_ttl = absl::Seconds(10);
   size_t max_batch_jobs = 100000;
   size_t max_pending_encrypts = 1000000;
+  // Memory all ENCRYPT states awaiting FINALIZE may hold together (a long
+  // message's state holds up to 2 MiB of H-power shares); an ENCRYPT job
+  // beyond it fails with RESOURCE_EXHAUSTED.
+  size_t max_pending_encrypt_bytes = size_t{256} << 20;
 };
 
 // State left by ENCRYPT jobs for their FINALIZE: at most one use each.
@@ -76,20 +81,28 @@ class EncryptStates {
     std::shared_ptr<const engine::EncryptState> state;
     uint32_t length = 0;  // plaintext bytes the ENCRYPT job was asked for
     absl::Time created;
+    size_t bytes = 0;  // set by Put: what the entry counts in the budget
   };
-  explicit EncryptStates(const ServiceOptions& o) : ttl_(o.encrypt_state_ttl),
-                                                    max_(o.max_pending_encrypts) {}
+  explicit EncryptStates(const ServiceOptions& o)
+      : ttl_(o.encrypt_state_ttl),
+        max_(o.max_pending_encrypts),
+        max_bytes_(o.max_pending_encrypt_bytes) {}
+  // RESOURCE_EXHAUSTED beyond max_pending_encrypts entries or
+  // max_pending_encrypt_bytes bytes.
   absl::Status Put(const std::string& key, Entry e);
   // Removes and returns the entries for all keys, or none of them.
   absl::StatusOr<std::vector<Entry>> TakeAll(const std::vector<std::string>& keys);
   size_t size();
+  size_t bytes();  // counted against max_pending_encrypt_bytes
 
  private:
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration ttl_;
   size_t max_;
+  size_t max_bytes_;
   absl::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_sweep_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -660,6 +660,47 @@ TEST(Engine, FinalizeChecks) {
   }
 }
 
+// An ENCRYPT state references the key's stored powers of H when they
+// suffice (no copy) and holds only the computed ones for long messages;
+// either way FINALIZE gives the reference tag.
+TEST(Engine, EncryptStateHoldsNoCopyOfTheStoredPowers) {
+  Cluster c;
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  for (size_t len : {size_t{0}, size_t{40}, size_t{16 * 62}, size_t{16 * 62 + 1},
+                     size_t{16 * 300 + 5}}) {
+    const uint32_t n = static_cast<uint32_t>((len + 15) / 16);
+    auto r = c.Run({EncryptJob(id, 9, n)});
+    const size_t m = n + 2;  // GHASH blocks: A, C, lengths
+    for (int i = 0; i < 3; ++i) {
+      const EncryptState& st = *r[i].jobs[0].state;
+      EXPECT_GE(st.NumPowers(), m) << len;
+      if (m <= static_cast<size_t>(kStoredHPowers)) {
+        EXPECT_NE(st.key, nullptr) << len;
+        EXPECT_TRUE(st.h_powers[0].empty() && st.h_powers[1].empty()) << len;
+        EXPECT_LT(st.OwnBytes(), 512u) << len;
+      } else {
+        EXPECT_EQ(st.key, nullptr) << len;
+        EXPECT_EQ(st.h_powers[0].size(), 16 * m) << len;
+      }
+    }
+    const Bytes p = Random(len);
+    Bytes ks = Keystream(r, 0);
+    ks.resize(len);
+    const Bytes ct = Xor(p, ks);
+    std::array<JobResult, 3> f;
+    for (int i = 0; i < 3; ++i) {
+      auto fr = Finalize(*r[i].jobs[0].state, 9, ct);
+      ASSERT_TRUE(fr.ok()) << fr.status();
+      f[i] = std::move(*fr);
+    }
+    const Bytes ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
+    const Bytes want = RefEncrypt(key, 9, ctr0, p);
+    const Bytes tag = TagOf(f);
+    EXPECT_EQ(ToHex(tag), ToHex(Bytes(want.end() - 16, want.end()))) << len;
+  }
+}
+
 TEST(Engine, LargeMixedBatchUsesDepth6AndStaysCorrect) {
   EngineOptions opt;
   opt.small_sbox_min_blocks = 64;

@@ -353,6 +353,43 @@ TEST_F(ServiceTest, KeyCacheInvalidateDuringLoadIsNotLost) {
   EXPECT_EQ(a->get(), b->get());
 }
 
+// The ENCRYPT states awaiting FINALIZE are bounded by memory, not only by
+// count; finalized and expired states give their bytes back.
+TEST(EncryptStatesTest, ByteBudget) {
+  ServiceOptions o;
+  o.max_pending_encrypt_bytes = 1 << 20;
+  o.encrypt_state_ttl = absl::Milliseconds(200);
+  EncryptStates states(o);
+  auto big = [] {
+    auto s = std::make_shared<engine::EncryptState>();
+    for (auto& v : s->h_powers) v.resize(300 << 10);  // 600 KiB
+    return std::shared_ptr<const engine::EncryptState>(std::move(s));
+  };
+  auto small = [] {
+    return std::shared_ptr<const engine::EncryptState>(
+        std::make_shared<engine::EncryptState>());
+  };
+  const absl::Time now = absl::Now();
+  ASSERT_TRUE(states.Put("a", {big(), 1, now}).ok());
+  EXPECT_GT(states.bytes(), size_t{600} << 10);
+  absl::Status st = states.Put("b", {big(), 1, now});
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  for (int i = 0; i < 100; ++i)
+    ASSERT_TRUE(states.Put(absl::StrCat("s", i), {small(), 1, now}).ok());
+  EXPECT_EQ(states.size(), 101u);
+  auto taken = states.TakeAll({"a"});
+  ASSERT_TRUE(taken.ok());
+  EXPECT_LT(states.bytes(), size_t{100} << 10);
+  EXPECT_TRUE(states.Put("b", {big(), 1, absl::Now()}).ok());
+  // Expired entries are swept on a later Put and free their bytes.
+  absl::SleepFor(absl::Milliseconds(1300));
+  EXPECT_TRUE(states.Put("c", {big(), 1, absl::Now()}).ok());
+  EXPECT_EQ(states.size(), 1u);
+  EXPECT_FALSE(states.TakeAll({"b"}).ok());
+  EXPECT_TRUE(states.TakeAll({"c"}).ok());
+  EXPECT_EQ(states.bytes(), 0u);
+}
+
 TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   std::string key = Rand(16);
   std::string id = PutKey(key);
