@@ -160,6 +160,14 @@ int main(int argc, char** argv) {
                                     &metrics);
 
   bool ok1, ok2, ok3;
+  // TLS version: the ring enforces TLS 1.3; this gRPC port still accepts
+  // TLS 1.2 (with mTLS either way). gRPC 1.51 (Debian's libgrpc++1.51) has
+  // no public API to raise the minimum: SslServerCredentialsOptions has no
+  // version field, and TlsCredentialsOptions::set_min_tls_version (server
+  // and channel side) only appeared in gRPC 1.60 (grpc/grpc#34861); the
+  // core's tsi layer pins SSL_CTX_set_min_proto_version to TLS 1.2, over any
+  // OpenSSL MinProtocol setting. Enforce 1.3 here and in the clients
+  // (kmpc-admin, kdc-plugin, kmpc-mpc-client) when moving to gRPC >= 1.60.
   grpc::SslServerCredentialsOptions sslopt(
       GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   sslopt.pem_root_certs = ReadFile(absl::GetFlag(FLAGS_ca), &ok1);
