@@ -4,6 +4,13 @@
 #   deploy/gen-certs.sh DIR [EXTRA_CLIENT_CN ...]
 #
 # DIR/ca.pem                       CA certificate (trust anchor of everyone)
+# DIR/ca-private/ca.{key,srl}      the CA's private key (and serial), in a
+#                                  0700 directory of its own: no daemon needs
+#                                  it, and a daemon pointed at DIR (the KDC
+#                                  module's `certs = DIR`) must not find it
+#                                  next to its own key. Only this script uses
+#                                  it (to issue more certificates); move it
+#                                  offline in a real deployment.
 # DIR/party-{0,1,2}.{pem,key}      servers, CN kmpc-party-<i>, SAN
 #                                  DNS:kmpc-party-<i> (the party's own
 #                                  identity: clients check it, see below) and
@@ -36,9 +43,20 @@ days=825
 
 newkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
 
+mkdir -p ca-private
+chmod 700 ca-private
+# Older layout: the CA key next to everything else.
+for f in ca.key ca.srl; do
+  [ -f "$f" ] || continue
+  if [ ! -f "ca-private/$f" ]; then mv "$f" "ca-private/$f"
+  elif cmp -s "$f" "ca-private/$f" || [ "$f" = ca.srl ]; then rm -f "$f"
+  else echo "gen-certs: $dir/$f and $dir/ca-private/$f differ; remove one" >&2; exit 1
+  fi
+done
+cakey=ca-private/ca.key
 if [ ! -f ca.pem ]; then
-  newkey ca.key
-  openssl req -x509 -new -key ca.key -sha256 -days "$days" -subj "/CN=kmpc-test-ca" \
+  newkey "$cakey"
+  openssl req -x509 -new -key "$cakey" -sha256 -days "$days" -subj "/CN=kmpc-test-ca" \
     -addext "basicConstraints=critical,CA:TRUE" \
     -addext "keyUsage=critical,keyCertSign,cRLSign" -out ca.pem 2>/dev/null
 fi
@@ -49,7 +67,8 @@ sign() {
   newkey "$name.key"
   openssl req -new -key "$name.key" -subj "/CN=$cn" -out "$name.csr" 2>/dev/null
   printf '%s\n' "$ext" > "$name.ext"
-  openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key -CAcreateserial \
+  openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey "$cakey" \
+    -CAserial ca-private/ca.srl -CAcreateserial \
     -days "$days" -sha256 -extfile "$name.ext" -out "$name.pem" 2>/dev/null
   rm -f "$name.csr" "$name.ext"
 }
@@ -68,6 +87,6 @@ for i in 0 1 2; do sign "party-$i" "kmpc-party-$i" "$(server_ext "$i")"; done
 sign kdc kmpc-kdc "$client_ext"
 sign admin kmpc-admin "$client_ext"
 for cn in "$@"; do sign "$cn" "$cn" "$client_ext"; done
-chmod 600 ./*.key
+chmod 600 ./*.key ca-private/*
 chmod 644 ./*.pem
 echo "certificates in $(pwd)"
