@@ -342,6 +342,18 @@ def test_no_core_dumps(kr):
         assert line.split()[4:6] == ["0", "0"], line
 
 
+def test_ca_key_kept_apart(kr):
+    """The CA's private key is not among the daemons' keys (a KDC given
+    `certs = DIR` finds only ca.pem and its own kdc.{pem,key} there)."""
+    import stat
+    certs = kr.cluster.certs
+    assert not os.path.exists(os.path.join(certs, "ca.key"))
+    priv = os.path.join(certs, "ca-private")
+    assert stat.S_IMODE(os.stat(priv).st_mode) == 0o700
+    assert os.path.isfile(os.path.join(priv, "ca.key"))
+    assert not [f for f in os.listdir(certs) if f.startswith("ca.") and f != "ca.pem"]
+
+
 def _swapped_admin_conf(kr):
     """kr's kmpc-admin config with servers 0 and 1 swapped."""
     a = [kr.cluster.addr(i) for i in range(3)]
