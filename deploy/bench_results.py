@@ -60,8 +60,17 @@ def side(sec):
                  for p in (peak, a50, a90))
     cpu_peak = {n: r(c["us_per_login"], 1) for n, c in (peak.get("cpu") or {}).items()}
     cpu_sat = {n: r(v, 1) for n, v in (sec.get("cpu_us_per_login") or {}).items()}
+    # The highest swept rate that held with p99 <= 250 ms (the p99
+    # target), nothing failed, dropped or retransmitted: a stricter peak.
+    strict = [row for row in sec.get("sweep", [])
+              if not int(row.get("superseded", 0)) and int(row.get("failed", 1)) == 0
+              and int(row.get("dropped", 1)) == 0 and int(row.get("retransmits", 1)) == 0
+              and float(row.get("p99_ms", 1e9)) <= TARGET_P99_90PCT_MS
+              and float(row.get("achieved", 0)) >= 0.95 * float(row.get("offered", 0))]
     out = {
         "peak_logins_per_s": r(sec.get("peak_logins_per_s"), 1),
+        "peak_logins_per_s_p99_le_250ms": r(max((float(x["achieved"]) for x in strict),
+                                                default=None), 1),
         "peak_offered": peak.get("offered"),
         "closed_loop_logins_per_s": r((sec.get("saturation_closed_loop") or {})
                                       .get("logins_per_s"), 1),
@@ -107,7 +116,9 @@ def build(bench_dir):
         pk, ps = side(k), side(st)
         ratio = (pk["peak_logins_per_s"] / ps["peak_logins_per_s"]
                  if ps["peak_logins_per_s"] else None)
-        pairs[s] = {"kmpc": pk, "stock": ps, "ratio": r(ratio)}
+        a, b = pk["peak_logins_per_s_p99_le_250ms"], ps["peak_logins_per_s_p99_le_250ms"]
+        pairs[s] = {"kmpc": pk, "stock": ps, "ratio": r(ratio),
+                    "ratio_at_p99_le_250ms": r(a / b) if a and b else None}
     if "headline" not in pairs:
         raise SystemExit("bench_results: storm.json has no headline pair")
     h = pairs["headline"]
@@ -115,6 +126,14 @@ def build(bench_dir):
                        "([dbmodules]) for both; kmpc module batch_window_ms = 100, "
                        "early_flush off")
     res["kmpc"], res["stock"], res["ratio"] = h["kmpc"], h["stock"], h["ratio"]
+    res["ratio_at_p99_le_250ms"] = h["ratio_at_p99_le_250ms"]
+    res["peak_definition"] = (
+        "peak_logins_per_s: the highest open-loop rate sustained in the sweep: every due "
+        "login done, none failed or dropped, retransmits <= 0.1%, p99 within the target's "
+        "bound (stock 100 ms; kmpc 500 ms, twice its 2-batch design latency) and achieved "
+        ">= 97% of offered (stock: over the completion span; kmpc: completed / duration). "
+        "peak_logins_per_s_p99_le_250ms: the highest swept rate with p99 <= 250 ms and no "
+        "failure, drop or retransmit")
     if "default" in pairs:
         res["default_settings"] = pairs["default"]
     if soak:
@@ -217,6 +236,9 @@ def print_table(res, out_path):
     for label, key, spec, unit in rows:
         p(f"{label:34s} {fmt(s.get(key), spec, unit):>12s} {fmt(k.get(key), spec, unit):>12s}")
     p(f"{'ratio kmpc/stock (peak)':34s} {'':>12s} {fmt(res['ratio'], '.2f', 'x'):>12s}")
+    p(f"{'peak with p99 <= 250 ms':34s} {fmt(s.get('peak_logins_per_s_p99_le_250ms'), '.0f'):>12s}"
+      f" {fmt(k.get('peak_logins_per_s_p99_le_250ms'), '.0f'):>12s}   ratio "
+      f"{fmt(res.get('ratio_at_p99_le_250ms'), '.2f', 'x')}")
     p(f"{'kmpc one client p50, early flush':34s} {'':>12s} "
       f"{fmt(k.get('p50_ms_one_client_early_flush'), '.2f', ' ms'):>12s}")
     p("CPU us per login at the peak, per process:")

@@ -27,6 +27,10 @@ def section(peak, one_p50, p99_90, cpu, failed=0, mpc=None):
                              "p99_ms": p99_90, "sustained": True, "failed": 0, "dropped": 0},
         "cpu_us_per_login": cpu, "mpc_per_login": mpc, "p99_bound_ms": 100.0,
         "generator_bottleneck": False,
+        "sweep": [{"offered": peak / 2, "achieved": peak / 2, "p99_ms": 100.0, "failed": 0,
+                   "dropped": 0, "retransmits": 0, "superseded": 0},
+                  {"offered": peak, "achieved": peak, "p99_ms": p99_90 + 100, "failed": 0,
+                   "dropped": 0, "retransmits": 0, "superseded": 0}],
     }
 
 
@@ -91,6 +95,8 @@ def test_results_json_headline_pair(tmp_path):
     assert res["stock"]["peak_logins_per_s"] == 2000.0
     assert res["ratio"] == pytest.approx(0.65)
     assert res["kmpc"]["errors"] == 0
+    assert res["kmpc"]["peak_logins_per_s_p99_le_250ms"] == 650.0  # 1300 had p99 320 ms
+    assert res["stock"]["peak_logins_per_s_p99_le_250ms"] == 2000.0
     assert res["kmpc"]["p50_ms_one_client_early_flush"] == 4.5
     assert res["kmpc"]["mpc_per_login"]["aes_blocks_per_login"] == 31.0
     assert res["default_settings"]["ratio"] == pytest.approx(250 / 240, abs=1e-3)
