@@ -120,7 +120,7 @@ BENCH_RESULTS = $(PYTHON) deploy/bench_results.py
 # on a 2-core machine, the build not counted). A failed soak or netns step is
 # reported and the results are still written; the netns step is skipped when
 # the earlier steps took more than BENCH_NETNS_AFTER_S.
-BENCH_NETNS_AFTER_S ?= 660
+BENCH_NETNS_AFTER_S ?= 750
 bench: build
 	@$(BENCH_SNAPSHOT)
 	@start=$$(date +%s); \
