@@ -283,8 +283,9 @@ def main():
            else ("--rate" if args.rate else "no storm.json: 500/s")}
     log(f"== kmpc soak: {rate}/s for {args.duration:.0f} s (+{args.warmup:.0f} s warm-up), "
         f"{out['rate_basis']}; load average {os.getloadavg()[0]:.2f}")
-    target = storm_bench.kmpc_factory(os.path.join(work, "realm"), "headline", args.users)
+    target = None
     try:
+        target = storm_bench.kmpc_factory(os.path.join(work, "realm"), "headline", args.users)
         out["setup_s"] = round(time.time() - t0, 1)
         one = one_client(target, "one-client-window100", outdir, args.one_client_s)
         out["one_client_window_100ms"] = one
@@ -394,10 +395,12 @@ def main():
                 f"{e['p50_ms']:.1f} ms p99 {e['p99_ms']:.1f} ms failed {e['failed']} "
                 f"dropped {e['dropped']}")
     except Exception:
-        sys.stderr.write(target.logs()[-5000:] + "\n")
+        if target is not None:
+            sys.stderr.write(target.logs()[-5000:] + "\n")
         raise
     finally:
-        target.stop()
+        if target is not None:
+            target.stop()
         shutil.rmtree(work, ignore_errors=True)
     out["machine"]["loadavg_end"] = os.getloadavg()[0]
     out["elapsed_s"] = round(time.time() - t0, 1)
