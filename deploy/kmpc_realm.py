@@ -204,7 +204,31 @@ class Realm:
         return self.run(["kinit", princ], input=password + "\n", **kw)
 
     # ---- the KDC -------------------------------------------------------
-    def start_kdc(self, extra_args=(), timeout=20):
+    def start_kdc(self, extra_args=(), timeout=20, attempts=3):
+        """Start krb5kdc and wait for "commencing operation".
+
+        The KDC's port was free when the realm was created, but an outgoing
+        connection of another process may take it in between (it is in the
+        ephemeral range); then the KDC is moved to a fresh port and retried.
+        """
+        for attempt in range(attempts):
+            try:
+                return self._start_kdc_once(extra_args, timeout)
+            except RealmError as e:
+                if attempt + 1 == attempts or "Address already in use" not in str(e):
+                    raise
+                self._move_kdc_port()
+
+    def _move_kdc_port(self):
+        old, new = self.kdc_port, free_ports(1)[0]
+        for path in (self.krb5_conf, self.kdc_conf):
+            with open(path) as f:
+                text = f.read()
+            with open(path, "w") as f:
+                f.write(text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}"))
+        self.kdc_port = new
+
+    def _start_kdc_once(self, extra_args, timeout):
         if self.kdc_proc is not None:
             raise RealmError("KDC already running")
         offset = os.path.getsize(self.kdc_log) if os.path.exists(self.kdc_log) else 0
@@ -217,8 +241,9 @@ class Realm:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.kdc_proc.poll() is not None:
-                raise RealmError(f"krb5kdc exited with {self.kdc_proc.returncode}:\n"
-                                 + self.logs())
+                code = self.kdc_proc.returncode
+                self.kdc_proc = None
+                raise RealmError(f"krb5kdc exited with {code}:\n" + self.logs())
             if os.path.exists(self.kdc_log):
                 with open(self.kdc_log) as f:
                     f.seek(offset)
