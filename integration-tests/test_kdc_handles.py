@@ -71,6 +71,8 @@ class MpcRealm:
         fail_if_exists = {self.failflag}
         delay_ms = 30
     }}
+[logging]
+    debug = true
 """
         self.realm = realm_factory(enctypes=ENCTYPES, kdc_conf_extra=extra,
                                    realm_extra="        disable_pac = true")
@@ -332,6 +334,135 @@ def test_tampered_tgt_is_refused(mpc):
     log = mpc.kdc_log()
     assert "kdcmpc: DECRYPT job (usage 2) failed" in log, log
     assert re.search(r"TGS_REQ .*PROCESS_TGS: .*integrity check failed", log), log
+    assert mpc.realm.kdc_alive()
+
+
+# ---- size caps on unauthenticated MPC work (krb5 patch 0007) -------------
+
+def _der(tag, content):
+    n = len(content)
+    if n < 0x80:
+        return bytes([tag, n]) + content
+    ln = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(ln)]) + ln + content
+
+
+def _der_int(v):
+    return _der(0x02, v.to_bytes((v.bit_length() + 8) // 8 or 1, "big",
+                                 signed=True))
+
+
+def _der_children(buf):
+    """[(tag, header+content bytes, content bytes)] of a DER sequence body."""
+    out, pos = [], 0
+    while pos < len(buf):
+        tag, n = buf[pos], buf[pos + 1]
+        hdr = 2
+        if n & 0x80:
+            k = n & 0x7F
+            n = int.from_bytes(buf[pos + 2:pos + 2 + k], "big")
+            hdr += k
+        out.append((tag, buf[pos:pos + hdr + n], buf[pos + hdr:pos + hdr + n]))
+        pos += hdr + n
+    return out
+
+
+def _principal(*names):
+    return _der(0x30, _der(0xA0, _der_int(1)) + _der(0xA1, _der(
+        0x30, b"".join(_der(0x1B, n.encode()) for n in names))))
+
+
+def _as_req_with_enc_ts(cname, cipher):
+    enc = _der(0x30, _der(0xA0, _der_int(-29002)) + _der(0xA2, _der(0x04, cipher)))
+    padata = _der(0x30, _der(0xA1, _der_int(2)) + _der(0xA2, _der(0x04, enc)))
+    body = _der(0x30,
+                _der(0xA0, _der(0x03, b"\x00\x00\x00\x00\x00")) +
+                _der(0xA1, _principal(cname)) +
+                _der(0xA2, _der(0x1B, REALM.encode())) +
+                _der(0xA3, _principal("krbtgt", REALM)) +
+                _der(0xA5, _der(0x18, b"20370101000000Z")) +
+                _der(0xA7, _der_int(secrets.randbits(31))) +
+                _der(0xA8, _der(0x30, _der_int(-29002) + _der_int(18))))
+    req = _der(0x30, _der(0xA1, _der_int(5)) + _der(0xA2, _der_int(10)) +
+               _der(0xA3, _der(0x30, padata)) + _der(0xA4, body))
+    return _der(0x6A, req)
+
+
+def _kdc_tcp(m, msg):
+    import socket
+    with socket.create_connection(("127.0.0.1", m.realm.kdc_port), 10) as s:
+        s.sendall(struct.pack(">I", len(msg)) + msg)
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return buf[4:]
+
+
+def _krb_error_code(reply):
+    assert reply[0] == 0x7E, reply[:4].hex()       # KRB-ERROR
+    (_, _, seq), = _der_children(reply[2 + (reply[1] & 0x7F if reply[1] & 0x80
+                                            else 0):])
+    for tag, _, content in _der_children(seq):
+        if tag == 0xA6:
+            (_, _, v), = _der_children(content)
+            return int.from_bytes(v, "big", signed=True)
+    raise AssertionError("no error-code")
+
+
+def _submits(m):
+    return [j for j in m.journal_lines() if j.startswith("submit")]
+
+
+def test_oversized_enc_timestamp_is_refused_without_a_job(mpc):
+    # A genuine one goes through the module (control).
+    _kinit(mpc)
+    before = len(_submits(mpc))
+    reply = _kdc_tcp(mpc, _as_req_with_enc_ts("alice", os.urandom(1000)))
+    assert _krb_error_code(reply) == 24, reply.hex()   # PREAUTH_FAILED
+    assert len(_submits(mpc)) == before, mpc.journal_lines()
+    log = mpc.kdc_log()
+    assert ("kdcmpc: refusing a PA-ENC-TIMESTAMP of 1000 bytes (limit 256) "
+            "without an MPC job") in log, log
+    assert mpc.realm.kdc_alive()
+
+
+def test_oversized_tgt_is_refused_without_a_job(mpc):
+    _kinit(mpc)
+    spans = [s for s in _ccache_ticket_spans(mpc.realm.ccache)
+             if s[0] == ["krbtgt", REALM]]
+    assert len(spans) == 1, spans
+    _, start, length = spans[0]
+    with open(mpc.realm.ccache, "rb") as f:
+        buf = f.read()
+    # Ticket ::= [APPLICATION 1] SEQUENCE { ..., [3] EncryptedData }; grow
+    # the cipher octets past the 16384-byte default cap.
+    (_, _, tseq), = _der_children(buf[start:start + length][
+        2 + (buf[start + 1] & 0x7F if buf[start + 1] & 0x80 else 0):])
+    fields = _der_children(tseq)
+    assert fields[-1][0] == 0xA3
+    (_, _, encseq), = _der_children(fields[-1][2])
+    enc = []
+    for tag, whole, content in _der_children(encseq):
+        if tag == 0xA2:
+            (_, _, cipher), = _der_children(content)
+            whole = _der(0xA2, _der(0x04, cipher + os.urandom(20000)))
+        enc.append(whole)
+    ticket = _der(0x61, _der(0x30, b"".join(f[1] for f in fields[:-1]) +
+                             _der(0xA3, _der(0x30, b"".join(enc)))))
+    with open(mpc.realm.ccache, "wb") as f:
+        f.write(buf[:start - 4] + struct.pack(">I", len(ticket)) + ticket +
+                buf[start + length:])
+    before = len(_submits(mpc))
+    out = mpc.realm.run(["kvno", SERVICE], expected_code=1)
+    # Answered as for any ticket which does not decrypt.
+    assert "integrity check failed" in out, out
+    assert len(_submits(mpc)) == before, mpc.journal_lines()
+    log = mpc.kdc_log()
+    assert re.search(r"kdcmpc: refusing a TGS-REQ ticket of \d+ bytes "
+                     r"\(limit 16384\) without an MPC job", log), log
     assert mpc.realm.kdc_alive()
 
 
