@@ -13,6 +13,7 @@ Nothing here calls the C library: the pytest suite compares the two.
 import hashlib
 import json
 import math
+import os
 import sys
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -227,7 +228,9 @@ def check_vectors(vectors):
 
 
 def main(argv):
-    path = argv[1] if len(argv) > 1 else "/work/shared/vectors/enctype-vectors.json"
+    path = argv[1] if len(argv) > 1 else os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        "krb5-patches", "tests", "enctype-vectors.json")
     with open(path) as f:
         vectors = json.load(f)
     fails = check_vectors(vectors)

@@ -12,7 +12,8 @@ KRB5_PREFIX = os.environ.get("KRB5_PREFIX", os.path.join(BUILD, "krb5"))
 # when that is present.
 VECTORS = os.environ.get(
     "KMPC_VECTORS", os.path.join(ROOT, "krb5-patches", "tests", "enctype-vectors.json"))
-SHARED_VECTORS = "/work/shared/vectors/enctype-vectors.json"
+# shared/ sits beside the clone (CI, developers' machines).
+SHARED_VECTORS = os.path.join(os.path.dirname(ROOT), "shared", "vectors", "enctype-vectors.json")
 
 
 def t_ctr_mpc():

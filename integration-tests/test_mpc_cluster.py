@@ -23,11 +23,12 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 import ctr_mpc_ref as ref
+from aes_ref import expand_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VECTORS = "/work/shared/vectors/enctype-vectors.json"
-if not os.path.exists(VECTORS):
-    VECTORS = os.path.join(ROOT, "shared", "vectors", "enctype-vectors.json")
+# The repository's copy of ../shared/vectors (test_enctype.py checks that
+# it is identical to the shared one).
+VECTORS = os.path.join(ROOT, "krb5-patches", "tests", "enctype-vectors.json")
 
 
 def _bin_dir():
@@ -390,44 +391,6 @@ def test_tamper_any_bit_fails_integrity(cluster, vector_keys):
     assert all(line == "integrity_failed" for line in out), r.stdout
 
 
-def _key_schedule(key):
-    sbox = [0] * 256
-    p = q = 1
-    while True:  # FIPS-197 S-box from the multiplicative inverse + affine map
-        p = p ^ ((p << 1) & 0xFF) ^ (0x1B if p & 0x80 else 0)
-        q ^= q << 1
-        q ^= q << 2
-        q ^= q << 4
-        q &= 0xFF
-        if q & 0x80:
-            q ^= 0x09
-        x = q ^ ((q << 1) | (q >> 7)) ^ ((q << 2) | (q >> 6)) ^ ((q << 3) | (q >> 5)) ^ ((q << 4) | (q >> 4))
-        sbox[p] = (x ^ 0x63) & 0xFF
-        if p == 1:
-            break
-    sbox[0] = 0x63
-    nk = len(key) // 4
-    nr = nk + 6
-    w = [list(key[4 * i:4 * i + 4]) for i in range(nk)]
-    rcon = 1
-    for i in range(nk, 4 * (nr + 1)):
-        t = list(w[i - 1])
-        if i % nk == 0:
-            t = [sbox[b] for b in t[1:] + t[:1]]
-            t[0] ^= rcon
-            rcon = ((rcon << 1) ^ (0x1B if rcon & 0x80 else 0)) & 0xFF
-        elif nk > 6 and i % nk == 4:
-            t = [sbox[b] for b in t]
-        w.append([a ^ b for a, b in zip(w[i - nk], t)])
-    flat = bytes(b for word in w for b in word)
-    return [flat[16 * r:16 * r + 16] for r in range(nr + 1)]
-
-
-def test_key_schedule_helper_matches_fips197():
-    rk = _key_schedule(bytes.fromhex("2b7e151628aed2a6abf7158809cf4f3c"))
-    assert rk[10].hex() == "d014f9a8c9ee2589e13f0cc8b6630ca6"
-
-
 def test_no_single_store_holds_key_material(cluster):
     rng = random.Random(99)
     secrets, ids = [], []
@@ -436,7 +399,7 @@ def test_no_single_store_holds_key_material(cluster):
         ids.append(bytes.fromhex(cluster.put_key(key.hex())))
         h = aes_ecb(key, bytes(16))
         secrets.append(key)
-        secrets.extend(_key_schedule(key))
+        secrets.extend(expand_key(key))
         # H and its first powers (the store holds shares of H^1..H^64).
         hi, p = int.from_bytes(h, "big"), int.from_bytes(h, "big")
         for _ in range(8):

@@ -36,10 +36,9 @@ target_link_libraries(kmpc_core PUBLIC
 
 # ---- tests ----
 include(GoogleTest)
-set(KMPC_VECTORS "${KMPC_CORE_ROOT}/../../shared/vectors/enctype-vectors.json")
-if(NOT EXISTS "${KMPC_VECTORS}")
-  set(KMPC_VECTORS "/work/shared/vectors/enctype-vectors.json")
-endif()
+# The repository's copy of ../shared/vectors/enctype-vectors.json
+# (integration-tests/test_enctype.py checks it matches the shared original).
+set(KMPC_VECTORS "${CMAKE_SOURCE_DIR}/krb5-patches/tests/enctype-vectors.json")
 
 foreach(t share_test gf128_test prss_test aes_test engine_test)
   add_executable(kmpc_core_${t} ${KMPC_CORE_ROOT}/test/core/${t}.cc)
