@@ -66,6 +66,19 @@ absl::StatusOr<BatchId> ParseBatchId(const std::string& b) {
   return id;
 }
 
+// The size checks every KeyOps request shares: not empty, not above the
+// configured limit ("batch has 0 jobs" / "finalize has N items, the limit
+// is M").
+absl::Status CheckRequestSize(int n, absl::string_view request,
+                              absl::string_view unit, size_t limit) {
+  if (n == 0)
+    return absl::InvalidArgumentError(absl::StrCat(request, " has no ", unit));
+  if (static_cast<size_t>(n) > limit)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        request, " has ", n, " ", unit, ", the limit is ", limit));
+  return absl::OkStatus();
+}
+
 std::string StateKey(const std::string& run_batch_id, uint64_t job_id) {
   std::string k = run_batch_id;
   for (int i = 0; i < 8; ++i) k.push_back(static_cast<char>(job_id >> (8 * i)));
@@ -220,10 +233,9 @@ absl::Status KeyOpsService::DoRun(const kmpc::v1::RunRequest& req,
   auto batch_id = ParseBatchId(req.batch_id());
   if (!batch_id.ok()) return batch_id.status();
   const int n = req.jobs_size();
-  if (n == 0) return absl::InvalidArgumentError("batch has no jobs");
-  if (static_cast<size_t>(n) > options_.max_batch_jobs)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "batch has ", n, " jobs, the limit is ", options_.max_batch_jobs));
+  if (absl::Status s = CheckRequestSize(n, "batch", "jobs", options_.max_batch_jobs);
+      !s.ok())
+    return s;
   std::vector<engine::Job> jobs(n);
   std::set<uint64_t> ids;
   uint64_t aes_blocks = 0;
@@ -368,10 +380,9 @@ absl::Status KeyOpsService::DoFinalize(const kmpc::v1::FinalizeRequest& req,
   auto batch_id = ParseBatchId(req.batch_id());
   if (!batch_id.ok()) return batch_id.status();
   const int n = req.items_size();
-  if (n == 0) return absl::InvalidArgumentError("finalize has no items");
-  if (static_cast<size_t>(n) > options_.max_batch_jobs)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "finalize has ", n, " items, the limit is ", options_.max_batch_jobs));
+  if (absl::Status s = CheckRequestSize(n, "finalize", "items", options_.max_batch_jobs);
+      !s.ok())
+    return s;
   std::vector<std::string> keys;
   std::set<std::string> seen;
   for (int i = 0; i < n; ++i) {
