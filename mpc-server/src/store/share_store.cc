@@ -1,11 +1,15 @@
 #include "store/share_store.h"
 
+#include <fcntl.h>
 #include <lmdb.h>
 #include <openssl/crypto.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
@@ -122,14 +126,140 @@ absl::StatusOr<KeyRecord> DecodeRecord(const KeyId& id,
   return rec;
 }
 
+// Scrubbing (why the store compacts): LMDB is copy-on-write and never
+// clears a page it frees, so after a DeleteKey or a replacing PutKey the old
+// record (this server's shares of the old key) stays in data.mdb, in free
+// pages, until LMDB happens to reuse them. After every such change, under
+// the store's exclusive lock, the store therefore
+//   1. writes a compacted copy (mdb_env_copyfd2 with MDB_CP_COMPACT: live
+//      pages only) to DIR/data.mdb.compact (0600) and fsyncs it,
+//   2. closes the environment, renames the copy over data.mdb (atomic: the
+//      file is always a whole database, old or new) and fsyncs DIR,
+//   3. reopens the environment on the new file, and
+//   4. overwrites the old file's blocks (still open by descriptor) with
+//      zeros and fdatasyncs them before closing it.
+// Open does the same, so a store left unscrubbed (a crash between a change
+// and its compaction, or a store from before this) is cleaned at start.
+// Limits: step 4 clears the old blocks on an overwrite-in-place file system
+// (ext4, xfs); copy-on-write file systems (btrfs, zfs) and SSD wear levelling
+// may keep old blocks regardless; and a compaction copies the whole store,
+// so it costs O(store size) per deletion or replacement.
 struct ShareStore::Env {
   MDB_env* env = nullptr;
   MDB_dbi dbi = 0;
   std::string dir;
-  ~Env() {
+  size_t map_size = 0;
+  // Shared by reads; exclusive for writes and compaction (which closes and
+  // reopens `env`).
+  mutable std::shared_mutex mu;
+  bool scrub_pending = false;  // a change whose compaction failed
+  ~Env() { Close(); }
+  void Close() {
     if (env != nullptr) mdb_env_close(env);
+    env = nullptr;
   }
+  absl::Status OpenEnv();
+  absl::Status Compact();
 };
+
+absl::Status ShareStore::Env::OpenEnv() {
+  int rc = mdb_env_create(&env);
+  if (rc != 0) {
+    env = nullptr;
+    return LmdbError("env_create", rc);
+  }
+  absl::Status st;
+  MDB_txn* txn = nullptr;
+  if ((rc = mdb_env_set_mapsize(env, map_size)) != 0) {
+    st = LmdbError("set_mapsize", rc);
+    // MDB_NOTLS: read transactions are used from gRPC and worker threads.
+  } else if ((rc = mdb_env_open(env, dir.c_str(), MDB_NOTLS, 0600)) != 0) {
+    st = LmdbError("env_open", rc);
+  } else if ((rc = mdb_txn_begin(env, nullptr, 0, &txn)) != 0) {
+    st = LmdbError("txn_begin", rc);
+  } else if ((rc = mdb_dbi_open(txn, nullptr, 0, &dbi)) != 0) {
+    mdb_txn_abort(txn);
+    st = LmdbError("dbi_open", rc);
+  } else if ((rc = mdb_txn_commit(txn)) != 0) {
+    st = LmdbError("txn_commit", rc);
+  }
+  if (!st.ok()) Close();
+  return st;
+}
+
+namespace {
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("open " + dir);
+  int rc = fsync(fd);
+  close(fd);
+  return rc == 0 ? absl::OkStatus() : Errno("fsync " + dir);
+}
+
+// Overwrites the whole file behind `fd` with zeros and syncs it.
+absl::Status ZeroFile(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return Errno("fstat");
+  std::vector<char> zeros(size_t{1} << 20, 0);
+  for (off_t off = 0; off < st.st_size;) {
+    size_t n = std::min<off_t>(zeros.size(), st.st_size - off);
+    ssize_t w = pwrite(fd, zeros.data(), n, off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return Errno("pwrite");
+    off += w;
+  }
+  return fdatasync(fd) == 0 ? absl::OkStatus() : Errno("fdatasync");
+}
+
+}  // namespace
+
+absl::Status ShareStore::Env::Compact() {
+  const std::string data = dir + "/data.mdb";
+  const std::string tmp = dir + "/data.mdb.compact";
+  if (unlink(tmp.c_str()) != 0 && errno != ENOENT) return Errno("unlink " + tmp);
+  // Our own descriptor: mdb_env_copy2 would create the file 0666 & ~umask.
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("create " + tmp);
+  int rc = mdb_env_copyfd2(env, fd, MDB_CP_COMPACT);
+  absl::Status st = rc != 0 ? LmdbError("compacting copy", rc)
+                    : fsync(fd) != 0 ? Errno("fsync " + tmp)
+                                     : absl::OkStatus();
+  close(fd);
+  if (!st.ok()) {
+    unlink(tmp.c_str());
+    return st;
+  }
+  int old_fd = open(data.c_str(), O_RDWR | O_CLOEXEC);
+  if (old_fd < 0) {
+    st = Errno("open " + data);
+    unlink(tmp.c_str());
+    return st;
+  }
+  Close();
+  if (rename(tmp.c_str(), data.c_str()) != 0) {
+    st = Errno("rename " + tmp);
+    unlink(tmp.c_str());
+    close(old_fd);
+    // Still the old file: reopen it.
+    absl::Status re = OpenEnv();
+    return re.ok() ? st : absl::UnavailableError(absl::StrCat(
+                              st.message(), "; reopening the store: ", re.message()));
+  }
+  st = FsyncDir(dir);
+  absl::Status re = OpenEnv();
+  // The old file is no longer reachable by name; clear its blocks.
+  absl::Status z = ZeroFile(old_fd);
+  close(old_fd);
+  if (!re.ok())
+    return absl::UnavailableError(
+        absl::StrCat("store ", dir, " cannot be reopened after compaction: ", re.message()));
+  return !st.ok() ? st : z;
+}
 
 ShareStore::ShareStore(std::unique_ptr<Env> env) : env_(std::move(env)) {}
 ShareStore::~ShareStore() = default;
@@ -142,25 +272,30 @@ absl::StatusOr<std::unique_ptr<ShareStore>> ShareStore::Open(
   }
   auto e = std::make_unique<Env>();
   e->dir = dir;
-  int rc = mdb_env_create(&e->env);
-  if (rc != 0) return LmdbError("env_create", rc);
-  if ((rc = mdb_env_set_mapsize(e->env, map_size)) != 0)
-    return LmdbError("set_mapsize", rc);
-  // MDB_NOTLS: read transactions are used from gRPC and worker threads.
-  if ((rc = mdb_env_open(e->env, dir.c_str(), MDB_NOTLS, 0600)) != 0)
-    return LmdbError("env_open", rc);
-  MDB_txn* txn = nullptr;
-  if ((rc = mdb_txn_begin(e->env, nullptr, 0, &txn)) != 0)
-    return LmdbError("txn_begin", rc);
-  if ((rc = mdb_dbi_open(txn, nullptr, 0, &e->dbi)) != 0) {
-    mdb_txn_abort(txn);
-    return LmdbError("dbi_open", rc);
-  }
-  if ((rc = mdb_txn_commit(txn)) != 0) return LmdbError("txn_commit", rc);
+  e->map_size = map_size;
+  if (absl::Status st = e->OpenEnv(); !st.ok()) return st;
+  // Scrub what earlier runs may have left in free pages (see above).
+  if (absl::Status st = e->Compact(); !st.ok())
+    return absl::Status(st.code(), absl::StrCat("store ", dir, ": ", st.message()));
   return std::unique_ptr<ShareStore>(new ShareStore(std::move(e)));
 }
 
 std::string ShareStore::data_file() const { return env_->dir + "/data.mdb"; }
+
+// After a committed change that left old shares in free pages.
+absl::Status ShareStore::ScrubLocked(absl::string_view what) {
+  env_->scrub_pending = true;
+  if (env_->env == nullptr && !env_->OpenEnv().ok())
+    return absl::UnavailableError(absl::StrCat(what, ", but the store is unavailable"));
+  absl::Status st = env_->Compact();
+  if (!st.ok())
+    return absl::Status(st.code(), absl::StrCat(what, ", but the old shares could not "
+                                                "be scrubbed from the store file (",
+                                                st.message(), "); retried on the "
+                                                "next change and at start"));
+  env_->scrub_pending = false;
+  return absl::OkStatus();
+}
 
 absl::Status ShareStore::Put(const KeyMeta& meta,
                              absl::Span<const uint8_t> shares, bool replace) {
@@ -170,13 +305,21 @@ absl::Status ShareStore::Put(const KeyMeta& meta,
   if (shares.empty() || shares.size() > kMaxShares)
     return absl::InvalidArgumentError("shares empty or too large");
   std::vector<uint8_t> value = EncodeRecord(meta, shares);
+  std::unique_lock lock(env_->mu);
+  if (env_->env == nullptr && !env_->OpenEnv().ok()) {
+    OPENSSL_cleanse(value.data(), value.size());
+    return absl::UnavailableError("the share store is unavailable");
+  }
   MDB_txn* txn = nullptr;
   int rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
   absl::Status st;
+  bool replaced = false;
   if (rc != 0) {
     st = LmdbError("txn_begin", rc);
   } else {
     MDB_val k{kKeyIdSize, const_cast<uint8_t*>(meta.key_id.data())};
+    MDB_val old;
+    replaced = replace && mdb_get(txn, env_->dbi, &k, &old) == 0;
     MDB_val v{value.size(), value.data()};
     rc = mdb_put(txn, env_->dbi, &k, &v, replace ? 0 : MDB_NOOVERWRITE);
     if (rc == MDB_KEYEXIST) {
@@ -191,10 +334,14 @@ absl::Status ShareStore::Put(const KeyMeta& meta,
     }
   }
   OPENSSL_cleanse(value.data(), value.size());
+  if (st.ok() && (replaced || env_->scrub_pending))
+    st = ScrubLocked(absl::StrCat("key ", KeyIdHex(meta.key_id), " was stored"));
   return st;
 }
 
 absl::StatusOr<KeyRecord> ShareStore::Get(const KeyId& id) const {
+  std::shared_lock lock(env_->mu);
+  if (env_->env == nullptr) return absl::UnavailableError("the share store is unavailable");
   ReadTxn txn(env_->env);
   if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
   MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
@@ -208,6 +355,9 @@ absl::StatusOr<KeyRecord> ShareStore::Get(const KeyId& id) const {
 }
 
 absl::Status ShareStore::Delete(const KeyId& id) {
+  std::unique_lock lock(env_->mu);
+  if (env_->env == nullptr && !env_->OpenEnv().ok())
+    return absl::UnavailableError("the share store is unavailable");
   MDB_txn* txn = nullptr;
   int rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
   if (rc != 0) return LmdbError("txn_begin", rc);
@@ -220,10 +370,12 @@ absl::Status ShareStore::Delete(const KeyId& id) {
     return LmdbError("del", rc);
   }
   if ((rc = mdb_txn_commit(txn)) != 0) return LmdbError("commit", rc);
-  return absl::OkStatus();
+  return ScrubLocked(absl::StrCat("key ", KeyIdHex(id), " was deleted"));
 }
 
 absl::StatusOr<std::vector<KeyMeta>> ShareStore::List() const {
+  std::shared_lock lock(env_->mu);
+  if (env_->env == nullptr) return absl::UnavailableError("the share store is unavailable");
   ReadTxn txn(env_->env);
   if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
   MDB_cursor* cur = nullptr;
@@ -249,6 +401,8 @@ absl::StatusOr<std::vector<KeyMeta>> ShareStore::List() const {
 }
 
 absl::StatusOr<uint64_t> ShareStore::Count() const {
+  std::shared_lock lock(env_->mu);
+  if (env_->env == nullptr) return absl::UnavailableError("the share store is unavailable");
   ReadTxn txn(env_->env);
   if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
   MDB_stat stat;

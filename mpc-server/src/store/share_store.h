@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace kmpc::store {
@@ -67,12 +68,15 @@ class ShareStore {
   ShareStore(const ShareStore&) = delete;
   ShareStore& operator=(const ShareStore&) = delete;
 
-  // ALREADY_EXISTS if the id is present and !replace.
+  // ALREADY_EXISTS if the id is present and !replace. Replacing a record
+  // scrubs the old one from the file before returning (share_store.cc).
   absl::Status Put(const KeyMeta& meta, absl::Span<const uint8_t> shares,
                    bool replace);
   // NOT_FOUND for an unknown id; DATA_LOSS for a corrupt record.
   absl::StatusOr<KeyRecord> Get(const KeyId& id) const;
-  absl::Status Delete(const KeyId& id);  // NOT_FOUND for an unknown id
+  // NOT_FOUND for an unknown id. The record is scrubbed from the file
+  // before this returns; an error after the deletion says so.
+  absl::Status Delete(const KeyId& id);
   absl::StatusOr<std::vector<KeyMeta>> List() const;
   absl::StatusOr<uint64_t> Count() const;
 
@@ -82,6 +86,8 @@ class ShareStore {
  private:
   struct Env;
   explicit ShareStore(std::unique_ptr<Env> env);
+  // Compacts the file after a change; called with the exclusive lock.
+  absl::Status ScrubLocked(absl::string_view what);
   std::unique_ptr<Env> env_;
 };
 
