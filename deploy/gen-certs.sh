@@ -32,9 +32,46 @@
 # same on all three and prove nothing about which party answers).
 #
 # Keys are generated here at run time (EC P-256) and never committed.
+#
+# Revocation: DIR/crl.pem is the CA's certificate revocation list (written
+# empty with the CA; kmpc-mpc-server --crl=DIR/crl.pem refuses gRPC clients
+# whose certificate it lists, and re-reads it when it changes or on SIGHUP).
+#   deploy/gen-certs.sh DIR --revoke CERT.pem [CERT.pem ...]
+#       records the certificates as revoked in the CA's database
+#       (DIR/ca-private/index.txt) and writes a new DIR/crl.pem
+#   deploy/gen-certs.sh DIR --crl
+#       only writes a new DIR/crl.pem (it is valid for KMPC_CRL_DAYS, 365
+#       days by default: re-issue it before then)
+#   deploy/gen-certs.sh DIR --client NAME [CN]
+#       issues only DIR/NAME.{pem,key}, a client certificate with CN (default
+#       NAME), e.g. the replacement of a revoked one; the other certificates
+#       are left alone (a plain run re-issues all of them)
+# crl.pem is replaced atomically (rename), so a server never reads half of it.
 set -euo pipefail
-[ $# -ge 1 ] || { echo "usage: $0 DIR [EXTRA_CLIENT_CN ...]" >&2; exit 2; }
+usage() {
+  echo "usage: $0 DIR [EXTRA_CLIENT_CN ...]" >&2
+  echo "       $0 DIR --revoke CERT.pem [CERT.pem ...] | --crl | --client NAME [CN]" >&2
+  exit 2
+}
+[ $# -ge 1 ] || usage
 dir=$1; shift
+mode=issue
+case "${1:-}" in
+  --revoke) mode=revoke; shift; [ $# -ge 1 ] || usage
+            revoke=()
+            for f in "$@"; do
+              [ -f "$f" ] || { echo "gen-certs: no certificate $f" >&2; exit 1; }
+              revoke+=("$(realpath "$f")")
+            done
+            set -- ;;
+  --crl) mode=crl; shift; [ $# -eq 0 ] || usage ;;
+  --client) mode=client; shift; [ $# -ge 1 ] && [ $# -le 2 ] || usage
+            client_name=$1; client_cn=${2:-$1}; set -- ;;
+  --*) usage ;;
+esac
+if [ "$mode" != issue ] && [ ! -f "$dir/ca.pem" ]; then
+  echo "gen-certs: $dir has no CA (run $0 $dir first)" >&2; exit 1
+fi
 mkdir -p "$dir"
 chmod 700 "$dir"
 cd "$dir"
@@ -54,6 +91,62 @@ for f in ca.key ca.srl; do
   fi
 done
 cakey=ca-private/ca.key
+
+# The CA's database for `openssl ca` (revocations and CRL numbers only: the
+# certificates themselves are signed with `openssl x509 -req` below).
+ca_conf() {
+  [ -f ca-private/index.txt ] || : > ca-private/index.txt
+  [ -f ca-private/crlnumber ] || echo 1000 > ca-private/crlnumber
+  cat > ca-private/ca.cnf <<EOF
+[ ca ]
+default_ca = kmpc_ca
+[ kmpc_ca ]
+database = $(pwd)/ca-private/index.txt
+crlnumber = $(pwd)/ca-private/crlnumber
+certificate = $(pwd)/ca.pem
+private_key = $(pwd)/$cakey
+default_md = sha256
+default_crl_days = ${KMPC_CRL_DAYS:-365}
+unique_subject = no
+crl_extensions = crl_ext
+[ crl_ext ]
+authorityKeyIdentifier = keyid:always
+EOF
+}
+
+# A new DIR/crl.pem from the database, swapped in atomically.
+gen_crl() {
+  ca_conf
+  openssl ca -config ca-private/ca.cnf -gencrl -out crl.pem.tmp 2>ca-private/openssl.log ||
+    { cat ca-private/openssl.log >&2; exit 1; }
+  chmod 644 crl.pem.tmp
+  mv -f crl.pem.tmp crl.pem
+}
+
+case "$mode" in
+  revoke)
+    ca_conf
+    for f in "${revoke[@]}"; do
+      # Only certificates of this CA: a CRL entry is just a serial number.
+      openssl verify -CAfile ca.pem "$f" >/dev/null 2>&1 ||
+        { echo "gen-certs: $f is not a valid certificate of $(pwd)/ca.pem" >&2; exit 1; }
+      serial=$(openssl x509 -noout -serial -in "$f")
+      if grep -q "^R.*	${serial#serial=}	" ca-private/index.txt; then
+        echo "already revoked: $f ($serial)"; continue
+      fi
+      openssl ca -config ca-private/ca.cnf -revoke "$f" 2>ca-private/openssl.log ||
+        { cat ca-private/openssl.log >&2; exit 1; }
+      echo "revoked $f ($serial, $(openssl x509 -noout -subject -in "$f"))"
+    done
+    gen_crl
+    echo "CRL: $(pwd)/crl.pem (the servers re-read it within a second; SIGHUP forces it)"
+    exit 0 ;;
+  crl)
+    gen_crl
+    echo "CRL: $(pwd)/crl.pem"
+    exit 0 ;;
+esac
+
 if [ ! -f ca.pem ]; then
   newkey "$cakey"
   openssl req -x509 -new -key "$cakey" -sha256 -days "$days" -subj "/CN=kmpc-test-ca" \
@@ -83,6 +176,14 @@ client_ext='basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth'
 
+if [ "$mode" = client ]; then
+  sign "$client_name" "$client_cn" "$client_ext"
+  chmod 600 "$client_name.key"; chmod 644 "$client_name.pem"
+  echo "issued $(pwd)/$client_name.pem ($(openssl x509 -noout -serial -in "$client_name.pem"), CN $client_cn)"
+  exit 0
+fi
+
+[ -f crl.pem ] || gen_crl
 for i in 0 1 2; do sign "party-$i" "kmpc-party-$i" "$(server_ext "$i")"; done
 sign kdc kmpc-kdc "$client_ext"
 sign admin kmpc-admin "$client_ext"

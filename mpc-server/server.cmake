@@ -30,7 +30,8 @@ set_tests_properties(kmpc_server_unit_test PROPERTIES TIMEOUT 120)
 
 if(TARGET kmpc_core AND TARGET kmpc_proto)
   add_library(kmpc_service STATIC
-    src/service/scheduler.cc src/service/metrics.cc src/service/services.cc)
+    src/service/scheduler.cc src/service/metrics.cc src/service/services.cc
+    src/service/auth.cc)
   target_include_directories(kmpc_service PUBLIC "${_srv}/src")
   target_link_libraries(kmpc_service PUBLIC
     kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization)
@@ -50,6 +51,15 @@ if(TARGET kmpc_core AND TARGET kmpc_proto)
     KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   add_test(NAME kmpc_service_test COMMAND kmpc_service_test)
   set_tests_properties(kmpc_service_test PROPERTIES TIMEOUT 180)
+
+  # Client authorization over real gRPC+mTLS: CRL (revocation, reload) and
+  # certificate pins (service/auth.h).
+  add_executable(kmpc_auth_test test/server/auth_test.cc)
+  target_link_libraries(kmpc_auth_test PRIVATE kmpc_service GTest::gtest_main)
+  target_compile_definitions(kmpc_auth_test PRIVATE
+    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  add_test(NAME kmpc_auth_test COMMAND kmpc_auth_test)
+  set_tests_properties(kmpc_auth_test PROPERTIES TIMEOUT 120)
 else()
   message(STATUS "mpc-server: kmpc_core or kmpc_proto missing; "
                  "building the server without engine parts")

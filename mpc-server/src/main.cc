@@ -22,9 +22,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "net/log.h"
 #include "net/tls_ring.h"
+#include "service/auth.h"
 #include "service/metrics.h"
 #include "service/scheduler.h"
 #include "service/services.h"
@@ -49,9 +51,15 @@ ABSL_FLAG(int, schedule_timeout_ms, 5000,
 ABSL_FLAG(int, peer_batch_wait_ms, 2000,
           "how long a follower waits for its copy of a batch party 0 proposed");
 ABSL_FLAG(std::string, keyops_clients, "kmpc-kdc",
-          "comma-separated certificate CNs allowed to call KeyOps");
+          "comma-separated certificate CNs allowed to call KeyOps, and "
+          "optionally sha256:<hex> certificate fingerprints: with pins, a "
+          "client needs an allowed CN and a pinned certificate");
 ABSL_FLAG(std::string, admin_clients, "kmpc-admin",
-          "comma-separated certificate CNs allowed to call Admin");
+          "the same for Admin (kmpc-admin)");
+ABSL_FLAG(std::string, crl, "",
+          "PEM CRL signed by the --ca CA (deploy/gen-certs.sh DIR --revoke): "
+          "gRPC clients with a listed certificate are refused; reloaded when "
+          "the file changes and on SIGHUP");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted (MiB)");
 ABSL_FLAG(int, encrypt_state_ttl_ms, 10000,
           "how long an ENCRYPT job's state waits for its FINALIZE (the KDC "
@@ -107,11 +115,29 @@ int main(int argc, char** argv) {
     if (absl::GetFlag(*f).empty())
       return Fail("--cert, --key, --ca, --store_dir and --ring_prev are required");
 
+  // Client authorization (service/auth.h), checked before anything starts.
+  std::shared_ptr<kmpc::service::RevocationList> crl;
+  if (!absl::GetFlag(FLAGS_crl).empty()) {
+    auto c = kmpc::service::RevocationList::Open(absl::GetFlag(FLAGS_crl),
+                                                 absl::GetFlag(FLAGS_ca));
+    if (!c.ok()) return Fail(absl::StrCat("--crl: ", c.status().message()));
+    crl = *std::move(c);
+  }
+  kmpc::service::ClientPolicy keyops_clients, admin_clients;
+  for (auto [flag, name, policy] :
+       {std::tuple{&FLAGS_keyops_clients, "--keyops_clients", &keyops_clients},
+        std::tuple{&FLAGS_admin_clients, "--admin_clients", &admin_clients}}) {
+    auto p = kmpc::service::ParseClientPolicy(absl::GetFlag(*flag), crl);
+    if (!p.ok()) return Fail(absl::StrCat(name, ": ", p.status().message()));
+    *policy = *std::move(p);
+  }
+
   // Block the stop signals before any thread starts; one thread waits.
   sigset_t stop_set;
   sigemptyset(&stop_set);
   sigaddset(&stop_set, SIGTERM);
   sigaddset(&stop_set, SIGINT);
+  sigaddset(&stop_set, SIGHUP);  // reloads --crl
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -144,10 +170,8 @@ int main(int argc, char** argv) {
 
   kmpc::service::ServiceOptions svc;
   svc.party = party;
-  svc.keyops_clients = absl::StrSplit(absl::GetFlag(FLAGS_keyops_clients), ',',
-                                      absl::SkipEmpty());
-  svc.admin_clients = absl::StrSplit(absl::GetFlag(FLAGS_admin_clients), ',',
-                                     absl::SkipEmpty());
+  svc.keyops_clients = std::move(keyops_clients);
+  svc.admin_clients = std::move(admin_clients);
   if (absl::GetFlag(FLAGS_encrypt_state_ttl_ms) <= 0 ||
       absl::GetFlag(FLAGS_max_pending_encrypt_mb) <= 0)
     return Fail("--encrypt_state_ttl_ms and --max_pending_encrypt_mb must be positive");
@@ -201,7 +225,9 @@ int main(int argc, char** argv) {
                  << ropt.prev_addr << ", " << ropt.workers << " workers";
 
   int sig = 0;
-  sigwait(&stop_set, &sig);
+  while (sigwait(&stop_set, &sig) == 0 && sig == SIGHUP) {
+    if (crl != nullptr) (void)crl->Reload();  // logs the outcome
+  }
   KMPC_LOG(INFO) << "signal " << sig << ": shutting down";
   scheduler.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

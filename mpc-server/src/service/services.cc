@@ -15,23 +15,6 @@ namespace {
 
 using kmpc::v1::JobType;
 
-absl::Status Authorize(grpc::ServerContext* ctx,
-                       const std::vector<std::string>& allowed,
-                       const char* service) {
-  std::shared_ptr<const grpc::AuthContext> ac = ctx->auth_context();
-  if (ac == nullptr || !ac->IsPeerAuthenticated())
-    return absl::UnauthenticatedError("a client certificate is required");
-  std::string who;
-  for (const grpc::string_ref& v : ac->FindPropertyValues("x509_common_name")) {
-    std::string cn(v.data(), v.size());
-    for (const std::string& a : allowed)
-      if (cn == a) return absl::OkStatus();
-    who = cn;
-  }
-  return absl::PermissionDeniedError(
-      absl::StrCat("client '", who, "' may not call ", service));
-}
-
 uint32_t CeilBlocks(size_t bytes) { return static_cast<uint32_t>((bytes + 15) / 16); }
 
 // enctype.md: reject c0 == 0 and c0 + n > 2^128 - 1.

@@ -1,8 +1,8 @@
 // The gRPC services of one MPC server: KeyOps for the KDC, Admin for the
 // operator's tools. This is the only place absl::Status becomes grpc::Status
 // (style.md). Both services require mutual TLS; each has an allow-list of
-// client certificate identities (subject CN), checked from the call's
-// AuthContext on every RPC.
+// client certificate identities (subject CN, optional SHA-256 pins) and the
+// server's CRL, checked from the call's AuthContext on every RPC (auth.h).
 #ifndef KMPC_SERVICE_SERVICES_H_
 #define KMPC_SERVICE_SERVICES_H_
 
@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "kmpc.grpc.pb.h"
+#include "service/auth.h"
 #include "service/metrics.h"
 #include "service/scheduler.h"
 #include "store/share_store.h"
@@ -61,8 +62,8 @@ class KeyCache {
 
 struct ServiceOptions {
   int party = 0;
-  std::vector<std::string> keyops_clients = {"kmpc-kdc"};
-  std::vector<std::string> admin_clients = {"kmpc-admin"};
+  ClientPolicy keyops_clients{{"kmpc-kdc"}};
+  ClientPolicy admin_clients{{"kmpc-admin"}};
   // How long an ENCRYPT job's state waits for its FINALIZE (the KDC sends
   // it right after the Run answers, within milliseconds).
   absl::Duration encrypt_state_ttl = absl::Seconds(10);

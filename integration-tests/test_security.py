@@ -1,0 +1,262 @@
+"""Certificate revocation and pinning on the MPC servers' gRPC services, and
+the share store leaving no deleted or replaced shares in its file.
+
+Three real kmpc-mpc-server processes on loopback started with
+--crl=DIR/crl.pem and an Admin allow-list with certificate pins; driven by
+kmpc-mpc-client (tools/mpc_client.cc); certificates revoked with
+`deploy/gen-certs.sh DIR --revoke`, as an administrator would.
+"""
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "deploy"))
+import kmpc_cluster  # noqa: E402
+
+GEN_CERTS = os.path.join(ROOT, "deploy", "gen-certs.sh")
+SERVER = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server", required=False)
+CLIENT = kmpc_cluster.find_built("mpc-server/kmpc-mpc-client", required=False)
+pytestmark = pytest.mark.skipif(SERVER is None or CLIENT is None,
+                                reason="kmpc-mpc-server not built (make build)")
+
+UNAUTHENTICATED, PERMISSION_DENIED = 16, 7
+
+
+def gen_certs(*args):
+    return subprocess.run(["bash", GEN_CERTS, *args], check=True, capture_output=True,
+                          text=True, timeout=120).stdout
+
+
+def fingerprint(pem):
+    out = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", pem],
+                         check=True, capture_output=True, text=True).stdout
+    return out.strip().split("=", 1)[1]  # AB:12:... as openssl prints it
+
+
+class Servers:
+    def __init__(self, top, certs, extra):
+        self.top, self.certs, self.extra = top, certs, extra
+        self.base = kmpc_cluster.free_base()
+        self.procs = []
+
+    @property
+    def servers(self):
+        return ",".join(f"127.0.0.1:{self.base + i}" for i in range(3))
+
+    def args(self, i):
+        c = self.certs
+        return [SERVER, f"--party={i}", f"--listen=127.0.0.1:{self.base + i}",
+                f"--ring_listen=127.0.0.1:{self.base + 10 + i}",
+                f"--ring_prev=127.0.0.1:{self.base + 10 + (i + 2) % 3}",
+                f"--cert={c}/party-{i}.pem", f"--key={c}/party-{i}.key",
+                f"--ca={c}/ca.pem", f"--store_dir={self.store_dir(i)}",
+                "--ring_timeout_ms=2000", *self.extra]
+
+    def store_dir(self, i):
+        return os.path.join(self.top, f"store-{i}")
+
+    def log(self, i):
+        with open(os.path.join(self.top, f"party-{i}.log"), errors="replace") as f:
+            return f.read()
+
+    def start(self):
+        for i in range(3):
+            with open(os.path.join(self.top, f"party-{i}.log"), "ab") as log:
+                self.procs.append(subprocess.Popen(self.args(i), stdout=log,
+                                                   stderr=subprocess.STDOUT))
+        deadline = time.time() + 30
+        while not all("listening on" in self.log(i) for i in range(3)):
+            for i, p in enumerate(self.procs):
+                assert p.poll() is None, f"party {i} exited:\n{self.log(i)}"
+            assert time.time() < deadline, "servers did not start"
+            time.sleep(0.05)
+        # Ring up: health as an admin reports it.
+        while self.client("health", client="admin-b").stdout.count("ring_up 1") < 3:
+            assert time.time() < deadline, "ring did not come up"
+            time.sleep(0.1)
+        return self
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def check_alive(self):
+        for i, p in enumerate(self.procs):
+            assert p.poll() is None, f"party {i} died (rc={p.returncode}):\n{self.log(i)}"
+
+    def client(self, *args, client=None, stdin=None):
+        cmd = [CLIENT, f"--servers={self.servers}", f"--certs={self.certs}",
+               "--timeout_ms=10000"]
+        if client:
+            cmd.append(f"--client={client}")
+        return subprocess.run(cmd + list(args), input=stdin, capture_output=True,
+                              text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    top = str(tmp_path_factory.mktemp("security"))
+    certs = os.path.join(top, "certs")
+    gen_certs(certs)
+    # Admin certificates: admin-a and admin-b pinned, admin-c (same CN) not;
+    # kdc-a, kdc-b for KeyOps (no pins there).
+    for name, cn in [("admin-a", "kmpc-admin"), ("admin-b", "kmpc-admin"),
+                     ("admin-c", "kmpc-admin"), ("kdc-a", "kmpc-kdc"),
+                     ("kdc-b", "kmpc-kdc")]:
+        gen_certs(certs, "--client", name, cn)
+    pins = ",".join("sha256:" + fingerprint(f"{certs}/{n}.pem") for n in ("admin-a", "admin-b"))
+    s = Servers(top, certs, [f"--crl={certs}/crl.pem",
+                             f"--admin_clients=kmpc-admin,{pins}"]).start()
+    yield s
+    s.stop()
+
+
+def codes(r):
+    """Status codes of the rpc_error lines of a client run (it calls the
+    three servers and prints the first failure)."""
+    return [int(m) for m in re.findall(r"^rpc_error \d (\d+) ", r.stdout, re.M)]
+
+
+def test_revoked_certificates_refused_fresh_ones_work(cluster):
+    kid = cluster.client("put-key", f"--key_hex={secrets.token_hex(16)}",
+                         client="admin-b").stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", kid), kid
+    job = f"keystream {kid} 1 16\n"
+    assert cluster.client("list-keys", client="admin-a").returncode == 0
+    assert cluster.client("jobs", stdin=job, client="kdc-a").stdout.startswith("ok ")
+
+    out = gen_certs(cluster.certs, "--revoke", f"{cluster.certs}/admin-a.pem",
+                    f"{cluster.certs}/kdc-a.pem")
+    assert out.count("revoked ") == 2, out
+    # The servers see the new CRL file by themselves (checked once a second).
+    time.sleep(1.2)
+    r = cluster.client("list-keys", client="admin-a")
+    assert r.returncode != 0 and codes(r) == [UNAUTHENTICATED], r.stdout + r.stderr
+    assert "the client certificate has been revoked" in r.stdout
+    r = cluster.client("jobs", stdin=job, client="kdc-a")
+    assert r.returncode != 0 and UNAUTHENTICATED in codes(r), r.stdout + r.stderr
+    # Fresh certificates with the same CNs keep working.
+    assert cluster.client("list-keys", client="admin-b").returncode == 0
+    assert cluster.client("jobs", stdin=job, client="kdc-b").stdout.startswith("ok ")
+    serial = subprocess.run(["openssl", "x509", "-noout", "-serial", "-in",
+                             f"{cluster.certs}/admin-a.pem"], capture_output=True,
+                            text=True).stdout.strip().split("=")[1]
+    for i in range(3):
+        log = cluster.log(i)
+        assert re.search(r"Admin: denied .*CN 'kmpc-admin', serial " + serial +
+                         r".*certificate revoked", log), log[-3000:]
+        assert "revoked certificate(s)" in log
+    cluster.check_alive()
+
+
+def test_sighup_reloads_the_crl_and_keeps_serving(cluster):
+    before = [cluster.log(i).count("reloaded CRL") for i in range(3)]
+    for p in cluster.procs:
+        p.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while any(cluster.log(i).count("reloaded CRL") <= before[i] for i in range(3)):
+        assert time.time() < deadline, "no reload logged after SIGHUP"
+        time.sleep(0.05)
+    cluster.check_alive()
+    assert cluster.client("health", client="admin-b").stdout.count("ring_up 1") == 3
+
+
+def test_pinned_fingerprint_mismatch_refused(cluster):
+    r = cluster.client("list-keys", client="admin-c")  # CN kmpc-admin, not pinned
+    assert r.returncode != 0 and codes(r) == [PERMISSION_DENIED], r.stdout + r.stderr
+    assert "not one of the pinned ones" in r.stdout
+    for i in range(3):
+        assert "certificate fingerprint not pinned" in cluster.log(i)
+    assert cluster.client("list-keys", client="admin-b").returncode == 0
+    # A KDC certificate on Admin: still refused by CN.
+    r = cluster.client("list-keys", client="kdc-b")
+    assert codes(r) == [PERMISSION_DENIED], r.stdout
+
+
+def _record_shares(data, label):
+    """The shares bytes of the record with this label in an LMDB file
+    (share_store.cc layout: "KMS1" cipher kvno u32 label_len u16 label
+    shares_len u32 shares)."""
+    lab = label.encode()
+    pos = data.find(lab)
+    assert pos >= 11 and data[pos - 11:pos - 7] == b"KMS1", "record not found"
+    assert int.from_bytes(data[pos - 2:pos], "little") == len(lab)
+    off = pos + len(lab)
+    n = int.from_bytes(data[off:off + 4], "little")
+    shares = data[off + 4:off + 4 + n]
+    assert len(shares) == n and n >= 64
+    return shares
+
+
+def _pieces_left(path, shares):
+    with open(path, "rb") as f:
+        data = f.read()
+    return sum(1 for o in range(0, len(shares) - 63, 64) if shares[o:o + 64] in data)
+
+
+def test_deleted_and_replaced_shares_leave_the_store_file(cluster):
+    kid = secrets.token_hex(32)
+    label = "scrub-" + secrets.token_hex(8)
+    r = cluster.client("put-key", f"--key_hex={secrets.token_hex(32)}", f"--key_id_hex={kid}",
+                       f"--label={label}", client="admin-b")
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = [os.path.join(cluster.store_dir(i), "data.mdb") for i in range(3)]
+    old = []
+    for f in files:
+        with open(f, "rb") as fh:
+            old.append(_record_shares(fh.read(), label))
+        assert _pieces_left(f, old[-1]) == len(old[-1]) // 64
+    # Replace: the old shares go, the new ones are there.
+    r = cluster.client("put-key", f"--key_hex={secrets.token_hex(32)}", f"--key_id_hex={kid}",
+                       f"--label={label}", "--replace", client="admin-b")
+    assert r.returncode == 0, r.stdout + r.stderr
+    new = []
+    for f, o in zip(files, old):
+        assert _pieces_left(f, o) == 0
+        with open(f, "rb") as fh:
+            new.append(_record_shares(fh.read(), label))
+        assert new[-1] != o
+    # Delete: gone from every server's file.
+    r = cluster.client("delete-key", f"--key_id_hex={kid}", client="admin-b")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for f, n in zip(files, new):
+        assert _pieces_left(f, n) == 0
+        assert os.stat(f).st_mode & 0o777 == 0o600
+    cluster.check_alive()
+
+
+def _start_fails(tmp_path, cluster, *flags):
+    args = Servers(str(tmp_path), cluster.certs, list(flags)).args(0)
+    p = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0
+    return p.stdout + p.stderr
+
+
+def test_bad_crl_or_pin_stops_start_up(tmp_path, cluster):
+    bad = tmp_path / "bad-crl.pem"
+    bad.write_text("not a CRL\n")
+    out = _start_fails(tmp_path, cluster, f"--crl={bad}")
+    assert "--crl: CRL file" in out and "no PEM" in out, out
+    # A CRL of another CA.
+    other = str(tmp_path / "other")
+    gen_certs(other)
+    out = _start_fails(tmp_path, cluster, f"--crl={other}/crl.pem")
+    assert "not signed by a CA of --ca" in out, out
+    out = _start_fails(tmp_path, cluster, f"--crl={tmp_path}/missing.pem")
+    assert "cannot read" in out, out
+    out = _start_fails(tmp_path, cluster, "--admin_clients=kmpc-admin,sha256:12ab")
+    assert "--admin_clients: certificate pin 'sha256:12ab'" in out, out

@@ -1,0 +1,372 @@
+#include "service/auth.h"
+
+#include <openssl/asn1.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "net/log.h"
+
+namespace kmpc::service {
+namespace {
+
+struct X509Free { void operator()(X509* x) const { X509_free(x); } };
+struct CrlFree { void operator()(X509_CRL* c) const { X509_CRL_free(c); } };
+struct BioFree { void operator()(BIO* b) const { BIO_free(b); } };
+struct BnFree { void operator()(BIGNUM* b) const { BN_free(b); } };
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+using CrlPtr = std::unique_ptr<X509_CRL, CrlFree>;
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+
+BioPtr MemBio(const std::string& s) {
+  return BioPtr(BIO_new_mem_buf(s.data(), static_cast<int>(s.size())));
+}
+
+std::string NameDer(const X509_NAME* name) {
+  unsigned char* der = nullptr;
+  int n = i2d_X509_NAME(name, &der);
+  if (n <= 0) return "";
+  std::string out(reinterpret_cast<char*>(der), n);
+  OPENSSL_free(der);
+  return out;
+}
+
+std::string NameText(const X509_NAME* name) {
+  char buf[256];
+  X509_NAME_oneline(name, buf, sizeof(buf));
+  return buf;
+}
+
+std::string SerialHex(const ASN1_INTEGER* serial) {
+  std::unique_ptr<BIGNUM, BnFree> bn(ASN1_INTEGER_to_BN(serial, nullptr));
+  if (bn == nullptr) return "";
+  char* hex = BN_bn2hex(bn.get());
+  std::string out = hex != nullptr ? hex : "";
+  OPENSSL_free(hex);
+  return out;
+}
+
+// "YYYYMMDDHHMMSSZ" (GeneralizedTime), comparable as a string.
+std::string TimeKey(const ASN1_TIME* t) {
+  if (t == nullptr) return "";
+  ASN1_GENERALIZEDTIME* g = ASN1_TIME_to_generalizedtime(t, nullptr);
+  if (g == nullptr) return "";
+  std::string out(reinterpret_cast<const char*>(ASN1_STRING_get0_data(g)),
+                  ASN1_STRING_length(g));
+  ASN1_GENERALIZEDTIME_free(g);
+  return out;
+}
+
+bool ReadWholeFile(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return !f.bad();
+}
+
+bool SameFile(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_size == b.st_size &&
+         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+}
+
+// At most one log line per (certificate, reason) every 10 s: a revoked KDC
+// retries every batch and must not flood the log.
+bool ShouldLogDenial(const std::string& key) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* last = new std::map<std::string, absl::Time>();
+  absl::MutexLock lock(&mu);
+  const absl::Time now = absl::Now();
+  auto it = last->find(key);
+  if (it != last->end() && now - it->second < absl::Seconds(10)) return false;
+  if (last->size() > 1000) last->clear();
+  (*last)[key] = now;
+  return true;
+}
+
+struct PeerCert {
+  std::string cn;
+  X509Ptr cert;  // null unless the policy needed it
+  std::string serial_hex;
+  std::string sha256_hex;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------ RevocationList
+
+absl::StatusOr<std::shared_ptr<RevocationList>> RevocationList::Open(
+    const std::string& crl_path, const std::string& ca_path) {
+  std::string ca_pem;
+  if (!ReadWholeFile(ca_path, &ca_pem) || ca_pem.empty())
+    return absl::InvalidArgumentError(absl::StrCat("--crl: cannot read the CA file ", ca_path));
+  std::shared_ptr<RevocationList> list(new RevocationList(crl_path, std::move(ca_pem)));
+  absl::MutexLock lock(&list->mu_);
+  if (absl::Status st = list->LoadLocked(true); !st.ok()) return st;
+  return list;
+}
+
+absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::Parse(
+    const std::string& pem) const {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("CRL file ", crl_path_, ": ", why));
+  };
+  std::vector<X509Ptr> cas;
+  {
+    BioPtr bio = MemBio(ca_pem_);
+    while (X509* c = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr))
+      cas.emplace_back(c);
+    ERR_clear_error();
+  }
+  if (cas.empty()) return bad("the CA file holds no PEM certificate");
+  auto snap = std::make_shared<Snapshot>();
+  BioPtr bio = MemBio(pem);
+  int n = 0;
+  const std::string now_key = [] {
+    ASN1_TIME* t = X509_gmtime_adj(nullptr, 0);
+    std::string k = TimeKey(t);
+    ASN1_TIME_free(t);
+    return k;
+  }();
+  while (X509_CRL* raw = PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr)) {
+    CrlPtr crl(raw);
+    ++n;
+    const X509_NAME* issuer = X509_CRL_get_issuer(crl.get());
+    // A delta CRL only lists changes since a base CRL: not supported.
+    if (X509_CRL_get_ext_by_NID(crl.get(), NID_delta_crl, -1) >= 0)
+      return bad("delta CRLs are not supported");
+    bool signed_by_ca = false;
+    for (const X509Ptr& ca : cas) {
+      if (X509_NAME_cmp(X509_get_subject_name(ca.get()), issuer) != 0) continue;
+      // A CA whose keyUsage is present must allow cRLSign.
+      if ((X509_get_extension_flags(ca.get()) & EXFLAG_KUSAGE) != 0 &&
+          (X509_get_key_usage(ca.get()) & KU_CRL_SIGN) == 0)
+        continue;
+      EVP_PKEY* key = X509_get0_pubkey(ca.get());
+      if (key != nullptr && X509_CRL_verify(crl.get(), key) == 1) {
+        signed_by_ca = true;
+        break;
+      }
+    }
+    ERR_clear_error();
+    if (!signed_by_ca)
+      return bad(absl::StrCat("CRL ", n, " (issuer ", NameText(issuer),
+                              ") is not signed by a CA of --ca"));
+    const std::string last = TimeKey(X509_CRL_get0_lastUpdate(crl.get()));
+    if (last.empty()) return bad("a CRL has no valid lastUpdate");
+    if (last > snap->newest_last_update) snap->newest_last_update = last;
+    const std::string next = TimeKey(X509_CRL_get0_nextUpdate(crl.get()));
+    if (!next.empty() && next < now_key)
+      KMPC_LOG(WARNING) << "CRL file " << crl_path_ << ": CRL " << n
+                        << " expired (nextUpdate " << next
+                        << "); its revocations stay in force, issue a fresh one";
+    std::set<std::string>& serials = snap->revoked[NameDer(issuer)];
+    STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
+    for (int i = 0; i < sk_X509_REVOKED_num(revoked); ++i) {
+      const X509_REVOKED* r = sk_X509_REVOKED_value(revoked, i);
+      std::string s = SerialHex(X509_REVOKED_get0_serialNumber(r));
+      if (s.empty()) return bad("a revoked entry has an unreadable serial");
+      if (serials.insert(s).second) ++snap->count;
+    }
+  }
+  // PEM_read_bio_X509_CRL's "no start line" at the end of the input.
+  ERR_clear_error();
+  if (n == 0) return bad("no PEM \"X509 CRL\" block");
+  return std::shared_ptr<const Snapshot>(std::move(snap));
+}
+
+absl::Status RevocationList::LoadLocked(bool forced) {
+  struct stat st {};
+  std::string pem;
+  // stat before reading: a change during the read is seen at the next poll.
+  if (stat(crl_path_.c_str(), &st) != 0 || !ReadWholeFile(crl_path_, &pem))
+    return absl::InvalidArgumentError(
+        absl::StrCat("CRL file ", crl_path_, ": cannot read it: ", strerror(errno)));
+  seen_ = st;
+  auto snap = Parse(pem);
+  if (!snap.ok()) return snap.status();
+  if (current_ != nullptr && (*snap)->newest_last_update < current_->newest_last_update)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CRL file ", crl_path_, ": older (lastUpdate ", (*snap)->newest_last_update,
+        ") than the CRL in force (", current_->newest_last_update, "); not loaded"));
+  const bool first = current_ == nullptr;
+  current_ = *std::move(snap);
+  KMPC_LOG(INFO) << (first ? "loaded" : forced ? "reloaded" : "reloaded (file changed)")
+                 << " CRL " << crl_path_ << ": " << current_->count
+                 << " revoked certificate(s), lastUpdate "
+                 << current_->newest_last_update;
+  return absl::OkStatus();
+}
+
+absl::Status RevocationList::Reload() {
+  absl::MutexLock lock(&mu_);
+  last_poll_ = absl::Now();
+  absl::Status st = LoadLocked(true);
+  if (!st.ok())
+    KMPC_LOG(ERROR) << st.message() << "; the CRL loaded before stays in force";
+  return st;
+}
+
+void RevocationList::PollLocked() {
+  const absl::Time now = absl::Now();
+  if (now - last_poll_ < poll_) return;
+  last_poll_ = now;
+  struct stat st {};
+  if (stat(crl_path_.c_str(), &st) != 0) {
+    // Removed or moved away: keep enforcing what was loaded (log once).
+    if (seen_.st_ino != 0)
+      KMPC_LOG(ERROR) << "CRL file " << crl_path_ << ": " << strerror(errno)
+                      << "; the CRL loaded before stays in force";
+    seen_ = {};
+    return;
+  }
+  if (SameFile(st, seen_)) return;
+  if (absl::Status s = LoadLocked(false); !s.ok())
+    KMPC_LOG(ERROR) << s.message() << "; the CRL loaded before stays in force";
+}
+
+bool RevocationList::IsRevoked(const std::string& issuer_der,
+                               const std::string& serial_hex) {
+  std::shared_ptr<const Snapshot> snap;
+  {
+    absl::MutexLock lock(&mu_);
+    PollLocked();
+    snap = current_;
+  }
+  auto it = snap->revoked.find(issuer_der);
+  return it != snap->revoked.end() && it->second.count(serial_hex) > 0;
+}
+
+size_t RevocationList::revoked_count() {
+  absl::MutexLock lock(&mu_);
+  return current_->count;
+}
+
+// ------------------------------------------------------------ policy
+
+absl::StatusOr<ClientPolicy> ParseClientPolicy(absl::string_view list,
+                                               std::shared_ptr<RevocationList> crl) {
+  ClientPolicy p;
+  p.crl = std::move(crl);
+  for (absl::string_view e : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    e = absl::StripAsciiWhitespace(e);
+    if (absl::StartsWithIgnoreCase(e, "sha256:")) {
+      std::string hex = absl::StrReplaceAll(e.substr(7), {{":", ""}});
+      bool ok = hex.size() == 64;
+      for (char c : hex) ok = ok && absl::ascii_isxdigit(static_cast<unsigned char>(c));
+      if (!ok)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "certificate pin '", e, "' is not sha256: followed by 32 bytes of hex "
+            "(openssl x509 -noout -fingerprint -sha256 -in CERT)"));
+      std::string raw = absl::HexStringToBytes(hex);
+      Sha256 pin;
+      std::memcpy(pin.data(), raw.data(), pin.size());
+      p.pins.push_back(pin);
+    } else if (absl::StrContains(e, ":")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "allow-list entry '", e, "': pins are written sha256:<hex>"));
+    } else {
+      p.names.emplace_back(e);
+    }
+  }
+  if (p.names.empty())
+    return absl::InvalidArgumentError(
+        "an allow-list needs at least one certificate CN (pins only narrow it)");
+  return p;
+}
+
+absl::StatusOr<std::string> CertificateSha256Hex(const std::string& pem) {
+  BioPtr bio = MemBio(pem);
+  X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  ERR_clear_error();
+  if (cert == nullptr) return absl::InvalidArgumentError("not a PEM certificate");
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (X509_digest(cert.get(), EVP_sha256(), md, &n) != 1 || n != 32)
+    return absl::InternalError("cannot hash the certificate");
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(md), n));
+}
+
+absl::Status AuthorizePeer(const grpc::AuthContext* ac, const ClientPolicy& policy,
+                           const char* service, const std::string& peer) {
+  if (ac == nullptr || !ac->IsPeerAuthenticated())
+    return absl::UnauthenticatedError("a client certificate is required");
+  PeerCert pc;
+  bool name_ok = false;
+  for (const grpc::string_ref& v : ac->FindPropertyValues("x509_common_name")) {
+    pc.cn.assign(v.data(), v.size());
+    for (const std::string& a : policy.names) name_ok = name_ok || pc.cn == a;
+  }
+  const bool need_cert = policy.crl != nullptr || !policy.pins.empty();
+  Sha256 fp{};
+  if (need_cert) {
+    for (const grpc::string_ref& v :
+         ac->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME)) {
+      BioPtr bio(BIO_new_mem_buf(v.data(), static_cast<int>(v.size())));
+      pc.cert.reset(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+      ERR_clear_error();
+      break;
+    }
+    unsigned int n = 0;
+    if (pc.cert == nullptr ||
+        X509_digest(pc.cert.get(), EVP_sha256(), fp.data(), &n) != 1 || n != 32) {
+      KMPC_LOG(WARNING) << service << ": denied " << peer << " (CN '" << pc.cn
+                        << "'): its certificate is not available to check";
+      return absl::UnauthenticatedError("the client certificate cannot be checked");
+    }
+    pc.serial_hex = SerialHex(X509_get0_serialNumber(pc.cert.get()));
+    pc.sha256_hex = absl::BytesToHexString(
+        absl::string_view(reinterpret_cast<const char*>(fp.data()), fp.size()));
+  }
+  auto deny = [&](absl::Status st, const char* reason) {
+    if (ShouldLogDenial(absl::StrCat(service, "|", pc.cn, "|", pc.sha256_hex, "|", reason)))
+      KMPC_LOG(WARNING) << service << ": denied " << peer << " (CN '" << pc.cn
+                        << "'" << (need_cert ? ", serial " + pc.serial_hex : "")
+                        << (need_cert ? ", sha256 " + pc.sha256_hex : "")
+                        << "): " << reason;
+    return st;
+  };
+  if (policy.crl != nullptr &&
+      policy.crl->IsRevoked(NameDer(X509_get_issuer_name(pc.cert.get())), pc.serial_hex))
+    return deny(absl::UnauthenticatedError("the client certificate has been revoked"),
+                "certificate revoked");
+  if (!name_ok)
+    return deny(absl::PermissionDeniedError(
+                    absl::StrCat("client '", pc.cn, "' may not call ", service)),
+                "CN not in the allow-list");
+  if (!policy.pins.empty()) {
+    bool pinned = false;
+    for (const Sha256& p : policy.pins) pinned = pinned || p == fp;
+    if (!pinned)
+      return deny(absl::PermissionDeniedError(absl::StrCat(
+                      "client '", pc.cn, "' may not call ", service,
+                      ": its certificate is not one of the pinned ones")),
+                  "certificate fingerprint not pinned");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Authorize(grpc::ServerContext* ctx, const ClientPolicy& policy,
+                       const char* service) {
+  std::shared_ptr<const grpc::AuthContext> ac = ctx->auth_context();
+  return AuthorizePeer(ac.get(), policy, service, ctx->peer());
+}
+
+}  // namespace kmpc::service

@@ -1,0 +1,278 @@
+// Client authorization (service/auth.h) over real gRPC + mutual TLS: one
+// server with the Admin and KeyOps services, clients with certificates
+// from deploy/gen-certs.sh, revocations written by `gen-certs.sh --revoke`.
+#include "service/auth.h"
+
+#include <grpcpp/grpcpp.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kmpc.grpc.pb.h"
+#include "service/services.h"
+#include "store/share_store.h"
+#include "test_util.h"
+
+namespace kmpc::service {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void Spit(const std::string& path, const std::string& data) {
+  std::ofstream f(path + ".tmp");
+  f << data;
+  f.close();
+  ASSERT_EQ(rename((path + ".tmp").c_str(), path.c_str()), 0);
+}
+
+int GenCerts(const std::string& args) {
+  std::string cmd = "bash " KMPC_SOURCE_DIR "/deploy/gen-certs.sh " + args + " >/dev/null";
+  return system(cmd.c_str());
+}
+
+class AuthTest : public ::testing::Test {
+ protected:
+  // Certificates made once; each test revokes in its own copy.
+  static void SetUpTestSuite() {
+    base_ = new std::string(::kmpc::testing::MakeTestCerts("auth-test-base"));
+    ASSERT_FALSE(base_->empty());
+    // Replacements with the same CNs (what an administrator issues after
+    // revoking a stolen certificate).
+    ASSERT_EQ(GenCerts(*base_ + "/certs --client admin-new kmpc-admin"), 0);
+    ASSERT_EQ(GenCerts(*base_ + "/certs --client kdc-new kmpc-kdc"), 0);
+    other_ = new std::string(::kmpc::testing::MakeTestCerts("auth-test-other"));
+    ASSERT_FALSE(other_->empty());
+  }
+  static void TearDownTestSuite() {
+    for (std::string* d : {base_, other_}) {
+      if (d != nullptr && !d->empty()) (void)system(("rm -rf " + *d).c_str());
+      delete d;
+    }
+  }
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/kmpc-auth-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    certs_ = dir_ + "/certs";
+    ASSERT_EQ(system(("cp -a " + *base_ + "/certs " + certs_).c_str()), 0);
+    auto st = store::ShareStore::Open(dir_ + "/store", size_t{16} << 20);
+    ASSERT_TRUE(st.ok()) << st.status();
+    store_ = std::move(*st);
+    keys_ = std::make_unique<KeyCache>(store_.get(), 0);
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+    std::string cmd = "rm -rf " + dir_;
+    (void)system(cmd.c_str());
+  }
+
+  // Serves Admin and KeyOps (no ring: the calls used here never reach it).
+  void Serve(ClientPolicy keyops, ClientPolicy admin) {
+    ServiceOptions o;
+    o.keyops_clients = std::move(keyops);
+    o.admin_clients = std::move(admin);
+    keyops_svc_ = std::make_unique<KeyOpsService>(o, keys_.get(), nullptr, &metrics_);
+    admin_svc_ = std::make_unique<AdminService>(o, store_.get(), keys_.get(), nullptr,
+                                                &metrics_);
+    grpc::SslServerCredentialsOptions so(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    so.pem_root_certs = Slurp(certs_ + "/ca.pem");
+    so.pem_key_cert_pairs.push_back(
+        {Slurp(certs_ + "/party-0.key"), Slurp(certs_ + "/party-0.pem")});
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(so), &port_);
+    b.RegisterService(keyops_svc_.get());
+    b.RegisterService(admin_svc_.get());
+    server_ = b.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(port_, 0);
+  }
+
+  std::shared_ptr<grpc::Channel> Channel(const std::string& name) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = Slurp(certs_ + "/ca.pem");
+    o.pem_private_key = Slurp(certs_ + "/" + name + ".key");
+    o.pem_cert_chain = Slurp(certs_ + "/" + name + ".pem");
+    grpc::ChannelArguments a;
+    a.SetSslTargetNameOverride("kmpc-party-0");
+    return grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port_),
+                                     grpc::SslCredentials(o), a);
+  }
+
+  // Admin.ListKeys as certificate `name`.
+  grpc::Status ListKeys(const std::string& name) {
+    return ListKeysOn(Channel(name));
+  }
+  static grpc::Status ListKeysOn(const std::shared_ptr<grpc::Channel>& ch) {
+    auto stub = v1::Admin::NewStub(ch);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ListKeysRequest req;
+    v1::ListKeysResponse resp;
+    return stub->ListKeys(&ctx, req, &resp);
+  }
+  // KeyOps.Finalize with an empty request as `name`: INVALID_ARGUMENT once
+  // authorized (the request is checked after the caller).
+  grpc::Status Finalize(const std::string& name) {
+    auto stub = v1::KeyOps::NewStub(Channel(name));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::FinalizeRequest req;
+    v1::FinalizeResponse resp;
+    return stub->Finalize(&ctx, req, &resp);
+  }
+
+  std::shared_ptr<RevocationList> Crl() {
+    auto crl = RevocationList::Open(certs_ + "/crl.pem", certs_ + "/ca.pem");
+    EXPECT_TRUE(crl.ok()) << crl.status();
+    if (!crl.ok()) return nullptr;
+    (*crl)->set_poll_interval(absl::ZeroDuration());
+    return *crl;
+  }
+
+  ClientPolicy Policy(const std::string& list, std::shared_ptr<RevocationList> crl) {
+    auto p = ParseClientPolicy(list, std::move(crl));
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *p : ClientPolicy{};
+  }
+
+  static std::string* base_;
+  static std::string* other_;  // another CA's certificates and CRL
+  std::string dir_, certs_;
+  std::unique_ptr<store::ShareStore> store_;
+  std::unique_ptr<KeyCache> keys_;
+  Metrics metrics_;
+  std::unique_ptr<KeyOpsService> keyops_svc_;
+  std::unique_ptr<AdminService> admin_svc_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+std::string* AuthTest::base_ = nullptr;
+std::string* AuthTest::other_ = nullptr;
+
+TEST_F(AuthTest, RevokedCertificatesRefusedFreshOnesWork) {
+  auto crl = Crl();
+  ASSERT_NE(crl, nullptr);
+  EXPECT_EQ(crl->revoked_count(), 0u);
+  Serve(Policy("kmpc-kdc", crl), Policy("kmpc-admin", crl));
+  // Before the revocation: both work; a channel kept across it.
+  auto admin_channel = Channel("admin");
+  ASSERT_TRUE(ListKeysOn(admin_channel).ok());
+  EXPECT_EQ(Finalize("kdc").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  ASSERT_EQ(GenCerts(certs_ + " --revoke " + certs_ + "/admin.pem " + certs_ +
+                     "/kdc.pem"),
+            0);
+  // The server notices the changed file on the next call (no restart).
+  grpc::Status st = ListKeysOn(admin_channel);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(st.error_message(), "the client certificate has been revoked");
+  EXPECT_EQ(crl->revoked_count(), 2u);
+  EXPECT_EQ(ListKeys("admin").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Finalize("kdc").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // The replacements, same CNs, other serials: accepted.
+  EXPECT_TRUE(ListKeys("admin-new").ok());
+  EXPECT_EQ(Finalize("kdc-new").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Revocation does not make a CN acceptable to the other service.
+  EXPECT_EQ(ListKeys("kdc-new").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(AuthTest, BadOrOlderCrlKeepsTheOneInForce) {
+  const std::string path = certs_ + "/crl.pem";
+  const std::string empty_crl = Slurp(path);
+  sleep(1);  // the revoking CRL's lastUpdate is a later second
+  ASSERT_EQ(GenCerts(certs_ + " --revoke " + certs_ + "/admin.pem"), 0);
+  auto crl = Crl();
+  ASSERT_NE(crl, nullptr);
+  Serve(Policy("kmpc-kdc", crl), Policy("kmpc-admin", crl));
+  EXPECT_EQ(ListKeys("admin").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  const std::string revoking_crl = Slurp(path);
+
+  // Garbage, an older CRL (rollback), a CRL of another CA, a removed file:
+  // each is refused and the admin certificate stays revoked.
+  for (const std::string& bad :
+       {std::string("not a CRL\n"), empty_crl, Slurp(*other_ + "/certs/crl.pem"),
+        std::string()}) {
+    if (bad.empty()) {
+      ASSERT_EQ(unlink(path.c_str()), 0);
+    } else {
+      Spit(path, bad);
+    }
+    EXPECT_FALSE(crl->Reload().ok());
+    EXPECT_EQ(ListKeys("admin").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_TRUE(ListKeys("admin-new").ok());
+  }
+  Spit(path, revoking_crl);
+  EXPECT_TRUE(crl->Reload().ok());
+  EXPECT_EQ(crl->revoked_count(), 1u);
+}
+
+TEST_F(AuthTest, OpenRejectsBadCrlFiles) {
+  const std::string ca = certs_ + "/ca.pem";
+  auto missing = RevocationList::Open(dir_ + "/nope.pem", ca);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("cannot read"), std::string::npos);
+  Spit(dir_ + "/junk.pem", "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n");
+  auto junk = RevocationList::Open(dir_ + "/junk.pem", ca);
+  EXPECT_FALSE(junk.ok());
+  EXPECT_NE(junk.status().message().find("no PEM"), std::string::npos) << junk.status();
+  auto foreign = RevocationList::Open(*other_ + "/certs/crl.pem", ca);
+  EXPECT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.status().message().find("not signed by a CA of --ca"),
+            std::string::npos)
+      << foreign.status();
+  EXPECT_TRUE(RevocationList::Open(certs_ + "/crl.pem", ca).ok());
+}
+
+TEST_F(AuthTest, PinnedFingerprintMismatchRefused) {
+  auto fp = CertificateSha256Hex(Slurp(certs_ + "/admin.pem"));
+  ASSERT_TRUE(fp.ok());
+  // The pin as openssl prints it (upper case, colons).
+  std::string colons;
+  for (size_t i = 0; i < fp->size(); i += 2)
+    absl::StrAppend(&colons, i ? ":" : "", absl::AsciiStrToUpper(fp->substr(i, 2)));
+  Serve(Policy("kmpc-kdc", nullptr), Policy("kmpc-admin,sha256:" + colons, nullptr));
+  EXPECT_TRUE(ListKeys("admin").ok());
+  grpc::Status st = ListKeys("admin-new");  // right CN, another certificate
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(st.error_message(),
+            "client 'kmpc-admin' may not call Admin: its certificate is not one of "
+            "the pinned ones");
+  EXPECT_EQ(ListKeys("kdc").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // No pins on KeyOps: any kmpc-kdc certificate of the CA.
+  EXPECT_EQ(Finalize("kdc-new").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST(ParseClientPolicyTest, Errors) {
+  EXPECT_FALSE(ParseClientPolicy("", nullptr).ok());
+  EXPECT_FALSE(ParseClientPolicy("kmpc-admin,sha256:abcd", nullptr).ok());
+  EXPECT_FALSE(ParseClientPolicy(absl::StrCat("kmpc-admin,sha256:", std::string(63, 'a'),
+                                              "g"),
+                                 nullptr)
+                   .ok());
+  EXPECT_FALSE(ParseClientPolicy(absl::StrCat("sha256:", std::string(64, 'a')), nullptr)
+                   .ok());  // pins alone admit no CN
+  EXPECT_FALSE(ParseClientPolicy("kmpc-admin,md5:00", nullptr).ok());
+  auto p = ParseClientPolicy(
+      absl::StrCat(" kmpc-admin , other,SHA256:", std::string(64, 'A')), nullptr);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->names, (std::vector<std::string>{"kmpc-admin", "other"}));
+  ASSERT_EQ(p->pins.size(), 1u);
+  EXPECT_EQ(p->pins[0][0], 0xaa);
+}
+
+}  // namespace
+}  // namespace kmpc::service
