@@ -28,12 +28,9 @@ import argparse
 import glob
 import json
 import os
-import random
 import re
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -88,27 +85,29 @@ def find_built(rel, required=True):
     return None
 
 
+def kdcmpc_conf(name, so, options):
+    """kdc.conf text loading the kdcmpc module `name` from `so`, with the
+    relations of options ({relation: value}) in its [kdcmpc] section."""
+    body = "".join(f"        {k} = {v}\n" for k, v in options.items())
+    return (f"[plugins]\n    kdcmpc = {{\n        module = {name}:{so}\n    }}\n"
+            f"[kdcmpc]\n    {name} = {{\n{body}    }}\n")
+
+
 def test_module_path():
     return os.path.join(kmpc_realm.PREFIX, "lib", "krb5", "plugins", "kdcmpc", "test.so")
 
 
+# gRPC listens on base+0..2, the ring on base+10..12 (deploy/mpc-local.sh).
+PORT_OFFSETS = (0, 1, 2, 10, 11, 12)
+
+
 def free_base():
-    """A base port with base+0..2 (gRPC) and base+10..12 (ring) free."""
-    for _ in range(500):
-        base = random.randrange(20000, 55000)
-        socks = []
-        try:
-            for p in list(range(base, base + 3)) + list(range(base + 10, base + 13)):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RealmError("no free ports for the MPC servers")
+    """A base port with base+0..2 (gRPC) and base+10..12 (ring) free, all
+    outside the ephemeral range (kmpc_realm.listen_port_range)."""
+    try:
+        return kmpc_realm.free_port_block(PORT_OFFSETS, udp=False)
+    except RealmError:
+        raise RealmError("no free ports for the MPC servers") from None
 
 
 def pid_alive(pid):
@@ -153,6 +152,7 @@ class MpcCluster:
         self.server_flags = server_flags
         self.base = None
         self.servers = None
+        self._restarted = {}
 
     def addr(self, i):
         return f"127.0.0.1:{self.base + i}"
@@ -194,6 +194,50 @@ class MpcCluster:
             if attempt == 2 or "Address already in use" not in p.stderr + self.logs():
                 raise RealmError(f"mpc-local.sh start failed:\n{p.stderr}\n{self.logs()}")
         return self
+
+    def server_argv(self, i):
+        """Party i's command line, as deploy/mpc-local.sh starts it."""
+        c = self.certs
+        return [find_built("mpc-server/kmpc-mpc-server"), f"--party={i}",
+                f"--listen=127.0.0.1:{self.base + i}",
+                f"--ring_listen=127.0.0.1:{self.base + 10 + i}",
+                f"--ring_prev=127.0.0.1:{self.base + 10 + (i + 2) % 3}",
+                f"--cert={c}/party-{i}.pem", f"--key={c}/party-{i}.key",
+                f"--ca={c}/ca.pem", f"--store_dir={self.store_dir(i)}",
+                f"--workers={self.workers}", *self.server_flags.split()]
+
+    def start_party(self, i, timeout=30):
+        """Restart party i alone (after stop_party) on its ports and store;
+        wait for its "listening" line."""
+        log = self.log_path(i)
+        offset = os.path.getsize(log) if os.path.exists(log) else 0
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(self.server_argv(i), stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self._restarted[i] = proc  # reaped by stop_pid
+        with open(os.path.join(self.dir, f"party-{i}.pid"), "w") as f:
+            f.write(str(proc.pid))
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with open(log, errors="replace") as f:
+                f.seek(offset)
+                if "listening on" in f.read():
+                    return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RealmError(f"party {i} did not restart:\n{self.logs()}")
+
+    def client(self, *args, timeout=60):
+        """Run kmpc-mpc-client against the three servers (its default
+        certificate for the command); its stdout, or RealmError if it failed."""
+        p = subprocess.run([find_built("mpc-server/kmpc-mpc-client"),
+                            f"--servers={self.servers}", f"--certs={self.certs}", *args],
+                           capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise RealmError(f"kmpc-mpc-client {args[0] if args else ''} exited "
+                             f"{p.returncode}:\n{p.stdout}{p.stderr}")
+        return p.stdout
 
     def admin_flags(self, client="admin"):
         c = self.certs
@@ -284,11 +328,10 @@ class KmpcRealm(kmpc_realm.Realm):
         c = self.cluster
         if self.module == "real":
             so = find_built("kdc-plugin/libkmpc_kdc.so")
-            opts = (f"        servers = {c.servers}\n"
-                    f"        ca = {c.certs}/ca.pem\n"
-                    f"        cert = {c.certs}/kdc.pem\n"
-                    f"        key = {c.certs}/kdc.key\n")
-            opts += "".join(f"        {k} = {v}\n" for k, v in self.module_options.items())
+            opts = {"servers": c.servers, "ca": f"{c.certs}/ca.pem",
+                    "cert": f"{c.certs}/kdc.pem", "key": f"{c.certs}/kdc.key"}
+            # module_options may also replace these (e.g. servers).
+            opts.update(self.module_options)
             name = REAL_MODULE_NAME
         else:
             so = test_module_path()
@@ -296,11 +339,9 @@ class KmpcRealm(kmpc_realm.Realm):
                 raise RealmError(f"{so} missing: the krb5 patch series is not built")
             open(self.test_keyfile, "w").close()
             os.chmod(self.test_keyfile, 0o600)
-            opts = (f"        keyfile = {self.test_keyfile}\n"
-                    f"        delay_ms = {self.test_module_delay_ms}\n")
+            opts = {"keyfile": self.test_keyfile, "delay_ms": self.test_module_delay_ms}
             name = "test"
-        self._plugin_conf = (f"[plugins]\n    kdcmpc = {{\n        module = {name}:{so}\n"
-                             f"    }}\n[kdcmpc]\n    {name} = {{\n{opts}    }}\n")
+        self._plugin_conf = kdcmpc_conf(name, so, opts)
         # Relations before [plugins] land in [kdcdefaults].
         rcvbuf = (f"    kdc_udp_recv_buffer = {self.udp_recv_buffer}\n"
                   if self.udp_recv_buffer else "")

@@ -16,6 +16,7 @@ CLI:  kmpc_realm.py start DIR [--enctype E ...]   (prints the env to use)
 
 import argparse
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -39,24 +40,66 @@ class RealmError(Exception):
     pass
 
 
-def free_ports(n):
-    """n distinct TCP+UDP ports on 127.0.0.1 that are free right now."""
-    ports, socks = [], []
-    while len(ports) < n:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind(("127.0.0.1", port))
-        except OSError:
+def _ephemeral_range():
+    """The kernel's range for ports it picks itself (outgoing connections,
+    unbound UDP sends, bind to port 0)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = map(int, f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def listen_port_range(span=1):
+    """[first, last] for base ports of listeners that need `span` ports.
+
+    Listening ports are taken outside the ephemeral range: a port from it
+    (what bind(0) hands out) was free when checked, but any outgoing
+    connection or UDP socket on the machine - a login storm makes thousands a
+    second - may take it before the daemon binds it.  Ports outside that
+    range are only ever taken by someone binding them explicitly."""
+    lo, hi = _ephemeral_range()
+    if lo - 10000 >= 2000:
+        return 10000, lo - span
+    return hi + 1, 65535 - span + 1
+
+
+def _bindable(port, udp=True):
+    socks = []
+    try:
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM) if udp else (socket.SOCK_STREAM,):
+            s = socket.socket(socket.AF_INET, kind)
+            socks.append(s)
+            s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in socks:
             s.close()
-            u.close()
-            continue
-        socks += [s, u]
-        ports.append(port)
-    for s in socks:
-        s.close()
+
+
+def free_port_block(offsets, udp=True, tries=1000):
+    """A base port such that base+o is free (TCP, and UDP unless udp=False)
+    on 127.0.0.1 for every o in offsets, outside the ephemeral range."""
+    offsets = list(offsets)
+    first, last = listen_port_range(max(offsets) + 1)
+    for _ in range(tries):
+        base = random.randint(first, last)
+        if all(_bindable(base + o, udp) for o in offsets):
+            return base
+    raise RealmError("no free ports on 127.0.0.1")
+
+
+def free_ports(n):
+    """n distinct TCP+UDP ports on 127.0.0.1 that are free right now (outside
+    the ephemeral range, see listen_port_range)."""
+    ports = []
+    while len(ports) < n:
+        p = free_port_block([0])
+        if p not in ports:
+            ports.append(p)
     return ports
 
 
@@ -207,9 +250,10 @@ class Realm:
     def start_kdc(self, extra_args=(), timeout=20, attempts=3):
         """Start krb5kdc and wait for "commencing operation".
 
-        The KDC's port was free when the realm was created, but an outgoing
-        connection of another process may take it in between (it is in the
-        ephemeral range); then the KDC is moved to a fresh port and retried.
+        The KDC's port was free when the realm was created and lies outside
+        the ephemeral range, but another process may still bind it in between
+        (another test's realm picking the same random port); then the KDC is
+        moved to a fresh port and retried.
         """
         for attempt in range(attempts):
             try:

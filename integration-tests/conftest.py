@@ -29,37 +29,16 @@ def _dump_on_failure(request, realm):
         sys.stderr.write(realm.logs() + "\n")
 
 
-@pytest.fixture
-def realm_factory(tmp_path, request):
-    """Create realms on demand; they are stopped (and logs dumped on failure)."""
+def _realms(tmp_path, request, cls, prefix):
+    """make(**kw) creates cls(tmp_path/<prefix><n>, **kw) and returns it;
+    after the test every realm made is stopped, its logs dumped if the test
+    failed, and a KDC that died during the test fails it.  A realm is
+    recorded before create() so that what a failed create() started is
+    stopped too."""
     made = []
 
     def make(**kw):
-        r = kmpc_realm.Realm(str(tmp_path / f"realm{len(made)}"), **kw).create()
-        made.append(r)
-        return r
-
-    yield make
-    for r in made:
-        died = r.kdc_proc is not None and r.kdc_proc.poll() is not None
-        _dump_on_failure(request, r)
-        r.stop()
-        if died:
-            pytest.fail("krb5kdc died during the test:\n" + r.logs())
-
-
-@pytest.fixture
-def kmpc_factory(tmp_path, request):
-    """Whole kmpc realms (deploy/kmpc_cluster.py: three MPC servers, the KDB
-    with key handles, the KDC with a kdcmpc module), created on demand:
-    make(**KmpcRealm kwargs) returns a created realm (servers running, KDC
-    not started yet). Stopped by PID afterwards; every daemon log is dumped
-    on failure, and a daemon that died fails the test."""
-    import kmpc_cluster
-    made = []
-
-    def make(**kw):
-        r = kmpc_cluster.KmpcRealm(str(tmp_path / f"kmpc{len(made)}"), **kw)
+        r = cls(str(tmp_path / f"{prefix}{len(made)}"), **kw)
         made.append(r)
         r.create()
         return r
@@ -71,3 +50,21 @@ def kmpc_factory(tmp_path, request):
         r.stop()
         if died:
             pytest.fail("krb5kdc died during the test:\n" + r.logs())
+
+
+@pytest.fixture
+def realm_factory(tmp_path, request):
+    """Create realms (kmpc_realm.Realm) on demand: make(**Realm kwargs)
+    returns a created realm, KDC not started yet."""
+    yield from _realms(tmp_path, request, kmpc_realm.Realm, "realm")
+
+
+@pytest.fixture
+def kmpc_factory(tmp_path, request):
+    """Whole kmpc realms (deploy/kmpc_cluster.py: three MPC servers, the KDB
+    with key handles, the KDC with a kdcmpc module), created on demand:
+    make(**KmpcRealm kwargs) returns a created realm (servers running, KDC
+    not started yet). Stopped by PID afterwards; every daemon log is dumped
+    on failure, and a daemon that died fails the test."""
+    import kmpc_cluster
+    yield from _realms(tmp_path, request, kmpc_cluster.KmpcRealm, "kmpc")

@@ -19,40 +19,17 @@ import time
 
 import pytest
 
+import handle_realm
+import kmpc_cluster
 import kmpc_realm
-from kmpc_realm import RealmError, binpath
-
-REALM = kmpc_realm.REALM
-TGS = f"krbtgt/{REALM}@{REALM}"
-SERVICE = "host/svc.kmpc.test"
-ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc", "aes256-cts-hmac-sha1-96")
-# Session keys are never of an MPC enctype; realms say so explicitly too.
-SESSION_ENCTYPES = "aes256-cts-hmac-sha1-96"
+from handle_realm import REALM, SERVICE, TGS, password as _password
+from kmpc_realm import binpath
 
 
-def _tool():
-    path = os.environ.get("KMPC_KDB_HANDLE") or os.path.join(
-        kmpc_realm.BUILD, "cmake", "kdc-plugin", "kmpc-kdb-handle")
-    if not os.path.exists(path):
-        pytest.fail(f"kmpc-kdb-handle not found at {path}: run `make build`")
-    return path
-
-
-def _test_module():
-    path = os.path.join(kmpc_realm.PREFIX, "lib", "krb5", "plugins", "kdcmpc",
-                        "test.so")
-    if not os.path.exists(path):
-        pytest.fail(f"{path} missing: the krb5 patch series is not built")
-    return path
-
-
-def _password():
-    return "pw-" + secrets.token_hex(8)
-
-
-class MpcRealm:
+class MpcRealm(handle_realm.HandleRealm):
     """A realm whose krbtgt and users have handle keys and whose KDC loads
-    the test kdcmpc module."""
+    the test kdcmpc module: the "cluster" is its key file, the module
+    journals every job, and fails them all while failflag exists."""
 
     def __init__(self, realm_factory, tmp_path, workers=0):
         self.keyfile = str(tmp_path / "mpc-keys")
@@ -60,64 +37,17 @@ class MpcRealm:
         self.failflag = str(tmp_path / "mpc-unavailable")
         open(self.keyfile, "w").close()
         os.chmod(self.keyfile, 0o600)
-        extra = f"""[plugins]
-    kdcmpc = {{
-        module = test:{_test_module()}
-    }}
-[kdcmpc]
-    test = {{
-        keyfile = {self.keyfile}
-        journal = {self.journal}
-        fail_if_exists = {self.failflag}
-        delay_ms = 30
-    }}
-[logging]
-    debug = true
-"""
-        self.realm = realm_factory(enctypes=ENCTYPES, kdc_conf_extra=extra,
-                                   realm_extra="        disable_pac = true")
-        self.workers = workers
-        self.passwords = {}
+        so = kmpc_cluster.test_module_path()
+        if not os.path.exists(so):
+            pytest.fail(f"{so} missing: the krb5 patch series is not built")
+        super().__init__(realm_factory, "test", so,
+                         {"keyfile": self.keyfile, "journal": self.journal,
+                          "fail_if_exists": self.failflag, "delay_ms": 30},
+                         workers=workers)
 
-    def tool(self, *args, expected_code=0):
-        p = subprocess.run([_tool(), "-r", REALM, *args], capture_output=True,
-                           text=True, env=self.realm.env, timeout=60)
-        if p.returncode != expected_code:
-            raise RealmError(f"kmpc-kdb-handle {args[0]} exited "
-                             f"{p.returncode}:\n{p.stderr}")
-        return p.stdout, p.stderr
-
-    def migrate(self, princ, enctype="aes256-ctr-mpc"):
-        """Move princ's key of enctype into the "cluster"; leave a handle."""
-        out, _ = self.tool("get-key", princ, enctype)
-        key = out.strip()
-        assert re.fullmatch(r"[0-9a-f]{32}|[0-9a-f]{64}", key), "bad key output"
-        keyid = secrets.token_hex(32)
+    def store_key(self, princ, key_hex, key_id):
         with open(self.keyfile, "a") as f:
-            f.write(f"{keyid} {key}\n")
-        self.tool("set", princ, enctype, keyid)
-        return keyid
-
-    def add_user(self, name, enctype="aes256-ctr-mpc"):
-        pw = _password()
-        self.realm.addprinc(name, pw, enctypes=[enctype])
-        self.migrate(name, enctype)
-        self.passwords[name] = pw
-        return pw
-
-    def setup(self):
-        r = self.realm
-        r.kadmin_local(f"setstr {TGS} session_enctypes {SESSION_ENCTYPES}")
-        self.migrate(TGS)
-        # An ordinary service: its key stays in the KDB, tickets for it are
-        # made locally.
-        r.addprinc(SERVICE, enctypes=["aes256-cts-hmac-sha1-96"], flags="")
-        return self
-
-    def start(self):
-        r = self.realm
-        r.start_kdc(extra_args=("-w", str(self.workers)) if self.workers else ())
-        return self
+            f.write(f"{key_id} {key_hex}\n")
 
     def journal_lines(self):
         if not os.path.exists(self.journal):
@@ -125,20 +55,10 @@ class MpcRealm:
         with open(self.journal) as f:
             return [l.strip() for l in f]
 
-    def kdc_log(self):
-        with open(self.realm.kdc_log) as f:
-            return f.read()
-
-    def trace_env(self):
-        return {**self.realm.env, "KRB5_TRACE": "/dev/stdout"}
-
 
 @pytest.fixture
 def mpc(realm_factory, tmp_path):
-    m = MpcRealm(realm_factory, tmp_path).setup()
-    m.add_user("alice")
-    m.start()
-    return m
+    return MpcRealm(realm_factory, tmp_path).setup(users=("alice",)).start()
 
 
 def _klist(realm):
@@ -147,7 +67,7 @@ def _klist(realm):
 
 
 def _kinit(m, name="alice", **kw):
-    return m.realm.kinit(name, m.passwords[name], **kw)
+    return m.kinit(name, **kw)
 
 
 # A KDC that answers KDC_ERR_SVC_UNAVAILABLE is given up at once (krb5 patch
@@ -157,9 +77,7 @@ PROMPT_SECONDS = 5
 
 def _timed_kinit(m, **kw):
     """_kinit, and how long it took (seconds)."""
-    start = time.monotonic()
-    out = _kinit(m, **kw)
-    return out, time.monotonic() - start
+    return m.timed_kinit(**kw)
 
 
 # ---- the database -------------------------------------------------------
@@ -263,78 +181,8 @@ def test_service_ticket_via_tgs(mpc):
     assert "kdcmpc: DECRYPT job (usage 2) completed asynchronously" in mpc.kdc_log()
 
 
-def _ccache_ticket_spans(path):
-    """(offset, length) of every credential's ticket in a v4 FILE ccache."""
-    with open(path, "rb") as f:
-        buf = f.read()
-    assert buf[:2] == b"\x05\x04", "not a v4 FILE ccache"
-    pos = 2
-    hlen, = struct.unpack_from(">H", buf, pos)
-    pos += 2 + hlen
-
-    def data():
-        nonlocal pos
-        n, = struct.unpack_from(">I", buf, pos)
-        start = pos + 4
-        pos = start + n
-        return start, n
-
-    def principal():
-        nonlocal pos
-        pos += 4                       # name type
-        ncomp, = struct.unpack_from(">I", buf, pos)
-        pos += 4
-        data()                         # realm
-        names = []
-        for _ in range(ncomp):
-            s, n = data()
-            names.append(buf[s:s + n].decode())
-        return names
-
-    principal()                        # default principal
-    spans = []
-    while pos < len(buf):
-        principal()
-        server = principal()
-        pos += 2                       # keyblock enctype
-        data()                         # key
-        pos += 16 + 1 + 4              # times, is_skey, flags
-        naddr, = struct.unpack_from(">I", buf, pos)
-        pos += 4
-        for _ in range(naddr):
-            pos += 2
-            data()
-        nad, = struct.unpack_from(">I", buf, pos)
-        pos += 4
-        for _ in range(nad):
-            pos += 2
-            data()
-        tstart, tlen = data()
-        data()                         # second ticket
-        spans.append((server, tstart, tlen))
-    return spans
-
-
 def test_tampered_tgt_is_refused(mpc):
-    _kinit(mpc)
-    spans = [s for s in _ccache_ticket_spans(mpc.realm.ccache)
-             if s[0] == ["krbtgt", REALM]]
-    assert len(spans) == 1, spans
-    _, start, length = spans[0]
-    with open(mpc.realm.ccache, "r+b") as f:
-        # A byte in the middle of the encrypted part (the DER of a Ticket
-        # ends with the cipher octets).
-        off = start + length - 40
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x01]))
-    out = mpc.realm.run(["kvno", SERVICE], expected_code=1)
-    assert "integrity check failed" in out, out
-    log = mpc.kdc_log()
-    assert "kdcmpc: DECRYPT job (usage 2) failed" in log, log
-    assert re.search(r"TGS_REQ .*PROCESS_TGS: .*integrity check failed", log), log
-    assert mpc.realm.kdc_alive()
+    handle_realm.check_tampered_tgt_is_refused(mpc)
 
 
 # ---- size caps on unauthenticated MPC work (krb5 patch 0007) -------------
@@ -431,10 +279,7 @@ def test_oversized_enc_timestamp_is_refused_without_a_job(mpc):
 
 def test_oversized_tgt_is_refused_without_a_job(mpc):
     _kinit(mpc)
-    spans = [s for s in _ccache_ticket_spans(mpc.realm.ccache)
-             if s[0] == ["krbtgt", REALM]]
-    assert len(spans) == 1, spans
-    _, start, length = spans[0]
+    start, length = handle_realm.tgt_span(mpc.realm.ccache)
     with open(mpc.realm.ccache, "rb") as f:
         buf = f.read()
     # Ticket ::= [APPLICATION 1] SEQUENCE { ..., [3] EncryptedData }; grow
@@ -468,38 +313,27 @@ def test_oversized_tgt_is_refused_without_a_job(mpc):
 
 # ---- guardrails ----------------------------------------------------------
 
-def test_renewal_is_refused(mpc):
+@pytest.mark.parametrize("what,argv", [
+    ("ticket renewal", ["kinit", "-R"]),
+    ("ticket validation", ["kinit", "-v"]),
+    ("user-to-user", ["kvno", "--u2u", "{ccache}", "alice"]),
+])
+def test_option_is_refused(mpc, what, argv):
     _kinit(mpc)
-    out = mpc.realm.run(["kinit", "-R"], expected_code=1)
-    assert "KDC can't fulfill requested option" in out, out
-    assert "kdcmpc: refusing ticket renewal" in mpc.kdc_log()
-    assert mpc.realm.kdc_alive()
-
-
-def test_validation_is_refused(mpc):
-    _kinit(mpc)
-    out = mpc.realm.run(["kinit", "-v"], expected_code=1)
-    assert "KDC can't fulfill requested option" in out, out
-    assert "kdcmpc: refusing ticket validation" in mpc.kdc_log()
-    assert mpc.realm.kdc_alive()
-
-
-def test_user_to_user_is_refused(mpc):
-    _kinit(mpc)
-    out = mpc.realm.run(["kvno", "--u2u", mpc.realm.ccache, "alice"],
+    out = mpc.realm.run([a.format(ccache=mpc.realm.ccache) for a in argv],
                         expected_code=1)
     assert "KDC can't fulfill requested option" in out, out
-    assert "kdcmpc: refusing user-to-user" in mpc.kdc_log()
+    assert f"kdcmpc: refusing {what}" in mpc.kdc_log()
     assert mpc.realm.kdc_alive()
 
 
 def test_tgs_for_mpc_keyed_service_is_refused(realm_factory, tmp_path):
     # A service whose key is MPC-held: TGS-REQs encrypt tickets locally only.
-    mpc = MpcRealm(realm_factory, tmp_path).setup()
-    mpc.add_user("alice")
-    mpc.realm.addprinc("host/mpc.kmpc.test", enctypes=["aes256-ctr-mpc"],
+    mpc = MpcRealm(realm_factory, tmp_path).setup(users=("alice",))
+    pw = _password()
+    mpc.realm.addprinc("host/mpc.kmpc.test", pw, enctypes=["aes256-ctr-mpc"],
                        flags="")
-    mpc.migrate("host/mpc.kmpc.test")
+    mpc.migrate("host/mpc.kmpc.test", pw)
     mpc.start()
     _kinit(mpc)
     out = mpc.realm.run(["kvno", "host/mpc.kmpc.test"], expected_code=1)
@@ -517,9 +351,7 @@ def test_pac_signing_is_refused_without_disable_pac(realm_factory, tmp_path):
         conf = f.read()
     with open(m.realm.kdc_conf, "w") as f:
         f.write(conf.replace("disable_pac = true", ""))
-    m.setup()
-    m.add_user("alice")
-    m.start()
+    m.setup(users=("alice",)).start()
     out = _kinit(m, expected_code=1)
     assert "KDC policy rejects request" in out, out
     assert "kdcmpc: refusing PAC signing" in m.kdc_log()
@@ -532,9 +364,7 @@ def test_no_module_is_service_unavailable(realm_factory, tmp_path):
         conf = f.read()
     with open(m.realm.kdc_conf, "w") as f:
         f.write(re.sub(r"\[plugins\].*?\n    \}\n", "", conf, flags=re.S))
-    m.setup()
-    m.add_user("alice")
-    m.start()
+    m.setup(users=("alice",)).start()
     out, elapsed = _timed_kinit(m, expected_code=1)
     assert "A service is not available" in out, out
     assert elapsed < PROMPT_SECONDS, f"kinit took {elapsed:.1f}s"
@@ -633,9 +463,7 @@ def test_svc_unavailable_and_unreachable_kdc(mpc, unavailable_first):
 
 
 def test_workers_load_the_module_after_fork(realm_factory, tmp_path):
-    m = MpcRealm(realm_factory, tmp_path, workers=2).setup()
-    m.add_user("alice")
-    m.start()
+    m = MpcRealm(realm_factory, tmp_path, workers=2).setup(users=("alice",)).start()
     for _ in range(3):
         _kinit(m)
         m.realm.run(["kvno", SERVICE])

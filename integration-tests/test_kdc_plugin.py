@@ -1,9 +1,10 @@
 """The real kdcmpc module (kdc-plugin/, libkmpc_kdc.so) against three real
 MPC servers on 127.0.0.1.
 
-Keys are derived from passwords with the independent reference
+Keys made from passwords are checked against the independent reference
 (ctr_mpc_ref.string_to_key), shared into the cluster with kmpc-mpc-client
-put-key, and the KDB gets only the 40-byte handles (kmpc-kdb-handle set).
+put-key, and the KDB gets only the 40-byte handles (kmpc-kdb-handle set;
+handle_realm.py).
 The patched krb5kdc then does every operation with the krbtgt and user keys
 in the MPC cluster: pre-auth decrypt, ticket and reply encryption
 (Run + Finalize), TGT decryption for kvno.
@@ -20,223 +21,58 @@ import secrets
 import signal
 import statistics
 import subprocess
+import sys
 import time
 
 import pytest
 
-import ctr_mpc_ref
+import handle_realm
+import kmpc_cluster
 import kmpc_realm
+from handle_realm import SERVICE, TGS
 from kmpc_realm import RealmError
-
-REALM = kmpc_realm.REALM
-TGS = f"krbtgt/{REALM}@{REALM}"
-SERVICE = "host/svc.kmpc.test"
-ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc", "aes256-cts-hmac-sha1-96")
-ROOT = kmpc_realm.ROOT
-CMAKE_BUILD = os.environ.get("KMPC_CMAKE_BUILD",
-                             os.path.join(kmpc_realm.BUILD, "cmake"))
-
-
-def _artifact(env, *rel):
-    path = os.environ.get(env) or os.path.join(CMAKE_BUILD, *rel)
-    if not os.path.exists(path):
-        pytest.fail(f"{path} not found: run `make build` (or set {env})")
-    return path
 
 
 def module_path():
-    return _artifact("KMPC_KDC_MODULE", "kdc-plugin", "libkmpc_kdc.so")
-
-
-def kdb_tool():
-    return _artifact("KMPC_KDB_HANDLE", "kdc-plugin", "kmpc-kdb-handle")
-
-
-def mpc_bin_dir():
-    d = os.environ.get("KMPC_MPC_BIN_DIR") or os.path.join(CMAKE_BUILD,
-                                                           "mpc-server")
-    for b in ("kmpc-mpc-server", "kmpc-mpc-client"):
-        if not os.path.exists(os.path.join(d, b)):
-            pytest.fail(f"{b} not found in {d}: run `make build`")
-    return d
-
-
-class Cluster:
-    """Three kmpc-mpc-server processes started by deploy/mpc-local.sh."""
-
-    def __init__(self, workdir):
-        self.dir = str(workdir)
-        self.bindir = mpc_bin_dir()
-        self.env = {**os.environ, "KMPC_MPC_BIN_DIR": self.bindir}
-        p = subprocess.run(["bash", os.path.join(ROOT, "deploy", "mpc-local.sh"),
-                            "start", self.dir], capture_output=True, text=True,
-                           env=self.env, timeout=120)
-        if p.returncode != 0:
-            raise RealmError(f"mpc-local.sh start failed:\n{p.stdout}{p.stderr}")
-        self.servers = p.stdout.strip().splitlines()[-1]
-        self.certs = os.path.join(self.dir, "certs")
-        self.base = int(self.servers.split(",")[0].rsplit(":", 1)[1])
-
-    def client(self, *args, timeout=60):
-        p = subprocess.run([os.path.join(self.bindir, "kmpc-mpc-client"),
-                            f"--servers={self.servers}", f"--certs={self.certs}",
-                            *args], capture_output=True, text=True,
-                           timeout=timeout)
-        if p.returncode != 0:
-            raise RealmError(f"kmpc-mpc-client {args[-1]} exited "
-                             f"{p.returncode}:\n{p.stdout}{p.stderr}")
-        return p.stdout
-
-    def pid(self, i):
-        with open(os.path.join(self.dir, f"party-{i}.pid")) as f:
-            return int(f.read().strip())
-
-    def stop_party(self, i):
-        pid = self.pid(i)
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
-
-    def start_party(self, i, workers=2):
-        """Restart party i alone, exactly as mpc-local.sh starts it."""
-        prev = (i + 2) % 3
-        log = os.path.join(self.dir, f"party-{i}.log")
-        offset = os.path.getsize(log)
-        out = open(log, "ab")
-        proc = subprocess.Popen(
-            [os.path.join(self.bindir, "kmpc-mpc-server"), f"--party={i}",
-             f"--listen=127.0.0.1:{self.base + i}",
-             f"--ring_listen=127.0.0.1:{self.base + 10 + i}",
-             f"--ring_prev=127.0.0.1:{self.base + 10 + prev}",
-             f"--cert={self.certs}/party-{i}.pem",
-             f"--key={self.certs}/party-{i}.key", f"--ca={self.certs}/ca.pem",
-             f"--store_dir={self.dir}/store-{i}", f"--workers={workers}"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        out.close()
-        with open(os.path.join(self.dir, f"party-{i}.pid"), "w") as f:
-            f.write(str(proc.pid))
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            with open(log, errors="replace") as f:
-                f.seek(offset)
-                if "listening on" in f.read():
-                    return
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise RealmError(f"party {i} did not restart:\n{self.logs()}")
-
-    def alive(self):
-        try:
-            for i in range(3):
-                os.kill(self.pid(i), 0)
-            return True
-        except (ProcessLookupError, FileNotFoundError):
-            return False
-
-    def logs(self):
-        parts = []
-        for i in range(3):
-            path = os.path.join(self.dir, f"party-{i}.log")
-            if os.path.exists(path):
-                with open(path, errors="replace") as f:
-                    parts.append(f"----- party-{i}.log -----\n{f.read()[-8000:]}")
-        return "\n".join(parts)
-
-    def stop(self):
-        subprocess.run(["bash", os.path.join(ROOT, "deploy", "mpc-local.sh"),
-                        "stop", self.dir], capture_output=True, env=self.env,
-                       timeout=60)
+    return kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so")
 
 
 @pytest.fixture
 def cluster(tmp_path, request):
-    c = Cluster(tmp_path / "mpc")
-    yield c
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        import sys
-        sys.stderr.write("\n===== MPC server logs =====\n" + c.logs() + "\n")
-    c.stop()
+    """Three kmpc-mpc-server processes (deploy/kmpc_cluster.py MpcCluster:
+    ports outside the ephemeral range, and the ring up before the test's
+    first login). Their logs are printed when the test fails."""
+    c = kmpc_cluster.MpcCluster(str(tmp_path / "mpc"))
+    try:
+        c.start()
+        yield c
+    finally:
+        rep = getattr(request.node, "rep_call", None)
+        if rep is not None and rep.failed:
+            sys.stderr.write("\n===== MPC server logs =====\n" + c.logs() + "\n")
+        c.stop()
 
 
-class KmpcRealm:
-    """A realm whose krbtgt and users' keys live in the MPC cluster and
-    whose KDC loads libkmpc_kdc.so."""
+class KmpcRealm(handle_realm.HandleRealm):
+    """A realm whose krbtgt and users' keys live in the MPC cluster (shared
+    with kmpc-mpc-client put-key) and whose KDC loads libkmpc_kdc.so with
+    the given [kdcmpc] options."""
 
-    def __init__(self, realm_factory, cluster, **options):
+    def __init__(self, realm_factory, cluster, workers=0, **options):
         self.cluster = cluster
         opts = {"servers": cluster.servers, "certs": cluster.certs,
                 "batch_window_ms": 100, "deadline_ms": 3000, "debug": "true"}
         opts.update(options)
-        body = "\n".join(f"        {k} = {v}" for k, v in opts.items())
-        extra = f"""[plugins]
-    kdcmpc = {{
-        module = kmpc:{module_path()}
-    }}
-[kdcmpc]
-    kmpc = {{
-{body}
-    }}
-[logging]
-    debug = true
-"""
-        self.realm = realm_factory(enctypes=ENCTYPES, kdc_conf_extra=extra,
-                                   realm_extra="        disable_pac = true")
-        self.passwords = {}
-        self.key_ids = {}
+        super().__init__(realm_factory, "kmpc", module_path(), opts,
+                         workers=workers)
 
-    def tool(self, *args, expected_code=0):
-        p = subprocess.run([kdb_tool(), "-r", REALM, *args], capture_output=True,
-                           text=True, env=self.realm.env, timeout=60)
-        if p.returncode != expected_code:
-            raise RealmError(f"kmpc-kdb-handle {args[0]} exited "
-                             f"{p.returncode}:\n{p.stderr}")
-        return p.stdout
-
-    def share(self, princ, enctype, password, salt):
-        """Derive princ's key from its password (independent reference),
-        check it against the KDB, share it into the cluster and leave only
-        a handle in the KDB."""
-        key = ctr_mpc_ref.string_to_key(enctype, password.encode(), salt.encode())
-        assert self.tool("get-key", princ, enctype).strip() == key.hex()
-        key_id = secrets.token_hex(32)
-        self.cluster.client("put-key", f"--key_hex={key.hex()}",
+    def store_key(self, princ, key_hex, key_id):
+        self.cluster.client("put-key", f"--key_hex={key_hex}",
                             f"--key_id_hex={key_id}", f"--label={princ}")
-        self.tool("set", princ, enctype, key_id)
-        self.key_ids[princ] = key_id
-        return key_id
-
-    def add_user(self, name, enctype="aes256-ctr-mpc"):
-        pw = "pw-" + secrets.token_hex(8)
-        self.realm.addprinc(name, pw, enctypes=[enctype])
-        self.share(name, enctype, pw, REALM + name)
-        self.passwords[name] = pw
-        return pw
 
     def setup(self, users=("alice",)):
-        r = self.realm
-        r.kadmin_local(f"setstr {TGS} session_enctypes aes256-cts-hmac-sha1-96")
-        pw = "tgs-" + secrets.token_hex(16)
-        r.kadmin_local(f"cpw -e aes256-ctr-mpc:normal -pw {pw} {TGS}")
-        self.share(TGS, "aes256-ctr-mpc", pw, f"{REALM}krbtgt{REALM}")
-        r.addprinc(SERVICE, enctypes=["aes256-cts-hmac-sha1-96"], flags="")
-        for u in users:
-            self.add_user(u)
-        r.start_kdc()
-        return self
-
-    def kinit(self, name="alice", **kw):
-        return self.realm.kinit(name, self.passwords[name], **kw)
-
-    def kdc_log(self):
-        with open(self.realm.kdc_log) as f:
-            return f.read()
+        """Keys shared, then the KDC started."""
+        return super().setup(users).start()
 
 
 def _timed_kinit(m, name, ccache, timeout=60):
@@ -321,11 +157,8 @@ def test_login_kvno_and_wrong_password(realm_factory, cluster):
 
 
 def test_kdc_workers_each_load_the_module(realm_factory, cluster):
-    m = KmpcRealm(realm_factory, cluster, early_flush="true")
-    m.realm.kadmin_local(f"setstr {TGS} session_enctypes aes256-cts-hmac-sha1-96")
+    m = KmpcRealm(realm_factory, cluster, workers=2, early_flush="true")
     r = m.realm
-    r.start_kdc = (lambda orig: (lambda **kw: orig(extra_args=("-w", "2"))))(
-        r.start_kdc)
     m.setup()
     for _ in range(4):
         m.kinit()
@@ -336,7 +169,6 @@ def test_kdc_workers_each_load_the_module(realm_factory, cluster):
 
 def test_aes128_user(realm_factory, cluster):
     m = KmpcRealm(realm_factory, cluster)
-    m.realm.kadmin_local(f"setstr {TGS} session_enctypes aes256-cts-hmac-sha1-96")
     m.setup(users=())
     m.add_user("carol", enctype="aes128-ctr-mpc")
     m.kinit("carol")
@@ -344,23 +176,8 @@ def test_aes128_user(realm_factory, cluster):
 
 
 def test_tampered_tgt_is_an_integrity_error(realm_factory, cluster):
-    from test_kdc_handles import _ccache_ticket_spans
     m = KmpcRealm(realm_factory, cluster).setup()
-    m.kinit()
-    spans = [s for s in _ccache_ticket_spans(m.realm.ccache)
-             if s[0] == ["krbtgt", REALM]]
-    assert len(spans) == 1, spans
-    _, start, length = spans[0]
-    with open(m.realm.ccache, "r+b") as f:
-        off = start + length - 40
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x01]))
-    out = m.realm.run(["kvno", SERVICE], expected_code=1)
-    assert "integrity check failed" in out, out
-    assert "kdcmpc: DECRYPT job (usage 2) failed" in m.kdc_log()
-    assert m.realm.kdc_alive()
+    handle_realm.check_tampered_tgt_is_refused(m)
 
 
 def test_unknown_key_id(realm_factory, cluster):
@@ -430,15 +247,7 @@ def test_server_down_then_back(realm_factory, cluster):
     assert m.realm.kdc_alive()
     cluster.start_party(1)
     # The KDC's channel reconnects within a second or so, the ring too.
-    deadline = time.time() + 30
-    while True:
-        try:
-            m.kinit(timeout=30)
-            break
-        except RealmError:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.5)
+    m.kinit_until_ok(timeout=30)
     m.realm.run(["kvno", SERVICE])
     assert m.realm.kdc_alive()
 
@@ -517,7 +326,10 @@ def test_single_client_latency(realm_factory, cluster, tmp_path, early_flush):
 def test_hung_server_hits_the_batch_deadline(realm_factory, cluster):
     m = KmpcRealm(realm_factory, cluster, deadline_ms=1500,
                   early_flush="true").setup()
-    m.kinit()
+    # The first login also makes the module's connections and the servers'
+    # ring session: on a loaded machine it may take longer than this short
+    # deadline, which is about the hung server below.
+    m.kinit_until_ok(timeout=30)
     os.kill(cluster.pid(2), signal.SIGSTOP)
     try:
         out = m.kinit(expected_code=1, timeout=60)
@@ -530,15 +342,7 @@ def test_hung_server_hits_the_batch_deadline(realm_factory, cluster):
         os.kill(cluster.pid(2), signal.SIGCONT)
     # The cluster recovers by itself (its ring timeouts); the KDC needs
     # nothing.
-    deadline = time.time() + 60
-    while True:
-        try:
-            m.kinit(timeout=30)
-            break
-        except RealmError:
-            if time.time() > deadline:
-                raise
-            time.sleep(1)
+    m.kinit_until_ok(timeout=60, pause=1)
     assert m.realm.kdc_alive()
 
 

@@ -23,6 +23,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 import ctr_mpc_ref as ref
+import kmpc_cluster
 from aes_ref import expand_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,31 +51,13 @@ BIN = _bin_dir()
 pytestmark = pytest.mark.skipif(BIN is None, reason="kmpc-mpc-server not built (make build)")
 
 
-def _free_base():
-    # A random base with 13 free ports: gRPC base+0..2, ring base+10..12.
-    for _ in range(200):
-        base = random.randrange(20000, 55000)
-        ok = True
-        for p in list(range(base, base + 3)) + list(range(base + 10, base + 13)):
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                ok = False
-            finally:
-                s.close()
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
-
-
 class Cluster:
     def __init__(self, top, certs, workers=2, ring_timeout_ms=2000):
         self.top = top
         self.certs = certs
         self.workers = workers
         self.ring_timeout_ms = ring_timeout_ms
-        self.base = _free_base()
+        self.base = kmpc_cluster.free_base()
         self.procs = [None, None, None]
         self.logs_ = ["", "", ""]
         self.expected_dead = set()
