@@ -58,8 +58,9 @@ ABSL_FLAG(std::string, admin_clients, "kmpc-admin",
           "the same for Admin (kmpc-admin)");
 ABSL_FLAG(std::string, crl, "",
           "PEM CRL signed by the --ca CA (deploy/gen-certs.sh DIR --revoke): "
-          "gRPC clients with a listed certificate are refused; reloaded when "
-          "the file changes and on SIGHUP");
+          "gRPC clients and ring peers with a listed certificate are refused "
+          "(established ring connections stay); reloaded when the file "
+          "changes and on SIGHUP");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted (MiB)");
 ABSL_FLAG(int, encrypt_state_ttl_ms, 10000,
           "how long an ENCRYPT job's state waits for its FINALIZE (the KDC "
@@ -151,6 +152,8 @@ int main(int argc, char** argv) {
   ropt.prev_addr = absl::GetFlag(FLAGS_ring_prev);
   ropt.tls = {absl::GetFlag(FLAGS_cert), absl::GetFlag(FLAGS_key),
               absl::GetFlag(FLAGS_ca)};
+  if (crl != nullptr)
+    ropt.tls.check_peer = [crl](X509* peer) { return crl->CheckPeer(peer); };
   ropt.recv_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_ring_timeout_ms));
   ropt.spin_us = absl::GetFlag(FLAGS_ring_spin_us);
   auto ring = kmpc::net::TlsRing::Start(ropt);

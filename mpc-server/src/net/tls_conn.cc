@@ -75,6 +75,8 @@ absl::StatusOr<std::unique_ptr<TlsContext>> TlsContext::Create(
   SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
   if (ctx == nullptr) return absl::InternalError("SSL_CTX_new: " + SslErrors());
   std::unique_ptr<TlsContext> out(new TlsContext(ctx));
+  out->check_peer_ = files.check_peer;
+  SSL_CTX_set_app_data(ctx, out.get());
   SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
   if (SSL_CTX_use_certificate_chain_file(ctx, files.cert.c_str()) != 1)
     return absl::InvalidArgumentError(
@@ -144,6 +146,14 @@ absl::Status TlsConn::Handshake(bool client, absl::Time deadline) {
   X509* cert = SSL_get1_peer_certificate(ssl_);
   if (cert == nullptr)
     return absl::UnauthenticatedError("peer presented no certificate");
+  const auto* tc =
+      static_cast<const TlsContext*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl_)));
+  if (tc != nullptr && tc->check_peer()) {
+    if (absl::Status st = tc->check_peer()(cert); !st.ok()) {
+      X509_free(cert);
+      return st;
+    }
+  }
   char cn[256] = {0};
   int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName,
                                     cn, sizeof(cn));

@@ -7,6 +7,7 @@
 #ifndef KMPC_NET_TLS_CONN_H_
 #define KMPC_NET_TLS_CONN_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,7 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
+typedef struct x509_st X509;
 
 namespace kmpc::net {
 
@@ -25,6 +27,9 @@ struct TlsFiles {
   std::string cert;  // PEM certificate of this server
   std::string key;   // PEM private key
   std::string ca;    // PEM CA certificate that signed all parties
+  // Optional further check of the peer's verified certificate, on both ends
+  // (main.cc: not revoked by --crl, service/auth.h); an error refuses it.
+  std::function<absl::Status(X509* peer)> check_peer;
 };
 
 // Owns an SSL_CTX. Server contexts require and verify a client certificate
@@ -36,10 +41,12 @@ class TlsContext {
       const TlsFiles& files, bool server);
   ~TlsContext();
   SSL_CTX* get() const { return ctx_; }
+  const std::function<absl::Status(X509*)>& check_peer() const { return check_peer_; }
 
  private:
   explicit TlsContext(SSL_CTX* ctx) : ctx_(ctx) {}
   SSL_CTX* ctx_;
+  std::function<absl::Status(X509*)> check_peer_;
 };
 
 // A TLS connection on a non-blocking TCP socket.

@@ -254,6 +254,18 @@ bool RevocationList::IsRevoked(const std::string& issuer_der,
   return it != snap->revoked.end() && it->second.count(serial_hex) > 0;
 }
 
+absl::Status RevocationList::CheckPeer(X509* cert) {
+  if (cert == nullptr) return absl::UnauthenticatedError("no peer certificate");
+  const std::string serial = SerialHex(X509_get0_serialNumber(cert));
+  if (!IsRevoked(NameDer(X509_get_issuer_name(cert)), serial)) return absl::OkStatus();
+  std::string subject = NameText(X509_get_subject_name(cert));
+  if (ShouldLogDenial(absl::StrCat("ring|", serial)))
+    KMPC_LOG(WARNING) << "ring: refused peer " << subject << " (serial " << serial
+                      << "): certificate revoked";
+  return absl::UnauthenticatedError(
+      absl::StrCat("ring peer certificate ", subject, " has been revoked"));
+}
+
 size_t RevocationList::revoked_count() {
   absl::MutexLock lock(&mu_);
   return current_->count;

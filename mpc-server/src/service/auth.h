@@ -17,6 +17,10 @@
 // most once per 10 s per certificate and reason); the status sent back says
 // only which rule failed.
 //
+// The ring (net/tls_conn) asks RevocationList::CheckPeer after each TLS
+// handshake, so a revoked party certificate cannot (re)connect; connections
+// made before the revocation stay up until they are re-established.
+//
 // Why in the application and not in the TLS handshake: Debian's gRPC 1.51
 // offers CRLs only through the experimental TlsServerCredentialsOptions::
 // set_crl_directory (a hashed directory read by OpenSSL's hash_dir lookup,
@@ -27,6 +31,7 @@
 #define KMPC_SERVICE_AUTH_H_
 
 #include <grpcpp/grpcpp.h>
+#include <openssl/x509.h>
 #include <sys/stat.h>
 
 #include <array>
@@ -64,6 +69,10 @@ class RevocationList {
   // serial (hex, as BN_bn2hex) is revoked. Reloads first when the file
   // changed (checked at most once per `poll`).
   bool IsRevoked(const std::string& issuer_der, const std::string& serial_hex);
+
+  // The ring's check of a verified peer certificate (net::TlsFiles::
+  // check_peer): UNAUTHENTICATED, and a log line, when it is revoked.
+  absl::Status CheckPeer(X509* cert);
 
   size_t revoked_count();  // entries of the loaded CRLs (logs, tests)
   void set_poll_interval(absl::Duration d) { poll_ = d; }

@@ -4,16 +4,20 @@
 #include "service/auth.h"
 
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kmpc.grpc.pb.h"
+#include "net/tls_conn.h"
 #include "service/services.h"
 #include "store/share_store.h"
 #include "test_util.h"
@@ -254,6 +258,55 @@ TEST_F(AuthTest, PinnedFingerprintMismatchRefused) {
   EXPECT_EQ(ListKeys("kdc").error_code(), grpc::StatusCode::PERMISSION_DENIED);
   // No pins on KeyOps: any kmpc-kdc certificate of the CA.
   EXPECT_EQ(Finalize("kdc-new").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// The ring: a revoked party certificate is refused by the accepting and by
+// the dialing end (net::TlsFiles::check_peer -> RevocationList::CheckPeer).
+TEST_F(AuthTest, RingRefusesRevokedPartyCertificate) {
+  ASSERT_EQ(GenCerts(certs_ + " --revoke " + certs_ + "/party-1.pem"), 0);
+  auto crl = Crl();
+  ASSERT_NE(crl, nullptr);
+  auto files = [&](int party, bool check) {
+    std::string c = certs_ + "/party-" + std::to_string(party);
+    net::TlsFiles f{c + ".pem", c + ".key", certs_ + "/ca.pem"};
+    if (check) f.check_peer = [crl](X509* peer) { return crl->CheckPeer(peer); };
+    return f;
+  };
+  // One TLS connection from `dialer` to `acceptor`; returns both statuses.
+  auto connect = [&](int dialer, bool dialer_checks, int acceptor, bool acceptor_checks) {
+    auto sctx = net::TlsContext::Create(files(acceptor, acceptor_checks), true);
+    auto cctx = net::TlsContext::Create(files(dialer, dialer_checks), false);
+    EXPECT_TRUE(sctx.ok() && cctx.ok());
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    socklen_t len = sizeof(a);
+    getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+    listen(lfd, 1);
+    auto accepted = std::async(std::launch::async, [&] {
+      int fd = accept(lfd, nullptr, nullptr);
+      return net::TlsConn::Accept(**sctx, fd, absl::Now() + absl::Seconds(5)).status();
+    });
+    absl::Status dialed =
+        net::TlsConn::Dial(**cctx, absl::StrCat("127.0.0.1:", ntohs(a.sin_port)),
+                           net::PartyIdentity(acceptor), absl::Now() + absl::Seconds(5))
+            .status();
+    absl::Status acc = accepted.get();
+    close(lfd);
+    return std::pair{dialed, acc};
+  };
+  // Party 0 accepts party 2 but not the revoked party 1.
+  EXPECT_TRUE(connect(2, true, 0, true).second.ok());
+  absl::Status refused = connect(1, false, 0, true).second;
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+  EXPECT_NE(refused.message().find("revoked"), std::string::npos) << refused;
+  // Party 0 dialing a server that presents party 1's revoked certificate.
+  absl::Status dialed = connect(0, true, 1, false).first;
+  EXPECT_EQ(dialed.code(), absl::StatusCode::kUnauthenticated) << dialed;
+  // Without the check (no --crl) the same connection is accepted.
+  EXPECT_TRUE(connect(1, false, 0, false).second.ok());
 }
 
 TEST(ParseClientPolicyTest, Errors) {
