@@ -17,7 +17,8 @@ SHARED_VECTORS = os.path.join(os.path.dirname(ROOT), "shared", "vectors", "encty
 
 
 def t_ctr_mpc():
-    """The C test program, built by CMake from krb5-patches/tests."""
+    """The C test program, built by CMake from krb5-patches/tests (in
+    $KMPC_CMAKE_BUILD when set, as the other built files)."""
+    cmake = os.environ.get("KMPC_CMAKE_BUILD") or os.path.join(BUILD, "cmake")
     return os.environ.get(
-        "KMPC_T_CTR_MPC",
-        os.path.join(BUILD, "cmake", "krb5-patches", "tests", "t_ctr_mpc"))
+        "KMPC_T_CTR_MPC", os.path.join(cmake, "krb5-patches", "tests", "t_ctr_mpc"))

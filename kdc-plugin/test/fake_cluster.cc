@@ -229,10 +229,39 @@ void FakeCluster::AddInconsistentKey(const std::string& key_id) {
   inconsistent_.insert(key_id);
 }
 
-void FakeCluster::Run(int party, const pb::RunRequest& req,
-                      pb::RunResponse* resp, absl::Time deadline, Done done) {
+absl::Status FakeCluster::ComputeFinalize(
+    const pb::FinalizeRequest& req, std::array<pb::FinalizeResponse, 3>* out) {
+  for (int p = 0; p < 3; ++p) {
+    (*out)[p].set_batch_id(req.batch_id());
+    (*out)[p].set_party(p);
+  }
+  for (const auto& it : req.items()) {
+    auto e = enc_.find({it.run_batch_id(), it.job_id()});
+    if (e == enc_.end() || it.ciphertext().size() != e->second.length)
+      return absl::NotFoundError("no ENCRYPT job awaits FINALIZE");
+    std::array<pb::SharePair*, 3> tags;
+    for (int p = 0; p < 3; ++p) {
+      auto* r = (*out)[p].add_results();
+      r->set_run_batch_id(it.run_batch_id());
+      r->set_job_id(it.job_id());
+      tags[p] = r->mutable_tag();
+    }
+    Share(Tag(e->second.key, e->second.usage, e->second.ctr0, it.ciphertext(),
+              false),
+          tags);
+    enc_.erase(e);
+  }
+  return absl::OkStatus();
+}
+
+template <typename Resp>
+void FakeCluster::Answer(
+    const char* method, int party, int items, const std::string& id,
+    std::map<std::string, Batch<Resp>>* batches,
+    const std::function<absl::Status(std::array<Resp, 3>*)>& compute,
+    const std::function<void(int, Resp*)>& tamper, Resp* resp, Done done) {
   std::unique_lock<std::mutex> l(mu_);
-  calls_.push_back({"Run", party, req.jobs_size(), absl::Now()});
+  calls_.push_back({method, party, items, absl::Now()});
   if (hang_[party]) return;  // never answers
   if (down_[party]) {
     l.unlock();
@@ -241,78 +270,50 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
     });
     return;
   }
-  const std::string& id = req.batch_id();
-  if (!run_cache_.count(id) && !run_error_.count(id)) {
-    std::array<pb::RunResponse, 3> out;
-    absl::Status st = ComputeRun(req, &out);
-    if (st.ok()) run_cache_[id] = std::move(out);
-    else run_error_[id] = st;
+  auto it = batches->find(id);
+  if (it == batches->end()) {
+    Batch<Resp> b;
+    b.status = compute(&b.resp);
+    it = batches->emplace(id, std::move(b)).first;
   }
-  absl::Status st = run_error_.count(id) ? run_error_[id] : absl::OkStatus();
+  absl::Status st = it->second.status;
   if (st.ok()) {
-    *resp = run_cache_[id][party];
-    if (corrupt_[party])
-      for (auto& r : *resp->mutable_results())
-        if (!r.keystream().second().empty())
-          (*r.mutable_keystream()->mutable_second())[0] ^= 1;
+    *resp = it->second.resp[party];
+    tamper(party, resp);
   }
   absl::Duration lat = latency_;
   l.unlock();
   Later(lat, [done, st] { done(st); });
 }
 
+void FakeCluster::Run(int party, const pb::RunRequest& req,
+                      pb::RunResponse* resp, absl::Time deadline, Done done) {
+  Answer<pb::RunResponse>(
+      "Run", party, req.jobs_size(), req.batch_id(), &runs_,
+      [&](std::array<pb::RunResponse, 3>* out) { return ComputeRun(req, out); },
+      [this](int p, pb::RunResponse* r) {
+        if (!corrupt_[p]) return;  // else flip a bit of its 2nd share copy
+        for (auto& x : *r->mutable_results())
+          if (!x.keystream().second().empty())
+            (*x.mutable_keystream()->mutable_second())[0] ^= 1;
+      },
+      resp, std::move(done));
+}
+
 void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
                            pb::FinalizeResponse* resp, absl::Time deadline,
                            Done done) {
-  std::unique_lock<std::mutex> l(mu_);
-  calls_.push_back({"Finalize", party, req.items_size(), absl::Now()});
-  if (hang_[party]) return;
-  if (down_[party]) {
-    l.unlock();
-    Later(absl::ZeroDuration(), [done] {
-      done(absl::UnavailableError("connection refused"));
-    });
-    return;
-  }
-  const std::string& id = req.batch_id();
-  if (!fin_cache_.count(id) && !fin_error_.count(id)) {
-    std::array<pb::FinalizeResponse, 3> out;
-    absl::Status st;
-    for (const auto& it : req.items()) {
-      auto e = enc_.find({it.run_batch_id(), it.job_id()});
-      if (e == enc_.end() || it.ciphertext().size() != e->second.length) {
-        st = absl::NotFoundError("no ENCRYPT job awaits FINALIZE");
-        break;
-      }
-      std::array<pb::SharePair*, 3> tags;
-      for (int p = 0; p < 3; ++p) {
-        auto* r = out[p].add_results();
-        r->set_run_batch_id(it.run_batch_id());
-        r->set_job_id(it.job_id());
-        tags[p] = r->mutable_tag();
-      }
-      Share(Tag(e->second.key, e->second.usage, e->second.ctr0, it.ciphertext(),
-                false),
-            tags);
-      enc_.erase(e);
-    }
-    for (int p = 0; p < 3; ++p) {
-      out[p].set_batch_id(id);
-      out[p].set_party(p);
-    }
-    if (st.ok()) fin_cache_[id] = std::move(out);
-    else fin_error_[id] = st;
-  }
-  absl::Status st = fin_error_.count(id) ? fin_error_[id] : absl::OkStatus();
-  if (st.ok()) {
-    *resp = fin_cache_[id][party];
-    if (corrupt_[party] || corrupt_fin_[party])
-      for (auto& r : *resp->mutable_results())
-        (*r.mutable_tag()->mutable_second())[0] ^= 1;
-  }
-  absl::Duration lat = latency_;
-  l.unlock();
-  Later(lat, [done, st] { done(st); });
+  Answer<pb::FinalizeResponse>(
+      "Finalize", party, req.items_size(), req.batch_id(), &fins_,
+      [&](std::array<pb::FinalizeResponse, 3>* out) {
+        return ComputeFinalize(req, out);
+      },
+      [this](int p, pb::FinalizeResponse* r) {
+        if (!corrupt_[p] && !corrupt_fin_[p]) return;
+        for (auto& x : *r->mutable_results())
+          (*x.mutable_tag()->mutable_second())[0] ^= 1;
+      },
+      resp, std::move(done));
 }
 
 }  // namespace kmpc::kdc::testing

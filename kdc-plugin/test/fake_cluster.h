@@ -70,6 +70,26 @@ class FakeCluster : public Transport {
   void Loop();
   absl::Status ComputeRun(const kmpc::v1::RunRequest& req,
                           std::array<kmpc::v1::RunResponse, 3>* out);
+  absl::Status ComputeFinalize(const kmpc::v1::FinalizeRequest& req,
+                               std::array<kmpc::v1::FinalizeResponse, 3>* out);
+
+  // One batch's outcome, computed once for all three parties.
+  template <typename Resp>
+  struct Batch {
+    absl::Status status;
+    std::array<Resp, 3> resp;
+  };
+  // What Run and Finalize share: record the call; a hung party never
+  // answers, a down one fails at once; otherwise the batch's outcome is
+  // computed on its first call (compute) and party's response, passed
+  // through tamper(party, resp), is answered after the latency. compute and
+  // tamper run under mu_.
+  template <typename Resp>
+  void Answer(const char* method, int party, int items, const std::string& id,
+              std::map<std::string, Batch<Resp>>* batches,
+              const std::function<absl::Status(std::array<Resp, 3>*)>& compute,
+              const std::function<void(int, Resp*)>& tamper, Resp* resp,
+              Done done);
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -84,16 +104,14 @@ class FakeCluster : public Transport {
   bool per_job_key_errors_ = false;
   std::set<std::string> inconsistent_;
   std::vector<Call> calls_;
-  std::map<std::string, std::array<kmpc::v1::RunResponse, 3>> run_cache_;
-  std::map<std::string, absl::Status> run_error_;
+  std::map<std::string, Batch<kmpc::v1::RunResponse>> runs_;
   struct EncState {
     std::string key, ctr0;
     uint32_t usage;
     uint32_t length;
   };
   std::map<std::pair<std::string, uint64_t>, EncState> enc_;
-  std::map<std::string, std::array<kmpc::v1::FinalizeResponse, 3>> fin_cache_;
-  std::map<std::string, absl::Status> fin_error_;
+  std::map<std::string, Batch<kmpc::v1::FinalizeResponse>> fins_;
 };
 
 }  // namespace kmpc::kdc::testing

@@ -190,6 +190,14 @@ cksumtype_for(krb5_enctype e)
         CKSUMTYPE_GMAC_AES256_MPC;
 }
 
+/* The aes-cts enctype with the same key size. */
+static krb5_enctype
+cts_for(krb5_enctype e)
+{
+    return (e == ETYPE_128) ? ENCTYPE_AES128_CTS_HMAC_SHA1_96 :
+        ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+}
+
 static size_t
 keylen_for(krb5_enctype e)
 {
@@ -305,6 +313,16 @@ decrypt_plain(const krb5_keyblock *kb, krb5_keyusage usage,
     return ret;
 }
 
+/* *out = an allocated copy of len bytes at p. */
+static void
+copy_out(krb5_data *out, const char *p, size_t len)
+{
+    out->data = xmalloc(len);
+    out->length = len;
+    if (len > 0)
+        memcpy(out->data, p, len);
+}
+
 /* krb5_c_decrypt_iov with a STREAM buffer. */
 static krb5_error_code
 decrypt_stream(const krb5_keyblock *kb, krb5_keyusage usage,
@@ -325,16 +343,10 @@ decrypt_stream(const krb5_keyblock *kb, krb5_keyusage usage,
     iov[1].data.data = NULL;
     iov[1].data.length = 0;
     ret = krb5_c_decrypt_iov(ctx, kb, usage, NULL, iov, 2);
-    if (ret) {
-        free(buf);
-        return ret;
-    }
-    out->data = xmalloc(iov[1].data.length);
-    out->length = iov[1].data.length;
-    if (out->length > 0)
-        memcpy(out->data, iov[1].data.data, out->length);
+    if (ret == 0)
+        copy_out(out, iov[1].data.data, iov[1].data.length);
     free(buf);
-    return 0;
+    return ret;
 }
 
 /* krb5_c_decrypt_iov with HEADER, DATA (split in two), PADDING, TRAILER. */
@@ -370,16 +382,10 @@ decrypt_iov(const krb5_keyblock *kb, krb5_keyusage usage,
     iov[4].data.data = buf + 16 + plen;
     iov[4].data.length = 16;
     ret = krb5_c_decrypt_iov(ctx, kb, usage, NULL, iov, 5);
-    if (ret) {
-        free(buf);
-        return ret;
-    }
-    out->data = xmalloc(plen);
-    out->length = plen;
-    if (plen > 0)
-        memcpy(out->data, buf + 16, plen);
+    if (ret == 0)
+        copy_out(out, buf + 16, plen);
     free(buf);
-    return 0;
+    return ret;
 }
 
 /*
@@ -661,8 +667,7 @@ check_s2k_vector(const struct vec *v, int idx)
     }
 
     /* Byte-identical to aes*-cts-hmac-sha1-96 from the same inputs. */
-    cts = (e == ETYPE_128) ? ENCTYPE_AES128_CTS_HMAC_SHA1_96 :
-        ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+    cts = cts_for(e);
     memset(&kb_cts, 0, sizeof(kb_cts));
     ret = krb5_c_string_to_key_with_params(ctx, cts, &pwd, &saltd, &params,
                                            &kb_cts);
@@ -675,130 +680,140 @@ check_s2k_vector(const struct vec *v, int idx)
     free(want.data);
 }
 
+/* What every encrypt and checksum vector holds: enctype, key, usage, ctr0,
+ * and two hex fields of its own. */
+struct vec_fields {
+    char what[64];
+    krb5_enctype e;
+    krb5_keyusage usage;
+    krb5_keyblock kb;
+    krb5_data key, ctr0, a, b;
+};
+
+/* Read vector kind[idx] with its own fields fa and fb into *f; 0 (after a
+ * failure) when a field is missing. */
+static int
+vec_load(const struct vec *v, const char *kind, int idx, const char *fa,
+         const char *fb, struct vec_fields *f)
+{
+    const char *et = vec_get(v, "enctype"), *keyhex = vec_get(v, "key");
+    const char *us = vec_get(v, "usage"), *c0 = vec_get(v, "ctr0");
+    const char *ha = vec_get(v, fa), *hb = vec_get(v, fb);
+
+    if (!et || !keyhex || !us || !c0 || !ha || !hb) {
+        fail("%s[%d]: missing field", kind, idx);
+        return 0;
+    }
+    snprintf(f->what, sizeof(f->what), "%s[%d] (%s)", kind, idx, et);
+    f->e = enctype_arg(et);
+    f->key = hex_or_die(keyhex, "key");
+    f->a = hex_or_die(ha, fa);
+    f->b = hex_or_die(hb, fb);
+    f->ctr0 = hex_or_die(c0, "ctr0");
+    f->usage = usage_arg(us);
+    f->kb = make_kb(f->e, &f->key);
+    return 1;
+}
+
+static void
+vec_free(struct vec_fields *f)
+{
+    free(f->key.data);
+    free(f->a.data);
+    free(f->b.data);
+    free(f->ctr0.data);
+}
+
 static void
 check_enc_vector(const struct vec *v, int idx)
 {
     krb5_error_code ret;
-    const char *et = vec_get(v, "enctype"), *keyhex = vec_get(v, "key");
-    const char *us = vec_get(v, "usage"), *c0 = vec_get(v, "ctr0");
-    const char *pthex = vec_get(v, "plaintext");
-    const char *cthex = vec_get(v, "ciphertext");
-    krb5_data key, pt, ct, ctr0, got, fresh, got2;
-    krb5_keyblock kb;
-    krb5_keyusage usage;
-    char what[64];
+    struct vec_fields f;
+    krb5_data got, fresh, got2;
+    const krb5_data *pt = &f.a, *ct = &f.b;
+    const char *what = f.what;
 
-    if (!et || !keyhex || !us || !c0 || !pthex || !cthex) {
-        fail("encrypt[%d]: missing field", idx);
+    if (!vec_load(v, "encrypt", idx, "plaintext", "ciphertext", &f))
         return;
-    }
-    snprintf(what, sizeof(what), "encrypt[%d] (%s)", idx, et);
-    key = hex_or_die(keyhex, "key");
-    pt = hex_or_die(pthex, "plaintext");
-    ct = hex_or_die(cthex, "ciphertext");
-    ctr0 = hex_or_die(c0, "ctr0");
-    usage = usage_arg(us);
-    kb = make_kb(enctype_arg(et), &key);
-
-    if (ct.length != pt.length + 32 || ctr0.length != 16 ||
-        memcmp(ct.data, ctr0.data, 16) != 0)
+    if (ct->length != pt->length + 32 || f.ctr0.length != 16 ||
+        memcmp(ct->data, f.ctr0.data, 16) != 0)
         fail("%s: vector is not ctr0 || C || T", what);
 
-    ret = decrypt_all(&kb, usage, &ct, &got, what);
+    ret = decrypt_all(&f.kb, f.usage, ct, &got, what);
     if (ret)
         fail("%s: decrypt: %s", what, errname(ret));
-    else if (!data_eq(got.data, got.length, pt.data, pt.length))
+    else if (!data_eq(got.data, got.length, pt->data, pt->length))
         fail("%s: decrypted plaintext differs from the vector", what);
     free(got.data);
 
     /* The wrong usage must not decrypt. */
-    ret = decrypt_plain(&kb, usage + 1, &ct, &got);
+    ret = decrypt_plain(&f.kb, f.usage + 1, ct, &got);
     expect_code(ret, KRB5KRB_AP_ERR_BAD_INTEGRITY, "vector with usage+1");
     free(got.data);
 
     /* A fresh encryption round-trips and uses a new random ctr0. */
-    ret = do_encrypt(&kb, usage, &pt, &fresh);
+    ret = do_encrypt(&f.kb, f.usage, pt, &fresh);
     if (ret) {
         fail("%s: encrypt: %s", what, errname(ret));
     } else {
-        if (fresh.length != ct.length)
+        if (fresh.length != ct->length)
             fail("%s: fresh ciphertext length %u", what, fresh.length);
-        if (memcmp(fresh.data, ct.data, 16) == 0)
+        if (memcmp(fresh.data, ct->data, 16) == 0)
             fail("%s: fresh encryption reused the vector's ctr0", what);
-        ret = decrypt_all(&kb, usage, &fresh, &got2, what);
-        if (ret || !data_eq(got2.data, got2.length, pt.data, pt.length))
+        ret = decrypt_all(&f.kb, f.usage, &fresh, &got2, what);
+        if (ret || !data_eq(got2.data, got2.length, pt->data, pt->length))
             fail("%s: fresh encryption does not round-trip", what);
         free(got2.data);
     }
     free(fresh.data);
-    free(key.data);
-    free(pt.data);
-    free(ct.data);
-    free(ctr0.data);
+    vec_free(&f);
 }
 
 static void
 check_cksum_vector(const struct vec *v, int idx)
 {
     krb5_error_code ret;
-    const char *et = vec_get(v, "enctype"), *keyhex = vec_get(v, "key");
-    const char *us = vec_get(v, "usage"), *c0 = vec_get(v, "ctr0");
-    const char *dhex = vec_get(v, "data"), *ckhex = vec_get(v, "checksum");
-    krb5_data key, d, ck, ctr0;
-    krb5_keyblock kb;
-    krb5_keyusage usage;
+    struct vec_fields f;
     krb5_boolean valid;
     krb5_checksum fresh;
-    krb5_enctype e;
-    char what[64];
+    const krb5_data *d = &f.a, *ck = &f.b;
+    const char *what = f.what;
+    krb5_cksumtype ctype;
 
-    if (!et || !keyhex || !us || !c0 || !dhex || !ckhex) {
-        fail("checksum[%d]: missing field", idx);
+    if (!vec_load(v, "checksum", idx, "data", "checksum", &f))
         return;
-    }
-    snprintf(what, sizeof(what), "checksum[%d] (%s)", idx, et);
-    e = enctype_arg(et);
-    key = hex_or_die(keyhex, "key");
-    d = hex_or_die(dhex, "data");
-    ck = hex_or_die(ckhex, "checksum");
-    ctr0 = hex_or_die(c0, "ctr0");
-    usage = usage_arg(us);
-    kb = make_kb(e, &key);
-
-    if (ck.length != 32 || ctr0.length != 16 ||
-        memcmp(ck.data, ctr0.data, 16) != 0)
+    ctype = cksumtype_for(f.e);
+    if (ck->length != 32 || f.ctr0.length != 16 ||
+        memcmp(ck->data, f.ctr0.data, 16) != 0)
         fail("%s: vector is not ctr0 || T", what);
 
-    ret = do_verify(&kb, cksumtype_for(e), usage, &d, &ck, &valid);
+    ret = do_verify(&f.kb, ctype, f.usage, d, ck, &valid);
     if (ret || !valid)
         fail("%s: vector does not verify (%s)", what,
              ret ? errname(ret) : "invalid");
     /* Checksum type 0 means the enctype's mandatory type, gmac-*. */
-    ret = do_verify(&kb, 0, usage, &d, &ck, &valid);
+    ret = do_verify(&f.kb, 0, f.usage, d, ck, &valid);
     if (ret || !valid)
         fail("%s: vector does not verify as the mandatory type", what);
-    ret = do_verify(&kb, cksumtype_for(e), usage + 1, &d, &ck, &valid);
+    ret = do_verify(&f.kb, ctype, f.usage + 1, d, ck, &valid);
     if (ret || valid)
         fail("%s: verifies under usage+1", what);
 
-    ret = do_checksum(&kb, 0, usage, &d, &fresh);
+    ret = do_checksum(&f.kb, 0, f.usage, d, &fresh);
     if (ret) {
         fail("%s: make_checksum: %s", what, errname(ret));
     } else {
         krb5_data fd = { KV5M_DATA, fresh.length, (char *)fresh.contents };
 
-        if (fresh.checksum_type != cksumtype_for(e) || fresh.length != 32)
+        if (fresh.checksum_type != ctype || fresh.length != 32)
             fail("%s: mandatory checksum type %d length %u", what,
                  fresh.checksum_type, fresh.length);
-        ret = do_verify(&kb, cksumtype_for(e), usage, &d, &fd, &valid);
+        ret = do_verify(&f.kb, ctype, f.usage, d, &fd, &valid);
         if (ret || !valid)
             fail("%s: fresh checksum does not verify", what);
         krb5_free_checksum_contents(ctx, &fresh);
     }
-    free(key.data);
-    free(d.data);
-    free(ck.data);
-    free(ctr0.data);
+    vec_free(&f);
 }
 
 /*** tamper ***/
@@ -1172,8 +1187,7 @@ api_names(krb5_enctype e, const char *name, krb5_cksumtype c,
     char buf[128];
     unsigned int len;
     size_t slen;
-    krb5_enctype cts = (e == ETYPE_128) ? ENCTYPE_AES128_CTS_HMAC_SHA1_96 :
-        ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+    krb5_enctype cts = cts_for(e);
 
     if (krb5_string_to_enctype((char *)name, &got) != 0 || got != e)
         fail("krb5_string_to_enctype(%s)", name);
@@ -1222,19 +1236,32 @@ api_names(krb5_enctype e, const char *name, krb5_cksumtype c,
     }
 }
 
+/* A checksum of type ct with kb over a fixed message gives code want. */
+static void
+expect_checksum(const krb5_keyblock *kb, krb5_cksumtype ct,
+                krb5_error_code want, const char *what)
+{
+    krb5_data d = { KV5M_DATA, 4, "data" };
+    krb5_checksum ck;
+    krb5_error_code ret;
+
+    ret = do_checksum(kb, ct, 1, &d, &ck);
+    expect_code(ret, want, what);
+    if (ret == 0)
+        krb5_free_checksum_contents(ctx, &ck);
+}
+
 static void
 api_pairing(krb5_enctype e)
 {
     krb5_error_code ret;
     krb5_cksumtype *types = NULL, c = cksumtype_for(e);
-    krb5_enctype cts = (e == ETYPE_128) ? ENCTYPE_AES128_CTS_HMAC_SHA1_96 :
-        ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+    krb5_enctype cts = cts_for(e);
     krb5_cksumtype hmac = (e == ETYPE_128) ? CKSUMTYPE_HMAC_SHA1_96_AES128 :
         CKSUMTYPE_HMAC_SHA1_96_AES256;
     unsigned int count, i;
-    krb5_data key, d = { KV5M_DATA, 4, "data" };
+    krb5_data key;
     krb5_keyblock kb, kb_cts;
-    krb5_checksum ck;
 
     ret = krb5_c_keyed_checksum_types(ctx, e, &count, &types);
     if (ret || count != 1 || types[0] != c)
@@ -1253,23 +1280,13 @@ api_pairing(krb5_enctype e)
     kb_cts = make_kb(cts, &key);
     /* The raw ctr-mpc key must not key another checksum, nor gmac-mpc
      * another enctype's key. */
-    ret = do_checksum(&kb, hmac, 1, &d, &ck);
-    expect_code(ret, KRB5_BAD_ENCTYPE, "hmac-sha1-96-aes with a ctr-mpc key");
-    if (ret == 0)
-        krb5_free_checksum_contents(ctx, &ck);
-    ret = do_checksum(&kb, CKSUMTYPE_HMAC_MD5_ARCFOUR, 1, &d, &ck);
-    expect_code(ret, KRB5_BAD_ENCTYPE, "hmac-md5 with a ctr-mpc key");
-    if (ret == 0)
-        krb5_free_checksum_contents(ctx, &ck);
-    ret = do_checksum(&kb_cts, c, 1, &d, &ck);
-    expect_code(ret, KRB5_BAD_ENCTYPE, "gmac-mpc with an aes-cts key");
-    if (ret == 0)
-        krb5_free_checksum_contents(ctx, &ck);
+    expect_checksum(&kb, hmac, KRB5_BAD_ENCTYPE,
+                    "hmac-sha1-96-aes with a ctr-mpc key");
+    expect_checksum(&kb, CKSUMTYPE_HMAC_MD5_ARCFOUR, KRB5_BAD_ENCTYPE,
+                    "hmac-md5 with a ctr-mpc key");
+    expect_checksum(&kb_cts, c, KRB5_BAD_ENCTYPE, "gmac-mpc with an aes-cts key");
     /* Unkeyed checksums do not use the key and stay available. */
-    ret = do_checksum(&kb, CKSUMTYPE_RSA_MD5, 1, &d, &ck);
-    expect_code(ret, 0, "md5 with a ctr-mpc key");
-    if (ret == 0)
-        krb5_free_checksum_contents(ctx, &ck);
+    expect_checksum(&kb, CKSUMTYPE_RSA_MD5, 0, "md5 with a ctr-mpc key");
     free(key.data);
 }
 
@@ -1278,8 +1295,7 @@ static void
 api_prf(krb5_enctype e)
 {
     krb5_error_code ret;
-    krb5_enctype cts = (e == ETYPE_128) ? ENCTYPE_AES128_CTS_HMAC_SHA1_96 :
-        ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+    krb5_enctype cts = cts_for(e);
     krb5_data key, in = { KV5M_DATA, 4, "test" }, o1, o2;
     krb5_keyblock kb, kb_cts;
     char b1[64], b2[64];
@@ -1397,15 +1413,14 @@ run_op(int argc, char **argv)
     in = hex_or_die(argv[5], "input");
     kb = make_kb(e, &key);
 
-    if (strcmp(op, "encrypt") == 0 || strcmp(op, "encrypt-iov") == 0) {
-        ret = (op[7] == '\0') ? do_encrypt(&kb, usage, &in, &out) :
-            do_encrypt_iov(&kb, usage, &in, &out);
-        if (ret)
-            die_code(ret, op);
-        print_hex(out.data, out.length);
-        free(out.data);
-    } else if (strcmp(op, "decrypt") == 0) {
-        ret = decrypt_all(&kb, usage, &in, &out, "decrypt");
+    if (strcmp(op, "encrypt") == 0 || strcmp(op, "encrypt-iov") == 0 ||
+        strcmp(op, "decrypt") == 0) {
+        if (op[0] == 'd')
+            ret = decrypt_all(&kb, usage, &in, &out, "decrypt");
+        else if (op[7] == '\0')
+            ret = do_encrypt(&kb, usage, &in, &out);
+        else
+            ret = do_encrypt_iov(&kb, usage, &in, &out);
         if (ret)
             die_code(ret, op);
         print_hex(out.data, out.length);
