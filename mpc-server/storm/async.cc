@@ -7,6 +7,21 @@
 // the 4-byte length prefix of RFC 4120 section 7.2.2, a fresh connection
 // per request as libkrb5 makes, and a switch to TCP on
 // KRB_ERR_RESPONSE_TOO_BIG.
+//
+// Late replies.  A UDP socket that may still receive a reply to an earlier
+// request (one that was retransmitted, or a login that timed out) is not
+// used again: the slot takes a fresh socket.  The old socket is not closed
+// at once but kept open, out of the epoll set, for kQuarantine: the kernel
+// gives a closed socket's port to the next socket that asks, and a KDC
+// that answers seconds late (an overloaded batching KDC: tens of seconds)
+// would send its answer to whichever login now holds that port.  libkrb5
+// takes any datagram on its socket as the reply, so another principal's
+// AS-REP failed that login with KRB_AP_ERR_BAD_INTEGRITY (another key) and
+// a same-principal one with KRB5_KDCREP_MODIFIED (another nonce): errors
+// of the load generator, not of the KDC.  Beyond the quarantine (and for
+// ports a previous process used), a reply that names another client, or
+// is the wrong kind of reply for the exchange, cannot be this request's:
+// it is counted as a stray reply and dropped, and the login keeps waiting.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,21 +29,39 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "storm.h"
+
+// libkrb5's ASN.1 decoders (exported, declared only in its private
+// k5-int.h): the clear-text client name of a reply, to recognise strays.
+extern "C" {
+krb5_error_code decode_krb5_as_rep(const krb5_data* in, krb5_kdc_rep** out);
+krb5_error_code decode_krb5_tgs_rep(const krb5_data* in, krb5_kdc_rep** out);
+krb5_error_code decode_krb5_error(const krb5_data* in, krb5_error** out);
+void krb5_free_kdc_rep(krb5_context ctx, krb5_kdc_rep* rep);
+}
 
 namespace kmpc::storm {
 namespace {
 
 constexpr uint64_t kSec = 1000000000ull;
 constexpr size_t kMaxReply = 65536;
+// How long a UDP socket that may still get a late reply stays open (its
+// port unavailable to the kernel's next socket), and how many such sockets
+// all workers keep at most (file descriptors and UDP ports are finite; the
+// oldest is closed first).
+constexpr uint64_t kQuarantine = 60 * kSec;
+constexpr size_t kMaxRetired = 8192;
 
 enum class Phase { kIdle, kAs, kTgs };
 
@@ -74,6 +107,8 @@ class Worker {
   bool OpenUdp(Slot* s);
   void CloseTcp(Slot* s);
   void Arm(Slot* s, int fd, uint32_t events, int op);
+  void Retire(int fd, uint64_t now);
+  bool IsStray(const Slot* s, const krb5_data& in);
 
   Run* run_;
   int index_;
@@ -94,6 +129,8 @@ class Worker {
   uint64_t closed_k_ = 0;
   bool issuing_ = true;
   std::vector<char> buf_ = std::vector<char>(kMaxReply);
+  std::deque<std::pair<uint64_t, int>> retired_;  // (retired at, fd), oldest first
+  size_t max_retired_ = 0;
 };
 
 Worker::~Worker() {
@@ -104,6 +141,7 @@ Worker::~Worker() {
     if (s.udp_fd >= 0) close(s.udp_fd);
     if (s.tcp_fd >= 0) close(s.tcp_fd);
   }
+  for (auto& r : retired_) close(r.second);
   if (ep_ >= 0) close(ep_);
   krb5_free_principal(ctx_, server_);
   for (auto kt : kts_) krb5_kt_close(ctx_, kt);
@@ -177,6 +215,15 @@ bool Worker::Init() {
   if (ep_ < 0) return false;
   int total = run_->open_loop() ? cfg().max_inflight : cfg().concurrency;
   int mine = total / cfg().threads + (index_ < total % cfg().threads ? 1 : 0);
+  // Retired sockets: this worker's share of kMaxRetired, within what the
+  // descriptor limit leaves after a UDP and a TCP socket per slot.
+  rlimit rl{};
+  size_t budget = kMaxRetired;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    uint64_t need = 2 * static_cast<uint64_t>(total) + 256;
+    budget = rl.rlim_cur > need ? std::min<uint64_t>(budget, rl.rlim_cur - need) : 0;
+  }
+  max_retired_ = budget / cfg().threads;
   slots_.resize(mine);
   for (int i = 0; i < mine; i++) {
     Slot& s = slots_[i];
@@ -213,8 +260,20 @@ void Worker::Arm(Slot* s, int fd, uint32_t events, int op) {
   epoll_ctl(ep_, op, fd, &ev);
 }
 
+// Out of the epoll set, still open: its port is not handed to another
+// socket while late replies may arrive (see the top of this file).
+void Worker::Retire(int fd, uint64_t now) {
+  epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
+  retired_.emplace_back(now, fd);
+  while (retired_.size() > max_retired_ ||
+         (!retired_.empty() && now - retired_.front().first >= kQuarantine)) {
+    close(retired_.front().second);
+    retired_.pop_front();
+  }
+}
+
 bool Worker::OpenUdp(Slot* s) {
-  if (s->udp_fd >= 0) close(s->udp_fd);
+  if (s->udp_fd >= 0) Retire(s->udp_fd, NowNs());
   s->retransmitted = false;
   s->udp_fd = socket(kdc_.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s->udp_fd < 0 ||
@@ -404,7 +463,40 @@ void Worker::OnUdpReadable(Slot* s) {
   ssize_t n = recv(s->udp_fd, buf_.data(), buf_.size(), 0);
   if (n <= 0) return;  // ECONNREFUSED etc.: retransmit or time out, as kinit
   krb5_data in = {0, static_cast<unsigned int>(n), buf_.data()};
+  if (IsStray(s, in)) {
+    ws_->stray_replies++;
+    return;  // not this request's reply: keep waiting
+  }
   Step(s, &in);
+}
+
+// A well-formed reply that cannot answer this slot's request: an AS-REP or
+// TGS-REP naming another client, a KRB-ERROR naming another client, or a
+// reply of the other exchange.  Anything else (including what does not
+// decode) goes to libkrb5, which judges it.  Clear-text fields only; the
+// cost is one ASN.1 decode per reply.
+bool Worker::IsStray(const Slot* s, const krb5_data& in) {
+  if (in.length == 0) return false;
+  const unsigned char tag = static_cast<unsigned char>(in.data[0]);
+  krb5_principal client = nullptr;
+  krb5_kdc_rep* rep = nullptr;
+  krb5_error* err = nullptr;
+  bool other_exchange = false;
+  if (tag == 0x6b || tag == 0x6d) {  // [APPLICATION 11] AS-REP, [13] TGS-REP
+    krb5_error_code ret = tag == 0x6b ? decode_krb5_as_rep(&in, &rep)
+                                      : decode_krb5_tgs_rep(&in, &rep);
+    if (ret) return false;
+    other_exchange = (tag == 0x6b) != (s->phase == Phase::kAs);
+    client = rep->client;
+  } else if (tag == 0x7e) {  // [APPLICATION 30] KRB-ERROR
+    if (decode_krb5_error(&in, &err)) return false;
+    client = err->client;
+  }
+  bool stray = other_exchange ||
+               (client != nullptr && !krb5_principal_compare(ctx_, client, princs_[s->user]));
+  if (rep) krb5_free_kdc_rep(ctx_, rep);
+  if (err) krb5_free_error(ctx_, err);
+  return stray;
 }
 
 void Worker::OnTcpEvent(Slot* s, uint32_t events) {
@@ -473,12 +565,16 @@ void Worker::Finish(Slot* s, krb5_error_code code) {
 }
 
 void Worker::CheckTimers(uint64_t now) {
+  while (!retired_.empty() && now - retired_.front().first >= kQuarantine) {
+    close(retired_.front().second);
+    retired_.pop_front();
+  }
   for (Slot& s : slots_) {
     if (s.phase == Phase::kIdle) continue;
     if (now >= s.deadline) {
       // No answer within the timeout: kinit reports "Cannot contact any
       // KDC for realm".  A fresh socket so a late reply cannot be taken
-      // for the next login's.
+      // for the next login's (the old one is retired, not closed).
       if (!s.use_tcp) OpenUdp(&s);
       CloseTcp(&s);
       Finish(&s, KRB5_KDC_UNREACH);

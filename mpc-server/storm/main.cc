@@ -500,6 +500,7 @@ int Main(int argc, char** argv) {
   // ---- merge ----
   Histogram hist;
   uint64_t ok = 0, errors = 0, started = 0, dropped = 0, retx = 0, tcpfb = 0, reqs = 0;
+  uint64_t strays = 0;
   uint64_t ok_all = 0, err_all = 0, last_done = 0, first_done = UINT64_MAX;
   std::map<int32_t, uint64_t> by_code;
   std::map<int32_t, std::string> texts;
@@ -514,6 +515,7 @@ int Main(int argc, char** argv) {
     retx += s->retransmits;
     tcpfb += s->tcp_fallbacks;
     reqs += s->requests;
+    strays += s->stray_replies;
     ok_all += s->ok_all.load();
     err_all += s->err_all.load();
     last_done = std::max(last_done, s->last_done_ns);
@@ -568,7 +570,7 @@ int Main(int argc, char** argv) {
     if (run.open_loop()) printf("  dropped         %" PRIu64 " (due, never started: KDC too slow)\n", dropped);
     if (cfg.engine == Engine::kAsync)
       printf("  requests        %" PRIu64 " sent, %" PRIu64 " UDP retransmits, %" PRIu64
-             " TCP fallbacks\n", reqs, retx, tcpfb);
+             " TCP fallbacks, %" PRIu64 " stray replies ignored\n", reqs, retx, tcpfb, strays);
     else
       printf("  requests        (sent by libkrb5's sendto_kdc: not counted)\n");
     printf("  latency (ms)    p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f\n",
@@ -663,6 +665,7 @@ int Main(int argc, char** argv) {
     j << "  \"requests\": " << reqs << ",\n";
     j << "  \"retransmits\": " << retx << ",\n";
     j << "  \"tcp_fallbacks\": " << tcpfb << ",\n";
+    j << "  \"stray_replies\": " << strays << ",\n";
     j << "  \"logins_per_s\": " << rate << ",\n";
     j << "  \"latency_us\": {\"p50\": " << hist.Quantile(0.5) << ", \"p90\": " << hist.Quantile(0.9)
       << ", \"p99\": " << hist.Quantile(0.99) << ", \"p999\": " << hist.Quantile(0.999)

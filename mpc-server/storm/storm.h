@@ -65,6 +65,9 @@ struct WorkerStats {
   uint64_t started = 0;         // measured logins started
   uint64_t dropped = 0;         // open loop: scheduled, never started
   uint64_t retransmits = 0, tcp_fallbacks = 0, requests = 0;
+  // Async engine: replies that named another client (or were of the other
+  // exchange), dropped: late replies to a port the kernel recycled.
+  uint64_t stray_replies = 0;
   uint64_t first_done_ns = 0;   // completion of the first measured login
   uint64_t last_done_ns = 0;    // completion of the last measured login
   std::map<int32_t, uint64_t> err_by_code;  // every phase
