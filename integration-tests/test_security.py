@@ -26,7 +26,7 @@ CLIENT = kmpc_cluster.find_built("mpc-server/kmpc-mpc-client", required=False)
 pytestmark = pytest.mark.skipif(SERVER is None or CLIENT is None,
                                 reason="kmpc-mpc-server not built (make build)")
 
-UNAUTHENTICATED, PERMISSION_DENIED = 16, 7
+UNAUTHENTICATED, PERMISSION_DENIED, FAILED_PRECONDITION = 16, 7, 9
 
 
 def gen_certs(*args):
@@ -208,11 +208,20 @@ def _pieces_left(path, shares):
     return sum(1 for o in range(0, len(shares) - 63, 64) if shares[o:o + 64] in data)
 
 
-def test_deleted_and_replaced_shares_leave_the_store_file(cluster):
+def test_deleted_shares_leave_the_store_file_and_ids_are_not_reused(cluster):
+    """The servers' default (no --allow_key_replace): replacing stored shares
+    and storing a deleted id again are refused; a deletion leaves none of the
+    shares' bytes in any server's data.mdb. (Replacement scrubbing, allowed
+    with --allow_key_replace, is tested in share_store_test.)"""
     kid = secrets.token_hex(32)
     label = "scrub-" + secrets.token_hex(8)
-    r = cluster.client("put-key", f"--key_hex={secrets.token_hex(32)}", f"--key_id_hex={kid}",
-                       f"--label={label}", client="admin-b")
+
+    def put(*extra):
+        return cluster.client("put-key", f"--key_hex={secrets.token_hex(32)}",
+                              f"--key_id_hex={kid}", f"--label={label}", *extra,
+                              client="admin-b")
+
+    r = put()
     assert r.returncode == 0, r.stdout + r.stderr
     files = [os.path.join(cluster.store_dir(i), "data.mdb") for i in range(3)]
     old = []
@@ -220,22 +229,19 @@ def test_deleted_and_replaced_shares_leave_the_store_file(cluster):
         with open(f, "rb") as fh:
             old.append(_record_shares(fh.read(), label))
         assert _pieces_left(f, old[-1]) == len(old[-1]) // 64
-    # Replace: the old shares go, the new ones are there.
-    r = cluster.client("put-key", f"--key_hex={secrets.token_hex(32)}", f"--key_id_hex={kid}",
-                       f"--label={label}", "--replace", client="admin-b")
-    assert r.returncode == 0, r.stdout + r.stderr
-    new = []
+    r = put("--replace")
+    assert codes(r) == [FAILED_PRECONDITION], r.stdout + r.stderr
+    assert "not reused" in r.stdout
     for f, o in zip(files, old):
-        assert _pieces_left(f, o) == 0
-        with open(f, "rb") as fh:
-            new.append(_record_shares(fh.read(), label))
-        assert new[-1] != o
-    # Delete: gone from every server's file.
+        assert _pieces_left(f, o) == len(o) // 64  # untouched
     r = cluster.client("delete-key", f"--key_id_hex={kid}", client="admin-b")
     assert r.returncode == 0, r.stdout + r.stderr
-    for f, n in zip(files, new):
-        assert _pieces_left(f, n) == 0
+    for f, o in zip(files, old):
+        assert _pieces_left(f, o) == 0
         assert os.stat(f).st_mode & 0o777 == 0o600
+    for extra in ((), ("--replace",)):
+        r = put(*extra)
+        assert codes(r) == [FAILED_PRECONDITION] and "was deleted" in r.stdout, r.stdout
     cluster.check_alive()
 
 

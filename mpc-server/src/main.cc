@@ -61,6 +61,10 @@ ABSL_FLAG(std::string, crl, "",
           "gRPC clients and ring peers with a listed certificate are refused "
           "(established ring connections stay); reloaded when the file "
           "changes and on SIGHUP");
+ABSL_FLAG(bool, allow_key_replace, false,
+          "let PutKey replace stored shares and reuse deleted key ids (tests, "
+          "recovery); by default ids are immutable, so an Admin certificate "
+          "cannot swap the shares of a key the KDB refers to");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted (MiB)");
 ABSL_FLAG(int, encrypt_state_ttl_ms, 10000,
           "how long an ENCRYPT job's state waits for its FINALIZE (the KDC "
@@ -144,6 +148,7 @@ int main(int argc, char** argv) {
 
   auto store = kmpc::store::ShareStore::Open(absl::GetFlag(FLAGS_store_dir));
   if (!store.ok()) return Fail(std::string(store.status().message()));
+  (*store)->set_immutable_ids(!absl::GetFlag(FLAGS_allow_key_replace));
 
   kmpc::net::TlsRingOptions ropt;
   ropt.party = party;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -21,6 +22,13 @@ namespace {
 //   "KMS1" | cipher u8 | kvno u32 | label_len u16 | label | shares_len u32 |
 //   shares
 constexpr uint8_t kMagic[4] = {'K', 'M', 'S', '1'};
+// A deleted id's value while key ids are immutable (set_immutable_ids).
+constexpr uint8_t kTombstone[4] = {'K', 'M', 'T', '1'};
+
+bool IsTombstone(const MDB_val& v) {
+  return v.mv_size == sizeof(kTombstone) &&
+         std::memcmp(v.mv_data, kTombstone, sizeof(kTombstone)) == 0;
+}
 constexpr size_t kMaxLabel = 1024;
 constexpr size_t kMaxShares = 1 << 20;
 
@@ -153,6 +161,7 @@ struct ShareStore::Env {
   // reopens `env`).
   mutable std::shared_mutex mu;
   bool scrub_pending = false;  // a change whose compaction failed
+  std::atomic<bool> immutable_ids{false};
   ~Env() { Close(); }
   void Close() {
     if (env != nullptr) mdb_env_close(env);
@@ -319,10 +328,27 @@ absl::Status ShareStore::Put(const KeyMeta& meta,
   } else {
     MDB_val k{kKeyIdSize, const_cast<uint8_t*>(meta.key_id.data())};
     MDB_val old;
-    replaced = replace && mdb_get(txn, env_->dbi, &k, &old) == 0;
+    const bool exists = mdb_get(txn, env_->dbi, &k, &old) == 0;
+    const bool tomb = exists && IsTombstone(old);
+    replaced = replace && exists && !tomb;
     MDB_val v{value.size(), value.data()};
-    rc = mdb_put(txn, env_->dbi, &k, &v, replace ? 0 : MDB_NOOVERWRITE);
-    if (rc == MDB_KEYEXIST) {
+    if (exists && env_->immutable_ids) {
+      rc = MDB_KEYEXIST;  // reported below, with the reason
+    } else {
+      rc = mdb_put(txn, env_->dbi, &k, &v, replace ? 0 : MDB_NOOVERWRITE);
+    }
+    if (rc == MDB_KEYEXIST && env_->immutable_ids && (tomb || replace)) {
+      mdb_txn_abort(txn);
+      st = absl::FailedPreconditionError(absl::StrCat(
+          "key id ", KeyIdHex(meta.key_id),
+          tomb ? " was deleted" : " is stored",
+          " and key ids are not reused on this server (its shares cannot be "
+          "replaced): share the key under a new id"));
+    } else if (rc == MDB_KEYEXIST && tomb) {
+      mdb_txn_abort(txn);
+      st = absl::AlreadyExistsError(absl::StrCat(
+          "key id ", KeyIdHex(meta.key_id), " was deleted; replace to reuse it"));
+    } else if (rc == MDB_KEYEXIST) {
       mdb_txn_abort(txn);
       st = absl::AlreadyExistsError(
           absl::StrCat("key id ", KeyIdHex(meta.key_id), " already stored"));
@@ -347,7 +373,7 @@ absl::StatusOr<KeyRecord> ShareStore::Get(const KeyId& id) const {
   MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
   MDB_val v;
   int rc = mdb_get(txn.get(), env_->dbi, &k, &v);
-  if (rc == MDB_NOTFOUND)
+  if (rc == MDB_NOTFOUND || (rc == 0 && IsTombstone(v)))
     return absl::NotFoundError(absl::StrCat("unknown key id ", KeyIdHex(id)));
   if (rc != 0) return LmdbError("get", rc);
   return DecodeRecord(
@@ -362,7 +388,16 @@ absl::Status ShareStore::Delete(const KeyId& id) {
   int rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
   if (rc != 0) return LmdbError("txn_begin", rc);
   MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
-  rc = mdb_del(txn, env_->dbi, &k, nullptr);
+  MDB_val old;
+  rc = mdb_get(txn, env_->dbi, &k, &old);
+  if (rc == 0 && IsTombstone(old)) rc = MDB_NOTFOUND;
+  if (rc == 0 && env_->immutable_ids) {
+    // Keep the id taken: a tombstone replaces the record.
+    MDB_val t{sizeof(kTombstone), const_cast<uint8_t*>(kTombstone)};
+    rc = mdb_put(txn, env_->dbi, &k, &t, 0);
+  } else if (rc == 0) {
+    rc = mdb_del(txn, env_->dbi, &k, nullptr);
+  }
   if (rc != 0) {
     mdb_txn_abort(txn);
     if (rc == MDB_NOTFOUND)
@@ -389,6 +424,7 @@ absl::StatusOr<std::vector<KeyMeta>> ShareStore::List() const {
     auto id = KeyIdFromBytes(
         absl::MakeConstSpan(static_cast<const uint8_t*>(k.mv_data), k.mv_size));
     if (!id.ok()) { st = absl::DataLossError("store holds a malformed key id"); break; }
+    if (IsTombstone(v)) continue;
     auto rec = DecodeRecord(*id, absl::MakeConstSpan(
                                      static_cast<const uint8_t*>(v.mv_data), v.mv_size));
     if (!rec.ok()) { st = rec.status(); break; }
@@ -405,10 +441,19 @@ absl::StatusOr<uint64_t> ShareStore::Count() const {
   if (env_->env == nullptr) return absl::UnavailableError("the share store is unavailable");
   ReadTxn txn(env_->env);
   if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
-  MDB_stat stat;
-  int rc = mdb_stat(txn.get(), env_->dbi, &stat);
-  if (rc != 0) return LmdbError("stat", rc);
-  return stat.ms_entries;
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn.get(), env_->dbi, &cur);
+  if (rc != 0) return LmdbError("cursor_open", rc);
+  uint64_t n = 0;
+  MDB_val k, v;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+    if (!IsTombstone(v)) ++n;
+  mdb_cursor_close(cur);
+  if (rc != MDB_NOTFOUND) return LmdbError("cursor_get", rc);
+  return n;
 }
+
+void ShareStore::set_immutable_ids(bool on) { env_->immutable_ids = on; }
 
 }  // namespace kmpc::store

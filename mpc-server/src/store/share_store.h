@@ -80,6 +80,15 @@ class ShareStore {
   absl::StatusOr<std::vector<KeyMeta>> List() const;
   absl::StatusOr<uint64_t> Count() const;
 
+  // Immutable key ids (kmpc-mpc-server's default, --allow_key_replace
+  // turns it off): Put with `replace` over a stored record fails with
+  // FAILED_PRECONDITION, and Delete leaves a tombstone so that the id can
+  // never be stored again. Whoever holds an Admin certificate can then delete
+  // keys but not substitute shares of a key they know for an id the KDB
+  // already refers to (e.g. the krbtgt's: forged TGTs). kmpc-admin always
+  // shares under a fresh random id.
+  void set_immutable_ids(bool on);
+
   // Path of the LMDB data file (tests scan it for key material).
   std::string data_file() const;
 

@@ -197,6 +197,48 @@ TEST(ShareStoreTest, OpenScrubsWhatLmdbLeftBehind) {
   EXPECT_EQ((*store)->Get(Id(8)).status().code(), absl::StatusCode::kNotFound);
 }
 
+// kmpc-mpc-server's default: a stored id's shares cannot be replaced, and a
+// deleted id cannot be stored again (no swapping in shares of a known key).
+TEST(ShareStoreTest, ImmutableIds) {
+  const std::string dir = TempDir();
+  auto store = ShareStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  ShareStore& s = **store;
+  s.set_immutable_ids(true);
+  const auto a = RandomBytes(3000, 11), a2 = RandomBytes(3000, 12);
+  ASSERT_TRUE(s.Put({Id(1), Cipher::kAes256, 1, "krbtgt"}, a, false).ok());
+  ASSERT_TRUE(s.Put({Id(2), Cipher::kAes256, 1, "other"}, a2, false).ok());
+  EXPECT_EQ(s.Put({Id(1), Cipher::kAes256, 1, "krbtgt"}, a2, false).code(),
+            absl::StatusCode::kAlreadyExists);
+  absl::Status st = s.Put({Id(1), Cipher::kAes256, 2, "krbtgt"}, a2, true);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(SharesOf(s, Id(1)), a);
+  ASSERT_TRUE(s.Delete(Id(1)).ok());
+  EXPECT_EQ(PiecesInFile(s.data_file(), a), 0);  // the tombstone scrubs too
+  EXPECT_EQ(s.Get(Id(1)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.Delete(Id(1)).code(), absl::StatusCode::kNotFound);
+  for (bool replace : {false, true}) {
+    st = s.Put({Id(1), Cipher::kAes256, 2, "krbtgt"}, a2, replace);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_NE(st.message().find("was deleted"), std::string::npos) << st;
+  }
+  EXPECT_EQ(*s.Count(), 1u);
+  auto list = s.List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].label, "other");
+  // The tombstone outlives a restart; with replacing allowed it can be reused.
+  store->reset();
+  auto again = ShareStore::Open(dir);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->Get(Id(1)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*again)->Put({Id(1), Cipher::kAes256, 2, "k"}, a2, false).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE((*again)->Put({Id(1), Cipher::kAes256, 2, "k"}, a2, true).ok());
+  EXPECT_EQ(SharesOf(**again, Id(1)), a2);
+  EXPECT_EQ(*(*again)->Count(), 2u);
+}
+
 // Reads go on, consistent, while deletions and replacements compact and
 // reopen the file.
 TEST(ShareStoreTest, ReadsDuringCompaction) {
