@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -47,13 +48,48 @@ bool IsUnreachable(const absl::Status& s) {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+// Key usages (RFC 4120 7.5.1) the speculative keystream is about.
+constexpr uint32_t kUsageEncTimestamp = 1;
+constexpr uint32_t kUsageTicket = 2;
+constexpr uint32_t kUsageAsRepPart = 3;
+// Plaintexts longer than this are not speculated on, nor learnt from; at
+// most this many speculative keystreams are held.
+constexpr size_t kSpecMaxBytes = 2048;
+constexpr size_t kMaxSpecs = 64;
+// Lengths learnt from the last this many ENCRYPT jobs of a usage.
+constexpr size_t kSpecLearn = 64;
+
 }  // namespace
+
+// An ENCRYPT job whose keystream came from a speculative ENCRYPT of an
+// earlier batch: only FINALIZE remains.
+struct Prerun {
+  std::string run_batch_id;
+  uint64_t job_id = 0;
+  std::string ctr0;
+  std::string ciphertext;  // public
+};
 
 struct Queued {
   uint64_t token = 0;
   Job job;
   uint64_t blocks = 0;
   absl::Time enqueued;
+  bool spec = false;       // a speculative ENCRYPT: no caller, no delivery
+  uint64_t spec_group = 0; // the timestamp DECRYPT and its speculative jobs
+  std::shared_ptr<Prerun> pre;
+};
+
+// A speculative keystream waiting for its ENCRYPT job.
+struct Spec {
+  std::string key_id;
+  uint32_t usage = 0;
+  uint64_t group = 0;
+  std::string run_batch_id;
+  uint64_t job_id = 0;
+  std::string ctr0;
+  SecureBytes keystream;
+  absl::Time expires;
 };
 
 class BatchRun;
@@ -72,6 +108,29 @@ struct Batcher::State {
   std::set<std::shared_ptr<BatchRun>> active;
   BatcherStats stats;
   uint64_t next_seq = 1;
+  // Speculative keystream (BatcherOptions::speculate).
+  std::deque<Spec> specs;
+  std::string ticket_key_id;          // the key of the last usage-2 ENCRYPT
+  std::deque<size_t> lens[2];         // last plaintext lengths, usage 2 / 3
+  uint64_t next_group = 1;
+
+  // The keystream to speculate for a usage: the longest of the recent
+  // plaintexts plus one block, 0 while nothing was learnt.
+  size_t SpecBytesLocked(uint32_t usage) const {
+    const auto& l = lens[usage == kUsageTicket ? 0 : 1];
+    size_t m = 0;
+    for (size_t n : l) m = std::max(m, n);
+    return m == 0 ? 0 : (m + kBlock - 1) / kBlock * kBlock + kBlock;
+  }
+  void PruneSpecsLocked(absl::Time now) {
+    for (auto it = specs.begin(); it != specs.end();)
+      it = it->expires <= now ? specs.erase(it) : std::next(it);
+  }
+  void AddSpecs(std::vector<Spec> add) {
+    std::lock_guard<std::mutex> l(mu);
+    for (Spec& s : add)
+      if (specs.size() < kMaxSpecs) specs.push_back(std::move(s));
+  }
 
   // Deliveries pass this gate; Stop() closes it so that nothing reaches the
   // sink after Stop returns.
@@ -115,6 +174,16 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       entries_[i].token = jobs[i].token;
       entries_[i].job = std::move(jobs[i].job);
       entries_[i].enqueued = jobs[i].enqueued;
+      entries_[i].spec = jobs[i].spec;
+      entries_[i].spec_group = jobs[i].spec_group;
+      if (jobs[i].pre) {
+        Entry& e = entries_[i];
+        e.pre = true;
+        e.ctr0 = std::move(jobs[i].pre->ctr0);
+        e.ciphertext = std::move(jobs[i].pre->ciphertext);
+        e.pre_run_batch_id = std::move(jobs[i].pre->run_batch_id);
+        e.pre_job_id = jobs[i].pre->job_id;
+      }
     }
     open_ = entries_.size();
   }
@@ -122,9 +191,17 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   absl::Time deadline() const { return deadline_; }
 
   void Start() {
-    std::vector<size_t> all(entries_.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    StartRun(std::move(all), 1);
+    std::vector<size_t> run;
+    for (size_t i = 0; i < entries_.size(); ++i)
+      (entries_[i].pre ? pre_ : run).push_back(i);
+    if (!run.empty()) {
+      StartRun(std::move(run), 1);
+      return;
+    }
+    auto fin = std::make_shared<FinalizeStep>();
+    fin->req.set_batch_id(RandomId());
+    AddPrerun(fin.get());
+    if (!fin->idx.empty()) StartFinalize(fin);
   }
 
   // The deadline passed: every job still open fails.
@@ -141,8 +218,13 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     Job job;
     absl::Time enqueued;
     bool done = false;
+    bool spec = false;        // speculative ENCRYPT (no delivery)
+    bool pre = false;         // keystream known: FINALIZE only
+    uint64_t spec_group = 0;
     std::string ctr0;         // ENCRYPT, between Run and Finalize
     std::string ciphertext;   // ENCRYPT: C (public)
+    std::string pre_run_batch_id;  // pre: the speculative job's Run batch
+    uint64_t pre_job_id = 0;
   };
 
   struct RunStep {
@@ -162,6 +244,20 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   };
 
   std::string Party(int p) const { return state_->transport->PartyName(p); }
+
+  // The jobs whose keystream a speculative ENCRYPT already gave: straight
+  // to FINALIZE, with the batch's other ENCRYPT jobs.
+  void AddPrerun(FinalizeStep* fin) {
+    for (size_t i : pre_) {
+      if (IsDone(i)) continue;
+      const Entry& e = entries_[i];
+      pb::FinalizeItem* item = fin->req.add_items();
+      item->set_run_batch_id(e.pre_run_batch_id);
+      item->set_job_id(e.pre_job_id);
+      item->set_ciphertext(e.ciphertext);
+      fin->idx.push_back(i);
+    }
+  }
 
   void StartRun(std::vector<size_t> idx, int attempt) {
     auto step = std::make_shared<RunStep>();
@@ -312,9 +408,46 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     auto fin = std::make_shared<FinalizeStep>();
     fin->req.set_batch_id(RandomId());
     const int n = step->req.jobs_size();
+    // Speculative keystreams first: the KDC may submit the ENCRYPT jobs
+    // they are for as soon as it has the timestamp DECRYPT's result.
+    std::set<uint64_t> failed_groups;  // their timestamp did not decrypt
+    for (int k = 0; k < n; ++k) {
+      const Entry& e = entries_[step->idx[k]];
+      const pb::JobResult& r = step->resp[0].results(k);
+      if (e.job.type == JobType::kDecrypt && e.spec_group != 0 &&
+          (r.error_code() != 0 || r.status() != pb::JOB_OK))
+        failed_groups.insert(e.spec_group);
+    }
+    std::vector<Spec> specs;
+    const absl::Time spec_expires = absl::Now() + state_->options.speculate_ttl;
     for (int k = 0; k < n; ++k) {
       size_t i = step->idx[k];
       Entry& e = entries_[i];
+      if (!e.spec) continue;
+      const pb::JobResult& r = step->resp[0].results(k);
+      // Kept for the ENCRYPT job it was made for, unless its timestamp
+      // failed (the servers drop the state after their TTL). Nothing is
+      // delivered for it.
+      if (r.error_code() == 0 && !failed_groups.count(e.spec_group) &&
+          !IsDone(i)) {
+        Spec sp;
+        Combine(*step, k, &pb::JobResult::keystream, &sp.keystream);
+        sp.key_id = e.job.key_id;
+        sp.usage = e.job.usage;
+        sp.group = e.spec_group;
+        sp.run_batch_id = step->req.batch_id();
+        sp.job_id = i;
+        sp.ctr0 = r.ctr0();
+        sp.expires = spec_expires;
+        specs.push_back(std::move(sp));
+      }
+      Complete(i, absl::OkStatus(), {});
+    }
+    if (!specs.empty()) state_->AddSpecs(std::move(specs));
+    for (int k = 0; k < n; ++k) {
+      size_t i = step->idx[k];
+      Entry& e = entries_[i];
+      if (e.spec) continue;  // above
       const pb::JobResult& r = step->resp[0].results(k);
       if (r.error_code() != 0) {
         // A per-job error fails only this job (the three servers agreed on
@@ -391,6 +524,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       }
     }
     ScrubRun(step.get());
+    AddPrerun(fin.get());
     if (fin->idx.empty()) return;
     StartFinalize(fin);
   }
@@ -603,19 +737,21 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
 
   void Complete(size_t i, absl::Status st, SecureBytes out) {
     bool finished = false;
+    bool deliver;
     Result r;
     {
       std::lock_guard<std::mutex> l(mu_);
       Entry& e = entries_[i];
       if (e.done) return;
       e.done = true;
-      if (!st.ok()) ++failed_;
+      if (!st.ok() && !e.spec) ++failed_;
       finished = --open_ == 0;
+      deliver = !e.spec;
       r.token = e.token;
       r.status = std::move(st);
       r.output = std::move(out);
     }
-    state_->Deliver(std::move(r));
+    if (deliver) state_->Deliver(std::move(r));
     if (finished) Finish();
   }
 
@@ -683,6 +819,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   const absl::Time deadline_;
   std::mutex mu_;  // guards done flags, open_, failed_
   std::vector<Entry> entries_;
+  std::vector<size_t> pre_;  // entries that need only FINALIZE
   size_t open_ = 0;
   size_t failed_ = 0;
   bool failure_logged_ = false;
@@ -711,15 +848,69 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
   q.blocks = JobBlocks(job);
   q.job = std::move(job);
   q.enqueued = absl::Now();
+  const bool spec_on = options_.speculate && options_.early_flush;
+  std::vector<Queued> extra;  // speculative ENCRYPT jobs
   bool wake;
   {
     std::lock_guard<std::mutex> l(state_->mu);
+    State& s = *state_;
     if (state_->stopping)
       return absl::UnavailableError("the kdcmpc module is shutting down");
     if (state_->queue.size() >= options_.max_queue)
       return absl::UnavailableError(absl::StrCat(
           "the MPC cluster is overloaded: ", state_->queue.size(),
           " jobs wait"));
+    const Job& j = q.job;
+    if (spec_on && j.type == JobType::kEncrypt &&
+        (j.usage == kUsageTicket || j.usage == kUsageAsRepPart) &&
+        j.input.size() <= kSpecMaxBytes) {
+      auto& l = s.lens[j.usage == kUsageTicket ? 0 : 1];
+      l.push_back(j.input.size());
+      if (l.size() > kSpecLearn) l.pop_front();
+      if (j.usage == kUsageTicket) s.ticket_key_id = j.key_id;
+      s.PruneSpecsLocked(q.enqueued);
+      for (auto it = s.specs.begin(); it != s.specs.end(); ++it) {
+        if (it->usage != j.usage || it->key_id != j.key_id ||
+            it->keystream.size() < j.input.size())
+          continue;
+        auto pre = std::make_shared<Prerun>();
+        pre->run_batch_id = std::move(it->run_batch_id);
+        pre->job_id = it->job_id;
+        pre->ctr0 = std::move(it->ctr0);
+        pre->ciphertext.resize(j.input.size());
+        for (size_t b = 0; b < j.input.size(); ++b)
+          pre->ciphertext[b] = static_cast<char>(j.input[b] ^ it->keystream[b]);
+        s.specs.erase(it);  // the keystream wipes itself
+        q.pre = std::move(pre);
+        q.blocks = 0;  // no AES work left
+        ++s.stats.spec_used;
+        break;
+      }
+    } else if (spec_on && j.type == JobType::kDecrypt &&
+               j.usage == kUsageEncTimestamp && s.inflight == 0 &&
+               !s.ticket_key_id.empty() && s.specs.size() + 2 <= kMaxSpecs) {
+      const size_t nt = s.SpecBytesLocked(kUsageTicket);
+      const size_t nr = s.SpecBytesLocked(kUsageAsRepPart);
+      if (nt > 0 && nr > 0) {
+        q.spec_group = s.next_group++;
+        for (auto [key, usage, bytes] :
+             {std::tuple<const std::string*, uint32_t, size_t>{
+                  &s.ticket_key_id, kUsageTicket, nt},
+              {&j.key_id, kUsageAsRepPart, nr}}) {
+          Queued x;
+          x.spec = true;
+          x.spec_group = q.spec_group;
+          x.job.type = JobType::kEncrypt;
+          x.job.key_id = *key;
+          x.job.usage = usage;
+          x.job.input.assign(bytes, 0);  // only the length is sent
+          x.blocks = JobBlocks(x.job);
+          x.enqueued = q.enqueued;
+          extra.push_back(std::move(x));
+        }
+        s.stats.spec_encrypts += extra.size();
+      }
+    }
     // Wake the dispatcher only when this job changes its decision: the
     // flush time depends on the oldest queued job (or a full queue), and
     // the dispatcher re-evaluates after every batch start and completion
@@ -727,9 +918,16 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
     // loop a futex call and usually a context switch each, under load.
     const bool was_empty = state_->queue.empty();
     const uint64_t blocks_before = state_->queued_blocks;
+    const size_t size_before = state_->queue.size();
     state_->queued_blocks += q.blocks;
     state_->queue.push_back(std::move(q));
-    wake = was_empty || state_->queue.size() == options_.max_jobs ||
+    for (Queued& x : extra) {
+      state_->queued_blocks += x.blocks;
+      state_->queue.push_back(std::move(x));
+    }
+    wake = was_empty ||
+           (size_before < options_.max_jobs &&
+            state_->queue.size() >= options_.max_jobs) ||
            (blocks_before < options_.max_blocks &&
             state_->queued_blocks >= options_.max_blocks);
   }

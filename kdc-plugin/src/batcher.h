@@ -57,6 +57,17 @@ struct BatcherOptions {
   size_t max_queue = 65536;
   // Per-batch figures (jobs, blocks, latency) in the log.
   bool debug = false;
+  // Speculative keystream (early flush only, and only while no batch is in
+  // flight): an AS-REQ's encrypted-timestamp DECRYPT (usage 1) takes two
+  // ENCRYPT jobs along in its batch, the ticket's (usage 2, the krbtgt key
+  // last seen) and the reply's (usage 3, the client's key), sized by the
+  // longest plaintexts seen lately. When the KDC then encrypts the ticket
+  // and the reply, a matching keystream is used and only FINALIZE runs: a
+  // login needs one MPC Run instead of two. Keystreams not used within
+  // speculate_ttl are dropped (the servers forget them after their own
+  // TTL); one whose DECRYPT failed is dropped at once.
+  bool speculate = true;
+  absl::Duration speculate_ttl = absl::Seconds(4);
 };
 
 struct Result {
@@ -80,6 +91,8 @@ struct BatcherStats {
   uint64_t jobs = 0;
   uint64_t blocks = 0;           // AES blocks the servers reported (party 0)
   uint64_t failed_batches = 0;
+  uint64_t spec_encrypts = 0;    // speculative ENCRYPT jobs sent
+  uint64_t spec_used = 0;        // ... whose keystream a later job used
 };
 
 class Batcher {

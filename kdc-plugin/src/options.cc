@@ -98,6 +98,10 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       auto n = Int(name, v, 10, 600000);
       if (!n.ok()) return n.status();
       b.deadline = absl::Milliseconds(*n);
+    } else if (name == "speculate") {
+      auto f = Bool(name, v);
+      if (!f.ok()) return f.status();
+      b.speculate = *f;
     } else if (name == "debug") {
       auto f = Bool(name, v);
       if (!f.ok()) return f.status();

@@ -17,6 +17,9 @@
 //   deadline_ms = 3000         a batch not done by then fails (every job
 //                              KRB5KDC_ERR_SVC_UNAVAILABLE)
 //   debug = false              per-batch figures in the KDC log
+//   speculate = true           early flush, idle cluster: the AS-REQ's
+//                              timestamp DECRYPT brings the ticket's and
+//                              reply's keystream along (batcher.h)
 #ifndef KMPC_KDC_PLUGIN_OPTIONS_H_
 #define KMPC_KDC_PLUGIN_OPTIONS_H_
 

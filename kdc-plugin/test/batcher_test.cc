@@ -6,6 +6,7 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -257,6 +258,107 @@ TEST_F(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
   for (int i = 3; i < 7; ++i) EXPECT_TRUE(absl::IsDataLoss(sink_.Get(i).status));
 }
 
+// Speculative keystream: after the ticket (usage 2) and reply (usage 3)
+// lengths were seen once, a timestamp DECRYPT (usage 1) on an idle cluster
+// takes two ENCRYPT jobs along; the next ticket and reply of that length
+// need only FINALIZE, and their outputs are ordinary ctr0 || C || T. A
+// timestamp that fails to decrypt drops its keystreams.
+TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
+  const std::string tgt_id(32, 't'), tgt_key(32, 'T');
+  fake_.AddKey(tgt_id, tgt_key);
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Milliseconds(1);
+  auto b = Make(o);
+  auto enc = [&](const std::string& key_id, uint32_t usage, size_t len) {
+    Job j = Encrypt(std::string(len, static_cast<char>('a' + usage)), usage);
+    j.key_id = key_id;
+    return j;
+  };
+  auto finalizes = [&] {
+    int n = 0;
+    for (const auto& c : fake_.calls()) n += c.method == "Finalize" && c.party == 0;
+    return n;
+  };
+  // Learn: a ticket of 40 bytes and a reply of 40 bytes (-> 64 bytes of
+  // keystream each: rounded up to blocks, plus one block), and a timestamp.
+  ASSERT_TRUE(b->Submit(1, enc(tgt_id, 2, 40)).ok());
+  ASSERT_TRUE(b->Submit(2, enc(kKeyId, 3, 40)).ok());
+  ASSERT_TRUE(b->Submit(3, Encrypt("a timestamp", 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  ASSERT_TRUE(sink_.Get(3).status.ok());
+  const SecureBytes ts = sink_.Get(3).output;
+  EXPECT_EQ(b->stats().spec_encrypts, 0u);
+
+  // The timestamp's batch carries the two speculative ENCRYPT jobs.
+  const int runs0 = RunCalls();
+  ASSERT_TRUE(b->Submit(4, Decrypt(ts, 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_EQ(Str(sink_.Get(4).output), "a timestamp");
+  EXPECT_EQ(RunCalls(), runs0 + 1);
+  EXPECT_EQ(fake_.calls().back().jobs, 3);
+  EXPECT_EQ(b->stats().spec_encrypts, 2u);
+  EXPECT_EQ(sink_.counts().size(), 4u);  // nothing delivered for them
+
+  // Ticket and reply of the speculated length: FINALIZE only.
+  const int fins0 = finalizes();
+  ASSERT_TRUE(b->Submit(5, enc(tgt_id, 2, 64)).ok());
+  ASSERT_TRUE(b->Submit(6, enc(kKeyId, 3, 64)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(6));
+  EXPECT_EQ(RunCalls(), runs0 + 1);
+  EXPECT_EQ(finalizes(), fins0 + 1);
+  EXPECT_EQ(b->stats().spec_used, 2u);
+  for (auto [token, key, usage] : {std::tuple<uint64_t, std::string, uint32_t>{
+                                       5, tgt_key, 2},
+                                   {6, kKey, 3}}) {
+    Result r = sink_.Get(token);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(r.output.size(), 64u + 32);
+    std::string out = Str(r.output);
+    std::string ctr0 = out.substr(0, 16), c = out.substr(16, 64);
+    std::string ks = fake_.Keystream(key, ctr0, 64);
+    for (size_t i = 0; i < 64; ++i)
+      EXPECT_EQ(c[i] ^ ks[i], static_cast<char>('a' + usage));
+    EXPECT_EQ(out.substr(16 + 64), fake_.Tag(key, usage, ctr0, c, false));
+  }
+
+  // A timestamp that does not decrypt: its keystreams are dropped, the
+  // next ticket and reply run as usual.
+  SecureBytes bad = ts;
+  bad[20] ^= 1;
+  ASSERT_TRUE(b->Submit(7, Decrypt(bad, 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(7));
+  EXPECT_TRUE(absl::IsDataLoss(sink_.Get(7).status));
+  EXPECT_EQ(b->stats().spec_encrypts, 4u);
+  const int runs1 = RunCalls();
+  ASSERT_TRUE(b->Submit(8, enc(tgt_id, 2, 64)).ok());
+  ASSERT_TRUE(b->Submit(9, enc(kKeyId, 3, 64)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(9));
+  EXPECT_TRUE(sink_.Get(8).status.ok());
+  EXPECT_TRUE(sink_.Get(9).status.ok());
+  EXPECT_EQ(RunCalls(), runs1 + 1);
+  EXPECT_EQ(b->stats().spec_used, 2u);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+TEST_F(BatcherTest, SpeculationOffOrBusyClusterSendsNoExtraJobs) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // speculation needs early flush
+  auto b = Make(o);
+  ASSERT_TRUE(b->Submit(1, Encrypt(std::string(40, 'x'), 2)).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt(std::string(40, 'y'), 3)).ok());
+  ASSERT_TRUE(b->Submit(3, Encrypt("a timestamp", 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  ASSERT_TRUE(b->Submit(4, Decrypt(sink_.Get(3).output, 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_EQ(fake_.calls().back().jobs, 1);
+  EXPECT_EQ(b->stats().spec_encrypts, 0u);
+}
+
 TEST_F(BatcherTest, KickFlushesAnIdleQueueWithoutTheCoalesceDelay) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
@@ -499,8 +601,10 @@ TEST(OptionsTest, ParsesAndRejects) {
                          "certs=/c", "batch_window_ms=50", "early_flush=true",
                          "deadline_ms=1500", "max_batch_jobs=9",
                          "max_batch_blocks=99", "debug=yes",
-                         "max_queue_jobs=7"});
+                         "max_queue_jobs=7", "speculate=off"});
   ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->batcher.speculate);
+  EXPECT_TRUE(BatcherOptions().speculate);
   EXPECT_EQ(o->servers[2], "127.0.0.1:3");
   EXPECT_EQ(o->ca, "/c/ca.pem");
   EXPECT_EQ(o->cert, "/c/kdc.pem");
@@ -522,6 +626,7 @@ TEST(OptionsTest, ParsesAndRejects) {
            {"servers=h:1,h:2,h:3"},
            {"servers=h:1,h:2,h:3", "certs=/c", "batch_window_ms=-1"},
            {"servers=h:1,h:2,h:3", "certs=/c", "early_flush=maybe"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "speculate=2"},
            {"servers=h:1,h:2,h:3", "certs=/c", "bogus=1"},
            {"servers=h:1,h:2,h:3", "certs=/c", "noequals"}}) {
     EXPECT_FALSE(ParseOptions(bad).ok()) << ::testing::PrintToString(bad);

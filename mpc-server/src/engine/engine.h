@@ -152,7 +152,7 @@ enum class JobType : uint8_t {
   //      c0+1 .. c0+nblocks, state for FINALIZE.
   kEncrypt = 1,
   // in: state, usage (must equal the state's), data = C with
-  //     ceil(len(C)/16) == state->nblocks.
+  //     ceil(len(C)/16) <= state->nblocks (a prefix of the keystream).
   // out: tag shares. Local, no communication.
   kFinalize = 2,
   // in: key_id, usage, data = ctr0 || C || T (>= 32 bytes, the enctype's
