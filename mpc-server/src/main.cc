@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -73,7 +74,11 @@ ABSL_FLAG(int, max_pending_encrypt_mb, 256,
           "memory all ENCRYPT states awaiting FINALIZE may hold (MiB); "
           "ENCRYPT jobs beyond it fail with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, ring_spin_us, 0,
-          "busy-poll a ring receive this long before sleeping (latency)");
+          "busy-poll a ring receive of at most --ring_spin_max_bytes this long "
+          "before sleeping (latency of small batches)");
+ABSL_FLAG(int, ring_spin_max_bytes, 16384,
+          "largest ring message a receive busy-polls for (larger ones sleep: "
+          "throughput-bound batches keep their CPU)");
 // 4096, not the engine's in-memory default (1024): over TLS/TCP every ring
 // message costs syscalls, records and wake-ups; on the 2-core loopback bench
 // 4096-block chunks need ~15% less server CPU per block.
@@ -161,6 +166,8 @@ int main(int argc, char** argv) {
     ropt.tls.check_peer = [crl](X509* peer) { return crl->CheckPeer(peer); };
   ropt.recv_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_ring_timeout_ms));
   ropt.spin_us = absl::GetFlag(FLAGS_ring_spin_us);
+  ropt.spin_max_bytes =
+      static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_ring_spin_max_bytes)));
   auto ring = kmpc::net::TlsRing::Start(ropt);
   if (!ring.ok()) return Fail(std::string(ring.status().message()));
 

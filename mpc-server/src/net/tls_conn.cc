@@ -11,8 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +36,178 @@ std::string SslErrors() {
 }
 
 }  // namespace
+
+// The state of a buffered socket BIO (TlsConn::UseBufferedIo). Holds TLS
+// records only (ciphertext), never plaintext.
+struct BufferedSocket {
+  int fd = -1;
+  bool eof = false;
+  std::vector<uint8_t> in;  // kReadChunk bytes
+  size_t in_pos = 0, in_end = 0;
+  // Output: bytes [out_pos, out_len) of out (capacity out_cap) wait for
+  // the kernel. Not a vector: growing one value-initialises (memsets).
+  std::unique_ptr<uint8_t[]> out;
+  size_t out_pos = 0, out_len = 0, out_cap = 0;
+
+  void Append(const void* data, size_t len) {
+    if (out_len + len > out_cap) {
+      if (out_pos > 0) {  // compact first
+        std::memmove(out.get(), out.get() + out_pos, out_len - out_pos);
+        out_len -= out_pos;
+        out_pos = 0;
+      }
+      if (out_len + len > out_cap) {
+        const size_t cap = std::max(out_len + len, 2 * out_cap);
+        std::unique_ptr<uint8_t[]> bigger(new uint8_t[cap]);
+        if (out_len > 0) std::memcpy(bigger.get(), out.get(), out_len);
+        out = std::move(bigger);
+        out_cap = cap;
+      }
+    }
+    std::memcpy(out.get() + out_len, data, len);
+    out_len += len;
+  }
+};
+
+namespace {
+
+BufferedSocket* Bs(BIO* b) { return static_cast<BufferedSocket*>(BIO_get_data(b)); }
+
+int BsWrite(BIO* b, const char* data, size_t len, size_t* written) {
+  BIO_clear_retry_flags(b);
+  BufferedSocket* s = Bs(b);
+  if (s == nullptr) return 0;
+  s->Append(data, len);
+  *written = len;
+  return 1;
+}
+
+int BsRead(BIO* b, char* data, size_t len, size_t* readbytes) {
+  BIO_clear_retry_flags(b);
+  *readbytes = 0;
+  BufferedSocket* s = Bs(b);
+  if (s == nullptr || len == 0) return 0;
+  if (s->in_pos == s->in_end) {
+    s->in_pos = s->in_end = 0;
+    ssize_t r;
+    do {
+      r = read(s->fd, s->in.data(), s->in.size());
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_read(b);
+      return 0;
+    }
+    if (r == 0) {
+      s->eof = true;
+      return 0;
+    }
+    s->in_end = static_cast<size_t>(r);
+  }
+  const size_t n = std::min(len, s->in_end - s->in_pos);
+  std::memcpy(data, s->in.data() + s->in_pos, n);
+  s->in_pos += n;
+  *readbytes = n;
+  return 1;
+}
+
+long BsCtrl(BIO* b, int cmd, long num, void*) {
+  BufferedSocket* s = Bs(b);
+  switch (cmd) {
+    case BIO_CTRL_FLUSH:
+      return 1;  // FlushOut() writes; OpenSSL need not wait for it
+    case BIO_CTRL_PENDING:
+      return s == nullptr ? 0 : static_cast<long>(s->in_end - s->in_pos);
+    case BIO_CTRL_WPENDING:
+      return s == nullptr ? 0 : static_cast<long>(s->out_len - s->out_pos);
+    case BIO_CTRL_EOF:
+      return s != nullptr && s->eof && s->in_pos == s->in_end;
+    case BIO_CTRL_GET_CLOSE:
+      return BIO_get_shutdown(b);
+    case BIO_CTRL_SET_CLOSE:
+      BIO_set_shutdown(b, static_cast<int>(num));
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+int BsCreate(BIO* b) {
+  BIO_set_init(b, 0);
+  BIO_set_data(b, nullptr);
+  return 1;
+}
+
+int BsDestroy(BIO* b) {
+  delete Bs(b);
+  BIO_set_data(b, nullptr);
+  BIO_set_init(b, 0);
+  return 1;
+}
+
+const BIO_METHOD* BufferedSocketMethod() {
+  static const BIO_METHOD* method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
+                                 "kmpc buffered socket");
+    if (m == nullptr) return static_cast<BIO_METHOD*>(nullptr);
+    BIO_meth_set_write_ex(m, BsWrite);
+    BIO_meth_set_read_ex(m, BsRead);
+    BIO_meth_set_ctrl(m, BsCtrl);
+    BIO_meth_set_create(m, BsCreate);
+    BIO_meth_set_destroy(m, BsDestroy);
+    return m;
+  }();
+  return method;
+}
+
+}  // namespace
+
+void TlsConn::UseBufferedIo() {
+  if (io_ != nullptr) return;
+  const BIO_METHOD* m = BufferedSocketMethod();
+  BIO* b = m == nullptr ? nullptr : BIO_new(m);
+  if (b == nullptr) return;  // keep the socket BIO: slower, still correct
+  auto* s = new BufferedSocket;
+  s->fd = fd_;
+  s->in.resize(kReadChunk);
+  BIO_set_data(b, s);
+  BIO_set_init(b, 1);
+  // One reference, used as both rbio and wbio; the socket BIO SSL_set_fd
+  // made is freed (BIO_NOCLOSE: the descriptor stays ours).
+  SSL_set_bio(ssl_, b, b);
+  SSL_set_read_ahead(ssl_, 0);
+  io_ = s;
+}
+
+absl::Status TlsConn::FlushOut(bool* blocked) {
+  *blocked = false;
+  if (io_ == nullptr) return absl::OkStatus();
+  BufferedSocket& s = *io_;
+  while (s.out_pos < s.out_len) {
+    ssize_t r = send(fd_, s.out.get() + s.out_pos, s.out_len - s.out_pos,
+                     MSG_NOSIGNAL);
+    if (r > 0) {
+      s.out_pos += static_cast<size_t>(r);
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      *blocked = true;
+      break;
+    }
+    return absl::UnavailableError(
+        absl::StrCat("ring: send: ", r < 0 ? strerror(errno) : "no progress"));
+  }
+  if (s.out_pos == s.out_len) s.out_pos = s.out_len = 0;
+  return absl::OkStatus();
+}
+
+size_t TlsConn::out_buffered() const {
+  return io_ == nullptr ? 0 : io_->out_len - io_->out_pos;
+}
+
+bool TlsConn::in_buffered() const {
+  return io_ != nullptr && io_->in_pos < io_->in_end;
+}
 
 int RemainingMs(absl::Time deadline) {
   absl::Duration d = deadline - absl::Now();

@@ -21,6 +21,8 @@ typedef struct x509_st X509;
 
 namespace kmpc::net {
 
+struct BufferedSocket;
+
 std::string PartyIdentity(int party);  // "kmpc-party-<party>"
 
 struct TlsFiles {
@@ -80,6 +82,24 @@ class TlsConn {
   // True if the peer has closed its side (FIN/RST), even if data remain.
   bool PeerClosed() const;
 
+  // After the handshake (and hello), for the ring's bulk traffic: TLS
+  // records go through user-space buffers instead of one read()/write()
+  // each. Writes append whole records to an output buffer that FlushOut()
+  // hands to the kernel in large write()s (one syscall and ~64 KiB TCP
+  // segments instead of one of each per 16 KiB record); reads fill an input
+  // buffer with one read() of up to kReadChunk bytes, and OpenSSL's
+  // read-ahead is switched off (it memmoved the unread part of its buffer
+  // for every record). Records OpenSSL has already buffered are kept.
+  void UseBufferedIo();
+  static constexpr size_t kReadChunk = 256 * 1024;
+  // Writes buffered output until none is left or the socket is full
+  // (*blocked = true). UNAVAILABLE on a socket error.
+  absl::Status FlushOut(bool* blocked);
+  // Output written by OpenSSL but not yet by the kernel.
+  size_t out_buffered() const;
+  // Input read from the socket that OpenSSL has not consumed yet.
+  bool in_buffered() const;
+
  private:
   TlsConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
   absl::Status Handshake(bool client, absl::Time deadline);
@@ -87,6 +107,7 @@ class TlsConn {
   int fd_;
   SSL* ssl_;
   std::string peer_;
+  BufferedSocket* io_ = nullptr;  // owned by the SSL's BIO (UseBufferedIo)
 };
 
 // Applies TCP_NODELAY, keepalive and buffer sizes; makes fd non-blocking.

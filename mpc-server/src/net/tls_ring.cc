@@ -55,8 +55,6 @@ uint64_t TlsRingChannel::tcp_bytes_sent() const {
 void TlsRingChannel::Reset() {
   DropOut();
   in_.reset();
-  outbuf_.clear();
-  outpos_ = 0;
   up_ = false;
   ++generation_;
 }
@@ -91,8 +89,6 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
   if (out_ != nullptr && out_->PeerGone()) {
     ++generation_;
     DropOut();
-    outbuf_.clear();
-    outpos_ = 0;
   }
   const TlsRingOptions& opt = ring_->options_;
   absl::Status last;
@@ -107,6 +103,7 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
                                    static_cast<uint8_t>(worker_), 0, 0};
       absl::Status st = (*conn)->WriteAll(hello, kHelloSize, attempt);
       if (st.ok()) {
+        (*conn)->UseBufferedIo();
         out_ = std::move(*conn);
         ++generation_;
         break;
@@ -142,65 +139,27 @@ void TlsRingChannel::BeginBatch(uint32_t seq) {
   recv_step_ = 0;
 }
 
-void TlsRingChannel::Queue(FrameType type, uint32_t seq, uint32_t step,
-                           absl::Span<const uint8_t> payload,
-                           size_t header_length) {
-  if (outpos_ == outbuf_.size()) {
-    outbuf_.clear();
-    outpos_ = 0;
-  }
-  uint8_t hdr[kFrameHeaderSize];
-  EncodeFrameHeader(
-      {type, seq, step,
-       static_cast<uint32_t>(payload.empty() ? header_length : payload.size())},
-      hdr);
-  outbuf_.insert(outbuf_.end(), hdr, hdr + kFrameHeaderSize);
-  outbuf_.insert(outbuf_.end(), payload.begin(), payload.end());
-  bytes_sent_ += kFrameHeaderSize + payload.size();
-  steps_sent_ += 1;
-}
-
 absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
-                                  bool wait) {
+                                  bool wait, bool spin) {
   // A read returns as soon as its bytes are in, even with output still
-  // queued: waiting for our output to drain while no longer reading would
+  // buffered: waiting for our output to drain while no longer reading would
   // let three parties with full socket buffers wait on each other.
   const bool reading = n > 0;
+  // OpenSSL's error queue is cleared once here and after each failed call
+  // (SSL_get_error needs it empty); successful calls add nothing to it.
+  ERR_clear_error();
   for (;;) {
-    bool want_in = false;
-    short out_events = 0;
-    while (outpos_ < outbuf_.size()) {
-      if (out_ == nullptr)
-        return Fail(absl::UnavailableError(absl::StrCat(
-            "ring: no connection to party ", Prev(party_))));
-      size_t chunk = std::min<size_t>(outbuf_.size() - outpos_, INT_MAX);
-      ERR_clear_error();
-      int rc = SSL_write(out_->ssl(), outbuf_.data() + outpos_,
-                         static_cast<int>(chunk));
-      if (rc > 0) {
-        outpos_ += rc;
-        continue;
-      }
-      int err = SSL_get_error(out_->ssl(), rc);
-      if (err == SSL_ERROR_WANT_WRITE) {
-        out_events = POLLOUT;
-      } else if (err == SSL_ERROR_WANT_READ) {
-        out_events = POLLIN;
-      } else {
+    bool out_blocked = false;
+    if (out_ != nullptr && out_->out_buffered() > 0) {
+      if (!out_->FlushOut(&out_blocked).ok())
         return Fail(absl::UnavailableError(absl::StrCat(
             "ring: lost connection to party ", Prev(party_))));
-      }
-      break;
     }
-    if (outpos_ == outbuf_.size()) {
-      outbuf_.clear();
-      outpos_ = 0;
-    }
+    bool want_in = false;
     while (n > 0) {
       if (in_ == nullptr)
         return Fail(absl::UnavailableError(absl::StrCat(
             "ring: no connection from party ", Next(party_))));
-      ERR_clear_error();
       int rc = SSL_read(in_->ssl(), p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
       if (rc > 0) {
         p += rc;
@@ -208,6 +167,7 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
         continue;
       }
       int err = SSL_get_error(in_->ssl(), rc);
+      ERR_clear_error();
       if (err == SSL_ERROR_WANT_READ) {
         want_in = true;
         break;
@@ -215,16 +175,16 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
       return Fail(absl::UnavailableError(absl::StrCat(
           "ring: party ", Next(party_), " closed the connection")));
     }
-    if (reading ? n == 0 : outbuf_.empty()) return absl::OkStatus();
+    if (reading ? n == 0 : !out_blocked) return absl::OkStatus();
     // An opportunistic flush (SendToPrev) leaves what the kernel does not
     // take now for the next receive or Flush.
     if (!reading && !wait) return absl::OkStatus();
     pollfd fds[2];
     int nfds = 0;
-    if (out_events != 0) fds[nfds++] = {out_->fd(), out_events, 0};
+    if (out_blocked) fds[nfds++] = {out_->fd(), POLLOUT, 0};
     if (want_in) fds[nfds++] = {in_->fd(), POLLIN, 0};
     int rc = 0;
-    if (ring_->options_.spin_us > 0) {
+    if (spin && ring_->options_.spin_us > 0) {
       // Small messages of a latency-bound batch arrive within tens of
       // microseconds; polling briefly saves a sleep/wake-up per round.
       const absl::Time spin_end =
@@ -247,48 +207,44 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
 }
 
 absl::Status TlsRingChannel::SendToPrev(absl::Span<const uint8_t> msg) {
-  return SendData(msg);
+  const uint32_t step = send_step_++;
+  return SendFrame(FrameType::kData, seq_, step, msg);
 }
 
-absl::Status TlsRingChannel::SendData(absl::Span<const uint8_t> msg) {
-  const uint32_t step = send_step_++;
-  if (msg.size() < kDirectWriteMin || outpos_ != outbuf_.size() ||
-      out_ == nullptr) {
-    Queue(FrameType::kData, seq_, step, msg);
-    // Opportunistic flush; whatever the kernel does not take now is written
-    // while the next receive waits.
-    return Pump(nullptr, 0, absl::Now(), /*wait=*/false);
-  }
-  // Nothing queued and a large message: write the header, then the payload
-  // straight from the caller's buffer (one copy less); only what the kernel
-  // does not take now is copied into the queue.
-  Queue(FrameType::kData, seq_, step, {}, msg.size());
-  bytes_sent_ += msg.size();
-  if (absl::Status st = Pump(nullptr, 0, absl::Now(), /*wait=*/false); !st.ok())
-    return st;
-  size_t done = 0;
-  if (outpos_ == outbuf_.size()) {
-    while (done < msg.size()) {
-      ERR_clear_error();
-      int rc = SSL_write(out_->ssl(), msg.data() + done,
-                         static_cast<int>(std::min<size_t>(msg.size() - done, INT_MAX)));
-      if (rc > 0) {
-        done += rc;
-        continue;
-      }
-      int err = SSL_get_error(out_->ssl(), rc);
-      if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) break;
-      return Fail(absl::UnavailableError(
-          absl::StrCat("ring: lost connection to party ", Prev(party_))));
+absl::Status TlsRingChannel::SendFrame(FrameType type, uint32_t seq,
+                                       uint32_t step,
+                                       absl::Span<const uint8_t> payload) {
+  if (out_ == nullptr)
+    return Fail(absl::UnavailableError(
+        absl::StrCat("ring: no connection to party ", Prev(party_))));
+  // The header and the first bytes of the payload fill one full TLS
+  // record (16 KiB); the rest is encrypted straight from the caller's
+  // buffer, so a frame costs no more records than its bytes need.
+  constexpr size_t kRecord = 16 * 1024;
+  static_assert(sizeof(staging_) == kRecord);
+  const size_t head = std::min(payload.size(), kRecord - kFrameHeaderSize);
+  EncodeFrameHeader({type, seq, step, static_cast<uint32_t>(payload.size())},
+                    staging_);
+  if (head > 0) std::memcpy(staging_ + kFrameHeaderSize, payload.data(), head);
+  ERR_clear_error();
+  for (absl::Span<const uint8_t> part :
+       {absl::MakeConstSpan(staging_, kFrameHeaderSize + head),
+        payload.subspan(head)}) {
+    size_t done = 0;
+    while (done < part.size()) {
+      int rc = SSL_write(out_->ssl(), part.data() + done,
+                         static_cast<int>(std::min<size_t>(part.size() - done, INT_MAX)));
+      if (rc <= 0)  // the output buffer takes everything: a real failure
+        return Fail(absl::UnavailableError(absl::StrCat(
+            "ring: lost connection to party ", Prev(party_))));
+      done += static_cast<size_t>(rc);
     }
-    if (done == msg.size()) return absl::OkStatus();
-    // A retried SSL_write must carry the same bytes; the queue starts with
-    // exactly msg[done..] (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER).
-    outbuf_.clear();
-    outpos_ = 0;
   }
-  outbuf_.insert(outbuf_.end(), msg.begin() + done, msg.end());
-  return absl::OkStatus();
+  bytes_sent_ += kFrameHeaderSize + payload.size();
+  steps_sent_ += 1;
+  // Opportunistic flush; whatever the kernel does not take now is written
+  // while the next receive waits.
+  return Pump(nullptr, 0, absl::Now(), /*wait=*/false);
 }
 
 absl::Status TlsRingChannel::RecvFromNext(absl::Span<uint8_t> out) {
@@ -300,12 +256,13 @@ absl::Status TlsRingChannel::RecvFromNext(absl::Span<uint8_t> out) {
   if (st.ok()) st = CheckDataFrame(h, seq_, recv_step_, out.size());
   if (!st.ok()) return Fail(st);
   ++recv_step_;
-  return Pump(out.data(), out.size(), deadline);
+  return Pump(out.data(), out.size(), deadline, /*wait=*/true,
+              /*spin=*/out.size() <= ring_->options_.spin_max_bytes);
 }
 
 absl::Status TlsRingChannel::Exchange(absl::Span<const uint8_t> to_prev,
                                       absl::Span<uint8_t> from_next) {
-  if (absl::Status st = SendData(to_prev); !st.ok()) return st;
+  if (absl::Status st = SendToPrev(to_prev); !st.ok()) return st;
   return RecvFromNext(from_next);
 }
 
@@ -317,7 +274,8 @@ absl::Status TlsRingChannel::SendControl(uint32_t seq,
                                          absl::Span<const uint8_t> msg) {
   if (msg.size() > kMaxControlPayload)
     return absl::InternalError("ring: control message too large");
-  Queue(FrameType::kControl, seq, 0, msg);
+  if (absl::Status st = SendFrame(FrameType::kControl, seq, 0, msg); !st.ok())
+    return st;
   return Pump(nullptr, 0, absl::Now() + ring_->options_.recv_timeout);
 }
 
@@ -352,7 +310,7 @@ bool TlsRingChannel::InboundReadable(absl::Duration wait) {
   if (in_ == nullptr) return false;
   // SSL_has_pending, not SSL_pending: with read-ahead, bytes of records
   // not yet decrypted may wait in OpenSSL's buffer, not in the socket.
-  if (SSL_has_pending(in_->ssl())) return true;
+  if (SSL_has_pending(in_->ssl()) || in_->in_buffered()) return true;
   pollfd p{in_->fd(), POLLIN, 0};
   return poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(wait))) > 0;
 }
@@ -484,6 +442,7 @@ void TlsRing::HandleAccepted(int fd) {
   }
   KMPC_VLOG(1) << "ring: party " << next << " connected (worker "
           << int{hello[5]} << ")";
+  (*conn)->UseBufferedIo();
   channels_[hello[5]]->OfferIncoming(std::move(*conn));
 }
 

@@ -6,10 +6,11 @@
 // (PartyIdentity) and a hello naming the party and worker.
 //
 // Send and receive overlap in one thread with non-blocking I/O: SendToPrev
-// queues and writes what the kernel takes; while a receive waits, queued
-// output keeps flowing; Flush() (end of batch) drains the rest. No party ever
-// blocks in a send while it should be reading, so three parties sending large
-// messages at once cannot deadlock.
+// encrypts the message into the connection's output buffer and writes what
+// the kernel takes; while a receive waits, buffered output keeps flowing;
+// Flush() (end of batch) drains the rest. No party ever blocks in a send
+// while it should be reading, so three parties sending large messages at
+// once cannot deadlock.
 //
 // Failure model: any I/O error, timeout or malformed frame drops both of the
 // channel's connections (so the neighbours fail fast too) and returns
@@ -43,8 +44,14 @@ struct TlsRingOptions {
   TlsFiles tls;
   absl::Duration recv_timeout = absl::Seconds(5);
   absl::Duration connect_timeout = absl::Seconds(5);
-  // Busy-poll this long before sleeping in a receive (0: never).
+  // A receive of a data message of at most spin_max_bytes busy-polls up to
+  // spin_us before it sleeps (0: never). Small messages are the rounds of
+  // latency-bound batches: the peer's reply comes within tens of
+  // microseconds, and a sleep/wake-up per round costs about as much. Large
+  // messages (throughput-bound batches) sleep at once, so spinning never
+  // takes CPU from the co-located parties when it is the bottleneck.
   int spin_us = 0;
+  size_t spin_max_bytes = 16 * 1024;
 };
 
 class TlsRing;
@@ -89,18 +96,15 @@ class TlsRingChannel final : public RingChannel {
   TlsRingChannel(TlsRing* ring, int worker, int party)
       : ring_(ring), worker_(worker), party_(party) {}
   void OfferIncoming(std::unique_ptr<TlsConn> conn);
-  // Appends a frame to the output queue; with an empty payload and
-  // header_length > 0, only a header announcing header_length bytes.
-  void Queue(FrameType type, uint32_t seq, uint32_t step,
-             absl::Span<const uint8_t> payload, size_t header_length = 0);
-  absl::Status SendData(absl::Span<const uint8_t> msg);
-  // Data messages at least this large skip the copy into the queue when
-  // nothing is queued (the header then travels in a TLS record of its own).
-  static constexpr size_t kDirectWriteMin = 16 * 1024;
-  // n > 0: reads exactly n bytes into p, writing queued output meanwhile.
-  // n == 0: writes queued output, until all of it is written (wait) or
-  // what the kernel takes now (!wait).
-  absl::Status Pump(uint8_t* p, size_t n, absl::Time deadline, bool wait = true);
+  // Encrypts one frame into out_'s output buffer (TlsConn::UseBufferedIo:
+  // never blocks) and writes what the kernel takes now.
+  absl::Status SendFrame(FrameType type, uint32_t seq, uint32_t step,
+                         absl::Span<const uint8_t> payload);
+  // n > 0: reads exactly n bytes into p, writing buffered output meanwhile.
+  // n == 0: writes buffered output, until all of it is written (wait) or
+  // what the kernel takes now (!wait). spin: busy-poll before sleeping.
+  absl::Status Pump(uint8_t* p, size_t n, absl::Time deadline, bool wait = true,
+                    bool spin = false);
   absl::Status Fail(absl::Status st);
   void AdoptIncoming();
   void DropOut();
@@ -113,8 +117,8 @@ class TlsRingChannel final : public RingChannel {
   std::unique_ptr<TlsConn> in_;   // from next, read-only
   std::mutex incoming_mu_;
   std::unique_ptr<TlsConn> incoming_;  // handed over by the listener
-  std::vector<uint8_t> outbuf_;
-  size_t outpos_ = 0;
+  // Frame header and the start of the payload, written as one TLS record.
+  uint8_t staging_[16 * 1024];
   uint32_t seq_ = 0;
   uint32_t send_step_ = 0;
   uint32_t recv_step_ = 0;
