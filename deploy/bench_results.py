@@ -200,9 +200,12 @@ def targets(res):
     if soak:
         out.append({
             "what": (f"soak {soak.get('duration_s', 0):.0f} s at 90% of peak: zero errors, "
-                     "no RSS growth beyond warm-up"),
+                     "no memory growth beyond warm-up ("
+                     + (soak.get("memory_criterion") or "raw RSS") + ")"),
             "measured": (f"{soak.get('logins_per_s', 0):.0f}/s of {soak.get('offered')}, errors "
-                         f"{soak.get('errors')}, RSS grown: {soak.get('rss_grown') or 'none'}"),
+                         f"{soak.get('errors')}, grown beyond "
+                         f"{soak.get('rss_slack_kib', 0) // 1024} MiB: "
+                         f"{soak.get('rss_grown') or 'none'}"),
             "met": bool(soak.get("pass")),
             "miss_by": None if soak.get("pass") else "see soak.rss / soak.errors",
         })
@@ -279,11 +282,18 @@ def print_table(res, out_path):
         p(f"soak: {so.get('duration_s', 0):.0f} s at {so.get('offered')}/s -> "
           f"{so.get('logins_per_s', 0):.0f}/s, errors {so.get('errors')}, p99 "
           f"{fmt(so.get('p99_ms'), '.1f', ' ms')}; RSS (warm-up level -> max of 2nd half, KiB):")
+        held = so.get("held_after_trim") or {}
         for n, v in (so.get("rss") or {}).items():
             if v:
+                h = held.get(n) or {}
+                kept = (f"; malloc in use {h['after_warmup']['in_use_kib']} -> "
+                        f"{h['after_soak']['in_use_kib']} ({h['in_use_growth_kib']:+d})"
+                        if h.get("in_use_growth_kib") is not None else "")
                 p(f"  {n:13s} {v['warmup_level_kib']:8d} -> {v['second_half_max_kib']:8d} "
                   f"({v['growth_over_warmup_kib']:+d}; slope {v['second_half_slope_kib_per_s']:+.1f}"
-                  f" KiB/s)")
+                  f" KiB/s){kept}")
+        if so.get("memory_criterion"):
+            p(f"  memory judged on: {so['memory_criterion']}")
     n = res.get("netns")
     if n:
         p(f"netns LAN ({n.get('shaping')}): {n.get('note')}")
