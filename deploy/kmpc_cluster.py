@@ -118,25 +118,41 @@ def pid_alive(pid):
         return False
 
 
-def stop_pid(pid, timeout=5.0):
-    if not pid or not pid_alive(pid):
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def stop_pids(pids, timeout=5.0):
+    """SIGTERM every live pid at once, wait (reaping our children) up to
+    timeout for all of them, then SIGKILL what is left.  Stopping the MPC
+    servers together takes as long as the slowest one, not the sum (each
+    one's workers notice the stop, or a peer gone, within about a second)."""
+    pids = [p for p in pids if p and pid_alive(p)]
+    for p in pids:
         try:
-            # Reap it if it is our child, so it does not linger as a zombie.
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        except ChildProcessError:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
             pass
-        if not pid_alive(pid):
-            return
-        time.sleep(0.05)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    deadline = time.time() + timeout
+    while pids and time.time() < deadline:
+        left = []
+        for p in pids:
+            try:
+                # Reap it if it is our child, so it does not linger as a zombie.
+                if os.waitpid(p, os.WNOHANG)[0] == p:
+                    continue
+            except ChildProcessError:
+                pass
+            if pid_alive(p):
+                left.append(p)
+        pids = left
+        if pids:
+            time.sleep(0.05)
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def stop_pid(pid, timeout=5.0):
+    stop_pids([pid], timeout)
 
 
 class MpcCluster:
@@ -272,8 +288,7 @@ class MpcCluster:
         stop_pid(self.pid(i))
 
     def stop(self):
-        for i in range(3):
-            stop_pid(self.pid(i))
+        stop_pids([self.pid(i) for i in range(3)])
         subprocess.run(["bash", os.path.join(HERE, "mpc-local.sh"), "stop", self.dir],
                        capture_output=True, timeout=60)
 
@@ -545,11 +560,13 @@ def bring_up(workdir, users=None, n_random=0, **kw):
 def stop_dir(workdir):
     kmpc_realm.stop_dir(workdir)
     mpc = os.path.join(workdir, "mpc")
+    pids = []
     for i in range(3):
         pf = os.path.join(mpc, f"party-{i}.pid")
         if os.path.exists(pf):
             with open(pf) as f:
-                stop_pid(int(f.read().strip() or 0))
+                pids.append(int(f.read().strip() or 0))
+    stop_pids(pids)
     if os.path.isdir(mpc):
         subprocess.run(["bash", os.path.join(HERE, "mpc-local.sh"), "stop", mpc],
                        capture_output=True, timeout=60)

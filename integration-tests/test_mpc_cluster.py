@@ -33,18 +33,16 @@ VECTORS = os.path.join(ROOT, "krb5-patches", "tests", "enctype-vectors.json")
 
 
 def _bin_dir():
-    """KMPC_MPC_BIN_DIR, else the most recently built of the usual build dirs."""
-    env = os.environ.get("KMPC_MPC_BIN_DIR", "")
-    cands = [os.path.join(os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build")),
-                          "cmake", "mpc-server"),
-             os.path.join(ROOT, "build", "cmake", "mpc-server"),
-             os.path.join(ROOT, "build", "cmake-c", "mpc-server")]
-    ok = [d for d in ([env] if env else cands)
-          if d and os.access(os.path.join(d, "kmpc-mpc-server"), os.X_OK)
-          and os.access(os.path.join(d, "kmpc-mpc-client"), os.X_OK)]
-    if not ok:
-        return None
-    return max(ok, key=lambda d: os.path.getmtime(os.path.join(d, "kmpc-mpc-server")))
+    """KMPC_MPC_BIN_DIR, else where kmpc_cluster.find_built finds the server
+    ($KMPC_CMAKE_BUILD, else the most recently built tree)."""
+    d = os.environ.get("KMPC_MPC_BIN_DIR")
+    if not d:
+        server = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server", required=False)
+        d = os.path.dirname(server) if server else ""
+    if d and all(os.access(os.path.join(d, b), os.X_OK)
+                 for b in ("kmpc-mpc-server", "kmpc-mpc-client")):
+        return d
+    return None
 
 
 BIN = _bin_dir()
