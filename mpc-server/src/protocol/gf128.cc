@@ -75,6 +75,20 @@ void GfMul(const uint8_t* a, const uint8_t* b, uint8_t* out) {
   Store(out, Reduce(lo, hi));
 }
 
+void GfCrossTerms(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
+                  const uint8_t* y1, uint8_t* t, size_t n) {
+  for (size_t j = 0; j < n; ++j) {
+    const size_t o = 16 * j;
+    const __m128i a0 = Load(x0 + o), a1 = Load(x1 + o);
+    const __m128i b0 = Load(y0 + o), b1 = Load(y1 + o);
+    __m128i lo1, hi1, lo2, hi2;
+    ClmulWide(a0, _mm_xor_si128(b0, b1), &lo1, &hi1);
+    ClmulWide(a1, b0, &lo2, &hi2);
+    const __m128i r = Reduce(_mm_xor_si128(lo1, lo2), _mm_xor_si128(hi1, hi2));
+    Store(t + o, _mm_xor_si128(r, Load(t + o)));
+  }
+}
+
 Block GfMul(const Block& a, const Block& b) {
   Block out;
   GfMul(a.data(), b.data(), out.data());

@@ -25,6 +25,13 @@ using Block = std::array<uint8_t, 16>;
 void GfMul(const uint8_t* a, const uint8_t* b, uint8_t* out);
 Block GfMul(const Block& a, const Block& b);
 
+// The local part of a shared product (rep3.h), for n elements of 16 bytes:
+// t[j] ^= x0[j] * (y0[j] ^ y1[j]) ^ x1[j] * y0[j], with one reduction per
+// element (the two unreduced products are added first). t must not alias
+// the inputs.
+void GfCrossTerms(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
+                  const uint8_t* y1, uint8_t* t, size_t n);
+
 // SP 800-38D Algorithm 1, bit by bit: the independent reference for tests.
 Block GfMulReference(const Block& a, const Block& b);
 

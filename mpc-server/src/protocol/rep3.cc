@@ -46,17 +46,9 @@ absl::Status Rep3::GfMul(absl::Span<const uint8_t> x0,
   }
   std::vector<uint8_t> t(nb);
   prss_.ZeroShare(t.data(), nb);
-  uint8_t ysum[16], p[16], q[16];
-  for (size_t j = 0; j < nb; j += 16) {
-    // x_i*y_i ^ x_i*y_{i+1} ^ x_{i+1}*y_i = x_i*(y_i ^ y_{i+1}) ^ x_{i+1}*y_i
-    for (int k = 0; k < 16; ++k) ysum[k] = y0[j + k] ^ y1[j + k];
-    protocol::GfMul(x0.data() + j, ysum, p);
-    protocol::GfMul(x1.data() + j, y0.data() + j, q);
-    for (int k = 0; k < 16; ++k) t[j + k] ^= p[k] ^ q[k];
-  }
-  share::Wipe(ysum, 16);
-  share::Wipe(p, 16);
-  share::Wipe(q, 16);
+  // x_i*y_i ^ x_i*y_{i+1} ^ x_{i+1}*y_i = x_i*(y_i ^ y_{i+1}) ^ x_{i+1}*y_i
+  protocol::GfCrossTerms(x0.data(), x1.data(), y0.data(), y1.data(), t.data(),
+                         nb / 16);
   absl::Status st = channel_.Exchange(t, z1);
   if (st.ok()) std::copy(t.begin(), t.end(), z0.begin());
   share::Wipe(t);
