@@ -51,7 +51,7 @@ struct TlsRingOptions {
   // messages (throughput-bound batches) sleep at once, so spinning never
   // takes CPU from the co-located parties when it is the bottleneck.
   int spin_us = 0;
-  size_t spin_max_bytes = 16 * 1024;
+  size_t spin_max_bytes = 3072;
 };
 
 class TlsRing;
