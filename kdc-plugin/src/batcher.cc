@@ -110,9 +110,26 @@ struct Batcher::State {
   uint64_t next_seq = 1;
   // Speculative keystream (BatcherOptions::speculate).
   std::deque<Spec> specs;
-  std::string ticket_key_id;          // the key of the last usage-2 ENCRYPT
+  // Learnt from AS replies only: a ticket (usage 2) submitted right next
+  // to a reply part (usage 3, AS-REP only; a TGS-REP's is usage 8/9), so a
+  // TGS-REQ's service ticket changes neither the key nor the lengths.
+  std::string ticket_key_id;          // the krbtgt key of the last AS reply
   std::deque<size_t> lens[2];         // last plaintext lengths, usage 2 / 3
   uint64_t next_group = 1;
+  uint64_t submits = 0;               // Submit calls, for the pairing
+  uint64_t last_u2_at = 0, last_u3_at = 0;
+  std::string last_u2_key;
+  size_t last_u2_len = 0;
+
+  void LearnPairLocked() {
+    auto push = [](std::deque<size_t>& l, size_t n) {
+      l.push_back(n);
+      if (l.size() > kSpecLearn) l.pop_front();
+    };
+    ticket_key_id = last_u2_key;
+    push(lens[0], last_u2_len);
+    last_u2_at = last_u3_at = 0;  // one pair, learnt once
+  }
 
   // The keystream to speculate for a usage: the longest of the recent
   // plaintexts plus one block, 0 while nothing was learnt.
@@ -861,13 +878,22 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
           "the MPC cluster is overloaded: ", state_->queue.size(),
           " jobs wait"));
     const Job& j = q.job;
+    const uint64_t at = ++s.submits;
     if (spec_on && j.type == JobType::kEncrypt &&
         (j.usage == kUsageTicket || j.usage == kUsageAsRepPart) &&
         j.input.size() <= kSpecMaxBytes) {
-      auto& l = s.lens[j.usage == kUsageTicket ? 0 : 1];
-      l.push_back(j.input.size());
-      if (l.size() > kSpecLearn) l.pop_front();
-      if (j.usage == kUsageTicket) s.ticket_key_id = j.key_id;
+      if (j.usage == kUsageTicket) {
+        s.last_u2_at = at;
+        s.last_u2_key = j.key_id;
+        s.last_u2_len = j.input.size();
+        if (s.last_u3_at != 0 && s.last_u3_at + 1 == at) s.LearnPairLocked();
+      } else {
+        auto& l = s.lens[1];
+        l.push_back(j.input.size());
+        if (l.size() > kSpecLearn) l.pop_front();
+        s.last_u3_at = at;
+        if (s.last_u2_at != 0 && s.last_u2_at + 1 == at) s.LearnPairLocked();
+      }
       s.PruneSpecsLocked(q.enqueued);
       for (auto it = s.specs.begin(); it != s.specs.end(); ++it) {
         if (it->usage != j.usage || it->key_id != j.key_id ||

@@ -324,23 +324,45 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
     EXPECT_EQ(out.substr(16 + 64), fake_.Tag(key, usage, ctr0, c, false));
   }
 
+  // A TGS-REQ's service ticket (usage 2 under another key, no usage-3 job
+  // next to it) changes neither the ticket key nor the lengths: the next
+  // timestamp still brings the krbtgt's keystream, which the next AS
+  // ticket uses.
+  const std::string svc_id(32, 's');
+  fake_.AddKey(svc_id, std::string(32, 'S'));
+  ASSERT_TRUE(b->Submit(20, enc(svc_id, 2, 900)).ok());
+  ASSERT_TRUE(b->Submit(21, Encrypt("other", 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(8));
+  ASSERT_TRUE(b->Submit(22, Decrypt(ts, 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(9));
+  EXPECT_EQ(fake_.calls().back().jobs, 3);
+  const int runs_before = RunCalls();
+  ASSERT_TRUE(b->Submit(23, enc(tgt_id, 2, 64)).ok());
+  ASSERT_TRUE(b->Submit(24, enc(kKeyId, 3, 64)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(11));
+  EXPECT_TRUE(sink_.Get(23).status.ok());
+  EXPECT_EQ(b->stats().spec_used, 4u);
+  EXPECT_EQ(RunCalls(), runs_before);  // FINALIZE only
+  EXPECT_EQ(b->stats().spec_encrypts, 4u);
+
   // A timestamp that does not decrypt: its keystreams are dropped, the
   // next ticket and reply run as usual.
   SecureBytes bad = ts;
   bad[20] ^= 1;
   ASSERT_TRUE(b->Submit(7, Decrypt(bad, 1)).ok());
-  ASSERT_TRUE(sink_.WaitFor(7));
+  ASSERT_TRUE(sink_.WaitFor(12));
   EXPECT_TRUE(absl::IsDataLoss(sink_.Get(7).status));
-  EXPECT_EQ(b->stats().spec_encrypts, 4u);
+  EXPECT_EQ(b->stats().spec_encrypts, 6u);
   const int runs1 = RunCalls();
   ASSERT_TRUE(b->Submit(8, enc(tgt_id, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(9, enc(kKeyId, 3, 64)).ok());
   b->Kick();
-  ASSERT_TRUE(sink_.WaitFor(9));
+  ASSERT_TRUE(sink_.WaitFor(14));
   EXPECT_TRUE(sink_.Get(8).status.ok());
   EXPECT_TRUE(sink_.Get(9).status.ok());
   EXPECT_EQ(RunCalls(), runs1 + 1);
-  EXPECT_EQ(b->stats().spec_used, 2u);
+  EXPECT_EQ(b->stats().spec_used, 4u);
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
