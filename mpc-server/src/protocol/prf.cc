@@ -31,19 +31,24 @@ void FillAesNi(const uint8_t* rka, const uint8_t* rkb, uint64_t ctr,
   size_t i = 0;
   for (; i + kPar <= nblocks; i += kPar) {
     __m128i a[kPar], b[kPar];
+    #pragma GCC unroll 16
     for (int j = 0; j < kPar; ++j) {
       __m128i c = _mm_set_epi64x(0, static_cast<int64_t>(ctr + i + j));
       a[j] = _mm_xor_si128(c, Rk(rka, 0));
       if constexpr (kTwo) b[j] = _mm_xor_si128(c, Rk(rkb, 0));
     }
+    #pragma GCC unroll 16
     for (int r = 1; r < 10; ++r) {
       const __m128i ka = Rk(rka, r);
+      #pragma GCC unroll 16
       for (int j = 0; j < kPar; ++j) a[j] = _mm_aesenc_si128(a[j], ka);
       if constexpr (kTwo) {
         const __m128i kb = Rk(rkb, r);
+        #pragma GCC unroll 16
         for (int j = 0; j < kPar; ++j) b[j] = _mm_aesenc_si128(b[j], kb);
       }
     }
+    #pragma GCC unroll 16
     for (int j = 0; j < kPar; ++j) {
       __m128i v = _mm_aesenclast_si128(a[j], Rk(rka, 10));
       if constexpr (kTwo) v = _mm_xor_si128(v, _mm_aesenclast_si128(b[j], Rk(rkb, 10)));
@@ -54,6 +59,7 @@ void FillAesNi(const uint8_t* rka, const uint8_t* rkb, uint64_t ctr,
     __m128i c = _mm_set_epi64x(0, static_cast<int64_t>(ctr + i));
     __m128i a = _mm_xor_si128(c, Rk(rka, 0));
     __m128i b = _mm_xor_si128(c, Rk(rkb, 0));
+    #pragma GCC unroll 16
     for (int r = 1; r < 10; ++r) {
       a = _mm_aesenc_si128(a, Rk(rka, r));
       if constexpr (kTwo) b = _mm_aesenc_si128(b, Rk(rkb, r));
@@ -64,6 +70,10 @@ void FillAesNi(const uint8_t* rka, const uint8_t* rkb, uint64_t ctr,
   }
 }
 
+// The loops over registers and rounds must be unrolled: otherwise (GCC -O2)
+// the state arrays live on the stack and every aesenc waits on a load and a
+// store, ~4x slower (3.7 vs 0.9 ns per block with VAES).
+
 // VAES: four blocks per zmm register, four registers per key in flight.
 template <bool kTwo>
 __attribute__((target("avx512f,vaes"))) void FillVaes(
@@ -71,6 +81,7 @@ __attribute__((target("avx512f,vaes"))) void FillVaes(
     uint8_t* out) {
   constexpr int kPar = 4;  // registers per key
   __m512i ka[11], kb[11];
+  #pragma GCC unroll 16
   for (int r = 0; r < 11; ++r) {
     ka[r] = _mm512_broadcast_i32x4(Rk(rka, r));
     if constexpr (kTwo) kb[r] = _mm512_broadcast_i32x4(Rk(rkb, r));
@@ -84,17 +95,22 @@ __attribute__((target("avx512f,vaes"))) void FillVaes(
       kStep);
   for (; i + 4 * kPar <= nblocks; i += 4 * kPar) {
     __m512i a[kPar], b[kPar];
+    #pragma GCC unroll 16
     for (int j = 0; j < kPar; ++j) {
       a[j] = _mm512_xor_si512(c, ka[0]);
       if constexpr (kTwo) b[j] = _mm512_xor_si512(c, kb[0]);
       c = _mm512_add_epi64(c, kFour);
     }
+    #pragma GCC unroll 16
     for (int r = 1; r < 10; ++r) {
+      #pragma GCC unroll 16
       for (int j = 0; j < kPar; ++j) a[j] = _mm512_aesenc_epi128(a[j], ka[r]);
       if constexpr (kTwo) {
+        #pragma GCC unroll 16
         for (int j = 0; j < kPar; ++j) b[j] = _mm512_aesenc_epi128(b[j], kb[r]);
       }
     }
+    #pragma GCC unroll 16
     for (int j = 0; j < kPar; ++j) {
       __m512i v = _mm512_aesenclast_epi128(a[j], ka[10]);
       if constexpr (kTwo) v = _mm512_xor_si512(v, _mm512_aesenclast_epi128(b[j], kb[10]));
@@ -107,6 +123,7 @@ __attribute__((target("avx512f,vaes"))) void FillVaes(
     __m512i b;
     if constexpr (kTwo) b = _mm512_xor_si512(c, kb[0]);
     c = _mm512_add_epi64(c, kFour);
+    #pragma GCC unroll 16
     for (int r = 1; r < 10; ++r) {
       a = _mm512_aesenc_epi128(a, ka[r]);
       if constexpr (kTwo) b = _mm512_aesenc_epi128(b, kb[r]);
