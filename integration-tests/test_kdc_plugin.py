@@ -53,6 +53,14 @@ def cluster(tmp_path, request):
         c.stop()
 
 
+@pytest.fixture
+def realm_factory(cluster, realm_factory):
+    """conftest's realm_factory, set up after the cluster so that its KDCs
+    are stopped first: a KDC still connecting to the stopping servers keeps
+    them from exiting promptly."""
+    return realm_factory
+
+
 class KmpcRealm(handle_realm.HandleRealm):
     """A realm whose krbtgt and users' keys live in the MPC cluster (shared
     with kmpc-mpc-client put-key) and whose KDC loads libkmpc_kdc.so with
