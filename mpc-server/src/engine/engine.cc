@@ -63,14 +63,15 @@ struct U128 {
   uint64_t hi, lo;
 };
 U128 LoadBe(const uint8_t* p) {
-  U128 v{0, 0};
-  for (int k = 0; k < 8; ++k) v.hi = (v.hi << 8) | p[k];
-  for (int k = 8; k < 16; ++k) v.lo = (v.lo << 8) | p[k];
-  return v;
+  uint64_t hi, lo;
+  std::memcpy(&hi, p, 8);
+  std::memcpy(&lo, p + 8, 8);
+  return {__builtin_bswap64(hi), __builtin_bswap64(lo)};
 }
 void StoreBe(U128 v, uint8_t* p) {
-  for (int k = 7; k >= 0; --k, v.hi >>= 8) p[k] = static_cast<uint8_t>(v.hi);
-  for (int k = 15; k >= 8; --k, v.lo >>= 8) p[k] = static_cast<uint8_t>(v.lo);
+  const uint64_t hi = __builtin_bswap64(v.hi), lo = __builtin_bswap64(v.lo);
+  std::memcpy(p, &hi, 8);
+  std::memcpy(p + 8, &lo, 8);
 }
 // enctype.md: c0 != 0 and c0 + n <= 2^128 - 1, so no block c0 .. c0+n is
 // the all-zero block.
