@@ -52,7 +52,7 @@ test-unit: build
 
 test-integration: build
 	@echo "== integration tests (pytest, real processes) =="
-	@$(PYTHON) -m pytest -q -ra integration-tests
+	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) -m pytest -q -ra integration-tests
 
 test: deps krb5 build
 	@$(MAKE) -s --no-print-directory test-crypto
