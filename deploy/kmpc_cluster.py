@@ -360,6 +360,7 @@ class KmpcRealm(kmpc_realm.Realm):
         # Relations before [plugins] land in [kdcdefaults].
         rcvbuf = (f"    kdc_udp_recv_buffer = {self.udp_recv_buffer}\n"
                   if self.udp_recv_buffer else "")
+        rcvbuf += "    kdc_udp_max_wait_ms = 500\n"  # krb5 patch 0008: shed stale requests
         self.kdc_conf_extra = rcvbuf + self._plugin_conf + self.kdc_conf_extra
         super().create()
         with open(self.admin_conf, "w") as f:
