@@ -249,15 +249,20 @@ absl::Status TlsRingChannel::SendFrame(FrameType type, uint32_t seq,
 
 absl::Status TlsRingChannel::RecvFromNext(absl::Span<uint8_t> out) {
   absl::Time deadline = absl::Now() + ring_->options_.recv_timeout;
+  // The header and a small payload arrive in one TLS record: the wait (and
+  // so the spin decision) happens on the header, the payload is then
+  // already in OpenSSL's buffer.
+  const bool spin = out.size() <= ring_->options_.spin_max_bytes;
   uint8_t hdr[kFrameHeaderSize];
-  if (absl::Status st = Pump(hdr, kFrameHeaderSize, deadline); !st.ok()) return st;
+  if (absl::Status st = Pump(hdr, kFrameHeaderSize, deadline, /*wait=*/true, spin);
+      !st.ok())
+    return st;
   FrameHeader h;
   absl::Status st = DecodeFrameHeader(hdr, &h);
   if (st.ok()) st = CheckDataFrame(h, seq_, recv_step_, out.size());
   if (!st.ok()) return Fail(st);
   ++recv_step_;
-  return Pump(out.data(), out.size(), deadline, /*wait=*/true,
-              /*spin=*/out.size() <= ring_->options_.spin_max_bytes);
+  return Pump(out.data(), out.size(), deadline, /*wait=*/true, spin);
 }
 
 absl::Status TlsRingChannel::Exchange(absl::Span<const uint8_t> to_prev,
