@@ -309,7 +309,7 @@ class KmpcRealm(kmpc_realm.Realm):
                  extra_client_cns=(), server_flags="", test_module_delay_ms=5,
                  module_options=None, enctypes=ENCTYPES,
                  realm_extra="        disable_pac = true",
-                 udp_recv_buffer=4 << 20, **kw):
+                 udp_recv_buffer=4 << 20, udp_max_wait_ms=0, **kw):
         """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test
         module) or "auto" (real when built). module_options: extra relations
         for the real module's [kdcmpc] -> kmpc section (e.g. {"early_flush":
@@ -317,7 +317,12 @@ class KmpcRealm(kmpc_realm.Realm):
         server_flags: extra kmpc-mpc-server flags (KMPC_MPC_FLAGS).
         udp_recv_buffer: [kdcdefaults] kdc_udp_recv_buffer (krb5 patch 0006;
         0 for the OS default): the batched replies make the clients' next
-        requests arrive in bursts, which overflow the default ~208 KB."""
+        requests arrive in bursts, which overflow the default ~208 KB.
+        udp_max_wait_ms: [kdcdefaults] kdc_udp_max_wait_ms (krb5 patch 0008;
+        0, the default, = off as in MIT krb5): drop UDP requests that waited
+        longer than this in the KDC's socket. It sheds work for clients that
+        gave up under overload, but with a bounded client population it made
+        more logins fail (they wait for their retransmit), so it is opt-in."""
         super().__init__(workdir, enctypes=enctypes, realm_extra=realm_extra, **kw)
         self.cluster = MpcCluster(os.path.join(self.dir, "mpc"), workers=mpc_workers,
                                   extra_client_cns=extra_client_cns,
@@ -331,6 +336,7 @@ class KmpcRealm(kmpc_realm.Realm):
         self.test_module_delay_ms = test_module_delay_ms
         self.module_options = dict(module_options or {})
         self.udp_recv_buffer = udp_recv_buffer
+        self.udp_max_wait_ms = udp_max_wait_ms
         self.admin_conf = os.path.join(self.dir, "kmpc-admin.conf")
         self.test_keyfile = os.path.join(self.dir, "mpc-test-keys")
         self.users_keytab = os.path.join(self.dir, "users.keytab")
@@ -360,7 +366,8 @@ class KmpcRealm(kmpc_realm.Realm):
         # Relations before [plugins] land in [kdcdefaults].
         rcvbuf = (f"    kdc_udp_recv_buffer = {self.udp_recv_buffer}\n"
                   if self.udp_recv_buffer else "")
-        rcvbuf += "    kdc_udp_max_wait_ms = 500\n"  # krb5 patch 0008: shed stale requests
+        if self.udp_max_wait_ms:
+            rcvbuf += f"    kdc_udp_max_wait_ms = {int(self.udp_max_wait_ms)}\n"
         self.kdc_conf_extra = rcvbuf + self._plugin_conf + self.kdc_conf_extra
         super().create()
         with open(self.admin_conf, "w") as f:
