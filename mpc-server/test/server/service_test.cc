@@ -408,7 +408,9 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   auto* item = fin.add_items();
   item->set_run_batch_id(req.batch_id());
   item->set_job_id(42);
-  item->set_ciphertext(std::string(19, 'x'));  // wrong length: nothing consumed
+  // Longer than the keystream (a shorter one is a valid prefix): refused,
+  // nothing consumed.
+  item->set_ciphertext(std::string(21, 'x'));
   v1::FinalizeResponse fr;
   EXPECT_EQ(parties_[0].keyops->DoFinalize(fin, &fr).code(),
             absl::StatusCode::kInvalidArgument);
