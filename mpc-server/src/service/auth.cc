@@ -38,13 +38,10 @@ BioPtr MemBio(const std::string& s) {
   return BioPtr(BIO_new_mem_buf(s.data(), static_cast<int>(s.size())));
 }
 
-std::string NameDer(const X509_NAME* name) {
-  unsigned char* der = nullptr;
-  int n = i2d_X509_NAME(name, &der);
-  if (n <= 0) return "";
-  std::string out(reinterpret_cast<char*>(der), n);
-  OPENSSL_free(der);
-  return out;
+std::shared_ptr<X509_NAME> NameCopy(const X509_NAME* name) {
+  X509_NAME* dup = name != nullptr ? X509_NAME_dup(name) : nullptr;
+  if (dup == nullptr) return nullptr;
+  return std::shared_ptr<X509_NAME>(dup, X509_NAME_free);
 }
 
 std::string NameText(const X509_NAME* name) {
@@ -106,7 +103,7 @@ bool ShouldLogDenial(const std::string& key) {
 // same certificate on every RPC: the facts are cached by the PEM text (they
 // never change for a given certificate; revocation is looked up each time).
 struct CertFacts {
-  std::string issuer_der;
+  std::shared_ptr<X509_NAME> issuer;
   std::string serial_hex;
   Sha256 sha256{};
   std::string sha256_hex;
@@ -129,7 +126,8 @@ std::shared_ptr<const CertFacts> FactsOf(absl::string_view pem) {
   if (cert == nullptr ||
       X509_digest(cert.get(), EVP_sha256(), f->sha256.data(), &n) != 1 || n != 32)
     return nullptr;
-  f->issuer_der = NameDer(X509_get_issuer_name(cert.get()));
+  f->issuer = NameCopy(X509_get_issuer_name(cert.get()));
+  if (f->issuer == nullptr) return nullptr;
   f->serial_hex = SerialHex(X509_get0_serialNumber(cert.get()));
   f->sha256_hex = absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(f->sha256.data()), 32));
@@ -215,7 +213,19 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
       KMPC_LOG(WARNING) << "CRL file " << crl_path_ << ": CRL " << n
                         << " expired (nextUpdate " << next
                         << "); its revocations stay in force, issue a fresh one";
-    std::set<std::string>& serials = snap->revoked[NameDer(issuer)];
+    // Issuers are compared as X509_NAME_cmp does (canonical encoding), here
+    // and in IsRevoked: the same name may be encoded differently in a CRL
+    // and in a certificate.
+    RevocationList::IssuerCrl* entry = nullptr;
+    for (IssuerCrl& e : snap->crls)
+      if (X509_NAME_cmp(e.issuer.get(), issuer) == 0) entry = &e;
+    if (entry == nullptr) {
+      std::shared_ptr<X509_NAME> copy = NameCopy(issuer);
+      if (copy == nullptr) return bad("cannot copy a CRL's issuer name");
+      snap->crls.push_back({std::move(copy), {}});
+      entry = &snap->crls.back();
+    }
+    std::set<std::string>& serials = entry->serials;
     STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
     for (int i = 0; i < sk_X509_REVOKED_num(revoked); ++i) {
       const X509_REVOKED* r = sk_X509_REVOKED_value(revoked, i);
@@ -280,22 +290,23 @@ void RevocationList::PollLocked() {
     KMPC_LOG(ERROR) << s.message() << "; the CRL loaded before stays in force";
 }
 
-bool RevocationList::IsRevoked(const std::string& issuer_der,
-                               const std::string& serial_hex) {
+bool RevocationList::IsRevoked(const X509_NAME* issuer, const std::string& serial_hex) {
   std::shared_ptr<const Snapshot> snap;
   {
     absl::MutexLock lock(&mu_);
     PollLocked();
     snap = current_;
   }
-  auto it = snap->revoked.find(issuer_der);
-  return it != snap->revoked.end() && it->second.count(serial_hex) > 0;
+  if (issuer == nullptr) return true;  // cannot be checked: refuse
+  for (const IssuerCrl& e : snap->crls)
+    if (X509_NAME_cmp(e.issuer.get(), issuer) == 0) return e.serials.count(serial_hex) > 0;
+  return false;
 }
 
 absl::Status RevocationList::CheckPeer(X509* cert) {
   if (cert == nullptr) return absl::UnauthenticatedError("no peer certificate");
   const std::string serial = SerialHex(X509_get0_serialNumber(cert));
-  if (!IsRevoked(NameDer(X509_get_issuer_name(cert)), serial)) return absl::OkStatus();
+  if (!IsRevoked(X509_get_issuer_name(cert), serial)) return absl::OkStatus();
   std::string subject = NameText(X509_get_subject_name(cert));
   if (ShouldLogDenial(absl::StrCat("ring|", serial)))
     KMPC_LOG(WARNING) << "ring: refused peer " << subject << " (serial " << serial
@@ -390,7 +401,7 @@ absl::Status AuthorizePeer(const grpc::AuthContext* ac, const ClientPolicy& poli
     return st;
   };
   if (policy.crl != nullptr &&
-      policy.crl->IsRevoked(pc.facts->issuer_der, pc.serial_hex))
+      policy.crl->IsRevoked(pc.facts->issuer.get(), pc.serial_hex))
     return deny(absl::UnauthenticatedError("the client certificate has been revoked"),
                 "certificate revoked");
   if (!name_ok)

@@ -65,10 +65,12 @@ class RevocationList {
   // returned.
   absl::Status Reload();
 
-  // Whether the certificate with this issuer (DER of the X509_NAME) and
-  // serial (hex, as BN_bn2hex) is revoked. Reloads first when the file
-  // changed (checked at most once per `poll`).
-  bool IsRevoked(const std::string& issuer_der, const std::string& serial_hex);
+  // Whether the certificate with this issuer and serial (hex, as BN_bn2hex)
+  // is revoked. The issuer is matched to a CRL's issuer with X509_NAME_cmp
+  // (canonical form: the same name in another string type or case matches
+  // too), not by its DER bytes. Reloads first when the file changed
+  // (checked at most once per `poll`).
+  bool IsRevoked(const X509_NAME* issuer, const std::string& serial_hex);
 
   // The ring's check of a verified peer certificate (net::TlsFiles::
   // check_peer): UNAUTHENTICATED, and a log line, when it is revoked.
@@ -78,9 +80,12 @@ class RevocationList {
   void set_poll_interval(absl::Duration d) { poll_ = d; }
 
  private:
+  struct IssuerCrl {
+    std::shared_ptr<X509_NAME> issuer;  // the CRL's issuer (a copy)
+    std::set<std::string> serials;      // revoked serials (hex)
+  };
   struct Snapshot {
-    // issuer DER -> revoked serials (hex)
-    std::map<std::string, std::set<std::string>> revoked;
+    std::vector<IssuerCrl> crls;  // one per issuer (CRLs of one issuer merged)
     std::string newest_last_update;  // "YYYYMMDDHHMMSSZ", to refuse rollbacks
     size_t count = 0;
   };

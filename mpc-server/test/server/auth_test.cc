@@ -5,6 +5,9 @@
 
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -307,6 +310,88 @@ TEST_F(AuthTest, RingRefusesRevokedPartyCertificate) {
   EXPECT_EQ(dialed.code(), absl::StatusCode::kUnauthenticated) << dialed;
   // Without the check (no --crl) the same connection is accepted.
   EXPECT_TRUE(connect(1, false, 0, false).second.ok());
+}
+
+// A certificate of the test CA (signed with ca-private/ca.key) whose issuer
+// name is the CA's subject "CN=kmpc-test-ca" written as a PrintableString
+// (the CA's own subject, and so the CRL's issuer, is a UTF8String): equal
+// names for X509_NAME_cmp and for chain verification, different DER.
+X509* CertWithPrintableIssuer(const std::string& certs, long serial) {
+  FILE* kf = fopen((certs + "/ca-private/ca.key").c_str(), "r");
+  if (kf == nullptr) return nullptr;
+  EVP_PKEY* ca_key = PEM_read_PrivateKey(kf, nullptr, nullptr, nullptr);
+  fclose(kf);
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509* c = X509_new();
+  X509_NAME* issuer = X509_NAME_new();
+  X509_NAME* subject = X509_NAME_new();
+  bool ok = ca_key != nullptr && key != nullptr && c != nullptr &&
+            X509_set_version(c, X509_VERSION_3) == 1 &&
+            ASN1_INTEGER_set(X509_get_serialNumber(c), serial) == 1 &&
+            X509_NAME_add_entry_by_NID(
+                issuer, NID_commonName, V_ASN1_PRINTABLESTRING,
+                reinterpret_cast<const unsigned char*>("kmpc-test-ca"), -1, -1, 0) == 1 &&
+            X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
+                                       reinterpret_cast<const unsigned char*>("kmpc-admin"),
+                                       -1, -1, 0) == 1 &&
+            X509_set_issuer_name(c, issuer) == 1 && X509_set_subject_name(c, subject) == 1 &&
+            X509_gmtime_adj(X509_getm_notBefore(c), -60) != nullptr &&
+            X509_gmtime_adj(X509_getm_notAfter(c), 3600) != nullptr &&
+            X509_set_pubkey(c, key) == 1 && X509_sign(c, ca_key, EVP_sha256()) > 0;
+  X509_NAME_free(issuer);
+  X509_NAME_free(subject);
+  EVP_PKEY_free(key);
+  EVP_PKEY_free(ca_key);
+  if (!ok) {
+    X509_free(c);
+    return nullptr;
+  }
+  return c;
+}
+
+std::string NameDerOf(const X509_NAME* n) {
+  unsigned char* der = nullptr;
+  int len = i2d_X509_NAME(n, &der);
+  std::string out(reinterpret_cast<char*>(der), len > 0 ? len : 0);
+  OPENSSL_free(der);
+  return out;
+}
+
+// Revocation is looked up by the issuer *name*, not its DER bytes: a
+// certificate whose issuer is the CRL's issuer in another encoding is still
+// found revoked (it used to pass: fail-open).
+TEST_F(AuthTest, RevocationMatchesIssuerNamesNotTheirEncoding) {
+  X509* cert = CertWithPrintableIssuer(certs_, 0x7e57);
+  ASSERT_NE(cert, nullptr);
+  X509* ca = nullptr;
+  {
+    FILE* f = fopen((certs_ + "/ca.pem").c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    ca = PEM_read_X509(f, nullptr, nullptr, nullptr);
+    fclose(f);
+  }
+  ASSERT_NE(ca, nullptr);
+  // The premise: equal names, different bytes.
+  ASSERT_EQ(X509_NAME_cmp(X509_get_issuer_name(cert), X509_get_subject_name(ca)), 0);
+  ASSERT_NE(NameDerOf(X509_get_issuer_name(cert)), NameDerOf(X509_get_subject_name(ca)));
+  X509_free(ca);
+  const std::string path = dir_ + "/printable.pem";
+  {
+    FILE* f = fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(PEM_write_X509(f, cert), 1);
+    fclose(f);
+  }
+  auto crl = Crl();
+  ASSERT_NE(crl, nullptr);
+  EXPECT_TRUE(crl->CheckPeer(cert).ok());
+  ASSERT_EQ(GenCerts(certs_ + " --revoke " + path), 0);  // openssl verify accepts it
+  ASSERT_TRUE(crl->Reload().ok());
+  EXPECT_EQ(crl->revoked_count(), 1u);
+  absl::Status st = crl->CheckPeer(cert);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated) << st;
+  EXPECT_TRUE(crl->IsRevoked(X509_get_issuer_name(cert), "7E57"));
+  X509_free(cert);
 }
 
 TEST(ParseClientPolicyTest, Errors) {
