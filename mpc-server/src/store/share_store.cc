@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <functional>
 #include <shared_mutex>
 
 #include "absl/strings/str_cat.h"
@@ -144,8 +145,10 @@ absl::StatusOr<KeyRecord> DecodeRecord(const KeyId& id,
 //   2. closes the environment, renames the copy over data.mdb (atomic: the
 //      file is always a whole database, old or new) and fsyncs DIR,
 //   3. reopens the environment on the new file, and
-//   4. overwrites the old file's blocks (still open by descriptor) with
-//      zeros and fdatasyncs them before closing it.
+//   4. after releasing the lock (the old file is reachable by no name, and
+//      reads must not wait for a whole-file write), overwrites the old
+//      file's blocks (still open by descriptor) with zeros and fdatasyncs
+//      them before closing it.
 // Open does the same, so a store left unscrubbed (a crash between a change
 // and its compaction, or a store from before this) is cleaned at start.
 // Limits: step 4 clears the old blocks on an overwrite-in-place file system
@@ -162,13 +165,20 @@ struct ShareStore::Env {
   mutable std::shared_mutex mu;
   bool scrub_pending = false;  // a change whose compaction failed
   std::atomic<bool> immutable_ids{false};
+  // Test hook: runs before a replaced file is zeroed (lock released).
+  std::function<void()> before_zero;
   ~Env() { Close(); }
   void Close() {
     if (env != nullptr) mdb_env_close(env);
     env = nullptr;
   }
   absl::Status OpenEnv();
-  absl::Status Compact();
+  // Writes the compacted copy and swaps it in (steps 1-3). On return
+  // *old_fd is the replaced file's descriptor (or -1): the caller zeroes it
+  // with ZeroAndClose (step 4) after releasing the exclusive lock, so reads
+  // do not wait for a whole-file write and sync.
+  absl::Status Compact(int* old_fd);
+  absl::Status ZeroAndClose(int old_fd);
 };
 
 absl::Status ShareStore::Env::OpenEnv() {
@@ -227,7 +237,8 @@ absl::Status ZeroFile(int fd) {
 
 }  // namespace
 
-absl::Status ShareStore::Env::Compact() {
+absl::Status ShareStore::Env::Compact(int* old_fd) {
+  *old_fd = -1;
   const std::string data = dir + "/data.mdb";
   const std::string tmp = dir + "/data.mdb.compact";
   if (unlink(tmp.c_str()) != 0 && errno != ENOENT) return Errno("unlink " + tmp);
@@ -243,8 +254,8 @@ absl::Status ShareStore::Env::Compact() {
     unlink(tmp.c_str());
     return st;
   }
-  int old_fd = open(data.c_str(), O_RDWR | O_CLOEXEC);
-  if (old_fd < 0) {
+  int old_fd_local = open(data.c_str(), O_RDWR | O_CLOEXEC);
+  if (old_fd_local < 0) {
     st = Errno("open " + data);
     unlink(tmp.c_str());
     return st;
@@ -253,7 +264,7 @@ absl::Status ShareStore::Env::Compact() {
   if (rename(tmp.c_str(), data.c_str()) != 0) {
     st = Errno("rename " + tmp);
     unlink(tmp.c_str());
-    close(old_fd);
+    close(old_fd_local);
     // Still the old file: reopen it.
     absl::Status re = OpenEnv();
     return re.ok() ? st : absl::UnavailableError(absl::StrCat(
@@ -261,13 +272,21 @@ absl::Status ShareStore::Env::Compact() {
   }
   st = FsyncDir(dir);
   absl::Status re = OpenEnv();
-  // The old file is no longer reachable by name; clear its blocks.
-  absl::Status z = ZeroFile(old_fd);
-  close(old_fd);
+  // The old file is no longer reachable by name: the caller clears its
+  // blocks (ZeroAndClose) once the lock is released.
+  *old_fd = old_fd_local;
   if (!re.ok())
     return absl::UnavailableError(
         absl::StrCat("store ", dir, " cannot be reopened after compaction: ", re.message()));
-  return !st.ok() ? st : z;
+  return st;
+}
+
+absl::Status ShareStore::Env::ZeroAndClose(int old_fd) {
+  if (old_fd < 0) return absl::OkStatus();
+  if (before_zero) before_zero();
+  absl::Status z = ZeroFile(old_fd);
+  close(old_fd);
+  return z;
 }
 
 ShareStore::ShareStore(std::unique_ptr<Env> env) : env_(std::move(env)) {}
@@ -284,7 +303,11 @@ absl::StatusOr<std::unique_ptr<ShareStore>> ShareStore::Open(
   e->map_size = map_size;
   if (absl::Status st = e->OpenEnv(); !st.ok()) return st;
   // Scrub what earlier runs may have left in free pages (see above).
-  if (absl::Status st = e->Compact(); !st.ok())
+  int old_fd = -1;
+  absl::Status st = e->Compact(&old_fd);
+  absl::Status z = e->ZeroAndClose(old_fd);
+  if (st.ok()) st = z;
+  if (!st.ok())
     return absl::Status(st.code(), absl::StrCat("store ", dir, ": ", st.message()));
   return std::unique_ptr<ShareStore>(new ShareStore(std::move(e)));
 }
@@ -292,11 +315,12 @@ absl::StatusOr<std::unique_ptr<ShareStore>> ShareStore::Open(
 std::string ShareStore::data_file() const { return env_->dir + "/data.mdb"; }
 
 // After a committed change that left old shares in free pages.
-absl::Status ShareStore::ScrubLocked(absl::string_view what) {
+absl::Status ShareStore::ScrubLocked(absl::string_view what, int* old_fd) {
+  *old_fd = -1;
   env_->scrub_pending = true;
   if (env_->env == nullptr && !env_->OpenEnv().ok())
     return absl::UnavailableError(absl::StrCat(what, ", but the store is unavailable"));
-  absl::Status st = env_->Compact();
+  absl::Status st = env_->Compact(old_fd);
   if (!st.ok())
     return absl::Status(st.code(), absl::StrCat(what, ", but the old shares could not "
                                                 "be scrubbed from the store file (",
@@ -305,6 +329,20 @@ absl::Status ShareStore::ScrubLocked(absl::string_view what) {
   env_->scrub_pending = false;
   return absl::OkStatus();
 }
+
+absl::Status ShareStore::FinishScrub(absl::Status st, int old_fd, absl::string_view what) {
+  absl::Status z = env_->ZeroAndClose(old_fd);
+  if (st.ok() && !z.ok())
+    return absl::Status(z.code(), absl::StrCat(what, ", but the replaced store file could "
+                                               "not be zeroed: ", z.message()));
+  return st;
+}
+
+void ShareStore::set_before_zero_hook_for_test(std::function<void()> f) {
+  std::unique_lock lock(env_->mu);
+  env_->before_zero = std::move(f);
+}
+
 
 absl::Status ShareStore::Put(const KeyMeta& meta,
                              absl::Span<const uint8_t> shares, bool replace) {
@@ -360,9 +398,11 @@ absl::Status ShareStore::Put(const KeyMeta& meta,
     }
   }
   OPENSSL_cleanse(value.data(), value.size());
-  if (st.ok() && (replaced || env_->scrub_pending))
-    st = ScrubLocked(absl::StrCat("key ", KeyIdHex(meta.key_id), " was stored"));
-  return st;
+  const std::string what = absl::StrCat("key ", KeyIdHex(meta.key_id), " was stored");
+  int old_fd = -1;
+  if (st.ok() && (replaced || env_->scrub_pending)) st = ScrubLocked(what, &old_fd);
+  lock.unlock();
+  return FinishScrub(std::move(st), old_fd, what);
 }
 
 absl::StatusOr<KeyRecord> ShareStore::Get(const KeyId& id) const {
@@ -405,7 +445,11 @@ absl::Status ShareStore::Delete(const KeyId& id) {
     return LmdbError("del", rc);
   }
   if ((rc = mdb_txn_commit(txn)) != 0) return LmdbError("commit", rc);
-  return ScrubLocked(absl::StrCat("key ", KeyIdHex(id), " was deleted"));
+  const std::string what = absl::StrCat("key ", KeyIdHex(id), " was deleted");
+  int old_fd = -1;
+  absl::Status st = ScrubLocked(what, &old_fd);
+  lock.unlock();
+  return FinishScrub(std::move(st), old_fd, what);
 }
 
 absl::StatusOr<std::vector<KeyMeta>> ShareStore::List() const {

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,11 +93,18 @@ class ShareStore {
   // Path of the LMDB data file (tests scan it for key material).
   std::string data_file() const;
 
+  // Tests: `f` runs before a replaced file is zeroed (after a compaction,
+  // outside the store's lock).
+  void set_before_zero_hook_for_test(std::function<void()> f);
+
  private:
   struct Env;
   explicit ShareStore(std::unique_ptr<Env> env);
   // Compacts the file after a change; called with the exclusive lock.
-  absl::Status ScrubLocked(absl::string_view what);
+  // *old_fd: the replaced file, for FinishScrub once the lock is released.
+  absl::Status ScrubLocked(absl::string_view what, int* old_fd);
+  // Zeroes and closes `old_fd` (no lock held); `st` is the change's status.
+  absl::Status FinishScrub(absl::Status st, int old_fd, absl::string_view what);
   std::unique_ptr<Env> env_;
 };
 

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -270,6 +272,33 @@ TEST(ShareStoreTest, ReadsDuringCompaction) {
   for (auto& r : readers) r.join();
   EXPECT_EQ(bad, 0);
   EXPECT_GT(reads, 0);
+}
+
+// The replaced file is zeroed after the store's lock is released: a read
+// made while it is being zeroed does not wait for it.
+TEST(ShareStoreTest, ZeroingTheOldFileDoesNotBlockReads) {
+  auto store = ShareStore::Open(TempDir());
+  ASSERT_TRUE(store.ok());
+  ShareStore& s = **store;
+  const auto keep = RandomBytes(2000, 21);
+  ASSERT_TRUE(s.Put({Id(1), Cipher::kAes256, 1, "keep"}, keep, false).ok());
+  ASSERT_TRUE(s.Put({Id(2), Cipher::kAes256, 1, "gone"}, RandomBytes(2000, 22), false).ok());
+  int hooks = 0;
+  bool read_done = false;
+  // Outlives the hook: a read still blocked completes once Delete returns.
+  std::future<std::vector<uint8_t>> read;
+  s.set_before_zero_hook_for_test([&] {
+    ++hooks;
+    read = std::async(std::launch::async, [&] { return SharesOf(s, Id(1)); });
+    read_done = read.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  });
+  ASSERT_TRUE(s.Delete(Id(2)).ok());
+  ASSERT_TRUE(read.valid());
+  EXPECT_EQ(read.get(), keep);
+  EXPECT_EQ(hooks, 1);
+  EXPECT_TRUE(read_done) << "a read waited for the old file to be zeroed";
+  s.set_before_zero_hook_for_test(nullptr);
+  EXPECT_EQ(PiecesInFile(s.data_file(), keep), 2000 / 64);
 }
 
 }  // namespace
