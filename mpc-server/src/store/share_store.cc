@@ -149,6 +149,8 @@ absl::StatusOr<KeyRecord> DecodeRecord(const KeyId& id,
 //      reads must not wait for a whole-file write), overwrites the old
 //      file's blocks (still open by descriptor) with zeros and fdatasyncs
 //      them before closing it.
+// A failed reopen in step 3 leaves the environment closed; the next read or
+// write retries the open.
 // Open does the same, so a store left unscrubbed (a crash between a change
 // and its compaction, or a store from before this) is cleaned at start.
 // Limits: step 4 clears the old blocks on an overwrite-in-place file system
@@ -168,6 +170,19 @@ struct ShareStore::Env {
   // Test hook: runs before a replaced file is zeroed (lock released).
   std::function<void()> before_zero;
   ~Env() { Close(); }
+  // With `lock` (shared) held: true when the environment is open, reopening
+  // it first (under the exclusive lock) if a failed reopen after a
+  // compaction left it closed.
+  bool ReadyShared(std::shared_lock<std::shared_mutex>& lock) {
+    if (env != nullptr) return true;
+    lock.unlock();
+    {
+      std::unique_lock ex(mu);
+      if (env == nullptr) (void)OpenEnv();
+    }
+    lock.lock();
+    return env != nullptr;
+  }
   void Close() {
     if (env != nullptr) mdb_env_close(env);
     env = nullptr;
@@ -343,6 +358,10 @@ void ShareStore::set_before_zero_hook_for_test(std::function<void()> f) {
   env_->before_zero = std::move(f);
 }
 
+void ShareStore::close_env_for_test() {
+  std::unique_lock lock(env_->mu);
+  env_->Close();
+}
 
 absl::Status ShareStore::Put(const KeyMeta& meta,
                              absl::Span<const uint8_t> shares, bool replace) {
@@ -407,7 +426,7 @@ absl::Status ShareStore::Put(const KeyMeta& meta,
 
 absl::StatusOr<KeyRecord> ShareStore::Get(const KeyId& id) const {
   std::shared_lock lock(env_->mu);
-  if (env_->env == nullptr) return absl::UnavailableError("the share store is unavailable");
+  if (!env_->ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");
   ReadTxn txn(env_->env);
   if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
   MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
@@ -454,7 +473,7 @@ absl::Status ShareStore::Delete(const KeyId& id) {
 
 absl::StatusOr<std::vector<KeyMeta>> ShareStore::List() const {
   std::shared_lock lock(env_->mu);
-  if (env_->env == nullptr) return absl::UnavailableError("the share store is unavailable");
+  if (!env_->ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");
   ReadTxn txn(env_->env);
   if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
   MDB_cursor* cur = nullptr;
@@ -482,7 +501,7 @@ absl::StatusOr<std::vector<KeyMeta>> ShareStore::List() const {
 
 absl::StatusOr<uint64_t> ShareStore::Count() const {
   std::shared_lock lock(env_->mu);
-  if (env_->env == nullptr) return absl::UnavailableError("the share store is unavailable");
+  if (!env_->ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");
   ReadTxn txn(env_->env);
   if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
   MDB_cursor* cur = nullptr;

@@ -94,8 +94,10 @@ class ShareStore {
   std::string data_file() const;
 
   // Tests: `f` runs before a replaced file is zeroed (after a compaction,
-  // outside the store's lock).
+  // outside the store's lock); closing the environment simulates a failed
+  // reopen after a compaction.
   void set_before_zero_hook_for_test(std::function<void()> f);
+  void close_env_for_test();
 
  private:
   struct Env;

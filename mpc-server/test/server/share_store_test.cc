@@ -301,5 +301,25 @@ TEST(ShareStoreTest, ZeroingTheOldFileDoesNotBlockReads) {
   EXPECT_EQ(PiecesInFile(s.data_file(), keep), 2000 / 64);
 }
 
+// An environment left closed (a failed reopen after a compaction) is
+// reopened by the next read; reads do not stay UNAVAILABLE.
+TEST(ShareStoreTest, ReadsReopenAClosedStore) {
+  auto store = ShareStore::Open(TempDir());
+  ASSERT_TRUE(store.ok());
+  ShareStore& s = **store;
+  const auto a = RandomBytes(500, 23);
+  ASSERT_TRUE(s.Put({Id(1), Cipher::kAes128, 1, "a"}, a, false).ok());
+  s.close_env_for_test();
+  EXPECT_EQ(SharesOf(s, Id(1)), a);
+  s.close_env_for_test();
+  auto list = s.List();
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->size(), 1u);
+  s.close_env_for_test();
+  auto n = s.Count();
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 1u);
+}
+
 }  // namespace
 }  // namespace kmpc::store
