@@ -1072,7 +1072,9 @@ void Batcher::Stop() {
 
 BatcherStats Batcher::stats() const {
   std::lock_guard<std::mutex> l(state_->mu);
-  return state_->stats;
+  BatcherStats out = state_->stats;
+  out.inflight = state_->inflight;
+  return out;
 }
 
 }  // namespace kmpc::kdc

@@ -93,6 +93,7 @@ struct BatcherStats {
   uint64_t failed_batches = 0;
   uint64_t spec_encrypts = 0;    // speculative ENCRYPT jobs sent
   uint64_t spec_used = 0;        // ... whose keystream a later job used
+  int inflight = 0;              // batches running now
 };
 
 class Batcher {

@@ -290,6 +290,11 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   ASSERT_TRUE(sink_.Get(3).status.ok());
   const SecureBytes ts = sink_.Get(3).output;
   EXPECT_EQ(b->stats().spec_encrypts, 0u);
+  // Speculation needs an idle cluster: the batch that delivered job 3 may
+  // still be finishing (a loaded machine).
+  for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
+    absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_EQ(b->stats().inflight, 0);
 
   // The timestamp's batch carries the two speculative ENCRYPT jobs.
   const int runs0 = RunCalls();
