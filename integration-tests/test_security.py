@@ -266,3 +266,11 @@ def test_bad_crl_or_pin_stops_start_up(tmp_path, cluster):
     assert "cannot read" in out, out
     out = _start_fails(tmp_path, cluster, "--admin_clients=kmpc-admin,sha256:12ab")
     assert "--admin_clients: certificate pin 'sha256:12ab'" in out, out
+
+
+def test_second_server_on_a_store_refused(tmp_path, cluster):
+    # A second process on a running party's --store_dir: compaction renames
+    # data.mdb under other openers, so the store is locked (DIR/kmpc.lock).
+    out = _start_fails(tmp_path, cluster, f"--store_dir={cluster.store_dir(0)}")
+    assert "is in use by another process" in out, out
+    cluster.check_alive()

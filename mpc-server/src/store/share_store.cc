@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <lmdb.h>
 #include <openssl/crypto.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -169,7 +170,11 @@ struct ShareStore::Env {
   std::atomic<bool> immutable_ids{false};
   // Test hook: runs before a replaced file is zeroed (lock released).
   std::function<void()> before_zero;
-  ~Env() { Close(); }
+  int lock_fd = -1;  // DIR/kmpc.lock, flock()ed while the store is open
+  ~Env() {
+    Close();
+    if (lock_fd >= 0) close(lock_fd);
+  }
   // With `lock` (shared) held: true when the environment is open, reopening
   // it first (under the exclusive lock) if a failed reopen after a
   // compaction left it closed.
@@ -316,6 +321,20 @@ absl::StatusOr<std::unique_ptr<ShareStore>> ShareStore::Open(
   auto e = std::make_unique<Env>();
   e->dir = dir;
   e->map_size = map_size;
+  // One process per store: compaction renames data.mdb under any other
+  // opener, which would go on with the old, unlinked file.
+  const std::string lock_path = dir + "/kmpc.lock";
+  e->lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (e->lock_fd < 0)
+    return absl::InternalError(
+        absl::StrCat("cannot open ", lock_path, ": ", strerror(errno)));
+  if (flock(e->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "share store ", dir, " is in use by another process (", lock_path,
+          " is locked): one kmpc-mpc-server per --store_dir"));
+    return absl::InternalError(absl::StrCat("cannot lock ", lock_path, ": ", strerror(errno)));
+  }
   if (absl::Status st = e->OpenEnv(); !st.ok()) return st;
   // Scrub what earlier runs may have left in free pages (see above).
   int old_fd = -1;

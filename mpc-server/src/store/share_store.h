@@ -63,6 +63,8 @@ struct KeyRecord {
 class ShareStore {
  public:
   // Opens (creating if needed) the LMDB environment in directory `dir`.
+  // Holds flock(DIR/kmpc.lock) while open: FAILED_PRECONDITION when another
+  // process (or another ShareStore) has the store open.
   static absl::StatusOr<std::unique_ptr<ShareStore>> Open(
       const std::string& dir, size_t map_size = size_t{1} << 30);
   ~ShareStore();

@@ -321,5 +321,23 @@ TEST(ShareStoreTest, ReadsReopenAClosedStore) {
   EXPECT_EQ(*n, 1u);
 }
 
+// A second opener of the same store (another server process pointed at the
+// same --store_dir) is refused while the first has it open.
+TEST(ShareStoreTest, SecondOpenerRefused) {
+  const std::string dir = TempDir();
+  auto first = ShareStore::Open(dir);
+  ASSERT_TRUE(first.ok());
+  auto second = ShareStore::Open(dir);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition)
+      << second.status();
+  EXPECT_NE(second.status().message().find("in use by another process"), std::string::npos);
+  // Another process too (flock is per open file, so a child sees it held).
+  const std::string cmd = "flock -n " + dir + "/kmpc.lock true";
+  EXPECT_NE(system(cmd.c_str()), 0);
+  first->reset();
+  EXPECT_TRUE(ShareStore::Open(dir).ok());
+  EXPECT_EQ(system(cmd.c_str()), 0);
+}
+
 }  // namespace
 }  // namespace kmpc::store
