@@ -110,6 +110,10 @@ struct Batcher::State {
   uint64_t next_seq = 1;
   // Speculative keystream (BatcherOptions::speculate).
   std::deque<Spec> specs;
+  // Speculative ENCRYPT jobs queued or in flight (not yet completed): a
+  // timestamp adds a group only while this is 0, so at most one group per
+  // batch, and specs + these stay within kMaxSpecs.
+  size_t spec_pending = 0;
   // Learnt from AS replies only: a ticket (usage 2) submitted right next
   // to a reply part (usage 3, AS-REP only; a TGS-REP's is usage 8/9), so a
   // TGS-REQ's service ticket changes neither the key nor the lengths.
@@ -139,14 +143,27 @@ struct Batcher::State {
     for (size_t n : l) m = std::max(m, n);
     return m == 0 ? 0 : (m + kBlock - 1) / kBlock * kBlock + kBlock;
   }
-  void PruneSpecsLocked(absl::Time now) {
-    for (auto it = specs.begin(); it != specs.end();)
-      it = it->expires <= now ? specs.erase(it) : std::next(it);
+  // Drops expired keystreams (SecureBytes wipes them); returns the next
+  // expiry, InfiniteFuture when none is held.
+  absl::Time PruneSpecsLocked(absl::Time now) {
+    absl::Time next = absl::InfiniteFuture();
+    for (auto it = specs.begin(); it != specs.end();) {
+      if (it->expires <= now) {
+        it = specs.erase(it);
+      } else {
+        next = std::min(next, it->expires);
+        ++it;
+      }
+    }
+    return next;
   }
   void AddSpecs(std::vector<Spec> add) {
-    std::lock_guard<std::mutex> l(mu);
-    for (Spec& s : add)
-      if (specs.size() < kMaxSpecs) specs.push_back(std::move(s));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      for (Spec& s : add)
+        if (specs.size() < kMaxSpecs) specs.push_back(std::move(s));
+    }
+    cv.notify_all();  // the dispatcher prunes them when they expire
   }
 
   // Deliveries pass this gate; Stop() closes it so that nothing reaches the
@@ -208,17 +225,30 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   absl::Time deadline() const { return deadline_; }
 
   void Start() {
-    std::vector<size_t> run;
+    std::vector<size_t> run, pre;
     for (size_t i = 0; i < entries_.size(); ++i)
-      (entries_[i].pre ? pre_ : run).push_back(i);
-    if (!run.empty()) {
-      StartRun(std::move(run), 1);
-      return;
+      (entries_[i].pre ? pre : run).push_back(i);
+    // The jobs whose keystream a speculative ENCRYPT already gave go
+    // straight to FINALIZE, in a request of their own: the servers take a
+    // request's ENCRYPT states all or nothing, and one of these may be gone
+    // (a server restarted, or its TTL was shorter than speculate_ttl). If
+    // it fails, only these jobs are re-run as ordinary ENCRYPT jobs
+    // (OnFinalize); the batch's other jobs never depend on it.
+    if (!pre.empty()) {
+      auto fin = std::make_shared<FinalizeStep>();
+      fin->pre = true;
+      fin->req.set_batch_id(RandomId());
+      for (size_t i : pre) {
+        const Entry& e = entries_[i];
+        pb::FinalizeItem* item = fin->req.add_items();
+        item->set_run_batch_id(e.pre_run_batch_id);
+        item->set_job_id(e.pre_job_id);
+        item->set_ciphertext(e.ciphertext);
+        fin->idx.push_back(i);
+      }
+      StartFinalize(fin);
     }
-    auto fin = std::make_shared<FinalizeStep>();
-    fin->req.set_batch_id(RandomId());
-    AddPrerun(fin.get());
-    if (!fin->idx.empty()) StartFinalize(fin);
+    if (!run.empty()) StartRun(std::move(run), 1);
   }
 
   // The deadline passed: every job still open fails.
@@ -251,6 +281,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     std::atomic<int> left{kParties};
     std::vector<size_t> idx;  // request job k is entries_[idx[k]]
     int attempt = 1;
+    absl::Time started;
   };
   struct FinalizeStep {
     pb::FinalizeRequest req;
@@ -258,23 +289,11 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     std::array<absl::Status, kParties> st;
     std::atomic<int> left{kParties};
     std::vector<size_t> idx;
+    bool pre = false;  // speculative keystreams only (Start)
+    absl::Time started;
   };
 
   std::string Party(int p) const { return state_->transport->PartyName(p); }
-
-  // The jobs whose keystream a speculative ENCRYPT already gave: straight
-  // to FINALIZE, with the batch's other ENCRYPT jobs.
-  void AddPrerun(FinalizeStep* fin) {
-    for (size_t i : pre_) {
-      if (IsDone(i)) continue;
-      const Entry& e = entries_[i];
-      pb::FinalizeItem* item = fin->req.add_items();
-      item->set_run_batch_id(e.pre_run_batch_id);
-      item->set_job_id(e.pre_job_id);
-      item->set_ciphertext(e.ciphertext);
-      fin->idx.push_back(i);
-    }
-  }
 
   void StartRun(std::vector<size_t> idx, int attempt) {
     auto step = std::make_shared<RunStep>();
@@ -308,27 +327,29 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       }
     }
     step->idx = std::move(idx);
-    run_started_ = absl::Now();
+    step->started = absl::Now();
     auto self = shared_from_this();
     for (int p = 0; p < kParties; ++p) {
       state_->transport->Run(
           p, step->req, &step->resp[p], deadline_,
           [self, step, p](absl::Status s) {
             step->st[p] = s;
-            if (!s.ok() && IsUnreachable(s)) self->PartyUnreachable(p, s);
+            if (!s.ok() && IsUnreachable(s))
+              self->PartyUnreachable(p, s, step->idx);
             if (step->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
               self->OnRun(step);
           });
     }
   }
 
-  // Fail fast: one unreachable party is enough to fail the batch; the
-  // other two calls are left to finish or time out on their own.
-  void PartyUnreachable(int p, const absl::Status& s) {
+  // Fail fast: one unreachable party is enough to fail the step's jobs;
+  // the other two calls are left to finish or time out on their own.
+  void PartyUnreachable(int p, const absl::Status& s,
+                        const std::vector<size_t>& idx) {
     FailOpen(absl::UnavailableError(absl::StrCat(
                  "MPC ", Party(p), " unreachable: ",
                  absl::StatusCodeToString(s.code()), ": ", s.message())),
-             true);
+             true, &idx);
   }
 
   // Jobs the servers named as the reason they refused the batch.
@@ -361,7 +382,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   }
 
   void OnRun(const std::shared_ptr<RunStep>& step) {
-    run_us_ = absl::ToInt64Microseconds(absl::Now() - run_started_);
+    run_us_ = absl::ToInt64Microseconds(absl::Now() - step->started);
     bool all_ok = true;
     for (const auto& s : step->st) all_ok &= s.ok();
     if (!all_ok) {
@@ -394,7 +415,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
                     "MPC ", Party(party), " refused the batch: ",
                     absl::StatusCodeToString(first.code()), ": ",
                     first.message()));
-      FailOpen(st, !absl::IsNotFound(first));
+      FailOpen(st, !absl::IsNotFound(first), &step->idx);
       return;
     }
 
@@ -402,7 +423,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     if (!bad.ok()) {
       state_->Log(LOG_ERR, absl::StrCat("kdcmpc: batch #", seq_,
                                         " rejected: ", bad.message()));
-      FailOpen(absl::UnavailableError(bad.message()), true);
+      FailOpen(absl::UnavailableError(bad.message()), true, &step->idx);
       ScrubRun(step.get());
       return;
     }
@@ -436,7 +457,8 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
         failed_groups.insert(e.spec_group);
     }
     std::vector<Spec> specs;
-    const absl::Time spec_expires = absl::Now() + state_->options.speculate_ttl;
+    const absl::Time spec_expires =
+        step->started + state_->options.speculate_ttl;
     for (int k = 0; k < n; ++k) {
       size_t i = step->idx[k];
       Entry& e = entries_[i];
@@ -541,30 +563,69 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       }
     }
     ScrubRun(step.get());
-    AddPrerun(fin.get());
     if (fin->idx.empty()) return;
     StartFinalize(fin);
   }
 
   void StartFinalize(const std::shared_ptr<FinalizeStep>& fin) {
-    fin_started_ = absl::Now();
+    fin->started = absl::Now();
     auto self = shared_from_this();
     for (int p = 0; p < kParties; ++p) {
       state_->transport->Finalize(
           p, fin->req, &fin->resp[p], deadline_,
           [self, fin, p](absl::Status s) {
             fin->st[p] = s;
-            if (!s.ok()) self->PartyUnreachable(p, s);
+            // A speculative step's jobs are re-run instead (OnFinalize).
+            if (!s.ok() && !fin->pre) self->PartyUnreachable(p, s, fin->idx);
             if (fin->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
               self->OnFinalize(fin);
           });
     }
   }
 
+  // A speculative FINALIZE failed (most likely NOT_FOUND: a server no
+  // longer holds the ENCRYPT state). The servers take a request's states
+  // all or nothing and revealed no tag, so the jobs are simply encrypted
+  // again, as ordinary ENCRYPT jobs with a fresh counter range.
+  void RerunPre(const FinalizeStep& fin) {
+    absl::Status first;
+    int party = 0;
+    for (int p = 0; p < kParties; ++p)
+      if (!fin.st[p].ok()) {
+        first = fin.st[p];
+        party = p;
+        break;
+      }
+    std::vector<size_t> again;
+    for (size_t i : fin.idx) {
+      if (IsDone(i)) continue;  // the deadline passed meanwhile
+      Entry& e = entries_[i];
+      e.pre = false;
+      e.ciphertext.clear();
+      e.ctr0.clear();
+      again.push_back(i);
+    }
+    if (again.empty()) return;
+    {
+      std::lock_guard<std::mutex> l(state_->mu);
+      state_->stats.spec_rerun += again.size();
+    }
+    state_->Log(LOG_WARNING,
+                absl::StrCat("kdcmpc: batch #", seq_, ": FINALIZE of ",
+                             again.size(), " speculative keystream(s) failed "
+                             "on MPC ", Party(party), " (",
+                             absl::StatusCodeToString(first.code()), ": ",
+                             first.message(), "); re-running them"));
+    StartRun(std::move(again), 1);
+  }
+
   void OnFinalize(const std::shared_ptr<FinalizeStep>& fin) {
-    fin_us_ = absl::ToInt64Microseconds(absl::Now() - fin_started_);
+    fin_us_ = absl::ToInt64Microseconds(absl::Now() - fin->started);
     for (const auto& s : fin->st)
-      if (!s.ok()) return;  // PartyUnreachable failed the jobs
+      if (!s.ok()) {
+        if (fin->pre) RerunPre(*fin);
+        return;  // otherwise PartyUnreachable failed the jobs
+      }
     const int n = fin->req.items_size();
     std::string bad;
     for (int p = 0; p < kParties && bad.empty(); ++p) {
@@ -595,7 +656,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     if (!bad.empty()) {
       state_->Log(LOG_ERR,
                   absl::StrCat("kdcmpc: batch #", seq_, " rejected: ", bad));
-      FailOpen(absl::UnavailableError(bad), true);
+      FailOpen(absl::UnavailableError(bad), true, &fin->idx);
       return;
     }
     for (int k = 0; k < n; ++k) {
@@ -768,7 +829,12 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       r.status = std::move(st);
       r.output = std::move(out);
     }
-    if (deliver) state_->Deliver(std::move(r));
+    if (deliver) {
+      state_->Deliver(std::move(r));
+    } else {
+      std::lock_guard<std::mutex> l(state_->mu);
+      if (state_->spec_pending > 0) --state_->spec_pending;
+    }
     if (finished) Finish();
   }
 
@@ -777,12 +843,19 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     return entries_[i].done;
   }
 
-  void FailOpen(const absl::Status& st, bool log) {
+  // Fails the open jobs among `only` (every open job when null).
+  void FailOpen(const absl::Status& st, bool log,
+                const std::vector<size_t>* only = nullptr) {
     std::vector<size_t> open;
     {
       std::lock_guard<std::mutex> l(mu_);
-      for (size_t i = 0; i < entries_.size(); ++i)
-        if (!entries_[i].done) open.push_back(i);
+      if (only) {
+        for (size_t i : *only)
+          if (!entries_[i].done) open.push_back(i);
+      } else {
+        for (size_t i = 0; i < entries_.size(); ++i)
+          if (!entries_[i].done) open.push_back(i);
+      }
       if (open.empty()) return;
       if (log && !failure_logged_) {
         failure_logged_ = true;
@@ -836,14 +909,12 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   const absl::Time deadline_;
   std::mutex mu_;  // guards done flags, open_, failed_
   std::vector<Entry> entries_;
-  std::vector<size_t> pre_;  // entries that need only FINALIZE
   size_t open_ = 0;
   size_t failed_ = 0;
   bool failure_logged_ = false;
   // Figures for the debug line; written by the step callbacks, read by
   // whichever thread finishes the batch (possibly the deadline watchdog).
   std::atomic<uint64_t> blocks_{0};
-  absl::Time run_started_, fin_started_;  // the step's own thread only
   std::atomic<int64_t> run_us_{0}, fin_us_{0};
   std::atomic<uint64_t> srv_queue_us_{0}, srv_compute_us_{0}, ring_messages_{0};
 };
@@ -914,7 +985,8 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
       }
     } else if (spec_on && j.type == JobType::kDecrypt &&
                j.usage == kUsageEncTimestamp && s.inflight == 0 &&
-               !s.ticket_key_id.empty() && s.specs.size() + 2 <= kMaxSpecs) {
+               !s.ticket_key_id.empty() && s.spec_pending == 0 &&
+               s.specs.size() + 2 <= kMaxSpecs) {
       const size_t nt = s.SpecBytesLocked(kUsageTicket);
       const size_t nr = s.SpecBytesLocked(kUsageAsRepPart);
       if (nt > 0 && nr > 0) {
@@ -935,6 +1007,7 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
           extra.push_back(std::move(x));
         }
         s.stats.spec_encrypts += extra.size();
+        s.spec_pending += extra.size();
       }
     }
     // Wake the dispatcher only when this job changes its decision: the
@@ -994,7 +1067,9 @@ void Batcher::DispatchLoop() {
   std::unique_lock<std::mutex> lk(s.mu);
   while (!s.stopping) {
     absl::Time now = absl::Now();
-    absl::Time wake = absl::InfiniteFuture();
+    // Unused keystreams go at their expiry, not at the next submit: an
+    // idle KDC must not keep them in memory.
+    absl::Time wake = s.PruneSpecsLocked(now);
 
     // Watchdog: a batch past its deadline fails even if a transport never
     // calls back.
@@ -1068,12 +1143,15 @@ void Batcher::Stop() {
   std::lock_guard<std::mutex> l(state_->mu);
   state_->queue.clear();
   state_->queued_blocks = 0;
+  state_->specs.clear();  // SecureBytes wipes the keystreams
+  state_->spec_pending = 0;
 }
 
 BatcherStats Batcher::stats() const {
   std::lock_guard<std::mutex> l(state_->mu);
   BatcherStats out = state_->stats;
   out.inflight = state_->inflight;
+  out.spec_held = state_->specs.size();
   return out;
 }
 

@@ -15,7 +15,9 @@
 // verdicts, per-job errors) must be identical, otherwise the whole batch is
 // rejected. Non-ENCRYPT jobs complete right there; ENCRYPT jobs XOR the
 // keystream into the plaintext and go through one batched Finalize call per
-// server for their tags, then complete as ctr0 || C || T.
+// server for their tags, then complete as ctr0 || C || T. ENCRYPT jobs
+// with a speculative keystream (below) skip the Run: their Finalize is a
+// separate call, started with the batch.
 //
 // Every accepted job completes exactly once through the sink, unless Stop()
 // abandons it first. A batch not answered by its deadline fails every job
@@ -64,8 +66,14 @@ struct BatcherOptions {
   // longest plaintexts seen lately. When the KDC then encrypts the ticket
   // and the reply, a matching keystream is used and only FINALIZE runs: a
   // login needs one MPC Run instead of two. Keystreams not used within
-  // speculate_ttl are dropped (the servers forget them after their own
-  // TTL); one whose DECRYPT failed is dropped at once.
+  // speculate_ttl (counted from their Run) are dropped and wiped, by the
+  // dispatcher even while idle; one whose DECRYPT failed is dropped at
+  // once. speculate_ttl must stay well below the servers' ENCRYPT-state
+  // TTL (mpc-server --encrypt_state_ttl_ms, default 10000). A keystream
+  // the servers no longer hold costs only time: its jobs' FINALIZE is a
+  // request of its own, and when it fails they are re-run as ordinary
+  // ENCRYPT jobs. At most one speculative group per batch, and at most
+  // 64 keystreams held or on their way.
   bool speculate = true;
   absl::Duration speculate_ttl = absl::Seconds(4);
 };
@@ -93,6 +101,9 @@ struct BatcherStats {
   uint64_t failed_batches = 0;
   uint64_t spec_encrypts = 0;    // speculative ENCRYPT jobs sent
   uint64_t spec_used = 0;        // ... whose keystream a later job used
+  uint64_t spec_rerun = 0;       // jobs whose speculative FINALIZE failed,
+                                 // re-run as ordinary ENCRYPT jobs
+  size_t spec_held = 0;          // speculative keystreams held now
   int inflight = 0;              // batches running now
 };
 

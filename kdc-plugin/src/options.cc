@@ -102,6 +102,10 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       auto f = Bool(name, v);
       if (!f.ok()) return f.status();
       b.speculate = *f;
+    } else if (name == "speculate_ttl_ms") {
+      auto n = Int(name, v, 100, 60000);
+      if (!n.ok()) return n.status();
+      b.speculate_ttl = absl::Milliseconds(*n);
     } else if (name == "debug") {
       auto f = Bool(name, v);
       if (!f.ok()) return f.status();

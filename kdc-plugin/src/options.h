@@ -20,6 +20,9 @@
 //   speculate = true           early flush, idle cluster: the AS-REQ's
 //                              timestamp DECRYPT brings the ticket's and
 //                              reply's keystream along (batcher.h)
+//   speculate_ttl_ms = 4000    unused speculative keystream is dropped
+//                              after this; keep it well below the servers'
+//                              --encrypt_state_ttl_ms (default 10000)
 #ifndef KMPC_KDC_PLUGIN_OPTIONS_H_
 #define KMPC_KDC_PLUGIN_OPTIONS_H_
 

@@ -371,6 +371,167 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
+// The speculation tests below start from here: ticket (krbtgt key, 40
+// bytes) and reply (40 bytes) lengths learnt, then a timestamp DECRYPT on
+// an idle cluster, which leaves two 64-byte keystreams. Tokens 1001-1004.
+class SpeculationTest : public BatcherTest {
+ protected:
+  const std::string tgt_id_ = std::string(32, 't');
+  const std::string tgt_key_ = std::string(32, 'T');
+  void SetUp() override {
+    BatcherTest::SetUp();
+    fake_.AddKey(tgt_id_, tgt_key_);
+  }
+  static BatcherOptions Opts() {
+    BatcherOptions o;
+    o.window = absl::Seconds(30);
+    o.early_flush = true;
+    // Jobs submitted back to back stay in one batch, even on a loaded
+    // machine (Kick flushes them).
+    o.coalesce = absl::Seconds(2);
+    o.deadline = absl::Seconds(5);
+    return o;
+  }
+  Job Enc(const std::string& key_id, uint32_t usage, size_t len) {
+    Job j = Encrypt(std::string(len, static_cast<char>('a' + usage)), usage);
+    j.key_id = key_id;
+    return j;
+  }
+  void WaitIdle(Batcher* b) {
+    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
+      absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_EQ(b->stats().inflight, 0);
+  }
+  void Speculate(Batcher* b) {
+    const size_t n0 = sink_.counts().size();
+    ASSERT_TRUE(b->Submit(1001, Enc(tgt_id_, 2, 40)).ok());
+    ASSERT_TRUE(b->Submit(1002, Enc(kKeyId, 3, 40)).ok());
+    ASSERT_TRUE(b->Submit(1003, Encrypt("a timestamp", 1)).ok());
+    b->Kick();
+    ASSERT_TRUE(sink_.WaitFor(n0 + 3));
+    ASSERT_TRUE(sink_.Get(1003).status.ok());
+    WaitIdle(b);
+    ASSERT_TRUE(b->Submit(1004, Decrypt(sink_.Get(1003).output, 1)).ok());
+    b->Kick();
+    ASSERT_TRUE(sink_.WaitFor(n0 + 4));
+    ASSERT_EQ(Str(sink_.Get(1004).output), "a timestamp");
+    ASSERT_EQ(b->stats().spec_encrypts, 2u);
+    WaitIdle(b);
+  }
+  // token's result is a valid ctr0 || C || T of `len` bytes of the
+  // plaintext Enc(.., usage, len) under key.
+  void ExpectEncrypted(uint64_t token, const std::string& key, uint32_t usage,
+                       size_t len) {
+    Result r = sink_.Get(token);
+    ASSERT_TRUE(r.status.ok()) << token << ": " << r.status;
+    ASSERT_EQ(r.output.size(), len + 32);
+    std::string out = Str(r.output);
+    std::string ctr0 = out.substr(0, 16), c = out.substr(16, len);
+    std::string ks = fake_.Keystream(key, ctr0, len);
+    for (size_t i = 0; i < len; ++i)
+      ASSERT_EQ(c[i] ^ ks[i], static_cast<char>('a' + usage)) << token;
+    EXPECT_EQ(out.substr(16 + len), fake_.Tag(key, usage, ctr0, c, false))
+        << token;
+  }
+};
+
+// The servers forgot the speculative ENCRYPT states (a restart, or a TTL
+// shorter than speculate_ttl): FINALIZE of the ticket and reply fails with
+// NOT_FOUND. They are re-run as ordinary ENCRYPT jobs and succeed; the
+// unrelated job of the same batch is not affected. (Before, the pre-run
+// items shared the batch's FINALIZE request and every job failed.)
+TEST_F(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
+  auto b = Make(Opts());
+  Speculate(b.get());
+  ASSERT_EQ(b->stats().spec_held, 2u);
+  fake_.ForgetEncryptStates();
+  const uint64_t batches0 = b->stats().batches;
+  const int runs0 = RunCalls();
+  ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
+  ASSERT_TRUE(b->Submit(6, Enc(kKeyId, 3, 64)).ok());
+  ASSERT_TRUE(b->Submit(7, Enc(kKeyId, 7, 100)).ok());  // ordinary
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(7));
+  EXPECT_EQ(b->stats().batches, batches0 + 1);  // one batch
+  EXPECT_EQ(b->stats().spec_used, 2u);
+  EXPECT_EQ(b->stats().spec_rerun, 2u);
+  EXPECT_EQ(RunCalls(), runs0 + 2);  // job 7's Run, and the re-run
+  ExpectEncrypted(5, tgt_key_, 2, 64);
+  ExpectEncrypted(6, kKey, 3, 64);
+  ExpectEncrypted(7, kKey, 7, 100);
+  EXPECT_EQ(b->stats().failed_batches, 0u);
+  bool logged = false;
+  for (const auto& line : sink_.logs())
+    logged |= absl::StrContains(line, "re-running them");
+  EXPECT_TRUE(logged);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// Every Run job of the batch is a culprit (unknown key id, the batch is
+// refused and re-run without it: nothing left to run). The speculative
+// ticket and reply of that batch still finalize, instead of waiting for
+// the deadline and failing.
+TEST_F(SpeculationTest, AllCulpritRunStillFinalizesSpeculativeJobs) {
+  BatcherOptions o = Opts();
+  o.deadline = absl::Seconds(3);
+  auto b = Make(o);
+  Speculate(b.get());
+  const int runs0 = RunCalls();
+  ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
+  ASSERT_TRUE(b->Submit(6, Enc(kKeyId, 3, 64)).ok());
+  ASSERT_TRUE(b->Submit(7, Enc(std::string(32, 'u'), 7, 20)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(7));
+  EXPECT_TRUE(absl::IsNotFound(sink_.Get(7).status)) << sink_.Get(7).status;
+  ExpectEncrypted(5, tgt_key_, 2, 64);
+  ExpectEncrypted(6, kKey, 3, 64);
+  EXPECT_EQ(RunCalls(), runs0 + 1);
+  EXPECT_EQ(b->stats().spec_rerun, 0u);
+}
+
+// Two timestamps in one batch bring one speculative group along, not two:
+// speculative jobs already queued count against the cap.
+TEST_F(SpeculationTest, OneSpeculativeGroupPerBatch) {
+  auto b = Make(Opts());
+  Speculate(b.get());
+  const SecureBytes ts = sink_.Get(1003).output;
+  ASSERT_TRUE(b->Submit(5, Decrypt(ts, 1)).ok());
+  ASSERT_TRUE(b->Submit(6, Decrypt(ts, 1)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(6));
+  EXPECT_TRUE(sink_.Get(5).status.ok());
+  EXPECT_TRUE(sink_.Get(6).status.ok());
+  EXPECT_EQ(b->stats().spec_encrypts, 4u);
+  EXPECT_EQ(fake_.calls().back().jobs, 4);
+  WaitIdle(b.get());
+  EXPECT_EQ(b->stats().spec_held, 4u);
+  // The next timestamp, on an idle cluster, brings a group again.
+  ASSERT_TRUE(b->Submit(8, Decrypt(ts, 1)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(7));
+  EXPECT_EQ(b->stats().spec_encrypts, 6u);
+}
+
+// Unused keystream is dropped (and wiped) at its expiry by the dispatcher,
+// with no later submit; the next ticket then runs as usual.
+TEST_F(SpeculationTest, ExpiredKeystreamIsDroppedWhileIdle) {
+  BatcherOptions o = Opts();
+  o.speculate_ttl = absl::Milliseconds(300);
+  auto b = Make(o);
+  Speculate(b.get());
+  const absl::Time t0 = absl::Now();
+  while (b->stats().spec_held != 0 && absl::Now() - t0 < absl::Seconds(10))
+    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(b->stats().spec_held, 0u);
+  const int runs0 = RunCalls();
+  ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(5));
+  ExpectEncrypted(5, tgt_key_, 2, 64);
+  EXPECT_EQ(RunCalls(), runs0 + 1);
+  EXPECT_EQ(b->stats().spec_used, 0u);
+}
+
 TEST_F(BatcherTest, SpeculationOffOrBusyClusterSendsNoExtraJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
@@ -628,9 +789,12 @@ TEST(OptionsTest, ParsesAndRejects) {
                          "certs=/c", "batch_window_ms=50", "early_flush=true",
                          "deadline_ms=1500", "max_batch_jobs=9",
                          "max_batch_blocks=99", "debug=yes",
-                         "max_queue_jobs=7", "speculate=off"});
+                         "max_queue_jobs=7", "speculate=off",
+                         "speculate_ttl_ms=1500"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_FALSE(o->batcher.speculate);
+  EXPECT_EQ(o->batcher.speculate_ttl, absl::Milliseconds(1500));
+  EXPECT_EQ(BatcherOptions().speculate_ttl, absl::Seconds(4));
   EXPECT_TRUE(BatcherOptions().speculate);
   EXPECT_EQ(o->servers[2], "127.0.0.1:3");
   EXPECT_EQ(o->ca, "/c/ca.pem");
@@ -654,6 +818,8 @@ TEST(OptionsTest, ParsesAndRejects) {
            {"servers=h:1,h:2,h:3", "certs=/c", "batch_window_ms=-1"},
            {"servers=h:1,h:2,h:3", "certs=/c", "early_flush=maybe"},
            {"servers=h:1,h:2,h:3", "certs=/c", "speculate=2"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "speculate_ttl_ms=0"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "speculate_ttl_ms=600000"},
            {"servers=h:1,h:2,h:3", "certs=/c", "bogus=1"},
            {"servers=h:1,h:2,h:3", "certs=/c", "noequals"}}) {
     EXPECT_FALSE(ParseOptions(bad).ok()) << ::testing::PrintToString(bad);

@@ -223,6 +223,11 @@ void FakeCluster::set_per_job_key_errors(bool on) {
   per_job_key_errors_ = on;
 }
 
+void FakeCluster::ForgetEncryptStates() {
+  std::lock_guard<std::mutex> l(mu_);
+  enc_.clear();
+}
+
 void FakeCluster::AddInconsistentKey(const std::string& key_id) {
   std::lock_guard<std::mutex> l(mu_);
   keys_[key_id] = std::string(32, 'i');
@@ -235,12 +240,16 @@ absl::Status FakeCluster::ComputeFinalize(
     (*out)[p].set_batch_id(req.batch_id());
     (*out)[p].set_party(p);
   }
+  // As the servers (EncryptStates::TakeAll): all of the request's states
+  // or none. A prefix of the keystream may be finalized (the batcher's
+  // speculative keystream), never more than it.
   for (const auto& it : req.items()) {
     auto e = enc_.find({it.run_batch_id(), it.job_id()});
-    // As the servers: a prefix of the keystream may be finalized (the
-    // batcher's speculative keystream), never more than it.
     if (e == enc_.end() || it.ciphertext().size() > e->second.length)
       return absl::NotFoundError("no ENCRYPT job awaits FINALIZE");
+  }
+  for (const auto& it : req.items()) {
+    auto e = enc_.find({it.run_batch_id(), it.job_id()});
     std::array<pb::SharePair*, 3> tags;
     for (int p = 0; p < 3; ++p) {
       auto* r = (*out)[p].add_results();

@@ -41,6 +41,9 @@ class FakeCluster : public Transport {
   // Jobs of this key id fail with FAILED_PRECONDITION (the servers hold
   // different dealings of it), per job.
   void AddInconsistentKey(const std::string& key_id);
+  // Forgets every ENCRYPT state awaiting FINALIZE, as a restarted server
+  // (or one whose state TTL passed) does.
+  void ForgetEncryptStates();
 
   struct Call {
     std::string method;  // "Run" or "Finalize"
