@@ -47,6 +47,10 @@
 #       NAME), e.g. the replacement of a revoked one; the other certificates
 #       are left alone (a plain run re-issues all of them)
 # crl.pem is replaced atomically (rename), so a server never reads half of it.
+# Each CRL carries a CRL Number extension (ca-private/crlnumber, +1 per CRL);
+# a server refuses a CRL with a lower number than one it accepted before,
+# also after a restart (it records them in STORE_DIR/crl-numbers): restoring
+# an older crl.pem un-revokes nothing; issue a new one with --crl instead.
 set -euo pipefail
 usage() {
   echo "usage: $0 DIR [EXTRA_CLIENT_CN ...]" >&2

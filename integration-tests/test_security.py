@@ -9,6 +9,7 @@ kmpc-mpc-client (tools/mpc_client.cc); certificates revoked with
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -273,4 +274,40 @@ def test_second_server_on_a_store_refused(tmp_path, cluster):
     # data.mdb under other openers, so the store is locked (DIR/kmpc.lock).
     out = _start_fails(tmp_path, cluster, f"--store_dir={cluster.store_dir(0)}")
     assert "is in use by another process" in out, out
+    cluster.check_alive()
+
+
+def test_older_crl_refused_after_restart(tmp_path, cluster):
+    # The highest CRL Number each server accepted is kept in its store
+    # (STORE_DIR/crl-numbers): an older, validly signed CRL is refused at the
+    # next start too, not only while the server runs.
+    old = tmp_path / "old-crl.pem"
+    shutil.copy(f"{cluster.certs}/crl.pem", old)
+    before = [cluster.log(i).count("reloaded CRL") for i in range(3)]
+    gen_certs(cluster.certs, "--crl")  # a new CRL Number, same revocations
+    for p in cluster.procs:
+        p.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while any(cluster.log(i).count("reloaded CRL") <= before[i] for i in range(3)):
+        assert time.time() < deadline, "no reload logged after SIGHUP"
+        time.sleep(0.05)
+    state = os.path.join(cluster.store_dir(0), "crl-numbers")
+    assert os.stat(state).st_mode & 0o777 == 0o600
+    out = _start_fails(tmp_path, cluster, f"--crl={old}",
+                       f"--store_dir={cluster.store_dir(0)}")
+    assert "--crl: CRL file" in out and "lower than" in out and state in out, out
+    # The running servers refuse it as well and keep the newer one.
+    shutil.copy(f"{cluster.certs}/crl.pem", tmp_path / "new-crl.pem")
+    shutil.copy(old, f"{cluster.certs}/crl.pem.tmp")
+    os.rename(f"{cluster.certs}/crl.pem.tmp", f"{cluster.certs}/crl.pem")
+    try:
+        time.sleep(1.2)  # the next call re-reads the changed file
+        assert cluster.client("list-keys", client="admin-b").returncode == 0
+        deadline = time.time() + 10
+        while "lower than" not in cluster.log(1):
+            assert time.time() < deadline, cluster.log(1)[-3000:]
+            time.sleep(0.05)
+    finally:
+        shutil.copy(tmp_path / "new-crl.pem", f"{cluster.certs}/crl.pem.tmp")
+        os.rename(f"{cluster.certs}/crl.pem.tmp", f"{cluster.certs}/crl.pem")
     cluster.check_alive()

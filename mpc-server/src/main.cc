@@ -134,8 +134,10 @@ int main(int argc, char** argv) {
   // Client authorization (service/auth.h), checked before anything starts.
   std::shared_ptr<kmpc::service::RevocationList> crl;
   if (!absl::GetFlag(FLAGS_crl).empty()) {
-    auto c = kmpc::service::RevocationList::Open(absl::GetFlag(FLAGS_crl),
-                                                 absl::GetFlag(FLAGS_ca));
+    // The highest CRL Numbers accepted, kept across restarts (rollback).
+    auto c = kmpc::service::RevocationList::Open(
+        absl::GetFlag(FLAGS_crl), absl::GetFlag(FLAGS_ca),
+        absl::GetFlag(FLAGS_store_dir) + "/crl-numbers");
     if (!c.ok()) return Fail(absl::StrCat("--crl: ", c.status().message()));
     crl = *std::move(c);
   }

@@ -10,6 +10,9 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -57,6 +60,40 @@ std::string SerialHex(const ASN1_INTEGER* serial) {
   std::string out = hex != nullptr ? hex : "";
   OPENSSL_free(hex);
   return out;
+}
+
+std::string NameDerHex(const X509_NAME* name) {
+  unsigned char* der = nullptr;
+  int n = i2d_X509_NAME(name, &der);
+  if (n <= 0) return "";
+  std::string out =
+      absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(der), n));
+  OPENSSL_free(der);
+  return out;
+}
+
+// A non-negative number as upper-case hex without leading zeros ("0" for
+// zero), so that NumberLess can compare two of them; "" if negative.
+std::string NumberHex(const ASN1_INTEGER* v) {
+  std::unique_ptr<BIGNUM, BnFree> bn(ASN1_INTEGER_to_BN(v, nullptr));
+  if (bn == nullptr || BN_is_negative(bn.get())) return "";
+  char* hex = BN_bn2hex(bn.get());
+  std::string out = hex != nullptr ? hex : "";
+  OPENSSL_free(hex);
+  size_t z = out.find_first_not_of('0');
+  return z == std::string::npos ? "0" : out.substr(z);
+}
+
+bool NumberLess(const std::string& a, const std::string& b) {
+  return a.size() != b.size() ? a.size() < b.size() : a < b;
+}
+
+bool IsNumberHex(absl::string_view s) {
+  if (s.empty() || (s.size() > 1 && s[0] == '0')) return false;
+  for (char c : s)
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c)) && !(c >= 'A' && c <= 'F'))
+      return false;
+  return true;
 }
 
 // "YYYYMMDDHHMMSSZ" (GeneralizedTime), comparable as a string.
@@ -149,14 +186,78 @@ struct PeerCert {
 // ------------------------------------------------------------ RevocationList
 
 absl::StatusOr<std::shared_ptr<RevocationList>> RevocationList::Open(
-    const std::string& crl_path, const std::string& ca_path) {
+    const std::string& crl_path, const std::string& ca_path, const std::string& state_path) {
   std::string ca_pem;
   if (!ReadWholeFile(ca_path, &ca_pem) || ca_pem.empty())
     return absl::InvalidArgumentError(absl::StrCat("--crl: cannot read the CA file ", ca_path));
-  std::shared_ptr<RevocationList> list(new RevocationList(crl_path, std::move(ca_pem)));
+  std::shared_ptr<RevocationList> list(
+      new RevocationList(crl_path, std::move(ca_pem), state_path));
   absl::MutexLock lock(&list->mu_);
+  if (absl::Status st = list->ReadStateLocked(); !st.ok()) return st;
   if (absl::Status st = list->LoadLocked(true); !st.ok()) return st;
   return list;
+}
+
+// The state file: "<CA subject DER, hex> <highest CRL Number, hex>" lines.
+absl::Status RevocationList::ReadStateLocked() {
+  if (state_path_.empty()) return absl::OkStatus();
+  std::ifstream f(state_path_);
+  if (!f) {
+    if (errno == ENOENT) return absl::OkStatus();  // first start
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CRL state file ", state_path_, ": cannot read it: ", strerror(errno)));
+  }
+  std::string line;
+  for (int n = 1; std::getline(f, line); ++n) {
+    absl::string_view l = absl::StripAsciiWhitespace(line);
+    if (l.empty() || l[0] == '#') continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(l, ' ', absl::SkipEmpty());
+    bool ok = parts.size() == 2 && !parts[0].empty() && parts[0].size() % 2 == 0 &&
+              IsNumberHex(parts[1]);
+    for (char c : ok ? parts[0] : absl::string_view())
+      ok = ok && absl::ascii_isxdigit(static_cast<unsigned char>(c));
+    if (!ok)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CRL state file ", state_path_, ": line ", n,
+          " is not '<issuer DER hex> <CRL Number hex>' (remove the file to start "
+          "over, which forgets which CRLs were seen)"));
+    std::string& h = highest_[absl::AsciiStrToLower(parts[0])];
+    if (h.empty() || NumberLess(h, std::string(parts[1]))) h = std::string(parts[1]);
+  }
+  if (f.bad())
+    return absl::InvalidArgumentError(
+        absl::StrCat("CRL state file ", state_path_, ": read error"));
+  return absl::OkStatus();
+}
+
+absl::Status RevocationList::WriteStateLocked() {
+  if (state_path_.empty()) return absl::OkStatus();
+  std::string text =
+      "# kmpc-mpc-server: highest CRL Number accepted per CA (subject DER, hex); "
+      "an older CRL is refused\n";
+  for (const auto& [key, number] : highest_) absl::StrAppend(&text, key, " ", number, "\n");
+  const size_t slash = state_path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : state_path_.substr(0, slash);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return absl::InternalError(absl::StrCat("mkdir ", dir, ": ", strerror(errno)));
+  const std::string tmp = state_path_ + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("create ", tmp, ": ", strerror(errno)));
+  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+            fsync(fd) == 0;
+  int err = errno;
+  close(fd);
+  if (!ok || rename(tmp.c_str(), state_path_.c_str()) != 0) {
+    if (ok) err = errno;
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("write ", state_path_, ": ", strerror(err)));
+  }
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::Parse(
@@ -173,6 +274,10 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
   }
   if (cas.empty()) return bad("the CA file holds no PEM certificate");
   auto snap = std::make_shared<Snapshot>();
+  for (const X509Ptr& ca : cas)
+    snap->ca_names[NameDerHex(X509_get_subject_name(ca.get()))] =
+        NameText(X509_get_subject_name(ca.get()));
+
   BioPtr bio = MemBio(pem);
   int n = 0;
   const std::string now_key = [] {
@@ -189,7 +294,9 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
     if (X509_CRL_get_ext_by_NID(crl.get(), NID_delta_crl, -1) >= 0)
       return bad("delta CRLs are not supported");
     bool signed_by_ca = false;
-    for (const X509Ptr& ca : cas) {
+    std::string ca_key;
+    for (size_t i = 0; i < cas.size(); ++i) {
+      const X509Ptr& ca = cas[i];
       if (X509_NAME_cmp(X509_get_subject_name(ca.get()), issuer) != 0) continue;
       // A CA whose keyUsage is present must allow cRLSign.
       if ((X509_get_extension_flags(ca.get()) & EXFLAG_KUSAGE) != 0 &&
@@ -198,6 +305,7 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
       EVP_PKEY* key = X509_get0_pubkey(ca.get());
       if (key != nullptr && X509_CRL_verify(crl.get(), key) == 1) {
         signed_by_ca = true;
+        ca_key = NameDerHex(X509_get_subject_name(ca.get()));
         break;
       }
     }
@@ -205,6 +313,21 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
     if (!signed_by_ca)
       return bad(absl::StrCat("CRL ", n, " (issuer ", NameText(issuer),
                               ") is not signed by a CA of --ca"));
+    // The CRL Number (RFC 5280 5.2.3, monotonic per issuer) orders CRLs:
+    // lastUpdate has a one-second resolution and is not remembered.
+    std::string number;
+    {
+      int crit = 0;
+      ASN1_INTEGER* num = static_cast<ASN1_INTEGER*>(
+          X509_CRL_get_ext_d2i(crl.get(), NID_crl_number, &crit, nullptr));
+      if (num != nullptr) number = NumberHex(num);
+      ASN1_INTEGER_free(num);
+      ERR_clear_error();
+    }
+    if (number.empty())
+      return bad(absl::StrCat("CRL ", n, " (issuer ", NameText(issuer),
+                              ") has no valid CRL Number extension (needed to refuse "
+                              "older CRLs; deploy/gen-certs.sh writes one)"));
     const std::string last = TimeKey(X509_CRL_get0_lastUpdate(crl.get()));
     if (last.empty()) return bad("a CRL has no valid lastUpdate");
     if (last > snap->newest_last_update) snap->newest_last_update = last;
@@ -222,9 +345,10 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
     if (entry == nullptr) {
       std::shared_ptr<X509_NAME> copy = NameCopy(issuer);
       if (copy == nullptr) return bad("cannot copy a CRL's issuer name");
-      snap->crls.push_back({std::move(copy), {}});
+      snap->crls.push_back({std::move(copy), ca_key, number, {}});
       entry = &snap->crls.back();
     }
+    if (NumberLess(entry->number, number)) entry->number = number;
     std::set<std::string>& serials = entry->serials;
     STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
     for (int i = 0; i < sk_X509_REVOKED_num(revoked); ++i) {
@@ -250,16 +374,52 @@ absl::Status RevocationList::LoadLocked(bool forced) {
   seen_ = st;
   auto snap = Parse(pem);
   if (!snap.ok()) return snap.status();
-  if (current_ != nullptr && (*snap)->newest_last_update < current_->newest_last_update)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CRL file ", crl_path_, ": older (lastUpdate ", (*snap)->newest_last_update,
-        ") than the CRL in force (", current_->newest_last_update, "); not loaded"));
+  // Rollback: per CA, never a lower CRL Number than one accepted before
+  // (in this run or, through state_path_, an earlier one).
+  const std::string recorded =
+      state_path_.empty() ? "" : absl::StrCat(" (recorded in ", state_path_, ")");
+  for (const IssuerCrl& e : (*snap)->crls) {
+    auto it = highest_.find(e.ca_key);
+    if (it != highest_.end() && NumberLess(e.number, it->second))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CRL file ", crl_path_, ": the CRL of ", NameText(e.issuer.get()),
+          " has CRL Number ", e.number, ", lower than ", it->second,
+          " accepted before", recorded,
+          ": an older CRL (rollback?); not loaded. Install the newest CRL or issue a "
+          "new one (deploy/gen-certs.sh DIR --crl)"));
+  }
+  for (const auto& [key, number] : highest_) {
+    auto name = (*snap)->ca_names.find(key);
+    if (name == (*snap)->ca_names.end()) continue;  // no longer a CA of --ca
+    bool present = false;
+    for (const IssuerCrl& e : (*snap)->crls) present = present || e.ca_key == key;
+    if (!present)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CRL file ", crl_path_, ": holds no CRL of ", name->second,
+          ", whose CRL Number ", number, " was accepted before", recorded,
+          "; not loaded"));
+  }
   const bool first = current_ == nullptr;
   current_ = *std::move(snap);
+  bool raised = false;
+  for (const IssuerCrl& e : current_->crls) {
+    std::string& h = highest_[e.ca_key];
+    if (h.empty() || NumberLess(h, e.number)) {
+      h = e.number;
+      raised = true;
+    }
+  }
   KMPC_LOG(INFO) << (first ? "loaded" : forced ? "reloaded" : "reloaded (file changed)")
                  << " CRL " << crl_path_ << ": " << current_->count
                  << " revoked certificate(s), lastUpdate "
                  << current_->newest_last_update;
+  if (raised) {
+    if (absl::Status st = WriteStateLocked(); !st.ok())
+      KMPC_LOG(ERROR) << "CRL state " << state_path_
+                      << ": cannot record the accepted CRL Numbers (" << st.message()
+                      << "); the CRL is in force, but after a restart an older CRL "
+                         "would not be recognised as older";
+  }
   return absl::OkStatus();
 }
 

@@ -56,9 +56,19 @@ class RevocationList {
  public:
   // Loads `crl_path` (one or more PEM "X509 CRL" blocks), each of which must
   // be signed by a certificate of `ca_path` whose subject is the CRL's
-  // issuer. An error names the file and what is wrong with it.
+  // issuer and carry a CRL Number extension. An error names the file and
+  // what is wrong with it.
+  //
+  // Rollback: per CA, a CRL whose CRL Number is lower than the highest one
+  // accepted before is refused (as is a file that no longer holds a CRL of
+  // a CA whose CRL was accepted). `state_path` (kmpc-mpc-server:
+  // STORE_DIR/crl-numbers) keeps those highest numbers across restarts
+  // (written atomically after each accepted CRL, its directory created
+  // 0700 if missing); empty: in memory only. A start with an older CRL
+  // than the state file records fails.
   static absl::StatusOr<std::shared_ptr<RevocationList>> Open(
-      const std::string& crl_path, const std::string& ca_path);
+      const std::string& crl_path, const std::string& ca_path,
+      const std::string& state_path = "");
 
   // Reads the file again (SIGHUP). On any error (unreadable, unsigned, older
   // than the loaded one) the loaded list stays in force and the error is
@@ -82,21 +92,31 @@ class RevocationList {
  private:
   struct IssuerCrl {
     std::shared_ptr<X509_NAME> issuer;  // the CRL's issuer (a copy)
+    std::string ca_key;   // hex DER of the signing CA's subject (state key)
+    std::string number;   // highest CRL Number (hex, no leading zeros)
     std::set<std::string> serials;      // revoked serials (hex)
   };
   struct Snapshot {
     std::vector<IssuerCrl> crls;  // one per issuer (CRLs of one issuer merged)
-    std::string newest_last_update;  // "YYYYMMDDHHMMSSZ", to refuse rollbacks
+    std::string newest_last_update;  // "YYYYMMDDHHMMSSZ" (logs)
     size_t count = 0;
+    std::map<std::string, std::string> ca_names;  // ca_key -> subject, all CAs
   };
-  RevocationList(std::string crl_path, std::string ca_pem)
-      : crl_path_(std::move(crl_path)), ca_pem_(std::move(ca_pem)) {}
+  RevocationList(std::string crl_path, std::string ca_pem, std::string state_path)
+      : crl_path_(std::move(crl_path)),
+        ca_pem_(std::move(ca_pem)),
+        state_path_(std::move(state_path)) {}
+  absl::Status ReadStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<const Snapshot>> Parse(const std::string& pem) const;
   absl::Status LoadLocked(bool forced) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string crl_path_;
   const std::string ca_pem_;
+  const std::string state_path_;
+  // ca_key -> highest CRL Number accepted (hex); from state_path_ at Open.
+  std::map<std::string, std::string> highest_ ABSL_GUARDED_BY(mu_);
   absl::Duration poll_ = absl::Seconds(1);
   absl::Mutex mu_;
   std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(mu_);

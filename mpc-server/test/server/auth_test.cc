@@ -200,7 +200,6 @@ TEST_F(AuthTest, RevokedCertificatesRefusedFreshOnesWork) {
 TEST_F(AuthTest, BadOrOlderCrlKeepsTheOneInForce) {
   const std::string path = certs_ + "/crl.pem";
   const std::string empty_crl = Slurp(path);
-  sleep(1);  // the revoking CRL's lastUpdate is a later second
   ASSERT_EQ(GenCerts(certs_ + " --revoke " + certs_ + "/admin.pem"), 0);
   auto crl = Crl();
   ASSERT_NE(crl, nullptr);
@@ -392,6 +391,81 @@ TEST_F(AuthTest, RevocationMatchesIssuerNamesNotTheirEncoding) {
   EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated) << st;
   EXPECT_TRUE(crl->IsRevoked(X509_get_issuer_name(cert), "7E57"));
   X509_free(cert);
+}
+
+// CRLs are ordered by their CRL Number, and the highest one accepted per CA
+// is kept in a state file: after a restart, a validly signed older CRL (e.g.
+// the empty one written with the CA) is refused.
+TEST_F(AuthTest, OlderCrlRefusedAfterRestart) {
+  const std::string path = certs_ + "/crl.pem", ca = certs_ + "/ca.pem";
+  const std::string state = dir_ + "/state/crl-numbers";  // dir made on demand
+  const std::string empty_crl = Slurp(path);
+  ASSERT_EQ(GenCerts(certs_ + " --revoke " + certs_ + "/admin.pem"), 0);
+  {
+    auto crl = RevocationList::Open(path, ca, state);
+    ASSERT_TRUE(crl.ok()) << crl.status();
+    EXPECT_EQ((*crl)->revoked_count(), 1u);
+  }
+  EXPECT_NE(Slurp(state).find(" 1001\n"), std::string::npos) << Slurp(state);
+  Spit(path, empty_crl);  // CRL Number 1000
+  auto old = RevocationList::Open(path, ca, state);
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kInvalidArgument) << old.status();
+  EXPECT_NE(old.status().message().find("CRL Number 1000, lower than 1001"),
+            std::string::npos)
+      << old.status();
+  // What protects is the record: a server without it takes the old file.
+  EXPECT_TRUE(RevocationList::Open(path, ca, dir_ + "/other-state").ok());
+  // A newer CRL is accepted and recorded.
+  ASSERT_EQ(GenCerts(certs_ + " --crl"), 0);
+  auto newer = RevocationList::Open(path, ca, state);
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  EXPECT_EQ((*newer)->revoked_count(), 1u);
+  EXPECT_NE(Slurp(state).find(" 1002\n"), std::string::npos) << Slurp(state);
+  // A damaged record stops the start rather than being ignored.
+  Spit(state, "zz 12\n");
+  auto damaged = RevocationList::Open(path, ca, state);
+  EXPECT_NE(damaged.status().message().find("remove the file"), std::string::npos)
+      << damaged.status();
+}
+
+// Two CRLs with the same lastUpdate second: the lower CRL Number is older
+// (the one-second lastUpdate used to let it replace the newer one).
+TEST_F(AuthTest, SameLastUpdateOlderNumberRefused) {
+  const std::string path = certs_ + "/crl.pem";
+  // openssl ca as gen-certs runs it, with a fixed lastUpdate.
+  auto gencrl = [&](const std::string& out) {
+    return system(("openssl ca -config " + certs_ + "/ca-private/ca.cnf -gencrl "
+                   "-crl_lastupdate 20260101000000Z -out " + out + " 2>/dev/null")
+                      .c_str());
+  };
+  ASSERT_EQ(GenCerts(certs_ + " --revoke " + certs_ + "/admin.pem"), 0);
+  ASSERT_EQ(gencrl(dir_ + "/a.pem"), 0);  // admin revoked
+  ASSERT_EQ(GenCerts(certs_ + " --revoke " + certs_ + "/kdc.pem"), 0);
+  ASSERT_EQ(gencrl(path), 0);  // admin and kdc revoked, same lastUpdate
+  auto crl = Crl();
+  ASSERT_NE(crl, nullptr);
+  EXPECT_EQ(crl->revoked_count(), 2u);
+  Spit(path, Slurp(dir_ + "/a.pem"));
+  absl::Status st = crl->Reload();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("lower than"), std::string::npos) << st;
+  EXPECT_EQ(crl->revoked_count(), 2u);  // the kdc stays revoked
+}
+
+// A CRL without a CRL Number cannot be ordered: refused.
+TEST_F(AuthTest, CrlWithoutNumberRefused) {
+  ASSERT_EQ(GenCerts(certs_ + " --crl"), 0);  // writes ca-private/ca.cnf here
+  std::string cnf = Slurp(certs_ + "/ca-private/ca.cnf");
+  cnf = cnf.substr(0, cnf.find("crlnumber =")) + cnf.substr(cnf.find("\n", cnf.find("crlnumber =")) + 1);
+  Spit(dir_ + "/nonum.cnf", cnf);
+  ASSERT_EQ(system(("openssl ca -config " + dir_ + "/nonum.cnf -gencrl -out " + dir_ +
+                    "/nonum.pem 2>/dev/null")
+                       .c_str()),
+            0);
+  auto crl = RevocationList::Open(dir_ + "/nonum.pem", certs_ + "/ca.pem");
+  EXPECT_FALSE(crl.ok());
+  EXPECT_NE(crl.status().message().find("no valid CRL Number"), std::string::npos)
+      << crl.status();
 }
 
 TEST(ParseClientPolicyTest, Errors) {
