@@ -12,6 +12,7 @@ pkgs=(
   # tests, demo and benchmarks
   python3 python3-pytest python3-cryptography python3-matplotlib
   openssl iproute2 procps
+  gdb  # bench-soak: heap bytes in use (malloc_info) of each process
 )
 missing=()
 for p in "${pkgs[@]}"; do
