@@ -277,7 +277,7 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
   for (const X509Ptr& ca : cas)
     snap->ca_names[NameDerHex(X509_get_subject_name(ca.get()))] =
         NameText(X509_get_subject_name(ca.get()));
-
+  std::vector<bool> ca_signed(cas.size(), false);
   BioPtr bio = MemBio(pem);
   int n = 0;
   const std::string now_key = [] {
@@ -305,6 +305,7 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
       EVP_PKEY* key = X509_get0_pubkey(ca.get());
       if (key != nullptr && X509_CRL_verify(crl.get(), key) == 1) {
         signed_by_ca = true;
+        ca_signed[i] = true;
         ca_key = NameDerHex(X509_get_subject_name(ca.get()));
         break;
       }
@@ -361,6 +362,11 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
   // PEM_read_bio_X509_CRL's "no start line" at the end of the input.
   ERR_clear_error();
   if (n == 0) return bad("no PEM \"X509 CRL\" block");
+  for (size_t i = 0; i < cas.size(); ++i)
+    if (!ca_signed[i])
+      snap->cas_without_crl.push_back(
+          absl::StrCat(NameText(X509_get_subject_name(cas[i].get())), " (certificate ",
+                       i + 1, " of the CA file)"));
   return std::shared_ptr<const Snapshot>(std::move(snap));
 }
 
@@ -413,6 +419,9 @@ absl::Status RevocationList::LoadLocked(bool forced) {
                  << " CRL " << crl_path_ << ": " << current_->count
                  << " revoked certificate(s), lastUpdate "
                  << current_->newest_last_update;
+  for (const std::string& ca : current_->cas_without_crl)
+    KMPC_LOG(WARNING) << "CRL file " << crl_path_ << " holds no CRL of the CA " << ca
+                      << ": certificates it issued are NOT checked for revocation";
   if (raised) {
     if (absl::Status st = WriteStateLocked(); !st.ok())
       KMPC_LOG(ERROR) << "CRL state " << state_path_

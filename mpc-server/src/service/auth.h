@@ -57,7 +57,8 @@ class RevocationList {
   // Loads `crl_path` (one or more PEM "X509 CRL" blocks), each of which must
   // be signed by a certificate of `ca_path` whose subject is the CRL's
   // issuer and carry a CRL Number extension. An error names the file and
-  // what is wrong with it.
+  // what is wrong with it. A CA of `ca_path` without a CRL in the file is
+  // logged (WARNING): its certificates are not checked for revocation.
   //
   // Rollback: per CA, a CRL whose CRL Number is lower than the highest one
   // accepted before is refused (as is a file that no longer holds a CRL of
@@ -101,6 +102,7 @@ class RevocationList {
     std::string newest_last_update;  // "YYYYMMDDHHMMSSZ" (logs)
     size_t count = 0;
     std::map<std::string, std::string> ca_names;  // ca_key -> subject, all CAs
+    std::vector<std::string> cas_without_crl;      // CAs that signed no CRL
   };
   RevocationList(std::string crl_path, std::string ca_pem, std::string state_path)
       : crl_path_(std::move(crl_path)),

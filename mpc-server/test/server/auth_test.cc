@@ -468,6 +468,26 @@ TEST_F(AuthTest, CrlWithoutNumberRefused) {
       << crl.status();
 }
 
+// A CA of --ca without a CRL in the file is logged at load: revocation is
+// not checked for its certificates (not an error: the file may cover only
+// some of the CAs).
+TEST_F(AuthTest, CaWithoutCrlIsLogged) {
+  const std::string two_cas = dir_ + "/two-cas.pem";
+  Spit(two_cas, Slurp(certs_ + "/ca.pem") + Slurp(*other_ + "/certs/ca.pem"));
+  for (bool both : {false, true}) {
+    ::testing::internal::CaptureStderr();
+    auto crl = RevocationList::Open(certs_ + "/crl.pem", both ? two_cas : certs_ + "/ca.pem");
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(crl.ok()) << crl.status();
+    EXPECT_EQ(log.find("certificate 1 of the CA file"), std::string::npos) << log;
+    EXPECT_EQ(log.find("holds no CRL of the CA /CN=kmpc-test-ca (certificate 2 of the CA "
+                       "file): certificates it issued are NOT checked for revocation") !=
+                  std::string::npos,
+              both)
+        << log;
+  }
+}
+
 TEST(ParseClientPolicyTest, Errors) {
   EXPECT_FALSE(ParseClientPolicy("", nullptr).ok());
   EXPECT_FALSE(ParseClientPolicy("kmpc-admin,sha256:abcd", nullptr).ok());
