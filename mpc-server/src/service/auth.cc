@@ -62,14 +62,24 @@ std::string SerialHex(const ASN1_INTEGER* serial) {
   return out;
 }
 
-std::string NameDerHex(const X509_NAME* name) {
+// Identifies a CA in the CRL state file: SHA-256 over its subject's DER
+// and its public key (a new CA with the same name starts a new sequence).
+std::string CaKey(X509* ca) {
   unsigned char* der = nullptr;
-  int n = i2d_X509_NAME(name, &der);
-  if (n <= 0) return "";
-  std::string out =
-      absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(der), n));
+  int n = i2d_X509_NAME(X509_get_subject_name(ca), &der);
+  const ASN1_BIT_STRING* pub = X509_get0_pubkey_bitstr(ca);
+  if (n <= 0 || pub == nullptr) {
+    OPENSSL_free(der);
+    return "";
+  }
+  std::string in(reinterpret_cast<char*>(der), n);
   OPENSSL_free(der);
-  return out;
+  in.append(reinterpret_cast<const char*>(ASN1_STRING_get0_data(pub)),
+            ASN1_STRING_length(pub));
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(in.data(), in.size(), md, &len, EVP_sha256(), nullptr) != 1) return "";
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(md), len));
 }
 
 // A non-negative number as upper-case hex without leading zeros ("0" for
@@ -198,7 +208,7 @@ absl::StatusOr<std::shared_ptr<RevocationList>> RevocationList::Open(
   return list;
 }
 
-// The state file: "<CA subject DER, hex> <highest CRL Number, hex>" lines.
+// The state file: "<CaKey> <highest CRL Number, hex>" lines.
 absl::Status RevocationList::ReadStateLocked() {
   if (state_path_.empty()) return absl::OkStatus();
   std::ifstream f(state_path_);
@@ -219,7 +229,7 @@ absl::Status RevocationList::ReadStateLocked() {
     if (!ok)
       return absl::InvalidArgumentError(absl::StrCat(
           "CRL state file ", state_path_, ": line ", n,
-          " is not '<issuer DER hex> <CRL Number hex>' (remove the file to start "
+          " is not '<CA key hex> <CRL Number hex>' (remove the file to start "
           "over, which forgets which CRLs were seen)"));
     std::string& h = highest_[absl::AsciiStrToLower(parts[0])];
     if (h.empty() || NumberLess(h, std::string(parts[1]))) h = std::string(parts[1]);
@@ -233,7 +243,8 @@ absl::Status RevocationList::ReadStateLocked() {
 absl::Status RevocationList::WriteStateLocked() {
   if (state_path_.empty()) return absl::OkStatus();
   std::string text =
-      "# kmpc-mpc-server: highest CRL Number accepted per CA (subject DER, hex); "
+      "# kmpc-mpc-server: highest CRL Number accepted per CA (SHA-256 of its subject "
+      "and public key); "
       "an older CRL is refused\n";
   for (const auto& [key, number] : highest_) absl::StrAppend(&text, key, " ", number, "\n");
   const size_t slash = state_path_.rfind('/');
@@ -275,7 +286,7 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
   if (cas.empty()) return bad("the CA file holds no PEM certificate");
   auto snap = std::make_shared<Snapshot>();
   for (const X509Ptr& ca : cas)
-    snap->ca_names[NameDerHex(X509_get_subject_name(ca.get()))] =
+    snap->ca_names[CaKey(ca.get())] =
         NameText(X509_get_subject_name(ca.get()));
   std::vector<bool> ca_signed(cas.size(), false);
   BioPtr bio = MemBio(pem);
@@ -306,7 +317,7 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
       if (key != nullptr && X509_CRL_verify(crl.get(), key) == 1) {
         signed_by_ca = true;
         ca_signed[i] = true;
-        ca_key = NameDerHex(X509_get_subject_name(ca.get()));
+        ca_key = CaKey(ca.get());
         break;
       }
     }
@@ -342,7 +353,7 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
     // and in a certificate.
     RevocationList::IssuerCrl* entry = nullptr;
     for (IssuerCrl& e : snap->crls)
-      if (X509_NAME_cmp(e.issuer.get(), issuer) == 0) entry = &e;
+      if (e.ca_key == ca_key && X509_NAME_cmp(e.issuer.get(), issuer) == 0) entry = &e;
     if (entry == nullptr) {
       std::shared_ptr<X509_NAME> copy = NameCopy(issuer);
       if (copy == nullptr) return bad("cannot copy a CRL's issuer name");
@@ -468,7 +479,8 @@ bool RevocationList::IsRevoked(const X509_NAME* issuer, const std::string& seria
   }
   if (issuer == nullptr) return true;  // cannot be checked: refuse
   for (const IssuerCrl& e : snap->crls)
-    if (X509_NAME_cmp(e.issuer.get(), issuer) == 0) return e.serials.count(serial_hex) > 0;
+    if (X509_NAME_cmp(e.issuer.get(), issuer) == 0 && e.serials.count(serial_hex) > 0)
+      return true;
   return false;
 }
 

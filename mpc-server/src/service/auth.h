@@ -93,12 +93,12 @@ class RevocationList {
  private:
   struct IssuerCrl {
     std::shared_ptr<X509_NAME> issuer;  // the CRL's issuer (a copy)
-    std::string ca_key;   // hex DER of the signing CA's subject (state key)
+    std::string ca_key;   // the signing CA (state file key: CaKey in auth.cc)
     std::string number;   // highest CRL Number (hex, no leading zeros)
     std::set<std::string> serials;      // revoked serials (hex)
   };
   struct Snapshot {
-    std::vector<IssuerCrl> crls;  // one per issuer (CRLs of one issuer merged)
+    std::vector<IssuerCrl> crls;  // one per issuer and CA (CRLs merged)
     std::string newest_last_update;  // "YYYYMMDDHHMMSSZ" (logs)
     size_t count = 0;
     std::map<std::string, std::string> ca_names;  // ca_key -> subject, all CAs

@@ -421,6 +421,10 @@ TEST_F(AuthTest, OlderCrlRefusedAfterRestart) {
   ASSERT_TRUE(newer.ok()) << newer.status();
   EXPECT_EQ((*newer)->revoked_count(), 1u);
   EXPECT_NE(Slurp(state).find(" 1002\n"), std::string::npos) << Slurp(state);
+  // A new CA of the same name (another key) starts its own sequence.
+  auto other = RevocationList::Open(*other_ + "/certs/crl.pem", *other_ + "/certs/ca.pem",
+                                    state);
+  EXPECT_TRUE(other.ok()) << other.status();
   // A damaged record stops the start rather than being ignored.
   Spit(state, "zz 12\n");
   auto damaged = RevocationList::Open(path, ca, state);
