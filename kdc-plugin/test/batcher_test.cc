@@ -292,9 +292,12 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   EXPECT_EQ(b->stats().spec_encrypts, 0u);
   // Speculation needs an idle cluster: the batch that delivered job 3 may
   // still be finishing (a loaded machine).
-  for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
-    absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_EQ(b->stats().inflight, 0);
+  auto wait_idle = [&] {
+    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
+      absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_EQ(b->stats().inflight, 0);
+  };
+  wait_idle();
 
   // The timestamp's batch carries the two speculative ENCRYPT jobs.
   const int runs0 = RunCalls();
@@ -338,6 +341,7 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   ASSERT_TRUE(b->Submit(20, enc(svc_id, 2, 900)).ok());
   ASSERT_TRUE(b->Submit(21, Encrypt("other", 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(8));
+  wait_idle();
   ASSERT_TRUE(b->Submit(22, Decrypt(ts, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(9));
   EXPECT_EQ(fake_.calls().back().jobs, 3);
@@ -355,6 +359,7 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   // next ticket and reply run as usual.
   SecureBytes bad = ts;
   bad[20] ^= 1;
+  wait_idle();
   ASSERT_TRUE(b->Submit(7, Decrypt(bad, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(12));
   EXPECT_TRUE(absl::IsDataLoss(sink_.Get(7).status));
