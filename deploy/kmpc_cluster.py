@@ -220,7 +220,9 @@ class MpcCluster:
                 f"--ring_prev=127.0.0.1:{self.base + 10 + (i + 2) % 3}",
                 f"--cert={c}/party-{i}.pem", f"--key={c}/party-{i}.key",
                 f"--ca={c}/ca.pem", f"--store_dir={self.store_dir(i)}",
-                f"--workers={self.workers}", *self.server_flags.split()]
+                f"--workers={self.workers}",
+                *([f"--crl={c}/crl.pem"] if os.path.exists(f"{c}/crl.pem") else []),
+                *self.server_flags.split()]
 
     def start_party(self, i, timeout=30):
         """Restart party i alone (after stop_party) on its ports and store;

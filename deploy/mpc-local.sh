@@ -49,6 +49,9 @@ case "$cmd" in
     mkdir -p "$dir"
     [ -f "$dir/certs/ca.pem" ] || bash "$root/deploy/gen-certs.sh" "$dir/certs" >/dev/null
     stop_all
+    # Revocation: the CRL gen-certs.sh keeps beside the CA (--revoke updates it).
+    crl=()
+    [ -f "$dir/certs/crl.pem" ] && crl=(--crl="$dir/certs/crl.pem")
     for i in 0 1 2; do
       prev=$(( (i + 2) % 3 ))
       : > "$dir/party-$i.log"
@@ -57,7 +60,7 @@ case "$cmd" in
         --ring_prev=127.0.0.1:$((base + 10 + prev)) \
         --cert="$dir/certs/party-$i.pem" --key="$dir/certs/party-$i.key" \
         --ca="$dir/certs/ca.pem" --store_dir="$dir/store-$i" \
-        --workers="$workers" ${KMPC_MPC_FLAGS:-} >>"$dir/party-$i.log" 2>&1 &
+        --workers="$workers" "${crl[@]}" ${KMPC_MPC_FLAGS:-} >>"$dir/party-$i.log" 2>&1 &
       echo $! > "$dir/party-$i.pid"
     done
     for i in 0 1 2; do
