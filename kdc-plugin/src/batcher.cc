@@ -966,10 +966,14 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
         if (s.last_u2_at != 0 && s.last_u2_at + 1 == at) s.LearnPairLocked();
       }
       s.PruneSpecsLocked(q.enqueued);
-      for (auto it = s.specs.begin(); it != s.specs.end(); ++it) {
-        if (it->usage != j.usage || it->key_id != j.key_id ||
-            it->keystream.size() < j.input.size())
+      // Newest first: the keystream this login's own timestamp brought
+      // along, rather than an older one left unused (e.g. too short for its
+      // ticket), which the servers are likelier to have forgotten.
+      for (auto rit = s.specs.rbegin(); rit != s.specs.rend(); ++rit) {
+        if (rit->usage != j.usage || rit->key_id != j.key_id ||
+            rit->keystream.size() < j.input.size())
           continue;
+        auto it = std::next(rit).base();
         auto pre = std::make_shared<Prerun>();
         pre->run_batch_id = std::move(it->run_batch_id);
         pre->job_id = it->job_id;

@@ -472,6 +472,33 @@ TEST_F(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
+// Two matching keystreams held: the newest (the one the login's own
+// timestamp brought) is used, not an older one the servers may have
+// forgotten.
+TEST_F(SpeculationTest, NewestMatchingKeystreamIsUsed) {
+  auto b = Make(Opts());
+  Speculate(b.get());
+  fake_.ForgetEncryptStates();  // the first pair is stale on the "servers"
+  ASSERT_TRUE(b->Submit(5, Decrypt(sink_.Get(1003).output, 1)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(5));
+  ASSERT_TRUE(sink_.Get(5).status.ok());
+  EXPECT_EQ(b->stats().spec_encrypts, 4u);
+  WaitIdle(b.get());
+  const int runs0 = RunCalls();
+  ASSERT_TRUE(b->Submit(6, Enc(tgt_id_, 2, 64)).ok());
+  ASSERT_TRUE(b->Submit(7, Enc(kKeyId, 3, 64)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(7));
+  ExpectEncrypted(6, tgt_key_, 2, 64);
+  ExpectEncrypted(7, kKey, 3, 64);
+  EXPECT_EQ(b->stats().spec_used, 2u);
+  EXPECT_EQ(b->stats().spec_rerun, 0u);
+  EXPECT_EQ(RunCalls(), runs0);  // FINALIZE only
+  WaitIdle(b.get());
+  EXPECT_EQ(b->stats().spec_held, 2u);  // the stale pair, until it expires
+}
+
 // Every Run job of the batch is a culprit (unknown key id, the batch is
 // refused and re-run without it: nothing left to run). The speculative
 // ticket and reply of that batch still finalize, instead of waiting for
