@@ -60,7 +60,7 @@ test: deps krb5 build
 	@$(MAKE) -s --no-print-directory test-integration
 
 demo: build
-	@bash deploy/demo.sh
+	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) KMPC_MPC_BIN_DIR=$(CMAKE_BUILD)/mpc-server bash deploy/demo.sh
 
 demo-stop:
 	@$(PYTHON) deploy/kmpc_cluster.py stop $(BUILD)/demo
