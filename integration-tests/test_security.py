@@ -292,9 +292,19 @@ def test_older_crl_refused_after_restart(tmp_path, cluster):
     sighup_and_wait_for_reload(cluster)
     state = os.path.join(cluster.store_dir(0), "crl-numbers")
     assert os.stat(state).st_mode & 0o777 == 0o600
+    # Party 0's store is locked by the running server: a restart is shown
+    # with a store directory holding a copy of its CRL state.
+    restarted = tmp_path / "restarted-store"
+    restarted.mkdir()
+    shutil.copy(state, restarted / "crl-numbers")
+    out = _start_fails(tmp_path, cluster, f"--crl={old}", f"--store_dir={restarted}")
+    assert ("--crl: CRL file" in out and "lower than" in out
+            and str(restarted / "crl-numbers") in out), out
+    # A second server on a running party's store stops at the store lock,
+    # before it reads or writes anything there.
     out = _start_fails(tmp_path, cluster, f"--crl={old}",
                        f"--store_dir={cluster.store_dir(0)}")
-    assert "--crl: CRL file" in out and "lower than" in out and state in out, out
+    assert "in use by another process" in out and "--crl" not in out, out
     # The running servers refuse it as well and keep the newer one.
     shutil.copy(f"{cluster.certs}/crl.pem", tmp_path / "new-crl.pem")
     shutil.copy(old, f"{cluster.certs}/crl.pem.tmp")

@@ -134,6 +134,13 @@ int main(int argc, char** argv) {
     if (absl::GetFlag(*f).empty())
       return Fail("--cert, --key, --ca, --store_dir and --ring_prev are required");
 
+  // The store first: it takes STORE_DIR/kmpc.lock, so a second server on
+  // the same directory stops here, before it could touch anything in it
+  // (such as the CRL state below).
+  auto store = kmpc::store::ShareStore::Open(absl::GetFlag(FLAGS_store_dir));
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  (*store)->set_immutable_ids(!absl::GetFlag(FLAGS_allow_key_replace));
+
   // Client authorization (service/auth.h), checked before anything starts.
   std::shared_ptr<kmpc::service::RevocationList> crl;
   if (!absl::GetFlag(FLAGS_crl).empty()) {
@@ -161,10 +168,6 @@ int main(int argc, char** argv) {
   sigaddset(&stop_set, SIGHUP);  // reloads --crl
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
   signal(SIGPIPE, SIG_IGN);
-
-  auto store = kmpc::store::ShareStore::Open(absl::GetFlag(FLAGS_store_dir));
-  if (!store.ok()) return Fail(std::string(store.status().message()));
-  (*store)->set_immutable_ids(!absl::GetFlag(FLAGS_allow_key_replace));
 
   kmpc::net::TlsRingOptions ropt;
   ropt.party = party;
