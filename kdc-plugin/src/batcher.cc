@@ -619,10 +619,19 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     StartRun(std::move(again), 1);
   }
 
+  static void ScrubFinalize(FinalizeStep* fin) {
+    for (auto& r : fin->resp)
+      for (auto& res : *r.mutable_results()) {
+        Cleanse(res.mutable_tag()->mutable_first());
+        Cleanse(res.mutable_tag()->mutable_second());
+      }
+  }
+
   void OnFinalize(const std::shared_ptr<FinalizeStep>& fin) {
     fin_us_ = absl::ToInt64Microseconds(absl::Now() - fin->started);
     for (const auto& s : fin->st)
       if (!s.ok()) {
+        ScrubFinalize(fin.get());  // tag shares of the parties that answered
         if (fin->pre) RerunPre(*fin);
         return;  // otherwise PartyUnreachable failed the jobs
       }
@@ -648,11 +657,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       for (int p = 0; p < kParties; ++p) s[p] = &fin->resp[p].results(k).tag();
       bad = CombineShares(s, kBlock, &tags[k], "tag", k);
     }
-    for (auto& r : fin->resp)
-      for (auto& res : *r.mutable_results()) {
-        Cleanse(res.mutable_tag()->mutable_first());
-        Cleanse(res.mutable_tag()->mutable_second());
-      }
+    ScrubFinalize(fin.get());
     if (!bad.empty()) {
       state_->Log(LOG_ERR,
                   absl::StrCat("kdcmpc: batch #", seq_, " rejected: ", bad));
