@@ -17,16 +17,23 @@ target_link_libraries(kmpc_store PUBLIC
   absl::status absl::statusor absl::strings absl::span
   PkgConfig::KMPC_LMDB OpenSSL::Crypto)
 
+# A GoogleTest program of the server, run by ctest:
+#   kmpc_server_test(NAME TIMEOUT_S SOURCES... LIBS libs...)
+function(kmpc_server_test name timeout)
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout})
+endfunction()
+
 # Unit tests of the parts without gRPC.
-add_executable(kmpc_server_unit_test
-  test/server/frame_test.cc test/server/share_store_test.cc
-  test/server/tls_ring_test.cc)
-target_link_libraries(kmpc_server_unit_test PRIVATE
-  kmpc_net_tls kmpc_store GTest::gtest_main)
-target_compile_definitions(kmpc_server_unit_test PRIVATE
-  KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-add_test(NAME kmpc_server_unit_test COMMAND kmpc_server_unit_test)
-set_tests_properties(kmpc_server_unit_test PROPERTIES TIMEOUT 120)
+kmpc_server_test(kmpc_server_unit_test 120
+  SOURCES test/server/frame_test.cc test/server/share_store_test.cc
+          test/server/tls_ring_test.cc
+  LIBS kmpc_net_tls kmpc_store)
 
 if(TARGET kmpc_core AND TARGET kmpc_proto)
   add_library(kmpc_service STATIC
@@ -45,21 +52,13 @@ if(TARGET kmpc_core AND TARGET kmpc_proto)
     kmpc_core kmpc_proto absl::flags absl::flags_parse absl::strings
     OpenSSL::Crypto)
 
-  add_executable(kmpc_service_test test/server/service_test.cc)
-  target_link_libraries(kmpc_service_test PRIVATE kmpc_service GTest::gtest_main)
-  target_compile_definitions(kmpc_service_test PRIVATE
-    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  add_test(NAME kmpc_service_test COMMAND kmpc_service_test)
-  set_tests_properties(kmpc_service_test PROPERTIES TIMEOUT 180)
+  kmpc_server_test(kmpc_service_test 180
+    SOURCES test/server/service_test.cc LIBS kmpc_service)
 
   # Client authorization over real gRPC+mTLS: CRL (revocation, reload) and
   # certificate pins (service/auth.h).
-  add_executable(kmpc_auth_test test/server/auth_test.cc)
-  target_link_libraries(kmpc_auth_test PRIVATE kmpc_service GTest::gtest_main)
-  target_compile_definitions(kmpc_auth_test PRIVATE
-    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  add_test(NAME kmpc_auth_test COMMAND kmpc_auth_test)
-  set_tests_properties(kmpc_auth_test PROPERTIES TIMEOUT 120)
+  kmpc_server_test(kmpc_auth_test 120
+    SOURCES test/server/auth_test.cc LIBS kmpc_service)
 else()
   message(STATUS "mpc-server: kmpc_core or kmpc_proto missing; "
                  "building the server without engine parts")
