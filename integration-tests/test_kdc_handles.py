@@ -21,6 +21,7 @@ import pytest
 
 import handle_realm
 import kmpc_cluster
+import krb_der
 import kmpc_realm
 from handle_realm import REALM, SERVICE, TGS, password as _password
 from kmpc_realm import binpath
@@ -187,53 +188,14 @@ def test_tampered_tgt_is_refused(mpc):
 
 # ---- size caps on unauthenticated MPC work (krb5 patch 0007) -------------
 
-def _der(tag, content):
-    n = len(content)
-    if n < 0x80:
-        return bytes([tag, n]) + content
-    ln = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes([tag, 0x80 | len(ln)]) + ln + content
-
-
-def _der_int(v):
-    return _der(0x02, v.to_bytes((v.bit_length() + 8) // 8 or 1, "big",
-                                 signed=True))
-
-
-def _der_children(buf):
-    """[(tag, header+content bytes, content bytes)] of a DER sequence body."""
-    out, pos = [], 0
-    while pos < len(buf):
-        tag, n = buf[pos], buf[pos + 1]
-        hdr = 2
-        if n & 0x80:
-            k = n & 0x7F
-            n = int.from_bytes(buf[pos + 2:pos + 2 + k], "big")
-            hdr += k
-        out.append((tag, buf[pos:pos + hdr + n], buf[pos + hdr:pos + hdr + n]))
-        pos += hdr + n
-    return out
-
-
-def _principal(*names):
-    return _der(0x30, _der(0xA0, _der_int(1)) + _der(0xA1, _der(
-        0x30, b"".join(_der(0x1B, n.encode()) for n in names))))
-
-
 def _as_req_with_enc_ts(cname, cipher):
-    enc = _der(0x30, _der(0xA0, _der_int(-29002)) + _der(0xA2, _der(0x04, cipher)))
-    padata = _der(0x30, _der(0xA1, _der_int(2)) + _der(0xA2, _der(0x04, enc)))
-    body = _der(0x30,
-                _der(0xA0, _der(0x03, b"\x00\x00\x00\x00\x00")) +
-                _der(0xA1, _principal(cname)) +
-                _der(0xA2, _der(0x1B, REALM.encode())) +
-                _der(0xA3, _principal("krbtgt", REALM)) +
-                _der(0xA5, _der(0x18, b"20370101000000Z")) +
-                _der(0xA7, _der_int(secrets.randbits(31))) +
-                _der(0xA8, _der(0x30, _der_int(-29002) + _der_int(18))))
-    req = _der(0x30, _der(0xA1, _der_int(5)) + _der(0xA2, _der_int(10)) +
-               _der(0xA3, _der(0x30, padata)) + _der(0xA4, body))
-    return _der(0x6A, req)
+    """An AS-REQ carrying PA-ENC-TIMESTAMP (2) whose EncryptedData
+    (aes256-ctr-mpc) holds `cipher` as is."""
+    enc = krb_der.seq(krb_der.ctx(0, krb_der.der_int(-29002)),
+                      krb_der.ctx(2, krb_der.der(0x04, cipher)))
+    padata = krb_der.seq(krb_der.ctx(1, krb_der.der_int(2)),
+                         krb_der.ctx(2, krb_der.der(0x04, enc)))
+    return krb_der.as_req(REALM, cname, secrets.randbits(31), padata=[padata])
 
 
 def _kdc_tcp(m, msg):
@@ -249,17 +211,6 @@ def _kdc_tcp(m, msg):
     return buf[4:]
 
 
-def _krb_error_code(reply):
-    assert reply[0] == 0x7E, reply[:4].hex()       # KRB-ERROR
-    (_, _, seq), = _der_children(reply[2 + (reply[1] & 0x7F if reply[1] & 0x80
-                                            else 0):])
-    for tag, _, content in _der_children(seq):
-        if tag == 0xA6:
-            (_, _, v), = _der_children(content)
-            return int.from_bytes(v, "big", signed=True)
-    raise AssertionError("no error-code")
-
-
 def _submits(m):
     return [j for j in m.journal_lines() if j.startswith("submit")]
 
@@ -269,7 +220,7 @@ def test_oversized_enc_timestamp_is_refused_without_a_job(mpc):
     _kinit(mpc)
     before = len(_submits(mpc))
     reply = _kdc_tcp(mpc, _as_req_with_enc_ts("alice", os.urandom(1000)))
-    assert _krb_error_code(reply) == 24, reply.hex()   # PREAUTH_FAILED
+    assert krb_der.krb_error_code(reply) == 24, reply.hex()   # PREAUTH_FAILED
     assert len(_submits(mpc)) == before, mpc.journal_lines()
     log = mpc.kdc_log()
     assert ("kdcmpc: refusing a PA-ENC-TIMESTAMP of 1000 bytes (limit 256) "
@@ -284,19 +235,18 @@ def test_oversized_tgt_is_refused_without_a_job(mpc):
         buf = f.read()
     # Ticket ::= [APPLICATION 1] SEQUENCE { ..., [3] EncryptedData }; grow
     # the cipher octets past the 16384-byte default cap.
-    (_, _, tseq), = _der_children(buf[start:start + length][
-        2 + (buf[start + 1] & 0x7F if buf[start + 1] & 0x80 else 0):])
-    fields = _der_children(tseq)
+    tseq = krb_der.content(krb_der.content(buf[start:start + length]))
+    fields = krb_der.children(tseq)
     assert fields[-1][0] == 0xA3
-    (_, _, encseq), = _der_children(fields[-1][2])
+    encseq = krb_der.content(fields[-1][2])
     enc = []
-    for tag, whole, content in _der_children(encseq):
+    for tag, whole, body in krb_der.children(encseq):
         if tag == 0xA2:
-            (_, _, cipher), = _der_children(content)
-            whole = _der(0xA2, _der(0x04, cipher + os.urandom(20000)))
+            cipher = krb_der.content(body)
+            whole = krb_der.ctx(2, krb_der.der(0x04, cipher + os.urandom(20000)))
         enc.append(whole)
-    ticket = _der(0x61, _der(0x30, b"".join(f[1] for f in fields[:-1]) +
-                             _der(0xA3, _der(0x30, b"".join(enc)))))
+    ticket = krb_der.der(0x61, krb_der.seq(*(f[1] for f in fields[:-1]),
+                                           krb_der.ctx(3, krb_der.seq(*enc))))
     with open(mpc.realm.ccache, "wb") as f:
         f.write(buf[:start - 4] + struct.pack(">I", len(ticket)) + ticket +
                 buf[start + length:])
