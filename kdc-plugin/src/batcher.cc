@@ -1106,9 +1106,11 @@ void Batcher::DispatchLoop() {
       if (flush_at <= now) {
         std::vector<Queued> batch;
         uint64_t blocks = 0;
-        while (!s.queue.empty() && batch.size() < o.max_jobs &&
+        const size_t take_jobs = std::max(o.max_jobs, o.backlog_jobs);
+        const uint64_t take_blocks = std::max(o.max_blocks, o.backlog_blocks);
+        while (!s.queue.empty() && batch.size() < take_jobs &&
                (batch.empty() ||
-                blocks + s.queue.front().blocks <= o.max_blocks)) {
+                blocks + s.queue.front().blocks <= take_blocks)) {
           blocks += s.queue.front().blocks;
           s.queued_blocks -= s.queue.front().blocks;
           batch.push_back(std::move(s.queue.front()));

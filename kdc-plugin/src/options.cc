@@ -78,6 +78,14 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       auto n = Int(name, v, 1, 1 << 20);
       if (!n.ok()) return n.status();
       b.max_blocks = *n;
+    } else if (name == "backlog_batch_jobs") {
+      auto n = Int(name, v, 1, 100000);
+      if (!n.ok()) return n.status();
+      b.backlog_jobs = *n;
+    } else if (name == "backlog_batch_blocks") {
+      auto n = Int(name, v, 1, 1 << 20);
+      if (!n.ok()) return n.status();
+      b.backlog_blocks = *n;
     } else if (name == "early_flush") {
       auto f = Bool(name, v);
       if (!f.ok()) return f.status();

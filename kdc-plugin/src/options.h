@@ -11,7 +11,9 @@
 //   early_flush = false        flush at once when no batch is in flight
 //   coalesce_us = 500          early flush: wait this long for jobs
 //                              submitted back to back
-//   max_inflight = 4           batches in flight at once
+//   backlog_batch_jobs = 1024  a batch takes every waiting job up to this
+//   backlog_batch_blocks = 65536   many jobs / AES blocks (batcher.h)
+//   max_inflight = 1           batches in flight at once
 //   max_queue_jobs = 65536     jobs allowed to wait; more are refused
 //                              (KRB5KDC_ERR_SVC_UNAVAILABLE)
 //   deadline_ms = 3000         a batch not done by then fails (every job

@@ -206,6 +206,7 @@ TEST_F(BatcherTest, SizeLimitFlushesAtOnce) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.max_jobs = 4;
+  o.backlog_jobs = 4;  // no bigger batches for a backlog (next test)
   auto b = Make(o);
   absl::Time t0 = absl::Now();
   for (int i = 0; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
@@ -220,10 +221,64 @@ TEST_F(BatcherTest, SizeLimitFlushesAtOnce) {
   EXPECT_EQ(sink_.counts().size(), 8u);
 }
 
+// Jobs that piled up while a batch ran go out together, up to the backlog
+// caps, not in batches of max_jobs; what is left below max_jobs waits for
+// the window as usual.
+TEST_F(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.max_jobs = 4;
+  o.backlog_jobs = 10;
+  o.max_inflight = 1;
+  fake_.set_latency(absl::Milliseconds(150));
+  auto b = Make(o);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  absl::SleepFor(absl::Milliseconds(40));  // batch 1 is in flight
+  for (int i = 4; i < 22; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  ASSERT_TRUE(sink_.WaitFor(22, absl::Seconds(5)));
+  std::vector<int> sizes;
+  std::vector<absl::Time> at;
+  for (const auto& c : fake_.calls())
+    if (c.method == "Run" && c.party == 0) {
+      sizes.push_back(c.jobs);
+      at.push_back(c.at);
+    }
+  // 4; then 10 of the 18 that waited (the cap); then the other 8 at once
+  // (still >= max_jobs): not in batches of 4, and nothing waits for 30 s.
+  ASSERT_EQ(sizes, (std::vector<int>{4, 10, 8}));
+  for (int i = 0; i < 22; ++i) EXPECT_TRUE(sink_.Get(i).status.ok()) << i;
+  // One batch at a time: each Run starts after the previous one's answer.
+  for (size_t k = 1; k < at.size(); ++k)
+    EXPECT_GE(at[k] - at[k - 1], absl::Milliseconds(145)) << k;
+}
+
+TEST_F(BatcherTest, BacklogBatchIsCappedByBlocks) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.max_jobs = 100;
+  o.max_blocks = 4;      // each job: 1 keystream block + 1 = 2 blocks
+  o.backlog_blocks = 6;
+  o.max_inflight = 1;
+  fake_.set_latency(absl::Milliseconds(100));
+  auto b = Make(o);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  absl::SleepFor(absl::Milliseconds(30));
+  for (int i = 2; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  ASSERT_TRUE(sink_.WaitFor(8, absl::Seconds(5)));
+  std::vector<int> sizes;
+  for (const auto& c : fake_.calls())
+    if (c.method == "Run" && c.party == 0) sizes.push_back(c.jobs);
+  ASSERT_GE(sizes.size(), 3u);
+  EXPECT_EQ(sizes[0], 2);
+  EXPECT_EQ(sizes[1], 3);  // 6 blocks
+  EXPECT_EQ(sizes[2], 3);
+}
+
 TEST_F(BatcherTest, BlockLimitFlushesAtOnce) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.max_blocks = 20;  // each job: 8 keystream blocks + 1
+  o.backlog_blocks = 20;
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt(std::string(128, 'a'))).ok());
   ASSERT_TRUE(b->Submit(2, Encrypt(std::string(128, 'b'))).ok());
@@ -822,7 +877,8 @@ TEST(OptionsTest, ParsesAndRejects) {
                          "deadline_ms=1500", "max_batch_jobs=9",
                          "max_batch_blocks=99", "debug=yes",
                          "max_queue_jobs=7", "speculate=off",
-                         "speculate_ttl_ms=1500"});
+                         "speculate_ttl_ms=1500", "backlog_batch_jobs=33",
+                         "backlog_batch_blocks=444", "max_inflight=2"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_FALSE(o->batcher.speculate);
   EXPECT_EQ(o->batcher.speculate_ttl, absl::Milliseconds(1500));
@@ -839,6 +895,10 @@ TEST(OptionsTest, ParsesAndRejects) {
   EXPECT_EQ(o->batcher.max_blocks, 99u);
   EXPECT_TRUE(o->batcher.debug);
   EXPECT_EQ(o->batcher.max_queue, 7u);
+  EXPECT_EQ(o->batcher.backlog_jobs, 33u);
+  EXPECT_EQ(o->batcher.backlog_blocks, 444u);
+  EXPECT_EQ(o->batcher.max_inflight, 2);
+  EXPECT_EQ(BatcherOptions().max_inflight, 1);
   // Three relations instead of a list.
   EXPECT_TRUE(ParseOptions({"servers=h:1", "servers=h:2", "servers=h:3",
                             "ca=a", "cert=b", "key=c"})
@@ -853,6 +913,8 @@ TEST(OptionsTest, ParsesAndRejects) {
            {"servers=h:1,h:2,h:3", "certs=/c", "speculate_ttl_ms=0"},
            {"servers=h:1,h:2,h:3", "certs=/c", "speculate_ttl_ms=600000"},
            {"servers=h:1,h:2,h:3", "certs=/c", "bogus=1"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "backlog_batch_jobs=0"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "backlog_batch_blocks=x"},
            {"servers=h:1,h:2,h:3", "certs=/c", "noequals"}}) {
     EXPECT_FALSE(ParseOptions(bad).ok()) << ::testing::PrintToString(bad);
   }
