@@ -290,6 +290,10 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     std::atomic<int> left{kParties};
     std::vector<size_t> idx;
     bool pre = false;  // speculative keystreams only (Start)
+    // A speculative step's jobs are re-run once, from the first failing
+    // party's answer (not after all three: the others may take until the
+    // deadline, e.g. a peer waiting for the restarted server).
+    std::atomic<bool> rerun{false};
     absl::Time started;
   };
 
@@ -575,8 +579,13 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
           p, fin->req, &fin->resp[p], deadline_,
           [self, fin, p](absl::Status s) {
             fin->st[p] = s;
-            // A speculative step's jobs are re-run instead (OnFinalize).
-            if (!s.ok() && !fin->pre) self->PartyUnreachable(p, s, fin->idx);
+            // A speculative step's jobs are re-run instead, at once.
+            if (!s.ok()) {
+              if (!fin->pre)
+                self->PartyUnreachable(p, s, fin->idx);
+              else if (!fin->rerun.exchange(true, std::memory_order_acq_rel))
+                self->RerunPre(*fin, p, s);
+            }
             if (fin->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
               self->OnFinalize(fin);
           });
@@ -587,15 +596,10 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   // longer holds the ENCRYPT state). The servers take a request's states
   // all or nothing and revealed no tag, so the jobs are simply encrypted
   // again, as ordinary ENCRYPT jobs with a fresh counter range.
-  void RerunPre(const FinalizeStep& fin) {
-    absl::Status first;
-    int party = 0;
-    for (int p = 0; p < kParties; ++p)
-      if (!fin.st[p].ok()) {
-        first = fin.st[p];
-        party = p;
-        break;
-      }
+  // Safe while the other parties' answers are still on their way: the
+  // jobs get a fresh counter range, and OnFinalize only scrubs a step that
+  // has a failed party.
+  void RerunPre(const FinalizeStep& fin, int party, const absl::Status& first) {
     std::vector<size_t> again;
     for (size_t i : fin.idx) {
       if (IsDone(i)) continue;  // the deadline passed meanwhile
@@ -632,8 +636,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     for (const auto& s : fin->st)
       if (!s.ok()) {
         ScrubFinalize(fin.get());  // tag shares of the parties that answered
-        if (fin->pre) RerunPre(*fin);
-        return;  // otherwise PartyUnreachable failed the jobs
+        return;  // re-run (speculative) or failed (PartyUnreachable) already
       }
     const int n = fin->req.items_size();
     std::string bad;

@@ -527,6 +527,33 @@ TEST_F(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
+// Only one server forgot the states (it restarted) and the two others are
+// slow to answer the FINALIZE: the jobs are re-run as soon as the first
+// failure arrives, not after the slow answers (which could take until the
+// deadline), and the late answers re-run nothing twice.
+TEST_F(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
+  auto b = Make(Opts());  // deadline 5 s
+  Speculate(b.get());
+  ASSERT_EQ(b->stats().spec_held, 2u);
+  fake_.ForgetEncryptStates(1);
+  fake_.DelayNextFinalize(0, absl::Seconds(2));
+  fake_.DelayNextFinalize(2, absl::Seconds(2));
+  const int runs0 = RunCalls();
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
+  ASSERT_TRUE(b->Submit(6, Enc(kKeyId, 3, 64)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  ExpectEncrypted(5, tgt_key_, 2, 64);
+  ExpectEncrypted(6, kKey, 3, 64);
+  absl::SleepFor(absl::Milliseconds(2300));  // the slow answers arrive
+  EXPECT_EQ(b->stats().spec_rerun, 2u);
+  EXPECT_EQ(RunCalls(), runs0 + 1);  // one re-run
+  EXPECT_EQ(b->stats().failed_batches, 0u);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
 // Two matching keystreams held: the newest (the one the login's own
 // timestamp brought) is used, not an older one the servers may have
 // forgotten.

@@ -228,6 +228,16 @@ void FakeCluster::ForgetEncryptStates() {
   enc_.clear();
 }
 
+void FakeCluster::ForgetEncryptStates(int party) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [k, v] : enc_) forgotten_[party].insert(k);
+}
+
+void FakeCluster::DelayNextFinalize(int party, absl::Duration d) {
+  std::lock_guard<std::mutex> l(mu_);
+  next_fin_delay_[party] = d;
+}
+
 void FakeCluster::AddInconsistentKey(const std::string& key_id) {
   std::lock_guard<std::mutex> l(mu_);
   keys_[key_id] = std::string(32, 'i');
@@ -314,6 +324,37 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
 void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
                            pb::FinalizeResponse* resp, absl::Time deadline,
                            Done done) {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    const absl::Duration extra = next_fin_delay_[party];
+    const absl::Duration delay = latency_ + extra;
+    next_fin_delay_[party] = absl::ZeroDuration();
+    bool forgot = false;
+    for (const auto& it : req.items())
+      forgot |= forgotten_[party].count({it.run_batch_id(), it.job_id()}) > 0;
+    if (forgot) {
+      calls_.push_back({"Finalize", party, req.items_size(), absl::Now()});
+      l.unlock();
+      Later(delay, [done] {
+        done(absl::NotFoundError("no ENCRYPT job awaits FINALIZE"));
+      });
+      return;
+    }
+    if (extra > absl::ZeroDuration()) {
+      // Answer() below; the extra wait goes in front of the callback.
+      l.unlock();
+      Answer<pb::FinalizeResponse>(
+          "Finalize", party, req.items_size(), req.batch_id(), &fins_,
+          [&](std::array<pb::FinalizeResponse, 3>* out) {
+            return ComputeFinalize(req, out);
+          },
+          [](int, pb::FinalizeResponse*) {}, resp,
+          [this, extra, done](absl::Status st) {
+            Later(extra, [done, st] { done(st); });
+          });
+      return;
+    }
+  }
   Answer<pb::FinalizeResponse>(
       "Finalize", party, req.items_size(), req.batch_id(), &fins_,
       [&](std::array<pb::FinalizeResponse, 3>* out) {

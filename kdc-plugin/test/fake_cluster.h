@@ -44,6 +44,12 @@ class FakeCluster : public Transport {
   // Forgets every ENCRYPT state awaiting FINALIZE, as a restarted server
   // (or one whose state TTL passed) does.
   void ForgetEncryptStates();
+  // Only `party` forgets the ENCRYPT states awaiting FINALIZE now (a
+  // restart of that server): its FINALIZE of any of them fails with
+  // NOT_FOUND, the other parties' succeed (and use theirs up).
+  void ForgetEncryptStates(int party);
+  // The next FINALIZE call of `party` answers after `d` (one-shot).
+  void DelayNextFinalize(int party, absl::Duration d);
 
   struct Call {
     std::string method;  // "Run" or "Finalize"
@@ -103,6 +109,8 @@ class FakeCluster : public Transport {
   std::map<std::string, std::string> keys_;
   absl::Duration latency_ = absl::Milliseconds(5);
   std::array<bool, 3> down_{}, hang_{}, corrupt_{}, corrupt_fin_{};
+  std::array<std::set<std::pair<std::string, uint64_t>>, 3> forgotten_;
+  std::array<absl::Duration, 3> next_fin_delay_{};
   bool zero_ctr0_ = false;
   bool per_job_key_errors_ = false;
   std::set<std::string> inconsistent_;

@@ -94,6 +94,10 @@ ABSL_FLAG(int, ring_spin_max_bytes, 3072,
 ABSL_FLAG(int, chunk_lanes, 4096,
           "engine pipeline chunk in AES blocks (one ring message per AND layer "
           "per chunk); 0 = the engine's default");
+ABSL_FLAG(int, small_sbox_min_blocks, -1,
+          "batches of at least this many AES blocks use the 32-AND S-box of "
+          "AND depth 6 (fewer bytes), smaller ones the 34-AND S-box of depth "
+          "4 (fewer rounds); -1 = the engine's default");
 ABSL_FLAG(int, wave_lanes, 0,
           "engine wave in AES blocks (>= chunk_lanes); 0 = the engine's default");
 
@@ -194,6 +198,9 @@ int main(int argc, char** argv) {
     sopt.engine.chunk_lanes = absl::GetFlag(FLAGS_chunk_lanes);
   if (absl::GetFlag(FLAGS_wave_lanes) > 0)
     sopt.engine.wave_lanes = absl::GetFlag(FLAGS_wave_lanes);
+  if (absl::GetFlag(FLAGS_small_sbox_min_blocks) >= 0)
+    sopt.engine.small_sbox_min_blocks =
+        static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
   kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
   kmpc::service::Metrics metrics;
 
