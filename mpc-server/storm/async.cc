@@ -645,7 +645,8 @@ void Worker::Loop() {
     // Sleep until the next event, the next due login or the next timer.
     uint64_t wake = next_timer_check;
     if (issuing_ && run_->open_loop() && !idle_.empty())
-      wake = std::min(wake, run_->Due(next_k_ * cfg().threads + index_));
+      wake = std::min(wake, run_->Due(next_k_ * cfg().threads + index_) +
+                                cfg().tick_us * 1000);
     if (issuing_ && !run_->open_loop() && !idle_.empty() && idle_.back()->first_due > now)
       wake = std::min(wake, idle_.back()->first_due);
     now = NowNs();

@@ -66,6 +66,10 @@ load (closed loop OR open loop; duration OR count):
                          thread pool (default 64)
   --transport udp|tcp    default udp (replies too big for UDP go to TCP)
   --max-inflight N       open loop, async: logins in flight at most (1024)
+  --tick-us N            open loop, async: wake up at most N us after a login
+                         is due and start all that are due by then, instead
+                         of once per login (default 0); latency still counts
+                         from the due time
   --timeout S            per login, as kinit (default 10): KRB5_KDC_UNREACH
   --kdc HOST:PORT        default: the realm's first kdc in krb5.conf
 output:
@@ -109,7 +113,7 @@ Config ParseArgs(int argc, char** argv) {
   Config c;
   enum {
     kKeytab = 1000, kPrincipals, kUsers, kFirst, kTgs, kTimeLimit, kEngine,
-    kTransport, kMaxInflight, kTimeout, kKdc, kCsv, kJson, kHistCsv, kWatch,
+    kTransport, kMaxInflight, kTickUs, kTimeout, kKdc, kCsv, kJson, kHistCsv, kWatch,
     kMaxErrors, kProgress, kNoProgress, kRamp,
   };
   static const option opts[] = {
@@ -129,6 +133,7 @@ Config ParseArgs(int argc, char** argv) {
       {"threads", required_argument, nullptr, 't'},
       {"transport", required_argument, nullptr, kTransport},
       {"max-inflight", required_argument, nullptr, kMaxInflight},
+      {"tick-us", required_argument, nullptr, kTickUs},
       {"timeout", required_argument, nullptr, kTimeout},
       {"kdc", required_argument, nullptr, kKdc},
       {"csv", required_argument, nullptr, kCsv},
@@ -170,6 +175,7 @@ Config ParseArgs(int argc, char** argv) {
         else Usage(2);
         break;
       case kMaxInflight: c.max_inflight = static_cast<int>(ParseCount("--max-inflight", optarg)); break;
+      case kTickUs: c.tick_us = ParseCount("--tick-us", optarg); break;
       case kTimeout: c.timeout = ParseDouble("--timeout", optarg); break;
       case kKdc: c.kdc = optarg; break;
       case kCsv: c.csv = optarg; break;
@@ -649,6 +655,7 @@ int Main(int argc, char** argv) {
     j << "  \"concurrency\": " << cfg.concurrency << ",\n";
     j << "  \"engine\": " << JsonStr(cfg.engine == Engine::kAsync ? "async" : "sync") << ",\n";
     j << "  \"threads\": " << cfg.threads << ",\n";
+    j << "  \"tick_us\": " << cfg.tick_us << ",\n";
     j << "  \"transport\": " << JsonStr(cfg.tcp ? "tcp" : "udp") << ",\n";
     j << "  \"tgs\": " << JsonStr(cfg.tgs_service) << ",\n";
     j << "  \"users\": " << users.names.size() << ",\n";
