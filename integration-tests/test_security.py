@@ -274,6 +274,15 @@ def test_bad_crl_or_pin_stops_start_up(tmp_path, cluster):
     assert "--admin_clients: certificate pin 'sha256:12ab'" in out, out
 
 
+def test_bad_engine_flags_stop_start_up(tmp_path, cluster):
+    # Checked at start-up: before, the server came up and then failed every
+    # batch ("wave_lanes must be >= chunk_lanes") on every party.
+    out = _start_fails(tmp_path, cluster, "--chunk_lanes=16384")  # wave 8192
+    assert "--chunk_lanes / --wave_lanes: wave_lanes must be >= chunk_lanes" in out, out
+    out = _start_fails(tmp_path, cluster, "--chunk_lanes=100")
+    assert "positive multiple of 64" in out, out
+
+
 def test_second_server_on_a_store_refused(tmp_path, cluster):
     # A second process on a running party's --store_dir: compaction renames
     # data.mdb under other openers, so the store is locked (DIR/kmpc.lock).

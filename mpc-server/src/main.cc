@@ -144,6 +144,19 @@ int main(int argc, char** argv) {
     if (absl::GetFlag(*f).empty())
       return Fail("--cert, --key, --ca, --store_dir and --ring_prev are required");
 
+  // Engine flags are checked now, not at the first batch (which would fail
+  // every batch, on every party, with the same message).
+  kmpc::engine::EngineOptions engine_options;
+  if (absl::GetFlag(FLAGS_chunk_lanes) > 0)
+    engine_options.chunk_lanes = absl::GetFlag(FLAGS_chunk_lanes);
+  if (absl::GetFlag(FLAGS_wave_lanes) > 0)
+    engine_options.wave_lanes = absl::GetFlag(FLAGS_wave_lanes);
+  if (absl::GetFlag(FLAGS_small_sbox_min_blocks) >= 0)
+    engine_options.small_sbox_min_blocks =
+        static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
+  if (absl::Status s = engine_options.Validate(); !s.ok())
+    return Fail(absl::StrCat("--chunk_lanes / --wave_lanes: ", s.message()));
+
   // The store first: it takes STORE_DIR/kmpc.lock, so a second server on
   // the same directory stops here, before it could touch anything in it
   // (such as the CRL state below).
@@ -200,13 +213,7 @@ int main(int argc, char** argv) {
   sopt.schedule_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_schedule_timeout_ms));
   sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
-  if (absl::GetFlag(FLAGS_chunk_lanes) > 0)
-    sopt.engine.chunk_lanes = absl::GetFlag(FLAGS_chunk_lanes);
-  if (absl::GetFlag(FLAGS_wave_lanes) > 0)
-    sopt.engine.wave_lanes = absl::GetFlag(FLAGS_wave_lanes);
-  if (absl::GetFlag(FLAGS_small_sbox_min_blocks) >= 0)
-    sopt.engine.small_sbox_min_blocks =
-        static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
+  sopt.engine = engine_options;
   kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
   kmpc::service::Metrics metrics;
 

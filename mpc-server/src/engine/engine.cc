@@ -820,14 +820,19 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
-    net::RingChannel& channel, EngineOptions options) {
-  if (options.chunk_lanes == 0 || options.chunk_lanes % 64 != 0) {
+absl::Status EngineOptions::Validate() const {
+  if (chunk_lanes == 0 || chunk_lanes % 64 != 0) {
     return absl::InvalidArgumentError("chunk_lanes must be a positive multiple of 64");
   }
-  if (options.wave_lanes < options.chunk_lanes) {
+  if (wave_lanes < chunk_lanes) {
     return absl::InvalidArgumentError("wave_lanes must be >= chunk_lanes");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    net::RingChannel& channel, EngineOptions options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (channel.party() < 0 || channel.party() > 2) {
     return absl::InvalidArgumentError("channel party must be 0, 1 or 2");
   }

@@ -215,6 +215,11 @@ struct EngineOptions {
   // (AND depth 6: fewer bytes); smaller ones the 34-AND S-box (AND depth 4:
   // fewer rounds, lower latency).
   uint32_t small_sbox_min_blocks = 1024;
+
+  // What Engine::Create checks (chunk_lanes a positive multiple of 64,
+  // wave_lanes >= chunk_lanes); a server checks its flags with it at
+  // start-up, not at its first batch.
+  absl::Status Validate() const;
 };
 
 // One worker's MPC engine. The RingChannel must outlive the Engine.
