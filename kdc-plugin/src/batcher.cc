@@ -600,6 +600,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
   // jobs get a fresh counter range, and OnFinalize only scrubs a step that
   // has a failed party.
   void RerunPre(const FinalizeStep& fin, int party, const absl::Status& first) {
+    if (absl::Now() >= deadline_) return;  // Expire fails them (or did)
     std::vector<size_t> again;
     for (size_t i : fin.idx) {
       if (IsDone(i)) continue;  // the deadline passed meanwhile

@@ -47,8 +47,8 @@ struct BatcherOptions {
   absl::Duration window = absl::Milliseconds(100);
   size_t max_jobs = 256;
   uint64_t max_blocks = 16384;
-  // A batch takes every queued job up to these caps (at least max_jobs /
-  // max_blocks): more than max_jobs jobs wait only while max_inflight
+  // A batch takes every queued job up to these caps (raised to max_jobs /
+  // max_blocks when set lower): more than max_jobs jobs wait only while max_inflight
   // batches run (the cluster is the bottleneck) or after a burst, and then
   // one bigger batch costs the servers and the KDC less per job than
   // several of max_jobs (fewer ring messages, gRPC calls and wake-ups per
@@ -65,9 +65,11 @@ struct BatcherOptions {
   // everything that arrives (up to backlog_jobs / backlog_blocks), so under
   // load batches grow with the load instead of queueing at the servers.
   // On the 2-core bench machine this raised the peak by ~10% over 4 in
-  // flight (README "Batching under load"). A cluster far away (RTT of
-  // milliseconds) may want 2 or more, so that one batch computes while
-  // another waits for the network.
+  // flight (kdc-plugin/README.md, max_inflight). A cluster far away (RTT
+  // of milliseconds) may want 2 or more, so that one batch computes while
+  // another waits for the network. With one bigger batch in flight, a
+  // failed or hung batch takes more logins with it (all of them until
+  // `deadline`).
   int max_inflight = 1;
   // Jobs waiting beyond this are refused at submit (kUnavailable): an
   // overloaded or slow cluster must not grow the KDC without bound.

@@ -93,6 +93,13 @@ class BatcherTest : public ::testing::Test {
   std::unique_ptr<Batcher> Make(BatcherOptions o) {
     return std::make_unique<Batcher>(o, &fake_, &sink_);
   }
+  // Waits until party 0 has had `n` Run calls (a batch is in flight), so a
+  // test does not rely on a sleep being long enough on a loaded machine.
+  void WaitRunCalls(int n) {
+    for (int i = 0; i < 1000 && RunCalls() < n; ++i)
+      absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_GE(RunCalls(), n);
+  }
   int RunCalls() {
     int n = 0;
     for (const auto& c : fake_.calls()) n += c.method == "Run" && c.party == 0;
@@ -233,7 +240,7 @@ TEST_F(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
   fake_.set_latency(absl::Milliseconds(150));
   auto b = Make(o);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
-  absl::SleepFor(absl::Milliseconds(40));  // batch 1 is in flight
+  WaitRunCalls(1);  // batch 1 is in flight (150 ms)
   for (int i = 4; i < 22; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
   ASSERT_TRUE(sink_.WaitFor(22, absl::Seconds(5)));
   std::vector<int> sizes;
@@ -262,7 +269,7 @@ TEST_F(BatcherTest, BacklogBatchIsCappedByBlocks) {
   fake_.set_latency(absl::Milliseconds(100));
   auto b = Make(o);
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
-  absl::SleepFor(absl::Milliseconds(30));
+  WaitRunCalls(1);
   for (int i = 2; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
   ASSERT_TRUE(sink_.WaitFor(8, absl::Seconds(5)));
   std::vector<int> sizes;
@@ -536,6 +543,7 @@ TEST_F(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
   Speculate(b.get());
   ASSERT_EQ(b->stats().spec_held, 2u);
   fake_.ForgetEncryptStates(1);
+  const int fin0 = fake_.finalize_answers();
   fake_.DelayNextFinalize(0, absl::Seconds(2));
   fake_.DelayNextFinalize(2, absl::Seconds(2));
   const int runs0 = RunCalls();
@@ -547,7 +555,11 @@ TEST_F(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
   ExpectEncrypted(5, tgt_key_, 2, 64);
   ExpectEncrypted(6, kKey, 3, 64);
-  absl::SleepFor(absl::Milliseconds(2300));  // the slow answers arrive
+  // The two slow answers arrive (the fake counts the callbacks it made).
+  for (int i = 0; i < 600 && fake_.finalize_answers() < fin0 + 3; ++i)
+    absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_GE(fake_.finalize_answers(), fin0 + 3);
+  absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(b->stats().spec_rerun, 2u);
   EXPECT_EQ(RunCalls(), runs0 + 1);  // one re-run
   EXPECT_EQ(b->stats().failed_batches, 0u);

@@ -233,6 +233,8 @@ void FakeCluster::ForgetEncryptStates(int party) {
   for (const auto& [k, v] : enc_) forgotten_[party].insert(k);
 }
 
+int FakeCluster::finalize_answers() { return fin_answers_.load(); }
+
 void FakeCluster::DelayNextFinalize(int party, absl::Duration d) {
   std::lock_guard<std::mutex> l(mu_);
   next_fin_delay_[party] = d;
@@ -323,7 +325,11 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
 
 void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
                            pb::FinalizeResponse* resp, absl::Time deadline,
-                           Done done) {
+                           Done done_in) {
+  Done done = [this, done_in = std::move(done_in)](absl::Status st) {
+    done_in(std::move(st));
+    fin_answers_.fetch_add(1);
+  };
   {
     std::unique_lock<std::mutex> l(mu_);
     const absl::Duration extra = next_fin_delay_[party];

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <atomic>
 #include <set>
 #include <string>
 #include <thread>
@@ -50,6 +51,8 @@ class FakeCluster : public Transport {
   void ForgetEncryptStates(int party);
   // The next FINALIZE call of `party` answers after `d` (one-shot).
   void DelayNextFinalize(int party, absl::Duration d);
+  // Finalize callbacks made so far (answers delivered, any status).
+  int finalize_answers();
 
   struct Call {
     std::string method;  // "Run" or "Finalize"
@@ -111,6 +114,7 @@ class FakeCluster : public Transport {
   std::array<bool, 3> down_{}, hang_{}, corrupt_{}, corrupt_fin_{};
   std::array<std::set<std::pair<std::string, uint64_t>>, 3> forgotten_;
   std::array<absl::Duration, 3> next_fin_delay_{};
+  std::atomic<int> fin_answers_{0};
   bool zero_ctr0_ = false;
   bool per_job_key_errors_ = false;
   std::set<std::string> inconsistent_;

@@ -151,6 +151,8 @@ int main(int argc, char** argv) {
     engine_options.chunk_lanes = absl::GetFlag(FLAGS_chunk_lanes);
   if (absl::GetFlag(FLAGS_wave_lanes) > 0)
     engine_options.wave_lanes = absl::GetFlag(FLAGS_wave_lanes);
+  if (absl::GetFlag(FLAGS_small_sbox_min_blocks) < -1)
+    return Fail("--small_sbox_min_blocks must be -1 (the engine's default) or >= 0");
   if (absl::GetFlag(FLAGS_small_sbox_min_blocks) >= 0)
     engine_options.small_sbox_min_blocks =
         static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));

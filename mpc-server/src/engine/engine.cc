@@ -407,8 +407,16 @@ absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
                                         absl::Span<const Job> jobs,
                                         std::vector<Work>& work) {
   std::vector<uint8_t> enc;
-  static constexpr char kTag[] = "kmpc-batch-v1";
+  // v2: the engine options that shape the rounds are part of the inputs.
+  // Servers whose --small_sbox_min_blocks, --chunk_lanes or --wave_lanes
+  // differ would run different circuits or message sizes and lose the
+  // ring's framing; they refuse every batch here instead, with a message
+  // that says so (and so do servers of different versions).
+  static constexpr char kTag[] = "kmpc-batch-v2";
   enc.insert(enc.end(), kTag, kTag + sizeof kTag);
+  PutU32(enc, options_.small_sbox_min_blocks);
+  PutU32(enc, options_.chunk_lanes);
+  PutU32(enc, options_.wave_lanes);
   PutU64(enc, batch_seq);
   PutU32(enc, static_cast<uint32_t>(jobs.size()));
   Sha256 inputs;
@@ -466,7 +474,9 @@ absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
     for (auto* v : {&r0, &r1}) share::Wipe(*v);
     if (inputs_differ) {
       return absl::AbortedError(
-          "batch refused: the MPC servers received different batch inputs");
+          "batch refused: the MPC servers received different batch inputs "
+          "(or run with different --small_sbox_min_blocks, --chunk_lanes or "
+          "--wave_lanes, or different versions)");
     }
     if (!keys_differ) {
       // Same inputs and key views but different counts: cannot happen with

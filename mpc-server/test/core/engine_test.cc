@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "net/memory_ring.h"
 #include "protocol/gf128.h"
 #include "share/replicated.h"
@@ -114,9 +115,10 @@ Bytes TagOf(const std::array<JobResult, 3>& r) {
 
 class Cluster {
  public:
-  explicit Cluster(EngineOptions opt = {}) {
+  explicit Cluster(EngineOptions opt = {}) : Cluster({opt, opt, opt}) {}
+  explicit Cluster(const std::array<EngineOptions, 3>& opts) {
     auto st = RunParties([&](int i) -> absl::Status {
-      auto e = Engine::Create(ring_.party(i), opt);
+      auto e = Engine::Create(ring_.party(i), opts[i]);
       if (!e.ok()) return e.status();
       engines_[i] = std::move(*e);
       return absl::OkStatus();
@@ -508,6 +510,27 @@ TEST(Engine, DigestMismatchRefusedEverywhere) {
   const Bytes ct = ClusterEncrypt(c, id, 3, p);
   auto d = c.Run({DecryptJob(id, 3, ct)});
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(d[i].jobs[0].integrity_ok);
+}
+
+// Parties whose engine options would make them run different circuits
+// (here: one uses the 32-AND S-box for a 3-block batch, the others the
+// 34-AND one) refuse every batch in the agreement, on all three, saying
+// why, instead of losing the ring's framing mid-batch.
+TEST(Engine, DifferentEngineOptionsRefusedEverywhere) {
+  EngineOptions odd;
+  odd.small_sbox_min_blocks = 1;
+  Cluster c({EngineOptions{}, EngineOptions{}, odd});
+  const std::string id = c.AddKey(Random(16));
+  std::vector<Job> a = {EncryptJob(id, 1, 2)};
+  for (int round = 0; round < 2; ++round) {
+    auto r = c.RunEach(5 + round, {a, a, a});
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << i;
+      EXPECT_TRUE(absl::StrContains(r[i].status().message(),
+                                    "--small_sbox_min_blocks"))
+          << r[i].status();
+    }
+  }
 }
 
 // A key missing / differently dealt / unusable on one party fails only the
