@@ -160,6 +160,9 @@ struct Batcher::State {
   void AddSpecs(std::vector<Spec> add) {
     {
       std::lock_guard<std::mutex> l(mu);
+      // After Stop() nothing would prune them: `add` goes out of scope
+      // here and SecureBytes wipes the keystreams.
+      if (stopping) return;
       for (Spec& s : add)
         if (specs.size() < kMaxSpecs) specs.push_back(std::move(s));
     }
