@@ -480,9 +480,9 @@ def bench_settings(target_name, settings, n_users, quick, log):
                             dir=os.path.join(BUILD, "bench"))
     outdir = os.path.join(BENCH_DIR, "storm", f"{target_name}-{settings}")
     os.makedirs(outdir, exist_ok=True)
-    dur = 2 if quick else getattr(target, "point_s", 4)
     t_start = time.time()
     target = factory(os.path.join(work, "realm"), settings, n_users)
+    dur = 2 if quick else getattr(target, "point_s", 4)
     sec = {"settings": settings, "settings_doc": SETTINGS_DOC.get(settings, ""),
            "target_doc": TARGETS[target_name][2], "users": n_users,
            "enctype": getattr(target, "enctype", None), "p99_bound_ms": target.p99_bound_ms}
