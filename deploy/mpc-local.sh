@@ -27,6 +27,25 @@ find_bin() {  # KMPC_MPC_BIN_DIR, else the most recently built candidate
   echo "$best"
 }
 
+# A base port whose six ports (gRPC base..base+2, ring base+10..base+12) are
+# free, below the kernel's ephemeral range when it can be (clients'
+# outgoing ports, of which a login storm holds thousands, come from there).
+pick_base() {
+  local lo hi b p ok try
+  read -r lo hi < /proc/sys/net/ipv4/ip_local_port_range
+  for try in $(seq 200); do
+    b=$((10000 + RANDOM % 20000))
+    if [ "$try" -le 100 ] && [ $((b + 12)) -ge "$lo" ] && [ "$b" -le "$hi" ]; then continue; fi
+    ok=1
+    for p in $b $((b + 1)) $((b + 2)) $((b + 10)) $((b + 11)) $((b + 12)); do
+      if ss -Htan "sport = :$p" | grep -q .; then ok=0; break; fi
+    done
+    if [ "$ok" = 1 ]; then echo "$b"; return 0; fi
+  done
+  echo "mpc-local: no free base port found" >&2
+  return 1
+}
+
 stop_all() {
   for i in 0 1 2; do
     pidf="$dir/party-$i.pid"
@@ -43,7 +62,8 @@ stop_all() {
 
 case "$cmd" in
   start)
-    base=${3:-$((20000 + RANDOM % 20000))}
+    base=${3:-}
+    [ -n "$base" ] || base=$(pick_base) || exit 1
     workers=${4:-2}
     bin=$(find_bin)
     mkdir -p "$dir"

@@ -202,7 +202,7 @@ absl::StatusOr<std::shared_ptr<RevocationList>> RevocationList::Open(
     return absl::InvalidArgumentError(absl::StrCat("--crl: cannot read the CA file ", ca_path));
   std::shared_ptr<RevocationList> list(
       new RevocationList(crl_path, std::move(ca_pem), state_path));
-  absl::MutexLock lock(&list->mu_);
+  absl::MutexLock lock(&list->load_mu_);
   if (absl::Status st = list->ReadStateLocked(); !st.ok()) return st;
   if (absl::Status st = list->LoadLocked(true); !st.ok()) return st;
   return list;
@@ -416,10 +416,15 @@ absl::Status RevocationList::LoadLocked(bool forced) {
           ", whose CRL Number ", number, " was accepted before", recorded,
           "; not loaded"));
   }
-  const bool first = current_ == nullptr;
-  current_ = *std::move(snap);
+  std::shared_ptr<const Snapshot> loaded = *std::move(snap);
+  bool first;
+  {
+    absl::MutexLock lock(&mu_);
+    first = current_ == nullptr;
+    current_ = loaded;
+  }
   bool raised = false;
-  for (const IssuerCrl& e : current_->crls) {
+  for (const IssuerCrl& e : loaded->crls) {
     std::string& h = highest_[e.ca_key];
     if (h.empty() || NumberLess(h, e.number)) {
       h = e.number;
@@ -427,10 +432,10 @@ absl::Status RevocationList::LoadLocked(bool forced) {
     }
   }
   KMPC_LOG(INFO) << (first ? "loaded" : forced ? "reloaded" : "reloaded (file changed)")
-                 << " CRL " << crl_path_ << ": " << current_->count
+                 << " CRL " << crl_path_ << ": " << loaded->count
                  << " revoked certificate(s), lastUpdate "
-                 << current_->newest_last_update;
-  for (const std::string& ca : current_->cas_without_crl)
+                 << loaded->newest_last_update;
+  for (const std::string& ca : loaded->cas_without_crl)
     KMPC_LOG(WARNING) << "CRL file " << crl_path_ << " holds no CRL of the CA " << ca
                       << ": certificates it issued are NOT checked for revocation";
   if (raised) {
@@ -444,18 +449,19 @@ absl::Status RevocationList::LoadLocked(bool forced) {
 }
 
 absl::Status RevocationList::Reload() {
-  absl::MutexLock lock(&mu_);
-  last_poll_ = absl::Now();
+  absl::MutexLock load(&load_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    last_poll_ = absl::Now();
+  }
   absl::Status st = LoadLocked(true);
   if (!st.ok())
     KMPC_LOG(ERROR) << st.message() << "; the CRL loaded before stays in force";
   return st;
 }
 
+// The file's identity changed since the last attempt: load it.
 void RevocationList::PollLocked() {
-  const absl::Time now = absl::Now();
-  if (now - last_poll_ < poll_) return;
-  last_poll_ = now;
   struct stat st {};
   if (stat(crl_path_.c_str(), &st) != 0) {
     // Removed or moved away: keep enforcing what was loaded (log once).
@@ -472,9 +478,23 @@ void RevocationList::PollLocked() {
 
 bool RevocationList::IsRevoked(const X509_NAME* issuer, const std::string& serial_hex) {
   std::shared_ptr<const Snapshot> snap;
+  bool poll = false;
   {
     absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (now - last_poll_ >= poll_) {
+      last_poll_ = now;
+      poll = true;
+    }
+    snap = current_;
+  }
+  // One caller per poll interval looks at the file (and loads it when it
+  // changed) without holding mu_; if a load is already running (SIGHUP),
+  // the loaded list answers meanwhile.
+  if (poll && load_mu_.TryLock()) {
     PollLocked();
+    load_mu_.Unlock();
+    absl::MutexLock lock(&mu_);
     snap = current_;
   }
   if (issuer == nullptr) return true;  // cannot be checked: refuse

@@ -108,21 +108,26 @@ class RevocationList {
       : crl_path_(std::move(crl_path)),
         ca_pem_(std::move(ca_pem)),
         state_path_(std::move(state_path)) {}
-  absl::Status ReadStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status WriteStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReadStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  absl::Status WriteStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   absl::StatusOr<std::shared_ptr<const Snapshot>> Parse(const std::string& pem) const;
-  absl::Status LoadLocked(bool forced) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PollLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadLocked(bool forced) ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  void PollLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
 
   const std::string crl_path_;
   const std::string ca_pem_;
   const std::string state_path_;
-  // ca_key -> highest CRL Number accepted (hex); from state_path_ at Open.
-  std::map<std::string, std::string> highest_ ABSL_GUARDED_BY(mu_);
   absl::Duration poll_ = absl::Seconds(1);
+  // Two locks, so that a reload (read, parse, verify, fsync of the state
+  // file) never holds up the authorizations: load_mu_ serializes loads and
+  // guards what only they use; mu_ guards the snapshot the checks read,
+  // swapped in at the end of a load.
+  absl::Mutex load_mu_;
+  // ca_key -> highest CRL Number accepted (hex); from state_path_ at Open.
+  std::map<std::string, std::string> highest_ ABSL_GUARDED_BY(load_mu_);
+  struct stat seen_ ABSL_GUARDED_BY(load_mu_) {};  // file identity last attempted
   absl::Mutex mu_;
   std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(mu_);
-  struct stat seen_ ABSL_GUARDED_BY(mu_) {};  // file identity last attempted
   absl::Time last_poll_ ABSL_GUARDED_BY(mu_);
 };
 
