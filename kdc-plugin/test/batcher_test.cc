@@ -304,8 +304,8 @@ TEST_F(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
   absl::Time t0 = absl::Now();
   ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
   ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());  // back to back: same batch
-  absl::SleepFor(absl::Milliseconds(40));
-  // The servers are busy with batch 1: these wait, then go together.
+  WaitRunCalls(1);  // batch 1 went out (after the 20 ms coalescing)
+  // The servers are busy with batch 1 (150 ms): these wait, then go together.
   for (int i = 3; i < 7; ++i) ASSERT_TRUE(b->Submit(i, Decrypt(SecureBytes(40, 7))).ok());
   ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(5)));
   EXPECT_LT(sink_.At(1) - t0, absl::Seconds(1));  // not the 30 s window
