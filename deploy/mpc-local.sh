@@ -32,13 +32,15 @@ find_bin() {  # KMPC_MPC_BIN_DIR, else the most recently built candidate
 # outgoing ports, of which a login storm holds thousands, come from there).
 pick_base() {
   local lo hi b p ok try
+  command -v ss >/dev/null || { echo "mpc-local: ss (iproute2) is needed to pick free ports" >&2; return 1; }
   read -r lo hi < /proc/sys/net/ipv4/ip_local_port_range
   for try in $(seq 200); do
     b=$((10000 + RANDOM % 20000))
     if [ "$try" -le 100 ] && [ $((b + 12)) -ge "$lo" ] && [ "$b" -le "$hi" ]; then continue; fi
     ok=1
     for p in $b $((b + 1)) $((b + 2)) $((b + 10)) $((b + 11)) $((b + 12)); do
-      if ss -Htan "sport = :$p" | grep -q .; then ok=0; break; fi
+      # Not `ss | grep -q`: under pipefail a SIGPIPE'd ss made a busy port look free.
+      if [ -n "$(ss -Htan "sport = :$p")" ]; then ok=0; break; fi
     done
     if [ "$ok" = 1 ]; then echo "$b"; return 0; fi
   done
