@@ -105,10 +105,6 @@ struct Batcher::State {
   uint64_t queued_blocks = 0;
   int inflight = 0;
   bool kicked = false;  // Kick() since the last batch emptied the queue
-  // A finished batch delivered results; the next flush waits for
-  // Drained() or drain_until (BatcherOptions::drain_hold).
-  bool await_drain = false;
-  absl::Time drain_until;
   std::set<std::shared_ptr<BatchRun>> active;
   BatcherStats stats;
   uint64_t next_seq = 1;
@@ -188,15 +184,11 @@ struct Batcher::State {
     if (!closed) sink->Log(level, std::move(line));
   }
   void Finished(const std::shared_ptr<BatchRun>& run, uint64_t blocks,
-                bool failed, bool delivered) {
+                bool failed) {
     {
       std::lock_guard<std::mutex> l(mu);
       active.erase(run);
       --inflight;
-      if (delivered && options.drain_hold > absl::ZeroDuration()) {
-        await_drain = true;
-        drain_until = absl::Now() + options.drain_hold;
-      }
       stats.blocks += blocks;
       if (failed) ++stats.failed_batches;
     }
@@ -920,9 +912,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
                                   fin_us_.load() / 1000.0,
                                   Ms(now - start_)));
     }
-    bool delivered = false;
-    for (const Entry& e : entries_) delivered = delivered || !e.spec;
-    state_->Finished(shared_from_this(), blocks_.load(), failed > 0, delivered);
+    state_->Finished(shared_from_this(), blocks_.load(), failed > 0);
   }
 
   std::shared_ptr<Batcher::State> state_;
@@ -1073,15 +1063,6 @@ void Batcher::Kick() {
   state_->cv.notify_one();
 }
 
-void Batcher::Drained() {
-  {
-    std::lock_guard<std::mutex> l(state_->mu);
-    if (!state_->await_drain) return;
-    state_->await_drain = false;
-  }
-  state_->cv.notify_one();
-}
-
 void Batcher::Dispatch() {
   // No exception may end this thread (std::terminate would take the KDC
   // with it): after a failure (memory), try again shortly. A job lost that
@@ -1121,10 +1102,7 @@ void Batcher::DispatchLoop() {
       continue;
     }
 
-    if (s.await_drain && now >= s.drain_until) s.await_drain = false;
-    if (!s.queue.empty() && s.inflight < o.max_inflight && s.await_drain) {
-      wake = std::min(wake, s.drain_until);
-    } else if (!s.queue.empty() && s.inflight < o.max_inflight) {
+    if (!s.queue.empty() && s.inflight < o.max_inflight) {
       absl::Time flush_at;
       if (s.queue.size() >= o.max_jobs || s.queued_blocks >= o.max_blocks)
         flush_at = now;

@@ -71,11 +71,6 @@ struct BatcherOptions {
   // failed or hung batch takes more logins with it (all of them until
   // `deadline`).
   int max_inflight = 1;
-  // After a batch whose results went to the submitter, the next flush
-  // waits (at most this long) until Drained() says the submitter has
-  // handled them: the tickets and replies those results lead to then go
-  // into the next batch instead of being split across two. 0: off.
-  absl::Duration drain_hold = absl::Milliseconds(20);
   // Jobs waiting beyond this are refused at submit (kUnavailable): an
   // overloaded or slow cluster must not grow the KDC without bound.
   size_t max_queue = 65536;
@@ -143,11 +138,6 @@ class Batcher {
   // gets the queued jobs at once instead of after `coalesce`. Cheap; may be
   // called from any thread.
   void Kick();
-
-  // The submitter has taken every result delivered so far and submitted
-  // the jobs they led to (the KDC's loop drained the module's queue). See
-  // BatcherOptions::drain_hold.
-  void Drained();
 
   // Stops the dispatcher thread and abandons queued and in-flight jobs: the
   // sink receives nothing once Stop has returned. The transport must stay

@@ -52,9 +52,6 @@ int kmpc_core_arm_kick(kmpc_core *core);
 /* The loop thread has submitted what it had for now: an idle cluster may get
  * the queued jobs without waiting for the coalesce delay. */
 void kmpc_core_kick(kmpc_core *core);
-/* The loop has taken every completion (kmpc_core_next returned 0) and
- * submitted what they led to. */
-void kmpc_core_drained(kmpc_core *core);
 
 /* Return 1 and fill *out if a log line waits (free *line_out). */
 int kmpc_core_next_log(kmpc_core *core, int *level_out, char **line_out);

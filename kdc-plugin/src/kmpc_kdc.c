@@ -85,8 +85,6 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
         free(c.message);
         (*c.done)(c.arg, c.code, c.output);
     }
-    /* What those results led to (tickets, replies) is queued now. */
-    kmpc_core_drained(data->core);
 }
 
 static void

@@ -264,13 +264,6 @@ extern "C" void kmpc_core_kick(kmpc_core* core) {
   }
 }
 
-extern "C" void kmpc_core_drained(kmpc_core* core) {
-  try {
-    core->batcher->Drained();
-  } catch (...) {
-  }
-}
-
 extern "C" int kmpc_core_next_log(kmpc_core* core, int* level_out,
                                   char** line_out) {
   *line_out = nullptr;

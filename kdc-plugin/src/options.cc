@@ -114,10 +114,6 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       auto n = Int(name, v, 100, 60000);
       if (!n.ok()) return n.status();
       b.speculate_ttl = absl::Milliseconds(*n);
-    } else if (name == "drain_hold_ms") {
-      auto n = Int(name, v, 0, 1000);
-      if (!n.ok()) return n.status();
-      b.drain_hold = absl::Milliseconds(*n);
     } else if (name == "debug") {
       auto f = Bool(name, v);
       if (!f.ok()) return f.status();

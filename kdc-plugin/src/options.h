@@ -14,8 +14,6 @@
 //   backlog_batch_jobs = 1024  a batch takes every waiting job up to this
 //   backlog_batch_blocks = 65536   many jobs / AES blocks (batcher.h)
 //   max_inflight = 1           batches in flight at once
-//   drain_hold_ms = 20         after a batch, wait this long at most for the
-//                              KDC to take its results (batcher.h)
 //   max_queue_jobs = 65536     jobs allowed to wait; more are refused
 //                              (KRB5KDC_ERR_SVC_UNAVAILABLE)
 //   deadline_ms = 3000         a batch not done by then fails (every job

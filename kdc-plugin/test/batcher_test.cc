@@ -259,40 +259,6 @@ TEST_F(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
     EXPECT_GE(at[k] - at[k - 1], absl::Milliseconds(145)) << k;
 }
 
-// After a batch whose results went to the KDC, the next flush waits for
-// Drained() (the KDC has submitted what those results led to), at most
-// drain_hold.
-TEST_F(BatcherTest, NextFlushWaitsForDrainedOrTheHold) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.max_jobs = 2;
-  o.max_inflight = 1;
-  o.drain_hold = absl::Milliseconds(400);
-  fake_.set_latency(absl::Milliseconds(10));
-  auto b = Make(o);
-  auto second_run_after = [&](int first_token, bool drained) {
-    ASSERT_TRUE(b->Submit(first_token, Encrypt("a")).ok());
-    ASSERT_TRUE(b->Submit(first_token + 1, Encrypt("b")).ok());
-    ASSERT_TRUE(sink_.WaitFor(first_token + 2, absl::Seconds(5)));
-    const absl::Time done = absl::Now();
-    const int runs = RunCalls();
-    ASSERT_TRUE(b->Submit(first_token + 2, Encrypt("c")).ok());
-    ASSERT_TRUE(b->Submit(first_token + 3, Encrypt("d")).ok());
-    if (drained) b->Drained();
-    WaitRunCalls(runs + 1);
-    const absl::Duration waited = absl::Now() - done;
-    if (drained) {
-      EXPECT_LT(waited, absl::Milliseconds(300));
-    } else {
-      EXPECT_GE(waited, absl::Milliseconds(300));
-    }
-    ASSERT_TRUE(sink_.WaitFor(first_token + 4, absl::Seconds(5)));
-  };
-  second_run_after(0, false);
-  absl::SleepFor(absl::Milliseconds(450));  // the hold after batch 2 ends
-  second_run_after(4, true);
-}
-
 TEST_F(BatcherTest, BacklogBatchIsCappedByBlocks) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
@@ -951,8 +917,7 @@ TEST(OptionsTest, ParsesAndRejects) {
                          "max_batch_blocks=99", "debug=yes",
                          "max_queue_jobs=7", "speculate=off",
                          "speculate_ttl_ms=1500", "backlog_batch_jobs=33",
-                         "backlog_batch_blocks=444", "max_inflight=2",
-                         "drain_hold_ms=7"});
+                         "backlog_batch_blocks=444", "max_inflight=2"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_FALSE(o->batcher.speculate);
   EXPECT_EQ(o->batcher.speculate_ttl, absl::Milliseconds(1500));
@@ -973,7 +938,6 @@ TEST(OptionsTest, ParsesAndRejects) {
   EXPECT_EQ(o->batcher.backlog_blocks, 444u);
   EXPECT_EQ(o->batcher.max_inflight, 2);
   EXPECT_EQ(BatcherOptions().max_inflight, 1);
-  EXPECT_EQ(o->batcher.drain_hold, absl::Milliseconds(7));
   // Three relations instead of a list.
   EXPECT_TRUE(ParseOptions({"servers=h:1", "servers=h:2", "servers=h:3",
                             "ca=a", "cert=b", "key=c"})
