@@ -48,9 +48,9 @@ struct BatcherOptions {
   size_t max_jobs = 256;
   uint64_t max_blocks = 16384;
   // A batch takes every queued job up to these caps (raised to max_jobs /
-  // max_blocks when set lower): more than max_jobs jobs wait only while max_inflight
-  // batches run (the cluster is the bottleneck) or after a burst, and then
-  // one bigger batch costs the servers and the KDC less per job than
+  // max_blocks when set lower): more than max_jobs jobs wait only while
+  // max_inflight batches run (the cluster is the bottleneck) or after a
+  // burst, and then one bigger batch costs the servers and the KDC less per job than
   // several of max_jobs (fewer ring messages, gRPC calls and wake-ups per
   // login) without adding latency, since those jobs were waiting anyway.
   size_t backlog_jobs = 1024;

@@ -100,11 +100,19 @@ class BatcherTest : public ::testing::Test {
       absl::SleepFor(absl::Milliseconds(5));
     ASSERT_GE(RunCalls(), n);
   }
-  int RunCalls() {
-    int n = 0;
-    for (const auto& c : fake_.calls()) n += c.method == "Run" && c.party == 0;
-    return n;
+  // Party 0's Run calls (one per batch, or per re-run), oldest first.
+  std::vector<FakeCluster::Call> Runs() {
+    std::vector<FakeCluster::Call> out;
+    for (const auto& c : fake_.calls())
+      if (c.method == "Run" && c.party == 0) out.push_back(c);
+    return out;
   }
+  std::vector<int> RunSizes() {
+    std::vector<int> sizes;
+    for (const auto& c : Runs()) sizes.push_back(c.jobs);
+    return sizes;
+  }
+  int RunCalls() { return static_cast<int>(Runs().size()); }
   FakeCluster fake_;  // outlives the batchers
   CollectingSink sink_;
 };
@@ -243,20 +251,14 @@ TEST_F(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
   WaitRunCalls(1);  // batch 1 is in flight (150 ms)
   for (int i = 4; i < 22; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
   ASSERT_TRUE(sink_.WaitFor(22, absl::Seconds(5)));
-  std::vector<int> sizes;
-  std::vector<absl::Time> at;
-  for (const auto& c : fake_.calls())
-    if (c.method == "Run" && c.party == 0) {
-      sizes.push_back(c.jobs);
-      at.push_back(c.at);
-    }
   // 4; then 10 of the 18 that waited (the cap); then the other 8 at once
   // (still >= max_jobs): not in batches of 4, and nothing waits for 30 s.
-  ASSERT_EQ(sizes, (std::vector<int>{4, 10, 8}));
+  ASSERT_EQ(RunSizes(), (std::vector<int>{4, 10, 8}));
   for (int i = 0; i < 22; ++i) EXPECT_TRUE(sink_.Get(i).status.ok()) << i;
   // One batch at a time: each Run starts after the previous one's answer.
-  for (size_t k = 1; k < at.size(); ++k)
-    EXPECT_GE(at[k] - at[k - 1], absl::Milliseconds(145)) << k;
+  const auto runs = Runs();
+  for (size_t k = 1; k < runs.size(); ++k)
+    EXPECT_GE(runs[k].at - runs[k - 1].at, absl::Milliseconds(145)) << k;
 }
 
 TEST_F(BatcherTest, BacklogBatchIsCappedByBlocks) {
@@ -272,9 +274,7 @@ TEST_F(BatcherTest, BacklogBatchIsCappedByBlocks) {
   WaitRunCalls(1);
   for (int i = 2; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
   ASSERT_TRUE(sink_.WaitFor(8, absl::Seconds(5)));
-  std::vector<int> sizes;
-  for (const auto& c : fake_.calls())
-    if (c.method == "Run" && c.party == 0) sizes.push_back(c.jobs);
+  const std::vector<int> sizes = RunSizes();
   ASSERT_GE(sizes.size(), 3u);
   EXPECT_EQ(sizes[0], 2);
   EXPECT_EQ(sizes[1], 3);  // 6 blocks
@@ -309,9 +309,7 @@ TEST_F(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
   for (int i = 3; i < 7; ++i) ASSERT_TRUE(b->Submit(i, Decrypt(SecureBytes(40, 7))).ok());
   ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(5)));
   EXPECT_LT(sink_.At(1) - t0, absl::Seconds(1));  // not the 30 s window
-  std::vector<int> sizes;
-  for (const auto& c : fake_.calls())
-    if (c.method == "Run" && c.party == 0) sizes.push_back(c.jobs);
+  const std::vector<int> sizes = RunSizes();
   ASSERT_EQ(sizes.size(), 2u);
   EXPECT_EQ(sizes[0], 2);
   EXPECT_EQ(sizes[1], 4);

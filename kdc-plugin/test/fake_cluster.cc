@@ -347,18 +347,10 @@ void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
       return;
     }
     if (extra > absl::ZeroDuration()) {
-      // Answer() below; the extra wait goes in front of the callback.
-      l.unlock();
-      Answer<pb::FinalizeResponse>(
-          "Finalize", party, req.items_size(), req.batch_id(), &fins_,
-          [&](std::array<pb::FinalizeResponse, 3>* out) {
-            return ComputeFinalize(req, out);
-          },
-          [](int, pb::FinalizeResponse*) {}, resp,
-          [this, extra, done](absl::Status st) {
-            Later(extra, [done, st] { done(st); });
-          });
-      return;
+      // The one-shot extra wait goes in front of the callback.
+      done = [this, extra, done = std::move(done)](absl::Status st) {
+        Later(extra, [done, st] { done(st); });
+      };
     }
   }
   Answer<pb::FinalizeResponse>(
