@@ -211,12 +211,16 @@ def median(v):
 
 def batch_breakdown(log_text):
     """Medians of the module's per-batch debug lines, split into batches
-    without a Finalize (the pre-auth DECRYPT + CHECKSUM round) and with one
-    (ticket and reply ENCRYPT)."""
+    without a Finalize (the pre-auth DECRYPT + CHECKSUM round, with the
+    speculative keystreams), FINALIZE only (ticket and reply whose keystream
+    the speculation gave: no AES blocks) and both (ticket and reply
+    ENCRYPT without speculation)."""
     rows = [m.groups() for m in BATCH_RE.finditer(log_text)]
     out = {}
-    for kind, sel in (("run_only", lambda f: f == 0.0), ("with_finalize", lambda f: f > 0.0)):
-        rs = [r for r in rows if sel(float(r[10]))]
+    for kind, sel in (("run_only", lambda f, b: f == 0.0),
+                      ("finalize_only", lambda f, b: f > 0.0 and b == 0),
+                      ("with_finalize", lambda f, b: f > 0.0 and b > 0)):
+        rs = [r for r in rows if sel(float(r[10]), int(r[3]))]
         if not rs:
             continue
         col = lambda i, t=float: [t(r[i]) for r in rs if r[i] is not None]  # noqa: E731

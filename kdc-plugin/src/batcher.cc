@@ -55,7 +55,19 @@ constexpr uint32_t kUsageAsRepPart = 3;
 // Plaintexts longer than this are not speculated on, nor learnt from; at
 // most this many speculative keystreams are held.
 constexpr size_t kSpecMaxBytes = 2048;
-constexpr size_t kMaxSpecs = 64;
+// FINALIZE-only batches of speculated jobs in flight at once; and how long
+// such jobs wait for a Kick() (the KDC kicks when the callback that
+// submitted them returns) before they go anyway.
+constexpr int kMaxPreInflight = 4;
+constexpr absl::Duration kPreFallback = absl::Milliseconds(5);
+// Speculation budget: a speculative group whose timestamp did not decrypt,
+// or whose keystream expired unused, was AES work for nothing. Each costs
+// one token; tokens come back at kSpecRefillPerSec up to kSpecBurst, and
+// no group is made without one. A flood of AS-REQs with bad timestamps
+// (unauthenticated) thus cannot make the cluster do the ticket's and
+// reply's AES work for each, beyond a small rate.
+constexpr double kSpecBurst = 256;
+constexpr double kSpecRefillPerSec = 32;
 // Lengths learnt from the last this many ENCRYPT jobs of a usage.
 constexpr size_t kSpecLearn = 64;
 
@@ -105,14 +117,19 @@ struct Batcher::State {
   uint64_t queued_blocks = 0;
   int inflight = 0;
   bool kicked = false;  // Kick() since the last batch emptied the queue
+  // ENCRYPT jobs whose keystream a speculative job already gave: FINALIZE
+  // only, no ring work, so they do not wait for the Run batches in flight
+  // (max_inflight); they go at the next Kick() (or kPreFallback).
+  std::deque<Queued> pre_queue;
+  int pre_inflight = 0;
+  bool pre_kicked = false;
   std::set<std::shared_ptr<BatchRun>> active;
   BatcherStats stats;
   uint64_t next_seq = 1;
   // Speculative keystream (BatcherOptions::speculate).
   std::deque<Spec> specs;
-  // Speculative ENCRYPT jobs queued or in flight (not yet completed): a
-  // timestamp adds a group only while this is 0, so at most one group per
-  // batch, and specs + these stay within kMaxSpecs.
+  // Speculative ENCRYPT jobs queued or in flight (not yet completed):
+  // specs + these stay within options.speculate_max.
   size_t spec_pending = 0;
   // Learnt from AS replies only: a ticket (usage 2) submitted right next
   // to a reply part (usage 3, AS-REP only; a TGS-REP's is usage 8/9), so a
@@ -143,12 +160,28 @@ struct Batcher::State {
     for (size_t n : l) m = std::max(m, n);
     return m == 0 ? 0 : (m + kBlock - 1) / kBlock * kBlock + kBlock;
   }
+  // Speculation budget (kSpecBurst): true while a group may be made.
+  double spec_tokens = kSpecBurst;
+  absl::Time spec_tokens_at;
+  bool SpecBudgetLocked(absl::Time now) {
+    if (spec_tokens_at != absl::Time())
+      spec_tokens = std::min(
+          kSpecBurst, spec_tokens + kSpecRefillPerSec *
+                                        absl::ToDoubleSeconds(now - spec_tokens_at));
+    spec_tokens_at = now;
+    return spec_tokens >= 1;
+  }
+  void SpecWastedLocked(double groups) {
+    spec_tokens -= groups;
+    ++stats.spec_wasted;
+  }
   // Drops expired keystreams (SecureBytes wipes them); returns the next
   // expiry, InfiniteFuture when none is held.
   absl::Time PruneSpecsLocked(absl::Time now) {
     absl::Time next = absl::InfiniteFuture();
     for (auto it = specs.begin(); it != specs.end();) {
       if (it->expires <= now) {
+        SpecWastedLocked(0.5);  // two keystreams per group
         it = specs.erase(it);
       } else {
         next = std::min(next, it->expires);
@@ -164,7 +197,7 @@ struct Batcher::State {
       // here and SecureBytes wipes the keystreams.
       if (stopping) return;
       for (Spec& s : add)
-        if (specs.size() < kMaxSpecs) specs.push_back(std::move(s));
+        if (specs.size() < options.speculate_max) specs.push_back(std::move(s));
     }
     cv.notify_all();  // the dispatcher prunes them when they expire
   }
@@ -183,12 +216,12 @@ struct Batcher::State {
     std::lock_guard<std::mutex> l(sink_mu);
     if (!closed) sink->Log(level, std::move(line));
   }
-  void Finished(const std::shared_ptr<BatchRun>& run, uint64_t blocks,
-                bool failed) {
+  void Finished(const std::shared_ptr<BatchRun>& run, bool pre_only,
+                uint64_t blocks, bool failed) {
     {
       std::lock_guard<std::mutex> l(mu);
       active.erase(run);
-      --inflight;
+      --(pre_only ? pre_inflight : inflight);
       stats.blocks += blocks;
       if (failed) ++stats.failed_batches;
     }
@@ -201,9 +234,10 @@ struct Batcher::State {
 class BatchRun : public std::enable_shared_from_this<BatchRun> {
  public:
   BatchRun(std::shared_ptr<Batcher::State> state, uint64_t seq,
-           std::vector<Queued> jobs, absl::Time start)
+           std::vector<Queued> jobs, absl::Time start, bool pre_only = false)
       : state_(std::move(state)),
         seq_(seq),
+        pre_only_(pre_only),
         start_(start),
         deadline_(start + state_->options.deadline) {
     entries_.resize(jobs.size());
@@ -490,6 +524,11 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       Complete(i, absl::OkStatus(), {});
     }
     if (!specs.empty()) state_->AddSpecs(std::move(specs));
+    if (!failed_groups.empty()) {
+      std::lock_guard<std::mutex> l(state_->mu);
+      for (size_t g = 0; g < failed_groups.size(); ++g)
+        state_->SpecWastedLocked(1);
+    }
     for (int k = 0; k < n; ++k) {
       size_t i = step->idx[k];
       Entry& e = entries_[i];
@@ -912,11 +951,12 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
                                   fin_us_.load() / 1000.0,
                                   Ms(now - start_)));
     }
-    state_->Finished(shared_from_this(), blocks_.load(), failed > 0);
+    state_->Finished(shared_from_this(), pre_only_, blocks_.load(), failed > 0);
   }
 
   std::shared_ptr<Batcher::State> state_;
   const uint64_t seq_;
+  const bool pre_only_;  // FINALIZE of speculated jobs only (pre_queue)
   const absl::Time start_;
   const absl::Time deadline_;
   std::mutex mu_;  // guards done flags, open_, failed_
@@ -948,7 +988,7 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
   q.blocks = JobBlocks(job);
   q.job = std::move(job);
   q.enqueued = absl::Now();
-  const bool spec_on = options_.speculate && options_.early_flush;
+  const bool spec_on = options_.speculate;
   std::vector<Queued> extra;  // speculative ENCRYPT jobs
   bool wake;
   {
@@ -956,10 +996,10 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
     State& s = *state_;
     if (state_->stopping)
       return absl::UnavailableError("the kdcmpc module is shutting down");
-    if (state_->queue.size() >= options_.max_queue)
+    if (state_->queue.size() + state_->pre_queue.size() >= options_.max_queue)
       return absl::UnavailableError(absl::StrCat(
-          "the MPC cluster is overloaded: ", state_->queue.size(),
-          " jobs wait"));
+          "the MPC cluster is overloaded: ",
+          state_->queue.size() + state_->pre_queue.size(), " jobs wait"));
     const Job& j = q.job;
     const uint64_t at = ++s.submits;
     if (spec_on && j.type == JobType::kEncrypt &&
@@ -1000,9 +1040,9 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
         break;
       }
     } else if (spec_on && j.type == JobType::kDecrypt &&
-               j.usage == kUsageEncTimestamp && s.inflight == 0 &&
-               !s.ticket_key_id.empty() && s.spec_pending == 0 &&
-               s.specs.size() + 2 <= kMaxSpecs) {
+               j.usage == kUsageEncTimestamp && !s.ticket_key_id.empty() &&
+               s.specs.size() + s.spec_pending + 2 <= options_.speculate_max &&
+               s.SpecBudgetLocked(q.enqueued)) {
       const size_t nt = s.SpecBytesLocked(kUsageTicket);
       const size_t nr = s.SpecBytesLocked(kUsageAsRepPart);
       if (nt > 0 && nr > 0) {
@@ -1026,39 +1066,52 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
         s.spec_pending += extra.size();
       }
     }
-    // Wake the dispatcher only when this job changes its decision: the
-    // flush time depends on the oldest queued job (or a full queue), and
-    // the dispatcher re-evaluates after every batch start and completion
-    // anyway. A wake-up per job (three per login) cost the KDC's event
-    // loop a futex call and usually a context switch each, under load.
-    const bool was_empty = state_->queue.empty();
-    const uint64_t blocks_before = state_->queued_blocks;
-    const size_t size_before = state_->queue.size();
-    state_->queued_blocks += q.blocks;
-    state_->queue.push_back(std::move(q));
-    for (Queued& x : extra) {
-      state_->queued_blocks += x.blocks;
-      state_->queue.push_back(std::move(x));
+    if (q.pre) {
+      // FINALIZE only: flushed at the next Kick(), or kPreFallback after
+      // the first of them if no Kick comes.
+      wake = state_->pre_queue.empty();
+      state_->pre_queue.push_back(std::move(q));
+    } else {
+      // Wake the dispatcher only when this job changes its decision: the
+      // flush time depends on the oldest queued job (or a full queue), and
+      // the dispatcher re-evaluates after every batch start and completion
+      // anyway. A wake-up per job (three per login) cost the KDC's event
+      // loop a futex call and usually a context switch each, under load.
+      const bool was_empty = state_->queue.empty();
+      const uint64_t blocks_before = state_->queued_blocks;
+      const size_t size_before = state_->queue.size();
+      state_->queued_blocks += q.blocks;
+      state_->queue.push_back(std::move(q));
+      for (Queued& x : extra) {
+        state_->queued_blocks += x.blocks;
+        state_->queue.push_back(std::move(x));
+      }
+      wake = was_empty ||
+             (size_before < options_.max_jobs &&
+              state_->queue.size() >= options_.max_jobs) ||
+             (blocks_before < options_.max_blocks &&
+              state_->queued_blocks >= options_.max_blocks);
     }
-    wake = was_empty ||
-           (size_before < options_.max_jobs &&
-            state_->queue.size() >= options_.max_jobs) ||
-           (blocks_before < options_.max_blocks &&
-            state_->queued_blocks >= options_.max_blocks);
   }
   if (wake) state_->cv.notify_one();  // the dispatcher is the only waiter
   return absl::OkStatus();
 }
 
 void Batcher::Kick() {
-  if (!options_.early_flush) return;
   {
     std::lock_guard<std::mutex> l(state_->mu);
-    if (state_->queue.empty() || state_->kicked) return;
-    state_->kicked = true;
-    // With a batch in flight the queue waits for it anyway; its completion
-    // wakes the dispatcher, which then sees `kicked`.
-    if (state_->inflight != 0) return;
+    bool wake = false;
+    if (!state_->pre_queue.empty() && !state_->pre_kicked) {
+      state_->pre_kicked = true;
+      wake = true;
+    }
+    if (options_.early_flush && !state_->queue.empty() && !state_->kicked) {
+      state_->kicked = true;
+      // With a batch in flight the queue waits for it anyway; its
+      // completion wakes the dispatcher, which then sees `kicked`.
+      wake |= state_->inflight == 0;
+    }
+    if (!wake) return;
   }
   state_->cv.notify_one();
 }
@@ -1102,6 +1155,33 @@ void Batcher::DispatchLoop() {
       continue;
     }
 
+    // Speculated ENCRYPT jobs: their FINALIZE needs no ring work, so it
+    // does not wait for the Run batch in flight.
+    if (!s.pre_queue.empty() && s.pre_inflight < kMaxPreInflight) {
+      const absl::Time at =
+          s.pre_kicked ? now : s.pre_queue.front().enqueued + kPreFallback;
+      if (at <= now) {
+        std::vector<Queued> batch;
+        const size_t take = std::max(o.max_jobs, o.backlog_jobs);
+        while (!s.pre_queue.empty() && batch.size() < take) {
+          batch.push_back(std::move(s.pre_queue.front()));
+          s.pre_queue.pop_front();
+        }
+        if (s.pre_queue.empty()) s.pre_kicked = false;
+        ++s.stats.batches;
+        s.stats.jobs += batch.size();
+        auto run = std::make_shared<BatchRun>(state_, s.next_seq++,
+                                              std::move(batch), now, true);
+        s.active.insert(run);
+        ++s.pre_inflight;
+        lk.unlock();
+        run->Start();
+        run.reset();
+        lk.lock();
+        continue;
+      }
+      wake = std::min(wake, at);
+    }
     if (!s.queue.empty() && s.inflight < o.max_inflight) {
       absl::Time flush_at;
       if (s.queue.size() >= o.max_jobs || s.queued_blocks >= o.max_blocks)
@@ -1160,6 +1240,7 @@ void Batcher::Stop() {
   }
   std::lock_guard<std::mutex> l(state_->mu);
   state_->queue.clear();
+  state_->pre_queue.clear();
   state_->queued_blocks = 0;
   state_->specs.clear();  // SecureBytes wipes the keystreams
   state_->spec_pending = 0;
@@ -1168,7 +1249,7 @@ void Batcher::Stop() {
 BatcherStats Batcher::stats() const {
   std::lock_guard<std::mutex> l(state_->mu);
   BatcherStats out = state_->stats;
-  out.inflight = state_->inflight;
+  out.inflight = state_->inflight + state_->pre_inflight;
   out.spec_held = state_->specs.size();
   return out;
 }

@@ -53,7 +53,7 @@ struct BatcherOptions {
   // burst, and then one bigger batch costs the servers and the KDC less per job than
   // several of max_jobs (fewer ring messages, gRPC calls and wake-ups per
   // login) without adding latency, since those jobs were waiting anyway.
-  size_t backlog_jobs = 1024;
+  size_t backlog_jobs = 2048;
   uint64_t backlog_blocks = 65536;
   absl::Duration deadline = absl::Milliseconds(3000);
   bool early_flush = false;
@@ -74,25 +74,30 @@ struct BatcherOptions {
   // Jobs waiting beyond this are refused at submit (kUnavailable): an
   // overloaded or slow cluster must not grow the KDC without bound.
   size_t max_queue = 65536;
-  // Per-batch figures (jobs, blocks, latency) in the log.
+  // Per-batch figures (jobs, blocks, latency) in the log (at LOG_DEBUG:
+  // the KDC needs [logging] debug = true to write them to a file).
   bool debug = false;
-  // Speculative keystream (early flush only, and only while no batch is in
-  // flight): an AS-REQ's encrypted-timestamp DECRYPT (usage 1) takes two
-  // ENCRYPT jobs along in its batch, the ticket's (usage 2, the krbtgt key
-  // last seen) and the reply's (usage 3, the client's key), sized by the
-  // longest plaintexts seen lately. When the KDC then encrypts the ticket
-  // and the reply, a matching keystream is used and only FINALIZE runs: a
-  // login needs one MPC Run instead of two. Keystreams not used within
+  // Speculative keystream: an AS-REQ's encrypted-timestamp DECRYPT (usage
+  // 1) takes two ENCRYPT jobs along in its batch, the ticket's (usage 2,
+  // the krbtgt key last seen) and the reply's (usage 3, the client's key),
+  // sized by the longest plaintexts seen lately. When the KDC then
+  // encrypts the ticket and the reply, a matching keystream is used and
+  // only FINALIZE runs, in a batch of its own that goes at the next Kick()
+  // without waiting for the Run batches in flight: a login needs one MPC
+  // Run instead of two, idle or under load. Keystreams not used within
   // speculate_ttl (counted from their Run) are dropped and wiped, by the
   // dispatcher even while idle; one whose DECRYPT failed is dropped at
-  // once. speculate_ttl must stay well below the servers' ENCRYPT-state
-  // TTL (mpc-server --encrypt_state_ttl_ms, default 10000). A keystream
-  // the servers no longer hold costs only time: its jobs' FINALIZE is a
+  // once, and such waste draws on a budget (batcher.cc, kSpecBurst) so
+  // that bad timestamps cannot make the cluster do this work at will.
+  // speculate_ttl must stay well below the servers' ENCRYPT-state TTL
+  // (mpc-server --encrypt_state_ttl_ms, default 10000). A keystream the
+  // servers no longer hold costs only time: its jobs' FINALIZE is a
   // request of its own, and when it fails they are re-run as ordinary
-  // ENCRYPT jobs. At most one speculative group per batch, and at most
-  // 64 keystreams held or on their way.
+  // ENCRYPT jobs. At most speculate_max keystreams held or on their way.
   bool speculate = true;
   absl::Duration speculate_ttl = absl::Seconds(4);
+  // Speculative keystreams held or on their way, at most.
+  size_t speculate_max = 8192;
 };
 
 struct Result {
@@ -121,6 +126,8 @@ struct BatcherStats {
   uint64_t spec_rerun = 0;       // jobs whose speculative FINALIZE failed,
                                  // re-run as ordinary ENCRYPT jobs
   size_t spec_held = 0;          // speculative keystreams held now
+  uint64_t spec_wasted = 0;      // groups whose timestamp failed, and
+                                 // keystreams that expired unused
   int inflight = 0;              // batches running now
 };
 
@@ -134,9 +141,9 @@ class Batcher {
   absl::Status Submit(uint64_t token, Job job);
 
   // The submitter has no more jobs for now (the KDC's event loop finished
-  // the callback that submitted them): with early_flush, an idle cluster
-  // gets the queued jobs at once instead of after `coalesce`. Cheap; may be
-  // called from any thread.
+  // the callback that submitted them): speculated jobs go to FINALIZE now,
+  // and with early_flush an idle cluster gets the queued jobs at once
+  // instead of after `coalesce`. Cheap; may be called from any thread.
   void Kick();
 
   // Stops the dispatcher thread and abandons queued and in-flight jobs: the

@@ -70,8 +70,9 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
     kmpc_core_ack(data->core);
     if (data->kick) {
         /* The callback that submitted jobs has returned: the jobs of one
-         * request (the ticket and the reply of an AS-REQ) are all queued,
-         * and an idle cluster may get them now. */
+         * request (the ticket and the reply of an AS-REQ) are all queued;
+         * speculated ones go to FINALIZE now, and an idle cluster (early
+         * flush) may get the others now. */
         data->kick = FALSE;
         kmpc_core_kick(data->core);
     }

@@ -133,7 +133,7 @@ struct kmpc_core {
   // Touched only on the KDC's event loop thread (submit and next).
   std::unordered_map<uint64_t, std::pair<krb5_kdcmpc_done_fn, void*>> pending;
   uint64_t next_token = 1;
-  bool early_flush = false;
+  bool kick = false;
 
   ~kmpc_core() {
     // Order matters: no batcher thread, then no transport callback, then
@@ -177,7 +177,8 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
       return EINVAL;
     }
     core->transport = std::move(*t);
-    core->early_flush = mo->batcher.early_flush;
+    // Kick(): early flush, and the FINALIZE of speculated jobs.
+    core->kick = mo->batcher.early_flush || mo->batcher.speculate;
     core->batcher = std::make_unique<kmpc::kdc::Batcher>(
         mo->batcher, core->transport.get(), core->sink.get());
     *core_out = core.release();
@@ -252,7 +253,7 @@ extern "C" void kmpc_core_ack(kmpc_core* core) {
 }
 
 extern "C" int kmpc_core_arm_kick(kmpc_core* core) {
-  if (!core->early_flush) return 0;
+  if (!core->kick) return 0;
   uint64_t one = 1;
   return write(core->efd, &one, sizeof(one)) == sizeof(one);
 }

@@ -114,6 +114,10 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       auto n = Int(name, v, 100, 60000);
       if (!n.ok()) return n.status();
       b.speculate_ttl = absl::Milliseconds(*n);
+    } else if (name == "speculate_max") {
+      auto n = Int(name, v, 2, 1 << 20);
+      if (!n.ok()) return n.status();
+      b.speculate_max = *n;
     } else if (name == "debug") {
       auto f = Bool(name, v);
       if (!f.ok()) return f.status();

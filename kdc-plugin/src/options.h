@@ -11,7 +11,7 @@
 //   early_flush = false        flush at once when no batch is in flight
 //   coalesce_us = 500          early flush: wait this long for jobs
 //                              submitted back to back
-//   backlog_batch_jobs = 1024  a batch takes every waiting job up to this
+//   backlog_batch_jobs = 2048  a batch takes every waiting job up to this
 //   backlog_batch_blocks = 65536   many jobs / AES blocks (batcher.h)
 //   max_inflight = 1           batches in flight at once
 //   max_queue_jobs = 65536     jobs allowed to wait; more are refused
@@ -19,9 +19,10 @@
 //   deadline_ms = 3000         a batch not done by then fails (every job
 //                              KRB5KDC_ERR_SVC_UNAVAILABLE)
 //   debug = false              per-batch figures in the KDC log
-//   speculate = true           early flush, idle cluster: the AS-REQ's
-//                              timestamp DECRYPT brings the ticket's and
-//                              reply's keystream along (batcher.h)
+//   speculate = true           the AS-REQ's timestamp DECRYPT brings the
+//                              ticket's and reply's keystream along
+//                              (batcher.h)
+//   speculate_max = 8192       keystreams held or on their way, at most
 //   speculate_ttl_ms = 4000    unused speculative keystream is dropped
 //                              after this; keep it well below the servers'
 //                              --encrypt_state_ttl_ms (default 10000)

@@ -517,7 +517,8 @@ TEST_F(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
   ASSERT_TRUE(b->Submit(7, Enc(kKeyId, 7, 100)).ok());  // ordinary
   b->Kick();
   ASSERT_TRUE(sink_.WaitFor(7));
-  EXPECT_EQ(b->stats().batches, batches0 + 1);  // one batch
+  // Job 7's batch, and the FINALIZE-only batch of the speculated jobs.
+  EXPECT_EQ(b->stats().batches, batches0 + 2);
   EXPECT_EQ(b->stats().spec_used, 2u);
   EXPECT_EQ(b->stats().spec_rerun, 2u);
   EXPECT_EQ(RunCalls(), runs0 + 2);  // job 7's Run, and the re-run
@@ -613,27 +614,99 @@ TEST_F(SpeculationTest, AllCulpritRunStillFinalizesSpeculativeJobs) {
   EXPECT_EQ(b->stats().spec_rerun, 0u);
 }
 
-// Two timestamps in one batch bring one speculative group along, not two:
-// speculative jobs already queued count against the cap.
-TEST_F(SpeculationTest, OneSpeculativeGroupPerBatch) {
-  auto b = Make(Opts());
-  Speculate(b.get());
+// Every timestamp in a batch brings its own group along; speculative jobs
+// held or queued count against speculate_max.
+TEST_F(SpeculationTest, EveryTimestampBringsItsGroupUpToTheCap) {
+  BatcherOptions o = Opts();
+  o.speculate_max = 6;
+  auto b = Make(o);
+  Speculate(b.get());  // holds 2
   const SecureBytes ts = sink_.Get(1003).output;
   ASSERT_TRUE(b->Submit(5, Decrypt(ts, 1)).ok());
   ASSERT_TRUE(b->Submit(6, Decrypt(ts, 1)).ok());
-  b->Kick();
-  ASSERT_TRUE(sink_.WaitFor(6));
-  EXPECT_TRUE(sink_.Get(5).status.ok());
-  EXPECT_TRUE(sink_.Get(6).status.ok());
-  EXPECT_EQ(b->stats().spec_encrypts, 4u);
-  EXPECT_EQ(fake_.calls().back().jobs, 4);
-  WaitIdle(b.get());
-  EXPECT_EQ(b->stats().spec_held, 4u);
-  // The next timestamp, on an idle cluster, brings a group again.
-  ASSERT_TRUE(b->Submit(8, Decrypt(ts, 1)).ok());
+  ASSERT_TRUE(b->Submit(7, Decrypt(ts, 1)).ok());  // 2 + 4 = the cap
   b->Kick();
   ASSERT_TRUE(sink_.WaitFor(7));
+  for (uint64_t t : {5, 6, 7}) EXPECT_TRUE(sink_.Get(t).status.ok());
   EXPECT_EQ(b->stats().spec_encrypts, 6u);
+  EXPECT_EQ(fake_.calls().back().jobs, 7);
+  WaitIdle(b.get());
+  EXPECT_EQ(b->stats().spec_held, 6u);
+}
+
+// Under load, without early flush (the 100 ms window): the timestamp's
+// batch brings the ticket's and reply's keystreams along, and their
+// FINALIZE goes at the KDC's Kick() without waiting for the Run batch in
+// flight (max_inflight 1): a login needs one Run, not two.
+TEST_F(SpeculationTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  o.early_flush = false;
+  o.max_inflight = 1;
+  o.deadline = absl::Seconds(10);
+  auto b = Make(o);
+  ASSERT_TRUE(b->Submit(1, Enc(tgt_id_, 2, 40)).ok());
+  ASSERT_TRUE(b->Submit(2, Enc(kKeyId, 3, 40)).ok());
+  ASSERT_TRUE(b->Submit(3, Encrypt("a timestamp", 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  ASSERT_TRUE(b->Submit(4, Decrypt(sink_.Get(3).output, 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(4));
+  ASSERT_EQ(Str(sink_.Get(4).output), "a timestamp");
+  EXPECT_EQ(b->stats().spec_encrypts, 2u);
+  EXPECT_EQ(fake_.calls().back().jobs, 3);
+  WaitIdle(b.get());
+
+  // Another login's batch occupies the ring for 2 s.
+  fake_.set_run_delay(absl::Seconds(2));
+  const int runs0 = RunCalls();
+  ASSERT_TRUE(b->Submit(10, Enc(kKeyId, 7, 100)).ok());
+  WaitRunCalls(runs0 + 1);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
+  ASSERT_TRUE(b->Submit(6, Enc(kKeyId, 3, 64)).ok());
+  b->Kick();
+  ASSERT_TRUE(sink_.WaitFor(6));
+  EXPECT_LT(sink_.At(6) - t0, absl::Seconds(1));
+  ExpectEncrypted(5, tgt_key_, 2, 64);
+  ExpectEncrypted(6, kKey, 3, 64);
+  EXPECT_EQ(b->stats().spec_used, 2u);
+  ASSERT_TRUE(sink_.WaitFor(7));
+  ExpectEncrypted(10, kKey, 7, 100);
+  EXPECT_GT(sink_.At(10), sink_.At(6));
+  EXPECT_EQ(RunCalls(), runs0 + 1);  // 5 and 6: FINALIZE only
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// Timestamps that do not decrypt (an unauthenticated flood of bad
+// pre-auth) use up the speculation budget: after it, a timestamp brings no
+// keystreams along, so such a flood costs the cluster only the timestamps'
+// own AES work.
+TEST_F(SpeculationTest, FailedTimestampsUseUpTheBudget) {
+  BatcherOptions o = Opts();
+  o.early_flush = false;
+  o.window = absl::Milliseconds(20);
+  auto b = Make(o);
+  Speculate(b.get());
+  SecureBytes bad = sink_.Get(1003).output;
+  bad[20] ^= 1;
+  const size_t n0 = sink_.counts().size();
+  for (uint64_t t = 0; t < 400; ++t)  // each speculates: the budget holds
+    ASSERT_TRUE(b->Submit(2000 + t, Decrypt(bad, 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(n0 + 400));
+  for (uint64_t t = 0; t < 400; ++t)
+    ASSERT_TRUE(absl::IsDataLoss(sink_.Get(2000 + t).status));
+  const uint64_t spec0 = b->stats().spec_encrypts;
+  EXPECT_EQ(spec0, 2u + 800);
+  EXPECT_GE(b->stats().spec_wasted, 400u);
+  WaitIdle(b.get());
+  EXPECT_EQ(b->stats().spec_held, 2u);  // the failed groups' were dropped
+  // 400 wasted against a budget of 256: the next timestamps, even good
+  // ones, bring nothing along until it refills (seconds).
+  ASSERT_TRUE(b->Submit(3000, Decrypt(bad, 1)).ok());
+  ASSERT_TRUE(b->Submit(3001, Decrypt(sink_.Get(1003).output, 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(n0 + 402));
+  EXPECT_TRUE(sink_.Get(3001).status.ok());
+  EXPECT_EQ(b->stats().spec_encrypts, spec0);
 }
 
 // Unused keystream is dropped (and wiped) at its expiry by the dispatcher,
@@ -656,10 +729,10 @@ TEST_F(SpeculationTest, ExpiredKeystreamIsDroppedWhileIdle) {
   EXPECT_EQ(b->stats().spec_used, 0u);
 }
 
-TEST_F(BatcherTest, SpeculationOffOrBusyClusterSendsNoExtraJobs) {
+TEST_F(BatcherTest, SpeculationOffSendsNoExtraJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // speculation needs early flush
+  o.speculate = false;
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt(std::string(40, 'x'), 2)).ok());
   ASSERT_TRUE(b->Submit(2, Encrypt(std::string(40, 'y'), 3)).ok());
@@ -914,11 +987,14 @@ TEST(OptionsTest, ParsesAndRejects) {
                          "deadline_ms=1500", "max_batch_jobs=9",
                          "max_batch_blocks=99", "debug=yes",
                          "max_queue_jobs=7", "speculate=off",
-                         "speculate_ttl_ms=1500", "backlog_batch_jobs=33",
+                         "speculate_ttl_ms=1500", "speculate_max=100",
+                         "backlog_batch_jobs=33",
                          "backlog_batch_blocks=444", "max_inflight=2"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_FALSE(o->batcher.speculate);
   EXPECT_EQ(o->batcher.speculate_ttl, absl::Milliseconds(1500));
+  EXPECT_EQ(o->batcher.speculate_max, 100u);
+  EXPECT_EQ(BatcherOptions().speculate_max, 8192u);
   EXPECT_EQ(BatcherOptions().speculate_ttl, absl::Seconds(4));
   EXPECT_TRUE(BatcherOptions().speculate);
   EXPECT_EQ(o->servers[2], "127.0.0.1:3");
@@ -948,6 +1024,7 @@ TEST(OptionsTest, ParsesAndRejects) {
            {"servers=h:1,h:2,h:3", "certs=/c", "early_flush=maybe"},
            {"servers=h:1,h:2,h:3", "certs=/c", "speculate=2"},
            {"servers=h:1,h:2,h:3", "certs=/c", "speculate_ttl_ms=0"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "speculate_max=1"},
            {"servers=h:1,h:2,h:3", "certs=/c", "speculate_ttl_ms=600000"},
            {"servers=h:1,h:2,h:3", "certs=/c", "bogus=1"},
            {"servers=h:1,h:2,h:3", "certs=/c", "backlog_batch_jobs=0"},

@@ -240,6 +240,11 @@ void FakeCluster::DelayNextFinalize(int party, absl::Duration d) {
   next_fin_delay_[party] = d;
 }
 
+void FakeCluster::set_run_delay(absl::Duration d) {
+  std::lock_guard<std::mutex> l(mu_);
+  run_delay_ = d;
+}
+
 void FakeCluster::AddInconsistentKey(const std::string& key_id) {
   std::lock_guard<std::mutex> l(mu_);
   keys_[key_id] = std::string(32, 'i');
@@ -311,6 +316,13 @@ void FakeCluster::Answer(
 
 void FakeCluster::Run(int party, const pb::RunRequest& req,
                       pb::RunResponse* resp, absl::Time deadline, Done done) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (run_delay_ > absl::ZeroDuration())
+      done = [this, extra = run_delay_, done = std::move(done)](absl::Status st) {
+        Later(extra, [done, st] { done(st); });
+      };
+  }
   Answer<pb::RunResponse>(
       "Run", party, req.jobs_size(), req.batch_id(), &runs_,
       [&](std::array<pb::RunResponse, 3>* out) { return ComputeRun(req, out); },

@@ -51,6 +51,8 @@ class FakeCluster : public Transport {
   void ForgetEncryptStates(int party);
   // The next FINALIZE call of `party` answers after `d` (one-shot).
   void DelayNextFinalize(int party, absl::Duration d);
+  // Every Run call answers `d` later than set_latency says (a busy ring).
+  void set_run_delay(absl::Duration d);
   // Finalize callbacks made so far (answers delivered, any status).
   int finalize_answers();
 
@@ -116,6 +118,7 @@ class FakeCluster : public Transport {
   std::array<absl::Duration, 3> next_fin_delay_{};
   std::atomic<int> fin_answers_{0};
   bool zero_ctr0_ = false;
+  absl::Duration run_delay_;
   bool per_job_key_errors_ = false;
   std::set<std::string> inconsistent_;
   std::vector<Call> calls_;
