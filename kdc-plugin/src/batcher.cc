@@ -52,21 +52,22 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 constexpr uint32_t kUsageEncTimestamp = 1;
 constexpr uint32_t kUsageTicket = 2;
 constexpr uint32_t kUsageAsRepPart = 3;
-// Plaintexts longer than this are not speculated on, nor learnt from; at
-// most this many speculative keystreams are held.
+// Plaintexts longer than this are not speculated on, nor learnt from.
 constexpr size_t kSpecMaxBytes = 2048;
 // FINALIZE-only batches of speculated jobs in flight at once; and how long
 // such jobs wait for a Kick() (the KDC kicks when the callback that
 // submitted them returns) before they go anyway.
 constexpr int kMaxPreInflight = 4;
 constexpr absl::Duration kPreFallback = absl::Milliseconds(5);
-// Speculation budget: a speculative group whose timestamp did not decrypt,
-// or whose keystream expired unused, was AES work for nothing. Each costs
-// one token; tokens come back at kSpecRefillPerSec up to kSpecBurst, and
-// no group is made without one. A flood of AS-REQs with bad timestamps
-// (unauthenticated) thus cannot make the cluster do the ticket's and
-// reply's AES work for each, beyond a small rate.
-constexpr double kSpecBurst = 256;
+// Speculation budget: making a speculative group takes a token, and each
+// of its two keystreams gives half of it back when a ticket or reply uses
+// it. A group whose timestamp did not decrypt, or which expired unused, was
+// AES work for nothing, and its token stays spent. Tokens also come back
+// at kSpecRefillPerSec, up to speculate_max / 2 (the groups that may be
+// held anyway), and no group is made without one. A flood of AS-REQs with
+// bad timestamps (unauthenticated) thus gets at most speculate_max / 2
+// groups plus kSpecRefillPerSec per second of ticket and reply AES work
+// out of the cluster, then only its timestamps' own.
 constexpr double kSpecRefillPerSec = 32;
 // Lengths learnt from the last this many ENCRYPT jobs of a usage.
 constexpr size_t kSpecLearn = 64;
@@ -152,43 +153,49 @@ struct Batcher::State {
     last_u2_at = last_u3_at = 0;  // one pair, learnt once
   }
 
-  // The keystream to speculate for a usage: the longest of the recent
-  // plaintexts plus one block, 0 while nothing was learnt.
+  // The keystream to speculate for a usage: the 7/8 quantile of the
+  // recent plaintext lengths (not the longest: one client's oversized
+  // reply, e.g. many addresses, must not make every login's keystream
+  // longer), rounded up to blocks plus one block; 0 while nothing was
+  // learnt. A longer plaintext runs as an ordinary ENCRYPT.
   size_t SpecBytesLocked(uint32_t usage) const {
     const auto& l = lens[usage == kUsageTicket ? 0 : 1];
-    size_t m = 0;
-    for (size_t n : l) m = std::max(m, n);
+    if (l.empty()) return 0;
+    std::vector<size_t> v(l.begin(), l.end());
+    const size_t k = (v.size() - 1) * 7 / 8;
+    std::nth_element(v.begin(), v.begin() + k, v.end());
+    const size_t m = v[k];
     return m == 0 ? 0 : (m + kBlock - 1) / kBlock * kBlock + kBlock;
   }
-  // Speculation budget (kSpecBurst): true while a group may be made.
-  double spec_tokens = kSpecBurst;
+  // Speculation budget (kSpecRefillPerSec); set by the Batcher.
+  double spec_tokens = 0;
+  double spec_burst = 0;
   absl::Time spec_tokens_at;
-  bool SpecBudgetLocked(absl::Time now) {
+  // Takes a token for a new group; false (and none taken) without one.
+  bool TakeSpecTokenLocked(absl::Time now) {
+    // A wall-clock step backwards refills nothing (and takes nothing).
+    const double dt = std::max(0.0, absl::ToDoubleSeconds(now - spec_tokens_at));
     if (spec_tokens_at != absl::Time())
-      spec_tokens = std::min(
-          kSpecBurst, spec_tokens + kSpecRefillPerSec *
-                                        absl::ToDoubleSeconds(now - spec_tokens_at));
+      spec_tokens = std::min(spec_burst, spec_tokens + kSpecRefillPerSec * dt);
     spec_tokens_at = now;
-    return spec_tokens >= 1;
+    if (spec_tokens < 1) return false;
+    spec_tokens -= 1;
+    return true;
   }
-  void SpecWastedLocked(double groups) {
-    spec_tokens -= groups;
-    ++stats.spec_wasted;
+  void SpecUsedLocked() {
+    spec_tokens = std::min(spec_burst, spec_tokens + 0.5);
   }
-  // Drops expired keystreams (SecureBytes wipes them); returns the next
-  // expiry, InfiniteFuture when none is held.
+  // Drops expired keystreams (SecureBytes wipes them) from the front:
+  // they are held in the order of their Runs, i.e. (almost) of expiry; one
+  // behind a later-expiring one waits at most the difference, and is
+  // never used meanwhile (Submit checks). Returns the next expiry,
+  // InfiniteFuture when none is held.
   absl::Time PruneSpecsLocked(absl::Time now) {
-    absl::Time next = absl::InfiniteFuture();
-    for (auto it = specs.begin(); it != specs.end();) {
-      if (it->expires <= now) {
-        SpecWastedLocked(0.5);  // two keystreams per group
-        it = specs.erase(it);
-      } else {
-        next = std::min(next, it->expires);
-        ++it;
-      }
+    while (!specs.empty() && specs.front().expires <= now) {
+      ++stats.spec_wasted;
+      specs.pop_front();
     }
-    return next;
+    return specs.empty() ? absl::InfiniteFuture() : specs.front().expires;
   }
   void AddSpecs(std::vector<Spec> add) {
     {
@@ -196,8 +203,12 @@ struct Batcher::State {
       // After Stop() nothing would prune them: `add` goes out of scope
       // here and SecureBytes wipes the keystreams.
       if (stopping) return;
-      for (Spec& s : add)
-        if (specs.size() < options.speculate_max) specs.push_back(std::move(s));
+      for (Spec& s : add) {
+        if (specs.size() < options.speculate_max)
+          specs.push_back(std::move(s));
+        else
+          ++stats.spec_wasted;  // AES work for nothing; its token stays spent
+      }
     }
     cv.notify_all();  // the dispatcher prunes them when they expire
   }
@@ -526,8 +537,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
     if (!specs.empty()) state_->AddSpecs(std::move(specs));
     if (!failed_groups.empty()) {
       std::lock_guard<std::mutex> l(state_->mu);
-      for (size_t g = 0; g < failed_groups.size(); ++g)
-        state_->SpecWastedLocked(1);
+      state_->stats.spec_wasted += failed_groups.size();  // tokens stay spent
     }
     for (int k = 0; k < n; ++k) {
       size_t i = step->idx[k];
@@ -974,6 +984,8 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
 Batcher::Batcher(BatcherOptions options, Transport* transport, Sink* sink)
     : options_(options), state_(std::make_shared<State>()) {
   state_->options = options;
+  state_->spec_burst = state_->spec_tokens =
+      static_cast<double>(options.speculate_max / 2);
   state_->transport = transport;
   state_->sink = sink;
   dispatcher_ = std::thread([this] { Dispatch(); });
@@ -1023,7 +1035,8 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
       // ticket), which the servers are likelier to have forgotten.
       for (auto rit = s.specs.rbegin(); rit != s.specs.rend(); ++rit) {
         if (rit->usage != j.usage || rit->key_id != j.key_id ||
-            rit->keystream.size() < j.input.size())
+            rit->keystream.size() < j.input.size() ||
+            rit->expires <= q.enqueued)
           continue;
         auto it = std::next(rit).base();
         auto pre = std::make_shared<Prerun>();
@@ -1034,6 +1047,7 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
         for (size_t b = 0; b < j.input.size(); ++b)
           pre->ciphertext[b] = static_cast<char>(j.input[b] ^ it->keystream[b]);
         s.specs.erase(it);  // the keystream wipes itself
+        s.SpecUsedLocked();
         q.pre = std::move(pre);
         q.blocks = 0;  // no AES work left
         ++s.stats.spec_used;
@@ -1042,10 +1056,11 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
     } else if (spec_on && j.type == JobType::kDecrypt &&
                j.usage == kUsageEncTimestamp && !s.ticket_key_id.empty() &&
                s.specs.size() + s.spec_pending + 2 <= options_.speculate_max &&
-               s.SpecBudgetLocked(q.enqueued)) {
+               // A long queue: the jobs the KDC needs come first.
+               s.queue.size() < options_.max_queue / 2) {
       const size_t nt = s.SpecBytesLocked(kUsageTicket);
       const size_t nr = s.SpecBytesLocked(kUsageAsRepPart);
-      if (nt > 0 && nr > 0) {
+      if (nt > 0 && nr > 0 && s.TakeSpecTokenLocked(q.enqueued)) {
         q.spec_group = s.next_group++;
         for (auto [key, usage, bytes] :
              {std::tuple<const std::string*, uint32_t, size_t>{

@@ -7,7 +7,8 @@
 // queue is also flushed after only `coalesce` when no batch is in flight
 // (the servers are idle), which gives low latency at low load; under load
 // the in-flight batch makes the queue wait, so batches grow by themselves.
-// At most max_inflight batches run at once.
+// At most max_inflight batches run at once, plus at most four FINALIZE-only
+// batches of speculated jobs (below).
 //
 // One batch: Run on the three servers in parallel; every revealed value
 // arrives as two copies of each of its three XOR shares (server i sends
@@ -16,8 +17,9 @@
 // rejected. Non-ENCRYPT jobs complete right there; ENCRYPT jobs XOR the
 // keystream into the plaintext and go through one batched Finalize call per
 // server for their tags, then complete as ctr0 || C || T. ENCRYPT jobs
-// with a speculative keystream (below) skip the Run: their Finalize is a
-// separate call, started with the batch.
+// with a speculative keystream (below) skip the Run: they wait in a queue
+// of their own and go in FINALIZE-only batches at the next Kick() (or 5 ms
+// after the first of them), whatever Run batch is in flight.
 //
 // Every accepted job completes exactly once through the sink, unless Stop()
 // abandons it first. A batch not answered by its deadline fails every job

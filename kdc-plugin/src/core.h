@@ -45,12 +45,14 @@ krb5_error_code kmpc_core_submit(kmpc_core *core, const krb5_kdcmpc_job *job,
 /* Reset the eventfd; then take everything that waits. */
 void kmpc_core_ack(kmpc_core *core);
 
-/* With early flush: make the eventfd readable so that the loop calls
- * kmpc_core_kick once the current callback has returned; return 1 if so. */
+/* With early flush or speculation: make the eventfd readable so that the
+ * loop calls kmpc_core_kick once the current callback has returned; return 1
+ * if so. */
 int kmpc_core_arm_kick(kmpc_core *core);
 
-/* The loop thread has submitted what it had for now: an idle cluster may get
- * the queued jobs without waiting for the coalesce delay. */
+/* The loop thread has submitted what it had for now: speculated jobs go to
+ * FINALIZE, and an idle cluster (early flush) may get the queued jobs without
+ * waiting for the coalesce delay. */
 void kmpc_core_kick(kmpc_core *core);
 
 /* Return 1 and fill *out if a log line waits (free *line_out). */

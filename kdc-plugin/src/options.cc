@@ -115,7 +115,7 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       if (!n.ok()) return n.status();
       b.speculate_ttl = absl::Milliseconds(*n);
     } else if (name == "speculate_max") {
-      auto n = Int(name, v, 2, 1 << 20);
+      auto n = Int(name, v, 2, 65536);
       if (!n.ok()) return n.status();
       b.speculate_max = *n;
     } else if (name == "debug") {
