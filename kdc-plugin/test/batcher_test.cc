@@ -341,10 +341,10 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
     for (const auto& c : fake_.calls()) n += c.method == "Finalize" && c.party == 0;
     return n;
   };
-  // Learn: a ticket of 40 bytes and a reply of 40 bytes (-> 64 bytes of
-  // keystream each: rounded up to blocks, plus one block), and a timestamp.
-  ASSERT_TRUE(b->Submit(1, enc(tgt_id, 2, 40)).ok());
-  ASSERT_TRUE(b->Submit(2, enc(kKeyId, 3, 40)).ok());
+  // Learn: a ticket of 56 bytes and a reply of 56 bytes (-> 64 bytes of
+  // keystream each: rounded up to blocks), and a timestamp.
+  ASSERT_TRUE(b->Submit(1, enc(tgt_id, 2, 56)).ok());
+  ASSERT_TRUE(b->Submit(2, enc(kKeyId, 3, 56)).ok());
   ASSERT_TRUE(b->Submit(3, Encrypt("a timestamp", 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(3));
   ASSERT_TRUE(sink_.Get(3).status.ok());
@@ -436,8 +436,8 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
-// The speculation tests below start from here: ticket (krbtgt key, 40
-// bytes) and reply (40 bytes) lengths learnt, then a timestamp DECRYPT on
+// The speculation tests below start from here: ticket (krbtgt key, 56
+// bytes) and reply (56 bytes) lengths learnt, then a timestamp DECRYPT on
 // an idle cluster, which leaves two 64-byte keystreams. Tokens 1001-1004.
 class SpeculationTest : public BatcherTest {
  protected:
@@ -469,8 +469,8 @@ class SpeculationTest : public BatcherTest {
   }
   void Speculate(Batcher* b) {
     const size_t n0 = sink_.counts().size();
-    ASSERT_TRUE(b->Submit(1001, Enc(tgt_id_, 2, 40)).ok());
-    ASSERT_TRUE(b->Submit(1002, Enc(kKeyId, 3, 40)).ok());
+    ASSERT_TRUE(b->Submit(1001, Enc(tgt_id_, 2, 56)).ok());
+    ASSERT_TRUE(b->Submit(1002, Enc(kKeyId, 3, 56)).ok());
     ASSERT_TRUE(b->Submit(1003, Encrypt("a timestamp", 1)).ok());
     b->Kick();
     ASSERT_TRUE(sink_.WaitFor(n0 + 3));
@@ -645,8 +645,8 @@ TEST_F(SpeculationTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
   o.max_inflight = 1;
   o.deadline = absl::Seconds(10);
   auto b = Make(o);
-  ASSERT_TRUE(b->Submit(1, Enc(tgt_id_, 2, 40)).ok());
-  ASSERT_TRUE(b->Submit(2, Enc(kKeyId, 3, 40)).ok());
+  ASSERT_TRUE(b->Submit(1, Enc(tgt_id_, 2, 56)).ok());
+  ASSERT_TRUE(b->Submit(2, Enc(kKeyId, 3, 56)).ok());
   ASSERT_TRUE(b->Submit(3, Encrypt("a timestamp", 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(3));
   ASSERT_TRUE(b->Submit(4, Decrypt(sink_.Get(3).output, 1)).ok());
@@ -722,6 +722,64 @@ TEST_F(SpeculationTest, SpeculatedJobsGoWithoutAKick) {
   ExpectEncrypted(5, tgt_key_, 2, 64);
   ExpectEncrypted(6, kKey, 3, 64);
   EXPECT_EQ(b->stats().spec_used, 2u);
+}
+
+// The keystream's length: every recent plaintext length up to one block
+// past the 7/8 quantile's, rounded up to blocks, and no more. (It used to
+// be the quantile rounded up plus a blind extra block: ~2 of a login's 34
+// AES blocks that no plaintext needed.)
+TEST_F(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
+  uint64_t token = 2000;
+  // Learns (ticket, reply) = (len, len) once per entry, runs a timestamp,
+  // then submits a ticket and a reply of the given lengths: want_used of
+  // them use the speculated keystreams (FINALIZE only), the rest one Run.
+  auto check = [&](std::vector<size_t> learn, size_t ticket, size_t reply,
+                   uint64_t want_used) {
+    auto b = Make(Opts());
+    for (size_t len : learn) {
+      const size_t n0 = sink_.counts().size();
+      ASSERT_TRUE(b->Submit(token++, Enc(tgt_id_, 2, len)).ok());
+      ASSERT_TRUE(b->Submit(token++, Enc(kKeyId, 3, len)).ok());
+      b->Kick();
+      ASSERT_TRUE(sink_.WaitFor(n0 + 2));
+      WaitIdle(b.get());
+    }
+    const uint64_t ts_token = token++;
+    size_t n0 = sink_.counts().size();
+    ASSERT_TRUE(b->Submit(ts_token, Encrypt("a timestamp", 1)).ok());
+    b->Kick();
+    ASSERT_TRUE(sink_.WaitFor(n0 + 1));
+    WaitIdle(b.get());
+    const SecureBytes ts = sink_.Get(ts_token).output;
+    n0 = sink_.counts().size();
+    ASSERT_TRUE(b->Submit(token++, Decrypt(ts, 1)).ok());
+    b->Kick();
+    ASSERT_TRUE(sink_.WaitFor(n0 + 1));
+    ASSERT_EQ(b->stats().spec_encrypts, 2u);
+    WaitIdle(b.get());
+    const int runs0 = RunCalls();
+    const uint64_t t = token, r = token + 1;
+    token += 2;
+    n0 = sink_.counts().size();
+    ASSERT_TRUE(b->Submit(t, Enc(tgt_id_, 2, ticket)).ok());
+    ASSERT_TRUE(b->Submit(r, Enc(kKeyId, 3, reply)).ok());
+    b->Kick();
+    ASSERT_TRUE(sink_.WaitFor(n0 + 2));
+    ExpectEncrypted(t, tgt_key_, 2, ticket);
+    ExpectEncrypted(r, kKey, 3, reply);
+    EXPECT_EQ(b->stats().spec_used, want_used);
+    EXPECT_EQ(RunCalls(), runs0 + (want_used == 2 ? 0 : 1));
+  };
+  // 50 bytes learnt: 64 bytes of keystream. A 64-byte ticket uses it; a
+  // 65-byte reply does not (with the blind extra block it would have).
+  check({50}, 64, 65, 1);
+  // 50 bytes (8 times), 70 and 200: the quantile is 50; 70 lies within a
+  // block past it and is covered (80 bytes), the outlier 200 is not.
+  std::vector<size_t> spread(8, 50);
+  spread.push_back(70);
+  spread.push_back(200);
+  check(spread, 80, 80, 2);
+  check(spread, 80, 81, 1);
 }
 
 TEST_F(BatcherTest, SpeculationOffSendsNoExtraJobs) {
