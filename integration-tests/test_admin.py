@@ -565,7 +565,18 @@ def test_krbtgt_rotation_with_keepold(kmpc_factory):
     r.kinit("lena", pw)  # a new TGT under kvno 2
     r.run(["kvno", kmpc_cluster.SERVICE])
 
-    _, out, _ = r.admin("share", "--randkey", r.tgs)
+    # Without --keepold every TGT would stop working at once: refused
+    # unless forced, and nothing changes.
+    before = keys_of(r, r.tgs)
+    _, _, err = r.admin("share", "--randkey", r.tgs, expected_code=1)
+    assert "without --keepold makes every ticket issued under the current key " \
+           "unusable" in err, err
+    assert "--force to replace it anyway. Nothing was changed" in err, err
+    assert keys_of(r, r.tgs) == before
+    r.run(["kvno", kmpc_cluster.SERVICE])  # the kvno-2 TGT still works
+    _, _, err = r.admin("share", "--from-existing", "--force", r.tgs, expected_code=2)
+    assert "--force applies to --password-stdin and --randkey" in err, err
+    _, out, _ = r.admin("share", "--randkey", "--force", r.tgs)
     assert "kvno 3" in out, out
     assert keys_of(r, r.tgs) == [("3", "aes256-ctr-mpc")]
     _, st, _ = r.admin("status", "--kdb")

@@ -1,7 +1,8 @@
 // kmpc-admin: moves principals' long-term keys into the MPC cluster.
 //
 //   kmpc-admin [OPTIONS] share (--password-stdin | --from-existing | --randkey)
-//              [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] PRINC...
+//              [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] [--force]
+//              PRINC...
 //   kmpc-admin [OPTIONS] status [--kdb]
 //
 // share: for each principal, get its key (derived from a password read from
@@ -16,7 +17,11 @@
 //   krbtgt's key rotation). --keepold (with --password-stdin / --randkey,
 //   when every existing key is already a handle): keep the old handles and
 //   their shares, as kadmin's -keepold, so tickets under the old kvno stay
-//   valid; the next share without --keepold removes them.
+//   valid; the next share without --keepold removes them. A new key for a
+//   krbtgt/* principal without --keepold makes every TGT issued under the
+//   current key unusable at once (every user must log in again): it is
+//   refused unless --force is given (kadmin's delprinc -force), and nothing
+//   is changed for that principal.
 //
 //   kvno: a new key (password) takes the next kvno. A migrated key keeps its
 //   kvno when it already was of the MPC enctype (same bytes, same enctype:
@@ -63,7 +68,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: kmpc-admin [OPTIONS] share (--password-stdin | --from-existing | --randkey)\n"
-    "                  [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] PRINC...\n"
+    "                  [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] [--force]\n"
+    "                  PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
     "OPTIONS: --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM\n"
     "         -r REALM | --realm=REALM  --timeout-ms=N  -q | --quiet\n";
@@ -88,6 +94,7 @@ struct Args {
   bool from_existing = false;
   bool randkey = false;
   bool keepold = false;
+  bool force = false;
   bool kdb = false;
   bool quiet = false;
   std::string enctype = "aes256-ctr-mpc";
@@ -136,6 +143,7 @@ Args ParseArgs(int argc, char** argv) {
       else if (name == "from-existing") a.from_existing = true;
       else if (name == "randkey") a.randkey = true;
       else if (name == "keepold") a.keepold = true;
+      else if (name == "force") a.force = true;
       else if (name == "kdb") a.kdb = true;
       else Usage("unknown option " + s);
       continue;
@@ -216,6 +224,17 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
       old_ids.push_back(e.key_id);
     if (e.kvno == info->kvno) current_is_handle = true;
   }
+  // A new krbtgt key without the old one: every outstanding TGT (and
+  // cross-realm ticket) stops working at once. Only on request.
+  if (!a.from_existing && !a.keepold && !a.force &&
+      absl::StartsWith(canon, "krbtgt/"))
+    return absl::FailedPreconditionError(absl::StrCat(
+        canon, ": a new key without --keepold makes every ticket issued under "
+               "the current key unusable at once (every user must log in again); ",
+        all_handles ? "use --keepold to keep the old key until the next rotation"
+                    : "use --from-existing to move the current key into the "
+                      "cluster without invalidating tickets",
+        ", or --force to replace it anyway. Nothing was changed"));
   if (a.keepold && !all_handles)
     return absl::FailedPreconditionError(absl::StrCat(
         canon, ": --keepold would keep keys that are not MPC key handles in the "
@@ -304,6 +323,9 @@ int Share(const Args& a, const Config& cfg) {
   if (a.keepold && a.from_existing)
     Usage("--keepold applies to --password-stdin and --randkey (a migrated key "
           "replaces the key it was)");
+  if (a.force && a.from_existing)
+    Usage("--force applies to --password-stdin and --randkey (a migrated key "
+          "keeps tickets valid)");
   if (a.enctype != "aes256-ctr-mpc" && a.enctype != "aes128-ctr-mpc")
     Usage("--enctype must be aes256-ctr-mpc or aes128-ctr-mpc");
   if (a.from_existing && a.enctype != "aes256-ctr-mpc")
