@@ -326,11 +326,13 @@ SETTINGS_DOC = {
 
 
 def machine_busy():
-    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    """(busy, total, steal) jiffies of the whole machine, from /proc/stat.
+    steal: time the hypervisor gave this VM's CPUs to someone else (part of
+    busy): a point measured while the host was busy elsewhere shows it."""
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
     idle = v[3] + v[4]
-    return sum(v) - idle, sum(v)
+    return sum(v) - idle, sum(v), (v[7] if len(v) > 7 else 0)
 
 
 def udp_drops(ports):
@@ -370,10 +372,10 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
     counters = getattr(target, "mpc_counters", None)
     m0 = counters() if counters else None
     d0 = udp_drops(ports)
-    b0, t0 = machine_busy()
+    b0, t0, s0 = machine_busy()
     p = subprocess.run(argv, env=target.env, capture_output=True, text=True,
                        timeout=timeout or 600)
-    b1, t1 = machine_busy()
+    b1, t1, s1 = machine_busy()
     d1 = udp_drops(ports)
     if p.returncode == 2 or not os.path.exists(js):
         raise kmpc_realm.RealmError(f"kmpc-storm failed ({p.returncode}):\n{p.stderr}")
@@ -403,6 +405,7 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
     ncpu = os.cpu_count()
     span = (t1 - t0) / ncpu / hz
     res["machine_busy_cores"] = (b1 - b0) / hz / span if span > 0 else 0
+    res["machine_steal_cores"] = (s1 - s0) / hz / span if span > 0 else 0
     if not target.alive():
         raise kmpc_realm.RealmError("the KDC side died during the storm:\n" + target.logs())
     return res
@@ -417,7 +420,8 @@ def brief(res):
             f"p99 {lat['p99'] / 1e3:8.2f} ms  failed {res['failed_all_phases']}"
             f"{' (' + errs + ')' if errs else ''}  dropped {res['dropped']}  "
             f"retx {res['retransmits']} drops {res['kdc_udp_drops']}  cpu: {cpu}  "
-            f"machine {res['machine_busy_cores']:.2f}c")
+            f"machine {res['machine_busy_cores']:.2f}c"
+            f"{' (steal %.2fc)' % res['machine_steal_cores'] if res['machine_steal_cores'] >= 0.01 else ''}")
 
 
 # How an open-loop point's achieved rate is judged (target.achieved):
@@ -471,6 +475,7 @@ def point_row(target_name, settings, res, offered, ok, superseded=False):
                                if n != "kmpc-storm"), 3),
         "generator_cores": round(res["cpu"]["kmpc-storm"]["cores"], 3),
         "machine_cores": round(res["machine_busy_cores"], 3),
+        "machine_steal_cores": round(res["machine_steal_cores"], 3),
     }
 
 
@@ -606,6 +611,7 @@ def bench_settings(target_name, settings, n_users, quick, log):
                              "sustained": ok, "failed": res["failed_all_phases"],
                              "dropped": res["dropped"], "retransmits": res["retransmits"],
                              "mpc": res.get("mpc"),
+                             "machine_steal_cores": res["machine_steal_cores"],
                              **{k + "_ms": v / 1e3 for k, v in res["latency_us"].items()
                                 if k in ("p50", "p90", "p99", "p999", "max")},
                              "cpu": res["cpu"]}

@@ -432,6 +432,7 @@ def main():
             **{k + "_ms": v / 1e3 for k, v in lat.items()
                if k in ("p50", "p90", "p99", "p999", "max")},
             "cpu": res["cpu"], "mpc": res.get("mpc"),
+            "machine_steal_cores": res.get("machine_steal_cores"),
             "warmup_run": {"logins": wu["ok"], "failed": wu["failed_all_phases"],
                            "dropped": wu["dropped"]},
             "memory_criterion": out_crit(trimmed),
@@ -444,7 +445,8 @@ def main():
         s = out["soak"]
         log(f"  soak: {s['logins_per_s']:.0f}/s achieved of {rate}, {s['logins']} logins, "
             f"errors {errors} (failed {s['failed']}, dropped {s['dropped']}), "
-            f"p50 {s['p50_ms']:.1f} ms p99 {s['p99_ms']:.1f} ms max {s['max_ms']:.1f} ms")
+            f"p50 {s['p50_ms']:.1f} ms p99 {s['p99_ms']:.1f} ms max {s['max_ms']:.1f} ms, "
+            f"host steal {s['machine_steal_cores'] or 0:.3f} cores")
         for n, v in rss.items():
             if v:
                 h = held.get(n)
