@@ -164,6 +164,40 @@ def test_revoked_certificates_refused_fresh_ones_work(cluster):
     cluster.check_alive()
 
 
+def test_revoked_party_leaves_the_live_ring(tmp_path):
+    """A party certificate revoked while the ring is up: its neighbours drop
+    their live connections to it before the next batch (before, they kept
+    them until a reconnect) and refuse it in the handshake when it dials
+    again, so batches fail instead of running with the revoked party."""
+    certs = str(tmp_path / "certs")
+    gen_certs(certs)
+    gen_certs(certs, "--client", "admin-b", "kmpc-admin")  # Servers.start's health
+    s = Servers(str(tmp_path), certs, [f"--crl={certs}/crl.pem"]).start()
+    try:
+        kid = s.client("put-key", f"--key_hex={secrets.token_hex(16)}").stdout.strip()
+        assert re.fullmatch(r"[0-9a-f]{64}", kid), kid
+        job = f"keystream {kid} 1 16\n"
+        assert s.client("jobs", stdin=job).stdout.startswith("ok ")  # ring in use
+        out = gen_certs(certs, "--revoke", f"{certs}/party-1.pem")
+        assert out.count("revoked ") == 1, out
+        time.sleep(1.2)  # the servers re-read the changed CRL file
+        r = s.client("jobs", stdin=job)
+        assert not r.stdout.startswith("ok "), r.stdout + r.stderr
+        serial = subprocess.run(["openssl", "x509", "-noout", "-serial", "-in",
+                                 f"{certs}/party-1.pem"], capture_output=True,
+                                text=True).stdout.strip().split("=")[1]
+        # Both neighbours refuse it: party 0 (party 1 dials it) and party 2
+        # (it dials party 1).
+        for i in (0, 2):
+            deadline = time.time() + 10
+            while not re.search(r"serial " + serial + r".*revoked", s.log(i)):
+                assert time.time() < deadline, s.log(i)[-3000:]
+                time.sleep(0.05)
+        s.check_alive()
+    finally:
+        s.stop()
+
+
 def sighup_and_wait_for_reload(cluster):
     """SIGHUP every server and wait until each logged one more CRL reload."""
     before = [cluster.log(i).count("reloaded CRL") for i in range(3)]

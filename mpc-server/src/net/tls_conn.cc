@@ -338,6 +338,16 @@ absl::Status TlsConn::Handshake(bool client, absl::Time deadline) {
   return absl::OkStatus();
 }
 
+absl::Status TlsConn::RecheckPeer() const {
+  const auto* tc =
+      static_cast<const TlsContext*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl_)));
+  if (tc == nullptr || !tc->check_peer()) return absl::OkStatus();
+  X509* cert = SSL_get0_peer_certificate(ssl_);
+  if (cert == nullptr)
+    return absl::UnauthenticatedError("peer presented no certificate");
+  return tc->check_peer()(cert);
+}
+
 absl::StatusOr<std::unique_ptr<TlsConn>> TlsConn::Dial(
     const TlsContext& ctx, const std::string& host_port,
     const std::string& expected_identity, absl::Time deadline) {

@@ -69,6 +69,9 @@ class TlsConn {
 
   // Subject CN of the verified peer certificate.
   const std::string& peer_identity() const { return peer_; }
+  // Runs the context's check_peer (TlsFiles) on the peer's certificate
+  // again, e.g. after a CRL reload: OK if there is no such check.
+  absl::Status RecheckPeer() const;
   int fd() const { return fd_; }
   SSL* ssl() const { return ssl_; }
 

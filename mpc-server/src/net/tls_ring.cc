@@ -90,6 +90,18 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
     ++generation_;
     DropOut();
   }
+  // A neighbour whose certificate was revoked since the handshake (a CRL
+  // reloaded meanwhile: TlsFiles::check_peer) is dropped before the next
+  // batch, not at its next reconnect; re-dialing or accepting it again then
+  // fails in the handshake, so a revoked party takes no further part.
+  if (in_ != nullptr && !in_->RecheckPeer().ok()) {
+    in_.reset();
+    ++generation_;
+  }
+  if (out_ != nullptr && !out_->RecheckPeer().ok()) {
+    ++generation_;
+    DropOut();
+  }
   const TlsRingOptions& opt = ring_->options_;
   absl::Status last;
   while (out_ == nullptr) {

@@ -16,6 +16,9 @@
 // channel's connections (so the neighbours fail fast too) and returns
 // UNAVAILABLE / DATA_LOSS; the next Connect() re-dials prev and waits for
 // next to re-dial, so a restarted peer rejoins at the next batch.
+// Before each batch a channel also re-checks both peers' certificates
+// (TlsFiles::check_peer: the CRL as reloaded since the handshake) and drops
+// a revoked one, which its re-dial or accept then refuses.
 #ifndef KMPC_NET_TLS_RING_H_
 #define KMPC_NET_TLS_RING_H_
 
