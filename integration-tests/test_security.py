@@ -198,6 +198,37 @@ def test_revoked_party_leaves_the_live_ring(tmp_path):
         s.stop()
 
 
+def test_sigterm_ends_a_batch_in_flight_at_once(tmp_path):
+    """SIGTERM while a large batch runs: the server's ring waits return at
+    once ("this server is shutting down") and it exits, instead of waiting
+    for the ring timeout (here 10 s); the other two stay up."""
+    certs = str(tmp_path / "certs")
+    gen_certs(certs)
+    gen_certs(certs, "--client", "admin-b", "kmpc-admin")  # Servers.start's health
+    s = Servers(str(tmp_path), certs, ["--ring_timeout_ms=10000"]).start()
+    try:
+        bench = subprocess.Popen(
+            [CLIENT, f"--servers={s.servers}", f"--certs={certs}", "--timeout_ms=60000",
+             "bench", "--cipher=aes256", "--blocks=400000", "--threads=1", "--iters=3"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # key shared, the first batch on the ring
+        p = s.procs[1]
+        t0 = time.time()
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+        took = time.time() - t0
+        bench.kill()
+        bench.wait()
+        log = s.log(1)
+        assert "signal 15: shutting down" in log, log[-3000:]
+        assert "ring: this server is shutting down" in log, log[-3000:]
+        assert took < 5, f"exit took {took:.1f} s"  # the ring timeout is 10 s
+        for i in (0, 2):
+            assert s.procs[i].poll() is None, s.log(i)[-3000:]
+    finally:
+        s.stop()
+
+
 def sighup_and_wait_for_reload(cluster):
     """SIGHUP every server and wait until each logged one more CRL reload."""
     before = [cluster.log(i).count("reloaded CRL") for i in range(3)]

@@ -280,6 +280,9 @@ int main(int argc, char** argv) {
     if (crl != nullptr) (void)crl->Reload();  // logs the outcome
   }
   KMPC_LOG(INFO) << "signal " << sig << ": shutting down";
+  // A batch in flight ends now (its ring waits return), not after the ring
+  // timeout; the peers see the connections go and fail it too.
+  (*ring)->Abort();
   scheduler.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

@@ -25,6 +25,7 @@ namespace {
 
 constexpr uint8_t kHelloMagic[4] = {'K', 'R', 'H', '1'};
 constexpr size_t kHelloSize = 8;
+constexpr int kAbortSliceMs = 100;  // how often a blocked wait checks Abort()
 
 int Prev(int party) { return (party + 2) % 3; }
 int Next(int party) { return (party + 1) % 3; }
@@ -105,6 +106,8 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
   const TlsRingOptions& opt = ring_->options_;
   absl::Status last;
   while (out_ == nullptr) {
+    if (ring_->aborting())
+      return absl::UnavailableError("ring: this server is shutting down");
     absl::Time attempt = std::min(deadline, absl::Now() + absl::Seconds(2));
     auto conn = TlsConn::Dial(*ring_->client_ctx_, opt.prev_addr,
                               PartyIdentity(Prev(party_)), attempt);
@@ -135,6 +138,8 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
   while (in_ == nullptr) {
     AdoptIncoming();
     if (in_ != nullptr) break;
+    if (ring_->aborting())
+      return absl::UnavailableError("ring: this server is shutting down");
     if (absl::Now() >= deadline)
       return absl::UnavailableError(absl::StrCat(
           "ring: party ", Next(party_), " has not connected (worker ", worker_,
@@ -205,7 +210,15 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
         sched_yield();  // let a co-located party run (3 parties, 2 cores)
       }
     }
-    if (rc == 0) rc = poll(fds, nfds, RemainingMs(deadline));
+    // In slices, so that a shutting-down server (TlsRing::Abort) does not
+    // wait out the timeout.
+    while (rc == 0) {
+      if (ring_->aborting())
+        return Fail(absl::UnavailableError("ring: this server is shutting down"));
+      const int left = RemainingMs(deadline);
+      rc = poll(fds, nfds, std::min(left, kAbortSliceMs));
+      if (rc != 0 || left <= kAbortSliceMs) break;
+    }
     if (rc == 0) {
       return Fail(absl::UnavailableError(absl::StrCat(
           "ring: party ", n > 0 ? Next(party_) : Prev(party_),

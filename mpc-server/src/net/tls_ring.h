@@ -143,6 +143,11 @@ class TlsRing {
   bool AllConnected() const;
   uint64_t bytes_sent() const;
   int listen_port() const { return listen_port_; }
+  // Shutting down: every wait of every channel (receive, flush, connect)
+  // returns UNAVAILABLE within ~100 ms instead of running to its timeout,
+  // so a batch in flight ends at once (its peers see the connection go).
+  void Abort() { aborting_ = true; }
+  bool aborting() const { return aborting_; }
 
  private:
   friend class TlsRingChannel;
@@ -157,6 +162,7 @@ class TlsRing {
   int listen_fd_ = -1;
   int listen_port_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> aborting_{false};
   std::thread listener_;
   std::mutex handshakes_mu_;
   std::condition_variable handshakes_cv_;

@@ -138,7 +138,9 @@ BatchOutcome Scheduler::Submit(BatchKind kind, const BatchId& id,
   cv_.SignalAll();
   const absl::Time deadline = work->arrived + options_.schedule_timeout;
   while (!work->claimed && !work->done) {
-    if (cv_.WaitWithDeadline(&mu_, deadline) && !work->claimed && !work->done) {
+    // Stop() wakes this wait: no worker will claim the batch any more.
+    const bool timed_out = !stopping_ && cv_.WaitWithDeadline(&mu_, deadline);
+    if ((timed_out || stopping_) && !work->claimed && !work->done) {
       auto it = pending_.find(key);
       if (it != pending_.end() && it->second == work) pending_.erase(it);
       for (auto q = queue_.begin(); q != queue_.end(); ++q)
@@ -146,10 +148,12 @@ BatchOutcome Scheduler::Submit(BatchKind kind, const BatchId& id,
           queue_.erase(q);
           break;
         }
-      work->outcome.status = absl::UnavailableError(absl::StrCat(
-          "batch was not scheduled on the ring within ",
-          absl::FormatDuration(options_.schedule_timeout),
-          " (a peer server is down, or did not receive the batch)"));
+      work->outcome.status =
+          stopping_ ? absl::UnavailableError("server is shutting down")
+                    : absl::UnavailableError(absl::StrCat(
+                          "batch was not scheduled on the ring within ",
+                          absl::FormatDuration(options_.schedule_timeout),
+                          " (a peer server is down, or did not receive the batch)"));
       return std::move(work->outcome);
     }
   }
