@@ -14,15 +14,12 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace kmpc::store {
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/kmpc-store-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  return d ? d : "";
-}
+std::string TempDir() { return ::kmpc::testing::MakeTempDir("store-test"); }
 
 KeyId Id(uint8_t b) {
   KeyId id;
