@@ -172,8 +172,9 @@ def test_revoked_party_leaves_the_live_ring(tmp_path):
     certs = str(tmp_path / "certs")
     gen_certs(certs)
     gen_certs(certs, "--client", "admin-b", "kmpc-admin")  # Servers.start's health
-    s = Servers(str(tmp_path), certs, [f"--crl={certs}/crl.pem"]).start()
+    s = Servers(str(tmp_path), certs, [f"--crl={certs}/crl.pem"])
     try:
+        s.start()  # inside: servers that started are stopped if it fails
         kid = s.client("put-key", f"--key_hex={secrets.token_hex(16)}").stdout.strip()
         assert re.fullmatch(r"[0-9a-f]{64}", kid), kid
         job = f"keystream {kid} 1 16\n"
@@ -205,14 +206,26 @@ def test_sigterm_ends_a_batch_in_flight_at_once(tmp_path):
     certs = str(tmp_path / "certs")
     gen_certs(certs)
     gen_certs(certs, "--client", "admin-b", "kmpc-admin")  # Servers.start's health
-    s = Servers(str(tmp_path), certs, ["--ring_timeout_ms=10000"]).start()
+    s = Servers(str(tmp_path), certs, ["--ring_timeout_ms=10000"])
     try:
+        s.start()
         bench = subprocess.Popen(
             [CLIENT, f"--servers={s.servers}", f"--certs={certs}", "--timeout_ms=60000",
              "bench", "--cipher=aes256", "--blocks=400000", "--threads=1", "--iters=3"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.0)  # key shared, the first batch on the ring
         p = s.procs[1]
+
+        def cpu_s():
+            with open(f"/proc/{p.pid}/stat") as f:
+                v = f.read().rsplit(")", 1)[1].split()
+            return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+        # A batch is computing on party 1 once it has used 0.3 s of CPU (one
+        # batch of 400k AES-256 blocks takes several; the key's put, ~0).
+        c0, deadline = cpu_s(), time.time() + 30
+        while cpu_s() - c0 < 0.3:
+            assert time.time() < deadline and bench.poll() is None, s.log(1)[-3000:]
+            time.sleep(0.02)
         t0 = time.time()
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)

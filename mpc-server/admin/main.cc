@@ -215,9 +215,13 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
   std::vector<std::string> old_ids;
   bool current_is_handle = false;
   bool all_handles = true;
+  bool current_is_mpc_key = false;  // an aes*-ctr-mpc key still in the KDB
   for (const KeyEntry& e : info->keys) {
     if (!e.is_handle) {
       all_handles = false;
+      if (e.kvno == info->kvno &&
+          (e.enctype == kEnctypeAes128Mpc || e.enctype == kEnctypeAes256Mpc))
+        current_is_mpc_key = true;
       continue;
     }
     if (std::find(old_ids.begin(), old_ids.end(), e.key_id) == old_ids.end())
@@ -232,8 +236,11 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
         canon, ": a new key without --keepold makes every ticket issued under "
                "the current key unusable at once (every user must log in again); ",
         all_handles ? "use --keepold to keep the old key until the next rotation"
-                    : "use --from-existing to move the current key into the "
-                      "cluster without invalidating tickets",
+        : current_is_mpc_key
+            ? "use --from-existing to move the current key into the cluster "
+              "without invalidating tickets"
+            : "moving the current key with --from-existing invalidates them too "
+              "(an aes-cts key takes the next kvno): plan it as a rotation",
         ", or --force to replace it anyway. Nothing was changed"));
   if (a.keepold && !all_handles)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -324,8 +331,7 @@ int Share(const Args& a, const Config& cfg) {
     Usage("--keepold applies to --password-stdin and --randkey (a migrated key "
           "replaces the key it was)");
   if (a.force && a.from_existing)
-    Usage("--force applies to --password-stdin and --randkey (a migrated key "
-          "keeps tickets valid)");
+    Usage("--force applies to --password-stdin and --randkey");
   if (a.enctype != "aes256-ctr-mpc" && a.enctype != "aes128-ctr-mpc")
     Usage("--enctype must be aes256-ctr-mpc or aes128-ctr-mpc");
   if (a.from_existing && a.enctype != "aes256-ctr-mpc")

@@ -60,7 +60,8 @@ ABSL_FLAG(std::string, admin_clients, "kmpc-admin",
 ABSL_FLAG(std::string, crl, "",
           "PEM CRL signed by the --ca CA (deploy/gen-certs.sh DIR --revoke): "
           "gRPC clients and ring peers with a listed certificate are refused "
-          "(established ring connections stay); reloaded when the file "
+          "(established ring connections are dropped before the next batch); "
+          "reloaded when the file "
           "changes and on SIGHUP");
 ABSL_FLAG(bool, allow_key_replace, false,
           "let PutKey replace stored shares and reuse deleted key ids (tests, "

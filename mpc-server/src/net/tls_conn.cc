@@ -321,13 +321,9 @@ absl::Status TlsConn::Handshake(bool client, absl::Time deadline) {
   X509* cert = SSL_get1_peer_certificate(ssl_);
   if (cert == nullptr)
     return absl::UnauthenticatedError("peer presented no certificate");
-  const auto* tc =
-      static_cast<const TlsContext*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl_)));
-  if (tc != nullptr && tc->check_peer()) {
-    if (absl::Status st = tc->check_peer()(cert); !st.ok()) {
-      X509_free(cert);
-      return st;
-    }
+  if (absl::Status st = CheckPeerCert(cert); !st.ok()) {
+    X509_free(cert);
+    return st;
   }
   char cn[256] = {0};
   int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName,
@@ -338,14 +334,18 @@ absl::Status TlsConn::Handshake(bool client, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status TlsConn::RecheckPeer() const {
+absl::Status TlsConn::CheckPeerCert(X509* cert) const {
   const auto* tc =
       static_cast<const TlsContext*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl_)));
   if (tc == nullptr || !tc->check_peer()) return absl::OkStatus();
+  return tc->check_peer()(cert);
+}
+
+absl::Status TlsConn::RecheckPeer() const {
   X509* cert = SSL_get0_peer_certificate(ssl_);
   if (cert == nullptr)
     return absl::UnauthenticatedError("peer presented no certificate");
-  return tc->check_peer()(cert);
+  return CheckPeerCert(cert);
 }
 
 absl::StatusOr<std::unique_ptr<TlsConn>> TlsConn::Dial(

@@ -106,6 +106,8 @@ class TlsConn {
  private:
   TlsConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
   absl::Status Handshake(bool client, absl::Time deadline);
+  // The context's check_peer (TlsFiles) on a verified peer certificate.
+  absl::Status CheckPeerCert(X509* cert) const;
   absl::Status Transfer(bool write, uint8_t* p, size_t n, absl::Time deadline);
   int fd_;
   SSL* ssl_;

@@ -27,6 +27,10 @@ constexpr uint8_t kHelloMagic[4] = {'K', 'R', 'H', '1'};
 constexpr size_t kHelloSize = 8;
 constexpr int kAbortSliceMs = 100;  // how often a blocked wait checks Abort()
 
+absl::Status ShuttingDown() {
+  return absl::UnavailableError("ring: this server is shutting down");
+}
+
 int Prev(int party) { return (party + 2) % 3; }
 int Next(int party) { return (party + 1) % 3; }
 
@@ -75,6 +79,11 @@ void TlsRingChannel::OfferIncoming(std::unique_ptr<TlsConn> conn) {
 void TlsRingChannel::AdoptIncoming() {
   std::lock_guard<std::mutex> lock(incoming_mu_);
   if (incoming_ != nullptr) {
+    // Its handshake may predate a CRL reload (see Connect).
+    if (!incoming_->RecheckPeer().ok()) {
+      incoming_.reset();
+      return;
+    }
     in_ = std::move(incoming_);
     ++generation_;
   }
@@ -83,23 +92,15 @@ void TlsRingChannel::AdoptIncoming() {
 absl::Status TlsRingChannel::Connect(absl::Time deadline) {
   AdoptIncoming();
   // A neighbour that dropped its end re-dials; do not read its stale side.
-  if (in_ != nullptr && in_->PeerClosed()) {
+  // One whose certificate was revoked since the handshake (a CRL reloaded
+  // meanwhile: TlsFiles::check_peer) is dropped before the next batch, not
+  // at its next reconnect; re-dialing or accepting it again then fails in
+  // the handshake, so a revoked party takes no further part.
+  if (in_ != nullptr && (in_->PeerClosed() || !in_->RecheckPeer().ok())) {
     in_.reset();
     ++generation_;
   }
-  if (out_ != nullptr && out_->PeerGone()) {
-    ++generation_;
-    DropOut();
-  }
-  // A neighbour whose certificate was revoked since the handshake (a CRL
-  // reloaded meanwhile: TlsFiles::check_peer) is dropped before the next
-  // batch, not at its next reconnect; re-dialing or accepting it again then
-  // fails in the handshake, so a revoked party takes no further part.
-  if (in_ != nullptr && !in_->RecheckPeer().ok()) {
-    in_.reset();
-    ++generation_;
-  }
-  if (out_ != nullptr && !out_->RecheckPeer().ok()) {
+  if (out_ != nullptr && (out_->PeerGone() || !out_->RecheckPeer().ok())) {
     ++generation_;
     DropOut();
   }
@@ -107,7 +108,7 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
   absl::Status last;
   while (out_ == nullptr) {
     if (ring_->aborting())
-      return absl::UnavailableError("ring: this server is shutting down");
+      return ShuttingDown();
     absl::Time attempt = std::min(deadline, absl::Now() + absl::Seconds(2));
     auto conn = TlsConn::Dial(*ring_->client_ctx_, opt.prev_addr,
                               PartyIdentity(Prev(party_)), attempt);
@@ -126,8 +127,9 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
       last = st;
     } else {
       last = conn.status();
-      // A peer with the wrong identity will not become right by retrying.
-      if (absl::IsPermissionDenied(last)) return last;
+      // A peer with the wrong identity, or a revoked or unverifiable
+      // certificate, will not become right by retrying.
+      if (absl::IsPermissionDenied(last) || absl::IsUnauthenticated(last)) return last;
     }
     if (absl::Now() + absl::Milliseconds(50) >= deadline)
       return absl::UnavailableError(
@@ -139,7 +141,7 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
     AdoptIncoming();
     if (in_ != nullptr) break;
     if (ring_->aborting())
-      return absl::UnavailableError("ring: this server is shutting down");
+      return ShuttingDown();
     if (absl::Now() >= deadline)
       return absl::UnavailableError(absl::StrCat(
           "ring: party ", Next(party_), " has not connected (worker ", worker_,
@@ -214,7 +216,7 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
     // wait out the timeout.
     while (rc == 0) {
       if (ring_->aborting())
-        return Fail(absl::UnavailableError("ring: this server is shutting down"));
+        return Fail(ShuttingDown());
       const int left = RemainingMs(deadline);
       rc = poll(fds, nfds, std::min(left, kAbortSliceMs));
       if (rc != 0 || left <= kAbortSliceMs) break;

@@ -143,9 +143,10 @@ class TlsRing {
   bool AllConnected() const;
   uint64_t bytes_sent() const;
   int listen_port() const { return listen_port_; }
-  // Shutting down: every wait of every channel (receive, flush, connect)
-  // returns UNAVAILABLE within ~100 ms instead of running to its timeout,
+  // Shutting down: a batch's waits (receive, flush) and Connect's loops
+  // return UNAVAILABLE within ~100 ms instead of running to their timeout,
   // so a batch in flight ends at once (its peers see the connection go).
+  // A TLS handshake or hello under way still runs to its own deadline.
   void Abort() { aborting_ = true; }
   bool aborting() const { return aborting_; }
 

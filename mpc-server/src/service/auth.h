@@ -18,8 +18,9 @@
 // only which rule failed.
 //
 // The ring (net/tls_conn) asks RevocationList::CheckPeer after each TLS
-// handshake, so a revoked party certificate cannot (re)connect; connections
-// made before the revocation stay up until they are re-established.
+// handshake, so a revoked party certificate cannot (re)connect, and again
+// for both ring connections before each batch (TlsRingChannel::Connect), so
+// a connection made before the revocation is dropped at the next batch.
 //
 // Why in the application and not in the TLS handshake: Debian's gRPC 1.51
 // offers CRLs only through the experimental TlsServerCredentialsOptions::
