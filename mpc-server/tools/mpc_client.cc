@@ -145,7 +145,18 @@ Cluster Connect(const std::string& default_client) {
     c.channel[i] = grpc::CreateCustomChannel(servers[i], creds, PartyArgs(args, i));
     c.keyops[i] = pb::KeyOps::NewStub(c.channel[i]);
     c.admin[i] = pb::Admin::NewStub(c.channel[i]);
+    c.channel[i]->GetState(/*try_to_connect=*/true);
   }
+  // Give the three connections up to 3 s to come up before the first call:
+  // a first TLS handshake that fails transiently (seen against a server
+  // that had just started: "failed to connect to all addresses ... Handshake
+  // read failed") is retried by gRPC's reconnect instead of failing the
+  // command at once. A party that is down, or refuses us, still fails the
+  // call, after this wait.
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(std::min<int64_t>(
+                            3000, absl::GetFlag(FLAGS_timeout_ms)));
+  for (int i = 0; i < 3; ++i) (void)c.channel[i]->WaitForConnected(deadline);
   return c;
 }
 
