@@ -6,6 +6,7 @@ Three real kmpc-mpc-server processes on loopback started with
 kmpc-mpc-client (tools/mpc_client.cc); certificates revoked with
 `deploy/gen-certs.sh DIR --revoke`, as an administrator would.
 """
+import contextlib
 import os
 import re
 import secrets
@@ -164,17 +165,28 @@ def test_revoked_certificates_refused_fresh_ones_work(cluster):
     cluster.check_alive()
 
 
+@contextlib.contextmanager
+def own_servers(tmp_path, *flags):
+    """Three servers with a CA of their own (whose certificates a test may
+    revoke), stopped afterwards, also when start-up fails. A flag may name
+    {certs}, the certificate directory."""
+    certs = str(tmp_path / "certs")
+    gen_certs(certs)
+    gen_certs(certs, "--client", "admin-b", "kmpc-admin")  # Servers.start's health
+    s = Servers(str(tmp_path), certs, [f.format(certs=certs) for f in flags])
+    try:
+        yield s.start()
+    finally:
+        s.stop()
+
+
 def test_revoked_party_leaves_the_live_ring(tmp_path):
     """A party certificate revoked while the ring is up: its neighbours drop
     their live connections to it before the next batch (before, they kept
     them until a reconnect) and refuse it in the handshake when it dials
     again, so batches fail instead of running with the revoked party."""
-    certs = str(tmp_path / "certs")
-    gen_certs(certs)
-    gen_certs(certs, "--client", "admin-b", "kmpc-admin")  # Servers.start's health
-    s = Servers(str(tmp_path), certs, [f"--crl={certs}/crl.pem"])
-    try:
-        s.start()  # inside: servers that started are stopped if it fails
+    with own_servers(tmp_path, "--crl={certs}/crl.pem") as s:
+        certs = s.certs
         kid = s.client("put-key", f"--key_hex={secrets.token_hex(16)}").stdout.strip()
         assert re.fullmatch(r"[0-9a-f]{64}", kid), kid
         job = f"keystream {kid} 1 16\n"
@@ -195,22 +207,15 @@ def test_revoked_party_leaves_the_live_ring(tmp_path):
                 assert time.time() < deadline, s.log(i)[-3000:]
                 time.sleep(0.05)
         s.check_alive()
-    finally:
-        s.stop()
 
 
 def test_sigterm_ends_a_batch_in_flight_at_once(tmp_path):
     """SIGTERM while a large batch runs: the server's ring waits return at
     once ("this server is shutting down") and it exits, instead of waiting
     for the ring timeout (here 10 s); the other two stay up."""
-    certs = str(tmp_path / "certs")
-    gen_certs(certs)
-    gen_certs(certs, "--client", "admin-b", "kmpc-admin")  # Servers.start's health
-    s = Servers(str(tmp_path), certs, ["--ring_timeout_ms=10000"])
-    try:
-        s.start()
+    with own_servers(tmp_path, "--ring_timeout_ms=10000") as s:
         bench = subprocess.Popen(
-            [CLIENT, f"--servers={s.servers}", f"--certs={certs}", "--timeout_ms=60000",
+            [CLIENT, f"--servers={s.servers}", f"--certs={s.certs}", "--timeout_ms=60000",
              "bench", "--cipher=aes256", "--blocks=400000", "--threads=1", "--iters=3"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         p = s.procs[1]
@@ -238,8 +243,6 @@ def test_sigterm_ends_a_batch_in_flight_at_once(tmp_path):
         assert took < 5, f"exit took {took:.1f} s"  # the ring timeout is 10 s
         for i in (0, 2):
             assert s.procs[i].poll() is None, s.log(i)[-3000:]
-    finally:
-        s.stop()
 
 
 def sighup_and_wait_for_reload(cluster):
