@@ -108,8 +108,14 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
     a.SetSslTargetNameOverride(PartyTlsName(i));
     t->channels_[i] = grpc::CreateCustomChannel(servers[i], creds, a);
     t->stubs_[i] = kmpc::v1::KeyOps::NewStub(t->channels_[i]);
-    // Start connecting now, so the first login does not pay for it.
-    t->channels_[i]->GetState(/*try_to_connect=*/true);
+    // No connecting here (GetState(true)): gRPC 1.51 handles a socket's
+    // events only while some thread polls (the callback threads the first
+    // call starts; before that only the client channel's backup poller,
+    // every 5 s), so an attempt started now stalled until the connect
+    // timeout above cut it ("tcp handshaker shutdown", "Handshake read
+    // failed") and left the channel in TRANSIENT_FAILURE, where a first
+    // login more than 5 s after start-up failed at once. The first call
+    // connects (a TCP and TLS handshake, about a millisecond on loopback).
   }
   return t;
 }
@@ -121,6 +127,21 @@ std::string GrpcTransport::PartyName(int party) const {
   return absl::StrCat("party ", party, " (", servers_[party], ")");
 }
 
+std::shared_ptr<grpc::ClientContext> GrpcTransport::NewContext() {
+  auto* c = new grpc::ClientContext;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ++contexts_;
+  }
+  // (Should the shared_ptr's allocation throw, it deletes c through this.)
+  return std::shared_ptr<grpc::ClientContext>(c, [this](grpc::ClientContext* c) {
+    delete c;
+    std::lock_guard<std::mutex> l(mu_);
+    --contexts_;
+    cv_.notify_all();
+  });
+}
+
 bool GrpcTransport::Begin(const std::shared_ptr<grpc::ClientContext>& ctx) {
   std::lock_guard<std::mutex> l(mu_);
   if (shutdown_) return false;
@@ -129,45 +150,96 @@ bool GrpcTransport::Begin(const std::shared_ptr<grpc::ClientContext>& ctx) {
 }
 
 void GrpcTransport::End(const std::shared_ptr<grpc::ClientContext>& ctx) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    calls_.erase(ctx);
-  }
+  // The caller still holds ctx: its deleter (which takes mu_) cannot run
+  // here.
+  std::lock_guard<std::mutex> l(mu_);
+  calls_.erase(ctx);
   cv_.notify_all();
+}
+
+void GrpcTransport::NoteConnected(int party, const absl::Status& s) {
+  if (connected_[party].load(std::memory_order_relaxed)) return;
+  // An answer from the server, or a connection up now (the server answered
+  // with an error of its own, or the deadline hit a connected call).
+  if (s.ok() ||
+      channels_[party]->GetState(/*try_to_connect=*/false) ==
+          GRPC_CHANNEL_READY)
+    connected_[party].store(true, std::memory_order_relaxed);
+}
+
+bool GrpcTransport::RetryFirstConnect(int party, const absl::Status& s) {
+  // Only "could not connect": not a server of the wrong party
+  // (kPermissionDenied, FromGrpc) nor anything a server answered.
+  if (!absl::IsUnavailable(s) ||
+      connected_[party].load(std::memory_order_relaxed))
+    return false;
+  const absl::Time now = absl::Now();
+  std::lock_guard<std::mutex> l(mu_);
+  if (first_failure_[party] == absl::InfinitePast())
+    first_failure_[party] = now;
+  return now < first_failure_[party] + kFirstConnectGrace;
+}
+
+void GrpcTransport::Attempt(int party, absl::Time deadline,
+                            std::shared_ptr<const Issue> issue, Done done,
+                            absl::Status first_failure) {
+  const bool waiting = !first_failure.ok();
+  auto ctx = NewContext();
+  ctx->set_deadline(ToChrono(deadline));
+  // Through TRANSIENT_FAILURE until the channel is READY or the deadline.
+  if (waiting) ctx->set_wait_for_ready(true);
+  if (!Begin(ctx)) {
+    Invoke(done, absl::CancelledError("the kdcmpc module is shutting down"));
+    return;
+  }
+  const absl::Time started = absl::Now();
+  (*issue)(ctx.get(), [this, party, deadline, started, ctx, issue,
+                       done = std::move(done),
+                       first_failure = std::move(first_failure)](
+                          grpc::Status gs) mutable {
+    absl::Status s = FromGrpc(party, servers_[party], gs);
+    NoteConnected(party, s);
+    if (first_failure.ok() && RetryFirstConnect(party, s)) {
+      // The new call is registered before End(ctx): Shutdown cancels it,
+      // or it is never started (Begin fails and completes done).
+      Attempt(party, deadline, std::move(issue), std::move(done),
+              std::move(s));
+    } else {
+      // Still not connected at the deadline: the connection's failure says
+      // why, "Deadline Exceeded" would not.
+      if (!first_failure.ok() && absl::IsDeadlineExceeded(s) &&
+          !connected_[party].load(std::memory_order_relaxed))
+        s = absl::UnavailableError(absl::StrCat(
+            first_failure.message(), " (no connection after waiting ",
+            absl::ToInt64Milliseconds(absl::Now() - started), " ms more)"));
+      Invoke(done, std::move(s));
+    }
+    End(ctx);
+  });
 }
 
 void GrpcTransport::Run(int party, const kmpc::v1::RunRequest& req,
                         kmpc::v1::RunResponse* resp, absl::Time deadline,
                         Done done) {
-  auto ctx = std::make_shared<grpc::ClientContext>();
-  ctx->set_deadline(ToChrono(deadline));
-  if (!Begin(ctx)) {
-    done(absl::CancelledError("the kdcmpc module is shutting down"));
-    return;
-  }
-  stubs_[party]->async()->Run(
-      ctx.get(), &req, resp,
-      [this, party, ctx, done = std::move(done)](grpc::Status s) {
-        Invoke(done, FromGrpc(party, servers_[party], s));
-        End(ctx);
+  auto issue = std::make_shared<const Issue>(
+      [stub = stubs_[party].get(), req = &req, resp](
+          grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
+        stub->async()->Run(ctx, req, resp, std::move(cb));
       });
+  Attempt(party, deadline, std::move(issue), std::move(done),
+          absl::OkStatus());
 }
 
 void GrpcTransport::Finalize(int party, const kmpc::v1::FinalizeRequest& req,
                              kmpc::v1::FinalizeResponse* resp,
                              absl::Time deadline, Done done) {
-  auto ctx = std::make_shared<grpc::ClientContext>();
-  ctx->set_deadline(ToChrono(deadline));
-  if (!Begin(ctx)) {
-    done(absl::CancelledError("the kdcmpc module is shutting down"));
-    return;
-  }
-  stubs_[party]->async()->Finalize(
-      ctx.get(), &req, resp,
-      [this, party, ctx, done = std::move(done)](grpc::Status s) {
-        Invoke(done, FromGrpc(party, servers_[party], s));
-        End(ctx);
+  auto issue = std::make_shared<const Issue>(
+      [stub = stubs_[party].get(), req = &req, resp](
+          grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
+        stub->async()->Finalize(ctx, req, resp, std::move(cb));
       });
+  Attempt(party, deadline, std::move(issue), std::move(done),
+          absl::OkStatus());
 }
 
 void GrpcTransport::Shutdown() {
@@ -180,8 +252,13 @@ void GrpcTransport::Shutdown() {
   // Outside the lock: a cancelled call's callback may run at once.
   for (const auto& c : calls) c->TryCancel();
   calls.clear();
+  // Every callback has returned, and every context is gone: a context
+  // holds a reference to its channel, and the channels' last references
+  // must go here, not on a gRPC callback thread after the callback (in
+  // gRPC 1.51 that thread would then shut down the callback threads,
+  // itself included, and abort the process: grpc/grpc#32584).
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [this] { return calls_.empty(); });
+  cv_.wait(l, [this] { return calls_.empty() && contexts_ == 0; });
 }
 
 }  // namespace kmpc::kdc

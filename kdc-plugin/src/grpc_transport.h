@@ -1,10 +1,23 @@
 // Transport over gRPC with mTLS (the KDC client certificate), callback API:
 // the three calls of a step run in parallel without a thread per call.
+//
+// A party's connection is made by the first call to it. Calls fail fast
+// (kUnavailable) when their party cannot be reached, except before the
+// party was ever connected: a call whose fail-fast attempt failed less than
+// kFirstConnectGrace after that party's first failure then waits for the
+// connection (gRPC reconnects 200 ms after a failure, backing off up to
+// 1 s) until its own deadline. So one transient failure of the first
+// connection does not fail a batch; a party that is down from the start
+// fails calls at their deadline during that grace and at once after it,
+// and a party that goes down later fails them at once. A server that is
+// not the party of its position (kPermissionDenied) is never waited for.
 #ifndef KMPC_KDC_PLUGIN_GRPC_TRANSPORT_H_
 #define KMPC_KDC_PLUGIN_GRPC_TRANSPORT_H_
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -17,6 +30,7 @@
 namespace grpc {
 class Channel;
 class ClientContext;
+class Status;
 }  // namespace grpc
 
 namespace kmpc::kdc {
@@ -38,23 +52,51 @@ class GrpcTransport : public Transport {
                 Done done) override;
   std::string PartyName(int party) const override;
 
-  // Cancels calls in flight and waits until every callback has returned;
-  // later calls fail at once with kCancelled.
+  // How long after the first failed connection to a party (before it was
+  // ever connected) failed calls still wait for the connection.
+  static constexpr absl::Duration kFirstConnectGrace = absl::Seconds(2);
+
+  // Cancels calls in flight and waits until every callback has returned
+  // and released its call; later calls fail at once with kCancelled.
   void Shutdown();
 
  private:
   GrpcTransport() = default;
+  // A call's context, counted until it is destroyed (Shutdown waits).
+  std::shared_ptr<grpc::ClientContext> NewContext();
   // Registers a call; false once shutting down.
   bool Begin(const std::shared_ptr<grpc::ClientContext>& ctx);
   void End(const std::shared_ptr<grpc::ClientContext>& ctx);
 
+  // Starts the unary call on ctx, with a completion callback.
+  using Issue = std::function<void(grpc::ClientContext*,
+                                   std::function<void(grpc::Status)>)>;
+  // One attempt of a call: fail fast (first_failure OK), or, after that
+  // failed while the party had never been connected, waiting for the
+  // connection (wait_for_ready) until the deadline.
+  void Attempt(int party, absl::Time deadline,
+               std::shared_ptr<const Issue> issue, Done done,
+               absl::Status first_failure);
+  // Whether a failed fail-fast attempt is made again, waiting: the party
+  // was never connected and its first failure is less than
+  // kFirstConnectGrace old.
+  bool RetryFirstConnect(int party, const absl::Status& s);
+  void NoteConnected(int party, const absl::Status& s);
+
   std::array<std::string, 3> servers_;
   std::array<std::shared_ptr<grpc::Channel>, 3> channels_;
   std::array<std::unique_ptr<kmpc::v1::KeyOps::Stub>, 3> stubs_;
+  // Party i's channel has been READY once: from then on calls fail fast.
+  std::array<std::atomic<bool>, 3> connected_{};
   std::mutex mu_;
   std::condition_variable cv_;
   bool shutdown_ = false;
   std::set<std::shared_ptr<grpc::ClientContext>> calls_;
+  int contexts_ = 0;  // NewContext's not yet destroyed
+  // First failed attempt to a party never connected (InfinitePast: none).
+  std::array<absl::Time, 3> first_failure_{absl::InfinitePast(),
+                                           absl::InfinitePast(),
+                                           absl::InfinitePast()};
 };
 
 }  // namespace kmpc::kdc

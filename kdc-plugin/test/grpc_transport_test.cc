@@ -1,0 +1,235 @@
+// GrpcTransport against in-process gRPC servers over mTLS (deploy/
+// gen-certs.sh's certificates): a first connection that fails transiently
+// does not fail the call; a server of the wrong party is refused at once; a
+// party down from the start fails calls by their deadline, then at once; a
+// party that goes down after it was connected fails them at once; Shutdown
+// ends a call that waits for a connection.
+#include "grpc_transport.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
+
+namespace kmpc::kdc {
+namespace {
+
+using kmpc::testing::FreeLoopbackPort;
+
+std::string Read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class TransportTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(kmpc::testing::MakeTestCerts("kdc-transport"));
+    ASSERT_FALSE(dir_->empty()) << "deploy/gen-certs.sh failed";
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Certs() { return *dir_ + "/certs"; }
+
+  // Party 0 at `port`; parties 1 and 2 at ports nobody listens on (the
+  // tests call party 0 only).
+  std::unique_ptr<GrpcTransport> Make(int port) {
+    std::array<std::string, 3> servers = {
+        absl::StrCat("127.0.0.1:", port),
+        absl::StrCat("127.0.0.1:", FreeLoopbackPort()),
+        absl::StrCat("127.0.0.1:", FreeLoopbackPort())};
+    auto t = GrpcTransport::Create(servers, Certs() + "/ca.pem",
+                                   Certs() + "/kdc.pem", Certs() + "/kdc.key");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? std::move(*t) : nullptr;
+  }
+
+  // One Run to party 0; its status and how long it took.
+  static absl::Status RunOnce(GrpcTransport* t, absl::Duration deadline,
+                              absl::Duration* took) {
+    kmpc::v1::RunRequest req;
+    kmpc::v1::RunResponse resp;
+    std::promise<absl::Status> p;
+    const absl::Time t0 = absl::Now();
+    t->Run(0, req, &resp, t0 + deadline,
+           [&p](absl::Status s) { p.set_value(std::move(s)); });
+    absl::Status s = p.get_future().get();
+    *took = absl::Now() - t0;
+    return s;
+  }
+
+  static std::string* dir_;
+};
+std::string* TransportTest::dir_ = nullptr;
+
+// A KeyOps server that answers every call with OK, presenting the
+// certificate of party `cert_party`.
+class FakeParty {
+ public:
+  FakeParty(const std::string& certs, int cert_party, int port) {
+    grpc::SslServerCredentialsOptions o(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    o.pem_root_certs = Read(certs + "/ca.pem");
+    const std::string name = absl::StrCat(certs, "/party-", cert_party);
+    o.pem_key_cert_pairs.push_back({Read(name + ".key"), Read(name + ".pem")});
+    grpc::ServerBuilder b;
+    int bound = 0;
+    b.AddListeningPort(absl::StrCat("127.0.0.1:", port),
+                       grpc::SslServerCredentials(o), &bound);
+    b.RegisterService(&svc_);
+    server_ = b.BuildAndStart();
+    EXPECT_EQ(bound, port);
+  }
+  ~FakeParty() { server_->Shutdown(std::chrono::system_clock::now()); }
+  int calls() const { return svc_.calls.load(); }
+
+ private:
+  struct Svc : kmpc::v1::KeyOps::Service {
+    grpc::Status Run(grpc::ServerContext*, const kmpc::v1::RunRequest*,
+                     kmpc::v1::RunResponse*) override {
+      ++calls;
+      return grpc::Status::OK;
+    }
+    std::atomic<int> calls{0};
+  };
+  Svc svc_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Listens on `port`; returns the listening socket, -1 on failure.
+int Listen(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      listen(fd, 8) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(TransportTest, TransientFailureOfTheFirstConnectionDoesNotFailTheCall) {
+  // The first connection is accepted and dropped during the TLS handshake
+  // (as the KDC saw "Handshake read failed", or the client "connect: No
+  // such file or directory" from gRPC 1.51's errno handling); then the
+  // party's real server comes up on the same port.
+  const int port = FreeLoopbackPort();
+  const int lfd = Listen(port);
+  ASSERT_GE(lfd, 0);
+  std::atomic<int> dropped{0};
+  std::unique_ptr<FakeParty> party;
+  std::thread server([&] {
+    pollfd p{lfd, POLLIN, 0};
+    if (poll(&p, 1, 10000) == 1) {
+      int c = accept(lfd, nullptr, nullptr);
+      if (c >= 0) {
+        ++dropped;
+        close(c);
+      }
+    }
+    close(lfd);
+    party = std::make_unique<FakeParty>(Certs(), 0, port);
+  });
+  auto t = Make(port);
+  ASSERT_NE(t, nullptr);
+  absl::Duration took;
+  absl::Status s = RunOnce(t.get(), absl::Seconds(10), &took);
+  server.join();
+  EXPECT_EQ(dropped.load(), 1);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(party->calls(), 1);
+  EXPECT_LT(took, absl::Seconds(5));
+  // Connected now: the next call needs no waiting either.
+  EXPECT_TRUE(RunOnce(t.get(), absl::Seconds(10), &took).ok());
+  EXPECT_EQ(party->calls(), 2);
+}
+
+TEST_F(TransportTest, ServerOfAnotherPartyIsRefusedAtOnce) {
+  const int port = FreeLoopbackPort();
+  FakeParty party(Certs(), /*cert_party=*/1, port);
+  auto t = Make(port);
+  ASSERT_NE(t, nullptr);
+  absl::Duration took;
+  absl::Status s = RunOnce(t.get(), absl::Seconds(10), &took);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_NE(s.message().find(absl::StrCat("the server at position 0 (127.0.0.1:",
+                                          port, ") is not party 0")),
+            std::string::npos)
+      << s;
+  EXPECT_LT(took, absl::Seconds(2));  // not waiting for a connection
+  EXPECT_EQ(party.calls(), 0);
+}
+
+TEST_F(TransportTest, PartyDownFromTheStartFailsByTheDeadlineThenAtOnce) {
+  const int port = FreeLoopbackPort();  // nobody listens
+  auto t = Make(port);
+  ASSERT_NE(t, nullptr);
+  absl::Duration took;
+  const absl::Time first = absl::Now();
+  absl::Status s = RunOnce(t.get(), absl::Milliseconds(800), &took);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(s.message().find("no connection after waiting"), std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("Connection refused"), std::string::npos) << s;
+  EXPECT_LT(took, absl::Seconds(2));
+  // After the grace, calls to the never-connected party fail at once.
+  absl::SleepFor(first + GrpcTransport::kFirstConnectGrace - absl::Now() +
+                 absl::Milliseconds(100));
+  s = RunOnce(t.get(), absl::Seconds(10), &took);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_LT(took, absl::Seconds(2));
+}
+
+TEST_F(TransportTest, PartyDownAfterItWasConnectedFailsAtOnce) {
+  const int port = FreeLoopbackPort();
+  auto party = std::make_unique<FakeParty>(Certs(), 0, port);
+  auto t = Make(port);
+  ASSERT_NE(t, nullptr);
+  absl::Duration took;
+  ASSERT_TRUE(RunOnce(t.get(), absl::Seconds(10), &took).ok());
+  party.reset();
+  absl::Status s = RunOnce(t.get(), absl::Seconds(10), &took);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_LT(took, absl::Seconds(2));
+}
+
+TEST_F(TransportTest, ShutdownEndsACallWaitingForItsFirstConnection) {
+  const int port = FreeLoopbackPort();  // nobody listens
+  auto t = Make(port);
+  ASSERT_NE(t, nullptr);
+  kmpc::v1::RunRequest req;
+  kmpc::v1::RunResponse resp;
+  std::promise<absl::Status> p;
+  const absl::Time t0 = absl::Now();
+  t->Run(0, req, &resp, t0 + absl::Seconds(30),
+         [&p](absl::Status s) { p.set_value(std::move(s)); });
+  absl::SleepFor(absl::Milliseconds(500));  // failed once, now waiting
+  t->Shutdown();
+  auto f = p.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  absl::Status s = f.get();
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace kmpc::kdc
