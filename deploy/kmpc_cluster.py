@@ -504,8 +504,10 @@ class KmpcRealm(kmpc_realm.Realm):
         self.share_existing([self.WARMUP])
 
     def warm_up(self, timeout=15):
-        """Log the warm-up principal in until it works: the kdcmpc module's
-        first batch fails while its connections are still being made."""
+        """Log the warm-up principal in until it works: the first login
+        makes the kdcmpc module's connections (TCP and TLS to the three
+        servers), so nobody else's pays for them; retried while the servers
+        are still coming up."""
         kt = os.path.join(self.dir, "warmup.keytab")
         if not os.path.exists(kt):
             return

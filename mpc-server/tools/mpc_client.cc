@@ -148,11 +148,14 @@ Cluster Connect(const std::string& default_client) {
     c.channel[i]->GetState(/*try_to_connect=*/true);
   }
   // Give the three connections up to 3 s to come up before the first call:
-  // a first TLS handshake that fails transiently (seen against a server
-  // that had just started: "failed to connect to all addresses ... Handshake
-  // read failed") is retried by gRPC's reconnect instead of failing the
-  // command at once. A party that is down, or refuses us, still fails the
-  // call, after this wait.
+  // a first connection attempt that fails transiently is retried by gRPC's
+  // reconnect instead of failing the command at once. Seen: "failed to
+  // connect to all addresses; last error: UNKNOWN: ...: No such file or
+  // directory": gRPC 1.51 reads errno after connect() only after taking
+  // absl Mutexes (tcp_client_posix.cc), and the first contended absl Mutex
+  // wait of a process opens /sys/.../tsc_freq_khz, absent on some VMs,
+  // leaving ENOENT there (fixed upstream in grpc/grpc#35064). A party that
+  // is down, or refuses us, still fails the call, after this wait.
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::milliseconds(std::min<int64_t>(
                             3000, absl::GetFlag(FLAGS_timeout_ms)));
