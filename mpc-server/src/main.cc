@@ -25,6 +25,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "net/log.h"
 #include "net/tls_ring.h"
 #include "service/auth.h"
@@ -135,6 +136,9 @@ bool DisableCoreDumps() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("kmpc MPC server (one of three parties)");
+  // No lock-graph bookkeeping on every absl::Mutex acquisition (Debian's
+  // abseil keeps deadlock detection on; as in the KDC module).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (!DisableCoreDumps()) return Fail("cannot disable core dumps");
   absl::ParseCommandLine(argc, argv);
   kmpc::log::g_verbosity = absl::GetFlag(FLAGS_v);
