@@ -109,6 +109,35 @@ def test_results_json_headline_pair(tmp_path):
     assert res["kmpc"]["breakdown_one_client_early_flush"]["batches"]["run_only"]["batches"] == 30
 
 
+def test_stock_swept_before_and_after_kmpc(tmp_path):
+    """storm_bench.py --bracket: stock/headline swept again right after
+    kmpc/headline; the ratio is taken against the mean of the two stock
+    peaks, and both are reported."""
+    d = str(tmp_path)
+    write_inputs(d)
+    with open(os.path.join(d, "storm.json")) as f:
+        storm = json.load(f)
+    after = section(3000.0, 0.25, 40.0, {"krb5kdc": 150.0, "kmpc-storm": 70.0})
+    storm["stock"]["settings"]["headline"]["repeat_after"] = after
+    with open(os.path.join(d, "storm.json"), "w") as f:
+        json.dump(storm, f)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    with open(os.path.join(d, "results.json")) as f:
+        res = json.load(f)
+    assert res["stock"]["peak_logins_per_s"] == 2500.0
+    assert res["stock"]["peak_logins_per_s_before_kmpc"] == 2000.0
+    assert res["stock"]["peak_logins_per_s_after_kmpc"] == 3000.0
+    assert res["ratio"] == pytest.approx(1300 / 2500)
+    assert res["ratio_vs_stock_before"] == pytest.approx(0.65)
+    assert res["ratio_vs_stock_after"] == pytest.approx(1300 / 3000, abs=1e-3)
+    assert not res["targets"][0]["met"]  # 0.52 < 0.60
+    assert "2000 before and 3000 after kmpc" in res["targets"][0]["measured"]
+    assert "right before kmpc's (2000/s) and right after it (3000/s)" in p.stdout
+    # The default pair has no repeat: its ratio is as before.
+    assert res["default_settings"]["ratio"] == pytest.approx(250 / 240, abs=1e-3)
+
+
 def test_results_report_misses(tmp_path):
     d = str(tmp_path)
     write_inputs(d, kmpc_failed=3, soak_pass=False)
