@@ -129,18 +129,16 @@ def build(bench_dir):
                 ps[key] = r(sum(two) / len(two), 1) if two else None
             ps["bracket_note"] = ("peak_logins_per_s is the mean of the sweeps right before "
                                   "and right after kmpc's (*_before_kmpc, *_after_kmpc)")
-        ratio = (pk["peak_logins_per_s"] / ps["peak_logins_per_s"]
-                 if ps["peak_logins_per_s"] else None)
-        a, b = pk["peak_logins_per_s_p99_le_250ms"], ps["peak_logins_per_s_p99_le_250ms"]
-        pairs[s] = {"kmpc": pk, "stock": ps, "ratio": r(ratio),
-                    "ratio_at_p99_le_250ms": r(a / b) if a and b else None}
+        def ratio(key, stock_key=None):
+            a, b = pk[key], ps[stock_key or key]
+            return r(a / b) if a is not None and b else None
+
+        pairs[s] = {"kmpc": pk, "stock": ps, "ratio": ratio("peak_logins_per_s"),
+                    "ratio_at_p99_le_250ms": ratio("peak_logins_per_s_p99_le_250ms")}
         if after:
-            pairs[s]["ratio_vs_stock_before"] = r(
-                pk["peak_logins_per_s"] / ps["peak_logins_per_s_before_kmpc"]
-                if ps["peak_logins_per_s_before_kmpc"] else None)
-            pairs[s]["ratio_vs_stock_after"] = r(
-                pk["peak_logins_per_s"] / ps["peak_logins_per_s_after_kmpc"]
-                if ps["peak_logins_per_s_after_kmpc"] else None)
+            for when in ("before", "after"):
+                pairs[s][f"ratio_vs_stock_{when}"] = ratio(
+                    "peak_logins_per_s", f"peak_logins_per_s_{when}_kmpc")
     if "headline" not in pairs:
         raise SystemExit("bench_results: storm.json has no headline pair")
     h = pairs["headline"]
