@@ -1,0 +1,40 @@
+// Reveal to a client of the cluster (architecture.md, "Reveal to the KDC";
+// Araki et al., CCS 2016, section 2.2): party p sends its two replicated
+// shares (s_p, s_{p+1}) of a value v = s_0 ^ s_1 ^ s_2. Every share thus
+// arrives twice, from two different servers; the copies must agree before
+// the value is used, so one server alone cannot change what the client
+// learns without being noticed.
+#ifndef KMPC_CLIENT_REVEAL_H_
+#define KMPC_CLIENT_REVEAL_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kmpc.pb.h"
+
+namespace kmpc::client {
+
+inline constexpr int kParties = 3;
+
+// How to name party p in an error ("MPC party 1 (127.0.0.1:7001)").
+using PartyNamer = std::function<std::string(int party)>;
+std::string DefaultPartyName(int party);
+
+// Checks the three servers' share pairs of one value of `out.size()` bytes
+// and writes v = s_0 ^ s_1 ^ s_2 to `out`. On failure `out` is wiped and
+// the status (DATA_LOSS) says which share had the wrong length or which
+// share's two copies disagree, and names the party common to two failed
+// checks (the one that lied) when there is one. `what` names the value in
+// the message ("keystream of job 3"). No share bytes appear in messages.
+absl::Status Reveal(const std::array<const kmpc::v1::SharePair*, kParties>& pairs,
+                    absl::Span<uint8_t> out, absl::string_view what,
+                    const PartyNamer& name = DefaultPartyName);
+
+}  // namespace kmpc::client
+
+#endif  // KMPC_CLIENT_REVEAL_H_

@@ -1,0 +1,81 @@
+#include "client/reveal.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace kmpc::client {
+namespace {
+
+namespace pb = ::kmpc::v1;
+
+// Three parties' pairs (s_p, s_{p+1}) of v = s0 ^ s1 ^ s2.
+std::array<pb::SharePair, 3> Deal(const std::string& v, const std::string& s0,
+                                  const std::string& s1) {
+  std::string s2 = v;
+  for (size_t i = 0; i < v.size(); ++i) s2[i] ^= s0[i] ^ s1[i];
+  const std::string s[3] = {s0, s1, s2};
+  std::array<pb::SharePair, 3> out;
+  for (int p = 0; p < 3; ++p) {
+    out[p].set_first(s[p]);
+    out[p].set_second(s[(p + 1) % 3]);
+  }
+  return out;
+}
+
+std::array<const pb::SharePair*, 3> Ptrs(const std::array<pb::SharePair, 3>& a) {
+  return {&a[0], &a[1], &a[2]};
+}
+
+TEST(Reveal, CombinesThreeShares) {
+  auto pairs = Deal("sixteen byte val", "0123456789abcdef", "fedcba9876543210");
+  std::vector<uint8_t> out(16);
+  ASSERT_TRUE(Reveal(Ptrs(pairs), absl::MakeSpan(out), "tag").ok());
+  EXPECT_EQ(std::string(out.begin(), out.end()), "sixteen byte val");
+}
+
+TEST(Reveal, NamesTheLyingPartyAndWipesTheOutput) {
+  auto pairs = Deal("value", "aaaaa", "bbbbb");
+  // Party 1 changes both of its shares: checks 0 (s_1 copies) and 1 (s_2
+  // copies) fail, party 1 is common to both.
+  pairs[1].set_first("Xaaaa");
+  pairs[1].set_second("Xbbbb");
+  std::vector<uint8_t> out(5, 0x55);
+  absl::Status st = Reveal(Ptrs(pairs), absl::MakeSpan(out), "keystream of job 4");
+  ASSERT_TRUE(absl::IsDataLoss(st)) << st;
+  EXPECT_NE(st.message().find("MPC party 1 is the common party"),
+            std::string::npos) << st;
+  EXPECT_NE(st.message().find("keystream of job 4"), std::string::npos);
+  EXPECT_EQ(out, std::vector<uint8_t>(5, 0));
+}
+
+TEST(Reveal, OneDisagreementNamesBothCopies) {
+  auto pairs = Deal("value", "aaaaa", "bbbbb");
+  pairs[2].set_second("Zaaaa");  // party 2's copy of s_0 only
+  std::vector<uint8_t> out(5);
+  absl::Status st = Reveal(Ptrs(pairs), absl::MakeSpan(out), "tag",
+                           [](int p) { return "server " + std::to_string(p); });
+  ASSERT_TRUE(absl::IsDataLoss(st));
+  EXPECT_NE(st.message().find("share s_0"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("server 2 and server 0"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("1 of 3"), std::string::npos) << st;
+}
+
+TEST(Reveal, WrongLengthIsRefused) {
+  auto pairs = Deal("value", "aaaaa", "bbbbb");
+  std::vector<uint8_t> out(6);
+  EXPECT_TRUE(absl::IsDataLoss(Reveal(Ptrs(pairs), absl::MakeSpan(out), "tag")));
+  std::vector<uint8_t> ok(5);
+  pairs[0].set_second("bbbb");
+  EXPECT_TRUE(absl::IsDataLoss(Reveal(Ptrs(pairs), absl::MakeSpan(ok), "tag")));
+}
+
+TEST(Reveal, EmptyValue) {
+  auto pairs = Deal("", "", "");
+  std::vector<uint8_t> out;
+  EXPECT_TRUE(Reveal(Ptrs(pairs), absl::MakeSpan(out), "keystream").ok());
+}
+
+}  // namespace
+}  // namespace kmpc::client

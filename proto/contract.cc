@@ -1,0 +1,122 @@
+#include "contract.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kmpc::contract {
+namespace {
+
+JobCheck Malformed(std::string detail) {
+  return {pb::JOB_MALFORMED, std::move(detail)};
+}
+JobCheck CannotVerify(std::string detail) {
+  return {pb::JOB_INTEGRITY_FAILED, std::move(detail)};
+}
+
+JobCheck CheckSize(const JobShape& job, absl::string_view what, uint64_t n) {
+  if (n > kMaxJobBytes)
+    return Malformed(absl::StrCat(JobTypeName(job.type), " ", what, " of ", n,
+                                  " bytes exceeds the limit of ", kMaxJobBytes));
+  return {};
+}
+
+}  // namespace
+
+bool CounterRangeOk(absl::string_view ctr0, uint64_t n) {
+  if (ctr0.size() != kCtr0Size) return false;
+  unsigned __int128 c0 = 0;
+  for (unsigned char b : ctr0) c0 = (c0 << 8) | b;
+  return c0 != 0 && c0 <= ~static_cast<unsigned __int128>(0) - n;
+}
+
+const char* JobTypeName(pb::JobType type) {
+  switch (type) {
+    case pb::JOB_ENCRYPT: return "ENCRYPT";
+    case pb::JOB_DECRYPT: return "DECRYPT";
+    case pb::JOB_CHECKSUM: return "CHECKSUM";
+    case pb::JOB_VERIFY_CHECKSUM: return "VERIFY_CHECKSUM";
+    case pb::JOB_FINALIZE: return "FINALIZE";
+    default: return "UNKNOWN";
+  }
+}
+
+JobShape ShapeOf(const pb::Job& job) {
+  return {job.type(), job.key_id().size(), job.length(), job.data(),
+          job.checksum()};
+}
+
+JobCheck CheckJob(const JobShape& job) {
+  if (job.key_id_size != kKeyIdSize)
+    return Malformed(absl::StrCat("key id must be ", kKeyIdSize,
+                                  " bytes, got ", job.key_id_size));
+  const char* name = JobTypeName(job.type);
+  switch (job.type) {
+    case pb::JOB_ENCRYPT:
+      if (!job.data.empty() || !job.checksum.empty())
+        return Malformed("ENCRYPT takes a length, not data or a checksum (the "
+                         "plaintext never leaves the KDC)");
+      return CheckSize(job, "plaintext", job.length);
+    case pb::JOB_DECRYPT: {
+      if (job.length != 0 || !job.checksum.empty())
+        return Malformed("DECRYPT takes data only");
+      if (job.data.size() < kCiphertextOverhead)
+        return CannotVerify(absl::StrCat(
+            "ciphertext of ", job.data.size(),
+            " bytes is shorter than ctr0 || T (32 bytes)"));
+      const uint64_t clen = job.data.size() - kCiphertextOverhead;
+      if (JobCheck c = CheckSize(job, "ciphertext", clen); !c.ok()) return c;
+      if (!CounterRangeOk(job.data.substr(0, kCtr0Size), CeilBlocks(clen)))
+        return CannotVerify(
+            "ciphertext counter range touches the all-zero block");
+      return {};
+    }
+    case pb::JOB_CHECKSUM:
+      if (job.length != 0 || !job.checksum.empty())
+        return Malformed("CHECKSUM takes data only");
+      return CheckSize(job, "data", job.data.size());
+    case pb::JOB_VERIFY_CHECKSUM:
+      if (job.length != 0) return Malformed("VERIFY_CHECKSUM takes no length");
+      if (JobCheck c = CheckSize(job, "data", job.data.size()); !c.ok())
+        return c;
+      if (job.checksum.size() != kChecksumSize)
+        return CannotVerify(absl::StrCat("checksum must be ", kChecksumSize,
+                                         " bytes (ctr0 || tag), got ",
+                                         job.checksum.size()));
+      if (!CounterRangeOk(job.checksum.substr(0, kCtr0Size), 0))
+        return CannotVerify("checksum counter is the all-zero block");
+      return {};
+    default:
+      return Malformed(absl::StrCat(
+          "job type ", static_cast<int>(job.type), " (", name,
+          ") is not a Run job"));
+  }
+}
+
+uint64_t JobBlocks(const JobShape& job) {
+  switch (job.type) {
+    case pb::JOB_ENCRYPT:
+      return CeilBlocks(job.length) + 1;
+    case pb::JOB_DECRYPT:
+      return job.data.size() >= kCiphertextOverhead
+                 ? CeilBlocks(job.data.size() - kCiphertextOverhead) + 1
+                 : 1;
+    default:
+      return 1;
+  }
+}
+
+uint64_t RevealedBytes(const JobShape& job) {
+  switch (job.type) {
+    case pb::JOB_ENCRYPT:
+      return job.length;
+    case pb::JOB_DECRYPT:
+      return job.data.size() >= kCiphertextOverhead
+                 ? job.data.size() - kCiphertextOverhead
+                 : 0;
+    case pb::JOB_CHECKSUM:
+      return kTagSize;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace kmpc::contract

@@ -1,0 +1,93 @@
+// The contract between the KDC module and the MPC servers: the job types
+// (the proto enum kmpc::v1::JobType is the only one), the limits, the
+// ciphertext format's overhead, the counter-range rule and what a job costs.
+// The module checks a job with CheckJob before it queues it; the servers
+// check every job of a batch with the same function and fail a job that
+// breaks it alone (JobStatus), never the whole batch. Constructions:
+// shared/design/enctype.md.
+//
+// Depends on the proto messages only (no gRPC): the servers' engine uses it.
+#ifndef KMPC_PROTO_CONTRACT_H_
+#define KMPC_PROTO_CONTRACT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "kmpc.pb.h"
+
+namespace kmpc::contract {
+
+namespace pb = ::kmpc::v1;
+
+inline constexpr size_t kKeyIdSize = 32;    // a handle's key id (enctype.md)
+inline constexpr size_t kBatchIdSize = 16;  // RunRequest / FinalizeRequest
+inline constexpr size_t kBlockSize = 16;
+inline constexpr size_t kCtr0Size = 16;
+inline constexpr size_t kTagSize = 16;
+// ctr0 (16) || C || T (16): what an encryption adds to the plaintext.
+inline constexpr size_t kCiphertextOverhead = kCtr0Size + kTagSize;
+// A gmac-aes*-mpc checksum: ctr0 || tag.
+inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
+// Largest message one job may cover (keystream blocks of ENCRYPT/DECRYPT,
+// data of CHECKSUM/VERIFY_CHECKSUM): 65,536 blocks, 1 MiB.
+inline constexpr uint64_t kMaxJobBlocks = 65536;
+inline constexpr uint64_t kMaxJobBytes = kMaxJobBlocks * kBlockSize;
+// Largest number of AES blocks (JobBlocks summed) in one batch.
+inline constexpr uint64_t kMaxBatchBlocks = uint64_t{1} << 20;
+
+// ceil(bytes / 16).
+constexpr uint64_t CeilBlocks(uint64_t bytes) {
+  return (bytes + kBlockSize - 1) / kBlockSize;
+}
+
+// enctype.md: the counters c0 .. c0 + n (c0 = ctr0 read as a 128-bit
+// big-endian integer) never reach the all-zero block: c0 != 0 and
+// c0 + n <= 2^128 - 1. False for a ctr0 that is not 16 bytes.
+bool CounterRangeOk(absl::string_view ctr0, uint64_t n);
+
+// "ENCRYPT", "DECRYPT", "CHECKSUM", "VERIFY_CHECKSUM", "FINALIZE",
+// "UNKNOWN".
+const char* JobTypeName(pb::JobType type);
+
+// A job's public inputs, as the module holds them before it builds the
+// request (`length` is the plaintext length of an ENCRYPT, whose plaintext
+// never leaves the KDC) and as a server reads them from a pb::Job.
+struct JobShape {
+  pb::JobType type = pb::JOB_TYPE_UNSPECIFIED;
+  size_t key_id_size = 0;
+  uint64_t length = 0;          // ENCRYPT only
+  absl::string_view data;       // DECRYPT: ctr0||C||T; CHECKSUM, VERIFY: D
+  absl::string_view checksum;   // VERIFY_CHECKSUM only: ctr0 || tag
+};
+JobShape ShapeOf(const pb::Job& job);
+
+// The outcome of CheckJob: JOB_OK, JOB_MALFORMED, or JOB_INTEGRITY_FAILED
+// for an input that cannot verify under any key (a DECRYPT shorter than
+// ctr0 || T, a counter range through the all-zero block). `detail` says
+// what is wrong in public terms (sizes, type), never data.
+struct JobCheck {
+  pb::JobStatus status = pb::JOB_OK;
+  std::string detail;
+  bool ok() const { return status == pb::JOB_OK; }
+};
+
+// The one check of a Run job (FINALIZE is checked by the server against
+// the ENCRYPT it finalizes).
+JobCheck CheckJob(const JobShape& job);
+
+// AES blocks the job costs the cluster, as counted against kMaxBatchBlocks
+// and a server's batch limits: ENCRYPT ceil(length/16) + 1 (the tag mask
+// AES_K(c0)); DECRYPT ceil(len(C)/16) + 1; CHECKSUM and VERIFY_CHECKSUM 1.
+// A malformed job costs 1.
+uint64_t JobBlocks(const JobShape& job);
+
+// Bytes of the value revealed to the KDC for a job that succeeds: the
+// keystream of an ENCRYPT (length) or DECRYPT (len(C)), the tag of a
+// CHECKSUM (16); 0 for VERIFY_CHECKSUM (a verdict only).
+uint64_t RevealedBytes(const JobShape& job);
+
+}  // namespace kmpc::contract
+
+#endif  // KMPC_PROTO_CONTRACT_H_
