@@ -128,6 +128,11 @@ log "building (make -j$jobs; log in $build/krb5-make.log)"
   rm -rf "$build/krb5-stage" &&
   make install DESTDIR="$build/krb5-stage" >>"$build/krb5-make.log" 2>&1) || {
   tail -n 60 "$build/krb5-make.log" >&2; exit 1; }
+# Debian's krb5-config.in (debian/patches) names Debian's multiarch layout,
+# include/mit-krb5 and lib/<triplet>/mit-krb5; this prefix installs into
+# include/ and lib/, so krb5-config --cflags/--libs must name those.
+sed -i -e "s#^includedir=.*#includedir=$prefix/include#" \
+  -e "s#^libdir=.*#libdir=$prefix/lib#" "$build/krb5-stage$prefix/bin/krb5-config"
 # MIT's install rules rewrite every library and header; copying from a
 # staging tree only what differs keeps the prefix's timestamps stable, so the
 # C/C++ parts built against it are not rebuilt for nothing. Files are
