@@ -2,19 +2,19 @@
 # and replaces them in the KDB by key handles.  Runs on the KDC host like
 # kadmin.local: it links the patched krb5 of the private prefix (kadm5 server
 # API, libkdb5, libk5crypto for string-to-key) with a RUNPATH to it, never
-# the system's krb5, plus the core's dealer (kmpc_core) and the gRPC stubs.
-if(TARGET kmpc_core AND TARGET kmpc_proto)
+# the system's krb5, plus the cluster client library (client.cmake:
+# kmpc_cluster_admin, the dealer and the Admin service).
+if(TARGET kmpc_cluster_admin)
   set(KMPC_ADMIN_KRB5_LIBDIR "${KRB5_PREFIX}/lib")
   add_executable(kmpc-admin
     ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/cluster.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
   target_include_directories(kmpc-admin PRIVATE
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
   target_compile_options(kmpc-admin PRIVATE -Wall -Wextra -Wno-unused-parameter)
   target_link_libraries(kmpc-admin PRIVATE
-    kmpc_core kmpc_proto absl::strings absl::str_format absl::status
+    kmpc_cluster_admin absl::strings absl::str_format absl::status
     absl::statusor OpenSSL::Crypto
     "${KMPC_ADMIN_KRB5_LIBDIR}/libkadm5srv_mit.so"
     "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
@@ -38,5 +38,5 @@ if(TARGET kmpc_core AND TARGET kmpc_proto)
   add_test(NAME kmpc_admin_config_test COMMAND kmpc_admin_config_test)
   set_tests_properties(kmpc_admin_config_test PROPERTIES TIMEOUT 60)
 else()
-  message(STATUS "mpc-server: kmpc_core or kmpc_proto missing; no kmpc-admin")
+  message(STATUS "mpc-server: kmpc_cluster_admin missing; no kmpc-admin")
 endif()

@@ -49,7 +49,7 @@ if(TARGET kmpc_core AND TARGET kmpc_proto)
 
   add_executable(kmpc-mpc-client tools/mpc_client.cc)
   target_link_libraries(kmpc-mpc-client PRIVATE
-    kmpc_core kmpc_proto absl::flags absl::flags_parse absl::strings
+    kmpc_cluster_admin absl::flags absl::flags_parse absl::strings
     OpenSSL::Crypto)
 
   kmpc_server_test(kmpc_service_test 180

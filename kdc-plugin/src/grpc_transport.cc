@@ -4,31 +4,17 @@
 #include <openssl/crypto.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/channels.h"
 
 namespace kmpc::kdc {
 namespace {
 
-absl::StatusOr<std::string> ReadPem(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
-  if (s.empty())
-    return absl::FailedPreconditionError(absl::StrCat(path, " is empty"));
-  return s;
-}
-
 // The TLS name the certificate of party i carries (and only it): SAN
 // DNS:kmpc-party-<i>, deploy/gen-certs.sh.
-std::string PartyTlsName(int i) { return absl::StrCat("kmpc-party-", i); }
+using kmpc::client::PartyTlsName;
 
 absl::Status FromGrpc(int party, const std::string& server,
                       const grpc::Status& s) {
@@ -64,24 +50,8 @@ void Invoke(const Transport::Done& done, absl::Status s) {
 absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
     const std::array<std::string, 3>& servers, const std::string& ca,
     const std::string& cert, const std::string& key) {
-  grpc::SslCredentialsOptions o;
-  auto ca_pem = ReadPem(ca);
-  if (!ca_pem.ok()) return ca_pem.status();
-  auto cert_pem = ReadPem(cert);
-  if (!cert_pem.ok()) return cert_pem.status();
-  auto key_pem = ReadPem(key);
-  if (!key_pem.ok()) return key_pem.status();
-  o.pem_root_certs = std::move(*ca_pem);
-  o.pem_cert_chain = std::move(*cert_pem);
-  o.pem_private_key.swap(*key_pem);
-  auto creds = grpc::SslCredentials(o);
-  OPENSSL_cleanse(o.pem_private_key.data(), o.pem_private_key.size());
-  if (creds == nullptr)
-    return absl::FailedPreconditionError("cannot build TLS credentials");
-
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  args.SetMaxSendMessageSize(256 << 20);
+  kmpc::client::ChannelOptions opts;  // DefaultChannelArguments(): 256 MiB
+  grpc::ChannelArguments& args = opts.args;
   // A restarted server must be usable again within a second or so, not
   // after gRPC's default exponential backoff (up to two minutes). The
   // "min reconnect backoff" is also the timeout of one connection attempt
@@ -92,30 +62,33 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
   // Detect a dead peer on an idle connection.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  // One connection per server and channel: the three channels must not be
-  // merged with another channel of this process.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // No connecting here (opts.connect_wait 0): gRPC 1.51 handles a socket's
+  // events only while some thread polls (the callback threads the first
+  // call starts; before that only the client channel's backup poller,
+  // every 5 s), so an attempt started now stalled until the connect
+  // timeout above cut it ("tcp handshaker shutdown", "Handshake read
+  // failed") and left the channel in TRANSIENT_FAILURE, where a first
+  // login more than 5 s after start-up failed at once. The first call
+  // connects (a TCP and TLS handshake, about a millisecond on loopback).
+  //
+  // Party identity: the channel to the server at position i accepts only
+  // party i's certificate (client/channels.h), checked in the TLS
+  // handshake before any request is sent; the shared SANs (127.0.0.1,
+  // localhost) are on all three certificates and would let any party
+  // stand in for another (and collect the other parties' messages).
+  kmpc::client::ClusterConfig cfg;
+  cfg.servers = servers;
+  cfg.ca = ca;
+  cfg.cert = cert;
+  cfg.key = key;
+  auto channels = kmpc::client::ClusterChannels::Open(cfg, opts);
+  if (!channels.ok()) return channels.status();
 
   std::unique_ptr<GrpcTransport> t(new GrpcTransport());
   for (int i = 0; i < 3; ++i) {
     t->servers_[i] = servers[i];
-    // Party identity: the server at position i must present party i's
-    // certificate (SAN DNS:kmpc-party-<i>), checked in the TLS handshake
-    // before any request is sent; the shared SANs (127.0.0.1, localhost)
-    // are on all three certificates and would let any party stand in for
-    // another (and collect the other parties' messages).
-    grpc::ChannelArguments a = args;
-    a.SetSslTargetNameOverride(PartyTlsName(i));
-    t->channels_[i] = grpc::CreateCustomChannel(servers[i], creds, a);
+    t->channels_[i] = channels->channel(i);
     t->stubs_[i] = kmpc::v1::KeyOps::NewStub(t->channels_[i]);
-    // No connecting here (GetState(true)): gRPC 1.51 handles a socket's
-    // events only while some thread polls (the callback threads the first
-    // call starts; before that only the client channel's backup poller,
-    // every 5 s), so an attempt started now stalled until the connect
-    // timeout above cut it ("tcp handshaker shutdown", "Handshake read
-    // failed") and left the channel in TRANSIENT_FAILURE, where a first
-    // login more than 5 s after start-up failed at once. The first call
-    // connects (a TCP and TLS handshake, about a millisecond on loopback).
   }
   return t;
 }

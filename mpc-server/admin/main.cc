@@ -59,9 +59,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "admin/cluster.h"
 #include "admin/config.h"
 #include "admin/kdb.h"
+#include "client/admin_client.h"
+#include "contract.h"
 
 namespace kmpc::admin {
 namespace {
@@ -83,6 +84,20 @@ constexpr char kUsage[] =
 int Fail(const absl::Status& st) {
   std::fprintf(stderr, "kmpc-admin: %s\n", std::string(st.message()).c_str());
   return 1;
+}
+
+using client::AdminClient;
+
+// The Admin side of the three servers, as cfg describes it.
+absl::StatusOr<std::unique_ptr<AdminClient>> ConnectCluster(const Config& cfg) {
+  if (absl::Status st = CheckClusterConfig(cfg); !st.ok()) return st;
+  client::ClusterConfig c;
+  c.servers = cfg.servers;
+  c.ca = cfg.ca;
+  c.cert = cfg.cert;
+  c.key = cfg.key;
+  c.rpc_timeout = absl::Milliseconds(cfg.timeout_ms);
+  return AdminClient::Connect(c);
 }
 
 struct Args {
@@ -202,7 +217,7 @@ struct ShareOutcome {
   std::string detail;
 };
 
-absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
+absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminClient& cluster,
                                       const Args& a, const std::string& name,
                                       std::string* password) {
   auto info = kdb.Lookup(name);
@@ -283,13 +298,14 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminCluster& cluster,
     kvno = info->kvno + 1;
     source = "from a password";
   }
-  std::string key_id(kKeyIdLen, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()), kKeyIdLen) != 1)
+  std::string key_id(contract::kKeyIdSize, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
+                 contract::kKeyIdSize) != 1)
     return absl::InternalError("no randomness for the key id");
   engine::Cipher cipher =
       enctype == kEnctypeAes128Mpc ? engine::Cipher::kAes128 : engine::Cipher::kAes256;
   absl::Status st = cluster.PutKey(cipher, absl::MakeConstSpan(key.data(), key.size()),
-                                   key_id, kvno, canon);
+                                   {key_id, kvno, canon});
   key.Wipe();
   if (!st.ok())
     return absl::Status(st.code(), absl::StrCat(canon, ": not shared, the KDB is "
@@ -337,7 +353,7 @@ int Share(const Args& a, const Config& cfg) {
   if (a.from_existing && a.enctype != "aes256-ctr-mpc")
     Usage("--enctype applies to --password-stdin (a migrated key keeps its size)");
   if (a.principals.empty()) Usage("share needs at least one principal");
-  auto cluster = AdminCluster::Connect(cfg);
+  auto cluster = ConnectCluster(cfg);
   if (!cluster.ok()) return Fail(cluster.status());
   auto kdb = Kdb::Open(cfg.realm);
   if (!kdb.ok()) return Fail(kdb.status());
@@ -394,7 +410,7 @@ int Share(const Args& a, const Config& cfg) {
 }
 
 int Status(const Args& a, const Config& cfg) {
-  auto cluster = AdminCluster::Connect(cfg);
+  auto cluster = ConnectCluster(cfg);
   if (!cluster.ok()) return Fail(cluster.status());
   bool ok = true;
   auto health = (*cluster)->Health();

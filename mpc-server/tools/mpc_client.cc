@@ -6,7 +6,8 @@
 // commands
 //   put-key --key_hex=.. [--key_id_hex=..] [--kvno --label --replace]
 //       deals the key (engine::DealKey) and stores party i's view on server
-//       i; all-or-nothing: a failure removes what was stored. Prints the id.
+//       i; all-or-nothing (client::AdminClient::PutKey): a failure removes
+//       what was or may have been stored. Prints the id.
 //   delete-key --key_id_hex=.. [--only_party=I]   list-keys   health   metrics
 //   jobs            one batch from stdin, one job per line (hex arguments):
 //                     encrypt  KEYID USAGE PLAINTEXT   -> ok CTR0||C||T
@@ -17,8 +18,9 @@
 //                     verify   KEYID USAGE DATA CKSUM  -> ok | integrity_failed
 //                   encrypt runs ENCRYPT, XORs, then one FINALIZE for all.
 //                   A job error prints "error CODE MESSAGE". An RPC failure
-//                   prints "rpc_error PARTY CODE MESSAGE" and exits 3; shares
-//                   whose two copies disagree print "share_mismatch", exit 4.
+//                   prints "rpc_error PARTY CODE MESSAGE" and exits 3 (the
+//                   admin commands too); shares whose two copies disagree
+//                   print "share_mismatch" (the reason on stderr), exit 4.
 //   fuzz --count=N --seed=S   malformed requests; every one must fail with
 //                   a clean status and the servers must stay healthy.
 //   bench --blocks=N --threads=T --iters=K --cipher=aes128|aes256
@@ -48,6 +50,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/admin_client.h"
+#include "client/channels.h"
+#include "client/reveal.h"
+#include "contract.h"
 #include "engine/engine.h"
 #include "kmpc.grpc.pb.h"
 
@@ -100,30 +106,9 @@ Bytes RandomBytes(size_t n) {
   return b;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) Die("cannot read " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Party identity: the server at position i must present party i's
-// certificate (SAN DNS:kmpc-party-<i>, deploy/gen-certs.sh), checked in the
-// TLS handshake before any request (PutKey: a share) is sent.
-grpc::ChannelArguments PartyArgs(const grpc::ChannelArguments& args, int i) {
-  grpc::ChannelArguments a = args;
-  a.SetSslTargetNameOverride(absl::StrCat("kmpc-party-", i));
-  return a;
-}
-
-struct Cluster {
-  std::array<std::shared_ptr<grpc::Channel>, 3> channel;
-  std::array<std::unique_ptr<pb::KeyOps::Stub>, 3> keyops;
-  std::array<std::unique_ptr<pb::Admin::Stub>, 3> admin;
-};
-
-Cluster Connect(const std::string& default_client) {
+// The three servers' pinned channels (client/channels.h) with the client
+// certificate `name` of --certs (default: `default_client`).
+kmpc::client::ClusterConfig ConfigFor(const std::string& default_client) {
   std::vector<std::string> servers =
       absl::StrSplit(absl::GetFlag(FLAGS_servers), ',');
   if (servers.size() != 3) Die("--servers needs three addresses");
@@ -131,37 +116,39 @@ Cluster Connect(const std::string& default_client) {
   if (dir.empty()) Die("--certs is required");
   std::string name = absl::GetFlag(FLAGS_client);
   if (name.empty()) name = default_client;
-  grpc::SslCredentialsOptions o;
-  o.pem_root_certs = ReadFile(dir + "/ca.pem");
-  o.pem_private_key = ReadFile(dir + "/" + name + ".key");
-  o.pem_cert_chain = ReadFile(dir + "/" + name + ".pem");
-  auto creds = grpc::SslCredentials(o);
-  OPENSSL_cleanse(o.pem_private_key.data(), o.pem_private_key.size());
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  args.SetMaxSendMessageSize(256 << 20);
-  Cluster c;
-  for (int i = 0; i < 3; ++i) {
-    c.channel[i] = grpc::CreateCustomChannel(servers[i], creds, PartyArgs(args, i));
-    c.keyops[i] = pb::KeyOps::NewStub(c.channel[i]);
-    c.admin[i] = pb::Admin::NewStub(c.channel[i]);
-    c.channel[i]->GetState(/*try_to_connect=*/true);
-  }
-  // Give the three connections up to 3 s to come up before the first call:
-  // a first connection attempt that fails transiently is retried by gRPC's
-  // reconnect instead of failing the command at once. Seen: "failed to
-  // connect to all addresses; last error: UNKNOWN: ...: No such file or
-  // directory": gRPC 1.51 reads errno after connect() only after taking
-  // absl Mutexes (tcp_client_posix.cc), and the first contended absl Mutex
-  // wait of a process opens /sys/.../tsc_freq_khz, absent on some VMs,
-  // leaving ENOENT there (fixed upstream in grpc/grpc#35064). A party that
-  // is down, or refuses us, still fails the call, after this wait.
-  const auto deadline = std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(std::min<int64_t>(
-                            3000, absl::GetFlag(FLAGS_timeout_ms)));
-  for (int i = 0; i < 3; ++i) (void)c.channel[i]->WaitForConnected(deadline);
-  return c;
+  kmpc::client::ClusterConfig cfg;
+  for (int i = 0; i < 3; ++i) cfg.servers[i] = servers[i];
+  cfg.ca = dir + "/ca.pem";
+  cfg.cert = dir + "/" + name + ".pem";
+  cfg.key = dir + "/" + name + ".key";
+  cfg.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  return cfg;
 }
+
+kmpc::client::ClusterChannels OpenChannels(const kmpc::client::ClusterConfig& cfg) {
+  kmpc::client::ChannelOptions o;
+  // Up to 3 s for the three connections before the first call (see
+  // ChannelOptions::connect_wait: a transient failure of the first
+  // connection is retried instead of failing the command; a party that is
+  // down, or refuses us, still fails the call, after this wait).
+  o.connect_wait = absl::Milliseconds(
+      std::min<int64_t>(3000, absl::GetFlag(FLAGS_timeout_ms)));
+  auto ch = kmpc::client::ClusterChannels::Open(cfg, o);
+  if (!ch.ok()) Die(std::string(ch.status().message()));
+  return std::move(*ch);
+}
+
+struct Cluster {
+  explicit Cluster(kmpc::client::ClusterChannels ch) : admin(ch) {
+    for (int i = 0; i < 3; ++i) {
+      channel[i] = ch.channel(i);
+      keyops[i] = pb::KeyOps::NewStub(channel[i]);
+    }
+  }
+  std::array<std::shared_ptr<grpc::Channel>, 3> channel;
+  std::array<std::unique_ptr<pb::KeyOps::Stub>, 3> keyops;
+  kmpc::client::AdminClient admin;
+};
 
 void SetDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() +
@@ -201,32 +188,40 @@ std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
   return st;
 }
 
+[[noreturn]] void RpcError(int party, int code, absl::string_view message) {
+  std::printf("rpc_error %d %d %.*s\n", party, code,
+              static_cast<int>(message.size()), message.data());
+  std::fflush(stdout);
+  std::exit(3);
+}
+
 void CheckRpcs(const std::array<grpc::Status, 3>& st) {
   for (int i = 0; i < 3; ++i)
-    if (!st[i].ok()) {
-      std::printf("rpc_error %d %d %s\n", i, st[i].error_code(),
-                  st[i].error_message().c_str());
-      std::fflush(stdout);
-      std::exit(3);
-    }
+    if (!st[i].ok()) RpcError(i, st[i].error_code(), st[i].error_message());
 }
 
-// XOR of the three servers' shares, checking both copies of each share.
-bool Combine(const std::array<const pb::SharePair*, 3>& s, Bytes* out) {
+// The library's statuses (grpc::StatusCode and absl::StatusCode share
+// their values).
+void CheckEach(const std::array<absl::Status, 3>& st) {
   for (int i = 0; i < 3; ++i)
-    if (s[i]->second() != s[(i + 1) % 3]->first()) return false;
-  Bytes v = s[0]->first();
-  if (s[1]->first().size() != v.size() || s[2]->first().size() != v.size())
-    return false;
-  for (size_t k = 0; k < v.size(); ++k) v[k] ^= s[1]->first()[k] ^ s[2]->first()[k];
-  *out = std::move(v);
-  return true;
+    if (!st[i].ok()) RpcError(i, static_cast<int>(st[i].code()), st[i].message());
 }
 
-[[noreturn]] void ShareMismatch() {
+[[noreturn]] void ShareMismatch(const absl::Status& why) {
+  std::fprintf(stderr, "kmpc-mpc-client: %s\n", std::string(why.message()).c_str());
   std::printf("share_mismatch\n");
   std::fflush(stdout);
   std::exit(4);
+}
+
+// The value the three servers' share pairs reveal (client::Reveal: both
+// copies of every share must agree); exits with share_mismatch otherwise.
+Bytes RevealOrDie(const std::array<const pb::SharePair*, 3>& s, absl::string_view what) {
+  Bytes v(s[0]->first().size(), '\0');
+  absl::Status st = kmpc::client::Reveal(
+      s, absl::MakeSpan(reinterpret_cast<uint8_t*>(v.data()), v.size()), what);
+  if (!st.ok()) ShareMismatch(st);
+  return v;
 }
 
 Bytes Xor(absl::string_view a, absl::string_view b) {
@@ -243,53 +238,28 @@ int PutKey(Cluster& c) {
       (key.size() != 16 && key.size() != 32))
     Die("--key_hex must be 16 or 32 bytes of hex");
   Bytes id;
-  if (absl::GetFlag(FLAGS_key_id_hex).empty()) id = RandomBytes(32);
-  else if (!FromHex(absl::GetFlag(FLAGS_key_id_hex), &id) || id.size() != 32)
+  if (absl::GetFlag(FLAGS_key_id_hex).empty()) {
+    id = RandomBytes(kmpc::contract::kKeyIdSize);
+  } else if (!FromHex(absl::GetFlag(FLAGS_key_id_hex), &id) ||
+             id.size() != kmpc::contract::kKeyIdSize) {
     Die("--key_id_hex must be 32 bytes of hex");
+  }
   auto cipher = key.size() == 16 ? kmpc::engine::Cipher::kAes128
                                  : kmpc::engine::Cipher::kAes256;
-  auto views = kmpc::engine::DealKey(
-      cipher, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()),
-                                  key.size()));
+  std::array<absl::Status, 3> each;
+  absl::Status st = c.admin.PutKey(
+      cipher,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
+      {id, static_cast<uint32_t>(absl::GetFlag(FLAGS_kvno)),
+       absl::GetFlag(FLAGS_label), absl::GetFlag(FLAGS_replace)},
+      &each);
   OPENSSL_cleanse(key.data(), key.size());
-  if (!views.ok()) Die(absl::StrCat("dealer: ", views.status().message()));
-  std::array<pb::PutKeyRequest, 3> reqs;
-  for (int i = 0; i < 3; ++i) {
-    auto* info = reqs[i].mutable_info();
-    info->set_key_id(id);
-    info->set_cipher(cipher == kmpc::engine::Cipher::kAes128 ? pb::CIPHER_AES128
-                                                             : pb::CIPHER_AES256);
-    info->set_kvno(absl::GetFlag(FLAGS_kvno));
-    info->set_label(absl::GetFlag(FLAGS_label));
-    reqs[i].set_party(i);
-    std::vector<uint8_t> ser = (*views)[i].Serialize();
-    reqs[i].set_shares(ser.data(), ser.size());
-    OPENSSL_cleanse(ser.data(), ser.size());
-    reqs[i].set_replace(absl::GetFlag(FLAGS_replace));
-  }
-  auto st = OnAll([&](int i) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    pb::PutKeyResponse r;
-    return c.admin[i]->PutKey(&ctx, reqs[i], &r);
-  });
-  for (auto& r : reqs) {
-    std::string* s = r.mutable_shares();
-    OPENSSL_cleanse(s->data(), s->size());
-  }
-  bool all = st[0].ok() && st[1].ok() && st[2].ok();
-  if (!all) {
-    // All-or-nothing: take the new shares off the servers that took them.
-    for (int i = 0; i < 3; ++i) {
-      if (!st[i].ok()) continue;
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx);
-      pb::DeleteKeyRequest d;
-      d.set_key_id(id);
-      pb::DeleteKeyResponse r;
-      (void)c.admin[i]->DeleteKey(&ctx, d, &r);
-    }
-    CheckRpcs(st);
+  if (!st.ok()) {
+    // What the clean-up did (removed again, or a WARNING).
+    std::fprintf(stderr, "kmpc-mpc-client: put-key: %s\n",
+                 std::string(st.message()).c_str());
+    CheckEach(each);
+    Die(std::string(st.message()));  // not a server's failure: the dealer's
   }
   std::printf("%s\n", ToHex(id).c_str());
   return 0;
@@ -300,53 +270,73 @@ int DeleteKey(Cluster& c) {
   if (!FromHex(absl::GetFlag(FLAGS_key_id_hex), &id)) Die("bad --key_id_hex");
   const int only = absl::GetFlag(FLAGS_only_party);
   if (only < -1 || only > 2) Die("--only_party must be 0, 1 or 2");
-  auto st = OnAll([&](int i) {
-    if (only >= 0 && i != only) return grpc::Status::OK;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    pb::DeleteKeyRequest d;
-    d.set_key_id(id);
-    pb::DeleteKeyResponse r;
-    return c.admin[i]->DeleteKey(&ctx, d, &r);
-  });
-  CheckRpcs(st);
+  std::array<absl::Status, 3> st;
+  if (only >= 0) st[only] = c.admin.DeleteKeyOn(only, id);
+  else st = c.admin.DeleteKeyEach(id);
+  CheckEach(st);
   std::printf("deleted\n");
   return 0;
 }
 
 int AdminQuery(Cluster& c, const std::string& cmd) {
   std::array<std::string, 3> out;
-  auto st = OnAll([&](int i) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    grpc::Status s;
-    if (cmd == "health") {
-      pb::HealthResponse r;
-      s = c.admin[i]->Health(&ctx, {}, &r);
+  std::array<absl::Status, 3> st;
+  if (cmd == "health") {
+    auto h = c.admin.Health();
+    for (int i = 0; i < 3; ++i) {
+      st[i] = h[i].status();
+      if (!h[i].ok()) continue;
+      const pb::HealthResponse& r = *h[i];
       out[i] = absl::StrFormat(
           "party %d ring_up %d workers %d keys %d batches_ok %d batches_failed %d",
           r.party(), r.ring_up(), r.workers(), r.keys(), r.batches_ok(),
           r.batches_failed());
-    } else if (cmd == "metrics") {
-      pb::MetricsResponse r;
-      s = c.admin[i]->Metrics(&ctx, {}, &r);
-      out[i] = r.text();
-    } else {
-      pb::ListKeysResponse r;
-      s = c.admin[i]->ListKeys(&ctx, {}, &r);
-      for (const auto& k : r.keys())
+    }
+  } else if (cmd == "metrics") {
+    auto m = c.admin.Metrics();
+    for (int i = 0; i < 3; ++i) {
+      st[i] = m[i].status();
+      if (m[i].ok()) out[i] = *m[i];
+    }
+  } else {
+    auto l = c.admin.ListKeys();
+    for (int i = 0; i < 3; ++i) {
+      st[i] = l[i].status();
+      if (!l[i].ok()) continue;
+      for (const auto& k : *l[i])
         absl::StrAppend(&out[i], "party ", i, " ", ToHex(k.key_id()), " ",
                         pb::Cipher_Name(k.cipher()), " kvno ", k.kvno(), " ",
                         k.label(), "\n");
     }
-    return s;
-  });
-  CheckRpcs(st);
+  }
+  CheckEach(st);
   for (auto& o : out) std::printf("%s%s", o.c_str(), o.empty() || o.back() == '\n' ? "" : "\n");
   return 0;
 }
 
 // ------------------------------------------------------------------ jobs
+
+// A failed job's code in "error CODE MESSAGE" (0: not failed): the status
+// code of its JobStatus (UNKNOWN_KEY: NOT_FOUND, MALFORMED:
+// INVALID_ARGUMENT, KEY_INCONSISTENT: FAILED_PRECONDITION).
+int JobErrorCode(const pb::JobResult& r) {
+  switch (r.status()) {
+    case pb::JOB_UNKNOWN_KEY:
+      return static_cast<int>(absl::StatusCode::kNotFound);
+    case pb::JOB_MALFORMED:
+      return static_cast<int>(absl::StatusCode::kInvalidArgument);
+    case pb::JOB_KEY_INCONSISTENT:
+      return static_cast<int>(absl::StatusCode::kFailedPrecondition);
+    default:
+      // TRANSITIONAL (kmpc.proto JobResult.error_code): servers that do not
+      // set the status yet. Deleted with the field.
+      return r.error_code();
+  }
+}
+std::string JobErrorText(const pb::JobResult& r) {
+  // TRANSITIONAL: error_message, deleted with the field.
+  return r.detail().empty() ? r.error_message() : r.detail();
+}
 
 struct ParsedJob {
   std::string op;
@@ -415,11 +405,13 @@ int Jobs(Cluster& c) {
                                              &resp[2].results(k)};
     for (int i = 1; i < 3; ++i)
       if (r[i]->status() != r[0]->status() || r[i]->ctr0() != r[0]->ctr0() ||
-          r[i]->error_code() != r[0]->error_code() ||
+          JobErrorCode(*r[i]) != JobErrorCode(*r[0]) ||
           r[i]->job_id() != r[0]->job_id())
-        ShareMismatch();  // public values must agree too
-    if (r[0]->error_code() != 0) {
-      out[k] = absl::StrCat("error ", r[0]->error_code(), " ", r[0]->error_message());
+        // Public values must agree too.
+        ShareMismatch(absl::DataLossError(absl::StrCat(
+            "the servers' public results of job ", k + 1, " disagree")));
+    if (const int code = JobErrorCode(*r[0]); code != 0) {
+      out[k] = absl::StrCat("error ", code, " ", JobErrorText(*r[0]));
       continue;
     }
     const std::string& op = jobs[k].op;
@@ -434,14 +426,14 @@ int Jobs(Cluster& c) {
       out[k] = r[0]->status() == pb::JOB_OK ? "ok" : "integrity_failed";
       continue;
     }
-    Bytes v;
     if (op == "checksum") {
-      if (!Combine({&r[0]->tag(), &r[1]->tag(), &r[2]->tag()}, &v)) ShareMismatch();
+      Bytes v = RevealOrDie({&r[0]->tag(), &r[1]->tag(), &r[2]->tag()},
+                            absl::StrCat("tag of job ", k + 1));
       out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0() + v));
       continue;
     }
-    if (!Combine({&r[0]->keystream(), &r[1]->keystream(), &r[2]->keystream()}, &v))
-      ShareMismatch();
+    Bytes v = RevealOrDie({&r[0]->keystream(), &r[1]->keystream(), &r[2]->keystream()},
+                          absl::StrCat("keystream of job ", k + 1));
     if (op == "keystream") {
       out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0()), " ", ToHex(v));
     } else if (op == "decrypt") {
@@ -479,15 +471,15 @@ int Jobs(Cluster& c) {
       for (int i = 0; i < 3; ++i)
         std::printf("second_finalize %d %d\n", i, st[i].error_code());
     }
+    for (int i = 0; i < 3; ++i)
+      if (fr[i].results_size() != fin.items_size())
+        ShareMismatch(absl::DataLossError(absl::StrCat(
+            "MPC party ", i, " returned ", fr[i].results_size(),
+            " FINALIZE results for ", fin.items_size(), " items")));
     for (size_t n = 0; n < fin_jobs.size(); ++n) {
-      Bytes tag;
-      if (fr[0].results_size() != fin.items_size() ||
-          fr[1].results_size() != fin.items_size() ||
-          fr[2].results_size() != fin.items_size() ||
-          !Combine({&fr[0].results(n).tag(), &fr[1].results(n).tag(),
-                    &fr[2].results(n).tag()},
-                   &tag))
-        ShareMismatch();
+      Bytes tag = RevealOrDie({&fr[0].results(n).tag(), &fr[1].results(n).tag(),
+                               &fr[2].results(n).tag()},
+                              absl::StrCat("tag of job ", fin_jobs[n] + 1));
       out[fin_jobs[n]] = absl::StrCat("ok ", ToHex(fin_ctr0[n] + fin_ct[n] + tag));
     }
   }
@@ -599,33 +591,19 @@ int Bench(Cluster& c) {
   const size_t key_len = cipher == "aes256" ? 32 : 16;
   Bytes key = RandomBytes(key_len);
   auto cid = key_len == 16 ? kmpc::engine::Cipher::kAes128 : kmpc::engine::Cipher::kAes256;
-  auto views = kmpc::engine::DealKey(
-      cid, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()));
-  if (!views.ok()) Die("dealer failed");
-  Bytes kid = RandomBytes(32);
+  Bytes kid = RandomBytes(kmpc::contract::kKeyIdSize);
   {
     // Admin path with the admin certificate.
-    std::string dir = absl::GetFlag(FLAGS_certs);
-    grpc::SslCredentialsOptions o;
-    o.pem_root_certs = ReadFile(dir + "/ca.pem");
-    o.pem_private_key = ReadFile(dir + "/admin.key");
-    o.pem_cert_chain = ReadFile(dir + "/admin.pem");
-    std::vector<std::string> servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',');
-    CheckRpcs(OnAll([&](int i) {
-      auto stub = pb::Admin::NewStub(grpc::CreateCustomChannel(
-          servers[i], grpc::SslCredentials(o), PartyArgs(grpc::ChannelArguments(), i)));
-      pb::PutKeyRequest r;
-      r.mutable_info()->set_key_id(kid);
-      r.mutable_info()->set_cipher(key_len == 16 ? pb::CIPHER_AES128 : pb::CIPHER_AES256);
-      r.set_party(i);
-      auto ser = (*views)[i].Serialize();
-      r.set_shares(ser.data(), ser.size());
-      OPENSSL_cleanse(ser.data(), ser.size());
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx);
-      pb::PutKeyResponse resp;
-      return stub->PutKey(&ctx, r, &resp);
-    }));
+    kmpc::client::AdminClient admin(OpenChannels(ConfigFor("admin")));
+    std::array<absl::Status, 3> each;
+    absl::Status st = admin.PutKey(
+        cid, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
+        {kid, 0, "", false}, &each);
+    OPENSSL_cleanse(key.data(), key.size());
+    if (!st.ok()) {
+      CheckEach(each);
+      Die(std::string(st.message()));
+    }
   }
   pb::RunRequest proto_req;
   const int job_blocks = std::max(1, absl::GetFlag(FLAGS_job_blocks));
@@ -659,11 +637,11 @@ int Bench(Cluster& c) {
     }
     if (check) {
       for (int k = 0; k < req.jobs_size(); ++k) {
-        Bytes v;
-        if (!Combine({&resp[0].results(k).keystream(), &resp[1].results(k).keystream(),
-                      &resp[2].results(k).keystream()},
-                     &v))
-          ShareMismatch();
+        Bytes v = RevealOrDie({&resp[0].results(k).keystream(),
+                               &resp[1].results(k).keystream(),
+                               &resp[2].results(k).keystream()},
+                              absl::StrCat("keystream of job ", k));
+        OPENSSL_cleanse(v.data(), v.size());
       }
     }
     return s;
@@ -737,12 +715,12 @@ int main(int argc, char** argv) {
   std::string cmd = rest[1];
   if (cmd == "put-key" || cmd == "delete-key" || cmd == "list-keys" ||
       cmd == "health" || cmd == "metrics") {
-    Cluster c = Connect("admin");
+    Cluster c(OpenChannels(ConfigFor("admin")));
     if (cmd == "put-key") return PutKey(c);
     if (cmd == "delete-key") return DeleteKey(c);
     return AdminQuery(c, cmd);
   }
-  Cluster c = Connect("kdc");
+  Cluster c(OpenChannels(ConfigFor("kdc")));
   if (cmd == "jobs") return Jobs(c);
   if (cmd == "fuzz") return Fuzz(c);
   if (cmd == "bench") return Bench(c);

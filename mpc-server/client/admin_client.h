@@ -1,0 +1,86 @@
+// The Admin service of the three MPC servers (proto/kmpc.proto, service
+// Admin) over the pinned channels of channels.h, with the admin client
+// certificate. Every failure names the server (party and address) and
+// says what kind of failure it is (ClusterChannels::RpcError). Errors
+// never carry key material.
+#ifndef KMPC_CLIENT_ADMIN_CLIENT_H_
+#define KMPC_CLIENT_ADMIN_CLIENT_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "client/channels.h"
+#include "engine/engine.h"
+#include "kmpc.grpc.pb.h"
+
+namespace kmpc::client {
+
+// What a PutKey stores besides the shares.
+struct KeyMeta {
+  std::string key_id;  // contract::kKeyIdSize bytes
+  uint32_t kvno = 0;
+  std::string label;
+  // Overwrite an id the server holds (servers refuse it unless they allow
+  // key replacement).
+  bool replace = false;
+};
+
+class AdminClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<AdminClient>> Connect(
+      const ClusterConfig& cfg, const ChannelOptions& opts = {});
+  explicit AdminClient(ClusterChannels channels);
+
+  const ClusterChannels& channels() const { return channels_; }
+  // "server 1 (127.0.0.1:7001)"
+  std::string Describe(int party) const { return channels_.Describe(party); }
+
+  // One answer per server, in parallel; an error names the server.
+  std::array<absl::StatusOr<kmpc::v1::HealthResponse>, kParties> Health();
+  std::array<absl::StatusOr<std::vector<kmpc::v1::KeyInfo>>, kParties> ListKeys();
+  std::array<absl::StatusOr<std::string>, kParties> Metrics();
+
+  // Fails (naming the first unreachable or refusing server) unless all
+  // three answer Health, each as the party of its position.
+  absl::Status CheckReachable();
+
+  // Deals `key` (engine::DealKey: expanded round keys, H and its powers,
+  // replicated 2-of-3 XOR shares) and stores party i's view on server i,
+  // all-or-nothing: if any server fails, the key id is deleted again from
+  // every server that stored it or may have (a PutKey that timed out or
+  // lost its connection may have been stored all the same), i.e. from all
+  // three except a server that answered that the id was already taken
+  // there (kAlreadyExists, kFailedPrecondition: its store is unchanged and
+  // holds an earlier key under that id, which stays). The status is the
+  // first failed server's kind of failure; its message lists every
+  // server's failure and what the clean-up removed or could not remove.
+  // `each` (optional) gets every server's PutKey status (OK where stored).
+  // Every copy of the shares is wiped; the caller wipes `key`.
+  absl::Status PutKey(engine::Cipher cipher, absl::Span<const uint8_t> key,
+                      const KeyMeta& meta,
+                      std::array<absl::Status, kParties>* each = nullptr);
+
+  // Deletes key_id from all three servers (kNotFound counts as done).
+  absl::Status DeleteKey(const std::string& key_id);
+  // The same, one status per server (kNotFound, naming the server, where
+  // it was not there).
+  std::array<absl::Status, kParties> DeleteKeyEach(const std::string& key_id);
+  // From one server only (tests: a key store out of step).
+  absl::Status DeleteKeyOn(int party, const std::string& key_id);
+
+ private:
+  absl::Status Error(int party, const char* method, const grpc::Status& st) const;
+
+  ClusterChannels channels_;
+  std::array<std::unique_ptr<kmpc::v1::Admin::Stub>, kParties> stubs_;
+};
+
+}  // namespace kmpc::client
+
+#endif  // KMPC_CLIENT_ADMIN_CLIENT_H_

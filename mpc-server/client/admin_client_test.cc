@@ -1,0 +1,359 @@
+// The cluster client library against in-process Admin servers over mTLS
+// (deploy/gen-certs.sh's certificates): the PEM files' errors name the file
+// and never quote a key; a server presenting another party's certificate
+// is refused before any request reaches it; a PutKey that fails on one
+// server is taken off every server that stored it or may have.
+#include "client/admin_client.h"
+
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
+
+namespace kmpc::client {
+namespace {
+
+namespace pb = kmpc::v1;
+using kmpc::testing::FreeLoopbackPort;
+
+std::string Read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void Write(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
+// What a fake server does with a PutKey.
+enum class PutBehaviour {
+  kStore,          // store, OK
+  kFail,           // store nothing, INTERNAL
+  kStoreThenHang,  // store, then answer only after the client's deadline
+};
+
+// An Admin server presenting party `cert_party`'s certificate, answering
+// Health as party `cert_party`, with a key store of ids.
+class FakeAdmin {
+ public:
+  FakeAdmin(const std::string& certs, int cert_party, int port) : svc_(cert_party) {
+    grpc::SslServerCredentialsOptions o(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    o.pem_root_certs = Read(certs + "/ca.pem");
+    const std::string name = absl::StrCat(certs, "/party-", cert_party);
+    o.pem_key_cert_pairs.push_back({Read(name + ".key"), Read(name + ".pem")});
+    grpc::ServerBuilder b;
+    int bound = 0;
+    b.AddListeningPort(absl::StrCat("127.0.0.1:", port),
+                       grpc::SslServerCredentials(o), &bound);
+    b.RegisterService(&svc_);
+    server_ = b.BuildAndStart();
+    EXPECT_EQ(bound, port);
+  }
+  ~FakeAdmin() {
+    svc_.release = true;
+    server_->Shutdown(std::chrono::system_clock::now());
+  }
+
+  void set_put(PutBehaviour p) { svc_.put = p; }
+  int calls() const { return svc_.calls.load(); }
+  int deletes() const { return svc_.deletes.load(); }
+  bool Has(const std::string& id) {
+    std::lock_guard<std::mutex> l(svc_.mu);
+    return svc_.keys.count(id) > 0;
+  }
+  // An earlier key under `id` (PutKey answers ALREADY_EXISTS).
+  void Preload(const std::string& id) {
+    std::lock_guard<std::mutex> l(svc_.mu);
+    svc_.keys[id] = -1;
+  }
+  // The party field of the stored PutKey (-1: preloaded).
+  int PartyOf(const std::string& id) {
+    std::lock_guard<std::mutex> l(svc_.mu);
+    return svc_.keys.at(id);
+  }
+
+ private:
+  struct Svc : pb::Admin::Service {
+    explicit Svc(int party) : party(party) {}
+    grpc::Status Health(grpc::ServerContext*, const pb::HealthRequest*,
+                        pb::HealthResponse* r) override {
+      ++calls;
+      r->set_party(party);
+      return grpc::Status::OK;
+    }
+    grpc::Status PutKey(grpc::ServerContext* ctx, const pb::PutKeyRequest* req,
+                        pb::PutKeyResponse*) override {
+      ++calls;
+      const std::string& id = req->info().key_id();
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (keys.count(id) && !req->replace())
+          return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "already stored");
+        if (put == PutBehaviour::kFail)
+          return grpc::Status(grpc::StatusCode::INTERNAL, "disk full");
+        keys[id] = static_cast<int>(req->party());
+      }
+      if (put == PutBehaviour::kStoreThenHang)
+        while (!release && !ctx->IsCancelled())
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return grpc::Status::OK;
+    }
+    grpc::Status DeleteKey(grpc::ServerContext*, const pb::DeleteKeyRequest* req,
+                           pb::DeleteKeyResponse*) override {
+      ++calls;
+      ++deletes;
+      std::lock_guard<std::mutex> l(mu);
+      if (keys.erase(req->key_id()) == 0)
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such key id");
+      return grpc::Status::OK;
+    }
+    const int party;
+    std::atomic<PutBehaviour> put{PutBehaviour::kStore};
+    std::atomic<bool> release{false};
+    std::atomic<int> calls{0}, deletes{0};
+    std::mutex mu;
+    std::map<std::string, int> keys;
+  };
+  Svc svc_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+class ClusterClientTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(kmpc::testing::MakeTestCerts("cluster-client"));
+    ASSERT_FALSE(dir_->empty()) << "deploy/gen-certs.sh failed";
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Dir() { return *dir_; }
+  static std::string Certs() { return *dir_ + "/certs"; }
+
+  // Three fake servers; position i presents party cert_party[i]'s
+  // certificate.
+  void StartServers(std::array<int, 3> cert_party = {0, 1, 2}) {
+    for (int i = 0; i < 3; ++i) {
+      ports_[i] = FreeLoopbackPort();
+      servers_[i] = std::make_unique<FakeAdmin>(Certs(), cert_party[i], ports_[i]);
+    }
+  }
+
+  ClusterConfig Config() const {
+    ClusterConfig c;
+    for (int i = 0; i < 3; ++i) c.servers[i] = absl::StrCat("127.0.0.1:", ports_[i]);
+    c.ca = Certs() + "/ca.pem";
+    c.cert = Certs() + "/admin.pem";
+    c.key = Certs() + "/admin.key";
+    c.rpc_timeout = absl::Seconds(10);
+    return c;
+  }
+
+  std::unique_ptr<AdminClient> Client(const ClusterConfig& cfg) {
+    auto c = AdminClient::Connect(cfg);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  static std::string KeyId(char fill) { return std::string(32, fill); }
+
+  std::array<int, 3> ports_{};
+  std::array<std::unique_ptr<FakeAdmin>, 3> servers_;
+  static std::string* dir_;
+};
+std::string* ClusterClientTest::dir_ = nullptr;
+
+const std::array<uint8_t, 16> kKey = {1, 2, 3, 4, 5, 6, 7, 8,
+                                      9, 10, 11, 12, 13, 14, 15, 16};
+
+TEST_F(ClusterClientTest, PemErrorsNameTheFileAndNeverQuoteTheKey) {
+  ports_ = {1, 2, 3};
+  const std::string key_text = Read(Certs() + "/admin.key");
+  ASSERT_FALSE(key_text.empty());
+  auto expect_error = [&](const ClusterConfig& cfg, const std::string& want) {
+    auto c = ClusterChannels::Open(cfg);
+    ASSERT_FALSE(c.ok());
+    EXPECT_TRUE(absl::IsFailedPrecondition(c.status())) << c.status();
+    EXPECT_NE(c.status().message().find(want), std::string::npos) << c.status();
+    EXPECT_EQ(c.status().message().find("PRIVATE KEY"), std::string::npos);
+    EXPECT_EQ(c.status().message().find(key_text.substr(30, 20)), std::string::npos);
+  };
+  ClusterConfig cfg = Config();
+  cfg.ca = Dir() + "/missing-ca.pem";
+  expect_error(cfg, "cannot read the CA certificate " + cfg.ca +
+                        ": No such file or directory");
+  cfg = Config();
+  cfg.cert = Dir() + "/empty.pem";
+  Write(cfg.cert, "");
+  expect_error(cfg, "the client certificate " + cfg.cert + " is empty");
+  cfg = Config();
+  cfg.ca = Dir() + "/not-pem.pem";
+  Write(cfg.ca, "hello\n");
+  expect_error(cfg, "the CA certificate " + cfg.ca + " holds no PEM block");
+  cfg = Config();
+  cfg.cert = cfg.key;  // a key where the certificate belongs
+  expect_error(cfg, "the client certificate " + cfg.cert +
+                        " holds no X.509 certificate");
+  cfg = Config();
+  cfg.key = cfg.cert;  // a certificate where the key belongs
+  expect_error(cfg, "the client private key " + cfg.key +
+                        " is not an unencrypted PEM private key");
+  cfg = Config();
+  cfg.key = Certs() + "/kdc.key";  // another certificate's key
+  expect_error(cfg, "the client private key " + cfg.key +
+                        " does not belong to the client certificate " + cfg.cert);
+  cfg = Config();
+  cfg.key = Certs();  // a directory
+  expect_error(cfg, "cannot read the client private key " + cfg.key);
+  // The good files.
+  EXPECT_TRUE(ClusterChannels::Open(Config()).ok());
+}
+
+TEST_F(ClusterClientTest, CallerMayNotSetTheTargetName) {
+  ports_ = {1, 2, 3};
+  ChannelOptions o;
+  o.args.SetSslTargetNameOverride("localhost");
+  auto c = ClusterChannels::Open(Config(), o);
+  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+}
+
+TEST_F(ClusterClientTest, PinnedPartiesAnswer) {
+  StartServers();
+  auto c = Client(Config());
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->CheckReachable().ok());
+}
+
+TEST_F(ClusterClientTest, ServerWithAnotherPartysCertificateIsRefused) {
+  // Positions 0 and 1 swapped: each presents a valid certificate of the
+  // cluster's CA, but not its position's party's.
+  StartServers({1, 0, 2});
+  auto c = Client(Config());
+  ASSERT_NE(c, nullptr);
+  auto h = c->Health();
+  for (int i : {0, 1}) {
+    ASSERT_FALSE(h[i].ok());
+    EXPECT_TRUE(absl::IsPermissionDenied(h[i].status())) << h[i].status();
+    EXPECT_NE(h[i].status().message().find(absl::StrCat(
+                  "the server at position ", i, " (127.0.0.1:", ports_[i],
+                  ") is not party ", i)),
+              std::string::npos)
+        << h[i].status();
+  }
+  EXPECT_TRUE(h[2].ok()) << h[2].status();
+  std::array<absl::Status, 3> each;
+  absl::Status st = c->PutKey(engine::Cipher::kAes128, kKey, {KeyId('a'), 1, "x"}, &each);
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  EXPECT_TRUE(absl::IsPermissionDenied(each[0])) << each[0];
+  // No request (no share) reached the wrong parties.
+  EXPECT_EQ(servers_[0]->calls(), 0);
+  EXPECT_EQ(servers_[1]->calls(), 0);
+  // Party 2 took its share, and gave it back.
+  EXPECT_FALSE(servers_[2]->Has(KeyId('a')));
+  EXPECT_GE(servers_[2]->deletes(), 1);
+}
+
+TEST_F(ClusterClientTest, PutKeyStoresPartyIsViewOnServerI) {
+  StartServers();
+  auto c = Client(Config());
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->PutKey(engine::Cipher::kAes128, kKey, {KeyId('b'), 2, "y"}).ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(servers_[i]->Has(KeyId('b')));
+    EXPECT_EQ(servers_[i]->PartyOf(KeyId('b')), i);
+    EXPECT_EQ(servers_[i]->deletes(), 0);
+  }
+  EXPECT_TRUE(c->DeleteKey(KeyId('b')).ok());
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(servers_[i]->Has(KeyId('b')));
+  // Gone everywhere: deleting again is done, each server says NOT_FOUND.
+  EXPECT_TRUE(c->DeleteKey(KeyId('b')).ok());
+  auto each = c->DeleteKeyEach(KeyId('b'));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(absl::IsNotFound(each[i])) << each[i];
+}
+
+TEST_F(ClusterClientTest, PutKeyFailingOnOneServerIsDeletedFromAllThree) {
+  StartServers();
+  servers_[1]->set_put(PutBehaviour::kFail);
+  auto c = Client(Config());
+  ASSERT_NE(c, nullptr);
+  std::array<absl::Status, 3> each;
+  absl::Status st = c->PutKey(engine::Cipher::kAes256,
+                              std::array<uint8_t, 32>{}, {KeyId('c'), 1, "z"}, &each);
+  EXPECT_TRUE(absl::IsInternal(st)) << st;
+  EXPECT_TRUE(each[0].ok() && each[2].ok());
+  EXPECT_TRUE(absl::IsInternal(each[1])) << each[1];
+  const std::string who = absl::StrCat("server 1 (127.0.0.1:", ports_[1], ")");
+  EXPECT_NE(st.message().find(who + ": PutKey failed: disk full"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("the shares already stored on server 0, 2 were "
+                              "removed again"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(st.message().find("WARNING"), std::string::npos) << st;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(servers_[i]->Has(KeyId('c'))) << i;
+    EXPECT_EQ(servers_[i]->deletes(), 1) << i;  // the failed one is asked too
+  }
+}
+
+TEST_F(ClusterClientTest, TimedOutPutKeyIsDeletedThere) {
+  StartServers();
+  // Server 2 stores the key but answers after the deadline: the client
+  // cannot tell it from a PutKey that stored nothing.
+  servers_[2]->set_put(PutBehaviour::kStoreThenHang);
+  ClusterConfig cfg = Config();
+  cfg.rpc_timeout = absl::Milliseconds(1500);
+  auto c = Client(cfg);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->CheckReachable().ok());  // connected before the timed call
+  absl::Status st = c->PutKey(engine::Cipher::kAes128, kKey, {KeyId('d'), 1, ""});
+  EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
+  EXPECT_NE(st.message().find(absl::StrCat("server 2 (127.0.0.1:", ports_[2],
+                                           ") did not answer PutKey within 1500 ms")),
+            std::string::npos)
+      << st;
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(servers_[i]->Has(KeyId('d'))) << i;
+  EXPECT_EQ(st.message().find("WARNING"), std::string::npos) << st;
+}
+
+TEST_F(ClusterClientTest, FailedPutKeyLeavesAnEarlierKeyUnderTheIdAlone) {
+  StartServers();
+  // Server 1 holds an earlier key under the id: it answers ALREADY_EXISTS,
+  // stores nothing, and its key must survive the clean-up.
+  servers_[1]->Preload(KeyId('e'));
+  auto c = Client(Config());
+  ASSERT_NE(c, nullptr);
+  absl::Status st = c->PutKey(engine::Cipher::kAes128, kKey, {KeyId('e'), 1, ""});
+  EXPECT_TRUE(absl::IsAlreadyExists(st)) << st;
+  EXPECT_TRUE(servers_[1]->Has(KeyId('e')));
+  EXPECT_EQ(servers_[1]->PartyOf(KeyId('e')), -1);
+  EXPECT_EQ(servers_[1]->deletes(), 0);
+  EXPECT_FALSE(servers_[0]->Has(KeyId('e')));
+  EXPECT_FALSE(servers_[2]->Has(KeyId('e')));
+}
+
+TEST_F(ClusterClientTest, UnreachableServerIsNamed) {
+  StartServers();
+  servers_[2].reset();
+  auto c = Client(Config());
+  ASSERT_NE(c, nullptr);
+  absl::Status st = c->CheckReachable();
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  EXPECT_NE(st.message().find(absl::StrCat("server 2 (127.0.0.1:", ports_[2],
+                                           ") is unreachable")),
+            std::string::npos)
+      << st;
+}
+
+}  // namespace
+}  // namespace kmpc::client

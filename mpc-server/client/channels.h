@@ -1,0 +1,126 @@
+// mTLS channels to the three MPC servers, as every client of the cluster
+// makes them (kmpc-admin, kmpc-mpc-client, the KDC module): the client's
+// PEM files, and one channel per party pinned to that party's certificate.
+//
+// Party pinning: the server at position i of the list must present party
+// i's certificate, the only one with SAN DNS:kmpc-party-<i>
+// (deploy/gen-certs.sh). Each channel's TLS target name is that name, so
+// the TLS handshake refuses any other certificate of the cluster's CA
+// before a request (a PutKey: a share) is sent. The shared SANs
+// (127.0.0.1, localhost) are on all three certificates and would let any
+// party stand in for another.
+#ifndef KMPC_CLIENT_CHANNELS_H_
+#define KMPC_CLIENT_CHANNELS_H_
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/reveal.h"  // kParties
+
+namespace kmpc::client {
+
+// Where the three servers are and how this client authenticates.
+struct ClusterConfig {
+  std::array<std::string, kParties> servers;  // party 0, 1, 2: "HOST:PORT"
+  std::string ca;    // PEM: the CA the servers' certificates chain to
+  std::string cert;  // PEM: this client's certificate
+  std::string key;   // PEM: its private key (unencrypted)
+  // Deadline of each RPC the library makes (AdminClient).
+  absl::Duration rpc_timeout = absl::Seconds(10);
+};
+
+// The TLS name only party i's certificate carries: "kmpc-party-<i>".
+std::string PartyTlsName(int party);
+
+// Reads the PEM file `path`; `what` names it in errors ("CA certificate",
+// "client private key"). Fails (kFailedPrecondition) on a file that cannot
+// be read, is empty or holds no PEM block; the message names the file and
+// never quotes its contents.
+absl::StatusOr<std::string> ReadPemFile(const std::string& path,
+                                        absl::string_view what);
+
+// gRPC client credentials from cfg's PEM files. Checks what gRPC would only
+// find in the first handshake: the CA file and the certificate parse as
+// X.509 certificates, the key as an unencrypted private key, and the key
+// belongs to the certificate. Each error names the file. The private key's
+// PEM text is wiped once gRPC holds it.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
+    const ClusterConfig& cfg);
+
+// The arguments every cluster channel starts from: messages up to 256 MiB
+// both ways (the largest batch), and a subchannel pool of the channel's
+// own, so the three connections are never shared with another channel of
+// the process (one built with another certificate or target name).
+grpc::ChannelArguments DefaultChannelArguments();
+
+struct ChannelOptions {
+  // The caller's arguments (usually DefaultChannelArguments() plus its
+  // own: reconnect backoff, keepalive). The library adds each party's TLS
+  // target name; `args` must not set one.
+  grpc::ChannelArguments args = DefaultChannelArguments();
+  // > 0: start the three connections at once and wait up to this long for
+  // them before Open returns (never an error: a party that is down or
+  // refuses us fails the first call). gRPC retries a connection attempt
+  // that fails transiently only while the channel is used; a first call
+  // made right away can fail on such a failure instead. Seen with gRPC
+  // 1.51: "failed to connect to all addresses; last error: UNKNOWN: ...:
+  // No such file or directory": it reads errno after connect() only after
+  // taking absl Mutexes (tcp_client_posix.cc), and the first contended
+  // absl Mutex wait of a process opens /sys/.../tsc_freq_khz, absent on
+  // some VMs, leaving ENOENT there (fixed upstream in grpc/grpc#35064).
+  // 0: channels connect on their first call (the KDC module: see
+  // kdc-plugin/src/grpc_transport.cc).
+  absl::Duration connect_wait = absl::ZeroDuration();
+};
+
+// The three pinned channels and what names their failures.
+class ClusterChannels {
+ public:
+  // Reads the PEM files and creates the channels (no connection is made
+  // unless opts.connect_wait > 0).
+  static absl::StatusOr<ClusterChannels> Open(const ClusterConfig& cfg,
+                                              const ChannelOptions& opts = {});
+
+  const std::shared_ptr<grpc::Channel>& channel(int party) const {
+    return channels_[party];
+  }
+  const std::string& server(int party) const { return cfg_.servers[party]; }
+  const ClusterConfig& config() const { return cfg_; }
+
+  // "server 1 (127.0.0.1:7001)"
+  std::string Describe(int party) const;
+
+  // ctx's deadline: now + cfg.rpc_timeout.
+  void SetDeadline(grpc::ClientContext* ctx) const;
+
+  // A failed call `method` ("PutKey") of `service` ("Admin") to `party`
+  // as a status naming the server and the kind of failure:
+  //   kPermissionDenied  the server is not party `party` (its certificate
+  //                      is another party's; nothing was sent to it), or
+  //                      it refused our certificate for the service (then
+  //                      `refused_hint`, if any, is appended);
+  //   kUnauthenticated   the TLS handshake failed (CA mismatch either way),
+  //                      or the server did not accept our certificate;
+  //   kUnavailable       unreachable;
+  //   kDeadlineExceeded  no answer within rpc_timeout;
+  //   otherwise          the server's own error, with its code.
+  // The server's message is kept (it never carries key material).
+  absl::Status RpcError(int party, absl::string_view service,
+                        absl::string_view method, const grpc::Status& st,
+                        absl::string_view refused_hint = {}) const;
+
+ private:
+  ClusterConfig cfg_;
+  std::array<std::shared_ptr<grpc::Channel>, kParties> channels_;
+};
+
+}  // namespace kmpc::client
+
+#endif  // KMPC_CLIENT_CHANNELS_H_
