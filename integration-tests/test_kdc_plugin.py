@@ -205,7 +205,7 @@ def test_key_deleted_on_one_server_fails_only_that_user(realm_factory, cluster,
     """bob's shares deleted on server 1 only (Admin DeleteKey): bob's
     logins fail at once with a clear error, while alice's concurrent logins,
     batched with bob's, succeed (the servers agree per job which keys they
-    all hold; one inconsistent key no longer fails the whole batch)."""
+    all hold; one inconsistent key fails only its own jobs)."""
     m = KmpcRealm(realm_factory, cluster, batch_window_ms=100).setup(
         users=("alice", "bob"))
     m.kinit("bob")
