@@ -264,10 +264,11 @@ def test_first_login_long_after_kdc_start(realm_factory, cluster):
     """The first login works however long after the KDC's start it comes.
     gRPC 1.51 handles socket events only while a thread polls (here: the
     callback threads the first call starts, else its backup poller every
-    5 s), so a connection attempt begun at start-up stalled until its 5 s
-    connect timeout cut the TLS handshake ("Handshake read failed") and left
-    the channels in TRANSIENT_FAILURE: the first batch failed with every
-    party "unreachable"."""
+    5 s), so a connection attempt begun at start-up, before any call, would
+    stall until its 5 s connect timeout cut the TLS handshake ("Handshake
+    read failed") and leave the channels in TRANSIENT_FAILURE: the first
+    batch would fail with every party "unreachable". The module therefore
+    connects with the first call."""
     m = KmpcRealm(realm_factory, cluster).setup()
     time.sleep(6)  # past the channels' 5 s connect timeout
     t0 = time.monotonic()
