@@ -86,7 +86,8 @@ newkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "
 
 mkdir -p ca-private
 chmod 700 ca-private
-# Older layout: the CA key next to everything else.
+# A CA key left beside the daemons' keys (DIR/ca.key, ca.srl) moves into
+# ca-private/, where no daemon pointed at DIR finds it.
 for f in ca.key ca.srl; do
   [ -f "$f" ] || continue
   if [ ! -f "ca-private/$f" ]; then mv "$f" "ca-private/$f"

@@ -323,8 +323,9 @@ class KmpcRealm(kmpc_realm.Realm):
         udp_max_wait_ms: [kdcdefaults] kdc_udp_max_wait_ms (krb5 patch 0008;
         0, the default, = off as in MIT krb5): drop UDP requests that waited
         longer than this in the KDC's socket. It sheds work for clients that
-        gave up under overload, but with a bounded client population it made
-        more logins fail (they wait for their retransmit), so it is opt-in."""
+        gave up under overload, but with a bounded client population it
+        makes more logins fail (they wait for their retransmit), so it is
+        opt-in."""
         super().__init__(workdir, enctypes=enctypes, realm_extra=realm_extra, **kw)
         self.cluster = MpcCluster(os.path.join(self.dir, "mpc"), workers=mpc_workers,
                                   extra_client_cns=extra_client_cns,

@@ -39,7 +39,7 @@ pick_base() {
     if [ "$try" -le 100 ] && [ $((b + 12)) -ge "$lo" ] && [ "$b" -le "$hi" ]; then continue; fi
     ok=1
     for p in $b $((b + 1)) $((b + 2)) $((b + 10)) $((b + 11)) $((b + 12)); do
-      # Not `ss | grep -q`: under pipefail a SIGPIPE'd ss made a busy port look free.
+      # Not `ss | grep -q`: under pipefail a SIGPIPE'd ss makes a busy port look free.
       if [ -n "$(ss -Htan "sport = :$p")" ]; then ok=0; break; fi
     done
     if [ "$ok" = 1 ]; then echo "$b"; return 0; fi

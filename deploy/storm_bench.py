@@ -9,8 +9,8 @@ pre-auth, two round trips per login, as kinit):
   - an open-loop sweep of offered rates to find the peak *sustained* rate:
     achieved >= 97% of offered, no failed or dropped login, p99 bounded,
   - latency at 50% and 90% of that peak.
-Figures go to build/bench/storm.json (one section per target: "stock" now,
-"kmpc" later), every sweep point to build/bench/storm_sweep.csv, and
+Figures go to build/bench/storm.json (one section per target), every sweep
+point to build/bench/storm_sweep.csv, and
 deploy/plot_storm.py draws latency against throughput (the CCS 2016 paper's
 Figure 5) into build/bench/storm_latency_throughput.png.
 
@@ -69,9 +69,9 @@ MAX_INFLIGHT = 64
 GEN_THREADS = 2
 # Open loop: each generator thread wakes at most this long after a login
 # was due and starts every login due by then (kmpc-storm --tick-us), not
-# once per login: ~12 us of generator CPU per login less at 3000/s, CPU the
-# KDC side gets instead on the 2 shared cores. Latency still counts from
-# each login's due time (it includes this slack). Same for every target.
+# once per login: fewer wake-ups, so less generator CPU per login, CPU the
+# KDC side gets instead on shared cores. Latency still counts from each
+# login's due time (it includes this slack). Same for every target.
 OPEN_LOOP_TICK_US = 1000
 SERVICE = "host/storm.kmpc.test"
 
@@ -218,20 +218,21 @@ class KmpcTarget:
         self.enctype = "aes256-ctr-mpc"
         self.module = r.module
         # The module batches (up to 100 ms) and each batch is tens of MPC
-        # rounds: a login is two batches, ~200-250 ms by design, so
-        # throughput needs many logins in flight.  Achieved rate judged by
-        # "due" (see achieved()); p99 past 500 ms (twice the design latency)
-        # means a queue that grows over the point, or retransmits.
+        # rounds: a login waits for a batch window, its Run batch and a
+        # FINALIZE, so throughput needs many logins in flight.  Achieved
+        # rate judged by "due" (see achieved()); p99 past 500 ms (several
+        # batch cycles) means a queue that grows over the point, or
+        # retransmits.
         self.p99_bound_ms = 500.0
         self.achieved = "due"
         self.max_inflight = 4096
         self.saturation_concurrency = 1024
         self.warmup_s = 3.0
         self.timeout_s = 10
-        # Measured seconds per sweep point. 8, not 4: batches grow with the
-        # load (one batch in flight takes the backlog), and near the peak a
-        # queue can take longer than 4 s to show; a 60 s soak at 90% of a
-        # 4-second peak (3117/s) drifted to p99 2.3 s with UDP retransmits.
+        # Measured seconds per sweep point: batches grow with the load (one
+        # batch in flight takes the backlog), and near the peak a queue can
+        # take longer than 4 s to show, so a shorter point overstates the
+        # rate a 60 s soak at 90% of it sustains (docs/bench-log.md).
         self.point_s = 8
 
     def mpc_counters(self):
@@ -430,8 +431,9 @@ def brief(res):
 #     stretches the span.
 #   "due": measured logins completed / the point's duration.  For a KDC that
 #     answers in batches (kmpc: up to 100 ms window + the batch's MPC time)
-#     the span is stretched by up to one batch cycle (~0.1-0.2 s of a 4 s
-#     point, 3-5%) even when it keeps up, so "span" fails points that held.
+#     the span is stretched by up to one batch cycle (~0.1-0.2 s, a few
+#     percent of a point) even when it keeps up, so "span" fails points
+#     that held.
 #     With "due" a falling-behind KDC is caught by the p99 bound instead,
 #     which such targets set tight enough (a backlog growing over the point).
 def achieved(res, how="span"):
@@ -739,9 +741,8 @@ def main():
                     else list(TARGETS[tname][1]))
         plan += [(tname, s, "") for s in settings]
     # The headline ratio kmpc/stock compares two sweeps made minutes apart
-    # on a shared VM whose speed drifts by 20-30% on that scale (stock's
-    # peak: 4200 and 5579 logins/s in two runs of one evening, kmpc's
-    # 2840 and 3050). With --bracket the stock/headline sweep runs right
+    # on a shared VM whose speed can drift by 20-30% on that scale
+    # (docs/bench-log.md). With --bracket the stock/headline sweep runs right
     # before and again right after kmpc/headline (A-B-A), the default pair
     # after them; bench_results.py takes the mean of the two stock peaks
     # and reports both.

@@ -134,7 +134,7 @@ def test_stock_swept_before_and_after_kmpc(tmp_path):
     assert not res["targets"][0]["met"]  # 0.52 < 0.60
     assert "2000 before and 3000 after kmpc" in res["targets"][0]["measured"]
     assert "right before kmpc's (2000/s) and right after it (3000/s)" in p.stdout
-    # The default pair has no repeat: its ratio is as before.
+    # The default pair has no repeat: its ratio is against its one stock sweep.
     assert res["default_settings"]["ratio"] == pytest.approx(250 / 240, abs=1e-3)
 
 

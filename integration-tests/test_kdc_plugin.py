@@ -205,7 +205,7 @@ def test_key_deleted_on_one_server_fails_only_that_user(realm_factory, cluster,
     """bob's shares deleted on server 1 only (Admin DeleteKey): bob's
     logins fail at once with a clear error, while alice's concurrent logins,
     batched with bob's, succeed (the servers agree per job which keys they
-    all hold; one inconsistent key no longer fails the whole batch)."""
+    all hold; one inconsistent key fails only its own jobs)."""
     m = KmpcRealm(realm_factory, cluster, batch_window_ms=100).setup(
         users=("alice", "bob"))
     m.kinit("bob")
@@ -264,10 +264,11 @@ def test_first_login_long_after_kdc_start(realm_factory, cluster):
     """The first login works however long after the KDC's start it comes.
     gRPC 1.51 handles socket events only while a thread polls (here: the
     callback threads the first call starts, else its backup poller every
-    5 s), so a connection attempt begun at start-up stalled until its 5 s
-    connect timeout cut the TLS handshake ("Handshake read failed") and left
-    the channels in TRANSIENT_FAILURE: the first batch failed with every
-    party "unreachable"."""
+    5 s), so a connection attempt begun at start-up, before any call, would
+    stall until its 5 s connect timeout cut the TLS handshake ("Handshake
+    read failed") and leave the channels in TRANSIENT_FAILURE: the first
+    batch would fail with every party "unreachable". The module therefore
+    connects with the first call."""
     m = KmpcRealm(realm_factory, cluster).setup()
     time.sleep(6)  # past the channels' 5 s connect timeout
     t0 = time.monotonic()

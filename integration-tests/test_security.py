@@ -182,9 +182,9 @@ def own_servers(tmp_path, *flags):
 
 def test_revoked_party_leaves_the_live_ring(tmp_path):
     """A party certificate revoked while the ring is up: its neighbours drop
-    their live connections to it before the next batch (before, they kept
-    them until a reconnect) and refuse it in the handshake when it dials
-    again, so batches fail instead of running with the revoked party."""
+    their live connections to it before the next batch (not only at their
+    next reconnect) and refuse it in the handshake when it dials again, so
+    batches fail instead of running with the revoked party."""
     with own_servers(tmp_path, "--crl={certs}/crl.pem") as s:
         certs = s.certs
         kid = s.client("put-key", f"--key_hex={secrets.token_hex(16)}").stdout.strip()
@@ -356,8 +356,9 @@ def test_bad_crl_or_pin_stops_start_up(tmp_path, cluster):
 
 
 def test_bad_engine_flags_stop_start_up(tmp_path, cluster):
-    # Checked at start-up: before, the server came up and then failed every
-    # batch ("wave_lanes must be >= chunk_lanes") on every party.
+    # Checked at start-up, so that a bad pair stops the server instead of
+    # failing every batch ("wave_lanes must be >= chunk_lanes") on every
+    # party.
     out = _start_fails(tmp_path, cluster, "--chunk_lanes=16384")  # wave 8192
     assert "--chunk_lanes / --wave_lanes: wave_lanes must be >= chunk_lanes" in out, out
     out = _start_fails(tmp_path, cluster, "--chunk_lanes=100")

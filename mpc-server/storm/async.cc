@@ -16,9 +16,9 @@
 // that answers seconds late (an overloaded batching KDC: tens of seconds)
 // would send its answer to whichever login now holds that port.  libkrb5
 // takes any datagram on its socket as the reply, so another principal's
-// AS-REP failed that login with KRB_AP_ERR_BAD_INTEGRITY (another key) and
-// a same-principal one with KRB5_KDCREP_MODIFIED (another nonce): errors
-// of the load generator, not of the KDC.  Beyond the quarantine (and for
+// AS-REP would fail that login with KRB_AP_ERR_BAD_INTEGRITY (another key)
+// and a same-principal one with KRB5_KDCREP_MODIFIED (another nonce):
+// errors of the load generator, not of the KDC.  Beyond the quarantine (and for
 // ports a previous process used), a reply that names another client, or
 // is the wrong kind of reply for the exchange, cannot be this request's:
 // it is counted as a stray reply and dropped, and the login keeps waiting.

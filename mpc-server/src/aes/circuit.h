@@ -14,8 +14,8 @@
 // state and the AND-layer outputs (the values that cross a network round)
 // live in the chunk's arena (kernel_impl.inc: one region per group of
 // wires, tile-major inside, so a layer's message is one contiguous region
-// and a tile's data is a few small blocks; a wire-major arena put the wires
-// of a tile 4 KiB apart and thrashed L1 sets).
+// and a tile's data is a few small blocks; a wire-major arena would put
+// the wires of a tile 4 KiB apart, all in the same L1 sets).
 //
 // Engine concept:
 //   static constexpr int kComps;        1 (clear) or 2 (share components)

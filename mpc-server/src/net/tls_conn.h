@@ -91,8 +91,9 @@ class TlsConn {
   // hands to the kernel in large write()s (one syscall and ~64 KiB TCP
   // segments instead of one of each per 16 KiB record); reads fill an input
   // buffer with one read() of up to kReadChunk bytes, and OpenSSL's
-  // read-ahead is switched off (it memmoved the unread part of its buffer
-  // for every record). Records OpenSSL has already buffered are kept.
+  // read-ahead is switched off (with it, OpenSSL memmoves the unread part
+  // of its buffer for every record). Records OpenSSL has already buffered
+  // are kept.
   void UseBufferedIo();
   static constexpr size_t kReadChunk = 256 * 1024;
   // Writes buffered output until none is left or the socket is full

@@ -153,7 +153,8 @@ absl::StatusOr<KeyRecord> DecodeRecord(const KeyId& id,
 // A failed reopen in step 3 leaves the environment closed; the next read or
 // write retries the open.
 // Open does the same, so a store left unscrubbed (a crash between a change
-// and its compaction, or a store from before this) is cleaned at start.
+// and its compaction, or a file written without compaction) is cleaned at
+// start.
 // Limits: step 4 clears the old blocks on an overwrite-in-place file system
 // (ext4, xfs); copy-on-write file systems (btrfs, zfs) and SSD wear levelling
 // may keep old blocks regardless; and a compaction copies the whole store,

@@ -3,8 +3,9 @@
 //
 // A record holds public metadata (cipher, kvno, label) and this server's
 // serialized KeyShares: its two replicated shares of every round key and of
-// the powers of H. One server's store alone reveals no key (architecture.md,
-// invariant 1): the third share lives only on the other two servers.
+// the powers of H. One server's store alone reveals no key (enctype.md,
+// "Security invariants", 1): the third share lives only on the other two
+// servers.
 #ifndef KMPC_STORE_SHARE_STORE_H_
 #define KMPC_STORE_SHARE_STORE_H_
 
