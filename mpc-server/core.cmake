@@ -1,6 +1,5 @@
 # kmpc_core: shares, PRSS, AND layers, GF(2^128), bitsliced AES, the job
-# engine and the in-memory ring. Pure computation, no gRPC. Owned by the
-# core half (see CMakeLists.txt).
+# engine and the in-memory ring. Pure computation, no gRPC.
 find_package(PkgConfig REQUIRED)
 
 set(KMPC_CORE_ROOT "${CMAKE_CURRENT_LIST_DIR}")

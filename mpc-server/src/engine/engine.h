@@ -212,15 +212,21 @@ using KeyLookup = std::function<absl::StatusOr<std::shared_ptr<const KeyShares>>
 
 struct EngineOptions {
   // Lanes (AES blocks) per pipeline chunk: while one chunk's AND-layer
-  // message is in flight the next chunk computes. Multiple of 64.
+  // message is in flight the next chunk computes. Multiple of 64. 4096:
+  // over TLS/TCP every ring message costs syscalls, records and wake-ups,
+  // so fewer, larger chunks cost less server CPU per block.
   uint32_t chunk_lanes = 4096;
   // Lanes per wave: larger batches run in consecutive waves (each a full
   // set of AND rounds), which keeps the working set in cache. >= chunk_lanes.
   uint32_t wave_lanes = 8192;
   // Batches with at least this many AES blocks use the 32-AND S-box
   // (AND depth 6: fewer bytes); smaller ones the 34-AND S-box (AND depth 4:
-  // fewer rounds, lower latency).
-  uint32_t small_sbox_min_blocks = 1024;
+  // fewer rounds, lower latency). The server's --small_sbox_min_blocks
+  // defaults to this. 16384: login batches (tens to a few hundred logins,
+  // ~32 AES-256 blocks each) take 14*4 AND rounds instead of 14*6 for ~6%
+  // more bytes; bulk batches of 16384 blocks and more keep the 32-AND
+  // S-box and its 640 bytes per AES-128 block.
+  uint32_t small_sbox_min_blocks = 16384;
 
   // What Engine::Create checks (chunk_lanes a positive multiple of 64,
   // wave_lanes >= chunk_lanes); a server checks its flags with it at
