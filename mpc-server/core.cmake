@@ -1,6 +1,5 @@
 # kmpc_core: shares, PRSS, AND layers, GF(2^128), bitsliced AES, the job
-# engine and the in-memory ring. Pure computation, no gRPC. Owned by the
-# core half (see CMakeLists.txt).
+# engine and the in-memory ring. Pure computation, no gRPC.
 find_package(PkgConfig REQUIRED)
 
 set(KMPC_CORE_ROOT "${CMAKE_CURRENT_LIST_DIR}")
@@ -17,6 +16,7 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx512.cc
   ${KMPC_CORE_ROOT}/src/engine/key_shares.cc
+  ${KMPC_CORE_ROOT}/src/engine/agreement.cc
   ${KMPC_CORE_ROOT}/src/engine/engine.cc
   ${KMPC_CORE_ROOT}/src/net/memory_ring.cc
 )
@@ -34,7 +34,9 @@ set_source_files_properties(${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc PROPERTIES
   COMPILE_OPTIONS "-mavx2;-mbmi2;-O3")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/aes/kernel_avx512.cc PROPERTIES
   COMPILE_OPTIONS "-mavx2;-mbmi2;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mprefer-vector-width=512;-O3")
-target_link_libraries(kmpc_core PUBLIC
+# The job types and the job contract (proto/contract.h): protobuf messages
+# only, no gRPC.
+target_link_libraries(kmpc_core PUBLIC kmpc_proto_msgs kmpc_contract
   absl::status absl::statusor absl::strings absl::span absl::str_format
   OpenSSL::Crypto Threads::Threads)
 

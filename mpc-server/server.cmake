@@ -1,11 +1,11 @@
-# Server half of mpc-server (see CMakeLists.txt): TLS ring, LMDB share
-# store, gRPC services, the server binary, the client CLI and their tests.
+# The server (see CMakeLists.txt): TLS ring, LMDB share store, scheduler
+# and gRPC services, the server binary, the client CLI and their tests.
 pkg_check_modules(KMPC_LMDB REQUIRED IMPORTED_TARGET lmdb)
 set(_srv "${CMAKE_CURRENT_SOURCE_DIR}")
 
 # Ring over TLS and the server's logging (no gRPC here).
 add_library(kmpc_net_tls STATIC
-  src/net/frame.cc src/net/log.cc src/net/tls_conn.cc src/net/tls_ring.cc)
+  src/net/frame.cc src/net/tls_conn.cc src/net/tls_ring.cc src/util/log.cc)
 target_include_directories(kmpc_net_tls PUBLIC "${_srv}/src")
 target_link_libraries(kmpc_net_tls PUBLIC
   absl::status absl::statusor absl::strings absl::time absl::span
@@ -35,31 +35,34 @@ kmpc_server_test(kmpc_server_unit_test 120
           test/server/tls_ring_test.cc
   LIBS kmpc_net_tls kmpc_store)
 
-if(TARGET kmpc_core AND TARGET kmpc_proto)
-  add_library(kmpc_service STATIC
-    src/service/scheduler.cc src/service/metrics.cc src/service/services.cc
-    src/service/auth.cc)
-  target_include_directories(kmpc_service PUBLIC "${_srv}/src")
-  target_link_libraries(kmpc_service PUBLIC
-    kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization)
+# The scheduler over a ring interface (ring.h: TLS, in memory), the key
+# cache, the ENCRYPT states, the gRPC services and their authorization.
+add_library(kmpc_service STATIC
+  src/service/auth.cc src/service/encrypt_states.cc src/service/key_cache.cc
+  src/service/memory_scheduler_ring.cc src/service/metrics.cc
+  src/service/scheduler.cc src/service/services.cc
+  src/service/tls_scheduler_ring.cc)
+target_include_directories(kmpc_service PUBLIC "${_srv}/src")
+target_link_libraries(kmpc_service PUBLIC
+  kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization)
 
-  add_executable(kmpc-mpc-server src/main.cc)
-  target_link_libraries(kmpc-mpc-server PRIVATE
-    kmpc_service absl::flags absl::flags_parse)
+add_executable(kmpc-mpc-server src/main.cc)
+target_link_libraries(kmpc-mpc-server PRIVATE
+  kmpc_service absl::flags absl::flags_parse)
 
-  add_executable(kmpc-mpc-client tools/mpc_client.cc)
-  target_link_libraries(kmpc-mpc-client PRIVATE
-    kmpc_cluster_admin absl::flags absl::flags_parse absl::strings
-    OpenSSL::Crypto)
+add_executable(kmpc-mpc-client tools/mpc_client.cc)
+target_link_libraries(kmpc-mpc-client PRIVATE
+  kmpc_cluster_admin absl::flags absl::flags_parse absl::strings
+  OpenSSL::Crypto)
 
-  kmpc_server_test(kmpc_service_test 180
-    SOURCES test/server/service_test.cc LIBS kmpc_service)
+kmpc_server_test(kmpc_service_test 180
+  SOURCES test/server/service_test.cc LIBS kmpc_service)
 
-  # Client authorization over real gRPC+mTLS: CRL (revocation, reload) and
-  # certificate pins (service/auth.h).
-  kmpc_server_test(kmpc_auth_test 120
-    SOURCES test/server/auth_test.cc LIBS kmpc_service)
-else()
-  message(STATUS "mpc-server: kmpc_core or kmpc_proto missing; "
-                 "building the server without engine parts")
-endif()
+# Three Schedulers over the in-memory ring in one process.
+kmpc_server_test(kmpc_scheduler_test 120
+  SOURCES test/server/scheduler_test.cc LIBS kmpc_service)
+
+# Client authorization over real gRPC+mTLS: CRL (revocation, reload) and
+# certificate pins (service/auth.h).
+kmpc_server_test(kmpc_auth_test 120
+  SOURCES test/server/auth_test.cc LIBS kmpc_service)

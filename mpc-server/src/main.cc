@@ -26,13 +26,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "net/log.h"
+#include "engine/engine.h"
 #include "net/tls_ring.h"
 #include "service/auth.h"
 #include "service/metrics.h"
 #include "service/scheduler.h"
 #include "service/services.h"
 #include "store/share_store.h"
+#include "util/log.h"
 
 ABSL_FLAG(int, party, -1, "this server's party index: 0, 1 or 2");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7000", "gRPC listen address host:port");
@@ -90,22 +91,16 @@ ABSL_FLAG(int, ring_spin_us, 150,
 ABSL_FLAG(int, ring_spin_max_bytes, 3072,
           "largest ring message a receive busy-polls for (larger ones sleep: "
           "throughput-bound batches keep their CPU)");
-// 4096, not the engine's in-memory default (1024): over TLS/TCP every ring
-// message costs syscalls, records and wake-ups; on the 2-core loopback bench
-// 4096-block chunks need ~15% less server CPU per block.
-ABSL_FLAG(int, chunk_lanes, 4096,
+// The engine settings' defaults are EngineOptions' (engine.h says why).
+ABSL_FLAG(int, chunk_lanes,
+          static_cast<int>(kmpc::engine::EngineOptions{}.chunk_lanes),
           "engine pipeline chunk in AES blocks (one ring message per AND layer "
           "per chunk); 0 = the engine's default");
-// 16384, not the engine's 1024: login batches (tens to a few hundred
-// logins, ~32 AES-256 blocks each) then take 14*4 AND rounds instead of
-// 14*6 for 6% more bytes: a third fewer ring messages, ~10% lower login
-// latency near the peak on the 2-core bench, the same CPU. Bulk batches
-// (make bench-mpc's 100k blocks) keep the 32-AND S-box and its 640 bytes
-// per AES-128 block.
-ABSL_FLAG(int, small_sbox_min_blocks, 16384,
+ABSL_FLAG(int, small_sbox_min_blocks,
+          static_cast<int>(kmpc::engine::EngineOptions{}.small_sbox_min_blocks),
           "batches of at least this many AES blocks use the 32-AND S-box of "
           "AND depth 6 (fewer bytes), smaller ones the 34-AND S-box of depth "
-          "4 (fewer rounds); -1 = the engine's default (1024)");
+          "4 (fewer rounds)");
 ABSL_FLAG(int, wave_lanes, 0,
           "engine wave in AES blocks (>= chunk_lanes); 0 = the engine's default");
 
@@ -156,11 +151,10 @@ int main(int argc, char** argv) {
     engine_options.chunk_lanes = absl::GetFlag(FLAGS_chunk_lanes);
   if (absl::GetFlag(FLAGS_wave_lanes) > 0)
     engine_options.wave_lanes = absl::GetFlag(FLAGS_wave_lanes);
-  if (absl::GetFlag(FLAGS_small_sbox_min_blocks) < -1)
-    return Fail("--small_sbox_min_blocks must be -1 (the engine's default) or >= 0");
-  if (absl::GetFlag(FLAGS_small_sbox_min_blocks) >= 0)
-    engine_options.small_sbox_min_blocks =
-        static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
+  if (absl::GetFlag(FLAGS_small_sbox_min_blocks) < 0)
+    return Fail("--small_sbox_min_blocks must be >= 0");
+  engine_options.small_sbox_min_blocks =
+      static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
   if (absl::Status s = engine_options.Validate(); !s.ok())
     return Fail(absl::StrCat("--chunk_lanes / --wave_lanes: ", s.message()));
 

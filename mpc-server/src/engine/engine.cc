@@ -1,17 +1,25 @@
-// The job engine: one batch = digest agreement, counter draw, one
-// bitsliced AES pass over every block of every job, then (if needed) the
-// H-power extension, one GF(2^128) multiplication round and one reveal
-// round for the tag checks. See engine.h and shared/design/enctype.md.
+// The job engine: one batch runs as named phases (Engine::Impl::Run):
+//   LookupKeys    contract check, this party's key for every job;
+//   AgreeOnBatch  digests of the public inputs and key views compared on the
+//                 ring (agreement.h), first ctr0 draw riding along;
+//   DrawCounters  redraws of ctr0 ranges touching the all-zero block;
+//   RunAes        one bitsliced AES pass over every block of every job;
+//   ComputeTags   H-power extension and T' = GHASH ^ AES_K(c0) on shares;
+//   CheckTags     one GF(2^128) multiplication round and one reveal round;
+//   Collect       the per-job results.
+// Public per-job metadata (JobPlan) and secret share buffers (JobSecrets,
+// AesOutput) live apart; the secret ones are wiped on every way out. See
+// engine.h and shared/design/enctype.md.
 #include "engine/engine.h"
 
 #include <openssl/evp.h>
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "aes/aes.h"
+#include "engine/agreement.h"
 #include "protocol/gf128.h"
 #include "protocol/prss.h"
 #include "protocol/rep3.h"
@@ -20,7 +28,6 @@
 namespace kmpc::engine {
 namespace {
 
-constexpr size_t kMaxKeyIdBytes = 256;
 constexpr int kMaxCounterDraws = 16;
 
 using Block = std::array<uint8_t, 16>;
@@ -45,12 +52,12 @@ class Sha256 {
   void Update(absl::Span<const uint8_t> b) {
     if (ok_ && !b.empty()) ok_ = EVP_DigestUpdate(ctx_, b.data(), b.size()) == 1;
   }
-  absl::StatusOr<Block> Final32(uint8_t* out32) {
+  absl::Status Final(std::array<uint8_t, 32>& out) {
     unsigned int len = 0;
-    if (!ok_ || EVP_DigestFinal_ex(ctx_, out32, &len) != 1 || len != 32) {
+    if (!ok_ || EVP_DigestFinal_ex(ctx_, out.data(), &len) != 1 || len != 32) {
       return absl::InternalError("SHA-256 failed");
     }
-    return Block{};
+    return absl::OkStatus();
   }
 
  private:
@@ -73,15 +80,6 @@ void StoreBe(U128 v, uint8_t* p) {
   std::memcpy(p, &hi, 8);
   std::memcpy(p + 8, &lo, 8);
 }
-// enctype.md: c0 != 0 and c0 + n <= 2^128 - 1, so no block c0 .. c0+n is
-// the all-zero block.
-bool CounterRangeOk(const uint8_t* ctr0, uint64_t n) {
-  const U128 c = LoadBe(ctr0);
-  if (c.hi == 0 && c.lo == 0) return false;
-  const uint64_t lo = c.lo + n;
-  const bool carry = lo < c.lo;
-  return !(carry && c.hi == ~uint64_t{0});
-}
 void CounterPlus(const uint8_t* ctr0, uint64_t i, uint8_t* out) {
   U128 c = LoadBe(ctr0);
   const uint64_t lo = c.lo + i;
@@ -89,51 +87,70 @@ void CounterPlus(const uint8_t* ctr0, uint64_t i, uint8_t* out) {
   c.lo = lo;
   StoreBe(c, out);
 }
+bool CounterRangeOk(const Block& ctr0, uint64_t n) {
+  return contract::CounterRangeOk(
+      absl::string_view(reinterpret_cast<const char*>(ctr0.data()), 16), n);
+}
 
 std::array<uint8_t, 4> UsageBe(uint32_t usage) {
   return {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
           static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage)};
 }
 
-// Per-job working state inside RunBatch.
-struct Work {
-  absl::Status status;
-  std::shared_ptr<const KeyShares> key;
-  uint8_t key_view = 0;     // KeyView: this party's view of the job's key
-  bool needs_ctr0 = false;  // the cluster picks it
-  bool ctr0_drawn = false;
-  bool check = false;       // masked zero test of T'
-  Block ctr0{};
-  uint64_t nks = 0;          // keystream blocks
-  size_t lane0 = 0;          // lane of AES_K(c0); keystream follows
-  std::vector<uint8_t> ghash_in;  // public GHASH input blocks
-  size_t m = 0;                   // GHASH blocks = powers needed
-  Block tag{};                    // public tag to check against
-  std::array<std::vector<uint8_t>, 2> powers;  // if m > stored
-  std::array<Block, 2> tprime{};               // shares of T' (or tag)
-  ~Work() {
-    for (auto& p : powers) share::Wipe(p);
-    for (auto& t : tprime) share::Wipe(t.data(), t.size());
-  }
-  const uint8_t* Powers(int comp) const {
-    return m > static_cast<size_t>(kStoredHPowers) ? powers[comp].data()
-                                                   : key->h_powers[comp].data();
-  }
-};
-
-bool NeedsKey(JobType t) { return t != JobType::kFinalize; }
+absl::string_view View(const std::vector<uint8_t>& v) {
+  return absl::string_view(reinterpret_cast<const char*>(v.data()), v.size());
+}
 
 // One party's view of one job's key, compared among the three parties in
 // the agreement: 1 code byte, the cipher, the dealing id (not secret).
 enum KeyView : uint8_t {
-  kViewNone = 0,     // no key needed (FINALIZE) or the job is malformed
+  kViewNone = 0,     // no key needed (FINALIZE) or the job failed its check
   kViewMissing = 1,  // the store has no shares for the key id
   kViewBad = 2,      // shares unusable here (malformed, other party, I/O)
   kViewPresent = 3,
 };
 constexpr size_t kKeyViewBytes = 18;
 
-void EncodeKeyView(const Work& w, uint8_t* out) {
+// The public facts of one job inside RunBatch: its outcome so far, its key,
+// where its lanes are, the public GHASH input and tag. No secrets.
+struct JobPlan {
+  pb::JobStatus status = pb::JOB_OK;
+  std::string detail;
+  bool live() const { return status == pb::JOB_OK && key != nullptr; }
+  void Fail(pb::JobStatus s, std::string why) {
+    status = s;
+    detail = std::move(why);
+    key.reset();
+  }
+  std::shared_ptr<const KeyShares> key;
+  uint8_t key_view = kViewNone;
+  bool needs_ctr0 = false;  // the cluster picks it
+  bool ctr0_drawn = false;
+  bool check = false;       // masked zero test of T' ^ T
+  Block ctr0{};
+  uint64_t nks = 0;               // keystream blocks
+  size_t lane0 = 0;               // lane of AES_K(c0); keystream follows
+  std::vector<uint8_t> ghash_in;  // public GHASH input blocks
+  size_t m = 0;                   // GHASH blocks = powers needed
+  Block tag{};                    // public tag to check against
+};
+
+// One job's secret shares inside RunBatch; wiped when the batch ends.
+struct JobSecrets {
+  std::array<std::vector<uint8_t>, 2> powers;  // H^1..H^m if m > stored
+  std::array<Block, 2> tprime{};               // shares of T' (or the tag)
+  ~JobSecrets() {
+    for (auto& p : powers) share::Wipe(p);
+    for (auto& t : tprime) share::Wipe(t.data(), t.size());
+  }
+};
+
+const uint8_t* PowersOf(const JobPlan& p, const JobSecrets& s, int comp) {
+  return p.m > static_cast<size_t>(kStoredHPowers) ? s.powers[comp].data()
+                                                   : p.key->h_powers[comp].data();
+}
+
+void EncodeKeyView(const JobPlan& w, uint8_t* out) {
   std::memset(out, 0, kKeyViewBytes);
   out[0] = w.key_view;
   if (w.key_view == kViewPresent && w.key != nullptr) {
@@ -155,10 +172,10 @@ std::string PartyList(const std::vector<int>& parties) {
 // p's 18-byte encoding): the same on every party since all three hold the
 // same three views. Only a job whose key is present with the same cipher
 // and dealing on all three parties is computed; the others fail alone.
-void DecideKey(Work& w, const std::array<const uint8_t*, 3>& views) {
+void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
   if (views[0][0] == kViewNone && views[1][0] == kViewNone &&
       views[2][0] == kViewNone) {
-    return;  // malformed job or FINALIZE: status already set alike
+    return;  // failed its check, or FINALIZE: status already set alike
   }
   bool same = true;
   std::vector<int> missing, bad;
@@ -168,117 +185,71 @@ void DecideKey(Work& w, const std::array<const uint8_t*, 3>& views) {
     if (std::memcmp(views[p], views[0], kKeyViewBytes) != 0) same = false;
   }
   if (same && views[0][0] == kViewPresent) return;  // compute it
-  w.key.reset();
   if (!missing.empty()) {
-    w.status = absl::NotFoundError(
-        missing.size() == 3
-            ? std::string("unknown key id")
-            : absl::StrCat("unknown key id: no shares on MPC party ",
-                           PartyList(missing),
-                           " (the key store of the cluster is inconsistent)"));
+    w.Fail(pb::JOB_UNKNOWN_KEY,
+           missing.size() == 3
+               ? std::string("unknown key id")
+               : absl::StrCat("unknown key id: no shares on MPC party ",
+                              PartyList(missing),
+                              " (the key store of the cluster is inconsistent)"));
   } else if (!bad.empty()) {
-    w.status = absl::FailedPreconditionError(absl::StrCat(
-        "stored key shares are unusable on MPC party ", PartyList(bad)));
+    w.Fail(pb::JOB_KEY_INCONSISTENT,
+           absl::StrCat("stored key shares are unusable on MPC party ",
+                        PartyList(bad)));
   } else {
-    w.status = absl::FailedPreconditionError(
-        "the MPC servers hold different dealings of this key (deal_id or "
-        "cipher differ): re-deal it");
+    w.Fail(pb::JOB_KEY_INCONSISTENT,
+           "the MPC servers hold different dealings of this key (deal_id or "
+           "cipher differ): re-deal it");
   }
 }
 
-absl::Status CheckKeyId(const Job& job) {
-  if (job.key_id.empty() || job.key_id.size() > kMaxKeyIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key_id must be 1..", kMaxKeyIdBytes, " bytes, got ", job.key_id.size()));
-  }
-  return absl::OkStatus();
+contract::JobShape ShapeOf(const Job& job) {
+  return {job.type, job.key_id.size(), 16 * uint64_t{job.nblocks},
+          View(job.data), View(job.checksum)};
 }
 
-// Checks one job's public inputs; fills the public parts of `w`.
-absl::Status ValidateJob(const Job& job, Work& w) {
+// The contract's check of a Run job plus what only the engine can see (a
+// state on a job that takes none); FINALIZE is checked in Collect.
+contract::JobCheck CheckJob(const Job& job) {
+  if (!job.precheck.ok()) return job.precheck;
+  if (job.type == pb::JOB_FINALIZE) {
+    if (job.state == nullptr) return {pb::JOB_MALFORMED, "FINALIZE: no encrypt state"};
+    return {};
+  }
+  if (job.state != nullptr)
+    return {pb::JOB_MALFORMED, absl::StrCat(contract::JobTypeName(job.type),
+                                            " takes no encrypt state")};
+  return contract::CheckJob(ShapeOf(job));
+}
+
+// The public plan of a job that passed CheckJob.
+void PlanJob(const Job& job, JobPlan& w) {
   switch (job.type) {
-    case JobType::kEncrypt: {
-      if (absl::Status s = CheckKeyId(job); !s.ok()) return s;
+    case pb::JOB_ENCRYPT:
       // nblocks 0 is an empty plaintext (enctype.md allows it; the shared
       // vectors have one): no keystream, the tag covers only A.
-      if (job.nblocks > kMaxJobBlocks) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ENCRYPT: nblocks must be 0..", kMaxJobBlocks, ", got ", job.nblocks));
-      }
-      if (!job.data.empty() || !job.checksum.empty() || job.state != nullptr) {
-        return absl::InvalidArgumentError(
-            "ENCRYPT: data, checksum and state must be empty");
-      }
       w.needs_ctr0 = true;
       w.nks = job.nblocks;
       w.m = protocol::GhashBlocks(4, 16 * static_cast<size_t>(job.nblocks));
-      return absl::OkStatus();
-    }
-    case JobType::kFinalize:
-      if (job.state == nullptr) {
-        return absl::InvalidArgumentError("FINALIZE: no encrypt state");
-      }
-      return absl::OkStatus();
-    case JobType::kDecrypt: {
-      if (absl::Status s = CheckKeyId(job); !s.ok()) return s;
-      if (job.data.size() < 32) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "DECRYPT: ciphertext has ", job.data.size(),
-            " bytes, at least 32 (ctr0 || C || T) needed"));
-      }
-      const size_t clen = job.data.size() - 32;
-      if (clen > 16 * static_cast<size_t>(kMaxJobBlocks)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "DECRYPT: ciphertext longer than ", kMaxJobBlocks, " blocks"));
-      }
-      if (!job.checksum.empty() || job.state != nullptr || job.nblocks != 0) {
-        return absl::InvalidArgumentError(
-            "DECRYPT: nblocks, checksum and state must be empty");
-      }
+      return;
+    case pb::JOB_DECRYPT: {
+      const size_t clen = job.data.size() - contract::kCiphertextOverhead;
       std::memcpy(w.ctr0.data(), job.data.data(), 16);
-      w.nks = (clen + 15) / 16;
-      if (!CounterRangeOk(w.ctr0.data(), w.nks)) {
-        return absl::InvalidArgumentError(
-            "DECRYPT: counter range touches the all-zero block");
-      }
-      const auto a = UsageBe(job.usage);
+      w.nks = contract::CeilBlocks(clen);
       w.ghash_in = protocol::GhashInput(
-          a, absl::MakeConstSpan(job.data.data() + 16, clen));
+          UsageBe(job.usage), absl::MakeConstSpan(job.data.data() + 16, clen));
       w.m = w.ghash_in.size() / 16;
       std::memcpy(w.tag.data(), job.data.data() + 16 + clen, 16);
       w.check = true;
-      return absl::OkStatus();
+      return;
     }
-    case JobType::kChecksum:
-    case JobType::kVerifyChecksum: {
-      const bool verify = job.type == JobType::kVerifyChecksum;
-      const char* name = verify ? "VERIFY_CHECKSUM" : "CHECKSUM";
-      if (absl::Status s = CheckKeyId(job); !s.ok()) return s;
-      if (job.data.size() > 16 * static_cast<size_t>(kMaxJobBlocks)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, ": data longer than ", kMaxJobBlocks, " blocks"));
-      }
-      if (job.state != nullptr || job.nblocks != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, ": nblocks and state must be empty"));
-      }
-      if (verify) {
-        if (job.checksum.size() != 32) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "VERIFY_CHECKSUM: checksum has ", job.checksum.size(),
-              " bytes, want 32 (ctr0 || tag)"));
-        }
+    case pb::JOB_CHECKSUM:
+    case pb::JOB_VERIFY_CHECKSUM: {
+      if (job.type == pb::JOB_VERIFY_CHECKSUM) {
         std::memcpy(w.ctr0.data(), job.checksum.data(), 16);
         std::memcpy(w.tag.data(), job.checksum.data() + 16, 16);
-        if (!CounterRangeOk(w.ctr0.data(), 0)) {
-          return absl::InvalidArgumentError(
-              "VERIFY_CHECKSUM: ctr0 is the all-zero block");
-        }
         w.check = true;
       } else {
-        if (!job.checksum.empty()) {
-          return absl::InvalidArgumentError("CHECKSUM: checksum must be empty");
-        }
         w.needs_ctr0 = true;
       }
       // A' = usage (4 bytes big-endian) || 0x99 (enctype.md).
@@ -286,15 +257,15 @@ absl::Status ValidateJob(const Job& job, Work& w) {
       const uint8_t a[5] = {u[0], u[1], u[2], u[3], 0x99};
       w.ghash_in = protocol::GhashInput(a, job.data);
       w.m = w.ghash_in.size() / 16;
-      return absl::OkStatus();
+      return;
     }
+    default:
+      return;  // FINALIZE: computed in Collect
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown job type ", static_cast<int>(job.type)));
 }
 
 void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
-  out.push_back(static_cast<uint8_t>(job.type));
+  PutU32(out, static_cast<uint32_t>(job.type));
   PutBytes(out, absl::MakeConstSpan(
                     reinterpret_cast<const uint8_t*>(job.key_id.data()),
                     job.key_id.size()));
@@ -302,6 +273,7 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   PutU32(out, job.nblocks);
   PutBytes(out, job.data);
   PutBytes(out, job.checksum);
+  PutU32(out, static_cast<uint32_t>(job.precheck.status));
   if (job.state != nullptr) {
     out.push_back(1);
     out.insert(out.end(), job.state->ctr0.begin(), job.state->ctr0.end());
@@ -311,6 +283,31 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
     out.push_back(0);
   }
 }
+
+// Shares of AES_K(c0) and of the keystream of every lane, wiped on
+// destruction (every way out of a batch).
+struct AesOutput {
+  std::array<std::vector<uint8_t>, 2> out;
+  ~AesOutput() {
+    for (auto& x : out) share::Wipe(x);
+  }
+  const uint8_t* Lane(int comp, size_t lane) const { return &out[comp][16 * lane]; }
+};
+
+// The three parties' agreement headers as seen by this party.
+struct Headers {
+  AgreementHeader mine, next, next2;
+  bool InputsDiffer() const {
+    return !mine.SameInputs(next) || !mine.SameInputs(next2);
+  }
+  bool KeysDiffer() const { return !mine.SameKeys(next) || !mine.SameKeys(next2); }
+  bool CountsDiffer() const {
+    return next.counters != mine.counters || next2.counters != mine.counters;
+  }
+  uint32_t MostCounters() const {
+    return std::max({mine.counters, next.counters, next2.counters});
+  }
+};
 
 }  // namespace
 
@@ -325,14 +322,13 @@ absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
   }
   // At most the keystream's length: a KDC may use a prefix of it (its
   // speculative keystream is sized by a bound); the tag covers that C.
-  const uint64_t n = (ciphertext.size() + 15) / 16;
+  const uint64_t n = contract::CeilBlocks(ciphertext.size());
   if (n > state.nblocks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "FINALIZE: ciphertext of ", ciphertext.size(), " bytes is ", n,
         " blocks, the encryption produced only ", state.nblocks));
   }
-  const auto a = UsageBe(usage);
-  std::vector<uint8_t> x = protocol::GhashInput(a, ciphertext);
+  std::vector<uint8_t> x = protocol::GhashInput(UsageBe(usage), ciphertext);
   const size_t m = x.size() / 16;
   if (state.NumPowers() < m) {
     return absl::InvalidArgumentError("FINALIZE: state lacks powers of H");
@@ -377,13 +373,31 @@ class Engine::Impl {
   }
 
  private:
+  // One RunBatch: the inputs, the public plan and the secret buffers.
+  struct Batch {
+    uint64_t seq = 0;
+    absl::Span<const Job> jobs;
+    std::vector<JobPlan> plan;
+    std::vector<JobSecrets> secrets;
+    AesOutput aes;
+    size_t nlanes = 0;
+    std::vector<bool> pass;  // tag checks that held
+  };
+
   absl::StatusOr<BatchResult> Run(uint64_t batch_seq,
                                   absl::Span<const Job> jobs,
                                   const KeyLookup& lookup);
-  absl::Status AgreeOnBatch(uint64_t batch_seq, absl::Span<const Job> jobs,
-                            std::vector<Work>& work);
-  absl::Status DrawCounters(absl::Span<const Job> jobs, std::vector<Work>& work);
-  absl::Status ExtendPowers(std::vector<Work>& work);
+  void LookupKeys(Batch& b, const KeyLookup& lookup);
+  absl::Status AgreeOnBatch(Batch& b);
+  absl::Status DigestBatch(const Batch& b, AgreementHeader& h);
+  absl::Status ExchangeKeyViews(Batch& b);
+  absl::Status DrawCounters(Batch& b);
+  absl::Status RunAes(Batch& b);
+  absl::Status ExtendPowers(Batch& b);
+  absl::Status ComputeTags(Batch& b);
+  absl::Status CheckTags(Batch& b);
+  BatchResult Collect(Batch& b);
+  void CollectJob(Batch& b, size_t j, JobResult& r);
 
   net::RingChannel& channel_;
   protocol::Prss prss_;
@@ -395,131 +409,175 @@ class Engine::Impl {
   bool broken_ = false;
 };
 
-// Two rounds: everyone sends (digest of public inputs, digest of its key
-// view, number n of counters it draws) to party i-1, then forwards what it
-// got from i+1 together with its half of the reveal of the n fresh ctr0
-// values (sized by the announced n, so the ring stays in step whatever the
-// inputs). Afterwards every party holds all three headers and takes the
-// same decision; on a refusal the PRSS counters are re-aligned to the
-// largest n. Same inputs but different key views: two more rounds of
-// per-job views (DecideKey), the counters are drawn afresh.
-absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
-                                        absl::Span<const Job> jobs,
-                                        std::vector<Work>& work) {
-  std::vector<uint8_t> enc;
-  // v2: the engine options that shape the rounds are part of the inputs.
-  // Servers whose --small_sbox_min_blocks, --chunk_lanes or --wave_lanes
-  // differ would run different circuits or message sizes and lose the
-  // ring's framing; they refuse every batch here instead, with a message
-  // that says so (and so do servers of different versions).
-  static constexpr char kTag[] = "kmpc-batch-v2";
-  enc.insert(enc.end(), kTag, kTag + sizeof kTag);
+absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
+                                              absl::Span<const Job> jobs,
+                                              const KeyLookup& lookup) {
+  Batch b;
+  b.seq = batch_seq;
+  b.jobs = jobs;
+  b.plan.resize(jobs.size());
+  b.secrets.resize(jobs.size());
+  LookupKeys(b, lookup);
+  if (absl::Status s = AgreeOnBatch(b); !s.ok()) return s;
+  if (absl::Status s = DrawCounters(b); !s.ok()) return s;
+  if (absl::Status s = RunAes(b); !s.ok()) return s;
+  if (absl::Status s = ComputeTags(b); !s.ok()) return s;
+  if (absl::Status s = CheckTags(b); !s.ok()) return s;
+  return Collect(b);  // b's secret buffers are wiped when it goes
+}
+
+// Every job's check (a failed one fails the job alike on all parties) and
+// this party's key for it. A key missing or unusable here fails only this
+// job; AgreeOnBatch compares the three parties' views of every job's key
+// and fails the same jobs on all of them (engine.h, KeyLookup).
+void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
+  for (size_t j = 0; j < b.jobs.size(); ++j) {
+    const Job& job = b.jobs[j];
+    JobPlan& w = b.plan[j];
+    if (contract::JobCheck c = CheckJob(job); !c.ok()) {
+      w.Fail(c.status, std::move(c.detail));
+      continue;
+    }
+    PlanJob(job, w);
+    if (job.type == pb::JOB_FINALIZE) continue;
+    absl::StatusOr<std::shared_ptr<const KeyShares>> key =
+        lookup ? lookup(job.key_id)
+               : absl::StatusOr<std::shared_ptr<const KeyShares>>(
+                     absl::NotFoundError("no key lookup"));
+    if (!key.ok() || *key == nullptr) {
+      const bool missing = key.ok() || absl::IsNotFound(key.status());
+      w.key_view = missing ? kViewMissing : kViewBad;
+      w.Fail(missing ? pb::JOB_UNKNOWN_KEY : pb::JOB_KEY_INCONSISTENT,
+             missing ? "unknown key id" : "stored key shares are unusable");
+      continue;
+    }
+    if (!(*key)->Validate().ok() || (*key)->party != party()) {
+      w.key_view = kViewBad;
+      w.Fail(pb::JOB_KEY_INCONSISTENT,
+             "stored key shares are malformed or belong to another party");
+      continue;
+    }
+    w.key = *key;
+    w.key_view = kViewPresent;
+  }
+}
+
+// The header's two digests: the public inputs (with the engine options that
+// shape the rounds: servers whose --small_sbox_min_blocks, --chunk_lanes or
+// --wave_lanes differ would run different circuits or message sizes and
+// lose the ring's framing, so they refuse every batch instead) and this
+// party's key views.
+absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
+  static constexpr char kTag[] = "kmpc-batch-v3";
+  std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.small_sbox_min_blocks);
   PutU32(enc, options_.chunk_lanes);
   PutU32(enc, options_.wave_lanes);
-  PutU64(enc, batch_seq);
-  PutU32(enc, static_cast<uint32_t>(jobs.size()));
-  Sha256 inputs;
+  PutU64(enc, b.seq);
+  PutU32(enc, static_cast<uint32_t>(b.jobs.size()));
+  Sha256 inputs, keys;
   inputs.Update(enc);
-  Sha256 keys;
-  for (size_t j = 0; j < jobs.size(); ++j) {
+  for (size_t j = 0; j < b.jobs.size(); ++j) {
     enc.clear();
-    EncodeJob(jobs[j], enc);
+    EncodeJob(b.jobs[j], enc);
     inputs.Update(enc);
     uint8_t view[kKeyViewBytes];
-    EncodeKeyView(work[j], view);
+    EncodeKeyView(b.plan[j], view);
     keys.Update(view);
   }
+  if (absl::Status s = inputs.Final(h.inputs); !s.ok()) return s;
+  return keys.Final(h.keys);
+}
+
+// Two rounds: everyone sends its header (AgreementHeader: digests, number n
+// of counters it draws) to party i-1, then forwards what it got from i+1
+// together with its half of the reveal of the n fresh ctr0 values (sized by
+// the announced n, so the ring stays in step whatever the inputs).
+// Afterwards every party holds all three headers and takes the same
+// decision; on a refusal the PRSS counters are re-aligned to the largest n.
+// Same inputs but different key views: ExchangeKeyViews, and the counters
+// are drawn afresh by DrawCounters.
+absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
+  Headers h;
+  if (absl::Status s = DigestBatch(b, h.mine); !s.ok()) return s;
   std::vector<size_t> pending;
-  for (size_t j = 0; j < work.size(); ++j) {
-    if (work[j].status.ok() && work[j].key != nullptr && work[j].needs_ctr0) {
-      pending.push_back(j);
-    }
-  }
-  constexpr size_t kHeader = 68;
-  uint8_t mine[kHeader], next[kHeader];
-  if (absl::StatusOr<Block> s = inputs.Final32(mine); !s.ok()) return s.status();
-  if (absl::StatusOr<Block> s = keys.Final32(mine + 32); !s.ok()) return s.status();
-  const uint32_t n_mine = static_cast<uint32_t>(pending.size());
-  for (int k = 0; k < 4; ++k) mine[64 + k] = static_cast<uint8_t>(n_mine >> (24 - 8 * k));
-  auto count_of = [](const uint8_t* h) {
-    return (uint32_t{h[64]} << 24) | (uint32_t{h[65]} << 16) |
-           (uint32_t{h[66]} << 8) | uint32_t{h[67]};
-  };
+  for (size_t j = 0; j < b.plan.size(); ++j)
+    if (b.plan[j].live() && b.plan[j].needs_ctr0) pending.push_back(j);
+  h.mine.counters = static_cast<uint32_t>(pending.size());
   const uint64_t counter_before = prss_.counter();
-  std::vector<uint8_t> r0(16 * n_mine), r1(16 * n_mine);
+  std::vector<uint8_t> r0(16 * pending.size()), r1(16 * pending.size());
   prss_.RandomShares(r0.data(), r1.data(), r0.size());
-  absl::Status st = channel_.Exchange(mine, absl::MakeSpan(next));
-  if (!st.ok()) return st;
-  const uint32_t n_next = count_of(next);
-  if (n_next > kMaxBatchBlocks) {
-    return absl::DataLossError("agreement header out of range");
-  }
+  uint8_t raw[AgreementHeader::kSize], raw_next[AgreementHeader::kSize];
+  h.mine.Encode(absl::MakeSpan(raw));
+  if (absl::Status st = channel_.Exchange(raw, absl::MakeSpan(raw_next)); !st.ok())
+    return st;
+  absl::StatusOr<AgreementHeader> next = AgreementHeader::Decode(raw_next);
+  if (!next.ok()) return next.status();
+  h.next = *next;
   // Round 2: forward next's header, reveal our component 1 (r_{i+1}).
-  std::vector<uint8_t> out(kHeader + r1.size()), in(kHeader + 16 * n_next);
-  std::memcpy(out.data(), next, kHeader);
-  if (!r1.empty()) std::memcpy(out.data() + kHeader, r1.data(), r1.size());
-  st = channel_.Exchange(out, absl::MakeSpan(in));
-  if (!st.ok()) return st;
-  const uint8_t* next2 = in.data();
-  const uint32_t n_next2 = count_of(next2);
-  const bool inputs_differ = std::memcmp(mine, next, 32) != 0 ||
-                             std::memcmp(mine, next2, 32) != 0;
-  const bool keys_differ = std::memcmp(mine + 32, next + 32, 32) != 0 ||
-                           std::memcmp(mine + 32, next2 + 32, 32) != 0;
-  if (inputs_differ || keys_differ || n_next != n_mine || n_next2 != n_mine) {
-    // Keep the PRSS ids in step for the next batch (or the redraw below).
-    const uint64_t most = std::max({n_mine, n_next, n_next2});
-    prss_.Skip(counter_before + most - prss_.counter());
-    for (auto* v : {&r0, &r1}) share::Wipe(*v);
-    if (inputs_differ) {
+  std::vector<uint8_t> out(AgreementHeader::kSize + r1.size());
+  std::vector<uint8_t> in(AgreementHeader::kSize + 16 * size_t{h.next.counters});
+  std::memcpy(out.data(), raw_next, AgreementHeader::kSize);
+  if (!r1.empty()) std::memcpy(out.data() + AgreementHeader::kSize, r1.data(), r1.size());
+  if (absl::Status st = channel_.Exchange(out, absl::MakeSpan(in)); !st.ok()) return st;
+  absl::StatusOr<AgreementHeader> next2 = AgreementHeader::Decode(
+      absl::MakeConstSpan(in.data(), AgreementHeader::kSize));
+  if (!next2.ok()) return next2.status();
+  h.next2 = *next2;
+  if (h.InputsDiffer() || h.KeysDiffer() || h.CountsDiffer()) {
+    // Keep the PRSS ids in step for the next batch (or the redraw).
+    prss_.Skip(counter_before + h.MostCounters() - prss_.counter());
+    if (h.InputsDiffer()) {
       return absl::AbortedError(
           "batch refused: the MPC servers received different batch inputs "
           "(or run with different --small_sbox_min_blocks, --chunk_lanes or "
           "--wave_lanes, or different versions)");
     }
-    if (!keys_differ) {
+    if (!h.KeysDiffer()) {
       // Same inputs and key views but different counts: cannot happen with
       // a correct peer.
       return absl::FailedPreconditionError(
           "batch refused: the MPC servers disagree about the jobs to run");
     }
-    // Same inputs (hence the same number of jobs), different key views:
-    // two more rounds exchange the per-job views, then every party fails
-    // the same jobs (NOT_FOUND / FAILED_PRECONDITION) and runs the rest.
-    // The ctr0 values revealed above are dropped; DrawCounters draws them.
-    const size_t vbytes = kKeyViewBytes * work.size();
-    std::vector<uint8_t> vmine(vbytes), vnext(vbytes), vnext2(vbytes);
-    for (size_t j = 0; j < work.size(); ++j) {
-      EncodeKeyView(work[j], &vmine[kKeyViewBytes * j]);
-    }
-    st = channel_.Exchange(vmine, absl::MakeSpan(vnext));
-    if (!st.ok()) return st;
-    st = channel_.Exchange(vnext, absl::MakeSpan(vnext2));
-    if (!st.ok()) return st;
-    const int me = party();
-    for (size_t j = 0; j < work.size(); ++j) {
-      std::array<const uint8_t*, 3> views;
-      views[me] = &vmine[kKeyViewBytes * j];
-      views[(me + 1) % 3] = &vnext[kKeyViewBytes * j];
-      views[(me + 2) % 3] = &vnext2[kKeyViewBytes * j];
-      DecideKey(work[j], views);
-    }
-    return absl::OkStatus();
+    return ExchangeKeyViews(b);
   }
   // All three key views are equal: a key missing or unusable here is so
-  // everywhere; normalise the statuses so all parties report alike.
-  for (size_t j = 0; j < work.size(); ++j) {
+  // everywhere; DecideKey normalises the statuses so all parties report
+  // alike.
+  for (JobPlan& w : b.plan) {
     uint8_t view[kKeyViewBytes];
-    EncodeKeyView(work[j], view);
-    DecideKey(work[j], {view, view, view});
+    EncodeKeyView(w, view);
+    DecideKey(w, {view, view, view});
   }
+  const uint8_t* revealed = in.data() + AgreementHeader::kSize;
   for (size_t p = 0; p < pending.size(); ++p) {
-    Work& w = work[pending[p]];
-    for (int b = 0; b < 16; ++b) {
-      w.ctr0[b] = r0[16 * p + b] ^ r1[16 * p + b] ^ in[kHeader + 16 * p + b];
-    }
+    JobPlan& w = b.plan[pending[p]];
+    for (int k = 0; k < 16; ++k)
+      w.ctr0[k] = r0[16 * p + k] ^ r1[16 * p + k] ^ revealed[16 * p + k];
     w.ctr0_drawn = true;
+  }
+  return absl::OkStatus();
+}
+
+// Same inputs (hence the same number of jobs), different key views: two
+// more rounds exchange the per-job views, then every party fails the same
+// jobs (JOB_UNKNOWN_KEY / JOB_KEY_INCONSISTENT) and runs the rest.
+absl::Status Engine::Impl::ExchangeKeyViews(Batch& b) {
+  const size_t vbytes = kKeyViewBytes * b.plan.size();
+  std::vector<uint8_t> vmine(vbytes), vnext(vbytes), vnext2(vbytes);
+  for (size_t j = 0; j < b.plan.size(); ++j)
+    EncodeKeyView(b.plan[j], &vmine[kKeyViewBytes * j]);
+  if (absl::Status st = channel_.Exchange(vmine, absl::MakeSpan(vnext)); !st.ok())
+    return st;
+  if (absl::Status st = channel_.Exchange(vnext, absl::MakeSpan(vnext2)); !st.ok())
+    return st;
+  const int me = party();
+  for (size_t j = 0; j < b.plan.size(); ++j) {
+    std::array<const uint8_t*, 3> views;
+    views[me] = &vmine[kKeyViewBytes * j];
+    views[(me + 1) % 3] = &vnext[kKeyViewBytes * j];
+    views[(me + 2) % 3] = &vnext2[kKeyViewBytes * j];
+    DecideKey(b.plan[j], views);
   }
   return absl::OkStatus();
 }
@@ -527,15 +585,12 @@ absl::Status Engine::Impl::AgreeOnBatch(uint64_t batch_seq,
 // ctr0 for ENCRYPT and CHECKSUM: a fresh PRSS random value revealed among
 // the servers (never chosen by the KDC; the first draw rides on the
 // agreement), redrawn here while its range would touch the all-zero block.
-absl::Status Engine::Impl::DrawCounters(absl::Span<const Job> jobs,
-                                        std::vector<Work>& work) {
+absl::Status Engine::Impl::DrawCounters(Batch& b) {
   std::vector<size_t> pending;
-  for (size_t j = 0; j < work.size(); ++j) {
-    const Work& w = work[j];
-    if (w.status.ok() && w.key != nullptr && w.needs_ctr0 &&
-        (!w.ctr0_drawn || !CounterRangeOk(w.ctr0.data(), w.nks))) {
+  for (size_t j = 0; j < b.plan.size(); ++j) {
+    const JobPlan& w = b.plan[j];
+    if (w.live() && w.needs_ctr0 && (!w.ctr0_drawn || !CounterRangeOk(w.ctr0, w.nks)))
       pending.push_back(j);
-    }
   }
   for (int draw = 0; !pending.empty(); ++draw) {
     if (draw == kMaxCounterDraws) {
@@ -544,127 +599,24 @@ absl::Status Engine::Impl::DrawCounters(absl::Span<const Job> jobs,
     const size_t n = 16 * pending.size();
     std::vector<uint8_t> c0(n), c1(n), open(n);
     prss_.RandomShares(c0.data(), c1.data(), n);
-    absl::Status st = rep3_.Reveal(c0, c1, absl::MakeSpan(open));
-    if (!st.ok()) return st;
+    if (absl::Status st = rep3_.Reveal(c0, c1, absl::MakeSpan(open)); !st.ok())
+      return st;
     std::vector<size_t> again;
     for (size_t p = 0; p < pending.size(); ++p) {
-      Work& w = work[pending[p]];
+      JobPlan& w = b.plan[pending[p]];
       std::memcpy(w.ctr0.data(), open.data() + 16 * p, 16);
-      if (!CounterRangeOk(w.ctr0.data(), w.nks)) again.push_back(pending[p]);
+      if (!CounterRangeOk(w.ctr0, w.nks)) again.push_back(pending[p]);
     }
     pending.swap(again);
   }
-  (void)jobs;
   return absl::OkStatus();
 }
 
-// Powers of H beyond the stored ones, by doubling: H^(a+1..2a) =
-// H^a * H^(1..a), one multiplication round per doubling for all jobs.
-absl::Status Engine::Impl::ExtendPowers(std::vector<Work>& work) {
-  std::vector<size_t> need;
-  for (size_t j = 0; j < work.size(); ++j) {
-    Work& w = work[j];
-    if (!w.status.ok() || w.key == nullptr ||
-        w.m <= static_cast<size_t>(kStoredHPowers)) {
-      continue;
-    }
-    for (int k = 0; k < 2; ++k) {
-      // Reserve first: assign-then-reserve would reallocate and free an
-      // unwiped copy of the H-power shares.
-      w.powers[k].reserve(16 * w.m);
-      w.powers[k].assign(w.key->h_powers[k].begin(), w.key->h_powers[k].end());
-    }
-    need.push_back(j);
-  }
-  while (!need.empty()) {
-    size_t total = 0;
-    for (size_t j : need) {
-      const size_t a = work[j].powers[0].size() / 16;
-      total += std::min(a, work[j].m - a);
-    }
-    std::vector<uint8_t> x0(16 * total), x1(16 * total), y0(16 * total),
-        y1(16 * total), z0(16 * total), z1(16 * total);
-    size_t off = 0;
-    for (size_t j : need) {
-      Work& w = work[j];
-      const size_t a = w.powers[0].size() / 16;
-      const size_t cnt = std::min(a, w.m - a);
-      for (size_t i = 0; i < cnt; ++i, off += 16) {
-        std::memcpy(&x0[off], &w.powers[0][16 * (a - 1)], 16);
-        std::memcpy(&x1[off], &w.powers[1][16 * (a - 1)], 16);
-        std::memcpy(&y0[off], &w.powers[0][16 * i], 16);
-        std::memcpy(&y1[off], &w.powers[1][16 * i], 16);
-      }
-    }
-    absl::Status st = rep3_.GfMul(x0, x1, y0, y1, absl::MakeSpan(z0),
-                                  absl::MakeSpan(z1));
-    for (auto* v : {&x0, &x1, &y0, &y1}) share::Wipe(*v);
-    if (!st.ok()) return st;
-    off = 0;
-    std::vector<size_t> again;
-    for (size_t j : need) {
-      Work& w = work[j];
-      const size_t a = w.powers[0].size() / 16;
-      const size_t cnt = std::min(a, w.m - a);
-      w.powers[0].insert(w.powers[0].end(), z0.begin() + off,
-                         z0.begin() + off + 16 * cnt);
-      w.powers[1].insert(w.powers[1].end(), z1.begin() + off,
-                         z1.begin() + off + 16 * cnt);
-      off += 16 * cnt;
-      if (w.powers[0].size() / 16 < w.m) again.push_back(j);
-    }
-    share::Wipe(z0);
-    share::Wipe(z1);
-    need.swap(again);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
-                                              absl::Span<const Job> jobs,
-                                              const KeyLookup& lookup) {
-  const int party = prss_.party();
-  std::vector<Work> work(jobs.size());
-  // 1. Local checks and key lookup.
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    Work& w = work[j];
-    w.status = ValidateJob(jobs[j], w);
-    if (!w.status.ok() || !NeedsKey(jobs[j].type)) continue;
-    absl::StatusOr<std::shared_ptr<const KeyShares>> key =
-        lookup ? lookup(jobs[j].key_id)
-               : absl::StatusOr<std::shared_ptr<const KeyShares>>(
-                     absl::NotFoundError("no key lookup"));
-    // A key missing or unusable here fails only this job; AgreeOnBatch
-    // compares the three parties' views of every job's key and fails the
-    // same jobs on all of them (engine.h, KeyLookup).
-    if (!key.ok() || *key == nullptr) {
-      const bool missing = key.ok() || absl::IsNotFound(key.status());
-      w.key_view = missing ? kViewMissing : kViewBad;
-      w.status = missing ? absl::NotFoundError("unknown key id")
-                         : absl::FailedPreconditionError(
-                               "stored key shares are unusable");
-      continue;
-    }
-    if (absl::Status s = (*key)->Validate(); !s.ok() || (*key)->party != party) {
-      w.key_view = kViewBad;
-      w.status = absl::FailedPreconditionError(
-          "stored key shares are malformed or belong to another party");
-      continue;
-    }
-    w.key = *key;
-    w.key_view = kViewPresent;
-  }
-  // 2. Same inputs and keys on the three servers?
-  if (absl::Status s = AgreeOnBatch(batch_seq, jobs, work); !s.ok()) return s;
-
-  // 3. Counters chosen by the cluster.
-  if (absl::Status s = DrawCounters(jobs, work); !s.ok()) return s;
-
-  // 4. One bitsliced pass: per job AES_K(c0) then keystream c0+1..c0+n.
+// One bitsliced pass: per job AES_K(c0) then keystream c0+1..c0+n.
+absl::Status Engine::Impl::RunAes(Batch& b) {
   size_t nlanes = 0;
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    Work& w = work[j];
-    if (!w.status.ok() || w.key == nullptr) continue;
+  for (JobPlan& w : b.plan) {
+    if (!w.live()) continue;
     w.lane0 = nlanes;
     nlanes += 1 + w.nks;
     if (nlanes > kMaxBatchBlocks) {
@@ -672,24 +624,16 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
           "batch needs more than ", kMaxBatchBlocks, " AES blocks"));
     }
   }
+  b.nlanes = nlanes;
   // Every lane's counter block and SharedLane are written below: no
   // value-initialisation (~6 MB of memset per 100,000 blocks).
   std::unique_ptr<uint8_t[]> in(new uint8_t[16 * nlanes]);
-  std::array<std::vector<uint8_t>, 2> out;
-  // out holds shares of AES_K(c0) and of the keystream: wiped on every
-  // way out of here (the early returns below included).
-  struct WipeOnExit {
-    std::array<std::vector<uint8_t>, 2>& v;
-    ~WipeOnExit() {
-      for (auto& x : v) share::Wipe(x);
-    }
-  } wipe_out{out};
+  auto& out = b.aes.out;
   out[0].resize(16 * nlanes);
   out[1].resize(16 * nlanes);
   std::unique_ptr<aes::SharedLane[]> lanes(new aes::SharedLane[nlanes]);
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    Work& w = work[j];
-    if (!w.status.ok() || w.key == nullptr) continue;
+  for (const JobPlan& w : b.plan) {
+    if (!w.live()) continue;
     const int nr = NumRounds(w.key->cipher);
     for (uint64_t i = 0; i <= w.nks; ++i) {
       const size_t l = w.lane0 + i;
@@ -707,124 +651,196 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   aes::SharedOptions aes_options;
   aes_options.chunk_lanes = options_.chunk_lanes;
   aes_options.wave_lanes = options_.wave_lanes;
-  absl::Status st = aes::EncryptShared(rep3_,
-                                       absl::MakeConstSpan(lanes.get(), nlanes),
-                                       circuit, aes_options,
-                                       &workspace_);
-  if (!st.ok()) return st;
+  return aes::EncryptShared(rep3_, absl::MakeConstSpan(lanes.get(), nlanes),
+                            circuit, aes_options, &workspace_);
+}
 
-  // 5. Powers of H for long messages, then T' = GHASH ^ AES_K(c0) on shares.
-  st = ExtendPowers(work);
-  if (!st.ok()) return st;
-  std::vector<size_t> checks;
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    Work& w = work[j];
-    if (!w.status.ok() || w.key == nullptr || jobs[j].type == JobType::kEncrypt) {
-      continue;
-    }
+// Powers of H beyond the stored ones, by doubling: H^(a+1..2a) =
+// H^a * H^(1..a), one multiplication round per doubling for all jobs.
+absl::Status Engine::Impl::ExtendPowers(Batch& b) {
+  std::vector<size_t> need;
+  for (size_t j = 0; j < b.plan.size(); ++j) {
+    const JobPlan& w = b.plan[j];
+    if (!w.live() || w.m <= static_cast<size_t>(kStoredHPowers)) continue;
     for (int k = 0; k < 2; ++k) {
-      protocol::GhashWithPowers(w.ghash_in, w.Powers(k), w.tprime[k].data());
-      for (int b = 0; b < 16; ++b) w.tprime[k][b] ^= out[k][16 * w.lane0 + b];
+      // Reserve first: assign-then-reserve would reallocate and free an
+      // unwiped copy of the H-power shares.
+      auto& p = b.secrets[j].powers[k];
+      p.reserve(16 * w.m);
+      p.assign(w.key->h_powers[k].begin(), w.key->h_powers[k].end());
     }
-    if (w.check) checks.push_back(j);
+    need.push_back(j);
   }
-
-  // 6. Masked zero test: reveal r * (T' ^ T) for a fresh shared random r.
-  std::vector<bool> pass(jobs.size(), false);
-  if (!checks.empty()) {
-    const size_t n = 16 * checks.size();
-    std::vector<uint8_t> d0(n), d1(n), r0(n), r1(n), z0(n), z1(n), open(n);
-    for (size_t c = 0; c < checks.size(); ++c) {
-      const Work& w = work[checks[c]];
-      std::memcpy(&d0[16 * c], w.tprime[0].data(), 16);
-      std::memcpy(&d1[16 * c], w.tprime[1].data(), 16);
-      for (int b = 0; b < 16; ++b) {
-        if (share::HoldsPublicIn(party, 0)) d0[16 * c + b] ^= w.tag[b];
-        if (share::HoldsPublicIn(party, 1)) d1[16 * c + b] ^= w.tag[b];
+  // Powers job j gets this round: a (held) or m - a (still missing).
+  auto count = [&](size_t j) {
+    const size_t a = b.secrets[j].powers[0].size() / 16;
+    return std::make_pair(a, std::min(a, b.plan[j].m - a));
+  };
+  while (!need.empty()) {
+    size_t total = 0;
+    for (size_t j : need) total += count(j).second;
+    std::vector<uint8_t> x0(16 * total), x1(16 * total), y0(16 * total),
+        y1(16 * total), z0(16 * total), z1(16 * total);
+    size_t off = 0;
+    for (size_t j : need) {
+      const auto [a, cnt] = count(j);
+      const auto& p = b.secrets[j].powers;
+      for (size_t i = 0; i < cnt; ++i, off += 16) {
+        std::memcpy(&x0[off], &p[0][16 * (a - 1)], 16);
+        std::memcpy(&x1[off], &p[1][16 * (a - 1)], 16);
+        std::memcpy(&y0[off], &p[0][16 * i], 16);
+        std::memcpy(&y1[off], &p[1][16 * i], 16);
       }
     }
-    prss_.RandomShares(r0.data(), r1.data(), n);
-    st = rep3_.GfMul(r0, r1, d0, d1, absl::MakeSpan(z0), absl::MakeSpan(z1));
-    if (st.ok()) st = rep3_.Reveal(z0, z1, absl::MakeSpan(open));
-    for (auto* v : {&d0, &d1, &r0, &r1, &z0, &z1}) share::Wipe(*v);
+    absl::Status st = rep3_.GfMul(x0, x1, y0, y1, absl::MakeSpan(z0),
+                                  absl::MakeSpan(z1));
+    for (auto* v : {&x0, &x1, &y0, &y1}) share::Wipe(*v);
+    off = 0;
+    std::vector<size_t> again;
+    for (size_t j : need) {
+      if (!st.ok()) break;
+      const size_t cnt = count(j).second;
+      auto& p = b.secrets[j].powers;
+      p[0].insert(p[0].end(), z0.begin() + off, z0.begin() + off + 16 * cnt);
+      p[1].insert(p[1].end(), z1.begin() + off, z1.begin() + off + 16 * cnt);
+      off += 16 * cnt;
+      if (p[0].size() / 16 < b.plan[j].m) again.push_back(j);
+    }
+    share::Wipe(z0);
+    share::Wipe(z1);
     if (!st.ok()) return st;
-    for (size_t c = 0; c < checks.size(); ++c) {
-      uint8_t acc = 0;
-      for (int b = 0; b < 16; ++b) acc |= open[16 * c + b];
-      pass[checks[c]] = (acc == 0);
-    }
+    need.swap(again);
   }
+  return absl::OkStatus();
+}
 
-  // 7. Results.
-  BatchResult result;
-  result.batch_seq = batch_seq;
-  result.jobs.resize(jobs.size());
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    Work& w = work[j];
-    JobResult& r = result.jobs[j];
-    const Job& job = jobs[j];
-    if (job.type == JobType::kFinalize && w.status.ok()) {
-      if (job.state->party != party) {
-        r.status = absl::FailedPreconditionError(
-            "FINALIZE: encrypt state belongs to another party");
-        continue;
-      }
-      absl::StatusOr<JobResult> f = Finalize(*job.state, job.usage, job.data);
-      if (f.ok()) {
-        r = std::move(*f);
-      } else {
-        r.status = f.status();
-      }
-      continue;
-    }
-    r.status = w.status;
-    if (!w.status.ok()) continue;
-    auto keystream = [&](JobResult& res) {
-      for (int k = 0; k < 2; ++k) {
-        res.keystream[k].assign(out[k].begin() + 16 * (w.lane0 + 1),
-                                out[k].begin() + 16 * (w.lane0 + 1 + w.nks));
-      }
-    };
-    switch (job.type) {
-      case JobType::kEncrypt: {
-        r.ctr0 = w.ctr0;
-        keystream(r);
-        auto state = std::make_shared<EncryptState>();
-        state->party = party;
-        state->cipher = w.key->cipher;
-        state->key_id = job.key_id;
-        state->usage = job.usage;
-        state->nblocks = job.nblocks;
-        state->ctr0 = w.ctr0;
-        for (int k = 0; k < 2; ++k) {
-          std::memcpy(state->mask[k].data(), &out[k][16 * w.lane0], 16);
-        }
-        if (w.m > static_cast<size_t>(kStoredHPowers)) {
-          // The powers this job computed: moved, not copied (the state
-          // wipes them).
-          for (int k = 0; k < 2; ++k) state->h_powers[k] = std::move(w.powers[k]);
-        } else {
-          state->key = w.key;  // the stored powers suffice: no copy
-        }
-        r.state = std::move(state);
-        break;
-      }
-      case JobType::kDecrypt:
-        r.integrity_ok = pass[j];
-        if (pass[j]) keystream(r);
-        break;
-      case JobType::kChecksum:
-        r.ctr0 = w.ctr0;
-        r.tag = w.tprime;
-        break;
-      case JobType::kVerifyChecksum:
-        r.integrity_ok = pass[j];
-        break;
-      case JobType::kFinalize:
-        break;
+// T' = GHASH_H(A, C) ^ AES_K(c0) on shares for every job but ENCRYPT (whose
+// tag FINALIZE computes once the KDC has C).
+absl::Status Engine::Impl::ComputeTags(Batch& b) {
+  if (absl::Status st = ExtendPowers(b); !st.ok()) return st;
+  for (size_t j = 0; j < b.plan.size(); ++j) {
+    const JobPlan& w = b.plan[j];
+    if (!w.live() || b.jobs[j].type == pb::JOB_ENCRYPT) continue;
+    JobSecrets& s = b.secrets[j];
+    for (int k = 0; k < 2; ++k) {
+      protocol::GhashWithPowers(w.ghash_in, PowersOf(w, s, k), s.tprime[k].data());
+      const uint8_t* mask = b.aes.Lane(k, w.lane0);
+      for (int i = 0; i < 16; ++i) s.tprime[k][i] ^= mask[i];
     }
   }
-  return result;  // out is wiped by wipe_out
+  return absl::OkStatus();
+}
+
+// Masked zero test of DECRYPT / VERIFY_CHECKSUM tags: reveal r * (T' ^ T)
+// for a fresh shared random r; zero iff the tag holds (except with
+// probability 2^-128).
+absl::Status Engine::Impl::CheckTags(Batch& b) {
+  b.pass.assign(b.jobs.size(), false);
+  std::vector<size_t> checks;
+  for (size_t j = 0; j < b.plan.size(); ++j)
+    if (b.plan[j].live() && b.plan[j].check) checks.push_back(j);
+  if (checks.empty()) return absl::OkStatus();
+  const int me = party();
+  const size_t n = 16 * checks.size();
+  std::vector<uint8_t> d0(n), d1(n), r0(n), r1(n), z0(n), z1(n), open(n);
+  for (size_t c = 0; c < checks.size(); ++c) {
+    const JobPlan& w = b.plan[checks[c]];
+    const JobSecrets& s = b.secrets[checks[c]];
+    std::memcpy(&d0[16 * c], s.tprime[0].data(), 16);
+    std::memcpy(&d1[16 * c], s.tprime[1].data(), 16);
+    for (int i = 0; i < 16; ++i) {
+      if (share::HoldsPublicIn(me, 0)) d0[16 * c + i] ^= w.tag[i];
+      if (share::HoldsPublicIn(me, 1)) d1[16 * c + i] ^= w.tag[i];
+    }
+  }
+  prss_.RandomShares(r0.data(), r1.data(), n);
+  absl::Status st = rep3_.GfMul(r0, r1, d0, d1, absl::MakeSpan(z0), absl::MakeSpan(z1));
+  if (st.ok()) st = rep3_.Reveal(z0, z1, absl::MakeSpan(open));
+  for (auto* v : {&d0, &d1, &r0, &r1, &z0, &z1}) share::Wipe(*v);
+  if (!st.ok()) return st;
+  for (size_t c = 0; c < checks.size(); ++c) {
+    uint8_t acc = 0;
+    for (int i = 0; i < 16; ++i) acc |= open[16 * c + i];
+    b.pass[checks[c]] = (acc == 0);
+  }
+  return absl::OkStatus();
+}
+
+BatchResult Engine::Impl::Collect(Batch& b) {
+  BatchResult result;
+  result.batch_seq = b.seq;
+  result.jobs.resize(b.jobs.size());
+  for (size_t j = 0; j < b.jobs.size(); ++j) CollectJob(b, j, result.jobs[j]);
+  return result;
+}
+
+void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
+  JobPlan& w = b.plan[j];
+  const Job& job = b.jobs[j];
+  if (job.type == pb::JOB_FINALIZE && w.status == pb::JOB_OK) {
+    if (job.state->party != party()) {
+      r.status = pb::JOB_KEY_INCONSISTENT;
+      r.detail = "FINALIZE: encrypt state belongs to another party";
+      return;
+    }
+    absl::StatusOr<JobResult> f = Finalize(*job.state, job.usage, job.data);
+    if (f.ok()) {
+      r = std::move(*f);
+    } else {
+      r.status = pb::JOB_MALFORMED;
+      r.detail = std::string(f.status().message());
+    }
+    return;
+  }
+  r.status = w.status;
+  r.detail = w.detail;
+  if (!w.live()) return;
+  auto keystream = [&] {
+    for (int k = 0; k < 2; ++k) {
+      const auto& out = b.aes.out[k];
+      r.keystream[k].assign(out.begin() + 16 * (w.lane0 + 1),
+                            out.begin() + 16 * (w.lane0 + 1 + w.nks));
+    }
+  };
+  const bool verified = b.pass[j];
+  switch (job.type) {
+    case pb::JOB_ENCRYPT: {
+      r.ctr0 = w.ctr0;
+      keystream();
+      auto state = std::make_shared<EncryptState>();
+      state->party = party();
+      state->cipher = w.key->cipher;
+      state->key_id = job.key_id;
+      state->usage = job.usage;
+      state->nblocks = job.nblocks;
+      state->ctr0 = w.ctr0;
+      for (int k = 0; k < 2; ++k)
+        std::memcpy(state->mask[k].data(), b.aes.Lane(k, w.lane0), 16);
+      if (w.m > static_cast<size_t>(kStoredHPowers)) {
+        // The powers this job computed: moved, not copied (the state
+        // wipes them).
+        for (int k = 0; k < 2; ++k)
+          state->h_powers[k] = std::move(b.secrets[j].powers[k]);
+      } else {
+        state->key = w.key;  // the stored powers suffice: no copy
+      }
+      r.state = std::move(state);
+      return;
+    }
+    case pb::JOB_DECRYPT:
+      r.status = verified ? pb::JOB_OK : pb::JOB_INTEGRITY_FAILED;
+      if (verified) keystream();
+      return;
+    case pb::JOB_CHECKSUM:
+      r.ctr0 = w.ctr0;
+      r.tag = b.secrets[j].tprime;
+      return;
+    case pb::JOB_VERIFY_CHECKSUM:
+      r.status = verified ? pb::JOB_OK : pb::JOB_INTEGRITY_FAILED;
+      return;
+    default:
+      return;
+  }
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -11,9 +11,10 @@
 //      ENCRYPT/CHECKSUM jobs (PRSS random values; a rare extra round redraws
 //      a range that would touch the all-zero block);
 //   2+1  only if the key views differ: the per-job views are exchanged and
-//      forwarded, the jobs whose key is missing (NOT_FOUND) or differently
-//      dealt / unusable (FAILED_PRECONDITION) on any party fail alone on all
-//      three, and the counters of the rest are drawn in one more round;
+//      forwarded, the jobs whose key is missing (JOB_UNKNOWN_KEY) or
+//      differently dealt / unusable (JOB_KEY_INCONSISTENT) on any party fail
+//      alone on all three, and the counters of the rest are drawn in one
+//      more round;
 //   nr * d  AES AND layers for all blocks of all jobs, bitsliced (d = 4 with
 //      the 34-AND S-box for batches under small_sbox_min_blocks, else d = 6
 //      with the 32-AND S-box: 1 bit per AND per party, i.e. 680 resp. 640
@@ -50,6 +51,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "contract.h"
+#include "kmpc.pb.h"
 #include "net/channel.h"
 
 namespace kmpc::engine {
@@ -67,11 +70,12 @@ size_t KeyBytes(Cipher cipher);
 // job that needs them (log2 rounds of shared GF(2^128) multiplication).
 inline constexpr int kStoredHPowers = 64;
 
-// Largest message a job may cover, in 16-byte blocks (keystream blocks for
-// ENCRYPT/DECRYPT, data blocks for CHECKSUM/VERIFY): 1 MiB.
-inline constexpr uint32_t kMaxJobBlocks = 65536;
-// Largest number of AES blocks in one batch (all jobs together).
-inline constexpr uint32_t kMaxBatchBlocks = 1u << 20;
+namespace pb = ::kmpc::v1;
+
+// The contract's limits (proto/contract.h): blocks one job may cover, AES
+// blocks one batch may need.
+using contract::kMaxBatchBlocks;
+using contract::kMaxJobBlocks;
 
 // One party's view of one shared key. Party i holds shares i and i+1 of
 // every value. Secrets are wiped when the object dies.
@@ -146,52 +150,54 @@ struct EncryptState {
   size_t OwnBytes() const;
 };
 
-enum class JobType : uint8_t {
-  // in: key_id, usage, nblocks (0..kMaxJobBlocks; 0 = empty plaintext).
-  // out: ctr0 (picked by the cluster), keystream shares for blocks
-  //      c0+1 .. c0+nblocks, state for FINALIZE.
-  kEncrypt = 1,
-  // in: state, usage (must equal the state's), data = C with
-  //     ceil(len(C)/16) <= state->nblocks (a prefix of the keystream).
-  // out: tag shares. Local, no communication.
-  kFinalize = 2,
-  // in: key_id, usage, data = ctr0 || C || T (>= 32 bytes, the enctype's
-  //     ciphertext format).
-  // out: integrity_ok; keystream shares for blocks c0+1.. only if ok.
-  kDecrypt = 3,
-  // in: key_id, usage, data = the message (may be empty).
-  // out: ctr0 (picked by the cluster) and tag shares; the checksum is
-  //      ctr0 || (s_0 ^ s_1 ^ s_2).
-  kChecksum = 4,
-  // in: key_id, usage, data = the message, checksum = ctr0 || tag (32).
-  // out: integrity_ok.
-  kVerifyChecksum = 5,
-};
-
+// A job of a batch. The type is the contract's (proto/kmpc.proto JobType):
+//   JOB_ENCRYPT  in: key_id, usage, nblocks (0..kMaxJobBlocks; 0 = empty
+//                plaintext). out: ctr0 (picked by the cluster), keystream
+//                shares for blocks c0+1 .. c0+nblocks, state for FINALIZE.
+//   JOB_FINALIZE in: state, usage (must equal the state's), data = C with
+//                ceil(len(C)/16) <= state->nblocks (a prefix of the
+//                keystream). out: tag shares. Local, no communication.
+//   JOB_DECRYPT  in: key_id, usage, data = ctr0 || C || T (the enctype's
+//                ciphertext format). out: JOB_OK with keystream shares for
+//                blocks c0+1.. if the tag holds, else JOB_INTEGRITY_FAILED.
+//   JOB_CHECKSUM in: key_id, usage, data = the message (may be empty).
+//                out: ctr0 (picked by the cluster) and tag shares; the
+//                checksum is ctr0 || (s_0 ^ s_1 ^ s_2).
+//   JOB_VERIFY_CHECKSUM in: key_id, usage, data = the message, checksum =
+//                ctr0 || tag (32). out: JOB_OK or JOB_INTEGRITY_FAILED.
+// Every job but FINALIZE is checked with contract::CheckJob (its length is
+// 16 * nblocks); a job that fails it fails alone.
 struct Job {
-  JobType type = JobType::kEncrypt;
-  std::string key_id;  // binary, 1..256 bytes; unused by kFinalize
+  pb::JobType type = pb::JOB_ENCRYPT;
+  std::string key_id;  // contract::kKeyIdSize bytes; unused by JOB_FINALIZE
   uint32_t usage = 0;
-  uint32_t nblocks = 0;           // kEncrypt only
-  std::vector<uint8_t> data;      // see JobType
-  std::vector<uint8_t> checksum;  // kVerifyChecksum only
-  std::shared_ptr<const EncryptState> state;  // kFinalize only
+  uint32_t nblocks = 0;           // JOB_ENCRYPT only
+  std::vector<uint8_t> data;      // see above
+  std::vector<uint8_t> checksum;  // JOB_VERIFY_CHECKSUM only
+  std::shared_ptr<const EncryptState> state;  // JOB_FINALIZE only
+  // A failed check the caller already made (the server checks the request's
+  // jobs with contract::CheckJob): the job fails with this status and
+  // detail on every party without being computed. Part of the agreement
+  // digest.
+  contract::JobCheck precheck;
 };
 
 struct JobResult {
-  // INVALID_ARGUMENT (malformed job), NOT_FOUND (some party lacks the key),
-  // FAILED_PRECONDITION (parties disagree about the key's dealing, or a
-  // party's shares are unusable). The same code on all three parties; the
-  // other jobs of the batch are unaffected. An integrity failure is NOT an
-  // error status: it is status OK with integrity_ok == false.
-  absl::Status status;
-  bool integrity_ok = true;        // kDecrypt, kVerifyChecksum
-  std::array<uint8_t, 16> ctr0{};  // kEncrypt, kChecksum
+  // JOB_OK; JOB_INTEGRITY_FAILED (a tag that does not verify, or an input
+  // that cannot verify: contract::CheckJob); JOB_MALFORMED; JOB_UNKNOWN_KEY
+  // (some party lacks the key); JOB_KEY_INCONSISTENT (the parties hold
+  // different dealings of the key, or a party's shares are unusable). The
+  // same status on all three parties; the other jobs of the batch are
+  // unaffected. `detail` says why (public terms only).
+  pb::JobStatus status = pb::JOB_OK;
+  std::string detail;
+  bool ok() const { return status == pb::JOB_OK; }
+  std::array<uint8_t, 16> ctr0{};  // JOB_ENCRYPT, JOB_CHECKSUM
   // keystream[k] = share (party+k)%3 of the keystream, nblocks*16 bytes.
   std::array<std::vector<uint8_t>, 2> keystream;
-  // tag[k] = share (party+k)%3 of the tag (kFinalize, kChecksum).
+  // tag[k] = share (party+k)%3 of the tag (JOB_FINALIZE, JOB_CHECKSUM).
   std::array<std::array<uint8_t, 16>, 2> tag{};
-  std::shared_ptr<const EncryptState> state;  // kEncrypt
+  std::shared_ptr<const EncryptState> state;  // JOB_ENCRYPT
 };
 
 struct BatchResult {
@@ -206,15 +212,21 @@ using KeyLookup = std::function<absl::StatusOr<std::shared_ptr<const KeyShares>>
 
 struct EngineOptions {
   // Lanes (AES blocks) per pipeline chunk: while one chunk's AND-layer
-  // message is in flight the next chunk computes. Multiple of 64.
+  // message is in flight the next chunk computes. Multiple of 64. 4096:
+  // over TLS/TCP every ring message costs syscalls, records and wake-ups,
+  // so fewer, larger chunks cost less server CPU per block.
   uint32_t chunk_lanes = 4096;
   // Lanes per wave: larger batches run in consecutive waves (each a full
   // set of AND rounds), which keeps the working set in cache. >= chunk_lanes.
   uint32_t wave_lanes = 8192;
   // Batches with at least this many AES blocks use the 32-AND S-box
   // (AND depth 6: fewer bytes); smaller ones the 34-AND S-box (AND depth 4:
-  // fewer rounds, lower latency).
-  uint32_t small_sbox_min_blocks = 1024;
+  // fewer rounds, lower latency). The server's --small_sbox_min_blocks
+  // defaults to this. 16384: login batches (tens to a few hundred logins,
+  // ~32 AES-256 blocks each) take 14*4 AND rounds instead of 14*6 for ~6%
+  // more bytes; bulk batches of 16384 blocks and more keep the 32-AND
+  // S-box and its 640 bytes per AES-128 block.
+  uint32_t small_sbox_min_blocks = 16384;
 
   // What Engine::Create checks (chunk_lanes a positive multiple of 64,
   // wave_lanes >= chunk_lanes); a server checks its flags with it at
@@ -246,9 +258,11 @@ class Engine {
   // batch_seq and jobs (same order); they first compare a SHA-256 digest of
   // a canonical encoding of (batch_seq, jobs' public inputs) and fail with
   // ABORTED if any differs. Per-job problems are reported in JobResult;
-  // a returned error (ABORTED, UNAVAILABLE, DATA_LOSS, INVALID_ARGUMENT for
-  // a batch over kMaxBatchBlocks) means the whole batch failed and, for
-  // channel errors, that the ring must be re-established.
+  // a returned error means the whole batch failed: ABORTED (the parties
+  // were given different batches or hold an inconsistent state),
+  // INVALID_ARGUMENT (over kMaxBatchBlocks), or a channel error
+  // (UNAVAILABLE, DATA_LOSS, ...) after which the ring must be
+  // re-established.
   absl::StatusOr<BatchResult> RunBatch(uint64_t batch_seq,
                                        absl::Span<const Job> jobs,
                                        const KeyLookup& lookup);
@@ -260,7 +274,8 @@ class Engine {
 };
 
 // FINALIZE outside a batch (it needs no communication). Same checks and
-// output as a kFinalize job.
+// output as a JOB_FINALIZE job; INVALID_ARGUMENT for a usage or ciphertext
+// that does not fit the state.
 absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
                                    absl::Span<const uint8_t> ciphertext);
 

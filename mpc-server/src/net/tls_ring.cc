@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "net/log.h"
+#include "util/log.h"
 #include "absl/strings/str_cat.h"
 
 namespace kmpc::net {

@@ -24,7 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "net/log.h"
+#include "util/log.h"
 
 namespace kmpc::service {
 namespace {

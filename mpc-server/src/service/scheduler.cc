@@ -6,7 +6,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "net/log.h"
+#include "net/tls_ring.h"
+#include "util/log.h"
 
 namespace kmpc::service {
 namespace {
@@ -68,6 +69,22 @@ std::string IdHex(const BatchId& id) {
       absl::string_view(reinterpret_cast<const char*>(id.data()), id.size()));
 }
 
+// The BatchErrorCode of a batch that failed on the ring: the engine's
+// whole-batch refusals (engine.h, RunBatch) and the ring's failures.
+kmpc::v1::BatchErrorCode FailureCode(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kFailedPrecondition:
+      return kmpc::v1::BATCH_PEERS_DISAGREE;
+    case absl::StatusCode::kInvalidArgument:
+      return kmpc::v1::BATCH_TOO_LARGE;
+    case absl::StatusCode::kInternal:
+      return kmpc::v1::BATCH_INTERNAL;
+    default:  // UNAVAILABLE, DATA_LOSS, DEADLINE_EXCEEDED: the ring
+      return kmpc::v1::BATCH_RING_UNAVAILABLE;
+  }
+}
+
 }  // namespace
 
 struct Scheduler::Work {
@@ -84,14 +101,21 @@ struct Scheduler::Work {
 struct Scheduler::Session {
   std::unique_ptr<engine::Engine> engine;
   uint64_t generation = 0;
-  bool Usable(const net::TlsRingChannel& ch) const {
+  bool Usable(const WorkerRing& ch) const {
     return engine != nullptr && generation == ch.generation();
   }
 };
 
-Scheduler::Scheduler(net::TlsRing* ring, engine::KeyLookup lookup,
+Scheduler::Scheduler(SchedulerRing* ring, engine::KeyLookup lookup,
                      SchedulerOptions options)
     : ring_(ring), lookup_(std::move(lookup)), options_(options) {}
+
+Scheduler::Scheduler(net::TlsRing* ring, engine::KeyLookup lookup,
+                     SchedulerOptions options)
+    : owned_ring_(MakeTlsSchedulerRing(ring)),
+      ring_(owned_ring_.get()),
+      lookup_(std::move(lookup)),
+      options_(options) {}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -126,11 +150,13 @@ BatchOutcome Scheduler::Submit(BatchKind kind, const BatchId& id,
   absl::MutexLock lock(&mu_);
   if (stopping_) {
     work->outcome.status = absl::UnavailableError("server is shutting down");
+    work->outcome.error = kmpc::v1::BATCH_SHUTTING_DOWN;
     return std::move(work->outcome);
   }
   if (pending_.count(key) != 0) {
     work->outcome.status = absl::AlreadyExistsError(absl::StrCat(
         "batch ", IdHex(id), " is already waiting on this server"));
+    work->outcome.error = kmpc::v1::BATCH_MALFORMED;
     return std::move(work->outcome);
   }
   pending_[key] = work;
@@ -154,6 +180,8 @@ BatchOutcome Scheduler::Submit(BatchKind kind, const BatchId& id,
                           "batch was not scheduled on the ring within ",
                           absl::FormatDuration(options_.schedule_timeout),
                           " (a peer server is down, or did not receive the batch)"));
+      work->outcome.error = stopping_ ? kmpc::v1::BATCH_SHUTTING_DOWN
+                                      : kmpc::v1::BATCH_RING_UNAVAILABLE;
       return std::move(work->outcome);
     }
   }
@@ -184,21 +212,24 @@ std::shared_ptr<Scheduler::Work> Scheduler::Claim(BatchKind kind,
 
 void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status) {
   absl::MutexLock lock(&mu_);
-  if (!status.ok()) work->outcome.status = status;
+  if (!status.ok()) {
+    work->outcome.status = status;
+    work->outcome.error =
+        stopping_ ? kmpc::v1::BATCH_SHUTTING_DOWN : FailureCode(status);
+  }
   work->outcome.queue_time = work->claimed_at - work->arrived;
   work->outcome.run_time = absl::Now() - work->claimed_at;
   work->done = true;
   cv_.SignalAll();
 }
 
-absl::Status Scheduler::RunOnRing(net::TlsRingChannel& ch, Session& session,
+absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
                                   uint32_t seq, bool new_session, Work& work) {
-  const uint64_t bytes0 = ch.bytes_sent(), msgs0 = ch.steps_sent();
-  const uint64_t tcp0 = ch.tcp_bytes_sent();
+  const WorkerRing::Counters before = ch.counters();
   ch.BeginBatch(seq);
   if (new_session) {
     session.engine.reset();
-    auto eng = engine::Engine::Create(ch, options_.engine);
+    auto eng = engine::Engine::Create(ch.data(), options_.engine);
     if (!eng.ok()) {
       ch.Reset();
       return eng.status();
@@ -210,12 +241,13 @@ absl::Status Scheduler::RunOnRing(net::TlsRingChannel& ch, Session& session,
     return absl::InternalError("ring: no PRSS session and none was agreed");
   }
   auto res = session.engine->RunBatch(seq, work.jobs, lookup_);
-  absl::Status flushed = res.ok() ? ch.Flush(absl::Now() + ring_->options().recv_timeout)
+  absl::Status flushed = res.ok() ? ch.Flush(absl::Now() + ring_->recv_timeout())
                                   : absl::OkStatus();
-  work.outcome.ring_bytes = ch.bytes_sent() - bytes0;
-  work.outcome.ring_messages = ch.steps_sent() - msgs0;
-  const uint64_t tcp1 = ch.tcp_bytes_sent();
-  work.outcome.tcp_bytes = tcp1 > tcp0 ? tcp1 - tcp0 : 0;
+  const WorkerRing::Counters after = ch.counters();
+  work.outcome.ring_bytes = after.bytes - before.bytes;
+  work.outcome.ring_messages = after.messages - before.messages;
+  work.outcome.tcp_bytes =
+      after.tcp_bytes > before.tcp_bytes ? after.tcp_bytes - before.tcp_bytes : 0;
   if (!res.ok() || !flushed.ok()) {
     ch.Reset();
     session.engine.reset();
@@ -225,9 +257,8 @@ absl::Status Scheduler::RunOnRing(net::TlsRingChannel& ch, Session& session,
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::LeadBatch(net::TlsRingChannel& ch, Session& session,
+absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
                                   uint32_t seq, Work& work) {
-  const auto& ropt = ring_->options();
   if (absl::Status st = ch.Connect(absl::Now() + options_.connect_timeout);
       !st.ok())
     return absl::UnavailableError(st.message());
@@ -240,7 +271,7 @@ absl::Status Scheduler::LeadBatch(net::TlsRingChannel& ch, Session& session,
   uint32_t rseq = 0;
   // Each follower may wait peer_batch_wait for its copy of the batch.
   auto reply = ch.RecvControl(
-      &rseq, absl::Now() + 2 * options_.peer_batch_wait + ropt.recv_timeout);
+      &rseq, absl::Now() + 2 * options_.peer_batch_wait + ring_->recv_timeout());
   if (!reply.ok()) return reply.status();
   auto back = Decode(*reply);
   if (back.ok() && (back->type != kPropose || rseq != seq ||
@@ -271,7 +302,7 @@ absl::Status Scheduler::LeadBatch(net::TlsRingChannel& ch, Session& session,
 }
 
 void Scheduler::LeaderLoop(int worker) {
-  net::TlsRingChannel& ch = *ring_->channel(worker);
+  WorkerRing& ch = ring_->worker(worker);
   Session session;
   uint32_t seq = 0;
   RAND_bytes(reinterpret_cast<unsigned char*>(&seq), sizeof(seq));
@@ -310,14 +341,14 @@ void Scheduler::LeaderLoop(int worker) {
   for (auto& w : queue_) {
     w->claimed = w->done = true;
     w->outcome.status = absl::UnavailableError("server is shutting down");
+    w->outcome.error = kmpc::v1::BATCH_SHUTTING_DOWN;
   }
   queue_.clear();
   cv_.SignalAll();
 }
 
 void Scheduler::FollowerLoop(int worker) {
-  net::TlsRingChannel& ch = *ring_->channel(worker);
-  const auto& ropt = ring_->options();
+  WorkerRing& ch = ring_->worker(worker);
   const uint8_t me = static_cast<uint8_t>(party());
   Session session;
   absl::Time last_warn = absl::Now();  // peers may still be starting
@@ -332,7 +363,7 @@ void Scheduler::FollowerLoop(int worker) {
     }
     if (!ch.InboundReadable(absl::Milliseconds(200))) continue;
     uint32_t seq = 0;
-    auto msg = ch.RecvControl(&seq, absl::Now() + ropt.recv_timeout);
+    auto msg = ch.RecvControl(&seq, absl::Now() + ring_->recv_timeout());
     if (!msg.ok()) continue;  // the channel reset itself
     auto prop = Decode(*msg);
     if (prop.ok() && prop->type != kPropose)
@@ -361,7 +392,7 @@ void Scheduler::FollowerLoop(int worker) {
     if (st.ok()) {
       uint32_t cseq = 0;
       auto cmsg = ch.RecvControl(
-          &cseq, absl::Now() + options_.peer_batch_wait + ropt.recv_timeout);
+          &cseq, absl::Now() + options_.peer_batch_wait + ring_->recv_timeout());
       if (!cmsg.ok()) {
         st = cmsg.status();
       } else {

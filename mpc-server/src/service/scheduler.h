@@ -2,6 +2,9 @@
 // servers from the KDC, must run on the same worker with the same sequence
 // number everywhere.
 //
+// The ring is a SchedulerRing (ring.h): TLS in the server, in memory in
+// tests.
+//
 // Party 0 leads. Each of its workers takes the oldest waiting batch and
 // agrees on it with the other two in two passes of small control frames
 // around the ring (0 -> 2 -> 1 -> 0, the direction every party sends in):
@@ -33,11 +36,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
-#include "net/tls_ring.h"
+#include "kmpc.pb.h"
+#include "service/ring.h"
 
 namespace kmpc::service {
 
-inline constexpr size_t kBatchIdSize = 16;
+using contract::kBatchIdSize;  // RunRequest / FinalizeRequest batch ids
 using BatchId = std::array<uint8_t, kBatchIdSize>;
 
 enum class BatchKind : uint8_t { kRun = 1, kFinalize = 2 };
@@ -53,6 +57,8 @@ struct SchedulerOptions {
 
 struct BatchOutcome {
   absl::Status status;
+  // Why the batch failed (status not OK), as the client is told.
+  kmpc::v1::BatchErrorCode error = kmpc::v1::BATCH_ERROR_UNSPECIFIED;
   engine::BatchResult result;
   uint64_t ring_bytes = 0;     // sent by this party for this batch
   uint64_t ring_messages = 0;
@@ -63,6 +69,10 @@ struct BatchOutcome {
 
 class Scheduler {
  public:
+  // `ring` must outlive the Scheduler.
+  Scheduler(SchedulerRing* ring, engine::KeyLookup lookup,
+            SchedulerOptions options);
+  // Over the TLS ring (MakeTlsSchedulerRing).
   Scheduler(net::TlsRing* ring, engine::KeyLookup lookup,
             SchedulerOptions options);
   ~Scheduler();
@@ -75,11 +85,12 @@ class Scheduler {
   // Runs the batch on the ring; blocks until it finished or failed.
   // ALREADY_EXISTS if the same (kind, id) is already waiting; UNAVAILABLE if
   // the ring could not run it (peer down, batch not received by a peer).
+  // A failed outcome names its BatchErrorCode.
   BatchOutcome Submit(BatchKind kind, const BatchId& id,
                       std::vector<engine::Job> jobs);
 
   bool RingUp() const { return ring_->AllConnected(); }
-  int party() const { return ring_->options().party; }
+  int party() const { return ring_->party(); }
   int workers() const { return ring_->workers(); }
 
  private:
@@ -88,15 +99,16 @@ class Scheduler {
 
   void LeaderLoop(int worker);
   void FollowerLoop(int worker);
-  absl::Status LeadBatch(net::TlsRingChannel& ch, Session& session,
+  absl::Status LeadBatch(WorkerRing& ch, Session& session,
                          uint32_t seq, Work& work);
-  absl::Status RunOnRing(net::TlsRingChannel& ch, Session& session,
+  absl::Status RunOnRing(WorkerRing& ch, Session& session,
                          uint32_t seq, bool new_session, Work& work);
   std::shared_ptr<Work> Claim(BatchKind kind, const BatchId& id,
                               absl::Time deadline);
   void Complete(const std::shared_ptr<Work>& work, absl::Status status);
 
-  net::TlsRing* ring_;
+  std::unique_ptr<SchedulerRing> owned_ring_;  // the TLS adapter, if any
+  SchedulerRing* ring_;
   engine::KeyLookup lookup_;
   SchedulerOptions options_;
   std::atomic<bool> stopping_{false};

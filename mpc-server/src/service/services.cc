@@ -5,61 +5,58 @@
 
 #include <set>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "net/log.h"
+#include "batch_error.h"
+#include "contract.h"
+#include "util/log.h"
 
 namespace kmpc::service {
 namespace {
 
-using kmpc::v1::JobType;
+namespace pb = ::kmpc::v1;
 
-uint32_t CeilBlocks(size_t bytes) { return static_cast<uint32_t>((bytes + 15) / 16); }
-
-// enctype.md: reject c0 == 0 and c0 + n > 2^128 - 1.
-absl::Status CheckCounterRange(absl::string_view ctr0, uint32_t n, size_t job) {
-  unsigned __int128 c0 = 0;
-  for (unsigned char b : ctr0) c0 = (c0 << 8) | b;
-  if (c0 == 0 || c0 > ~static_cast<unsigned __int128>(0) - n)
-    return absl::InvalidArgumentError(
-        absl::StrCat("job ", job, ": counter range ctr0..ctr0+", n,
-                     " touches the all-zero block"));
-  return absl::OkStatus();
+grpc::Status Refuse(pb::BatchErrorCode code, std::string detail) {
+  return contract::BatchErrorStatus(code, std::move(detail));
 }
 
-void SetShares(kmpc::v1::SharePair* out, const std::vector<uint8_t>& a,
+// A batch the scheduler or the engine could not run.
+grpc::Status Refuse(const BatchOutcome& out) {
+  return Refuse(out.error == pb::BATCH_ERROR_UNSPECIFIED ? pb::BATCH_INTERNAL
+                                                         : out.error,
+                std::string(out.status.message()));
+}
+
+void SetShares(pb::SharePair* out, const std::vector<uint8_t>& a,
                const std::vector<uint8_t>& b, size_t len) {
   out->set_first(a.data(), std::min(len, a.size()));
   out->set_second(b.data(), std::min(len, b.size()));
 }
 
-void SetTag(kmpc::v1::SharePair* out,
-            const std::array<std::array<uint8_t, 16>, 2>& tag) {
+void SetTag(pb::SharePair* out, const std::array<std::array<uint8_t, 16>, 2>& tag) {
   out->set_first(tag[0].data(), 16);
   out->set_second(tag[1].data(), 16);
 }
 
-absl::StatusOr<BatchId> ParseBatchId(const std::string& b) {
-  if (b.size() != kBatchIdSize)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch_id must be ", kBatchIdSize, " bytes, got ", b.size()));
-  BatchId id;
-  std::memcpy(id.data(), b.data(), kBatchIdSize);
-  return id;
+// The batch id, or a BATCH_MALFORMED refusal.
+grpc::Status ParseBatchId(const std::string& b, BatchId* id) {
+  if (b.size() != contract::kBatchIdSize)
+    return Refuse(pb::BATCH_MALFORMED,
+                  absl::StrCat("batch_id must be ", contract::kBatchIdSize,
+                               " bytes, got ", b.size()));
+  std::memcpy(id->data(), b.data(), contract::kBatchIdSize);
+  return grpc::Status::OK;
 }
 
-// The size checks every KeyOps request shares: not empty, not above the
-// configured limit ("batch has 0 jobs" / "finalize has N items, the limit
-// is M").
-absl::Status CheckRequestSize(int n, absl::string_view request,
+// The size checks every KeyOps request shares: not empty (BATCH_MALFORMED),
+// not above the configured limit (BATCH_TOO_LARGE).
+grpc::Status CheckRequestSize(int n, absl::string_view request,
                               absl::string_view unit, size_t limit) {
   if (n == 0)
-    return absl::InvalidArgumentError(absl::StrCat(request, " has no ", unit));
+    return Refuse(pb::BATCH_MALFORMED, absl::StrCat(request, " has no ", unit));
   if (static_cast<size_t>(n) > limit)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        request, " has ", n, " ", unit, ", the limit is ", limit));
-  return absl::OkStatus();
+    return Refuse(pb::BATCH_TOO_LARGE, absl::StrCat(request, " has ", n, " ",
+                                                    unit, ", the limit is ", limit));
+  return grpc::Status::OK;
 }
 
 std::string StateKey(const std::string& run_batch_id, uint64_t job_id) {
@@ -68,13 +65,30 @@ std::string StateKey(const std::string& run_batch_id, uint64_t job_id) {
   return k;
 }
 
-void FillStats(kmpc::v1::BatchStats* s, const BatchOutcome& o, uint64_t aes) {
+void FillStats(pb::BatchStats* s, const BatchOutcome& o, uint64_t aes) {
   s->set_ring_bytes_sent(o.ring_bytes);
   s->set_ring_messages(o.ring_messages);
   s->set_queue_us(absl::ToInt64Microseconds(o.queue_time));
   s->set_compute_us(absl::ToInt64Microseconds(o.run_time));
   s->set_aes_blocks(aes);
   s->set_tcp_bytes_sent(o.tcp_bytes);
+}
+
+// The engine's job for a request job. A job that breaks the contract is
+// passed on with its failed check: all three servers find the same
+// failure, agree on the batch digest and report it alike.
+engine::Job ToEngineJob(const pb::Job& in) {
+  engine::Job job;
+  job.type = in.type();
+  job.key_id = in.key_id();
+  job.usage = in.usage();
+  job.precheck = contract::CheckJob(contract::ShapeOf(in));
+  if (!job.precheck.ok()) return job;
+  if (in.type() == pb::JOB_ENCRYPT)
+    job.nblocks = static_cast<uint32_t>(contract::CeilBlocks(in.length()));
+  job.data.assign(in.data().begin(), in.data().end());
+  job.checksum.assign(in.checksum().begin(), in.checksum().end());
+  return job;
 }
 
 }  // namespace
@@ -85,305 +99,128 @@ grpc::Status ToGrpcStatus(const absl::Status& st) {
                       std::string(st.message()));
 }
 
-// ------------------------------------------------------------ KeyCache
-
-absl::StatusOr<std::shared_ptr<const engine::KeyShares>> KeyCache::Get(
-    absl::string_view key_id) {
-  uint64_t started;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = cache_.find(std::string(key_id));
-    if (it != cache_.end()) return it->second;
-    started = epoch_;
-    ++loading_;
-  }
-  auto shared = Load(key_id);
-  if (load_hook_) load_hook_();
-  absl::MutexLock lock(&mu_);
-  --loading_;
-  // Invalidated since the load started: the value read may predate the
-  // store change, so it is returned (the call overlapped the change) but
-  // not cached.
-  auto inv = invalidated_.find(std::string(key_id));
-  const bool stale = inv != invalidated_.end() && inv->second > started;
-  if (loading_ == 0) invalidated_.clear();
-  if (!shared.ok() || stale) return shared;
-  if (cache_.size() > 200000) cache_.clear();
-  cache_[std::string(key_id)] = *shared;
-  return shared;
-}
-
-absl::StatusOr<std::shared_ptr<const engine::KeyShares>> KeyCache::Load(
-    absl::string_view key_id) {
-  auto id = store::KeyIdFromBytes(absl::MakeConstSpan(
-      reinterpret_cast<const uint8_t*>(key_id.data()), key_id.size()));
-  if (!id.ok()) return id.status();
-  auto rec = store_->Get(*id);
-  if (!rec.ok()) return rec.status();
-  auto ks = engine::KeyShares::Parse(rec->shares.span());
-  if (!ks.ok())
-    return absl::DataLossError(absl::StrCat("stored shares of key ",
-                                            store::KeyIdHex(*id),
-                                            " do not parse: ", ks.status().message()));
-  if (ks->party != party_ ||
-      static_cast<uint8_t>(ks->cipher) != static_cast<uint8_t>(rec->meta.cipher))
-    return absl::FailedPreconditionError(absl::StrCat(
-        "stored shares of key ", store::KeyIdHex(*id), " belong to party ",
-        ks->party, " or another cipher"));
-  return std::shared_ptr<const engine::KeyShares>(
-      std::make_shared<const engine::KeyShares>(std::move(*ks)));
-}
-
-void KeyCache::Invalidate(absl::string_view key_id) {
-  absl::MutexLock lock(&mu_);
-  ++epoch_;
-  cache_.erase(std::string(key_id));
-  if (loading_ > 0) invalidated_[std::string(key_id)] = epoch_;
-}
-
-// ------------------------------------------------------------ EncryptStates
-
-void EncryptStates::SweepLocked(absl::Time now) {
-  if (now - last_sweep_ < absl::Seconds(1)) return;
-  last_sweep_ = now;
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    if (now - it->second.created > ttl_) {
-      bytes_ -= it->second.bytes;
-      it = entries_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-absl::Status EncryptStates::Put(const std::string& key, Entry e) {
-  // The state's own buffers, the map node and its key (an estimate of the
-  // allocator's view; a state shares its key's stored H powers).
-  constexpr size_t kNodeBytes = 128;
-  e.bytes = (e.state != nullptr ? e.state->OwnBytes() : 0) + key.capacity() +
-            kNodeBytes;
-  absl::MutexLock lock(&mu_);
-  SweepLocked(e.created);
-  auto it = entries_.find(key);
-  const size_t replaced = it != entries_.end() ? it->second.bytes : 0;
-  if (it == entries_.end() && entries_.size() >= max_)
-    return absl::ResourceExhaustedError("too many ENCRYPT jobs await FINALIZE");
-  if (bytes_ - replaced + e.bytes > max_bytes_)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "ENCRYPT jobs awaiting FINALIZE hold ", bytes_, " bytes, the limit is ",
-        max_bytes_));
-  bytes_ = bytes_ - replaced + e.bytes;
-  entries_[key] = std::move(e);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<EncryptStates::Entry>> EncryptStates::TakeAll(
-    const std::vector<std::string>& keys) {
-  absl::MutexLock lock(&mu_);
-  absl::Time now = absl::Now();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto it = entries_.find(keys[i]);
-    if (it == entries_.end() || now - it->second.created > ttl_)
-      return absl::NotFoundError(absl::StrCat(
-          "item ", i, ": no ENCRYPT job awaits FINALIZE under this batch/job id "
-          "(unknown, expired or already finalized)"));
-  }
-  std::vector<Entry> out;
-  out.reserve(keys.size());
-  for (const std::string& k : keys) {
-    auto it = entries_.find(k);
-    bytes_ -= it->second.bytes;
-    out.push_back(std::move(it->second));
-    entries_.erase(it);
-  }
-  return out;
-}
-
-size_t EncryptStates::size() {
-  absl::MutexLock lock(&mu_);
-  return entries_.size();
-}
-
-size_t EncryptStates::bytes() {
-  absl::MutexLock lock(&mu_);
-  return bytes_;
-}
-
 // ------------------------------------------------------------ KeyOps
 
-absl::Status KeyOpsService::DoRun(const kmpc::v1::RunRequest& req,
-                                  kmpc::v1::RunResponse* resp) {
-  auto batch_id = ParseBatchId(req.batch_id());
-  if (!batch_id.ok()) return batch_id.status();
+grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* resp) {
+  BatchId batch_id;
+  if (grpc::Status s = ParseBatchId(req.batch_id(), &batch_id); !s.ok()) return s;
   const int n = req.jobs_size();
-  if (absl::Status s = CheckRequestSize(n, "batch", "jobs", options_.max_batch_jobs);
+  if (grpc::Status s = CheckRequestSize(n, "batch", "jobs", options_.max_batch_jobs);
       !s.ok())
     return s;
-  std::vector<engine::Job> jobs(n);
+  std::vector<engine::Job> jobs;
+  jobs.reserve(n);
   std::set<uint64_t> ids;
   uint64_t aes_blocks = 0;
-  const size_t max_bytes = size_t{engine::kMaxJobBlocks} * 16;
   for (int i = 0; i < n; ++i) {
-    const kmpc::v1::Job& in = req.jobs(i);
-    engine::Job& job = jobs[i];
+    const pb::Job& in = req.jobs(i);
     if (!ids.insert(in.job_id()).second)
-      return absl::InvalidArgumentError(
-          absl::StrCat("job ", i, ": duplicate job_id ", in.job_id()));
-    if (in.key_id().size() != store::kKeyIdSize)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job ", i, ": key_id must be ", store::kKeyIdSize, " bytes, got ",
-          in.key_id().size()));
-    job.key_id = in.key_id();
-    job.usage = in.usage();
-    switch (in.type()) {
-      case JobType::JOB_ENCRYPT:
-        // Length 0 is passed on: the engine decides whether an empty
-        // plaintext (ctr0 || T only) is supported.
-        if (in.length() > max_bytes)
-          return absl::InvalidArgumentError(absl::StrCat(
-              "job ", i, ": ENCRYPT length must be 0..", max_bytes, ", got ",
-              in.length()));
-        if (!in.data().empty() || !in.checksum().empty())
-          return absl::InvalidArgumentError(absl::StrCat(
-              "job ", i, ": ENCRYPT takes a length, not data (the plaintext "
-              "never leaves the KDC)"));
-        job.type = engine::JobType::kEncrypt;
-        job.nblocks = CeilBlocks(in.length());
-        aes_blocks += job.nblocks + 1;
-        break;
-      case JobType::JOB_DECRYPT: {
-        if (in.data().size() < 32 || in.data().size() - 32 > max_bytes)
-          return absl::InvalidArgumentError(absl::StrCat(
-              "job ", i, ": DECRYPT data must be ctr0 || C || T, 32..",
-              max_bytes + 32, " bytes, got ", in.data().size()));
-        uint32_t nb = CeilBlocks(in.data().size() - 32);
-        if (absl::Status st = CheckCounterRange(in.data().substr(0, 16), nb, i);
-            !st.ok())
-          return st;
-        job.type = engine::JobType::kDecrypt;
-        job.data.assign(in.data().begin(), in.data().end());
-        aes_blocks += nb + 1;
-        break;
-      }
-      case JobType::JOB_CHECKSUM:
-        if (in.data().size() > max_bytes)
-          return absl::InvalidArgumentError(absl::StrCat(
-              "job ", i, ": CHECKSUM data longer than ", max_bytes, " bytes"));
-        job.type = engine::JobType::kChecksum;
-        job.data.assign(in.data().begin(), in.data().end());
-        aes_blocks += 1;
-        break;
-      case JobType::JOB_VERIFY_CHECKSUM:
-        if (in.data().size() > max_bytes)
-          return absl::InvalidArgumentError(absl::StrCat(
-              "job ", i, ": VERIFY_CHECKSUM data longer than ", max_bytes,
-              " bytes"));
-        if (in.checksum().size() != 32)
-          return absl::InvalidArgumentError(absl::StrCat(
-              "job ", i, ": checksum must be 32 bytes (ctr0 || tag), got ",
-              in.checksum().size()));
-        if (absl::Status st = CheckCounterRange(in.checksum().substr(0, 16), 0, i);
-            !st.ok())
-          return st;
-        job.type = engine::JobType::kVerifyChecksum;
-        job.data.assign(in.data().begin(), in.data().end());
-        job.checksum.assign(in.checksum().begin(), in.checksum().end());
-        aes_blocks += 1;
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("job ", i, ": unknown job type ", in.type()));
-    }
+      return Refuse(pb::BATCH_MALFORMED,
+                    absl::StrCat("job ", i, ": duplicate job_id ", in.job_id()));
+    aes_blocks += contract::JobBlocks(contract::ShapeOf(in));
+    jobs.push_back(ToEngineJob(in));
   }
-  if (aes_blocks > engine::kMaxBatchBlocks)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "batch needs ", aes_blocks, " AES blocks, the limit is ",
-        engine::kMaxBatchBlocks));
+  if (aes_blocks > contract::kMaxBatchBlocks)
+    return Refuse(pb::BATCH_TOO_LARGE,
+                  absl::StrCat("batch needs ", aes_blocks,
+                               " AES blocks, the limit is ", contract::kMaxBatchBlocks));
   // Keys are looked up by the engine: a key missing or unusable on this
   // server fails only the jobs using it, the same way on the three servers
   // (engine.h, KeyLookup). Refusing the whole batch here would make the two
   // other servers wait for this one and fail every job of the batch.
-
-  BatchOutcome out = scheduler_->Submit(BatchKind::kRun, *batch_id, std::move(jobs));
+  BatchOutcome out = scheduler_->Submit(BatchKind::kRun, batch_id, std::move(jobs));
   metrics_->RecordBatch("run", out.status.ok(), n, aes_blocks, out.ring_bytes,
                         out.ring_messages, out.queue_time + out.run_time);
-  if (!out.status.ok()) return out.status;
+  if (!out.status.ok()) return Refuse(out);
   if (out.result.jobs.size() != static_cast<size_t>(n))
-    return absl::InternalError("engine returned a wrong number of results");
+    return Refuse(pb::BATCH_INTERNAL, "engine returned a wrong number of results");
   resp->set_batch_id(req.batch_id());
   resp->set_party(options_.party);
   FillStats(resp->mutable_stats(), out, aes_blocks);
+  return FillRunResults(req, out.result, resp);
+}
+
+// The per-job results; ENCRYPT states are kept for FINALIZE. States that do
+// not fit (EncryptStates limits) refuse the batch (BATCH_OVERLOADED) and
+// none of its states is kept: nothing of it is revealed.
+grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
+                                           engine::BatchResult& result,
+                                           pb::RunResponse* resp) {
   const absl::Time now = absl::Now();
-  for (int i = 0; i < n; ++i) {
-    const kmpc::v1::Job& in = req.jobs(i);
-    engine::JobResult& r = out.result.jobs[i];
-    kmpc::v1::JobResult* o = resp->add_results();
+  std::vector<std::string> kept;
+  grpc::Status refused;
+  for (int i = 0; i < req.jobs_size() && refused.ok(); ++i) {
+    const pb::Job& in = req.jobs(i);
+    engine::JobResult& r = result.jobs[i];
+    pb::JobResult* o = resp->add_results();
     o->set_job_id(in.job_id());
-    if (!r.status.ok()) {
-      o->set_error_code(static_cast<int>(r.status.code()));
-      o->set_error_message(std::string(r.status.message()));
+    o->set_status(r.status);
+    if (r.status == pb::JOB_INTEGRITY_FAILED) metrics_->RecordIntegrityFailure();
+    if (!r.ok()) {
+      o->set_detail(r.detail);
       continue;
     }
-    o->set_status(r.integrity_ok ? kmpc::v1::JOB_OK : kmpc::v1::JOB_INTEGRITY_FAILED);
-    if (!r.integrity_ok) metrics_->RecordIntegrityFailure();
     switch (in.type()) {
-      case JobType::JOB_ENCRYPT: {
+      case pb::JOB_ENCRYPT: {
         o->set_ctr0(r.ctr0.data(), 16);
         SetShares(o->mutable_keystream(), r.keystream[0], r.keystream[1],
                   in.length());
-        absl::Status st = states_.Put(StateKey(req.batch_id(), in.job_id()),
-                                      {r.state, in.length(), now});
-        if (!st.ok()) {
-          o->clear_keystream();
-          o->set_error_code(static_cast<int>(st.code()));
-          o->set_error_message(std::string(st.message()));
-        }
+        std::string key = StateKey(req.batch_id(), in.job_id());
+        absl::Status st = states_.Put(key, {r.state, in.length(), now});
+        if (st.ok()) kept.push_back(std::move(key));
+        else refused = Refuse(pb::BATCH_OVERLOADED, std::string(st.message()));
         break;
       }
-      case JobType::JOB_DECRYPT:
-        if (r.integrity_ok)
-          SetShares(o->mutable_keystream(), r.keystream[0], r.keystream[1],
-                    in.data().size() - 32);
+      case pb::JOB_DECRYPT:
+        SetShares(o->mutable_keystream(), r.keystream[0], r.keystream[1],
+                  contract::RevealedBytes(contract::ShapeOf(in)));
         break;
-      case JobType::JOB_CHECKSUM:
+      case pb::JOB_CHECKSUM:
         o->set_ctr0(r.ctr0.data(), 16);
         SetTag(o->mutable_tag(), r.tag);
         break;
       default:
         break;
     }
+  }
+  for (auto& r : result.jobs)
     for (auto& ks : r.keystream)
       if (!ks.empty()) OPENSSL_cleanse(ks.data(), ks.size());
+  if (!refused.ok()) {
+    states_.Erase(kept);
+    resp->Clear();
   }
-  return absl::OkStatus();
+  return refused;
 }
 
-absl::Status KeyOpsService::DoFinalize(const kmpc::v1::FinalizeRequest& req,
-                                       kmpc::v1::FinalizeResponse* resp) {
-  auto batch_id = ParseBatchId(req.batch_id());
-  if (!batch_id.ok()) return batch_id.status();
+grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
+                                       pb::FinalizeResponse* resp) {
+  BatchId batch_id;
+  if (grpc::Status s = ParseBatchId(req.batch_id(), &batch_id); !s.ok()) return s;
   const int n = req.items_size();
-  if (absl::Status s = CheckRequestSize(n, "finalize", "items", options_.max_batch_jobs);
+  if (grpc::Status s = CheckRequestSize(n, "finalize", "items", options_.max_batch_jobs);
       !s.ok())
     return s;
   std::vector<std::string> keys;
   std::set<std::string> seen;
   for (int i = 0; i < n; ++i) {
     const auto& it = req.items(i);
-    if (it.run_batch_id().size() != kBatchIdSize)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "item ", i, ": run_batch_id must be ", kBatchIdSize, " bytes"));
+    if (it.run_batch_id().size() != contract::kBatchIdSize)
+      return Refuse(pb::BATCH_MALFORMED,
+                    absl::StrCat("item ", i, ": run_batch_id must be ",
+                                 contract::kBatchIdSize, " bytes"));
     keys.push_back(StateKey(it.run_batch_id(), it.job_id()));
     if (!seen.insert(keys.back()).second)
-      return absl::InvalidArgumentError(
-          absl::StrCat("item ", i, ": job finalized twice in one request"));
+      return Refuse(pb::BATCH_MALFORMED,
+                    absl::StrCat("item ", i, ": job finalized twice in one request"));
   }
   // Taken atomically (at most one FINALIZE per job); a request that turns
   // out malformed below puts them back, since nothing was revealed.
   auto entries = states_.TakeAll(keys);
-  if (!entries.ok()) return entries.status();
+  if (!entries.ok())
+    return Refuse(pb::BATCH_UNKNOWN_ENCRYPT, std::string(entries.status().message()));
   std::vector<engine::Job> jobs(n);
-  absl::Status bad;
+  grpc::Status bad;
   for (int i = 0; i < n && bad.ok(); ++i) {
     const auto& it = req.items(i);
     const auto& e = (*entries)[i];
@@ -391,10 +228,10 @@ absl::Status KeyOpsService::DoFinalize(const kmpc::v1::FinalizeRequest& req,
     // batcher.h) is sized by a bound; the tag covers the C it gets, the
     // unused keystream blocks are never used for anything else.
     if (it.ciphertext().size() > e.length)
-      bad = absl::InvalidArgumentError(absl::StrCat(
-          "item ", i, ": ciphertext is ", it.ciphertext().size(),
-          " bytes, the ENCRYPT job was for ", e.length));
-    jobs[i].type = engine::JobType::kFinalize;
+      bad = Refuse(pb::BATCH_MALFORMED,
+                   absl::StrCat("item ", i, ": ciphertext is ", it.ciphertext().size(),
+                                " bytes, the ENCRYPT job was for ", e.length));
+    jobs[i].type = pb::JOB_FINALIZE;
     jobs[i].usage = e.state->usage;
     jobs[i].data.assign(it.ciphertext().begin(), it.ciphertext().end());
     jobs[i].state = e.state;
@@ -405,12 +242,12 @@ absl::Status KeyOpsService::DoFinalize(const kmpc::v1::FinalizeRequest& req,
     return bad;
   }
   BatchOutcome out =
-      scheduler_->Submit(BatchKind::kFinalize, *batch_id, std::move(jobs));
+      scheduler_->Submit(BatchKind::kFinalize, batch_id, std::move(jobs));
   metrics_->RecordBatch("finalize", out.status.ok(), n, 0, out.ring_bytes,
                         out.ring_messages, out.queue_time + out.run_time);
-  if (!out.status.ok()) return out.status;
+  if (!out.status.ok()) return Refuse(out);
   if (out.result.jobs.size() != static_cast<size_t>(n))
-    return absl::InternalError("engine returned a wrong number of results");
+    return Refuse(pb::BATCH_INTERNAL, "engine returned a wrong number of results");
   resp->set_batch_id(req.batch_id());
   resp->set_party(options_.party);
   FillStats(resp->mutable_stats(), out, 0);
@@ -419,29 +256,36 @@ absl::Status KeyOpsService::DoFinalize(const kmpc::v1::FinalizeRequest& req,
     auto* o = resp->add_results();
     o->set_run_batch_id(req.items(i).run_batch_id());
     o->set_job_id(req.items(i).job_id());
-    if (!r.status.ok())
-      return absl::Status(r.status.code(),
-                          absl::StrCat("item ", i, ": ", r.status.message()));
+    // A FinalizeResult has no status: an item the engine could not
+    // finalize (its state does not fit, which the checks above exclude)
+    // refuses the request.
+    if (!r.ok())
+      return Refuse(r.status == pb::JOB_MALFORMED ? pb::BATCH_MALFORMED
+                                                  : pb::BATCH_INTERNAL,
+                    absl::StrCat("item ", i, ": ", r.detail));
     SetTag(o->mutable_tag(), r.tag);
   }
-  return absl::OkStatus();
+  return grpc::Status::OK;
 }
 
 // Authorization, then the request; a rejected request leaves no partial
 // response behind.
 grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
                                   google::protobuf::Message* resp,
-                                  const std::function<absl::Status()>& body) {
+                                  const std::function<grpc::Status()>& body) {
   if (absl::Status st = Authorize(ctx, options_.keyops_clients, "KeyOps");
       !st.ok())
     return ToGrpcStatus(st);
-  absl::Status st = body();
+  grpc::Status st = body();
   if (!st.ok()) {
     metrics_->RecordRejected();
-    KMPC_VLOG(1) << what << " rejected: " << st;
+    auto e = contract::BatchErrorOf(st);
+    KMPC_VLOG(1) << what << " rejected: "
+                 << (e ? contract::BatchErrorName(e->code()) : "?") << ": "
+                 << st.error_message();
     resp->Clear();
   }
-  return ToGrpcStatus(st);
+  return st;
 }
 
 grpc::Status KeyOpsService::Run(grpc::ServerContext* ctx,

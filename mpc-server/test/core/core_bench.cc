@@ -154,8 +154,8 @@ int main(int argc, char** argv) {
       uint32_t left = n;
       while (left > 0) {
         engine::Job j;
-        j.type = engine::JobType::kEncrypt;
-        j.key_id = "k";
+        j.type = kmpc::v1::JOB_ENCRYPT;
+        j.key_id = std::string(contract::kKeyIdSize, 'k');
         j.usage = 1;
         j.nblocks = std::min<uint32_t>(left, job_blocks);
         left -= j.nblocks;
@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
             engine::KeyLookup lookup = [&](absl::string_view)
                 -> absl::StatusOr<std::shared_ptr<const engine::KeyShares>> { return ks[i]; };
             auto res = eng[i]->RunBatch(seq, jobs, lookup);
-            ok[i] = res.ok() && res->jobs[0].status.ok();
+            ok[i] = res.ok() && res->jobs[0].ok();
           });
         }
         for (auto& x : t) x.join();

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "engine/agreement.h"
 #include "net/memory_ring.h"
 #include "protocol/gf128.h"
 #include "share/replicated.h"
@@ -27,6 +28,14 @@ using ::kmpc::testing::Random;
 using ::kmpc::testing::RunParties;
 using ::kmpc::testing::ToHex;
 using Bytes = std::vector<uint8_t>;
+
+// A key id no party holds.
+const std::string kNoSuchKey(contract::kKeyIdSize, 'n');
+
+// The job was computed: its tag verified or not (no other per-job failure).
+bool Computed(const JobResult& r) {
+  return r.status == pb::JOB_OK || r.status == pb::JOB_INTEGRITY_FAILED;
+}
 
 // Reference GHASH with the bit-by-bit multiply (independent of PCLMUL).
 Bytes RefGhash(const Bytes& key, const Bytes& a, const Bytes& c) {
@@ -130,7 +139,9 @@ class Cluster {
     const Cipher c = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
     auto views = DealKey(c, key);
     EXPECT_TRUE(views.ok()) << views.status();
-    const std::string id = "key-" + std::to_string(next_id_++);
+    // Key ids are contract::kKeyIdSize bytes.
+    std::string id = "key-" + std::to_string(next_id_++);
+    id.resize(contract::kKeyIdSize, '.');
     for (int i = 0; i < 3; ++i) {
       // Store round trip, as the LMDB store would.
       auto parsed = KeyShares::Parse((*views)[i].Serialize());
@@ -193,7 +204,7 @@ class Cluster {
 
 Job EncryptJob(const std::string& id, uint32_t usage, uint32_t n) {
   Job j;
-  j.type = JobType::kEncrypt;
+  j.type = pb::JOB_ENCRYPT;
   j.key_id = id;
   j.usage = usage;
   j.nblocks = n;
@@ -201,7 +212,7 @@ Job EncryptJob(const std::string& id, uint32_t usage, uint32_t n) {
 }
 Job DecryptJob(const std::string& id, uint32_t usage, Bytes ct) {
   Job j;
-  j.type = JobType::kDecrypt;
+  j.type = pb::JOB_DECRYPT;
   j.key_id = id;
   j.usage = usage;
   j.data = std::move(ct);
@@ -209,7 +220,7 @@ Job DecryptJob(const std::string& id, uint32_t usage, Bytes ct) {
 }
 Job ChecksumJob(const std::string& id, uint32_t usage, Bytes d) {
   Job j;
-  j.type = JobType::kChecksum;
+  j.type = pb::JOB_CHECKSUM;
   j.key_id = id;
   j.usage = usage;
   j.data = std::move(d);
@@ -217,7 +228,7 @@ Job ChecksumJob(const std::string& id, uint32_t usage, Bytes d) {
 }
 Job VerifyJob(const std::string& id, uint32_t usage, Bytes d, Bytes cks) {
   Job j;
-  j.type = JobType::kVerifyChecksum;
+  j.type = pb::JOB_VERIFY_CHECKSUM;
   j.key_id = id;
   j.usage = usage;
   j.data = std::move(d);
@@ -237,7 +248,7 @@ Bytes ClusterEncrypt(Cluster& c, const std::string& id, uint32_t usage,
   const uint32_t n = static_cast<uint32_t>((p.size() + 15) / 16);
   auto r = c.Run({EncryptJob(id, usage, n)});
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(r[i].jobs[0].status.ok()) << r[i].jobs[0].status;
+    EXPECT_TRUE(Computed(r[i].jobs[0])) << r[i].jobs[0].detail;
     EXPECT_EQ(r[i].jobs[0].ctr0, r[0].jobs[0].ctr0);
   }
   Bytes ks = Keystream(r, 0);
@@ -279,9 +290,9 @@ TEST(Engine, DecryptRoundTripAndKeystreamOnlyIfTagHolds) {
   const Bytes ct = ClusterEncrypt(c, id, 3, p);
   auto r = c.Run({DecryptJob(id, 3, ct), DecryptJob(id, 4, ct)});
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(r[i].jobs[0].status.ok());
-    EXPECT_TRUE(r[i].jobs[0].integrity_ok);
-    EXPECT_FALSE(r[i].jobs[1].integrity_ok);  // wrong usage
+    ASSERT_TRUE(Computed(r[i].jobs[0]));
+    EXPECT_EQ(r[i].jobs[0].status, pb::JOB_OK);
+    EXPECT_EQ(r[i].jobs[1].status, pb::JOB_INTEGRITY_FAILED);  // wrong usage
     EXPECT_TRUE(r[i].jobs[1].keystream[0].empty());
     EXPECT_TRUE(r[i].jobs[1].keystream[1].empty());
   }
@@ -303,10 +314,10 @@ TEST(Engine, DecryptCounterCarriesAndUpperEdge) {
                            DecryptJob(id, 5, RefEncrypt(key, 5, edge, p4))};
   auto r = c.Run(jobs);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(r[i].jobs[0].integrity_ok);
-    EXPECT_TRUE(r[i].jobs[1].integrity_ok);
+    EXPECT_EQ(r[i].jobs[0].status, pb::JOB_OK);
+    EXPECT_EQ(r[i].jobs[1].status, pb::JOB_OK);
     // 4 blocks after 2^128 - 4 would reach the all-zero block.
-    EXPECT_EQ(r[i].jobs[2].status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r[i].jobs[2].status, pb::JOB_INTEGRITY_FAILED);
   }
   for (int j = 0; j < 2; ++j) {
     Bytes ks = Keystream(r, j);
@@ -397,8 +408,8 @@ TEST(Engine, SharedVectors) {
   auto r = c.Run(jobs);
   for (size_t j = 0; j < jobs.size(); ++j) {
     for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(r[i].jobs[j].status.ok()) << r[i].jobs[j].status;
-      EXPECT_TRUE(r[i].jobs[j].integrity_ok) << "vector job " << j;
+      ASSERT_TRUE(Computed(r[i].jobs[j])) << r[i].jobs[j].detail;
+      EXPECT_EQ(r[i].jobs[j].status, pb::JOB_OK) << "vector job " << j;
     }
     if (j < enc.size()) {
       const Bytes& ct = jobs[j].data;
@@ -418,7 +429,7 @@ TEST(Engine, ChecksumMatchesReferenceAndVerifies) {
       const Bytes d = Random(dlen);
       auto r = c.Run({ChecksumJob(id, 41, d)});
       std::array<JobResult, 3> jr = {r[0].jobs[0], r[1].jobs[0], r[2].jobs[0]};
-      for (auto& x : jr) ASSERT_TRUE(x.status.ok()) << x.status;
+      for (auto& x : jr) ASSERT_TRUE(Computed(x)) << x.detail;
       const Bytes ctr0(jr[0].ctr0.begin(), jr[0].ctr0.end());
       Bytes full = ctr0;
       const Bytes tag = TagOf(jr);
@@ -429,9 +440,9 @@ TEST(Engine, ChecksumMatchesReferenceAndVerifies) {
       auto v = c.Run({VerifyJob(id, 41, d, full), VerifyJob(id, 41, d, bad),
                       VerifyJob(id, 42, d, full)});
       for (int i = 0; i < 3; ++i) {
-        EXPECT_TRUE(v[i].jobs[0].integrity_ok);
-        EXPECT_FALSE(v[i].jobs[1].integrity_ok);
-        EXPECT_FALSE(v[i].jobs[2].integrity_ok);
+        EXPECT_EQ(v[i].jobs[0].status, pb::JOB_OK);
+        EXPECT_EQ(v[i].jobs[1].status, pb::JOB_INTEGRITY_FAILED);
+        EXPECT_EQ(v[i].jobs[2].status, pb::JOB_INTEGRITY_FAILED);
       }
     }
   }
@@ -452,12 +463,12 @@ TEST(Engine, AnySingleBitFlipFailsIntegrity) {
   auto r = c.Run(jobs);
   for (int i = 0; i < 3; ++i) {
     for (size_t j = 0; j + 1 < jobs.size(); ++j) {
-      ASSERT_TRUE(r[i].jobs[j].status.ok()) << r[i].jobs[j].status;
-      ASSERT_FALSE(r[i].jobs[j].integrity_ok) << "bit " << j;
+      ASSERT_TRUE(Computed(r[i].jobs[j])) << r[i].jobs[j].detail;
+      ASSERT_EQ(r[i].jobs[j].status, pb::JOB_INTEGRITY_FAILED) << "bit " << j;
       ASSERT_TRUE(r[i].jobs[j].keystream[0].empty());
       ASSERT_TRUE(r[i].jobs[j].keystream[1].empty());
     }
-    EXPECT_TRUE(r[i].jobs.back().integrity_ok);
+    EXPECT_EQ(r[i].jobs.back().status, pb::JOB_OK);
   }
   // Checksums too.
   const Bytes d = Random(24);
@@ -479,7 +490,7 @@ TEST(Engine, AnySingleBitFlipFailsIntegrity) {
   }
   auto vr = c.Run(vj);
   for (int i = 0; i < 3; ++i) {
-    for (size_t j = 0; j < vj.size(); ++j) ASSERT_FALSE(vr[i].jobs[j].integrity_ok) << j;
+    for (size_t j = 0; j < vj.size(); ++j) ASSERT_EQ(vr[i].jobs[j].status, pb::JOB_INTEGRITY_FAILED) << j;
   }
 }
 
@@ -505,11 +516,11 @@ TEST(Engine, DigestMismatchRefusedEverywhere) {
   // The ring is still in step: a good batch works afterwards (and its
   // keystream is right, so the zero-shares still cancel).
   auto ok = c.Run(a);
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ok[i].jobs[0].status.ok());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Computed(ok[i].jobs[0]));
   const Bytes p = Random(30);
   const Bytes ct = ClusterEncrypt(c, id, 3, p);
   auto d = c.Run({DecryptJob(id, 3, ct)});
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(d[i].jobs[0].integrity_ok);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK);
 }
 
 // Parties whose engine options would make them run different circuits
@@ -557,27 +568,27 @@ TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
       DecryptJob(good, 3, ct),          // 3 fine
       DecryptJob(wrong, 3, ct),         // 4 party 0 holds party 1's view
       ChecksumJob(good2, 5, {7, 8, 9}), // 5 fine
-      EncryptJob("nope", 1, 1),         // 6 missing everywhere
-      Job{JobType::kFinalize},          // 7 malformed (no state)
+      EncryptJob(kNoSuchKey, 1, 1),         // 6 missing everywhere
+      Job{pb::JOB_FINALIZE},          // 7 malformed (no state)
   };
   for (int round = 0; round < 2; ++round) {
     auto r = c.Run(jobs);
     for (int i = 0; i < 3; ++i) {
-      EXPECT_TRUE(r[i].jobs[0].status.ok()) << i << ": " << r[i].jobs[0].status;
-      EXPECT_EQ(r[i].jobs[1].status.code(), absl::StatusCode::kNotFound) << i;
-      EXPECT_NE(r[i].jobs[1].status.message().find("party 1"), std::string::npos)
-          << r[i].jobs[1].status;
-      EXPECT_EQ(r[i].jobs[2].status.code(), absl::StatusCode::kFailedPrecondition)
-          << i << ": " << r[i].jobs[2].status;
-      EXPECT_TRUE(r[i].jobs[3].status.ok()) << i << ": " << r[i].jobs[3].status;
-      EXPECT_TRUE(r[i].jobs[3].integrity_ok);
-      EXPECT_EQ(r[i].jobs[4].status.code(), absl::StatusCode::kFailedPrecondition)
-          << i << ": " << r[i].jobs[4].status;
-      EXPECT_TRUE(r[i].jobs[5].status.ok()) << i << ": " << r[i].jobs[5].status;
-      EXPECT_EQ(r[i].jobs[6].status.code(), absl::StatusCode::kNotFound) << i;
-      EXPECT_EQ(r[i].jobs[7].status.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_TRUE(Computed(r[i].jobs[0])) << i << ": " << r[i].jobs[0].detail;
+      EXPECT_EQ(r[i].jobs[1].status, pb::JOB_UNKNOWN_KEY) << i;
+      EXPECT_NE(r[i].jobs[1].detail.find("party 1"), std::string::npos)
+          << r[i].jobs[1].detail;
+      EXPECT_EQ(r[i].jobs[2].status, pb::JOB_KEY_INCONSISTENT)
+          << i << ": " << r[i].jobs[2].detail;
+      EXPECT_TRUE(Computed(r[i].jobs[3])) << i << ": " << r[i].jobs[3].detail;
+      EXPECT_EQ(r[i].jobs[3].status, pb::JOB_OK);
+      EXPECT_EQ(r[i].jobs[4].status, pb::JOB_KEY_INCONSISTENT)
+          << i << ": " << r[i].jobs[4].detail;
+      EXPECT_TRUE(Computed(r[i].jobs[5])) << i << ": " << r[i].jobs[5].detail;
+      EXPECT_EQ(r[i].jobs[6].status, pb::JOB_UNKNOWN_KEY) << i;
+      EXPECT_EQ(r[i].jobs[7].status, pb::JOB_MALFORMED);
       for (size_t j = 0; j < jobs.size(); ++j) {
-        EXPECT_EQ(r[i].jobs[j].status.code(), r[0].jobs[j].status.code()) << j;
+        EXPECT_EQ(r[i].jobs[j].status, r[0].jobs[j].status) << j;
         EXPECT_EQ(r[i].jobs[j].ctr0, r[0].jobs[j].ctr0) << j;
       }
     }
@@ -600,21 +611,24 @@ TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
     const Bytes tag = TagOf(cr);
     cks.insert(cks.end(), tag.begin(), tag.end());
     auto v = c.Run({VerifyJob(good2, 5, {7, 8, 9}, cks)});
-    for (int i = 0; i < 3; ++i) EXPECT_TRUE(v[i].jobs[0].integrity_ok) << i;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(v[i].jobs[0].status, pb::JOB_OK) << i;
   }
   // Only broken keys in the batch: every job fails alike, the ring is fine.
   auto r = c.Run({EncryptJob(gone, 1, 1), ChecksumJob(redealt, 1, {})});
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(r[i].jobs[0].status.code(), absl::StatusCode::kNotFound);
-    EXPECT_EQ(r[i].jobs[1].status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(r[i].jobs[0].status, pb::JOB_UNKNOWN_KEY);
+    EXPECT_EQ(r[i].jobs[1].status, pb::JOB_KEY_INCONSISTENT);
   }
   const Bytes p2 = Random(17);
   const Bytes ct2 = ClusterEncrypt(c, good, 9, p2);
   auto d = c.Run({DecryptJob(good, 9, ct2)});
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(d[i].jobs[0].integrity_ok);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK);
 }
 
-TEST(Engine, MalformedJobsInvalidArgumentOthersStillRun) {
+// Jobs that break the contract fail alone, with the contract's status:
+// JOB_MALFORMED, or JOB_INTEGRITY_FAILED for inputs that cannot verify
+// under any key (contract::CheckJob).
+TEST(Engine, MalformedJobsFailAloneOthersStillRun) {
   Cluster c;
   const Bytes key = Random(16);
   const std::string id = c.AddKey(key);
@@ -624,31 +638,44 @@ TEST(Engine, MalformedJobsInvalidArgumentOthersStillRun) {
   ff_ct.insert(ff_ct.begin() + 16, 0x00);  // 1 byte of C
   Bytes zero_ctr(48, 0);
   Job bad_type = EncryptJob(id, 1, 1);
-  bad_type.type = static_cast<JobType>(77);
+  bad_type.type = static_cast<pb::JobType>(77);
   Job enc_with_data = EncryptJob(id, 1, 1);
   enc_with_data.data = {1};
-  std::vector<Job> jobs = {
-      EncryptJob(id, 1, kMaxJobBlocks + 1),       // too many
-      EncryptJob("", 1, 1),                       // no key id
-      DecryptJob(id, 1, Random(31)),              // too short
-      DecryptJob(id, 1, ff_ct),                   // counter wraps
-      DecryptJob(id, 1, zero_ctr),                // ctr0 = 0
-      VerifyJob(id, 1, {}, Random(31)),           // short checksum
-      bad_type,
-      enc_with_data,
-      Job{JobType::kFinalize},                    // no state
-      EncryptJob("nope", 1, 1),                   // unknown key
-      EncryptJob(id, 1, 1),                       // fine
+  constexpr pb::JobStatus kBad = pb::JOB_MALFORMED;
+  constexpr pb::JobStatus kCannot = pb::JOB_INTEGRITY_FAILED;
+  Job with_state = EncryptJob(id, 1, 1);
+  with_state.state = std::make_shared<const EncryptState>();
+  Job preset = EncryptJob(id, 1, 1);
+  preset.precheck = {kBad, "checked by the caller"};
+  const std::vector<std::pair<Job, pb::JobStatus>> cases = {
+      {EncryptJob(id, 1, kMaxJobBlocks + 1), kBad},     // too many
+      {EncryptJob("", 1, 1), kBad},                     // no key id
+      {EncryptJob(id.substr(1), 1, 1), kBad},           // key id 31 bytes
+      {EncryptJob(id + "x", 1, 1), kBad},               // key id 33 bytes
+      {DecryptJob(id, 1, Random(31)), kCannot},         // too short
+      {DecryptJob(id, 1, ff_ct), kCannot},              // counter wraps
+      {DecryptJob(id, 1, zero_ctr), kCannot},           // ctr0 = 0
+      {VerifyJob(id, 1, {}, Random(31)), kCannot},      // short checksum
+      {bad_type, kBad},
+      {enc_with_data, kBad},
+      {Job{pb::JOB_FINALIZE}, kBad},                    // no state
+      {with_state, kBad},                               // state on ENCRYPT
+      {preset, kBad},                                   // the caller's check
   };
+  std::vector<Job> jobs;
+  for (const auto& kase : cases) jobs.push_back(kase.first);
+  jobs.push_back(EncryptJob(kNoSuchKey, 1, 1));  // unknown key
+  jobs.push_back(EncryptJob(id, 1, 1));          // fine
   auto r = c.Run(jobs);
   for (int i = 0; i < 3; ++i) {
-    for (size_t j = 0; j + 2 < jobs.size(); ++j) {
-      EXPECT_EQ(r[i].jobs[j].status.code(), absl::StatusCode::kInvalidArgument)
-          << "job " << j << ": " << r[i].jobs[j].status;
-      EXPECT_FALSE(r[i].jobs[j].status.message().empty());
+    for (size_t j = 0; j < cases.size(); ++j) {
+      EXPECT_EQ(r[i].jobs[j].status, cases[j].second)
+          << "job " << j << ": " << r[i].jobs[j].detail;
+      EXPECT_FALSE(r[i].jobs[j].detail.empty());
     }
-    EXPECT_EQ(r[i].jobs[jobs.size() - 2].status.code(), absl::StatusCode::kNotFound);
-    EXPECT_TRUE(r[i].jobs.back().status.ok());
+    EXPECT_EQ(r[i].jobs[12].detail, "checked by the caller");
+    EXPECT_EQ(r[i].jobs[jobs.size() - 2].status, pb::JOB_UNKNOWN_KEY);
+    EXPECT_TRUE(r[i].jobs.back().ok());
   }
   // The good job is still right.
   const Bytes ks = Keystream(r, jobs.size() - 1);
@@ -670,7 +697,7 @@ TEST(Engine, FinalizeChecks) {
   EXPECT_TRUE(Finalize(st, 5, Random(17)).ok());
   // As a batch job as well.
   Job f;
-  f.type = JobType::kFinalize;
+  f.type = pb::JOB_FINALIZE;
   f.usage = 5;
   f.data = Random(32);
   std::vector<Job> per[3];
@@ -681,7 +708,7 @@ TEST(Engine, FinalizeChecks) {
   auto fr = c.RunEach(77, {per[0], per[1], per[2]});
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(fr[i].ok());
-    EXPECT_TRUE(fr[i]->jobs[0].status.ok());
+    EXPECT_TRUE(Computed(fr[i]->jobs[0]));
   }
 }
 
@@ -795,8 +822,8 @@ TEST(Engine, RandomJunkJobsGiveConsistentStatuses) {
     std::vector<Job> jobs;
     for (int k = 0; k < 40; ++k) {
       Job j;
-      j.type = static_cast<JobType>(rng() % 7);
-      j.key_id = (rng() % 4 == 0) ? std::string("nope") : id;
+      j.type = static_cast<pb::JobType>(rng() % 7);
+      j.key_id = (rng() % 4 == 0) ? kNoSuchKey : id;
       j.usage = rng();
       j.nblocks = (rng() % 3 == 0) ? rng() : rng() % 5;
       j.data = Random(rng() % 80);
@@ -806,18 +833,62 @@ TEST(Engine, RandomJunkJobsGiveConsistentStatuses) {
     auto r = c.Run(jobs);
     for (size_t j = 0; j < jobs.size(); ++j) {
       for (int i = 1; i < 3; ++i) {
-        ASSERT_EQ(r[i].jobs[j].status.code(), r[0].jobs[j].status.code()) << j;
-        ASSERT_EQ(r[i].jobs[j].integrity_ok, r[0].jobs[j].integrity_ok) << j;
+        ASSERT_EQ(r[i].jobs[j].status, r[0].jobs[j].status) << j;
+        ASSERT_EQ(r[i].jobs[j].detail, r[0].jobs[j].detail) << j;
       }
       // Random ciphertexts and checksums never verify.
-      if (jobs[j].type == JobType::kDecrypt || jobs[j].type == JobType::kVerifyChecksum) {
-        EXPECT_FALSE(r[0].jobs[j].status.ok() && r[0].jobs[j].integrity_ok) << j;
+      if (jobs[j].type == pb::JOB_DECRYPT || jobs[j].type == pb::JOB_VERIFY_CHECKSUM) {
+        EXPECT_FALSE(r[0].jobs[j].ok()) << j;
       }
     }
   }
   // Still in step afterwards.
   auto ok = c.Run({EncryptJob(id, 1, 3)});
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ok[i].jobs[0].status.ok());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Computed(ok[i].jobs[0]));
+}
+
+TEST(AgreementHeaderTest, RoundTripsAndRejectsTruncatedOrGarbled) {
+  AgreementHeader h;
+  for (size_t k = 0; k < 32; ++k) {
+    h.inputs[k] = static_cast<uint8_t>(k);
+    h.keys[k] = static_cast<uint8_t>(0xa0 + k);
+  }
+  h.counters = 0x000f0102;
+  Bytes wire(AgreementHeader::kSize);
+  h.Encode(absl::MakeSpan(wire));
+  EXPECT_EQ(wire[64], 0x00);  // counters: big-endian after the digests
+  EXPECT_EQ(wire[67], 0x02);
+  EXPECT_EQ(wire[0], 0x00);
+  EXPECT_EQ(wire[32], 0xa0);
+  auto back = AgreementHeader::Decode(wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->inputs, h.inputs);
+  EXPECT_EQ(back->keys, h.keys);
+  EXPECT_EQ(back->counters, h.counters);
+  EXPECT_TRUE(back->SameInputs(h) && back->SameKeys(h));
+  // Truncated or extended.
+  for (size_t n : {size_t{0}, size_t{67}, size_t{69}}) {
+    Bytes other(wire.begin(), wire.begin() + std::min(n, wire.size()));
+    other.resize(n);
+    EXPECT_EQ(AgreementHeader::Decode(other).status().code(),
+              absl::StatusCode::kDataLoss) << n;
+  }
+  // A counter count no batch can draw.
+  Bytes garbled = wire;
+  garbled[64] = 0xff;
+  EXPECT_EQ(AgreementHeader::Decode(garbled).status().code(),
+            absl::StatusCode::kDataLoss);
+  h.counters = static_cast<uint32_t>(kMaxBatchBlocks);
+  h.Encode(absl::MakeSpan(wire));
+  EXPECT_TRUE(AgreementHeader::Decode(wire).ok());
+  h.counters += 1;
+  h.Encode(absl::MakeSpan(wire));
+  EXPECT_FALSE(AgreementHeader::Decode(wire).ok());
+  // Differing digests are told apart.
+  AgreementHeader g = h;
+  g.inputs[31] ^= 1;
+  EXPECT_FALSE(g.SameInputs(h));
+  EXPECT_TRUE(g.SameKeys(h));
 }
 
 TEST(KeySharesTest, ParseNeverAcceptsJunk) {

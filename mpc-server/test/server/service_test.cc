@@ -10,6 +10,7 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "batch_error.h"
 #include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -114,17 +115,17 @@ class ServiceTest : public ::testing::Test {
   }
 
   // Runs `reqs[i]` on party i (all three at once).
-  std::array<absl::Status, 3> RunAll(const std::array<v1::RunRequest, 3>& reqs,
+  std::array<grpc::Status, 3> RunAll(const std::array<v1::RunRequest, 3>& reqs,
                                      std::array<v1::RunResponse, 3>* resp,
                                      std::array<bool, 3> send = {true, true, true}) {
-    std::array<std::future<absl::Status>, 3> fs;
+    std::array<std::future<grpc::Status>, 3> fs;
     for (int i = 0; i < 3; ++i) {
       if (!send[i]) continue;
       fs[i] = std::async(std::launch::async, [&, i] {
         return parties_[i].keyops->DoRun(reqs[i], &(*resp)[i]);
       });
     }
-    std::array<absl::Status, 3> st;
+    std::array<grpc::Status, 3> st;
     for (int i = 0; i < 3; ++i)
       if (send[i]) st[i] = fs[i].get();
     return st;
@@ -134,6 +135,12 @@ class ServiceTest : public ::testing::Test {
   Party parties_[3];
 };
 std::string* ServiceTest::dir_ = nullptr;
+
+// The BatchErrorCode a refusal carries (BATCH_ERROR_UNSPECIFIED if none).
+v1::BatchErrorCode ErrorOf(const grpc::Status& st) {
+  auto e = contract::BatchErrorOf(st);
+  return e ? e->code() : v1::BATCH_ERROR_UNSPECIFIED;
+}
 
 std::string Combine(const std::array<v1::RunResponse, 3>& r, int job) {
   std::string v = r[0].results(job).keystream().first();
@@ -163,7 +170,7 @@ TEST_F(ServiceTest, KeystreamMatchesOpenSslAndCountersAreFresh) {
   }
   std::array<v1::RunRequest, 3> reqs = {req, req, req};
   std::array<v1::RunResponse, 3> resp;
-  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s;
+  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s.error_message();
   std::set<std::string> ctrs;
   for (int j = 0; j < 6; ++j) {
     const std::string& ctr0 = resp[0].results(j).ctr0();
@@ -202,12 +209,15 @@ TEST_F(ServiceTest, BatchMissingOnOnePartyIsUnavailableAndRingRecovers) {
     auto st = RunAll(reqs, &resp, send);
     EXPECT_LT(absl::Now() - t0, absl::Seconds(8));
     for (int i = 0; i < 3; ++i)
-      if (i != missing) EXPECT_EQ(st[i].code(), absl::StatusCode::kUnavailable) << i << st[i];
+      if (i != missing) {
+        EXPECT_EQ(st[i].error_code(), grpc::StatusCode::UNAVAILABLE) << i << st[i].error_message();
+        EXPECT_EQ(ErrorOf(st[i]), v1::BATCH_RING_UNAVAILABLE) << i;
+      }
   }
   req.set_batch_id(Rand(16));
   std::array<v1::RunRequest, 3> reqs = {req, req, req};
   std::array<v1::RunResponse, 3> resp;
-  for (auto& s : RunAll(reqs, &resp)) EXPECT_TRUE(s.ok()) << s;
+  for (auto& s : RunAll(reqs, &resp)) EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
@@ -222,16 +232,21 @@ TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
   reqs[1].mutable_jobs(0)->set_data("hellO");
   std::array<v1::RunResponse, 3> resp;
   auto st = RunAll(reqs, &resp);
-  for (auto& s : st) EXPECT_FALSE(s.ok());
+  for (auto& s : st) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+    EXPECT_EQ(ErrorOf(s), v1::BATCH_PEERS_DISAGREE);
+  }
   // Next batch is fine.
   req.set_batch_id(Rand(16));
   reqs = {req, req, req};
-  for (auto& s : RunAll(reqs, &resp)) EXPECT_TRUE(s.ok()) << s;
+  for (auto& s : RunAll(reqs, &resp)) EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 // A key unknown everywhere, deleted on one server only, or differently
-// dealt on one server fails only its jobs (NOT_FOUND / FAILED_PRECONDITION,
-// the same on the three servers) and quickly; the other jobs succeed.
+// dealt on one server fails only its jobs (JOB_UNKNOWN_KEY /
+// JOB_KEY_INCONSISTENT, the same on the three servers) and quickly; the
+// other jobs succeed.
 TEST_F(ServiceTest, KeyMissingOrStaleOnOnePartyFailsOnlyItsJobs) {
   std::string key = Rand(16), stale_key = Rand(16);
   std::string good = PutKey(key), gone = PutKey(Rand(16)), stale = PutKey(stale_key);
@@ -264,17 +279,19 @@ TEST_F(ServiceTest, KeyMissingOrStaleOnOnePartyFailsOnlyItsJobs) {
     std::array<v1::RunRequest, 3> reqs = {req, req, req};
     std::array<v1::RunResponse, 3> resp;
     absl::Time t0 = absl::Now();
-    for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s;
+    for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
     for (int j = 0; j < 8; ++j) {
-      const int want = j % 4 == 0   ? 0
-                       : j % 4 == 3 ? static_cast<int>(absl::StatusCode::kFailedPrecondition)
-                                    : static_cast<int>(absl::StatusCode::kNotFound);
+      const v1::JobStatus want = j % 4 == 0   ? v1::JOB_OK
+                                 : j % 4 == 3 ? v1::JOB_KEY_INCONSISTENT
+                                              : v1::JOB_UNKNOWN_KEY;
       for (int i = 0; i < 3; ++i) {
-        EXPECT_EQ(resp[i].results(j).error_code(), want)
-            << "job " << j << " party " << i << ": " << resp[i].results(j).error_message();
+        EXPECT_EQ(resp[i].results(j).status(), want)
+            << "job " << j << " party " << i << ": " << resp[i].results(j).detail();
+        EXPECT_EQ(resp[i].results(j).error_code(), 0);  // transitional field unset
+        EXPECT_EQ(resp[i].results(j).detail(), resp[0].results(j).detail());
       }
-      if (want != 0) {
+      if (want != v1::JOB_OK) {
         EXPECT_FALSE(resp[0].results(j).has_keystream());
         continue;
       }
@@ -290,8 +307,8 @@ TEST_F(ServiceTest, KeyMissingOrStaleOnOnePartyFailsOnlyItsJobs) {
       }
       EXPECT_EQ(ks, AesEcb(key, ctrs_in).substr(0, 20)) << j;
     }
-    EXPECT_NE(resp[0].results(1).error_message().find("party 1"), std::string::npos)
-        << resp[0].results(1).error_message();
+    EXPECT_NE(resp[0].results(1).detail().find("party 1"), std::string::npos)
+        << resp[0].results(1).detail();
   }
 }
 
@@ -359,7 +376,8 @@ TEST(EncryptStatesTest, ByteBudget) {
   ServiceOptions o;
   o.max_pending_encrypt_bytes = 1 << 20;
   o.encrypt_state_ttl = absl::Milliseconds(200);
-  EncryptStates states(o);
+  EncryptStates states(o.encrypt_state_ttl, o.max_pending_encrypts,
+                       o.max_pending_encrypt_bytes);
   auto big = [] {
     auto s = std::make_shared<engine::EncryptState>();
     for (auto& v : s->h_powers) v.resize(300 << 10);  // 600 KiB
@@ -402,7 +420,7 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   job->set_length(20);
   std::array<v1::RunRequest, 3> reqs = {req, req, req};
   std::array<v1::RunResponse, 3> resp;
-  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s;
+  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s.error_message();
   v1::FinalizeRequest fin;
   fin.set_batch_id(Rand(16));
   auto* item = fin.add_items();
@@ -412,10 +430,11 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   // nothing consumed.
   item->set_ciphertext(std::string(21, 'x'));
   v1::FinalizeResponse fr;
-  EXPECT_EQ(parties_[0].keyops->DoFinalize(fin, &fr).code(),
-            absl::StatusCode::kInvalidArgument);
+  grpc::Status refused = parties_[0].keyops->DoFinalize(fin, &fr);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ErrorOf(refused), v1::BATCH_MALFORMED);
   item->set_ciphertext(std::string(20, 'x'));
-  std::array<std::future<absl::Status>, 3> fs;
+  std::array<std::future<grpc::Status>, 3> fs;
   std::array<v1::FinalizeResponse, 3> frs;
   for (int i = 0; i < 3; ++i)
     fs[i] = std::async(std::launch::async,
@@ -426,21 +445,29 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
     EXPECT_EQ(frs[i].results(0).tag().second(), frs[(i + 1) % 3].results(0).tag().first());
   }
   fin.set_batch_id(Rand(16));
-  for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(parties_[i].keyops->DoFinalize(fin, &fr).code(), absl::StatusCode::kNotFound);
+  for (int i = 0; i < 3; ++i) {
+    grpc::Status st = parties_[i].keyops->DoFinalize(fin, &fr);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(ErrorOf(st), v1::BATCH_UNKNOWN_ENCRYPT);
+  }
 
   // Request errors: precise codes, nothing scheduled.
+  auto expect_refused = [](const grpc::Status& st, grpc::StatusCode code,
+                           v1::BatchErrorCode error) {
+    EXPECT_EQ(st.error_code(), code) << st.error_message();
+    EXPECT_EQ(ErrorOf(st), error) << st.error_message();
+  };
   v1::RunRequest bad = req;
   bad.set_batch_id("short");
-  EXPECT_EQ(parties_[0].keyops->DoRun(bad, &resp[0]).code(), absl::StatusCode::kInvalidArgument);
-  bad = req;
-  bad.mutable_jobs(0)->set_type(static_cast<v1::JobType>(77));
-  EXPECT_EQ(parties_[2].keyops->DoRun(bad, &resp[2]).code(), absl::StatusCode::kInvalidArgument);
+  expect_refused(parties_[0].keyops->DoRun(bad, &resp[0]),
+                 grpc::StatusCode::INVALID_ARGUMENT, v1::BATCH_MALFORMED);
   bad = req;
   *bad.add_jobs() = req.jobs(0);  // duplicate job id
-  EXPECT_EQ(parties_[0].keyops->DoRun(bad, &resp[0]).code(), absl::StatusCode::kInvalidArgument);
+  expect_refused(parties_[0].keyops->DoRun(bad, &resp[0]),
+                 grpc::StatusCode::INVALID_ARGUMENT, v1::BATCH_MALFORMED);
   bad.clear_jobs();
-  EXPECT_EQ(parties_[0].keyops->DoRun(bad, &resp[0]).code(), absl::StatusCode::kInvalidArgument);
+  expect_refused(parties_[0].keyops->DoRun(bad, &resp[0]),
+                 grpc::StatusCode::INVALID_ARGUMENT, v1::BATCH_MALFORMED);
   for (int j = 0; j < 17; ++j) {
     auto* big = bad.add_jobs();
     big->set_job_id(j);
@@ -448,8 +475,105 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
     big->set_type(v1::JOB_ENCRYPT);
     big->set_length(65536 * 16);
   }
-  EXPECT_EQ(parties_[0].keyops->DoRun(bad, &resp[0]).code(),
-            absl::StatusCode::kResourceExhausted);
+  expect_refused(parties_[0].keyops->DoRun(bad, &resp[0]),
+                 grpc::StatusCode::RESOURCE_EXHAUSTED, v1::BATCH_TOO_LARGE);
+  // More jobs than the server's limit.
+  ServiceOptions small;
+  small.max_batch_jobs = 1;
+  KeyOpsService limited(small, parties_[0].keys.get(), parties_[0].scheduler.get(),
+                        &parties_[0].metrics);
+  bad = req;
+  bad.add_jobs()->set_job_id(43);
+  expect_refused(limited.DoRun(bad, &resp[0]), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 v1::BATCH_TOO_LARGE);
+
+  // A job of an unknown type fails alone (JOB_MALFORMED) on the three
+  // servers; the batch's other job runs.
+  bad = req;
+  bad.set_batch_id(Rand(16));
+  bad.mutable_jobs(0)->set_type(static_cast<v1::JobType>(77));
+  *bad.add_jobs() = req.jobs(0);
+  bad.mutable_jobs(1)->set_job_id(43);
+  std::array<v1::RunRequest, 3> breqs = {bad, bad, bad};
+  std::array<v1::RunResponse, 3> bresp;
+  for (auto& s : RunAll(breqs, &bresp)) ASSERT_TRUE(s.ok()) << s.error_message();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(bresp[i].results_size(), 2);
+    EXPECT_EQ(bresp[i].results(0).status(), v1::JOB_MALFORMED);
+    EXPECT_FALSE(bresp[i].results(0).detail().empty());
+    EXPECT_FALSE(bresp[i].results(0).has_keystream());
+    EXPECT_EQ(bresp[i].results(1).status(), v1::JOB_OK);
+  }
+  EXPECT_EQ(Combine(bresp, 1).size(), 20u);
+}
+
+// A batch mixing jobs that break the contract, an unknown key and good
+// jobs: every server reports the same per-job results (status, detail,
+// public values), the good jobs compute, the batch is not refused.
+TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
+  const std::string key = Rand(16);
+  const std::string id = PutKey(key);
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto add = [&](v1::JobType type) {
+    auto* job = req.add_jobs();
+    job->set_job_id(req.jobs_size() * 10);
+    job->set_key_id(id);
+    job->set_type(type);
+    job->set_usage(7);
+    return job;
+  };
+  add(v1::JOB_ENCRYPT)->set_length(33);                  // 0 good
+  add(v1::JOB_ENCRYPT)->set_key_id(id.substr(0, 31));    // 1 key id 31 bytes
+  add(v1::JOB_ENCRYPT)->set_key_id(Rand(32));            // 2 unknown key
+  add(v1::JOB_DECRYPT)->set_data(Rand(31));              // 3 shorter than ctr0||T
+  add(v1::JOB_CHECKSUM)->set_data("hello");              // 4 good
+  auto* enc_data = add(v1::JOB_ENCRYPT);                 // 5 ENCRYPT with data
+  enc_data->set_length(4);
+  enc_data->set_data("x");
+  add(v1::JOB_FINALIZE);                                 // 6 not a Run job
+  add(v1::JOB_VERIFY_CHECKSUM)->set_checksum(Rand(16));  // 7 short checksum
+  auto* big = add(v1::JOB_CHECKSUM);                     // 8 over the job limit
+  big->set_data(std::string(contract::kMaxJobBytes + 1, 'd'));
+  const v1::JobStatus want[] = {
+      v1::JOB_OK,        v1::JOB_MALFORMED, v1::JOB_UNKNOWN_KEY,
+      v1::JOB_INTEGRITY_FAILED, v1::JOB_OK, v1::JOB_MALFORMED,
+      v1::JOB_MALFORMED, v1::JOB_INTEGRITY_FAILED, v1::JOB_MALFORMED};
+  std::array<v1::RunRequest, 3> reqs = {req, req, req};
+  std::array<v1::RunResponse, 3> resp;
+  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s.error_message();
+  for (int j = 0; j < req.jobs_size(); ++j) {
+    for (int i = 0; i < 3; ++i) {
+      const v1::JobResult& r = resp[i].results(j);
+      EXPECT_EQ(r.job_id(), req.jobs(j).job_id());
+      EXPECT_EQ(r.status(), want[j]) << "job " << j << " party " << i << ": " << r.detail();
+      EXPECT_EQ(r.detail(), resp[0].results(j).detail()) << j;
+      EXPECT_EQ(r.ctr0(), resp[0].results(j).ctr0()) << j;
+      EXPECT_EQ(r.error_code(), 0);  // the transitional fields stay unset
+      EXPECT_TRUE(r.error_message().empty());
+      if (want[j] != v1::JOB_OK) {
+        EXPECT_FALSE(r.has_keystream()) << j;
+        EXPECT_FALSE(r.has_tag()) << j;
+      }
+      if (want[j] == v1::JOB_MALFORMED || want[j] == v1::JOB_UNKNOWN_KEY) {
+        EXPECT_FALSE(r.detail().empty()) << j;
+      }
+    }
+  }
+  // The good ENCRYPT's keystream is AES-CTR under the key.
+  std::string ks = Combine(resp, 0);
+  ASSERT_EQ(ks.size(), 33u);
+  unsigned __int128 c0 = 0;
+  for (unsigned char b : resp[0].results(0).ctr0()) c0 = (c0 << 8) | b;
+  std::string ctrs_in;
+  for (int b = 1; b <= 3; ++b) {
+    unsigned __int128 c = c0 + b;
+    for (int k = 15; k >= 0; --k) ctrs_in.push_back(static_cast<char>(c >> (8 * k)));
+  }
+  EXPECT_EQ(ks, AesEcb(key, ctrs_in).substr(0, 33));
+  // The CHECKSUM's tag shares have consistent copies.
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(resp[i].results(4).tag().second(), resp[(i + 1) % 3].results(4).tag().first());
 }
 
 }  // namespace

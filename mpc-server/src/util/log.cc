@@ -1,4 +1,4 @@
-#include "net/log.h"
+#include "util/log.h"
 
 #include <sys/syscall.h>
 #include <sys/time.h>

@@ -6,8 +6,8 @@
 //
 // One line per message on stderr: "I1121 06:20:01.123456 12345 file.cc:42] msg".
 // Never log shares, keys, secret-tied counters or plaintext.
-#ifndef KMPC_NET_LOG_H_
-#define KMPC_NET_LOG_H_
+#ifndef KMPC_UTIL_LOG_H_
+#define KMPC_UTIL_LOG_H_
 
 #include <atomic>
 #include <sstream>
@@ -42,4 +42,4 @@ class Message {
   } else                                                \
     KMPC_LOG(INFO)
 
-#endif  // KMPC_NET_LOG_H_
+#endif  // KMPC_UTIL_LOG_H_

@@ -1,0 +1,83 @@
+#include "service/encrypt_states.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kmpc::service {
+
+void EncryptStates::SweepLocked(absl::Time now) {
+  if (now - last_sweep_ < absl::Seconds(1)) return;
+  last_sweep_ = now;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (now - it->second.created > ttl_) {
+      bytes_ -= it->second.bytes;
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::Status EncryptStates::Put(const std::string& key, Entry e) {
+  // The state's own buffers, the map node and its key (an estimate of the
+  // allocator's view; a state shares its key's stored H powers).
+  constexpr size_t kNodeBytes = 128;
+  e.bytes = (e.state != nullptr ? e.state->OwnBytes() : 0) + key.capacity() +
+            kNodeBytes;
+  absl::MutexLock lock(&mu_);
+  SweepLocked(e.created);
+  auto it = entries_.find(key);
+  const size_t replaced = it != entries_.end() ? it->second.bytes : 0;
+  if (it == entries_.end() && entries_.size() >= max_)
+    return absl::ResourceExhaustedError("too many ENCRYPT jobs await FINALIZE");
+  if (bytes_ - replaced + e.bytes > max_bytes_)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "ENCRYPT jobs awaiting FINALIZE hold ", bytes_, " bytes, the limit is ",
+        max_bytes_));
+  bytes_ = bytes_ - replaced + e.bytes;
+  entries_[key] = std::move(e);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EncryptStates::Entry>> EncryptStates::TakeAll(
+    const std::vector<std::string>& keys) {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = absl::Now();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = entries_.find(keys[i]);
+    if (it == entries_.end() || now - it->second.created > ttl_)
+      return absl::NotFoundError(absl::StrCat(
+          "item ", i, ": no ENCRYPT job awaits FINALIZE under this batch/job id "
+          "(unknown, expired or already finalized)"));
+  }
+  std::vector<Entry> out;
+  out.reserve(keys.size());
+  for (const std::string& k : keys) {
+    auto it = entries_.find(k);
+    bytes_ -= it->second.bytes;
+    out.push_back(std::move(it->second));
+    entries_.erase(it);
+  }
+  return out;
+}
+
+void EncryptStates::Erase(const std::vector<std::string>& keys) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& k : keys) {
+    auto it = entries_.find(k);
+    if (it == entries_.end()) continue;
+    bytes_ -= it->second.bytes;
+    entries_.erase(it);
+  }
+}
+
+size_t EncryptStates::size() {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+size_t EncryptStates::bytes() {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+}  // namespace kmpc::service

@@ -1,0 +1,39 @@
+// The three parties' SchedulerRings of one cluster inside one process
+// (tests): per worker, one ordered queue of control and data messages into
+// each party. Sends never block; receives wait at most recv_timeout (data)
+// or their deadline (control). Reset empties the party's inbound queue and
+// starts a new generation; it does not disturb the neighbours, whose
+// receives then run into their timeouts.
+#ifndef KMPC_SERVICE_MEMORY_SCHEDULER_RING_H_
+#define KMPC_SERVICE_MEMORY_SCHEDULER_RING_H_
+
+#include <array>
+#include <memory>
+
+#include "absl/time/time.h"
+#include "service/ring.h"
+
+namespace kmpc::service {
+
+class MemorySchedulerRings {
+ public:
+  MemorySchedulerRings(int workers, absl::Duration recv_timeout);
+  ~MemorySchedulerRings();
+  MemorySchedulerRings(const MemorySchedulerRings&) = delete;
+  MemorySchedulerRings& operator=(const MemorySchedulerRings&) = delete;
+
+  SchedulerRing& party(int i);
+  // Every pending and later receive fails with UNAVAILABLE; Connect too.
+  void Shutdown();
+
+  class Shared;  // the queues, shared by the three parties' workers
+
+ private:
+  class Party;
+  std::shared_ptr<Shared> shared_;
+  std::array<std::unique_ptr<Party>, 3> parties_;
+};
+
+}  // namespace kmpc::service
+
+#endif  // KMPC_SERVICE_MEMORY_SCHEDULER_RING_H_

@@ -1,0 +1,209 @@
+// Three Schedulers in one process over the in-memory ring
+// (service/memory_scheduler_ring.h): batches computed end to end and
+// checked against OpenSSL, and parties that do not take part.
+#include "service/scheduler.h"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <array>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "contract.h"
+#include "engine/engine.h"
+#include "gtest/gtest.h"
+#include "service/memory_scheduler_ring.h"
+
+namespace kmpc::service {
+namespace {
+
+namespace pb = ::kmpc::v1;
+
+std::string Rand(size_t n) {
+  std::string s(n, '\0');
+  RAND_bytes(reinterpret_cast<uint8_t*>(s.data()), static_cast<int>(n));
+  return s;
+}
+
+BatchId RandomBatchId() {
+  BatchId id;
+  RAND_bytes(id.data(), id.size());
+  return id;
+}
+
+// AES-128-ECB of the counter blocks c0+1 .. c0+n (big-endian 128 bit).
+std::vector<uint8_t> ReferenceKeystream(const std::string& key,
+                                        const std::array<uint8_t, 16>& ctr0,
+                                        size_t n) {
+  unsigned __int128 c0 = 0;
+  for (uint8_t b : ctr0) c0 = (c0 << 8) | b;
+  std::vector<uint8_t> in(16 * n), out(16 * n);
+  for (size_t b = 0; b < n; ++b) {
+    const unsigned __int128 c = c0 + b + 1;
+    for (int k = 0; k < 16; ++k) in[16 * b + k] = static_cast<uint8_t>(c >> (8 * (15 - k)));
+  }
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  EVP_EncryptInit_ex(ctx, EVP_aes_128_ecb(), nullptr,
+                     reinterpret_cast<const uint8_t*>(key.data()), nullptr);
+  EVP_CIPHER_CTX_set_padding(ctx, 0);
+  int len = 0;
+  EVP_EncryptUpdate(ctx, out.data(), &len, in.data(), static_cast<int>(in.size()));
+  EVP_CIPHER_CTX_free(ctx);
+  return out;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    key_ = Rand(16);
+    key_id_ = Rand(contract::kKeyIdSize);
+    auto views = engine::DealKey(
+        engine::Cipher::kAes128,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key_.data()), 16));
+    ASSERT_TRUE(views.ok()) << views.status();
+    for (int i = 0; i < 3; ++i)
+      shares_[i] = std::make_shared<const engine::KeyShares>((*views)[i]);
+  }
+
+  void TearDown() override {
+    for (auto& s : schedulers_)
+      if (s) s->Stop();
+  }
+
+  // Schedulers for the parties in `start` (the others never run), on a
+  // fresh ring.
+  void Start(std::array<bool, 3> start = {true, true, true}) {
+    TearDown();
+    for (auto& s : schedulers_) s.reset();
+    rings_ = std::make_unique<MemorySchedulerRings>(2, absl::Seconds(1));
+    SchedulerOptions so;
+    so.schedule_timeout = absl::Seconds(2);
+    so.peer_batch_wait = absl::Milliseconds(300);
+    for (int i = 0; i < 3; ++i) {
+      engine::KeyLookup lookup = [this, i](absl::string_view id)
+          -> absl::StatusOr<std::shared_ptr<const engine::KeyShares>> {
+        if (id != key_id_) return absl::NotFoundError("no such key");
+        return shares_[i];
+      };
+      schedulers_[i] = std::make_unique<Scheduler>(&rings_->party(i), lookup, so);
+      if (start[i]) schedulers_[i]->Start();
+    }
+  }
+
+  // Submits the batch on the parties in `send`, all at once.
+  std::array<BatchOutcome, 3> SubmitAll(const BatchId& id,
+                                        const std::vector<engine::Job>& jobs,
+                                        std::array<bool, 3> send = {true, true, true}) {
+    std::array<std::future<BatchOutcome>, 3> fs;
+    for (int i = 0; i < 3; ++i)
+      if (send[i])
+        fs[i] = std::async(std::launch::async, [&, i] {
+          return schedulers_[i]->Submit(BatchKind::kRun, id, jobs);
+        });
+    std::array<BatchOutcome, 3> out;
+    for (int i = 0; i < 3; ++i)
+      if (send[i]) out[i] = fs[i].get();
+    return out;
+  }
+
+  engine::Job Encrypt(const std::string& id, uint32_t nblocks) {
+    engine::Job j;
+    j.type = pb::JOB_ENCRYPT;
+    j.key_id = id;
+    j.usage = 3;
+    j.nblocks = nblocks;
+    return j;
+  }
+
+  std::unique_ptr<MemorySchedulerRings> rings_;
+  std::string key_, key_id_;
+  std::array<std::shared_ptr<const engine::KeyShares>, 3> shares_;
+  std::array<std::unique_ptr<Scheduler>, 3> schedulers_;
+};
+
+TEST_F(SchedulerTest, EncryptKeystreamMatchesOpenSslAesCtr) {
+  Start();
+  for (int batch = 0; batch < 3; ++batch) {  // a new PRSS session, then reuse
+    const std::vector<engine::Job> jobs = {
+        Encrypt(key_id_, 5), Encrypt(Rand(contract::kKeyIdSize), 1),
+        Encrypt(key_id_, 1)};
+    auto out = SubmitAll(RandomBatchId(), jobs);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status;
+      ASSERT_EQ(out[i].result.jobs.size(), jobs.size());
+      EXPECT_GT(out[i].ring_bytes, 0u);
+      EXPECT_EQ(out[i].result.jobs[1].status, pb::JOB_UNKNOWN_KEY);
+    }
+    for (size_t j : {size_t{0}, size_t{2}}) {
+      const auto& r0 = out[0].result.jobs[j];
+      std::vector<uint8_t> ks(r0.keystream[0].size(), 0);
+      for (int i = 0; i < 3; ++i) {
+        const auto& r = out[i].result.jobs[j];
+        ASSERT_EQ(r.status, pb::JOB_OK) << r.detail;
+        EXPECT_EQ(r.ctr0, r0.ctr0);
+        // Party i's second share is party i+1's first.
+        EXPECT_EQ(r.keystream[1], out[(i + 1) % 3].result.jobs[j].keystream[0]);
+        ASSERT_EQ(r.keystream[0].size(), 16 * size_t{jobs[j].nblocks});
+        for (size_t k = 0; k < ks.size(); ++k) ks[k] ^= r.keystream[0][k];
+      }
+      EXPECT_EQ(ks, ReferenceKeystream(key_, r0.ctr0, jobs[j].nblocks))
+          << "batch " << batch << " job " << j;
+    }
+  }
+}
+
+// A batch one party never got: the other two fail with
+// BATCH_RING_UNAVAILABLE within their waits, and the ring runs the next
+// batch.
+TEST_F(SchedulerTest, BatchMissingOnOnePartyFailsCleanly) {
+  Start();
+  for (int missing = 0; missing < 3; ++missing) {
+    std::array<bool, 3> send = {true, true, true};
+    send[missing] = false;
+    const absl::Time t0 = absl::Now();
+    auto out = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 1)}, send);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+    for (int i = 0; i < 3; ++i) {
+      if (i == missing) continue;
+      EXPECT_TRUE(absl::IsUnavailable(out[i].status)) << i << ": " << out[i].status;
+      EXPECT_EQ(out[i].error, pb::BATCH_RING_UNAVAILABLE) << i;
+    }
+  }
+  auto out = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 2)});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(out[i].status.ok()) << i << out[i].status;
+}
+
+// A party whose scheduler does not run at all: the two others fail
+// cleanly (no hang) with BATCH_RING_UNAVAILABLE.
+TEST_F(SchedulerTest, PartyNotRunningFailsTheOthersCleanly) {
+  for (int absent = 0; absent < 3; ++absent) {
+    SCOPED_TRACE(absent);
+    std::array<bool, 3> run = {true, true, true};
+    run[absent] = false;
+    Start(run);
+    const absl::Time t0 = absl::Now();
+    auto out = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 1)}, run);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(8));
+    for (int i = 0; i < 3; ++i) {
+      if (i == absent) continue;
+      EXPECT_FALSE(out[i].status.ok()) << i;
+      EXPECT_EQ(out[i].error, pb::BATCH_RING_UNAVAILABLE) << i << ": " << out[i].status;
+    }
+  }
+}
+
+TEST_F(SchedulerTest, StoppedSchedulerRefusesAsShuttingDown) {
+  Start();
+  schedulers_[1]->Stop();
+  BatchOutcome out =
+      schedulers_[1]->Submit(BatchKind::kRun, RandomBatchId(), {Encrypt(key_id_, 1)});
+  EXPECT_TRUE(absl::IsUnavailable(out.status)) << out.status;
+  EXPECT_EQ(out.error, pb::BATCH_SHUTTING_DOWN);
+}
+
+}  // namespace
+}  // namespace kmpc::service
