@@ -77,14 +77,13 @@ ABSL_FLAG(int, max_pending_encrypt_mb, 256,
           "memory all ENCRYPT states awaiting FINALIZE may hold (MiB); "
           "ENCRYPT jobs beyond it fail with RESOURCE_EXHAUSTED");
 // Spinning on small ring messages: a single block's batch runs ~40 rounds
-// of messages under 3 KiB, each answered within tens of microseconds, and a
-// sleep/wake-up per round cost ~0.6 ms of its ~2.3 ms (loopback, 2 cores).
-// Batches of >= 2,048 blocks (login storms, bulk) send no AND-layer message
-// under 4 KiB, so they spin only in their few small bookkeeping rounds and
-// keep their CPU for the co-located parties.
-// 150 us rather than 50: with three parties on two cores a round's message
-// often comes after one more scheduling slot; single-block p50 1.6 vs 1.9 ms
-// (AES-128, loopback, interleaved runs).
+// of messages under 3 KiB, each answered within tens of microseconds, so a
+// sleep and wake-up per round would dominate its latency. Batches of >= 2,048
+// blocks (login storms, bulk) send no AND-layer message under 4 KiB, so they
+// spin only in their few small bookkeeping rounds and keep their CPU for the
+// co-located parties. The spin covers one more scheduling slot than a round
+// takes, since with three parties on two cores a round's message often
+// arrives a slot late (docs/bench-log.md has the measurements).
 ABSL_FLAG(int, ring_spin_us, 150,
           "busy-poll a ring receive of at most --ring_spin_max_bytes this long "
           "before sleeping (latency of small batches); 0 = never");
