@@ -21,6 +21,14 @@
 #include "absl/strings/str_format.h"
 
 namespace kmpc::kdc {
+namespace {
+// A job the servers did not compute (its key, or the job itself): neither
+// JOB_OK nor an integrity verdict. Nothing is revealed for it.
+bool JobFailed(const kmpc::v1::JobResult& r) {
+  return r.status() != kmpc::v1::JOB_OK &&
+         r.status() != kmpc::v1::JOB_INTEGRITY_FAILED;
+}
+}  // namespace
 
 namespace pb = kmpc::v1;
 
@@ -559,7 +567,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       const Entry& e = entries_[step->idx[k]];
       const pb::JobResult& r = step->resp[0].results(k);
       if (e.job.type == JobType::kDecrypt && e.spec_group != 0 &&
-          (r.error_code() != 0 || r.status() != pb::JOB_OK))
+          r.status() != pb::JOB_OK)
         failed_groups.insert(e.spec_group);
     }
     std::vector<Spec> specs;
@@ -573,7 +581,7 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       // Kept for the ENCRYPT job it was made for, unless its timestamp
       // failed (the servers drop the state after their TTL). Nothing is
       // delivered for it.
-      if (r.error_code() == 0 && !failed_groups.count(e.spec_group) &&
+      if (!JobFailed(r) && !failed_groups.count(e.spec_group) &&
           !IsDone(i)) {
         Spec sp;
         Combine(*step, k, &pb::JobResult::keystream, &sp.keystream);
@@ -598,31 +606,30 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
       Entry& e = entries_[i];
       if (e.spec) continue;  // above
       const pb::JobResult& r = step->resp[0].results(k);
-      if (r.error_code() != 0) {
-        // A per-job error fails only this job (the three servers agreed on
-        // it, CheckRunResponses): NOT_FOUND -> KRB5_KT_NOTFOUND; a key the
-        // servers hold inconsistently (FAILED_PRECONDITION) or any other
-        // server-side problem -> SVC_UNAVAILABLE.
-        absl::StatusCode code = static_cast<absl::StatusCode>(r.error_code());
+      if (JobFailed(r)) {
+        // A per-job failure fails only this job (the three servers agreed on
+        // it, CheckRunResponses): an unknown key -> KRB5_KT_NOTFOUND; a key
+        // the servers hold inconsistently or any other server-side problem
+        // -> SVC_UNAVAILABLE.
         absl::Status st;
-        switch (code) {
-          case absl::StatusCode::kNotFound:
+        switch (r.status()) {
+          case pb::JOB_UNKNOWN_KEY:
             st = absl::NotFoundError(absl::StrCat(
                 "the MPC cluster holds no shares for this key id (",
-                r.error_message(), ")"));
+                r.detail(), ")"));
             break;
-          case absl::StatusCode::kInvalidArgument:
+          case pb::JOB_MALFORMED:
             st = absl::InvalidArgumentError(absl::StrCat(
-                "the MPC cluster failed the job: ", r.error_message()));
+                "the MPC cluster failed the job: ", r.detail()));
             break;
-          case absl::StatusCode::kFailedPrecondition:
+          case pb::JOB_KEY_INCONSISTENT:
             st = absl::UnavailableError(absl::StrCat(
                 "the MPC servers hold inconsistent shares of this key: ",
-                r.error_message()));
+                r.detail()));
             break;
           default:
             st = absl::UnavailableError(absl::StrCat(
-                "the MPC cluster failed the job: ", r.error_message()));
+                "the MPC cluster failed the job: ", r.detail()));
         }
         Complete(i, st, {});
         continue;
@@ -816,13 +823,12 @@ class BatchRun : public std::enable_shared_from_this<BatchRun> {
         if (r.job_id() != job.job_id())
           return absl::AbortedError(
               absl::StrCat(Party(p), " returned results out of order"));
-        if (r.status() != r0.status() || r.ctr0() != r0.ctr0() ||
-            r.error_code() != r0.error_code())
+        if (r.status() != r0.status() || r.ctr0() != r0.ctr0())
           return absl::AbortedError(absl::StrCat(
               Party(p), " and ", Party(0),
               " disagree on the public result of job ", k));
       }
-      if (r0.error_code() != 0) continue;
+      if (JobFailed(r0)) continue;
       const Entry& e = entries_[step.idx[k]];
       SecureBytes scratch;
       std::string bad;

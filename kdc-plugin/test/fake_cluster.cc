@@ -158,11 +158,9 @@ absl::Status FakeCluster::ComputeRun(const pb::RunRequest& req,
     const bool unknown = !keys_.count(j.key_id());
     if (unknown || inconsistent_.count(j.key_id())) {
       for (auto* x : r) {
-        x->set_error_code(static_cast<int>(
-            unknown ? absl::StatusCode::kNotFound
-                    : absl::StatusCode::kFailedPrecondition));
-        x->set_error_message(unknown ? "unknown key id: no shares on MPC party 1"
-                                     : "different dealings of this key");
+        x->set_status(unknown ? pb::JOB_UNKNOWN_KEY : pb::JOB_KEY_INCONSISTENT);
+        x->set_detail(unknown ? "unknown key id: no shares on MPC party 1"
+                              : "different dealings of this key");
       }
       continue;
     }

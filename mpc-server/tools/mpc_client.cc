@@ -328,15 +328,10 @@ int JobErrorCode(const pb::JobResult& r) {
     case pb::JOB_KEY_INCONSISTENT:
       return static_cast<int>(absl::StatusCode::kFailedPrecondition);
     default:
-      // TRANSITIONAL (kmpc.proto JobResult.error_code): servers that do not
-      // set the status yet. Deleted with the field.
-      return r.error_code();
+      return 0;
   }
 }
-std::string JobErrorText(const pb::JobResult& r) {
-  // TRANSITIONAL: error_message, deleted with the field.
-  return r.detail().empty() ? r.error_message() : r.detail();
-}
+const std::string& JobErrorText(const pb::JobResult& r) { return r.detail(); }
 
 struct ParsedJob {
   std::string op;

@@ -288,7 +288,6 @@ TEST_F(ServiceTest, KeyMissingOrStaleOnOnePartyFailsOnlyItsJobs) {
       for (int i = 0; i < 3; ++i) {
         EXPECT_EQ(resp[i].results(j).status(), want)
             << "job " << j << " party " << i << ": " << resp[i].results(j).detail();
-        EXPECT_EQ(resp[i].results(j).error_code(), 0);  // transitional field unset
         EXPECT_EQ(resp[i].results(j).detail(), resp[0].results(j).detail());
       }
       if (want != v1::JOB_OK) {
@@ -549,8 +548,6 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
       EXPECT_EQ(r.status(), want[j]) << "job " << j << " party " << i << ": " << r.detail();
       EXPECT_EQ(r.detail(), resp[0].results(j).detail()) << j;
       EXPECT_EQ(r.ctr0(), resp[0].results(j).ctr0()) << j;
-      EXPECT_EQ(r.error_code(), 0);  // the transitional fields stay unset
-      EXPECT_TRUE(r.error_message().empty());
       if (want[j] != v1::JOB_OK) {
         EXPECT_FALSE(r.has_keystream()) << j;
         EXPECT_FALSE(r.has_tag()) << j;
