@@ -870,6 +870,34 @@ TEST_F(BatcherTest, UnreachableServerFailsFast) {
   EXPECT_TRUE(sink_.Get(2).status.ok());
 }
 
+// A server's typed refusal (an overloaded queue) fails the batch's jobs
+// at once (SVC_UNAVAILABLE), naming the party and the refusal; nothing is
+// re-run, and the next batch succeeds once the server accepts again.
+TEST_F(BatcherTest, TypedRefusalFailsTheBatchAtOnce) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.deadline = absl::Seconds(20);
+  fake_.set_refuse(1, kmpc::v1::BATCH_OVERLOADED);
+  auto b = Make(o);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->Submit(2, Decrypt(SecureBytes(40, 7))).ok());
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  for (int t : {1, 2}) {
+    const absl::Status& st = sink_.Get(t).status;
+    EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+    EXPECT_TRUE(absl::StrContains(
+        st.message(), "MPC party 1 (fake) refused the batch: BATCH_OVERLOADED"))
+        << st;
+  }
+  EXPECT_EQ(RunCalls(), 1);
+  fake_.set_refuse(1, kmpc::v1::BATCH_ERROR_UNSPECIFIED);
+  ASSERT_TRUE(b->Submit(3, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
+}
+
 TEST_F(BatcherTest, ShareCopyDisagreementRejectsTheBatch) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);

@@ -86,6 +86,10 @@ void FakeCluster::set_zero_ctr0(bool v) {
   std::lock_guard<std::mutex> l(mu_);
   zero_ctr0_ = v;
 }
+void FakeCluster::set_refuse(int p, pb::BatchErrorCode code) {
+  std::lock_guard<std::mutex> l(mu_);
+  refuse_[p] = code;
+}
 std::vector<FakeCluster::Call> FakeCluster::calls() {
   std::lock_guard<std::mutex> l(mu_);
   return calls_;
@@ -317,6 +321,13 @@ void FakeCluster::Answer(
     Later(absl::ZeroDuration(), [done] {
       done(CallStatus(absl::UnavailableError("connection refused")));
     });
+    return;
+  }
+  if (refuse_[party] != pb::BATCH_ERROR_UNSPECIFIED) {
+    const pb::BatchErrorCode code = refuse_[party];
+    l.unlock();
+    Later(absl::ZeroDuration(),
+          [done, code] { done(Refused(code, "queue full")); });
     return;
   }
   auto it = batches->find(id);

@@ -42,7 +42,10 @@ class FakeCluster : public Transport {
   void set_hang(int party, bool hang);     // never answers
   void set_corrupt(int party, bool bad);   // flips a bit of its 2nd share copy
   void set_corrupt_finalize(int party, bool bad);  // the same, Finalize only
-  void set_zero_ctr0(bool zero);  // ENCRYPT answers with ctr0 = 0 (invalid)
+  void set_zero_ctr0(bool zero);
+  // Refuses every Run and Finalize with this typed BatchError
+  // (BATCH_ERROR_UNSPECIFIED: no refusal), as an overloaded server does.
+  void set_refuse(int party, kmpc::v1::BatchErrorCode code);  // ENCRYPT answers with ctr0 = 0 (invalid)
   // Jobs of this key id fail with JOB_KEY_INCONSISTENT (the servers hold
   // different dealings of it).
   void AddInconsistentKey(const std::string& key_id);
@@ -122,6 +125,7 @@ class FakeCluster : public Transport {
   std::array<absl::Duration, 3> next_fin_delay_{};
   std::atomic<int> fin_answers_{0};
   bool zero_ctr0_ = false;
+  std::array<kmpc::v1::BatchErrorCode, 3> refuse_{};
   absl::Duration run_delay_;
   std::set<std::string> inconsistent_;
   std::vector<Call> calls_;
