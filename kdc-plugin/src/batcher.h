@@ -7,8 +7,8 @@
 // queue is also flushed after only `coalesce` when no batch is in flight
 // (the servers are idle), which gives low latency at low load; under load
 // the in-flight batch makes the queue wait, so batches grow by themselves.
-// At most max_inflight batches run at once, plus at most four FINALIZE-only
-// batches of speculated jobs (below).
+// At most max_inflight batches run at once, plus at most four
+// finalize_only batches of speculated jobs (below).
 //
 // One batch: Run on the three servers in parallel; every revealed value
 // arrives as two copies of each of its three XOR shares (server i sends
@@ -27,23 +27,20 @@
 #ifndef KMPC_KDC_PLUGIN_BATCHER_H_
 #define KMPC_KDC_PLUGIN_BATCHER_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "batch_stats.h"
 #include "job.h"
 #include "transport.h"
 
 namespace kmpc::kdc {
+
+class Dispatcher;
 
 struct BatcherOptions {
   absl::Duration window = absl::Milliseconds(100);
@@ -61,7 +58,7 @@ struct BatcherOptions {
   bool early_flush = false;
   // Early flush waits this long for jobs submitted back to back (the KDC
   // submits the ticket and the reply of one AS-REQ in one go), unless
-  // Kick() says earlier that the submitter is done.
+  // SubmitterIdle() says earlier that the submitter is done.
   absl::Duration coalesce = absl::Microseconds(500);
   // One batch at a time by default: while it runs, the next one collects
   // everything that arrives (up to backlog_jobs / backlog_blocks), so under
@@ -84,12 +81,12 @@ struct BatcherOptions {
   // the krbtgt key last seen) and the reply's (usage 3, the client's key),
   // sized by the longest plaintexts seen lately. When the KDC then
   // encrypts the ticket and the reply, a matching keystream is used and
-  // only FINALIZE runs, in a batch of its own that goes at the next Kick()
-  // without waiting for the Run batches in flight: a login needs one MPC
+  // only FINALIZE runs, in a batch of its own that goes at the next
+  // SubmitterIdle() without waiting for the Run batches in flight: a login needs one MPC
   // Run instead of two, idle or under load. Keystreams not used within
   // speculate_ttl (counted from their Run) are dropped and wiped, by the
   // dispatcher even while idle; one whose DECRYPT failed is dropped at
-  // once, and such waste draws on a budget (batcher.cc, kSpecBurst) so
+  // once, and such waste draws on a budget (speculator.h) so
   // that bad timestamps cannot make the cluster do this work at will.
   // speculate_ttl must stay well below the servers' ENCRYPT-state TTL
   // (mpc-server --encrypt_state_ttl_ms, default 10000). A keystream the
@@ -118,21 +115,6 @@ class Sink {
   virtual void Log(int level, std::string line) = 0;
 };
 
-struct BatcherStats {
-  uint64_t batches = 0;
-  uint64_t jobs = 0;
-  uint64_t blocks = 0;           // AES blocks the servers reported (party 0)
-  uint64_t failed_batches = 0;
-  uint64_t spec_encrypts = 0;    // speculative ENCRYPT jobs sent
-  uint64_t spec_used = 0;        // ... whose keystream a later job used
-  uint64_t spec_rerun = 0;       // jobs whose speculative FINALIZE failed,
-                                 // re-run as ordinary ENCRYPT jobs
-  size_t spec_held = 0;          // speculative keystreams held now
-  uint64_t spec_wasted = 0;      // groups whose timestamp failed, and
-                                 // keystreams that expired unused
-  int inflight = 0;              // batches running now
-};
-
 class Batcher {
  public:
   Batcher(BatcherOptions options, Transport* transport, Sink* sink);
@@ -143,10 +125,10 @@ class Batcher {
   absl::Status Submit(uint64_t token, Job job);
 
   // The submitter has no more jobs for now (the KDC's event loop finished
-  // the callback that submitted them): speculated jobs go to FINALIZE now,
-  // and with early_flush an idle cluster gets the queued jobs at once
-  // instead of after `coalesce`. Cheap; may be called from any thread.
-  void Kick();
+  // the callback that submitted them): finalize_only jobs go now, and with
+  // early_flush an idle cluster gets the queued jobs at once instead of
+  // after `coalesce`. Cheap; may be called from any thread.
+  void SubmitterIdle();
 
   // Stops the dispatcher thread and abandons queued and in-flight jobs: the
   // sink receives nothing once Stop has returned. The transport must stay
@@ -156,15 +138,9 @@ class Batcher {
 
   BatcherStats stats() const;
 
-  struct State;  // shared with in-flight batches (batcher.cc)
-
  private:
-  void Dispatch();
-  void DispatchLoop();
-
-  BatcherOptions options_;
-  std::shared_ptr<State> state_;
-  std::thread dispatcher_;
+  std::shared_ptr<Dispatcher> dispatcher_;  // shared with batches in flight
+  std::thread thread_;
 };
 
 }  // namespace kmpc::kdc

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "batch_error.h"
 #include "client/channels.h"
 
 namespace kmpc::kdc {
@@ -16,20 +17,33 @@ namespace {
 // DNS:kmpc-party-<i>, deploy/gen-certs.sh.
 using kmpc::client::PartyTlsName;
 
-absl::Status FromGrpc(int party, const std::string& server,
-                      const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
+// A server's typed refusal (BatchError in the details) as it is; every
+// other failure is the transport's: kUnavailable, except a deadline, a
+// cancellation and a server of another party.
+CallStatus FromGrpc(int party, const std::string& server,
+                    const grpc::Status& s) {
+  if (s.ok()) return CallStatus();
+  if (auto e = contract::BatchErrorOf(s)) return CallStatus::Refused(*e);
   const std::string& msg = s.error_message();
-  // The TLS handshake found a certificate of our CA, but not party
-  // <party>'s: the servers are listed out of order, or another party sits
-  // at this address. The request was not sent.
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-      msg.find("Peer name") != std::string::npos)
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the server at position ", party, " (", server, ") is not party ",
-        party, ": its certificate is not ", PartyTlsName(party),
-        "'s (list the servers in party order 0, 1, 2): ", msg));
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), msg);
+  switch (s.error_code()) {
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return absl::DeadlineExceededError(msg);
+    case grpc::StatusCode::CANCELLED:
+      return absl::CancelledError(msg);
+    case grpc::StatusCode::UNAVAILABLE:
+      // The TLS handshake found a certificate of our CA, but not party
+      // <party>'s: the servers are listed out of order, or another party
+      // sits at this address. The request was not sent.
+      if (msg.find("Peer name") != std::string::npos)
+        return absl::PermissionDeniedError(absl::StrCat(
+            "the server at position ", party, " (", server, ") is not party ",
+            party, ": its certificate is not ", PartyTlsName(party),
+            "'s (list the servers in party order 0, 1, 2): ", msg));
+      return absl::UnavailableError(msg);
+    default:
+      return absl::UnavailableError(absl::StrCat(
+          "gRPC status ", static_cast<int>(s.error_code()), ": ", msg));
+  }
 }
 
 std::chrono::system_clock::time_point ToChrono(absl::Time t) {
@@ -38,7 +52,7 @@ std::chrono::system_clock::time_point ToChrono(absl::Time t) {
 
 // A gRPC thread must never see an exception (it would end the KDC); a job
 // whose completion was lost that way fails at the batch deadline instead.
-void Invoke(const Transport::Done& done, absl::Status s) {
+void Invoke(const Transport::Done& done, CallStatus s) {
   try {
     done(std::move(s));
   } catch (...) {
@@ -170,17 +184,17 @@ void GrpcTransport::Attempt(int party, absl::Time deadline,
                        done = std::move(done),
                        first_failure = std::move(first_failure)](
                           grpc::Status gs) mutable {
-    absl::Status s = FromGrpc(party, servers_[party], gs);
-    NoteConnected(party, s);
-    if (first_failure.ok() && RetryFirstConnect(party, s)) {
+    CallStatus s = FromGrpc(party, servers_[party], gs);
+    NoteConnected(party, s.status);
+    if (first_failure.ok() && RetryFirstConnect(party, s.status)) {
       // The new call is registered before End(ctx): Shutdown cancels it,
       // or it is never started (Begin fails and completes done).
       Attempt(party, deadline, std::move(issue), std::move(done),
-              std::move(s));
+              std::move(s.status));
     } else {
       // Still not connected at the deadline: the connection's failure says
       // why, "Deadline Exceeded" would not.
-      if (!first_failure.ok() && absl::IsDeadlineExceeded(s) &&
+      if (!first_failure.ok() && absl::IsDeadlineExceeded(s.status) &&
           !connected_[party].load(std::memory_order_relaxed))
         s = absl::UnavailableError(absl::StrCat(
             first_failure.message(), " (no connection after waiting ",

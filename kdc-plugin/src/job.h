@@ -5,14 +5,17 @@
 // mapping is a table and not a guess:
 //
 //   kUnavailable        the MPC cluster cannot serve the job (a party is
-//                       unreachable, the batch deadline passed, a party
-//                       answered inconsistently or a share's two copies
-//                       disagreed)            -> KRB5KDC_ERR_SVC_UNAVAILABLE
-//   kNotFound           no shares exist for the key id   -> KRB5_KT_NOTFOUND
+//                       unreachable or refused the batch, the batch
+//                       deadline passed, a party answered inconsistently or
+//                       a share's two copies disagreed, the servers hold
+//                       inconsistent shares of the key: JOB_KEY_INCONSISTENT)
+//                                              -> KRB5KDC_ERR_SVC_UNAVAILABLE
+//   kNotFound           no shares exist for the key id (JOB_UNKNOWN_KEY)
+//                                                      -> KRB5_KT_NOTFOUND
 //   kDataLoss           the tag or checksum did not verify, or a ciphertext
 //                       cannot be one of these enctypes at all
 //                                              -> KRB5KRB_AP_ERR_BAD_INTEGRITY
-//   kInvalidArgument    a malformed job                        -> EINVAL
+//   kInvalidArgument    a malformed job (JOB_MALFORMED)          -> EINVAL
 //   anything else       an internal failure              -> KRB5_CRYPTO_INTERNAL
 #ifndef KMPC_KDC_PLUGIN_JOB_H_
 #define KMPC_KDC_PLUGIN_JOB_H_
@@ -21,12 +24,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "contract.h"
+#include "kmpc.pb.h"
 
 namespace kmpc::kdc {
 
@@ -57,45 +62,54 @@ inline void Cleanse(std::string* s) {
   s->clear();
 }
 
-inline constexpr size_t kKeyIdSize = 32;
-inline constexpr size_t kBlock = 16;
-inline constexpr size_t kOverhead = 32;  // ctr0 (16) || ... || T (16)
-// The servers' limit on one job (engine::kMaxJobBlocks): 1 MiB.
-inline constexpr size_t kMaxJobBytes = size_t{65536} * kBlock;
-
-// Values of krb5_kdcmpc_job_type.
-enum class JobType : int { kDecrypt = 1, kEncrypt = 2, kChecksum = 3, kVerify = 4 };
-
-const char* JobTypeName(JobType t);
-
+// A job as the KDC submits it. `type` is the contract's job type
+// (kmpc.proto JobType; module.cc maps the krb5 patch's
+// krb5_kdcmpc_job_type to it); FINALIZE is never submitted.
 struct Job {
-  JobType type = JobType::kDecrypt;
-  std::string key_id;  // kKeyIdSize bytes
+  kmpc::v1::JobType type = kmpc::v1::JOB_TYPE_UNSPECIFIED;
+  std::string key_id;    // contract::kKeyIdSize bytes
   uint32_t usage = 0;
   SecureBytes input;     // ENCRYPT: the plaintext; others: public data
-  std::string checksum;  // VERIFY: ctr0 || tag
+  std::string checksum;  // VERIFY_CHECKSUM: ctr0 || tag
 };
 
-// Checks a job as hostile input. Returns kInvalidArgument for a malformed
-// job and kDataLoss for a ciphertext or checksum that cannot verify under
-// any key (too short, a counter range through the all-zero block).
-absl::Status ValidateJob(const Job& job);
+// A job from Submit to its Result: queued by the dispatcher, then owned by
+// the BatchStep that carries it (moved, never copied).
+struct PendingJob {
+  uint64_t token = 0;  // the caller's name for it in its Result
+  Job job;
+  uint64_t blocks = 0;  // JobBlocks; 0 for a finalize_only job
+  absl::Time enqueued;
+  // A speculative ENCRYPT made by the speculator: no caller, nothing is
+  // delivered; its keystream is held for a later ENCRYPT (speculator.h).
+  bool speculative = false;
+  // The speculation group: a timestamp DECRYPT and the speculative ENCRYPT
+  // jobs it brought along share it; 0 for none.
+  uint64_t group = 0;
+  // An ENCRYPT whose keystream a speculative ENCRYPT of an earlier Run
+  // gave: `output` holds ctr0 || C already, only FINALIZE remains, under
+  // the ENCRYPT state (run_batch_id, run_job_id) the servers keep.
+  bool finalize_only = false;
+  std::string run_batch_id;
+  uint64_t run_job_id = 0;
+  // The value under construction, wiped when it goes: ENCRYPT ctr0 || C ||
+  // T (T from FINALIZE), DECRYPT the plaintext, CHECKSUM ctr0 || tag, a
+  // speculative ENCRYPT its keystream.
+  SecureBytes output;
+  bool done = false;  // completed (guarded by the BatchStep's mutex)
+};
 
-// ceil(n / 16).
-uint64_t CeilBlocks(size_t n);
+// The job's public shape for the contract (proto/contract.h): an ENCRYPT
+// is its plaintext's length, never its plaintext.
+contract::JobShape ShapeOf(const Job& job);
 
-// enctype.md: a 16-byte ctr0 whose range c0 .. c0+n never reaches the
-// all-zero block (c0 == 0, or a wrap past 2^128 - 1).
-bool CounterRangeOk(const std::string& ctr0, uint64_t n);
+// contract::CheckJob as a status with the meanings above: kInvalidArgument
+// for a malformed job (JOB_MALFORMED), kDataLoss for a ciphertext or
+// checksum that cannot verify under any key (JOB_INTEGRITY_FAILED).
+absl::Status CheckJob(const Job& job);
 
-// AES blocks the job costs the cluster (keystream blocks plus the tag
-// mask block), as the servers count them against their batch limit.
+// contract::JobBlocks: what the job costs the cluster.
 uint64_t JobBlocks(const Job& job);
-
-// Status helpers with the meanings above.
-inline absl::Status IntegrityError(absl::string_view msg) {
-  return absl::DataLossError(msg);
-}
 
 }  // namespace kmpc::kdc
 

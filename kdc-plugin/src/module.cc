@@ -50,6 +50,19 @@ krb5_error_code KrbErrorFromStatus(const absl::Status& s) {
   }
 }
 
+// The one mapping from the krb5 patch's job types (kdcmpc_plugin.h) to the
+// contract's (kmpc.proto JobType); JOB_TYPE_UNSPECIFIED for any other
+// value.
+kmpc::v1::JobType JobTypeOf(krb5_kdcmpc_job_type type) {
+  switch (type) {
+    case KRB5_KDCMPC_ENCRYPT: return kmpc::v1::JOB_ENCRYPT;
+    case KRB5_KDCMPC_DECRYPT: return kmpc::v1::JOB_DECRYPT;
+    case KRB5_KDCMPC_CHECKSUM: return kmpc::v1::JOB_CHECKSUM;
+    case KRB5_KDCMPC_VERIFY: return kmpc::v1::JOB_VERIFY_CHECKSUM;
+    default: return kmpc::v1::JOB_TYPE_UNSPECIFIED;
+  }
+}
+
 namespace {
 
 char* Dup(const std::string& s) {
@@ -183,7 +196,7 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
       return EINVAL;
     }
     core->transport = std::move(*t);
-    // Kick(): early flush, and the FINALIZE of speculated jobs.
+    // SubmitterIdle(): early flush, and the finalize_only jobs.
     core->kick = mo->batcher.early_flush || mo->batcher.speculate;
     core->batcher = std::make_unique<kmpc::kdc::Batcher>(
         mo->batcher, core->transport.get(), core->sink.get());
@@ -217,14 +230,10 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
       return KRB5_BAD_ENCTYPE;
     }
     kmpc::kdc::Job j;
-    switch (job->type) {
-      case KRB5_KDCMPC_DECRYPT: j.type = kmpc::kdc::JobType::kDecrypt; break;
-      case KRB5_KDCMPC_ENCRYPT: j.type = kmpc::kdc::JobType::kEncrypt; break;
-      case KRB5_KDCMPC_CHECKSUM: j.type = kmpc::kdc::JobType::kChecksum; break;
-      case KRB5_KDCMPC_VERIFY: j.type = kmpc::kdc::JobType::kVerify; break;
-      default:
-        *msg_out = kmpc::kdc::Dup("kdcmpc: unknown job type");
-        return EINVAL;
+    j.type = kmpc::kdc::JobTypeOf(job->type);
+    if (j.type == kmpc::v1::JOB_TYPE_UNSPECIFIED) {
+      *msg_out = kmpc::kdc::Dup("kdcmpc: unknown job type");
+      return EINVAL;
     }
     j.key_id.assign(reinterpret_cast<const char*>(job->key_id),
                     KRB5_KDCMPC_KEY_ID_LEN);
@@ -266,7 +275,7 @@ extern "C" int kmpc_core_arm_kick(kmpc_core* core) {
 
 extern "C" void kmpc_core_kick(kmpc_core* core) {
   try {
-    core->batcher->Kick();
+    core->batcher->SubmitterIdle();
   } catch (...) {
   }
 }

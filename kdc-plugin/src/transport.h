@@ -13,9 +13,28 @@
 
 namespace kmpc::kdc {
 
+// The outcome of one call. Either OK; or the server refused the whole
+// batch (`refusal` is the BatchErrorCode it sent, kmpc.proto BatchError;
+// `status` is kAborted with "BATCH_...: detail"); or the call failed
+// without a server's answer (refusal BATCH_ERROR_UNSPECIFIED; `status` is
+// kUnavailable, kDeadlineExceeded, kCancelled when the transport shuts
+// down, or kPermissionDenied for a server that is not the party of its
+// position).
+struct CallStatus {
+  absl::Status status;
+  kmpc::v1::BatchErrorCode refusal = kmpc::v1::BATCH_ERROR_UNSPECIFIED;
+
+  CallStatus() = default;
+  CallStatus(absl::Status s) : status(std::move(s)) {}  // NOLINT: failures
+  static CallStatus Refused(const kmpc::v1::BatchError& e);
+
+  bool ok() const { return status.ok(); }
+  bool refused() const { return refusal != kmpc::v1::BATCH_ERROR_UNSPECIFIED; }
+};
+
 class Transport {
  public:
-  using Done = std::function<void(absl::Status)>;
+  using Done = std::function<void(CallStatus)>;
   virtual ~Transport() = default;
 
   // Sends req to party (0, 1, 2) and fills *resp. req and resp must stay

@@ -69,7 +69,7 @@ class CollectingSink : public Sink {
 
 Job Encrypt(const std::string& plaintext, uint32_t usage = 2) {
   Job j;
-  j.type = JobType::kEncrypt;
+  j.type = kmpc::v1::JOB_ENCRYPT;
   j.key_id = kKeyId;
   j.usage = usage;
   j.input.assign(plaintext.begin(), plaintext.end());
@@ -78,7 +78,7 @@ Job Encrypt(const std::string& plaintext, uint32_t usage = 2) {
 
 Job Decrypt(const SecureBytes& ct, uint32_t usage = 2) {
   Job j;
-  j.type = JobType::kDecrypt;
+  j.type = kmpc::v1::JOB_DECRYPT;
   j.key_id = kKeyId;
   j.usage = usage;
   j.input = ct;
@@ -124,7 +124,7 @@ TEST_F(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   const std::string pt = "an EncTicketPart of some 150 bytes, give or take";
   ASSERT_TRUE(b->Submit(1, Encrypt(pt)).ok());
   Job ck;
-  ck.type = JobType::kChecksum;
+  ck.type = kmpc::v1::JOB_CHECKSUM;
   ck.key_id = kKeyId;
   ck.usage = 56;
   ck.input.assign(pt.begin(), pt.end());
@@ -148,7 +148,7 @@ TEST_F(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   ASSERT_TRUE(ckr.status.ok());
   ASSERT_EQ(ckr.output.size(), 32u);
   Job v;
-  v.type = JobType::kVerify;
+  v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
   v.key_id = kKeyId;
   v.usage = 56;
   v.input.assign(pt.begin(), pt.end());
@@ -177,7 +177,7 @@ TEST_F(BatcherTest, MalformedJobsAreRefusedAtSubmit) {
   SecureBytes wrap(48, 0xff);  // ctr0 + 1 wraps past 2^128 - 1
   EXPECT_TRUE(absl::IsDataLoss(b->Submit(4, Decrypt(wrap))));
   Job v;
-  v.type = JobType::kVerify;
+  v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
   v.key_id = kKeyId;
   v.checksum = std::string(31, 'c');
   EXPECT_TRUE(absl::IsDataLoss(b->Submit(5, std::move(v))));
@@ -349,7 +349,7 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   ASSERT_TRUE(sink_.WaitFor(3));
   ASSERT_TRUE(sink_.Get(3).status.ok());
   const SecureBytes ts = sink_.Get(3).output;
-  EXPECT_EQ(b->stats().spec_encrypts, 0u);
+  EXPECT_EQ(b->stats().speculative_encrypts, 0u);
   // Speculation needs an idle cluster: the batch that delivered job 3 may
   // still be finishing (a loaded machine).
   auto wait_idle = [&] {
@@ -366,18 +366,18 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   EXPECT_EQ(Str(sink_.Get(4).output), "a timestamp");
   EXPECT_EQ(RunCalls(), runs0 + 1);
   EXPECT_EQ(fake_.calls().back().jobs, 3);
-  EXPECT_EQ(b->stats().spec_encrypts, 2u);
+  EXPECT_EQ(b->stats().speculative_encrypts, 2u);
   EXPECT_EQ(sink_.counts().size(), 4u);  // nothing delivered for them
 
   // Ticket and reply of the speculated length: FINALIZE only.
   const int fins0 = finalizes();
   ASSERT_TRUE(b->Submit(5, enc(tgt_id, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(6, enc(kKeyId, 3, 64)).ok());
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(6));
   EXPECT_EQ(RunCalls(), runs0 + 1);
   EXPECT_EQ(finalizes(), fins0 + 1);
-  EXPECT_EQ(b->stats().spec_used, 2u);
+  EXPECT_EQ(b->stats().speculative_used, 2u);
   for (auto [token, key, usage] : {std::tuple<uint64_t, std::string, uint32_t>{
                                        5, tgt_key, 2},
                                    {6, kKey, 3}}) {
@@ -408,12 +408,12 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   const int runs_before = RunCalls();
   ASSERT_TRUE(b->Submit(23, enc(tgt_id, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(24, enc(kKeyId, 3, 64)).ok());
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(11));
   EXPECT_TRUE(sink_.Get(23).status.ok());
-  EXPECT_EQ(b->stats().spec_used, 4u);
+  EXPECT_EQ(b->stats().speculative_used, 4u);
   EXPECT_EQ(RunCalls(), runs_before);  // FINALIZE only
-  EXPECT_EQ(b->stats().spec_encrypts, 4u);
+  EXPECT_EQ(b->stats().speculative_encrypts, 4u);
 
   // A timestamp that does not decrypt: its keystreams are dropped, the
   // next ticket and reply run as usual.
@@ -423,16 +423,16 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   ASSERT_TRUE(b->Submit(7, Decrypt(bad, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(12));
   EXPECT_TRUE(absl::IsDataLoss(sink_.Get(7).status));
-  EXPECT_EQ(b->stats().spec_encrypts, 6u);
+  EXPECT_EQ(b->stats().speculative_encrypts, 6u);
   const int runs1 = RunCalls();
   ASSERT_TRUE(b->Submit(8, enc(tgt_id, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(9, enc(kKeyId, 3, 64)).ok());
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(14));
   EXPECT_TRUE(sink_.Get(8).status.ok());
   EXPECT_TRUE(sink_.Get(9).status.ok());
   EXPECT_EQ(RunCalls(), runs1 + 1);
-  EXPECT_EQ(b->stats().spec_used, 4u);
+  EXPECT_EQ(b->stats().speculative_used, 4u);
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
@@ -452,7 +452,7 @@ class SpeculationTest : public BatcherTest {
     o.window = absl::Seconds(30);
     o.early_flush = true;
     // Jobs submitted back to back stay in one batch, even on a loaded
-    // machine (Kick flushes them).
+    // machine (SubmitterIdle flushes them).
     o.coalesce = absl::Seconds(2);
     o.deadline = absl::Seconds(5);
     return o;
@@ -472,15 +472,15 @@ class SpeculationTest : public BatcherTest {
     ASSERT_TRUE(b->Submit(1001, Enc(tgt_id_, 2, 56)).ok());
     ASSERT_TRUE(b->Submit(1002, Enc(kKeyId, 3, 56)).ok());
     ASSERT_TRUE(b->Submit(1003, Encrypt("a timestamp", 1)).ok());
-    b->Kick();
+    b->SubmitterIdle();
     ASSERT_TRUE(sink_.WaitFor(n0 + 3));
     ASSERT_TRUE(sink_.Get(1003).status.ok());
     WaitIdle(b);
     ASSERT_TRUE(b->Submit(1004, Decrypt(sink_.Get(1003).output, 1)).ok());
-    b->Kick();
+    b->SubmitterIdle();
     ASSERT_TRUE(sink_.WaitFor(n0 + 4));
     ASSERT_EQ(Str(sink_.Get(1004).output), "a timestamp");
-    ASSERT_EQ(b->stats().spec_encrypts, 2u);
+    ASSERT_EQ(b->stats().speculative_encrypts, 2u);
     WaitIdle(b);
   }
   // token's result is a valid ctr0 || C || T of `len` bytes of the
@@ -502,25 +502,24 @@ class SpeculationTest : public BatcherTest {
 
 // The servers forgot the speculative ENCRYPT states (a restart, or a TTL
 // shorter than speculate_ttl): FINALIZE of the ticket and reply fails with
-// NOT_FOUND. They are re-run as ordinary ENCRYPT jobs and succeed; the
-// unrelated job of the same batch is not affected. (Before, the pre-run
-// items shared the batch's FINALIZE request and every job failed.)
+// BATCH_UNKNOWN_ENCRYPT. They are re-run as ordinary ENCRYPT jobs and
+// succeed; the unrelated job of the same batch is not affected.
 TEST_F(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
   auto b = Make(Opts());
   Speculate(b.get());
-  ASSERT_EQ(b->stats().spec_held, 2u);
+  ASSERT_EQ(b->stats().keystreams_held, 2u);
   fake_.ForgetEncryptStates();
   const uint64_t batches0 = b->stats().batches;
   const int runs0 = RunCalls();
   ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(6, Enc(kKeyId, 3, 64)).ok());
   ASSERT_TRUE(b->Submit(7, Enc(kKeyId, 7, 100)).ok());  // ordinary
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(7));
   // Job 7's batch, and the FINALIZE-only batch of the speculated jobs.
   EXPECT_EQ(b->stats().batches, batches0 + 2);
-  EXPECT_EQ(b->stats().spec_used, 2u);
-  EXPECT_EQ(b->stats().spec_rerun, 2u);
+  EXPECT_EQ(b->stats().speculative_used, 2u);
+  EXPECT_EQ(b->stats().finalize_only_rerun, 2u);
   EXPECT_EQ(RunCalls(), runs0 + 2);  // job 7's Run, and the re-run
   ExpectEncrypted(5, tgt_key_, 2, 64);
   ExpectEncrypted(6, kKey, 3, 64);
@@ -540,7 +539,7 @@ TEST_F(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
 TEST_F(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
   auto b = Make(Opts());  // deadline 5 s
   Speculate(b.get());
-  ASSERT_EQ(b->stats().spec_held, 2u);
+  ASSERT_EQ(b->stats().keystreams_held, 2u);
   fake_.ForgetEncryptStates(1);
   const int fin0 = fake_.finalize_answers();
   fake_.DelayNextFinalize(0, absl::Seconds(2));
@@ -549,7 +548,7 @@ TEST_F(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
   const absl::Time t0 = absl::Now();
   ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(6, Enc(kKeyId, 3, 64)).ok());
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(5)));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
   ExpectEncrypted(5, tgt_key_, 2, 64);
@@ -559,7 +558,7 @@ TEST_F(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
     absl::SleepFor(absl::Milliseconds(10));
   ASSERT_GE(fake_.finalize_answers(), fin0 + 3);
   absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(b->stats().spec_rerun, 2u);
+  EXPECT_EQ(b->stats().finalize_only_rerun, 2u);
   EXPECT_EQ(RunCalls(), runs0 + 1);  // one re-run
   EXPECT_EQ(b->stats().failed_batches, 0u);
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
@@ -573,30 +572,28 @@ TEST_F(SpeculationTest, NewestMatchingKeystreamIsUsed) {
   Speculate(b.get());
   fake_.ForgetEncryptStates();  // the first pair is stale on the "servers"
   ASSERT_TRUE(b->Submit(5, Decrypt(sink_.Get(1003).output, 1)).ok());
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(5));
   ASSERT_TRUE(sink_.Get(5).status.ok());
-  EXPECT_EQ(b->stats().spec_encrypts, 4u);
+  EXPECT_EQ(b->stats().speculative_encrypts, 4u);
   WaitIdle(b.get());
   const int runs0 = RunCalls();
   ASSERT_TRUE(b->Submit(6, Enc(tgt_id_, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(7, Enc(kKeyId, 3, 64)).ok());
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(7));
   ExpectEncrypted(6, tgt_key_, 2, 64);
   ExpectEncrypted(7, kKey, 3, 64);
-  EXPECT_EQ(b->stats().spec_used, 2u);
-  EXPECT_EQ(b->stats().spec_rerun, 0u);
+  EXPECT_EQ(b->stats().speculative_used, 2u);
+  EXPECT_EQ(b->stats().finalize_only_rerun, 0u);
   EXPECT_EQ(RunCalls(), runs0);  // FINALIZE only
   WaitIdle(b.get());
-  EXPECT_EQ(b->stats().spec_held, 2u);  // the stale pair, until it expires
+  EXPECT_EQ(b->stats().keystreams_held, 2u);  // the stale pair, until it expires
 }
 
-// Every Run job of the batch is a culprit (unknown key id, the batch is
-// refused and re-run without it: nothing left to run). The speculative
-// ticket and reply of that batch still finalize, instead of waiting for
-// the deadline and failing.
-TEST_F(SpeculationTest, AllCulpritRunStillFinalizesSpeculativeJobs) {
+// The only Run job of the batch fails per job (unknown key id); the
+// finalize_only ticket and reply of that batch still finalize.
+TEST_F(SpeculationTest, UnknownKeyRunJobBesideFinalizeOnlyJobs) {
   BatcherOptions o = Opts();
   o.deadline = absl::Seconds(3);
   auto b = Make(o);
@@ -605,13 +602,13 @@ TEST_F(SpeculationTest, AllCulpritRunStillFinalizesSpeculativeJobs) {
   ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(6, Enc(kKeyId, 3, 64)).ok());
   ASSERT_TRUE(b->Submit(7, Enc(std::string(32, 'u'), 7, 20)).ok());
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(7));
   EXPECT_TRUE(absl::IsNotFound(sink_.Get(7).status)) << sink_.Get(7).status;
   ExpectEncrypted(5, tgt_key_, 2, 64);
   ExpectEncrypted(6, kKey, 3, 64);
   EXPECT_EQ(RunCalls(), runs0 + 1);
-  EXPECT_EQ(b->stats().spec_rerun, 0u);
+  EXPECT_EQ(b->stats().finalize_only_rerun, 0u);
 }
 
 // Every timestamp in a batch brings its own group along; speculative jobs
@@ -625,18 +622,18 @@ TEST_F(SpeculationTest, EveryTimestampBringsItsGroupUpToTheCap) {
   ASSERT_TRUE(b->Submit(5, Decrypt(ts, 1)).ok());
   ASSERT_TRUE(b->Submit(6, Decrypt(ts, 1)).ok());
   ASSERT_TRUE(b->Submit(7, Decrypt(ts, 1)).ok());  // 2 + 4 = the cap
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(7));
   for (uint64_t t : {5, 6, 7}) EXPECT_TRUE(sink_.Get(t).status.ok());
-  EXPECT_EQ(b->stats().spec_encrypts, 6u);
+  EXPECT_EQ(b->stats().speculative_encrypts, 6u);
   EXPECT_EQ(fake_.calls().back().jobs, 7);
   WaitIdle(b.get());
-  EXPECT_EQ(b->stats().spec_held, 6u);
+  EXPECT_EQ(b->stats().keystreams_held, 6u);
 }
 
 // Under load, without early flush (the 100 ms window): the timestamp's
 // batch brings the ticket's and reply's keystreams along, and their
-// FINALIZE goes at the KDC's Kick() without waiting for the Run batch in
+// FINALIZE goes when the KDC calls SubmitterIdle() without waiting for the Run batch in
 // flight (max_inflight 1): a login needs one Run, not two.
 TEST_F(SpeculationTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
   BatcherOptions o;
@@ -652,7 +649,7 @@ TEST_F(SpeculationTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
   ASSERT_TRUE(b->Submit(4, Decrypt(sink_.Get(3).output, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(4));
   ASSERT_EQ(Str(sink_.Get(4).output), "a timestamp");
-  EXPECT_EQ(b->stats().spec_encrypts, 2u);
+  EXPECT_EQ(b->stats().speculative_encrypts, 2u);
   EXPECT_EQ(fake_.calls().back().jobs, 3);
   WaitIdle(b.get());
 
@@ -664,12 +661,12 @@ TEST_F(SpeculationTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
   const absl::Time t0 = absl::Now();
   ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(6, Enc(kKeyId, 3, 64)).ok());
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(6));
   EXPECT_LT(sink_.At(6) - t0, absl::Seconds(1));
   ExpectEncrypted(5, tgt_key_, 2, 64);
   ExpectEncrypted(6, kKey, 3, 64);
-  EXPECT_EQ(b->stats().spec_used, 2u);
+  EXPECT_EQ(b->stats().speculative_used, 2u);
   ASSERT_TRUE(sink_.WaitFor(7));
   ExpectEncrypted(10, kKey, 7, 100);
   EXPECT_GT(sink_.At(10), sink_.At(6));
@@ -699,19 +696,19 @@ TEST_F(SpeculationTest, FailedTimestampsUseUpTheBudget) {
   ASSERT_TRUE(sink_.WaitFor(n0 + 400));
   for (uint64_t t = 0; t < 400; ++t)
     ASSERT_TRUE(absl::IsDataLoss(sink_.Get(2000 + t).status));
-  const uint64_t groups = (b->stats().spec_encrypts - 2) / 2;
+  const uint64_t groups = (b->stats().speculative_encrypts - 2) / 2;
   EXPECT_GE(groups, 99u);
   EXPECT_LE(static_cast<double>(groups), 99 + 32 * secs + 1) << secs;
-  EXPECT_GE(b->stats().spec_wasted, groups);
-  EXPECT_LE(b->stats().spec_wasted, groups + 2);  // + the held pair, if expired
+  EXPECT_GE(b->stats().speculative_wasted, groups);
+  EXPECT_LE(b->stats().speculative_wasted, groups + 2);  // + the held pair, if expired
   WaitIdle(b.get());
-  EXPECT_LE(b->stats().spec_held, 2u);  // the failed groups' were dropped
+  EXPECT_LE(b->stats().keystreams_held, 2u);  // the failed groups' were dropped
 }
 
-// The KDC normally kicks after submitting a ticket and a reply; without a
-// Kick() their FINALIZE still goes within milliseconds, not after the
+// The KDC normally calls SubmitterIdle() after a ticket and a reply; without
+// it their FINALIZE still goes within milliseconds, not after the
 // window or the coalesce delay.
-TEST_F(SpeculationTest, SpeculatedJobsGoWithoutAKick) {
+TEST_F(SpeculationTest, FinalizeOnlyJobsGoWithoutSubmitterIdle) {
   auto b = Make(Opts());  // window 30 s, coalesce 2 s
   Speculate(b.get());
   const absl::Time t0 = absl::Now();
@@ -721,7 +718,7 @@ TEST_F(SpeculationTest, SpeculatedJobsGoWithoutAKick) {
   EXPECT_LT(sink_.At(6) - t0, absl::Milliseconds(1500));
   ExpectEncrypted(5, tgt_key_, 2, 64);
   ExpectEncrypted(6, kKey, 3, 64);
-  EXPECT_EQ(b->stats().spec_used, 2u);
+  EXPECT_EQ(b->stats().speculative_used, 2u);
 }
 
 // The keystream's length: every recent plaintext length up to one block
@@ -740,22 +737,22 @@ TEST_F(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
       const size_t n0 = sink_.counts().size();
       ASSERT_TRUE(b->Submit(token++, Enc(tgt_id_, 2, len)).ok());
       ASSERT_TRUE(b->Submit(token++, Enc(kKeyId, 3, len)).ok());
-      b->Kick();
+      b->SubmitterIdle();
       ASSERT_TRUE(sink_.WaitFor(n0 + 2));
       WaitIdle(b.get());
     }
     const uint64_t ts_token = token++;
     size_t n0 = sink_.counts().size();
     ASSERT_TRUE(b->Submit(ts_token, Encrypt("a timestamp", 1)).ok());
-    b->Kick();
+    b->SubmitterIdle();
     ASSERT_TRUE(sink_.WaitFor(n0 + 1));
     WaitIdle(b.get());
     const SecureBytes ts = sink_.Get(ts_token).output;
     n0 = sink_.counts().size();
     ASSERT_TRUE(b->Submit(token++, Decrypt(ts, 1)).ok());
-    b->Kick();
+    b->SubmitterIdle();
     ASSERT_TRUE(sink_.WaitFor(n0 + 1));
-    ASSERT_EQ(b->stats().spec_encrypts, 2u);
+    ASSERT_EQ(b->stats().speculative_encrypts, 2u);
     WaitIdle(b.get());
     const int runs0 = RunCalls();
     const uint64_t t = token, r = token + 1;
@@ -763,11 +760,11 @@ TEST_F(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
     n0 = sink_.counts().size();
     ASSERT_TRUE(b->Submit(t, Enc(tgt_id_, 2, ticket)).ok());
     ASSERT_TRUE(b->Submit(r, Enc(kKeyId, 3, reply)).ok());
-    b->Kick();
+    b->SubmitterIdle();
     ASSERT_TRUE(sink_.WaitFor(n0 + 2));
     ExpectEncrypted(t, tgt_key_, 2, ticket);
     ExpectEncrypted(r, kKey, 3, reply);
-    EXPECT_EQ(b->stats().spec_used, want_used);
+    EXPECT_EQ(b->stats().speculative_used, want_used);
     EXPECT_EQ(RunCalls(), runs0 + (want_used == 2 ? 0 : 1));
   };
   // 50 bytes learnt: 64 bytes of keystream. A 64-byte ticket uses it; a
@@ -794,10 +791,10 @@ TEST_F(BatcherTest, SpeculationOffSendsNoExtraJobs) {
   ASSERT_TRUE(b->Submit(4, Decrypt(sink_.Get(3).output, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(4));
   EXPECT_EQ(fake_.calls().back().jobs, 1);
-  EXPECT_EQ(b->stats().spec_encrypts, 0u);
+  EXPECT_EQ(b->stats().speculative_encrypts, 0u);
 }
 
-TEST_F(BatcherTest, KickFlushesAnIdleQueueWithoutTheCoalesceDelay) {
+TEST_F(BatcherTest, SubmitterIdleFlushesAnIdleQueueWithoutTheCoalesceDelay) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.early_flush = true;
@@ -808,27 +805,27 @@ TEST_F(BatcherTest, KickFlushesAnIdleQueueWithoutTheCoalesceDelay) {
   ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(RunCalls(), 0);  // the coalesce delay holds them
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
   EXPECT_LT(sink_.At(2) - t0, absl::Seconds(5));
   EXPECT_EQ(RunCalls(), 1);  // both in one batch
   // A kick with nothing queued changes nothing; the next jobs wait again.
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(b->Submit(3, Encrypt("c")).ok());
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(RunCalls(), 1);
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(5)));
   EXPECT_EQ(RunCalls(), 2);
 }
 
-TEST_F(BatcherTest, KickWithoutEarlyFlushKeepsTheWindow) {
+TEST_F(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
   BatcherOptions o;
   o.window = absl::Milliseconds(300);
   auto b = Make(o);
   absl::Time t0 = absl::Now();
   ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
-  b->Kick();
+  b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
   EXPECT_GE(sink_.At(1) - t0, absl::Milliseconds(290));
 }
@@ -871,6 +868,34 @@ TEST_F(BatcherTest, UnreachableServerFailsFast) {
   ASSERT_TRUE(b->Submit(2, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(2));
   EXPECT_TRUE(sink_.Get(2).status.ok());
+}
+
+// A server's typed refusal (an overloaded queue) fails the batch's jobs
+// at once (SVC_UNAVAILABLE), naming the party and the refusal; nothing is
+// re-run, and the next batch succeeds once the server accepts again.
+TEST_F(BatcherTest, TypedRefusalFailsTheBatchAtOnce) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.deadline = absl::Seconds(20);
+  fake_.set_refuse(1, kmpc::v1::BATCH_OVERLOADED);
+  auto b = Make(o);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->Submit(2, Decrypt(SecureBytes(40, 7))).ok());
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  for (int t : {1, 2}) {
+    const absl::Status& st = sink_.Get(t).status;
+    EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+    EXPECT_TRUE(absl::StrContains(
+        st.message(), "MPC party 1 (fake) refused the batch: BATCH_OVERLOADED"))
+        << st;
+  }
+  EXPECT_EQ(RunCalls(), 1);
+  fake_.set_refuse(1, kmpc::v1::BATCH_ERROR_UNSPECIFIED);
+  ASSERT_TRUE(b->Submit(3, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
 }
 
 TEST_F(BatcherTest, ShareCopyDisagreementRejectsTheBatch) {
@@ -946,14 +971,14 @@ TEST_F(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
   EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
 }
 
-// Servers that fail a job whose key is missing or inconsistent on some of
-// them per job (JobResult.error_code): only those jobs fail, in the same
+// The servers fail a job whose key is missing or inconsistent on some of
+// them per job (JobResult.status JOB_UNKNOWN_KEY / JOB_KEY_INCONSISTENT):
+// only those jobs fail, in the same
 // single Run, NOT_FOUND for a missing key, UNAVAILABLE for inconsistent
 // shares; the others complete.
 TEST_F(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
-  fake_.set_per_job_key_errors(true);
   const std::string bad(32, 'b');
   fake_.AddInconsistentKey(bad);
   auto b = Make(o);

@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "contract.h"
 
 namespace kmpc::kdc::testing {
 
@@ -85,6 +86,10 @@ void FakeCluster::set_zero_ctr0(bool v) {
   std::lock_guard<std::mutex> l(mu_);
   zero_ctr0_ = v;
 }
+void FakeCluster::set_refuse(int p, pb::BatchErrorCode code) {
+  std::lock_guard<std::mutex> l(mu_);
+  refuse_[p] = code;
+}
 std::vector<FakeCluster::Call> FakeCluster::calls() {
   std::lock_guard<std::mutex> l(mu_);
   return calls_;
@@ -136,34 +141,64 @@ void FakeCluster::Loop() {
   }
 }
 
-absl::Status FakeCluster::ComputeRun(const pb::RunRequest& req,
-                                     std::array<pb::RunResponse, 3>* out) {
+namespace {
+
+CallStatus Refused(pb::BatchErrorCode code, std::string detail) {
+  pb::BatchError e;
+  e.set_code(code);
+  e.set_detail(std::move(detail));
+  return CallStatus::Refused(e);
+}
+
+// Sets every party's view of a failed job.
+void FailJob(const std::array<pb::JobResult*, 3>& r, pb::JobStatus status,
+             const std::string& detail) {
+  for (auto* x : r) {
+    x->set_status(status);
+    x->set_detail(detail);
+  }
+}
+
+}  // namespace
+
+CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
+                                   std::array<pb::RunResponse, 3>* out) {
   for (int p = 0; p < 3; ++p) {
     (*out)[p].set_batch_id(req.batch_id());
     (*out)[p].set_party(p);
   }
-  uint64_t blocks = 0;
+  if (req.batch_id().size() != contract::kBatchIdSize || req.jobs().empty())
+    return Refused(pb::BATCH_MALFORMED, "batch id size or no jobs");
+  std::set<uint64_t> ids;
+  uint64_t batch_blocks = 0;
   for (const pb::Job& j : req.jobs()) {
-    auto k = keys_.find(j.key_id());
-    if (k == keys_.end() && !per_job_key_errors_)
-      return absl::NotFoundError(
-          absl::StrCat("unknown key id ", absl::BytesToHexString(j.key_id())));
+    if (!ids.insert(j.job_id()).second)
+      return Refused(pb::BATCH_MALFORMED, "duplicate job id");
+    batch_blocks += contract::JobBlocks(contract::ShapeOf(j));
   }
+  if (batch_blocks > contract::kMaxBatchBlocks)
+    return Refused(pb::BATCH_TOO_LARGE, "too many AES blocks");
+  uint64_t blocks = 0;
   for (const pb::Job& j : req.jobs()) {
     std::array<pb::JobResult*, 3> r;
     for (int p = 0; p < 3; ++p) {
       r[p] = (*out)[p].add_results();
       r[p]->set_job_id(j.job_id());
     }
-    const bool unknown = !keys_.count(j.key_id());
-    if (unknown || inconsistent_.count(j.key_id())) {
-      for (auto* x : r) {
-        x->set_status(unknown ? pb::JOB_UNKNOWN_KEY : pb::JOB_KEY_INCONSISTENT);
-        x->set_detail(unknown ? "unknown key id: no shares on MPC party 1"
-                              : "different dealings of this key");
-      }
+    const contract::JobCheck check = contract::CheckJob(contract::ShapeOf(j));
+    if (!check.ok()) {
+      FailJob(r, check.status, check.detail);
       continue;
     }
+    if (!keys_.count(j.key_id())) {
+      FailJob(r, pb::JOB_UNKNOWN_KEY, "unknown key id: no shares on MPC party 1");
+      continue;
+    }
+    if (inconsistent_.count(j.key_id())) {
+      FailJob(r, pb::JOB_KEY_INCONSISTENT, "different dealings of this key");
+      continue;
+    }
+    blocks += contract::JobBlocks(contract::ShapeOf(j));
     const std::string& key = keys_[j.key_id()];
     for (auto* x : r) x->set_status(pb::JOB_OK);
     auto pairs = [&](pb::SharePair* (pb::JobResult::*m)()) {
@@ -177,7 +212,6 @@ absl::Status FakeCluster::ComputeRun(const pb::RunRequest& req,
         Share(Keystream(key, ctr0, j.length()),
               pairs(&pb::JobResult::mutable_keystream));
         enc_[{req.batch_id(), j.job_id()}] = {key, ctr0, j.usage(), j.length()};
-        blocks += (j.length() + 15) / 16 + 1;
         break;
       }
       case pb::JOB_DECRYPT: {
@@ -190,7 +224,6 @@ absl::Status FakeCluster::ComputeRun(const pb::RunRequest& req,
           Share(Keystream(key, ctr0, c.size()),
                 pairs(&pb::JobResult::mutable_keystream));
         }
-        blocks += (c.size() + 15) / 16 + 1;
         break;
       }
       case pb::JOB_CHECKSUM: {
@@ -198,27 +231,20 @@ absl::Status FakeCluster::ComputeRun(const pb::RunRequest& req,
         for (auto* x : r) x->set_ctr0(ctr0);
         Share(Tag(key, j.usage(), ctr0, j.data(), true),
               pairs(&pb::JobResult::mutable_tag));
-        blocks += 1;
         break;
       }
       case pb::JOB_VERIFY_CHECKSUM: {
         std::string ctr0 = j.checksum().substr(0, 16);
         if (Tag(key, j.usage(), ctr0, j.data(), true) != j.checksum().substr(16))
           for (auto* x : r) x->set_status(pb::JOB_INTEGRITY_FAILED);
-        blocks += 1;
         break;
       }
-      default:
-        return absl::InvalidArgumentError("bad job type");
+      default:  // CheckJob let no other type through
+        break;
     }
   }
   for (int p = 0; p < 3; ++p) (*out)[p].mutable_stats()->set_aes_blocks(blocks);
-  return absl::OkStatus();
-}
-
-void FakeCluster::set_per_job_key_errors(bool on) {
-  std::lock_guard<std::mutex> l(mu_);
-  per_job_key_errors_ = on;
+  return CallStatus();
 }
 
 void FakeCluster::ForgetEncryptStates() {
@@ -249,7 +275,7 @@ void FakeCluster::AddInconsistentKey(const std::string& key_id) {
   inconsistent_.insert(key_id);
 }
 
-absl::Status FakeCluster::ComputeFinalize(
+CallStatus FakeCluster::ComputeFinalize(
     const pb::FinalizeRequest& req, std::array<pb::FinalizeResponse, 3>* out) {
   for (int p = 0; p < 3; ++p) {
     (*out)[p].set_batch_id(req.batch_id());
@@ -261,7 +287,8 @@ absl::Status FakeCluster::ComputeFinalize(
   for (const auto& it : req.items()) {
     auto e = enc_.find({it.run_batch_id(), it.job_id()});
     if (e == enc_.end() || it.ciphertext().size() > e->second.length)
-      return absl::NotFoundError("no ENCRYPT job awaits FINALIZE");
+      return Refused(pb::BATCH_UNKNOWN_ENCRYPT,
+                     "no ENCRYPT job awaits FINALIZE");
   }
   for (const auto& it : req.items()) {
     auto e = enc_.find({it.run_batch_id(), it.job_id()});
@@ -277,14 +304,14 @@ absl::Status FakeCluster::ComputeFinalize(
           tags);
     enc_.erase(e);
   }
-  return absl::OkStatus();
+  return CallStatus();
 }
 
 template <typename Resp>
 void FakeCluster::Answer(
     const char* method, int party, int items, const std::string& id,
     std::map<std::string, Batch<Resp>>* batches,
-    const std::function<absl::Status(std::array<Resp, 3>*)>& compute,
+    const std::function<CallStatus(std::array<Resp, 3>*)>& compute,
     const std::function<void(int, Resp*)>& tamper, Resp* resp, Done done) {
   std::unique_lock<std::mutex> l(mu_);
   calls_.push_back({method, party, items, absl::Now()});
@@ -292,8 +319,15 @@ void FakeCluster::Answer(
   if (down_[party]) {
     l.unlock();
     Later(absl::ZeroDuration(), [done] {
-      done(absl::UnavailableError("connection refused"));
+      done(CallStatus(absl::UnavailableError("connection refused")));
     });
+    return;
+  }
+  if (refuse_[party] != pb::BATCH_ERROR_UNSPECIFIED) {
+    const pb::BatchErrorCode code = refuse_[party];
+    l.unlock();
+    Later(absl::ZeroDuration(),
+          [done, code] { done(Refused(code, "queue full")); });
     return;
   }
   auto it = batches->find(id);
@@ -302,7 +336,7 @@ void FakeCluster::Answer(
     b.status = compute(&b.resp);
     it = batches->emplace(id, std::move(b)).first;
   }
-  absl::Status st = it->second.status;
+  CallStatus st = it->second.status;
   if (st.ok()) {
     *resp = it->second.resp[party];
     tamper(party, resp);
@@ -317,7 +351,7 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
   {
     std::lock_guard<std::mutex> l(mu_);
     if (run_delay_ > absl::ZeroDuration())
-      done = [this, extra = run_delay_, done = std::move(done)](absl::Status st) {
+      done = [this, extra = run_delay_, done = std::move(done)](CallStatus st) {
         Later(extra, [done, st] { done(st); });
       };
   }
@@ -336,7 +370,7 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
 void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
                            pb::FinalizeResponse* resp, absl::Time deadline,
                            Done done_in) {
-  Done done = [this, done_in = std::move(done_in)](absl::Status st) {
+  Done done = [this, done_in = std::move(done_in)](CallStatus st) {
     done_in(std::move(st));
     fin_answers_.fetch_add(1);
   };
@@ -352,13 +386,14 @@ void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
       calls_.push_back({"Finalize", party, req.items_size(), absl::Now()});
       l.unlock();
       Later(delay, [done] {
-        done(absl::NotFoundError("no ENCRYPT job awaits FINALIZE"));
+        done(Refused(pb::BATCH_UNKNOWN_ENCRYPT,
+                     "no ENCRYPT job awaits FINALIZE"));
       });
       return;
     }
     if (extra > absl::ZeroDuration()) {
       // The one-shot extra wait goes in front of the callback.
-      done = [this, extra, done = std::move(done)](absl::Status st) {
+      done = [this, extra, done = std::move(done)](CallStatus st) {
         Later(extra, [done, st] { done(st); });
       };
     }

@@ -4,6 +4,13 @@
 // "cipher" is HMAC-SHA256 based, not AES: these tests are about batching,
 // share handling and error paths; the real constructions are tested against
 // the real servers (integration-tests/test_kdc_plugin.py).
+//
+// Its contract is the real servers': a job that breaks proto/contract.h
+// (contract::CheckJob) or whose key is unknown or inconsistent fails alone
+// (JobStatus, with a detail); whole-batch refusals are typed
+// (CallStatus::Refused with a BatchErrorCode, as the gRPC transport makes
+// of BatchErrorStatus): a malformed batch, one over kMaxBatchBlocks, a
+// FINALIZE of no awaiting ENCRYPT state (BATCH_UNKNOWN_ENCRYPT).
 #ifndef KMPC_KDC_PLUGIN_TEST_FAKE_CLUSTER_H_
 #define KMPC_KDC_PLUGIN_TEST_FAKE_CLUSTER_H_
 
@@ -35,19 +42,19 @@ class FakeCluster : public Transport {
   void set_hang(int party, bool hang);     // never answers
   void set_corrupt(int party, bool bad);   // flips a bit of its 2nd share copy
   void set_corrupt_finalize(int party, bool bad);  // the same, Finalize only
-  void set_zero_ctr0(bool zero);  // ENCRYPT answers with ctr0 = 0 (invalid)
-  // As the servers since the per-job key agreement: an unknown key id fails
-  // only its jobs (error_code NOT_FOUND in the JobResult), not the batch.
-  void set_per_job_key_errors(bool on);
-  // Jobs of this key id fail with FAILED_PRECONDITION (the servers hold
-  // different dealings of it), per job.
+  void set_zero_ctr0(bool zero);
+  // Refuses every Run and Finalize with this typed BatchError
+  // (BATCH_ERROR_UNSPECIFIED: no refusal), as an overloaded server does.
+  void set_refuse(int party, kmpc::v1::BatchErrorCode code);  // ENCRYPT answers with ctr0 = 0 (invalid)
+  // Jobs of this key id fail with JOB_KEY_INCONSISTENT (the servers hold
+  // different dealings of it).
   void AddInconsistentKey(const std::string& key_id);
   // Forgets every ENCRYPT state awaiting FINALIZE, as a restarted server
   // (or one whose state TTL passed) does.
   void ForgetEncryptStates();
   // Only `party` forgets the ENCRYPT states awaiting FINALIZE now (a
   // restart of that server): its FINALIZE of any of them fails with
-  // NOT_FOUND, the other parties' succeed (and use theirs up).
+  // BATCH_UNKNOWN_ENCRYPT, the other parties' succeed (and use theirs up).
   void ForgetEncryptStates(int party);
   // The next FINALIZE call of `party` answers after `d` (one-shot).
   void DelayNextFinalize(int party, absl::Duration d);
@@ -82,15 +89,15 @@ class FakeCluster : public Transport {
  private:
   void Later(absl::Duration d, std::function<void()> f);
   void Loop();
-  absl::Status ComputeRun(const kmpc::v1::RunRequest& req,
-                          std::array<kmpc::v1::RunResponse, 3>* out);
-  absl::Status ComputeFinalize(const kmpc::v1::FinalizeRequest& req,
+  CallStatus ComputeRun(const kmpc::v1::RunRequest& req,
+                        std::array<kmpc::v1::RunResponse, 3>* out);
+  CallStatus ComputeFinalize(const kmpc::v1::FinalizeRequest& req,
                                std::array<kmpc::v1::FinalizeResponse, 3>* out);
 
   // One batch's outcome, computed once for all three parties.
   template <typename Resp>
   struct Batch {
-    absl::Status status;
+    CallStatus status;
     std::array<Resp, 3> resp;
   };
   // What Run and Finalize share: record the call; a hung party never
@@ -101,7 +108,7 @@ class FakeCluster : public Transport {
   template <typename Resp>
   void Answer(const char* method, int party, int items, const std::string& id,
               std::map<std::string, Batch<Resp>>* batches,
-              const std::function<absl::Status(std::array<Resp, 3>*)>& compute,
+              const std::function<CallStatus(std::array<Resp, 3>*)>& compute,
               const std::function<void(int, Resp*)>& tamper, Resp* resp,
               Done done);
 
@@ -118,8 +125,8 @@ class FakeCluster : public Transport {
   std::array<absl::Duration, 3> next_fin_delay_{};
   std::atomic<int> fin_answers_{0};
   bool zero_ctr0_ = false;
+  std::array<kmpc::v1::BatchErrorCode, 3> refuse_{};
   absl::Duration run_delay_;
-  bool per_job_key_errors_ = false;
   std::set<std::string> inconsistent_;
   std::vector<Call> calls_;
   std::map<std::string, Batch<kmpc::v1::RunResponse>> runs_;

@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "batch_error.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
 
 namespace kmpc::kdc {
@@ -66,7 +67,7 @@ class TransportTest : public ::testing::Test {
     std::promise<absl::Status> p;
     const absl::Time t0 = absl::Now();
     t->Run(0, req, &resp, t0 + deadline,
-           [&p](absl::Status s) { p.set_value(std::move(s)); });
+           [&p](CallStatus s) { p.set_value(std::move(s.status)); });
     absl::Status s = p.get_future().get();
     *took = absl::Now() - t0;
     return s;
@@ -76,11 +77,13 @@ class TransportTest : public ::testing::Test {
 };
 std::string* TransportTest::dir_ = nullptr;
 
-// A KeyOps server that answers every call with OK, presenting the
-// certificate of party `cert_party`.
+// A KeyOps server that answers every call with `answer` (OK by default),
+// presenting the certificate of party `cert_party`.
 class FakeParty {
  public:
-  FakeParty(const std::string& certs, int cert_party, int port) {
+  FakeParty(const std::string& certs, int cert_party, int port,
+            grpc::Status answer = grpc::Status::OK) {
+    svc_.answer = std::move(answer);
     grpc::SslServerCredentialsOptions o(
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     o.pem_root_certs = Read(certs + "/ca.pem");
@@ -102,8 +105,9 @@ class FakeParty {
     grpc::Status Run(grpc::ServerContext*, const kmpc::v1::RunRequest*,
                      kmpc::v1::RunResponse*) override {
       ++calls;
-      return grpc::Status::OK;
+      return answer;
     }
+    grpc::Status answer;
     std::atomic<int> calls{0};
   };
   Svc svc_;
@@ -212,6 +216,39 @@ TEST_F(TransportTest, PartyDownAfterItWasConnectedFailsAtOnce) {
   EXPECT_LT(took, absl::Seconds(2));
 }
 
+// A server's typed refusal (BatchError in the status details) arrives as
+// it is: its code, not a gRPC code cast to an absl code; a failure
+// without one is the transport's (kUnavailable).
+TEST_F(TransportTest, TypedRefusalArrivesWithItsCode) {
+  const int port = FreeLoopbackPort();
+  FakeParty party(Certs(), 0, port,
+                  contract::BatchErrorStatus(kmpc::v1::BATCH_OVERLOADED,
+                                             "queue full"));
+  auto t = Make(port);
+  ASSERT_NE(t, nullptr);
+  kmpc::v1::RunRequest req;
+  kmpc::v1::RunResponse resp;
+  std::promise<CallStatus> p;
+  t->Run(0, req, &resp, absl::Now() + absl::Seconds(10),
+         [&p](CallStatus s) { p.set_value(std::move(s)); });
+  CallStatus s = p.get_future().get();
+  EXPECT_TRUE(s.refused());
+  EXPECT_EQ(s.refusal, kmpc::v1::BATCH_OVERLOADED);
+  EXPECT_EQ(s.status.message(), "BATCH_OVERLOADED: queue full");
+
+  const int port2 = FreeLoopbackPort();
+  FakeParty plain(Certs(), 0, port2,
+                  grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "big"));
+  auto t2 = Make(port2);
+  ASSERT_NE(t2, nullptr);
+  std::promise<CallStatus> p2;
+  t2->Run(0, req, &resp, absl::Now() + absl::Seconds(10),
+          [&p2](CallStatus s) { p2.set_value(std::move(s)); });
+  CallStatus s2 = p2.get_future().get();
+  EXPECT_FALSE(s2.refused());
+  EXPECT_TRUE(absl::IsUnavailable(s2.status)) << s2.status;
+}
+
 TEST_F(TransportTest, ShutdownEndsACallWaitingForItsFirstConnection) {
   const int port = FreeLoopbackPort();  // nobody listens
   auto t = Make(port);
@@ -221,7 +258,7 @@ TEST_F(TransportTest, ShutdownEndsACallWaitingForItsFirstConnection) {
   std::promise<absl::Status> p;
   const absl::Time t0 = absl::Now();
   t->Run(0, req, &resp, t0 + absl::Seconds(30),
-         [&p](absl::Status s) { p.set_value(std::move(s)); });
+         [&p](CallStatus s) { p.set_value(std::move(s.status)); });
   absl::SleepFor(absl::Milliseconds(500));  // failed once, now waiting
   t->Shutdown();
   auto f = p.get_future();

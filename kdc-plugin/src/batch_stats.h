@@ -1,0 +1,57 @@
+// The batcher's figures: the counters Batcher::stats() reports, and one
+// batch's debug figures (BatcherOptions::debug), which only feed the log.
+//
+// Invariants: BatcherStats is a snapshot taken under the dispatcher's
+// mutex; StepFigures is written by the transport callbacks of one batch
+// (atomics, any thread) and read once, by whichever thread finishes the
+// batch. Neither holds anything secret.
+#ifndef KMPC_KDC_PLUGIN_BATCH_STATS_H_
+#define KMPC_KDC_PLUGIN_BATCH_STATS_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "kmpc.pb.h"
+
+namespace kmpc::kdc {
+
+struct BatcherStats {
+  uint64_t batches = 0;
+  uint64_t jobs = 0;
+  uint64_t blocks = 0;           // AES blocks the servers reported (party 0)
+  uint64_t failed_batches = 0;
+  uint64_t speculative_encrypts = 0;  // speculative ENCRYPT jobs sent
+  uint64_t speculative_used = 0;      // ... whose keystream a later job used
+  uint64_t finalize_only_rerun = 0;   // jobs whose FINALIZE-only step
+                                      // failed, re-run as ordinary ENCRYPTs
+  size_t keystreams_held = 0;         // speculative keystreams held now
+  uint64_t speculative_wasted = 0;    // groups whose timestamp failed, and
+                                      // keystreams that expired unused
+  int inflight = 0;                   // batches running now
+};
+
+// One batch's figures for the debug line.
+struct StepFigures {
+  std::atomic<uint64_t> blocks{0};  // AES blocks (party 0's BatchStats)
+  std::atomic<int64_t> run_us{0}, finalize_us{0};
+  // The slowest party's view: waiting for its scheduler, then the
+  // handshake and the MPC rounds; ring messages of party 0.
+  std::atomic<uint64_t> server_queue_us{0}, server_compute_us{0};
+  std::atomic<uint64_t> ring_messages{0};
+
+  // Adds a Run's figures from the three responses' BatchStats.
+  void AddRun(const kmpc::v1::BatchStats& party0, uint64_t max_queue_us,
+              uint64_t max_compute_us);
+};
+
+// "kdcmpc: batch #7: 12 jobs (0 failed), ..." (LOG_DEBUG).
+std::string DebugLine(uint64_t seq, size_t jobs, size_t failed,
+                      uint64_t requested_blocks, absl::Duration queued,
+                      absl::Duration total, const StepFigures& f);
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_BATCH_STATS_H_

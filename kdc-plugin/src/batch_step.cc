@@ -1,0 +1,651 @@
+#include "batch_step.h"
+
+#include <openssl/rand.h>
+#include <syslog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include <google/protobuf/arena.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/reveal.h"
+#include "contract.h"
+
+namespace kmpc::kdc {
+
+namespace pb = ::kmpc::v1;
+
+namespace {
+
+constexpr int kParties = client::kParties;
+
+std::string RandomId() {
+  std::string id(contract::kBatchIdSize, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(id.data()),
+                 static_cast<int>(id.size())) != 1) {
+    // Batch ids need only be fresh, not secret; fall back on a counter.
+    static std::atomic<uint64_t> n{0};
+    uint64_t v = ++n;
+    std::memcpy(id.data(), &v, sizeof(v));
+  }
+  return id;
+}
+
+// A step's request and its three responses live on one protobuf arena: a
+// response holds a share pair per job (hundreds of small strings), and
+// allocating and freeing them one by one, on the gRPC threads, among the
+// KDC's own allocations costs the KDC CPU per login under load (glibc's
+// bins and consolidation). Blocks stay below 64 KB, glibc's threshold for
+// consolidating on free. The shares are wiped (Scrub*) before the arena
+// goes.
+google::protobuf::ArenaOptions StepArenaOptions() {
+  google::protobuf::ArenaOptions o;
+  o.start_block_size = 4096;
+  o.max_block_size = 32768;
+  return o;
+}
+
+// kParties messages on an arena, used like std::array<M, kParties>.
+template <class M>
+class OnArena {
+ public:
+  explicit OnArena(google::protobuf::Arena* arena) {
+    for (auto& m : p_) m = google::protobuf::Arena::CreateMessage<M>(arena);
+  }
+  M& operator[](size_t i) { return *p_[i]; }
+  const M& operator[](size_t i) const { return *p_[i]; }
+  M* const* begin() const { return p_.data(); }
+  M* const* end() const { return p_.data() + p_.size(); }
+
+ private:
+  std::array<M*, kParties> p_;
+};
+
+// "UNAVAILABLE: connection refused", or the refusal "BATCH_...: detail".
+std::string Describe(const CallStatus& s) {
+  if (s.refused()) return std::string(s.status.message());
+  return absl::StrCat(absl::StatusCodeToString(s.status.code()), ": ",
+                      s.status.message());
+}
+
+// A per-job failure the three servers agreed on; OK for JOB_OK and
+// JOB_INTEGRITY_FAILED (the job's type decides what those mean).
+absl::Status JobFailure(const pb::JobResult& r) {
+  switch (r.status()) {
+    case pb::JOB_UNKNOWN_KEY:
+      return absl::NotFoundError(absl::StrCat(
+          "the MPC cluster holds no shares for this key id (", r.detail(),
+          ")"));
+    case pb::JOB_MALFORMED:
+      return absl::InvalidArgumentError(
+          absl::StrCat("the MPC cluster failed the job: ", r.detail()));
+    case pb::JOB_KEY_INCONSISTENT:
+      return absl::UnavailableError(absl::StrCat(
+          "the MPC servers hold inconsistent shares of this key: ",
+          r.detail()));
+    default:
+      return absl::OkStatus();
+  }
+}
+
+// "keystream of job 3", without a heap allocation per job.
+struct What {
+  char text[48];
+  What(const char* value, int k) {
+    std::snprintf(text, sizeof(text), "%s of job %d", value, k);
+  }
+};
+
+}  // namespace
+
+struct BatchStep::RunCall {
+  google::protobuf::Arena arena{StepArenaOptions()};
+  pb::RunRequest& req =
+      *google::protobuf::Arena::CreateMessage<pb::RunRequest>(&arena);
+  OnArena<pb::RunResponse> resp{&arena};
+  std::array<absl::Status, kParties> st;
+  std::atomic<int> left{kParties};
+  std::vector<size_t> idx;  // request job k is jobs_[idx[k]]
+  absl::Time started;
+};
+
+struct BatchStep::FinalizeCall {
+  google::protobuf::Arena arena{StepArenaOptions()};
+  pb::FinalizeRequest& req =
+      *google::protobuf::Arena::CreateMessage<pb::FinalizeRequest>(&arena);
+  OnArena<pb::FinalizeResponse> resp{&arena};
+  std::array<absl::Status, kParties> st;
+  std::atomic<int> left{kParties};
+  std::vector<size_t> idx;  // item k is jobs_[idx[k]]
+  bool finalize_only = false;
+  // A finalize_only call's jobs are re-run once, from the first failing
+  // party's answer (not after all three: the others may take until the
+  // deadline, e.g. a peer waiting for the restarted server).
+  std::atomic<bool> rerun{false};
+  absl::Time started;
+};
+
+BatchStep::BatchStep(std::shared_ptr<StepHost> host, uint64_t seq,
+                     std::vector<PendingJob> jobs, absl::Time start,
+                     bool finalize_only)
+    : host_(std::move(host)),
+      seq_(seq),
+      finalize_only_(finalize_only),
+      start_(start),
+      deadline_(start + host_->options().deadline),
+      jobs_(std::move(jobs)),
+      open_(jobs_.size()) {}
+
+std::string BatchStep::Party(int p) const {
+  return host_->transport()->PartyName(p);
+}
+
+absl::Status BatchStep::PartyOrderError(int p, uint32_t answered) const {
+  return absl::AbortedError(absl::StrCat(
+      "the server listed as party ", p, " (", Party(p), ") answered as party ",
+      answered, ": list the servers in party order"));
+}
+
+void BatchStep::Start() {
+  std::vector<size_t> run;
+  auto fin = std::make_shared<FinalizeCall>();
+  fin->finalize_only = true;
+  for (size_t i = 0; i < jobs_.size(); ++i) {
+    const PendingJob& e = jobs_[i];
+    if (!e.finalize_only) {
+      run.push_back(i);
+      continue;
+    }
+    pb::FinalizeItem* item = fin->req.add_items();
+    item->set_run_batch_id(e.run_batch_id);
+    item->set_job_id(e.run_job_id);
+    item->set_ciphertext(e.output.data() + contract::kCtr0Size,
+                         e.job.input.size());
+    fin->idx.push_back(i);
+  }
+  if (!fin->idx.empty()) {
+    fin->req.set_batch_id(RandomId());
+    StartFinalize(fin);
+  }
+  if (!run.empty()) StartRun(std::move(run));
+}
+
+void BatchStep::Expire() {
+  FailOpen(absl::UnavailableError(absl::StrFormat(
+               "the MPC cluster did not answer within %d ms",
+               absl::ToInt64Milliseconds(host_->options().deadline))),
+           nullptr);
+}
+
+// ---------------------------------------------------------------- Run step
+
+void BatchStep::StartRun(std::vector<size_t> idx) {
+  auto call = std::make_shared<RunCall>();
+  call->idx = std::move(idx);
+  BuildRunRequest(call.get());
+  call->started = absl::Now();
+  auto self = shared_from_this();
+  for (int p = 0; p < kParties; ++p) {
+    host_->transport()->Run(
+        p, call->req, &call->resp[p], deadline_,
+        [self, call, p](CallStatus s) {
+          call->st[p] = s.status;
+          if (!s.ok()) self->PartyFailed(p, s, call->idx);
+          if (call->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+            self->OnRun(call);
+        });
+  }
+}
+
+void BatchStep::BuildRunRequest(RunCall* call) {
+  call->req.set_batch_id(RandomId());
+  call->req.mutable_jobs()->Reserve(static_cast<int>(call->idx.size()));
+  for (size_t i : call->idx) {
+    const Job& job = jobs_[i].job;
+    pb::Job* j = call->req.add_jobs();
+    j->set_job_id(i);
+    j->set_key_id(job.key_id);
+    j->set_usage(job.usage);
+    j->set_type(job.type);
+    if (job.type == pb::JOB_ENCRYPT) {
+      // The plaintext never leaves the KDC: only its length.
+      j->set_length(static_cast<uint32_t>(job.input.size()));
+    } else {
+      j->set_data(job.input.data(), job.input.size());
+      if (!job.checksum.empty()) j->set_checksum(job.checksum);
+    }
+  }
+}
+
+void BatchStep::OnRun(const std::shared_ptr<RunCall>& call) {
+  figures_.run_us = absl::ToInt64Microseconds(absl::Now() - call->started);
+  for (const auto& s : call->st)
+    if (!s.ok()) {
+      ScrubRun(call.get());  // shares of the parties that answered
+      return;  // the jobs failed already (PartyFailed)
+    }
+  absl::Status bad = CheckRunAnswers(*call);
+  if (bad.ok()) bad = RevealRun(call.get());
+  if (!bad.ok()) {
+    ScrubRun(call.get());
+    Reject(bad, call->idx);
+    return;
+  }
+  figures_.blocks += call->resp[0].stats().aes_blocks();
+  if (host_->options().debug) {
+    uint64_t q = 0, c = 0;
+    for (const auto* r : call->resp) {
+      q = std::max<uint64_t>(q, r->stats().queue_us());
+      c = std::max<uint64_t>(c, r->stats().compute_us());
+    }
+    figures_.AddRun(call->resp[0].stats(), q, c);
+  }
+  // Speculative keystreams first: the KDC may submit the ENCRYPT jobs they
+  // are for as soon as it has the timestamp DECRYPT's result.
+  HoldSpeculative(*call);
+  auto fin = std::make_shared<FinalizeCall>();
+  CompleteRun(*call, fin.get());
+  ScrubRun(call.get());
+  if (fin->idx.empty()) return;
+  fin->req.set_batch_id(RandomId());
+  StartFinalize(fin);
+}
+
+// The public parts of the three answers; names the parties, never a share.
+absl::Status BatchStep::CheckRunAnswers(const RunCall& call) const {
+  const int n = call.req.jobs_size();
+  for (int p = 0; p < kParties; ++p) {
+    const pb::RunResponse& r = call.resp[p];
+    if (r.party() != static_cast<uint32_t>(p))
+      return PartyOrderError(p, r.party());
+    if (r.batch_id() != call.req.batch_id())
+      return absl::AbortedError(
+          absl::StrCat(Party(p), " answered for another batch"));
+    if (r.results_size() != n)
+      return absl::AbortedError(absl::StrCat(
+          Party(p), " returned ", r.results_size(), " results for ", n,
+          " jobs"));
+  }
+  for (int k = 0; k < n; ++k)
+    if (absl::Status s = CheckJobResult(call, k); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+absl::Status BatchStep::CheckJobResult(const RunCall& call, int k) const {
+  const pb::JobResult& r0 = call.resp[0].results(k);
+  for (int p = 0; p < kParties; ++p) {
+    const pb::JobResult& r = call.resp[p].results(k);
+    if (r.job_id() != call.req.jobs(k).job_id())
+      return absl::AbortedError(
+          absl::StrCat(Party(p), " returned results out of order"));
+    if (r.status() != r0.status() || r.ctr0() != r0.ctr0())
+      return absl::AbortedError(absl::StrCat(
+          Party(p), " and ", Party(0), " disagree on the public result of job ",
+          k));
+  }
+  if (!JobFailure(r0).ok()) return absl::OkStatus();  // fails the job only
+  const Job& job = jobs_[call.idx[k]].job;
+  const bool ok = r0.status() == pb::JOB_OK;
+  const bool verdict = ok || r0.status() == pb::JOB_INTEGRITY_FAILED;
+  switch (job.type) {
+    case pb::JOB_ENCRYPT:
+      // Invariant 4 (enctype.md) is the cluster's to keep; a counter range
+      // through the all-zero block is refused here as well.
+      if (ok && contract::CounterRangeOk(
+                    r0.ctr0(), contract::CeilBlocks(job.input.size())))
+        return absl::OkStatus();
+      return absl::AbortedError(absl::StrCat(
+          "malformed ENCRYPT result (status or ctr0) for job ", k));
+    case pb::JOB_CHECKSUM:
+      if (ok && contract::CounterRangeOk(r0.ctr0(), 0))
+        return absl::OkStatus();
+      return absl::AbortedError(absl::StrCat(
+          "malformed CHECKSUM result (status or ctr0) for job ", k));
+    default:  // DECRYPT, VERIFY_CHECKSUM: a verdict
+      if (verdict) return absl::OkStatus();
+      return absl::AbortedError(absl::StrCat("malformed ",
+                                             contract::JobTypeName(job.type),
+                                             " result for job ", k));
+  }
+}
+
+// Checks both copies of every share and reveals every value into its job's
+// output, before any job completes: one disagreement rejects the batch.
+absl::Status BatchStep::RevealRun(RunCall* call) {
+  const client::PartyNamer namer = [this](int p) { return Party(p); };
+  const int n = call->req.jobs_size();
+  for (int k = 0; k < n; ++k) {
+    const pb::JobResult& r0 = call->resp[0].results(k);
+    if (r0.status() != pb::JOB_OK) continue;
+    PendingJob& e = jobs_[call->idx[k]];
+    if (e.job.type == pb::JOB_VERIFY_CHECKSUM) continue;  // a verdict only
+    const size_t len = contract::RevealedBytes(ShapeOf(e.job));
+    std::array<const pb::SharePair*, kParties> s;
+    const bool tag = e.job.type == pb::JOB_CHECKSUM;
+    for (int p = 0; p < kParties; ++p) {
+      const pb::JobResult& r = call->resp[p].results(k);
+      s[p] = tag ? &r.tag() : &r.keystream();
+    }
+    // The output's layout (PendingJob::output): the value goes after ctr0
+    // for an ordinary ENCRYPT and a CHECKSUM.
+    size_t at = 0;
+    if (e.job.type == pb::JOB_ENCRYPT && !e.speculative) {
+      e.output.resize(contract::kCiphertextOverhead + len);
+      at = contract::kCtr0Size;
+    } else if (tag) {
+      e.output.resize(contract::kCtr0Size + len);
+      at = contract::kCtr0Size;
+    } else {
+      e.output.resize(len);
+    }
+    std::copy(r0.ctr0().begin(), r0.ctr0().begin() + at, e.output.begin());
+    absl::Status st = client::Reveal(
+        s, absl::MakeSpan(e.output.data() + at, len),
+        What(tag ? "tag" : "keystream", k).text, namer);
+    if (!st.ok()) return absl::AbortedError(st.message());
+  }
+  return absl::OkStatus();
+}
+
+void BatchStep::HoldSpeculative(const RunCall& call) {
+  const int n = call.req.jobs_size();
+  std::set<uint64_t> failed_groups;  // their timestamp did not decrypt
+  for (int k = 0; k < n; ++k) {
+    const PendingJob& e = jobs_[call.idx[k]];
+    if (e.job.type == pb::JOB_DECRYPT && e.group != 0 &&
+        call.resp[0].results(k).status() != pb::JOB_OK)
+      failed_groups.insert(e.group);
+  }
+  std::vector<HeldKeystream> held;
+  const absl::Time expires = call.started + host_->options().speculate_ttl;
+  for (int k = 0; k < n; ++k) {
+    const size_t i = call.idx[k];
+    PendingJob& e = jobs_[i];
+    if (!e.speculative) continue;
+    const pb::JobResult& r = call.resp[0].results(k);
+    // Kept for the ENCRYPT job it was made for, unless its timestamp
+    // failed (the servers drop the state after their TTL).
+    if (r.status() == pb::JOB_OK && !failed_groups.count(e.group) &&
+        !IsDone(i)) {
+      HeldKeystream h;
+      h.key_id = e.job.key_id;
+      h.usage = e.job.usage;
+      h.run_batch_id = call.req.batch_id();
+      h.run_job_id = i;
+      h.ctr0 = r.ctr0();
+      h.keystream = std::move(e.output);
+      h.expires = expires;
+      held.push_back(std::move(h));
+    }
+    Complete(i, absl::OkStatus(), {});
+  }
+  if (!held.empty()) host_->HoldKeystreams(std::move(held));
+  if (!failed_groups.empty())
+    host_->SpeculativeGroupsFailed(failed_groups.size());
+}
+
+// Completes what needs no Finalize; collects the ciphertexts that do.
+void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
+  const int n = call.req.jobs_size();
+  for (int k = 0; k < n; ++k) {
+    const size_t i = call.idx[k];
+    PendingJob& e = jobs_[i];
+    if (e.speculative) continue;  // HoldSpeculative
+    const pb::JobResult& r = call.resp[0].results(k);
+    if (absl::Status f = JobFailure(r); !f.ok()) {
+      Complete(i, std::move(f), {});
+      continue;
+    }
+    const bool verified = r.status() == pb::JOB_OK;
+    switch (e.job.type) {
+      case pb::JOB_VERIFY_CHECKSUM:
+        Complete(i, verified ? absl::OkStatus()
+                             : absl::DataLossError("checksum did not verify"),
+                 {});
+        break;
+      case pb::JOB_DECRYPT: {
+        if (!verified) {
+          Complete(i, absl::DataLossError("ciphertext tag did not verify"), {});
+          break;
+        }
+        const uint8_t* c = e.job.input.data() + contract::kCtr0Size;
+        for (size_t b = 0; b < e.output.size(); ++b) e.output[b] ^= c[b];
+        Complete(i, absl::OkStatus(), std::move(e.output));
+        break;
+      }
+      case pb::JOB_CHECKSUM:
+        Complete(i, absl::OkStatus(), std::move(e.output));
+        break;
+      default: {  // ENCRYPT: C = P ^ KS, in place
+        if (IsDone(i)) break;  // the batch already failed (deadline)
+        const size_t len = e.job.input.size();
+        uint8_t* c = e.output.data() + contract::kCtr0Size;
+        for (size_t b = 0; b < len; ++b) c[b] ^= e.job.input[b];
+        pb::FinalizeItem* item = fin->req.add_items();
+        item->set_run_batch_id(call.req.batch_id());
+        item->set_job_id(i);
+        item->set_ciphertext(c, len);
+        fin->idx.push_back(i);
+      }
+    }
+  }
+}
+
+void BatchStep::ScrubRun(RunCall* call) {
+  for (auto* r : call->resp)
+    for (auto& res : *r->mutable_results()) {
+      Cleanse(res.mutable_keystream()->mutable_first());
+      Cleanse(res.mutable_keystream()->mutable_second());
+      Cleanse(res.mutable_tag()->mutable_first());
+      Cleanse(res.mutable_tag()->mutable_second());
+    }
+}
+
+// ----------------------------------------------------------- Finalize step
+
+void BatchStep::StartFinalize(const std::shared_ptr<FinalizeCall>& fin) {
+  fin->started = absl::Now();
+  auto self = shared_from_this();
+  for (int p = 0; p < kParties; ++p) {
+    host_->transport()->Finalize(
+        p, fin->req, &fin->resp[p], deadline_,
+        [self, fin, p](CallStatus s) {
+          fin->st[p] = s.status;
+          if (!s.ok()) {
+            if (!fin->finalize_only)
+              self->PartyFailed(p, s, fin->idx);
+            else if (!fin->rerun.exchange(true, std::memory_order_acq_rel))
+              self->RerunFinalizeOnly(*fin, p, s);
+          }
+          if (fin->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+            self->OnFinalize(fin);
+        });
+  }
+}
+
+void BatchStep::OnFinalize(const std::shared_ptr<FinalizeCall>& fin) {
+  figures_.finalize_us =
+      absl::ToInt64Microseconds(absl::Now() - fin->started);
+  for (const auto& s : fin->st)
+    if (!s.ok()) {
+      ScrubFinalize(fin.get());  // tag shares of the parties that answered
+      return;  // re-run (finalize_only) or failed (PartyFailed) already
+    }
+  absl::Status bad = CheckFinalizeAnswers(*fin);
+  const client::PartyNamer namer = [this](int p) { return Party(p); };
+  const int n = fin->req.items_size();
+  for (int k = 0; k < n && bad.ok(); ++k) {
+    std::array<const pb::SharePair*, kParties> s;
+    for (int p = 0; p < kParties; ++p) s[p] = &fin->resp[p].results(k).tag();
+    SecureBytes& out = jobs_[fin->idx[k]].output;  // ctr0 || C || T
+    bad = client::Reveal(
+        s, absl::MakeSpan(out.data() + out.size() - contract::kTagSize,
+                          contract::kTagSize),
+        What("tag", k).text, namer);
+  }
+  ScrubFinalize(fin.get());
+  if (!bad.ok()) {
+    Reject(bad, fin->idx);
+    return;
+  }
+  for (size_t i : fin->idx)
+    Complete(i, absl::OkStatus(), std::move(jobs_[i].output));
+}
+
+absl::Status BatchStep::CheckFinalizeAnswers(const FinalizeCall& fin) const {
+  const int n = fin.req.items_size();
+  for (int p = 0; p < kParties; ++p) {
+    const pb::FinalizeResponse& r = fin.resp[p];
+    if (r.party() != static_cast<uint32_t>(p))
+      return PartyOrderError(p, r.party());
+    if (r.batch_id() != fin.req.batch_id())
+      return absl::AbortedError(
+          absl::StrCat(Party(p), " answered for another batch"));
+    if (r.results_size() != n)
+      return absl::AbortedError(absl::StrCat(
+          Party(p), " returned ", r.results_size(), " tags for ", n, " items"));
+    for (int k = 0; k < n; ++k)
+      if (r.results(k).job_id() != fin.req.items(k).job_id() ||
+          r.results(k).run_batch_id() != fin.req.items(k).run_batch_id())
+        return absl::AbortedError(
+            absl::StrCat(Party(p), " returned tags out of order"));
+  }
+  return absl::OkStatus();
+}
+
+// A finalize_only call failed (most likely BATCH_UNKNOWN_ENCRYPT: a server
+// no longer holds the ENCRYPT state). The servers take a request's states
+// all or nothing and revealed no tag, so the jobs are simply encrypted
+// again, as ordinary ENCRYPT jobs with a fresh counter range. Safe while
+// the other parties' answers are still on their way: OnFinalize only
+// scrubs a call that has a failed party.
+void BatchStep::RerunFinalizeOnly(const FinalizeCall& fin, int party,
+                                  const CallStatus& first) {
+  if (absl::Now() >= deadline_) return;  // Expire fails them (or did)
+  std::vector<size_t> again;
+  for (size_t i : fin.idx) {
+    if (IsDone(i)) continue;  // the deadline passed meanwhile
+    PendingJob& e = jobs_[i];
+    e.finalize_only = false;
+    e.output.clear();
+    e.run_batch_id.clear();
+    again.push_back(i);
+  }
+  if (again.empty()) return;
+  host_->FinalizeOnlyRerun(again.size());
+  host_->Log(LOG_WARNING,
+             absl::StrCat("kdcmpc: batch #", seq_, ": FINALIZE of ",
+                          again.size(), " speculative keystream(s) failed on "
+                          "MPC ", Party(party), " (", Describe(first),
+                          "); re-running them"));
+  StartRun(std::move(again));
+}
+
+void BatchStep::ScrubFinalize(FinalizeCall* fin) {
+  for (auto* r : fin->resp)
+    for (auto& res : *r->mutable_results()) {
+      Cleanse(res.mutable_tag()->mutable_first());
+      Cleanse(res.mutable_tag()->mutable_second());
+    }
+}
+
+// -------------------------------------------------------------- Completion
+
+// Fail fast: one failed party is enough to fail the call's jobs; the other
+// two calls are left to finish or time out on their own.
+void BatchStep::PartyFailed(int p, const CallStatus& s,
+                            const std::vector<size_t>& idx) {
+  FailOpen(absl::UnavailableError(absl::StrCat(
+               "MPC ", Party(p),
+               s.refused() ? " refused the batch: " : " unreachable: ",
+               Describe(s))),
+           &idx);
+}
+
+void BatchStep::Reject(const absl::Status& bad,
+                       const std::vector<size_t>& idx) {
+  host_->Log(LOG_ERR, absl::StrCat("kdcmpc: batch #", seq_,
+                                   " rejected: ", bad.message()));
+  FailOpen(absl::UnavailableError(bad.message()), &idx);
+}
+
+void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
+  bool finished, deliver;
+  Result r;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    PendingJob& e = jobs_[i];
+    if (e.done) return;
+    e.done = true;
+    if (!st.ok() && !e.speculative) ++failed_;
+    finished = --open_ == 0;
+    deliver = !e.speculative;
+    r.token = e.token;
+    r.status = std::move(st);
+    r.output = std::move(out);
+  }
+  if (deliver)
+    host_->Deliver(std::move(r));
+  else
+    host_->SpeculativeJobDone();
+  if (finished) Finish();
+}
+
+bool BatchStep::IsDone(size_t i) {
+  std::lock_guard<std::mutex> l(mu_);
+  return jobs_[i].done;
+}
+
+// Fails the open jobs among `only` (every open job when null); the first
+// failure of the batch is logged.
+void BatchStep::FailOpen(const absl::Status& st,
+                         const std::vector<size_t>* only) {
+  std::vector<size_t> open;
+  bool log;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (only) {
+      for (size_t i : *only)
+        if (!jobs_[i].done) open.push_back(i);
+    } else {
+      for (size_t i = 0; i < jobs_.size(); ++i)
+        if (!jobs_[i].done) open.push_back(i);
+    }
+    if (open.empty()) return;
+    log = !failure_logged_;
+    failure_logged_ = true;
+  }
+  if (log)
+    host_->Log(LOG_ERR, absl::StrCat("kdcmpc: batch #", seq_, " of ",
+                                     jobs_.size(), " jobs failed: ",
+                                     st.message()));
+  for (size_t i : open) Complete(i, st, {});
+}
+
+void BatchStep::Finish() {
+  size_t failed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    failed = failed_;
+  }
+  if (host_->options().debug) {
+    absl::Duration queued = absl::ZeroDuration();
+    uint64_t requested = 0;
+    for (const PendingJob& e : jobs_) {
+      queued = std::max(queued, start_ - e.enqueued);
+      requested += JobBlocks(e.job);
+    }
+    host_->Log(LOG_DEBUG, DebugLine(seq_, jobs_.size(), failed, requested,
+                                    queued, absl::Now() - start_, figures_));
+  }
+  host_->StepFinished(shared_from_this(), finalize_only_,
+                      figures_.blocks.load(), failed > 0);
+}
+
+}  // namespace kmpc::kdc

@@ -1,0 +1,129 @@
+// One batch on its way through the cluster: the Run step (one RunRequest
+// to all three servers, their three answers checked and revealed), then
+// for its ENCRYPT jobs the Finalize step (one FinalizeRequest per server,
+// the tags revealed), and the jobs' completion. finalize_only jobs (their
+// keystream came from a speculative ENCRYPT) go straight to a Finalize
+// step of their own.
+//
+// Invariants:
+//  - Every job completes exactly once (Complete checks `done`), through
+//    the host, unless the host is stopped; a speculative job delivers
+//    nothing (its keystream goes to the speculator).
+//  - One server failing or refusing a step fails that step's open jobs at
+//    once (kUnavailable): the step needs all three answers. The deadline
+//    fails every job still open (Expire).
+//  - The public parts of the three answers (party, batch id, job ids,
+//    statuses, ctr0) must agree, and every revealed value's share copies
+//    must agree (client::Reveal), before any job of the step completes;
+//    otherwise the whole step fails (kUnavailable) and is logged.
+//  - Per-job statuses fail only their job: JOB_UNKNOWN_KEY kNotFound,
+//    JOB_MALFORMED kInvalidArgument, JOB_KEY_INCONSISTENT kUnavailable,
+//    JOB_INTEGRITY_FAILED kDataLoss (job.h).
+//  - Shares are wiped (Scrub*) before a step's arena goes; revealed values
+//    live only in SecureBytes.
+//  - A finalize_only step that fails on any server re-runs its jobs as
+//    ordinary ENCRYPT jobs at once (the servers take a FinalizeRequest's
+//    states all or nothing, so no tag was revealed); other steps of the
+//    batch never depend on it.
+#ifndef KMPC_KDC_PLUGIN_BATCH_STEP_H_
+#define KMPC_KDC_PLUGIN_BATCH_STEP_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "batch_stats.h"
+#include "batcher.h"
+#include "job.h"
+#include "speculator.h"
+#include "transport.h"
+
+namespace kmpc::kdc {
+
+class BatchStep;
+
+// What a batch needs from the dispatcher. Thread-safe; outlives its steps
+// (shared_ptr).
+class StepHost {
+ public:
+  virtual ~StepHost() = default;
+  virtual const BatcherOptions& options() const = 0;
+  virtual Transport* transport() const = 0;
+  // Nothing reaches the sink once the host stopped.
+  virtual void Deliver(Result result) = 0;
+  virtual void Log(int level, std::string line) = 0;
+  virtual void SpeculativeJobDone() = 0;
+  virtual void HoldKeystreams(std::vector<HeldKeystream> keystreams) = 0;
+  virtual void SpeculativeGroupsFailed(size_t groups) = 0;
+  virtual void FinalizeOnlyRerun(size_t jobs) = 0;
+  virtual void StepFinished(const std::shared_ptr<BatchStep>& step,
+                            bool finalize_only, uint64_t blocks,
+                            bool failed) = 0;
+};
+
+class BatchStep : public std::enable_shared_from_this<BatchStep> {
+ public:
+  BatchStep(std::shared_ptr<StepHost> host, uint64_t seq,
+            std::vector<PendingJob> jobs, absl::Time start,
+            bool finalize_only);
+
+  absl::Time deadline() const { return deadline_; }
+  void Start();
+  // The deadline passed: every job still open fails.
+  void Expire();
+
+  struct RunCall;
+  struct FinalizeCall;
+
+ private:
+  std::string Party(int p) const;
+  absl::Status PartyOrderError(int p, uint32_t answered) const;
+
+  // Run step.
+  void StartRun(std::vector<size_t> idx);
+  void BuildRunRequest(RunCall* call);
+  void OnRun(const std::shared_ptr<RunCall>& call);
+  absl::Status CheckRunAnswers(const RunCall& call) const;
+  absl::Status CheckJobResult(const RunCall& call, int k) const;
+  absl::Status RevealRun(RunCall* call);
+  void HoldSpeculative(const RunCall& call);
+  void CompleteRun(const RunCall& call, FinalizeCall* fin);
+  static void ScrubRun(RunCall* call);
+
+  // Finalize step.
+  void StartFinalize(const std::shared_ptr<FinalizeCall>& fin);
+  void OnFinalize(const std::shared_ptr<FinalizeCall>& fin);
+  absl::Status CheckFinalizeAnswers(const FinalizeCall& fin) const;
+  void RerunFinalizeOnly(const FinalizeCall& fin, int party,
+                         const CallStatus& first);
+  static void ScrubFinalize(FinalizeCall* fin);
+
+  // Completion.
+  void PartyFailed(int p, const CallStatus& s, const std::vector<size_t>& idx);
+  void Reject(const absl::Status& bad, const std::vector<size_t>& idx);
+  void Complete(size_t i, absl::Status st, SecureBytes out);
+  bool IsDone(size_t i);
+  void FailOpen(const absl::Status& st, const std::vector<size_t>* only);
+  void Finish();
+
+  const std::shared_ptr<StepHost> host_;
+  const uint64_t seq_;
+  const bool finalize_only_;  // FINALIZE of speculated jobs only
+  const absl::Time start_;
+  const absl::Time deadline_;
+  std::vector<PendingJob> jobs_;
+  std::mutex mu_;  // guards the jobs' done flags, open_, failed_
+  size_t open_ = 0;
+  size_t failed_ = 0;
+  bool failure_logged_ = false;
+  StepFigures figures_;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_BATCH_STEP_H_

@@ -1,0 +1,302 @@
+#include "dispatcher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace kmpc::kdc {
+
+namespace {
+
+// finalize_only batches in flight at once; and how long finalize_only jobs
+// wait for SubmitterIdle() (the KDC calls it when the callback that
+// submitted them returns) before they go anyway.
+constexpr int kMaxFinalizeOnlyInflight = 4;
+constexpr absl::Duration kFinalizeOnlyMaxWait = absl::Milliseconds(5);
+
+}  // namespace
+
+Dispatcher::Dispatcher(BatcherOptions options, Transport* transport,
+                       Sink* sink)
+    : options_(options),
+      transport_(transport),
+      speculator_(options_),
+      sink_(sink) {}
+
+absl::Status Dispatcher::Submit(uint64_t token, Job job) {
+  if (absl::Status st = CheckJob(job); !st.ok()) return st;
+  PendingJob q;
+  q.token = token;
+  q.blocks = JobBlocks(job);
+  q.job = std::move(job);
+  q.enqueued = absl::Now();
+  std::vector<PendingJob> group_jobs;  // speculative ENCRYPT jobs
+  bool wake;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_)
+      return absl::UnavailableError("the kdcmpc module is shutting down");
+    const size_t waiting = queue_.size() + finalize_only_queue_.size();
+    if (waiting >= options_.max_queue)
+      return absl::UnavailableError(absl::StrCat(
+          "the MPC cluster is overloaded: ", waiting, " jobs wait"));
+    speculator_.OnSubmit(&q, queue_.size(), &group_jobs);
+    wake = Enqueue(std::move(q), &group_jobs);
+  }
+  if (wake) cv_.notify_one();  // the dispatcher is the only waiter
+  return absl::OkStatus();
+}
+
+// Under mu_. Whether the dispatcher must look again: only when this job
+// changes its decision (the flush time depends on the oldest queued job,
+// or a full queue; the dispatcher re-evaluates after every batch start and
+// completion anyway). A wake-up per job would cost the KDC's event loop a
+// futex call and usually a context switch per job under load.
+bool Dispatcher::Enqueue(PendingJob q, std::vector<PendingJob>* group_jobs) {
+  if (q.finalize_only) {
+    const bool first = finalize_only_queue_.empty();
+    finalize_only_queue_.push_back(std::move(q));
+    return first;
+  }
+  const bool was_empty = queue_.empty();
+  const uint64_t blocks_before = queued_blocks_;
+  const size_t size_before = queue_.size();
+  queued_blocks_ += q.blocks;
+  queue_.push_back(std::move(q));
+  for (PendingJob& x : *group_jobs) {
+    queued_blocks_ += x.blocks;
+    queue_.push_back(std::move(x));
+  }
+  return was_empty ||
+         (size_before < options_.max_jobs &&
+          queue_.size() >= options_.max_jobs) ||
+         (blocks_before < options_.max_blocks &&
+          queued_blocks_ >= options_.max_blocks);
+}
+
+void Dispatcher::SubmitterIdle() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    bool wake = false;
+    if (!finalize_only_queue_.empty() && !finalize_only_now_) {
+      finalize_only_now_ = true;
+      wake = true;
+    }
+    if (options_.early_flush && !queue_.empty() && !flush_now_) {
+      flush_now_ = true;
+      // With a batch in flight the queue waits for it anyway; its
+      // completion wakes the dispatcher, which then sees flush_now_.
+      wake |= inflight_ == 0;
+    }
+    if (!wake) return;
+  }
+  cv_.notify_one();
+}
+
+void Dispatcher::RunUntilStopped() {
+  // No exception may end this thread (std::terminate would take the KDC
+  // with it): after a failure (memory), try again shortly. A job lost that
+  // way fails at its batch's deadline; one still queued is retried.
+  for (;;) {
+    try {
+      Loop();
+      return;
+    } catch (...) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+void Dispatcher::Loop() {
+  Lock lk(mu_);
+  while (!stopping_) {
+    const absl::Time now = absl::Now();
+    // Unused keystreams go at their expiry, not at the next submit: an
+    // idle KDC must not keep them in memory.
+    absl::Time wake = speculator_.Prune(now);
+    if (ExpireOverdue(now, &wake, &lk)) continue;
+    // finalize_only jobs need no ring work: they do not wait for the Run
+    // batch in flight.
+    if (StartFinalizeOnly(now, &wake, &lk)) continue;
+    if (StartRunBatch(now, &wake, &lk)) continue;
+    if (wake == absl::InfiniteFuture()) {
+      cv_.wait(lk);
+    } else {
+      cv_.wait_for(lk, absl::ToChronoMicroseconds(wake - absl::Now()) +
+                           std::chrono::microseconds(50));
+    }
+  }
+}
+
+// The watchdog: a batch past its deadline fails even if a transport never
+// calls back.
+bool Dispatcher::ExpireOverdue(absl::Time now, absl::Time* wake, Lock* lk) {
+  std::vector<std::shared_ptr<BatchStep>> expired;
+  for (const auto& step : active_) {
+    if (step->deadline() <= now)
+      expired.push_back(step);
+    else
+      *wake = std::min(*wake, step->deadline());
+  }
+  if (expired.empty()) return false;
+  lk->unlock();
+  for (auto& step : expired) step->Expire();
+  expired.clear();
+  lk->lock();
+  return true;
+}
+
+bool Dispatcher::StartFinalizeOnly(absl::Time now, absl::Time* wake,
+                                   Lock* lk) {
+  if (finalize_only_queue_.empty() ||
+      finalize_only_inflight_ >= kMaxFinalizeOnlyInflight)
+    return false;
+  const absl::Time at =
+      finalize_only_now_ ? now
+                         : finalize_only_queue_.front().enqueued +
+                               kFinalizeOnlyMaxWait;
+  if (at > now) {
+    *wake = std::min(*wake, at);
+    return false;
+  }
+  std::vector<PendingJob> batch;
+  const size_t take = std::max(options_.max_jobs, options_.backlog_jobs);
+  while (!finalize_only_queue_.empty() && batch.size() < take) {
+    batch.push_back(std::move(finalize_only_queue_.front()));
+    finalize_only_queue_.pop_front();
+  }
+  if (finalize_only_queue_.empty()) finalize_only_now_ = false;
+  ++finalize_only_inflight_;
+  Launch(std::move(batch), true, now, lk);
+  return true;
+}
+
+bool Dispatcher::StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk) {
+  const BatcherOptions& o = options_;
+  if (queue_.empty() || inflight_ >= o.max_inflight) return false;
+  absl::Time flush_at;
+  if (queue_.size() >= o.max_jobs || queued_blocks_ >= o.max_blocks)
+    flush_at = now;
+  else if (o.early_flush && inflight_ == 0)
+    flush_at = flush_now_ ? now : queue_.front().enqueued + o.coalesce;
+  else
+    flush_at = queue_.front().enqueued + o.window;
+  if (flush_at > now) {
+    *wake = std::min(*wake, flush_at);
+    return false;
+  }
+  std::vector<PendingJob> batch;
+  uint64_t blocks = 0;
+  const size_t take_jobs = std::max(o.max_jobs, o.backlog_jobs);
+  const uint64_t take_blocks = std::max(o.max_blocks, o.backlog_blocks);
+  while (!queue_.empty() && batch.size() < take_jobs &&
+         (batch.empty() || blocks + queue_.front().blocks <= take_blocks)) {
+    blocks += queue_.front().blocks;
+    queued_blocks_ -= queue_.front().blocks;
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  if (queue_.empty()) flush_now_ = false;
+  ++inflight_;
+  Launch(std::move(batch), false, now, lk);
+  return true;
+}
+
+void Dispatcher::Launch(std::vector<PendingJob> jobs, bool finalize_only,
+                        absl::Time now, Lock* lk) {
+  ++stats_.batches;
+  stats_.jobs += jobs.size();
+  auto step = std::make_shared<BatchStep>(shared_from_this(), next_seq_++,
+                                          std::move(jobs), now, finalize_only);
+  active_.insert(step);
+  lk->unlock();
+  step->Start();
+  step.reset();
+  lk->lock();
+}
+
+void Dispatcher::RequestStop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Dispatcher::Close() {
+  {
+    std::lock_guard<std::mutex> l(sink_mu_);
+    closed_ = true;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  queue_.clear();
+  finalize_only_queue_.clear();
+  queued_blocks_ = 0;
+  speculator_.Clear();  // SecureBytes wipes the keystreams
+}
+
+BatcherStats Dispatcher::Stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  BatcherStats out = stats_;
+  out.inflight = inflight_ + finalize_only_inflight_;
+  out.keystreams_held = speculator_.held();
+  out.speculative_encrypts = speculator_.encrypts();
+  out.speculative_used = speculator_.used();
+  out.speculative_wasted = speculator_.wasted();
+  return out;
+}
+
+void Dispatcher::Deliver(Result r) {
+  std::lock_guard<std::mutex> l(sink_mu_);
+  if (!closed_) sink_->Deliver(std::move(r));
+}
+
+void Dispatcher::Log(int level, std::string line) {
+  std::lock_guard<std::mutex> l(sink_mu_);
+  if (!closed_) sink_->Log(level, std::move(line));
+}
+
+void Dispatcher::SpeculativeJobDone() {
+  std::lock_guard<std::mutex> l(mu_);
+  speculator_.SpeculativeJobDone();
+}
+
+void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    // After Stop() nothing would prune them: `keystreams` goes out of
+    // scope here and SecureBytes wipes them.
+    if (stopping_) return;
+    speculator_.Hold(&keystreams);
+  }
+  cv_.notify_all();  // the dispatcher prunes them when they expire
+}
+
+void Dispatcher::SpeculativeGroupsFailed(size_t groups) {
+  std::lock_guard<std::mutex> l(mu_);
+  speculator_.GroupsFailed(groups);  // their tokens stay spent
+}
+
+void Dispatcher::FinalizeOnlyRerun(size_t jobs) {
+  std::lock_guard<std::mutex> l(mu_);
+  stats_.finalize_only_rerun += jobs;
+}
+
+void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
+                              bool finalize_only, uint64_t blocks,
+                              bool failed) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    active_.erase(step);
+    --(finalize_only ? finalize_only_inflight_ : inflight_);
+    stats_.blocks += blocks;
+    if (failed) ++stats_.failed_batches;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace kmpc::kdc

@@ -1,0 +1,108 @@
+// The dispatcher: the queue, the flush policy and the batches in flight
+// (batcher.h describes the policy). It owns the speculator and is the host
+// of every BatchStep it starts.
+//
+// Invariants:
+//  - mu_ guards everything but the sink gate; the dispatcher thread is the
+//    only waiter on cv_. Submit wakes it only when a job changes its
+//    decision (the first queued job, a queue reaching max_jobs or
+//    max_blocks, the first finalize_only job); every batch's end wakes it.
+//  - At most max_inflight Run batches and kMaxFinalizeOnlyInflight
+//    finalize_only batches are in flight; `active_` holds each until its
+//    StepFinished, so the deadline watchdog fails it even if a transport
+//    never calls back.
+//  - queued_blocks_ is the sum of `blocks` over queue_.
+//  - flush_now_: the submitter went idle (SubmitterIdle) with early_flush
+//    and jobs queued: an idle cluster takes them without the coalesce
+//    delay; cleared when a batch empties the queue.
+//  - finalize_only_now_: the submitter went idle with finalize_only jobs
+//    queued: they go at once (else kFinalizeOnlyMaxWait after the first).
+//  - After Close() nothing reaches the sink and nothing is queued or held.
+#ifndef KMPC_KDC_PLUGIN_DISPATCHER_H_
+#define KMPC_KDC_PLUGIN_DISPATCHER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "batch_step.h"
+#include "batcher.h"
+#include "speculator.h"
+
+namespace kmpc::kdc {
+
+class Dispatcher : public StepHost,
+                   public std::enable_shared_from_this<Dispatcher> {
+ public:
+  Dispatcher(BatcherOptions options, Transport* transport, Sink* sink);
+
+  absl::Status Submit(uint64_t token, Job job);
+  void SubmitterIdle();
+  // The dispatcher thread's body: returns once RequestStop was called.
+  void RunUntilStopped();
+  void RequestStop();
+  // After the dispatcher thread has returned: closes the sink gate and
+  // drops (wipes) everything queued or held.
+  void Close();
+  BatcherStats Stats() const;
+
+  // StepHost.
+  const BatcherOptions& options() const override { return options_; }
+  Transport* transport() const override { return transport_; }
+  void Deliver(Result result) override;
+  void Log(int level, std::string line) override;
+  void SpeculativeJobDone() override;
+  void HoldKeystreams(std::vector<HeldKeystream> keystreams) override;
+  void SpeculativeGroupsFailed(size_t groups) override;
+  void FinalizeOnlyRerun(size_t jobs) override;
+  void StepFinished(const std::shared_ptr<BatchStep>& step, bool finalize_only,
+                    uint64_t blocks, bool failed) override;
+
+ private:
+  using Lock = std::unique_lock<std::mutex>;
+  bool Enqueue(PendingJob job, std::vector<PendingJob>* group_jobs);
+  void Loop();
+  // Each returns true when it released the lock to act (the loop then
+  // looks again), else lowers *wake to when it wants to act.
+  bool ExpireOverdue(absl::Time now, absl::Time* wake, Lock* lk);
+  bool StartFinalizeOnly(absl::Time now, absl::Time* wake, Lock* lk);
+  bool StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk);
+  void Launch(std::vector<PendingJob> jobs, bool finalize_only,
+              absl::Time now, Lock* lk);
+
+  const BatcherOptions options_;
+  Transport* const transport_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::deque<PendingJob> queue_;
+  uint64_t queued_blocks_ = 0;
+  int inflight_ = 0;
+  bool flush_now_ = false;
+  // ENCRYPT jobs whose keystream a speculative job gave: FINALIZE only, no
+  // ring work, so they do not wait for the Run batches in flight.
+  std::deque<PendingJob> finalize_only_queue_;
+  int finalize_only_inflight_ = 0;
+  bool finalize_only_now_ = false;
+  std::set<std::shared_ptr<BatchStep>> active_;
+  BatcherStats stats_;
+  uint64_t next_seq_ = 1;
+  Speculator speculator_;
+
+  // Deliveries pass this gate; Close() shuts it.
+  std::mutex sink_mu_;
+  bool closed_ = false;
+  Sink* const sink_;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_DISPATCHER_H_
