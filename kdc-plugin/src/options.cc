@@ -39,6 +39,71 @@ absl::Status CheckHostPort(absl::string_view s) {
   return absl::OkStatus();
 }
 
+// The batcher's numeric and boolean options: name, accepted range, and
+// where the value goes.
+struct IntOption {
+  const char* name;
+  int64_t min, max;
+  void (*set)(BatcherOptions&, int64_t);
+};
+struct BoolOption {
+  const char* name;
+  void (*set)(BatcherOptions&, bool);
+};
+
+constexpr IntOption kIntOptions[] = {
+    {"batch_window_ms", 0, 60000,
+     [](BatcherOptions& b, int64_t n) { b.window = absl::Milliseconds(n); }},
+    {"max_batch_jobs", 1, 100000,
+     [](BatcherOptions& b, int64_t n) { b.max_jobs = n; }},
+    {"max_batch_blocks", 1, 1 << 20,
+     [](BatcherOptions& b, int64_t n) { b.max_blocks = n; }},
+    {"backlog_batch_jobs", 1, 100000,
+     [](BatcherOptions& b, int64_t n) { b.backlog_jobs = n; }},
+    {"backlog_batch_blocks", 1, 1 << 20,
+     [](BatcherOptions& b, int64_t n) { b.backlog_blocks = n; }},
+    {"coalesce_us", 0, 1000000,
+     [](BatcherOptions& b, int64_t n) { b.coalesce = absl::Microseconds(n); }},
+    {"max_inflight", 1, 1024,
+     [](BatcherOptions& b, int64_t n) { b.max_inflight = static_cast<int>(n); }},
+    {"max_queue_jobs", 1, 10000000,
+     [](BatcherOptions& b, int64_t n) { b.max_queue = n; }},
+    {"deadline_ms", 10, 600000,
+     [](BatcherOptions& b, int64_t n) { b.deadline = absl::Milliseconds(n); }},
+    {"speculate_ttl_ms", 100, 60000,
+     [](BatcherOptions& b, int64_t n) {
+       b.speculate_ttl = absl::Milliseconds(n);
+     }},
+    {"speculate_max", 2, 65536,
+     [](BatcherOptions& b, int64_t n) { b.speculate_max = n; }},
+};
+
+constexpr BoolOption kBoolOptions[] = {
+    {"early_flush", [](BatcherOptions& b, bool f) { b.early_flush = f; }},
+    {"speculate", [](BatcherOptions& b, bool f) { b.speculate = f; }},
+    {"debug", [](BatcherOptions& b, bool f) { b.debug = f; }},
+};
+
+// One batcher option; NotFound for a name that is not one.
+absl::Status SetBatcherOption(const std::string& name, const std::string& v,
+                              BatcherOptions& b) {
+  for (const IntOption& o : kIntOptions) {
+    if (name != o.name) continue;
+    auto n = Int(name, v, o.min, o.max);
+    if (!n.ok()) return n.status();
+    o.set(b, *n);
+    return absl::OkStatus();
+  }
+  for (const BoolOption& o : kBoolOptions) {
+    if (name != o.name) continue;
+    auto f = Bool(name, v);
+    if (!f.ok()) return f.status();
+    o.set(b, *f);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(name);
+}
+
 }  // namespace
 
 absl::StatusOr<ModuleOptions> ParseOptions(
@@ -53,7 +118,6 @@ absl::StatusOr<ModuleOptions> ParseOptions(
           absl::StrCat("kdcmpc option \"", opt, "\" is not name=value"));
     std::string name(absl::StripAsciiWhitespace(opt.substr(0, eq)));
     std::string v(absl::StripAsciiWhitespace(opt.substr(eq + 1)));
-    BatcherOptions& b = o.batcher;
     if (name == "servers") {
       for (absl::string_view s :
            absl::StrSplit(v, absl::ByAnyChar(", \t"), absl::SkipEmpty()))
@@ -66,65 +130,12 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       cert = v;
     } else if (name == "key") {
       key = v;
-    } else if (name == "batch_window_ms") {
-      auto n = Int(name, v, 0, 60000);
-      if (!n.ok()) return n.status();
-      b.window = absl::Milliseconds(*n);
-    } else if (name == "max_batch_jobs") {
-      auto n = Int(name, v, 1, 100000);
-      if (!n.ok()) return n.status();
-      b.max_jobs = *n;
-    } else if (name == "max_batch_blocks") {
-      auto n = Int(name, v, 1, 1 << 20);
-      if (!n.ok()) return n.status();
-      b.max_blocks = *n;
-    } else if (name == "backlog_batch_jobs") {
-      auto n = Int(name, v, 1, 100000);
-      if (!n.ok()) return n.status();
-      b.backlog_jobs = *n;
-    } else if (name == "backlog_batch_blocks") {
-      auto n = Int(name, v, 1, 1 << 20);
-      if (!n.ok()) return n.status();
-      b.backlog_blocks = *n;
-    } else if (name == "early_flush") {
-      auto f = Bool(name, v);
-      if (!f.ok()) return f.status();
-      b.early_flush = *f;
-    } else if (name == "coalesce_us") {
-      auto n = Int(name, v, 0, 1000000);
-      if (!n.ok()) return n.status();
-      b.coalesce = absl::Microseconds(*n);
-    } else if (name == "max_inflight") {
-      auto n = Int(name, v, 1, 1024);
-      if (!n.ok()) return n.status();
-      b.max_inflight = static_cast<int>(*n);
-    } else if (name == "max_queue_jobs") {
-      auto n = Int(name, v, 1, 10000000);
-      if (!n.ok()) return n.status();
-      b.max_queue = *n;
-    } else if (name == "deadline_ms") {
-      auto n = Int(name, v, 10, 600000);
-      if (!n.ok()) return n.status();
-      b.deadline = absl::Milliseconds(*n);
-    } else if (name == "speculate") {
-      auto f = Bool(name, v);
-      if (!f.ok()) return f.status();
-      b.speculate = *f;
-    } else if (name == "speculate_ttl_ms") {
-      auto n = Int(name, v, 100, 60000);
-      if (!n.ok()) return n.status();
-      b.speculate_ttl = absl::Milliseconds(*n);
-    } else if (name == "speculate_max") {
-      auto n = Int(name, v, 2, 65536);
-      if (!n.ok()) return n.status();
-      b.speculate_max = *n;
-    } else if (name == "debug") {
-      auto f = Bool(name, v);
-      if (!f.ok()) return f.status();
-      b.debug = *f;
-    } else {
+    } else if (absl::Status st = SetBatcherOption(name, v, o.batcher);
+               absl::IsNotFound(st)) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown kdcmpc option \"", name, "\""));
+    } else if (!st.ok()) {
+      return st;
     }
   }
   if (servers.size() != 3)
