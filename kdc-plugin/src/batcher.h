@@ -62,9 +62,9 @@ struct BatcherOptions {
   absl::Duration coalesce = absl::Microseconds(500);
   // One batch at a time by default: while it runs, the next one collects
   // everything that arrives (up to backlog_jobs / backlog_blocks), so under
-  // load batches grow with the load instead of queueing at the servers.
-  // On the 2-core bench machine this raised the peak by ~10% over 4 in
-  // flight (kdc-plugin/README.md, max_inflight). A cluster far away (RTT
+  // load batches grow with the load instead of queueing at the servers:
+  // fewer ring messages, gRPC calls and wake-ups per login where the KDC
+  // and the servers share cores (docs/bench-log.md). A cluster far away (RTT
   // of milliseconds) may want 2 or more, so that one batch computes while
   // another waits for the network. With one bigger batch in flight, a
   // failed or hung batch takes more logins with it (all of them until
