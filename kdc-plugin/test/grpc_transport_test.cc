@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "batch_error.h"
+#include "party_server.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
 
 namespace kmpc::kdc {
@@ -30,12 +31,8 @@ namespace {
 
 using kmpc::testing::FreeLoopbackPort;
 
-std::string Read(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using kmpc::testing::ReadFile;
+using kmpc::testing::StartPartyServer;
 
 class TransportTest : public ::testing::Test {
  protected:
@@ -84,18 +81,7 @@ class FakeParty {
   FakeParty(const std::string& certs, int cert_party, int port,
             grpc::Status answer = grpc::Status::OK) {
     svc_.answer = std::move(answer);
-    grpc::SslServerCredentialsOptions o(
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    o.pem_root_certs = Read(certs + "/ca.pem");
-    const std::string name = absl::StrCat(certs, "/party-", cert_party);
-    o.pem_key_cert_pairs.push_back({Read(name + ".key"), Read(name + ".pem")});
-    grpc::ServerBuilder b;
-    int bound = 0;
-    b.AddListeningPort(absl::StrCat("127.0.0.1:", port),
-                       grpc::SslServerCredentials(o), &bound);
-    b.RegisterService(&svc_);
-    server_ = b.BuildAndStart();
-    EXPECT_EQ(bound, port);
+    server_ = StartPartyServer(certs, cert_party, port, &svc_);
   }
   ~FakeParty() { server_->Shutdown(std::chrono::system_clock::now()); }
   int calls() const { return svc_.calls.load(); }

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "party_server.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
 
 namespace kmpc::client {
@@ -25,12 +26,8 @@ namespace {
 namespace pb = kmpc::v1;
 using kmpc::testing::FreeLoopbackPort;
 
-std::string Read(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using kmpc::testing::ReadFile;
+using kmpc::testing::StartPartyServer;
 
 void Write(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -49,18 +46,7 @@ enum class PutBehaviour {
 class FakeAdmin {
  public:
   FakeAdmin(const std::string& certs, int cert_party, int port) : svc_(cert_party) {
-    grpc::SslServerCredentialsOptions o(
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    o.pem_root_certs = Read(certs + "/ca.pem");
-    const std::string name = absl::StrCat(certs, "/party-", cert_party);
-    o.pem_key_cert_pairs.push_back({Read(name + ".key"), Read(name + ".pem")});
-    grpc::ServerBuilder b;
-    int bound = 0;
-    b.AddListeningPort(absl::StrCat("127.0.0.1:", port),
-                       grpc::SslServerCredentials(o), &bound);
-    b.RegisterService(&svc_);
-    server_ = b.BuildAndStart();
-    EXPECT_EQ(bound, port);
+    server_ = StartPartyServer(certs, cert_party, port, &svc_);
   }
   ~FakeAdmin() {
     svc_.release = true;
@@ -179,7 +165,7 @@ const std::array<uint8_t, 16> kKey = {1, 2, 3, 4, 5, 6, 7, 8,
 
 TEST_F(ClusterClientTest, PemErrorsNameTheFileAndNeverQuoteTheKey) {
   ports_ = {1, 2, 3};
-  const std::string key_text = Read(Certs() + "/admin.key");
+  const std::string key_text = ReadFile(Certs() + "/admin.key");
   ASSERT_FALSE(key_text.empty());
   auto expect_error = [&](const ClusterConfig& cfg, const std::string& want) {
     auto c = ClusterChannels::Open(cfg);
