@@ -93,6 +93,15 @@ def kdcmpc_conf(name, so, options):
             f"[kdcmpc]\n    {name} = {{\n{body}    }}\n")
 
 
+def dealer_conf(so, admin_conf, protect=()):
+    """kdc.conf text loading kmpc's key dealer (mpcdealer and kadm5_hook
+    interfaces, one .so) with kmpc-admin's config file admin_conf."""
+    prot = "".join(f"        protect = {p}\n" for p in protect)
+    return (f"[plugins]\n    mpcdealer = {{\n        module = kmpc:{so}\n    }}\n"
+            f"    kadm5_hook = {{\n        module = kmpc:{so}\n    }}\n"
+            f"[mpcdealer]\n    kmpc = {{\n        config = {admin_conf}\n{prot}    }}\n")
+
+
 def test_module_path():
     return os.path.join(kmpc_realm.PREFIX, "lib", "krb5", "plugins", "kdcmpc", "test.so")
 
@@ -311,7 +320,8 @@ class KmpcRealm(kmpc_realm.Realm):
                  extra_client_cns=(), server_flags="", test_module_delay_ms=5,
                  module_options=None, enctypes=ENCTYPES,
                  realm_extra="        disable_pac = true",
-                 udp_recv_buffer=4 << 20, udp_max_wait_ms=0, **kw):
+                 udp_recv_buffer=4 << 20, udp_max_wait_ms=0, dealer=False,
+                 protect=None, **kw):
         """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test
         module) or "auto" (real when built). module_options: extra relations
         for the real module's [kdcmpc] -> kmpc section (e.g. {"early_flush":
@@ -325,7 +335,12 @@ class KmpcRealm(kmpc_realm.Realm):
         longer than this in the KDC's socket. It sheds work for clients that
         gave up under overload, but with a bounded client population it
         makes more logins fail (they wait for their retransmit), so it is
-        opt-in."""
+        opt-in.
+        dealer: load kmpc's key dealer (mpc-server/admin/dealer_module.cc)
+        into kadmin.local, kadmind and kdb5_util, so that every new key of an
+        MPC-protected principal goes to the cluster and only handles reach
+        the KDB; protect: its [mpcdealer] protect patterns (default
+        krbtgt/*)."""
         super().__init__(workdir, enctypes=enctypes, realm_extra=realm_extra, **kw)
         self.cluster = MpcCluster(os.path.join(self.dir, "mpc"), workers=mpc_workers,
                                   extra_client_cns=extra_client_cns,
@@ -344,6 +359,8 @@ class KmpcRealm(kmpc_realm.Realm):
         self.test_keyfile = os.path.join(self.dir, "mpc-test-keys")
         self.users_keytab = os.path.join(self.dir, "users.keytab")
         self._plugin_conf = ""
+        self.dealer = dealer
+        self.protect = list(protect or [])
 
     # ---- set-up -------------------------------------------------------
     def create(self):
@@ -366,6 +383,9 @@ class KmpcRealm(kmpc_realm.Realm):
             opts = {"keyfile": self.test_keyfile, "delay_ms": self.test_module_delay_ms}
             name = "test"
         self._plugin_conf = kdcmpc_conf(name, so, opts)
+        if self.dealer:
+            self._plugin_conf += dealer_conf(find_built("mpc-server/libkmpc_dealer.so"),
+                                             self.admin_conf, self.protect)
         # Relations before [plugins] land in [kdcdefaults].
         rcvbuf = (f"    kdc_udp_recv_buffer = {self.udp_recv_buffer}\n"
                   if self.udp_recv_buffer else "")
@@ -536,6 +556,7 @@ class KmpcRealm(kmpc_realm.Realm):
         return super().logs() + "\n" + self.cluster.logs()
 
     def stop(self):
+        self.stop_kadmind()
         self.stop_kdc()
         self.cluster.stop()
 

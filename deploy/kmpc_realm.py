@@ -130,6 +130,7 @@ class Realm:
         # (e.g. "disable_pac = true").
         self.realm_extra = realm_extra
         self.kdc_proc = None
+        self.kadmind_proc = None
         self.kdc_port = None
         self.krb5_conf = os.path.join(self.dir, "krb5.conf")
         self.kdc_conf = os.path.join(self.dir, "kdc.conf")
@@ -142,7 +143,7 @@ class Realm:
     # ---- set-up -------------------------------------------------------
     def create(self):
         os.makedirs(self.dir, exist_ok=True)
-        self.kdc_port, self.kadmin_port = free_ports(2)
+        self.kdc_port, self.kadmin_port, self.kpasswd_port = free_ports(3)
         ets = " ".join(self.enctypes + self.session_enctypes)
         supported = " ".join(f"{e}:normal" for e in self.enctypes)
         with open(self.krb5_conf, "w") as f:
@@ -161,6 +162,7 @@ class Realm:
     {self.realm} = {{
         kdc = 127.0.0.1:{self.kdc_port}
         admin_server = 127.0.0.1:{self.kadmin_port}
+        kpasswd_server = 127.0.0.1:{self.kpasswd_port}
     }}
 """)
         with open(self.kdc_conf, "w") as f:
@@ -174,6 +176,9 @@ class Realm:
         key_stash_file = {self.dir}/stash
         acl_file = {self.dir}/kadm5.acl
         kadmind_port = {self.kadmin_port}
+        kpasswd_port = {self.kpasswd_port}
+        kadmind_listen = 127.0.0.1:{self.kadmin_port}
+        kpasswd_listen = 127.0.0.1:{self.kpasswd_port}
         master_key_type = aes256-cts-hmac-sha1-96
         supported_enctypes = {supported}
         max_life = 10h
@@ -319,7 +324,48 @@ class Realm:
                     parts.append(f"----- {name} -----\n{f.read()[-20000:]}")
         return "\n".join(parts)
 
+    # ---- kadmind --------------------------------------------------------
+    def start_kadmind(self, acl="*/admin@{realm} *\n", timeout=20):
+        """Start kadmind (kadmin RPC and the kpasswd service on loopback)
+        and wait for its "starting" line; acl: the kadm5.acl text."""
+        if self.kadmind_proc is not None:
+            raise RealmError("kadmind already running")
+        with open(os.path.join(self.dir, "kadm5.acl"), "w") as f:
+            f.write(acl.format(realm=self.realm))
+        log = os.path.join(self.dir, "kadmind.log")
+        offset = os.path.getsize(log) if os.path.exists(log) else 0
+        self.kadmind_proc = subprocess.Popen(
+            [binpath("kadmind"), "-nofork", "-r", self.realm,
+             "-P", os.path.join(self.dir, "kadmind.pid")],
+            env=self.env, stdout=open(os.path.join(self.dir, "kadmind.out"), "ab"),
+            stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.kadmind_proc.poll() is not None:
+                code = self.kadmind_proc.returncode
+                self.kadmind_proc = None
+                raise RealmError(f"kadmind exited with {code}:\n" + self.logs())
+            if os.path.exists(log):
+                with open(log, errors="replace") as f:
+                    f.seek(offset)
+                    if "starting" in f.read():
+                        return
+            time.sleep(0.05)
+        raise RealmError(f"kadmind did not start within {timeout}s:\n" + self.logs())
+
+    def stop_kadmind(self):
+        if self.kadmind_proc is None:
+            return
+        self.kadmind_proc.terminate()
+        try:
+            self.kadmind_proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kadmind_proc.kill()
+            self.kadmind_proc.wait()
+        self.kadmind_proc = None
+
     def stop(self):
+        self.stop_kadmind()
         self.stop_kdc()
 
 

@@ -13,6 +13,11 @@ if(TARGET kmpc_cluster_admin)
   target_include_directories(kmpc-admin PRIVATE
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
   target_compile_options(kmpc-admin PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  # kdc.conf's place when KRB5_KDC_PROFILE is unset (MIT's default for
+  # the prefix; admin/kdb.cc).
+  target_compile_definitions(kmpc-admin PRIVATE
+    KMPC_DEFAULT_KDC_PROFILE="${KRB5_PREFIX}/var/krb5kdc/kdc.conf"
+    KMPC_DEFAULT_KRB5_CONFIG="/etc/krb5.conf:${KRB5_PREFIX}/etc/krb5.conf")
   target_link_libraries(kmpc-admin PRIVATE
     kmpc_cluster_admin absl::strings absl::str_format absl::status
     absl::statusor OpenSSL::Crypto
@@ -26,6 +31,33 @@ if(TARGET kmpc_cluster_admin)
     BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     INSTALL_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     SKIP_BUILD_RPATH OFF LINK_FLAGS "-Wl,--enable-new-dtags")
+
+  # libkmpc_dealer.so: the mpcdealer and kadm5_hook module "kmpc" that
+  # kadmind, kadmin.local and kdb5_util load (admin/dealer_module.cc). Like
+  # the KDC module it exports only its initvt functions, keeps its static
+  # libraries local, binds to itself and is never unloaded (gRPC threads).
+  add_library(kmpc_dealer MODULE
+    ${CMAKE_CURRENT_LIST_DIR}/admin/dealer_module.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
+  target_include_directories(kmpc_dealer PRIVATE
+    "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
+  target_compile_options(kmpc_dealer PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_link_libraries(kmpc_dealer PRIVATE
+    kmpc_cluster_admin absl::strings absl::status absl::statusor OpenSSL::Crypto
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so")
+  set_target_properties(kmpc_dealer PROPERTIES
+    OUTPUT_NAME kmpc_dealer PREFIX "lib"
+    C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON
+    BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" INSTALL_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
+    SKIP_BUILD_RPATH OFF
+    LINK_DEPENDS "${CMAKE_CURRENT_LIST_DIR}/admin/dealer_module.exports")
+  target_link_options(kmpc_dealer PRIVATE
+    "-Wl,--version-script=${CMAKE_CURRENT_LIST_DIR}/admin/dealer_module.exports"
+    "-Wl,--exclude-libs,ALL" "-Wl,-Bsymbolic" "-Wl,-z,nodelete"
+    "-Wl,-z,defs" "-Wl,--enable-new-dtags" "-Wl,--as-needed")
 
   # Config parsing (no krb5, no servers); the rest is tested end to end by
   # integration-tests/test_admin.py.

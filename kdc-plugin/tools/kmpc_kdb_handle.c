@@ -15,6 +15,13 @@
  *       migrated key with the MPC cluster.  The key goes to stdout only,
  *       never to a log; a key that is already a handle is refused.
  *
+ *   kmpc-kdb-handle [-r REALM] keys PRINC
+ *       What the KDB holds for PRINC, read with the master key (libkdb5),
+ *       one line per key_data entry: "KVNO ENCTYPE handle KEYID_HEX" for a
+ *       key handle, "KVNO ENCTYPE key SHA256_HEX" for a real key (the
+ *       SHA-256 of its bytes, never the bytes), for tests that check that
+ *       no real key of an MPC-protected principal is in the KDB.
+ *
  * The handle is written through kadm5_setkey_principal_4(), which encrypts
  * the key data contents (40 bytes) in the master key like any other key:
  * neither it nor krb5_dbe_encrypt_key_data() checks contents against the
@@ -31,6 +38,8 @@
 #include <krb5/krb5.h>
 #include <kadm5/admin.h>
 #include <com_err.h>
+#include <kdb.h>
+#include <openssl/evp.h>
 
 #define HANDLE_MAGIC "kmpc-key"
 #define HANDLE_MAGIC_LEN 8
@@ -45,8 +54,9 @@ static void
 usage(void)
 {
     fprintf(stderr, "usage: %s [-r REALM] set PRINC ENCTYPE KEYID_HEX\n"
-            "       %s [-r REALM] get-key PRINC ENCTYPE\n",
-            progname, progname);
+            "       %s [-r REALM] get-key PRINC ENCTYPE\n"
+            "       %s [-r REALM] keys PRINC\n",
+            progname, progname, progname);
     exit(2);
 }
 
@@ -174,6 +184,58 @@ cleanup:
     return ret;
 }
 
+static krb5_error_code
+kmpc_list_keys(krb5_context context, krb5_principal princ)
+{
+    krb5_error_code ret;
+    krb5_db_entry *ent = NULL;
+    krb5_keyblock kb;
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen, j;
+    char etname[64];
+    int i;
+
+    ret = krb5_db_get_principal(context, princ, 0, &ent);
+    if (ret) {
+        com_err(progname, ret, "while reading the principal's entry");
+        return ret;
+    }
+    for (i = 0; i < ent->n_key_data; i++) {
+        memset(&kb, 0, sizeof(kb));
+        ret = krb5_dbe_decrypt_key_data(context, NULL, &ent->key_data[i], &kb,
+                                        NULL);
+        if (ret) {
+            com_err(progname, ret, "while decrypting key data");
+            goto cleanup;
+        }
+        if (krb5_enctype_to_name(kb.enctype, FALSE, etname, sizeof(etname)))
+            snprintf(etname, sizeof(etname), "%d", (int)kb.enctype);
+        printf("%d %s ", ent->key_data[i].key_data_kvno, etname);
+        if (kb.length == HANDLE_LEN &&
+            memcmp(kb.contents, HANDLE_MAGIC, HANDLE_MAGIC_LEN) == 0) {
+            printf("handle ");
+            for (j = HANDLE_MAGIC_LEN; j < HANDLE_LEN; j++)
+                printf("%02x", kb.contents[j]);
+        } else {
+            dlen = 0;
+            if (!EVP_Digest(kb.contents, kb.length, digest, &dlen,
+                            EVP_sha256(), NULL))
+                dlen = 0;
+            printf("key ");
+            for (j = 0; j < dlen; j++)
+                printf("%02x", digest[j]);
+        }
+        printf("\n");
+        krb5_free_keyblock_contents(context, &kb);
+    }
+    if (fflush(stdout) != 0)
+        ret = errno;
+
+cleanup:
+    krb5_db_free_principal(context, ent);
+    return ret;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -182,7 +244,7 @@ main(int argc, char **argv)
     kadm5_config_params params;
     void *handle = NULL;
     krb5_principal princ = NULL;
-    krb5_enctype enctype;
+    krb5_enctype enctype = 0;
     char *realm = NULL, *cmd;
     int opt, nargs;
 
@@ -201,6 +263,8 @@ main(int argc, char **argv)
         nargs = 4;
     else if (strcmp(cmd, "get-key") == 0)
         nargs = 3;
+    else if (strcmp(cmd, "keys") == 0)
+        nargs = 2;
     else
         usage();
     if (argc != nargs)
@@ -220,7 +284,7 @@ main(int argc, char **argv)
             goto cleanup;
     }
 
-    ret = krb5_string_to_enctype(argv[2], &enctype);
+    ret = nargs < 3 ? 0 : krb5_string_to_enctype(argv[2], &enctype);
     if (ret) {
         fprintf(stderr, "%s: unknown enctype %s\n", progname, argv[2]);
         goto cleanup;
@@ -242,6 +306,8 @@ main(int argc, char **argv)
 
     if (strcmp(cmd, "set") == 0)
         ret = kmpc_set(context, handle, princ, enctype, argv[3]);
+    else if (strcmp(cmd, "keys") == 0)
+        ret = kmpc_list_keys(context, princ);
     else
         ret = kmpc_get_key(context, handle, princ, enctype);
 

@@ -2,7 +2,11 @@
 
 #include <openssl/crypto.h>
 
+#include <cerrno>
 #include <cstring>
+#include <vector>
+
+#include <unistd.h>
 
 #include <krb5/krb5.h>
 // kdb.h has no C++ guards of its own (kadm5/admin.h includes it outside
@@ -12,8 +16,11 @@ extern "C" {
 }
 #include <com_err.h>
 #include <kadm5/admin.h>
+#include <profile.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace kmpc::admin {
 namespace {
@@ -91,10 +98,116 @@ int32_t MpcEnctypeFor(int32_t enctype) {
   }
 }
 
+// Every key_data entry of princ, decrypted with the master key through
+// libkdb5, in the form kadm5_get_principal_keys gives (which refuses, by
+// design, principals holding key handles: krb5 patch 0010).
+static krb5_error_code ReadKeyData(krb5_context ctx, krb5_principal princ,
+                                   kadm5_key_data** out, int* n_out) {
+  *out = nullptr;
+  *n_out = 0;
+  krb5_db_entry* ent = nullptr;
+  krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &ent);
+  if (ret == KRB5_KDB_NOENTRY) return KADM5_UNK_PRINC;
+  if (ret) return ret;
+  auto* kd = static_cast<kadm5_key_data*>(
+      calloc(ent->n_key_data > 0 ? ent->n_key_data : 1, sizeof(kadm5_key_data)));
+  if (kd == nullptr) {
+    krb5_db_free_principal(ctx, ent);
+    return ENOMEM;
+  }
+  int n = 0;
+  for (; n < ent->n_key_data; ++n) {
+    kd[n].kvno = ent->key_data[n].key_data_kvno;
+    ret = krb5_dbe_decrypt_key_data(ctx, nullptr, &ent->key_data[n], &kd[n].key,
+                                    &kd[n].salt);
+    if (ret) break;
+  }
+  krb5_db_free_principal(ctx, ent);
+  if (ret) {
+    kadm5_free_kadm5_key_data(ctx, n, kd);
+    return ret;
+  }
+  *out = kd;
+  *n_out = n;
+  return 0;
+}
+
+// kadm5_init_krb5_context's KDC context, except that kmpc's key dealer
+// (libkmpc_dealer.so, [plugins] mpcdealer and kadm5_hook in kdc.conf) is
+// disabled: kmpc-admin deals keys itself and writes handles, and the module
+// must not be loaded next to this program's own copy of the cluster client
+// (both would register kmpc.proto with the process's protobuf runtime).
+// The profile is a private file (profile_path, kept while the context
+// lives) that includes krb5.conf and kdc.conf as the KDC context would read
+// them and adds the "disable" relations; no configuration file is changed.
+static krb5_error_code KdcContextWithoutDealer(krb5_context* out,
+                                               std::string* profile_path) {
+  *out = nullptr;
+  krb5_context base = nullptr;
+  krb5_error_code ret = kadm5_init_krb5_context(&base);  // MIT's KDC set-up
+  if (ret) return ret;
+  // Which of the two interfaces load a "kmpc" module. (Only those get a
+  // "disable": krb5 1.20.1's plugin.c dereferences a null module list when
+  // an interface with no modules has one.)
+  std::vector<std::string> loaded;
+  profile_t base_profile = nullptr;
+  if (krb5_get_profile(base, &base_profile) == 0) {
+    for (const char* iface : {"mpcdealer", "kadm5_hook"}) {
+      const char* names[] = {"plugins", iface, "module", nullptr};
+      char** values = nullptr;
+      if (profile_get_values(base_profile, names, &values) != 0) continue;
+      for (char** v = values; *v != nullptr; ++v)
+        if (absl::StartsWith(*v, "kmpc:")) {
+          loaded.push_back(iface);
+          break;
+        }
+      profile_free_list(values);
+    }
+    profile_release(base_profile);
+  }
+  krb5_free_context(base);
+  // krb5.conf as libkrb5 finds it: KRB5_CONFIG, else MIT's default path.
+  const char* cfg = secure_getenv("KRB5_CONFIG");
+  std::string text;
+  for (absl::string_view f : absl::StrSplit(
+           cfg != nullptr ? cfg : KMPC_DEFAULT_KRB5_CONFIG, ':', absl::SkipEmpty()))
+    if (access(std::string(f).c_str(), R_OK) == 0)
+      absl::StrAppend(&text, "include ", f, "\n");
+  const char* kdc = secure_getenv("KRB5_KDC_PROFILE");
+  std::string kdc_profile = kdc != nullptr ? kdc : KMPC_DEFAULT_KDC_PROFILE;
+  if (access(kdc_profile.c_str(), R_OK) == 0)
+    absl::StrAppend(&text, "include ", kdc_profile, "\n");
+  if (loaded.empty()) return kadm5_init_krb5_context(out);
+  absl::StrAppend(&text, "[plugins]\n");
+  for (const std::string& iface : loaded)
+    absl::StrAppend(&text, "    ", iface, " = {\n        disable = kmpc\n    }\n");
+  const char* tmpdir = secure_getenv("TMPDIR");
+  std::string path = absl::StrCat(tmpdir != nullptr ? tmpdir : "/tmp",
+                                  "/kmpc-admin-profile-XXXXXX");
+  int fd = mkstemp(path.data());
+  if (fd < 0) return errno;
+  bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!written) {
+    unlink(path.c_str());
+    return EIO;
+  }
+  profile_t profile = nullptr;
+  ret = profile_init_path(path.c_str(), &profile);
+  if (!ret) ret = krb5_init_context_profile(profile, KRB5_INIT_CONTEXT_KDC, out);
+  if (profile != nullptr) profile_abandon(profile);
+  if (ret) {
+    unlink(path.c_str());
+    return ret;
+  }
+  *profile_path = path;
+  return 0;
+}
+
 absl::StatusOr<std::unique_ptr<Kdb>> Kdb::Open(const std::string& realm) {
   std::unique_ptr<Kdb> db(new Kdb());
   krb5_context ctx = nullptr;
-  krb5_error_code ret = kadm5_init_krb5_context(&ctx);
+  krb5_error_code ret = KdcContextWithoutDealer(&ctx, &db->profile_path_);
   if (ret)
     return absl::FailedPreconditionError(
         absl::StrCat("cannot initialize krb5 (KRB5_CONFIG, KRB5_KDC_PROFILE): ",
@@ -128,6 +241,7 @@ absl::StatusOr<std::unique_ptr<Kdb>> Kdb::Open(const std::string& realm) {
 Kdb::~Kdb() {
   if (handle_ != nullptr) kadm5_destroy(handle_);
   if (context_ != nullptr) krb5_free_context(Ctx(context_));
+  if (!profile_path_.empty()) unlink(profile_path_.c_str());
 }
 
 absl::Status Kdb::Error(long ret, const std::string& what) {
@@ -150,7 +264,7 @@ absl::StatusOr<PrincipalInfo> Kdb::Lookup(const std::string& name) {
   info.name = canon;
   krb5_free_unparsed_name(ctx, canon);
   KeyDataList kd{ctx};
-  ret = kadm5_get_principal_keys(handle_, p.p, 0, &kd.kd, &kd.n);
+  ret = ReadKeyData(ctx, p.p, &kd.kd, &kd.n);
   if (ret == KADM5_UNK_PRINC)
     return absl::NotFoundError(
         absl::StrCat("principal ", info.name, " does not exist in the KDB"));
@@ -179,7 +293,7 @@ absl::StatusOr<ExistingKey> Kdb::ExportAesKey(const std::string& name) {
   krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
   if (ret) return Error(ret, "parsing principal name " + name);
   KeyDataList kd{ctx};
-  ret = kadm5_get_principal_keys(handle_, p.p, 0, &kd.kd, &kd.n);
+  ret = ReadKeyData(ctx, p.p, &kd.kd, &kd.n);
   if (ret == KADM5_UNK_PRINC)
     return absl::NotFoundError(
         absl::StrCat("principal ", name, " does not exist in the KDB"));

@@ -103,6 +103,7 @@ class Kdb {
   absl::StatusOr<std::vector<std::string>> ListPrincipals();
 
  private:
+  std::string profile_path_;  // the context's private profile (kdb.cc)
   Kdb() = default;
   absl::Status Error(long ret, const std::string& what);
   // SetHandle with keepold (krb5_principal, const kadm5_key_data*).

@@ -1,0 +1,249 @@
+"""Key changes through MIT's own tools keep MPC-protected keys in the cluster.
+
+Real binaries only: kadmin.local, kadmind with the real kpasswd and kadmin
+clients, kinit changing an expired password, krb5kdc with the kmpc module,
+three kmpc-mpc-server processes, and kmpc's key dealer
+(mpc-server/admin/dealer_module.cc) loaded by the patched libkdb5
+(krb5-patches/0010).
+
+What the KDB holds is read with the master key (kmpc-kdb-handle keys:
+libkdb5 decrypts each key_data entry and prints a handle's key id or the
+SHA-256 of a real key), never by scanning a dump, whose key data is
+encrypted. Each test derives the new key independently from the password
+(RFC 3962 string-to-key, ctr_mpc_ref.py) and checks that neither it nor its
+hash is in the KDB or in any log.
+"""
+import hashlib
+import os
+import subprocess
+
+import pytest
+
+import ctr_mpc_ref
+import kmpc_cluster
+from handle_realm import default_salt
+
+ADMIN = "root/admin"
+ADMIN_PW = "admin-Pw-4821"
+
+
+def kdb_keys(kr, princ):
+    """[(kvno, enctype, kind, value)] of princ's key_data; kind is "handle"
+    (value: key id hex) or "key" (value: SHA-256 hex of the key)."""
+    p = subprocess.run([kmpc_cluster.find_built("kdc-plugin/kmpc-kdb-handle"),
+                        "-r", kr.realm, "keys", princ],
+                       capture_output=True, text=True, env=kr.env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return [tuple(line.split()) for line in p.stdout.splitlines()]
+
+
+def derived(princ, password, realm):
+    """The aes256/aes128 keys MIT derives from password with the default salt."""
+    salt = default_salt(f"{princ}@{realm}").encode()
+    return {e: ctr_mpc_ref.string_to_key(e, password.encode(), salt)
+            for e in ("aes256-ctr-mpc", "aes128-ctr-mpc")}
+
+
+def assert_only_handles(kr, princ, password=None):
+    """princ's KDB entry holds handles only (of the MPC enctypes), and none
+    of the keys derived from password, nor their hashes, are in it or in any
+    log of the realm."""
+    rows = kdb_keys(kr, princ)
+    assert rows, f"{princ} has no keys"
+    for kvno, enctype, kind, value in rows:
+        assert kind == "handle", f"{princ} kvno {kvno} {enctype}: a real key is in the KDB"
+        assert enctype in ("aes256-ctr-mpc", "aes128-ctr-mpc")
+    if password is not None:
+        secrets_ = []
+        for key in derived(princ, password, kr.realm).values():
+            secrets_ += [key.hex(), hashlib.sha256(key).hexdigest()]
+        hashes = {value for _, _, kind, value in rows if kind == "key"}
+        for s in secrets_:
+            assert s not in hashes
+        for name in os.listdir(kr.dir):
+            if name.endswith((".log", ".out")):
+                with open(os.path.join(kr.dir, name), "rb") as f:
+                    data = f.read()
+                for key in derived(princ, password, kr.realm).values():
+                    assert key not in data and key.hex().encode() not in data, name
+        mpc_logs = os.path.join(kr.dir, "mpc")
+        for root, _, files in os.walk(mpc_logs):
+            for name in files:
+                if name.endswith(".log"):
+                    with open(os.path.join(root, name), "rb") as f:
+                        data = f.read()
+                    for key in derived(princ, password, kr.realm).values():
+                        assert key not in data and key.hex().encode() not in data
+    return rows
+
+
+def handle_ids(rows):
+    return sorted(value for _, _, kind, value in rows if kind == "handle")
+
+
+@pytest.fixture
+def realm(kmpc_factory):
+    kr = kmpc_factory(dealer=True)
+    # The krbtgt key that kdb5_util create made is replaced by one made in
+    # the cluster (protect = krbtgt/* by default): no KDB ever held it.
+    kr.kadmin_local(f"setstr {kr.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
+    kr.kadmin_local(f"cpw -randkey {kr.tgs}")
+    # The administrator keeps an ordinary key (not protected: no MPC enctype,
+    # no protect pattern), so kadmin works while the cluster is down.
+    kr.kadmin_local(f"addprinc -e aes256-cts-hmac-sha1-96:normal -pw {ADMIN_PW} {ADMIN}")
+    kr.start()
+    kr.start_kadmind()
+    return kr
+
+
+def kinit_ok(kr, princ, password):
+    kr.kinit(princ, password)
+
+
+def kinit_fails(kr, princ, password):
+    out = kr.kinit(princ, password, expected_code=None)
+    assert "Password incorrect" in out or "Preauthentication failed" in out, out
+
+
+def status_ok(kr):
+    rc, out, err = kr.admin("status", "--kdb", expected_code=None)
+    assert rc == 0, out + err
+    assert "unreferenced" not in out or " 0 unreferenced" in out, out
+    return out
+
+
+def test_krbtgt_made_in_cluster(realm):
+    kr = realm
+    rows = assert_only_handles(kr, kr.tgs)
+    assert {r[0] for r in rows} == {"2"}
+    status_ok(kr)
+
+
+def test_addprinc_and_kadmin_local_cpw(realm):
+    kr = realm
+    kr.kadmin_local("addprinc -pw Old-pw-1111 alice")
+    before = handle_ids(assert_only_handles(kr, "alice", "Old-pw-1111"))
+    kinit_ok(kr, "alice", "Old-pw-1111")
+    kr.kadmin_local("cpw -pw New-pw-2222 alice")
+    rows = assert_only_handles(kr, "alice", "New-pw-2222")
+    assert {r[0] for r in rows} == {"2"}
+    assert not set(handle_ids(rows)) & set(before)
+    kinit_ok(kr, "alice", "New-pw-2222")
+    kinit_fails(kr, "alice", "Old-pw-1111")
+    # The old key's shares are gone from the servers (nothing unreferenced).
+    status_ok(kr)
+
+
+def test_randkey_and_keepold(realm):
+    kr = realm
+    kr.kadmin_local("addprinc -pw Bob-pw-3333 bob")
+    first = handle_ids(kdb_keys(kr, "bob"))
+    kr.kadmin_local("cpw -randkey -keepold bob")
+    rows = assert_only_handles(kr, "bob", "Bob-pw-3333")
+    assert {r[0] for r in rows} == {"1", "2"}
+    assert set(first) <= set(handle_ids(rows))
+    kr.kadmin_local("cpw -randkey bob")
+    rows = assert_only_handles(kr, "bob")
+    assert {r[0] for r in rows} == {"3"}
+    kinit_fails(kr, "bob", "Bob-pw-3333")
+    status_ok(kr)
+
+
+def test_kpasswd_through_kadmind(realm):
+    kr = realm
+    kr.kadmin_local("addprinc -pw Carol-old-44 carol")
+    out = kr.run(["kpasswd", "carol"], input="Carol-old-44\nCarol-new-55\nCarol-new-55\n")
+    assert "Password changed" in out, out
+    rows = assert_only_handles(kr, "carol", "Carol-new-55")
+    assert {r[0] for r in rows} == {"2"}
+    kinit_ok(kr, "carol", "Carol-new-55")
+    kinit_fails(kr, "carol", "Carol-old-44")
+    status_ok(kr)
+
+
+def test_remote_kadmin_cpw(realm):
+    kr = realm
+    kr.kadmin_local("addprinc -pw Dave-old-66 dave")
+    out = kr.run(["kadmin", "-r", kr.realm, "-p", ADMIN, "-w", ADMIN_PW,
+                  "-q", "cpw -pw Dave-new-77 dave"])
+    assert "changed" in out, out
+    assert_only_handles(kr, "dave", "Dave-new-77")
+    kinit_ok(kr, "dave", "Dave-new-77")
+    kinit_fails(kr, "dave", "Dave-old-66")
+    status_ok(kr)
+
+
+def test_expired_password_changed_at_kinit(realm):
+    kr = realm
+    kr.kadmin_local("addprinc -pw Erin-old-88 +needchange erin")
+    out = kr.run(["kinit", "erin"], input="Erin-old-88\nErin-new-99\nErin-new-99\n")
+    assert "expired" in out.lower(), out
+    rows = assert_only_handles(kr, "erin", "Erin-new-99")
+    assert {r[0] for r in rows} == {"2"}
+    kinit_ok(kr, "erin", "Erin-new-99")
+    kinit_fails(kr, "erin", "Erin-old-88")
+    status_ok(kr)
+
+
+def test_keys_cannot_be_extracted(realm):
+    kr = realm
+    kr.kadmin_local("addprinc -pw Fay-pw-1212 fay")
+    before = kdb_keys(kr, "fay")
+    kt = os.path.join(kr.dir, "fay.keytab")
+    out = kr.kadmin_local(f"ktadd -norandkey -k {kt} fay", expected_code=None)
+    assert "held by the MPC cluster" in out, out
+    out = kr.kadmin_local(f"ktadd -k {kt} fay", expected_code=None)
+    assert "held by the MPC cluster" in out, out
+    assert not os.path.exists(kt) or os.path.getsize(kt) <= 2
+    assert kdb_keys(kr, "fay") == before
+    kinit_ok(kr, "fay", "Fay-pw-1212")
+
+
+def test_delprinc_removes_shares(realm):
+    kr = realm
+    kr.kadmin_local("addprinc -pw Gus-pw-3434 gus")
+    _, before, _ = kr.admin("status", expected_code=0)
+    kr.kadmin_local("delprinc -force gus")
+    _, after, _ = kr.admin("status", expected_code=0)
+    count = lambda s: int(s.split("keys: ")[1].split(" ")[0])
+    assert count(after) == count(before) - 2, (before, after)
+    status_ok(kr)
+
+
+@pytest.mark.parametrize("how", ["kadmin.local", "kadmin", "addprinc", "kpasswd"])
+def test_change_refused_with_a_server_down(realm, how):
+    kr = realm
+    kr.kadmin_local("addprinc -pw Hal-old-5656 hal")
+    kinit_ok(kr, "hal", "Hal-old-5656")
+    rows = kdb_keys(kr, "hal")
+    _, listing, _ = kr.admin("status", expected_code=0)
+    kr.cluster.stop_party(1)
+    if how == "kadmin.local":
+        out = kr.kadmin_local("cpw -pw Hal-new-7878 hal", expected_code=None)
+    elif how == "kadmin":
+        out = kr.run(["kadmin", "-r", kr.realm, "-p", ADMIN, "-w", ADMIN_PW,
+                      "-q", "cpw -pw Hal-new-7878 hal"], expected_code=None)
+    elif how == "kpasswd":
+        # hal's own key is in the cluster: kpasswd cannot even authenticate.
+        out = kr.run(["kpasswd", "hal"], input="Hal-old-5656\nHal-new-7878\nHal-new-7878\n",
+                     expected_code=1)
+    else:
+        out = kr.kadmin_local("addprinc -pw Ivy-pw-9090 ivy", expected_code=None)
+    # A readable refusal naming the cause, no secret.
+    if how == "kadmin":
+        # The kadm5 RPC carries the error code only; kadmind logs the rest.
+        assert "The MPC cluster could not store the new key; nothing was changed" in out, out
+    elif how != "kpasswd":
+        assert "could not be stored on the MPC servers" in out, out
+    assert "Hal-new-7878" not in out and "Hal-old-5656" not in out
+    assert kdb_keys(kr, "hal") == rows
+    if how == "addprinc":
+        assert "does not exist" in kr.kadmin_local("getprinc ivy", expected_code=None)
+    kr.cluster.start_party(1)
+    kr.cluster.wait_ring()
+    # Nothing changed on the servers either, and the old password works.
+    _, listing_after, _ = kr.admin("status", expected_code=0)
+    count = lambda s: int(s.split("keys: ")[1].split(" ")[0])
+    assert count(listing_after) == count(listing)
+    kinit_ok(kr, "hal", "Hal-old-5656")
+    status_ok(kr)

@@ -1,0 +1,429 @@
+// libkmpc_dealer.so: kmpc's key dealer inside kadmind, kadmin.local and
+// kdb5_util (the patched libkdb5 loads it; krb5/mpcdealer_plugin.h).
+//
+// Whenever MIT's tools make a new key of an MPC enctype for an
+// MPC-protected principal (addprinc, cpw with a password or -randkey,
+// kpasswd through kadmind, the password change at an expired kinit, ktadd),
+// libkdb5 hands the key to Deal() here. It is dealt into replicated 2-of-3
+// XOR shares and stored on the three MPC servers all-or-nothing
+// (client::AdminClient::PutKey) under a fresh random key id, and libkdb5
+// stores only the 40-byte handle "kmpc-key" || key id. If any server is
+// down, refuses or times out, the change fails and nothing is written.
+//
+// Shares that end up referenced by no KDB entry are removed again:
+//   - the previous keys of a principal (without -keepold) and the keys of a
+//     deleted principal, once the change is committed;
+//   - the shares of a change that was never committed (refused by a later
+//     check such as password history, or a failed KDB write).
+// The module learns of commits through the kadm5_hook interface
+// (kadm5_hook_kmpc_initvt, same .so) and decides by reading the KDB entry
+// itself: what it references stays, the rest of what this process dealt or
+// replaced goes. Outside kadm5 (kdb5_util), the same check runs when the
+// KDB is closed.
+//
+// Configuration (kdc.conf):
+//   [plugins]
+//       mpcdealer = { module = kmpc:/path/libkmpc_dealer.so }
+//       kadm5_hook = { module = kmpc:/path/libkmpc_dealer.so }
+//   [mpcdealer]
+//       kmpc = {
+//           config = /etc/kmpc/admin.conf   # kmpc-admin's file (config.h)
+//           protect = krbtgt/*              # fnmatch patterns; repeatable
+//       }
+// `protect` names principals whose keys must be held by the cluster even
+// before they hold a handle (default: krbtgt/*); a principal that holds a
+// key of an MPC enctype, or whose change asks for one (kadmin -e), is
+// protected anyway (krb5/mpcdealer_plugin.h).
+//
+// No key, share or password is ever logged or put in a message.
+#include <fnmatch.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "admin/config.h"
+#include "client/admin_client.h"
+#include "contract.h"
+
+extern "C" {
+#include <kadm5/admin.h>
+#include <kdb.h>
+#include <krb5/kadm5_hook_plugin.h>
+#include <krb5/kdcmpc_plugin.h>
+#include <krb5/mpcdealer_plugin.h>
+#include <krb5/krb5.h>
+#include <profile.h>
+}
+
+namespace kmpc::admin {
+namespace {
+
+constexpr char kModuleName[] = "kmpc";
+// A dealt key that no entry references this long after it was dealt belongs
+// to a change that failed (kadm5 changes take milliseconds).
+constexpr time_t kAbandonedAfterS = 120;
+
+// Shares this process dealt or retired, not yet known to be settled.
+struct Pending {
+  std::string principal;              // unparsed, with realm
+  std::set<std::string> dealt;        // key ids dealt for the change
+  std::set<std::string> replaced;     // key ids the entry held before it
+  time_t since = 0;
+};
+
+class Dealer {
+ public:
+  Dealer(std::string config_path, std::vector<std::string> protect)
+      : config_path_(std::move(config_path)), protect_(std::move(protect)) {}
+
+  bool Protects(const std::string& name) const {
+    for (const std::string& p : protect_) {
+      if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+      // A pattern without a realm matches the name without its realm.
+      size_t at = name.rfind('@');
+      if (p.find('@') == std::string::npos && at != std::string::npos &&
+          fnmatch(p.c_str(), name.substr(0, at).c_str(), 0) == 0)
+        return true;
+    }
+    return false;
+  }
+
+  // Deals key; returns the key id. Messages name servers, never secrets.
+  absl::StatusOr<std::string> Deal(krb5_context ctx, const std::string& name,
+                                   krb5_kvno kvno, const krb5_keyblock& key,
+                                   std::set<std::string> replaced) {
+    std::lock_guard<std::mutex> lock(mu_);
+    SettleAbandoned(ctx);
+    absl::Status st = ConnectLocked();
+    if (!st.ok()) return st;
+    engine::Cipher cipher;
+    if (key.enctype == KRB5_KDCMPC_ENCTYPE_AES128 && key.length == 16)
+      cipher = engine::Cipher::kAes128;
+    else if (key.enctype == KRB5_KDCMPC_ENCTYPE_AES256 && key.length == 32)
+      cipher = engine::Cipher::kAes256;
+    else
+      return absl::InvalidArgumentError("not an aes*-ctr-mpc key");
+    std::string key_id(contract::kKeyIdSize, '\0');
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
+                   contract::kKeyIdSize) != 1)
+      return absl::InternalError("no randomness for a key id");
+    st = cluster_->PutKey(cipher, absl::MakeConstSpan(key.contents, key.length),
+                          {key_id, kvno, name});
+    if (!st.ok()) return st;
+    Pending& p = pending_[name];
+    p.principal = name;
+    p.dealt.insert(key_id);
+    p.replaced.insert(replaced.begin(), replaced.end());
+    p.since = std::time(nullptr);
+    return key_id;
+  }
+
+  // A principal is about to be deleted: its handles go once it is gone.
+  void WillRemove(const std::string& name, std::set<std::string> handles) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Pending& p = pending_[name];
+    p.principal = name;
+    p.replaced.insert(handles.begin(), handles.end());
+    p.since = std::time(nullptr);
+  }
+
+  // A change of `name` was committed (or, at close, every change is over).
+  void Settle(krb5_context ctx, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(name);
+    if (it == pending_.end()) return;
+    SettleOne(ctx, it->second);
+    pending_.erase(it);
+  }
+
+  void SettleAll(krb5_context ctx) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, p] : pending_) SettleOne(ctx, p);
+    pending_.clear();
+  }
+
+ private:
+  absl::Status ConnectLocked() {
+    if (cluster_) return absl::OkStatus();
+    if (config_path_.empty())
+      return absl::FailedPreconditionError(
+          "kmpc: no cluster configuration ([mpcdealer] kmpc = { config = "
+          "FILE } in kdc.conf)");
+    auto settings = ReadConfigFile(config_path_);
+    if (!settings.ok()) return settings.status();
+    Config cfg;
+    if (absl::Status st = ApplySettings(*settings, &cfg); !st.ok()) return st;
+    if (absl::Status st = CheckClusterConfig(cfg); !st.ok()) return st;
+    client::ClusterConfig c;
+    c.servers = cfg.servers;
+    c.ca = cfg.ca;
+    c.cert = cfg.cert;
+    c.key = cfg.key;
+    c.rpc_timeout = absl::Milliseconds(cfg.timeout_ms);
+    auto cl = client::AdminClient::Connect(c);
+    if (!cl.ok()) return cl.status();
+    cluster_ = std::move(*cl);
+    return absl::OkStatus();
+  }
+
+  void SettleAbandoned(krb5_context ctx) {
+    time_t now = std::time(nullptr);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (now - it->second.since < kAbandonedAfterS) {
+        ++it;
+        continue;
+      }
+      SettleOne(ctx, it->second);
+      it = pending_.erase(it);
+    }
+  }
+
+  // Deletes from the servers what `p` dealt or replaced and the entry does
+  // not reference now. If the entry cannot be read for another reason than
+  // its absence, nothing is deleted (kmpc-admin status reports leftovers).
+  void SettleOne(krb5_context ctx, const Pending& p) {
+    std::set<std::string> referenced;
+    if (!ReadHandles(ctx, p.principal, &referenced)) return;
+    if (ConnectLocked().ok()) {
+      for (const std::set<std::string>* ids : {&p.dealt, &p.replaced})
+        for (const std::string& id : *ids)
+          if (!referenced.count(id)) (void)cluster_->DeleteKey(id);
+    }
+  }
+
+ public:
+  // The key ids of the handles `name`'s KDB entry holds; false if it could
+  // not be read (an absent principal holds none: true).
+  static bool ReadHandles(krb5_context ctx, const std::string& name,
+                          std::set<std::string>* out) {
+    krb5_principal princ = nullptr;
+    if (krb5_parse_name(ctx, name.c_str(), &princ) != 0) return false;
+    krb5_db_entry* ent = nullptr;
+    krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &ent);
+    krb5_free_principal(ctx, princ);
+    if (ret == KRB5_KDB_NOENTRY) return true;
+    if (ret != 0) return false;
+    bool ok = true;
+    for (int i = 0; i < ent->n_key_data; ++i) {
+      krb5_key_data* kd = &ent->key_data[i];
+      if (kd->key_data_type[0] != KRB5_KDCMPC_ENCTYPE_AES128 &&
+          kd->key_data_type[0] != KRB5_KDCMPC_ENCTYPE_AES256)
+        continue;
+      krb5_keyblock kb;
+      std::memset(&kb, 0, sizeof(kb));
+      if (krb5_dbe_decrypt_key_data(ctx, nullptr, kd, &kb, nullptr) != 0) {
+        ok = false;
+        continue;
+      }
+      if (kb.length == KRB5_KDCMPC_HANDLE_LEN &&
+          std::memcmp(kb.contents, KRB5_KDCMPC_HANDLE_MAGIC,
+                      KRB5_KDCMPC_HANDLE_MAGIC_LEN) == 0)
+        out->insert(std::string(
+            reinterpret_cast<const char*>(kb.contents) + KRB5_KDCMPC_HANDLE_MAGIC_LEN,
+            KRB5_KDCMPC_KEY_ID_LEN));
+      krb5_free_keyblock_contents(ctx, &kb);
+    }
+    krb5_db_free_principal(ctx, ent);
+    return ok;
+  }
+
+ private:
+  const std::string config_path_;
+  const std::vector<std::string> protect_;
+  std::mutex mu_;
+  std::unique_ptr<client::AdminClient> cluster_;
+  std::map<std::string, Pending> pending_;
+};
+
+// One dealer per process, shared by the mpcdealer and kadm5_hook vtables
+// (both are loaded from this .so and live as long as the KDB handle).
+std::mutex g_mu;
+Dealer* g_dealer = nullptr;
+int g_refs = 0;
+
+std::vector<std::string> ProfileValues(krb5_context ctx, const char* name) {
+  std::vector<std::string> out;
+  profile_t profile = nullptr;
+  if (krb5_get_profile(ctx, &profile) != 0) return out;
+  const char* path[] = {"mpcdealer", kModuleName, name, nullptr};
+  char** values = nullptr;
+  if (profile_get_values(profile, path, &values) == 0) {
+    for (char** v = values; *v != nullptr; ++v) out.emplace_back(*v);
+    profile_free_list(values);
+  }
+  profile_release(profile);
+  return out;
+}
+
+krb5_error_code Acquire(krb5_context ctx) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_dealer == nullptr) {
+    std::vector<std::string> config = ProfileValues(ctx, "config");
+    std::vector<std::string> protect = ProfileValues(ctx, "protect");
+    if (protect.empty()) protect.push_back("krbtgt/*");
+    try {
+      g_dealer = new Dealer(config.empty() ? "" : config.back(), protect);
+    } catch (...) {
+      return ENOMEM;
+    }
+  }
+  ++g_refs;
+  return 0;
+}
+
+void Release(krb5_context ctx) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_refs == 0 || --g_refs > 0) return;
+  g_dealer->SettleAll(ctx);
+  delete g_dealer;
+  g_dealer = nullptr;
+}
+
+std::string Unparse(krb5_context ctx, krb5_const_principal princ) {
+  char* s = nullptr;
+  if (krb5_unparse_name(ctx, princ, &s) != 0) return "";
+  std::string out(s);
+  krb5_free_unparsed_name(ctx, s);
+  return out;
+}
+
+// ---- mpcdealer vtable ------------------------------------------------------
+
+krb5_error_code DealerInit(krb5_context ctx, krb5_mpcdealer_moddata* data_out) {
+  *data_out = nullptr;
+  return Acquire(ctx);
+}
+
+void DealerFini(krb5_context ctx, krb5_mpcdealer_moddata) { Release(ctx); }
+
+krb5_boolean DealerProtects(krb5_context ctx, krb5_mpcdealer_moddata,
+                            krb5_const_principal princ) {
+  std::string name = Unparse(ctx, princ);
+  return !name.empty() && g_dealer != nullptr && g_dealer->Protects(name);
+}
+
+krb5_error_code DealerDeal(krb5_context ctx, krb5_mpcdealer_moddata,
+                           krb5_const_principal princ, krb5_kvno kvno,
+                           const krb5_keyblock* key, krb5_keyblock* handle_out) {
+  std::memset(handle_out, 0, sizeof(*handle_out));
+  std::string name = Unparse(ctx, princ);
+  if (name.empty() || g_dealer == nullptr) return ENOMEM;
+  try {
+    std::set<std::string> replaced;
+    (void)Dealer::ReadHandles(ctx, name, &replaced);
+    auto id = g_dealer->Deal(ctx, name, kvno, *key, std::move(replaced));
+    if (!id.ok()) {
+      krb5_error_code code = KADM5_MPC_DEAL_FAILED;
+      krb5_set_error_message(
+          ctx, code,
+          "kmpc: the new key of %s could not be stored on the MPC servers, so "
+          "nothing was changed (the old key stays valid): %s",
+          name.c_str(), std::string(id.status().message()).c_str());
+      return code;
+    }
+    auto* contents = static_cast<krb5_octet*>(std::malloc(KRB5_KDCMPC_HANDLE_LEN));
+    if (contents == nullptr) return ENOMEM;
+    std::memcpy(contents, KRB5_KDCMPC_HANDLE_MAGIC, KRB5_KDCMPC_HANDLE_MAGIC_LEN);
+    std::memcpy(contents + KRB5_KDCMPC_HANDLE_MAGIC_LEN, id->data(),
+                KRB5_KDCMPC_KEY_ID_LEN);
+    handle_out->magic = KV5M_KEYBLOCK;
+    handle_out->enctype = key->enctype;
+    handle_out->length = KRB5_KDCMPC_HANDLE_LEN;
+    handle_out->contents = contents;
+    return 0;
+  } catch (...) {
+    krb5_set_error_message(ctx, ENOMEM, "kmpc: out of memory while dealing a key");
+    return ENOMEM;
+  }
+}
+
+// ---- kadm5_hook vtable: commits ---------------------------------------------
+
+kadm5_ret_t HookInit(krb5_context ctx, kadm5_hook_modinfo** modinfo) {
+  *modinfo = nullptr;
+  return Acquire(ctx);
+}
+
+void HookFini(krb5_context ctx, kadm5_hook_modinfo*) { Release(ctx); }
+
+void Committed(krb5_context ctx, krb5_const_principal princ) {
+  if (g_dealer == nullptr || princ == nullptr) return;
+  try {
+    g_dealer->Settle(ctx, Unparse(ctx, princ));
+  } catch (...) {
+  }
+}
+
+kadm5_ret_t HookChpass(krb5_context ctx, kadm5_hook_modinfo*, int stage,
+                       krb5_principal princ, krb5_boolean, int,
+                       krb5_key_salt_tuple*, const char*) {
+  if (stage == KADM5_HOOK_STAGE_POSTCOMMIT) Committed(ctx, princ);
+  return 0;
+}
+
+kadm5_ret_t HookCreate(krb5_context ctx, kadm5_hook_modinfo*, int stage,
+                       kadm5_principal_ent_t ent, long, int,
+                       krb5_key_salt_tuple*, const char*) {
+  if (stage == KADM5_HOOK_STAGE_POSTCOMMIT && ent != nullptr)
+    Committed(ctx, ent->principal);
+  return 0;
+}
+
+kadm5_ret_t HookRemove(krb5_context ctx, kadm5_hook_modinfo*, int stage,
+                       krb5_principal princ) {
+  if (g_dealer == nullptr || princ == nullptr) return 0;
+  try {
+    std::string name = Unparse(ctx, princ);
+    if (stage == KADM5_HOOK_STAGE_PRECOMMIT) {
+      std::set<std::string> handles;
+      if (Dealer::ReadHandles(ctx, name, &handles) && !handles.empty())
+        g_dealer->WillRemove(name, std::move(handles));
+    } else {
+      g_dealer->Settle(ctx, name);
+    }
+  } catch (...) {
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kmpc::admin
+
+extern "C" {
+
+__attribute__((visibility("default"))) krb5_error_code
+mpcdealer_kmpc_initvt(krb5_context, int maj_ver, int, krb5_plugin_vtable vtable) {
+  if (maj_ver != 1) return KRB5_PLUGIN_VER_NOTSUPP;
+  auto* vt = reinterpret_cast<krb5_mpcdealer_vtable>(vtable);
+  vt->name = kmpc::admin::kModuleName;
+  vt->init = kmpc::admin::DealerInit;
+  vt->fini = kmpc::admin::DealerFini;
+  vt->protects = kmpc::admin::DealerProtects;
+  vt->deal = kmpc::admin::DealerDeal;
+  return 0;
+}
+
+__attribute__((visibility("default"))) krb5_error_code
+kadm5_hook_kmpc_initvt(krb5_context, int maj_ver, int, krb5_plugin_vtable vtable) {
+  if (maj_ver != 1) return KRB5_PLUGIN_VER_NOTSUPP;
+  auto* vt = reinterpret_cast<kadm5_hook_vftable_1*>(vtable);
+  vt->name = kmpc::admin::kModuleName;
+  vt->init = kmpc::admin::HookInit;
+  vt->fini = kmpc::admin::HookFini;
+  vt->chpass = kmpc::admin::HookChpass;
+  vt->create = kmpc::admin::HookCreate;
+  vt->remove = kmpc::admin::HookRemove;
+  return 0;
+}
+
+}  // extern "C"
