@@ -474,11 +474,35 @@ class KmpcRealm(kmpc_realm.Realm):
             self._record_test_keys(keys, out)
         return out
 
+    def kdb_keys(self, princ):
+        """What the KDB holds for princ, read with the master key
+        (kmpc-kdb-handle keys; a dump's key data is encrypted, so scanning one
+        proves nothing): [(kvno, enctype, kind, value)], kind "handle" (value:
+        the key id, hex) or "key" (value: SHA-256 of the key, hex)."""
+        p = subprocess.run([find_built("kdc-plugin/kmpc-kdb-handle"), "-r", self.realm,
+                            "keys", princ], capture_output=True, text=True,
+                           env=self.env, timeout=60)
+        if p.returncode != 0:
+            raise RealmError(f"kmpc-kdb-handle keys {princ}: {p.stderr}")
+        return [tuple(line.split()) for line in p.stdout.splitlines()]
+
     # ---- principals ----------------------------------------------------
     def setup_krbtgt(self):
-        """Session keys of an ordinary enctype; the krbtgt key into the cluster."""
+        """Session keys of an ordinary enctype; a new krbtgt key made in the
+        cluster (share --randkey), so that no KDB, dump or backup ever held
+        the key that signs TGTs. The test module computes with real keys, so
+        there the key kdb5_util made is moved instead (--from-existing
+        --force)."""
         self.kadmin_local(f"setstr {self.tgs} session_enctypes {SESSION_ENCTYPES}")
-        return self.share_existing([self.tgs])
+        if self.module == "test":
+            keys = self._export_for_test_module([self.tgs])
+            _, out, _ = self.admin("share", "--from-existing", "--force", self.tgs)
+            self._record_test_keys(keys, out)
+            return out
+        # Nothing was issued under the realm's first krbtgt key: replacing it
+        # invalidates no ticket (hence --force).
+        _, out, _ = self.admin("share", "--randkey", "--force", self.tgs)
+        return out
 
     def add_service(self, name=SERVICE):
         """An ordinary service: its key stays in the KDB."""

@@ -1,13 +1,15 @@
 """kmpc-admin against three real MPC servers and a real KDB.
 
 Sharing from a password and from the key already in the KDB; afterwards the
-KDB dump and the servers' LMDB files hold none of the key's bytes, its round
+KDB (read with the master key) holds only handles, and the servers' LMDB
+files and every log hold none of the key's bytes, its round
 keys or H (computed here independently: ctr_mpc_ref's string-to-key and
 python3-cryptography's AES); all-or-nothing when a server is down; explicit
 errors for an unknown principal, a principal without an AES key and a wrong
 certificate; `status`; and kinit/kvno through the KDC with shared keys.
 """
 import glob
+import hashlib
 import os
 import re
 import secrets
@@ -81,13 +83,17 @@ def all_files(realm):
     return blobs
 
 
-def kdb_dump(realm):
-    out = os.path.join(realm.dir, "dump.txt")
-    realm.run(["kdb5_util", "-r", realm.realm, "dump", out])
-    with open(out, "rb") as f:
-        data = f.read()
-    # kdb5_util dump writes key contents as hex: check both forms.
-    return {"kdb dump": data, "kdb dump (unhexed)": _unhex_runs(data)}
+def assert_kdb_lacks(realm, princs, keys):
+    """The KDB entries of princs, read with the master key, hold handles only
+    and none of keys (compared by SHA-256; kmpc-kdb-handle never prints a
+    key). A dump would not do: its key data is encrypted."""
+    hashes = {hashlib.sha256(k).hexdigest() for k in keys}
+    for p in princs:
+        rows = realm.kdb_keys(p)
+        assert rows, p
+        for kvno, enctype, kind, value in rows:
+            assert kind == "handle", f"{p} kvno {kvno} {enctype}: a real key in the KDB"
+            assert value not in hashes
 
 
 def _unhex_runs(data):
@@ -108,6 +114,26 @@ def keys_of(realm, princ):
 
 def handle_key_ids(realm):
     _, out, _ = realm.admin("status", "--kdb", expected_code=None)
+    return out
+
+
+EXPOSED_TGT = "kdb: krbtgt/KMPC.TEST@KMPC.TEST should be MPC-protected but holds real keys"
+
+
+def migrated(princ):
+    return f"kdb: {princ}@KMPC.TEST kvno"
+
+
+def status_kdb(realm, *problems):
+    """kmpc-admin status --kdb: exactly one "kdb:" problem line per entry of
+    problems (a substring of it), and exit 1 iff there is any."""
+    rc, out, _ = realm.admin("status", "--kdb", expected_code=None)
+    lines = [l for l in out.splitlines()
+             if l.startswith("kdb: ") and not l.startswith("kdb: realm ")]
+    for p in problems:
+        assert any(p in l for l in lines), (p, out)
+    assert len(lines) == len(problems), out
+    assert rc == (1 if problems else 0), out
     return out
 
 
@@ -135,7 +161,7 @@ def test_share_from_password(kr):
 
     key = ref.string_to_key("aes256-ctr-mpc", pw.encode(), salt_of(f"alice@{REALM}"))
     pats = secret_patterns(key)
-    assert_nowhere(pats, kdb_dump(kr))
+    assert_kdb_lacks(kr, ["alice"], [key])
     assert_nowhere(pats, store_blobs(kr))
     assert key.hex() not in out + err
     # Nor in any log or other file of the realm and its servers, in binary
@@ -147,7 +173,8 @@ def test_share_from_password(kr):
         assert pw.encode() not in data, name
 
     # The handle's key id is on all three servers, labelled with the name.
-    _, st, _ = kr.admin("status", "--kdb")
+    # (The krbtgt still holds the key kdb5_util made: status says so.)
+    st = status_kdb(kr, EXPOSED_TGT)
     kid = re.search(r"key id ([0-9a-f]{64})", out).group(1)
     assert "keys: 1 on all three servers, 0 incomplete" in st, st
     assert "0 handles without shares" in st, st
@@ -159,7 +186,7 @@ def test_share_from_password(kr):
                           "alice", input=pw2 + "\n")
     assert "as aes128-ctr-mpc kvno 3" in out2, out2
     assert kid not in out2
-    _, st, _ = kr.admin("status", "--kdb")
+    st = status_kdb(kr, EXPOSED_TGT)
     assert "keys: 1 on all three servers, 0 incomplete" in st, st
     assert kid not in st
 
@@ -179,7 +206,7 @@ def test_share_from_existing(kr):
             "krbtgt": get_key(kr.tgs, "aes256-ctr-mpc")}
     side = {"bob aes128": get_key("bob", "aes128-cts-hmac-sha1-96"),
             "carol aes128": get_key("carol", "aes128-ctr-mpc")}
-    _, out, err = kr.admin("share", "--from-existing", "bob", "carol", kr.tgs)
+    _, out, err = kr.admin("share", "--from-existing", "--force", "bob", "carol", kr.tgs)
     # aes-cts -> next kvno; already aes256-ctr-mpc (krbtgt, carol) -> same kvno,
     # so tickets issued under it stay valid.
     assert re.search(r"\[1/3\] bob: shared from its aes256-cts-hmac-sha1-96 key kvno 1 "
@@ -191,14 +218,19 @@ def test_share_from_existing(kr):
     assert keys_of(kr, "bob") == [("2", "aes256-ctr-mpc")]
     assert keys_of(kr, "carol") == [("1", "aes256-ctr-mpc")]
     assert keys_of(kr, kr.tgs) == [("1", "aes256-ctr-mpc")]
-    blobs = {**kdb_dump(kr), **store_blobs(kr), **all_files(kr)}
+    assert_kdb_lacks(kr, ["bob", "carol", kr.tgs],
+                     list(keys.values()) + list(side.values()))
+    blobs = {**store_blobs(kr), **all_files(kr)}
     for k in list(keys.values()) + list(side.values()):
         assert_nowhere(secret_patterns(k), blobs)
         assert k.hex() not in out + err
     # Again: nothing to do.
     _, out, _ = kr.admin("share", "--from-existing", "bob")
     assert "already shared" in out, out
-    _, st, _ = kr.admin("status", "--kdb")
+    # Migrated keys: older copies of the KDB hold them, and status says so.
+    st = status_kdb(kr, migrated("bob") + " 2: migrated from the KDB",
+                    migrated("carol") + " 1: migrated from the KDB",
+                    "kdb: krbtgt/KMPC.TEST@KMPC.TEST kvno 1: migrated from the KDB")
     assert "keys: 3 on all three servers, 0 incomplete" in st, st
 
 
@@ -240,7 +272,7 @@ def _wait_reading_stdin(pid, timeout=60):
 def test_all_or_nothing(kr):
     pw = "pw-" + secrets.token_hex(8)
     kr.addprinc("dave", pw, enctypes=["aes256-ctr-mpc"])
-    kr.admin("share", "--from-existing", kr.tgs)
+    kr.admin("share", "--from-existing", "--force", kr.tgs)
     before = keys_of(kr, "dave")
     dump_before = kr.kadmin_local("getprinc dave")
     addr2 = kr.cluster.addr(2)
@@ -408,9 +440,9 @@ def test_status(kr):
     assert lines[-1] == "status: OK", out
     kr.addprinc("hank")
     kr.admin("share", "--from-existing", "hank")
-    _, out, _ = kr.admin("status", "--kdb")
+    out = status_kdb(kr, migrated("hank") + " 1: migrated from the KDB", EXPOSED_TGT)
     assert re.search(r"kdb: realm KMPC.TEST, \d+ principals, 1 with key handles, "
-                     r"0 handles without shares", out), out
+                     r"1 exposed, 0 handles without shares, 1 migrated", out), out
     kr.cluster.stop_party(1)
     rc, out, _ = kr.admin("--timeout-ms=3000", "status", "--kdb", expected_code=1)
     assert re.search(r"ERROR: server 1 \(127\.0\.0\.1:\d+\) is unreachable",
@@ -507,7 +539,12 @@ def test_outstanding_tgt_survives_krbtgt_migration(kmpc_factory):
     r.start_kdc()
     r.kinit("judy", pw)  # everything still from the KDB's own keys
     assert ("1", "aes256-ctr-mpc") in keys_of(r, r.tgs)
-    _, out, _ = r.admin("share", "--from-existing", r.tgs, "judy")
+    # A krbtgt key the KDB held is refused unless forced (older dumps and
+    # backups hold it), and nothing changes.
+    _, _, err = r.admin("share", "--from-existing", r.tgs, expected_code=1)
+    assert "every older dump, backup, iprop log and replica" in err, err
+    assert ("1", "aes256-ctr-mpc") in keys_of(r, r.tgs)
+    _, out, _ = r.admin("share", "--from-existing", "--force", r.tgs, "judy")
     assert "as aes256-ctr-mpc kvno 1" in out, out
     # Only the handle is left (the krbtgt's aes128/aes-cts keys are gone).
     assert keys_of(r, r.tgs) == [("1", "aes256-ctr-mpc")]
@@ -533,7 +570,7 @@ def test_kdb_refusal_removes_the_shares(kr):
     assert "kim@KMPC.TEST: the KDB refused the key handle, the KDB is unchanged" in err, err
     assert "the shares were removed again" in err, err
     assert keys_of(kr, "kim") == before
-    _, st, _ = kr.admin("status", "--kdb")
+    st = status_kdb(kr, EXPOSED_TGT)
     assert "keys: 0 on all three servers, 0 incomplete" in st, st
 
 
@@ -551,18 +588,18 @@ def test_krbtgt_rotation_with_keepold(kmpc_factory):
     pw = "pw-" + secrets.token_hex(8)
     r.add_users({"lena": pw})
     r.start()
-    r.kinit("lena", pw)  # a TGT under krbtgt kvno 1
+    r.kinit("lena", pw)  # a TGT under krbtgt kvno 2 (made in the cluster)
     # --keepold refuses to keep real keys.
     r.addprinc("mike")
     _, _, err = r.admin("share", "--randkey", "--keepold", "mike", expected_code=1)
     assert "would keep keys that are not MPC key handles" in err, err
 
     _, out, _ = r.admin("share", "--randkey", "--keepold", r.tgs)
-    assert "shared from a random key as aes256-ctr-mpc kvno 2" in out, out
+    assert "shared from a random key as aes256-ctr-mpc kvno 3" in out, out
     assert "1 old key handle(s) kept" in out, out
-    assert keys_of(r, r.tgs) == [("2", "aes256-ctr-mpc"), ("1", "aes256-ctr-mpc")]
-    r.run(["kvno", kmpc_cluster.SERVICE])  # the kvno-1 TGT still decrypts
-    r.kinit("lena", pw)  # a new TGT under kvno 2
+    assert keys_of(r, r.tgs) == [("3", "aes256-ctr-mpc"), ("2", "aes256-ctr-mpc")]
+    r.run(["kvno", kmpc_cluster.SERVICE])  # the kvno-2 TGT still decrypts
+    r.kinit("lena", pw)  # a new TGT under kvno 3
     r.run(["kvno", kmpc_cluster.SERVICE])
 
     # Without --keepold every TGT would stop working at once: refused
@@ -573,17 +610,18 @@ def test_krbtgt_rotation_with_keepold(kmpc_factory):
            "unusable" in err, err
     assert "--force to replace it anyway. Nothing was changed" in err, err
     assert keys_of(r, r.tgs) == before
-    r.run(["kvno", kmpc_cluster.SERVICE])  # the kvno-2 TGT still works
-    _, _, err = r.admin("share", "--from-existing", "--force", r.tgs, expected_code=2)
-    assert "--force applies to --password-stdin and --randkey" in err, err
+    r.run(["kvno", kmpc_cluster.SERVICE])  # the kvno-3 TGT still works
     _, out, _ = r.admin("share", "--randkey", "--force", r.tgs)
-    assert "kvno 3" in out, out
-    assert keys_of(r, r.tgs) == [("3", "aes256-ctr-mpc")]
-    _, st, _ = r.admin("status", "--kdb")
+    assert "kvno 4" in out, out
+    assert keys_of(r, r.tgs) == [("4", "aes256-ctr-mpc")]
+    # mike still holds the real keys addprinc made; the warm-up principal's
+    # key was migrated from the KDB.
+    st = status_kdb(r, "kdb: mike@KMPC.TEST should be MPC-protected",
+                    migrated("kmpc/warmup") + " 1: migrated from the KDB")
     # krbtgt (1 key), warm-up, lena: the two old krbtgt keys are gone.
     assert "keys: 3 on all three servers, 0 incomplete" in st, st
     assert "0 unreferenced keys" in st, st
-    # The kvno-2 TGT is now unusable (its key is gone): a clean error for a
+    # The kvno-3 TGT is now unusable (its key is gone): a clean error for a
     # new service ticket, and a new login works.
     r.add_service("host/svc2.kmpc.test")
     out = r.run(["kvno", "host/svc2.kmpc.test"], expected_code=1)

@@ -15,7 +15,6 @@ hash is in the KDB or in any log.
 """
 import hashlib
 import os
-import subprocess
 
 import pytest
 
@@ -25,16 +24,6 @@ from handle_realm import default_salt
 
 ADMIN = "root/admin"
 ADMIN_PW = "admin-Pw-4821"
-
-
-def kdb_keys(kr, princ):
-    """[(kvno, enctype, kind, value)] of princ's key_data; kind is "handle"
-    (value: key id hex) or "key" (value: SHA-256 hex of the key)."""
-    p = subprocess.run([kmpc_cluster.find_built("kdc-plugin/kmpc-kdb-handle"),
-                        "-r", kr.realm, "keys", princ],
-                       capture_output=True, text=True, env=kr.env, timeout=60)
-    assert p.returncode == 0, p.stderr
-    return [tuple(line.split()) for line in p.stdout.splitlines()]
 
 
 def derived(princ, password, realm):
@@ -48,7 +37,7 @@ def assert_only_handles(kr, princ, password=None):
     """princ's KDB entry holds handles only (of the MPC enctypes), and none
     of the keys derived from password, nor their hashes, are in it or in any
     log of the realm."""
-    rows = kdb_keys(kr, princ)
+    rows = kr.kdb_keys(princ)
     assert rows, f"{princ} has no keys"
     for kvno, enctype, kind, value in rows:
         assert kind == "handle", f"{princ} kvno {kvno} {enctype}: a real key is in the KDB"
@@ -137,7 +126,7 @@ def test_addprinc_and_kadmin_local_cpw(realm):
 def test_randkey_and_keepold(realm):
     kr = realm
     kr.kadmin_local("addprinc -pw Bob-pw-3333 bob")
-    first = handle_ids(kdb_keys(kr, "bob"))
+    first = handle_ids(kr.kdb_keys("bob"))
     kr.kadmin_local("cpw -randkey -keepold bob")
     rows = assert_only_handles(kr, "bob", "Bob-pw-3333")
     assert {r[0] for r in rows} == {"1", "2"}
@@ -188,14 +177,14 @@ def test_expired_password_changed_at_kinit(realm):
 def test_keys_cannot_be_extracted(realm):
     kr = realm
     kr.kadmin_local("addprinc -pw Fay-pw-1212 fay")
-    before = kdb_keys(kr, "fay")
+    before = kr.kdb_keys("fay")
     kt = os.path.join(kr.dir, "fay.keytab")
     out = kr.kadmin_local(f"ktadd -norandkey -k {kt} fay", expected_code=None)
     assert "held by the MPC cluster" in out, out
     out = kr.kadmin_local(f"ktadd -k {kt} fay", expected_code=None)
     assert "held by the MPC cluster" in out, out
     assert not os.path.exists(kt) or os.path.getsize(kt) <= 2
-    assert kdb_keys(kr, "fay") == before
+    assert kr.kdb_keys("fay") == before
     kinit_ok(kr, "fay", "Fay-pw-1212")
 
 
@@ -215,7 +204,7 @@ def test_change_refused_with_a_server_down(realm, how):
     kr = realm
     kr.kadmin_local("addprinc -pw Hal-old-5656 hal")
     kinit_ok(kr, "hal", "Hal-old-5656")
-    rows = kdb_keys(kr, "hal")
+    rows = kr.kdb_keys("hal")
     _, listing, _ = kr.admin("status", expected_code=0)
     kr.cluster.stop_party(1)
     if how == "kadmin.local":
@@ -236,7 +225,7 @@ def test_change_refused_with_a_server_down(realm, how):
     elif how != "kpasswd":
         assert "could not be stored on the MPC servers" in out, out
     assert "Hal-new-7878" not in out and "Hal-old-5656" not in out
-    assert kdb_keys(kr, "hal") == rows
+    assert kr.kdb_keys("hal") == rows
     if how == "addprinc":
         assert "does not exist" in kr.kadmin_local("getprinc ivy", expected_code=None)
     kr.cluster.start_party(1)
@@ -247,3 +236,23 @@ def test_change_refused_with_a_server_down(realm, how):
     assert count(listing_after) == count(listing)
     kinit_ok(kr, "hal", "Hal-old-5656")
     status_ok(kr)
+
+
+def test_status_names_what_is_exposed(kmpc_factory):
+    """Without the dealer (a realm set up before it, or a KDC host where it
+    is not configured), kadmin.local cpw writes real keys again: status
+    --kdb exits non-zero and names the principal, and the key its handle
+    referred to, now unreferenced on the servers."""
+    kr = kmpc_factory()
+    kr.setup_krbtgt()
+    kr.addprinc("user5", "User5-old-11", enctypes=["aes256-ctr-mpc"])
+    kr.share_passwords([("user5", "User5-old-11")])
+    rc, out, _ = kr.admin("status", "--kdb", expected_code=None)
+    assert rc == 0, out
+    kr.kadmin_local("cpw -pw User5-new-22 user5")
+    assert "key" in {row[2] for row in kr.kdb_keys("user5")}
+    rc, out, _ = kr.admin("status", "--kdb", expected_code=None)
+    assert rc == 1, out
+    assert "kdb: user5@KMPC.TEST should be MPC-protected but holds real keys" in out, out
+    assert "(user5@KMPC.TEST, kvno 2) is on the servers but no KDB handle refers" in out, out
+    assert "status: PROBLEMS" in out, out

@@ -252,6 +252,22 @@ absl::Status Kdb::Error(long ret, const std::string& what) {
   return absl::InternalError(msg);
 }
 
+std::vector<std::string> Kdb::ProtectPatterns() {
+  std::vector<std::string> out;
+  profile_t profile = nullptr;
+  if (krb5_get_profile(Ctx(context_), &profile) == 0) {
+    const char* names[] = {"mpcdealer", "kmpc", "protect", nullptr};
+    char** values = nullptr;
+    if (profile_get_values(profile, names, &values) == 0) {
+      for (char** v = values; *v != nullptr; ++v) out.emplace_back(*v);
+      profile_free_list(values);
+    }
+    profile_release(profile);
+  }
+  if (out.empty()) out.push_back("krbtgt/*");
+  return out;
+}
+
 absl::StatusOr<PrincipalInfo> Kdb::Lookup(const std::string& name) {
   krb5_context ctx = Ctx(context_);
   Principal p{ctx};

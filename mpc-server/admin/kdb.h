@@ -102,6 +102,10 @@ class Kdb {
   // Every principal name in the realm.
   absl::StatusOr<std::vector<std::string>> ListPrincipals();
 
+  // The key dealer's protect patterns (kdc.conf [mpcdealer] kmpc = {
+  // protect = ... }; krbtgt/* when none is given, as the dealer does).
+  std::vector<std::string> ProtectPatterns();
+
  private:
   std::string profile_path_;  // the context's private profile (kdb.cc)
   Kdb() = default;

@@ -21,7 +21,12 @@
 //   krbtgt/* principal without --keepold makes every TGT issued under the
 //   current key unusable at once (every user must log in again): it is
 //   refused unless --force is given (kadmin's delprinc -force), and nothing
-//   is changed for that principal.
+//   is changed for that principal. --from-existing for a krbtgt/* principal
+//   is refused without --force too: the key was in the KDB, so every older
+//   dump, backup, iprop log and replica holds it (make a new one in the
+//   cluster with --randkey --keepold, or kadmin cpw -randkey -keepold with
+//   kmpc's key dealer). Migrated keys are labelled as such on the servers;
+//   status reports them until the next password change.
 //
 //   kvno: a new key (password) takes the next kvno. A migrated key keeps its
 //   kvno when it already was of the MPC enctype (same bytes, same enctype:
@@ -32,8 +37,13 @@
 //   clients get new tickets).
 //
 // status: each server's health and whether every key id is on all three;
-//   with --kdb (on the KDC host) also whether every handle in the KDB has
-//   its shares on all three servers. Exit 0 only when all is well.
+//   with --kdb (on the KDC host) also, by name: every principal that should
+//   be MPC-protected (it holds a handle or an aes*-ctr-mpc key, or matches
+//   the key dealer's protect patterns in kdc.conf, krbtgt/* by default) but
+//   holds real keys in the KDB; every handle without its shares on all three
+//   servers; every key migrated from the KDB (older backups hold it); every
+//   key on the servers that no handle refers to. Exit 0 only when all is
+//   well.
 //
 // OPTIONS (or the config file, see config.h):
 //   --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM
@@ -45,6 +55,8 @@
 #include <openssl/rand.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+
+#include <fnmatch.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -192,6 +204,9 @@ absl::StatusOr<Config> LoadConfig(const Args& a) {
 
 std::string Hex(const std::string& b) { return absl::BytesToHexString(b); }
 
+// Label suffix of a key that share --from-existing moved from the KDB.
+constexpr char kMigratedSuffix[] = " (migrated from the KDB)";
+
 // Principals whose keys daemons need in the clear: never shared.
 bool Unshareable(const std::string& canon) {
   return absl::StartsWith(canon, "K/M@") || absl::StartsWith(canon, "kadmin/") ||
@@ -257,6 +272,19 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminClient& cluster,
             : "moving the current key with --from-existing invalidates them too "
               "(an aes-cts key takes the next kvno): plan it as a rotation",
         ", or --force to replace it anyway. Nothing was changed"));
+  // A krbtgt key that the KDB held is in every older dump, backup, iprop
+  // log and replica of it: whoever has one can mint TGTs under the shared
+  // key forever. Make the krbtgt's key in the cluster instead (--randkey, or
+  // kadmin cpw -randkey with the dealer), unless asked for explicitly.
+  if (a.from_existing && !a.force && absl::StartsWith(canon, "krbtgt/") &&
+      !current_is_handle)
+    return absl::FailedPreconditionError(absl::StrCat(
+        canon, ": its current key was in the KDB, so every older dump, backup, "
+               "iprop log and replica of the KDB holds it; shared from there it "
+               "would still let their holders mint tickets. Make a new key in the "
+               "cluster instead (share --randkey --keepold, or kadmin cpw -randkey "
+               "-keepold with kmpc's key dealer), or give --force to move this one "
+               "anyway. Nothing was changed"));
   if (a.keepold && !all_handles)
     return absl::FailedPreconditionError(absl::StrCat(
         canon, ": --keepold would keep keys that are not MPC key handles in the "
@@ -304,8 +332,11 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminClient& cluster,
     return absl::InternalError("no randomness for the key id");
   engine::Cipher cipher =
       enctype == kEnctypeAes128Mpc ? engine::Cipher::kAes128 : engine::Cipher::kAes256;
+  // The label says where the key came from: status reports migrated keys
+  // (older copies of the KDB hold them) until the next password change.
+  std::string label = a.from_existing ? absl::StrCat(canon, kMigratedSuffix) : canon;
   absl::Status st = cluster.PutKey(cipher, absl::MakeConstSpan(key.data(), key.size()),
-                                   {key_id, kvno, canon});
+                                   {key_id, kvno, label});
   key.Wipe();
   if (!st.ok())
     return absl::Status(st.code(), absl::StrCat(canon, ": not shared, the KDB is "
@@ -346,8 +377,6 @@ int Share(const Args& a, const Config& cfg) {
   if (a.keepold && a.from_existing)
     Usage("--keepold applies to --password-stdin and --randkey (a migrated key "
           "replaces the key it was)");
-  if (a.force && a.from_existing)
-    Usage("--force applies to --password-stdin and --randkey");
   if (a.enctype != "aes256-ctr-mpc" && a.enctype != "aes128-ctr-mpc")
     Usage("--enctype must be aes256-ctr-mpc or aes128-ctr-mpc");
   if (a.from_existing && a.enctype != "aes256-ctr-mpc")
@@ -407,6 +436,94 @@ int Share(const Args& a, const Config& cfg) {
     std::printf("kmpc-admin: %zu shared, %zu already shared, %zu failed\n", shared,
                 skipped, failed);
   return failed == 0 ? 0 : 1;
+}
+
+// Matches name ("user@REALM") against a dealer protect pattern, as the
+// dealer does: the whole name, or without the realm for a pattern without
+// one.
+bool MatchesProtect(const std::string& pattern, const std::string& name) {
+  if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return true;
+  size_t at = name.rfind('@');
+  return pattern.find('@') == std::string::npos && at != std::string::npos &&
+         fnmatch(pattern.c_str(), name.substr(0, at).c_str(), 0) == 0;
+}
+
+// status --kdb: compares the KDB with the servers' key lists (where: key id
+// -> which servers hold it; infos: its metadata). Prints one line per
+// problem, naming the principal or key; returns true when there is none.
+bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where,
+               std::map<std::string, kmpc::v1::KeyInfo>& infos, bool lists_ok) {
+  auto names = kdb.ListPrincipals();
+  if (!names.ok()) {
+    std::printf("ERROR: %s\n", std::string(names.status().message()).c_str());
+    return false;
+  }
+  const std::vector<std::string> protect = kdb.ProtectPatterns();
+  bool ok = true;
+  size_t with_handles = 0, missing = 0, exposed = 0, migrated = 0;
+  std::set<std::string> referenced;
+  for (const std::string& name : *names) {
+    auto info = kdb.Lookup(name);
+    if (!info.ok()) continue;  // deleted meanwhile
+    bool has_handle = false, has_mpc_key = false;
+    std::vector<std::string> real;
+    for (const KeyEntry& e : info->keys) {
+      if (!e.is_handle) {
+        real.push_back(absl::StrCat(EnctypeName(e.enctype), " kvno ", e.kvno));
+        if (e.enctype == kEnctypeAes128Mpc || e.enctype == kEnctypeAes256Mpc)
+          has_mpc_key = true;
+        continue;
+      }
+      has_handle = true;
+      referenced.insert(e.key_id);
+      if (!lists_ok) continue;
+      auto it = where.find(e.key_id);
+      if (it == where.end() || !(it->second[0] && it->second[1] && it->second[2])) {
+        ++missing;
+        ok = false;
+        std::printf("kdb: %s kvno %u: key id %s is NOT on all three servers\n",
+                    info->name.c_str(), e.kvno, Hex(e.key_id).c_str());
+      } else if (absl::EndsWith(infos[e.key_id].label(), kMigratedSuffix)) {
+        ++migrated;
+        ok = false;
+        std::printf("kdb: %s kvno %u: migrated from the KDB: older dumps, backups "
+                    "and replicas of the KDB hold this key until the next password "
+                    "change (key id %s)\n",
+                    info->name.c_str(), e.kvno, Hex(e.key_id).c_str());
+      }
+    }
+    if (has_handle) ++with_handles;
+    bool should = has_handle || has_mpc_key;
+    for (const std::string& p : protect) should = should || MatchesProtect(p, info->name);
+    if (should && !real.empty() && !Unshareable(info->name)) {
+      ++exposed;
+      ok = false;
+      std::printf("kdb: %s should be MPC-protected but holds real keys in the KDB: "
+                  "%s\n",
+                  info->name.c_str(), absl::StrJoin(real, ", ").c_str());
+    }
+  }
+  if (!lists_ok) {
+    std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu "
+                "exposed (shares not checked: not every server answered)\n",
+                kdb.realm().c_str(), names->size(), with_handles, exposed);
+    return false;
+  }
+  size_t unreferenced = 0;
+  for (const auto& [id, on] : where) {
+    if (referenced.count(id)) continue;
+    ++unreferenced;
+    ok = false;
+    std::printf("kdb: key %s (%s, kvno %u) is on the servers but no KDB handle "
+                "refers to it\n",
+                Hex(id).c_str(), infos[id].label().c_str(), infos[id].kvno());
+  }
+  std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu exposed, "
+              "%zu handles without shares, %zu migrated, %zu unreferenced keys on "
+              "the servers\n",
+              kdb.realm().c_str(), names->size(), with_handles, exposed, missing,
+              migrated, unreferenced);
+  return ok;
 }
 
 int Status(const Args& a, const Config& cfg) {
@@ -477,48 +594,11 @@ int Status(const Args& a, const Config& cfg) {
   if (a.kdb) {
     auto kdb = Kdb::Open(cfg.realm);
     if (!kdb.ok()) return Fail(kdb.status());
-    auto names = (*kdb)->ListPrincipals();
-    if (!names.ok()) return Fail(names.status());
-    size_t with_handles = 0, missing = 0;
-    std::set<std::string> referenced;
-    for (const std::string& name : *names) {
-      auto info = (*kdb)->Lookup(name);
-      if (!info.ok()) continue;  // deleted meanwhile
-      bool has = false;
-      for (const KeyEntry& e : info->keys) {
-        if (!e.is_handle) continue;
-        has = true;
-        referenced.insert(e.key_id);
-        auto it = where.find(e.key_id);
-        if (lists_ok && (it == where.end() || !(it->second[0] && it->second[1] &&
-                                                it->second[2]))) {
-          ++missing;
-          ok = false;
-          std::printf("kdb: %s kvno %u: key id %s is NOT on all three servers\n",
-                      info->name.c_str(), e.kvno, Hex(e.key_id).c_str());
-        }
-      }
-      if (has) ++with_handles;
-    }
+    if (!KdbStatus(**kdb, where, infos, lists_ok)) ok = false;
     if (!lists_ok) {
-      std::printf("kdb: realm %s, %zu principals, %zu with key handles (their "
-                  "shares not checked: not every server answered)\n",
-                  (*kdb)->realm().c_str(), names->size(), with_handles);
       std::printf("status: PROBLEMS (see above)\n");
       return 1;
     }
-    size_t unreferenced = 0;
-    for (const auto& [id, on] : where) {
-      if (referenced.count(id)) continue;
-      ++unreferenced;
-      std::printf("kdb: key %s (%s, kvno %u) is on the servers but no KDB handle "
-                  "refers to it\n",
-                  Hex(id).c_str(), infos[id].label().c_str(), infos[id].kvno());
-    }
-    std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu handles "
-                "without shares, %zu unreferenced keys on the servers\n",
-                (*kdb)->realm().c_str(), names->size(), with_handles, missing,
-                unreferenced);
   }
   std::printf("status: %s\n", ok ? "OK" : "PROBLEMS (see above)");
   return ok ? 0 : 1;
