@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """`make demo`: the whole kmpc realm on loopback.
 
-Three MPC servers (mutual TLS, their ring), a realm whose krbtgt and users'
-keys are moved into the cluster with kmpc-admin (the KDB keeps 40-byte key
-handles only), the patched KDC with the kdcmpc module, then a user logs in
-(kinit), klist -e, kvno for a service, the cluster's status, and a short
-login storm when kmpc-storm is built. Everything stays running afterwards;
-the last lines say where the logs are and how to stop it.
+Three MPC servers (mutual TLS, their ring); a realm whose load-test users'
+keys are migrated into the cluster with kmpc-admin; then kmpc's key dealer
+is switched on, so that MIT's own tools put every new key into the cluster:
+the krbtgt key is made there (kadmin.local cpw -randkey; no KDB ever held
+it), alice is created with kadmin.local addprinc; the KDB keeps 40-byte key
+handles only. The patched KDC with the kdcmpc module and kadmind start;
+alice logs in (kinit), klist -e, kvno for a service, alice changes her
+password with kpasswd through kadmind (the new key goes to the cluster),
+logs in with it, the cluster's status, and a short login storm when
+kmpc-storm is built. Everything stays running afterwards; the last lines say
+where the logs are and how to stop it.
 
 Passwords and keys are never printed: the demo user's password lives only in
 this process and on kinit's / kmpc-admin's stdin.
@@ -68,22 +73,40 @@ def run(r, workdir):
               "krb5's TEST module (holds keys itself): the real module is not built")
     print(f"realm {r.realm} created in {workdir}; kdcmpc module: {module}")
 
-    step("kmpc-admin: move the krbtgt key into the cluster (read from the KDB, "
-         "no reset)")
-    show(r.setup_krbtgt())
     r.setup_warmup()
     r.add_service()
-
-    step("kmpc-admin: alice's key from her password; "
-         f"{STORM_USERS} random-key users migrated from the KDB")
-    password = "demo-" + secrets.token_hex(8)
-    r.addprinc("alice", password, enctypes=["aes256-ctr-mpc"])
-    show(r.share_passwords([("alice", password)]))
+    step(f"kmpc-admin: {STORM_USERS} random-key load-test users migrated from the "
+         "KDB (their keytab drives the storm)")
     r.add_users(n_random=STORM_USERS)
     print(f"user0..user{STORM_USERS - 1} shared (their keytab: {r.users_keytab})")
-    print("the KDB now holds key handles only:")
-    show("\n".join(l for l in r.kadmin_local("getprinc alice").splitlines()
-                   if l.startswith(("Principal:", "Number of keys", "Key:"))))
+
+    dealer = r.module == "real"
+    if dealer:
+        step("kmpc's key dealer on (kdc.conf [plugins] mpcdealer, kadm5_hook): "
+             "MIT's tools now put every new key of a protected principal into "
+             "the cluster")
+        r.enable_dealer()
+        r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
+        step(f"kadmin.local cpw -randkey {r.tgs}: the krbtgt key made in the "
+             "cluster; no KDB, dump or backup ever held it")
+        show(r.kadmin_local(f"cpw -randkey {r.tgs}"))
+    else:
+        step("kmpc-admin: a new krbtgt key in the cluster")
+        show(r.setup_krbtgt())
+
+    password = "demo-" + secrets.token_hex(8)
+    if dealer:
+        step("kadmin.local addprinc alice: her key goes to the cluster")
+        show(r.kadmin_local(f"addprinc +requires_preauth -pw {password} alice"))
+    else:
+        step("kmpc-admin: alice's key from her password")
+        r.addprinc("alice", password, enctypes=["aes256-ctr-mpc"])
+        show(r.share_passwords([("alice", password)]))
+    print("the KDB holds key handles only (read with the master key: "
+          "kmpc-kdb-handle keys):")
+    for princ in ("alice", r.tgs):
+        for kvno, enctype, kind, value in r.kdb_keys(princ):
+            print(f"  {princ} kvno {kvno} {enctype}: {kind} {value[:16]}...")
 
     step("starting krb5kdc with the kdcmpc module")
     r.start()
@@ -96,9 +119,30 @@ def run(r, workdir):
     step(f"kvno {kmpc_cluster.SERVICE} (TGS exchange: the TGT decrypted by the cluster)")
     show(r.run(["kvno", kmpc_cluster.SERVICE]))
 
-    step("kmpc-admin status --kdb")
+    if dealer:
+        step("kadmind; alice changes her password with kpasswd")
+        r.start_kadmind()
+        new_password = "demo-" + secrets.token_hex(8)
+        # From a fresh credential cache: with alice's TGT in the cache kpasswd
+        # would armor its request with it (FAST), which the KDC does not do
+        # yet with the krbtgt in the cluster (issue 15).
+        env = dict(r.env, KRB5CCNAME="FILE:" + os.path.join(workdir, "kpasswd.ccache"))
+        show(r.run(["kpasswd", "alice"], env=env,
+                   input=f"{password}\n{new_password}\n{new_password}\n"))
+        for kvno, enctype, kind, value in r.kdb_keys("alice"):
+            print(f"  alice kvno {kvno} {enctype}: {kind} {value[:16]}...")
+        step("kinit alice with the new password; the old one fails")
+        show(r.kinit("alice", new_password))
+        out = r.kinit("alice", password, expected_code=1)
+        show(out.splitlines()[-1] if out else "")
+
+    step("kmpc-admin status --kdb (the migrated load-test users are listed as "
+         "such: older copies of the KDB hold their keys)")
     _, out, err = r.admin("status", "--kdb", expected_code=None)
-    show(out + err)
+    lines = (out + err).splitlines()
+    n_migrated = sum("migrated from the KDB:" in l for l in lines)
+    show("\n".join(l for l in lines if "migrated from the KDB:" not in l))
+    print(f"({n_migrated} 'migrated from the KDB' lines not shown)")
 
     storm = find_storm()
     step("a short login storm (kmpc-storm, 5 s, 16 logins in flight)")
@@ -119,11 +163,16 @@ def run(r, workdir):
 
     if not r.alive():
         raise kmpc_realm.RealmError("a daemon died during the demo")
-    r.kdc_proc = None  # leave the realm running for the user to play with
+    # Leave the realm running for the user to play with.
+    r.kdc_proc = None
+    r.kadmind_proc = None
     step("the realm is still running; to use it:")
     for k in ("KRB5_CONFIG", "KRB5_KDC_PROFILE", "KRB5CCNAME", "KMPC_ADMIN_CONFIG"):
         print(f"  export {k}={r.env[k]}")
     print(f"  {kmpc_realm.PREFIX}/bin/kinit -k -t {r.users_keytab} user0")
+    if r.dealer:
+        print(f"  {kmpc_realm.PREFIX}/sbin/kadmin.local -q 'addprinc bob'   "
+              "# his key goes to the cluster")
     print(f"  {kmpc_cluster.find_built('mpc-server/kmpc-admin')} status --kdb")
     print(f"logs:   {workdir}/krb5kdc.log, {r.cluster.dir}/party-{{0,1,2}}.log")
     print(f"status: /usr/bin/python3 deploy/kmpc_cluster.py status {workdir}")

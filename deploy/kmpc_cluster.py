@@ -384,8 +384,7 @@ class KmpcRealm(kmpc_realm.Realm):
             name = "test"
         self._plugin_conf = kdcmpc_conf(name, so, opts)
         if self.dealer:
-            self._plugin_conf += dealer_conf(find_built("mpc-server/libkmpc_dealer.so"),
-                                             self.admin_conf, self.protect)
+            self._plugin_conf += self._dealer_conf()
         # Relations before [plugins] land in [kdcdefaults].
         rcvbuf = (f"    kdc_udp_recv_buffer = {self.udp_recv_buffer}\n"
                   if self.udp_recv_buffer else "")
@@ -401,6 +400,21 @@ class KmpcRealm(kmpc_realm.Realm):
         self.env["KMPC_ADMIN_CONFIG"] = self.admin_conf
         self.save_state()
         return self
+
+    def _dealer_conf(self):
+        return dealer_conf(find_built("mpc-server/libkmpc_dealer.so"), self.admin_conf,
+                           self.protect)
+
+    def enable_dealer(self):
+        """Load the key dealer from now on (kdc.conf is read by every new
+        kadmin.local, kadmind and kdb5_util): principals set up before keep
+        the keys they were given (e.g. load-test users migrated from a
+        keytab), every key change after goes to the cluster."""
+        if self.dealer:
+            return
+        with open(self.kdc_conf, "a") as f:
+            f.write(self._dealer_conf())
+        self.dealer = True
 
     def make_env(self):
         env = super().make_env()

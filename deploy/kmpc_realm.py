@@ -370,20 +370,23 @@ class Realm:
 
 
 def stop_dir(workdir):
-    pidfile = os.path.join(workdir, "krb5kdc.pid")
-    if not os.path.exists(pidfile):
-        return
-    with open(pidfile) as f:
-        pid = int(f.read().strip() or 0)
-    try:
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
-            os.kill(pid, 0)
-            time.sleep(0.1)
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    os.unlink(pidfile)
+    """Stop the KDC and kadmind of a realm directory by their pid files."""
+    for name in ("krb5kdc.pid", "kadmind.pid"):
+        pidfile = os.path.join(workdir, name)
+        if not os.path.exists(pidfile):
+            continue
+        with open(pidfile) as f:
+            pid = int(f.read().strip() or 0)
+        try:
+            if pid > 0:
+                os.kill(pid, signal.SIGTERM)
+                for _ in range(100):
+                    os.kill(pid, 0)
+                    time.sleep(0.1)
+                os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.unlink(pidfile)
 
 
 def main():
