@@ -182,7 +182,7 @@ class Realm:
         master_key_type = aes256-cts-hmac-sha1-96
         supported_enctypes = {supported}
         max_life = 10h
-        max_renewable_life = 0
+        max_renewable_life = 7d
 {self.realm_extra}
     }}
 [logging]

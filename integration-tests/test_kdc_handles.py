@@ -269,8 +269,6 @@ def test_oversized_tgt_is_refused_without_a_job(mpc):
 # ---- guardrails ----------------------------------------------------------
 
 @pytest.mark.parametrize("what,argv", [
-    ("ticket renewal", ["kinit", "-R"]),
-    ("ticket validation", ["kinit", "-v"]),
     ("user-to-user", ["kvno", "--u2u", "{ccache}", "alice"]),
 ])
 def test_option_is_refused(mpc, what, argv):
@@ -282,8 +280,45 @@ def test_option_is_refused(mpc, what, argv):
     assert mpc.realm.kdc_alive()
 
 
-def test_tgs_for_mpc_keyed_service_is_refused(realm_factory, tmp_path):
-    # A service whose key is MPC-held: TGS-REQs encrypt tickets locally only.
+def _ticket_enc(realm, service):
+    """(etype, kvno) of service's ticket in the ccache (klist -e -v is not
+    needed: kvno prints the kvno, klist -e the ticket's enctype)."""
+    out = realm.run(["klist", "-e"])
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if service in line:
+            m = re.search(r"Etype \(skey, tkt\): (\S+), (\S+)", lines[i + 1])
+            return m.group(2)
+    raise AssertionError(f"no ticket for {service}:\n{out}")
+
+
+def test_renewal_and_validation_through_the_module(mpc):
+    """kinit -R: the KDC decrypts the TGT and encrypts the renewed one under
+    the krbtgt handle through the module (ENCRYPT job, usage 2); the renewed
+    TGT is used for a TGS exchange after. kinit -v validates a postdated
+    TGT the same way."""
+    pw = mpc.passwords["alice"]
+    mpc.realm.run(["kinit", "-r", "1d", "alice"], input=pw + "\n")
+    before = len(_submits(mpc))
+    mpc.realm.run(["kinit", "-R"])
+    jobs = _submits(mpc)[before:]
+    assert any("ENCRYPT" in j for j in jobs), jobs
+    assert _ticket_enc(mpc.realm, "krbtgt/") == "aes256-ctr-mpc"
+    out = mpc.realm.run(["kvno", SERVICE])
+    assert "kvno = 1" in out, out
+    # Validation of a postdated TGT.
+    mpc.realm.run(["kinit", "-s", "1s", "alice"], input=pw + "\n")
+    time.sleep(2)
+    mpc.realm.run(["kinit", "-v"])
+    out = mpc.realm.run(["kvno", SERVICE])
+    assert "kvno = 1" in out, out
+    assert "refusing ticket renewal" not in mpc.kdc_log()
+    assert mpc.realm.kdc_alive()
+
+
+def test_tgs_for_mpc_keyed_service(realm_factory, tmp_path):
+    """A service whose key is MPC-held (and a TGS-REQ for the krbtgt itself:
+    a forwarded or proxied TGT): the ticket is encrypted by the module."""
     mpc = MpcRealm(realm_factory, tmp_path).setup(users=("alice",))
     pw = _password()
     mpc.realm.addprinc("host/mpc.kmpc.test", pw, enctypes=["aes256-ctr-mpc"],
@@ -291,10 +326,13 @@ def test_tgs_for_mpc_keyed_service_is_refused(realm_factory, tmp_path):
     mpc.migrate("host/mpc.kmpc.test", pw)
     mpc.start()
     _kinit(mpc)
-    out = mpc.realm.run(["kvno", "host/mpc.kmpc.test"], expected_code=1)
-    assert "KDC policy rejects request" in out, out
-    assert "kdcmpc: refusing a TGS-REQ for a service whose key is MPC-held" \
-        in mpc.kdc_log()
+    out = mpc.realm.run(["kvno", "host/mpc.kmpc.test"])
+    assert "kvno = 2" in out or "kvno = 1" in out, out
+    assert _ticket_enc(mpc.realm, "host/mpc.kmpc.test") == "aes256-ctr-mpc"
+    # The service decrypts its ticket with its own key: a keytab with the
+    # key derived from its password (the test module's key file holds it).
+    out = mpc.realm.run(["kvno", "krbtgt/KMPC.TEST"])
+    assert "kvno" in out, out
     assert mpc.realm.kdc_alive()
 
 

@@ -256,3 +256,23 @@ def test_status_names_what_is_exposed(kmpc_factory):
     assert "kdb: user5@KMPC.TEST should be MPC-protected but holds real keys" in out, out
     assert "(user5@KMPC.TEST, kvno 2) is on the servers but no KDB handle refers" in out, out
     assert "status: PROBLEMS" in out, out
+
+
+def test_renewal_and_forwarded_tgt_through_the_cluster(realm):
+    """With the krbtgt in the cluster (made there): kinit -R renews the TGT
+    (decrypted and encrypted again by the three servers), and a TGS-REQ for
+    the krbtgt itself (what a forwarded or proxied TGT needs) is answered
+    with a ticket the cluster encrypted; both then work for a TGS exchange."""
+    kr = realm
+    kr.kadmin_local("addprinc -pw Rita-pw-4242 rita")
+    kr.add_service()
+    kr.run(["kinit", "-r", "1d", "rita"], input="Rita-pw-4242\n")
+    kr.run(["kinit", "-R"])
+    out = kr.run(["klist", "-e"])
+    assert "aes256-ctr-mpc" in out, out
+    out = kr.run(["kvno", kmpc_cluster.SERVICE])
+    assert "kvno = 1" in out, out
+    out = kr.run(["kvno", kr.tgs])
+    assert f"{kr.tgs}: kvno = 2" in out, out
+    log = open(os.path.join(kr.dir, "krb5kdc.log")).read()
+    assert "refusing" not in log, log
