@@ -51,6 +51,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "admin/cluster.h"
 #include "admin/config.h"
 #include "client/admin_client.h"
 #include "contract.h"
@@ -163,14 +164,7 @@ class Dealer {
     if (!settings.ok()) return settings.status();
     Config cfg;
     if (absl::Status st = ApplySettings(*settings, &cfg); !st.ok()) return st;
-    if (absl::Status st = CheckClusterConfig(cfg); !st.ok()) return st;
-    client::ClusterConfig c;
-    c.servers = cfg.servers;
-    c.ca = cfg.ca;
-    c.cert = cfg.cert;
-    c.key = cfg.key;
-    c.rpc_timeout = absl::Milliseconds(cfg.timeout_ms);
-    auto cl = client::AdminClient::Connect(c);
+    auto cl = ConnectCluster(cfg);
     if (!cl.ok()) return cl.status();
     cluster_ = std::move(*cl);
     return absl::OkStatus();

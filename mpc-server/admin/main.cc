@@ -71,6 +71,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "admin/cluster.h"
 #include "admin/config.h"
 #include "admin/kdb.h"
 #include "client/admin_client.h"
@@ -99,18 +100,6 @@ int Fail(const absl::Status& st) {
 }
 
 using client::AdminClient;
-
-// The Admin side of the three servers, as cfg describes it.
-absl::StatusOr<std::unique_ptr<AdminClient>> ConnectCluster(const Config& cfg) {
-  if (absl::Status st = CheckClusterConfig(cfg); !st.ok()) return st;
-  client::ClusterConfig c;
-  c.servers = cfg.servers;
-  c.ca = cfg.ca;
-  c.cert = cfg.cert;
-  c.key = cfg.key;
-  c.rpc_timeout = absl::Milliseconds(cfg.timeout_ms);
-  return AdminClient::Connect(c);
-}
 
 struct Args {
   std::string command;
