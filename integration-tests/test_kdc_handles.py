@@ -32,7 +32,7 @@ class MpcRealm(handle_realm.HandleRealm):
     the test kdcmpc module: the "cluster" is its key file, the module
     journals every job, and fails them all while failflag exists."""
 
-    def __init__(self, realm_factory, tmp_path, workers=0):
+    def __init__(self, realm_factory, tmp_path, workers=0, delay_ms=30):
         self.keyfile = str(tmp_path / "mpc-keys")
         self.journal = str(tmp_path / "mpc-journal")
         self.failflag = str(tmp_path / "mpc-unavailable")
@@ -43,7 +43,7 @@ class MpcRealm(handle_realm.HandleRealm):
             pytest.fail(f"{so} missing: the krb5 patch series is not built")
         super().__init__(realm_factory, "test", so,
                          {"keyfile": self.keyfile, "journal": self.journal,
-                          "fail_if_exists": self.failflag, "delay_ms": 30},
+                          "fail_if_exists": self.failflag, "delay_ms": delay_ms},
                          workers=workers)
 
     def store_key(self, princ, key_hex, key_id):
@@ -503,3 +503,30 @@ def test_fast_armor_is_refused(mpc, tmp_path):
     assert "kdcmpc: refusing FAST armor with a ticket under an MPC-held key" \
         in mpc.kdc_log()
     assert mpc.realm.kdc_alive()
+
+
+def test_login_in_flight_does_not_undo_a_key_change(realm_factory, tmp_path):
+    """A login's last-success write-back (db2 lockout) happens when its MPC
+    jobs are done, up to seconds after the KDC read the entry; it must not
+    write back that stale copy over a key change made meanwhile (krb5 patch
+    0012: only the lockout fields are written onto the current entry)."""
+    mpc = MpcRealm(realm_factory, tmp_path, delay_ms=1500).setup(users=("alice",))
+    mpc.start()
+    before = mpc.tool("keys", "alice")[0]
+    assert {l.split()[2] for l in before.splitlines()} == {"handle"}, before
+    import subprocess
+    p = subprocess.Popen([kmpc_realm.binpath("kinit"), "alice"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         env=mpc.realm.env, text=True)
+    p.stdin.write(mpc.passwords["alice"] + "\n")
+    p.stdin.flush()
+    time.sleep(0.7)  # the AS-REQ with pre-auth is waiting for the module
+    mpc.realm.kadmin_local("cpw -pw New-pw-4711 -e aes256-cts-hmac-sha1-96:normal alice")
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, out
+    time.sleep(0.5)
+    after = mpc.tool("keys", "alice")[0]
+    kinds = {l.split()[2] for l in after.splitlines()}
+    assert kinds == {"key"}, after  # the new key, not the old handle
+    assert "Last successful authentication: [never]" not in \
+        mpc.realm.kadmin_local("getprinc alice")
