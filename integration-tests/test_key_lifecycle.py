@@ -251,11 +251,11 @@ def test_status_names_what_is_exposed(kmpc_factory):
     assert "status: PROBLEMS" in out, out
 
 
-def test_renewal_and_forwarded_tgt_through_the_cluster(realm):
+def test_renewal_forwarded_tgt_and_u2u_through_the_cluster(realm):
     """With the krbtgt in the cluster (made there): kinit -R renews the TGT
-    (decrypted and encrypted again by the three servers), and a TGS-REQ for
-    the krbtgt itself (what a forwarded or proxied TGT needs) is answered
-    with a ticket the cluster encrypted; both then work for a TGS exchange."""
+    (decrypted and encrypted again by the three servers), a TGS-REQ for the
+    krbtgt itself (what a forwarded or proxied TGT needs) is answered with a
+    ticket the cluster encrypted, and user-to-user works."""
     kr = realm
     kr.kadmin_local("addprinc -pw Rita-pw-4242 rita")
     kr.add_service()
@@ -267,5 +267,9 @@ def test_renewal_and_forwarded_tgt_through_the_cluster(realm):
     assert "kvno = 1" in out, out
     out = kr.run(["kvno", kr.tgs])
     assert f"{kr.tgs}: kvno = 2" in out, out
+    # User-to-user: the second ticket (rita's TGT) is decrypted by the
+    # cluster too.
+    out = kr.run(["kvno", "--u2u", kr.ccache, "rita"])
+    assert "rita@KMPC.TEST: kvno" in out, out
     log = open(os.path.join(kr.dir, "krb5kdc.log")).read()
     assert "refusing" not in log, log
