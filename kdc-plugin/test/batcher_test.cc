@@ -10,7 +10,6 @@
 #include <syslog.h>
 
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <set>

@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
