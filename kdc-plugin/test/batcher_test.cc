@@ -1,10 +1,17 @@
-// The batcher against a fake cluster: the window, the size limits, early
-// flush, deadlines, share-copy checks and exactly-once completion.
+// The batcher against a cluster: the window, the size limits, early flush,
+// speculation, per-job failures, deadlines, share-copy checks and
+// exactly-once completion. BatcherTest and SpeculationTest run every test
+// twice: against the fake cluster (fake_cluster.h) and against the real
+// servers' code in-process (real_cluster.h), so the fake is held to the
+// servers' behaviour. FakeBatcherTest runs against the fake only: each of
+// its tests says which fault the real servers cannot be made to show.
 #include "batcher.h"
 
 #include <syslog.h>
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -14,11 +21,25 @@
 #include "fake_cluster.h"
 #include "gtest/gtest.h"
 #include "options.h"
+#include "real_cluster.h"
 
 namespace kmpc::kdc {
 namespace {
 
 using testing::FakeCluster;
+using testing::RealCluster;
+using testing::TestCluster;
+
+enum class ClusterKind { kFake, kReal };
+
+std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
+  return info.param == ClusterKind::kFake ? "Fake" : "Real";
+}
+
+std::unique_ptr<TestCluster> MakeCluster(ClusterKind kind) {
+  if (kind == ClusterKind::kFake) return std::make_unique<FakeCluster>();
+  return std::make_unique<RealCluster>();
+}
 
 const std::string kKeyId(32, 'k');
 const std::string kKey(32, 'K');
@@ -87,11 +108,46 @@ Job Decrypt(const SecureBytes& ct, uint32_t usage = 2) {
 
 std::string Str(const SecureBytes& b) { return std::string(b.begin(), b.end()); }
 
-class BatcherTest : public ::testing::Test {
+// Passes every call on to `next`, each Run request edited by `edit` first
+// (the same edit for the three parties): a client that sends what the
+// module would not.
+class EditingTransport : public Transport {
+ public:
+  EditingTransport(Transport* next,
+                   std::function<void(kmpc::v1::RunRequest*)> edit)
+      : next_(next), edit_(std::move(edit)) {}
+  void Run(int party, const kmpc::v1::RunRequest& req,
+           kmpc::v1::RunResponse* resp, absl::Time deadline,
+           Done done) override {
+    auto copy = std::make_shared<kmpc::v1::RunRequest>(req);
+    edit_(copy.get());
+    next_->Run(party, *copy, resp, deadline,
+               [copy, done = std::move(done)](CallStatus s) {
+                 done(std::move(s));
+               });
+  }
+  void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
+                kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
+                Done done) override {
+    next_->Finalize(party, req, resp, deadline, std::move(done));
+  }
+  std::string PartyName(int party) const override {
+    return next_->PartyName(party);
+  }
+
+ private:
+  Transport* next_;
+  std::function<void(kmpc::v1::RunRequest*)> edit_;
+};
+
+// The cluster is made in the constructor, so the references below are
+// valid in the test bodies; it outlives the batchers (declared first).
+class BatcherTest : public ::testing::TestWithParam<ClusterKind> {
  protected:
-  void SetUp() override { fake_.AddKey(kKeyId, kKey); }
+  BatcherTest() : owned_(MakeCluster(GetParam())), cluster_(*owned_) {}
+  void SetUp() override { cluster_.AddKey(kKeyId, kKey); }
   std::unique_ptr<Batcher> Make(BatcherOptions o) {
-    return std::make_unique<Batcher>(o, &fake_, &sink_);
+    return std::make_unique<Batcher>(o, &cluster_, &sink_);
   }
   // Waits until party 0 has had `n` Run calls (a batch is in flight), so a
   // test does not rely on a sleep being long enough on a loaded machine.
@@ -101,9 +157,9 @@ class BatcherTest : public ::testing::Test {
     ASSERT_GE(RunCalls(), n);
   }
   // Party 0's Run calls (one per batch, or per re-run), oldest first.
-  std::vector<FakeCluster::Call> Runs() {
-    std::vector<FakeCluster::Call> out;
-    for (const auto& c : fake_.calls())
+  std::vector<TestCluster::Call> Runs() {
+    std::vector<TestCluster::Call> out;
+    for (const auto& c : cluster_.calls())
       if (c.method == "Run" && c.party == 0) out.push_back(c);
     return out;
   }
@@ -113,11 +169,23 @@ class BatcherTest : public ::testing::Test {
     return sizes;
   }
   int RunCalls() { return static_cast<int>(Runs().size()); }
-  FakeCluster fake_;  // outlives the batchers
+  std::unique_ptr<TestCluster> owned_;
+  TestCluster& cluster_;
   CollectingSink sink_;
 };
+INSTANTIATE_TEST_SUITE_P(Cluster, BatcherTest,
+                         ::testing::Values(ClusterKind::kFake,
+                                           ClusterKind::kReal),
+                         KindName);
 
-TEST_F(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
+class FakeBatcherTest : public BatcherTest {
+ protected:
+  FakeCluster& fake_ = static_cast<FakeCluster&>(cluster_);
+};
+INSTANTIATE_TEST_SUITE_P(Cluster, FakeBatcherTest,
+                         ::testing::Values(ClusterKind::kFake), KindName);
+
+TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   BatcherOptions o;
   o.window = absl::Milliseconds(10);
   auto b = Make(o);
@@ -136,9 +204,9 @@ TEST_F(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   // ctr0 || C || T with C = P ^ KS and the cluster's tag over C.
   std::string out = Str(enc.output);
   std::string ctr0 = out.substr(0, 16), c = out.substr(16, pt.size());
-  std::string ks = fake_.Keystream(kKey, ctr0, pt.size());
+  std::string ks = cluster_.Keystream(kKey, ctr0, pt.size());
   for (size_t i = 0; i < pt.size(); ++i) EXPECT_EQ(c[i] ^ ks[i], pt[i]);
-  EXPECT_EQ(out.substr(16 + pt.size()), fake_.Tag(kKey, 2, ctr0, c, false));
+  EXPECT_EQ(out.substr(16 + pt.size()), cluster_.Tag(kKey, 2, ctr0, c, false));
 
   ASSERT_TRUE(b->Submit(3, Decrypt(enc.output)).ok());
   SecureBytes bad = enc.output;
@@ -165,7 +233,7 @@ TEST_F(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   EXPECT_TRUE(absl::IsDataLoss(sink_.Get(6).status));
 }
 
-TEST_F(BatcherTest, MalformedJobsAreRefusedAtSubmit) {
+TEST_P(BatcherTest, MalformedJobsAreRefusedAtSubmit) {
   auto b = Make({});
   Job j = Encrypt("x");
   j.key_id = "short";
@@ -185,7 +253,42 @@ TEST_F(BatcherTest, MalformedJobsAreRefusedAtSubmit) {
   EXPECT_TRUE(sink_.counts().empty());
 }
 
-TEST_F(BatcherTest, WindowCollectsJobsIntoOneBatch) {
+// A job that breaks the contract fails alone at the servers: the module
+// never sends one (Submit refuses it, above), so the request is edited on
+// its way (a key id of 31 bytes). The servers answer JOB_MALFORMED for it
+// (kInvalidArgument here); the other jobs of the batch succeed.
+TEST_P(BatcherTest, MalformedJobFailsAloneAtTheServers) {
+  const std::string marked(32, 'm');
+  cluster_.AddKey(marked, std::string(32, 'M'));
+  EditingTransport edited(&cluster_, [&](kmpc::v1::RunRequest* r) {
+    for (auto& j : *r->mutable_jobs())
+      if (j.key_id() == marked) j.set_key_id(marked.substr(0, 31));
+  });
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  Batcher b(o, &edited, &sink_);
+  Job bad = Encrypt("x");
+  bad.key_id = marked;
+  const std::string pt = "the other job";
+  ASSERT_TRUE(b.Submit(1, std::move(bad)).ok());
+  ASSERT_TRUE(b.Submit(2, Encrypt(pt)).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  const Result r1 = sink_.Get(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(r1.status)) << r1.status;
+  EXPECT_TRUE(absl::StrContains(r1.status.message(), "key id")) << r1.status;
+  EXPECT_TRUE(r1.output.empty());
+  const Result r2 = sink_.Get(2);
+  ASSERT_TRUE(r2.status.ok()) << r2.status;
+  const std::string out = Str(r2.output);
+  ASSERT_EQ(out.size(), pt.size() + 32);
+  const std::string ctr0 = out.substr(0, 16), c = out.substr(16, pt.size());
+  const std::string ks = cluster_.Keystream(kKey, ctr0, pt.size());
+  for (size_t i = 0; i < pt.size(); ++i) EXPECT_EQ(c[i] ^ ks[i], pt[i]);
+  EXPECT_EQ(out.substr(16 + pt.size()), cluster_.Tag(kKey, 2, ctr0, c, false));
+  EXPECT_EQ(RunCalls(), 1);  // one batch, no re-run
+}
+
+TEST_P(BatcherTest, WindowCollectsJobsIntoOneBatch) {
   BatcherOptions o;
   o.window = absl::Milliseconds(400);
   auto b = Make(o);
@@ -199,7 +302,7 @@ TEST_F(BatcherTest, WindowCollectsJobsIntoOneBatch) {
     EXPECT_TRUE(sink_.Get(i).status.ok());
     EXPECT_GE(sink_.At(i) - t0, absl::Milliseconds(395));
   }
-  auto calls = fake_.calls();
+  auto calls = cluster_.calls();
   ASSERT_EQ(RunCalls(), 1);
   EXPECT_EQ(calls[0].jobs, 5);
   // The window runs from the oldest job: flushed once, at ~400 ms.
@@ -217,7 +320,7 @@ TEST_F(BatcherTest, WindowCollectsJobsIntoOneBatch) {
   EXPECT_EQ(b->stats().jobs, 5u);
 }
 
-TEST_F(BatcherTest, SizeLimitFlushesAtOnce) {
+TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.max_jobs = 4;
@@ -227,7 +330,7 @@ TEST_F(BatcherTest, SizeLimitFlushesAtOnce) {
   for (int i = 0; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
   ASSERT_TRUE(sink_.WaitFor(8, absl::Seconds(5)));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
-  auto calls = fake_.calls();
+  auto calls = cluster_.calls();
   EXPECT_EQ(calls[0].jobs, 4);
   // The ninth job waits for the window (30 s): not done yet.
   absl::SleepFor(absl::Milliseconds(100));
@@ -239,13 +342,13 @@ TEST_F(BatcherTest, SizeLimitFlushesAtOnce) {
 // Jobs that piled up while a batch ran go out together, up to the backlog
 // caps, not in batches of max_jobs; what is left below max_jobs waits for
 // the window as usual.
-TEST_F(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
+TEST_P(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.max_jobs = 4;
   o.backlog_jobs = 10;
   o.max_inflight = 1;
-  fake_.set_latency(absl::Milliseconds(150));
+  cluster_.set_latency(absl::Milliseconds(150));
   auto b = Make(o);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
   WaitRunCalls(1);  // batch 1 is in flight (150 ms)
@@ -261,14 +364,14 @@ TEST_F(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
     EXPECT_GE(runs[k].at - runs[k - 1].at, absl::Milliseconds(145)) << k;
 }
 
-TEST_F(BatcherTest, BacklogBatchIsCappedByBlocks) {
+TEST_P(BatcherTest, BacklogBatchIsCappedByBlocks) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.max_jobs = 100;
   o.max_blocks = 4;      // each job: 1 keystream block + 1 = 2 blocks
   o.backlog_blocks = 6;
   o.max_inflight = 1;
-  fake_.set_latency(absl::Milliseconds(100));
+  cluster_.set_latency(absl::Milliseconds(100));
   auto b = Make(o);
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
   WaitRunCalls(1);
@@ -281,7 +384,7 @@ TEST_F(BatcherTest, BacklogBatchIsCappedByBlocks) {
   EXPECT_EQ(sizes[2], 3);
 }
 
-TEST_F(BatcherTest, BlockLimitFlushesAtOnce) {
+TEST_P(BatcherTest, BlockLimitFlushesAtOnce) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.max_blocks = 20;  // each job: 8 keystream blocks + 1
@@ -291,15 +394,15 @@ TEST_F(BatcherTest, BlockLimitFlushesAtOnce) {
   ASSERT_TRUE(b->Submit(2, Encrypt(std::string(128, 'b'))).ok());
   ASSERT_TRUE(b->Submit(3, Encrypt(std::string(128, 'c'))).ok());
   ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
-  EXPECT_EQ(fake_.calls()[0].jobs, 2);
+  EXPECT_EQ(cluster_.calls()[0].jobs, 2);
 }
 
-TEST_F(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
+TEST_P(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.early_flush = true;
   o.coalesce = absl::Milliseconds(20);
-  fake_.set_latency(absl::Milliseconds(150));
+  cluster_.set_latency(absl::Milliseconds(150));
   auto b = Make(o);
   absl::Time t0 = absl::Now();
   ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
@@ -323,9 +426,9 @@ TEST_F(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
 // takes two ENCRYPT jobs along; the next ticket and reply of that length
 // need only FINALIZE, and their outputs are ordinary ctr0 || C || T. A
 // timestamp that fails to decrypt drops its keystreams.
-TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
+TEST_P(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   const std::string tgt_id(32, 't'), tgt_key(32, 'T');
-  fake_.AddKey(tgt_id, tgt_key);
+  cluster_.AddKey(tgt_id, tgt_key);
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.early_flush = true;
@@ -338,7 +441,7 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   };
   auto finalizes = [&] {
     int n = 0;
-    for (const auto& c : fake_.calls()) n += c.method == "Finalize" && c.party == 0;
+    for (const auto& c : cluster_.calls()) n += c.method == "Finalize" && c.party == 0;
     return n;
   };
   // Learn: a ticket of 56 bytes and a reply of 56 bytes (-> 64 bytes of
@@ -365,7 +468,7 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   ASSERT_TRUE(sink_.WaitFor(4));
   EXPECT_EQ(Str(sink_.Get(4).output), "a timestamp");
   EXPECT_EQ(RunCalls(), runs0 + 1);
-  EXPECT_EQ(fake_.calls().back().jobs, 3);
+  EXPECT_EQ(cluster_.calls().back().jobs, 3);
   EXPECT_EQ(b->stats().speculative_encrypts, 2u);
   EXPECT_EQ(sink_.counts().size(), 4u);  // nothing delivered for them
 
@@ -386,10 +489,10 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
     ASSERT_EQ(r.output.size(), 64u + 32);
     std::string out = Str(r.output);
     std::string ctr0 = out.substr(0, 16), c = out.substr(16, 64);
-    std::string ks = fake_.Keystream(key, ctr0, 64);
+    std::string ks = cluster_.Keystream(key, ctr0, 64);
     for (size_t i = 0; i < 64; ++i)
       EXPECT_EQ(c[i] ^ ks[i], static_cast<char>('a' + usage));
-    EXPECT_EQ(out.substr(16 + 64), fake_.Tag(key, usage, ctr0, c, false));
+    EXPECT_EQ(out.substr(16 + 64), cluster_.Tag(key, usage, ctr0, c, false));
   }
 
   // A TGS-REQ's service ticket (usage 2 under another key, no usage-3 job
@@ -397,14 +500,14 @@ TEST_F(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   // timestamp still brings the krbtgt's keystream, which the next AS
   // ticket uses.
   const std::string svc_id(32, 's');
-  fake_.AddKey(svc_id, std::string(32, 'S'));
+  cluster_.AddKey(svc_id, std::string(32, 'S'));
   ASSERT_TRUE(b->Submit(20, enc(svc_id, 2, 900)).ok());
   ASSERT_TRUE(b->Submit(21, Encrypt("other", 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(8));
   wait_idle();
   ASSERT_TRUE(b->Submit(22, Decrypt(ts, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(9));
-  EXPECT_EQ(fake_.calls().back().jobs, 3);
+  EXPECT_EQ(cluster_.calls().back().jobs, 3);
   const int runs_before = RunCalls();
   ASSERT_TRUE(b->Submit(23, enc(tgt_id, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(24, enc(kKeyId, 3, 64)).ok());
@@ -445,7 +548,7 @@ class SpeculationTest : public BatcherTest {
   const std::string tgt_key_ = std::string(32, 'T');
   void SetUp() override {
     BatcherTest::SetUp();
-    fake_.AddKey(tgt_id_, tgt_key_);
+    cluster_.AddKey(tgt_id_, tgt_key_);
   }
   static BatcherOptions Opts() {
     BatcherOptions o;
@@ -492,23 +595,27 @@ class SpeculationTest : public BatcherTest {
     ASSERT_EQ(r.output.size(), len + 32);
     std::string out = Str(r.output);
     std::string ctr0 = out.substr(0, 16), c = out.substr(16, len);
-    std::string ks = fake_.Keystream(key, ctr0, len);
+    std::string ks = cluster_.Keystream(key, ctr0, len);
     for (size_t i = 0; i < len; ++i)
       ASSERT_EQ(c[i] ^ ks[i], static_cast<char>('a' + usage)) << token;
-    EXPECT_EQ(out.substr(16 + len), fake_.Tag(key, usage, ctr0, c, false))
+    EXPECT_EQ(out.substr(16 + len), cluster_.Tag(key, usage, ctr0, c, false))
         << token;
   }
 };
+INSTANTIATE_TEST_SUITE_P(Cluster, SpeculationTest,
+                         ::testing::Values(ClusterKind::kFake,
+                                           ClusterKind::kReal),
+                         KindName);
 
 // The servers forgot the speculative ENCRYPT states (a restart, or a TTL
 // shorter than speculate_ttl): FINALIZE of the ticket and reply fails with
 // BATCH_UNKNOWN_ENCRYPT. They are re-run as ordinary ENCRYPT jobs and
 // succeed; the unrelated job of the same batch is not affected.
-TEST_F(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
+TEST_P(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
   auto b = Make(Opts());
   Speculate(b.get());
   ASSERT_EQ(b->stats().keystreams_held, 2u);
-  fake_.ForgetEncryptStates();
+  cluster_.ForgetEncryptStates();
   const uint64_t batches0 = b->stats().batches;
   const int runs0 = RunCalls();
   ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
@@ -536,14 +643,14 @@ TEST_F(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
 // slow to answer the FINALIZE: the jobs are re-run as soon as the first
 // failure arrives, not after the slow answers (which could take until the
 // deadline), and the late answers re-run nothing twice.
-TEST_F(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
+TEST_P(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
   auto b = Make(Opts());  // deadline 5 s
   Speculate(b.get());
   ASSERT_EQ(b->stats().keystreams_held, 2u);
-  fake_.ForgetEncryptStates(1);
-  const int fin0 = fake_.finalize_answers();
-  fake_.DelayNextFinalize(0, absl::Seconds(2));
-  fake_.DelayNextFinalize(2, absl::Seconds(2));
+  cluster_.ForgetEncryptStates(1);
+  const int fin0 = cluster_.finalize_answers();
+  cluster_.DelayNextFinalize(0, absl::Seconds(2));
+  cluster_.DelayNextFinalize(2, absl::Seconds(2));
   const int runs0 = RunCalls();
   const absl::Time t0 = absl::Now();
   ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
@@ -553,10 +660,10 @@ TEST_F(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
   ExpectEncrypted(5, tgt_key_, 2, 64);
   ExpectEncrypted(6, kKey, 3, 64);
-  // The two slow answers arrive (the fake counts the callbacks it made).
-  for (int i = 0; i < 600 && fake_.finalize_answers() < fin0 + 3; ++i)
+  // The two slow answers arrive (the cluster counts the callbacks it made).
+  for (int i = 0; i < 600 && cluster_.finalize_answers() < fin0 + 3; ++i)
     absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_GE(fake_.finalize_answers(), fin0 + 3);
+  ASSERT_GE(cluster_.finalize_answers(), fin0 + 3);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(b->stats().finalize_only_rerun, 2u);
   EXPECT_EQ(RunCalls(), runs0 + 1);  // one re-run
@@ -567,10 +674,10 @@ TEST_F(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
 // Two matching keystreams held: the newest (the one the login's own
 // timestamp brought) is used, not an older one the servers may have
 // forgotten.
-TEST_F(SpeculationTest, NewestMatchingKeystreamIsUsed) {
+TEST_P(SpeculationTest, NewestMatchingKeystreamIsUsed) {
   auto b = Make(Opts());
   Speculate(b.get());
-  fake_.ForgetEncryptStates();  // the first pair is stale on the "servers"
+  cluster_.ForgetEncryptStates();  // the first pair is stale on the "servers"
   ASSERT_TRUE(b->Submit(5, Decrypt(sink_.Get(1003).output, 1)).ok());
   b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(5));
@@ -593,7 +700,7 @@ TEST_F(SpeculationTest, NewestMatchingKeystreamIsUsed) {
 
 // The only Run job of the batch fails per job (unknown key id); the
 // finalize_only ticket and reply of that batch still finalize.
-TEST_F(SpeculationTest, UnknownKeyRunJobBesideFinalizeOnlyJobs) {
+TEST_P(SpeculationTest, UnknownKeyRunJobBesideFinalizeOnlyJobs) {
   BatcherOptions o = Opts();
   o.deadline = absl::Seconds(3);
   auto b = Make(o);
@@ -613,7 +720,7 @@ TEST_F(SpeculationTest, UnknownKeyRunJobBesideFinalizeOnlyJobs) {
 
 // Every timestamp in a batch brings its own group along; speculative jobs
 // held or queued count against speculate_max.
-TEST_F(SpeculationTest, EveryTimestampBringsItsGroupUpToTheCap) {
+TEST_P(SpeculationTest, EveryTimestampBringsItsGroupUpToTheCap) {
   BatcherOptions o = Opts();
   o.speculate_max = 6;
   auto b = Make(o);
@@ -626,7 +733,7 @@ TEST_F(SpeculationTest, EveryTimestampBringsItsGroupUpToTheCap) {
   ASSERT_TRUE(sink_.WaitFor(7));
   for (uint64_t t : {5, 6, 7}) EXPECT_TRUE(sink_.Get(t).status.ok());
   EXPECT_EQ(b->stats().speculative_encrypts, 6u);
-  EXPECT_EQ(fake_.calls().back().jobs, 7);
+  EXPECT_EQ(cluster_.calls().back().jobs, 7);
   WaitIdle(b.get());
   EXPECT_EQ(b->stats().keystreams_held, 6u);
 }
@@ -635,7 +742,7 @@ TEST_F(SpeculationTest, EveryTimestampBringsItsGroupUpToTheCap) {
 // batch brings the ticket's and reply's keystreams along, and their
 // FINALIZE goes when the KDC calls SubmitterIdle() without waiting for the Run batch in
 // flight (max_inflight 1): a login needs one Run, not two.
-TEST_F(SpeculationTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
+TEST_P(SpeculationTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
   o.early_flush = false;
@@ -650,11 +757,11 @@ TEST_F(SpeculationTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
   ASSERT_TRUE(sink_.WaitFor(4));
   ASSERT_EQ(Str(sink_.Get(4).output), "a timestamp");
   EXPECT_EQ(b->stats().speculative_encrypts, 2u);
-  EXPECT_EQ(fake_.calls().back().jobs, 3);
+  EXPECT_EQ(cluster_.calls().back().jobs, 3);
   WaitIdle(b.get());
 
   // Another login's batch occupies the ring for 2 s.
-  fake_.set_run_delay(absl::Seconds(2));
+  cluster_.set_run_delay(absl::Seconds(2));
   const int runs0 = RunCalls();
   ASSERT_TRUE(b->Submit(10, Enc(kKeyId, 7, 100)).ok());
   WaitRunCalls(runs0 + 1);
@@ -679,7 +786,7 @@ TEST_F(SpeculationTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
 // made and gives it back only when its keystreams are used, so of 400 bad
 // timestamps only speculate_max / 2 (plus the slow refill) bring keystreams
 // along; the rest cost the cluster only their own AES work.
-TEST_F(SpeculationTest, FailedTimestampsUseUpTheBudget) {
+TEST_P(SpeculationTest, FailedTimestampsUseUpTheBudget) {
   BatcherOptions o = Opts();
   o.early_flush = false;
   o.window = absl::Milliseconds(20);
@@ -708,7 +815,7 @@ TEST_F(SpeculationTest, FailedTimestampsUseUpTheBudget) {
 // The KDC normally calls SubmitterIdle() after a ticket and a reply; without
 // it their FINALIZE still goes within milliseconds, not after the
 // window or the coalesce delay.
-TEST_F(SpeculationTest, FinalizeOnlyJobsGoWithoutSubmitterIdle) {
+TEST_P(SpeculationTest, FinalizeOnlyJobsGoWithoutSubmitterIdle) {
   auto b = Make(Opts());  // window 30 s, coalesce 2 s
   Speculate(b.get());
   const absl::Time t0 = absl::Now();
@@ -725,7 +832,7 @@ TEST_F(SpeculationTest, FinalizeOnlyJobsGoWithoutSubmitterIdle) {
 // past the 7/8 quantile's, rounded up to blocks, and no more. (It used to
 // be the quantile rounded up plus a blind extra block: ~2 of a login's 34
 // AES blocks that no plaintext needed.)
-TEST_F(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
+TEST_P(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
   uint64_t token = 2000;
   // Learns (ticket, reply) = (len, len) once per entry, runs a timestamp,
   // then submits a ticket and a reply of the given lengths: want_used of
@@ -779,7 +886,7 @@ TEST_F(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
   check(spread, 80, 81, 1);
 }
 
-TEST_F(BatcherTest, SpeculationOffSendsNoExtraJobs) {
+TEST_P(BatcherTest, SpeculationOffSendsNoExtraJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
   o.speculate = false;
@@ -790,11 +897,11 @@ TEST_F(BatcherTest, SpeculationOffSendsNoExtraJobs) {
   ASSERT_TRUE(sink_.WaitFor(3));
   ASSERT_TRUE(b->Submit(4, Decrypt(sink_.Get(3).output, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(4));
-  EXPECT_EQ(fake_.calls().back().jobs, 1);
+  EXPECT_EQ(cluster_.calls().back().jobs, 1);
   EXPECT_EQ(b->stats().speculative_encrypts, 0u);
 }
 
-TEST_F(BatcherTest, SubmitterIdleFlushesAnIdleQueueWithoutTheCoalesceDelay) {
+TEST_P(BatcherTest, SubmitterIdleFlushesAnIdleQueueWithoutTheCoalesceDelay) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.early_flush = true;
@@ -819,7 +926,7 @@ TEST_F(BatcherTest, SubmitterIdleFlushesAnIdleQueueWithoutTheCoalesceDelay) {
   EXPECT_EQ(RunCalls(), 2);
 }
 
-TEST_F(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
+TEST_P(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
   BatcherOptions o;
   o.window = absl::Milliseconds(300);
   auto b = Make(o);
@@ -830,7 +937,8 @@ TEST_F(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
   EXPECT_GE(sink_.At(1) - t0, absl::Milliseconds(290));
 }
 
-TEST_F(BatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
+// Fake only: the real servers have no hook for the fault (a party that never answers).
+TEST_P(FakeBatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
   o.deadline = absl::Milliseconds(300);
@@ -852,7 +960,8 @@ TEST_F(BatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
   for (auto& [t, n] : sink_.counts()) EXPECT_EQ(n, 1) << "token " << t;
 }
 
-TEST_F(BatcherTest, UnreachableServerFailsFast) {
+// Fake only: the real servers have no hook for the fault (a party that is down).
+TEST_P(FakeBatcherTest, UnreachableServerFailsFast) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
   o.deadline = absl::Seconds(20);
@@ -873,7 +982,8 @@ TEST_F(BatcherTest, UnreachableServerFailsFast) {
 // A server's typed refusal (an overloaded queue) fails the batch's jobs
 // at once (SVC_UNAVAILABLE), naming the party and the refusal; nothing is
 // re-run, and the next batch succeeds once the server accepts again.
-TEST_F(BatcherTest, TypedRefusalFailsTheBatchAtOnce) {
+// Fake only: the real servers have no hook for the fault (a server refusing every batch (an overloaded queue)).
+TEST_P(FakeBatcherTest, TypedRefusalFailsTheBatchAtOnce) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
   o.deadline = absl::Seconds(20);
@@ -898,7 +1008,8 @@ TEST_F(BatcherTest, TypedRefusalFailsTheBatchAtOnce) {
   EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
 }
 
-TEST_F(BatcherTest, ShareCopyDisagreementRejectsTheBatch) {
+// Fake only: the real servers have no hook for the fault (a server sending a corrupt share copy).
+TEST_P(FakeBatcherTest, ShareCopyDisagreementRejectsTheBatch) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
   auto b = Make(o);
@@ -927,7 +1038,8 @@ TEST_F(BatcherTest, ShareCopyDisagreementRejectsTheBatch) {
   EXPECT_EQ(Str(sink_.Get(4).output), "the plaintext");
 }
 
-TEST_F(BatcherTest, CorruptTagShareInFinalizeIsRejected) {
+// Fake only: the real servers have no hook for the fault (a server sending a corrupt tag share).
+TEST_P(FakeBatcherTest, CorruptTagShareInFinalizeIsRejected) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
   fake_.set_corrupt_finalize(0, true);
@@ -946,7 +1058,8 @@ TEST_F(BatcherTest, CorruptTagShareInFinalizeIsRejected) {
   EXPECT_TRUE(named) << ::testing::PrintToString(sink_.logs());
 }
 
-TEST_F(BatcherTest, InvalidCounterFromTheClusterIsRejected) {
+// Fake only: the real servers have no hook for the fault (a cluster answering with ctr0 = 0).
+TEST_P(FakeBatcherTest, InvalidCounterFromTheClusterIsRejected) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
   fake_.set_zero_ctr0(true);
@@ -958,7 +1071,7 @@ TEST_F(BatcherTest, InvalidCounterFromTheClusterIsRejected) {
   for (const auto& c : fake_.calls()) EXPECT_NE(c.method, "Finalize");
 }
 
-TEST_F(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
+TEST_P(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
   auto b = Make(o);
@@ -976,11 +1089,11 @@ TEST_F(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
 // only those jobs fail, in the same
 // single Run, NOT_FOUND for a missing key, UNAVAILABLE for inconsistent
 // shares; the others complete.
-TEST_F(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
+TEST_P(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
   const std::string bad(32, 'b');
-  fake_.AddInconsistentKey(bad);
+  cluster_.AddInconsistentKey(bad);
   auto b = Make(o);
   Job unknown = Encrypt("x");
   unknown.key_id = std::string(32, 'u');
@@ -1000,11 +1113,12 @@ TEST_F(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
       << sink_.Get(3).status;
   EXPECT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
   int runs = 0;
-  for (const auto& c : fake_.calls()) runs += c.method == "Run";
+  for (const auto& c : cluster_.calls()) runs += c.method == "Run";
   EXPECT_EQ(runs, 3);  // one batch, one Run per party, no re-run
 }
 
-TEST_F(BatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
+// Fake only: the real servers have no hook for the fault (parties hanging, down and corrupt in turn).
+TEST_P(FakeBatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
   BatcherOptions o;
   o.window = absl::Milliseconds(3);
   o.max_jobs = 7;
@@ -1036,7 +1150,7 @@ TEST_F(BatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
   EXPECT_GT(ok, n / 3);
 }
 
-TEST_F(BatcherTest, FullQueueRefusesJobs) {
+TEST_P(BatcherTest, FullQueueRefusesJobs) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
   o.max_queue = 3;
@@ -1045,10 +1159,10 @@ TEST_F(BatcherTest, FullQueueRefusesJobs) {
   EXPECT_TRUE(absl::IsUnavailable(b->Submit(3, Encrypt("x"))));
 }
 
-TEST_F(BatcherTest, StopAbandonsPendingJobsAndNothingArrivesAfter) {
+TEST_P(BatcherTest, StopAbandonsPendingJobsAndNothingArrivesAfter) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
-  fake_.set_latency(absl::Milliseconds(200));
+  cluster_.set_latency(absl::Milliseconds(200));
   auto b = Make(o);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
   absl::SleepFor(absl::Milliseconds(50));  // in flight

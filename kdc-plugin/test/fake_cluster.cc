@@ -178,7 +178,6 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
   }
   if (batch_blocks > contract::kMaxBatchBlocks)
     return Refused(pb::BATCH_TOO_LARGE, "too many AES blocks");
-  uint64_t blocks = 0;
   for (const pb::Job& j : req.jobs()) {
     std::array<pb::JobResult*, 3> r;
     for (int p = 0; p < 3; ++p) {
@@ -191,14 +190,15 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
       continue;
     }
     if (!keys_.count(j.key_id())) {
-      FailJob(r, pb::JOB_UNKNOWN_KEY, "unknown key id: no shares on MPC party 1");
+      FailJob(r, pb::JOB_UNKNOWN_KEY, "unknown key id");
       continue;
     }
     if (inconsistent_.count(j.key_id())) {
-      FailJob(r, pb::JOB_KEY_INCONSISTENT, "different dealings of this key");
+      FailJob(r, pb::JOB_KEY_INCONSISTENT,
+              "the MPC servers hold different dealings of this key (deal_id "
+              "or cipher differ): re-deal it");
       continue;
     }
-    blocks += contract::JobBlocks(contract::ShapeOf(j));
     const std::string& key = keys_[j.key_id()];
     for (auto* x : r) x->set_status(pb::JOB_OK);
     auto pairs = [&](pb::SharePair* (pb::JobResult::*m)()) {
@@ -243,7 +243,9 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
         break;
     }
   }
-  for (int p = 0; p < 3; ++p) (*out)[p].mutable_stats()->set_aes_blocks(blocks);
+  // As the servers: the blocks the request asks for, computed or not.
+  for (int p = 0; p < 3; ++p)
+    (*out)[p].mutable_stats()->set_aes_blocks(batch_blocks);
   return CallStatus();
 }
 
@@ -281,15 +283,39 @@ CallStatus FakeCluster::ComputeFinalize(
     (*out)[p].set_batch_id(req.batch_id());
     (*out)[p].set_party(p);
   }
-  // As the servers (EncryptStates::TakeAll): all of the request's states
-  // or none. A prefix of the keystream may be finalized (the batcher's
-  // speculative keystream), never more than it.
+  // As the servers (KeyOpsService::DoFinalize): the request's form first,
+  // then all of its states or none (EncryptStates::TakeAll); a ciphertext
+  // longer than its ENCRYPT's length refuses the request and uses up no
+  // state. A prefix of the keystream may be finalized (the batcher's
+  // speculative keystream).
+  if (req.batch_id().size() != contract::kBatchIdSize)
+    return Refused(pb::BATCH_MALFORMED, "batch id size");
+  if (req.items().empty())
+    return Refused(pb::BATCH_MALFORMED, "finalize has no items");
+  std::set<std::pair<std::string, uint64_t>> seen;
   for (const auto& it : req.items()) {
-    auto e = enc_.find({it.run_batch_id(), it.job_id()});
-    if (e == enc_.end() || it.ciphertext().size() > e->second.length)
+    if (it.run_batch_id().size() != contract::kBatchIdSize)
+      return Refused(pb::BATCH_MALFORMED, "run_batch_id size");
+    if (!seen.insert({it.run_batch_id(), it.job_id()}).second)
+      return Refused(pb::BATCH_MALFORMED, "job finalized twice in one request");
+  }
+  for (const auto& it : req.items())
+    if (!enc_.count({it.run_batch_id(), it.job_id()}))
       return Refused(pb::BATCH_UNKNOWN_ENCRYPT,
                      "no ENCRYPT job awaits FINALIZE");
-  }
+  for (const auto& it : req.items())
+    if (it.ciphertext().size() > enc_[{it.run_batch_id(), it.job_id()}].length)
+      return Refused(pb::BATCH_MALFORMED,
+                     "ciphertext longer than the ENCRYPT job's length");
+  // A party that forgot a state refuses the request (Finalize); the others
+  // take theirs and then find that party missing on the ring.
+  for (const auto& it : req.items())
+    for (const auto& f : forgotten_)
+      if (f.count({it.run_batch_id(), it.job_id()})) {
+        for (const auto& x : req.items()) enc_.erase({x.run_batch_id(), x.job_id()});
+        return Refused(pb::BATCH_RING_UNAVAILABLE,
+                       "a party did not receive this batch from the client");
+      }
   for (const auto& it : req.items()) {
     auto e = enc_.find({it.run_batch_id(), it.job_id()});
     std::array<pb::SharePair*, 3> tags;

@@ -11,6 +11,8 @@
 // (CallStatus::Refused with a BatchErrorCode, as the gRPC transport makes
 // of BatchErrorStatus): a malformed batch, one over kMaxBatchBlocks, a
 // FINALIZE of no awaiting ENCRYPT state (BATCH_UNKNOWN_ENCRYPT).
+// fake_conformance_test.cc sends the same requests to this fake and to the
+// real servers' code (real_cluster.h) and compares the answers.
 #ifndef KMPC_KDC_PLUGIN_TEST_FAKE_CLUSTER_H_
 #define KMPC_KDC_PLUGIN_TEST_FAKE_CLUSTER_H_
 
@@ -25,51 +27,41 @@
 #include <thread>
 #include <vector>
 
+#include "test_cluster.h"
 #include "transport.h"
 
 namespace kmpc::kdc::testing {
 
-class FakeCluster : public Transport {
+class FakeCluster : public TestCluster {
  public:
   FakeCluster();
   ~FakeCluster() override;
 
-  void AddKey(const std::string& key_id, const std::string& key);
+  void AddKey(const std::string& key_id, const std::string& key) override;
 
   // Behaviour, changeable at any time.
-  void set_latency(absl::Duration d);
+  void set_latency(absl::Duration d) override;
   void set_down(int party, bool down);     // answers kUnavailable at once
   void set_hang(int party, bool hang);     // never answers
   void set_corrupt(int party, bool bad);   // flips a bit of its 2nd share copy
   void set_corrupt_finalize(int party, bool bad);  // the same, Finalize only
-  void set_zero_ctr0(bool zero);
+  void set_zero_ctr0(bool zero);  // ENCRYPT answers with ctr0 = 0 (invalid)
   // Refuses every Run and Finalize with this typed BatchError
   // (BATCH_ERROR_UNSPECIFIED: no refusal), as an overloaded server does.
-  void set_refuse(int party, kmpc::v1::BatchErrorCode code);  // ENCRYPT answers with ctr0 = 0 (invalid)
-  // Jobs of this key id fail with JOB_KEY_INCONSISTENT (the servers hold
-  // different dealings of it).
-  void AddInconsistentKey(const std::string& key_id);
-  // Forgets every ENCRYPT state awaiting FINALIZE, as a restarted server
-  // (or one whose state TTL passed) does.
-  void ForgetEncryptStates();
-  // Only `party` forgets the ENCRYPT states awaiting FINALIZE now (a
-  // restart of that server): its FINALIZE of any of them fails with
-  // BATCH_UNKNOWN_ENCRYPT, the other parties' succeed (and use theirs up).
-  void ForgetEncryptStates(int party);
-  // The next FINALIZE call of `party` answers after `d` (one-shot).
-  void DelayNextFinalize(int party, absl::Duration d);
-  // Every Run call answers `d` later than set_latency says (a busy ring).
-  void set_run_delay(absl::Duration d);
-  // Finalize callbacks made so far (answers delivered, any status).
-  int finalize_answers();
+  void set_refuse(int party, kmpc::v1::BatchErrorCode code);
 
-  struct Call {
-    std::string method;  // "Run" or "Finalize"
-    int party;
-    int jobs;
-    absl::Time at;
-  };
-  std::vector<Call> calls();
+  // TestCluster. ForgetEncryptStates(party): as the real servers, that
+  // party's FINALIZE of any of the forgotten states fails with
+  // BATCH_UNKNOWN_ENCRYPT, the other parties' with BATCH_RING_UNAVAILABLE
+  // (the party is missing on the ring), and theirs are used up.
+  void AddInconsistentKey(const std::string& key_id) override;
+  void ForgetEncryptStates() override;
+  void ForgetEncryptStates(int party) override;
+  void DelayNextFinalize(int party, absl::Duration d) override;
+  // Every Run call answers `d` later than set_latency says.
+  void set_run_delay(absl::Duration d) override;
+  int finalize_answers() override;
+  std::vector<Call> calls() override;
 
   void Run(int party, const kmpc::v1::RunRequest& req,
            kmpc::v1::RunResponse* resp, absl::Time deadline,
@@ -79,12 +71,12 @@ class FakeCluster : public Transport {
                 Done done) override;
   std::string PartyName(int party) const override;
 
-  // Reference computations, for the tests' expectations.
+  // The fake's constructions: HMAC-SHA256 based (fake_cluster.cc).
   std::string Keystream(const std::string& key, const std::string& ctr0,
-                        size_t len) const;
+                        size_t len) const override;
   std::string Tag(const std::string& key, uint32_t usage,
                   const std::string& ctr0, const std::string& data,
-                  bool checksum) const;
+                  bool checksum) const override;
 
  private:
   void Later(absl::Duration d, std::function<void()> f);

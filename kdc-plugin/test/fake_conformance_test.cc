@@ -1,0 +1,342 @@
+// The fake cluster answers the same requests as the real servers do: the
+// same requests go to a FakeCluster and a RealCluster, and everything
+// public in the answers (per-job status and detail, which values are
+// revealed and their sizes, the batch's AES blocks, whole-batch refusals)
+// must be equal. The values themselves differ by construction (the fake's
+// cipher is HMAC-based); each cluster's are checked against its reference.
+#include <array>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "contract.h"
+#include "fake_cluster.h"
+#include "gtest/gtest.h"
+#include "real_cluster.h"
+
+namespace kmpc::kdc {
+namespace {
+
+namespace pb = kmpc::v1;
+using testing::FakeCluster;
+using testing::RealCluster;
+using testing::TestCluster;
+
+const std::string kKeyId(32, 'k');
+const std::string kKey(32, 'K');
+const std::string kBadId(32, 'b');    // dealt inconsistently
+const std::string kNoKeyId(32, 'u');  // dealt nowhere
+
+// The three parties' answers to one request (all three called at once).
+template <typename Resp>
+struct Answers {
+  std::array<CallStatus, 3> status;
+  std::array<Resp, 3> resp;
+};
+
+// "OK", or the refusal's BatchErrorCode name, or the transport's code.
+std::string Outcome(const CallStatus& s) {
+  if (s.ok()) return "OK";
+  if (s.refused()) return pb::BatchErrorCode_Name(s.refusal);
+  return absl::StatusCodeToString(s.status.code());
+}
+
+Answers<pb::RunResponse> RunAll(TestCluster& c, const pb::RunRequest& req,
+                                std::array<bool, 3> send = {true, true,
+                                                            true}) {
+  Answers<pb::RunResponse> a;
+  std::array<std::promise<CallStatus>, 3> done;
+  for (int p = 0; p < 3; ++p) {
+    if (!send[p]) continue;
+    c.Run(p, req, &a.resp[p], absl::Now() + absl::Seconds(10),
+          [&done, p](CallStatus s) { done[p].set_value(std::move(s)); });
+  }
+  for (int p = 0; p < 3; ++p)
+    if (send[p]) a.status[p] = done[p].get_future().get();
+  return a;
+}
+
+Answers<pb::FinalizeResponse> FinalizeAll(TestCluster& c,
+                                          const pb::FinalizeRequest& req) {
+  Answers<pb::FinalizeResponse> a;
+  std::array<std::promise<CallStatus>, 3> done;
+  for (int p = 0; p < 3; ++p)
+    c.Finalize(p, req, &a.resp[p], absl::Now() + absl::Seconds(10),
+               [&done, p](CallStatus s) { done[p].set_value(std::move(s)); });
+  for (int p = 0; p < 3; ++p) a.status[p] = done[p].get_future().get();
+  return a;
+}
+
+// What a party's answer says in public terms, one line per job.
+std::vector<std::string> Describe(const CallStatus& s,
+                                  const pb::RunResponse& r) {
+  std::vector<std::string> out = {Outcome(s)};
+  if (!s.ok()) return out;
+  out.push_back(absl::StrCat("party ", r.party(), " batch id ",
+                             r.batch_id().size(), " bytes, aes_blocks ",
+                             r.stats().aes_blocks()));
+  for (const auto& j : r.results())
+    out.push_back(absl::StrCat(
+        "job ", j.job_id(), ": ", pb::JobStatus_Name(j.status()), " [",
+        j.detail(), "] ctr0 ", j.ctr0().size(), " keystream ",
+        j.has_keystream(), " ", j.keystream().first().size(), "/",
+        j.keystream().second().size(), " tag ", j.has_tag(), " ",
+        j.tag().first().size(), "/", j.tag().second().size()));
+  return out;
+}
+
+std::vector<std::string> Describe(const CallStatus& s,
+                                  const pb::FinalizeResponse& r) {
+  std::vector<std::string> out = {Outcome(s)};
+  if (!s.ok()) return out;
+  for (const auto& j : r.results())
+    out.push_back(absl::StrCat("item ", j.job_id(), " of a ",
+                               j.run_batch_id().size(), "-byte batch: tag ",
+                               j.tag().first().size(), "/",
+                               j.tag().second().size()));
+  return out;
+}
+
+// XOR of the three parties' first copies; every second copy must equal
+// the next party's first.
+std::string Reveal(const std::array<const pb::SharePair*, 3>& s) {
+  std::string v = s[0]->first();
+  for (int p = 0; p < 3; ++p) {
+    EXPECT_EQ(s[p]->second(), s[(p + 1) % 3]->first()) << "party " << p;
+    if (p > 0)
+      for (size_t i = 0; i < v.size() && i < s[p]->first().size(); ++i)
+        v[i] ^= s[p]->first()[i];
+  }
+  return v;
+}
+
+class FakeConformanceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (TestCluster* c : clusters_) {
+      c->AddKey(kKeyId, kKey);
+      c->AddInconsistentKey(kBadId);
+    }
+  }
+  static std::string BatchId(char fill) { return std::string(16, fill); }
+
+  // Runs req on both clusters (build(c) makes it for cluster c, whose
+  // reference computations may be needed) and expects the same public
+  // answers from both; returns them (fake, real).
+  std::array<Answers<pb::RunResponse>, 2> Compare(
+      const std::function<pb::RunRequest(TestCluster&)>& build,
+      const std::string& what) {
+    std::array<Answers<pb::RunResponse>, 2> a;
+    for (int k = 0; k < 2; ++k) a[k] = RunAll(*clusters_[k], build(*clusters_[k]));
+    for (int p = 0; p < 3; ++p)
+      EXPECT_EQ(Describe(a[0].status[p], a[0].resp[p]),
+                Describe(a[1].status[p], a[1].resp[p]))
+          << what << ", party " << p << " (fake, then real)";
+    return a;
+  }
+  // The same for a FINALIZE request, under a batch id of its own.
+  std::array<Answers<pb::FinalizeResponse>, 2> CompareFinalize(
+      pb::FinalizeRequest req, const std::string& what) {
+    req.set_batch_id(BatchId(next_id_++));
+    std::array<Answers<pb::FinalizeResponse>, 2> a;
+    for (int k = 0; k < 2; ++k) a[k] = FinalizeAll(*clusters_[k], req);
+    for (int p = 0; p < 3; ++p)
+      EXPECT_EQ(Describe(a[0].status[p], a[0].resp[p]),
+                Describe(a[1].status[p], a[1].resp[p]))
+          << what << ", party " << p << " (fake, then real)";
+    return a;
+  }
+
+  FakeCluster fake_;
+  RealCluster real_;
+  std::array<TestCluster*, 2> clusters_ = {&fake_, &real_};
+  char next_id_ = 'A';
+};
+
+pb::Job* AddJob(pb::RunRequest* r, pb::JobType type, const std::string& key_id,
+                uint32_t usage = 2) {
+  pb::Job* j = r->add_jobs();
+  j->set_job_id(r->jobs_size() - 1);
+  j->set_type(type);
+  j->set_key_id(key_id);
+  j->set_usage(usage);
+  return j;
+}
+
+// Every job type, well formed and not, known keys and not, tags that
+// verify and not, in one batch: each job's outcome on its own.
+TEST_F(FakeConformanceTest, PerJobOutcomes) {
+  const std::string ctr0 = std::string(15, '\x01') + '\x02';
+  const std::string data = "some data to be checksummed";
+  auto build = [&](TestCluster& c) {
+    pb::RunRequest r;
+    r.set_batch_id(BatchId('a'));
+    AddJob(&r, pb::JOB_ENCRYPT, kKeyId)->set_length(20);
+    AddJob(&r, pb::JOB_ENCRYPT, kKeyId)->set_length(0);
+    AddJob(&r, pb::JOB_ENCRYPT, kKeyId.substr(0, 31))->set_length(20);
+    AddJob(&r, pb::JOB_ENCRYPT, kNoKeyId)->set_length(20);
+    AddJob(&r, pb::JOB_ENCRYPT, kBadId)->set_length(20);
+    AddJob(&r, pb::JOB_ENCRYPT, kKeyId)->set_length(contract::kMaxJobBytes + 1);
+    AddJob(&r, pb::JOB_TYPE_UNSPECIFIED, kKeyId);
+    AddJob(&r, pb::JOB_FINALIZE, kKeyId);
+    // DECRYPT: valid, tag flipped, too short, counter through zero.
+    const std::string cipher = "0123456789abcdefXYZ";
+    const std::string ks = c.Keystream(kKey, ctr0, cipher.size());
+    std::string ct = cipher;
+    for (size_t i = 0; i < ct.size(); ++i) ct[i] ^= ks[i];
+    const std::string good = ctr0 + ct + c.Tag(kKey, 3, ctr0, ct, false);
+    AddJob(&r, pb::JOB_DECRYPT, kKeyId, 3)->set_data(good);
+    std::string flipped = good;
+    flipped.back() ^= 1;
+    AddJob(&r, pb::JOB_DECRYPT, kKeyId, 3)->set_data(flipped);
+    AddJob(&r, pb::JOB_DECRYPT, kKeyId, 3)->set_data(good.substr(0, 31));
+    AddJob(&r, pb::JOB_DECRYPT, kKeyId, 3)
+        ->set_data(std::string(16, '\0') + good.substr(16));
+    AddJob(&r, pb::JOB_DECRYPT, kNoKeyId, 3)->set_data(good);
+    // CHECKSUM and VERIFY_CHECKSUM: valid, flipped, wrong size.
+    AddJob(&r, pb::JOB_CHECKSUM, kKeyId, 56)->set_data(data);
+    const std::string sum = ctr0 + c.Tag(kKey, 56, ctr0, data, true);
+    pb::Job* v = AddJob(&r, pb::JOB_VERIFY_CHECKSUM, kKeyId, 56);
+    v->set_data(data);
+    v->set_checksum(sum);
+    v = AddJob(&r, pb::JOB_VERIFY_CHECKSUM, kKeyId, 57);
+    v->set_data(data);
+    v->set_checksum(sum);
+    v = AddJob(&r, pb::JOB_VERIFY_CHECKSUM, kKeyId, 56);
+    v->set_data(data);
+    v->set_checksum(sum.substr(0, 31));
+    v = AddJob(&r, pb::JOB_VERIFY_CHECKSUM, kBadId, 56);
+    v->set_data(data);
+    v->set_checksum(sum);
+    return r;
+  };
+  auto a = Compare(build, "mixed batch");
+  // And the values revealed are each cluster's construction: the good
+  // DECRYPT's keystream, the ENCRYPT's keystream and the CHECKSUM's tag.
+  for (int k = 0; k < 2; ++k) {
+    TestCluster& c = *clusters_[k];
+    const auto& r = a[k].resp;
+    ASSERT_TRUE(a[k].status[0].ok()) << k;
+    auto pairs = [&](int job, bool tag) {
+      std::array<const pb::SharePair*, 3> s;
+      for (int p = 0; p < 3; ++p)
+        s[p] = tag ? &r[p].results(job).tag() : &r[p].results(job).keystream();
+      return s;
+    };
+    EXPECT_EQ(pb::JobStatus_Name(r[0].results(0).status()), "JOB_OK") << k;
+    EXPECT_EQ(Reveal(pairs(0, false)),
+              c.Keystream(kKey, r[0].results(0).ctr0(), 20))
+        << k;
+    EXPECT_EQ(pb::JobStatus_Name(r[0].results(8).status()), "JOB_OK") << k;
+    EXPECT_EQ(Reveal(pairs(8, false)), c.Keystream(kKey, ctr0, 19)) << k;
+    EXPECT_EQ(pb::JobStatus_Name(r[0].results(13).status()), "JOB_OK") << k;
+    EXPECT_EQ(Reveal(pairs(13, true)),
+              c.Tag(kKey, 56, r[0].results(13).ctr0(), data, true))
+        << k;
+    EXPECT_EQ(pb::JobStatus_Name(r[0].results(14).status()), "JOB_OK") << k;
+    EXPECT_EQ(pb::JobStatus_Name(r[0].results(15).status()),
+              "JOB_INTEGRITY_FAILED")
+        << k;
+  }
+}
+
+// Whole-batch refusals of Run.
+TEST_F(FakeConformanceTest, RunRefusals) {
+  Compare([](TestCluster&) {
+    pb::RunRequest r;
+    r.set_batch_id("short");
+    AddJob(&r, pb::JOB_ENCRYPT, kKeyId)->set_length(1);
+    return r;
+  }, "batch id of 5 bytes");
+  Compare([](TestCluster&) {
+    pb::RunRequest r;
+    r.set_batch_id(BatchId('b'));
+    return r;
+  }, "no jobs");
+  Compare([](TestCluster&) {
+    pb::RunRequest r;
+    r.set_batch_id(BatchId('c'));
+    AddJob(&r, pb::JOB_ENCRYPT, kKeyId)->set_length(1);
+    pb::Job* twin = AddJob(&r, pb::JOB_ENCRYPT, kKeyId);
+    twin->set_length(1);
+    twin->set_job_id(0);
+    return r;
+  }, "duplicate job id");
+  Compare([](TestCluster&) {
+    pb::RunRequest r;
+    r.set_batch_id(BatchId('d'));
+    for (int i = 0; i < 17; ++i)
+      AddJob(&r, pb::JOB_ENCRYPT, kKeyId)->set_length(contract::kMaxJobBytes);
+    return r;
+  }, "more AES blocks than kMaxBatchBlocks");
+}
+
+// FINALIZE: refusals, a request that may be retried after a malformed one,
+// at most one FINALIZE per ENCRYPT, and one server that forgot its states.
+TEST_F(FakeConformanceTest, FinalizeOutcomes) {
+  auto encrypt = [](char id) {
+    return [id](TestCluster&) {
+      pb::RunRequest r;
+      r.set_batch_id(BatchId(id));
+      AddJob(&r, pb::JOB_ENCRYPT, kKeyId, 2)->set_length(20);
+      AddJob(&r, pb::JOB_ENCRYPT, kKeyId, 3)->set_length(40);
+      return r;
+    };
+  };
+  auto runs = Compare(encrypt('e'), "two ENCRYPT jobs");
+  ASSERT_TRUE(runs[0].status[0].ok() && runs[1].status[0].ok());
+  auto item = [](pb::FinalizeRequest* f, const std::string& run, uint64_t job,
+                 size_t len) {
+    auto* it = f->add_items();
+    it->set_run_batch_id(run);
+    it->set_job_id(job);
+    it->set_ciphertext(std::string(len, 'c'));
+  };
+  pb::FinalizeRequest f;
+  CompareFinalize(f, "no items");
+  item(&f, BatchId('e'), 0, 21);
+  CompareFinalize(f, "a ciphertext longer than the ENCRYPT's length");
+  f.clear_items();
+  item(&f, BatchId('e'), 0, 20);
+  item(&f, BatchId('e'), 0, 20);
+  CompareFinalize(f, "one job twice");
+  f.clear_items();
+  item(&f, "short", 0, 20);
+  CompareFinalize(f, "a run batch id of 5 bytes");
+  f.clear_items();
+  item(&f, BatchId('e'), 0, 20);
+  item(&f, BatchId('x'), 0, 20);
+  CompareFinalize(f, "one ENCRYPT unknown");
+  // None of the refused requests used up a state: both finalize now, the
+  // second one shorter than its keystream (speculation's case).
+  f.clear_items();
+  item(&f, BatchId('e'), 0, 20);
+  item(&f, BatchId('e'), 1, 33);
+  auto fin = CompareFinalize(f, "both ENCRYPT jobs");
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE(fin[k].status[0].ok()) << k;
+    std::array<const pb::SharePair*, 3> s;
+    for (int p = 0; p < 3; ++p) s[p] = &fin[k].resp[p].results(1).tag();
+    EXPECT_EQ(Reveal(s),
+              clusters_[k]->Tag(kKey, 3, runs[k].resp[0].results(1).ctr0(),
+                                std::string(33, 'c'), false))
+        << k;
+  }
+  CompareFinalize(f, "the same jobs again");
+
+  // Party 1 restarts between the Run and the FINALIZE.
+  runs = Compare(encrypt('g'), "two ENCRYPT jobs");
+  for (TestCluster* c : clusters_) c->ForgetEncryptStates(1);
+  f.clear_items();
+  item(&f, BatchId('g'), 0, 20);
+  CompareFinalize(f, "party 1 forgot the state");
+  CompareFinalize(f, "party 1 forgot the state, second try");
+}
+
+}  // namespace
+}  // namespace kmpc::kdc
