@@ -10,7 +10,7 @@ pkgs=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libssl-dev libsodium-dev liblmdb-dev libgtest-dev libgmock-dev
   # tests, demo and benchmarks
-  python3 python3-pytest python3-cryptography python3-matplotlib
+  python3 python3-pytest python3-cryptography python3-matplotlib python3-grpcio
   openssl iproute2 procps
   gdb  # bench-soak: heap bytes in use (malloc_info) of each process
 )

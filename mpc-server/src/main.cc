@@ -8,6 +8,7 @@
 // Party i dials party i-1's ring address (--ring_prev) and accepts party
 // i+1. Logs "listening on <addr>" once gRPC serves (tests wait for it).
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <openssl/crypto.h>
 #include <signal.h>
@@ -18,7 +19,6 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -253,6 +253,9 @@ int main(int argc, char** argv) {
   sslopt.pem_key_cert_pairs.push_back(pair);
   OPENSSL_cleanse(pair.private_key.data(), pair.private_key.size());
 
+  // The standard grpc.health.v1 service (gRPC's own implementation), for
+  // load balancers and orchestrators; its statuses are set below.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
@@ -273,11 +276,24 @@ int main(int argc, char** argv) {
                  << "), ring on " << ropt.listen_addr << " -> "
                  << ropt.prev_addr << ", " << ropt.workers << " workers";
 
+  // grpc.health.v1: the overall status ("") and both services are SERVING
+  // from here until shutdown, when gRPC's implementation turns them all to
+  // NOT_SERVING. It reports that this process serves; whether the ring can
+  // run a batch is Admin.Health's ring_up (an idle ring is not probed, so a
+  // dead peer is only noticed by the next batch).
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus(true);
+    health->SetServingStatus(kmpc::v1::KeyOps::service_full_name(), true);
+    health->SetServingStatus(kmpc::v1::Admin::service_full_name(), true);
+  }
+
   int sig = 0;
   while (sigwait(&stop_set, &sig) == 0 && sig == SIGHUP) {
     if (crl != nullptr) (void)crl->Reload();  // logs the outcome
   }
   KMPC_LOG(INFO) << "signal " << sig << ": shutting down";
+  if (health != nullptr) health->Shutdown();
   // A batch in flight ends now (its ring waits return), not after the ring
   // timeout; the peers see the connections go and fail it too.
   (*ring)->Abort();
