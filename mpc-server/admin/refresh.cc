@@ -104,7 +104,14 @@ class Run {
   std::map<std::string, std::array<bool, kParties>> where_;
   std::vector<std::string> targets_;
   // Old ids to delete and when they may go (switch time + grace).
-  std::deque<std::pair<absl::Time, std::string>> old_;
+  struct Old {
+    absl::Time when;
+    std::string old_id;
+    std::string new_id;  // empty: nothing referred to old_id
+    int checks = 0;      // KDB checks that found new_id in place
+    int tries = 0;       // switches made again, failed checks
+  };
+  std::deque<Old> old_;
 };
 
 absl::Status Run::ListAll() {
@@ -134,7 +141,7 @@ absl::Status Run::Recover() {
     const bool n_complete = on[0] && on[1] && on[2];
     if (*ref_n && !*ref_x) {
       // Switched, old id not yet deleted: delete it after the grace.
-      old_.emplace_back(absl::Now() + o_.grace, x);
+      old_.push_back({absl::Now() + o_.grace, x, n});
       gone.insert(x);
       gone.insert(n);
     } else if (*ref_x && !*ref_n) {
@@ -142,7 +149,7 @@ absl::Status Run::Recover() {
       gone.insert(n);
     } else if (!*ref_x && !*ref_n) {
       if (n_complete) {
-        old_.emplace_back(absl::Now(), x);  // nothing referred to it
+        old_.push_back({absl::Now(), x, ""});  // nothing referred to it
         gone.insert(x);
       } else {
         partial.push_back(n);
@@ -178,23 +185,63 @@ void Run::DeleteNow(const std::vector<std::string>& ids, const char* what) {
   }
 }
 
-void Run::DeleteOld(bool wait_all) {
-  if (old_.empty()) return;
-  if (wait_all) {
-    absl::Time last = old_.back().first;
-    for (const auto& o : old_) last = std::max(last, o.first);
-    const absl::Duration left = last - absl::Now();
-    if (left > absl::ZeroDuration()) absl::SleepFor(left);
-  } else if (old_.size() < o_.delete_batch) {
-    return;  // in bulk
+void Run::DeleteOld(bool finish) {
+  constexpr int kMaxTries = 10;
+  const auto& now_ref = refs_.is_referenced_now ? refs_.is_referenced_now
+                                                : refs_.is_referenced;
+  while (!old_.empty()) {
+    if (!finish && old_.size() < o_.delete_batch) return;  // in bulk
+    if (finish) {
+      absl::Time first = old_.front().when;
+      for (const Old& e : old_) first = std::min(first, e.when);
+      const absl::Duration left = first - absl::Now();
+      if (left > absl::ZeroDuration()) absl::SleepFor(left);
+    }
+    const absl::Time now = absl::Now();
+    std::vector<std::string> due;
+    std::vector<Old> again;
+    for (auto it = old_.begin(); it != old_.end();) {
+      if (it->when > now) {
+        ++it;
+        continue;
+      }
+      Old e = std::move(*it);
+      it = old_.erase(it);
+      if (e.new_id.empty()) {
+        due.push_back(e.old_id);
+        continue;
+      }
+      auto live = now_ref(e.old_id);
+      if (live.ok() && *live) {
+        // Undone by a concurrent write of the entry: switch again.
+        absl::Status sw = refs_.switch_reference(e.old_id, e.new_id);
+        if (!sw.ok() || ++e.tries > kMaxTries) {
+          report_.warnings.push_back(absl::StrCat(
+              "key id ", Hex(e.old_id), " is referenced again after its refresh to ",
+              Hex(e.new_id), sw.ok() ? "" : absl::StrCat(" (", sw.message(), ")"),
+              ": both kept; run refresh again"));
+          continue;
+        }
+        e.checks = 0;
+        ++report_.reswitched;
+      } else if (!live.ok()) {
+        if (++e.tries > kMaxTries) {
+          report_.warnings.push_back(absl::StrCat(
+              "cannot check the KDB for key id ", Hex(e.old_id), " (",
+              live.status().message(), "): not deleted; run refresh again"));
+          continue;
+        }
+      } else if (++e.checks >= 2) {
+        due.push_back(e.old_id);
+        continue;
+      }
+      e.when = now + o_.grace;
+      again.push_back(std::move(e));
+    }
+    for (Old& e : again) old_.push_back(std::move(e));
+    DeleteNow(due, "old key ids");
+    if (!finish) return;
   }
-  const absl::Time now = absl::Now();
-  std::vector<std::string> due;
-  while (!old_.empty() && old_.front().first <= now) {
-    due.push_back(old_.front().second);
-    old_.pop_front();
-  }
-  DeleteNow(due, "old key ids");
 }
 
 absl::Status Run::RefreshBatch(const std::vector<std::string>& olds) {
@@ -242,7 +289,10 @@ absl::Status Run::RefreshBatch(const std::vector<std::string>& olds) {
     }
     // The KDC may still name X in batches in flight (see refresh.h); an
     // unreferenced X is used by nobody.
-    old_.emplace_back(*referenced ? absl::Now() + o_.grace : absl::Now(), x);
+    if (*referenced)
+      old_.push_back({absl::Now() + o_.grace, x, n});
+    else
+      old_.push_back({absl::Now(), x, ""});
     ++report_.refreshed;
   }
   DeleteNow(drop, "new key ids of failed refreshes");
@@ -354,6 +404,13 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
         if (e.is_handle) holder[e.key_id] = info->name;
     }
   }
+  // Principal of each old id, for the checks before deletion.
+  std::map<std::string, std::string> first_holder = holder;
+  auto live_kdb = Kdb::Open(realm);
+  if (!live_kdb.ok()) {
+    std::fprintf(stderr, "kmpc-admin: %s\n", std::string(live_kdb.status().message()).c_str());
+    return 1;
+  }
   auto rekey = KdbRekey::Open(realm);
   if (!rekey.ok()) {
     std::fprintf(stderr, "kmpc-admin: %s\n", std::string(rekey.status().message()).c_str());
@@ -363,14 +420,24 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
   refs.is_referenced = [&](const std::string& id) -> absl::StatusOr<bool> {
     return holder.count(id) != 0;
   };
+  refs.is_referenced_now = [&](const std::string& id) -> absl::StatusOr<bool> {
+    auto it = first_holder.find(id);
+    if (it == first_holder.end()) return holder.count(id) != 0;
+    auto info = (*live_kdb)->Lookup(it->second);
+    if (absl::IsNotFound(info.status())) return false;
+    if (!info.ok()) return info.status();
+    for (const KeyEntry& e : info->keys)
+      if (e.is_handle && e.key_id == id) return true;
+    return false;
+  };
   refs.switch_reference = [&](const std::string& old_id,
                               const std::string& new_id) -> absl::Status {
-    auto it = holder.find(old_id);
-    if (it == holder.end()) return absl::NotFoundError("no handle names it");
+    auto it = first_holder.find(old_id);
+    if (it == first_holder.end()) return absl::NotFoundError("no handle names it");
     const std::string name = it->second;
     absl::Status st = (*rekey)->SwitchKeyId(name, old_id, new_id);
     if (st.ok()) {
-      holder.erase(it);
+      holder.erase(old_id);
       holder[new_id] = name;
     }
     return st;
@@ -394,9 +461,10 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
   for (const std::string& w : report->warnings)
     std::fprintf(stderr, "kmpc-admin: refresh: warning: %s\n", w.c_str());
   std::printf("kmpc-admin: %zu refreshed, %zu failed, %zu finished from an earlier "
-              "run, in %.1f s\n",
+              "run, in %.1f s (%zu key handle switches undone by the KDC's "
+              "concurrent writes and made again)\n",
               report->refreshed, report->failed, report->recovered,
-              absl::ToDoubleSeconds(report->elapsed));
+              absl::ToDoubleSeconds(report->elapsed), report->reswitched);
   return report->failed == 0 ? 0 : 1;
 }
 

@@ -14,8 +14,11 @@
 //   2. SwitchReference(X, N): the one KDB write that makes the handle that
 //      named X name N (same enctype, kvno, salt): atomic per principal;
 //   3. after a grace period (the KDC may have batches in flight that name X:
-//      kdcmpc's deadline_ms, 3 s by default, and speculate_ttl_ms, 4 s), X is
-//      deleted from all three servers, many ids per call.
+//      kdcmpc's deadline_ms, 3 s by default, and speculate_ttl_ms, 4 s), and
+//      only once the KDB was seen naming N (not X) at two checks a grace
+//      period apart (a KDC's write-back of an entry it read before the
+//      switch undoes it: the switch is then made again), X is deleted from
+//      all three servers, many ids per call.
 // A crash anywhere leaves each key either at X (valid, referenced; maybe an
 // unreferenced N) or at N (valid, referenced; maybe an unreferenced X).
 // New ids carry their origin: N = 16 random bytes || the first 16 bytes of
@@ -40,8 +43,15 @@ namespace kmpc::admin {
 
 // What refers to key ids (the KDB's key handles). Ids are raw 32 bytes.
 struct ReferenceHooks {
-  // Whether anything refers to `id`.
+  // Whether anything refers to `id` (may answer from an index made at the
+  // start of the run).
   std::function<absl::StatusOr<bool>(const std::string& id)> is_referenced;
+  // The same, read from the KDB now (optional; is_referenced if unset).
+  // Checked before an old id is deleted: a KDC that read a principal
+  // before the switch and writes it back afterwards (last-success and
+  // lockout updates rewrite the whole entry in the db2 KDB) puts the old
+  // handle back, so the switch is made again and the old id kept.
+  std::function<absl::StatusOr<bool>(const std::string& id)> is_referenced_now;
   // Atomically makes what refers to old_id refer to new_id, keeping
   // everything else (enctype, kvno, salt, the other keys). NOT_FOUND when
   // nothing refers to old_id (any more).
@@ -73,6 +83,7 @@ struct RefreshReport {
   size_t refreshed = 0;
   size_t failed = 0;
   size_t recovered = 0;  // pairs left by an earlier run, finished now
+  size_t reswitched = 0;  // switches undone by a concurrent KDB write, redone
   std::vector<std::string> errors;    // one line each: key id hex: reason
   std::vector<std::string> warnings;  // e.g. an old id not deleted
   absl::Duration elapsed;
