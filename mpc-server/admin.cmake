@@ -9,6 +9,8 @@ if(TARGET kmpc_cluster_admin)
   add_executable(kmpc-admin
     ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_rekey.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
   target_include_directories(kmpc-admin PRIVATE
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")

@@ -18,6 +18,7 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/engine/key_shares.cc
   ${KMPC_CORE_ROOT}/src/engine/agreement.cc
   ${KMPC_CORE_ROOT}/src/engine/engine.cc
+  ${KMPC_CORE_ROOT}/src/engine/refresh.cc
   ${KMPC_CORE_ROOT}/src/net/memory_ring.cc
 )
 target_include_directories(kmpc_core PUBLIC "${KMPC_CORE_DIR}")
@@ -46,7 +47,7 @@ include(GoogleTest)
 # (integration-tests/test_enctype.py checks it matches the shared original).
 set(KMPC_VECTORS "${CMAKE_SOURCE_DIR}/krb5-patches/tests/enctype-vectors.json")
 
-foreach(t share_test gf128_test prss_test aes_test engine_test)
+foreach(t share_test gf128_test prss_test aes_test engine_test refresh_test)
   add_executable(kmpc_core_${t} ${KMPC_CORE_ROOT}/test/core/${t}.cc)
   target_link_libraries(kmpc_core_${t} PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
   target_compile_definitions(kmpc_core_${t} PRIVATE

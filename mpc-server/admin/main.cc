@@ -74,6 +74,7 @@
 #include "admin/cluster.h"
 #include "admin/config.h"
 #include "admin/kdb.h"
+#include "admin/refresh.h"
 #include "client/admin_client.h"
 #include "contract.h"
 
@@ -85,6 +86,7 @@ constexpr char kUsage[] =
     "                  [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] [--force]\n"
     "                  PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
+    "       kmpc-admin [OPTIONS] refresh (--all | KEYID_HEX...)  (admin/refresh.h)\n"
     "OPTIONS: --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM\n"
     "         -r REALM | --realm=REALM  --timeout-ms=N  -q | --quiet\n";
 
@@ -113,6 +115,7 @@ struct Args {
   bool force = false;
   bool kdb = false;
   bool quiet = false;
+  bool all = false;  // refresh --all
   std::string enctype = "aes256-ctr-mpc";
 };
 
@@ -161,6 +164,7 @@ Args ParseArgs(int argc, char** argv) {
       else if (name == "keepold") a.keepold = true;
       else if (name == "force") a.force = true;
       else if (name == "kdb") a.kdb = true;
+      else if (name == "all") a.all = true;
       else Usage("unknown option " + s);
       continue;
     }
@@ -614,6 +618,11 @@ int main(int argc, char** argv) {
   auto cfg = LoadConfig(a);
   if (!cfg.ok()) return Fail(cfg.status());
   if (a.command == "share") return Share(a, *cfg);
+  if (a.command == "refresh") {
+    auto cluster = ConnectCluster(*cfg);
+    if (!cluster.ok()) return Fail(cluster.status());
+    return RunRefreshCommand(**cluster, cfg->realm, a.principals, a.all, a.quiet);
+  }
   if (a.command == "status") {
     if (!a.principals.empty()) Usage("status takes no principals");
     return Status(a, *cfg);

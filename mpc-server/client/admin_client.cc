@@ -1,6 +1,7 @@
 #include "client/admin_client.h"
 
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 
 #include <future>
 
@@ -199,6 +200,52 @@ absl::Status AdminClient::DeleteKeyOn(int party, const std::string& key_id) {
 std::array<absl::Status, kParties> AdminClient::DeleteKeyEach(
     const std::string& key_id) {
   return OnAll([&](int i) { return DeleteKeyOn(i, key_id); });
+}
+
+std::array<absl::Status, kParties> AdminClient::DeleteKeysEach(
+    const std::vector<std::string>& key_ids) {
+  pb::DeleteKeysRequest req;
+  for (const std::string& id : key_ids) req.add_key_ids(id);
+  return OnAll([&](int i) -> absl::Status {
+    if (key_ids.empty()) return absl::OkStatus();
+    grpc::ClientContext ctx;
+    // One scrub of a store holding tens of thousands of keys: more than a
+    // normal call's time.
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    pb::DeleteKeysResponse r;
+    return Error(i, "DeleteKeys", stubs_[i]->DeleteKeys(&ctx, req, &r));
+  });
+}
+
+std::array<absl::StatusOr<std::vector<pb::RefreshResult>>, kParties>
+AdminClient::RefreshKeys(const std::vector<RefreshPair>& pairs,
+                         absl::Duration timeout) {
+  pb::RefreshKeysRequest req;
+  std::string batch_id(contract::kBatchIdSize, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(batch_id.data()),
+                 static_cast<int>(batch_id.size())) != 1) {
+    absl::Status e = absl::InternalError("no randomness for a batch id");
+    return {e, e, e};
+  }
+  req.set_batch_id(batch_id);
+  for (const RefreshPair& p : pairs) {
+    auto* x = req.add_pairs();
+    x->set_old_key_id(p.old_key_id);
+    x->set_new_key_id(p.new_key_id);
+  }
+  return OnAll([&](int i) -> absl::StatusOr<std::vector<pb::RefreshResult>> {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    pb::RefreshKeysResponse r;
+    grpc::Status st = stubs_[i]->RefreshKeys(&ctx, req, &r);
+    if (!st.ok()) return Error(i, "RefreshKeys", st);
+    if (r.party() != static_cast<uint32_t>(i) ||
+        r.results_size() != static_cast<int>(pairs.size()))
+      return absl::DataLossError(absl::StrCat(
+          Describe(i), ": RefreshKeys answered as party ", r.party(), " with ",
+          r.results_size(), " results for ", pairs.size(), " pairs"));
+    return std::vector<pb::RefreshResult>(r.results().begin(), r.results().end());
+  });
 }
 
 absl::Status AdminClient::DeleteKey(const std::string& key_id) {

@@ -74,6 +74,22 @@ class AdminClient {
   // From one server only (tests: a key store out of step).
   absl::Status DeleteKeyOn(int party, const std::string& key_id);
 
+  // Many ids from every server, one DeleteKeys call (one store scrub) per
+  // server; ids a server did not hold count as deleted there.
+  std::array<absl::Status, kParties> DeleteKeysEach(
+      const std::vector<std::string>& key_ids);
+
+  // One RefreshKeys request (a fresh batch id, the same pairs in the same
+  // order) to the three servers in parallel (kmpc.proto: they re-randomise
+  // the shares of each old id and store them under its new id). Per
+  // server: its per-pair results, or the call's error naming the server.
+  // A pair is refreshed only where all three answered JOB_OK for it.
+  struct RefreshPair {
+    std::string old_key_id, new_key_id;
+  };
+  std::array<absl::StatusOr<std::vector<kmpc::v1::RefreshResult>>, kParties>
+  RefreshKeys(const std::vector<RefreshPair>& pairs, absl::Duration timeout);
+
  private:
   absl::Status Error(int party, const char* method, const grpc::Status& st) const;
 

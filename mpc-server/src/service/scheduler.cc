@@ -49,7 +49,7 @@ absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
   c.status = in[2];
   c.status_party = in[3];
   c.flags = in[4];
-  if ((c.type != kPropose && c.type != kCommit) || (in[1] != 1 && in[1] != 2) ||
+  if ((c.type != kPropose && c.type != kCommit) || in[1] < 1 || in[1] > 3 ||
       c.status > kStatusMissing || c.status_party > 2 || (c.flags & ~3) != 0 ||
       in[5] != 0 || in[6] != 0 || in[7] != 0)
     return absl::DataLossError("ring: malformed scheduling message");
@@ -91,6 +91,8 @@ struct Scheduler::Work {
   BatchKind kind;
   BatchId id;
   std::vector<engine::Job> jobs;
+  std::vector<engine::RefreshItem> refresh;  // kRefresh
+  engine::RefreshLookup refresh_lookup;
   absl::Time arrived;
   absl::Time claimed_at;
   bool claimed = false;
@@ -145,8 +147,24 @@ BatchOutcome Scheduler::Submit(BatchKind kind, const BatchId& id,
   work->kind = kind;
   work->id = id;
   work->jobs = std::move(jobs);
+  return Enqueue(std::move(work));
+}
+
+BatchOutcome Scheduler::SubmitRefresh(const BatchId& id,
+                                      std::vector<engine::RefreshItem> items,
+                                      engine::RefreshLookup lookup) {
+  auto work = std::make_shared<Work>();
+  work->kind = BatchKind::kRefresh;
+  work->id = id;
+  work->refresh = std::move(items);
+  work->refresh_lookup = std::move(lookup);
+  return Enqueue(std::move(work));
+}
+
+BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
   work->arrived = absl::Now();
-  const std::string key = Key(kind, id);
+  const BatchId& id = work->id;
+  const std::string key = Key(work->kind, id);
   absl::MutexLock lock(&mu_);
   if (stopping_) {
     work->outcome.status = absl::UnavailableError("server is shutting down");
@@ -240,20 +258,32 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
     ch.Reset();
     return absl::InternalError("ring: no PRSS session and none was agreed");
   }
-  auto res = session.engine->RunBatch(seq, work.jobs, lookup_);
-  absl::Status flushed = res.ok() ? ch.Flush(absl::Now() + ring_->recv_timeout())
+  absl::Status ran;
+  if (work.kind == BatchKind::kRefresh) {
+    // Its own PRSS keys (refresh.h); the session's engine is left as it is.
+    auto res = engine::RefreshShares(ch.data(), work.id, seq, work.refresh,
+                                     work.refresh_lookup);
+    if (res.ok()) work.outcome.refreshed = std::move(*res);
+    ran = res.status();
+  } else {
+    auto res = session.engine->RunBatch(seq, work.jobs, lookup_);
+    if (res.ok()) work.outcome.result = std::move(*res);
+    ran = res.status();
+  }
+  absl::Status flushed = ran.ok() ? ch.Flush(absl::Now() + ring_->recv_timeout())
                                   : absl::OkStatus();
   const WorkerRing::Counters after = ch.counters();
   work.outcome.ring_bytes = after.bytes - before.bytes;
   work.outcome.ring_messages = after.messages - before.messages;
   work.outcome.tcp_bytes =
       after.tcp_bytes > before.tcp_bytes ? after.tcp_bytes - before.tcp_bytes : 0;
-  if (!res.ok() || !flushed.ok()) {
+  if (!ran.ok() || !flushed.ok()) {
     ch.Reset();
     session.engine.reset();
-    return res.ok() ? flushed : res.status();
+    work.outcome.result = {};
+    work.outcome.refreshed.clear();
+    return ran.ok() ? flushed : ran;
   }
-  work.outcome.result = std::move(*res);
   return absl::OkStatus();
 }
 

@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
+#include "engine/refresh.h"
 #include "kmpc.pb.h"
 #include "service/ring.h"
 
@@ -44,7 +45,9 @@ namespace kmpc::service {
 using contract::kBatchIdSize;  // RunRequest / FinalizeRequest batch ids
 using BatchId = std::array<uint8_t, kBatchIdSize>;
 
-enum class BatchKind : uint8_t { kRun = 1, kFinalize = 2 };
+// kRefresh: an Admin RefreshKeys request (engine/refresh.h), scheduled on
+// the same ring as the KDC's batches so that the three servers agree on it.
+enum class BatchKind : uint8_t { kRun = 1, kFinalize = 2, kRefresh = 3 };
 
 struct SchedulerOptions {
   // How long a submitted batch may wait to be scheduled on the ring.
@@ -60,6 +63,7 @@ struct BatchOutcome {
   // Why the batch failed (status not OK), as the client is told.
   kmpc::v1::BatchErrorCode error = kmpc::v1::BATCH_ERROR_UNSPECIFIED;
   engine::BatchResult result;
+  std::vector<engine::RefreshOutcome> refreshed;  // kRefresh, same order
   uint64_t ring_bytes = 0;     // sent by this party for this batch
   uint64_t ring_messages = 0;
   uint64_t tcp_bytes = 0;      // the same on the wire: TLS records, via TCP_INFO
@@ -88,6 +92,12 @@ class Scheduler {
   // A failed outcome names its BatchErrorCode.
   BatchOutcome Submit(BatchKind kind, const BatchId& id,
                       std::vector<engine::Job> jobs);
+  // A share refresh (kRefresh) on the ring, the same way: blocks until it
+  // finished or failed; outcome.refreshed holds the per-pair outcomes.
+  // `lookup` runs on a worker thread during the batch.
+  BatchOutcome SubmitRefresh(const BatchId& id,
+                             std::vector<engine::RefreshItem> items,
+                             engine::RefreshLookup lookup);
 
   bool RingUp() const { return ring_->AllConnected(); }
   int party() const { return ring_->party(); }
@@ -103,6 +113,7 @@ class Scheduler {
                          uint32_t seq, Work& work);
   absl::Status RunOnRing(WorkerRing& ch, Session& session,
                          uint32_t seq, bool new_session, Work& work);
+  BatchOutcome Enqueue(std::shared_ptr<Work> work);
   std::shared_ptr<Work> Claim(BatchKind kind, const BatchId& id,
                               absl::Time deadline);
   void Complete(const std::shared_ptr<Work>& work, absl::Status status);

@@ -3,11 +3,13 @@
 #include <grpcpp/grpcpp.h>
 #include <openssl/crypto.h>
 
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "batch_error.h"
 #include "contract.h"
+#include "engine/refresh.h"
 #include "util/log.h"
 
 namespace kmpc::service {
@@ -399,6 +401,150 @@ grpc::Status AdminService::Health(grpc::ServerContext* ctx,
   resp->set_batches_ok(metrics_->batches_ok());
   resp->set_batches_failed(metrics_->batches_failed());
   return grpc::Status::OK;
+}
+
+namespace {
+
+// What a refreshed record copies from the old one and the three servers
+// compare (refresh.h, RefreshSource::public_meta).
+std::string PublicMeta(const store::KeyMeta& m) {
+  return absl::StrCat(static_cast<int>(m.cipher), ":", m.kvno, ":", m.label);
+}
+
+}  // namespace
+
+grpc::Status AdminService::DoRefreshKeys(const pb::RefreshKeysRequest& req,
+                                         pb::RefreshKeysResponse* resp) {
+  BatchId batch_id;
+  if (grpc::Status s = ParseBatchId(req.batch_id(), &batch_id); !s.ok()) return s;
+  if (grpc::Status s = CheckRequestSize(req.pairs_size(), "refresh", "pairs",
+                                        engine::kMaxRefreshPairs);
+      !s.ok())
+    return s;
+  std::vector<engine::RefreshItem> items;
+  items.reserve(req.pairs_size());
+  for (const auto& p : req.pairs()) items.push_back({p.old_key_id(), p.new_key_id()});
+  // The old records' metadata by new id, filled by the lookup on the worker
+  // thread; read here after SubmitRefresh returned (the scheduler's lock
+  // orders the two).
+  auto metas = std::make_shared<std::map<std::string, store::KeyMeta>>();
+  store::ShareStore* st = store_;
+  const int party = options_.party;
+  engine::RefreshLookup lookup = [st, party, metas](const engine::RefreshItem& it) {
+    engine::RefreshSource src;
+    auto as_span = [](const std::string& b) {
+      return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+    };
+    auto old_id = store::KeyIdFromBytes(as_span(it.old_key_id));
+    auto new_id = store::KeyIdFromBytes(as_span(it.new_key_id));
+    if (!old_id.ok() || !new_id.ok()) {
+      src.old_key = absl::InvalidArgumentError("bad key id");
+      return src;
+    }
+    auto taken = st->Taken(*new_id);
+    src.new_id_taken = !taken.ok() || *taken;  // an unreadable store: refuse
+    auto rec = st->Get(*old_id);
+    if (!rec.ok()) {
+      src.old_key = rec.status();
+      return src;
+    }
+    auto ks = engine::KeyShares::Parse(rec->shares.span());
+    if (!ks.ok()) {
+      src.old_key = ks.status();
+      return src;
+    }
+    if (ks->party != party ||
+        static_cast<int>(ks->cipher) != static_cast<int>(rec->meta.cipher)) {
+      src.old_key = absl::DataLossError("stored shares do not fit their record");
+      return src;
+    }
+    src.old_key = std::make_shared<const engine::KeyShares>(std::move(*ks));
+    src.public_meta = PublicMeta(rec->meta);
+    store::KeyMeta m = rec->meta;
+    m.key_id = *new_id;
+    (*metas)[it.new_key_id] = std::move(m);
+    return src;
+  };
+  BatchOutcome out = scheduler_->SubmitRefresh(batch_id, items, std::move(lookup));
+  // Not in the batch metrics: those count the KDC's work (run/finalize).
+  if (!out.status.ok()) return Refuse(out);
+  if (out.refreshed.size() != items.size())
+    return Refuse(pb::BATCH_INTERNAL, "refresh returned a wrong number of results");
+  // All new records of the request in one transaction.
+  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<store::ShareStore::NewRecord> records;
+  blobs.reserve(items.size());
+  for (size_t j = 0; j < items.size(); ++j) {
+    const engine::RefreshOutcome& r = out.refreshed[j];
+    if (r.status != pb::JOB_OK) continue;
+    auto m = metas->find(items[j].new_key_id);
+    if (m == metas->end() || r.shares == nullptr)
+      return Refuse(pb::BATCH_INTERNAL, "refresh lost a pair's metadata");
+    blobs.push_back(r.shares->Serialize());
+    records.push_back({m->second, blobs.back()});
+  }
+  absl::Status stored = store_->PutAll(records);
+  for (auto& b : blobs) OPENSSL_cleanse(b.data(), b.size());
+  for (const auto& it : items) keys_->Invalidate(it.new_key_id);
+  if (!stored.ok()) {
+    KMPC_LOG(WARNING) << "refresh of " << records.size()
+                      << " keys computed but not stored: " << stored;
+    return ToGrpcStatus(stored);
+  }
+  KMPC_LOG(INFO) << "refreshed the shares of " << records.size() << " of "
+                 << items.size() << " keys";
+  resp->set_party(options_.party);
+  for (size_t j = 0; j < items.size(); ++j) {
+    auto* r = resp->add_results();
+    r->set_new_key_id(items[j].new_key_id);
+    r->set_status(out.refreshed[j].status);
+    r->set_detail(out.refreshed[j].detail);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::RefreshKeys(grpc::ServerContext* ctx,
+                                       const pb::RefreshKeysRequest* req,
+                                       pb::RefreshKeysResponse* resp) {
+  if (absl::Status st = Authorize(ctx, options_.admin_clients, "Admin"); !st.ok())
+    return ToGrpcStatus(st);
+  grpc::Status st = DoRefreshKeys(*req, resp);
+  if (!st.ok()) resp->Clear();
+  return st;
+}
+
+grpc::Status AdminService::DoDeleteKeys(const pb::DeleteKeysRequest& req,
+                                        pb::DeleteKeysResponse* resp) {
+  constexpr int kMaxIds = 100000;
+  if (req.key_ids_size() > kMaxIds)
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("at most ", kMaxIds, " key ids per DeleteKeys")));
+  std::vector<store::KeyId> ids;
+  ids.reserve(req.key_ids_size());
+  for (const std::string& b : req.key_ids()) {
+    auto id = store::KeyIdFromBytes(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b.data()), b.size()));
+    if (!id.ok()) return ToGrpcStatus(id.status());
+    ids.push_back(*id);
+  }
+  std::vector<store::KeyId> missing;
+  absl::Status st = store_->DeleteAll(ids, &missing);
+  for (const std::string& b : req.key_ids()) keys_->Invalidate(b);
+  if (!st.ok()) return ToGrpcStatus(st);
+  KMPC_LOG(INFO) << "deleted " << ids.size() - missing.size() << " keys";
+  for (const auto& m : missing)
+    resp->add_not_found(reinterpret_cast<const char*>(m.data()), m.size());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DeleteKeys(grpc::ServerContext* ctx,
+                                      const pb::DeleteKeysRequest* req,
+                                      pb::DeleteKeysResponse* resp) {
+  if (absl::Status st = Authorize(ctx, options_.admin_clients, "Admin"); !st.ok())
+    return ToGrpcStatus(st);
+  grpc::Status st = DoDeleteKeys(*req, resp);
+  if (!st.ok()) resp->Clear();
+  return st;
 }
 
 grpc::Status AdminService::Metrics(grpc::ServerContext* ctx,

@@ -96,6 +96,21 @@ class AdminService final : public kmpc::v1::Admin::Service {
   grpc::Status Metrics(grpc::ServerContext* ctx,
                        const kmpc::v1::MetricsRequest* req,
                        kmpc::v1::MetricsResponse* resp) override;
+  grpc::Status RefreshKeys(grpc::ServerContext* ctx,
+                           const kmpc::v1::RefreshKeysRequest* req,
+                           kmpc::v1::RefreshKeysResponse* resp) override;
+  grpc::Status DeleteKeys(grpc::ServerContext* ctx,
+                          const kmpc::v1::DeleteKeysRequest* req,
+                          kmpc::v1::DeleteKeysResponse* resp) override;
+
+  // Without authorization (tests). RefreshKeys: the pairs run on the ring
+  // (Scheduler::SubmitRefresh, engine/refresh.h); the new shares of every
+  // pair that went ahead are stored in one store transaction (PutAll), so
+  // an error leaves none of them on this server.
+  grpc::Status DoRefreshKeys(const kmpc::v1::RefreshKeysRequest& req,
+                             kmpc::v1::RefreshKeysResponse* resp);
+  grpc::Status DoDeleteKeys(const kmpc::v1::DeleteKeysRequest& req,
+                            kmpc::v1::DeleteKeysResponse* resp);
 
  private:
   absl::Status DoPutKey(const kmpc::v1::PutKeyRequest& req);

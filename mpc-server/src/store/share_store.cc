@@ -491,6 +491,104 @@ absl::Status ShareStore::Delete(const KeyId& id) {
   return FinishScrub(std::move(st), old_fd, what);
 }
 
+absl::Status ShareStore::PutAll(absl::Span<const NewRecord> records) {
+  if (records.empty()) return absl::OkStatus();
+  for (const NewRecord& r : records) {
+    if (r.meta.label.size() > kMaxLabel)
+      return absl::InvalidArgumentError(
+          absl::StrCat("label longer than ", kMaxLabel, " bytes"));
+    if (r.shares.empty() || r.shares.size() > kMaxShares)
+      return absl::InvalidArgumentError("shares empty or too large");
+  }
+  std::unique_lock lock(env_->mu);
+  if (env_->env == nullptr && !env_->OpenEnv().ok())
+    return absl::UnavailableError("the share store is unavailable");
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
+  if (rc != 0) return LmdbError("txn_begin", rc);
+  absl::Status st;
+  for (const NewRecord& r : records) {
+    std::vector<uint8_t> value = EncodeRecord(r.meta, r.shares);
+    MDB_val k{kKeyIdSize, const_cast<uint8_t*>(r.meta.key_id.data())};
+    MDB_val v{value.size(), value.data()};
+    rc = mdb_put(txn, env_->dbi, &k, &v, MDB_NOOVERWRITE);
+    OPENSSL_cleanse(value.data(), value.size());
+    if (rc == MDB_KEYEXIST) {
+      const std::string msg = absl::StrCat("key id ", KeyIdHex(r.meta.key_id),
+                                           " is taken on this server");
+      st = env_->immutable_ids ? absl::FailedPreconditionError(msg)
+                               : absl::AlreadyExistsError(msg);
+      break;
+    }
+    if (rc != 0) {
+      st = LmdbError("put", rc);
+      break;
+    }
+  }
+  if (!st.ok()) {
+    mdb_txn_abort(txn);
+    return st;
+  }
+  if ((rc = mdb_txn_commit(txn)) != 0) return LmdbError("commit", rc);
+  const std::string what = absl::StrCat(records.size(), " keys were stored");
+  int old_fd = -1;
+  if (env_->scrub_pending) st = ScrubLocked(what, &old_fd);
+  lock.unlock();
+  return FinishScrub(std::move(st), old_fd, what);
+}
+
+absl::Status ShareStore::DeleteAll(absl::Span<const KeyId> ids,
+                                   std::vector<KeyId>* not_found) {
+  std::unique_lock lock(env_->mu);
+  if (env_->env == nullptr && !env_->OpenEnv().ok())
+    return absl::UnavailableError("the share store is unavailable");
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
+  if (rc != 0) return LmdbError("txn_begin", rc);
+  size_t deleted = 0;
+  for (const KeyId& id : ids) {
+    MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
+    MDB_val old;
+    rc = mdb_get(txn, env_->dbi, &k, &old);
+    if (rc == 0 && IsTombstone(old)) rc = MDB_NOTFOUND;
+    if (rc == 0 && env_->immutable_ids) {
+      MDB_val t{sizeof(kTombstone), const_cast<uint8_t*>(kTombstone)};
+      rc = mdb_put(txn, env_->dbi, &k, &t, 0);
+    } else if (rc == 0) {
+      rc = mdb_del(txn, env_->dbi, &k, nullptr);
+    }
+    if (rc == MDB_NOTFOUND) {
+      if (not_found != nullptr) not_found->push_back(id);
+      continue;
+    }
+    if (rc != 0) {
+      mdb_txn_abort(txn);
+      return LmdbError("del", rc);
+    }
+    ++deleted;
+  }
+  if ((rc = mdb_txn_commit(txn)) != 0) return LmdbError("commit", rc);
+  if (deleted == 0) return absl::OkStatus();
+  const std::string what = absl::StrCat(deleted, " keys were deleted");
+  int old_fd = -1;
+  absl::Status st = ScrubLocked(what, &old_fd);
+  lock.unlock();
+  return FinishScrub(std::move(st), old_fd, what);
+}
+
+absl::StatusOr<bool> ShareStore::Taken(const KeyId& id) const {
+  std::shared_lock lock(env_->mu);
+  if (!env_->ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");
+  ReadTxn txn(env_->env);
+  if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
+  MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
+  MDB_val v;
+  int rc = mdb_get(txn.get(), env_->dbi, &k, &v);
+  if (rc == MDB_NOTFOUND) return false;
+  if (rc != 0) return LmdbError("get", rc);
+  return true;
+}
+
 absl::StatusOr<std::vector<KeyMeta>> ShareStore::List() const {
   std::shared_lock lock(env_->mu);
   if (!env_->ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");

@@ -82,6 +82,22 @@ class ShareStore {
   // before this returns; an error after the deletion says so.
   absl::Status Delete(const KeyId& id);
   absl::StatusOr<std::vector<KeyMeta>> List() const;
+
+  // Many new records in one transaction (share refresh): all are stored or
+  // none. Never replaces: an id stored or deleted before fails the whole
+  // call (ALREADY_EXISTS, or FAILED_PRECONDITION with immutable ids).
+  struct NewRecord {
+    KeyMeta meta;
+    absl::Span<const uint8_t> shares;
+  };
+  absl::Status PutAll(absl::Span<const NewRecord> records);
+  // Deletes every stored id of `ids` in one transaction followed by one
+  // scrub of the file (instead of one per id). Ids not stored go to
+  // *not_found (may be null).
+  absl::Status DeleteAll(absl::Span<const KeyId> ids, std::vector<KeyId>* not_found);
+  // True when the id holds a record, or a tombstone (immutable ids): a
+  // Put without replace would fail.
+  absl::StatusOr<bool> Taken(const KeyId& id) const;
   absl::StatusOr<uint64_t> Count() const;
 
   // Immutable key ids (kmpc-mpc-server's default, --allow_key_replace

@@ -196,6 +196,64 @@ TEST_F(SchedulerTest, PartyNotRunningFailsTheOthersCleanly) {
   }
 }
 
+// A share refresh goes through the same ring, interleaved with KDC
+// batches: the three parties' new shares are consistent, still hold the key
+// (ENCRYPT under them matches OpenSSL), and a party given other pairs fails
+// the refresh on all three while the ring goes on.
+TEST_F(SchedulerTest, RefreshRunsOnTheRingBetweenBatches) {
+  std::array<std::shared_ptr<const engine::KeyShares>, 3> fresh;
+  const std::string new_id = Rand(contract::kKeyIdSize);
+  Start();
+  auto refresh_all = [&](const std::array<std::string, 3>& new_ids) {
+    std::array<std::future<BatchOutcome>, 3> fs;
+    const BatchId id = RandomBatchId();
+    for (int i = 0; i < 3; ++i)
+      fs[i] = std::async(std::launch::async, [&, i] {
+        engine::RefreshLookup lookup = [this, i](const engine::RefreshItem& it) {
+          engine::RefreshSource src;
+          if (it.old_key_id == key_id_) src.old_key = shares_[i];
+          src.public_meta = "meta";
+          return src;
+        };
+        return schedulers_[i]->SubmitRefresh(
+            id, {engine::RefreshItem{key_id_, new_ids[i]}}, lookup);
+      });
+    std::array<BatchOutcome, 3> out;
+    for (int i = 0; i < 3; ++i) out[i] = fs[i].get();
+    return out;
+  };
+  auto kdc = std::async(std::launch::async, [&] {
+    return SubmitAll(RandomBatchId(), {Encrypt(key_id_, 2)});
+  });
+  auto bad = refresh_all({new_id, new_id, Rand(contract::kKeyIdSize)});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(bad[i].status.ok()) << i;
+    EXPECT_EQ(bad[i].error, pb::BATCH_PEERS_DISAGREE) << i << ": " << bad[i].status;
+  }
+  auto out = refresh_all({new_id, new_id, new_id});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status;
+    ASSERT_EQ(out[i].refreshed.size(), 1u);
+    ASSERT_EQ(out[i].refreshed[0].status, pb::JOB_OK) << out[i].refreshed[0].detail;
+    fresh[i] = out[i].refreshed[0].shares;
+  }
+  for (const auto& r : kdc.get()) EXPECT_TRUE(r.status.ok()) << r.status;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(fresh[i]->round_keys[1], fresh[(i + 1) % 3]->round_keys[0]);
+    EXPECT_NE(fresh[i]->round_keys[0], shares_[i]->round_keys[0]);
+  }
+  // Compute with the refreshed shares under the old id: same keystream.
+  shares_ = fresh;
+  auto enc = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 3)});
+  std::vector<uint8_t> ks(48, 0);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(enc[i].status.ok()) << enc[i].status;
+    ASSERT_EQ(enc[i].result.jobs[0].status, pb::JOB_OK);
+    for (size_t k = 0; k < ks.size(); ++k) ks[k] ^= enc[i].result.jobs[0].keystream[0][k];
+  }
+  EXPECT_EQ(ks, ReferenceKeystream(key_, enc[0].result.jobs[0].ctr0, 3));
+}
+
 TEST_F(SchedulerTest, StoppedSchedulerRefusesAsShuttingDown) {
   Start();
   schedulers_[1]->Stop();

@@ -338,3 +338,63 @@ TEST(ShareStoreTest, SecondOpenerRefused) {
 
 }  // namespace
 }  // namespace kmpc::store
+
+namespace kmpc::store {
+namespace {
+
+// Share refresh's bulk calls: PutAll stores all or nothing, DeleteAll
+// removes many ids with one scrub, Taken sees tombstones.
+TEST(ShareStoreTest, PutAllIsAllOrNothing) {
+  auto store = ShareStore::Open(TempDir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  ShareStore& s = **store;
+  const auto a = RandomBytes(3000, 11), b = RandomBytes(3000, 12);
+  ASSERT_TRUE(s.Put({Id(5), Cipher::kAes256, 1, "five"}, a, false).ok());
+  // One taken id: nothing of the batch is stored.
+  std::vector<ShareStore::NewRecord> bad = {
+      {{Id(20), Cipher::kAes256, 2, "x"}, b}, {{Id(5), Cipher::kAes256, 2, "y"}, b}};
+  EXPECT_EQ(s.PutAll(bad).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(s.Get(Id(20)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(SharesOf(s, Id(5)), a);
+  std::vector<ShareStore::NewRecord> good = {
+      {{Id(20), Cipher::kAes256, 2, "x"}, b}, {{Id(21), Cipher::kAes128, 3, "y"}, a}};
+  ASSERT_TRUE(s.PutAll(good).ok());
+  EXPECT_EQ(SharesOf(s, Id(20)), b);
+  auto rec = s.Get(Id(21));
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->meta.kvno, 3u);
+  EXPECT_EQ(rec->meta.label, "y");
+  EXPECT_EQ(*s.Count(), 3u);
+}
+
+TEST(ShareStoreTest, DeleteAllScrubsAndReportsUnknownIds) {
+  auto store = ShareStore::Open(TempDir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  ShareStore& s = **store;
+  s.set_immutable_ids(true);
+  const auto a = RandomBytes(3000, 21), b = RandomBytes(3000, 22),
+             c = RandomBytes(3000, 23);
+  ASSERT_TRUE(s.Put({Id(1), Cipher::kAes256, 1, "a"}, a, false).ok());
+  ASSERT_TRUE(s.Put({Id(2), Cipher::kAes256, 1, "b"}, b, false).ok());
+  ASSERT_TRUE(s.Put({Id(3), Cipher::kAes256, 1, "c"}, c, false).ok());
+  EXPECT_FALSE(*s.Taken(Id(9)));
+  std::vector<KeyId> missing;
+  ASSERT_TRUE(s.DeleteAll({Id(1), Id(9), Id(2)}, &missing).ok());
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0], Id(9));
+  const std::string file = s.data_file();
+  EXPECT_EQ(PiecesInFile(file, a), 0);
+  EXPECT_EQ(PiecesInFile(file, b), 0);
+  EXPECT_EQ(PiecesInFile(file, c), 3000 / 64);
+  EXPECT_EQ(*s.Count(), 1u);
+  // Tombstones: taken, not stored again, not listed.
+  EXPECT_TRUE(*s.Taken(Id(1)));
+  EXPECT_EQ(s.PutAll({{{Id(1), Cipher::kAes256, 1, "a"}, a}}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  missing.clear();
+  ASSERT_TRUE(s.DeleteAll({Id(1)}, &missing).ok());
+  EXPECT_EQ(missing.size(), 1u);
+}
+
+}  // namespace
+}  // namespace kmpc::store

@@ -1,0 +1,96 @@
+// Share refresh: the three parties re-randomise the replicated shares of
+// stored keys, so that shares from before and after a refresh never combine
+// into a key (proactive secret sharing: Herzberg, Jarecki, Krawczyk, Yung,
+// "Proactive Secret Sharing Or: How to Cope With Perpetual Leakage",
+// CRYPTO 1995, section 3; here in the 2-of-3 replicated form of Araki,
+// Furukawa, Lindell, Nof, Ohara, CCS 2016, section 2.2).
+//
+// Every shared component v = x_0 ^ x_1 ^ x_2 of a key (each round key
+// share, each power of H) is refreshed in one ring round:
+//   party i draws alpha_i with alpha_0 ^ alpha_1 ^ alpha_2 = 0 from PRSS
+//     keys set up afresh for this refresh (prss.h: alpha_i = F(k_i, id) ^
+//     F(k_{i+1}, id), the same zero-sharing the AND gate's resharing uses,
+//     Protocol 3.8 of the paper),
+//   x_i' = x_i ^ alpha_i; party i sends x_i' to party i-1 (which holds
+//     share i as its second component) and receives x_{i+1}' from i+1,
+//   its new view is (x_i', x_{i+1}'); x_0' ^ x_1' ^ x_2' = v.
+// Why an old view of one party and a new view of another reveal nothing:
+// old P_j holds (x_j, x_{j+1}), new P_k (x_k', x_{k+1}') with k != j. Any
+// XOR of these that would give v leaves one alpha unmasked, and every
+// alpha_m contains F(k_m, id) or F(k_{m+1}, id) under a PRF key held only
+// by the two other parties' memory for the length of one refresh (keys are
+// drawn per refresh and never stored), so it is pseudorandom to whoever
+// holds the two stores. A party corrupted *during* a refresh counts as
+// corrupted in both epochs (the standard proactive model).
+//
+// Ring rounds of one refresh batch (one message to party i-1 and one from
+// party i+1 each):
+//   2  agreement: SHA-256 of the public inputs (batch id, sequence number,
+//      (old, new) pairs) and of the party's per-pair views (old key present?
+//      cipher, dealing id, metadata digest; new id free?), sent and
+//      forwarded, as engine.h's agreement;
+//   2  only if the views differ: the per-pair views, so that every party
+//      fails the same pairs;
+//   1  PRSS key set-up (fresh keys, Prss::Setup);
+//   1  the masked shares of every pair that goes ahead.
+#ifndef KMPC_ENGINE_REFRESH_H_
+#define KMPC_ENGINE_REFRESH_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/engine.h"
+#include "net/channel.h"
+
+namespace kmpc::engine {
+
+// Most pairs one refresh batch may hold (the service refuses more).
+inline constexpr size_t kMaxRefreshPairs = 4096;
+
+struct RefreshItem {
+  std::string old_key_id;  // contract::kKeyIdSize bytes
+  std::string new_key_id;
+};
+
+// This party's facts about one pair, from its store.
+struct RefreshSource {
+  // Shares of the key under old_key_id: NOT_FOUND when the store has none,
+  // another error when they are unusable.
+  absl::StatusOr<std::shared_ptr<const KeyShares>> old_key =
+      absl::NotFoundError("not looked up");
+  // Public metadata the new record copies (kvno, label): the parties
+  // compare a digest of it, so all three store the same.
+  std::string public_meta;
+  // new_key_id is stored (or was, and may not be reused) on this party.
+  bool new_id_taken = false;
+};
+
+using RefreshLookup = std::function<RefreshSource(const RefreshItem& item)>;
+
+struct RefreshOutcome {
+  // The same on all three parties (see kmpc.proto, RefreshResult).
+  pb::JobStatus status = pb::JOB_OK;
+  std::string detail;
+  // JOB_OK: this party's new view (party, cipher as before, a new dealing
+  // id common to the three parties).
+  std::shared_ptr<const KeyShares> shares;
+};
+
+// Runs one refresh batch; all three parties must call it at the same time
+// with the same batch_id, seq and items (same order). Per-pair failures are
+// in the outcomes; a returned error fails the whole batch: ABORTED (the
+// parties were given different batches), INVALID_ARGUMENT (too many pairs),
+// or a channel error, after which the ring must be re-established.
+absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
+    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
+    absl::Span<const RefreshItem> items, const RefreshLookup& lookup);
+
+}  // namespace kmpc::engine
+
+#endif  // KMPC_ENGINE_REFRESH_H_

@@ -1,0 +1,320 @@
+// Share refresh (engine/refresh.h) on three parties in one process over the
+// in-memory ring: the refreshed shares recombine to the same key (checked
+// with an ENCRYPT job against OpenSSL AES and against the key itself), no
+// pre-refresh view of one party combined with a post-refresh view of
+// another gives the key, its round keys or H, and the parties fail the
+// same pairs when their inputs or stores disagree.
+#include "engine/refresh.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "contract.h"
+#include "engine/engine.h"
+#include "net/memory_ring.h"
+#include "test_util.h"
+
+namespace kmpc::engine {
+namespace {
+
+using ::kmpc::testing::OpensslAes;
+using ::kmpc::testing::Random;
+using ::kmpc::testing::RunParties;
+using Bytes = std::vector<uint8_t>;
+using Views = std::array<std::shared_ptr<const KeyShares>, 3>;
+
+std::string NewId() {
+  Bytes b = Random(contract::kKeyIdSize);
+  return std::string(b.begin(), b.end());
+}
+
+Bytes Xor3(const Bytes& a, const Bytes& b, const Bytes& c) {
+  Bytes out(a.size());
+  for (size_t k = 0; k < a.size(); ++k) out[k] = a[k] ^ b[k] ^ c[k];
+  return out;
+}
+
+// The value a sharing holds: share 0 ^ share 1 ^ share 2 (component 0 of
+// each party), after checking that each share's two copies agree.
+Bytes Open(const Views& v, bool h_powers) {
+  for (int i = 0; i < 3; ++i) {
+    const auto& mine = h_powers ? v[i]->h_powers : v[i]->round_keys;
+    const auto& next = h_powers ? v[(i + 1) % 3]->h_powers : v[(i + 1) % 3]->round_keys;
+    EXPECT_EQ(mine[1], next[0]) << "copies of share " << (i + 1) % 3;
+  }
+  auto c = [&](int i) -> const Bytes& {
+    return h_powers ? v[i]->h_powers[0] : v[i]->round_keys[0];
+  };
+  return Xor3(c(0), c(1), c(2));
+}
+
+// Three parties' stores (key id -> view, metadata) and a ring.
+class RefreshCluster {
+ public:
+  std::string AddKey(const Bytes& key, const std::string& meta = "kvno 3 alice") {
+    auto views = DealKey(key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256, key);
+    EXPECT_TRUE(views.ok()) << views.status();
+    const std::string id = NewId();
+    for (int i = 0; i < 3; ++i) {
+      store_[i][id] = std::make_shared<const KeyShares>((*views)[i]);
+      meta_[i][id] = meta;
+    }
+    return id;
+  }
+  Views Get(const std::string& id) {
+    return {store_[0].at(id), store_[1].at(id), store_[2].at(id)};
+  }
+  void Drop(int party, const std::string& id) { store_[party].erase(id); }
+  void SetMeta(int party, const std::string& id, const std::string& m) {
+    meta_[party][id] = m;
+  }
+  void Take(int party, const std::string& id) { taken_[party].insert(id); }
+
+  // Runs a refresh on the three parties (per-party item lists may differ)
+  // and stores the new views as the service would.
+  std::array<absl::StatusOr<std::vector<RefreshOutcome>>, 3> RunEach(
+      const std::array<std::vector<RefreshItem>, 3>& items) {
+    std::array<absl::StatusOr<std::vector<RefreshOutcome>>, 3> out;
+    const Bytes batch_id = Random(16);
+    RunParties([&](int i) {
+      RefreshLookup lookup = [this, i](const RefreshItem& it) {
+        RefreshSource s;
+        auto f = store_[i].find(it.old_key_id);
+        if (f == store_[i].end()) s.old_key = absl::NotFoundError("no such key");
+        else s.old_key = f->second;
+        s.public_meta = meta_[i][it.old_key_id];
+        s.new_id_taken =
+            store_[i].count(it.new_key_id) != 0 || taken_[i].count(it.new_key_id) != 0;
+        return s;
+      };
+      out[i] = RefreshShares(ring_.party(i), batch_id, seq_, items[i], lookup);
+      return out[i].status();
+    });
+    ++seq_;
+    for (int i = 0; i < 3; ++i) {
+      if (!out[i].ok()) continue;
+      for (size_t j = 0; j < out[i]->size(); ++j)
+        if ((*out[i])[j].status == pb::JOB_OK) {
+          store_[i][items[i][j].new_key_id] = (*out[i])[j].shares;
+          meta_[i][items[i][j].new_key_id] = meta_[i][items[i][j].old_key_id];
+        }
+    }
+    return out;
+  }
+  std::vector<RefreshOutcome> Run(const std::vector<RefreshItem>& items) {
+    auto r = RunEach({items, items, items});
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(r[i].ok()) << r[i].status();
+      if (!r[i].ok()) return {};
+      EXPECT_EQ(r[i]->size(), items.size());
+      for (size_t j = 0; j < items.size() && j < r[i]->size(); ++j)
+        EXPECT_EQ((*r[i])[j].status, (*r[0])[j].status) << "pair " << j;
+    }
+    return *r[0];
+  }
+
+  // An ENCRYPT job of 3 blocks under `id` on a fresh ring: the combined
+  // keystream, with ctr0.
+  std::pair<Bytes, std::array<uint8_t, 16>> Keystream(const std::string& id) {
+    net::InMemoryRing ring(std::chrono::milliseconds(20000));
+    std::array<absl::StatusOr<BatchResult>, 3> r;
+    RunParties([&](int i) -> absl::Status {
+      auto e = Engine::Create(ring.party(i));
+      if (!e.ok()) return e.status();
+      Job job;
+      job.type = pb::JOB_ENCRYPT;
+      job.key_id = id;
+      job.usage = 7;
+      job.nblocks = 3;
+      KeyLookup lookup = [this, i](absl::string_view k)
+          -> absl::StatusOr<std::shared_ptr<const KeyShares>> {
+        auto f = store_[i].find(std::string(k));
+        if (f == store_[i].end()) return absl::NotFoundError("no such key");
+        return f->second;
+      };
+      r[i] = (*e)->RunBatch(1, {job}, lookup);
+      return r[i].status();
+    });
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(r[i].ok()) << r[i].status();
+      if (!r[i].ok()) return {};
+      EXPECT_EQ(r[i]->jobs[0].status, pb::JOB_OK) << r[i]->jobs[0].detail;
+    }
+    Bytes ks = Xor3(r[0]->jobs[0].keystream[0], r[1]->jobs[0].keystream[0],
+                    r[2]->jobs[0].keystream[0]);
+    return {ks, r[0]->jobs[0].ctr0};
+  }
+
+ private:
+  net::InMemoryRing ring_{std::chrono::milliseconds(20000)};
+  uint64_t seq_ = 1;
+  std::array<std::map<std::string, std::shared_ptr<const KeyShares>>, 3> store_;
+  std::array<std::map<std::string, std::string>, 3> meta_;
+  std::array<std::set<std::string>, 3> taken_;
+};
+
+// AES-ECB of ctr0 + i (i = 1..n, 128-bit big-endian) under `key`.
+Bytes ReferenceKeystream(const Bytes& key, const std::array<uint8_t, 16>& ctr0,
+                         size_t n) {
+  Bytes out;
+  for (size_t i = 1; i <= n; ++i) {
+    std::array<uint8_t, 16> c = ctr0;
+    uint64_t carry = i;
+    for (int k = 15; k >= 0 && carry; --k) {
+      const uint64_t s = c[k] + (carry & 0xff);
+      c[k] = static_cast<uint8_t>(s);
+      carry = (carry >> 8) + (s >> 8);
+    }
+    auto b = OpensslAes(key, c.data());
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  return out;
+}
+
+// The facts about `key` a sharing must hold: its expanded key starts with
+// the key itself (FIPS-197 section 5.2), H^1 = AES_K(0^128).
+void ExpectHolds(const Views& v, const Bytes& key) {
+  const Bytes rk = Open(v, false);
+  ASSERT_GE(rk.size(), key.size());
+  EXPECT_EQ(Bytes(rk.begin(), rk.begin() + key.size()), key);
+  const uint8_t zero[16] = {0};
+  const auto h = OpensslAes(key, zero);
+  const Bytes hp = Open(v, true);
+  EXPECT_EQ(Bytes(hp.begin(), hp.begin() + 16), Bytes(h.begin(), h.end()));
+}
+
+TEST(RefreshTest, NewSharesHoldTheSameKeyAndOldAndNewNeverCombine) {
+  RefreshCluster c;
+  const Bytes k128 = Random(16), k256 = Random(32);
+  const std::string a = c.AddKey(k128), b = c.AddKey(k256);
+  const Views olda = c.Get(a), oldb = c.Get(b);
+  const Bytes rk_a = Open(olda, false), hp_a = Open(olda, true);
+  const Bytes rk_b = Open(oldb, false), hp_b = Open(oldb, true);
+  const std::string na = NewId(), nb = NewId();
+  auto r = c.Run({{a, na}, {b, nb}});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+  EXPECT_EQ(r[1].status, pb::JOB_OK) << r[1].detail;
+
+  for (const auto& [old_id, new_id, key, rk, hp] :
+       {std::tuple{a, na, k128, rk_a, hp_a}, std::tuple{b, nb, k256, rk_b, hp_b}}) {
+    const Views oldv = c.Get(old_id), newv = c.Get(new_id);
+    // Same value, same cipher, party indices kept, one new dealing id.
+    EXPECT_EQ(Open(newv, false), rk);
+    EXPECT_EQ(Open(newv, true), hp);
+    ExpectHolds(newv, key);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(newv[i]->party, i);
+      EXPECT_EQ(newv[i]->cipher, oldv[i]->cipher);
+      EXPECT_TRUE(newv[i]->Validate().ok());
+      EXPECT_EQ(newv[i]->deal_id, newv[0]->deal_id);
+      EXPECT_NE(newv[i]->deal_id, oldv[i]->deal_id);
+      // Every share changed (a zero mask would leave it as it was).
+      EXPECT_NE(newv[i]->round_keys[0], oldv[i]->round_keys[0]);
+      EXPECT_NE(newv[i]->h_powers[0], oldv[i]->h_powers[0]);
+    }
+    // Old view of party j with the new view of party k != j: no XOR of
+    // any of their four components is the key's round keys or its powers
+    // of H, nor does any hold the key's bytes.
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 3; ++k) {
+        if (j == k) continue;
+        for (bool hpow : {false, true}) {
+          const Bytes& want = hpow ? hp : rk;
+          std::array<const Bytes*, 4> comp = {
+              hpow ? &oldv[j]->h_powers[0] : &oldv[j]->round_keys[0],
+              hpow ? &oldv[j]->h_powers[1] : &oldv[j]->round_keys[1],
+              hpow ? &newv[k]->h_powers[0] : &newv[k]->round_keys[0],
+              hpow ? &newv[k]->h_powers[1] : &newv[k]->round_keys[1]};
+          for (int mask = 1; mask < 16; ++mask) {
+            Bytes x(want.size(), 0);
+            for (int q = 0; q < 4; ++q)
+              if (mask & (1 << q))
+                for (size_t t = 0; t < x.size(); ++t) x[t] ^= (*comp[q])[t];
+            EXPECT_NE(x, want) << "old " << j << " new " << k << " subset " << mask;
+            if (!hpow)
+              EXPECT_NE(Bytes(x.begin(), x.begin() + key.size()), key)
+                  << "old " << j << " new " << k << " subset " << mask;
+          }
+        }
+      }
+    }
+    // The new shares compute: ENCRYPT keystream against OpenSSL AES.
+    auto [ks, ctr0] = c.Keystream(new_id);
+    EXPECT_EQ(ks, ReferenceKeystream(key, ctr0, 3));
+  }
+
+  // A second refresh of the refreshed key: still the same key.
+  const std::string na2 = NewId();
+  r = c.Run({{na, na2}});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+  ExpectHolds(c.Get(na2), k128);
+  auto [ks, ctr0] = c.Keystream(na2);
+  EXPECT_EQ(ks, ReferenceKeystream(k128, ctr0, 3));
+}
+
+TEST(RefreshTest, PartiesFailTheSamePairs) {
+  RefreshCluster c;
+  const std::string good = c.AddKey(Random(16));
+  const std::string gone = c.AddKey(Random(16));
+  const std::string meta = c.AddKey(Random(32));
+  const std::string taken_old = c.AddKey(Random(16));
+  c.Drop(1, gone);
+  c.SetMeta(2, meta, "kvno 4 alice");
+  const std::string taken = NewId();
+  c.Take(0, taken);
+  const std::string ng = NewId();
+  const std::vector<RefreshItem> items = {
+      {good, ng},
+      {gone, NewId()},
+      {meta, NewId()},
+      {taken_old, taken},
+      {good, std::string(5, 'x')},  // malformed id
+      {NewId(), NewId()},           // unknown everywhere
+  };
+  auto r = c.Run(items);
+  ASSERT_EQ(r.size(), items.size());
+  EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+  EXPECT_EQ(r[1].status, pb::JOB_UNKNOWN_KEY);
+  EXPECT_NE(r[1].detail.find("party 1"), std::string::npos) << r[1].detail;
+  EXPECT_EQ(r[2].status, pb::JOB_KEY_INCONSISTENT) << r[2].detail;
+  EXPECT_EQ(r[3].status, pb::JOB_MALFORMED);
+  EXPECT_NE(r[3].detail.find("taken on MPC party 0"), std::string::npos) << r[3].detail;
+  EXPECT_EQ(r[4].status, pb::JOB_MALFORMED);
+  EXPECT_EQ(r[5].status, pb::JOB_UNKNOWN_KEY);
+  // The pair that went ahead is good despite the failures around it.
+  auto [ks, ctr0] = c.Keystream(ng);
+  EXPECT_EQ(ks.size(), 48u);
+  EXPECT_EQ(Open(c.Get(ng), false), Open(c.Get(good), false));
+}
+
+TEST(RefreshTest, DifferentRequestsAbortOnAllPartiesAndTheRingStaysInStep) {
+  RefreshCluster c;
+  const Bytes key = Random(16);
+  const std::string a = c.AddKey(key);
+  const std::string n1 = NewId(), n2 = NewId();
+  auto r = c.RunEach({std::vector<RefreshItem>{{a, n1}}, {{a, n1}}, {{a, n2}}});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_FALSE(r[i].ok());
+    EXPECT_TRUE(absl::IsAborted(r[i].status())) << r[i].status();
+  }
+  // Nothing was stored; the next, agreed request goes through.
+  auto ok = c.Run({{a, n1}});
+  ASSERT_EQ(ok.size(), 1u);
+  EXPECT_EQ(ok[0].status, pb::JOB_OK) << ok[0].detail;
+  ExpectHolds(c.Get(n1), key);
+}
+
+TEST(RefreshTest, NothingToDoNeedsNoMaskRound) {
+  RefreshCluster c;
+  auto r = c.Run({{NewId(), NewId()}});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, pb::JOB_UNKNOWN_KEY);
+}
+
+}  // namespace
+}  // namespace kmpc::engine
