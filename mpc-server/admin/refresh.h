@@ -16,9 +16,11 @@
 //   3. after a grace period (the KDC may have batches in flight that name X:
 //      kdcmpc's deadline_ms, 3 s by default, and speculate_ttl_ms, 4 s), and
 //      only once the KDB was seen naming N (not X) at two checks a grace
-//      period apart (a KDC's write-back of an entry it read before the
-//      switch undoes it: the switch is then made again), X is deleted from
-//      all three servers, many ids per call.
+//      period apart (a KDC that writes back a whole entry it read before
+//      the switch undoes it: the switch is then made again; krb5 patch 0012
+//      keeps kmpc's own db2 KDC from doing so, a KDB back end or replica
+//      KDC without it may), X is deleted from all three servers, many ids
+//      per call.
 // A crash anywhere leaves each key either at X (valid, referenced; maybe an
 // unreferenced N) or at N (valid, referenced; maybe an unreferenced X).
 // New ids carry their origin: N = 16 random bytes || the first 16 bytes of
@@ -48,9 +50,9 @@ struct ReferenceHooks {
   std::function<absl::StatusOr<bool>(const std::string& id)> is_referenced;
   // The same, read from the KDB now (optional; is_referenced if unset).
   // Checked before an old id is deleted: a KDC that read a principal
-  // before the switch and writes it back afterwards (last-success and
-  // lockout updates rewrite the whole entry in the db2 KDB) puts the old
-  // handle back, so the switch is made again and the old id kept.
+  // before the switch and writes the whole entry back afterwards (MIT's
+  // db2 lockout update without krb5 patch 0012) puts the old handle back,
+  // so the switch is made again and the old id kept.
   std::function<absl::StatusOr<bool>(const std::string& id)> is_referenced_now;
   // Atomically makes what refers to old_id refer to new_id, keeping
   // everything else (enctype, kvno, salt, the other keys). NOT_FOUND when
