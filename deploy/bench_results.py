@@ -194,9 +194,9 @@ def soak_row(run):
     """One soak run of soak.json, without its samples: the figures and, per
     judged process, the anonymous memory's reference, end, growth and
     second-half projection (KiB)."""
-    mem = {n: {k: v[k] for k in ("ref_anon_kib", "end_anon_kib", "growth_kib",
-                                 "second_half_slope_kib_per_s",
-                                 "second_half_projected_kib", "grown")}
+    mem = {n: {k: v.get(k) for k in ("ref_anon_kib", "end_anon_kib", "growth_kib",
+                                     "judged_from_s", "slope_kib_per_s", "projected_kib",
+                                     "grown", "too_short")}
            for n, v in (run.get("memory") or {}).items() if v and v.get("judged")}
     return {"run": run.get("run"), "pass": run.get("pass"), "sustained": run.get("sustained"),
             "logins_per_s": r(run.get("logins_per_s"), 1), "logins": run.get("logins"),
@@ -335,7 +335,7 @@ def print_table(res, out_path):
     if so:
         p(f"soak: {so.get('runs', 1)} x {so.get('duration_s', 0):.0f} s at {so.get('offered')}/s "
           f"in the same processes; anonymous memory (RssAnon, KiB) reference -> end "
-          f"(growth; 2nd-half slope), slack {so.get('rss_slack_kib')} KiB:")
+          f"(growth; slope after the last backlog record), slack {so.get('rss_slack_kib')} KiB:")
         for x in so.get("per_run") or []:
             p(f"  run {x['run']}: {'clean' if x['pass'] else 'FAILED'}"
               + ("" if x.get("sustained", True) else " (not sustained)") + ", "
@@ -346,8 +346,10 @@ def print_table(res, out_path):
                  if x["memory_unmeasured"] else ""))
             for n, v in x["memory"].items():
                 p(f"    {n:13s} {v['ref_anon_kib']:8d} -> {v['end_anon_kib']:8d} "
-                  f"({v['growth_kib']:+6d}; {v['second_half_slope_kib_per_s']:+7.1f} KiB/s)"
-                  + (" over the slack" if v["grown"] else ""))
+                  f"({v['growth_kib']:+6d}; {v['slope_kib_per_s']:+7.1f} KiB/s from "
+                  f"{v['judged_from_s']:.0f} s)"
+                  + (" over the slack" if v["grown"] else "")
+                  + (" judged too short" if v["too_short"] else ""))
         across = so.get("memory_across_runs") or {}
         if len(so.get("per_run") or []) > 1 and across:
             p("  first run's reference -> last run's end: " + ", ".join(

@@ -204,42 +204,80 @@ class Sampler:
 
 MEMORY_CRITERION = (
     "anonymous resident memory (RssAnon, /proc/PID/status, sampled once a second; "
-    "nothing attached to the processes) of the KDC and each MPC server: (1) its level "
-    "idle after the run may exceed the reference (highest level during the warm-up run "
-    "and the idle seconds after it) by at most the slack, and (2) the least-squares "
-    "slope over the second half of the measured seconds, times that half's length, "
-    "may not exceed the slack either")
+    "nothing attached to the processes) of the KDC and each MPC server, judged over the "
+    "measured seconds after the run's last backlog record (a second whose slowest login "
+    "took longer than any before in these processes, warm-ups and earlier runs "
+    "included): (1) the level idle after the run may exceed the reference (the highest "
+    "level these processes reached before that stretch) by at most the slack, (2) the "
+    "least-squares slope over the stretch times its length may not exceed the slack, "
+    "and (3) the stretch must cover at least a third of the run")
 
 
-def judge_memory(samples, names, t_measure, t_end, ref_phases, end_phase, slack_kib):
-    """Per process in `names`: reference (max RssAnon in ref_phases), end
-    (last RssAnon in end_phase), growth, second-half slope and the projection
-    over that half; "grown" when either exceeds slack_kib.  The load
-    generator is summarised the same way but never judged (its memory
-    follows its in-flight window)."""
+def storm_max_ms(csv_path):
+    """Per-second slowest login (ms) of a kmpc-storm --csv file, drain
+    seconds left out; [] if unreadable."""
+    out = []
+    try:
+        with open(csv_path) as f:
+            next(f)
+            for line in f:
+                c = line.rstrip("\n").split(",")
+                if len(c) >= 9 and c[1] != "drain":
+                    out.append(int(c[8]) / 1e3)
+    except (OSError, ValueError, StopIteration):
+        return []
+    return out
+
+
+def last_backlog_record(max_ms, before_ms):
+    """Index of the last second whose slowest login exceeds every earlier
+    second's and before_ms (the slowest of everything served before);
+    None when no second does.  Memory rises only at such seconds when
+    nothing leaks: glibc keeps freed pages resident, so a process's memory
+    follows the largest number of logins it has held at once."""
+    best, last = before_ms, None
+    for i, m in enumerate(max_ms):
+        if m > best:
+            best, last = m, i
+    return last
+
+
+def judge_memory(samples, names, t_measure, t_end, judge_from, prior_kib, slack_kib,
+                 min_judged_s):
+    """Per process in `names`: the reference is the highest RssAnon before
+    sampler time judge_from (this run's warm-up, idle seconds and measured
+    seconds up to the last backlog record) and prior_kib[name] (earlier
+    runs); the judged stretch the measured samples from judge_from on.
+    "grown" when the level idle after the run exceeds the reference by more
+    than slack_kib or the stretch's least-squares slope times its length
+    does.  The load generator is summarised the same way, never judged."""
     out = {}
     for n, s in samples.items():
-        ref = [a for _, ph, _, a in s if ph in ref_phases]
+        ref = [a for t, ph, _, a in s
+               if ph in ("warmup", "idle-before") or (ph == "soak" and t < judge_from)]
+        if prior_kib.get(n) is not None:
+            ref.append(prior_kib[n])
         meas = [(t, a) for t, ph, _, a in s if ph == "soak"]
-        end = [a for _, ph, _, a in s if ph == end_phase]
+        stretch = [(t, a) for t, a in meas if t >= judge_from]
+        end = [a for _, ph, _, a in s if ph == "idle-after"]
         if not ref or not meas:
             out[n] = None
             continue
-        mid = (t_measure + t_end) / 2
-        half = [(t, a) for t, a in meas if t >= mid]
-        slope = lsq_slope(half)
-        span = (max(t for t, _ in half) - min(t for t, _ in half)) if len(half) > 1 else 0.0
+        slope = lsq_slope(stretch)
+        span = (stretch[-1][0] - stretch[0][0]) if len(stretch) > 1 else 0.0
         end_kib = end[-1] if end else meas[-1][1]
         v = {"judged": n in names,
              "ref_anon_kib": max(ref), "end_anon_kib": end_kib,
              "growth_kib": end_kib - max(ref),
-             "max_anon_kib": max(a for _, a in meas),
-             "second_half_slope_kib_per_s": round(slope, 2),
-             "second_half_projected_kib": round(slope * span),
+             "first_anon_kib": meas[0][1], "max_anon_kib": max(a for _, a in meas),
+             "judged_from_s": round(judge_from - t_measure, 1),
+             "judged_s": round(t_end - max(judge_from, t_measure), 1),
+             "slope_kib_per_s": round(slope, 2), "projected_kib": round(slope * span),
              "rss_first_kib": s[0][2], "rss_max_kib": max(r for _, _, r, _ in s),
              "rss_end_kib": s[-1][2], "samples": len(s)}
+        v["too_short"] = bool(v["judged"] and v["judged_s"] < min_judged_s)
         v["grown"] = bool(v["judged"] and (v["growth_kib"] > slack_kib
-                                           or v["second_half_projected_kib"] > slack_kib))
+                                           or v["projected_kib"] > slack_kib))
         out[n] = v
     return out
 
@@ -387,10 +425,12 @@ def breakdown(target, out, outdir, rate, log):
     restart_kdc_with(target, {"early_flush": "true", "debug": "false"})
 
 
-def soak_run(target, idx, rate, args, outdir, log):
+def soak_run(target, idx, rate, args, outdir, log, hist):
     """One soak in the running realm: the warm-up run, a few idle seconds,
     the measured run, a few idle seconds; RssAnon of every process sampled
-    throughout.  Returns the run's figures and verdict."""
+    throughout.  hist carries what earlier runs reached ("max_ms": slowest
+    login, "anon": {name: highest RssAnon}) and is updated.  Returns the
+    run's figures and verdict."""
     label = f"soak-{idx}"
     storm_args = ["--timeout", target.timeout_s, "--max-inflight", target.max_inflight,
                   "--max-errors", 1000000]
@@ -410,8 +450,20 @@ def soak_run(target, idx, rate, args, outdir, log):
     t_end = round(time.time() - smp.t0, 2)
     _, rollup_end = smp.idle("idle-after", args.idle_s)
     judged = [n for n in target.watch]
-    mem = judge_memory(smp.samples, judged, t_measure, t_end,
-                       ("warmup", "idle-before"), "idle-after", args.rss_slack_kib)
+    # The last second that held more logins at once than ever before (its
+    # slowest login the slowest yet); memory is judged after it.  Storm
+    # second i is sampler time t_measure + i .. + i + 1; RssAnon of that
+    # second shows by the sample 2 s later.
+    before_ms = max([hist.get("max_ms", 0.0)]
+                    + storm_max_ms(os.path.join(outdir, label + "-warmup.csv")))
+    soak_ms = storm_max_ms(os.path.join(outdir, label + ".csv"))
+    rec = last_backlog_record(soak_ms, before_ms)
+    judge_from = t_measure if rec is None else t_measure + rec + 3
+    mem = judge_memory(smp.samples, judged, t_measure, t_end, judge_from,
+                       hist.get("anon", {}), args.rss_slack_kib, args.duration / 3)
+    hist["max_ms"] = max([before_ms] + soak_ms)
+    hist["anon"] = {n: max([hist.get("anon", {}).get(n, 0)] + [a for _, _, _, a in sm])
+                    for n, sm in smp.samples.items() if sm}
     for n in judged:
         if mem.get(n):
             mem[n]["smaps_rollup_before"] = rollup_ref.get(n)
@@ -419,9 +471,9 @@ def soak_run(target, idx, rate, args, outdir, log):
             # What a leak of this size would be per login of the run.
             mem[n]["growth_bytes_per_login"] = round(
                 mem[n]["growth_kib"] * 1024 / max(1, res["ok"]), 1)
-    grown = {n: {"growth_kib": v["growth_kib"],
-                 "second_half_projected_kib": v["second_half_projected_kib"]}
+    grown = {n: {"growth_kib": v["growth_kib"], "projected_kib": v["projected_kib"]}
              for n, v in mem.items() if v and v["grown"]}
+    too_short = [n for n, v in mem.items() if v and v["too_short"]]
     missing = [n for n in judged if not mem.get(n)]
     errors = res["failed_all_phases"] + res["dropped"] + wu["failed_all_phases"]
     lat = res["latency_us"]
@@ -445,9 +497,11 @@ def soak_run(target, idx, rate, args, outdir, log):
                        "max_ms": wu["latency_us"]["max"] / 1e3},
         "p99_bound_ms": p99_bound_ms, "sustained": sustained,
         "memory_criterion": MEMORY_CRITERION, "rss_slack_kib": args.rss_slack_kib,
+        "backlog_before_ms": before_ms, "backlog_last_record_s": rec,
         "memory": mem, "rss_grown": grown, "memory_unmeasured": missing,
+        "memory_judged_too_short": too_short,
         "rss_samples": smp.samples,
-        "pass": errors == 0 and sustained and not grown and not missing,
+        "pass": errors == 0 and sustained and not grown and not missing and not too_short,
     }
     log(f"  soak {idx}: {s['logins_per_s']:.0f}/s achieved of {rate}, {s['logins']} logins, "
         f"errors {errors} (failed {s['failed']}, dropped {s['dropped']}), "
@@ -459,16 +513,23 @@ def soak_run(target, idx, rate, args, outdir, log):
             per = (f", {v['growth_bytes_per_login']:+.1f} B/login"
                    if "growth_bytes_per_login" in v else "")
             log(f"    {n:13s} RssAnon {v['ref_anon_kib'] / 1024:7.1f} -> "
-                f"{v['end_anon_kib'] / 1024:7.1f} MiB ({v['growth_kib']:+6d} KiB{per}; max "
-                f"{v['max_anon_kib'] / 1024:.1f}), 2nd-half slope "
-                f"{v['second_half_slope_kib_per_s']:+6.1f} KiB/s ({v['second_half_projected_kib']:+d}"
-                f" KiB); VmRSS max {v['rss_max_kib'] / 1024:.1f} MiB"
+                f"{v['end_anon_kib'] / 1024:7.1f} MiB ({v['growth_kib']:+6d} KiB{per}; "
+                f"{v['first_anon_kib'] / 1024:.1f} at the start, max "
+                f"{v['max_anon_kib'] / 1024:.1f}), slope {v['slope_kib_per_s']:+6.1f} KiB/s "
+                f"({v['projected_kib']:+d} KiB over {v['judged_s']:.0f} s); VmRSS max "
+                f"{v['rss_max_kib'] / 1024:.1f} MiB"
                 + ("" if v["judged"] else " (not judged)"))
+    log(f"    backlog: slowest login before the run {before_ms:.0f} ms; "
+        + ("no second slower during it" if rec is None else
+           f"last record at second {rec} ({soak_ms[rec]:.0f} ms), memory judged from "
+           f"{judge_from - t_measure:.0f} s on"))
     log(f"  soak {idx} {'PASSED' if s['pass'] else 'FAILED'}: zero errors "
         f"{'yes' if errors == 0 else 'NO'}, sustained (>= 97% of the rate, p99 <= "
         f"{p99_bound_ms:.0f} ms) {'yes' if sustained else 'NO'}, memory over the "
         f"{args.rss_slack_kib} KiB slack: "
-        f"{grown or 'none'}" + (f", not measured: {missing}" if missing else ""))
+        f"{grown or 'none'}" + (f", not measured: {missing}" if missing else "")
+        + (f", judged stretch under {args.duration / 3:.0f} s (backlog records until late)"
+           if too_short else ""))
     return s
 
 
@@ -565,8 +626,9 @@ def main():
 
         # ---- the soaks, one after another in the same processes -------
         out["soaks"] = []
+        hist = {}
         for i in range(1, args.runs + 1):
-            out["soaks"].append(soak_run(target, i, rate, args, outdir, log))
+            out["soaks"].append(soak_run(target, i, rate, args, outdir, log, hist))
             out["soak"] = summarise(out["soaks"], rate, args.rss_slack_kib)
             save(args.out, out)
             if not target.alive():
