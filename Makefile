@@ -75,10 +75,15 @@ bench-storm: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_STORM)
 
-# 60 s at 90% of kmpc's peak (from storm.json): zero errors, RSS of every
-# process sampled; kmpc's one-client latency with the 100 ms window and with
-# early flush.
-BENCH_SOAK_S ?= 60
+# Soaks at 90% of kmpc's peak (from storm.json, or BENCH_SOAK_RATE logins/s):
+# BENCH_SOAK_RUNS runs of BENCH_SOAK_S seconds one after another in the same
+# processes, each clean only with zero errors and the anonymous memory of the
+# KDC and of each MPC server flat (read from /proc, nothing attached to
+# them); then kmpc's one-client latency with the 100 ms window and with
+# early flush.  `make bench-soak BENCH_SOAK_S=600`: one 10-minute soak.
+BENCH_SOAK_S    ?= 60
+BENCH_SOAK_RUNS ?= 1
+BENCH_SOAK_RATE ?=
 bench-soak: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_SOAK)
@@ -111,16 +116,19 @@ BENCH_ENV     = KMPC_CMAKE_BUILD=$(KMPC_BENCH_BUILD) \
                 KMPC_STORM=$(KMPC_BENCH_BUILD)/mpc-server/kmpc-storm
 BENCH_MPC     = $(BENCH_ENV) bash deploy/bench-mpc.sh
 BENCH_STORM   = $(BENCH_ENV) $(PYTHON) deploy/storm_bench.py --target stock,kmpc
-BENCH_SOAK    = $(BENCH_ENV) $(PYTHON) deploy/storm_soak.py --duration $(BENCH_SOAK_S)
+BENCH_SOAK    = $(BENCH_ENV) $(PYTHON) deploy/storm_soak.py --duration $(BENCH_SOAK_S) \
+                --runs $(BENCH_SOAK_RUNS) $(if $(BENCH_SOAK_RATE),--rate $(BENCH_SOAK_RATE))
 BENCH_NETNS   = $(BENCH_ENV) $(PYTHON) deploy/netns_cluster.py --rtt-ms $(NETNS_RTT_MS) \
                 --rate $(NETNS_RATE)
 BENCH_RESULTS = $(PYTHON) deploy/bench_results.py
 
 # All of it in one go after one build (the same binaries throughout; < 15 min
-# on a 2-core machine, the build not counted). A failed soak or netns step is
-# reported and the results are still written; the netns step is skipped when
-# the earlier steps took more than BENCH_NETNS_AFTER_S.
+# on a 2-core machine, the build not counted), the soak three times in a row
+# (BENCH_SOAK_RUNS = 3 here). A failed soak or netns step is reported and the results
+# are still written; the netns step is skipped when the earlier steps took
+# more than BENCH_NETNS_AFTER_S.
 BENCH_NETNS_AFTER_S ?= 750
+bench: BENCH_SOAK_RUNS = 3
 bench: build
 	@$(BENCH_SNAPSHOT)
 	@start=$$(date +%s); \

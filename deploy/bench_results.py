@@ -4,8 +4,10 @@
 Reads what the earlier steps wrote into build/bench:
   storm.json  deploy/storm_bench.py --target stock,kmpc (headline and
               default settings: peak sustained rate, latency, CPU, MPC cost)
-  soak.json   deploy/storm_soak.py (60 s at 90% of kmpc's peak, RSS; kmpc's
-              one-client latency with the 100 ms window and with early flush)
+  soak.json   deploy/storm_soak.py (soaks at 90% of kmpc's peak, each
+              judged on errors and on anonymous memory read from /proc;
+              kmpc's one-client latency with the 100 ms window and with
+              early flush)
   netns.json  deploy/netns_cluster.py (the same realm across network
               namespaces), optional
   mpc.json    deploy/bench-mpc.sh (MPC micro-benchmark), optional
@@ -171,7 +173,7 @@ def build(bench_dir):
             if soak.get(key):
                 res["kmpc"][key] = soak[key]
         so = dict(soak.get("soak") or {})
-        so.pop("rss_samples", None)
+        so["per_run"] = [soak_row(x) for x in soak.get("soaks") or []]
         res["soak"] = so
     if netns:
         res["netns"] = {k: v for k, v in netns.items()}
@@ -186,6 +188,23 @@ def build(bench_dir):
         }
     res["targets"] = targets(res)
     return res
+
+
+def soak_row(run):
+    """One soak run of soak.json, without its samples: the figures and, per
+    judged process, the anonymous memory's reference, end, growth and
+    second-half projection (KiB)."""
+    mem = {n: {k: v.get(k) for k in ("ref_anon_kib", "end_anon_kib", "growth_kib",
+                                     "judged_from_s", "slope_kib_per_s", "projected_kib",
+                                     "grown", "too_short")}
+           for n, v in (run.get("memory") or {}).items() if v and v.get("judged")}
+    return {"run": run.get("run"), "pass": run.get("pass"), "rate_held": run.get("rate_held"),
+            "p99_within_bound": run.get("sustained"),
+            "logins_per_s": r(run.get("logins_per_s"), 1), "logins": run.get("logins"),
+            "errors": run.get("errors"), "p99_ms": r(run.get("p99_ms"), 1),
+            "max_ms": r(run.get("max_ms"), 1),
+            "machine_steal_cores": r(run.get("machine_steal_cores"), 3),
+            "memory": mem, "memory_unmeasured": run.get("memory_unmeasured") or []}
 
 
 def bound_row(what, value, bound, fmt, missing, ratio=False):
@@ -226,16 +245,17 @@ def targets(res):
                          k.get("p99_ms_at_90pct"), TARGET_P99_90PCT_MS, ".1f",
                          "not measured"))
     if soak:
+        runs = soak.get("runs", 1)
         out.append({
-            "what": (f"soak {soak.get('duration_s', 0):.0f} s at 90% of peak: zero errors, "
-                     "no memory growth beyond warm-up ("
-                     + (soak.get("memory_criterion") or "raw RSS") + ")"),
-            "measured": (f"{soak.get('logins_per_s', 0):.0f}/s of {soak.get('offered')}, errors "
-                         f"{soak.get('errors')}, grown beyond "
-                         f"{soak.get('rss_slack_kib', 0) // 1024} MiB: "
+            "what": (f"{runs} x {soak.get('duration_s', 0):.0f} s soak at 90% of peak in the "
+                     "same processes, each run: no crash, zero errors, >= 97% of the rate, anonymous memory "
+                     f"flat within {soak.get('rss_slack_kib', 0)} KiB (/proc only)"),
+            "measured": (f"{soak.get('passed_runs')} of {runs} runs clean; lowest "
+                         f"{soak.get('logins_per_s', 0):.0f}/s of {soak.get('offered')}, errors "
+                         f"{soak.get('errors')}, memory over the slack: "
                          f"{soak.get('rss_grown') or 'none'}"),
             "met": bool(soak.get("pass")),
-            "miss_by": None if soak.get("pass") else "see soak.rss / soak.errors",
+            "miss_by": None if soak.get("pass") else "see soak.per_run",
         })
     return out
 
@@ -314,19 +334,29 @@ def print_table(res, out_path):
           f"{fmt(d['kmpc']['p99_ms_at_90pct'], '.1f', ' ms')}")
     so = res.get("soak")
     if so:
-        p(f"soak: {so.get('duration_s', 0):.0f} s at {so.get('offered')}/s -> "
-          f"{so.get('logins_per_s', 0):.0f}/s, errors {so.get('errors')}, p99 "
-          f"{fmt(so.get('p99_ms'), '.1f', ' ms')}; RSS (warm-up level -> max of 2nd half, KiB):")
-        held = so.get("held_after_trim") or {}
-        for n, v in (so.get("rss") or {}).items():
-            if v:
-                h = held.get(n) or {}
-                kept = (f"; malloc in use {h['after_warmup']['in_use_kib']} -> "
-                        f"{h['after_soak']['in_use_kib']} ({h['in_use_growth_kib']:+d})"
-                        if h.get("in_use_growth_kib") is not None else "")
-                p(f"  {n:13s} {v['warmup_level_kib']:8d} -> {v['second_half_max_kib']:8d} "
-                  f"({v['growth_over_warmup_kib']:+d}; slope {v['second_half_slope_kib_per_s']:+.1f}"
-                  f" KiB/s){kept}")
+        p(f"soak: {so.get('runs', 1)} x {so.get('duration_s', 0):.0f} s at {so.get('offered')}/s "
+          f"in the same processes; anonymous memory (RssAnon, KiB) reference -> end "
+          f"(growth; slope after the last backlog record), slack {so.get('rss_slack_kib')} KiB:")
+        for x in so.get("per_run") or []:
+            p(f"  run {x['run']}: {'clean' if x['pass'] else 'FAILED'}"
+              + (" (rate not held)" if x.get("rate_held") is False else "") + ", "
+              f"{fmt(x['logins_per_s'], '.0f')}/s, errors {x['errors']}, p99 "
+              f"{fmt(x['p99_ms'], '.1f', ' ms')}"
+              + (" (over the sweep's 500 ms)" if x.get("p99_within_bound") is False else "")
+              + ", host steal "
+              f"{fmt(x['machine_steal_cores'], '.3f')} cores"
+              + (f"; memory not measured: {x['memory_unmeasured']}"
+                 if x["memory_unmeasured"] else ""))
+            for n, v in x["memory"].items():
+                p(f"    {n:13s} {v['ref_anon_kib']:8d} -> {v['end_anon_kib']:8d} "
+                  f"({v['growth_kib']:+6d}; {v['slope_kib_per_s']:+7.1f} KiB/s from "
+                  f"{v['judged_from_s']:.0f} s)"
+                  + (" over the slack" if v["grown"] else "")
+                  + (" judged too short" if v["too_short"] else ""))
+        across = so.get("memory_across_runs") or {}
+        if len(so.get("per_run") or []) > 1 and across:
+            p("  first run's reference -> last run's end: " + ", ".join(
+                f"{n} {v['growth_kib']:+d} KiB" for n, v in across.items()))
         if so.get("memory_criterion"):
             p(f"  memory judged on: {so['memory_criterion']}")
     n = res.get("netns")

@@ -5,29 +5,55 @@ One kmpc realm (deploy/kmpc_cluster.py, headline settings: disable_last_success
 and disable_lockout on), then:
   1. one client (closed loop, c=1) with the module's default batch window
      (batch_window_ms = 100, early_flush off);
-  2. the soak: an open-loop storm at 90% of kmpc's peak sustained rate (from
-     build/bench/storm.json, else --rate): a warm-up run of --warmup seconds
-     (10), then --duration seconds (60) measured, sampling the resident
-     memory (VmRSS) of the KDC, each MPC server and the load generator once a
-     second.  Memory is judged on the heap bytes each process has allocated
-     and not freed (glibc malloc_info through gdb, all arenas and mmapped
-     chunks, the process idle after the warm-up run and after the soak):
-     glibc keeps freed heap pages resident, so raw RSS climbs to the
-     high-water mark of any backlog (thousands of logins in flight when the
-     shared machine stalls; the load generator's RSS jumps with it) and
-     stays there, leak or not; bytes in use do not.  Passes when no login
-     failed or was dropped and no process has more than --rss-slack-kib
-     more in use after the soak than after the warm-up.  Raw RSS (first
-     10 s, max, end, second-half slope) and RSS after malloc_trim(0) are
-     reported beside; without gdb the raw RSS is judged (highest RSS in the
-     second half against the highest during the first 10 s);
+  2. the soak, --runs times one after another in the same processes (make
+     bench: 3), each run: an open-loop storm at 90% of kmpc's peak sustained
+     rate (from build/bench/storm.json, else --rate) for --first-warmup
+     seconds (30; --warmup, 10, before each later run), --idle-s idle
+     seconds (3), the same storm for --duration seconds (60) measured,
+     --idle-s idle seconds again.  A run is clean when no login failed or
+     was dropped (warm-up included), at least 97% of the rate was achieved
+     (p99 against the sweep's 500 ms bound is reported beside), every
+     process is still alive, and the memory of the KDC and of each MPC
+     server is flat:
+       the anonymous resident memory (RssAnon of /proc/PID/status, read once
+       a second through the whole run) is judged over the measured seconds
+       after the run's last backlog record, a second whose slowest login
+       took longer than any before in these processes (warm-ups and earlier
+       runs included; the whole run when there is none).  Its level idle
+       after the run may exceed the reference, the highest level the
+       process reached before that stretch (earlier runs included), by at
+       most --rss-slack-kib (4096); the least-squares slope over the
+       stretch times its length may not exceed the slack either; and the
+       stretch must cover a third of the run.
+     Why: glibc keeps freed heap pages resident, so a process's memory
+     settles at the level of the most logins it has held at once (the
+     batches in flight), leak or not, and rises in steps at the seconds
+     that set a new backlog record, while a leak keeps growing with the
+     logins served.  The slowest login per second (kmpc-storm --csv) is a
+     proxy for that backlog, not an exact one: after a record, a different
+     mix of batch sizes can still raise the mark by a MiB or two, which the
+     slack absorbs.  At 90% of the peak (~2,400/s, 144,000 logins a
+     minute) 4 MiB is ~30 bytes per login (each run reports its growth per
+     login).  What /proc cannot see: a leak smaller than the free space the
+     allocator keeps after a backlog fills that space before RSS moves;
+     later runs and the 10-minute soak (make bench-soak BENCH_SOAK_S=600)
+     narrow it.  smaps_rollup (Rss, Anonymous, Private_Dirty) is read at
+     the idle points and reported beside; the load generator's memory is
+     reported, not judged.
+     Measurement only reads /proc: nothing is attached to, traced,
+     signalled or called in a measured process (a ptrace attach interrupts
+     the KDC's poll(), and a call injected then can hand libev the
+     kernel-internal ERESTART_RESTARTBLOCK, 516, on which it aborts).
   3. the KDC restarted with early_flush = true (same cluster, same KDB):
-     one client again, and a short open-loop point at 50% of the peak
-     (what early flush costs under load).
-Writes build/bench/soak.json; prints one line per phase.  Every process is
-stopped by PID at the end, also on failure.
+     one client again, the module's per-batch timings, and a short open-loop
+     point at 50% of the peak (what early flush costs under load).
+Writes build/bench/soak.json ("soaks": each run with its samples; "soak":
+their summary, pass only when every run passed); prints one line per phase.
+Every process is stopped by PID at the end, also on failure.  Exit status 0
+when every soak run passed.
 
-Usage: storm_soak.py [--duration 60] [--warmup 10] [--rate R] [--users 1000]
+Usage: storm_soak.py [--duration 60] [--runs 1] [--warmup 10] [--rate R]
+                     [--rss-slack-kib 2048] [--users 1000] [--no-breakdown]
 """
 
 import argparse
@@ -46,67 +72,11 @@ import storm_bench  # noqa: E402
 BENCH_DIR = storm_bench.BENCH_DIR
 
 
-def malloc_state(pids):
-    """{name: {"rss_trimmed_kib", "in_use_kib"}} for each idle process: through
-    gdb (batch mode, detaches at once) it calls malloc_trim(0) -- glibc keeps
-    freed heap pages resident, so raw RSS stays at the high-water mark of any
-    backlog -- then reads VmRSS, and malloc_info() gives the bytes the
-    allocator has handed out and not got back (all arenas, mmapped chunks
-    included): what a leak makes grow, fragmentation and retention do not.
-    None for a process where gdb is missing or a call failed.  The processes
-    are non-dumpable; ptrace by root still works."""
-    import shutil
-    import subprocess
-    import tempfile
-    gdb = shutil.which("gdb")
-    out = {}
-    for n, pid in pids.items():
-        out[n] = None
-        if not gdb:
-            continue
-        fd, xml = tempfile.mkstemp(prefix="malloc-info-", suffix=".xml")
-        os.close(fd)
-        try:
-            p = subprocess.run(
-                [gdb, "-nx", "-batch", "-p", str(pid),
-                 "-ex", "call (int) malloc_trim(0)",
-                 "-ex", f'set $f = (void *) fopen("{xml}", "w")',
-                 "-ex", "call (int) malloc_info(0, $f)",
-                 "-ex", "call (int) fclose($f)", "-ex", "detach"],
-                capture_output=True, text=True, timeout=60)
-            with open(xml) as f:
-                text = f.read()
-            tail = text[text.rfind("</heap>"):]
-            v = {k: int(x) for k, x in re.findall(
-                r'<(?:total|system) type="(fast|rest|mmap|current)" (?:count="\d+" )?'
-                r'size="(\d+)"/>', tail)}
-            if p.returncode == 0 and len(v) == 4:
-                out[n] = {"rss_trimmed_kib": rss_kib(pid),
-                          "in_use_kib": (v["current"] - v["fast"] - v["rest"] + v["mmap"])
-                          // 1024}
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        finally:
-            os.unlink(xml)
-    return out
-
-
 def save(path, out):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(out, f, indent=1)
     os.replace(tmp, path)
-
-
-def rss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def find_child(ppid, name):
@@ -127,29 +97,194 @@ def find_child(ppid, name):
     return None
 
 
-def rss_summary(samples, t_warm):
-    """samples: [(t, rss_kib)] for one process; t from the storm's start.
-    Warm-up level: the highest RSS up to t_warm. Growth: the highest RSS in
-    the second half of the run above that level, and the slope of a least
-    squares line over the second half."""
-    if not samples:
+# ---- memory, from /proc only -------------------------------------------
+# Nothing here stops, signals, traces or calls into a measured process: it
+# reads files the kernel fills from its own accounting.  /proc/PID/status
+# (VmRSS, RssAnon: the mm's RSS counters, no lock of the process's address
+# space) is read every second; /proc/PID/smaps_rollup (Rss, Anonymous,
+# Private_Dirty: a walk of the page tables under the mmap read lock) only
+# at the idle points before and after each run, where a short wait of the
+# process on that lock costs nothing.  smaps_rollup of a non-dumpable
+# process needs CAP_SYS_PTRACE (PTRACE_MODE_READ, proc(5)); without it the
+# figures from status are used alone.
+
+STATUS_KEYS = ("VmRSS", "RssAnon")
+ROLLUP_KEYS = ("Rss", "Anonymous", "Private_Dirty")
+
+
+def _kib_fields(path, keys):
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in keys:
+                    out[k] = int(v.split()[0])
+    except (OSError, ValueError, IndexError):
         return None
-    warm = [r for t, r in samples if t <= t_warm] or [samples[0][1]]
-    t_end = samples[-1][0]
-    half = [(t, r) for t, r in samples if t >= (t_warm + t_end) / 2] or samples[-1:]
-    level = max(warm)
-    late_max = max(r for _, r in half)
-    n = len(half)
-    slope = 0.0
-    if n >= 3:
-        mt = sum(t for t, _ in half) / n
-        mr = sum(r for _, r in half) / n
-        den = sum((t - mt) ** 2 for t, _ in half)
-        slope = sum((t - mt) * (r - mr) for t, r in half) / den if den else 0.0
-    return {"warmup_level_kib": level, "first_kib": samples[0][1],
-            "max_kib": max(r for _, r in samples), "end_kib": samples[-1][1],
-            "second_half_max_kib": late_max, "growth_over_warmup_kib": late_max - level,
-            "second_half_slope_kib_per_s": round(slope, 2), "samples": len(samples)}
+    return out if len(out) == len(keys) else None
+
+
+def proc_status(pid):
+    """{"VmRSS", "RssAnon"} in KiB from /proc/PID/status; None once gone."""
+    return _kib_fields(f"/proc/{pid}/status", STATUS_KEYS)
+
+
+def smaps_rollup(pid):
+    """{"Rss", "Anonymous", "Private_Dirty"} in KiB; None if unreadable."""
+    return _kib_fields(f"/proc/{pid}/smaps_rollup", ROLLUP_KEYS)
+
+
+def rss_kib(pid):
+    st = proc_status(pid)
+    return st["VmRSS"] if st else None
+
+
+def lsq_slope(pts):
+    """Least-squares slope of [(t, y)]; 0.0 for fewer than 3 points."""
+    n = len(pts)
+    if n < 3:
+        return 0.0
+    mt = sum(t for t, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    den = sum((t - mt) ** 2 for t, _ in pts)
+    return sum((t - mt) * (y - my) for t, y in pts) / den if den else 0.0
+
+
+class Sampler:
+    """Samples /proc/PID/status of every watched process (and of the load
+    generator, found as this process's kmpc-storm child) once a second:
+    samples[name] = [(t, phase, VmRSS, RssAnon)], t in seconds from start."""
+
+    def __init__(self, watch):
+        self.watch = dict(watch)
+        self.samples = {n: [] for n in (*self.watch, "kmpc-storm")}
+        self.t0 = time.time()
+
+    def sample(self, phase):
+        t = round(time.time() - self.t0, 2)
+        pids = dict(self.watch)
+        gen = find_child(os.getpid(), "kmpc-storm")
+        if gen:
+            pids["kmpc-storm"] = gen
+        for n, pid in pids.items():
+            st = proc_status(pid)
+            if st:
+                self.samples[n].append((t, phase, st["VmRSS"], st["RssAnon"]))
+        return t
+
+    def during(self, fn, phase):
+        """Run fn() in a thread, sampling once a second until it returns;
+        re-raises what fn raised."""
+        box = {}
+
+        def run():
+            try:
+                box["res"] = fn()
+            except BaseException as e:  # re-raised below
+                box["exc"] = e
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        while th.is_alive():
+            self.sample(phase)
+            th.join(1.0)
+        if "exc" in box:
+            raise box["exc"]
+        return box["res"]
+
+    def idle(self, phase, seconds):
+        """Samples over `seconds` with no load; the last RssAnon of each
+        process and its smaps_rollup (None where unreadable)."""
+        end = time.time() + seconds
+        while True:
+            self.sample(phase)
+            if time.time() >= end:
+                break
+            time.sleep(min(1.0, max(0.0, end - time.time())))
+        last = {n: s[-1][3] for n, s in self.samples.items()
+                if s and s[-1][1] == phase and n in self.watch}
+        return last, {n: smaps_rollup(pid) for n, pid in self.watch.items()}
+
+
+MEMORY_CRITERION = (
+    "anonymous resident memory (RssAnon, /proc/PID/status, sampled once a second; "
+    "nothing attached to the processes) of the KDC and each MPC server, judged over the "
+    "measured seconds after the run's last backlog record (a second whose slowest login "
+    "took longer than any before in these processes, warm-ups and earlier runs "
+    "included): (1) the level idle after the run may exceed the reference (the highest "
+    "level these processes reached before that stretch) by at most the slack, (2) the "
+    "least-squares slope over the stretch times its length may not exceed the slack, "
+    "and (3) the stretch must cover at least a third of the run")
+
+
+def storm_max_ms(csv_path):
+    """Per-second slowest login (ms) of a kmpc-storm --csv file, drain
+    seconds left out; [] if unreadable."""
+    out = []
+    try:
+        with open(csv_path) as f:
+            next(f)
+            for line in f:
+                c = line.rstrip("\n").split(",")
+                if len(c) >= 9 and c[1] != "drain":
+                    out.append(int(c[8]) / 1e3)
+    except (OSError, ValueError, StopIteration):
+        return []
+    return out
+
+
+def last_backlog_record(max_ms, before_ms):
+    """Index of the last second whose slowest login exceeds every earlier
+    second's and before_ms (the slowest of everything served before);
+    None when no second does.  Memory rises only at such seconds when
+    nothing leaks: glibc keeps freed pages resident, so a process's memory
+    follows the largest number of logins it has held at once."""
+    best, last = before_ms, None
+    for i, m in enumerate(max_ms):
+        if m > best:
+            best, last = m, i
+    return last
+
+
+def judge_memory(samples, names, t_measure, t_end, judge_from, prior_kib, slack_kib,
+                 min_judged_s):
+    """Per process in `names`: the reference is the highest RssAnon before
+    sampler time judge_from (this run's warm-up, idle seconds and measured
+    seconds up to the last backlog record) and prior_kib[name] (earlier
+    runs); the judged stretch the measured samples from judge_from on.
+    "grown" when the level idle after the run exceeds the reference by more
+    than slack_kib or the stretch's least-squares slope times its length
+    does.  The load generator is summarised the same way, never judged."""
+    out = {}
+    for n, s in samples.items():
+        ref = [a for t, ph, _, a in s
+               if ph in ("warmup", "idle-before") or (ph == "soak" and t < judge_from)]
+        if prior_kib.get(n) is not None:
+            ref.append(prior_kib[n])
+        meas = [(t, a) for t, ph, _, a in s if ph == "soak"]
+        stretch = [(t, a) for t, a in meas if t >= judge_from]
+        end = [a for _, ph, _, a in s if ph == "idle-after"]
+        if not ref or not meas:
+            out[n] = None
+            continue
+        slope = lsq_slope(stretch)
+        span = (stretch[-1][0] - stretch[0][0]) if len(stretch) > 1 else 0.0
+        end_kib = end[-1] if end else meas[-1][1]
+        v = {"judged": n in names,
+             "ref_anon_kib": max(ref), "end_anon_kib": end_kib,
+             "growth_kib": end_kib - max(ref),
+             "first_anon_kib": meas[0][1], "max_anon_kib": max(a for _, a in meas),
+             "judged_from_s": round(judge_from - t_measure, 1),
+             "judged_s": round(t_end - max(judge_from, t_measure), 1),
+             "slope_kib_per_s": round(slope, 2), "projected_kib": round(slope * span),
+             "rss_first_kib": s[0][2], "rss_max_kib": max(r for _, _, r, _ in s),
+             "rss_end_kib": s[-1][2], "samples": len(s)}
+        v["too_short"] = bool(v["judged"] and v["judged_s"] < min_judged_s)
+        v["grown"] = bool(v["judged"] and (v["growth_kib"] > slack_kib
+                                           or v["projected_kib"] > slack_kib))
+        out[n] = v
+    return out
 
 
 def restart_kdc_with(target, options):
@@ -195,13 +330,6 @@ def set_kdc_debug(target, on):
         conf = conf.replace("[logging]\n", "[logging]\n    debug = true\n", 1)
     with open(r.kdc_conf, "w") as f:
         f.write(conf)
-
-
-def out_crit(trimmed):
-    return ("heap bytes in use (malloc_info, all arenas and mmapped chunks) after the soak "
-            "vs after the warm-up run, both idle; raw RSS keeps the allocator's freed pages "
-            "(high-water mark of any backlog) and is reported beside" if trimmed else
-            "raw RSS (no gdb for malloc_info): second-half max vs the first 10 s")
 
 
 def median(v):
@@ -302,6 +430,144 @@ def breakdown(target, out, outdir, rate, log):
     restart_kdc_with(target, {"early_flush": "true", "debug": "false"})
 
 
+def soak_run(target, idx, rate, args, outdir, log, hist):
+    """One soak in the running realm: the warm-up run, a few idle seconds,
+    the measured run, a few idle seconds; RssAnon of every process sampled
+    throughout.  hist carries what earlier runs reached ("max_ms": slowest
+    login, "anon": {name: highest RssAnon}) and is updated.  Returns the
+    run's figures and verdict."""
+    label = f"soak-{idx}"
+    storm_args = ["--timeout", target.timeout_s, "--max-inflight", target.max_inflight,
+                  "--max-errors", 1000000]
+    smp = Sampler(target.watch)
+    # Warm-up at the soak's rate (caches, the KDC's lookaside cache of
+    # replies, allocator arenas): its memory is the reference.
+    warmup = args.first_warmup if idx == 1 else args.warmup
+    wu = smp.during(lambda: storm_bench.run_storm(
+        target, ["-r", rate, "-d", warmup, "-w", 1, *storm_args],
+        label + "-warmup", outdir, timeout=warmup + 120), "warmup")
+    _, rollup_ref = smp.idle("idle-before", args.idle_s)
+    t_measure = smp.sample("soak")
+    res = smp.during(lambda: storm_bench.run_storm(
+        target, ["-r", rate, "-d", args.duration, "-w", 2, *storm_args,
+                 "--time-limit", args.duration + 60],
+        label, outdir, timeout=args.duration + 120), "soak")
+    t_end = round(time.time() - smp.t0, 2)
+    _, rollup_end = smp.idle("idle-after", args.idle_s)
+    judged = [n for n in target.watch]
+    # The last second that held more logins at once than ever before (its
+    # slowest login the slowest yet); memory is judged after it.  Storm
+    # second i is sampler time t_measure + i .. + i + 1; RssAnon of that
+    # second shows by the sample 2 s later.
+    before_ms = max([hist.get("max_ms", 0.0)]
+                    + storm_max_ms(os.path.join(outdir, label + "-warmup.csv")))
+    soak_ms = storm_max_ms(os.path.join(outdir, label + ".csv"))
+    rec = last_backlog_record(soak_ms, before_ms)
+    judge_from = t_measure if rec is None else t_measure + rec + 3
+    mem = judge_memory(smp.samples, judged, t_measure, t_end, judge_from,
+                       hist.get("anon", {}), args.rss_slack_kib, args.duration / 3)
+    hist["max_ms"] = max([before_ms] + soak_ms)
+    hist["anon"] = {n: max([hist.get("anon", {}).get(n, 0)] + [a for _, _, _, a in sm])
+                    for n, sm in smp.samples.items() if sm}
+    for n in judged:
+        if mem.get(n):
+            mem[n]["smaps_rollup_before"] = rollup_ref.get(n)
+            mem[n]["smaps_rollup_after"] = rollup_end.get(n)
+            # What a leak of this size would be per login of the run.
+            mem[n]["growth_bytes_per_login"] = round(
+                mem[n]["growth_kib"] * 1024 / max(1, res["ok"]), 1)
+    grown = {n: {"growth_kib": v["growth_kib"], "projected_kib": v["projected_kib"]}
+             for n, v in mem.items() if v and v["grown"]}
+    too_short = [n for n, v in mem.items() if v and v["too_short"]]
+    missing = [n for n in judged if not mem.get(n)]
+    errors = res["failed_all_phases"] + res["dropped"] + wu["failed_all_phases"]
+    lat = res["latency_us"]
+    # The rate held: 97% of it achieved.  p99 within the sweep's bound
+    # (storm_bench.sustained) is reported, not required: a stall of the
+    # shared machine raises p99 without saying anything about kmpc.
+    p99_bound_ms = getattr(target, "p99_bound_ms", 500.0)
+    held = res["logins_per_s"] >= 0.97 * rate
+    sustained = held and lat["p99"] / 1e3 <= p99_bound_ms
+    s = {
+        "run": idx, "offered": rate, "duration_s": args.duration, "warmup_s": warmup,
+        "logins_per_s": res["logins_per_s"], "logins": res["ok"],
+        "failed": res["failed_all_phases"], "dropped": res["dropped"],
+        "retransmits": res["retransmits"], "errors": errors,
+        "errors_by_code": res["errors"],
+        **{k + "_ms": v / 1e3 for k, v in lat.items()
+           if k in ("p50", "p90", "p99", "p999", "max")},
+        "cpu": res["cpu"], "mpc": res.get("mpc"),
+        "machine_steal_cores": res.get("machine_steal_cores"),
+        "warmup_run": {"logins": wu["ok"], "failed": wu["failed_all_phases"],
+                       "dropped": wu["dropped"], "p99_ms": wu["latency_us"]["p99"] / 1e3,
+                       "max_ms": wu["latency_us"]["max"] / 1e3},
+        "p99_bound_ms": p99_bound_ms, "rate_held": held, "sustained": sustained,
+        "memory_criterion": MEMORY_CRITERION, "rss_slack_kib": args.rss_slack_kib,
+        "backlog_before_ms": before_ms, "backlog_last_record_s": rec,
+        "memory": mem, "rss_grown": grown, "memory_unmeasured": missing,
+        "memory_judged_too_short": too_short,
+        "rss_samples": smp.samples,
+        "pass": errors == 0 and held and not grown and not missing and not too_short,
+    }
+    log(f"  soak {idx}: {s['logins_per_s']:.0f}/s achieved of {rate}, {s['logins']} logins, "
+        f"errors {errors} (failed {s['failed']}, dropped {s['dropped']}), "
+        f"p50 {s['p50_ms']:.1f} ms p99 {s['p99_ms']:.1f} ms max {s['max_ms']:.1f} ms, "
+        f"host steal {s['machine_steal_cores'] or 0:.3f} cores; warm-up p99 "
+        f"{s['warmup_run']['p99_ms']:.1f} ms max {s['warmup_run']['max_ms']:.1f} ms")
+    for n, v in mem.items():
+        if v:
+            per = (f", {v['growth_bytes_per_login']:+.1f} B/login"
+                   if "growth_bytes_per_login" in v else "")
+            log(f"    {n:13s} RssAnon {v['ref_anon_kib'] / 1024:7.1f} -> "
+                f"{v['end_anon_kib'] / 1024:7.1f} MiB ({v['growth_kib']:+6d} KiB{per}; "
+                f"{v['first_anon_kib'] / 1024:.1f} at the start, max "
+                f"{v['max_anon_kib'] / 1024:.1f}), slope {v['slope_kib_per_s']:+6.1f} KiB/s "
+                f"({v['projected_kib']:+d} KiB over {v['judged_s']:.0f} s); VmRSS max "
+                f"{v['rss_max_kib'] / 1024:.1f} MiB"
+                + ("" if v["judged"] else " (not judged)"))
+    log(f"    backlog: slowest login before the run {before_ms:.0f} ms; "
+        + ("no second slower during it" if rec is None else
+           f"last record at second {rec} ({soak_ms[rec]:.0f} ms), memory judged from "
+           f"{judge_from - t_measure:.0f} s on"))
+    log(f"  soak {idx} {'PASSED' if s['pass'] else 'FAILED'}: zero errors "
+        f"{'yes' if errors == 0 else 'NO'}, >= 97% of the rate {'yes' if held else 'NO'} "
+        f"(p99 within the sweep's {p99_bound_ms:.0f} ms: {'yes' if sustained else 'no'}), "
+        "memory over the "
+        f"{args.rss_slack_kib} KiB slack: "
+        f"{grown or 'none'}" + (f", not measured: {missing}" if missing else "")
+        + (f", judged stretch under {args.duration / 3:.0f} s (backlog records until late)"
+           if too_short else ""))
+    return s
+
+
+def summarise(runs, rate, slack_kib):
+    """The soaks of one invocation as one result (results.json's "soak"):
+    passes when every run passed; memory across the runs (the first run's
+    reference to the last run's end) beside."""
+    last = runs[-1]
+    across = {}
+    for n, v in (runs[0].get("memory") or {}).items():
+        e = (last.get("memory") or {}).get(n)
+        if v and e and v["judged"]:
+            across[n] = {"ref_anon_kib": v["ref_anon_kib"], "end_anon_kib": e["end_anon_kib"],
+                         "growth_kib": e["end_anon_kib"] - v["ref_anon_kib"]}
+    worst = max(runs, key=lambda r: r["p99_ms"])
+    return {
+        "runs": len(runs), "passed_runs": sum(1 for r in runs if r["pass"]),
+        "offered": rate, "duration_s": last["duration_s"],
+        "logins_per_s": min(r["logins_per_s"] for r in runs),
+        "logins": sum(r["logins"] for r in runs),
+        "errors": sum(r["errors"] for r in runs),
+        "p99_ms": worst["p99_ms"], "max_ms": max(r["max_ms"] for r in runs),
+        "memory_criterion": MEMORY_CRITERION, "rss_slack_kib": slack_kib,
+        "rss_grown": {f"run {r['run']}": r["rss_grown"] for r in runs if r["rss_grown"]},
+        "memory_across_runs": across,
+        "pass": all(r["pass"] for r in runs),
+        "note": ("logins_per_s is the lowest of the runs, p99_ms and max_ms the highest; "
+                 "each run in soak.json's \"soaks\""),
+    }
+
+
 def peak_from_storm_json(path):
     try:
         with open(path) as f:
@@ -314,15 +580,21 @@ def peak_from_storm_json(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=60.0, help="measured soak seconds")
-    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=10.0,
+                    help="warm-up seconds before each run after the first")
+    ap.add_argument("--first-warmup", type=float, default=30.0,
+                    help="warm-up seconds before the first run (fresh processes)")
     ap.add_argument("--rate", type=float, default=None,
                     help="offered logins/s (default: 90%% of kmpc/headline peak in storm.json)")
     ap.add_argument("--storm-json", default=os.path.join(BENCH_DIR, "storm.json"))
     ap.add_argument("--users", type=int, default=1000)
     ap.add_argument("--one-client-s", type=float, default=4.0)
-    ap.add_argument("--rss-slack-kib", type=int, default=2048,
-                    help="RSS above the warm-up level still counted as no growth "
-                         "(allocator noise)")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="soaks one after another in the same processes, each judged")
+    ap.add_argument("--idle-s", type=float, default=3.0,
+                    help="idle seconds sampled before and after each measured run")
+    ap.add_argument("--rss-slack-kib", type=int, default=4096,
+                    help="anonymous memory growth still counted as flat (KiB)")
     ap.add_argument("--no-breakdown", dest="breakdown", action="store_false",
                     help="skip the per-batch timing runs (KDC debug log)")
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "soak.json"))
@@ -346,7 +618,9 @@ def main():
            "settings": "headline", "peak_from_storm_json": peak,
            "rate_basis": "90% of kmpc/headline peak" if (peak and not args.rate)
            else ("--rate" if args.rate else "no storm.json: 500/s")}
-    log(f"== kmpc soak: {rate}/s for {args.duration:.0f} s (+{args.warmup:.0f} s warm-up), "
+    log(f"== kmpc soak: {rate}/s for {args.duration:.0f} s (+{args.first_warmup:.0f} s warm-up"
+        + (f", {args.warmup:.0f} s before each further run" if args.runs > 1 else "") + ")"
+        + (f", {args.runs} runs in a row" if args.runs > 1 else "") + ", "
         f"{out['rate_basis']}; load average {os.getloadavg()[0]:.2f}")
     target = None
     try:
@@ -357,113 +631,20 @@ def main():
         log(f"  one client, batch_window_ms = 100: p50 {one['p50_ms']:.2f} ms, "
             f"p99 {one['p99_ms']:.2f} ms")
 
-        # ---- the soak -------------------------------------------------
-        samples = {n: [] for n in target.watch}
-        samples["kmpc-storm"] = []
-        result = {}
-
-        # Warm-up at the soak's rate (caches, the KDC's lookaside cache of
-        # replies, allocator arenas), then what each process holds.
-        wu = storm_bench.run_storm(
-            target, ["-r", rate, "-d", args.warmup, "-w", 1, "--timeout", target.timeout_s,
-                     "--max-inflight", target.max_inflight, "--max-errors", 1000000],
-            "soak-warmup", outdir, timeout=args.warmup + 120)
-        mem_warm = malloc_state(target.watch)
-        raw_after_warm = {n: rss_kib(pid) for n, pid in target.watch.items()}
-
-        def storm():
-            try:
-                result["res"] = storm_bench.run_storm(
-                    target, ["-r", rate, "-d", args.duration, "-w", 2,
-                             "--timeout", target.timeout_s, "--max-inflight",
-                             target.max_inflight, "--max-errors", 1000000,
-                             "--time-limit", args.duration + 60],
-                    "soak", outdir, timeout=args.duration + 120)
-            except BaseException as e:  # reported below
-                result["exc"] = e
-
-        th = threading.Thread(target=storm, daemon=True)
-        ts = time.time()
-        th.start()
-        gen_pid = None
-        while th.is_alive():
-            t = time.time() - ts
-            for n, pid in target.watch.items():
-                r = rss_kib(pid)
-                if r is not None:
-                    samples[n].append((round(t, 2), r))
-            if gen_pid is None:
-                gen_pid = find_child(os.getpid(), "kmpc-storm")
-            if gen_pid:
-                r = rss_kib(gen_pid)
-                if r is not None:
-                    samples["kmpc-storm"].append((round(t, 2), r))
-            th.join(1.0)
-        if "exc" in result:
-            raise result["exc"]
-        res = result["res"]
-        mem_end = malloc_state(target.watch)
-        t_warm = min(10.0, args.duration / 4)
-        rss = {n: rss_summary(s, t_warm) for n, s in samples.items() if s}
-        errors = res["failed_all_phases"] + res["dropped"] + wu["failed_all_phases"]
-        trimmed = all(mem_warm.get(n) and mem_end.get(n) for n in target.watch)
-        held = {n: {"raw_rss_after_warmup_kib": raw_after_warm.get(n),
-                    "after_warmup": mem_warm.get(n), "after_soak": mem_end.get(n),
-                    "in_use_growth_kib": (mem_end[n]["in_use_kib"] - mem_warm[n]["in_use_kib"])
-                    if trimmed else None,
-                    "rss_trimmed_growth_kib": (mem_end[n]["rss_trimmed_kib"]
-                                               - mem_warm[n]["rss_trimmed_kib"])
-                    if trimmed else None}
-                for n in target.watch}
-        if trimmed:
-            grown = {n: v["in_use_growth_kib"] for n, v in held.items()
-                     if v["in_use_growth_kib"] > args.rss_slack_kib}
-        else:
-            grown = {n: v["growth_over_warmup_kib"] for n, v in rss.items()
-                     if v and n != "kmpc-storm"
-                     and v["growth_over_warmup_kib"] > args.rss_slack_kib}
-        lat = res["latency_us"]
-        out["soak"] = {
-            "offered": rate, "duration_s": args.duration, "warmup_s": args.warmup,
-            "logins_per_s": res["logins_per_s"], "logins": res["ok"],
-            "failed": res["failed_all_phases"], "dropped": res["dropped"],
-            "retransmits": res["retransmits"], "errors": errors,
-            "errors_by_code": res["errors"],
-            **{k + "_ms": v / 1e3 for k, v in lat.items()
-               if k in ("p50", "p90", "p99", "p999", "max")},
-            "cpu": res["cpu"], "mpc": res.get("mpc"),
-            "machine_steal_cores": res.get("machine_steal_cores"),
-            "warmup_run": {"logins": wu["ok"], "failed": wu["failed_all_phases"],
-                           "dropped": wu["dropped"]},
-            "memory_criterion": out_crit(trimmed),
-            "held_after_trim": held,
-            "rss_warmup_level_until_s": t_warm, "rss_slack_kib": args.rss_slack_kib,
-            "rss": rss, "rss_grown": grown,
-            "rss_samples": {n: s for n, s in samples.items()},
-            "pass": errors == 0 and not grown and res["logins_per_s"] >= 0.97 * rate,
-        }
+        # ---- the soaks, one after another in the same processes -------
+        out["soaks"] = []
+        hist = {}
+        for i in range(1, args.runs + 1):
+            out["soaks"].append(soak_run(target, i, rate, args, outdir, log, hist))
+            out["soak"] = summarise(out["soaks"], rate, args.rss_slack_kib)
+            save(args.out, out)
+            if not target.alive():
+                raise kmpc_realm.RealmError(f"the KDC side died during soak {i}")
         s = out["soak"]
-        log(f"  soak: {s['logins_per_s']:.0f}/s achieved of {rate}, {s['logins']} logins, "
-            f"errors {errors} (failed {s['failed']}, dropped {s['dropped']}), "
-            f"p50 {s['p50_ms']:.1f} ms p99 {s['p99_ms']:.1f} ms max {s['max_ms']:.1f} ms, "
-            f"host steal {s['machine_steal_cores'] or 0:.3f} cores")
-        for n, v in rss.items():
-            if v:
-                h = held.get(n)
-                kept = (f"; malloc in use {h['after_warmup']['in_use_kib'] / 1024:.1f} -> "
-                        f"{h['after_soak']['in_use_kib'] / 1024:.1f} MiB "
-                        f"({h['in_use_growth_kib']:+d} KiB), RSS after malloc_trim "
-                        f"{h['after_warmup']['rss_trimmed_kib'] / 1024:.1f} -> "
-                        f"{h['after_soak']['rss_trimmed_kib'] / 1024:.1f} MiB"
-                        if h and h["in_use_growth_kib"] is not None else "")
-                log(f"    RSS {n:13s} first 10 s {v['warmup_level_kib'] / 1024:7.1f} MiB, "
-                    f"max {v['max_kib'] / 1024:7.1f}, end {v['end_kib'] / 1024:7.1f} "
-                    f"({v['growth_over_warmup_kib']:+d} KiB, 2nd-half slope "
-                    f"{v['second_half_slope_kib_per_s']:+.1f} KiB/s){kept}")
-        log(f"  memory judged on: {out_crit(trimmed)}")
-        log(f"  soak {'PASSED' if s['pass'] else 'FAILED'}: zero errors "
-            f"{'yes' if errors == 0 else 'NO'}, memory growth beyond warm-up "
-            f"{'none' if not grown else grown}")
+        if args.runs > 1:
+            log(f"  {s['passed_runs']} of {s['runs']} soaks passed; RssAnon from the first "
+                "run's reference to the last run's end: " + ", ".join(
+                    f"{n} {v['growth_kib']:+d} KiB" for n, v in s["memory_across_runs"].items()))
 
         save(args.out, out)  # the soak's figures, whatever happens below
 
