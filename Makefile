@@ -13,7 +13,7 @@ export KMPC_BUILD := $(BUILD)
 export KRB5_PREFIX
 
 .PHONY: all deps krb5 build test test-crypto test-unit test-integration \
-        demo demo-stop bench bench-mpc bench-storm bench-soak bench-netns \
+        demo demo-stop bench bench-mpc bench-storm bench-soak bench-netns bench-kpasswd \
         bench-results clean distclean help
 
 all: build
@@ -27,6 +27,7 @@ help:
 	@echo "make demo-stop  stop the demo's KDC and MPC servers"
 	@echo "make bench    benchmarks that print figures (build/bench/results.json)"
 	@echo "make bench-netns  kmpc storms across network namespaces (root)"
+	@echo "make bench-kpasswd  kpasswd through the cluster against MIT's kadmind (p50)"
 
 deps:
 	@bash deploy/install-deps.sh
@@ -87,6 +88,13 @@ BENCH_SOAK_RATE ?=
 bench-soak: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_SOAK)
+
+# Password changes (kpasswd through kadmind) with the key dealer against the
+# same kadmind writing keys to the KDB: 100 alternating runs each.
+bench-kpasswd: build
+	@mkdir -p $(BUILD)/bench
+	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) deploy/kpasswd_bench.py --early-flush \
+	  --json $(BUILD)/bench/kpasswd.json
 
 # The KDC, the three MPC servers and the clients in their own network
 # namespaces (10.77.0.0/24 inside them only), netem delay and rate.

@@ -173,6 +173,7 @@ def build(bench_dir):
             if soak.get(key):
                 res["kmpc"][key] = soak[key]
         so = dict(soak.get("soak") or {})
+        so.pop("rss_samples", None)  # per-second samples stay in soak.json
         so["per_run"] = [soak_row(x) for x in soak.get("soaks") or []]
         res["soak"] = so
     if netns:
