@@ -273,3 +273,18 @@ def test_renewal_forwarded_tgt_and_u2u_through_the_cluster(realm):
     assert "rita@KMPC.TEST: kvno" in out, out
     log = open(os.path.join(kr.dir, "krb5kdc.log")).read()
     assert "refusing" not in log, log
+
+
+def test_refresh_in_a_realm_with_the_dealer(realm):
+    """kmpc-admin refresh opens the KDB with the dealer disabled as every
+    kmpc-admin command does (the module and kmpc-admin cannot share a
+    process), moves every key to a new id and the logins go on."""
+    kr = realm
+    kr.kadmin_local("addprinc -pw Sam-pw-5151 sam")
+    before = handle_ids(kr.kdb_keys("sam"))
+    rc, out, err = kr.admin("-q", "refresh", "--all", expected_code=None, timeout=180)
+    assert rc == 0, out + err
+    after = handle_ids(assert_only_handles(kr, "sam", "Sam-pw-5151"))
+    assert len(after) == len(before) and not set(after) & set(before)
+    kinit_ok(kr, "sam", "Sam-pw-5151")
+    status_ok(kr)

@@ -9,7 +9,6 @@ if(TARGET kmpc_cluster_admin)
   add_executable(kmpc-admin
     ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_rekey.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
   target_include_directories(kmpc-admin PRIVATE

@@ -102,6 +102,14 @@ class Kdb {
   // Every principal name in the realm.
   absl::StatusOr<std::vector<std::string>> ListPrincipals();
 
+  // In principal `name`, every key handle naming old_id (32 bytes) names
+  // new_id instead; enctype, kvno, salt and every other key data entry stay
+  // as they are. One krb5_db_put_principal: the KDC sees the old entry or
+  // the new one, never a mix. NOT_FOUND when the principal does not exist
+  // or holds no handle naming old_id.
+  absl::Status SwitchKeyId(const std::string& name, const std::string& old_id,
+                           const std::string& new_id);
+
   // The key dealer's protect patterns (kdc.conf [mpcdealer] kmpc = {
   // protect = ... }; krbtgt/* when none is given, as the dealer does).
   std::vector<std::string> ProtectPatterns();

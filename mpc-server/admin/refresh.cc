@@ -16,7 +16,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "admin/kdb.h"
-#include "admin/kdb_rekey.h"
 #include "contract.h"
 
 namespace kmpc::admin {
@@ -411,11 +410,6 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
     std::fprintf(stderr, "kmpc-admin: %s\n", std::string(live_kdb.status().message()).c_str());
     return 1;
   }
-  auto rekey = KdbRekey::Open(realm);
-  if (!rekey.ok()) {
-    std::fprintf(stderr, "kmpc-admin: %s\n", std::string(rekey.status().message()).c_str());
-    return 1;
-  }
   ReferenceHooks refs;
   refs.is_referenced = [&](const std::string& id) -> absl::StatusOr<bool> {
     return holder.count(id) != 0;
@@ -435,7 +429,7 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
     auto it = first_holder.find(old_id);
     if (it == first_holder.end()) return absl::NotFoundError("no handle names it");
     const std::string name = it->second;
-    absl::Status st = (*rekey)->SwitchKeyId(name, old_id, new_id);
+    absl::Status st = (*live_kdb)->SwitchKeyId(name, old_id, new_id);
     if (st.ok()) {
       holder.erase(old_id);
       holder[new_id] = name;

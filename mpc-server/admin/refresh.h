@@ -104,7 +104,7 @@ absl::StatusOr<RefreshReport> RefreshKeys(client::AdminClient& cluster,
                                           const RefreshOptions& options);
 
 // `kmpc-admin refresh [--all | KEYID_HEX...]` on the KDC host: references
-// are the KDB's key handles of `realm` (Kdb for the index, KdbRekey for the
+// are the KDB's key handles of `realm` (Kdb for the index and for the
 // switch). Prints progress on a terminal unless quiet; returns the exit
 // code (0 all refreshed, 1 failures, 2 usage).
 int RunRefreshCommand(client::AdminClient& cluster, const std::string& realm,
