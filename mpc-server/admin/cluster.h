@@ -23,6 +23,20 @@ inline absl::StatusOr<std::unique_ptr<client::AdminClient>> ConnectCluster(
   return client::AdminClient::Connect(c);
 }
 
+// A failure of the whole cluster (a server down, our certificate refused):
+// the next principal or batch would fail the same way, so a run stops.
+inline bool IsClusterError(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace kmpc::admin
 
 #endif  // KMPC_ADMIN_CLUSTER_H_

@@ -403,6 +403,26 @@ absl::Status Kdb::SetHandle(const std::string& name, int32_t enctype,
   return absl::OkStatus();
 }
 
+// Writes ent, whose key data changed, as kadm5 would: modifier
+// (kmpc-admin/admin) and time recorded, one put (which also writes the iprop
+// update log).
+absl::Status Kdb::PutKeyData(void* ent_ptr, const std::string& name) {
+  krb5_context ctx = Ctx(context_);
+  krb5_db_entry* ent = static_cast<krb5_db_entry*>(ent_ptr);
+  krb5_principal mod = nullptr;
+  std::string modname = "kmpc-admin/admin@" + realm_;
+  if (krb5_parse_name(ctx, modname.c_str(), &mod) == 0) {
+    krb5_timestamp now = 0;
+    if (krb5_timeofday(ctx, &now) == 0)
+      (void)krb5_dbe_update_mod_princ_data(ctx, ent, now, mod);
+    krb5_free_principal(ctx, mod);
+  }
+  ent->mask = KADM5_KEY_DATA | KADM5_MOD_TIME | KADM5_MOD_NAME;
+  krb5_error_code ret = krb5_db_put_principal(ctx, ent);
+  if (ret) return Error(ret, "writing the key handle of " + name);
+  return absl::OkStatus();
+}
+
 // kadm5_setkey_principal_4(keepold = TRUE) of krb5 1.20.1 copies the old
 // key data but does not count it (n_new_key_data is not increased), so the
 // old keys are silently dropped. Done here with libkdb5 instead, as kadm5
@@ -446,18 +466,7 @@ absl::Status Kdb::AddHandleKeepOld(void* princ_ptr, const std::string& name,
   grown[0] = enc;
   ent->key_data = grown;
   ent->n_key_data++;
-  krb5_principal mod = nullptr;
-  std::string modname = "kmpc-admin/admin@" + realm_;
-  if (krb5_parse_name(ctx, modname.c_str(), &mod) == 0) {
-    krb5_timestamp now = 0;
-    if (krb5_timeofday(ctx, &now) == 0)
-      (void)krb5_dbe_update_mod_princ_data(ctx, ent, now, mod);
-    krb5_free_principal(ctx, mod);
-  }
-  ent->mask = KADM5_KEY_DATA | KADM5_MOD_TIME | KADM5_MOD_NAME;
-  ret = krb5_db_put_principal(ctx, ent);
-  if (ret) return Error(ret, "writing the key handle of " + name);
-  return absl::OkStatus();
+  return PutKeyData(ent, name);
 }
 
 absl::StatusOr<SecretBytes> Kdb::RandomKey(int32_t enctype) {
@@ -540,18 +549,7 @@ absl::Status Kdb::SwitchKeyId(const std::string& name, const std::string& old_id
   if (switched == 0)
     return absl::NotFoundError(
         absl::StrCat(name, " holds no key handle naming the old key id"));
-  krb5_principal mod = nullptr;
-  std::string modname = "kmpc-admin/admin@" + realm_;
-  if (krb5_parse_name(ctx, modname.c_str(), &mod) == 0) {
-    krb5_timestamp now = 0;
-    if (krb5_timeofday(ctx, &now) == 0)
-      (void)krb5_dbe_update_mod_princ_data(ctx, ent, now, mod);
-    krb5_free_principal(ctx, mod);
-  }
-  ent->mask = KADM5_KEY_DATA | KADM5_MOD_TIME | KADM5_MOD_NAME;
-  ret = krb5_db_put_principal(ctx, ent);
-  if (ret) return Error(ret, "writing the key handle of " + name);
-  return absl::OkStatus();
+  return PutKeyData(ent, name);
 }
 
 }  // namespace kmpc::admin

@@ -121,6 +121,8 @@ class Kdb {
   // SetHandle with keepold (krb5_principal, const kadm5_key_data*).
   absl::Status AddHandleKeepOld(void* princ, const std::string& name,
                                 const void* kd);
+  // ent: a krb5_db_entry* whose key data changed.
+  absl::Status PutKeyData(void* ent, const std::string& name);
 
   void* context_ = nullptr;  // krb5_context
   void* handle_ = nullptr;   // kadm5 server handle

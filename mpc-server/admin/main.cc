@@ -206,20 +206,6 @@ bool Unshareable(const std::string& canon) {
          absl::StartsWith(canon, "kiprop/");
 }
 
-// A cluster-wide problem (a server down, our certificate refused): sharing
-// the next principal would fail the same way, so the run stops.
-bool IsClusterError(const absl::Status& st) {
-  switch (st.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kUnauthenticated:
-      return true;
-    default:
-      return false;
-  }
-}
-
 struct ShareOutcome {
   enum { kShared, kSkipped } what = kShared;
   std::string detail;

@@ -15,6 +15,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "admin/cluster.h"
 #include "admin/kdb.h"
 #include "contract.h"
 
@@ -38,20 +39,6 @@ std::string LineageTail(const std::string& old_id) {
   if (EVP_Digest(in.data(), in.size(), h, &len, EVP_sha256(), nullptr) != 1 || len < kHalf)
     std::abort();  // no SHA-256: nothing here can work
   return std::string(reinterpret_cast<const char*>(h), kHalf);
-}
-
-// A failure of the whole cluster (a server down, our certificate refused):
-// the next batch would fail the same way.
-bool IsClusterError(const absl::Status& st) {
-  switch (st.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kUnauthenticated:
-      return true;
-    default:
-      return false;
-  }
 }
 
 // The first error among the three servers' answers, or OK.

@@ -29,4 +29,33 @@ absl::StatusOr<AgreementHeader> AgreementHeader::Decode(
   return h;
 }
 
+std::string PartyList(const std::vector<int>& parties) {
+  std::string s;
+  for (size_t k = 0; k < parties.size(); ++k)
+    absl::StrAppend(&s, k == 0 ? "" : (k + 1 == parties.size() ? " and " : ", "),
+                    parties[k]);
+  return s;
+}
+
+std::pair<::kmpc::v1::JobStatus, std::string> KeyPresence(
+    const std::array<const uint8_t*, 3>& views) {
+  std::vector<int> missing, bad;
+  for (int p = 0; p < 3; ++p) {
+    if (views[p][0] == kViewMissing) missing.push_back(p);
+    if (views[p][0] == kViewBad || views[p][0] == kViewNone) bad.push_back(p);
+  }
+  if (!missing.empty())
+    return {::kmpc::v1::JOB_UNKNOWN_KEY,
+            missing.size() == 3
+                ? std::string("unknown key id")
+                : absl::StrCat("unknown key id: no shares on MPC party ",
+                               PartyList(missing),
+                               " (the key store of the cluster is inconsistent)")};
+  if (!bad.empty())
+    return {::kmpc::v1::JOB_KEY_INCONSISTENT,
+            absl::StrCat("stored key shares are unusable on MPC party ",
+                         PartyList(bad))};
+  return {::kmpc::v1::JOB_OK, ""};
+}
+
 }  // namespace kmpc::engine

@@ -14,9 +14,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kmpc.pb.h"
 
 namespace kmpc::engine {
 
@@ -36,6 +40,26 @@ struct AgreementHeader {
   bool SameInputs(const AgreementHeader& o) const { return inputs == o.inputs; }
   bool SameKeys(const AgreementHeader& o) const { return keys == o.keys; }
 };
+
+// The first byte of one party's view of a key, compared among the three
+// parties (a batch's jobs in engine.cc, a refresh's pairs in refresh.cc).
+enum KeyView : uint8_t {
+  kViewNone = 0,     // no key needed, or the item already failed alike
+  kViewMissing = 1,  // the store has no shares for the key id
+  kViewBad = 2,      // shares unusable here (malformed, other party, I/O)
+  kViewPresent = 3,
+};
+
+// "0", "0 and 2", "0, 1 and 2".
+std::string PartyList(const std::vector<int>& parties);
+
+// Whether the key is present on all three parties, from the first byte of
+// each party's view: JOB_OK, or the failure and a detail naming the parties
+// (public): JOB_UNKNOWN_KEY where shares are missing, JOB_KEY_INCONSISTENT
+// where they are unusable. The same on every party (all hold the three
+// views).
+std::pair<::kmpc::v1::JobStatus, std::string> KeyPresence(
+    const std::array<const uint8_t*, 3>& views);
 
 }  // namespace kmpc::engine
 

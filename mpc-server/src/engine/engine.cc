@@ -102,13 +102,8 @@ absl::string_view View(const std::vector<uint8_t>& v) {
 }
 
 // One party's view of one job's key, compared among the three parties in
-// the agreement: 1 code byte, the cipher, the dealing id (not secret).
-enum KeyView : uint8_t {
-  kViewNone = 0,     // no key needed (FINALIZE) or the job failed its check
-  kViewMissing = 1,  // the store has no shares for the key id
-  kViewBad = 2,      // shares unusable here (malformed, other party, I/O)
-  kViewPresent = 3,
-};
+// the agreement: 1 code byte (KeyView, agreement.h; kViewNone for FINALIZE
+// and a job that failed its check), the cipher, the dealing id (not secret).
 constexpr size_t kKeyViewBytes = 18;
 
 // The public facts of one job inside RunBatch: its outcome so far, its key,
@@ -159,15 +154,6 @@ void EncodeKeyView(const JobPlan& w, uint8_t* out) {
   }
 }
 
-std::string PartyList(const std::vector<int>& parties) {
-  std::string s;
-  for (size_t k = 0; k < parties.size(); ++k) {
-    absl::StrAppend(&s, k == 0 ? "" : (k + 1 == parties.size() ? " and " : ", "),
-                    parties[k]);
-  }
-  return s;
-}
-
 // The per-job outcome of the three parties' key views (views[p] is party
 // p's 18-byte encoding): the same on every party since all three hold the
 // same three views. Only a job whose key is present with the same cipher
@@ -178,24 +164,12 @@ void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
     return;  // failed its check, or FINALIZE: status already set alike
   }
   bool same = true;
-  std::vector<int> missing, bad;
-  for (int p = 0; p < 3; ++p) {
-    if (views[p][0] == kViewMissing) missing.push_back(p);
-    if (views[p][0] == kViewBad || views[p][0] == kViewNone) bad.push_back(p);
+  for (int p = 0; p < 3; ++p)
     if (std::memcmp(views[p], views[0], kKeyViewBytes) != 0) same = false;
-  }
   if (same && views[0][0] == kViewPresent) return;  // compute it
-  if (!missing.empty()) {
-    w.Fail(pb::JOB_UNKNOWN_KEY,
-           missing.size() == 3
-               ? std::string("unknown key id")
-               : absl::StrCat("unknown key id: no shares on MPC party ",
-                              PartyList(missing),
-                              " (the key store of the cluster is inconsistent)"));
-  } else if (!bad.empty()) {
-    w.Fail(pb::JOB_KEY_INCONSISTENT,
-           absl::StrCat("stored key shares are unusable on MPC party ",
-                        PartyList(bad)));
+  auto [status, why] = KeyPresence(views);
+  if (status != pb::JOB_OK) {
+    w.Fail(status, std::move(why));
   } else {
     w.Fail(pb::JOB_KEY_INCONSISTENT,
            "the MPC servers hold different dealings of this key (deal_id or "

@@ -18,14 +18,9 @@ namespace kmpc::engine {
 namespace {
 
 // One party's view of one pair, compared among the three parties:
-//   code (1) | cipher (1) | deal_id (16) | SHA-256(public_meta) (32) |
-//   new id taken (1)
-enum ViewCode : uint8_t {
-  kViewNone = 0,     // the pair is malformed (decided from the inputs alone)
-  kViewMissing = 1,  // no shares under old_key_id
-  kViewBad = 2,      // shares unusable here
-  kViewPresent = 3,
-};
+//   code (1: KeyView, agreement.h; kViewNone for a malformed pair, decided
+//   from the inputs alone) | cipher (1) | deal_id (16) |
+//   SHA-256(public_meta) (32) | new id taken (1)
 constexpr size_t kViewBytes = 51;
 
 struct Digest {
@@ -68,40 +63,22 @@ struct Plan {
   }
 };
 
-std::string PartyList(const std::vector<int>& parties) {
-  std::string s;
-  for (size_t k = 0; k < parties.size(); ++k)
-    absl::StrAppend(&s, k == 0 ? "" : (k + 1 == parties.size() ? " and " : ", "),
-                    parties[k]);
-  return s;
-}
-
 // The pair's outcome from the three views (views[p] is party p's): the same
 // on every party, since all three hold the same three views.
 void Decide(Plan& w, const std::array<const uint8_t*, 3>& views) {
   if (views[0][0] == kViewNone && views[1][0] == kViewNone &&
       views[2][0] == kViewNone)
     return;  // malformed: already failed alike
-  std::vector<int> missing, bad, taken;
+  std::vector<int> taken;
   bool same = true;
   for (int p = 0; p < 3; ++p) {
-    if (views[p][0] == kViewMissing) missing.push_back(p);
-    if (views[p][0] == kViewBad || views[p][0] == kViewNone) bad.push_back(p);
     if (views[p][kViewBytes - 1] != 0) taken.push_back(p);
     // Everything but the "taken" byte must agree.
     if (std::memcmp(views[p], views[0], kViewBytes - 1) != 0) same = false;
   }
-  if (!missing.empty()) {
-    w.Fail(pb::JOB_UNKNOWN_KEY,
-           missing.size() == 3
-               ? std::string("unknown key id")
-               : absl::StrCat("unknown key id: no shares on MPC party ",
-                              PartyList(missing),
-                              " (the key store of the cluster is inconsistent)"));
-  } else if (!bad.empty()) {
-    w.Fail(pb::JOB_KEY_INCONSISTENT,
-           absl::StrCat("stored key shares are unusable on MPC party ",
-                        PartyList(bad)));
+  auto [status, why] = KeyPresence(views);
+  if (status != pb::JOB_OK) {
+    w.Fail(status, std::move(why));
   } else if (!same) {
     w.Fail(pb::JOB_KEY_INCONSISTENT,
            "the MPC servers hold different dealings or metadata of this key "
