@@ -459,6 +459,23 @@ absl::StatusOr<KeyRecord> ShareStore::Get(const KeyId& id) const {
       id, absl::MakeConstSpan(static_cast<const uint8_t*>(v.mv_data), v.mv_size));
 }
 
+// Deletes id inside txn: MDB_NOTFOUND if it is absent or already a
+// tombstone. With immutable ids a tombstone replaces the record, so that the
+// id stays taken.
+static int DeleteInTxn(MDB_txn* txn, MDB_dbi dbi, bool immutable_ids, const KeyId& id) {
+  MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
+  MDB_val old;
+  int rc = mdb_get(txn, dbi, &k, &old);
+  if (rc == 0 && IsTombstone(old)) rc = MDB_NOTFOUND;
+  if (rc == 0 && immutable_ids) {
+    MDB_val t{sizeof(kTombstone), const_cast<uint8_t*>(kTombstone)};
+    rc = mdb_put(txn, dbi, &k, &t, 0);
+  } else if (rc == 0) {
+    rc = mdb_del(txn, dbi, &k, nullptr);
+  }
+  return rc;
+}
+
 absl::Status ShareStore::Delete(const KeyId& id) {
   std::unique_lock lock(env_->mu);
   if (env_->env == nullptr && !env_->OpenEnv().ok())
@@ -466,17 +483,7 @@ absl::Status ShareStore::Delete(const KeyId& id) {
   MDB_txn* txn = nullptr;
   int rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
   if (rc != 0) return LmdbError("txn_begin", rc);
-  MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
-  MDB_val old;
-  rc = mdb_get(txn, env_->dbi, &k, &old);
-  if (rc == 0 && IsTombstone(old)) rc = MDB_NOTFOUND;
-  if (rc == 0 && env_->immutable_ids) {
-    // Keep the id taken: a tombstone replaces the record.
-    MDB_val t{sizeof(kTombstone), const_cast<uint8_t*>(kTombstone)};
-    rc = mdb_put(txn, env_->dbi, &k, &t, 0);
-  } else if (rc == 0) {
-    rc = mdb_del(txn, env_->dbi, &k, nullptr);
-  }
+  rc = DeleteInTxn(txn, env_->dbi, env_->immutable_ids, id);
   if (rc != 0) {
     mdb_txn_abort(txn);
     if (rc == MDB_NOTFOUND)
@@ -547,16 +554,7 @@ absl::Status ShareStore::DeleteAll(absl::Span<const KeyId> ids,
   if (rc != 0) return LmdbError("txn_begin", rc);
   size_t deleted = 0;
   for (const KeyId& id : ids) {
-    MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
-    MDB_val old;
-    rc = mdb_get(txn, env_->dbi, &k, &old);
-    if (rc == 0 && IsTombstone(old)) rc = MDB_NOTFOUND;
-    if (rc == 0 && env_->immutable_ids) {
-      MDB_val t{sizeof(kTombstone), const_cast<uint8_t*>(kTombstone)};
-      rc = mdb_put(txn, env_->dbi, &k, &t, 0);
-    } else if (rc == 0) {
-      rc = mdb_del(txn, env_->dbi, &k, nullptr);
-    }
+    rc = DeleteInTxn(txn, env_->dbi, env_->immutable_ids, id);
     if (rc == MDB_NOTFOUND) {
       if (not_found != nullptr) not_found->push_back(id);
       continue;
