@@ -87,6 +87,9 @@ constexpr char kUsage[] =
     "                  PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
     "       kmpc-admin [OPTIONS] refresh (--all | KEYID_HEX...)  (admin/refresh.h)\n"
+    "       kmpc-admin [OPTIONS] rebuild-party 0|1|2\n"
+    "           give a replaced (new, empty) server its shares of every key from\n"
+    "           the two others; no key is reconstructed (README: replacing a server)\n"
     "OPTIONS: --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM\n"
     "         -r REALM | --realm=REALM  --timeout-ms=N  -q | --quiet\n";
 
@@ -608,6 +611,16 @@ int main(int argc, char** argv) {
     auto cluster = ConnectCluster(*cfg);
     if (!cluster.ok()) return Fail(cluster.status());
     return RunRefreshCommand(**cluster, cfg->realm, a.principals, a.all, a.quiet);
+  }
+  if (a.command == "rebuild-party") {
+    if (a.principals.size() != 1 ||
+        (a.principals[0] != "0" && a.principals[0] != "1" && a.principals[0] != "2"))
+      Usage("rebuild-party takes one party index: 0, 1 or 2");
+    if (a.all) Usage("rebuild-party takes no --all: it covers every key");
+    auto cluster = ConnectCluster(*cfg);
+    if (!cluster.ok()) return Fail(cluster.status());
+    return RunRefreshCommand(**cluster, cfg->realm, {}, false, a.quiet,
+                             a.principals[0][0] - '0');
   }
   if (a.command == "status") {
     if (!a.principals.empty()) Usage("status takes no principals");

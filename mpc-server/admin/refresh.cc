@@ -125,6 +125,13 @@ absl::Status Run::Recover() {
     auto ref_n = refs_.is_referenced(n);
     if (!ref_n.ok()) return ref_n.status();
     const bool n_complete = on[0] && on[1] && on[2];
+    // A rebuild's old ids are on the survivors only.
+    if (o_.rebuild_party >= 0 && !*ref_x && !*ref_n && !n_complete) {
+      partial.push_back(n);
+      gone.insert(n);
+      ++report_.recovered;
+      continue;
+    }
     if (*ref_n && !*ref_x) {
       // Switched, old id not yet deleted: delete it after the grace.
       old_.push_back({absl::Now() + o_.grace, x, n});
@@ -233,7 +240,7 @@ void Run::DeleteOld(bool finish) {
 absl::Status Run::RefreshBatch(const std::vector<std::string>& olds) {
   std::vector<AdminClient::RefreshPair> pairs;
   for (const std::string& x : olds) pairs.push_back({x, NewRefreshId(x)});
-  auto answers = cluster_.RefreshKeys(pairs, o_.rpc_timeout);
+  auto answers = cluster_.RefreshKeys(pairs, o_.rpc_timeout, o_.rebuild_party);
   absl::Status call;
   for (const auto& a : answers)
     if (!a.ok() && call.ok()) call = a.status();
@@ -292,7 +299,18 @@ absl::StatusOr<RefreshReport> Run::Go() {
   if (absl::Status st = cluster_.CheckReachable(); !st.ok())
     return absl::Status(st.code(), absl::StrCat(st.message(), "; nothing was refreshed"));
   if (absl::Status st = ListAll(); !st.ok()) return st;
-  if (o_.all) {
+  if (o_.rebuild_party >= 0) {
+    // Every key both survivors hold and the new server does not.
+    const int l = o_.rebuild_party, a = (l + 1) % kParties, b = (l + 2) % kParties;
+    size_t held = 0;
+    for (const auto& [id, on] : where_) {
+      if (on[a] && on[b] && !on[l]) targets_.push_back(id);
+      if (on[l]) ++held;
+    }
+    if (held > 0 && targets_.empty() && where_.size() == held)
+      report_.warnings.push_back(absl::StrCat(
+          cluster_.Describe(l), " already holds every key: nothing to rebuild"));
+  } else if (o_.all) {
     for (const auto& [id, on] : where_)
       if (on[0] && on[1] && on[2]) targets_.push_back(id);
   } else {
@@ -348,10 +366,18 @@ absl::StatusOr<RefreshReport> RefreshKeys(AdminClient& cluster,
 }
 
 int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
-                      const std::vector<std::string>& args, bool all, bool quiet) {
+                      const std::vector<std::string>& args, bool all, bool quiet,
+                      int rebuild_party) {
   RefreshOptions o;
   o.all = all;
-  if (all == !args.empty()) {
+  o.rebuild_party = rebuild_party;
+  const char* what = rebuild_party >= 0 ? "rebuild" : "refresh";
+  if (rebuild_party >= 0) {
+    if (!args.empty() || all) {
+      std::fprintf(stderr, "kmpc-admin: rebuild-party takes only the party index\n");
+      return 2;
+    }
+  } else if (all == !args.empty()) {
     std::fprintf(stderr, "kmpc-admin: refresh needs --all or key ids (hex, as "
                          "`kmpc-admin status` prints them), not both\n");
     return 2;
@@ -425,10 +451,10 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
   };
   const bool tty = !quiet && isatty(STDERR_FILENO);
   if (!quiet)
-    o.progress = [tty](const RefreshProgress& p) {
+    o.progress = [tty, what](const RefreshProgress& p) {
       if (!tty && !p.finished) return;
-      std::fprintf(stderr, "%srefresh: %zu/%zu keys, %zu failed, %.0f keys/s%s",
-                   tty ? "\r" : "", p.done, p.total, p.failed, p.rate,
+      std::fprintf(stderr, "%s%s: %zu/%zu keys, %zu failed, %.0f keys/s%s",
+                   tty ? "\r" : "", what, p.done, p.total, p.failed, p.rate,
                    p.finished || !tty ? "\n" : "");
       std::fflush(stderr);
     };
@@ -438,13 +464,13 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
     return 1;
   }
   for (const std::string& e : report->errors)
-    std::fprintf(stderr, "kmpc-admin: refresh: %s\n", e.c_str());
+    std::fprintf(stderr, "kmpc-admin: %s: %s\n", what, e.c_str());
   for (const std::string& w : report->warnings)
-    std::fprintf(stderr, "kmpc-admin: refresh: warning: %s\n", w.c_str());
-  std::printf("kmpc-admin: %zu refreshed, %zu failed, %zu finished from an earlier "
+    std::fprintf(stderr, "kmpc-admin: %s: warning: %s\n", what, w.c_str());
+  std::printf("kmpc-admin: %zu %s, %zu failed, %zu finished from an earlier "
               "run, in %.1f s (%zu key handle switches undone by the KDC's "
               "concurrent writes and made again)\n",
-              report->refreshed, report->failed, report->recovered,
+              report->refreshed, rebuild_party >= 0 ? "rebuilt" : "refreshed", report->failed, report->recovered,
               absl::ToDoubleSeconds(report->elapsed), report->reswitched);
   return report->failed == 0 ? 0 : 1;
 }

@@ -28,6 +28,14 @@
 // among the stored ids and finishes the job (deletes the N that was never
 // referenced, or the X that no longer is) before refreshing anything.
 // Two refresh runs must not run at the same time (as two kdb5_util loads).
+//
+// Replacing a lost server (rebuild_party = L, `kmpc-admin rebuild-party L`):
+// the same run, with server L new and empty. Every key on the two
+// survivors moves to a new id that all three hold (RefreshKeys with
+// rebuild_party: the survivors re-randomise their views and give L its
+// view without any key being reconstructed, engine/refresh.h); the KDB's
+// handles are switched and the old ids deleted from the survivors as in a
+// refresh. A crash is resumed by running it again.
 #ifndef KMPC_ADMIN_REFRESH_H_
 #define KMPC_ADMIN_REFRESH_H_
 
@@ -71,6 +79,9 @@ struct RefreshProgress {
 
 struct RefreshOptions {
   bool all = false;                   // every key on all three servers
+  // >= 0: rebuild this replaced server (see above); implies every key on
+  // the two other servers.
+  int rebuild_party = -1;
   std::vector<std::string> key_ids;   // raw ids, when !all
   size_t batch = 256;                 // pairs per RefreshKeys request
   // Before an old id that a reference named is deleted (see above).
@@ -108,7 +119,8 @@ absl::StatusOr<RefreshReport> RefreshKeys(client::AdminClient& cluster,
 // switch). Prints progress on a terminal unless quiet; returns the exit
 // code (0 all refreshed, 1 failures, 2 usage).
 int RunRefreshCommand(client::AdminClient& cluster, const std::string& realm,
-                      const std::vector<std::string>& args, bool all, bool quiet);
+                      const std::vector<std::string>& args, bool all, bool quiet,
+                      int rebuild_party = -1);
 
 }  // namespace kmpc::admin
 

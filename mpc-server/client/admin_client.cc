@@ -219,7 +219,7 @@ std::array<absl::Status, kParties> AdminClient::DeleteKeysEach(
 
 std::array<absl::StatusOr<std::vector<pb::RefreshResult>>, kParties>
 AdminClient::RefreshKeys(const std::vector<RefreshPair>& pairs,
-                         absl::Duration timeout) {
+                         absl::Duration timeout, int rebuild_party) {
   pb::RefreshKeysRequest req;
   std::string batch_id(contract::kBatchIdSize, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(batch_id.data()),
@@ -228,6 +228,7 @@ AdminClient::RefreshKeys(const std::vector<RefreshPair>& pairs,
     return {e, e, e};
   }
   req.set_batch_id(batch_id);
+  if (rebuild_party >= 0) req.set_rebuild_party(static_cast<uint32_t>(rebuild_party));
   for (const RefreshPair& p : pairs) {
     auto* x = req.add_pairs();
     x->set_old_key_id(p.old_key_id);

@@ -84,11 +84,14 @@ class AdminClient {
   // the shares of each old id and store them under its new id). Per
   // server: its per-pair results, or the call's error naming the server.
   // A pair is refreshed only where all three answered JOB_OK for it.
+  // rebuild_party >= 0: the request rebuilds that (replaced, empty) server
+  // from the two others (kmpc.proto RefreshKeysRequest.rebuild_party).
   struct RefreshPair {
     std::string old_key_id, new_key_id;
   };
   std::array<absl::StatusOr<std::vector<kmpc::v1::RefreshResult>>, kParties>
-  RefreshKeys(const std::vector<RefreshPair>& pairs, absl::Duration timeout);
+  RefreshKeys(const std::vector<RefreshPair>& pairs, absl::Duration timeout,
+              int rebuild_party = -1);
 
  private:
   absl::Status Error(int party, const char* method, const grpc::Status& st) const;

@@ -4,6 +4,7 @@
 #include "engine/refresh.h"
 
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 
 #include <cstring>
 #include <set>
@@ -54,6 +55,7 @@ struct Plan {
   pb::JobStatus status = pb::JOB_OK;
   std::string detail;
   std::shared_ptr<const KeyShares> key;
+  std::string public_meta;  // this party's (RefreshSource::public_meta)
   std::array<uint8_t, kViewBytes> view{};
   bool live() const { return status == pb::JOB_OK; }
   void Fail(pb::JobStatus s, std::string why) {
@@ -109,6 +111,29 @@ void CheckInputs(absl::Span<const RefreshItem> items, std::vector<Plan>& plan) {
   }
 }
 
+// Decide for a rebuild of party `lost`: its store is empty, so its view is
+// replaced by the first survivor's (the survivors must agree between
+// themselves); only its "new id taken" byte counts.
+void DecideRebuild(Plan& w, const std::array<const uint8_t*, 3>& views, int lost) {
+  std::array<uint8_t, kViewBytes> copy;
+  std::memcpy(copy.data(), views[(lost + 1) % 3], kViewBytes);
+  copy[kViewBytes - 1] = views[lost][kViewBytes - 1];
+  std::array<const uint8_t*, 3> v = views;
+  v[lost] = copy.data();
+  if (views[lost][0] == kViewPresent) {
+    // A party that still holds the key is not lost: refresh instead.
+    w.Fail(pb::JOB_MALFORMED,
+           absl::StrCat("MPC party ", lost, " still holds this key: it is not a "
+                        "new server (refresh instead of rebuilding it)"));
+    return;
+  }
+  Decide(w, v);
+}
+
+// Component sizes of a key of `cipher` (engine.h, KeyShares).
+size_t RoundKeyBytes(Cipher c) { return 16 * static_cast<size_t>(NumRounds(c) + 1); }
+constexpr size_t kHPowerBytes = 16 * static_cast<size_t>(kStoredHPowers);
+
 // This party's view of pair j (a live plan): sets w.key when usable.
 absl::Status LookUp(int party, const RefreshItem& item, const RefreshLookup& lookup,
                     Plan& w) {
@@ -121,6 +146,7 @@ absl::Status LookUp(int party, const RefreshItem& item, const RefreshLookup& loo
     v[0] = kViewBad;
   } else {
     w.key = *src.old_key;
+    w.public_meta = src.public_meta;
     v[0] = kViewPresent;
     v[1] = static_cast<uint8_t>(w.key->cipher);
     std::memcpy(v + 2, w.key->deal_id.data(), 16);
@@ -139,7 +165,7 @@ absl::Status LookUp(int party, const RefreshItem& item, const RefreshLookup& loo
 // party holding the shares of another run of the same pair is caught by the
 // engine's key-view agreement instead of computing garbage.
 absl::Status NewDealId(absl::Span<const uint8_t> batch_id, uint64_t seq,
-                       const RefreshItem& item, const KeyShares& old,
+                       const RefreshItem& item, const uint8_t* old_deal_id,
                        std::array<uint8_t, 16>& out) {
   static constexpr char kTag[] = "kmpc-refresh-deal-v1";
   Digest d;
@@ -147,7 +173,7 @@ absl::Status NewDealId(absl::Span<const uint8_t> batch_id, uint64_t seq,
   d.Update(batch_id.data(), batch_id.size());
   d.U64(seq);
   d.Str(item.new_key_id);
-  d.Update(old.deal_id.data(), old.deal_id.size());
+  d.Update(old_deal_id, 16);
   std::array<uint8_t, 32> h;
   if (absl::Status st = d.Final(h); !st.ok()) return st;
   std::memcpy(out.data(), h.data(), 16);
@@ -168,14 +194,238 @@ struct Buffers {
   }
 };
 
+// len bytes of AES-256-CTR(seed) keystream, counter block `stream` (the
+// masks s, t and the pad p are three streams).
+absl::Status Expand(const std::array<uint8_t, 32>& seed, uint8_t stream,
+                    std::vector<uint8_t>& out, size_t len) {
+  out.assign(len, 0);
+  if (len == 0) return absl::OkStatus();
+  uint8_t iv[16] = {0};
+  iv[0] = stream;
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  int n = 0;
+  const bool ok =
+      ctx != nullptr &&
+      EVP_EncryptInit_ex(ctx, EVP_aes_256_ctr(), nullptr, seed.data(), iv) == 1 &&
+      EVP_EncryptUpdate(ctx, out.data(), &n, out.data(), static_cast<int>(len)) == 1 &&
+      static_cast<size_t>(n) == len;
+  EVP_CIPHER_CTX_free(ctx);
+  if (!ok) return absl::InternalError("AES-CTR mask expansion failed");
+  return absl::OkStatus();
+}
+
+// A 32-byte seed, wiped when it goes.
+struct Seed {
+  std::array<uint8_t, 32> b{};
+  ~Seed() { OPENSSL_cleanse(b.data(), b.size()); }
+  absl::Status Draw() {
+    if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1)
+      return absl::InternalError("no randomness for the rebuild masks");
+    return absl::OkStatus();
+  }
+};
+
+void PutU64(std::vector<uint8_t>& out, uint64_t v) {
+  for (int k = 0; k < 8; ++k) out.push_back(static_cast<uint8_t>(v >> (56 - 8 * k)));
+}
+uint64_t GetU64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int k = 0; k < 8; ++k) v = (v << 8) | p[k];
+  return v;
+}
+
+// The rebuild of party `lost` (refresh.h) for the pairs that go ahead.
+absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
+    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
+    absl::Span<const RefreshItem> items, const std::vector<Plan>& plan, int lost,
+    const std::vector<uint8_t>& survivor_views) {
+  const int me = channel.party();
+  const int a = (lost + 1) % 3, b = (lost + 2) % 3;
+  std::vector<RefreshOutcome> out(items.size());
+  // Per live pair: its cipher and old dealing id (from this party's key, or
+  // on the lost party from survivor A's view, which B's matched).
+  struct Live {
+    size_t j;
+    Cipher cipher;
+    const uint8_t* deal_id;
+    const uint8_t* meta_digest;
+  };
+  std::vector<Live> live;
+  size_t total = 0;
+  for (size_t j = 0; j < plan.size(); ++j) {
+    out[j].status = plan[j].status;
+    out[j].detail = plan[j].detail;
+    if (!plan[j].live()) continue;
+    Live l{j, Cipher::kAes128, nullptr, nullptr};
+    if (me == lost) {
+      if (survivor_views.size() != kViewBytes * plan.size())
+        return absl::InternalError("rebuild: the survivors' views are missing");
+      const uint8_t* v = &survivor_views[kViewBytes * j];
+      if (v[1] != static_cast<uint8_t>(Cipher::kAes128) &&
+          v[1] != static_cast<uint8_t>(Cipher::kAes256))
+        return absl::DataLossError("rebuild: a survivor named an unknown cipher");
+      l.cipher = static_cast<Cipher>(v[1]);
+      l.deal_id = v + 2;
+      l.meta_digest = v + 18;
+    } else {
+      l.cipher = plan[j].key->cipher;
+      l.deal_id = plan[j].key->deal_id.data();
+    }
+    total += RoundKeyBytes(l.cipher) + kHPowerBytes;
+    live.push_back(l);
+  }
+  if (live.empty()) return out;
+
+  // Round 1: B -> A sigma, L -> B pi.
+  Seed sigma, pi;
+  if (me == b) {
+    if (absl::Status st = sigma.Draw(); !st.ok()) return st;
+    if (absl::Status st = channel.SendToPrev(sigma.b); !st.ok()) return st;
+    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(pi.b)); !st.ok()) return st;
+  } else if (me == a) {
+    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(sigma.b)); !st.ok())
+      return st;
+  } else {
+    if (absl::Status st = pi.Draw(); !st.ok()) return st;
+    if (absl::Status st = channel.SendToPrev(pi.b); !st.ok()) return st;
+  }
+  Buffers s, t;  // masks (survivors); t.in: the pad p (B and L)
+  if (me != lost) {
+    if (absl::Status st = Expand(sigma.b, 1, s.mask, total); !st.ok()) return st;
+    if (absl::Status st = Expand(sigma.b, 2, t.mask, total); !st.ok()) return st;
+  }
+  if (me != a)
+    if (absl::Status st = Expand(pi.b, 3, t.in, total); !st.ok()) return st;
+
+  // The components of pair l in order: round keys, then H powers. Component
+  // k of this party's view is share (me + k) % 3.
+  auto comp = [&](const Live& l, int k) {
+    return std::array<const std::vector<uint8_t>*, 2>{&plan[l.j].key->round_keys[k],
+                                                      &plan[l.j].key->h_powers[k]};
+  };
+  // Concatenated share `share` of every live pair (survivors only).
+  auto gather = [&](int share, std::vector<uint8_t>& dst) {
+    dst.clear();
+    dst.reserve(total);
+    const int k = (share - me + 3) % 3;  // 0 or 1 on a survivor
+    for (const Live& l : live)
+      for (const auto* c : comp(l, k)) dst.insert(dst.end(), c->begin(), c->end());
+  };
+  Buffers x;  // x.out / x.in: shares of the survivors; x.mask: messages
+  std::vector<uint8_t> meta_msg;
+  if (me == b) {
+    // Round 2: B -> A  x_L ^ s ^ p.
+    gather(lost, x.out);
+    x.mask.resize(total);
+    for (size_t k = 0; k < total; ++k) x.mask[k] = x.out[k] ^ s.mask[k] ^ t.in[k];
+    if (absl::Status st = channel.SendToPrev(x.mask); !st.ok()) return st;
+  } else if (me == a) {
+    x.in.resize(total);  // x_L ^ s ^ p from B
+    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(x.in)); !st.ok()) return st;
+    // Round 3: A -> L  metadata, x_{L+1} ^ t, x_L ^ s ^ p.
+    for (const Live& l : live) {
+      const std::string& m = plan[l.j].public_meta;
+      PutU64(meta_msg, m.size());
+      meta_msg.insert(meta_msg.end(), m.begin(), m.end());
+    }
+    std::vector<uint8_t> len;
+    PutU64(len, meta_msg.size());
+    if (absl::Status st = channel.SendToPrev(len); !st.ok()) return st;
+    if (absl::Status st = channel.SendToPrev(meta_msg); !st.ok()) return st;
+    gather(a, x.out);
+    x.mask.resize(2 * total);
+    for (size_t k = 0; k < total; ++k) x.mask[k] = x.out[k] ^ t.mask[k];
+    std::memcpy(x.mask.data() + total, x.in.data(), total);
+    if (absl::Status st = channel.SendToPrev(x.mask); !st.ok()) return st;
+  } else {
+    uint8_t len[8];
+    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(len)); !st.ok()) return st;
+    const uint64_t n = GetU64(len);
+    if (n > 8 * live.size() + (uint64_t{1} << 24))
+      return absl::DataLossError("rebuild: the survivors' metadata is too large");
+    meta_msg.resize(n);
+    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(meta_msg)); !st.ok())
+      return st;
+    x.mask.resize(2 * total);
+    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(x.mask)); !st.ok())
+      return st;
+  }
+
+  // New views. Survivor A: (x_{L+1} ^ t, x_{L+2} ^ s ^ t); B: (x_{L+2} ^ s ^
+  // t, x_L ^ s); L: (x_L ^ s, x_{L+1} ^ t) = (msg2 ^ p, msg1).
+  std::vector<uint8_t> c0(total), c1(total);
+  if (me == a) {
+    gather(b, x.in);  // x_{L+2}
+    for (size_t k = 0; k < total; ++k) {
+      c0[k] = x.out[k] ^ t.mask[k];
+      c1[k] = x.in[k] ^ s.mask[k] ^ t.mask[k];
+    }
+  } else if (me == b) {
+    gather(b, x.in);  // x_{L+2}
+    for (size_t k = 0; k < total; ++k) {
+      c0[k] = x.in[k] ^ s.mask[k] ^ t.mask[k];
+      c1[k] = x.out[k] ^ s.mask[k];
+    }
+  } else {
+    for (size_t k = 0; k < total; ++k) {
+      c0[k] = x.mask[total + k] ^ t.in[k];
+      c1[k] = x.mask[k];
+    }
+  }
+  Buffers views;  // wipes c0, c1 on the way out
+  views.out.swap(c0);
+  views.in.swap(c1);
+
+  size_t pos = 0, mpos = 0;
+  for (const Live& l : live) {
+    auto ks = std::make_shared<KeyShares>();
+    ks->party = me;
+    ks->cipher = l.cipher;
+    if (absl::Status st = NewDealId(batch_id, seq, items[l.j], l.deal_id, ks->deal_id);
+        !st.ok())
+      return st;
+    const size_t rk = RoundKeyBytes(l.cipher), hp = kHPowerBytes;
+    ks->round_keys[0].assign(views.out.begin() + pos, views.out.begin() + pos + rk);
+    ks->round_keys[1].assign(views.in.begin() + pos, views.in.begin() + pos + rk);
+    pos += rk;
+    ks->h_powers[0].assign(views.out.begin() + pos, views.out.begin() + pos + hp);
+    ks->h_powers[1].assign(views.in.begin() + pos, views.in.begin() + pos + hp);
+    pos += hp;
+    if (me == lost) {
+      if (meta_msg.size() - mpos < 8)
+        return absl::DataLossError("rebuild: the survivors' metadata is truncated");
+      const uint64_t n = GetU64(&meta_msg[mpos]);
+      mpos += 8;
+      if (meta_msg.size() - mpos < n)
+        return absl::DataLossError("rebuild: the survivors' metadata is truncated");
+      std::string m(reinterpret_cast<const char*>(&meta_msg[mpos]), n);
+      mpos += n;
+      Digest d;
+      d.Update(m.data(), m.size());
+      std::array<uint8_t, 32> md;
+      if (absl::Status st = d.Final(md); !st.ok()) return st;
+      if (std::memcmp(md.data(), l.meta_digest, 32) != 0)
+        return absl::DataLossError(
+            "rebuild: the metadata survivor A sent does not match the agreed views");
+      out[l.j].public_meta = std::move(m);
+    }
+    out[l.j].shares = std::move(ks);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
     net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
-    absl::Span<const RefreshItem> items, const RefreshLookup& lookup) {
+    absl::Span<const RefreshItem> items, const RefreshLookup& lookup,
+    int rebuild_party) {
   if (items.size() > kMaxRefreshPairs)
     return absl::InvalidArgumentError(absl::StrCat(
         "a refresh batch holds at most ", kMaxRefreshPairs, " pairs"));
+  if (rebuild_party != kNoRebuild && (rebuild_party < 0 || rebuild_party > 2))
+    return absl::InvalidArgumentError("the party to rebuild must be 0, 1 or 2");
+  const bool rebuild = rebuild_party != kNoRebuild;
   const int me = channel.party();
   std::vector<Plan> plan(items.size());
   CheckInputs(items, plan);
@@ -192,6 +442,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
     inputs.Update(batch_id.data(), batch_id.size());
     inputs.U64(seq);
     inputs.U64(items.size());
+    inputs.U64(static_cast<uint64_t>(rebuild_party + 1));
     for (const RefreshItem& it : items) {
       inputs.Str(it.old_key_id);
       inputs.Str(it.new_key_id);
@@ -214,8 +465,12 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
   if (!mine.SameInputs(*next) || !mine.SameInputs(*next2))
     return absl::AbortedError(
         "refresh refused: the MPC servers received different refresh requests");
-  if (!mine.SameKeys(*next) || !mine.SameKeys(*next2)) {
-    // Same pairs, different views: exchange them, fail the same pairs.
+  // The survivors' views of every pair, for the rebuilt party (cipher,
+  // dealing id and metadata digest of what it receives).
+  std::vector<uint8_t> survivor_views;
+  if (rebuild || !mine.SameKeys(*next) || !mine.SameKeys(*next2)) {
+    // Same pairs, different views: exchange them, fail the same pairs. (A
+    // rebuild always does: the rebuilt party learns the survivors' views.)
     const size_t n = kViewBytes * plan.size();
     std::vector<uint8_t> vmine(n), vnext(n), vnext2(n);
     for (size_t j = 0; j < plan.size(); ++j)
@@ -229,11 +484,17 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
       v[me] = &vmine[kViewBytes * j];
       v[(me + 1) % 3] = &vnext[kViewBytes * j];
       v[(me + 2) % 3] = &vnext2[kViewBytes * j];
-      Decide(plan[j], v);
+      if (rebuild) DecideRebuild(plan[j], v, rebuild_party);
+      else Decide(plan[j], v);
     }
+    if (rebuild && me == rebuild_party) survivor_views = std::move(vnext);
   } else {
     for (Plan& w : plan) Decide(w, {w.view.data(), w.view.data(), w.view.data()});
   }
+
+  if (rebuild)
+    return RebuildExchange(channel, batch_id, seq, items, plan, rebuild_party,
+                           survivor_views);
 
   std::vector<RefreshOutcome> out(items.size());
   size_t total = 0;
@@ -272,7 +533,8 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
     auto ks = std::make_shared<KeyShares>();
     ks->party = me;
     ks->cipher = w.key->cipher;
-    if (absl::Status st = NewDealId(batch_id, seq, items[j], *w.key, ks->deal_id);
+    if (absl::Status st =
+            NewDealId(batch_id, seq, items[j], w.key->deal_id.data(), ks->deal_id);
         !st.ok())
       return st;
     const size_t rk = w.key->round_keys[0].size(), hp = w.key->h_powers[0].size();

@@ -33,6 +33,30 @@
 //      fails the same pairs;
 //   1  PRSS key set-up (fresh keys, Prss::Setup);
 //   1  the masked shares of every pair that goes ahead.
+//
+// Rebuilding a lost party L (rebuild_party = L): L runs with an empty store
+// (a new server) and the two survivors A = L+1 and B = L+2 give it a view of
+// every key without any key being reconstructed anywhere, re-randomising
+// their own views at the same time. With v = x_L ^ x_{L+1} ^ x_{L+2}, A
+// holding (x_{L+1}, x_{L+2}) and B holding (x_{L+2}, x_L), and s, t fresh
+// uniform masks known to A and B only:
+//   x_L' = x_L ^ s,  x_{L+1}' = x_{L+1} ^ t,  x_{L+2}' = x_{L+2} ^ s ^ t.
+// Ring links (party i sends to i-1): B -> A, A -> L, L -> B. Messages:
+//   B -> A  sigma (32 bytes): s and t are AES-256-CTR(sigma) streams;
+//   L -> B  pi (32 bytes): p = AES-256-CTR(pi), a pad B uses to send x_L'
+//           to L through A;
+//   B -> A  x_L ^ s ^ p (A lacks p: it learns nothing of x_L);
+//   A -> L  the public metadata of every pair, x_{L+1} ^ t, x_L ^ s ^ p.
+// New views: L (x_L', x_{L+1}'), A (x_{L+1}', x_{L+2}'), B (x_{L+2}', x_L').
+// Why nothing combines into v: the lost party's old view (x_L, x_{L+1})
+// with A's new view yields t but not s (nor x_{L+2} ^ s ^ t's mask); with
+// B's new view it yields s but not t; L's new view with a survivor's old
+// view misses the other mask. s and t are never stored and never leave A
+// and B; p never leaves B and L. This is Herzberg et al.'s share recovery
+// (CRYPTO 1995, section 4) in the replicated form: the survivors' shares
+// are re-randomised as part of it, so it is also a refresh of every key it
+// covers (the old party's store, backups and certificate are worthless
+// against the new views). Semi-honest, like the rest of the protocol.
 #ifndef KMPC_ENGINE_REFRESH_H_
 #define KMPC_ENGINE_REFRESH_H_
 
@@ -80,16 +104,25 @@ struct RefreshOutcome {
   // JOB_OK: this party's new view (party, cipher as before, a new dealing
   // id common to the three parties).
   std::shared_ptr<const KeyShares> shares;
+  // JOB_OK in a rebuild, on the rebuilt party only: the pair's public
+  // metadata as the survivors hold it (RefreshSource::public_meta), checked
+  // against the digests in both survivors' views.
+  std::string public_meta;
 };
 
+// No party is rebuilt: an ordinary refresh.
+inline constexpr int kNoRebuild = -1;
+
 // Runs one refresh batch; all three parties must call it at the same time
-// with the same batch_id, seq and items (same order). Per-pair failures are
+// with the same batch_id, seq, items (same order) and rebuild_party (a
+// party index, or kNoRebuild: see above). Per-pair failures are
 // in the outcomes; a returned error fails the whole batch: ABORTED (the
 // parties were given different batches), INVALID_ARGUMENT (too many pairs),
 // or a channel error, after which the ring must be re-established.
 absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
     net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
-    absl::Span<const RefreshItem> items, const RefreshLookup& lookup);
+    absl::Span<const RefreshItem> items, const RefreshLookup& lookup,
+    int rebuild_party = kNoRebuild);
 
 }  // namespace kmpc::engine
 

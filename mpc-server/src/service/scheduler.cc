@@ -93,6 +93,7 @@ struct Scheduler::Work {
   std::vector<engine::Job> jobs;
   std::vector<engine::RefreshItem> refresh;  // kRefresh
   engine::RefreshLookup refresh_lookup;
+  int rebuild_party = engine::kNoRebuild;  // kRefresh
   absl::Time arrived;
   absl::Time claimed_at;
   bool claimed = false;
@@ -152,12 +153,14 @@ BatchOutcome Scheduler::Submit(BatchKind kind, const BatchId& id,
 
 BatchOutcome Scheduler::SubmitRefresh(const BatchId& id,
                                       std::vector<engine::RefreshItem> items,
-                                      engine::RefreshLookup lookup) {
+                                      engine::RefreshLookup lookup,
+                                      int rebuild_party) {
   auto work = std::make_shared<Work>();
   work->kind = BatchKind::kRefresh;
   work->id = id;
   work->refresh = std::move(items);
   work->refresh_lookup = std::move(lookup);
+  work->rebuild_party = rebuild_party;
   return Enqueue(std::move(work));
 }
 
@@ -262,7 +265,7 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
   if (work.kind == BatchKind::kRefresh) {
     // Its own PRSS keys (refresh.h); the session's engine is left as it is.
     auto res = engine::RefreshShares(ch.data(), work.id, seq, work.refresh,
-                                     work.refresh_lookup);
+                                     work.refresh_lookup, work.rebuild_party);
     if (res.ok()) work.outcome.refreshed = std::move(*res);
     ran = res.status();
   } else {

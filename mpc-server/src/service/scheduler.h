@@ -97,7 +97,8 @@ class Scheduler {
   // `lookup` runs on a worker thread during the batch.
   BatchOutcome SubmitRefresh(const BatchId& id,
                              std::vector<engine::RefreshItem> items,
-                             engine::RefreshLookup lookup);
+                             engine::RefreshLookup lookup,
+                             int rebuild_party = engine::kNoRebuild);
 
   bool RingUp() const { return ring_->AllConnected(); }
   int party() const { return ring_->party(); }

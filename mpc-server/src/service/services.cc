@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "batch_error.h"
 #include "contract.h"
@@ -411,6 +412,25 @@ std::string PublicMeta(const store::KeyMeta& m) {
   return absl::StrCat(static_cast<int>(m.cipher), ":", m.kvno, ":", m.label);
 }
 
+// The inverse of PublicMeta, for a rebuilt party's new records (the label
+// may itself hold ':').
+absl::StatusOr<store::KeyMeta> ParsePublicMeta(absl::string_view s) {
+  const size_t c1 = s.find(':');
+  const size_t c2 = c1 == absl::string_view::npos ? c1 : s.find(':', c1 + 1);
+  int cipher = 0;
+  uint32_t kvno = 0;
+  if (c2 == absl::string_view::npos || !absl::SimpleAtoi(s.substr(0, c1), &cipher) ||
+      !absl::SimpleAtoi(s.substr(c1 + 1, c2 - c1 - 1), &kvno) ||
+      (cipher != static_cast<int>(store::Cipher::kAes128) &&
+       cipher != static_cast<int>(store::Cipher::kAes256)))
+    return absl::DataLossError("malformed key metadata from the surviving servers");
+  store::KeyMeta m;
+  m.cipher = static_cast<store::Cipher>(cipher);
+  m.kvno = kvno;
+  m.label = std::string(s.substr(c2 + 1));
+  return m;
+}
+
 }  // namespace
 
 grpc::Status AdminService::DoRefreshKeys(const pb::RefreshKeysRequest& req,
@@ -424,6 +444,12 @@ grpc::Status AdminService::DoRefreshKeys(const pb::RefreshKeysRequest& req,
   std::vector<engine::RefreshItem> items;
   items.reserve(req.pairs_size());
   for (const auto& p : req.pairs()) items.push_back({p.old_key_id(), p.new_key_id()});
+  int rebuild_party = engine::kNoRebuild;
+  if (req.has_rebuild_party()) {
+    if (req.rebuild_party() > 2)
+      return Refuse(pb::BATCH_MALFORMED, "rebuild_party must be 0, 1 or 2");
+    rebuild_party = static_cast<int>(req.rebuild_party());
+  }
   // The old records' metadata by new id, filled by the lookup on the worker
   // thread; read here after SubmitRefresh returned (the scheduler's lock
   // orders the two).
@@ -465,7 +491,8 @@ grpc::Status AdminService::DoRefreshKeys(const pb::RefreshKeysRequest& req,
     (*metas)[it.new_key_id] = std::move(m);
     return src;
   };
-  BatchOutcome out = scheduler_->SubmitRefresh(batch_id, items, std::move(lookup));
+  BatchOutcome out =
+      scheduler_->SubmitRefresh(batch_id, items, std::move(lookup), rebuild_party);
   // Not in the batch metrics: those count the KDC's work (run/finalize).
   if (!out.status.ok()) return Refuse(out);
   if (out.refreshed.size() != items.size())
@@ -477,11 +504,27 @@ grpc::Status AdminService::DoRefreshKeys(const pb::RefreshKeysRequest& req,
   for (size_t j = 0; j < items.size(); ++j) {
     const engine::RefreshOutcome& r = out.refreshed[j];
     if (r.status != pb::JOB_OK) continue;
-    auto m = metas->find(items[j].new_key_id);
-    if (m == metas->end() || r.shares == nullptr)
-      return Refuse(pb::BATCH_INTERNAL, "refresh lost a pair's metadata");
+    if (r.shares == nullptr)
+      return Refuse(pb::BATCH_INTERNAL, "refresh lost a pair's shares");
+    store::KeyMeta meta;
+    if (rebuild_party == options_.party) {
+      // A rebuilt server has no old record: the survivors sent its metadata.
+      auto parsed = ParsePublicMeta(r.public_meta);
+      if (!parsed.ok()) return ToGrpcStatus(parsed.status());
+      meta = std::move(*parsed);
+      auto id = store::KeyIdFromBytes(absl::MakeConstSpan(
+          reinterpret_cast<const uint8_t*>(items[j].new_key_id.data()),
+          items[j].new_key_id.size()));
+      if (!id.ok()) return ToGrpcStatus(id.status());
+      meta.key_id = *id;
+    } else {
+      auto m = metas->find(items[j].new_key_id);
+      if (m == metas->end())
+        return Refuse(pb::BATCH_INTERNAL, "refresh lost a pair's metadata");
+      meta = m->second;
+    }
     blobs.push_back(r.shares->Serialize());
-    records.push_back({m->second, blobs.back()});
+    records.push_back({meta, blobs.back()});
   }
   absl::Status stored = store_->PutAll(records);
   for (auto& b : blobs) OPENSSL_cleanse(b.data(), b.size());

@@ -68,6 +68,15 @@ class RefreshCluster {
     return {store_[0].at(id), store_[1].at(id), store_[2].at(id)};
   }
   void Drop(int party, const std::string& id) { store_[party].erase(id); }
+  // A lost server replaced by a new one: an empty store.
+  void Lose(int party) {
+    store_[party].clear();
+    meta_[party].clear();
+    taken_[party].clear();
+  }
+  const std::string& Meta(int party, const std::string& id) {
+    return meta_[party].at(id);
+  }
   void SetMeta(int party, const std::string& id, const std::string& m) {
     meta_[party][id] = m;
   }
@@ -76,7 +85,7 @@ class RefreshCluster {
   // Runs a refresh on the three parties (per-party item lists may differ)
   // and stores the new views as the service would.
   std::array<absl::StatusOr<std::vector<RefreshOutcome>>, 3> RunEach(
-      const std::array<std::vector<RefreshItem>, 3>& items) {
+      const std::array<std::vector<RefreshItem>, 3>& items, int rebuild = kNoRebuild) {
     std::array<absl::StatusOr<std::vector<RefreshOutcome>>, 3> out;
     const Bytes batch_id = Random(16);
     RunParties([&](int i) {
@@ -90,7 +99,7 @@ class RefreshCluster {
             store_[i].count(it.new_key_id) != 0 || taken_[i].count(it.new_key_id) != 0;
         return s;
       };
-      out[i] = RefreshShares(ring_.party(i), batch_id, seq_, items[i], lookup);
+      out[i] = RefreshShares(ring_.party(i), batch_id, seq_, items[i], lookup, rebuild);
       return out[i].status();
     });
     ++seq_;
@@ -99,13 +108,16 @@ class RefreshCluster {
       for (size_t j = 0; j < out[i]->size(); ++j)
         if ((*out[i])[j].status == pb::JOB_OK) {
           store_[i][items[i][j].new_key_id] = (*out[i])[j].shares;
-          meta_[i][items[i][j].new_key_id] = meta_[i][items[i][j].old_key_id];
+          meta_[i][items[i][j].new_key_id] = i == rebuild
+                                                 ? (*out[i])[j].public_meta
+                                                 : meta_[i][items[i][j].old_key_id];
         }
     }
     return out;
   }
-  std::vector<RefreshOutcome> Run(const std::vector<RefreshItem>& items) {
-    auto r = RunEach({items, items, items});
+  std::vector<RefreshOutcome> Run(const std::vector<RefreshItem>& items,
+                                  int rebuild = kNoRebuild) {
+    auto r = RunEach({items, items, items}, rebuild);
     for (int i = 0; i < 3; ++i) {
       EXPECT_TRUE(r[i].ok()) << r[i].status();
       if (!r[i].ok()) return {};
@@ -186,6 +198,36 @@ void ExpectHolds(const Views& v, const Bytes& key) {
   EXPECT_EQ(Bytes(hp.begin(), hp.begin() + 16), Bytes(h.begin(), h.end()));
 }
 
+// Old view of party j with the new view of party k != j: no XOR of any of
+// their four components is the key's round keys or its powers of H, nor
+// does any hold the key's bytes.
+void ExpectOldAndNewNeverCombine(const Views& oldv, const Views& newv, const Bytes& rk,
+                                 const Bytes& hp, const Bytes& key) {
+  for (int j = 0; j < 3; ++j) {
+    for (int k = 0; k < 3; ++k) {
+      if (j == k) continue;
+      for (bool hpow : {false, true}) {
+        const Bytes& want = hpow ? hp : rk;
+        std::array<const Bytes*, 4> comp = {
+            hpow ? &oldv[j]->h_powers[0] : &oldv[j]->round_keys[0],
+            hpow ? &oldv[j]->h_powers[1] : &oldv[j]->round_keys[1],
+            hpow ? &newv[k]->h_powers[0] : &newv[k]->round_keys[0],
+            hpow ? &newv[k]->h_powers[1] : &newv[k]->round_keys[1]};
+        for (int mask = 1; mask < 16; ++mask) {
+          Bytes x(want.size(), 0);
+          for (int q = 0; q < 4; ++q)
+            if (mask & (1 << q))
+              for (size_t t = 0; t < x.size(); ++t) x[t] ^= (*comp[q])[t];
+          EXPECT_NE(x, want) << "old " << j << " new " << k << " subset " << mask;
+          if (!hpow)
+            EXPECT_NE(Bytes(x.begin(), x.begin() + key.size()), key)
+                << "old " << j << " new " << k << " subset " << mask;
+        }
+      }
+    }
+  }
+}
+
 TEST(RefreshTest, NewSharesHoldTheSameKeyAndOldAndNewNeverCombine) {
   RefreshCluster c;
   const Bytes k128 = Random(16), k256 = Random(32);
@@ -216,32 +258,7 @@ TEST(RefreshTest, NewSharesHoldTheSameKeyAndOldAndNewNeverCombine) {
       EXPECT_NE(newv[i]->round_keys[0], oldv[i]->round_keys[0]);
       EXPECT_NE(newv[i]->h_powers[0], oldv[i]->h_powers[0]);
     }
-    // Old view of party j with the new view of party k != j: no XOR of
-    // any of their four components is the key's round keys or its powers
-    // of H, nor does any hold the key's bytes.
-    for (int j = 0; j < 3; ++j) {
-      for (int k = 0; k < 3; ++k) {
-        if (j == k) continue;
-        for (bool hpow : {false, true}) {
-          const Bytes& want = hpow ? hp : rk;
-          std::array<const Bytes*, 4> comp = {
-              hpow ? &oldv[j]->h_powers[0] : &oldv[j]->round_keys[0],
-              hpow ? &oldv[j]->h_powers[1] : &oldv[j]->round_keys[1],
-              hpow ? &newv[k]->h_powers[0] : &newv[k]->round_keys[0],
-              hpow ? &newv[k]->h_powers[1] : &newv[k]->round_keys[1]};
-          for (int mask = 1; mask < 16; ++mask) {
-            Bytes x(want.size(), 0);
-            for (int q = 0; q < 4; ++q)
-              if (mask & (1 << q))
-                for (size_t t = 0; t < x.size(); ++t) x[t] ^= (*comp[q])[t];
-            EXPECT_NE(x, want) << "old " << j << " new " << k << " subset " << mask;
-            if (!hpow)
-              EXPECT_NE(Bytes(x.begin(), x.begin() + key.size()), key)
-                  << "old " << j << " new " << k << " subset " << mask;
-          }
-        }
-      }
-    }
+    ExpectOldAndNewNeverCombine(oldv, newv, rk, hp, key);
     // The new shares compute: ENCRYPT keystream against OpenSSL AES.
     auto [ks, ctr0] = c.Keystream(new_id);
     EXPECT_EQ(ks, ReferenceKeystream(key, ctr0, 3));
@@ -314,6 +331,84 @@ TEST(RefreshTest, NothingToDoNeedsNoMaskRound) {
   auto r = c.Run({{NewId(), NewId()}});
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].status, pb::JOB_UNKNOWN_KEY);
+}
+
+// A lost party L comes back with an empty store: the survivors give it a
+// view of every key and re-randomise theirs; the key holds, computes, and
+// no old view (the lost server's store, a survivor's backup) combines with
+// a new view of another party. Run for each L (the ring roles rotate).
+TEST(RefreshTest, RebuildGivesALostPartyNewSharesWithoutReconstructingTheKey) {
+  for (int lost = 0; lost < 3; ++lost) {
+    SCOPED_TRACE(::testing::Message() << "lost party " << lost);
+    RefreshCluster c;
+    const Bytes k128 = Random(16), k256 = Random(32);
+    const std::string a = c.AddKey(k128, "1:3:alice@EXAMPLE.COM"),
+                      b = c.AddKey(k256, "2:7:krbtgt/EXAMPLE.COM@EXAMPLE.COM");
+    const Views olda = c.Get(a), oldb = c.Get(b);
+    c.Lose(lost);
+    const std::string na = NewId(), nb = NewId();
+    auto r = c.Run({{a, na}, {b, nb}}, lost);
+    ASSERT_EQ(r.size(), 2u);
+    ASSERT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+    ASSERT_EQ(r[1].status, pb::JOB_OK) << r[1].detail;
+    for (const auto& [oldv, new_id, key] :
+         {std::tuple{olda, na, k128}, std::tuple{oldb, nb, k256}}) {
+      const Views newv = c.Get(new_id);
+      EXPECT_EQ(Open(newv, false), Open(oldv, false));
+      EXPECT_EQ(Open(newv, true), Open(oldv, true));
+      ExpectHolds(newv, key);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(newv[i]->party, i);
+        EXPECT_EQ(newv[i]->cipher, oldv[i]->cipher);
+        EXPECT_TRUE(newv[i]->Validate().ok());
+        EXPECT_EQ(newv[i]->deal_id, newv[0]->deal_id);
+        EXPECT_NE(newv[i]->deal_id, oldv[i]->deal_id);
+        EXPECT_NE(newv[i]->round_keys[0], oldv[i]->round_keys[0]);
+        EXPECT_NE(newv[i]->h_powers[0], oldv[i]->h_powers[0]);
+        EXPECT_NE(newv[i]->round_keys[1], oldv[i]->round_keys[1]);
+      }
+      ExpectOldAndNewNeverCombine(oldv, newv, Open(oldv, false), Open(oldv, true), key);
+      auto [ks, ctr0] = c.Keystream(new_id);
+      EXPECT_EQ(ks, ReferenceKeystream(key, ctr0, 3));
+    }
+    // The rebuilt party stores the survivors' metadata.
+    EXPECT_EQ(c.Meta(lost, na), "1:3:alice@EXAMPLE.COM");
+    EXPECT_EQ(c.Meta(lost, nb), "2:7:krbtgt/EXAMPLE.COM@EXAMPLE.COM");
+    // An ordinary refresh of the rebuilt keys works afterwards.
+    const std::string na2 = NewId();
+    r = c.Run({{na, na2}});
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+    ExpectHolds(c.Get(na2), k128);
+  }
+}
+
+TEST(RefreshTest, RebuildFailsPairsTheSurvivorsCannotGive) {
+  RefreshCluster c;
+  const std::string good = c.AddKey(Random(16));
+  const std::string gone = c.AddKey(Random(16));
+  const std::string meta = c.AddKey(Random(32));
+  c.Lose(1);
+  c.Drop(2, gone);                  // a survivor lacks it
+  c.SetMeta(0, meta, "2:9:other");  // survivors disagree
+  const std::string ng = NewId();
+  std::vector<RefreshItem> items = {{good, ng}, {gone, NewId()}, {meta, NewId()}};
+  auto r = c.Run(items, 1);
+  ASSERT_EQ(r.size(), items.size());
+  EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+  EXPECT_EQ(r[1].status, pb::JOB_UNKNOWN_KEY) << r[1].detail;
+  EXPECT_EQ(r[2].status, pb::JOB_KEY_INCONSISTENT) << r[2].detail;
+  auto [ks, ctr0] = c.Keystream(ng);
+  EXPECT_EQ(ks.size(), 48u);
+}
+
+TEST(RefreshTest, RebuildOfAPartyThatStillHoldsTheKeyIsRefused) {
+  RefreshCluster c;
+  const std::string a = c.AddKey(Random(16));
+  auto r = c.Run({{a, NewId()}}, 2);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, pb::JOB_MALFORMED);
+  EXPECT_NE(r[0].detail.find("still holds"), std::string::npos) << r[0].detail;
 }
 
 }  // namespace
