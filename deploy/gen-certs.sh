@@ -42,6 +42,12 @@
 #   deploy/gen-certs.sh DIR --crl
 #       only writes a new DIR/crl.pem (it is valid for KMPC_CRL_DAYS, 365
 #       days by default: re-issue it before then)
+#   deploy/gen-certs.sh DIR --party I
+#       issues a new DIR/party-I.{pem,key} for the server that replaces
+#       party I (README: replacing a server); refused while the current
+#       DIR/party-I.pem is not revoked (--revoke it first), so that the lost
+#       server's certificate can never be left valid by mistake. The revoked
+#       one is kept as DIR/party-I.revoked-SERIAL.pem.
 #   deploy/gen-certs.sh DIR --client NAME [CN]
 #       issues only DIR/NAME.{pem,key}, a client certificate with CN (default
 #       NAME), e.g. the replacement of a revoked one; the other certificates
@@ -54,7 +60,7 @@
 set -euo pipefail
 usage() {
   echo "usage: $0 DIR [EXTRA_CLIENT_CN ...]" >&2
-  echo "       $0 DIR --revoke CERT.pem [CERT.pem ...] | --crl | --client NAME [CN]" >&2
+  echo "       $0 DIR --revoke CERT.pem [CERT.pem ...] | --crl | --client NAME [CN] | --party I" >&2
   exit 2
 }
 [ $# -ge 1 ] || usage
@@ -69,6 +75,8 @@ case "${1:-}" in
             done
             set -- ;;
   --crl) mode=crl; shift; [ $# -eq 0 ] || usage ;;
+  --party) mode=party; shift; [ $# -eq 1 ] || usage
+           case "$1" in 0|1|2) party=$1 ;; *) usage ;; esac; set -- ;;
   --client) mode=client; shift; [ $# -ge 1 ] && [ $# -le 2 ] || usage
             client_name=$1; client_cn=${2:-$1}; set -- ;;
   --*) usage ;;
@@ -185,6 +193,25 @@ if [ "$mode" = client ]; then
   sign "$client_name" "$client_cn" "$client_ext"
   chmod 600 "$client_name.key"; chmod 644 "$client_name.pem"
   echo "issued $(pwd)/$client_name.pem ($(openssl x509 -noout -serial -in "$client_name.pem"), CN $client_cn)"
+  exit 0
+fi
+
+if [ "$mode" = party ]; then
+  old=party-$party.pem
+  if [ -f "$old" ]; then
+    serial=$(openssl x509 -noout -serial -in "$old"); serial=${serial#serial=}
+    ca_conf
+    if ! grep -q "^R.*	${serial}	" ca-private/index.txt; then
+      echo "gen-certs: $(pwd)/$old (serial $serial) is not revoked; revoke the" \
+           "lost server's certificate first: $0 $(pwd) --revoke $(pwd)/$old" >&2
+      exit 1
+    fi
+    mv -f "$old" "party-$party.revoked-$serial.pem"
+    rm -f "party-$party.key"
+  fi
+  sign "party-$party" "kmpc-party-$party" "$(server_ext "$party")"
+  chmod 600 "party-$party.key"; chmod 644 "party-$party.pem"
+  echo "issued $(pwd)/party-$party.pem ($(openssl x509 -noout -serial -in "party-$party.pem"), CN kmpc-party-$party)"
   exit 0
 fi
 
