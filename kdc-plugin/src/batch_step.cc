@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -89,6 +90,9 @@ absl::Status JobFailure(const pb::JobResult& r) {
       return absl::UnavailableError(absl::StrCat(
           "the MPC servers hold inconsistent shares of this key: ",
           r.detail()));
+    case pb::JOB_WITHHELD:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the MPC cluster withheld the result: ", r.detail()));
     default:
       return absl::OkStatus();
   }
@@ -206,10 +210,22 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
 void BatchStep::BuildRunRequest(RunCall* call) {
   call->req.set_batch_id(RandomId());
   call->req.mutable_jobs()->Reserve(static_cast<int>(call->idx.size()));
+  // The timestamp DECRYPT of each speculation group in this request: its
+  // speculative ENCRYPTs are released by the servers only if it holds
+  // (kmpc.proto Job.release_if_ok).
+  std::map<uint64_t, size_t> group_decrypt;
+  for (size_t i : call->idx)
+    if (jobs_[i].group != 0 && !jobs_[i].speculative &&
+        jobs_[i].job.type == pb::JOB_DECRYPT)
+      group_decrypt[jobs_[i].group] = i;
   for (size_t i : call->idx) {
     const Job& job = jobs_[i].job;
     pb::Job* j = call->req.add_jobs();
     j->set_job_id(i);
+    if (jobs_[i].speculative && jobs_[i].group != 0) {
+      auto g = group_decrypt.find(jobs_[i].group);
+      if (g != group_decrypt.end()) j->set_release_if_ok(g->second);
+    }
     j->set_key_id(job.key_id);
     j->set_usage(job.usage);
     j->set_type(job.type);

@@ -808,6 +808,11 @@ TEST_P(SpeculationTest, FailedTimestampsUseUpTheBudget) {
   EXPECT_LE(static_cast<double>(groups), 99 + 32 * secs + 1) << secs;
   EXPECT_GE(b->stats().speculative_wasted, groups);
   EXPECT_LE(b->stats().speculative_wasted, groups + 2);  // + the held pair, if expired
+  // Every speculative ENCRYPT went with its timestamp's DECRYPT as its
+  // release condition: the servers, not only the module, withheld the
+  // failed groups' keystreams (JOB_WITHHELD).
+  EXPECT_EQ(static_cast<uint64_t>(cluster_.conditional_jobs()),
+            b->stats().speculative_encrypts);
   WaitIdle(b.get());
   EXPECT_LE(b->stats().keystreams_held, 2u);  // the failed groups' were dropped
 }

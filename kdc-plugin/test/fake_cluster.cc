@@ -189,6 +189,19 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
       FailJob(r, check.status, check.detail);
       continue;
     }
+    if (j.has_release_if_ok()) {
+      // As the engine (engine.h, Job::release_if_ok).
+      const pb::Job* on = nullptr;
+      for (const pb::Job& o : req.jobs())
+        if (o.job_id() == j.release_if_ok() && &o != &j) on = &o;
+      if ((j.type() != pb::JOB_ENCRYPT && j.type() != pb::JOB_CHECKSUM) || on == nullptr ||
+          (on->type() != pb::JOB_DECRYPT && on->type() != pb::JOB_VERIFY_CHECKSUM)) {
+        FailJob(r, pb::JOB_MALFORMED,
+                "release_if_ok must name another job of the batch, a DECRYPT or "
+                "VERIFY_CHECKSUM, from an ENCRYPT or CHECKSUM");
+        continue;
+      }
+    }
     if (!keys_.count(j.key_id())) {
       FailJob(r, pb::JOB_UNKNOWN_KEY, "unknown key id");
       continue;
@@ -242,6 +255,23 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
       default:  // CheckJob let no other type through
         break;
     }
+  }
+  // Conditional release, after every job ran (as the engine's Collect).
+  std::map<uint64_t, int> pos;
+  for (int k = 0; k < req.jobs_size(); ++k) pos[req.jobs(k).job_id()] = k;
+  for (int k = 0; k < req.jobs_size(); ++k) {
+    const pb::Job& j = req.jobs(k);
+    if (!j.has_release_if_ok() || (*out)[0].results(k).status() != pb::JOB_OK) continue;
+    if ((*out)[0].results(pos[j.release_if_ok()]).status() == pb::JOB_OK) continue;
+    for (int p = 0; p < 3; ++p) {
+      pb::JobResult* x = (*out)[p].mutable_results(k);
+      x->clear_keystream();
+      x->clear_tag();
+      x->clear_ctr0();
+      x->set_status(pb::JOB_WITHHELD);
+      x->set_detail("withheld: the job it is released on did not verify");
+    }
+    enc_.erase({req.batch_id(), j.job_id()});
   }
   // As the servers: the blocks the request asks for, computed or not.
   for (int p = 0; p < 3; ++p)
@@ -376,6 +406,8 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
                       pb::RunResponse* resp, absl::Time deadline, Done done) {
   {
     std::lock_guard<std::mutex> l(mu_);
+    if (party == 0)
+      for (const pb::Job& j : req.jobs()) conditional_jobs_ += j.has_release_if_ok();
     if (run_delay_ > absl::ZeroDuration())
       done = [this, extra = run_delay_, done = std::move(done)](CallStatus st) {
         Later(extra, [done, st] { done(st); });

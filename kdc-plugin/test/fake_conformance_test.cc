@@ -213,6 +213,24 @@ TEST_F(FakeConformanceTest, PerJobOutcomes) {
     v = AddJob(&r, pb::JOB_VERIFY_CHECKSUM, kBadId, 56);
     v->set_data(data);
     v->set_checksum(sum);
+    // Release conditions (Job.release_if_ok): on the good DECRYPT (8),
+    // the flipped one (9), a VERIFY that fails (15), a CHECKSUM (13), no
+    // job, itself; and on an ENCRYPT's condition from a DECRYPT.
+    auto cond = [&](pb::JobType t, uint64_t on) {
+      pb::Job* j = AddJob(&r, t, kKeyId, 2);
+      if (t == pb::JOB_ENCRYPT) j->set_length(20);
+      else j->set_data(data);
+      j->set_release_if_ok(on);
+      return j;
+    };
+    cond(pb::JOB_ENCRYPT, 8);                   // 18 released
+    cond(pb::JOB_ENCRYPT, 9);                   // 19 withheld
+    cond(pb::JOB_CHECKSUM, 15);                 // 20 withheld
+    cond(pb::JOB_ENCRYPT, 13);                  // 21 malformed: a CHECKSUM
+    cond(pb::JOB_ENCRYPT, 999);                 // 22 malformed: no such job
+    cond(pb::JOB_ENCRYPT, 23);                  // 23 malformed: itself
+    AddJob(&r, pb::JOB_DECRYPT, kKeyId, 3)->set_data(good);
+    r.mutable_jobs(r.jobs_size() - 1)->set_release_if_ok(8);  // 24 malformed: a DECRYPT
     return r;
   };
   auto a = Compare(build, "mixed batch");
@@ -242,6 +260,17 @@ TEST_F(FakeConformanceTest, PerJobOutcomes) {
     EXPECT_EQ(pb::JobStatus_Name(r[0].results(15).status()),
               "JOB_INTEGRITY_FAILED")
         << k;
+    ASSERT_EQ(r[0].results_size(), 25) << k;
+    EXPECT_EQ(pb::JobStatus_Name(r[0].results(18).status()), "JOB_OK") << k;
+    for (int j : {19, 20}) {
+      EXPECT_EQ(pb::JobStatus_Name(r[0].results(j).status()), "JOB_WITHHELD") << k;
+      for (int p = 0; p < 3; ++p) {
+        EXPECT_FALSE(r[p].results(j).has_keystream()) << k << " " << j;
+        EXPECT_FALSE(r[p].results(j).has_tag()) << k << " " << j;
+      }
+    }
+    for (int j : {21, 22, 23, 24})
+      EXPECT_EQ(pb::JobStatus_Name(r[0].results(j).status()), "JOB_MALFORMED") << k << j;
   }
 }
 

@@ -49,6 +49,8 @@ class TestCluster : public Transport {
   // Finalize callbacks made so far (answers delivered, any status).
   virtual int finalize_answers() = 0;
   virtual std::vector<Call> calls() = 0;
+  // Jobs with a release condition (Job.release_if_ok) in party 0's Runs.
+  virtual int conditional_jobs() = 0;
 
   // Reference computations of what the cluster computes, for the tests'
   // expectations: the keystream of `len` bytes from ctr0 and the tag of

@@ -248,6 +248,7 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   PutBytes(out, job.data);
   PutBytes(out, job.checksum);
   PutU32(out, static_cast<uint32_t>(job.precheck.status));
+  PutU64(out, static_cast<uint64_t>(job.release_if_ok + 1));
   if (job.state != nullptr) {
     out.push_back(1);
     out.insert(out.end(), job.state->ctr0.begin(), job.state->ctr0.end());
@@ -411,6 +412,19 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
     if (contract::JobCheck c = CheckJob(job); !c.ok()) {
       w.Fail(c.status, std::move(c.detail));
       continue;
+    }
+    if (job.release_if_ok != Job::kNoCondition) {
+      const int64_t c = job.release_if_ok;
+      const bool fits =
+          (job.type == pb::JOB_ENCRYPT || job.type == pb::JOB_CHECKSUM) && c >= 0 &&
+          static_cast<size_t>(c) < b.jobs.size() && static_cast<size_t>(c) != j &&
+          (b.jobs[c].type == pb::JOB_DECRYPT || b.jobs[c].type == pb::JOB_VERIFY_CHECKSUM);
+      if (!fits) {
+        w.Fail(pb::JOB_MALFORMED,
+               "release_if_ok must name another job of the batch, a DECRYPT or "
+               "VERIFY_CHECKSUM, from an ENCRYPT or CHECKSUM");
+        continue;
+      }
     }
     PlanJob(job, w);
     if (job.type == pb::JOB_FINALIZE) continue;
@@ -745,6 +759,22 @@ BatchResult Engine::Impl::Collect(Batch& b) {
   result.batch_seq = b.seq;
   result.jobs.resize(b.jobs.size());
   for (size_t j = 0; j < b.jobs.size(); ++j) CollectJob(b, j, result.jobs[j]);
+  // Conditional release (Job::release_if_ok): the same on every party, as
+  // every job's status is.
+  for (size_t j = 0; j < b.jobs.size(); ++j) {
+    const int64_t c = b.jobs[j].release_if_ok;
+    JobResult& r = result.jobs[j];
+    if (c == Job::kNoCondition || !r.ok() || result.jobs[c].ok()) continue;
+    for (auto& ks : r.keystream) {
+      share::Wipe(ks);
+      ks.clear();
+    }
+    for (auto& t : r.tag) OPENSSL_cleanse(t.data(), t.size());
+    r.state.reset();
+    r.ctr0 = {};
+    r.status = pb::JOB_WITHHELD;
+    r.detail = "withheld: the job it is released on did not verify";
+  }
   return result;
 }
 

@@ -180,6 +180,14 @@ struct Job {
   // detail on every party without being computed. Part of the agreement
   // digest.
   contract::JobCheck precheck;
+  // JOB_ENCRYPT, JOB_CHECKSUM: index in the batch of a JOB_DECRYPT or
+  // JOB_VERIFY_CHECKSUM this job's result is released on (kmpc.proto
+  // Job.release_if_ok): unless that job ends JOB_OK, this one ends
+  // JOB_WITHHELD with nothing revealed and no state. kNoCondition: none.
+  // Part of the agreement digest, so a KDC cannot give the condition to
+  // some parties only.
+  static constexpr int64_t kNoCondition = -1;
+  int64_t release_if_ok = kNoCondition;
 };
 
 struct JobResult {

@@ -115,13 +115,23 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
   jobs.reserve(n);
   std::set<uint64_t> ids;
   uint64_t aes_blocks = 0;
+  std::map<uint64_t, int64_t> index;  // job_id -> position
   for (int i = 0; i < n; ++i) {
     const pb::Job& in = req.jobs(i);
     if (!ids.insert(in.job_id()).second)
       return Refuse(pb::BATCH_MALFORMED,
                     absl::StrCat("job ", i, ": duplicate job_id ", in.job_id()));
+    index[in.job_id()] = i;
     aes_blocks += contract::JobBlocks(contract::ShapeOf(in));
     jobs.push_back(ToEngineJob(in));
+  }
+  // Conditions by position (engine.h, Job::release_if_ok); one naming no
+  // job of the batch becomes an index the engine refuses (JOB_MALFORMED).
+  for (int i = 0; i < n; ++i) {
+    const pb::Job& in = req.jobs(i);
+    if (!in.has_release_if_ok()) continue;
+    auto it = index.find(in.release_if_ok());
+    jobs[i].release_if_ok = it == index.end() ? static_cast<int64_t>(n) : it->second;
   }
   if (aes_blocks > contract::kMaxBatchBlocks)
     return Refuse(pb::BATCH_TOO_LARGE,

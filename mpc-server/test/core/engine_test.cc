@@ -301,6 +301,71 @@ TEST(Engine, DecryptRoundTripAndKeystreamOnlyIfTagHolds) {
   EXPECT_EQ(Xor(Bytes(ct.begin() + 16, ct.end() - 16), ks), p);
 }
 
+// Job::release_if_ok: an ENCRYPT or CHECKSUM released on a DECRYPT of the
+// same batch is withheld (nothing revealed, no state) on every party when
+// that DECRYPT fails, released when it holds; a bad reference is
+// malformed; a condition given to one party only is refused in the
+// agreement (a KDC cannot get the result from two parties without it).
+TEST(Engine, ConditionalReleaseOnlyWhenTheDecryptHeld) {
+  Cluster c;
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes ct = ClusterEncrypt(c, id, 1, Random(20));
+  Bytes bad = ct;
+  bad[20] ^= 1;
+  auto cond = [&](Job j, int64_t on) {
+    j.release_if_ok = on;
+    return j;
+  };
+  std::vector<Job> jobs = {
+      DecryptJob(id, 1, ct),                      // 0 holds
+      DecryptJob(id, 1, bad),                     // 1 fails
+      cond(EncryptJob(id, 3, 4), 0),              // 2 released
+      cond(EncryptJob(id, 3, 4), 1),              // 3 withheld
+      cond(ChecksumJob(id, 5, {1, 2, 3}), 1),     // 4 withheld
+      cond(ChecksumJob(id, 5, {1, 2, 3}), 0),     // 5 released
+      cond(EncryptJob(id, 3, 1), 5),              // 6 names a CHECKSUM
+      cond(EncryptJob(id, 3, 1), 6),              // 7 names itself
+      cond(EncryptJob(id, 3, 1), 99),             // 8 out of range
+      cond(DecryptJob(id, 1, ct), 0),             // 9 a DECRYPT is never conditional
+  };
+  auto r = c.Run(jobs);
+  for (int i = 0; i < 3; ++i) {
+    const auto& js = r[i].jobs;
+    EXPECT_EQ(js[0].status, pb::JOB_OK);
+    EXPECT_EQ(js[1].status, pb::JOB_INTEGRITY_FAILED);
+    EXPECT_EQ(js[2].status, pb::JOB_OK);
+    EXPECT_EQ(js[2].keystream[0].size(), 64u);
+    EXPECT_NE(js[2].state, nullptr);
+    for (int k : {3, 4}) {
+      EXPECT_EQ(js[k].status, pb::JOB_WITHHELD) << k;
+      EXPECT_TRUE(js[k].keystream[0].empty() && js[k].keystream[1].empty()) << k;
+      EXPECT_EQ(js[k].state, nullptr) << k;
+      EXPECT_EQ(js[k].tag[0], (std::array<uint8_t, 16>{})) << k;
+      EXPECT_EQ(js[k].tag[1], (std::array<uint8_t, 16>{})) << k;
+      EXPECT_EQ(js[k].ctr0, (std::array<uint8_t, 16>{})) << k;
+    }
+    EXPECT_EQ(js[5].status, pb::JOB_OK);
+    for (int k : {6, 7, 8, 9}) EXPECT_EQ(js[k].status, pb::JOB_MALFORMED) << k;
+  }
+  // The released keystream is right: AES_K(ctr0 + 1..4).
+  auto ks = Keystream(r, 2);
+  const auto& ctr0 = r[0].jobs[2].ctr0;
+  std::array<uint8_t, 16> c1 = ctr0;
+  for (int k = 15; k >= 0; --k)
+    if (++c1[k] != 0) break;
+  const auto b1 = OpensslAes(key, c1.data());
+  EXPECT_EQ(Bytes(ks.begin(), ks.begin() + 16), Bytes(b1.begin(), b1.end()));
+
+  // The condition on one party only: refused everywhere.
+  std::vector<Job> a = {DecryptJob(id, 1, bad), EncryptJob(id, 3, 1)};
+  std::vector<Job> b = a;
+  b[1].release_if_ok = 0;
+  auto d = c.RunEach(50, {a, b, a});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(d[i].status().code(), absl::StatusCode::kAborted) << i;
+}
+
 TEST(Engine, DecryptCounterCarriesAndUpperEdge) {
   Cluster c;
   const Bytes key = Random(16);
