@@ -23,7 +23,9 @@
 // krb5kdc -w N runs the module in each of N worker processes; only the
 // first to bind metrics_addr serves it (its own figures); the others log a
 // warning and run on without metrics. Likewise a port already taken only
-// costs the metrics, never the KDC.
+// costs the metrics, never the KDC. civetweb (under prometheus::Exposer)
+// sets SIGPIPE to SIG_IGN in the process; krb5kdc ignores it already
+// (through a libev watcher that this replaces).
 #ifndef KMPC_KDC_PLUGIN_KDC_METRICS_H_
 #define KMPC_KDC_PLUGIN_KDC_METRICS_H_
 
