@@ -55,7 +55,8 @@ def main():
     shutil.rmtree(workdir, ignore_errors=True)
 
     step("three MPC servers on 127.0.0.1 (certificates from deploy/gen-certs.sh)")
-    r = kmpc_cluster.KmpcRealm(workdir)
+    # Prometheus /metrics over HTTP from each server and the KDC module.
+    r = kmpc_cluster.KmpcRealm(workdir, metrics=True)
     try:
         return run(r, workdir)
     except BaseException:
@@ -174,6 +175,9 @@ def run(r, workdir):
         print(f"  {kmpc_realm.PREFIX}/sbin/kadmin.local -q 'addprinc bob'   "
               "# his key goes to the cluster")
     print(f"  {kmpc_cluster.find_built('mpc-server/kmpc-admin')} status --kdb")
+    for url in [r.kdc_metrics_url] + [r.cluster.metrics_url(i) for i in range(3)]:
+        if url:
+            print(f"  curl -s {url}   # Prometheus metrics")
     print(f"logs:   {workdir}/krb5kdc.log, {r.cluster.dir}/party-{{0,1,2}}.log")
     print(f"status: /usr/bin/python3 deploy/kmpc_cluster.py status {workdir}")
     print(f"stop:   /usr/bin/python3 deploy/kmpc_cluster.py stop {workdir}")

@@ -9,10 +9,12 @@ pkgs=(
   # C++ dependencies
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libssl-dev libsodium-dev liblmdb-dev libgtest-dev libgmock-dev
+  prometheus-cpp-dev  # HTTP /metrics of the servers and the KDC module
   # tests, demo and benchmarks
   python3 python3-pytest python3-cryptography python3-matplotlib python3-grpcio
   openssl iproute2 procps
   gdb  # bench-soak: heap bytes in use (malloc_info) of each process
+  systemd  # systemd-analyze verify of deploy/systemd/ (test_deploy.py)
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -169,8 +169,13 @@ class MpcCluster:
     deploy/mpc-local.sh (its layout: DIR/party-i.{pid,log}, DIR/store-i,
     DIR/certs, DIR/servers)."""
 
-    def __init__(self, workdir, workers=2, extra_client_cns=(), server_flags=""):
+    def __init__(self, workdir, workers=2, extra_client_cns=(), server_flags="",
+                 metrics=False):
+        """metrics: each server also serves Prometheus /metrics over HTTP on
+        127.0.0.1 (free ports, metrics_url(i))."""
         self.dir = os.path.abspath(workdir)
+        self.metrics = metrics
+        self.metrics_base = None
         self.certs = os.path.join(self.dir, "certs")
         self.workers = workers
         self.extra_client_cns = list(extra_client_cns)
@@ -181,6 +186,12 @@ class MpcCluster:
 
     def addr(self, i):
         return f"127.0.0.1:{self.base + i}"
+
+    def metrics_url(self, i):
+        """Party i's /metrics URL (metrics=True), else None."""
+        if self.metrics_base is None:
+            return None
+        return f"http://127.0.0.1:{self.metrics_base + i}/metrics"
 
     def log_path(self, i):
         return os.path.join(self.dir, f"party-{i}.log")
@@ -209,6 +220,9 @@ class MpcCluster:
                    KMPC_MPC_FLAGS=self.server_flags)
         for attempt in range(3):
             self.base = free_base()
+            if self.metrics:
+                self.metrics_base = kmpc_realm.free_port_block((0, 1, 2), udp=False)
+                env["KMPC_MPC_METRICS_BASE"] = str(self.metrics_base)
             p = subprocess.run(["bash", os.path.join(HERE, "mpc-local.sh"), "start",
                                 self.dir, str(self.base), str(self.workers)],
                                capture_output=True, text=True, env=env, timeout=120)
@@ -216,7 +230,8 @@ class MpcCluster:
                 self.servers = p.stdout.strip().splitlines()[-1]
                 self.wait_ring()
                 return self
-            if attempt == 2 or "Address already in use" not in p.stderr + self.logs():
+            if attempt == 2 or not re.search(r"Address already in use|cannot bind",
+                                             p.stderr + self.logs()):
                 raise RealmError(f"mpc-local.sh start failed:\n{p.stderr}\n{self.logs()}")
         return self
 
@@ -231,6 +246,8 @@ class MpcCluster:
                 f"--ca={c}/ca.pem", f"--store_dir={self.store_dir(i)}",
                 f"--workers={self.workers}",
                 *([f"--crl={c}/crl.pem"] if os.path.exists(f"{c}/crl.pem") else []),
+                *([f"--metrics_addr=127.0.0.1:{self.metrics_base + i}"]
+                  if self.metrics_base is not None else []),
                 *self.server_flags.split()]
 
     def start_party(self, i, timeout=30):
@@ -321,7 +338,7 @@ class KmpcRealm(kmpc_realm.Realm):
                  module_options=None, enctypes=ENCTYPES,
                  realm_extra="        disable_pac = true",
                  udp_recv_buffer=4 << 20, udp_max_wait_ms=0, dealer=False,
-                 protect=None, **kw):
+                 protect=None, metrics=False, **kw):
         """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test
         module) or "auto" (real when built). module_options: extra relations
         for the real module's [kdcmpc] -> kmpc section (e.g. {"early_flush":
@@ -340,11 +357,16 @@ class KmpcRealm(kmpc_realm.Realm):
         into kadmin.local, kadmind and kdb5_util, so that every new key of an
         MPC-protected principal goes to the cluster and only handles reach
         the KDB; protect: its [mpcdealer] protect patterns (default
-        krbtgt/*)."""
+        krbtgt/*).
+        metrics: Prometheus /metrics over HTTP on 127.0.0.1 from each server
+        (cluster.metrics_url(i)) and, with the real module, from the KDC
+        (kdc_metrics_url; module option metrics_addr), on free ports."""
         super().__init__(workdir, enctypes=enctypes, realm_extra=realm_extra, **kw)
         self.cluster = MpcCluster(os.path.join(self.dir, "mpc"), workers=mpc_workers,
                                   extra_client_cns=extra_client_cns,
-                                  server_flags=server_flags)
+                                  server_flags=server_flags, metrics=metrics)
+        self.metrics = metrics
+        self.kdc_metrics_url = None
         if module == "auto":
             module = "real" if find_built("kdc-plugin/libkmpc_kdc.so", False) else "test"
         if module not in ("real", "test"):
@@ -371,6 +393,10 @@ class KmpcRealm(kmpc_realm.Realm):
             so = find_built("kdc-plugin/libkmpc_kdc.so")
             opts = {"servers": c.servers, "ca": f"{c.certs}/ca.pem",
                     "cert": f"{c.certs}/kdc.pem", "key": f"{c.certs}/kdc.key"}
+            if self.metrics:
+                port = kmpc_realm.free_port_block((0,), udp=False)
+                opts["metrics_addr"] = f"127.0.0.1:{port}"
+                self.kdc_metrics_url = f"http://127.0.0.1:{port}/metrics"
             # module_options may also replace these (e.g. servers).
             opts.update(self.module_options)
             name = REAL_MODULE_NAME
@@ -603,6 +629,8 @@ class KmpcRealm(kmpc_realm.Realm):
               "mpc_dir": self.cluster.dir, "kdc_port": self.kdc_port,
               "kdc_pid": self.kdc_proc.pid if self.kdc_proc else None,
               "admin_conf": self.admin_conf,
+              "metrics": {"kdc": self.kdc_metrics_url,
+                          "servers": [self.cluster.metrics_url(i) for i in range(3)]},
               "env": {k: self.env[k] for k in ("KRB5_CONFIG", "KRB5_KDC_PROFILE",
                                                 "KRB5CCNAME", "KMPC_ADMIN_CONFIG")}
               if self.env else {}}
@@ -683,6 +711,9 @@ def main():
                    help="random-key users user0.. (keys in DIR/users.keytab)")
     s.add_argument("--module", default="auto", choices=("auto", "real", "test"))
     s.add_argument("--mpc-workers", type=int, default=2)
+    s.add_argument("--metrics", action="store_true",
+                   help="Prometheus /metrics over HTTP on 127.0.0.1 from each "
+                        "server and the KDC module")
     for name in ("stop", "status"):
         sub.add_parser(name).add_argument("dir")
     args = ap.parse_args()
@@ -695,10 +726,15 @@ def main():
     if os.path.exists(d):
         stop_dir(d)
         shutil.rmtree(d)
-    r = bring_up(d, n_random=args.users, module=args.module, mpc_workers=args.mpc_workers)
+    r = bring_up(d, n_random=args.users, module=args.module, mpc_workers=args.mpc_workers,
+                 metrics=args.metrics)
     r.kdc_proc = None  # leave it running, detached from this process
     print(f"realm {r.realm}: KDC 127.0.0.1:{r.kdc_port} (module {r.module}), "
           f"MPC servers {r.cluster.servers}")
+    if args.metrics:
+        for u in [r.kdc_metrics_url] + [r.cluster.metrics_url(i) for i in range(3)]:
+            if u:
+                print(f"metrics: {u}")
     for k in ("KRB5_CONFIG", "KRB5_KDC_PROFILE", "KRB5CCNAME", "KMPC_ADMIN_CONFIG"):
         print(f"export {k}={r.env[k]}")
     return 0

@@ -10,6 +10,8 @@
 # Certificates are generated into DIR/certs on first start. `start` waits
 # for every server's "listening" line and prints the --servers value.
 # Servers are stopped by the PIDs recorded here, never by name.
+# KMPC_MPC_METRICS_BASE=PORT: party i also serves Prometheus /metrics on
+# 127.0.0.1:PORT+i (--metrics_addr).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cmd=${1:-}; dir=${2:-}
@@ -76,13 +78,16 @@ case "$cmd" in
     [ -f "$dir/certs/crl.pem" ] && crl=(--crl="$dir/certs/crl.pem")
     for i in 0 1 2; do
       prev=$(( (i + 2) % 3 ))
+      metrics=()
+      [ -n "${KMPC_MPC_METRICS_BASE:-}" ] && \
+        metrics=(--metrics_addr=127.0.0.1:$((KMPC_MPC_METRICS_BASE + i)))
       : > "$dir/party-$i.log"
       "$bin/kmpc-mpc-server" --party=$i --listen=127.0.0.1:$((base + i)) \
         --ring_listen=127.0.0.1:$((base + 10 + i)) \
         --ring_prev=127.0.0.1:$((base + 10 + prev)) \
         --cert="$dir/certs/party-$i.pem" --key="$dir/certs/party-$i.key" \
         --ca="$dir/certs/ca.pem" --store_dir="$dir/store-$i" \
-        --workers="$workers" "${crl[@]}" ${KMPC_MPC_FLAGS:-} >>"$dir/party-$i.log" 2>&1 &
+        --workers="$workers" "${crl[@]}" "${metrics[@]}" ${KMPC_MPC_FLAGS:-} >>"$dir/party-$i.log" 2>&1 &
       echo $! > "$dir/party-$i.pid"
     done
     for i in 0 1 2; do

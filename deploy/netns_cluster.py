@@ -20,7 +20,12 @@ delay (rate alone through tbf when the kernel has that, else no shaping).
 The realm is made on loopback first (deploy/kmpc_cluster.py bring_up: certs
 with the namespace addresses in their SANs, keys shared, KDB of handles),
 then the KDC and the servers are stopped and started again inside their
-namespaces with the same stores, KDB and certificates.
+namespaces with the same stores, KDB and certificates, the way
+deploy/THREE-HOSTS.md deploys them: each server from the ExecStart line of
+deploy/systemd/kmpc-mpc-server@.service with a flag file written by
+deploy/kmpc_deploy.py (the guide's tool), the KDC from the ExecStart line
+of deploy/systemd/kmpc-krb5kdc.service; only the installed paths are
+mapped to the build and work directories.
 
 Measured (kmpc-storm from the client namespace, headline settings):
   one client with batch_window_ms = 100, open-loop points at 50% and 90% of
@@ -50,6 +55,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import kmpc_cluster  # noqa: E402
+import kmpc_deploy  # noqa: E402
 import kmpc_realm  # noqa: E402
 import storm_bench  # noqa: E402
 
@@ -279,20 +285,34 @@ class NetnsKmpc:
         with open(r.krb5_conf, "w") as f:
             f.write(conf)
 
+    def server_argv(self, i):
+        """Party i's command line: the unit's ExecStart with the flag file
+        kmpc_deploy.py writes (the guide's steps), installed paths mapped to
+        the build tree and DIR/etc."""
+        c = self.realm.cluster
+        base = c.base
+        etc = os.path.join(self.realm.dir, "etc-kmpc")
+        os.makedirs(etc, exist_ok=True)
+        hosts = [HOSTS[f"p{j}"] for j in range(3)]
+        # The store of party i is STORE/store-i (kmpc_deploy's layout), the
+        # loopback cluster's c.store_dir(i) == c.dir/store-i.
+        text = kmpc_deploy.server_flags(
+            i, hosts, port=[base + j for j in range(3)],
+            ring_port=[base + 10 + j for j in range(3)], certs=c.certs, store=c.dir,
+            workers=c.workers, crl=os.path.exists(os.path.join(c.certs, "crl.pem")))
+        with open(os.path.join(etc, f"party{i}.flags"), "w") as f:
+            f.write(text)
+        server = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server")
+        argv = kmpc_deploy.unit_exec_start(kmpc_deploy.SERVER_UNIT, instance=i)
+        return kmpc_deploy.relocate(argv, {
+            os.path.join(kmpc_deploy.BIN_DIR, "kmpc-mpc-server"): server,
+            kmpc_deploy.CONF_DIR: etc})
+
     def _start_servers(self):
         c = self.realm.cluster
-        server = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server")
-        base = c.base
         for i in range(3):
-            prev = (i + 2) % 3
             log = open(c.log_path(i), "a")
-            argv = [*self.lan.exec_prefix(f"p{i}"), server, f"--party={i}",
-                    f"--listen={HOSTS[f'p{i}']}:{base + i}",
-                    f"--ring_listen={HOSTS[f'p{i}']}:{base + 10 + i}",
-                    f"--ring_prev={HOSTS[f'p{prev}']}:{base + 10 + prev}",
-                    f"--cert={c.certs}/party-{i}.pem", f"--key={c.certs}/party-{i}.key",
-                    f"--ca={c.certs}/ca.pem", f"--store_dir={c.store_dir(i)}",
-                    f"--workers={c.workers}"]
+            argv = [*self.lan.exec_prefix(f"p{i}"), *self.server_argv(i)]
             self.server_procs[i] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
             log.close()
         # ring up on all three (kmpc-admin status from the KDC's host)
@@ -317,8 +337,13 @@ class NetnsKmpc:
     def _start_kdc(self):
         r = self.realm
         offset = os.path.getsize(r.kdc_log) if os.path.exists(r.kdc_log) else 0
+        # The unit's ExecStart (kmpc-krb5kdc.service), the private prefix
+        # mapped to this build's.
+        argv = kmpc_deploy.relocate(
+            kmpc_deploy.unit_exec_start(kmpc_deploy.KDC_UNIT, env={"KMPC_REALM": r.realm}),
+            {kmpc_deploy.KRB5_PREFIX: kmpc_realm.PREFIX})
         r.kdc_proc = subprocess.Popen(
-            [*self.lan.exec_prefix("kdc"), kmpc_realm.binpath("krb5kdc"), "-n", "-r", r.realm],
+            [*self.lan.exec_prefix("kdc"), *argv],
             env=r.env, stdout=open(os.path.join(r.dir, "krb5kdc.out"), "ab"),
             stderr=subprocess.STDOUT)
         with open(os.path.join(r.dir, "krb5kdc.pid"), "w") as f:

@@ -17,6 +17,12 @@ target_link_libraries(kmpc_store PUBLIC
   absl::status absl::statusor absl::strings absl::span
   PkgConfig::KMPC_LMDB OpenSSL::Crypto)
 
+# Process memory for Prometheus (mallinfo2, /proc/self/statm): the servers
+# and the KDC module.
+add_library(kmpc_process_metrics STATIC src/util/process_metrics.cc)
+target_include_directories(kmpc_process_metrics PUBLIC "${_srv}/src")
+target_link_libraries(kmpc_process_metrics PUBLIC prometheus-cpp::core)
+
 # A GoogleTest program of the server, run by ctest:
 #   kmpc_server_test(NAME TIMEOUT_S SOURCES... LIBS libs...)
 function(kmpc_server_test name timeout)
@@ -44,11 +50,12 @@ add_library(kmpc_service STATIC
   src/service/tls_scheduler_ring.cc)
 target_include_directories(kmpc_service PUBLIC "${_srv}/src")
 target_link_libraries(kmpc_service PUBLIC
-  kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization)
+  kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization
+  kmpc_process_metrics prometheus-cpp::core)
 
 add_executable(kmpc-mpc-server src/main.cc)
 target_link_libraries(kmpc-mpc-server PRIVATE
-  kmpc_service absl::flags absl::flags_parse)
+  kmpc_service absl::flags absl::flags_parse prometheus-cpp::pull)
 
 add_executable(kmpc-mpc-client tools/mpc_client.cc)
 target_link_libraries(kmpc-mpc-client PRIVATE

@@ -31,6 +31,22 @@ struct BatcherStats {
   uint64_t speculative_wasted = 0;    // groups whose timestamp failed, and
                                       // keystreams that expired unused
   int inflight = 0;                   // batches running now
+  size_t queued_jobs = 0;             // jobs waiting for a batch now
+                                      // (Run queue and finalize_only queue)
+};
+
+// Told of every batch as it ends (the module's Prometheus metrics,
+// kdc_metrics.h). Called on whichever thread finishes the batch, without
+// the dispatcher's locks held; must be thread-safe and cheap, and must not
+// call back into the batcher. Nothing it is given is secret.
+class BatchObserver {
+ public:
+  virtual ~BatchObserver() = default;
+  // finalize_only: a FINALIZE-only batch of speculated jobs; jobs: the jobs
+  // it carried; blocks: AES blocks the servers reported; latency: from its
+  // start to its last answer (Run and, if any, Finalize round trips).
+  virtual void BatchDone(bool finalize_only, size_t jobs, uint64_t blocks,
+                         bool failed, absl::Duration latency) = 0;
 };
 
 // One batch's figures for the debug line.

@@ -73,6 +73,8 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
             bool finalize_only);
 
   absl::Time deadline() const { return deadline_; }
+  absl::Time start() const { return start_; }
+  size_t size() const { return jobs_.size(); }
   void Start();
   // The deadline passed: every job still open fails.
   void Expire();

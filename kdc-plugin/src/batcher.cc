@@ -6,8 +6,10 @@
 
 namespace kmpc::kdc {
 
-Batcher::Batcher(BatcherOptions options, Transport* transport, Sink* sink)
-    : dispatcher_(std::make_shared<Dispatcher>(options, transport, sink)) {
+Batcher::Batcher(BatcherOptions options, Transport* transport, Sink* sink,
+                 BatchObserver* observer)
+    : dispatcher_(
+          std::make_shared<Dispatcher>(options, transport, sink, observer)) {
   thread_ = std::thread([d = dispatcher_.get()] { d->RunUntilStopped(); });
 }
 

@@ -117,7 +117,9 @@ class Sink {
 
 class Batcher {
  public:
-  Batcher(BatcherOptions options, Transport* transport, Sink* sink);
+  // observer (may be null) must outlive the Batcher.
+  Batcher(BatcherOptions options, Transport* transport, Sink* sink,
+          BatchObserver* observer = nullptr);
   ~Batcher();  // Stop()
 
   // Queues a job. A malformed job is refused here (the sink never hears of

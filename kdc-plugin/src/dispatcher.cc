@@ -21,9 +21,10 @@ constexpr absl::Duration kFinalizeOnlyMaxWait = absl::Milliseconds(5);
 }  // namespace
 
 Dispatcher::Dispatcher(BatcherOptions options, Transport* transport,
-                       Sink* sink)
+                       Sink* sink, BatchObserver* observer)
     : options_(options),
       transport_(transport),
+      observer_(observer),
       speculator_(options_),
       sink_(sink) {}
 
@@ -243,6 +244,7 @@ BatcherStats Dispatcher::Stats() const {
   std::lock_guard<std::mutex> l(mu_);
   BatcherStats out = stats_;
   out.inflight = inflight_ + finalize_only_inflight_;
+  out.queued_jobs = queue_.size() + finalize_only_queue_.size();
   out.keystreams_held = speculator_.held();
   out.speculative_encrypts = speculator_.encrypts();
   out.speculative_used = speculator_.used();
@@ -297,6 +299,9 @@ void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
     if (failed) ++stats_.failed_batches;
   }
   cv_.notify_all();
+  if (observer_ != nullptr)
+    observer_->BatchDone(finalize_only, step->size(), blocks, failed,
+                         absl::Now() - step->start());
 }
 
 }  // namespace kmpc::kdc

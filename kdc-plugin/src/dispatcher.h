@@ -41,7 +41,8 @@ namespace kmpc::kdc {
 class Dispatcher : public StepHost,
                    public std::enable_shared_from_this<Dispatcher> {
  public:
-  Dispatcher(BatcherOptions options, Transport* transport, Sink* sink);
+  Dispatcher(BatcherOptions options, Transport* transport, Sink* sink,
+             BatchObserver* observer = nullptr);
 
   absl::Status Submit(uint64_t token, Job job);
   void SubmitterIdle();
@@ -79,6 +80,7 @@ class Dispatcher : public StepHost,
 
   const BatcherOptions options_;
   Transport* const transport_;
+  BatchObserver* const observer_;  // may be null
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

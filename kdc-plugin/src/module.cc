@@ -22,7 +22,9 @@
 #include "batcher.h"
 #include "core.h"
 #include "grpc_transport.h"
+#include "kdc_metrics.h"
 #include "options.h"
+#include "prometheus/exposer.h"
 
 namespace kmpc::kdc {
 
@@ -142,6 +144,9 @@ using kmpc::kdc::KrbErrorFromStatus;
 struct kmpc_core {
   int efd = -1;
   std::unique_ptr<kmpc::kdc::LoopSink> sink;
+  // Outlives the batcher (its observer); the exposer goes first.
+  std::unique_ptr<kmpc::kdc::KdcMetrics> metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<kmpc::kdc::GrpcTransport> transport;
   std::unique_ptr<kmpc::kdc::Batcher> batcher;
   // Touched only on the KDC's event loop thread (submit and next).
@@ -150,8 +155,10 @@ struct kmpc_core {
   bool kick = false;
 
   ~kmpc_core() {
-    // Order matters: no batcher thread, then no transport callback, then
-    // nothing can write to the eventfd.
+    // Order matters: no scrape, then no batcher thread, then no transport
+    // callback, then nothing can write to the eventfd.
+    exposer.reset();  // joins its HTTP threads
+    if (metrics) metrics->ClearStatsSource();
     if (batcher) batcher->Stop();
     if (transport) transport->Shutdown();
     batcher.reset();
@@ -160,6 +167,31 @@ struct kmpc_core {
     if (efd >= 0) close(efd);
   }
 };
+
+namespace {
+
+// /metrics over HTTP (kdc_metrics.h). Failing to bind costs the metrics,
+// never the KDC: with krb5kdc -w every worker process tries, and all but
+// the first find the port taken.
+void StartExposer(kmpc_core* core, const std::string& addr) {
+  kmpc::kdc::Batcher* batcher = core->batcher.get();
+  core->metrics->SetStatsSource([batcher] { return batcher->stats(); });
+  try {
+    core->exposer = std::make_unique<prometheus::Exposer>(addr, 1);
+    for (const auto& c : core->metrics->collectables())
+      core->exposer->RegisterCollectable(c);
+    core->sink->Log(LOG_INFO, absl::StrCat("kdcmpc: metrics on http://", addr,
+                                           "/metrics (pid ", getpid(), ")"));
+  } catch (const std::exception& e) {
+    core->exposer.reset();
+    core->sink->Log(LOG_WARNING,
+                    absl::StrCat("kdcmpc: no metrics from this process (pid ",
+                                 getpid(), "): cannot serve ", addr, ": ",
+                                 e.what()));
+  }
+}
+
+}  // namespace
 
 extern "C" krb5_error_code kmpc_core_create(const char* const* options,
                                             kmpc_core** core_out,
@@ -198,8 +230,11 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     core->transport = std::move(*t);
     // SubmitterIdle(): early flush, and the finalize_only jobs.
     core->kick = mo->batcher.early_flush || mo->batcher.speculate;
+    core->metrics = std::make_unique<kmpc::kdc::KdcMetrics>();
     core->batcher = std::make_unique<kmpc::kdc::Batcher>(
-        mo->batcher, core->transport.get(), core->sink.get());
+        mo->batcher, core->transport.get(), core->sink.get(),
+        core->metrics.get());
+    if (!mo->metrics_addr.empty()) StartExposer(core.get(), mo->metrics_addr);
     *core_out = core.release();
     return 0;
   } catch (const std::bad_alloc&) {
@@ -245,6 +280,7 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
     uint64_t token = core->next_token++;
     absl::Status st = core->batcher->Submit(token, std::move(j));
     if (!st.ok()) {
+      core->metrics->JobRefused(st);
       *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
       return KrbErrorFromStatus(st);
     }
@@ -305,6 +341,7 @@ extern "C" int kmpc_core_next(kmpc_core* core, kmpc_completion* out) {
       out->done = it->second.first;
       out->arg = it->second.second;
       core->pending.erase(it);
+      core->metrics->JobDone(r.status);
       break;
     }
     out->code = KrbErrorFromStatus(r.status);

@@ -29,13 +29,14 @@ absl::StatusOr<bool> Bool(absl::string_view name, absl::string_view v) {
   return Bad(name, absl::StrCat("expected true or false, got \"", v, "\""));
 }
 
-absl::Status CheckHostPort(absl::string_view s) {
+absl::Status CheckHostPort(absl::string_view s,
+                           absl::string_view option = "servers") {
   size_t colon = s.rfind(':');
   int port;
   if (colon == absl::string_view::npos || colon == 0 ||
       !absl::SimpleAtoi(s.substr(colon + 1), &port) || port < 1 ||
       port > 65535)
-    return Bad("servers", absl::StrCat("\"", s, "\" is not HOST:PORT"));
+    return Bad(option, absl::StrCat("\"", s, "\" is not HOST:PORT"));
   return absl::OkStatus();
 }
 
@@ -130,6 +131,9 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       cert = v;
     } else if (name == "key") {
       key = v;
+    } else if (name == "metrics_addr") {
+      if (absl::Status st = CheckHostPort(v, name); !st.ok()) return st;
+      o.metrics_addr = v;
     } else if (absl::Status st = SetBatcherOption(name, v, o.batcher);
                absl::IsNotFound(st)) {
       return absl::InvalidArgumentError(

@@ -19,6 +19,11 @@
 //   deadline_ms = 3000         a batch not done by then fails (every job
 //                              KRB5KDC_ERR_SVC_UNAVAILABLE)
 //   debug = false              per-batch figures in the KDC log
+//   metrics_addr = HOST:PORT   Prometheus /metrics over plain HTTP
+//                              (kdc_metrics.h); unset = off. With
+//                              krb5kdc -w only the first worker to bind
+//                              serves it; a port in use is logged and
+//                              costs only the metrics
 //   speculate = true           the AS-REQ's timestamp DECRYPT brings the
 //                              ticket's and reply's keystream along
 //                              (batcher.h)
@@ -41,6 +46,7 @@ namespace kmpc::kdc {
 struct ModuleOptions {
   std::array<std::string, 3> servers;
   std::string ca, cert, key;  // paths
+  std::string metrics_addr;   // empty: no HTTP /metrics
   BatcherOptions batcher;
 };
 

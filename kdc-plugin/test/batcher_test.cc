@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "fake_cluster.h"
 #include "gtest/gtest.h"
+#include "kdc_metrics.h"
 #include "options.h"
 #include "real_cluster.h"
 
@@ -1209,6 +1210,11 @@ TEST(OptionsTest, ParsesAndRejects) {
   EXPECT_EQ(o->batcher.backlog_blocks, 444u);
   EXPECT_EQ(o->batcher.max_inflight, 2);
   EXPECT_EQ(BatcherOptions().max_inflight, 1);
+  EXPECT_EQ(o->metrics_addr, "");
+  auto m = ParseOptions({"servers=h:1,h:2,h:3", "certs=/c",
+                         "metrics_addr = 127.0.0.1:9100"});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->metrics_addr, "127.0.0.1:9100");
   // Three relations instead of a list.
   EXPECT_TRUE(ParseOptions({"servers=h:1", "servers=h:2", "servers=h:3",
                             "ca=a", "cert=b", "key=c"})
@@ -1226,9 +1232,43 @@ TEST(OptionsTest, ParsesAndRejects) {
            {"servers=h:1,h:2,h:3", "certs=/c", "bogus=1"},
            {"servers=h:1,h:2,h:3", "certs=/c", "backlog_batch_jobs=0"},
            {"servers=h:1,h:2,h:3", "certs=/c", "backlog_batch_blocks=x"},
-           {"servers=h:1,h:2,h:3", "certs=/c", "noequals"}}) {
+           {"servers=h:1,h:2,h:3", "certs=/c", "noequals"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "metrics_addr=9100"},
+           {"servers=h:1,h:2,h:3", "certs=/c", "metrics_addr=h:0"}}) {
     EXPECT_FALSE(ParseOptions(bad).ok()) << ::testing::PrintToString(bad);
   }
+}
+
+// The module's metrics: failures by a public cause, batch figures into the
+// histograms, the batcher's counters read at render time and left out once
+// the source is cleared.
+TEST(KdcMetricsTest, CountsAndRenders) {
+  KdcMetrics m;
+  EXPECT_STREQ(KdcMetrics::CauseOf(absl::DataLossError("tag")), "integrity");
+  EXPECT_STREQ(KdcMetrics::CauseOf(absl::UnavailableError("down")),
+               "unavailable");
+  m.JobDone(absl::OkStatus());
+  m.JobDone(absl::OkStatus());
+  m.JobDone(absl::DataLossError("tag"));
+  m.JobRefused(absl::UnavailableError("queue full"));
+  m.BatchDone(false, 3, 30, false, absl::Microseconds(1500));
+  m.BatchDone(true, 2, 0, false, absl::Microseconds(300));
+  BatcherStats st;
+  st.queued_jobs = 5;
+  st.speculative_used = 7;
+  m.SetStatsSource([st] { return st; });
+  std::string text = m.Render();
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_jobs_completed_total{result=\"ok\"} 2\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_job_failures_total{cause=\"integrity\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_jobs_refused_total{cause=\"unavailable\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_batch_jobs_sum{kind=\"run\"} 3\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_batch_latency_seconds_bucket{kind=\"run\",le=\"0.002\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_batch_latency_seconds_bucket{kind=\"run\",le=\"0.001\"} 0\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_queue_jobs 5\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_speculative_used_total 7\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "process_resident_memory_bytes ")) << text;
+  m.ClearStatsSource();
+  EXPECT_FALSE(absl::StrContains(m.Render(), "kmpc_kdc_queue_jobs"));
 }
 
 }  // namespace

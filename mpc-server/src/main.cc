@@ -5,6 +5,11 @@
 //     --cert=party-0.pem --key=party-0.key --ca=ca.pem --store_dir=/var/lib/kmpc
 //   (one command line; deploy/mpc-local.sh starts three on loopback)
 //
+// or, as the systemd units do (deploy/systemd/, deploy/THREE-HOSTS.md),
+//   kmpc-mpc-server --flagfile=/etc/kmpc/party0.flags
+// with one --name=value per line (abseil's standard --flagfile; a later
+// flag on the command line overrides the file's).
+//
 // Party i dials party i-1's ring address (--ring_prev) and accepts party
 // i+1. Logs "listening on <addr>" once gRPC serves (tests wait for it).
 #include <grpcpp/grpcpp.h>
@@ -26,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "prometheus/exposer.h"
 #include "engine/engine.h"
 #include "net/tls_ring.h"
 #include "service/auth.h"
@@ -69,6 +75,11 @@ ABSL_FLAG(bool, allow_key_replace, false,
           "let PutKey replace stored shares and reuse deleted key ids (tests, "
           "recovery); by default ids are immutable, so an Admin certificate "
           "cannot swap the shares of a key the KDB refers to");
+ABSL_FLAG(std::string, metrics_addr, "",
+          "HOST:PORT for Prometheus /metrics over plain HTTP (the same "
+          "figures as Admin.Metrics, plus process memory); empty = off. "
+          "Counters and timings only, no secret, but bind it to loopback or "
+          "a monitoring network: it has no authentication");
 ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message accepted (MiB)");
 ABSL_FLAG(int, encrypt_state_ttl_ms, 10000,
           "how long an ENCRYPT job's state waits for its FINALIZE (the KDC "
@@ -215,7 +226,7 @@ int main(int argc, char** argv) {
   sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
   sopt.engine = engine_options;
   kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
-  kmpc::service::Metrics metrics;
+  kmpc::service::Metrics metrics(party);
 
   kmpc::service::ServiceOptions svc;
   svc.party = party;
@@ -270,6 +281,20 @@ int main(int argc, char** argv) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0)
     return Fail("cannot serve gRPC on " + absl::GetFlag(FLAGS_listen));
+
+  // /metrics: the registry Admin.Metrics renders (service/metrics.h). A
+  // configured address that cannot be bound stops the server: a scraper
+  // would otherwise silently see nothing.
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (const std::string addr = absl::GetFlag(FLAGS_metrics_addr); !addr.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(addr, 1);
+    } catch (const std::exception& e) {
+      return Fail(absl::StrCat("--metrics_addr ", addr, ": ", e.what()));
+    }
+    for (const auto& c : metrics.collectables()) exposer->RegisterCollectable(c);
+    KMPC_LOG(INFO) << "metrics on http://" << addr << "/metrics";
+  }
   scheduler.Start();
   KMPC_LOG(INFO) << "party " << party << " listening on "
                  << absl::GetFlag(FLAGS_listen) << " (port " << port

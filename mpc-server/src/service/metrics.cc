@@ -2,68 +2,104 @@
 
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "prometheus/text_serializer.h"
+#include "util/process_metrics.h"
 
 namespace kmpc::service {
+
+const std::vector<double>& Metrics::BucketsSeconds() {
+  static const std::vector<double> kBuckets = {
+      0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+      0.1,    0.2,    0.5,   1,     2,     5,    10};
+  return kBuckets;
+}
+
+Metrics::Metrics(int party)
+    : party_(std::to_string(party)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      process_(std::make_shared<util::ProcessMetrics>(
+          std::map<std::string, std::string>{{"party", party_}})) {
+  const prometheus::Labels p = {{"party", party_}};
+  auto counter = [&](const char* name, const char* help)
+      -> prometheus::Family<prometheus::Counter>& {
+    return prometheus::BuildCounter().Name(name).Help(help).Labels(p).Register(
+        *registry_);
+  };
+  batches_ = &counter("kmpc_batches_total",
+                      "batches computed, by kind (run, finalize) and result");
+  const char* kinds[2] = {"run", "finalize"};
+  for (int k = 0; k < 2; ++k) {
+    ok_[k] = &batches_->Add({{"kind", kinds[k]}, {"result", "ok"}});
+    failed_[k] = &batches_->Add({{"kind", kinds[k]}, {"result", "error"}});
+  }
+  rejected_ = &counter("kmpc_batches_rejected_total",
+                       "requests refused as a whole, by BatchErrorCode");
+  job_failures_ = &counter("kmpc_job_failures_total",
+                           "jobs that failed alone, by JobStatus");
+  jobs_ = &counter("kmpc_jobs_total", "jobs of the batches computed").Add({});
+  aes_blocks_ = &counter("kmpc_aes_blocks_total",
+                         "AES blocks of the Run batches computed")
+                     .Add({});
+  integrity_failures_ = &counter("kmpc_integrity_failures_total",
+                                 "jobs whose tag or checksum did not verify")
+                             .Add({});
+  ring_bytes_ = &counter("kmpc_ring_bytes_sent_total",
+                         "bytes this party sent on the ring")
+                     .Add({});
+  ring_messages_ = &counter("kmpc_ring_messages_sent_total",
+                            "messages this party sent on the ring")
+                        .Add({});
+  auto& latency = prometheus::BuildHistogram()
+                      .Name("kmpc_batch_latency_seconds")
+                      .Help("a batch's time from its request to its result "
+                            "(scheduling and computation), by kind")
+                      .Labels(p)
+                      .Register(*registry_);
+  for (int k = 0; k < 2; ++k)
+    latency_[k] = &latency.Add({{"kind", kinds[k]}}, BucketsSeconds());
+}
 
 void Metrics::RecordBatch(const char* kind, bool ok, uint64_t jobs,
                           uint64_t aes_blocks, uint64_t ring_bytes,
                           uint64_t ring_messages, absl::Duration latency) {
-  int k = std::strcmp(kind, "run") == 0 ? 0 : 1;
-  (ok ? ok_[k] : failed_[k]).fetch_add(1);
+  const int k = std::strcmp(kind, "run") == 0 ? 0 : 1;
+  (ok ? ok_[k] : failed_[k])->Increment();
   if (ok) {
-    jobs_.fetch_add(jobs);
-    aes_blocks_.fetch_add(aes_blocks);
+    jobs_->Increment(static_cast<double>(jobs));
+    aes_blocks_->Increment(static_cast<double>(aes_blocks));
   }
-  ring_bytes_.fetch_add(ring_bytes);
-  ring_messages_.fetch_add(ring_messages);
-  double s = absl::ToDoubleSeconds(latency);
-  size_t b = 0;
-  while (b < kBucketsSeconds.size() && s > kBucketsSeconds[b]) ++b;
-  buckets_[b].fetch_add(1);
-  latency_us_sum_.fetch_add(absl::ToInt64Microseconds(latency));
+  ring_bytes_->Increment(static_cast<double>(ring_bytes));
+  ring_messages_->Increment(static_cast<double>(ring_messages));
+  latency_[k]->Observe(absl::ToDoubleSeconds(latency));
 }
 
-std::string Metrics::Render(int party) const {
-  std::string out;
-  const std::string p = absl::StrCat("party=\"", party, "\"");
-  absl::StrAppend(&out, "# TYPE kmpc_batches_total counter\n");
-  const char* kinds[2] = {"run", "finalize"};
-  for (int k = 0; k < 2; ++k) {
-    absl::StrAppend(&out, "kmpc_batches_total{", p, ",kind=\"", kinds[k],
-                    "\",result=\"ok\"} ", ok_[k].load(), "\n");
-    absl::StrAppend(&out, "kmpc_batches_total{", p, ",kind=\"", kinds[k],
-                    "\",result=\"error\"} ", failed_[k].load(), "\n");
-  }
-  absl::StrAppend(&out, "# TYPE kmpc_batches_rejected_total counter\n",
-                  "kmpc_batches_rejected_total{", p, "} ", rejected_.load(), "\n");
-  absl::StrAppend(&out, "# TYPE kmpc_jobs_total counter\nkmpc_jobs_total{", p,
-                  "} ", jobs_.load(), "\n");
-  absl::StrAppend(&out, "# TYPE kmpc_aes_blocks_total counter\nkmpc_aes_blocks_total{",
-                  p, "} ", aes_blocks_.load(), "\n");
-  absl::StrAppend(&out, "# TYPE kmpc_integrity_failures_total counter\n",
-                  "kmpc_integrity_failures_total{", p, "} ",
-                  integrity_failures_.load(), "\n");
-  absl::StrAppend(&out, "# TYPE kmpc_ring_bytes_sent_total counter\n",
-                  "kmpc_ring_bytes_sent_total{", p, "} ", ring_bytes_.load(), "\n");
-  absl::StrAppend(&out, "# TYPE kmpc_ring_messages_sent_total counter\n",
-                  "kmpc_ring_messages_sent_total{", p, "} ",
-                  ring_messages_.load(), "\n");
-  absl::StrAppend(&out, "# TYPE kmpc_batch_latency_seconds histogram\n");
-  uint64_t cum = 0;
-  for (size_t b = 0; b < kBucketsSeconds.size(); ++b) {
-    cum += buckets_[b].load();
-    absl::StrAppend(&out, "kmpc_batch_latency_seconds_bucket{", p, ",le=\"",
-                    absl::StrFormat("%g", kBucketsSeconds[b]), "\"} ", cum, "\n");
-  }
-  cum += buckets_[kBucketsSeconds.size()].load();
-  absl::StrAppend(&out, "kmpc_batch_latency_seconds_bucket{", p,
-                  ",le=\"+Inf\"} ", cum, "\n");
-  absl::StrAppend(&out, "kmpc_batch_latency_seconds_sum{", p, "} ",
-                  absl::StrFormat("%.6f", latency_us_sum_.load() / 1e6), "\n");
-  absl::StrAppend(&out, "kmpc_batch_latency_seconds_count{", p, "} ", cum, "\n");
-  return out;
+void Metrics::RecordRejected(const char* cause) {
+  rejected_->Add({{"cause", cause}}).Increment();
+}
+
+void Metrics::RecordIntegrityFailure() { integrity_failures_->Increment(); }
+
+void Metrics::RecordJobFailure(const std::string& status) {
+  job_failures_->Add({{"status", status}}).Increment();
+}
+
+uint64_t Metrics::batches_ok() const {
+  return static_cast<uint64_t>(ok_[0]->Value() + ok_[1]->Value());
+}
+
+uint64_t Metrics::batches_failed() const {
+  return static_cast<uint64_t>(failed_[0]->Value() + failed_[1]->Value());
+}
+
+std::string Metrics::Render() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (auto& f : process_->Collect()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+std::vector<std::weak_ptr<prometheus::Collectable>> Metrics::collectables()
+    const {
+  return {registry_, process_};
 }
 
 }  // namespace kmpc::service

@@ -1,46 +1,71 @@
-// Per-batch counters and a latency histogram in the Prometheus text format
-// (served by the Admin.Metrics RPC). Only public figures: counts, sizes,
-// durations; never anything derived from keys or plaintext.
+// Per-batch counters and latency histograms of one server, kept in one
+// prometheus-cpp Registry: the Admin.Metrics RPC renders it (Render) and
+// the HTTP /metrics endpoint (main.cc --metrics_addr, prometheus::Exposer)
+// serves the same collectables, so the two cannot disagree. Only public
+// figures: counts, sizes, durations, public failure causes; never anything
+// derived from keys or plaintext.
+//
+// Every series carries the constant label party="<i>".
 #ifndef KMPC_SERVICE_METRICS_H_
 #define KMPC_SERVICE_METRICS_H_
 
-#include <array>
-#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
 
 namespace kmpc::service {
 
 class Metrics {
  public:
-  static constexpr std::array<double, 12> kBucketsSeconds = {
-      0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5};
+  // Sub-millisecond (one small batch on loopback) to seconds (a batch
+  // waiting for a dead peer's ring timeout).
+  static const std::vector<double>& BucketsSeconds();
+
+  explicit Metrics(int party = 0);
 
   // kind: "run" or "finalize".
   void RecordBatch(const char* kind, bool ok, uint64_t jobs, uint64_t aes_blocks,
                    uint64_t ring_bytes, uint64_t ring_messages,
                    absl::Duration latency);
-  void RecordRejected() { rejected_.fetch_add(1); }
-  void RecordIntegrityFailure() { integrity_failures_.fetch_add(1); }
+  // A request refused as a whole; cause: the BatchErrorCode's name
+  // (contract::BatchErrorName), "other" when it carried none.
+  void RecordRejected(const char* cause = "other");
+  void RecordIntegrityFailure();
+  // A job that failed alone; status: its JobStatus name.
+  void RecordJobFailure(const std::string& status);
 
-  uint64_t batches_ok() const { return ok_[0] + ok_[1]; }
-  uint64_t batches_failed() const { return failed_[0] + failed_[1]; }
+  uint64_t batches_ok() const;
+  uint64_t batches_failed() const;
 
-  std::string Render(int party) const;
+  // The Prometheus text format of everything collectables() holds.
+  std::string Render() const;
+  // The registry and the process memory collector (util/process_metrics.h),
+  // for an Exposer; the Metrics object owns them.
+  std::vector<std::weak_ptr<prometheus::Collectable>> collectables() const;
 
  private:
-  std::atomic<uint64_t> ok_[2] = {0, 0};
-  std::atomic<uint64_t> failed_[2] = {0, 0};
-  std::atomic<uint64_t> jobs_{0};
-  std::atomic<uint64_t> aes_blocks_{0};
-  std::atomic<uint64_t> ring_bytes_{0};
-  std::atomic<uint64_t> ring_messages_{0};
-  std::atomic<uint64_t> rejected_{0};
-  std::atomic<uint64_t> integrity_failures_{0};
-  std::atomic<uint64_t> buckets_[kBucketsSeconds.size() + 1] = {};
-  std::atomic<uint64_t> latency_us_sum_{0};
+  const std::string party_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<prometheus::Collectable> process_;
+  prometheus::Family<prometheus::Counter>* batches_;
+  prometheus::Counter* ok_[2];
+  prometheus::Counter* failed_[2];
+  prometheus::Family<prometheus::Counter>* rejected_;
+  prometheus::Family<prometheus::Counter>* job_failures_;
+  prometheus::Counter* jobs_;
+  prometheus::Counter* aes_blocks_;
+  prometheus::Counter* integrity_failures_;
+  prometheus::Counter* ring_bytes_;
+  prometheus::Counter* ring_messages_;
+  prometheus::Histogram* latency_[2];
 };
 
 }  // namespace kmpc::service

@@ -170,6 +170,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
     o->set_status(r.status);
     if (r.status == pb::JOB_INTEGRITY_FAILED) metrics_->RecordIntegrityFailure();
     if (!r.ok()) {
+      metrics_->RecordJobFailure(pb::JobStatus_Name(r.status));
       o->set_detail(r.detail);
       continue;
     }
@@ -291,8 +292,8 @@ grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
     return ToGrpcStatus(st);
   grpc::Status st = body();
   if (!st.ok()) {
-    metrics_->RecordRejected();
     auto e = contract::BatchErrorOf(st);
+    metrics_->RecordRejected(e ? contract::BatchErrorName(e->code()) : "other");
     KMPC_VLOG(1) << what << " rejected: "
                  << (e ? contract::BatchErrorName(e->code()) : "?") << ": "
                  << st.error_message();
@@ -605,7 +606,7 @@ grpc::Status AdminService::Metrics(grpc::ServerContext* ctx,
                                    kmpc::v1::MetricsResponse* resp) {
   if (absl::Status st = Authorize(ctx, options_.admin_clients, "Admin"); !st.ok())
     return ToGrpcStatus(st);
-  resp->set_text(metrics_->Render(options_.party));
+  resp->set_text(metrics_->Render());
   return grpc::Status::OK;
 }
 

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The three-host deployment's files, from one place: the servers' flag
+files (abseil --flagfile, /etc/kmpc/party<i>.flags) and the command lines
+of the systemd units in deploy/systemd/. deploy/THREE-HOSTS.md tells the
+administrator to use it; deploy/netns_cluster.py (make bench-netns) uses the
+same functions, so the emulated hosts run what the guide installs.
+
+  kmpc_deploy.py flags --party I --hosts H0,H1,H2 [--port 7000]
+      [--ring-port 7100] [--certs /etc/kmpc/certs] [--store /var/lib/kmpc]
+      [--workers 2] [--metrics-addr 127.0.0.1:9100] [--crl] [-o FILE]
+  kmpc_deploy.py execstart UNIT [--instance I]   the unit's ExecStart argv
+
+Party i listens for gRPC on H_i:PORT and for its ring successor on
+H_i:RING_PORT, and dials party i-1's H_{i-1}:RING_PORT
+(mpc-server/src/main.cc). Ports may differ per party (PORT[,PORT,PORT]).
+"""
+
+import argparse
+import os
+import shlex
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+UNIT_DIR = os.path.join(HERE, "systemd")
+SERVER_UNIT = os.path.join(UNIT_DIR, "kmpc-mpc-server@.service")
+KDC_UNIT = os.path.join(UNIT_DIR, "kmpc-krb5kdc.service")
+
+# Where the guide installs things (the units name these paths).
+CONF_DIR = "/etc/kmpc"
+CERT_DIR = "/etc/kmpc/certs"
+STATE_DIR = "/var/lib/kmpc"
+BIN_DIR = "/usr/local/bin"
+KRB5_PREFIX = "/opt/kmpc/krb5"
+
+
+def _per_party(v, n=3):
+    """An int or a list of 3 ints (one per party) as a list of 3."""
+    if isinstance(v, (list, tuple)):
+        if len(v) != n:
+            raise ValueError(f"expected {n} values, got {len(v)}")
+        return [int(x) for x in v]
+    return [int(v)] * n
+
+
+def server_flags(party, hosts, port=7000, ring_port=7100, certs=CERT_DIR,
+                 store=STATE_DIR, workers=2, metrics_addr=None, crl=False,
+                 extra=()):
+    """The flag file of party `party` (text, one --name=value per line).
+    hosts: the three parties' addresses, in party order."""
+    if party not in (0, 1, 2):
+        raise ValueError("party must be 0, 1 or 2")
+    if len(hosts) != 3:
+        raise ValueError("three hosts, in party order")
+    ports, rings = _per_party(port), _per_party(ring_port)
+    prev = (party + 2) % 3
+    lines = [
+        f"# kmpc-mpc-server flags of party {party} (kmpc_deploy.py flags)",
+        f"--party={party}",
+        f"--listen={hosts[party]}:{ports[party]}",
+        f"--ring_listen={hosts[party]}:{rings[party]}",
+        f"--ring_prev={hosts[prev]}:{rings[prev]}",
+        f"--cert={certs}/party-{party}.pem",
+        f"--key={certs}/party-{party}.key",
+        f"--ca={certs}/ca.pem",
+        f"--store_dir={store}/store-{party}",
+        f"--workers={workers}",
+    ]
+    if crl:
+        lines.append(f"--crl={certs}/crl.pem")
+    if metrics_addr:
+        lines.append(f"--metrics_addr={metrics_addr}")
+    lines += list(extra)
+    return "\n".join(lines) + "\n"
+
+
+def unit_exec_start(unit_path, instance=None, env=None):
+    """The argv of a unit's ExecStart= line: %i replaced by the instance,
+    ${VAR} / $VAR by env (systemd's own expansion rules for whole words).
+    Raises ValueError when the unit has no single ExecStart."""
+    with open(unit_path) as f:
+        lines = [l.strip() for l in f if l.strip().startswith("ExecStart=")]
+    if len(lines) != 1:
+        raise ValueError(f"{unit_path}: expected one ExecStart=, found {len(lines)}")
+    cmd = lines[0][len("ExecStart="):]
+    if instance is not None:
+        cmd = cmd.replace("%i", str(instance))
+    if "%" in cmd:
+        raise ValueError(f"{unit_path}: unexpanded specifier in {cmd!r}")
+    argv = []
+    for word in shlex.split(cmd):
+        for k, v in (env or {}).items():
+            word = word.replace("${" + k + "}", v)
+            if word == "$" + k:
+                word = v
+        if "$" in word:
+            raise ValueError(f"{unit_path}: no value for {word!r}")
+        argv.append(word)
+    return argv
+
+
+def relocate(argv, mapping):
+    """argv with path prefixes replaced (mapping {installed: here}), longest
+    prefix first: the units' installed paths -> a test's build and work
+    directories. Only paths and --flag=PATH values are touched."""
+    keys = sorted(mapping, key=len, reverse=True)
+
+    def one(s):
+        for k in keys:
+            if s.startswith(k):
+                return mapping[k] + s[len(k):]
+        return s
+
+    out = []
+    for a in argv:
+        if a.startswith("--") and "=" in a:
+            name, val = a.split("=", 1)
+            out.append(f"{name}={one(val)}")
+        else:
+            out.append(one(a))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("flags", help="write a server's flag file")
+    f.add_argument("--party", type=int, required=True)
+    f.add_argument("--hosts", required=True, help="H0,H1,H2 in party order")
+    f.add_argument("--port", default="7000", help="gRPC port (or P0,P1,P2)")
+    f.add_argument("--ring-port", default="7100", help="ring port (or P0,P1,P2)")
+    f.add_argument("--certs", default=CERT_DIR)
+    f.add_argument("--store", default=STATE_DIR)
+    f.add_argument("--workers", type=int, default=2)
+    f.add_argument("--metrics-addr", default=None)
+    f.add_argument("--crl", action="store_true", help="--crl=CERTS/crl.pem")
+    f.add_argument("-o", "--output", default="-")
+    e = sub.add_parser("execstart", help="print a unit's ExecStart argv")
+    e.add_argument("unit")
+    e.add_argument("--instance", default=None)
+    args = ap.parse_args()
+    if args.cmd == "flags":
+        def ports(s):
+            p = [int(x) for x in s.split(",")]
+            return p[0] if len(p) == 1 else p
+        text = server_flags(args.party, args.hosts.split(","), ports(args.port),
+                            ports(args.ring_port), args.certs, args.store,
+                            args.workers, args.metrics_addr, args.crl)
+        if args.output == "-":
+            sys.stdout.write(text)
+        else:
+            with open(args.output, "w") as out:
+                out.write(text)
+        return 0
+    print(shlex.join(unit_exec_start(args.unit, args.instance, dict(os.environ))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The three-host deployment's files (deploy/THREE-HOSTS.md): the systemd
+units pass `systemd-analyze verify` and carry the hardening the guide
+promises, and three servers started the way the units start them (the
+unit's ExecStart, flag files from deploy/kmpc_deploy.py) form a ring on
+loopback and serve /metrics. make bench-netns runs the same command lines
+on four emulated hosts (deploy/netns_cluster.py). No unit is started here.
+"""
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+import kmpc_cluster
+import kmpc_deploy
+import kmpc_realm
+
+HARDENING = ("NoNewPrivileges=yes", "ProtectSystem=strict", "LimitCORE=0",
+             "PrivateTmp=yes", "ProtectHome=yes", "UMask=0077")
+
+
+def unit_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("unit,binary", [
+    (kmpc_deploy.SERVER_UNIT, "mpc-server"),
+    (kmpc_deploy.KDC_UNIT, "krb5kdc"),
+])
+def test_unit_verifies_and_is_hardened(tmp_path, unit, binary):
+    text = unit_text(unit)
+    for d in HARDENING:
+        assert f"\n{d}\n" in text, f"{os.path.basename(unit)} lacks {d}"
+    assert "\nUser=" in text and "\nUser=root" not in text
+    assert "\nReadWritePaths=" in text
+    # The installed executables do not exist here: point them at the
+    # built ones (systemd-analyze checks that ExecStart is executable).
+    if binary == "mpc-server":
+        text = text.replace(os.path.join(kmpc_deploy.BIN_DIR, "kmpc-mpc-server"),
+                            kmpc_cluster.find_built("mpc-server/kmpc-mpc-server"))
+    else:
+        text = text.replace(kmpc_deploy.KRB5_PREFIX, kmpc_realm.PREFIX)
+    path = tmp_path / os.path.basename(unit)
+    path.write_text(text)
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze missing (deploy/install-deps.sh installs systemd)"
+    p = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True,
+                       timeout=60)
+    out = (p.stdout + p.stderr).strip()
+    assert p.returncode == 0 and out == "", out
+
+
+def test_verify_catches_a_bad_unit(tmp_path):
+    """The check above can fail: a misspelt hardening value is reported."""
+    text = unit_text(kmpc_deploy.SERVER_UNIT).replace(
+        "ProtectSystem=strict", "ProtectSystem=stricter").replace(
+        os.path.join(kmpc_deploy.BIN_DIR, "kmpc-mpc-server"), "/bin/true")
+    path = tmp_path / "bad@.service"
+    path.write_text(text)
+    p = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True,
+                       text=True, timeout=60)
+    assert "protect system value" in p.stdout + p.stderr
+
+
+def test_execstart_and_flags():
+    argv = kmpc_deploy.unit_exec_start(kmpc_deploy.SERVER_UNIT, instance=2)
+    assert argv == ["/usr/local/bin/kmpc-mpc-server", "--flagfile=/etc/kmpc/party2.flags"]
+    kdc = kmpc_deploy.unit_exec_start(kmpc_deploy.KDC_UNIT, env={"KMPC_REALM": "EX.ORG"})
+    assert kdc == ["/opt/kmpc/krb5/sbin/krb5kdc", "-n", "-r", "EX.ORG"]
+    with pytest.raises(ValueError):
+        kmpc_deploy.unit_exec_start(kmpc_deploy.KDC_UNIT)  # no realm given
+    text = kmpc_deploy.server_flags(0, ["10.0.0.11", "10.0.0.12", "10.0.0.13"])
+    assert "--ring_prev=10.0.0.13:7100\n" in text  # party 0 dials party 2
+    assert "--store_dir=/var/lib/kmpc/store-0\n" in text
+
+
+def test_three_servers_from_the_units_command_lines(tmp_path):
+    """The guide's steps on loopback: certificates, one flag file per
+    party (kmpc_deploy.py flags, as the administrator runs it), each server
+    started with its unit's ExecStart; the ring comes up and /metrics
+    answers."""
+    certs = tmp_path / "certs"
+    subprocess.run(["bash", os.path.join(kmpc_realm.ROOT, "deploy", "gen-certs.sh"),
+                    str(certs)], check=True, capture_output=True, timeout=120)
+    etc = tmp_path / "etc-kmpc"
+    etc.mkdir()
+    base = kmpc_cluster.free_base()
+    mbase = kmpc_realm.free_port_block((0, 1, 2), udp=False)
+    server = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server")
+    procs, logs = [], []
+    try:
+        for i in range(3):
+            subprocess.run(
+                ["/usr/bin/python3", os.path.join(kmpc_realm.ROOT, "deploy", "kmpc_deploy.py"),
+                 "flags", "--party", str(i), "--hosts", "127.0.0.1,127.0.0.1,127.0.0.1",
+                 "--port", ",".join(str(base + j) for j in range(3)),
+                 "--ring-port", ",".join(str(base + 10 + j) for j in range(3)),
+                 "--certs", str(certs), "--store", str(tmp_path), "--crl",
+                 "--metrics-addr", f"127.0.0.1:{mbase + i}",
+                 "-o", str(etc / f"party{i}.flags")], check=True, timeout=30)
+            argv = kmpc_deploy.relocate(
+                kmpc_deploy.unit_exec_start(kmpc_deploy.SERVER_UNIT, instance=i),
+                {os.path.join(kmpc_deploy.BIN_DIR, "kmpc-mpc-server"): server,
+                 kmpc_deploy.CONF_DIR: str(etc)})
+            assert argv == [server, f"--flagfile={etc}/party{i}.flags"]
+            log = open(tmp_path / f"party-{i}.log", "wb")
+            logs.append(tmp_path / f"party-{i}.log")
+            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+            log.close()
+        admin = kmpc_cluster.find_built("mpc-server/kmpc-admin")
+        servers = ",".join(f"127.0.0.1:{base + j}" for j in range(3))
+        deadline = time.time() + 30
+        out = ""
+        while time.time() < deadline:
+            p = subprocess.run([admin, f"--servers={servers}", f"--ca={certs}/ca.pem",
+                                f"--cert={certs}/admin.pem", f"--key={certs}/admin.key",
+                                "--timeout-ms=2000", "status"], capture_output=True,
+                               text=True, timeout=60,
+                               env={k: v for k, v in os.environ.items()
+                                    if k != "KMPC_ADMIN_CONFIG"})
+            out = p.stdout + p.stderr
+            if out.count(", ring up,") == 3:
+                break
+            assert all(pr.poll() is None for pr in procs), \
+                "\n".join(l.read_text() for l in logs)
+            time.sleep(0.2)
+        assert out.count(", ring up,") == 3, out + "\n".join(l.read_text() for l in logs)
+        for i in range(3):
+            with urllib.request.urlopen(f"http://127.0.0.1:{mbase + i}/metrics",
+                                        timeout=10) as r:
+                assert f'kmpc_jobs_total{{party="{i}"}}' in r.read().decode()
+            assert os.path.isdir(tmp_path / f"store-{i}")
+    finally:
+        kmpc_cluster.stop_pids([p.pid for p in procs])

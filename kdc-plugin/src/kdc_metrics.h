@@ -1,0 +1,87 @@
+// The kdcmpc module's Prometheus metrics, served over HTTP by a
+// prometheus::Exposer in the KDC process when kdc.conf sets
+// [kdcmpc] kmpc = { metrics_addr = HOST:PORT } (options.h).
+//
+//   kmpc_kdc_queue_jobs                  gauge: jobs waiting for a batch
+//   kmpc_kdc_batches_inflight            gauge: batches running
+//   kmpc_kdc_speculative_keystreams_held gauge
+//   kmpc_kdc_batches_total / _batches_failed_total / _jobs_sent_total /
+//   _aes_blocks_total                    counters of the batcher
+//   kmpc_kdc_speculative_{encrypts,used,wasted}_total,
+//   kmpc_kdc_finalize_only_rerun_total   speculation: sent, hits, waste
+//   kmpc_kdc_batch_jobs{kind}            histogram: jobs per batch
+//   kmpc_kdc_batch_blocks{kind}          histogram: AES blocks per batch
+//   kmpc_kdc_batch_latency_seconds{kind} histogram: MPC round trip of a
+//                                        batch (Run and Finalize)
+//   kmpc_kdc_jobs_completed_total{result}  jobs handed back to the KDC
+//   kmpc_kdc_job_failures_total{cause}   ... that failed, by cause
+//   kmpc_kdc_jobs_refused_total{cause}   jobs refused at submit
+//   plus process memory (util/process_metrics.h).
+// kind is "run" or "finalize_only". Nothing here is secret: counts, sizes,
+// durations and public failure causes.
+//
+// krb5kdc -w N runs the module in each of N worker processes; only the
+// first to bind metrics_addr serves it (its own figures); the others log a
+// warning and run on without metrics. Likewise a port already taken only
+// costs the metrics, never the KDC. civetweb (under prometheus::Exposer)
+// sets SIGPIPE to SIG_IGN in the process; krb5kdc ignores it already
+// (through a libev watcher that this replaces).
+#ifndef KMPC_KDC_PLUGIN_KDC_METRICS_H_
+#define KMPC_KDC_PLUGIN_KDC_METRICS_H_
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "batch_stats.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace kmpc::kdc {
+
+class KdcMetrics : public BatchObserver {
+ public:
+  KdcMetrics();
+
+  // Where the batcher's gauges and counters are read at each scrape
+  // (Batcher::stats); until set, and after ClearStatsSource, they are
+  // left out.
+  void SetStatsSource(std::function<BatcherStats()> stats);
+  void ClearStatsSource();
+
+  // BatchObserver.
+  void BatchDone(bool finalize_only, size_t jobs, uint64_t blocks, bool failed,
+                 absl::Duration latency) override;
+  // A job the KDC gets back (OK or not), and one refused at submit.
+  void JobDone(const absl::Status& status);
+  void JobRefused(const absl::Status& status);
+
+  // The public name of a failure's cause ("unavailable", "integrity", ...).
+  static const char* CauseOf(const absl::Status& status);
+
+  std::string Render() const;
+  std::vector<std::weak_ptr<prometheus::Collectable>> collectables() const;
+
+ private:
+  class StatsCollector;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<StatsCollector> stats_;
+  std::shared_ptr<prometheus::Collectable> process_;
+  prometheus::Histogram* batch_jobs_[2];
+  prometheus::Histogram* batch_blocks_[2];
+  prometheus::Histogram* latency_[2];
+  prometheus::Counter* completed_ok_;
+  prometheus::Counter* completed_error_;
+  prometheus::Family<prometheus::Counter>* failures_;
+  prometheus::Family<prometheus::Counter>* refused_;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_KDC_METRICS_H_
