@@ -122,13 +122,16 @@ def test_kinit_through_the_module(mpc):
 
     # Four MPC rounds per login with a PAC, each submitted back to back so
     # the module can batch it: the pre-auth decryption with the
-    # PA-REQ-ENC-PA-REP checksum; the PAC's server signature with the reply
-    # encryption; the KDC signature (over the server signature); the ticket
-    # (over the signed PAC).
+    # PA-REQ-ENC-PA-REP checksum; the PAC's server signature; the KDC
+    # signature (over the server signature); the ticket (over the signed
+    # PAC) and the reply, in that order, as without a PAC (the real
+    # module's speculation pairs them).
     assert _rounds(_events(mpc)) == [
-        ["CHECKSUM 56", "DECRYPT 1"], ["CHECKSUM 17", "ENCRYPT 3"],
-        ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(mpc)
+        ["CHECKSUM 56", "DECRYPT 1"], ["CHECKSUM 17"], ["CHECKSUM 17"],
+        ["ENCRYPT 2", "ENCRYPT 3"]], _events(mpc)
     assert len(_events(mpc)) == 12, _events(mpc)
+    assert [e for e in _events(mpc) if e[0] == "submit"][-2:] == [
+        ("submit", "ENCRYPT", "2"), ("submit", "ENCRYPT", "3")], _events(mpc)
     assert "kdcmpc: CHECKSUM job (usage 56) completed asynchronously" in log
 
 
@@ -403,10 +406,10 @@ def test_tgt_carries_a_pac_signed_through_the_module(mpc):
     # The client info names alice (UTF-16LE in PAC_CLIENT_INFO, type 10).
     assert "alice".encode("utf-16-le") in etp.pac
     # Rounds: pre-auth decryption (+ PA-REQ-ENC-PA-REP checksum), server
-    # signature with the reply, KDC signature, ticket.
+    # signature, KDC signature, ticket with the reply.
     assert _rounds(_events(mpc)) == [
-        ["CHECKSUM 56", "DECRYPT 1"], ["CHECKSUM 17", "ENCRYPT 3"],
-        ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(mpc)
+        ["CHECKSUM 56", "DECRYPT 1"], ["CHECKSUM 17"], ["CHECKSUM 17"],
+        ["ENCRYPT 2", "ENCRYPT 3"]], _events(mpc)
 
 
 def test_tgs_with_a_pac(mpc):
@@ -461,6 +464,32 @@ def test_renewal_with_a_pac(mpc):
     pac_ref.check_signatures(etp, krbtgt, krbtgt, ticket_sig=False)
     out = mpc.realm.run(["kvno", SERVICE])
     assert "kvno = 1" in out, out
+
+
+def test_s4u2self_with_a_pac(realm_factory, tmp_path):
+    """kvno -U (S4U2Self): a service whose key is in the cluster gets a
+    ticket to itself for alice; the PAC names alice, its signatures are made
+    through the module and verify, and the ticket is encrypted under the
+    service's handle."""
+    m = MpcRealm(realm_factory, tmp_path).setup(users=("alice",))
+    svc = "host/mpc.kmpc.test"
+    pw = _password()
+    m.realm.addprinc(svc, pw, enctypes=["aes256-ctr-mpc"], flags="")
+    m.migrate(svc, pw)
+    m.start()
+    m.realm.kinit(svc, pw)
+    before = len(m.journal_lines())
+    out = m.realm.run(["kvno", "-U", "alice", svc])
+    assert "kvno = " in out, out
+    assert _rounds(_events(m, before)) == [
+        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"],
+        ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(m, before)
+    _, _, der_t = _ticket(m, ["host", "mpc.kmpc.test"])
+    etp = pac_ref.EncTicketPart(pac_ref.Ticket(der_t, _key(m, svc)).plain)
+    pac_ref.check_signatures(etp, _key(m, svc), _key(m, TGS), ticket_sig=True)
+    assert "alice".encode("utf-16-le") in etp.pac
+    assert "PROTOCOL-TRANSITION s4u-client=alice@KMPC.TEST" in m.kdc_log()
+    assert "refusing S4U2Self" not in m.kdc_log()
 
 
 @pytest.mark.parametrize("alteration", ["server-signature-bit", "another-key"])
