@@ -335,8 +335,7 @@ class KmpcRealm(kmpc_realm.Realm):
 
     def __init__(self, workdir, module="auto", mpc_workers=2, kdc_workers=0,
                  extra_client_cns=(), server_flags="", test_module_delay_ms=5,
-                 module_options=None, enctypes=ENCTYPES,
-                 realm_extra="        disable_pac = true",
+                 module_options=None, enctypes=ENCTYPES, realm_extra="",
                  udp_recv_buffer=4 << 20, udp_max_wait_ms=0, dealer=False,
                  protect=None, metrics=False, **kw):
         """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test

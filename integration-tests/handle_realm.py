@@ -46,8 +46,7 @@ class HandleRealm:
     def __init__(self, realm_factory, module, so, options, workers=0):
         extra = kmpc_cluster.kdcmpc_conf(module, so, options) + \
             "[logging]\n    debug = true\n"
-        self.realm = realm_factory(enctypes=ENCTYPES, kdc_conf_extra=extra,
-                                   realm_extra="        disable_pac = true")
+        self.realm = realm_factory(enctypes=ENCTYPES, kdc_conf_extra=extra)
         self.workers = workers
         self.passwords = {}
         self.key_ids = {}

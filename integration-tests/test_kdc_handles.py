@@ -23,6 +23,7 @@ import handle_realm
 import kmpc_cluster
 import krb_der
 import kmpc_realm
+import pac_ref
 from handle_realm import REALM, SERVICE, TGS, password as _password
 from kmpc_realm import binpath
 
@@ -119,20 +120,18 @@ def test_kinit_through_the_module(mpc):
     assert re.search(r"AS_REQ .* ISSUE: authtime \d+, etypes .* "
                      r"alice@KMPC.TEST for krbtgt/KMPC.TEST@KMPC.TEST", log), log
 
-    # Two MPC rounds per login, each submitted back to back so the module
-    # can batch it: the pre-auth decryption with the PA-REQ-ENC-PA-REP
-    # checksum, then the ticket and reply encryptions.
-    events = [re.match(r"(\w+) (\w+) usage (\d+)", l).groups()
-              for l in mpc.journal_lines()]
-    assert sorted(events[0:2]) == [("submit", "CHECKSUM", "56"),
-                                   ("submit", "DECRYPT", "1")], events
-    assert sorted(events[2:4]) == [("done", "CHECKSUM", "56"),
-                                   ("done", "DECRYPT", "1")], events
-    assert events[4:6] == [("submit", "ENCRYPT", "2"),
-                           ("submit", "ENCRYPT", "3")], events
-    assert sorted(events[6:8]) == [("done", "ENCRYPT", "2"),
-                                   ("done", "ENCRYPT", "3")], events
-    assert len(events) == 8, events
+    # Four MPC rounds per login with a PAC, each submitted back to back so
+    # the module can batch it: the pre-auth decryption with the
+    # PA-REQ-ENC-PA-REP checksum; the PAC's server signature; the KDC
+    # signature (over the server signature); the ticket (over the signed
+    # PAC) and the reply, in that order, as without a PAC (the real
+    # module's speculation pairs them).
+    assert _rounds(_events(mpc)) == [
+        ["CHECKSUM 56", "DECRYPT 1"], ["CHECKSUM 17"], ["CHECKSUM 17"],
+        ["ENCRYPT 2", "ENCRYPT 3"]], _events(mpc)
+    assert len(_events(mpc)) == 12, _events(mpc)
+    assert [e for e in _events(mpc) if e[0] == "submit"][-2:] == [
+        ("submit", "ENCRYPT", "2"), ("submit", "ENCRYPT", "3")], _events(mpc)
     assert "kdcmpc: CHECKSUM job (usage 56) completed asynchronously" in log
 
 
@@ -338,19 +337,195 @@ def test_tgs_for_mpc_keyed_service(realm_factory, tmp_path):
     assert mpc.realm.kdc_alive()
 
 
-def test_pac_signing_is_refused_without_disable_pac(realm_factory, tmp_path):
-    m = MpcRealm(realm_factory, tmp_path)
-    m.realm.realm_extra = ""
-    # Rewrite kdc.conf without disable_pac.
-    with open(m.realm.kdc_conf) as f:
-        conf = f.read()
-    with open(m.realm.kdc_conf, "w") as f:
-        f.write(conf.replace("disable_pac = true", ""))
-    m.setup(users=("alice",)).start()
-    out = _kinit(m, expected_code=1)
-    assert "KDC policy rejects request" in out, out
-    assert "kdcmpc: refusing PAC signing" in m.kdc_log()
-    assert m.realm.kdc_alive()
+# ---- PACs (MIT 1.20's default) with MPC-held keys -----------------------
+
+def _key(m, princ):
+    """The key of princ as the test module's key file holds it."""
+    with open(m.keyfile) as f:
+        keys = dict(line.split() for line in f if line.strip())
+    return bytes.fromhex(keys[m.key_ids[princ]])
+
+
+def _ticket(m, server):
+    """(offset, length, DER) of the ticket for server (its components) in
+    the ccache."""
+    spans = [s for s in handle_realm.ccache_ticket_spans(m.realm.ccache)
+             if s[0] == server]
+    assert len(spans) == 1, spans
+    _, start, length = spans[0]
+    with open(m.realm.ccache, "rb") as f:
+        f.seek(start)
+        return start, length, f.read(length)
+
+
+def _replace_ticket(m, start, length, der_ticket):
+    assert len(der_ticket) == length
+    with open(m.realm.ccache, "r+b") as f:
+        f.seek(start)
+        f.write(der_ticket)
+
+
+def _events(m, before=0):
+    return [re.match(r"(\w+) (\w+) usage (\d+)", l).groups()
+            for l in m.journal_lines()[before:]]
+
+
+def _rounds(events):
+    """The jobs of events grouped into rounds: a round is the submits made
+    while no job was done since the previous round's submits."""
+    rounds, cur, seen_done = [], [], False
+    for kind, job, usage in events:
+        if kind == "submit":
+            if seen_done and cur:
+                rounds.append(sorted(cur))
+                cur = []
+            seen_done = False
+            cur.append(f"{job} {usage}")
+        else:
+            seen_done = True
+    if cur:
+        rounds.append(sorted(cur))
+    return rounds
+
+
+TGT = ["krbtgt", REALM]
+
+
+def test_tgt_carries_a_pac_signed_through_the_module(mpc):
+    """MIT 1.20's default: the TGT carries a PAC.  Its server and KDC
+    signatures (both under the krbtgt key) are CHECKSUM jobs, in chain order
+    (the KDC signature is over the server signature), and the ticket is
+    encrypted after them; the signatures verify with the krbtgt key."""
+    _kinit(mpc)
+    assert "refusing PAC" not in mpc.kdc_log()
+    _, _, der_tgt = _ticket(mpc, TGT)
+    tgt = pac_ref.Ticket(der_tgt, _key(mpc, TGS))
+    etp = pac_ref.EncTicketPart(tgt.plain)
+    krbtgt = _key(mpc, TGS)
+    pac_ref.check_signatures(etp, krbtgt, krbtgt, ticket_sig=False)
+    # The client info names alice (UTF-16LE in PAC_CLIENT_INFO, type 10).
+    assert "alice".encode("utf-16-le") in etp.pac
+    # Rounds: pre-auth decryption (+ PA-REQ-ENC-PA-REP checksum), server
+    # signature, KDC signature, ticket with the reply.
+    assert _rounds(_events(mpc)) == [
+        ["CHECKSUM 56", "DECRYPT 1"], ["CHECKSUM 17"], ["CHECKSUM 17"],
+        ["ENCRYPT 2", "ENCRYPT 3"]], _events(mpc)
+
+
+def test_tgs_with_a_pac(mpc):
+    """A TGS-REQ with a TGT carrying a PAC: the TGT's server signature is a
+    VERIFY job in the same round as the new ticket's first signature; the
+    ticket of an ordinary service gets a ticket signature and a KDC
+    signature (krbtgt handle), its server signature is made locally."""
+    _kinit(mpc)
+    before = len(mpc.journal_lines())
+    out = mpc.realm.run(["kvno", SERVICE])
+    assert "kvno = 1" in out, out
+    assert _rounds(_events(mpc, before)) == [
+        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"]], \
+        _events(mpc, before)
+
+
+def test_tgs_with_a_pac_for_an_mpc_keyed_service(realm_factory, tmp_path):
+    """A service whose key is in the cluster: all three signatures of its
+    ticket's PAC are CHECKSUM jobs (ticket, server, KDC, in that order), the
+    ticket is encrypted after them, and every signature verifies."""
+    m = MpcRealm(realm_factory, tmp_path).setup(users=("alice",))
+    svc = "host/mpc.kmpc.test"
+    pw = _password()
+    m.realm.addprinc(svc, pw, enctypes=["aes256-ctr-mpc"], flags="")
+    m.migrate(svc, pw)
+    m.start()
+    _kinit(m)
+    before = len(m.journal_lines())
+    m.realm.run(["kvno", svc])
+    assert _rounds(_events(m, before)) == [
+        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"],
+        ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(m, before)
+    _, _, der_t = _ticket(m, ["host", "mpc.kmpc.test"])
+    etp = pac_ref.EncTicketPart(pac_ref.Ticket(der_t, _key(m, svc)).plain)
+    pac_ref.check_signatures(etp, _key(m, svc), _key(m, TGS), ticket_sig=True)
+    assert "alice".encode("utf-16-le") in etp.pac
+
+
+def test_renewal_with_a_pac(mpc):
+    """kinit -R: the renewed TGT's PAC is signed again through the module and
+    verifies; it works for a TGS exchange after."""
+    pw = mpc.passwords["alice"]
+    mpc.realm.run(["kinit", "-r", "1d", "alice"], input=pw + "\n")
+    before = len(mpc.journal_lines())
+    mpc.realm.run(["kinit", "-R"])
+    assert _rounds(_events(mpc, before)) == [
+        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"],
+        ["ENCRYPT 2"]], _events(mpc, before)
+    _, _, der_tgt = _ticket(mpc, TGT)
+    krbtgt = _key(mpc, TGS)
+    etp = pac_ref.EncTicketPart(pac_ref.Ticket(der_tgt, krbtgt).plain)
+    pac_ref.check_signatures(etp, krbtgt, krbtgt, ticket_sig=False)
+    out = mpc.realm.run(["kvno", SERVICE])
+    assert "kvno = 1" in out, out
+
+
+def test_s4u2self_with_a_pac(realm_factory, tmp_path):
+    """kvno -U (S4U2Self): a service whose key is in the cluster gets a
+    ticket to itself for alice; the PAC names alice, its signatures are made
+    through the module and verify, and the ticket is encrypted under the
+    service's handle."""
+    m = MpcRealm(realm_factory, tmp_path).setup(users=("alice",))
+    svc = "host/mpc.kmpc.test"
+    pw = _password()
+    m.realm.addprinc(svc, pw, enctypes=["aes256-ctr-mpc"], flags="")
+    m.migrate(svc, pw)
+    m.start()
+    m.realm.kinit(svc, pw)
+    before = len(m.journal_lines())
+    out = m.realm.run(["kvno", "-U", "alice", svc])
+    assert "kvno = " in out, out
+    assert _rounds(_events(m, before)) == [
+        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"],
+        ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(m, before)
+    _, _, der_t = _ticket(m, ["host", "mpc.kmpc.test"])
+    etp = pac_ref.EncTicketPart(pac_ref.Ticket(der_t, _key(m, svc)).plain)
+    pac_ref.check_signatures(etp, _key(m, svc), _key(m, TGS), ticket_sig=True)
+    assert "alice".encode("utf-16-le") in etp.pac
+    assert "PROTOCOL-TRANSITION s4u-client=alice@KMPC.TEST" in m.kdc_log()
+    assert "refusing S4U2Self" not in m.kdc_log()
+
+
+@pytest.mark.parametrize("alteration", ["server-signature-bit", "another-key"])
+def test_altered_pac_in_tgt_is_refused(mpc, alteration):
+    """A TGT whose PAC was altered and which is encrypted again under the
+    krbtgt key (as only a holder of that key could): one bit of the server
+    signature flipped, or both signatures made with another key.  The VERIFY
+    job fails inside the module and the TGS-REQ is refused; the control
+    (the same re-encryption without an alteration) is accepted."""
+    _kinit(mpc)
+    krbtgt = _key(mpc, TGS)
+    start, length, der_tgt = _ticket(mpc, TGT)
+    tgt = pac_ref.Ticket(der_tgt, krbtgt)
+    etp = pac_ref.EncTicketPart(tgt.plain)
+    # Control: re-encrypted, unaltered.
+    _replace_ticket(mpc, start, length, tgt.encode(etp.encode(etp.pac)))
+    mpc.realm.run(["kvno", SERVICE])
+    mpc.realm.run(["kdestroy"])
+    _kinit(mpc)
+    start, length, der_tgt = _ticket(mpc, TGT)
+    tgt = pac_ref.Ticket(der_tgt, krbtgt)
+    etp = pac_ref.EncTicketPart(tgt.plain)
+    if alteration == "server-signature-bit":
+        pac = pac_ref.flip(etp.pac, pac_ref.PAC_SERVER_CHECKSUM, bit=5)
+    else:
+        other = os.urandom(32)
+        pac = pac_ref.resign(etp.pac, other, other)
+    _replace_ticket(mpc, start, length, tgt.encode(etp.encode(pac)))
+    before = len(mpc.journal_lines())
+    out = mpc.realm.run(["kvno", SERVICE], expected_code=1)
+    assert "Message stream modified" in out, out
+    assert ("done", "VERIFY", "17") in _events(mpc, before)
+    log = mpc.kdc_log()
+    assert "kdcmpc: VERIFY job (usage 17) failed" in log, log
+    assert "kdcmpc: a PAC signature of a presented ticket did not verify" in log
+    assert mpc.realm.kdc_alive()
 
 
 def test_no_module_is_service_unavailable(realm_factory, tmp_path):
@@ -475,7 +650,8 @@ def test_ordinary_user_with_mpc_krbtgt(mpc):
     mpc.realm.kinit("bob", pw)
     jobs = [re.match(r"submit (\S+) usage (\d+)", j).groups()
             for j in mpc.journal_lines()[before:] if j.startswith("submit")]
-    assert jobs == [("ENCRYPT", "2")], jobs
+    # The PAC's two signatures (krbtgt), then the ticket.
+    assert jobs == [("CHECKSUM", "17"), ("CHECKSUM", "17"), ("ENCRYPT", "2")], jobs
     etypes, out = _klist(mpc.realm)
     assert etypes == [("aes256-cts-hmac-sha1-96", "aes256-ctr-mpc")], out
     mpc.realm.run(["kvno", SERVICE])

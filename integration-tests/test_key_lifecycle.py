@@ -199,11 +199,18 @@ def test_change_refused_with_a_server_down(realm, how):
     kinit_ok(kr, "hal", "Hal-old-5656")
     rows = kr.kdb_keys("hal")
     _, listing, _ = kr.admin("status", expected_code=0)
+    if how == "kadmin":
+        # Every ticket carries a PAC whose KDC signature is made with the
+        # krbtgt key in the cluster (krb5 patch 0014), so the kadmin ticket
+        # is obtained while the cluster is whole.
+        kadmin_cc = "FILE:" + os.path.join(kr.dir, "kadmin.cc")
+        kr.run(["kinit", "-c", kadmin_cc, "-S", "kadmin/admin", ADMIN],
+               input=ADMIN_PW + "\n")
     kr.cluster.stop_party(1)
     if how == "kadmin.local":
         out = kr.kadmin_local("cpw -pw Hal-new-7878 hal", expected_code=None)
     elif how == "kadmin":
-        out = kr.run(["kadmin", "-r", kr.realm, "-p", ADMIN, "-w", ADMIN_PW,
+        out = kr.run(["kadmin", "-r", kr.realm, "-c", kadmin_cc,
                       "-q", "cpw -pw Hal-new-7878 hal"], expected_code=None)
     elif how == "kpasswd":
         # hal's own key is in the cluster: kpasswd cannot even authenticate.

@@ -247,7 +247,8 @@ def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
 
         # Early flush, one client: the timestamp's batch brings the ticket's
         # and the reply's keystream along (kdc-plugin speculate), so after
-        # the first login (lengths learnt) a login is one MPC Run; the
+        # the first login (lengths learnt) a login is one MPC Run and the
+        # PAC's two signature Runs; the
         # servers FINALIZE the shorter-than-keystream ciphertexts and the
         # client checks the tags. Every login must still succeed.
         import storm_soak
@@ -262,8 +263,11 @@ def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
         res = json.loads(js.read_text())
         assert res["ok_all_phases"] == 60 and res["failed_all_phases"] == 0, res
         per = storm_bench.mpc_per_login(m0, target.mpc_counters(), 60)
-        # Two Runs per login without speculation; the first login learns.
-        assert per["run_batches_per_login"] <= 1.1, per
+        # The TGT's PAC adds one Run per krbtgt signature (server, then KDC
+        # signature over it: krb5 patch 0014), which the ticket waits for;
+        # the ticket and reply are still finalize-only. Without speculation
+        # it would be four; the first login learns.
+        assert per["run_batches_per_login"] <= 3.1, per
         assert per["finalize_batches_per_login"] >= 0.95, per
     finally:
         target.stop()
