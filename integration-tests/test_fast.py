@@ -21,6 +21,7 @@ import secrets
 import pytest
 
 import handle_realm
+import kmpc_cluster
 import pac_ref
 from handle_realm import REALM, SERVICE, TGS, password as _password
 from test_kdc_handles import MpcRealm, _events, _key, _rounds, _ticket
@@ -289,3 +290,36 @@ def test_renewal_keeps_the_auth_indicator(ec, tmp_path):
     _check_cammac(plain, krbtgt, krbtgt)
     out = ec.realm.run(["kvno", SERVICE])
     assert "kvno = 1" in out, out
+
+
+# ---- the real cluster ----------------------------------------------------
+
+def test_fast_and_indicators_through_the_mpc_servers(kmpc_factory, tmp_path):
+    """The same with the real kdcmpc module and three MPC servers: the armor
+    TGT is decrypted and the CAMMAC verifiers (usage 64) are made and
+    checked on shares; require_auth is met for bob (ordinary key) after
+    kinit -T, and alice (key in the cluster) is refused FAST."""
+    kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so")  # RealmError if absent
+    r = kmpc_factory(module="real", realm_extra=(
+        f"        encrypted_challenge_indicator = {INDICATOR}\n"))
+    r.setup_krbtgt()
+    r.setup_warmup()
+    r.add_service()
+    pw = {"alice": _password(), "bob": _password()}
+    r.add_users({"alice": pw["alice"]})
+    r.addprinc("bob", pw["bob"], enctypes=["aes256-cts-hmac-sha1-96"])
+    r.kadmin_local(f"setstr {SERVICE} require_auth {INDICATOR}")
+    r.start()
+    armor = "FILE:" + str(tmp_path / "armor")
+    r.run(["kinit", "-c", armor, "alice"], input=pw["alice"] + "\n")
+    r.run(["kinit", "-T", armor, "bob"], input=pw["bob"] + "\n")
+    out = r.run(["kvno", SERVICE])
+    assert "kvno = 1" in out, out
+    out = r.run(["kinit", "-T", armor, "alice"], input=pw["alice"] + "\n",
+                expected_code=1)
+    assert "KDC policy rejects request" in out, out
+    # bob without FAST: no indicator, refused by require_auth.
+    r.kinit("bob", pw["bob"])
+    out = r.run(["kvno", SERVICE], expected_code=1)
+    assert "KDC policy rejects request" in out, out
+    assert r.kdc_alive() and r.cluster.alive()
