@@ -43,10 +43,12 @@ class HandleRealm:
     module and whose krbtgt and users have key handles.  Subclasses put the
     keys where the module finds them (store_key)."""
 
-    def __init__(self, realm_factory, module, so, options, workers=0):
+    def __init__(self, realm_factory, module, so, options, workers=0,
+                 **realm_kw):
         extra = kmpc_cluster.kdcmpc_conf(module, so, options) + \
             "[logging]\n    debug = true\n"
-        self.realm = realm_factory(enctypes=ENCTYPES, kdc_conf_extra=extra)
+        self.realm = realm_factory(enctypes=ENCTYPES, kdc_conf_extra=extra,
+                                   **realm_kw)
         self.workers = workers
         self.passwords = {}
         self.key_ids = {}

@@ -158,3 +158,73 @@ def resign(pac, server_key, krbtgt_key):
     k = ctr_mpc_ref.checksum(krbtgt_key, USAGE_PAC, s, os.urandom(16))
     b[koff:koff + len(k)] = k
     return bytes(b)
+
+
+# ---- CAMMAC (RFC 7751 section 4) -------------------------------------------
+
+USAGE_CAMMAC = 64
+AD_CAMMAC = 96
+AD_AUTH_INDICATOR = 97
+
+
+class Cammac:
+    """One AD-CAMMAC of a DER EncTicketPart: its elements (DER
+    AuthorizationData), and the (checksum type, value) of its KDC and
+    service verifiers."""
+
+    def __init__(self, plain, elements, kdc, svc):
+        self.plain, self.elements, self.kdc, self.svc = plain, elements, kdc, svc
+
+    def kdcver_input(self):
+        """The EncTicketPart with the CAMMAC's elements as its authorization
+        data: what the KDC verifier covers."""
+        items = [w for t, w, _ in children(content(content(self.plain)))]
+        items = [ctx(10, self.elements) if w[0] == 0xAA else w for w in items]
+        return der(0x63, seq(*items))
+
+    def indicators(self):
+        """The auth indicators (UTF8Strings) among the elements."""
+        out = []
+        for _, _, elem in children(content(self.elements)):
+            f = _fields(elem)
+            if _int(f[0][1]) == AD_AUTH_INDICATOR:
+                out += [bytes(content(w)).decode()
+                        for _, w, _ in children(content(content(f[1][1])))]
+        return out
+
+
+def _verifier(vm):
+    f = _fields(content(vm))
+    ck = _fields(content(f[3][1]))
+    return _int(ck[0][1]), bytes(content(ck[1][1]))
+
+
+def cammacs(plain):
+    """The CAMMACs inside AD-IF-RELEVANT elements of a DER EncTicketPart."""
+    items = _fields(content(content(plain)))
+    if 10 not in items:
+        return []
+    out = []
+    for _, _, elem in children(content(items[10][1])):
+        f = _fields(elem)
+        if _int(f[0][1]) != AD_IF_RELEVANT:
+            continue
+        for _, _, ielem in children(content(content(f[1][1]))):
+            g = _fields(ielem)
+            if _int(g[0][1]) != AD_CAMMAC:
+                continue
+            c = _fields(content(content(g[1][1])))
+            out.append(Cammac(plain, c[0][1],
+                              _verifier(c[1][1]) if 1 in c else None,
+                              _verifier(c[2][1]) if 2 in c else None))
+    return out
+
+
+def flip_bytes(plain, value, bit=0):
+    """plain with one bit of the (unique) occurrence of value flipped, past
+    its first 16 bytes (a gmac checksum's ctr0)."""
+    assert plain.count(value) == 1
+    off = plain.index(value) + 16 + bit // 8
+    b = bytearray(plain)
+    b[off] ^= 1 << (bit % 8)
+    return bytes(b)
