@@ -119,13 +119,14 @@ def test_metrics_move_with_logins_and_hold_no_secret(kmpc_factory):
         assert value(a, "process_resident_memory_bytes") > 1 << 20
         assert value(a, "kmpc_malloc_in_use_bytes") > 0
 
-    # The KDC module: four jobs back per login (the timestamp DECRYPT, the
+    # The KDC module: six jobs back per login (the timestamp DECRYPT, the
     # early reply checksum made alongside it, krb5 patch 0003's
-    # AS_MPC_CKSUM, the ticket's and the reply's ENCRYPT); the wrong
+    # AS_MPC_CKSUM, the PAC's server and KDC signatures under the krbtgt,
+    # patch 0014, the ticket's and the reply's ENCRYPT); the wrong
     # password's DECRYPT failed as an integrity failure, its checksum did
     # not. Batches observed.
     k0, k1 = before["kdc"], after["kdc"]
-    assert delta(k0, k1, "kmpc_kdc_jobs_completed_total", result="ok") == 4 * LOGINS + 1
+    assert delta(k0, k1, "kmpc_kdc_jobs_completed_total", result="ok") == 6 * LOGINS + 1
     assert delta(k0, k1, "kmpc_kdc_jobs_completed_total", result="error") == 1
     assert delta(k0, k1, "kmpc_kdc_job_failures_total", cause="integrity") == 1
     assert delta(k0, k1, "kmpc_kdc_batch_latency_seconds_count") >= LOGINS

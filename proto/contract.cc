@@ -104,6 +104,13 @@ uint64_t JobBlocks(const JobShape& job) {
   }
 }
 
+uint64_t JobCost(const JobShape& job) {
+  const uint64_t ghash = job.type == pb::JOB_CHECKSUM || job.type == pb::JOB_VERIFY_CHECKSUM
+                             ? CeilBlocks(job.data.size())
+                             : 0;
+  return JobBlocks(job) + ghash;
+}
+
 uint64_t RevealedBytes(const JobShape& job) {
   switch (job.type) {
     case pb::JOB_ENCRYPT:

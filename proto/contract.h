@@ -83,6 +83,14 @@ JobCheck CheckJob(const JobShape& job);
 // A malformed job costs 1.
 uint64_t JobBlocks(const JobShape& job);
 
+// What the job costs the cluster in the batch limits (kMaxBatchBlocks, the
+// module's max_batch_blocks): JobBlocks plus, for CHECKSUM and
+// VERIFY_CHECKSUM, one per 16-byte block of the checksummed data (their
+// GHASH runs over it: a 1 MiB checksum costs as much as a 1 MiB DECRYPT,
+// not one block). DECRYPT's GHASH is already covered by its keystream
+// blocks.
+uint64_t JobCost(const JobShape& job);
+
 // Bytes of the value revealed to the KDC for a job that succeeds: the
 // keystream of an ENCRYPT (length) or DECRYPT (len(C)), the tag of a
 // CHECKSUM (16); 0 for VERIFY_CHECKSUM (a verdict only).

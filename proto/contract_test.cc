@@ -86,13 +86,21 @@ TEST(CheckJob, ChecksumAndVerify) {
   JobShape c{pb::JOB_CHECKSUM, kKeyIdSize, 0, "message", ""};
   EXPECT_TRUE(CheckJob(c).ok());
   EXPECT_EQ(JobBlocks(c), 1u);
+  EXPECT_EQ(JobCost(c), 2u);  // the AES block of the tag mask + 1 of GHASH
   EXPECT_EQ(RevealedBytes(c), kTagSize);
+  const std::string mib(kMaxJobBytes, 'm');
+  JobShape whole{pb::JOB_CHECKSUM, kKeyIdSize, 0, mib, ""};
+  EXPECT_EQ(JobBlocks(whole), 1u);
+  EXPECT_EQ(JobCost(whole), kMaxJobBlocks + 1);  // counted as a 1 MiB DECRYPT
+  JobShape enc{pb::JOB_ENCRYPT, kKeyIdSize, 100, "", ""};
+  EXPECT_EQ(JobCost(enc), JobBlocks(enc));
   c.checksum = "x";
   EXPECT_EQ(CheckJob(c).status, pb::JOB_MALFORMED);
 
   std::string sum = Ctr0(9) + std::string(16, 't');
   JobShape v{pb::JOB_VERIFY_CHECKSUM, kKeyIdSize, 0, "message", sum};
   EXPECT_TRUE(CheckJob(v).ok());
+  EXPECT_EQ(JobCost(v), 2u);
   EXPECT_EQ(RevealedBytes(v), 0u);
   std::string short_sum = sum.substr(0, 31);
   v.checksum = short_sum;

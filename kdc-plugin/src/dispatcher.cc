@@ -32,7 +32,7 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
   if (absl::Status st = CheckJob(job); !st.ok()) return st;
   PendingJob q;
   q.token = token;
-  q.blocks = JobBlocks(job);
+  q.blocks = JobCost(job);
   q.job = std::move(job);
   q.enqueued = absl::Now();
   std::vector<PendingJob> group_jobs;  // speculative ENCRYPT jobs

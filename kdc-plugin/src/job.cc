@@ -32,4 +32,6 @@ absl::Status CheckJob(const Job& job) {
 
 uint64_t JobBlocks(const Job& job) { return contract::JobBlocks(ShapeOf(job)); }
 
+uint64_t JobCost(const Job& job) { return contract::JobCost(ShapeOf(job)); }
+
 }  // namespace kmpc::kdc

@@ -78,7 +78,7 @@ struct Job {
 struct PendingJob {
   uint64_t token = 0;  // the caller's name for it in its Result
   Job job;
-  uint64_t blocks = 0;  // JobBlocks; 0 for a finalize_only job
+  uint64_t blocks = 0;  // JobCost; 0 for a finalize_only job
   absl::Time enqueued;
   // A speculative ENCRYPT made by the speculator: no caller, nothing is
   // delivered; its keystream is held for a later ENCRYPT (speculator.h).
@@ -108,8 +108,10 @@ contract::JobShape ShapeOf(const Job& job);
 // checksum that cannot verify under any key (JOB_INTEGRITY_FAILED).
 absl::Status CheckJob(const Job& job);
 
-// contract::JobBlocks: what the job costs the cluster.
+// contract::JobBlocks: the AES blocks the job needs (statistics).
 uint64_t JobBlocks(const Job& job);
+// contract::JobCost: what the job counts in the batch limits.
+uint64_t JobCost(const Job& job);
 
 }  // namespace kmpc::kdc
 

@@ -114,7 +114,7 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
   std::vector<engine::Job> jobs;
   jobs.reserve(n);
   std::set<uint64_t> ids;
-  uint64_t aes_blocks = 0;
+  uint64_t aes_blocks = 0, cost = 0;
   std::map<uint64_t, int64_t> index;  // job_id -> position
   for (int i = 0; i < n; ++i) {
     const pb::Job& in = req.jobs(i);
@@ -122,7 +122,9 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
       return Refuse(pb::BATCH_MALFORMED,
                     absl::StrCat("job ", i, ": duplicate job_id ", in.job_id()));
     index[in.job_id()] = i;
-    aes_blocks += contract::JobBlocks(contract::ShapeOf(in));
+    const contract::JobShape shape = contract::ShapeOf(in);
+    aes_blocks += contract::JobBlocks(shape);
+    cost += contract::JobCost(shape);
     jobs.push_back(ToEngineJob(in));
   }
   // Conditions by position (engine.h, Job::release_if_ok); one naming no
@@ -133,10 +135,11 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
     auto it = index.find(in.release_if_ok());
     jobs[i].release_if_ok = it == index.end() ? static_cast<int64_t>(n) : it->second;
   }
-  if (aes_blocks > contract::kMaxBatchBlocks)
+  if (cost > contract::kMaxBatchBlocks)
     return Refuse(pb::BATCH_TOO_LARGE,
-                  absl::StrCat("batch needs ", aes_blocks,
-                               " AES blocks, the limit is ", contract::kMaxBatchBlocks));
+                  absl::StrCat("batch costs ", cost, " blocks (AES and checksummed "
+                               "data, contract::JobCost), the limit is ",
+                               contract::kMaxBatchBlocks));
   // Keys are looked up by the engine: a key missing or unusable on this
   // server fails only the jobs using it, the same way on the three servers
   // (engine.h, KeyLookup). Refusing the whole batch here would make the two

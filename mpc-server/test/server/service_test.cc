@@ -477,6 +477,20 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   }
   expect_refused(parties_[0].keyops->DoRun(bad, &resp[0]),
                  grpc::StatusCode::RESOURCE_EXHAUSTED, v1::BATCH_TOO_LARGE);
+  // CHECKSUM jobs count their data (contract::JobCost): 17 of 1 MiB are
+  // over the batch limit although they need only 17 AES blocks.
+  bad.clear_jobs();
+  const std::string mib(65536 * 16, 'd');
+  for (int j = 0; j < 17; ++j) {
+    auto* big = bad.add_jobs();
+    big->set_job_id(j);
+    big->set_key_id(id);
+    big->set_type(v1::JOB_CHECKSUM);
+    big->set_usage(17);
+    big->set_data(mib);
+  }
+  expect_refused(parties_[0].keyops->DoRun(bad, &resp[0]),
+                 grpc::StatusCode::RESOURCE_EXHAUSTED, v1::BATCH_TOO_LARGE);
   // More jobs than the server's limit.
   ServiceOptions small;
   small.max_batch_jobs = 1;
