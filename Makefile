@@ -62,11 +62,15 @@ test-integration: build
 # gets three MPC servers and its krbtgt key (MODE=krbtgt), or also its
 # password principals' keys (MODE=users), in them; MODE=stock runs them
 # unchanged. Logs and summary in build/mit-kmpc/MODE.
+# MIT_TESTS: a subset ("tests/t_renew tests/t_u2u"); MIT_OUT: another log
+# directory; MIT_NO_BUILD=1: use the trees as they are (the pytest in
+# integration-tests/test_mit_kmpc.py, which runs after the build).
 MODE      ?= krbtgt
 MIT_TESTS ?=
-test-mit-kmpc: build
-	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) integration-tests/mit_kmpc.py --mode $(MODE) \
-	  $(if $(MIT_TESTS),--tests "$(MIT_TESTS)")
+MIT_OUT   ?=
+test-mit-kmpc: $(if $(MIT_NO_BUILD),,build)
+	@KMPC_BUILD=$(BUILD) KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) integration-tests/mit_kmpc.py \
+	  --mode $(MODE) $(if $(MIT_TESTS),--tests "$(MIT_TESTS)") $(if $(MIT_OUT),--out "$(MIT_OUT)")
 
 test: deps krb5 build
 	@$(MAKE) -s --no-print-directory test-crypto

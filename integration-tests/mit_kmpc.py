@@ -15,8 +15,8 @@ switched on by K5TEST_KMPC:
   stock   MIT's own mode (no kmpc): the baseline on this machine
 
 Each test's output goes to build/mit-kmpc/MODE/<name>.log, k5test's command
-log to <name>.testlog, and on failure the realm's daemon logs (KDC, kadmind,
-MPC servers) to <name>.logs/. Prints one line per test, then
+log to <name>.testlog, and the daemon logs (KDC, kadmind, MPC servers) of
+the realms it left in its test directory to <name>.logs/. Prints one line per test, then
 `N passed, M failed` and each failure with the first reason k5test gave.
 Exit status 0 only if every test passed.
 
@@ -28,6 +28,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -98,6 +99,17 @@ def first_reason(output):
     return tail[-1].strip() if tail else "no output"
 
 
+def kmpc_coverage(testlog):
+    """(realms the test created with MPC servers, of them the realms whose
+    krbtgt went into the cluster), from k5test's command log. A realm on
+    MIT's test KDB module (database_module = test: keys made from kdc.conf,
+    read-only, create_kdb=False) keeps its krbtgt out of the cluster."""
+    realms = len(re.findall(r"^\*\*\* kmpc: MPC servers ", testlog, re.M))
+    shared = len(re.findall(r"^\[\d+/\d+\] krbtgt/([^@\s]+)@\1: shared from a random key",
+                            testlog, re.M))
+    return realms, shared
+
+
 def leaked_servers(cwd):
     """MPC servers a test left running (their pid files under its testdir):
     killed here by pid; their pids are returned."""
@@ -143,21 +155,27 @@ def run_test(name, mode, src, obj, out, env, timeout):
     leaked = leaked_servers(cwd)
     with open(logf, errors="replace") as f:
         output = f.read()
+    testlog = ""
     if os.path.exists(os.path.join(cwd, "testlog")):
         shutil.copy(os.path.join(cwd, "testlog"), os.path.join(out, base + ".testlog"))
+        with open(os.path.join(cwd, "testlog"), errors="replace") as f:
+            testlog = f.read()
+    realms, shared = kmpc_coverage(testlog)
     ok = code == 0 and not timed_out and not leaked
     reason = None
     if not ok:
         reason = (f"timed out after {timeout} s" if timed_out else first_reason(output))
         if leaked:
             reason += f" (and left {len(leaked)} MPC servers running)"
-        # The daemons' logs of the realm(s) the test left behind.
-        keep = os.path.join(out, base + ".logs")
-        for lf in glob.glob(os.path.join(cwd, "testdir", "**", "*.log"), recursive=True):
-            rel = os.path.relpath(lf, os.path.join(cwd, "testdir"))
-            os.makedirs(os.path.dirname(os.path.join(keep, rel)), exist_ok=True)
-            shutil.copy(lf, os.path.join(keep, rel))
-    return {"test": name, "passed": ok, "seconds": round(elapsed, 1), "reason": reason}
+    # The daemons' logs (KDC, kadmind, MPC servers) of the realm(s) the test
+    # left behind: its last realm in each test directory.
+    keep = os.path.join(out, base + ".logs")
+    for lf in glob.glob(os.path.join(cwd, "testdir", "**", "*.log"), recursive=True):
+        rel = os.path.relpath(lf, os.path.join(cwd, "testdir"))
+        os.makedirs(os.path.dirname(os.path.join(keep, rel)), exist_ok=True)
+        shutil.copy(lf, os.path.join(keep, rel))
+    return {"test": name, "passed": ok, "seconds": round(elapsed, 1), "reason": reason,
+            "realms": realms, "krbtgt_in_cluster": shared}
 
 
 def main():
@@ -183,6 +201,10 @@ def main():
                          "not applied: make krb5)")
     out = os.path.join(os.path.abspath(args.out), args.mode)
     os.makedirs(out, exist_ok=True)
+    # MIT's tests use fixed directories in the build tree (testdir) and
+    # fixed ports (61000 up): one run at a time per build tree.
+    run_lock = open(os.path.join(obj, ".mit-kmpc.lock"), "a")
+    fcntl.flock(run_lock, fcntl.LOCK_EX)
     prepare(obj, sorted({os.path.dirname(t) for t in tests}), out)
 
     env = {k: v for k, v in os.environ.items()
@@ -203,7 +225,9 @@ def main():
     for t in tests:
         r = run_test(t, args.mode, src, obj, out, env, args.timeout)
         results.append(r)
-        log(f"{'PASS' if r['passed'] else 'FAIL'} {t} ({r['seconds']} s)"
+        cov = (f", krbtgt in the cluster in {r['krbtgt_in_cluster']} of {r['realms']} realms"
+               if args.mode != "stock" else "")
+        log(f"{'PASS' if r['passed'] else 'FAIL'} {t} ({r['seconds']} s{cov})"
             + (f": {r['reason']}" if r["reason"] else ""))
     failed = [r for r in results if not r["passed"]]
     summary = [f"{len(results) - len(failed)} passed, {len(failed)} failed "
