@@ -32,6 +32,11 @@ def test_mit_tests_krbtgt_mode(tmp_path):
     logs = tmp_path / "krbtgt"
     results = json.loads((logs / "summary.json").read_text())["results"]
     assert [r["test"] for r in results if r["passed"]] == SUBSET, results
+    # t_renew's one realm and t_u2u's first (its second is on MIT's test
+    # KDB module, whose keys come from kdc.conf) had the krbtgt in the cluster.
+    by_name = {r["test"]: r for r in results}
+    assert by_name["tests/t_renew"]["krbtgt_in_cluster"] == 1 == by_name["tests/t_renew"]["realms"]
+    assert by_name["tests/t_u2u"]["krbtgt_in_cluster"] >= 1
 
     for t in SUBSET:
         testlog = (logs / (t.replace("/", "_") + ".testlog")).read_text()
