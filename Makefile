@@ -12,7 +12,7 @@ export KMPC_ROOT := $(ROOT)
 export KMPC_BUILD := $(BUILD)
 export KRB5_PREFIX
 
-.PHONY: all deps krb5 build test test-crypto test-unit test-integration \
+.PHONY: all deps krb5 build test test-crypto test-unit test-integration test-mit-kmpc \
         demo demo-stop bench bench-mpc bench-storm bench-soak bench-netns bench-kpasswd \
         bench-results clean distclean help
 
@@ -23,6 +23,8 @@ help:
 	@echo "make krb5     fetch, patch and build MIT krb5 1.20.1 into build/krb5"
 	@echo "make build    build the C++ parts (CMake, build/cmake)"
 	@echo "make test     everything above, then all tests"
+	@echo "make test-mit-kmpc [MODE=krbtgt|users|stock] [MIT_TESTS=\"tests/t_renew ...\"]"
+	@echo "              MIT krb5's own KDC tests with their realms' keys in MPC clusters"
 	@echo "make demo     a realm on loopback, a login, a short storm"
 	@echo "make demo-stop  stop the demo's KDC and MPC servers"
 	@echo "make bench    benchmarks that print figures (build/bench/results.json)"
@@ -54,6 +56,21 @@ test-unit: build
 test-integration: build
 	@echo "== integration tests (pytest, real processes) =="
 	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) -m pytest -q -ra integration-tests
+
+# MIT's own KDC-facing Python tests (src/tests/t_*.py ...) on MIT's k5test
+# harness in its kmpc mode (krb5 patch 0016): every realm a test creates
+# gets three MPC servers and its krbtgt key (MODE=krbtgt), or also its
+# password principals' keys (MODE=users), in them; MODE=stock runs them
+# unchanged. Logs and summary in build/mit-kmpc/MODE.
+# MIT_TESTS: a subset ("tests/t_renew tests/t_u2u"); MIT_OUT: another log
+# directory; MIT_NO_BUILD=1: use the trees as they are (the pytest in
+# integration-tests/test_mit_kmpc.py, which runs after the build).
+MODE      ?= krbtgt
+MIT_TESTS ?=
+MIT_OUT   ?=
+test-mit-kmpc: $(if $(MIT_NO_BUILD),,build)
+	@KMPC_BUILD=$(BUILD) KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) integration-tests/mit_kmpc.py \
+	  --mode $(MODE) $(if $(MIT_TESTS),--tests "$(MIT_TESTS)") $(if $(MIT_OUT),--out "$(MIT_OUT)")
 
 test: deps krb5 build
 	@$(MAKE) -s --no-print-directory test-crypto

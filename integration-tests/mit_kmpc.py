@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""MIT krb5's own KDC-facing Python tests against kmpc (`make test-mit-kmpc`).
+
+Runs MIT's test scripts (src/tests/t_*.py and friends, on MIT's k5test
+harness) from the patched krb5 build tree, as MIT's `make check` does
+(`cd build/krb5-obj/<dir> && PYTHONPATH=<src>/util python3
+<src>/<dir>/t_x.py`, after `make runenv.py` and the helper programs of the
+directory's check-pytests rule), with k5test's kmpc mode (krb5 patch 0016)
+switched on by K5TEST_KMPC:
+
+  krbtgt  every realm a test creates gets three MPC servers of its own and
+          its krbtgt key in them; other principals keep ordinary keys
+  users   as krbtgt, and every principal the harness creates with a
+          password gets MPC keys (clients offer the MPC enctypes)
+  stock   MIT's own mode (no kmpc): the baseline on this machine
+
+Each test's output goes to build/mit-kmpc/MODE/<name>.log, k5test's command
+log to <name>.testlog, and the daemon logs (KDC, kadmind, MPC servers) of
+the realms it left in its test directory to <name>.logs/. Prints one line per test, then
+`N passed, M failed` and each failure with the first reason k5test gave.
+Exit status 0 only if every test passed.
+
+  mit_kmpc.py [--mode krbtgt|users|stock] [--tests "tests/t_renew ..."]
+"""
+
+import argparse
+import fcntl
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build"))
+
+# MIT's KDC-facing Python tests (issue 15's list), as <dir>/<script> under
+# src/ of the krb5 tree.
+DEFAULT_TESTS = [
+    "tests/t_general", "tests/t_renew", "tests/t_kdcoptions", "tests/t_authdata",
+    "tests/t_u2u", "tests/t_crossrealm", "tests/t_referral", "tests/t_keyrollover",
+    "tests/t_preauth", "tests/t_skew", "tests/t_sesskeynego", "tests/t_etype_info",
+    "tests/t_changepw", "tests/t_kadmin", "tests/t_dump", "tests/gssapi/t_s4u",
+    "tests/gssapi/t_gssapi", "appl/user_user/t_user2user",
+]
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def build_lock():
+    """The krb5 build's lock (krb5-patches/build-krb5.sh): no rebuild of the
+    tree while its helper programs are made."""
+    f = open(os.path.join(BUILD, ".krb5.lock"), "a")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
+def prepare(obj, dirs, out):
+    """runenv.py and the helper programs each directory's check-pytests
+    rule depends on: the rule runs with RUNPYTEST=: so that make builds its
+    prerequisites and runs no script."""
+    with build_lock(), open(os.path.join(out, "prepare.log"), "w") as f:
+        for argv in [["make", "runenv.py"]] + [
+                ["make", "-C", d, "check-pytests", "RUNPYTEST=:", "PYTESTFLAGS="]
+                for d in dirs]:
+            p = subprocess.run(argv, cwd=obj, stdout=f, stderr=subprocess.STDOUT)
+            if p.returncode != 0:
+                sys.exit(f"mit_kmpc: {' '.join(argv)} failed in {obj} "
+                         f"(log: {f.name})")
+
+
+def first_reason(output):
+    """k5test's failure message ('*** Failure: ...') with the failed
+    command's last output line, else the last line of a traceback."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("*** Failure:"):
+            reason = line[len("*** Failure:"):].strip()
+            cmd = next((l.split(":", 1)[1].strip() for l in lines[i + 1:]
+                        if l.startswith("*** Last command")), None)
+            out = []
+            if "*** Output of last command:" in lines[i:]:
+                j = lines.index("*** Output of last command:", i)
+                out = [l for l in lines[j + 1:] if l.strip()
+                       and not l.startswith(("***", "For details", "Or re-run",
+                                             "    cd ", "    PYTHONPATH", "Use --",
+                                             "--stop-after", "attach to", "options."))]
+            if cmd:
+                reason += f" [{os.path.basename(cmd.split()[0])}"
+                reason += f": {out[-1].strip()}]" if out else "]"
+            return reason
+    tail = [l for l in lines if l.strip()]
+    return tail[-1].strip() if tail else "no output"
+
+
+def kmpc_coverage(testlog):
+    """(realms the test created with MPC servers, of them the realms whose
+    krbtgt went into the cluster), from k5test's command log. A realm on
+    MIT's test KDB module (database_module = test: keys made from kdc.conf,
+    read-only, create_kdb=False) keeps its krbtgt out of the cluster."""
+    realms = len(re.findall(r"^\*\*\* kmpc: MPC servers ", testlog, re.M))
+    shared = len(re.findall(r"^\[\d+/\d+\] krbtgt/([^@\s]+)@\1: shared from a random key",
+                            testlog, re.M))
+    return realms, shared
+
+
+def leaked_servers(cwd):
+    """MPC servers a test left running (their pid files under its testdir):
+    killed here by pid; their pids are returned."""
+    pids = []
+    for pf in glob.glob(os.path.join(cwd, "testdir", "**", "party-*.pid"), recursive=True):
+        try:
+            pid = int(open(pf).read().strip() or 0)
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            continue
+        pids.append(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def run_test(name, mode, src, obj, out, env, timeout):
+    d, script = os.path.split(name)
+    cwd = os.path.join(obj, d)
+    base = name.replace("/", "_")
+    logf = os.path.join(out, base + ".log")
+    for old in glob.glob(os.path.join(out, base + ".*")):
+        shutil.rmtree(old) if os.path.isdir(old) else os.unlink(old)
+    start = time.time()
+    with open(logf, "w") as f:
+        p = subprocess.Popen([sys.executable, os.path.join(src, d, script + ".py")],
+                             cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            code = p.wait(timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            # The test's own process group (its daemons and MPC servers).
+            os.killpg(p.pid, signal.SIGKILL)
+            code = p.wait()
+            timed_out = True
+    elapsed = time.time() - start
+    leaked = leaked_servers(cwd)
+    with open(logf, errors="replace") as f:
+        output = f.read()
+    testlog = ""
+    if os.path.exists(os.path.join(cwd, "testlog")):
+        shutil.copy(os.path.join(cwd, "testlog"), os.path.join(out, base + ".testlog"))
+        with open(os.path.join(cwd, "testlog"), errors="replace") as f:
+            testlog = f.read()
+    realms, shared = kmpc_coverage(testlog)
+    ok = code == 0 and not timed_out and not leaked
+    reason = None
+    if not ok:
+        reason = (f"timed out after {timeout} s" if timed_out else first_reason(output))
+        if leaked:
+            reason += f" (and left {len(leaked)} MPC servers running)"
+    # The daemons' logs (KDC, kadmind, MPC servers) of the realm(s) the test
+    # left behind: its last realm in each test directory.
+    keep = os.path.join(out, base + ".logs")
+    for lf in glob.glob(os.path.join(cwd, "testdir", "**", "*.log"), recursive=True):
+        rel = os.path.relpath(lf, os.path.join(cwd, "testdir"))
+        os.makedirs(os.path.dirname(os.path.join(keep, rel)), exist_ok=True)
+        shutil.copy(lf, os.path.join(keep, rel))
+    return {"test": name, "passed": ok, "seconds": round(elapsed, 1), "reason": reason,
+            "realms": realms, "krbtgt_in_cluster": shared}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", default="krbtgt", choices=("krbtgt", "users", "stock"))
+    ap.add_argument("--tests", default="",
+                    help="space-separated <dir>/<script> names (default: issue 15's list)")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per test")
+    ap.add_argument("--out", default=os.path.join(BUILD, "mit-kmpc"))
+    args = ap.parse_args()
+    tests = args.tests.split() or DEFAULT_TESTS
+    src = os.path.join(BUILD, "krb5-src", "src")
+    obj = os.path.join(BUILD, "krb5-obj")
+    for t in tests:
+        if not os.path.exists(os.path.join(src, t + ".py")):
+            sys.exit(f"mit_kmpc: no test {t} ({src}/{t}.py)")
+    if not os.path.exists(os.path.join(obj, "config.status")):
+        sys.exit(f"mit_kmpc: no krb5 build tree in {obj} (make krb5)")
+    if args.mode != "stock":
+        with open(os.path.join(src, "util", "k5test.py")) as f:
+            if "K5TEST_KMPC" not in f.read():
+                sys.exit("mit_kmpc: k5test.py has no kmpc mode (krb5 patch 0016 "
+                         "not applied: make krb5)")
+    out = os.path.join(os.path.abspath(args.out), args.mode)
+    os.makedirs(out, exist_ok=True)
+    # MIT's tests use fixed directories in the build tree (testdir) and
+    # fixed ports (61000 up): one run at a time per build tree.
+    run_lock = open(os.path.join(obj, ".mit-kmpc.lock"), "a")
+    fcntl.flock(run_lock, fcntl.LOCK_EX)
+    prepare(obj, sorted({os.path.dirname(t) for t in tests}), out)
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LD_", "KRB5", "KPROP", "K5TEST", "GSS_"))}
+    env["PYTHONPATH"] = os.path.join(src, "util")
+    if args.mode != "stock":
+        certs = os.path.join(out, "certs")
+        shutil.rmtree(certs, ignore_errors=True)
+        subprocess.run(["bash", os.path.join(ROOT, "deploy", "gen-certs.sh"), certs],
+                       check=True, capture_output=True, timeout=120)
+        env.update(K5TEST_KMPC=args.mode, K5TEST_KMPC_ROOT=ROOT,
+                   K5TEST_KMPC_CERTS=certs,
+                   K5TEST_KMPC_WORKERS=os.environ.get("K5TEST_KMPC_WORKERS", "1"))
+        if os.environ.get("K5TEST_KMPC_PROTECT"):
+            env["K5TEST_KMPC_PROTECT"] = os.environ["K5TEST_KMPC_PROTECT"]
+    log(f"== MIT krb5 tests against kmpc, mode {args.mode} (logs: {out}) ==")
+    results = []
+    for t in tests:
+        r = run_test(t, args.mode, src, obj, out, env, args.timeout)
+        results.append(r)
+        cov = (f", krbtgt in the cluster in {r['krbtgt_in_cluster']} of {r['realms']} realms"
+               if args.mode != "stock" else "")
+        log(f"{'PASS' if r['passed'] else 'FAIL'} {t} ({r['seconds']} s{cov})"
+            + (f": {r['reason']}" if r["reason"] else ""))
+    failed = [r for r in results if not r["passed"]]
+    summary = [f"{len(results) - len(failed)} passed, {len(failed)} failed "
+               f"(mode {args.mode})"]
+    summary += [f"  FAIL {r['test']}: {r['reason']}" for r in failed]
+    with open(os.path.join(out, "summary.txt"), "w") as f:
+        f.write("\n".join(summary) + "\n")
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump({"mode": args.mode, "results": results}, f, indent=1)
+    log("\n".join(summary))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

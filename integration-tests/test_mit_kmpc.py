@@ -1,0 +1,56 @@
+"""MIT krb5's own tests against kmpc, the fast subset `make test` runs.
+
+`make test-mit-kmpc` (integration-tests/mit_kmpc.py) runs MIT's KDC-facing
+Python tests on MIT's k5test harness in its kmpc mode (krb5 patch 0016):
+every realm a test creates gets three MPC servers and its krbtgt key in
+them. Here two of them that pass, through that target, in krbtgt mode:
+t_renew (renewal and validation decrypt and re-encrypt TGTs through the
+cluster) and t_u2u (user-to-user: the second ticket is a TGT under the
+MPC-held krbtgt). Besides their passing, the logs must show that the
+krbtgt really was in the cluster and that the KDC issued tickets under it.
+"""
+import json
+import os
+import re
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build"))
+SUBSET = ["tests/t_renew", "tests/t_u2u"]
+
+
+def test_mit_tests_krbtgt_mode(tmp_path):
+    argv = ["make", "-s", "--no-print-directory", "-C", ROOT, "test-mit-kmpc",
+            "MIT_NO_BUILD=1", "MODE=krbtgt", f"MIT_TESTS={' '.join(SUBSET)}",
+            f"MIT_OUT={tmp_path}", f"BUILD={BUILD}"]
+    if os.environ.get("KMPC_CMAKE_BUILD"):
+        argv.append(f"CMAKE_BUILD={os.environ['KMPC_CMAKE_BUILD']}")
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=170)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert f"{len(SUBSET)} passed, 0 failed (mode krbtgt)" in out, out
+    logs = tmp_path / "krbtgt"
+    results = json.loads((logs / "summary.json").read_text())["results"]
+    assert [r["test"] for r in results if r["passed"]] == SUBSET, results
+    # t_renew's one realm and t_u2u's first (its second is on MIT's test
+    # KDB module, whose keys come from kdc.conf) had the krbtgt in the cluster.
+    by_name = {r["test"]: r for r in results}
+    assert by_name["tests/t_renew"]["krbtgt_in_cluster"] == 1 == by_name["tests/t_renew"]["realms"]
+    assert by_name["tests/t_u2u"]["krbtgt_in_cluster"] >= 1
+
+    for t in SUBSET:
+        testlog = (logs / (t.replace("/", "_") + ".testlog")).read_text()
+        # Each realm's own servers, and its krbtgt key made in them.
+        assert "*** kmpc: MPC servers 127.0.0.1:" in testlog, t
+        shared = re.findall(r"krbtgt/KRBTEST\.COM@KRBTEST\.COM: shared from a random "
+                            r"key as aes256-ctr-mpc", testlog)
+        assert shared, f"{t}: the krbtgt was not shared into the cluster"
+
+    # t_renew's realm: TGTs issued, renewed and validated under the MPC-held
+    # krbtgt (tkt= is the ticket's enctype in the KDC's ISSUE lines).
+    kdc_log = (logs / "tests_t_renew.logs" / "kdc.log").read_text()
+    issued = [l for l in kdc_log.splitlines()
+              if "ISSUE:" in l and "for krbtgt/KRBTEST.COM@KRBTEST.COM" in l]
+    assert issued and all("tkt=aes256-ctr-mpc" in l for l in issued), issued
+    assert any("TGS_REQ" in l for l in issued), "no renewal reached the KDC"
+    assert "kdcmpc: loaded module kmpc" in kdc_log
