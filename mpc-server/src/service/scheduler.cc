@@ -293,7 +293,7 @@ void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status)
 absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
                                   uint32_t seq, bool new_session, Work& work) {
   const WorkerRing::Counters before = ch.counters();
-  ch.BeginBatch(seq);
+  ch.BeginBatch(seq, work.deadline);
   if (new_session) {
     session.engine.reset();
     auto eng = engine::Engine::Create(ch.data(), options_.engine);
@@ -319,8 +319,9 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
     if (res.ok()) work.outcome.result = std::move(*res);
     ran = res.status();
   }
-  absl::Status flushed = ran.ok() ? ch.Flush(absl::Now() + ring_->recv_timeout())
-                                  : absl::OkStatus();
+  absl::Status flushed =
+      ran.ok() ? ch.Flush(std::min(absl::Now() + ring_->recv_timeout(), work.deadline))
+               : absl::OkStatus();
   const WorkerRing::Counters after = ch.counters();
   work.outcome.ring_bytes = after.bytes - before.bytes;
   work.outcome.ring_messages = after.messages - before.messages;
@@ -359,9 +360,12 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
       Ms(std::min(options_.peer_batch_wait, work.deadline - now));
   if (absl::Status st = ch.SendControl(seq, Encode(propose)); !st.ok()) return st;
   uint32_t rseq = 0;
-  // Each follower may wait peer_batch_wait for its copy of the batch.
+  // Each follower may wait peer_batch_wait for its copy of the batch (and
+  // no longer than the batch's deadline: propose.wait_ms).
   auto reply = ch.RecvControl(
-      &rseq, absl::Now() + 2 * options_.peer_batch_wait + ring_->recv_timeout());
+      &rseq, std::min(absl::Now() + 2 * options_.peer_batch_wait +
+                          ring_->recv_timeout(),
+                      work.deadline));
   if (!reply.ok()) return reply.status();
   auto back = Decode(*reply);
   if (back.ok() && (back->type != kPropose || rseq != seq ||
@@ -499,8 +503,10 @@ void Scheduler::FollowerLoop(int worker) {
     absl::StatusOr<Control> commit = absl::UnknownError("");
     if (st.ok()) {
       uint32_t cseq = 0;
-      auto cmsg = ch.RecvControl(
-          &cseq, absl::Now() + options_.peer_batch_wait + ring_->recv_timeout());
+      absl::Time until =
+          absl::Now() + options_.peer_batch_wait + ring_->recv_timeout();
+      if (work) until = std::min(until, work->deadline);
+      auto cmsg = ch.RecvControl(&cseq, until);
       if (!cmsg.ok()) {
         st = cmsg.status();
       } else {
