@@ -189,7 +189,21 @@ void BatchStep::Expire() {
 
 // ---------------------------------------------------------------- Run step
 
+// A party known to be down fails the step's jobs before anything is sent
+// (Transport::Reachable): the other two servers are not left holding a
+// batch that cannot run. True if so.
+bool BatchStep::FailIfPartyDown(const std::vector<size_t>& idx) {
+  for (int p = 0; p < kParties; ++p) {
+    absl::Status st = host_->transport()->Reachable(p);
+    if (st.ok()) continue;
+    PartyFailed(p, CallStatus(std::move(st)), idx);
+    return true;
+  }
+  return false;
+}
+
 void BatchStep::StartRun(std::vector<size_t> idx) {
+  if (FailIfPartyDown(idx)) return;
   auto call = std::make_shared<RunCall>();
   call->idx = std::move(idx);
   BuildRunRequest(call.get());
@@ -466,6 +480,8 @@ void BatchStep::ScrubRun(RunCall* call) {
 // ----------------------------------------------------------- Finalize step
 
 void BatchStep::StartFinalize(const std::shared_ptr<FinalizeCall>& fin) {
+  // (A finalize_only call is not re-run then: the party is still down.)
+  if (FailIfPartyDown(fin->idx)) return;
   fin->started = absl::Now();
   auto self = shared_from_this();
   for (int p = 0; p < kParties; ++p) {

@@ -106,6 +106,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   static void ScrubFinalize(FinalizeCall* fin);
 
   // Completion.
+  bool FailIfPartyDown(const std::vector<size_t>& idx);
   void PartyFailed(int p, const CallStatus& s, const std::vector<size_t>& idx);
   void Reject(const absl::Status& bad, const std::vector<size_t>& idx);
   void Complete(size_t i, absl::Status st, SecureBytes out);

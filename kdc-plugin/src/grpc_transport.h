@@ -5,8 +5,8 @@
 // (kUnavailable) when their party cannot be reached, except before the
 // party was ever connected: a call whose fail-fast attempt failed less than
 // kFirstConnectGrace after that party's first failure then waits for the
-// connection (gRPC reconnects 200 ms after a failure, backing off up to
-// 1 s) until its own deadline. So one transient failure of the first
+// connection (gRPC reconnects 100 ms after a failure, backing off up to
+// 250 ms) until its own deadline. So one transient failure of the first
 // connection does not fail a batch; a party that is down from the start
 // fails calls at their deadline during that grace and at once after it,
 // and a party that goes down later fails them at once. A server that is
@@ -51,6 +51,10 @@ class GrpcTransport : public Transport {
                 kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
                 Done done) override;
   std::string PartyName(int party) const override;
+  // kUnavailable while a party that was connected once has its channel in
+  // TRANSIENT_FAILURE (gRPC's reconnect backoff runs meanwhile; a channel
+  // gone IDLE is asked to reconnect).
+  absl::Status Reachable(int party) override;
 
   // How long after the first failed connection to a party (before it was
   // ever connected) failed calls still wait for the connection.

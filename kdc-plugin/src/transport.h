@@ -48,6 +48,16 @@ class Transport {
                         kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
                         Done done) = 0;
 
+  // OK unless `party` is known to be unreachable right now (a connection it
+  // had failed and has not come back). A step then fails at once without
+  // sending its calls: the other two parties would only hold a batch that
+  // cannot run, until its deadline, and ask a restarted server about it.
+  // Must not block. The default never knows.
+  virtual absl::Status Reachable(int party) {
+    (void)party;
+    return absl::OkStatus();
+  }
+
   // "party 1 (127.0.0.1:5001)": for log lines.
   virtual std::string PartyName(int party) const = 0;
 };

@@ -9,6 +9,8 @@
 
 #include <syslog.h>
 
+#include <array>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -983,6 +985,60 @@ TEST_P(FakeBatcherTest, UnreachableServerFailsFast) {
   ASSERT_TRUE(b->Submit(2, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(2));
   EXPECT_TRUE(sink_.Get(2).status.ok());
+}
+
+// Passes every call on to `next`; Reachable(party) fails for the parties
+// marked down (a transport that knows a connection is lost).
+class KnownDownTransport : public Transport {
+ public:
+  explicit KnownDownTransport(Transport* next) : next_(next) {}
+  void set_down(int party, bool down) { down_[party] = down; }
+  absl::Status Reachable(int party) override {
+    return down_[party] ? absl::UnavailableError("connection lost")
+                        : absl::OkStatus();
+  }
+  void Run(int party, const kmpc::v1::RunRequest& req,
+           kmpc::v1::RunResponse* resp, absl::Time deadline,
+           Done done) override {
+    next_->Run(party, req, resp, deadline, std::move(done));
+  }
+  void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
+                kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
+                Done done) override {
+    next_->Finalize(party, req, resp, deadline, std::move(done));
+  }
+  std::string PartyName(int party) const override {
+    return next_->PartyName(party);
+  }
+
+ private:
+  Transport* next_;
+  std::array<std::atomic<bool>, 3> down_{};
+};
+
+// A party the transport knows is down fails the batch at once, and no
+// server is sent anything (the two others would hold a batch that cannot
+// run); once it is back, batches go again.
+TEST_P(BatcherTest, KnownDownPartyFailsTheBatchWithoutSendingIt) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.deadline = absl::Seconds(20);
+  KnownDownTransport t(&cluster_);
+  t.set_down(1, true);
+  auto b = std::make_unique<Batcher>(o, &t, &sink_);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status));
+  EXPECT_TRUE(absl::StrContains(sink_.Get(1).status.message(), "party 1"))
+      << sink_.Get(1).status;
+  EXPECT_TRUE(cluster_.calls().empty());
+  t.set_down(1, false);
+  ASSERT_TRUE(b->Submit(2, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
+  b.reset();  // before t
 }
 
 // A server's typed refusal (an overloaded queue) fails the batch's jobs

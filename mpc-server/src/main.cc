@@ -56,9 +56,11 @@ ABSL_FLAG(int, v, 0, "verbose logging level");
 ABSL_FLAG(int, ring_timeout_ms, 5000,
           "deadline for one ring receive; a dead peer fails a batch after this");
 ABSL_FLAG(int, schedule_timeout_ms, 5000,
-          "how long a batch may wait to be scheduled on the ring");
+          "how long a batch may wait to be scheduled on the ring (never "
+          "past its client's deadline)");
 ABSL_FLAG(int, peer_batch_wait_ms, 2000,
-          "how long a follower waits for its copy of a batch party 0 proposed");
+          "how long a follower waits for its copy of a batch party 0 proposed "
+          "(never past the batch's deadline)");
 ABSL_FLAG(std::string, keyops_clients, "kmpc-kdc",
           "comma-separated certificate CNs allowed to call KeyOps, and "
           "optionally sha256:<hex> certificate fingerprints: with pins, a "

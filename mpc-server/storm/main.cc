@@ -13,6 +13,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,6 +77,10 @@ output:
   --csv FILE             per-second figures
   --json FILE            summary (figures, errors by code, histogram)
   --hist-csv FILE        every non-empty histogram bucket
+  --events FILE          one line per finished login, every phase:
+                         due_s,done_s,code (CLOCK_REALTIME seconds: when it
+                         was due / started, when it finished; code 0 = OK,
+                         else the Kerberos error code)
   --watch-pid PID        also report that process's CPU per login (repeat)
   --max-errors N         exit 1 if more than N logins failed (default 0)
   --progress / --no-progress   live line on stderr (default: if a terminal)
@@ -114,7 +119,7 @@ Config ParseArgs(int argc, char** argv) {
   enum {
     kKeytab = 1000, kPrincipals, kUsers, kFirst, kTgs, kTimeLimit, kEngine,
     kTransport, kMaxInflight, kTickUs, kTimeout, kKdc, kCsv, kJson, kHistCsv, kWatch,
-    kMaxErrors, kProgress, kNoProgress, kRamp,
+    kMaxErrors, kProgress, kNoProgress, kRamp, kEvents,
   };
   static const option opts[] = {
       {"keytab", required_argument, nullptr, kKeytab},
@@ -139,6 +144,7 @@ Config ParseArgs(int argc, char** argv) {
       {"csv", required_argument, nullptr, kCsv},
       {"json", required_argument, nullptr, kJson},
       {"hist-csv", required_argument, nullptr, kHistCsv},
+      {"events", required_argument, nullptr, kEvents},
       {"watch-pid", required_argument, nullptr, kWatch},
       {"max-errors", required_argument, nullptr, kMaxErrors},
       {"progress", no_argument, nullptr, kProgress},
@@ -181,6 +187,7 @@ Config ParseArgs(int argc, char** argv) {
       case kCsv: c.csv = optarg; break;
       case kJson: c.json = optarg; break;
       case kHistCsv: c.hist_csv = optarg; break;
+      case kEvents: c.events = optarg; break;
       case kWatch: c.watch_pids.push_back(static_cast<int>(ParseCount("--watch-pid", optarg))); break;
       case kMaxErrors: c.max_errors = ParseCount("--max-errors", optarg); break;
       case kProgress: c.progress = 1; break;
@@ -633,6 +640,22 @@ int Main(int argc, char** argv) {
               h ? h->Quantile(0.5) : 0, h ? h->Quantile(0.9) : 0, h ? h->Quantile(0.99) : 0,
               h ? h->Max() : 0);
     }
+    fclose(f);
+  }
+  if (!cfg.events.empty()) {
+    // Monotonic -> wall clock, so that the events line up with other
+    // processes' logs (e.g. a server's "listening" line).
+    timespec rt, mt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    clock_gettime(CLOCK_MONOTONIC, &mt);
+    const double offset = (rt.tv_sec - mt.tv_sec) + (rt.tv_nsec - mt.tv_nsec) / 1e9;
+    FILE* f = fopen(cfg.events.c_str(), "w");
+    if (!f) { perror(cfg.events.c_str()); return 2; }
+    fprintf(f, "due_s,done_s,code\n");
+    for (auto& s : stats)
+      for (const Event& e : s->events)
+        fprintf(f, "%.6f,%.6f,%d\n", e.due_ns / 1e9 + offset, e.done_ns / 1e9 + offset,
+                static_cast<int>(e.code));
     fclose(f);
   }
   if (!cfg.hist_csv.empty()) {

@@ -65,6 +65,7 @@ bool Run::MayStart(uint64_t sched, uint64_t now, bool* measured) {
 void Run::Done(WorkerStats* ws, krb5_context ctx, uint64_t sched, bool measured,
                krb5_error_code code, uint64_t now) {
   uint64_t lat_us = now > sched ? (now - sched) / 1000 : 0;
+  if (!cfg_.events.empty()) ws->events.push_back({sched, now, code});
   size_t sec = static_cast<size_t>((now - t0_) / 1000000000ull);
   if (sec >= ws->seconds.size()) sec = ws->seconds.size() - 1;
   Second& s = ws->seconds[sec];

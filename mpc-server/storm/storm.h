@@ -48,6 +48,7 @@ struct Config {
   std::string kdc;          // host:port; default: the realm's first kdc
   uint64_t max_errors = 0;
   std::string csv, json, hist_csv;
+  std::string events;  // one CSV line per finished login (--events)
   std::vector<int> watch_pids;
   int progress = -1;  // -1: if stderr is a terminal
   bool quiet = false;
@@ -57,6 +58,12 @@ struct Config {
 struct Second {
   uint64_t started = 0, ok = 0, errors = 0;
   std::unique_ptr<CoarseHistogram> hist;  // OK logins' latencies
+};
+
+// One finished login, for --events (CLOCK_MONOTONIC ns).
+struct Event {
+  uint64_t due_ns, done_ns;
+  krb5_error_code code;
 };
 
 // Figures one worker thread owns; the main thread reads the atomics and the
@@ -78,6 +85,7 @@ struct WorkerStats {
   std::map<int32_t, uint64_t> err_by_code;  // every phase
   std::map<int32_t, std::string> err_text;  // first message per code
   std::vector<Second> seconds;
+  std::vector<Event> events;  // only with --events
 };
 
 // The schedule shared by the workers.

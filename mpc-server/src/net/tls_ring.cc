@@ -152,8 +152,9 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-void TlsRingChannel::BeginBatch(uint32_t seq) {
+void TlsRingChannel::BeginBatch(uint32_t seq, absl::Time deadline) {
   seq_ = seq;
+  batch_deadline_ = deadline;
   send_step_ = 0;
   recv_step_ = 0;
 }
@@ -224,8 +225,11 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
     if (rc == 0) {
       return Fail(absl::UnavailableError(absl::StrCat(
           "ring: party ", n > 0 ? Next(party_) : Prev(party_),
-          " did not respond within ",
-          absl::FormatDuration(ring_->options_.recv_timeout))));
+          " did not respond ",
+          deadline == batch_deadline_
+              ? std::string("before the batch's deadline")
+              : absl::StrCat("within ", absl::FormatDuration(
+                                            ring_->options_.recv_timeout)))));
     }
     if (rc < 0 && errno != EINTR)
       return Fail(absl::UnavailableError(
@@ -275,7 +279,8 @@ absl::Status TlsRingChannel::SendFrame(FrameType type, uint32_t seq,
 }
 
 absl::Status TlsRingChannel::RecvFromNext(absl::Span<uint8_t> out) {
-  absl::Time deadline = absl::Now() + ring_->options_.recv_timeout;
+  absl::Time deadline =
+      std::min(absl::Now() + ring_->options_.recv_timeout, batch_deadline_);
   // The header and a small payload arrive in one TLS record: the wait (and
   // so the spin decision) happens on the header, the payload is then
   // already in OpenSSL's buffer.

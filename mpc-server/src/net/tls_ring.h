@@ -69,8 +69,11 @@ class TlsRingChannel final : public RingChannel {
 
   // Ensures both connections are up (re-dialing prev, waiting for next).
   absl::Status Connect(absl::Time deadline);
-  // Starts a batch: data frames carry `seq`, steps count from 0.
-  void BeginBatch(uint32_t seq);
+  // Starts a batch: data frames carry `seq`, steps count from 0. A data
+  // receive waits recv_timeout at most, and never past `deadline` (the
+  // batch's client has given up by then; a hung peer then fails the batch
+  // at that deadline, not recv_timeout later).
+  void BeginBatch(uint32_t seq, absl::Time deadline = absl::InfiniteFuture());
   // Control messages (batch scheduling), variable length up to
   // kMaxControlPayload; RecvControl waits until `deadline`.
   absl::Status SendControl(uint32_t seq, absl::Span<const uint8_t> msg);
@@ -125,6 +128,7 @@ class TlsRingChannel final : public RingChannel {
   uint32_t seq_ = 0;
   uint32_t send_step_ = 0;
   uint32_t recv_step_ = 0;
+  absl::Time batch_deadline_ = absl::InfiniteFuture();
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> steps_sent_{0};
   std::atomic<bool> up_{false};

@@ -94,7 +94,7 @@ class Worker final : public WorkerRing, public net::RingChannel {
     in.mu.AwaitWithTimeout(absl::Condition(&ready), wait);
     return !in.queue.empty();
   }
-  void BeginBatch(uint32_t) override {}
+  void BeginBatch(uint32_t, absl::Time) override {}
   absl::Status SendControl(uint32_t seq, absl::Span<const uint8_t> msg) override {
     Frame f;
     f.control = true;

@@ -39,8 +39,9 @@ class WorkerRing {
   virtual uint64_t generation() const = 0;
   // True if a message from party i+1 is waiting (within `wait`).
   virtual bool InboundReadable(absl::Duration wait) = 0;
-  // Starts a batch: data messages carry `seq`.
-  virtual void BeginBatch(uint32_t seq) = 0;
+  // Starts a batch: data messages carry `seq`; no receive or flush of the
+  // batch waits past `deadline` (its client's: InfiniteFuture for none).
+  virtual void BeginBatch(uint32_t seq, absl::Time deadline) = 0;
   virtual absl::Status SendControl(uint32_t seq, absl::Span<const uint8_t> msg) = 0;
   // The next message, which must be a control message; waits until
   // `deadline`.

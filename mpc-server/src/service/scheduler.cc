@@ -2,6 +2,8 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/escaping.h"
@@ -12,14 +14,26 @@
 namespace kmpc::service {
 namespace {
 
-// Control message (24 bytes):
+// Control message (32 bytes):
 //   0 type (kPropose / kCommit)   1 kind   2 status   3 status party
 //   4 flags (bit 0: need / new PRSS session; bit 1: go, COMMIT only)
 //   5..7 zero   8..23 batch id
+//   24..27 age_ms (PROPOSE): how long ago the batch reached the leader,
+//     plus the time each follower that forwarded it held it
+//   28..31 wait_ms (PROPOSE): how long a follower may wait for its copy
+//     (the rest of the batch's deadline at most, less the time the
+//     followers before it held it); both big-endian, 0 in a COMMIT
 enum : uint8_t { kPropose = 1, kCommit = 2 };
 enum : uint8_t { kStatusOk = 0, kStatusMissing = 1 };
 enum : uint8_t { kFlagSession = 1, kFlagGo = 2 };
-constexpr size_t kControlSize = 8 + kBatchIdSize;
+constexpr size_t kControlSize = 8 + kBatchIdSize + 8;
+
+// A batch that reached the leader this long before a follower was made
+// (Scheduler::serving_since_) was sent by the KDC while that follower was
+// not serving: it never gets its copy. The KDC sends its three calls at
+// once, so the copies arrive within a network round trip of each other;
+// the margin also covers the ring transit the age does not count.
+constexpr absl::Duration kBeforeStartMargin = absl::Milliseconds(500);
 
 struct Control {
   uint8_t type = 0;
@@ -28,7 +42,28 @@ struct Control {
   uint8_t status_party = 0;
   uint8_t flags = 0;
   BatchId id{};
+  uint32_t age_ms = 0;
+  uint32_t wait_ms = 0;
 };
+
+void PutU32(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v >> 24);
+  p[1] = static_cast<uint8_t>(v >> 16);
+  p[2] = static_cast<uint8_t>(v >> 8);
+  p[3] = static_cast<uint8_t>(v);
+}
+
+uint32_t GetU32(const uint8_t* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 |
+         uint32_t{p[3]};
+}
+
+// d in ms, clamped to [0, 2^32 - 1].
+uint32_t Ms(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) return 0;
+  return static_cast<uint32_t>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(d), UINT32_MAX));
+}
 
 std::vector<uint8_t> Encode(const Control& c) {
   std::vector<uint8_t> out(kControlSize, 0);
@@ -38,6 +73,8 @@ std::vector<uint8_t> Encode(const Control& c) {
   out[3] = c.status_party;
   out[4] = c.flags;
   std::memcpy(out.data() + 8, c.id.data(), kBatchIdSize);
+  PutU32(out.data() + 8 + kBatchIdSize, c.age_ms);
+  PutU32(out.data() + 12 + kBatchIdSize, c.wait_ms);
   return out;
 }
 
@@ -55,6 +92,8 @@ absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
     return absl::DataLossError("ring: malformed scheduling message");
   c.kind = static_cast<BatchKind>(in[1]);
   std::memcpy(c.id.data(), in.data() + 8, kBatchIdSize);
+  c.age_ms = GetU32(in.data() + 8 + kBatchIdSize);
+  c.wait_ms = GetU32(in.data() + 12 + kBatchIdSize);
   return c;
 }
 
@@ -95,6 +134,7 @@ struct Scheduler::Work {
   engine::RefreshLookup refresh_lookup;
   int rebuild_party = engine::kNoRebuild;  // kRefresh
   absl::Time arrived;
+  absl::Time deadline = absl::InfiniteFuture();  // the client's
   absl::Time claimed_at;
   bool claimed = false;
   bool done = false;
@@ -143,11 +183,13 @@ void Scheduler::Stop() {
 }
 
 BatchOutcome Scheduler::Submit(BatchKind kind, const BatchId& id,
-                               std::vector<engine::Job> jobs) {
+                               std::vector<engine::Job> jobs,
+                               absl::Time deadline) {
   auto work = std::make_shared<Work>();
   work->kind = kind;
   work->id = id;
   work->jobs = std::move(jobs);
+  work->deadline = deadline;
   return Enqueue(std::move(work));
 }
 
@@ -183,7 +225,10 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
   pending_[key] = work;
   if (party() == 0) queue_.push_back(work);
   cv_.SignalAll();
-  const absl::Time deadline = work->arrived + options_.schedule_timeout;
+  const bool client_first =
+      work->deadline < work->arrived + options_.schedule_timeout;
+  const absl::Time deadline =
+      std::min(work->arrived + options_.schedule_timeout, work->deadline);
   while (!work->claimed && !work->done) {
     // Stop() wakes this wait: no worker will claim the batch any more.
     const bool timed_out = !stopping_ && cv_.WaitWithDeadline(&mu_, deadline);
@@ -199,7 +244,8 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
           stopping_ ? absl::UnavailableError("server is shutting down")
                     : absl::UnavailableError(absl::StrCat(
                           "batch was not scheduled on the ring within ",
-                          absl::FormatDuration(options_.schedule_timeout),
+                          absl::FormatDuration(deadline - work->arrived),
+                          client_first ? " (the client's deadline)" : "",
                           " (a peer server is down, or did not receive the batch)"));
       work->outcome.error = stopping_ ? kmpc::v1::BATCH_SHUTTING_DOWN
                                       : kmpc::v1::BATCH_RING_UNAVAILABLE;
@@ -247,7 +293,7 @@ void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status)
 absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
                                   uint32_t seq, bool new_session, Work& work) {
   const WorkerRing::Counters before = ch.counters();
-  ch.BeginBatch(seq);
+  ch.BeginBatch(seq, work.deadline);
   if (new_session) {
     session.engine.reset();
     auto eng = engine::Engine::Create(ch.data(), options_.engine);
@@ -273,8 +319,9 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
     if (res.ok()) work.outcome.result = std::move(*res);
     ran = res.status();
   }
-  absl::Status flushed = ran.ok() ? ch.Flush(absl::Now() + ring_->recv_timeout())
-                                  : absl::OkStatus();
+  absl::Status flushed =
+      ran.ok() ? ch.Flush(std::min(absl::Now() + ring_->recv_timeout(), work.deadline))
+               : absl::OkStatus();
   const WorkerRing::Counters after = ch.counters();
   work.outcome.ring_bytes = after.bytes - before.bytes;
   work.outcome.ring_messages = after.messages - before.messages;
@@ -292,19 +339,33 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
 
 absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
                                   uint32_t seq, Work& work) {
-  if (absl::Status st = ch.Connect(absl::Now() + options_.connect_timeout);
+  if (absl::Now() >= work.deadline)
+    return absl::UnavailableError(
+        "the client's deadline passed before the batch was proposed");
+  if (absl::Status st = ch.Connect(
+          std::min(absl::Now() + options_.connect_timeout, work.deadline));
       !st.ok())
     return absl::UnavailableError(st.message());
+  const absl::Time now = absl::Now();
+  if (now >= work.deadline)
+    return absl::UnavailableError(
+        "the client's deadline passed while the ring connected");
   Control propose;
   propose.type = kPropose;
   propose.kind = work.kind;
   propose.id = work.id;
   propose.flags = session.Usable(ch) ? 0 : kFlagSession;
+  propose.age_ms = Ms(now - work.arrived);
+  propose.wait_ms =
+      Ms(std::min(options_.peer_batch_wait, work.deadline - now));
   if (absl::Status st = ch.SendControl(seq, Encode(propose)); !st.ok()) return st;
   uint32_t rseq = 0;
-  // Each follower may wait peer_batch_wait for its copy of the batch.
+  // Each follower may wait peer_batch_wait for its copy of the batch (and
+  // no longer than the batch's deadline: propose.wait_ms).
   auto reply = ch.RecvControl(
-      &rseq, absl::Now() + 2 * options_.peer_batch_wait + ring_->recv_timeout());
+      &rseq, std::min(absl::Now() + 2 * options_.peer_batch_wait +
+                          ring_->recv_timeout(),
+                      work.deadline));
   if (!reply.ok()) return reply.status();
   auto back = Decode(*reply);
   if (back.ok() && (back->type != kPropose || rseq != seq ||
@@ -334,6 +395,14 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
   return st;
 }
 
+// Every 200 ms of idleness. Connect() re-dials a connection whose peer went
+// away and adopts one a restarted peer made, so the ring is whole again
+// before the next batch, not during it; and a follower that restarted gets
+// our connection (it waits for it) within about 200 ms of its start.
+void Scheduler::IdleConnect(WorkerRing& ch) {
+  (void)ch.Connect(absl::Now() + absl::Milliseconds(300));
+}
+
 void Scheduler::LeaderLoop(int worker) {
   WorkerRing& ch = ring_->worker(worker);
   Session session;
@@ -345,11 +414,9 @@ void Scheduler::LeaderLoop(int worker) {
       absl::MutexLock lock(&mu_);
       while (queue_.empty() && !stopping_) {
         if (cv_.WaitWithTimeout(&mu_, absl::Milliseconds(200)) &&
-            queue_.empty() && !ch.connected()) {
-          // Idle and not connected: bring the ring up ahead of the next
-          // batch (followers wait for our connection).
+            queue_.empty()) {
           mu_.Unlock();
-          (void)ch.Connect(absl::Now() + absl::Milliseconds(300));
+          IdleConnect(ch);
           mu_.Lock();
         }
       }
@@ -406,10 +473,19 @@ void Scheduler::FollowerLoop(int worker) {
       ch.Reset();
       continue;
     }
+    const absl::Time got = absl::Now();
     Control fwd = *prop;
     std::shared_ptr<Work> work;
     if (fwd.status == kStatusOk) {
-      work = Claim(fwd.kind, fwd.id, absl::Now() + options_.peer_batch_wait);
+      // A batch from before this server was serving never comes (the
+      // constant's comment): only a copy already here is taken.
+      const bool before_start = got - absl::Milliseconds(fwd.age_ms) <
+                                serving_since_ - kBeforeStartMargin;
+      const absl::Duration wait =
+          before_start ? absl::ZeroDuration()
+                       : std::min(options_.peer_batch_wait,
+                                  absl::Milliseconds(fwd.wait_ms));
+      work = Claim(fwd.kind, fwd.id, got + wait);
       if (work == nullptr) {
         fwd.status = kStatusMissing;
         fwd.status_party = me;
@@ -420,12 +496,17 @@ void Scheduler::FollowerLoop(int worker) {
     // or the message could vanish into a dead socket.
     absl::Status st = ch.Connect(absl::Now() + options_.connect_timeout);
     if (!session.Usable(ch)) fwd.flags |= kFlagSession;
+    const absl::Duration held = absl::Now() - got;
+    fwd.age_ms = Ms(absl::Milliseconds(fwd.age_ms) + held);
+    fwd.wait_ms = Ms(absl::Milliseconds(fwd.wait_ms) - held);
     if (st.ok()) st = ch.SendControl(seq, Encode(fwd));
     absl::StatusOr<Control> commit = absl::UnknownError("");
     if (st.ok()) {
       uint32_t cseq = 0;
-      auto cmsg = ch.RecvControl(
-          &cseq, absl::Now() + options_.peer_batch_wait + ring_->recv_timeout());
+      absl::Time until =
+          absl::Now() + options_.peer_batch_wait + ring_->recv_timeout();
+      if (work) until = std::min(until, work->deadline);
+      auto cmsg = ch.RecvControl(&cseq, until);
       if (!cmsg.ok()) {
         st = cmsg.status();
       } else {

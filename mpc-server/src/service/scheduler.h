@@ -9,13 +9,23 @@
 // agrees on it with the other two in two passes of small control frames
 // around the ring (0 -> 2 -> 1 -> 0, the direction every party sends in):
 //
-//   PROPOSE (kind, batch id, seq): each follower claims its own copy of the
-//     batch (waiting up to peer_batch_wait for the KDC's RPC to arrive) and
-//     adds "missing" or "needs new PRSS keys" to the message it forwards;
+//   PROPOSE (kind, batch id, seq, age, wait): each follower claims its own
+//     copy of the batch (waiting up to `wait` for the KDC's RPC to arrive)
+//     and adds "missing" or "needs new PRSS keys" to the message it
+//     forwards. A follower that started serving after the batch reached the
+//     leader (its age says when) never gets its copy: the KDC sent it while
+//     this server was down. It answers "missing" at once, so a restarted
+//     server does not hold the ring up over batches from before its start;
 //   COMMIT (go / abort, new session): 0 -> 2 -> 1. On go, all three
 //     (re)create their Engine if asked (PRSS key exchange over the fresh
 //     connections) and run Engine::RunBatch(seq, jobs), which itself compares
 //     a digest of the batch (the KDC cannot feed servers different inputs).
+//
+// Deadlines: a batch carries its client's deadline (the KDC's gRPC
+// deadline). It is never proposed after it, and neither its wait in the
+// queue, the leader's ring connect for it nor a follower's wait for its
+// copy runs past it: nothing waits on a dead ring connection for a batch
+// its client has given up on.
 //
 // Pipelining: every worker has its own ring connections and Engine, so with
 // N workers N batches are in flight; one computes while others wait on the
@@ -90,8 +100,11 @@ class Scheduler {
   // ALREADY_EXISTS if the same (kind, id) is already waiting; UNAVAILABLE if
   // the ring could not run it (peer down, batch not received by a peer).
   // A failed outcome names its BatchErrorCode.
+  // `deadline`: the client's; the batch fails (UNAVAILABLE) if it is not
+  // on the ring by then.
   BatchOutcome Submit(BatchKind kind, const BatchId& id,
-                      std::vector<engine::Job> jobs);
+                      std::vector<engine::Job> jobs,
+                      absl::Time deadline = absl::InfiniteFuture());
   // A share refresh (kRefresh) on the ring, the same way: blocks until it
   // finished or failed; outcome.refreshed holds the per-pair outcomes.
   // `lookup` runs on a worker thread during the batch.
@@ -117,6 +130,8 @@ class Scheduler {
   BatchOutcome Enqueue(std::shared_ptr<Work> work);
   std::shared_ptr<Work> Claim(BatchKind kind, const BatchId& id,
                               absl::Time deadline);
+  // The leader's idle upkeep of one worker's ring connections.
+  void IdleConnect(WorkerRing& ch);
   void Complete(const std::shared_ptr<Work>& work, absl::Status status);
 
   std::unique_ptr<SchedulerRing> owned_ring_;  // the TLS adapter, if any
@@ -124,6 +139,9 @@ class Scheduler {
   engine::KeyLookup lookup_;
   SchedulerOptions options_;
   std::atomic<bool> stopping_{false};
+  // When this Scheduler was made: no batch of the KDC can have reached this
+  // server earlier (main.cc makes it before it starts serving gRPC).
+  const absl::Time serving_since_ = absl::Now();
   std::vector<std::thread> threads_;
 
   absl::Mutex mu_;

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <openssl/crypto.h>
 
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -17,6 +18,15 @@ namespace kmpc::service {
 namespace {
 
 namespace pb = ::kmpc::v1;
+
+// The client's deadline on this server's clock (gRPC sends it as a
+// timeout); none: InfiniteFuture.
+absl::Time ClientDeadline(const grpc::ServerContext& ctx) {
+  const std::chrono::system_clock::time_point d = ctx.deadline();
+  if (d == std::chrono::system_clock::time_point::max())
+    return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
 
 grpc::Status Refuse(pb::BatchErrorCode code, std::string detail) {
   return contract::BatchErrorStatus(code, std::move(detail));
@@ -104,7 +114,8 @@ grpc::Status ToGrpcStatus(const absl::Status& st) {
 
 // ------------------------------------------------------------ KeyOps
 
-grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* resp) {
+grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* resp,
+                                  absl::Time deadline) {
   BatchId batch_id;
   if (grpc::Status s = ParseBatchId(req.batch_id(), &batch_id); !s.ok()) return s;
   const int n = req.jobs_size();
@@ -144,7 +155,8 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
   // server fails only the jobs using it, the same way on the three servers
   // (engine.h, KeyLookup). Refusing the whole batch here would make the two
   // other servers wait for this one and fail every job of the batch.
-  BatchOutcome out = scheduler_->Submit(BatchKind::kRun, batch_id, std::move(jobs));
+  BatchOutcome out =
+      scheduler_->Submit(BatchKind::kRun, batch_id, std::move(jobs), deadline);
   metrics_->RecordBatch("run", out.status.ok(), n, aes_blocks, out.ring_bytes,
                         out.ring_messages, out.queue_time + out.run_time);
   if (!out.status.ok()) return Refuse(out);
@@ -211,7 +223,8 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
 }
 
 grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
-                                       pb::FinalizeResponse* resp) {
+                                       pb::FinalizeResponse* resp,
+                                       absl::Time deadline) {
   BatchId batch_id;
   if (grpc::Status s = ParseBatchId(req.batch_id(), &batch_id); !s.ok()) return s;
   const int n = req.items_size();
@@ -259,7 +272,7 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
     return bad;
   }
   BatchOutcome out =
-      scheduler_->Submit(BatchKind::kFinalize, batch_id, std::move(jobs));
+      scheduler_->Submit(BatchKind::kFinalize, batch_id, std::move(jobs), deadline);
   metrics_->RecordBatch("finalize", out.status.ok(), n, 0, out.ring_bytes,
                         out.ring_messages, out.queue_time + out.run_time);
   if (!out.status.ok()) return Refuse(out);
@@ -308,13 +321,15 @@ grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
 grpc::Status KeyOpsService::Run(grpc::ServerContext* ctx,
                                 const kmpc::v1::RunRequest* req,
                                 kmpc::v1::RunResponse* resp) {
-  return Serve(ctx, "Run", resp, [&] { return DoRun(*req, resp); });
+  return Serve(ctx, "Run", resp,
+               [&] { return DoRun(*req, resp, ClientDeadline(*ctx)); });
 }
 
 grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
                                      const kmpc::v1::FinalizeRequest* req,
                                      kmpc::v1::FinalizeResponse* resp) {
-  return Serve(ctx, "Finalize", resp, [&] { return DoFinalize(*req, resp); });
+  return Serve(ctx, "Finalize", resp,
+               [&] { return DoFinalize(*req, resp, ClientDeadline(*ctx)); });
 }
 
 // ------------------------------------------------------------ Admin

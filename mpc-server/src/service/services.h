@@ -59,9 +59,13 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   // that breaks the contract (contract::CheckJob) fails alone
   // (JobResult.status); a whole-batch refusal is a non-OK status carrying a
   // BatchError (proto/batch_error.h).
-  grpc::Status DoRun(const kmpc::v1::RunRequest& req, kmpc::v1::RunResponse* resp);
+  // `deadline`: the client's (its gRPC deadline); a batch not on the ring
+  // by then is dropped (Scheduler::Submit).
+  grpc::Status DoRun(const kmpc::v1::RunRequest& req, kmpc::v1::RunResponse* resp,
+                     absl::Time deadline = absl::InfiniteFuture());
   grpc::Status DoFinalize(const kmpc::v1::FinalizeRequest& req,
-                          kmpc::v1::FinalizeResponse* resp);
+                          kmpc::v1::FinalizeResponse* resp,
+                          absl::Time deadline = absl::InfiniteFuture());
 
  private:
   grpc::Status Serve(grpc::ServerContext* ctx, const char* what,

@@ -18,7 +18,9 @@ class TlsWorker final : public WorkerRing {
   bool InboundReadable(absl::Duration wait) override {
     return ch_.InboundReadable(wait);
   }
-  void BeginBatch(uint32_t seq) override { ch_.BeginBatch(seq); }
+  void BeginBatch(uint32_t seq, absl::Time deadline) override {
+    ch_.BeginBatch(seq, deadline);
+  }
   absl::Status SendControl(uint32_t seq, absl::Span<const uint8_t> msg) override {
     return ch_.SendControl(seq, msg);
   }

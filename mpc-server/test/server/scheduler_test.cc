@@ -76,33 +76,39 @@ class SchedulerTest : public ::testing::Test {
 
   // Schedulers for the parties in `start` (the others never run), on a
   // fresh ring.
-  void Start(std::array<bool, 3> start = {true, true, true}) {
+  void Start(std::array<bool, 3> start = {true, true, true},
+             absl::Duration peer_batch_wait = absl::Milliseconds(300)) {
     TearDown();
     for (auto& s : schedulers_) s.reset();
     rings_ = std::make_unique<MemorySchedulerRings>(2, absl::Seconds(1));
-    SchedulerOptions so;
-    so.schedule_timeout = absl::Seconds(2);
-    so.peer_batch_wait = absl::Milliseconds(300);
+    so_.schedule_timeout = absl::Seconds(2);
+    so_.peer_batch_wait = peer_batch_wait;
     for (int i = 0; i < 3; ++i) {
-      engine::KeyLookup lookup = [this, i](absl::string_view id)
-          -> absl::StatusOr<std::shared_ptr<const engine::KeyShares>> {
-        if (id != key_id_) return absl::NotFoundError("no such key");
-        return shares_[i];
-      };
-      schedulers_[i] = std::make_unique<Scheduler>(&rings_->party(i), lookup, so);
+      MakeScheduler(i);
       if (start[i]) schedulers_[i]->Start();
     }
+  }
+
+  // Party i's Scheduler on the current ring (not started).
+  void MakeScheduler(int i) {
+    engine::KeyLookup lookup = [this, i](absl::string_view id)
+        -> absl::StatusOr<std::shared_ptr<const engine::KeyShares>> {
+      if (id != key_id_) return absl::NotFoundError("no such key");
+      return shares_[i];
+    };
+    schedulers_[i] = std::make_unique<Scheduler>(&rings_->party(i), lookup, so_);
   }
 
   // Submits the batch on the parties in `send`, all at once.
   std::array<BatchOutcome, 3> SubmitAll(const BatchId& id,
                                         const std::vector<engine::Job>& jobs,
-                                        std::array<bool, 3> send = {true, true, true}) {
+                                        std::array<bool, 3> send = {true, true, true},
+                                        absl::Time deadline = absl::InfiniteFuture()) {
     std::array<std::future<BatchOutcome>, 3> fs;
     for (int i = 0; i < 3; ++i)
       if (send[i])
         fs[i] = std::async(std::launch::async, [&, i] {
-          return schedulers_[i]->Submit(BatchKind::kRun, id, jobs);
+          return schedulers_[i]->Submit(BatchKind::kRun, id, jobs, deadline);
         });
     std::array<BatchOutcome, 3> out;
     for (int i = 0; i < 3; ++i)
@@ -120,6 +126,7 @@ class SchedulerTest : public ::testing::Test {
   }
 
   std::unique_ptr<MemorySchedulerRings> rings_;
+  SchedulerOptions so_;
   std::string key_, key_id_;
   std::array<std::shared_ptr<const engine::KeyShares>, 3> shares_;
   std::array<std::unique_ptr<Scheduler>, 3> schedulers_;
@@ -194,6 +201,59 @@ TEST_F(SchedulerTest, PartyNotRunningFailsTheOthersCleanly) {
       EXPECT_EQ(out[i].error, pb::BATCH_RING_UNAVAILABLE) << i << ": " << out[i].status;
     }
   }
+}
+
+// A batch one party never received fails on the two others by its
+// client's deadline, not after the follower's peer_batch_wait.
+TEST_F(SchedulerTest, BatchNeverWaitsPastItsClientDeadline) {
+  Start({true, true, true}, /*peer_batch_wait=*/absl::Seconds(4));
+  for (int missing = 1; missing < 3; ++missing) {  // a follower
+    SCOPED_TRACE(missing);
+    std::array<bool, 3> send = {true, true, true};
+    send[missing] = false;
+    const absl::Time t0 = absl::Now();
+    auto out = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 1)}, send,
+                         t0 + absl::Milliseconds(300));
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+    for (int i = 0; i < 3; ++i) {
+      if (i == missing) continue;
+      EXPECT_EQ(out[i].error, pb::BATCH_RING_UNAVAILABLE) << i << ": " << out[i].status;
+    }
+  }
+  // Past its deadline already: never proposed.
+  auto late = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 1)}, {true, true, true},
+                        absl::Now() - absl::Milliseconds(1));
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(late[i].error, pb::BATCH_RING_UNAVAILABLE) << i << ": " << late[i].status;
+  auto out = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 2)});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(out[i].status.ok()) << i << out[i].status;
+}
+
+// A follower (re)started after a batch reached the leader will never get
+// its copy (the KDC sent it while that server was down): it answers
+// "missing" at once instead of waiting peer_batch_wait, so a restarted
+// server does not hold the ring up over the batches queued before it came.
+TEST_F(SchedulerTest, RestartedFollowerDoesNotWaitForBatchesFromBeforeItsStart) {
+  // The leader's workers start late: the batch waits in its queue as it
+  // would while its ring connect to the down party fails (the in-memory
+  // ring has no connections to fail).
+  Start({false, false, true}, /*peer_batch_wait=*/absl::Seconds(4));
+  schedulers_[1].reset();  // "down": made again below, as a restart
+  const absl::Time t0 = absl::Now();
+  auto early = std::async(std::launch::async, [&] {
+    return SubmitAll(RandomBatchId(), {Encrypt(key_id_, 1)}, {true, false, true});
+  });
+  absl::SleepFor(absl::Milliseconds(900));
+  MakeScheduler(1);
+  schedulers_[1]->Start();
+  schedulers_[0]->Start();
+  auto out = early.get();
+  // Without the age check: 0.9 s + peer_batch_wait (4 s).
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2.5));
+  for (int i : {0, 2})
+    EXPECT_EQ(out[i].error, pb::BATCH_RING_UNAVAILABLE) << i << ": " << out[i].status;
+  auto ok = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 2)});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ok[i].status.ok()) << i << ok[i].status;
 }
 
 // A share refresh goes through the same ring, interleaved with KDC
