@@ -427,6 +427,20 @@ def test_tgs_with_a_pac(mpc):
         _events(mpc, before)
 
 
+def _check_mpc_service_ticket(m, svc, before):
+    """A TGS exchange for the MPC-keyed service svc since journal line
+    `before`: five rounds (the TGT's DECRYPT; its PAC VERIFY beside the
+    ticket signature; server and KDC signatures; the ticket's ENCRYPT), and
+    the ticket's PAC, signed under the service and krbtgt keys, names
+    alice."""
+    assert _rounds(_events(m, before)) == [
+        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"],
+        ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(m, before)
+    _, _, der_t = _ticket(m, ["host", "mpc.kmpc.test"])
+    etp = pac_ref.EncTicketPart(pac_ref.Ticket(der_t, _key(m, svc)).plain)
+    pac_ref.check_signatures(etp, _key(m, svc), _key(m, TGS), ticket_sig=True)
+    assert "alice".encode("utf-16-le") in etp.pac
+
 def test_tgs_with_a_pac_for_an_mpc_keyed_service(realm_factory, tmp_path):
     """A service whose key is in the cluster: all three signatures of its
     ticket's PAC are CHECKSUM jobs (ticket, server, KDC, in that order), the
@@ -440,13 +454,7 @@ def test_tgs_with_a_pac_for_an_mpc_keyed_service(realm_factory, tmp_path):
     _kinit(m)
     before = len(m.journal_lines())
     m.realm.run(["kvno", svc])
-    assert _rounds(_events(m, before)) == [
-        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"],
-        ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(m, before)
-    _, _, der_t = _ticket(m, ["host", "mpc.kmpc.test"])
-    etp = pac_ref.EncTicketPart(pac_ref.Ticket(der_t, _key(m, svc)).plain)
-    pac_ref.check_signatures(etp, _key(m, svc), _key(m, TGS), ticket_sig=True)
-    assert "alice".encode("utf-16-le") in etp.pac
+    _check_mpc_service_ticket(m, svc, before)
 
 
 def test_renewal_with_a_pac(mpc):
@@ -482,13 +490,7 @@ def test_s4u2self_with_a_pac(realm_factory, tmp_path):
     before = len(m.journal_lines())
     out = m.realm.run(["kvno", "-U", "alice", svc])
     assert "kvno = " in out, out
-    assert _rounds(_events(m, before)) == [
-        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"],
-        ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(m, before)
-    _, _, der_t = _ticket(m, ["host", "mpc.kmpc.test"])
-    etp = pac_ref.EncTicketPart(pac_ref.Ticket(der_t, _key(m, svc)).plain)
-    pac_ref.check_signatures(etp, _key(m, svc), _key(m, TGS), ticket_sig=True)
-    assert "alice".encode("utf-16-le") in etp.pac
+    _check_mpc_service_ticket(m, svc, before)
     assert "PROTOCOL-TRANSITION s4u-client=alice@KMPC.TEST" in m.kdc_log()
     assert "refusing S4U2Self" not in m.kdc_log()
 

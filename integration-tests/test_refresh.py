@@ -137,6 +137,20 @@ def check_never_combine(old, new, key):
                         assert x[:16] != h, f"old {j} + new {k} give H"
 
 
+def check_redealt(after, old, keys):
+    """The stores after a refresh (or a rebuild) against the views `old`
+    from before: every key recombines, under a new dealing, and no old
+    view of one party with a new view of another (either way round) gives
+    it. Returns the new views."""
+    new = {p: [one_record(after[i], p) for i in range(3)] for p in keys}
+    for p, k in keys.items():
+        check_combines(new[p], k)
+        assert new[p][0]["deal"] != old[p][0]["deal"]
+        check_never_combine(old[p], new[p], k)
+        check_never_combine(new[p], old[p], k)
+    return new
+
+
 # ---- the realm -----------------------------------------------------------
 
 def server_ids(realm, label):
@@ -255,13 +269,7 @@ def test_refresh_all_under_a_login_storm(kmpc_factory, tmp_path):
     assert res["ok"] >= 0.9 * 250 * 40, res  # the rate was really offered
 
     after = read_stores(r)
-    new = {p: [one_record(after[i], p) for i in range(3)] for p in keys}
-    for p, k in keys.items():
-        check_combines(new[p], k)
-        assert new[p][0]["deal"] != old[p][0]["deal"]
-        check_never_combine(old[p], new[p], k)
-        # And the other way round: a new store with an old one.
-        check_never_combine(new[p], old[p], k)
+    new = check_redealt(after, old, keys)
     # Every key under a new id that names its origin; the old records are
     # gone from every file (not just unlisted).
     for p in keys:

@@ -111,23 +111,14 @@ Job Decrypt(const SecureBytes& ct, uint32_t usage = 2) {
 
 std::string Str(const SecureBytes& b) { return std::string(b.begin(), b.end()); }
 
-// Passes every call on to `next`, each Run request edited by `edit` first
-// (the same edit for the three parties): a client that sends what the
-// module would not.
-class EditingTransport : public Transport {
+// Passes every call on to `next`; subclasses override what they change.
+class ForwardingTransport : public Transport {
  public:
-  EditingTransport(Transport* next,
-                   std::function<void(kmpc::v1::RunRequest*)> edit)
-      : next_(next), edit_(std::move(edit)) {}
+  explicit ForwardingTransport(Transport* next) : next_(next) {}
   void Run(int party, const kmpc::v1::RunRequest& req,
            kmpc::v1::RunResponse* resp, absl::Time deadline,
            Done done) override {
-    auto copy = std::make_shared<kmpc::v1::RunRequest>(req);
-    edit_(copy.get());
-    next_->Run(party, *copy, resp, deadline,
-               [copy, done = std::move(done)](CallStatus s) {
-                 done(std::move(s));
-               });
+    next_->Run(party, req, resp, deadline, std::move(done));
   }
   void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
                 kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
@@ -138,8 +129,29 @@ class EditingTransport : public Transport {
     return next_->PartyName(party);
   }
 
- private:
+ protected:
   Transport* next_;
+};
+
+// Each Run request edited by `edit` first (the same edit for the three
+// parties): a client that sends what the module would not.
+class EditingTransport : public ForwardingTransport {
+ public:
+  EditingTransport(Transport* next,
+                   std::function<void(kmpc::v1::RunRequest*)> edit)
+      : ForwardingTransport(next), edit_(std::move(edit)) {}
+  void Run(int party, const kmpc::v1::RunRequest& req,
+           kmpc::v1::RunResponse* resp, absl::Time deadline,
+           Done done) override {
+    auto copy = std::make_shared<kmpc::v1::RunRequest>(req);
+    edit_(copy.get());
+    next_->Run(party, *copy, resp, deadline,
+               [copy, done = std::move(done)](CallStatus s) {
+                 done(std::move(s));
+               });
+  }
+
+ private:
   std::function<void(kmpc::v1::RunRequest*)> edit_;
 };
 
@@ -987,32 +999,18 @@ TEST_P(FakeBatcherTest, UnreachableServerFailsFast) {
   EXPECT_TRUE(sink_.Get(2).status.ok());
 }
 
-// Passes every call on to `next`; Reachable(party) fails for the parties
-// marked down (a transport that knows a connection is lost).
-class KnownDownTransport : public Transport {
+// Reachable(party) fails for the parties marked down (a transport that
+// knows a connection is lost).
+class KnownDownTransport : public ForwardingTransport {
  public:
-  explicit KnownDownTransport(Transport* next) : next_(next) {}
+  explicit KnownDownTransport(Transport* next) : ForwardingTransport(next) {}
   void set_down(int party, bool down) { down_[party] = down; }
   absl::Status Reachable(int party) override {
     return down_[party] ? absl::UnavailableError("connection lost")
                         : absl::OkStatus();
   }
-  void Run(int party, const kmpc::v1::RunRequest& req,
-           kmpc::v1::RunResponse* resp, absl::Time deadline,
-           Done done) override {
-    next_->Run(party, req, resp, deadline, std::move(done));
-  }
-  void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
-                kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
-                Done done) override {
-    next_->Finalize(party, req, resp, deadline, std::move(done));
-  }
-  std::string PartyName(int party) const override {
-    return next_->PartyName(party);
-  }
 
  private:
-  Transport* next_;
   std::array<std::atomic<bool>, 3> down_{};
 };
 

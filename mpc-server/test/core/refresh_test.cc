@@ -198,6 +198,23 @@ void ExpectHolds(const Views& v, const Bytes& key) {
   EXPECT_EQ(Bytes(hp.begin(), hp.begin() + 16), Bytes(h.begin(), h.end()));
 }
 
+// New views of the same key: it holds, party indices and cipher kept, one
+// new dealing id, every share changed (a zero mask would leave it as it
+// was).
+void ExpectRedealt(const Views& oldv, const Views& newv, const Bytes& key) {
+  ExpectHolds(newv, key);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(newv[i]->party, i);
+    EXPECT_EQ(newv[i]->cipher, oldv[i]->cipher);
+    EXPECT_TRUE(newv[i]->Validate().ok());
+    EXPECT_EQ(newv[i]->deal_id, newv[0]->deal_id);
+    EXPECT_NE(newv[i]->deal_id, oldv[i]->deal_id);
+    EXPECT_NE(newv[i]->round_keys[0], oldv[i]->round_keys[0]);
+    EXPECT_NE(newv[i]->round_keys[1], oldv[i]->round_keys[1]);
+    EXPECT_NE(newv[i]->h_powers[0], oldv[i]->h_powers[0]);
+  }
+}
+
 // Old view of party j with the new view of party k != j: no XOR of any of
 // their four components is the key's round keys or its powers of H, nor
 // does any hold the key's bytes.
@@ -247,17 +264,7 @@ TEST(RefreshTest, NewSharesHoldTheSameKeyAndOldAndNewNeverCombine) {
     // Same value, same cipher, party indices kept, one new dealing id.
     EXPECT_EQ(Open(newv, false), rk);
     EXPECT_EQ(Open(newv, true), hp);
-    ExpectHolds(newv, key);
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_EQ(newv[i]->party, i);
-      EXPECT_EQ(newv[i]->cipher, oldv[i]->cipher);
-      EXPECT_TRUE(newv[i]->Validate().ok());
-      EXPECT_EQ(newv[i]->deal_id, newv[0]->deal_id);
-      EXPECT_NE(newv[i]->deal_id, oldv[i]->deal_id);
-      // Every share changed (a zero mask would leave it as it was).
-      EXPECT_NE(newv[i]->round_keys[0], oldv[i]->round_keys[0]);
-      EXPECT_NE(newv[i]->h_powers[0], oldv[i]->h_powers[0]);
-    }
+    ExpectRedealt(oldv, newv, key);
     ExpectOldAndNewNeverCombine(oldv, newv, rk, hp, key);
     // The new shares compute: ENCRYPT keystream against OpenSSL AES.
     auto [ks, ctr0] = c.Keystream(new_id);
@@ -356,17 +363,7 @@ TEST(RefreshTest, RebuildGivesALostPartyNewSharesWithoutReconstructingTheKey) {
       const Views newv = c.Get(new_id);
       EXPECT_EQ(Open(newv, false), Open(oldv, false));
       EXPECT_EQ(Open(newv, true), Open(oldv, true));
-      ExpectHolds(newv, key);
-      for (int i = 0; i < 3; ++i) {
-        EXPECT_EQ(newv[i]->party, i);
-        EXPECT_EQ(newv[i]->cipher, oldv[i]->cipher);
-        EXPECT_TRUE(newv[i]->Validate().ok());
-        EXPECT_EQ(newv[i]->deal_id, newv[0]->deal_id);
-        EXPECT_NE(newv[i]->deal_id, oldv[i]->deal_id);
-        EXPECT_NE(newv[i]->round_keys[0], oldv[i]->round_keys[0]);
-        EXPECT_NE(newv[i]->h_powers[0], oldv[i]->h_powers[0]);
-        EXPECT_NE(newv[i]->round_keys[1], oldv[i]->round_keys[1]);
-      }
+      ExpectRedealt(oldv, newv, key);
       ExpectOldAndNewNeverCombine(oldv, newv, Open(oldv, false), Open(oldv, true), key);
       auto [ks, ctr0] = c.Keystream(new_id);
       EXPECT_EQ(ks, ReferenceKeystream(key, ctr0, 3));
