@@ -404,10 +404,9 @@ void FakeCluster::Answer(
 
 void FakeCluster::Run(int party, const pb::RunRequest& req,
                       pb::RunResponse* resp, absl::Time deadline, Done done) {
+  CountConditions(party, req);
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (party == 0)
-      for (const pb::Job& j : req.jobs()) conditional_jobs_ += j.has_release_if_ok();
     if (run_delay_ > absl::ZeroDuration())
       done = [this, extra = run_delay_, done = std::move(done)](CallStatus st) {
         Later(extra, [done, st] { done(st); });

@@ -62,10 +62,6 @@ class FakeCluster : public TestCluster {
   void set_run_delay(absl::Duration d) override;
   int finalize_answers() override;
   std::vector<Call> calls() override;
-  int conditional_jobs() override {
-    std::lock_guard<std::mutex> l(mu_);
-    return conditional_jobs_;
-  }
 
   void Run(int party, const kmpc::v1::RunRequest& req,
            kmpc::v1::RunResponse* resp, absl::Time deadline,
@@ -125,7 +121,6 @@ class FakeCluster : public TestCluster {
   absl::Duration run_delay_;
   std::set<std::string> inconsistent_;
   std::vector<Call> calls_;
-  int conditional_jobs_ = 0;
   std::map<std::string, Batch<kmpc::v1::RunResponse>> runs_;
   struct EncState {
     std::string key, ctr0;

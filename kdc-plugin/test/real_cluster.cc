@@ -200,12 +200,11 @@ void RealCluster::Spawn(std::function<void()> f) {
 
 void RealCluster::Run(int party, const pb::RunRequest& req,
                       pb::RunResponse* resp, absl::Time deadline, Done done) {
+  CountConditions(party, req);
   absl::Duration delay;
   {
     std::lock_guard<std::mutex> l(mu_);
     calls_.push_back({"Run", party, req.jobs_size(), absl::Now()});
-    if (party == 0)
-      for (const pb::Job& j : req.jobs()) conditional_jobs_ += j.has_release_if_ok();
     delay = latency_ + run_delay_;
   }
   Spawn([svc = Service(party), &req, resp, delay, done = std::move(done)] {

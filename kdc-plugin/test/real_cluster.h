@@ -50,10 +50,6 @@ class RealCluster : public TestCluster {
   void set_run_delay(absl::Duration d) override;
   int finalize_answers() override;
   std::vector<Call> calls() override;
-  int conditional_jobs() override {
-    std::lock_guard<std::mutex> l(mu_);
-    return conditional_jobs_;
-  }
 
   void Run(int party, const kmpc::v1::RunRequest& req,
            kmpc::v1::RunResponse* resp, absl::Time deadline,
@@ -92,7 +88,6 @@ class RealCluster : public TestCluster {
   std::condition_variable idle_;
   int running_ = 0;  // Spawn'ed threads not finished
   std::vector<Call> calls_;
-  int conditional_jobs_ = 0;
   absl::Duration latency_;
   absl::Duration run_delay_;
   std::array<absl::Duration, 3> next_fin_delay_{};

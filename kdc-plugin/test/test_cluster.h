@@ -10,6 +10,7 @@
 #ifndef KMPC_KDC_PLUGIN_TEST_TEST_CLUSTER_H_
 #define KMPC_KDC_PLUGIN_TEST_TEST_CLUSTER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,7 +51,7 @@ class TestCluster : public Transport {
   virtual int finalize_answers() = 0;
   virtual std::vector<Call> calls() = 0;
   // Jobs with a release condition (Job.release_if_ok) in party 0's Runs.
-  virtual int conditional_jobs() = 0;
+  int conditional_jobs() const { return conditional_jobs_.load(); }
 
   // Reference computations of what the cluster computes, for the tests'
   // expectations: the keystream of `len` bytes from ctr0 and the tag of
@@ -60,6 +61,16 @@ class TestCluster : public Transport {
   virtual std::string Tag(const std::string& key, uint32_t usage,
                           const std::string& ctr0, const std::string& data,
                           bool checksum) const = 0;
+
+ protected:
+  // Every implementation's Run records its request here.
+  void CountConditions(int party, const kmpc::v1::RunRequest& req) {
+    if (party != 0) return;
+    for (const auto& j : req.jobs()) conditional_jobs_ += j.has_release_if_ok();
+  }
+
+ private:
+  std::atomic<int> conditional_jobs_{0};
 };
 
 }  // namespace kmpc::kdc::testing
