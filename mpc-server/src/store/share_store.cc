@@ -194,6 +194,35 @@ struct ShareStore::Env {
     env = nullptr;
   }
   absl::Status OpenEnv();
+  // Runs read(txn) in a read transaction of the open store, under the
+  // shared lock: every reader's way in.
+  template <typename T, typename F>
+  absl::StatusOr<T> Read(F read) {
+    std::shared_lock lock(mu);
+    if (!ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");
+    ReadTxn txn(env);
+    if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
+    return read(txn.get());
+  }
+  // Calls each(k, v) for every record in key order until it returns false
+  // or an error.
+  template <typename F>
+  absl::Status ForEach(MDB_txn* txn, F each) {
+    MDB_cursor* cur = nullptr;
+    int rc = mdb_cursor_open(txn, dbi, &cur);
+    if (rc != 0) return LmdbError("cursor_open", rc);
+    MDB_val k, v;
+    absl::StatusOr<bool> more = true;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      more = each(k, v);
+      if (!more.ok() || !*more) break;
+    }
+    mdb_cursor_close(cur);
+    if (!more.ok()) return more.status();
+    if (*more && rc != MDB_NOTFOUND) return LmdbError("cursor_get", rc);
+    return absl::OkStatus();
+  }
   // Writes the compacted copy and swaps it in (steps 1-3). On return
   // *old_fd is the replaced file's descriptor (or -1): the caller zeroes it
   // with ZeroAndClose (step 4) after releasing the exclusive lock, so reads
@@ -445,18 +474,16 @@ absl::Status ShareStore::Put(const KeyMeta& meta,
 }
 
 absl::StatusOr<KeyRecord> ShareStore::Get(const KeyId& id) const {
-  std::shared_lock lock(env_->mu);
-  if (!env_->ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");
-  ReadTxn txn(env_->env);
-  if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
-  MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
-  MDB_val v;
-  int rc = mdb_get(txn.get(), env_->dbi, &k, &v);
-  if (rc == MDB_NOTFOUND || (rc == 0 && IsTombstone(v)))
-    return absl::NotFoundError(absl::StrCat("unknown key id ", KeyIdHex(id)));
-  if (rc != 0) return LmdbError("get", rc);
-  return DecodeRecord(
-      id, absl::MakeConstSpan(static_cast<const uint8_t*>(v.mv_data), v.mv_size));
+  return env_->Read<KeyRecord>([&](MDB_txn* txn) -> absl::StatusOr<KeyRecord> {
+    MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
+    MDB_val v;
+    int rc = mdb_get(txn, env_->dbi, &k, &v);
+    if (rc == MDB_NOTFOUND || (rc == 0 && IsTombstone(v)))
+      return absl::NotFoundError(absl::StrCat("unknown key id ", KeyIdHex(id)));
+    if (rc != 0) return LmdbError("get", rc);
+    return DecodeRecord(
+        id, absl::MakeConstSpan(static_cast<const uint8_t*>(v.mv_data), v.mv_size));
+  });
 }
 
 // Deletes id inside txn: MDB_NOTFOUND if it is absent or already a
@@ -575,62 +602,47 @@ absl::Status ShareStore::DeleteAll(absl::Span<const KeyId> ids,
 }
 
 absl::StatusOr<bool> ShareStore::Taken(const KeyId& id) const {
-  std::shared_lock lock(env_->mu);
-  if (!env_->ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");
-  ReadTxn txn(env_->env);
-  if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
-  MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
-  MDB_val v;
-  int rc = mdb_get(txn.get(), env_->dbi, &k, &v);
-  if (rc == MDB_NOTFOUND) return false;
-  if (rc != 0) return LmdbError("get", rc);
-  return true;
+  return env_->Read<bool>([&](MDB_txn* txn) -> absl::StatusOr<bool> {
+    MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
+    MDB_val v;
+    int rc = mdb_get(txn, env_->dbi, &k, &v);
+    if (rc == MDB_NOTFOUND) return false;
+    if (rc != 0) return LmdbError("get", rc);
+    return true;  // a tombstone too: the id may not be reused
+  });
 }
 
 absl::StatusOr<std::vector<KeyMeta>> ShareStore::List() const {
-  std::shared_lock lock(env_->mu);
-  if (!env_->ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");
-  ReadTxn txn(env_->env);
-  if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
-  MDB_cursor* cur = nullptr;
-  int rc = mdb_cursor_open(txn.get(), env_->dbi, &cur);
-  if (rc != 0) return LmdbError("cursor_open", rc);
-  std::vector<KeyMeta> out;
-  MDB_val k, v;
-  absl::Status st;
-  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    auto id = KeyIdFromBytes(
-        absl::MakeConstSpan(static_cast<const uint8_t*>(k.mv_data), k.mv_size));
-    if (!id.ok()) { st = absl::DataLossError("store holds a malformed key id"); break; }
-    if (IsTombstone(v)) continue;
-    auto rec = DecodeRecord(*id, absl::MakeConstSpan(
-                                     static_cast<const uint8_t*>(v.mv_data), v.mv_size));
-    if (!rec.ok()) { st = rec.status(); break; }
-    out.push_back(rec->meta);
-  }
-  mdb_cursor_close(cur);
-  if (!st.ok()) return st;
-  if (rc != MDB_NOTFOUND) return LmdbError("cursor_get", rc);
-  return out;
+  using Metas = std::vector<KeyMeta>;
+  return env_->Read<Metas>([&](MDB_txn* txn) -> absl::StatusOr<Metas> {
+    Metas out;
+    absl::Status st = env_->ForEach(
+        txn, [&](const MDB_val& k, const MDB_val& v) -> absl::StatusOr<bool> {
+          auto id = KeyIdFromBytes(
+              absl::MakeConstSpan(static_cast<const uint8_t*>(k.mv_data), k.mv_size));
+          if (!id.ok()) return absl::DataLossError("store holds a malformed key id");
+          if (IsTombstone(v)) return true;
+          auto rec = DecodeRecord(*id, absl::MakeConstSpan(
+                                           static_cast<const uint8_t*>(v.mv_data), v.mv_size));
+          if (!rec.ok()) return rec.status();
+          out.push_back(rec->meta);
+          return true;
+        });
+    if (!st.ok()) return st;
+    return out;
+  });
 }
 
 absl::StatusOr<uint64_t> ShareStore::Count() const {
-  std::shared_lock lock(env_->mu);
-  if (!env_->ReadyShared(lock)) return absl::UnavailableError("the share store is unavailable");
-  ReadTxn txn(env_->env);
-  if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
-  MDB_cursor* cur = nullptr;
-  int rc = mdb_cursor_open(txn.get(), env_->dbi, &cur);
-  if (rc != 0) return LmdbError("cursor_open", rc);
-  uint64_t n = 0;
-  MDB_val k, v;
-  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-    if (!IsTombstone(v)) ++n;
-  mdb_cursor_close(cur);
-  if (rc != MDB_NOTFOUND) return LmdbError("cursor_get", rc);
-  return n;
+  return env_->Read<uint64_t>([&](MDB_txn* txn) -> absl::StatusOr<uint64_t> {
+    uint64_t n = 0;
+    absl::Status st = env_->ForEach(txn, [&](const MDB_val&, const MDB_val& v) {
+      if (!IsTombstone(v)) ++n;
+      return absl::StatusOr<bool>(true);
+    });
+    if (!st.ok()) return st;
+    return n;
+  });
 }
 
 void ShareStore::set_immutable_ids(bool on) { env_->immutable_ids = on; }
