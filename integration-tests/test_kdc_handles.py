@@ -441,16 +441,25 @@ def _check_mpc_service_ticket(m, svc, before):
     pac_ref.check_signatures(etp, _key(m, svc), _key(m, TGS), ticket_sig=True)
     assert "alice".encode("utf-16-le") in etp.pac
 
-def test_tgs_with_a_pac_for_an_mpc_keyed_service(realm_factory, tmp_path):
-    """A service whose key is in the cluster: all three signatures of its
-    ticket's PAC are CHECKSUM jobs (ticket, server, KDC, in that order), the
-    ticket is encrypted after them, and every signature verifies."""
+
+def _mpc_service_realm(realm_factory, tmp_path):
+    """A started realm with alice and the service host/mpc.kmpc.test,
+    whose key (from a password) is in the cluster: (realm, service,
+    password)."""
     m = MpcRealm(realm_factory, tmp_path).setup(users=("alice",))
     svc = "host/mpc.kmpc.test"
     pw = _password()
     m.realm.addprinc(svc, pw, enctypes=["aes256-ctr-mpc"], flags="")
     m.migrate(svc, pw)
     m.start()
+    return m, svc, pw
+
+
+def test_tgs_with_a_pac_for_an_mpc_keyed_service(realm_factory, tmp_path):
+    """A service whose key is in the cluster: all three signatures of its
+    ticket's PAC are CHECKSUM jobs (ticket, server, KDC, in that order), the
+    ticket is encrypted after them, and every signature verifies."""
+    m, svc, pw = _mpc_service_realm(realm_factory, tmp_path)
     _kinit(m)
     before = len(m.journal_lines())
     m.realm.run(["kvno", svc])
@@ -480,12 +489,7 @@ def test_s4u2self_with_a_pac(realm_factory, tmp_path):
     ticket to itself for alice; the PAC names alice, its signatures are made
     through the module and verify, and the ticket is encrypted under the
     service's handle."""
-    m = MpcRealm(realm_factory, tmp_path).setup(users=("alice",))
-    svc = "host/mpc.kmpc.test"
-    pw = _password()
-    m.realm.addprinc(svc, pw, enctypes=["aes256-ctr-mpc"], flags="")
-    m.migrate(svc, pw)
-    m.start()
+    m, svc, pw = _mpc_service_realm(realm_factory, tmp_path)
     m.realm.kinit(svc, pw)
     before = len(m.journal_lines())
     out = m.realm.run(["kvno", "-U", "alice", svc])

@@ -108,19 +108,28 @@ def test_krbtgt_made_in_cluster(realm):
     status_ok(kr)
 
 
+def assert_changed(kr, name, old, new):
+    """After name's first password change (old -> new): the KDB holds only
+    handles, at kvno 2, of keys that are not the new password's; the new
+    password logs in through the cluster, the old one fails; the old key's
+    shares are gone from the servers (status: nothing unreferenced).
+    Returns the KDB's rows."""
+    rows = assert_only_handles(kr, name, new)
+    assert {r[0] for r in rows} == {"2"}
+    kinit_ok(kr, name, new)
+    kinit_fails(kr, name, old)
+    status_ok(kr)
+    return rows
+
+
 def test_addprinc_and_kadmin_local_cpw(realm):
     kr = realm
     kr.kadmin_local("addprinc -pw Old-pw-1111 alice")
     before = handle_ids(assert_only_handles(kr, "alice", "Old-pw-1111"))
     kinit_ok(kr, "alice", "Old-pw-1111")
     kr.kadmin_local("cpw -pw New-pw-2222 alice")
-    rows = assert_only_handles(kr, "alice", "New-pw-2222")
-    assert {r[0] for r in rows} == {"2"}
+    rows = assert_changed(kr, "alice", "Old-pw-1111", "New-pw-2222")
     assert not set(handle_ids(rows)) & set(before)
-    kinit_ok(kr, "alice", "New-pw-2222")
-    kinit_fails(kr, "alice", "Old-pw-1111")
-    # The old key's shares are gone from the servers (nothing unreferenced).
-    status_ok(kr)
 
 
 def test_randkey_and_keepold(realm):
@@ -160,11 +169,7 @@ def test_password_change_through_kadmind(realm, how, flags, says):
     kr.kadmin_local(f"addprinc -pw Carol-old-44 {flags} carol")
     out = _change(kr, how, "carol", "Carol-old-44", "Carol-new-55")
     assert says in out.lower() or says in out, out
-    rows = assert_only_handles(kr, "carol", "Carol-new-55")
-    assert {r[0] for r in rows} == {"2"}
-    kinit_ok(kr, "carol", "Carol-new-55")
-    kinit_fails(kr, "carol", "Carol-old-44")
-    status_ok(kr)
+    assert_changed(kr, "carol", "Carol-old-44", "Carol-new-55")
 
 
 def test_keys_cannot_be_extracted(realm):

@@ -55,6 +55,15 @@ struct Principal {
   }
 };
 
+// A KDB entry read with krb5_db_get_principal, freed on every way out.
+struct DbEntry {
+  krb5_context ctx;
+  krb5_db_entry* e = nullptr;
+  ~DbEntry() {
+    if (e != nullptr) krb5_db_free_principal(ctx, e);
+  }
+};
+
 int Preference(int32_t enctype) {
   switch (enctype) {
     case kEnctypeAes256Mpc: return 4;
@@ -105,16 +114,14 @@ static krb5_error_code ReadKeyData(krb5_context ctx, krb5_principal princ,
                                    kadm5_key_data** out, int* n_out) {
   *out = nullptr;
   *n_out = 0;
-  krb5_db_entry* ent = nullptr;
-  krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &ent);
+  DbEntry entry{ctx};
+  krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &entry.e);
   if (ret == KRB5_KDB_NOENTRY) return KADM5_UNK_PRINC;
   if (ret) return ret;
+  const krb5_db_entry* ent = entry.e;
   auto* kd = static_cast<kadm5_key_data*>(
       calloc(ent->n_key_data > 0 ? ent->n_key_data : 1, sizeof(kadm5_key_data)));
-  if (kd == nullptr) {
-    krb5_db_free_principal(ctx, ent);
-    return ENOMEM;
-  }
+  if (kd == nullptr) return ENOMEM;
   int n = 0;
   for (; n < ent->n_key_data; ++n) {
     kd[n].kvno = ent->key_data[n].key_data_kvno;
@@ -122,7 +129,6 @@ static krb5_error_code ReadKeyData(krb5_context ctx, krb5_principal princ,
                                     &kd[n].salt);
     if (ret) break;
   }
-  krb5_db_free_principal(ctx, ent);
   if (ret) {
     kadm5_free_kadm5_key_data(ctx, n, kd);
     return ret;
@@ -434,14 +440,10 @@ absl::Status Kdb::AddHandleKeepOld(void* princ_ptr, const std::string& name,
   krb5_context ctx = Ctx(context_);
   krb5_principal princ = static_cast<krb5_principal>(princ_ptr);
   const kadm5_key_data& kd = *static_cast<const kadm5_key_data*>(kd_ptr);
-  krb5_db_entry* ent = nullptr;
-  krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &ent);
+  DbEntry entry{ctx};
+  krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &entry.e);
   if (ret) return Error(ret, "reading the KDB entry of " + name);
-  struct EntryFree {
-    krb5_context c;
-    krb5_db_entry* e;
-    ~EntryFree() { krb5_db_free_principal(c, e); }
-  } ent_free{ctx, ent};
+  krb5_db_entry* ent = entry.e;
   for (int i = 0; i < ent->n_key_data; ++i)
     if (ent->key_data[i].key_data_kvno >= kd.kvno)
       return absl::FailedPreconditionError(
@@ -500,22 +502,13 @@ absl::Status Kdb::SwitchKeyId(const std::string& name, const std::string& old_id
   if (old_id.size() != kKeyIdBytes || new_id.size() != kKeyIdBytes)
     return absl::InvalidArgumentError("bad key id");
   krb5_context ctx = Ctx(context_);
-  krb5_principal princ = nullptr;
-  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &princ);
+  Principal princ{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &princ.p);
   if (ret) return Error(ret, "parsing principal name " + name);
-  struct PrincFree {
-    krb5_context c;
-    krb5_principal p;
-    ~PrincFree() { krb5_free_principal(c, p); }
-  } princ_free{ctx, princ};
-  krb5_db_entry* ent = nullptr;
-  ret = krb5_db_get_principal(ctx, princ, 0, &ent);
+  DbEntry entry{ctx};
+  ret = krb5_db_get_principal(ctx, princ.p, 0, &entry.e);
   if (ret) return Error(ret, "reading the KDB entry of " + name);
-  struct EntryFree {
-    krb5_context c;
-    krb5_db_entry* e;
-    ~EntryFree() { krb5_db_free_principal(c, e); }
-  } ent_free{ctx, ent};
+  krb5_db_entry* ent = entry.e;
   krb5_keyblock* mkey = nullptr;
   ret = krb5_dbe_find_mkey(ctx, ent, &mkey);
   if (ret) return Error(ret, "finding the master key of " + name);

@@ -194,6 +194,18 @@ struct Buffers {
   }
 };
 
+// A new view's components from the exchange's buffers: component 0 from
+// `b.out`, 1 from `b.in`, at `pos` (round keys, rk bytes, then H powers, hp
+// bytes, the layout every exchange of this file uses); advances pos.
+void TakeComponents(const Buffers& b, size_t rk, size_t hp, size_t& pos, KeyShares& ks) {
+  ks.round_keys[0].assign(b.out.begin() + pos, b.out.begin() + pos + rk);
+  ks.round_keys[1].assign(b.in.begin() + pos, b.in.begin() + pos + rk);
+  pos += rk;
+  ks.h_powers[0].assign(b.out.begin() + pos, b.out.begin() + pos + hp);
+  ks.h_powers[1].assign(b.in.begin() + pos, b.in.begin() + pos + hp);
+  pos += hp;
+}
+
 // len bytes of AES-256-CTR(seed) keystream, counter block `stream` (the
 // masks s, t and the pad p are three streams).
 absl::Status Expand(const std::array<uint8_t, 32>& seed, uint8_t stream,
@@ -384,13 +396,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
     if (absl::Status st = NewDealId(batch_id, seq, items[l.j], l.deal_id, ks->deal_id);
         !st.ok())
       return st;
-    const size_t rk = RoundKeyBytes(l.cipher), hp = kHPowerBytes;
-    ks->round_keys[0].assign(views.out.begin() + pos, views.out.begin() + pos + rk);
-    ks->round_keys[1].assign(views.in.begin() + pos, views.in.begin() + pos + rk);
-    pos += rk;
-    ks->h_powers[0].assign(views.out.begin() + pos, views.out.begin() + pos + hp);
-    ks->h_powers[1].assign(views.in.begin() + pos, views.in.begin() + pos + hp);
-    pos += hp;
+    TakeComponents(views, RoundKeyBytes(l.cipher), kHPowerBytes, pos, *ks);
     if (me == lost) {
       if (meta_msg.size() - mpos < 8)
         return absl::DataLossError("rebuild: the survivors' metadata is truncated");
@@ -537,13 +543,8 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
             NewDealId(batch_id, seq, items[j], w.key->deal_id.data(), ks->deal_id);
         !st.ok())
       return st;
-    const size_t rk = w.key->round_keys[0].size(), hp = w.key->h_powers[0].size();
-    ks->round_keys[0].assign(buf.out.begin() + pos, buf.out.begin() + pos + rk);
-    ks->round_keys[1].assign(buf.in.begin() + pos, buf.in.begin() + pos + rk);
-    pos += rk;
-    ks->h_powers[0].assign(buf.out.begin() + pos, buf.out.begin() + pos + hp);
-    ks->h_powers[1].assign(buf.in.begin() + pos, buf.in.begin() + pos + hp);
-    pos += hp;
+    TakeComponents(buf, w.key->round_keys[0].size(), w.key->h_powers[0].size(), pos,
+                   *ks);
     out[j].shares = std::move(ks);
   }
   return out;
