@@ -204,6 +204,11 @@ struct ShareStore::Env {
     if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
     return read(txn.get());
   }
+  // mdb_get of `id` in txn: its return code, *v the stored value.
+  int GetRaw(MDB_txn* txn, const KeyId& id, MDB_val* v) const {
+    MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
+    return mdb_get(txn, dbi, &k, v);
+  }
   // Calls each(k, v) for every record in key order until it returns false
   // or an error.
   template <typename F>
@@ -402,6 +407,15 @@ absl::Status ShareStore::FinishScrub(absl::Status st, int old_fd, absl::string_v
   return st;
 }
 
+absl::Status ShareStore::FinishChange(std::unique_lock<std::shared_mutex>& lock,
+                                      absl::Status st, bool scrub,
+                                      absl::string_view what) {
+  int old_fd = -1;
+  if (scrub) st = ScrubLocked(what, &old_fd);
+  lock.unlock();
+  return FinishScrub(std::move(st), old_fd, what);
+}
+
 void ShareStore::set_before_zero_hook_for_test(std::function<void()> f) {
   std::unique_lock lock(env_->mu);
   env_->before_zero = std::move(f);
@@ -466,18 +480,15 @@ absl::Status ShareStore::Put(const KeyMeta& meta,
     }
   }
   OPENSSL_cleanse(value.data(), value.size());
-  const std::string what = absl::StrCat("key ", KeyIdHex(meta.key_id), " was stored");
-  int old_fd = -1;
-  if (st.ok() && (replaced || env_->scrub_pending)) st = ScrubLocked(what, &old_fd);
-  lock.unlock();
-  return FinishScrub(std::move(st), old_fd, what);
+  const bool scrub = st.ok() && (replaced || env_->scrub_pending);
+  return FinishChange(lock, std::move(st), scrub,
+                      absl::StrCat("key ", KeyIdHex(meta.key_id), " was stored"));
 }
 
 absl::StatusOr<KeyRecord> ShareStore::Get(const KeyId& id) const {
   return env_->Read<KeyRecord>([&](MDB_txn* txn) -> absl::StatusOr<KeyRecord> {
-    MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
     MDB_val v;
-    int rc = mdb_get(txn, env_->dbi, &k, &v);
+    int rc = env_->GetRaw(txn, id, &v);
     if (rc == MDB_NOTFOUND || (rc == 0 && IsTombstone(v)))
       return absl::NotFoundError(absl::StrCat("unknown key id ", KeyIdHex(id)));
     if (rc != 0) return LmdbError("get", rc);
@@ -518,11 +529,8 @@ absl::Status ShareStore::Delete(const KeyId& id) {
     return LmdbError("del", rc);
   }
   if ((rc = mdb_txn_commit(txn)) != 0) return LmdbError("commit", rc);
-  const std::string what = absl::StrCat("key ", KeyIdHex(id), " was deleted");
-  int old_fd = -1;
-  absl::Status st = ScrubLocked(what, &old_fd);
-  lock.unlock();
-  return FinishScrub(std::move(st), old_fd, what);
+  return FinishChange(lock, absl::OkStatus(), true,
+                      absl::StrCat("key ", KeyIdHex(id), " was deleted"));
 }
 
 absl::Status ShareStore::PutAll(absl::Span<const NewRecord> records) {
@@ -564,11 +572,8 @@ absl::Status ShareStore::PutAll(absl::Span<const NewRecord> records) {
     return st;
   }
   if ((rc = mdb_txn_commit(txn)) != 0) return LmdbError("commit", rc);
-  const std::string what = absl::StrCat(records.size(), " keys were stored");
-  int old_fd = -1;
-  if (env_->scrub_pending) st = ScrubLocked(what, &old_fd);
-  lock.unlock();
-  return FinishScrub(std::move(st), old_fd, what);
+  return FinishChange(lock, std::move(st), env_->scrub_pending,
+                      absl::StrCat(records.size(), " keys were stored"));
 }
 
 absl::Status ShareStore::DeleteAll(absl::Span<const KeyId> ids,
@@ -594,18 +599,14 @@ absl::Status ShareStore::DeleteAll(absl::Span<const KeyId> ids,
   }
   if ((rc = mdb_txn_commit(txn)) != 0) return LmdbError("commit", rc);
   if (deleted == 0) return absl::OkStatus();
-  const std::string what = absl::StrCat(deleted, " keys were deleted");
-  int old_fd = -1;
-  absl::Status st = ScrubLocked(what, &old_fd);
-  lock.unlock();
-  return FinishScrub(std::move(st), old_fd, what);
+  return FinishChange(lock, absl::OkStatus(), true,
+                      absl::StrCat(deleted, " keys were deleted"));
 }
 
 absl::StatusOr<bool> ShareStore::Taken(const KeyId& id) const {
   return env_->Read<bool>([&](MDB_txn* txn) -> absl::StatusOr<bool> {
-    MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
     MDB_val v;
-    int rc = mdb_get(txn, env_->dbi, &k, &v);
+    int rc = env_->GetRaw(txn, id, &v);
     if (rc == MDB_NOTFOUND) return false;
     if (rc != 0) return LmdbError("get", rc);
     return true;  // a tombstone too: the id may not be reused

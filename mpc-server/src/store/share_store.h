@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -126,6 +128,10 @@ class ShareStore {
   absl::Status ScrubLocked(absl::string_view what, int* old_fd);
   // Zeroes and closes `old_fd` (no lock held); `st` is the change's status.
   absl::Status FinishScrub(absl::Status st, int old_fd, absl::string_view what);
+  // The end of every committed change: scrubs if `scrub` (ScrubLocked),
+  // releases `lock`, then FinishScrub. `what` names the change in errors.
+  absl::Status FinishChange(std::unique_lock<std::shared_mutex>& lock, absl::Status st,
+                            bool scrub, absl::string_view what);
   std::unique_ptr<Env> env_;
 };
 
