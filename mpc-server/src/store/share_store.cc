@@ -59,6 +59,16 @@ class ReadTxn {
   int rc_;
 };
 
+// What Put and PutAll accept.
+absl::Status CheckRecord(const KeyMeta& meta, absl::Span<const uint8_t> shares) {
+  if (meta.label.size() > kMaxLabel)
+    return absl::InvalidArgumentError(
+        absl::StrCat("label longer than ", kMaxLabel, " bytes"));
+  if (shares.empty() || shares.size() > kMaxShares)
+    return absl::InvalidArgumentError("shares empty or too large");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 SecretBytes& SecretBytes::operator=(SecretBytes&& o) noexcept {
@@ -203,6 +213,16 @@ struct ShareStore::Env {
     ReadTxn txn(env);
     if (txn.rc() != 0) return LmdbError("txn_begin", txn.rc());
     return read(txn.get());
+  }
+  // With the exclusive lock held: a write transaction of the store,
+  // reopening it first if a failed compaction left it closed.
+  absl::StatusOr<MDB_txn*> BeginWrite() {
+    if (env == nullptr && !OpenEnv().ok())
+      return absl::UnavailableError("the share store is unavailable");
+    MDB_txn* txn = nullptr;
+    int rc = mdb_txn_begin(env, nullptr, 0, &txn);
+    if (rc != 0) return LmdbError("txn_begin", rc);
+    return txn;
   }
   // mdb_get of `id` in txn: its return code, *v the stored value.
   int GetRaw(MDB_txn* txn, const KeyId& id, MDB_val* v) const {
@@ -428,11 +448,7 @@ void ShareStore::close_env_for_test() {
 
 absl::Status ShareStore::Put(const KeyMeta& meta,
                              absl::Span<const uint8_t> shares, bool replace) {
-  if (meta.label.size() > kMaxLabel)
-    return absl::InvalidArgumentError(
-        absl::StrCat("label longer than ", kMaxLabel, " bytes"));
-  if (shares.empty() || shares.size() > kMaxShares)
-    return absl::InvalidArgumentError("shares empty or too large");
+  if (absl::Status st = CheckRecord(meta, shares); !st.ok()) return st;
   std::vector<uint8_t> value = EncodeRecord(meta, shares);
   std::unique_lock lock(env_->mu);
   if (env_->env == nullptr && !env_->OpenEnv().ok()) {
@@ -516,11 +532,10 @@ static int DeleteInTxn(MDB_txn* txn, MDB_dbi dbi, bool immutable_ids, const KeyI
 
 absl::Status ShareStore::Delete(const KeyId& id) {
   std::unique_lock lock(env_->mu);
-  if (env_->env == nullptr && !env_->OpenEnv().ok())
-    return absl::UnavailableError("the share store is unavailable");
-  MDB_txn* txn = nullptr;
-  int rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
-  if (rc != 0) return LmdbError("txn_begin", rc);
+  auto begun = env_->BeginWrite();
+  if (!begun.ok()) return begun.status();
+  MDB_txn* txn = *begun;
+  int rc = 0;
   rc = DeleteInTxn(txn, env_->dbi, env_->immutable_ids, id);
   if (rc != 0) {
     mdb_txn_abort(txn);
@@ -535,19 +550,13 @@ absl::Status ShareStore::Delete(const KeyId& id) {
 
 absl::Status ShareStore::PutAll(absl::Span<const NewRecord> records) {
   if (records.empty()) return absl::OkStatus();
-  for (const NewRecord& r : records) {
-    if (r.meta.label.size() > kMaxLabel)
-      return absl::InvalidArgumentError(
-          absl::StrCat("label longer than ", kMaxLabel, " bytes"));
-    if (r.shares.empty() || r.shares.size() > kMaxShares)
-      return absl::InvalidArgumentError("shares empty or too large");
-  }
+  for (const NewRecord& r : records)
+    if (absl::Status st = CheckRecord(r.meta, r.shares); !st.ok()) return st;
   std::unique_lock lock(env_->mu);
-  if (env_->env == nullptr && !env_->OpenEnv().ok())
-    return absl::UnavailableError("the share store is unavailable");
-  MDB_txn* txn = nullptr;
-  int rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
-  if (rc != 0) return LmdbError("txn_begin", rc);
+  auto begun = env_->BeginWrite();
+  if (!begun.ok()) return begun.status();
+  MDB_txn* txn = *begun;
+  int rc = 0;
   absl::Status st;
   for (const NewRecord& r : records) {
     std::vector<uint8_t> value = EncodeRecord(r.meta, r.shares);
@@ -579,11 +588,10 @@ absl::Status ShareStore::PutAll(absl::Span<const NewRecord> records) {
 absl::Status ShareStore::DeleteAll(absl::Span<const KeyId> ids,
                                    std::vector<KeyId>* not_found) {
   std::unique_lock lock(env_->mu);
-  if (env_->env == nullptr && !env_->OpenEnv().ok())
-    return absl::UnavailableError("the share store is unavailable");
-  MDB_txn* txn = nullptr;
-  int rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
-  if (rc != 0) return LmdbError("txn_begin", rc);
+  auto begun = env_->BeginWrite();
+  if (!begun.ok()) return begun.status();
+  MDB_txn* txn = *begun;
+  int rc = 0;
   size_t deleted = 0;
   for (const KeyId& id : ids) {
     rc = DeleteInTxn(txn, env_->dbi, env_->immutable_ids, id);
