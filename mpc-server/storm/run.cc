@@ -225,7 +225,7 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
   std::vector<krb5_principal> princs;
   std::vector<krb5_keytab> kts;
   size_t n = run->principals().size();
-  uint64_t local = 0;
+  uint64_t local = 0, ops = 0;
   krb5_error_code ret = MakeContext(cfg.tcp, &ctx);
   if (ret) {
     fprintf(stderr, "kmpc-storm: worker %d: krb5 context: %s\n", worker,
@@ -281,7 +281,9 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
         .started++;
     if (measured) ws->started++;
     ws->inflight.fetch_add(1, std::memory_order_relaxed);
-    Op op = run->OpFor(k);
+    // Each worker cycles through the mix, so that the operations are done
+    // about equally often whatever each one costs.
+    Op op = run->OpFor(ops++ + worker);
     bool rf = op == Op::kRenew || op == Op::kForward;
     krb5_creds creds;
     memset(&creds, 0, sizeof(creds));
