@@ -20,7 +20,7 @@
 #include "protocol/gf128.h"
 #include "protocol/verify.h"
 #include "share/replicated.h"
-#include "cheat.h"
+#include "../cheat.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
