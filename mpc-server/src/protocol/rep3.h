@@ -34,7 +34,8 @@ class Rep3 {
   net::RingChannel& channel() { return channel_; }
   Prss& prss() { return prss_; }
 
-  // One AND layer over n = x0.size() words (64 ANDs per word).
+  // One AND layer over n = x0.size() words (64 ANDs per word). Outputs
+  // must not alias inputs.
   absl::Status And(absl::Span<const uint64_t> x0, absl::Span<const uint64_t> x1,
                    absl::Span<const uint64_t> y0, absl::Span<const uint64_t> y1,
                    absl::Span<uint64_t> z0, absl::Span<uint64_t> z1);

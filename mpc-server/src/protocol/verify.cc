@@ -111,11 +111,11 @@ void MulLog::AddOpened(absl::Span<const uint8_t> v) {
 
 void MulLog::Clear() {
   for (auto& v : and_) {
-    OPENSSL_cleanse(v.data(), 8 * v.size());
+    share::Wipe(v.data(), 8 * v.size());
     v.clear();
   }
   for (auto& v : gf_) {
-    OPENSSL_cleanse(v.data(), v.size());
+    share::Wipe(v.data(), v.size());
     v.clear();
   }
   delete opened_;
@@ -137,7 +137,7 @@ class Unlogged {
 
 template <class T>
 void WipeAll(std::initializer_list<std::vector<T>*> vs) {
-  for (auto* v : vs) OPENSSL_cleanse(v->data(), v->size() * sizeof(T));
+  for (auto* v : vs) share::Wipe(v->data(), v->size() * sizeof(T));
 }
 
 // Hashes of the zero tests: u = v_i ^ v_{i+1} (sent to party i-1) and v_i
@@ -152,7 +152,7 @@ struct ZeroHashes {
       u.Update(absl::MakeConstSpan(buf, m));
     }
     v.Update(absl::MakeConstSpan(v0, n));
-    OPENSSL_cleanse(buf, sizeof buf);
+    share::Wipe(buf, sizeof buf);
   }
 };
 
@@ -194,13 +194,29 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   if (log.opened_ == nullptr) log.opened_ = new Sha256();
   const int me = ctx.party();
   const bool pub0 = share::HoldsPublicIn(me, 0), pub1 = share::HoldsPublicIn(me, 1);
-  const size_t n = log.and_words();
   const size_t g = log.gf_products();
+  // Items of sw consecutive words (gates and triples alike): the largest
+  // sw whose item count keeps the smallest bucket size, so that large
+  // batches walk memory in runs instead of word by word.
+  const size_t nw = log.and_words();
+  size_t sw = 1;
+  if (nw > 0) {
+    const int b1 = ChooseBuckets(nw).b;
+    for (size_t cand = 2; cand <= 16; cand *= 2) {
+      if (nw % cand != 0 || ChooseBuckets(nw / cand).b > std::max(b1, 4)) break;
+      sw = cand;
+    }
+  }
+  const size_t n = nw / sw;  // gate items
   const BucketParams bp = n > 0 ? ChooseBuckets(n) : BucketParams{};
-  const size_t t = n > 0 ? n * bp.b + bp.c : 0;
+  const size_t ti = n > 0 ? n * bp.b + bp.c : 0;  // triple items
+  const size_t t = ti * sw;                        // triple words
 
   // Round 1: AND triples (a, b, a&b + E), a and b from the PRSS.
-  std::vector<uint64_t> a0(t), a1(t), b0(t), b1(t), c0(t), c1(t);
+  // Buffers live in the log and are reused batch after batch (no page
+  // faults on fresh allocations); every one is wiped before it returns.
+  auto& [a0, a1, b0, b1, c0, c1] = log.tri_;
+  for (auto* v : {&a0, &a1, &b0, &b1, &c0, &c1}) v->resize(t);
   absl::Status st;
   if (t > 0) {
     ctx.prss().RandomShares(reinterpret_cast<uint8_t*>(a0.data()),
@@ -229,8 +245,8 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   auto wipe = [&] {
     WipeAll<uint64_t>({&a0, &a1, &b0, &b1, &c0, &c1});
     WipeAll<uint8_t>({&ga0, &ga1, &gb0, &gb1, &gc0, &gc1});
-    OPENSSL_cleanse(coin0, 32);
-    OPENSSL_cleanse(coin1, 32);
+    share::Wipe(coin0, 32);
+    share::Wipe(coin1, 32);
     log.Clear();
   };
   if (!st.ok()) {
@@ -240,13 +256,15 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   const uint8_t* gf_t = coin + 16;
 
   // The permutation of the triple words (Fisher-Yates, PRF(seed)).
-  std::vector<uint32_t> perm(t);
-  for (size_t i = 0; i < t; ++i) perm[i] = static_cast<uint32_t>(i);
-  if (t > 1) {
+  std::vector<uint32_t>& perm = log.perm_;
+  perm.resize(ti);
+  for (size_t i = 0; i < ti; ++i) perm[i] = static_cast<uint32_t>(i);
+  if (ti > 1) {
     Prf prf(coin);
-    std::vector<uint64_t> rnd(2 * ((t + 1) / 2));
+    std::vector<uint64_t>& rnd = log.rnd_;
+    rnd.resize(2 * ((ti + 1) / 2));
     prf.Fill(0, rnd.size() / 2, reinterpret_cast<uint8_t*>(rnd.data()));
-    for (size_t i = t - 1; i > 0; --i) {
+    for (size_t i = ti - 1; i > 0; --i) {
       const size_t j = static_cast<size_t>(
           (static_cast<unsigned __int128>(rnd[i]) * (i + 1)) >> 64);
       std::swap(perm[i], perm[j]);
@@ -258,30 +276,39 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   // triple against the others; per gate word k, (rho, sigma) against its
   // bucket's first triple; then per GF product (rho, sigma), 32 bytes.
   const size_t nb1 = n * (bp.b > 0 ? bp.b - 1 : 0);
-  const size_t words = 3 * bp.c * (t > 0) + 2 * nb1 + 2 * n;
-  std::vector<uint64_t> o0(words + 4 * g), o1(words + 4 * g), open(words + 4 * g);
+  const size_t words = (3 * bp.c * (t > 0) + 2 * nb1 + 2 * n) * sw;
+  auto& [o0, o1, open] = log.open_;
+  for (auto* v : {&o0, &o1, &open}) v->resize(words + 4 * g);
   const auto& L = log.and_;
-  auto first = [&](size_t k) { return perm[bp.c + k * bp.b]; };
+  // Word q of triple item perm[i].
+  auto tw = [&](size_t i) { return size_t{perm[i]} * sw; };
+  auto first = [&](size_t k) { return tw(bp.c + k * bp.b); };
   size_t w = 0;
   if (t > 0) {
-    for (size_t i = 0; i < bp.c; ++i, w += 3) {
-      const uint32_t p = perm[i];
-      o0[w] = a0[p], o1[w] = a1[p];
-      o0[w + 1] = b0[p], o1[w + 1] = b1[p];
-      o0[w + 2] = c0[p], o1[w + 2] = c1[p];
-    }
-    for (size_t k = 0; k < n; ++k) {
-      const uint32_t f = first(k);
-      for (int m = 1; m < bp.b; ++m, w += 2) {
-        const uint32_t o = perm[bp.c + k * bp.b + m];
-        o0[w] = a0[f] ^ a0[o], o1[w] = a1[f] ^ a1[o];
-        o0[w + 1] = b0[f] ^ b0[o], o1[w + 1] = b1[f] ^ b1[o];
+    for (size_t i = 0; i < bp.c; ++i) {
+      const size_t p = tw(i);
+      for (size_t q = 0; q < sw; ++q, w += 3) {
+        o0[w] = a0[p + q], o1[w] = a1[p + q];
+        o0[w + 1] = b0[p + q], o1[w + 1] = b1[p + q];
+        o0[w + 2] = c0[p + q], o1[w + 2] = c1[p + q];
       }
     }
-    for (size_t k = 0; k < n; ++k, w += 2) {
-      const uint32_t f = first(k);
-      o0[w] = L[0][k] ^ a0[f], o1[w] = L[1][k] ^ a1[f];
-      o0[w + 1] = L[2][k] ^ b0[f], o1[w + 1] = L[3][k] ^ b1[f];
+    for (size_t k = 0; k < n; ++k) {
+      const size_t f = first(k);
+      for (int m = 1; m < bp.b; ++m) {
+        const size_t o = tw(bp.c + k * bp.b + m);
+        for (size_t q = 0; q < sw; ++q, w += 2) {
+          o0[w] = a0[f + q] ^ a0[o + q], o1[w] = a1[f + q] ^ a1[o + q];
+          o0[w + 1] = b0[f + q] ^ b0[o + q], o1[w + 1] = b1[f + q] ^ b1[o + q];
+        }
+      }
+    }
+    for (size_t k = 0; k < n; ++k) {
+      const size_t f = first(k), x = k * sw;
+      for (size_t q = 0; q < sw; ++q, w += 2) {
+        o0[w] = L[0][x + q] ^ a0[f + q], o1[w] = L[1][x + q] ^ a1[f + q];
+        o0[w + 1] = L[2][x + q] ^ b0[f + q], o1[w + 1] = L[3][x + q] ^ b1[f + q];
+      }
     }
   }
   uint8_t* go0 = reinterpret_cast<uint8_t*>(o0.data() + words);
@@ -333,29 +360,33 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
     };
     w = 0;
     if (t > 0) {
-      for (size_t i = 0; i < bp.c; ++i, w += 3) {
+      for (size_t i = 0; i < bp.c * sw; ++i, w += 3) {
         if ((open[w] & open[w + 1]) != open[w + 2]) local_ok = false;
       }
       uint64_t v[2];
       for (size_t k = 0; k < n; ++k) {
-        const uint32_t f = first(k);
-        for (int m = 1; m < bp.b; ++m, w += 2) {
-          const uint32_t o = perm[bp.c + k * bp.b + m];
-          check(open[w], open[w + 1], c0[f], c1[f], c0[o], c1[o], a0[o], a1[o],
-                b0[o], b1[o], v);
+        const size_t f = first(k);
+        for (int m = 1; m < bp.b; ++m) {
+          const size_t o = tw(bp.c + k * bp.b + m);
+          for (size_t q = 0; q < sw; ++q, w += 2) {
+            check(open[w], open[w + 1], c0[f + q], c1[f + q], c0[o + q], c1[o + q],
+                  a0[o + q], a1[o + q], b0[o + q], b1[o + q], v);
+            push(v);
+          }
+        }
+      }
+      for (size_t k = 0; k < n; ++k) {
+        const size_t f = first(k), x = k * sw;
+        for (size_t q = 0; q < sw; ++q, w += 2) {
+          check(open[w], open[w + 1], L[4][x + q], L[5][x + q], c0[f + q], c1[f + q],
+                a0[f + q], a1[f + q], b0[f + q], b1[f + q], v);
           push(v);
         }
       }
-      for (size_t k = 0; k < n; ++k, w += 2) {
-        const uint32_t f = first(k);
-        check(open[w], open[w + 1], L[4][k], L[5][k], c0[f], c1[f], a0[f], a1[f],
-              b0[f], b1[f], v);
-        push(v);
-      }
       flush();
     }
-    OPENSSL_cleanse(v0, sizeof v0);
-    OPENSSL_cleanse(v1, sizeof v1);
+    share::Wipe(v0, sizeof v0);
+    share::Wipe(v1, sizeof v1);
   }
   {
     const uint8_t* gopen = reinterpret_cast<const uint8_t*>(open.data() + words);
@@ -381,9 +412,9 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
       }
       z.Add(v0, v1, 16);
     }
-    OPENSSL_cleanse(v0, 16);
-    OPENSSL_cleanse(v1, 16);
-    OPENSSL_cleanse(tmp, 16);
+    share::Wipe(v0, 16);
+    share::Wipe(v1, 16);
+    share::Wipe(tmp, 16);
   }
   WipeAll<uint64_t>({&open});
 

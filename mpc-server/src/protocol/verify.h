@@ -16,10 +16,10 @@
 // of them opens rho = x^a, sigma = y^b (independent of x and y: a and b
 // are uniform to the adversary) and tests
 //   v = z ^ c ^ sigma&a ^ rho&b ^ rho&sigma = D ^ E
-// for zero. Items are 64-lane words, not bits: a bucket passes only if all
-// its words carry the same error word, so the cut-and-choose game of
-// Furukawa et al. (section 2.5) holds with N = the number of gate words
-// (BucketParams below picks B and C for 2^-40).
+// for zero. Items are runs of 1 to 16 64-lane words, not bits: a bucket
+// passes only if all its items carry the same error pattern, so the
+// cut-and-choose game of Furukawa et al. (section 2.5) holds with N = the
+// number of gate items (BucketParams below picks B and C for 2^-40).
 //
 // GF(2^128) products: one semi-honest triple per product and a public
 // random challenge t drawn after everything is committed (SPDZ's
@@ -117,6 +117,12 @@ class MulLog {
   std::array<std::vector<uint64_t>, 6> and_;
   std::array<std::vector<uint8_t>, 6> gf_;
   Sha256* opened_ = nullptr;  // lazily created
+  // Verifier's buffers, kept for the next batch: triples (a0, a1, b0, b1,
+  // c0, c1), openings (o0, o1, open), the permutation and its randomness.
+  std::array<std::vector<uint64_t>, 6> tri_;
+  std::array<std::vector<uint64_t>, 3> open_;
+  std::vector<uint32_t> perm_;
+  std::vector<uint64_t> rnd_;
 };
 
 // Runs the checks of a MulLog among the three parties (all call Verify at
