@@ -179,7 +179,11 @@ class MpcCluster:
         self.certs = os.path.join(self.dir, "certs")
         self.workers = workers
         self.extra_client_cns = list(extra_client_cns)
-        self.server_flags = server_flags
+        # KMPC_SERVER_FLAGS: flags every cluster a test or tool starts gets
+        # (e.g. --security=malicious to run a suite against malicious-mode
+        # servers), before its own.
+        self.server_flags = " ".join(
+            f for f in (os.environ.get("KMPC_SERVER_FLAGS", ""), server_flags) if f)
         self.base = None
         self.servers = None
         self._restarted = {}

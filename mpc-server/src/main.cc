@@ -311,7 +311,8 @@ int main(int argc, char** argv) {
   KMPC_LOG(INFO) << "party " << party << " listening on "
                  << absl::GetFlag(FLAGS_listen) << " (port " << port
                  << "), ring on " << ropt.listen_addr << " -> "
-                 << ropt.prev_addr << ", " << ropt.workers << " workers";
+                 << ropt.prev_addr << ", " << ropt.workers << " workers, security "
+                 << (engine_options.malicious ? "malicious" : "semi-honest");
 
   // grpc.health.v1: the overall status ("") and both services are SERVING
   // from here until shutdown, when gRPC's implementation turns them all to

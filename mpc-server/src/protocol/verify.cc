@@ -42,12 +42,12 @@ double Log2Binom(double n, double k) {
 
 // log2 of max_j binom(N, j) / binom(N*B + C, j*B). Its logarithm is convex
 // in j (the ratio of consecutive terms grows with j for B >= 2), so the
-// maximum is at j = 1 or j = N; small N are scanned whole.
+// maximum is at j = 1 or j = N; small N are scanned whole all the same.
 double LogWin(double n, int b, double c) {
   const double m = n * b + c;
   auto term = [&](double j) { return Log2Binom(n, j) - Log2Binom(m, j * b); };
   double worst = std::max(term(1), term(n));
-  if (n <= 4096) {
+  if (n <= 256) {
     for (double j = 2; j < n; ++j) worst = std::max(worst, term(j));
   }
   return worst;
@@ -61,22 +61,27 @@ BucketParams ChooseBuckets(size_t n_words) {
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(n_words); it != cache.end()) return it->second;
   const double n = static_cast<double>(std::max<size_t>(n_words, 1));
+  constexpr size_t kMaxC = 1 << 16;
   BucketParams best;
   double best_cost = 0;
-  for (int b = 2; b <= 48; ++b) {
+  for (int b = 2; b <= 64; ++b) {
     if (best.b != 0 && n * b >= best_cost) break;
-    // The smallest C for this B (the j = N term needs C >= ~40/log2(N*B)).
-    for (size_t c = 1; c <= 4096; ++c) {
-      if (LogWin(n, b, static_cast<double>(c)) <= -kStatBits) {
-        const double cost = n * b + static_cast<double>(c);
-        if (best.b == 0 || cost < best_cost) {
-          best = {b, c};
-          best_cost = cost;
-        }
-        break;
-      }
+    // A B that fails even with the most opened items cannot do.
+    if (LogWin(n, b, static_cast<double>(kMaxC)) > -kStatBits) continue;
+    // The smallest C (the bound falls as C grows): binary search.
+    size_t lo = 1, hi = kMaxC;
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (LogWin(n, b, static_cast<double>(mid)) <= -kStatBits) hi = mid;
+      else lo = mid + 1;
+    }
+    const double cost = n * b + static_cast<double>(lo);
+    if (best.b == 0 || cost < best_cost) {
+      best = {b, lo};
+      best_cost = cost;
     }
   }
+  if (best.b == 0) best = {64, kMaxC};  // unreachable for n >= 1
   if (cache.size() < 4096) cache[n_words] = best;
   return best;
 }
