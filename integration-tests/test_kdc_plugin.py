@@ -41,8 +41,10 @@ def module_path():
 def cluster(tmp_path, request):
     """Three kmpc-mpc-server processes (deploy/kmpc_cluster.py MpcCluster:
     ports outside the ephemeral range, and the ring up before the test's
-    first login). Their logs are printed when the test fails."""
-    c = kmpc_cluster.MpcCluster(str(tmp_path / "mpc"))
+    first login). Their logs are printed when the test fails. An indirect
+    parameter gives the servers' extra flags."""
+    c = kmpc_cluster.MpcCluster(str(tmp_path / "mpc"),
+                                server_flags=getattr(request, "param", ""))
     try:
         c.start()
         yield c
@@ -131,6 +133,10 @@ def test_module_exports_only_its_entry_point():
             assert kmpc_realm.PREFIX in line, line
 
 
+# Also with the servers in malicious-security mode (protocol/verify.h):
+# the same KDC paths, every product verified.
+@pytest.mark.parametrize("cluster", ["", "--security=malicious"], indirect=True,
+                         ids=["semi-honest", "malicious"])
 def test_login_kvno_and_wrong_password(realm_factory, cluster):
     m = KmpcRealm(realm_factory, cluster).setup()
     m.kinit()
