@@ -26,6 +26,13 @@
 //      multiplication r * (T' ^ T) and one reveal of the products.
 // AES-128 single block: 42 rounds (ENCRYPT), 44 (DECRYPT).
 //
+// With EngineOptions::malicious (protocol/verify.h), every product and
+// opening is logged and verified: 4-5 more rounds (triples, GF triples if
+// any, coins, openings, compare) after every wave but the last, and once
+// more before the tag checks' reveal (then one compare round after it) or
+// before release; about 13x the ring bytes of an AND (B = 4 triples per
+// gate word, their openings, the gate's own).
+//
 // Threading: one Engine per worker thread and RingChannel; an Engine is not
 // thread-safe. KeyShares / EncryptState are immutable once built and may be
 // shared between threads.
