@@ -18,7 +18,10 @@ Message map of one batch (0-based steps; one worker, so one session):
               triples, the GF(2^128) triples when there are products, the
               32-byte coin opening, the one big opening of every sacrifice,
               and the 64-byte "compare view" hashes (the last message).
-A is found as the first step where the two modes' maps differ.
+A is found as the first step where the two modes' maps differ. Seen for
+this test's batch (one 4-block keystream job, AES-128, the depth-4 S-box):
+68, 84, ten rounds of (1152, 384, 512, 2304), then 174104, 32, 348232, 64:
+A = 42 of 46 messages.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
 a keystream that does not match OpenSSL's (the attack surface exists and
@@ -137,6 +140,7 @@ def test_message_map(clusters):
     assert len(mal) - a >= 4, mal
     assert mal[-1] == 64 and 32 in mal[a:], mal
     assert all(s > 0 for s in semi[2:]), semi
+    assert mal[:2] == [AGREEMENT_HEADER, AGREEMENT_HEADER + 16], mal  # one ctr0 share
     assert (a - 2) % 10 == 0, semi  # AES-128: the same layers in each round
     step = CASES["and_layer"](semi, mal, a)[0]
     assert 2 <= step < a and mal[step] == mal[a - 1], (step, mal)
