@@ -136,6 +136,66 @@ def test_mix_with_a_failed_exchange_misses_its_target(tmp_path):
     assert res["targets"][0]["met"]  # the login storm's own target is unaffected
 
 
+def mpc_record(security, blocks, blocks_per_s, p50_ms, threads=2):
+    """One record of mpc.json as deploy/bench-mpc.sh writes it."""
+    return {"cipher": "aes128", "blocks": blocks, "threads": threads,
+            "blocks_per_s": blocks_per_s, "latency_ms": p50_ms, "latency_p50_ms": p50_ms,
+            "server_ms": p50_ms, "bytes_per_block_per_party": 600.0,
+            "tls_bytes_per_block_per_party": 640.0, "rounds": 45.0,
+            "messages_per_batch": 45.0, "batches": 10, "jobs_per_batch": 1,
+            "aes_blocks_per_batch": blocks + 1, "server_cpu_us_per_block_per_party": 1.0,
+            "security": security}
+
+
+def test_malicious_mode_beside_semi_honest(tmp_path):
+    """bench-mpc.sh's records of both --security modes and the storm's
+    kmpc-malicious target: both figures, the ratios, the issue-16 rows
+    (reported, a miss does not fail the writer)."""
+    d = str(tmp_path)
+    write_inputs(d)
+    with open(os.path.join(d, "storm.json")) as f:
+        storm = json.load(f)
+    mal = section(390.0, 240.0, 300.0, {"krb5kdc": 350.0, "mpc-server-0": 900.0}, 0, MPC)
+    storm["kmpc-malicious"] = {"machine": {"cores": 2}, "settings": {"headline": mal}}
+    with open(os.path.join(d, "storm.json"), "w") as f:
+        json.dump(storm, f)
+    recs = [mpc_record("semi-honest", 100000, 500000.0, 0.2),
+            mpc_record("semi-honest", 100000, 400000.0, 0.2, threads=1),
+            mpc_record("semi-honest", 1, 900.0, 1.5),
+            mpc_record("malicious", 100000, 5000.0, 30.0),
+            mpc_record("malicious", 1, 30.0, 30.0)]
+    with open(os.path.join(d, "mpc.json"), "w") as f:
+        json.dump(recs, f)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    assert res["kmpc_malicious"]["peak_logins_per_s"] == 390.0
+    assert res["ratio_malicious_to_kmpc"] == pytest.approx(0.3)
+    mb = res["mpc_microbench"]
+    assert mb["aes128_100k_blocks_per_s_best"] == 500000.0  # semi-honest records only
+    assert mb["aes128_single_block_p50_ms"] == 1.5
+    assert mb["malicious"]["aes128_100k_blocks_per_s_best"] == 5000.0
+    assert mb["malicious"]["ratio_100k_blocks_per_s"] == pytest.approx(0.01)
+    assert mb["malicious"]["ratio_single_block_p50"] == pytest.approx(20.0)
+    rows = {t["what"]: t for t in res["targets"]}
+    storm_row = [t for w, t in rows.items() if "--security=malicious" in w]
+    assert len(storm_row) == 1 and not storm_row[0]["met"], res["targets"]
+    assert "390 vs 1300 logins/s = 0.30" in storm_row[0]["measured"]
+    assert [t["met"] for w, t in rows.items() if "micro-benchmark" in w] == [False, False]
+    assert res["targets"][0]["met"]  # the semi-honest storm target is unaffected
+    assert "malicious/semi-honest peak 0.30x (target >= 0.80x)" in p.stdout
+    assert "(20.0x)" in p.stdout
+    # Records from before the modes (no "security") count as semi-honest.
+    for x in recs:
+        x.pop("security")
+    with open(os.path.join(d, "mpc.json"), "w") as f:
+        json.dump([x for x in recs if x["blocks_per_s"] > 1000 or x["blocks"] == 1][:3], f)
+    res = json.load(open(os.path.join(d, "results.json"))) if run_writer(d).returncode == 0 \
+        else None
+    assert res["mpc_microbench"]["aes128_100k_blocks_per_s_best"] == 500000.0
+    assert "malicious" not in res["mpc_microbench"]
+
+
 def test_stock_swept_before_and_after_kmpc(tmp_path):
     """storm_bench.py --bracket: stock/headline swept again right after
     kmpc/headline; the ratio is taken against the mean of the two stock

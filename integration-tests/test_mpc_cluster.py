@@ -50,11 +50,20 @@ pytestmark = pytest.mark.skipif(BIN is None, reason="kmpc-mpc-server not built (
 
 
 class Cluster:
-    def __init__(self, top, certs, workers=2, ring_timeout_ms=2000):
+    """flags[i]: extra command-line flags of party i; binaries[i]: its
+    server binary (a name in BIN); envs[i]: variables added to its
+    environment. Changed between stop and restart_party, they take effect
+    on the restart."""
+
+    def __init__(self, top, certs, workers=2, ring_timeout_ms=2000, flags=None,
+                 binaries=None, envs=None):
         self.top = top
         self.certs = certs
         self.workers = workers
         self.ring_timeout_ms = ring_timeout_ms
+        self.flags = [list(f) for f in (flags or ([], [], []))]
+        self.binaries = list(binaries or ["kmpc-mpc-server"] * 3)
+        self.envs = [dict(e) for e in (envs or ({}, {}, {}))]
         self.base = kmpc_cluster.free_base()
         self.procs = [None, None, None]
         self.logs_ = ["", "", ""]
@@ -79,14 +88,15 @@ class Cluster:
 
     def start_party(self, i):
         log = open(self.log_path(i), "ab")
-        args = [os.path.join(BIN, "kmpc-mpc-server"), f"--party={i}",
+        args = [os.path.join(BIN, self.binaries[i]), f"--party={i}",
                 f"--listen={self.grpc_addr(i)}", f"--ring_listen={self.ring_addr(i)}",
                 f"--ring_prev={self.ring_addr((i + 2) % 3)}",
                 f"--cert={self.certs}/party-{i}.pem", f"--key={self.certs}/party-{i}.key",
                 f"--ca={self.certs}/ca.pem", f"--store_dir={self.store_dir(i)}",
                 f"--workers={self.workers}", f"--ring_timeout_ms={self.ring_timeout_ms}",
-                "--schedule_timeout_ms=5000", "--peer_batch_wait_ms=2000"]
-        self.procs[i] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+                "--schedule_timeout_ms=5000", "--peer_batch_wait_ms=2000"] + self.flags[i]
+        self.procs[i] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **self.envs[i]})
         self.expected_dead.discard(i)
         log.close()
 

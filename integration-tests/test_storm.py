@@ -273,6 +273,34 @@ def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
         target.stop()
 
 
+def test_storm_against_the_kmpc_realm_with_malicious_servers(storm_bin, tmp_path):
+    """make bench's kmpc-malicious target (storm_bench.KmpcMaliciousTarget):
+    the same realm with the three servers in --security=malicious; every
+    login and TGS-REQ of a short storm succeeds through the verified
+    protocol."""
+    import kmpc_cluster
+    for rel in ("mpc-server/kmpc-mpc-server", "mpc-server/kmpc-admin"):
+        if not kmpc_cluster.find_built(rel, required=False):
+            pytest.skip(f"{rel} not built")
+    target = storm_bench.KmpcMaliciousTarget(str(tmp_path / "kmpc"), "headline", 16)
+    try:
+        for i in range(3):
+            with open(f"/proc/{target.realm.cluster.pid(i)}/cmdline", "rb") as f:
+                assert b"--security=malicious" in f.read().split(b"\0"), i
+        js = tmp_path / "kmpc-mal.json"
+        p = subprocess.run([storm_bin, "--keytab", target.keytab, "--principals",
+                            target.principal_fmt, "--users", "16", "-c", "8", "-n", "40",
+                            "--timeout", "20", "--tgs", target.service, "--json", str(js)],
+                           env=target.env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr + target.logs()[-5000:]
+        res = json.loads(js.read_text())
+        assert res["ok"] == 40 and res["failed_all_phases"] == 0, res
+        assert target.alive(), target.logs()[-5000:]
+        assert "MPC integrity check failed" not in target.logs()
+    finally:
+        target.stop()
+
+
 MIX = "login,tgs,renew,forward"
 
 

@@ -151,11 +151,16 @@ struct Scheduler::Work {
 #ifdef KMPC_CHEAT_HARNESS
 // Test-only build (kmpc-mpc-server-cheat, never installed): this party
 // deviates through the cheating-server harness (test/cheat.h) as
-// KMPC_CHEAT="step:offset:mask[:from_batch[:late]]" says: in every batch
-// from the from_batch-th on (0 = the first this worker runs), the step-th
-// ring message it sends gets mask XORed into byte offset.
+// KMPC_CHEAT="step:offset:mask[:from_batch[:late[:count]]]" says: in
+// every batch from the from_batch-th on (0 = the first this worker runs),
+// and in count batches only when count is not 0, the step-th ring message
+// it sends (0-based from the batch's start, the agreement's included) gets
+// mask XORed into byte offset; late: that round receives before it sends.
+// After every batch it logs the sizes of the messages it sent, the map a
+// test picks its steps from (sizes are public: they follow from the
+// batch's public shape).
 struct CheatPlan {
-  uint64_t step = 0, offset = 0, from_batch = 0;
+  uint64_t step = 0, offset = 0, from_batch = 0, count = 0;
   uint8_t mask = 0;
   bool late = false, on = false;
 };
@@ -163,10 +168,11 @@ CheatPlan ReadCheatPlan() {
   CheatPlan p;
   const char* e = std::getenv("KMPC_CHEAT");
   if (e == nullptr) return p;
-  unsigned long long v[5] = {0, 0, 0, 0, 0};
-  const int n = std::sscanf(e, "%llu:%llu:%llu:%llu:%llu", &v[0], &v[1], &v[2], &v[3], &v[4]);
+  unsigned long long v[6] = {0, 0, 0, 0, 0, 0};
+  const int n = std::sscanf(e, "%llu:%llu:%llu:%llu:%llu:%llu", &v[0], &v[1], &v[2],
+                            &v[3], &v[4], &v[5]);
   if (n < 3) return p;
-  p = {v[0], v[1], v[3], static_cast<uint8_t>(v[2]), v[4] != 0, true};
+  p = {v[0], v[1], v[3], v[5], static_cast<uint8_t>(v[2]), v[4] != 0, true};
   return p;
 }
 #endif
@@ -356,13 +362,28 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
   } else {
 #ifdef KMPC_CHEAT_HARNESS
     static const CheatPlan plan = ReadCheatPlan();
-    if (plan.on && session.batches++ >= plan.from_batch) {
+    const uint64_t nth = session.batches++;
+    if (plan.on && nth >= plan.from_batch &&
+        (plan.count == 0 || nth - plan.from_batch < plan.count)) {
       session.cheat->Arm(plan.step, plan.offset, plan.mask, plan.late);
       KMPC_LOG(WARNING) << "cheat harness: corrupting ring message " << plan.step
                         << " of batch " << seq;
+    } else {
+      session.cheat->Disarm();
     }
+    const uint64_t sent_before = session.cheat->sent();
 #endif
     auto res = session.engine->RunBatch(seq, work.jobs, lookup_);
+#ifdef KMPC_CHEAT_HARNESS
+    {
+      const auto& sizes = session.cheat->sizes();
+      std::string list;
+      for (size_t k = sent_before; k < sizes.size() && k < sent_before + 4096; ++k)
+        absl::StrAppend(&list, list.empty() ? "" : ",", sizes[k]);
+      KMPC_LOG(INFO) << "cheat harness: batch " << seq << " sent "
+                     << sizes.size() - sent_before << " ring messages, sizes " << list;
+    }
+#endif
     if (res.ok()) work.outcome.result = std::move(*res);
     ran = res.status();
   }

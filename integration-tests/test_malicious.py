@@ -1,0 +1,231 @@
+"""One actively malicious MPC server, real processes (issue 16).
+
+Three kmpc-mpc-server processes on loopback over mutual TLS (the Cluster of
+test_mpc_cluster.py), party 1 running the test-only kmpc-mpc-server-cheat:
+KMPC_CHEAT="step:offset:mask:from_batch:late:count" XORs `mask` into byte
+`offset` of the step-th ring message it sends in `count` batches from its
+worker's from_batch-th on (mpc-server/src/service/scheduler.cc), and logs
+the sizes of the messages it sent in each batch ("cheat harness: batch S
+sent N ring messages, sizes a,b,..."): the steps are picked from that map.
+
+Message map of one batch (0-based steps; one worker, so one session):
+  0, 1        the agreement (engine.cc AgreeOnBatch): headers, then the
+              headers seen with the first ctr0 draw's shares riding along
+              (an opening: bytes from AgreementHeader::kSize = 68 on);
+  2 .. A-1    AES: one message per AND layer (rep3.h, kernel_impl.inc), the
+              same sequence in both modes;
+  A .. end    malicious only (protocol/verify.cc Verifier::Verify): the AND
+              triples, the GF(2^128) triples when there are products, the
+              32-byte coin opening, the one big opening of every sacrifice,
+              and the 64-byte "compare view" hashes (the last message).
+A is found as the first step where the two modes' maps differ. Seen for
+this test's batch (one 4-block keystream job, AES-128, the depth-4 S-box):
+68, 84, ten rounds of (1152, 384, 512, 2304), then 174104, 32, 348232, 64:
+A = 42 of 46 messages.
+
+Semi-honest control: the same AND-layer corruption completes the batch with
+a keystream that does not match OpenSSL's (the attack surface exists and
+the test can fail). Malicious: each injection fails the batch at the client
+(no keystream), an honest server logs "MPC integrity check failed", no log
+holds the key or a keystream, and the next batches are right.
+"""
+import os
+import re
+
+import pytest
+
+import test_mpc_cluster as tmc
+from test_mpc_cluster import BIN, Cluster, certs, expected_keystream  # noqa: F401
+
+CHEAT_BIN = "kmpc-mpc-server-cheat"
+pytestmark = pytest.mark.skipif(
+    BIN is None or not os.access(os.path.join(BIN or "", CHEAT_BIN), os.X_OK),
+    reason="kmpc-mpc-server-cheat not built (make build)")
+
+CHEATER = 1
+KEY = bytes(range(0x40, 0x50))  # AES-128
+NBYTES = 4 * 16                 # a 4-block keystream (5 AES blocks with c0's)
+INTEGRITY = "MPC integrity check failed"
+# A plan that never fires (from batch 10^9 on): the cheat binary behaving
+# honestly, for the message map.
+NEVER = "0:0:0:1000000000"
+AGREEMENT_HEADER = 68  # engine/agreement.h AgreementHeader::kSize
+
+
+@pytest.fixture
+def clusters(tmp_path, certs, request):
+    """make(name, cheat=KMPC_CHEAT, flags=per-party flags) -> a started
+    Cluster of one worker per server (one session, so batches count from
+    the first), party 1 on the cheat binary, the three with
+    --security=name unless flags say otherwise; all stopped afterwards,
+    their logs dumped if the test failed, a server that died fails it."""
+    made = []
+
+    def make(security, cheat=NEVER, flags=None):
+        c = Cluster(str(tmp_path / f"{security}-{len(made)}"), certs, workers=1,
+                    flags=flags or [[f"--security={security}"]] * 3,
+                    binaries=["kmpc-mpc-server", CHEAT_BIN, "kmpc-mpc-server"],
+                    envs=[{}, {"KMPC_CHEAT": cheat}, {}])
+        made.append(c)
+        return c.start()
+    yield make
+    for c in made:
+        try:
+            c.check_alive()
+        finally:
+            tmc._dump(request, c)
+            c.stop()
+
+
+def rearm(c, cheat):
+    """Party 1 restarted with another KMPC_CHEAT (its batch count starts
+    again at 0)."""
+    c.kill_party(CHEATER)
+    c.envs[CHEATER]["KMPC_CHEAT"] = cheat
+    c.restart_party(CHEATER)
+
+
+def read_log(c, i):
+    with open(c.log_path(i), "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def message_map(c):
+    """The sizes of the messages party 1 sent in its last batch."""
+    found = re.findall(r"cheat harness: batch \d+ sent (\d+) ring messages, sizes ([\d,]*)",
+                       read_log(c, CHEATER))
+    assert found, read_log(c, CHEATER)
+    n, sizes = found[-1]
+    sizes = [int(x) for x in sizes.split(",") if x]
+    assert len(sizes) == int(n)
+    return sizes
+
+
+def keystream_batch(c, kid):
+    return c.jobs([f"keystream {kid} 1 {NBYTES}"], expect_ok=False, timeout=60)
+
+
+def assert_right(c, r):
+    """The batch ran and its keystream is OpenSSL's AES-CTR under KEY."""
+    assert r.returncode == 0, r.stdout + r.stderr
+    tag, ctr0, ks = r.stdout.split("\n")[0].split()
+    assert tag == "ok", r.stdout
+    assert bytes.fromhex(ks) == expected_keystream(KEY, bytes.fromhex(ctr0), NBYTES), r.stdout
+    return ks
+
+
+def maps(clusters):
+    """(semi-honest map, malicious map, A = first step of the malicious
+    verification) from one honest batch in each mode."""
+    out = {}
+    for sec in ("semi-honest", "malicious"):
+        c = clusters(sec)
+        kid = c.put_key(KEY.hex())
+        assert_right(c, keystream_batch(c, kid))
+        out[sec] = message_map(c)
+        c.stop()
+        c.expected_dead = {0, 1, 2}
+    semi, mal = out["semi-honest"], out["malicious"]
+    a = next(k for k in range(len(mal)) if k >= len(semi) or semi[k] != mal[k])
+    return semi, mal, a
+
+
+def test_message_map(clusters):
+    semi, mal, a = maps(clusters)
+    # Agreement, at least 4 AND layers per AES round over 10 rounds, and in
+    # malicious mode the verification's rounds after them (AND triples,
+    # coins, sacrifice opening, compare hashes; no GF products in a
+    # keystream-only batch).
+    assert a == len(semi) and a >= 2 + 40, (semi, mal)
+    assert len(mal) - a >= 4, mal
+    assert mal[-1] == 64 and 32 in mal[a:], mal
+    assert all(s > 0 for s in semi[2:]), semi
+    assert mal[:2] == [AGREEMENT_HEADER, AGREEMENT_HEADER + 16], mal  # one ctr0 share
+    assert (a - 2) % 10 == 0, semi  # AES-128: the same layers in each round
+    step = CASES["and_layer"](semi, mal, a)[0]
+    assert 2 <= step < a and mal[step] == mal[a - 1], (step, mal)
+
+
+CASES = {
+    # (a) the last AND layer of AES round 9 (AES-128: 10 rounds of
+    # (a - 2) / 10 layers). Its products reach the S-box outputs linearly
+    # (Boyar-Peralta's bottom linear layer), so corrupting byte 0 of its
+    # first word (wire 0, S-box 0, lanes 0-7: all 5 blocks of the batch)
+    # changes round 10's S-box inputs and so the keystream, whatever the
+    # key. Round 10's own last layer would not do for the semi-honest
+    # control: its error reaches the output shares unmixed, and the
+    # client's check that the two copies of each share agree catches that.
+    "and_layer": lambda semi, mal, a: (a - 1 - (a - 2) // 10, 0, 0xFF, False),
+    # (b) the verification itself: the last-but-one message, the opening of
+    # every sacrifice (rho, sigma).
+    "verification": lambda semi, mal, a: (len(mal) - 2, 5, 0x10, False),
+    # (c) a late opening: party 1 waits for its successor's shares of the
+    # first ctr0 draw (agreement, step 1, after the 68-byte header) before
+    # sending its own, biased.
+    "late_ctr0_opening": lambda semi, mal, a: (1, AGREEMENT_HEADER + 3, 0x01, True),
+    # (c') a late coin opening in the verification (the 32-byte message).
+    "late_coin_opening": lambda semi, mal, a: (
+        max(k for k in range(a, len(mal)) if mal[k] == 32), 0, 0x80, True),
+}
+
+
+def test_cheats_are_caught_and_servers_keep_serving(clusters):
+    semi, mal, a = maps(clusters)
+    c = clusters("malicious")
+    kid = c.put_key(KEY.hex())
+    seen_ks = []
+    for name, plan in CASES.items():
+        step, off, mask, late = plan(semi, mal, a)
+        assert 0 <= step < len(mal) and mal[step] > 0, (name, step, mal)
+        # Only the first batch of party 1's worker is cheated (count 1).
+        rearm(c, f"{step}:{off}:{mask}:0:{int(late)}:1")
+        before = [len(read_log(c, i)) for i in range(3)]
+        r = keystream_batch(c, kid)
+        where = f"{name} (step {step} of {len(mal)}, {mal[step]} bytes)"
+        assert "corrupting ring message" in read_log(c, CHEATER)[before[CHEATER]:], where
+        # The client gets an error and no keystream.
+        assert r.returncode != 0, (where, r.stdout, r.stderr)
+        assert not re.search(r"^ok ", r.stdout, re.M), (where, r.stdout)
+        assert "rpc_error" in r.stdout and INTEGRITY in r.stdout, (where, r.stdout)
+        new = {i: read_log(c, i)[before[i]:] for i in range(3)}
+        assert any(INTEGRITY in new[i] for i in (0, 2)), (where, new)
+        # The servers keep serving: the next batches are honest and right.
+        for _ in range(2):
+            seen_ks.append(assert_right(c, keystream_batch(c, kid)))
+        c.check_alive()
+    # No secret in any log: neither the key nor a keystream it made.
+    logs = [read_log(c, i) for i in range(3)]
+    for secret in [KEY.hex()] + seen_ks:
+        for i, text in enumerate(logs):
+            assert secret.lower() not in text.lower(), f"party {i} logs a secret"
+
+
+def test_semi_honest_control_gives_a_wrong_keystream(clusters):
+    """The same AND-layer corruption without verification: the batch
+    completes and its keystream is wrong. The malicious test above is not
+    passing for want of an attack."""
+    semi, mal, a = maps(clusters)
+    step, off, mask, late = CASES["and_layer"](semi, mal, a)
+    c = clusters("semi-honest", cheat=f"{step}:{off}:{mask}:0:{int(late)}:1")
+    kid = c.put_key(KEY.hex())
+    r = keystream_batch(c, kid)
+    assert "corrupting ring message" in read_log(c, CHEATER)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tag, ctr0, ks = r.stdout.split("\n")[0].split()
+    assert tag == "ok"
+    assert bytes.fromhex(ks) != expected_keystream(KEY, bytes.fromhex(ctr0), NBYTES)
+    for i in range(3):
+        assert INTEGRITY not in read_log(c, i)
+    assert_right(c, keystream_batch(c, kid))  # only the first batch was cheated
+
+
+def test_mixed_security_refuses_every_batch(clusters):
+    c = clusters("mixed", flags=[["--security=malicious"], ["--security=semi-honest"],
+                                 ["--security=malicious"]])
+    kid = c.put_key(KEY.hex())
+    for _ in range(2):
+        r = keystream_batch(c, kid)
+        assert r.returncode != 0, r.stdout + r.stderr
+        assert not re.search(r"^ok ", r.stdout, re.M), r.stdout
+        # ABORTED (10) from the agreement, naming the flag to fix.
+        assert re.search(r"^rpc_error \d 10 .*--security", r.stdout, re.M), r.stdout
