@@ -47,7 +47,7 @@ set_source_files_properties(${KMPC_CORE_ROOT}/src/aes/kernel_avx512.cc PROPERTIE
 # The job types and the job contract (proto/contract.h): protobuf messages
 # only, no gRPC.
 target_link_libraries(kmpc_core PUBLIC kmpc_proto_msgs kmpc_contract
-  absl::status absl::statusor absl::strings absl::span absl::str_format
+  absl::status absl::statusor absl::strings absl::cord absl::span absl::str_format
   OpenSSL::Crypto Threads::Threads)
 
 # ---- tests ----

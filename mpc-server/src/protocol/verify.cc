@@ -1,5 +1,7 @@
 #include "protocol/verify.h"
 
+#include "absl/strings/cord.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -29,6 +31,11 @@ absl::Status Sha256::Final(std::array<uint8_t, 32>& out) {
     return absl::InternalError("SHA-256 failed");
   }
   return absl::OkStatus();
+}
+
+bool IsIntegrityFailure(const absl::Status& st) {
+  return st.code() == absl::StatusCode::kDataLoss &&
+         st.GetPayload(kIntegrityPayload).has_value();
 }
 
 namespace {
@@ -177,9 +184,11 @@ absl::Status Compare(Rep3& ctx, ZeroHashes* z, Sha256& opened, bool local_ok) {
   const bool same = CRYPTO_memcmp(in, hv.data(), 32) == 0 &&
                     CRYPTO_memcmp(in + 32, ho.data(), 32) == 0;
   if (!same || !local_ok) {
-    return absl::DataLossError(
+    absl::Status bad = absl::DataLossError(
         "MPC integrity check failed: a server deviated from the protocol; "
         "batch aborted, nothing released");
+    bad.SetPayload(kIntegrityPayload, absl::Cord("1"));
+    return bad;
   }
   return absl::OkStatus();
 }

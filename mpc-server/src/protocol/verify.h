@@ -58,6 +58,11 @@ namespace kmpc::protocol {
 
 class Rep3;
 
+// The payload (absl::Status::SetPayload) marking a DATA_LOSS as a detected
+// deviation rather than a broken ring message.
+inline constexpr char kIntegrityPayload[] = "kmpc.v1/integrity-check-failed";
+bool IsIntegrityFailure(const absl::Status& st);
+
 // Streaming SHA-256 (OpenSSL EVP).
 class Sha256 {
  public:

@@ -15,6 +15,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "protocol/verify.h"
 #include "net/tls_ring.h"
 #include "util/log.h"
 
@@ -118,6 +119,7 @@ std::string IdHex(const BatchId& id) {
 // The BatchErrorCode of a batch that failed on the ring: the engine's
 // whole-batch refusals (engine.h, RunBatch) and the ring's failures.
 kmpc::v1::BatchErrorCode FailureCode(const absl::Status& st) {
+  if (protocol::IsIntegrityFailure(st)) return kmpc::v1::BATCH_INTEGRITY_CHECK_FAILED;
   switch (st.code()) {
     case absl::StatusCode::kAborted:
     case absl::StatusCode::kFailedPrecondition:
