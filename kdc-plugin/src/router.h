@@ -1,0 +1,121 @@
+// Several MPC clusters behind one module: "simply using two clusters"
+// (Araki et al., CCS 2016, section 5.3) for availability. Every cluster
+// holds every key under the same key id (kmpc-admin deals to all of them,
+// all or nothing), so any job can run on any cluster. Each cluster has a
+// Batcher of its own (queue, batches in flight, speculation).
+//
+// Policy: primary first, no spreading. A job goes to the first cluster, in
+// configuration order, that is healthy: none of its three parties is
+// known unreachable (Transport::Reachable) and no job failed there for a
+// cluster reason in the last kDownFor. The others are hot standbys. One
+// cluster taking the whole load keeps batches large (the batcher's
+// grow-with-load property) and a login's timestamp DECRYPT and its
+// speculated ticket and reply keystreams in one dispatcher; spreading
+// would halve both on two clusters that share the machine's cores.
+//
+// Failover: a job that fails on its cluster with a cluster status
+// (kUnavailable, kDeadlineExceeded, kAborted: a party down, the batch
+// deadline, a refused or inconsistent batch) or kNotFound (that cluster
+// lacks the key id) is submitted again, with its original input, to the
+// next cluster not yet tried, if it is younger than the batcher's
+// `deadline` (so a job's answer comes at most about two deadlines after
+// its submission; a killed server fails its batches at once, so in
+// practice the retry costs one more batch). Other statuses (an integrity
+// failure, a malformed job) are final: a bad timestamp gets no second
+// chance on another cluster.
+//
+// Why a retry never releases a secret twice (enctype.md, "Security
+// invariants"): every ENCRYPT and CHECKSUM counter is drawn by the cluster
+// that computes it, from its own PRSS keys; the clusters' draws are
+// independent 128-bit values, so a retried ENCRYPT gets a fresh counter on
+// the other cluster and each cluster still computes at most one tag per
+// counter. A failed step completes no job, so a caller gets one answer per
+// job. A DECRYPT or VERIFY run again reveals at most what the first run
+// would have (the same plaintext, after the same tag check in the MPC).
+//
+// Threading: batchers deliver on their own threads; retries are submitted
+// from the router's own thread, never from inside a batcher's delivery
+// (a batcher's sink must not call back into a batcher, batcher.h).
+#ifndef KMPC_KDC_PLUGIN_ROUTER_H_
+#define KMPC_KDC_PLUGIN_ROUTER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "batcher.h"
+#include "job.h"
+#include "transport.h"
+
+namespace kmpc::kdc {
+
+class Router {
+ public:
+  // After a cluster failure, new jobs avoid that cluster this long (then
+  // it is tried again with live traffic: a failure there costs a retry).
+  static constexpr absl::Duration kDownFor = absl::Seconds(1);
+
+  // transports: one per cluster, in order (the first is the primary); each
+  // must outlive Stop(). observer (may be null) sees every cluster's
+  // batches.
+  Router(BatcherOptions options, std::vector<Transport*> transports,
+         Sink* sink, BatchObserver* observer = nullptr);
+  ~Router();  // Stop()
+
+  // As Batcher::Submit; the job goes to a healthy cluster.
+  absl::Status Submit(uint64_t token, Job job);
+  void SubmitterIdle();
+  // Stops every batcher and the retry thread; nothing reaches the sink
+  // once it returned.
+  void Stop();
+  // The sum over the clusters, plus failovers_ (jobs submitted again).
+  BatcherStats stats() const;
+  size_t clusters() const { return batchers_.size(); }
+
+ private:
+  class ClusterSink;
+  struct Pending {
+    Job job;  // a copy, for a retry elsewhere; wiped when it goes
+    absl::Time submitted;
+    uint32_t tried = 0;  // bit c: cluster c had it
+  };
+  struct Retry {
+    uint64_t token;
+    absl::Status first;  // the failure that made it go elsewhere
+  };
+
+  void OnResult(size_t cluster, Result r);
+  // The cluster for a job not tried on the clusters in `tried`: the first
+  // healthy one, else the one that failed longest ago; -1 if all tried.
+  int Pick(uint32_t tried, absl::Time now) const;
+  void RetryLoop();
+  void Deliver(Result r);
+
+  const BatcherOptions options_;
+  const std::vector<Transport*> transports_;
+  Sink* const sink_;
+  std::vector<std::unique_ptr<ClusterSink>> sinks_;
+  std::vector<std::unique_ptr<Batcher>> batchers_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::unordered_map<uint64_t, Pending> pending_;  // only with 2+ clusters
+  std::deque<Retry> retries_;
+  std::vector<absl::Time> down_until_;
+  uint64_t failovers_ = 0;
+  absl::Time last_log_ = absl::InfinitePast();
+  std::thread retry_thread_;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_ROUTER_H_
