@@ -23,12 +23,6 @@ bool ClusterFailure(const absl::Status& s) {
   }
 }
 
-bool AllReachable(Transport* t) {
-  for (int p = 0; p < 3; ++p)
-    if (!t->Reachable(p).ok()) return false;
-  return true;
-}
-
 }  // namespace
 
 // One per cluster: tags the cluster's results for OnResult.
@@ -53,7 +47,9 @@ Router::Router(BatcherOptions options, std::vector<Transport*> transports,
     : options_(options),
       transports_(std::move(transports)),
       sink_(sink),
-      down_until_(transports_.size(), absl::InfinitePast()) {
+      down_until_(transports_.size(), absl::InfinitePast()),
+      reach_checked_(transports_.size(), absl::InfinitePast()),
+      reach_ok_(transports_.size(), true) {
   for (size_t c = 0; c < transports_.size(); ++c) {
     // One cluster: its batcher delivers straight to the sink, as before
     // there were several.
@@ -71,11 +67,20 @@ Router::Router(BatcherOptions options, std::vector<Transport*> transports,
 
 Router::~Router() { Stop(); }
 
-int Router::Pick(uint32_t tried, absl::Time now) const {
+bool Router::Reachable(size_t c, absl::Time now) {
+  if (now - reach_checked_[c] < kReachableEvery) return reach_ok_[c];
+  bool ok = true;
+  for (int p = 0; p < 3 && ok; ++p) ok = transports_[c]->Reachable(p).ok();
+  reach_checked_[c] = now;
+  reach_ok_[c] = ok;
+  return ok;
+}
+
+int Router::Pick(uint32_t tried, absl::Time now) {
   int fallback = -1;
   for (size_t c = 0; c < batchers_.size(); ++c) {
     if (tried & (1u << c)) continue;
-    if (down_until_[c] <= now && AllReachable(transports_[c]))
+    if (down_until_[c] <= now && Reachable(c, now))
       return static_cast<int>(c);
     if (fallback < 0 || down_until_[c] < down_until_[fallback])
       fallback = static_cast<int>(c);

@@ -95,7 +95,13 @@ class Router {
   void OnResult(size_t cluster, Result r);
   // The cluster for a job not tried on the clusters in `tried`: the first
   // healthy one, else the one that failed longest ago; -1 if all tried.
-  int Pick(uint32_t tried, absl::Time now) const;
+  // Under mu_.
+  int Pick(uint32_t tried, absl::Time now);
+  // Transport::Reachable of all three parties, asked at most every
+  // kReachableEvery per cluster (a channel-state lookup per party; the
+  // batcher asks again before each batch anyway). Under mu_.
+  bool Reachable(size_t cluster, absl::Time now);
+  static constexpr absl::Duration kReachableEvery = absl::Milliseconds(5);
   void RetryLoop();
   void Deliver(Result r);
 
@@ -111,6 +117,8 @@ class Router {
   std::unordered_map<uint64_t, Pending> pending_;  // only with 2+ clusters
   std::deque<Retry> retries_;
   std::vector<absl::Time> down_until_;
+  std::vector<absl::Time> reach_checked_;
+  std::vector<bool> reach_ok_;
   uint64_t failovers_ = 0;
   absl::Time last_log_ = absl::InfinitePast();
   std::thread retry_thread_;
