@@ -21,7 +21,6 @@ As a script it prints the storm figures with two clusters:
 import argparse
 import os
 import re
-import secrets
 import sys
 import tempfile
 import time
@@ -32,25 +31,14 @@ sys.path.insert(0, HERE)
 
 import kmpc_cluster  # noqa: E402
 # Skipped as test_recovery is (kmpc-admin and the module built).
-from test_recovery import (ENCTYPE, REALM, Storm, kill9, pytestmark,  # noqa: E402,F401
-                           quantile)
-import storm_bench  # noqa: E402
+import test_recovery  # noqa: E402
+from test_recovery import Storm, kill9, pytestmark, quantile  # noqa: E402,F401
 
 
 
-def make_realm(make, users, tmp, **kw):
+def make_realm(make, users, tmp):
     """Two clusters, krbtgt and users dealt to both, the KDC running."""
-    r = make(module="real", clusters=2, **kw)
-    r.setup_krbtgt()
-    r.setup_warmup()
-    r.add_service()
-    pws = {f"user{i}": "pw-" + secrets.token_hex(8) for i in range(users)}
-    r.add_users(pws)
-    kt = os.path.join(tmp, "storm.keytab")
-    storm_bench.client_keytab_from_passwords(
-        r.env, {f"{u}@{REALM}": pw for u, pw in pws.items()}, [ENCTYPE], kt, kvno=2)
-    r.start()
-    return r, kt, pws
+    return test_recovery.make_realm(make, users, tmp, clusters=2)
 
 
 def key_ids(cluster):
@@ -112,7 +100,7 @@ def summary(events):
 def test_kill_a_server_of_either_cluster_no_login_fails(kmpc_factory, tmp_path):
     users = 24
     tmp = str(tmp_path)
-    r, kt, _ = make_realm(kmpc_factory, users, tmp)
+    r, kt = make_realm(kmpc_factory, users, tmp)
     c1, c2 = r.clusters
     # Every key is on all six servers, under the same ids.
     ids1, ids2 = key_ids(c1), key_ids(c2)
@@ -182,7 +170,7 @@ def test_dealing_is_all_or_nothing_across_clusters(kmpc_factory, tmp_path):
 
 def test_refresh_moves_keys_in_both_clusters(kmpc_factory, tmp_path):
     users = 3
-    r, kt, pws = make_realm(kmpc_factory, users, str(tmp_path))
+    r, kt = make_realm(kmpc_factory, users, str(tmp_path))
     c1, c2 = r.clusters
     old = key_ids(c1)[0]
     _, out, err = r.admin("refresh", "--all", expected_code=0)
@@ -191,9 +179,10 @@ def test_refresh_moves_keys_in_both_clusters(kmpc_factory, tmp_path):
     assert not (old & new1[0]), (old, new1)  # every key moved
     assert_kdb_consistent(r)
     # Logins work on either cluster after the refresh.
-    r.kinit("user0", pws["user0"])
+    kinit = ["kinit", "-k", "-t", kt]
+    r.run(kinit + ["user0"])
     c1.stop_party(0)
-    r.kinit("user1", pws["user1"])
+    r.run(kinit + ["user1"])
     c1.start_party(0)
     c1.wait_ring()
 
@@ -216,7 +205,7 @@ def main():
             r = kmpc_cluster.KmpcRealm(os.path.join(tmp, "realm"), module="real",
                                        clusters=args.clusters)
             r.create()
-            r, kt, _ = make_realm(lambda **kw: r, args.users, tmp)
+            r, kt = make_realm(lambda **kw: r, args.users, tmp)
             if args.kill:
                 ev = storm_with_kill(r, kt, args.users, r.clusters[0], 1, args.rate,
                                      args.duration / 2, args.duration / 2, tmp)
