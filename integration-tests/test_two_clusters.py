@@ -196,6 +196,8 @@ def main():
     ap.add_argument("--users", type=int, default=100)
     ap.add_argument("--kill", action="store_true",
                     help="kill party 1 of cluster 1 halfway through")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also the figures of each second (by due time)")
     ap.add_argument("--clusters", type=int, default=2,
                     help="1 for the same storm against one cluster")
     args = ap.parse_args()
@@ -215,6 +217,10 @@ def main():
             s = summary(ev)
             s["rate_logins_s"] = round(s["logins"] / args.duration, 1)
             print(s, flush=True)
+            if args.timeline:
+                t0 = min(e[0] for e in ev)
+                for sec in range(int(args.duration) + 1):
+                    print(sec, summary([e for e in ev if sec <= e[0] - t0 < sec + 1]))
         finally:
             if r is not None:
                 r.stop()
