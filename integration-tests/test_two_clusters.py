@@ -21,6 +21,7 @@ As a script it prints the storm figures with two clusters:
 import argparse
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -184,6 +185,35 @@ def test_refresh_moves_keys_in_both_clusters(kmpc_factory, tmp_path):
     c1.stop_party(0)
     r.run(kinit + ["user1"])
     c1.start_party(0)
+    c1.wait_ring()
+
+
+def test_rebuild_a_server_of_cluster_2(kmpc_factory, tmp_path):
+    """rebuild-party --cluster=2: server 1 of cluster 2 is replaced (empty
+    store); every key moves to a new id on all six servers, the KDB with
+    it, and logins work on either cluster."""
+    users = 3
+    r, kt = make_realm(kmpc_factory, users, str(tmp_path))
+    c1, c2 = r.clusters
+    old = key_ids(c1)[0]
+    c2.stop_party(1)
+    shutil.rmtree(c2.store_dir(1))
+    os.makedirs(c2.store_dir(1))
+    c2.start_party(1)
+    c2.wait_ring()
+    assert not key_ids(c2)[1]
+    r.admin("rebuild-party", "--cluster=3", "1", expected_code=2)
+    _, out, err = r.admin("rebuild-party", "--cluster=2", "1", timeout=300)
+    assert re.search(rf"\b{len(old)} rebuilt, 0 failed", out), out + err
+    new1, new2 = key_ids(c1), key_ids(c2)
+    assert new1 == new2 and len(new1[0]) == len(old), (new1, new2)
+    assert not (old & new1[0]), (old, new1)
+    assert_kdb_consistent(r)
+    kinit = ["kinit", "-k", "-t", kt]
+    r.run(kinit + ["user0"])
+    c1.stop_party(2)
+    r.run(kinit + ["user1"])  # on cluster 2, with its rebuilt server
+    c1.start_party(2)
     c1.wait_ring()
 
 
