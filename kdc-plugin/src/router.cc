@@ -31,10 +31,11 @@ class Router::ClusterSink : public Sink {
   ClusterSink(Router* router, size_t cluster)
       : router_(router), cluster_(cluster) {}
   void Deliver(Result r) override { router_->OnResult(cluster_, std::move(r)); }
+  // Only with several clusters (a lone cluster's batcher logs straight
+  // to the sink, unprefixed).
   void Log(int level, std::string line) override {
-    if (router_->batchers_.size() > 1)
-      line = absl::StrCat("cluster ", cluster_ + 1, ": ", line);
-    router_->sink_->Log(level, std::move(line));
+    router_->sink_->Log(level,
+                        absl::StrCat("cluster ", cluster_ + 1, ": ", line));
   }
 
  private:
@@ -78,7 +79,7 @@ bool Router::Reachable(size_t c, absl::Time now) {
 
 int Router::Pick(uint32_t tried, absl::Time now) {
   int fallback = -1;
-  for (size_t c = 0; c < batchers_.size(); ++c) {
+  for (size_t c = 0; c < transports_.size(); ++c) {
     if (tried & (1u << c)) continue;
     if (down_until_[c] <= now && Reachable(c, now))
       return static_cast<int>(c);
@@ -89,7 +90,8 @@ int Router::Pick(uint32_t tried, absl::Time now) {
 }
 
 absl::Status Router::Submit(uint64_t token, Job job) {
-  if (batchers_.size() == 1) return batchers_[0]->Submit(token, std::move(job));
+  if (transports_.size() == 1)
+    return batchers_[0]->Submit(token, std::move(job));
   const absl::Time now = absl::Now();
   int c;
   {

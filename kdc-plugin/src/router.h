@@ -78,7 +78,7 @@ class Router {
   void Stop();
   // The sum over the clusters, plus failovers_ (jobs submitted again).
   BatcherStats stats() const;
-  size_t clusters() const { return batchers_.size(); }
+  size_t clusters() const { return transports_.size(); }
 
  private:
   class ClusterSink;
