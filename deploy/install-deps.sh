@@ -15,6 +15,9 @@ pkgs=(
   openssl iproute2 procps
   gdb  # bench-soak: heap bytes in use (malloc_info) of each process
   systemd  # systemd-analyze verify of deploy/systemd/ (test_deploy.py)
+  # Debian's own, unpatched MIT clients (test_unmodified_clients.py): kinit,
+  # kvno, klist, kdestroy; gss-client and gss-server for delegation
+  krb5-user krb5-gss-samples
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -25,5 +28,17 @@ echo "[deps] installing: ${missing[*]}"
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
+# krb5-config (a dependency of krb5-user) copies a template with
+# default_realm = ATHENA.MIT.EDU to /etc/krb5.conf when there is none
+# (its postinst; the file is no conffile). Every krb5 program on the host,
+# this build's included, reads /etc/krb5.conf unless KRB5_CONFIG says
+# otherwise, so a host that had none keeps none; an existing one is left
+# as it is.
+had_krb5_conf=0
+[ -e /etc/krb5.conf ] || [ -L /etc/krb5.conf ] && had_krb5_conf=1
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ $had_krb5_conf -eq 0 ] && [ -f /etc/krb5.conf ] && [ ! -L /etc/krb5.conf ] \
+   && grep -q '^[[:space:]]*default_realm = ATHENA.MIT.EDU' /etc/krb5.conf; then
+  $SUDO rm -f /etc/krb5.conf
+fi
 echo "[deps] done"

@@ -40,7 +40,16 @@ MPC = {"logins": 1000, "aes_blocks_per_login": 31.0, "ring_bytes_per_login_per_p
        "jobs_per_login": 6.0, "logins_per_run_batch": 50.0}
 
 
-def write_inputs(d, kmpc_failed=0, soak_pass=True):
+def mix(ops_per_s, failed=0):
+    """storm_bench.py's mix_closed_loop section."""
+    by_op = {op: {"ok": 50, "failed": 0} for op in ("login", "tgs", "renew", "forward")}
+    by_op["renew"]["failed"] = failed
+    return {"ops": "login,tgs,renew,forward", "engine": "sync", "concurrency": 16,
+            "ops_per_s": ops_per_s, "p50_ms": 3.0, "p99_ms": 9.0, "failed": failed,
+            "by_op": by_op, "cpu": {}}
+
+
+def write_inputs(d, kmpc_failed=0, soak_pass=True, kmpc_mix_failed=0):
     stock_cpu = {"krb5kdc": 200.0, "kmpc-storm": 80.0}
     kmpc_cpu = {"krb5kdc": 350.0, "mpc-server-0": 130.0, "mpc-server-1": 130.0,
                 "mpc-server-2": 130.0, "kmpc-storm": 90.0}
@@ -52,6 +61,8 @@ def write_inputs(d, kmpc_failed=0, soak_pass=True):
             "headline": section(1300.0, 210.0, 220.0, kmpc_cpu, kmpc_failed, MPC),
             "default": section(250.0, 212.0, 230.0, kmpc_cpu, 0, MPC)}},
     }
+    storm["stock"]["settings"]["headline"]["mix_closed_loop"] = mix(800.0)
+    storm["kmpc"]["settings"]["headline"]["mix_closed_loop"] = mix(200.0, kmpc_mix_failed)
     with open(os.path.join(d, "storm.json"), "w") as f:
         json.dump(storm, f)
     soak = {"one_client_window_100ms": {"p50_ms": 211.0, "p99_ms": 214.0},
@@ -107,6 +118,22 @@ def test_results_json_headline_pair(tmp_path):
     assert "mpc-server-2 130" in p.stdout
     assert "where kmpc's time goes, one client, early flush" in p.stdout
     assert res["kmpc"]["breakdown_one_client_early_flush"]["batches"]["run_only"]["batches"] == 30
+    # The operation mix beside stock, in the same run.
+    assert res["mix"]["ratio"] == pytest.approx(0.25)
+    assert res["mix"]["kmpc"]["by_op"]["forward"] == {"ok": 50, "failed": 0}
+    assert "mix ops/s (login,tgs,renew,forward)" in p.stdout
+
+
+def test_mix_with_a_failed_exchange_misses_its_target(tmp_path):
+    d = str(tmp_path)
+    write_inputs(d, kmpc_mix_failed=1)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    row = [t for t in res["targets"] if "mix" in t["what"]]
+    assert len(row) == 1 and not row[0]["met"], res["targets"]
+    assert "kmpc 200 ops/s, failed 1" in row[0]["measured"]
+    assert res["targets"][0]["met"]  # the login storm's own target is unaffected
 
 
 def test_stock_swept_before_and_after_kmpc(tmp_path):

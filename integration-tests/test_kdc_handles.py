@@ -499,11 +499,17 @@ def test_s4u2self_with_a_pac(realm_factory, tmp_path):
     assert "refusing S4U2Self" not in m.kdc_log()
 
 
-@pytest.mark.parametrize("alteration", ["server-signature-bit", "another-key"])
+@pytest.mark.parametrize("alteration", ["server-signature-bit", "another-key",
+                                        "server-signature-another-key"])
 def test_altered_pac_in_tgt_is_refused(mpc, alteration):
     """A TGT whose PAC was altered and which is encrypted again under the
     krbtgt key (as only a holder of that key could): one bit of the server
-    signature flipped, or both signatures made with another key.  The VERIFY
+    signature flipped, both signatures made with another key, the server
+    signature alone made with another key (the KDC signature over it
+    valid).  A
+    TGT's KDC signature is not checked (MIT 1.20.1's get_verified_pac: for
+    TGTs only the server signature, under the same krbtgt key), a TGT has
+    no ticket signature, and 1.20.1 makes no full-PAC checksum.  The VERIFY
     job fails inside the module and the TGS-REQ is refused; the control
     (the same re-encryption without an alteration) is accepted."""
     _kinit(mpc)
@@ -521,9 +527,11 @@ def test_altered_pac_in_tgt_is_refused(mpc, alteration):
     etp = pac_ref.EncTicketPart(tgt.plain)
     if alteration == "server-signature-bit":
         pac = pac_ref.flip(etp.pac, pac_ref.PAC_SERVER_CHECKSUM, bit=5)
-    else:
+    elif alteration == "another-key":
         other = os.urandom(32)
         pac = pac_ref.resign(etp.pac, other, other)
+    else:
+        pac = pac_ref.resign(etp.pac, os.urandom(32), krbtgt)
     _replace_ticket(mpc, start, length, tgt.encode(etp.encode(pac)))
     before = len(mpc.journal_lines())
     out = mpc.realm.run(["kvno", SERVICE], expected_code=1)

@@ -11,6 +11,7 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/protocol/prf.cc
   ${KMPC_CORE_ROOT}/src/protocol/prss.cc
   ${KMPC_CORE_ROOT}/src/protocol/rep3.cc
+  ${KMPC_CORE_ROOT}/src/protocol/verify.cc
   ${KMPC_CORE_ROOT}/src/aes/key_expansion.cc
   ${KMPC_CORE_ROOT}/src/aes/aes.cc
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc

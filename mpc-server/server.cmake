@@ -43,11 +43,12 @@ kmpc_server_test(kmpc_server_unit_test 120
 
 # The scheduler over a ring interface (ring.h: TLS, in memory), the key
 # cache, the ENCRYPT states, the gRPC services and their authorization.
-add_library(kmpc_service STATIC
+set(KMPC_SERVICE_SOURCES
   src/service/auth.cc src/service/encrypt_states.cc src/service/key_cache.cc
   src/service/memory_scheduler_ring.cc src/service/metrics.cc
   src/service/scheduler.cc src/service/services.cc
   src/service/tls_scheduler_ring.cc)
+add_library(kmpc_service STATIC ${KMPC_SERVICE_SOURCES})
 target_include_directories(kmpc_service PUBLIC "${_srv}/src")
 target_link_libraries(kmpc_service PUBLIC
   kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization
@@ -56,6 +57,19 @@ target_link_libraries(kmpc_service PUBLIC
 add_executable(kmpc-mpc-server src/main.cc)
 target_link_libraries(kmpc-mpc-server PRIVATE
   kmpc_service absl::flags absl::flags_parse prometheus-cpp::pull)
+
+# Test-only: the server with the cheating-server harness (test/cheat.h;
+# KMPC_CHEAT in scheduler.cc) for integration-tests/test_malicious.py. Built
+# in the build tree, never installed or packaged.
+add_library(kmpc_service_cheat STATIC ${KMPC_SERVICE_SOURCES})
+target_include_directories(kmpc_service_cheat PUBLIC "${_srv}/src" "${_srv}/test")
+target_compile_definitions(kmpc_service_cheat PRIVATE KMPC_CHEAT_HARNESS)
+target_link_libraries(kmpc_service_cheat PUBLIC
+  kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization
+  kmpc_process_metrics prometheus-cpp::core)
+add_executable(kmpc-mpc-server-cheat src/main.cc)
+target_link_libraries(kmpc-mpc-server-cheat PRIVATE
+  kmpc_service_cheat absl::flags absl::flags_parse prometheus-cpp::pull)
 
 add_executable(kmpc-mpc-client tools/mpc_client.cc)
 target_link_libraries(kmpc-mpc-client PRIVATE

@@ -113,6 +113,11 @@ ABSL_FLAG(int, small_sbox_min_blocks,
           "batches of at least this many AES blocks use the 32-AND S-box of "
           "AND depth 6 (fewer bytes), smaller ones the 34-AND S-box of depth "
           "4 (fewer rounds)");
+ABSL_FLAG(std::string, security, "semi-honest",
+          "semi-honest (Araki et al., CCS 2016: private while every server "
+          "follows the protocol) or malicious (security with abort against "
+          "one deviating server: every product and opening is verified, "
+          "protocol/verify.h); all three servers must run the same");
 ABSL_FLAG(int, wave_lanes, 0,
           "engine wave in AES blocks (>= chunk_lanes); 0 = the engine's default");
 
@@ -169,6 +174,11 @@ int main(int argc, char** argv) {
       static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
   if (absl::Status s = engine_options.Validate(); !s.ok())
     return Fail(absl::StrCat("--chunk_lanes / --wave_lanes: ", s.message()));
+  if (const std::string sec = absl::GetFlag(FLAGS_security); sec == "malicious") {
+    engine_options.malicious = true;
+  } else if (sec != "semi-honest") {
+    return Fail("--security must be semi-honest or malicious");
+  }
 
   // The store first: it takes STORE_DIR/kmpc.lock, so a second server on
   // the same directory stops here, before it could touch anything in it

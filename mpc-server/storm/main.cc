@@ -51,6 +51,13 @@ users:
   --users N              number of users (with FMT: FMT(first..first+N-1))
   --first-user I         first index for FMT (default 0)
   --tgs SERVICE          after each AS exchange, a TGS-REQ for SERVICE
+  --mix OPS              operations in turn, comma list of login, tgs, renew,
+                         forward (repeat one to weight it); each is an AS
+                         exchange, then: tgs a TGS-REQ for --tgs; renew
+                         (renewable TGT) a TGS-REQ renewing it; forward
+                         (forwardable TGT) a TGS-REQ for a forwarded TGT.
+                         Needs --engine sync (libkrb5 has no step API for
+                         renewal and forwarding)
 load (closed loop OR open loop; duration OR count):
   -c, --concurrency N    closed loop: N logins always in flight
   -r, --rate R[/s]       open loop: R logins per second, uniformly spaced
@@ -114,12 +121,37 @@ uint64_t ParseCount(const char* opt, const char* s) {
   return v;
 }
 
+std::vector<Op> ParseMix(const char* spec) {
+  std::vector<Op> mix;
+  std::stringstream in(spec);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    bool known = false;
+    for (int i = 0; i < kNumOps; i++) {
+      if (name == OpName(static_cast<Op>(i))) {
+        mix.push_back(static_cast<Op>(i));
+        known = true;
+      }
+    }
+    if (!known) {
+      fprintf(stderr, "kmpc-storm: --mix: unknown operation '%s' (login, tgs, renew, "
+              "forward)\n", name.c_str());
+      exit(2);
+    }
+  }
+  if (mix.empty()) {
+    fprintf(stderr, "kmpc-storm: --mix: no operation\n");
+    exit(2);
+  }
+  return mix;
+}
+
 Config ParseArgs(int argc, char** argv) {
   Config c;
   enum {
     kKeytab = 1000, kPrincipals, kUsers, kFirst, kTgs, kTimeLimit, kEngine,
     kTransport, kMaxInflight, kTickUs, kTimeout, kKdc, kCsv, kJson, kHistCsv, kWatch,
-    kMaxErrors, kProgress, kNoProgress, kRamp, kEvents,
+    kMaxErrors, kProgress, kNoProgress, kRamp, kEvents, kMix,
   };
   static const option opts[] = {
       {"keytab", required_argument, nullptr, kKeytab},
@@ -127,6 +159,7 @@ Config ParseArgs(int argc, char** argv) {
       {"users", required_argument, nullptr, kUsers},
       {"first-user", required_argument, nullptr, kFirst},
       {"tgs", required_argument, nullptr, kTgs},
+      {"mix", required_argument, nullptr, kMix},
       {"concurrency", required_argument, nullptr, 'c'},
       {"rate", required_argument, nullptr, 'r'},
       {"duration", required_argument, nullptr, 'd'},
@@ -162,6 +195,7 @@ Config ParseArgs(int argc, char** argv) {
       case kUsers: c.users = static_cast<int>(ParseCount("--users", optarg)); break;
       case kFirst: c.first_user = static_cast<int>(ParseCount("--first-user", optarg)); break;
       case kTgs: c.tgs_service = optarg; break;
+      case kMix: c.mix = ParseMix(optarg); break;
       case 'c': c.concurrency = static_cast<int>(ParseCount("--concurrency", optarg)); break;
       case 'r': c.rate = ParseDouble("--rate", optarg); break;
       case 'd': c.duration = ParseDouble("--duration", optarg); break;
@@ -209,6 +243,16 @@ Config ParseArgs(int argc, char** argv) {
   }
   if (c.duration == 0 && c.count == 0) c.duration = 10;
   if (c.timeout <= 0) c.timeout = 10;
+  if (!c.mix.empty()) {
+    if (c.engine != Engine::kSync) {
+      fprintf(stderr, "kmpc-storm: --mix needs --engine sync\n");
+      exit(2);
+    }
+    if (std::count(c.mix.begin(), c.mix.end(), Op::kTgs) && c.tgs_service.empty()) {
+      fprintf(stderr, "kmpc-storm: --mix with tgs needs --tgs SERVICE\n");
+      exit(2);
+    }
+  }
   if (c.engine == Engine::kSync) {
     if (c.rate == 0) c.threads = c.concurrency;
     else if (!threads_set) c.threads = 64;
@@ -519,8 +563,13 @@ int Main(int argc, char** argv) {
   std::map<int32_t, std::string> texts;
   size_t nsec = stats[0]->seconds.size();
   std::vector<Second> secs(nsec);
+  uint64_t op_ok[kNumOps] = {}, op_err[kNumOps] = {};
   for (auto& s : stats) {
     hist.Merge(s->hist);
+    for (int i = 0; i < kNumOps; i++) {
+      op_ok[i] += s->op_ok[i];
+      op_err[i] += s->op_errors[i];
+    }
     ok += s->ok;
     errors += s->errors;
     started += s->started;
@@ -572,12 +621,21 @@ int Main(int argc, char** argv) {
 
   if (!cfg.quiet) {
     printf("kmpc-storm: %s, %zu users, %s, %s\n", mode.c_str(), users.names.size(),
-           cfg.tgs_service.empty() ? "AS exchange with encrypted timestamp"
-                                   : ("AS exchange + TGS-REQ " + cfg.tgs_service).c_str(),
+           !cfg.mix.empty() ? "operations of the --mix (each an AS exchange first)"
+           : cfg.tgs_service.empty() ? "AS exchange with encrypted timestamp"
+                                     : ("AS exchange + TGS-REQ " + cfg.tgs_service).c_str(),
            engine.c_str());
     printf("  window          %.3f s first to last measured completion (%.3f s after the "
            "%.1f s warm-up)\n", window, elapsed, cfg.warmup);
     printf("  logins ok       %" PRIu64 "  (%.1f logins/s)\n", ok, rate);
+    if (!cfg.mix.empty()) {
+      printf("  mix             ");
+      for (int i = 0; i < kNumOps; i++)
+        if (std::count(cfg.mix.begin(), cfg.mix.end(), static_cast<Op>(i)))
+          printf(" %s ok %" PRIu64 " failed %" PRIu64 ";", OpName(static_cast<Op>(i)),
+                 op_ok[i], op_err[i]);
+      printf("\n");
+    }
     if (run.open_loop()) printf("  offered         %.1f logins/s\n", cfg.rate);
     printf("  failed          %" PRIu64 " in window, %" PRIu64 " in all\n", errors, failed_total);
     if (run.open_loop()) printf("  dropped         %" PRIu64 " (due, never started: KDC too slow)\n", dropped);
@@ -681,6 +739,16 @@ int Main(int argc, char** argv) {
     j << "  \"tick_us\": " << cfg.tick_us << ",\n";
     j << "  \"transport\": " << JsonStr(cfg.tcp ? "tcp" : "udp") << ",\n";
     j << "  \"tgs\": " << JsonStr(cfg.tgs_service) << ",\n";
+    // --mix: measured operations of each kind in the mix ({} without one).
+    j << "  \"mix\": {";
+    bool first_op = true;
+    for (int i = 0; i < kNumOps; i++) {
+      if (!std::count(cfg.mix.begin(), cfg.mix.end(), static_cast<Op>(i))) continue;
+      j << (first_op ? "" : ", ") << JsonStr(OpName(static_cast<Op>(i)))
+        << ": {\"ok\": " << op_ok[i] << ", \"failed\": " << op_err[i] << "}";
+      first_op = false;
+    }
+    j << "},\n";
     j << "  \"users\": " << users.names.size() << ",\n";
     j << "  \"warmup_s\": " << cfg.warmup << ",\n";
     j << "  \"duration_s\": " << cfg.duration << ",\n";

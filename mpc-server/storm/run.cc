@@ -17,6 +17,11 @@
 
 extern "C" {
 #include <profile.h>
+// Exported by libkrb5 (k5-int.h; what krb5_fwd_tgt_creds and the renewal in
+// krb5_get_renewed_creds call) but not in its public headers: one TGS
+// exchange with the given KDC options, synchronous.
+krb5_error_code krb5_get_cred_via_tkt(krb5_context, krb5_creds*, krb5_flags,
+                                      krb5_address* const*, krb5_creds*, krb5_creds**);
 // Exported by libkrb5 (the path list that honours KRB5_CONFIG) but not in
 // its public headers.
 krb5_error_code KRB5_CALLCONV krb5_get_default_config_files(char*** files);
@@ -24,6 +29,16 @@ void KRB5_CALLCONV krb5_free_config_files(char** files);
 }
 
 namespace kmpc::storm {
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kLogin: return "login";
+    case Op::kTgs: return "tgs";
+    case Op::kRenew: return "renew";
+    case Op::kForward: return "forward";
+  }
+  return "?";
+}
 
 uint64_t NowNs() {
   timespec ts;
@@ -176,16 +191,41 @@ void SleepUntil(uint64_t t) {
   }
 }
 
+// Renewable lifetime asked for the TGTs of renew and forward operations
+// (the KDC caps it at the principals' and realm's maximum).
+constexpr krb5_deltat kRenewLife = 24 * 3600;
+
+// The TGS exchange of a renew or forward operation on tgt (a renewable,
+// forwardable TGT from the AS exchange), as krb5_get_renewed_creds and
+// krb5_fwd_tgt_creds make it: a TGS-REQ for the TGT's own server with
+// RENEW, or with FORWARDED (and FORWARDABLE, addressless).  The reply must
+// carry the flag it asked for.
+static krb5_error_code RenewOrForward(krb5_context ctx, Op op, krb5_creds* tgt) {
+  krb5_creds in, *out = nullptr;
+  memset(&in, 0, sizeof(in));
+  in.client = tgt->client;
+  in.server = tgt->server;
+  krb5_flags kdcopt = op == Op::kRenew ? KDC_OPT_RENEW | KDC_OPT_RENEWABLE
+                                       : KDC_OPT_FORWARDED | KDC_OPT_FORWARDABLE;
+  krb5_flags want = op == Op::kRenew ? TKT_FLG_RENEWABLE : TKT_FLG_FORWARDED;
+  krb5_error_code code = krb5_get_cred_via_tkt(ctx, tgt, kdcopt, nullptr, &in, &out);
+  if (!code && (out == nullptr || out->ticket.length == 0 || !(out->ticket_flags & want)))
+    code = KRB5KRB_AP_ERR_MSG_TYPE;
+  krb5_free_creds(ctx, out);
+  return code;
+}
+
 void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
   const Config& cfg = run->cfg();
   krb5_context ctx = nullptr;
   krb5_get_init_creds_opt* opt = nullptr;
+  krb5_get_init_creds_opt* opt_rf = nullptr;  // renewable and forwardable
   krb5_principal server = nullptr;
   krb5_ccache cc = nullptr;
   std::vector<krb5_principal> princs;
   std::vector<krb5_keytab> kts;
   size_t n = run->principals().size();
-  uint64_t local = 0;
+  uint64_t local = 0, ops = 0;
   krb5_error_code ret = MakeContext(cfg.tcp, &ctx);
   if (ret) {
     fprintf(stderr, "kmpc-storm: worker %d: krb5 context: %s\n", worker,
@@ -207,7 +247,11 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
     princs.push_back(p);
     kts.push_back(kt);
   }
-  if ((ret = krb5_get_init_creds_opt_alloc(ctx, &opt))) goto cleanup;
+  if ((ret = krb5_get_init_creds_opt_alloc(ctx, &opt)) ||
+      (ret = krb5_get_init_creds_opt_alloc(ctx, &opt_rf)))
+    goto cleanup;
+  krb5_get_init_creds_opt_set_renew_life(opt_rf, kRenewLife);
+  krb5_get_init_creds_opt_set_forwardable(opt_rf, 1);
   if (!cfg.tgs_service.empty()) {
     if ((ret = krb5_parse_name(ctx, cfg.tgs_service.c_str(), &server)) ||
         (ret = krb5_cc_new_unique(ctx, "MEMORY", nullptr, &cc)))
@@ -237,12 +281,16 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
         .started++;
     if (measured) ws->started++;
     ws->inflight.fetch_add(1, std::memory_order_relaxed);
+    // Each worker cycles through the mix, so that the operations are done
+    // about equally often whatever each one costs.
+    Op op = run->OpFor(ops++ + worker);
+    bool rf = op == Op::kRenew || op == Op::kForward;
     krb5_creds creds;
     memset(&creds, 0, sizeof(creds));
-    krb5_error_code code =
-        krb5_get_init_creds_keytab(ctx, &creds, princs[u], kts[u], 0, nullptr, opt);
+    krb5_error_code code = krb5_get_init_creds_keytab(ctx, &creds, princs[u], kts[u], 0,
+                                                      nullptr, rf ? opt_rf : opt);
     if (code == 0 && creds.ticket.length == 0) code = KRB5KRB_AP_ERR_MSG_TYPE;
-    if (code == 0 && server != nullptr) {
+    if (code == 0 && op == Op::kTgs) {
       krb5_creds in, *out = nullptr;
       memset(&in, 0, sizeof(in));
       in.client = princs[u];
@@ -254,9 +302,11 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
         code = KRB5KRB_AP_ERR_MSG_TYPE;
       krb5_free_creds(ctx, out);
     }
+    if (code == 0 && rf) code = RenewOrForward(ctx, op, &creds);
     krb5_free_cred_contents(ctx, &creds);
     ws->inflight.fetch_sub(1, std::memory_order_relaxed);
     run->Done(ws, ctx, sched, measured, code, NowNs());
+    if (measured) (code ? ws->op_errors : ws->op_ok)[static_cast<int>(op)]++;
   }
 
 cleanup:
@@ -265,6 +315,7 @@ cleanup:
   for (auto kt : kts) krb5_kt_close(ctx, kt);
   for (auto p : princs) krb5_free_principal(ctx, p);
   krb5_get_init_creds_opt_free(ctx, opt);
+  krb5_get_init_creds_opt_free(ctx, opt_rf);
   if (ctx) krb5_free_context(ctx);
 }
 

@@ -22,12 +22,22 @@ void SleepUntil(uint64_t t);  // on the same clock
 
 enum class Engine { kAsync, kSync };
 
+// What one operation of a --mix does after its AS exchange (RFC 4120
+// 3.3.1 KDC options): nothing; a TGS-REQ for --tgs; a TGS-REQ with RENEW
+// for the (renewable) TGT itself; a TGS-REQ with FORWARDED for the
+// (forwardable) TGT's server, krbtgt/REALM.
+enum class Op { kLogin, kTgs, kRenew, kForward };
+constexpr int kNumOps = 4;
+const char* OpName(Op op);
+
 struct Config {
   std::string keytab;
   std::string principal_fmt;  // e.g. "user%d@KMPC.TEST"; empty: keytab's
   int users = 0;
   int first_user = 0;
   std::string tgs_service;  // empty: AS exchange only
+  // --mix: operation k is mix[k % size]; empty: login (+ --tgs) only.
+  std::vector<Op> mix;
   Engine engine = Engine::kAsync;
   bool tcp = false;
   int concurrency = 0;  // closed loop when > 0
@@ -82,6 +92,8 @@ struct WorkerStats {
   uint64_t stray_replies = 0;
   uint64_t first_done_ns = 0;   // completion of the first measured login
   uint64_t last_done_ns = 0;    // completion of the last measured login
+  // --mix, measured window: successful and failed operations of each kind.
+  uint64_t op_ok[kNumOps] = {}, op_errors[kNumOps] = {};
   std::map<int32_t, uint64_t> err_by_code;  // every phase
   std::map<int32_t, std::string> err_text;  // first message per code
   std::vector<Second> seconds;
@@ -117,6 +129,11 @@ class Run {
   // Latency in us from `sched` to now; record the outcome.
   void Done(WorkerStats* ws, krb5_context ctx, uint64_t sched, bool measured,
             krb5_error_code code, uint64_t now);
+  // The operation number k does (--mix), counted in ws when measured.
+  Op OpFor(uint64_t k) const {
+    if (cfg_.mix.empty()) return cfg_.tgs_service.empty() ? Op::kLogin : Op::kTgs;
+    return cfg_.mix[k % cfg_.mix.size()];
+  }
 
   std::atomic<uint64_t> next_ticket{0};  // sync engine's shared schedule
   std::atomic<int> workers_running{0};

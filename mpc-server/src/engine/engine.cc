@@ -43,27 +43,7 @@ void PutBytes(std::vector<uint8_t>& out, absl::Span<const uint8_t> b) {
   out.insert(out.end(), b.begin(), b.end());
 }
 
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) {
-    ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
-  }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  void Update(absl::Span<const uint8_t> b) {
-    if (ok_ && !b.empty()) ok_ = EVP_DigestUpdate(ctx_, b.data(), b.size()) == 1;
-  }
-  absl::Status Final(std::array<uint8_t, 32>& out) {
-    unsigned int len = 0;
-    if (!ok_ || EVP_DigestFinal_ex(ctx_, out.data(), &len) != 1 || len != 32) {
-      return absl::InternalError("SHA-256 failed");
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-  bool ok_;
-};
+using protocol::Sha256;
 
 // 128-bit big-endian counter helpers.
 struct U128 {
@@ -379,6 +359,7 @@ class Engine::Impl {
   protocol::Rep3 rep3_;
   EngineOptions options_;
   aes::Workspace workspace_;
+  protocol::MulLog log_;
   // Set after a channel failure: the parties may be out of step (PRSS
   // counters, half-read messages), so the engine refuses further batches.
   bool broken_ = false;
@@ -393,11 +374,28 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   b.plan.resize(jobs.size());
   b.secrets.resize(jobs.size());
   LookupKeys(b, lookup);
+  // Malicious security (protocol/verify.h): every product and opening from
+  // here on is logged and verified before a value depending on it is
+  // opened (CheckTags) or released (Collect).
+  struct LogScope {
+    protocol::Rep3& rep3;
+    protocol::MulLog& log;
+    LogScope(protocol::Rep3& r, protocol::MulLog& l, bool on) : rep3(r), log(l) {
+      if (on) rep3.set_log(&log);
+    }
+    ~LogScope() {
+      rep3.set_log(nullptr);
+      log.Clear();
+    }
+  } scope(rep3_, log_, options_.malicious);
   if (absl::Status s = AgreeOnBatch(b); !s.ok()) return s;
   if (absl::Status s = DrawCounters(b); !s.ok()) return s;
   if (absl::Status s = RunAes(b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(b); !s.ok()) return s;
   if (absl::Status s = CheckTags(b); !s.ok()) return s;
+  if (rep3_.log() != nullptr && !log_.empty()) {
+    if (absl::Status s = protocol::Verifier::Verify(rep3_, log_); !s.ok()) return s;
+  }
   return Collect(b);  // b's secret buffers are wiped when it goes
 }
 
@@ -451,13 +449,14 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 }
 
 // The header's two digests: the public inputs (with the engine options that
-// shape the rounds: servers whose --small_sbox_min_blocks, --chunk_lanes or
-// --wave_lanes differ would run different circuits or message sizes and
+// shape the rounds: servers whose --security, --small_sbox_min_blocks,
+// --chunk_lanes or --wave_lanes differ would run different circuits or message sizes and
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v3";
+  static constexpr char kTag[] = "kmpc-batch-v4";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
+  PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
   PutU32(enc, options_.chunk_lanes);
   PutU32(enc, options_.wave_lanes);
@@ -518,8 +517,8 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
     if (h.InputsDiffer()) {
       return absl::AbortedError(
           "batch refused: the MPC servers received different batch inputs "
-          "(or run with different --small_sbox_min_blocks, --chunk_lanes or "
-          "--wave_lanes, or different versions)");
+          "(or run with different --security, --small_sbox_min_blocks, "
+          "--chunk_lanes or --wave_lanes, or different versions)");
     }
     if (!h.KeysDiffer()) {
       // Same inputs and key views but different counts: cannot happen with
@@ -543,6 +542,8 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
     for (int k = 0; k < 16; ++k)
       w.ctr0[k] = r0[16 * p + k] ^ r1[16 * p + k] ^ revealed[16 * p + k];
     w.ctr0_drawn = true;
+    // An opening among the servers like any other (protocol/verify.h).
+    if (rep3_.log() != nullptr) log_.AddOpened(w.ctr0);
   }
   return absl::OkStatus();
 }
@@ -743,7 +744,12 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
   }
   prss_.RandomShares(r0.data(), r1.data(), n);
   absl::Status st = rep3_.GfMul(r0, r1, d0, d1, absl::MakeSpan(z0), absl::MakeSpan(z1));
+  // Malicious security: the products behind T' and r * (T' ^ T) are
+  // verified before the reveal, and the reveal is compared after it.
+  const bool verify = rep3_.log() != nullptr;
+  if (st.ok() && verify) st = protocol::Verifier::Verify(rep3_, log_);
   if (st.ok()) st = rep3_.Reveal(z0, z1, absl::MakeSpan(open));
+  if (st.ok() && verify) st = protocol::Verifier::CompareOpened(rep3_, log_);
   for (auto* v : {&d0, &d1, &r0, &r1, &z0, &z1}) share::Wipe(*v);
   if (!st.ok()) return st;
   for (size_t c = 0; c < checks.size(); ++c) {

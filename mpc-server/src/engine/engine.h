@@ -235,6 +235,11 @@ struct EngineOptions {
   // more bytes; bulk batches of 16384 blocks and more keep the 32-AND
   // S-box and its 640 bytes per AES-128 block.
   uint32_t small_sbox_min_blocks = 16384;
+  // Security with abort against one malicious party (protocol/verify.h):
+  // every AND and GF(2^128) product of a batch is verified before anything
+  // depending on it is opened or released. All three parties must agree
+  // (the agreement digest covers it). Costs extra rounds and bytes.
+  bool malicious = false;
 
   // What Engine::Create checks (chunk_lanes a positive multiple of 64,
   // wave_lanes >= chunk_lanes); a server checks its flags with it at

@@ -31,6 +31,13 @@ absl::Status Rep3::And(absl::Span<const uint64_t> x0,
     z0[j] = t[j];
     z1[j] = r[j];
   }
+  if (log_ != nullptr) {
+    const size_t at =
+        log_->AddAnd(x0.data(), x1.data(), y0.data(), y1.data(), t.data(), n);
+    log_->SetAndZ1(at, r.data(), n);
+  }
+  share::Wipe(t.data(), 8 * n);
+  share::Wipe(r.data(), 8 * n);
   return absl::OkStatus();
 }
 
@@ -51,6 +58,10 @@ absl::Status Rep3::GfMul(absl::Span<const uint8_t> x0,
                          nb / 16);
   absl::Status st = channel_.Exchange(t, z1);
   if (st.ok()) std::copy(t.begin(), t.end(), z0.begin());
+  if (st.ok() && log_ != nullptr) {
+    log_->AddGf(x0.data(), x1.data(), y0.data(), y1.data(), z0.data(),
+                z1.data(), nb / 16);
+  }
   share::Wipe(t);
   return st;
 }
@@ -88,6 +99,7 @@ absl::Status Rep3::Reveal(absl::Span<const uint8_t> c0,
   absl::Status st = channel_.Exchange(c1, absl::MakeSpan(missing));
   if (!st.ok()) return st;
   for (size_t j = 0; j < n; ++j) out[j] = c0[j] ^ c1[j] ^ missing[j];
+  if (log_ != nullptr) log_->AddOpened(out);
   return absl::OkStatus();
 }
 

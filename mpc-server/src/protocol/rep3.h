@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "net/channel.h"
 #include "protocol/prss.h"
+#include "protocol/verify.h"
 
 namespace kmpc::protocol {
 
@@ -26,6 +27,10 @@ class Rep3 {
       : channel_(channel), prss_(prss) {}
 
   int party() const { return prss_.party(); }
+  // Malicious security (verify.h): while a log is set, And, GfMul, Reveal
+  // and the AES kernels record every product and opening in it.
+  MulLog* log() const { return log_; }
+  void set_log(MulLog* log) { log_ = log; }
   net::RingChannel& channel() { return channel_; }
   Prss& prss() { return prss_; }
 
@@ -59,6 +64,7 @@ class Rep3 {
  private:
   net::RingChannel& channel_;
   Prss& prss_;
+  MulLog* log_ = nullptr;
 };
 
 }  // namespace kmpc::protocol

@@ -1,5 +1,12 @@
 #include "service/scheduler.h"
 
+#ifdef KMPC_CHEAT_HARNESS
+#include <cstdio>
+#include <cstdlib>
+
+#include "cheat.h"
+#endif
+
 #include <openssl/rand.h>
 
 #include <algorithm>
@@ -141,7 +148,34 @@ struct Scheduler::Work {
   BatchOutcome outcome;
 };
 
+#ifdef KMPC_CHEAT_HARNESS
+// Test-only build (kmpc-mpc-server-cheat, never installed): this party
+// deviates through the cheating-server harness (test/cheat.h) as
+// KMPC_CHEAT="step:offset:mask[:from_batch[:late]]" says: in every batch
+// from the from_batch-th on (0 = the first this worker runs), the step-th
+// ring message it sends gets mask XORed into byte offset.
+struct CheatPlan {
+  uint64_t step = 0, offset = 0, from_batch = 0;
+  uint8_t mask = 0;
+  bool late = false, on = false;
+};
+CheatPlan ReadCheatPlan() {
+  CheatPlan p;
+  const char* e = std::getenv("KMPC_CHEAT");
+  if (e == nullptr) return p;
+  unsigned long long v[5] = {0, 0, 0, 0, 0};
+  const int n = std::sscanf(e, "%llu:%llu:%llu:%llu:%llu", &v[0], &v[1], &v[2], &v[3], &v[4]);
+  if (n < 3) return p;
+  p = {v[0], v[1], v[3], static_cast<uint8_t>(v[2]), v[4] != 0, true};
+  return p;
+}
+#endif
+
 struct Scheduler::Session {
+#ifdef KMPC_CHEAT_HARNESS
+  std::unique_ptr<kmpc::testing::CheatingChannel> cheat;
+  uint64_t batches = 0;
+#endif
   std::unique_ptr<engine::Engine> engine;
   uint64_t generation = 0;
   bool Usable(const WorkerRing& ch) const {
@@ -296,7 +330,12 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
   ch.BeginBatch(seq, work.deadline);
   if (new_session) {
     session.engine.reset();
+#ifdef KMPC_CHEAT_HARNESS
+    session.cheat = std::make_unique<kmpc::testing::CheatingChannel>(ch.data());
+    auto eng = engine::Engine::Create(*session.cheat, options_.engine);
+#else
     auto eng = engine::Engine::Create(ch.data(), options_.engine);
+#endif
     if (!eng.ok()) {
       ch.Reset();
       return eng.status();
@@ -315,6 +354,14 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
     if (res.ok()) work.outcome.refreshed = std::move(*res);
     ran = res.status();
   } else {
+#ifdef KMPC_CHEAT_HARNESS
+    static const CheatPlan plan = ReadCheatPlan();
+    if (plan.on && session.batches++ >= plan.from_batch) {
+      session.cheat->Arm(plan.step, plan.offset, plan.mask, plan.late);
+      KMPC_LOG(WARNING) << "cheat harness: corrupting ring message " << plan.step
+                        << " of batch " << seq;
+    }
+#endif
     auto res = session.engine->RunBatch(seq, work.jobs, lookup_);
     if (res.ok()) work.outcome.result = std::move(*res);
     ran = res.status();

@@ -3,7 +3,7 @@
 // and bytes sent per block per party. The real three-process benchmark
 // over TLS lives with the server.
 //
-//   kmpc_core_bench [--avx2] [--aesni] [--chunk=N] [--depth4|--depth6]
+//   kmpc_core_bench [--avx2] [--aesni] [--chunk=N] [--depth4|--depth6] [--malicious]
 //                   [--reps=N] [--sizes=1,128,12800,100000]
 #include <algorithm>
 #include <chrono>
@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
     else if (s == "--solo") solo = true;
     else if (s.rfind("--job-blocks=", 0) == 0) job_blocks = std::stoul(s.substr(13));
     else if (s == "--depth6") opt.small_sbox_min_blocks = 0;
+    else if (s == "--malicious") opt.malicious = true;
     else if (s.rfind("--reps=", 0) == 0) reps = std::stoi(s.substr(7));
     else if (s.rfind("--sizes=", 0) == 0) {
       sizes.clear();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <set>
@@ -13,15 +14,19 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/agreement.h"
 #include "net/memory_ring.h"
 #include "protocol/gf128.h"
+#include "protocol/verify.h"
 #include "share/replicated.h"
+#include "../cheat.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
 namespace {
 
+using ::kmpc::testing::CheatingChannel;
 using ::kmpc::testing::Hex;
 using ::kmpc::testing::OpensslAes;
 using ::kmpc::testing::Random;
@@ -125,15 +130,32 @@ Bytes TagOf(const std::array<JobResult, 3>& r) {
 class Cluster {
  public:
   explicit Cluster(EngineOptions opt = {}) : Cluster({opt, opt, opt}) {}
-  explicit Cluster(const std::array<EngineOptions, 3>& opts) {
+  explicit Cluster(const std::array<EngineOptions, 3>& opts) : opts_(opts) {
+    Connect();
+  }
+  // Party `cheater` runs over the cheating-server harness (cheat.h).
+  Cluster(EngineOptions opt, int cheater) : opts_({opt, opt, opt}), cheater_(cheater) {
+    Connect();
+  }
+  // A fresh ring and engines (as the servers do after a ring failure); the
+  // keys stay.
+  void Connect() {
+    engines_ = {};
+    cheat_.reset();
+    // A cheated batch may leave a party waiting for a peer that gave up.
+    ring_ = std::make_unique<net::InMemoryRing>(
+        std::chrono::milliseconds(cheater_ >= 0 ? 300 : 20000));
+    if (cheater_ >= 0) cheat_ = std::make_unique<CheatingChannel>(ring_->party(cheater_));
     auto st = RunParties([&](int i) -> absl::Status {
-      auto e = Engine::Create(ring_.party(i), opts[i]);
+      net::RingChannel& ch = i == cheater_ ? *cheat_ : ring_->party(i);
+      auto e = Engine::Create(ch, opts_[i]);
       if (!e.ok()) return e.status();
       engines_[i] = std::move(*e);
       return absl::OkStatus();
     });
     for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
   }
+  CheatingChannel& cheat() { return *cheat_; }
 
   std::string AddKey(const Bytes& key) {
     const Cipher c = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
@@ -192,10 +214,13 @@ class Cluster {
     return out;
   }
 
-  net::InMemoryRing& ring() { return ring_; }
+  net::InMemoryRing& ring() { return *ring_; }
 
  private:
-  net::InMemoryRing ring_{std::chrono::milliseconds(20000)};
+  std::array<EngineOptions, 3> opts_;
+  int cheater_ = -1;
+  std::unique_ptr<net::InMemoryRing> ring_;
+  std::unique_ptr<CheatingChannel> cheat_;
   std::array<std::unique_ptr<Engine>, 3> engines_;
   std::array<std::map<std::string, std::shared_ptr<const KeyShares>>, 3> store_;
   int next_id_ = 0;
@@ -1005,6 +1030,231 @@ TEST(KeySharesTest, SerializeParseStrict) {
   }
   EXPECT_EQ(rk0, key);
   for (int i = 0; i < 3; ++i) EXPECT_EQ((*w)[i].round_keys[1], (*w)[(i + 1) % 3].round_keys[0]);
+}
+
+// ---- Malicious security (protocol/verify.h) and the cheating harness ----
+
+namespace mal {
+
+EngineOptions Malicious() {
+  EngineOptions o;
+  o.malicious = true;
+  return o;
+}
+
+// A login-like batch: a DECRYPT of a TGT-sized AES-256 ciphertext, an
+// ENCRYPT, a CHECKSUM and a VERIFY_CHECKSUM.
+struct LoginBatch {
+  std::string id;
+  Bytes ct, data, cks;
+  std::vector<Job> jobs() const {
+    return {DecryptJob(id, 2, ct), EncryptJob(id, 3, 20), ChecksumJob(id, 17, data),
+            VerifyJob(id, 17, data, cks)};
+  }
+};
+
+LoginBatch MakeLogin(Cluster& c, const Bytes& key) {
+  LoginBatch b;
+  b.id = c.AddKey(key);
+  b.ct = ClusterEncrypt(c, b.id, 2, Random(300));
+  b.data = Random(40);
+  auto r = c.Run({ChecksumJob(b.id, 17, b.data)});
+  std::array<JobResult, 3> jr = {r[0].jobs[0], r[1].jobs[0], r[2].jobs[0]};
+  b.cks.assign(jr[0].ctr0.begin(), jr[0].ctr0.end());
+  const Bytes tag = TagOf(jr);
+  b.cks.insert(b.cks.end(), tag.begin(), tag.end());
+  return b;
+}
+
+// The batch ran on all three with every job as expected.
+void ExpectHonest(const std::array<absl::StatusOr<BatchResult>, 3>& r) {
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(r[i].ok()) << "party " << i << ": " << r[i].status();
+    for (const JobResult& j : r[i]->jobs) EXPECT_EQ(j.status, pb::JOB_OK) << j.detail;
+  }
+}
+
+// An injected deviation is caught: at least one honest party fails the
+// batch with a clear error (DATA_LOSS from the checks, ABORTED from the
+// agreement) and returns nothing, so the KDC, which needs the same result
+// from all three, gets nothing. (The other honest party may time out, or
+// accept: on a one-way ring it hears only the cheater.)
+void ExpectCaught(const std::array<absl::StatusOr<BatchResult>, 3>& r, int cheater,
+                  const std::string& what) {
+  int clear = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (i == cheater || r[i].ok()) continue;
+    const auto code = r[i].status().code();
+    if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted) ++clear;
+  }
+  EXPECT_GE(clear, 1) << what << ": no honest party caught it ("
+                      << r[0].status() << " / " << r[1].status() << " / "
+                      << r[2].status() << ")";
+}
+
+}  // namespace mal
+
+TEST(Malicious, BucketParametersMeetTheBound) {
+  for (size_t n : {1, 2, 10, 100, 1000, 7616, 100000, 1000000}) {
+    const protocol::BucketParams p = protocol::ChooseBuckets(n);
+    ASSERT_GE(p.b, 2) << n;
+    ASSERT_GE(p.c, 1u) << n;
+    // The j = 1 and j = N terms (all bad words in one bucket; every
+    // bucket bad and exactly the opened words good) are below 2^-40.
+    auto lb = [](double a, double b) {
+      return (std::lgamma(a + 1) - std::lgamma(b + 1) - std::lgamma(a - b + 1)) / std::log(2.0);
+    };
+    const double m = static_cast<double>(n) * p.b + p.c;
+    EXPECT_LE(std::log2(double(n)) - lb(m, p.b), -40.0) << n;
+    EXPECT_LE(-lb(m, double(n) * p.b), -40.0) << n;
+  }
+  EXPECT_EQ(protocol::ChooseBuckets(7616).b, 4);  // a login batch
+}
+
+TEST(Malicious, HonestBatchesMatchTheReference) {
+  Cluster c(mal::Malicious());
+  for (size_t key_len : {16, 32}) {
+    const Bytes key = Random(key_len);
+    const std::string id = c.AddKey(key);
+    for (size_t plen : {0, 17, 993}) {
+      const Bytes p = Random(plen);
+      const Bytes ct = ClusterEncrypt(c, id, 7, p);
+      const Bytes ctr0(ct.begin(), ct.begin() + 16);
+      EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 7, ctr0, p)));
+      auto r = c.Run({DecryptJob(id, 7, ct), DecryptJob(id, 8, ct)});
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(r[i].jobs[0].status, pb::JOB_OK);
+        EXPECT_EQ(r[i].jobs[1].status, pb::JOB_INTEGRITY_FAILED);
+      }
+      Bytes ks = Keystream(r, 0);
+      ks.resize(p.size());
+      EXPECT_EQ(Xor(Bytes(ct.begin() + 16, ct.end() - 16), ks), p);
+    }
+  }
+  // Messages over the stored powers of H (GF(2^128) doubling rounds).
+  const std::string id = c.AddKey(Random(16));
+  const Bytes p = Random(16 * (kStoredHPowers + 40));
+  const Bytes ct = ClusterEncrypt(c, id, 5, p);
+  auto r = c.Run({DecryptJob(id, 5, ct)});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(r[i].jobs[0].status, pb::JOB_OK);
+}
+
+TEST(Malicious, SeveralWavesAndTheDepth6Sbox) {
+  EngineOptions o = mal::Malicious();
+  o.chunk_lanes = 256;
+  o.wave_lanes = 512;
+  o.small_sbox_min_blocks = 1000;
+  Cluster c(o);
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  const Bytes p = Random(16 * 1500);
+  const Bytes ct = ClusterEncrypt(c, id, 1, p);
+  const Bytes ctr0(ct.begin(), ct.begin() + 16);
+  EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 1, ctr0, p)));
+}
+
+TEST(Malicious, ModesMustAgree) {
+  Cluster c({mal::Malicious(), EngineOptions{}, mal::Malicious()});
+  const std::string id = c.AddKey(Random(16));
+  auto r = c.RunEach(1, {std::vector<Job>{EncryptJob(id, 1, 2)},
+                         std::vector<Job>{EncryptJob(id, 1, 2)},
+                         std::vector<Job>{EncryptJob(id, 1, 2)}});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_FALSE(r[i].ok());
+    EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << r[i].status();
+  }
+}
+
+// The attack of issue 16: an error on m31 (depth-4 S-box, AND layer 2) of
+// the block AES_K(c0) of a DECRYPT reaches the tag check only for some key
+// bytes, so the verdict leaks a key predicate. Semi-honest: the batch runs
+// and the verdict is revealed (the test would pass the attack); malicious:
+// the deviation is caught before the verdict is opened, whatever the key.
+TEST(Malicious, M31AttackOnATgtDecryptIsCaught) {
+  for (bool malicious : {false, true}) {
+    EngineOptions o = malicious ? mal::Malicious() : EngineOptions{};
+    Cluster c(o, /*cheater=*/1);
+    const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+    const std::vector<Job> jobs = {DecryptJob(lb.id, 2, lb.ct)};
+    // An honest run gives the message sizes: the first 384-byte message
+    // after a 1152-byte one is round 1's AND layer 2 (3 wires, one tile).
+    const uint64_t before = c.cheat().sent();
+    mal::ExpectHonest(c.RunEach(100, {jobs, jobs, jobs}));
+    const auto& sizes = c.cheat().sizes();
+    uint64_t step = 0;
+    bool found = false;
+    for (size_t k = before + 1; k < sizes.size() && !found; ++k) {
+      if (sizes[k] == 384 && sizes[k - 1] == 1152) {
+        step = k - before;
+        found = true;
+      }
+    }
+    ASSERT_TRUE(found);
+    int caught = 0;
+    for (int trial = 0; trial < 16; ++trial) {
+      // m31 is wire 1 of its layer's group: word 16 * 1 + byte position p,
+      // lane 0 (the DECRYPT's AES_K(c0)).
+      const int p = trial % 16;
+      c.cheat().Arm(step, (16 * 1 + p) * 8, 0x01);
+      auto r = c.RunEach(200 + trial, {jobs, jobs, jobs});
+      ASSERT_TRUE(c.cheat().fired());
+      if (!malicious) {
+        // Semi-honest: all three run to the end and reveal a verdict.
+        for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << r[i].status();
+        continue;
+      }
+      mal::ExpectCaught(r, 1, "m31");
+      // The party that hears the other honest one checks the verdict's
+      // inputs before it is opened: it fails, so no verdict is opened.
+      EXPECT_FALSE(r[2].ok());
+      if (!r[2].ok()) ++caught;
+      c.Connect();
+      mal::ExpectHonest(c.RunEach(300 + trial, {jobs, jobs, jobs}));
+    }
+    if (malicious) EXPECT_GE(caught, 16);
+  }
+}
+
+// Every message of a login batch, at random offsets and bits, from each
+// party in turn: each deviation is caught, and the ring serves honest
+// batches after a reconnect. Late (receive-then-send) variants cover a
+// party that waits for the others' part of an opening.
+TEST(Malicious, RandomInjectionsAreAllCaught) {
+  std::mt19937_64 rng(0x6b6d7063);
+  int trials = 0;
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    Cluster c(mal::Malicious(), cheater);
+    const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+    const std::vector<Job> jobs = lb.jobs();
+    const uint64_t before = c.cheat().sent();
+    mal::ExpectHonest(c.RunEach(1000, {jobs, jobs, jobs}));
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
+                                    c.cheat().sizes().end());
+    ASSERT_GT(sizes.size(), 20u);
+    // Every step once, then random ones.
+    std::vector<uint64_t> steps;
+    for (uint64_t s = 0; s < sizes.size(); ++s) steps.push_back(s);
+    for (int k = 0; k < 20; ++k) steps.push_back(rng() % sizes.size());
+    uint64_t seq = 2000;
+    for (uint64_t s : steps) {
+      if (sizes[s] == 0) continue;
+      const size_t off = rng() % sizes[s];
+      const uint8_t mask = static_cast<uint8_t>(1u << (rng() % 8));
+      const bool late = (rng() % 4) == 0;
+      c.cheat().Arm(s, off, mask, late);
+      auto r = c.RunEach(seq++, {jobs, jobs, jobs});
+      ASSERT_TRUE(c.cheat().fired());
+      mal::ExpectCaught(r, cheater,
+                        absl::StrCat("party ", cheater, " step ", s, "/", sizes.size(),
+                                     " (", sizes[s], " bytes) offset ", off,
+                                     late ? " late" : ""));
+      ++trials;
+      c.cheat().Disarm();
+      c.Connect();
+      mal::ExpectHonest(c.RunEach(seq++, {jobs, jobs, jobs}));
+    }
+  }
+  EXPECT_GT(trials, 100);
 }
 
 }  // namespace

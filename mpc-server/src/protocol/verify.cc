@@ -1,0 +1,396 @@
+#include "protocol/verify.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "protocol/gf128.h"
+#include "protocol/prf.h"
+#include "protocol/rep3.h"
+#include "share/replicated.h"
+
+namespace kmpc::protocol {
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
+}
+Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
+void Sha256::Update(absl::Span<const uint8_t> b) {
+  if (ok_ && !b.empty()) ok_ = EVP_DigestUpdate(ctx_, b.data(), b.size()) == 1;
+}
+absl::Status Sha256::Final(std::array<uint8_t, 32>& out) {
+  unsigned int len = 0;
+  if (!ok_ || EVP_DigestFinal_ex(ctx_, out.data(), &len) != 1 || len != 32) {
+    return absl::InternalError("SHA-256 failed");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+constexpr double kStatBits = 40.0;
+
+double Log2Binom(double n, double k) {
+  return (std::lgamma(n + 1) - std::lgamma(k + 1) - std::lgamma(n - k + 1)) /
+         std::log(2.0);
+}
+
+// log2 of max_j binom(N, j) / binom(N*B + C, j*B). Its logarithm is convex
+// in j (the ratio of consecutive terms grows with j for B >= 2), so the
+// maximum is at j = 1 or j = N; small N are scanned whole.
+double LogWin(double n, int b, double c) {
+  const double m = n * b + c;
+  auto term = [&](double j) { return Log2Binom(n, j) - Log2Binom(m, j * b); };
+  double worst = std::max(term(1), term(n));
+  if (n <= 4096) {
+    for (double j = 2; j < n; ++j) worst = std::max(worst, term(j));
+  }
+  return worst;
+}
+
+}  // namespace
+
+BucketParams ChooseBuckets(size_t n_words) {
+  static std::mutex mu;
+  static std::map<size_t, BucketParams> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(n_words); it != cache.end()) return it->second;
+  const double n = static_cast<double>(std::max<size_t>(n_words, 1));
+  BucketParams best;
+  double best_cost = 0;
+  for (int b = 2; b <= 48; ++b) {
+    if (best.b != 0 && n * b >= best_cost) break;
+    // The smallest C for this B (the j = N term needs C >= ~40/log2(N*B)).
+    for (size_t c = 1; c <= 4096; ++c) {
+      if (LogWin(n, b, static_cast<double>(c)) <= -kStatBits) {
+        const double cost = n * b + static_cast<double>(c);
+        if (best.b == 0 || cost < best_cost) {
+          best = {b, c};
+          best_cost = cost;
+        }
+        break;
+      }
+    }
+  }
+  if (cache.size() < 4096) cache[n_words] = best;
+  return best;
+}
+
+MulLog::~MulLog() { Clear(); }
+
+size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,
+                      const uint64_t* y0, const uint64_t* y1,
+                      const uint64_t* z0, size_t n) {
+  const size_t at = and_[0].size();
+  const uint64_t* src[5] = {x0, x1, y0, y1, z0};
+  for (int k = 0; k < 5; ++k) and_[k].insert(and_[k].end(), src[k], src[k] + n);
+  and_[5].resize(at + n);
+  return at;
+}
+
+void MulLog::SetAndZ1(size_t at, const uint64_t* z1, size_t n) {
+  std::memcpy(and_[5].data() + at, z1, 8 * n);
+}
+
+void MulLog::AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
+                   const uint8_t* y1, const uint8_t* z0, const uint8_t* z1,
+                   size_t n) {
+  const uint8_t* src[6] = {x0, x1, y0, y1, z0, z1};
+  for (int k = 0; k < 6; ++k) gf_[k].insert(gf_[k].end(), src[k], src[k] + 16 * n);
+}
+
+void MulLog::AddOpened(absl::Span<const uint8_t> v) {
+  if (opened_ == nullptr) opened_ = new Sha256();
+  opened_->Update(v);
+}
+
+void MulLog::Clear() {
+  for (auto& v : and_) {
+    OPENSSL_cleanse(v.data(), 8 * v.size());
+    v.clear();
+  }
+  for (auto& v : gf_) {
+    OPENSSL_cleanse(v.data(), v.size());
+    v.clear();
+  }
+  delete opened_;
+  opened_ = nullptr;
+}
+
+namespace {
+
+// Detaches the context's log while the checks run their own rounds.
+class Unlogged {
+ public:
+  explicit Unlogged(Rep3& ctx) : ctx_(ctx), saved_(ctx.log()) { ctx.set_log(nullptr); }
+  ~Unlogged() { ctx_.set_log(saved_); }
+
+ private:
+  Rep3& ctx_;
+  MulLog* saved_;
+};
+
+template <class T>
+void WipeAll(std::initializer_list<std::vector<T>*> vs) {
+  for (auto* v : vs) OPENSSL_cleanse(v->data(), v->size() * sizeof(T));
+}
+
+// Hashes of the zero tests: u = v_i ^ v_{i+1} (sent to party i-1) and v_i
+// (compared with what party i+1 sends).
+struct ZeroHashes {
+  Sha256 u, v;
+  void Add(const uint8_t* v0, const uint8_t* v1, size_t n) {
+    uint8_t buf[256];
+    for (size_t off = 0; off < n; off += sizeof buf) {
+      const size_t m = std::min(sizeof buf, n - off);
+      for (size_t i = 0; i < m; ++i) buf[i] = v0[off + i] ^ v1[off + i];
+      u.Update(absl::MakeConstSpan(buf, m));
+    }
+    v.Update(absl::MakeConstSpan(v0, n));
+    OPENSSL_cleanse(buf, sizeof buf);
+  }
+};
+
+// The final round: (H(u), H(opened)) to party i-1; compare what party i+1
+// sends with (H(v_i), H(opened)).
+absl::Status Compare(Rep3& ctx, ZeroHashes* z, Sha256& opened, bool local_ok) {
+  std::array<uint8_t, 32> hu{}, hv{}, ho{};
+  absl::Status st = opened.Final(ho);
+  if (st.ok() && z != nullptr) st = z->u.Final(hu);
+  if (st.ok() && z != nullptr) st = z->v.Final(hv);
+  if (!st.ok()) return st;
+  uint8_t out[64], in[64];
+  std::memcpy(out, hu.data(), 32);
+  std::memcpy(out + 32, ho.data(), 32);
+  st = ctx.channel().Exchange(absl::MakeConstSpan(out, 64), absl::MakeSpan(in, 64));
+  if (!st.ok()) return st;
+  const bool same = CRYPTO_memcmp(in, hv.data(), 32) == 0 &&
+                    CRYPTO_memcmp(in + 32, ho.data(), 32) == 0;
+  if (!same || !local_ok) {
+    return absl::DataLossError(
+        "MPC integrity check failed: a server deviated from the protocol; "
+        "batch aborted, nothing released");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
+  Unlogged detach(ctx);
+  if (log.opened_ == nullptr) log.opened_ = new Sha256();
+  absl::Status st = Compare(ctx, nullptr, *log.opened_, true);
+  log.Clear();
+  return st;
+}
+
+absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
+  Unlogged detach(ctx);
+  if (log.opened_ == nullptr) log.opened_ = new Sha256();
+  const int me = ctx.party();
+  const bool pub0 = share::HoldsPublicIn(me, 0), pub1 = share::HoldsPublicIn(me, 1);
+  const size_t n = log.and_words();
+  const size_t g = log.gf_products();
+  const BucketParams bp = n > 0 ? ChooseBuckets(n) : BucketParams{};
+  const size_t t = n > 0 ? n * bp.b + bp.c : 0;
+
+  // Round 1: AND triples (a, b, a&b + E), a and b from the PRSS.
+  std::vector<uint64_t> a0(t), a1(t), b0(t), b1(t), c0(t), c1(t);
+  absl::Status st;
+  if (t > 0) {
+    ctx.prss().RandomShares(reinterpret_cast<uint8_t*>(a0.data()),
+                            reinterpret_cast<uint8_t*>(a1.data()), 8 * t);
+    ctx.prss().RandomShares(reinterpret_cast<uint8_t*>(b0.data()),
+                            reinterpret_cast<uint8_t*>(b1.data()), 8 * t);
+    st = ctx.And(a0, a1, b0, b1, absl::MakeSpan(c0), absl::MakeSpan(c1));
+  }
+  // Round 2: GF(2^128) triples.
+  std::vector<uint8_t> ga0(16 * g), ga1(16 * g), gb0(16 * g), gb1(16 * g),
+      gc0(16 * g), gc1(16 * g);
+  if (st.ok() && g > 0) {
+    ctx.prss().RandomShares(ga0.data(), ga1.data(), 16 * g);
+    ctx.prss().RandomShares(gb0.data(), gb1.data(), 16 * g);
+    st = ctx.GfMul(ga0, ga1, gb0, gb1, absl::MakeSpan(gc0), absl::MakeSpan(gc1));
+  }
+  // Round 3: the coins (permutation seed, GF challenge), drawn after every
+  // product and triple is committed.
+  uint8_t coin0[32], coin1[32], coin[32];
+  if (st.ok()) {
+    ctx.prss().RandomShares(coin0, coin1, 32);
+    st = ctx.Reveal(absl::MakeConstSpan(coin0, 32), absl::MakeConstSpan(coin1, 32),
+                    absl::MakeSpan(coin, 32));
+    log.opened_->Update(absl::MakeConstSpan(coin, 32));
+  }
+  auto wipe = [&] {
+    WipeAll<uint64_t>({&a0, &a1, &b0, &b1, &c0, &c1});
+    WipeAll<uint8_t>({&ga0, &ga1, &gb0, &gb1, &gc0, &gc1});
+    OPENSSL_cleanse(coin0, 32);
+    OPENSSL_cleanse(coin1, 32);
+    log.Clear();
+  };
+  if (!st.ok()) {
+    wipe();
+    return st;
+  }
+  const uint8_t* gf_t = coin + 16;
+
+  // The permutation of the triple words (Fisher-Yates, PRF(seed)).
+  std::vector<uint32_t> perm(t);
+  for (size_t i = 0; i < t; ++i) perm[i] = static_cast<uint32_t>(i);
+  if (t > 1) {
+    Prf prf(coin);
+    std::vector<uint64_t> rnd(2 * ((t + 1) / 2));
+    prf.Fill(0, rnd.size() / 2, reinterpret_cast<uint8_t*>(rnd.data()));
+    for (size_t i = t - 1; i > 0; --i) {
+      const size_t j = static_cast<size_t>(
+          (static_cast<unsigned __int128>(rnd[i]) * (i + 1)) >> 64);
+      std::swap(perm[i], perm[j]);
+    }
+  }
+
+  // Round 4: every opening in one reveal. Layout (64-bit words): C opened
+  // triples (a, b, c); per bucket k, B-1 pairs (rho, sigma) of its first
+  // triple against the others; per gate word k, (rho, sigma) against its
+  // bucket's first triple; then per GF product (rho, sigma), 32 bytes.
+  const size_t nb1 = n * (bp.b > 0 ? bp.b - 1 : 0);
+  const size_t words = 3 * bp.c * (t > 0) + 2 * nb1 + 2 * n;
+  std::vector<uint64_t> o0(words + 4 * g), o1(words + 4 * g), open(words + 4 * g);
+  const auto& L = log.and_;
+  auto first = [&](size_t k) { return perm[bp.c + k * bp.b]; };
+  size_t w = 0;
+  if (t > 0) {
+    for (size_t i = 0; i < bp.c; ++i, w += 3) {
+      const uint32_t p = perm[i];
+      o0[w] = a0[p], o1[w] = a1[p];
+      o0[w + 1] = b0[p], o1[w + 1] = b1[p];
+      o0[w + 2] = c0[p], o1[w + 2] = c1[p];
+    }
+    for (size_t k = 0; k < n; ++k) {
+      const uint32_t f = first(k);
+      for (int m = 1; m < bp.b; ++m, w += 2) {
+        const uint32_t o = perm[bp.c + k * bp.b + m];
+        o0[w] = a0[f] ^ a0[o], o1[w] = a1[f] ^ a1[o];
+        o0[w + 1] = b0[f] ^ b0[o], o1[w + 1] = b1[f] ^ b1[o];
+      }
+    }
+    for (size_t k = 0; k < n; ++k, w += 2) {
+      const uint32_t f = first(k);
+      o0[w] = L[0][k] ^ a0[f], o1[w] = L[1][k] ^ a1[f];
+      o0[w + 1] = L[2][k] ^ b0[f], o1[w + 1] = L[3][k] ^ b1[f];
+    }
+  }
+  uint8_t* go0 = reinterpret_cast<uint8_t*>(o0.data() + words);
+  uint8_t* go1 = reinterpret_cast<uint8_t*>(o1.data() + words);
+  const auto& G = log.gf_;
+  for (size_t i = 0; i < g; ++i) {
+    uint8_t* r0 = go0 + 32 * i;
+    uint8_t* r1 = go1 + 32 * i;
+    GfMul(G[0].data() + 16 * i, gf_t, r0);
+    GfMul(G[1].data() + 16 * i, gf_t, r1);
+    for (int q = 0; q < 16; ++q) {
+      r0[q] ^= ga0[16 * i + q];
+      r1[q] ^= ga1[16 * i + q];
+      r0[16 + q] = G[2][16 * i + q] ^ gb0[16 * i + q];
+      r1[16 + q] = G[3][16 * i + q] ^ gb1[16 * i + q];
+    }
+  }
+  auto bytes = [](std::vector<uint64_t>& v) {
+    return absl::MakeSpan(reinterpret_cast<uint8_t*>(v.data()), 8 * v.size());
+  };
+  st = ctx.Reveal(bytes(o0), bytes(o1), bytes(open));
+  WipeAll<uint64_t>({&o0, &o1});
+  if (!st.ok()) {
+    wipe();
+    return st;
+  }
+  log.opened_->Update(bytes(open));
+
+  // The zero tests, in the order of the openings.
+  bool local_ok = true;
+  ZeroHashes z;
+  auto check = [&](uint64_t rho, uint64_t sigma, uint64_t x0z, uint64_t x1z,
+                   uint64_t c0v, uint64_t c1v, uint64_t a0v, uint64_t a1v,
+                   uint64_t b0v, uint64_t b1v, uint64_t* v) {
+    v[0] = x0z ^ c0v ^ (sigma & a0v) ^ (rho & b0v) ^ (pub0 ? rho & sigma : 0);
+    v[1] = x1z ^ c1v ^ (sigma & a1v) ^ (rho & b1v) ^ (pub1 ? rho & sigma : 0);
+  };
+  {
+    constexpr size_t kBuf = 512;
+    uint64_t v0[kBuf], v1[kBuf];
+    size_t nv = 0;
+    auto flush = [&] {
+      z.Add(reinterpret_cast<const uint8_t*>(v0), reinterpret_cast<const uint8_t*>(v1), 8 * nv);
+      nv = 0;
+    };
+    auto push = [&](const uint64_t v[2]) {
+      v0[nv] = v[0], v1[nv] = v[1];
+      if (++nv == kBuf) flush();
+    };
+    w = 0;
+    if (t > 0) {
+      for (size_t i = 0; i < bp.c; ++i, w += 3) {
+        if ((open[w] & open[w + 1]) != open[w + 2]) local_ok = false;
+      }
+      uint64_t v[2];
+      for (size_t k = 0; k < n; ++k) {
+        const uint32_t f = first(k);
+        for (int m = 1; m < bp.b; ++m, w += 2) {
+          const uint32_t o = perm[bp.c + k * bp.b + m];
+          check(open[w], open[w + 1], c0[f], c1[f], c0[o], c1[o], a0[o], a1[o],
+                b0[o], b1[o], v);
+          push(v);
+        }
+      }
+      for (size_t k = 0; k < n; ++k, w += 2) {
+        const uint32_t f = first(k);
+        check(open[w], open[w + 1], L[4][k], L[5][k], c0[f], c1[f], a0[f], a1[f],
+              b0[f], b1[f], v);
+        push(v);
+      }
+      flush();
+    }
+    OPENSSL_cleanse(v0, sizeof v0);
+    OPENSSL_cleanse(v1, sizeof v1);
+  }
+  {
+    const uint8_t* gopen = reinterpret_cast<const uint8_t*>(open.data() + words);
+    uint8_t v0[16], v1[16], tmp[16];
+    for (size_t i = 0; i < g; ++i) {
+      const uint8_t* rho = gopen + 32 * i;
+      const uint8_t* sigma = rho + 16;
+      uint8_t rs[16];
+      GfMul(rho, sigma, rs);
+      for (int c = 0; c < 2; ++c) {
+        uint8_t* v = c == 0 ? v0 : v1;
+        const auto& ga = c == 0 ? ga0 : ga1;
+        const auto& gb = c == 0 ? gb0 : gb1;
+        const auto& gc = c == 0 ? gc0 : gc1;
+        GfMul(G[4 + c].data() + 16 * i, gf_t, v);
+        for (int q = 0; q < 16; ++q) v[q] ^= gc[16 * i + q];
+        GfMul(sigma, ga.data() + 16 * i, tmp);
+        for (int q = 0; q < 16; ++q) v[q] ^= tmp[q];
+        GfMul(rho, gb.data() + 16 * i, tmp);
+        for (int q = 0; q < 16; ++q) v[q] ^= tmp[q];
+        if (share::HoldsPublicIn(me, c))
+          for (int q = 0; q < 16; ++q) v[q] ^= rs[q];
+      }
+      z.Add(v0, v1, 16);
+    }
+    OPENSSL_cleanse(v0, 16);
+    OPENSSL_cleanse(v1, 16);
+    OPENSSL_cleanse(tmp, 16);
+  }
+  WipeAll<uint64_t>({&open});
+
+  // Round 5: compare.
+  st = Compare(ctx, &z, *log.opened_, local_ok);
+  wipe();
+  return st;
+}
+
+}  // namespace kmpc::protocol
