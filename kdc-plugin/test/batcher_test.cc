@@ -1444,6 +1444,7 @@ TEST(KdcMetricsTest, CountsAndRenders) {
   BatcherStats st;
   st.queued_jobs = 5;
   st.speculative_used = 7;
+  st.failovers = 4;
   m.SetStatsSource([st] { return st; });
   std::string text = m.Render();
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_jobs_completed_total{result=\"ok\"} 2\n")) << text;
@@ -1454,6 +1455,7 @@ TEST(KdcMetricsTest, CountsAndRenders) {
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_batch_latency_seconds_bucket{kind=\"run\",le=\"0.001\"} 0\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_queue_jobs 5\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_speculative_used_total 7\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_failovers_total 4\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "process_resident_memory_bytes ")) << text;
   m.ClearStatsSource();
   EXPECT_FALSE(absl::StrContains(m.Render(), "kmpc_kdc_queue_jobs"));
