@@ -126,7 +126,7 @@ void Router::OnResult(size_t cluster, Result r) {
     const bool retry =
         !stopping_ && it != pending_.end() &&
         Pick(it->second.tried, absl::Now()) >= 0 &&
-        absl::Now() - it->second.submitted < options_.deadline;
+        absl::Now() - it->second.submitted < kRetryWithin * options_.deadline;
     if (retry) {
       retries_.push_back({r.token, std::move(r.status)});
       cv_.notify_one();

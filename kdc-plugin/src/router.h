@@ -17,10 +17,12 @@
 // (kUnavailable, kDeadlineExceeded, kAborted: a party down, the batch
 // deadline, a refused or inconsistent batch) or kNotFound (that cluster
 // lacks the key id) is submitted again, with its original input, to the
-// next cluster not yet tried, if it is younger than the batcher's
-// `deadline` (so a job's answer comes at most about two deadlines after
-// its submission; a killed server fails its batches at once, so in
-// practice the retry costs one more batch). Other statuses (an integrity
+// next cluster not yet tried, if it was submitted less than
+// kRetryWithin batcher `deadline`s ago: a killed server fails its batch at
+// once, so the retry costs one more batch; a hung one fails it at its
+// deadline, and the job still gets its second try (with two clusters an
+// answer comes within about two deadlines of the submission). Other
+// statuses (an integrity
 // failure, a malformed job) are final: a bad timestamp gets no second
 // chance on another cluster.
 //
@@ -62,6 +64,9 @@ class Router {
   // After a cluster failure, new jobs avoid that cluster this long (then
   // it is tried again with live traffic: a failure there costs a retry).
   static constexpr absl::Duration kDownFor = absl::Seconds(1);
+  // A failed job goes to another cluster only if it is younger than this
+  // many batch deadlines (see above).
+  static constexpr int kRetryWithin = 2;
 
   // transports: one per cluster, in order (the first is the primary); each
   // must outlive Stop(). observer (may be null) sees every cluster's

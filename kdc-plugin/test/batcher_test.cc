@@ -1386,6 +1386,22 @@ TEST_F(RouterTest, FailsOverWhenAPartyOfThePrimaryIsDown) {
   }));
 }
 
+// A hung party (no answer, no error) fails the primary's batch only at
+// its deadline; the jobs still get their try on cluster 2.
+TEST_F(RouterTest, HungPrimaryFailsOverAtItsDeadline) {
+  options_.deadline = absl::Milliseconds(300);
+  auto r = Make();
+  clusters_[0].set_hang(2, true);
+  const absl::Time start = absl::Now();
+  for (uint64_t t = 1; t <= 3; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  for (uint64_t t = 1; t <= 3; ++t)
+    EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+  EXPECT_GE(sink_.At(1) - start, options_.deadline);
+  EXPECT_GT(Calls(1), 0u);
+  clusters_[0].set_hang(2, false);
+}
+
 TEST_F(RouterTest, BothClustersDownFailsOnceUnavailable) {
   auto r = Make();
   clusters_[0].set_down(0, true);
