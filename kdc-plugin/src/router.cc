@@ -2,6 +2,7 @@
 
 #include <syslog.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,8 @@ Router::Router(BatcherOptions options, std::vector<Transport*> transports,
       transports_(std::move(transports)),
       sink_(sink),
       down_until_(transports_.size(), absl::InfinitePast()),
+      failures_(transports_.size(), 0),
+      probe_(transports_.size(), 0),
       reach_checked_(transports_.size(), absl::InfinitePast()),
       reach_ok_(transports_.size(), true) {
   for (size_t c = 0; c < transports_.size(); ++c) {
@@ -77,16 +80,47 @@ bool Router::Reachable(size_t c, absl::Time now) {
   return ok;
 }
 
-int Router::Pick(uint32_t tried, absl::Time now) {
+int Router::Pick(uint32_t tried, absl::Time now, uint64_t token) {
   int fallback = -1;
   for (size_t c = 0; c < transports_.size(); ++c) {
     if (tried & (1u << c)) continue;
-    if (down_until_[c] <= now && Reachable(c, now))
-      return static_cast<int>(c);
+    if (down_until_[c] <= now && Reachable(c, now)) {
+      if (failures_[c] == 0) return static_cast<int>(c);
+      // Failed before: one job at a time finds out whether it is back.
+      if (probe_[c] == 0) {
+        probe_[c] = token;
+        return static_cast<int>(c);
+      }
+    }
     if (fallback < 0 || down_until_[c] < down_until_[fallback])
       fallback = static_cast<int>(c);
   }
   return fallback;
+}
+
+bool Router::ClusterAnswered(size_t c, uint64_t token, bool failed,
+                             absl::Time now) {
+  const bool probe = token != 0 && probe_[c] == token;
+  if (probe) probe_[c] = 0;
+  if (!failed) {
+    if (probe) {  // it answered: healthy again
+      failures_[c] = 0;
+      down_until_[c] = absl::InfinitePast();
+    }
+    return false;
+  }
+  // One failure per event: the other jobs of a failed batch, and those
+  // still in flight there, fail while the cluster is down already.
+  if (down_until_[c] > now && !probe) return false;
+  // kDownFor, doubled for each failure in a row, at most kMaxDownFor.
+  const int n = std::min(++failures_[c], 16);
+  down_until_[c] = now + std::min(kDownFor * (1 << (n - 1)), kMaxDownFor);
+  // The jobs queued behind the failed batch would go into its next batch
+  // (a hung server holds that one until its deadline too): they go
+  // elsewhere now, if another cluster is healthy (OnResult).
+  for (size_t d = 0; d < transports_.size(); ++d)
+    if (d != c && failures_[d] == 0 && down_until_[d] <= now) return true;
+  return false;
 }
 
 absl::Status Router::Submit(uint64_t token, Job job) {
@@ -98,7 +132,7 @@ absl::Status Router::Submit(uint64_t token, Job job) {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_)
       return absl::UnavailableError("the kdcmpc module is shutting down");
-    c = Pick(0, now);
+    c = Pick(0, now, token);
     // Registered before the batcher has it: its answer may come at once.
     Pending& p = pending_[token];
     p.job = job;
@@ -109,28 +143,48 @@ absl::Status Router::Submit(uint64_t token, Job job) {
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
     pending_.erase(token);
+    if (probe_[c] == token) probe_[c] = 0;
   }
   return st;
 }
 
 void Router::OnResult(size_t cluster, Result r) {
-  if (!ClusterFailure(r.status)) {
-    Deliver(std::move(r));
-    return;
+  const bool cluster_failure = ClusterFailure(r.status);
+  bool move_queued;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    // kNotFound: the cluster answered, it only lacks that key id.
+    move_queued = ClusterAnswered(
+        cluster, r.token,
+        cluster_failure && r.status.code() != absl::StatusCode::kNotFound,
+        absl::Now());
+  }
+  if (move_queued) {
+    // Here, before the failed batch's step ends and its dispatcher can
+    // start the next batch (the sink is told of every job of a step before
+    // it ends). Under the dispatcher's sink gate, outside mu_.
+    std::vector<uint64_t> moved = batchers_[cluster]->TakeQueued();
+    std::lock_guard<std::mutex> l(mu_);
+    for (uint64_t t : moved)
+      retries_.push_back({t, absl::UnavailableError(absl::StrCat(
+                                 "queued on MPC cluster ", cluster + 1,
+                                 " when it failed a batch"))});
+    if (!moved.empty()) cv_.notify_one();
   }
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (r.status.code() != absl::StatusCode::kNotFound)
-      down_until_[cluster] = absl::Now() + kDownFor;
-    auto it = pending_.find(r.token);
-    const bool retry =
-        !stopping_ && it != pending_.end() &&
-        Pick(it->second.tried, absl::Now()) >= 0 &&
-        absl::Now() - it->second.submitted < kRetryWithin * options_.deadline;
-    if (retry) {
-      retries_.push_back({r.token, std::move(r.status)});
-      cv_.notify_one();
-      return;
+    if (cluster_failure) {
+      auto it = pending_.find(r.token);
+      const uint32_t all = (1u << transports_.size()) - 1;
+      const bool retry = !stopping_ && it != pending_.end() &&
+                         (it->second.tried & all) != all &&
+                         absl::Now() - it->second.submitted <
+                             kRetryWithin * options_.deadline;
+      if (retry) {
+        retries_.push_back({r.token, std::move(r.status)});
+        cv_.notify_one();
+        return;
+      }
     }
   }
   Deliver(std::move(r));
@@ -153,7 +207,7 @@ void Router::RetryLoop() {
     retries_.pop_front();
     auto it = pending_.find(r.token);
     if (it == pending_.end()) continue;
-    const int c = Pick(it->second.tried, absl::Now());
+    const int c = Pick(it->second.tried, absl::Now(), r.token);
     if (c < 0) {
       lk.unlock();
       Deliver(Result{r.token, std::move(r.first), {}});

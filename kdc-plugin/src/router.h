@@ -6,8 +6,12 @@
 //
 // Policy: primary first, no spreading. A job goes to the first cluster, in
 // configuration order, that is healthy: none of its three parties is
-// known unreachable (Transport::Reachable) and no job failed there for a
-// cluster reason in the last kDownFor. The others are hot standbys. One
+// known unreachable (Transport::Reachable) and it has not failed a job for
+// a cluster reason since its last good answer. The others are hot
+// standbys. A cluster that failed is left alone for kDownFor, doubled for
+// each failure in a row up to kMaxDownFor; then one job at a time probes
+// it (a hung server, whose connection stays up, costs only that job a
+// deadline), and its first good answer makes it healthy again. One
 // cluster taking the whole load keeps batches large (the batcher's
 // grow-with-load property) and a login's timestamp DECRYPT and its
 // speculated ticket and reply keystreams in one dispatcher; spreading
@@ -35,9 +39,17 @@
 // job. A DECRYPT or VERIFY run again reveals at most what the first run
 // would have (the same plaintext, after the same tag check in the MPC).
 //
+// When a cluster fails and another is healthy, the jobs still queued in
+// the failed cluster's batcher (behind the batch that failed) are taken
+// back at once and go to the other cluster too, instead of into the failed
+// one's next batch (which a hung server would hold until its deadline).
+//
 // Threading: batchers deliver on their own threads; retries are submitted
-// from the router's own thread, never from inside a batcher's delivery
-// (a batcher's sink must not call back into a batcher, batcher.h).
+// from the router's own thread, never from inside a batcher's delivery.
+// The one call into a batcher from inside its delivery is TakeQueued
+// (batcher.h), made while the failed step still has jobs to complete, so
+// before its dispatcher can start another batch; it takes only the
+// dispatcher's queue lock, which is never held while delivering.
 #ifndef KMPC_KDC_PLUGIN_ROUTER_H_
 #define KMPC_KDC_PLUGIN_ROUTER_H_
 
@@ -64,6 +76,7 @@ class Router {
   // After a cluster failure, new jobs avoid that cluster this long (then
   // it is tried again with live traffic: a failure there costs a retry).
   static constexpr absl::Duration kDownFor = absl::Seconds(1);
+  static constexpr absl::Duration kMaxDownFor = absl::Seconds(16);
   // A failed job goes to another cluster only if it is younger than this
   // many batch deadlines (see above).
   static constexpr int kRetryWithin = 2;
@@ -98,10 +111,17 @@ class Router {
   };
 
   void OnResult(size_t cluster, Result r);
-  // The cluster for a job not tried on the clusters in `tried`: the first
-  // healthy one, else the one that failed longest ago; -1 if all tried.
+  // The cluster for job `token`, not tried on the clusters in `tried`:
+  // the first healthy one (or a cluster that failed before and whose
+  // down time is over, with no probe in flight: this job becomes its
+  // probe), else the one whose down time ends first; -1 if all tried.
   // Under mu_.
-  int Pick(uint32_t tried, absl::Time now);
+  int Pick(uint32_t tried, absl::Time now, uint64_t token);
+  // Cluster c answered job `token`: with a cluster failure (down for a
+  // while, longer each time in a row), or otherwise (its probe came back:
+  // healthy again). True when the jobs queued on c should move (a new
+  // failure, another cluster healthy). Under mu_.
+  bool ClusterAnswered(size_t c, uint64_t token, bool failed, absl::Time now);
   // Transport::Reachable of all three parties, asked at most every
   // kReachableEvery per cluster (a channel-state lookup per party; the
   // batcher asks again before each batch anyway). Under mu_.
@@ -122,6 +142,8 @@ class Router {
   std::unordered_map<uint64_t, Pending> pending_;  // only with 2+ clusters
   std::deque<Retry> retries_;
   std::vector<absl::Time> down_until_;
+  std::vector<int> failures_;      // cluster failures in a row
+  std::vector<uint64_t> probe_;    // the job probing a failed cluster, or 0
   std::vector<absl::Time> reach_checked_;
   std::vector<bool> reach_ok_;
   uint64_t failovers_ = 0;

@@ -1399,7 +1399,53 @@ TEST_F(RouterTest, HungPrimaryFailsOverAtItsDeadline) {
     EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
   EXPECT_GE(sink_.At(1) - start, options_.deadline);
   EXPECT_GT(Calls(1), 0u);
+  // While it is down, jobs go to cluster 2 at once.
+  auto quick = [&](uint64_t from, uint64_t to) {
+    const absl::Time t0 = absl::Now();
+    for (uint64_t t = from; t <= to; ++t)
+      EXPECT_TRUE(r->Submit(t, Encrypt("y")).ok());
+    EXPECT_TRUE(sink_.WaitFor(to));
+    size_t n = 0;
+    for (uint64_t t = from; t <= to; ++t) {
+      EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+      if (sink_.At(t) - t0 < options_.deadline) ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(quick(4, 8), 5u);
+  // Its down time over, one job probes it (and waits for the deadline);
+  // the others still go to cluster 2 at once.
+  absl::SleepFor(Router::kDownFor);
+  EXPECT_EQ(quick(9, 13), 4u);
+  // Back: the next probe finds it answering, and it is the primary again.
   clusters_[0].set_hang(2, false);
+  absl::SleepFor(2 * Router::kDownFor + absl::Milliseconds(300));
+  const size_t before14 = Calls(1);
+  const size_t before14_0 = Calls(0);
+  EXPECT_EQ(quick(14, 14), 1u);
+  EXPECT_GT(Calls(0), before14_0);  // the probe went to cluster 1
+  EXPECT_EQ(Calls(1), before14);
+  const size_t on2 = Calls(1);
+  EXPECT_EQ(quick(15, 18), 4u);
+  EXPECT_EQ(Calls(1), on2);
+}
+
+// Jobs queued behind the hung batch (max_inflight 1) go to cluster 2 as
+// soon as that batch fails, not into the hung cluster's next batch.
+TEST_F(RouterTest, JobsQueuedOnAFailedClusterMoveAtOnce) {
+  options_.deadline = absl::Milliseconds(500);
+  auto r = Make();
+  clusters_[0].set_hang(0, true);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(r->Submit(1, Encrypt("a")).ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  for (uint64_t t = 2; t <= 6; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("b")).ok());
+  ASSERT_TRUE(sink_.WaitFor(6));
+  for (uint64_t t = 1; t <= 6; ++t) {
+    EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+    EXPECT_LT(sink_.At(t) - start, options_.deadline * 1.6) << t;
+  }
+  clusters_[0].set_hang(0, false);
 }
 
 TEST_F(RouterTest, BothClustersDownFailsOnceUnavailable) {
