@@ -22,6 +22,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -122,10 +123,24 @@ def test_kill_a_server_of_either_cluster_no_login_fails(kmpc_factory, tmp_path):
         victim.start_party(party)
         victim.wait_ring()
         time.sleep(1.5)  # the module's kDownFor (router.h): the primary again
-    # The KDC logged its failover, without a secret.
+    # A hung server (SIGSTOP: its connections stay up, nothing answers) of
+    # the primary: its batch fails at the module's deadline and every job
+    # goes to cluster 2, the jobs queued behind it at once.
+    storm = Storm(r, kt, users, 150, 5, tmp)
+    time.sleep(1.5)
+    pid = c1.pid(2)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        s3 = summary(storm.result(timeout=60))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    print(f"FIGURES two clusters, cluster 1 party 2 hung: {s3}")
+    assert s3["logins"] >= 700 and s3["failed"] == 0, s3
+    # The KDC logged its failovers, without a secret.
     with open(r.kdc_log, errors="replace") as f:
         log = f.read()
     assert "jobs go to cluster 2 after failing elsewhere" in log, log[-3000:]
+    assert "did not answer within" in log, log[-3000:]
 
 
 def test_dealing_is_all_or_nothing_across_clusters(kmpc_factory, tmp_path):
