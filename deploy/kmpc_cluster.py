@@ -341,7 +341,7 @@ class KmpcRealm(kmpc_realm.Realm):
                  extra_client_cns=(), server_flags="", test_module_delay_ms=5,
                  module_options=None, enctypes=ENCTYPES, realm_extra="",
                  udp_recv_buffer=4 << 20, udp_max_wait_ms=0, dealer=False,
-                 protect=None, metrics=False, **kw):
+                 protect=None, metrics=False, clusters=1, **kw):
         """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test
         module) or "auto" (real when built). module_options: extra relations
         for the real module's [kdcmpc] -> kmpc section (e.g. {"early_flush":
@@ -363,11 +363,19 @@ class KmpcRealm(kmpc_realm.Realm):
         krbtgt/*).
         metrics: Prometheus /metrics over HTTP on 127.0.0.1 from each server
         (cluster.metrics_url(i)) and, with the real module, from the KDC
-        (kdc_metrics_url; module option metrics_addr), on free ports."""
+        (kdc_metrics_url; module option metrics_addr), on free ports.
+        clusters: how many MPC clusters of three servers (each in its own
+        directory, mpc/ then mpc2/, ..., with its own CA and certificates);
+        every key is dealt to each (kmpc-admin's servers2 = ..., the
+        module's servers2 = ...). self.cluster is the first, self.clusters
+        all of them."""
         super().__init__(workdir, enctypes=enctypes, realm_extra=realm_extra, **kw)
-        self.cluster = MpcCluster(os.path.join(self.dir, "mpc"), workers=mpc_workers,
-                                  extra_client_cns=extra_client_cns,
-                                  server_flags=server_flags, metrics=metrics)
+        self.clusters = [
+            MpcCluster(os.path.join(self.dir, "mpc" if n == 0 else f"mpc{n + 1}"),
+                       workers=mpc_workers, extra_client_cns=extra_client_cns,
+                       server_flags=server_flags, metrics=metrics)
+            for n in range(clusters)]
+        self.cluster = self.clusters[0]
         self.metrics = metrics
         self.kdc_metrics_url = None
         if module == "auto":
@@ -390,12 +398,17 @@ class KmpcRealm(kmpc_realm.Realm):
     # ---- set-up -------------------------------------------------------
     def create(self):
         os.makedirs(self.dir, exist_ok=True)
-        self.cluster.start()
+        for cl in self.clusters:
+            cl.start()
         c = self.cluster
         if self.module == "real":
             so = find_built("kdc-plugin/libkmpc_kdc.so")
-            opts = {"servers": c.servers, "ca": f"{c.certs}/ca.pem",
-                    "cert": f"{c.certs}/kdc.pem", "key": f"{c.certs}/kdc.key"}
+            opts = {}
+            for n, cl in enumerate(self.clusters):
+                sfx = "" if n == 0 else str(n + 1)
+                opts.update({f"servers{sfx}": cl.servers, f"ca{sfx}": f"{cl.certs}/ca.pem",
+                             f"cert{sfx}": f"{cl.certs}/kdc.pem",
+                             f"key{sfx}": f"{cl.certs}/kdc.key"})
             if self.metrics:
                 port = kmpc_realm.free_port_block((0,), udp=False)
                 opts["metrics_addr"] = f"127.0.0.1:{port}"
@@ -426,6 +439,9 @@ class KmpcRealm(kmpc_realm.Realm):
                     f"servers = {c.servers}\nca = {c.certs}/ca.pem\n"
                     f"cert = {c.certs}/admin.pem\nkey = {c.certs}/admin.key\n"
                     f"realm = {self.realm}\n")
+            for n, cl in enumerate(self.clusters[1:], start=2):
+                f.write(f"servers{n} = {cl.servers}\nca{n} = {cl.certs}/ca.pem\n"
+                        f"cert{n} = {cl.certs}/admin.pem\nkey{n} = {cl.certs}/admin.key\n")
         self.env["KMPC_ADMIN_CONFIG"] = self.admin_conf
         self.save_state()
         return self
@@ -617,15 +633,20 @@ class KmpcRealm(kmpc_realm.Realm):
         return self
 
     def alive(self):
-        return self.kdc_alive() and self.cluster.alive()
+        return self.kdc_alive() and all(cl.alive() for cl in self.clusters)
 
     def logs(self):
-        return super().logs() + "\n" + self.cluster.logs()
+        if len(self.clusters) == 1:
+            return super().logs() + "\n" + self.cluster.logs()
+        return super().logs() + "".join(
+            f"\n----- cluster {n + 1} -----\n" + cl.logs()
+            for n, cl in enumerate(self.clusters))
 
     def stop(self):
         self.stop_kadmind()
         self.stop_kdc()
-        self.cluster.stop()
+        for cl in self.clusters:
+            cl.stop()
 
     def save_state(self):
         st = {"realm": self.realm, "module": self.module, "servers": self.cluster.servers,

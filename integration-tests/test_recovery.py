@@ -58,8 +58,10 @@ SVC_UNAVAILABLE = -1765328384 + 29
 MODULE_DEADLINE_S = 3.0
 
 
-def make_realm(make, users, tmp):
-    r = make(module="real")
+def make_realm(make, users, tmp, **kw):
+    """A realm from make(module="real", **kw): krbtgt and users in the
+    cluster(s), the KDC running; and the users' keytab for kmpc-storm."""
+    r = make(module="real", **kw)
     r.setup_krbtgt()
     r.setup_warmup()
     r.add_service()

@@ -10,6 +10,7 @@ if(TARGET kmpc_cluster_admin)
     ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cluster.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
   target_include_directories(kmpc-admin PRIVATE
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
@@ -39,6 +40,7 @@ if(TARGET kmpc_cluster_admin)
   # libraries local, binds to itself and is never unloaded (gRPC threads).
   add_library(kmpc_dealer MODULE
     ${CMAKE_CURRENT_LIST_DIR}/admin/dealer_module.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cluster.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
   target_include_directories(kmpc_dealer PRIVATE
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")

@@ -33,6 +33,8 @@ struct BatcherStats {
   int inflight = 0;                   // batches running now
   size_t queued_jobs = 0;             // jobs waiting for a batch now
                                       // (Run queue and finalize_only queue)
+  uint64_t failovers = 0;             // jobs submitted again to another
+                                      // cluster (router.h)
 };
 
 // Told of every batch as it ends (the module's Prometheus metrics,

@@ -21,6 +21,10 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
 
 void Batcher::SubmitterIdle() { dispatcher_->SubmitterIdle(); }
 
+std::vector<uint64_t> Batcher::TakeQueued() {
+  return dispatcher_->TakeQueued();
+}
+
 void Batcher::Stop() {
   dispatcher_->RequestStop();
   if (thread_.joinable()) thread_.join();

@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -131,6 +132,13 @@ class Batcher {
   // early_flush an idle cluster gets the queued jobs at once instead of
   // after `coalesce`. Cheap; may be called from any thread.
   void SubmitterIdle();
+
+  // Takes every job still waiting for a batch (none in flight) back: the
+  // sink will hear nothing of them; returns their tokens. The router
+  // (router.h) calls it, from inside the sink, when this cluster failed a
+  // batch, so that those jobs go to another cluster now rather than into
+  // this one's next batch.
+  std::vector<uint64_t> TakeQueued();
 
   // Stops the dispatcher thread and abandons queued and in-flight jobs: the
   // sink receives nothing once Stop has returned. The transport must stay

@@ -252,6 +252,25 @@ BatcherStats Dispatcher::Stats() const {
   return out;
 }
 
+std::vector<uint64_t> Dispatcher::TakeQueued() {
+  std::vector<uint64_t> tokens;
+  std::lock_guard<std::mutex> l(mu_);
+  std::set<uint64_t> groups;
+  for (PendingJob& q : queue_) {
+    if (q.speculative) {
+      speculator_.SpeculativeJobDone();
+      groups.insert(q.group);
+    } else {
+      tokens.push_back(q.token);
+    }
+  }
+  speculator_.GroupsFailed(groups.size());  // their tokens stay spent
+  queue_.clear();  // wipes inputs (SecureBytes)
+  queued_blocks_ = 0;
+  flush_now_ = false;
+  return tokens;
+}
+
 void Dispatcher::Deliver(Result r) {
   std::lock_guard<std::mutex> l(sink_mu_);
   if (!closed_) sink_->Deliver(std::move(r));

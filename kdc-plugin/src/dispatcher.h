@@ -46,6 +46,11 @@ class Dispatcher : public StepHost,
 
   absl::Status Submit(uint64_t token, Job job);
   void SubmitterIdle();
+  // Takes every job waiting in the Run queue (not yet in a batch) out of
+  // it and returns their tokens (nothing is delivered for them); drops the
+  // speculative jobs queued with them (their groups count as wasted).
+  // Takes mu_ only: callable from inside the sink.
+  std::vector<uint64_t> TakeQueued();
   // The dispatcher thread's body: returns once RequestStop was called.
   void RunUntilStopped();
   void RequestStop();

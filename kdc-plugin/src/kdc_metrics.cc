@@ -65,6 +65,9 @@ class KdcMetrics::StatsCollector : public prometheus::Collectable {
     add("kmpc_kdc_finalize_only_rerun_total",
         "speculated jobs whose FINALIZE failed and were re-run", T::Counter,
         static_cast<double>(s.finalize_only_rerun));
+    add("kmpc_kdc_failovers_total",
+        "jobs submitted again to another MPC cluster after a cluster failure",
+        T::Counter, static_cast<double>(s.failovers));
     return out;
   }
 

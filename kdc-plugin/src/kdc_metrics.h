@@ -9,6 +9,10 @@
 //   _aes_blocks_total                    counters of the batcher
 //   kmpc_kdc_speculative_{encrypts,used,wasted}_total,
 //   kmpc_kdc_finalize_only_rerun_total   speculation: sent, hits, waste
+//   kmpc_kdc_failovers_total             jobs sent again to another MPC
+//                                        cluster (router.h); with several
+//                                        clusters every figure here is
+//                                        their sum
 //   kmpc_kdc_batch_jobs{kind}            histogram: jobs per batch
 //   kmpc_kdc_batch_blocks{kind}          histogram: AES blocks per batch
 //   kmpc_kdc_batch_latency_seconds{kind} histogram: MPC round trip of a

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "batcher.h"
+#include "router.h"
 #include "core.h"
 #include "grpc_transport.h"
 #include "kdc_metrics.h"
@@ -147,8 +148,9 @@ struct kmpc_core {
   // Outlives the batcher (its observer); the exposer goes first.
   std::unique_ptr<kmpc::kdc::KdcMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
-  std::unique_ptr<kmpc::kdc::GrpcTransport> transport;
-  std::unique_ptr<kmpc::kdc::Batcher> batcher;
+  // One per cluster (options.h), in order.
+  std::vector<std::unique_ptr<kmpc::kdc::GrpcTransport>> transports;
+  std::unique_ptr<kmpc::kdc::Router> batcher;
   // Touched only on the KDC's event loop thread (submit and next).
   std::unordered_map<uint64_t, std::pair<krb5_kdcmpc_done_fn, void*>> pending;
   uint64_t next_token = 1;
@@ -160,9 +162,9 @@ struct kmpc_core {
     exposer.reset();  // joins its HTTP threads
     if (metrics) metrics->ClearStatsSource();
     if (batcher) batcher->Stop();
-    if (transport) transport->Shutdown();
+    for (auto& t : transports) t->Shutdown();
     batcher.reset();
-    transport.reset();
+    transports.clear();
     if (sink) sink->Clear();
     if (efd >= 0) close(efd);
   }
@@ -174,7 +176,7 @@ namespace {
 // never the KDC: with krb5kdc -w every worker process tries, and all but
 // the first find the port taken.
 void StartExposer(kmpc_core* core, const std::string& addr) {
-  kmpc::kdc::Batcher* batcher = core->batcher.get();
+  kmpc::kdc::Router* batcher = core->batcher.get();
   core->metrics->SetStatsSource([batcher] { return batcher->stats(); });
   try {
     core->exposer = std::make_unique<prometheus::Exposer>(addr, 1);
@@ -220,19 +222,27 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
       return e;
     }
     core->sink = std::make_unique<kmpc::kdc::LoopSink>(core->efd);
-    auto t = kmpc::kdc::GrpcTransport::Create(mo->servers, mo->ca, mo->cert,
-                                              mo->key);
-    if (!t.ok()) {
-      *msg_out = kmpc::kdc::Dup(
-          absl::StrCat("kdcmpc: ", t.status().message()));
-      return EINVAL;
+    std::vector<kmpc::kdc::Transport*> transports;
+    for (size_t c = 0; c < mo->clusters.size(); ++c) {
+      const kmpc::kdc::ClusterOptions& co = mo->clusters[c];
+      auto t = kmpc::kdc::GrpcTransport::Create(co.servers, co.ca, co.cert,
+                                                co.key);
+      if (!t.ok()) {
+        *msg_out = kmpc::kdc::Dup(absl::StrCat(
+            "kdcmpc: ",
+            mo->clusters.size() > 1 ? absl::StrCat("cluster ", c + 1, ": ")
+                                    : "",
+            t.status().message()));
+        return EINVAL;
+      }
+      transports.push_back(t->get());
+      core->transports.push_back(std::move(*t));
     }
-    core->transport = std::move(*t);
     // SubmitterIdle(): early flush, and the finalize_only jobs.
     core->kick = mo->batcher.early_flush || mo->batcher.speculate;
     core->metrics = std::make_unique<kmpc::kdc::KdcMetrics>();
-    core->batcher = std::make_unique<kmpc::kdc::Batcher>(
-        mo->batcher, core->transport.get(), core->sink.get(),
+    core->batcher = std::make_unique<kmpc::kdc::Router>(
+        mo->batcher, std::move(transports), core->sink.get(),
         core->metrics.get());
     if (!mo->metrics_addr.empty()) StartExposer(core.get(), mo->metrics_addr);
     *core_out = core.release();

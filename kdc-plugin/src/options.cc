@@ -4,6 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace kmpc::kdc {
 namespace {
@@ -105,13 +106,87 @@ absl::Status SetBatcherOption(const std::string& name, const std::string& v,
   return absl::NotFoundError(name);
 }
 
+
+// One cluster's relations as given: cluster 1's are `servers`, `certs`,
+// `ca`, `cert`, `key`; cluster N's (2..kMaxClusters) the same names with N
+// appended (`servers2`, `certs2`, ...).
+struct ClusterRelations {
+  std::vector<std::string> servers;
+  std::string certs, ca, cert, key;
+  bool any_tls() const {
+    return !certs.empty() || !ca.empty() || !cert.empty() || !key.empty();
+  }
+};
+
+// Sets `name` (a cluster relation, maybe numbered) in clusters; NotFound
+// for a name that is not one.
+absl::Status SetClusterRelation(const std::string& name, const std::string& v,
+                                std::vector<ClusterRelations>& clusters) {
+  static constexpr const char* kNames[] = {"servers", "certs", "ca", "cert",
+                                           "key"};
+  for (const char* base : kNames) {
+    absl::string_view rest(name);
+    if (!absl::ConsumePrefix(&rest, base)) continue;
+    size_t n = 1;
+    if (!rest.empty()) {
+      if (rest.size() != 1 || rest[0] < '2' ||
+          rest[0] > '0' + static_cast<int>(kMaxClusters))
+        continue;  // e.g. "cert" is a prefix of "certs": try the next name
+      n = rest[0] - '0';
+    }
+    if (clusters.size() < n) clusters.resize(n);
+    ClusterRelations& c = clusters[n - 1];
+    absl::string_view b(base);
+    if (b == "servers") {
+      for (absl::string_view s :
+           absl::StrSplit(v, absl::ByAnyChar(", \t"), absl::SkipEmpty()))
+        c.servers.emplace_back(s);
+    } else {
+      (b == "certs" ? c.certs : b == "ca" ? c.ca : b == "cert" ? c.cert : c.key) = v;
+    }
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(name);
+}
+
+// Checks one cluster's relations into `out`; `inherit` (cluster 1's
+// result) gives the mTLS files of a later cluster that names none.
+absl::Status FinishCluster(size_t n, const ClusterRelations& c,
+                           const ClusterOptions* inherit, ClusterOptions* out) {
+  const std::string suffix = n == 1 ? "" : absl::StrCat(n);
+  const std::string servers = "servers" + suffix;
+  if (c.servers.size() != 3)
+    return Bad(servers, absl::StrCat("expected the three parties' HOST:PORT "
+                                     "in party order, got ",
+                                     c.servers.size()));
+  for (int i = 0; i < 3; ++i) {
+    if (absl::Status st = CheckHostPort(c.servers[i], servers); !st.ok())
+      return st;
+    out->servers[i] = c.servers[i];
+  }
+  if (inherit != nullptr && !c.any_tls()) {
+    out->ca = inherit->ca;
+    out->cert = inherit->cert;
+    out->key = inherit->key;
+    return absl::OkStatus();
+  }
+  const std::string& d = c.certs;
+  out->ca = !c.ca.empty() ? c.ca : d.empty() ? "" : d + "/ca.pem";
+  out->cert = !c.cert.empty() ? c.cert : d.empty() ? "" : d + "/kdc.pem";
+  out->key = !c.key.empty() ? c.key : d.empty() ? "" : d + "/kdc.key";
+  if (out->ca.empty() || out->cert.empty() || out->key.empty())
+    return Bad(absl::StrCat("ca", suffix, "/cert", suffix, "/key", suffix),
+               absl::StrCat("mTLS needs ca, cert and key (or certs", suffix,
+                            " = DIR)"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModuleOptions> ParseOptions(
     const std::vector<std::string>& options) {
   ModuleOptions o;
-  std::vector<std::string> servers;
-  std::string certs, ca, cert, key;
+  std::vector<ClusterRelations> clusters(1);
   for (const std::string& opt : options) {
     size_t eq = opt.find('=');
     if (eq == std::string::npos)
@@ -119,18 +194,9 @@ absl::StatusOr<ModuleOptions> ParseOptions(
           absl::StrCat("kdcmpc option \"", opt, "\" is not name=value"));
     std::string name(absl::StripAsciiWhitespace(opt.substr(0, eq)));
     std::string v(absl::StripAsciiWhitespace(opt.substr(eq + 1)));
-    if (name == "servers") {
-      for (absl::string_view s :
-           absl::StrSplit(v, absl::ByAnyChar(", \t"), absl::SkipEmpty()))
-        servers.emplace_back(s);
-    } else if (name == "certs") {
-      certs = v;
-    } else if (name == "ca") {
-      ca = v;
-    } else if (name == "cert") {
-      cert = v;
-    } else if (name == "key") {
-      key = v;
+    if (absl::Status st = SetClusterRelation(name, v, clusters);
+        !absl::IsNotFound(st)) {
+      if (!st.ok()) return st;
     } else if (name == "metrics_addr") {
       if (absl::Status st = CheckHostPort(v, name); !st.ok()) return st;
       o.metrics_addr = v;
@@ -142,19 +208,18 @@ absl::StatusOr<ModuleOptions> ParseOptions(
       return st;
     }
   }
-  if (servers.size() != 3)
-    return Bad("servers", absl::StrCat("expected the three parties' HOST:PORT "
-                                       "in party order, got ",
-                                       servers.size()));
-  for (int i = 0; i < 3; ++i) {
-    if (absl::Status st = CheckHostPort(servers[i]); !st.ok()) return st;
-    o.servers[i] = servers[i];
+  o.clusters.resize(clusters.size());
+  for (size_t n = 0; n < clusters.size(); ++n) {
+    if (absl::Status st = FinishCluster(n + 1, clusters[n],
+                                        n == 0 ? nullptr : &o.clusters[0],
+                                        &o.clusters[n]);
+        !st.ok())
+      return st;
   }
-  o.ca = !ca.empty() ? ca : certs.empty() ? "" : certs + "/ca.pem";
-  o.cert = !cert.empty() ? cert : certs.empty() ? "" : certs + "/kdc.pem";
-  o.key = !key.empty() ? key : certs.empty() ? "" : certs + "/kdc.key";
-  if (o.ca.empty() || o.cert.empty() || o.key.empty())
-    return Bad("ca/cert/key", "mTLS needs ca, cert and key (or certs = DIR)");
+  o.servers = o.clusters[0].servers;
+  o.ca = o.clusters[0].ca;
+  o.cert = o.clusters[0].cert;
+  o.key = o.clusters[0].key;
   return o;
 }
 

@@ -5,6 +5,12 @@
 //                        order (may also be given as three relations)
 //   certs = DIR          ca.pem, kdc.pem, kdc.key from deploy/gen-certs.sh;
 //   ca = / cert = / key = PATH   or each file on its own (these win)
+//   servers2 = ..., certs2 = DIR (or ca2 / cert2 / key2)   a second MPC
+//                        cluster holding the same keys under the same ids
+//                        (kmpc-admin deals to every cluster); likewise 3
+//                        and 4. A later cluster without mTLS relations of
+//                        its own uses cluster 1's files. Jobs go to the
+//                        first healthy cluster and fail over (router.h)
 //   batch_window_ms = 100      flush the queue when its oldest job is this old
 //   max_batch_jobs = 256       ... or when it holds this many jobs
 //   max_batch_blocks = 16384   ... or this many AES blocks
@@ -43,9 +49,20 @@
 
 namespace kmpc::kdc {
 
-struct ModuleOptions {
+// At most this many clusters (servers, servers2, ... servers4).
+inline constexpr size_t kMaxClusters = 4;
+
+struct ClusterOptions {
   std::array<std::string, 3> servers;
   std::string ca, cert, key;  // paths
+};
+
+struct ModuleOptions {
+  // Cluster 1's (clusters[0]), as before there were several.
+  std::array<std::string, 3> servers;
+  std::string ca, cert, key;  // paths
+  // Every configured cluster in order; clusters[0] is the primary.
+  std::vector<ClusterOptions> clusters;
   std::string metrics_addr;   // empty: no HTTP /metrics
   BatcherOptions batcher;
 };

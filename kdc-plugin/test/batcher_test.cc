@@ -9,6 +9,7 @@
 
 #include <syslog.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <functional>
@@ -25,6 +26,7 @@
 #include "kdc_metrics.h"
 #include "options.h"
 #include "real_cluster.h"
+#include "router.h"
 
 namespace kmpc::kdc {
 namespace {
@@ -1293,6 +1295,200 @@ TEST(OptionsTest, ParsesAndRejects) {
   }
 }
 
+// Several clusters (options.h): numbered relations, later clusters
+// inherit cluster 1's mTLS files unless they name their own.
+TEST(OptionsTest, ParsesMoreClusters) {
+  auto o = ParseOptions({"servers=a:1,a:2,a:3", "certs=/c",
+                         "servers2 = b:1, b:2, b:3",
+                         "servers3=c:1,c:2,c:3", "certs3=/d"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->clusters.size(), 3u);
+  EXPECT_EQ(o->servers[0], "a:1");
+  EXPECT_EQ(o->clusters[0].servers, o->servers);
+  EXPECT_EQ(o->clusters[1].servers[1], "b:2");
+  EXPECT_EQ(o->clusters[1].ca, "/c/ca.pem");
+  EXPECT_EQ(o->clusters[2].key, "/d/kdc.key");
+  auto one = ParseOptions({"servers=a:1,a:2,a:3", "certs=/c"});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->clusters.size(), 1u);
+  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
+           {"servers=a:1,a:2,a:3", "certs=/c", "servers2=b:1,b:2"},
+           {"servers=a:1,a:2,a:3", "certs=/c", "servers3=c:1,c:2,c:3"},
+           {"servers=a:1,a:2,a:3", "certs=/c", "servers5=c:1,c:2,c:3"},
+           {"servers=a:1,a:2,a:3", "certs=/c", "servers2=b:1,b:2,b:3",
+            "ca2=/x"},
+           {"servers=a:1,a:2,a:3", "certs=/c", "certs2=/d"}}) {
+    EXPECT_FALSE(ParseOptions(bad).ok()) << ::testing::PrintToString(bad);
+  }
+}
+
+// Two fake clusters holding the same key under the same id behind a
+// Router (router.h).
+class RouterTest : public ::testing::Test {
+ protected:
+  RouterTest() {
+    for (auto& c : clusters_) c.AddKey(kKeyId, kKey);
+    options_.window = absl::Milliseconds(5);
+  }
+  std::unique_ptr<Router> Make() {
+    return std::make_unique<Router>(
+        options_, std::vector<Transport*>{&clusters_[0], &clusters_[1]},
+        &sink_);
+  }
+  size_t Calls(int c) { return clusters_[c].calls().size(); }
+
+  std::array<FakeCluster, 2> clusters_;
+  BatcherOptions options_;
+  CollectingSink sink_;
+};
+
+TEST_F(RouterTest, PrimaryTakesEverythingWhileHealthy) {
+  auto r = Make();
+  for (uint64_t t = 1; t <= 20; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(20));
+  for (uint64_t t = 1; t <= 20; ++t) EXPECT_TRUE(sink_.Get(t).status.ok());
+  EXPECT_GT(Calls(0), 0u);
+  EXPECT_EQ(Calls(1), 0u);
+  EXPECT_EQ(r->stats().failovers, 0u);
+}
+
+// A party of the primary down: every job fails over and completes once;
+// a ciphertext made by cluster 2 decrypts on cluster 1 (same key, same id).
+TEST_F(RouterTest, FailsOverWhenAPartyOfThePrimaryIsDown) {
+  auto r = Make();
+  clusters_[0].set_down(1, true);
+  const std::string pt = "an EncTicketPart";
+  for (uint64_t t = 1; t <= 10; ++t) ASSERT_TRUE(r->Submit(t, Encrypt(pt)).ok());
+  ASSERT_TRUE(sink_.WaitFor(10));
+  for (uint64_t t = 1; t <= 10; ++t)
+    ASSERT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+  EXPECT_GT(Calls(1), 0u);
+  EXPECT_GT(r->stats().failovers, 0u);
+  // The primary is avoided now: new jobs go straight to cluster 2.
+  const size_t before = Calls(0);
+  ASSERT_TRUE(r->Submit(11, Encrypt(pt)).ok());
+  ASSERT_TRUE(sink_.WaitFor(11));
+  EXPECT_EQ(Calls(0), before);
+  // Back after Router::kDownFor: cluster 1 decrypts cluster 2's ciphertext.
+  clusters_[0].set_down(1, false);
+  absl::SleepFor(Router::kDownFor + absl::Milliseconds(50));
+  const size_t on2 = Calls(1);
+  ASSERT_TRUE(r->Submit(12, Decrypt(sink_.Get(11).output)).ok());
+  ASSERT_TRUE(sink_.WaitFor(12));
+  Result d = sink_.Get(12);
+  ASSERT_TRUE(d.status.ok()) << d.status;
+  EXPECT_EQ(Str(d.output), pt);
+  EXPECT_EQ(Calls(1), on2);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+  const std::vector<std::string> logs = sink_.logs();
+  EXPECT_TRUE(std::any_of(logs.begin(), logs.end(), [](const std::string& l) {
+    return absl::StrContains(l, "jobs go to cluster 2");
+  }));
+}
+
+// A hung party (no answer, no error) fails the primary's batch only at
+// its deadline; the jobs still get their try on cluster 2.
+TEST_F(RouterTest, HungPrimaryFailsOverAtItsDeadline) {
+  options_.deadline = absl::Milliseconds(300);
+  auto r = Make();
+  clusters_[0].set_hang(2, true);
+  const absl::Time start = absl::Now();
+  for (uint64_t t = 1; t <= 3; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  for (uint64_t t = 1; t <= 3; ++t)
+    EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+  EXPECT_GE(sink_.At(1) - start, options_.deadline);
+  EXPECT_GT(Calls(1), 0u);
+  // While it is down, jobs go to cluster 2 at once.
+  auto quick = [&](uint64_t from, uint64_t to) {
+    const absl::Time t0 = absl::Now();
+    for (uint64_t t = from; t <= to; ++t)
+      EXPECT_TRUE(r->Submit(t, Encrypt("y")).ok());
+    EXPECT_TRUE(sink_.WaitFor(to));
+    size_t n = 0;
+    for (uint64_t t = from; t <= to; ++t) {
+      EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+      if (sink_.At(t) - t0 < options_.deadline) ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(quick(4, 8), 5u);
+  // Its down time over, one job probes it (and waits for the deadline);
+  // the others still go to cluster 2 at once.
+  absl::SleepFor(Router::kDownFor);
+  EXPECT_EQ(quick(9, 13), 4u);
+  // Back: the next probe finds it answering, and it is the primary again.
+  clusters_[0].set_hang(2, false);
+  absl::SleepFor(2 * Router::kDownFor + absl::Milliseconds(300));
+  const size_t before14 = Calls(1);
+  const size_t before14_0 = Calls(0);
+  EXPECT_EQ(quick(14, 14), 1u);
+  EXPECT_GT(Calls(0), before14_0);  // the probe went to cluster 1
+  EXPECT_EQ(Calls(1), before14);
+  const size_t on2 = Calls(1);
+  EXPECT_EQ(quick(15, 18), 4u);
+  EXPECT_EQ(Calls(1), on2);
+}
+
+// Jobs queued behind the hung batch (max_inflight 1) go to cluster 2 as
+// soon as that batch fails, not into the hung cluster's next batch.
+TEST_F(RouterTest, JobsQueuedOnAFailedClusterMoveAtOnce) {
+  options_.deadline = absl::Milliseconds(500);
+  auto r = Make();
+  clusters_[0].set_hang(0, true);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(r->Submit(1, Encrypt("a")).ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  for (uint64_t t = 2; t <= 6; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("b")).ok());
+  ASSERT_TRUE(sink_.WaitFor(6));
+  for (uint64_t t = 1; t <= 6; ++t) {
+    EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+    EXPECT_LT(sink_.At(t) - start, options_.deadline * 1.6) << t;
+  }
+  clusters_[0].set_hang(0, false);
+}
+
+TEST_F(RouterTest, BothClustersDownFailsOnceUnavailable) {
+  auto r = Make();
+  clusters_[0].set_down(0, true);
+  clusters_[1].set_down(2, true);
+  ASSERT_TRUE(r->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  EXPECT_EQ(sink_.Get(1).status.code(), absl::StatusCode::kUnavailable);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(sink_.counts().at(1), 1);
+}
+
+// A key missing on the primary (kNotFound) is found on cluster 2 without
+// taking the primary out of service.
+TEST_F(RouterTest, KeyMissingOnThePrimaryIsTriedOnTheOther) {
+  const std::string other(32, 'o');
+  clusters_[1].AddKey(other, kKey);
+  auto r = Make();
+  Job j = Encrypt("x");
+  j.key_id = other;
+  ASSERT_TRUE(r->Submit(1, std::move(j)).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  EXPECT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  const size_t before = Calls(0);
+  ASSERT_TRUE(r->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_GT(Calls(0), before);
+}
+
+// A tag that does not verify is final: no second try on another cluster.
+TEST_F(RouterTest, IntegrityFailureIsNotRetried) {
+  auto r = Make();
+  ASSERT_TRUE(r->Submit(1, Encrypt("a ticket")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  SecureBytes bad = sink_.Get(1).output;
+  bad[18] ^= 1;
+  ASSERT_TRUE(r->Submit(2, Decrypt(bad)).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_EQ(sink_.Get(2).status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Calls(1), 0u);
+}
+
 // The module's metrics: failures by a public cause, batch figures into the
 // histograms, the batcher's counters read at render time and left out once
 // the source is cleared.
@@ -1310,6 +1506,7 @@ TEST(KdcMetricsTest, CountsAndRenders) {
   BatcherStats st;
   st.queued_jobs = 5;
   st.speculative_used = 7;
+  st.failovers = 4;
   m.SetStatsSource([st] { return st; });
   std::string text = m.Render();
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_jobs_completed_total{result=\"ok\"} 2\n")) << text;
@@ -1320,6 +1517,7 @@ TEST(KdcMetricsTest, CountsAndRenders) {
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_batch_latency_seconds_bucket{kind=\"run\",le=\"0.001\"} 0\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_queue_jobs 5\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_speculative_used_total 7\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_failovers_total 4\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "process_resident_memory_bytes ")) << text;
   m.ClearStatsSource();
   EXPECT_FALSE(absl::StrContains(m.Render(), "kmpc_kdc_queue_jobs"));

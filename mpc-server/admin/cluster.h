@@ -1,27 +1,31 @@
-// The cluster as kmpc-admin's configuration (config.h) names it: the Admin
-// side of the three servers, for kmpc-admin and the key dealer module.
+// The cluster(s) as kmpc-admin's configuration (config.h) names them: the
+// Admin side of the three servers of each, for kmpc-admin and the key
+// dealer module.
+//
+// With more than one cluster (servers2 = ..., "simply using two clusters",
+// Araki et al., CCS 2016, section 5.3) every key is dealt to every cluster
+// under the same key id, with an independent sharing per cluster, so the
+// KDB's one handle names the key in each and the KDC module can send any
+// job to any cluster (kdc-plugin/src/router.h). Dealing is all-or-nothing
+// across the clusters as it is across the three servers of one.
 #ifndef KMPC_ADMIN_CLUSTER_H_
 #define KMPC_ADMIN_CLUSTER_H_
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "admin/config.h"
 #include "client/admin_client.h"
 
 namespace kmpc::admin {
 
-inline absl::StatusOr<std::unique_ptr<client::AdminClient>> ConnectCluster(
-    const Config& cfg) {
-  if (absl::Status st = CheckClusterConfig(cfg); !st.ok()) return st;
-  client::ClusterConfig c;
-  c.servers = cfg.servers;
-  c.ca = cfg.ca;
-  c.cert = cfg.cert;
-  c.key = cfg.key;
-  c.rpc_timeout = absl::Milliseconds(cfg.timeout_ms);
-  return client::AdminClient::Connect(c);
-}
+// Cluster 1 only (kmpc-admin status --kdb and refresh take the others from
+// Clusters).
+absl::StatusOr<std::unique_ptr<client::AdminClient>> ConnectCluster(
+    const Config& cfg);
 
 // A failure of the whole cluster (a server down, our certificate refused):
 // the next principal or batch would fail the same way, so a run stops.
@@ -36,6 +40,40 @@ inline bool IsClusterError(const absl::Status& st) {
       return false;
   }
 }
+
+// Every configured cluster, in order (cluster 1 first).
+class Clusters {
+ public:
+  static absl::StatusOr<std::unique_ptr<Clusters>> Connect(const Config& cfg);
+
+  size_t size() const { return clusters_.size(); }
+  client::AdminClient& at(size_t c) { return *clusters_[c]; }
+  // "cluster 2: " with several clusters, "" with one: a prefix for
+  // messages, so that a one-cluster realm reads as before.
+  std::string Prefix(size_t c) const;
+
+  // Every server of every cluster answers (AdminClient::CheckReachable);
+  // the first failure, naming its cluster.
+  absl::Status CheckReachable();
+
+  // Deals `key` to every cluster in order under meta.key_id (a fresh
+  // sharing each: AdminClient::PutKey, all-or-nothing on the three
+  // servers). If a cluster fails, the id is deleted again from the
+  // clusters that stored it; the status is that cluster's failure, its
+  // message says what the clean-up removed or could not remove. The
+  // caller wipes `key`.
+  absl::Status PutKey(engine::Cipher cipher, absl::Span<const uint8_t> key,
+                      const client::KeyMeta& meta);
+
+  // Deletes key_id from every cluster (kNotFound counts as done); the
+  // first failure, naming its cluster, after trying all.
+  absl::Status DeleteKey(const std::string& key_id);
+
+ private:
+  explicit Clusters(std::vector<std::unique_ptr<client::AdminClient>> c)
+      : clusters_(std::move(c)) {}
+  std::vector<std::unique_ptr<client::AdminClient>> clusters_;
+};
 
 }  // namespace kmpc::admin
 

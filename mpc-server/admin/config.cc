@@ -13,9 +13,44 @@
 namespace kmpc::admin {
 namespace {
 const std::set<std::string>& KnownNames() {
-  static const std::set<std::string> names = {"servers", "ca", "cert", "key",
-                                              "realm", "timeout_ms"};
+  static const std::set<std::string> names = [] {
+    std::set<std::string> n = {"servers", "ca", "cert", "key", "realm",
+                               "timeout_ms"};
+    for (int c = 2; c <= kMaxClusters; ++c)
+      for (const char* base : {"servers", "ca", "cert", "key"})
+        n.insert(absl::StrCat(base, c));
+    return n;
+  }();
   return names;
+}
+
+// "servers2" -> ("servers", 2); ("servers", 1) for "servers"; 0 if the
+// name is no cluster setting.
+int ClusterOf(const std::string& name, std::string* base) {
+  for (const char* b : {"servers", "ca", "cert", "key"}) {
+    absl::string_view rest(name);
+    if (!absl::ConsumePrefix(&rest, b)) continue;
+    if (rest.empty()) {
+      *base = b;
+      return 1;
+    }
+    if (rest.size() == 1 && rest[0] >= '2' && rest[0] <= '0' + kMaxClusters) {
+      *base = b;
+      return rest[0] - '0';
+    }
+  }
+  return 0;
+}
+
+absl::Status ParseServers(const std::string& name, const std::string& value,
+                          std::array<std::string, 3>* out) {
+  std::vector<std::string> s = absl::StrSplit(value, ',', absl::SkipWhitespace());
+  if (s.size() != 3)
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " needs three HOST:PORT addresses (parties 0, 1, 2)"));
+  for (int i = 0; i < 3; ++i)
+    (*out)[i] = std::string(absl::StripAsciiWhitespace(s[i]));
+  return absl::OkStatus();
 }
 }  // namespace
 
@@ -49,12 +84,19 @@ absl::StatusOr<std::map<std::string, std::string>> ReadConfigFile(
 absl::Status ApplySettings(const std::map<std::string, std::string>& settings,
                            Config* cfg) {
   for (const auto& [name, value] : settings) {
-    if (name == "servers") {
-      std::vector<std::string> s = absl::StrSplit(value, ',', absl::SkipWhitespace());
-      if (s.size() != 3)
-        return absl::InvalidArgumentError(
-            "servers needs three HOST:PORT addresses (parties 0, 1, 2)");
-      for (int i = 0; i < 3; ++i) cfg->servers[i] = std::string(absl::StripAsciiWhitespace(s[i]));
+    std::string base;
+    if (int c = ClusterOf(name, &base); c >= 2) {
+      if (cfg->more.size() < static_cast<size_t>(c - 1)) cfg->more.resize(c - 1);
+      MoreCluster& m = cfg->more[c - 2];
+      if (base == "servers") {
+        if (absl::Status st = ParseServers(name, value, &m.servers); !st.ok())
+          return st;
+      } else {
+        (base == "ca" ? m.ca : base == "cert" ? m.cert : m.key) = value;
+      }
+    } else if (name == "servers") {
+      if (absl::Status st = ParseServers(name, value, &cfg->servers); !st.ok())
+        return st;
     } else if (name == "ca") {
       cfg->ca = value;
     } else if (name == "cert") {
@@ -83,6 +125,13 @@ absl::Status CheckClusterConfig(const Config& cfg) {
   if (cfg.ca.empty() || cfg.cert.empty() || cfg.key.empty())
     return absl::InvalidArgumentError(
         "mTLS needs --ca, --cert and --key (or ca/cert/key in the config file)");
+  for (size_t c = 0; c < cfg.more.size(); ++c) {
+    for (int i = 0; i < 3; ++i)
+      if (cfg.more[c].servers[i].empty())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cluster ", c + 2, ": no MPC servers configured (servers", c + 2,
+            " = H:P,H:P,H:P)"));
+  }
   return absl::OkStatus();
 }
 

@@ -9,6 +9,11 @@
 //   key        = PATH   its private key
 //   realm      = REALM  (default: the default realm of KRB5_CONFIG)
 //   timeout_ms = N      deadline of each RPC (default 10000)
+//   servers2 = HOST:PORT,HOST:PORT,HOST:PORT   a second MPC cluster: every
+//   ca2 / cert2 / key2 = PATH                  key is dealt to each cluster
+//                        under the same key id, all or nothing (cluster.h);
+//                        likewise 3 and 4. A cluster without ca/cert/key of
+//                        its own uses cluster 1's.
 // The KDB itself is found as kadmin.local finds it: KRB5_CONFIG and
 // KRB5_KDC_PROFILE.
 #ifndef KMPC_ADMIN_CONFIG_H_
@@ -17,11 +22,23 @@
 #include <array>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace kmpc::admin {
+
+// At most this many clusters (servers, servers2, ... servers4).
+inline constexpr int kMaxClusters = 4;
+
+// Clusters 2.. (config names with the cluster's number appended).
+struct MoreCluster {
+  std::array<std::string, 3> servers;
+  std::string ca;
+  std::string cert;
+  std::string key;
+};
 
 struct Config {
   std::array<std::string, 3> servers;
@@ -30,6 +47,7 @@ struct Config {
   std::string key;
   std::string realm;
   int timeout_ms = 10000;
+  std::vector<MoreCluster> more;  // more[0] is cluster 2
 };
 
 // Reads a config file into name -> value pairs (strict: unknown names,

@@ -67,5 +67,35 @@ TEST(ConfigTest, RejectsBadValues) {
   EXPECT_FALSE(CheckClusterConfig(half).ok());  // no ca/cert/key
 }
 
+// A second (and fourth) cluster: numbered names; a cluster without
+// servers is an error, one named out of range an unknown setting.
+TEST(ConfigTest, ReadsMoreClusters) {
+  Config cfg;
+  ASSERT_TRUE(ApplySettings({{"servers", "a:1,a:2,a:3"}, {"ca", "/c/ca.pem"},
+                             {"cert", "/c/a.pem"}, {"key", "/c/a.key"},
+                             {"servers2", "b:1,b:2,b:3"}, {"ca2", "/d/ca.pem"},
+                             {"cert2", "/d/a.pem"}, {"key2", "/d/a.key"}},
+                            &cfg)
+                  .ok());
+  ASSERT_EQ(cfg.more.size(), 1u);
+  EXPECT_EQ(cfg.servers[0], "a:1");
+  EXPECT_EQ(cfg.more[0].servers[2], "b:3");
+  EXPECT_EQ(cfg.more[0].ca, "/d/ca.pem");
+  EXPECT_EQ(cfg.more[0].key, "/d/a.key");
+  EXPECT_TRUE(CheckClusterConfig(cfg).ok());
+
+  Config gap = cfg;
+  ASSERT_TRUE(ApplySettings({{"servers4", "d:1,d:2,d:3"}}, &gap).ok());
+  ASSERT_EQ(gap.more.size(), 3u);
+  EXPECT_FALSE(CheckClusterConfig(gap).ok());  // no servers3
+  EXPECT_FALSE(ApplySettings({{"servers2", "b:1,b:2"}}, &cfg).ok());
+  std::string good = WriteTemp("servers4 = d:1,d:2,d:3\nkey3 = /k\n");
+  EXPECT_TRUE(ReadConfigFile(good).ok());
+  std::string bad = WriteTemp("servers5 = e:1,e:2,e:3\n");
+  EXPECT_FALSE(ReadConfigFile(bad).ok());
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
 }  // namespace
 }  // namespace kmpc::admin

@@ -9,6 +9,9 @@
 // (client::AdminClient::PutKey) under a fresh random key id, and libkdb5
 // stores only the 40-byte handle "kmpc-key" || key id. If any server is
 // down, refuses or times out, the change fails and nothing is written.
+// With several clusters in the config file (servers2 = ...), the key is
+// dealt to each under the same id, all or nothing across them too
+// (Clusters::PutKey, admin/cluster.h).
 //
 // Shares that end up referenced by no KDB entry are removed again:
 //   - the previous keys of a principal (without -keepold) and the keys of a
@@ -164,7 +167,7 @@ class Dealer {
     if (!settings.ok()) return settings.status();
     Config cfg;
     if (absl::Status st = ApplySettings(*settings, &cfg); !st.ok()) return st;
-    auto cl = ConnectCluster(cfg);
+    auto cl = Clusters::Connect(cfg);
     if (!cl.ok()) return cl.status();
     cluster_ = std::move(*cl);
     return absl::OkStatus();
@@ -235,7 +238,7 @@ class Dealer {
   const std::string config_path_;
   const std::vector<std::string> protect_;
   std::mutex mu_;
-  std::unique_ptr<client::AdminClient> cluster_;
+  std::unique_ptr<Clusters> cluster_;  // every configured cluster
   std::map<std::string, Pending> pending_;
 };
 

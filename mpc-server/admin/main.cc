@@ -69,6 +69,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "admin/cluster.h"
@@ -87,10 +88,11 @@ constexpr char kUsage[] =
     "                  PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
     "       kmpc-admin [OPTIONS] refresh (--all | KEYID_HEX...)  (admin/refresh.h)\n"
-    "       kmpc-admin [OPTIONS] rebuild-party 0|1|2\n"
+    "       kmpc-admin [OPTIONS] rebuild-party [--cluster=N] 0|1|2\n"
     "           give a replaced (new, empty) server its shares of every key from\n"
     "           the two others; no key is reconstructed (README: replacing a server)\n"
     "OPTIONS: --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM\n"
+    "         --servers2=H:P,H:P,H:P --ca2=PEM --cert2=PEM --key2=PEM (a second cluster)\n"
     "         -r REALM | --realm=REALM  --timeout-ms=N  -q | --quiet\n";
 
 [[noreturn]] void Usage(const std::string& msg = "") {
@@ -120,11 +122,13 @@ struct Args {
   bool quiet = false;
   bool all = false;  // refresh --all
   std::string enctype = "aes256-ctr-mpc";
+  std::string cluster = "1";  // rebuild-party --cluster=N
 };
 
 Args ParseArgs(int argc, char** argv) {
   static const std::set<std::string> kValued = {
-      "config", "servers", "ca", "cert", "key", "realm", "timeout-ms", "enctype"};
+      "config", "servers", "ca", "cert", "key", "realm", "timeout-ms", "enctype",
+      "servers2", "ca2", "cert2", "key2", "cluster"};
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -157,6 +161,7 @@ Args ParseArgs(int argc, char** argv) {
         if (name == "config") a.config = value;
         else if (name == "enctype") a.enctype = value;
         else if (name == "timeout-ms") a.settings["timeout_ms"] = value;
+        else if (name == "cluster") a.cluster = value;
         else a.settings[name] = value;
         continue;
       }
@@ -214,7 +219,7 @@ struct ShareOutcome {
   std::string detail;
 };
 
-absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, AdminClient& cluster,
+absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
                                       const Args& a, const std::string& name,
                                       std::string* password) {
   auto info = kdb.Lookup(name);
@@ -364,7 +369,7 @@ int Share(const Args& a, const Config& cfg) {
   if (a.from_existing && a.enctype != "aes256-ctr-mpc")
     Usage("--enctype applies to --password-stdin (a migrated key keeps its size)");
   if (a.principals.empty()) Usage("share needs at least one principal");
-  auto cluster = ConnectCluster(cfg);
+  auto cluster = Clusters::Connect(cfg);
   if (!cluster.ok()) return Fail(cluster.status());
   auto kdb = Kdb::Open(cfg.realm);
   if (!kdb.ok()) return Fail(kdb.status());
@@ -508,71 +513,105 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
   return ok;
 }
 
-int Status(const Args& a, const Config& cfg) {
-  auto cluster = ConnectCluster(cfg);
-  if (!cluster.ok()) return Fail(cluster.status());
+// One cluster's part of status: each server's health, and every key id
+// on all three; prints with `prefix` ("cluster 2: " or ""). Adds what it
+// lists to *where (key id -> on which servers) and *infos; false when there
+// is a problem, *lists_ok false when a server did not list its keys.
+bool ClusterStatus(AdminClient& cluster, const std::string& prefix,
+                   std::map<std::string, std::array<bool, 3>>* where,
+                   std::map<std::string, kmpc::v1::KeyInfo>* infos,
+                   bool* lists_ok) {
   bool ok = true;
-  auto health = (*cluster)->Health();
-  auto lists = (*cluster)->ListKeys();
+  auto health = cluster.Health();
+  auto lists = cluster.ListKeys();
+  const char* pre = prefix.c_str();
   for (int i = 0; i < 3; ++i) {
-    std::string who = (*cluster)->Describe(i);
+    std::string who = cluster.Describe(i);
     if (!health[i].ok()) {
       ok = false;
-      std::printf("ERROR: %s\n",
+      std::printf("%sERROR: %s\n", pre,
                   std::string(health[i].status().message()).c_str());
       continue;
     }
     const auto& h = *health[i];
     bool good = h.ring_up() && h.party() == static_cast<uint32_t>(i);
     ok = ok && good;
-    std::printf("%s: %s, party %u, ring %s, %u workers, %lu keys, batches ok %lu "
+    std::printf("%s%s: %s, party %u, ring %s, %u workers, %lu keys, batches ok %lu "
                 "failed %lu\n",
-                who.c_str(), good ? "ok" : "DEGRADED", h.party(),
+                pre, who.c_str(), good ? "ok" : "DEGRADED", h.party(),
                 h.ring_up() ? "up" : "DOWN", h.workers(),
                 static_cast<unsigned long>(h.keys()),
                 static_cast<unsigned long>(h.batches_ok()),
                 static_cast<unsigned long>(h.batches_failed()));
     if (h.party() != static_cast<uint32_t>(i))
-      std::printf("%s: says it is party %u: list the servers in party order\n",
-                  who.c_str(), h.party());
+      std::printf("%s%s: says it is party %u: list the servers in party order\n",
+                  pre, who.c_str(), h.party());
   }
-  // key id -> which servers hold it
-  std::map<std::string, std::array<bool, 3>> where;
-  std::map<std::string, kmpc::v1::KeyInfo> infos;
-  bool lists_ok = true;
+  bool mine_ok = true;
+  std::map<std::string, std::array<bool, 3>> mine;
   for (int i = 0; i < 3; ++i) {
     if (!lists[i].ok()) {
-      lists_ok = false;
+      mine_ok = false;
       if (health[i].ok())
-        std::printf("ERROR: %s\n",
+        std::printf("%sERROR: %s\n", pre,
                     std::string(lists[i].status().message()).c_str());
       continue;
     }
     for (const auto& k : *lists[i]) {
-      where[k.key_id()][i] = true;
-      infos.emplace(k.key_id(), k);
+      mine[k.key_id()][i] = true;
+      infos->emplace(k.key_id(), k);
     }
   }
   size_t complete = 0;
-  for (const auto& [id, on] : where) {
+  for (const auto& [id, on] : mine) {
     if (on[0] && on[1] && on[2]) {
       ++complete;
       continue;
     }
-    if (!lists_ok) continue;
+    if (!mine_ok) continue;
     ok = false;
     std::vector<int> missing;
     for (int i = 0; i < 3; ++i)
       if (!on[i]) missing.push_back(i);
-    std::printf("key %s (%s, kvno %u): MISSING on server %s\n", Hex(id).c_str(),
-                infos[id].label().c_str(), infos[id].kvno(),
-                absl::StrJoin(missing, ", ").c_str());
+    std::printf("%skey %s (%s, kvno %u): MISSING on server %s\n", pre,
+                Hex(id).c_str(), (*infos)[id].label().c_str(),
+                (*infos)[id].kvno(), absl::StrJoin(missing, ", ").c_str());
   }
-  if (lists_ok)
-    std::printf("keys: %zu on all three servers, %zu incomplete\n", complete,
-                where.size() - complete);
+  if (mine_ok)
+    std::printf("%skeys: %zu on all three servers, %zu incomplete\n", pre,
+                complete, mine.size() - complete);
   else
-    std::printf("keys: cannot compare, not every server answered\n");
+    std::printf("%skeys: cannot compare, not every server answered\n", pre);
+  *lists_ok = *lists_ok && mine_ok;
+  // Across clusters a key counts as on server i only where every cluster's
+  // server i holds it (a key missing from one cluster is missing).
+  for (auto& [id, on] : *where)
+    if (!mine.count(id)) on = {false, false, false};
+  for (const auto& [id, on] : mine) {
+    auto [it, fresh] = where->emplace(id, on);
+    if (!fresh)
+      for (int i = 0; i < 3; ++i) it->second[i] = it->second[i] && on[i];
+  }
+  return ok;
+}
+
+int Status(const Args& a, const Config& cfg) {
+  auto clusters = Clusters::Connect(cfg);
+  if (!clusters.ok()) return Fail(clusters.status());
+  bool ok = true;
+  std::map<std::string, std::array<bool, 3>> where;
+  std::map<std::string, kmpc::v1::KeyInfo> infos;
+  bool lists_ok = true;
+  for (size_t c = 0; c < (*clusters)->size(); ++c) {
+    // A key some earlier cluster lacks is missing whatever this one holds.
+    std::map<std::string, std::array<bool, 3>> before = where;
+    if (!ClusterStatus((*clusters)->at(c), (*clusters)->Prefix(c), &where,
+                       &infos, &lists_ok))
+      ok = false;
+    if (c > 0)
+      for (auto& [id, on] : where)
+        if (!before.count(id)) on = {false, false, false};
+  }
   if (a.kdb) {
     auto kdb = Kdb::Open(cfg.realm);
     if (!kdb.ok()) return Fail(kdb.status());
@@ -608,19 +647,23 @@ int main(int argc, char** argv) {
   if (!cfg.ok()) return Fail(cfg.status());
   if (a.command == "share") return Share(a, *cfg);
   if (a.command == "refresh") {
-    auto cluster = ConnectCluster(*cfg);
-    if (!cluster.ok()) return Fail(cluster.status());
-    return RunRefreshCommand(**cluster, cfg->realm, a.principals, a.all, a.quiet);
+    auto clusters = Clusters::Connect(*cfg);
+    if (!clusters.ok()) return Fail(clusters.status());
+    return RunRefreshCommand(**clusters, cfg->realm, a.principals, a.all, a.quiet);
   }
   if (a.command == "rebuild-party") {
     if (a.principals.size() != 1 ||
         (a.principals[0] != "0" && a.principals[0] != "1" && a.principals[0] != "2"))
       Usage("rebuild-party takes one party index: 0, 1 or 2");
     if (a.all) Usage("rebuild-party takes no --all: it covers every key");
-    auto cluster = ConnectCluster(*cfg);
-    if (!cluster.ok()) return Fail(cluster.status());
-    return RunRefreshCommand(**cluster, cfg->realm, {}, false, a.quiet,
-                             a.principals[0][0] - '0');
+    auto clusters = Clusters::Connect(*cfg);
+    if (!clusters.ok()) return Fail(clusters.status());
+    int c = 0;
+    if (!absl::SimpleAtoi(a.cluster, &c) || c < 1 ||
+        c > static_cast<int>((*clusters)->size()))
+      Usage(absl::StrCat("--cluster must be 1 to ", (*clusters)->size()));
+    return RunRefreshCommand(**clusters, cfg->realm, {}, false, a.quiet,
+                             a.principals[0][0] - '0', c - 1);
   }
   if (a.command == "status") {
     if (!a.principals.empty()) Usage("status takes no principals");

@@ -365,9 +365,85 @@ absl::StatusOr<RefreshReport> RefreshKeys(AdminClient& cluster,
   return run.Go();
 }
 
-int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
+namespace {
+
+// The other clusters' part of a switch (refresh.h): X -> N on each, all
+// three servers JOB_OK, before the KDB names N. kFailedPrecondition (not
+// a cluster error: the run goes on with the next key) if any refused.
+absl::Status MirrorRefresh(Clusters& clusters, size_t run_on,
+                           const std::string& old_id, const std::string& new_id,
+                           absl::Duration timeout) {
+  for (size_t c = 0; c < clusters.size(); ++c) {
+    if (c == run_on) continue;
+    auto answers = clusters.at(c).RefreshKeys({{old_id, new_id}}, timeout);
+    std::string why;
+    for (int i = 0; i < kParties && why.empty(); ++i) {
+      if (!answers[i].ok())
+        why = std::string(answers[i].status().message());
+      else if (answers[i]->size() != 1 || (*answers[i])[0].new_key_id() != new_id)
+        why = absl::StrCat(clusters.at(c).Describe(i), " answered for another pair");
+      else if ((*answers[i])[0].status() != pb::JOB_OK)
+        why = absl::StrCat(pb::JobStatus_Name((*answers[i])[0].status()), ": ",
+                           (*answers[i])[0].detail());
+    }
+    if (!why.empty()) {
+      // N must not stay half-made on this cluster (nor on those before).
+      for (size_t d = 0; d <= c; ++d)
+        if (d != run_on) (void)clusters.at(d).DeleteKey(new_id);
+      return absl::FailedPreconditionError(
+          absl::StrCat(clusters.Prefix(c), "not refreshed there: ", why));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// After the run: each other cluster drops the ids that nothing refers to
+// and that the run's cluster no longer holds (refresh.h). Listed before the
+// run's cluster (see there). Returns warnings.
+std::vector<std::string> SyncOthers(Clusters& clusters, size_t run_on,
+                                    const ReferenceHooks& refs) {
+  std::vector<std::string> warnings;
+  for (size_t c = 0; c < clusters.size(); ++c) {
+    if (c == run_on) continue;
+    std::set<std::string> theirs, ours;
+    auto lists = clusters.at(c).ListKeys();
+    for (const auto& l : lists) {
+      if (!l.ok()) {
+        warnings.push_back(absl::StrCat(clusters.Prefix(c), "old ids not removed: ",
+                                        l.status().message()));
+        theirs.clear();
+        break;
+      }
+      for (const auto& k : *l) theirs.insert(k.key_id());
+    }
+    if (theirs.empty()) continue;
+    auto mine = clusters.at(run_on).ListKeys();
+    for (const auto& l : mine) {
+      if (!l.ok()) return warnings;  // cannot tell: keep everything
+      for (const auto& k : *l) ours.insert(k.key_id());
+    }
+    std::vector<std::string> drop;
+    for (const std::string& id : theirs) {
+      if (ours.count(id)) continue;
+      auto ref = refs.is_referenced_now ? refs.is_referenced_now(id)
+                                        : refs.is_referenced(id);
+      if (ref.ok() && !*ref) drop.push_back(id);
+    }
+    if (drop.empty()) continue;
+    absl::Status st = FirstError(clusters.at(c).DeleteKeysEach(drop));
+    if (!st.ok())
+      warnings.push_back(absl::StrCat(clusters.Prefix(c), drop.size(),
+                                      " old ids not removed: ", st.message()));
+  }
+  return warnings;
+}
+
+}  // namespace
+
+int RunRefreshCommand(Clusters& clusters, const std::string& realm,
                       const std::vector<std::string>& args, bool all, bool quiet,
-                      int rebuild_party) {
+                      int rebuild_party, size_t run_on) {
+  AdminClient& cluster = clusters.at(run_on);
   RefreshOptions o;
   o.all = all;
   o.rebuild_party = rebuild_party;
@@ -423,6 +499,7 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
     std::fprintf(stderr, "kmpc-admin: %s\n", std::string(live_kdb.status().message()).c_str());
     return 1;
   }
+  std::set<std::string> mirrored;  // new ids the other clusters hold
   ReferenceHooks refs;
   refs.is_referenced = [&](const std::string& id) -> absl::StatusOr<bool> {
     return holder.count(id) != 0;
@@ -442,6 +519,15 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
     auto it = first_holder.find(old_id);
     if (it == first_holder.end()) return absl::NotFoundError("no handle names it");
     const std::string name = it->second;
+    // A switch made again (a KDC wrote the old handle back) finds N on the
+    // other clusters already.
+    if (clusters.size() > 1 && !mirrored.count(new_id)) {
+      if (absl::Status m = MirrorRefresh(clusters, run_on, old_id, new_id,
+                                         o.rpc_timeout);
+          !m.ok())
+        return m;
+      mirrored.insert(new_id);
+    }
     absl::Status st = (*live_kdb)->SwitchKeyId(name, old_id, new_id);
     if (st.ok()) {
       holder.erase(old_id);
@@ -458,11 +544,22 @@ int RunRefreshCommand(AdminClient& cluster, const std::string& realm,
                    p.finished || !tty ? "\n" : "");
       std::fflush(stderr);
     };
+  if (clusters.size() > 1) {
+    if (absl::Status st = clusters.CheckReachable(); !st.ok()) {
+      std::fprintf(stderr, "kmpc-admin: %s; nothing was %s\n",
+                   std::string(st.message()).c_str(),
+                   rebuild_party >= 0 ? "rebuilt" : "refreshed");
+      return 1;
+    }
+  }
   auto report = RefreshKeys(cluster, refs, o);
   if (!report.ok()) {
     std::fprintf(stderr, "kmpc-admin: %s\n", std::string(report.status().message()).c_str());
     return 1;
   }
+  if (clusters.size() > 1)
+    for (std::string& w : SyncOthers(clusters, run_on, refs))
+      report->warnings.push_back(std::move(w));
   for (const std::string& e : report->errors)
     std::fprintf(stderr, "kmpc-admin: %s: %s\n", what, e.c_str());
   for (const std::string& w : report->warnings)

@@ -118,9 +118,22 @@ absl::StatusOr<RefreshReport> RefreshKeys(client::AdminClient& cluster,
 // are the KDB's key handles of `realm` (Kdb for the index and for the
 // switch). Prints progress on a terminal unless quiet; returns the exit
 // code (0 all refreshed, 1 failures, 2 usage).
-int RunRefreshCommand(client::AdminClient& cluster, const std::string& realm,
+//
+// With several clusters (admin/cluster.h: every key under the same id in
+// each) the run above goes on cluster `cluster` (for rebuild-party, the
+// cluster whose server was replaced; else cluster 1), and each other
+// cluster follows it key by key: right before the KDB switch X -> N, X is
+// refreshed to N on every other cluster too (RefreshKeys with the same
+// pair; a failure there fails that key, which stays at X everywhere), so
+// the handle names an id every cluster holds. After the run, every other
+// cluster drops the ids that neither the KDB names nor the run's cluster
+// holds (the old ids, and the new ids of failed switches); it is listed
+// before the run's cluster, so a key being dealt meanwhile (to cluster 1
+// first, admin/cluster.h) is never taken for one.
+class Clusters;
+int RunRefreshCommand(Clusters& clusters, const std::string& realm,
                       const std::vector<std::string>& args, bool all, bool quiet,
-                      int rebuild_party = -1);
+                      int rebuild_party = -1, size_t cluster = 0);
 
 }  // namespace kmpc::admin
 

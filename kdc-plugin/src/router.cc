@@ -1,0 +1,275 @@
+#include "router.h"
+
+#include <syslog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kmpc::kdc {
+namespace {
+
+// A failure that says nothing about the job, only about the cluster (or
+// that the cluster lacks the key id): another cluster may well succeed.
+bool ClusterFailure(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kNotFound:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+// One per cluster: tags the cluster's results for OnResult.
+class Router::ClusterSink : public Sink {
+ public:
+  ClusterSink(Router* router, size_t cluster)
+      : router_(router), cluster_(cluster) {}
+  void Deliver(Result r) override { router_->OnResult(cluster_, std::move(r)); }
+  // Only with several clusters (a lone cluster's batcher logs straight
+  // to the sink, unprefixed).
+  void Log(int level, std::string line) override {
+    router_->sink_->Log(level,
+                        absl::StrCat("cluster ", cluster_ + 1, ": ", line));
+  }
+
+ private:
+  Router* const router_;
+  const size_t cluster_;
+};
+
+Router::Router(BatcherOptions options, std::vector<Transport*> transports,
+               Sink* sink, BatchObserver* observer)
+    : options_(options),
+      transports_(std::move(transports)),
+      sink_(sink),
+      down_until_(transports_.size(), absl::InfinitePast()),
+      failures_(transports_.size(), 0),
+      probe_(transports_.size(), 0),
+      reach_checked_(transports_.size(), absl::InfinitePast()),
+      reach_ok_(transports_.size(), true) {
+  for (size_t c = 0; c < transports_.size(); ++c) {
+    // One cluster: its batcher delivers straight to the sink, as before
+    // there were several.
+    Sink* s = sink;
+    if (transports_.size() > 1) {
+      sinks_.push_back(std::make_unique<ClusterSink>(this, c));
+      s = sinks_.back().get();
+    }
+    batchers_.push_back(
+        std::make_unique<Batcher>(options, transports_[c], s, observer));
+  }
+  if (transports_.size() > 1)
+    retry_thread_ = std::thread([this] { RetryLoop(); });
+}
+
+Router::~Router() { Stop(); }
+
+bool Router::Reachable(size_t c, absl::Time now) {
+  if (now - reach_checked_[c] < kReachableEvery) return reach_ok_[c];
+  bool ok = true;
+  for (int p = 0; p < 3 && ok; ++p) ok = transports_[c]->Reachable(p).ok();
+  reach_checked_[c] = now;
+  reach_ok_[c] = ok;
+  return ok;
+}
+
+int Router::Pick(uint32_t tried, absl::Time now, uint64_t token) {
+  int fallback = -1;
+  for (size_t c = 0; c < transports_.size(); ++c) {
+    if (tried & (1u << c)) continue;
+    if (down_until_[c] <= now && Reachable(c, now)) {
+      if (failures_[c] == 0) return static_cast<int>(c);
+      // Failed before: one job at a time finds out whether it is back.
+      if (probe_[c] == 0) {
+        probe_[c] = token;
+        return static_cast<int>(c);
+      }
+    }
+    if (fallback < 0 || down_until_[c] < down_until_[fallback])
+      fallback = static_cast<int>(c);
+  }
+  return fallback;
+}
+
+bool Router::ClusterAnswered(size_t c, uint64_t token, bool failed,
+                             absl::Time now) {
+  const bool probe = token != 0 && probe_[c] == token;
+  if (probe) probe_[c] = 0;
+  if (!failed) {
+    if (probe) {  // it answered: healthy again
+      failures_[c] = 0;
+      down_until_[c] = absl::InfinitePast();
+    }
+    return false;
+  }
+  // One failure per event: the other jobs of a failed batch, and those
+  // still in flight there, fail while the cluster is down already.
+  if (down_until_[c] > now && !probe) return false;
+  // kDownFor, doubled for each failure in a row, at most kMaxDownFor.
+  const int n = std::min(++failures_[c], 16);
+  down_until_[c] = now + std::min(kDownFor * (1 << (n - 1)), kMaxDownFor);
+  // The jobs queued behind the failed batch would go into its next batch
+  // (a hung server holds that one until its deadline too): they go
+  // elsewhere now, if another cluster is healthy (OnResult).
+  for (size_t d = 0; d < transports_.size(); ++d)
+    if (d != c && failures_[d] == 0 && down_until_[d] <= now) return true;
+  return false;
+}
+
+absl::Status Router::Submit(uint64_t token, Job job) {
+  if (transports_.size() == 1)
+    return batchers_[0]->Submit(token, std::move(job));
+  const absl::Time now = absl::Now();
+  int c;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_)
+      return absl::UnavailableError("the kdcmpc module is shutting down");
+    c = Pick(0, now, token);
+    // Registered before the batcher has it: its answer may come at once.
+    Pending& p = pending_[token];
+    p.job = job;
+    p.submitted = now;
+    p.tried = 1u << c;
+  }
+  absl::Status st = batchers_[c]->Submit(token, std::move(job));
+  if (!st.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    pending_.erase(token);
+    if (probe_[c] == token) probe_[c] = 0;
+  }
+  return st;
+}
+
+void Router::OnResult(size_t cluster, Result r) {
+  const bool cluster_failure = ClusterFailure(r.status);
+  bool move_queued;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    // kNotFound: the cluster answered, it only lacks that key id.
+    move_queued = ClusterAnswered(
+        cluster, r.token,
+        cluster_failure && r.status.code() != absl::StatusCode::kNotFound,
+        absl::Now());
+  }
+  if (move_queued) {
+    // Here, before the failed batch's step ends and its dispatcher can
+    // start the next batch (the sink is told of every job of a step before
+    // it ends). Under the dispatcher's sink gate, outside mu_.
+    std::vector<uint64_t> moved = batchers_[cluster]->TakeQueued();
+    std::lock_guard<std::mutex> l(mu_);
+    for (uint64_t t : moved)
+      retries_.push_back({t, absl::UnavailableError(absl::StrCat(
+                                 "queued on MPC cluster ", cluster + 1,
+                                 " when it failed a batch"))});
+    if (!moved.empty()) cv_.notify_one();
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (cluster_failure) {
+      auto it = pending_.find(r.token);
+      const uint32_t all = (1u << transports_.size()) - 1;
+      const bool retry = !stopping_ && it != pending_.end() &&
+                         (it->second.tried & all) != all &&
+                         absl::Now() - it->second.submitted <
+                             kRetryWithin * options_.deadline;
+      if (retry) {
+        retries_.push_back({r.token, std::move(r.status)});
+        cv_.notify_one();
+        return;
+      }
+    }
+  }
+  Deliver(std::move(r));
+}
+
+void Router::Deliver(Result r) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pending_.erase(r.token);
+  }
+  sink_->Deliver(std::move(r));
+}
+
+void Router::RetryLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [this] { return stopping_ || !retries_.empty(); });
+    if (stopping_) return;
+    Retry r = std::move(retries_.front());
+    retries_.pop_front();
+    auto it = pending_.find(r.token);
+    if (it == pending_.end()) continue;
+    const int c = Pick(it->second.tried, absl::Now(), r.token);
+    if (c < 0) {
+      lk.unlock();
+      Deliver(Result{r.token, std::move(r.first), {}});
+      lk.lock();
+      continue;
+    }
+    it->second.tried |= 1u << c;
+    Job job = it->second.job;
+    ++failovers_;
+    // One line a second at most: a cluster going down fails a whole batch.
+    const absl::Time now = absl::Now();
+    const bool log = now - last_log_ >= absl::Seconds(1);
+    if (log) last_log_ = now;
+    const uint64_t total = failovers_;
+    lk.unlock();
+    if (log)
+      sink_->Log(LOG_WARNING,
+                 absl::StrCat("kdcmpc: jobs go to cluster ", c + 1,
+                              " after failing elsewhere (", r.first.message(),
+                              "); ", total, " jobs failed over so far"));
+    absl::Status st = batchers_[c]->Submit(r.token, std::move(job));
+    if (!st.ok()) Deliver(Result{r.token, std::move(st), {}});
+    lk.lock();
+  }
+}
+
+void Router::SubmitterIdle() {
+  for (auto& b : batchers_) b->SubmitterIdle();
+}
+
+void Router::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (retry_thread_.joinable()) retry_thread_.join();
+  for (auto& b : batchers_) b->Stop();
+  std::lock_guard<std::mutex> l(mu_);
+  pending_.clear();  // SecureBytes wipe themselves
+  retries_.clear();
+}
+
+BatcherStats Router::stats() const {
+  BatcherStats s;
+  for (const auto& b : batchers_) {
+    BatcherStats x = b->stats();
+    s.batches += x.batches;
+    s.jobs += x.jobs;
+    s.blocks += x.blocks;
+    s.failed_batches += x.failed_batches;
+    s.speculative_encrypts += x.speculative_encrypts;
+    s.speculative_used += x.speculative_used;
+    s.finalize_only_rerun += x.finalize_only_rerun;
+    s.keystreams_held += x.keystreams_held;
+    s.speculative_wasted += x.speculative_wasted;
+    s.inflight += x.inflight;
+    s.queued_jobs += x.queued_jobs;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  s.failovers = failovers_;
+  return s;
+}
+
+}  // namespace kmpc::kdc

@@ -1,0 +1,156 @@
+// Several MPC clusters behind one module: "simply using two clusters"
+// (Araki et al., CCS 2016, section 5.3) for availability. Every cluster
+// holds every key under the same key id (kmpc-admin deals to all of them,
+// all or nothing), so any job can run on any cluster. Each cluster has a
+// Batcher of its own (queue, batches in flight, speculation).
+//
+// Policy: primary first, no spreading. A job goes to the first cluster, in
+// configuration order, that is healthy: none of its three parties is
+// known unreachable (Transport::Reachable) and it has not failed a job for
+// a cluster reason since its last good answer. The others are hot
+// standbys. A cluster that failed is left alone for kDownFor, doubled for
+// each failure in a row up to kMaxDownFor; then one job at a time probes
+// it (a hung server, whose connection stays up, costs only that job a
+// deadline), and its first good answer makes it healthy again. One
+// cluster taking the whole load keeps batches large (the batcher's
+// grow-with-load property) and a login's timestamp DECRYPT and its
+// speculated ticket and reply keystreams in one dispatcher; spreading
+// would halve both on two clusters that share the machine's cores.
+//
+// Failover: a job that fails on its cluster with a cluster status
+// (kUnavailable, kDeadlineExceeded, kAborted: a party down, the batch
+// deadline, a refused or inconsistent batch) or kNotFound (that cluster
+// lacks the key id) is submitted again, with its original input, to the
+// next cluster not yet tried, if it was submitted less than
+// kRetryWithin batcher `deadline`s ago: a killed server fails its batch at
+// once, so the retry costs one more batch; a hung one fails it at its
+// deadline, and the job still gets its second try (with two clusters an
+// answer comes within about two deadlines of the submission). Other
+// statuses (an integrity
+// failure, a malformed job) are final: a bad timestamp gets no second
+// chance on another cluster.
+//
+// Why a retry never releases a secret twice (enctype.md, "Security
+// invariants"): every ENCRYPT and CHECKSUM counter is drawn by the cluster
+// that computes it, from its own PRSS keys; the clusters' draws are
+// independent 128-bit values, so a retried ENCRYPT gets a fresh counter on
+// the other cluster and each cluster still computes at most one tag per
+// counter. A failed step completes no job, so a caller gets one answer per
+// job. A DECRYPT or VERIFY run again reveals at most what the first run
+// would have (the same plaintext, after the same tag check in the MPC).
+//
+// When a cluster fails and another is healthy, the jobs still queued in
+// the failed cluster's batcher (behind the batch that failed) are taken
+// back at once and go to the other cluster too, instead of into the failed
+// one's next batch (which a hung server would hold until its deadline).
+//
+// Threading: batchers deliver on their own threads; retries are submitted
+// from the router's own thread, never from inside a batcher's delivery.
+// The one call into a batcher from inside its delivery is TakeQueued
+// (batcher.h), made while the failed step still has jobs to complete, so
+// before its dispatcher can start another batch; it takes only the
+// dispatcher's queue lock, which is never held while delivering.
+#ifndef KMPC_KDC_PLUGIN_ROUTER_H_
+#define KMPC_KDC_PLUGIN_ROUTER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "batcher.h"
+#include "job.h"
+#include "transport.h"
+
+namespace kmpc::kdc {
+
+class Router {
+ public:
+  // After a cluster failure, new jobs avoid that cluster this long (then
+  // it is tried again with live traffic: a failure there costs a retry).
+  static constexpr absl::Duration kDownFor = absl::Seconds(1);
+  static constexpr absl::Duration kMaxDownFor = absl::Seconds(16);
+  // A failed job goes to another cluster only if it is younger than this
+  // many batch deadlines (see above).
+  static constexpr int kRetryWithin = 2;
+
+  // transports: one per cluster, in order (the first is the primary); each
+  // must outlive Stop(). observer (may be null) sees every cluster's
+  // batches.
+  Router(BatcherOptions options, std::vector<Transport*> transports,
+         Sink* sink, BatchObserver* observer = nullptr);
+  ~Router();  // Stop()
+
+  // As Batcher::Submit; the job goes to a healthy cluster.
+  absl::Status Submit(uint64_t token, Job job);
+  void SubmitterIdle();
+  // Stops every batcher and the retry thread; nothing reaches the sink
+  // once it returned.
+  void Stop();
+  // The sum over the clusters, plus failovers_ (jobs submitted again).
+  BatcherStats stats() const;
+  size_t clusters() const { return transports_.size(); }
+
+ private:
+  class ClusterSink;
+  struct Pending {
+    Job job;  // a copy, for a retry elsewhere; wiped when it goes
+    absl::Time submitted;
+    uint32_t tried = 0;  // bit c: cluster c had it
+  };
+  struct Retry {
+    uint64_t token;
+    absl::Status first;  // the failure that made it go elsewhere
+  };
+
+  void OnResult(size_t cluster, Result r);
+  // The cluster for job `token`, not tried on the clusters in `tried`:
+  // the first healthy one (or a cluster that failed before and whose
+  // down time is over, with no probe in flight: this job becomes its
+  // probe), else the one whose down time ends first; -1 if all tried.
+  // Under mu_.
+  int Pick(uint32_t tried, absl::Time now, uint64_t token);
+  // Cluster c answered job `token`: with a cluster failure (down for a
+  // while, longer each time in a row), or otherwise (its probe came back:
+  // healthy again). True when the jobs queued on c should move (a new
+  // failure, another cluster healthy). Under mu_.
+  bool ClusterAnswered(size_t c, uint64_t token, bool failed, absl::Time now);
+  // Transport::Reachable of all three parties, asked at most every
+  // kReachableEvery per cluster (a channel-state lookup per party; the
+  // batcher asks again before each batch anyway). Under mu_.
+  bool Reachable(size_t cluster, absl::Time now);
+  static constexpr absl::Duration kReachableEvery = absl::Milliseconds(5);
+  void RetryLoop();
+  void Deliver(Result r);
+
+  const BatcherOptions options_;
+  const std::vector<Transport*> transports_;
+  Sink* const sink_;
+  std::vector<std::unique_ptr<ClusterSink>> sinks_;
+  std::vector<std::unique_ptr<Batcher>> batchers_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::unordered_map<uint64_t, Pending> pending_;  // only with 2+ clusters
+  std::deque<Retry> retries_;
+  std::vector<absl::Time> down_until_;
+  std::vector<int> failures_;      // cluster failures in a row
+  std::vector<uint64_t> probe_;    // the job probing a failed cluster, or 0
+  std::vector<absl::Time> reach_checked_;
+  std::vector<bool> reach_ok_;
+  uint64_t failovers_ = 0;
+  absl::Time last_log_ = absl::InfinitePast();
+  std::thread retry_thread_;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_ROUTER_H_
