@@ -462,7 +462,11 @@ def soak_run(target, idx, rate, args, outdir, log, hist):
     before_ms = max([hist.get("max_ms", 0.0)]
                     + storm_max_ms(os.path.join(outdir, label + "-warmup.csv")))
     soak_ms = storm_max_ms(os.path.join(outdir, label + ".csv"))
-    rec = last_backlog_record(soak_ms, before_ms)
+    # Records only within the run's duration: the rows past it are the
+    # partial seconds at the end of sending, whose slowest logins are the
+    # tail of the last full second's; a record there would leave no stretch
+    # to judge (the idle-after level still bounds any growth they caused).
+    rec = last_backlog_record(soak_ms[:int(args.duration)], before_ms)
     judge_from = t_measure if rec is None else t_measure + rec + 3
     mem = judge_memory(smp.samples, judged, t_measure, t_end, judge_from,
                        hist.get("anon", {}), args.rss_slack_kib, args.duration / 3)
