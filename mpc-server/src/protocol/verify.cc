@@ -1,7 +1,5 @@
 #include "protocol/verify.h"
 
-#include "absl/strings/cord.h"
-
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -11,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "absl/strings/cord.h"
 #include "protocol/gf128.h"
 #include "protocol/prf.h"
 #include "protocol/rep3.h"
@@ -18,7 +17,8 @@
 
 namespace kmpc::protocol {
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) { Reset(); }
+void Sha256::Reset() {
   ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
 }
 Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
@@ -117,8 +117,7 @@ void MulLog::AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
 }
 
 void MulLog::AddOpened(absl::Span<const uint8_t> v) {
-  if (opened_ == nullptr) opened_ = new Sha256();
-  opened_->Update(v);
+  opened_.Update(v);
 }
 
 void MulLog::Clear() {
@@ -130,8 +129,7 @@ void MulLog::Clear() {
     share::Wipe(v.data(), v.size());
     v.clear();
   }
-  delete opened_;
-  opened_ = nullptr;
+  opened_.Reset();
 }
 
 namespace {
@@ -197,15 +195,13 @@ absl::Status Compare(Rep3& ctx, ZeroHashes* z, Sha256& opened, bool local_ok) {
 
 absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
-  if (log.opened_ == nullptr) log.opened_ = new Sha256();
-  absl::Status st = Compare(ctx, nullptr, *log.opened_, true);
+  absl::Status st = Compare(ctx, nullptr, log.opened_, true);
   log.Clear();
   return st;
 }
 
 absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
-  if (log.opened_ == nullptr) log.opened_ = new Sha256();
   const int me = ctx.party();
   const bool pub0 = share::HoldsPublicIn(me, 0), pub1 = share::HoldsPublicIn(me, 1);
   const size_t g = log.gf_products();
@@ -254,7 +250,7 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
     ctx.prss().RandomShares(coin0, coin1, 32);
     st = ctx.Reveal(absl::MakeConstSpan(coin0, 32), absl::MakeConstSpan(coin1, 32),
                     absl::MakeSpan(coin, 32));
-    log.opened_->Update(absl::MakeConstSpan(coin, 32));
+    log.opened_.Update(absl::MakeConstSpan(coin, 32));
   }
   auto wipe = [&] {
     WipeAll<uint64_t>({&a0, &a1, &b0, &b1, &c0, &c1});
@@ -349,7 +345,7 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
     wipe();
     return st;
   }
-  log.opened_->Update(bytes(open));
+  log.opened_.Update(bytes(open));
 
   // The zero tests, in the order of the openings.
   bool local_ok = true;
@@ -433,7 +429,7 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   WipeAll<uint64_t>({&open});
 
   // Round 5: compare.
-  st = Compare(ctx, &z, *log.opened_, local_ok);
+  st = Compare(ctx, &z, log.opened_, local_ok);
   wipe();
   return st;
 }

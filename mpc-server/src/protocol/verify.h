@@ -75,6 +75,8 @@ class Sha256 {
     Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(w), 8 * n));
   }
   absl::Status Final(std::array<uint8_t, 32>& out);
+  // Starts a new digest.
+  void Reset();
 
  private:
   EVP_MD_CTX* ctx_;
@@ -113,7 +115,7 @@ class MulLog {
   size_t and_words() const { return and_[0].size(); }
   size_t gf_products() const { return gf_[0].size() / 16; }
   bool empty() const { return and_words() == 0 && gf_products() == 0; }
-  // Wipes and empties everything (the opened-values hash included).
+  // Wipes and empties everything (the opened-values hash restarts).
   void Clear();
 
  private:
@@ -121,7 +123,7 @@ class MulLog {
   // x0, x1, y0, y1, z0, z1
   std::array<std::vector<uint64_t>, 6> and_;
   std::array<std::vector<uint8_t>, 6> gf_;
-  Sha256* opened_ = nullptr;  // lazily created
+  Sha256 opened_;
   // Verifier's buffers, kept for the next batch: triples (a0, a1, b0, b1,
   // c0, c1), openings (o0, o1, open), the permutation and its randomness.
   std::array<std::vector<uint64_t>, 6> tri_;
