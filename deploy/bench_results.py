@@ -193,6 +193,7 @@ def build(bench_dir):
                 res["kmpc"][key] = soak[key]
         so = dict(soak.get("soak") or {})
         so.pop("rss_samples", None)  # per-second samples stay in soak.json
+        so.pop("heap_samples", None)
         so["per_run"] = [soak_row(x) for x in soak.get("soaks") or []]
         res["soak"] = so
     if netns:
@@ -250,7 +251,11 @@ def soak_row(run):
             "errors": run.get("errors"), "p99_ms": r(run.get("p99_ms"), 1),
             "max_ms": r(run.get("max_ms"), 1),
             "machine_steal_cores": r(run.get("machine_steal_cores"), 3),
-            "memory": mem, "memory_unmeasured": run.get("memory_unmeasured") or []}
+            "memory": mem, "memory_unmeasured": run.get("memory_unmeasured") or [],
+            "heap": {n: {k: v.get(k) for k in ("before_kib", "after_kib", "growth_kib",
+                                               "growth_from_reference_kib", "grown")}
+                     for n, v in (run.get("heap") or {}).items() if v},
+            "heap_unmeasured": run.get("heap_unmeasured") or []}
 
 
 def bound_row(what, value, bound, fmt, missing, ratio=False):
@@ -342,12 +347,14 @@ def targets(res):
         runs = soak.get("runs", 1)
         out.append({
             "what": (f"{runs} x {soak.get('duration_s', 0):.0f} s soak at 90% of peak in the "
-                     "same processes, each run: no crash, zero errors, >= 97% of the rate, anonymous memory "
-                     f"flat within {soak.get('rss_slack_kib', 0)} KiB (/proc only)"),
+                     "same processes, each run: no crash, zero errors, >= 97% of the rate, heap in "
+                     "use (each process's own mallinfo2 on /metrics) and anonymous memory "
+                     f"(/proc) flat within {soak.get('rss_slack_kib', 0)} KiB"),
             "measured": (f"{soak.get('passed_runs')} of {runs} runs clean; lowest "
                          f"{soak.get('logins_per_s', 0):.0f}/s of {soak.get('offered')}, errors "
                          f"{soak.get('errors')}, memory over the slack: "
-                         f"{soak.get('rss_grown') or 'none'}"),
+                         f"{soak.get('rss_grown') or 'none'}, heap over the slack: "
+                         f"{soak.get('heap_grown') or 'none'}"),
             "met": bool(soak.get("pass")),
             "miss_by": None if soak.get("pass") else "see soak.per_run",
         })

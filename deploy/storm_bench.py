@@ -201,15 +201,20 @@ class KmpcTarget:
     # kmpc-mpc-server flags of the three servers (KMPC_MPC_FLAGS).
     server_flags = ""
 
-    def __init__(self, workdir, settings, n_users):
+    def __init__(self, workdir, settings, n_users, metrics=False):
+        """metrics: the KDC and each server also serve Prometheus /metrics
+        over HTTP on 127.0.0.1 (metrics_urls: {watch name: URL})."""
         import kmpc_cluster  # the MPC half; only needed for this target
         extra = ""
         if settings == "headline":
             extra = dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
                                     disable_lockout="true")
         self.realm = kmpc_cluster.bring_up(workdir, n_random=n_users, kdc_conf_extra=extra,
-                                           server_flags=self.server_flags)
+                                           server_flags=self.server_flags, metrics=metrics)
         r = self.realm
+        self.metrics_urls = ({"krb5kdc": r.kdc_metrics_url,
+                              **{f"mpc-server-{i}": r.cluster.metrics_url(i)
+                                 for i in range(3)}} if metrics else {})
         self.n_users = n_users
         self.keytab = r.users_keytab
         self.principal_fmt = "user%d@" + r.realm
@@ -332,8 +337,8 @@ class KmpcMaliciousTarget(KmpcTarget):
         self.min_rate = 5
 
 
-def kmpc_factory(workdir, settings, n_users):
-    return KmpcTarget(workdir, settings, n_users)
+def kmpc_factory(workdir, settings, n_users, metrics=False):
+    return KmpcTarget(workdir, settings, n_users, metrics=metrics)
 
 
 def kmpc_malicious_factory(workdir, settings, n_users):

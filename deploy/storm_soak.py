@@ -14,7 +14,14 @@ and disable_lockout on), then:
      was dropped (warm-up included), at least 97% of the rate was achieved
      (p99 against the sweep's 500 ms bound is reported beside), every
      process is still alive, and the memory of the KDC and of each MPC
-     server is flat:
+     server is flat, judged twice:
+       the heap in use as each process reports it (mallinfo2 uordblks +
+       hblkhd on its Prometheus /metrics, scraped once a second over
+       loopback HTTP, as any scraper would): idle after the run it may be at
+       most --heap-slack-kib (4096) above its level idle before the run and
+       above its level idle after the first warm-up.  Freed memory leaves
+       this figure at once, so the backlog of the run does not move it;
+       what stays is what the process holds (bounded caches, and leaks);
        the anonymous resident memory (RssAnon of /proc/PID/status, read once
        a second through the whole run) is judged over the measured seconds
        after the run's last backlog record, a second whose slowest login
@@ -24,7 +31,8 @@ and disable_lockout on), then:
        process reached before that stretch (earlier runs included), by at
        most --rss-slack-kib (4096); the least-squares slope over the
        stretch times its length may not exceed the slack either; and the
-       stretch must cover a third of the run.
+       stretch must cover a third of the run (else RSS is reported, not
+       judged, for that run: the heap judge still is).
      Why: glibc keeps freed heap pages resident, so a process's memory
      settles at the level of the most logins it has held at once (the
      batches in flight), leak or not, and rises in steps at the seconds
@@ -151,14 +159,53 @@ def lsq_slope(pts):
     return sum((t - mt) * (y - my) for t, y in pts) / den if den else 0.0
 
 
+# ---- memory as each process reports it ---------------------------------
+# The KDC module and every MPC server publish mallinfo2() at each scrape of
+# their Prometheus /metrics (mpc-server/src/util/process_metrics.h), read by
+# the process's own metrics thread: what a Prometheus server would read, no
+# attach.  The heap in use (uordblks + hblkhd: allocated and not freed) does
+# not keep the pages glibc retains after a backlog, so unlike RSS it returns
+# to its level once the logins in flight are served, whatever the backlog
+# was; what stays is what the process still holds: caches with a bound, and
+# leaks.
+
+HEAP_METRICS = ("kmpc_malloc_in_use_bytes", "kmpc_malloc_mmap_bytes")
+
+
+def scrape_heap_kib(url, timeout=0.5):
+    """Heap in use (KiB) from a /metrics page; None when unreachable or
+    when the page lacks the figures."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            text = r.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    got = {}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in HEAP_METRICS:
+            try:
+                got[name] = float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                return None
+    if len(got) != len(HEAP_METRICS):
+        return None
+    return int(sum(got.values()) // 1024)
+
+
 class Sampler:
     """Samples /proc/PID/status of every watched process (and of the load
     generator, found as this process's kmpc-storm child) once a second:
-    samples[name] = [(t, phase, VmRSS, RssAnon)], t in seconds from start."""
+    samples[name] = [(t, phase, VmRSS, RssAnon)], t in seconds from start;
+    and, for the processes in metrics_urls, the heap in use they report:
+    heap[name] = [(t, phase, KiB)]."""
 
-    def __init__(self, watch):
+    def __init__(self, watch, metrics_urls=None):
         self.watch = dict(watch)
+        self.metrics_urls = {n: u for n, u in (metrics_urls or {}).items() if u}
         self.samples = {n: [] for n in (*self.watch, "kmpc-storm")}
+        self.heap = {n: [] for n in self.metrics_urls}
         self.t0 = time.time()
 
     def sample(self, phase):
@@ -171,6 +218,10 @@ class Sampler:
             st = proc_status(pid)
             if st:
                 self.samples[n].append((t, phase, st["VmRSS"], st["RssAnon"]))
+        for n, url in self.metrics_urls.items():
+            kib = scrape_heap_kib(url)
+            if kib is not None:
+                self.heap[n].append((t, phase, kib))
         return t
 
     def during(self, fn, phase):
@@ -283,6 +334,43 @@ def judge_memory(samples, names, t_measure, t_end, judge_from, prior_kib, slack_
         v["too_short"] = bool(v["judged"] and v["judged_s"] < min_judged_s)
         v["grown"] = bool(v["judged"] and (v["growth_kib"] > slack_kib
                                            or v["projected_kib"] > slack_kib))
+        out[n] = v
+    return out
+
+
+HEAP_CRITERION = (
+    "heap in use (mallinfo2 uordblks + hblkhd, as the KDC module and each MPC server "
+    "publish it on /metrics, scraped once a second): after the run and its idle seconds, "
+    "at most the slack above its level idle before the run (after the warm-up), and at "
+    "most the slack above its level idle after the first warm-up (the reference for "
+    "every run)")
+
+
+def judge_heap(heap, names, ref_kib, slack_kib):
+    """Per process in `names`: the heap in use idle before the measured run
+    (last idle-before sample), idle after it (last idle-after sample) and
+    its highest during the run.  ref_kib (updated: the first run's level
+    before) is the reference every run is held to as well, so a slow leak
+    cannot hide in steps under the slack.  None for a process with no
+    sample in a phase (unmeasured)."""
+    out = {}
+    for n in names:
+        s = heap.get(n) or []
+        before = [k for _, ph, k in s if ph == "idle-before"]
+        during = [k for _, ph, k in s if ph == "soak"]
+        after = [k for _, ph, k in s if ph == "idle-after"]
+        if not before or not after:
+            out[n] = None
+            continue
+        ref_kib.setdefault(n, before[-1])
+        v = {"before_kib": before[-1], "after_kib": after[-1],
+             "max_during_kib": max(during) if during else None,
+             "reference_kib": ref_kib[n],
+             "growth_kib": after[-1] - before[-1],
+             "growth_from_reference_kib": after[-1] - ref_kib[n],
+             "samples": len(s)}
+        v["grown"] = bool(v["growth_kib"] > slack_kib
+                          or v["growth_from_reference_kib"] > slack_kib)
         out[n] = v
     return out
 
@@ -439,7 +527,7 @@ def soak_run(target, idx, rate, args, outdir, log, hist):
     label = f"soak-{idx}"
     storm_args = ["--timeout", target.timeout_s, "--max-inflight", target.max_inflight,
                   "--max-errors", 1000000]
-    smp = Sampler(target.watch)
+    smp = Sampler(target.watch, getattr(target, "metrics_urls", None))
     # Warm-up at the soak's rate (caches, the KDC's lookaside cache of
     # replies, allocator arenas): its memory is the reference.
     warmup = args.first_warmup if idx == 1 else args.warmup
@@ -480,10 +568,18 @@ def soak_run(target, idx, rate, args, outdir, log, hist):
             # What a leak of this size would be per login of the run.
             mem[n]["growth_bytes_per_login"] = round(
                 mem[n]["growth_kib"] * 1024 / max(1, res["ok"]), 1)
+    heap = judge_heap(smp.heap, judged, hist.setdefault("heap_ref", {}), args.heap_slack_kib)
     grown = {n: {"growth_kib": v["growth_kib"], "projected_kib": v["projected_kib"]}
              for n, v in mem.items() if v and v["grown"]}
+    # RSS with too short a stretch after its last backlog record cannot be
+    # judged (reported as such); the heap judge covers that run.
     too_short = [n for n, v in mem.items() if v and v["too_short"]]
+    grown = {n: g for n, g in grown.items() if n not in too_short}
+    heap_grown = {n: {"growth_kib": v["growth_kib"],
+                      "growth_from_reference_kib": v["growth_from_reference_kib"]}
+                  for n, v in heap.items() if v and v["grown"]}
     missing = [n for n in judged if not mem.get(n)]
+    heap_missing = [n for n in judged if not heap.get(n)] if smp.metrics_urls else []
     errors = res["failed_all_phases"] + res["dropped"] + wu["failed_all_phases"]
     lat = res["latency_us"]
     # The rate held: 97% of it achieved.  p99 within the sweep's bound
@@ -510,8 +606,12 @@ def soak_run(target, idx, rate, args, outdir, log, hist):
         "backlog_before_ms": before_ms, "backlog_last_record_s": rec,
         "memory": mem, "rss_grown": grown, "memory_unmeasured": missing,
         "memory_judged_too_short": too_short,
-        "rss_samples": smp.samples,
-        "pass": errors == 0 and held and not grown and not missing and not too_short,
+        "heap_criterion": HEAP_CRITERION if smp.metrics_urls else None,
+        "heap_slack_kib": args.heap_slack_kib, "heap": heap, "heap_grown": heap_grown,
+        "heap_unmeasured": heap_missing,
+        "rss_samples": smp.samples, "heap_samples": smp.heap,
+        "pass": (errors == 0 and held and not grown and not missing and not heap_grown
+                 and not heap_missing),
     }
     log(f"  soak {idx}: {s['logins_per_s']:.0f}/s achieved of {rate}, {s['logins']} logins, "
         f"errors {errors} (failed {s['failed']}, dropped {s['dropped']}), "
@@ -529,6 +629,13 @@ def soak_run(target, idx, rate, args, outdir, log, hist):
                 f"({v['projected_kib']:+d} KiB over {v['judged_s']:.0f} s); VmRSS max "
                 f"{v['rss_max_kib'] / 1024:.1f} MiB"
                 + ("" if v["judged"] else " (not judged)"))
+    for n, v in heap.items():
+        if v:
+            log(f"    {n:13s} heap in use {v['before_kib'] / 1024:7.1f} -> "
+                f"{v['after_kib'] / 1024:7.1f} MiB ({v['growth_kib']:+6d} KiB; "
+                f"{v['growth_from_reference_kib']:+d} KiB from the first run's "
+                f"{v['reference_kib'] / 1024:.1f}), max during "
+                f"{(v['max_during_kib'] or 0) / 1024:.1f} MiB")
     log(f"    backlog: slowest login before the run {before_ms:.0f} ms; "
         + ("no second slower during it" if rec is None else
            f"last record at second {rec} ({soak_ms[rec]:.0f} ms), memory judged from "
@@ -539,8 +646,11 @@ def soak_run(target, idx, rate, args, outdir, log, hist):
         "memory over the "
         f"{args.rss_slack_kib} KiB slack: "
         f"{grown or 'none'}" + (f", not measured: {missing}" if missing else "")
-        + (f", judged stretch under {args.duration / 3:.0f} s (backlog records until late)"
-           if too_short else ""))
+        + (f" (RSS not judged for {too_short}: stretch under {args.duration / 3:.0f} s, "
+           "backlog records until late)" if too_short else "")
+        + (f"; heap over the {args.heap_slack_kib} KiB slack: {heap_grown or 'none'}"
+           if smp.metrics_urls else "")
+        + (f", heap not measured: {heap_missing}" if heap_missing else ""))
     return s
 
 
@@ -566,6 +676,12 @@ def summarise(runs, rate, slack_kib):
         "memory_criterion": MEMORY_CRITERION, "rss_slack_kib": slack_kib,
         "rss_grown": {f"run {r['run']}": r["rss_grown"] for r in runs if r["rss_grown"]},
         "memory_across_runs": across,
+        "heap_criterion": last.get("heap_criterion"),
+        "heap_grown": {f"run {r['run']}": r["heap_grown"] for r in runs if r.get("heap_grown")},
+        "heap_across_runs": {n: {"reference_kib": v["reference_kib"],
+                                 "end_kib": v["after_kib"],
+                                 "growth_kib": v["growth_from_reference_kib"]}
+                             for n, v in (last.get("heap") or {}).items() if v},
         "pass": all(r["pass"] for r in runs),
         "note": ("logins_per_s is the lowest of the runs, p99_ms and max_ms the highest; "
                  "each run in soak.json's \"soaks\""),
@@ -599,6 +715,8 @@ def main():
                     help="idle seconds sampled before and after each measured run")
     ap.add_argument("--rss-slack-kib", type=int, default=4096,
                     help="anonymous memory growth still counted as flat (KiB)")
+    ap.add_argument("--heap-slack-kib", type=int, default=4096,
+                    help="growth of the heap in use still counted as flat (KiB)")
     ap.add_argument("--no-breakdown", dest="breakdown", action="store_false",
                     help="skip the per-batch timing runs (KDC debug log)")
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "soak.json"))
@@ -628,7 +746,8 @@ def main():
         f"{out['rate_basis']}; load average {os.getloadavg()[0]:.2f}")
     target = None
     try:
-        target = storm_bench.kmpc_factory(os.path.join(work, "realm"), "headline", args.users)
+        target = storm_bench.kmpc_factory(os.path.join(work, "realm"), "headline", args.users,
+                                          metrics=True)
         out["setup_s"] = round(time.time() - t0, 1)
         one = one_client(target, "one-client-window100", outdir, args.one_client_s)
         out["one_client_window_100ms"] = one
@@ -648,7 +767,10 @@ def main():
         if args.runs > 1:
             log(f"  {s['passed_runs']} of {s['runs']} soaks passed; RssAnon from the first "
                 "run's reference to the last run's end: " + ", ".join(
-                    f"{n} {v['growth_kib']:+d} KiB" for n, v in s["memory_across_runs"].items()))
+                    f"{n} {v['growth_kib']:+d} KiB" for n, v in s["memory_across_runs"].items())
+                + "; heap in use: " + (", ".join(
+                    f"{n} {v['growth_kib']:+d} KiB" for n, v in s["heap_across_runs"].items())
+                    or "not measured"))
 
         save(args.out, out)  # the soak's figures, whatever happens below
 

@@ -245,6 +245,55 @@ def test_missing_storm_json(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="ip netns needs root")
+def heap_samples(before, during, after):
+    """Sampler.heap for one process: (t, phase, KiB)."""
+    return ([(t, "idle-before", k) for t, k in enumerate(before)]
+            + [(10 + t, "soak", k) for t, k in enumerate(during)]
+            + [(100 + t, "idle-after", k) for t, k in enumerate(after)])
+
+
+def test_soak_heap_judge():
+    """storm_soak's heap judge: the heap in use idle after a run against its
+    level before it and against the first run's level; a step under the
+    slack per run that keeps adding up fails once it passes the slack from
+    the first run's reference; a process with no samples is unmeasured."""
+    sys.path.insert(0, DEPLOY)
+    import storm_soak
+    ref = {}
+    flat = storm_soak.judge_heap(
+        {"kdc": heap_samples([10000, 10010], [30000, 31000], [12000, 10100])},
+        ["kdc", "srv"], ref, 4096)
+    assert flat["kdc"]["growth_kib"] == 90 and not flat["kdc"]["grown"]
+    assert flat["kdc"]["max_during_kib"] == 31000
+    assert flat["srv"] is None  # unmeasured
+    assert ref == {"kdc": 10010}
+    # Run 2 grows 3 MiB, run 3 another 3 MiB: each under the slack alone.
+    r2 = storm_soak.judge_heap({"kdc": heap_samples([10100], [20000], [13172])},
+                               ["kdc"], ref, 4096)
+    assert not r2["kdc"]["grown"]
+    r3 = storm_soak.judge_heap({"kdc": heap_samples([13172], [20000], [16244])},
+                               ["kdc"], ref, 4096)
+    assert r3["kdc"]["growth_kib"] == 3072
+    assert r3["kdc"]["growth_from_reference_kib"] == 6234 and r3["kdc"]["grown"]
+
+
+def test_soak_heap_scrape(tmp_path):
+    """scrape_heap_kib reads the two mallinfo2 gauges of a /metrics page
+    (labels or none) and gives None when the page lacks one."""
+    sys.path.insert(0, DEPLOY)
+    import storm_soak
+    ok = tmp_path / "ok"
+    ok.write_text('# HELP kmpc_malloc_in_use_bytes x\n'
+                  'kmpc_malloc_in_use_bytes{party="1"} 2097152\n'
+                  'kmpc_malloc_mmap_bytes{party="1"} 1048576\n'
+                  'kmpc_malloc_arena_bytes{party="1"} 9999999\n')
+    part = tmp_path / "part"
+    part.write_text("kmpc_malloc_in_use_bytes 2097152\n")
+    assert storm_soak.scrape_heap_kib(ok.as_uri()) == 3072
+    assert storm_soak.scrape_heap_kib(part.as_uri()) is None
+    assert storm_soak.scrape_heap_kib((tmp_path / "gone").as_uri()) is None
+
+
 def test_netns_lan_up_and_torn_down():
     sys.path.insert(0, DEPLOY)
     import netns_cluster
