@@ -85,6 +85,13 @@ def find_built(rel, required=True):
     return None
 
 
+def require_built(*rels):
+    """find_built for each of rels, required: a test module calls it at
+    import so that a missing binary fails the run (RealmError naming it)
+    instead of skipping its tests."""
+    return [find_built(rel) for rel in rels]
+
+
 def kdcmpc_conf(name, so, options):
     """kdc.conf text loading the kdcmpc module `name` from `so`, with the
     relations of options ({relation: value}) in its [kdcmpc] section."""

@@ -22,10 +22,7 @@ from aes_ref import expand_key
 import kmpc_cluster
 from kmpc_realm import binpath
 
-pytestmark = pytest.mark.skipif(
-    kmpc_cluster.find_built("mpc-server/kmpc-admin", required=False) is None
-    or kmpc_cluster.find_built("mpc-server/kmpc-mpc-server", required=False) is None,
-    reason="kmpc-admin / kmpc-mpc-server not built (make build)")
+kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
 
 REALM = kmpc_cluster.REALM
 
@@ -473,7 +470,7 @@ def _etypes(realm):
 def test_kinit_kvno_with_shared_keys(kmpc_factory, module):
     if module == "real" and kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so",
                                                     required=False) is None:
-        pytest.skip("the real kdcmpc module (kdc-plugin/libkmpc_kdc.so) is not built")
+        pytest.fail("the real kdcmpc module (kdc-plugin/libkmpc_kdc.so) is not built (make build)")
     r = kmpc_factory(module=module)
     pw = "pw-" + secrets.token_hex(8)
     r.setup_krbtgt()
@@ -508,7 +505,7 @@ def test_migrated_key_keeps_its_salt(kmpc_factory, module):
     the same salt, so clients still derive the shared key from the password."""
     if module == "real" and kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so",
                                                     required=False) is None:
-        pytest.skip("the real kdcmpc module is not built")
+        pytest.fail("the real kdcmpc module is not built (make build)")
     r = kmpc_factory(module=module)
     r.setup_krbtgt()
     r.setup_warmup()
@@ -530,7 +527,7 @@ def test_outstanding_tgt_survives_krbtgt_migration(kmpc_factory):
     kvno, so a TGT issued from the KDB key before the migration is decrypted
     by the cluster afterwards (kvno semantics kept)."""
     if kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so", required=False) is None:
-        pytest.skip("the real kdcmpc module is not built")
+        pytest.fail("the real kdcmpc module is not built (make build)")
     r = kmpc_factory(module="real")
     r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
     r.add_service()
@@ -580,7 +577,7 @@ def test_krbtgt_rotation_with_keepold(kmpc_factory):
     TGTs issued before still work; the next rotation without --keepold
     removes the old handles from the KDB and their shares from the servers."""
     if kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so", required=False) is None:
-        pytest.skip("the real kdcmpc module is not built")
+        pytest.fail("the real kdcmpc module is not built (make build)")
     r = kmpc_factory(module="real")
     r.setup_krbtgt()
     r.setup_warmup()

@@ -45,10 +45,7 @@ import pytest  # noqa: E402
 import kmpc_cluster  # noqa: E402
 import storm_bench  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    kmpc_cluster.find_built("mpc-server/kmpc-admin", required=False) is None
-    or kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so", required=False) is None,
-    reason="kmpc-admin / the kdcmpc module not built (make build)")
+kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so")
 
 REALM = kmpc_cluster.REALM
 ENCTYPE = "aes256-ctr-mpc"

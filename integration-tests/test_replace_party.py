@@ -30,10 +30,7 @@ import kmpc_cluster  # noqa: E402
 from test_refresh import (Storm, check_combines, check_redealt,  # noqa: E402
                           make_realm, one_record, only_id, read_stores, status_ok)
 
-pytestmark = pytest.mark.skipif(
-    kmpc_cluster.find_built("mpc-server/kmpc-admin", required=False) is None
-    or kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so", required=False) is None,
-    reason="kmpc-admin / the kdcmpc module not built (make build)")
+kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so")
 
 GEN_CERTS = os.path.join(os.path.dirname(HERE), "deploy", "gen-certs.sh")
 LOST = 1

@@ -23,10 +23,8 @@ sys.path.insert(0, os.path.join(ROOT, "deploy"))
 import kmpc_cluster  # noqa: E402
 
 GEN_CERTS = os.path.join(ROOT, "deploy", "gen-certs.sh")
-SERVER = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server", required=False)
-CLIENT = kmpc_cluster.find_built("mpc-server/kmpc-mpc-client", required=False)
-pytestmark = pytest.mark.skipif(SERVER is None or CLIENT is None,
-                                reason="kmpc-mpc-server not built (make build)")
+SERVER, CLIENT = kmpc_cluster.require_built("mpc-server/kmpc-mpc-server",
+                                            "mpc-server/kmpc-mpc-client")
 
 UNAUTHENTICATED, PERMISSION_DENIED, FAILED_PRECONDITION = 16, 7, 9
 

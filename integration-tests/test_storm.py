@@ -226,9 +226,7 @@ def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
     handles in the KDB, the kdcmpc module, three MPC servers): every login,
     and the TGS-REQ after it, must succeed."""
     import kmpc_cluster
-    for rel in ("mpc-server/kmpc-mpc-server", "mpc-server/kmpc-admin"):
-        if not kmpc_cluster.find_built(rel, required=False):
-            pytest.skip(f"{rel} not built")
+    kmpc_cluster.require_built("mpc-server/kmpc-mpc-server", "mpc-server/kmpc-admin")
     target = storm_bench.KmpcTarget(str(tmp_path / "kmpc"), "headline", 40)
     try:
         js = tmp_path / "kmpc.json"
@@ -279,9 +277,7 @@ def test_storm_against_the_kmpc_realm_with_malicious_servers(storm_bin, tmp_path
     login and TGS-REQ of a short storm succeeds through the verified
     protocol."""
     import kmpc_cluster
-    for rel in ("mpc-server/kmpc-mpc-server", "mpc-server/kmpc-admin"):
-        if not kmpc_cluster.find_built(rel, required=False):
-            pytest.skip(f"{rel} not built")
+    kmpc_cluster.require_built("mpc-server/kmpc-mpc-server", "mpc-server/kmpc-admin")
     target = storm_bench.KmpcMaliciousTarget(str(tmp_path / "kmpc"), "headline", 16)
     try:
         for i in range(3):

@@ -34,7 +34,7 @@ sys.path.insert(0, HERE)
 import kmpc_cluster  # noqa: E402
 # Skipped as test_recovery is (kmpc-admin and the module built).
 import test_recovery  # noqa: E402
-from test_recovery import Storm, kill9, pytestmark, quantile  # noqa: E402,F401
+from test_recovery import Storm, kill9, quantile  # noqa: E402
 
 
 
