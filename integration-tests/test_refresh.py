@@ -36,7 +36,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
 sys.path.insert(0, HERE)
 
-import pytest  # noqa: E402
 
 import ctr_mpc_ref as ref  # noqa: E402
 from aes_ref import expand_key  # noqa: E402

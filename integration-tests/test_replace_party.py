@@ -24,7 +24,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
 sys.path.insert(0, HERE)
 
-import pytest  # noqa: E402
 
 import kmpc_cluster  # noqa: E402
 from test_refresh import (Storm, check_combines, check_redealt,  # noqa: E402
