@@ -101,12 +101,15 @@ def first_reason(output):
 
 def kmpc_coverage(testlog):
     """(realms the test created with MPC servers, of them the realms whose
-    krbtgt went into the cluster), from k5test's command log. A realm on
-    MIT's test KDB module (database_module = test: keys made from kdc.conf,
-    read-only, create_kdb=False) keeps its krbtgt out of the cluster."""
+    krbtgt went into the cluster), from k5test's command log: shared by
+    kmpc-admin after kdb5_util create, or, for a realm on MIT's test KDB
+    module (database_module = test: keys made from kdc.conf, read-only),
+    given MPC key handles whose keys k5test put into the cluster."""
     realms = len(re.findall(r"^\*\*\* kmpc: MPC servers ", testlog, re.M))
     shared = len(re.findall(r"^\[\d+/\d+\] krbtgt/([^@\s]+)@\1: shared from a random key",
                             testlog, re.M))
+    shared += len(re.findall(r"^\*\*\* kmpc: krbtgt/([^@\s]+)@\1: test KDB module keys",
+                             testlog, re.M))
     return realms, shared
 
 

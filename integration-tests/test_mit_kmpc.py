@@ -3,11 +3,14 @@
 `make test-mit-kmpc` (integration-tests/mit_kmpc.py) runs MIT's KDC-facing
 Python tests on MIT's k5test harness in its kmpc mode (krb5 patch 0016):
 every realm a test creates gets three MPC servers and its krbtgt key in
-them. Here two of them that pass, through that target, in krbtgt mode:
+them. Here three of them that pass, through that target, in krbtgt mode:
 t_renew (renewal and validation decrypt and re-encrypt TGTs through the
-cluster) and t_u2u (user-to-user: the second ticket is a TGT under the
-MPC-held krbtgt). Besides their passing, the logs must show that the
-krbtgt really was in the cluster and that the KDC issued tickets under it.
+cluster), t_u2u (user-to-user: the second ticket is a TGT under the
+MPC-held krbtgt) and gssapi/t_s4u (S4U2Self, S4U2Proxy, RBCD across three
+realms, with every evidence ticket's KDC and ticket signatures checked by
+VERIFY jobs; its realms on MIT's test KDB module get key handles, krb5
+patch 0018). Besides their passing, the logs must show that the krbtgt
+really was in the cluster and that the KDC issued tickets under it.
 """
 import json
 import os
@@ -16,7 +19,7 @@ import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build"))
-SUBSET = ["tests/t_renew", "tests/t_u2u"]
+SUBSET = ["tests/t_renew", "tests/t_u2u", "tests/gssapi/t_s4u"]
 
 
 def test_mit_tests_krbtgt_mode(tmp_path):
@@ -25,20 +28,20 @@ def test_mit_tests_krbtgt_mode(tmp_path):
             f"MIT_OUT={tmp_path}", f"BUILD={BUILD}"]
     if os.environ.get("KMPC_CMAKE_BUILD"):
         argv.append(f"CMAKE_BUILD={os.environ['KMPC_CMAKE_BUILD']}")
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=170)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     assert f"{len(SUBSET)} passed, 0 failed (mode krbtgt)" in out, out
     logs = tmp_path / "krbtgt"
     results = json.loads((logs / "summary.json").read_text())["results"]
     assert [r["test"] for r in results if r["passed"]] == SUBSET, results
-    # t_renew's one realm and t_u2u's first (its second is on MIT's test
-    # KDB module, whose keys come from kdc.conf) had the krbtgt in the cluster.
+    # Every realm of these tests had its krbtgt in the cluster (those on
+    # MIT's test KDB module through key handles).
     by_name = {r["test"]: r for r in results}
-    assert by_name["tests/t_renew"]["krbtgt_in_cluster"] == 1 == by_name["tests/t_renew"]["realms"]
-    assert by_name["tests/t_u2u"]["krbtgt_in_cluster"] >= 1
-
     for t in SUBSET:
+        assert by_name[t]["krbtgt_in_cluster"] == by_name[t]["realms"] >= 1, by_name[t]
+
+    for t in ("tests/t_renew", "tests/t_u2u"):
         testlog = (logs / (t.replace("/", "_") + ".testlog")).read_text()
         # Each realm's own servers, and its krbtgt key made in them.
         assert "*** kmpc: MPC servers 127.0.0.1:" in testlog, t
@@ -54,3 +57,11 @@ def test_mit_tests_krbtgt_mode(tmp_path):
     assert issued and all("tkt=aes256-ctr-mpc" in l for l in issued), issued
     assert any("TGS_REQ" in l for l in issued), "no renewal reached the KDC"
     assert "kdcmpc: loaded module kmpc" in kdc_log
+
+    # t_s4u's last realms (RBCD across A, B, C on the test KDB module): their
+    # krbtgt keys were put into their clusters and S4U2Proxy tickets issued.
+    testlog = (logs / "tests_gssapi_t_s4u.testlog").read_text()
+    assert "*** kmpc: krbtgt/A@A: test KDB module keys" in testlog
+    s4u_logs = "".join(p.read_text() for p in (logs / "tests_gssapi_t_s4u.logs").glob("*/kdc.log"))
+    assert "CONSTRAINED-DELEGATION s4u-client=user@A" in s4u_logs
+    assert "kdcmpc: a PAC signature" not in s4u_logs  # every VERIFY held

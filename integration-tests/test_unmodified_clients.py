@@ -281,7 +281,10 @@ def _s4u2proxy(c, keytab):
 
 def test_s4u2proxy_as_a_stock_kdc(kmpc, realm_factory, tmp_path):
     """kvno -U -P: S4U2Proxy.  The db2 KDB has no delegation policy, so a
-    stock KDC refuses it; kmpc refuses it with the same error."""
+    stock KDC refuses it; kmpc, with the evidence ticket's PAC checked in
+    the cluster, refuses it at the same policy step with the same error
+    (S4U2Proxy itself with an MPC-held krbtgt is MIT's gssapi/t_s4u on the
+    test KDB module, in make test-mit-kmpc)."""
     r, c, pws = kmpc
     code, out = _s4u2proxy(c, r.keytab)
     stock_dir = tmp_path / "stock-clients"
@@ -296,8 +299,8 @@ def test_s4u2proxy_as_a_stock_kdc(kmpc, realm_factory, tmp_path):
     # (KDC_ERR_BADOPTION: the stock client shows the code's message).
     assert out == sout, (out, sout)
     assert "kvno: KDC can't fulfill requested option" in out, out
-    assert "MPC_S4U2PROXY" in open(r.kdc_log).read()
-    assert "UNSUPPORTED_S4U2PROXY_REQUEST" in open(s.kdc_log).read()
+    for realm in (r, s):
+        assert "UNSUPPORTED_S4U2PROXY_REQUEST" in open(realm.kdc_log).read()
     # And both refused at the proxy step, after the S4U2Self ticket.
     for realm in (r, s):
         assert f"PROTOCOL-TRANSITION s4u-client=alice@{REALM}" in open(realm.kdc_log).read()
