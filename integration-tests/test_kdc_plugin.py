@@ -206,6 +206,26 @@ def test_unknown_key_id(realm_factory, cluster):
     assert m.realm.kdc_alive()
 
 
+def test_key_id_dealt_for_the_other_enctype_is_refused(realm_factory, cluster):
+    """carol's handle says aes128-ctr-mpc but its key id was dealt as an
+    AES-256 key: the module sends the handle's enctype as Job.cipher and
+    the servers refuse the job (JOB_WRONG_CIPHER, nothing computed), so
+    carol's login fails with a clear error instead of running the key under
+    AES-128's key schedule; the others are not affected."""
+    m = KmpcRealm(realm_factory, cluster).setup()
+    m.realm.addprinc("carol", "carol-pw-1", enctypes=["aes128-ctr-mpc"])
+    key_id = secrets.token_hex(32)
+    m.store_key("carol", secrets.token_hex(32), key_id)  # dealt AES-256
+    m.tool("set", "carol", "aes128-ctr-mpc", key_id)
+    m.passwords["carol"] = "carol-pw-1"
+    m.kinit("carol", expected_code=1)
+    log = m.kdc_log()
+    assert "holds this key id for another enctype" in log, log
+    assert "dealt for AES256, the job names AES128" in log, log
+    m.kinit()
+    assert m.realm.kdc_alive()
+
+
 def test_key_deleted_on_one_server_fails_only_that_user(realm_factory, cluster,
                                                         tmp_path):
     """bob's shares deleted on server 1 only (Admin DeleteKey): bob's

@@ -7,6 +7,7 @@ GHASH) and the shared vectors. Any server that dies fails the test; every
 server log is printed on failure.
 """
 import json
+import re
 import os
 import random
 import shutil
@@ -69,6 +70,10 @@ class Cluster:
         self.procs = [None, None, None]
         self.logs_ = ["", "", ""]
         self.expected_dead = set()
+        # Key id -> "aes128" / "aes256" for the keys put_key dealt: jobs()
+        # names each job's cipher from it (kmpc.proto Job.cipher), as a KDC
+        # knows its keys' enctypes from its database.
+        self.ciphers = {}
         os.makedirs(top, exist_ok=True)
 
     def grpc_addr(self, i):
@@ -177,9 +182,24 @@ class Cluster:
             args.append(f"--key_id_hex={key_id_hex}")
         r = self.client(*args)
         assert r.returncode == 0, r.stdout + r.stderr
-        return r.stdout.strip()
+        kid = r.stdout.strip()
+        self.ciphers[kid] = "aes128" if len(key_hex) == 32 else "aes256"
+        return kid
+
+    def with_ciphers(self, lines):
+        """Job lines with the cipher their key was dealt for (OP:CIPHER),
+        unless a line names one already or its key id is not ours (then the
+        client's --cipher, aes128, applies)."""
+        out = []
+        for line in lines:
+            f = line.split(" ")
+            if len(f) > 1 and ":" not in f[0] and f[1] in self.ciphers:
+                f[0] += ":" + self.ciphers[f[1]]
+            out.append(" ".join(f))
+        return out
 
     def jobs(self, lines, extra=(), expect_ok=True, timeout=120):
+        lines = self.with_ciphers(lines)
         r = self.client(*extra, "jobs", stdin="\n".join(lines) + "\n", timeout=timeout)
         if expect_ok:
             assert r.returncode == 0, r.stdout + r.stderr
@@ -439,6 +459,44 @@ def test_precise_errors(cluster, vector_keys):
     lines = [f"keystream {kid} {j} {65536 * 16}" for j in range(17)]
     r = cluster.jobs(lines, expect_ok=False, timeout=60)
     assert r.returncode == 3 and " 8 " in r.stdout, r.stdout  # RESOURCE_EXHAUSTED
+
+
+def test_job_names_its_cipher_and_other_cipher_is_refused(cluster):
+    """kmpc.proto Job.cipher over real gRPC: a key id dealt for AES-128 used
+    as AES-256, and the reverse, fail alone (JOB_WRONG_CIPHER, shown as
+    error 7 = PERMISSION_DENIED) with nothing revealed; no cipher is a
+    malformed job (error 3); the jobs beside them in the same batch are
+    computed under the right cipher. The servers count the refusals."""
+    k128, k256 = os.urandom(16), os.urandom(32)
+    id128, id256 = cluster.put_key(k128.hex()), cluster.put_key(k256.hex())
+    lines = [
+        f"keystream:aes256 {id128} 1 16",   # dealt AES-128
+        f"keystream:aes128 {id128} 1 20",
+        f"checksum:aes128 {id256} 7 0102",  # dealt AES-256
+        f"keystream:aes256 {id256} 1 20",
+        f"keystream:0 {id128} 1 16",        # CIPHER_UNSPECIFIED
+        f"decrypt:aes128 {id256} 3 {'01' * 48}",
+    ]
+    r = cluster.jobs(lines)
+    out = r.stdout.split("\n")
+    assert out[0].startswith("error 7 ") and "dealt for AES128" in out[0], r.stdout
+    assert out[2].startswith("error 7 ") and "dealt for AES256" in out[2], r.stdout
+    assert out[5].startswith("error 7 ") and "dealt for AES256" in out[5], r.stdout
+    assert out[4].startswith("error 3 ") and "cipher" in out[4], r.stdout
+    for line, key in ((out[1], k128), (out[3], k256)):
+        tag, ctr0_hex, ks_hex = line.split()
+        assert tag == "ok", r.stdout
+        assert bytes.fromhex(ks_hex) == expected_keystream(key, bytes.fromhex(ctr0_hex), 20)
+    # Without a cipher in the line the client's --cipher (aes128) applies:
+    # an AES-256 key is refused, not run under AES-128's key schedule.
+    r = cluster.client("jobs", stdin=f"keystream {id256} 1 16\n")
+    assert r.returncode == 0 and r.stdout.startswith("error 7 "), r.stdout + r.stderr
+    m = cluster.client("metrics", client="admin")
+    assert m.returncode == 0, m.stdout + m.stderr
+    counts = [int(float(v)) for v in re.findall(
+        r'kmpc_job_failures_total\{[^}]*status="JOB_WRONG_CIPHER"[^}]*\} (\S+)', m.stdout)]
+    assert len(counts) == 3 and all(n >= 4 for n in counts), m.stdout
+    cluster.check_alive()
 
 
 def test_key_deleted_on_one_server_fails_only_its_jobs(cluster, vector_keys):

@@ -28,6 +28,19 @@ bool CounterRangeOk(absl::string_view ctr0, uint64_t n) {
   return c0 != 0 && c0 <= ~static_cast<unsigned __int128>(0) - n;
 }
 
+const char* CipherName(pb::Cipher cipher) {
+  switch (cipher) {
+    case pb::CIPHER_AES128: return "AES128";
+    case pb::CIPHER_AES256: return "AES256";
+    case pb::CIPHER_UNSPECIFIED: return "UNSPECIFIED";
+    default: return "UNKNOWN";
+  }
+}
+
+bool KnownCipher(pb::Cipher cipher) {
+  return cipher == pb::CIPHER_AES128 || cipher == pb::CIPHER_AES256;
+}
+
 const char* JobTypeName(pb::JobType type) {
   switch (type) {
     case pb::JOB_ENCRYPT: return "ENCRYPT";
@@ -40,14 +53,18 @@ const char* JobTypeName(pb::JobType type) {
 }
 
 JobShape ShapeOf(const pb::Job& job) {
-  return {job.type(), job.key_id().size(), job.length(), job.data(),
-          job.checksum()};
+  return {job.type(), job.cipher(), job.key_id().size(), job.length(),
+          job.data(), job.checksum()};
 }
 
 JobCheck CheckJob(const JobShape& job) {
   if (job.key_id_size != kKeyIdSize)
     return Malformed(absl::StrCat("key id must be ", kKeyIdSize,
                                   " bytes, got ", job.key_id_size));
+  if (!KnownCipher(job.cipher))
+    return Malformed(absl::StrCat(
+        "cipher ", static_cast<int>(job.cipher), " (",
+        CipherName(job.cipher), ") is not CIPHER_AES128 or CIPHER_AES256"));
   const char* name = JobTypeName(job.type);
   switch (job.type) {
     case pb::JOB_ENCRYPT:

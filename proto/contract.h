@@ -47,6 +47,11 @@ constexpr uint64_t CeilBlocks(uint64_t bytes) {
 // c0 + n <= 2^128 - 1. False for a ctr0 that is not 16 bytes.
 bool CounterRangeOk(absl::string_view ctr0, uint64_t n);
 
+// "AES128", "AES256", "UNSPECIFIED" or "UNKNOWN".
+const char* CipherName(pb::Cipher cipher);
+// CIPHER_AES128 or CIPHER_AES256: the ciphers a job may name.
+bool KnownCipher(pb::Cipher cipher);
+
 // "ENCRYPT", "DECRYPT", "CHECKSUM", "VERIFY_CHECKSUM", "FINALIZE",
 // "UNKNOWN".
 const char* JobTypeName(pb::JobType type);
@@ -56,6 +61,9 @@ const char* JobTypeName(pb::JobType type);
 // never leaves the KDC) and as a server reads them from a pb::Job.
 struct JobShape {
   pb::JobType type = pb::JOB_TYPE_UNSPECIFIED;
+  // Required (kmpc.proto Job.cipher): CheckJob fails CIPHER_UNSPECIFIED and
+  // unknown values; whether it is the key's cipher only the servers know.
+  pb::Cipher cipher = pb::CIPHER_UNSPECIFIED;
   size_t key_id_size = 0;
   uint64_t length = 0;          // ENCRYPT only
   absl::string_view data;       // DECRYPT: ctr0||C||T; CHECKSUM, VERIFY: D
@@ -63,7 +71,8 @@ struct JobShape {
 };
 JobShape ShapeOf(const pb::Job& job);
 
-// The outcome of CheckJob: JOB_OK, JOB_MALFORMED, or JOB_INTEGRITY_FAILED
+// The outcome of CheckJob: JOB_OK, JOB_MALFORMED (also for a cipher that is
+// not CIPHER_AES128 or CIPHER_AES256), or JOB_INTEGRITY_FAILED
 // for an input that cannot verify under any key (a DECRYPT shorter than
 // ctr0 || T, a counter range through the all-zero block). `detail` says
 // what is wrong in public terms (sizes, type), never data.

@@ -32,7 +32,7 @@ TEST(CounterRange, RejectsZeroAndWrap) {
 }
 
 TEST(CheckJob, Encrypt) {
-  JobShape j{pb::JOB_ENCRYPT, kKeyIdSize, 100, "", ""};
+  JobShape j{pb::JOB_ENCRYPT, pb::CIPHER_AES128, kKeyIdSize, 100, "", ""};
   EXPECT_TRUE(CheckJob(j).ok());
   EXPECT_EQ(JobBlocks(j), 7u + 1);
   EXPECT_EQ(RevealedBytes(j), 100u);
@@ -50,16 +50,40 @@ TEST(CheckJob, Encrypt) {
 
 TEST(CheckJob, KeyIdMustBe32Bytes) {
   for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{33}, size_t{256}}) {
-    JobShape j{pb::JOB_ENCRYPT, n, 16, "", ""};
+    JobShape j{pb::JOB_ENCRYPT, pb::CIPHER_AES128, n, 16, "", ""};
     JobCheck c = CheckJob(j);
     EXPECT_EQ(c.status, pb::JOB_MALFORMED) << n;
     EXPECT_NE(c.detail.find("key id"), std::string::npos);
   }
 }
 
+// kmpc.proto Job.cipher: required, and one of the two MPC enctypes'.
+TEST(CheckJob, CipherIsRequiredAndKnown) {
+  for (pb::Cipher c : {pb::CIPHER_AES128, pb::CIPHER_AES256})
+    for (pb::JobType t : {pb::JOB_ENCRYPT, pb::JOB_CHECKSUM}) {
+      JobShape j{t, c, kKeyIdSize, t == pb::JOB_ENCRYPT ? 16u : 0u, "", ""};
+      EXPECT_TRUE(CheckJob(j).ok()) << c << " " << t;
+    }
+  for (pb::Cipher c : {pb::CIPHER_UNSPECIFIED, static_cast<pb::Cipher>(3),
+                       static_cast<pb::Cipher>(-1)}) {
+    JobShape j{pb::JOB_ENCRYPT, c, kKeyIdSize, 16, "", ""};
+    JobCheck r = CheckJob(j);
+    EXPECT_EQ(r.status, pb::JOB_MALFORMED) << c;
+    EXPECT_NE(r.detail.find("cipher"), std::string::npos) << r.detail;
+  }
+  pb::Job job;
+  job.set_type(pb::JOB_ENCRYPT);
+  job.set_key_id(kKeyId);
+  job.set_length(16);
+  EXPECT_EQ(CheckJob(ShapeOf(job)).status, pb::JOB_MALFORMED);  // no cipher
+  job.set_cipher(pb::CIPHER_AES256);
+  EXPECT_EQ(ShapeOf(job).cipher, pb::CIPHER_AES256);
+  EXPECT_TRUE(CheckJob(ShapeOf(job)).ok());
+}
+
 TEST(CheckJob, Decrypt) {
   std::string data = Ctr0(7) + std::string(40, 'c') + std::string(16, 't');
-  JobShape j{pb::JOB_DECRYPT, kKeyIdSize, 0, data, ""};
+  JobShape j{pb::JOB_DECRYPT, pb::CIPHER_AES128, kKeyIdSize, 0, data, ""};
   EXPECT_TRUE(CheckJob(j).ok());
   EXPECT_EQ(JobBlocks(j), 3u + 1);
   EXPECT_EQ(RevealedBytes(j), 40u);
@@ -83,22 +107,22 @@ TEST(CheckJob, Decrypt) {
 }
 
 TEST(CheckJob, ChecksumAndVerify) {
-  JobShape c{pb::JOB_CHECKSUM, kKeyIdSize, 0, "message", ""};
+  JobShape c{pb::JOB_CHECKSUM, pb::CIPHER_AES128, kKeyIdSize, 0, "message", ""};
   EXPECT_TRUE(CheckJob(c).ok());
   EXPECT_EQ(JobBlocks(c), 1u);
   EXPECT_EQ(JobCost(c), 2u);  // the AES block of the tag mask + 1 of GHASH
   EXPECT_EQ(RevealedBytes(c), kTagSize);
   const std::string mib(kMaxJobBytes, 'm');
-  JobShape whole{pb::JOB_CHECKSUM, kKeyIdSize, 0, mib, ""};
+  JobShape whole{pb::JOB_CHECKSUM, pb::CIPHER_AES128, kKeyIdSize, 0, mib, ""};
   EXPECT_EQ(JobBlocks(whole), 1u);
   EXPECT_EQ(JobCost(whole), kMaxJobBlocks + 1);  // counted as a 1 MiB DECRYPT
-  JobShape enc{pb::JOB_ENCRYPT, kKeyIdSize, 100, "", ""};
+  JobShape enc{pb::JOB_ENCRYPT, pb::CIPHER_AES128, kKeyIdSize, 100, "", ""};
   EXPECT_EQ(JobCost(enc), JobBlocks(enc));
   c.checksum = "x";
   EXPECT_EQ(CheckJob(c).status, pb::JOB_MALFORMED);
 
   std::string sum = Ctr0(9) + std::string(16, 't');
-  JobShape v{pb::JOB_VERIFY_CHECKSUM, kKeyIdSize, 0, "message", sum};
+  JobShape v{pb::JOB_VERIFY_CHECKSUM, pb::CIPHER_AES128, kKeyIdSize, 0, "message", sum};
   EXPECT_TRUE(CheckJob(v).ok());
   EXPECT_EQ(JobCost(v), 2u);
   EXPECT_EQ(RevealedBytes(v), 0u);
@@ -117,7 +141,7 @@ TEST(CheckJob, ChecksumAndVerify) {
 TEST(CheckJob, FinalizeAndUnknownTypesAreNotRunJobs) {
   for (pb::JobType t : {pb::JOB_TYPE_UNSPECIFIED, pb::JOB_FINALIZE,
                         static_cast<pb::JobType>(99)}) {
-    JobShape j{t, kKeyIdSize, 0, "", ""};
+    JobShape j{t, pb::CIPHER_AES128, kKeyIdSize, 0, "", ""};
     EXPECT_EQ(CheckJob(j).status, pb::JOB_MALFORMED) << t;
   }
 }
@@ -125,6 +149,7 @@ TEST(CheckJob, FinalizeAndUnknownTypesAreNotRunJobs) {
 TEST(CheckJob, ShapeOfProto) {
   pb::Job job;
   job.set_type(pb::JOB_ENCRYPT);
+  job.set_cipher(pb::CIPHER_AES128);
   job.set_key_id(kKeyId);
   job.set_length(33);
   JobShape s = ShapeOf(job);

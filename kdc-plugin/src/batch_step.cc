@@ -83,6 +83,10 @@ absl::Status JobFailure(const pb::JobResult& r) {
       return absl::NotFoundError(absl::StrCat(
           "the MPC cluster holds no shares for this key id (", r.detail(),
           ")"));
+    case pb::JOB_WRONG_CIPHER:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the MPC cluster holds this key id for another enctype (",
+          r.detail(), ")"));
     case pb::JOB_MALFORMED:
       return absl::InvalidArgumentError(
           absl::StrCat("the MPC cluster failed the job: ", r.detail()));
@@ -241,6 +245,7 @@ void BatchStep::BuildRunRequest(RunCall* call) {
       if (g != group_decrypt.end()) j->set_release_if_ok(g->second);
     }
     j->set_key_id(job.key_id);
+    j->set_cipher(job.cipher);
     j->set_usage(job.usage);
     j->set_type(job.type);
     if (job.type == pb::JOB_ENCRYPT) {
@@ -405,6 +410,7 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
         !IsDone(i)) {
       HeldKeystream h;
       h.key_id = e.job.key_id;
+      h.cipher = e.job.cipher;
       h.usage = e.job.usage;
       h.run_batch_id = call.req.batch_id();
       h.run_job_id = i;

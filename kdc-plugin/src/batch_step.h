@@ -18,7 +18,8 @@
 //    otherwise the whole step fails (kUnavailable) and is logged.
 //  - Per-job statuses fail only their job: JOB_UNKNOWN_KEY kNotFound,
 //    JOB_MALFORMED kInvalidArgument, JOB_KEY_INCONSISTENT kUnavailable,
-//    JOB_INTEGRITY_FAILED kDataLoss (job.h).
+//    JOB_WRONG_CIPHER kPermissionDenied, JOB_INTEGRITY_FAILED kDataLoss
+//    (job.h).
 //  - Shares are wiped (Scrub*) before a step's arena goes; revealed values
 //    live only in SecureBytes.
 //  - A finalize_only step that fails on any server re-runs its jobs as

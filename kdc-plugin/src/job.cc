@@ -7,6 +7,7 @@ namespace pb = ::kmpc::v1;
 contract::JobShape ShapeOf(const Job& job) {
   contract::JobShape s;
   s.type = job.type;
+  s.cipher = job.cipher;
   s.key_id_size = job.key_id.size();
   if (job.type == pb::JOB_ENCRYPT) {
     s.length = job.input.size();

@@ -15,6 +15,8 @@
 //   kDataLoss           the tag or checksum did not verify, or a ciphertext
 //                       cannot be one of these enctypes at all
 //                                              -> KRB5KRB_AP_ERR_BAD_INTEGRITY
+//   kPermissionDenied   the key id was dealt for the other cipher than the
+//                       job's enctype (JOB_WRONG_CIPHER)     -> KRB5_BAD_ENCTYPE
 //   kInvalidArgument    a malformed job (JOB_MALFORMED)          -> EINVAL
 //   anything else       an internal failure              -> KRB5_CRYPTO_INTERNAL
 #ifndef KMPC_KDC_PLUGIN_JOB_H_
@@ -67,6 +69,10 @@ inline void Cleanse(std::string* s) {
 // krb5_kdcmpc_job_type to it); FINALIZE is never submitted.
 struct Job {
   kmpc::v1::JobType type = kmpc::v1::JOB_TYPE_UNSPECIFIED;
+  // The enctype the KDC uses the key as (krb5_kdcmpc_job.enctype, mapped by
+  // module.cc): sent as kmpc.proto Job.cipher, so the servers compute only
+  // with a key dealt for it (else JOB_WRONG_CIPHER). Required.
+  kmpc::v1::Cipher cipher = kmpc::v1::CIPHER_UNSPECIFIED;
   std::string key_id;    // contract::kKeyIdSize bytes
   uint32_t usage = 0;
   SecureBytes input;     // ENCRYPT: the plaintext; others: public data

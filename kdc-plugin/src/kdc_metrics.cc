@@ -160,6 +160,7 @@ const char* KdcMetrics::CauseOf(const absl::Status& s) {
     case absl::StatusCode::kAborted: return "aborted";
     case absl::StatusCode::kCancelled: return "cancelled";
     case absl::StatusCode::kNotFound: return "unknown_key";
+    case absl::StatusCode::kPermissionDenied: return "wrong_cipher";
     case absl::StatusCode::kDataLoss: return "integrity";
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition: return "invalid";

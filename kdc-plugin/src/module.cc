@@ -43,6 +43,8 @@ krb5_error_code KrbErrorFromStatus(const absl::Status& s) {
       return KRB5KDC_ERR_SVC_UNAVAILABLE;
     case absl::StatusCode::kNotFound:
       return KRB5_KT_NOTFOUND;
+    case absl::StatusCode::kPermissionDenied:
+      return KRB5_BAD_ENCTYPE;
     case absl::StatusCode::kDataLoss:
       return KRB5KRB_AP_ERR_BAD_INTEGRITY;
     case absl::StatusCode::kInvalidArgument:
@@ -275,6 +277,9 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
       return KRB5_BAD_ENCTYPE;
     }
     kmpc::kdc::Job j;
+    j.cipher = job->enctype == KRB5_KDCMPC_ENCTYPE_AES128
+                   ? kmpc::v1::CIPHER_AES128
+                   : kmpc::v1::CIPHER_AES256;
     j.type = kmpc::kdc::JobTypeOf(job->type);
     if (j.type == kmpc::v1::JOB_TYPE_UNSPECIFIED) {
       *msg_out = kmpc::kdc::Dup("kdcmpc: unknown job type");

@@ -56,6 +56,7 @@ void Speculator::Learn(const Job& j, uint64_t at) {
   if (j.usage == kUsageTicket) {
     last_ticket_at_ = at;
     last_ticket_key_ = j.key_id;
+    last_ticket_cipher_ = j.cipher;
     last_ticket_len_ = j.input.size();
     if (last_reply_at_ != 0 && last_reply_at_ + 1 == at) LearnPair();
   } else {
@@ -67,6 +68,7 @@ void Speculator::Learn(const Job& j, uint64_t at) {
 
 void Speculator::LearnPair() {
   ticket_key_id_ = last_ticket_key_;
+  ticket_cipher_ = last_ticket_cipher_;
   PushLength(&lengths_[0], last_ticket_len_);
   last_ticket_at_ = last_reply_at_ = 0;  // one pair, learnt once
 }
@@ -79,6 +81,7 @@ bool Speculator::UseHeld(PendingJob* q) {
   const size_t len = j.input.size();
   for (auto rit = held_.rbegin(); rit != held_.rend(); ++rit) {
     if (rit->usage != j.usage || rit->key_id != j.key_id ||
+        rit->cipher != j.cipher ||
         rit->keystream.size() < len || rit->expires <= q->enqueued)
       continue;
     auto it = std::next(rit).base();
@@ -104,15 +107,18 @@ void Speculator::MakeGroup(PendingJob* ts,
   const size_t reply = KeystreamBytes(kUsageAsRepPart);
   if (ticket == 0 || reply == 0 || !TakeToken(ts->enqueued)) return;
   ts->group = next_group_++;
-  for (auto [key, usage, bytes] :
-       {std::tuple<const std::string*, uint32_t, size_t>{&ticket_key_id_,
-                                                         kUsageTicket, ticket},
-        {&ts->job.key_id, kUsageAsRepPart, reply}}) {
+  // The reply is under the client's key, as its timestamp (same key id and
+  // enctype); the ticket under the krbtgt key and enctype last seen.
+  for (auto [key, cipher, usage, bytes] :
+       {std::tuple<const std::string*, pb::Cipher, uint32_t, size_t>{
+            &ticket_key_id_, ticket_cipher_, kUsageTicket, ticket},
+        {&ts->job.key_id, ts->job.cipher, kUsageAsRepPart, reply}}) {
     PendingJob x;
     x.speculative = true;
     x.group = ts->group;
     x.job.type = pb::JOB_ENCRYPT;
     x.job.key_id = *key;
+    x.job.cipher = cipher;
     x.job.usage = usage;
     x.job.input.assign(bytes, 0);  // only the length is sent
     x.blocks = JobBlocks(x.job);

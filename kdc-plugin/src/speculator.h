@@ -39,6 +39,9 @@ namespace kmpc::kdc {
 // A speculative keystream waiting for its ENCRYPT job.
 struct HeldKeystream {
   std::string key_id;
+  // The cipher it was made under: only an ENCRYPT of the same key id and
+  // cipher may use it (its FINALIZE runs under the Run's state).
+  kmpc::v1::Cipher cipher = kmpc::v1::CIPHER_UNSPECIFIED;
   uint32_t usage = 0;
   std::string run_batch_id;  // the Run that made it (the servers' state)
   uint64_t run_job_id = 0;
@@ -89,11 +92,13 @@ class Speculator {
   std::deque<HeldKeystream> held_;
   size_t pending_ = 0;  // speculative jobs queued or in flight
   std::string ticket_key_id_;     // the krbtgt key of the last AS reply
+  kmpc::v1::Cipher ticket_cipher_ = kmpc::v1::CIPHER_UNSPECIFIED;  // its enctype
   std::deque<size_t> lengths_[2];  // last plaintext lengths, usage 2 / 3
   uint64_t next_group_ = 1;
   uint64_t submits_ = 0;  // OnSubmit calls, for the pairing
   uint64_t last_ticket_at_ = 0, last_reply_at_ = 0;
   std::string last_ticket_key_;
+  kmpc::v1::Cipher last_ticket_cipher_ = kmpc::v1::CIPHER_UNSPECIFIED;
   size_t last_ticket_len_ = 0;
   double tokens_;
   const double burst_;

@@ -96,6 +96,7 @@ class CollectingSink : public Sink {
 Job Encrypt(const std::string& plaintext, uint32_t usage = 2) {
   Job j;
   j.type = kmpc::v1::JOB_ENCRYPT;
+  j.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
   j.key_id = kKeyId;
   j.usage = usage;
   j.input.assign(plaintext.begin(), plaintext.end());
@@ -105,6 +106,7 @@ Job Encrypt(const std::string& plaintext, uint32_t usage = 2) {
 Job Decrypt(const SecureBytes& ct, uint32_t usage = 2) {
   Job j;
   j.type = kmpc::v1::JOB_DECRYPT;
+  j.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
   j.key_id = kKeyId;
   j.usage = usage;
   j.input = ct;
@@ -210,6 +212,7 @@ TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   ASSERT_TRUE(b->Submit(1, Encrypt(pt)).ok());
   Job ck;
   ck.type = kmpc::v1::JOB_CHECKSUM;
+  ck.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
   ck.key_id = kKeyId;
   ck.usage = 56;
   ck.input.assign(pt.begin(), pt.end());
@@ -234,6 +237,7 @@ TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   ASSERT_EQ(ckr.output.size(), 32u);
   Job v;
   v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+  v.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
   v.key_id = kKeyId;
   v.usage = 56;
   v.input.assign(pt.begin(), pt.end());
@@ -263,6 +267,7 @@ TEST_P(BatcherTest, MalformedJobsAreRefusedAtSubmit) {
   EXPECT_TRUE(absl::IsDataLoss(b->Submit(4, Decrypt(wrap))));
   Job v;
   v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+  v.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
   v.key_id = kKeyId;
   v.checksum = std::string(31, 'c');
   EXPECT_TRUE(absl::IsDataLoss(b->Submit(5, std::move(v))));
@@ -1174,6 +1179,58 @@ TEST_P(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
   EXPECT_TRUE(absl::StrContains(sink_.Get(3).status.message(), "inconsistent"))
       << sink_.Get(3).status;
   EXPECT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
+  int runs = 0;
+  for (const auto& c : cluster_.calls()) runs += c.method == "Run";
+  EXPECT_EQ(runs, 3);  // one batch, one Run per party, no re-run
+}
+
+// kmpc.proto Job.cipher: the job carries the KDC's enctype and the cluster
+// refuses a key id dealt for the other one, per job (JOB_WRONG_CIPHER ->
+// kPermissionDenied, which the module maps to KRB5_BAD_ENCTYPE); the other
+// jobs of the same Run complete. A job without a cipher never leaves the
+// KDC (contract::CheckJob: kInvalidArgument at submit).
+TEST_P(BatcherTest, WrongCipherFailsOnlyThatJob) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  const std::string id128(32, 'a');
+  cluster_.AddKey(id128, std::string(16, 'A'));
+  auto b = Make(o);
+  Job as256 = Encrypt("x");  // kKey, AES-256: right
+  Job wrong256 = Encrypt("y");
+  wrong256.key_id = id128;  // dealt AES-128, named AES-256
+  Job wrong128 = Encrypt("z");
+  wrong128.cipher = kmpc::v1::CIPHER_AES128;  // kKey is AES-256
+  Job as128 = Encrypt("w");
+  as128.key_id = id128;
+  as128.cipher = kmpc::v1::CIPHER_AES128;
+  ASSERT_TRUE(b->Submit(1, std::move(as256)).ok());
+  ASSERT_TRUE(b->Submit(2, std::move(wrong256)).ok());
+  ASSERT_TRUE(b->Submit(3, std::move(wrong128)).ok());
+  ASSERT_TRUE(b->Submit(4, std::move(as128)).ok());
+  Job none = Encrypt("v");
+  none.cipher = kmpc::v1::CIPHER_UNSPECIFIED;
+  absl::Status refused = b->Submit(5, std::move(none));
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "cipher")) << refused;
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  EXPECT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
+  for (uint64_t t : {2, 3}) {
+    const absl::Status& st = sink_.Get(t).status;
+    EXPECT_TRUE(absl::IsPermissionDenied(st)) << t << ": " << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "another enctype")) << st;
+    EXPECT_TRUE(sink_.Get(t).output.empty()) << t;
+    EXPECT_STREQ(KdcMetrics::CauseOf(st), "wrong_cipher");
+  }
+  EXPECT_TRUE(absl::StrContains(sink_.Get(2).status.message(), "dealt for AES128"))
+      << sink_.Get(2).status;
+  EXPECT_TRUE(absl::StrContains(sink_.Get(3).status.message(), "dealt for AES256"))
+      << sink_.Get(3).status;
+  // The right ones are the right enctype's ciphertexts.
+  const SecureBytes& ct = sink_.Get(4).output;
+  ASSERT_GE(ct.size(), 32u + 1);
+  const std::string ctr0(ct.begin(), ct.begin() + 16);
+  EXPECT_EQ(static_cast<char>(ct[16] ^ cluster_.Keystream(std::string(16, 'A'), ctr0, 1)[0]), 'w');
   int runs = 0;
   for (const auto& c : cluster_.calls()) runs += c.method == "Run";
   EXPECT_EQ(runs, 3);  // one batch, one Run per party, no re-run

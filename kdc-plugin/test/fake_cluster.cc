@@ -213,6 +213,16 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
       continue;
     }
     const std::string& key = keys_[j.key_id()];
+    // As the engine: a key is dealt for the cipher of its size, and a job
+    // naming the other one is refused without computing (JOB_WRONG_CIPHER).
+    const pb::Cipher dealt =
+        key.size() == 16 ? pb::CIPHER_AES128 : pb::CIPHER_AES256;
+    if (j.cipher() != dealt) {
+      FailJob(r, pb::JOB_WRONG_CIPHER,
+              absl::StrCat("the key id was dealt for ", contract::CipherName(dealt),
+                           ", the job names ", contract::CipherName(j.cipher())));
+      continue;
+    }
     for (auto* x : r) x->set_status(pb::JOB_OK);
     auto pairs = [&](pb::SharePair* (pb::JobResult::*m)()) {
       return std::array<pb::SharePair*, 3>{(r[0]->*m)(), (r[1]->*m)(),

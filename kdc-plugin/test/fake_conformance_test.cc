@@ -164,6 +164,7 @@ pb::Job* AddJob(pb::RunRequest* r, pb::JobType type, const std::string& key_id,
   j->set_job_id(r->jobs_size() - 1);
   j->set_type(type);
   j->set_key_id(key_id);
+  j->set_cipher(pb::CIPHER_AES256);  // every key here is 32 bytes
   j->set_usage(usage);
   return j;
 }

@@ -17,6 +17,11 @@
 //                     checksum KEYID USAGE DATA        -> ok CTR0||TAG
 //                     verify   KEYID USAGE DATA CKSUM  -> ok | integrity_failed
 //                   encrypt runs ENCRYPT, XORs, then one FINALIZE for all.
+//                   Every job names a cipher (kmpc.proto Job.cipher): OP
+//                   may be OP:aes128, OP:aes256 or OP:N (N a raw enum value,
+//                   0 = CIPHER_UNSPECIFIED, for tests); a bare OP takes
+//                   --cipher. A key dealt for the other cipher gives
+//                   "error 7 ..." (JOB_WRONG_CIPHER: PERMISSION_DENIED).
 //                   A job error prints "error CODE MESSAGE". An RPC failure
 //                   prints "rpc_error PARTY CODE MESSAGE" and exits 3 (the
 //                   admin commands too); shares whose two copies disagree
@@ -48,6 +53,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -83,7 +89,9 @@ ABSL_FLAG(int, warmup_blocks, 0,
           "bench: blocks of the warm-up batch (0: --blocks); a small one saves a "
           "long batch where each takes seconds (--security=malicious)");
 ABSL_FLAG(int, chunk_lanes, 4096, "bench: the servers' --chunk_lanes (for rounds)");
-ABSL_FLAG(std::string, cipher, "aes128", "bench: aes128 or aes256");
+ABSL_FLAG(std::string, cipher, "aes128",
+          "bench: the key's cipher; jobs: the cipher of a job line without "
+          "one (aes128 or aes256)");
 ABSL_FLAG(bool, finalize_twice, false, "jobs: try every FINALIZE a second time");
 ABSL_FLAG(int, timeout_ms, 30000, "deadline of each RPC");
 
@@ -324,9 +332,12 @@ int AdminQuery(Cluster& c, const std::string& cmd) {
 
 // A failed job's code in "error CODE MESSAGE" (0: not failed): the status
 // code of its JobStatus (UNKNOWN_KEY: NOT_FOUND, MALFORMED:
-// INVALID_ARGUMENT, KEY_INCONSISTENT: FAILED_PRECONDITION).
+// INVALID_ARGUMENT, KEY_INCONSISTENT: FAILED_PRECONDITION, WRONG_CIPHER:
+// PERMISSION_DENIED, as the KDC module maps it).
 int JobErrorCode(const pb::JobResult& r) {
   switch (r.status()) {
+    case pb::JOB_WRONG_CIPHER:
+      return static_cast<int>(absl::StatusCode::kPermissionDenied);
     case pb::JOB_UNKNOWN_KEY:
       return static_cast<int>(absl::StatusCode::kNotFound);
     case pb::JOB_MALFORMED:
@@ -345,7 +356,17 @@ struct ParsedJob {
   Bytes plaintext;  // encrypt
 };
 
+// "aes128", "aes256" or a decimal enum value (tests of malformed jobs).
+pb::Cipher ParseCipher(const std::string& s) {
+  if (s == "aes128") return pb::CIPHER_AES128;
+  if (s == "aes256") return pb::CIPHER_AES256;
+  int v = 0;
+  if (s.empty() || !absl::SimpleAtoi(s, &v)) Die("bad cipher: " + s);
+  return static_cast<pb::Cipher>(v);
+}
+
 int Jobs(Cluster& c) {
+  const pb::Cipher default_cipher = ParseCipher(absl::GetFlag(FLAGS_cipher));
   std::vector<ParsedJob> jobs;
   std::string line;
   uint64_t next_id = 1;
@@ -355,6 +376,12 @@ int Jobs(Cluster& c) {
     if (f.size() < 4) Die("job line needs at least 4 fields: " + line);
     ParsedJob p;
     p.op = f[0];
+    pb::Cipher cipher = default_cipher;
+    if (size_t colon = p.op.find(':'); colon != std::string::npos) {
+      cipher = ParseCipher(p.op.substr(colon + 1));
+      p.op.resize(colon);
+    }
+    p.job.set_cipher(cipher);
     Bytes kid;
     if (!FromHex(f[1], &kid)) Die("bad key id hex: " + f[1]);
     p.job.set_job_id(next_id++);
@@ -541,6 +568,7 @@ int Fuzz(Cluster& c) {
       pb::Job* job = req.add_jobs();
       job->set_job_id(kind == 2 ? 7 : j);
       job->set_key_id(kind == 3 ? rbytes(rng() % 40) : rbytes(32));  // unknown ids
+      job->set_cipher(static_cast<pb::Cipher>(rng() % 4));  // 0, 3: malformed
       job->set_usage(static_cast<uint32_t>(rng()));
       int type = kind == 4 ? 5 + static_cast<int>(rng() % 100) : 1 + static_cast<int>(rng() % 4);
       job->set_type(static_cast<pb::JobType>(type));
@@ -555,6 +583,7 @@ int Fuzz(Cluster& c) {
         job->set_job_id(j);
         job->set_type(pb::JOB_ENCRYPT);
         job->set_length(16);
+        job->set_cipher(pb::CIPHER_AES128);
         job->set_key_id(Bytes(32, 'k'));
       }
     }
@@ -614,6 +643,7 @@ int Bench(Cluster& c) {
       pb::Job* j = req.add_jobs();
       j->set_job_id(id++);
       j->set_key_id(kid);
+      j->set_cipher(key_len == 16 ? pb::CIPHER_AES128 : pb::CIPHER_AES256);
       j->set_type(pb::JOB_ENCRYPT);
       j->set_usage(1);
       j->set_length(16 * std::min(left, job_blocks));

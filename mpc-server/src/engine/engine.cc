@@ -99,6 +99,7 @@ struct JobPlan {
   }
   std::shared_ptr<const KeyShares> key;
   uint8_t key_view = kViewNone;
+  pb::Cipher cipher = pb::CIPHER_UNSPECIFIED;  // the job's (Job::cipher)
   bool needs_ctr0 = false;  // the cluster picks it
   bool ctr0_drawn = false;
   bool check = false;       // masked zero test of T' ^ T
@@ -137,7 +138,8 @@ void EncodeKeyView(const JobPlan& w, uint8_t* out) {
 // The per-job outcome of the three parties' key views (views[p] is party
 // p's 18-byte encoding): the same on every party since all three hold the
 // same three views. Only a job whose key is present with the same cipher
-// and dealing on all three parties is computed; the others fail alone.
+// and dealing on all three parties, and dealt for the job's cipher, is
+// computed; the others fail alone.
 void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
   if (views[0][0] == kViewNone && views[1][0] == kViewNone &&
       views[2][0] == kViewNone) {
@@ -146,7 +148,18 @@ void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
   bool same = true;
   for (int p = 0; p < 3; ++p)
     if (std::memcmp(views[p], views[0], kKeyViewBytes) != 0) same = false;
-  if (same && views[0][0] == kViewPresent) return;  // compute it
+  if (same && views[0][0] == kViewPresent) {
+    // The agreed view's cipher byte (EncodeKeyView) against the job's: the
+    // inputs digest covers the job's cipher, so every party decides alike.
+    // A key is never run under another cipher's round count.
+    if (views[0][1] != static_cast<uint8_t>(w.cipher)) {
+      w.Fail(pb::JOB_WRONG_CIPHER,
+             absl::StrCat("the key id was dealt for ",
+                          contract::CipherName(static_cast<pb::Cipher>(views[0][1])),
+                          ", the job names ", contract::CipherName(w.cipher)));
+    }
+    return;  // else compute it
+  }
   auto [status, why] = KeyPresence(views);
   if (status != pb::JOB_OK) {
     w.Fail(status, std::move(why));
@@ -158,7 +171,7 @@ void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
 }
 
 contract::JobShape ShapeOf(const Job& job) {
-  return {job.type, job.key_id.size(), 16 * uint64_t{job.nblocks},
+  return {job.type, job.cipher, job.key_id.size(), 16 * uint64_t{job.nblocks},
           View(job.data), View(job.checksum)};
 }
 
@@ -220,6 +233,7 @@ void PlanJob(const Job& job, JobPlan& w) {
 
 void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   PutU32(out, static_cast<uint32_t>(job.type));
+  PutU32(out, static_cast<uint32_t>(job.cipher));
   PutBytes(out, absl::MakeConstSpan(
                     reinterpret_cast<const uint8_t*>(job.key_id.data()),
                     job.key_id.size()));
@@ -426,6 +440,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
     }
     PlanJob(job, w);
     if (job.type == pb::JOB_FINALIZE) continue;
+    w.cipher = job.cipher;
     absl::StatusOr<std::shared_ptr<const KeyShares>> key =
         lookup ? lookup(job.key_id)
                : absl::StatusOr<std::shared_ptr<const KeyShares>>(
@@ -454,7 +469,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v4";
+  static constexpr char kTag[] = "kmpc-batch-v5";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);

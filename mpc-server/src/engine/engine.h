@@ -14,7 +14,10 @@
 //      forwarded, the jobs whose key is missing (JOB_UNKNOWN_KEY) or
 //      differently dealt / unusable (JOB_KEY_INCONSISTENT) on any party fail
 //      alone on all three, and the counters of the rest are drawn in one
-//      more round;
+//      more round; a job whose key is the same everywhere but was dealt for
+//      another cipher than the job names fails alone (JOB_WRONG_CIPHER), as
+//      the agreed view carries the key's cipher and the inputs digest the
+//      job's;
 //   nr * d  AES AND layers for all blocks of all jobs, bitsliced (d = 4 with
 //      the 34-AND S-box for batches under small_sbox_min_blocks, else d = 6
 //      with the 32-AND S-box: 1 bit per AND per party, i.e. 680 resp. 640
@@ -176,6 +179,12 @@ struct EncryptState {
 // 16 * nblocks); a job that fails it fails alone.
 struct Job {
   pb::JobType type = pb::JOB_ENCRYPT;
+  // Required for every job but FINALIZE (kmpc.proto Job.cipher): not
+  // CIPHER_AES128 / CIPHER_AES256 fails the check (JOB_MALFORMED); not the
+  // cipher the key was dealt for (KeyShares::cipher, the same on all three
+  // parties once their key views agree) fails the job as JOB_WRONG_CIPHER
+  // before any AES runs on the key. Part of the agreement digest.
+  pb::Cipher cipher = pb::CIPHER_UNSPECIFIED;
   std::string key_id;  // contract::kKeyIdSize bytes; unused by JOB_FINALIZE
   uint32_t usage = 0;
   uint32_t nblocks = 0;           // JOB_ENCRYPT only
@@ -201,7 +210,8 @@ struct JobResult {
   // JOB_OK; JOB_INTEGRITY_FAILED (a tag that does not verify, or an input
   // that cannot verify: contract::CheckJob); JOB_MALFORMED; JOB_UNKNOWN_KEY
   // (some party lacks the key); JOB_KEY_INCONSISTENT (the parties hold
-  // different dealings of the key, or a party's shares are unusable). The
+  // different dealings of the key, or a party's shares are unusable);
+  // JOB_WRONG_CIPHER (Job::cipher is not the key's, nothing computed). The
   // same status on all three parties; the other jobs of the batch are
   // unaffected. `detail` says why (public terms only).
   pb::JobStatus status = pb::JOB_OK;

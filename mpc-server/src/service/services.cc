@@ -93,6 +93,7 @@ void FillStats(pb::BatchStats* s, const BatchOutcome& o, uint64_t aes) {
 engine::Job ToEngineJob(const pb::Job& in) {
   engine::Job job;
   job.type = in.type();
+  job.cipher = in.cipher();
   job.key_id = in.key_id();
   job.usage = in.usage();
   job.precheck = contract::CheckJob(contract::ShapeOf(in));

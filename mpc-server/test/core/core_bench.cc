@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
       while (left > 0) {
         engine::Job j;
         j.type = kmpc::v1::JOB_ENCRYPT;
+        j.cipher = static_cast<kmpc::v1::Cipher>(cipher);
         j.key_id = std::string(contract::kKeyIdSize, 'k');
         j.usage = 1;
         j.nblocks = std::min<uint32_t>(left, job_blocks);

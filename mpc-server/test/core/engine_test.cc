@@ -161,8 +161,11 @@ class Cluster {
     const Cipher c = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
     auto views = DealKey(c, key);
     EXPECT_TRUE(views.ok()) << views.status();
-    // Key ids are contract::kKeyIdSize bytes.
-    std::string id = "key-" + std::to_string(next_id_++);
+    // Key ids are contract::kKeyIdSize bytes and name the cipher the key is
+    // dealt for, so the job helpers below can name it (CipherOf), as the
+    // KDC knows a key's enctype from its database.
+    std::string id = (c == Cipher::kAes256 ? "k256-" : "k128-") +
+                     std::to_string(next_id_++);
     id.resize(contract::kKeyIdSize, '.');
     for (int i = 0; i < 3; ++i) {
       // Store round trip, as the LMDB store would.
@@ -227,9 +230,16 @@ class Cluster {
   uint64_t seq_ = 1;
 };
 
+// The cipher a Cluster::AddKey id was dealt for; AES-128 for any other id
+// (a missing key: only its absence is tested).
+pb::Cipher CipherOf(const std::string& id) {
+  return absl::StartsWith(id, "k256-") ? pb::CIPHER_AES256 : pb::CIPHER_AES128;
+}
+
 Job EncryptJob(const std::string& id, uint32_t usage, uint32_t n) {
   Job j;
   j.type = pb::JOB_ENCRYPT;
+  j.cipher = CipherOf(id);
   j.key_id = id;
   j.usage = usage;
   j.nblocks = n;
@@ -238,6 +248,7 @@ Job EncryptJob(const std::string& id, uint32_t usage, uint32_t n) {
 Job DecryptJob(const std::string& id, uint32_t usage, Bytes ct) {
   Job j;
   j.type = pb::JOB_DECRYPT;
+  j.cipher = CipherOf(id);
   j.key_id = id;
   j.usage = usage;
   j.data = std::move(ct);
@@ -246,6 +257,7 @@ Job DecryptJob(const std::string& id, uint32_t usage, Bytes ct) {
 Job ChecksumJob(const std::string& id, uint32_t usage, Bytes d) {
   Job j;
   j.type = pb::JOB_CHECKSUM;
+  j.cipher = CipherOf(id);
   j.key_id = id;
   j.usage = usage;
   j.data = std::move(d);
@@ -254,6 +266,7 @@ Job ChecksumJob(const std::string& id, uint32_t usage, Bytes d) {
 Job VerifyJob(const std::string& id, uint32_t usage, Bytes d, Bytes cks) {
   Job j;
   j.type = pb::JOB_VERIFY_CHECKSUM;
+  j.cipher = CipherOf(id);
   j.key_id = id;
   j.usage = usage;
   j.data = std::move(d);
@@ -715,6 +728,116 @@ TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK);
 }
 
+// kmpc.proto Job.cipher: a job naming another cipher than the one its key
+// id was dealt for fails alone, as JOB_WRONG_CIPHER on all three parties,
+// with nothing computed or revealed (no AES-256 key run under AES-128's ten
+// rounds, nor the reverse); no cipher or an unknown one is JOB_MALFORMED.
+// The other jobs of the batch are computed and right.
+TEST(Engine, JobCipherMustBeTheKeysCipher) {
+  Cluster c;
+  const Bytes k128 = Random(16), k256 = Random(32);
+  const std::string id128 = c.AddKey(k128), id256 = c.AddKey(k256);
+  ASSERT_EQ(CipherOf(id128), pb::CIPHER_AES128);
+  ASSERT_EQ(CipherOf(id256), pb::CIPHER_AES256);
+  const Bytes p = Random(40);
+  const Bytes ct = ClusterEncrypt(c, id256, 3, p);
+  auto with = [](Job j, pb::Cipher cipher) {
+    j.cipher = cipher;
+    return j;
+  };
+  const std::vector<Job> jobs = {
+      EncryptJob(id128, 1, 2),                                     // 0 fine
+      with(EncryptJob(id128, 1, 2), pb::CIPHER_AES256),            // 1 wrong
+      with(DecryptJob(id256, 3, ct), pb::CIPHER_AES128),           // 2 wrong
+      DecryptJob(id256, 3, ct),                                    // 3 fine
+      with(ChecksumJob(id128, 4, {1}), pb::CIPHER_UNSPECIFIED),    // 4 malformed
+      with(EncryptJob(id256, 1, 1), static_cast<pb::Cipher>(3)),   // 5 malformed
+      with(ChecksumJob(id256, 4, {1, 2}), pb::CIPHER_AES128),      // 6 wrong
+      with(EncryptJob(kNoSuchKey, 1, 1), pb::CIPHER_AES256),       // 7 no key
+      with(VerifyJob(id128, 4, {1}, Bytes(32, 7)), pb::CIPHER_AES256),  // 8 wrong
+  };
+  const std::set<size_t> wrong = {1, 2, 6, 8};
+  for (int round = 0; round < 2; ++round) {
+    auto r = c.Run(jobs);
+    for (int i = 0; i < 3; ++i) {
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        EXPECT_EQ(r[i].jobs[j].status, r[0].jobs[j].status) << i << " " << j;
+        EXPECT_EQ(r[i].jobs[j].detail, r[0].jobs[j].detail) << i << " " << j;
+      }
+      EXPECT_EQ(r[i].jobs[0].status, pb::JOB_OK) << r[i].jobs[0].detail;
+      EXPECT_TRUE(Computed(r[i].jobs[0]));
+      EXPECT_EQ(r[i].jobs[3].status, pb::JOB_OK) << r[i].jobs[3].detail;
+      EXPECT_EQ(r[i].jobs[4].status, pb::JOB_MALFORMED);
+      EXPECT_NE(r[i].jobs[4].detail.find("cipher"), std::string::npos);
+      EXPECT_EQ(r[i].jobs[5].status, pb::JOB_MALFORMED);
+      EXPECT_EQ(r[i].jobs[7].status, pb::JOB_UNKNOWN_KEY);
+      for (size_t j : wrong) {
+        const JobResult& w = r[i].jobs[j];
+        EXPECT_EQ(w.status, pb::JOB_WRONG_CIPHER) << i << " " << j << ": " << w.detail;
+        EXPECT_FALSE(Computed(w)) << j;
+        EXPECT_TRUE(w.keystream[0].empty() && w.keystream[1].empty()) << j;
+        EXPECT_EQ(w.state, nullptr) << j;
+        EXPECT_EQ(w.ctr0, (std::array<uint8_t, 16>{})) << j;
+      }
+      EXPECT_NE(r[i].jobs[1].detail.find("dealt for AES128"), std::string::npos)
+          << r[i].jobs[1].detail;
+      EXPECT_NE(r[i].jobs[2].detail.find("dealt for AES256"), std::string::npos)
+          << r[i].jobs[2].detail;
+    }
+    // The computed jobs are right: OpenSSL's keystream under k128, and the
+    // AES-256 ciphertext's plaintext.
+    const Bytes ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
+    const auto w1 = OpensslAes(k128, Ctr(ctr0, 1).data());
+    const auto w2 = OpensslAes(k128, Ctr(ctr0, 2).data());
+    Bytes want(w1.begin(), w1.end());
+    want.insert(want.end(), w2.begin(), w2.end());
+    EXPECT_EQ(ToHex(Keystream(r, 0)), ToHex(want));
+    Bytes dec = Keystream(r, 3);
+    ASSERT_GE(dec.size(), p.size());
+    dec.resize(p.size());
+    const Bytes c_only(ct.begin() + 16, ct.end() - 16);
+    EXPECT_EQ(ToHex(Xor(c_only, dec)), ToHex(p));
+  }
+  // A batch of wrong-cipher jobs only: all fail alike, with no more ring
+  // messages than a batch of jobs that fail their check (the agreement
+  // rounds: no AES layer ran on the keys), and the ring stays in step.
+  auto messages = [&] { return c.ring().messages_sent(0); };
+  uint64_t before = messages();
+  c.Run({with(EncryptJob(id256, 1, 1), pb::CIPHER_UNSPECIFIED),
+         with(EncryptJob(id128, 1, 1), pb::CIPHER_UNSPECIFIED)});
+  const uint64_t malformed_cost = messages() - before;
+  before = messages();
+  auto r = c.Run({with(EncryptJob(id256, 1, 1), pb::CIPHER_AES128),
+                  with(EncryptJob(id128, 1, 1), pb::CIPHER_AES256)});
+  EXPECT_EQ(messages() - before, malformed_cost);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[i].jobs[0].status, pb::JOB_WRONG_CIPHER);
+    EXPECT_EQ(r[i].jobs[1].status, pb::JOB_WRONG_CIPHER);
+  }
+  before = messages();
+  c.Run({EncryptJob(id256, 1, 1)});
+  EXPECT_GT(messages() - before, malformed_cost + 10);  // 14 AES rounds' ANDs
+  auto d = c.Run({DecryptJob(id256, 3, ct)});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK) << i;
+}
+
+// The job's cipher is an input the three parties agree on: a party given
+// another cipher for the same job refuses the batch with the others
+// (ABORTED), so a KDC cannot have one party compute under a cipher the
+// others refuse.
+TEST(Engine, CipherIsInTheAgreementDigest) {
+  Cluster c;
+  const std::string id = c.AddKey(Random(16));
+  const std::vector<Job> a = {EncryptJob(id, 1, 1)};
+  std::vector<Job> b = a;
+  b[0].cipher = pb::CIPHER_AES256;
+  auto r = c.RunEach(60, {a, a, b});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << i << r[i].status();
+  auto ok = c.Run(a);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ok[i].jobs[0].status, pb::JOB_OK) << i;
+}
+
 // Jobs that break the contract fail alone, with the contract's status:
 // JOB_MALFORMED, or JOB_INTEGRITY_FAILED for inputs that cannot verify
 // under any key (contract::CheckJob).
@@ -914,6 +1037,9 @@ TEST(Engine, RandomJunkJobsGiveConsistentStatuses) {
       Job j;
       j.type = static_cast<pb::JobType>(rng() % 7);
       j.key_id = (rng() % 4 == 0) ? kNoSuchKey : id;
+      // Mostly the key's cipher; sometimes the other, none or an unknown one.
+      const uint32_t cr = rng() % 8;
+      j.cipher = cr < 5 ? pb::CIPHER_AES128 : static_cast<pb::Cipher>(cr - 5);
       j.usage = rng();
       j.nblocks = (rng() % 3 == 0) ? rng() : rng() % 5;
       j.data = Random(rng() % 80);

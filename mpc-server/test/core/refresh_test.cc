@@ -138,6 +138,11 @@ class RefreshCluster {
       if (!e.ok()) return e.status();
       Job job;
       job.type = pb::JOB_ENCRYPT;
+      // The cipher the key was dealt for (a missing key: any valid one).
+      auto dealt = store_[i].find(id);
+      job.cipher = dealt == store_[i].end()
+                       ? pb::CIPHER_AES128
+                       : static_cast<pb::Cipher>(dealt->second->cipher);
       job.key_id = id;
       job.usage = 7;
       job.nblocks = 3;

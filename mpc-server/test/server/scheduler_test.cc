@@ -119,6 +119,7 @@ class SchedulerTest : public ::testing::Test {
   engine::Job Encrypt(const std::string& id, uint32_t nblocks) {
     engine::Job j;
     j.type = pb::JOB_ENCRYPT;
+    j.cipher = pb::CIPHER_AES128;  // key_ is dealt AES-128
     j.key_id = id;
     j.usage = 3;
     j.nblocks = nblocks;

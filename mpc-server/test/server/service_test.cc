@@ -105,6 +105,7 @@ class ServiceTest : public ::testing::Test {
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()));
     EXPECT_TRUE(views.ok());
     std::string id = Rand(32);
+    ciphers_[id] = key.size() == 16 ? v1::CIPHER_AES128 : v1::CIPHER_AES256;
     for (int i = 0; i < 3; ++i) {
       store::KeyMeta meta;
       std::memcpy(meta.key_id.data(), id.data(), 32);
@@ -132,8 +133,16 @@ class ServiceTest : public ::testing::Test {
     return st;
   }
 
+  // The cipher a PutKey id was dealt for, as a KDC knows its keys'
+  // enctypes; CIPHER_AES128 for any other id (only its absence matters).
+  v1::Cipher CipherOf(const std::string& id) const {
+    auto it = ciphers_.find(id);
+    return it == ciphers_.end() ? v1::CIPHER_AES128 : it->second;
+  }
+
   static std::string* dir_;
   Party parties_[3];
+  std::map<std::string, v1::Cipher> ciphers_;
 };
 std::string* ServiceTest::dir_ = nullptr;
 
@@ -165,6 +174,7 @@ TEST_F(ServiceTest, KeystreamMatchesOpenSslAndCountersAreFresh) {
     auto* job = req.add_jobs();
     job->set_job_id(j);
     job->set_key_id(j % 2 ? id256 : id128);
+    job->set_cipher(CipherOf(j % 2 ? id256 : id128));
     job->set_type(v1::JOB_ENCRYPT);
     job->set_usage(j);
     job->set_length(1 + 37 * j);
@@ -198,6 +208,7 @@ TEST_F(ServiceTest, BatchMissingOnOnePartyIsUnavailableAndRingRecovers) {
   req.set_batch_id(Rand(16));
   auto* job = req.add_jobs();
   job->set_key_id(id);
+  job->set_cipher(CipherOf(id));
   job->set_type(v1::JOB_ENCRYPT);
   job->set_length(16);
   for (int missing = 0; missing < 3; ++missing) {
@@ -227,6 +238,7 @@ TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
   req.set_batch_id(Rand(16));
   auto* job = req.add_jobs();
   job->set_key_id(id);
+  job->set_cipher(CipherOf(id));
   job->set_type(v1::JOB_CHECKSUM);
   job->set_data("hello");
   std::array<v1::RunRequest, 3> reqs = {req, req, req};
@@ -272,6 +284,7 @@ TEST_F(ServiceTest, KeyMissingOrStaleOnOnePartyFailsOnlyItsJobs) {
     auto* job = req.add_jobs();
     job->set_job_id(100 + j);
     job->set_key_id(ids[j % 4]);
+    job->set_cipher(CipherOf(ids[j % 4]));
     job->set_type(v1::JOB_ENCRYPT);
     job->set_length(20);
   }
@@ -416,6 +429,7 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   auto* job = req.add_jobs();
   job->set_job_id(42);
   job->set_key_id(id);
+  job->set_cipher(CipherOf(id));
   job->set_type(v1::JOB_ENCRYPT);
   job->set_length(20);
   std::array<v1::RunRequest, 3> reqs = {req, req, req};
@@ -472,6 +486,7 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
     auto* big = bad.add_jobs();
     big->set_job_id(j);
     big->set_key_id(id);
+    big->set_cipher(CipherOf(id));
     big->set_type(v1::JOB_ENCRYPT);
     big->set_length(65536 * 16);
   }
@@ -485,6 +500,7 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
     auto* big = bad.add_jobs();
     big->set_job_id(j);
     big->set_key_id(id);
+    big->set_cipher(CipherOf(id));
     big->set_type(v1::JOB_CHECKSUM);
     big->set_usage(17);
     big->set_data(mib);
@@ -533,6 +549,7 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
     auto* job = req.add_jobs();
     job->set_job_id(req.jobs_size() * 10);
     job->set_key_id(id);
+    job->set_cipher(CipherOf(id));
     job->set_type(type);
     job->set_usage(7);
     return job;
@@ -586,6 +603,81 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   // The CHECKSUM's tag shares have consistent copies.
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(resp[i].results(4).tag().second(), resp[(i + 1) % 3].results(4).tag().first());
+}
+
+// kmpc.proto Job.cipher over the service: a key dealt AES-128 named
+// CIPHER_AES256 and a key dealt AES-256 named CIPHER_AES128 fail alone as
+// JOB_WRONG_CIPHER (nothing revealed, the same on the three servers,
+// counted in the failure metrics); CIPHER_UNSPECIFIED and an unknown value
+// are JOB_MALFORMED; the batch's other jobs compute.
+TEST_F(ServiceTest, JobCipherMustBeTheKeysCipher) {
+  const std::string k128 = Rand(16), k256 = Rand(32);
+  const std::string id128 = PutKey(k128), id256 = PutKey(k256);
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto add = [&](const std::string& id, v1::Cipher cipher) {
+    auto* job = req.add_jobs();
+    job->set_job_id(req.jobs_size());
+    job->set_key_id(id);
+    job->set_cipher(cipher);
+    job->set_type(v1::JOB_ENCRYPT);
+    job->set_usage(3);
+    job->set_length(20);
+    return job;
+  };
+  add(id128, v1::CIPHER_AES128);                    // 0 ok
+  add(id128, v1::CIPHER_AES256);                    // 1 wrong
+  add(id256, v1::CIPHER_AES256);                    // 2 ok
+  add(id256, v1::CIPHER_AES128);                    // 3 wrong
+  add(id128, v1::CIPHER_UNSPECIFIED);               // 4 malformed
+  add(id256, static_cast<v1::Cipher>(9));           // 5 malformed
+  add(id256, v1::CIPHER_AES128)->set_type(v1::JOB_CHECKSUM);  // 6 wrong
+  req.mutable_jobs(6)->clear_length();
+  req.mutable_jobs(6)->set_data("data");
+  const v1::JobStatus want[] = {v1::JOB_OK,        v1::JOB_WRONG_CIPHER,
+                                v1::JOB_OK,        v1::JOB_WRONG_CIPHER,
+                                v1::JOB_MALFORMED, v1::JOB_MALFORMED,
+                                v1::JOB_WRONG_CIPHER};
+  std::array<v1::RunRequest, 3> reqs = {req, req, req};
+  std::array<v1::RunResponse, 3> resp;
+  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s.error_message();
+  for (int j = 0; j < req.jobs_size(); ++j) {
+    for (int i = 0; i < 3; ++i) {
+      const v1::JobResult& r = resp[i].results(j);
+      EXPECT_EQ(r.status(), want[j]) << "job " << j << " party " << i << ": " << r.detail();
+      EXPECT_EQ(r.detail(), resp[0].results(j).detail()) << j;
+      if (want[j] != v1::JOB_OK) {
+        EXPECT_FALSE(r.has_keystream()) << j;
+        EXPECT_FALSE(r.has_tag()) << j;
+        EXPECT_TRUE(r.ctr0().empty()) << j;
+        EXPECT_FALSE(r.detail().empty()) << j;
+      }
+    }
+  }
+  EXPECT_TRUE(absl::StrContains(resp[0].results(1).detail(), "dealt for AES128"))
+      << resp[0].results(1).detail();
+  EXPECT_TRUE(absl::StrContains(resp[0].results(3).detail(), "dealt for AES256"))
+      << resp[0].results(3).detail();
+  EXPECT_TRUE(absl::StrContains(resp[0].results(4).detail(), "cipher"))
+      << resp[0].results(4).detail();
+  // The computed ones are the right cipher's keystream.
+  for (int j : {0, 2}) {
+    unsigned __int128 c0 = 0;
+    for (unsigned char b : resp[0].results(j).ctr0()) c0 = (c0 << 8) | b;
+    std::string ctrs_in;
+    for (int b = 1; b <= 2; ++b) {
+      unsigned __int128 c = c0 + b;
+      for (int k = 15; k >= 0; --k) ctrs_in.push_back(static_cast<char>(c >> (8 * k)));
+    }
+    EXPECT_EQ(Combine(resp, j), AesEcb(j == 0 ? k128 : k256, ctrs_in).substr(0, 20)) << j;
+  }
+  // Counted like the other per-job failures, on every server.
+  for (int i = 0; i < 3; ++i) {
+    const std::string text = parties_[i].metrics.Render();
+    EXPECT_TRUE(absl::StrContains(
+        text, "status=\"JOB_WRONG_CIPHER\"} 3\n"))
+        << text;
+  }
 }
 
 // One registry: what Render (Admin.Metrics) prints is what the
