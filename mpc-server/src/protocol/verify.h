@@ -118,6 +118,20 @@ class MulLog {
   // Wipes and empties everything (the opened-values hash restarts).
   void Clear();
 
+  // Bytes of buffer capacity the log and the Verifier keep allocated
+  // (for the next batch) beyond what is in use.
+  size_t retained_bytes() const;
+  // The most retained_bytes() kept from one batch to the next: the
+  // buffers a login batch needs (about 3 MB: a login batch is ~7,600 AND
+  // words, ~420 bytes of buffers per word with B = 4) several times over,
+  // so that a cluster serving logins reuses them batch after batch, while
+  // a 100,000-block batch's ~200 MB is not kept per worker for good.
+  static constexpr size_t kMaxRetainedBytes = size_t{16} << 20;  // 16 MiB
+  // Called after a batch (Clear first): if retained_bytes() exceeds
+  // kMaxRetainedBytes, wipes every buffer over its whole capacity (they
+  // held shares of wire values) and frees it.
+  void ReleaseExcess();
+
  private:
   friend class Verifier;
   // x0, x1, y0, y1, z0, z1
