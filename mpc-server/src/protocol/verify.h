@@ -121,11 +121,13 @@ class MulLog {
   // Bytes of buffer capacity the log and the Verifier keep allocated
   // (for the next batch) beyond what is in use.
   size_t retained_bytes() const;
-  // The most retained_bytes() kept from one batch to the next: the
-  // buffers a login batch needs (about 3 MB: a login batch is ~7,600 AND
-  // words, ~420 bytes of buffers per word with B = 4) several times over,
-  // so that a cluster serving logins reuses them batch after batch, while
-  // a 100,000-block batch's ~200 MB is not kept per worker for good.
+  // The most retained_bytes() kept from one batch to the next (per
+  // worker: each has its own Engine and log). Measured: one login's batch
+  // (DECRYPT of a TGT, ENCRYPT, CHECKSUM, VERIFY_CHECKSUM; ~7,600 AND
+  // words, B = 4) leaves ~6 MB; an AES-128 ENCRYPT of 2,000 blocks ~80 MB,
+  // of 20,000 blocks ~300 MB (capacities). So batches of a few
+  // logins reuse their buffers batch after batch, and a large batch's
+  // are not kept by the worker for good.
   static constexpr size_t kMaxRetainedBytes = size_t{16} << 20;  // 16 MiB
   // Called after a batch (Clear first): if retained_bytes() exceeds
   // kMaxRetainedBytes, wipes every buffer over its whole capacity (they

@@ -1167,14 +1167,14 @@ TEST(Malicious, MulLogReleasesBuffersOverTheBound) {
   EXPECT_EQ(log.retained_bytes(), 0u);
 }
 
-// After a batch whose checks needed far more than MulLog::kMaxRetainedBytes
-// (20,000 blocks: ~40 MB per party), each party keeps at most that much,
+// After a batch whose checks needed more than MulLog::kMaxRetainedBytes
+// (2,000 AES-128 blocks: ~80 MB per party), each party keeps at most that,
 // and the next batches (a login, an ENCRYPT) still verify and are right.
 TEST(Malicious, LargeBatchBuffersAreNotKept) {
   Cluster c(mal::Malicious());
   const Bytes key = Random(16);
   const std::string id = c.AddKey(key);
-  auto big = c.Run({EncryptJob(id, 1, 20000)});
+  auto big = c.Run({EncryptJob(id, 1, 2000)});
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(big[i].jobs[0].status, pb::JOB_OK) << big[i].jobs[0].detail;
     EXPECT_LE(c.engine(i).verify_retained_bytes(), protocol::MulLog::kMaxRetainedBytes)
