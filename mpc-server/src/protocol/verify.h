@@ -118,8 +118,8 @@ class MulLog {
   // Wipes and empties everything (the opened-values hash restarts).
   void Clear();
 
-  // Bytes of buffer capacity the log and the Verifier keep allocated
-  // (for the next batch) beyond what is in use.
+  // Bytes of buffer capacity the log and the Verifier hold (after Clear:
+  // what they keep for the next batch).
   size_t retained_bytes() const;
   // The most retained_bytes() kept from one batch to the next (per
   // worker: each has its own Engine and log). Measured: one login's batch
