@@ -588,6 +588,9 @@ void Scheduler::LeaderLoop(int worker) {
     bool again = false;
     absl::Status st = LeadBatch(ch, session, ++seq, *work, &again);
     if (again) {
+      KMPC_VLOG(1) << "batch " << IdHex(work->id) << ": party " << work->missing_party
+                   << " has no copy yet; proposing it again in "
+                   << absl::FormatDuration(work->backoff);
       Unclaim(work);
       continue;
     }
