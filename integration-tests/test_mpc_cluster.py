@@ -625,3 +625,52 @@ def test_kill_one_server_mid_batch_then_recover(own_cluster, victim):
     assert bytes.fromhex(line[2]) == expected_keystream(key, bytes.fromhex(line[1]), 64)
     assert time.time() - t0 < 10
     c.check_alive()
+
+
+def test_batches_sent_to_party0_only_do_not_stall_the_ring(own_cluster):
+    """A client that sends its batches to party 0 only (a buggy KDC, a lossy
+    path to the other servers) holds no worker: party 0 proposes each again
+    after a short backoff until --peer_batch_wait_ms (2 s) has passed, and
+    a normal batch sent meanwhile runs at once, with twice as many such
+    batches as workers. They then fail with the clear error. (Before, each
+    held a worker on all three servers for 2 s: the normal batch waited
+    behind them for seconds.)"""
+    c = own_cluster(workers=2)
+    key = bytes(range(16))
+    kid = c.put_key(key.hex())
+
+    def normal():
+        t0 = time.time()
+        r = c.jobs([f"keystream {kid} 1 64"])
+        took = time.time() - t0
+        line = r.stdout.split("\n")[0].split()
+        assert bytes.fromhex(line[2]) == expected_keystream(key, bytes.fromhex(line[1]), 64)
+        return took
+
+    # The client's own cost (process start, three TLS handshakes): the
+    # fastest of a few normal batches on the idle cluster.
+    baseline = min(normal() for _ in range(3))
+    stalled = []
+
+    def one_party():
+        t0 = time.time()
+        r = c.client("--only_party=0", "jobs", stdin=f"keystream {kid} 1 16\n", timeout=30)
+        stalled.append((r, time.time() - t0))
+
+    threads = [threading.Thread(target=one_party) for _ in range(4)]
+    for th in threads:
+        th.start()
+    time.sleep(0.5)  # all four reached party 0 and were proposed
+    for _ in range(2):
+        took = normal()
+        assert took < baseline + 0.5, (took, baseline)
+    for th in threads:
+        th.join(40)
+    assert len(stalled) == 4
+    for r, elapsed in stalled:
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert r.stdout.startswith(
+            "rpc_error 0 14 party 2 did not receive this batch from the client in time"), r.stdout
+        assert elapsed >= 1.9, elapsed  # proposed again for the 2 s, not failed at once
+        assert elapsed < 4, elapsed
+    c.check_alive()

@@ -59,8 +59,9 @@ ABSL_FLAG(int, schedule_timeout_ms, 5000,
           "how long a batch may wait to be scheduled on the ring (never "
           "past its client's deadline)");
 ABSL_FLAG(int, peer_batch_wait_ms, 2000,
-          "how long a follower waits for its copy of a batch party 0 proposed "
-          "(never past the batch's deadline)");
+          "how long party 0 keeps proposing a batch a follower has not "
+          "received (again after a short backoff, serving other batches "
+          "meanwhile; never past the batch's deadline)");
 ABSL_FLAG(std::string, keyops_clients, "kmpc-kdc",
           "comma-separated certificate CNs allowed to call KeyOps, and "
           "optionally sha256:<hex> certificate fingerprints: with pins, a "

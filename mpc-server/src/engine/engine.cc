@@ -320,6 +320,7 @@ class Engine::Impl {
         options_(options) {}
 
   int party() const { return prss_.party(); }
+  size_t verify_retained_bytes() const { return log_.retained_bytes(); }
 
   absl::StatusOr<BatchResult> RunBatch(uint64_t batch_seq,
                                        absl::Span<const Job> jobs,
@@ -400,6 +401,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
     ~LogScope() {
       rep3.set_log(nullptr);
       log.Clear();
+      log.ReleaseExcess();  // a large batch's buffers are not kept
     }
   } scope(rep3_, log_, options_.malicious);
   if (absl::Status s = AgreeOnBatch(b); !s.ok()) return s;
@@ -894,6 +896,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
 }
 
 int Engine::party() const { return impl_->party(); }
+
+size_t Engine::verify_retained_bytes() const { return impl_->verify_retained_bytes(); }
 
 absl::StatusOr<BatchResult> Engine::RunBatch(uint64_t batch_seq,
                                              absl::Span<const Job> jobs,

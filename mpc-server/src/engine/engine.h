@@ -284,6 +284,11 @@ class Engine {
 
   int party() const;
 
+  // Bytes the malicious-mode checks keep allocated between batches
+  // (protocol::MulLog::retained_bytes, at most MulLog::kMaxRetainedBytes
+  // after a batch).
+  size_t verify_retained_bytes() const;
+
   // Runs one batch. The three parties must call this with the same
   // batch_seq and jobs (same order); they first compare a SHA-256 digest of
   // a canonical encoding of (batch_seq, jobs' public inputs) and fail with

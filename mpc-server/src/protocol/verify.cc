@@ -93,12 +93,68 @@ BucketParams ChooseBuckets(size_t n_words) {
   return best;
 }
 
-MulLog::~MulLog() { Clear(); }
+namespace {
+
+// Wipes v over its whole capacity (the elements past size() may hold an
+// earlier, larger use's data) and frees it.
+template <class T>
+void WipeAndFree(std::vector<T>& v) {
+  v.resize(v.capacity());
+  share::Wipe(v.data(), v.size() * sizeof(T));
+  std::vector<T>().swap(v);
+}
+
+// Makes room for n elements in v. A reallocation (capacity doubled, as
+// insert would) copies into a fresh buffer and wipes the old one, so the
+// shares it held are not left behind in freed memory.
+template <class T>
+void Reserve(std::vector<T>& v, size_t n) {
+  if (n <= v.capacity()) return;
+  std::vector<T> bigger;
+  bigger.reserve(std::max(n, 2 * v.capacity()));
+  bigger.assign(v.begin(), v.end());
+  WipeAndFree(v);
+  v.swap(bigger);
+}
+
+template <class T, size_t N>
+size_t CapacityBytes(const std::array<std::vector<T>, N>& vs) {
+  size_t b = 0;
+  for (const auto& v : vs) b += v.capacity() * sizeof(T);
+  return b;
+}
+
+}  // namespace
+
+MulLog::~MulLog() {
+  Clear();
+  for (auto& v : and_) WipeAndFree(v);
+  for (auto& v : gf_) WipeAndFree(v);
+  for (auto& v : tri_) WipeAndFree(v);
+  for (auto& v : open_) WipeAndFree(v);
+}
+
+size_t MulLog::retained_bytes() const {
+  return CapacityBytes(and_) + CapacityBytes(gf_) + CapacityBytes(tri_) +
+         CapacityBytes(open_) + perm_.capacity() * sizeof(uint32_t) +
+         rnd_.capacity() * sizeof(uint64_t);
+}
+
+void MulLog::ReleaseExcess() {
+  if (retained_bytes() <= kMaxRetainedBytes) return;
+  for (auto& v : and_) WipeAndFree(v);
+  for (auto& v : gf_) WipeAndFree(v);
+  for (auto& v : tri_) WipeAndFree(v);
+  for (auto& v : open_) WipeAndFree(v);
+  WipeAndFree(perm_);  // public (from the revealed coin): freed all the same
+  WipeAndFree(rnd_);
+}
 
 size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,
                       const uint64_t* y0, const uint64_t* y1,
                       const uint64_t* z0, size_t n) {
   const size_t at = and_[0].size();
+  for (auto& v : and_) Reserve(v, at + n);
   const uint64_t* src[5] = {x0, x1, y0, y1, z0};
   for (int k = 0; k < 5; ++k) and_[k].insert(and_[k].end(), src[k], src[k] + n);
   and_[5].resize(at + n);
@@ -113,6 +169,7 @@ void MulLog::AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
                    const uint8_t* y1, const uint8_t* z0, const uint8_t* z1,
                    size_t n) {
   const uint8_t* src[6] = {x0, x1, y0, y1, z0, z1};
+  for (auto& v : gf_) Reserve(v, v.size() + 16 * n);
   for (int k = 0; k < 6; ++k) gf_[k].insert(gf_[k].end(), src[k], src[k] + 16 * n);
 }
 

@@ -118,6 +118,22 @@ class MulLog {
   // Wipes and empties everything (the opened-values hash restarts).
   void Clear();
 
+  // Bytes of buffer capacity the log and the Verifier hold (after Clear:
+  // what they keep for the next batch).
+  size_t retained_bytes() const;
+  // The most retained_bytes() kept from one batch to the next (per
+  // worker: each has its own Engine and log). Measured: one login's batch
+  // (DECRYPT of a TGT, ENCRYPT, CHECKSUM, VERIFY_CHECKSUM; ~7,600 AND
+  // words, B = 4) leaves ~6 MB; an AES-128 ENCRYPT of 2,000 blocks ~80 MB,
+  // of 20,000 blocks ~300 MB (capacities). So batches of a few
+  // logins reuse their buffers batch after batch, and a large batch's
+  // are not kept by the worker for good.
+  static constexpr size_t kMaxRetainedBytes = size_t{16} << 20;  // 16 MiB
+  // Called after a batch (Clear first): if retained_bytes() exceeds
+  // kMaxRetainedBytes, wipes every buffer over its whole capacity (they
+  // held shares of wire values) and frees it.
+  void ReleaseExcess();
+
  private:
   friend class Verifier;
   // x0, x1, y0, y1, z0, z1

@@ -24,16 +24,21 @@ namespace {
 
 // Control message (32 bytes):
 //   0 type (kPropose / kCommit)   1 kind   2 status   3 status party
-//   4 flags (bit 0: need / new PRSS session; bit 1: go, COMMIT only)
+//   4 flags (bit 0: need / new PRSS session; bit 1: go, COMMIT only;
+//     bit 2: retry, COMMIT without go only: the leader proposes the batch
+//     again, the followers keep their copies for it)
 //   5..7 zero   8..23 batch id
 //   24..27 age_ms (PROPOSE): how long ago the batch reached the leader,
 //     plus the time each follower that forwarded it held it
 //   28..31 wait_ms (PROPOSE): how long a follower may wait for its copy
-//     (the rest of the batch's deadline at most, less the time the
-//     followers before it held it); both big-endian, 0 in a COMMIT
+//     (SchedulerOptions::proposal_wait, and the rest of the batch's retry
+//     time at most, less the time the followers before it held it); both
+//     big-endian, 0 in a COMMIT
+// Status: kStatusMissing, the copy has not arrived (yet): the leader may
+// retry; kStatusGone, it never will (kBeforeStartMargin): it fails at once.
 enum : uint8_t { kPropose = 1, kCommit = 2 };
-enum : uint8_t { kStatusOk = 0, kStatusMissing = 1 };
-enum : uint8_t { kFlagSession = 1, kFlagGo = 2 };
+enum : uint8_t { kStatusOk = 0, kStatusMissing = 1, kStatusGone = 2 };
+enum : uint8_t { kFlagSession = 1, kFlagGo = 2, kFlagRetry = 4 };
 constexpr size_t kControlSize = 8 + kBatchIdSize + 8;
 
 // A batch that reached the leader this long before a follower was made
@@ -94,9 +99,11 @@ absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
   c.status = in[2];
   c.status_party = in[3];
   c.flags = in[4];
+  const bool bad_retry =
+      (c.flags & kFlagRetry) != 0 && (c.type != kCommit || (c.flags & kFlagGo) != 0);
   if ((c.type != kPropose && c.type != kCommit) || in[1] < 1 || in[1] > 3 ||
-      c.status > kStatusMissing || c.status_party > 2 || (c.flags & ~3) != 0 ||
-      in[5] != 0 || in[6] != 0 || in[7] != 0)
+      c.status > kStatusGone || c.status_party > 2 || (c.flags & ~7) != 0 ||
+      bad_retry || in[5] != 0 || in[6] != 0 || in[7] != 0)
     return absl::DataLossError("ring: malformed scheduling message");
   c.kind = static_cast<BatchKind>(in[1]);
   std::memcpy(c.id.data(), in.data() + 8, kBatchIdSize);
@@ -114,6 +121,11 @@ std::string Key(BatchKind kind, const BatchId& id) {
 std::string IdHex(const BatchId& id) {
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(id.data()), id.size()));
+}
+
+absl::Status NotReceived(int party) {
+  return absl::UnavailableError(absl::StrCat(
+      "party ", party, " did not receive this batch from the client in time"));
 }
 
 // The BatchErrorCode of a batch that failed on the ring: the engine's
@@ -146,6 +158,14 @@ struct Scheduler::Work {
   absl::Time deadline = absl::InfiniteFuture();  // the client's
   absl::Time claimed_at;
   bool claimed = false;
+  // Party 0's retries (scheduler.h, COMMIT): proposals made so far, when
+  // the last may be made (peer_batch_wait after the first, the deadline at
+  // most), the next's earliest time and the backoff before it.
+  int proposals = 0;
+  absl::Time retry_until = absl::InfiniteFuture();
+  absl::Time not_before = absl::InfinitePast();
+  absl::Duration backoff = absl::ZeroDuration();
+  int missing_party = 0;  // in the last proposal's reply
   bool done = false;
   BatchOutcome outcome;
 };
@@ -271,7 +291,13 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
       work->deadline < work->arrived + options_.schedule_timeout;
   const absl::Time deadline =
       std::min(work->arrived + options_.schedule_timeout, work->deadline);
-  while (!work->claimed && !work->done) {
+  // A follower's copy may be claimed, then put back for a retry (Unclaim):
+  // the deadline holds whenever it is not claimed.
+  while (!work->done) {
+    if (work->claimed) {
+      cv_.Wait(&mu_);
+      continue;
+    }
     // Stop() wakes this wait: no worker will claim the batch any more.
     const bool timed_out = !stopping_ && cv_.WaitWithDeadline(&mu_, deadline);
     if ((timed_out || stopping_) && !work->claimed && !work->done) {
@@ -294,7 +320,6 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
       return std::move(work->outcome);
     }
   }
-  while (!work->done) cv_.Wait(&mu_);
   return std::move(work->outcome);
 }
 
@@ -329,6 +354,31 @@ void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status)
   work->outcome.queue_time = work->claimed_at - work->arrived;
   work->outcome.run_time = absl::Now() - work->claimed_at;
   work->done = true;
+  cv_.SignalAll();
+}
+
+void Scheduler::Unclaim(const std::shared_ptr<Work>& work) {
+  absl::MutexLock lock(&mu_);
+  const std::string key = Key(work->kind, work->id);
+  if (party() == 0) {
+    // Stays claimed for Enqueue (queue_time counts to its first proposal);
+    // a leader loop that stops fails whatever is in queue_.
+    if (pending_.count(key) == 0) pending_[key] = work;
+    queue_.push_front(work);  // the oldest: its place in the queue
+  } else if (stopping_ || pending_.count(key) != 0) {
+    // Shutting down, or the client sent the batch again meanwhile (that
+    // copy is the one proposed next).
+    work->done = true;
+    work->outcome.status =
+        stopping_ ? absl::UnavailableError("server is shutting down")
+                  : absl::AlreadyExistsError(absl::StrCat(
+                        "batch ", IdHex(work->id), " was sent to this server again"));
+    work->outcome.error =
+        stopping_ ? kmpc::v1::BATCH_SHUTTING_DOWN : kmpc::v1::BATCH_MALFORMED;
+  } else {
+    work->claimed = false;
+    pending_[key] = work;
+  }
   cv_.SignalAll();
 }
 
@@ -408,32 +458,39 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
 }
 
 absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
-                                  uint32_t seq, Work& work) {
+                                  uint32_t seq, Work& work, bool* again) {
+  *again = false;
+  // A retry's deadline: the last proposal said which party lacked its copy.
   if (absl::Now() >= work.deadline)
-    return absl::UnavailableError(
-        "the client's deadline passed before the batch was proposed");
+    return work.proposals > 0
+               ? NotReceived(work.missing_party)
+               : absl::UnavailableError(
+                     "the client's deadline passed before the batch was proposed");
   if (absl::Status st = ch.Connect(
           std::min(absl::Now() + options_.connect_timeout, work.deadline));
       !st.ok())
     return absl::UnavailableError(st.message());
   const absl::Time now = absl::Now();
   if (now >= work.deadline)
-    return absl::UnavailableError(
-        "the client's deadline passed while the ring connected");
+    return work.proposals > 0
+               ? NotReceived(work.missing_party)
+               : absl::UnavailableError(
+                     "the client's deadline passed while the ring connected");
   Control propose;
   propose.type = kPropose;
   propose.kind = work.kind;
   propose.id = work.id;
   propose.flags = session.Usable(ch) ? 0 : kFlagSession;
+  if (work.proposals++ == 0)
+    work.retry_until = std::min(now + options_.peer_batch_wait, work.deadline);
   propose.age_ms = Ms(now - work.arrived);
   propose.wait_ms =
-      Ms(std::min(options_.peer_batch_wait, work.deadline - now));
+      Ms(std::min(options_.proposal_wait, work.retry_until - now));
   if (absl::Status st = ch.SendControl(seq, Encode(propose)); !st.ok()) return st;
   uint32_t rseq = 0;
-  // Each follower may wait peer_batch_wait for its copy of the batch (and
-  // no longer than the batch's deadline: propose.wait_ms).
+  // Each follower waits up to propose.wait_ms for its copy of the batch.
   auto reply = ch.RecvControl(
-      &rseq, std::min(absl::Now() + 2 * options_.peer_batch_wait +
+      &rseq, std::min(absl::Now() + 2 * absl::Milliseconds(propose.wait_ms) +
                           ring_->recv_timeout(),
                       work.deadline));
   if (!reply.ok()) return reply.status();
@@ -450,11 +507,24 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
   commit.flags = (propose.flags | back->flags) & kFlagSession;
   const bool go = back->status == kStatusOk;
   if (go) commit.flags |= kFlagGo;
+  // A copy not here yet: propose again after the backoff, the last time at
+  // retry_until (with no wait: only copies already there count).
+  const absl::Time replied = absl::Now();
+  const bool retry = back->status == kStatusMissing && replied < work.retry_until;
+  if (retry) {
+    work.missing_party = back->status_party;
+    work.backoff = work.backoff == absl::ZeroDuration()
+                       ? options_.retry_backoff
+                       : std::min(2 * work.backoff, options_.retry_backoff_max);
+    work.not_before = std::min(replied + work.backoff, work.retry_until);
+    commit.flags |= kFlagRetry;
+  }
   if (absl::Status st = ch.SendControl(seq, Encode(commit)); !st.ok()) return st;
-  if (!go)
-    return absl::UnavailableError(absl::StrCat(
-        "party ", int{back->status_party},
-        " did not receive this batch from the client in time"));
+  if (retry) {
+    *again = true;
+    return absl::OkStatus();
+  }
+  if (!go) return NotReceived(back->status_party);
   const absl::Time agreed = absl::Now();
   absl::Status st =
       RunOnRing(ch, session, seq, (commit.flags & kFlagSession) != 0, work);
@@ -482,23 +552,48 @@ void Scheduler::LeaderLoop(int worker) {
     std::shared_ptr<Work> work;
     {
       absl::MutexLock lock(&mu_);
-      while (queue_.empty() && !stopping_) {
-        if (cv_.WaitWithTimeout(&mu_, absl::Milliseconds(200)) &&
-            queue_.empty()) {
+      // The oldest batch not waiting for a retry's backoff.
+      while (!stopping_) {
+        const absl::Time now = absl::Now();
+        absl::Time wake = now + absl::Milliseconds(200);
+        auto ready = queue_.end();
+        for (auto q = queue_.begin(); q != queue_.end(); ++q) {
+          if ((*q)->not_before <= now) {
+            ready = q;
+            break;
+          }
+          wake = std::min(wake, (*q)->not_before);
+        }
+        if (ready != queue_.end()) {
+          work = *ready;
+          queue_.erase(ready);
+          break;
+        }
+        const bool idle = queue_.empty();
+        if (cv_.WaitWithDeadline(&mu_, wake) && idle && queue_.empty()) {
           mu_.Unlock();
           IdleConnect(ch);
           mu_.Lock();
         }
       }
-      if (stopping_) break;
-      work = queue_.front();
-      queue_.pop_front();
-      pending_.erase(Key(work->kind, work->id));
-      work->claimed = true;
-      work->claimed_at = absl::Now();
+      if (work == nullptr) break;  // stopping
+      auto it = pending_.find(Key(work->kind, work->id));
+      if (it != pending_.end() && it->second == work) pending_.erase(it);
+      if (!work->claimed) {
+        work->claimed = true;
+        work->claimed_at = absl::Now();
+      }
       cv_.SignalAll();
     }
-    absl::Status st = LeadBatch(ch, session, ++seq, *work);
+    bool again = false;
+    absl::Status st = LeadBatch(ch, session, ++seq, *work, &again);
+    if (again) {
+      KMPC_VLOG(1) << "batch " << IdHex(work->id) << ": party " << work->missing_party
+                   << " has no copy yet; proposing it again in "
+                   << absl::FormatDuration(work->backoff);
+      Unclaim(work);
+      continue;
+    }
     if (!st.ok()) {
       KMPC_LOG(WARNING) << "worker " << worker << ": batch " << IdHex(work->id)
                         << " failed: " << st;
@@ -557,7 +652,7 @@ void Scheduler::FollowerLoop(int worker) {
                                   absl::Milliseconds(fwd.wait_ms));
       work = Claim(fwd.kind, fwd.id, got + wait);
       if (work == nullptr) {
-        fwd.status = kStatusMissing;
+        fwd.status = before_start ? kStatusGone : kStatusMissing;
         fwd.status_party = me;
       }
     }
@@ -599,10 +694,11 @@ void Scheduler::FollowerLoop(int worker) {
     }
     const bool go = (commit->flags & kFlagGo) != 0;
     if (!go) {
-      if (work)
-        Complete(work, absl::UnavailableError(absl::StrCat(
-                           "party ", int{commit->status_party},
-                           " did not receive this batch from the client in time")));
+      if (work == nullptr) continue;
+      if ((commit->flags & kFlagRetry) != 0)
+        Unclaim(work);  // for the leader's next proposal of it
+      else
+        Complete(work, NotReceived(commit->status_party));
       continue;
     }
     if (work == nullptr) {  // cannot happen: we would have said "missing"

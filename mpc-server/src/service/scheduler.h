@@ -10,16 +10,25 @@
 // around the ring (0 -> 2 -> 1 -> 0, the direction every party sends in):
 //
 //   PROPOSE (kind, batch id, seq, age, wait): each follower claims its own
-//     copy of the batch (waiting up to `wait` for the KDC's RPC to arrive)
-//     and adds "missing" or "needs new PRSS keys" to the message it
-//     forwards. A follower that started serving after the batch reached the
-//     leader (its age says when) never gets its copy: the KDC sent it while
-//     this server was down. It answers "missing" at once, so a restarted
-//     server does not hold the ring up over batches from before its start;
-//   COMMIT (go / abort, new session): 0 -> 2 -> 1. On go, all three
+//     copy of the batch (waiting up to `wait`, a few ms, for the KDC's RPC
+//     to arrive) and adds "missing" or "needs new PRSS keys" to the message
+//     it forwards. A follower that started serving after the batch reached
+//     the leader (its age says when) never gets its copy: the KDC sent it
+//     while this server was down. It answers "gone" at once, and the leader
+//     fails the batch at once, so a restarted server does not hold the ring
+//     up over batches from before its start;
+//   COMMIT (go / abort / retry, new session): 0 -> 2 -> 1. On go, all three
 //     (re)create their Engine if asked (PRSS key exchange over the fresh
 //     connections) and run Engine::RunBatch(seq, jobs), which itself compares
 //     a digest of the batch (the KDC cannot feed servers different inputs).
+//     On retry (a copy was missing), the followers put their copies back and
+//     the leader puts the batch back in its queue, to propose it again after
+//     a short backoff with a new seq, until peer_batch_wait after its first
+//     proposal (or its deadline): a batch whose copies have not all arrived
+//     holds no worker on any server for more than a proposal's round trip
+//     and `wait`, and the workers serve other batches meanwhile. Then the
+//     leader aborts for good and all fail it ("party N did not receive this
+//     batch from the client in time").
 //
 // Deadlines: a batch carries its client's deadline (the KDC's gRPC
 // deadline). It is never proposed after it, and neither its wait in the
@@ -62,8 +71,18 @@ enum class BatchKind : uint8_t { kRun = 1, kFinalize = 2, kRefresh = 3 };
 struct SchedulerOptions {
   // How long a submitted batch may wait to be scheduled on the ring.
   absl::Duration schedule_timeout = absl::Seconds(5);
-  // How long a follower waits for its own copy of a proposed batch.
+  // How long after its first proposal a batch whose copy a follower lacks
+  // is proposed again (party 0: the batch then fails, UNAVAILABLE).
   absl::Duration peer_batch_wait = absl::Seconds(2);
+  // How long a follower waits for its own copy in one proposal before it
+  // answers "missing" (party 0 sets it in the proposal). The KDC sends its
+  // three calls at once, so the copies normally arrive within a ms of each
+  // other; a longer gap costs a retry (retry_backoff).
+  absl::Duration proposal_wait = absl::Milliseconds(5);
+  // The first backoff before a batch is proposed again; it doubles on each
+  // retry up to retry_backoff_max.
+  absl::Duration retry_backoff = absl::Milliseconds(5);
+  absl::Duration retry_backoff_max = absl::Milliseconds(100);
   absl::Duration connect_timeout = absl::Seconds(3);
   engine::EngineOptions engine;
 };
@@ -123,8 +142,10 @@ class Scheduler {
 
   void LeaderLoop(int worker);
   void FollowerLoop(int worker);
+  // `again`: set when the batch was aborted for a retry (work.not_before
+  // says when); the status is then OK.
   absl::Status LeadBatch(WorkerRing& ch, Session& session,
-                         uint32_t seq, Work& work);
+                         uint32_t seq, Work& work, bool* again);
   absl::Status RunOnRing(WorkerRing& ch, Session& session,
                          uint32_t seq, bool new_session, Work& work);
   BatchOutcome Enqueue(std::shared_ptr<Work> work);
@@ -133,6 +154,9 @@ class Scheduler {
   // The leader's idle upkeep of one worker's ring connections.
   void IdleConnect(WorkerRing& ch);
   void Complete(const std::shared_ptr<Work>& work, absl::Status status);
+  // Puts a claimed batch back for its next proposal: in pending_ (a
+  // follower's copy, for Claim) or also in queue_ (party 0).
+  void Unclaim(const std::shared_ptr<Work>& work);
 
   std::unique_ptr<SchedulerRing> owned_ring_;  // the TLS adapter, if any
   SchedulerRing* ring_;
@@ -147,7 +171,9 @@ class Scheduler {
   absl::Mutex mu_;
   absl::CondVar cv_;
   std::map<std::string, std::shared_ptr<Work>> pending_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::shared_ptr<Work>> queue_ ABSL_GUARDED_BY(mu_);  // party 0
+  // Party 0: oldest first; a batch waiting for a retry stays in place
+  // with its not_before and is passed over until then.
+  std::deque<std::shared_ptr<Work>> queue_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kmpc::service

@@ -218,6 +218,7 @@ class Cluster {
   }
 
   net::InMemoryRing& ring() { return *ring_; }
+  Engine& engine(int i) { return *engines_[i]; }
 
  private:
   std::array<EngineOptions, 3> opts_;
@@ -1263,6 +1264,58 @@ TEST(Malicious, HonestBatchesMatchTheReference) {
   const Bytes ct = ClusterEncrypt(c, id, 5, p);
   auto r = c.Run({DecryptJob(id, 5, ct)});
   for (int i = 0; i < 3; ++i) EXPECT_EQ(r[i].jobs[0].status, pb::JOB_OK);
+}
+
+// The log keeps its buffers for the next batch up to
+// MulLog::kMaxRetainedBytes; ReleaseExcess frees them above it.
+TEST(Malicious, MulLogReleasesBuffersOverTheBound) {
+  protocol::MulLog log;
+  const size_t n = 4096;
+  std::vector<uint64_t> w(n, 0x5a5a5a5a5a5a5a5aull);
+  for (int k = 0; k < 8; ++k) {  // 32,768 words: ~1.5 MiB with doubling
+    const size_t at = log.AddAnd(w.data(), w.data(), w.data(), w.data(), w.data(), n);
+    log.SetAndZ1(at, w.data(), n);
+  }
+  EXPECT_EQ(log.and_words(), 8 * n);
+  log.Clear();
+  const size_t small = log.retained_bytes();
+  EXPECT_GE(small, 6 * 8 * 8 * n);
+  log.ReleaseExcess();
+  EXPECT_EQ(log.retained_bytes(), small) << "a small batch's buffers are kept";
+  // 512 Ki words: 6 x 4 MiB of gate log.
+  for (int k = 0; k < 128; ++k) {
+    const size_t at = log.AddAnd(w.data(), w.data(), w.data(), w.data(), w.data(), n);
+    log.SetAndZ1(at, w.data(), n);
+  }
+  log.Clear();
+  EXPECT_GT(log.retained_bytes(), protocol::MulLog::kMaxRetainedBytes);
+  log.ReleaseExcess();
+  EXPECT_EQ(log.retained_bytes(), 0u);
+}
+
+// After a batch whose checks needed more than MulLog::kMaxRetainedBytes
+// (2,000 AES-128 blocks: ~80 MB per party), each party keeps at most that,
+// and the next batches (a login, an ENCRYPT) still verify and are right.
+TEST(Malicious, LargeBatchBuffersAreNotKept) {
+  Cluster c(mal::Malicious());
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  auto big = c.Run({EncryptJob(id, 1, 2000)});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(big[i].jobs[0].status, pb::JOB_OK) << big[i].jobs[0].detail;
+    EXPECT_LE(c.engine(i).verify_retained_bytes(), protocol::MulLog::kMaxRetainedBytes)
+        << "party " << i;
+  }
+  const mal::LoginBatch login = mal::MakeLogin(c, Random(32));
+  mal::ExpectHonest(c.RunEach(100, {login.jobs(), login.jobs(), login.jobs()}));
+  const Bytes p = Random(100);
+  const Bytes ct = ClusterEncrypt(c, id, 7, p);
+  EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 7, Bytes(ct.begin(), ct.begin() + 16), p)));
+  for (int i = 0; i < 3; ++i) {
+    // Kept for the next batch: a login batch's buffers.
+    EXPECT_GT(c.engine(i).verify_retained_bytes(), 0u) << "party " << i;
+    EXPECT_LE(c.engine(i).verify_retained_bytes(), protocol::MulLog::kMaxRetainedBytes);
+  }
 }
 
 TEST(Malicious, SeveralWavesAndTheDepth6Sbox) {

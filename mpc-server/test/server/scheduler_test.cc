@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "contract.h"
@@ -255,6 +257,80 @@ TEST_F(SchedulerTest, RestartedFollowerDoesNotWaitForBatchesFromBeforeItsStart) 
     EXPECT_EQ(out[i].error, pb::BATCH_RING_UNAVAILABLE) << i << ": " << out[i].status;
   auto ok = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 2)});
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(ok[i].status.ok()) << i << ok[i].status;
+}
+
+// Batches only the leader received (a client that sends to party 0 only)
+// hold no worker while they wait for copies that do not come: the leader
+// proposes each again after a short backoff until peer_batch_wait has
+// passed, and a normal batch sent to all three meanwhile runs at once even
+// with twice as many such batches as workers. They then fail with the
+// clear error. (Before, each held a worker on all three servers for
+// peer_batch_wait: the normal batch waited behind them past 2 s.)
+TEST_F(SchedulerTest, BatchesSentToTheLeaderOnlyDoNotHoldTheWorkers) {
+  const absl::Duration peer_wait = absl::Seconds(2);
+  Start({true, true, true}, peer_wait);
+  constexpr int kStalled = 4;  // MemorySchedulerRings: 2 workers
+  std::vector<std::future<std::pair<BatchOutcome, absl::Duration>>> stalled;
+  for (int k = 0; k < kStalled; ++k)
+    stalled.push_back(std::async(std::launch::async, [&] {
+      const absl::Time t = absl::Now();
+      BatchOutcome o = schedulers_[0]->Submit(BatchKind::kRun, RandomBatchId(),
+                                              {Encrypt(key_id_, 1)});
+      return std::make_pair(std::move(o), absl::Now() - t);
+    }));
+  absl::SleepFor(absl::Milliseconds(100));  // all proposed at least once
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    const absl::Time t0 = absl::Now();
+    auto out = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 2)});
+    const absl::Duration took = absl::Now() - t0;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status;
+    EXPECT_EQ(out[0].result.jobs[0].keystream[1], out[1].result.jobs[0].keystream[0]);
+    EXPECT_LT(took, absl::Milliseconds(500)) << "a normal batch waited behind "
+                                                "batches only the leader received";
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  for (auto& f : stalled) {
+    auto [o, took] = f.get();
+    EXPECT_TRUE(absl::IsUnavailable(o.status)) << o.status;
+    EXPECT_EQ(o.error, pb::BATCH_RING_UNAVAILABLE) << o.status;
+    // Party 2 is the first follower on the ring (0 -> 2 -> 1).
+    EXPECT_NE(o.status.message().find(
+                  "party 2 did not receive this batch from the client in time"),
+              absl::string_view::npos)
+        << o.status;
+    // Proposed again until peer_batch_wait had passed, not failed at once.
+    EXPECT_GE(took, peer_wait - absl::Milliseconds(50));
+    EXPECT_LT(took, peer_wait + absl::Seconds(1));
+  }
+}
+
+// A follower's copy that arrives late (here party 1's, the second
+// follower, 300 ms after the others): party 2 puts its claimed copy back
+// after each "missing", and the batch runs on the first proposal after
+// party 1's copy is in.
+TEST_F(SchedulerTest, LateCopyRunsOnARetry) {
+  Start({true, true, true}, absl::Seconds(2));
+  const BatchId id = RandomBatchId();
+  const std::vector<engine::Job> jobs = {Encrypt(key_id_, 3)};
+  const absl::Time t0 = absl::Now();
+  auto late = std::async(std::launch::async, [&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    return schedulers_[1]->Submit(BatchKind::kRun, id, jobs);
+  });
+  auto out = SubmitAll(id, jobs, {true, false, true});
+  out[1] = late.get();
+  const absl::Duration took = absl::Now() - t0;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status;
+  std::vector<uint8_t> ks(48, 0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].result.jobs[0].keystream[1],
+              out[(i + 1) % 3].result.jobs[0].keystream[0]);
+    for (size_t k = 0; k < ks.size(); ++k) ks[k] ^= out[i].result.jobs[0].keystream[0][k];
+  }
+  EXPECT_EQ(ks, ReferenceKeystream(key_, out[0].result.jobs[0].ctr0, 3));
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Milliseconds(900)) << took;  // backoffs of 100 ms at most
 }
 
 // A share refresh goes through the same ring, interleaved with KDC
