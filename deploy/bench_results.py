@@ -479,13 +479,23 @@ def print_table(res, out_path):
                   f"({v['growth_kib']:+6d}; {v['slope_kib_per_s']:+7.1f} KiB/s from "
                   f"{v['judged_from_s']:.0f} s)"
                   + (" over the slack" if v["grown"] else "")
-                  + (" judged too short" if v["too_short"] else ""))
+                  + (" not judged (stretch too short)" if v["too_short"] else ""))
+            for n, v in (x.get("heap") or {}).items():
+                p(f"    {n:13s} heap in use {v['before_kib']:8d} -> {v['after_kib']:8d} KiB "
+                  f"({v['growth_kib']:+6d}; {v['growth_from_reference_kib']:+d} from the "
+                  "first run's level)" + (" over the slack" if v["grown"] else ""))
         across = so.get("memory_across_runs") or {}
         if len(so.get("per_run") or []) > 1 and across:
             p("  first run's reference -> last run's end: " + ", ".join(
                 f"{n} {v['growth_kib']:+d} KiB" for n, v in across.items()))
+        heap = so.get("heap_across_runs") or {}
+        if len(so.get("per_run") or []) > 1 and heap:
+            p("  heap in use, first run's level -> last run's end: " + ", ".join(
+                f"{n} {v['growth_kib']:+d} KiB" for n, v in heap.items()))
         if so.get("memory_criterion"):
             p(f"  memory judged on: {so['memory_criterion']}")
+        if so.get("heap_criterion"):
+            p(f"  and on: {so['heap_criterion']}")
     n = res.get("netns")
     if n:
         p(f"netns LAN ({n.get('shaping')}): {n.get('note')}")
