@@ -125,10 +125,12 @@ class MulLog {
   // worker: each has its own Engine and log). Measured: one login's batch
   // (DECRYPT of a TGT, ENCRYPT, CHECKSUM, VERIFY_CHECKSUM; ~7,600 AND
   // words, B = 4) leaves ~6 MB; an AES-128 ENCRYPT of 2,000 blocks ~80 MB,
-  // of 20,000 blocks ~300 MB (capacities). So batches of a few
-  // logins reuse their buffers batch after batch, and a large batch's
-  // are not kept by the worker for good.
-  static constexpr size_t kMaxRetainedBytes = size_t{16} << 20;  // 16 MiB
+  // of 20,000 blocks ~300 MB (capacities). So a busy KDC's batches (up
+  // to ~64 logins, ~45 MB) reuse their buffers batch after batch, and a
+  // large batch's are not kept by the worker for good. (16 MiB made the
+  // malicious login storm reallocate every batch: half the peak in one
+  // A/B run on the 2-core bench VM.)
+  static constexpr size_t kMaxRetainedBytes = size_t{64} << 20;  // 64 MiB
   // Called after a batch (Clear first): if retained_bytes() exceeds
   // kMaxRetainedBytes, wipes every buffer over its whole capacity (they
   // held shares of wire values) and frees it.

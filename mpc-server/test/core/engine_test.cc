@@ -1282,8 +1282,10 @@ TEST(Malicious, MulLogReleasesBuffersOverTheBound) {
   EXPECT_GE(small, 6 * 8 * 8 * n);
   log.ReleaseExcess();
   EXPECT_EQ(log.retained_bytes(), small) << "a small batch's buffers are kept";
-  // 512 Ki words: 6 x 4 MiB of gate log.
-  for (int k = 0; k < 128; ++k) {
+  // Past the bound: (kMaxRetainedBytes / 48 bytes per gate word) + 4096
+  // words of gate log (six 8-byte arrays).
+  const size_t big = protocol::MulLog::kMaxRetainedBytes / (6 * 8 * n) + 1;
+  for (size_t k = 0; k < big; ++k) {
     const size_t at = log.AddAnd(w.data(), w.data(), w.data(), w.data(), w.data(), n);
     log.SetAndZ1(at, w.data(), n);
   }
