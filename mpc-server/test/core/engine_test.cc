@@ -281,6 +281,25 @@ Bytes Xor(const Bytes& a, const Bytes& b) {
   return o;
 }
 
+// Job 0 of r is a 2-block ENCRYPT under key (its keystream must be
+// OpenSSL's from its ctr0) and job 3 the DECRYPT of ct (ctr0 || C || T),
+// whose keystream must turn C back into p.
+void ExpectEncryptAndDecryptRight(const std::array<BatchResult, 3>& r,
+                                  const Bytes& key, const Bytes& ct,
+                                  const Bytes& p) {
+  const Bytes ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
+  const auto w1 = OpensslAes(key, Ctr(ctr0, 1).data());
+  const auto w2 = OpensslAes(key, Ctr(ctr0, 2).data());
+  Bytes want(w1.begin(), w1.end());
+  want.insert(want.end(), w2.begin(), w2.end());
+  EXPECT_EQ(ToHex(Keystream(r, 0)), ToHex(want));
+  Bytes dec = Keystream(r, 3);
+  ASSERT_GE(dec.size(), p.size());
+  dec.resize(p.size());
+  const Bytes c_only(ct.begin() + 16, ct.end() - 16);
+  EXPECT_EQ(ToHex(Xor(c_only, dec)), ToHex(p));
+}
+
 // Encrypt P the way the KDC does: ENCRYPT, XOR, FINALIZE.
 Bytes ClusterEncrypt(Cluster& c, const std::string& id, uint32_t usage,
                      const Bytes& p) {
@@ -697,17 +716,7 @@ TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
       }
     }
     // The computed jobs are right.
-    const Bytes ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
-    const auto w1 = OpensslAes(good_key, Ctr(ctr0, 1).data());
-    const auto w2 = OpensslAes(good_key, Ctr(ctr0, 2).data());
-    Bytes want(w1.begin(), w1.end());
-    want.insert(want.end(), w2.begin(), w2.end());
-    EXPECT_EQ(ToHex(Keystream(r, 0)), ToHex(want));
-    Bytes dec = Keystream(r, 3);
-    ASSERT_GE(dec.size(), p.size());
-    dec.resize(p.size());
-    Bytes c_only(ct.begin() + 16, ct.end() - 16);
-    EXPECT_EQ(ToHex(Xor(c_only, dec)), ToHex(p));
+    ExpectEncryptAndDecryptRight(r, good_key, ct, p);
     // The CHECKSUM verifies.
     std::array<JobResult, 3> cr;
     for (int i = 0; i < 3; ++i) cr[i] = r[i].jobs[5];
@@ -787,17 +796,7 @@ TEST(Engine, JobCipherMustBeTheKeysCipher) {
     }
     // The computed jobs are right: OpenSSL's keystream under k128, and the
     // AES-256 ciphertext's plaintext.
-    const Bytes ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
-    const auto w1 = OpensslAes(k128, Ctr(ctr0, 1).data());
-    const auto w2 = OpensslAes(k128, Ctr(ctr0, 2).data());
-    Bytes want(w1.begin(), w1.end());
-    want.insert(want.end(), w2.begin(), w2.end());
-    EXPECT_EQ(ToHex(Keystream(r, 0)), ToHex(want));
-    Bytes dec = Keystream(r, 3);
-    ASSERT_GE(dec.size(), p.size());
-    dec.resize(p.size());
-    const Bytes c_only(ct.begin() + 16, ct.end() - 16);
-    EXPECT_EQ(ToHex(Xor(c_only, dec)), ToHex(p));
+    ExpectEncryptAndDecryptRight(r, k128, ct, p);
   }
   // A batch of wrong-cipher jobs only: all fail alike, with no more ring
   // messages than a batch of jobs that fail their check (the agreement

@@ -116,6 +116,28 @@ class ServiceTest : public ::testing::Test {
     return id;
   }
 
+  // Runs req on the three servers, each of which must accept the batch,
+  // and checks every job on each: its id, status want[j], the same detail
+  // and ctr0 on all three, and no keystream or tag unless JOB_OK.
+  void RunExpecting(const v1::RunRequest& req, const v1::JobStatus* want,
+                    std::array<v1::RunResponse, 3>* resp) {
+    const std::array<v1::RunRequest, 3> reqs = {req, req, req};
+    for (auto& s : RunAll(reqs, resp)) ASSERT_TRUE(s.ok()) << s.error_message();
+    for (int j = 0; j < req.jobs_size(); ++j) {
+      for (int i = 0; i < 3; ++i) {
+        const v1::JobResult& r = (*resp)[i].results(j);
+        EXPECT_EQ(r.job_id(), req.jobs(j).job_id());
+        EXPECT_EQ(r.status(), want[j]) << "job " << j << " party " << i << ": " << r.detail();
+        EXPECT_EQ(r.detail(), (*resp)[0].results(j).detail()) << j;
+        EXPECT_EQ(r.ctr0(), (*resp)[0].results(j).ctr0()) << j;
+        if (want[j] != v1::JOB_OK) {
+          EXPECT_FALSE(r.has_keystream()) << j;
+          EXPECT_FALSE(r.has_tag()) << j;
+        }
+      }
+    }
+  }
+
   // Runs `reqs[i]` on party i (all three at once).
   std::array<grpc::Status, 3> RunAll(const std::array<v1::RunRequest, 3>& reqs,
                                      std::array<v1::RunResponse, 3>* resp,
@@ -570,20 +592,11 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
       v1::JOB_OK,        v1::JOB_MALFORMED, v1::JOB_UNKNOWN_KEY,
       v1::JOB_INTEGRITY_FAILED, v1::JOB_OK, v1::JOB_MALFORMED,
       v1::JOB_MALFORMED, v1::JOB_INTEGRITY_FAILED, v1::JOB_MALFORMED};
-  std::array<v1::RunRequest, 3> reqs = {req, req, req};
   std::array<v1::RunResponse, 3> resp;
-  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, want, &resp));
   for (int j = 0; j < req.jobs_size(); ++j) {
     for (int i = 0; i < 3; ++i) {
       const v1::JobResult& r = resp[i].results(j);
-      EXPECT_EQ(r.job_id(), req.jobs(j).job_id());
-      EXPECT_EQ(r.status(), want[j]) << "job " << j << " party " << i << ": " << r.detail();
-      EXPECT_EQ(r.detail(), resp[0].results(j).detail()) << j;
-      EXPECT_EQ(r.ctr0(), resp[0].results(j).ctr0()) << j;
-      if (want[j] != v1::JOB_OK) {
-        EXPECT_FALSE(r.has_keystream()) << j;
-        EXPECT_FALSE(r.has_tag()) << j;
-      }
       if (want[j] == v1::JOB_MALFORMED || want[j] == v1::JOB_UNKNOWN_KEY) {
         EXPECT_FALSE(r.detail().empty()) << j;
       }
@@ -638,17 +651,12 @@ TEST_F(ServiceTest, JobCipherMustBeTheKeysCipher) {
                                 v1::JOB_OK,        v1::JOB_WRONG_CIPHER,
                                 v1::JOB_MALFORMED, v1::JOB_MALFORMED,
                                 v1::JOB_WRONG_CIPHER};
-  std::array<v1::RunRequest, 3> reqs = {req, req, req};
   std::array<v1::RunResponse, 3> resp;
-  for (auto& s : RunAll(reqs, &resp)) ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, want, &resp));
   for (int j = 0; j < req.jobs_size(); ++j) {
     for (int i = 0; i < 3; ++i) {
       const v1::JobResult& r = resp[i].results(j);
-      EXPECT_EQ(r.status(), want[j]) << "job " << j << " party " << i << ": " << r.detail();
-      EXPECT_EQ(r.detail(), resp[0].results(j).detail()) << j;
       if (want[j] != v1::JOB_OK) {
-        EXPECT_FALSE(r.has_keystream()) << j;
-        EXPECT_FALSE(r.has_tag()) << j;
         EXPECT_TRUE(r.ctr0().empty()) << j;
         EXPECT_FALSE(r.detail().empty()) << j;
       }
