@@ -128,10 +128,16 @@ size_t CapacityBytes(const std::array<std::vector<T>, N>& vs) {
 
 MulLog::~MulLog() {
   Clear();
+  FreeAll();
+}
+
+void MulLog::FreeAll() {
   for (auto& v : and_) WipeAndFree(v);
   for (auto& v : gf_) WipeAndFree(v);
   for (auto& v : tri_) WipeAndFree(v);
   for (auto& v : open_) WipeAndFree(v);
+  WipeAndFree(perm_);  // public (from the revealed coin): freed all the same
+  WipeAndFree(rnd_);
 }
 
 size_t MulLog::retained_bytes() const {
@@ -141,13 +147,7 @@ size_t MulLog::retained_bytes() const {
 }
 
 void MulLog::ReleaseExcess() {
-  if (retained_bytes() <= kMaxRetainedBytes) return;
-  for (auto& v : and_) WipeAndFree(v);
-  for (auto& v : gf_) WipeAndFree(v);
-  for (auto& v : tri_) WipeAndFree(v);
-  for (auto& v : open_) WipeAndFree(v);
-  WipeAndFree(perm_);  // public (from the revealed coin): freed all the same
-  WipeAndFree(rnd_);
+  if (retained_bytes() > kMaxRetainedBytes) FreeAll();
 }
 
 size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,

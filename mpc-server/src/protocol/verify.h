@@ -138,6 +138,8 @@ class MulLog {
 
  private:
   friend class Verifier;
+  // Wipes every buffer over its whole capacity and frees it.
+  void FreeAll();
   // x0, x1, y0, y1, z0, z1
   std::array<std::vector<uint64_t>, 6> and_;
   std::array<std::vector<uint8_t>, 6> gf_;
