@@ -569,12 +569,11 @@ def soak_run(target, idx, rate, args, outdir, log, hist):
             mem[n]["growth_bytes_per_login"] = round(
                 mem[n]["growth_kib"] * 1024 / max(1, res["ok"]), 1)
     heap = judge_heap(smp.heap, judged, hist.setdefault("heap_ref", {}), args.heap_slack_kib)
-    grown = {n: {"growth_kib": v["growth_kib"], "projected_kib": v["projected_kib"]}
-             for n, v in mem.items() if v and v["grown"]}
     # RSS with too short a stretch after its last backlog record cannot be
     # judged (reported as such); the heap judge covers that run.
     too_short = [n for n, v in mem.items() if v and v["too_short"]]
-    grown = {n: g for n, g in grown.items() if n not in too_short}
+    grown = {n: {"growth_kib": v["growth_kib"], "projected_kib": v["projected_kib"]}
+             for n, v in mem.items() if v and v["grown"] and not v["too_short"]}
     heap_grown = {n: {"growth_kib": v["growth_kib"],
                       "growth_from_reference_kib": v["growth_from_reference_kib"]}
                   for n, v in heap.items() if v and v["grown"]}
