@@ -48,14 +48,37 @@ const char* JobTypeName(pb::JobType type) {
     case pb::JOB_CHECKSUM: return "CHECKSUM";
     case pb::JOB_VERIFY_CHECKSUM: return "VERIFY_CHECKSUM";
     case pb::JOB_FINALIZE: return "FINALIZE";
+    case pb::JOB_PAD: return "PAD";
     default: return "UNKNOWN";
   }
 }
 
 JobShape ShapeOf(const pb::Job& job) {
-  return {job.type(), job.cipher(), job.key_id().size(), job.length(),
-          job.data(), job.checksum()};
+  JobShape s{job.type(), job.cipher(), job.key_id().size(), job.length(),
+             job.data(), job.checksum()};
+  s.share_sizes[0] = job.data_shares().first().size();
+  s.share_sizes[1] = job.data_shares().second().size();
+  return s;
 }
+
+namespace {
+
+// CHECKSUM and VERIFY_CHECKSUM: the message as shares only (kmpc.proto,
+// "No server ever receives a plaintext").
+JobCheck CheckMessageShares(const JobShape& job) {
+  if (!job.data.empty())
+    return Malformed(absl::StrCat(
+        JobTypeName(job.type),
+        " takes the message as shares (data_shares), never in the clear"));
+  if (JobCheck c = CheckSize(job, "data", job.length); !c.ok()) return c;
+  if (job.share_sizes[0] != job.length || job.share_sizes[1] != job.length)
+    return Malformed(absl::StrCat(
+        JobTypeName(job.type), " shares of ", job.share_sizes[0], " and ",
+        job.share_sizes[1], " bytes for a message of ", job.length));
+  return {};
+}
+
+}  // namespace
 
 JobCheck CheckJob(const JobShape& job) {
   if (job.key_id_size != kKeyIdSize)
@@ -87,13 +110,11 @@ JobCheck CheckJob(const JobShape& job) {
       return {};
     }
     case pb::JOB_CHECKSUM:
-      if (job.length != 0 || !job.checksum.empty())
-        return Malformed("CHECKSUM takes data only");
-      return CheckSize(job, "data", job.data.size());
+      if (!job.checksum.empty())
+        return Malformed("CHECKSUM takes no checksum");
+      return CheckMessageShares(job);
     case pb::JOB_VERIFY_CHECKSUM:
-      if (job.length != 0) return Malformed("VERIFY_CHECKSUM takes no length");
-      if (JobCheck c = CheckSize(job, "data", job.data.size()); !c.ok())
-        return c;
+      if (JobCheck c = CheckMessageShares(job); !c.ok()) return c;
       if (job.checksum.size() != kChecksumSize)
         return CannotVerify(absl::StrCat("checksum must be ", kChecksumSize,
                                          " bytes (ctr0 || tag), got ",
@@ -101,6 +122,11 @@ JobCheck CheckJob(const JobShape& job) {
       if (!CounterRangeOk(job.checksum.substr(0, kCtr0Size), 0))
         return CannotVerify("checksum counter is the all-zero block");
       return {};
+    case pb::JOB_PAD:
+      if (!job.data.empty() || !job.checksum.empty() || job.share_sizes[0] ||
+          job.share_sizes[1])
+        return Malformed("PAD takes a length only");
+      return CheckSize(job, "message", job.length);
     default:
       return Malformed(absl::StrCat(
           "job type ", static_cast<int>(job.type), " (", name,
@@ -122,8 +148,10 @@ uint64_t JobBlocks(const JobShape& job) {
 }
 
 uint64_t JobCost(const JobShape& job) {
-  const uint64_t ghash = job.type == pb::JOB_CHECKSUM || job.type == pb::JOB_VERIFY_CHECKSUM
-                             ? CeilBlocks(job.data.size())
+  const uint64_t ghash = job.type == pb::JOB_CHECKSUM ||
+                                 job.type == pb::JOB_VERIFY_CHECKSUM ||
+                                 job.type == pb::JOB_PAD
+                             ? CeilBlocks(job.length)
                              : 0;
   return JobBlocks(job) + ghash;
 }

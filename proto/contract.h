@@ -52,22 +52,29 @@ const char* CipherName(pb::Cipher cipher);
 // CIPHER_AES128 or CIPHER_AES256: the ciphers a job may name.
 bool KnownCipher(pb::Cipher cipher);
 
-// "ENCRYPT", "DECRYPT", "CHECKSUM", "VERIFY_CHECKSUM", "FINALIZE",
+// "ENCRYPT", "DECRYPT", "CHECKSUM", "VERIFY_CHECKSUM", "FINALIZE", "PAD",
 // "UNKNOWN".
 const char* JobTypeName(pb::JobType type);
 
 // A job's public inputs, as the module holds them before it builds the
-// request (`length` is the plaintext length of an ENCRYPT, whose plaintext
-// never leaves the KDC) and as a server reads them from a pb::Job.
+// request and as a server reads them from a pb::Job. No plaintext is among
+// them: an ENCRYPT's plaintext never leaves the KDC, a checksum's message
+// goes to each server as its two shares only (kmpc.proto Job.data_shares).
 struct JobShape {
   pb::JobType type = pb::JOB_TYPE_UNSPECIFIED;
   // Required (kmpc.proto Job.cipher): CheckJob fails CIPHER_UNSPECIFIED and
   // unknown values; whether it is the key's cipher only the servers know.
   pb::Cipher cipher = pb::CIPHER_UNSPECIFIED;
   size_t key_id_size = 0;
-  uint64_t length = 0;          // ENCRYPT only
-  absl::string_view data;       // DECRYPT: ctr0||C||T; CHECKSUM, VERIFY: D
+  // ENCRYPT: plaintext bytes; CHECKSUM, VERIFY_CHECKSUM: message bytes;
+  // PAD: the longest message the pad may sign.
+  uint64_t length = 0;
+  absl::string_view data;       // DECRYPT only: ctr0||C||T
   absl::string_view checksum;   // VERIFY_CHECKSUM only: ctr0 || tag
+  // CHECKSUM, VERIFY_CHECKSUM: sizes of the two shares of the message
+  // (Job.data_shares.first / .second); each must equal `length`. The module
+  // checks a job before it deals the shares and sets both to `length`.
+  uint64_t share_sizes[2] = {0, 0};
 };
 JobShape ShapeOf(const pb::Job& job);
 
@@ -88,21 +95,22 @@ JobCheck CheckJob(const JobShape& job);
 
 // AES blocks the job costs the cluster, as counted against kMaxBatchBlocks
 // and a server's batch limits: ENCRYPT ceil(length/16) + 1 (the tag mask
-// AES_K(c0)); DECRYPT ceil(len(C)/16) + 1; CHECKSUM and VERIFY_CHECKSUM 1.
-// A malformed job costs 1.
+// AES_K(c0)); DECRYPT ceil(len(C)/16) + 1; CHECKSUM, VERIFY_CHECKSUM and
+// PAD 1. A malformed job costs 1.
 uint64_t JobBlocks(const JobShape& job);
 
 // What the job costs the cluster in the batch limits (kMaxBatchBlocks, the
-// module's max_batch_blocks): JobBlocks plus, for CHECKSUM and
-// VERIFY_CHECKSUM, one per 16-byte block of the checksummed data (their
-// GHASH runs over it: a 1 MiB checksum costs as much as a 1 MiB DECRYPT,
-// not one block). DECRYPT's GHASH is already covered by its keystream
-// blocks.
+// module's max_batch_blocks): JobBlocks plus, for CHECKSUM, VERIFY_CHECKSUM
+// and PAD, one per 16-byte block of the (longest) message (their GHASH, or
+// the powers of H a PAD keeps for it: a 1 MiB checksum costs as much as a
+// 1 MiB DECRYPT, not one block). DECRYPT's GHASH is already covered by its
+// keystream blocks.
 uint64_t JobCost(const JobShape& job);
 
 // Bytes of the value revealed to the KDC for a job that succeeds: the
 // keystream of an ENCRYPT (length) or DECRYPT (len(C)), the tag of a
-// CHECKSUM (16); 0 for VERIFY_CHECKSUM (a verdict only).
+// CHECKSUM (16); 0 for VERIFY_CHECKSUM (a verdict only) and PAD (its ctr0
+// is public; the pad itself is never revealed).
 uint64_t RevealedBytes(const JobShape& job);
 
 }  // namespace kmpc::contract

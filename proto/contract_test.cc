@@ -60,8 +60,9 @@ TEST(CheckJob, KeyIdMustBe32Bytes) {
 // kmpc.proto Job.cipher: required, and one of the two MPC enctypes'.
 TEST(CheckJob, CipherIsRequiredAndKnown) {
   for (pb::Cipher c : {pb::CIPHER_AES128, pb::CIPHER_AES256})
-    for (pb::JobType t : {pb::JOB_ENCRYPT, pb::JOB_CHECKSUM}) {
-      JobShape j{t, c, kKeyIdSize, t == pb::JOB_ENCRYPT ? 16u : 0u, "", ""};
+    for (pb::JobType t : {pb::JOB_ENCRYPT, pb::JOB_CHECKSUM, pb::JOB_PAD}) {
+      JobShape j{t, c, kKeyIdSize, 16, "", ""};
+      if (t == pb::JOB_CHECKSUM) j.share_sizes[0] = j.share_sizes[1] = 16;
       EXPECT_TRUE(CheckJob(j).ok()) << c << " " << t;
     }
   for (pb::Cipher c : {pb::CIPHER_UNSPECIFIED, static_cast<pb::Cipher>(3),
@@ -106,14 +107,22 @@ TEST(CheckJob, Decrypt) {
   EXPECT_EQ(CheckJob(j).status, pb::JOB_MALFORMED);
 }
 
+// A message to checksum as shares of `n` bytes each (the module's view
+// before it deals them, and a server's after).
+JobShape Shared(pb::JobType t, uint64_t n, absl::string_view checksum = "") {
+  JobShape j{t, pb::CIPHER_AES128, kKeyIdSize, n, "", checksum};
+  j.share_sizes[0] = j.share_sizes[1] = n;
+  return j;
+}
+
 TEST(CheckJob, ChecksumAndVerify) {
-  JobShape c{pb::JOB_CHECKSUM, pb::CIPHER_AES128, kKeyIdSize, 0, "message", ""};
+  JobShape c = Shared(pb::JOB_CHECKSUM, 7);
   EXPECT_TRUE(CheckJob(c).ok());
   EXPECT_EQ(JobBlocks(c), 1u);
   EXPECT_EQ(JobCost(c), 2u);  // the AES block of the tag mask + 1 of GHASH
   EXPECT_EQ(RevealedBytes(c), kTagSize);
-  const std::string mib(kMaxJobBytes, 'm');
-  JobShape whole{pb::JOB_CHECKSUM, pb::CIPHER_AES128, kKeyIdSize, 0, mib, ""};
+  JobShape whole = Shared(pb::JOB_CHECKSUM, kMaxJobBytes);
+  EXPECT_TRUE(CheckJob(whole).ok());
   EXPECT_EQ(JobBlocks(whole), 1u);
   EXPECT_EQ(JobCost(whole), kMaxJobBlocks + 1);  // counted as a 1 MiB DECRYPT
   JobShape enc{pb::JOB_ENCRYPT, pb::CIPHER_AES128, kKeyIdSize, 100, "", ""};
@@ -122,7 +131,7 @@ TEST(CheckJob, ChecksumAndVerify) {
   EXPECT_EQ(CheckJob(c).status, pb::JOB_MALFORMED);
 
   std::string sum = Ctr0(9) + std::string(16, 't');
-  JobShape v{pb::JOB_VERIFY_CHECKSUM, pb::CIPHER_AES128, kKeyIdSize, 0, "message", sum};
+  JobShape v = Shared(pb::JOB_VERIFY_CHECKSUM, 7, sum);
   EXPECT_TRUE(CheckJob(v).ok());
   EXPECT_EQ(JobCost(v), 2u);
   EXPECT_EQ(RevealedBytes(v), 0u);
@@ -132,10 +141,62 @@ TEST(CheckJob, ChecksumAndVerify) {
   std::string zero_sum = Ctr0(0) + std::string(16, 't');
   v.checksum = zero_sum;
   EXPECT_EQ(CheckJob(v).status, pb::JOB_INTEGRITY_FAILED);
-  std::string big(kMaxJobBytes + 1, 'd');
-  v.checksum = sum;
-  v.data = big;
-  EXPECT_EQ(CheckJob(v).status, pb::JOB_MALFORMED);
+  JobShape big = Shared(pb::JOB_VERIFY_CHECKSUM, kMaxJobBytes + 1, sum);
+  EXPECT_EQ(CheckJob(big).status, pb::JOB_MALFORMED);
+}
+
+// enctype.md invariant 5: a checksum's message never reaches a server in
+// the clear, and each server's two shares are as long as the message.
+TEST(CheckJob, ChecksumMessageOnlyAsShares) {
+  for (pb::JobType t : {pb::JOB_CHECKSUM, pb::JOB_VERIFY_CHECKSUM}) {
+    const std::string sum = Ctr0(9) + std::string(16, 't');
+    JobShape j = Shared(t, 7, t == pb::JOB_VERIFY_CHECKSUM ? sum : "");
+    j.data = "message";
+    JobCheck r = CheckJob(j);
+    EXPECT_EQ(r.status, pb::JOB_MALFORMED) << t;
+    EXPECT_NE(r.detail.find("shares"), std::string::npos) << r.detail;
+    EXPECT_EQ(r.detail.find("message\""), std::string::npos);  // no data echoed
+    j.data = "";
+    j.share_sizes[1] = 6;
+    EXPECT_EQ(CheckJob(j).status, pb::JOB_MALFORMED) << t;
+    j.share_sizes[0] = j.share_sizes[1] = 0;
+    EXPECT_EQ(CheckJob(j).status, pb::JOB_MALFORMED) << t;  // shares missing
+  }
+  // From the proto: the shares' sizes are read, a clear message is seen.
+  pb::Job job;
+  job.set_type(pb::JOB_CHECKSUM);
+  job.set_cipher(pb::CIPHER_AES256);
+  job.set_key_id(kKeyId);
+  job.set_length(3);
+  job.mutable_data_shares()->set_first("abc");
+  job.mutable_data_shares()->set_second("def");
+  EXPECT_TRUE(CheckJob(ShapeOf(job)).ok());
+  job.set_data("abc");
+  EXPECT_EQ(CheckJob(ShapeOf(job)).status, pb::JOB_MALFORMED);
+  job.clear_data();
+  job.mutable_data_shares()->set_second("de");
+  EXPECT_EQ(CheckJob(ShapeOf(job)).status, pb::JOB_MALFORMED);
+  // An empty message: no shares at all is two empty shares.
+  job.set_length(0);
+  job.clear_data_shares();
+  EXPECT_TRUE(CheckJob(ShapeOf(job)).ok());
+}
+
+TEST(CheckJob, Pad) {
+  JobShape p{pb::JOB_PAD, pb::CIPHER_AES256, kKeyIdSize, 700, "", ""};
+  EXPECT_TRUE(CheckJob(p).ok());
+  EXPECT_EQ(JobBlocks(p), 1u);
+  EXPECT_EQ(JobCost(p), 1u + 44);  // the pad + the powers a 700-byte message needs
+  EXPECT_EQ(RevealedBytes(p), 0u);
+  EXPECT_STREQ(JobTypeName(pb::JOB_PAD), "PAD");
+  p.length = kMaxJobBytes + 1;
+  EXPECT_EQ(CheckJob(p).status, pb::JOB_MALFORMED);
+  p.length = 16;
+  p.data = "x";
+  EXPECT_EQ(CheckJob(p).status, pb::JOB_MALFORMED);
+  p.data = "";
+  p.share_sizes[0] = 16;
+  EXPECT_EQ(CheckJob(p).status, pb::JOB_MALFORMED);
 }
 
 TEST(CheckJob, FinalizeAndUnknownTypesAreNotRunJobs) {

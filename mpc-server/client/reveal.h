@@ -35,6 +35,25 @@ absl::Status Reveal(const std::array<const kmpc::v1::SharePair*, kParties>& pair
                     absl::Span<uint8_t> out, absl::string_view what,
                     const PartyNamer& name = DefaultPartyName);
 
+// Deals a secret message to the three servers (kmpc.proto Job.data_shares,
+// SignItem.data): draws s_0, s_1 uniformly (OpenSSL RAND_bytes), sets
+// s_2 = data ^ s_0 ^ s_1, and writes party p's pair (s_p, s_{p+1}) to
+// out[p]. Any two shares are uniform and independent of `data`, so no one
+// server learns anything of it. Fresh for every call: never deal the same
+// shares to two jobs. INTERNAL if the random generator fails (out cleared).
+// The caller wipes the pairs after sending them.
+absl::Status Deal(absl::Span<const uint8_t> data,
+                  const std::array<kmpc::v1::SharePair*, kParties>& out);
+
+// The additive reveal of a ring-free request (kmpc.proto SignResult):
+// out = t_0 ^ t_1 ^ t_2 for three 16-byte values, one from each server.
+// No copy to compare: one server can make the result wrong, never learn
+// more or bias it by a secret-dependent amount. DATA_LOSS (out wiped) for
+// a value of the wrong length, naming the party.
+absl::Status CombineAdditive(const std::array<const std::string*, kParties>& t,
+                             absl::Span<uint8_t> out, absl::string_view what,
+                             const PartyNamer& name = DefaultPartyName);
+
 }  // namespace kmpc::client
 
 #endif  // KMPC_CLIENT_REVEAL_H_

@@ -77,5 +77,41 @@ TEST(Reveal, EmptyValue) {
   EXPECT_TRUE(Reveal(Ptrs(pairs), absl::MakeSpan(out), "keystream").ok());
 }
 
+// Deal: every party's pair is consistent with its neighbours', the three
+// shares XOR to the message, and two deals of one message differ (fresh
+// randomness), so no server can recognise a message it saw before.
+TEST(Deal, SharesRevealTheMessageAndAreFresh) {
+  const std::string msg = "EncTicketPart with a session key and a PAC";
+  const auto data = absl::MakeConstSpan(
+      reinterpret_cast<const uint8_t*>(msg.data()), msg.size());
+  std::array<pb::SharePair, 3> a, b;
+  ASSERT_TRUE(::kmpc::client::Deal(data, {&a[0], &a[1], &a[2]}).ok());
+  ASSERT_TRUE(::kmpc::client::Deal(data, {&b[0], &b[1], &b[2]}).ok());
+  std::vector<uint8_t> out(msg.size());
+  ASSERT_TRUE(Reveal(Ptrs(a), absl::MakeSpan(out), "message").ok());
+  EXPECT_EQ(std::string(out.begin(), out.end()), msg);
+  for (int p = 0; p < 3; ++p) {
+    EXPECT_NE(a[p].first(), b[p].first()) << p;
+    // Neither share a party holds is the message.
+    EXPECT_EQ(a[p].first().find("session"), std::string::npos) << p;
+    EXPECT_EQ(a[p].second().find("session"), std::string::npos) << p;
+  }
+  std::array<pb::SharePair, 3> e;
+  ASSERT_TRUE(::kmpc::client::Deal({}, {&e[0], &e[1], &e[2]}).ok());
+  EXPECT_TRUE(e[0].first().empty());
+}
+
+TEST(CombineAdditive, XorsThreeValuesAndChecksLengths) {
+  const std::string t0(16, '\x01'), t1(16, '\x02'), t2(16, '\x07');
+  std::vector<uint8_t> out(16);
+  ASSERT_TRUE(CombineAdditive({&t0, &t1, &t2}, absl::MakeSpan(out), "tag").ok());
+  EXPECT_EQ(out, std::vector<uint8_t>(16, 0x04));
+  const std::string shortv(15, '\x02');
+  absl::Status st = CombineAdditive({&t0, &shortv, &t2}, absl::MakeSpan(out), "tag");
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("MPC party 1"), std::string::npos) << st;
+  EXPECT_EQ(out, std::vector<uint8_t>(16, 0));
+}
+
 }  // namespace
 }  // namespace kmpc::client
