@@ -259,7 +259,7 @@ class MpcCluster:
                 *([f"--crl={c}/crl.pem"] if os.path.exists(f"{c}/crl.pem") else []),
                 *([f"--metrics_addr=127.0.0.1:{self.metrics_base + i}"]
                   if self.metrics_base is not None else []),
-                *self.server_flags.split()]
+                *(f.replace("{party}", str(i)) for f in self.server_flags.split())]
 
     def start_party(self, i, timeout=30):
         """Restart party i alone (after stop_party) on its ports and store;

@@ -78,6 +78,7 @@ case "$cmd" in
     [ -f "$dir/certs/crl.pem" ] && crl=(--crl="$dir/certs/crl.pem")
     for i in 0 1 2; do
       prev=$(( (i + 2) % 3 ))
+      mpc_flags=${KMPC_MPC_FLAGS:-}  # "{party}" in a flag becomes $i
       metrics=()
       [ -n "${KMPC_MPC_METRICS_BASE:-}" ] && \
         metrics=(--metrics_addr=127.0.0.1:$((KMPC_MPC_METRICS_BASE + i)))
@@ -87,7 +88,7 @@ case "$cmd" in
         --ring_prev=127.0.0.1:$((base + 10 + prev)) \
         --cert="$dir/certs/party-$i.pem" --key="$dir/certs/party-$i.key" \
         --ca="$dir/certs/ca.pem" --store_dir="$dir/store-$i" \
-        --workers="$workers" "${crl[@]}" "${metrics[@]}" ${KMPC_MPC_FLAGS:-} >>"$dir/party-$i.log" 2>&1 &
+        --workers="$workers" "${crl[@]}" "${metrics[@]}" ${mpc_flags//\{party\}/$i} >>"$dir/party-$i.log" 2>&1 &
       echo $! > "$dir/party-$i.pid"
     done
     for i in 0 1 2; do

@@ -142,9 +142,10 @@ class HandleRealm:
 
 # ---- tickets in the ccache ---------------------------------------------------
 
-def ccache_ticket_spans(path):
-    """(server components, offset, length) of every credential's ticket in a
-    v4 FILE ccache."""
+def ccache_credentials(path):
+    """Every credential of a v4 FILE ccache as a dict: server (components),
+    key (the session key's bytes), ticket (offset, length of the ticket's
+    DER in the file)."""
     with open(path, "rb") as f:
         buf = f.read()
     assert buf[:2] == b"\x05\x04", "not a v4 FILE ccache"
@@ -172,12 +173,12 @@ def ccache_ticket_spans(path):
         return names
 
     principal()                        # default principal
-    spans = []
+    creds = []
     while pos < len(buf):
         principal()
         server = principal()
         pos += 2                       # keyblock enctype
-        data()                         # key
+        ks, kn = data()                # key
         pos += 16 + 1 + 4              # times, is_skey, flags
         naddr, = struct.unpack_from(">I", buf, pos)
         pos += 4
@@ -191,8 +192,15 @@ def ccache_ticket_spans(path):
             data()
         tstart, tlen = data()
         data()                         # second ticket
-        spans.append((server, tstart, tlen))
-    return spans
+        creds.append({"server": server, "key": buf[ks:ks + kn],
+                      "ticket": (tstart, tlen)})
+    return creds
+
+
+def ccache_ticket_spans(path):
+    """(server components, offset, length) of every credential's ticket in a
+    v4 FILE ccache."""
+    return [(c["server"], *c["ticket"]) for c in ccache_credentials(path)]
 
 
 def tgt_span(ccache):
