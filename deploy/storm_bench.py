@@ -308,6 +308,7 @@ def mpc_per_login(m0, m1, logins):
             mean("kmpc_ring_messages_sent_total") / logins, 3),
         "run_batches_per_login": round(mean("kmpc_batches_run_ok_total") / logins, 4),
         "finalize_batches_per_login": round(mean("kmpc_batches_finalize_ok_total") / logins, 4),
+        "sign_requests_per_login": round(mean("kmpc_batches_sign_ok_total") / logins, 4),
         "jobs_per_login": round(mean("kmpc_jobs_total") / logins, 2),
         "logins_per_run_batch": round(logins / max(mean("kmpc_batches_run_ok_total"), 1e-9), 1),
     }
@@ -397,6 +398,7 @@ def udp_drops(ports):
 # service, a renewal of the TGT, or a forwarded TGT.
 MIX = "login,tgs,renew,forward"
 MIX_CONCURRENCY = 16
+MIX_CONCURRENCY_HIGH = 64
 
 
 def run_storm(target, args, label, outdir, check=False, timeout=None):
@@ -715,16 +717,42 @@ def bench_settings(target_name, settings, n_users, quick, log, repeat=""):
             # The mix of issue 15: logins, TGS-REQs, renewals and forwarded
             # TGTs in turn (kmpc-storm --mix; the sync engine, a thread per
             # operation in flight, so a small concurrency).
-            mix_c = min(sat_c, MIX_CONCURRENCY)
-            mix = run_storm(target, ["-c", mix_c, "-d", dur, "-w", wu, "--engine", "sync",
-                                     "--mix", MIX, "--tgs", target.service], "mix", outdir)
-            log(f"  mix {MIX} (closed loop, sync, c={mix_c}): {brief(mix)}; "
-                f"{mix['mix']}")
-            sec["mix_closed_loop"] = {
-                "ops": MIX, "engine": "sync", "concurrency": mix_c,
-                "ops_per_s": mix["logins_per_s"], "p50_ms": mix["latency_us"]["p50"] / 1e3,
-                "p99_ms": mix["latency_us"]["p99"] / 1e3,
-                "failed": mix["failed_all_phases"], "by_op": mix["mix"], "cpu": mix["cpu"]}
+            # At 1 (each exchange's own latency, by_op step_p50_us: the
+            # AS exchange for login, the TGS-REQ after it for tgs, renew,
+            # forward), 16 and 64 clients.
+            for mix_c, key in ((1, "mix_one_client"), (MIX_CONCURRENCY, "mix_closed_loop"),
+                               (MIX_CONCURRENCY_HIGH, "mix_closed_loop_64")):
+                mix = run_storm(target, ["-c", mix_c, "-d", dur, "-w", wu, "--engine", "sync",
+                                         "--mix", MIX, "--tgs", target.service],
+                                f"mix-c{mix_c}", outdir)
+                log(f"  mix {MIX} (closed loop, sync, c={mix_c}): {brief(mix)}; "
+                    f"{mix['mix']}")
+                sec[key] = {
+                    "ops": MIX, "engine": "sync", "concurrency": mix_c,
+                    "ops_per_s": mix["logins_per_s"], "p50_ms": mix["latency_us"]["p50"] / 1e3,
+                    "p99_ms": mix["latency_us"]["p99"] / 1e3,
+                    "failed": mix["failed_all_phases"], "by_op": mix["mix"], "cpu": mix["cpu"],
+                    **({"mpc": mix["mpc"]} if "mpc" in mix else {})}
+            # MPC requests per exchange type, one client: each operation is
+            # an AS exchange and then its own (login: nothing), so an
+            # exchange's own count is its operation's minus login's.
+            per_op = {}
+            for op in MIX.split(","):
+                r1 = run_storm(target, ["-c", 1, "-d", 3, "-w", 1, "--engine", "sync",
+                                        "--mix", op, "--tgs", target.service],
+                               f"per-op-{op}", outdir)
+                if r1.get("mpc"):
+                    per_op[op] = r1["mpc"]
+            if "login" in per_op:
+                base = per_op["login"]
+                sec["mpc_requests_per_exchange"] = {
+                    ("AS" if op == "login" else op): {
+                        k: round(v[k] - (0 if op == "login" else base[k]), 2)
+                        for k in ("run_batches_per_login", "finalize_batches_per_login",
+                                  "sign_requests_per_login", "aes_blocks_per_login")}
+                    for op, v in per_op.items()}
+                log(f"  MPC requests per exchange (one client): "
+                    f"{sec['mpc_requests_per_exchange']}")
             eng = {}
             # (the sync engine is a thread per login in flight: small c only)
             for e, extra in [] if sat_c > 64 else (("async", ["-c", sat_c]),

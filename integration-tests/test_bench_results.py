@@ -40,18 +40,21 @@ MPC = {"logins": 1000, "aes_blocks_per_login": 31.0, "ring_bytes_per_login_per_p
        "jobs_per_login": 6.0, "logins_per_run_batch": 50.0}
 
 
-def mix(ops_per_s, failed=0):
-    """storm_bench.py's mix_closed_loop section."""
+def mix(ops_per_s, failed=0, step_ms=None, concurrency=16):
+    """storm_bench.py's mix_closed_loop section (step_ms: the one-client
+    run's per-exchange p50, {op: ms})."""
     by_op = {op: {"ok": 50, "failed": 0} for op in ("login", "tgs", "renew", "forward")}
     by_op["renew"]["failed"] = failed
-    return {"ops": "login,tgs,renew,forward", "engine": "sync", "concurrency": 16,
+    for op, ms in (step_ms or {}).items():
+        by_op[op].update(step_count=50, step_p50_us=ms * 1e3, step_p99_us=ms * 2e3)
+    return {"ops": "login,tgs,renew,forward", "engine": "sync", "concurrency": concurrency,
             "ops_per_s": ops_per_s, "p50_ms": 3.0, "p99_ms": 9.0, "failed": failed,
             "by_op": by_op, "cpu": {}}
 
 
-def write_inputs(d, kmpc_failed=0, soak_pass=True, kmpc_mix_failed=0):
+def write_inputs(d, kmpc_failed=0, soak_pass=True, kmpc_mix_failed=0, kmpc_tgs_ms=2.0):
     stock_cpu = {"krb5kdc": 200.0, "kmpc-storm": 80.0}
-    kmpc_cpu = {"krb5kdc": 350.0, "mpc-server-0": 130.0, "mpc-server-1": 130.0,
+    kmpc_cpu = {"krb5kdc": 250.0, "mpc-server-0": 130.0, "mpc-server-1": 130.0,
                 "mpc-server-2": 130.0, "kmpc-storm": 90.0}
     storm = {
         "stock": {"machine": {"cores": 2}, "settings": {
@@ -61,8 +64,16 @@ def write_inputs(d, kmpc_failed=0, soak_pass=True, kmpc_mix_failed=0):
             "headline": section(1300.0, 210.0, 220.0, kmpc_cpu, kmpc_failed, MPC),
             "default": section(250.0, 212.0, 230.0, kmpc_cpu, 0, MPC)}},
     }
-    storm["stock"]["settings"]["headline"]["mix_closed_loop"] = mix(800.0)
-    storm["kmpc"]["settings"]["headline"]["mix_closed_loop"] = mix(200.0, kmpc_mix_failed)
+    sh, kh = storm["stock"]["settings"]["headline"], storm["kmpc"]["settings"]["headline"]
+    sh["mix_closed_loop"] = mix(800.0)
+    kh["mix_closed_loop"] = mix(600.0, kmpc_mix_failed)
+    sh["mix_closed_loop_64"] = mix(900.0, concurrency=64)
+    kh["mix_closed_loop_64"] = mix(700.0, concurrency=64)
+    sh["mix_one_client"] = mix(300.0, concurrency=1,
+                               step_ms={"login": 0.4, "tgs": 0.3, "renew": 0.3})
+    kh["mix_one_client"] = mix(150.0, concurrency=1,
+                               step_ms={"login": 3.5, "tgs": kmpc_tgs_ms, "renew": 2.5})
+    kh["mpc_requests_per_exchange"] = {"AS": {"run_batches_per_login": 1.0}}
     with open(os.path.join(d, "storm.json"), "w") as f:
         json.dump(storm, f)
     soak = {"one_client_window_100ms": {"p50_ms": 211.0, "p99_ms": 214.0},
@@ -119,7 +130,12 @@ def test_results_json_headline_pair(tmp_path):
     assert "where kmpc's time goes, one client, early flush" in p.stdout
     assert res["kmpc"]["breakdown_one_client_early_flush"]["batches"]["run_only"]["batches"] == 30
     # The operation mix beside stock, in the same run.
-    assert res["mix"]["ratio"] == pytest.approx(0.25)
+    assert res["mix"]["ratio"] == pytest.approx(0.75)
+    assert res["mix_closed_loop_64"]["ratio"] == pytest.approx(700 / 900, abs=1e-3)
+    assert res["mix_one_client"]["kmpc"]["by_op"]["tgs"]["step_p50_us"] == 2000.0
+    assert res["mpc_requests_per_exchange"]["AS"]["run_batches_per_login"] == 1.0
+    cpu = [t for t in res["targets"] if "KDC CPU per login" in t["what"]]
+    assert len(cpu) == 1 and "250 vs 200 us = 1.25x" in cpu[0]["measured"], cpu
     assert res["mix"]["kmpc"]["by_op"]["forward"] == {"ok": 50, "failed": 0}
     assert "mix ops/s (login,tgs,renew,forward)" in p.stdout
 
@@ -130,10 +146,23 @@ def test_mix_with_a_failed_exchange_misses_its_target(tmp_path):
     p = run_writer(d)
     assert p.returncode == 0, p.stderr
     res = json.load(open(os.path.join(d, "results.json")))
-    row = [t for t in res["targets"] if "mix" in t["what"]]
+    row = [t for t in res["targets"] if "mix with zero failed" in t["what"]]
     assert len(row) == 1 and not row[0]["met"], res["targets"]
-    assert "kmpc 200 ops/s, failed 1" in row[0]["measured"]
+    assert "kmpc 600 ops/s, failed 1" in row[0]["measured"]
     assert res["targets"][0]["met"]  # the login storm's own target is unaffected
+
+
+def test_slow_one_client_tgs_misses_its_target(tmp_path):
+    d = str(tmp_path)
+    write_inputs(d, kmpc_tgs_ms=3.5)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    bad = [t for t in res["targets"] if not t["met"]]
+    assert [t["what"] for t in bad] == [
+        "kmpc one client p50 TGS-REQ <= 3 ms (default configuration)"], bad
+    assert bad[0]["miss_by"] == "0.50 ms"
+    assert "stock p50 0.30 ms" in bad[0]["measured"]
 
 
 def mpc_record(security, blocks, blocks_per_s, p50_ms, threads=2):

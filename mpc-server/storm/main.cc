@@ -564,11 +564,13 @@ int Main(int argc, char** argv) {
   size_t nsec = stats[0]->seconds.size();
   std::vector<Second> secs(nsec);
   uint64_t op_ok[kNumOps] = {}, op_err[kNumOps] = {};
+  std::vector<Histogram> step(kNumOps);
   for (auto& s : stats) {
     hist.Merge(s->hist);
     for (int i = 0; i < kNumOps; i++) {
       op_ok[i] += s->op_ok[i];
       op_err[i] += s->op_errors[i];
+      step[i].Merge(s->step_hist[i]);
     }
     ok += s->ok;
     errors += s->errors;
@@ -744,8 +746,13 @@ int Main(int argc, char** argv) {
     bool first_op = true;
     for (int i = 0; i < kNumOps; i++) {
       if (!std::count(cfg.mix.begin(), cfg.mix.end(), static_cast<Op>(i))) continue;
+      // step_*: this operation's own exchange (the AS exchange for login,
+      // the TGS-REQ after it otherwise), successful ones, microseconds.
       j << (first_op ? "" : ", ") << JsonStr(OpName(static_cast<Op>(i)))
-        << ": {\"ok\": " << op_ok[i] << ", \"failed\": " << op_err[i] << "}";
+        << ": {\"ok\": " << op_ok[i] << ", \"failed\": " << op_err[i]
+        << ", \"step_count\": " << step[i].Count()
+        << ", \"step_p50_us\": " << step[i].Quantile(0.5)
+        << ", \"step_p99_us\": " << step[i].Quantile(0.99) << "}";
       first_op = false;
     }
     j << "},\n";

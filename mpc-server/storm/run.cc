@@ -287,9 +287,13 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
     bool rf = op == Op::kRenew || op == Op::kForward;
     krb5_creds creds;
     memset(&creds, 0, sizeof(creds));
+    const uint64_t as_start = NowNs();
     krb5_error_code code = krb5_get_init_creds_keytab(ctx, &creds, princs[u], kts[u], 0,
                                                       nullptr, rf ? opt_rf : opt);
     if (code == 0 && creds.ticket.length == 0) code = KRB5KRB_AP_ERR_MSG_TYPE;
+    const uint64_t step_start = NowNs();
+    if (code == 0 && measured)
+      ws->step_hist[static_cast<int>(Op::kLogin)].Record((step_start - as_start) / 1000);
     if (code == 0 && op == Op::kTgs) {
       krb5_creds in, *out = nullptr;
       memset(&in, 0, sizeof(in));
@@ -303,6 +307,8 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
       krb5_free_creds(ctx, out);
     }
     if (code == 0 && rf) code = RenewOrForward(ctx, op, &creds);
+    if (code == 0 && measured && op != Op::kLogin)
+      ws->step_hist[static_cast<int>(op)].Record((NowNs() - step_start) / 1000);
     krb5_free_cred_contents(ctx, &creds);
     ws->inflight.fetch_sub(1, std::memory_order_relaxed);
     run->Done(ws, ctx, sched, measured, code, NowNs());

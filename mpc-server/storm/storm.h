@@ -94,6 +94,10 @@ struct WorkerStats {
   uint64_t last_done_ns = 0;    // completion of the last measured login
   // --mix, measured window: successful and failed operations of each kind.
   uint64_t op_ok[kNumOps] = {}, op_errors[kNumOps] = {};
+  // --mix, measured window, successful operations: the latency (us) of one
+  // exchange alone. step_hist[kLogin] holds every operation's AS exchange;
+  // step_hist[kTgs], [kRenew], [kForward] the TGS-REQ that follows it.
+  Histogram step_hist[kNumOps];
   std::map<int32_t, uint64_t> err_by_code;  // every phase
   std::map<int32_t, std::string> err_text;  // first message per code
   std::vector<Second> seconds;
