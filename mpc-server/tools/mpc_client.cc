@@ -183,7 +183,9 @@ std::array<grpc::Status, 3> OnAll(F f) {
 
 // Run on the three servers at once through the async API (no thread per
 // call: this is on the latency path the benchmark measures).
-std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
+// Party i gets reqs[i] (the copies differ in the message shares only).
+std::array<grpc::Status, 3> RunOnAll(Cluster& c,
+                                     const std::array<pb::RunRequest, 3>& reqs,
                                      std::array<pb::RunResponse, 3>* resp) {
   grpc::CompletionQueue cq;
   std::array<grpc::ClientContext, 3> ctx;
@@ -193,7 +195,7 @@ std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
   // arrives, and the followers then need theirs already.
   for (int i : {2, 1, 0}) {
     SetDeadline(&ctx[i]);
-    rpc[i] = c.keyops[i]->AsyncRun(&ctx[i], req, &cq);
+    rpc[i] = c.keyops[i]->AsyncRun(&ctx[i], reqs[i], &cq);
     rpc[i]->Finish(&(*resp)[i], &st[i], reinterpret_cast<void*>(intptr_t{i}));
   }
   for (int n = 0; n < 3; ++n) {
@@ -202,6 +204,41 @@ std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
     if (!cq.Next(&tag, &ok)) break;
   }
   return st;
+}
+
+std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
+                                     std::array<pb::RunResponse, 3>* resp) {
+  return RunOnAll(c, {req, req, req}, resp);
+}
+
+// The three servers' copies of a request: a CHECKSUM or VERIFY_CHECKSUM
+// job's message (`messages[k]` for job k) dealt afresh as replicated shares
+// (client::Deal), so no server receives it (enctype.md, invariant 5).
+std::array<pb::RunRequest, 3> DealRequests(const pb::RunRequest& req,
+                                           const std::vector<Bytes>& messages) {
+  std::array<pb::RunRequest, 3> out = {req, req, req};
+  for (int k = 0; k < req.jobs_size(); ++k) {
+    const pb::JobType t = req.jobs(k).type();
+    if (t != pb::JOB_CHECKSUM && t != pb::JOB_VERIFY_CHECKSUM) continue;
+    const Bytes& m = messages[k];
+    absl::Status st = kmpc::client::Deal(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(m.data()), m.size()),
+        {out[0].mutable_jobs(k)->mutable_data_shares(),
+         out[1].mutable_jobs(k)->mutable_data_shares(),
+         out[2].mutable_jobs(k)->mutable_data_shares()});
+    if (!st.ok()) Die(std::string(st.message()));
+  }
+  return out;
+}
+
+void WipeRequests(std::array<pb::RunRequest, 3>& reqs) {
+  for (auto& r : reqs)
+    for (auto& j : *r.mutable_jobs()) {
+      std::string* f = j.mutable_data_shares()->mutable_first();
+      std::string* s = j.mutable_data_shares()->mutable_second();
+      OPENSSL_cleanse(f->data(), f->size());
+      OPENSSL_cleanse(s->data(), s->size());
+    }
 }
 
 [[noreturn]] void RpcError(int party, int code, absl::string_view message) {
@@ -356,6 +393,7 @@ struct ParsedJob {
   std::string op;
   pb::Job job;
   Bytes plaintext;  // encrypt
+  Bytes message;    // checksum, verify: dealt as shares, never sent
 };
 
 // "aes128", "aes256" or a decimal enum value (tests of malformed jobs).
@@ -404,12 +442,14 @@ int Jobs(Cluster& c) {
     } else if (p.op == "checksum") {
       if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
       p.job.set_type(pb::JOB_CHECKSUM);
-      p.job.set_data(a);
+      p.job.set_length(static_cast<uint32_t>(a.size()));
+      p.message = a;
     } else if (p.op == "verify") {
       if (f.size() < 5 || !FromHex(f[3] == "-" ? "" : f[3], &a) || !FromHex(f[4], &b))
         Die("verify needs DATA and CKSUM hex");
       p.job.set_type(pb::JOB_VERIFY_CHECKSUM);
-      p.job.set_data(a);
+      p.job.set_length(static_cast<uint32_t>(a.size()));
+      p.message = a;
       p.job.set_checksum(b);
     } else {
       Die("unknown job: " + p.op);
@@ -419,19 +459,28 @@ int Jobs(Cluster& c) {
   if (jobs.empty()) Die("no jobs on stdin");
   pb::RunRequest req;
   req.set_batch_id(RandomBytes(16));
-  for (auto& j : jobs) *req.add_jobs() = j.job;
+  std::vector<Bytes> messages;
+  for (auto& j : jobs) {
+    *req.add_jobs() = j.job;
+    messages.push_back(j.message);
+  }
+  std::array<pb::RunRequest, 3> reqs = DealRequests(req, messages);
+  for (Bytes& m : messages) OPENSSL_cleanse(m.data(), m.size());
   if (const int only = absl::GetFlag(FLAGS_only_party); only != -1) {
     if (only < 0 || only > 2) Die("--only_party must be 0, 1 or 2");
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::RunResponse one;
-    const grpc::Status st = c.keyops[only]->Run(&ctx, req, &one);
+    const grpc::Status st = c.keyops[only]->Run(&ctx, reqs[only], &one);
+    WipeRequests(reqs);
     if (!st.ok()) RpcError(only, st.error_code(), st.error_message());
     std::printf("sent\n");  // one party's shares alone mean nothing
     return 0;
   }
   std::array<pb::RunResponse, 3> resp;
-  CheckRpcs(RunOnAll(c, req, &resp));
+  const auto run_status = RunOnAll(c, reqs, &resp);
+  WipeRequests(reqs);
+  CheckRpcs(run_status);
   for (int i = 0; i < 3; ++i)
     if (resp[i].results_size() != static_cast<int>(jobs.size()))
       Die("a server returned a wrong number of results");

@@ -25,6 +25,9 @@
 //      consecutive waves;
 //   k  only for messages over kStoredHPowers-2 blocks: log2 doubling rounds
 //      computing further powers of H;
+//   1  only if the batch has CHECKSUM/VERIFY_CHECKSUM jobs with a non-empty
+//      message: the shared message blocks times their shared powers of H
+//      (one GF(2^128) product per block, all jobs at once);
 //   2  only if the batch has DECRYPT/VERIFY jobs: one GF(2^128)
 //      multiplication r * (T' ^ T) and one reveal of the products.
 // AES-128 single block: 42 rounds (ENCRYPT), 44 (DECRYPT).
@@ -170,13 +173,19 @@ struct EncryptState {
 //   JOB_DECRYPT  in: key_id, usage, data = ctr0 || C || T (the enctype's
 //                ciphertext format). out: JOB_OK with keystream shares for
 //                blocks c0+1.. if the tag holds, else JOB_INTEGRITY_FAILED.
-//   JOB_CHECKSUM in: key_id, usage, data = the message (may be empty).
-//                out: ctr0 (picked by the cluster) and tag shares; the
-//                checksum is ctr0 || (s_0 ^ s_1 ^ s_2).
-//   JOB_VERIFY_CHECKSUM in: key_id, usage, data = the message, checksum =
-//                ctr0 || tag (32). out: JOB_OK or JOB_INTEGRITY_FAILED.
-// Every job but FINALIZE is checked with contract::CheckJob (its length is
-// 16 * nblocks); a job that fails it fails alone.
+//   JOB_CHECKSUM in: key_id, usage, length = len(D), data_shares = this
+//                party's two shares of D (never D itself: enctype.md,
+//                invariant 5). out: ctr0 (picked by the cluster) and tag
+//                shares; the checksum is ctr0 || (s_0 ^ s_1 ^ s_2).
+//   JOB_VERIFY_CHECKSUM in: key_id, usage, length, data_shares as for
+//                CHECKSUM, checksum = ctr0 || tag (32). out: JOB_OK or
+//                JOB_INTEGRITY_FAILED.
+// The GHASH of a shared message needs one shared x shared GF(2^128) product
+// per message block (a block of D times its power of H), all of the batch
+// in one ring round (protocol::Rep3::GfMul, logged in malicious mode); the
+// public blocks (A', the lengths) multiply the powers' shares locally.
+// Every job but FINALIZE is checked with contract::CheckJob (an ENCRYPT's
+// length is 16 * nblocks); a job that fails it fails alone.
 struct Job {
   pb::JobType type = pb::JOB_ENCRYPT;
   // Required for every job but FINALIZE (kmpc.proto Job.cipher): not
@@ -188,8 +197,14 @@ struct Job {
   std::string key_id;  // contract::kKeyIdSize bytes; unused by JOB_FINALIZE
   uint32_t usage = 0;
   uint32_t nblocks = 0;           // JOB_ENCRYPT only
-  std::vector<uint8_t> data;      // see above
+  // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: len(D), public and part of the
+  // agreement digest (the shares are not: engine.cc EncodeJob).
+  uint32_t length = 0;
+  std::vector<uint8_t> data;      // JOB_DECRYPT: ctr0||C||T; FINALIZE: C
   std::vector<uint8_t> checksum;  // JOB_VERIFY_CHECKSUM only
+  // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: data_shares[k] = share (party+k)%3 of
+  // D, `length` bytes each (kmpc.proto Job.data_shares). The only input
+  // that differs between the parties; wiped when the Job dies.
   std::shared_ptr<const EncryptState> state;  // JOB_FINALIZE only
   // A failed check the caller already made (the server checks the request's
   // jobs with contract::CheckJob): the job fails with this status and
@@ -204,6 +219,14 @@ struct Job {
   // some parties only.
   static constexpr int64_t kNoCondition = -1;
   int64_t release_if_ok = kNoCondition;
+  std::array<std::vector<uint8_t>, 2> data_shares;
+
+  Job() = default;
+  Job(const Job&) = default;
+  Job(Job&&) = default;
+  Job& operator=(const Job&) = default;
+  Job& operator=(Job&&) = default;
+  ~Job();
 };
 
 struct JobResult {

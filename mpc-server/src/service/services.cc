@@ -100,9 +100,29 @@ engine::Job ToEngineJob(const pb::Job& in) {
   if (!job.precheck.ok()) return job;
   if (in.type() == pb::JOB_ENCRYPT)
     job.nblocks = static_cast<uint32_t>(contract::CeilBlocks(in.length()));
+  else
+    job.length = in.length();
+  if (in.type() == pb::JOB_CHECKSUM || in.type() == pb::JOB_VERIFY_CHECKSUM) {
+    // This server's two shares of the message (kmpc.proto Job.data_shares);
+    // the engine::Job wipes its copy, Run wipes the request's.
+    const auto& sh = in.data_shares();
+    job.data_shares[0].assign(sh.first().begin(), sh.first().end());
+    job.data_shares[1].assign(sh.second().begin(), sh.second().end());
+  }
   job.data.assign(in.data().begin(), in.data().end());
   job.checksum.assign(in.checksum().begin(), in.checksum().end());
   return job;
+}
+
+// Wipes the message shares of a request's jobs (kmpc.proto Job.data_shares).
+void WipeMessageShares(pb::RunRequest* req) {
+  for (pb::Job& job : *req->mutable_jobs()) {
+    if (!job.has_data_shares()) continue;
+    std::string* f = job.mutable_data_shares()->mutable_first();
+    std::string* s = job.mutable_data_shares()->mutable_second();
+    OPENSSL_cleanse(f->data(), f->size());
+    OPENSSL_cleanse(s->data(), s->size());
+  }
 }
 
 }  // namespace
@@ -250,7 +270,6 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
   auto entries = states_.TakeAll(keys);
   if (!entries.ok())
     return Refuse(pb::BATCH_UNKNOWN_ENCRYPT, std::string(entries.status().message()));
-  std::vector<engine::Job> jobs(n);
   grpc::Status bad;
   for (int i = 0; i < n && bad.ok(); ++i) {
     const auto& it = req.items(i);
@@ -262,41 +281,49 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
       bad = Refuse(pb::BATCH_MALFORMED,
                    absl::StrCat("item ", i, ": ciphertext is ", it.ciphertext().size(),
                                 " bytes, the ENCRYPT job was for ", e.length));
-    jobs[i].type = pb::JOB_FINALIZE;
-    jobs[i].usage = e.state->usage;
-    jobs[i].data.assign(it.ciphertext().begin(), it.ciphertext().end());
-    jobs[i].state = e.state;
+    else if (e.state == nullptr || e.state->party != options_.party)
+      bad = Refuse(pb::BATCH_INTERNAL,
+                   absl::StrCat("item ", i, ": encrypt state belongs to another party"));
   }
   if (!bad.ok()) {
     // Put them back: nothing was revealed.
     for (int i = 0; i < n; ++i) (void)states_.Put(keys[i], std::move((*entries)[i]));
     return bad;
   }
-  BatchOutcome out =
-      scheduler_->Submit(BatchKind::kFinalize, batch_id, std::move(jobs), deadline);
-  metrics_->RecordBatch("finalize", out.status.ok(), n, 0, out.ring_bytes,
-                        out.ring_messages, out.queue_time + out.run_time);
-  if (!out.status.ok()) return Refuse(out);
-  if (out.result.jobs.size() != static_cast<size_t>(n))
-    return Refuse(pb::BATCH_INTERNAL, "engine returned a wrong number of results");
-  resp->set_batch_id(req.batch_id());
-  resp->set_party(options_.party);
-  FillStats(resp->mutable_stats(), out, 0);
-  for (int i = 0; i < n; ++i) {
-    const engine::JobResult& r = out.result.jobs[i];
-    auto* o = resp->add_results();
-    o->set_run_batch_id(req.items(i).run_batch_id());
-    o->set_job_id(req.items(i).job_id());
-    // A FinalizeResult has no status: an item the engine could not
-    // finalize (its state does not fit, which the checks above exclude)
-    // refuses the request.
-    if (!r.ok())
-      return Refuse(r.status == pb::JOB_MALFORMED ? pb::BATCH_MALFORMED
-                                                  : pb::BATCH_INTERNAL,
-                    absl::StrCat("item ", i, ": ", r.detail));
-    SetTag(o->mutable_tag(), r.tag);
+  // Ring-free (kmpc.proto KeyOps.Finalize): GHASH over the public C with
+  // this party's shares of the powers of H and of AES_K(c0), on the calling
+  // thread; the states were taken above, so each is used once.
+  const absl::Time t0 = absl::Now();
+  std::vector<engine::JobResult> results(n);
+  for (int i = 0; i < n && bad.ok(); ++i) {
+    const auto& e = (*entries)[i];
+    const std::string& c = req.items(i).ciphertext();
+    absl::StatusOr<engine::JobResult> f = engine::Finalize(
+        *e.state, e.state->usage,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(c.data()), c.size()));
+    // The checks above exclude a state that does not fit; a failure here
+    // refuses the request (a FinalizeResult has no status).
+    if (f.ok()) results[i] = std::move(*f);
+    else bad = Refuse(pb::BATCH_MALFORMED, absl::StrCat("item ", i, ": ", f.status().message()));
   }
-  return grpc::Status::OK;
+  entries->clear();  // the states are wiped as their last reference goes
+  BatchOutcome out;
+  out.run_time = absl::Now() - t0;
+  metrics_->RecordBatch("finalize", bad.ok(), n, 0, 0, 0, out.run_time);
+  if (bad.ok()) {
+    resp->set_batch_id(req.batch_id());
+    resp->set_party(options_.party);
+    FillStats(resp->mutable_stats(), out, 0);
+    for (int i = 0; i < n; ++i) {
+      auto* o = resp->add_results();
+      o->set_run_batch_id(req.items(i).run_batch_id());
+      o->set_job_id(req.items(i).job_id());
+      SetTag(o->mutable_tag(), results[i].tag);
+    }
+  }
+  for (auto& r : results)
+    for (auto& t : r.tag) OPENSSL_cleanse(t.data(), t.size());
+  return bad;
 }
 
 // Authorization, then the request; a rejected request leaves no partial
@@ -322,8 +349,12 @@ grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
 grpc::Status KeyOpsService::Run(grpc::ServerContext* ctx,
                                 const kmpc::v1::RunRequest* req,
                                 kmpc::v1::RunResponse* resp) {
-  return Serve(ctx, "Run", resp,
-               [&] { return DoRun(*req, resp, ClientDeadline(*ctx)); });
+  grpc::Status st = Serve(ctx, "Run", resp,
+                          [&] { return DoRun(*req, resp, ClientDeadline(*ctx)); });
+  // The request is ours until we return: wipe this copy of the message
+  // shares (the engine wiped its own).
+  WipeMessageShares(const_cast<kmpc::v1::RunRequest*>(req));
+  return st;
 }
 
 grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,

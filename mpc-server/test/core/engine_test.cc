@@ -206,8 +206,36 @@ class Cluster {
     return out;
   }
 
+  // Every CHECKSUM / VERIFY_CHECKSUM job the helpers below built with its
+  // message in `data` (data.size() == length, no shares yet) gets the
+  // message dealt afresh as shares (the KDC module's client::Deal), so
+  // each party sees only its pair; other jobs go to all three unchanged.
+  static std::array<std::vector<Job>, 3> Deal(const std::vector<Job>& jobs) {
+    std::array<std::vector<Job>, 3> out = {jobs, jobs, jobs};
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const Job& in = jobs[j];
+      if ((in.type != pb::JOB_CHECKSUM && in.type != pb::JOB_VERIFY_CHECKSUM) ||
+          in.data.size() != in.length || !in.data_shares[0].empty() ||
+          !in.data_shares[1].empty())
+        continue;
+      auto views = share::Deal(in.data);
+      EXPECT_TRUE(views.ok());
+      for (int i = 0; i < 3; ++i) {
+        out[i][j].data.clear();
+        out[i][j].data_shares = (*views)[i].comp;
+      }
+    }
+    return out;
+  }
+
+  // The same batch on the three parties, its messages dealt as shares.
+  std::array<absl::StatusOr<BatchResult>, 3> RunSame(uint64_t seq,
+                                                     const std::vector<Job>& jobs) {
+    return RunEach(seq, Deal(jobs));
+  }
+
   std::array<BatchResult, 3> Run(const std::vector<Job>& jobs) {
-    auto r = RunEach(seq_++, {jobs, jobs, jobs});
+    auto r = RunEach(seq_++, Deal(jobs));
     std::array<BatchResult, 3> out;
     for (int i = 0; i < 3; ++i) {
       EXPECT_TRUE(r[i].ok()) << r[i].status();
@@ -255,23 +283,28 @@ Job DecryptJob(const std::string& id, uint32_t usage, Bytes ct) {
   j.data = std::move(ct);
   return j;
 }
+// The message goes in `data` here; Cluster::Run deals it as shares (a job
+// with its message in the clear would fail as JOB_MALFORMED).
 Job ChecksumJob(const std::string& id, uint32_t usage, Bytes d) {
   Job j;
   j.type = pb::JOB_CHECKSUM;
   j.cipher = CipherOf(id);
   j.key_id = id;
   j.usage = usage;
+  j.length = static_cast<uint32_t>(d.size());
   j.data = std::move(d);
   return j;
 }
 Job VerifyJob(const std::string& id, uint32_t usage, Bytes d, Bytes cks) {
-  Job j;
+  Job j = ChecksumJob(id, usage, std::move(d));
   j.type = pb::JOB_VERIFY_CHECKSUM;
-  j.cipher = CipherOf(id);
-  j.key_id = id;
-  j.usage = usage;
-  j.data = std::move(d);
   j.checksum = std::move(cks);
+  return j;
+}
+
+Job FinalizeWithoutState() {
+  Job j;
+  j.type = pb::JOB_FINALIZE;
   return j;
 }
 
@@ -571,6 +604,99 @@ TEST(Engine, ChecksumMatchesReferenceAndVerifies) {
   }
 }
 
+// GHASH_H(A', D) from OpenSSL's AES-GCM, independent of this code base's
+// GF(2^128): with a 96-bit IV, GCM encrypts P under the keystream from
+// inc32(J0), J0 = IV || 0^31 || 1, and its tag is GHASH_H(AAD, C) ^ E_K(J0)
+// (SP 800-38D, 7.1). Encrypting P = D ^ keystream (the keystream being
+// the encryption of zeros) makes C = D, so GHASH_H(A', D) = tag ^ E_K(J0).
+Bytes GcmGhash(const Bytes& key, const Bytes& aad, const Bytes& d) {
+  const Bytes iv(12, 0x5a);
+  auto gcm = [&](const Bytes& p, Bytes* c, Bytes* tag) {
+    EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+    EVP_EncryptInit_ex(ctx, key.size() == 16 ? EVP_aes_128_gcm() : EVP_aes_256_gcm(),
+                       nullptr, key.data(), iv.data());
+    int n = 0;
+    if (!aad.empty()) EVP_EncryptUpdate(ctx, nullptr, &n, aad.data(), aad.size());
+    c->assign(p.size() + 16, 0);
+    int clen = 0;
+    if (!p.empty()) EVP_EncryptUpdate(ctx, c->data(), &clen, p.data(), p.size());
+    EVP_EncryptFinal_ex(ctx, c->data() + clen, &n);
+    c->resize(p.size());
+    tag->assign(16, 0);
+    EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, tag->data());
+    EVP_CIPHER_CTX_free(ctx);
+  };
+  Bytes ks, c, tag, unused;
+  gcm(Bytes(d.size(), 0), &ks, &unused);
+  gcm(Xor(d, ks), &c, &tag);
+  EXPECT_EQ(c, d);
+  Bytes j0 = iv;
+  j0.insert(j0.end(), {0, 0, 0, 1});
+  const auto e = OpensslAes(key, j0.data());
+  for (int k = 0; k < 16; ++k) tag[k] ^= e[k];
+  return tag;
+}
+
+// CHECKSUM over shares against OpenSSL's GCM (both ciphers; messages of
+// 1000 and 1500 bytes need more than the stored 64 powers of H, computed in
+// the MPC), and VERIFY_CHECKSUM over fresh shares accepts exactly it.
+TEST(Engine, SharedChecksumMatchesOpensslGcm) {
+  Cluster c;
+  for (size_t key_len : {16, 32}) {
+    const Bytes key = Random(key_len);
+    const std::string id = c.AddKey(key);
+    std::vector<Job> jobs;
+    std::vector<Bytes> msgs;
+    for (size_t dlen : {0, 1, 16, 17, 1000, 1500}) {
+      msgs.push_back(Random(dlen));
+      jobs.push_back(ChecksumJob(id, 0x01020304, msgs.back()));
+    }
+    auto r = c.Run(jobs);
+    std::vector<Job> verify;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      std::array<JobResult, 3> jr = {r[0].jobs[j], r[1].jobs[j], r[2].jobs[j]};
+      for (auto& x : jr) ASSERT_EQ(x.status, pb::JOB_OK) << x.detail;
+      const Bytes ctr0(jr[0].ctr0.begin(), jr[0].ctr0.end());
+      Bytes want = GcmGhash(key, {1, 2, 3, 4, 0x99}, msgs[j]);
+      const auto e0 = OpensslAes(key, ctr0.data());
+      for (int k = 0; k < 16; ++k) want[k] ^= e0[k];
+      const Bytes tag = TagOf(jr);
+      EXPECT_EQ(ToHex(tag), ToHex(want)) << "length " << msgs[j].size();
+      Bytes full = ctr0;
+      full.insert(full.end(), tag.begin(), tag.end());
+      verify.push_back(VerifyJob(id, 0x01020304, msgs[j], full));
+      Bytes other = msgs[j];
+      other.push_back(0);  // one byte longer: another message
+      verify.push_back(VerifyJob(id, 0x01020304, other, full));
+    }
+    auto v = c.Run(verify);
+    for (int i = 0; i < 3; ++i)
+      for (size_t j = 0; j < verify.size(); ++j)
+        EXPECT_EQ(v[i].jobs[j].status, j % 2 ? pb::JOB_INTEGRITY_FAILED : pb::JOB_OK)
+            << "job " << j << " party " << i;
+  }
+}
+
+// A message in the clear (Job::data of a CHECKSUM) is refused on every
+// party, and shares of the wrong size too; the batch's other jobs run.
+TEST(Engine, ChecksumMessageOnlyAsShares) {
+  Cluster c;
+  const std::string id = c.AddKey(Random(16));
+  Job clear = ChecksumJob(id, 1, {1, 2, 3});  // not dealt: RunEach below
+  Job odd = ChecksumJob(id, 1, {});
+  odd.length = 3;
+  odd.data_shares = {Bytes{1, 2, 3}, Bytes{1, 2}};
+  const std::vector<Job> jobs = {clear, odd, EncryptJob(id, 1, 1)};
+  auto r = c.RunEach(90, {jobs, jobs, jobs});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(r[i].ok()) << r[i].status();
+    EXPECT_EQ(r[i]->jobs[0].status, pb::JOB_MALFORMED);
+    EXPECT_NE(r[i]->jobs[0].detail.find("shares"), std::string::npos);
+    EXPECT_EQ(r[i]->jobs[1].status, pb::JOB_MALFORMED);
+    EXPECT_EQ(r[i]->jobs[2].status, pb::JOB_OK);
+  }
+}
+
 TEST(Engine, AnySingleBitFlipFailsIntegrity) {
   Cluster c;
   const std::string id = c.AddKey(Random(32));
@@ -629,7 +755,7 @@ TEST(Engine, DigestMismatchRefusedEverywhere) {
   // One party with an extra ENCRYPT job (draws one more counter): refused,
   // and the PRSS stays in step.
   std::vector<Job> c2 = {EncryptJob(id, 1, 2), ChecksumJob(id, 4, {1, 2})};
-  r = c.RunEach(6, {a, c2, a});
+  r = c.RunEach(6, {a, Cluster::Deal(c2)[1], a});
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << i;
   }
@@ -692,7 +818,7 @@ TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
       DecryptJob(wrong, 3, ct),         // 4 party 0 holds party 1's view
       ChecksumJob(good2, 5, {7, 8, 9}), // 5 fine
       EncryptJob(kNoSuchKey, 1, 1),         // 6 missing everywhere
-      Job{pb::JOB_FINALIZE},          // 7 malformed (no state)
+      FinalizeWithoutState(),          // 7 malformed (no state)
   };
   for (int round = 0; round < 2; ++round) {
     auto r = c.Run(jobs);
@@ -871,7 +997,7 @@ TEST(Engine, MalformedJobsFailAloneOthersStillRun) {
       {VerifyJob(id, 1, {}, Random(31)), kCannot},      // short checksum
       {bad_type, kBad},
       {enc_with_data, kBad},
-      {Job{pb::JOB_FINALIZE}, kBad},                    // no state
+      {FinalizeWithoutState(), kBad},                    // no state
       {with_state, kBad},                               // state on ENCRYPT
       {preset, kBad},                                   // the caller's check
   };
@@ -1308,7 +1434,7 @@ TEST(Malicious, LargeBatchBuffersAreNotKept) {
         << "party " << i;
   }
   const mal::LoginBatch login = mal::MakeLogin(c, Random(32));
-  mal::ExpectHonest(c.RunEach(100, {login.jobs(), login.jobs(), login.jobs()}));
+  mal::ExpectHonest(c.RunSame(100, login.jobs()));
   const Bytes p = Random(100);
   const Bytes ct = ClusterEncrypt(c, id, 7, p);
   EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 7, Bytes(ct.begin(), ct.begin() + 16), p)));
@@ -1359,7 +1485,7 @@ TEST(Malicious, M31AttackOnATgtDecryptIsCaught) {
     // An honest run gives the message sizes: the first 384-byte message
     // after a 1152-byte one is round 1's AND layer 2 (3 wires, one tile).
     const uint64_t before = c.cheat().sent();
-    mal::ExpectHonest(c.RunEach(100, {jobs, jobs, jobs}));
+    mal::ExpectHonest(c.RunSame(100, jobs));
     const auto& sizes = c.cheat().sizes();
     uint64_t step = 0;
     bool found = false;
@@ -1376,7 +1502,7 @@ TEST(Malicious, M31AttackOnATgtDecryptIsCaught) {
       // lane 0 (the DECRYPT's AES_K(c0)).
       const int p = trial % 16;
       c.cheat().Arm(step, (16 * 1 + p) * 8, 0x01);
-      auto r = c.RunEach(200 + trial, {jobs, jobs, jobs});
+      auto r = c.RunSame(200 + trial, jobs);
       ASSERT_TRUE(c.cheat().fired());
       if (!malicious) {
         // Semi-honest: all three run to the end and reveal a verdict.
@@ -1389,7 +1515,7 @@ TEST(Malicious, M31AttackOnATgtDecryptIsCaught) {
       EXPECT_FALSE(r[2].ok());
       if (!r[2].ok()) ++caught;
       c.Connect();
-      mal::ExpectHonest(c.RunEach(300 + trial, {jobs, jobs, jobs}));
+      mal::ExpectHonest(c.RunSame(300 + trial, jobs));
     }
     if (malicious) EXPECT_GE(caught, 16);
   }
@@ -1407,7 +1533,7 @@ TEST(Malicious, RandomInjectionsAreAllCaught) {
     const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
     const std::vector<Job> jobs = lb.jobs();
     const uint64_t before = c.cheat().sent();
-    mal::ExpectHonest(c.RunEach(1000, {jobs, jobs, jobs}));
+    mal::ExpectHonest(c.RunSame(1000, jobs));
     const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
                                     c.cheat().sizes().end());
     ASSERT_GT(sizes.size(), 20u);
@@ -1422,7 +1548,7 @@ TEST(Malicious, RandomInjectionsAreAllCaught) {
       const uint8_t mask = static_cast<uint8_t>(1u << (rng() % 8));
       const bool late = (rng() % 4) == 0;
       c.cheat().Arm(s, off, mask, late);
-      auto r = c.RunEach(seq++, {jobs, jobs, jobs});
+      auto r = c.RunSame(seq++, jobs);
       ASSERT_TRUE(c.cheat().fired());
       mal::ExpectCaught(r, cheater,
                         absl::StrCat("party ", cheater, " step ", s, "/", sizes.size(),
@@ -1431,7 +1557,7 @@ TEST(Malicious, RandomInjectionsAreAllCaught) {
       ++trials;
       c.cheat().Disarm();
       c.Connect();
-      mal::ExpectHonest(c.RunEach(seq++, {jobs, jobs, jobs}));
+      mal::ExpectHonest(c.RunSame(seq++, jobs));
     }
   }
   EXPECT_GT(trials, 100);

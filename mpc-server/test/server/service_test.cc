@@ -18,6 +18,8 @@
 #include "net/tls_ring.h"
 #include "service/scheduler.h"
 #include "service/services.h"
+#include "protocol/gf128.h"
+#include "share/replicated.h"
 #include "store/share_store.h"
 
 namespace kmpc::service {
@@ -41,6 +43,33 @@ std::string AesEcb(const std::string& key, const std::string& in) {
   EVP_EncryptUpdate(ctx, reinterpret_cast<uint8_t*>(out.data()), &n,
                     reinterpret_cast<const uint8_t*>(in.data()), in.size());
   EVP_CIPHER_CTX_free(ctx);
+  return out;
+}
+
+// The three servers' copies of `req`, as the KDC module sends them: every
+// CHECKSUM or VERIFY_CHECKSUM job whose message a test put in `data`
+// (length 0, no shares) gets it dealt afresh as replicated shares
+// (kmpc.proto Job.data_shares) and `length` set; a job that sets `length`
+// itself keeps its `data` (a message in the clear: JOB_MALFORMED).
+std::array<v1::RunRequest, 3> DealMessages(const v1::RunRequest& req) {
+  std::array<v1::RunRequest, 3> out = {req, req, req};
+  for (int j = 0; j < req.jobs_size(); ++j) {
+    const v1::Job& in = req.jobs(j);
+    if ((in.type() != v1::JOB_CHECKSUM && in.type() != v1::JOB_VERIFY_CHECKSUM) ||
+        in.length() != 0 || in.data().empty() || in.has_data_shares())
+      continue;
+    auto views = share::Deal(absl::MakeConstSpan(
+        reinterpret_cast<const uint8_t*>(in.data().data()), in.data().size()));
+    EXPECT_TRUE(views.ok());
+    for (int i = 0; i < 3; ++i) {
+      v1::Job* o = out[i].mutable_jobs(j);
+      o->clear_data();
+      o->set_length(static_cast<uint32_t>(in.data().size()));
+      const auto& c = (*views)[i].comp;
+      o->mutable_data_shares()->set_first(c[0].data(), c[0].size());
+      o->mutable_data_shares()->set_second(c[1].data(), c[1].size());
+    }
+  }
   return out;
 }
 
@@ -121,7 +150,7 @@ class ServiceTest : public ::testing::Test {
   // and ctr0 on all three, and no keystream or tag unless JOB_OK.
   void RunExpecting(const v1::RunRequest& req, const v1::JobStatus* want,
                     std::array<v1::RunResponse, 3>* resp) {
-    const std::array<v1::RunRequest, 3> reqs = {req, req, req};
+    const std::array<v1::RunRequest, 3> reqs = DealMessages(req);
     for (auto& s : RunAll(reqs, resp)) ASSERT_TRUE(s.ok()) << s.error_message();
     for (int j = 0; j < req.jobs_size(); ++j) {
       for (int i = 0; i < 3; ++i) {
@@ -263,8 +292,12 @@ TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
   job->set_cipher(CipherOf(id));
   job->set_type(v1::JOB_CHECKSUM);
   job->set_data("hello");
-  std::array<v1::RunRequest, 3> reqs = {req, req, req};
-  reqs[1].mutable_jobs(0)->set_data("hellO");
+  // The message length is a public input: a party told another length
+  // refuses with the others.
+  std::array<v1::RunRequest, 3> reqs = DealMessages(req);
+  v1::RunRequest longer = req;
+  longer.mutable_jobs(0)->set_data("hello!");
+  reqs[1] = DealMessages(longer)[1];
   std::array<v1::RunResponse, 3> resp;
   auto st = RunAll(reqs, &resp);
   for (auto& s : st) {
@@ -272,10 +305,74 @@ TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
     EXPECT_EQ(ErrorOf(s), v1::BATCH_PEERS_DISAGREE);
   }
-  // Next batch is fine.
+  // Next batch is fine, although each party's shares differ from the
+  // others' (the digest covers the length, never the shares).
   req.set_batch_id(Rand(16));
-  reqs = {req, req, req};
+  reqs = DealMessages(req);
+  ASSERT_NE(reqs[0].jobs(0).data_shares().first(), reqs[1].jobs(0).data_shares().first());
   for (auto& s : RunAll(reqs, &resp)) EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+// CHECKSUM over dealt shares gives the enctype's checksum (GHASH of
+// A' || D in the clear with H = AES_K(0), masked by AES_K(ctr0)), and
+// VERIFY_CHECKSUM over fresh shares accepts it and refuses a changed tag or
+// message; no server ever had D.
+TEST_F(ServiceTest, ChecksumOverSharesMatchesTheEnctypeAndVerifies) {
+  for (size_t klen : {16, 32}) {
+    const std::string key = Rand(klen);
+    const std::string id = PutKey(key);
+    const std::string msg = Rand(100);
+    v1::RunRequest req;
+    req.set_batch_id(Rand(16));
+    auto* job = req.add_jobs();
+    job->set_job_id(1);
+    job->set_key_id(id);
+    job->set_cipher(CipherOf(id));
+    job->set_type(v1::JOB_CHECKSUM);
+    job->set_usage(23);
+    job->set_data(msg);
+    const v1::JobStatus ok[] = {v1::JOB_OK};
+    std::array<v1::RunResponse, 3> resp;
+    ASSERT_NO_FATAL_FAILURE(RunExpecting(req, ok, &resp));
+    std::string tag = resp[0].results(0).tag().first();
+    for (int i = 1; i < 3; ++i)
+      for (int k = 0; k < 16; ++k) tag[k] ^= resp[i].results(0).tag().first()[k];
+    const std::string ctr0 = resp[0].results(0).ctr0();
+    const std::string h = AesEcb(key, std::string(16, '\0'));
+    protocol::Block hb;
+    std::memcpy(hb.data(), h.data(), 16);
+    const uint8_t a[5] = {0, 0, 0, 23, 0x99};
+    const std::vector<uint8_t> x = protocol::GhashInput(
+        a, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.data()), msg.size()));
+    const protocol::Block g = protocol::Ghash(hb, x);
+    const std::string e0 = AesEcb(key, ctr0);
+    std::string want(16, '\0');
+    for (int k = 0; k < 16; ++k) want[k] = static_cast<char>(g[k] ^ e0[k]);
+    EXPECT_EQ(tag, want);
+
+    v1::RunRequest ver;
+    ver.set_batch_id(Rand(16));
+    std::string bad_tag = ctr0 + tag;
+    bad_tag[31] ^= 1;
+    std::string bad_msg = msg;
+    bad_msg[50] ^= 4;
+    const std::pair<std::string, std::string> cases[] = {
+        {msg, ctr0 + tag}, {msg, bad_tag}, {bad_msg, ctr0 + tag}};
+    for (int j = 0; j < 3; ++j) {
+      auto* v = ver.add_jobs();
+      v->set_job_id(j);
+      v->set_key_id(id);
+      v->set_cipher(CipherOf(id));
+      v->set_type(v1::JOB_VERIFY_CHECKSUM);
+      v->set_usage(23);
+      v->set_data(cases[j].first);
+      v->set_checksum(cases[j].second);
+    }
+    const v1::JobStatus want_v[] = {v1::JOB_OK, v1::JOB_INTEGRITY_FAILED,
+                                    v1::JOB_INTEGRITY_FAILED};
+    std::array<v1::RunResponse, 3> vresp;
+    ASSERT_NO_FATAL_FAILURE(RunExpecting(ver, want_v, &vresp));
+  }
 }
 
 // A key unknown everywhere, deleted on one server only, or differently
@@ -470,15 +567,33 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(ErrorOf(refused), v1::BATCH_MALFORMED);
   item->set_ciphertext(std::string(20, 'x'));
-  std::array<std::future<grpc::Status>, 3> fs;
+  // Ring-free: each server answers alone and at once (one after the other
+  // here: no peer is asked at the same time).
   std::array<v1::FinalizeResponse, 3> frs;
-  for (int i = 0; i < 3; ++i)
-    fs[i] = std::async(std::launch::async,
-                       [&, i] { return parties_[i].keyops->DoFinalize(fin, &frs[i]); });
-  for (auto& f : fs) EXPECT_TRUE(f.get().ok());
+  for (int i : {2, 0, 1}) {
+    const absl::Time t0 = absl::Now();
+    EXPECT_TRUE(parties_[i].keyops->DoFinalize(fin, &frs[i]).ok());
+    EXPECT_LT(absl::Now() - t0, absl::Milliseconds(200));
+  }
+  std::string tag(16, '\0');
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(frs[i].results_size(), 1);
     EXPECT_EQ(frs[i].results(0).tag().second(), frs[(i + 1) % 3].results(0).tag().first());
+    for (int k = 0; k < 16; ++k) tag[k] ^= frs[i].results(0).tag().first()[k];
+  }
+  {  // The enctype's tag: GHASH_H(usage || C) ^ AES_K(ctr0).
+    const std::string h = AesEcb(key, std::string(16, '\0'));
+    protocol::Block hb;
+    std::memcpy(hb.data(), h.data(), 16);
+    const uint8_t a[4] = {0, 0, 0, 0};
+    const std::string c(20, 'x');
+    const protocol::Block g = protocol::Ghash(
+        hb, protocol::GhashInput(a, absl::MakeConstSpan(
+                                        reinterpret_cast<const uint8_t*>(c.data()), 20)));
+    const std::string e0 = AesEcb(key, resp[0].results(0).ctr0());
+    std::string want(16, '\0');
+    for (int k = 0; k < 16; ++k) want[k] = static_cast<char>(g[k] ^ e0[k]);
+    EXPECT_EQ(tag, want);
   }
   fin.set_batch_id(Rand(16));
   for (int i = 0; i < 3; ++i) {
@@ -525,7 +640,9 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
     big->set_cipher(CipherOf(id));
     big->set_type(v1::JOB_CHECKSUM);
     big->set_usage(17);
-    big->set_data(mib);
+    big->set_length(static_cast<uint32_t>(mib.size()));
+    big->mutable_data_shares()->set_first(mib);
+    big->mutable_data_shares()->set_second(mib);
   }
   expect_refused(parties_[0].keyops->DoRun(bad, &resp[0]),
                  grpc::StatusCode::RESOURCE_EXHAUSTED, v1::BATCH_TOO_LARGE);
@@ -588,10 +705,19 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   add(v1::JOB_VERIFY_CHECKSUM)->set_checksum(Rand(16));  // 7 short checksum
   auto* big = add(v1::JOB_CHECKSUM);                     // 8 over the job limit
   big->set_data(std::string(contract::kMaxJobBytes + 1, 'd'));
+  auto* clear = add(v1::JOB_CHECKSUM);                   // 9 message in the clear
+  clear->set_length(5);
+  clear->set_data("hello");
+  auto* odd = add(v1::JOB_VERIFY_CHECKSUM);              // 10 shares of 4 for 5
+  odd->set_length(5);
+  odd->set_checksum(Rand(32));
+  odd->mutable_data_shares()->set_first("abcd");
+  odd->mutable_data_shares()->set_second("abcd");
   const v1::JobStatus want[] = {
       v1::JOB_OK,        v1::JOB_MALFORMED, v1::JOB_UNKNOWN_KEY,
       v1::JOB_INTEGRITY_FAILED, v1::JOB_OK, v1::JOB_MALFORMED,
-      v1::JOB_MALFORMED, v1::JOB_INTEGRITY_FAILED, v1::JOB_MALFORMED};
+      v1::JOB_MALFORMED, v1::JOB_INTEGRITY_FAILED, v1::JOB_MALFORMED,
+      v1::JOB_MALFORMED, v1::JOB_MALFORMED};
   std::array<v1::RunResponse, 3> resp;
   ASSERT_NO_FATAL_FAILURE(RunExpecting(req, want, &resp));
   for (int j = 0; j < req.jobs_size(); ++j) {
@@ -616,6 +742,10 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   // The CHECKSUM's tag shares have consistent copies.
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(resp[i].results(4).tag().second(), resp[(i + 1) % 3].results(4).tag().first());
+  // A refused message is not echoed back.
+  EXPECT_TRUE(absl::StrContains(resp[0].results(9).detail(), "shares"))
+      << resp[0].results(9).detail();
+  EXPECT_FALSE(absl::StrContains(resp[0].results(9).detail(), "hello"));
 }
 
 // kmpc.proto Job.cipher over the service: a key dealt AES-128 named
