@@ -118,9 +118,11 @@ struct JobPlan {
 struct JobSecrets {
   std::array<std::vector<uint8_t>, 2> powers;  // H^1..H^m if m > stored
   std::array<Block, 2> tprime{};               // shares of T' (or the tag)
+  Block zero{};                                // PAD: z_party
   ~JobSecrets() {
     for (auto& p : powers) share::Wipe(p);
     for (auto& t : tprime) share::Wipe(t.data(), t.size());
+    share::Wipe(zero.data(), zero.size());
   }
 };
 
@@ -194,8 +196,6 @@ contract::JobCheck CheckJob(const Job& job) {
   if (job.state != nullptr)
     return {pb::JOB_MALFORMED, absl::StrCat(contract::JobTypeName(job.type),
                                             " takes no encrypt state")};
-  if (job.type == pb::JOB_PAD)
-    return {pb::JOB_MALFORMED, "PAD jobs are not served by this server"};
   return contract::CheckJob(ShapeOf(job));
 }
 
@@ -240,6 +240,12 @@ void PlanJob(const Job& job, JobPlan& w) {
       w.shared_blocks = contract::CeilBlocks(job.length);
       return;
     }
+    case pb::JOB_PAD:
+      // The pad AES_K(c0) and the powers of H a message of up to `length`
+      // bytes needs (A', D, the lengths: GhashBlocks); nothing is revealed.
+      w.needs_ctr0 = true;
+      w.m = protocol::GhashBlocks(5, job.length);
+      return;
     default:
       return;  // FINALIZE: computed in Collect
   }
@@ -384,6 +390,7 @@ class Engine::Impl {
   absl::Status ComputeTags(Batch& b);
   absl::Status AddSharedProducts(Batch& b);
   absl::Status CheckTags(Batch& b);
+  void DrawPadZeros(Batch& b);
   BatchResult Collect(Batch& b);
   void CollectJob(Batch& b, size_t j, JobResult& r);
 
@@ -427,6 +434,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   if (absl::Status s = RunAes(b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(b); !s.ok()) return s;
   if (absl::Status s = CheckTags(b); !s.ok()) return s;
+  DrawPadZeros(b);
   if (rep3_.log() != nullptr && !log_.empty()) {
     if (absl::Status s = protocol::Verifier::Verify(rep3_, log_); !s.ok()) return s;
   }
@@ -749,7 +757,9 @@ absl::Status Engine::Impl::ComputeTags(Batch& b) {
   if (absl::Status st = ExtendPowers(b); !st.ok()) return st;
   for (size_t j = 0; j < b.plan.size(); ++j) {
     const JobPlan& w = b.plan[j];
-    if (!w.live() || b.jobs[j].type == pb::JOB_ENCRYPT) continue;
+    if (!w.live() || b.jobs[j].type == pb::JOB_ENCRYPT ||
+        b.jobs[j].type == pb::JOB_PAD)
+      continue;
     JobSecrets& s = b.secrets[j];
     for (int k = 0; k < 2; ++k) {
       protocol::GhashWithPowers(w.ghash_in, PowersOf(w, s, k), s.tprime[k].data());
@@ -843,6 +853,15 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
   return absl::OkStatus();
 }
 
+// A fresh zero-share z_i for every PAD job of the batch, live or not: the
+// jobs are the same on the three parties (the agreement), so their PRSS
+// counters stay in step.
+void Engine::Impl::DrawPadZeros(Batch& b) {
+  for (size_t j = 0; j < b.jobs.size(); ++j)
+    if (b.jobs[j].type == pb::JOB_PAD)
+      prss_.ZeroShare(b.secrets[j].zero.data(), 16);
+}
+
 BatchResult Engine::Impl::Collect(Batch& b) {
   BatchResult result;
   result.batch_seq = b.seq;
@@ -860,6 +879,7 @@ BatchResult Engine::Impl::Collect(Batch& b) {
     }
     for (auto& t : r.tag) OPENSSL_cleanse(t.data(), t.size());
     r.state.reset();
+    r.pad.reset();
     r.ctr0 = {};
     r.status = pb::JOB_WITHHELD;
     r.detail = "withheld: the job it is released on did not verify";
@@ -931,6 +951,27 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
     case pb::JOB_VERIFY_CHECKSUM:
       r.status = verified ? pb::JOB_OK : pb::JOB_INTEGRITY_FAILED;
       return;
+    case pb::JOB_PAD: {
+      r.ctr0 = w.ctr0;
+      auto pad = std::make_shared<PadState>();
+      pad->party = party();
+      pad->cipher = w.key->cipher;
+      pad->key_id = job.key_id;
+      pad->usage = job.usage;
+      pad->max_length = job.length;
+      pad->ctr0 = w.ctr0;
+      for (int k = 0; k < 2; ++k)
+        std::memcpy(pad->mask[k].data(), b.aes.Lane(k, w.lane0), 16);
+      pad->zero = b.secrets[j].zero;
+      if (w.m > static_cast<size_t>(kStoredHPowers)) {
+        for (int k = 0; k < 2; ++k)
+          pad->h_powers[k] = std::move(b.secrets[j].powers[k]);
+      } else {
+        pad->key = w.key;
+      }
+      r.pad = std::move(pad);
+      return;
+    }
     default:
       return;
   }

@@ -196,7 +196,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
                                            engine::BatchResult& result,
                                            pb::RunResponse* resp) {
   const absl::Time now = absl::Now();
-  std::vector<std::string> kept;
+  std::vector<std::string> kept, kept_pads;
   grpc::Status refused;
   for (int i = 0; i < req.jobs_size() && refused.ok(); ++i) {
     const pb::Job& in = req.jobs(i);
@@ -229,6 +229,15 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
         o->set_ctr0(r.ctr0.data(), 16);
         SetTag(o->mutable_tag(), r.tag);
         break;
+      case pb::JOB_PAD: {
+        // Only ctr0 leaves; the pad waits for its one Sign item.
+        o->set_ctr0(r.ctr0.data(), 16);
+        std::string key = StateKey(req.batch_id(), in.job_id());
+        absl::Status st = pads_.Put(key, {r.pad, in.length(), now});
+        if (st.ok()) kept_pads.push_back(std::move(key));
+        else refused = Refuse(pb::BATCH_OVERLOADED, std::string(st.message()));
+        break;
+      }
       default:
         break;
     }
@@ -238,6 +247,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
       if (!ks.empty()) OPENSSL_cleanse(ks.data(), ks.size());
   if (!refused.ok()) {
     states_.Erase(kept);
+    pads_.Erase(kept_pads);
     resp->Clear();
   }
   return refused;
@@ -326,6 +336,86 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
   return bad;
 }
 
+grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse* resp) {
+  if (req.request_id().size() != contract::kBatchIdSize)
+    return Refuse(pb::BATCH_MALFORMED,
+                  absl::StrCat("request_id must be ", contract::kBatchIdSize,
+                               " bytes, got ", req.request_id().size()));
+  const int n = req.items_size();
+  if (grpc::Status s = CheckRequestSize(n, "sign", "items", options_.max_sign_items);
+      !s.ok())
+    return s;
+  // The GHASH work, as a Run's checksums count it (contract::JobCost).
+  uint64_t blocks = 0;
+  for (const pb::SignItem& it : req.items()) blocks += contract::CeilBlocks(it.length());
+  if (blocks > contract::kMaxBatchBlocks)
+    return Refuse(pb::BATCH_TOO_LARGE,
+                  absl::StrCat("sign request covers ", blocks,
+                               " message blocks, the limit is ", contract::kMaxBatchBlocks));
+  const absl::Time t0 = absl::Now();
+  resp->set_party(options_.party);
+  for (int i = 0; i < n; ++i) {
+    const pb::SignItem& it = req.items(i);
+    pb::SignResult* o = resp->add_results();
+    o->set_run_batch_id(it.run_batch_id());
+    o->set_job_id(it.job_id());
+    auto fail = [&](pb::JobStatus st, std::string detail) {
+      o->set_status(st);
+      o->set_detail(std::move(detail));
+      metrics_->RecordJobFailure(pb::JobStatus_Name(st));
+    };
+    if (it.run_batch_id().size() != contract::kBatchIdSize) {
+      fail(pb::JOB_MALFORMED, absl::StrCat("run_batch_id must be ",
+                                           contract::kBatchIdSize, " bytes"));
+      continue;
+    }
+    // Taken before anything is computed: a second item for this pad, in
+    // this request or another, finds nothing (enctype.md, invariant 6).
+    const std::string key = StateKey(it.run_batch_id(), it.job_id());
+    absl::StatusOr<PadStates::Entry> e = pads_.Take(key);
+    if (!e.ok()) {
+      fail(pb::JOB_PAD_UNAVAILABLE,
+           absl::StrCat("no pad under this batch/job id: ", e.status().message()));
+      continue;
+    }
+    const engine::PadState& pad = *e->state;
+    const std::string& s0 = it.data().first();
+    const std::string& s1 = it.data().second();
+    std::string bad;
+    if (pad.party != options_.party) {
+      bad = "the pad belongs to another party";
+    } else if (it.usage() != pad.usage) {
+      bad = absl::StrCat("usage ", it.usage(), " differs from the pad's ", pad.usage);
+    } else if (it.length() > pad.max_length) {
+      bad = absl::StrCat("message of ", it.length(), " bytes, the pad signs at most ",
+                         pad.max_length);
+    } else if (s0.size() != it.length() || s1.size() != it.length()) {
+      bad = absl::StrCat("shares of ", s0.size(), " and ", s1.size(),
+                         " bytes for a message of ", it.length());
+    }
+    absl::StatusOr<std::array<uint8_t, 16>> t =
+        bad.empty() ? engine::SignShare(
+                          pad, it.usage(),
+                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s0.data()),
+                                              s0.size()),
+                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s1.data()),
+                                              s1.size()))
+                    : absl::InvalidArgumentError(bad);
+    if (!t.ok()) {
+      // Nothing was computed with the pad: it goes back, with its age.
+      (void)pads_.Put(key, std::move(*e));
+      fail(pb::JOB_MALFORMED, std::string(t.status().message()));
+      continue;
+    }
+    o->set_status(pb::JOB_OK);
+    o->set_tag_share(t->data(), t->size());
+    OPENSSL_cleanse(t->data(), t->size());
+    // *e goes here: the pad is wiped with its last reference.
+  }
+  metrics_->RecordBatch("sign", true, n, 0, 0, 0, absl::Now() - t0);
+  return grpc::Status::OK;
+}
+
 // Authorization, then the request; a rejected request leaves no partial
 // response behind.
 grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
@@ -362,6 +452,21 @@ grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
                                      kmpc::v1::FinalizeResponse* resp) {
   return Serve(ctx, "Finalize", resp,
                [&] { return DoFinalize(*req, resp, ClientDeadline(*ctx)); });
+}
+
+grpc::Status KeyOpsService::Sign(grpc::ServerContext* ctx,
+                                 const kmpc::v1::SignRequest* req,
+                                 kmpc::v1::SignResponse* resp) {
+  grpc::Status st = Serve(ctx, "Sign", resp, [&] { return DoSign(*req, resp); });
+  // The request is ours until we return: wipe this copy of the shares.
+  auto* mut = const_cast<kmpc::v1::SignRequest*>(req);
+  for (pb::SignItem& it : *mut->mutable_items()) {
+    std::string* f = it.mutable_data()->mutable_first();
+    std::string* s = it.mutable_data()->mutable_second();
+    OPENSSL_cleanse(f->data(), f->size());
+    OPENSSL_cleanse(s->data(), s->size());
+  }
+  return st;
 }
 
 // ------------------------------------------------------------ Admin

@@ -697,6 +697,183 @@ TEST(Engine, ChecksumMessageOnlyAsShares) {
   }
 }
 
+// ---- Pads and ring-free signing (engine.h PadState, SignShare) ----
+
+Job PadJob(const std::string& id, uint32_t usage, uint32_t max_length) {
+  Job j;
+  j.type = pb::JOB_PAD;
+  j.cipher = CipherOf(id);
+  j.key_id = id;
+  j.usage = usage;
+  j.length = max_length;
+  return j;
+}
+
+// The three parties' pads for `key` and a ctr0 chosen here, dealt in the
+// clear (a dealer's view of what a PAD job leaves): shares of AES_K(c0),
+// of H^1..H^m (the stored 64, or all m dealt afresh beyond them) and a
+// zero-sharing z_i = r_i ^ r_{i+1}.
+std::array<std::shared_ptr<PadState>, 3> DealPad(const Bytes& key, const Bytes& ctr0,
+                                                 uint32_t usage, uint32_t max_length) {
+  const Cipher cipher = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
+  auto views = DealKey(cipher, key);
+  EXPECT_TRUE(views.ok());
+  const size_t m = protocol::GhashBlocks(5, max_length);
+  std::array<share::View, 3> powers;
+  if (m > static_cast<size_t>(kStoredHPowers)) {
+    const uint8_t zero[16] = {0};
+    const auto h16 = OpensslAes(key, zero);
+    protocol::Block h, p;
+    std::copy(h16.begin(), h16.end(), h.begin());
+    p = h;
+    Bytes all;
+    for (size_t k = 1; k <= m; ++k) {
+      all.insert(all.end(), p.begin(), p.end());
+      p = protocol::GfMulReference(p, h);
+    }
+    auto dealt = share::Deal(all);
+    EXPECT_TRUE(dealt.ok());
+    powers = *dealt;
+  }
+  const auto e0 = OpensslAes(key, ctr0.data());
+  auto mask = share::Deal(absl::MakeConstSpan(e0.data(), 16));
+  EXPECT_TRUE(mask.ok());
+  const Bytes r = Random(48);
+  std::array<std::shared_ptr<PadState>, 3> out;
+  for (int i = 0; i < 3; ++i) {
+    auto pad = std::make_shared<PadState>();
+    pad->party = i;
+    pad->cipher = cipher;
+    pad->usage = usage;
+    pad->max_length = max_length;
+    std::copy(ctr0.begin(), ctr0.end(), pad->ctr0.begin());
+    for (int k = 0; k < 2; ++k)
+      std::copy((*mask)[i].comp[k].begin(), (*mask)[i].comp[k].end(), pad->mask[k].begin());
+    for (int b = 0; b < 16; ++b)
+      pad->zero[b] = r[16 * i + b] ^ r[16 * ((i + 1) % 3) + b];
+    if (m > static_cast<size_t>(kStoredHPowers)) {
+      pad->h_powers = powers[i].comp;
+    } else {
+      pad->key = std::make_shared<const KeyShares>((*views)[i]);
+    }
+    out[i] = std::move(pad);
+  }
+  return out;
+}
+
+// The three parties' SignShare of a message dealt afresh; their XOR.
+Bytes SignAll(const std::array<std::shared_ptr<const PadState>, 3>& pads,
+              uint32_t usage, const Bytes& d, std::array<Bytes, 3>* shares_out = nullptr) {
+  auto dealt = share::Deal(d);
+  EXPECT_TRUE(dealt.ok());
+  Bytes tag(16, 0);
+  for (int i = 0; i < 3; ++i) {
+    auto t = SignShare(*pads[i], usage, (*dealt)[i].comp[0], (*dealt)[i].comp[1]);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return {};
+    if (shares_out != nullptr) (*shares_out)[i].assign(t->begin(), t->end());
+    for (int k = 0; k < 16; ++k) tag[k] ^= (*t)[k];
+  }
+  return tag;
+}
+
+std::array<std::shared_ptr<const PadState>, 3> Const(
+    const std::array<std::shared_ptr<PadState>, 3>& p) {
+  return {p[0], p[1], p[2]};
+}
+
+// Pads dealt from the vectors' ctr0: the three t_i XOR to the vectors'
+// checksums, and to the reference for random messages (a 1000-byte one
+// needs 65 powers: beyond the stored ones).
+TEST(Sign, SharesOfDealtPadsGiveTheVectorsChecksums) {
+  const std::string json = ReadFile(KMPC_VECTORS_PATH);
+  auto cks = Section(json, "checksum");
+  ASSERT_GE(cks.size(), 6u);
+  std::set<size_t> key_sizes;
+  for (auto& v : cks) {
+    const Bytes key = Hex(v["key"]), ctr0 = Hex(v["ctr0"]), d = Hex(v["data"]);
+    const uint32_t usage = std::stoul(v["usage"]);
+    key_sizes.insert(key.size());
+    const Bytes full = Hex(v["checksum"]);
+    const Bytes want(full.begin() + 16, full.end());
+    auto pads = DealPad(key, ctr0, usage, static_cast<uint32_t>(d.size()) + 40);
+    std::array<Bytes, 3> t;
+    EXPECT_EQ(ToHex(SignAll(Const(pads), usage, d, &t)), ToHex(want));
+    // No party's share is the tag.
+    for (int i = 0; i < 3; ++i) EXPECT_NE(ToHex(t[i]), ToHex(want));
+  }
+  EXPECT_EQ(key_sizes, (std::set<size_t>{16, 32}));
+  for (size_t key_len : {16, 32}) {
+    const Bytes key = Random(key_len), ctr0 = Random(16);
+    for (uint32_t len : {0, 1, 16, 17, 1000}) {
+      auto pads = DealPad(key, ctr0, 77, len);
+      const Bytes d = Random(len);
+      const Bytes want = RefChecksum(key, 77, ctr0, d);
+      EXPECT_EQ(ToHex(SignAll(Const(pads), 77, d)), ToHex(Bytes(want.begin() + 16, want.end())))
+          << key_len << " " << len;
+    }
+  }
+}
+
+// SignShare refuses (nothing computed) a usage other than the pad's, a
+// message longer than the pad's, and shares of different sizes.
+TEST(Sign, MalformedInputsAreRefused) {
+  auto pads = DealPad(Random(16), Random(16), 5, 20);
+  const Bytes a(20, 1), b(19, 1), big(21, 1);
+  EXPECT_EQ(SignShare(*pads[0], 6, a, a).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SignShare(*pads[0], 5, a, b).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SignShare(*pads[0], 5, big, big).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(SignShare(*pads[0], 5, b, b).ok());  // shorter than the pad's: fine
+  PadState empty;
+  EXPECT_FALSE(SignShare(empty, 0, {}, {}).ok());
+}
+
+// Pads drawn by a real 3-party Run (semi-honest and malicious): the same
+// fresh ctr0 on the three parties, nothing revealed, and the t_i XOR to
+// the reference checksum under the dealt key for messages up to the pad's
+// length (both ciphers; 1000 bytes: powers computed in the MPC).
+TEST(Sign, PadsFromARunSignCorrectly) {
+  for (bool malicious : {false, true}) {
+    EngineOptions o;
+    o.malicious = malicious;
+    Cluster c(o);
+    for (size_t key_len : {16, 32}) {
+      const Bytes key = Random(key_len);
+      const std::string id = c.AddKey(key);
+      const std::vector<uint32_t> lens = {0, 1, 16, 17, 1000};
+      std::vector<Job> jobs;
+      for (uint32_t len : lens) jobs.push_back(PadJob(id, 9, len));
+      jobs.push_back(PadJob(id, 9, 1000));  // signs a shorter message
+      auto r = c.Run(jobs);
+      std::set<std::string> ctrs;
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        std::array<std::shared_ptr<const PadState>, 3> pads;
+        for (int i = 0; i < 3; ++i) {
+          ASSERT_EQ(r[i].jobs[j].status, pb::JOB_OK) << r[i].jobs[j].detail;
+          ASSERT_NE(r[i].jobs[j].pad, nullptr);
+          EXPECT_EQ(r[i].jobs[j].ctr0, r[0].jobs[j].ctr0);
+          EXPECT_TRUE(r[i].jobs[j].keystream[0].empty());
+          EXPECT_EQ(r[i].jobs[j].pad->party, i);
+          pads[i] = r[i].jobs[j].pad;
+        }
+        EXPECT_TRUE(ctrs.insert(ToHex(r[0].jobs[j].ctr0)).second);
+        const Bytes ctr0(r[0].jobs[j].ctr0.begin(), r[0].jobs[j].ctr0.end());
+        const Bytes d = Random(j + 1 < jobs.size() ? lens[j] : 333);
+        const Bytes want = RefChecksum(key, 9, ctr0, d);
+        EXPECT_EQ(ToHex(SignAll(pads, 9, d)), ToHex(Bytes(want.begin() + 16, want.end())))
+            << "malicious " << malicious << " key " << key_len << " job " << j;
+        // The zero-shares differ per party and XOR to zero.
+        Bytes zx(16, 0);
+        for (int i = 0; i < 3; ++i)
+          for (int k = 0; k < 16; ++k) zx[k] ^= pads[i]->zero[k];
+        EXPECT_EQ(zx, Bytes(16, 0));
+        EXPECT_NE(pads[0]->zero, pads[1]->zero);
+      }
+    }
+  }
+}
+
 TEST(Engine, AnySingleBitFlipFailsIntegrity) {
   Cluster c;
   const std::string id = c.AddKey(Random(32));

@@ -818,6 +818,282 @@ TEST_F(ServiceTest, JobCipherMustBeTheKeysCipher) {
   }
 }
 
+// ---- Pads and KeyOps.Sign ----
+
+// The enctype's checksum tag of `msg` under `key`, usage and ctr0, in the
+// clear: GHASH_H(usage BE32 || 0x99, msg) ^ AES_K(ctr0).
+std::string RefChecksumTag(const std::string& key, uint32_t usage,
+                           const std::string& ctr0, const std::string& msg) {
+  const std::string h = AesEcb(key, std::string(16, '\0'));
+  protocol::Block hb;
+  std::memcpy(hb.data(), h.data(), 16);
+  const uint8_t a[5] = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
+                        static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
+  const protocol::Block g = protocol::Ghash(
+      hb, protocol::GhashInput(a, absl::MakeConstSpan(
+                                      reinterpret_cast<const uint8_t*>(msg.data()), msg.size())));
+  const std::string e0 = AesEcb(key, ctr0);
+  std::string out(16, '\0');
+  for (int k = 0; k < 16; ++k) out[k] = static_cast<char>(g[k] ^ e0[k]);
+  return out;
+}
+
+class SignTest : public ServiceTest {
+ protected:
+  // Runs PAD jobs (job ids 1..n, max lengths `lens`) under `id`; returns
+  // the batch id and the ctr0 of each (the same on the three servers).
+  std::pair<std::string, std::vector<std::string>> DrawPads(
+      const std::string& id, uint32_t usage, const std::vector<uint32_t>& lens) {
+    v1::RunRequest req;
+    req.set_batch_id(Rand(16));
+    for (size_t j = 0; j < lens.size(); ++j) {
+      auto* job = req.add_jobs();
+      job->set_job_id(j + 1);
+      job->set_key_id(id);
+      job->set_cipher(CipherOf(id));
+      job->set_type(v1::JOB_PAD);
+      job->set_usage(usage);
+      job->set_length(lens[j]);
+    }
+    std::vector<v1::JobStatus> want(lens.size(), v1::JOB_OK);
+    std::array<v1::RunResponse, 3> resp;
+    RunExpecting(req, want.data(), &resp);
+    std::vector<std::string> ctrs;
+    for (size_t j = 0; j < lens.size(); ++j) {
+      EXPECT_EQ(resp[0].results(j).ctr0().size(), 16u);
+      EXPECT_FALSE(resp[0].results(j).has_tag());
+      EXPECT_FALSE(resp[0].results(j).has_keystream());
+      ctrs.push_back(resp[0].results(j).ctr0());
+    }
+    return {req.batch_id(), ctrs};
+  }
+
+  struct Item {
+    std::string batch;
+    uint64_t job;
+    uint32_t usage;
+    std::string msg;
+  };
+  // One Sign request per party in `to` (messages dealt afresh); results by
+  // party (empty for a party not asked).
+  std::array<v1::SignResponse, 3> Sign(const std::vector<Item>& items,
+                                       std::array<bool, 3> to = {true, true, true}) {
+    std::array<v1::SignRequest, 3> reqs;
+    const std::string rid = Rand(16);
+    for (auto& r : reqs) r.set_request_id(rid);
+    for (const Item& it : items) {
+      std::array<v1::SignItem*, 3> o;
+      for (int i = 0; i < 3; ++i) {
+        o[i] = reqs[i].add_items();
+        o[i]->set_run_batch_id(it.batch);
+        o[i]->set_job_id(it.job);
+        o[i]->set_usage(it.usage);
+        o[i]->set_length(static_cast<uint32_t>(it.msg.size()));
+      }
+      auto views = share::Deal(absl::MakeConstSpan(
+          reinterpret_cast<const uint8_t*>(it.msg.data()), it.msg.size()));
+      EXPECT_TRUE(views.ok());
+      for (int i = 0; i < 3; ++i) {
+        const auto& c = (*views)[i].comp;
+        o[i]->mutable_data()->set_first(c[0].data(), c[0].size());
+        o[i]->mutable_data()->set_second(c[1].data(), c[1].size());
+      }
+    }
+    std::array<v1::SignResponse, 3> out;
+    for (int i = 0; i < 3; ++i) {
+      if (!to[i]) continue;
+      grpc::Status st = parties_[i].keyops->DoSign(reqs[i], &out[i]);
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_EQ(out[i].party(), static_cast<uint32_t>(i));
+      EXPECT_EQ(out[i].results_size(), static_cast<int>(items.size()));
+    }
+    return out;
+  }
+
+  static std::string Combined(const std::array<v1::SignResponse, 3>& r, int k) {
+    std::string t(16, '\0');
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(r[i].results(k).status(), v1::JOB_OK) << r[i].results(k).detail();
+      EXPECT_EQ(r[i].results(k).tag_share().size(), 16u);
+      if (r[i].results(k).tag_share().size() != 16) return "";
+      for (int b = 0; b < 16; ++b) t[b] ^= r[i].results(k).tag_share()[b];
+    }
+    return t;
+  }
+};
+
+// Pads drawn by a Run sign messages up to their length on each server
+// alone; the three tag shares XOR to the enctype's checksum (both ciphers,
+// 0 to 1000 bytes: beyond the stored powers of H).
+TEST_F(SignTest, SignGivesTheEnctypeChecksum) {
+  for (size_t klen : {16, 32}) {
+    const std::string key = Rand(klen);
+    const std::string id = PutKey(key);
+    const std::vector<uint32_t> lens = {0, 1, 16, 17, 1000, 1000};
+    auto [batch, ctrs] = DrawPads(id, 2, lens);
+    std::vector<Item> items;
+    std::vector<std::string> msgs;
+    for (size_t j = 0; j < lens.size(); ++j) {
+      msgs.push_back(Rand(j + 1 < lens.size() ? lens[j] : 500));  // last: shorter
+      items.push_back({batch, j + 1, 2, msgs.back()});
+    }
+    auto r = Sign(items);
+    for (size_t j = 0; j < lens.size(); ++j) {
+      EXPECT_EQ(Combined(r, j), RefChecksumTag(key, 2, ctrs[j], msgs[j]))
+          << klen << " job " << j;
+      // One server's share is not the tag.
+      EXPECT_NE(r[0].results(j).tag_share(), RefChecksumTag(key, 2, ctrs[j], msgs[j]));
+    }
+  }
+  const std::string text = parties_[0].metrics.Render();
+  EXPECT_TRUE(absl::StrContains(text, "kind=\"sign\",result=\"ok\"} 2\n")) << text;
+}
+
+// One tag per pad, whoever asks: a second use is JOB_PAD_UNAVAILABLE on
+// every server, also when the first went to one server only, and also
+// within one request.
+TEST_F(SignTest, APadSignsOnce) {
+  const std::string key = Rand(16);
+  const std::string id = PutKey(key);
+  auto [batch, ctrs] = DrawPads(id, 3, {64, 64});
+  auto first = Sign({{batch, 1, 3, "first message"}});
+  Combined(first, 0);
+  auto again = Sign({{batch, 1, 3, "other message"}});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(again[i].results(0).status(), v1::JOB_PAD_UNAVAILABLE) << i;
+    EXPECT_TRUE(again[i].results(0).tag_share().empty());
+  }
+  // Pad 2: first use to server 1 alone; server 1 then refuses, the others
+  // serve their first use; after that, all three refuse.
+  auto lone = Sign({{batch, 2, 3, "to one"}}, {false, true, false});
+  EXPECT_EQ(lone[1].results(0).status(), v1::JOB_OK);
+  auto second = Sign({{batch, 2, 3, "to all"}});
+  EXPECT_EQ(second[1].results(0).status(), v1::JOB_PAD_UNAVAILABLE);
+  EXPECT_EQ(second[0].results(0).status(), v1::JOB_OK);
+  EXPECT_EQ(second[2].results(0).status(), v1::JOB_OK);
+  auto third = Sign({{batch, 2, 3, "to all"}});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(third[i].results(0).status(), v1::JOB_PAD_UNAVAILABLE) << i;
+  // Twice in one request: the second item finds nothing.
+  auto [b2, c2] = DrawPads(id, 3, {16});
+  auto twice = Sign({{b2, 1, 3, "a"}, {b2, 1, 3, "b"}});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(twice[i].results(0).status(), v1::JOB_OK);
+    EXPECT_EQ(twice[i].results(1).status(), v1::JOB_PAD_UNAVAILABLE);
+  }
+  EXPECT_EQ(Combined(twice, 0), RefChecksumTag(key, 3, c2[0], "a"));
+}
+
+// A malformed item (usage or length not the pad's, shares of the wrong
+// size, a short run_batch_id) is JOB_MALFORMED and keeps the pad, which
+// then signs; request-level errors refuse the whole request.
+TEST_F(SignTest, MalformedItemsKeepThePad) {
+  const std::string key = Rand(32);
+  const std::string id = PutKey(key);
+  auto [batch, ctrs] = DrawPads(id, 4, {20});
+  auto bad = Sign({{batch, 1, 5, "usage differs"},
+                   {batch, 1, 4, std::string(21, 'l')},
+                   {batch.substr(1), 1, 4, "short batch id"}});
+  for (int i = 0; i < 3; ++i)
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(bad[i].results(k).status(), v1::JOB_MALFORMED) << i << " " << k;
+      EXPECT_FALSE(bad[i].results(k).detail().empty());
+      EXPECT_TRUE(bad[i].results(k).tag_share().empty());
+    }
+  {  // shares of 3 and 4 bytes for a 4-byte message
+    v1::SignRequest odd;
+    odd.set_request_id(Rand(16));
+    auto* it = odd.add_items();
+    it->set_run_batch_id(batch);
+    it->set_job_id(1);
+    it->set_usage(4);
+    it->set_length(4);
+    it->mutable_data()->set_first("abc");
+    it->mutable_data()->set_second("abcd");
+    v1::SignResponse r;
+    ASSERT_TRUE(parties_[0].keyops->DoSign(odd, &r).ok());
+    EXPECT_EQ(r.results(0).status(), v1::JOB_MALFORMED);
+    EXPECT_FALSE(absl::StrContains(r.results(0).detail(), "abc"));
+  }
+  auto good = Sign({{batch, 1, 4, "the real message"}});
+  EXPECT_EQ(Combined(good, 0), RefChecksumTag(key, 4, ctrs[0], "the real message"));
+
+  auto expect_refused = [](const grpc::Status& st, grpc::StatusCode code,
+                           v1::BatchErrorCode error) {
+    EXPECT_EQ(st.error_code(), code) << st.error_message();
+    EXPECT_EQ(ErrorOf(st), error) << st.error_message();
+  };
+  v1::SignRequest req;
+  v1::SignResponse resp;
+  req.set_request_id("short");
+  req.add_items()->set_run_batch_id(batch);
+  expect_refused(parties_[0].keyops->DoSign(req, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+                 v1::BATCH_MALFORMED);
+  req.set_request_id(Rand(16));
+  req.clear_items();
+  expect_refused(parties_[0].keyops->DoSign(req, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+                 v1::BATCH_MALFORMED);
+  ServiceOptions small;
+  small.max_sign_items = 1;
+  KeyOpsService limited(small, parties_[0].keys.get(), parties_[0].scheduler.get(),
+                        &parties_[0].metrics);
+  req.add_items();
+  req.add_items();
+  expect_refused(limited.DoSign(req, &resp), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 v1::BATCH_TOO_LARGE);
+  req.clear_items();
+  for (int k = 0; k < 20; ++k) req.add_items()->set_length(1 << 20);
+  expect_refused(parties_[0].keyops->DoSign(req, &resp),
+                 grpc::StatusCode::RESOURCE_EXHAUSTED, v1::BATCH_TOO_LARGE);
+}
+
+// A pad can never be finalized and an ENCRYPT state never signed (two
+// stores); each stays usable for its own purpose afterwards.
+TEST_F(SignTest, PadsAndEncryptStatesDoNotMix) {
+  const std::string key = Rand(16);
+  const std::string id = PutKey(key);
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto* enc = req.add_jobs();
+  enc->set_job_id(1);
+  enc->set_key_id(id);
+  enc->set_cipher(CipherOf(id));
+  enc->set_type(v1::JOB_ENCRYPT);
+  enc->set_length(16);
+  auto* pad = req.add_jobs();
+  *pad = *enc;
+  pad->set_job_id(2);
+  pad->set_type(v1::JOB_PAD);
+  const v1::JobStatus ok[] = {v1::JOB_OK, v1::JOB_OK};
+  std::array<v1::RunResponse, 3> resp;
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, ok, &resp));
+  const std::string pad_ctr0 = resp[0].results(1).ctr0();
+  // FINALIZE of the pad: unknown as an ENCRYPT state, on every server.
+  v1::FinalizeRequest fin;
+  fin.set_batch_id(Rand(16));
+  auto* item = fin.add_items();
+  item->set_run_batch_id(req.batch_id());
+  item->set_job_id(2);
+  item->set_ciphertext(std::string(16, 'c'));
+  for (int i = 0; i < 3; ++i) {
+    v1::FinalizeResponse fr;
+    grpc::Status st = parties_[i].keyops->DoFinalize(fin, &fr);
+    EXPECT_EQ(ErrorOf(st), v1::BATCH_UNKNOWN_ENCRYPT) << i;
+  }
+  // Sign of the ENCRYPT job: no pad, on every server.
+  auto r = Sign({{req.batch_id(), 1, 0, std::string(16, 'm')}});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(r[i].results(0).status(), v1::JOB_PAD_UNAVAILABLE) << i;
+  // Both still serve their own use.
+  item->set_job_id(1);
+  for (int i = 0; i < 3; ++i) {
+    v1::FinalizeResponse fr;
+    EXPECT_TRUE(parties_[i].keyops->DoFinalize(fin, &fr).ok()) << i;
+  }
+  auto s = Sign({{req.batch_id(), 2, 0, std::string(16, 'm')}});
+  EXPECT_EQ(Combined(s, 0), RefChecksumTag(key, 0, pad_ctr0, std::string(16, 'm')));
+}
+
 // One registry: what Render (Admin.Metrics) prints is what the
 // collectables (the HTTP Exposer) hold; failures carry their public cause;
 // every series carries the party.
