@@ -127,6 +127,29 @@ void WipeMessageShares(pb::RunRequest* req) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<RequestRecorder>> RequestRecorder::Open(
+    const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "ab");
+  if (f == nullptr)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open ", path, " to record requests"));
+  return std::unique_ptr<RequestRecorder>(new RequestRecorder(f));
+}
+
+RequestRecorder::~RequestRecorder() {
+  absl::MutexLock lock(&mu_);
+  std::fclose(f_);
+}
+
+void RequestRecorder::Record(const char* method, const google::protobuf::Message& req) {
+  const std::string bytes = req.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  std::fprintf(f_, "%s %zu\n", method, bytes.size());
+  std::fwrite(bytes.data(), 1, bytes.size(), f_);
+  std::fputc('\n', f_);
+  std::fflush(f_);
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& st) {
   if (st.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(st.code()),
@@ -439,6 +462,7 @@ grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
 grpc::Status KeyOpsService::Run(grpc::ServerContext* ctx,
                                 const kmpc::v1::RunRequest* req,
                                 kmpc::v1::RunResponse* resp) {
+  if (recorder_ != nullptr) recorder_->Record("Run", *req);
   grpc::Status st = Serve(ctx, "Run", resp,
                           [&] { return DoRun(*req, resp, ClientDeadline(*ctx)); });
   // The request is ours until we return: wipe this copy of the message
@@ -450,6 +474,7 @@ grpc::Status KeyOpsService::Run(grpc::ServerContext* ctx,
 grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
                                      const kmpc::v1::FinalizeRequest* req,
                                      kmpc::v1::FinalizeResponse* resp) {
+  if (recorder_ != nullptr) recorder_->Record("Finalize", *req);
   return Serve(ctx, "Finalize", resp,
                [&] { return DoFinalize(*req, resp, ClientDeadline(*ctx)); });
 }
@@ -457,6 +482,7 @@ grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
 grpc::Status KeyOpsService::Sign(grpc::ServerContext* ctx,
                                  const kmpc::v1::SignRequest* req,
                                  kmpc::v1::SignResponse* resp) {
+  if (recorder_ != nullptr) recorder_->Record("Sign", *req);
   grpc::Status st = Serve(ctx, "Sign", resp, [&] { return DoSign(*req, resp); });
   // The request is ours until we return: wipe this copy of the shares.
   auto* mut = const_cast<kmpc::v1::SignRequest*>(req);

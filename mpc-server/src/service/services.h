@@ -6,6 +6,7 @@
 #ifndef KMPC_SERVICE_SERVICES_H_
 #define KMPC_SERVICE_SERVICES_H_
 
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -52,6 +53,24 @@ struct ServiceOptions {
   std::string debug_record_requests;
 };
 
+// Test-only (--debug_record_requests): appends every KeyOps request, as
+// received and before any processing, to a file, one record each:
+//   "<Method> <n>\n" then the n bytes of the serialized request, then "\n".
+// For integration tests that scan what a server receives (enctype.md,
+// invariant 5); never for production (the records hold shares).
+class RequestRecorder {
+ public:
+  // Opens `path` for appending; INVALID_ARGUMENT if it cannot.
+  static absl::StatusOr<std::unique_ptr<RequestRecorder>> Open(const std::string& path);
+  ~RequestRecorder();
+  void Record(const char* method, const google::protobuf::Message& req);
+
+ private:
+  explicit RequestRecorder(std::FILE* f) : f_(f) {}
+  absl::Mutex mu_;
+  std::FILE* f_ ABSL_GUARDED_BY(mu_);
+};
+
 class KeyOpsService final : public kmpc::v1::KeyOps::Service {
  public:
   KeyOpsService(const ServiceOptions& options, KeyCache* keys,
@@ -61,7 +80,12 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
         states_(options.encrypt_state_ttl, options.max_pending_encrypts,
                 options.max_pending_encrypt_bytes),
         pads_(options.pad_ttl, options.max_pending_pads,
-              options.max_pending_pad_bytes) {}
+              options.max_pending_pad_bytes) {
+    if (!options.debug_record_requests.empty()) {
+      auto r = RequestRecorder::Open(options.debug_record_requests);
+      if (r.ok()) recorder_ = std::move(*r);
+    }
+  }
   grpc::Status Run(grpc::ServerContext* ctx, const kmpc::v1::RunRequest* req,
                    kmpc::v1::RunResponse* resp) override;
   grpc::Status Finalize(grpc::ServerContext* ctx,
@@ -111,6 +135,7 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   Metrics* metrics_;
   EncryptStates states_;
   PadStates pads_;
+  std::unique_ptr<RequestRecorder> recorder_;  // test-only, usually null
 };
 
 class AdminService final : public kmpc::v1::Admin::Service {

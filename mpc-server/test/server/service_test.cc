@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <future>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -1092,6 +1094,58 @@ TEST_F(SignTest, PadsAndEncryptStatesDoNotMix) {
   }
   auto s = Sign({{req.batch_id(), 2, 0, std::string(16, 'm')}});
   EXPECT_EQ(Combined(s, 0), RefChecksumTag(key, 0, pad_ctr0, std::string(16, 'm')));
+}
+
+// --debug_record_requests: every KeyOps request is appended as received,
+// before authorization or any processing; the handlers then wipe the
+// request's message shares.
+TEST_F(ServiceTest, DebugRecorderAppendsRequestsAsReceived) {
+  const std::string path = absl::StrCat(*dir_, "/recorded-", random());
+  ServiceOptions o;
+  o.debug_record_requests = path;
+  KeyOpsService svc(o, parties_[0].keys.get(), parties_[0].scheduler.get(),
+                    &parties_[0].metrics);
+  v1::SignRequest sign;
+  sign.set_request_id(Rand(16));
+  auto* it = sign.add_items();
+  it->set_run_batch_id(Rand(16));
+  it->set_length(6);
+  it->mutable_data()->set_first("share0");
+  it->mutable_data()->set_second("share1");
+  const std::string sign_bytes = sign.SerializeAsString();
+  v1::RunRequest run;
+  run.set_batch_id(Rand(16));
+  auto* job = run.add_jobs();
+  job->set_type(v1::JOB_CHECKSUM);
+  job->set_length(7);
+  job->mutable_data_shares()->set_first("runsha0");
+  job->mutable_data_shares()->set_second("runsha1");
+  const std::string run_bytes = run.SerializeAsString();
+  v1::FinalizeRequest fin;
+  fin.set_batch_id(Rand(16));
+  fin.add_items()->set_ciphertext("ciphertext");
+  const std::string fin_bytes = fin.SerializeAsString();
+  {
+    grpc::ServerContext ctx;  // no peer identity: refused after recording
+    v1::SignResponse sr;
+    EXPECT_FALSE(svc.Sign(&ctx, &sign, &sr).ok());
+    v1::RunResponse rr;
+    EXPECT_FALSE(svc.Run(&ctx, &run, &rr).ok());
+    v1::FinalizeResponse fr;
+    EXPECT_FALSE(svc.Finalize(&ctx, &fin, &fr).ok());
+  }
+  // The handlers wiped the shares of the requests they were given.
+  EXPECT_EQ(sign.items(0).data().first(), std::string(6, '\0'));
+  EXPECT_EQ(run.jobs(0).data_shares().second(), std::string(7, '\0'));
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string want = absl::StrCat("Sign ", sign_bytes.size(), "\n", sign_bytes, "\n",
+                                        "Run ", run_bytes.size(), "\n", run_bytes, "\n",
+                                        "Finalize ", fin_bytes.size(), "\n", fin_bytes, "\n");
+  EXPECT_EQ(ss.str(), want);
+  // Off by default.
+  EXPECT_TRUE(ServiceOptions{}.debug_record_requests.empty());
 }
 
 // One registry: what Render (Admin.Metrics) prints is what the
