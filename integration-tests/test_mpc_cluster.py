@@ -378,6 +378,39 @@ def test_finalize_at_most_once(cluster, vector_keys):
     assert ref.decrypt(bytes.fromhex(vec["key"]), vec["usage"], ct) == bytes.fromhex(vec["plaintext"])
 
 
+def test_pad_and_sign_once(cluster, vector_keys):
+    """JOB_PAD then the ring-free KeyOps.Sign (data dealt as shares): the
+    checksum verifies under the reference, and every server refuses a
+    second use of a pad (enctype.md, invariant 6), also after a first use
+    that went to one server only."""
+    for vec in _vectors()["checksum"]:
+        key = bytes.fromhex(vec["key"])
+        kid = vector_keys[vec["key"]]
+        r = cluster.jobs([f"sign {kid} {vec['usage']} {vec['data'] or '-'}"],
+                         extra=["--sign_twice"])
+        lines = r.stdout.split("\n")
+        for i in range(3):
+            assert f"second_sign {i} JOB_PAD_UNAVAILABLE" in lines, r.stdout
+        tag, ck_hex = lines[3].split()
+        assert tag == "ok", r.stdout
+        assert ref.verify_checksum(key, vec["usage"], bytes.fromhex(vec["data"]),
+                                   bytes.fromhex(ck_hex))
+    vec = _vectors()["checksum"][1]
+    kid = vector_keys[vec["key"]]
+    r = cluster.jobs([f"pad {kid} {vec['usage']} 64"])
+    tag, ctr0, batch, job = r.stdout.split("\n")[0].split()
+    assert tag == "ok"
+    sign = ["sign", f"--run_batch_id_hex={batch}", f"--job_id={job}",
+            f"--usage={vec['usage']}", f"--data_hex={vec['data']}"]
+    r = cluster.client(*sign, "--only_party=1")
+    assert r.stdout.strip() == "sent JOB_OK", r.stdout + r.stderr
+    r = cluster.client(*sign)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split()[0] == "refused" and "JOB_PAD_UNAVAILABLE" in r.stdout, r.stdout
+    r = cluster.client(*sign)
+    assert r.stdout.strip() == "refused " + " ".join(["JOB_PAD_UNAVAILABLE"] * 3), r.stdout
+
+
 def test_tamper_any_bit_fails_integrity(cluster, vector_keys):
     v = _vectors()
     vec = v["encrypt"][0]
