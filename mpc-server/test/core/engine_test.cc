@@ -1523,6 +1523,44 @@ void ExpectCaught(const std::array<absl::StatusOr<BatchResult>, 3>& r, int cheat
 
 }  // namespace mal
 
+// Pads come only from verified batches: an error injected into any
+// message of a PAD batch (AES of c0, the H-power products of a 1000-byte
+// pad, the openings) is caught, and a party whose checks fail keeps no
+// pad; after a reconnect the pads of an honest batch sign correctly.
+TEST(Malicious, PadsComeOnlyFromVerifiedBatches) {
+  std::mt19937_64 rng(0x706164);
+  const int cheater = 1;
+  Cluster c(mal::Malicious(), cheater);
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  const std::vector<Job> jobs = {PadJob(id, 5, 1000), PadJob(id, 5, 16)};
+  const uint64_t before = c.cheat().sent();
+  mal::ExpectHonest(c.RunSame(10, jobs));
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  ASSERT_GT(sizes.size(), 10u);
+  uint64_t seq = 20;
+  for (int trial = 0; trial < 12; ++trial) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] == 0) continue;
+    c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
+    auto r = c.RunSame(seq++, jobs);
+    ASSERT_TRUE(c.cheat().fired());
+    mal::ExpectCaught(r, cheater, absl::StrCat("pad step ", step));
+    c.cheat().Disarm();
+    c.Connect();
+  }
+  auto r = c.RunSame(seq++, jobs);
+  mal::ExpectHonest(r);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    std::array<std::shared_ptr<const PadState>, 3> pads = {r[0]->jobs[j].pad, r[1]->jobs[j].pad,
+                                                           r[2]->jobs[j].pad};
+    const Bytes ctr0(r[0]->jobs[j].ctr0.begin(), r[0]->jobs[j].ctr0.end());
+    const Bytes d = Random(j == 0 ? 999 : 16);
+    const Bytes want = RefChecksum(key, 5, ctr0, d);
+    EXPECT_EQ(ToHex(SignAll(pads, 5, d)), ToHex(Bytes(want.begin() + 16, want.end())));
+  }
+}
+
 TEST(Malicious, BucketParametersMeetTheBound) {
   for (size_t n : {1, 2, 10, 100, 1000, 7616, 100000, 1000000}) {
     const protocol::BucketParams p = protocol::ChooseBuckets(n);
