@@ -378,6 +378,68 @@ def test_finalize_at_most_once(cluster, vector_keys):
     assert ref.decrypt(bytes.fromhex(vec["key"]), vec["usage"], ct) == bytes.fromhex(vec["plaintext"])
 
 
+def test_pad_and_sign_once(cluster, vector_keys):
+    """JOB_PAD then the ring-free KeyOps.Sign (data dealt as shares): the
+    checksum verifies under the reference, and every server refuses a
+    second use of a pad (enctype.md, invariant 6), also after a first use
+    that went to one server only."""
+    for vec in _vectors()["checksum"]:
+        key = bytes.fromhex(vec["key"])
+        kid = vector_keys[vec["key"]]
+        r = cluster.jobs([f"sign {kid} {vec['usage']} {vec['data'] or '-'}"],
+                         extra=["--sign_twice"])
+        lines = r.stdout.split("\n")
+        for i in range(3):
+            assert f"second_sign {i} JOB_PAD_UNAVAILABLE" in lines, r.stdout
+        tag, ck_hex = lines[3].split()
+        assert tag == "ok", r.stdout
+        assert ref.verify_checksum(key, vec["usage"], bytes.fromhex(vec["data"]),
+                                   bytes.fromhex(ck_hex))
+    vec = _vectors()["checksum"][1]
+    kid = vector_keys[vec["key"]]
+    r = cluster.jobs([f"pad {kid} {vec['usage']} 64"])
+    tag, ctr0, batch, job = r.stdout.split("\n")[0].split()
+    assert tag == "ok"
+    sign = ["sign", f"--run_batch_id_hex={batch}", f"--job_id={job}",
+            f"--usage={vec['usage']}", f"--data_hex={vec['data']}"]
+    r = cluster.client(*sign, "--only_party=1")
+    assert r.stdout.strip() == "sent JOB_OK", r.stdout + r.stderr
+    r = cluster.client(*sign)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split()[0] == "refused" and "JOB_PAD_UNAVAILABLE" in r.stdout, r.stdout
+    r = cluster.client(*sign)
+    assert r.stdout.strip() == "refused " + " ".join(["JOB_PAD_UNAVAILABLE"] * 3), r.stdout
+
+
+def test_servers_never_receive_a_checksum_message(own_cluster, tmp_path):
+    """--debug_record_requests on real processes: a checksum, a verify and
+    a sign over a recognisable message reach no server in the clear (only
+    shares, enctype.md invariant 5), while the records hold the requests
+    (their public parts are found); the server warns about the flag."""
+    rec = [str(tmp_path / f"requests-{i}") for i in range(3)]
+    c = own_cluster(flags=[[f"--debug_record_requests={rec[i]}"] for i in range(3)])
+    for i in range(3):
+        with open(c.log_path(i), "rb") as f:
+            assert b"--debug_record_requests is set" in f.read()
+    key = bytes(range(16))
+    kid = c.put_key(key.hex())
+    msg = b"EncTicketPart: session key 0123456789abcdef, PAC, authtime" * 3
+    r = c.jobs([f"checksum {kid} 17 {msg.hex()}"])
+    ck = r.stdout.split()[1]
+    assert ref.verify_checksum(key, 17, msg, bytes.fromhex(ck))
+    r = c.jobs([f"verify {kid} 17 {msg.hex()} {ck}", f"sign {kid} 17 {msg.hex()}"])
+    lines = r.stdout.split("\n")
+    assert lines[0] == "ok", r.stdout
+    assert ref.verify_checksum(key, 17, msg, bytes.fromhex(lines[1].split()[1]))
+    for i in range(3):
+        with open(rec[i], "rb") as f:
+            data = f.read()
+        assert data.count(b"Run ") >= 2 and b"Sign " in data
+        assert bytes.fromhex(kid) in data  # public metadata is there
+        for k in range(0, len(msg) - 8, 8):
+            assert msg[k:k + 8] not in data, (i, msg[k:k + 8])
+
+
 def test_tamper_any_bit_fails_integrity(cluster, vector_keys):
     v = _vectors()
     vec = v["encrypt"][0]

@@ -20,6 +20,7 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/engine/agreement.cc
   ${KMPC_CORE_ROOT}/src/engine/engine.cc
   ${KMPC_CORE_ROOT}/src/engine/refresh.cc
+  ${KMPC_CORE_ROOT}/src/engine/sign.cc
   ${KMPC_CORE_ROOT}/src/net/memory_ring.cc
 )
 target_include_directories(kmpc_core PUBLIC "${KMPC_CORE_DIR}")

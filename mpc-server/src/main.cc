@@ -90,6 +90,16 @@ ABSL_FLAG(int, encrypt_state_ttl_ms, 10000,
 ABSL_FLAG(int, max_pending_encrypt_mb, 256,
           "memory all ENCRYPT states awaiting FINALIZE may hold (MiB); "
           "ENCRYPT jobs beyond it fail with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, pad_ttl_ms, 30000,
+          "how long a PAD job's pad waits for its Sign (unused pads are "
+          "dropped)");
+ABSL_FLAG(int, max_pending_pad_mb, 256,
+          "memory all pads awaiting Sign may hold (MiB); PAD jobs beyond it "
+          "fail with RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::string, debug_record_requests, "",
+          "TEST ONLY: append every KeyOps request (Run, Finalize, Sign), "
+          "serialized as received, to this file (records hold shares: never "
+          "in production). Off when empty");
 // Spinning on small ring messages: a single block's batch runs ~40 rounds
 // of messages under 3 KiB, each answered within tens of microseconds, so a
 // sleep and wake-up per round would dominate its latency. Batches of >= 2,048
@@ -252,6 +262,19 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_encrypt_state_ttl_ms));
   svc.max_pending_encrypt_bytes =
       size_t(absl::GetFlag(FLAGS_max_pending_encrypt_mb)) << 20;
+  if (absl::GetFlag(FLAGS_pad_ttl_ms) <= 0 || absl::GetFlag(FLAGS_max_pending_pad_mb) <= 0)
+    return Fail("--pad_ttl_ms and --max_pending_pad_mb must be positive");
+  svc.pad_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_pad_ttl_ms));
+  svc.max_pending_pad_bytes = size_t(absl::GetFlag(FLAGS_max_pending_pad_mb)) << 20;
+  svc.debug_record_requests = absl::GetFlag(FLAGS_debug_record_requests);
+  if (!svc.debug_record_requests.empty()) {
+    // Fail at start, not silently at the first request.
+    auto probe = kmpc::service::RequestRecorder::Open(svc.debug_record_requests);
+    if (!probe.ok()) return Fail(std::string(probe.status().message()));
+    KMPC_LOG(WARNING) << "--debug_record_requests is set: every KeyOps request "
+                      << "is appended to " << svc.debug_record_requests
+                      << " (test only: the records hold shares)";
+  }
   kmpc::service::KeyOpsService keyops(svc, &keys, &scheduler, &metrics);
   kmpc::service::AdminService admin(svc, store->get(), &keys, &scheduler,
                                     &metrics);

@@ -16,7 +16,20 @@
 //                                                         integrity_failed
 //                     checksum KEYID USAGE DATA        -> ok CTR0||TAG
 //                     verify   KEYID USAGE DATA CKSUM  -> ok | integrity_failed
-//                   encrypt runs ENCRYPT, XORs, then one FINALIZE for all.
+//                     pad      KEYID USAGE MAXLEN      -> ok CTR0 BATCHID JOBID
+//                     sign     KEYID USAGE DATA        -> ok CTR0||TAG
+//                   checksum/verify messages and sign data are dealt as
+//                   shares (client::Deal): no server receives them.
+//                   encrypt runs ENCRYPT, XORs, then one FINALIZE for all;
+//                   sign runs a PAD of len(DATA) bytes, then one KeyOps.Sign
+//                   for all (--sign_twice: a second Sign of the same pads,
+//                   printing "second_sign PARTY STATUS" per server).
+//   sign --run_batch_id_hex=.. --job_id=N --usage=U --data_hex=..
+//        [--only_party=I]
+//                   KeyOps.Sign of the pad a `pad` job drew, DATA dealt as
+//                   shares; prints "ok TAG" when the three servers sign,
+//                   else "refused S0 S1 S2" (their JobStatus names; with
+//                   --only_party, "sent STATUS").
 //                   Every job names a cipher (kmpc.proto Job.cipher): OP
 //                   may be OP:aes128, OP:aes256 or OP:N (N a raw enum value,
 //                   0 = CIPHER_UNSPECIFIED, for tests); a bare OP takes
@@ -95,6 +108,11 @@ ABSL_FLAG(std::string, cipher, "aes128",
           "bench: the key's cipher; jobs: the cipher of a job line without "
           "one (aes128 or aes256)");
 ABSL_FLAG(bool, finalize_twice, false, "jobs: try every FINALIZE a second time");
+ABSL_FLAG(bool, sign_twice, false, "jobs: try every Sign a second time");
+ABSL_FLAG(std::string, run_batch_id_hex, "", "sign: the batch id of the PAD job");
+ABSL_FLAG(uint64_t, job_id, 0, "sign: the PAD job's id");
+ABSL_FLAG(uint32_t, usage, 0, "sign: the key usage");
+ABSL_FLAG(std::string, data_hex, "", "sign: the message (hex)");
 ABSL_FLAG(int, timeout_ms, 30000, "deadline of each RPC");
 
 namespace {
@@ -183,7 +201,9 @@ std::array<grpc::Status, 3> OnAll(F f) {
 
 // Run on the three servers at once through the async API (no thread per
 // call: this is on the latency path the benchmark measures).
-std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
+// Party i gets reqs[i] (the copies differ in the message shares only).
+std::array<grpc::Status, 3> RunOnAll(Cluster& c,
+                                     const std::array<pb::RunRequest, 3>& reqs,
                                      std::array<pb::RunResponse, 3>* resp) {
   grpc::CompletionQueue cq;
   std::array<grpc::ClientContext, 3> ctx;
@@ -193,7 +213,7 @@ std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
   // arrives, and the followers then need theirs already.
   for (int i : {2, 1, 0}) {
     SetDeadline(&ctx[i]);
-    rpc[i] = c.keyops[i]->AsyncRun(&ctx[i], req, &cq);
+    rpc[i] = c.keyops[i]->AsyncRun(&ctx[i], reqs[i], &cq);
     rpc[i]->Finish(&(*resp)[i], &st[i], reinterpret_cast<void*>(intptr_t{i}));
   }
   for (int n = 0; n < 3; ++n) {
@@ -202,6 +222,41 @@ std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
     if (!cq.Next(&tag, &ok)) break;
   }
   return st;
+}
+
+std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
+                                     std::array<pb::RunResponse, 3>* resp) {
+  return RunOnAll(c, {req, req, req}, resp);
+}
+
+// The three servers' copies of a request: a CHECKSUM or VERIFY_CHECKSUM
+// job's message (`messages[k]` for job k) dealt afresh as replicated shares
+// (client::Deal), so no server receives it (enctype.md, invariant 5).
+std::array<pb::RunRequest, 3> DealRequests(const pb::RunRequest& req,
+                                           const std::vector<Bytes>& messages) {
+  std::array<pb::RunRequest, 3> out = {req, req, req};
+  for (int k = 0; k < req.jobs_size(); ++k) {
+    const pb::JobType t = req.jobs(k).type();
+    if (t != pb::JOB_CHECKSUM && t != pb::JOB_VERIFY_CHECKSUM) continue;
+    const Bytes& m = messages[k];
+    absl::Status st = kmpc::client::Deal(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(m.data()), m.size()),
+        {out[0].mutable_jobs(k)->mutable_data_shares(),
+         out[1].mutable_jobs(k)->mutable_data_shares(),
+         out[2].mutable_jobs(k)->mutable_data_shares()});
+    if (!st.ok()) Die(std::string(st.message()));
+  }
+  return out;
+}
+
+void WipeRequests(std::array<pb::RunRequest, 3>& reqs) {
+  for (auto& r : reqs)
+    for (auto& j : *r.mutable_jobs()) {
+      std::string* f = j.mutable_data_shares()->mutable_first();
+      std::string* s = j.mutable_data_shares()->mutable_second();
+      OPENSSL_cleanse(f->data(), f->size());
+      OPENSSL_cleanse(s->data(), s->size());
+    }
 }
 
 [[noreturn]] void RpcError(int party, int code, absl::string_view message) {
@@ -356,7 +411,83 @@ struct ParsedJob {
   std::string op;
   pb::Job job;
   Bytes plaintext;  // encrypt
+  Bytes message;    // checksum, verify: dealt as shares, never sent
+  Bytes sign_data;  // sign: dealt as shares in the Sign after the PAD
 };
+
+// One SignRequest per server for the items (run batch id, job id, usage,
+// message): each message dealt afresh (client::Deal).
+struct SignJob {
+  Bytes run_batch_id;
+  uint64_t job_id;
+  uint32_t usage;
+  Bytes data;
+};
+std::array<pb::SignRequest, 3> SignRequests(const std::vector<SignJob>& items) {
+  std::array<pb::SignRequest, 3> reqs;
+  const Bytes rid = RandomBytes(16);
+  for (auto& r : reqs) r.set_request_id(rid);
+  for (const SignJob& it : items) {
+    std::array<pb::SignItem*, 3> o;
+    for (int i = 0; i < 3; ++i) {
+      o[i] = reqs[i].add_items();
+      o[i]->set_run_batch_id(it.run_batch_id);
+      o[i]->set_job_id(it.job_id);
+      o[i]->set_usage(it.usage);
+      o[i]->set_length(static_cast<uint32_t>(it.data.size()));
+    }
+    absl::Status st = kmpc::client::Deal(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(it.data.data()),
+                            it.data.size()),
+        {o[0]->mutable_data(), o[1]->mutable_data(), o[2]->mutable_data()});
+    if (!st.ok()) Die(std::string(st.message()));
+  }
+  return reqs;
+}
+
+void WipeSignRequests(std::array<pb::SignRequest, 3>& reqs) {
+  for (auto& r : reqs)
+    for (auto& it : *r.mutable_items()) {
+      std::string* f = it.mutable_data()->mutable_first();
+      std::string* s = it.mutable_data()->mutable_second();
+      OPENSSL_cleanse(f->data(), f->size());
+      OPENSSL_cleanse(s->data(), s->size());
+    }
+}
+
+// Sends reqs[i] to server i (those in `to`); wipes the shares after.
+std::array<grpc::Status, 3> SignOnAll(Cluster& c, std::array<pb::SignRequest, 3>& reqs,
+                                      std::array<pb::SignResponse, 3>* resp,
+                                      std::array<bool, 3> to = {true, true, true}) {
+  auto st = OnAll([&](int i) {
+    if (!to[i]) return grpc::Status::OK;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    return c.keyops[i]->Sign(&ctx, reqs[i], &(*resp)[i]);
+  });
+  WipeSignRequests(reqs);
+  return st;
+}
+
+// tag = t_0 ^ t_1 ^ t_2 of result k, or the reason it cannot be combined.
+absl::StatusOr<Bytes> CombineSign(const std::array<pb::SignResponse, 3>& r, int k) {
+  for (int i = 0; i < 3; ++i) {
+    if (r[i].results_size() <= k)
+      return absl::DataLossError(absl::StrCat("MPC party ", i, " returned too few results"));
+    if (r[i].results(k).status() != pb::JOB_OK)
+      return absl::FailedPreconditionError(absl::StrCat(
+          pb::JobStatus_Name(r[0].results(k).status()), " ",
+          pb::JobStatus_Name(r[1].results(k).status()), " ",
+          pb::JobStatus_Name(r[2].results(k).status())));
+  }
+  Bytes tag(16, '\0');
+  absl::Status st = kmpc::client::CombineAdditive(
+      {&r[0].results(k).tag_share(), &r[1].results(k).tag_share(),
+       &r[2].results(k).tag_share()},
+      absl::MakeSpan(reinterpret_cast<uint8_t*>(tag.data()), tag.size()), "tag");
+  if (!st.ok()) return st;
+  return tag;
+}
 
 // "aes128", "aes256" or a decimal enum value (tests of malformed jobs).
 pb::Cipher ParseCipher(const std::string& s) {
@@ -404,13 +535,23 @@ int Jobs(Cluster& c) {
     } else if (p.op == "checksum") {
       if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
       p.job.set_type(pb::JOB_CHECKSUM);
-      p.job.set_data(a);
+      p.job.set_length(static_cast<uint32_t>(a.size()));
+      p.message = a;
     } else if (p.op == "verify") {
       if (f.size() < 5 || !FromHex(f[3] == "-" ? "" : f[3], &a) || !FromHex(f[4], &b))
         Die("verify needs DATA and CKSUM hex");
       p.job.set_type(pb::JOB_VERIFY_CHECKSUM);
-      p.job.set_data(a);
+      p.job.set_length(static_cast<uint32_t>(a.size()));
+      p.message = a;
       p.job.set_checksum(b);
+    } else if (p.op == "pad") {
+      p.job.set_type(pb::JOB_PAD);
+      p.job.set_length(static_cast<uint32_t>(std::stoul(f[3])));
+    } else if (p.op == "sign") {
+      if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
+      p.job.set_type(pb::JOB_PAD);
+      p.job.set_length(static_cast<uint32_t>(a.size()));
+      p.sign_data = a;
     } else {
       Die("unknown job: " + p.op);
     }
@@ -419,19 +560,28 @@ int Jobs(Cluster& c) {
   if (jobs.empty()) Die("no jobs on stdin");
   pb::RunRequest req;
   req.set_batch_id(RandomBytes(16));
-  for (auto& j : jobs) *req.add_jobs() = j.job;
+  std::vector<Bytes> messages;
+  for (auto& j : jobs) {
+    *req.add_jobs() = j.job;
+    messages.push_back(j.message);
+  }
+  std::array<pb::RunRequest, 3> reqs = DealRequests(req, messages);
+  for (Bytes& m : messages) OPENSSL_cleanse(m.data(), m.size());
   if (const int only = absl::GetFlag(FLAGS_only_party); only != -1) {
     if (only < 0 || only > 2) Die("--only_party must be 0, 1 or 2");
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::RunResponse one;
-    const grpc::Status st = c.keyops[only]->Run(&ctx, req, &one);
+    const grpc::Status st = c.keyops[only]->Run(&ctx, reqs[only], &one);
+    WipeRequests(reqs);
     if (!st.ok()) RpcError(only, st.error_code(), st.error_message());
     std::printf("sent\n");  // one party's shares alone mean nothing
     return 0;
   }
   std::array<pb::RunResponse, 3> resp;
-  CheckRpcs(RunOnAll(c, req, &resp));
+  const auto run_status = RunOnAll(c, reqs, &resp);
+  WipeRequests(reqs);
+  CheckRpcs(run_status);
   for (int i = 0; i < 3; ++i)
     if (resp[i].results_size() != static_cast<int>(jobs.size()))
       Die("a server returned a wrong number of results");
@@ -440,6 +590,8 @@ int Jobs(Cluster& c) {
   fin.set_batch_id(RandomBytes(16));
   std::vector<size_t> fin_jobs;
   std::vector<Bytes> fin_ct, fin_ctr0;
+  std::vector<size_t> sign_jobs;
+  std::vector<SignJob> sign_items;
   for (size_t k = 0; k < jobs.size(); ++k) {
     std::array<const pb::JobResult*, 3> r = {&resp[0].results(k), &resp[1].results(k),
                                              &resp[2].results(k)};
@@ -470,6 +622,18 @@ int Jobs(Cluster& c) {
       Bytes v = RevealOrDie({&r[0]->tag(), &r[1]->tag(), &r[2]->tag()},
                             absl::StrCat("tag of job ", k + 1));
       out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0() + v));
+      continue;
+    }
+    if (op == "pad") {
+      out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0()), " ", ToHex(req.batch_id()), " ",
+                            jobs[k].job.job_id());
+      continue;
+    }
+    if (op == "sign") {
+      sign_jobs.push_back(k);
+      sign_items.push_back({req.batch_id(), jobs[k].job.job_id(), jobs[k].job.usage(),
+                            jobs[k].sign_data});
+      OPENSSL_cleanse(jobs[k].sign_data.data(), jobs[k].sign_data.size());
       continue;
     }
     Bytes v = RevealOrDie({&r[0]->keystream(), &r[1]->keystream(), &r[2]->keystream()},
@@ -523,7 +687,65 @@ int Jobs(Cluster& c) {
       out[fin_jobs[n]] = absl::StrCat("ok ", ToHex(fin_ctr0[n] + fin_ct[n] + tag));
     }
   }
+  if (!sign_items.empty()) {
+    std::array<pb::SignRequest, 3> sreqs = SignRequests(sign_items);
+    std::array<pb::SignRequest, 3> again_reqs;
+    if (absl::GetFlag(FLAGS_sign_twice)) again_reqs = SignRequests(sign_items);
+    for (auto& it : sign_items) OPENSSL_cleanse(it.data.data(), it.data.size());
+    std::array<pb::SignResponse, 3> sr;
+    CheckRpcs(SignOnAll(c, sreqs, &sr));
+    if (absl::GetFlag(FLAGS_sign_twice)) {
+      // Invariant 6 (enctype.md): every server refuses a second use.
+      std::array<pb::SignResponse, 3> again;
+      CheckRpcs(SignOnAll(c, again_reqs, &again));
+      for (int i = 0; i < 3; ++i)
+        for (int n = 0; n < again[i].results_size(); ++n)
+          std::printf("second_sign %d %s\n", i,
+                      pb::JobStatus_Name(again[i].results(n).status()).c_str());
+    }
+    for (size_t n = 0; n < sign_jobs.size(); ++n) {
+      absl::StatusOr<Bytes> tag = CombineSign(sr, static_cast<int>(n));
+      const size_t k = sign_jobs[n];
+      if (!tag.ok()) {
+        out[k] = absl::StrCat("refused ", tag.status().message());
+        continue;
+      }
+      out[k] = absl::StrCat("ok ", ToHex(resp[0].results(k).ctr0() + *tag));
+    }
+  }
   for (auto& o : out) std::printf("%s\n", o.c_str());
+  return 0;
+}
+
+// A Sign of one pad drawn earlier (a `pad` job line).
+int SignCommand(Cluster& c) {
+  Bytes batch, data;
+  if (!FromHex(absl::GetFlag(FLAGS_run_batch_id_hex), &batch))
+    Die("bad --run_batch_id_hex");
+  if (!FromHex(absl::GetFlag(FLAGS_data_hex), &data)) Die("bad --data_hex");
+  std::array<pb::SignRequest, 3> reqs = SignRequests(
+      {{batch, absl::GetFlag(FLAGS_job_id), absl::GetFlag(FLAGS_usage), data}});
+  OPENSSL_cleanse(data.data(), data.size());
+  std::array<pb::SignResponse, 3> resp;
+  const int only = absl::GetFlag(FLAGS_only_party);
+  if (only != -1) {
+    if (only < 0 || only > 2) Die("--only_party must be 0, 1 or 2");
+    std::array<bool, 3> to = {false, false, false};
+    to[only] = true;
+    auto st = SignOnAll(c, reqs, &resp, to);
+    if (!st[only].ok()) RpcError(only, st[only].error_code(), st[only].error_message());
+    if (resp[only].results_size() != 1) Die("a server returned a wrong number of results");
+    std::printf("sent %s\n", pb::JobStatus_Name(resp[only].results(0).status()).c_str());
+    return 0;
+  }
+  CheckRpcs(SignOnAll(c, reqs, &resp));
+  absl::StatusOr<Bytes> tag = CombineSign(resp, 0);
+  if (!tag.ok()) {
+    if (absl::IsDataLoss(tag.status())) ShareMismatch(tag.status());
+    std::printf("refused %s\n", std::string(tag.status().message()).c_str());
+    return 0;
+  }
+  std::printf("ok %s\n", ToHex(*tag).c_str());
   return 0;
 }
 
@@ -772,6 +994,7 @@ int main(int argc, char** argv) {
   }
   Cluster c(OpenChannels(ConfigFor("kdc")));
   if (cmd == "jobs") return Jobs(c);
+  if (cmd == "sign") return SignCommand(c);
   if (cmd == "fuzz") return Fuzz(c);
   if (cmd == "bench") return Bench(c);
   Die("unknown command " + cmd);

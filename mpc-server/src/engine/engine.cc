@@ -106,8 +106,11 @@ struct JobPlan {
   Block ctr0{};
   uint64_t nks = 0;               // keystream blocks
   size_t lane0 = 0;               // lane of AES_K(c0); keystream follows
-  std::vector<uint8_t> ghash_in;  // public GHASH input blocks
+  // Public GHASH input blocks; for a shared message (CHECKSUM, VERIFY) the
+  // message blocks are zero here and enter as shared products.
+  std::vector<uint8_t> ghash_in;
   size_t m = 0;                   // GHASH blocks = powers needed
+  size_t shared_blocks = 0;       // blocks of a shared message D
   Block tag{};                    // public tag to check against
 };
 
@@ -115,9 +118,11 @@ struct JobPlan {
 struct JobSecrets {
   std::array<std::vector<uint8_t>, 2> powers;  // H^1..H^m if m > stored
   std::array<Block, 2> tprime{};               // shares of T' (or the tag)
+  Block zero{};                                // PAD: z_party
   ~JobSecrets() {
     for (auto& p : powers) share::Wipe(p);
     for (auto& t : tprime) share::Wipe(t.data(), t.size());
+    share::Wipe(zero.data(), zero.size());
   }
 };
 
@@ -171,8 +176,13 @@ void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
 }
 
 contract::JobShape ShapeOf(const Job& job) {
-  return {job.type, job.cipher, job.key_id.size(), 16 * uint64_t{job.nblocks},
-          View(job.data), View(job.checksum)};
+  contract::JobShape s{job.type, job.cipher, job.key_id.size(),
+                       job.type == pb::JOB_ENCRYPT ? 16 * uint64_t{job.nblocks}
+                                                   : uint64_t{job.length},
+                       View(job.data), View(job.checksum)};
+  s.share_sizes[0] = job.data_shares[0].size();
+  s.share_sizes[1] = job.data_shares[1].size();
+  return s;
 }
 
 // The contract's check of a Run job plus what only the engine can see (a
@@ -219,13 +229,23 @@ void PlanJob(const Job& job, JobPlan& w) {
       } else {
         w.needs_ctr0 = true;
       }
-      // A' = usage (4 bytes big-endian) || 0x99 (enctype.md).
+      // A' = usage (4 bytes big-endian) || 0x99 (enctype.md). D is shared:
+      // its blocks are zero in the public input (GHASH is linear in X) and
+      // are added as shared products in ComputeTags.
       const auto u = UsageBe(job.usage);
       const uint8_t a[5] = {u[0], u[1], u[2], u[3], 0x99};
-      w.ghash_in = protocol::GhashInput(a, job.data);
+      const std::vector<uint8_t> zeros(job.length, 0);
+      w.ghash_in = protocol::GhashInput(a, zeros);
       w.m = w.ghash_in.size() / 16;
+      w.shared_blocks = contract::CeilBlocks(job.length);
       return;
     }
+    case pb::JOB_PAD:
+      // The pad AES_K(c0) and the powers of H a message of up to `length`
+      // bytes needs (A', D, the lengths: GhashBlocks); nothing is revealed.
+      w.needs_ctr0 = true;
+      w.m = protocol::GhashBlocks(5, job.length);
+      return;
     default:
       return;  // FINALIZE: computed in Collect
   }
@@ -239,6 +259,9 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
                     job.key_id.size()));
   PutU32(out, job.usage);
   PutU32(out, job.nblocks);
+  // The message length of a shared message, never its shares: a digest of
+  // shares would let a server test guesses of D (kmpc.proto Job.data_shares).
+  PutU32(out, job.length);
   PutBytes(out, job.data);
   PutBytes(out, job.checksum);
   PutU32(out, static_cast<uint32_t>(job.precheck.status));
@@ -365,7 +388,9 @@ class Engine::Impl {
   absl::Status RunAes(Batch& b);
   absl::Status ExtendPowers(Batch& b);
   absl::Status ComputeTags(Batch& b);
+  absl::Status AddSharedProducts(Batch& b);
   absl::Status CheckTags(Batch& b);
+  void DrawPadZeros(Batch& b);
   BatchResult Collect(Batch& b);
   void CollectJob(Batch& b, size_t j, JobResult& r);
 
@@ -409,6 +434,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   if (absl::Status s = RunAes(b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(b); !s.ok()) return s;
   if (absl::Status s = CheckTags(b); !s.ok()) return s;
+  DrawPadZeros(b);
   if (rep3_.log() != nullptr && !log_.empty()) {
     if (absl::Status s = protocol::Verifier::Verify(rep3_, log_); !s.ok()) return s;
   }
@@ -471,7 +497,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v5";
+  static constexpr char kTag[] = "kmpc-batch-v6";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
@@ -721,12 +747,19 @@ absl::Status Engine::Impl::ExtendPowers(Batch& b) {
 }
 
 // T' = GHASH_H(A, C) ^ AES_K(c0) on shares for every job but ENCRYPT (whose
-// tag FINALIZE computes once the KDC has C).
+// tag FINALIZE computes once the KDC has C). GHASH = sum_j X_j * H^(m-j+1)
+// (SP 800-38D, 6.4): public blocks times the shared powers are local; each
+// block of a shared message D times its shared power is a shared x shared
+// product, all of the batch in one GfMul round (Araki et al., CCS 2016,
+// section 2.2: local cross terms plus a zero-share, resharing to i-1),
+// then summed locally per job.
 absl::Status Engine::Impl::ComputeTags(Batch& b) {
   if (absl::Status st = ExtendPowers(b); !st.ok()) return st;
   for (size_t j = 0; j < b.plan.size(); ++j) {
     const JobPlan& w = b.plan[j];
-    if (!w.live() || b.jobs[j].type == pb::JOB_ENCRYPT) continue;
+    if (!w.live() || b.jobs[j].type == pb::JOB_ENCRYPT ||
+        b.jobs[j].type == pb::JOB_PAD)
+      continue;
     JobSecrets& s = b.secrets[j];
     for (int k = 0; k < 2; ++k) {
       protocol::GhashWithPowers(w.ghash_in, PowersOf(w, s, k), s.tprime[k].data());
@@ -734,7 +767,50 @@ absl::Status Engine::Impl::ComputeTags(Batch& b) {
       for (int i = 0; i < 16; ++i) s.tprime[k][i] ^= mask[i];
     }
   }
-  return absl::OkStatus();
+  return AddSharedProducts(b);
+}
+
+// Message block q of a shared D (X_{2+q}: A' is one block) pairs with
+// H^(m-1-q); the products of all shared messages go in one GfMul.
+absl::Status Engine::Impl::AddSharedProducts(Batch& b) {
+  size_t total = 0;
+  for (size_t j = 0; j < b.plan.size(); ++j)
+    if (b.plan[j].live()) total += b.plan[j].shared_blocks;
+  if (total == 0) return absl::OkStatus();
+  const size_t n = 16 * total;
+  std::vector<uint8_t> x0(n, 0), x1(n, 0), y0(n), y1(n), z0(n), z1(n);
+  size_t off = 0;
+  for (size_t j = 0; j < b.plan.size(); ++j) {
+    const JobPlan& w = b.plan[j];
+    if (!w.live() || w.shared_blocks == 0) continue;
+    const Job& job = b.jobs[j];
+    const JobSecrets& s = b.secrets[j];
+    std::memcpy(&x0[off], job.data_shares[0].data(), job.length);
+    std::memcpy(&x1[off], job.data_shares[1].data(), job.length);
+    for (size_t q = 0; q < w.shared_blocks; ++q) {
+      const size_t power = w.m - 1 - q;  // H^power at offset 16*(power-1)
+      std::memcpy(&y0[off + 16 * q], PowersOf(w, s, 0) + 16 * (power - 1), 16);
+      std::memcpy(&y1[off + 16 * q], PowersOf(w, s, 1) + 16 * (power - 1), 16);
+    }
+    off += 16 * w.shared_blocks;
+  }
+  absl::Status st = rep3_.GfMul(x0, x1, y0, y1, absl::MakeSpan(z0), absl::MakeSpan(z1));
+  if (st.ok()) {
+    off = 0;
+    for (size_t j = 0; j < b.plan.size(); ++j) {
+      const JobPlan& w = b.plan[j];
+      if (!w.live() || w.shared_blocks == 0) continue;
+      JobSecrets& s = b.secrets[j];
+      for (size_t q = 0; q < w.shared_blocks; ++q, off += 16) {
+        for (int i = 0; i < 16; ++i) {
+          s.tprime[0][i] ^= z0[off + i];
+          s.tprime[1][i] ^= z1[off + i];
+        }
+      }
+    }
+  }
+  for (auto* v : {&x0, &x1, &y0, &y1, &z0, &z1}) share::Wipe(*v);
+  return st;
 }
 
 // Masked zero test of DECRYPT / VERIFY_CHECKSUM tags: reveal r * (T' ^ T)
@@ -777,6 +853,15 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
   return absl::OkStatus();
 }
 
+// A fresh zero-share z_i for every PAD job of the batch, live or not: the
+// jobs are the same on the three parties (the agreement), so their PRSS
+// counters stay in step.
+void Engine::Impl::DrawPadZeros(Batch& b) {
+  for (size_t j = 0; j < b.jobs.size(); ++j)
+    if (b.jobs[j].type == pb::JOB_PAD)
+      prss_.ZeroShare(b.secrets[j].zero.data(), 16);
+}
+
 BatchResult Engine::Impl::Collect(Batch& b) {
   BatchResult result;
   result.batch_seq = b.seq;
@@ -794,6 +879,7 @@ BatchResult Engine::Impl::Collect(Batch& b) {
     }
     for (auto& t : r.tag) OPENSSL_cleanse(t.data(), t.size());
     r.state.reset();
+    r.pad.reset();
     r.ctr0 = {};
     r.status = pb::JOB_WITHHELD;
     r.detail = "withheld: the job it is released on did not verify";
@@ -865,9 +951,34 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
     case pb::JOB_VERIFY_CHECKSUM:
       r.status = verified ? pb::JOB_OK : pb::JOB_INTEGRITY_FAILED;
       return;
+    case pb::JOB_PAD: {
+      r.ctr0 = w.ctr0;
+      auto pad = std::make_shared<PadState>();
+      pad->party = party();
+      pad->cipher = w.key->cipher;
+      pad->key_id = job.key_id;
+      pad->usage = job.usage;
+      pad->max_length = job.length;
+      pad->ctr0 = w.ctr0;
+      for (int k = 0; k < 2; ++k)
+        std::memcpy(pad->mask[k].data(), b.aes.Lane(k, w.lane0), 16);
+      pad->zero = b.secrets[j].zero;
+      if (w.m > static_cast<size_t>(kStoredHPowers)) {
+        for (int k = 0; k < 2; ++k)
+          pad->h_powers[k] = std::move(b.secrets[j].powers[k]);
+      } else {
+        pad->key = w.key;
+      }
+      r.pad = std::move(pad);
+      return;
+    }
     default:
       return;
   }
+}
+
+Job::~Job() {
+  for (auto& s : data_shares) share::Wipe(s);
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

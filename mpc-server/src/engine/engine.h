@@ -8,7 +8,7 @@
 //      view of the keys (present? cipher, dealing id), sent and then
 //      forwarded, so all three decide alike (ABORTED for different inputs,
 //      ring and PRSS still in step); the second round also reveals ctr0 for
-//      ENCRYPT/CHECKSUM jobs (PRSS random values; a rare extra round redraws
+//      ENCRYPT/CHECKSUM/PAD jobs (PRSS random values; a rare extra round redraws
 //      a range that would touch the all-zero block);
 //   2+1  only if the key views differ: the per-job views are exchanged and
 //      forwarded, the jobs whose key is missing (JOB_UNKNOWN_KEY) or
@@ -25,6 +25,9 @@
 //      consecutive waves;
 //   k  only for messages over kStoredHPowers-2 blocks: log2 doubling rounds
 //      computing further powers of H;
+//   1  only if the batch has CHECKSUM/VERIFY_CHECKSUM jobs with a non-empty
+//      message: the shared message blocks times their shared powers of H
+//      (one GF(2^128) product per block, all jobs at once);
 //   2  only if the batch has DECRYPT/VERIFY jobs: one GF(2^128)
 //      multiplication r * (T' ^ T) and one reveal of the products.
 // AES-128 single block: 42 rounds (ENCRYPT), 44 (DECRYPT).
@@ -160,6 +163,56 @@ struct EncryptState {
   size_t OwnBytes() const;
 };
 
+// State a PAD job leaves for one KeyOps.Sign item (one party's view):
+// shares of AES_K(c0), of the powers of H a message of up to max_length
+// bytes needs, and a zero-sharing share z (PRSS, Araki et al. CCS 2016
+// section 2.2: z_0 ^ z_1 ^ z_2 = 0, fresh for this pad) that makes the
+// party's tag share uniform on its own. Nothing of it is revealed but ctr0.
+// Wiped on destruction. The service keeps it apart from EncryptStates (a
+// pad never finalizes, an ENCRYPT state never signs) and lets one Sign
+// item use it (enctype.md, invariant 6).
+struct PadState {
+  int party = -1;
+  Cipher cipher = Cipher::kAes128;
+  std::string key_id;
+  uint32_t usage = 0;
+  uint32_t max_length = 0;         // bytes of the longest message it signs
+  std::array<uint8_t, 16> ctr0{};  // public
+  // shares (party, party+1) of AES_K(c0)
+  std::array<std::array<uint8_t, 16>, 2> mask{};
+  std::array<uint8_t, 16> zero{};  // z_party
+  // Shares of H^1 .. H^(2 + ceil(max_length/16)), as EncryptState holds
+  // them: the key's stored ones (`key`) or the ones the job computed.
+  std::shared_ptr<const KeyShares> key;
+  std::array<std::vector<uint8_t>, 2> h_powers;
+
+  PadState() = default;
+  PadState(const PadState&) = delete;
+  PadState& operator=(const PadState&) = delete;
+  ~PadState();
+
+  const uint8_t* Powers(int comp) const;
+  size_t NumPowers() const;
+  size_t OwnBytes() const;
+};
+
+// This party's additive share of the checksum tag of a message D under a
+// pad (kmpc.proto SignItem; enctype.md "Keyed checksum"): with x = D's
+// blocks, h = the pad's powers of H and m = 2 + ceil(len(D)/16) GHASH
+// blocks (A' = usage BE32 || 0x99, D, the lengths; SP 800-38D 6.4),
+//   t_i = sum_q (x_{q,i} h_{k,i} ^ x_{q,i} h_{k,i+1} ^ x_{q,i+1} h_{k,i})
+//         ^ A' h_{m,i} ^ lens h_{1,i} ^ [AES_K(c0)]_i ^ z_i,
+// k = m - 1 - q: the local cross terms of a shared product (Araki et al.,
+// CCS 2016, section 2.2) summed over the blocks, public blocks times the
+// party's first share. t_0 ^ t_1 ^ t_2 is the tag; each t_i alone is
+// uniform (z). Local, no communication. `shares` = this party's (s_i,
+// s_{i+1}) of D. INVALID_ARGUMENT (nothing computed) if usage differs from
+// the pad's, len(D) exceeds max_length, the two shares' sizes differ, or
+// the pad is incomplete.
+absl::StatusOr<std::array<uint8_t, 16>> SignShare(
+    const PadState& pad, uint32_t usage, absl::Span<const uint8_t> share0,
+    absl::Span<const uint8_t> share1);
+
 // A job of a batch. The type is the contract's (proto/kmpc.proto JobType):
 //   JOB_ENCRYPT  in: key_id, usage, nblocks (0..kMaxJobBlocks; 0 = empty
 //                plaintext). out: ctr0 (picked by the cluster), keystream
@@ -170,13 +223,25 @@ struct EncryptState {
 //   JOB_DECRYPT  in: key_id, usage, data = ctr0 || C || T (the enctype's
 //                ciphertext format). out: JOB_OK with keystream shares for
 //                blocks c0+1.. if the tag holds, else JOB_INTEGRITY_FAILED.
-//   JOB_CHECKSUM in: key_id, usage, data = the message (may be empty).
-//                out: ctr0 (picked by the cluster) and tag shares; the
-//                checksum is ctr0 || (s_0 ^ s_1 ^ s_2).
-//   JOB_VERIFY_CHECKSUM in: key_id, usage, data = the message, checksum =
-//                ctr0 || tag (32). out: JOB_OK or JOB_INTEGRITY_FAILED.
-// Every job but FINALIZE is checked with contract::CheckJob (its length is
-// 16 * nblocks); a job that fails it fails alone.
+//   JOB_CHECKSUM in: key_id, usage, length = len(D), data_shares = this
+//                party's two shares of D (never D itself: enctype.md,
+//                invariant 5). out: ctr0 (picked by the cluster) and tag
+//                shares; the checksum is ctr0 || (s_0 ^ s_1 ^ s_2).
+//   JOB_VERIFY_CHECKSUM in: key_id, usage, length, data_shares as for
+//                CHECKSUM, checksum = ctr0 || tag (32). out: JOB_OK or
+//                JOB_INTEGRITY_FAILED.
+//   JOB_PAD      in: key_id, usage, length = the longest message it may
+//                sign. out: ctr0 (picked by the cluster) and a PadState
+//                (AES_K(c0), the powers of H, a fresh zero-share); nothing
+//                secret is revealed. In malicious mode a batch whose checks
+//                fail returns no result, so every pad comes from a
+//                verified batch.
+// The GHASH of a shared message needs one shared x shared GF(2^128) product
+// per message block (a block of D times its power of H), all of the batch
+// in one ring round (protocol::Rep3::GfMul, logged in malicious mode); the
+// public blocks (A', the lengths) multiply the powers' shares locally.
+// Every job but FINALIZE is checked with contract::CheckJob (an ENCRYPT's
+// length is 16 * nblocks); a job that fails it fails alone.
 struct Job {
   pb::JobType type = pb::JOB_ENCRYPT;
   // Required for every job but FINALIZE (kmpc.proto Job.cipher): not
@@ -188,8 +253,15 @@ struct Job {
   std::string key_id;  // contract::kKeyIdSize bytes; unused by JOB_FINALIZE
   uint32_t usage = 0;
   uint32_t nblocks = 0;           // JOB_ENCRYPT only
-  std::vector<uint8_t> data;      // see above
+  // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: len(D); JOB_PAD: the longest message
+  // it may sign. Public and part of the agreement digest (the shares are
+  // not: engine.cc EncodeJob).
+  uint32_t length = 0;
+  std::vector<uint8_t> data;      // JOB_DECRYPT: ctr0||C||T; FINALIZE: C
   std::vector<uint8_t> checksum;  // JOB_VERIFY_CHECKSUM only
+  // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: data_shares[k] = share (party+k)%3 of
+  // D, `length` bytes each (kmpc.proto Job.data_shares). The only input
+  // that differs between the parties; wiped when the Job dies.
   std::shared_ptr<const EncryptState> state;  // JOB_FINALIZE only
   // A failed check the caller already made (the server checks the request's
   // jobs with contract::CheckJob): the job fails with this status and
@@ -204,6 +276,14 @@ struct Job {
   // some parties only.
   static constexpr int64_t kNoCondition = -1;
   int64_t release_if_ok = kNoCondition;
+  std::array<std::vector<uint8_t>, 2> data_shares;
+
+  Job() = default;
+  Job(const Job&) = default;
+  Job(Job&&) = default;
+  Job& operator=(const Job&) = default;
+  Job& operator=(Job&&) = default;
+  ~Job();
 };
 
 struct JobResult {
@@ -223,6 +303,7 @@ struct JobResult {
   // tag[k] = share (party+k)%3 of the tag (JOB_FINALIZE, JOB_CHECKSUM).
   std::array<std::array<uint8_t, 16>, 2> tag{};
   std::shared_ptr<const EncryptState> state;  // JOB_ENCRYPT
+  std::shared_ptr<const PadState> pad;        // JOB_PAD
 };
 
 struct BatchResult {

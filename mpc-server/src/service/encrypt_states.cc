@@ -4,7 +4,8 @@
 
 namespace kmpc::service {
 
-void EncryptStates::SweepLocked(absl::Time now) {
+template <typename State>
+void OneUseStates<State>::SweepLocked(absl::Time now) {
   if (now - last_sweep_ < absl::Seconds(1)) return;
   last_sweep_ = now;
   for (auto it = entries_.begin(); it != entries_.end();) {
@@ -17,7 +18,8 @@ void EncryptStates::SweepLocked(absl::Time now) {
   }
 }
 
-absl::Status EncryptStates::Put(const std::string& key, Entry e) {
+template <typename State>
+absl::Status OneUseStates<State>::Put(const std::string& key, Entry e) {
   // The state's own buffers, the map node and its key (an estimate of the
   // allocator's view; a state shares its key's stored H powers).
   constexpr size_t kNodeBytes = 128;
@@ -28,26 +30,26 @@ absl::Status EncryptStates::Put(const std::string& key, Entry e) {
   auto it = entries_.find(key);
   const size_t replaced = it != entries_.end() ? it->second.bytes : 0;
   if (it == entries_.end() && entries_.size() >= max_)
-    return absl::ResourceExhaustedError("too many ENCRYPT jobs await FINALIZE");
+    return absl::ResourceExhaustedError(absl::StrCat("too many ", what_));
   if (bytes_ - replaced + e.bytes > max_bytes_)
     return absl::ResourceExhaustedError(absl::StrCat(
-        "ENCRYPT jobs awaiting FINALIZE hold ", bytes_, " bytes, the limit is ",
-        max_bytes_));
+        what_, " hold ", bytes_, " bytes, the limit is ", max_bytes_));
   bytes_ = bytes_ - replaced + e.bytes;
   entries_[key] = std::move(e);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<EncryptStates::Entry>> EncryptStates::TakeAll(
-    const std::vector<std::string>& keys) {
+template <typename State>
+absl::StatusOr<std::vector<typename OneUseStates<State>::Entry>>
+OneUseStates<State>::TakeAll(const std::vector<std::string>& keys) {
   absl::MutexLock lock(&mu_);
   absl::Time now = absl::Now();
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = entries_.find(keys[i]);
     if (it == entries_.end() || now - it->second.created > ttl_)
       return absl::NotFoundError(absl::StrCat(
-          "item ", i, ": no ENCRYPT job awaits FINALIZE under this batch/job id "
-          "(unknown, expired or already finalized)"));
+          "item ", i, ": none of the ", what_, " is under this batch/job id "
+          "(unknown, expired or already used)"));
   }
   std::vector<Entry> out;
   out.reserve(keys.size());
@@ -60,7 +62,22 @@ absl::StatusOr<std::vector<EncryptStates::Entry>> EncryptStates::TakeAll(
   return out;
 }
 
-void EncryptStates::Erase(const std::vector<std::string>& keys) {
+template <typename State>
+absl::StatusOr<typename OneUseStates<State>::Entry> OneUseStates<State>::Take(
+    const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return absl::NotFoundError("unknown or already used");
+  const bool expired = absl::Now() - it->second.created > ttl_;
+  bytes_ -= it->second.bytes;
+  Entry e = std::move(it->second);
+  entries_.erase(it);
+  if (expired) return absl::NotFoundError("expired");
+  return e;
+}
+
+template <typename State>
+void OneUseStates<State>::Erase(const std::vector<std::string>& keys) {
   absl::MutexLock lock(&mu_);
   for (const std::string& k : keys) {
     auto it = entries_.find(k);
@@ -70,14 +87,19 @@ void EncryptStates::Erase(const std::vector<std::string>& keys) {
   }
 }
 
-size_t EncryptStates::size() {
+template <typename State>
+size_t OneUseStates<State>::size() {
   absl::MutexLock lock(&mu_);
   return entries_.size();
 }
 
-size_t EncryptStates::bytes() {
+template <typename State>
+size_t OneUseStates<State>::bytes() {
   absl::MutexLock lock(&mu_);
   return bytes_;
 }
+
+template class OneUseStates<engine::EncryptState>;
+template class OneUseStates<engine::PadState>;
 
 }  // namespace kmpc::service

@@ -26,9 +26,9 @@ Metrics::Metrics(int party)
         *registry_);
   };
   batches_ = &counter("kmpc_batches_total",
-                      "batches computed, by kind (run, finalize) and result");
-  const char* kinds[2] = {"run", "finalize"};
-  for (int k = 0; k < 2; ++k) {
+                      "batches computed, by kind (run, finalize, sign) and result");
+  const char* kinds[kKinds] = {"run", "finalize", "sign"};
+  for (int k = 0; k < kKinds; ++k) {
     ok_[k] = &batches_->Add({{"kind", kinds[k]}, {"result", "ok"}});
     failed_[k] = &batches_->Add({{"kind", kinds[k]}, {"result", "error"}});
   }
@@ -55,14 +55,16 @@ Metrics::Metrics(int party)
                             "(scheduling and computation), by kind")
                       .Labels(p)
                       .Register(*registry_);
-  for (int k = 0; k < 2; ++k)
+  for (int k = 0; k < kKinds; ++k)
     latency_[k] = &latency.Add({{"kind", kinds[k]}}, BucketsSeconds());
 }
 
 void Metrics::RecordBatch(const char* kind, bool ok, uint64_t jobs,
                           uint64_t aes_blocks, uint64_t ring_bytes,
                           uint64_t ring_messages, absl::Duration latency) {
-  const int k = std::strcmp(kind, "run") == 0 ? 0 : 1;
+  const int k = std::strcmp(kind, "run") == 0      ? 0
+                : std::strcmp(kind, "finalize") == 0 ? 1
+                                                     : 2;
   (ok ? ok_[k] : failed_[k])->Increment();
   if (ok) {
     jobs_->Increment(static_cast<double>(jobs));

@@ -31,7 +31,7 @@ class Metrics {
 
   explicit Metrics(int party = 0);
 
-  // kind: "run" or "finalize".
+  // kind: "run", "finalize" or "sign".
   void RecordBatch(const char* kind, bool ok, uint64_t jobs, uint64_t aes_blocks,
                    uint64_t ring_bytes, uint64_t ring_messages,
                    absl::Duration latency);
@@ -56,8 +56,9 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<prometheus::Collectable> process_;
   prometheus::Family<prometheus::Counter>* batches_;
-  prometheus::Counter* ok_[2];
-  prometheus::Counter* failed_[2];
+  static constexpr int kKinds = 3;  // run, finalize, sign
+  prometheus::Counter* ok_[kKinds];
+  prometheus::Counter* failed_[kKinds];
   prometheus::Family<prometheus::Counter>* rejected_;
   prometheus::Family<prometheus::Counter>* job_failures_;
   prometheus::Counter* jobs_;
@@ -65,7 +66,7 @@ class Metrics {
   prometheus::Counter* integrity_failures_;
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;
-  prometheus::Histogram* latency_[2];
+  prometheus::Histogram* latency_[kKinds];
 };
 
 }  // namespace kmpc::service

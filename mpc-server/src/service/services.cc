@@ -100,12 +100,55 @@ engine::Job ToEngineJob(const pb::Job& in) {
   if (!job.precheck.ok()) return job;
   if (in.type() == pb::JOB_ENCRYPT)
     job.nblocks = static_cast<uint32_t>(contract::CeilBlocks(in.length()));
+  else
+    job.length = in.length();
+  if (in.type() == pb::JOB_CHECKSUM || in.type() == pb::JOB_VERIFY_CHECKSUM) {
+    // This server's two shares of the message (kmpc.proto Job.data_shares);
+    // the engine::Job wipes its copy, Run wipes the request's.
+    const auto& sh = in.data_shares();
+    job.data_shares[0].assign(sh.first().begin(), sh.first().end());
+    job.data_shares[1].assign(sh.second().begin(), sh.second().end());
+  }
   job.data.assign(in.data().begin(), in.data().end());
   job.checksum.assign(in.checksum().begin(), in.checksum().end());
   return job;
 }
 
+// Wipes the message shares of a request's jobs (kmpc.proto Job.data_shares).
+void WipeMessageShares(pb::RunRequest* req) {
+  for (pb::Job& job : *req->mutable_jobs()) {
+    if (!job.has_data_shares()) continue;
+    std::string* f = job.mutable_data_shares()->mutable_first();
+    std::string* s = job.mutable_data_shares()->mutable_second();
+    OPENSSL_cleanse(f->data(), f->size());
+    OPENSSL_cleanse(s->data(), s->size());
+  }
+}
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<RequestRecorder>> RequestRecorder::Open(
+    const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "ab");
+  if (f == nullptr)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open ", path, " to record requests"));
+  return std::unique_ptr<RequestRecorder>(new RequestRecorder(f));
+}
+
+RequestRecorder::~RequestRecorder() {
+  absl::MutexLock lock(&mu_);
+  std::fclose(f_);
+}
+
+void RequestRecorder::Record(const char* method, const google::protobuf::Message& req) {
+  const std::string bytes = req.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  std::fprintf(f_, "%s %zu\n", method, bytes.size());
+  std::fwrite(bytes.data(), 1, bytes.size(), f_);
+  std::fputc('\n', f_);
+  std::fflush(f_);
+}
 
 grpc::Status ToGrpcStatus(const absl::Status& st) {
   if (st.ok()) return grpc::Status::OK;
@@ -176,7 +219,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
                                            engine::BatchResult& result,
                                            pb::RunResponse* resp) {
   const absl::Time now = absl::Now();
-  std::vector<std::string> kept;
+  std::vector<std::string> kept, kept_pads;
   grpc::Status refused;
   for (int i = 0; i < req.jobs_size() && refused.ok(); ++i) {
     const pb::Job& in = req.jobs(i);
@@ -209,6 +252,15 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
         o->set_ctr0(r.ctr0.data(), 16);
         SetTag(o->mutable_tag(), r.tag);
         break;
+      case pb::JOB_PAD: {
+        // Only ctr0 leaves; the pad waits for its one Sign item.
+        o->set_ctr0(r.ctr0.data(), 16);
+        std::string key = StateKey(req.batch_id(), in.job_id());
+        absl::Status st = pads_.Put(key, {r.pad, in.length(), now});
+        if (st.ok()) kept_pads.push_back(std::move(key));
+        else refused = Refuse(pb::BATCH_OVERLOADED, std::string(st.message()));
+        break;
+      }
       default:
         break;
     }
@@ -218,6 +270,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
       if (!ks.empty()) OPENSSL_cleanse(ks.data(), ks.size());
   if (!refused.ok()) {
     states_.Erase(kept);
+    pads_.Erase(kept_pads);
     resp->Clear();
   }
   return refused;
@@ -250,7 +303,6 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
   auto entries = states_.TakeAll(keys);
   if (!entries.ok())
     return Refuse(pb::BATCH_UNKNOWN_ENCRYPT, std::string(entries.status().message()));
-  std::vector<engine::Job> jobs(n);
   grpc::Status bad;
   for (int i = 0; i < n && bad.ok(); ++i) {
     const auto& it = req.items(i);
@@ -262,40 +314,128 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
       bad = Refuse(pb::BATCH_MALFORMED,
                    absl::StrCat("item ", i, ": ciphertext is ", it.ciphertext().size(),
                                 " bytes, the ENCRYPT job was for ", e.length));
-    jobs[i].type = pb::JOB_FINALIZE;
-    jobs[i].usage = e.state->usage;
-    jobs[i].data.assign(it.ciphertext().begin(), it.ciphertext().end());
-    jobs[i].state = e.state;
+    else if (e.state == nullptr || e.state->party != options_.party)
+      bad = Refuse(pb::BATCH_INTERNAL,
+                   absl::StrCat("item ", i, ": encrypt state belongs to another party"));
   }
   if (!bad.ok()) {
     // Put them back: nothing was revealed.
     for (int i = 0; i < n; ++i) (void)states_.Put(keys[i], std::move((*entries)[i]));
     return bad;
   }
-  BatchOutcome out =
-      scheduler_->Submit(BatchKind::kFinalize, batch_id, std::move(jobs), deadline);
-  metrics_->RecordBatch("finalize", out.status.ok(), n, 0, out.ring_bytes,
-                        out.ring_messages, out.queue_time + out.run_time);
-  if (!out.status.ok()) return Refuse(out);
-  if (out.result.jobs.size() != static_cast<size_t>(n))
-    return Refuse(pb::BATCH_INTERNAL, "engine returned a wrong number of results");
-  resp->set_batch_id(req.batch_id());
-  resp->set_party(options_.party);
-  FillStats(resp->mutable_stats(), out, 0);
-  for (int i = 0; i < n; ++i) {
-    const engine::JobResult& r = out.result.jobs[i];
-    auto* o = resp->add_results();
-    o->set_run_batch_id(req.items(i).run_batch_id());
-    o->set_job_id(req.items(i).job_id());
-    // A FinalizeResult has no status: an item the engine could not
-    // finalize (its state does not fit, which the checks above exclude)
-    // refuses the request.
-    if (!r.ok())
-      return Refuse(r.status == pb::JOB_MALFORMED ? pb::BATCH_MALFORMED
-                                                  : pb::BATCH_INTERNAL,
-                    absl::StrCat("item ", i, ": ", r.detail));
-    SetTag(o->mutable_tag(), r.tag);
+  // Ring-free (kmpc.proto KeyOps.Finalize): GHASH over the public C with
+  // this party's shares of the powers of H and of AES_K(c0), on the calling
+  // thread; the states were taken above, so each is used once.
+  const absl::Time t0 = absl::Now();
+  std::vector<engine::JobResult> results(n);
+  for (int i = 0; i < n && bad.ok(); ++i) {
+    const auto& e = (*entries)[i];
+    const std::string& c = req.items(i).ciphertext();
+    absl::StatusOr<engine::JobResult> f = engine::Finalize(
+        *e.state, e.state->usage,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(c.data()), c.size()));
+    // The checks above exclude a state that does not fit; a failure here
+    // refuses the request (a FinalizeResult has no status).
+    if (f.ok()) results[i] = std::move(*f);
+    else bad = Refuse(pb::BATCH_MALFORMED, absl::StrCat("item ", i, ": ", f.status().message()));
   }
+  entries->clear();  // the states are wiped as their last reference goes
+  BatchOutcome out;
+  out.run_time = absl::Now() - t0;
+  metrics_->RecordBatch("finalize", bad.ok(), n, 0, 0, 0, out.run_time);
+  if (bad.ok()) {
+    resp->set_batch_id(req.batch_id());
+    resp->set_party(options_.party);
+    FillStats(resp->mutable_stats(), out, 0);
+    for (int i = 0; i < n; ++i) {
+      auto* o = resp->add_results();
+      o->set_run_batch_id(req.items(i).run_batch_id());
+      o->set_job_id(req.items(i).job_id());
+      SetTag(o->mutable_tag(), results[i].tag);
+    }
+  }
+  for (auto& r : results)
+    for (auto& t : r.tag) OPENSSL_cleanse(t.data(), t.size());
+  return bad;
+}
+
+grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse* resp) {
+  if (req.request_id().size() != contract::kBatchIdSize)
+    return Refuse(pb::BATCH_MALFORMED,
+                  absl::StrCat("request_id must be ", contract::kBatchIdSize,
+                               " bytes, got ", req.request_id().size()));
+  const int n = req.items_size();
+  if (grpc::Status s = CheckRequestSize(n, "sign", "items", options_.max_sign_items);
+      !s.ok())
+    return s;
+  // The GHASH work, as a Run's checksums count it (contract::JobCost).
+  uint64_t blocks = 0;
+  for (const pb::SignItem& it : req.items()) blocks += contract::CeilBlocks(it.length());
+  if (blocks > contract::kMaxBatchBlocks)
+    return Refuse(pb::BATCH_TOO_LARGE,
+                  absl::StrCat("sign request covers ", blocks,
+                               " message blocks, the limit is ", contract::kMaxBatchBlocks));
+  const absl::Time t0 = absl::Now();
+  resp->set_party(options_.party);
+  for (int i = 0; i < n; ++i) {
+    const pb::SignItem& it = req.items(i);
+    pb::SignResult* o = resp->add_results();
+    o->set_run_batch_id(it.run_batch_id());
+    o->set_job_id(it.job_id());
+    auto fail = [&](pb::JobStatus st, std::string detail) {
+      o->set_status(st);
+      o->set_detail(std::move(detail));
+      metrics_->RecordJobFailure(pb::JobStatus_Name(st));
+    };
+    if (it.run_batch_id().size() != contract::kBatchIdSize) {
+      fail(pb::JOB_MALFORMED, absl::StrCat("run_batch_id must be ",
+                                           contract::kBatchIdSize, " bytes"));
+      continue;
+    }
+    // Taken before anything is computed: a second item for this pad, in
+    // this request or another, finds nothing (enctype.md, invariant 6).
+    const std::string key = StateKey(it.run_batch_id(), it.job_id());
+    absl::StatusOr<PadStates::Entry> e = pads_.Take(key);
+    if (!e.ok()) {
+      fail(pb::JOB_PAD_UNAVAILABLE,
+           absl::StrCat("no pad under this batch/job id: ", e.status().message()));
+      continue;
+    }
+    const engine::PadState& pad = *e->state;
+    const std::string& s0 = it.data().first();
+    const std::string& s1 = it.data().second();
+    std::string bad;
+    if (pad.party != options_.party) {
+      bad = "the pad belongs to another party";
+    } else if (it.usage() != pad.usage) {
+      bad = absl::StrCat("usage ", it.usage(), " differs from the pad's ", pad.usage);
+    } else if (it.length() > pad.max_length) {
+      bad = absl::StrCat("message of ", it.length(), " bytes, the pad signs at most ",
+                         pad.max_length);
+    } else if (s0.size() != it.length() || s1.size() != it.length()) {
+      bad = absl::StrCat("shares of ", s0.size(), " and ", s1.size(),
+                         " bytes for a message of ", it.length());
+    }
+    absl::StatusOr<std::array<uint8_t, 16>> t =
+        bad.empty() ? engine::SignShare(
+                          pad, it.usage(),
+                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s0.data()),
+                                              s0.size()),
+                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s1.data()),
+                                              s1.size()))
+                    : absl::InvalidArgumentError(bad);
+    if (!t.ok()) {
+      // Nothing was computed with the pad: it goes back, with its age.
+      (void)pads_.Put(key, std::move(*e));
+      fail(pb::JOB_MALFORMED, std::string(t.status().message()));
+      continue;
+    }
+    o->set_status(pb::JOB_OK);
+    o->set_tag_share(t->data(), t->size());
+    OPENSSL_cleanse(t->data(), t->size());
+    // *e goes here: the pad is wiped with its last reference.
+  }
+  metrics_->RecordBatch("sign", true, n, 0, 0, 0, absl::Now() - t0);
   return grpc::Status::OK;
 }
 
@@ -322,15 +462,37 @@ grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
 grpc::Status KeyOpsService::Run(grpc::ServerContext* ctx,
                                 const kmpc::v1::RunRequest* req,
                                 kmpc::v1::RunResponse* resp) {
-  return Serve(ctx, "Run", resp,
-               [&] { return DoRun(*req, resp, ClientDeadline(*ctx)); });
+  if (recorder_ != nullptr) recorder_->Record("Run", *req);
+  grpc::Status st = Serve(ctx, "Run", resp,
+                          [&] { return DoRun(*req, resp, ClientDeadline(*ctx)); });
+  // The request is ours until we return: wipe this copy of the message
+  // shares (the engine wiped its own).
+  WipeMessageShares(const_cast<kmpc::v1::RunRequest*>(req));
+  return st;
 }
 
 grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
                                      const kmpc::v1::FinalizeRequest* req,
                                      kmpc::v1::FinalizeResponse* resp) {
+  if (recorder_ != nullptr) recorder_->Record("Finalize", *req);
   return Serve(ctx, "Finalize", resp,
                [&] { return DoFinalize(*req, resp, ClientDeadline(*ctx)); });
+}
+
+grpc::Status KeyOpsService::Sign(grpc::ServerContext* ctx,
+                                 const kmpc::v1::SignRequest* req,
+                                 kmpc::v1::SignResponse* resp) {
+  if (recorder_ != nullptr) recorder_->Record("Sign", *req);
+  grpc::Status st = Serve(ctx, "Sign", resp, [&] { return DoSign(*req, resp); });
+  // The request is ours until we return: wipe this copy of the shares.
+  auto* mut = const_cast<kmpc::v1::SignRequest*>(req);
+  for (pb::SignItem& it : *mut->mutable_items()) {
+    std::string* f = it.mutable_data()->mutable_first();
+    std::string* s = it.mutable_data()->mutable_second();
+    OPENSSL_cleanse(f->data(), f->size());
+    OPENSSL_cleanse(s->data(), s->size());
+  }
+  return st;
 }
 
 // ------------------------------------------------------------ Admin

@@ -6,6 +6,7 @@
 #ifndef KMPC_SERVICE_SERVICES_H_
 #define KMPC_SERVICE_SERVICES_H_
 
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,6 +40,35 @@ struct ServiceOptions {
   // message's state holds up to 2 MiB of H-power shares); a batch whose
   // states do not fit is refused (BATCH_OVERLOADED).
   size_t max_pending_encrypt_bytes = size_t{256} << 20;
+  // Pads (JOB_PAD) awaiting their Sign: the KDC draws one before it builds
+  // the ticket it signs, so they wait a little longer than ENCRYPT states.
+  // A pad signs one message; an expired one is dropped unused.
+  absl::Duration pad_ttl = absl::Seconds(30);
+  size_t max_pending_pads = 1000000;
+  size_t max_pending_pad_bytes = size_t{256} << 20;
+  // Items one Sign request may carry.
+  size_t max_sign_items = 100000;
+  // Test-only (--debug_record_requests): every KeyOps request is appended
+  // here, serialized, before it is processed. Empty: off.
+  std::string debug_record_requests;
+};
+
+// Test-only (--debug_record_requests): appends every KeyOps request, as
+// received and before any processing, to a file, one record each:
+//   "<Method> <n>\n" then the n bytes of the serialized request, then "\n".
+// For integration tests that scan what a server receives (enctype.md,
+// invariant 5); never for production (the records hold shares).
+class RequestRecorder {
+ public:
+  // Opens `path` for appending; INVALID_ARGUMENT if it cannot.
+  static absl::StatusOr<std::unique_ptr<RequestRecorder>> Open(const std::string& path);
+  ~RequestRecorder();
+  void Record(const char* method, const google::protobuf::Message& req);
+
+ private:
+  explicit RequestRecorder(std::FILE* f) : f_(f) {}
+  absl::Mutex mu_;
+  std::FILE* f_ ABSL_GUARDED_BY(mu_);
 };
 
 class KeyOpsService final : public kmpc::v1::KeyOps::Service {
@@ -48,12 +78,21 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
       : options_(options), keys_(keys), scheduler_(scheduler),
         metrics_(metrics),
         states_(options.encrypt_state_ttl, options.max_pending_encrypts,
-                options.max_pending_encrypt_bytes) {}
+                options.max_pending_encrypt_bytes),
+        pads_(options.pad_ttl, options.max_pending_pads,
+              options.max_pending_pad_bytes) {
+    if (!options.debug_record_requests.empty()) {
+      auto r = RequestRecorder::Open(options.debug_record_requests);
+      if (r.ok()) recorder_ = std::move(*r);
+    }
+  }
   grpc::Status Run(grpc::ServerContext* ctx, const kmpc::v1::RunRequest* req,
                    kmpc::v1::RunResponse* resp) override;
   grpc::Status Finalize(grpc::ServerContext* ctx,
                         const kmpc::v1::FinalizeRequest* req,
                         kmpc::v1::FinalizeResponse* resp) override;
+  grpc::Status Sign(grpc::ServerContext* ctx, const kmpc::v1::SignRequest* req,
+                    kmpc::v1::SignResponse* resp) override;
 
   // The request handling without authorization (tests, fuzzing). A job
   // that breaks the contract (contract::CheckJob) fails alone
@@ -63,9 +102,25 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   // by then is dropped (Scheduler::Submit).
   grpc::Status DoRun(const kmpc::v1::RunRequest& req, kmpc::v1::RunResponse* resp,
                      absl::Time deadline = absl::InfiniteFuture());
+  // Ring-free: served at once on the calling thread (engine::Finalize on
+  // this party's shares), no scheduler pass; every ENCRYPT state is taken
+  // before it is used, so it serves one FINALIZE at most. `deadline` is
+  // unused (nothing waits).
   grpc::Status DoFinalize(const kmpc::v1::FinalizeRequest& req,
                           kmpc::v1::FinalizeResponse* resp,
                           absl::Time deadline = absl::InfiniteFuture());
+  // Ring-free signing (kmpc.proto SignRequest): per item, the pad named by
+  // (run_batch_id, job_id) is taken from this server's pad store before
+  // anything is computed (one tag per pad, whoever asks), then this
+  // party's additive tag share t_i is computed on the calling thread
+  // (engine::SignShare). Per-item results: JOB_OK with tag_share;
+  // JOB_PAD_UNAVAILABLE (no such pad here: never drawn, expired, used);
+  // JOB_MALFORMED (run_batch_id size, usage or length not the pad's, share
+  // sizes: the pad is put back, nothing was computed). The request as a
+  // whole is refused (BatchError) only for a malformed request_id, no
+  // items, too many items or too many message bytes.
+  grpc::Status DoSign(const kmpc::v1::SignRequest& req,
+                      kmpc::v1::SignResponse* resp);
 
  private:
   grpc::Status Serve(grpc::ServerContext* ctx, const char* what,
@@ -79,6 +134,8 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   Scheduler* scheduler_;
   Metrics* metrics_;
   EncryptStates states_;
+  PadStates pads_;
+  std::unique_ptr<RequestRecorder> recorder_;  // test-only, usually null
 };
 
 class AdminService final : public kmpc::v1::Admin::Service {

@@ -206,8 +206,36 @@ class Cluster {
     return out;
   }
 
+  // Every CHECKSUM / VERIFY_CHECKSUM job the helpers below built with its
+  // message in `data` (data.size() == length, no shares yet) gets the
+  // message dealt afresh as shares (the KDC module's client::Deal), so
+  // each party sees only its pair; other jobs go to all three unchanged.
+  static std::array<std::vector<Job>, 3> Deal(const std::vector<Job>& jobs) {
+    std::array<std::vector<Job>, 3> out = {jobs, jobs, jobs};
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const Job& in = jobs[j];
+      if ((in.type != pb::JOB_CHECKSUM && in.type != pb::JOB_VERIFY_CHECKSUM) ||
+          in.data.size() != in.length || !in.data_shares[0].empty() ||
+          !in.data_shares[1].empty())
+        continue;
+      auto views = share::Deal(in.data);
+      EXPECT_TRUE(views.ok());
+      for (int i = 0; i < 3; ++i) {
+        out[i][j].data.clear();
+        out[i][j].data_shares = (*views)[i].comp;
+      }
+    }
+    return out;
+  }
+
+  // The same batch on the three parties, its messages dealt as shares.
+  std::array<absl::StatusOr<BatchResult>, 3> RunSame(uint64_t seq,
+                                                     const std::vector<Job>& jobs) {
+    return RunEach(seq, Deal(jobs));
+  }
+
   std::array<BatchResult, 3> Run(const std::vector<Job>& jobs) {
-    auto r = RunEach(seq_++, {jobs, jobs, jobs});
+    auto r = RunEach(seq_++, Deal(jobs));
     std::array<BatchResult, 3> out;
     for (int i = 0; i < 3; ++i) {
       EXPECT_TRUE(r[i].ok()) << r[i].status();
@@ -255,23 +283,28 @@ Job DecryptJob(const std::string& id, uint32_t usage, Bytes ct) {
   j.data = std::move(ct);
   return j;
 }
+// The message goes in `data` here; Cluster::Run deals it as shares (a job
+// with its message in the clear would fail as JOB_MALFORMED).
 Job ChecksumJob(const std::string& id, uint32_t usage, Bytes d) {
   Job j;
   j.type = pb::JOB_CHECKSUM;
   j.cipher = CipherOf(id);
   j.key_id = id;
   j.usage = usage;
+  j.length = static_cast<uint32_t>(d.size());
   j.data = std::move(d);
   return j;
 }
 Job VerifyJob(const std::string& id, uint32_t usage, Bytes d, Bytes cks) {
-  Job j;
+  Job j = ChecksumJob(id, usage, std::move(d));
   j.type = pb::JOB_VERIFY_CHECKSUM;
-  j.cipher = CipherOf(id);
-  j.key_id = id;
-  j.usage = usage;
-  j.data = std::move(d);
   j.checksum = std::move(cks);
+  return j;
+}
+
+Job FinalizeWithoutState() {
+  Job j;
+  j.type = pb::JOB_FINALIZE;
   return j;
 }
 
@@ -571,6 +604,276 @@ TEST(Engine, ChecksumMatchesReferenceAndVerifies) {
   }
 }
 
+// GHASH_H(A', D) from OpenSSL's AES-GCM, independent of this code base's
+// GF(2^128): with a 96-bit IV, GCM encrypts P under the keystream from
+// inc32(J0), J0 = IV || 0^31 || 1, and its tag is GHASH_H(AAD, C) ^ E_K(J0)
+// (SP 800-38D, 7.1). Encrypting P = D ^ keystream (the keystream being
+// the encryption of zeros) makes C = D, so GHASH_H(A', D) = tag ^ E_K(J0).
+Bytes GcmGhash(const Bytes& key, const Bytes& aad, const Bytes& d) {
+  const Bytes iv(12, 0x5a);
+  auto gcm = [&](const Bytes& p, Bytes* c, Bytes* tag) {
+    EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+    EVP_EncryptInit_ex(ctx, key.size() == 16 ? EVP_aes_128_gcm() : EVP_aes_256_gcm(),
+                       nullptr, key.data(), iv.data());
+    int n = 0;
+    if (!aad.empty()) EVP_EncryptUpdate(ctx, nullptr, &n, aad.data(), aad.size());
+    c->assign(p.size() + 16, 0);
+    int clen = 0;
+    if (!p.empty()) EVP_EncryptUpdate(ctx, c->data(), &clen, p.data(), p.size());
+    EVP_EncryptFinal_ex(ctx, c->data() + clen, &n);
+    c->resize(p.size());
+    tag->assign(16, 0);
+    EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, tag->data());
+    EVP_CIPHER_CTX_free(ctx);
+  };
+  Bytes ks, c, tag, unused;
+  gcm(Bytes(d.size(), 0), &ks, &unused);
+  gcm(Xor(d, ks), &c, &tag);
+  EXPECT_EQ(c, d);
+  Bytes j0 = iv;
+  j0.insert(j0.end(), {0, 0, 0, 1});
+  const auto e = OpensslAes(key, j0.data());
+  for (int k = 0; k < 16; ++k) tag[k] ^= e[k];
+  return tag;
+}
+
+// CHECKSUM over shares against OpenSSL's GCM (both ciphers; messages of
+// 1000 and 1500 bytes need more than the stored 64 powers of H, computed in
+// the MPC), and VERIFY_CHECKSUM over fresh shares accepts exactly it.
+TEST(Engine, SharedChecksumMatchesOpensslGcm) {
+  Cluster c;
+  for (size_t key_len : {16, 32}) {
+    const Bytes key = Random(key_len);
+    const std::string id = c.AddKey(key);
+    std::vector<Job> jobs;
+    std::vector<Bytes> msgs;
+    for (size_t dlen : {0, 1, 16, 17, 1000, 1500}) {
+      msgs.push_back(Random(dlen));
+      jobs.push_back(ChecksumJob(id, 0x01020304, msgs.back()));
+    }
+    auto r = c.Run(jobs);
+    std::vector<Job> verify;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      std::array<JobResult, 3> jr = {r[0].jobs[j], r[1].jobs[j], r[2].jobs[j]};
+      for (auto& x : jr) ASSERT_EQ(x.status, pb::JOB_OK) << x.detail;
+      const Bytes ctr0(jr[0].ctr0.begin(), jr[0].ctr0.end());
+      Bytes want = GcmGhash(key, {1, 2, 3, 4, 0x99}, msgs[j]);
+      const auto e0 = OpensslAes(key, ctr0.data());
+      for (int k = 0; k < 16; ++k) want[k] ^= e0[k];
+      const Bytes tag = TagOf(jr);
+      EXPECT_EQ(ToHex(tag), ToHex(want)) << "length " << msgs[j].size();
+      Bytes full = ctr0;
+      full.insert(full.end(), tag.begin(), tag.end());
+      verify.push_back(VerifyJob(id, 0x01020304, msgs[j], full));
+      Bytes other = msgs[j];
+      other.push_back(0);  // one byte longer: another message
+      verify.push_back(VerifyJob(id, 0x01020304, other, full));
+    }
+    auto v = c.Run(verify);
+    for (int i = 0; i < 3; ++i)
+      for (size_t j = 0; j < verify.size(); ++j)
+        EXPECT_EQ(v[i].jobs[j].status, j % 2 ? pb::JOB_INTEGRITY_FAILED : pb::JOB_OK)
+            << "job " << j << " party " << i;
+  }
+}
+
+// A message in the clear (Job::data of a CHECKSUM) is refused on every
+// party, and shares of the wrong size too; the batch's other jobs run.
+TEST(Engine, ChecksumMessageOnlyAsShares) {
+  Cluster c;
+  const std::string id = c.AddKey(Random(16));
+  Job clear = ChecksumJob(id, 1, {1, 2, 3});  // not dealt: RunEach below
+  Job odd = ChecksumJob(id, 1, {});
+  odd.length = 3;
+  odd.data_shares = {Bytes{1, 2, 3}, Bytes{1, 2}};
+  const std::vector<Job> jobs = {clear, odd, EncryptJob(id, 1, 1)};
+  auto r = c.RunEach(90, {jobs, jobs, jobs});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(r[i].ok()) << r[i].status();
+    EXPECT_EQ(r[i]->jobs[0].status, pb::JOB_MALFORMED);
+    EXPECT_NE(r[i]->jobs[0].detail.find("shares"), std::string::npos);
+    EXPECT_EQ(r[i]->jobs[1].status, pb::JOB_MALFORMED);
+    EXPECT_EQ(r[i]->jobs[2].status, pb::JOB_OK);
+  }
+}
+
+// ---- Pads and ring-free signing (engine.h PadState, SignShare) ----
+
+Job PadJob(const std::string& id, uint32_t usage, uint32_t max_length) {
+  Job j;
+  j.type = pb::JOB_PAD;
+  j.cipher = CipherOf(id);
+  j.key_id = id;
+  j.usage = usage;
+  j.length = max_length;
+  return j;
+}
+
+// The three parties' pads for `key` and a ctr0 chosen here, dealt in the
+// clear (a dealer's view of what a PAD job leaves): shares of AES_K(c0),
+// of H^1..H^m (the stored 64, or all m dealt afresh beyond them) and a
+// zero-sharing z_i = r_i ^ r_{i+1}.
+std::array<std::shared_ptr<PadState>, 3> DealPad(const Bytes& key, const Bytes& ctr0,
+                                                 uint32_t usage, uint32_t max_length) {
+  const Cipher cipher = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
+  auto views = DealKey(cipher, key);
+  EXPECT_TRUE(views.ok());
+  const size_t m = protocol::GhashBlocks(5, max_length);
+  std::array<share::View, 3> powers;
+  if (m > static_cast<size_t>(kStoredHPowers)) {
+    const uint8_t zero[16] = {0};
+    const auto h16 = OpensslAes(key, zero);
+    protocol::Block h, p;
+    std::copy(h16.begin(), h16.end(), h.begin());
+    p = h;
+    Bytes all;
+    for (size_t k = 1; k <= m; ++k) {
+      all.insert(all.end(), p.begin(), p.end());
+      p = protocol::GfMulReference(p, h);
+    }
+    auto dealt = share::Deal(all);
+    EXPECT_TRUE(dealt.ok());
+    powers = *dealt;
+  }
+  const auto e0 = OpensslAes(key, ctr0.data());
+  auto mask = share::Deal(absl::MakeConstSpan(e0.data(), 16));
+  EXPECT_TRUE(mask.ok());
+  const Bytes r = Random(48);
+  std::array<std::shared_ptr<PadState>, 3> out;
+  for (int i = 0; i < 3; ++i) {
+    auto pad = std::make_shared<PadState>();
+    pad->party = i;
+    pad->cipher = cipher;
+    pad->usage = usage;
+    pad->max_length = max_length;
+    std::copy(ctr0.begin(), ctr0.end(), pad->ctr0.begin());
+    for (int k = 0; k < 2; ++k)
+      std::copy((*mask)[i].comp[k].begin(), (*mask)[i].comp[k].end(), pad->mask[k].begin());
+    for (int b = 0; b < 16; ++b)
+      pad->zero[b] = r[16 * i + b] ^ r[16 * ((i + 1) % 3) + b];
+    if (m > static_cast<size_t>(kStoredHPowers)) {
+      pad->h_powers = powers[i].comp;
+    } else {
+      pad->key = std::make_shared<const KeyShares>((*views)[i]);
+    }
+    out[i] = std::move(pad);
+  }
+  return out;
+}
+
+// The three parties' SignShare of a message dealt afresh; their XOR.
+Bytes SignAll(const std::array<std::shared_ptr<const PadState>, 3>& pads,
+              uint32_t usage, const Bytes& d, std::array<Bytes, 3>* shares_out = nullptr) {
+  auto dealt = share::Deal(d);
+  EXPECT_TRUE(dealt.ok());
+  Bytes tag(16, 0);
+  for (int i = 0; i < 3; ++i) {
+    auto t = SignShare(*pads[i], usage, (*dealt)[i].comp[0], (*dealt)[i].comp[1]);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return {};
+    if (shares_out != nullptr) (*shares_out)[i].assign(t->begin(), t->end());
+    for (int k = 0; k < 16; ++k) tag[k] ^= (*t)[k];
+  }
+  return tag;
+}
+
+std::array<std::shared_ptr<const PadState>, 3> Const(
+    const std::array<std::shared_ptr<PadState>, 3>& p) {
+  return {p[0], p[1], p[2]};
+}
+
+// Pads dealt from the vectors' ctr0: the three t_i XOR to the vectors'
+// checksums, and to the reference for random messages (a 1000-byte one
+// needs 65 powers: beyond the stored ones).
+TEST(Sign, SharesOfDealtPadsGiveTheVectorsChecksums) {
+  const std::string json = ReadFile(KMPC_VECTORS_PATH);
+  auto cks = Section(json, "checksum");
+  ASSERT_GE(cks.size(), 6u);
+  std::set<size_t> key_sizes;
+  for (auto& v : cks) {
+    const Bytes key = Hex(v["key"]), ctr0 = Hex(v["ctr0"]), d = Hex(v["data"]);
+    const uint32_t usage = std::stoul(v["usage"]);
+    key_sizes.insert(key.size());
+    const Bytes full = Hex(v["checksum"]);
+    const Bytes want(full.begin() + 16, full.end());
+    auto pads = DealPad(key, ctr0, usage, static_cast<uint32_t>(d.size()) + 40);
+    std::array<Bytes, 3> t;
+    EXPECT_EQ(ToHex(SignAll(Const(pads), usage, d, &t)), ToHex(want));
+    // No party's share is the tag.
+    for (int i = 0; i < 3; ++i) EXPECT_NE(ToHex(t[i]), ToHex(want));
+  }
+  EXPECT_EQ(key_sizes, (std::set<size_t>{16, 32}));
+  for (size_t key_len : {16, 32}) {
+    const Bytes key = Random(key_len), ctr0 = Random(16);
+    for (uint32_t len : {0, 1, 16, 17, 1000}) {
+      auto pads = DealPad(key, ctr0, 77, len);
+      const Bytes d = Random(len);
+      const Bytes want = RefChecksum(key, 77, ctr0, d);
+      EXPECT_EQ(ToHex(SignAll(Const(pads), 77, d)), ToHex(Bytes(want.begin() + 16, want.end())))
+          << key_len << " " << len;
+    }
+  }
+}
+
+// SignShare refuses (nothing computed) a usage other than the pad's, a
+// message longer than the pad's, and shares of different sizes.
+TEST(Sign, MalformedInputsAreRefused) {
+  auto pads = DealPad(Random(16), Random(16), 5, 20);
+  const Bytes a(20, 1), b(19, 1), big(21, 1);
+  EXPECT_EQ(SignShare(*pads[0], 6, a, a).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SignShare(*pads[0], 5, a, b).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SignShare(*pads[0], 5, big, big).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(SignShare(*pads[0], 5, b, b).ok());  // shorter than the pad's: fine
+  PadState empty;
+  EXPECT_FALSE(SignShare(empty, 0, {}, {}).ok());
+}
+
+// Pads drawn by a real 3-party Run (semi-honest and malicious): the same
+// fresh ctr0 on the three parties, nothing revealed, and the t_i XOR to
+// the reference checksum under the dealt key for messages up to the pad's
+// length (both ciphers; 1000 bytes: powers computed in the MPC).
+TEST(Sign, PadsFromARunSignCorrectly) {
+  for (bool malicious : {false, true}) {
+    EngineOptions o;
+    o.malicious = malicious;
+    Cluster c(o);
+    for (size_t key_len : {16, 32}) {
+      const Bytes key = Random(key_len);
+      const std::string id = c.AddKey(key);
+      const std::vector<uint32_t> lens = {0, 1, 16, 17, 1000};
+      std::vector<Job> jobs;
+      for (uint32_t len : lens) jobs.push_back(PadJob(id, 9, len));
+      jobs.push_back(PadJob(id, 9, 1000));  // signs a shorter message
+      auto r = c.Run(jobs);
+      std::set<std::string> ctrs;
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        std::array<std::shared_ptr<const PadState>, 3> pads;
+        for (int i = 0; i < 3; ++i) {
+          ASSERT_EQ(r[i].jobs[j].status, pb::JOB_OK) << r[i].jobs[j].detail;
+          ASSERT_NE(r[i].jobs[j].pad, nullptr);
+          EXPECT_EQ(r[i].jobs[j].ctr0, r[0].jobs[j].ctr0);
+          EXPECT_TRUE(r[i].jobs[j].keystream[0].empty());
+          EXPECT_EQ(r[i].jobs[j].pad->party, i);
+          pads[i] = r[i].jobs[j].pad;
+        }
+        EXPECT_TRUE(ctrs.insert(ToHex(r[0].jobs[j].ctr0)).second);
+        const Bytes ctr0(r[0].jobs[j].ctr0.begin(), r[0].jobs[j].ctr0.end());
+        const Bytes d = Random(j + 1 < jobs.size() ? lens[j] : 333);
+        const Bytes want = RefChecksum(key, 9, ctr0, d);
+        EXPECT_EQ(ToHex(SignAll(pads, 9, d)), ToHex(Bytes(want.begin() + 16, want.end())))
+            << "malicious " << malicious << " key " << key_len << " job " << j;
+        // The zero-shares differ per party and XOR to zero.
+        Bytes zx(16, 0);
+        for (int i = 0; i < 3; ++i)
+          for (int k = 0; k < 16; ++k) zx[k] ^= pads[i]->zero[k];
+        EXPECT_EQ(zx, Bytes(16, 0));
+        EXPECT_NE(pads[0]->zero, pads[1]->zero);
+      }
+    }
+  }
+}
+
 TEST(Engine, AnySingleBitFlipFailsIntegrity) {
   Cluster c;
   const std::string id = c.AddKey(Random(32));
@@ -629,7 +932,7 @@ TEST(Engine, DigestMismatchRefusedEverywhere) {
   // One party with an extra ENCRYPT job (draws one more counter): refused,
   // and the PRSS stays in step.
   std::vector<Job> c2 = {EncryptJob(id, 1, 2), ChecksumJob(id, 4, {1, 2})};
-  r = c.RunEach(6, {a, c2, a});
+  r = c.RunEach(6, {a, Cluster::Deal(c2)[1], a});
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << i;
   }
@@ -692,7 +995,7 @@ TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
       DecryptJob(wrong, 3, ct),         // 4 party 0 holds party 1's view
       ChecksumJob(good2, 5, {7, 8, 9}), // 5 fine
       EncryptJob(kNoSuchKey, 1, 1),         // 6 missing everywhere
-      Job{pb::JOB_FINALIZE},          // 7 malformed (no state)
+      FinalizeWithoutState(),          // 7 malformed (no state)
   };
   for (int round = 0; round < 2; ++round) {
     auto r = c.Run(jobs);
@@ -871,7 +1174,7 @@ TEST(Engine, MalformedJobsFailAloneOthersStillRun) {
       {VerifyJob(id, 1, {}, Random(31)), kCannot},      // short checksum
       {bad_type, kBad},
       {enc_with_data, kBad},
-      {Job{pb::JOB_FINALIZE}, kBad},                    // no state
+      {FinalizeWithoutState(), kBad},                    // no state
       {with_state, kBad},                               // state on ENCRYPT
       {preset, kBad},                                   // the caller's check
   };
@@ -1220,6 +1523,44 @@ void ExpectCaught(const std::array<absl::StatusOr<BatchResult>, 3>& r, int cheat
 
 }  // namespace mal
 
+// Pads come only from verified batches: an error injected into any
+// message of a PAD batch (AES of c0, the H-power products of a 1000-byte
+// pad, the openings) is caught, and a party whose checks fail keeps no
+// pad; after a reconnect the pads of an honest batch sign correctly.
+TEST(Malicious, PadsComeOnlyFromVerifiedBatches) {
+  std::mt19937_64 rng(0x706164);
+  const int cheater = 1;
+  Cluster c(mal::Malicious(), cheater);
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  const std::vector<Job> jobs = {PadJob(id, 5, 1000), PadJob(id, 5, 16)};
+  const uint64_t before = c.cheat().sent();
+  mal::ExpectHonest(c.RunSame(10, jobs));
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  ASSERT_GT(sizes.size(), 10u);
+  uint64_t seq = 20;
+  for (int trial = 0; trial < 12; ++trial) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] == 0) continue;
+    c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
+    auto r = c.RunSame(seq++, jobs);
+    ASSERT_TRUE(c.cheat().fired());
+    mal::ExpectCaught(r, cheater, absl::StrCat("pad step ", step));
+    c.cheat().Disarm();
+    c.Connect();
+  }
+  auto r = c.RunSame(seq++, jobs);
+  mal::ExpectHonest(r);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    std::array<std::shared_ptr<const PadState>, 3> pads = {r[0]->jobs[j].pad, r[1]->jobs[j].pad,
+                                                           r[2]->jobs[j].pad};
+    const Bytes ctr0(r[0]->jobs[j].ctr0.begin(), r[0]->jobs[j].ctr0.end());
+    const Bytes d = Random(j == 0 ? 999 : 16);
+    const Bytes want = RefChecksum(key, 5, ctr0, d);
+    EXPECT_EQ(ToHex(SignAll(pads, 5, d)), ToHex(Bytes(want.begin() + 16, want.end())));
+  }
+}
+
 TEST(Malicious, BucketParametersMeetTheBound) {
   for (size_t n : {1, 2, 10, 100, 1000, 7616, 100000, 1000000}) {
     const protocol::BucketParams p = protocol::ChooseBuckets(n);
@@ -1308,7 +1649,7 @@ TEST(Malicious, LargeBatchBuffersAreNotKept) {
         << "party " << i;
   }
   const mal::LoginBatch login = mal::MakeLogin(c, Random(32));
-  mal::ExpectHonest(c.RunEach(100, {login.jobs(), login.jobs(), login.jobs()}));
+  mal::ExpectHonest(c.RunSame(100, login.jobs()));
   const Bytes p = Random(100);
   const Bytes ct = ClusterEncrypt(c, id, 7, p);
   EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 7, Bytes(ct.begin(), ct.begin() + 16), p)));
@@ -1359,7 +1700,7 @@ TEST(Malicious, M31AttackOnATgtDecryptIsCaught) {
     // An honest run gives the message sizes: the first 384-byte message
     // after a 1152-byte one is round 1's AND layer 2 (3 wires, one tile).
     const uint64_t before = c.cheat().sent();
-    mal::ExpectHonest(c.RunEach(100, {jobs, jobs, jobs}));
+    mal::ExpectHonest(c.RunSame(100, jobs));
     const auto& sizes = c.cheat().sizes();
     uint64_t step = 0;
     bool found = false;
@@ -1376,7 +1717,7 @@ TEST(Malicious, M31AttackOnATgtDecryptIsCaught) {
       // lane 0 (the DECRYPT's AES_K(c0)).
       const int p = trial % 16;
       c.cheat().Arm(step, (16 * 1 + p) * 8, 0x01);
-      auto r = c.RunEach(200 + trial, {jobs, jobs, jobs});
+      auto r = c.RunSame(200 + trial, jobs);
       ASSERT_TRUE(c.cheat().fired());
       if (!malicious) {
         // Semi-honest: all three run to the end and reveal a verdict.
@@ -1389,7 +1730,7 @@ TEST(Malicious, M31AttackOnATgtDecryptIsCaught) {
       EXPECT_FALSE(r[2].ok());
       if (!r[2].ok()) ++caught;
       c.Connect();
-      mal::ExpectHonest(c.RunEach(300 + trial, {jobs, jobs, jobs}));
+      mal::ExpectHonest(c.RunSame(300 + trial, jobs));
     }
     if (malicious) EXPECT_GE(caught, 16);
   }
@@ -1407,7 +1748,7 @@ TEST(Malicious, RandomInjectionsAreAllCaught) {
     const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
     const std::vector<Job> jobs = lb.jobs();
     const uint64_t before = c.cheat().sent();
-    mal::ExpectHonest(c.RunEach(1000, {jobs, jobs, jobs}));
+    mal::ExpectHonest(c.RunSame(1000, jobs));
     const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
                                     c.cheat().sizes().end());
     ASSERT_GT(sizes.size(), 20u);
@@ -1422,7 +1763,7 @@ TEST(Malicious, RandomInjectionsAreAllCaught) {
       const uint8_t mask = static_cast<uint8_t>(1u << (rng() % 8));
       const bool late = (rng() % 4) == 0;
       c.cheat().Arm(s, off, mask, late);
-      auto r = c.RunEach(seq++, {jobs, jobs, jobs});
+      auto r = c.RunSame(seq++, jobs);
       ASSERT_TRUE(c.cheat().fired());
       mal::ExpectCaught(r, cheater,
                         absl::StrCat("party ", cheater, " step ", s, "/", sizes.size(),
@@ -1431,7 +1772,7 @@ TEST(Malicious, RandomInjectionsAreAllCaught) {
       ++trials;
       c.cheat().Disarm();
       c.Connect();
-      mal::ExpectHonest(c.RunEach(seq++, {jobs, jobs, jobs}));
+      mal::ExpectHonest(c.RunSame(seq++, jobs));
     }
   }
   EXPECT_GT(trials, 100);

@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <future>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,8 @@
 #include "net/tls_ring.h"
 #include "service/scheduler.h"
 #include "service/services.h"
+#include "protocol/gf128.h"
+#include "share/replicated.h"
 #include "store/share_store.h"
 
 namespace kmpc::service {
@@ -41,6 +45,33 @@ std::string AesEcb(const std::string& key, const std::string& in) {
   EVP_EncryptUpdate(ctx, reinterpret_cast<uint8_t*>(out.data()), &n,
                     reinterpret_cast<const uint8_t*>(in.data()), in.size());
   EVP_CIPHER_CTX_free(ctx);
+  return out;
+}
+
+// The three servers' copies of `req`, as the KDC module sends them: every
+// CHECKSUM or VERIFY_CHECKSUM job whose message a test put in `data`
+// (length 0, no shares) gets it dealt afresh as replicated shares
+// (kmpc.proto Job.data_shares) and `length` set; a job that sets `length`
+// itself keeps its `data` (a message in the clear: JOB_MALFORMED).
+std::array<v1::RunRequest, 3> DealMessages(const v1::RunRequest& req) {
+  std::array<v1::RunRequest, 3> out = {req, req, req};
+  for (int j = 0; j < req.jobs_size(); ++j) {
+    const v1::Job& in = req.jobs(j);
+    if ((in.type() != v1::JOB_CHECKSUM && in.type() != v1::JOB_VERIFY_CHECKSUM) ||
+        in.length() != 0 || in.data().empty() || in.has_data_shares())
+      continue;
+    auto views = share::Deal(absl::MakeConstSpan(
+        reinterpret_cast<const uint8_t*>(in.data().data()), in.data().size()));
+    EXPECT_TRUE(views.ok());
+    for (int i = 0; i < 3; ++i) {
+      v1::Job* o = out[i].mutable_jobs(j);
+      o->clear_data();
+      o->set_length(static_cast<uint32_t>(in.data().size()));
+      const auto& c = (*views)[i].comp;
+      o->mutable_data_shares()->set_first(c[0].data(), c[0].size());
+      o->mutable_data_shares()->set_second(c[1].data(), c[1].size());
+    }
+  }
   return out;
 }
 
@@ -121,7 +152,7 @@ class ServiceTest : public ::testing::Test {
   // and ctr0 on all three, and no keystream or tag unless JOB_OK.
   void RunExpecting(const v1::RunRequest& req, const v1::JobStatus* want,
                     std::array<v1::RunResponse, 3>* resp) {
-    const std::array<v1::RunRequest, 3> reqs = {req, req, req};
+    const std::array<v1::RunRequest, 3> reqs = DealMessages(req);
     for (auto& s : RunAll(reqs, resp)) ASSERT_TRUE(s.ok()) << s.error_message();
     for (int j = 0; j < req.jobs_size(); ++j) {
       for (int i = 0; i < 3; ++i) {
@@ -263,8 +294,12 @@ TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
   job->set_cipher(CipherOf(id));
   job->set_type(v1::JOB_CHECKSUM);
   job->set_data("hello");
-  std::array<v1::RunRequest, 3> reqs = {req, req, req};
-  reqs[1].mutable_jobs(0)->set_data("hellO");
+  // The message length is a public input: a party told another length
+  // refuses with the others.
+  std::array<v1::RunRequest, 3> reqs = DealMessages(req);
+  v1::RunRequest longer = req;
+  longer.mutable_jobs(0)->set_data("hello!");
+  reqs[1] = DealMessages(longer)[1];
   std::array<v1::RunResponse, 3> resp;
   auto st = RunAll(reqs, &resp);
   for (auto& s : st) {
@@ -272,10 +307,74 @@ TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
     EXPECT_EQ(ErrorOf(s), v1::BATCH_PEERS_DISAGREE);
   }
-  // Next batch is fine.
+  // Next batch is fine, although each party's shares differ from the
+  // others' (the digest covers the length, never the shares).
   req.set_batch_id(Rand(16));
-  reqs = {req, req, req};
+  reqs = DealMessages(req);
+  ASSERT_NE(reqs[0].jobs(0).data_shares().first(), reqs[1].jobs(0).data_shares().first());
   for (auto& s : RunAll(reqs, &resp)) EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+// CHECKSUM over dealt shares gives the enctype's checksum (GHASH of
+// A' || D in the clear with H = AES_K(0), masked by AES_K(ctr0)), and
+// VERIFY_CHECKSUM over fresh shares accepts it and refuses a changed tag or
+// message; no server ever had D.
+TEST_F(ServiceTest, ChecksumOverSharesMatchesTheEnctypeAndVerifies) {
+  for (size_t klen : {16, 32}) {
+    const std::string key = Rand(klen);
+    const std::string id = PutKey(key);
+    const std::string msg = Rand(100);
+    v1::RunRequest req;
+    req.set_batch_id(Rand(16));
+    auto* job = req.add_jobs();
+    job->set_job_id(1);
+    job->set_key_id(id);
+    job->set_cipher(CipherOf(id));
+    job->set_type(v1::JOB_CHECKSUM);
+    job->set_usage(23);
+    job->set_data(msg);
+    const v1::JobStatus ok[] = {v1::JOB_OK};
+    std::array<v1::RunResponse, 3> resp;
+    ASSERT_NO_FATAL_FAILURE(RunExpecting(req, ok, &resp));
+    std::string tag = resp[0].results(0).tag().first();
+    for (int i = 1; i < 3; ++i)
+      for (int k = 0; k < 16; ++k) tag[k] ^= resp[i].results(0).tag().first()[k];
+    const std::string ctr0 = resp[0].results(0).ctr0();
+    const std::string h = AesEcb(key, std::string(16, '\0'));
+    protocol::Block hb;
+    std::memcpy(hb.data(), h.data(), 16);
+    const uint8_t a[5] = {0, 0, 0, 23, 0x99};
+    const std::vector<uint8_t> x = protocol::GhashInput(
+        a, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.data()), msg.size()));
+    const protocol::Block g = protocol::Ghash(hb, x);
+    const std::string e0 = AesEcb(key, ctr0);
+    std::string want(16, '\0');
+    for (int k = 0; k < 16; ++k) want[k] = static_cast<char>(g[k] ^ e0[k]);
+    EXPECT_EQ(tag, want);
+
+    v1::RunRequest ver;
+    ver.set_batch_id(Rand(16));
+    std::string bad_tag = ctr0 + tag;
+    bad_tag[31] ^= 1;
+    std::string bad_msg = msg;
+    bad_msg[50] ^= 4;
+    const std::pair<std::string, std::string> cases[] = {
+        {msg, ctr0 + tag}, {msg, bad_tag}, {bad_msg, ctr0 + tag}};
+    for (int j = 0; j < 3; ++j) {
+      auto* v = ver.add_jobs();
+      v->set_job_id(j);
+      v->set_key_id(id);
+      v->set_cipher(CipherOf(id));
+      v->set_type(v1::JOB_VERIFY_CHECKSUM);
+      v->set_usage(23);
+      v->set_data(cases[j].first);
+      v->set_checksum(cases[j].second);
+    }
+    const v1::JobStatus want_v[] = {v1::JOB_OK, v1::JOB_INTEGRITY_FAILED,
+                                    v1::JOB_INTEGRITY_FAILED};
+    std::array<v1::RunResponse, 3> vresp;
+    ASSERT_NO_FATAL_FAILURE(RunExpecting(ver, want_v, &vresp));
+  }
 }
 
 // A key unknown everywhere, deleted on one server only, or differently
@@ -470,15 +569,33 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(ErrorOf(refused), v1::BATCH_MALFORMED);
   item->set_ciphertext(std::string(20, 'x'));
-  std::array<std::future<grpc::Status>, 3> fs;
+  // Ring-free: each server answers alone and at once (one after the other
+  // here: no peer is asked at the same time).
   std::array<v1::FinalizeResponse, 3> frs;
-  for (int i = 0; i < 3; ++i)
-    fs[i] = std::async(std::launch::async,
-                       [&, i] { return parties_[i].keyops->DoFinalize(fin, &frs[i]); });
-  for (auto& f : fs) EXPECT_TRUE(f.get().ok());
+  for (int i : {2, 0, 1}) {
+    const absl::Time t0 = absl::Now();
+    EXPECT_TRUE(parties_[i].keyops->DoFinalize(fin, &frs[i]).ok());
+    EXPECT_LT(absl::Now() - t0, absl::Milliseconds(200));
+  }
+  std::string tag(16, '\0');
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(frs[i].results_size(), 1);
     EXPECT_EQ(frs[i].results(0).tag().second(), frs[(i + 1) % 3].results(0).tag().first());
+    for (int k = 0; k < 16; ++k) tag[k] ^= frs[i].results(0).tag().first()[k];
+  }
+  {  // The enctype's tag: GHASH_H(usage || C) ^ AES_K(ctr0).
+    const std::string h = AesEcb(key, std::string(16, '\0'));
+    protocol::Block hb;
+    std::memcpy(hb.data(), h.data(), 16);
+    const uint8_t a[4] = {0, 0, 0, 0};
+    const std::string c(20, 'x');
+    const protocol::Block g = protocol::Ghash(
+        hb, protocol::GhashInput(a, absl::MakeConstSpan(
+                                        reinterpret_cast<const uint8_t*>(c.data()), 20)));
+    const std::string e0 = AesEcb(key, resp[0].results(0).ctr0());
+    std::string want(16, '\0');
+    for (int k = 0; k < 16; ++k) want[k] = static_cast<char>(g[k] ^ e0[k]);
+    EXPECT_EQ(tag, want);
   }
   fin.set_batch_id(Rand(16));
   for (int i = 0; i < 3; ++i) {
@@ -525,7 +642,9 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
     big->set_cipher(CipherOf(id));
     big->set_type(v1::JOB_CHECKSUM);
     big->set_usage(17);
-    big->set_data(mib);
+    big->set_length(static_cast<uint32_t>(mib.size()));
+    big->mutable_data_shares()->set_first(mib);
+    big->mutable_data_shares()->set_second(mib);
   }
   expect_refused(parties_[0].keyops->DoRun(bad, &resp[0]),
                  grpc::StatusCode::RESOURCE_EXHAUSTED, v1::BATCH_TOO_LARGE);
@@ -588,10 +707,19 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   add(v1::JOB_VERIFY_CHECKSUM)->set_checksum(Rand(16));  // 7 short checksum
   auto* big = add(v1::JOB_CHECKSUM);                     // 8 over the job limit
   big->set_data(std::string(contract::kMaxJobBytes + 1, 'd'));
+  auto* clear = add(v1::JOB_CHECKSUM);                   // 9 message in the clear
+  clear->set_length(5);
+  clear->set_data("hello");
+  auto* odd = add(v1::JOB_VERIFY_CHECKSUM);              // 10 shares of 4 for 5
+  odd->set_length(5);
+  odd->set_checksum(Rand(32));
+  odd->mutable_data_shares()->set_first("abcd");
+  odd->mutable_data_shares()->set_second("abcd");
   const v1::JobStatus want[] = {
       v1::JOB_OK,        v1::JOB_MALFORMED, v1::JOB_UNKNOWN_KEY,
       v1::JOB_INTEGRITY_FAILED, v1::JOB_OK, v1::JOB_MALFORMED,
-      v1::JOB_MALFORMED, v1::JOB_INTEGRITY_FAILED, v1::JOB_MALFORMED};
+      v1::JOB_MALFORMED, v1::JOB_INTEGRITY_FAILED, v1::JOB_MALFORMED,
+      v1::JOB_MALFORMED, v1::JOB_MALFORMED};
   std::array<v1::RunResponse, 3> resp;
   ASSERT_NO_FATAL_FAILURE(RunExpecting(req, want, &resp));
   for (int j = 0; j < req.jobs_size(); ++j) {
@@ -616,6 +744,10 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   // The CHECKSUM's tag shares have consistent copies.
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(resp[i].results(4).tag().second(), resp[(i + 1) % 3].results(4).tag().first());
+  // A refused message is not echoed back.
+  EXPECT_TRUE(absl::StrContains(resp[0].results(9).detail(), "shares"))
+      << resp[0].results(9).detail();
+  EXPECT_FALSE(absl::StrContains(resp[0].results(9).detail(), "hello"));
 }
 
 // kmpc.proto Job.cipher over the service: a key dealt AES-128 named
@@ -686,6 +818,334 @@ TEST_F(ServiceTest, JobCipherMustBeTheKeysCipher) {
         text, "status=\"JOB_WRONG_CIPHER\"} 3\n"))
         << text;
   }
+}
+
+// ---- Pads and KeyOps.Sign ----
+
+// The enctype's checksum tag of `msg` under `key`, usage and ctr0, in the
+// clear: GHASH_H(usage BE32 || 0x99, msg) ^ AES_K(ctr0).
+std::string RefChecksumTag(const std::string& key, uint32_t usage,
+                           const std::string& ctr0, const std::string& msg) {
+  const std::string h = AesEcb(key, std::string(16, '\0'));
+  protocol::Block hb;
+  std::memcpy(hb.data(), h.data(), 16);
+  const uint8_t a[5] = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
+                        static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
+  const protocol::Block g = protocol::Ghash(
+      hb, protocol::GhashInput(a, absl::MakeConstSpan(
+                                      reinterpret_cast<const uint8_t*>(msg.data()), msg.size())));
+  const std::string e0 = AesEcb(key, ctr0);
+  std::string out(16, '\0');
+  for (int k = 0; k < 16; ++k) out[k] = static_cast<char>(g[k] ^ e0[k]);
+  return out;
+}
+
+class SignTest : public ServiceTest {
+ protected:
+  // Runs PAD jobs (job ids 1..n, max lengths `lens`) under `id`; returns
+  // the batch id and the ctr0 of each (the same on the three servers).
+  std::pair<std::string, std::vector<std::string>> DrawPads(
+      const std::string& id, uint32_t usage, const std::vector<uint32_t>& lens) {
+    v1::RunRequest req;
+    req.set_batch_id(Rand(16));
+    for (size_t j = 0; j < lens.size(); ++j) {
+      auto* job = req.add_jobs();
+      job->set_job_id(j + 1);
+      job->set_key_id(id);
+      job->set_cipher(CipherOf(id));
+      job->set_type(v1::JOB_PAD);
+      job->set_usage(usage);
+      job->set_length(lens[j]);
+    }
+    std::vector<v1::JobStatus> want(lens.size(), v1::JOB_OK);
+    std::array<v1::RunResponse, 3> resp;
+    RunExpecting(req, want.data(), &resp);
+    std::vector<std::string> ctrs;
+    for (size_t j = 0; j < lens.size(); ++j) {
+      EXPECT_EQ(resp[0].results(j).ctr0().size(), 16u);
+      EXPECT_FALSE(resp[0].results(j).has_tag());
+      EXPECT_FALSE(resp[0].results(j).has_keystream());
+      ctrs.push_back(resp[0].results(j).ctr0());
+    }
+    return {req.batch_id(), ctrs};
+  }
+
+  struct Item {
+    std::string batch;
+    uint64_t job;
+    uint32_t usage;
+    std::string msg;
+  };
+  // One Sign request per party in `to` (messages dealt afresh); results by
+  // party (empty for a party not asked).
+  std::array<v1::SignResponse, 3> Sign(const std::vector<Item>& items,
+                                       std::array<bool, 3> to = {true, true, true}) {
+    std::array<v1::SignRequest, 3> reqs;
+    const std::string rid = Rand(16);
+    for (auto& r : reqs) r.set_request_id(rid);
+    for (const Item& it : items) {
+      std::array<v1::SignItem*, 3> o;
+      for (int i = 0; i < 3; ++i) {
+        o[i] = reqs[i].add_items();
+        o[i]->set_run_batch_id(it.batch);
+        o[i]->set_job_id(it.job);
+        o[i]->set_usage(it.usage);
+        o[i]->set_length(static_cast<uint32_t>(it.msg.size()));
+      }
+      auto views = share::Deal(absl::MakeConstSpan(
+          reinterpret_cast<const uint8_t*>(it.msg.data()), it.msg.size()));
+      EXPECT_TRUE(views.ok());
+      for (int i = 0; i < 3; ++i) {
+        const auto& c = (*views)[i].comp;
+        o[i]->mutable_data()->set_first(c[0].data(), c[0].size());
+        o[i]->mutable_data()->set_second(c[1].data(), c[1].size());
+      }
+    }
+    std::array<v1::SignResponse, 3> out;
+    for (int i = 0; i < 3; ++i) {
+      if (!to[i]) continue;
+      grpc::Status st = parties_[i].keyops->DoSign(reqs[i], &out[i]);
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_EQ(out[i].party(), static_cast<uint32_t>(i));
+      EXPECT_EQ(out[i].results_size(), static_cast<int>(items.size()));
+    }
+    return out;
+  }
+
+  static std::string Combined(const std::array<v1::SignResponse, 3>& r, int k) {
+    std::string t(16, '\0');
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(r[i].results(k).status(), v1::JOB_OK) << r[i].results(k).detail();
+      EXPECT_EQ(r[i].results(k).tag_share().size(), 16u);
+      if (r[i].results(k).tag_share().size() != 16) return "";
+      for (int b = 0; b < 16; ++b) t[b] ^= r[i].results(k).tag_share()[b];
+    }
+    return t;
+  }
+};
+
+// Pads drawn by a Run sign messages up to their length on each server
+// alone; the three tag shares XOR to the enctype's checksum (both ciphers,
+// 0 to 1000 bytes: beyond the stored powers of H).
+TEST_F(SignTest, SignGivesTheEnctypeChecksum) {
+  for (size_t klen : {16, 32}) {
+    const std::string key = Rand(klen);
+    const std::string id = PutKey(key);
+    const std::vector<uint32_t> lens = {0, 1, 16, 17, 1000, 1000};
+    auto [batch, ctrs] = DrawPads(id, 2, lens);
+    std::vector<Item> items;
+    std::vector<std::string> msgs;
+    for (size_t j = 0; j < lens.size(); ++j) {
+      msgs.push_back(Rand(j + 1 < lens.size() ? lens[j] : 500));  // last: shorter
+      items.push_back({batch, j + 1, 2, msgs.back()});
+    }
+    auto r = Sign(items);
+    for (size_t j = 0; j < lens.size(); ++j) {
+      EXPECT_EQ(Combined(r, j), RefChecksumTag(key, 2, ctrs[j], msgs[j]))
+          << klen << " job " << j;
+      // One server's share is not the tag.
+      EXPECT_NE(r[0].results(j).tag_share(), RefChecksumTag(key, 2, ctrs[j], msgs[j]));
+    }
+  }
+  const std::string text = parties_[0].metrics.Render();
+  EXPECT_TRUE(absl::StrContains(text, "kind=\"sign\",result=\"ok\"} 2\n")) << text;
+}
+
+// One tag per pad, whoever asks: a second use is JOB_PAD_UNAVAILABLE on
+// every server, also when the first went to one server only, and also
+// within one request.
+TEST_F(SignTest, APadSignsOnce) {
+  const std::string key = Rand(16);
+  const std::string id = PutKey(key);
+  auto [batch, ctrs] = DrawPads(id, 3, {64, 64});
+  auto first = Sign({{batch, 1, 3, "first message"}});
+  Combined(first, 0);
+  auto again = Sign({{batch, 1, 3, "other message"}});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(again[i].results(0).status(), v1::JOB_PAD_UNAVAILABLE) << i;
+    EXPECT_TRUE(again[i].results(0).tag_share().empty());
+  }
+  // Pad 2: first use to server 1 alone; server 1 then refuses, the others
+  // serve their first use; after that, all three refuse.
+  auto lone = Sign({{batch, 2, 3, "to one"}}, {false, true, false});
+  EXPECT_EQ(lone[1].results(0).status(), v1::JOB_OK);
+  auto second = Sign({{batch, 2, 3, "to all"}});
+  EXPECT_EQ(second[1].results(0).status(), v1::JOB_PAD_UNAVAILABLE);
+  EXPECT_EQ(second[0].results(0).status(), v1::JOB_OK);
+  EXPECT_EQ(second[2].results(0).status(), v1::JOB_OK);
+  auto third = Sign({{batch, 2, 3, "to all"}});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(third[i].results(0).status(), v1::JOB_PAD_UNAVAILABLE) << i;
+  // Twice in one request: the second item finds nothing.
+  auto [b2, c2] = DrawPads(id, 3, {16});
+  auto twice = Sign({{b2, 1, 3, "a"}, {b2, 1, 3, "b"}});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(twice[i].results(0).status(), v1::JOB_OK);
+    EXPECT_EQ(twice[i].results(1).status(), v1::JOB_PAD_UNAVAILABLE);
+  }
+  EXPECT_EQ(Combined(twice, 0), RefChecksumTag(key, 3, c2[0], "a"));
+}
+
+// A malformed item (usage or length not the pad's, shares of the wrong
+// size, a short run_batch_id) is JOB_MALFORMED and keeps the pad, which
+// then signs; request-level errors refuse the whole request.
+TEST_F(SignTest, MalformedItemsKeepThePad) {
+  const std::string key = Rand(32);
+  const std::string id = PutKey(key);
+  auto [batch, ctrs] = DrawPads(id, 4, {20});
+  auto bad = Sign({{batch, 1, 5, "usage differs"},
+                   {batch, 1, 4, std::string(21, 'l')},
+                   {batch.substr(1), 1, 4, "short batch id"}});
+  for (int i = 0; i < 3; ++i)
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(bad[i].results(k).status(), v1::JOB_MALFORMED) << i << " " << k;
+      EXPECT_FALSE(bad[i].results(k).detail().empty());
+      EXPECT_TRUE(bad[i].results(k).tag_share().empty());
+    }
+  {  // shares of 3 and 4 bytes for a 4-byte message
+    v1::SignRequest odd;
+    odd.set_request_id(Rand(16));
+    auto* it = odd.add_items();
+    it->set_run_batch_id(batch);
+    it->set_job_id(1);
+    it->set_usage(4);
+    it->set_length(4);
+    it->mutable_data()->set_first("abc");
+    it->mutable_data()->set_second("abcd");
+    v1::SignResponse r;
+    ASSERT_TRUE(parties_[0].keyops->DoSign(odd, &r).ok());
+    EXPECT_EQ(r.results(0).status(), v1::JOB_MALFORMED);
+    EXPECT_FALSE(absl::StrContains(r.results(0).detail(), "abc"));
+  }
+  auto good = Sign({{batch, 1, 4, "the real message"}});
+  EXPECT_EQ(Combined(good, 0), RefChecksumTag(key, 4, ctrs[0], "the real message"));
+
+  auto expect_refused = [](const grpc::Status& st, grpc::StatusCode code,
+                           v1::BatchErrorCode error) {
+    EXPECT_EQ(st.error_code(), code) << st.error_message();
+    EXPECT_EQ(ErrorOf(st), error) << st.error_message();
+  };
+  v1::SignRequest req;
+  v1::SignResponse resp;
+  req.set_request_id("short");
+  req.add_items()->set_run_batch_id(batch);
+  expect_refused(parties_[0].keyops->DoSign(req, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+                 v1::BATCH_MALFORMED);
+  req.set_request_id(Rand(16));
+  req.clear_items();
+  expect_refused(parties_[0].keyops->DoSign(req, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+                 v1::BATCH_MALFORMED);
+  ServiceOptions small;
+  small.max_sign_items = 1;
+  KeyOpsService limited(small, parties_[0].keys.get(), parties_[0].scheduler.get(),
+                        &parties_[0].metrics);
+  req.add_items();
+  req.add_items();
+  expect_refused(limited.DoSign(req, &resp), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 v1::BATCH_TOO_LARGE);
+  req.clear_items();
+  for (int k = 0; k < 20; ++k) req.add_items()->set_length(1 << 20);
+  expect_refused(parties_[0].keyops->DoSign(req, &resp),
+                 grpc::StatusCode::RESOURCE_EXHAUSTED, v1::BATCH_TOO_LARGE);
+}
+
+// A pad can never be finalized and an ENCRYPT state never signed (two
+// stores); each stays usable for its own purpose afterwards.
+TEST_F(SignTest, PadsAndEncryptStatesDoNotMix) {
+  const std::string key = Rand(16);
+  const std::string id = PutKey(key);
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto* enc = req.add_jobs();
+  enc->set_job_id(1);
+  enc->set_key_id(id);
+  enc->set_cipher(CipherOf(id));
+  enc->set_type(v1::JOB_ENCRYPT);
+  enc->set_length(16);
+  auto* pad = req.add_jobs();
+  *pad = *enc;
+  pad->set_job_id(2);
+  pad->set_type(v1::JOB_PAD);
+  const v1::JobStatus ok[] = {v1::JOB_OK, v1::JOB_OK};
+  std::array<v1::RunResponse, 3> resp;
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, ok, &resp));
+  const std::string pad_ctr0 = resp[0].results(1).ctr0();
+  // FINALIZE of the pad: unknown as an ENCRYPT state, on every server.
+  v1::FinalizeRequest fin;
+  fin.set_batch_id(Rand(16));
+  auto* item = fin.add_items();
+  item->set_run_batch_id(req.batch_id());
+  item->set_job_id(2);
+  item->set_ciphertext(std::string(16, 'c'));
+  for (int i = 0; i < 3; ++i) {
+    v1::FinalizeResponse fr;
+    grpc::Status st = parties_[i].keyops->DoFinalize(fin, &fr);
+    EXPECT_EQ(ErrorOf(st), v1::BATCH_UNKNOWN_ENCRYPT) << i;
+  }
+  // Sign of the ENCRYPT job: no pad, on every server.
+  auto r = Sign({{req.batch_id(), 1, 0, std::string(16, 'm')}});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(r[i].results(0).status(), v1::JOB_PAD_UNAVAILABLE) << i;
+  // Both still serve their own use.
+  item->set_job_id(1);
+  for (int i = 0; i < 3; ++i) {
+    v1::FinalizeResponse fr;
+    EXPECT_TRUE(parties_[i].keyops->DoFinalize(fin, &fr).ok()) << i;
+  }
+  auto s = Sign({{req.batch_id(), 2, 0, std::string(16, 'm')}});
+  EXPECT_EQ(Combined(s, 0), RefChecksumTag(key, 0, pad_ctr0, std::string(16, 'm')));
+}
+
+// --debug_record_requests: every KeyOps request is appended as received,
+// before authorization or any processing; the handlers then wipe the
+// request's message shares.
+TEST_F(ServiceTest, DebugRecorderAppendsRequestsAsReceived) {
+  const std::string path = absl::StrCat(*dir_, "/recorded-", random());
+  ServiceOptions o;
+  o.debug_record_requests = path;
+  KeyOpsService svc(o, parties_[0].keys.get(), parties_[0].scheduler.get(),
+                    &parties_[0].metrics);
+  v1::SignRequest sign;
+  sign.set_request_id(Rand(16));
+  auto* it = sign.add_items();
+  it->set_run_batch_id(Rand(16));
+  it->set_length(6);
+  it->mutable_data()->set_first("share0");
+  it->mutable_data()->set_second("share1");
+  const std::string sign_bytes = sign.SerializeAsString();
+  v1::RunRequest run;
+  run.set_batch_id(Rand(16));
+  auto* job = run.add_jobs();
+  job->set_type(v1::JOB_CHECKSUM);
+  job->set_length(7);
+  job->mutable_data_shares()->set_first("runsha0");
+  job->mutable_data_shares()->set_second("runsha1");
+  const std::string run_bytes = run.SerializeAsString();
+  v1::FinalizeRequest fin;
+  fin.set_batch_id(Rand(16));
+  fin.add_items()->set_ciphertext("ciphertext");
+  const std::string fin_bytes = fin.SerializeAsString();
+  {
+    grpc::ServerContext ctx;  // no peer identity: refused after recording
+    v1::SignResponse sr;
+    EXPECT_FALSE(svc.Sign(&ctx, &sign, &sr).ok());
+    v1::RunResponse rr;
+    EXPECT_FALSE(svc.Run(&ctx, &run, &rr).ok());
+    v1::FinalizeResponse fr;
+    EXPECT_FALSE(svc.Finalize(&ctx, &fin, &fr).ok());
+  }
+  // The handlers wiped the shares of the requests they were given.
+  EXPECT_EQ(sign.items(0).data().first(), std::string(6, '\0'));
+  EXPECT_EQ(run.jobs(0).data_shares().second(), std::string(7, '\0'));
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string want = absl::StrCat("Sign ", sign_bytes.size(), "\n", sign_bytes, "\n",
+                                        "Run ", run_bytes.size(), "\n", run_bytes, "\n",
+                                        "Finalize ", fin_bytes.size(), "\n", fin_bytes, "\n");
+  EXPECT_EQ(ss.str(), want);
+  // Off by default.
+  EXPECT_TRUE(ServiceOptions{}.debug_record_requests.empty());
 }
 
 // One registry: what Render (Admin.Metrics) prints is what the
