@@ -114,8 +114,14 @@ struct What {
 
 struct BatchStep::RunCall {
   google::protobuf::Arena arena{StepArenaOptions()};
+  // Party 0's request; its public fields are every party's.
   pb::RunRequest& req =
       *google::protobuf::Arena::CreateMessage<pb::RunRequest>(&arena);
+  // What party p is sent: `req` itself, unless the batch carries a
+  // checksum message (CHECKSUM, VERIFY_CHECKSUM), whose shares differ per
+  // party (kmpc.proto Job.data_shares); then parties 1 and 2 get copies of
+  // `req` with their own shares.
+  std::array<pb::RunRequest*, kParties> party_req = {&req, &req, &req};
   OnArena<pb::RunResponse> resp{&arena};
   std::array<absl::Status, kParties> st;
   std::atomic<int> left{kParties};
@@ -210,12 +216,16 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
   if (FailIfPartyDown(idx)) return;
   auto call = std::make_shared<RunCall>();
   call->idx = std::move(idx);
-  BuildRunRequest(call.get());
+  if (absl::Status st = BuildRunRequest(call.get()); !st.ok()) {
+    ScrubRun(call.get());
+    FailOpen(st, &call->idx);
+    return;
+  }
   call->started = absl::Now();
   auto self = shared_from_this();
   for (int p = 0; p < kParties; ++p) {
     host_->transport()->Run(
-        p, call->req, &call->resp[p], deadline_,
+        p, *call->party_req[p], &call->resp[p], deadline_,
         [self, call, p](CallStatus s) {
           call->st[p] = s.status;
           if (!s.ok()) self->PartyFailed(p, s, call->idx);
@@ -225,7 +235,7 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
   }
 }
 
-void BatchStep::BuildRunRequest(RunCall* call) {
+absl::Status BatchStep::BuildRunRequest(RunCall* call) {
   call->req.set_batch_id(RandomId());
   call->req.mutable_jobs()->Reserve(static_cast<int>(call->idx.size()));
   // The timestamp DECRYPT of each speculation group in this request: its
@@ -236,6 +246,7 @@ void BatchStep::BuildRunRequest(RunCall* call) {
     if (jobs_[i].group != 0 && !jobs_[i].speculative &&
         jobs_[i].job.type == pb::JOB_DECRYPT)
       group_decrypt[jobs_[i].group] = i;
+  std::vector<int> shared;  // request jobs whose message is dealt
   for (size_t i : call->idx) {
     const Job& job = jobs_[i].job;
     pb::Job* j = call->req.add_jobs();
@@ -248,14 +259,45 @@ void BatchStep::BuildRunRequest(RunCall* call) {
     j->set_cipher(job.cipher);
     j->set_usage(job.usage);
     j->set_type(job.type);
-    if (job.type == pb::JOB_ENCRYPT) {
-      // The plaintext never leaves the KDC: only its length.
-      j->set_length(static_cast<uint32_t>(job.input.size()));
-    } else {
-      j->set_data(job.input.data(), job.input.size());
-      if (!job.checksum.empty()) j->set_checksum(job.checksum);
+    switch (job.type) {
+      case pb::JOB_ENCRYPT:
+        // The plaintext never leaves the KDC: only its length.
+        j->set_length(static_cast<uint32_t>(job.input.size()));
+        break;
+      case pb::JOB_CHECKSUM:
+      case pb::JOB_VERIFY_CHECKSUM:
+        // The message only as shares, dealt below (enctype.md invariant 5).
+        j->set_length(static_cast<uint32_t>(job.input.size()));
+        if (!job.checksum.empty()) j->set_checksum(job.checksum);
+        shared.push_back(call->req.jobs_size() - 1);
+        break;
+      case pb::JOB_PAD:
+        j->set_length(static_cast<uint32_t>(job.pad_length));
+        break;
+      default:  // DECRYPT: the ciphertext
+        j->set_data(job.input.data(), job.input.size());
     }
   }
+  if (shared.empty()) return absl::OkStatus();
+  // Parties 1 and 2 get copies made before any share is set (so no
+  // request holds another party's shares), then each job's message is
+  // dealt afresh into the three requests.
+  for (int p = 1; p < kParties; ++p) {
+    call->party_req[p] =
+        google::protobuf::Arena::CreateMessage<pb::RunRequest>(&call->arena);
+    call->party_req[p]->CopyFrom(call->req);
+  }
+  for (int k : shared) {
+    const Job& job = jobs_[call->idx[k]].job;
+    std::array<pb::SharePair*, kParties> out;
+    for (int p = 0; p < kParties; ++p)
+      out[p] = call->party_req[p]->mutable_jobs(k)->mutable_data_shares();
+    if (absl::Status st = client::Deal(
+            absl::MakeConstSpan(job.input.data(), job.input.size()), out);
+        !st.ok())
+      return st;
+  }
+  return absl::OkStatus();
 }
 
 void BatchStep::OnRun(const std::shared_ptr<RunCall>& call) {
@@ -474,6 +516,16 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
 }
 
 void BatchStep::ScrubRun(RunCall* call) {
+  // The shares dealt to each party (the transport is done with them: the
+  // step's calls have all answered, or none was made).
+  for (int p = 0; p < kParties; ++p) {
+    if (p > 0 && call->party_req[p] == &call->req) continue;
+    for (auto& j : *call->party_req[p]->mutable_jobs()) {
+      if (!j.has_data_shares()) continue;
+      Cleanse(j.mutable_data_shares()->mutable_first());
+      Cleanse(j.mutable_data_shares()->mutable_second());
+    }
+  }
   for (auto* r : call->resp)
     for (auto& res : *r->mutable_results()) {
       Cleanse(res.mutable_keystream()->mutable_first());

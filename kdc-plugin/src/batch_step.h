@@ -89,7 +89,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
 
   // Run step.
   void StartRun(std::vector<size_t> idx);
-  void BuildRunRequest(RunCall* call);
+  // Fills the request(s); a checksum's message is dealt as shares, one
+  // request per party then. INTERNAL if the random generator fails.
+  absl::Status BuildRunRequest(RunCall* call);
   void OnRun(const std::shared_ptr<RunCall>& call);
   absl::Status CheckRunAnswers(const RunCall& call) const;
   absl::Status CheckJobResult(const RunCall& call, int k) const;

@@ -29,6 +29,9 @@ Dispatcher::Dispatcher(BatcherOptions options, Transport* transport,
       sink_(sink) {}
 
 absl::Status Dispatcher::Submit(uint64_t token, Job job) {
+  // PAD jobs are the speculator's own (speculator.h), never the KDC's.
+  if (job.type == kmpc::v1::JOB_PAD)
+    return absl::InvalidArgumentError("PAD jobs are not submitted");
   if (absl::Status st = CheckJob(job); !st.ok()) return st;
   PendingJob q;
   q.token = token;

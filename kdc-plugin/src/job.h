@@ -75,8 +75,14 @@ struct Job {
   kmpc::v1::Cipher cipher = kmpc::v1::CIPHER_UNSPECIFIED;
   std::string key_id;    // contract::kKeyIdSize bytes
   uint32_t usage = 0;
-  SecureBytes input;     // ENCRYPT: the plaintext; others: public data
+  // ENCRYPT: the plaintext; CHECKSUM, VERIFY_CHECKSUM: the message (secret:
+  // a ticket signature covers the EncTicketPart, session key included; it
+  // leaves the KDC only as shares, batch_step.cc); DECRYPT: ctr0 || C || T.
+  SecureBytes input;
   std::string checksum;  // VERIFY_CHECKSUM: ctr0 || tag
+  // PAD (made by the speculator, never submitted by the KDC): the longest
+  // message the pad may sign.
+  uint32_t pad_length = 0;
 };
 
 // A job from Submit to its Result: queued by the dispatcher, then owned by

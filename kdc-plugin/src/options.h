@@ -11,10 +11,14 @@
 //                        and 4. A later cluster without mTLS relations of
 //                        its own uses cluster 1's files. Jobs go to the
 //                        first healthy cluster and fail over (router.h)
-//   batch_window_ms = 100      flush the queue when its oldest job is this old
+//   batch_window_ms = 100      flush the queue when its oldest job is this
+//                              old (early_flush: only behind a batch in
+//                              flight, with max_inflight > 1)
 //   max_batch_jobs = 256       ... or when it holds this many jobs
 //   max_batch_blocks = 16384   ... or this many AES blocks
-//   early_flush = false        flush at once when no batch is in flight
+//   early_flush = true         self-clocked batches: flush at once when no
+//                              batch is in flight (batcher.h); false: every
+//                              batch waits for batch_window_ms
 //   coalesce_us = 500          early flush: wait this long for jobs
 //                              submitted back to back
 //   backlog_batch_jobs = 2048  a batch takes every waiting job up to this

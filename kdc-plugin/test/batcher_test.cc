@@ -188,6 +188,13 @@ class BatcherTest : public ::testing::TestWithParam<ClusterKind> {
     return sizes;
   }
   int RunCalls() { return static_cast<int>(Runs().size()); }
+  // Whether the cluster computes checksums over the message's shares
+  // (kmpc.proto Job.data_shares): the fake does; real servers of before
+  // that contract do not, and tests of checksum values skip on them.
+  bool ChecksumsOnShares() {
+    return GetParam() == ClusterKind::kFake ||
+           static_cast<RealCluster&>(cluster_).ChecksumsOnShares();
+  }
   std::unique_ptr<TestCluster> owned_;
   TestCluster& cluster_;
   CollectingSink sink_;
@@ -205,8 +212,11 @@ INSTANTIATE_TEST_SUITE_P(Cluster, FakeBatcherTest,
                          ::testing::Values(ClusterKind::kFake), KindName);
 
 TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
+  if (!ChecksumsOnShares())
+    GTEST_SKIP() << "these servers do not compute checksums over data_shares";
   BatcherOptions o;
   o.window = absl::Milliseconds(10);
+  o.early_flush = false;  // flushed by the window
   auto b = Make(o);
   const std::string pt = "an EncTicketPart of some 150 bytes, give or take";
   ASSERT_TRUE(b->Submit(1, Encrypt(pt)).ok());
@@ -235,6 +245,9 @@ TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   Result ckr = sink_.Get(2);
   ASSERT_TRUE(ckr.status.ok());
   ASSERT_EQ(ckr.output.size(), 32u);
+  // The tag is over the message the shares reconstruct: ctr0 || tag.
+  const std::string sum = Str(ckr.output);
+  EXPECT_EQ(sum.substr(16), cluster_.Tag(kKey, 56, sum.substr(0, 16), pt, true));
   Job v;
   v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
   v.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
@@ -252,6 +265,110 @@ TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   EXPECT_TRUE(sink_.Get(4).output.empty());
   EXPECT_TRUE(sink_.Get(5).status.ok());
   EXPECT_TRUE(absl::IsDataLoss(sink_.Get(6).status));
+}
+
+Job Checksum(const std::string& msg, uint32_t usage = 17) {
+  Job j;
+  j.type = kmpc::v1::JOB_CHECKSUM;
+  j.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
+  j.key_id = kKeyId;
+  j.usage = usage;
+  j.input.assign(msg.begin(), msg.end());
+  return j;
+}
+
+// enctype.md invariant 5: a checksum's message (a ticket signature covers
+// the EncTicketPart, session key included) reaches each server only as
+// its two of three shares, dealt afresh for every job; the parties'
+// requests differ in those shares only, and no party's request holds the
+// message. The tags are still right (the fake reconstructs the message
+// from two parties' shares).
+TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // both jobs in one batch
+  auto b = Make(o);
+  const std::string msg =
+      "EncTicketPart: session key 0123456789abcdef0123456789abcdef, PAC";
+  ASSERT_TRUE(b->Submit(1, Checksum(msg)).ok());
+  ASSERT_TRUE(b->Submit(2, Checksum(msg)).ok());  // the same message again
+  ASSERT_TRUE(sink_.WaitFor(2));
+  const std::string sum = Str(sink_.Get(1).output);
+  ASSERT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  EXPECT_EQ(sum.substr(16), fake_.Tag(kKey, 17, sum.substr(0, 16), msg, true));
+  Job v;
+  v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+  v.cipher = kmpc::v1::CIPHER_AES256;
+  v.key_id = kKeyId;
+  v.usage = 17;
+  v.input.assign(msg.begin(), msg.end());
+  v.checksum = sum;
+  ASSERT_TRUE(b->Submit(3, std::move(v)).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
+
+  std::array<std::vector<kmpc::v1::RunRequest>, 3> got;
+  for (int p = 0; p < 3; ++p) {
+    for (const std::string& raw : fake_.received(p)) {
+      EXPECT_EQ(raw.find(msg.substr(0, 12)), std::string::npos) << p;
+      EXPECT_EQ(raw.find("0123456789abcdef"), std::string::npos) << p;
+      got[p].emplace_back();
+      ASSERT_TRUE(got[p].back().ParseFromString(raw));
+    }
+    ASSERT_EQ(got[p].size(), 2u) << p;  // two batches
+  }
+  int jobs = 0;
+  std::set<std::string> seen;  // every share of every job differs
+  for (size_t r = 0; r < 2; ++r) {
+    // The same batch and jobs for the three parties, but their own shares.
+    for (int p = 1; p < 3; ++p) {
+      ASSERT_EQ(got[p][r].batch_id(), got[0][r].batch_id());
+      ASSERT_EQ(got[p][r].jobs_size(), got[0][r].jobs_size());
+    }
+    for (int k = 0; k < got[0][r].jobs_size(); ++k) {
+      ++jobs;
+      std::array<const kmpc::v1::SharePair*, 3> s;
+      for (int p = 0; p < 3; ++p) {
+        const kmpc::v1::Job& j = got[p][r].jobs(k);
+        EXPECT_TRUE(j.data().empty());
+        EXPECT_EQ(j.length(), msg.size());
+        s[p] = &j.data_shares();
+        ASSERT_EQ(s[p]->first().size(), msg.size());
+        ASSERT_EQ(s[p]->second().size(), msg.size());
+        EXPECT_NE(s[p]->first(), msg);
+        EXPECT_NE(s[p]->second(), msg);
+        // Party p holds (s_p, s_{p+1}): consistent with its neighbour's.
+        EXPECT_TRUE(seen.insert(s[p]->first()).second) << r << " " << k;
+        kmpc::v1::Job a = j, z = got[0][r].jobs(k);
+        a.clear_data_shares();
+        z.clear_data_shares();
+        EXPECT_EQ(a.SerializeAsString(), z.SerializeAsString());
+      }
+      std::string d = s[0]->first();
+      for (int p = 0; p < 3; ++p) {
+        EXPECT_EQ(s[p]->second(), s[(p + 1) % 3]->first());
+        if (p > 0)
+          for (size_t i = 0; i < d.size(); ++i) d[i] ^= s[p]->first()[i];
+      }
+      EXPECT_EQ(d, msg);
+    }
+  }
+  EXPECT_EQ(jobs, 3);
+}
+
+// Self-clocked batches by default: a lone job goes at once on an idle
+// cluster, not after the window.
+TEST_P(BatcherTest, LoneJobDoesNotWaitForTheWindowByDefault) {
+  BatcherOptions o;
+  EXPECT_TRUE(o.early_flush);
+  o.window = absl::Seconds(30);  // would be unmistakable
+  auto b = Make(o);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("a lone ticket")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(10)));
+  EXPECT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  EXPECT_LT(sink_.At(1) - t0, absl::Seconds(5));
+  EXPECT_EQ(RunCalls(), 1);
 }
 
 TEST_P(BatcherTest, MalformedJobsAreRefusedAtSubmit) {
@@ -288,6 +405,7 @@ TEST_P(BatcherTest, MalformedJobFailsAloneAtTheServers) {
   });
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // flushed by the window
   Batcher b(o, &edited, &sink_);
   Job bad = Encrypt("x");
   bad.key_id = marked;
@@ -313,6 +431,7 @@ TEST_P(BatcherTest, MalformedJobFailsAloneAtTheServers) {
 TEST_P(BatcherTest, WindowCollectsJobsIntoOneBatch) {
   BatcherOptions o;
   o.window = absl::Milliseconds(400);
+  o.early_flush = false;  // flushed by the window
   auto b = Make(o);
   absl::Time t0 = absl::Now();
   for (int i = 0; i < 5; ++i) {
@@ -345,6 +464,7 @@ TEST_P(BatcherTest, WindowCollectsJobsIntoOneBatch) {
 TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
   o.max_jobs = 4;
   o.backlog_jobs = 4;  // no bigger batches for a backlog (next test)
   auto b = Make(o);
@@ -367,6 +487,7 @@ TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
 TEST_P(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
   o.max_jobs = 4;
   o.backlog_jobs = 10;
   o.max_inflight = 1;
@@ -389,6 +510,7 @@ TEST_P(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
 TEST_P(BatcherTest, BacklogBatchIsCappedByBlocks) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
   o.max_jobs = 100;
   o.max_blocks = 4;      // each job: 1 keystream block + 1 = 2 blocks
   o.backlog_blocks = 6;
@@ -409,6 +531,7 @@ TEST_P(BatcherTest, BacklogBatchIsCappedByBlocks) {
 TEST_P(BatcherTest, BlockLimitFlushesAtOnce) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
   o.max_blocks = 20;  // each job: 8 keystream blocks + 1
   o.backlog_blocks = 20;
   auto b = Make(o);
@@ -916,6 +1039,7 @@ TEST_P(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
 TEST_P(BatcherTest, SpeculationOffSendsNoExtraJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
   o.speculate = false;
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt(std::string(40, 'x'), 2)).ok());
@@ -956,6 +1080,7 @@ TEST_P(BatcherTest, SubmitterIdleFlushesAnIdleQueueWithoutTheCoalesceDelay) {
 TEST_P(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
   BatcherOptions o;
   o.window = absl::Milliseconds(300);
+  o.early_flush = false;  // flushed by the window
   auto b = Make(o);
   absl::Time t0 = absl::Now();
   ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
@@ -968,6 +1093,7 @@ TEST_P(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
 TEST_P(FakeBatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
   o.deadline = absl::Milliseconds(300);
   fake_.set_hang(1, true);
   auto b = Make(o);
@@ -991,6 +1117,7 @@ TEST_P(FakeBatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
 TEST_P(FakeBatcherTest, UnreachableServerFailsFast) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
   o.deadline = absl::Seconds(20);
   fake_.set_down(2, true);
   auto b = Make(o);
@@ -1027,6 +1154,7 @@ class KnownDownTransport : public ForwardingTransport {
 TEST_P(BatcherTest, KnownDownPartyFailsTheBatchWithoutSendingIt) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
   o.deadline = absl::Seconds(20);
   KnownDownTransport t(&cluster_);
   t.set_down(1, true);
@@ -1053,6 +1181,7 @@ TEST_P(BatcherTest, KnownDownPartyFailsTheBatchWithoutSendingIt) {
 TEST_P(FakeBatcherTest, TypedRefusalFailsTheBatchAtOnce) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
   o.deadline = absl::Seconds(20);
   fake_.set_refuse(1, kmpc::v1::BATCH_OVERLOADED);
   auto b = Make(o);
@@ -1079,6 +1208,7 @@ TEST_P(FakeBatcherTest, TypedRefusalFailsTheBatchAtOnce) {
 TEST_P(FakeBatcherTest, ShareCopyDisagreementRejectsTheBatch) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
   auto b = Make(o);
   // Warm up a ciphertext to decrypt.
   ASSERT_TRUE(b->Submit(1, Encrypt("the plaintext")).ok());
@@ -1109,6 +1239,7 @@ TEST_P(FakeBatcherTest, ShareCopyDisagreementRejectsTheBatch) {
 TEST_P(FakeBatcherTest, CorruptTagShareInFinalizeIsRejected) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
   fake_.set_corrupt_finalize(0, true);
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
@@ -1129,6 +1260,7 @@ TEST_P(FakeBatcherTest, CorruptTagShareInFinalizeIsRejected) {
 TEST_P(FakeBatcherTest, InvalidCounterFromTheClusterIsRejected) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
   fake_.set_zero_ctr0(true);
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
@@ -1141,6 +1273,7 @@ TEST_P(FakeBatcherTest, InvalidCounterFromTheClusterIsRejected) {
 TEST_P(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // flushed by the window
   auto b = Make(o);
   Job j = Encrypt("x");
   j.key_id = std::string(32, 'u');
@@ -1159,6 +1292,7 @@ TEST_P(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
 TEST_P(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // flushed by the window
   const std::string bad(32, 'b');
   cluster_.AddInconsistentKey(bad);
   auto b = Make(o);
@@ -1192,6 +1326,7 @@ TEST_P(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
 TEST_P(BatcherTest, WrongCipherFailsOnlyThatJob) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // flushed by the window
   const std::string id128(32, 'a');
   cluster_.AddKey(id128, std::string(16, 'A'));
   auto b = Make(o);
@@ -1272,6 +1407,7 @@ TEST_P(FakeBatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
 TEST_P(BatcherTest, FullQueueRefusesJobs) {
   BatcherOptions o;
   o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
   o.max_queue = 3;
   auto b = Make(o);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
@@ -1281,6 +1417,7 @@ TEST_P(BatcherTest, FullQueueRefusesJobs) {
 TEST_P(BatcherTest, StopAbandonsPendingJobsAndNothingArrivesAfter) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
   cluster_.set_latency(absl::Milliseconds(200));
   auto b = Make(o);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
@@ -1293,6 +1430,15 @@ TEST_P(BatcherTest, StopAbandonsPendingJobsAndNothingArrivesAfter) {
 }
 
 TEST(OptionsTest, ParsesAndRejects) {
+  // Self-clocked batches by default (batcher.h).
+  auto d = ParseOptions({"servers = h:1,h:2,h:3", "certs=/c"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->batcher.early_flush);
+  EXPECT_EQ(d->batcher.max_inflight, 1);
+  EXPECT_EQ(d->batcher.window, absl::Milliseconds(100));
+  auto off = ParseOptions({"servers = h:1,h:2,h:3", "certs=/c", "early_flush=no"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->batcher.early_flush);
   auto o = ParseOptions({"servers = 127.0.0.1:1,127.0.0.1:2, 127.0.0.1:3",
                          "certs=/c", "batch_window_ms=50", "early_flush=true",
                          "deadline_ms=1500", "max_batch_jobs=9",

@@ -94,6 +94,10 @@ std::vector<FakeCluster::Call> FakeCluster::calls() {
   std::lock_guard<std::mutex> l(mu_);
   return calls_;
 }
+std::vector<std::string> FakeCluster::received(int party) {
+  std::lock_guard<std::mutex> l(mu_);
+  return received_[party];
+}
 std::string FakeCluster::PartyName(int party) const {
   return absl::StrCat("party ", party, " (fake)");
 }
@@ -178,7 +182,8 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
   }
   if (batch_blocks > contract::kMaxBatchBlocks)
     return Refused(pb::BATCH_TOO_LARGE, "too many AES blocks");
-  for (const pb::Job& j : req.jobs()) {
+  for (int k = 0; k < req.jobs_size(); ++k) {
+    const pb::Job& j = req.jobs(k);
     std::array<pb::JobResult*, 3> r;
     for (int p = 0; p < 3; ++p) {
       r[p] = (*out)[p].add_results();
@@ -250,15 +255,25 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
         break;
       }
       case pb::JOB_CHECKSUM: {
+        const std::optional<std::string> d = Message(req.batch_id(), k);
+        if (!d) {
+          FailJob(r, pb::JOB_MALFORMED, "message shares inconsistent");
+          break;
+        }
         std::string ctr0 = Random(16);
         for (auto* x : r) x->set_ctr0(ctr0);
-        Share(Tag(key, j.usage(), ctr0, j.data(), true),
+        Share(Tag(key, j.usage(), ctr0, *d, true),
               pairs(&pb::JobResult::mutable_tag));
         break;
       }
       case pb::JOB_VERIFY_CHECKSUM: {
+        const std::optional<std::string> d = Message(req.batch_id(), k);
+        if (!d) {
+          FailJob(r, pb::JOB_MALFORMED, "message shares inconsistent");
+          break;
+        }
         std::string ctr0 = j.checksum().substr(0, 16);
-        if (Tag(key, j.usage(), ctr0, j.data(), true) != j.checksum().substr(16))
+        if (Tag(key, j.usage(), ctr0, *d, true) != j.checksum().substr(16))
           for (auto* x : r) x->set_status(pb::JOB_INTEGRITY_FAILED);
         break;
       }
@@ -283,6 +298,7 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
     }
     enc_.erase({req.batch_id(), j.job_id()});
   }
+  shared_.erase(req.batch_id());
   // As the servers: the blocks the request asks for, computed or not.
   for (int p = 0; p < 3; ++p)
     (*out)[p].mutable_stats()->set_aes_blocks(batch_blocks);
@@ -375,7 +391,7 @@ CallStatus FakeCluster::ComputeFinalize(
 
 template <typename Resp>
 void FakeCluster::Answer(
-    const char* method, int party, int items, const std::string& id,
+    const char* method, int party, int items, const std::string& id, int need,
     std::map<std::string, Batch<Resp>>* batches,
     const std::function<CallStatus(std::array<Resp, 3>*)>& compute,
     const std::function<void(int, Resp*)>& tamper, Resp* resp, Done done) {
@@ -396,20 +412,47 @@ void FakeCluster::Answer(
           [done, code] { done(Refused(code, "queue full")); });
     return;
   }
-  auto it = batches->find(id);
-  if (it == batches->end()) {
-    Batch<Resp> b;
+  Batch<Resp>& b = (*batches)[id];
+  ++b.arrived;
+  b.waiting.push_back({party, resp, std::move(done)});
+  if (!b.computed && b.arrived >= need) {
     b.status = compute(&b.resp);
-    it = batches->emplace(id, std::move(b)).first;
+    b.computed = true;
   }
-  CallStatus st = it->second.status;
-  if (st.ok()) {
-    *resp = it->second.resp[party];
-    tamper(party, resp);
+  std::vector<std::pair<CallStatus, Done>> go;
+  if (b.computed) {
+    for (auto& w : b.waiting) {
+      if (b.status.ok()) {
+        *w.resp = b.resp[w.party];
+        tamper(w.party, w.resp);
+      }
+      go.emplace_back(b.status, std::move(w.done));
+    }
+    b.waiting.clear();
   }
   absl::Duration lat = latency_;
   l.unlock();
-  Later(lat, [done, st] { done(st); });
+  for (auto& [st, d] : go) Later(lat, [d = std::move(d), st = st] { d(st); });
+}
+
+std::optional<std::string> FakeCluster::Message(const std::string& batch_id,
+                                                int k) {
+  // Party p holds (s_p, s_{p+1}); two parties hold all three shares.
+  std::array<std::optional<std::string>, 3> s;
+  for (const auto& [party, jobs] : shared_[batch_id]) {
+    auto it = jobs.find(k);
+    if (it == jobs.end()) return std::nullopt;
+    for (auto [i, v] : {std::pair<int, const std::string*>{party, &it->second.first()},
+                        {(party + 1) % 3, &it->second.second()}}) {
+      if (s[i] && *s[i] != *v) return std::nullopt;  // copies disagree
+      s[i] = *v;
+    }
+  }
+  if (!s[0] || !s[1] || !s[2]) return std::nullopt;
+  std::string d = *s[0];
+  if (s[1]->size() != d.size() || s[2]->size() != d.size()) return std::nullopt;
+  for (size_t i = 0; i < d.size(); ++i) d[i] ^= (*s[1])[i] ^ (*s[2])[i];
+  return d;
 }
 
 void FakeCluster::Run(int party, const pb::RunRequest& req,
@@ -422,8 +465,21 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
         Later(extra, [done, st] { done(st); });
       };
   }
+  int need = 1;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    received_[party].push_back(req.SerializeAsString());
+    for (int k = 0; k < req.jobs_size(); ++k) {
+      const pb::Job& j = req.jobs(k);
+      if (j.type() != pb::JOB_CHECKSUM && j.type() != pb::JOB_VERIFY_CHECKSUM)
+        continue;
+      need = 2;
+      if (!hang_[party] && !down_[party])
+        shared_[req.batch_id()][party][k] = j.data_shares();
+    }
+  }
   Answer<pb::RunResponse>(
-      "Run", party, req.jobs_size(), req.batch_id(), &runs_,
+      "Run", party, req.jobs_size(), req.batch_id(), need, &runs_,
       [&](std::array<pb::RunResponse, 3>* out) { return ComputeRun(req, out); },
       [this](int p, pb::RunResponse* r) {
         if (!corrupt_[p]) return;  // else flip a bit of its 2nd share copy
@@ -466,7 +522,7 @@ void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
     }
   }
   Answer<pb::FinalizeResponse>(
-      "Finalize", party, req.items_size(), req.batch_id(), &fins_,
+      "Finalize", party, req.items_size(), req.batch_id(), 1, &fins_,
       [&](std::array<pb::FinalizeResponse, 3>* out) {
         return ComputeFinalize(req, out);
       },
