@@ -129,6 +129,11 @@ class ForwardingTransport : public Transport {
                 Done done) override {
     next_->Finalize(party, req, resp, deadline, std::move(done));
   }
+  void Sign(int party, const kmpc::v1::SignRequest& req,
+            kmpc::v1::SignResponse* resp, absl::Time deadline,
+            Done done) override {
+    next_->Sign(party, req, resp, deadline, std::move(done));
+  }
   std::string PartyName(int party) const override {
     return next_->PartyName(party);
   }
@@ -1036,6 +1041,225 @@ TEST_P(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
   check(spread, 80, 81, 1);
 }
 
+// Pads (speculator.h): an exchange's first DECRYPT draws PAD jobs for the
+// PAC signatures recent exchanges of its kind made, and a usage-17
+// CHECKSUM under a held pad is one ring-free Sign request instead of a
+// Run. Fake only: the servers' Sign is not in this tree (RealCluster
+// answers Sign as unimplemented, and the module then runs the checksum).
+class PadTest : public FakeBatcherTest {
+ protected:
+  const std::string tgt_id_ = std::string(32, 't');
+  const std::string tgt_key_ = std::string(32, 'T');
+  void SetUp() override {
+    FakeBatcherTest::SetUp();
+    cluster_.AddKey(tgt_id_, tgt_key_);
+  }
+  static BatcherOptions Opts() {
+    BatcherOptions o;  // self-clocked (early flush) by default
+    // Jobs submitted back to back stay in one batch (SubmitterIdle
+    // flushes them).
+    o.coalesce = absl::Seconds(2);
+    o.deadline = absl::Seconds(5);
+    return o;
+  }
+  void WaitIdle(Batcher* b) {
+    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
+      absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_EQ(b->stats().inflight, 0);
+  }
+  // Submits the jobs back to back, as the KDC does in one callback, and
+  // waits for their results; returns their tokens.
+  std::vector<uint64_t> Do(Batcher* b, std::vector<Job> jobs) {
+    const size_t n0 = sink_.counts().size();
+    std::vector<uint64_t> tokens;
+    for (Job& j : jobs) {
+      tokens.push_back(token_++);
+      EXPECT_TRUE(b->Submit(tokens.back(), std::move(j)).ok());
+    }
+    b->SubmitterIdle();
+    EXPECT_TRUE(sink_.WaitFor(n0 + tokens.size()));
+    WaitIdle(b);
+    return tokens;
+  }
+  Job Tgt(Job j) {
+    j.key_id = tgt_id_;
+    return j;
+  }
+  Job Sig(size_t len, char fill) {
+    return Tgt(Checksum(std::string(len, fill), 17));
+  }
+  // token's result is a checksum of Sig(len, fill) under the krbtgt key.
+  void ExpectSigned(uint64_t token, size_t len, char fill) {
+    const Result r = sink_.Get(token);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(r.output.size(), 32u);
+    const std::string out = Str(r.output);
+    EXPECT_EQ(out.substr(16), cluster_.Tag(tgt_key_, 17, out.substr(0, 16),
+                                           std::string(len, fill), true));
+  }
+  // An AS exchange as the KDC runs it: the timestamp's DECRYPT, the PAC's
+  // two signatures under the krbtgt key (one after the other: the KDC
+  // signature covers the server signature), then ticket and reply.
+  void AsExchange(Batcher* b, const SecureBytes& ts) {
+    const uint64_t d = Do(b, {Decrypt(ts, 1)})[0];
+    ASSERT_TRUE(sink_.Get(d).status.ok()) << sink_.Get(d).status;
+    ExpectSigned(Do(b, {Sig(100, 's')})[0], 100, 's');
+    ExpectSigned(Do(b, {Sig(90, 'k')})[0], 90, 'k');
+    for (uint64_t t : Do(b, {Tgt(Encrypt(std::string(56, 't'), 2)),
+                             Encrypt(std::string(56, 'r'), 3)}))
+      ASSERT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+  }
+  // Every pad named in party p's Sign requests, once each.
+  std::vector<std::pair<std::string, uint64_t>> SignedPads(int p) {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const std::string& raw : fake_.received_signs(p)) {
+      kmpc::v1::SignRequest r;
+      EXPECT_TRUE(r.ParseFromString(raw));
+      for (const auto& it : r.items())
+        out.emplace_back(it.run_batch_id(), it.job_id());
+    }
+    return out;
+  }
+  uint64_t token_ = 5000;
+};
+INSTANTIATE_TEST_SUITE_P(Cluster, PadTest,
+                         ::testing::Values(ClusterKind::kFake), KindName);
+
+// The second login: its timestamp's Run draws two pads (the first login
+// signed twice under the krbtgt key), its two PAC signatures are Sign
+// requests, its ticket and reply FINALIZE only: one Run in all. No pad
+// signs twice, and the messages reach the servers as shares only.
+TEST_P(PadTest, TimestampDrawsPadsAndSignaturesNeedNoRun) {
+  auto b = Make(Opts());
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);  // learns: nothing was speculated yet
+  EXPECT_EQ(b->stats().pads_drawn, 0u);
+  EXPECT_EQ(b->stats().sign_requests, 0u);
+  const BatcherStats s0 = b->stats();
+  const int runs0 = RunCalls();
+  AsExchange(b.get(), ts);
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.run_requests - s0.run_requests, 1u);  // "Run batches per login"
+  EXPECT_EQ(RunCalls(), runs0 + 1);
+  EXPECT_EQ(RunSizes().back(), 5);  // timestamp, 2 keystreams, 2 pads
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 2u);
+  EXPECT_EQ(s1.finalize_requests - s0.finalize_requests, 1u);
+  EXPECT_EQ(s1.pads_drawn, 2u);
+  EXPECT_EQ(s1.pads_used, 2u);
+  EXPECT_EQ(s1.pads_held, 0u);
+  EXPECT_EQ(s1.sign_rerun, 0u);
+  // A third signature finds no pad: a Run of its own.
+  const uint64_t t = Do(b.get(), {Sig(100, 'x')})[0];
+  ExpectSigned(t, 100, 'x');
+  EXPECT_EQ(b->stats().run_requests, s1.run_requests + 1);
+  EXPECT_EQ(b->stats().sign_requests, s1.sign_requests);
+  // Each pad was asked of every party once, and no more.
+  for (int p = 0; p < 3; ++p) {
+    auto pads = SignedPads(p);
+    EXPECT_EQ(pads.size(), 2u) << p;
+    const std::set<std::pair<std::string, uint64_t>> distinct(pads.begin(),
+                                                                pads.end());
+    EXPECT_EQ(distinct.size(), pads.size()) << p;
+    for (const std::string& raw : fake_.received_signs(p)) {
+      EXPECT_EQ(raw.find(std::string(90, 'k')), std::string::npos);
+      EXPECT_EQ(raw.find(std::string(20, 's')), std::string::npos);
+    }
+  }
+}
+
+// A pad the servers no longer hold (one restarted, or their TTL passed):
+// JOB_PAD_UNAVAILABLE from that server, and the checksum runs as an
+// ordinary CHECKSUM at once, with a right tag.
+TEST_P(PadTest, UnavailablePadFallsBackToARun) {
+  auto b = Make(Opts());
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  ASSERT_EQ(b->stats().pads_held, 2u);
+  fake_.ForgetPads(1);
+  const BatcherStats s0 = b->stats();
+  const uint64_t t = Do(b.get(), {Sig(100, 'f')})[0];
+  ExpectSigned(t, 100, 'f');
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 1u);
+  EXPECT_EQ(s1.sign_rerun, 1u);
+  EXPECT_EQ(s1.run_requests - s0.run_requests, 1u);
+  EXPECT_EQ(s1.pads_used - s0.pads_used, 1u);
+  EXPECT_EQ(s1.failed_batches, 0u);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+  // The fallback's Run carried the message as shares too.
+  for (int p = 0; p < 3; ++p)
+    for (const std::string& raw : fake_.received(p))
+      EXPECT_EQ(raw.find(std::string(20, 'f')), std::string::npos);
+}
+
+// A renewal (TGS-REQ whose new TGT is encrypted under the krbtgt key):
+// once learnt, its TGT's DECRYPT brings the new ticket's keystream and
+// its signatures' pads along: one Run, two Signs, one Finalize.
+TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
+  auto b = Make(Opts());
+  const SecureBytes tgt =
+      sink_.Get(Do(b.get(), {Tgt(Encrypt(std::string(56, 'g'), 2))})[0]).output;
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);  // learns the krbtgt key
+  auto renewal = [&] {
+    const uint64_t d = Do(b.get(), {Tgt(Decrypt(tgt, 2))})[0];
+    ASSERT_TRUE(sink_.Get(d).status.ok()) << sink_.Get(d).status;
+    ExpectSigned(Do(b.get(), {Sig(100, 'a')})[0], 100, 'a');
+    ExpectSigned(Do(b.get(), {Sig(90, 'b')})[0], 90, 'b');
+    const uint64_t e = Do(b.get(), {Tgt(Encrypt(std::string(56, 'n'), 2))})[0];
+    const Result r = sink_.Get(e);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    const std::string out = Str(r.output);
+    ASSERT_EQ(out.size(), 56u + 32);
+    const std::string ctr0 = out.substr(0, 16), c = out.substr(16, 56);
+    const std::string ks = cluster_.Keystream(tgt_key_, ctr0, 56);
+    for (size_t i = 0; i < 56; ++i) ASSERT_EQ(c[i] ^ ks[i], 'n');
+    EXPECT_EQ(out.substr(72), cluster_.Tag(tgt_key_, 2, ctr0, c, false));
+  };
+  renewal();  // learns the renewal
+  const BatcherStats s0 = b->stats();
+  renewal();
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.run_requests - s0.run_requests, 1u);
+  EXPECT_EQ(RunSizes().back(), 4);  // the TGT, its keystream, 2 pads
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 2u);
+  EXPECT_EQ(s1.finalize_requests - s0.finalize_requests, 1u);
+  EXPECT_EQ(s1.speculative_used - s0.speculative_used, 1u);
+  EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);
+}
+
+// Bad timestamps (unauthenticated) spend the pad budget: each exchange's
+// pads take a token that only their use gives back, so a flood draws at
+// most speculate_max / 2 exchanges' pads plus the refill, and every pad
+// of a failed timestamp is counted wasted, never held.
+TEST_P(PadTest, FailedTimestampsUseUpThePadBudget) {
+  BatcherOptions o = Opts();
+  o.speculate_max = 40;  // budget: 20 exchanges
+  auto b = Make(o);
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);
+  SecureBytes bad = ts;
+  bad[20] ^= 1;
+  const absl::Time t0 = absl::Now();
+  const size_t n0 = sink_.counts().size();
+  for (uint64_t t = 0; t < 200; ++t)
+    ASSERT_TRUE(b->Submit(7000 + t, Decrypt(bad, 1)).ok());
+  b->SubmitterIdle();
+  const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+  ASSERT_TRUE(sink_.WaitFor(n0 + 200));
+  WaitIdle(b.get());
+  for (uint64_t t = 0; t < 200; ++t)
+    ASSERT_TRUE(absl::IsDataLoss(sink_.Get(7000 + t).status));
+  const BatcherStats s = b->stats();
+  const uint64_t exchanges = s.pads_drawn / 2;
+  EXPECT_GE(exchanges, 5u);
+  EXPECT_LE(static_cast<double>(exchanges), 20 + 32 * secs + 1) << secs;
+  EXPECT_EQ(s.pads_wasted, s.pads_drawn);
+  EXPECT_EQ(s.pads_held, 0u);
+  EXPECT_EQ(s.pads_used, 0u);
+}
+
 TEST_P(BatcherTest, SpeculationOffSendsNoExtraJobs) {
   BatcherOptions o;
   o.window = absl::Milliseconds(5);
@@ -1721,6 +1945,12 @@ TEST(KdcMetricsTest, CountsAndRenders) {
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_queue_jobs 5\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_speculative_used_total 7\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_failovers_total 4\n")) << text;
+  for (const char* name :
+       {"kmpc_kdc_run_requests_total 0\n", "kmpc_kdc_finalize_requests_total 0\n",
+        "kmpc_kdc_sign_requests_total 0\n", "kmpc_kdc_pads_drawn_total 0\n",
+        "kmpc_kdc_pads_used_total 0\n", "kmpc_kdc_pads_wasted_total 0\n",
+        "kmpc_kdc_pads_held 0\n", "kmpc_kdc_sign_rerun_total 0\n"})
+    EXPECT_TRUE(absl::StrContains(text, name)) << name;
   EXPECT_TRUE(absl::StrContains(text, "process_resident_memory_bytes ")) << text;
   m.ClearStatsSource();
   EXPECT_FALSE(absl::StrContains(m.Render(), "kmpc_kdc_queue_jobs"));

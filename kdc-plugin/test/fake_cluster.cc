@@ -98,6 +98,18 @@ std::vector<std::string> FakeCluster::received(int party) {
   std::lock_guard<std::mutex> l(mu_);
   return received_[party];
 }
+std::vector<std::string> FakeCluster::received_signs(int party) {
+  std::lock_guard<std::mutex> l(mu_);
+  return received_signs_[party];
+}
+void FakeCluster::ForgetPads() {
+  std::lock_guard<std::mutex> l(mu_);
+  pads_.clear();
+}
+void FakeCluster::ForgetPads(int party) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [k, v] : pads_) v.gone[party] = true;
+}
 std::string FakeCluster::PartyName(int party) const {
   return absl::StrCat("party ", party, " (fake)");
 }
@@ -277,6 +289,12 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
           for (auto* x : r) x->set_status(pb::JOB_INTEGRITY_FAILED);
         break;
       }
+      case pb::JOB_PAD: {
+        std::string ctr0 = zero_ctr0_ ? std::string(16, '\0') : Random(16);
+        for (auto* x : r) x->set_ctr0(ctr0);
+        pads_[{req.batch_id(), j.job_id()}] = {key, ctr0, j.usage(), j.length()};
+        break;
+      }
       default:  // CheckJob let no other type through
         break;
     }
@@ -303,6 +321,71 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
   for (int p = 0; p < 3; ++p)
     (*out)[p].mutable_stats()->set_aes_blocks(batch_blocks);
   return CallStatus();
+}
+
+CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
+                                    std::array<pb::SignResponse, 3>* out) {
+  for (int p = 0; p < 3; ++p) (*out)[p].set_party(p);
+  for (int k = 0; k < req.items_size(); ++k) {
+    const pb::SignItem& it = req.items(k);
+    std::array<pb::SignResult*, 3> r;
+    for (int p = 0; p < 3; ++p) {
+      r[p] = (*out)[p].add_results();
+      r[p]->set_run_batch_id(it.run_batch_id());
+      r[p]->set_job_id(it.job_id());
+    }
+    auto pad = pads_.find({it.run_batch_id(), it.job_id()});
+    const std::optional<std::string> d = Message(req.request_id(), k);
+    bool all = true;
+    for (int p = 0; p < 3; ++p) {
+      if (pad == pads_.end() || pad->second.gone[p]) {
+        r[p]->set_status(pb::JOB_PAD_UNAVAILABLE);
+        r[p]->set_detail("no such pad");
+        all = false;
+      } else if (it.usage() != pad->second.usage ||
+                 it.length() > pad->second.length || !d ||
+                 d->size() != it.length()) {
+        r[p]->set_status(pb::JOB_MALFORMED);  // the pad is kept
+        r[p]->set_detail("usage, length or shares do not fit the pad");
+        all = false;
+      } else {
+        pad->second.gone[p] = true;  // forgotten before the answer
+        r[p]->set_status(pb::JOB_OK);
+        r[p]->set_tag_share(Random(16));  // alone uniform
+      }
+    }
+    if (all) {
+      std::string t = Tag(pad->second.key, it.usage(), pad->second.ctr0, *d, true);
+      for (int i = 0; i < 16; ++i)
+        t[i] ^= r[0]->tag_share()[i] ^ r[1]->tag_share()[i];
+      r[2]->set_tag_share(t);
+    }
+  }
+  shared_.erase(req.request_id());
+  return CallStatus();
+}
+
+void FakeCluster::Sign(int party, const pb::SignRequest& req,
+                       pb::SignResponse* resp, absl::Time deadline,
+                       Done done) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    received_signs_[party].push_back(req.SerializeAsString());
+    if (!hang_[party] && !down_[party])
+      for (int k = 0; k < req.items_size(); ++k)
+        shared_[req.request_id()][party][k] = req.items(k).data();
+  }
+  Answer<pb::SignResponse>(
+      "Sign", party, req.items_size(), req.request_id(), 2, &signs_,
+      [&](std::array<pb::SignResponse, 3>* out) {
+        return ComputeSign(req, out);
+      },
+      [this](int p, pb::SignResponse* r) {
+        if (!corrupt_[p]) return;  // else flip a bit of its tag share
+        for (auto& x : *r->mutable_results())
+          if (!x.tag_share().empty()) (*x.mutable_tag_share())[0] ^= 1;
+      },
+      resp, std::move(done));
 }
 
 void FakeCluster::ForgetEncryptStates() {

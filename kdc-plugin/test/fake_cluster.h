@@ -73,7 +73,22 @@ class FakeCluster : public TestCluster {
   void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
                 kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
                 Done done) override;
+  // As the servers (kmpc.proto SignItem): each party answers for its own
+  // pads (unknown or used by it: JOB_PAD_UNAVAILABLE; usage, length or
+  // share sizes that do not fit: JOB_MALFORMED, pad kept) with an additive
+  // share of the tag; the three XOR to the checksum tag over the message,
+  // which the fake reconstructs from two parties' shares (so it answers
+  // once two parties have asked).
+  void Sign(int party, const kmpc::v1::SignRequest& req,
+            kmpc::v1::SignResponse* resp, absl::Time deadline,
+            Done done) override;
   std::string PartyName(int party) const override;
+  // Every server forgets its pads (a restart, or their TTL passed), or
+  // only `party`'s.
+  void ForgetPads();
+  void ForgetPads(int party);
+  // Every Sign request `party` received, serialized, oldest first.
+  std::vector<std::string> received_signs(int party);
 
   // The fake's constructions: HMAC-SHA256 based (fake_cluster.cc).
   std::string Keystream(const std::string& key, const std::string& ctr0,
@@ -93,6 +108,8 @@ class FakeCluster : public TestCluster {
   // The message of request job k, from the parties' shares; nullopt if
   // fewer than two parties' shares are known or their copies disagree.
   std::optional<std::string> Message(const std::string& batch_id, int k);
+  CallStatus ComputeSign(const kmpc::v1::SignRequest& req,
+                         std::array<kmpc::v1::SignResponse, 3>* out);
   CallStatus ComputeFinalize(const kmpc::v1::FinalizeRequest& req,
                                std::array<kmpc::v1::FinalizeResponse, 3>* out);
 
@@ -142,8 +159,8 @@ class FakeCluster : public TestCluster {
   std::vector<Call> calls_;
   // Every party's Run requests as received (serialized), in order.
   std::array<std::vector<std::string>, 3> received_;
-  // Per Run batch id with dealt messages: each party's data_shares by job
-  // index (party -> job -> pair).
+  // Per Run batch id (or Sign request id) with dealt messages: each
+  // party's shares by job (or item) index (party -> job -> pair).
   std::map<std::string,
            std::map<int, std::map<int, kmpc::v1::SharePair>>> shared_;
   std::map<std::string, Batch<kmpc::v1::RunResponse>> runs_;
@@ -153,6 +170,15 @@ class FakeCluster : public TestCluster {
     uint32_t length;
   };
   std::map<std::pair<std::string, uint64_t>, EncState> enc_;
+  struct PadState {
+    std::string key, ctr0;
+    uint32_t usage;
+    uint32_t length;
+    std::array<bool, 3> gone{};  // used or forgotten, per party
+  };
+  std::map<std::pair<std::string, uint64_t>, PadState> pads_;
+  std::array<std::vector<std::string>, 3> received_signs_;
+  std::map<std::string, Batch<kmpc::v1::SignResponse>> signs_;
   std::map<std::string, Batch<kmpc::v1::FinalizeResponse>> fins_;
 };
 
