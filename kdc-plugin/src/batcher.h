@@ -101,9 +101,12 @@ struct BatcherOptions {
   // servers no longer hold costs only time: its jobs' FINALIZE is a
   // request of its own, and when it fails they are re-run as ordinary
   // ENCRYPT jobs. At most speculate_max keystreams held or on their way.
+  // Pads for PAC signatures likewise (speculator.h): an exchange's first
+  // DECRYPT draws PAD jobs, and a usage-17 CHECKSUM under a held pad is one
+  // ring-free Sign request instead of a Run.
   bool speculate = true;
   absl::Duration speculate_ttl = absl::Seconds(4);
-  // Speculative keystreams held or on their way, at most.
+  // Speculative keystreams and pads held or on their way, at most.
   size_t speculate_max = 8192;
 };
 

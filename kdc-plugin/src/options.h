@@ -35,12 +35,15 @@
 //                              serves it; a port in use is logged and
 //                              costs only the metrics
 //   speculate = true           the AS-REQ's timestamp DECRYPT brings the
-//                              ticket's and reply's keystream along
-//                              (batcher.h)
-//   speculate_max = 8192       keystreams held or on their way, at most
-//   speculate_ttl_ms = 4000    unused speculative keystream is dropped
-//                              after this; keep it well below the servers'
-//                              --encrypt_state_ttl_ms (default 10000)
+//                              ticket's and reply's keystream along, and
+//                              an exchange's first DECRYPT the PAC
+//                              signatures' pads (speculator.h)
+//   speculate_max = 8192       keystreams and pads held or on their way,
+//                              at most
+//   speculate_ttl_ms = 4000    unused speculative keystream or pad is
+//                              dropped after this; keep it well below the
+//                              servers' --encrypt_state_ttl_ms (default
+//                              10000) and their pad TTL
 #ifndef KMPC_KDC_PLUGIN_OPTIONS_H_
 #define KMPC_KDC_PLUGIN_OPTIONS_H_
 

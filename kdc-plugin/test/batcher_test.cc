@@ -1229,6 +1229,88 @@ TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
   EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);
 }
 
+// A held pad signs only a CHECKSUM it fits: same key id, cipher and usage,
+// a message no longer than the pad. Others run as before and leave the
+// pads held.
+TEST_P(PadTest, OnlyAFittingChecksumUsesAPad) {
+  auto b = Make(Opts());
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  ASSERT_EQ(b->stats().pads_held, 2u);  // 112 bytes each (100 and 90 learnt)
+  const BatcherStats s0 = b->stats();
+  Job other_key = Checksum(std::string(50, 'o'), 17);  // the client's key
+  Job other_usage = Tgt(Checksum(std::string(50, 'u'), 18));
+  Job wrong_cipher = Sig(50, 'w');
+  wrong_cipher.cipher = kmpc::v1::CIPHER_AES128;
+  for (Job& j : {std::ref(other_key), std::ref(other_usage)}) {
+    const uint64_t t = Do(b.get(), {std::move(j)})[0];
+    EXPECT_TRUE(sink_.Get(t).status.ok()) << t << ": " << sink_.Get(t).status;
+  }
+  // The key is AES-256: the cluster refuses the job for its cipher.
+  const uint64_t wc = Do(b.get(), {std::move(wrong_cipher)})[0];
+  EXPECT_TRUE(absl::IsPermissionDenied(sink_.Get(wc).status)) << sink_.Get(wc).status;
+  const uint64_t too_long = Do(b.get(), {Sig(113, 'l')})[0];
+  ExpectSigned(too_long, 113, 'l');
+  BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_requests, s0.sign_requests);
+  EXPECT_EQ(s1.run_requests - s0.run_requests, 4u);
+  EXPECT_EQ(s1.pads_held, 2u);
+  const uint64_t fits = Do(b.get(), {Sig(112, 'f')})[0];
+  ExpectSigned(fits, 112, 'f');
+  s1 = b->stats();
+  EXPECT_EQ(s1.sign_requests, s0.sign_requests + 1);
+  EXPECT_EQ(s1.run_requests - s0.run_requests, 4u);
+  EXPECT_EQ(s1.pads_held, 1u);
+}
+
+// A Sign request goes at once: not behind the Run in flight (max_inflight
+// 1, the ring busy for 2 s), not after the window.
+TEST_P(PadTest, SignDoesNotWaitForTheRunInFlightOrTheWindow) {
+  BatcherOptions o = Opts();
+  o.window = absl::Seconds(30);
+  auto b = Make(o);
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  ASSERT_EQ(b->stats().pads_held, 2u);
+  cluster_.set_run_delay(absl::Seconds(2));
+  const int runs0 = RunCalls();
+  const size_t n0 = sink_.counts().size();
+  ASSERT_TRUE(b->Submit(9000, Encrypt(std::string(100, 'x'), 7)).ok());
+  b->SubmitterIdle();
+  WaitRunCalls(runs0 + 1);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(9001, Sig(100, 'q')).ok());
+  ASSERT_TRUE(sink_.WaitFor(n0 + 1, absl::Seconds(5)));
+  EXPECT_LT(sink_.At(9001) - t0, absl::Seconds(1));
+  ExpectSigned(9001, 100, 'q');
+  EXPECT_EQ(sink_.counts().count(9000), 0u);  // the Run is still in flight
+  EXPECT_EQ(RunCalls(), runs0 + 1);
+  ASSERT_TRUE(sink_.WaitFor(n0 + 2, absl::Seconds(10)));
+  EXPECT_TRUE(sink_.Get(9000).status.ok());
+}
+
+// Pads unused for speculate_ttl are dropped (the servers forget them after
+// their own, longer, TTL) and counted wasted; the next signature runs.
+TEST_P(PadTest, UnusedPadsExpire) {
+  BatcherOptions o = Opts();
+  o.speculate_ttl = absl::Milliseconds(300);
+  auto b = Make(o);
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  ASSERT_EQ(b->stats().pads_held, 2u);
+  for (int i = 0; i < 200 && b->stats().pads_held != 0; ++i)
+    absl::SleepFor(absl::Milliseconds(10));  // pruned without any submit
+  EXPECT_EQ(b->stats().pads_held, 0u);
+  EXPECT_EQ(b->stats().pads_wasted, 2u);
+  const BatcherStats s0 = b->stats();
+  ExpectSigned(Do(b.get(), {Sig(100, 'e')})[0], 100, 'e');
+  EXPECT_EQ(b->stats().sign_requests, s0.sign_requests);
+  EXPECT_EQ(b->stats().run_requests, s0.run_requests + 1);
+}
+
 // Bad timestamps (unauthenticated) spend the pad budget: each exchange's
 // pads take a token that only their use gives back, so a flood draws at
 // most speculate_max / 2 exchanges' pads plus the refill, and every pad
