@@ -58,7 +58,12 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
   if (wake) cv_.notify_one();  // the dispatcher is the only waiter
   // At once, on this thread: a Sign needs no ring round, so it neither
   // waits for a window nor for the Run in flight.
-  if (sign) sign->Start();
+  if (sign) {
+    sign->Start();
+    sign.reset();
+    std::lock_guard<std::mutex> l(mu_);
+    if (--signs_starting_ == 0) started_cv_.notify_all();
+  }
   return absl::OkStatus();
 }
 
@@ -66,6 +71,7 @@ std::shared_ptr<BatchStep> Dispatcher::MakeSignStep(PendingJob job) {
   const absl::Time now = absl::Now();
   ++stats_.jobs;
   ++sign_inflight_;
+  ++signs_starting_;
   std::vector<PendingJob> jobs;
   jobs.push_back(std::move(job));
   auto step = std::make_shared<BatchStep>(shared_from_this(), next_seq_++,
@@ -258,7 +264,9 @@ void Dispatcher::Close() {
     std::lock_guard<std::mutex> l(sink_mu_);
     closed_ = true;
   }
-  std::lock_guard<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu_);
+  // stopping_ is set: no Submit makes another Sign step.
+  started_cv_.wait(l, [this] { return signs_starting_ == 0; });
   queue_.clear();
   finalize_only_queue_.clear();
   queued_blocks_ = 0;

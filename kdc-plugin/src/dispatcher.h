@@ -110,6 +110,11 @@ class Dispatcher : public StepHost,
   std::deque<PendingJob> finalize_only_queue_;
   int finalize_only_inflight_ = 0;
   int sign_inflight_ = 0;
+  // Sign steps made by Submit and not yet started (Start runs outside mu_
+  // on the submitting thread); Close() waits for them, so that none
+  // starts on a transport that Stop's caller is about to destroy.
+  int signs_starting_ = 0;
+  std::condition_variable started_cv_;
   bool finalize_only_now_ = false;
   std::set<std::shared_ptr<BatchStep>> active_;
   BatcherStats stats_;
