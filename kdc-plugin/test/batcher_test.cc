@@ -1311,6 +1311,33 @@ TEST_P(PadTest, UnusedPadsExpire) {
   EXPECT_EQ(b->stats().run_requests, s0.run_requests + 1);
 }
 
+// A server that does not answer a Sign: the checksum fails at the
+// deadline, once; a server that is down: it fails at once (its re-run as a
+// Run cannot reach the cluster either), once.
+TEST_P(PadTest, SignFailuresCompleteTheJobOnce) {
+  BatcherOptions o = Opts();
+  o.deadline = absl::Milliseconds(800);
+  auto b = Make(o);
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  ASSERT_EQ(b->stats().pads_held, 2u);
+  fake_.set_hang(2, true);
+  const absl::Time t0 = absl::Now();
+  const uint64_t hung = Do(b.get(), {Sig(100, 'h')})[0];
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(hung).status)) << sink_.Get(hung).status;
+  EXPECT_GE(sink_.At(hung) - t0, absl::Milliseconds(700));
+  fake_.set_hang(2, false);
+  fake_.set_down(1, true);
+  const uint64_t down = Do(b.get(), {Sig(100, 'd')})[0];
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(down).status)) << sink_.Get(down).status;
+  fake_.set_down(1, false);
+  EXPECT_EQ(b->stats().pads_used, 2u);  // each pad taken once, never again
+  EXPECT_EQ(b->stats().pads_held, 0u);
+  absl::SleepFor(absl::Milliseconds(200));
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
 // Bad timestamps (unauthenticated) spend the pad budget: each exchange's
 // pads take a token that only their use gives back, so a flood draws at
 // most speculate_max / 2 exchanges' pads plus the refill, and every pad
