@@ -30,7 +30,8 @@ def quantile(xs, q):
 
 
 def setup(workdir, dealer, early_flush):
-    opts = {"early_flush": "true"} if early_flush else None
+    # Explicit both ways: the module's default is early_flush = true.
+    opts = {"early_flush": "true" if early_flush else "false"}
     r = kmpc_cluster.KmpcRealm(workdir, module_options=opts)
     r.create()
     r.setup_krbtgt()

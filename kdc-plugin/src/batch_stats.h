@@ -35,6 +35,21 @@ struct BatcherStats {
                                       // (Run queue and finalize_only queue)
   uint64_t failovers = 0;             // jobs submitted again to another
                                       // cluster (router.h)
+  // Requests sent to the three servers (one per step, counted once for
+  // the three parties): Run requests (a batch, or a re-run of a failed
+  // FINALIZE-only or Sign step), Finalize requests (after a Run, or of
+  // speculated keystreams), Sign requests.
+  uint64_t run_requests = 0;
+  uint64_t finalize_requests = 0;
+  uint64_t sign_requests = 0;
+  // Pads (speculator.h): PAD jobs sent; pads a CHECKSUM used (Sign
+  // requests' items); pads lost (their DECRYPT or PAD job failed) or that
+  // expired unused.
+  uint64_t pads_drawn = 0;
+  uint64_t pads_used = 0;
+  uint64_t pads_wasted = 0;
+  size_t pads_held = 0;               // pads held now
+  uint64_t sign_rerun = 0;            // sign jobs re-run as CHECKSUM jobs
 };
 
 // Told of every batch as it ends (the module's Prometheus metrics,
@@ -44,6 +59,8 @@ struct BatcherStats {
 class BatchObserver {
  public:
   virtual ~BatchObserver() = default;
+  // Run batches and FINALIZE-only batches (Sign steps are counted in
+  // BatcherStats only).
   // finalize_only: a FINALIZE-only batch of speculated jobs; jobs: the jobs
   // it carried; blocks: AES blocks the servers reported; latency: from its
   // start to its last answer (Run and, if any, Finalize round trips).

@@ -114,8 +114,14 @@ struct What {
 
 struct BatchStep::RunCall {
   google::protobuf::Arena arena{StepArenaOptions()};
+  // Party 0's request; its public fields are every party's.
   pb::RunRequest& req =
       *google::protobuf::Arena::CreateMessage<pb::RunRequest>(&arena);
+  // What party p is sent: `req` itself, unless the batch carries a
+  // checksum message (CHECKSUM, VERIFY_CHECKSUM), whose shares differ per
+  // party (kmpc.proto Job.data_shares); then parties 1 and 2 get copies of
+  // `req` with their own shares.
+  std::array<pb::RunRequest*, kParties> party_req = {&req, &req, &req};
   OnArena<pb::RunResponse> resp{&arena};
   std::array<absl::Status, kParties> st;
   std::atomic<int> left{kParties};
@@ -141,10 +147,10 @@ struct BatchStep::FinalizeCall {
 
 BatchStep::BatchStep(std::shared_ptr<StepHost> host, uint64_t seq,
                      std::vector<PendingJob> jobs, absl::Time start,
-                     bool finalize_only)
+                     StepKind kind)
     : host_(std::move(host)),
       seq_(seq),
-      finalize_only_(finalize_only),
+      kind_(kind),
       start_(start),
       deadline_(start + host_->options().deadline),
       jobs_(std::move(jobs)),
@@ -161,6 +167,10 @@ absl::Status BatchStep::PartyOrderError(int p, uint32_t answered) const {
 }
 
 void BatchStep::Start() {
+  if (kind_ == StepKind::kSign) {
+    StartSign();
+    return;
+  }
   std::vector<size_t> run;
   auto fin = std::make_shared<FinalizeCall>();
   fin->finalize_only = true;
@@ -210,12 +220,17 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
   if (FailIfPartyDown(idx)) return;
   auto call = std::make_shared<RunCall>();
   call->idx = std::move(idx);
-  BuildRunRequest(call.get());
+  if (absl::Status st = BuildRunRequest(call.get()); !st.ok()) {
+    ScrubRun(call.get());
+    FailOpen(st, &call->idx);
+    return;
+  }
   call->started = absl::Now();
+  host_->Sending(StepKind::kRun);
   auto self = shared_from_this();
   for (int p = 0; p < kParties; ++p) {
     host_->transport()->Run(
-        p, call->req, &call->resp[p], deadline_,
+        p, *call->party_req[p], &call->resp[p], deadline_,
         [self, call, p](CallStatus s) {
           call->st[p] = s.status;
           if (!s.ok()) self->PartyFailed(p, s, call->idx);
@@ -225,7 +240,7 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
   }
 }
 
-void BatchStep::BuildRunRequest(RunCall* call) {
+absl::Status BatchStep::BuildRunRequest(RunCall* call) {
   call->req.set_batch_id(RandomId());
   call->req.mutable_jobs()->Reserve(static_cast<int>(call->idx.size()));
   // The timestamp DECRYPT of each speculation group in this request: its
@@ -236,11 +251,15 @@ void BatchStep::BuildRunRequest(RunCall* call) {
     if (jobs_[i].group != 0 && !jobs_[i].speculative &&
         jobs_[i].job.type == pb::JOB_DECRYPT)
       group_decrypt[jobs_[i].group] = i;
+  std::vector<int> shared;  // request jobs whose message is dealt
   for (size_t i : call->idx) {
     const Job& job = jobs_[i].job;
     pb::Job* j = call->req.add_jobs();
     j->set_job_id(i);
-    if (jobs_[i].speculative && jobs_[i].group != 0) {
+    // Not a PAD: it reveals nothing (its ctr0 is public) and the servers
+    // take release conditions on ENCRYPT and CHECKSUM jobs only.
+    if (jobs_[i].speculative && jobs_[i].group != 0 &&
+        job.type != pb::JOB_PAD) {
       auto g = group_decrypt.find(jobs_[i].group);
       if (g != group_decrypt.end()) j->set_release_if_ok(g->second);
     }
@@ -248,14 +267,45 @@ void BatchStep::BuildRunRequest(RunCall* call) {
     j->set_cipher(job.cipher);
     j->set_usage(job.usage);
     j->set_type(job.type);
-    if (job.type == pb::JOB_ENCRYPT) {
-      // The plaintext never leaves the KDC: only its length.
-      j->set_length(static_cast<uint32_t>(job.input.size()));
-    } else {
-      j->set_data(job.input.data(), job.input.size());
-      if (!job.checksum.empty()) j->set_checksum(job.checksum);
+    switch (job.type) {
+      case pb::JOB_ENCRYPT:
+        // The plaintext never leaves the KDC: only its length.
+        j->set_length(static_cast<uint32_t>(job.input.size()));
+        break;
+      case pb::JOB_CHECKSUM:
+      case pb::JOB_VERIFY_CHECKSUM:
+        // The message only as shares, dealt below (enctype.md invariant 5).
+        j->set_length(static_cast<uint32_t>(job.input.size()));
+        if (!job.checksum.empty()) j->set_checksum(job.checksum);
+        shared.push_back(call->req.jobs_size() - 1);
+        break;
+      case pb::JOB_PAD:
+        j->set_length(static_cast<uint32_t>(job.pad_length));
+        break;
+      default:  // DECRYPT: the ciphertext
+        j->set_data(job.input.data(), job.input.size());
     }
   }
+  if (shared.empty()) return absl::OkStatus();
+  // Parties 1 and 2 get copies made before any share is set (so no
+  // request holds another party's shares), then each job's message is
+  // dealt afresh into the three requests.
+  for (int p = 1; p < kParties; ++p) {
+    call->party_req[p] =
+        google::protobuf::Arena::CreateMessage<pb::RunRequest>(&call->arena);
+    call->party_req[p]->CopyFrom(call->req);
+  }
+  for (int k : shared) {
+    const Job& job = jobs_[call->idx[k]].job;
+    std::array<pb::SharePair*, kParties> out;
+    for (int p = 0; p < kParties; ++p)
+      out[p] = call->party_req[p]->mutable_jobs(k)->mutable_data_shares();
+    if (absl::Status st = client::Deal(
+            absl::MakeConstSpan(job.input.data(), job.input.size()), out);
+        !st.ok())
+      return st;
+  }
+  return absl::OkStatus();
 }
 
 void BatchStep::OnRun(const std::shared_ptr<RunCall>& call) {
@@ -338,10 +388,12 @@ absl::Status BatchStep::CheckJobResult(const RunCall& call, int k) const {
       return absl::AbortedError(absl::StrCat(
           "malformed ENCRYPT result (status or ctr0) for job ", k));
     case pb::JOB_CHECKSUM:
+    case pb::JOB_PAD:
       if (ok && contract::CounterRangeOk(r0.ctr0(), 0))
         return absl::OkStatus();
       return absl::AbortedError(absl::StrCat(
-          "malformed CHECKSUM result (status or ctr0) for job ", k));
+          "malformed ", contract::JobTypeName(job.type),
+          " result (status or ctr0) for job ", k));
     default:  // DECRYPT, VERIFY_CHECKSUM: a verdict
       if (verdict) return absl::OkStatus();
       return absl::AbortedError(absl::StrCat("malformed ",
@@ -359,7 +411,9 @@ absl::Status BatchStep::RevealRun(RunCall* call) {
     const pb::JobResult& r0 = call->resp[0].results(k);
     if (r0.status() != pb::JOB_OK) continue;
     PendingJob& e = jobs_[call->idx[k]];
-    if (e.job.type == pb::JOB_VERIFY_CHECKSUM) continue;  // a verdict only
+    // A verdict only; a pad's ctr0 only.
+    if (e.job.type == pb::JOB_VERIFY_CHECKSUM || e.job.type == pb::JOB_PAD)
+      continue;
     const size_t len = contract::RevealedBytes(ShapeOf(e.job));
     std::array<const pb::SharePair*, kParties> s;
     const bool tag = e.job.type == pb::JOB_CHECKSUM;
@@ -398,6 +452,7 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
       failed_groups.insert(e.group);
   }
   std::vector<HeldKeystream> held;
+  size_t pads_lost = 0;
   const absl::Time expires = call.started + host_->options().speculate_ttl;
   for (int k = 0; k < n; ++k) {
     const size_t i = call.idx[k];
@@ -409,6 +464,9 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
     if (r.status() == pb::JOB_OK && !failed_groups.count(e.group) &&
         !IsDone(i)) {
       HeldKeystream h;
+      h.pad = e.job.type == pb::JOB_PAD;
+      h.pad_length = e.job.pad_length;
+      h.refund = e.refund;
       h.key_id = e.job.key_id;
       h.cipher = e.job.cipher;
       h.usage = e.job.usage;
@@ -418,12 +476,23 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
       h.keystream = std::move(e.output);
       h.expires = expires;
       held.push_back(std::move(h));
+    } else if (e.job.type == pb::JOB_PAD) {
+      ++pads_lost;
     }
     Complete(i, absl::OkStatus(), {});
   }
   if (!held.empty()) host_->HoldKeystreams(std::move(held));
-  if (!failed_groups.empty())
-    host_->SpeculativeGroupsFailed(failed_groups.size());
+  if (pads_lost > 0) host_->PadsWasted(pads_lost);
+  // Keystream groups (pads are counted apart, PadsWasted).
+  std::set<uint64_t> keystream_groups;
+  for (int k = 0; k < n; ++k) {
+    const PendingJob& e = jobs_[call.idx[k]];
+    if (e.speculative && e.job.type == pb::JOB_ENCRYPT &&
+        failed_groups.count(e.group))
+      keystream_groups.insert(e.group);
+  }
+  if (!keystream_groups.empty())
+    host_->SpeculativeGroupsFailed(keystream_groups.size());
 }
 
 // Completes what needs no Finalize; collects the ciphertexts that do.
@@ -450,6 +519,7 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
           Complete(i, absl::DataLossError("ciphertext tag did not verify"), {});
           break;
         }
+        if (e.exchange >= 0) host_->ExchangeOk(e.exchange);
         const uint8_t* c = e.job.input.data() + contract::kCtr0Size;
         for (size_t b = 0; b < e.output.size(); ++b) e.output[b] ^= c[b];
         Complete(i, absl::OkStatus(), std::move(e.output));
@@ -474,6 +544,16 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
 }
 
 void BatchStep::ScrubRun(RunCall* call) {
+  // The shares dealt to each party (the transport is done with them: the
+  // step's calls have all answered, or none was made).
+  for (int p = 0; p < kParties; ++p) {
+    if (p > 0 && call->party_req[p] == &call->req) continue;
+    for (auto& j : *call->party_req[p]->mutable_jobs()) {
+      if (!j.has_data_shares()) continue;
+      Cleanse(j.mutable_data_shares()->mutable_first());
+      Cleanse(j.mutable_data_shares()->mutable_second());
+    }
+  }
   for (auto* r : call->resp)
     for (auto& res : *r->mutable_results()) {
       Cleanse(res.mutable_keystream()->mutable_first());
@@ -489,6 +569,7 @@ void BatchStep::StartFinalize(const std::shared_ptr<FinalizeCall>& fin) {
   // (A finalize_only call is not re-run then: the party is still down.)
   if (FailIfPartyDown(fin->idx)) return;
   fin->started = absl::Now();
+  host_->Sending(StepKind::kFinalizeOnly);
   auto self = shared_from_this();
   for (int p = 0; p < kParties; ++p) {
     host_->transport()->Finalize(
@@ -593,6 +674,149 @@ void BatchStep::ScrubFinalize(FinalizeCall* fin) {
     }
 }
 
+// --------------------------------------------------------------- Sign step
+
+struct BatchStep::SignCall {
+  google::protobuf::Arena arena{StepArenaOptions()};
+  OnArena<pb::SignRequest> req{&arena};  // one per party: its own shares
+  OnArena<pb::SignResponse> resp{&arena};
+  std::array<CallStatus, kParties> st;
+  std::atomic<int> left{kParties};
+  std::vector<size_t> idx;  // item k is jobs_[idx[k]]
+};
+
+void BatchStep::StartSign() {
+  std::vector<size_t> idx(jobs_.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  if (FailIfPartyDown(idx)) return;
+  auto call = std::make_shared<SignCall>();
+  call->idx = std::move(idx);
+  const std::string request_id = RandomId();
+  for (int p = 0; p < kParties; ++p) call->req[p].set_request_id(request_id);
+  for (size_t i : call->idx) {
+    const PendingJob& e = jobs_[i];
+    std::array<pb::SharePair*, kParties> out;
+    for (int p = 0; p < kParties; ++p) {
+      pb::SignItem* item = call->req[p].add_items();
+      item->set_run_batch_id(e.run_batch_id);
+      item->set_job_id(e.run_job_id);
+      item->set_usage(e.job.usage);
+      item->set_length(static_cast<uint32_t>(e.job.input.size()));
+      out[p] = item->mutable_data();
+    }
+    // The message as shares, dealt afresh for this item (enctype.md
+    // invariant 5), as a Run CHECKSUM's.
+    if (absl::Status st = client::Deal(
+            absl::MakeConstSpan(e.job.input.data(), e.job.input.size()), out);
+        !st.ok()) {
+      ScrubSign(call.get());
+      FailOpen(st, &call->idx);
+      return;
+    }
+  }
+  host_->Sending(StepKind::kSign);
+  auto self = shared_from_this();
+  for (int p = 0; p < kParties; ++p) {
+    host_->transport()->Sign(
+        p, call->req[p], &call->resp[p], deadline_,
+        [self, call, p](CallStatus s) {
+          call->st[p] = std::move(s);
+          if (call->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+            self->OnSign(call);
+        });
+  }
+}
+
+// Every server answers alone and at once; a job's tag is combined only
+// when all three answered JOB_OK for it. Anything else re-runs the job as
+// an ordinary CHECKSUM: the servers that did answer used the pad up
+// (kmpc.proto SignItem), and their tag shares are wiped uncombined.
+void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
+  const int n = static_cast<int>(call->idx.size());
+  std::string why;
+  for (int p = 0; p < kParties && why.empty(); ++p) {
+    const pb::SignResponse& r = call->resp[p];
+    if (!call->st[p].ok())
+      why = absl::StrCat("MPC ", Party(p), ": ", Describe(call->st[p]));
+    else if (r.party() != static_cast<uint32_t>(p))
+      why = std::string(PartyOrderError(p, r.party()).message());
+    else if (r.results_size() != n)
+      why = absl::StrCat(Party(p), " returned ", r.results_size(),
+                         " results for ", n, " items");
+    for (int k = 0; k < n && why.empty(); ++k)
+      if (r.results(k).job_id() != call->req[p].items(k).job_id() ||
+          r.results(k).run_batch_id() != call->req[p].items(k).run_batch_id())
+        why = absl::StrCat(Party(p), " returned results out of order");
+  }
+  std::vector<size_t> rerun;
+  if (!why.empty()) {
+    rerun = call->idx;
+  } else {
+    const client::PartyNamer namer = [this](int p) { return Party(p); };
+    for (int k = 0; k < n; ++k) {
+      const size_t i = call->idx[k];
+      bool ok = true;
+      for (int p = 0; p < kParties; ++p) {
+        const pb::SignResult& r = call->resp[p].results(k);
+        if (r.status() != pb::JOB_OK) {
+          ok = false;
+          if (why.empty())
+            why = absl::StrCat(Party(p), ": ", pb::JobStatus_Name(r.status()),
+                               " (", r.detail(), ")");
+        }
+      }
+      PendingJob& e = jobs_[i];
+      if (ok && e.output.size() == contract::kCtr0Size && !IsDone(i)) {
+        e.output.resize(contract::kChecksumSize);
+        absl::Status st = client::CombineAdditive(
+            {&call->resp[0].results(k).tag_share(),
+             &call->resp[1].results(k).tag_share(),
+             &call->resp[2].results(k).tag_share()},
+            absl::MakeSpan(e.output.data() + contract::kCtr0Size,
+                           contract::kTagSize),
+            "tag", namer);
+        if (st.ok()) {
+          Complete(i, absl::OkStatus(), std::move(e.output));
+          continue;
+        }
+        if (why.empty()) why = std::string(st.message());
+      }
+      rerun.push_back(i);
+    }
+  }
+  ScrubSign(call.get());
+  if (!rerun.empty()) RerunSign(std::move(rerun), why);
+}
+
+void BatchStep::RerunSign(std::vector<size_t> idx, const std::string& why) {
+  if (absl::Now() >= deadline_) return;  // Expire fails them (or did)
+  std::vector<size_t> again;
+  for (size_t i : idx) {
+    if (IsDone(i)) continue;
+    PendingJob& e = jobs_[i];
+    e.sign = false;
+    e.output.clear();
+    e.run_batch_id.clear();
+    again.push_back(i);
+  }
+  if (again.empty()) return;
+  host_->SignRerun(again.size());
+  host_->Log(LOG_INFO, absl::StrCat("kdcmpc: batch #", seq_, ": Sign of ",
+                                    again.size(), " checksum(s) under a pad "
+                                    "failed (", why, "); running them"));
+  StartRun(std::move(again));
+}
+
+void BatchStep::ScrubSign(SignCall* call) {
+  for (auto* r : call->req)
+    for (auto& item : *r->mutable_items()) {
+      Cleanse(item.mutable_data()->mutable_first());
+      Cleanse(item.mutable_data()->mutable_second());
+    }
+  for (auto* r : call->resp)
+    for (auto& res : *r->mutable_results()) Cleanse(res.mutable_tag_share());
+}
+
 // -------------------------------------------------------------- Completion
 
 // Fail fast: one failed party is enough to fail the call's jobs; the other
@@ -682,7 +906,7 @@ void BatchStep::Finish() {
     host_->Log(LOG_DEBUG, DebugLine(seq_, jobs_.size(), failed, requested,
                                     queued, absl::Now() - start_, figures_));
   }
-  host_->StepFinished(shared_from_this(), finalize_only_,
+  host_->StepFinished(shared_from_this(), kind_,
                       figures_.blocks.load(), failed > 0);
 }
 

@@ -3,7 +3,15 @@
 // for its ENCRYPT jobs the Finalize step (one FinalizeRequest per server,
 // the tags revealed), and the jobs' completion. finalize_only jobs (their
 // keystream came from a speculative ENCRYPT) go straight to a Finalize
-// step of their own.
+// step of their own; `sign` jobs (a CHECKSUM a pad of an earlier Run
+// signs) to a Sign step of their own: one ring-free SignRequest per
+// server, the message dealt as shares afresh, the tag the XOR of the
+// three servers' additive shares (client::CombineAdditive). A sign job
+// whose pad is unavailable (JOB_PAD_UNAVAILABLE: expired, used, a server
+// restarted), or whose Sign fails otherwise, is re-run at once as an
+// ordinary CHECKSUM (a fresh ctr0 and pad, fresh shares): no tag was
+// revealed under the pad, since no tag is combined unless all three
+// servers answered JOB_OK.
 //
 // Invariants:
 //  - Every job completes exactly once (Complete checks `done`), through
@@ -48,6 +56,10 @@ namespace kmpc::kdc {
 
 class BatchStep;
 
+// What a step carries: a Run (then Finalize) batch, FINALIZE of
+// speculated keystreams only, or Sign of pad-signed checksums.
+enum class StepKind { kRun, kFinalizeOnly, kSign };
+
 // What a batch needs from the dispatcher. Thread-safe; outlives its steps
 // (shared_ptr).
 class StepHost {
@@ -62,16 +74,24 @@ class StepHost {
   virtual void HoldKeystreams(std::vector<HeldKeystream> keystreams) = 0;
   virtual void SpeculativeGroupsFailed(size_t groups) = 0;
   virtual void FinalizeOnlyRerun(size_t jobs) = 0;
+  // Pads drawn that will never be held (their DECRYPT or PAD job failed).
+  virtual void PadsWasted(size_t pads) = 0;
+  // An exchange's first DECRYPT verified (PendingJob::exchange).
+  virtual void ExchangeOk(int kind) = 0;
+  // Sign jobs re-run as ordinary CHECKSUM jobs.
+  virtual void SignRerun(size_t jobs) = 0;
+  // A request is about to go to the three servers (statistics): a Run
+  // request (kRun), a Finalize request (kFinalizeOnly: after a Run as well),
+  // a Sign request (kSign).
+  virtual void Sending(StepKind what) = 0;
   virtual void StepFinished(const std::shared_ptr<BatchStep>& step,
-                            bool finalize_only, uint64_t blocks,
-                            bool failed) = 0;
+                            StepKind kind, uint64_t blocks, bool failed) = 0;
 };
 
 class BatchStep : public std::enable_shared_from_this<BatchStep> {
  public:
   BatchStep(std::shared_ptr<StepHost> host, uint64_t seq,
-            std::vector<PendingJob> jobs, absl::Time start,
-            bool finalize_only);
+            std::vector<PendingJob> jobs, absl::Time start, StepKind kind);
 
   absl::Time deadline() const { return deadline_; }
   absl::Time start() const { return start_; }
@@ -82,6 +102,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
 
   struct RunCall;
   struct FinalizeCall;
+  struct SignCall;
 
  private:
   std::string Party(int p) const;
@@ -89,7 +110,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
 
   // Run step.
   void StartRun(std::vector<size_t> idx);
-  void BuildRunRequest(RunCall* call);
+  // Fills the request(s); a checksum's message is dealt as shares, one
+  // request per party then. INTERNAL if the random generator fails.
+  absl::Status BuildRunRequest(RunCall* call);
   void OnRun(const std::shared_ptr<RunCall>& call);
   absl::Status CheckRunAnswers(const RunCall& call) const;
   absl::Status CheckJobResult(const RunCall& call, int k) const;
@@ -106,6 +129,13 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
                          const CallStatus& first);
   static void ScrubFinalize(FinalizeCall* fin);
 
+  // Sign step.
+  void StartSign();
+  void OnSign(const std::shared_ptr<SignCall>& call);
+  // Re-runs sign jobs as ordinary CHECKSUM jobs (`why`: logged).
+  void RerunSign(std::vector<size_t> idx, const std::string& why);
+  static void ScrubSign(SignCall* call);
+
   // Completion.
   bool FailIfPartyDown(const std::vector<size_t>& idx);
   void PartyFailed(int p, const CallStatus& s, const std::vector<size_t>& idx);
@@ -117,7 +147,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
 
   const std::shared_ptr<StepHost> host_;
   const uint64_t seq_;
-  const bool finalize_only_;  // FINALIZE of speculated jobs only
+  const StepKind kind_;
   const absl::Time start_;
   const absl::Time deadline_;
   std::vector<PendingJob> jobs_;

@@ -2,13 +2,18 @@
 // one call per server per batch (architecture.md: "queue -> batch every
 // 100 ms (or when full)").
 //
-// A batch is flushed when the oldest queued job has waited `window`, or at
-// once when the queue reaches max_jobs / max_blocks. With early_flush, a
-// queue is also flushed after only `coalesce` when no batch is in flight
-// (the servers are idle), which gives low latency at low load; under load
-// the in-flight batch makes the queue wait, so batches grow by themselves.
-// At most max_inflight batches run at once, plus at most four
-// finalize_only batches of speculated jobs (below).
+// Batches clock themselves by default (early_flush): a queue is flushed
+// after only `coalesce` (or at SubmitterIdle(), when the KDC's event loop
+// is done with the callback that submitted the jobs) when no batch is in
+// flight, so a lone request never waits for a fixed window; under load
+// the batch in flight makes the queue wait (max_inflight 1), so the next
+// batch grows with what arrived meanwhile. With max_inflight > 1, a queue
+// behind a batch in flight goes when its oldest job has waited `window`
+// (the bound under load); `window` is the whole policy with early_flush = false: the queue is flushed when
+// its oldest job has waited `window`. In both modes a queue reaching
+// max_jobs / max_blocks goes at once. At most max_inflight Run batches
+// run at once; FINALIZE-only batches of speculated jobs (at most four)
+// and Sign requests (pads, speculator.h) never wait for them.
 //
 // One batch: Run on the three servers in parallel; every revealed value
 // arrives as two copies of each of its three XOR shares (server i sends
@@ -56,7 +61,9 @@ struct BatcherOptions {
   size_t backlog_jobs = 2048;
   uint64_t backlog_blocks = 65536;
   absl::Duration deadline = absl::Milliseconds(3000);
-  bool early_flush = false;
+  // Self-clocked batches (class comment): a batch goes as soon as one may
+  // be in flight, after `coalesce` at most.
+  bool early_flush = true;
   // Early flush waits this long for jobs submitted back to back (the KDC
   // submits the ticket and the reply of one AS-REQ in one go), unless
   // SubmitterIdle() says earlier that the submitter is done.
@@ -94,9 +101,12 @@ struct BatcherOptions {
   // servers no longer hold costs only time: its jobs' FINALIZE is a
   // request of its own, and when it fails they are re-run as ordinary
   // ENCRYPT jobs. At most speculate_max keystreams held or on their way.
+  // Pads for PAC signatures likewise (speculator.h): an exchange's first
+  // DECRYPT draws PAD jobs, and a usage-17 CHECKSUM under a held pad is one
+  // ring-free Sign request instead of a Run.
   bool speculate = true;
   absl::Duration speculate_ttl = absl::Seconds(4);
-  // Speculative keystreams held or on their way, at most.
+  // Speculative keystreams and pads held or on their way, at most.
   size_t speculate_max = 8192;
 };
 

@@ -29,14 +29,18 @@ Dispatcher::Dispatcher(BatcherOptions options, Transport* transport,
       sink_(sink) {}
 
 absl::Status Dispatcher::Submit(uint64_t token, Job job) {
+  // PAD jobs are the speculator's own (speculator.h), never the KDC's.
+  if (job.type == kmpc::v1::JOB_PAD)
+    return absl::InvalidArgumentError("PAD jobs are not submitted");
   if (absl::Status st = CheckJob(job); !st.ok()) return st;
   PendingJob q;
   q.token = token;
   q.blocks = JobCost(job);
   q.job = std::move(job);
   q.enqueued = absl::Now();
-  std::vector<PendingJob> group_jobs;  // speculative ENCRYPT jobs
-  bool wake;
+  std::vector<PendingJob> group_jobs;  // speculative ENCRYPT and PAD jobs
+  bool wake = false;
+  std::shared_ptr<BatchStep> sign;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_)
@@ -46,10 +50,37 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
       return absl::UnavailableError(absl::StrCat(
           "the MPC cluster is overloaded: ", waiting, " jobs wait"));
     speculator_.OnSubmit(&q, queue_.size(), &group_jobs);
-    wake = Enqueue(std::move(q), &group_jobs);
+    if (q.sign)
+      sign = MakeSignStep(std::move(q));
+    else
+      wake = Enqueue(std::move(q), &group_jobs);
   }
   if (wake) cv_.notify_one();  // the dispatcher is the only waiter
+  // At once, on this thread: a Sign needs no ring round, so it neither
+  // waits for a window nor for the Run in flight.
+  if (sign) {
+    sign->Start();
+    sign.reset();
+    std::lock_guard<std::mutex> l(mu_);
+    if (--signs_starting_ == 0) started_cv_.notify_all();
+  }
   return absl::OkStatus();
+}
+
+std::shared_ptr<BatchStep> Dispatcher::MakeSignStep(PendingJob job) {
+  const absl::Time now = absl::Now();
+  ++stats_.jobs;
+  ++sign_inflight_;
+  ++signs_starting_;
+  std::vector<PendingJob> jobs;
+  jobs.push_back(std::move(job));
+  auto step = std::make_shared<BatchStep>(shared_from_this(), next_seq_++,
+                                          std::move(jobs), now,
+                                          StepKind::kSign);
+  active_.insert(step);
+  // The watchdog must know of the step's deadline.
+  cv_.notify_one();
+  return step;
 }
 
 // Under mu_. Whether the dispatcher must look again: only when this job
@@ -172,7 +203,7 @@ bool Dispatcher::StartFinalizeOnly(absl::Time now, absl::Time* wake,
   }
   if (finalize_only_queue_.empty()) finalize_only_now_ = false;
   ++finalize_only_inflight_;
-  Launch(std::move(batch), true, now, lk);
+  Launch(std::move(batch), StepKind::kFinalizeOnly, now, lk);
   return true;
 }
 
@@ -203,16 +234,16 @@ bool Dispatcher::StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk) {
   }
   if (queue_.empty()) flush_now_ = false;
   ++inflight_;
-  Launch(std::move(batch), false, now, lk);
+  Launch(std::move(batch), StepKind::kRun, now, lk);
   return true;
 }
 
-void Dispatcher::Launch(std::vector<PendingJob> jobs, bool finalize_only,
+void Dispatcher::Launch(std::vector<PendingJob> jobs, StepKind kind,
                         absl::Time now, Lock* lk) {
   ++stats_.batches;
   stats_.jobs += jobs.size();
   auto step = std::make_shared<BatchStep>(shared_from_this(), next_seq_++,
-                                          std::move(jobs), now, finalize_only);
+                                          std::move(jobs), now, kind);
   active_.insert(step);
   lk->unlock();
   step->Start();
@@ -233,7 +264,9 @@ void Dispatcher::Close() {
     std::lock_guard<std::mutex> l(sink_mu_);
     closed_ = true;
   }
-  std::lock_guard<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu_);
+  // stopping_ is set: no Submit makes another Sign step.
+  started_cv_.wait(l, [this] { return signs_starting_ == 0; });
   queue_.clear();
   finalize_only_queue_.clear();
   queued_blocks_ = 0;
@@ -243,12 +276,19 @@ void Dispatcher::Close() {
 BatcherStats Dispatcher::Stats() const {
   std::lock_guard<std::mutex> l(mu_);
   BatcherStats out = stats_;
-  out.inflight = inflight_ + finalize_only_inflight_;
+  out.inflight = inflight_ + finalize_only_inflight_ + sign_inflight_;
   out.queued_jobs = queue_.size() + finalize_only_queue_.size();
   out.keystreams_held = speculator_.held();
   out.speculative_encrypts = speculator_.encrypts();
   out.speculative_used = speculator_.used();
   out.speculative_wasted = speculator_.wasted();
+  out.run_requests = run_requests_.load(std::memory_order_relaxed);
+  out.finalize_requests = finalize_requests_.load(std::memory_order_relaxed);
+  out.sign_requests = sign_requests_.load(std::memory_order_relaxed);
+  out.pads_drawn = speculator_.pads_drawn();
+  out.pads_used = speculator_.pads_used();
+  out.pads_wasted = speculator_.pads_wasted();
+  out.pads_held = speculator_.pads_held();
   return out;
 }
 
@@ -259,7 +299,10 @@ std::vector<uint64_t> Dispatcher::TakeQueued() {
   for (PendingJob& q : queue_) {
     if (q.speculative) {
       speculator_.SpeculativeJobDone();
-      groups.insert(q.group);
+      if (q.job.type == kmpc::v1::JOB_PAD)
+        speculator_.PadsWasted(1);
+      else
+        groups.insert(q.group);
     } else {
       tokens.push_back(q.token);
     }
@@ -307,20 +350,52 @@ void Dispatcher::FinalizeOnlyRerun(size_t jobs) {
   stats_.finalize_only_rerun += jobs;
 }
 
+void Dispatcher::PadsWasted(size_t pads) {
+  std::lock_guard<std::mutex> l(mu_);
+  speculator_.PadsWasted(pads);
+}
+
+void Dispatcher::ExchangeOk(int kind) {
+  std::lock_guard<std::mutex> l(mu_);
+  speculator_.ExchangeOk(kind);
+}
+
+void Dispatcher::SignRerun(size_t jobs) {
+  std::lock_guard<std::mutex> l(mu_);
+  stats_.sign_rerun += jobs;
+}
+
+void Dispatcher::Sending(StepKind what) {
+  switch (what) {
+    case StepKind::kRun:
+      run_requests_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case StepKind::kFinalizeOnly:
+      finalize_requests_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case StepKind::kSign:
+      sign_requests_.fetch_add(1, std::memory_order_relaxed);
+      break;
+  }
+}
+
 void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
-                              bool finalize_only, uint64_t blocks,
-                              bool failed) {
+                              StepKind kind, uint64_t blocks, bool failed) {
   {
     std::lock_guard<std::mutex> l(mu_);
     active_.erase(step);
-    --(finalize_only ? finalize_only_inflight_ : inflight_);
+    switch (kind) {
+      case StepKind::kRun: --inflight_; break;
+      case StepKind::kFinalizeOnly: --finalize_only_inflight_; break;
+      case StepKind::kSign: --sign_inflight_; break;
+    }
     stats_.blocks += blocks;
     if (failed) ++stats_.failed_batches;
   }
   cv_.notify_all();
-  if (observer_ != nullptr)
-    observer_->BatchDone(finalize_only, step->size(), blocks, failed,
-                         absl::Now() - step->start());
+  if (observer_ != nullptr && kind != StepKind::kSign)
+    observer_->BatchDone(kind == StepKind::kFinalizeOnly, step->size(), blocks,
+                         failed, absl::Now() - step->start());
 }
 
 }  // namespace kmpc::kdc

@@ -17,10 +17,14 @@
 //    delay; cleared when a batch empties the queue.
 //  - finalize_only_now_: the submitter went idle with finalize_only jobs
 //    queued: they go at once (else kFinalizeOnlyMaxWait after the first).
+//  - Sign steps (a CHECKSUM a held pad signs) start on the submitting
+//    thread, at once: no queue, no window, no limit of their own beyond
+//    the pads (speculate_max); each is in `active_` until it finishes.
 //  - After Close() nothing reaches the sink and nothing is queued or held.
 #ifndef KMPC_KDC_PLUGIN_DISPATCHER_H_
 #define KMPC_KDC_PLUGIN_DISPATCHER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -68,7 +72,11 @@ class Dispatcher : public StepHost,
   void HoldKeystreams(std::vector<HeldKeystream> keystreams) override;
   void SpeculativeGroupsFailed(size_t groups) override;
   void FinalizeOnlyRerun(size_t jobs) override;
-  void StepFinished(const std::shared_ptr<BatchStep>& step, bool finalize_only,
+  void PadsWasted(size_t pads) override;
+  void SignRerun(size_t jobs) override;
+  void ExchangeOk(int kind) override;
+  void Sending(StepKind what) override;
+  void StepFinished(const std::shared_ptr<BatchStep>& step, StepKind kind,
                     uint64_t blocks, bool failed) override;
 
  private:
@@ -80,8 +88,11 @@ class Dispatcher : public StepHost,
   bool ExpireOverdue(absl::Time now, absl::Time* wake, Lock* lk);
   bool StartFinalizeOnly(absl::Time now, absl::Time* wake, Lock* lk);
   bool StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk);
-  void Launch(std::vector<PendingJob> jobs, bool finalize_only,
-              absl::Time now, Lock* lk);
+  void Launch(std::vector<PendingJob> jobs, StepKind kind, absl::Time now,
+              Lock* lk);
+  // Under mu_: a Sign step for `job`, registered; the caller starts it
+  // after releasing mu_.
+  std::shared_ptr<BatchStep> MakeSignStep(PendingJob job);
 
   const BatcherOptions options_;
   Transport* const transport_;
@@ -98,9 +109,18 @@ class Dispatcher : public StepHost,
   // ring work, so they do not wait for the Run batches in flight.
   std::deque<PendingJob> finalize_only_queue_;
   int finalize_only_inflight_ = 0;
+  int sign_inflight_ = 0;
+  // Sign steps made by Submit and not yet started (Start runs outside mu_
+  // on the submitting thread); Close() waits for them, so that none
+  // starts on a transport that Stop's caller is about to destroy.
+  int signs_starting_ = 0;
+  std::condition_variable started_cv_;
   bool finalize_only_now_ = false;
   std::set<std::shared_ptr<BatchStep>> active_;
   BatcherStats stats_;
+  // Requests sent (BatcherStats), counted from the steps' threads.
+  std::atomic<uint64_t> run_requests_{0}, finalize_requests_{0},
+      sign_requests_{0};
   uint64_t next_seq_ = 1;
   Speculator speculator_;
 

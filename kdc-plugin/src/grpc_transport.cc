@@ -246,6 +246,18 @@ void GrpcTransport::Finalize(int party, const kmpc::v1::FinalizeRequest& req,
           absl::OkStatus());
 }
 
+void GrpcTransport::Sign(int party, const kmpc::v1::SignRequest& req,
+                         kmpc::v1::SignResponse* resp, absl::Time deadline,
+                         Done done) {
+  auto issue = std::make_shared<const Issue>(
+      [stub = stubs_[party].get(), req = &req, resp](
+          grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
+        stub->async()->Sign(ctx, req, resp, std::move(cb));
+      });
+  Attempt(party, deadline, std::move(issue), std::move(done),
+          absl::OkStatus());
+}
+
 void GrpcTransport::Shutdown() {
   std::set<std::shared_ptr<grpc::ClientContext>> calls;
   {

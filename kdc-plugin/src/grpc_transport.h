@@ -50,6 +50,9 @@ class GrpcTransport : public Transport {
   void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
                 kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
                 Done done) override;
+  void Sign(int party, const kmpc::v1::SignRequest& req,
+            kmpc::v1::SignResponse* resp, absl::Time deadline,
+            Done done) override;
   std::string PartyName(int party) const override;
   // kUnavailable while a party that was connected once has its channel in
   // TRANSIENT_FAILURE (gRPC's reconnect backoff runs meanwhile; a channel

@@ -11,6 +11,14 @@ contract::JobShape ShapeOf(const Job& job) {
   s.key_id_size = job.key_id.size();
   if (job.type == pb::JOB_ENCRYPT) {
     s.length = job.input.size();
+  } else if (job.type == pb::JOB_CHECKSUM ||
+             job.type == pb::JOB_VERIFY_CHECKSUM) {
+    // Sent as shares of the message, each as long as it (kmpc.proto
+    // Job.data_shares): the module deals them after this check.
+    s.length = job.input.size();
+    s.share_sizes[0] = s.share_sizes[1] = s.length;
+  } else if (job.type == pb::JOB_PAD) {
+    s.length = job.pad_length;
   } else {
     s.data = absl::string_view(reinterpret_cast<const char*>(job.input.data()),
                                job.input.size());

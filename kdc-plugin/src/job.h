@@ -75,8 +75,14 @@ struct Job {
   kmpc::v1::Cipher cipher = kmpc::v1::CIPHER_UNSPECIFIED;
   std::string key_id;    // contract::kKeyIdSize bytes
   uint32_t usage = 0;
-  SecureBytes input;     // ENCRYPT: the plaintext; others: public data
+  // ENCRYPT: the plaintext; CHECKSUM, VERIFY_CHECKSUM: the message (secret:
+  // a ticket signature covers the EncTicketPart, session key included; it
+  // leaves the KDC only as shares, batch_step.cc); DECRYPT: ctr0 || C || T.
+  SecureBytes input;
   std::string checksum;  // VERIFY_CHECKSUM: ctr0 || tag
+  // PAD (made by the speculator, never submitted by the KDC): the longest
+  // message the pad may sign.
+  uint32_t pad_length = 0;
 };
 
 // A job from Submit to its Result: queued by the dispatcher, then owned by
@@ -96,8 +102,17 @@ struct PendingJob {
   // gave: `output` holds ctr0 || C already, only FINALIZE remains, under
   // the ENCRYPT state (run_batch_id, run_job_id) the servers keep.
   bool finalize_only = false;
+  // A CHECKSUM that a pad of an earlier Run signs (speculator.h): `output`
+  // holds the pad's ctr0; a Sign request (kmpc.proto SignItem) under the
+  // pad (run_batch_id, run_job_id) gives the tag.
+  bool sign = false;
+  // finalize_only: the ENCRYPT state; sign: the pad.
   std::string run_batch_id;
   uint64_t run_job_id = 0;
+  // A speculative job: the budget tokens its use gives back (speculator.h).
+  double refund = 0;
+  // A DECRYPT that starts an exchange (speculator.h: 0 AS, 1 TGS); -1 none.
+  int exchange = -1;
   // The value under construction, wiped when it goes: ENCRYPT ctr0 || C ||
   // T (T from FINALIZE), DECRYPT the plaintext, CHECKSUM ctr0 || tag, a
   // speculative ENCRYPT its keystream.

@@ -65,6 +65,27 @@ class KdcMetrics::StatsCollector : public prometheus::Collectable {
     add("kmpc_kdc_finalize_only_rerun_total",
         "speculated jobs whose FINALIZE failed and were re-run", T::Counter,
         static_cast<double>(s.finalize_only_rerun));
+    add("kmpc_kdc_pads_held", "checksum pads held for a PAC signature",
+        T::Gauge, static_cast<double>(s.pads_held));
+    add("kmpc_kdc_run_requests_total",
+        "Run requests sent (one per batch or re-run, for the three servers)",
+        T::Counter, static_cast<double>(s.run_requests));
+    add("kmpc_kdc_finalize_requests_total",
+        "Finalize requests sent (after a Run, or of speculated keystreams)",
+        T::Counter, static_cast<double>(s.finalize_requests));
+    add("kmpc_kdc_sign_requests_total",
+        "ring-free Sign requests sent (a checksum under a held pad)",
+        T::Counter, static_cast<double>(s.sign_requests));
+    add("kmpc_kdc_pads_drawn_total", "PAD jobs sent with a request's first Run",
+        T::Counter, static_cast<double>(s.pads_drawn));
+    add("kmpc_kdc_pads_used_total", "pads a checksum used (Sign)", T::Counter,
+        static_cast<double>(s.pads_used));
+    add("kmpc_kdc_pads_wasted_total",
+        "pads lost with their request's failed DECRYPT or expired unused",
+        T::Counter, static_cast<double>(s.pads_wasted));
+    add("kmpc_kdc_sign_rerun_total",
+        "checksums whose Sign failed (e.g. JOB_PAD_UNAVAILABLE), run instead",
+        T::Counter, static_cast<double>(s.sign_rerun));
     add("kmpc_kdc_failovers_total",
         "jobs submitted again to another MPC cluster after a cluster failure",
         T::Counter, static_cast<double>(s.failovers));

@@ -9,6 +9,14 @@
 //   _aes_blocks_total                    counters of the batcher
 //   kmpc_kdc_speculative_{encrypts,used,wasted}_total,
 //   kmpc_kdc_finalize_only_rerun_total   speculation: sent, hits, waste
+//   kmpc_kdc_run_requests_total, _finalize_requests_total,
+//   _sign_requests_total                 requests sent to the cluster (once
+//                                        for its three servers): "Run
+//                                        batches per exchange" is the
+//                                        difference of run_requests around
+//                                        one exchange
+//   kmpc_kdc_pads_{drawn,used,wasted}_total, kmpc_kdc_pads_held,
+//   kmpc_kdc_sign_rerun_total            checksum pads (speculator.h)
 //   kmpc_kdc_failovers_total             jobs sent again to another MPC
 //                                        cluster (router.h); with several
 //                                        clusters every figure here is

@@ -11,10 +11,14 @@
 //                        and 4. A later cluster without mTLS relations of
 //                        its own uses cluster 1's files. Jobs go to the
 //                        first healthy cluster and fail over (router.h)
-//   batch_window_ms = 100      flush the queue when its oldest job is this old
+//   batch_window_ms = 100      flush the queue when its oldest job is this
+//                              old (early_flush: only behind a batch in
+//                              flight, with max_inflight > 1)
 //   max_batch_jobs = 256       ... or when it holds this many jobs
 //   max_batch_blocks = 16384   ... or this many AES blocks
-//   early_flush = false        flush at once when no batch is in flight
+//   early_flush = true         self-clocked batches: flush at once when no
+//                              batch is in flight (batcher.h); false: every
+//                              batch waits for batch_window_ms
 //   coalesce_us = 500          early flush: wait this long for jobs
 //                              submitted back to back
 //   backlog_batch_jobs = 2048  a batch takes every waiting job up to this
@@ -31,12 +35,15 @@
 //                              serves it; a port in use is logged and
 //                              costs only the metrics
 //   speculate = true           the AS-REQ's timestamp DECRYPT brings the
-//                              ticket's and reply's keystream along
-//                              (batcher.h)
-//   speculate_max = 8192       keystreams held or on their way, at most
-//   speculate_ttl_ms = 4000    unused speculative keystream is dropped
-//                              after this; keep it well below the servers'
-//                              --encrypt_state_ttl_ms (default 10000)
+//                              ticket's and reply's keystream along, and
+//                              an exchange's first DECRYPT the PAC
+//                              signatures' pads (speculator.h)
+//   speculate_max = 8192       keystreams and pads held or on their way,
+//                              at most
+//   speculate_ttl_ms = 4000    unused speculative keystream or pad is
+//                              dropped after this; keep it well below the
+//                              servers' --encrypt_state_ttl_ms (default
+//                              10000) and their pad TTL
 #ifndef KMPC_KDC_PLUGIN_OPTIONS_H_
 #define KMPC_KDC_PLUGIN_OPTIONS_H_
 

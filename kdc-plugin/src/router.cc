@@ -266,6 +266,14 @@ BatcherStats Router::stats() const {
     s.speculative_wasted += x.speculative_wasted;
     s.inflight += x.inflight;
     s.queued_jobs += x.queued_jobs;
+    s.run_requests += x.run_requests;
+    s.finalize_requests += x.finalize_requests;
+    s.sign_requests += x.sign_requests;
+    s.pads_drawn += x.pads_drawn;
+    s.pads_used += x.pads_used;
+    s.pads_wasted += x.pads_wasted;
+    s.pads_held += x.pads_held;
+    s.sign_rerun += x.sign_rerun;
   }
   std::lock_guard<std::mutex> l(mu_);
   s.failovers = failovers_;

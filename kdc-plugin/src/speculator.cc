@@ -13,6 +13,14 @@ namespace {
 constexpr uint32_t kUsageEncTimestamp = 1;
 constexpr uint32_t kUsageTicket = 2;
 constexpr uint32_t kUsageAsRepPart = 3;
+// KRB5_KEYUSAGE_APP_DATA_CKSUM: MIT's PAC signatures (krb5_pac_sign_ext).
+constexpr uint32_t kUsagePacSignature = 17;
+// Pads per exchange, at most; and usage-17 messages longer than this are
+// not drawn pads for, nor learnt from (a PAC is ~1 KB).
+constexpr size_t kMaxPadsPerExchange = 4;
+constexpr size_t kMaxPadBytes = 8192;
+// Exchanges per kind whose counts are learnt.
+constexpr size_t kExchangesLearnt = 16;
 // Plaintexts longer than this are not speculated on, nor learnt from.
 constexpr size_t kMaxSpeculatedBytes = 2048;
 // Budget tokens given back per second (class comment).
@@ -20,36 +28,229 @@ constexpr double kBudgetRefillPerSec = 32;
 // Lengths learnt from the last this many ENCRYPT jobs of a usage.
 constexpr size_t kLengthsLearnt = 64;
 
-void PushLength(std::deque<size_t>* l, size_t n) {
+template <typename T>
+void Push(std::deque<T>* l, T n, size_t keep) {
   l->push_back(n);
-  if (l->size() > kLengthsLearnt) l->pop_front();
+  if (l->size() > keep) l->pop_front();
+}
+
+void PushLength(std::deque<size_t>* l, size_t n) { Push(l, n, kLengthsLearnt); }
+
+// Bytes to speculate for recent lengths `l`: every length up to one block
+// past the 7/8 quantile's (not the longest: one client's oversized reply,
+// e.g. many addresses, must not make every login's keystream longer),
+// rounded up to blocks; 0 while nothing was learnt. A longer plaintext
+// runs as an ordinary job. The extra block is paid only when a recent
+// length needs it: lengths that vary by a few bytes (names, nonces)
+// mostly fit in the quantile's own last block.
+size_t CoverBytes(const std::deque<size_t>& l) {
+  if (l.empty()) return 0;
+  std::vector<size_t> v(l.begin(), l.end());
+  const size_t k = (v.size() - 1) * 7 / 8;
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  const size_t m = v[k];
+  if (m == 0) return 0;
+  const auto round_up = [](size_t n) {
+    return contract::CeilBlocks(n) * contract::kBlockSize;
+  };
+  const size_t limit = round_up(m) + contract::kBlockSize;
+  size_t cover = m;
+  for (size_t n : l)
+    if (n <= limit) cover = std::max(cover, n);
+  return round_up(cover);
+}
+
+// What `sum` makes per exchange (of `oks`), rounded to the nearest.
+size_t PerExchange(double sum, double oks) {
+  if (oks < 0.5) return 0;
+  return static_cast<size_t>(sum / oks + 0.5);
 }
 
 }  // namespace
 
+bool Budget::Take(absl::Time now) {
+  // A wall-clock step backwards refills nothing (and takes nothing).
+  const double dt = std::max(0.0, absl::ToDoubleSeconds(now - at));
+  if (at != absl::Time()) tokens = std::min(burst, tokens + per_sec * dt);
+  at = now;
+  if (tokens < 1) return false;
+  tokens -= 1;
+  return true;
+}
+
 Speculator::Speculator(const BatcherOptions& options)
     : options_(options),
-      tokens_(static_cast<double>(options.speculate_max / 2)),
-      burst_(static_cast<double>(options.speculate_max / 2)) {}
+      tokens_{static_cast<double>(options.speculate_max / 2),
+              static_cast<double>(options.speculate_max / 2),
+              kBudgetRefillPerSec, absl::Time()},
+      pad_tokens_(tokens_) {}
 
 void Speculator::OnSubmit(PendingJob* job, size_t queue_size,
                           std::vector<PendingJob>* group_jobs) {
   const uint64_t at = ++submits_;
   if (!options_.speculate) return;
   const Job& j = job->job;
+  // A long queue: the jobs the KDC needs come first.
+  const bool room = queue_size < options_.max_queue / 2;
   if (j.type == pb::JOB_ENCRYPT &&
       (j.usage == kUsageTicket || j.usage == kUsageAsRepPart) &&
       j.input.size() <= kMaxSpeculatedBytes) {
+    if (j.usage == kUsageTicket && j.key_id == ticket_key_id_) ++tickets_;
     Learn(j, at);
     Prune(job->enqueued);
     UseHeld(job);
-  } else if (j.type == pb::JOB_DECRYPT && j.usage == kUsageEncTimestamp &&
-             !ticket_key_id_.empty() &&
-             held_.size() + pending_ + 2 <= options_.speculate_max &&
-             // A long queue: the jobs the KDC needs come first.
-             queue_size < options_.max_queue / 2) {
-    MakeGroup(job, group_jobs);
+  } else if (j.type == pb::JOB_CHECKSUM && j.usage == kUsagePacSignature &&
+             j.input.size() <= kMaxPadBytes) {
+    LearnSignature(j);
+    Prune(job->enqueued);
+    UsePad(job);
+  } else if (j.type == pb::JOB_DECRYPT && j.usage == kUsageEncTimestamp) {
+    StartExchange(kAs);
+    job->exchange = kAs;
+    if (!room) return;
+    if (!ticket_key_id_.empty() && Room(2)) MakeGroup(job, group_jobs);
+    DrawPads(job, kAs, group_jobs);
+  } else if (j.type == pb::JOB_DECRYPT && j.usage == kUsageTicket &&
+             !ticket_key_id_.empty() && j.key_id == ticket_key_id_ &&
+             j.cipher == ticket_cipher_) {
+    // A TGS-REQ's TGT (a ticket under another key, e.g. an S4U2Proxy
+    // evidence ticket, starts no exchange).
+    StartExchange(kTgs);
+    job->exchange = kTgs;
+    if (!room) return;
+    MaybeRenewal(job, group_jobs);
+    DrawPads(job, kTgs, group_jobs);
   }
+}
+
+bool Speculator::Room(size_t n) const {
+  return held_.size() + held_pads_.size() + pending_ + n <=
+         options_.speculate_max;
+}
+
+// The exchange started last ends: what it signed and encrypted is learnt
+// for its kind, and the key of its last signature is the pads' key.
+void Speculator::StartExchange(int kind) {
+  if (exchange_ != kNoExchange) {
+    if (!sigs_.empty()) {
+      pad_key_id_ = sigs_.back().first;
+      pad_cipher_ = last_sig_cipher_;
+      sig_sum_[exchange_] += sigs_.back().second;
+    }
+    ticket_sum_[exchange_] += tickets_;
+  }
+  exchange_ = kind;
+  sigs_.clear();
+  tickets_ = 0;
+}
+
+void Speculator::ExchangeOk(int kind) {
+  if (kind != kAs && kind != kTgs) return;
+  ok_sum_[kind] += 1;
+  if (ok_sum_[kind] > kExchangesLearnt) {
+    const double f = kExchangesLearnt / ok_sum_[kind];
+    ok_sum_[kind] *= f;
+    sig_sum_[kind] *= f;
+    ticket_sum_[kind] *= f;
+  }
+}
+
+void Speculator::LearnSignature(const Job& j) {
+  PushLength(&pad_lengths_, j.input.size());
+  last_sig_cipher_ = j.cipher;
+  auto it = std::find_if(sigs_.begin(), sigs_.end(),
+                         [&](const auto& s) { return s.first == j.key_id; });
+  uint32_t n = 1;
+  if (it != sigs_.end()) {
+    n += it->second;
+    sigs_.erase(it);
+  }
+  if (sigs_.size() < kMaxPadsPerExchange) sigs_.emplace_back(j.key_id, n);
+}
+
+// Pads per exchange of a kind: the mean of recent such exchanges'
+// signatures under the pad key, at most kMaxPadsPerExchange.
+size_t Speculator::PadsFor(int kind) const {
+  return std::min(kMaxPadsPerExchange,
+                  PerExchange(sig_sum_[kind], ok_sum_[kind]));
+}
+
+void Speculator::DrawPads(PendingJob* d, int kind,
+                          std::vector<PendingJob>* group_jobs) {
+  const size_t n = PadsFor(kind);
+  const size_t bytes = CoverBytes(pad_lengths_);
+  if (n == 0 || bytes == 0 || pad_key_id_.empty() || !Room(n) ||
+      !pad_tokens_.Take(d->enqueued))
+    return;
+  if (d->group == 0) d->group = next_group_++;
+  for (size_t i = 0; i < n; ++i) {
+    PendingJob x;
+    x.speculative = true;
+    x.group = d->group;
+    x.refund = 1.0 / static_cast<double>(n);
+    x.job.type = pb::JOB_PAD;
+    x.job.key_id = pad_key_id_;
+    x.job.cipher = pad_cipher_;
+    x.job.usage = kUsagePacSignature;
+    x.job.pad_length = static_cast<uint32_t>(bytes);
+    x.blocks = JobCost(x.job);
+    x.enqueued = d->enqueued;
+    group_jobs->push_back(std::move(x));
+  }
+  pads_drawn_ += n;
+  pending_ += n;
+}
+
+// A TGS exchange that encrypts a ticket under the krbtgt key (a renewal,
+// a validation: the new TGT) in most recent such exchanges: its TGT's
+// DECRYPT takes that ticket's keystream along.
+void Speculator::MaybeRenewal(PendingJob* d,
+                              std::vector<PendingJob>* group_jobs) {
+  const size_t bytes = KeystreamBytes(kUsageTicket);
+  if (PerExchange(ticket_sum_[kTgs], ok_sum_[kTgs]) == 0 || bytes == 0 ||
+      !Room(1) ||
+      !tokens_.Take(d->enqueued))
+    return;
+  if (d->group == 0) d->group = next_group_++;
+  PendingJob x;
+  x.speculative = true;
+  x.group = d->group;
+  x.refund = 1;
+  x.job.type = pb::JOB_ENCRYPT;
+  x.job.key_id = ticket_key_id_;
+  x.job.cipher = ticket_cipher_;
+  x.job.usage = kUsageTicket;
+  x.job.input.assign(bytes, 0);  // only the length is sent
+  x.blocks = JobBlocks(x.job);
+  x.enqueued = d->enqueued;
+  group_jobs->push_back(std::move(x));
+  ++encrypts_;
+  ++pending_;
+}
+
+// Newest first, as keystreams (UseHeld). Taken out of the held list here,
+// before its Sign request exists: a pad signs once (enctype.md invariant
+// 6; the servers refuse a second use anyway).
+bool Speculator::UsePad(PendingJob* q) {
+  const Job& j = q->job;
+  const size_t len = j.input.size();
+  for (auto rit = held_pads_.rbegin(); rit != held_pads_.rend(); ++rit) {
+    if (rit->usage != j.usage || rit->key_id != j.key_id ||
+        rit->cipher != j.cipher || rit->pad_length < len ||
+        rit->expires <= q->enqueued)
+      continue;
+    auto it = std::next(rit).base();
+    q->output.assign(it->ctr0.begin(), it->ctr0.end());
+    q->sign = true;
+    q->run_batch_id = std::move(it->run_batch_id);
+    q->run_job_id = it->run_job_id;
+    q->blocks = 0;  // no AES work left
+    pad_tokens_.GiveBack(it->refund);
+    held_pads_.erase(it);
+    ++pads_used_;
+    return true;
+  }
+  return false;
 }
 
 void Speculator::Learn(const Job& j, uint64_t at) {
@@ -93,8 +294,8 @@ bool Speculator::UseHeld(PendingJob* q) {
     q->run_batch_id = std::move(it->run_batch_id);
     q->run_job_id = it->run_job_id;
     q->blocks = 0;  // no AES work left
+    tokens_.GiveBack(it->refund);
     held_.erase(it);  // the keystream wipes itself
-    tokens_ = std::min(burst_, tokens_ + 0.5);
     ++used_;
     return true;
   }
@@ -105,8 +306,8 @@ void Speculator::MakeGroup(PendingJob* ts,
                            std::vector<PendingJob>* group_jobs) {
   const size_t ticket = KeystreamBytes(kUsageTicket);
   const size_t reply = KeystreamBytes(kUsageAsRepPart);
-  if (ticket == 0 || reply == 0 || !TakeToken(ts->enqueued)) return;
-  ts->group = next_group_++;
+  if (ticket == 0 || reply == 0 || !tokens_.Take(ts->enqueued)) return;
+  if (ts->group == 0) ts->group = next_group_++;
   // The reply is under the client's key, as its timestamp (same key id and
   // enctype); the ticket under the krbtgt key and enctype last seen.
   for (auto [key, cipher, usage, bytes] :
@@ -116,6 +317,7 @@ void Speculator::MakeGroup(PendingJob* ts,
     PendingJob x;
     x.speculative = true;
     x.group = ts->group;
+    x.refund = 0.5;
     x.job.type = pb::JOB_ENCRYPT;
     x.job.key_id = *key;
     x.job.cipher = cipher;
@@ -129,48 +331,18 @@ void Speculator::MakeGroup(PendingJob* ts,
   pending_ += 2;
 }
 
-// The keystream to speculate for a usage: long enough for every recent
-// plaintext length up to one block past the 7/8 quantile's (not the
-// longest: one client's oversized reply, e.g. many addresses, must not make
-// every login's keystream longer), rounded up to blocks; 0 while nothing
-// was learnt. A longer plaintext runs as an ordinary ENCRYPT. The extra
-// block is paid only when a recent length needs it: lengths that vary by a
-// few bytes (names, nonces) mostly fit in the quantile's own last block.
+// The keystream to speculate for a usage (CoverBytes).
 size_t Speculator::KeystreamBytes(uint32_t usage) const {
-  const auto& l = lengths_[usage == kUsageTicket ? 0 : 1];
-  if (l.empty()) return 0;
-  std::vector<size_t> v(l.begin(), l.end());
-  const size_t k = (v.size() - 1) * 7 / 8;
-  std::nth_element(v.begin(), v.begin() + k, v.end());
-  const size_t m = v[k];
-  if (m == 0) return 0;
-  const auto round_up = [](size_t n) {
-    return contract::CeilBlocks(n) * contract::kBlockSize;
-  };
-  const size_t limit = round_up(m) + contract::kBlockSize;
-  size_t cover = m;
-  for (size_t n : l)
-    if (n <= limit) cover = std::max(cover, n);
-  return round_up(cover);
-}
-
-bool Speculator::TakeToken(absl::Time now) {
-  // A wall-clock step backwards refills nothing (and takes nothing).
-  const double dt = std::max(0.0, absl::ToDoubleSeconds(now - tokens_at_));
-  if (tokens_at_ != absl::Time())
-    tokens_ = std::min(burst_, tokens_ + kBudgetRefillPerSec * dt);
-  tokens_at_ = now;
-  if (tokens_ < 1) return false;
-  tokens_ -= 1;
-  return true;
+  return CoverBytes(lengths_[usage == kUsageTicket ? 0 : 1]);
 }
 
 void Speculator::Hold(std::vector<HeldKeystream>* keystreams) {
   for (HeldKeystream& k : *keystreams) {
-    if (held_.size() < options_.speculate_max)
-      held_.push_back(std::move(k));
+    auto& held = k.pad ? held_pads_ : held_;
+    if (held_.size() + held_pads_.size() < options_.speculate_max)
+      held.push_back(std::move(k));
     else
-      ++wasted_;  // AES work for nothing; its token stays spent
+      ++(k.pad ? pads_wasted_ : wasted_);  // its token stays spent
   }
 }
 
@@ -183,11 +355,19 @@ absl::Time Speculator::Prune(absl::Time now) {
     ++wasted_;
     held_.pop_front();
   }
-  return held_.empty() ? absl::InfiniteFuture() : held_.front().expires;
+  while (!held_pads_.empty() && held_pads_.front().expires <= now) {
+    ++pads_wasted_;
+    held_pads_.pop_front();  // the servers drop it after their TTL
+  }
+  absl::Time next = absl::InfiniteFuture();
+  if (!held_.empty()) next = held_.front().expires;
+  if (!held_pads_.empty()) next = std::min(next, held_pads_.front().expires);
+  return next;
 }
 
 void Speculator::Clear() {
   held_.clear();  // SecureBytes wipes the keystreams
+  held_pads_.clear();
   pending_ = 0;
 }
 

@@ -1,33 +1,56 @@
-// Speculative keystream (BatcherOptions::speculate): an AS-REQ's
-// encrypted-timestamp DECRYPT (usage 1) takes two speculative ENCRYPT jobs
-// along in its batch, the ticket's (usage 2, under the krbtgt key of the
-// last AS reply) and the reply's (usage 3, under the client's key), sized
-// by the plaintext lengths seen lately. When the KDC then submits the
-// ticket's and reply's ENCRYPT, a held keystream that fits turns it into a
-// finalize_only job: a login needs one MPC Run instead of two.
+// Speculation (BatcherOptions::speculate): a request's first Run takes
+// along the AES work its later steps will need, so that they need no Run
+// of their own.
+//
+// Keystreams: an AS-REQ's encrypted-timestamp DECRYPT (usage 1) takes two
+// speculative ENCRYPT jobs along in its batch, the ticket's (usage 2,
+// under the krbtgt key of the last AS reply) and the reply's (usage 3,
+// under the client's key), sized by the plaintext lengths seen lately.
+// When the KDC then submits the ticket's and reply's ENCRYPT, a held
+// keystream that fits turns it into a finalize_only job: a login needs one
+// MPC Run instead of two. A TGS-REQ's TGT DECRYPT (usage 2 under that
+// krbtgt key) takes one ticket keystream along when recent TGS exchanges
+// encrypted a ticket under it (a renewal or validation: the new TGT).
+//
+// Pads: both DECRYPTs also draw PAD jobs (kmpc.proto JOB_PAD, usage 17 =
+// KRB5_KEYUSAGE_APP_DATA_CKSUM, MIT's PAC signatures) under the key the
+// KDC signed its last exchange's final PAC signature with, as many as
+// recent exchanges of that kind (AS, TGS) signed under it, each as long as
+// recent usage-17 messages need (the keystreams' bound). A usage-17
+// CHECKSUM that a held pad fits (key id, cipher, usage, length) becomes a
+// `sign` job: one ring-free Sign request (kmpc.proto SignItem) instead of
+// a Run. Exchanges are told apart by their first DECRYPT; a signature or
+// ticket counts for the exchange started last (under concurrency the
+// counts blur between exchanges, their mean per exchange does not).
 //
 // Invariants:
 //  - Not thread-safe: every method runs under the dispatcher's mutex.
-//  - Held keystreams + speculative jobs queued or in flight (pending) stay
-//    within speculate_max; a keystream is held at most speculate_ttl from
-//    its Run, used at most once, and wiped when it goes (SecureBytes).
-//  - Budget: making a group takes a token; each of its two keystreams
-//    gives half of it back when used. Tokens refill at kBudgetRefillPerSec
-//    up to speculate_max / 2. A group whose timestamp failed, or that
-//    expired unused, keeps its token spent: a flood of bad timestamps
-//    (unauthenticated) gets at most speculate_max / 2 groups plus the
-//    refill of ticket and reply AES work out of the cluster.
-//  - Lengths are learnt from AS replies only: a ticket (usage 2) submitted
-//    right next to a reply part (usage 3, AS-REP only; a TGS-REP's is
-//    usage 8/9), so a TGS-REQ's service ticket changes neither the key nor
-//    the lengths.
+//  - Held keystreams and pads + speculative jobs queued or in flight
+//    (pending) stay within speculate_max; each is held at most
+//    speculate_ttl from its Run (below the servers' state TTLs), used at
+//    most once (taken out of the held list before its job is sent:
+//    enctype.md invariant 6 for pads), and wiped when it goes
+//    (SecureBytes; a pad is public metadata only: its ctr0).
+//  - Budget: making a keystream group takes a token of the keystream
+//    budget, drawing an exchange's pads one of the pad budget; each
+//    keystream or pad used gives its share of the token back. Each budget
+//    refills at kBudgetRefillPerSec up to speculate_max / 2. A group whose
+//    DECRYPT failed (unauthenticated: a bad timestamp or TGT), or that
+//    expired unused, keeps its tokens spent: a flood gets at most
+//    speculate_max / 2 groups of each plus the refill out of the cluster.
+//  - Keystream lengths are learnt from AS replies only: a ticket (usage 2)
+//    submitted right next to a reply part (usage 3, AS-REP only; a
+//    TGS-REP's is usage 8/9), so a TGS-REQ's service ticket changes
+//    neither the key nor the lengths.
 #ifndef KMPC_KDC_PLUGIN_SPECULATOR_H_
 #define KMPC_KDC_PLUGIN_SPECULATOR_H_
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -36,8 +59,12 @@
 
 namespace kmpc::kdc {
 
-// A speculative keystream waiting for its ENCRYPT job.
+// A speculative keystream waiting for its ENCRYPT job, or (pad) a pad
+// waiting for its CHECKSUM.
 struct HeldKeystream {
+  bool pad = false;
+  uint32_t pad_length = 0;  // pad: the longest message it may sign
+  double refund = 0;        // budget tokens its use gives back
   std::string key_id;
   // The cipher it was made under: only an ENCRYPT of the same key id and
   // cipher may use it (its FINALIZE runs under the Run's state).
@@ -46,8 +73,16 @@ struct HeldKeystream {
   std::string run_batch_id;  // the Run that made it (the servers' state)
   uint64_t run_job_id = 0;
   std::string ctr0;
-  SecureBytes keystream;
+  SecureBytes keystream;  // empty for a pad (the servers keep it)
   absl::Time expires;
+};
+
+// A token bucket: `burst` tokens at most, refilled at `per_sec`.
+struct Budget {
+  double tokens, burst, per_sec;
+  absl::Time at;
+  bool Take(absl::Time now);
+  void GiveBack(double t) { tokens = std::min(burst, tokens + t); }
 };
 
 class Speculator {
@@ -66,6 +101,12 @@ class Speculator {
   void Hold(std::vector<HeldKeystream>* keystreams);
   // Groups whose timestamp did not decrypt (their keystreams were dropped).
   void GroupsFailed(size_t n) { wasted_ += n; }
+  // Pads drawn but never held (their DECRYPT failed, or the PAD job did).
+  void PadsWasted(size_t n) { pads_wasted_ += n; }
+  // The DECRYPT that started an exchange of this kind (PendingJob::exchange)
+  // verified: only such exchanges count in what is learnt per exchange, so
+  // bad timestamps or TGTs (unauthenticated) cannot talk the pads down.
+  void ExchangeOk(int kind);
   // A speculative job completed (held or dropped): no longer pending.
   void SpeculativeJobDone() { if (pending_ > 0) --pending_; }
   // Drops expired keystreams; returns the next expiry (InfiniteFuture:
@@ -77,15 +118,27 @@ class Speculator {
   uint64_t encrypts() const { return encrypts_; }
   uint64_t used() const { return used_; }
   uint64_t wasted() const { return wasted_; }
+  size_t pads_held() const { return held_pads_.size(); }
+  uint64_t pads_drawn() const { return pads_drawn_; }
+  uint64_t pads_used() const { return pads_used_; }
+  uint64_t pads_wasted() const { return pads_wasted_; }
 
  private:
+  enum Exchange { kAs = 0, kTgs = 1, kNoExchange = 2 };
+  void StartExchange(int kind);
+  void LearnSignature(const Job& job);
+  bool UsePad(PendingJob* job);
+  void DrawPads(PendingJob* decrypt, int kind,
+                std::vector<PendingJob>* group_jobs);
+  void MaybeRenewal(PendingJob* decrypt, std::vector<PendingJob>* group_jobs);
+  size_t PadsFor(int kind) const;
+  bool Room(size_t n) const;
   void Learn(const Job& job, uint64_t at);
   void LearnPair();
   bool UseHeld(PendingJob* job);
   void MakeGroup(PendingJob* timestamp,
                  std::vector<PendingJob>* group_jobs);
   size_t KeystreamBytes(uint32_t usage) const;
-  bool TakeToken(absl::Time now);
 
   const BatcherOptions options_;
   // Held in the order of their Runs, i.e. (almost) of expiry.
@@ -100,10 +153,27 @@ class Speculator {
   std::string last_ticket_key_;
   kmpc::v1::Cipher last_ticket_cipher_ = kmpc::v1::CIPHER_UNSPECIFIED;
   size_t last_ticket_len_ = 0;
-  double tokens_;
-  const double burst_;
-  absl::Time tokens_at_;
+  Budget tokens_, pad_tokens_;
   uint64_t encrypts_ = 0, used_ = 0, wasted_ = 0;
+
+  // Pads, held in the order of their Runs.
+  std::deque<HeldKeystream> held_pads_;
+  std::string pad_key_id_;  // the key of the last exchange's last signature
+  kmpc::v1::Cipher pad_cipher_ = kmpc::v1::CIPHER_UNSPECIFIED;
+  std::deque<size_t> pad_lengths_;  // last usage-17 message lengths
+  // The exchange started last, and what it did so far: its usage-17
+  // signatures by key (in order of their last use), its tickets under the
+  // krbtgt key.
+  int exchange_ = kNoExchange;
+  std::vector<std::pair<std::string, uint32_t>> sigs_;
+  kmpc::v1::Cipher last_sig_cipher_ = kmpc::v1::CIPHER_UNSPECIFIED;
+  uint32_t tickets_ = 0;
+  // Per kind of exchange: exchanges whose DECRYPT verified, and the
+  // signatures under the pad key and tickets under the krbtgt key that
+  // exchanges of that kind made, over about the last kExchangesLearnt
+  // exchanges (scaled down together beyond that).
+  double ok_sum_[2] = {0, 0}, sig_sum_[2] = {0, 0}, ticket_sum_[2] = {0, 0};
+  uint64_t pads_drawn_ = 0, pads_used_ = 0, pads_wasted_ = 0;
 };
 
 }  // namespace kmpc::kdc

@@ -47,6 +47,15 @@ class Transport {
   virtual void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
                         kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
                         Done done) = 0;
+  // KeyOps.Sign: ring-free, each server answers alone (kmpc.proto
+  // SignItem). The default fails at once with kUnimplemented: the batcher
+  // then runs the checksum as an ordinary Run job.
+  virtual void Sign(int party, const kmpc::v1::SignRequest& req,
+                    kmpc::v1::SignResponse* resp, absl::Time deadline,
+                    Done done) {
+    (void)party, (void)req, (void)resp, (void)deadline;
+    done(CallStatus(absl::UnimplementedError("no KeyOps.Sign here")));
+  }
 
   // OK unless `party` is known to be unreachable right now (a connection it
   // had failed and has not come back). A step then fails at once without

@@ -94,6 +94,22 @@ std::vector<FakeCluster::Call> FakeCluster::calls() {
   std::lock_guard<std::mutex> l(mu_);
   return calls_;
 }
+std::vector<std::string> FakeCluster::received(int party) {
+  std::lock_guard<std::mutex> l(mu_);
+  return received_[party];
+}
+std::vector<std::string> FakeCluster::received_signs(int party) {
+  std::lock_guard<std::mutex> l(mu_);
+  return received_signs_[party];
+}
+void FakeCluster::ForgetPads() {
+  std::lock_guard<std::mutex> l(mu_);
+  pads_.clear();
+}
+void FakeCluster::ForgetPads(int party) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [k, v] : pads_) v.gone[party] = true;
+}
 std::string FakeCluster::PartyName(int party) const {
   return absl::StrCat("party ", party, " (fake)");
 }
@@ -178,7 +194,8 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
   }
   if (batch_blocks > contract::kMaxBatchBlocks)
     return Refused(pb::BATCH_TOO_LARGE, "too many AES blocks");
-  for (const pb::Job& j : req.jobs()) {
+  for (int k = 0; k < req.jobs_size(); ++k) {
+    const pb::Job& j = req.jobs(k);
     std::array<pb::JobResult*, 3> r;
     for (int p = 0; p < 3; ++p) {
       r[p] = (*out)[p].add_results();
@@ -250,16 +267,32 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
         break;
       }
       case pb::JOB_CHECKSUM: {
+        const std::optional<std::string> d = Message(req.batch_id(), k);
+        if (!d) {
+          FailJob(r, pb::JOB_MALFORMED, "message shares inconsistent");
+          break;
+        }
         std::string ctr0 = Random(16);
         for (auto* x : r) x->set_ctr0(ctr0);
-        Share(Tag(key, j.usage(), ctr0, j.data(), true),
+        Share(Tag(key, j.usage(), ctr0, *d, true),
               pairs(&pb::JobResult::mutable_tag));
         break;
       }
       case pb::JOB_VERIFY_CHECKSUM: {
+        const std::optional<std::string> d = Message(req.batch_id(), k);
+        if (!d) {
+          FailJob(r, pb::JOB_MALFORMED, "message shares inconsistent");
+          break;
+        }
         std::string ctr0 = j.checksum().substr(0, 16);
-        if (Tag(key, j.usage(), ctr0, j.data(), true) != j.checksum().substr(16))
+        if (Tag(key, j.usage(), ctr0, *d, true) != j.checksum().substr(16))
           for (auto* x : r) x->set_status(pb::JOB_INTEGRITY_FAILED);
+        break;
+      }
+      case pb::JOB_PAD: {
+        std::string ctr0 = zero_ctr0_ ? std::string(16, '\0') : Random(16);
+        for (auto* x : r) x->set_ctr0(ctr0);
+        pads_[{req.batch_id(), j.job_id()}] = {key, ctr0, j.usage(), j.length()};
         break;
       }
       default:  // CheckJob let no other type through
@@ -283,10 +316,76 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
     }
     enc_.erase({req.batch_id(), j.job_id()});
   }
+  shared_.erase(req.batch_id());
   // As the servers: the blocks the request asks for, computed or not.
   for (int p = 0; p < 3; ++p)
     (*out)[p].mutable_stats()->set_aes_blocks(batch_blocks);
   return CallStatus();
+}
+
+CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
+                                    std::array<pb::SignResponse, 3>* out) {
+  for (int p = 0; p < 3; ++p) (*out)[p].set_party(p);
+  for (int k = 0; k < req.items_size(); ++k) {
+    const pb::SignItem& it = req.items(k);
+    std::array<pb::SignResult*, 3> r;
+    for (int p = 0; p < 3; ++p) {
+      r[p] = (*out)[p].add_results();
+      r[p]->set_run_batch_id(it.run_batch_id());
+      r[p]->set_job_id(it.job_id());
+    }
+    auto pad = pads_.find({it.run_batch_id(), it.job_id()});
+    const std::optional<std::string> d = Message(req.request_id(), k);
+    bool all = true;
+    for (int p = 0; p < 3; ++p) {
+      if (pad == pads_.end() || pad->second.gone[p]) {
+        r[p]->set_status(pb::JOB_PAD_UNAVAILABLE);
+        r[p]->set_detail("no such pad");
+        all = false;
+      } else if (it.usage() != pad->second.usage ||
+                 it.length() > pad->second.length || !d ||
+                 d->size() != it.length()) {
+        r[p]->set_status(pb::JOB_MALFORMED);  // the pad is kept
+        r[p]->set_detail("usage, length or shares do not fit the pad");
+        all = false;
+      } else {
+        pad->second.gone[p] = true;  // forgotten before the answer
+        r[p]->set_status(pb::JOB_OK);
+        r[p]->set_tag_share(Random(16));  // alone uniform
+      }
+    }
+    if (all) {
+      std::string t = Tag(pad->second.key, it.usage(), pad->second.ctr0, *d, true);
+      for (int i = 0; i < 16; ++i)
+        t[i] ^= r[0]->tag_share()[i] ^ r[1]->tag_share()[i];
+      r[2]->set_tag_share(t);
+    }
+  }
+  shared_.erase(req.request_id());
+  return CallStatus();
+}
+
+void FakeCluster::Sign(int party, const pb::SignRequest& req,
+                       pb::SignResponse* resp, absl::Time deadline,
+                       Done done) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    received_signs_[party].push_back(req.SerializeAsString());
+    if (!hang_[party] && !down_[party])
+      for (int k = 0; k < req.items_size(); ++k)
+        shared_[req.request_id()][party][k] = req.items(k).data();
+  }
+  Answer<pb::SignResponse>(
+      "Sign", party, req.items_size(), req.request_id(), 2, &signs_,
+      [&](std::array<pb::SignResponse, 3>* out) {
+        return ComputeSign(req, out);
+      },
+      [this](int p, pb::SignResponse* r) {
+        if (!corrupt_[p]) return;  // else flip a bit of its tag share
+        for (auto& x : *r->mutable_results())
+          if (!x.tag_share().empty()) (*x.mutable_tag_share())[0] ^= 1;
+      },
+      resp, std::move(done));
 }
 
 void FakeCluster::ForgetEncryptStates() {
@@ -375,7 +474,7 @@ CallStatus FakeCluster::ComputeFinalize(
 
 template <typename Resp>
 void FakeCluster::Answer(
-    const char* method, int party, int items, const std::string& id,
+    const char* method, int party, int items, const std::string& id, int need,
     std::map<std::string, Batch<Resp>>* batches,
     const std::function<CallStatus(std::array<Resp, 3>*)>& compute,
     const std::function<void(int, Resp*)>& tamper, Resp* resp, Done done) {
@@ -396,20 +495,47 @@ void FakeCluster::Answer(
           [done, code] { done(Refused(code, "queue full")); });
     return;
   }
-  auto it = batches->find(id);
-  if (it == batches->end()) {
-    Batch<Resp> b;
+  Batch<Resp>& b = (*batches)[id];
+  ++b.arrived;
+  b.waiting.push_back({party, resp, std::move(done)});
+  if (!b.computed && b.arrived >= need) {
     b.status = compute(&b.resp);
-    it = batches->emplace(id, std::move(b)).first;
+    b.computed = true;
   }
-  CallStatus st = it->second.status;
-  if (st.ok()) {
-    *resp = it->second.resp[party];
-    tamper(party, resp);
+  std::vector<std::pair<CallStatus, Done>> go;
+  if (b.computed) {
+    for (auto& w : b.waiting) {
+      if (b.status.ok()) {
+        *w.resp = b.resp[w.party];
+        tamper(w.party, w.resp);
+      }
+      go.emplace_back(b.status, std::move(w.done));
+    }
+    b.waiting.clear();
   }
   absl::Duration lat = latency_;
   l.unlock();
-  Later(lat, [done, st] { done(st); });
+  for (auto& [st, d] : go) Later(lat, [d = std::move(d), st = st] { d(st); });
+}
+
+std::optional<std::string> FakeCluster::Message(const std::string& batch_id,
+                                                int k) {
+  // Party p holds (s_p, s_{p+1}); two parties hold all three shares.
+  std::array<std::optional<std::string>, 3> s;
+  for (const auto& [party, jobs] : shared_[batch_id]) {
+    auto it = jobs.find(k);
+    if (it == jobs.end()) return std::nullopt;
+    for (auto [i, v] : {std::pair<int, const std::string*>{party, &it->second.first()},
+                        {(party + 1) % 3, &it->second.second()}}) {
+      if (s[i] && *s[i] != *v) return std::nullopt;  // copies disagree
+      s[i] = *v;
+    }
+  }
+  if (!s[0] || !s[1] || !s[2]) return std::nullopt;
+  std::string d = *s[0];
+  if (s[1]->size() != d.size() || s[2]->size() != d.size()) return std::nullopt;
+  for (size_t i = 0; i < d.size(); ++i) d[i] ^= (*s[1])[i] ^ (*s[2])[i];
+  return d;
 }
 
 void FakeCluster::Run(int party, const pb::RunRequest& req,
@@ -422,8 +548,21 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
         Later(extra, [done, st] { done(st); });
       };
   }
+  int need = 1;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    received_[party].push_back(req.SerializeAsString());
+    for (int k = 0; k < req.jobs_size(); ++k) {
+      const pb::Job& j = req.jobs(k);
+      if (j.type() != pb::JOB_CHECKSUM && j.type() != pb::JOB_VERIFY_CHECKSUM)
+        continue;
+      need = 2;
+      if (!hang_[party] && !down_[party])
+        shared_[req.batch_id()][party][k] = j.data_shares();
+    }
+  }
   Answer<pb::RunResponse>(
-      "Run", party, req.jobs_size(), req.batch_id(), &runs_,
+      "Run", party, req.jobs_size(), req.batch_id(), need, &runs_,
       [&](std::array<pb::RunResponse, 3>* out) { return ComputeRun(req, out); },
       [this](int p, pb::RunResponse* r) {
         if (!corrupt_[p]) return;  // else flip a bit of its 2nd share copy
@@ -466,7 +605,7 @@ void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
     }
   }
   Answer<pb::FinalizeResponse>(
-      "Finalize", party, req.items_size(), req.batch_id(), &fins_,
+      "Finalize", party, req.items_size(), req.batch_id(), 1, &fins_,
       [&](std::array<pb::FinalizeResponse, 3>* out) {
         return ComputeFinalize(req, out);
       },

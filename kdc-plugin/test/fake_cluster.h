@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <atomic>
 #include <set>
@@ -62,6 +63,9 @@ class FakeCluster : public TestCluster {
   void set_run_delay(absl::Duration d) override;
   int finalize_answers() override;
   std::vector<Call> calls() override;
+  // Every Run request `party` received, serialized, oldest first: what
+  // that server saw of the KDC's data.
+  std::vector<std::string> received(int party);
 
   void Run(int party, const kmpc::v1::RunRequest& req,
            kmpc::v1::RunResponse* resp, absl::Time deadline,
@@ -69,7 +73,22 @@ class FakeCluster : public TestCluster {
   void Finalize(int party, const kmpc::v1::FinalizeRequest& req,
                 kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
                 Done done) override;
+  // As the servers (kmpc.proto SignItem): each party answers for its own
+  // pads (unknown or used by it: JOB_PAD_UNAVAILABLE; usage, length or
+  // share sizes that do not fit: JOB_MALFORMED, pad kept) with an additive
+  // share of the tag; the three XOR to the checksum tag over the message,
+  // which the fake reconstructs from two parties' shares (so it answers
+  // once two parties have asked).
+  void Sign(int party, const kmpc::v1::SignRequest& req,
+            kmpc::v1::SignResponse* resp, absl::Time deadline,
+            Done done) override;
   std::string PartyName(int party) const override;
+  // Every server forgets its pads (a restart, or their TTL passed), or
+  // only `party`'s.
+  void ForgetPads();
+  void ForgetPads(int party);
+  // Every Sign request `party` received, serialized, oldest first.
+  std::vector<std::string> received_signs(int party);
 
   // The fake's constructions: HMAC-SHA256 based (fake_cluster.cc).
   std::string Keystream(const std::string& key, const std::string& ctr0,
@@ -81,25 +100,42 @@ class FakeCluster : public TestCluster {
  private:
   void Later(absl::Duration d, std::function<void()> f);
   void Loop();
+  // req: any party's request (their public fields are the same); the
+  // messages of CHECKSUM and VERIFY_CHECKSUM jobs are reconstructed from
+  // the shares of the parties recorded in shared_[batch id].
   CallStatus ComputeRun(const kmpc::v1::RunRequest& req,
                         std::array<kmpc::v1::RunResponse, 3>* out);
+  // The message of request job k, from the parties' shares; nullopt if
+  // fewer than two parties' shares are known or their copies disagree.
+  std::optional<std::string> Message(const std::string& batch_id, int k);
+  CallStatus ComputeSign(const kmpc::v1::SignRequest& req,
+                         std::array<kmpc::v1::SignResponse, 3>* out);
   CallStatus ComputeFinalize(const kmpc::v1::FinalizeRequest& req,
                                std::array<kmpc::v1::FinalizeResponse, 3>* out);
 
   // One batch's outcome, computed once for all three parties.
   template <typename Resp>
   struct Batch {
+    bool computed = false;
+    int arrived = 0;
+    struct Waiting {
+      int party;
+      Resp* resp;
+      Done done;
+    };
+    std::vector<Waiting> waiting;  // calls answered once it is computed
     CallStatus status;
     std::array<Resp, 3> resp;
   };
   // What Run and Finalize share: record the call; a hung party never
   // answers, a down one fails at once; otherwise the batch's outcome is
-  // computed on its first call (compute) and party's response, passed
-  // through tamper(party, resp), is answered after the latency. compute and
-  // tamper run under mu_.
+  // computed once `need` parties have called (compute; 2 for a Run with
+  // a message dealt as shares: one party's two shares do not determine
+  // it) and each party's response, passed through tamper(party, resp), is
+  // answered after the latency. compute and tamper run under mu_.
   template <typename Resp>
   void Answer(const char* method, int party, int items, const std::string& id,
-              std::map<std::string, Batch<Resp>>* batches,
+              int need, std::map<std::string, Batch<Resp>>* batches,
               const std::function<CallStatus(std::array<Resp, 3>*)>& compute,
               const std::function<void(int, Resp*)>& tamper, Resp* resp,
               Done done);
@@ -121,6 +157,12 @@ class FakeCluster : public TestCluster {
   absl::Duration run_delay_;
   std::set<std::string> inconsistent_;
   std::vector<Call> calls_;
+  // Every party's Run requests as received (serialized), in order.
+  std::array<std::vector<std::string>, 3> received_;
+  // Per Run batch id (or Sign request id) with dealt messages: each
+  // party's shares by job (or item) index (party -> job -> pair).
+  std::map<std::string,
+           std::map<int, std::map<int, kmpc::v1::SharePair>>> shared_;
   std::map<std::string, Batch<kmpc::v1::RunResponse>> runs_;
   struct EncState {
     std::string key, ctr0;
@@ -128,6 +170,15 @@ class FakeCluster : public TestCluster {
     uint32_t length;
   };
   std::map<std::pair<std::string, uint64_t>, EncState> enc_;
+  struct PadState {
+    std::string key, ctr0;
+    uint32_t usage;
+    uint32_t length;
+    std::array<bool, 3> gone{};  // used or forgotten, per party
+  };
+  std::map<std::pair<std::string, uint64_t>, PadState> pads_;
+  std::array<std::vector<std::string>, 3> received_signs_;
+  std::map<std::string, Batch<kmpc::v1::SignResponse>> signs_;
   std::map<std::string, Batch<kmpc::v1::FinalizeResponse>> fins_;
 };
 

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/reveal.h"
 #include "contract.h"
 #include "fake_cluster.h"
 #include "gtest/gtest.h"
@@ -46,14 +47,41 @@ std::string Outcome(const CallStatus& s) {
   return absl::StatusCodeToString(s.status.code());
 }
 
-Answers<pb::RunResponse> RunAll(TestCluster& c, const pb::RunRequest& req,
+// The three parties' copies of req, as the module sends them: the message
+// of a CHECKSUM or VERIFY_CHECKSUM job written in `data` is dealt into
+// data_shares (client::Deal), a fresh dealing per job.
+std::array<pb::RunRequest, 3> PerParty(const pb::RunRequest& req) {
+  std::array<pb::RunRequest, 3> out = {req, req, req};
+  for (int k = 0; k < req.jobs_size(); ++k) {
+    const pb::Job& j = req.jobs(k);
+    if ((j.type() != pb::JOB_CHECKSUM && j.type() != pb::JOB_VERIFY_CHECKSUM) ||
+        j.data().empty())
+      continue;
+    std::array<pb::SharePair*, 3> shares;
+    for (int p = 0; p < 3; ++p) {
+      pb::Job* x = out[p].mutable_jobs(k);
+      x->clear_data();
+      x->set_length(j.data().size());
+      shares[p] = x->mutable_data_shares();
+    }
+    EXPECT_TRUE(client::Deal(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(
+                                                     j.data().data()),
+                                                 j.data().size()),
+                             shares)
+                    .ok());
+  }
+  return out;
+}
+
+Answers<pb::RunResponse> RunAll(TestCluster& c, const pb::RunRequest& one,
                                 std::array<bool, 3> send = {true, true,
                                                             true}) {
   Answers<pb::RunResponse> a;
+  const std::array<pb::RunRequest, 3> req = PerParty(one);
   std::array<std::promise<CallStatus>, 3> done;
   for (int p = 0; p < 3; ++p) {
     if (!send[p]) continue;
-    c.Run(p, req, &a.resp[p], absl::Now() + absl::Seconds(10),
+    c.Run(p, req[p], &a.resp[p], absl::Now() + absl::Seconds(10),
           [&done, p](CallStatus s) { done[p].set_value(std::move(s)); });
   }
   for (int p = 0; p < 3; ++p)
@@ -172,6 +200,10 @@ pb::Job* AddJob(pb::RunRequest* r, pb::JobType type, const std::string& key_id,
 // Every job type, well formed and not, known keys and not, tags that
 // verify and not, in one batch: each job's outcome on its own.
 TEST_F(FakeConformanceTest, PerJobOutcomes) {
+  if (!real_.ChecksumsOnShares())
+    GTEST_SKIP() << "these MPC servers compute checksums over Job.data, not "
+                    "over data_shares (kmpc.proto; the server side of the "
+                    "shared checksum message is not in this tree)";
   const std::string ctr0 = std::string(15, '\x01') + '\x02';
   const std::string data = "some data to be checksummed";
   auto build = [&](TestCluster& c) {
@@ -366,6 +398,89 @@ TEST_F(FakeConformanceTest, FinalizeOutcomes) {
   item(&f, BatchId('g'), 0, 20);
   CompareFinalize(f, "party 1 forgot the state");
   CompareFinalize(f, "party 1 forgot the state, second try");
+}
+
+// The fake's PAD and Sign (kmpc.proto JOB_PAD, SignItem) against the
+// contract, fake only until the servers' Sign is in this tree (then
+// compare with RealCluster as above): a PAD reveals only its ctr0; a Sign
+// that does not fit the pad (usage, length) is JOB_MALFORMED and keeps it;
+// one that fits gives additive tag shares that XOR to the checksum tag
+// over the message under the pad's ctr0; a second Sign of that pad, or of
+// an unknown one, is JOB_PAD_UNAVAILABLE on every party.
+TEST_F(FakeConformanceTest, PadAndSignOutcomesOfTheFake) {
+  pb::RunRequest r;
+  r.set_batch_id(BatchId('p'));
+  AddJob(&r, pb::JOB_PAD, kKeyId, 17)->set_length(64);
+  pb::Job* bad = AddJob(&r, pb::JOB_PAD, kKeyId, 17);
+  bad->set_length(64);
+  bad->set_data("x");
+  auto run = RunAll(fake_, r);
+  ASSERT_TRUE(run.status[0].ok());
+  for (int p = 0; p < 3; ++p) {
+    const pb::JobResult& x = run.resp[p].results(0);
+    EXPECT_EQ(pb::JobStatus_Name(x.status()), "JOB_OK");
+    EXPECT_EQ(x.ctr0(), run.resp[0].results(0).ctr0());
+    EXPECT_FALSE(x.has_keystream());
+    EXPECT_FALSE(x.has_tag());
+    EXPECT_EQ(pb::JobStatus_Name(run.resp[p].results(1).status()),
+              "JOB_MALFORMED");
+  }
+  const std::string ctr0 = run.resp[0].results(0).ctr0();
+  ASSERT_EQ(ctr0.size(), 16u);
+  char id = 'A';
+  // Party p's Sign request of `msg` under (batch, job), fresh shares.
+  auto sign = [&](const std::string& msg, uint32_t usage, uint32_t length,
+                  uint64_t job) {
+    std::array<pb::SignRequest, 3> req;
+    std::array<pb::SharePair*, 3> out;
+    for (int p = 0; p < 3; ++p) {
+      req[p].set_request_id(std::string(16, id));
+      pb::SignItem* it = req[p].add_items();
+      it->set_run_batch_id(BatchId('p'));
+      it->set_job_id(job);
+      it->set_usage(usage);
+      it->set_length(length);
+      out[p] = it->mutable_data();
+    }
+    ++id;
+    EXPECT_TRUE(client::Deal(absl::MakeConstSpan(
+                                 reinterpret_cast<const uint8_t*>(msg.data()),
+                                 msg.size()),
+                             out)
+                    .ok());
+    std::array<pb::SignResponse, 3> resp;
+    std::array<std::promise<CallStatus>, 3> done;
+    for (int p = 0; p < 3; ++p)
+      fake_.Sign(p, req[p], &resp[p], absl::Now() + absl::Seconds(10),
+                 [&done, p](CallStatus s) { done[p].set_value(std::move(s)); });
+    for (int p = 0; p < 3; ++p) EXPECT_TRUE(done[p].get_future().get().ok());
+    return resp;
+  };
+  auto statuses = [](const std::array<pb::SignResponse, 3>& resp) {
+    std::vector<std::string> out;
+    for (int p = 0; p < 3; ++p) {
+      EXPECT_EQ(resp[p].party(), static_cast<uint32_t>(p));
+      EXPECT_EQ(resp[p].results_size(), 1);
+      out.push_back(pb::JobStatus_Name(resp[p].results(0).status()));
+    }
+    return out;
+  };
+  const std::vector<std::string> all_ok(3, "JOB_OK"),
+      all_malformed(3, "JOB_MALFORMED"), all_gone(3, "JOB_PAD_UNAVAILABLE");
+  EXPECT_EQ(statuses(sign(std::string(65, 'm'), 17, 65, 0)), all_malformed);
+  EXPECT_EQ(statuses(sign(std::string(20, 'm'), 18, 20, 0)), all_malformed);
+  EXPECT_EQ(statuses(sign(std::string(20, 'm'), 17, 20, 1)), all_gone);
+  const std::string msg(64, 'm');
+  auto ok = sign(msg, 17, 64, 0);
+  ASSERT_EQ(statuses(ok), all_ok);
+  std::string tag(16, '\0');
+  for (int p = 0; p < 3; ++p) {
+    const std::string& t = ok[p].results(0).tag_share();
+    ASSERT_EQ(t.size(), 16u);
+    for (int i = 0; i < 16; ++i) tag[i] ^= t[i];
+  }
+  EXPECT_EQ(tag, fake_.Tag(kKey, 17, ctr0, msg, true));
+  EXPECT_EQ(statuses(sign(msg, 17, 64, 0)), all_gone);  // a pad signs once
 }
 
 }  // namespace

@@ -93,6 +93,20 @@ class FakeParty {
       ++calls;
       return answer;
     }
+    // Echoes every item with a tag share of its job id.
+    grpc::Status Sign(grpc::ServerContext*, const kmpc::v1::SignRequest* req,
+                      kmpc::v1::SignResponse* resp) override {
+      ++calls;
+      if (!answer.ok()) return answer;
+      for (const auto& it : req->items()) {
+        auto* r = resp->add_results();
+        r->set_run_batch_id(it.run_batch_id());
+        r->set_job_id(it.job_id());
+        r->set_status(kmpc::v1::JOB_OK);
+        r->set_tag_share(std::string(16, static_cast<char>(it.job_id())));
+      }
+      return grpc::Status::OK;
+    }
     grpc::Status answer;
     std::atomic<int> calls{0};
   };
@@ -233,6 +247,29 @@ TEST_F(TransportTest, TypedRefusalArrivesWithItsCode) {
   CallStatus s2 = p2.get_future().get();
   EXPECT_FALSE(s2.refused());
   EXPECT_TRUE(absl::IsUnavailable(s2.status)) << s2.status;
+}
+
+// KeyOps.Sign goes to the party's server like Run, its answer into resp.
+TEST_F(TransportTest, SignReachesTheServer) {
+  const int port = FreeLoopbackPort();
+  FakeParty party(Certs(), 0, port);
+  auto t = Make(port);
+  ASSERT_NE(t, nullptr);
+  kmpc::v1::SignRequest req;
+  req.set_request_id(std::string(16, 'r'));
+  auto* item = req.add_items();
+  item->set_run_batch_id(std::string(16, 'b'));
+  item->set_job_id(7);
+  kmpc::v1::SignResponse resp;
+  std::promise<CallStatus> p;
+  t->Sign(0, req, &resp, absl::Now() + absl::Seconds(10),
+          [&p](CallStatus s) { p.set_value(std::move(s)); });
+  CallStatus s = p.get_future().get();
+  ASSERT_TRUE(s.ok()) << s.status;
+  ASSERT_EQ(resp.results_size(), 1);
+  EXPECT_EQ(resp.results(0).job_id(), 7u);
+  EXPECT_EQ(resp.results(0).tag_share(), std::string(16, '\x07'));
+  EXPECT_EQ(party.calls(), 1);
 }
 
 TEST_F(TransportTest, ShutdownEndsACallWaitingForItsFirstConnection) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "batch_error.h"
+#include "client/reveal.h"
 #include "engine/engine.h"
 #include "protocol/gf128.h"
 #include "test_util.h"
@@ -233,6 +234,49 @@ void RealCluster::Finalize(int party, const pb::FinalizeRequest& req,
     done(std::move(st));
     fin_answers_.fetch_add(1);
   });
+}
+
+bool RealCluster::ChecksumsOnShares() {
+  std::call_once(probe_once_, [this] {
+    const std::string key_id(32, '\x01'), key(32, 'P'), msg = "probe message";
+    AddKey(key_id, key);
+    std::array<pb::RunRequest, 3> req;
+    std::array<pb::RunResponse, 3> resp;
+    std::array<pb::SharePair*, 3> out;
+    for (int p = 0; p < 3; ++p) {
+      req[p].set_batch_id(std::string(16, '\x7f'));
+      pb::Job* j = req[p].add_jobs();
+      j->set_type(pb::JOB_CHECKSUM);
+      j->set_cipher(pb::CIPHER_AES256);
+      j->set_key_id(key_id);
+      j->set_usage(1);
+      j->set_length(msg.size());
+      out[p] = j->mutable_data_shares();
+    }
+    if (!client::Deal(absl::MakeConstSpan(
+                          reinterpret_cast<const uint8_t*>(msg.data()),
+                          msg.size()),
+                      out)
+             .ok())
+      return;
+    std::vector<std::thread> t;
+    for (int p = 0; p < 3; ++p)
+      t.emplace_back([&, p] { Service(p)->DoRun(req[p], &resp[p]); });
+    for (auto& x : t) x.join();
+    if (resp[0].results_size() != 1 ||
+        resp[0].results(0).status() != pb::JOB_OK)
+      return;
+    std::string tag(16, '\0');
+    for (int p = 0; p < 3; ++p) {
+      if (resp[p].results_size() != 1) return;
+      const std::string& s = resp[p].results(0).tag().first();
+      if (s.size() != 16) return;
+      for (int i = 0; i < 16; ++i) tag[i] ^= s[i];
+    }
+    checksums_on_shares_ =
+        tag == Tag(key, 1, resp[0].results(0).ctr0(), msg, true);
+  });
+  return checksums_on_shares_;
 }
 
 std::string RealCluster::Keystream(const std::string& key,

@@ -59,6 +59,12 @@ class RealCluster : public TestCluster {
                 Done done) override;
   std::string PartyName(int party) const override;
 
+  // Whether these servers compute CHECKSUM and VERIFY_CHECKSUM on the
+  // message's shares (kmpc.proto Job.data_shares), found by one probe
+  // CHECKSUM (once). Servers of before that contract take the shares'
+  // job as an empty message: tests of checksums skip on them.
+  bool ChecksumsOnShares();
+
   // AES-CTR from ctr0 + 1 and the GHASH tag of enctype.md.
   std::string Keystream(const std::string& key, const std::string& ctr0,
                         size_t len) const override;
@@ -92,6 +98,8 @@ class RealCluster : public TestCluster {
   absl::Duration run_delay_;
   std::array<absl::Duration, 3> next_fin_delay_{};
   std::atomic<int> fin_answers_{0};
+  std::once_flag probe_once_;
+  bool checksums_on_shares_ = false;
 };
 
 }  // namespace kmpc::kdc::testing
