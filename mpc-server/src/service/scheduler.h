@@ -66,6 +66,8 @@ using BatchId = std::array<uint8_t, kBatchIdSize>;
 
 // kRefresh: an Admin RefreshKeys request (engine/refresh.h), scheduled on
 // the same ring as the KDC's batches so that the three servers agree on it.
+// kFinalize: FINALIZE-only batches through the ring; KeyOpsService does not
+// submit them (it serves Finalize and Sign ring-free, services.h).
 enum class BatchKind : uint8_t { kRun = 1, kFinalize = 2, kRefresh = 3 };
 
 struct SchedulerOptions {
