@@ -60,6 +60,18 @@ size_t CoverBytes(const std::deque<size_t>& l) {
   return round_up(cover);
 }
 
+// Pads: the longest recent message, whole blocks. A pad's cost is one AES
+// block whatever its length (the length only sets which powers of H the
+// servers keep for it), and one exchange signs messages of very different
+// lengths (the EncTicketPart of a ticket signature, the PAC, the 32-byte
+// server signature of the KDC signature), so a quantile would leave the
+// longest, the ticket signature, without a pad.
+size_t LongestBytes(const std::deque<size_t>& l) {
+  size_t m = 0;
+  for (size_t n : l) m = std::max(m, n);
+  return contract::CeilBlocks(m) * contract::kBlockSize;
+}
+
 // What `sum` makes per exchange (of `oks`), rounded to the nearest.
 size_t PerExchange(double sum, double oks) {
   if (oks < 0.5) return 0;
@@ -178,7 +190,7 @@ size_t Speculator::PadsFor(int kind) const {
 void Speculator::DrawPads(PendingJob* d, int kind,
                           std::vector<PendingJob>* group_jobs) {
   const size_t n = PadsFor(kind);
-  const size_t bytes = CoverBytes(pad_lengths_);
+  const size_t bytes = LongestBytes(pad_lengths_);
   if (n == 0 || bytes == 0 || pad_key_id_.empty() || !Room(n) ||
       !pad_tokens_.Take(d->enqueued))
     return;

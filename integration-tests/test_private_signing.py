@@ -1,0 +1,157 @@
+"""No plaintext reaches an MPC server, and how many Run batches an exchange
+costs (enctype.md, security invariants 5 and 6; issue "private, one-batch
+ticket signing").
+
+Three real kmpc-mpc-server processes record every KeyOps request exactly as
+they receive it, before doing anything with it (--debug_record_requests,
+one file per party). A real krb5kdc with the kmpc module issues a TGT with
+a PAC (its server and KDC signatures under the MPC-held krbtgt), a service
+ticket (its ticket signature covers the DER EncTicketPart: the session key,
+the client's name, the PAC) and a renewed TGT. The test then reads the
+session keys the client got (its ccache) and looks for them, and for the
+client's name in ASCII and in UTF-16LE (as the PAC holds it), in all that
+the servers received. A control checks that the recording does hold what
+the servers may see: the TGT's ciphertext, sent with the TGS-REQ's
+DECRYPT job.
+
+The per-exchange counts come from the servers' own Prometheus metrics
+(kmpc_batches_total{kind="run"}), scraped before and after one exchange
+of a single client on an otherwise idle realm.
+"""
+import os
+import re
+import urllib.request
+
+import handle_realm
+
+PASSWORD = "privacy-Pw-51d2"
+# Distinctive, so that no id, label or random byte string matches it.
+CLIENT = "privacyprobe"
+SERVICE = "host/svc.kmpc.test"
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
+
+
+def _realm(kmpc_factory, tmp_path, record=True):
+    flags = f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin" if record else ""
+    r = kmpc_factory(module="real", metrics=True, server_flags=flags)
+    r.setup_krbtgt()
+    r.setup_warmup()
+    r.add_users({CLIENT: PASSWORD})
+    r.add_service(SERVICE)
+    r.start()
+    return r
+
+
+def _recordings(tmp_path):
+    out = []
+    for i in range(3):
+        with open(os.path.join(tmp_path, f"keyops-{i}.bin"), "rb") as f:
+            out.append(f.read())
+    return out
+
+
+def _login(r, *opts):
+    r.run(["kinit", *opts, CLIENT], input=PASSWORD + "\n")
+
+
+def test_no_plaintext_of_a_checksum_reaches_any_server(kmpc_factory, tmp_path):
+    r = _realm(kmpc_factory, tmp_path)
+    _login(r, "-f", "-r", "1d")
+    r.run(["kvno", SERVICE])
+    creds = handle_realm.ccache_credentials(r.ccache)
+    r.run(["kinit", "-R"])
+    creds += handle_realm.ccache_credentials(r.ccache)
+    r.run(["kvno", SERVICE])
+    creds += handle_realm.ccache_credentials(r.ccache)
+
+    keys = {c["key"] for c in creds if len(c["key"]) >= 16}
+    # At least the TGT's, the service ticket's and the renewed TGT's.
+    assert len(keys) >= 3, creds
+    secrets = {f"session key of {k.hex()[:8]}...": k for k in keys}
+    secrets["client name"] = CLIENT.encode()
+    secrets["client name in UTF-16LE (PAC_CLIENT_INFO)"] = CLIENT.encode("utf-16-le")
+
+    with open(r.ccache, "rb") as f:
+        cc = f.read()
+    tgts = [c for c in handle_realm.ccache_credentials(r.ccache)
+            if c["server"][0] == "krbtgt"]
+    start, length = tgts[0]["ticket"]
+    # The DER Ticket ends with its EncryptedData's cipher octets: ctr0 || C
+    # || T, which the TGS-REQ's DECRYPT job carries.
+    tgt_cipher_tail = cc[start + length - 48:start + length]
+
+    recs = _recordings(tmp_path)
+    for i, rec in enumerate(recs):
+        assert len(rec) > 1000, f"party {i} recorded {len(rec)} bytes"
+        assert tgt_cipher_tail in rec, \
+            f"control: party {i}'s recording lacks the TGT ciphertext"
+        for what, secret in secrets.items():
+            assert secret not in rec, f"party {i} received the {what}"
+    assert "debug_record_requests" in r.cluster.logs()
+
+
+def _scrape(url):
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m:
+            out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def _runs(r):
+    """Run batches each server has completed (the three must agree)."""
+    counts = []
+    for i in range(3):
+        s = _scrape(r.cluster.metrics_url(i))
+        counts.append(sum(v for (n, lab), v in s.items()
+                          if n == "kmpc_batches_total" and 'kind="run"' in lab))
+    assert counts[0] == counts[1] == counts[2], counts
+    return counts[0]
+
+
+def _kdc(r, name):
+    """A counter of the KDC module's /metrics (summed over its labels)."""
+    s = _scrape(r.kdc_metrics_url)
+    return sum(v for (n, _), v in s.items() if n == name)
+
+
+def test_run_batches_per_exchange(kmpc_factory, tmp_path):
+    """A login (AS with PAC) is one Run batch: the timestamp, the reply
+    checksum, the ticket's and reply's keystreams and the pads of the two
+    PAC signatures; the signatures are ring-free Sign requests and the
+    tags ring-free Finalize requests. Measured after two warm-up logins
+    (the module learns the krbtgt key and the lengths from them)."""
+    r = _realm(kmpc_factory, tmp_path, record=False)
+    for _ in range(2):
+        _login(r, "-f", "-r", "1d")
+        r.run(["kvno", SERVICE])
+        r.run(["kinit", "-R"])
+    counts, signs = {}, {}
+    for name, argv in (("AS", None), ("TGS", ["kvno", SERVICE]),
+                       ("renewal", ["kinit", "-R"])):
+        before, s0 = _runs(r), _kdc(r, "kmpc_kdc_sign_requests_total")
+        if argv is None:
+            _login(r, "-f", "-r", "1d")
+        else:
+            r.run(argv)
+        counts[name] = _runs(r) - before
+        signs[name] = _kdc(r, "kmpc_kdc_sign_requests_total") - s0
+    print("Run batches per exchange:", counts, "Sign requests:", signs)
+    # The KDC module sent as many Runs as the servers ran.
+    assert _kdc(r, "kmpc_kdc_run_requests_total") >= 7 * 3, "module counter"
+    # Every PAC signature under the MPC-held krbtgt went out as a Sign of a
+    # pad drawn in the exchange's first Run: the TGT's server and KDC
+    # signatures (AS, renewal), the service ticket's ticket and KDC
+    # signatures (TGS).
+    assert signs == {"AS": 2, "TGS": 2, "renewal": 2}, signs
+    assert _kdc(r, "kmpc_kdc_sign_rerun_total") == 0
+    assert counts["AS"] == 1, counts
+    # The TGS-REQ's TGT carries a PAC whose server signature MIT checks
+    # (get_verified_pac); its counter is inside the TGT, so its VERIFY job
+    # can only run after the TGT's DECRYPT: a second Run.
+    assert counts["TGS"] <= 2, counts
+    assert counts["renewal"] <= 2, counts
