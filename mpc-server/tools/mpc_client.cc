@@ -774,7 +774,8 @@ int Fuzz(Cluster& c) {
     int server = static_cast<int>(rng() % 3);
     // 1. random bytes as the body of every method
     for (const char* method :
-         {"/kmpc.v1.KeyOps/Run", "/kmpc.v1.KeyOps/Finalize", "/kmpc.v1.Admin/PutKey"}) {
+         {"/kmpc.v1.KeyOps/Run", "/kmpc.v1.KeyOps/Finalize", "/kmpc.v1.KeyOps/Sign",
+          "/kmpc.v1.Admin/PutKey"}) {
       grpc::GenericStub g(c.channel[server]);
       Bytes body = rbytes(rng() % 512);
       grpc::Slice slice(body);
@@ -838,6 +839,31 @@ int Fuzz(Cluster& c) {
     grpc::ClientContext fctx;
     fctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     expect_fail(c.keyops[server]->Finalize(&fctx, f, &fresp), "finalize");
+    // 4. Sign of pads nobody drew, malformed items: refused per item (or
+    // the request as a whole); never a tag share, never a hang.
+    pb::SignRequest sg;
+    sg.set_request_id(rbytes(rng() % 4 == 0 ? rng() % 20 : 16));
+    for (int j = 0; j < static_cast<int>(rng() % 4); ++j) {
+      auto* it = sg.add_items();
+      it->set_run_batch_id(rbytes(rng() % 2 ? 16 : rng() % 20));
+      it->set_job_id(rng());
+      it->set_usage(static_cast<uint32_t>(rng()));
+      it->set_length(static_cast<uint32_t>(rng() % 2 ? rng() % 64 : rng()));
+      it->mutable_data()->set_first(rbytes(rng() % 64));
+      it->mutable_data()->set_second(rbytes(rng() % 64));
+    }
+    pb::SignResponse sresp;
+    grpc::ClientContext sctx;
+    sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const grpc::Status sst = c.keyops[server]->Sign(&sctx, sg, &sresp);
+    codes[sst.error_code()]++;
+    bool leaked = false;
+    for (const auto& r : sresp.results())
+      if (r.status() == pb::JOB_OK || !r.tag_share().empty()) leaked = true;
+    if (sst.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || leaked) {
+      std::printf("UNEXPECTED sign: %d %s\n", sst.error_code(), sst.error_message().c_str());
+      ++bad;
+    }
   }
   for (auto& [code, n] : codes) std::printf("code %d: %d\n", code, n);
   std::printf("%s\n", bad == 0 ? "fuzz ok" : "fuzz FAILED");

@@ -140,6 +140,16 @@ class AuthTest : public ::testing::Test {
     v1::FinalizeResponse resp;
     return stub->Finalize(&ctx, req, &resp);
   }
+  // KeyOps.Sign with an empty request as `name`: INVALID_ARGUMENT once
+  // authorized, like Finalize.
+  grpc::Status Sign(const std::string& name) {
+    auto stub = v1::KeyOps::NewStub(Channel(name));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::SignRequest req;
+    v1::SignResponse resp;
+    return stub->Sign(&ctx, req, &resp);
+  }
 
   std::shared_ptr<RevocationList> Crl() {
     auto crl = RevocationList::Open(certs_ + "/crl.pem", certs_ + "/ca.pem");
@@ -190,11 +200,14 @@ TEST_F(AuthTest, RevokedCertificatesRefusedFreshOnesWork) {
   EXPECT_EQ(crl->revoked_count(), 2u);
   EXPECT_EQ(ListKeys("admin").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(Finalize("kdc").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Sign("kdc").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   // The replacements, same CNs, other serials: accepted.
   EXPECT_TRUE(ListKeys("admin-new").ok());
   EXPECT_EQ(Finalize("kdc-new").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Sign("kdc-new").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // Revocation does not make a CN acceptable to the other service.
   EXPECT_EQ(ListKeys("kdc-new").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Sign("admin-new").error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
 TEST_F(AuthTest, BadOrOlderCrlKeepsTheOneInForce) {
