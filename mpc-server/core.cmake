@@ -11,6 +11,7 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/protocol/prf.cc
   ${KMPC_CORE_ROOT}/src/protocol/prss.cc
   ${KMPC_CORE_ROOT}/src/protocol/rep3.cc
+  ${KMPC_CORE_ROOT}/src/protocol/dzkp.cc
   ${KMPC_CORE_ROOT}/src/protocol/verify.cc
   ${KMPC_CORE_ROOT}/src/aes/key_expansion.cc
   ${KMPC_CORE_ROOT}/src/aes/aes.cc
@@ -36,8 +37,8 @@ target_compile_options(kmpc_core PUBLIC -maes -mpclmul -mssse3 -msse4.1)
 # source of all-ones-mask builtins, which the warnings report once per
 # inlined call, hundreds of lines a build (GCC bug 105593, fixed in GCC 13).
 set(KMPC_AVX512_HEADER_WARNINGS "-Wno-maybe-uninitialized;-Wno-uninitialized")
-set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/gf128.cc PROPERTIES
-  COMPILE_OPTIONS "-O3")
+set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/gf128.cc
+  ${KMPC_CORE_ROOT}/src/protocol/dzkp.cc PROPERTIES COMPILE_OPTIONS "-O3")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/prf.cc PROPERTIES
   COMPILE_OPTIONS "-O3;${KMPC_AVX512_HEADER_WARNINGS}")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc PROPERTIES
@@ -56,7 +57,7 @@ include(GoogleTest)
 # (integration-tests/test_enctype.py checks it matches the shared original).
 set(KMPC_VECTORS "${CMAKE_SOURCE_DIR}/krb5-patches/tests/enctype-vectors.json")
 
-foreach(t share_test gf128_test prss_test aes_test engine_test refresh_test)
+foreach(t share_test gf128_test dzkp_test prss_test aes_test engine_test refresh_test)
   add_executable(kmpc_core_${t} ${KMPC_CORE_ROOT}/test/core/${t}.cc)
   target_link_libraries(kmpc_core_${t} PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
   target_compile_definitions(kmpc_core_${t} PRIVATE
