@@ -21,23 +21,24 @@ uint8_t ReverseBits(uint8_t b) {
   return static_cast<uint8_t>((b & 0xaa) >> 1 | (b & 0x55) << 1);
 }
 
-// 1 / prod_{m != j} (e_j + e_m) for every n <= kMaxPoints and j < n.
-constexpr int kMaxPoints = 32;
-const std::array<std::array<Fe, kMaxPoints>, kMaxPoints + 1>& Denominators() {
-  static const auto* table = [] {
-    auto* t = new std::array<std::array<Fe, kMaxPoints>, kMaxPoints + 1>();
-    for (int n = 1; n <= kMaxPoints; ++n) {
-      for (int j = 0; j < n; ++j) {
-        Fe d = FromU64(1);
-        for (int m = 0; m < n; ++m) {
-          if (m != j) d = Mul(d, FromU64(static_cast<uint64_t>(j ^ m)));
-        }
-        (*t)[n][j] = Inv(d);
+// 1 / prod_{m != j} (e_j + e_m) for j < n, computed once per n.
+constexpr int kMaxPoints = 64;
+const Fe* Denominators(int n) {
+  static std::mutex mu;
+  static std::array<std::vector<Fe>, kMaxPoints + 1> table;
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<Fe>& t = table[n];
+  if (t.empty()) {
+    t.resize(n);
+    for (int j = 0; j < n; ++j) {
+      Fe d = FromU64(1);
+      for (int m = 0; m < n; ++m) {
+        if (m != j) d = Mul(d, FromU64(static_cast<uint64_t>(j ^ m)));
       }
+      t[j] = Inv(d);
     }
-    return t;
-  }();
-  return *table;
+  }
+  return t.data();
 }
 
 // 8 x 8 bit matrix transpose (Hacker's Delight, 7-3): byte i bit j ->
@@ -52,17 +53,19 @@ inline uint64_t Transpose8(uint64_t x) {
   return x;
 }
 
-// The 16 words of a group -> per lane l the 16-bit pattern whose bit j is
-// lane l of word j.
-void TransposeGroup(const uint64_t* w, uint16_t out[64]) {
-  std::memset(out, 0, 64 * sizeof(uint16_t));
-  for (int h = 0; h < 2; ++h) {
+// The words of a group -> per lane l the kGroupWords-bit pattern whose
+// bit j is lane l of word j.
+using Pattern = uint32_t;
+static_assert(kGroupWords == 8 * sizeof(Pattern));
+void TransposeGroup(const uint64_t* w, Pattern out[64]) {
+  std::memset(out, 0, 64 * sizeof(Pattern));
+  for (int h = 0; h < kGroupWords / 8; ++h) {
     for (int k = 0; k < 8; ++k) {
       uint64_t m = 0;
       for (int j = 0; j < 8; ++j) m |= ((w[8 * h + j] >> (8 * k)) & 0xff) << (8 * j);
       m = Transpose8(m);
       for (int l = 0; l < 8; ++l) {
-        out[8 * k + l] |= static_cast<uint16_t>(((m >> (8 * l)) & 0xff) << (8 * h));
+        out[8 * k + l] |= static_cast<Pattern>((m >> (8 * l)) & 0xff) << (8 * h);
       }
     }
   }
@@ -102,7 +105,7 @@ void ToGcm(Fe a, uint8_t* b) {
 }
 
 void LagrangeAt(int n, Fe x, Fe* out) {
-  const auto& den = Denominators()[n];
+  const Fe* den = Denominators(n);
   for (int j = 0; j < n; ++j) {
     Fe num = FromU64(1);
     for (int m = 0; m < n; ++m) {
@@ -182,16 +185,17 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   LagrangeAt(G, r, lag);
   for (int j = 0; j < G; ++j) a[j] = Mul(lag[j], w.tau[j]);
   // Subset sums of a (x side) and of the Lagrange values (y side), per
-  // byte of the 16-bit lane pattern.
-  static thread_local Fe ta[2][256], tb[2][256];
-  for (int h = 0; h < 2; ++h) {
+  // byte of the lane pattern.
+  constexpr int kBytes = G / 8;
+  static thread_local Fe ta[kBytes][256], tb[kBytes][256];
+  for (int h = 0; h < kBytes; ++h) {
     SubsetSums(a + 8 * h, ta[h]);
     SubsetSums(lag + 8 * h, tb[h]);
   }
   Fe* f[2] = {f0, f1};
   Fe* g[2] = {g0, g1};
   uint64_t words[G];
-  uint16_t pat[64];
+  Pattern pat[64];
   Fe mu[64];
   for (size_t k = 0; k < groups; ++k) {
     for (int l = 0; l < 64; ++l) mu[l] = Mul(w.nu[k], w.lift.lambda(l));
@@ -200,12 +204,18 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
       TransposeGroup(words, pat);
       Fe* fo = f[c] + 64 * k;
       for (int l = 0; l < 64; ++l) {
-        fo[l] = Mul(mu[l], Add(ta[0][pat[l] & 0xff], ta[1][pat[l] >> 8]));
+        Fe v = ta[0][pat[l] & 0xff];
+        for (int h = 1; h < kBytes; ++h) v = Add(v, ta[h][(pat[l] >> (8 * h)) & 0xff]);
+        fo[l] = Mul(mu[l], v);
       }
       LoadGroup(s.y[c], s.n, k, words);
       TransposeGroup(words, pat);
       Fe* go = g[c] + 64 * k;
-      for (int l = 0; l < 64; ++l) go[l] = Add(tb[0][pat[l] & 0xff], tb[1][pat[l] >> 8]);
+      for (int l = 0; l < 64; ++l) {
+        Fe v = tb[0][pat[l] & 0xff];
+        for (int h = 1; h < kBytes; ++h) v = Add(v, tb[h][(pat[l] >> (8 * h)) & 0xff]);
+        go[l] = v;
+      }
     }
   }
   std::memset(words, 0, sizeof words);
