@@ -37,8 +37,12 @@ target_compile_options(kmpc_core PUBLIC -maes -mpclmul -mssse3 -msse4.1)
 # source of all-ones-mask builtins, which the warnings report once per
 # inlined call, hundreds of lines a build (GCC bug 105593, fixed in GCC 13).
 set(KMPC_AVX512_HEADER_WARNINGS "-Wno-maybe-uninitialized;-Wno-uninitialized")
-set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/gf128.cc
-  ${KMPC_CORE_ROOT}/src/protocol/dzkp.cc PROPERTIES COMPILE_OPTIONS "-O3")
+set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/gf128.cc PROPERTIES
+  COMPILE_OPTIONS "-O3")
+# dzkp.cc: VPCLMULQDQ paths in target("avx512f,...") functions, picked at
+# run time.
+set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/dzkp.cc PROPERTIES
+  COMPILE_OPTIONS "-O3;${KMPC_AVX512_HEADER_WARNINGS}")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/prf.cc PROPERTIES
   COMPILE_OPTIONS "-O3;${KMPC_AVX512_HEADER_WARNINGS}")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc PROPERTIES

@@ -94,6 +94,12 @@ inline Fe MulX(Fe a) {
 // a^(2^128 - 2): the inverse of a nonzero a (0 for 0).
 Fe Inv(Fe a);
 
+// The bulk loops use VPCLMULQDQ on four elements per 512-bit register
+// when the CPU has AVX-512 and VPCLMULQDQ, else one PCLMULQDQ per 64-bit
+// product. ForceScalar(true) picks the latter (tests run both); returns
+// the previous setting. Not thread-safe: call before the threads start.
+bool ForceScalar(bool force);
+
 // GCM's byte string (NIST SP 800-38D, 6.3) <-> this basis: the bits of
 // every byte reversed.
 Fe FromGcm(const uint8_t* b);
@@ -115,6 +121,7 @@ class Lift {
     return r;
   }
   const Fe& lambda(int l) const { return lambda_[l]; }
+  const Fe* lambdas() const { return lambda_; }
 
  private:
   Fe t_[8][256];
@@ -122,7 +129,7 @@ class Lift {
 };
 
 // Words per group of the first compression (verify.h).
-inline constexpr int kGroupWords = 32;
+inline constexpr int kGroupWords = 16;
 // Points of its polynomial h: 2 * kGroupWords - 1.
 inline constexpr int kHPoints = 2 * kGroupWords - 1;
 

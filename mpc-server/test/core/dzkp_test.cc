@@ -163,8 +163,19 @@ struct ClearLog {
   }
 };
 
-TEST(Dzkp, FirstCompressionMatchesThePlainSums) {
-  for (size_t n : {1, 16, 37}) {
+// The compression steps on both paths: VPCLMULQDQ (where the CPU has it)
+// and one PCLMULQDQ per product.
+class DzkpPaths : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { prev_ = ForceScalar(GetParam()); }
+  void TearDown() override { ForceScalar(prev_); }
+  bool prev_ = false;
+};
+INSTANTIATE_TEST_SUITE_P(Paths, DzkpPaths, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Scalar" : "Wide"; });
+
+TEST_P(DzkpPaths, FirstCompressionMatchesThePlainSums) {
+  for (size_t n : {1, 16, 37, 70}) {
     ClearLog log(n);
     Fe hv[kHPoints], claim[2];
     FirstLevelH(log.Shares(), *log.w, hv, claim);
@@ -209,12 +220,12 @@ TEST(Dzkp, FirstCompressionMatchesThePlainSums) {
 
 // One additive error on any word, lane and gate makes the claim differ
 // from sum_j h(e_j) (so the protocol's h(e_0) is off, and h with it).
-TEST(Dzkp, AnErrorInAProductChangesTheClaim) {
-  ClearLog log(40);
+TEST_P(DzkpPaths, AnErrorInAProductChangesTheClaim) {
+  ClearLog log(70);
   Fe hv[kHPoints], claim[2];
   FirstLevelH(log.Shares(), *log.w, hv, claim);
   const Fe honest = claim[0];
-  for (size_t word : {0, 15, 16, 39}) {
+  for (size_t word : {0, 15, 16, 31, 32, 69}) {
     for (int lane : {0, 13, 63}) {
       log.z[word] ^= 1ull << lane;
       FirstLevelH(log.Shares(), *log.w, hv, claim);
@@ -226,8 +237,8 @@ TEST(Dzkp, AnErrorInAProductChangesTheClaim) {
 
 // Three parties' shares: the weak shares of h add up to the clear h, and
 // the claims' and folds' comps are consistent replicated shares.
-TEST(Dzkp, WeakSharesOfThreePartiesAddUp) {
-  const size_t n = 35;
+TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
+  const size_t n = 75;
   ClearLog clear(n);
   Fe hv[kHPoints], cl[2];
   FirstLevelH(clear.Shares(), *clear.w, hv, cl);
@@ -277,8 +288,8 @@ TEST(Dzkp, WeakSharesOfThreePartiesAddUp) {
 // A halving on clear vectors: h(1), h(x) as plain sums; the claim folded
 // through h(r) equals the folded inner product; a wrong claim gives a
 // wrong h(r) (for the test's random r).
-TEST(Dzkp, HalvingMatchesThePlainSums) {
-  for (size_t n : {1, 2, 7, 64, 101}) {
+TEST_P(DzkpPaths, HalvingMatchesThePlainSums) {
+  for (size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 64, 101, 1000}) {
     std::vector<Fe> f(n), g(n), zf(n), zg(n);
     for (auto& v : f) v = RandomFe();
     for (auto& v : g) v = RandomFe();

@@ -28,7 +28,7 @@ using ::kmpc::testing::CheatingChannel;
 using ::kmpc::testing::RunParties;
 
 constexpr size_t kLayers = 3;
-constexpr size_t kWords = 40;  // per AND layer: 2 full groups and a part
+constexpr size_t kWords = 70;  // per AND layer: 2 full groups and a part
 constexpr size_t kGf = 5;      // GF(2^128) products
 
 class CheckCluster {
