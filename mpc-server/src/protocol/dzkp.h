@@ -168,8 +168,8 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
 // the first compression, 3 for the halving steps).
 void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]);
 
-// A halving step (Boyle, Gilboa, Ishai, Nof, CCS 2019, section 4.2 with
-// compression factor 2; MAESTRO's verify_dot_product): for vectors of n
+// A halving step (Boyle, Gilboa, Ishai, Nof, CCS 2019, with compression
+// factor 2; MAESTRO's verify_dot_product): for vectors of n
 // elements (a missing last one counts as zero), pairs (2k, 2k+1) give
 // f_k(X) = a + X (a + b), g_k likewise, and h(X) = sum_k f_k g_k of degree
 // 2. Before the challenge: this party's weak shares of h(e_1), h(e_2).

@@ -11,11 +11,13 @@
 //
 // The check: a distributed zero-knowledge proof of one inner product
 // (Boyle, Gilboa, Ishai, Nof, "Practical fully secure three-party
-// computation via sublinear distributed zero-knowledge proofs", CCS 2019,
-// sections 3-4, run on replicated shares as in MAESTRO's
-// verify_dot_product, Protocol 8 of Keller et al.'s MAESTRO paper, 2024;
-// binary gates lifted to an extension field as in Li et al., USENIX
-// Security 2023). The field is GF(2^128) (dzkp.h, PCLMULQDQ). Rounds:
+// computation via sublinear distributed zero-knowledge proofs", CCS 2019:
+// the recursive compression of an inner-product claim, run on replicated
+// shares as MAESTRO's multiplication check does (KULeuven-COSIC/maestro,
+// wollut16_malsec/mult_verification.rs, the paper's Protocol 8); binary
+// gates lifted to an extension field as in Li, Duan, Huang, Hong, Zhang,
+// Song, USENIX Security 2023). The field is GF(2^128) (dzkp.h, PCLMULQDQ
+// and VPCLMULQDQ). Rounds:
 //  1. coin c1: lane weights lambda_l, word weights tau_j, group weights
 //     nu_k. AND gate (group k, word j < 16 of it, lane l) weighs
 //     w = nu_k tau_j lambda_l; the claim is sum w z = sum w x y. Bits make
@@ -38,8 +40,9 @@
 //     them with a nonzero coefficient, so only a zero test leaks.
 //  6. compare (one round): hashes of everything opened, as below.
 // Communication per party: 31 + 2 ceil(log2 n) + 3 field elements of 16
-// bytes and 2 ceil(log2 n) + 4 coins of 16, for n = 4 AND words + the
-// GF(2^128) products + 1: O(log n) however many gates.
+// bytes, ceil(log2 n) + 2 coins of 16 and the 64-byte compare, for n = 4
+// AND words (64 per group of 16) + the GF(2^128) products + 1: O(log n)
+// however many gates (about 1.4 KB for one AES-128 block's 5,440 words).
 //
 // Soundness (per Verify; all probabilities over the coins, which are
 // revealed only after what they challenge was sent: each coin is a PRSS
@@ -49,8 +52,9 @@
 //    of degree 3 in nu, tau, lambda);
 //  - compression: a false claim survives a step only if the reshared h
 //    (errors included, fixed before the coin) agrees with the true one at
-//    r: at most 30 / 2^128 for the first, 2 / 2^128 per halving (BGIN19,
-//    Lemma 4.4); the GF(2^128) products' and the mask's errors enter
+//    r: at most 30 / 2^128 for the first, 2 / 2^128 per halving (a
+//    nonzero polynomial of degree 30, resp. 2, has at most that many
+//    roots); the GF(2^128) products' and the mask's errors enter
 //    with weights drawn after h was sent: at most 1 / 2^128 more;
 //  - the last step is exact.
 // With at most 64 halvings: below 2^-120 per Verify, and a batch runs one
