@@ -129,7 +129,7 @@ class Lift {
 };
 
 // Words per group of the first compression (verify.h).
-inline constexpr int kGroupWords = 16;
+inline constexpr int kGroupWords = 32;
 // Points of its polynomial h: 2 * kGroupWords - 1.
 inline constexpr int kHPoints = 2 * kGroupWords - 1;
 
