@@ -31,7 +31,7 @@
 //
 // With EngineOptions::malicious (protocol/verify.h), every product and
 // opening is logged and verified by a distributed zero-knowledge proof:
-// 2 ceil(log2 n) + 5 more rounds (n about 4x the logged AND words; 35 for
+// 2 ceil(log2 n) + 5 more rounds (n about 2x the logged AND words; 33 for
 // one AES-128 block) after every wave but the last, and once more before
 // the tag checks' reveal (then one compare round after it) or before
 // release; O(log n) field elements (a few kilobytes) per check, so the

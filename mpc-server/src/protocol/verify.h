@@ -19,17 +19,18 @@
 // Song, USENIX Security 2023). The field is GF(2^128) (dzkp.h, PCLMULQDQ
 // and VPCLMULQDQ). Rounds:
 //  1. coin c1: lane weights lambda_l, word weights tau_j, group weights
-//     nu_k. AND gate (group k, word j < 16 of it, lane l) weighs
+//     nu_k. AND gate (group k, word j < 32 of it, lane l) weighs
 //     w = nu_k tau_j lambda_l; the claim is sum w z = sum w x y. Bits make
 //     the lift free of products: the share of sum_l lambda_l v_l for a
 //     64-lane word v is eight table look-ups (dzkp::Lift).
-//  2. first compression (factor 16): per group, f(e_j) = w x (word j),
-//     g(e_j) = y, h = sum f g of degree 30; every party's weak share of
-//     h(e_1) .. h(e_30) comes from the 256 lifted cross products of the
-//     group's words, summed over groups. These and one random product
-//     x'y' (the mask, see below) are reshared (one message).
+//  2. first compression (factor 32, dzkp::kGroupWords): per group,
+//     f(e_j) = w x (word j), g(e_j) = y, h = sum f g of degree 62; every
+//     party's weak share of h(e_1) .. h(e_62) comes from the 1,024 lifted
+//     cross products of the group's words, summed over groups. These and
+//     one random product x'y' (the mask, see below) are reshared (one
+//     message).
 //  3. coin c2: r and the weights w'_k of the GF(2^128) products and the
-//     mask. h(e_0) = claim - h(e_1) - ... - h(e_15); the new claim is
+//     mask. h(e_0) = claim - h(e_1) - ... - h(e_31); the new claim is
 //     h(r) + sum_k w'_k z_k + w'_m z', over the vectors f(r), g(r) (64
 //     elements per group), then (w'_k x_k, y_k) and (w'_m x', y').
 //  4. halvings: pairs (a, b) -> a + r (a + b); each sends the weak shares
@@ -39,10 +40,10 @@
 //     batch fails). f and g are uniformly random: the mask x', y' enters
 //     them with a nonzero coefficient, so only a zero test leaks.
 //  6. compare (one round): hashes of everything opened, as below.
-// Communication per party: 31 + 2 ceil(log2 n) + 3 field elements of 16
-// bytes, ceil(log2 n) + 2 coins of 16 and the 64-byte compare, for n = 4
-// AND words (64 per group of 16) + the GF(2^128) products + 1: O(log n)
-// however many gates (about 1.4 KB for one AES-128 block's 5,440 words).
+// Communication per party: 63 + 2 ceil(log2 n) + 3 field elements of 16
+// bytes, ceil(log2 n) + 2 coins of 16 and the 64-byte compare, for n = 2
+// AND words (64 per group of 32) + the GF(2^128) products + 1: O(log n)
+// however many gates (about 1.8 KB for one AES-128 block's 5,440 words).
 //
 // Soundness (per Verify; all probabilities over the coins, which are
 // revealed only after what they challenge was sent: each coin is a PRSS
@@ -52,8 +53,8 @@
 //    of degree 3 in nu, tau, lambda);
 //  - compression: a false claim survives a step only if the reshared h
 //    (errors included, fixed before the coin) agrees with the true one at
-//    r: at most 30 / 2^128 for the first, 2 / 2^128 per halving (a
-//    nonzero polynomial of degree 30, resp. 2, has at most that many
+//    r: at most 62 / 2^128 for the first, 2 / 2^128 per halving (a
+//    nonzero polynomial of degree 62, resp. 2, has at most that many
 //    roots); the GF(2^128) products' and the mask's errors enter
 //    with weights drawn after h was sent: at most 1 / 2^128 more;
 //  - the last step is exact.
@@ -150,12 +151,12 @@ class MulLog {
   size_t retained_bytes() const;
   // The most retained_bytes() kept from one batch to the next (per
   // worker: each has its own Engine and log). The log holds 48 bytes per
-  // AND word and the compressed vectors 256 (four 16-byte elements per
-  // 64 lanes of 16 words): one login's batch (~7,600 AND words) keeps
-  // ~2.5 MB, so a busy KDC's batches (up to ~64 logins) reuse their
-  // buffers batch after batch, and a large batch's (a wave of 8,192
-  // AES-128 blocks: ~650,000 words, ~200 MB) are not kept by the worker
-  // for good.
+  // AND word and the compressed vectors 128 (four vectors of one 16-byte
+  // element per 64 lanes of 32 words, i.e. two per word): one login's
+  // batch (~7,600 AND words) keeps ~1.4 MB plus capacity slack, so a busy
+  // KDC's batches (up to ~64 logins) reuse their buffers batch after
+  // batch, and a large batch's (a wave of 8,192 AES-128 blocks: ~650,000
+  // words, ~115 MB) are not kept by the worker for good.
   static constexpr size_t kMaxRetainedBytes = size_t{64} << 20;  // 64 MiB
   // Called after a batch (Clear first): if retained_bytes() exceeds
   // kMaxRetainedBytes, wipes every buffer over its whole capacity (they
