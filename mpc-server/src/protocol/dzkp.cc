@@ -258,7 +258,7 @@ Fe FromGcm(const uint8_t* b) {
   uint8_t r[16];
   for (int i = 0; i < 16; ++i) r[i] = ReverseBits(b[i]);
   const Fe v = Load(r);
-  std::memset(r, 0, sizeof r);
+  share::Wipe(r, sizeof r);
   return v;
 }
 
@@ -352,11 +352,11 @@ void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) 
   }
   for (auto& row : S) for (auto& v : row) v = Wide();
   for (auto& row : sr) for (auto& v : row) v = Zero();
-  std::memset(x0, 0, sizeof x0);
-  std::memset(x1, 0, sizeof x1);
-  std::memset(y0, 0, sizeof y0);
-  std::memset(yy, 0, sizeof yy);
-  std::memset(zc, 0, sizeof zc);
+  share::Wipe(x0, sizeof x0);
+  share::Wipe(x1, sizeof x1);
+  share::Wipe(y0, sizeof y0);
+  share::Wipe(yy, sizeof yy);
+  share::Wipe(zc, sizeof zc);
 }
 
 void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
@@ -406,8 +406,8 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
       }
     }
   }
-  std::memset(words, 0, sizeof words);
-  std::memset(pat, 0, sizeof pat);
+  share::Wipe(words, sizeof words);
+  share::Wipe(pat, sizeof pat);
 }
 
 void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]) {
