@@ -47,20 +47,20 @@ class CheckCluster {
   }
   CheatingChannel& cheat() { return *cheat_; }
 
-  // kLayers AND layers and one GF(2^128) layer on random shared inputs,
-  // logged, then Verify. One status per party.
-  std::array<absl::Status, 3> Run() {
-    return RunParties([&](int i) -> absl::Status {
+  // kLayers AND layers of `words` words and one GF(2^128) layer on random
+  // shared inputs, logged, then Verify. One status per party.
+  std::array<absl::Status, 3> Run(size_t words = kWords) {
+    return RunParties([&, words](int i) -> absl::Status {
       Rep3& r = *rep3_[i];
       MulLog log;
       r.set_log(&log);
       absl::Status st;
-      std::vector<uint64_t> x0(kWords), x1(kWords), y0(kWords), y1(kWords), z0(kWords),
-          z1(kWords);
+      std::vector<uint64_t> x0(words), x1(words), y0(words), y1(words), z0(words),
+          z1(words);
       auto bytes = [](std::vector<uint64_t>& v) { return reinterpret_cast<uint8_t*>(v.data()); };
       for (size_t layer = 0; layer < kLayers && st.ok(); ++layer) {
-        r.prss().RandomShares(bytes(x0), bytes(x1), 8 * kWords);
-        r.prss().RandomShares(bytes(y0), bytes(y1), 8 * kWords);
+        r.prss().RandomShares(bytes(x0), bytes(x1), 8 * words);
+        r.prss().RandomShares(bytes(y0), bytes(y1), 8 * words);
         st = r.And(x0, x1, y0, y1, absl::MakeSpan(z0), absl::MakeSpan(z1));
       }
       std::vector<uint8_t> a0(16 * kGf), a1(16 * kGf), b0(16 * kGf), b1(16 * kGf),
@@ -121,6 +121,24 @@ TEST(Verify, EveryProductErrorIsCaught) {
     }
     for (const absl::Status& s : c.Run()) EXPECT_TRUE(s.ok()) << s;
   }
+}
+
+// The check's own messages grow with log2 of the log, not with it: 64
+// times the AND words adds six halvings (a 32-byte reshare and a 16-byte
+// coin each) and nothing else.
+TEST(Verify, CommunicationIsLogarithmic) {
+  CheckCluster c(0);
+  auto check_bytes = [&](size_t words) {
+    const uint64_t before = c.cheat().sent();
+    for (const absl::Status& s : c.Run(words)) EXPECT_TRUE(s.ok()) << s;
+    const auto& sizes = c.cheat().sizes();
+    size_t total = 0;
+    for (size_t k = before + kLayers + 1; k < sizes.size(); ++k) total += sizes[k];
+    return total;
+  };
+  const size_t small = check_bytes(64), large = check_bytes(64 * 64);
+  EXPECT_EQ(large - small, 6u * (32 + 16));
+  EXPECT_LT(large, 4096u);  // vs 3 * 4,096 * 8 bytes of AND messages
 }
 
 // Every message of the check itself (after the products: coin, first
