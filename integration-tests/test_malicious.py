@@ -19,11 +19,11 @@ Message map of one batch (0-based steps; one worker, so one session):
               first compression's reshare (63 elements of 16 bytes: 1008),
               the 16-byte coin c2, per halving a 32-byte reshare and a
               16-byte coin, the 48-byte opening of the last f, g and claim,
-              and the 64-byte "compare view" hashes (the last message).
+              and the 32-byte "compare view" hash (the last message).
 A is found as the first step where the two modes' maps differ. Seen for
 this test's batch (one 4-block keystream job, AES-128, the depth-4 S-box):
 68, 84, ten rounds of (1152, 384, 512, 2304), then 16, 1008, 16, fourteen
-(32, 16), 48, 64: A = 42 of 75 messages.
+(32, 16), 48, 32: A = 42 of 75 messages.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
 a keystream that does not match OpenSSL's (the attack surface exists and
@@ -140,7 +140,7 @@ def test_message_map(clusters):
     assert mal[a + 1] % 16 == 0 and mal[a + 1] >= 3 * 16, mal  # h values + mask
     halvings = mal[a + 3:-2]
     assert len(halvings) >= 2 and halvings == [32, 16] * (len(halvings) // 2), mal
-    assert mal[-2:] == [48, 64], mal
+    assert mal[-2:] == [48, 32], mal
     assert all(s > 0 for s in semi[2:]), semi
     assert mal[:2] == [AGREEMENT_HEADER, AGREEMENT_HEADER + 16], mal  # one ctr0 share
     assert (a - 2) % 10 == 0, semi  # AES-128: the same layers in each round
@@ -161,11 +161,11 @@ CASES = {
     # (b) the check itself, each of its messages: the last-but-one message,
     # the opening of the last f, g and claim; the first compression's
     # reshare (an error on one value of h); a halving's reshare (the
-    # first halving's h(x)); the compare hashes.
+    # first halving's h(x)); the compare hash.
     "verification": lambda semi, mal, a: (len(mal) - 2, 5, 0x10, False),
     "first_compression": lambda semi, mal, a: (a + 1, 7 * 16 + 3, 0x04, False),
     "halving": lambda semi, mal, a: (a + 3, 16 + 9, 0x20, False),
-    "compare": lambda semi, mal, a: (len(mal) - 1, 40, 0x01, False),
+    "compare": lambda semi, mal, a: (len(mal) - 1, 20, 0x01, False),
     # (c) a late opening: party 1 waits for its successor's shares of the
     # first ctr0 draw (agreement, step 1, after the 68-byte header) before
     # sending its own, biased.

@@ -4,13 +4,9 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "absl/strings/cord.h"
-#include "protocol/gf128.h"
 #include "protocol/prf.h"
 #include "protocol/rep3.h"
 #include "share/replicated.h"
@@ -146,24 +142,15 @@ class Unlogged {
   MulLog* saved_;
 };
 
-template <class T>
-void WipeAll(std::initializer_list<std::vector<T>*> vs) {
-  for (auto* v : vs) share::Wipe(v->data(), v->size() * sizeof(T));
-}
-
-// The final round: (32 zero bytes, H(opened)) to party i-1; compare what
-// party i+1 sends with (0, H(opened)).
+// The final round: H(opened) to party i-1; compare what party i+1 sends
+// with our own.
 absl::Status Compare(Rep3& ctx, Sha256& opened, bool local_ok) {
-  std::array<uint8_t, 32> ho{};
+  std::array<uint8_t, 32> ho{}, in{};
   absl::Status st = opened.Final(ho);
   if (!st.ok()) return st;
-  uint8_t out[64] = {0}, in[64];
-  std::memcpy(out + 32, ho.data(), 32);
-  st = ctx.channel().Exchange(absl::MakeConstSpan(out, 64), absl::MakeSpan(in, 64));
+  st = ctx.channel().Exchange(absl::MakeConstSpan(ho), absl::MakeSpan(in));
   if (!st.ok()) return st;
-  const uint8_t zero[32] = {0};
-  const bool same = CRYPTO_memcmp(in, zero, 32) == 0 &&
-                    CRYPTO_memcmp(in + 32, ho.data(), 32) == 0;
+  const bool same = CRYPTO_memcmp(in.data(), ho.data(), 32) == 0;
   if (!same || !local_ok) {
     absl::Status bad = absl::DataLossError(
         "MPC integrity check failed: a server deviated from the protocol; "

@@ -41,7 +41,7 @@
 //     them with a nonzero coefficient, so only a zero test leaks.
 //  6. compare (one round): hashes of everything opened, as below.
 // Communication per party: 63 + 2 ceil(log2 n) + 3 field elements of 16
-// bytes, ceil(log2 n) + 2 coins of 16 and the 64-byte compare, for n = 2
+// bytes, ceil(log2 n) + 2 coins of 16 and the 32-byte compare, for n = 2
 // AND words (64 per group of 32) + the GF(2^128) products + 1: O(log n)
 // however many gates (about 1.8 KB for one AES-128 block's 5,440 words).
 //

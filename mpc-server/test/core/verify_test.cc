@@ -157,7 +157,7 @@ TEST(Verify, EveryMessageOfTheCheckIsCovered) {
     EXPECT_EQ(sizes[kLayers + 1], 16u);                          // coin c1
     EXPECT_EQ(sizes[kLayers + 2], 16u * dzkp::kHPoints);         // h values + mask
     EXPECT_EQ(sizes[sizes.size() - 2], 48u);                     // f, g, claim
-    EXPECT_EQ(sizes.back(), 64u);                                // compare
+    EXPECT_EQ(sizes.back(), 32u);                                // compare
     for (size_t s = kLayers + 1; s < sizes.size(); ++s) {
       for (int k = 0; k < 3; ++k) {
         const size_t off = k == 0 ? 0 : rng() % sizes[s];
