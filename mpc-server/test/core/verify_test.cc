@@ -123,6 +123,20 @@ TEST(Verify, EveryProductErrorIsCaught) {
   }
 }
 
+// A log of GF(2^128) products only (no AND word: no first-compression
+// groups): an honest log passes, an error on any product is caught.
+TEST(Verify, GfProductsAlone) {
+  for (const absl::Status& s : CheckCluster(1).Run(0)) EXPECT_TRUE(s.ok()) << s;
+  for (size_t item = 0; item < kGf; ++item) {
+    CheckCluster c(1);
+    // Messages: kLayers empty AND layers, then the GF(2^128) layer.
+    c.cheat().Arm(kLayers, 16 * item + 5, 0x08);
+    const auto st = c.Run(0);
+    ASSERT_TRUE(c.cheat().fired());
+    c.ExpectCaught(st, absl::StrCat("GF product ", item));
+  }
+}
+
 // The check's own messages grow with log2 of the log, not with it: 64
 // times the AND words adds six halvings (a 32-byte reshare and a 16-byte
 // coin each) and nothing else.
