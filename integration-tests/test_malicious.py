@@ -14,14 +14,16 @@ Message map of one batch (0-based steps; one worker, so one session):
               (an opening: bytes from AgreementHeader::kSize = 68 on);
   2 .. A-1    AES: one message per AND layer (rep3.h, kernel_impl.inc), the
               same sequence in both modes;
-  A .. end    malicious only (protocol/verify.cc Verifier::Verify): the AND
-              triples, the GF(2^128) triples when there are products, the
-              32-byte coin opening, the one big opening of every sacrifice,
-              and the 64-byte "compare view" hashes (the last message).
+  A .. end    malicious only (protocol/verify.cc Verifier::Verify, the
+              distributed zero-knowledge check): the 16-byte coin c1, the
+              first compression's reshare (63 elements of 16 bytes: 1008),
+              the 16-byte coin c2, per halving a 32-byte reshare and a
+              16-byte coin, the 48-byte opening of the last f, g and claim,
+              and the 32-byte "compare view" hash (the last message).
 A is found as the first step where the two modes' maps differ. Seen for
 this test's batch (one 4-block keystream job, AES-128, the depth-4 S-box):
-68, 84, ten rounds of (1152, 384, 512, 2304), then 174104, 32, 348232, 64:
-A = 42 of 46 messages.
+68, 84, ten rounds of (1152, 384, 512, 2304), then 16, 1008, 16, fourteen
+(32, 16), 48, 32: A = 42 of 75 messages.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
 a keystream that does not match OpenSSL's (the attack surface exists and
@@ -131,12 +133,14 @@ def maps(clusters):
 def test_message_map(clusters):
     semi, mal, a = maps(clusters)
     # Agreement, at least 4 AND layers per AES round over 10 rounds, and in
-    # malicious mode the verification's rounds after them (AND triples,
-    # coins, sacrifice opening, compare hashes; no GF products in a
-    # keystream-only batch).
+    # malicious mode the check's rounds after them: coin, first
+    # compression, coin, (reshare, coin) per halving, opening, compare.
     assert a == len(semi) and a >= 2 + 40, (semi, mal)
-    assert len(mal) - a >= 4, mal
-    assert mal[-1] == 64 and 32 in mal[a:], mal
+    assert mal[a] == 16 and mal[a + 2] == 16, mal
+    assert mal[a + 1] % 16 == 0 and mal[a + 1] >= 3 * 16, mal  # h values + mask
+    halvings = mal[a + 3:-2]
+    assert len(halvings) >= 2 and halvings == [32, 16] * (len(halvings) // 2), mal
+    assert mal[-2:] == [48, 32], mal
     assert all(s > 0 for s in semi[2:]), semi
     assert mal[:2] == [AGREEMENT_HEADER, AGREEMENT_HEADER + 16], mal  # one ctr0 share
     assert (a - 2) % 10 == 0, semi  # AES-128: the same layers in each round
@@ -154,16 +158,22 @@ CASES = {
     # control: its error reaches the output shares unmixed, and the
     # client's check that the two copies of each share agree catches that.
     "and_layer": lambda semi, mal, a: (a - 1 - (a - 2) // 10, 0, 0xFF, False),
-    # (b) the verification itself: the last-but-one message, the opening of
-    # every sacrifice (rho, sigma).
+    # (b) the check itself, each of its messages: the last-but-one message,
+    # the opening of the last f, g and claim; the first compression's
+    # reshare (an error on one value of h); a halving's reshare (the
+    # first halving's h(x)); the compare hash.
     "verification": lambda semi, mal, a: (len(mal) - 2, 5, 0x10, False),
+    "first_compression": lambda semi, mal, a: (a + 1, 7 * 16 + 3, 0x04, False),
+    "halving": lambda semi, mal, a: (a + 3, 16 + 9, 0x20, False),
+    "compare": lambda semi, mal, a: (len(mal) - 1, 20, 0x01, False),
     # (c) a late opening: party 1 waits for its successor's shares of the
     # first ctr0 draw (agreement, step 1, after the 68-byte header) before
     # sending its own, biased.
     "late_ctr0_opening": lambda semi, mal, a: (1, AGREEMENT_HEADER + 3, 0x01, True),
-    # (c') a late coin opening in the verification (the 32-byte message).
-    "late_coin_opening": lambda semi, mal, a: (
-        max(k for k in range(a, len(mal)) if mal[k] == 32), 0, 0x80, True),
+    # (c') late coin openings in the check (16-byte messages): c1, and the
+    # last halving's.
+    "late_coin_opening": lambda semi, mal, a: (a, 0, 0x80, True),
+    "late_last_coin_opening": lambda semi, mal, a: (len(mal) - 3, 3, 0x02, True),
 }
 
 

@@ -11,6 +11,7 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/protocol/prf.cc
   ${KMPC_CORE_ROOT}/src/protocol/prss.cc
   ${KMPC_CORE_ROOT}/src/protocol/rep3.cc
+  ${KMPC_CORE_ROOT}/src/protocol/dzkp.cc
   ${KMPC_CORE_ROOT}/src/protocol/verify.cc
   ${KMPC_CORE_ROOT}/src/aes/key_expansion.cc
   ${KMPC_CORE_ROOT}/src/aes/aes.cc
@@ -39,6 +40,10 @@ target_compile_options(kmpc_core PUBLIC -maes -mpclmul -mssse3 -msse4.1)
 set(KMPC_AVX512_HEADER_WARNINGS "-Wno-maybe-uninitialized;-Wno-uninitialized")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/gf128.cc PROPERTIES
   COMPILE_OPTIONS "-O3")
+# dzkp.cc: VPCLMULQDQ paths in target("avx512f,...") functions, picked at
+# run time.
+set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/dzkp.cc PROPERTIES
+  COMPILE_OPTIONS "-O3;${KMPC_AVX512_HEADER_WARNINGS}")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/prf.cc PROPERTIES
   COMPILE_OPTIONS "-O3;${KMPC_AVX512_HEADER_WARNINGS}")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc PROPERTIES
@@ -57,7 +62,7 @@ include(GoogleTest)
 # (integration-tests/test_enctype.py checks it matches the shared original).
 set(KMPC_VECTORS "${CMAKE_SOURCE_DIR}/krb5-patches/tests/enctype-vectors.json")
 
-foreach(t share_test gf128_test prss_test aes_test engine_test refresh_test)
+foreach(t share_test gf128_test dzkp_test verify_test prss_test aes_test engine_test refresh_test)
   add_executable(kmpc_core_${t} ${KMPC_CORE_ROOT}/test/core/${t}.cc)
   target_link_libraries(kmpc_core_${t} PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
   target_compile_definitions(kmpc_core_${t} PRIVATE

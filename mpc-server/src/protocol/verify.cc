@@ -4,13 +4,9 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "absl/strings/cord.h"
-#include "protocol/gf128.h"
 #include "protocol/prf.h"
 #include "protocol/rep3.h"
 #include "share/replicated.h"
@@ -36,61 +32,6 @@ absl::Status Sha256::Final(std::array<uint8_t, 32>& out) {
 bool IsIntegrityFailure(const absl::Status& st) {
   return st.code() == absl::StatusCode::kDataLoss &&
          st.GetPayload(kIntegrityPayload).has_value();
-}
-
-namespace {
-
-constexpr double kStatBits = 40.0;
-
-double Log2Binom(double n, double k) {
-  return (std::lgamma(n + 1) - std::lgamma(k + 1) - std::lgamma(n - k + 1)) /
-         std::log(2.0);
-}
-
-// log2 of max_j binom(N, j) / binom(N*B + C, j*B). Its logarithm is convex
-// in j (the ratio of consecutive terms grows with j for B >= 2), so the
-// maximum is at j = 1 or j = N; small N are scanned whole all the same.
-double LogWin(double n, int b, double c) {
-  const double m = n * b + c;
-  auto term = [&](double j) { return Log2Binom(n, j) - Log2Binom(m, j * b); };
-  double worst = std::max(term(1), term(n));
-  if (n <= 256) {
-    for (double j = 2; j < n; ++j) worst = std::max(worst, term(j));
-  }
-  return worst;
-}
-
-}  // namespace
-
-BucketParams ChooseBuckets(size_t n_words) {
-  static std::mutex mu;
-  static std::map<size_t, BucketParams> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(n_words); it != cache.end()) return it->second;
-  const double n = static_cast<double>(std::max<size_t>(n_words, 1));
-  constexpr size_t kMaxC = 1 << 16;
-  BucketParams best;
-  double best_cost = 0;
-  for (int b = 2; b <= 64; ++b) {
-    if (best.b != 0 && n * b >= best_cost) break;
-    // A B that fails even with the most opened items cannot do.
-    if (LogWin(n, b, static_cast<double>(kMaxC)) > -kStatBits) continue;
-    // The smallest C (the bound falls as C grows): binary search.
-    size_t lo = 1, hi = kMaxC;
-    while (lo < hi) {
-      const size_t mid = (lo + hi) / 2;
-      if (LogWin(n, b, static_cast<double>(mid)) <= -kStatBits) hi = mid;
-      else lo = mid + 1;
-    }
-    const double cost = n * b + static_cast<double>(lo);
-    if (best.b == 0 || cost < best_cost) {
-      best = {b, lo};
-      best_cost = cost;
-    }
-  }
-  if (best.b == 0) best = {64, kMaxC};  // unreachable for n >= 1
-  if (cache.size() < 4096) cache[n_words] = best;
-  return best;
 }
 
 namespace {
@@ -134,16 +75,15 @@ MulLog::~MulLog() {
 void MulLog::FreeAll() {
   for (auto& v : and_) WipeAndFree(v);
   for (auto& v : gf_) WipeAndFree(v);
-  for (auto& v : tri_) WipeAndFree(v);
-  for (auto& v : open_) WipeAndFree(v);
-  WipeAndFree(perm_);  // public (from the revealed coin): freed all the same
-  WipeAndFree(rnd_);
+  for (auto& v : fold_) WipeAndFree(v);
+  weights_.reset();  // public (from a revealed coin)
 }
 
 size_t MulLog::retained_bytes() const {
-  return CapacityBytes(and_) + CapacityBytes(gf_) + CapacityBytes(tri_) +
-         CapacityBytes(open_) + perm_.capacity() * sizeof(uint32_t) +
-         rnd_.capacity() * sizeof(uint64_t);
+  return CapacityBytes(and_) + CapacityBytes(gf_) + CapacityBytes(fold_) +
+         (weights_ != nullptr ? sizeof(dzkp::AndWeights) +
+                                    weights_->nu.capacity() * sizeof(dzkp::Fe)
+                              : 0);
 }
 
 void MulLog::ReleaseExcess() {
@@ -202,42 +142,15 @@ class Unlogged {
   MulLog* saved_;
 };
 
-template <class T>
-void WipeAll(std::initializer_list<std::vector<T>*> vs) {
-  for (auto* v : vs) share::Wipe(v->data(), v->size() * sizeof(T));
-}
-
-// Hashes of the zero tests: u = v_i ^ v_{i+1} (sent to party i-1) and v_i
-// (compared with what party i+1 sends).
-struct ZeroHashes {
-  Sha256 u, v;
-  void Add(const uint8_t* v0, const uint8_t* v1, size_t n) {
-    uint8_t buf[256];
-    for (size_t off = 0; off < n; off += sizeof buf) {
-      const size_t m = std::min(sizeof buf, n - off);
-      for (size_t i = 0; i < m; ++i) buf[i] = v0[off + i] ^ v1[off + i];
-      u.Update(absl::MakeConstSpan(buf, m));
-    }
-    v.Update(absl::MakeConstSpan(v0, n));
-    share::Wipe(buf, sizeof buf);
-  }
-};
-
-// The final round: (H(u), H(opened)) to party i-1; compare what party i+1
-// sends with (H(v_i), H(opened)).
-absl::Status Compare(Rep3& ctx, ZeroHashes* z, Sha256& opened, bool local_ok) {
-  std::array<uint8_t, 32> hu{}, hv{}, ho{};
+// The final round: H(opened) to party i-1; compare what party i+1 sends
+// with our own.
+absl::Status Compare(Rep3& ctx, Sha256& opened, bool local_ok) {
+  std::array<uint8_t, 32> ho{}, in{};
   absl::Status st = opened.Final(ho);
-  if (st.ok() && z != nullptr) st = z->u.Final(hu);
-  if (st.ok() && z != nullptr) st = z->v.Final(hv);
   if (!st.ok()) return st;
-  uint8_t out[64], in[64];
-  std::memcpy(out, hu.data(), 32);
-  std::memcpy(out + 32, ho.data(), 32);
-  st = ctx.channel().Exchange(absl::MakeConstSpan(out, 64), absl::MakeSpan(in, 64));
+  st = ctx.channel().Exchange(absl::MakeConstSpan(ho), absl::MakeSpan(in));
   if (!st.ok()) return st;
-  const bool same = CRYPTO_memcmp(in, hv.data(), 32) == 0 &&
-                    CRYPTO_memcmp(in + 32, ho.data(), 32) == 0;
+  const bool same = CRYPTO_memcmp(in.data(), ho.data(), 32) == 0;
   if (!same || !local_ok) {
     absl::Status bad = absl::DataLossError(
         "MPC integrity check failed: a server deviated from the protocol; "
@@ -248,245 +161,196 @@ absl::Status Compare(Rep3& ctx, ZeroHashes* z, Sha256& opened, bool local_ok) {
   return absl::OkStatus();
 }
 
+using dzkp::Fe;
+
+// A coin: a fresh PRSS random value, opened (one round) and hashed into
+// the opened values. Drawn after everything it challenges was sent.
+absl::Status Coin(Rep3& ctx, Sha256& opened, uint8_t out[16]) {
+  uint8_t c0[16], c1[16];
+  ctx.prss().RandomShares(c0, c1, 16);
+  absl::Status st = ctx.Reveal(absl::MakeConstSpan(c0, 16), absl::MakeConstSpan(c1, 16),
+                               absl::MakeSpan(out, 16));
+  share::Wipe(c0, 16);
+  share::Wipe(c1, 16);
+  if (st.ok()) opened.Update(absl::MakeConstSpan(out, 16));
+  return st;
+}
+
+// Weak shares -> replicated shares (one message): party i adds its
+// zero-share, sends the sum to party i-1 and receives party i+1's.
+absl::Status Reshare(Rep3& ctx, const Fe* weak, size_t n, Fe* r0, Fe* r1) {
+  uint8_t t[16 * dzkp::kHPoints + 16], in[sizeof t];
+  if (n * 16 > sizeof t) return absl::InternalError("Reshare: too many elements");
+  ctx.prss().ZeroShare(t, 16 * n);
+  for (size_t k = 0; k < n; ++k) {
+    dzkp::Store(t + 16 * k, dzkp::Add(dzkp::Load(t + 16 * k), weak[k]));
+  }
+  absl::Status st = ctx.channel().Exchange(absl::MakeConstSpan(t, 16 * n),
+                                           absl::MakeSpan(in, 16 * n));
+  if (st.ok()) {
+    for (size_t k = 0; k < n; ++k) {
+      r0[k] = dzkp::Load(t + 16 * k);
+      r1[k] = dzkp::Load(in + 16 * k);
+    }
+  }
+  share::Wipe(t, sizeof t);
+  share::Wipe(in, sizeof in);
+  return st;
+}
+
+void FillFe(const Prf& prf, uint64_t ctr, size_t n, Fe* out) {
+  if (n > 0) prf.Fill(ctr, n, reinterpret_cast<uint8_t*>(out));
+}
+
 }  // namespace
 
 absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
-  absl::Status st = Compare(ctx, nullptr, log.opened_, true);
+  absl::Status st = Compare(ctx, log.opened_, true);
   log.Clear();
   return st;
 }
 
 absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
-  const int me = ctx.party();
-  const bool pub0 = share::HoldsPublicIn(me, 0), pub1 = share::HoldsPublicIn(me, 1);
-  const size_t g = log.gf_products();
-  // Items of sw consecutive words (gates and triples alike): the largest
-  // sw whose item count keeps the smallest bucket size, so that large
-  // batches walk memory in runs instead of word by word.
-  const size_t nw = log.and_words();
-  size_t sw = 1;
-  if (nw > 0) {
-    const int b1 = ChooseBuckets(nw).b;
-    for (size_t cand = 2; cand <= 16; cand *= 2) {
-      if (nw % cand != 0 || ChooseBuckets(nw / cand).b > std::max(b1, 4)) break;
-      sw = cand;
-    }
-  }
-  const size_t n = nw / sw;  // gate items
-  const BucketParams bp = n > 0 ? ChooseBuckets(n) : BucketParams{};
-  const size_t ti = n > 0 ? n * bp.b + bp.c : 0;  // triple items
-  const size_t t = ti * sw;                        // triple words
-
-  // Round 1: AND triples (a, b, a&b + E), a and b from the PRSS.
-  // Buffers live in the log and are reused batch after batch (no page
-  // faults on fresh allocations); every one is wiped before it returns.
-  auto& [a0, a1, b0, b1, c0, c1] = log.tri_;
-  for (auto* v : {&a0, &a1, &b0, &b1, &c0, &c1}) v->resize(t);
-  absl::Status st;
-  if (t > 0) {
-    ctx.prss().RandomShares(reinterpret_cast<uint8_t*>(a0.data()),
-                            reinterpret_cast<uint8_t*>(a1.data()), 8 * t);
-    ctx.prss().RandomShares(reinterpret_cast<uint8_t*>(b0.data()),
-                            reinterpret_cast<uint8_t*>(b1.data()), 8 * t);
-    st = ctx.And(a0, a1, b0, b1, absl::MakeSpan(c0), absl::MakeSpan(c1));
-  }
-  // Round 2: GF(2^128) triples.
-  std::vector<uint8_t> ga0(16 * g), ga1(16 * g), gb0(16 * g), gb1(16 * g),
-      gc0(16 * g), gc1(16 * g);
-  if (st.ok() && g > 0) {
-    ctx.prss().RandomShares(ga0.data(), ga1.data(), 16 * g);
-    ctx.prss().RandomShares(gb0.data(), gb1.data(), 16 * g);
-    st = ctx.GfMul(ga0, ga1, gb0, gb1, absl::MakeSpan(gc0), absl::MakeSpan(gc1));
-  }
-  // Round 3: the coins (permutation seed, GF challenge), drawn after every
-  // product and triple is committed.
-  uint8_t coin0[32], coin1[32], coin[32];
-  if (st.ok()) {
-    ctx.prss().RandomShares(coin0, coin1, 32);
-    st = ctx.Reveal(absl::MakeConstSpan(coin0, 32), absl::MakeConstSpan(coin1, 32),
-                    absl::MakeSpan(coin, 32));
-    log.opened_.Update(absl::MakeConstSpan(coin, 32));
-  }
+  constexpr int G = dzkp::kGroupWords;
+  constexpr int P = dzkp::kHPoints;
+  const size_t nw = log.and_words(), ng = log.gf_products();
+  const size_t groups = (nw + G - 1) / G;
+  const auto& L = log.and_;
+  const dzkp::AndShares s{{L[0].data(), L[1].data()},
+                          {L[2].data(), L[3].data()},
+                          {L[4].data(), L[5].data()},
+                          nw};
+  auto& [f0, f1, g0, g1] = log.fold_;
+  // Every secret this function holds, wiped on every way out.
+  Fe hw[P] = {}, h0[P] = {}, h1[P] = {}, claim[2] = {}, mx[2], my[2], c[2] = {};
   auto wipe = [&] {
-    WipeAll<uint64_t>({&a0, &a1, &b0, &b1, &c0, &c1});
-    WipeAll<uint8_t>({&ga0, &ga1, &gb0, &gb1, &gc0, &gc1});
-    share::Wipe(coin0, 32);
-    share::Wipe(coin1, 32);
+    for (auto* v : {&f0, &f1, &g0, &g1}) share::Wipe(v->data(), v->size() * sizeof(Fe));
+    share::Wipe(hw, sizeof hw);
+    share::Wipe(h0, sizeof h0);
+    share::Wipe(h1, sizeof h1);
+    share::Wipe(claim, sizeof claim);
+    share::Wipe(mx, sizeof mx);
+    share::Wipe(my, sizeof my);
+    share::Wipe(c, sizeof c);
     log.Clear();
   };
-  if (!st.ok()) {
+  auto fail = [&](absl::Status st) {
     wipe();
     return st;
-  }
-  const uint8_t* gf_t = coin + 16;
-
-  // The permutation of the triple words (Fisher-Yates, PRF(seed)).
-  std::vector<uint32_t>& perm = log.perm_;
-  perm.resize(ti);
-  for (size_t i = 0; i < ti; ++i) perm[i] = static_cast<uint32_t>(i);
-  if (ti > 1) {
-    Prf prf(coin);
-    std::vector<uint64_t>& rnd = log.rnd_;
-    rnd.resize(2 * ((ti + 1) / 2));
-    prf.Fill(0, rnd.size() / 2, reinterpret_cast<uint8_t*>(rnd.data()));
-    for (size_t i = ti - 1; i > 0; --i) {
-      const size_t j = static_cast<size_t>(
-          (static_cast<unsigned __int128>(rnd[i]) * (i + 1)) >> 64);
-      std::swap(perm[i], perm[j]);
-    }
-  }
-
-  // Round 4: every opening in one reveal. Layout (64-bit words): C opened
-  // triples (a, b, c); per bucket k, B-1 pairs (rho, sigma) of its first
-  // triple against the others; per gate word k, (rho, sigma) against its
-  // bucket's first triple; then per GF product (rho, sigma), 32 bytes.
-  const size_t nb1 = n * (bp.b > 0 ? bp.b - 1 : 0);
-  const size_t words = (3 * bp.c * (t > 0) + 2 * nb1 + 2 * n) * sw;
-  auto& [o0, o1, open] = log.open_;
-  for (auto* v : {&o0, &o1, &open}) v->resize(words + 4 * g);
-  const auto& L = log.and_;
-  // Word q of triple item perm[i].
-  auto tw = [&](size_t i) { return size_t{perm[i]} * sw; };
-  auto first = [&](size_t k) { return tw(bp.c + k * bp.b); };
-  size_t w = 0;
-  if (t > 0) {
-    for (size_t i = 0; i < bp.c; ++i) {
-      const size_t p = tw(i);
-      for (size_t q = 0; q < sw; ++q, w += 3) {
-        o0[w] = a0[p + q], o1[w] = a1[p + q];
-        o0[w + 1] = b0[p + q], o1[w + 1] = b1[p + q];
-        o0[w + 2] = c0[p + q], o1[w + 2] = c1[p + q];
-      }
-    }
-    for (size_t k = 0; k < n; ++k) {
-      const size_t f = first(k);
-      for (int m = 1; m < bp.b; ++m) {
-        const size_t o = tw(bp.c + k * bp.b + m);
-        for (size_t q = 0; q < sw; ++q, w += 2) {
-          o0[w] = a0[f + q] ^ a0[o + q], o1[w] = a1[f + q] ^ a1[o + q];
-          o0[w + 1] = b0[f + q] ^ b0[o + q], o1[w + 1] = b1[f + q] ^ b1[o + q];
-        }
-      }
-    }
-    for (size_t k = 0; k < n; ++k) {
-      const size_t f = first(k), x = k * sw;
-      for (size_t q = 0; q < sw; ++q, w += 2) {
-        o0[w] = L[0][x + q] ^ a0[f + q], o1[w] = L[1][x + q] ^ a1[f + q];
-        o0[w + 1] = L[2][x + q] ^ b0[f + q], o1[w + 1] = L[3][x + q] ^ b1[f + q];
-      }
-    }
-  }
-  uint8_t* go0 = reinterpret_cast<uint8_t*>(o0.data() + words);
-  uint8_t* go1 = reinterpret_cast<uint8_t*>(o1.data() + words);
-  const auto& G = log.gf_;
-  for (size_t i = 0; i < g; ++i) {
-    uint8_t* r0 = go0 + 32 * i;
-    uint8_t* r1 = go1 + 32 * i;
-    GfMul(G[0].data() + 16 * i, gf_t, r0);
-    GfMul(G[1].data() + 16 * i, gf_t, r1);
-    for (int q = 0; q < 16; ++q) {
-      r0[q] ^= ga0[16 * i + q];
-      r1[q] ^= ga1[16 * i + q];
-      r0[16 + q] = G[2][16 * i + q] ^ gb0[16 * i + q];
-      r1[16 + q] = G[3][16 * i + q] ^ gb1[16 * i + q];
-    }
-  }
-  auto bytes = [](std::vector<uint64_t>& v) {
-    return absl::MakeSpan(reinterpret_cast<uint8_t*>(v.data()), 8 * v.size());
   };
-  st = ctx.Reveal(bytes(o0), bytes(o1), bytes(open));
-  WipeAll<uint64_t>({&o0, &o1});
-  if (!st.ok()) {
-    wipe();
-    return st;
-  }
-  log.opened_.Update(bytes(open));
 
-  // The zero tests, in the order of the openings.
-  bool local_ok = true;
-  ZeroHashes z;
-  auto check = [&](uint64_t rho, uint64_t sigma, uint64_t x0z, uint64_t x1z,
-                   uint64_t c0v, uint64_t c1v, uint64_t a0v, uint64_t a1v,
-                   uint64_t b0v, uint64_t b1v, uint64_t* v) {
-    v[0] = x0z ^ c0v ^ (sigma & a0v) ^ (rho & b0v) ^ (pub0 ? rho & sigma : 0);
-    v[1] = x1z ^ c1v ^ (sigma & a1v) ^ (rho & b1v) ^ (pub1 ? rho & sigma : 0);
-  };
+  // Round 1: coin c1, the first compression's weights.
+  uint8_t coin[16];
+  if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
+  if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
+  dzkp::AndWeights& w = *log.weights_;
   {
-    constexpr size_t kBuf = 512;
-    uint64_t v0[kBuf], v1[kBuf];
-    size_t nv = 0;
-    auto flush = [&] {
-      z.Add(reinterpret_cast<const uint8_t*>(v0), reinterpret_cast<const uint8_t*>(v1), 8 * nv);
-      nv = 0;
-    };
-    auto push = [&](const uint64_t v[2]) {
-      v0[nv] = v[0], v1[nv] = v[1];
-      if (++nv == kBuf) flush();
-    };
-    w = 0;
-    if (t > 0) {
-      for (size_t i = 0; i < bp.c * sw; ++i, w += 3) {
-        if ((open[w] & open[w + 1]) != open[w + 2]) local_ok = false;
-      }
-      uint64_t v[2];
-      for (size_t k = 0; k < n; ++k) {
-        const size_t f = first(k);
-        for (int m = 1; m < bp.b; ++m) {
-          const size_t o = tw(bp.c + k * bp.b + m);
-          for (size_t q = 0; q < sw; ++q, w += 2) {
-            check(open[w], open[w + 1], c0[f + q], c1[f + q], c0[o + q], c1[o + q],
-                  a0[o + q], a1[o + q], b0[o + q], b1[o + q], v);
-            push(v);
-          }
-        }
-      }
-      for (size_t k = 0; k < n; ++k) {
-        const size_t f = first(k), x = k * sw;
-        for (size_t q = 0; q < sw; ++q, w += 2) {
-          check(open[w], open[w + 1], L[4][x + q], L[5][x + q], c0[f + q], c1[f + q],
-                a0[f + q], a1[f + q], b0[f + q], b1[f + q], v);
-          push(v);
-        }
-      }
-      flush();
+    const Prf prf(coin);
+    Fe lambda[64];
+    FillFe(prf, 0, 64, lambda);
+    w.lift.Init(lambda);
+    FillFe(prf, 64, G, w.tau);
+    Reserve(w.nu, groups);
+    w.nu.resize(groups);
+    FillFe(prf, 128, groups, w.nu.data());
+  }
+
+  // Round 2: h(e_1) .. h(e_{P-1}) and the mask's product, reshared.
+  dzkp::FirstLevelH(s, w, hw, claim);
+  {
+    uint8_t r0[32], r1[32];
+    ctx.prss().RandomShares(r0, r1, 32);
+    mx[0] = dzkp::Load(r0), mx[1] = dzkp::Load(r1);
+    my[0] = dzkp::Load(r0 + 16), my[1] = dzkp::Load(r1 + 16);
+    share::Wipe(r0, 32);
+    share::Wipe(r1, 32);
+    dzkp::Wide t;
+    dzkp::MulAcc(t, mx[0], dzkp::Add(my[0], my[1]));
+    dzkp::MulAcc(t, mx[1], my[0]);
+    hw[P - 1] = dzkp::Reduce(t);
+  }
+  if (absl::Status st = Reshare(ctx, hw, P, h0, h1); !st.ok()) return fail(st);
+
+  // Round 3: coin c2: r and the weights of the GF(2^128) products and the
+  // mask. The new claim: h(r) + sum w'_k z_k + w'_m z'.
+  if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
+  const size_t n1 = 64 * groups + ng + 1;
+  for (auto* v : {&f0, &f1, &g0, &g1}) {
+    Reserve(*v, n1);
+    v->resize(n1);
+  }
+  {
+    const Prf prf(coin);
+    Fe r;
+    FillFe(prf, 0, 1, &r);
+    // Values at e_0 .. e_{P-1}: h(e_0) = claim - h(e_1) - ... - h(e_{G-1}).
+    Fe v0[P], v1[P];
+    v0[0] = claim[0], v1[0] = claim[1];
+    for (int p = 1; p < P; ++p) {
+      v0[p] = h0[p - 1], v1[p] = h1[p - 1];
+      if (p < G) v0[0] = dzkp::Add(v0[0], v0[p]), v1[0] = dzkp::Add(v1[0], v1[p]);
     }
+    dzkp::Interpolate(P, v0, v1, r, c);
     share::Wipe(v0, sizeof v0);
     share::Wipe(v1, sizeof v1);
-  }
-  {
-    const uint8_t* gopen = reinterpret_cast<const uint8_t*>(open.data() + words);
-    uint8_t v0[16], v1[16], tmp[16];
-    for (size_t i = 0; i < g; ++i) {
-      const uint8_t* rho = gopen + 32 * i;
-      const uint8_t* sigma = rho + 16;
-      uint8_t rs[16];
-      GfMul(rho, sigma, rs);
-      for (int c = 0; c < 2; ++c) {
-        uint8_t* v = c == 0 ? v0 : v1;
-        const auto& ga = c == 0 ? ga0 : ga1;
-        const auto& gb = c == 0 ? gb0 : gb1;
-        const auto& gc = c == 0 ? gc0 : gc1;
-        GfMul(G[4 + c].data() + 16 * i, gf_t, v);
-        for (int q = 0; q < 16; ++q) v[q] ^= gc[16 * i + q];
-        GfMul(sigma, ga.data() + 16 * i, tmp);
-        for (int q = 0; q < 16; ++q) v[q] ^= tmp[q];
-        GfMul(rho, gb.data() + 16 * i, tmp);
-        for (int q = 0; q < 16; ++q) v[q] ^= tmp[q];
-        if (share::HoldsPublicIn(me, c))
-          for (int q = 0; q < 16; ++q) v[q] ^= rs[q];
-      }
-      z.Add(v0, v1, 16);
+    if (groups > 0) dzkp::FirstLevelFold(s, w, r, f0.data(), f1.data(), g0.data(), g1.data());
+    std::vector<Fe> wk(ng + 1);
+    FillFe(prf, 1, ng + 1, wk.data());
+    const auto& Gf = log.gf_;
+    size_t at = 64 * groups;
+    dzkp::Wide acc[2];
+    for (size_t k = 0; k < ng; ++k, ++at) {
+      const size_t o = 16 * k;
+      f0[at] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[0].data() + o));
+      f1[at] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[1].data() + o));
+      g0[at] = dzkp::FromGcm(Gf[2].data() + o);
+      g1[at] = dzkp::FromGcm(Gf[3].data() + o);
+      dzkp::MulAcc(acc[0], wk[k], dzkp::FromGcm(Gf[4].data() + o));
+      dzkp::MulAcc(acc[1], wk[k], dzkp::FromGcm(Gf[5].data() + o));
     }
-    share::Wipe(v0, 16);
-    share::Wipe(v1, 16);
-    share::Wipe(tmp, 16);
+    // The mask: its product came back reshared as the last element.
+    f0[at] = dzkp::Mul(wk[ng], mx[0]);
+    f1[at] = dzkp::Mul(wk[ng], mx[1]);
+    g0[at] = my[0];
+    g1[at] = my[1];
+    dzkp::MulAcc(acc[0], wk[ng], h0[P - 1]);
+    dzkp::MulAcc(acc[1], wk[ng], h1[P - 1]);
+    c[0] = dzkp::Add(c[0], dzkp::Reduce(acc[0]));
+    c[1] = dzkp::Add(c[1], dzkp::Reduce(acc[1]));
+    share::Wipe(acc, sizeof acc);
   }
-  WipeAll<uint64_t>({&open});
 
-  // Round 5: compare.
-  st = Compare(ctx, &z, log.opened_, local_ok);
+  // Rounds 4..: halvings, each a reshare of h(1), h(x) and a coin.
+  Fe* const fv[2] = {f0.data(), f1.data()};
+  Fe* const gv[2] = {g0.data(), g1.data()};
+  for (size_t n = n1; n > 1; n = (n + 1) / 2) {
+    dzkp::HalveH(fv, gv, n, hw);
+    if (absl::Status st = Reshare(ctx, hw, 2, h0, h1); !st.ok()) return fail(st);
+    if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
+    const Fe r = dzkp::Load(coin);
+    const Fe v0[3] = {dzkp::Add(c[0], h0[0]), h0[0], h0[1]};
+    const Fe v1[3] = {dzkp::Add(c[1], h1[0]), h1[0], h1[1]};
+    dzkp::Interpolate(3, v0, v1, r, c);
+    dzkp::HalveFold(fv, gv, n, r);
+  }
+
+  // Opening: the last f, g and claim; the claim must be their product.
+  uint8_t o0[48], o1[48], open[48];
+  dzkp::Store(o0, f0[0]), dzkp::Store(o0 + 16, g0[0]), dzkp::Store(o0 + 32, c[0]);
+  dzkp::Store(o1, f1[0]), dzkp::Store(o1 + 16, g1[0]), dzkp::Store(o1 + 32, c[1]);
+  absl::Status st = ctx.Reveal(absl::MakeConstSpan(o0, 48), absl::MakeConstSpan(o1, 48),
+                               absl::MakeSpan(open, 48));
+  share::Wipe(o0, 48);
+  share::Wipe(o1, 48);
+  if (!st.ok()) return fail(st);
+  log.opened_.Update(absl::MakeConstSpan(open, 48));
+  const bool local_ok = dzkp::Equal(
+      dzkp::Mul(dzkp::Load(open), dzkp::Load(open + 16)), dzkp::Load(open + 32));
+
+  // Last round: compare.
+  st = Compare(ctx, log.opened_, local_ok);
   wipe();
   return st;
 }

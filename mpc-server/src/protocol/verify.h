@@ -3,39 +3,75 @@
 // batch is logged and verified, and every value opened among the servers
 // is compared, before anything that depends on them is opened or released.
 //
-// AND gates (GF(2)): multiplication triples generated with the semi-honest
-// AND and checked by cut-and-choose and bucketing, then one triple per gate
-// (Furukawa, Lindell, Nof, Weinstein, "High-throughput secure three-party
-// computation for malicious adversaries and an honest majority",
-// EUROCRYPT 2017, Protocols 2.11 (triple verification), 2.18 (triples with
-// cut-and-choose and bucketing) and 2.24 (circuit verification); Araki et
-// al., IEEE S&P 2017, section 2). In replicated sharing a deviating party
-// can only add a (known) error to the products it computes and to the
-// shares it sends (Genkin et al., STOC 2014, additive attacks), so a
-// triple is (a, b, a&b ^ E) and a gate's output x&y ^ D. Checking a pair
-// of them opens rho = x^a, sigma = y^b (independent of x and y: a and b
-// are uniform to the adversary) and tests
-//   v = z ^ c ^ sigma&a ^ rho&b ^ rho&sigma = D ^ E
-// for zero. Items are runs of 1 to 16 64-lane words, not bits: a bucket
-// passes only if all its items carry the same error pattern, so the
-// cut-and-choose game of Furukawa et al. (section 2.5) holds with N = the
-// number of gate items (BucketParams below picks B and C for 2^-40).
+// Error model. In replicated sharing a deviating party can only add a
+// (known) error to the products it computes and to the shares it sends
+// (Genkin et al., STOC 2014, additive attacks; Araki et al., S&P 2017,
+// section 2): a logged AND word is x & y ^ D, a GF(2^128) product
+// x * y + D. The check tests that every D is zero without opening x or y.
 //
-// GF(2^128) products: one semi-honest triple per product and a public
-// random challenge t drawn after everything is committed (SPDZ's
-// sacrifice, Damgard et al., CRYPTO 2012, section 3, in its large-field
-// form): rho = t*x ^ a, sigma = y ^ b, and
-//   v = t*z ^ c ^ sigma*a ^ rho*b ^ rho*sigma = t*D ^ E,
-// zero for D, E != 0 with probability 2^-128.
+// The check: a distributed zero-knowledge proof of one inner product
+// (Boyle, Gilboa, Ishai, Nof, "Practical fully secure three-party
+// computation via sublinear distributed zero-knowledge proofs", CCS 2019:
+// the recursive compression of an inner-product claim, run on replicated
+// shares as MAESTRO's multiplication check does (KULeuven-COSIC/maestro,
+// wollut16_malsec/mult_verification.rs, the paper's Protocol 8); binary
+// gates lifted to an extension field as in Li, Duan, Huang, Hong, Zhang,
+// Song, USENIX Security 2023). The field is GF(2^128) (dzkp.h, PCLMULQDQ
+// and VPCLMULQDQ). Rounds:
+//  1. coin c1: lane weights lambda_l, word weights tau_j, group weights
+//     nu_k. AND gate (group k, word j < 32 of it, lane l) weighs
+//     w = nu_k tau_j lambda_l; the claim is sum w z = sum w x y. Bits make
+//     the lift free of products: the share of sum_l lambda_l v_l for a
+//     64-lane word v is eight table look-ups (dzkp::Lift).
+//  2. first compression (factor 32, dzkp::kGroupWords): per group,
+//     f(e_j) = w x (word j), g(e_j) = y, h = sum f g of degree 62; every
+//     party's weak share of h(e_1) .. h(e_62) comes from the 1,024 lifted
+//     cross products of the group's words, summed over groups. These and
+//     one random product x'y' (the mask, see below) are reshared (one
+//     message).
+//  3. coin c2: r and the weights w'_k of the GF(2^128) products and the
+//     mask. h(e_0) = claim - h(e_1) - ... - h(e_31); the new claim is
+//     h(r) + sum_k w'_k z_k + w'_m z', over the vectors f(r), g(r) (64
+//     elements per group), then (w'_k x_k, y_k) and (w'_m x', y').
+//  4. halvings: pairs (a, b) -> a + r (a + b); each sends the weak shares
+//     of h(1), h(x) reshared (one message) and draws a coin (one round),
+//     until one element is left: ceil(log2 n) of them.
+//  5. the last f, g and claim c are opened (one round; c = f g or the
+//     batch fails). f and g are uniformly random: the mask x', y' enters
+//     them with a nonzero coefficient, so only a zero test leaks.
+//  6. compare (one round): hashes of everything opened, as below.
+// Communication per party: 63 + 2 ceil(log2 n) + 3 field elements of 16
+// bytes, ceil(log2 n) + 2 coins of 16 and the 32-byte compare, for n = 2
+// AND words (64 per group of 32) + the GF(2^128) products + 1: O(log n)
+// however many gates (about 1.8 KB for one AES-128 block's 5,440 words).
 //
-// Zero test without opening: party i holds (v_i, v_{i+1}) and sends
-// H(v_i ^ v_{i+1}) to party i-1, which compares it with H(v_{i-1})
-// ("compare view", Araki et al., S&P 2017, section 2.3); the two honest
-// parties together hold all three shares, so one of them sees any nonzero
-// v. The same message carries a hash of every value opened among the
-// servers in the batch, which catches a party that sent different shares
-// of an opening to different parties (or sent its part late, biased by
-// the others': the honest copy of that share differs).
+// Soundness (per Verify; all probabilities over the coins, which are
+// revealed only after what they challenge was sent: each coin is a PRSS
+// random value, unknown to any single party, opened in its own round):
+//  - weights: D != 0 on some AND gate gives sum w D = 0 with probability
+//    at most 3 / 2^128 (Schwartz-Zippel: the sum is a nonzero polynomial
+//    of degree 3 in nu, tau, lambda);
+//  - compression: a false claim survives a step only if the reshared h
+//    (errors included, fixed before the coin) agrees with the true one at
+//    r: at most 62 / 2^128 for the first, 2 / 2^128 per halving (a
+//    nonzero polynomial of degree 62, resp. 2, has at most that many
+//    roots); the GF(2^128) products' and the mask's errors enter
+//    with weights drawn after h was sent: at most 1 / 2^128 more;
+//  - the last step is exact.
+// With at most 64 halvings: below 2^-120 per Verify, and a batch runs one
+// Verify per wave plus at most two (so far below the required 2^-40 per
+// batch). The coins are expanded with the AES-128 PRF (prf.h), which
+// stands in for uniform randomness.
+//
+// Zero test without opening the shares: every value opened during the
+// check (coins, the last f, g, c) and in the batch is hashed; party i
+// sends H(opened) to party i-1, which compares it with its own ("compare
+// view", Araki et al., S&P 2017, section 2.3). The two honest parties
+// together hold all shares, so a party that sent different shares of an
+// opening to different parties (or sent its part late, biased by the
+// others') is caught: the honest copies differ. The verdict c = f g is
+// computed by every party on its opened values; the honest party whose
+// view is the honest one fails.
 //
 // On a one-way ring the honest party that receives the cheater's messages
 // can always be fooled; the other honest party detects and fails the
@@ -47,10 +83,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "protocol/dzkp.h"
 
 typedef struct evp_md_ctx_st EVP_MD_CTX;
 
@@ -83,16 +121,6 @@ class Sha256 {
   bool ok_;
 };
 
-// Bucket size B and opened triples C for N gate words: the smallest
-// N*B + C with max_j binom(N, j) / binom(N*B + C, j*B) <= 2^-40 (the
-// adversary wins only if its bad triple words fill whole buckets and none
-// is opened).
-struct BucketParams {
-  int b = 0;
-  size_t c = 0;
-};
-BucketParams ChooseBuckets(size_t n_words);
-
 // Every product and opening of a batch, in order, by one party.
 class MulLog {
  public:
@@ -122,14 +150,13 @@ class MulLog {
   // what they keep for the next batch).
   size_t retained_bytes() const;
   // The most retained_bytes() kept from one batch to the next (per
-  // worker: each has its own Engine and log). Measured: one login's batch
-  // (DECRYPT of a TGT, ENCRYPT, CHECKSUM, VERIFY_CHECKSUM; ~7,600 AND
-  // words, B = 4) leaves ~6 MB; an AES-128 ENCRYPT of 2,000 blocks ~80 MB,
-  // of 20,000 blocks ~300 MB (capacities). So a busy KDC's batches (up
-  // to ~64 logins, ~45 MB) reuse their buffers batch after batch, and a
-  // large batch's are not kept by the worker for good. (16 MiB made the
-  // malicious login storm reallocate every batch: half the peak in one
-  // A/B run on the 2-core bench VM.)
+  // worker: each has its own Engine and log). The log holds 48 bytes per
+  // AND word and the compressed vectors 128 (four vectors of one 16-byte
+  // element per 64 lanes of 32 words, i.e. two per word): one login's
+  // batch (~7,600 AND words) keeps ~1.4 MB plus capacity slack, so a busy
+  // KDC's batches (up to ~64 logins) reuse their buffers batch after
+  // batch, and a large batch's (a wave of 8,192 AES-128 blocks: ~650,000
+  // words, ~115 MB) are not kept by the worker for good.
   static constexpr size_t kMaxRetainedBytes = size_t{64} << 20;  // 64 MiB
   // Called after a batch (Clear first): if retained_bytes() exceeds
   // kMaxRetainedBytes, wipes every buffer over its whole capacity (they
@@ -144,18 +171,17 @@ class MulLog {
   std::array<std::vector<uint64_t>, 6> and_;
   std::array<std::vector<uint8_t>, 6> gf_;
   Sha256 opened_;
-  // Verifier's buffers, kept for the next batch: triples (a0, a1, b0, b1,
-  // c0, c1), openings (o0, o1, open), the permutation and its randomness.
-  std::array<std::vector<uint64_t>, 6> tri_;
-  std::array<std::vector<uint64_t>, 3> open_;
-  std::vector<uint32_t> perm_;
-  std::vector<uint64_t> rnd_;
+  // Verifier's buffers, kept for the next batch: the compressed vectors
+  // (f0, f1, g0, g1) and the first compression's weights.
+  std::array<std::vector<dzkp::Fe>, 4> fold_;
+  std::unique_ptr<dzkp::AndWeights> weights_;
 };
 
 // Runs the checks of a MulLog among the three parties (all call Verify at
-// the same point). Rounds: 1 (AND triples) + 1 (GF triples, if any) + 1
-// (coins) + 1 (openings) + 1 (compare). OK: every logged product is right
-// and every opening consistent, except with probability 2^-40.
+// the same point). Rounds: 2 coins, 1 first compression, 2 per halving
+// (ceil(log2 n) of them, see above), 1 opening, 1 compare. OK: every
+// logged product is right and every opening consistent, except with
+// probability below 2^-120.
 // DATA_LOSS: a party deviated (the batch must fail and the ring be
 // re-established); a channel error as is. Clears the log either way.
 class Verifier {

@@ -1561,23 +1561,6 @@ TEST(Malicious, PadsComeOnlyFromVerifiedBatches) {
   }
 }
 
-TEST(Malicious, BucketParametersMeetTheBound) {
-  for (size_t n : {1, 2, 10, 100, 1000, 7616, 100000, 1000000}) {
-    const protocol::BucketParams p = protocol::ChooseBuckets(n);
-    ASSERT_GE(p.b, 2) << n;
-    ASSERT_GE(p.c, 1u) << n;
-    // The j = 1 and j = N terms (all bad words in one bucket; every
-    // bucket bad and exactly the opened words good) are below 2^-40.
-    auto lb = [](double a, double b) {
-      return (std::lgamma(a + 1) - std::lgamma(b + 1) - std::lgamma(a - b + 1)) / std::log(2.0);
-    };
-    const double m = static_cast<double>(n) * p.b + p.c;
-    EXPECT_LE(std::log2(double(n)) - lb(m, p.b), -40.0) << n;
-    EXPECT_LE(-lb(m, double(n) * p.b), -40.0) << n;
-  }
-  EXPECT_EQ(protocol::ChooseBuckets(7616).b, 4);  // a login batch
-}
-
 TEST(Malicious, HonestBatchesMatchTheReference) {
   Cluster c(mal::Malicious());
   for (size_t key_len : {16, 32}) {

@@ -1,0 +1,479 @@
+#include "protocol/dzkp.h"
+
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+
+#include "share/replicated.h"
+
+namespace kmpc::protocol::dzkp {
+
+Fe Inv(Fe a) {
+  // r = a^(2^k - 1) after k - 1 steps of r = r^2 * a; then one squaring.
+  Fe r = a;
+  for (int i = 0; i < 126; ++i) r = Mul(Mul(r, r), a);
+  return Mul(r, r);
+}
+
+namespace {
+
+uint8_t ReverseBits(uint8_t b) {
+  b = static_cast<uint8_t>((b & 0xf0) >> 4 | (b & 0x0f) << 4);
+  b = static_cast<uint8_t>((b & 0xcc) >> 2 | (b & 0x33) << 2);
+  return static_cast<uint8_t>((b & 0xaa) >> 1 | (b & 0x55) << 1);
+}
+
+// 1 / prod_{m != j} (e_j + e_m) for j < n, computed once per n.
+constexpr int kMaxPoints = 64;
+const Fe* Denominators(int n) {
+  static std::mutex mu;
+  static std::array<std::vector<Fe>, kMaxPoints + 1> table;
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<Fe>& t = table[n];
+  if (t.empty()) {
+    t.resize(n);
+    for (int j = 0; j < n; ++j) {
+      Fe d = FromU64(1);
+      for (int m = 0; m < n; ++m) {
+        if (m != j) d = Mul(d, FromU64(static_cast<uint64_t>(j ^ m)));
+      }
+      t[j] = Inv(d);
+    }
+  }
+  return t.data();
+}
+
+// 8 x 8 bit matrix transpose (Hacker's Delight, 7-3): byte i bit j ->
+// byte j bit i.
+inline uint64_t Transpose8(uint64_t x) {
+  uint64_t t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
+  x ^= t ^ (t << 7);
+  t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
+  x ^= t ^ (t << 14);
+  t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
+  x ^= t ^ (t << 28);
+  return x;
+}
+
+// The words of a group -> per lane l the kGroupWords-bit pattern whose
+// bit j is lane l of word j.
+using Pattern = std::conditional_t<kGroupWords == 16, uint16_t, uint32_t>;
+static_assert(kGroupWords == 8 * sizeof(Pattern));
+void TransposeGroup(const uint64_t* w, Pattern out[64]) {
+  std::memset(out, 0, 64 * sizeof(Pattern));
+  for (int h = 0; h < kGroupWords / 8; ++h) {
+    for (int k = 0; k < 8; ++k) {
+      uint64_t m = 0;
+      for (int j = 0; j < 8; ++j) m |= ((w[8 * h + j] >> (8 * k)) & 0xff) << (8 * j);
+      m = Transpose8(m);
+      for (int l = 0; l < 8; ++l) {
+        out[8 * k + l] |= static_cast<Pattern>((m >> (8 * l)) & 0xff) << (8 * h);
+      }
+    }
+  }
+}
+
+// Sums of coefficients over the set bits of a byte: t[b] = sum c_j, bit j
+// of b set (j < 8).
+void SubsetSums(const Fe* c, Fe* t) {
+  t[0] = Zero();
+  for (int j = 0; j < 8; ++j) {
+    const int half = 1 << j;
+    for (int b = 0; b < half; ++b) t[half + b] = Add(t[b], c[j]);
+  }
+}
+
+// The words of group k of a share array (zero past n).
+inline void LoadGroup(const uint64_t* a, size_t n, size_t k, uint64_t* out) {
+  const size_t first = k * kGroupWords;
+  for (int j = 0; j < kGroupWords; ++j) {
+    out[j] = first + j < n ? a[first + j] : 0;
+  }
+}
+
+
+// ---- VPCLMULQDQ: four field elements per 512-bit register ----
+#define KMPC_DZKP_512 __attribute__((target("avx512f,avx512bw,avx512dq,vpclmulqdq")))
+
+bool& ForceScalarFlag() {
+  static bool force = false;
+  return force;
+}
+
+bool Use512() {
+  static const bool have = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512dq") &&
+                           __builtin_cpu_supports("vpclmulqdq");
+  return have && !ForceScalarFlag();
+}
+
+struct Wide4 {
+  __m512i lo, hi;
+};
+
+KMPC_DZKP_512 inline void MulAcc4(Wide4& w, __m512i a, __m512i b) {
+  const __m512i t0 = _mm512_clmulepi64_epi128(a, b, 0x00);
+  const __m512i t1 = _mm512_clmulepi64_epi128(a, b, 0x11);
+  const __m512i t2 = _mm512_xor_si512(_mm512_clmulepi64_epi128(a, b, 0x10),
+                                      _mm512_clmulepi64_epi128(a, b, 0x01));
+  w.lo = _mm512_xor_si512(w.lo, _mm512_xor_si512(t0, _mm512_bslli_epi128(t2, 8)));
+  w.hi = _mm512_xor_si512(w.hi, _mm512_xor_si512(t1, _mm512_bsrli_epi128(t2, 8)));
+}
+
+KMPC_DZKP_512 inline __m512i Reduce4(const Wide4& w) {
+  const __m512i p = _mm512_set1_epi64(0x87);
+  const __m512i a = _mm512_clmulepi64_epi128(w.hi, p, 0x00);
+  const __m512i b = _mm512_clmulepi64_epi128(w.hi, p, 0x01);
+  const __m512i r = _mm512_xor_si512(w.lo, _mm512_xor_si512(a, _mm512_bslli_epi128(b, 8)));
+  return _mm512_xor_si512(r, _mm512_clmulepi64_epi128(_mm512_bsrli_epi128(b, 8), p, 0x00));
+}
+
+KMPC_DZKP_512 inline __m512i Mul4(__m512i a, __m512i b) {
+  Wide4 w{_mm512_setzero_si512(), _mm512_setzero_si512()};
+  MulAcc4(w, a, b);
+  return Reduce4(w);
+}
+
+KMPC_DZKP_512 inline __m512i MulX4(__m512i a) {
+  const __m512i carry = _mm512_srli_epi64(a, 63);
+  const __m512i s = _mm512_or_si512(_mm512_slli_epi64(a, 1), _mm512_bslli_epi128(carry, 8));
+  const __m512i top = _mm512_bsrli_epi128(carry, 8);  // 0 or 1 in each low qword
+  return _mm512_xor_si512(s, _mm512_clmulepi64_epi128(top, _mm512_set1_epi64(0x87), 0x00));
+}
+
+KMPC_DZKP_512 inline __m512i Load4(const Fe* p) { return _mm512_loadu_si512(p); }
+KMPC_DZKP_512 inline void Store4(Fe* p, __m512i v) { _mm512_storeu_si512(p, v); }
+
+// The four 128-bit lanes of w, reduced and added.
+KMPC_DZKP_512 inline Fe Sum4(const Wide4& w) {
+  alignas(64) Fe v[4];
+  _mm512_store_si512(v, Reduce4(w));
+  return Add(Add(v[0], v[1]), Add(v[2], v[3]));
+}
+
+// Elements 0, 2, 4, 6 and 1, 3, 5, 7 of p[0 .. 8).
+KMPC_DZKP_512 inline void Deinterleave(const Fe* p, __m512i& even, __m512i& odd) {
+  const __m512i lo = Load4(p), hi = Load4(p + 4);
+  even = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), hi);
+  odd = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), hi);
+}
+
+// out[i] = a * b[i] for i < n (n a multiple of 4).
+KMPC_DZKP_512 void MulBroadcast512(Fe a, const Fe* b, Fe* out, int n) {
+  const __m512i av = _mm512_broadcast_i32x4(a);
+  for (int i = 0; i < n; i += 4) Store4(out + i, Mul4(av, Load4(b + i)));
+}
+
+// out[i] = a[i] * b[i] for i < n (n a multiple of 4).
+KMPC_DZKP_512 void MulPairwise512(const Fe* a, const Fe* b, Fe* out, int n) {
+  for (int i = 0; i < n; i += 4) Store4(out + i, Mul4(Load4(a + i), Load4(b + i)));
+}
+
+// lo/hi[i] += a * v[i] unreduced, for i < n (n a multiple of 4).
+KMPC_DZKP_512 void MulAccRow512(Fe a, const Fe* v, __m512i* lo, __m512i* hi, int n) {
+  const __m512i av = _mm512_broadcast_i32x4(a);
+  for (int i = 0; i < n; i += 4) {
+    Wide4 w{lo[i / 4], hi[i / 4]};
+    MulAcc4(w, av, Load4(v + i));
+    lo[i / 4] = w.lo;
+    hi[i / 4] = w.hi;
+  }
+}
+
+// out[i] = (lo, hi)[i] for i < n (n a multiple of 4).
+KMPC_DZKP_512 void RowToWide(const __m512i* lo, const __m512i* hi, Wide* out, int n) {
+  for (int q = 0; q < n / 4; ++q) {
+    alignas(64) Fe l[4], h[4];
+    _mm512_store_si512(l, lo[q]);
+    _mm512_store_si512(h, hi[q]);
+    for (int i = 0; i < 4; ++i) out[4 * q + i] = Wide{l[i], h[i]};
+  }
+}
+
+// TransposeGroup with AVX-512BW: byte l of OR_j maskz_set1(word_j, 1 << j)
+// holds lane l of words j < 8 (as the kernels' BitsToBytes).
+KMPC_DZKP_512 void TransposeGroup512(const uint64_t* w, Pattern out[64]) {
+  alignas(64) uint8_t b[kGroupWords / 8][64];
+  for (int h = 0; h < kGroupWords / 8; ++h) {
+    __m512i v = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      v = _mm512_or_si512(v, _mm512_maskz_set1_epi8(w[8 * h + j], static_cast<char>(1 << j)));
+    }
+    _mm512_store_si512(b[h], v);
+  }
+  for (int l = 0; l < 64; ++l) {
+    Pattern p = 0;
+    for (int h = 0; h < kGroupWords / 8; ++h) p |= static_cast<Pattern>(b[h][l]) << (8 * h);
+    out[l] = p;
+  }
+  share::Wipe(b, sizeof b);
+}
+
+// HalveH over pairs [0, 4 * q): the weak shares of h(1), h(x).
+KMPC_DZKP_512 void HalveH512(const Fe* const f[2], const Fe* const g[2], size_t q,
+                             Fe* h1, Fe* h2) {
+  Wide4 w1{_mm512_setzero_si512(), _mm512_setzero_si512()}, w2 = w1;
+  for (size_t i = 0; i < q; ++i) {
+    __m512i a0, b0, a1, b1, c0, d0, c1, d1;
+    Deinterleave(f[0] + 8 * i, a0, b0);
+    Deinterleave(f[1] + 8 * i, a1, b1);
+    Deinterleave(g[0] + 8 * i, c0, d0);
+    Deinterleave(g[1] + 8 * i, c1, d1);
+    MulAcc4(w1, b0, _mm512_xor_si512(d0, d1));
+    MulAcc4(w1, b1, d0);
+    const __m512i fa0 = _mm512_xor_si512(a0, MulX4(_mm512_xor_si512(a0, b0)));
+    const __m512i fa1 = _mm512_xor_si512(a1, MulX4(_mm512_xor_si512(a1, b1)));
+    const __m512i ga0 = _mm512_xor_si512(c0, MulX4(_mm512_xor_si512(c0, d0)));
+    const __m512i ga1 = _mm512_xor_si512(c1, MulX4(_mm512_xor_si512(c1, d1)));
+    MulAcc4(w2, fa0, _mm512_xor_si512(ga0, ga1));
+    MulAcc4(w2, fa1, ga0);
+  }
+  *h1 = Sum4(w1);
+  *h2 = Sum4(w2);
+}
+
+// HalveFold over pairs [0, 4 * q), in place.
+KMPC_DZKP_512 void HalveFold512(Fe* const v[4], size_t q, Fe r) {
+  const __m512i rv = _mm512_broadcast_i32x4(r);
+  for (int c = 0; c < 4; ++c) {
+    for (size_t i = 0; i < q; ++i) {
+      __m512i a, b;
+      Deinterleave(v[c] + 8 * i, a, b);
+      Store4(v[c] + 4 * i, _mm512_xor_si512(a, Mul4(rv, _mm512_xor_si512(a, b))));
+    }
+  }
+}
+
+}  // namespace
+
+bool ForceScalar(bool force) {
+  const bool prev = ForceScalarFlag();
+  ForceScalarFlag() = force;
+  return prev;
+}
+
+Fe FromGcm(const uint8_t* b) {
+  uint8_t r[16];
+  for (int i = 0; i < 16; ++i) r[i] = ReverseBits(b[i]);
+  const Fe v = Load(r);
+  share::Wipe(r, sizeof r);
+  return v;
+}
+
+void ToGcm(Fe a, uint8_t* b) {
+  Store(b, a);
+  for (int i = 0; i < 16; ++i) b[i] = ReverseBits(b[i]);
+}
+
+void LagrangeAt(int n, Fe x, Fe* out) {
+  const Fe* den = Denominators(n);
+  for (int j = 0; j < n; ++j) {
+    Fe num = FromU64(1);
+    for (int m = 0; m < n; ++m) {
+      if (m != j) num = Mul(num, Add(x, FromU64(static_cast<uint64_t>(m))));
+    }
+    out[j] = Mul(num, den[j]);
+  }
+}
+
+void Lift::Init(const Fe* lambda) {
+  for (int l = 0; l < 64; ++l) lambda_[l] = lambda[l];
+  for (int b = 0; b < 8; ++b) SubsetSums(lambda + 8 * b, t_[b]);
+}
+
+void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) {
+  constexpr int G = kGroupWords;
+  const size_t groups = (s.n + G - 1) / G;
+  static thread_local Wide S[G][G];
+  for (auto& row : S) for (auto& v : row) v = Wide();
+  const bool v512 = Use512();
+  // The 512-bit path keeps row j of S as G/4 registers (lo and hi).
+  static thread_local __m512i slo[G][G / 4], shi[G][G / 4];
+  if (v512) {
+    std::memset(slo, 0, sizeof slo);
+    std::memset(shi, 0, sizeof shi);
+  }
+  Fe lifts[G];
+  Wide z[2];
+  uint64_t x0[G], x1[G], y0[G], yy[G], zc[G];
+  for (size_t k = 0; k < groups; ++k) {
+    LoadGroup(s.x[0], s.n, k, x0);
+    LoadGroup(s.x[1], s.n, k, x1);
+    LoadGroup(s.y[0], s.n, k, y0);
+    LoadGroup(s.y[1], s.n, k, yy);
+    for (int j = 0; j < G; ++j) yy[j] ^= y0[j];
+    const Fe nu = w.nu[k];
+    // Weak share of x_j & y_j': x0 & (y0 ^ y1) ^ x1 & y0, lane-wise.
+    for (int j = 0; j < G; ++j) {
+      if (v512) {
+        for (int j2 = 0; j2 < G; ++j2) lifts[j2] = w.lift((x0[j] & yy[j2]) ^ (x1[j] & y0[j2]));
+        MulAccRow512(nu, lifts, slo[j], shi[j], G);
+        continue;
+      }
+      for (int j2 = 0; j2 < G; ++j2) {
+        MulAcc(S[j][j2], nu, w.lift((x0[j] & yy[j2]) ^ (x1[j] & y0[j2])));
+      }
+    }
+    for (int c = 0; c < 2; ++c) {
+      LoadGroup(s.z[c], s.n, k, zc);
+      Wide t;
+      for (int j = 0; j < G; ++j) MulAcc(t, w.tau[j], w.lift(zc[j]));
+      MulAcc(z[c], nu, Reduce(t));
+    }
+  }
+  for (int c = 0; c < 2; ++c) claim[c] = Reduce(z[c]);
+  if (v512) {
+    for (int j = 0; j < G; ++j) RowToWide(slo[j], shi[j], S[j], G);
+    std::memset(slo, 0, sizeof slo);
+    std::memset(shi, 0, sizeof shi);
+    share::Wipe(lifts, sizeof lifts);
+  }
+  // h(p) = sum_{j,j'} L_j(p) L_j'(p) tau_j S_{j,j'}; L_j(e_p) = [j = p]
+  // for p < G.
+  static thread_local Fe sr[G][G];
+  for (int j = 0; j < G; ++j)
+    for (int j2 = 0; j2 < G; ++j2) sr[j][j2] = Reduce(S[j][j2]);
+  for (int p = 1; p < kHPoints; ++p) {
+    if (p < G) {
+      out[p - 1] = Mul(w.tau[p], sr[p][p]);
+      continue;
+    }
+    Fe lag[G];
+    LagrangeAt(G, FromU64(static_cast<uint64_t>(p)), lag);
+    Wide acc;
+    for (int j = 0; j < G; ++j) {
+      Wide inner;
+      for (int j2 = 0; j2 < G; ++j2) MulAcc(inner, lag[j2], sr[j][j2]);
+      MulAcc(acc, Mul(lag[j], w.tau[j]), Reduce(inner));
+    }
+    out[p - 1] = Reduce(acc);
+  }
+  for (auto& row : S) for (auto& v : row) v = Wide();
+  for (auto& row : sr) for (auto& v : row) v = Zero();
+  share::Wipe(x0, sizeof x0);
+  share::Wipe(x1, sizeof x1);
+  share::Wipe(y0, sizeof y0);
+  share::Wipe(yy, sizeof yy);
+  share::Wipe(zc, sizeof zc);
+}
+
+void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
+                    Fe* f1, Fe* g0, Fe* g1) {
+  constexpr int G = kGroupWords;
+  const size_t groups = (s.n + G - 1) / G;
+  Fe lag[G], a[G];
+  LagrangeAt(G, r, lag);
+  for (int j = 0; j < G; ++j) a[j] = Mul(lag[j], w.tau[j]);
+  // Subset sums of a (x side) and of the Lagrange values (y side), per
+  // byte of the lane pattern.
+  constexpr int kBytes = G / 8;
+  static thread_local Fe ta[kBytes][256], tb[kBytes][256];
+  for (int h = 0; h < kBytes; ++h) {
+    SubsetSums(a + 8 * h, ta[h]);
+    SubsetSums(lag + 8 * h, tb[h]);
+  }
+  Fe* f[2] = {f0, f1};
+  Fe* g[2] = {g0, g1};
+  uint64_t words[G];
+  Pattern pat[64];
+  alignas(64) Fe mu[64];
+  const bool v512 = Use512();
+  for (size_t k = 0; k < groups; ++k) {
+    if (v512) {
+      MulBroadcast512(w.nu[k], w.lift.lambdas(), mu, 64);
+    } else {
+      for (int l = 0; l < 64; ++l) mu[l] = Mul(w.nu[k], w.lift.lambda(l));
+    }
+    for (int c = 0; c < 2; ++c) {
+      LoadGroup(s.x[c], s.n, k, words);
+      if (v512) TransposeGroup512(words, pat); else TransposeGroup(words, pat);
+      Fe* fo = f[c] + 64 * k;
+      for (int l = 0; l < 64; ++l) {
+        Fe v = ta[0][pat[l] & 0xff];
+        for (int h = 1; h < kBytes; ++h) v = Add(v, ta[h][(pat[l] >> (8 * h)) & 0xff]);
+        fo[l] = v512 ? v : Mul(mu[l], v);
+      }
+      if (v512) MulPairwise512(mu, fo, fo, 64);
+      LoadGroup(s.y[c], s.n, k, words);
+      if (v512) TransposeGroup512(words, pat); else TransposeGroup(words, pat);
+      Fe* go = g[c] + 64 * k;
+      for (int l = 0; l < 64; ++l) {
+        Fe v = tb[0][pat[l] & 0xff];
+        for (int h = 1; h < kBytes; ++h) v = Add(v, tb[h][(pat[l] >> (8 * h)) & 0xff]);
+        go[l] = v;
+      }
+    }
+  }
+  share::Wipe(words, sizeof words);
+  share::Wipe(pat, sizeof pat);
+}
+
+void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]) {
+  Fe lag[kMaxPoints];
+  LagrangeAt(n, r, lag);
+  Wide acc[2];
+  for (int j = 0; j < n; ++j) {
+    MulAcc(acc[0], lag[j], v0[j]);
+    MulAcc(acc[1], lag[j], v1[j]);
+  }
+  out[0] = Reduce(acc[0]);
+  out[1] = Reduce(acc[1]);
+}
+
+void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]) {
+  Wide h1, h2;
+  const size_t m = n / 2;
+  size_t k0 = 0;
+  Fe v1 = Zero(), v2 = Zero();
+  if (Use512()) {
+    k0 = m / 4 * 4;
+    HalveH512(f, g, m / 4, &v1, &v2);
+  }
+  // Weak share of a * b: a0 * (b0 + b1) + a1 * b0.
+  auto weak = [](Wide& acc, Fe a0, Fe a1, Fe b0, Fe b1) {
+    MulAcc(acc, a0, Add(b0, b1));
+    MulAcc(acc, a1, b0);
+  };
+  for (size_t k = k0; k < m; ++k) {
+    const Fe a0 = f[0][2 * k], a1 = f[1][2 * k], b0 = f[0][2 * k + 1], b1 = f[1][2 * k + 1];
+    const Fe c0 = g[0][2 * k], c1 = g[1][2 * k], d0 = g[0][2 * k + 1], d1 = g[1][2 * k + 1];
+    weak(h1, b0, b1, d0, d1);
+    // f(e_2) = a + x (a + b)
+    weak(h2, Add(a0, MulX(Add(a0, b0))), Add(a1, MulX(Add(a1, b1))),
+         Add(c0, MulX(Add(c0, d0))), Add(c1, MulX(Add(c1, d1))));
+  }
+  if (n % 2 == 1) {  // (a, 0): f(1) = 0, f(e_2) = (1 + x) a
+    const Fe a0 = f[0][n - 1], a1 = f[1][n - 1], c0 = g[0][n - 1], c1 = g[1][n - 1];
+    weak(h2, Add(a0, MulX(a0)), Add(a1, MulX(a1)), Add(c0, MulX(c0)), Add(c1, MulX(c1)));
+  }
+  out[0] = Add(Reduce(h1), v1);
+  out[1] = Add(Reduce(h2), v2);
+}
+
+void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r) {
+  const size_t m = n / 2;
+  size_t k0 = 0;
+  if (Use512()) {
+    Fe* const v[4] = {f[0], f[1], g[0], g[1]};
+    k0 = m / 4 * 4;
+    HalveFold512(v, m / 4, r);
+  }
+  for (int c = 0; c < 2; ++c) {
+    for (size_t k = k0; k < m; ++k) {
+      const Fe a = f[c][2 * k], b = f[c][2 * k + 1];
+      f[c][k] = Add(a, Mul(r, Add(a, b)));
+      const Fe u = g[c][2 * k], v = g[c][2 * k + 1];
+      g[c][k] = Add(u, Mul(r, Add(u, v)));
+    }
+    if (n % 2 == 1) {  // b = 0: (1 + r) a
+      const Fe a = f[c][n - 1], u = g[c][n - 1];
+      const Fe one_r = Add(FromU64(1), r);
+      f[c][m] = Mul(one_r, a);
+      g[c][m] = Mul(one_r, u);
+    }
+  }
+}
+
+}  // namespace kmpc::protocol::dzkp

@@ -1,0 +1,182 @@
+// The arithmetic of the multiplication check (verify.h): the field
+// GF(2^128), lifting 64-lane AND words into it, Lagrange coefficients, and
+// the two compression steps, as local functions on one party's shares so
+// that tests can run them on clear values (a value v is the sharing
+// (v, 0)) against a plain-text reference.
+//
+// Field: GF(2^128) = GF(2)[x] / (x^128 + x^7 + x^2 + x + 1) in the
+// polynomial basis: bit i of the 128-bit integer (little-endian in an
+// __m128i) is the coefficient of x^i. This is GCM's field with the bits of
+// each byte in the opposite order (FromGcm), so GF(2^128) products logged
+// by the engine keep their relation z = x * y.
+//
+// Shares: a replicated share of v held by party i is (v_i, v_{i+1}) (comp
+// 0 and comp 1). A weak share of a product a * b is party i's term
+// a_i * (b_i + b_{i+1}) + a_{i+1} * b_i of a 3-out-of-3 additive sharing
+// (the three terms add up to a * b; Araki et al., CCS 2016, section 2).
+#ifndef KMPC_PROTOCOL_DZKP_H_
+#define KMPC_PROTOCOL_DZKP_H_
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kmpc::protocol::dzkp {
+
+// A field element (a wrapper so that std::vector<Fe> keeps __m128i's
+// alignment without attribute warnings).
+struct Fe {
+  __m128i v;
+  Fe() = default;
+  Fe(__m128i x) : v(x) {}  // NOLINT: implicit, as the intrinsics' type
+  operator __m128i() const { return v; }  // NOLINT
+};
+
+inline Fe Zero() { return _mm_setzero_si128(); }
+inline Fe FromU64(uint64_t lo, uint64_t hi = 0) {
+  return _mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo));
+}
+inline Fe Load(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+inline void Store(uint8_t* p, Fe a) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), a);
+}
+inline Fe Add(Fe a, Fe b) { return _mm_xor_si128(a, b); }
+inline bool Equal(Fe a, Fe b) {
+  const __m128i d = _mm_xor_si128(a, b);
+  return _mm_testz_si128(d, d) != 0;
+}
+
+// An unreduced product (256 bits); sums of products are reduced once.
+struct Wide {
+  __m128i lo = _mm_setzero_si128();
+  __m128i hi = _mm_setzero_si128();
+};
+
+// w += a * b, unreduced (schoolbook: four PCLMULQDQ).
+inline void MulAcc(Wide& w, Fe a, Fe b) {
+  const __m128i t0 = _mm_clmulepi64_si128(a, b, 0x00);
+  const __m128i t1 = _mm_clmulepi64_si128(a, b, 0x11);
+  const __m128i t2 = _mm_xor_si128(_mm_clmulepi64_si128(a, b, 0x10),
+                                   _mm_clmulepi64_si128(a, b, 0x01));
+  w.lo = _mm_xor_si128(w.lo, _mm_xor_si128(t0, _mm_slli_si128(t2, 8)));
+  w.hi = _mm_xor_si128(w.hi, _mm_xor_si128(t1, _mm_srli_si128(t2, 8)));
+}
+
+// hi * x^128 = hi * (x^7 + x^2 + x + 1): two folds by 0x87.
+inline Fe Reduce(const Wide& w) {
+  const __m128i p = _mm_set_epi64x(0, 0x87);
+  const __m128i a = _mm_clmulepi64_si128(w.hi, p, 0x00);  // < 2^71
+  const __m128i b = _mm_clmulepi64_si128(w.hi, p, 0x01);  // < 2^71, * x^64
+  __m128i r = _mm_xor_si128(w.lo, _mm_xor_si128(a, _mm_slli_si128(b, 8)));
+  const __m128i over = _mm_srli_si128(b, 8);  // < 2^7, * x^128
+  return _mm_xor_si128(r, _mm_clmulepi64_si128(over, p, 0x00));
+}
+
+inline Fe Mul(Fe a, Fe b) {
+  Wide w;
+  MulAcc(w, a, b);
+  return Reduce(w);
+}
+
+// a * x (the element FromU64(2)).
+inline Fe MulX(Fe a) {
+  const __m128i carry = _mm_srli_epi64(a, 63);
+  __m128i s = _mm_or_si128(_mm_slli_epi64(a, 1), _mm_slli_si128(carry, 8));
+  const __m128i top = _mm_srli_si128(carry, 8);
+  const __m128i mask = _mm_sub_epi64(_mm_setzero_si128(), top);
+  return _mm_xor_si128(s, _mm_and_si128(mask, _mm_set_epi64x(0, 0x87)));
+}
+
+// a^(2^128 - 2): the inverse of a nonzero a (0 for 0).
+Fe Inv(Fe a);
+
+// The bulk loops use VPCLMULQDQ on four elements per 512-bit register
+// when the CPU has AVX-512 and VPCLMULQDQ, else one PCLMULQDQ per 64-bit
+// product. ForceScalar(true) picks the latter (tests run both); returns
+// the previous setting. Not thread-safe: call before the threads start.
+bool ForceScalar(bool force);
+
+// GCM's byte string (NIST SP 800-38D, 6.3) <-> this basis: the bits of
+// every byte reversed.
+Fe FromGcm(const uint8_t* b);
+void ToGcm(Fe a, uint8_t* b);
+
+// The interpolation points e_j = FromU64(j). out[j] = the Lagrange basis
+// polynomial of e_j over {e_0 .. e_{n-1}}, evaluated at x.
+void LagrangeAt(int n, Fe x, Fe* out);
+
+// L(w) = sum over lanes l with bit l of w set of lambda_l: GF(2)-linear,
+// so it maps each share of a word to that share of its lift. Eight
+// tables of 256 sums (one per byte of the word).
+class Lift {
+ public:
+  void Init(const Fe* lambda);  // 64 lane weights
+  Fe operator()(uint64_t w) const {
+    Fe r = t_[0][w & 0xff];
+    for (int b = 1; b < 8; ++b) r = Add(r, t_[b][(w >> (8 * b)) & 0xff]);
+    return r;
+  }
+  const Fe& lambda(int l) const { return lambda_[l]; }
+  const Fe* lambdas() const { return lambda_; }
+
+ private:
+  Fe t_[8][256];
+  Fe lambda_[64];
+};
+
+// Words per group of the first compression (verify.h).
+inline constexpr int kGroupWords = 32;
+// Points of its polynomial h: 2 * kGroupWords - 1.
+inline constexpr int kHPoints = 2 * kGroupWords - 1;
+
+// The first compression's weights: AND word j of group k and lane l
+// weighs nu[k] * tau[j] * lambda_l.
+struct AndWeights {
+  Lift lift;
+  Fe tau[kGroupWords];
+  std::vector<Fe> nu;  // one per group
+};
+
+// One party's shares of the AND log: n words of x, y (two comps each) and
+// z (two comps). Words past n count as zero.
+struct AndShares {
+  const uint64_t* x[2];
+  const uint64_t* y[2];
+  const uint64_t* z[2];
+  size_t n;
+};
+
+// First compression, before the challenge: this party's weak shares of
+// h(e_1) .. h(e_{kHPoints-1}) (out[0 .. kHPoints-2]) and its replicated
+// shares of the claim sum_g w_g z_g (claim[0], claim[1]), where
+//   h(X) = sum over groups k and lanes l of f_{k,l}(X) * g_{k,l}(X),
+//   f_{k,l}(e_j) = nu_k tau_j lambda_l x_{k,j,l}, g_{k,l}(e_j) = y_{k,j,l}
+// (j < kGroupWords, degree kGroupWords - 1), so that
+//   h(e_0) + ... + h(e_{kGroupWords-1}) = sum_g w_g x_g y_g.
+void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]);
+
+// First compression, after the challenge r: for every group k and lane l,
+// f_{k,l}(r) and g_{k,l}(r) (both comps) into f[c][64*k + l], g[c][...].
+void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
+                    Fe* f1, Fe* g0, Fe* g1);
+
+// h(r) from its values at e_0 .. e_{n-1} (both comps; n = kHPoints for
+// the first compression, 3 for the halving steps).
+void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]);
+
+// A halving step (Boyle, Gilboa, Ishai, Nof, CCS 2019, with compression
+// factor 2; MAESTRO's verify_dot_product): for vectors of n
+// elements (a missing last one counts as zero), pairs (2k, 2k+1) give
+// f_k(X) = a + X (a + b), g_k likewise, and h(X) = sum_k f_k g_k of degree
+// 2. Before the challenge: this party's weak shares of h(e_1), h(e_2).
+void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]);
+// After it: f_k(r), g_k(r) in place (elements 0 .. ceil(n/2) - 1).
+void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r);
+
+}  // namespace kmpc::protocol::dzkp
+
+#endif  // KMPC_PROTOCOL_DZKP_H_

@@ -1,0 +1,329 @@
+// The multiplication check's arithmetic (protocol/dzkp.h) against
+// independent computations: the field against SP 800-38D's bit-by-bit
+// multiplication, the lift and the compression steps against plain sums
+// over every gate, and the weak shares of three parties against the
+// clear value.
+#include "protocol/dzkp.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "protocol/gf128.h"
+
+namespace kmpc::protocol::dzkp {
+namespace {
+
+std::mt19937_64& Rng() {
+  static std::mt19937_64 rng(0x647a6b70);
+  return rng;
+}
+Fe RandomFe() { return FromU64(Rng()(), Rng()()); }
+bool Eq(Fe a, Fe b) { return Equal(a, b); }
+
+// Bit-by-bit multiplication in this basis (the independent reference
+// for Mul): shift-and-add modulo x^128 + x^7 + x^2 + x + 1.
+Fe SlowMul(Fe a, Fe b) {
+  uint64_t av[2], bv[2];
+  std::memcpy(av, &a, 16);
+  std::memcpy(bv, &b, 16);
+  uint64_t r[2] = {0, 0};
+  for (int i = 127; i >= 0; --i) {
+    const uint64_t top = r[1] >> 63;  // r *= x
+    r[1] = (r[1] << 1) | (r[0] >> 63);
+    r[0] = (r[0] << 1) ^ (top ? 0x87 : 0);
+    if ((bv[i / 64] >> (i % 64)) & 1) r[0] ^= av[0], r[1] ^= av[1];
+  }
+  return FromU64(r[0], r[1]);
+}
+
+TEST(Dzkp, FieldMatchesTheReferences) {
+  for (int t = 0; t < 2000; ++t) {
+    const Fe a = RandomFe(), b = RandomFe();
+    ASSERT_TRUE(Eq(Mul(a, b), SlowMul(a, b))) << t;
+    ASSERT_TRUE(Eq(MulX(a), Mul(a, FromU64(2)))) << t;
+    // GCM's field, with the bits of every byte reversed.
+    uint8_t ga[16], gb[16];
+    ToGcm(a, ga);
+    ToGcm(b, gb);
+    Block ba, bb;
+    std::memcpy(ba.data(), ga, 16);
+    std::memcpy(bb.data(), gb, 16);
+    const Block ref = GfMulReference(ba, bb);
+    ASSERT_TRUE(Eq(Mul(a, b), FromGcm(ref.data()))) << t;
+    ASSERT_TRUE(Eq(FromGcm(ga), a));
+  }
+  EXPECT_TRUE(Eq(MulX(FromU64(0, 1ull << 63)), FromU64(0x87)));
+  for (int t = 0; t < 20; ++t) {
+    const Fe a = RandomFe();
+    EXPECT_TRUE(Eq(Mul(a, Inv(a)), FromU64(1)));
+  }
+  EXPECT_TRUE(Eq(Inv(Zero()), Zero()));
+}
+
+TEST(Dzkp, LiftIsTheWeightedSumOfLanes) {
+  Fe lambda[64];
+  for (auto& l : lambda) l = RandomFe();
+  auto lift = std::make_unique<Lift>();
+  lift->Init(lambda);
+  for (int t = 0; t < 200; ++t) {
+    const uint64_t w = t == 0 ? ~0ull : Rng()();
+    Fe ref = Zero();
+    for (int l = 0; l < 64; ++l)
+      if ((w >> l) & 1) ref = Add(ref, lambda[l]);
+    ASSERT_TRUE(Eq((*lift)(w), ref));
+  }
+}
+
+TEST(Dzkp, LagrangeInterpolates) {
+  for (int n : {3, kGroupWords, kHPoints}) {
+    // A random polynomial of degree n - 1 through its values at e_j.
+    std::vector<Fe> coef(n), val(n);
+    for (auto& c : coef) c = RandomFe();
+    auto eval = [&](Fe x) {
+      Fe r = Zero();
+      for (int k = n - 1; k >= 0; --k) r = Add(Mul(r, x), coef[k]);
+      return r;
+    };
+    for (int j = 0; j < n; ++j) val[j] = eval(FromU64(j));
+    const Fe x = RandomFe();
+    std::vector<Fe> lag(n);
+    LagrangeAt(n, x, lag.data());
+    Fe got = Zero();
+    for (int j = 0; j < n; ++j) got = Add(got, Mul(lag[j], val[j]));
+    EXPECT_TRUE(Eq(got, eval(x))) << n;
+    LagrangeAt(n, FromU64(1), lag.data());
+    for (int j = 0; j < n; ++j) EXPECT_TRUE(Eq(lag[j], FromU64(j == 1))) << n;
+  }
+}
+
+// A clear AND log of n words (x, y, z = x & y ^ err) and its weights.
+struct ClearLog {
+  std::vector<uint64_t> x, y, z, zero;
+  std::unique_ptr<AndWeights> w = std::make_unique<AndWeights>();
+  explicit ClearLog(size_t n) : x(n), y(n), z(n), zero(n, 0) {
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = Rng()(), y[i] = Rng()();
+      z[i] = x[i] & y[i];
+    }
+    Fe lambda[64];
+    for (auto& l : lambda) l = RandomFe();
+    w->lift.Init(lambda);
+    for (auto& t : w->tau) t = RandomFe();
+    w->nu.resize((n + kGroupWords - 1) / kGroupWords);
+    for (auto& v : w->nu) v = RandomFe();
+  }
+  // The sharing (v, 0, 0) as party 0 sees it: comp 0 = v, comp 1 = 0.
+  AndShares Shares() const {
+    return {{x.data(), zero.data()}, {y.data(), zero.data()}, {z.data(), zero.data()}, x.size()};
+  }
+  Fe Weight(size_t word, int lane) const {
+    const size_t k = word / kGroupWords;
+    return Mul(Mul(w->nu[k], w->tau[word % kGroupWords]), w->lift.lambda(lane));
+  }
+  static int Bit(uint64_t v, int l) { return static_cast<int>((v >> l) & 1); }
+  // f_{k,l}(p), g_{k,l}(p) gate by gate.
+  Fe F(size_t k, int l, Fe p) const {
+    Fe lag[kGroupWords];
+    LagrangeAt(kGroupWords, p, lag);
+    Fe r = Zero();
+    for (int j = 0; j < kGroupWords; ++j) {
+      const size_t word = k * kGroupWords + j;
+      if (word < x.size() && Bit(x[word], l)) r = Add(r, Mul(lag[j], Weight(word, l)));
+    }
+    return r;
+  }
+  Fe G(size_t k, int l, Fe p) const {
+    Fe lag[kGroupWords];
+    LagrangeAt(kGroupWords, p, lag);
+    Fe r = Zero();
+    for (int j = 0; j < kGroupWords; ++j) {
+      const size_t word = k * kGroupWords + j;
+      if (word < y.size() && Bit(y[word], l)) r = Add(r, lag[j]);
+    }
+    return r;
+  }
+  Fe H(Fe p) const {
+    Fe r = Zero();
+    for (size_t k = 0; k < w->nu.size(); ++k)
+      for (int l = 0; l < 64; ++l) r = Add(r, Mul(F(k, l, p), G(k, l, p)));
+    return r;
+  }
+  // sum_g w_g v_g over the words of v.
+  Fe Weighted(const std::vector<uint64_t>& v) const {
+    Fe r = Zero();
+    for (size_t i = 0; i < v.size(); ++i)
+      for (int l = 0; l < 64; ++l)
+        if (Bit(v[i], l)) r = Add(r, Weight(i, l));
+    return r;
+  }
+};
+
+// The compression steps on both paths: VPCLMULQDQ (where the CPU has it)
+// and one PCLMULQDQ per product.
+class DzkpPaths : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { prev_ = ForceScalar(GetParam()); }
+  void TearDown() override { ForceScalar(prev_); }
+  bool prev_ = false;
+};
+INSTANTIATE_TEST_SUITE_P(Paths, DzkpPaths, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Scalar" : "Wide"; });
+
+TEST_P(DzkpPaths, FirstCompressionMatchesThePlainSums) {
+  for (size_t n : {1, 16, 37, 70}) {
+    ClearLog log(n);
+    Fe hv[kHPoints], claim[2];
+    FirstLevelH(log.Shares(), *log.w, hv, claim);
+    // The claim is sum w z; comp 1 of (v, 0, 0) is 0.
+    EXPECT_TRUE(Eq(claim[0], log.Weighted(log.z))) << n;
+    EXPECT_TRUE(Eq(claim[1], Zero())) << n;
+    // h at e_1 .. e_{P-1}, gate by gate (a few points: the sums are slow).
+    for (int p : {1, 7, kGroupWords - 1, kGroupWords, kHPoints - 1}) {
+      ASSERT_TRUE(Eq(hv[p - 1], log.H(FromU64(p)))) << n << " p=" << p;
+    }
+    // sum_{j < G} h(e_j) = sum w x y = the claim.
+    Fe sum = log.H(FromU64(0));
+    for (int p = 1; p < kGroupWords; ++p) sum = Add(sum, hv[p - 1]);
+    EXPECT_TRUE(Eq(sum, claim[0])) << n;
+    // After the challenge: f(r), g(r) as the plain sums, and h(r) from the
+    // P values = sum f(r) g(r) (the new claim holds).
+    const Fe r = RandomFe();
+    const size_t m = 64 * log.w->nu.size();
+    std::vector<Fe> f0(m), f1(m), g0(m), g1(m);
+    FirstLevelFold(log.Shares(), *log.w, r, f0.data(), f1.data(), g0.data(), g1.data());
+    Fe ip = Zero();
+    for (size_t k = 0; k < log.w->nu.size(); ++k) {
+      for (int l = 0; l < 64; ++l) {
+        ASSERT_TRUE(Eq(f0[64 * k + l], log.F(k, l, r))) << n << " " << k << " " << l;
+        ASSERT_TRUE(Eq(g0[64 * k + l], log.G(k, l, r)));
+        ASSERT_TRUE(Eq(f1[64 * k + l], Zero()));
+        ASSERT_TRUE(Eq(g1[64 * k + l], Zero()));
+        ip = Add(ip, Mul(f0[64 * k + l], g0[64 * k + l]));
+      }
+    }
+    Fe v0[kHPoints], v1[kHPoints] = {};
+    v0[0] = claim[0];
+    for (int p = 1; p < kHPoints; ++p) {
+      v0[p] = hv[p - 1];
+      if (p < kGroupWords) v0[0] = Add(v0[0], hv[p - 1]);
+    }
+    Fe hr[2];
+    Interpolate(kHPoints, v0, v1, r, hr);
+    EXPECT_TRUE(Eq(hr[0], ip)) << n;
+  }
+}
+
+// One additive error on any word, lane and gate makes the claim differ
+// from sum_j h(e_j) (so the protocol's h(e_0) is off, and h with it).
+TEST_P(DzkpPaths, AnErrorInAProductChangesTheClaim) {
+  ClearLog log(70);
+  Fe hv[kHPoints], claim[2];
+  FirstLevelH(log.Shares(), *log.w, hv, claim);
+  const Fe honest = claim[0];
+  for (size_t word : {0, 15, 16, 31, 32, 69}) {
+    for (int lane : {0, 13, 63}) {
+      log.z[word] ^= 1ull << lane;
+      FirstLevelH(log.Shares(), *log.w, hv, claim);
+      EXPECT_FALSE(Eq(claim[0], honest)) << word << " " << lane;
+      log.z[word] ^= 1ull << lane;
+    }
+  }
+}
+
+// Three parties' shares: the weak shares of h add up to the clear h, and
+// the claims' and folds' comps are consistent replicated shares.
+TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
+  const size_t n = 75;
+  ClearLog clear(n);
+  Fe hv[kHPoints], cl[2];
+  FirstLevelH(clear.Shares(), *clear.w, hv, cl);
+  // Additive shares s_0 ^ s_1 ^ s_2 of x, y, z; party i holds (s_i, s_{i+1}).
+  std::array<std::vector<uint64_t>, 3> xs, ys, zs;
+  for (int i = 0; i < 3; ++i) xs[i].resize(n), ys[i].resize(n), zs[i].resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    xs[0][k] = Rng()(), xs[1][k] = Rng()(), xs[2][k] = clear.x[k] ^ xs[0][k] ^ xs[1][k];
+    ys[0][k] = Rng()(), ys[1][k] = Rng()(), ys[2][k] = clear.y[k] ^ ys[0][k] ^ ys[1][k];
+    zs[0][k] = Rng()(), zs[1][k] = Rng()(), zs[2][k] = clear.z[k] ^ zs[0][k] ^ zs[1][k];
+  }
+  Fe sum[kHPoints - 1] = {}, claims[3][2];
+  const Fe r = RandomFe();
+  const size_t m = 64 * clear.w->nu.size();
+  std::vector<Fe> ref_f(m), ref_g(m), zf(m), zg(m);
+  FirstLevelFold(clear.Shares(), *clear.w, r, ref_f.data(), zf.data(), ref_g.data(), zg.data());
+  std::array<std::array<std::vector<Fe>, 4>, 3> folds;
+  for (int i = 0; i < 3; ++i) {
+    const int i1 = (i + 1) % 3;
+    AndShares s{{xs[i].data(), xs[i1].data()}, {ys[i].data(), ys[i1].data()},
+                {zs[i].data(), zs[i1].data()}, n};
+    Fe h[kHPoints];
+    FirstLevelH(s, *clear.w, h, claims[i]);
+    for (int p = 0; p < kHPoints - 1; ++p) sum[p] = Add(sum[p], h[p]);
+    for (auto& v : folds[i]) v.resize(m);
+    FirstLevelFold(s, *clear.w, r, folds[i][0].data(), folds[i][1].data(),
+                   folds[i][2].data(), folds[i][3].data());
+  }
+  for (int p = 0; p < kHPoints - 1; ++p) EXPECT_TRUE(Eq(sum[p], hv[p])) << p;
+  for (int i = 0; i < 3; ++i) {
+    // comp 1 of party i = comp 0 of party i+1.
+    EXPECT_TRUE(Eq(claims[i][1], claims[(i + 1) % 3][0]));
+  }
+  EXPECT_TRUE(Eq(Add(Add(claims[0][0], claims[1][0]), claims[2][0]), cl[0]));
+  for (size_t q = 0; q < m; ++q) {
+    Fe f = Zero(), g = Zero();
+    for (int i = 0; i < 3; ++i) {
+      f = Add(f, folds[i][0][q]);
+      g = Add(g, folds[i][2][q]);
+      ASSERT_TRUE(Eq(folds[i][1][q], folds[(i + 1) % 3][0][q]));
+    }
+    ASSERT_TRUE(Eq(f, ref_f[q]));
+    ASSERT_TRUE(Eq(g, ref_g[q]));
+  }
+}
+
+// A halving on clear vectors: h(1), h(x) as plain sums; the claim folded
+// through h(r) equals the folded inner product; a wrong claim gives a
+// wrong h(r) (for the test's random r).
+TEST_P(DzkpPaths, HalvingMatchesThePlainSums) {
+  for (size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 64, 101, 1000}) {
+    std::vector<Fe> f(n), g(n), zf(n), zg(n);
+    for (auto& v : f) v = RandomFe();
+    for (auto& v : g) v = RandomFe();
+    Fe claim = Zero();
+    for (size_t k = 0; k < n; ++k) claim = Add(claim, Mul(f[k], g[k]));
+    Fe* fv[2] = {f.data(), zf.data()};
+    Fe* gv[2] = {g.data(), zg.data()};
+    Fe h[2];
+    HalveH(fv, gv, n, h);
+    auto at = [&](size_t k, const std::vector<Fe>& v) { return k < n ? v[k] : Zero(); };
+    Fe h1 = Zero(), h2 = Zero();
+    const Fe x = FromU64(2);
+    for (size_t k = 0; 2 * k < n; ++k) {
+      const Fe a = at(2 * k, f), b = at(2 * k + 1, f), c = at(2 * k, g), d = at(2 * k + 1, g);
+      h1 = Add(h1, Mul(b, d));
+      h2 = Add(h2, Mul(Add(a, Mul(x, Add(a, b))), Add(c, Mul(x, Add(c, d)))));
+    }
+    EXPECT_TRUE(Eq(h[0], h1)) << n;
+    EXPECT_TRUE(Eq(h[1], h2)) << n;
+    const Fe r = RandomFe();
+    const Fe v0[3] = {Add(claim, h[0]), h[0], h[1]}, v1[3] = {Zero(), Zero(), Zero()};
+    Fe hr[2];
+    Interpolate(3, v0, v1, r, hr);
+    const Fe wrong = Add(claim, FromU64(1));
+    const Fe w0[3] = {Add(wrong, h[0]), h[0], h[1]};
+    Fe hw[2];
+    Interpolate(3, w0, v1, r, hw);
+    HalveFold(fv, gv, n, r);
+    Fe ip = Zero();
+    for (size_t k = 0; k < (n + 1) / 2; ++k) ip = Add(ip, Mul(f[k], g[k]));
+    EXPECT_TRUE(Eq(hr[0], ip)) << n;
+    EXPECT_FALSE(Eq(hw[0], ip)) << n;
+  }
+}
+
+}  // namespace
+}  // namespace kmpc::protocol::dzkp

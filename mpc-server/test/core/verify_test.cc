@@ -1,0 +1,192 @@
+// The multiplication check (protocol/verify.h) among three parties over
+// the in-memory ring, one of them through the cheating-server harness:
+// honest logs pass; an additive error on any AND word, lane and layer or
+// on any GF(2^128) product is caught, as is any error in any message of
+// the check itself (coins, compressions, the opening, the compare), sent
+// in order or late.
+#include "protocol/verify.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../cheat.h"
+#include "absl/strings/str_cat.h"
+#include "net/memory_ring.h"
+#include "protocol/prss.h"
+#include "protocol/rep3.h"
+#include "test_util.h"
+
+namespace kmpc::protocol {
+namespace {
+
+using ::kmpc::testing::CheatingChannel;
+using ::kmpc::testing::RunParties;
+
+constexpr size_t kLayers = 3;
+constexpr size_t kWords = 70;  // per AND layer: 2 full groups and a part
+constexpr size_t kGf = 5;      // GF(2^128) products
+
+class CheckCluster {
+ public:
+  explicit CheckCluster(int cheater) : cheater_(cheater) {
+    cheat_ = std::make_unique<CheatingChannel>(ring_.party(cheater));
+    for (int i = 0; i < 3; ++i) ch_[i] = i == cheater ? cheat_.get() : &ring_.party(i);
+    auto st = RunParties([&](int i) -> absl::Status {
+      auto p = Prss::Setup(*ch_[i]);
+      if (!p.ok()) return p.status();
+      prss_[i].emplace(std::move(*p));
+      return absl::OkStatus();
+    });
+    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+    for (int i = 0; i < 3; ++i) rep3_[i] = std::make_unique<Rep3>(*ch_[i], *prss_[i]);
+  }
+  CheatingChannel& cheat() { return *cheat_; }
+
+  // kLayers AND layers of `words` words and one GF(2^128) layer on random
+  // shared inputs, logged, then Verify. One status per party.
+  std::array<absl::Status, 3> Run(size_t words = kWords) {
+    return RunParties([&, words](int i) -> absl::Status {
+      Rep3& r = *rep3_[i];
+      MulLog log;
+      r.set_log(&log);
+      absl::Status st;
+      std::vector<uint64_t> x0(words), x1(words), y0(words), y1(words), z0(words),
+          z1(words);
+      auto bytes = [](std::vector<uint64_t>& v) { return reinterpret_cast<uint8_t*>(v.data()); };
+      for (size_t layer = 0; layer < kLayers && st.ok(); ++layer) {
+        r.prss().RandomShares(bytes(x0), bytes(x1), 8 * words);
+        r.prss().RandomShares(bytes(y0), bytes(y1), 8 * words);
+        st = r.And(x0, x1, y0, y1, absl::MakeSpan(z0), absl::MakeSpan(z1));
+      }
+      std::vector<uint8_t> a0(16 * kGf), a1(16 * kGf), b0(16 * kGf), b1(16 * kGf),
+          c0(16 * kGf), c1(16 * kGf);
+      r.prss().RandomShares(a0.data(), a1.data(), a0.size());
+      r.prss().RandomShares(b0.data(), b1.data(), b0.size());
+      if (st.ok()) st = r.GfMul(a0, a1, b0, b1, absl::MakeSpan(c0), absl::MakeSpan(c1));
+      if (st.ok()) st = Verifier::Verify(r, log);
+      r.set_log(nullptr);
+      return st;
+    });
+  }
+
+  // At least one honest party reports a detected deviation.
+  void ExpectCaught(const std::array<absl::Status, 3>& st, const std::string& what) {
+    int caught = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (i != cheater_ && IsIntegrityFailure(st[i])) ++caught;
+    }
+    EXPECT_GE(caught, 1) << what << ": " << st[0] << " / " << st[1] << " / " << st[2];
+  }
+
+ private:
+  int cheater_;
+  net::InMemoryRing ring_{std::chrono::milliseconds(2000)};
+  std::unique_ptr<CheatingChannel> cheat_;
+  std::array<net::RingChannel*, 3> ch_{};
+  std::array<std::optional<Prss>, 3> prss_;
+  std::array<std::unique_ptr<Rep3>, 3> rep3_;
+};
+
+TEST(Verify, HonestLogsPass) {
+  CheckCluster c(0);
+  for (int k = 0; k < 3; ++k) {
+    for (const absl::Status& s : c.Run()) EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// One bit of one party's message of an AND layer is an additive error on
+// one gate (word, lane) of that layer; of the GF(2^128) layer, on one
+// product. Every word of every layer and every product, from each party.
+TEST(Verify, EveryProductErrorIsCaught) {
+  std::mt19937_64 rng(0x76657269);
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    CheckCluster c(cheater);
+    for (size_t layer = 0; layer <= kLayers; ++layer) {
+      const bool gf = layer == kLayers;
+      const size_t items = gf ? kGf : kWords;
+      for (size_t item = 0; item < items; ++item) {
+        const size_t width = gf ? 16 : 8;
+        const size_t off = item * width + rng() % width;
+        c.cheat().Arm(layer, off, static_cast<uint8_t>(1u << (rng() % 8)));
+        const auto st = c.Run();
+        ASSERT_TRUE(c.cheat().fired());
+        c.ExpectCaught(st, absl::StrCat("party ", cheater, " layer ", layer, " byte ", off));
+        c.cheat().Disarm();
+      }
+    }
+    for (const absl::Status& s : c.Run()) EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// A log of GF(2^128) products only (no AND word: no first-compression
+// groups): an honest log passes, an error on any product is caught.
+TEST(Verify, GfProductsAlone) {
+  for (const absl::Status& s : CheckCluster(1).Run(0)) EXPECT_TRUE(s.ok()) << s;
+  for (size_t item = 0; item < kGf; ++item) {
+    CheckCluster c(1);
+    // Messages: kLayers empty AND layers, then the GF(2^128) layer.
+    c.cheat().Arm(kLayers, 16 * item + 5, 0x08);
+    const auto st = c.Run(0);
+    ASSERT_TRUE(c.cheat().fired());
+    c.ExpectCaught(st, absl::StrCat("GF product ", item));
+  }
+}
+
+// The check's own messages grow with log2 of the log, not with it: 64
+// times the AND words adds six halvings (a 32-byte reshare and a 16-byte
+// coin each) and nothing else.
+TEST(Verify, CommunicationIsLogarithmic) {
+  CheckCluster c(0);
+  auto check_bytes = [&](size_t words) {
+    const uint64_t before = c.cheat().sent();
+    for (const absl::Status& s : c.Run(words)) EXPECT_TRUE(s.ok()) << s;
+    const auto& sizes = c.cheat().sizes();
+    size_t total = 0;
+    for (size_t k = before + kLayers + 1; k < sizes.size(); ++k) total += sizes[k];
+    return total;
+  };
+  const size_t small = check_bytes(64), large = check_bytes(64 * 64);
+  EXPECT_EQ(large - small, 6u * (32 + 16));
+  EXPECT_LT(large, 4096u);  // vs 3 * 4,096 * 8 bytes of AND messages
+}
+
+// Every message of the check itself (after the products: coin, first
+// compression, coin, halvings, opening, compare), at several offsets,
+// sent in order and late (after receiving that round's message).
+TEST(Verify, EveryMessageOfTheCheckIsCovered) {
+  std::mt19937_64 rng(0x636865636b);
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    CheckCluster c(cheater);
+    const uint64_t before = c.cheat().sent();
+    for (const absl::Status& s : c.Run()) ASSERT_TRUE(s.ok()) << s;
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+    // kLayers + 1 product messages, then the check's: 2 coins, the first
+    // compression, 2 per halving, the opening, the compare.
+    ASSERT_GE(sizes.size(), kLayers + 1 + 6);
+    EXPECT_EQ(sizes[kLayers + 1], 16u);                          // coin c1
+    EXPECT_EQ(sizes[kLayers + 2], 16u * dzkp::kHPoints);         // h values + mask
+    EXPECT_EQ(sizes[sizes.size() - 2], 48u);                     // f, g, claim
+    EXPECT_EQ(sizes.back(), 32u);                                // compare
+    for (size_t s = kLayers + 1; s < sizes.size(); ++s) {
+      for (int k = 0; k < 3; ++k) {
+        const size_t off = k == 0 ? 0 : rng() % sizes[s];
+        const bool late = k == 2;
+        c.cheat().Arm(s, off, static_cast<uint8_t>(1u << (rng() % 8)), late);
+        const auto st = c.Run();
+        ASSERT_TRUE(c.cheat().fired());
+        c.ExpectCaught(st, absl::StrCat("party ", cheater, " step ", s, "/", sizes.size(), " (",
+                                        sizes[s], " bytes) offset ", off, late ? " late" : ""));
+        c.cheat().Disarm();
+      }
+    }
+    for (const absl::Status& s : c.Run()) EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+}  // namespace
+}  // namespace kmpc::protocol
