@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <type_traits>
 
@@ -283,14 +284,37 @@ void Lift::Init(const Fe* lambda) {
   for (int b = 0; b < 8; ++b) SubsetSums(lambda + 8 * b, t_[b]);
 }
 
+namespace {
+
+// Per-thread scratch of the first level (~110 KB), on the heap: as static
+// thread_local arrays it would sit in every thread's static TLS block,
+// and threads created with small stacks (civetweb's, for --metrics_addr)
+// would then fail to start.
+struct FirstLevelScratch {
+  Wide S[kGroupWords][kGroupWords];
+  // The 512-bit path keeps row j of S as G/4 registers (lo and hi).
+  __m512i slo[kGroupWords][kGroupWords / 4], shi[kGroupWords][kGroupWords / 4];
+  Fe sr[kGroupWords][kGroupWords];
+  Fe ta[kGroupWords / 8][256], tb[kGroupWords / 8][256];
+};
+
+FirstLevelScratch& Scratch() {
+  static thread_local std::unique_ptr<FirstLevelScratch> s;
+  if (!s) s = std::make_unique<FirstLevelScratch>();
+  return *s;
+}
+
+}  // namespace
+
 void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) {
   constexpr int G = kGroupWords;
   const size_t groups = (s.n + G - 1) / G;
-  static thread_local Wide S[G][G];
+  FirstLevelScratch& scratch = Scratch();
+  auto& S = scratch.S;
   for (auto& row : S) for (auto& v : row) v = Wide();
   const bool v512 = Use512();
-  // The 512-bit path keeps row j of S as G/4 registers (lo and hi).
-  static thread_local __m512i slo[G][G / 4], shi[G][G / 4];
+  auto& slo = scratch.slo;
+  auto& shi = scratch.shi;
   if (v512) {
     std::memset(slo, 0, sizeof slo);
     std::memset(shi, 0, sizeof shi);
@@ -332,7 +356,7 @@ void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) 
   }
   // h(p) = sum_{j,j'} L_j(p) L_j'(p) tau_j S_{j,j'}; L_j(e_p) = [j = p]
   // for p < G.
-  static thread_local Fe sr[G][G];
+  auto& sr = scratch.sr;
   for (int j = 0; j < G; ++j)
     for (int j2 = 0; j2 < G; ++j2) sr[j][j2] = Reduce(S[j][j2]);
   for (int p = 1; p < kHPoints; ++p) {
@@ -369,7 +393,9 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   // Subset sums of a (x side) and of the Lagrange values (y side), per
   // byte of the lane pattern.
   constexpr int kBytes = G / 8;
-  static thread_local Fe ta[kBytes][256], tb[kBytes][256];
+  FirstLevelScratch& scratch = Scratch();
+  auto& ta = scratch.ta;
+  auto& tb = scratch.tb;
   for (int h = 0; h < kBytes; ++h) {
     SubsetSums(a + 8 * h, ta[h]);
     SubsetSums(lag + 8 * h, tb[h]);
