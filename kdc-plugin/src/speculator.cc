@@ -1,7 +1,6 @@
 #include "speculator.h"
 
 #include <algorithm>
-#include <tuple>
 
 namespace kmpc::kdc {
 
@@ -70,6 +69,30 @@ size_t LongestBytes(const std::deque<size_t>& l) {
   size_t m = 0;
   for (size_t n : l) m = std::max(m, n);
   return contract::CeilBlocks(m) * contract::kBlockSize;
+}
+
+// A speculative job taken along in `cause`'s group: an ENCRYPT of `length`
+// plaintext bytes (only the length is sent) or a PAD for messages of up to
+// `length` bytes. `refund`: the share of its group's token it gives back
+// when used.
+PendingJob SpeculativeJob(const PendingJob& cause, double refund,
+                          pb::JobType type, const std::string& key_id,
+                          pb::Cipher cipher, uint32_t usage, size_t length) {
+  PendingJob x;
+  x.speculative = true;
+  x.group = cause.group;
+  x.refund = refund;
+  x.job.type = type;
+  x.job.key_id = key_id;
+  x.job.cipher = cipher;
+  x.job.usage = usage;
+  if (type == pb::JOB_PAD)
+    x.job.pad_length = static_cast<uint32_t>(length);
+  else
+    x.job.input.assign(length, 0);
+  x.blocks = JobCost(x.job);
+  x.enqueued = cause.enqueued;
+  return x;
 }
 
 // What `sum` makes per exchange (of `oks`), rounded to the nearest.
@@ -195,20 +218,10 @@ void Speculator::DrawPads(PendingJob* d, int kind,
       !pad_tokens_.Take(d->enqueued))
     return;
   if (d->group == 0) d->group = next_group_++;
-  for (size_t i = 0; i < n; ++i) {
-    PendingJob x;
-    x.speculative = true;
-    x.group = d->group;
-    x.refund = 1.0 / static_cast<double>(n);
-    x.job.type = pb::JOB_PAD;
-    x.job.key_id = pad_key_id_;
-    x.job.cipher = pad_cipher_;
-    x.job.usage = kUsagePacSignature;
-    x.job.pad_length = static_cast<uint32_t>(bytes);
-    x.blocks = JobCost(x.job);
-    x.enqueued = d->enqueued;
-    group_jobs->push_back(std::move(x));
-  }
+  for (size_t i = 0; i < n; ++i)
+    group_jobs->push_back(SpeculativeJob(*d, 1.0 / static_cast<double>(n),
+                                         pb::JOB_PAD, pad_key_id_, pad_cipher_,
+                                         kUsagePacSignature, bytes));
   pads_drawn_ += n;
   pending_ += n;
 }
@@ -224,18 +237,8 @@ void Speculator::MaybeRenewal(PendingJob* d,
       !tokens_.Take(d->enqueued))
     return;
   if (d->group == 0) d->group = next_group_++;
-  PendingJob x;
-  x.speculative = true;
-  x.group = d->group;
-  x.refund = 1;
-  x.job.type = pb::JOB_ENCRYPT;
-  x.job.key_id = ticket_key_id_;
-  x.job.cipher = ticket_cipher_;
-  x.job.usage = kUsageTicket;
-  x.job.input.assign(bytes, 0);  // only the length is sent
-  x.blocks = JobBlocks(x.job);
-  x.enqueued = d->enqueued;
-  group_jobs->push_back(std::move(x));
+  group_jobs->push_back(SpeculativeJob(*d, 1, pb::JOB_ENCRYPT, ticket_key_id_,
+                                       ticket_cipher_, kUsageTicket, bytes));
   ++encrypts_;
   ++pending_;
 }
@@ -322,23 +325,10 @@ void Speculator::MakeGroup(PendingJob* ts,
   if (ts->group == 0) ts->group = next_group_++;
   // The reply is under the client's key, as its timestamp (same key id and
   // enctype); the ticket under the krbtgt key and enctype last seen.
-  for (auto [key, cipher, usage, bytes] :
-       {std::tuple<const std::string*, pb::Cipher, uint32_t, size_t>{
-            &ticket_key_id_, ticket_cipher_, kUsageTicket, ticket},
-        {&ts->job.key_id, ts->job.cipher, kUsageAsRepPart, reply}}) {
-    PendingJob x;
-    x.speculative = true;
-    x.group = ts->group;
-    x.refund = 0.5;
-    x.job.type = pb::JOB_ENCRYPT;
-    x.job.key_id = *key;
-    x.job.cipher = cipher;
-    x.job.usage = usage;
-    x.job.input.assign(bytes, 0);  // only the length is sent
-    x.blocks = JobBlocks(x.job);
-    x.enqueued = ts->enqueued;
-    group_jobs->push_back(std::move(x));
-  }
+  group_jobs->push_back(SpeculativeJob(*ts, 0.5, pb::JOB_ENCRYPT, ticket_key_id_,
+                                       ticket_cipher_, kUsageTicket, ticket));
+  group_jobs->push_back(SpeculativeJob(*ts, 0.5, pb::JOB_ENCRYPT, ts->job.key_id,
+                                       ts->job.cipher, kUsageAsRepPart, reply));
   encrypts_ += 2;
   pending_ += 2;
 }
