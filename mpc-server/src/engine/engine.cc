@@ -915,28 +915,31 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
                             out.begin() + 16 * (w.lane0 + 1 + w.nks));
     }
   };
+  // What an ENCRYPT's or a PAD's tag will need: AES_K(c0) and the powers.
+  auto fill_tag_state = [&](TagState& s) {
+    s.party = party();
+    s.cipher = w.key->cipher;
+    s.key_id = job.key_id;
+    s.usage = job.usage;
+    s.ctr0 = w.ctr0;
+    for (int k = 0; k < 2; ++k)
+      std::memcpy(s.mask[k].data(), b.aes.Lane(k, w.lane0), 16);
+    if (w.m > static_cast<size_t>(kStoredHPowers)) {
+      // The powers this job computed: moved, not copied (the state wipes
+      // them).
+      for (int k = 0; k < 2; ++k) s.h_powers[k] = std::move(b.secrets[j].powers[k]);
+    } else {
+      s.key = w.key;  // the stored powers suffice: no copy
+    }
+  };
   const bool verified = b.pass[j];
   switch (job.type) {
     case pb::JOB_ENCRYPT: {
       r.ctr0 = w.ctr0;
       keystream();
       auto state = std::make_shared<EncryptState>();
-      state->party = party();
-      state->cipher = w.key->cipher;
-      state->key_id = job.key_id;
-      state->usage = job.usage;
+      fill_tag_state(*state);
       state->nblocks = job.nblocks;
-      state->ctr0 = w.ctr0;
-      for (int k = 0; k < 2; ++k)
-        std::memcpy(state->mask[k].data(), b.aes.Lane(k, w.lane0), 16);
-      if (w.m > static_cast<size_t>(kStoredHPowers)) {
-        // The powers this job computed: moved, not copied (the state
-        // wipes them).
-        for (int k = 0; k < 2; ++k)
-          state->h_powers[k] = std::move(b.secrets[j].powers[k]);
-      } else {
-        state->key = w.key;  // the stored powers suffice: no copy
-      }
       r.state = std::move(state);
       return;
     }
@@ -954,21 +957,9 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
     case pb::JOB_PAD: {
       r.ctr0 = w.ctr0;
       auto pad = std::make_shared<PadState>();
-      pad->party = party();
-      pad->cipher = w.key->cipher;
-      pad->key_id = job.key_id;
-      pad->usage = job.usage;
+      fill_tag_state(*pad);
       pad->max_length = job.length;
-      pad->ctr0 = w.ctr0;
-      for (int k = 0; k < 2; ++k)
-        std::memcpy(pad->mask[k].data(), b.aes.Lane(k, w.lane0), 16);
       pad->zero = b.secrets[j].zero;
-      if (w.m > static_cast<size_t>(kStoredHPowers)) {
-        for (int k = 0; k < 2; ++k)
-          pad->h_powers[k] = std::move(b.secrets[j].powers[k]);
-      } else {
-        pad->key = w.key;
-      }
       r.pad = std::move(pad);
       return;
     }

@@ -133,68 +133,63 @@ struct KeyShares {
 absl::StatusOr<std::array<KeyShares, 3>> DealKey(Cipher cipher,
                                                  absl::Span<const uint8_t> key);
 
-// State an ENCRYPT job leaves for its FINALIZE (one party's view). Holds
-// shares of AES_K(c0) and of the powers of H the tag needs. Wiped on
-// destruction. The service must let at most one FINALIZE use it
-// (enctype.md, invariant 2) and drop it afterwards.
-struct EncryptState {
+// What one tag under one counter needs (one party's view): shares of
+// AES_K(c0) and of the powers of H the tag's GHASH needs. Wiped on
+// destruction. EncryptState and PadState are its two uses, distinct types
+// so that the service keeps them in distinct stores.
+struct TagState {
   int party = -1;
   Cipher cipher = Cipher::kAes128;
   std::string key_id;
   uint32_t usage = 0;
-  uint32_t nblocks = 0;
   std::array<uint8_t, 16> ctr0{};  // public
   // shares (party, party+1) of AES_K(c0)
   std::array<std::array<uint8_t, 16>, 2> mask{};
-  // Shares of H^1 .. H^(nblocks+2), 16 bytes each: for messages whose tag
-  // needs at most kStoredHPowers powers, the key's stored ones (`key`, no
-  // copy; h_powers empty), else the powers the job computed (h_powers).
+  // Shares of H^1 .. H^m, 16 bytes each: for messages whose tag needs at
+  // most kStoredHPowers powers, the key's stored ones (`key`, no copy;
+  // h_powers empty), else the powers the job computed (h_powers).
   std::shared_ptr<const KeyShares> key;
   std::array<std::vector<uint8_t>, 2> h_powers;
 
-  EncryptState() = default;
-  EncryptState(const EncryptState&) = delete;
-  EncryptState& operator=(const EncryptState&) = delete;
-  ~EncryptState();
+  TagState() = default;
+  TagState(const TagState&) = delete;
+  TagState& operator=(const TagState&) = delete;
+  ~TagState();
 
   // Share comp (0, 1) of the powers of H, and how many powers there are.
   const uint8_t* Powers(int comp) const;
   size_t NumPowers() const;
-  // Memory this state holds on its own (not counting a shared `key`).
-  size_t OwnBytes() const;
+
+ protected:
+  // Heap memory of key_id and h_powers (not counting a shared `key`).
+  size_t OwnHeapBytes() const;
 };
 
-// State a PAD job leaves for one KeyOps.Sign item (one party's view):
-// shares of AES_K(c0), of the powers of H a message of up to max_length
-// bytes needs, and a zero-sharing share z (PRSS, Araki et al. CCS 2016
-// section 2.2: z_0 ^ z_1 ^ z_2 = 0, fresh for this pad) that makes the
-// party's tag share uniform on its own. Nothing of it is revealed but ctr0.
-// Wiped on destruction. The service keeps it apart from EncryptStates (a
-// pad never finalizes, an ENCRYPT state never signs) and lets one Sign
-// item use it (enctype.md, invariant 6).
-struct PadState {
-  int party = -1;
-  Cipher cipher = Cipher::kAes128;
-  std::string key_id;
-  uint32_t usage = 0;
+// State an ENCRYPT job leaves for its FINALIZE: the powers are H^1 ..
+// H^(nblocks+2). The service must let at most one FINALIZE use it
+// (enctype.md, invariant 2) and drop it afterwards.
+struct EncryptState : TagState {
+  uint32_t nblocks = 0;
+
+  // Memory this state holds on its own (not counting a shared `key`).
+  size_t OwnBytes() const { return sizeof(EncryptState) + OwnHeapBytes(); }
+};
+
+// State a PAD job leaves for one KeyOps.Sign item: the powers a message of
+// up to max_length bytes needs, H^1 .. H^(2 + ceil(max_length/16)), and a
+// zero-sharing share z (PRSS, Araki et al. CCS 2016 section 2.2:
+// z_0 ^ z_1 ^ z_2 = 0, fresh for this pad) that makes the party's tag share
+// uniform on its own. Nothing of it is revealed but ctr0. The service keeps
+// it apart from EncryptStates (a pad never finalizes, an ENCRYPT state
+// never signs) and lets one Sign item use it (enctype.md, invariant 6).
+struct PadState : TagState {
   uint32_t max_length = 0;         // bytes of the longest message it signs
-  std::array<uint8_t, 16> ctr0{};  // public
-  // shares (party, party+1) of AES_K(c0)
-  std::array<std::array<uint8_t, 16>, 2> mask{};
   std::array<uint8_t, 16> zero{};  // z_party
-  // Shares of H^1 .. H^(2 + ceil(max_length/16)), as EncryptState holds
-  // them: the key's stored ones (`key`) or the ones the job computed.
-  std::shared_ptr<const KeyShares> key;
-  std::array<std::vector<uint8_t>, 2> h_powers;
 
   PadState() = default;
-  PadState(const PadState&) = delete;
-  PadState& operator=(const PadState&) = delete;
   ~PadState();
 
-  const uint8_t* Powers(int comp) const;
-  size_t NumPowers() const;
-  size_t OwnBytes() const;
+  size_t OwnBytes() const { return sizeof(PadState) + OwnHeapBytes(); }
 };
 
 // This party's additive share of the checksum tag of a message D under a

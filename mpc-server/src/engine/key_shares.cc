@@ -205,26 +205,25 @@ absl::StatusOr<std::array<KeyShares, 3>> DealKey(
   return out;
 }
 
-EncryptState::~EncryptState() {
+TagState::~TagState() {
   for (auto& m : mask) share::Wipe(m.data(), m.size());
   for (auto& v : h_powers) share::Wipe(v);
 }
 
-const uint8_t* EncryptState::Powers(int comp) const {
+const uint8_t* TagState::Powers(int comp) const {
   if (!h_powers[comp].empty() || key == nullptr) return h_powers[comp].data();
   return key->h_powers[comp].data();
 }
 
-size_t EncryptState::NumPowers() const {
+size_t TagState::NumPowers() const {
   if (!h_powers[0].empty() || key == nullptr) {
     return std::min(h_powers[0].size(), h_powers[1].size()) / 16;
   }
   return std::min(key->h_powers[0].size(), key->h_powers[1].size()) / 16;
 }
 
-size_t EncryptState::OwnBytes() const {
-  return sizeof(EncryptState) + key_id.capacity() + h_powers[0].capacity() +
-         h_powers[1].capacity();
+size_t TagState::OwnHeapBytes() const {
+  return key_id.capacity() + h_powers[0].capacity() + h_powers[1].capacity();
 }
 
 }  // namespace kmpc::engine

@@ -11,27 +11,7 @@
 
 namespace kmpc::engine {
 
-PadState::~PadState() {
-  for (auto& m : mask) share::Wipe(m.data(), m.size());
-  share::Wipe(zero.data(), zero.size());
-  for (auto& v : h_powers) share::Wipe(v);
-}
-
-const uint8_t* PadState::Powers(int comp) const {
-  if (!h_powers[comp].empty() || key == nullptr) return h_powers[comp].data();
-  return key->h_powers[comp].data();
-}
-
-size_t PadState::NumPowers() const {
-  if (!h_powers[0].empty() || key == nullptr)
-    return std::min(h_powers[0].size(), h_powers[1].size()) / 16;
-  return std::min(key->h_powers[0].size(), key->h_powers[1].size()) / 16;
-}
-
-size_t PadState::OwnBytes() const {
-  return sizeof(PadState) + key_id.capacity() + h_powers[0].capacity() +
-         h_powers[1].capacity();
-}
+PadState::~PadState() { share::Wipe(zero.data(), zero.size()); }
 
 absl::StatusOr<std::array<uint8_t, 16>> SignShare(
     const PadState& pad, uint32_t usage, absl::Span<const uint8_t> share0,
