@@ -19,17 +19,14 @@ The per-exchange counts come from the servers' own Prometheus metrics
 of a single client on an otherwise idle realm.
 """
 import os
-import re
-import urllib.request
 
 import handle_realm
+from test_metrics import parse, scrape, value
 
 PASSWORD = "privacy-Pw-51d2"
 # Distinctive, so that no id, label or random byte string matches it.
 CLIENT = "privacyprobe"
 SERVICE = "host/svc.kmpc.test"
-
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
 
 
 def _realm(kmpc_factory, tmp_path, record=True):
@@ -91,32 +88,18 @@ def test_no_plaintext_of_a_checksum_reaches_any_server(kmpc_factory, tmp_path):
     assert "debug_record_requests" in r.cluster.logs()
 
 
-def _scrape(url):
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    out = {}
-    for line in text.splitlines():
-        m = SAMPLE.match(line)
-        if m:
-            out[(m.group(1), m.group(2) or "")] = float(m.group(3))
-    return out
-
-
 def _runs(r):
     """Run batches each server has completed (the three must agree)."""
-    counts = []
-    for i in range(3):
-        s = _scrape(r.cluster.metrics_url(i))
-        counts.append(sum(v for (n, lab), v in s.items()
-                          if n == "kmpc_batches_total" and 'kind="run"' in lab))
+    counts = [value(parse(scrape(r.cluster.metrics_url(i))), "kmpc_batches_total",
+                    missing=0, kind="run")
+              for i in range(3)]
     assert counts[0] == counts[1] == counts[2], counts
     return counts[0]
 
 
 def _kdc(r, name):
     """A counter of the KDC module's /metrics (summed over its labels)."""
-    s = _scrape(r.kdc_metrics_url)
-    return sum(v for (n, _), v in s.items() if n == name)
+    return value(parse(scrape(r.kdc_metrics_url)), name, missing=0)
 
 
 def test_run_batches_per_exchange(kmpc_factory, tmp_path):
