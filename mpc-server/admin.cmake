@@ -16,10 +16,17 @@ if(TARGET kmpc_cluster_admin)
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
   target_compile_options(kmpc-admin PRIVATE -Wall -Wextra -Wno-unused-parameter)
   # kdc.conf's place when KRB5_KDC_PROFILE is unset (MIT's default for
-  # the prefix; admin/kdb.cc).
+  # the prefix; admin/kdb.cc). The Debian packages (deploy/debian/rules)
+  # set Debian's /etc/krb5kdc/kdc.conf and /etc/krb5.conf.
+  if(NOT DEFINED KMPC_DEFAULT_KDC_PROFILE)
+    set(KMPC_DEFAULT_KDC_PROFILE "${KRB5_PREFIX}/var/krb5kdc/kdc.conf")
+  endif()
+  if(NOT DEFINED KMPC_DEFAULT_KRB5_CONFIG)
+    set(KMPC_DEFAULT_KRB5_CONFIG "/etc/krb5.conf:${KRB5_PREFIX}/etc/krb5.conf")
+  endif()
   target_compile_definitions(kmpc-admin PRIVATE
-    KMPC_DEFAULT_KDC_PROFILE="${KRB5_PREFIX}/var/krb5kdc/kdc.conf"
-    KMPC_DEFAULT_KRB5_CONFIG="/etc/krb5.conf:${KRB5_PREFIX}/etc/krb5.conf")
+    KMPC_DEFAULT_KDC_PROFILE="${KMPC_DEFAULT_KDC_PROFILE}"
+    KMPC_DEFAULT_KRB5_CONFIG="${KMPC_DEFAULT_KRB5_CONFIG}")
   target_link_libraries(kmpc-admin PRIVATE
     kmpc_cluster_admin absl::strings absl::str_format absl::status
     absl::statusor OpenSSL::Crypto

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# kmpc's own Debian packages (deploy/debian): kmpc-mpc-server, kmpc-kdc,
+# kmpc-admin, built with dpkg-buildpackage against the kmpc build of
+# Debian's krb5 (the packages build-krb5-debs.sh made in OUT_DIR).
+#
+#   build-kmpc-debs.sh BUILD_DIR OUT_DIR
+#
+# KMPC_DEB_VERSION: build this version (a changelog entry above
+# deploy/debian/changelog's; default: that file's version). The source
+# tree is staged in BUILD_DIR/deb/kmpc-src (this checkout's tracked and
+# new files, timestamps kept) and CMake builds in BUILD_DIR/deb/kmpc-obj,
+# kept between runs: a rebuild recompiles only what changed.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(mkdir -p "$1" && cd "$1" && pwd)
+out=$(mkdir -p "$2" && cd "$2" && pwd)
+work=$build/deb
+src=$work/kmpc-src
+ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+log() { printf '[kmpc-deb] %s\n' "$*"; }
+
+# The kmpc krb5 packages: their version, and their headers and libraries
+# unpacked into a prefix (include/, lib/) for CMake's KRB5_PREFIX.
+krb5_dev() {
+  local dev ver r=$work/krb5-dev-root pfx=$work/krb5-prefix f
+  dev=$(ls -t "$out"/krb5-multidev_*+kmpc*.deb 2>/dev/null | head -n1 || true)
+  [ -n "$dev" ] || { echo "error: no kmpc krb5-multidev package in $out (make deb builds it)" >&2; exit 1; }
+  ver=$(dpkg-deb -f "$dev" Version)
+  rm -rf "$r" "$pfx"; mkdir -p "$r" "$pfx/lib"
+  for p in krb5-multidev libkrb5-dev libkrb5-3 libk5crypto3 libkrb5support0 libgssapi-krb5-2 \
+           libgssrpc4 libkadm5srv-mit12 libkadm5clnt-mit12 libkdb5-10; do
+    dpkg-deb -x "$out/${p}_${ver}_$(dpkg --print-architecture).deb" "$r"
+  done
+  ln -s "$r/usr/include/mit-krb5" "$pfx/include"
+  for f in "$r/usr/lib/$ma/mit-krb5"/*.so; do ln -s "$f" "$pfx/lib/"; done
+  # verto and com_err are Debian's own (libverto-dev, comerr-dev), as for
+  # Debian's build of krb5 (--with-system-verto --with-system-et).
+  for f in libverto.so libcom_err.so; do
+    [ -e "/usr/lib/$ma/$f" ] || { echo "error: /usr/lib/$ma/$f missing (deploy/install-deps.sh)" >&2; exit 1; }
+    ln -sfn "/usr/lib/$ma/$f" "$pfx/lib/$f"
+  done
+  KRB5_VER=$ver KRB5_ROOT=$r KRB5_PFX=$pfx
+}
+
+stage_source() {
+  # Tracked and untracked-but-not-ignored files with their timestamps (tar
+  # keeps mtimes), so the kept CMake tree sees only real changes.
+  rm -rf "$src"; mkdir -p "$src"
+  (cd "$root" && git ls-files -co --exclude-standard -z | grep -zv '^deploy/debian/' |
+     tar --null -T - -cf -) | tar -xf - -C "$src"
+  cp -a "$root/deploy/debian" "$src/debian"
+  if [ -n "${KMPC_DEB_VERSION:-}" ]; then
+    { echo "kmpc ($KMPC_DEB_VERSION) bookworm; urgency=medium"; echo
+      echo "  * Rebuild as $KMPC_DEB_VERSION."; echo
+      echo " -- kmpc maintainers <kmpc@example.org>  $(date -R -u)"; echo
+      cat "$root/deploy/debian/changelog"; } >"$src/debian/changelog"
+  fi
+}
+
+krb5_dev
+stage_source
+ver=$(cd "$src" && dpkg-parsechangelog -S Version)
+log "dpkg-buildpackage kmpc $ver against krb5 $KRB5_VER (log: $work/kmpc-build.log)"
+t0=$(date +%s)
+ldflags="-Wl,-rpath-link=$KRB5_ROOT/usr/lib/$ma"
+(cd "$src" && KMPC_KRB5_PREFIX=$KRB5_PFX KMPC_KRB5_VERSION=$KRB5_VER KMPC_DEB_OBJ=$work/kmpc-obj \
+   DEB_LDFLAGS_APPEND="$ldflags" DEB_BUILD_OPTIONS="nocheck parallel=${DEB_PARALLEL:-2}" \
+   nice -n 10 dpkg-buildpackage -b -uc -us >"$work/kmpc-build.log" 2>&1) || {
+  tail -n 60 "$work/kmpc-build.log" >&2; echo "error: kmpc package build failed" >&2; exit 1; }
+for p in kmpc-mpc-server kmpc-kdc kmpc-admin; do
+  rm -f "$out/${p}"_*.deb "$out/${p}-dbgsym"_*.deb
+  mv "$work/${p}_${ver}_"*.deb "$out/"
+  mv "$work/${p}-dbgsym_${ver}_"*.deb "$out/" 2>/dev/null || true
+done
+rm -f "$work"/kmpc_"$ver"_*.buildinfo "$work"/kmpc_"$ver"_*.changes
+log "kmpc $ver packages in $out ($(( $(date +%s) - t0 )) s)"
