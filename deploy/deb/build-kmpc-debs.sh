@@ -7,8 +7,8 @@
 #
 # KMPC_DEB_VERSION: build this version (a changelog entry above
 # deploy/debian/changelog's; default: that file's version). The source
-# tree is staged in BUILD_DIR/deb/kmpc-src (this checkout's tracked and
-# new files, timestamps kept) and CMake builds in BUILD_DIR/deb/kmpc-obj,
+# tree is staged in BUILD_DIR/deb/kmpc/src (this checkout's tracked and
+# new files, timestamps kept) and CMake builds in BUILD_DIR/deb/kmpc/obj,
 # kept between runs: a rebuild recompiles only what changed.
 set -euo pipefail
 
@@ -16,22 +16,25 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$(mkdir -p "$1" && cd "$1" && pwd)
 out=$(mkdir -p "$2" && cd "$2" && pwd)
-work=$build/deb
-src=$work/kmpc-src
+work=$build/deb/kmpc
+src=$work/src
 ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+mkdir -p "$work"
+# The kmpc krb5 packages to build against (KMPC_KRB5_DEBS, default OUT_DIR).
+krb5dir=${KMPC_KRB5_DEBS:-$out}
 log() { printf '[kmpc-deb] %s\n' "$*"; }
 
 # The kmpc krb5 packages: their version, and their headers and libraries
 # unpacked into a prefix (include/, lib/) for CMake's KRB5_PREFIX.
 krb5_dev() {
   local dev ver r=$work/krb5-dev-root pfx=$work/krb5-prefix f
-  dev=$(ls -t "$out"/krb5-multidev_*+kmpc*.deb 2>/dev/null | head -n1 || true)
-  [ -n "$dev" ] || { echo "error: no kmpc krb5-multidev package in $out (make deb builds it)" >&2; exit 1; }
+  dev=$(ls -t "$krb5dir"/krb5-multidev_*+kmpc*.deb 2>/dev/null | head -n1 || true)
+  [ -n "$dev" ] || { echo "error: no kmpc krb5-multidev package in $krb5dir (make deb builds it)" >&2; exit 1; }
   ver=$(dpkg-deb -f "$dev" Version)
   rm -rf "$r" "$pfx"; mkdir -p "$r" "$pfx/lib"
   for p in krb5-multidev libkrb5-dev libkrb5-3 libk5crypto3 libkrb5support0 libgssapi-krb5-2 \
            libgssrpc4 libkadm5srv-mit12 libkadm5clnt-mit12 libkdb5-10; do
-    dpkg-deb -x "$out/${p}_${ver}_$(dpkg --print-architecture).deb" "$r"
+    dpkg-deb -x "$krb5dir/${p}_${ver}_$(dpkg --print-architecture).deb" "$r"
   done
   ln -s "$r/usr/include/mit-krb5" "$pfx/include"
   for f in "$r/usr/lib/$ma/mit-krb5"/*.so; do ln -s "$f" "$pfx/lib/"; done
@@ -62,17 +65,17 @@ stage_source() {
 krb5_dev
 stage_source
 ver=$(cd "$src" && dpkg-parsechangelog -S Version)
-log "dpkg-buildpackage kmpc $ver against krb5 $KRB5_VER (log: $work/kmpc-build.log)"
+log "dpkg-buildpackage kmpc $ver against krb5 $KRB5_VER (log: $work/build.log)"
 t0=$(date +%s)
 ldflags="-Wl,-rpath-link=$KRB5_ROOT/usr/lib/$ma"
-(cd "$src" && KMPC_KRB5_PREFIX=$KRB5_PFX KMPC_KRB5_VERSION=$KRB5_VER KMPC_DEB_OBJ=$work/kmpc-obj \
+(cd "$src" && KMPC_KRB5_PREFIX=$KRB5_PFX KMPC_KRB5_VERSION=$KRB5_VER KMPC_DEB_OBJ=$work/obj \
    DEB_LDFLAGS_APPEND="$ldflags" DEB_BUILD_OPTIONS="nocheck parallel=${DEB_PARALLEL:-2}" \
-   nice -n 10 dpkg-buildpackage -b -uc -us >"$work/kmpc-build.log" 2>&1) || {
-  tail -n 60 "$work/kmpc-build.log" >&2; echo "error: kmpc package build failed" >&2; exit 1; }
+   nice -n 10 dpkg-buildpackage -b -uc -us >"$work/build.log" 2>&1) || {
+  tail -n 60 "$work/build.log" >&2; echo "error: kmpc package build failed" >&2; exit 1; }
 for p in kmpc-mpc-server kmpc-kdc kmpc-admin; do
   rm -f "$out/${p}"_*.deb "$out/${p}-dbgsym"_*.deb
   mv "$work/${p}_${ver}_"*.deb "$out/"
   mv "$work/${p}-dbgsym_${ver}_"*.deb "$out/" 2>/dev/null || true
 done
-rm -f "$work"/kmpc_"$ver"_*.buildinfo "$work"/kmpc_"$ver"_*.changes
+rm -f "$work"/kmpc_*.buildinfo "$work"/kmpc_*.changes
 log "kmpc $ver packages in $out ($(( $(date +%s) - t0 )) s)"

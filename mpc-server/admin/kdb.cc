@@ -8,6 +8,11 @@
 
 #include <unistd.h>
 
+// com_err.h first, as C: Debian's krb5.h (built --with-system-et) includes
+// e2fsprogs' <et/com_err.h>, which has no C++ guards of its own.
+extern "C" {
+#include <com_err.h>
+}
 #include <krb5/krb5.h>
 // kdb.h has no C++ guards of its own (kadm5/admin.h includes it outside
 // its extern "C" block): include it first, as C.
