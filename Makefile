@@ -25,6 +25,7 @@ help:
 	@echo "make test     everything above, then all tests"
 	@echo "make test-mit-kmpc [MODE=krbtgt|users|stock] [MIT_TESTS=\"tests/t_renew ...\"]"
 	@echo "              MIT krb5's own KDC tests with their realms' keys in MPC clusters"
+	@echo "make deb      Debian packages: patched krb5 and kmpc's (build/deb)"
 	@echo "make demo     a realm on loopback, a login, a short storm"
 	@echo "make demo-stop  stop the demo's KDC and MPC servers"
 	@echo "make bench    benchmarks that print figures (build/bench/results.json)"
@@ -168,6 +169,14 @@ bench: build
 	else echo "bench: netns step skipped ($$el s used; run make bench-netns)"; fi; \
 	$(BENCH_RESULTS); \
 	echo "make bench: $$(( $$(date +%s) - start )) s (after the build)"
+
+# Debian packages (README.md, "Packages"): the kmpc build of Debian's krb5
+# (Debian's source package with krb5-patches/series as quilt patches,
+# version +kmpcN) and kmpc-mpc-server, kmpc-kdc, kmpc-admin, in build/deb;
+# lintian on kmpc's. integration-tests/test_packages.py installs them.
+.PHONY: deb
+deb: deps
+	@bash deploy/deb/make-deb.sh $(BUILD)
 
 clean:
 	rm -rf $(CMAKE_BUILD)

@@ -18,6 +18,9 @@ pkgs=(
   # Debian's own, unpatched MIT clients (test_unmodified_clients.py): kinit,
   # kvno, klist, kdestroy; gss-client and gss-server for delegation
   krb5-user krb5-gss-samples
+  # Debian packages (make deb, test_packages.py): the krb5 package's own
+  # build dependencies come from `apt-get build-dep` of its .dsc
+  debhelper quilt fakeroot lintian debootstrap libverto-dev comerr-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""kmpc's Debian packages on four emulated hosts, the way
+deploy/THREE-HOSTS.md installs them: a clean Debian 12 root (debootstrap
+bookworm, minbase) with the packages installed by dpkg, and network
+namespaces joined by a bridge as the hosts (deploy/netns_cluster.py's
+layout, on 10.77.9.0/24, which exists only inside these namespaces):
+
+    ns <tag>-kdc   10.77.9.1    krb5kdc (kmpc-krb5kdc.service), kmpc-admin
+    ns <tag>-p<i>  10.77.9.1<i> kmpc-mpc-server@<i>.service
+    ns <tag>-cl    10.77.9.100  Debian's unmodified clients (the machine's)
+
+The four hosts share the one root (its /etc/kmpc holds every host's files,
+each readable only by its own service user). Daemons run from the
+ExecStart=, User= and Environment= lines of the units the packages
+installed, chrooted into the root (no systemd runs here); the KDC host's
+namespace lets unprivileged processes bind port 88, standing in for the
+unit's AmbientCapabilities=CAP_NET_BIND_SERVICE.
+
+Used by integration-tests/test_packages.py.
+"""
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import kmpc_cluster  # noqa: E402
+import kmpc_deploy  # noqa: E402
+
+MIRROR = "http://deb.debian.org/debian"
+SUITE = "bookworm"
+# Debian's krb5 (replaced by the kmpc build, as on a real host) and the
+# run-time libraries of kmpc's packages, so that installing the packages
+# needs no network: the cached tarball holds them all.
+INCLUDE = ("adduser,krb5-kdc,krb5-user,krb5-admin-server,libkrb5-3,libgrpc++1.51,"
+           "libprotobuf32,libabsl20220623,libssl3,liblmdb0,libsodium23,"
+           "libprometheus-cpp-pull1.0,libprometheus-cpp-core1.0,libcivetweb1,libverto1,"
+           "libverto-libev1")
+SUBNET = "10.77.9"
+HOSTS = {"kdc": f"{SUBNET}.1", "p0": f"{SUBNET}.11", "p1": f"{SUBNET}.12",
+         "p2": f"{SUBNET}.13", "cl": f"{SUBNET}.100"}
+NS_PREFIX = "kmpcpkg"
+PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class PackageError(Exception):
+    pass
+
+
+def sh(argv, check=True, timeout=300, **kw):
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and p.returncode != 0:
+        raise PackageError(f"{shlex.join(argv)} failed ({p.returncode}):\n"
+                           f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def root_tarball(cache_dir):
+    """debootstrap's download of bookworm minbase plus INCLUDE, made once
+    from Debian's mirror and kept in cache_dir (make deb's build/deb/cache)."""
+    tgz = os.path.join(cache_dir, f"{SUITE}-minbase.tgz")
+    if not os.path.exists(tgz):
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = os.path.join(cache_dir, "debootstrap-tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        sh(["debootstrap", "--variant=minbase", f"--include={INCLUDE}",
+            f"--make-tarball={tgz}.part", SUITE, tmp, MIRROR], timeout=1200)
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.rename(tgz + ".part", tgz)
+    return tgz
+
+
+class DebianRoot:
+    """A clean Debian 12 root made from the cached tarball (no network)."""
+
+    def __init__(self, path, tarball):
+        self.path = path
+        sh(["debootstrap", "--variant=minbase", f"--include={INCLUDE}",
+            f"--unpack-tarball={tarball}", SUITE, path, MIRROR], timeout=900)
+        # Packages' maintainer scripts must not start daemons here
+        # (invoke-rc.d's policy layer, Debian Policy 9.3.3.1).
+        policy = os.path.join(path, "usr/sbin/policy-rc.d")
+        with open(policy, "w") as f:
+            f.write("#!/bin/sh\nexit 101\n")
+        os.chmod(policy, 0o755)
+        sh(["mount", "-t", "proc", "proc", os.path.join(path, "proc")])
+
+    def p(self, rel):
+        return os.path.join(self.path, rel.lstrip("/"))
+
+    def run(self, argv, env=None, user=None, prefix=(), input=None, check=True):
+        ids = []
+        if user:
+            uid, gid = self.ids(user)
+            ids = [f"--userspec={uid}:{gid}", f"--groups={gid}"]
+        full_env = {"PATH": PATH, "LANG": "C.UTF-8", **(env or {})}
+        return sh([*prefix, "chroot", *ids, self.path, *argv], check=check, env=full_env,
+                  input=input)
+
+    def ids(self, user):
+        with open(self.p("/etc/passwd")) as f:
+            for line in f:
+                fields = line.split(":")
+                if fields[0] == user:
+                    return int(fields[2]), int(fields[3])
+        raise PackageError(f"no user {user} in the root (did the package's postinst run?)")
+
+    def install(self, debs):
+        """dpkg -i the packages in one transaction, as an administrator would."""
+        d = self.p("/var/cache/kmpc-test-debs")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        for deb in debs:
+            shutil.copy(deb, d)
+        names = [f"/var/cache/kmpc-test-debs/{os.path.basename(x)}" for x in debs]
+        self.run(["dpkg", "-i", *names], env={"DEBIAN_FRONTEND": "noninteractive"})
+
+    def version(self, pkg):
+        return self.run(["dpkg-query", "-W", "-f=${Version}", pkg]).stdout.strip()
+
+    def close(self):
+        sh(["umount", "-l", self.p("/proc")], check=False)
+
+
+def unit_settings(path, key):
+    """The values of key= in a unit file (in order)."""
+    with open(path) as f:
+        return [line.split("=", 1)[1].strip() for line in f
+                if line.startswith(key + "=")]
+
+
+def unit_command(root, unit, instance=None, env_file_vars=None):
+    """(argv, user, environment) of an installed unit: ExecStart= with %i
+    and the EnvironmentFile's variables expanded, User=, Environment=."""
+    path = root.p(f"/lib/systemd/system/{unit}")
+    argv = kmpc_deploy.unit_exec_start(path, instance=instance, env=env_file_vars)
+    users = unit_settings(path, "User")
+    env = {}
+    for value in unit_settings(path, "Environment"):
+        for word in shlex.split(value):
+            k, _, v = word.partition("=")
+            env[k] = v
+    return argv, (users[0] if users else None), env
+
+
+class Lan:
+    """The hosts' namespaces on one bridge (netns_cluster.Lan's layout,
+    without traffic shaping)."""
+
+    def __init__(self):
+        self.tag = f"{NS_PREFIX}{os.getpid()}"
+        cleanup_stale()
+
+    def ns(self, host):
+        return f"{self.tag}-{host}"
+
+    def prefix(self, host):
+        return ["ip", "netns", "exec", self.ns(host)]
+
+    def up(self):
+        sw = self.ns("sw")
+        for h in ["sw", *HOSTS]:
+            sh(["ip", "netns", "add", self.ns(h)])
+            sh(["ip", "-n", self.ns(h), "link", "set", "lo", "up"])
+        sh(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+        sh(["ip", "-n", sw, "link", "set", "br0", "up"])
+        for h, addr in HOSTS.items():
+            port = f"sw-{h}"
+            sh(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+                "netns", self.ns(h)])
+            sh(["ip", "-n", sw, "link", "set", port, "master", "br0"])
+            sh(["ip", "-n", sw, "link", "set", port, "up"])
+            sh(["ip", "-n", self.ns(h), "addr", "add", f"{addr}/24", "dev", "eth0"])
+            sh(["ip", "-n", self.ns(h), "link", "set", "eth0", "up"])
+        # The KDC unit's AmbientCapabilities=CAP_NET_BIND_SERVICE: krb5kdc
+        # runs as kmpc-kdc and binds port 88 (a per-namespace sysctl).
+        sh([*self.prefix("kdc"), "sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=88"])
+        return self
+
+    def down(self):
+        cleanup_stale(only_tag=self.tag)
+
+
+def cleanup_stale(only_tag=None):
+    """Delete our namespaces whose run is gone (or only_tag's), killing
+    the processes still inside by PID first."""
+    out = sh(["ip", "netns", "list"], check=False).stdout
+    for ns in (line.split()[0] for line in out.splitlines() if line.strip()):
+        m = re.match(rf"^({NS_PREFIX}(\d+))-\w+$", ns)
+        if not m:
+            continue
+        if only_tag is not None and m.group(1) != only_tag:
+            continue
+        if only_tag is None and kmpc_cluster.pid_alive(int(m.group(2))):
+            continue
+        for pid in sh(["ip", "netns", "pids", ns], check=False).stdout.split():
+            kmpc_cluster.stop_pid(int(pid), timeout=3)
+        sh(["ip", "netns", "del", ns], check=False)
+
+
+class PackagedRealm:
+    """A realm set up on the root's packages as THREE-HOSTS.md does it,
+    its daemons in the Lan's namespaces. Secrets (the master password,
+    users' passwords) are passed on stdin or in files, never logged."""
+
+    def __init__(self, root, lan, workdir, realm):
+        self.root, self.lan, self.dir, self.realm = root, lan, workdir, realm
+        self.servers = {}
+        self.kdc = None
+        self.env = {"KRB5_CONFIG": "/etc/kmpc/krb5.conf", "KRB5_KDC_PROFILE": "/etc/kmpc/kdc.conf"}
+        self.admin = ["kmpc-admin", "--config=/etc/kmpc/admin.conf"]
+
+    def configure(self, repo_root):
+        """Step 4-5 and 8: certificates, flag files, krb5.conf, kdc.conf,
+        kdc.env and admin.conf from the packages' examples."""
+        r = self.root
+        certs = r.p("/etc/kmpc/certs")
+        env = dict(os.environ, KMPC_CERT_EXTRA_SAN=",".join(
+            f"IP:{HOSTS[f'p{i}']}" for i in range(3)))
+        sh(["bash", os.path.join(repo_root, "deploy/gen-certs.sh"), certs], env=env)
+        shutil.rmtree(os.path.join(certs, "ca-private"))  # the CA key stays offline
+        os.chmod(certs, 0o755)
+        for i in range(3):
+            r.run(["chown", "root:kmpc", f"/etc/kmpc/certs/party-{i}.key"])
+            os.chmod(os.path.join(certs, f"party-{i}.key"), 0o640)
+        r.run(["chown", "root:kmpc-kdc", "/etc/kmpc/certs/kdc.key"])
+        os.chmod(os.path.join(certs, "kdc.key"), 0o640)
+        os.chmod(os.path.join(certs, "admin.key"), 0o600)
+        hosts = [HOSTS[f"p{i}"] for i in range(3)]
+        for i in range(3):
+            self._write(f"/etc/kmpc/party{i}.flags", kmpc_deploy.server_flags(
+                i, hosts, crl=os.path.exists(os.path.join(certs, "crl.pem"))), 0o640, "kmpc")
+        servers = ",".join(f"{h}:7000" for h in hosts)
+        subst = [("EXAMPLE.ORG", self.realm), ("kdc.example.org", HOSTS["kdc"]),
+                 ("10.0.0.11:7000,10.0.0.12:7000,10.0.0.13:7000", servers)]
+        for name in ("krb5.conf", "kdc.conf", "kdc.env"):
+            with open(r.p(f"/etc/kmpc/{name}.example")) as f:
+                text = f.read()
+            for a, b in subst:
+                text = text.replace(a, b)
+            self._write(f"/etc/kmpc/{name}", text, 0o644)
+        with open(r.p("/etc/kmpc/admin.conf.example")) as f:
+            text = re.sub(r"^servers = .*$", f"servers = {servers}", f.read(), flags=re.M)
+        self._write("/etc/kmpc/admin.conf", text + f"realm = {self.realm}\n", 0o600)
+
+    def _write(self, rel, text, mode, group=None):
+        with open(self.root.p(rel), "w") as f:
+            f.write(text)
+        os.chmod(self.root.p(rel), mode)
+        if group:
+            self.root.run(["chown", f"root:{group}", rel])
+
+    def kdc_run(self, argv, input=None, check=True):
+        """A command on the KDC host as root (kadmin.local, kmpc-admin)."""
+        return self.root.run(argv, env=self.env, prefix=self.lan.prefix("kdc"),
+                             input=input, check=check)
+
+    def create(self, users, services):
+        """Step 9: the KDB, users with ordinary password keys (Debian's
+        clients know no MPC enctype), the krbtgt key made in the cluster."""
+        master = os.urandom(18).hex()
+        self.kdc_run(["kdb5_util", "create", "-s", "-r", self.realm],
+                     input=f"{master}\n{master}\n")
+        for user, pw in users.items():
+            self.kdc_run(["kadmin.local", "-r", self.realm, "-q",
+                          f"addprinc -e aes256-cts-hmac-sha1-96:normal {user}"],
+                         input=f"{pw}\n{pw}\n")
+        for service in services:
+            self.kdc_run(["kadmin.local", "-r", self.realm, "-q",
+                          f"addprinc -randkey -e aes256-cts-hmac-sha1-96:normal {service}"])
+        self.kdc_run([*self.admin, "share", "--randkey", "--force", self.tgs])
+        self.root.run(["chown", "-R", "kmpc-kdc:kmpc-kdc", "/var/lib/kmpc-kdc"])
+
+    @property
+    def tgs(self):
+        return f"krbtgt/{self.realm}@{self.realm}"
+
+    def handles(self, princ):
+        """The KDB's key rows of princ (kvno, enctype, handle and key id)."""
+        return self.kdc_run(["kmpc-kdb-handle", "-r", self.realm, "keys", princ]).stdout.split("\n")
+
+    def status(self):
+        """kmpc-admin status --kdb: (exit code, output)."""
+        p = self.kdc_run([*self.admin, "status", "--kdb"], check=False)
+        return p.returncode, p.stdout + p.stderr
+
+    def _spawn(self, host, unit, instance=None, env_vars=None, log=None):
+        argv, user, env = unit_command(self.root, unit, instance, env_vars)
+        uid, gid = self.root.ids(user)
+        out = open(os.path.join(self.dir, log), "ab")
+        try:
+            return subprocess.Popen(
+                [*self.lan.prefix(host), "chroot", f"--userspec={uid}:{gid}", f"--groups={gid}",
+                 self.root.path, *argv],
+                env={"PATH": PATH, "LANG": "C.UTF-8", **env}, stdout=out,
+                stderr=subprocess.STDOUT)
+        finally:
+            out.close()
+
+    def start_servers(self, timeout=30):
+        """Step 7: kmpc-mpc-server@<i>.service on host p<i>, then the ring
+        (three "ring up" from the KDC host)."""
+        for i in range(3):
+            self.servers[i] = self._spawn(f"p{i}", "kmpc-mpc-server@.service", instance=i,
+                                          log=f"party-{i}.log")
+        deadline = time.time() + timeout
+        out = ""
+        while time.time() < deadline:
+            p = self.kdc_run([*self.admin, "--timeout-ms=2000", "status"], check=False)
+            out = p.stdout + p.stderr
+            if out.count(", ring up,") == 3:
+                return
+            if any(s.poll() is not None for s in self.servers.values()):
+                break
+            time.sleep(0.3)
+        raise PackageError(f"the MPC ring did not come up:\n{out}\n{self.logs()}")
+
+    def start_kdc(self, timeout=20):
+        """Step 10: kmpc-krb5kdc.service on the KDC host."""
+        log = self.root.p("/var/log/kmpc-kdc/krb5kdc.log")
+        offset = os.path.getsize(log) if os.path.exists(log) else 0
+        env_vars = dict(line.strip().split("=", 1) for line in
+                        open(self.root.p("/etc/kmpc/kdc.env")) if "=" in line)
+        self.kdc = self._spawn("kdc", "kmpc-krb5kdc.service", env_vars=env_vars, log="krb5kdc.out")
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.kdc.poll() is not None:
+                break
+            if os.path.exists(log):
+                with open(log) as f:
+                    f.seek(offset)
+                    if "commencing operation" in f.read():
+                        return
+            time.sleep(0.1)
+        raise PackageError(f"krb5kdc did not start:\n{self.logs()}")
+
+    def stop(self):
+        procs = [p for p in [self.kdc, *self.servers.values()] if p and p.poll() is None]
+        kmpc_cluster.stop_pids([p.pid for p in procs], timeout=15)
+        for p in procs:
+            p.wait(timeout=5)
+        self.kdc, self.servers = None, {}
+
+    def logs(self):
+        text = []
+        for name in ["krb5kdc.out", *(f"party-{i}.log" for i in range(3))]:
+            path = os.path.join(self.dir, name)
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    text.append(f"--- {name}\n" + f.read()[-3000:])
+        log = self.root.p("/var/log/kmpc-kdc/krb5kdc.log")
+        if os.path.exists(log):
+            with open(log, errors="replace") as f:
+                text.append("--- krb5kdc.log\n" + f.read()[-3000:])
+        return "\n".join(text)
+
+
+class StockClient:
+    """The machine's own Debian krb5-user programs (unmodified: not from
+    the kmpc packages) on the client host."""
+
+    def __init__(self, lan, workdir, realm):
+        self.lan, self.dir = lan, workdir
+        self.conf = os.path.join(workdir, "client-krb5.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"[libdefaults]\n    default_realm = {realm}\n    dns_lookup_kdc = false\n"
+                    f"    dns_lookup_realm = false\n    rdns = false\n"
+                    f"[realms]\n    {realm} = {{\n        kdc = {HOSTS['kdc']}\n    }}\n")
+
+    def run(self, prog, *args, ccache="cc", input=None, check=True):
+        env = {"PATH": PATH, "KRB5_CONFIG": self.conf,
+               "KRB5CCNAME": "FILE:" + os.path.join(self.dir, ccache)}
+        return sh([*self.lan.prefix("cl"), f"/usr/bin/{prog}", *args], env=env, input=input,
+                  check=check, timeout=60)

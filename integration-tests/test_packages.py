@@ -1,0 +1,182 @@
+"""Debian packages (make deb): the kmpc build of Debian's krb5 and kmpc's
+own packages installed into a clean Debian 12 root over Debian's krb5, a
+realm on four emulated hosts from the installed units and files
+(deploy/deb/package_hosts.py, deploy/THREE-HOSTS.md's steps), logins with
+Debian's unmodified clients; then newer packages installed over them, and
+the keys survive: the KDB's handles and the servers' key ids are the same,
+a TGT issued before the upgrade still gets service tickets (the krbtgt key
+in the cluster is unchanged), and a new login works.
+
+Root and network namespaces needed (the suite runs as root). The packages
+are built by deploy/deb/make-deb.sh (the same as `make deb`; krb5 rebuilt
+only when krb5-patches change); the newer kmpc packages are a real rebuild
+with a higher version (incremental, same CMake tree); the newer krb5
+packages are make deb's re-versioned (+kmpcN+1, dpkg-deb repack: the same
+binaries; rebuilding krb5 a second time would add minutes to CI for the
+same files). Each phase prints its duration.
+"""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "deploy", "deb"))
+import package_hosts as ph  # noqa: E402
+
+BUILD = os.environ.get("KMPC_BUILD", os.path.join(REPO, "build"))
+DEBS = os.path.join(BUILD, "deb")
+NEXT = os.path.join(DEBS, "next")
+NEXT_KMPC_VERSION = "0.1.0-1.1"
+KMPC_PKGS = ("kmpc-mpc-server", "kmpc-kdc", "kmpc-admin")
+REALM = "PKG.KMPC.TEST"
+SERVICE = "host/svc.pkg.kmpc.test"
+LATER_SERVICE = "host/later.pkg.kmpc.test"  # first asked for after the upgrade
+MPC_ETYPE = "-29002"  # aes256-ctr-mpc, as Debian's klist prints an unknown enctype
+ARCH = subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
+                      text=True).stdout.strip()
+
+
+def _say(capsys, msg):
+    with capsys.disabled():
+        print(f"\n[test_packages] {msg}", flush=True)
+
+
+def _bump(version):
+    m = re.match(r"^(.*\+kmpc)(\d+)$", version)
+    assert m, f"not a kmpc krb5 version: {version}"
+    return f"{m.group(1)}{int(m.group(2)) + 1}"
+
+
+def _repack(deb, old, new, out_dir):
+    """deb with every occurrence of version old in its control file (its
+    Version and its exact dependencies on its siblings) made new."""
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        tree = os.path.join(tmp, "t")
+        ph.sh(["dpkg-deb", "-R", deb, tree])
+        control = os.path.join(tree, "DEBIAN", "control")
+        with open(control) as f:
+            text = f.read()
+        with open(control, "w") as f:
+            f.write(text.replace(old, new))
+        name = os.path.basename(deb).replace(f"_{old}_", f"_{new}_")
+        ph.sh(["dpkg-deb", "-b", tree, os.path.join(out_dir, name)])
+        return os.path.join(out_dir, name)
+
+
+@pytest.fixture(scope="module")
+def packages():
+    """make deb's packages, and newer ones for the upgrade."""
+    ph.sh(["bash", os.path.join(REPO, "deploy/deb/make-deb.sh"), BUILD], timeout=3600)
+    shutil.rmtree(NEXT, ignore_errors=True)
+    os.makedirs(NEXT)
+    env = dict(os.environ, KMPC_DEB_VERSION=NEXT_KMPC_VERSION, KMPC_KRB5_DEBS=DEBS)
+    ph.sh(["bash", os.path.join(REPO, "deploy/deb/build-kmpc-debs.sh"), BUILD, NEXT],
+          env=env, timeout=3600)
+    krb5 = sorted(glob.glob(os.path.join(DEBS, f"krb5-kdc_*+kmpc*_{ARCH}.deb")))
+    assert len(krb5) == 1, krb5
+    version = krb5[0].split("_")[1]
+    return {"krb5": version, "krb5_next": _bump(version), "kmpc": "0.1.0-1",
+            "kmpc_next": NEXT_KMPC_VERSION}
+
+
+def _debs(root, d, krb5_version, kmpc_version):
+    """The krb5 packages the root has (Debian's, to be replaced) in
+    krb5_version from d, and kmpc's three in kmpc_version."""
+    have = root.run(["dpkg-query", "-W", "-f=${Package} ${Status}\\n"]).stdout
+    installed = {l.split()[0] for l in have.splitlines() if l.endswith("install ok installed")}
+    debs = []
+    for path in glob.glob(os.path.join(DEBS, f"*_{krb5_version}_{ARCH}.deb")):
+        if os.path.basename(path).split("_")[0] in installed:
+            debs.append(path)
+    assert any("/libkrb5-3_" in x for x in debs) and any("/krb5-kdc_" in x for x in debs), debs
+    if d != DEBS:
+        debs = [_repack(x, krb5_version, _bump(krb5_version), d) for x in debs]
+    debs += [os.path.join(d, f"{p}_{kmpc_version}_{ARCH}.deb") for p in KMPC_PKGS]
+    return debs
+
+
+@pytest.fixture
+def hosts(packages, tmp_path):
+    root = ph.DebianRoot(str(tmp_path / "root"), ph.root_tarball(os.path.join(DEBS, "cache")))
+    lan = None
+    realm = None
+    try:
+        lan = ph.Lan().up()
+        realm = ph.PackagedRealm(root, lan, str(tmp_path), REALM)
+        yield root, lan, realm
+    finally:
+        if realm:
+            realm.stop()
+        if lan:
+            lan.down()
+        root.close()
+
+
+def _tgt_etype(client, ccache):
+    out = client.run("klist", "-e", ccache=ccache).stdout
+    m = re.search(rf"krbtgt/{re.escape(REALM)}@{re.escape(REALM)}\s*\n\s*"
+                  r"Etype \(skey, tkt\): ([^,]+), (.+)$", out, flags=re.M)
+    assert m, out
+    return m.group(2).strip()
+
+
+def _login(client, pw, ccache):
+    client.run("kinit", "alice", input=pw + "\n", ccache=ccache)
+    # An enctype Debian's klist does not know: "DEPRECATED:etype -29002".
+    assert re.search(rf"(^|\W)etype {MPC_ETYPE}$", _tgt_etype(client, ccache)), ccache
+    out = client.run("kvno", SERVICE, ccache=ccache).stdout
+    assert re.search(rf"{re.escape(SERVICE)}@{re.escape(REALM)}: kvno = \d+", out), out
+
+
+def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
+    root, lan, realm = hosts
+    stock = ph.sh(["dpkg-query", "-W", "-f=${Version}", "krb5-user"]).stdout
+    assert "kmpc" not in stock, f"the machine's clients must be Debian's, not {stock}"
+    t = time.time()
+    root.install(_debs(root, DEBS, packages["krb5"], packages["kmpc"]))
+    assert root.version("libkrb5-3") == packages["krb5"]
+    assert root.version("krb5-kdc") == packages["krb5"]
+    for p in KMPC_PKGS:
+        assert root.version(p) == packages["kmpc"]
+    _say(capsys, f"installed over Debian's krb5 in {time.time() - t:.1f} s")
+
+    t = time.time()
+    realm.configure(REPO)
+    realm.start_servers()
+    pw = os.urandom(12).hex()
+    realm.create({"alice": pw}, [SERVICE, LATER_SERVICE])
+    realm.start_kdc()
+    client = ph.StockClient(lan, str(tmp_path), REALM)
+    _login(client, pw, "cc-before")
+    handles = realm.handles(realm.tgs)
+    assert handles and all(" handle " in l for l in handles if l.strip()), handles
+    code, out = realm.status()
+    assert code == 0 and "status: OK" in out, out
+    _say(capsys, f"three hosts up, realm made, Debian's kinit/kvno logged in "
+                 f"({time.time() - t:.1f} s)")
+
+    t = time.time()
+    realm.stop()
+    root.install(_debs(root, NEXT, packages["krb5"], packages["kmpc_next"]))
+    assert root.version("krb5-kdc") == packages["krb5_next"]
+    for p in KMPC_PKGS:
+        assert root.version(p) == packages["kmpc_next"]
+    realm.start_servers()
+    realm.start_kdc()
+    # The TGT from before the upgrade: the KDC decrypts it with the krbtgt
+    # key in the cluster, so that key is the one dealt before.
+    out = client.run("kvno", LATER_SERVICE, ccache="cc-before").stdout
+    assert re.search(rf"{re.escape(LATER_SERVICE)}@{re.escape(REALM)}: kvno = \d+", out), out
+    _login(client, pw, "cc-after")
+    assert realm.handles(realm.tgs) == handles
+    code, out = realm.status()
+    assert code == 0 and "status: OK" in out, out
+    _say(capsys, f"upgraded, keys kept, logins work ({time.time() - t:.1f} s)")
