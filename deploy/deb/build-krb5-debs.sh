@@ -10,7 +10,8 @@
 # KMPC_DEB_REV (default 1) is N. Only the architecture-dependent packages
 # are built (dpkg-buildpackage -B; the -doc and -locales packages of
 # Debian's stay valid), with DEB_BUILD_OPTIONS nocheck nodoc parallel=2.
-# Rebuilt only when the series, the patches or N change (a stamp in OUT_DIR).
+# Rebuilt only when the series, the patches or N change (a stamp in OUT_DIR);
+# lintian checks each build.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -73,7 +74,7 @@ prepare_tree() {
     echo "  * kmpc: long-term keys in an MPC cluster (krb5-patches/series of kmpc,"
     echo "    $(series_list | wc -l) patches in debian/patches/kmpc, on Debian's $debver)."
     echo
-    echo " -- kmpc build <kmpc@localhost>  $(date -R -u -d @"${SOURCE_DATE_EPOCH:-$(date +%s)}")"
+    echo " -- kmpc build <kmpc@example.org>  $(date -R -u -d @"${SOURCE_DATE_EPOCH:-$(date +%s)}")"
     echo
     cat "$tree/debian/changelog"
   } >"$entry"
@@ -104,5 +105,12 @@ t0=$(date +%s)
 rm -f "$out"/*krb5*_"$debver"+kmpc*.deb "$out"/libk*_"$debver"+kmpc*.deb "$out"/libgss*_"$debver"+kmpc*.deb
 for f in "$work"/*_"$ver"_*.deb; do mv "$f" "$out/"; done
 rm -f "$work"/*.buildinfo "$work"/*.changes
+# lintian once per build (its default --fail-on error): warnings (all of
+# them Debian's own packaging's) go to krb5-lintian.txt.
+debs=$(ls "$out"/*_"$ver"_*.deb | grep -v -- '-dbgsym_')
+if ! lintian --tag-display-limit 0 $debs >"$out/krb5-lintian.txt" 2>&1; then
+  grep '^E: ' "$out/krb5-lintian.txt" >&2; echo "error: lintian found errors in the krb5 packages" >&2
+  exit 1
+fi
 echo "$want" >"$out/.krb5-debs.stamp"
 log "built $(ls "$out"/*_"$ver"_*.deb | wc -l) packages in $(( $(date +%s) - t0 )) s"

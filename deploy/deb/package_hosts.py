@@ -124,7 +124,11 @@ class DebianRoot:
         return self.run(["dpkg-query", "-W", "-f=${Version}", pkg]).stdout.strip()
 
     def close(self):
+        """Unmount /proc and delete the root (only once nothing is mounted
+        in it: rmtree must never descend into a live /proc)."""
         sh(["umount", "-l", self.p("/proc")], check=False)
+        if not os.path.ismount(self.p("/proc")):
+            shutil.rmtree(self.path, ignore_errors=True)
 
 
 def unit_settings(path, key):
