@@ -145,6 +145,12 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
                  f"clean Debian 12 root and namespaces in {packages['root_s']:.0f} s")
     stock = ph.sh(["dpkg-query", "-W", "-f=${Version}", "krb5-user"]).stdout
     assert "kmpc" not in stock, f"the machine's clients must be Debian's, not {stock}"
+    # Debian's krb5 does not satisfy the KDC module's package (it depends on
+    # the krb5-kdc-kmpc & co. that only the kmpc build provides).
+    kdc_deb = os.path.join(DEBS, f"kmpc-kdc_{packages['kmpc']}_{ARCH}.deb")
+    shutil.copy(kdc_deb, root.p("/tmp"))
+    p = root.run(["dpkg", "-i", "/tmp/" + os.path.basename(kdc_deb)], check=False)
+    assert p.returncode != 0 and "krb5-kdc-kmpc" in p.stderr, p.stdout + p.stderr
     t = time.time()
     root.install(_debs(root, DEBS, packages["krb5"], packages["kmpc"]))
     assert root.version("libkrb5-3") == packages["krb5"]
