@@ -105,7 +105,7 @@ def _debs(root, d, krb5_version, kmpc_version):
 
 
 @pytest.fixture
-def hosts(packages, tmp_path):
+def hosts(packages, tmp_path, request):
     t = time.time()
     root = ph.DebianRoot(str(tmp_path / "root"), ph.root_tarball(os.path.join(DEBS, "cache")))
     lan = None
@@ -116,6 +116,9 @@ def hosts(packages, tmp_path):
         packages["root_s"] = time.time() - t
         yield root, lan, realm
     finally:
+        rep = getattr(request.node, "rep_call", None)
+        if realm and rep is not None and rep.failed:
+            sys.stderr.write(f"\n===== daemon logs =====\n{realm.logs()}\n")
         if realm:
             realm.stop()
         if lan:
@@ -129,6 +132,15 @@ def _tgt_etype(client, ccache):
                   r"Etype \(skey, tkt\): ([^,]+), (.+)$", out, flags=re.M)
     assert m, out
     return m.group(2).strip()
+
+
+def _server_keys(status):
+    """Each server's key count from kmpc-admin status (its "party i, ring
+    up, ..., N keys" lines); --kdb has checked that every KDB handle's key
+    id is on all three."""
+    counts = re.findall(r"party (\d), ring up, .*?(\d+) keys", status)
+    assert len(counts) == 3, status
+    return sorted(counts)
 
 
 def _login(client, pw, ccache):
@@ -171,6 +183,7 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
     assert handles and all(" handle " in l for l in handles if l.strip()), handles
     code, out = realm.status()
     assert code == 0 and "status: OK" in out, out
+    stored = _server_keys(out)
     _say(capsys, f"three hosts up, realm made, Debian's kinit/kvno logged in "
                  f"({time.time() - t:.1f} s)")
 
@@ -190,4 +203,34 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
     assert realm.handles(realm.tgs) == handles
     code, out = realm.status()
     assert code == 0 and "status: OK" in out, out
+    assert _server_keys(out) == stored, out
     _say(capsys, f"upgraded, keys kept, logins work ({time.time() - t:.1f} s)")
+
+
+def test_packaged_units_verify(packages, tmp_path):
+    """The units kmpc-mpc-server and kmpc-kdc install are deploy/systemd's
+    with the packages' paths, and pass systemd-analyze verify (their
+    ExecStart pointed at the packaged binaries, unpacked here)."""
+    tree = tmp_path / "x"
+    for name in ("kmpc-mpc-server", "kmpc-kdc"):
+        ph.sh(["dpkg-deb", "-x", os.path.join(DEBS, f"{name}_{packages['kmpc']}_{ARCH}.deb"),
+               str(tree)])
+    ph.sh(["dpkg-deb", "-x", os.path.join(DEBS, f"krb5-kdc_{packages['krb5']}_{ARCH}.deb"),
+           str(tree)])
+    units = {"kmpc-mpc-server@.service": "/usr/sbin/kmpc-mpc-server",
+             "kmpc-krb5kdc.service": "/usr/sbin/krb5kdc"}
+    for unit, exe in units.items():
+        text = (tree / "lib/systemd/system" / unit).read_text()
+        source = open(os.path.join(REPO, "deploy/systemd", unit)).read()
+        assert "/usr/local" not in text and "/opt/kmpc" not in text, unit
+        assert re.search(rf"^ExecStart={re.escape(exe)} ", text, flags=re.M), unit
+        # Every setting of the source unit is there, paths aside.
+        settings = lambda t: {l for l in t.splitlines()  # noqa: E731
+                              if re.match(r"^[A-Z]\w+=", l) and "/" not in l}
+        assert settings(source) <= settings(text), settings(source) - settings(text)
+        path = tmp_path / unit
+        path.write_text(text.replace(f"ExecStart={exe}", f"ExecStart={tree}{exe}"))
+        p = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True,
+                           text=True, timeout=60)
+        out = (p.stdout + p.stderr).strip()
+        assert p.returncode == 0 and out == "", out
