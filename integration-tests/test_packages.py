@@ -39,6 +39,7 @@ KMPC_PKGS = ("kmpc-mpc-server", "kmpc-kdc", "kmpc-admin")
 REALM = "PKG.KMPC.TEST"
 SERVICE = "host/svc.pkg.kmpc.test"
 LATER_SERVICE = "host/later.pkg.kmpc.test"  # first asked for after the upgrade
+DEALT_SERVICE = "host/dealt.pkg.kmpc.test"  # made through the key dealer
 MPC_ETYPE = "-29002"  # aes256-ctr-mpc, as Debian's klist prints an unknown enctype
 ARCH = subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
                       text=True).stdout.strip()
@@ -205,6 +206,23 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
     assert code == 0 and "status: OK" in out, out
     assert _server_keys(out) == stored, out
     _say(capsys, f"upgraded, keys kept, logins work ({time.time() - t:.1f} s)")
+    _dealer(realm, client, stored)
+
+
+def _dealer(realm, client, stored):
+    """The packaged key dealer in Debian's kadmin.local: a new service
+    key of an MPC enctype goes to the three servers, the KDB gets its
+    handle, and the KDC issues tickets under it."""
+    realm.enable_dealer()
+    realm.kdc_run(["kadmin.local", "-r", REALM, "-q",
+                   f"addprinc -randkey -e aes256-ctr-mpc:normal {DEALT_SERVICE}"])
+    rows = [l for l in realm.handles(DEALT_SERVICE) if l.strip()]
+    assert rows and all(" handle " in l for l in rows), rows
+    code, out = realm.status()
+    assert code == 0 and "status: OK" in out, out
+    assert [(i, str(int(n) + 1)) for i, n in stored] == _server_keys(out), out
+    out = client.run("kvno", DEALT_SERVICE, ccache="cc-after").stdout
+    assert re.search(rf"{re.escape(DEALT_SERVICE)}@{re.escape(REALM)}: kvno = \d+", out), out
 
 
 def test_packaged_units_verify(packages, tmp_path):

@@ -103,7 +103,10 @@ if [ "$(cat "$out/.krb5-debs.stamp" 2>/dev/null)" = "$want" ] &&
   log "krb5 $ver packages up to date in $out"; exit 0
 fi
 log "build dependencies of $(basename "$dsc") (apt-get build-dep --arch-only)"
-DEBIAN_FRONTEND=noninteractive apt-get build-dep -y -qq --arch-only "$dsc" >/dev/null
+# (apt's lists may be missing or stale on a machine whose deps were all
+# installed earlier: update once and retry.)
+build_dep() { DEBIAN_FRONTEND=noninteractive apt-get build-dep -y -qq --arch-only "$dsc" >/dev/null; }
+build_dep || { apt-get update -qq && build_dep; }
 mkdir -p "$work"
 tree=$work/krb5-$upstream_version
 prepare_tree "$dsc" "$tree" "$debver" "$ver"

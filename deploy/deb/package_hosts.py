@@ -259,6 +259,20 @@ class PackagedRealm:
         if group:
             self.root.run(["chown", f"root:{group}", rel])
 
+    def enable_dealer(self):
+        """Load the key dealer (package kmpc-admin) into kadmin.local,
+        kadmind and kdb5_util: kdc.conf.example's commented dealer lines."""
+        path = self.root.p("/etc/kmpc/kdc.conf")
+        with open(path) as f:
+            text = f.read()
+        keep = (r"mpcdealer = \{|kadm5_hook = \{|    module = kmpc:.*/mpcdealer/.*|\}|"
+                r"\[mpcdealer\]|    kmpc = \{|        config = .*|        protect = .*|    \}")
+        text, n = re.subn(rf"^(\s*)# ({keep})$", r"\1\2", text, flags=re.M)
+        if n != 11:
+            raise PackageError(f"kdc.conf.example's dealer block changed ({n} lines)")
+        with open(path, "w") as f:
+            f.write(text)
+
     def kdc_run(self, argv, input=None, check=True):
         """A command on the KDC host as root (kadmin.local, kmpc-admin)."""
         return self.root.run(argv, env=self.env, prefix=self.lan.prefix("kdc"),
