@@ -108,7 +108,7 @@ def _debs(root, d, krb5_version, kmpc_version):
 @pytest.fixture
 def hosts(packages, tmp_path, request):
     t = time.time()
-    root = ph.DebianRoot(str(tmp_path / "root"), ph.root_tarball(os.path.join(DEBS, "cache")))
+    root = ph.DebianRoot(str(tmp_path), ph.root_tarball(os.path.join(DEBS, "cache")))
     lan = None
     realm = None
     try:

@@ -75,11 +75,28 @@ def root_tarball(cache_dir):
     return tgz
 
 
-class DebianRoot:
-    """A clean Debian 12 root made from the cached tarball (no network)."""
+ROOT_MARK = "kmpc-pkgroot-"
 
-    def __init__(self, path, tarball):
-        self.path = path
+
+def unmount_stale():
+    """Unmount the /proc of roots whose run was killed (their directory
+    name holds the dead run's PID), so that nothing ever deletes a tree
+    with a live /proc inside."""
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f]
+    for point in points:
+        m = re.search(rf"/{ROOT_MARK}(\d+)/proc$", point)
+        if m and not kmpc_cluster.pid_alive(int(m.group(1))):
+            sh(["umount", "-l", point], check=False)
+
+
+class DebianRoot:
+    """A clean Debian 12 root made from the cached tarball (no network),
+    in parent/kmpc-pkgroot-<pid>."""
+
+    def __init__(self, parent, tarball):
+        unmount_stale()
+        self.path = path = os.path.join(parent, f"{ROOT_MARK}{os.getpid()}")
         sh(["debootstrap", "--variant=minbase", f"--include={INCLUDE}",
             f"--unpack-tarball={tarball}", SUITE, path, MIRROR], timeout=900)
         # Packages' maintainer scripts must not start daemons here
