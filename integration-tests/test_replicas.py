@@ -1,0 +1,270 @@
+"""A primary KDC and a replica KDC serving one kmpc realm from one MPC cluster.
+
+Real daemons only (deploy/kmpc_replica.py): three kmpc-mpc-server processes,
+the primary's krb5kdc and kadmind (kmpc's key dealer loaded, iprop enabled),
+the replica's krb5kdc, and MIT's kprop/kpropd, all on 127.0.0.1. Each KDC
+has its own kdcmpc module instance and its own client certificate, pinned by
+the servers.
+
+The tests run in order on one set of daemons (bringing them up is most of
+the time): kprop (full) and then kpropd in iprop mode (incremental) each
+carry a password change (kpasswd, then the kadm5 RPC, through kadmind with
+the key dealer) and a new protected principal to the replica, where the new
+password logs in and the old one does not; after every admin operation and
+every propagation, each KDB, read with the master key (kmpc-kdb-handle
+keys), holds only handles for the protected principals and none of the keys
+derived independently from their passwords (RFC 3962 string-to-key,
+ctr_mpc_ref.py); a client listing both KDCs logs in with either one down;
+revoking the replica's certificate stops its MPC work and not the
+primary's.
+"""
+import hashlib
+import os
+import re
+import secrets
+import subprocess
+import time
+
+import pytest
+
+import ctr_mpc_ref
+import kmpc_cluster
+import kmpc_replica
+from handle_realm import default_salt
+
+kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server",
+                           "mpc-server/libkmpc_dealer.so", "kdc-plugin/libkmpc_kdc.so",
+                           "kdc-plugin/kmpc-kdb-handle")
+
+MPC_ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc")
+
+
+def pw(tag):
+    return f"{tag}-{secrets.token_hex(6)}"
+
+
+class State:
+    """The set of daemons and what the tests did to it: every protected
+    principal with every password it ever had."""
+
+    def __init__(self, rs):
+        self.rs = rs
+        self.passwords = {}
+
+    @property
+    def replica(self):
+        return self.rs.replicas[0]
+
+
+@pytest.fixture(scope="module")
+def st(tmp_path_factory, request):
+    t0 = time.monotonic()
+    rs = kmpc_replica.ReplicaSet(str(tmp_path_factory.mktemp("replicas")))
+    s = State(rs)
+    try:
+        rs.create().start()
+        yield s
+    finally:
+        rs.stop()
+        tr = request.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"test_replicas.py: {time.monotonic() - t0:.1f} s "
+                          "(daemons up to down)")
+
+
+@pytest.fixture(autouse=True)
+def _logs_on_failure(st, request):
+    yield
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        import sys
+        sys.stderr.write(f"\n===== daemon logs for {request.node.name} =====\n"
+                         + st.rs.logs() + "\n")
+
+
+# ---- what the KDBs hold -------------------------------------------------------
+
+def derived_keys(realm, princ, password):
+    """The aes256/aes128 keys string-to-key gives for password with princ's
+    default salt, computed here (not by krb5)."""
+    salt = default_salt(f"{princ}@{realm}").encode()
+    return [ctr_mpc_ref.string_to_key(e, password.encode(), salt) for e in MPC_ENCTYPES]
+
+
+def assert_handles_only(kdc, princ, passwords=()):
+    """kdc's KDB entry for princ, read with the master key, holds only
+    handles of MPC enctypes, and none of the keys derived from passwords
+    (nor their SHA-256, which is what kmpc-kdb-handle prints for a real
+    key). Returns the rows."""
+    rows = kdc.kdb_keys(princ)
+    assert rows, f"{kdc.dir}: {princ} has no keys"
+    values = {v for _, _, _, v in rows}
+    for kvno, enctype, kind, _ in rows:
+        assert kind == "handle", f"{kdc.dir}: {princ} kvno {kvno} {enctype} is a real key"
+        assert enctype in MPC_ENCTYPES, (princ, enctype)
+    for password in passwords:
+        for key in derived_keys(kdc.realm, princ, password):
+            # Compared as booleans: a failing assert must not print a key.
+            found = key.hex() in values or hashlib.sha256(key).hexdigest() in values
+            assert not found, f"{kdc.dir}: a key of {princ}'s password is in the KDB"
+    return rows
+
+
+def check_kdbs(st, not_yet=()):
+    """Every KDB that exists (primary, replica): krbtgt and every protected
+    principal hold handles only, none of any password's keys. not_yet:
+    principals made on the primary since the replica's last propagation
+    (absent there, and checked to be)."""
+    rs = st.rs
+    for kdc in [rs.primary] + [r for r in rs.replicas if r.has_kdb()]:
+        assert_handles_only(kdc, rs.primary.tgs)
+        for princ, pws in st.passwords.items():
+            if kdc is not rs.primary and princ in not_yet:
+                out = kdc.run(["kadmin.local", "-r", kdc.realm, "-q", f"getprinc {princ}"],
+                              expected_code=None)
+                assert "does not exist" in out, out
+                continue
+            assert_handles_only(kdc, princ, pws)
+
+
+def same_keys(a, b, princ):
+    """princ holds the same handles (kvno, enctype, key id) in both KDBs."""
+    assert sorted(a.kdb_keys(princ)) == sorted(b.kdb_keys(princ)), princ
+
+
+# ---- logins ------------------------------------------------------------------
+
+def kinit_ok(env_kdc, princ, password, env=None):
+    env_kdc.run(["kinit", princ], input=password + "\n", env=env)
+
+
+def kinit_fails(kdc, princ, password, env=None):
+    out = kdc.run(["kinit", princ], input=password + "\n", env=env, expected_code=None)
+    assert "Password incorrect" in out or "Preauthentication failed" in out, out
+
+
+def kdc_log_tail(kdc, since):
+    with open(kdc.kdc_log, errors="replace") as f:
+        f.seek(since)
+        return f.read()
+
+
+def log_size(kdc):
+    return os.path.getsize(kdc.kdc_log) if os.path.exists(kdc.kdc_log) else 0
+
+
+# ---- the tests ------------------------------------------------------------------
+
+def test_kprop_full_carries_password_change_and_new_principal(st):
+    rs, r = st.rs, st.replica
+    r.start_kpropd(iprop=False)
+    a1 = pw("alice1")
+    rs.add_principal("alice", a1)
+    st.passwords["alice"] = [a1]
+    check_kdbs(st)
+    rs.propagate_full(r)
+    r.start_kdc()
+    check_kdbs(st)
+    same_keys(rs.primary, r, "alice")
+    kinit_ok(r, "alice", a1)
+
+    a2, b1 = pw("alice2"), pw("bob1")
+    out = rs.change_password("alice", a1, a2, how="kpasswd")
+    assert "Password changed" in out, out
+    st.passwords["alice"].append(a2)
+    rs.add_principal("bob", b1)
+    st.passwords["bob"] = [b1]
+    check_kdbs(st, not_yet={"bob"})
+    # Not propagated yet: the replica still has alice's old handle, so the
+    # new password does not log in there.
+    kinit_fails(r, "alice", a2)
+
+    rs.propagate_full(r)
+    check_kdbs(st)
+    for princ in ("alice", "bob", rs.primary.tgs):
+        same_keys(rs.primary, r, princ)
+    kinit_ok(r, "alice", a2)
+    kinit_fails(r, "alice", a1)
+    kinit_ok(r, "bob", b1)
+    r.run(["kvno", kmpc_cluster.SERVICE])
+
+
+def test_iprop_incremental_carries_password_change_and_new_principal(st):
+    rs, r = st.rs, st.replica
+    r.stop_kpropd()
+    r.start_kpropd(iprop=True)
+    # The replica has no update log yet: kadmind gives it a full resync
+    # first (kdb5_util dump, kprop to its kpropd).
+    kind, _ = r.iprop_wait(r.kpropd.offset)
+    assert kind == "full", kind
+    check_kdbs(st)
+
+    a2 = st.passwords["alice"][-1]
+    a3, c1 = pw("alice3"), pw("carol1")
+    out = rs.change_password("alice", a2, a3, how="kadmin")
+    assert "changed" in out, out
+    st.passwords["alice"].append(a3)
+    rs.add_principal("carol", c1)
+    st.passwords["carol"] = [c1]
+    check_kdbs(st, not_yet={"carol"})
+
+    kind, _ = r.iprop_poll()
+    assert kind == "incremental", kind
+    log = r.run(["kproplog"])
+    assert "Update principal : alice@" in log and "Update principal : carol@" in log, log
+    check_kdbs(st)
+    for princ in ("alice", "carol"):
+        same_keys(rs.primary, r, princ)
+    kinit_ok(r, "alice", a3)
+    kinit_fails(r, "alice", a2)
+    kinit_ok(r, "carol", c1)
+
+
+def test_client_fails_over_between_kdcs(st):
+    rs, r = st.rs, st.replica
+    p = rs.primary
+    env = rs.client_conf(os.path.join(rs.dir, "both.conf"), [p, r])
+    alice = st.passwords["alice"][-1]
+    kinit_ok(p, "alice", alice, env=env)
+    for down, up in ((p, r), (r, p)):
+        down.stop_kdc()
+        since = log_size(up)
+        kinit_ok(p, "alice", alice, env=env)
+        p.run(["kvno", kmpc_cluster.SERVICE], env=env)
+        assert re.search(r"AS_REQ .*ISSUE.*alice@", kdc_log_tail(up, since)), \
+            f"{up.dir} did not serve the login"
+        if down is p:
+            p.start()
+        else:
+            r.start_kdc()
+    kinit_ok(p, "alice", alice, env=env)
+
+
+def test_revoking_the_replica_certificate_stops_only_its_mpc_work(st):
+    rs, r = st.rs, st.replica
+    p = rs.primary
+    alice = st.passwords["alice"][-1]
+    kinit_ok(r, "alice", alice)
+    out = kmpc_replica.gen_certs(p.cluster.certs, "--revoke", rs.cert(r.name))
+    assert "revoked" in out, out
+    serial = subprocess.run(["openssl", "x509", "-noout", "-serial", "-in", rs.cert(r.name)],
+                            capture_output=True, text=True, check=True
+                            ).stdout.strip().split("=")[1]
+    # The servers re-read the CRL within a second of a change.
+    deadline = time.monotonic() + 10
+    while True:
+        out = r.run(["kinit", "alice"], input=alice + "\n", expected_code=None)
+        if "Password incorrect" not in out and "kinit:" in out:
+            break
+        assert time.monotonic() < deadline, "the replica still logs in after revocation"
+        time.sleep(0.3)
+    assert r.kdc_alive()
+    for i in range(3):
+        with open(p.cluster.log_path(i), errors="replace") as f:
+            log = f.read()
+        assert re.search(r"KeyOps: denied .*serial " + serial + r".*revoked", log), log[-3000:]
+    # The primary's certificate is untouched: its logins go on, and a client
+    # listing the replica first fails over to the primary.
+    kinit_ok(p, "alice", alice)
+    env = rs.client_conf(os.path.join(rs.dir, "replica-first.conf"), [r, p])
+    kinit_ok(p, "alice", alice, env=env)
