@@ -243,7 +243,10 @@ class ReplicaKdc(kmpc_realm.Realm):
                 "-p", binpath("kdb5_util"), "-a", self.kpropd_acl,
                 "-s", self.keytab]
         if iprop:
-            argv += ["-A", "127.0.0.1"]
+            # kpropd authenticates to kiprop/<admin server> (kadm5's
+            # kiprop service name): the primary's host name, which the
+            # kiprop principal of the KDB carries.
+            argv += ["-A", local_hostname()]
         self.kpropd = Daemon(argv, self.env, self.kpropd_log)
         self.kpropd.wait_for("ready", timeout=timeout)
         return self.kpropd
