@@ -164,9 +164,12 @@ class ReplicaKdc(kmpc_realm.Realm):
     krb5kdc, kdcmpc module instance (client certificate kdc-<name>) and
     kpropd; the primary's master key stash."""
 
-    def __init__(self, primary, name, kprop_port):
+    def __init__(self, primary, name, kprop_port, kdc_conf_extra=""):
+        """kdc_conf_extra: text appended to the replica's kdc.conf (whole
+        sections, e.g. storm_bench.dbmodules_block)."""
         super().__init__(os.path.join(primary.dir, name), enctypes=primary.enctypes,
-                         realm=primary.realm, krb5_conf_extra=KRB5_LIBDEFAULTS)
+                         realm=primary.realm, krb5_conf_extra=KRB5_LIBDEFAULTS,
+                         kdc_conf_extra=kdc_conf_extra)
         self.primary = primary
         self.name = name
         self.kprop_port = kprop_port
@@ -227,7 +230,25 @@ class ReplicaKdc(kmpc_realm.Realm):
 [logging]
     kdc = FILE:{self.kdc_log}
     default = FILE:{self.dir}/krb5lib.log
-""")
+{self.kdc_conf_extra}""")
+
+    def start(self):
+        """krb5kdc, then the primary's warm-up login through it (its module's
+        connections made before anyone else logs in)."""
+        self.start_kdc()
+        kt = os.path.join(self.primary.dir, "warmup.keytab")
+        if not os.path.exists(kt):
+            return self
+        env = dict(self.env, KRB5CCNAME="FILE:" + os.path.join(self.dir, "warmup.ccache"))
+        deadline = time.time() + 15
+        while True:
+            try:
+                self.run(["kinit", "-k", "-t", kt, self.primary.WARMUP], env=env)
+                return self
+            except RealmError:
+                if time.time() > deadline or not self.kdc_alive():
+                    raise
+                time.sleep(0.3)
 
     # ---- kpropd --------------------------------------------------------
     def start_kpropd(self, iprop=False, timeout=30):
@@ -356,14 +377,15 @@ class ReplicaSet:
                        f"        iprop_port = {self.iprop_port}\n"
                        f"        iprop_listen = 127.0.0.1:{self.iprop_port}\n")
         self.primary = kmpc_cluster.KmpcRealm(
-            os.path.join(self.dir, PRIMARY), module="real", dealer=True,
+            os.path.join(self.dir, PRIMARY), module="real", dealer=False,
             realm_extra=realm_extra + realm_kw.pop("realm_extra", ""),
             krb5_conf_extra=KRB5_LIBDEFAULTS,
             module_options={"cert": f"{certs}/kdc-{PRIMARY}.pem",
                             "key": f"{certs}/kdc-{PRIMARY}.key"}, **realm_kw)
         self.primary.stash = os.path.join(self.primary.dir, "stash")
         self.primary.iprop_port = self.iprop_port
-        self.replicas = [ReplicaKdc(self.primary, n, self.kprop_port)
+        self.replicas = [ReplicaKdc(self.primary, n, self.kprop_port,
+                                    realm_kw.get("kdc_conf_extra", ""))
                          for n in self.names[1:]]
         # The administrator keeps an ordinary key, so kadmin works while the
         # cluster is down; random, never printed.
@@ -391,18 +413,26 @@ class ReplicaSet:
         cl.server_flags = " ".join(f for f in (cl.server_flags,
                                               f"--keyops_clients=kmpc-kdc,{pins}") if f)
 
-    def create(self):
+    def create(self, users=0):
+        """The cluster and the primary's KDB: the krbtgt key made in the
+        cluster (no KDB ever held it), an ordinary service, users random-key
+        load-test users user0.. (keys in the primary's users.keytab, shared
+        with --from-existing before the dealer is on), a warm-up principal;
+        then the key dealer on for every later change; the administrator and
+        kprop's/kpropd's principals with ordinary keys; the replicas'
+        directories."""
         p = self.primary
         os.makedirs(self.dir, exist_ok=True)
         self.make_certs()
         p.create()
-        p.kadmin_local(f"setstr {p.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
-        # A krbtgt key made in the cluster (protect = krbtgt/*): no KDB ever
-        # held it; nothing was issued under the first one.
-        p.kadmin_local(f"cpw -randkey {p.tgs}")
+        p.setup_krbtgt()
+        p.setup_warmup()
+        p.add_service()
+        if users:
+            p.add_users(n_random=users)
+        p.enable_dealer()
         p.kadmin_local("addprinc -e aes256-cts-hmac-sha1-96:normal "
                        f"-pw {self.admin_password} {ADMIN}")
-        p.add_service()
         # kprop's and kpropd's identity host/<host> and kpropd's iprop
         # client kiprop/<host>: ordinary keys (not protected), in the
         # primary's keytab (kprop, also when kadmind runs it) and in each
@@ -532,7 +562,7 @@ def main():
                 r.iprop_poll()
             else:
                 rs.propagate_full(r)
-            r.start_kdc()
+            r.start()
             with open(os.path.join(r.dir, "kpropd.pid"), "w") as f:
                 f.write(str(r.kpropd.proc.pid))
     except BaseException:

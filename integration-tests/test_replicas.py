@@ -165,7 +165,7 @@ def test_kprop_full_carries_password_change_and_new_principal(st):
     st.passwords["alice"] = [a1]
     check_kdbs(st)
     rs.propagate_full(r)
-    r.start_kdc()
+    r.start()
     check_kdbs(st)
     same_keys(rs.primary, r, "alice")
     kinit_ok(r, "alice", a1)
@@ -238,8 +238,38 @@ def test_client_fails_over_between_kdcs(st):
         if down is p:
             p.start()
         else:
-            r.start_kdc()
+            r.start()
     kinit_ok(p, "alice", alice, env=env)
+
+
+def mpc_job(cluster, client, key_id):
+    """One keystream job on the servers with certs/<client>.pem: the
+    kmpc-mpc-client run (returncode, stdout)."""
+    p = subprocess.run([kmpc_cluster.find_built("mpc-server/kmpc-mpc-client"),
+                        f"--servers={cluster.servers}", f"--certs={cluster.certs}",
+                        f"--client={client}", "--timeout_ms=10000", "jobs"],
+                       input=f"keystream {key_id} 1 16\n", capture_output=True,
+                       text=True, timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_only_the_pinned_kdc_certificates_do_mpc_work(st):
+    """Each KDC's own certificate is pinned; another certificate with the
+    KDC's CN from the same CA (gen-certs.sh's kdc.pem) is refused."""
+    cl = st.rs.primary.cluster
+    # A keystream job names an AES-128 key (kmpc-mpc-client's job syntax).
+    key_id = next(v for _, et, kind, v in st.rs.primary.kdb_keys("alice")
+                  if kind == "handle" and et == "aes128-ctr-mpc")
+    for name in st.rs.names:
+        rc, out = mpc_job(cl, f"kdc-{name}", key_id)
+        assert rc == 0 and out.startswith("ok "), out
+    rc, out = mpc_job(cl, "kdc", key_id)
+    assert rc != 0, out
+    denied = ""
+    for i in range(3):
+        with open(cl.log_path(i), errors="replace") as f:
+            denied += f.read()
+    assert "certificate fingerprint not pinned" in denied
 
 
 def test_revoking_the_replica_certificate_stops_only_its_mpc_work(st):
