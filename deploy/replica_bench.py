@@ -162,6 +162,8 @@ def main():
     ap.add_argument("--duration", type=float, default=8)
     ap.add_argument("--warmup", type=float, default=3)
     ap.add_argument("--json", default=os.path.join(BENCH_DIR, "replicas.json"))
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the realm's directory (logs; it holds the users' keytab)")
     args = ap.parse_args()
     if args.users < 2 or args.concurrency < 2 or args.duration <= 0:
         ap.error("--users and --concurrency must be at least 2, --duration positive")
@@ -196,7 +198,10 @@ def main():
     finally:
         rs.stop()
         # The realm's files hold the load-test users' keys (users.keytab).
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "users": args.users, "duration_s": args.duration, "warmup_s": args.warmup,
            "settings": storm_bench.SETTINGS_DOC["headline"], "cpus": os.cpu_count(),
