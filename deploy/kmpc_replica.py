@@ -257,6 +257,9 @@ class ReplicaKdc(kmpc_realm.Realm):
         kadmind for updates (a full resync first if it has no ulog)."""
         if self.kpropd is not None:
             raise RealmError("kpropd already running")
+        if iprop and self is not self.primary.replicas_iprop:
+            raise RealmError(f"{self.name}: on one host only the first replica can use "
+                             "iprop (kadmind sends full resyncs to one kprop port)")
         self.iprop = iprop
         self.write_conf()
         argv = [binpath("kpropd"), "-D", "-d", "-r", self.realm,
@@ -332,12 +335,12 @@ def kdb_keys(realm, princ):
     return [tuple(line.split()) for line in p.stdout.splitlines()]
 
 
-def client_krb5_conf(primary, kdcs, include_primary=False):
-    """A krb5.conf naming the KDCs of kdcs (in order; the primary first
-    when include_primary) and the primary's kadmind as admin and kpasswd
-    server: clients fail over between the kdc lines (MIT tries them in
-    order, krb5/src/lib/krb5/os/sendto_kdc.c)."""
-    ports = ([primary.kdc_port] if include_primary else []) + [k.kdc_port for k in kdcs]
+def client_krb5_conf(primary, kdcs):
+    """A krb5.conf naming the KDCs of kdcs (the primary or replicas, in
+    order) and the primary's kadmind as admin and kpasswd server: clients
+    fail over between the kdc lines (MIT tries them in order,
+    krb5/src/lib/krb5/os/sendto_kdc.c)."""
+    ports = [k.kdc_port for k in kdcs]
     ets = " ".join(primary.enctypes + primary.session_enctypes)
     lines = "".join(f"        kdc = 127.0.0.1:{port}\n" for port in ports)
     return f"""[libdefaults]
@@ -370,7 +373,12 @@ class ReplicaSet:
         check_loopback_hostname()
         self.dir = os.path.abspath(workdir)
         self.host = local_hostname()
-        self.iprop_port, self.kprop_port = kmpc_realm.free_ports(2)
+        # One kprop port per replica (all kpropd listen on this host);
+        # kadmind's full resyncs go to the first replica's (kadmind -k
+        # names one port, as every replica has on its own host).
+        ports = kmpc_realm.free_ports(1 + replicas)
+        self.iprop_port, self.kprop_ports = ports[0], ports[1:]
+        self.kprop_port = self.kprop_ports[0]
         self.names = [PRIMARY] + [f"replica{i + 1}" for i in range(replicas)]
         certs = os.path.join(self.dir, PRIMARY, "mpc", "certs")
         realm_extra = (f"        iprop_enable = true\n"
@@ -384,9 +392,10 @@ class ReplicaSet:
                             "key": f"{certs}/kdc-{PRIMARY}.key"}, **realm_kw)
         self.primary.stash = os.path.join(self.primary.dir, "stash")
         self.primary.iprop_port = self.iprop_port
-        self.replicas = [ReplicaKdc(self.primary, n, self.kprop_port,
+        self.replicas = [ReplicaKdc(self.primary, n, port,
                                     realm_kw.get("kdc_conf_extra", ""))
-                         for n in self.names[1:]]
+                         for n, port in zip(self.names[1:], self.kprop_ports)]
+        self.primary.replicas_iprop = self.replicas[0] if self.replicas else None
         # The administrator keeps an ordinary key, so kadmin works while the
         # cluster is down; random, never printed.
         self.admin_password = admin_password or secrets.token_urlsafe(18)
@@ -466,7 +475,7 @@ class ReplicaSet:
         dump = os.path.join(p.dir, "replica-dump")
         since = replica.kpropd.size()
         p.run(["kdb5_util", "-r", p.realm, "dump", dump])
-        out = p.run(["kprop", "-r", p.realm, "-f", dump, "-P", str(self.kprop_port),
+        out = p.run(["kprop", "-r", p.realm, "-f", dump, "-P", str(replica.kprop_port),
                      "-s", p.keytab, self.host], timeout=timeout)
         if "SUCCEEDED" not in out:
             raise RealmError(f"kprop did not succeed:\n{out}")
@@ -540,7 +549,8 @@ def main():
     s.add_argument("dir")
     s.add_argument("--replicas", type=int, default=1)
     s.add_argument("--iprop", action="store_true",
-                   help="kpropd in iprop mode (else one full kprop)")
+                   help="the first replica's kpropd in iprop mode, polling every "
+                        "2 s (the others, and without it all, get one full kprop)")
     sub.add_parser("stop").add_argument("dir")
     args = ap.parse_args()
     d = os.path.abspath(args.dir)
@@ -555,10 +565,11 @@ def main():
     rs = ReplicaSet(d, replicas=args.replicas)
     try:
         rs.create().start()
-        for r in rs.replicas:
+        for n, r in enumerate(rs.replicas):
             r.poll = "2s"
-            r.start_kpropd(iprop=args.iprop)
-            if args.iprop:
+            iprop = args.iprop and n == 0
+            r.start_kpropd(iprop=iprop)
+            if iprop:
                 r.iprop_poll()
             else:
                 rs.propagate_full(r)

@@ -9,16 +9,18 @@ tool and settings as deploy/storm_bench.py's saturation runs):
   one     one storm at the primary only, CONC logins in flight;
   two     two storms in parallel, one per KDC (--kdc), CONC/2 in flight
           each: the same load spread over two KDCs;
-  two-x2  two storms in parallel, CONC in flight each.
+  two-x2  two storms in parallel, CONC in flight each;
+for each CONC of --concurrency (default 256 and 1024: past the knee, more
+in flight only queues, so the peak is the best of them).
 For each phase: logins/s (sum of the storms; the closed-loop saturation
-rate, the "login storm peak" here), p50/p99 latency, failed logins, the
+rate; the "login storm peak" is the best phase of each kind), p50/p99 latency, failed logins, the
 MPC servers' Run batches (logins per batch, from their counters), and CPU
 per login of the server side (the KDCs and the three servers, read from
 /proc over each whole run, warm-up included, against every login made).
 Figures to build/bench/replicas.json and a Markdown table on stdout (for
 docs/bench-log.md).
 
-Usage: replica_bench.py [--users 1000] [--concurrency 1024] [--duration 8]
+Usage: replica_bench.py [--users 1000] [--concurrency 256,1024] [--duration 8]
 """
 
 import argparse
@@ -158,15 +160,21 @@ def table(res):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--users", type=int, default=1000)
-    ap.add_argument("--concurrency", type=int, default=1024)
+    ap.add_argument("--concurrency", default="256,1024",
+                    help="comma list: logins in flight at one KDC for each "
+                         "round of phases (half each at two KDCs, then as many)")
     ap.add_argument("--duration", type=float, default=8)
     ap.add_argument("--warmup", type=float, default=3)
     ap.add_argument("--json", default=os.path.join(BENCH_DIR, "replicas.json"))
     ap.add_argument("--keep", action="store_true",
                     help="keep the realm's directory (logs; it holds the users' keytab)")
     args = ap.parse_args()
-    if args.users < 2 or args.concurrency < 2 or args.duration <= 0:
-        ap.error("--users and --concurrency must be at least 2, --duration positive")
+    try:
+        concs = [int(c) for c in args.concurrency.split(",")]
+    except ValueError:
+        ap.error(f"--concurrency: not a comma list of integers: {args.concurrency!r}")
+    if args.users < 2 or min(concs) < 2 or args.duration <= 0:
+        ap.error("--users and every --concurrency must be at least 2, --duration positive")
     os.makedirs(BENCH_DIR, exist_ok=True)
     work = tempfile.mkdtemp(prefix="replicas-", dir=BENCH_DIR)
     outdir = os.path.join(BENCH_DIR, "replicas")
@@ -185,16 +193,20 @@ def main():
         half = args.users // 2
         p_all = Side(rs, rs.primary, 0, args.users)
         p_half, r_half = Side(rs, rs.primary, 0, half), Side(rs, r, half, args.users - half)
-        c, h = args.concurrency, max(args.concurrency // 2, 1)
         phases = []
-        for name, storms in (("one", [(p_all, c)]),
-                             ("two", [(p_half, h), (r_half, h)]),
-                             ("two-x2", [(p_half, c), (r_half, c)])):
-            ph = run_phase(rs, name, storms, args.duration, args.warmup, outdir)
-            print(f"{name}: {ph['logins_per_s']:.0f} logins/s, failed {ph['failed']}, "
-                  f"{ph['logins_per_run_batch']} logins/Run batch, "
-                  f"{ph['server_cpu_us_per_login']:.0f} us server CPU/login", flush=True)
-            phases.append(ph)
+        for c in concs:
+            h = c // 2
+            for name, storms in ((f"one-c{c}", [(p_all, c)]),
+                                 (f"two-c{c}", [(p_half, h), (r_half, c - h)]),
+                                 (f"two-x2-c{c}", [(p_half, c), (r_half, c)])):
+                load = os.getloadavg()[0]
+                ph = run_phase(rs, name, storms, args.duration, args.warmup, outdir)
+                ph["loadavg_1min_before"] = round(load, 2)
+                print(f"{name}: {ph['logins_per_s']:.0f} logins/s, failed {ph['failed']}, "
+                      f"{ph['logins_per_run_batch']} logins/Run batch, "
+                      f"{ph['server_cpu_us_per_login']:.0f} us server CPU/login "
+                      f"(load average {load:.1f} before)", flush=True)
+                phases.append(ph)
     finally:
         rs.stop()
         # The realm's files hold the load-test users' keys (users.keytab).
@@ -206,9 +218,15 @@ def main():
            "users": args.users, "duration_s": args.duration, "warmup_s": args.warmup,
            "settings": storm_bench.SETTINGS_DOC["headline"], "cpus": os.cpu_count(),
            "phases": phases, "elapsed_s": round(time.time() - t0, 1)}
+    # The peaks: the best closed-loop rate with one KDC and with two.
+    for k in (1, 2):
+        res[f"peak_{k}_kdc_logins_per_s"] = max(p["logins_per_s"] for p in phases
+                                                if p["kdcs"] == k)
     with open(args.json, "w") as f:
         json.dump(res, f, indent=1)
     print(table(res))
+    print(f"peak: one KDC {res['peak_1_kdc_logins_per_s']:.0f} logins/s, two KDCs "
+          f"{res['peak_2_kdc_logins_per_s']:.0f} logins/s")
     print(f"replica_bench: {res['elapsed_s']} s; {args.json}")
     return 0
 

@@ -23,6 +23,7 @@ import os
 import re
 import secrets
 import subprocess
+import sys
 import time
 
 import pytest
@@ -79,7 +80,6 @@ def _logs_on_failure(st, request):
     yield
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
-        import sys
         sys.stderr.write(f"\n===== daemon logs for {request.node.name} =====\n"
                          + st.rs.logs() + "\n")
 
