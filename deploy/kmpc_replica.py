@@ -167,7 +167,8 @@ class ReplicaKdc(kmpc_realm.Realm):
     def __init__(self, primary, name, kprop_port, kdc_conf_extra=""):
         """kdc_conf_extra: text appended to the replica's kdc.conf (whole
         sections, e.g. storm_bench.dbmodules_block)."""
-        super().__init__(os.path.join(primary.dir, name), enctypes=primary.enctypes,
+        super().__init__(os.path.join(os.path.dirname(primary.dir), name),
+                         enctypes=primary.enctypes,
                          realm=primary.realm, krb5_conf_extra=KRB5_LIBDEFAULTS,
                          kdc_conf_extra=kdc_conf_extra)
         self.primary = primary
@@ -181,6 +182,7 @@ class ReplicaKdc(kmpc_realm.Realm):
         self.cert = os.path.join(primary.cluster.certs, f"kdc-{name}")
         self.kpropd_acl = os.path.join(self.dir, "kpropd.acl")
         self.kpropd_log = os.path.join(self.dir, "kpropd.log")
+        self.kpropd_conf = os.path.join(self.dir, "kpropd-krb5.conf")
         self.incoming = os.path.join(self.dir, "from_primary")
 
     def create(self):
@@ -198,8 +200,14 @@ class ReplicaKdc(kmpc_realm.Realm):
 
     def write_conf(self):
         p = self.primary
+        # The replica's own krb5.conf names only its KDC (tools run with
+        # self.env reach this KDC and no other); kpropd's names the primary's
+        # too, so that it gets its kiprop credentials while this KDC is not
+        # up yet (a new replica's first sync).
         with open(self.krb5_conf, "w") as f:
             f.write(client_krb5_conf(p, [self]))
+        with open(self.kpropd_conf, "w") as f:
+            f.write(client_krb5_conf(p, [p, self]))
         module = kmpc_cluster.kdcmpc_conf(
             kmpc_cluster.REAL_MODULE_NAME, kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so"),
             {"servers": p.cluster.servers, "ca": f"{p.cluster.certs}/ca.pem",
@@ -271,7 +279,8 @@ class ReplicaKdc(kmpc_realm.Realm):
             # kiprop service name): the primary's host name, which the
             # kiprop principal of the KDB carries.
             argv += ["-A", local_hostname()]
-        self.kpropd = Daemon(argv, self.env, self.kpropd_log)
+        self.kpropd = Daemon(argv, dict(self.env, KRB5_CONFIG=self.kpropd_conf),
+                             self.kpropd_log)
         self.kpropd.wait_for("ready", timeout=timeout)
         return self.kpropd
 
