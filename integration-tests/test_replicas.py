@@ -22,6 +22,7 @@ import hashlib
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +31,8 @@ import pytest
 
 import ctr_mpc_ref
 import kmpc_cluster
+import kmpc_deploy
+import kmpc_realm
 import kmpc_replica
 from handle_realm import default_salt
 
@@ -322,3 +325,24 @@ def test_revoking_the_replica_certificate_stops_only_its_mpc_work(st):
     kinit_ok(p, "alice", alice)
     env = rs.client_conf(os.path.join(rs.dir, "replica-first.conf"), [r, p])
     kinit_ok(p, "alice", alice, env=env)
+
+
+def test_kpropd_unit_verifies_and_is_hardened(tmp_path):
+    """deploy/systemd/kmpc-kpropd.service (THREE-HOSTS.md, section 12)
+    passes systemd-analyze verify with the hardening of the other units."""
+    unit = os.path.join(os.path.dirname(kmpc_deploy.KDC_UNIT), "kmpc-kpropd.service")
+    with open(unit) as f:
+        text = f.read()
+    for d in ("NoNewPrivileges=yes", "ProtectSystem=strict", "LimitCORE=0",
+              "PrivateTmp=yes", "ProtectHome=yes", "UMask=0077"):
+        assert f"\n{d}\n" in text, f"kmpc-kpropd.service lacks {d}"
+    assert "\nUser=kmpc-kdc\n" in text and "\nReadWritePaths=/var/lib/kmpc-kdc\n" in text
+    # systemd-analyze checks that ExecStart is executable: the built prefix.
+    path = tmp_path / "kmpc-kpropd.service"
+    path.write_text(text.replace(kmpc_deploy.KRB5_PREFIX, kmpc_realm.PREFIX))
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze missing (deploy/install-deps.sh installs systemd)"
+    p = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True,
+                       timeout=60)
+    out = (p.stdout + p.stderr).strip()
+    assert p.returncode == 0 and out == "", out
