@@ -241,6 +241,42 @@ def test_iprop_incremental_carries_password_change_and_new_principal(st):
     kinit_ok(r, "carol", c1)
 
 
+def tgt_kvno(kdc):
+    """The kvno of the krbtgt key kdc's TGS uses now (kvno of a ticket for
+    the krbtgt itself, got with the TGT in the ccache)."""
+    out = kdc.run(["kvno", f"krbtgt/{kdc.realm}@{kdc.realm}"])
+    return int(re.search(r"kvno = (\d+)", out).group(1))
+
+
+def test_krbtgt_rotation_with_keepold_keeps_the_replica_issuing(st):
+    """README "Replica KDCs": the krbtgt rotated with -keepold on the
+    primary; the replica, not yet updated, still issues under the old kvno
+    (its shares are kept), then under the new one once iprop brings it; the
+    old kvno purged afterwards. No KDB ever holds a krbtgt key."""
+    rs, r = st.rs, st.replica
+    p = rs.primary
+    alice = st.passwords["alice"][-1]
+    kinit_ok(r, "alice", alice)
+    old = tgt_kvno(r)
+    p.kadmin_local(f"cpw -randkey -keepold {p.tgs}")
+    check_kdbs(st)
+    kinit_ok(r, "alice", alice)
+    assert tgt_kvno(r) == old
+    kind, _ = r.iprop_poll()
+    assert kind == "incremental", kind
+    same_keys(p, r, p.tgs)
+    kinit_ok(r, "alice", alice)
+    assert tgt_kvno(r) == old + 1
+    p.kadmin_local(f"purgekeys -keepkvno {old + 1} {p.tgs}")
+    kind, _ = r.iprop_poll()
+    assert kind == "incremental", kind
+    rows = assert_handles_only(r, p.tgs)
+    assert {int(k) for k, _, _, _ in rows} == {old + 1}
+    check_kdbs(st)
+    kinit_ok(r, "alice", alice)
+    kinit_ok(p, "alice", alice)
+
+
 def test_client_fails_over_between_kdcs(st):
     rs, r = st.rs, st.replica
     p = rs.primary
