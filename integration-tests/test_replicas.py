@@ -14,9 +14,11 @@ password logs in and the old one does not; after every admin operation and
 every propagation, each KDB, read with the master key (kmpc-kdb-handle
 keys), holds only handles for the protected principals and none of the keys
 derived independently from their passwords (RFC 3962 string-to-key,
-ctr_mpc_ref.py); a client listing both KDCs logs in with either one down;
-revoking the replica's certificate stops its MPC work and not the
-primary's.
+ctr_mpc_ref.py); a krbtgt rotated with -keepold leaves the replica issuing
+until iprop brings the new kvno; a client listing both KDCs logs in with
+either one down; only the pinned per-KDC certificates do MPC work, and
+revoking the replica's stops its MPC work and not the primary's. Also:
+deploy/systemd/kmpc-kpropd.service verifies.
 """
 import hashlib
 import os
