@@ -193,7 +193,7 @@ def test_kprop_full_carries_password_change_and_new_principal(st):
     # Not propagated yet: the replica still has alice's old handle, whose
     # shares the dealer removed from the cluster when the change committed
     # (mpc-server/admin/dealer_module.cc). So until the next propagation
-    # neither password logs in there (README, "Replica KDCs").
+    # neither password logs in there (docs/admin-guide.md, "Replica KDCs").
     since = log_size(r)
     kinit_fails(r, "alice", a2)
     kinit_fails(r, "alice", a1)
@@ -251,8 +251,8 @@ def tgt_kvno(kdc):
 
 
 def test_krbtgt_rotation_with_keepold_keeps_the_replica_issuing(st):
-    """README "Replica KDCs": the krbtgt rotated with -keepold on the
-    primary; the replica, not yet updated, still issues under the old kvno
+    """docs/admin-guide.md, "Replica KDCs": the krbtgt rotated with
+    -keepold on the primary; the replica, not yet updated, still issues under the old kvno
     (its shares are kept), then under the new one once iprop brings it; the
     old kvno purged afterwards. No KDB ever holds a krbtgt key."""
     rs, r = st.rs, st.replica
