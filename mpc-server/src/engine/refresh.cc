@@ -476,43 +476,65 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
   return out;
 }
 
-}  // namespace
+// This party's agreement header of a refresh: the digests of the inputs and
+// of its views of the pairs.
+absl::Status RefreshHeader(absl::Span<const uint8_t> batch_id, uint64_t seq,
+                           absl::Span<const RefreshItem> items, int rebuild_party,
+                           const std::vector<Plan>& plan, AgreementHeader& mine) {
+  static constexpr char kTag[] = "kmpc-refresh-v1";
+  Digest inputs, views;
+  inputs.Update(kTag, sizeof kTag);
+  inputs.Update(batch_id.data(), batch_id.size());
+  inputs.U64(seq);
+  inputs.U64(items.size());
+  inputs.U64(static_cast<uint64_t>(rebuild_party + 1));
+  for (const RefreshItem& it : items) {
+    inputs.Str(it.old_key_id);
+    inputs.Str(it.new_key_id);
+  }
+  for (const Plan& w : plan) views.Update(w.view.data(), kViewBytes);
+  if (absl::Status st = inputs.Final(mine.inputs); !st.ok()) return st;
+  return views.Final(mine.keys);
+}
 
-absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
-    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
-    absl::Span<const RefreshItem> items, const RefreshLookup& lookup,
-    int rebuild_party) {
-  if (items.size() > kMaxRefreshPairs)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a refresh batch holds at most ", kMaxRefreshPairs, " pairs"));
-  if (rebuild_party != kNoRebuild && (rebuild_party < 0 || rebuild_party > 2))
-    return absl::InvalidArgumentError("the party to rebuild must be 0, 1 or 2");
+// Same pairs, different views (or a rebuild): exchange the views, fail the
+// same pairs on all three parties. On the rebuilt party, survivor_views gets
+// the survivors' views of every pair (cipher, dealing id and metadata digest
+// of what it receives).
+absl::Status ExchangeViews(net::RingChannel& channel, int rebuild_party,
+                           std::vector<Plan>& plan, std::vector<uint8_t>& survivor_views) {
   const bool rebuild = rebuild_party != kNoRebuild;
   const int me = channel.party();
-  std::vector<Plan> plan(items.size());
-  CheckInputs(items, plan);
-  for (size_t j = 0; j < items.size(); ++j)
-    if (plan[j].live())
-      if (absl::Status st = LookUp(me, items[j], lookup, plan[j]); !st.ok()) return st;
-
-  // Agreement (the engine's two rounds, agreement.h, without counters).
-  AgreementHeader mine;
-  {
-    static constexpr char kTag[] = "kmpc-refresh-v1";
-    Digest inputs, views;
-    inputs.Update(kTag, sizeof kTag);
-    inputs.Update(batch_id.data(), batch_id.size());
-    inputs.U64(seq);
-    inputs.U64(items.size());
-    inputs.U64(static_cast<uint64_t>(rebuild_party + 1));
-    for (const RefreshItem& it : items) {
-      inputs.Str(it.old_key_id);
-      inputs.Str(it.new_key_id);
-    }
-    for (const Plan& w : plan) views.Update(w.view.data(), kViewBytes);
-    if (absl::Status st = inputs.Final(mine.inputs); !st.ok()) return st;
-    if (absl::Status st = views.Final(mine.keys); !st.ok()) return st;
+  const size_t n = kViewBytes * plan.size();
+  std::vector<uint8_t> vmine(n), vnext(n), vnext2(n);
+  for (size_t j = 0; j < plan.size(); ++j)
+    std::memcpy(&vmine[kViewBytes * j], plan[j].view.data(), kViewBytes);
+  if (absl::Status st = channel.Exchange(vmine, absl::MakeSpan(vnext)); !st.ok())
+    return st;
+  if (absl::Status st = channel.Exchange(vnext, absl::MakeSpan(vnext2)); !st.ok())
+    return st;
+  for (size_t j = 0; j < plan.size(); ++j) {
+    std::array<const uint8_t*, 3> v;
+    v[me] = &vmine[kViewBytes * j];
+    v[(me + 1) % 3] = &vnext[kViewBytes * j];
+    v[(me + 2) % 3] = &vnext2[kViewBytes * j];
+    if (rebuild) DecideRebuild(plan[j], v, rebuild_party);
+    else Decide(plan[j], v);
   }
+  if (rebuild && me == rebuild_party) survivor_views = std::move(vnext);
+  return absl::OkStatus();
+}
+
+// Agreement (the engine's two rounds, agreement.h, without counters), then
+// every pair's outcome decided alike on the three parties.
+absl::Status AgreeOnRefresh(net::RingChannel& channel, absl::Span<const uint8_t> batch_id,
+                            uint64_t seq, absl::Span<const RefreshItem> items,
+                            int rebuild_party, std::vector<Plan>& plan,
+                            std::vector<uint8_t>& survivor_views) {
+  AgreementHeader mine;
+  if (absl::Status st = RefreshHeader(batch_id, seq, items, rebuild_party, plan, mine);
+      !st.ok())
+    return st;
   uint8_t raw[AgreementHeader::kSize], raw_next[AgreementHeader::kSize],
       raw_next2[AgreementHeader::kSize];
   mine.Encode(absl::MakeSpan(raw));
@@ -527,37 +549,20 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
   if (!mine.SameInputs(*next) || !mine.SameInputs(*next2))
     return absl::AbortedError(
         "refresh refused: the MPC servers received different refresh requests");
-  // The survivors' views of every pair, for the rebuilt party (cipher,
-  // dealing id and metadata digest of what it receives).
-  std::vector<uint8_t> survivor_views;
-  if (rebuild || !mine.SameKeys(*next) || !mine.SameKeys(*next2)) {
-    // Same pairs, different views: exchange them, fail the same pairs. (A
-    // rebuild always does: the rebuilt party learns the survivors' views.)
-    const size_t n = kViewBytes * plan.size();
-    std::vector<uint8_t> vmine(n), vnext(n), vnext2(n);
-    for (size_t j = 0; j < plan.size(); ++j)
-      std::memcpy(&vmine[kViewBytes * j], plan[j].view.data(), kViewBytes);
-    if (absl::Status st = channel.Exchange(vmine, absl::MakeSpan(vnext)); !st.ok())
-      return st;
-    if (absl::Status st = channel.Exchange(vnext, absl::MakeSpan(vnext2)); !st.ok())
-      return st;
-    for (size_t j = 0; j < plan.size(); ++j) {
-      std::array<const uint8_t*, 3> v;
-      v[me] = &vmine[kViewBytes * j];
-      v[(me + 1) % 3] = &vnext[kViewBytes * j];
-      v[(me + 2) % 3] = &vnext2[kViewBytes * j];
-      if (rebuild) DecideRebuild(plan[j], v, rebuild_party);
-      else Decide(plan[j], v);
-    }
-    if (rebuild && me == rebuild_party) survivor_views = std::move(vnext);
-  } else {
-    for (Plan& w : plan) Decide(w, {w.view.data(), w.view.data(), w.view.data()});
-  }
+  // A rebuild always exchanges the views: the rebuilt party learns the
+  // survivors' views.
+  if (rebuild_party != kNoRebuild || !mine.SameKeys(*next) || !mine.SameKeys(*next2))
+    return ExchangeViews(channel, rebuild_party, plan, survivor_views);
+  for (Plan& w : plan) Decide(w, {w.view.data(), w.view.data(), w.view.data()});
+  return absl::OkStatus();
+}
 
-  if (rebuild)
-    return RebuildExchange(channel, batch_id, seq, items, plan, rebuild_party,
-                           survivor_views);
-
+// The refresh proper (no rebuild) of the pairs that go ahead: one
+// zero-sharing round.
+absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
+    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
+    absl::Span<const RefreshItem> items, const std::vector<Plan>& plan) {
+  const int me = channel.party();
   std::vector<RefreshOutcome> out(items.size());
   size_t total = 0;
   for (size_t j = 0; j < plan.size(); ++j) {
@@ -604,6 +609,35 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
     out[j].shares = std::move(ks);
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
+    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
+    absl::Span<const RefreshItem> items, const RefreshLookup& lookup,
+    int rebuild_party) {
+  if (items.size() > kMaxRefreshPairs)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a refresh batch holds at most ", kMaxRefreshPairs, " pairs"));
+  if (rebuild_party != kNoRebuild && (rebuild_party < 0 || rebuild_party > 2))
+    return absl::InvalidArgumentError("the party to rebuild must be 0, 1 or 2");
+  const int me = channel.party();
+  std::vector<Plan> plan(items.size());
+  CheckInputs(items, plan);
+  for (size_t j = 0; j < items.size(); ++j)
+    if (plan[j].live())
+      if (absl::Status st = LookUp(me, items[j], lookup, plan[j]); !st.ok()) return st;
+
+  std::vector<uint8_t> survivor_views;  // on the rebuilt party only
+  if (absl::Status st =
+          AgreeOnRefresh(channel, batch_id, seq, items, rebuild_party, plan, survivor_views);
+      !st.ok())
+    return st;
+  if (rebuild_party != kNoRebuild)
+    return RebuildExchange(channel, batch_id, seq, items, plan, rebuild_party,
+                           survivor_views);
+  return RefreshExchange(channel, batch_id, seq, items, plan);
 }
 
 }  // namespace kmpc::engine
