@@ -91,3 +91,7 @@ kmpc_server_test(kmpc_auth_test 120
 # The one-use ENCRYPT and PAD states (service/encrypt_states.h).
 kmpc_server_test(kmpc_encrypt_states_test 60
   SOURCES test/server/encrypt_states_test.cc LIBS kmpc_service)
+
+# The key cache over a real share store (service/key_cache.h).
+kmpc_server_test(kmpc_key_cache_test 60
+  SOURCES test/server/key_cache_test.cc LIBS kmpc_service)
