@@ -127,6 +127,36 @@ TEST(Prf, FillXor2IsTheXorOfTwoFills) {
   EXPECT_EQ(zero, Bytes(16 * 9, 0));
 }
 
+TEST(Prf, IsAes128CtrBothImplementations) {
+  const auto key = Random(16);
+  for (bool aesni : {false, true}) {
+    const bool prev = PrfForceAesNi(aesni);
+    Prf f(key.data());
+    for (size_t n : {1, 3, 4, 5, 8, 15, 16, 17, 40, 73}) {
+      std::vector<uint8_t> out(16 * n);
+      const uint64_t ctr = 0xfffffffffffffff0ull + n;  // crosses 2^64 wrap
+      f.Fill(ctr, n, out.data());
+      for (size_t i = 0; i < n; ++i) {
+        uint8_t block[16] = {0};
+        const uint64_t c = ctr + i;
+        std::memcpy(block, &c, 8);  // little-endian counter, bytes 8..15 zero
+        ASSERT_EQ(ToHex(absl::MakeConstSpan(&out[16 * i], 16)),
+                  ToHex(OpensslAes(key, block)))
+            << PrfImplementation() << " n=" << n << " i=" << i;
+      }
+      // FillXor2 = Fill(a) ^ Fill(b).
+      const auto key2 = Random(16);
+      Prf g(key2.data());
+      std::vector<uint8_t> x(16 * n), y(16 * n), z(16 * n);
+      f.Fill(ctr, n, x.data());
+      g.Fill(ctr, n, y.data());
+      Prf::FillXor2(f, g, ctr, n, z.data());
+      for (size_t k = 0; k < z.size(); ++k) ASSERT_EQ(z[k], x[k] ^ y[k]);
+    }
+    PrfForceAesNi(prev);
+  }
+}
+
 TEST(Prf, DifferentKeysDifferentStreams) {
   const Bytes k1 = Random(16);
   Bytes k2 = k1;
