@@ -95,3 +95,7 @@ kmpc_server_test(kmpc_encrypt_states_test 60
 # The key cache over a real share store (service/key_cache.h).
 kmpc_server_test(kmpc_key_cache_test 60
   SOURCES test/server/key_cache_test.cc LIBS kmpc_service)
+
+# The server's Prometheus metrics (service/metrics.h).
+kmpc_server_test(kmpc_metrics_test 60
+  SOURCES test/server/metrics_test.cc LIBS kmpc_service)
