@@ -233,10 +233,12 @@ def test_packaged_units_verify(packages, tmp_path):
     for name in ("kmpc-mpc-server", "kmpc-kdc"):
         ph.sh(["dpkg-deb", "-x", os.path.join(DEBS, f"{name}_{packages['kmpc']}_{ARCH}.deb"),
                str(tree)])
-    ph.sh(["dpkg-deb", "-x", os.path.join(DEBS, f"krb5-kdc_{packages['krb5']}_{ARCH}.deb"),
-           str(tree)])
+    for name in ("krb5-kdc", "krb5-kpropd"):
+        ph.sh(["dpkg-deb", "-x", os.path.join(DEBS, f"{name}_{packages['krb5']}_{ARCH}.deb"),
+               str(tree)])
     units = {"kmpc-mpc-server@.service": "/usr/sbin/kmpc-mpc-server",
-             "kmpc-krb5kdc.service": "/usr/sbin/krb5kdc"}
+             "kmpc-krb5kdc.service": "/usr/sbin/krb5kdc",
+             "kmpc-kpropd.service": "/usr/sbin/kpropd"}
     for unit, exe in units.items():
         text = (tree / "lib/systemd/system" / unit).read_text()
         source = open(os.path.join(REPO, "deploy/systemd", unit)).read()
