@@ -3,14 +3,17 @@
 one session, back to back, repeated (the machine is shared: compare the
 ratios of one round, not absolutes across rounds).
 
-Each round runs, for stock and then for every build given, a closed-loop
-AS storm (kmpc-storm -c CONC -d SECONDS) and prints the KDC's CPU per
-login (kmpc-storm --watch-pid, from /proc), logins/s, and for kmpc the
+Each round runs, for stock and then for every build given, the closed-loop
+AS storm `make bench` takes the KDC's CPU per login from (storm_bench.py:
+each target's saturation_concurrency, warm-up and ramp; -c overrides) and
+prints the KDC's CPU per login (kmpc-storm --watch-pid, from /proc),
+logins/s, and for kmpc the
 module's request counters per login (/metrics: kmpc_kdc_run_requests_total,
-_finalize_requests_total, _sign_requests_total, _sign_rpcs_total where the
-build has it). Each build's realm is made afresh (deploy/kmpc_cluster.py).
+_finalize_requests_total, _sign_batches_total where the build has it: each
+one call per server; _sign_requests_total: signatures). Each build's realm is made afresh (deploy/kmpc_cluster.py).
 
-Usage (builds are KMPC_CMAKE_BUILD directories; label=DIR):
+Usage (label=DIR: a KMPC_CMAKE_BUILD directory; label=FILE.so: that kdcmpc
+module, KMPC_KDC_MODULE, with everything else from $KMPC_CMAKE_BUILD):
   KRB5_PREFIX=/work/main/build/krb5 /usr/bin/python3 deploy/kdc_cpu_ab.py \
       before=/work/main/build/cmake after=$PWD/build/cmake --rounds 2
 """
@@ -28,7 +31,7 @@ sys.path.insert(0, HERE)
 import storm_bench  # noqa: E402
 
 COUNTERS = ("run_requests", "finalize_requests", "sign_requests",
-            "sign_rpcs")
+            "sign_batches")
 
 
 def scrape(url):
@@ -51,22 +54,28 @@ def storm(target, args, label, outdir):
 
 def one(kind, build, users, conc, secs, outdir, label):
     """One target: {'rate', 'kdc_us', ...per-login counters}."""
-    if build:
+    if build and build.endswith(".so"):
+        os.environ["KMPC_KDC_MODULE"] = build
+    elif build:
+        os.environ.pop("KMPC_KDC_MODULE", None)
         os.environ["KMPC_CMAKE_BUILD"] = build
     wd = tempfile.mkdtemp(prefix=f"ab-{label}-", dir=outdir)
     if kind == "stock":
         t = storm_bench.stock_factory(wd, "headline", users)
     else:
         t = storm_bench.kmpc_factory(wd, "headline", users, metrics=True)
+    c = conc or t.saturation_concurrency
+    wu = getattr(t, "warmup_s", 1.0)
+    ramp = ["--ramp", wu] if c > 64 else []
     try:
         # Warm-up (connections, pads, page cache) outside the figures.
-        storm(t, ["-c", conc, "-d", 2], label + "-warm", wd)
+        storm(t, ["-c", 8, "-d", 2], label + "-warm", wd)
         c0 = scrape(t.metrics_urls["krb5kdc"]) if kind != "stock" else {}
-        res, logins = storm(t, ["-c", conc, "-d", secs], label, wd)
+        res, logins = storm(t, ["-c", c, "-d", secs, "-w", wu, *ramp], label, wd)
         c1 = scrape(t.metrics_urls["krb5kdc"]) if kind != "stock" else {}
     finally:
         t.stop()
-    out = {"rate": res["logins_per_s"],
+    out = {"concurrency": c, "rate": res["logins_per_s"],
            "kdc_us": res["cpu"]["krb5kdc"]["us_per_login"],
            "kdc_cores": res["cpu"]["krb5kdc"]["cores"],
            "machine_busy_cores": res["machine_busy_cores"]}
@@ -80,15 +89,17 @@ def main():
     ap.add_argument("builds", nargs="+", help="label=KMPC_CMAKE_BUILD dir")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--users", type=int, default=200)
-    ap.add_argument("-c", "--concurrency", type=int, default=32)
-    ap.add_argument("-d", "--seconds", type=int, default=10)
+    ap.add_argument("-c", "--concurrency", type=int, default=0,
+                    help="closed-loop clients (default: as make bench)")
+    ap.add_argument("-d", "--seconds", type=int, default=8)
     ap.add_argument("--json", help="write every round's figures here")
     a = ap.parse_args()
     builds = []
     for b in a.builds:
         label, sep, path = b.partition("=")
-        if not sep or not os.path.isdir(path):
-            ap.error(f"{b!r}: expected label=DIR with DIR a cmake build")
+        if not sep or not (os.path.isdir(path) or path.endswith(".so")
+                           and os.path.isfile(path)):
+            ap.error(f"{b!r}: expected label=DIR (a cmake build) or label=FILE.so")
         builds.append((label, os.path.abspath(path)))
     outdir = tempfile.mkdtemp(prefix="kdc-cpu-ab-")
     rounds = []
