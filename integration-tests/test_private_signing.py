@@ -114,7 +114,7 @@ def test_run_batches_per_exchange(kmpc_factory, tmp_path):
         _login(r, "-f", "-r", "1d")
         r.run(["kvno", SERVICE])
         r.run(["kinit", "-R"])
-    counts, signs = {}, {}
+    counts, signs, sign_batches = {}, {}, {}
     for name, argv in (("AS", None), ("TGS", ["kvno", SERVICE]),
                        ("renewal", ["kinit", "-R"])):
         if argv is not None:
@@ -124,6 +124,7 @@ def test_run_batches_per_exchange(kmpc_factory, tmp_path):
             # above ran within the login's second and lacked it.
             time.sleep(max(0.0, login_at + 1.1 - time.time()))
         before, s0 = _runs(r), _kdc(r, "kmpc_kdc_sign_requests_total")
+        b0 = _kdc(r, "kmpc_kdc_sign_batches_total")
         if argv is None:
             _login(r, "-f", "-r", "1d")
             login_at = time.time()
@@ -131,7 +132,9 @@ def test_run_batches_per_exchange(kmpc_factory, tmp_path):
             r.run(argv)
         counts[name] = _runs(r) - before
         signs[name] = _kdc(r, "kmpc_kdc_sign_requests_total") - s0
-    print("Run batches per exchange:", counts, "Sign requests:", signs)
+        sign_batches[name] = _kdc(r, "kmpc_kdc_sign_batches_total") - b0
+    print("Run batches per exchange:", counts, "signatures:", signs,
+          "Sign requests:", sign_batches)
     # The KDC module sent as many Runs as the servers ran.
     assert _kdc(r, "kmpc_kdc_run_requests_total") >= 7 * 3, "module counter"
     # Every PAC signature under the MPC-held krbtgt went out as a Sign of a
@@ -139,6 +142,9 @@ def test_run_batches_per_exchange(kmpc_factory, tmp_path):
     # signatures (AS, renewal), the service ticket's ticket and KDC
     # signatures (TGS).
     assert signs == {"AS": 2, "TGS": 2, "renewal": 2}, signs
+    # Signatures queued together share one Sign request; one exchange's
+    # come one after the other (the KDC signature covers the other).
+    assert all(1 <= sign_batches[n] <= signs[n] for n in signs), sign_batches
     assert _kdc(r, "kmpc_kdc_sign_rerun_total") == 0
     assert counts["AS"] == 1, counts
     # The TGS-REQ's TGT carries a PAC whose server signature MIT checks

@@ -38,10 +38,14 @@ struct BatcherStats {
   // Requests sent to the three servers (one per step, counted once for
   // the three parties): Run requests (a batch, or a re-run of a failed
   // FINALIZE-only or Sign step), Finalize requests (after a Run, or of
-  // speculated keystreams), Sign requests.
+  // speculated keystreams), Sign requests (sign_batches); and the
+  // checksums sent in Sign requests (sign_requests: one pad and one
+  // signature each; a Sign request carries every one queued when the
+  // submitter went idle).
   uint64_t run_requests = 0;
   uint64_t finalize_requests = 0;
   uint64_t sign_requests = 0;
+  uint64_t sign_batches = 0;
   // Pads (speculator.h): PAD jobs sent; pads a CHECKSUM used (Sign
   // requests' items); pads lost (their DECRYPT or PAD job failed) or that
   // expired unused.

@@ -226,7 +226,7 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
     return;
   }
   call->started = absl::Now();
-  host_->Sending(StepKind::kRun);
+  host_->Sending(StepKind::kRun, call->idx.size());
   auto self = shared_from_this();
   for (int p = 0; p < kParties; ++p) {
     host_->transport()->Run(
@@ -569,7 +569,7 @@ void BatchStep::StartFinalize(const std::shared_ptr<FinalizeCall>& fin) {
   // (A finalize_only call is not re-run then: the party is still down.)
   if (FailIfPartyDown(fin->idx)) return;
   fin->started = absl::Now();
-  host_->Sending(StepKind::kFinalizeOnly);
+  host_->Sending(StepKind::kFinalizeOnly, fin->idx.size());
   auto self = shared_from_this();
   for (int p = 0; p < kParties; ++p) {
     host_->transport()->Finalize(
@@ -714,7 +714,7 @@ void BatchStep::StartSign() {
       return;
     }
   }
-  host_->Sending(StepKind::kSign);
+  host_->Sending(StepKind::kSign, call->idx.size());
   auto self = shared_from_this();
   for (int p = 0; p < kParties; ++p) {
     host_->transport()->Sign(

@@ -80,10 +80,10 @@ class StepHost {
   virtual void ExchangeOk(int kind) = 0;
   // Sign jobs re-run as ordinary CHECKSUM jobs.
   virtual void SignRerun(size_t jobs) = 0;
-  // A request is about to go to the three servers (statistics): a Run
-  // request (kRun), a Finalize request (kFinalizeOnly: after a Run as well),
-  // a Sign request (kSign).
-  virtual void Sending(StepKind what) = 0;
+  // A request of `items` jobs is about to go to the three servers
+  // (statistics): a Run request (kRun), a Finalize request (kFinalizeOnly:
+  // after a Run as well), a Sign request (kSign).
+  virtual void Sending(StepKind what, size_t items) = 0;
   virtual void StepFinished(const std::shared_ptr<BatchStep>& step,
                             StepKind kind, uint64_t blocks, bool failed) = 0;
 };

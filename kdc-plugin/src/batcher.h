@@ -138,9 +138,12 @@ class Batcher {
   absl::Status Submit(uint64_t token, Job job);
 
   // The submitter has no more jobs for now (the KDC's event loop finished
-  // the callback that submitted them): finalize_only jobs go now, and with
-  // early_flush an idle cluster gets the queued jobs at once instead of
-  // after `coalesce`. Cheap; may be called from any thread.
+  // the callback that submitted them): the signatures under held pads
+  // queued since the last call go as one Sign request per server and the
+  // finalize_only jobs as Finalize requests, both started on the calling
+  // thread (gRPC async calls: it does not wait for them); with early_flush
+  // an idle cluster gets the queued jobs at once instead of after
+  // `coalesce`. May be called from any thread; not from inside the sink.
   void SubmitterIdle();
 
   // Takes every job still waiting for a batch (none in flight) back: the

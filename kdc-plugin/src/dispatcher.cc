@@ -17,6 +17,9 @@ namespace {
 // submitted them returns) before they go anyway.
 constexpr int kMaxFinalizeOnlyInflight = 4;
 constexpr absl::Duration kFinalizeOnlyMaxWait = absl::Milliseconds(5);
+// How long sign jobs wait for SubmitterIdle() before the dispatcher sends
+// them anyway (the KDC calls it when its callback returns: well before).
+constexpr absl::Duration kSignMaxWait = absl::Milliseconds(5);
 
 }  // namespace
 
@@ -40,46 +43,51 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
   q.enqueued = absl::Now();
   std::vector<PendingJob> group_jobs;  // speculative ENCRYPT and PAD jobs
   bool wake = false;
-  std::shared_ptr<BatchStep> sign;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_)
       return absl::UnavailableError("the kdcmpc module is shutting down");
-    const size_t waiting = queue_.size() + finalize_only_queue_.size();
+    const size_t waiting =
+        queue_.size() + finalize_only_queue_.size() + sign_queue_.size();
     if (waiting >= options_.max_queue)
       return absl::UnavailableError(absl::StrCat(
           "the MPC cluster is overloaded: ", waiting, " jobs wait"));
     speculator_.OnSubmit(&q, queue_.size(), &group_jobs);
-    if (q.sign)
-      sign = MakeSignStep(std::move(q));
-    else
-      wake = Enqueue(std::move(q), &group_jobs);
+    if (q.sign) {
+      // Until SubmitterIdle(): a Sign needs no ring round, so it waits for
+      // neither a window nor the Run in flight, only for the other
+      // signatures of this callback (of every login it handled).
+      const absl::Time due = q.enqueued + kSignMaxWait;
+      const bool first = sign_queue_.empty();
+      sign_queue_.push_back(std::move(q));
+      wake = first && NeedsWake(due);
+    } else {
+      wake = Enqueue(std::move(q), &group_jobs) &&
+             NeedsWake(absl::InfinitePast());
+    }
   }
   if (wake) cv_.notify_one();  // the dispatcher is the only waiter
-  // At once, on this thread: a Sign needs no ring round, so it neither
-  // waits for a window nor for the Run in flight.
-  if (sign) {
-    sign->Start();
-    sign.reset();
-    std::lock_guard<std::mutex> l(mu_);
-    if (--signs_starting_ == 0) started_cv_.notify_all();
-  }
   return absl::OkStatus();
 }
 
-std::shared_ptr<BatchStep> Dispatcher::MakeSignStep(PendingJob job) {
-  const absl::Time now = absl::Now();
-  ++stats_.jobs;
-  ++sign_inflight_;
-  ++signs_starting_;
-  std::vector<PendingJob> jobs;
-  jobs.push_back(std::move(job));
+// NeedsWake(absl::InfinitePast()): whenever it sleeps.
+bool Dispatcher::NeedsWake(absl::Time at) {
+  // Awake (InfinitePast): it looks again before it sleeps.
+  if (at >= dispatcher_wake_) return false;
+  dispatcher_wake_ = absl::InfinitePast();
+  return true;
+}
+
+std::shared_ptr<BatchStep> Dispatcher::MakeStep(std::vector<PendingJob> jobs,
+                                                StepKind kind,
+                                                absl::Time now) {
+  if (kind != StepKind::kSign) ++stats_.batches;
+  stats_.jobs += jobs.size();
   auto step = std::make_shared<BatchStep>(shared_from_this(), next_seq_++,
-                                          std::move(jobs), now,
-                                          StepKind::kSign);
+                                          std::move(jobs), now, kind);
   active_.insert(step);
   // The watchdog must know of the step's deadline.
-  cv_.notify_one();
+  if (NeedsWake(step->deadline())) cv_.notify_one();
   return step;
 }
 
@@ -110,23 +118,38 @@ bool Dispatcher::Enqueue(PendingJob q, std::vector<PendingJob>* group_jobs) {
           queued_blocks_ >= options_.max_blocks);
 }
 
+// The submitter's callback returned: its signatures and its speculated
+// keystreams' FINALIZE go now, from this thread (no hand-off to the
+// dispatcher thread: a futex wake and two context switches per callback);
+// an idle cluster (early flush) may take the Run queue now.
 void Dispatcher::SubmitterIdle() {
+  std::vector<std::shared_ptr<BatchStep>> steps;
+  bool wake = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
-    bool wake = false;
-    if (!finalize_only_queue_.empty() && !finalize_only_now_) {
-      finalize_only_now_ = true;
-      wake = true;
-    }
+    Lock lk(mu_);
+    if (stopping_) return;
+    const absl::Time now = absl::Now();
+    absl::Time unused = absl::InfiniteFuture();
+    if (auto s = NextSign(now, &unused, /*force=*/true)) steps.push_back(s);
+    if (!finalize_only_queue_.empty()) finalize_only_now_ = true;
+    // Up to the in-flight limit; the rest go as those end (StepFinished
+    // wakes the dispatcher, which sees finalize_only_now_).
+    while (auto s = NextFinalizeOnly(now, &unused)) steps.push_back(s);
     if (options_.early_flush && !queue_.empty() && !flush_now_) {
       flush_now_ = true;
       // With a batch in flight the queue waits for it anyway; its
       // completion wakes the dispatcher, which then sees flush_now_.
-      wake |= inflight_ == 0;
+      wake = inflight_ == 0 && NeedsWake(absl::InfinitePast());
     }
-    if (!wake) return;
+    starting_ += static_cast<int>(steps.size());
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
+  if (steps.empty()) return;
+  const int n = static_cast<int>(steps.size());
+  for (auto& s : steps) s->Start();
+  steps.clear();
+  std::lock_guard<std::mutex> l(mu_);
+  if ((starting_ -= n) == 0) started_cv_.notify_all();
 }
 
 void Dispatcher::RunUntilStopped() {
@@ -145,6 +168,7 @@ void Dispatcher::RunUntilStopped() {
 
 void Dispatcher::Loop() {
   Lock lk(mu_);
+  dispatcher_wake_ = absl::InfinitePast();
   while (!stopping_) {
     const absl::Time now = absl::Now();
     // Unused keystreams go at their expiry, not at the next submit: an
@@ -154,13 +178,16 @@ void Dispatcher::Loop() {
     // finalize_only jobs need no ring work: they do not wait for the Run
     // batch in flight.
     if (StartFinalizeOnly(now, &wake, &lk)) continue;
+    if (StartSigns(now, &wake, &lk)) continue;
     if (StartRunBatch(now, &wake, &lk)) continue;
+    dispatcher_wake_ = wake;
     if (wake == absl::InfiniteFuture()) {
       cv_.wait(lk);
     } else {
       cv_.wait_for(lk, absl::ToChronoMicroseconds(wake - absl::Now()) +
                            std::chrono::microseconds(50));
     }
+    dispatcher_wake_ = absl::InfinitePast();
   }
 }
 
@@ -184,16 +211,27 @@ bool Dispatcher::ExpireOverdue(absl::Time now, absl::Time* wake, Lock* lk) {
 
 bool Dispatcher::StartFinalizeOnly(absl::Time now, absl::Time* wake,
                                    Lock* lk) {
+  std::shared_ptr<BatchStep> step = NextFinalizeOnly(now, wake);
+  if (!step) return false;
+  lk->unlock();
+  step->Start();
+  step.reset();
+  lk->lock();
+  return true;
+}
+
+std::shared_ptr<BatchStep> Dispatcher::NextFinalizeOnly(absl::Time now,
+                                                        absl::Time* wake) {
   if (finalize_only_queue_.empty() ||
       finalize_only_inflight_ >= kMaxFinalizeOnlyInflight)
-    return false;
+    return nullptr;
   const absl::Time at =
       finalize_only_now_ ? now
                          : finalize_only_queue_.front().enqueued +
                                kFinalizeOnlyMaxWait;
   if (at > now) {
     *wake = std::min(*wake, at);
-    return false;
+    return nullptr;
   }
   std::vector<PendingJob> batch;
   const size_t take = std::max(options_.max_jobs, options_.backlog_jobs);
@@ -203,8 +241,33 @@ bool Dispatcher::StartFinalizeOnly(absl::Time now, absl::Time* wake,
   }
   if (finalize_only_queue_.empty()) finalize_only_now_ = false;
   ++finalize_only_inflight_;
-  Launch(std::move(batch), StepKind::kFinalizeOnly, now, lk);
+  return MakeStep(std::move(batch), StepKind::kFinalizeOnly, now);
+}
+
+bool Dispatcher::StartSigns(absl::Time now, absl::Time* wake, Lock* lk) {
+  std::shared_ptr<BatchStep> step = NextSign(now, wake, /*force=*/false);
+  if (!step) return false;
+  lk->unlock();
+  step->Start();
+  step.reset();
+  lk->lock();
   return true;
+}
+
+std::shared_ptr<BatchStep> Dispatcher::NextSign(absl::Time now,
+                                                absl::Time* wake,
+                                                bool force) {
+  if (sign_queue_.empty()) return nullptr;
+  const absl::Time at = sign_queue_.front().enqueued + kSignMaxWait;
+  if (!force && at > now) {
+    *wake = std::min(*wake, at);
+    return nullptr;
+  }
+  std::vector<PendingJob> jobs(std::make_move_iterator(sign_queue_.begin()),
+                               std::make_move_iterator(sign_queue_.end()));
+  sign_queue_.clear();
+  ++sign_inflight_;
+  return MakeStep(std::move(jobs), StepKind::kSign, now);
 }
 
 bool Dispatcher::StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk) {
@@ -240,11 +303,7 @@ bool Dispatcher::StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk) {
 
 void Dispatcher::Launch(std::vector<PendingJob> jobs, StepKind kind,
                         absl::Time now, Lock* lk) {
-  ++stats_.batches;
-  stats_.jobs += jobs.size();
-  auto step = std::make_shared<BatchStep>(shared_from_this(), next_seq_++,
-                                          std::move(jobs), now, kind);
-  active_.insert(step);
+  auto step = MakeStep(std::move(jobs), kind, now);
   lk->unlock();
   step->Start();
   step.reset();
@@ -265,10 +324,11 @@ void Dispatcher::Close() {
     closed_ = true;
   }
   std::unique_lock<std::mutex> l(mu_);
-  // stopping_ is set: no Submit makes another Sign step.
-  started_cv_.wait(l, [this] { return signs_starting_ == 0; });
+  // stopping_ is set: no SubmitterIdle makes another step.
+  started_cv_.wait(l, [this] { return starting_ == 0; });
   queue_.clear();
   finalize_only_queue_.clear();
+  sign_queue_.clear();
   queued_blocks_ = 0;
   speculator_.Clear();  // SecureBytes wipes the keystreams
 }
@@ -277,7 +337,8 @@ BatcherStats Dispatcher::Stats() const {
   std::lock_guard<std::mutex> l(mu_);
   BatcherStats out = stats_;
   out.inflight = inflight_ + finalize_only_inflight_ + sign_inflight_;
-  out.queued_jobs = queue_.size() + finalize_only_queue_.size();
+  out.queued_jobs =
+      queue_.size() + finalize_only_queue_.size() + sign_queue_.size();
   out.keystreams_held = speculator_.held();
   out.speculative_encrypts = speculator_.encrypts();
   out.speculative_used = speculator_.used();
@@ -285,6 +346,7 @@ BatcherStats Dispatcher::Stats() const {
   out.run_requests = run_requests_.load(std::memory_order_relaxed);
   out.finalize_requests = finalize_requests_.load(std::memory_order_relaxed);
   out.sign_requests = sign_requests_.load(std::memory_order_relaxed);
+  out.sign_batches = sign_batches_.load(std::memory_order_relaxed);
   out.pads_drawn = speculator_.pads_drawn();
   out.pads_used = speculator_.pads_used();
   out.pads_wasted = speculator_.pads_wasted();
@@ -365,7 +427,7 @@ void Dispatcher::SignRerun(size_t jobs) {
   stats_.sign_rerun += jobs;
 }
 
-void Dispatcher::Sending(StepKind what) {
+void Dispatcher::Sending(StepKind what, size_t items) {
   switch (what) {
     case StepKind::kRun:
       run_requests_.fetch_add(1, std::memory_order_relaxed);
@@ -374,13 +436,15 @@ void Dispatcher::Sending(StepKind what) {
       finalize_requests_.fetch_add(1, std::memory_order_relaxed);
       break;
     case StepKind::kSign:
-      sign_requests_.fetch_add(1, std::memory_order_relaxed);
+      sign_batches_.fetch_add(1, std::memory_order_relaxed);
+      sign_requests_.fetch_add(items, std::memory_order_relaxed);
       break;
   }
 }
 
 void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
                               StepKind kind, uint64_t blocks, bool failed) {
+  bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
     active_.erase(step);
@@ -391,8 +455,15 @@ void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
     }
     stats_.blocks += blocks;
     if (failed) ++stats_.failed_batches;
+    // A Run's or finalize_only batch's end may let the next one of its
+    // queue start (the in-flight limits, early flush); nothing waits for
+    // a Sign's.
+    const bool waiting =
+        (kind == StepKind::kRun && !queue_.empty()) ||
+        (kind == StepKind::kFinalizeOnly && !finalize_only_queue_.empty());
+    wake = waiting && NeedsWake(absl::InfinitePast());
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   if (observer_ != nullptr && kind != StepKind::kSign)
     observer_->BatchDone(kind == StepKind::kFinalizeOnly, step->size(), blocks,
                          failed, absl::Now() - step->start());

@@ -17,9 +17,24 @@
 //    delay; cleared when a batch empties the queue.
 //  - finalize_only_now_: the submitter went idle with finalize_only jobs
 //    queued: they go at once (else kFinalizeOnlyMaxWait after the first).
-//  - Sign steps (a CHECKSUM a held pad signs) start on the submitting
-//    thread, at once: no queue, no window, no limit of their own beyond
-//    the pads (speculate_max); each is in `active_` until it finishes.
+//  - Sign jobs (a CHECKSUM a held pad signs) wait in sign_queue_ only for
+//    the submitter to go idle: SubmitterIdle() sends every one queued as
+//    one Sign step (one SignRequest per server, an item per job, each item
+//    its own pad), on the submitter's thread; if SubmitterIdle() does not
+//    come within kSignMaxWait of the first, the dispatcher sends them. No
+//    window, no Run in flight and no limit of their own beyond the pads
+//    (speculate_max); each step is in `active_` until it finishes. Under
+//    load the KDC submits many logins' signatures per loop iteration: one
+//    request per party instead of one per signature (the gRPC calls and
+//    their threads' wake-ups were most of the KDC's CPU per login).
+//  - dispatcher_wake_ (under mu_): when the sleeping dispatcher wakes on
+//    its own; InfinitePast while it is awake (it looks at everything again
+//    before it sleeps). A thread that gives the dispatcher something to do
+//    at time t notifies cv_ only if t < dispatcher_wake_ (NeedsWake): each
+//    notification of a sleeping dispatcher is a futex call and a context
+//    switch on a 2-core machine.
+//  - Steps made on a submitter's thread (SubmitterIdle) are counted in
+//    starting_ until started; Close() waits for them.
 //  - After Close() nothing reaches the sink and nothing is queued or held.
 #ifndef KMPC_KDC_PLUGIN_DISPATCHER_H_
 #define KMPC_KDC_PLUGIN_DISPATCHER_H_
@@ -75,7 +90,7 @@ class Dispatcher : public StepHost,
   void PadsWasted(size_t pads) override;
   void SignRerun(size_t jobs) override;
   void ExchangeOk(int kind) override;
-  void Sending(StepKind what) override;
+  void Sending(StepKind what, size_t items) override;
   void StepFinished(const std::shared_ptr<BatchStep>& step, StepKind kind,
                     uint64_t blocks, bool failed) override;
 
@@ -90,9 +105,23 @@ class Dispatcher : public StepHost,
   bool StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk);
   void Launch(std::vector<PendingJob> jobs, StepKind kind, absl::Time now,
               Lock* lk);
-  // Under mu_: a Sign step for `job`, registered; the caller starts it
-  // after releasing mu_.
-  std::shared_ptr<BatchStep> MakeSignStep(PendingJob job);
+  bool StartSigns(absl::Time now, absl::Time* wake, Lock* lk);
+  // Under mu_: a registered step of `kind` for `jobs` (the caller starts
+  // it after releasing mu_); notifies the dispatcher if it sleeps past the
+  // step's deadline (the watchdog).
+  std::shared_ptr<BatchStep> MakeStep(std::vector<PendingJob> jobs,
+                                      StepKind kind, absl::Time now);
+  // Under mu_: the next finalize_only batch due by `now`, registered, or
+  // null (then *wake is lowered to when one is due).
+  std::shared_ptr<BatchStep> NextFinalizeOnly(absl::Time now,
+                                              absl::Time* wake);
+  // Under mu_: every queued sign job as one registered Sign step if
+  // `force` or the first waited kSignMaxWait, else null (*wake lowered).
+  std::shared_ptr<BatchStep> NextSign(absl::Time now, absl::Time* wake,
+                                      bool force);
+  // Under mu_: whether a sleeping dispatcher must be woken to act at `at`;
+  // if so it counts as awake from now on.
+  bool NeedsWake(absl::Time at);
 
   const BatcherOptions options_;
   Transport* const transport_;
@@ -110,17 +139,19 @@ class Dispatcher : public StepHost,
   std::deque<PendingJob> finalize_only_queue_;
   int finalize_only_inflight_ = 0;
   int sign_inflight_ = 0;
-  // Sign steps made by Submit and not yet started (Start runs outside mu_
-  // on the submitting thread); Close() waits for them, so that none
+  std::deque<PendingJob> sign_queue_;
+  absl::Time dispatcher_wake_ = absl::InfinitePast();
+  // Steps made by SubmitterIdle and not yet started (Start runs outside
+  // mu_ on the submitting thread); Close() waits for them, so that none
   // starts on a transport that Stop's caller is about to destroy.
-  int signs_starting_ = 0;
+  int starting_ = 0;
   std::condition_variable started_cv_;
   bool finalize_only_now_ = false;
   std::set<std::shared_ptr<BatchStep>> active_;
   BatcherStats stats_;
   // Requests sent (BatcherStats), counted from the steps' threads.
   std::atomic<uint64_t> run_requests_{0}, finalize_requests_{0},
-      sign_requests_{0};
+      sign_requests_{0}, sign_batches_{0};
   uint64_t next_seq_ = 1;
   Speculator speculator_;
 

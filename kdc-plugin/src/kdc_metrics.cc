@@ -74,8 +74,13 @@ class KdcMetrics::StatsCollector : public prometheus::Collectable {
         "Finalize requests sent (after a Run, or of speculated keystreams)",
         T::Counter, static_cast<double>(s.finalize_requests));
     add("kmpc_kdc_sign_requests_total",
-        "ring-free Sign requests sent (a checksum under a held pad)",
+        "checksums sent ring-free (Sign items: each a signature under a "
+        "held pad)",
         T::Counter, static_cast<double>(s.sign_requests));
+    add("kmpc_kdc_sign_batches_total",
+        "Sign requests sent (one per server each; every checksum queued "
+        "when the KDC went idle)",
+        T::Counter, static_cast<double>(s.sign_batches));
     add("kmpc_kdc_pads_drawn_total", "PAD jobs sent with a request's first Run",
         T::Counter, static_cast<double>(s.pads_drawn));
     add("kmpc_kdc_pads_used_total", "pads a checksum used (Sign)", T::Counter,

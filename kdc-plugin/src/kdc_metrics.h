@@ -10,11 +10,14 @@
 //   kmpc_kdc_speculative_{encrypts,used,wasted}_total,
 //   kmpc_kdc_finalize_only_rerun_total   speculation: sent, hits, waste
 //   kmpc_kdc_run_requests_total, _finalize_requests_total,
-//   _sign_requests_total                 requests sent to the cluster (once
+//   _sign_batches_total                  requests sent to the cluster (once
 //                                        for its three servers): "Run
 //                                        batches per exchange" is the
 //                                        difference of run_requests around
 //                                        one exchange
+//   kmpc_kdc_sign_requests_total         checksums sent ring-free (Sign
+//                                        items; one Sign request carries
+//                                        all those queued at once)
 //   kmpc_kdc_pads_{drawn,used,wasted}_total, kmpc_kdc_pads_held,
 //   kmpc_kdc_sign_rerun_total            checksum pads (speculator.h)
 //   kmpc_kdc_failovers_total             jobs sent again to another MPC

@@ -269,6 +269,7 @@ BatcherStats Router::stats() const {
     s.run_requests += x.run_requests;
     s.finalize_requests += x.finalize_requests;
     s.sign_requests += x.sign_requests;
+    s.sign_batches += x.sign_batches;
     s.pads_drawn += x.pads_drawn;
     s.pads_used += x.pads_used;
     s.pads_wasted += x.pads_wasted;

@@ -266,23 +266,22 @@ void Speculator::MaybeRenewal(PendingJob* d,
 bool Speculator::UsePad(PendingJob* q) {
   const Job& j = q->job;
   const size_t len = j.input.size();
-  for (auto rit = held_pads_.rbegin(); rit != held_pads_.rend(); ++rit) {
-    if (rit->usage != j.usage || rit->key_id != j.key_id ||
-        rit->cipher != j.cipher || rit->pad_length < len ||
-        rit->expires <= q->enqueued)
-      continue;
-    auto it = std::next(rit).base();
-    q->output.assign(it->ctr0.begin(), it->ctr0.end());
-    q->sign = true;
-    q->run_batch_id = std::move(it->run_batch_id);
-    q->run_job_id = it->run_job_id;
-    q->blocks = 0;  // no AES work left
-    pad_tokens_.GiveBack(it->refund);
-    held_pads_.erase(it);
-    ++pads_used_;
-    return true;
-  }
-  return false;
+  HeldKeystream pad;
+  if (!held_pads_.TakeNewest(
+          j.key_id, j.usage, j.cipher,
+          [&](const HeldKeystream& h) {
+            return h.pad_length >= len && h.expires > q->enqueued;
+          },
+          &pad))
+    return false;
+  q->output.assign(pad.ctr0.begin(), pad.ctr0.end());
+  q->sign = true;
+  q->run_batch_id = std::move(pad.run_batch_id);
+  q->run_job_id = pad.run_job_id;
+  q->blocks = 0;  // no AES work left
+  pad_tokens_.GiveBack(pad.refund);
+  ++pads_used_;
+  return true;
 }
 
 void Speculator::Learn(const Job& j, uint64_t at) {
@@ -312,26 +311,25 @@ void Speculator::LearnPair() {
 bool Speculator::UseHeld(PendingJob* q) {
   const Job& j = q->job;
   const size_t len = j.input.size();
-  for (auto rit = held_.rbegin(); rit != held_.rend(); ++rit) {
-    if (rit->usage != j.usage || rit->key_id != j.key_id ||
-        rit->cipher != j.cipher ||
-        rit->keystream.size() < len || rit->expires <= q->enqueued)
-      continue;
-    auto it = std::next(rit).base();
-    q->output.resize(contract::kCiphertextOverhead + len);
-    std::copy(it->ctr0.begin(), it->ctr0.end(), q->output.begin());
-    uint8_t* c = q->output.data() + contract::kCtr0Size;
-    for (size_t b = 0; b < len; ++b) c[b] = j.input[b] ^ it->keystream[b];
-    q->finalize_only = true;
-    q->run_batch_id = std::move(it->run_batch_id);
-    q->run_job_id = it->run_job_id;
-    q->blocks = 0;  // no AES work left
-    tokens_.GiveBack(it->refund);
-    held_.erase(it);  // the keystream wipes itself
-    ++used_;
-    return true;
-  }
-  return false;
+  HeldKeystream k;  // the keystream wipes itself as it goes (SecureBytes)
+  if (!held_.TakeNewest(
+          j.key_id, j.usage, j.cipher,
+          [&](const HeldKeystream& h) {
+            return h.keystream.size() >= len && h.expires > q->enqueued;
+          },
+          &k))
+    return false;
+  q->output.resize(contract::kCiphertextOverhead + len);
+  std::copy(k.ctr0.begin(), k.ctr0.end(), q->output.begin());
+  uint8_t* c = q->output.data() + contract::kCtr0Size;
+  for (size_t b = 0; b < len; ++b) c[b] = j.input[b] ^ k.keystream[b];
+  q->finalize_only = true;
+  q->run_batch_id = std::move(k.run_batch_id);
+  q->run_job_id = k.run_job_id;
+  q->blocks = 0;  // no AES work left
+  tokens_.GiveBack(k.refund);
+  ++used_;
+  return true;
 }
 
 void Speculator::MakeGroup(PendingJob* ts,
@@ -382,6 +380,35 @@ absl::Time Speculator::Prune(absl::Time now) {
   if (!held_.empty()) next = held_.front().expires;
   if (!held_pads_.empty()) next = std::min(next, held_pads_.front().expires);
   return next;
+}
+
+std::string HeldList::Key(const std::string& key_id, uint32_t usage,
+                          kmpc::v1::Cipher cipher) {
+  std::string k = key_id;
+  const uint32_t c = static_cast<uint32_t>(cipher);
+  k.append(reinterpret_cast<const char*>(&usage), sizeof(usage));
+  k.append(reinterpret_cast<const char*>(&c), sizeof(c));
+  return k;
+}
+
+void HeldList::push_back(HeldKeystream k) {
+  std::string key = Key(k.key_id, k.usage, k.cipher);
+  items_.push_back(std::move(k));
+  by_key_[std::move(key)].push_back(std::prev(items_.end()));
+}
+
+// The oldest element overall is the oldest of its key too.
+void HeldList::pop_front() {
+  auto m = by_key_.find(Key(items_.front().key_id, items_.front().usage,
+                            items_.front().cipher));
+  m->second.pop_front();
+  if (m->second.empty()) by_key_.erase(m);
+  items_.pop_front();
+}
+
+void HeldList::clear() {
+  by_key_.clear();
+  items_.clear();  // SecureBytes wipes the keystreams
 }
 
 void Speculator::Clear() {

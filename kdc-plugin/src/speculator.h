@@ -49,7 +49,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -76,6 +78,55 @@ struct HeldKeystream {
   SecureBytes keystream;  // empty for a pad (the servers keep it)
   absl::Time expires;
 };
+
+// Held keystreams or pads in the order they were held (their Runs': i.e.
+// almost of expiry), indexed by what a job must match to use one (key id,
+// usage, cipher). Under load a KDC holds thousands (two keystreams and two
+// pads per login in flight); a job finds the newest one of its own key
+// among that key's alone, not by a scan of all (a reply's key is the
+// client's: one user's among hundreds). Invariants: `by_key_` lists every
+// element of `items_` once, under its own key, in the order of `items_`.
+class HeldList {
+ public:
+  using List = std::list<HeldKeystream>;
+  void push_back(HeldKeystream k);
+  // The newest element of (key_id, usage, cipher) that `fits`, taken out
+  // (its storage wiped as it goes, SecureBytes); false if none.
+  template <typename Fits>
+  bool TakeNewest(const std::string& key_id, uint32_t usage,
+                  kmpc::v1::Cipher cipher, Fits fits, HeldKeystream* out);
+  bool empty() const { return items_.empty(); }
+  size_t size() const { return items_.size(); }
+  const HeldKeystream& front() const { return items_.front(); }
+  void pop_front();
+  void clear();
+
+ private:
+  static std::string Key(const std::string& key_id, uint32_t usage,
+                         kmpc::v1::Cipher cipher);
+  List items_;
+  std::unordered_map<std::string, std::deque<List::iterator>> by_key_;
+};
+
+template <typename Fits>
+bool HeldList::TakeNewest(const std::string& key_id, uint32_t usage,
+                          kmpc::v1::Cipher cipher, Fits fits,
+                          HeldKeystream* out) {
+  const std::string key = Key(key_id, usage, cipher);
+  auto m = by_key_.find(key);
+  if (m == by_key_.end()) return false;
+  std::deque<List::iterator>& v = m->second;
+  for (auto rit = v.rbegin(); rit != v.rend(); ++rit) {
+    if (!fits(**rit)) continue;
+    List::iterator it = *rit;
+    *out = std::move(*it);
+    v.erase(std::next(rit).base());
+    if (v.empty()) by_key_.erase(m);
+    items_.erase(it);
+    return true;
+  }
+  return false;
+}
 
 // A token bucket: `burst` tokens at most, refilled at `per_sec`.
 struct Budget {
@@ -142,7 +193,7 @@ class Speculator {
 
   const BatcherOptions options_;
   // Held in the order of their Runs, i.e. (almost) of expiry.
-  std::deque<HeldKeystream> held_;
+  HeldList held_;
   size_t pending_ = 0;  // speculative jobs queued or in flight
   std::string ticket_key_id_;     // the krbtgt key of the last AS reply
   kmpc::v1::Cipher ticket_cipher_ = kmpc::v1::CIPHER_UNSPECIFIED;  // its enctype
@@ -157,7 +208,7 @@ class Speculator {
   uint64_t encrypts_ = 0, used_ = 0, wasted_ = 0;
 
   // Pads, held in the order of their Runs.
-  std::deque<HeldKeystream> held_pads_;
+  HeldList held_pads_;
   std::string pad_key_id_;  // the key of the last exchange's last signature
   kmpc::v1::Cipher pad_cipher_ = kmpc::v1::CIPHER_UNSPECIFIED;
   std::deque<size_t> pad_lengths_;  // last usage-17 message lengths

@@ -1143,6 +1143,8 @@ TEST_P(PadTest, TimestampDrawsPadsAndSignaturesNeedNoRun) {
   EXPECT_EQ(RunCalls(), runs0 + 1);
   EXPECT_EQ(RunSizes().back(), 5);  // timestamp, 2 keystreams, 2 pads
   EXPECT_EQ(s1.sign_requests - s0.sign_requests, 2u);
+  // One after the other (the KDC signature covers the server's): two.
+  EXPECT_EQ(s1.sign_batches - s0.sign_batches, 2u);
   EXPECT_EQ(s1.finalize_requests - s0.finalize_requests, 1u);
   EXPECT_EQ(s1.pads_drawn, 2u);
   EXPECT_EQ(s1.pads_used, 2u);
@@ -1164,6 +1166,34 @@ TEST_P(PadTest, TimestampDrawsPadsAndSignaturesNeedNoRun) {
       EXPECT_EQ(raw.find(std::string(90, 'k')), std::string::npos);
       EXPECT_EQ(raw.find(std::string(20, 's')), std::string::npos);
     }
+  }
+}
+
+// Signatures submitted in one callback (under load: of many logins) go
+// as one Sign request per server when the submitter goes idle, an item
+// per signature, each under its own pad, each tag right.
+TEST_P(PadTest, SignaturesOfOneCallbackShareOneRequest) {
+  auto b = Make(Opts());
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  ASSERT_EQ(b->stats().pads_held, 2u);
+  const BatcherStats s0 = b->stats();
+  const int runs0 = RunCalls();
+  const std::vector<uint64_t> t = Do(b.get(), {Sig(100, 'a'), Sig(90, 'b')});
+  ExpectSigned(t[0], 100, 'a');
+  ExpectSigned(t[1], 90, 'b');
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_batches - s0.sign_batches, 1u);
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 2u);
+  EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);
+  EXPECT_EQ(s1.sign_rerun, 0u);
+  EXPECT_EQ(RunCalls(), runs0);
+  for (int p = 0; p < 3; ++p) {
+    ASSERT_EQ(fake_.received_signs(p).size(), 1u) << p;
+    auto pads = SignedPads(p);
+    ASSERT_EQ(pads.size(), 2u) << p;
+    EXPECT_NE(pads[0], pads[1]) << p;
   }
 }
 

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""KDC CPU per login, A/B: stock and one or more kmpc module builds, in
+one session, back to back, repeated (the machine is shared: compare the
+ratios of one round, not absolutes across rounds).
+
+Each round runs, for stock and then for every build given, the closed-loop
+AS storm `make bench` takes the KDC's CPU per login from (storm_bench.py:
+each target's saturation_concurrency, warm-up and ramp; -c overrides) and
+prints the KDC's CPU per login (kmpc-storm --watch-pid, from /proc),
+logins/s, and for kmpc the
+module's request counters per login (/metrics: kmpc_kdc_run_requests_total,
+_finalize_requests_total, _sign_batches_total where the build has it: each
+one call per server; _sign_requests_total: signatures). Each build's realm is made afresh (deploy/kmpc_cluster.py).
+
+Usage (label=DIR: a KMPC_CMAKE_BUILD directory; label=FILE.so: that kdcmpc
+module, KMPC_KDC_MODULE, with everything else from $KMPC_CMAKE_BUILD):
+  KRB5_PREFIX=/work/main/build/krb5 /usr/bin/python3 deploy/kdc_cpu_ab.py \
+      before=/work/main/build/cmake after=$PWD/build/cmake --rounds 2
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import storm_bench  # noqa: E402
+
+COUNTERS = ("run_requests", "finalize_requests", "sign_requests",
+            "sign_batches")
+
+
+def scrape(url):
+    """The module's kmpc_kdc_<name>_total counters of COUNTERS."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for name in COUNTERS:
+        m = re.search(rf"^kmpc_kdc_{name}_total (\S+)$", text, re.M)
+        if m:
+            out[name] = float(m.group(1))
+    return out
+
+
+def storm(target, args, label, outdir):
+    res = storm_bench.run_storm(target, args, label, outdir, check=True)
+    logins = res.get("ok_all_phases", res["ok"]) + res.get("failed_all_phases", 0)
+    return res, logins
+
+
+def one(kind, build, users, conc, secs, outdir, label):
+    """One target: {'rate', 'kdc_us', ...per-login counters}."""
+    if build and build.endswith(".so"):
+        os.environ["KMPC_KDC_MODULE"] = build
+    elif build:
+        os.environ.pop("KMPC_KDC_MODULE", None)
+        os.environ["KMPC_CMAKE_BUILD"] = build
+    wd = tempfile.mkdtemp(prefix=f"ab-{label}-", dir=outdir)
+    if kind == "stock":
+        t = storm_bench.stock_factory(wd, "headline", users)
+    else:
+        t = storm_bench.kmpc_factory(wd, "headline", users, metrics=True)
+    c = conc or t.saturation_concurrency
+    wu = getattr(t, "warmup_s", 1.0)
+    ramp = ["--ramp", wu] if c > 64 else []
+    try:
+        # Warm-up (connections, pads, page cache) outside the figures.
+        storm(t, ["-c", 8, "-d", 2], label + "-warm", wd)
+        c0 = scrape(t.metrics_urls["krb5kdc"]) if kind != "stock" else {}
+        res, logins = storm(t, ["-c", c, "-d", secs, "-w", wu, *ramp], label, wd)
+        c1 = scrape(t.metrics_urls["krb5kdc"]) if kind != "stock" else {}
+    finally:
+        t.stop()
+    out = {"concurrency": c, "rate": res["logins_per_s"],
+           "kdc_us": res["cpu"]["krb5kdc"]["us_per_login"],
+           "kdc_cores": res["cpu"]["krb5kdc"]["cores"],
+           "machine_busy_cores": res["machine_busy_cores"]}
+    for k in c1:
+        out[k + "_per_login"] = round((c1[k] - c0.get(k, 0)) / max(logins, 1), 3)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("builds", nargs="+", help="label=KMPC_CMAKE_BUILD dir")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--users", type=int, default=200)
+    ap.add_argument("-c", "--concurrency", type=int, default=0,
+                    help="closed-loop clients (default: as make bench)")
+    ap.add_argument("-d", "--seconds", type=int, default=8)
+    ap.add_argument("--json", help="write every round's figures here")
+    a = ap.parse_args()
+    builds = []
+    for b in a.builds:
+        label, sep, path = b.partition("=")
+        if not sep or not (os.path.isdir(path) or path.endswith(".so")
+                           and os.path.isfile(path)):
+            ap.error(f"{b!r}: expected label=DIR (a cmake build) or label=FILE.so")
+        builds.append((label, os.path.abspath(path)))
+    outdir = tempfile.mkdtemp(prefix="kdc-cpu-ab-")
+    rounds = []
+    for r in range(a.rounds):
+        row = {"stock": one("stock", None, a.users, a.concurrency, a.seconds,
+                            outdir, f"r{r}-stock")}
+        for label, path in builds:
+            row[label] = one("kmpc", path, a.users, a.concurrency, a.seconds,
+                             outdir, f"r{r}-{label}")
+        s = row["stock"]
+        for label, _ in builds:
+            x = row[label]
+            x["cpu_ratio_to_stock"] = round(x["kdc_us"] / s["kdc_us"], 2)
+            x["rate_ratio_to_stock"] = round(x["rate"] / s["rate"], 3)
+        print(f"round {r + 1}: " + json.dumps(row), flush=True)
+        rounds.append(row)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rounds, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
