@@ -18,6 +18,9 @@ pkgs=(
   # Debian's own, unpatched MIT clients (test_unmodified_clients.py): kinit,
   # kvno, klist, kdestroy; gss-client and gss-server for delegation
   krb5-user krb5-gss-samples
+  # LDAP KDB (test_ldap.py): OpenLDAP headers for MIT's kldap module, and
+  # Debian's slapd and clients, run by the tests on loopback only
+  libldap2-dev libsasl2-dev slapd ldap-utils
 )
 missing=()
 for p in "${pkgs[@]}"; do
