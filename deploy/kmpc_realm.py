@@ -151,16 +151,7 @@ class Realm:
         self.kdc_port, self.kadmin_port, self.kpasswd_port = free_ports(3)
         ets = " ".join(self.enctypes + self.session_enctypes)
         supported = " ".join(f"{e}:normal" for e in self.enctypes)
-        kdb_conf = ""
-        if self.ldap:
-            import kmpc_ldap
-            kmpc_ldap.kldap_built(PREFIX)
-            # Recorded before start(), so that stop() ends a slapd that
-            # started but did not answer.
-            self.slapd = kmpc_ldap.Slapd(os.path.join(self.dir, "ldap"),
-                                         log=os.path.join(self.dir, "slapd.log"))
-            self.slapd.start()
-            kdb_conf = kmpc_ldap.dbmodules_conf(self.slapd, self.ldap_stash)
+        kdb_conf = self._start_ldap() if self.ldap else ""
         with open(self.krb5_conf, "w") as f:
             f.write(f"""[libdefaults]
     default_realm = {self.realm}
@@ -219,6 +210,18 @@ class Realm:
         self.run(["kdb5_util", "create", "-s", "-r", self.realm, "-W"],
                  input=self.master_password + "\n" + self.master_password + "\n")
         return self
+
+    def _start_ldap(self):
+        """The realm's slapd (deploy/kmpc_ldap.py), started; returns the
+        kdc.conf [dbmodules] text for it."""
+        import kmpc_ldap
+        kmpc_ldap.kldap_built(PREFIX)
+        # Recorded before start(), so that stop() ends a slapd that started
+        # but did not answer.
+        self.slapd = kmpc_ldap.Slapd(os.path.join(self.dir, "ldap"),
+                                     log=os.path.join(self.dir, "slapd.log"))
+        self.slapd.start()
+        return kmpc_ldap.dbmodules_conf(self.slapd, self.ldap_stash)
 
     @property
     def ldap_stash(self):
