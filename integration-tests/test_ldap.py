@@ -381,3 +381,38 @@ def test_s4u2proxy_with_the_ldap_delegation_policy(s4u_realms, patched):
     kdc = open(r.kdc_log).read()
     assert "refusing" not in kdc and "MPC_S4U2PROXY" not in kdc
     assert r.alive() and r.slapd.alive() and s.slapd.alive()
+
+
+# ---- MIT's own LDAP KDB tests in k5test's kmpc mode ---------------------------
+
+def test_mit_t_kdb_krbtgt_mode(tmp_path):
+    """MIT's tests/t_kdb.py (kdbtest on db2, then a slapd of its own with
+    kdb5_ldap_util create/modify, principals at given DNs, ticket policies,
+    the KDC on LDAP, aliases, password history, renames, dump/load, SASL
+    EXTERNAL and DIGEST-MD5 binds) with K5TEST_KMPC=krbtgt: each of its
+    three LDAP realms gets its krbtgt key made in the cluster right after
+    kdb5_ldap_util create (krb5 patch 0020); the db2 realm only runs
+    kdbtest (no KDB of its own, no krbtgt)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    build = os.environ.get("KMPC_BUILD", os.path.join(root, "build"))
+    argv = ["make", "-s", "--no-print-directory", "-C", root, "test-mit-kmpc",
+            "MIT_NO_BUILD=1", "MODE=krbtgt", "MIT_TESTS=tests/t_kdb",
+            f"MIT_OUT={tmp_path}", f"BUILD={build}"]
+    if os.environ.get("KMPC_CMAKE_BUILD"):
+        argv.append(f"CMAKE_BUILD={os.environ['KMPC_CMAKE_BUILD']}")
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and "1 passed, 0 failed (mode krbtgt)" in out, out
+    assert "krbtgt in the cluster in 3 of 4 realms" in out, out
+    testlog = (tmp_path / "krbtgt" / "tests_t_kdb.testlog").read_text()
+    assert "*** Success: LDAP and DB2 KDB tests" in testlog
+    shared = re.findall(r"krbtgt/KRBTEST\.COM@KRBTEST\.COM: shared from a random key "
+                        r"as aes256-ctr-mpc", testlog)
+    assert len(shared) == 3, testlog[-3000:]
+    # The LDAP realm the KDC tests run on: its krbtgt holds the MPC key
+    # (getprinc) before "LDAP KDC operation" logs in through it.
+    first_share = testlog.index(shared[0])
+    kdc_ops = testlog.index("====== LDAP KDC operation ======")
+    assert first_share < kdc_ops
+    assert "*** kmpc: MPC servers 1" not in testlog[first_share:kdc_ops]
+    assert "Key: vno 2, aes256-ctr-mpc" in testlog[first_share:]
