@@ -311,10 +311,8 @@ def set_delegation(slapd, realm, proxy, targets):
     check_allowed_to_delegate compares the requested server with each
     (plugins/kdb/ldap/libkdb_ldap/kdb_ldap.c)."""
     dn = principal_dn(slapd, proxy, realm)
-    lines = [f"dn: {dn}", "changetype: modify"]
-    if targets:
-        lines.append("replace: krbAllowedToDelegateTo")
-        lines += [f"krbAllowedToDelegateTo: {t}" for t in targets]
-    else:
-        lines.append("delete: krbAllowedToDelegateTo")
+    # A replace without values removes the attribute, present or not
+    # (RFC 4511 4.6).
+    lines = [f"dn: {dn}", "changetype: modify", "replace: krbAllowedToDelegateTo"]
+    lines += [f"krbAllowedToDelegateTo: {t}" for t in targets]
     slapd.modify("\n".join(lines) + "\n")
