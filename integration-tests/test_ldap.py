@@ -27,6 +27,8 @@ What runs against it, all with real processes:
     allowed_to_delegate_from method (plugins/kdb/ldap/ldap_exp.c), so
     resource-based delegation is refused by both ("UNSUPPORTED_S4U2PROXY_
     REQUEST"), which the tests assert rather than skip.
+  - MIT's tests/t_kdb.py in k5test's kmpc mode (krbtgt in the cluster in
+    each of its LDAP realms).
 """
 import functools
 import hashlib
