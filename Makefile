@@ -14,6 +14,7 @@ export KRB5_PREFIX
 
 .PHONY: all deps krb5 build test test-crypto test-unit test-integration test-mit-kmpc \
         demo demo-stop bench bench-mpc bench-storm bench-soak bench-netns bench-kpasswd \
+        bench-replicas \
         bench-results clean distclean help
 
 all: build
@@ -30,6 +31,7 @@ help:
 	@echo "make bench    benchmarks that print figures (build/bench/results.json)"
 	@echo "make bench-netns  kmpc storms across network namespaces (root)"
 	@echo "make bench-kpasswd  kpasswd through the cluster against MIT's kadmind (p50)"
+	@echo "make bench-replicas  storms at a primary and a replica KDC against one cluster"
 
 deps:
 	@bash deploy/install-deps.sh
@@ -114,6 +116,12 @@ bench-kpasswd: build
 	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) deploy/kpasswd_bench.py --early-flush \
 	  --json $(BUILD)/bench/kpasswd.json
 
+# A primary and a replica KDC against one cluster (deploy/kmpc_replica.py):
+# login storms at one KDC, then at both in parallel (build/bench/replicas.json).
+bench-replicas: build
+	@$(BENCH_SNAPSHOT)
+	@$(BENCH_REPLICAS)
+
 # The KDC, the three MPC servers and the clients in their own network
 # namespaces (10.77.0.0/24 inside them only), netem delay and rate.
 NETNS_RTT_MS ?= 0.13
@@ -136,6 +144,8 @@ BENCH_SNAPSHOT = rm -rf $(BUILD)/bench/bin && \
 	  kmpc-storm) $(BUILD)/bench/bin/mpc-server/ && \
 	cp -p $(CMAKE_BUILD)/kdc-plugin/libkmpc_kdc.so $(BUILD)/bench/bin/kdc-plugin/ && \
 	{ cp -p $(CMAKE_BUILD)/kdc-plugin/kmpc-kdb-handle $(BUILD)/bench/bin/kdc-plugin/ \
+	  2>/dev/null || true; } && \
+	{ cp -p $(CMAKE_BUILD)/mpc-server/libkmpc_dealer.so $(BUILD)/bench/bin/mpc-server/ \
 	  2>/dev/null || true; }
 BENCH_ENV     = KMPC_CMAKE_BUILD=$(KMPC_BENCH_BUILD) \
                 KMPC_MPC_BIN_DIR=$(KMPC_BENCH_BUILD)/mpc-server \
@@ -147,6 +157,7 @@ BENCH_SOAK    = $(BENCH_ENV) $(PYTHON) deploy/storm_soak.py --duration $(BENCH_S
 BENCH_NETNS   = $(BENCH_ENV) $(PYTHON) deploy/netns_cluster.py --rtt-ms $(NETNS_RTT_MS) \
                 --rate $(NETNS_RATE)
 BENCH_RESULTS = $(PYTHON) deploy/bench_results.py
+BENCH_REPLICAS = $(BENCH_ENV) $(PYTHON) deploy/replica_bench.py
 
 # All of it in one go after one build (the same binaries throughout; < 18 min
 # on a 2-core machine, the build not counted), the soak three times in a row
@@ -162,6 +173,7 @@ bench: build
 	$(BENCH_MPC); \
 	$(BENCH_STORM); \
 	$(BENCH_SOAK) || echo "bench: the soak did not pass (above)"; \
+	$(BENCH_REPLICAS) || echo "bench: the replicas step failed (above)"; \
 	el=$$(( $$(date +%s) - start )); \
 	if [ $$el -lt $(BENCH_NETNS_AFTER_S) ]; then \
 	  $(BENCH_NETNS) || echo "bench: the netns step failed (above)"; \

@@ -44,7 +44,7 @@
 #       days by default: re-issue it before then)
 #   deploy/gen-certs.sh DIR --party I
 #       issues a new DIR/party-I.{pem,key} for the server that replaces
-#       party I (README: replacing a server); refused while the current
+#       party I (docs/admin-guide.md: replacing a lost server); refused while the current
 #       DIR/party-I.pem is not revoked (--revoke it first), so that the lost
 #       server's certificate can never be left valid by mistake. The revoked
 #       one is kept as DIR/party-I.revoked-SERIAL.pem.

@@ -358,9 +358,10 @@ class Realm:
         return "\n".join(parts)
 
     # ---- kadmind --------------------------------------------------------
-    def start_kadmind(self, acl="*/admin@{realm} *\n", timeout=20):
+    def start_kadmind(self, acl="*/admin@{realm} *\n", timeout=20, extra_args=()):
         """Start kadmind (kadmin RPC and the kpasswd service on loopback)
-        and wait for its "starting" line; acl: the kadm5.acl text."""
+        and wait for its "starting" line; acl: the kadm5.acl text;
+        extra_args: more kadmind options (e.g. iprop's -p/-K/-k/-F)."""
         if self.kadmind_proc is not None:
             raise RealmError("kadmind already running")
         with open(os.path.join(self.dir, "kadm5.acl"), "w") as f:
@@ -369,7 +370,7 @@ class Realm:
         offset = os.path.getsize(log) if os.path.exists(log) else 0
         self.kadmind_proc = subprocess.Popen(
             [binpath("kadmind"), "-nofork", "-r", self.realm,
-             "-P", os.path.join(self.dir, "kadmind.pid")],
+             "-P", os.path.join(self.dir, "kadmind.pid"), *extra_args],
             env=self.env, stdout=open(os.path.join(self.dir, "kadmind.out"), "ab"),
             stderr=subprocess.STDOUT)
         deadline = time.time() + timeout

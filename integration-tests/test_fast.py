@@ -176,7 +176,7 @@ def test_kpasswd_with_a_tgt_in_the_ccache(ec):
     assert f"kdcmpc: refusing FAST for alice@{REALM}" in ec.kdc_log()
     ec.kinit("alice")
     # With an empty ccache kpasswd uses no armor: encrypted timestamp in the
-    # cluster (as the README says).
+    # cluster (as docs/limitations.md says).
     out = ec.realm.run(["kpasswd", "alice"],
                        input=f"{ec.passwords['alice']}\n{new}\n{new}\n",
                        env={**ec.realm.env, "KRB5CCNAME": "MEMORY:none"})

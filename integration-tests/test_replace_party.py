@@ -1,4 +1,4 @@
-"""Replacing a lost MPC server (README: "Replacing a lost server") with real
+"""Replacing a lost MPC server (docs/admin-guide.md: "Replacing a lost server") with real
 processes: three kmpc-mpc-servers, a real KDB and krb5kdc with the kdcmpc
 module, the real certificate tool and kmpc-admin.
 

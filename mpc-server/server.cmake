@@ -87,3 +87,15 @@ kmpc_server_test(kmpc_scheduler_test 120
 # certificate pins (service/auth.h).
 kmpc_server_test(kmpc_auth_test 120
   SOURCES test/server/auth_test.cc LIBS kmpc_service)
+
+# The one-use ENCRYPT and PAD states (service/encrypt_states.h).
+kmpc_server_test(kmpc_encrypt_states_test 60
+  SOURCES test/server/encrypt_states_test.cc LIBS kmpc_service)
+
+# The key cache over a real share store (service/key_cache.h).
+kmpc_server_test(kmpc_key_cache_test 60
+  SOURCES test/server/key_cache_test.cc LIBS kmpc_service)
+
+# The server's Prometheus metrics (service/metrics.h).
+kmpc_server_test(kmpc_metrics_test 60
+  SOURCES test/server/metrics_test.cc LIBS kmpc_service)

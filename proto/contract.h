@@ -4,7 +4,7 @@
 // The module checks a job with CheckJob before it queues it; the servers
 // check every job of a batch with the same function and fail a job that
 // breaks it alone (JobStatus), never the whole batch. Constructions:
-// shared/design/enctype.md.
+// docs/design/enctype.md.
 //
 // Depends on the proto messages only (no gRPC): the servers' engine uses it.
 #ifndef KMPC_PROTO_CONTRACT_H_

@@ -18,6 +18,16 @@ constexpr uint32_t kUsagePacSignature = 17;
 // not drawn pads for, nor learnt from (a PAC is ~1 KB).
 constexpr size_t kMaxPadsPerExchange = 4;
 constexpr size_t kMaxPadBytes = 8192;
+// A ticket issued in a later second than its authtime carries the optional
+// starttime (RFC 4120 5.3 EncTicketPart [6]; MIT omits it when equal to
+// authtime: do_as_req.c, do_tgs_req.c): a context tag (2 octets) around a
+// GeneralizedTime "YYYYMMDDHHMMSSZ" (2 + 15), and one more length octet in
+// each of the two headers around it ([APPLICATION 3], SEQUENCE) when they
+// cross a length boundary. A TGS ticket (the ticket signature's message)
+// and a renewed TGT are nearly always issued after their authtime, so they
+// are this much longer than what a login that follows its AS within the
+// same second shows.
+constexpr size_t kStarttimeBytes = 2 + 2 + 15 + 2;
 // Exchanges per kind whose counts are learnt.
 constexpr size_t kExchangesLearnt = 16;
 // Plaintexts longer than this are not speculated on, nor learnt from.
@@ -59,7 +69,8 @@ size_t CoverBytes(const std::deque<size_t>& l) {
   return round_up(cover);
 }
 
-// Pads: the longest recent message, whole blocks. A pad's cost is one AES
+// Pads: the longest recent message and a starttime (kStarttimeBytes),
+// whole blocks. A pad's cost is one AES
 // block whatever its length (the length only sets which powers of H the
 // servers keep for it), and one exchange signs messages of very different
 // lengths (the EncTicketPart of a ticket signature, the PAC, the 32-byte
@@ -68,7 +79,8 @@ size_t CoverBytes(const std::deque<size_t>& l) {
 size_t LongestBytes(const std::deque<size_t>& l) {
   size_t m = 0;
   for (size_t n : l) m = std::max(m, n);
-  return contract::CeilBlocks(m) * contract::kBlockSize;
+  if (m == 0) return 0;
+  return contract::CeilBlocks(m + kStarttimeBytes) * contract::kBlockSize;
 }
 
 // A speculative job taken along in `cause`'s group: an ENCRYPT of `length`
@@ -231,7 +243,12 @@ void Speculator::DrawPads(PendingJob* d, int kind,
 // DECRYPT takes that ticket's keystream along.
 void Speculator::MaybeRenewal(PendingJob* d,
                               std::vector<PendingJob>* group_jobs) {
-  const size_t bytes = KeystreamBytes(kUsageTicket);
+  // Learnt from AS tickets, which carry no starttime; the new TGT does.
+  const size_t learnt = KeystreamBytes(kUsageTicket);
+  const size_t bytes =
+      learnt == 0 ? 0
+                  : contract::CeilBlocks(learnt + kStarttimeBytes) *
+                        contract::kBlockSize;
   if (PerExchange(ticket_sum_[kTgs], ok_sum_[kTgs]) == 0 || bytes == 0 ||
       !Room(1) ||
       !tokens_.Take(d->enqueued))

@@ -1195,27 +1195,31 @@ TEST_P(PadTest, UnavailablePadFallsBackToARun) {
 
 // A renewal (TGS-REQ whose new TGT is encrypted under the krbtgt key):
 // once learnt, its TGT's DECRYPT brings the new ticket's keystream and
-// its signatures' pads along: one Run, two Signs, one Finalize.
+// its signatures' pads along: one Run, two Signs, one Finalize. Renewed a
+// second or more after the login, the new TGT and the PAC carry a
+// starttime the login's TGT lacked (21 bytes longer): held ones still fit.
 TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
   auto b = Make(Opts());
   const SecureBytes tgt =
       sink_.Get(Do(b.get(), {Tgt(Encrypt(std::string(56, 'g'), 2))})[0]).output;
   const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);  // learns the krbtgt key
+  AsExchange(b.get(), ts);  // learns the krbtgt key, 56-byte tickets
+  constexpr size_t kNew = 56 + 21;
   auto renewal = [&] {
     const uint64_t d = Do(b.get(), {Tgt(Decrypt(tgt, 2))})[0];
     ASSERT_TRUE(sink_.Get(d).status.ok()) << sink_.Get(d).status;
-    ExpectSigned(Do(b.get(), {Sig(100, 'a')})[0], 100, 'a');
+    ExpectSigned(Do(b.get(), {Sig(100 + 21, 'a')})[0], 100 + 21, 'a');
     ExpectSigned(Do(b.get(), {Sig(90, 'b')})[0], 90, 'b');
-    const uint64_t e = Do(b.get(), {Tgt(Encrypt(std::string(56, 'n'), 2))})[0];
+    const uint64_t e =
+        Do(b.get(), {Tgt(Encrypt(std::string(kNew, 'n'), 2))})[0];
     const Result r = sink_.Get(e);
     ASSERT_TRUE(r.status.ok()) << r.status;
     const std::string out = Str(r.output);
-    ASSERT_EQ(out.size(), 56u + 32);
-    const std::string ctr0 = out.substr(0, 16), c = out.substr(16, 56);
-    const std::string ks = cluster_.Keystream(tgt_key_, ctr0, 56);
-    for (size_t i = 0; i < 56; ++i) ASSERT_EQ(c[i] ^ ks[i], 'n');
-    EXPECT_EQ(out.substr(72), cluster_.Tag(tgt_key_, 2, ctr0, c, false));
+    ASSERT_EQ(out.size(), kNew + 32);
+    const std::string ctr0 = out.substr(0, 16), c = out.substr(16, kNew);
+    const std::string ks = cluster_.Keystream(tgt_key_, ctr0, kNew);
+    for (size_t i = 0; i < kNew; ++i) ASSERT_EQ(c[i] ^ ks[i], 'n');
+    EXPECT_EQ(out.substr(16 + kNew), cluster_.Tag(tgt_key_, 2, ctr0, c, false));
   };
   renewal();  // learns the renewal
   const BatcherStats s0 = b->stats();
@@ -1237,7 +1241,9 @@ TEST_P(PadTest, OnlyAFittingChecksumUsesAPad) {
   const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
   AsExchange(b.get(), ts);
   ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);  // 112 bytes each (100 and 90 learnt)
+  // 128 bytes each: 100 learnt, and room for a starttime the learnt
+  // messages lacked (a ticket issued a second after its authtime).
+  ASSERT_EQ(b->stats().pads_held, 2u);
   const BatcherStats s0 = b->stats();
   Job other_key = Checksum(std::string(50, 'o'), 17);  // the client's key
   Job other_usage = Tgt(Checksum(std::string(50, 'u'), 18));
@@ -1250,14 +1256,14 @@ TEST_P(PadTest, OnlyAFittingChecksumUsesAPad) {
   // The key is AES-256: the cluster refuses the job for its cipher.
   const uint64_t wc = Do(b.get(), {std::move(wrong_cipher)})[0];
   EXPECT_TRUE(absl::IsPermissionDenied(sink_.Get(wc).status)) << sink_.Get(wc).status;
-  const uint64_t too_long = Do(b.get(), {Sig(113, 'l')})[0];
-  ExpectSigned(too_long, 113, 'l');
+  const uint64_t too_long = Do(b.get(), {Sig(129, 'l')})[0];
+  ExpectSigned(too_long, 129, 'l');
   BatcherStats s1 = b->stats();
   EXPECT_EQ(s1.sign_requests, s0.sign_requests);
   EXPECT_EQ(s1.run_requests - s0.run_requests, 4u);
   EXPECT_EQ(s1.pads_held, 2u);
-  const uint64_t fits = Do(b.get(), {Sig(112, 'f')})[0];
-  ExpectSigned(fits, 112, 'f');
+  const uint64_t fits = Do(b.get(), {Sig(128, 'f')})[0];
+  ExpectSigned(fits, 128, 'f');
   s1 = b->stats();
   EXPECT_EQ(s1.sign_requests, s0.sign_requests + 1);
   EXPECT_EQ(s1.run_requests - s0.run_requests, 4u);

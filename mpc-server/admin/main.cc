@@ -90,7 +90,7 @@ constexpr char kUsage[] =
     "       kmpc-admin [OPTIONS] refresh (--all | KEYID_HEX...)  (admin/refresh.h)\n"
     "       kmpc-admin [OPTIONS] rebuild-party [--cluster=N] 0|1|2\n"
     "           give a replaced (new, empty) server its shares of every key from\n"
-    "           the two others; no key is reconstructed (README: replacing a server)\n"
+    "           the two others; no key is reconstructed (docs/admin-guide.md: replacing a lost server)\n"
     "OPTIONS: --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM\n"
     "         --servers2=H:P,H:P,H:P --ca2=PEM --cert2=PEM --key2=PEM (a second cluster)\n"
     "         -r REALM | --realm=REALM  --timeout-ms=N  -q | --quiet\n";

@@ -155,69 +155,63 @@ bool DisableCoreDumps() {
   return setrlimit(RLIMIT_CORE, &none) == 0 && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("kmpc MPC server (one of three parties)");
-  // No lock-graph bookkeeping on every absl::Mutex acquisition (Debian's
-  // abseil keeps deadlock detection on; as in the KDC module).
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (!DisableCoreDumps()) return Fail("cannot disable core dumps");
-  absl::ParseCommandLine(argc, argv);
-  kmpc::log::g_verbosity = absl::GetFlag(FLAGS_v);
-  const int party = absl::GetFlag(FLAGS_party);
-  if (party < 0 || party > 2) return Fail("--party must be 0, 1 or 2");
-  for (const auto* f : {&FLAGS_cert, &FLAGS_key, &FLAGS_ca, &FLAGS_store_dir,
-                        &FLAGS_ring_prev})
-    if (absl::GetFlag(*f).empty())
-      return Fail("--cert, --key, --ca, --store_dir and --ring_prev are required");
-
-  // Engine flags are checked now, not at the first batch (which would fail
-  // every batch, on every party, with the same message).
+// The engine settings of the flags. They are checked now, not at the first
+// batch (which would fail every batch, on every party, with the same
+// message). An error's message is the one main logs.
+absl::StatusOr<kmpc::engine::EngineOptions> EngineOptionsFromFlags() {
   kmpc::engine::EngineOptions engine_options;
   if (absl::GetFlag(FLAGS_chunk_lanes) > 0)
     engine_options.chunk_lanes = absl::GetFlag(FLAGS_chunk_lanes);
   if (absl::GetFlag(FLAGS_wave_lanes) > 0)
     engine_options.wave_lanes = absl::GetFlag(FLAGS_wave_lanes);
   if (absl::GetFlag(FLAGS_small_sbox_min_blocks) < 0)
-    return Fail("--small_sbox_min_blocks must be >= 0");
+    return absl::InvalidArgumentError("--small_sbox_min_blocks must be >= 0");
   engine_options.small_sbox_min_blocks =
       static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
   if (absl::Status s = engine_options.Validate(); !s.ok())
-    return Fail(absl::StrCat("--chunk_lanes / --wave_lanes: ", s.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk_lanes / --wave_lanes: ", s.message()));
   if (const std::string sec = absl::GetFlag(FLAGS_security); sec == "malicious") {
     engine_options.malicious = true;
   } else if (sec != "semi-honest") {
-    return Fail("--security must be semi-honest or malicious");
+    return absl::InvalidArgumentError("--security must be semi-honest or malicious");
   }
+  return engine_options;
+}
 
-  // The store first: it takes STORE_DIR/kmpc.lock, so a second server on
-  // the same directory stops here, before it could touch anything in it
-  // (such as the CRL state below).
-  auto store = kmpc::store::ShareStore::Open(absl::GetFlag(FLAGS_store_dir));
-  if (!store.ok()) return Fail(std::string(store.status().message()));
-  (*store)->set_immutable_ids(!absl::GetFlag(FLAGS_allow_key_replace));
-
-  // Client authorization (service/auth.h), checked before anything starts.
+// Client authorization (service/auth.h), checked before anything starts:
+// the CRL of --crl (null without it) and the KeyOps and Admin policies.
+struct ClientAuthorization {
   std::shared_ptr<kmpc::service::RevocationList> crl;
+  kmpc::service::ClientPolicy keyops_clients, admin_clients;
+};
+
+absl::StatusOr<ClientAuthorization> ClientAuthorizationFromFlags() {
+  ClientAuthorization auth;
   if (!absl::GetFlag(FLAGS_crl).empty()) {
     // The highest CRL Numbers accepted, kept across restarts (rollback).
     auto c = kmpc::service::RevocationList::Open(
         absl::GetFlag(FLAGS_crl), absl::GetFlag(FLAGS_ca),
         absl::GetFlag(FLAGS_store_dir) + "/crl-numbers");
-    if (!c.ok()) return Fail(absl::StrCat("--crl: ", c.status().message()));
-    crl = *std::move(c);
+    if (!c.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--crl: ", c.status().message()));
+    auth.crl = *std::move(c);
   }
-  kmpc::service::ClientPolicy keyops_clients, admin_clients;
   for (auto [flag, name, policy] :
-       {std::tuple{&FLAGS_keyops_clients, "--keyops_clients", &keyops_clients},
-        std::tuple{&FLAGS_admin_clients, "--admin_clients", &admin_clients}}) {
-    auto p = kmpc::service::ParseClientPolicy(absl::GetFlag(*flag), crl);
-    if (!p.ok()) return Fail(absl::StrCat(name, ": ", p.status().message()));
+       {std::tuple{&FLAGS_keyops_clients, "--keyops_clients", &auth.keyops_clients},
+        std::tuple{&FLAGS_admin_clients, "--admin_clients", &auth.admin_clients}}) {
+    auto p = kmpc::service::ParseClientPolicy(absl::GetFlag(*flag), auth.crl);
+    if (!p.ok())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", p.status().message()));
     *policy = *std::move(p);
   }
+  return auth;
+}
 
-  // Block the stop signals before any thread starts; one thread waits.
+// Blocks the stop signals (and SIGHUP, which reloads --crl) in the calling
+// thread, and so in every thread it starts afterwards: call it before any
+// thread starts; one thread waits for them (ServeUntilStopSignal).
+sigset_t BlockStopSignals() {
   sigset_t stop_set;
   sigemptyset(&stop_set);
   sigaddset(&stop_set, SIGTERM);
@@ -225,7 +219,11 @@ int main(int argc, char** argv) {
   sigaddset(&stop_set, SIGHUP);  // reloads --crl
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  return stop_set;
+}
 
+kmpc::net::TlsRingOptions RingOptionsFromFlags(
+    int party, const std::shared_ptr<kmpc::service::RevocationList>& crl) {
   kmpc::net::TlsRingOptions ropt;
   ropt.party = party;
   ropt.workers = absl::GetFlag(FLAGS_workers);
@@ -239,46 +237,45 @@ int main(int argc, char** argv) {
   ropt.spin_us = absl::GetFlag(FLAGS_ring_spin_us);
   ropt.spin_max_bytes =
       static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_ring_spin_max_bytes)));
-  auto ring = kmpc::net::TlsRing::Start(ropt);
-  if (!ring.ok()) return Fail(std::string(ring.status().message()));
+  return ropt;
+}
 
-  kmpc::service::KeyCache keys(store->get(), party);
-  kmpc::service::SchedulerOptions sopt;
-  sopt.schedule_timeout =
-      absl::Milliseconds(absl::GetFlag(FLAGS_schedule_timeout_ms));
-  sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
-  sopt.engine = engine_options;
-  kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
-  kmpc::service::Metrics metrics(party);
-
+// The services' options; moves the client policies out of *auth.
+absl::StatusOr<kmpc::service::ServiceOptions> ServiceOptionsFromFlags(
+    int party, ClientAuthorization* auth) {
   kmpc::service::ServiceOptions svc;
   svc.party = party;
-  svc.keyops_clients = std::move(keyops_clients);
-  svc.admin_clients = std::move(admin_clients);
+  svc.keyops_clients = std::move(auth->keyops_clients);
+  svc.admin_clients = std::move(auth->admin_clients);
   if (absl::GetFlag(FLAGS_encrypt_state_ttl_ms) <= 0 ||
       absl::GetFlag(FLAGS_max_pending_encrypt_mb) <= 0)
-    return Fail("--encrypt_state_ttl_ms and --max_pending_encrypt_mb must be positive");
+    return absl::InvalidArgumentError(
+        "--encrypt_state_ttl_ms and --max_pending_encrypt_mb must be positive");
   svc.encrypt_state_ttl =
       absl::Milliseconds(absl::GetFlag(FLAGS_encrypt_state_ttl_ms));
   svc.max_pending_encrypt_bytes =
       size_t(absl::GetFlag(FLAGS_max_pending_encrypt_mb)) << 20;
   if (absl::GetFlag(FLAGS_pad_ttl_ms) <= 0 || absl::GetFlag(FLAGS_max_pending_pad_mb) <= 0)
-    return Fail("--pad_ttl_ms and --max_pending_pad_mb must be positive");
+    return absl::InvalidArgumentError(
+        "--pad_ttl_ms and --max_pending_pad_mb must be positive");
   svc.pad_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_pad_ttl_ms));
   svc.max_pending_pad_bytes = size_t(absl::GetFlag(FLAGS_max_pending_pad_mb)) << 20;
   svc.debug_record_requests = absl::GetFlag(FLAGS_debug_record_requests);
   if (!svc.debug_record_requests.empty()) {
     // Fail at start, not silently at the first request.
     auto probe = kmpc::service::RequestRecorder::Open(svc.debug_record_requests);
-    if (!probe.ok()) return Fail(std::string(probe.status().message()));
+    if (!probe.ok()) return probe.status();
     KMPC_LOG(WARNING) << "--debug_record_requests is set: every KeyOps request "
                       << "is appended to " << svc.debug_record_requests
                       << " (test only: the records hold shares)";
   }
-  kmpc::service::KeyOpsService keyops(svc, &keys, &scheduler, &metrics);
-  kmpc::service::AdminService admin(svc, store->get(), &keys, &scheduler,
-                                    &metrics);
+  return svc;
+}
 
+// Serves KeyOps and Admin over gRPC with mTLS on --listen; *port is the
+// bound port. The private key's copies are wiped once gRPC has its own.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    grpc::Service* keyops, grpc::Service* admin, int* port) {
   bool ok1, ok2, ok3;
   // TLS version: the ring enforces TLS 1.3; this gRPC port still accepts
   // TLS 1.2 (with mTLS either way). gRPC 1.51 (Debian's libgrpc++1.51) has
@@ -296,70 +293,142 @@ int main(int argc, char** argv) {
   pair.cert_chain = ReadFile(absl::GetFlag(FLAGS_cert), &ok3);
   if (!ok1 || !ok2 || !ok3 || sslopt.pem_root_certs.empty() ||
       pair.private_key.empty() || pair.cert_chain.empty())
-    return Fail("cannot read --ca, --key or --cert");
+    return absl::InvalidArgumentError("cannot read --ca, --key or --cert");
   sslopt.pem_key_cert_pairs.push_back(pair);
   OPENSSL_cleanse(pair.private_key.data(), pair.private_key.size());
 
   // The standard grpc.health.v1 service (gRPC's own implementation), for
-  // load balancers and orchestrators; its statuses are set below.
+  // load balancers and orchestrators; its statuses are set by main.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  int port = 0;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::SslServerCredentials(sslopt), &port);
+                           grpc::SslServerCredentials(sslopt), port);
   for (auto& k : sslopt.pem_key_cert_pairs)
     OPENSSL_cleanse(k.private_key.data(), k.private_key.size());
   const int max_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
-  builder.RegisterService(&keyops);
-  builder.RegisterService(&admin);
+  builder.RegisterService(keyops);
+  builder.RegisterService(admin);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0)
-    return Fail("cannot serve gRPC on " + absl::GetFlag(FLAGS_listen));
+  if (server == nullptr || *port == 0)
+    return absl::UnavailableError("cannot serve gRPC on " + absl::GetFlag(FLAGS_listen));
+  return server;
+}
 
-  // /metrics: the registry Admin.Metrics renders (service/metrics.h). A
-  // configured address that cannot be bound stops the server: a scraper
-  // would otherwise silently see nothing.
+// /metrics: the registry Admin.Metrics renders (service/metrics.h); null
+// without --metrics_addr. A configured address that cannot be bound stops
+// the server: a scraper would otherwise silently see nothing.
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
+    const kmpc::service::Metrics& metrics) {
   std::unique_ptr<prometheus::Exposer> exposer;
   if (const std::string addr = absl::GetFlag(FLAGS_metrics_addr); !addr.empty()) {
     try {
       exposer = std::make_unique<prometheus::Exposer>(addr, 1);
     } catch (const std::exception& e) {
-      return Fail(absl::StrCat("--metrics_addr ", addr, ": ", e.what()));
+      return absl::UnavailableError(absl::StrCat("--metrics_addr ", addr, ": ", e.what()));
     }
     for (const auto& c : metrics.collectables()) exposer->RegisterCollectable(c);
     KMPC_LOG(INFO) << "metrics on http://" << addr << "/metrics";
   }
-  scheduler.Start();
-  KMPC_LOG(INFO) << "party " << party << " listening on "
-                 << absl::GetFlag(FLAGS_listen) << " (port " << port
-                 << "), ring on " << ropt.listen_addr << " -> "
-                 << ropt.prev_addr << ", " << ropt.workers << " workers, security "
-                 << (engine_options.malicious ? "malicious" : "semi-honest");
+  return exposer;
+}
 
-  // grpc.health.v1: the overall status ("") and both services are SERVING
-  // from here until shutdown, when gRPC's implementation turns them all to
-  // NOT_SERVING. It reports that this process serves; whether the ring can
-  // run a batch is Admin.Health's ring_up (an idle ring is not probed, so a
-  // dead peer is only noticed by the next batch).
+// grpc.health.v1: the overall status ("") and both services are SERVING
+// from here until shutdown, when gRPC's implementation turns them all to
+// NOT_SERVING. It reports that this process serves; whether the ring can
+// run a batch is Admin.Health's ring_up (an idle ring is not probed, so a
+// dead peer is only noticed by the next batch). Returns the health service
+// (null if gRPC has none).
+grpc::HealthCheckServiceInterface* ReportServing(grpc::Server* server) {
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   if (health != nullptr) {
     health->SetServingStatus(true);
     health->SetServingStatus(kmpc::v1::KeyOps::service_full_name(), true);
     health->SetServingStatus(kmpc::v1::Admin::service_full_name(), true);
   }
+  return health;
+}
 
+// Waits for SIGTERM or SIGINT (reloading the CRL on each SIGHUP); returns
+// the signal.
+int WaitForStopSignal(const sigset_t& stop_set,
+                      const std::shared_ptr<kmpc::service::RevocationList>& crl) {
   int sig = 0;
   while (sigwait(&stop_set, &sig) == 0 && sig == SIGHUP) {
     if (crl != nullptr) (void)crl->Reload();  // logs the outcome
   }
+  return sig;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("kmpc MPC server (one of three parties)");
+  // No lock-graph bookkeeping on every absl::Mutex acquisition (Debian's
+  // abseil keeps deadlock detection on; as in the KDC module).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (!DisableCoreDumps()) return Fail("cannot disable core dumps");
+  absl::ParseCommandLine(argc, argv);
+  kmpc::log::g_verbosity = absl::GetFlag(FLAGS_v);
+  const int party = absl::GetFlag(FLAGS_party);
+  if (party < 0 || party > 2) return Fail("--party must be 0, 1 or 2");
+  for (const auto* f : {&FLAGS_cert, &FLAGS_key, &FLAGS_ca, &FLAGS_store_dir,
+                        &FLAGS_ring_prev})
+    if (absl::GetFlag(*f).empty())
+      return Fail("--cert, --key, --ca, --store_dir and --ring_prev are required");
+  auto engine_options = EngineOptionsFromFlags();
+  if (!engine_options.ok()) return Fail(std::string(engine_options.status().message()));
+
+  // The store first: it takes STORE_DIR/kmpc.lock, so a second server on
+  // the same directory stops here, before it could touch anything in it
+  // (such as the CRL state below).
+  auto store = kmpc::store::ShareStore::Open(absl::GetFlag(FLAGS_store_dir));
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  (*store)->set_immutable_ids(!absl::GetFlag(FLAGS_allow_key_replace));
+  auto auth = ClientAuthorizationFromFlags();
+  if (!auth.ok()) return Fail(std::string(auth.status().message()));
+  const std::shared_ptr<kmpc::service::RevocationList> crl = auth->crl;
+
+  const sigset_t stop_set = BlockStopSignals();  // before any thread starts
+  const kmpc::net::TlsRingOptions ropt = RingOptionsFromFlags(party, crl);
+  auto ring = kmpc::net::TlsRing::Start(ropt);
+  if (!ring.ok()) return Fail(std::string(ring.status().message()));
+
+  kmpc::service::KeyCache keys(store->get(), party);
+  kmpc::service::SchedulerOptions sopt;
+  sopt.schedule_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_schedule_timeout_ms));
+  sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
+  sopt.engine = *engine_options;
+  kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
+  kmpc::service::Metrics metrics(party);
+
+  auto svc = ServiceOptionsFromFlags(party, &*auth);
+  if (!svc.ok()) return Fail(std::string(svc.status().message()));
+  kmpc::service::KeyOpsService keyops(*svc, &keys, &scheduler, &metrics);
+  kmpc::service::AdminService admin(*svc, store->get(), &keys, &scheduler,
+                                    &metrics);
+  int port = 0;
+  auto server = StartGrpcServer(&keyops, &admin, &port);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  auto exposer = StartMetricsExposer(metrics);
+  if (!exposer.ok()) return Fail(std::string(exposer.status().message()));
+  scheduler.Start();
+  KMPC_LOG(INFO) << "party " << party << " listening on "
+                 << absl::GetFlag(FLAGS_listen) << " (port " << port
+                 << "), ring on " << ropt.listen_addr << " -> "
+                 << ropt.prev_addr << ", " << ropt.workers << " workers, security "
+                 << (engine_options->malicious ? "malicious" : "semi-honest");
+  grpc::HealthCheckServiceInterface* health = ReportServing(server->get());
+
+  const int sig = WaitForStopSignal(stop_set, crl);
   KMPC_LOG(INFO) << "signal " << sig << ": shutting down";
   if (health != nullptr) health->Shutdown();
   // A batch in flight ends now (its ring waits return), not after the ring
   // timeout; the peers see the connections go and fail it too.
   (*ring)->Abort();
   scheduler.Stop();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

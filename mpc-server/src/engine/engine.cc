@@ -9,7 +9,7 @@
 //   Collect       the per-job results.
 // Public per-job metadata (JobPlan) and secret share buffers (JobSecrets,
 // AesOutput) live apart; the secret ones are wiped on every way out. See
-// engine.h and shared/design/enctype.md.
+// engine.h and docs/design/enctype.md.
 #include "engine/engine.h"
 
 #include <openssl/evp.h>

@@ -1,5 +1,5 @@
 // The computational core of one MPC server worker: jobs of the
-// aes128-ctr-mpc / aes256-ctr-mpc enctypes (shared/design/enctype.md)
+// aes128-ctr-mpc / aes256-ctr-mpc enctypes (docs/design/enctype.md)
 // evaluated on replicated 2-of-3 XOR shares (Araki et al., CCS 2016).
 //
 // A batch runs in these ring rounds (one message to party i-1, one from

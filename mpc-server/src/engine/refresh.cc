@@ -246,30 +246,51 @@ uint64_t GetU64(const uint8_t* p) {
   return v;
 }
 
-// The rebuild of party `lost` (refresh.h) for the pairs that go ahead.
-absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
-    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
-    absl::Span<const RefreshItem> items, const std::vector<Plan>& plan, int lost,
-    const std::vector<uint8_t>& survivor_views) {
-  const int me = channel.party();
-  const int a = (lost + 1) % 3, b = (lost + 2) % 3;
-  std::vector<RefreshOutcome> out(items.size());
-  // Per live pair: its cipher and old dealing id (from this party's key, or
-  // on the lost party from survivor A's view, which B's matched).
-  struct Live {
-    size_t j;
-    Cipher cipher;
-    const uint8_t* deal_id;
-    const uint8_t* meta_digest;
-  };
-  std::vector<Live> live;
+// One live pair of a rebuild: its cipher and old dealing id (from this
+// party's key, or on the lost party from survivor A's view, which B's
+// matched).
+struct RebuildPair {
+  size_t j;
+  Cipher cipher;
+  const uint8_t* deal_id;
+  const uint8_t* meta_digest;
+};
+
+// The public state of one rebuild of party `lost` (refresh.h): survivors A
+// = lost + 1 and B = lost + 2, the pairs that go ahead and their total
+// component bytes.
+struct Rebuild {
+  net::RingChannel& channel;
+  const std::vector<Plan>& plan;
+  int me, lost, a, b;
+  std::vector<RebuildPair> live;
   size_t total = 0;
+
+  // The components of pair l in order: round keys, then H powers. Component
+  // k of this party's view is share (me + k) % 3.
+  std::array<const std::vector<uint8_t>*, 2> Comp(const RebuildPair& l, int k) const {
+    return {&plan[l.j].key->round_keys[k], &plan[l.j].key->h_powers[k]};
+  }
+  // Concatenated share `share` of every live pair (survivors only).
+  void Gather(int share, std::vector<uint8_t>& dst) const {
+    dst.clear();
+    dst.reserve(total);
+    const int k = (share - me + 3) % 3;  // 0 or 1 on a survivor
+    for (const RebuildPair& l : live)
+      for (const auto* c : Comp(l, k)) dst.insert(dst.end(), c->begin(), c->end());
+  }
+};
+
+// Fills r.live and r.total from the plan, and every pair's status into out.
+absl::Status CollectRebuildPairs(Rebuild& r, const std::vector<uint8_t>& survivor_views,
+                                 std::vector<RefreshOutcome>& out) {
+  const std::vector<Plan>& plan = r.plan;
   for (size_t j = 0; j < plan.size(); ++j) {
     out[j].status = plan[j].status;
     out[j].detail = plan[j].detail;
     if (!plan[j].live()) continue;
-    Live l{j, Cipher::kAes128, nullptr, nullptr};
-    if (me == lost) {
+    RebuildPair l{j, Cipher::kAes128, nullptr, nullptr};
+    if (r.me == r.lost) {
       if (survivor_views.size() != kViewBytes * plan.size())
         return absl::InternalError("rebuild: the survivors' views are missing");
       const uint8_t* v = &survivor_views[kViewBytes * j];
@@ -283,77 +304,70 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
       l.cipher = plan[j].key->cipher;
       l.deal_id = plan[j].key->deal_id.data();
     }
-    total += RoundKeyBytes(l.cipher) + kHPowerBytes;
-    live.push_back(l);
+    r.total += RoundKeyBytes(l.cipher) + kHPowerBytes;
+    r.live.push_back(l);
   }
-  if (live.empty()) return out;
+  return absl::OkStatus();
+}
 
-  // Round 1: B -> A sigma, L -> B pi.
-  Seed sigma, pi;
-  if (me == b) {
+// Round 1: B -> A sigma, L -> B pi.
+absl::Status ShareRebuildSeeds(const Rebuild& r, Seed& sigma, Seed& pi) {
+  net::RingChannel& channel = r.channel;
+  if (r.me == r.b) {
     if (absl::Status st = sigma.Draw(); !st.ok()) return st;
     if (absl::Status st = channel.SendToPrev(sigma.b); !st.ok()) return st;
     if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(pi.b)); !st.ok()) return st;
-  } else if (me == a) {
+  } else if (r.me == r.a) {
     if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(sigma.b)); !st.ok())
       return st;
   } else {
     if (absl::Status st = pi.Draw(); !st.ok()) return st;
     if (absl::Status st = channel.SendToPrev(pi.b); !st.ok()) return st;
   }
-  Buffers s, t;  // masks (survivors); t.in: the pad p (B and L)
-  if (me != lost) {
-    if (absl::Status st = Expand(sigma.b, 1, s.mask, total); !st.ok()) return st;
-    if (absl::Status st = Expand(sigma.b, 2, t.mask, total); !st.ok()) return st;
-  }
-  if (me != a)
-    if (absl::Status st = Expand(pi.b, 3, t.in, total); !st.ok()) return st;
+  return absl::OkStatus();
+}
 
-  // The components of pair l in order: round keys, then H powers. Component
-  // k of this party's view is share (me + k) % 3.
-  auto comp = [&](const Live& l, int k) {
-    return std::array<const std::vector<uint8_t>*, 2>{&plan[l.j].key->round_keys[k],
-                                                      &plan[l.j].key->h_powers[k]};
-  };
-  // Concatenated share `share` of every live pair (survivors only).
-  auto gather = [&](int share, std::vector<uint8_t>& dst) {
-    dst.clear();
-    dst.reserve(total);
-    const int k = (share - me + 3) % 3;  // 0 or 1 on a survivor
-    for (const Live& l : live)
-      for (const auto* c : comp(l, k)) dst.insert(dst.end(), c->begin(), c->end());
-  };
-  Buffers x;  // x.out / x.in: shares of the survivors; x.mask: messages
-  std::vector<uint8_t> meta_msg;
-  if (me == b) {
+// Round 3 on survivor A: A -> L  metadata, x_{L+1} ^ t, x_L ^ s ^ p (x.in
+// holds x_L ^ s ^ p from B; x.out gets x_{L+1}).
+absl::Status SendToLost(const Rebuild& r, const Buffers& t, Buffers& x,
+                        std::vector<uint8_t>& meta_msg) {
+  for (const RebuildPair& l : r.live) {
+    const std::string& m = r.plan[l.j].public_meta;
+    PutU64(meta_msg, m.size());
+    meta_msg.insert(meta_msg.end(), m.begin(), m.end());
+  }
+  std::vector<uint8_t> len;
+  PutU64(len, meta_msg.size());
+  if (absl::Status st = r.channel.SendToPrev(len); !st.ok()) return st;
+  if (absl::Status st = r.channel.SendToPrev(meta_msg); !st.ok()) return st;
+  r.Gather(r.a, x.out);
+  x.mask.resize(2 * r.total);
+  for (size_t k = 0; k < r.total; ++k) x.mask[k] = x.out[k] ^ t.mask[k];
+  std::memcpy(x.mask.data() + r.total, x.in.data(), r.total);
+  return r.channel.SendToPrev(x.mask);
+}
+
+// Rounds 2 and 3. x.out / x.in: shares of the survivors; x.mask: messages
+// (on L, both messages of round 3); meta_msg: the metadata A sends L.
+absl::Status SendMaskedShares(const Rebuild& r, const Buffers& s, const Buffers& t,
+                              Buffers& x, std::vector<uint8_t>& meta_msg) {
+  net::RingChannel& channel = r.channel;
+  const size_t total = r.total;
+  if (r.me == r.b) {
     // Round 2: B -> A  x_L ^ s ^ p.
-    gather(lost, x.out);
+    r.Gather(r.lost, x.out);
     x.mask.resize(total);
     for (size_t k = 0; k < total; ++k) x.mask[k] = x.out[k] ^ s.mask[k] ^ t.in[k];
     if (absl::Status st = channel.SendToPrev(x.mask); !st.ok()) return st;
-  } else if (me == a) {
+  } else if (r.me == r.a) {
     x.in.resize(total);  // x_L ^ s ^ p from B
     if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(x.in)); !st.ok()) return st;
-    // Round 3: A -> L  metadata, x_{L+1} ^ t, x_L ^ s ^ p.
-    for (const Live& l : live) {
-      const std::string& m = plan[l.j].public_meta;
-      PutU64(meta_msg, m.size());
-      meta_msg.insert(meta_msg.end(), m.begin(), m.end());
-    }
-    std::vector<uint8_t> len;
-    PutU64(len, meta_msg.size());
-    if (absl::Status st = channel.SendToPrev(len); !st.ok()) return st;
-    if (absl::Status st = channel.SendToPrev(meta_msg); !st.ok()) return st;
-    gather(a, x.out);
-    x.mask.resize(2 * total);
-    for (size_t k = 0; k < total; ++k) x.mask[k] = x.out[k] ^ t.mask[k];
-    std::memcpy(x.mask.data() + total, x.in.data(), total);
-    if (absl::Status st = channel.SendToPrev(x.mask); !st.ok()) return st;
+    if (absl::Status st = SendToLost(r, t, x, meta_msg); !st.ok()) return st;
   } else {
     uint8_t len[8];
     if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(len)); !st.ok()) return st;
     const uint64_t n = GetU64(len);
-    if (n > 8 * live.size() + (uint64_t{1} << 24))
+    if (n > 8 * r.live.size() + (uint64_t{1} << 24))
       return absl::DataLossError("rebuild: the survivors' metadata is too large");
     meta_msg.resize(n);
     if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(meta_msg)); !st.ok())
@@ -362,18 +376,24 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
     if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(x.mask)); !st.ok())
       return st;
   }
+  return absl::OkStatus();
+}
 
-  // New views. Survivor A: (x_{L+1} ^ t, x_{L+2} ^ s ^ t); B: (x_{L+2} ^ s ^
-  // t, x_L ^ s); L: (x_L ^ s, x_{L+1} ^ t) = (msg2 ^ p, msg1).
+// New views into views.out / views.in (component 0 and 1). Survivor A:
+// (x_{L+1} ^ t, x_{L+2} ^ s ^ t); B: (x_{L+2} ^ s ^ t, x_L ^ s); L: (x_L ^
+// s, x_{L+1} ^ t) = (msg2 ^ p, msg1).
+void NewRebuildViews(const Rebuild& r, const Buffers& s, const Buffers& t, Buffers& x,
+                     Buffers& views) {
+  const size_t total = r.total;
   std::vector<uint8_t> c0(total), c1(total);
-  if (me == a) {
-    gather(b, x.in);  // x_{L+2}
+  if (r.me == r.a) {
+    r.Gather(r.b, x.in);  // x_{L+2}
     for (size_t k = 0; k < total; ++k) {
       c0[k] = x.out[k] ^ t.mask[k];
       c1[k] = x.in[k] ^ s.mask[k] ^ t.mask[k];
     }
-  } else if (me == b) {
-    gather(b, x.in);  // x_{L+2}
+  } else if (r.me == r.b) {
+    r.Gather(r.b, x.in);  // x_{L+2}
     for (size_t k = 0; k < total; ++k) {
       c0[k] = x.in[k] ^ s.mask[k] ^ t.mask[k];
       c1[k] = x.out[k] ^ s.mask[k];
@@ -384,12 +404,61 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
       c1[k] = x.mask[k];
     }
   }
-  Buffers views;  // wipes c0, c1 on the way out
-  views.out.swap(c0);
+  views.out.swap(c0);  // views wipes c0, c1 on the way out
   views.in.swap(c1);
+}
+
+// On the lost party: the next pair's metadata from A's message at mpos,
+// checked against the digest the survivors' views agreed on.
+absl::StatusOr<std::string> TakeRebuiltMeta(const std::vector<uint8_t>& meta_msg,
+                                            size_t& mpos, const uint8_t* meta_digest) {
+  if (meta_msg.size() - mpos < 8)
+    return absl::DataLossError("rebuild: the survivors' metadata is truncated");
+  const uint64_t n = GetU64(&meta_msg[mpos]);
+  mpos += 8;
+  if (meta_msg.size() - mpos < n)
+    return absl::DataLossError("rebuild: the survivors' metadata is truncated");
+  std::string m(reinterpret_cast<const char*>(&meta_msg[mpos]), n);
+  mpos += n;
+  Digest d;
+  d.Update(m.data(), m.size());
+  std::array<uint8_t, 32> md;
+  if (absl::Status st = d.Final(md); !st.ok()) return st;
+  if (std::memcmp(md.data(), meta_digest, 32) != 0)
+    return absl::DataLossError(
+        "rebuild: the metadata survivor A sent does not match the agreed views");
+  return m;
+}
+
+// The rebuild of party `lost` (refresh.h) for the pairs that go ahead.
+absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
+    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
+    absl::Span<const RefreshItem> items, const std::vector<Plan>& plan, int lost,
+    const std::vector<uint8_t>& survivor_views) {
+  const int me = channel.party();
+  Rebuild r{channel, plan, me, lost, (lost + 1) % 3, (lost + 2) % 3, {}, 0};
+  std::vector<RefreshOutcome> out(items.size());
+  if (absl::Status st = CollectRebuildPairs(r, survivor_views, out); !st.ok()) return st;
+  if (r.live.empty()) return out;
+
+  Seed sigma, pi;
+  if (absl::Status st = ShareRebuildSeeds(r, sigma, pi); !st.ok()) return st;
+  Buffers s, t;  // masks (survivors); t.in: the pad p (B and L)
+  if (me != lost) {
+    if (absl::Status st = Expand(sigma.b, 1, s.mask, r.total); !st.ok()) return st;
+    if (absl::Status st = Expand(sigma.b, 2, t.mask, r.total); !st.ok()) return st;
+  }
+  if (me != r.a)
+    if (absl::Status st = Expand(pi.b, 3, t.in, r.total); !st.ok()) return st;
+
+  Buffers x;  // x.out / x.in: shares of the survivors; x.mask: messages
+  std::vector<uint8_t> meta_msg;
+  if (absl::Status st = SendMaskedShares(r, s, t, x, meta_msg); !st.ok()) return st;
+  Buffers views;
+  NewRebuildViews(r, s, t, x, views);
 
   size_t pos = 0, mpos = 0;
-  for (const Live& l : live) {
+  for (const RebuildPair& l : r.live) {
     auto ks = std::make_shared<KeyShares>();
     ks->party = me;
     ks->cipher = l.cipher;
@@ -398,65 +467,74 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
       return st;
     TakeComponents(views, RoundKeyBytes(l.cipher), kHPowerBytes, pos, *ks);
     if (me == lost) {
-      if (meta_msg.size() - mpos < 8)
-        return absl::DataLossError("rebuild: the survivors' metadata is truncated");
-      const uint64_t n = GetU64(&meta_msg[mpos]);
-      mpos += 8;
-      if (meta_msg.size() - mpos < n)
-        return absl::DataLossError("rebuild: the survivors' metadata is truncated");
-      std::string m(reinterpret_cast<const char*>(&meta_msg[mpos]), n);
-      mpos += n;
-      Digest d;
-      d.Update(m.data(), m.size());
-      std::array<uint8_t, 32> md;
-      if (absl::Status st = d.Final(md); !st.ok()) return st;
-      if (std::memcmp(md.data(), l.meta_digest, 32) != 0)
-        return absl::DataLossError(
-            "rebuild: the metadata survivor A sent does not match the agreed views");
-      out[l.j].public_meta = std::move(m);
+      absl::StatusOr<std::string> m = TakeRebuiltMeta(meta_msg, mpos, l.meta_digest);
+      if (!m.ok()) return m.status();
+      out[l.j].public_meta = *std::move(m);
     }
     out[l.j].shares = std::move(ks);
   }
   return out;
 }
 
-}  // namespace
+// This party's agreement header of a refresh: the digests of the inputs and
+// of its views of the pairs.
+absl::Status RefreshHeader(absl::Span<const uint8_t> batch_id, uint64_t seq,
+                           absl::Span<const RefreshItem> items, int rebuild_party,
+                           const std::vector<Plan>& plan, AgreementHeader& mine) {
+  static constexpr char kTag[] = "kmpc-refresh-v1";
+  Digest inputs, views;
+  inputs.Update(kTag, sizeof kTag);
+  inputs.Update(batch_id.data(), batch_id.size());
+  inputs.U64(seq);
+  inputs.U64(items.size());
+  inputs.U64(static_cast<uint64_t>(rebuild_party + 1));
+  for (const RefreshItem& it : items) {
+    inputs.Str(it.old_key_id);
+    inputs.Str(it.new_key_id);
+  }
+  for (const Plan& w : plan) views.Update(w.view.data(), kViewBytes);
+  if (absl::Status st = inputs.Final(mine.inputs); !st.ok()) return st;
+  return views.Final(mine.keys);
+}
 
-absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
-    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
-    absl::Span<const RefreshItem> items, const RefreshLookup& lookup,
-    int rebuild_party) {
-  if (items.size() > kMaxRefreshPairs)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a refresh batch holds at most ", kMaxRefreshPairs, " pairs"));
-  if (rebuild_party != kNoRebuild && (rebuild_party < 0 || rebuild_party > 2))
-    return absl::InvalidArgumentError("the party to rebuild must be 0, 1 or 2");
+// Same pairs, different views (or a rebuild): exchange the views, fail the
+// same pairs on all three parties. On the rebuilt party, survivor_views gets
+// the survivors' views of every pair (cipher, dealing id and metadata digest
+// of what it receives).
+absl::Status ExchangeViews(net::RingChannel& channel, int rebuild_party,
+                           std::vector<Plan>& plan, std::vector<uint8_t>& survivor_views) {
   const bool rebuild = rebuild_party != kNoRebuild;
   const int me = channel.party();
-  std::vector<Plan> plan(items.size());
-  CheckInputs(items, plan);
-  for (size_t j = 0; j < items.size(); ++j)
-    if (plan[j].live())
-      if (absl::Status st = LookUp(me, items[j], lookup, plan[j]); !st.ok()) return st;
-
-  // Agreement (the engine's two rounds, agreement.h, without counters).
-  AgreementHeader mine;
-  {
-    static constexpr char kTag[] = "kmpc-refresh-v1";
-    Digest inputs, views;
-    inputs.Update(kTag, sizeof kTag);
-    inputs.Update(batch_id.data(), batch_id.size());
-    inputs.U64(seq);
-    inputs.U64(items.size());
-    inputs.U64(static_cast<uint64_t>(rebuild_party + 1));
-    for (const RefreshItem& it : items) {
-      inputs.Str(it.old_key_id);
-      inputs.Str(it.new_key_id);
-    }
-    for (const Plan& w : plan) views.Update(w.view.data(), kViewBytes);
-    if (absl::Status st = inputs.Final(mine.inputs); !st.ok()) return st;
-    if (absl::Status st = views.Final(mine.keys); !st.ok()) return st;
+  const size_t n = kViewBytes * plan.size();
+  std::vector<uint8_t> vmine(n), vnext(n), vnext2(n);
+  for (size_t j = 0; j < plan.size(); ++j)
+    std::memcpy(&vmine[kViewBytes * j], plan[j].view.data(), kViewBytes);
+  if (absl::Status st = channel.Exchange(vmine, absl::MakeSpan(vnext)); !st.ok())
+    return st;
+  if (absl::Status st = channel.Exchange(vnext, absl::MakeSpan(vnext2)); !st.ok())
+    return st;
+  for (size_t j = 0; j < plan.size(); ++j) {
+    std::array<const uint8_t*, 3> v;
+    v[me] = &vmine[kViewBytes * j];
+    v[(me + 1) % 3] = &vnext[kViewBytes * j];
+    v[(me + 2) % 3] = &vnext2[kViewBytes * j];
+    if (rebuild) DecideRebuild(plan[j], v, rebuild_party);
+    else Decide(plan[j], v);
   }
+  if (rebuild && me == rebuild_party) survivor_views = std::move(vnext);
+  return absl::OkStatus();
+}
+
+// Agreement (the engine's two rounds, agreement.h, without counters), then
+// every pair's outcome decided alike on the three parties.
+absl::Status AgreeOnRefresh(net::RingChannel& channel, absl::Span<const uint8_t> batch_id,
+                            uint64_t seq, absl::Span<const RefreshItem> items,
+                            int rebuild_party, std::vector<Plan>& plan,
+                            std::vector<uint8_t>& survivor_views) {
+  AgreementHeader mine;
+  if (absl::Status st = RefreshHeader(batch_id, seq, items, rebuild_party, plan, mine);
+      !st.ok())
+    return st;
   uint8_t raw[AgreementHeader::kSize], raw_next[AgreementHeader::kSize],
       raw_next2[AgreementHeader::kSize];
   mine.Encode(absl::MakeSpan(raw));
@@ -471,37 +549,20 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
   if (!mine.SameInputs(*next) || !mine.SameInputs(*next2))
     return absl::AbortedError(
         "refresh refused: the MPC servers received different refresh requests");
-  // The survivors' views of every pair, for the rebuilt party (cipher,
-  // dealing id and metadata digest of what it receives).
-  std::vector<uint8_t> survivor_views;
-  if (rebuild || !mine.SameKeys(*next) || !mine.SameKeys(*next2)) {
-    // Same pairs, different views: exchange them, fail the same pairs. (A
-    // rebuild always does: the rebuilt party learns the survivors' views.)
-    const size_t n = kViewBytes * plan.size();
-    std::vector<uint8_t> vmine(n), vnext(n), vnext2(n);
-    for (size_t j = 0; j < plan.size(); ++j)
-      std::memcpy(&vmine[kViewBytes * j], plan[j].view.data(), kViewBytes);
-    if (absl::Status st = channel.Exchange(vmine, absl::MakeSpan(vnext)); !st.ok())
-      return st;
-    if (absl::Status st = channel.Exchange(vnext, absl::MakeSpan(vnext2)); !st.ok())
-      return st;
-    for (size_t j = 0; j < plan.size(); ++j) {
-      std::array<const uint8_t*, 3> v;
-      v[me] = &vmine[kViewBytes * j];
-      v[(me + 1) % 3] = &vnext[kViewBytes * j];
-      v[(me + 2) % 3] = &vnext2[kViewBytes * j];
-      if (rebuild) DecideRebuild(plan[j], v, rebuild_party);
-      else Decide(plan[j], v);
-    }
-    if (rebuild && me == rebuild_party) survivor_views = std::move(vnext);
-  } else {
-    for (Plan& w : plan) Decide(w, {w.view.data(), w.view.data(), w.view.data()});
-  }
+  // A rebuild always exchanges the views: the rebuilt party learns the
+  // survivors' views.
+  if (rebuild_party != kNoRebuild || !mine.SameKeys(*next) || !mine.SameKeys(*next2))
+    return ExchangeViews(channel, rebuild_party, plan, survivor_views);
+  for (Plan& w : plan) Decide(w, {w.view.data(), w.view.data(), w.view.data()});
+  return absl::OkStatus();
+}
 
-  if (rebuild)
-    return RebuildExchange(channel, batch_id, seq, items, plan, rebuild_party,
-                           survivor_views);
-
+// The refresh proper (no rebuild) of the pairs that go ahead: one
+// zero-sharing round.
+absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
+    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
+    absl::Span<const RefreshItem> items, const std::vector<Plan>& plan) {
+  const int me = channel.party();
   std::vector<RefreshOutcome> out(items.size());
   size_t total = 0;
   for (size_t j = 0; j < plan.size(); ++j) {
@@ -548,6 +609,35 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
     out[j].shares = std::move(ks);
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
+    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
+    absl::Span<const RefreshItem> items, const RefreshLookup& lookup,
+    int rebuild_party) {
+  if (items.size() > kMaxRefreshPairs)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a refresh batch holds at most ", kMaxRefreshPairs, " pairs"));
+  if (rebuild_party != kNoRebuild && (rebuild_party < 0 || rebuild_party > 2))
+    return absl::InvalidArgumentError("the party to rebuild must be 0, 1 or 2");
+  const int me = channel.party();
+  std::vector<Plan> plan(items.size());
+  CheckInputs(items, plan);
+  for (size_t j = 0; j < items.size(); ++j)
+    if (plan[j].live())
+      if (absl::Status st = LookUp(me, items[j], lookup, plan[j]); !st.ok()) return st;
+
+  std::vector<uint8_t> survivor_views;  // on the rebuilt party only
+  if (absl::Status st =
+          AgreeOnRefresh(channel, batch_id, seq, items, rebuild_party, plan, survivor_views);
+      !st.ok())
+    return st;
+  if (rebuild_party != kNoRebuild)
+    return RebuildExchange(channel, batch_id, seq, items, plan, rebuild_party,
+                           survivor_views);
+  return RefreshExchange(channel, batch_id, seq, items, plan);
 }
 
 }  // namespace kmpc::engine

@@ -202,6 +202,142 @@ void FillFe(const Prf& prf, uint64_t ctr, size_t n, Fe* out) {
   if (n > 0) prf.Fill(ctr, n, reinterpret_cast<uint8_t*>(out));
 }
 
+constexpr int G = dzkp::kGroupWords;
+constexpr int P = dzkp::kHPoints;
+// MulLog::fold_: the compressed vectors f0, f1, g0, g1.
+using Fold = std::array<std::vector<Fe>, 4>;
+
+// The secrets a verification holds besides the log and its fold vectors;
+// Verifier::Verify wipes them on every way out.
+struct VerifySecrets {
+  Fe hw[P] = {}, h0[P] = {}, h1[P] = {}, claim[2] = {}, mx[2], my[2], c[2] = {};
+  void Wipe() {
+    share::Wipe(hw, sizeof hw);
+    share::Wipe(h0, sizeof h0);
+    share::Wipe(h1, sizeof h1);
+    share::Wipe(claim, sizeof claim);
+    share::Wipe(mx, sizeof mx);
+    share::Wipe(my, sizeof my);
+    share::Wipe(c, sizeof c);
+  }
+};
+
+// Round 1: the first compression's weights from coin c1.
+void FirstWeights(const uint8_t* coin, size_t groups, dzkp::AndWeights& w) {
+  const Prf prf(coin);
+  Fe lambda[64];
+  FillFe(prf, 0, 64, lambda);
+  w.lift.Init(lambda);
+  FillFe(prf, 64, G, w.tau);
+  Reserve(w.nu, groups);
+  w.nu.resize(groups);
+  FillFe(prf, 128, groups, w.nu.data());
+}
+
+// Round 2: h(e_1) .. h(e_{P-1}) and the mask's product, reshared.
+absl::Status FirstLevelProof(Rep3& ctx, const dzkp::AndShares& s,
+                             const dzkp::AndWeights& w, VerifySecrets& v) {
+  dzkp::FirstLevelH(s, w, v.hw, v.claim);
+  {
+    uint8_t r0[32], r1[32];
+    ctx.prss().RandomShares(r0, r1, 32);
+    v.mx[0] = dzkp::Load(r0), v.mx[1] = dzkp::Load(r1);
+    v.my[0] = dzkp::Load(r0 + 16), v.my[1] = dzkp::Load(r1 + 16);
+    share::Wipe(r0, 32);
+    share::Wipe(r1, 32);
+    dzkp::Wide t;
+    dzkp::MulAcc(t, v.mx[0], dzkp::Add(v.my[0], v.my[1]));
+    dzkp::MulAcc(t, v.mx[1], v.my[0]);
+    v.hw[P - 1] = dzkp::Reduce(t);
+  }
+  return Reshare(ctx, v.hw, P, v.h0, v.h1);
+}
+
+// Round 3, from coin c2: r, and the claim h(r) into v.c. Returns r.
+Fe FirstLevelClaim(const Prf& prf, VerifySecrets& v) {
+  Fe r;
+  FillFe(prf, 0, 1, &r);
+  // Values at e_0 .. e_{P-1}: h(e_0) = claim - h(e_1) - ... - h(e_{G-1}).
+  Fe v0[P], v1[P];
+  v0[0] = v.claim[0], v1[0] = v.claim[1];
+  for (int p = 1; p < P; ++p) {
+    v0[p] = v.h0[p - 1], v1[p] = v.h1[p - 1];
+    if (p < G) v0[0] = dzkp::Add(v0[0], v0[p]), v1[0] = dzkp::Add(v1[0], v1[p]);
+  }
+  dzkp::Interpolate(P, v0, v1, r, v.c);
+  share::Wipe(v0, sizeof v0);
+  share::Wipe(v1, sizeof v1);
+  return r;
+}
+
+// Round 3, from coin c2: the weights w'_k of the ng GF(2^128) products
+// (log gf, from element `at` of the fold) and w'_m of the mask; adds sum
+// w'_k z_k + w'_m z' to the claim v.c.
+void FoldGfProducts(const Prf& prf, const std::array<std::vector<uint8_t>, 6>& Gf,
+                    size_t ng, size_t at, Fold& fold, VerifySecrets& v) {
+  auto& [f0, f1, g0, g1] = fold;
+  std::vector<Fe> wk(ng + 1);
+  FillFe(prf, 1, ng + 1, wk.data());
+  dzkp::Wide acc[2];
+  for (size_t k = 0; k < ng; ++k, ++at) {
+    const size_t o = 16 * k;
+    f0[at] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[0].data() + o));
+    f1[at] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[1].data() + o));
+    g0[at] = dzkp::FromGcm(Gf[2].data() + o);
+    g1[at] = dzkp::FromGcm(Gf[3].data() + o);
+    dzkp::MulAcc(acc[0], wk[k], dzkp::FromGcm(Gf[4].data() + o));
+    dzkp::MulAcc(acc[1], wk[k], dzkp::FromGcm(Gf[5].data() + o));
+  }
+  // The mask: its product came back reshared as the last element.
+  f0[at] = dzkp::Mul(wk[ng], v.mx[0]);
+  f1[at] = dzkp::Mul(wk[ng], v.mx[1]);
+  g0[at] = v.my[0];
+  g1[at] = v.my[1];
+  dzkp::MulAcc(acc[0], wk[ng], v.h0[P - 1]);
+  dzkp::MulAcc(acc[1], wk[ng], v.h1[P - 1]);
+  v.c[0] = dzkp::Add(v.c[0], dzkp::Reduce(acc[0]));
+  v.c[1] = dzkp::Add(v.c[1], dzkp::Reduce(acc[1]));
+  share::Wipe(acc, sizeof acc);
+}
+
+// Rounds 4..: halvings of the n1 fold elements, each a reshare of h(1),
+// h(x) and a coin.
+absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t n1, Fold& fold,
+                      VerifySecrets& v) {
+  uint8_t coin[16];
+  Fe* const fv[2] = {fold[0].data(), fold[1].data()};
+  Fe* const gv[2] = {fold[2].data(), fold[3].data()};
+  for (size_t n = n1; n > 1; n = (n + 1) / 2) {
+    dzkp::HalveH(fv, gv, n, v.hw);
+    if (absl::Status st = Reshare(ctx, v.hw, 2, v.h0, v.h1); !st.ok()) return st;
+    if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
+    const Fe r = dzkp::Load(coin);
+    const Fe v0[3] = {dzkp::Add(v.c[0], v.h0[0]), v.h0[0], v.h0[1]};
+    const Fe v1[3] = {dzkp::Add(v.c[1], v.h1[0]), v.h1[0], v.h1[1]};
+    dzkp::Interpolate(3, v0, v1, r, v.c);
+    dzkp::HalveFold(fv, gv, n, r);
+  }
+  return absl::OkStatus();
+}
+
+// Opening: the last f, g and claim; *local_ok: the claim is their product.
+absl::Status OpenLast(Rep3& ctx, Sha256& opened, const Fold& fold, const Fe c[2],
+                      bool* local_ok) {
+  const auto& [f0, f1, g0, g1] = fold;
+  uint8_t o0[48], o1[48], open[48];
+  dzkp::Store(o0, f0[0]), dzkp::Store(o0 + 16, g0[0]), dzkp::Store(o0 + 32, c[0]);
+  dzkp::Store(o1, f1[0]), dzkp::Store(o1 + 16, g1[0]), dzkp::Store(o1 + 32, c[1]);
+  absl::Status st = ctx.Reveal(absl::MakeConstSpan(o0, 48), absl::MakeConstSpan(o1, 48),
+                               absl::MakeSpan(open, 48));
+  share::Wipe(o0, 48);
+  share::Wipe(o1, 48);
+  if (!st.ok()) return st;
+  opened.Update(absl::MakeConstSpan(open, 48));
+  *local_ok = dzkp::Equal(
+      dzkp::Mul(dzkp::Load(open), dzkp::Load(open + 16)), dzkp::Load(open + 32));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
@@ -213,8 +349,6 @@ absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
 
 absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
-  constexpr int G = dzkp::kGroupWords;
-  constexpr int P = dzkp::kHPoints;
   const size_t nw = log.and_words(), ng = log.gf_products();
   const size_t groups = (nw + G - 1) / G;
   const auto& L = log.and_;
@@ -224,16 +358,10 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
                           nw};
   auto& [f0, f1, g0, g1] = log.fold_;
   // Every secret this function holds, wiped on every way out.
-  Fe hw[P] = {}, h0[P] = {}, h1[P] = {}, claim[2] = {}, mx[2], my[2], c[2] = {};
+  VerifySecrets sec;
   auto wipe = [&] {
     for (auto* v : {&f0, &f1, &g0, &g1}) share::Wipe(v->data(), v->size() * sizeof(Fe));
-    share::Wipe(hw, sizeof hw);
-    share::Wipe(h0, sizeof h0);
-    share::Wipe(h1, sizeof h1);
-    share::Wipe(claim, sizeof claim);
-    share::Wipe(mx, sizeof mx);
-    share::Wipe(my, sizeof my);
-    share::Wipe(c, sizeof c);
+    sec.Wipe();
     log.Clear();
   };
   auto fail = [&](absl::Status st) {
@@ -246,32 +374,8 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
   if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
   dzkp::AndWeights& w = *log.weights_;
-  {
-    const Prf prf(coin);
-    Fe lambda[64];
-    FillFe(prf, 0, 64, lambda);
-    w.lift.Init(lambda);
-    FillFe(prf, 64, G, w.tau);
-    Reserve(w.nu, groups);
-    w.nu.resize(groups);
-    FillFe(prf, 128, groups, w.nu.data());
-  }
-
-  // Round 2: h(e_1) .. h(e_{P-1}) and the mask's product, reshared.
-  dzkp::FirstLevelH(s, w, hw, claim);
-  {
-    uint8_t r0[32], r1[32];
-    ctx.prss().RandomShares(r0, r1, 32);
-    mx[0] = dzkp::Load(r0), mx[1] = dzkp::Load(r1);
-    my[0] = dzkp::Load(r0 + 16), my[1] = dzkp::Load(r1 + 16);
-    share::Wipe(r0, 32);
-    share::Wipe(r1, 32);
-    dzkp::Wide t;
-    dzkp::MulAcc(t, mx[0], dzkp::Add(my[0], my[1]));
-    dzkp::MulAcc(t, mx[1], my[0]);
-    hw[P - 1] = dzkp::Reduce(t);
-  }
-  if (absl::Status st = Reshare(ctx, hw, P, h0, h1); !st.ok()) return fail(st);
+  FirstWeights(coin, groups, w);
+  if (absl::Status st = FirstLevelProof(ctx, s, w, sec); !st.ok()) return fail(st);
 
   // Round 3: coin c2: r and the weights of the GF(2^128) products and the
   // mask. The new claim: h(r) + sum w'_k z_k + w'_m z'.
@@ -283,74 +387,19 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   }
   {
     const Prf prf(coin);
-    Fe r;
-    FillFe(prf, 0, 1, &r);
-    // Values at e_0 .. e_{P-1}: h(e_0) = claim - h(e_1) - ... - h(e_{G-1}).
-    Fe v0[P], v1[P];
-    v0[0] = claim[0], v1[0] = claim[1];
-    for (int p = 1; p < P; ++p) {
-      v0[p] = h0[p - 1], v1[p] = h1[p - 1];
-      if (p < G) v0[0] = dzkp::Add(v0[0], v0[p]), v1[0] = dzkp::Add(v1[0], v1[p]);
-    }
-    dzkp::Interpolate(P, v0, v1, r, c);
-    share::Wipe(v0, sizeof v0);
-    share::Wipe(v1, sizeof v1);
+    const Fe r = FirstLevelClaim(prf, sec);
     if (groups > 0) dzkp::FirstLevelFold(s, w, r, f0.data(), f1.data(), g0.data(), g1.data());
-    std::vector<Fe> wk(ng + 1);
-    FillFe(prf, 1, ng + 1, wk.data());
-    const auto& Gf = log.gf_;
-    size_t at = 64 * groups;
-    dzkp::Wide acc[2];
-    for (size_t k = 0; k < ng; ++k, ++at) {
-      const size_t o = 16 * k;
-      f0[at] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[0].data() + o));
-      f1[at] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[1].data() + o));
-      g0[at] = dzkp::FromGcm(Gf[2].data() + o);
-      g1[at] = dzkp::FromGcm(Gf[3].data() + o);
-      dzkp::MulAcc(acc[0], wk[k], dzkp::FromGcm(Gf[4].data() + o));
-      dzkp::MulAcc(acc[1], wk[k], dzkp::FromGcm(Gf[5].data() + o));
-    }
-    // The mask: its product came back reshared as the last element.
-    f0[at] = dzkp::Mul(wk[ng], mx[0]);
-    f1[at] = dzkp::Mul(wk[ng], mx[1]);
-    g0[at] = my[0];
-    g1[at] = my[1];
-    dzkp::MulAcc(acc[0], wk[ng], h0[P - 1]);
-    dzkp::MulAcc(acc[1], wk[ng], h1[P - 1]);
-    c[0] = dzkp::Add(c[0], dzkp::Reduce(acc[0]));
-    c[1] = dzkp::Add(c[1], dzkp::Reduce(acc[1]));
-    share::Wipe(acc, sizeof acc);
+    FoldGfProducts(prf, log.gf_, ng, 64 * groups, log.fold_, sec);
   }
 
-  // Rounds 4..: halvings, each a reshare of h(1), h(x) and a coin.
-  Fe* const fv[2] = {f0.data(), f1.data()};
-  Fe* const gv[2] = {g0.data(), g1.data()};
-  for (size_t n = n1; n > 1; n = (n + 1) / 2) {
-    dzkp::HalveH(fv, gv, n, hw);
-    if (absl::Status st = Reshare(ctx, hw, 2, h0, h1); !st.ok()) return fail(st);
-    if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
-    const Fe r = dzkp::Load(coin);
-    const Fe v0[3] = {dzkp::Add(c[0], h0[0]), h0[0], h0[1]};
-    const Fe v1[3] = {dzkp::Add(c[1], h1[0]), h1[0], h1[1]};
-    dzkp::Interpolate(3, v0, v1, r, c);
-    dzkp::HalveFold(fv, gv, n, r);
-  }
-
-  // Opening: the last f, g and claim; the claim must be their product.
-  uint8_t o0[48], o1[48], open[48];
-  dzkp::Store(o0, f0[0]), dzkp::Store(o0 + 16, g0[0]), dzkp::Store(o0 + 32, c[0]);
-  dzkp::Store(o1, f1[0]), dzkp::Store(o1 + 16, g1[0]), dzkp::Store(o1 + 32, c[1]);
-  absl::Status st = ctx.Reveal(absl::MakeConstSpan(o0, 48), absl::MakeConstSpan(o1, 48),
-                               absl::MakeSpan(open, 48));
-  share::Wipe(o0, 48);
-  share::Wipe(o1, 48);
-  if (!st.ok()) return fail(st);
-  log.opened_.Update(absl::MakeConstSpan(open, 48));
-  const bool local_ok = dzkp::Equal(
-      dzkp::Mul(dzkp::Load(open), dzkp::Load(open + 16)), dzkp::Load(open + 32));
+  if (absl::Status st = Halvings(ctx, log.opened_, n1, log.fold_, sec); !st.ok())
+    return fail(st);
+  bool local_ok = false;
+  if (absl::Status st = OpenLast(ctx, log.opened_, log.fold_, sec.c, &local_ok); !st.ok())
+    return fail(st);
 
   // Last round: compare.
-  st = Compare(ctx, log.opened_, local_ok);
+  absl::Status st = Compare(ctx, log.opened_, local_ok);
   wipe();
   return st;
 }

@@ -184,6 +184,57 @@ std::shared_ptr<const CertFacts> FactsOf(absl::string_view pem) {
   return f;
 }
 
+// The certificates of a PEM CA file (none if it holds none).
+std::vector<X509Ptr> ReadCaCerts(const std::string& ca_pem) {
+  std::vector<X509Ptr> cas;
+  BioPtr bio = MemBio(ca_pem);
+  while (X509* c = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr))
+    cas.emplace_back(c);
+  ERR_clear_error();
+  return cas;
+}
+
+// The current time as TimeKey writes it ("YYYYMMDDHHMMSSZ").
+std::string NowTimeKey() {
+  ASN1_TIME* t = X509_gmtime_adj(nullptr, 0);
+  std::string k = TimeKey(t);
+  ASN1_TIME_free(t);
+  return k;
+}
+
+// The index in cas of the CA that signed crl, or -1 if none did.
+int SigningCa(X509_CRL* crl, const std::vector<X509Ptr>& cas) {
+  const X509_NAME* issuer = X509_CRL_get_issuer(crl);
+  int signer = -1;
+  for (size_t i = 0; i < cas.size(); ++i) {
+    const X509Ptr& ca = cas[i];
+    if (X509_NAME_cmp(X509_get_subject_name(ca.get()), issuer) != 0) continue;
+    // A CA whose keyUsage is present must allow cRLSign.
+    if ((X509_get_extension_flags(ca.get()) & EXFLAG_KUSAGE) != 0 &&
+        (X509_get_key_usage(ca.get()) & KU_CRL_SIGN) == 0)
+      continue;
+    EVP_PKEY* key = X509_get0_pubkey(ca.get());
+    if (key != nullptr && X509_CRL_verify(crl, key) == 1) {
+      signer = static_cast<int>(i);
+      break;
+    }
+  }
+  ERR_clear_error();
+  return signer;
+}
+
+// The CRL Number extension of crl (NumberHex), empty if absent or invalid.
+std::string CrlNumberHex(X509_CRL* crl) {
+  std::string number;
+  int crit = 0;
+  ASN1_INTEGER* num = static_cast<ASN1_INTEGER*>(
+      X509_CRL_get_ext_d2i(crl, NID_crl_number, &crit, nullptr));
+  if (num != nullptr) number = NumberHex(num);
+  ASN1_INTEGER_free(num);
+  ERR_clear_error();
+  return number;
+}
+
 struct PeerCert {
   std::string cn;
   std::shared_ptr<const CertFacts> facts;  // null unless the policy needs it
@@ -276,13 +327,7 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat("CRL file ", crl_path_, ": ", why));
   };
-  std::vector<X509Ptr> cas;
-  {
-    BioPtr bio = MemBio(ca_pem_);
-    while (X509* c = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr))
-      cas.emplace_back(c);
-    ERR_clear_error();
-  }
+  std::vector<X509Ptr> cas = ReadCaCerts(ca_pem_);
   if (cas.empty()) return bad("the CA file holds no PEM certificate");
   auto snap = std::make_shared<Snapshot>();
   for (const X509Ptr& ca : cas)
@@ -291,12 +336,7 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
   std::vector<bool> ca_signed(cas.size(), false);
   BioPtr bio = MemBio(pem);
   int n = 0;
-  const std::string now_key = [] {
-    ASN1_TIME* t = X509_gmtime_adj(nullptr, 0);
-    std::string k = TimeKey(t);
-    ASN1_TIME_free(t);
-    return k;
-  }();
+  const std::string now_key = NowTimeKey();
   while (X509_CRL* raw = PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr)) {
     CrlPtr crl(raw);
     ++n;
@@ -304,71 +344,14 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
     // A delta CRL only lists changes since a base CRL: not supported.
     if (X509_CRL_get_ext_by_NID(crl.get(), NID_delta_crl, -1) >= 0)
       return bad("delta CRLs are not supported");
-    bool signed_by_ca = false;
-    std::string ca_key;
-    for (size_t i = 0; i < cas.size(); ++i) {
-      const X509Ptr& ca = cas[i];
-      if (X509_NAME_cmp(X509_get_subject_name(ca.get()), issuer) != 0) continue;
-      // A CA whose keyUsage is present must allow cRLSign.
-      if ((X509_get_extension_flags(ca.get()) & EXFLAG_KUSAGE) != 0 &&
-          (X509_get_key_usage(ca.get()) & KU_CRL_SIGN) == 0)
-        continue;
-      EVP_PKEY* key = X509_get0_pubkey(ca.get());
-      if (key != nullptr && X509_CRL_verify(crl.get(), key) == 1) {
-        signed_by_ca = true;
-        ca_signed[i] = true;
-        ca_key = CaKey(ca.get());
-        break;
-      }
-    }
-    ERR_clear_error();
-    if (!signed_by_ca)
+    const int signer = SigningCa(crl.get(), cas);
+    if (signer < 0)
       return bad(absl::StrCat("CRL ", n, " (issuer ", NameText(issuer),
                               ") is not signed by a CA of --ca"));
-    // The CRL Number (RFC 5280 5.2.3, monotonic per issuer) orders CRLs:
-    // lastUpdate has a one-second resolution and is not remembered.
-    std::string number;
-    {
-      int crit = 0;
-      ASN1_INTEGER* num = static_cast<ASN1_INTEGER*>(
-          X509_CRL_get_ext_d2i(crl.get(), NID_crl_number, &crit, nullptr));
-      if (num != nullptr) number = NumberHex(num);
-      ASN1_INTEGER_free(num);
-      ERR_clear_error();
-    }
-    if (number.empty())
-      return bad(absl::StrCat("CRL ", n, " (issuer ", NameText(issuer),
-                              ") has no valid CRL Number extension (needed to refuse "
-                              "older CRLs; deploy/gen-certs.sh writes one)"));
-    const std::string last = TimeKey(X509_CRL_get0_lastUpdate(crl.get()));
-    if (last.empty()) return bad("a CRL has no valid lastUpdate");
-    if (last > snap->newest_last_update) snap->newest_last_update = last;
-    const std::string next = TimeKey(X509_CRL_get0_nextUpdate(crl.get()));
-    if (!next.empty() && next < now_key)
-      KMPC_LOG(WARNING) << "CRL file " << crl_path_ << ": CRL " << n
-                        << " expired (nextUpdate " << next
-                        << "); its revocations stay in force, issue a fresh one";
-    // Issuers are compared as X509_NAME_cmp does (canonical encoding), here
-    // and in IsRevoked: the same name may be encoded differently in a CRL
-    // and in a certificate.
-    RevocationList::IssuerCrl* entry = nullptr;
-    for (IssuerCrl& e : snap->crls)
-      if (e.ca_key == ca_key && X509_NAME_cmp(e.issuer.get(), issuer) == 0) entry = &e;
-    if (entry == nullptr) {
-      std::shared_ptr<X509_NAME> copy = NameCopy(issuer);
-      if (copy == nullptr) return bad("cannot copy a CRL's issuer name");
-      snap->crls.push_back({std::move(copy), ca_key, number, {}});
-      entry = &snap->crls.back();
-    }
-    if (NumberLess(entry->number, number)) entry->number = number;
-    std::set<std::string>& serials = entry->serials;
-    STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
-    for (int i = 0; i < sk_X509_REVOKED_num(revoked); ++i) {
-      const X509_REVOKED* r = sk_X509_REVOKED_value(revoked, i);
-      std::string s = SerialHex(X509_REVOKED_get0_serialNumber(r));
-      if (s.empty()) return bad("a revoked entry has an unreadable serial");
-      if (serials.insert(s).second) ++snap->count;
-    }
+    ca_signed[signer] = true;
+    if (absl::Status st = AddCrl(crl.get(), n, CaKey(cas[signer].get()), now_key, *snap);
+        !st.ok())
+      return st;
   }
   // PEM_read_bio_X509_CRL's "no start line" at the end of the input.
   ERR_clear_error();
@@ -379,6 +362,51 @@ absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::
           absl::StrCat(NameText(X509_get_subject_name(cas[i].get())), " (certificate ",
                        i + 1, " of the CA file)"));
   return std::shared_ptr<const Snapshot>(std::move(snap));
+}
+
+absl::Status RevocationList::AddCrl(X509_CRL* crl, int n, const std::string& ca_key,
+                                    const std::string& now_key, Snapshot& snap) const {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("CRL file ", crl_path_, ": ", why));
+  };
+  const X509_NAME* issuer = X509_CRL_get_issuer(crl);
+  // The CRL Number (RFC 5280 5.2.3, monotonic per issuer) orders CRLs:
+  // lastUpdate has a one-second resolution and is not remembered.
+  const std::string number = CrlNumberHex(crl);
+  if (number.empty())
+    return bad(absl::StrCat("CRL ", n, " (issuer ", NameText(issuer),
+                            ") has no valid CRL Number extension (needed to refuse "
+                            "older CRLs; deploy/gen-certs.sh writes one)"));
+  const std::string last = TimeKey(X509_CRL_get0_lastUpdate(crl));
+  if (last.empty()) return bad("a CRL has no valid lastUpdate");
+  if (last > snap.newest_last_update) snap.newest_last_update = last;
+  const std::string next = TimeKey(X509_CRL_get0_nextUpdate(crl));
+  if (!next.empty() && next < now_key)
+    KMPC_LOG(WARNING) << "CRL file " << crl_path_ << ": CRL " << n
+                      << " expired (nextUpdate " << next
+                      << "); its revocations stay in force, issue a fresh one";
+  // Issuers are compared as X509_NAME_cmp does (canonical encoding), here
+  // and in IsRevoked: the same name may be encoded differently in a CRL
+  // and in a certificate.
+  IssuerCrl* entry = nullptr;
+  for (IssuerCrl& e : snap.crls)
+    if (e.ca_key == ca_key && X509_NAME_cmp(e.issuer.get(), issuer) == 0) entry = &e;
+  if (entry == nullptr) {
+    std::shared_ptr<X509_NAME> copy = NameCopy(issuer);
+    if (copy == nullptr) return bad("cannot copy a CRL's issuer name");
+    snap.crls.push_back({std::move(copy), ca_key, number, {}});
+    entry = &snap.crls.back();
+  }
+  if (NumberLess(entry->number, number)) entry->number = number;
+  std::set<std::string>& serials = entry->serials;
+  STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl);
+  for (int i = 0; i < sk_X509_REVOKED_num(revoked); ++i) {
+    const X509_REVOKED* r = sk_X509_REVOKED_value(revoked, i);
+    std::string s = SerialHex(X509_REVOKED_get0_serialNumber(r));
+    if (s.empty()) return bad("a revoked entry has an unreadable serial");
+    if (serials.insert(s).second) ++snap.count;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RevocationList::LoadLocked(bool forced) {

@@ -112,6 +112,9 @@ class RevocationList {
   absl::Status ReadStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   absl::Status WriteStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   absl::StatusOr<std::shared_ptr<const Snapshot>> Parse(const std::string& pem) const;
+  // Merges CRL number n, signed by the CA of ca_key, into snap.
+  absl::Status AddCrl(X509_CRL* crl, int n, const std::string& ca_key,
+                      const std::string& now_key, Snapshot& snap) const;
   absl::Status LoadLocked(bool forced) ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   void PollLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
 

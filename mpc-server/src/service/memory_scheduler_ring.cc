@@ -1,5 +1,6 @@
 #include "service/memory_scheduler_ring.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -12,15 +13,39 @@ namespace kmpc::service {
 namespace {
 
 struct Frame {
+  uint64_t epoch = 0;  // of the link it was sent on
   bool control = false;
   uint32_t seq = 0;
   std::vector<uint8_t> payload;
 };
 
 // Messages into one party's worker, from its next party, in send order.
+// `epoch` numbers the connection of that link, as a TLS connection would
+// be one: a Reset at either end closes it (epoch + 1). The reader still
+// reads what was sent on the connection it adopted, then fails at once
+// (as after a peer's close); the writer's sends fail until it adopts the
+// new connection (Connect, or a Reset of its own), which drops the rest.
 struct Inbox {
   absl::Mutex mu;
+  uint64_t epoch ABSL_GUARDED_BY(mu) = 0;
   std::deque<Frame> queue ABSL_GUARDED_BY(mu);
+
+  // A message sent on connection `e` is waiting (epochs grow in send
+  // order).
+  bool Has(uint64_t e) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return std::any_of(queue.begin(), queue.end(),
+                       [e](const Frame& f) { return f.epoch == e; });
+  }
+  // Drops what was sent on connections before `e`.
+  void DropBefore(uint64_t e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    while (!queue.empty() && queue.front().epoch < e) queue.pop_front();
+  }
+  // Closes the connection `*mine` (unless the other end already did) and
+  // adopts the current one.
+  void Close(uint64_t* mine) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (*mine == epoch) ++epoch;
+    *mine = epoch;
+  }
 };
 
 }  // namespace
@@ -79,9 +104,19 @@ class Worker final : public WorkerRing, public net::RingChannel {
 
   // WorkerRing
   net::RingChannel& data() override { return *this; }
+  // Adopts the current connection of both links (re-dials a closed one).
   absl::Status Connect(absl::Time) override {
-    return shared_->down() ? absl::UnavailableError("ring shut down")
-                           : absl::OkStatus();
+    if (shared_->down()) return absl::UnavailableError("ring shut down");
+    {
+      Inbox& in = Mine();
+      absl::MutexLock lock(&in.mu);
+      in_epoch_ = in.epoch;
+      in.DropBefore(in_epoch_);
+    }
+    Inbox& out = Prev();
+    absl::MutexLock lock(&out.mu);
+    out_epoch_ = out.epoch;
+    return absl::OkStatus();
   }
   bool connected() const override { return !shared_->down(); }
   uint64_t generation() const override { return generation_; }
@@ -89,10 +124,11 @@ class Worker final : public WorkerRing, public net::RingChannel {
     Inbox& in = Mine();
     absl::MutexLock lock(&in.mu);
     auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(in.mu) {
-      return !in.queue.empty() || shared_->down();
+      return in.Has(in_epoch_) || shared_->down();
     };
     in.mu.AwaitWithTimeout(absl::Condition(&ready), wait);
-    return !in.queue.empty();
+    in.DropBefore(in_epoch_);
+    return !in.queue.empty() && in.queue.front().epoch == in_epoch_;
   }
   void BeginBatch(uint32_t, absl::Time) override {}
   absl::Status SendControl(uint32_t seq, absl::Span<const uint8_t> msg) override {
@@ -112,19 +148,32 @@ class Worker final : public WorkerRing, public net::RingChannel {
   }
   absl::Status Flush(absl::Time) override { return absl::OkStatus(); }
   void Reset() override {
-    Inbox& in = Mine();
-    absl::MutexLock lock(&in.mu);
-    in.queue.clear();
+    {
+      Inbox& in = Mine();
+      absl::MutexLock lock(&in.mu);
+      in.Close(&in_epoch_);
+      in.DropBefore(in_epoch_);
+    }
+    {
+      Inbox& out = Prev();
+      absl::MutexLock lock(&out.mu);
+      out.Close(&out_epoch_);
+    }
     ++generation_;
   }
   Counters counters() const override { return {bytes_.load(), messages_.load(), 0}; }
 
  private:
   Inbox& Mine() { return *shared_->inbox[party_][worker_]; }
+  Inbox& Prev() { return *shared_->inbox[(party_ + 2) % 3][worker_]; }
   absl::Status Push(Frame f) {
     if (shared_->down()) return absl::UnavailableError("ring shut down");
-    Inbox& prev = *shared_->inbox[(party_ + 2) % 3][worker_];
+    Inbox& prev = Prev();
     absl::MutexLock lock(&prev.mu);
+    if (prev.epoch != out_epoch_)
+      return absl::UnavailableError(absl::StrCat(
+          "party ", party_, ": connection to the previous party was reset"));
+    f.epoch = out_epoch_;
     prev.queue.push_back(std::move(f));
     return absl::OkStatus();
   }
@@ -132,11 +181,16 @@ class Worker final : public WorkerRing, public net::RingChannel {
     Inbox& in = Mine();
     absl::MutexLock lock(&in.mu);
     auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(in.mu) {
-      return !in.queue.empty() || shared_->down();
+      return in.Has(in_epoch_) || in.epoch != in_epoch_ || shared_->down();
     };
     in.mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
     if (shared_->down()) return absl::UnavailableError("ring shut down");
-    if (in.queue.empty())
+    in.DropBefore(in_epoch_);
+    const bool readable = !in.queue.empty() && in.queue.front().epoch == in_epoch_;
+    if (!readable && in.epoch != in_epoch_)
+      return absl::UnavailableError(absl::StrCat(
+          "party ", party_, ": connection from the next party was reset"));
+    if (!readable)
       return absl::UnavailableError(
           absl::StrCat("party ", party_, ": receive timed out"));
     Frame f = std::move(in.queue.front());
@@ -148,6 +202,7 @@ class Worker final : public WorkerRing, public net::RingChannel {
   const int party_;
   const int worker_;
   uint64_t generation_ = 0;
+  uint64_t in_epoch_ = 0, out_epoch_ = 0;  // the connections adopted
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> messages_{0};
 };

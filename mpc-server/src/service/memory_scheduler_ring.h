@@ -1,9 +1,11 @@
 // The three parties' SchedulerRings of one cluster inside one process
 // (tests): per worker, one ordered queue of control and data messages into
 // each party. Sends never block; receives wait at most recv_timeout (data)
-// or their deadline (control). Reset empties the party's inbound queue and
-// starts a new generation; it does not disturb the neighbours, whose
-// receives then run into their timeouts.
+// or their deadline (control). Each link is a connection that a Reset at
+// either end closes, as a TLS ring's would be: what was sent on it is
+// dropped, the other end's sends and receives on it fail at once, and
+// Connect (or a Reset) adopts the new one. So a peer still finishing a
+// failed batch cannot leave messages for the next batch on that worker.
 #ifndef KMPC_SERVICE_MEMORY_SCHEDULER_RING_H_
 #define KMPC_SERVICE_MEMORY_SCHEDULER_RING_H_
 

@@ -612,9 +612,109 @@ void Scheduler::LeaderLoop(int worker) {
   cv_.SignalAll();
 }
 
+// A proposal a follower received (FollowerLoop): its ring sequence number,
+// the control it forwards, when it arrived, this server's copy of the batch
+// (null if it has none) and the leader's commit that came back.
+struct Scheduler::Proposal {
+  uint32_t seq = 0;
+  Control fwd;
+  absl::Time got;
+  std::shared_ptr<Work> work;
+  Control commit;
+};
+
+bool Scheduler::ReceiveProposal(WorkerRing& ch, int worker, Proposal& p) {
+  if (!ch.InboundReadable(absl::Milliseconds(200))) return false;
+  auto msg = ch.RecvControl(&p.seq, absl::Now() + ring_->recv_timeout());
+  if (!msg.ok()) return false;  // the channel reset itself
+  auto prop = Decode(*msg);
+  if (prop.ok() && prop->type != kPropose)
+    prop = absl::DataLossError("ring: expected a batch proposal");
+  if (!prop.ok()) {
+    KMPC_LOG(WARNING) << "worker " << worker << ": " << prop.status();
+    ch.Reset();
+    return false;
+  }
+  p.got = absl::Now();
+  p.fwd = *prop;
+  return true;
+}
+
+void Scheduler::ClaimProposed(Proposal& p) {
+  Control& fwd = p.fwd;
+  if (fwd.status != kStatusOk) return;
+  // A batch from before this server was serving never comes (the
+  // constant's comment): only a copy already here is taken.
+  const bool before_start = p.got - absl::Milliseconds(fwd.age_ms) <
+                            serving_since_ - kBeforeStartMargin;
+  const absl::Duration wait =
+      before_start ? absl::ZeroDuration()
+                   : std::min(options_.peer_batch_wait,
+                              absl::Milliseconds(fwd.wait_ms));
+  p.work = Claim(fwd.kind, fwd.id, p.got + wait);
+  if (p.work == nullptr) {
+    fwd.status = before_start ? kStatusGone : kStatusMissing;
+    fwd.status_party = static_cast<uint8_t>(party());
+  }
+}
+
+absl::Status Scheduler::ForwardProposal(WorkerRing& ch, Session& session, Proposal& p) {
+  Control& fwd = p.fwd;
+  // The proposal may have waited in a poll while our predecessor died and
+  // came back: re-check the outgoing connection right before forwarding,
+  // or the message could vanish into a dead socket.
+  absl::Status st = ch.Connect(absl::Now() + options_.connect_timeout);
+  if (!session.Usable(ch)) fwd.flags |= kFlagSession;
+  const absl::Duration held = absl::Now() - p.got;
+  fwd.age_ms = Ms(absl::Milliseconds(fwd.age_ms) + held);
+  fwd.wait_ms = Ms(absl::Milliseconds(fwd.wait_ms) - held);
+  if (!st.ok()) return st;
+  if (absl::Status sent = ch.SendControl(p.seq, Encode(fwd)); !sent.ok()) return sent;
+  uint32_t cseq = 0;
+  absl::Time until =
+      absl::Now() + options_.peer_batch_wait + ring_->recv_timeout();
+  if (p.work) until = std::min(until, p.work->deadline);
+  auto cmsg = ch.RecvControl(&cseq, until);
+  if (!cmsg.ok()) return cmsg.status();
+  absl::StatusOr<Control> commit = Decode(*cmsg);
+  if (commit.ok() && (commit->type != kCommit || cseq != p.seq ||
+                      commit->id != fwd.id || commit->kind != fwd.kind))
+    commit = absl::DataLossError("ring: commit for another batch");
+  if (!commit.ok()) {
+    ch.Reset();
+    return commit.status();
+  }
+  p.commit = *commit;
+  // Party 2 passes the commit on to party 1; party 1's prev is the leader.
+  if (party() == 2) return ch.SendControl(p.seq, Encode(p.commit));
+  return absl::OkStatus();
+}
+
+void Scheduler::FollowCommit(WorkerRing& ch, Session& session, int worker, Proposal& p) {
+  const Control& commit = p.commit;
+  const bool go = (commit.flags & kFlagGo) != 0;
+  if (!go) {
+    if (p.work == nullptr) return;
+    if ((commit.flags & kFlagRetry) != 0)
+      Unclaim(p.work);  // for the leader's next proposal of it
+    else
+      Complete(p.work, NotReceived(commit.status_party));
+    return;
+  }
+  if (p.work == nullptr) {  // cannot happen: we would have said "missing"
+    ch.Reset();
+    return;
+  }
+  absl::Status st =
+      RunOnRing(ch, session, p.seq, (commit.flags & kFlagSession) != 0, *p.work);
+  if (!st.ok())
+    KMPC_LOG(WARNING) << "worker " << worker << ": batch " << IdHex(p.work->id)
+                      << " failed: " << st;
+  Complete(p.work, st);
+}
+
 void Scheduler::FollowerLoop(int worker) {
   WorkerRing& ch = ring_->worker(worker);
-  const uint8_t me = static_cast<uint8_t>(party());
   Session session;
   absl::Time last_warn = absl::Now();  // peers may still be starting
   while (!stopping_) {
@@ -626,90 +726,15 @@ void Scheduler::FollowerLoop(int worker) {
       absl::SleepFor(absl::Milliseconds(100));
       continue;
     }
-    if (!ch.InboundReadable(absl::Milliseconds(200))) continue;
-    uint32_t seq = 0;
-    auto msg = ch.RecvControl(&seq, absl::Now() + ring_->recv_timeout());
-    if (!msg.ok()) continue;  // the channel reset itself
-    auto prop = Decode(*msg);
-    if (prop.ok() && prop->type != kPropose)
-      prop = absl::DataLossError("ring: expected a batch proposal");
-    if (!prop.ok()) {
-      KMPC_LOG(WARNING) << "worker " << worker << ": " << prop.status();
-      ch.Reset();
-      continue;
-    }
-    const absl::Time got = absl::Now();
-    Control fwd = *prop;
-    std::shared_ptr<Work> work;
-    if (fwd.status == kStatusOk) {
-      // A batch from before this server was serving never comes (the
-      // constant's comment): only a copy already here is taken.
-      const bool before_start = got - absl::Milliseconds(fwd.age_ms) <
-                                serving_since_ - kBeforeStartMargin;
-      const absl::Duration wait =
-          before_start ? absl::ZeroDuration()
-                       : std::min(options_.peer_batch_wait,
-                                  absl::Milliseconds(fwd.wait_ms));
-      work = Claim(fwd.kind, fwd.id, got + wait);
-      if (work == nullptr) {
-        fwd.status = before_start ? kStatusGone : kStatusMissing;
-        fwd.status_party = me;
-      }
-    }
-    // The proposal may have waited in a poll while our predecessor died and
-    // came back: re-check the outgoing connection right before forwarding,
-    // or the message could vanish into a dead socket.
-    absl::Status st = ch.Connect(absl::Now() + options_.connect_timeout);
-    if (!session.Usable(ch)) fwd.flags |= kFlagSession;
-    const absl::Duration held = absl::Now() - got;
-    fwd.age_ms = Ms(absl::Milliseconds(fwd.age_ms) + held);
-    fwd.wait_ms = Ms(absl::Milliseconds(fwd.wait_ms) - held);
-    if (st.ok()) st = ch.SendControl(seq, Encode(fwd));
-    absl::StatusOr<Control> commit = absl::UnknownError("");
-    if (st.ok()) {
-      uint32_t cseq = 0;
-      absl::Time until =
-          absl::Now() + options_.peer_batch_wait + ring_->recv_timeout();
-      if (work) until = std::min(until, work->deadline);
-      auto cmsg = ch.RecvControl(&cseq, until);
-      if (!cmsg.ok()) {
-        st = cmsg.status();
-      } else {
-        commit = Decode(*cmsg);
-        if (commit.ok() && (commit->type != kCommit || cseq != seq ||
-                            commit->id != fwd.id || commit->kind != fwd.kind))
-          commit = absl::DataLossError("ring: commit for another batch");
-        if (!commit.ok()) {
-          st = commit.status();
-          ch.Reset();
-        }
-      }
-    }
-    // Party 2 passes the commit on to party 1; party 1's prev is the leader.
-    if (st.ok() && me == 2) st = ch.SendControl(seq, Encode(*commit));
-    if (!st.ok()) {
+    Proposal p;
+    if (!ReceiveProposal(ch, worker, p)) continue;
+    ClaimProposed(p);
+    if (absl::Status st = ForwardProposal(ch, session, p); !st.ok()) {
       session.engine.reset();
-      if (work) Complete(work, absl::UnavailableError(st.message()));
+      if (p.work) Complete(p.work, absl::UnavailableError(st.message()));
       continue;
     }
-    const bool go = (commit->flags & kFlagGo) != 0;
-    if (!go) {
-      if (work == nullptr) continue;
-      if ((commit->flags & kFlagRetry) != 0)
-        Unclaim(work);  // for the leader's next proposal of it
-      else
-        Complete(work, NotReceived(commit->status_party));
-      continue;
-    }
-    if (work == nullptr) {  // cannot happen: we would have said "missing"
-      ch.Reset();
-      continue;
-    }
-    st = RunOnRing(ch, session, seq, (commit->flags & kFlagSession) != 0, *work);
-    if (!st.ok())
-      KMPC_LOG(WARNING) << "worker " << worker << ": batch " << IdHex(work->id)
-                        << " failed: " << st;
-    Complete(work, st);
+    FollowCommit(ch, session, worker, p);
   }
 }
 

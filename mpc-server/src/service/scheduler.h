@@ -144,6 +144,20 @@ class Scheduler {
 
   void LeaderLoop(int worker);
   void FollowerLoop(int worker);
+  // FollowerLoop's steps for one proposal (struct Proposal, scheduler.cc).
+  struct Proposal;
+  // Waits briefly for the next proposal from the predecessor; false if none
+  // came or it was not a proposal (the channel is then reset).
+  bool ReceiveProposal(WorkerRing& ch, int worker, Proposal& p);
+  // Claims this server's copy of the proposed batch, waiting for it as the
+  // proposal allows; without one, marks the proposal missing or gone.
+  void ClaimProposed(Proposal& p);
+  // Forwards the proposal to the successor and receives the leader's
+  // commit; party 2 passes the commit on to party 1.
+  absl::Status ForwardProposal(WorkerRing& ch, Session& session, Proposal& p);
+  // Runs the batch if the commit says go; otherwise puts this server's copy
+  // back for a retry or fails it.
+  void FollowCommit(WorkerRing& ch, Session& session, int worker, Proposal& p);
   // `again`: set when the batch was aborted for a retry (work.not_before
   // says when); the status is then OK.
   absl::Status LeadBatch(WorkerRing& ch, Session& session,

@@ -1,6 +1,7 @@
 // Plaintext bitsliced AES: FIPS-197 appendix C, OpenSSL with a different
 // key per lane, both S-box circuits, both kernels; the S-box exhaustively;
-// bit transposition round trip.
+// bit transposition round trip. AES on shares among three parties vs
+// OpenSSL, and its communication.
 #include "aes/aes.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,8 @@
 #include <cstring>
 
 #include "aes/key_expansion.h"
+#include "rep3_cluster.h"
+#include "share/replicated.h"
 #include "test_util.h"
 
 namespace kmpc::aes {
@@ -178,3 +181,113 @@ TEST(AesMeta, RejectsBadRounds) {
 
 }  // namespace
 }  // namespace kmpc::aes
+
+// AES on shares (EncryptShared) among three parties over the in-memory
+// ring: against OpenSSL with several keys, both S-box circuits and both
+// kernels; its communication, one bit per AND per party.
+namespace kmpc::protocol {
+namespace {
+
+using Cluster = ::kmpc::testing::Rep3Cluster;
+using ::kmpc::testing::Open3;
+using ::kmpc::testing::OpensslAes;
+using ::kmpc::testing::Random;
+using ::kmpc::testing::RunParties;
+using ::kmpc::testing::ToHex;
+
+struct SharedParam {
+  aes::SboxCircuit circuit;
+  bool avx2;
+};
+
+class SharedAesTest : public ::testing::TestWithParam<SharedParam> {
+ protected:
+  void SetUp() override { prev_ = aes::ForceAvx2(GetParam().avx2); }
+  void TearDown() override { aes::ForceAvx2(prev_); }
+  bool prev_ = false;
+};
+
+TEST_P(SharedAesTest, MatchesOpenssl) {
+  Cluster c;
+  for (size_t n : {1, 65, 300}) {
+    const size_t nkeys = 7;
+    std::vector<std::vector<uint8_t>> keys;
+    std::vector<std::array<share::View, 3>> rk;
+    for (size_t k = 0; k < nkeys; ++k) {
+      keys.push_back(Random(k % 2 ? 32 : 16));
+      auto e = aes::ExpandKey(keys.back());
+      ASSERT_TRUE(e.ok());
+      auto v = share::Deal(*e);
+      ASSERT_TRUE(v.ok());
+      rk.push_back(std::move(*v));
+    }
+    std::vector<uint8_t> in = Random(16 * n);
+    std::array<share::View, 3> out;
+    auto st = RunParties([&](int i) {
+      out[i].comp[0].resize(16 * n);
+      out[i].comp[1].resize(16 * n);
+      std::vector<aes::SharedLane> lanes(n);
+      for (size_t l = 0; l < n; ++l) {
+        const size_t k = (l / 3) % nkeys;
+        lanes[l] = {{rk[k][i].comp[0].data(), rk[k][i].comp[1].data()},
+                    keys[k].size() == 16 ? 10 : 14,
+                    &in[16 * l],
+                    {&out[i].comp[0][16 * l], &out[i].comp[1][16 * l]}};
+      }
+      aes::SharedOptions o;
+      o.chunk_lanes = 128;
+      o.wave_lanes = 192;
+      return aes::EncryptShared(*c.rep3[i], lanes, GetParam().circuit, o);
+    });
+    for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    auto ct = Open3(out);
+    ASSERT_EQ(ct.size(), 16 * n);
+    for (size_t l = 0; l < n; ++l) {
+      const size_t k = (l / 3) % nkeys;
+      ASSERT_EQ(ToHex(absl::MakeConstSpan(&ct[16 * l], 16)),
+                ToHex(OpensslAes(keys[k], &in[16 * l])))
+          << "n=" << n << " lane " << l;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Circuits, SharedAesTest,
+    ::testing::Values(SharedParam{aes::SboxCircuit::kDepth4, false},
+                      SharedParam{aes::SboxCircuit::kDepth6, false},
+                      SharedParam{aes::SboxCircuit::kDepth4, true},
+                      SharedParam{aes::SboxCircuit::kDepth6, true}),
+    [](const ::testing::TestParamInfo<SharedParam>& p) {
+      return std::string(p.param.circuit == aes::SboxCircuit::kDepth4 ? "Depth4"
+                                                                      : "Depth6") +
+             (p.param.avx2 ? "Avx2" : "Native");
+    });
+
+TEST(SharedAes, BytesPerBlock) {
+  // 1 bit per AND per party: AES-128 with 64 lanes, 34-AND S-box:
+  // 10 rounds * 16 S-boxes * 34 ANDs * 64 lanes / 8 bytes.
+  Cluster c;
+  auto e = aes::ExpandKey(Random(16));
+  auto v = share::Deal(*e);
+  std::vector<uint8_t> in = Random(16 * 64);
+  uint64_t before[3];
+  for (int i = 0; i < 3; ++i) before[i] = c.ring.bytes_sent(i);
+  std::array<std::vector<uint8_t>, 3> o0, o1;
+  auto st = RunParties([&](int i) {
+    o0[i].resize(16 * 64);
+    o1[i].resize(16 * 64);
+    std::vector<aes::SharedLane> lanes(64);
+    for (int l = 0; l < 64; ++l) {
+      lanes[l] = {{(*v)[i].comp[0].data(), (*v)[i].comp[1].data()}, 10,
+                  &in[16 * l], {&o0[i][16 * l], &o1[i][16 * l]}};
+    }
+    return aes::EncryptShared(*c.rep3[i], lanes, aes::SboxCircuit::kDepth4, aes::SharedOptions{});
+  });
+  for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c.ring.bytes_sent(i) - before[i], 10u * 16 * 34 * 64 / 8);
+  }
+}
+
+}  // namespace
+}  // namespace kmpc::protocol

@@ -21,6 +21,7 @@
 #include "protocol/verify.h"
 #include "share/replicated.h"
 #include "../cheat.h"
+#include "enctype_reference.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
@@ -33,6 +34,14 @@ using ::kmpc::testing::Random;
 using ::kmpc::testing::RunParties;
 using ::kmpc::testing::ToHex;
 using Bytes = std::vector<uint8_t>;
+using reference::Const;
+using reference::Ctr;
+using reference::ReadFile;
+using reference::RefChecksum;
+using reference::RefEncrypt;
+using reference::RefGhash;
+using reference::Section;
+using reference::SignAll;
 
 // A key id no party holds.
 const std::string kNoSuchKey(contract::kKeyIdSize, 'n');
@@ -40,66 +49,6 @@ const std::string kNoSuchKey(contract::kKeyIdSize, 'n');
 // The job was computed: its tag verified or not (no other per-job failure).
 bool Computed(const JobResult& r) {
   return r.status == pb::JOB_OK || r.status == pb::JOB_INTEGRITY_FAILED;
-}
-
-// Reference GHASH with the bit-by-bit multiply (independent of PCLMUL).
-Bytes RefGhash(const Bytes& key, const Bytes& a, const Bytes& c) {
-  const uint8_t zero[16] = {0};
-  const auto h16 = OpensslAes(key, zero);
-  protocol::Block h, y{};
-  std::copy(h16.begin(), h16.end(), h.begin());
-  Bytes x = a;
-  x.resize((a.size() + 15) / 16 * 16, 0);
-  x.insert(x.end(), c.begin(), c.end());
-  x.resize(x.size() + (16 - c.size() % 16) % 16, 0);
-  for (int k = 7; k >= 0; --k) x.push_back(static_cast<uint8_t>((8 * a.size()) >> (8 * k)));
-  for (int k = 7; k >= 0; --k) x.push_back(static_cast<uint8_t>((8 * c.size()) >> (8 * k)));
-  for (size_t j = 0; j < x.size(); j += 16) {
-    for (int k = 0; k < 16; ++k) y[k] ^= x[j + k];
-    y = protocol::GfMulReference(y, h);
-  }
-  return Bytes(y.begin(), y.end());
-}
-
-Bytes Ctr(const Bytes& ctr0, uint64_t i) {
-  Bytes c = ctr0;
-  for (int k = 15; k >= 0 && i; --k) {
-    const uint64_t s = c[k] + (i & 0xff);
-    c[k] = static_cast<uint8_t>(s);
-    i = (i >> 8) + (s >> 8);
-  }
-  return c;
-}
-
-// The enctype of enctype.md in the clear, with a given ctr0.
-Bytes RefEncrypt(const Bytes& key, uint32_t usage, const Bytes& ctr0, const Bytes& p) {
-  Bytes out = ctr0, c;
-  const size_t n = (p.size() + 15) / 16;
-  for (size_t i = 1; i <= n; ++i) {
-    const auto ks = OpensslAes(key, Ctr(ctr0, i).data());
-    for (size_t k = 0; k < 16 && 16 * (i - 1) + k < p.size(); ++k) {
-      c.push_back(p[16 * (i - 1) + k] ^ ks[k]);
-    }
-  }
-  const Bytes a = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
-                   static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage)};
-  Bytes s = RefGhash(key, a, c);
-  const auto e0 = OpensslAes(key, ctr0.data());
-  for (int k = 0; k < 16; ++k) s[k] ^= e0[k];
-  out.insert(out.end(), c.begin(), c.end());
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
-
-Bytes RefChecksum(const Bytes& key, uint32_t usage, const Bytes& ctr0, const Bytes& d) {
-  const Bytes a = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
-                   static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
-  Bytes s = RefGhash(key, a, d);
-  const auto e0 = OpensslAes(key, ctr0.data());
-  for (int k = 0; k < 16; ++k) s[k] ^= e0[k];
-  Bytes out = ctr0;
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
 }
 
 // Combines the three parties' output shares, checking each share's copies.
@@ -496,37 +445,6 @@ TEST(Engine, FreshCounterEveryJobEvenForIdenticalBatches) {
   }
 }
 
-std::string ReadFile(const char* path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Minimal extraction of the flat objects of one array of the vector file.
-std::vector<std::map<std::string, std::string>> Section(const std::string& json,
-                                                        const std::string& name) {
-  std::vector<std::map<std::string, std::string>> out;
-  const size_t start = json.find("\"" + name + "\"");
-  if (start == std::string::npos) return out;
-  const size_t open = json.find('[', start);
-  const size_t close = json.find(']', open);
-  const std::string body = json.substr(open, close - open);
-  std::regex obj("\\{([^}]*)\\}");
-  std::regex kv("\"([a-z0-9_]+)\"\\s*:\\s*(\"([^\"]*)\"|([0-9]+))");
-  for (auto it = std::sregex_iterator(body.begin(), body.end(), obj);
-       it != std::sregex_iterator(); ++it) {
-    std::map<std::string, std::string> m;
-    const std::string o = (*it)[1];
-    for (auto k = std::sregex_iterator(o.begin(), o.end(), kv);
-         k != std::sregex_iterator(); ++k) {
-      m[(*k)[1]] = (*k)[3].matched ? std::string((*k)[3]) : std::string((*k)[4]);
-    }
-    out.push_back(m);
-  }
-  return out;
-}
-
 TEST(Engine, SharedVectors) {
   const std::string json = ReadFile(KMPC_VECTORS_PATH);
   ASSERT_FALSE(json.empty()) << KMPC_VECTORS_PATH;
@@ -707,126 +625,6 @@ Job PadJob(const std::string& id, uint32_t usage, uint32_t max_length) {
   j.usage = usage;
   j.length = max_length;
   return j;
-}
-
-// The three parties' pads for `key` and a ctr0 chosen here, dealt in the
-// clear (a dealer's view of what a PAD job leaves): shares of AES_K(c0),
-// of H^1..H^m (the stored 64, or all m dealt afresh beyond them) and a
-// zero-sharing z_i = r_i ^ r_{i+1}.
-std::array<std::shared_ptr<PadState>, 3> DealPad(const Bytes& key, const Bytes& ctr0,
-                                                 uint32_t usage, uint32_t max_length) {
-  const Cipher cipher = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
-  auto views = DealKey(cipher, key);
-  EXPECT_TRUE(views.ok());
-  const size_t m = protocol::GhashBlocks(5, max_length);
-  std::array<share::View, 3> powers;
-  if (m > static_cast<size_t>(kStoredHPowers)) {
-    const uint8_t zero[16] = {0};
-    const auto h16 = OpensslAes(key, zero);
-    protocol::Block h, p;
-    std::copy(h16.begin(), h16.end(), h.begin());
-    p = h;
-    Bytes all;
-    for (size_t k = 1; k <= m; ++k) {
-      all.insert(all.end(), p.begin(), p.end());
-      p = protocol::GfMulReference(p, h);
-    }
-    auto dealt = share::Deal(all);
-    EXPECT_TRUE(dealt.ok());
-    powers = *dealt;
-  }
-  const auto e0 = OpensslAes(key, ctr0.data());
-  auto mask = share::Deal(absl::MakeConstSpan(e0.data(), 16));
-  EXPECT_TRUE(mask.ok());
-  const Bytes r = Random(48);
-  std::array<std::shared_ptr<PadState>, 3> out;
-  for (int i = 0; i < 3; ++i) {
-    auto pad = std::make_shared<PadState>();
-    pad->party = i;
-    pad->cipher = cipher;
-    pad->usage = usage;
-    pad->max_length = max_length;
-    std::copy(ctr0.begin(), ctr0.end(), pad->ctr0.begin());
-    for (int k = 0; k < 2; ++k)
-      std::copy((*mask)[i].comp[k].begin(), (*mask)[i].comp[k].end(), pad->mask[k].begin());
-    for (int b = 0; b < 16; ++b)
-      pad->zero[b] = r[16 * i + b] ^ r[16 * ((i + 1) % 3) + b];
-    if (m > static_cast<size_t>(kStoredHPowers)) {
-      pad->h_powers = powers[i].comp;
-    } else {
-      pad->key = std::make_shared<const KeyShares>((*views)[i]);
-    }
-    out[i] = std::move(pad);
-  }
-  return out;
-}
-
-// The three parties' SignShare of a message dealt afresh; their XOR.
-Bytes SignAll(const std::array<std::shared_ptr<const PadState>, 3>& pads,
-              uint32_t usage, const Bytes& d, std::array<Bytes, 3>* shares_out = nullptr) {
-  auto dealt = share::Deal(d);
-  EXPECT_TRUE(dealt.ok());
-  Bytes tag(16, 0);
-  for (int i = 0; i < 3; ++i) {
-    auto t = SignShare(*pads[i], usage, (*dealt)[i].comp[0], (*dealt)[i].comp[1]);
-    EXPECT_TRUE(t.ok()) << t.status();
-    if (!t.ok()) return {};
-    if (shares_out != nullptr) (*shares_out)[i].assign(t->begin(), t->end());
-    for (int k = 0; k < 16; ++k) tag[k] ^= (*t)[k];
-  }
-  return tag;
-}
-
-std::array<std::shared_ptr<const PadState>, 3> Const(
-    const std::array<std::shared_ptr<PadState>, 3>& p) {
-  return {p[0], p[1], p[2]};
-}
-
-// Pads dealt from the vectors' ctr0: the three t_i XOR to the vectors'
-// checksums, and to the reference for random messages (a 1000-byte one
-// needs 65 powers: beyond the stored ones).
-TEST(Sign, SharesOfDealtPadsGiveTheVectorsChecksums) {
-  const std::string json = ReadFile(KMPC_VECTORS_PATH);
-  auto cks = Section(json, "checksum");
-  ASSERT_GE(cks.size(), 6u);
-  std::set<size_t> key_sizes;
-  for (auto& v : cks) {
-    const Bytes key = Hex(v["key"]), ctr0 = Hex(v["ctr0"]), d = Hex(v["data"]);
-    const uint32_t usage = std::stoul(v["usage"]);
-    key_sizes.insert(key.size());
-    const Bytes full = Hex(v["checksum"]);
-    const Bytes want(full.begin() + 16, full.end());
-    auto pads = DealPad(key, ctr0, usage, static_cast<uint32_t>(d.size()) + 40);
-    std::array<Bytes, 3> t;
-    EXPECT_EQ(ToHex(SignAll(Const(pads), usage, d, &t)), ToHex(want));
-    // No party's share is the tag.
-    for (int i = 0; i < 3; ++i) EXPECT_NE(ToHex(t[i]), ToHex(want));
-  }
-  EXPECT_EQ(key_sizes, (std::set<size_t>{16, 32}));
-  for (size_t key_len : {16, 32}) {
-    const Bytes key = Random(key_len), ctr0 = Random(16);
-    for (uint32_t len : {0, 1, 16, 17, 1000}) {
-      auto pads = DealPad(key, ctr0, 77, len);
-      const Bytes d = Random(len);
-      const Bytes want = RefChecksum(key, 77, ctr0, d);
-      EXPECT_EQ(ToHex(SignAll(Const(pads), 77, d)), ToHex(Bytes(want.begin() + 16, want.end())))
-          << key_len << " " << len;
-    }
-  }
-}
-
-// SignShare refuses (nothing computed) a usage other than the pad's, a
-// message longer than the pad's, and shares of different sizes.
-TEST(Sign, MalformedInputsAreRefused) {
-  auto pads = DealPad(Random(16), Random(16), 5, 20);
-  const Bytes a(20, 1), b(19, 1), big(21, 1);
-  EXPECT_EQ(SignShare(*pads[0], 6, a, a).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SignShare(*pads[0], 5, a, b).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SignShare(*pads[0], 5, big, big).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(SignShare(*pads[0], 5, b, b).ok());  // shorter than the pad's: fine
-  PadState empty;
-  EXPECT_FALSE(SignShare(empty, 0, {}, {}).ok());
 }
 
 // Pads drawn by a real 3-party Run (semi-honest and malicious): the same
@@ -1364,101 +1162,6 @@ TEST(Engine, RandomJunkJobsGiveConsistentStatuses) {
   // Still in step afterwards.
   auto ok = c.Run({EncryptJob(id, 1, 3)});
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(Computed(ok[i].jobs[0]));
-}
-
-TEST(AgreementHeaderTest, RoundTripsAndRejectsTruncatedOrGarbled) {
-  AgreementHeader h;
-  for (size_t k = 0; k < 32; ++k) {
-    h.inputs[k] = static_cast<uint8_t>(k);
-    h.keys[k] = static_cast<uint8_t>(0xa0 + k);
-  }
-  h.counters = 0x000f0102;
-  Bytes wire(AgreementHeader::kSize);
-  h.Encode(absl::MakeSpan(wire));
-  EXPECT_EQ(wire[64], 0x00);  // counters: big-endian after the digests
-  EXPECT_EQ(wire[67], 0x02);
-  EXPECT_EQ(wire[0], 0x00);
-  EXPECT_EQ(wire[32], 0xa0);
-  auto back = AgreementHeader::Decode(wire);
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->inputs, h.inputs);
-  EXPECT_EQ(back->keys, h.keys);
-  EXPECT_EQ(back->counters, h.counters);
-  EXPECT_TRUE(back->SameInputs(h) && back->SameKeys(h));
-  // Truncated or extended.
-  for (size_t n : {size_t{0}, size_t{67}, size_t{69}}) {
-    Bytes other(wire.begin(), wire.begin() + std::min(n, wire.size()));
-    other.resize(n);
-    EXPECT_EQ(AgreementHeader::Decode(other).status().code(),
-              absl::StatusCode::kDataLoss) << n;
-  }
-  // A counter count no batch can draw.
-  Bytes garbled = wire;
-  garbled[64] = 0xff;
-  EXPECT_EQ(AgreementHeader::Decode(garbled).status().code(),
-            absl::StatusCode::kDataLoss);
-  h.counters = static_cast<uint32_t>(kMaxBatchBlocks);
-  h.Encode(absl::MakeSpan(wire));
-  EXPECT_TRUE(AgreementHeader::Decode(wire).ok());
-  h.counters += 1;
-  h.Encode(absl::MakeSpan(wire));
-  EXPECT_FALSE(AgreementHeader::Decode(wire).ok());
-  // Differing digests are told apart.
-  AgreementHeader g = h;
-  g.inputs[31] ^= 1;
-  EXPECT_FALSE(g.SameInputs(h));
-  EXPECT_TRUE(g.SameKeys(h));
-}
-
-TEST(KeySharesTest, ParseNeverAcceptsJunk) {
-  auto v = DealKey(Cipher::kAes128, Random(16));
-  ASSERT_TRUE(v.ok());
-  const Bytes s = (*v)[0].Serialize();
-  for (size_t len = 0; len < s.size(); len += 7) {
-    EXPECT_FALSE(KeyShares::Parse(absl::MakeConstSpan(s.data(), len)).ok()) << len;
-  }
-  for (int k = 0; k < 200; ++k) {
-    const Bytes junk = Random(k * 5);
-    EXPECT_FALSE(KeyShares::Parse(junk).ok());
-  }
-}
-
-TEST(KeySharesTest, SerializeParseStrict) {
-  auto v = DealKey(Cipher::kAes256, Random(32));
-  ASSERT_TRUE(v.ok());
-  const Bytes s = (*v)[2].Serialize();
-  auto p = KeyShares::Parse(s);
-  ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->party, 2);
-  EXPECT_EQ(p->round_keys[1], (*v)[2].round_keys[1]);
-  EXPECT_EQ(p->h_powers[0], (*v)[2].h_powers[0]);
-  EXPECT_EQ(p->deal_id, (*v)[0].deal_id);
-  Bytes shorter(s.begin(), s.end() - 1), longer = s;
-  longer.push_back(0);
-  EXPECT_EQ(KeyShares::Parse(shorter).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(KeyShares::Parse(longer).status().code(), absl::StatusCode::kInvalidArgument);
-  Bytes bad = s;
-  bad[8] = 9;  // cipher
-  EXPECT_FALSE(KeyShares::Parse(bad).ok());
-  bad = s;
-  bad[7] = 3;  // party
-  EXPECT_FALSE(KeyShares::Parse(bad).ok());
-  bad = s;
-  bad[0] = 'X';
-  EXPECT_FALSE(KeyShares::Parse(bad).ok());
-  EXPECT_FALSE(KeyShares::Parse({}).ok());
-  EXPECT_EQ(DealKey(Cipher::kAes128, Random(32)).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  // Three views recombine to the round keys of the key.
-  const Bytes key = Random(16);
-  auto w = DealKey(Cipher::kAes128, key);
-  ASSERT_TRUE(w.ok());
-  Bytes rk0(16);
-  for (int k = 0; k < 16; ++k) {
-    rk0[k] = (*w)[0].round_keys[0][k] ^ (*w)[1].round_keys[0][k] ^ (*w)[2].round_keys[0][k];
-  }
-  EXPECT_EQ(rk0, key);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ((*w)[i].round_keys[1], (*w)[(i + 1) % 3].round_keys[0]);
 }
 
 // ---- Malicious security (protocol/verify.h) and the cheating harness ----

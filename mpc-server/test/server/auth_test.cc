@@ -505,6 +505,127 @@ TEST_F(AuthTest, CaWithoutCrlIsLogged) {
   }
 }
 
+// ---- The CRL parser (RevocationList::Parse) on CRLs made by `openssl ca`
+// for a one-key test CA: the checks a CRL must pass before its revocations
+// are trusted, and how several CRLs of one file combine.
+
+class CrlParseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::kmpc::testing::MakeTempDir("crl-parse-test");
+    ASSERT_FALSE(dir_.empty());
+    ASSERT_EQ(Run("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out " +
+                  dir_ + "/ca.key"),
+              0);
+  }
+  static int Run(const std::string& cmd) {
+    return system((cmd + " >/dev/null 2>&1").c_str());
+  }
+  // A CA certificate of the one key, with keyUsage `ku` ("" for none).
+  std::string Ca(const std::string& name, const std::string& ku) {
+    const std::string pem = dir_ + "/" + name + ".pem";
+    EXPECT_EQ(Run("openssl req -x509 -new -key " + dir_ + "/ca.key -out " + pem +
+                  " -subj /CN=kmpc-crl-test-ca -days 2 -addext "
+                  "basicConstraints=critical,CA:TRUE" +
+                  (ku.empty() ? "" : " -addext keyUsage=critical," + ku)),
+              0);
+    return pem;
+  }
+  // A CRL signed by the key (issuer: the CA certificate `ca`), numbered
+  // `number`, revoking the hex `serials`, with the extra CRL extension
+  // line `ext` and `openssl ca` options `args`.
+  std::string Crl(const std::string& name, const std::string& ca, int number,
+                  const std::vector<std::string>& serials, const std::string& ext = "",
+                  const std::string& args = "") {
+    std::string index;
+    for (const std::string& s : serials)
+      absl::StrAppend(&index, "R\t301231235959Z\t200101000000Z\t", s, "\tunknown\t/CN=x\n");
+    Spit(dir_ + "/index.txt", index);
+    Spit(dir_ + "/crlnumber", absl::StrCat(absl::Hex(number, absl::kZeroPad2), "\n"));
+    Spit(dir_ + "/ca.cnf", absl::StrCat("[ca]\ndefault_ca = c\n[c]\ndatabase = ", dir_,
+                                        "/index.txt\ncrlnumber = ", dir_,
+                                        "/crlnumber\ndefault_md = sha256\n"
+                                        "default_crl_days = 1\ncrl_extensions = ext\n"
+                                        "[ext]\nauthorityKeyIdentifier = keyid:always\n",
+                                        ext, "\n"));
+    const std::string out = dir_ + "/" + name + ".crl";
+    EXPECT_EQ(Run("openssl ca -batch -config " + dir_ + "/ca.cnf -gencrl -keyfile " + dir_ +
+                  "/ca.key -cert " + ca + " -out " + out + " " + args),
+              0);
+    return out;
+  }
+  std::string dir_;
+};
+
+// RFC 5280 4.2.1.3: a CA whose keyUsage lacks cRLSign cannot sign CRLs;
+// the same key with cRLSign, or with no keyUsage at all, can.
+TEST_F(CrlParseTest, SignerMustBeAllowedToSignCrls) {
+  const std::string no_crl_sign = Ca("no-crl-sign", "keyCertSign");
+  const std::string crl_sign = Ca("crl-sign", "keyCertSign,cRLSign");
+  const std::string no_ku = Ca("no-ku", "");
+  const std::string crl = Crl("one", crl_sign, 1, {"0A"});
+  auto refused = RevocationList::Open(crl, no_crl_sign, "");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("is not signed by a CA of --ca"),
+            std::string::npos)
+      << refused.status();
+  for (const std::string& ca : {crl_sign, no_ku}) {
+    auto ok = RevocationList::Open(crl, ca, "");
+    ASSERT_TRUE(ok.ok()) << ok.status();
+    EXPECT_EQ((*ok)->revoked_count(), 1u);
+  }
+}
+
+TEST_F(CrlParseTest, DeltaCrlRefused) {
+  const std::string ca = Ca("ca", "keyCertSign,cRLSign");
+  // deltaCRLIndicator (RFC 5280 5.2.4, OID 2.5.29.27), base CRL number 1.
+  const std::string delta = Crl("delta", ca, 2, {"0B"}, "2.5.29.27 = critical,DER:02:01:01");
+  auto crl = RevocationList::Open(delta, ca, "");
+  EXPECT_EQ(crl.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(crl.status().message().find("delta CRLs are not supported"), std::string::npos)
+      << crl.status();
+}
+
+// An expired CRL (nextUpdate passed) is still loaded: its revocations stay
+// in force, with a warning to issue a fresh one.
+TEST_F(CrlParseTest, ExpiredCrlStaysInForceWithAWarning) {
+  const std::string ca = Ca("ca", "keyCertSign,cRLSign");
+  const std::string old = Crl("old", ca, 3, {"0A", "0C"}, "",
+                              "-crl_lastupdate 20200101000000Z "
+                              "-crl_nextupdate 20200102000000Z");
+  ::testing::internal::CaptureStderr();
+  auto crl = RevocationList::Open(old, ca, "");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(crl.ok()) << crl.status();
+  EXPECT_EQ((*crl)->revoked_count(), 2u);
+  EXPECT_NE(log.find("CRL 1 expired (nextUpdate 20200102000000Z)"), std::string::npos)
+      << log;
+}
+
+// Several CRLs of one CA in one file: their revocations add up (each serial
+// counted once), whatever the order of their CRL Numbers.
+TEST_F(CrlParseTest, CrlsOfOneCaAreMerged) {
+  const std::string ca = Ca("ca", "keyCertSign,cRLSign");
+  const std::string first = Slurp(Crl("first", ca, 1, {"0A", "0B"}));
+  const std::string second = Slurp(Crl("second", ca, 2, {"0B", "0C", "0D"}));
+  for (const std::string& both : {first + second, second + first}) {
+    Spit(dir_ + "/both.crl", both);
+    auto crl = RevocationList::Open(dir_ + "/both.crl", ca, "");
+    ASSERT_TRUE(crl.ok()) << crl.status();
+    EXPECT_EQ((*crl)->revoked_count(), 4u);
+  }
+  // The highest CRL Number is the one remembered against rollback: CRL 1
+  // alone is refused after the pair was accepted with the same state file.
+  Spit(dir_ + "/both.crl", first + second);
+  const std::string state = dir_ + "/crl-numbers";
+  ASSERT_TRUE(RevocationList::Open(dir_ + "/both.crl", ca, state).ok());
+  auto rolled_back = RevocationList::Open(dir_ + "/first.crl", ca, state);
+  EXPECT_FALSE(rolled_back.ok());
+  EXPECT_NE(rolled_back.status().message().find("an older CRL (rollback?)"),
+            std::string::npos)
+      << rolled_back.status();
+}
+
 TEST(ParseClientPolicyTest, Errors) {
   EXPECT_FALSE(ParseClientPolicy("", nullptr).ok());
   EXPECT_FALSE(ParseClientPolicy("kmpc-admin,sha256:abcd", nullptr).ok());

@@ -1148,34 +1148,5 @@ TEST_F(ServiceTest, DebugRecorderAppendsRequestsAsReceived) {
   EXPECT_TRUE(ServiceOptions{}.debug_record_requests.empty());
 }
 
-// One registry: what Render (Admin.Metrics) prints is what the
-// collectables (the HTTP Exposer) hold; failures carry their public cause;
-// every series carries the party.
-TEST(MetricsTest, OneRegistryWithCausesAndParty) {
-  Metrics m(2);
-  m.RecordBatch("run", true, 4, 40, 1000, 10, absl::Microseconds(700));
-  m.RecordBatch("finalize", false, 2, 0, 10, 1, absl::Seconds(3));
-  m.RecordRejected("BATCH_MALFORMED");
-  m.RecordRejected("BATCH_MALFORMED");
-  m.RecordJobFailure("JOB_INTEGRITY_FAILED");
-  EXPECT_EQ(m.batches_ok(), 1u);
-  EXPECT_EQ(m.batches_failed(), 1u);
-  const std::string text = m.Render();
-  for (const char* want : {
-           "kmpc_jobs_total{party=\"2\"} 4\n",
-           "kmpc_aes_blocks_total{party=\"2\"} 40\n",
-           "kmpc_batches_total{party=\"2\",kind=\"finalize\",result=\"error\"} 1\n",
-           "kmpc_batches_rejected_total{party=\"2\",cause=\"BATCH_MALFORMED\"} 2\n",
-           "kmpc_job_failures_total{party=\"2\",status=\"JOB_INTEGRITY_FAILED\"} 1\n",
-           "kmpc_batch_latency_seconds_bucket{party=\"2\",kind=\"run\",le=\"0.0005\"} 0\n",
-           "kmpc_batch_latency_seconds_bucket{party=\"2\",kind=\"run\",le=\"0.001\"} 1\n",
-           "kmpc_batch_latency_seconds_bucket{party=\"2\",kind=\"finalize\",le=\"2\"} 0\n",
-           "kmpc_batch_latency_seconds_bucket{party=\"2\",kind=\"finalize\",le=\"5\"} 1\n",
-           "process_resident_memory_bytes{party=\"2\"} "})
-    EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
-  EXPECT_EQ(m.collectables().size(), 2u);
-  for (const auto& c : m.collectables()) EXPECT_NE(c.lock(), nullptr);
-}
-
 }  // namespace
 }  // namespace kmpc::service
