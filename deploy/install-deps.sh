@@ -21,6 +21,9 @@ pkgs=(
   # Debian packages (make deb, test_packages.py): the krb5 package's own
   # build dependencies come from `apt-get build-dep` of its .dsc
   debhelper quilt fakeroot lintian debootstrap libverto-dev comerr-dev
+  # LDAP KDB (test_ldap.py): OpenLDAP headers for MIT's kldap module, and
+  # Debian's slapd and clients, run by the tests on loopback only
+  libldap2-dev libsasl2-dev slapd ldap-utils
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -654,6 +654,7 @@ class KmpcRealm(kmpc_realm.Realm):
         self.stop_kdc()
         for cl in self.clusters:
             cl.stop()
+        self.stop_ldap()
 
     def save_state(self):
         st = {"realm": self.realm, "module": self.module, "servers": self.cluster.servers,

@@ -116,7 +116,10 @@ class Realm:
 
     def __init__(self, workdir, enctypes=DEFAULT_ENCTYPES, kdc_conf_extra="",
                  krb5_conf_extra="", realm=REALM, realm_extra="",
-                 session_enctypes=DEFAULT_SESSION_ENCTYPES):
+                 session_enctypes=DEFAULT_SESSION_ENCTYPES, ldap=False):
+        """ldap: keep the KDB in OpenLDAP (MIT's kldap module) on a slapd
+        of the realm's own, started by create() and stopped by stop()
+        (deploy/kmpc_ldap.py) instead of a db2 file."""
         self.dir = os.path.abspath(workdir)
         self.realm = realm
         self.enctypes = list(enctypes)
@@ -139,6 +142,8 @@ class Realm:
         self.keytab = os.path.join(self.dir, "keytab")
         self.master_password = None
         self.env = None
+        self.ldap = ldap
+        self.slapd = None
 
     # ---- set-up -------------------------------------------------------
     def create(self):
@@ -146,6 +151,7 @@ class Realm:
         self.kdc_port, self.kadmin_port, self.kpasswd_port = free_ports(3)
         ets = " ".join(self.enctypes + self.session_enctypes)
         supported = " ".join(f"{e}:normal" for e in self.enctypes)
+        kdb_conf = self._start_ldap() if self.ldap else ""
         with open(self.krb5_conf, "w") as f:
             f.write(f"""[libdefaults]
     default_realm = {self.realm}
@@ -173,6 +179,7 @@ class Realm:
 [realms]
     {self.realm} = {{
         database_name = {self.dir}/principal
+        {"database_module = ldap" if self.ldap else ""}
         key_stash_file = {self.dir}/stash
         acl_file = {self.dir}/kadm5.acl
         kadmind_port = {self.kadmin_port}
@@ -189,15 +196,41 @@ class Realm:
     kdc = FILE:{self.kdc_log}
     admin_server = FILE:{self.dir}/kadmind.log
     default = FILE:{self.dir}/krb5lib.log
-""")
+{kdb_conf}""")
         open(os.path.join(self.dir, "kadm5.acl"), "w").close()
         self.env = self.make_env()
         # The master password only protects this throwaway database; it is
         # random per realm and never printed.
         self.master_password = secrets.token_urlsafe(24)
+        if self.ldap:
+            import kmpc_ldap
+            kmpc_ldap.create_realm(self, self.slapd, self.ldap_stash,
+                                   self.master_password)
+            return self
         self.run(["kdb5_util", "create", "-s", "-r", self.realm, "-W"],
                  input=self.master_password + "\n" + self.master_password + "\n")
         return self
+
+    def _start_ldap(self):
+        """The realm's slapd (deploy/kmpc_ldap.py), started; returns the
+        kdc.conf [dbmodules] text for it."""
+        import kmpc_ldap
+        kmpc_ldap.kldap_built(PREFIX)
+        # Recorded before start(), so that stop() ends a slapd that started
+        # but did not answer.
+        self.slapd = kmpc_ldap.Slapd(os.path.join(self.dir, "ldap"),
+                                     log=os.path.join(self.dir, "slapd.log"))
+        self.slapd.start()
+        return kmpc_ldap.dbmodules_conf(self.slapd, self.ldap_stash)
+
+    @property
+    def ldap_stash(self):
+        """The LDAP service password file (kdb5_ldap_util stashsrvpw)."""
+        return os.path.join(self.dir, "ldap.stash")
+
+    def stop_ldap(self):
+        if self.slapd is not None:
+            self.slapd.stop()
 
     def make_env(self):
         env = {k: v for k, v in os.environ.items()
@@ -368,6 +401,7 @@ class Realm:
     def stop(self):
         self.stop_kadmind()
         self.stop_kdc()
+        self.stop_ldap()
 
 
 def stop_dir(workdir):

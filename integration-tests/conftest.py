@@ -46,10 +46,15 @@ def _realms(tmp_path, request, cls, prefix):
     yield make
     for r in made:
         died = r.kdc_proc is not None and r.kdc_proc.poll() is not None
+        # A realm on LDAP (Realm(ldap=True)) has a slapd of its own.
+        slapd = getattr(r, "slapd", None)
+        slapd_died = slapd is not None and slapd.proc is not None and not slapd.alive()
         _dump_on_failure(request, r)
         r.stop()
         if died:
             pytest.fail("krb5kdc died during the test:\n" + r.logs())
+        if slapd_died:
+            pytest.fail("slapd died during the test:\n" + r.logs())
 
 
 @pytest.fixture

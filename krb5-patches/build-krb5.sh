@@ -84,7 +84,7 @@ apply_series() {
 configure_tree() {
   # Reconfigure only when configure.ac or our options changed.
   local opts="--prefix=$prefix --with-crypto-impl=builtin --disable-pkinit \
---without-ldap --disable-nls --without-keyutils --with-lmdb=no \
+--with-ldap --disable-nls --without-keyutils --with-lmdb=no \
 --without-system-verto --enable-shared --disable-static"
   local key
   key=$(printf '%s\n' "$opts" | cat - "$src_root/src/configure.ac" | sha256sum | cut -c1-64)
