@@ -111,6 +111,23 @@ def binpath(name):
     raise RealmError(f"{name} not found under {PREFIX}: run `make krb5` first")
 
 
+def libdefaults(realm, ets, extra=""):
+    """krb5.conf's [libdefaults] of the test realms: no DNS, TCP only,
+    the enctypes ets (a space-separated list) for tickets and sessions,
+    then extra lines."""
+    return f"""[libdefaults]
+    default_realm = {realm}
+    dns_lookup_kdc = false
+    dns_lookup_realm = false
+    rdns = false
+    udp_preference_limit = 1
+    default_tkt_enctypes = {ets}
+    default_tgs_enctypes = {ets}
+    permitted_enctypes = {ets}
+    allow_weak_crypto = false
+{extra}"""
+
+
 class Realm:
     """One realm: a KDC database, a krb5kdc, config files and a ccache."""
 
@@ -153,17 +170,7 @@ class Realm:
         supported = " ".join(f"{e}:normal" for e in self.enctypes)
         kdb_conf = self._start_ldap() if self.ldap else ""
         with open(self.krb5_conf, "w") as f:
-            f.write(f"""[libdefaults]
-    default_realm = {self.realm}
-    dns_lookup_kdc = false
-    dns_lookup_realm = false
-    rdns = false
-    udp_preference_limit = 1
-    default_tkt_enctypes = {ets}
-    default_tgs_enctypes = {ets}
-    permitted_enctypes = {ets}
-    allow_weak_crypto = false
-{self.krb5_conf_extra}
+            f.write(f"""{libdefaults(self.realm, ets, self.krb5_conf_extra)}
 [realms]
     {self.realm} = {{
         kdc = 127.0.0.1:{self.kdc_port}

@@ -52,7 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import kmpc_cluster  # noqa: E402
 import kmpc_realm  # noqa: E402
-from kmpc_realm import RealmError, binpath  # noqa: E402
+from kmpc_realm import RealmError, binpath, libdefaults  # noqa: E402
 
 ADMIN = "root/admin"
 PRIMARY = "primary"
@@ -352,17 +352,7 @@ def client_krb5_conf(primary, kdcs):
     ports = [k.kdc_port for k in kdcs]
     ets = " ".join(primary.enctypes + primary.session_enctypes)
     lines = "".join(f"        kdc = 127.0.0.1:{port}\n" for port in ports)
-    return f"""[libdefaults]
-    default_realm = {primary.realm}
-    dns_lookup_kdc = false
-    dns_lookup_realm = false
-    rdns = false
-    udp_preference_limit = 1
-    default_tkt_enctypes = {ets}
-    default_tgs_enctypes = {ets}
-    permitted_enctypes = {ets}
-    allow_weak_crypto = false
-{KRB5_LIBDEFAULTS}
+    return f"""{libdefaults(primary.realm, ets, KRB5_LIBDEFAULTS)}
 [realms]
     {primary.realm} = {{
 {lines}        admin_server = 127.0.0.1:{primary.kadmin_port}

@@ -77,6 +77,28 @@ def sh(argv, check=True, timeout=30):
     return p
 
 
+def bridged_hosts(ns, hosts, made, run=sh):
+    """Namespace ns("sw") with a bridge br0, and one namespace ns(h) per
+    host h of hosts {name: address}, its eth0 (address/24) a veth into the
+    bridge; every namespace made is appended to made as soon as it exists
+    (so that a failure half-way leaves nothing the caller cannot remove)."""
+    sw = ns("sw")
+    for h in ["sw", *hosts]:
+        run(["ip", "netns", "add", ns(h)])
+        made.append(ns(h))
+        run(["ip", "-n", ns(h), "link", "set", "lo", "up"])
+    run(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+    run(["ip", "-n", sw, "link", "set", "br0", "up"])
+    for h, addr in hosts.items():
+        port = f"sw-{h}"
+        run(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+             "netns", ns(h)])
+        run(["ip", "-n", sw, "link", "set", port, "master", "br0"])
+        run(["ip", "-n", sw, "link", "set", port, "up"])
+        run(["ip", "-n", ns(h), "addr", "add", f"{addr}/24", "dev", "eth0"])
+        run(["ip", "-n", ns(h), "link", "set", "eth0", "up"])
+
+
 def list_ns():
     p = sh(["ip", "netns", "list"], check=False)
     return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
@@ -121,21 +143,7 @@ class Lan:
         return ["ip", "netns", "exec", self.ns(host)]
 
     def up(self):
-        sw = self.ns("sw")
-        for h in ["sw", *HOSTS]:
-            sh(["ip", "netns", "add", self.ns(h)])
-            self.made.append(self.ns(h))
-            sh(["ip", "-n", self.ns(h), "link", "set", "lo", "up"])
-        sh(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
-        sh(["ip", "-n", sw, "link", "set", "br0", "up"])
-        for h, addr in HOSTS.items():
-            port = f"sw-{h}"
-            sh(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-                "netns", self.ns(h)])
-            sh(["ip", "-n", sw, "link", "set", port, "master", "br0"])
-            sh(["ip", "-n", sw, "link", "set", port, "up"])
-            sh(["ip", "-n", self.ns(h), "addr", "add", f"{addr}/24", "dev", "eth0"])
-            sh(["ip", "-n", self.ns(h), "link", "set", "eth0", "up"])
+        bridged_hosts(self.ns, HOSTS, self.made)
         self.shape()
         return self
 

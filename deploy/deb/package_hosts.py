@@ -30,6 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import kmpc_cluster  # noqa: E402
+import netns_cluster  # noqa: E402
 import kmpc_deploy  # noqa: E402
 
 MIRROR = "http://deb.debian.org/debian"
@@ -184,20 +185,8 @@ class Lan:
         return ["ip", "netns", "exec", self.ns(host)]
 
     def up(self):
-        sw = self.ns("sw")
-        for h in ["sw", *HOSTS]:
-            sh(["ip", "netns", "add", self.ns(h)])
-            sh(["ip", "-n", self.ns(h), "link", "set", "lo", "up"])
-        sh(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
-        sh(["ip", "-n", sw, "link", "set", "br0", "up"])
-        for h, addr in HOSTS.items():
-            port = f"sw-{h}"
-            sh(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-                "netns", self.ns(h)])
-            sh(["ip", "-n", sw, "link", "set", port, "master", "br0"])
-            sh(["ip", "-n", sw, "link", "set", port, "up"])
-            sh(["ip", "-n", self.ns(h), "addr", "add", f"{addr}/24", "dev", "eth0"])
-            sh(["ip", "-n", self.ns(h), "link", "set", "eth0", "up"])
+        # down() finds the namespaces by their tag, not by this list.
+        netns_cluster.bridged_hosts(self.ns, HOSTS, [], run=sh)
         # The KDC unit's AmbientCapabilities=CAP_NET_BIND_SERVICE: krb5kdc
         # runs as kmpc-kdc and binds port 88 (a per-namespace sysctl).
         sh([*self.prefix("kdc"), "sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=88"])

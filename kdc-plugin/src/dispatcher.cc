@@ -209,15 +209,20 @@ bool Dispatcher::ExpireOverdue(absl::Time now, absl::Time* wake, Lock* lk) {
   return true;
 }
 
-bool Dispatcher::StartFinalizeOnly(absl::Time now, absl::Time* wake,
-                                   Lock* lk) {
-  std::shared_ptr<BatchStep> step = NextFinalizeOnly(now, wake);
+// Starts `step` (if any) with the mutex released: Start and the step's
+// last reference may call back into the dispatcher.
+bool Dispatcher::StartUnlocked(std::shared_ptr<BatchStep> step, Lock* lk) {
   if (!step) return false;
   lk->unlock();
   step->Start();
   step.reset();
   lk->lock();
   return true;
+}
+
+bool Dispatcher::StartFinalizeOnly(absl::Time now, absl::Time* wake,
+                                   Lock* lk) {
+  return StartUnlocked(NextFinalizeOnly(now, wake), lk);
 }
 
 std::shared_ptr<BatchStep> Dispatcher::NextFinalizeOnly(absl::Time now,
@@ -245,13 +250,7 @@ std::shared_ptr<BatchStep> Dispatcher::NextFinalizeOnly(absl::Time now,
 }
 
 bool Dispatcher::StartSigns(absl::Time now, absl::Time* wake, Lock* lk) {
-  std::shared_ptr<BatchStep> step = NextSign(now, wake, /*force=*/false);
-  if (!step) return false;
-  lk->unlock();
-  step->Start();
-  step.reset();
-  lk->lock();
-  return true;
+  return StartUnlocked(NextSign(now, wake, /*force=*/false), lk);
 }
 
 std::shared_ptr<BatchStep> Dispatcher::NextSign(absl::Time now,

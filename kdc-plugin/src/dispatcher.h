@@ -101,6 +101,7 @@ class Dispatcher : public StepHost,
   // Each returns true when it released the lock to act (the loop then
   // looks again), else lowers *wake to when it wants to act.
   bool ExpireOverdue(absl::Time now, absl::Time* wake, Lock* lk);
+  bool StartUnlocked(std::shared_ptr<BatchStep> step, Lock* lk);
   bool StartFinalizeOnly(absl::Time now, absl::Time* wake, Lock* lk);
   bool StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk);
   void Launch(std::vector<PendingJob> jobs, StepKind kind, absl::Time now,
