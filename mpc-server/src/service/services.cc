@@ -276,6 +276,28 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
   return refused;
 }
 
+namespace {
+
+// The ENCRYPT states a Finalize request names, each at most once.
+grpc::Status FinalizeStateKeys(const pb::FinalizeRequest& req,
+                               std::vector<std::string>* keys) {
+  std::set<std::string> seen;
+  for (int i = 0; i < req.items_size(); ++i) {
+    const auto& it = req.items(i);
+    if (it.run_batch_id().size() != contract::kBatchIdSize)
+      return Refuse(pb::BATCH_MALFORMED,
+                    absl::StrCat("item ", i, ": run_batch_id must be ",
+                                 contract::kBatchIdSize, " bytes"));
+    keys->push_back(StateKey(it.run_batch_id(), it.job_id()));
+    if (!seen.insert(keys->back()).second)
+      return Refuse(pb::BATCH_MALFORMED,
+                    absl::StrCat("item ", i, ": job finalized twice in one request"));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
 grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
                                        pb::FinalizeResponse* resp,
                                        absl::Time deadline) {
@@ -286,18 +308,7 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
       !s.ok())
     return s;
   std::vector<std::string> keys;
-  std::set<std::string> seen;
-  for (int i = 0; i < n; ++i) {
-    const auto& it = req.items(i);
-    if (it.run_batch_id().size() != contract::kBatchIdSize)
-      return Refuse(pb::BATCH_MALFORMED,
-                    absl::StrCat("item ", i, ": run_batch_id must be ",
-                                 contract::kBatchIdSize, " bytes"));
-    keys.push_back(StateKey(it.run_batch_id(), it.job_id()));
-    if (!seen.insert(keys.back()).second)
-      return Refuse(pb::BATCH_MALFORMED,
-                    absl::StrCat("item ", i, ": job finalized twice in one request"));
-  }
+  if (grpc::Status s = FinalizeStateKeys(req, &keys); !s.ok()) return s;
   // Taken atomically (at most one FINALIZE per job); a request that turns
   // out malformed below puts them back, since nothing was revealed.
   auto entries = states_.TakeAll(keys);
@@ -625,6 +636,74 @@ absl::StatusOr<store::KeyMeta> ParsePublicMeta(absl::string_view s) {
 
 }  // namespace
 
+namespace {
+
+absl::Span<const uint8_t> AsSpan(const std::string& b) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+}
+
+// Runs on the scheduler's worker thread for each pair of a refresh: the old
+// id's shares from this party's store (refused when they do not fit their
+// record), whether the new id is taken, and the old record's metadata
+// under the new id into *metas (read by DoRefreshKeys after SubmitRefresh
+// returned: the scheduler's lock orders the two).
+engine::RefreshSource LookupRefreshSource(
+    store::ShareStore* st, int party,
+    std::map<std::string, store::KeyMeta>* metas,
+    const engine::RefreshItem& it) {
+  engine::RefreshSource src;
+  auto old_id = store::KeyIdFromBytes(AsSpan(it.old_key_id));
+  auto new_id = store::KeyIdFromBytes(AsSpan(it.new_key_id));
+  if (!old_id.ok() || !new_id.ok()) {
+    src.old_key = absl::InvalidArgumentError("bad key id");
+    return src;
+  }
+  auto taken = st->Taken(*new_id);
+  src.new_id_taken = !taken.ok() || *taken;  // an unreadable store: refuse
+  auto rec = st->Get(*old_id);
+  if (!rec.ok()) {
+    src.old_key = rec.status();
+    return src;
+  }
+  auto ks = engine::KeyShares::Parse(rec->shares.span());
+  if (!ks.ok()) {
+    src.old_key = ks.status();
+    return src;
+  }
+  if (ks->party != party ||
+      static_cast<int>(ks->cipher) != static_cast<int>(rec->meta.cipher)) {
+    src.old_key = absl::DataLossError("stored shares do not fit their record");
+    return src;
+  }
+  src.old_key = std::make_shared<const engine::KeyShares>(std::move(*ks));
+  src.public_meta = PublicMeta(rec->meta);
+  store::KeyMeta m = rec->meta;
+  m.key_id = *new_id;
+  (*metas)[it.new_key_id] = std::move(m);
+  return src;
+}
+
+// The metadata to store with pair j's new shares: the old record's, or on
+// the rebuilt server (which has none) what the survivors sent.
+absl::StatusOr<store::KeyMeta> RefreshedMeta(
+    const engine::RefreshItem& item, const engine::RefreshOutcome& r,
+    bool rebuilt_here, const std::map<std::string, store::KeyMeta>& metas) {
+  if (!rebuilt_here) {
+    auto m = metas.find(item.new_key_id);
+    if (m == metas.end())
+      return absl::InternalError("refresh lost a pair's metadata");
+    return m->second;
+  }
+  auto meta = ParsePublicMeta(r.public_meta);
+  if (!meta.ok()) return meta.status();
+  auto id = store::KeyIdFromBytes(AsSpan(item.new_key_id));
+  if (!id.ok()) return id.status();
+  meta->key_id = *id;
+  return meta;
+}
+
+}  // namespace
+
 grpc::Status AdminService::DoRefreshKeys(const pb::RefreshKeysRequest& req,
                                          pb::RefreshKeysResponse* resp) {
   BatchId batch_id;
@@ -642,46 +721,10 @@ grpc::Status AdminService::DoRefreshKeys(const pb::RefreshKeysRequest& req,
       return Refuse(pb::BATCH_MALFORMED, "rebuild_party must be 0, 1 or 2");
     rebuild_party = static_cast<int>(req.rebuild_party());
   }
-  // The old records' metadata by new id, filled by the lookup on the worker
-  // thread; read here after SubmitRefresh returned (the scheduler's lock
-  // orders the two).
   auto metas = std::make_shared<std::map<std::string, store::KeyMeta>>();
-  store::ShareStore* st = store_;
-  const int party = options_.party;
-  engine::RefreshLookup lookup = [st, party, metas](const engine::RefreshItem& it) {
-    engine::RefreshSource src;
-    auto as_span = [](const std::string& b) {
-      return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b.data()), b.size());
-    };
-    auto old_id = store::KeyIdFromBytes(as_span(it.old_key_id));
-    auto new_id = store::KeyIdFromBytes(as_span(it.new_key_id));
-    if (!old_id.ok() || !new_id.ok()) {
-      src.old_key = absl::InvalidArgumentError("bad key id");
-      return src;
-    }
-    auto taken = st->Taken(*new_id);
-    src.new_id_taken = !taken.ok() || *taken;  // an unreadable store: refuse
-    auto rec = st->Get(*old_id);
-    if (!rec.ok()) {
-      src.old_key = rec.status();
-      return src;
-    }
-    auto ks = engine::KeyShares::Parse(rec->shares.span());
-    if (!ks.ok()) {
-      src.old_key = ks.status();
-      return src;
-    }
-    if (ks->party != party ||
-        static_cast<int>(ks->cipher) != static_cast<int>(rec->meta.cipher)) {
-      src.old_key = absl::DataLossError("stored shares do not fit their record");
-      return src;
-    }
-    src.old_key = std::make_shared<const engine::KeyShares>(std::move(*ks));
-    src.public_meta = PublicMeta(rec->meta);
-    store::KeyMeta m = rec->meta;
-    m.key_id = *new_id;
-    (*metas)[it.new_key_id] = std::move(m);
-    return src;
+  engine::RefreshLookup lookup = [st = store_, party = options_.party,
+                                  metas](const engine::RefreshItem& it) {
+    return LookupRefreshSource(st, party, metas.get(), it);
   };
   BatchOutcome out =
       scheduler_->SubmitRefresh(batch_id, items, std::move(lookup), rebuild_party);
@@ -689,37 +732,40 @@ grpc::Status AdminService::DoRefreshKeys(const pb::RefreshKeysRequest& req,
   if (!out.status.ok()) return Refuse(out);
   if (out.refreshed.size() != items.size())
     return Refuse(pb::BATCH_INTERNAL, "refresh returned a wrong number of results");
-  // All new records of the request in one transaction.
+  return StoreRefreshed(items, out, rebuild_party == options_.party, *metas, resp);
+}
+
+// All new records of a refresh in one transaction; the serialized shares
+// are wiped on every way out.
+grpc::Status AdminService::StoreRefreshed(
+    const std::vector<engine::RefreshItem>& items, const BatchOutcome& out,
+    bool rebuilt_here, const std::map<std::string, store::KeyMeta>& metas,
+    pb::RefreshKeysResponse* resp) {
   std::vector<std::vector<uint8_t>> blobs;
   std::vector<store::ShareStore::NewRecord> records;
-  blobs.reserve(items.size());
+  blobs.reserve(items.size());  // records point into blobs
+  auto wipe = [&blobs] {
+    for (auto& b : blobs) OPENSSL_cleanse(b.data(), b.size());
+  };
   for (size_t j = 0; j < items.size(); ++j) {
     const engine::RefreshOutcome& r = out.refreshed[j];
     if (r.status != pb::JOB_OK) continue;
-    if (r.shares == nullptr)
+    if (r.shares == nullptr) {
+      wipe();
       return Refuse(pb::BATCH_INTERNAL, "refresh lost a pair's shares");
-    store::KeyMeta meta;
-    if (rebuild_party == options_.party) {
-      // A rebuilt server has no old record: the survivors sent its metadata.
-      auto parsed = ParsePublicMeta(r.public_meta);
-      if (!parsed.ok()) return ToGrpcStatus(parsed.status());
-      meta = std::move(*parsed);
-      auto id = store::KeyIdFromBytes(absl::MakeConstSpan(
-          reinterpret_cast<const uint8_t*>(items[j].new_key_id.data()),
-          items[j].new_key_id.size()));
-      if (!id.ok()) return ToGrpcStatus(id.status());
-      meta.key_id = *id;
-    } else {
-      auto m = metas->find(items[j].new_key_id);
-      if (m == metas->end())
-        return Refuse(pb::BATCH_INTERNAL, "refresh lost a pair's metadata");
-      meta = m->second;
+    }
+    auto meta = RefreshedMeta(items[j], r, rebuilt_here, metas);
+    if (!meta.ok()) {
+      wipe();
+      return absl::IsInternal(meta.status())
+                 ? Refuse(pb::BATCH_INTERNAL, std::string(meta.status().message()))
+                 : ToGrpcStatus(meta.status());
     }
     blobs.push_back(r.shares->Serialize());
-    records.push_back({meta, blobs.back()});
+    records.push_back({*std::move(meta), blobs.back()});
   }
   absl::Status stored = store_->PutAll(records);
-  for (auto& b : blobs) OPENSSL_cleanse(b.data(), b.size());
+  wipe();
   for (const auto& it : items) keys_->Invalidate(it.new_key_id);
   if (!stored.ok()) {
     KMPC_LOG(WARNING) << "refresh of " << records.size()

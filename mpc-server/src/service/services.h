@@ -175,6 +175,10 @@ class AdminService final : public kmpc::v1::Admin::Service {
 
  private:
   absl::Status DoPutKey(const kmpc::v1::PutKeyRequest& req);
+  grpc::Status StoreRefreshed(
+      const std::vector<engine::RefreshItem>& items, const BatchOutcome& out,
+      bool rebuilt_here, const std::map<std::string, store::KeyMeta>& metas,
+      kmpc::v1::RefreshKeysResponse* resp);
   ServiceOptions options_;
   store::ShareStore* store_;
   KeyCache* keys_;
