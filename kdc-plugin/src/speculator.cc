@@ -69,6 +69,13 @@ size_t CoverBytes(const std::deque<size_t>& l) {
   return round_up(cover);
 }
 
+// Whole blocks for `bytes` learnt and a starttime (kStarttimeBytes); 0
+// while nothing was learnt.
+size_t WithStarttime(size_t bytes) {
+  if (bytes == 0) return 0;
+  return contract::CeilBlocks(bytes + kStarttimeBytes) * contract::kBlockSize;
+}
+
 // Pads: the longest recent message and a starttime (kStarttimeBytes),
 // whole blocks. A pad's cost is one AES
 // block whatever its length (the length only sets which powers of H the
@@ -79,8 +86,7 @@ size_t CoverBytes(const std::deque<size_t>& l) {
 size_t LongestBytes(const std::deque<size_t>& l) {
   size_t m = 0;
   for (size_t n : l) m = std::max(m, n);
-  if (m == 0) return 0;
-  return contract::CeilBlocks(m + kStarttimeBytes) * contract::kBlockSize;
+  return WithStarttime(m);
 }
 
 // A speculative job taken along in `cause`'s group: an ENCRYPT of `length`
@@ -244,11 +250,7 @@ void Speculator::DrawPads(PendingJob* d, int kind,
 void Speculator::MaybeRenewal(PendingJob* d,
                               std::vector<PendingJob>* group_jobs) {
   // Learnt from AS tickets, which carry no starttime; the new TGT does.
-  const size_t learnt = KeystreamBytes(kUsageTicket);
-  const size_t bytes =
-      learnt == 0 ? 0
-                  : contract::CeilBlocks(learnt + kStarttimeBytes) *
-                        contract::kBlockSize;
+  const size_t bytes = WithStarttime(KeystreamBytes(kUsageTicket));
   if (PerExchange(ticket_sum_[kTgs], ok_sum_[kTgs]) == 0 || bytes == 0 ||
       !Room(1) ||
       !tokens_.Take(d->enqueued))
