@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 UNIT_DIR = os.path.join(HERE, "systemd")
 SERVER_UNIT = os.path.join(UNIT_DIR, "kmpc-mpc-server@.service")
 KDC_UNIT = os.path.join(UNIT_DIR, "kmpc-krb5kdc.service")
+KPROPD_UNIT = os.path.join(UNIT_DIR, "kmpc-kpropd.service")  # replica hosts
 
 # Where the guide installs things (the units name these paths).
 CONF_DIR = "/etc/kmpc"

@@ -29,6 +29,7 @@ def unit_text(path):
 @pytest.mark.parametrize("unit,binary", [
     (kmpc_deploy.SERVER_UNIT, "mpc-server"),
     (kmpc_deploy.KDC_UNIT, "krb5kdc"),
+    (kmpc_deploy.KPROPD_UNIT, "kpropd"),
 ])
 def test_unit_verifies_and_is_hardened(tmp_path, unit, binary):
     text = unit_text(unit)
@@ -36,6 +37,9 @@ def test_unit_verifies_and_is_hardened(tmp_path, unit, binary):
         assert f"\n{d}\n" in text, f"{os.path.basename(unit)} lacks {d}"
     assert "\nUser=" in text and "\nUser=root" not in text
     assert "\nReadWritePaths=" in text
+    if binary == "kpropd":  # a replica's, as its KDC's user (THREE-HOSTS.md, 12)
+        assert "\nUser=kmpc-kdc\n" in text
+        assert "\nReadWritePaths=/var/lib/kmpc-kdc\n" in text
     # The installed executables do not exist here: point them at the
     # built ones (systemd-analyze checks that ExecStart is executable).
     if binary == "mpc-server":
