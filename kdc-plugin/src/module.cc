@@ -1,9 +1,11 @@
 // The C++ side of the kmpc kdcmpc module (core.h): options, the gRPC
 // transport, the batcher and the eventfd bridge to the KDC's event loop.
 #include <errno.h>
+#include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -174,25 +176,56 @@ struct kmpc_core {
 
 namespace {
 
+// True if something accepts TCP connections on addr ("host:port").
+bool SomeoneListens(const std::string& addr) {
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = addr.substr(0, colon), port = addr.substr(colon + 1);
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return false;
+  bool up = false;
+  for (addrinfo* a = res; a && !up; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    up = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return up;
+}
+
 // /metrics over HTTP (kdc_metrics.h). Failing to bind costs the metrics,
 // never the KDC: with krb5kdc -w every worker process tries, and all but
-// the first find the port taken.
+// the first find the port taken. Two workers that both bind (civetweb sets
+// SO_REUSEADDR) before either listens both fail listen() on Linux, so a
+// worker that fails while nobody listens on the port tries again after a
+// random pause of a few milliseconds.
 void StartExposer(kmpc_core* core, const std::string& addr) {
   kmpc::kdc::Router* batcher = core->batcher.get();
   core->metrics->SetStatsSource([batcher] { return batcher->stats(); });
-  try {
-    core->exposer = std::make_unique<prometheus::Exposer>(addr, 1);
-    for (const auto& c : core->metrics->collectables())
-      core->exposer->RegisterCollectable(c);
-    core->sink->Log(LOG_INFO, absl::StrCat("kdcmpc: metrics on http://", addr,
-                                           "/metrics (pid ", getpid(), ")"));
-  } catch (const std::exception& e) {
-    core->exposer.reset();
-    core->sink->Log(LOG_WARNING,
-                    absl::StrCat("kdcmpc: no metrics from this process (pid ",
-                                 getpid(), "): cannot serve ", addr, ": ",
-                                 e.what()));
+  std::string why;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    try {
+      core->exposer = std::make_unique<prometheus::Exposer>(addr, 1);
+      for (const auto& c : core->metrics->collectables())
+        core->exposer->RegisterCollectable(c);
+      core->sink->Log(LOG_INFO, absl::StrCat("kdcmpc: metrics on http://", addr,
+                                             "/metrics (pid ", getpid(), ")"));
+      return;
+    } catch (const std::exception& e) {
+      core->exposer.reset();
+      why = e.what();
+    }
+    if (SomeoneListens(addr)) break;
+    usleep(2000 + static_cast<useconds_t>(arc4random_uniform(18000)));
   }
+  core->sink->Log(LOG_WARNING,
+                  absl::StrCat("kdcmpc: no metrics from this process (pid ",
+                               getpid(), "): cannot serve ", addr, ": ", why));
 }
 
 }  // namespace
