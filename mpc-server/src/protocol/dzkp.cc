@@ -26,7 +26,7 @@ uint8_t ReverseBits(uint8_t b) {
 }
 
 // 1 / prod_{m != j} (e_j + e_m) for j < n, computed once per n.
-constexpr int kMaxPoints = 64;
+constexpr int kMaxPoints = 2 * kGroupWords;
 const Fe* Denominators(int n) {
   static std::mutex mu;
   static std::array<std::vector<Fe>, kMaxPoints + 1> table;
@@ -59,7 +59,8 @@ inline uint64_t Transpose8(uint64_t x) {
 
 // The words of a group -> per lane l the kGroupWords-bit pattern whose
 // bit j is lane l of word j.
-using Pattern = std::conditional_t<kGroupWords == 16, uint16_t, uint32_t>;
+using Pattern = std::conditional_t<kGroupWords == 16, uint16_t,
+                                   std::conditional_t<kGroupWords == 32, uint32_t, uint64_t>>;
 static_assert(kGroupWords == 8 * sizeof(Pattern));
 void TransposeGroup(const uint64_t* w, Pattern out[64]) {
   std::memset(out, 0, 64 * sizeof(Pattern));
@@ -161,36 +162,9 @@ KMPC_DZKP_512 inline void Deinterleave(const Fe* p, __m512i& even, __m512i& odd)
   odd = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), hi);
 }
 
-// out[i] = a * b[i] for i < n (n a multiple of 4).
-KMPC_DZKP_512 void MulBroadcast512(Fe a, const Fe* b, Fe* out, int n) {
-  const __m512i av = _mm512_broadcast_i32x4(a);
-  for (int i = 0; i < n; i += 4) Store4(out + i, Mul4(av, Load4(b + i)));
-}
-
 // out[i] = a[i] * b[i] for i < n (n a multiple of 4).
 KMPC_DZKP_512 void MulPairwise512(const Fe* a, const Fe* b, Fe* out, int n) {
   for (int i = 0; i < n; i += 4) Store4(out + i, Mul4(Load4(a + i), Load4(b + i)));
-}
-
-// lo/hi[i] += a * v[i] unreduced, for i < n (n a multiple of 4).
-KMPC_DZKP_512 void MulAccRow512(Fe a, const Fe* v, __m512i* lo, __m512i* hi, int n) {
-  const __m512i av = _mm512_broadcast_i32x4(a);
-  for (int i = 0; i < n; i += 4) {
-    Wide4 w{lo[i / 4], hi[i / 4]};
-    MulAcc4(w, av, Load4(v + i));
-    lo[i / 4] = w.lo;
-    hi[i / 4] = w.hi;
-  }
-}
-
-// out[i] = (lo, hi)[i] for i < n (n a multiple of 4).
-KMPC_DZKP_512 void RowToWide(const __m512i* lo, const __m512i* hi, Wide* out, int n) {
-  for (int q = 0; q < n / 4; ++q) {
-    alignas(64) Fe l[4], h[4];
-    _mm512_store_si512(l, lo[q]);
-    _mm512_store_si512(h, hi[q]);
-    for (int i = 0; i < 4; ++i) out[4 * q + i] = Wide{l[i], h[i]};
-  }
 }
 
 // TransposeGroup with AVX-512BW: byte l of OR_j maskz_set1(word_j, 1 << j)
@@ -279,23 +253,25 @@ void LagrangeAt(int n, Fe x, Fe* out) {
   }
 }
 
-void Lift::Init(const Fe* lambda) {
-  for (int l = 0; l < 64; ++l) lambda_[l] = lambda[l];
-  for (int b = 0; b < 8; ++b) SubsetSums(lambda + 8 * b, t_[b]);
-}
-
 namespace {
 
-// Per-thread scratch of the first level (~110 KB), on the heap: as static
+// Per-thread scratch of the first level (~60 KB), on the heap: as static
 // thread_local arrays it would sit in every thread's static TLS block,
 // and threads created with small stacks (civetweb's, for --metrics_addr)
 // would then fail to start.
 struct FirstLevelScratch {
-  Wide S[kGroupWords][kGroupWords];
-  // The 512-bit path keeps row j of S as G/4 registers (lo and hi).
-  __m512i slo[kGroupWords][kGroupWords / 4], shi[kGroupWords][kGroupWords / 4];
-  Fe sr[kGroupWords][kGroupWords];
+  // S[j][j'] = sum over groups k of nu_k * (weak share of x_{k,j} & y_{k,j'})
+  // and T[c][j] = sum_k nu_k * z_{c,k,j}: 64 x 64 carry-less products,
+  // exact in 128 bits.
+  Fe S[kGroupWords][kGroupWords];
+  Fe T[2][kGroupWords];
+  // The 512-bit path's accumulators: [.][q][0] holds the products of
+  // words 8q + 0, 2, 4, 6 (one per 128-bit lane), [.][q][1] of 8q + 1, 3,
+  // 5, 7.
+  __m512i acc[kGroupWords][kGroupWords / 8][2];
+  __m512i zacc[2][kGroupWords / 8][2];
   Fe ta[kGroupWords / 8][256], tb[kGroupWords / 8][256];
+  void Wipe() { share::Wipe(this, sizeof *this); }
 };
 
 FirstLevelScratch& Scratch() {
@@ -304,83 +280,153 @@ FirstLevelScratch& Scratch() {
   return *s;
 }
 
+// a * b for a, b of degree < 64: exact, degree < 127.
+inline Fe Clmul64(uint64_t a, uint64_t b) {
+  return _mm_clmulepi64_si128(_mm_cvtsi64_si128(static_cast<int64_t>(a)),
+                              _mm_cvtsi64_si128(static_cast<int64_t>(b)), 0x00);
+}
+
+// One group's cross products into S and its z words into T (one
+// PCLMULQDQ per 64 x 64 product).
+void CrossGroup(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
+                const uint64_t* yy, const uint64_t* const z[2], uint64_t nu,
+                FirstLevelScratch& s) {
+  constexpr int G = kGroupWords;
+  for (int j = 0; j < G; ++j) {
+    for (int j2 = 0; j2 < G; ++j2) {
+      s.S[j][j2] = Add(s.S[j][j2], Clmul64((x0[j] & yy[j2]) ^ (x1[j] & y0[j2]), nu));
+    }
+  }
+  for (int c = 0; c < 2; ++c)
+    for (int j = 0; j < G; ++j) s.T[c][j] = Add(s.T[c][j], Clmul64(z[c][j], nu));
+}
+
+// CrossGroup with VPCLMULQDQ: eight words of y against one of x per
+// pair of instructions.
+KMPC_DZKP_512 void CrossGroup512(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
+                                 const uint64_t* yy, const uint64_t* const z[2], uint64_t nu,
+                                 FirstLevelScratch& s) {
+  constexpr int G = kGroupWords;
+  const __m512i nv = _mm512_set1_epi64(static_cast<int64_t>(nu));
+  __m512i Y[G / 8], Y0[G / 8];
+  for (int q = 0; q < G / 8; ++q) {
+    Y[q] = _mm512_loadu_si512(yy + 8 * q);
+    Y0[q] = _mm512_loadu_si512(y0 + 8 * q);
+  }
+  for (int j = 0; j < G; ++j) {
+    const __m512i a = _mm512_set1_epi64(static_cast<int64_t>(x0[j]));
+    const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(x1[j]));
+    for (int q = 0; q < G / 8; ++q) {
+      const __m512i p = _mm512_xor_si512(_mm512_and_si512(a, Y[q]), _mm512_and_si512(b, Y0[q]));
+      s.acc[j][q][0] = _mm512_xor_si512(s.acc[j][q][0], _mm512_clmulepi64_epi128(p, nv, 0x00));
+      s.acc[j][q][1] = _mm512_xor_si512(s.acc[j][q][1], _mm512_clmulepi64_epi128(p, nv, 0x01));
+    }
+  }
+  for (int c = 0; c < 2; ++c) {
+    for (int q = 0; q < G / 8; ++q) {
+      const __m512i v = _mm512_loadu_si512(z[c] + 8 * q);
+      s.zacc[c][q][0] = _mm512_xor_si512(s.zacc[c][q][0], _mm512_clmulepi64_epi128(v, nv, 0x00));
+      s.zacc[c][q][1] = _mm512_xor_si512(s.zacc[c][q][1], _mm512_clmulepi64_epi128(v, nv, 0x01));
+    }
+  }
+  share::Wipe(Y, sizeof Y);
+  share::Wipe(Y0, sizeof Y0);
+}
+
+// The 512-bit accumulators of 8q + {0, 2, 4, 6} and 8q + {1, 3, 5, 7}
+// -> out[8q .. 8q + 8).
+KMPC_DZKP_512 void Unpack512(const __m512i (*acc)[2], Fe* out, int words) {
+  for (int q = 0; q < words / 8; ++q) {
+    alignas(64) Fe e[4], o[4];
+    _mm512_store_si512(e, acc[q][0]);
+    _mm512_store_si512(o, acc[q][1]);
+    for (int i = 0; i < 4; ++i) {
+      out[8 * q + 2 * i] = Add(out[8 * q + 2 * i], e[i]);
+      out[8 * q + 2 * i + 1] = Add(out[8 * q + 2 * i + 1], o[i]);
+    }
+    share::Wipe(e, sizeof e);
+    share::Wipe(o, sizeof o);
+  }
+}
+
+// The Lagrange values L_j(e_p) over {e_0 .. e_{G-1}} for p in [G, kHPoints),
+// computed once.
+const Fe* LagrangeRow(int p) {
+  struct Table {
+    Fe v[kHPoints - kGroupWords][kGroupWords];
+    Table() {
+      for (int p = kGroupWords; p < kHPoints; ++p)
+        LagrangeAt(kGroupWords, FromU64(static_cast<uint64_t>(p)), v[p - kGroupWords]);
+    }
+  };
+  static const Table table;
+  return table.v[p - kGroupWords];
+}
+
+// sum_j' lag[j'] * row[j'] (G elements).
+Fe Dot(const Fe* lag, const Fe* row) {
+  Wide acc;
+  for (int j = 0; j < kGroupWords; ++j) MulAcc(acc, lag[j], row[j]);
+  return Reduce(acc);
+}
+
+KMPC_DZKP_512 Fe Dot512(const Fe* lag, const Fe* row) {
+  Wide4 w{_mm512_setzero_si512(), _mm512_setzero_si512()};
+  for (int j = 0; j < kGroupWords; j += 4) MulAcc4(w, Load4(lag + j), Load4(row + j));
+  return Sum4(w);
+}
+
 }  // namespace
 
 void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) {
   constexpr int G = kGroupWords;
   const size_t groups = (s.n + G - 1) / G;
-  FirstLevelScratch& scratch = Scratch();
-  auto& S = scratch.S;
-  for (auto& row : S) for (auto& v : row) v = Wide();
+  FirstLevelScratch& sc = Scratch();
+  sc.Wipe();
   const bool v512 = Use512();
-  auto& slo = scratch.slo;
-  auto& shi = scratch.shi;
-  if (v512) {
-    std::memset(slo, 0, sizeof slo);
-    std::memset(shi, 0, sizeof shi);
-  }
-  Fe lifts[G];
-  Wide z[2];
-  uint64_t x0[G], x1[G], y0[G], yy[G], zc[G];
+  uint64_t x0[G], x1[G], y0[G], yy[G], z0[G], z1[G];
+  const uint64_t* const z[2] = {z0, z1};
   for (size_t k = 0; k < groups; ++k) {
     LoadGroup(s.x[0], s.n, k, x0);
     LoadGroup(s.x[1], s.n, k, x1);
     LoadGroup(s.y[0], s.n, k, y0);
     LoadGroup(s.y[1], s.n, k, yy);
-    for (int j = 0; j < G; ++j) yy[j] ^= y0[j];
-    const Fe nu = w.nu[k];
+    LoadGroup(s.z[0], s.n, k, z0);
+    LoadGroup(s.z[1], s.n, k, z1);
     // Weak share of x_j & y_j': x0 & (y0 ^ y1) ^ x1 & y0, lane-wise.
-    for (int j = 0; j < G; ++j) {
-      if (v512) {
-        for (int j2 = 0; j2 < G; ++j2) lifts[j2] = w.lift((x0[j] & yy[j2]) ^ (x1[j] & y0[j2]));
-        MulAccRow512(nu, lifts, slo[j], shi[j], G);
-        continue;
-      }
-      for (int j2 = 0; j2 < G; ++j2) {
-        MulAcc(S[j][j2], nu, w.lift((x0[j] & yy[j2]) ^ (x1[j] & y0[j2])));
-      }
-    }
-    for (int c = 0; c < 2; ++c) {
-      LoadGroup(s.z[c], s.n, k, zc);
-      Wide t;
-      for (int j = 0; j < G; ++j) MulAcc(t, w.tau[j], w.lift(zc[j]));
-      MulAcc(z[c], nu, Reduce(t));
+    for (int j = 0; j < G; ++j) yy[j] ^= y0[j];
+    if (v512) {
+      CrossGroup512(x0, x1, y0, yy, z, w.nu[k], sc);
+    } else {
+      CrossGroup(x0, x1, y0, yy, z, w.nu[k], sc);
     }
   }
-  for (int c = 0; c < 2; ++c) claim[c] = Reduce(z[c]);
   if (v512) {
-    for (int j = 0; j < G; ++j) RowToWide(slo[j], shi[j], S[j], G);
-    std::memset(slo, 0, sizeof slo);
-    std::memset(shi, 0, sizeof shi);
-    share::Wipe(lifts, sizeof lifts);
+    for (int j = 0; j < G; ++j) Unpack512(sc.acc[j], sc.S[j], G);
+    for (int c = 0; c < 2; ++c) Unpack512(sc.zacc[c], sc.T[c], G);
+  }
+  for (int c = 0; c < 2; ++c) {
+    Wide t;
+    for (int j = 0; j < G; ++j) MulAcc(t, w.tau[j], sc.T[c][j]);
+    claim[c] = Reduce(t);
   }
   // h(p) = sum_{j,j'} L_j(p) L_j'(p) tau_j S_{j,j'}; L_j(e_p) = [j = p]
   // for p < G.
-  auto& sr = scratch.sr;
-  for (int j = 0; j < G; ++j)
-    for (int j2 = 0; j2 < G; ++j2) sr[j][j2] = Reduce(S[j][j2]);
   for (int p = 1; p < kHPoints; ++p) {
     if (p < G) {
-      out[p - 1] = Mul(w.tau[p], sr[p][p]);
+      out[p - 1] = Mul(w.tau[p], sc.S[p][p]);
       continue;
     }
-    Fe lag[G];
-    LagrangeAt(G, FromU64(static_cast<uint64_t>(p)), lag);
+    const Fe* lag = LagrangeRow(p);
     Wide acc;
     for (int j = 0; j < G; ++j) {
-      Wide inner;
-      for (int j2 = 0; j2 < G; ++j2) MulAcc(inner, lag[j2], sr[j][j2]);
-      MulAcc(acc, Mul(lag[j], w.tau[j]), Reduce(inner));
+      const Fe inner = v512 ? Dot512(lag, sc.S[j]) : Dot(lag, sc.S[j]);
+      MulAcc(acc, Mul(lag[j], w.tau[j]), inner);
     }
     out[p - 1] = Reduce(acc);
   }
-  for (auto& row : S) for (auto& v : row) v = Wide();
-  for (auto& row : sr) for (auto& v : row) v = Zero();
-  share::Wipe(x0, sizeof x0);
-  share::Wipe(x1, sizeof x1);
-  share::Wipe(y0, sizeof y0);
-  share::Wipe(yy, sizeof yy);
-  share::Wipe(zc, sizeof zc);
+  sc.Wipe();
+  for (uint64_t* v : {x0, x1, y0, yy, z0, z1}) share::Wipe(v, 8 * G);
 }
 
 void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
@@ -407,11 +453,10 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   alignas(64) Fe mu[64];
   const bool v512 = Use512();
   for (size_t k = 0; k < groups; ++k) {
-    if (v512) {
-      MulBroadcast512(w.nu[k], w.lift.lambdas(), mu, 64);
-    } else {
-      for (int l = 0; l < 64; ++l) mu[l] = Mul(w.nu[k], w.lift.lambda(l));
-    }
+    // nu_k * x^l: nu_k shifted by l (degree < 127, no reduction).
+    const uint64_t nu = w.nu[k];
+    mu[0] = FromU64(nu);
+    for (int l = 1; l < 64; ++l) mu[l] = FromU64(nu << l, nu >> (64 - l));
     for (int c = 0; c < 2; ++c) {
       LoadGroup(s.x[c], s.n, k, words);
       if (v512) TransposeGroup512(words, pat); else TransposeGroup(words, pat);

@@ -21,6 +21,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace kmpc::protocol::dzkp {
@@ -33,6 +35,30 @@ struct Fe {
   Fe(__m128i x) : v(x) {}  // NOLINT: implicit, as the intrinsics' type
   operator __m128i() const { return v; }  // NOLINT
 };
+
+// An allocator whose resize leaves new elements uninitialised, for
+// buffers that are written in full before they are read (the check's
+// log and vectors; zeroing them first cost a pass over memory).
+template <class T>
+struct NoInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = NoInitAllocator<U>;
+  };
+  NoInitAllocator() = default;
+  template <class U>
+  NoInitAllocator(const NoInitAllocator<U>&) noexcept {}  // NOLINT
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+using FeVector = std::vector<Fe, NoInitAllocator<Fe>>;
+using WordVector = std::vector<uint64_t, NoInitAllocator<uint64_t>>;
 
 inline Fe Zero() { return _mm_setzero_si128(); }
 inline Fe FromU64(uint64_t lo, uint64_t hi = 0) {
@@ -109,36 +135,29 @@ void ToGcm(Fe a, uint8_t* b);
 // polynomial of e_j over {e_0 .. e_{n-1}}, evaluated at x.
 void LagrangeAt(int n, Fe x, Fe* out);
 
-// L(w) = sum over lanes l with bit l of w set of lambda_l: GF(2)-linear,
-// so it maps each share of a word to that share of its lift. Eight
-// tables of 256 sums (one per byte of the word).
-class Lift {
- public:
-  void Init(const Fe* lambda);  // 64 lane weights
-  Fe operator()(uint64_t w) const {
-    Fe r = t_[0][w & 0xff];
-    for (int b = 1; b < 8; ++b) r = Add(r, t_[b][(w >> (8 * b)) & 0xff]);
-    return r;
-  }
-  const Fe& lambda(int l) const { return lambda_[l]; }
-  const Fe* lambdas() const { return lambda_; }
-
- private:
-  Fe t_[8][256];
-  Fe lambda_[64];
-};
+// Lane l of an AND word weighs x^l: the lift sum_l x^l v_l of a 64-lane
+// word v is v itself read as a polynomial of degree < 64, which costs
+// nothing, and the weak share of a lane-wise product x & y' lifts to the
+// AND of the weak shares' words. An error word D != 0 lifts to a nonzero
+// element, so the lane weights need no randomness of their own: the random
+// group and word weights below make errors of different words independent
+// (verify.h, soundness).
+inline Fe LaneWeight(int l) {
+  return l < 64 ? FromU64(uint64_t{1} << l) : Zero();
+}
 
 // Words per group of the first compression (verify.h).
-inline constexpr int kGroupWords = 32;
+inline constexpr int kGroupWords = 64;
 // Points of its polynomial h: 2 * kGroupWords - 1.
 inline constexpr int kHPoints = 2 * kGroupWords - 1;
 
 // The first compression's weights: AND word j of group k and lane l
-// weighs nu[k] * tau[j] * lambda_l.
+// weighs nu[k] * tau[j] * x^l. nu[k] is a random polynomial of degree
+// < 64, so that nu[k] times a lifted word is one 64 x 64 carry-less
+// product, exact in 128 bits (no reduction).
 struct AndWeights {
-  Lift lift;
   Fe tau[kGroupWords];
-  std::vector<Fe> nu;  // one per group
+  std::vector<uint64_t> nu;  // one per group
 };
 
 // One party's shares of the AND log: n words of x, y (two comps each) and
@@ -154,7 +173,7 @@ struct AndShares {
 // h(e_1) .. h(e_{kHPoints-1}) (out[0 .. kHPoints-2]) and its replicated
 // shares of the claim sum_g w_g z_g (claim[0], claim[1]), where
 //   h(X) = sum over groups k and lanes l of f_{k,l}(X) * g_{k,l}(X),
-//   f_{k,l}(e_j) = nu_k tau_j lambda_l x_{k,j,l}, g_{k,l}(e_j) = y_{k,j,l}
+//   f_{k,l}(e_j) = nu_k tau_j x^l x_{k,j,l}, g_{k,l}(e_j) = y_{k,j,l}
 // (j < kGroupWords, degree kGroupWords - 1), so that
 //   h(e_0) + ... + h(e_{kGroupWords-1}) = sum_g w_g x_g y_g.
 void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]);

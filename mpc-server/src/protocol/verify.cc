@@ -38,30 +38,30 @@ namespace {
 
 // Wipes v over its whole capacity (the elements past size() may hold an
 // earlier, larger use's data) and frees it.
-template <class T>
-void WipeAndFree(std::vector<T>& v) {
+template <class V>
+void WipeAndFree(V& v) {
   v.resize(v.capacity());
-  share::Wipe(v.data(), v.size() * sizeof(T));
-  std::vector<T>().swap(v);
+  share::Wipe(v.data(), v.size() * sizeof(typename V::value_type));
+  V().swap(v);
 }
 
 // Makes room for n elements in v. A reallocation (capacity doubled, as
 // insert would) copies into a fresh buffer and wipes the old one, so the
 // shares it held are not left behind in freed memory.
-template <class T>
-void Reserve(std::vector<T>& v, size_t n) {
+template <class V>
+void Reserve(V& v, size_t n) {
   if (n <= v.capacity()) return;
-  std::vector<T> bigger;
+  V bigger;
   bigger.reserve(std::max(n, 2 * v.capacity()));
   bigger.assign(v.begin(), v.end());
   WipeAndFree(v);
   v.swap(bigger);
 }
 
-template <class T, size_t N>
-size_t CapacityBytes(const std::array<std::vector<T>, N>& vs) {
+template <class V, size_t N>
+size_t CapacityBytes(const std::array<V, N>& vs) {
   size_t b = 0;
-  for (const auto& v : vs) b += v.capacity() * sizeof(T);
+  for (const auto& v : vs) b += v.capacity() * sizeof(typename V::value_type);
   return b;
 }
 
@@ -82,7 +82,7 @@ void MulLog::FreeAll() {
 size_t MulLog::retained_bytes() const {
   return CapacityBytes(and_) + CapacityBytes(gf_) + CapacityBytes(fold_) +
          (weights_ != nullptr ? sizeof(dzkp::AndWeights) +
-                                    weights_->nu.capacity() * sizeof(dzkp::Fe)
+                                    weights_->nu.capacity() * sizeof(uint64_t)
                               : 0);
 }
 
@@ -92,8 +92,17 @@ void MulLog::ReleaseExcess() {
 
 size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,
                       const uint64_t* y0, const uint64_t* y1,
-                      const uint64_t* z0, size_t n) {
+                      const uint64_t* z0, size_t n, int live) {
   const size_t at = and_[0].size();
+  if (live < 64 && n > 0) {
+    auto& last = partial_;
+    if (!last.empty() && last.back()[0] + last.back()[1] == at &&
+        last.back()[2] == static_cast<size_t>(live)) {
+      last.back()[1] += n;
+    } else {
+      last.push_back({at, n, static_cast<size_t>(live)});
+    }
+  }
   for (auto& v : and_) Reserve(v, at + n);
   const uint64_t* src[5] = {x0, x1, y0, y1, z0};
   for (int k = 0; k < 5; ++k) and_[k].insert(and_[k].end(), src[k], src[k] + n);
@@ -117,7 +126,62 @@ void MulLog::AddOpened(absl::Span<const uint8_t> v) {
   opened_.Update(v);
 }
 
+namespace {
+
+// Appends bits to a word array in place (writing never overtakes reading).
+class BitPacker {
+ public:
+  explicit BitPacker(uint64_t* out) : out_(out) {}
+  // The low k bits of v, 1 <= k <= 64.
+  void Put(uint64_t v, int k) {
+    if (k < 64) v &= (uint64_t{1} << k) - 1;
+    acc_ |= v << bits_;
+    if (bits_ + k >= 64) {
+      out_[n_++] = acc_;
+      acc_ = bits_ == 0 ? 0 : v >> (64 - bits_);
+      bits_ = bits_ + k - 64;
+    } else {
+      bits_ += k;
+    }
+  }
+  // Words written, the last one padded with zero lanes (0 & 0 = 0).
+  size_t Finish() {
+    if (bits_ > 0) out_[n_++] = acc_;
+    acc_ = 0;
+    bits_ = 0;
+    return n_;
+  }
+
+ private:
+  uint64_t* out_;
+  uint64_t acc_ = 0;
+  int bits_ = 0;
+  size_t n_ = 0;
+};
+
+}  // namespace
+
+void MulLog::PackLiveLanes() {
+  if (partial_.empty()) return;
+  const size_t n = and_[0].size();
+  size_t packed = 0;
+  for (auto& v : and_) {
+    BitPacker out(v.data());
+    size_t i = 0;
+    for (const auto& [first, count, live] : partial_) {
+      for (; i < first; ++i) out.Put(v[i], 64);
+      for (; i < first + count; ++i) out.Put(v[i], static_cast<int>(live));
+    }
+    for (; i < n; ++i) out.Put(v[i], 64);
+    packed = out.Finish();
+    share::Wipe(v.data() + packed, 8 * (n - packed));
+    v.resize(packed);
+  }
+  partial_.clear();
+}
+
 void MulLog::Clear() {
+  partial_.clear();
   for (auto& v : and_) {
     share::Wipe(v.data(), 8 * v.size());
     v.clear();
@@ -205,7 +269,7 @@ void FillFe(const Prf& prf, uint64_t ctr, size_t n, Fe* out) {
 constexpr int G = dzkp::kGroupWords;
 constexpr int P = dzkp::kHPoints;
 // MulLog::fold_: the compressed vectors f0, f1, g0, g1.
-using Fold = std::array<std::vector<Fe>, 4>;
+using Fold = std::array<dzkp::FeVector, 4>;
 
 // The secrets a verification holds besides the log and its fold vectors;
 // Verifier::Verify wipes them on every way out.
@@ -225,13 +289,13 @@ struct VerifySecrets {
 // Round 1: the first compression's weights from coin c1.
 void FirstWeights(const uint8_t* coin, size_t groups, dzkp::AndWeights& w) {
   const Prf prf(coin);
-  Fe lambda[64];
-  FillFe(prf, 0, 64, lambda);
-  w.lift.Init(lambda);
-  FillFe(prf, 64, G, w.tau);
-  Reserve(w.nu, groups);
+  FillFe(prf, 0, G, w.tau);
+  // nu: two per PRF block.
+  const size_t blocks = (groups + 1) / 2;
+  Reserve(w.nu, 2 * blocks);
+  w.nu.resize(2 * blocks);
+  if (blocks > 0) prf.Fill(G, blocks, reinterpret_cast<uint8_t*>(w.nu.data()));
   w.nu.resize(groups);
-  FillFe(prf, 128, groups, w.nu.data());
 }
 
 // Round 2: h(e_1) .. h(e_{P-1}) and the mask's product, reshared.
@@ -349,6 +413,7 @@ absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
 
 absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
+  log.PackLiveLanes();
   const size_t nw = log.and_words(), ng = log.gf_products();
   const size_t groups = (nw + G - 1) / G;
   const auto& L = log.and_;

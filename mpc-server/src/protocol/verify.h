@@ -130,9 +130,12 @@ class MulLog {
   MulLog& operator=(const MulLog&) = delete;
 
   // Appends n AND words (x0, x1, y0, y1, z0); returns where their z1 goes
-  // (SetAndZ1 once the layer's reply is in).
+  // (SetAndZ1 once the layer's reply is in). Only lanes 0 .. live-1 of
+  // each word are checked: the caller guarantees that the others never
+  // reach an output (bitsliced lanes are independent, and lanes without a
+  // block are dropped).
   size_t AddAnd(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
-                const uint64_t* y1, const uint64_t* z0, size_t n);
+                const uint64_t* y1, const uint64_t* z0, size_t n, int live = 64);
   void SetAndZ1(size_t at, const uint64_t* z1, size_t n);
   // n GF(2^128) products, 16 bytes each.
   void AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
@@ -167,13 +170,20 @@ class MulLog {
   friend class Verifier;
   // Wipes every buffer over its whole capacity and frees it.
   void FreeAll();
+  // Packs the live lanes of the words logged with live < 64 (in order,
+  // as one bit stream per component), in place: a batch of b < 64
+  // blocks is checked on b/64 of its words. The z = x & y relation holds
+  // lane by lane, so it holds on the packed words.
+  void PackLiveLanes();
   // x0, x1, y0, y1, z0, z1
-  std::array<std::vector<uint64_t>, 6> and_;
+  std::array<dzkp::WordVector, 6> and_;
+  // Runs of words with fewer than 64 live lanes: (first word, words, live).
+  std::vector<std::array<size_t, 3>> partial_;
   std::array<std::vector<uint8_t>, 6> gf_;
   Sha256 opened_;
   // Verifier's buffers, kept for the next batch: the compressed vectors
   // (f0, f1, g0, g1) and the first compression's weights.
-  std::array<std::vector<dzkp::Fe>, 4> fold_;
+  std::array<dzkp::FeVector, 4> fold_;
   std::unique_ptr<dzkp::AndWeights> weights_;
 };
 

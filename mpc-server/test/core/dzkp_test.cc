@@ -65,17 +65,20 @@ TEST(Dzkp, FieldMatchesTheReferences) {
   EXPECT_TRUE(Eq(Inv(Zero()), Zero()));
 }
 
-TEST(Dzkp, LiftIsTheWeightedSumOfLanes) {
-  Fe lambda[64];
-  for (auto& l : lambda) l = RandomFe();
-  auto lift = std::make_unique<Lift>();
-  lift->Init(lambda);
-  for (int t = 0; t < 200; ++t) {
+// Lane l weighs x^l: a word lifts to itself, and the weights are distinct
+// powers of x (so a nonzero error word lifts to a nonzero element).
+TEST(Dzkp, LaneWeightsArePowersOfX) {
+  Fe p = FromU64(1);
+  for (int l = 0; l < 64; ++l) {
+    ASSERT_TRUE(Eq(LaneWeight(l), p)) << l;
+    p = MulX(p);
+  }
+  for (int t = 0; t < 50; ++t) {
     const uint64_t w = t == 0 ? ~0ull : Rng()();
     Fe ref = Zero();
     for (int l = 0; l < 64; ++l)
-      if ((w >> l) & 1) ref = Add(ref, lambda[l]);
-    ASSERT_TRUE(Eq((*lift)(w), ref));
+      if ((w >> l) & 1) ref = Add(ref, LaneWeight(l));
+    ASSERT_TRUE(Eq(FromU64(w), ref));
   }
 }
 
@@ -110,12 +113,9 @@ struct ClearLog {
       x[i] = Rng()(), y[i] = Rng()();
       z[i] = x[i] & y[i];
     }
-    Fe lambda[64];
-    for (auto& l : lambda) l = RandomFe();
-    w->lift.Init(lambda);
     for (auto& t : w->tau) t = RandomFe();
     w->nu.resize((n + kGroupWords - 1) / kGroupWords);
-    for (auto& v : w->nu) v = RandomFe();
+    for (auto& v : w->nu) v = Rng()();
   }
   // The sharing (v, 0, 0) as party 0 sees it: comp 0 = v, comp 1 = 0.
   AndShares Shares() const {
@@ -123,7 +123,7 @@ struct ClearLog {
   }
   Fe Weight(size_t word, int lane) const {
     const size_t k = word / kGroupWords;
-    return Mul(Mul(w->nu[k], w->tau[word % kGroupWords]), w->lift.lambda(lane));
+    return Mul(Mul(FromU64(w->nu[k]), w->tau[word % kGroupWords]), LaneWeight(lane));
   }
   static int Bit(uint64_t v, int l) { return static_cast<int>((v >> l) & 1); }
   // f_{k,l}(p), g_{k,l}(p) gate by gate.
