@@ -26,7 +26,7 @@ uint8_t ReverseBits(uint8_t b) {
 }
 
 // 1 / prod_{m != j} (e_j + e_m) for j < n, computed once per n.
-constexpr int kMaxPoints = 2 * kGroupWords;
+constexpr int kMaxPoints = 2 * kMaxGroupWords;
 const Fe* Denominators(int n) {
   static std::mutex mu;
   static std::array<std::vector<Fe>, kMaxPoints + 1> table;
@@ -59,12 +59,14 @@ inline uint64_t Transpose8(uint64_t x) {
 
 // The words of a group -> per lane l the kGroupWords-bit pattern whose
 // bit j is lane l of word j.
-using Pattern = std::conditional_t<kGroupWords == 16, uint16_t,
-                                   std::conditional_t<kGroupWords == 32, uint32_t, uint64_t>>;
-static_assert(kGroupWords == 8 * sizeof(Pattern));
-void TransposeGroup(const uint64_t* w, Pattern out[64]) {
+template <int G>
+using PatternT = std::conditional_t<G == 16, uint16_t, std::conditional_t<G == 32, uint32_t, uint64_t>>;
+template <int G>
+void TransposeGroup(const uint64_t* w, PatternT<G> out[64]) {
+  using Pattern = PatternT<G>;
+  static_assert(G == 8 * sizeof(Pattern));
   std::memset(out, 0, 64 * sizeof(Pattern));
-  for (int h = 0; h < kGroupWords / 8; ++h) {
+  for (int h = 0; h < G / 8; ++h) {
     for (int k = 0; k < 8; ++k) {
       uint64_t m = 0;
       for (int j = 0; j < 8; ++j) m |= ((w[8 * h + j] >> (8 * k)) & 0xff) << (8 * j);
@@ -87,9 +89,10 @@ void SubsetSums(const Fe* c, Fe* t) {
 }
 
 // The words of group k of a share array (zero past n).
+template <int G>
 inline void LoadGroup(const uint64_t* a, size_t n, size_t k, uint64_t* out) {
-  const size_t first = k * kGroupWords;
-  for (int j = 0; j < kGroupWords; ++j) {
+  const size_t first = k * G;
+  for (int j = 0; j < G; ++j) {
     out[j] = first + j < n ? a[first + j] : 0;
   }
 }
@@ -169,9 +172,11 @@ KMPC_DZKP_512 void MulPairwise512(const Fe* a, const Fe* b, Fe* out, int n) {
 
 // TransposeGroup with AVX-512BW: byte l of OR_j maskz_set1(word_j, 1 << j)
 // holds lane l of words j < 8 (as the kernels' BitsToBytes).
-KMPC_DZKP_512 void TransposeGroup512(const uint64_t* w, Pattern out[64]) {
-  alignas(64) uint8_t b[kGroupWords / 8][64];
-  for (int h = 0; h < kGroupWords / 8; ++h) {
+template <int G>
+KMPC_DZKP_512 void TransposeGroup512(const uint64_t* w, PatternT<G> out[64]) {
+  using Pattern = PatternT<G>;
+  alignas(64) uint8_t b[G / 8][64];
+  for (int h = 0; h < G / 8; ++h) {
     __m512i v = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       v = _mm512_or_si512(v, _mm512_maskz_set1_epi8(w[8 * h + j], static_cast<char>(1 << j)));
@@ -180,7 +185,7 @@ KMPC_DZKP_512 void TransposeGroup512(const uint64_t* w, Pattern out[64]) {
   }
   for (int l = 0; l < 64; ++l) {
     Pattern p = 0;
-    for (int h = 0; h < kGroupWords / 8; ++h) p |= static_cast<Pattern>(b[h][l]) << (8 * h);
+    for (int h = 0; h < G / 8; ++h) p |= static_cast<Pattern>(b[h][l]) << (8 * h);
     out[l] = p;
   }
   share::Wipe(b, sizeof b);
@@ -244,12 +249,34 @@ void ToGcm(Fe a, uint8_t* b) {
 
 void LagrangeAt(int n, Fe x, Fe* out) {
   const Fe* den = Denominators(n);
-  for (int j = 0; j < n; ++j) {
-    Fe num = FromU64(1);
-    for (int m = 0; m < n; ++m) {
-      if (m != j) num = Mul(num, Add(x, FromU64(static_cast<uint64_t>(m))));
+  if (n <= 16) {  // n^2 products: fewer than one inversion's for small n
+    for (int j = 0; j < n; ++j) {
+      Fe num = FromU64(1);
+      for (int m = 0; m < n; ++m) {
+        if (m != j) num = Mul(num, Add(x, FromU64(static_cast<uint64_t>(m))));
+      }
+      out[j] = Mul(num, den[j]);
     }
-    out[j] = Mul(num, den[j]);
+    return;
+  }
+  // Barycentric: L_j(x) = den_j * prod_m (x - e_m) / (x - e_j), the n
+  // inverses from one (Montgomery's trick); x a node gives a unit vector.
+  Fe d[kMaxPoints], prefix[kMaxPoints];
+  Fe all = FromU64(1);
+  for (int j = 0; j < n; ++j) {
+    d[j] = Add(x, FromU64(static_cast<uint64_t>(j)));
+    if (Equal(d[j], Zero())) {
+      for (int m = 0; m < n; ++m) out[m] = FromU64(m == j);
+      return;
+    }
+    prefix[j] = all;  // d_0 ... d_{j-1}
+    all = Mul(all, d[j]);
+  }
+  Fe inv = Inv(all);  // 1 / (d_0 ... d_{k})
+  for (int j = n - 1; j >= 0; --j) {
+    const Fe inv_dj = Mul(inv, prefix[j]);  // 1 / d_j
+    inv = Mul(inv, d[j]);
+    out[j] = Mul(Mul(all, inv_dj), den[j]);
   }
 }
 
@@ -263,14 +290,14 @@ struct FirstLevelScratch {
   // S[j][j'] = sum over groups k of nu_k * (weak share of x_{k,j} & y_{k,j'})
   // and T[c][j] = sum_k nu_k * z_{c,k,j}: 64 x 64 carry-less products,
   // exact in 128 bits.
-  Fe S[kGroupWords][kGroupWords];
-  Fe T[2][kGroupWords];
+  Fe S[kMaxGroupWords][kMaxGroupWords];
+  Fe T[2][kMaxGroupWords];
   // The 512-bit path's accumulators: [.][q][0] holds the products of
   // words 8q + 0, 2, 4, 6 (one per 128-bit lane), [.][q][1] of 8q + 1, 3,
   // 5, 7.
-  __m512i acc[kGroupWords][kGroupWords / 8][2];
-  __m512i zacc[2][kGroupWords / 8][2];
-  Fe ta[kGroupWords / 8][256], tb[kGroupWords / 8][256];
+  __m512i acc[kMaxGroupWords][kMaxGroupWords / 8][2];
+  __m512i zacc[2][kMaxGroupWords / 8][2];
+  Fe ta[kMaxGroupWords / 8][256], tb[kMaxGroupWords / 8][256];
   void Wipe() { share::Wipe(this, sizeof *this); }
 };
 
@@ -288,10 +315,10 @@ inline Fe Clmul64(uint64_t a, uint64_t b) {
 
 // One group's cross products into S and its z words into T (one
 // PCLMULQDQ per 64 x 64 product).
+template <int G>
 void CrossGroup(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
                 const uint64_t* yy, const uint64_t* const z[2], uint64_t nu,
                 FirstLevelScratch& s) {
-  constexpr int G = kGroupWords;
   for (int j = 0; j < G; ++j) {
     for (int j2 = 0; j2 < G; ++j2) {
       s.S[j][j2] = Add(s.S[j][j2], Clmul64((x0[j] & yy[j2]) ^ (x1[j] & y0[j2]), nu));
@@ -303,10 +330,10 @@ void CrossGroup(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
 
 // CrossGroup with VPCLMULQDQ: eight words of y against one of x per
 // pair of instructions.
+template <int G>
 KMPC_DZKP_512 void CrossGroup512(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
                                  const uint64_t* yy, const uint64_t* const z[2], uint64_t nu,
                                  FirstLevelScratch& s) {
-  constexpr int G = kGroupWords;
   const __m512i nv = _mm512_set1_epi64(static_cast<int64_t>(nu));
   __m512i Y[G / 8], Y0[G / 8];
   for (int q = 0; q < G / 8; ++q) {
@@ -351,35 +378,37 @@ KMPC_DZKP_512 void Unpack512(const __m512i (*acc)[2], Fe* out, int words) {
 
 // The Lagrange values L_j(e_p) over {e_0 .. e_{G-1}} for p in [G, kHPoints),
 // computed once.
+template <int G>
 const Fe* LagrangeRow(int p) {
   struct Table {
-    Fe v[kHPoints - kGroupWords][kGroupWords];
+    Fe v[G - 1][G];
     Table() {
-      for (int p = kGroupWords; p < kHPoints; ++p)
-        LagrangeAt(kGroupWords, FromU64(static_cast<uint64_t>(p)), v[p - kGroupWords]);
+      for (int p = G; p < 2 * G - 1; ++p)
+        LagrangeAt(G, FromU64(static_cast<uint64_t>(p)), v[p - G]);
     }
   };
   static const Table table;
-  return table.v[p - kGroupWords];
+  return table.v[p - G];
 }
 
 // sum_j' lag[j'] * row[j'] (G elements).
+template <int G>
 Fe Dot(const Fe* lag, const Fe* row) {
   Wide acc;
-  for (int j = 0; j < kGroupWords; ++j) MulAcc(acc, lag[j], row[j]);
+  for (int j = 0; j < G; ++j) MulAcc(acc, lag[j], row[j]);
   return Reduce(acc);
 }
 
+template <int G>
 KMPC_DZKP_512 Fe Dot512(const Fe* lag, const Fe* row) {
   Wide4 w{_mm512_setzero_si512(), _mm512_setzero_si512()};
-  for (int j = 0; j < kGroupWords; j += 4) MulAcc4(w, Load4(lag + j), Load4(row + j));
+  for (int j = 0; j < G; j += 4) MulAcc4(w, Load4(lag + j), Load4(row + j));
   return Sum4(w);
 }
 
-}  // namespace
 
-void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) {
-  constexpr int G = kGroupWords;
+template <int G>
+void FirstLevelHImpl(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) {
   const size_t groups = (s.n + G - 1) / G;
   FirstLevelScratch& sc = Scratch();
   sc.Wipe();
@@ -387,18 +416,18 @@ void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) 
   uint64_t x0[G], x1[G], y0[G], yy[G], z0[G], z1[G];
   const uint64_t* const z[2] = {z0, z1};
   for (size_t k = 0; k < groups; ++k) {
-    LoadGroup(s.x[0], s.n, k, x0);
-    LoadGroup(s.x[1], s.n, k, x1);
-    LoadGroup(s.y[0], s.n, k, y0);
-    LoadGroup(s.y[1], s.n, k, yy);
-    LoadGroup(s.z[0], s.n, k, z0);
-    LoadGroup(s.z[1], s.n, k, z1);
+    LoadGroup<G>(s.x[0], s.n, k, x0);
+    LoadGroup<G>(s.x[1], s.n, k, x1);
+    LoadGroup<G>(s.y[0], s.n, k, y0);
+    LoadGroup<G>(s.y[1], s.n, k, yy);
+    LoadGroup<G>(s.z[0], s.n, k, z0);
+    LoadGroup<G>(s.z[1], s.n, k, z1);
     // Weak share of x_j & y_j': x0 & (y0 ^ y1) ^ x1 & y0, lane-wise.
     for (int j = 0; j < G; ++j) yy[j] ^= y0[j];
     if (v512) {
-      CrossGroup512(x0, x1, y0, yy, z, w.nu[k], sc);
+      CrossGroup512<G>(x0, x1, y0, yy, z, w.nu[k], sc);
     } else {
-      CrossGroup(x0, x1, y0, yy, z, w.nu[k], sc);
+      CrossGroup<G>(x0, x1, y0, yy, z, w.nu[k], sc);
     }
   }
   if (v512) {
@@ -412,15 +441,15 @@ void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) 
   }
   // h(p) = sum_{j,j'} L_j(p) L_j'(p) tau_j S_{j,j'}; L_j(e_p) = [j = p]
   // for p < G.
-  for (int p = 1; p < kHPoints; ++p) {
+  for (int p = 1; p < 2 * G - 1; ++p) {
     if (p < G) {
       out[p - 1] = Mul(w.tau[p], sc.S[p][p]);
       continue;
     }
-    const Fe* lag = LagrangeRow(p);
+    const Fe* lag = LagrangeRow<G>(p);
     Wide acc;
     for (int j = 0; j < G; ++j) {
-      const Fe inner = v512 ? Dot512(lag, sc.S[j]) : Dot(lag, sc.S[j]);
+      const Fe inner = v512 ? Dot512<G>(lag, sc.S[j]) : Dot<G>(lag, sc.S[j]);
       MulAcc(acc, Mul(lag[j], w.tau[j]), inner);
     }
     out[p - 1] = Reduce(acc);
@@ -429,9 +458,9 @@ void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) 
   for (uint64_t* v : {x0, x1, y0, yy, z0, z1}) share::Wipe(v, 8 * G);
 }
 
-void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
-                    Fe* f1, Fe* g0, Fe* g1) {
-  constexpr int G = kGroupWords;
+template <int G>
+void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
+                        Fe* f1, Fe* g0, Fe* g1) {
   const size_t groups = (s.n + G - 1) / G;
   Fe lag[G], a[G];
   LagrangeAt(G, r, lag);
@@ -449,7 +478,7 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   Fe* f[2] = {f0, f1};
   Fe* g[2] = {g0, g1};
   uint64_t words[G];
-  Pattern pat[64];
+  PatternT<G> pat[64];
   alignas(64) Fe mu[64];
   const bool v512 = Use512();
   for (size_t k = 0; k < groups; ++k) {
@@ -458,8 +487,8 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
     mu[0] = FromU64(nu);
     for (int l = 1; l < 64; ++l) mu[l] = FromU64(nu << l, nu >> (64 - l));
     for (int c = 0; c < 2; ++c) {
-      LoadGroup(s.x[c], s.n, k, words);
-      if (v512) TransposeGroup512(words, pat); else TransposeGroup(words, pat);
+      LoadGroup<G>(s.x[c], s.n, k, words);
+      if (v512) TransposeGroup512<G>(words, pat); else TransposeGroup<G>(words, pat);
       Fe* fo = f[c] + 64 * k;
       for (int l = 0; l < 64; ++l) {
         Fe v = ta[0][pat[l] & 0xff];
@@ -467,8 +496,8 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
         fo[l] = v512 ? v : Mul(mu[l], v);
       }
       if (v512) MulPairwise512(mu, fo, fo, 64);
-      LoadGroup(s.y[c], s.n, k, words);
-      if (v512) TransposeGroup512(words, pat); else TransposeGroup(words, pat);
+      LoadGroup<G>(s.y[c], s.n, k, words);
+      if (v512) TransposeGroup512<G>(words, pat); else TransposeGroup<G>(words, pat);
       Fe* go = g[c] + 64 * k;
       for (int l = 0; l < 64; ++l) {
         Fe v = tb[0][pat[l] & 0xff];
@@ -479,6 +508,31 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   }
   share::Wipe(words, sizeof words);
   share::Wipe(pat, sizeof pat);
+}
+
+}  // namespace
+
+int GroupWordsFor(size_t and_words) {
+  if (and_words < 1024) return 16;
+  if (and_words < 32768) return 32;
+  return 64;
+}
+
+void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) {
+  switch (w.g) {
+    case 16: return FirstLevelHImpl<16>(s, w, out, claim);
+    case 32: return FirstLevelHImpl<32>(s, w, out, claim);
+    default: return FirstLevelHImpl<64>(s, w, out, claim);
+  }
+}
+
+void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
+                    Fe* f1, Fe* g0, Fe* g1) {
+  switch (w.g) {
+    case 16: return FirstLevelFoldImpl<16>(s, w, r, f0, f1, g0, g1);
+    case 32: return FirstLevelFoldImpl<32>(s, w, r, f0, f1, g0, g1);
+    default: return FirstLevelFoldImpl<64>(s, w, r, f0, f1, g0, g1);
+  }
 }
 
 void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]) {

@@ -146,17 +146,22 @@ inline Fe LaneWeight(int l) {
   return l < 64 ? FromU64(uint64_t{1} << l) : Zero();
 }
 
-// Words per group of the first compression (verify.h).
-inline constexpr int kGroupWords = 64;
-// Points of its polynomial h: 2 * kGroupWords - 1.
-inline constexpr int kHPoints = 2 * kGroupWords - 1;
+// Words per group of the first compression (verify.h): G = 16, 32 or
+// 64, by the size of the log (GroupWordsFor), the same on all parties. Its
+// polynomial h has 2G - 1 points. Larger groups cost G cross products
+// per word and G^3 products per check (evaluating h), smaller ones leave
+// 64 / G elements per word for the halvings.
+inline constexpr int kMaxGroupWords = 64;
+inline constexpr int kMaxHPoints = 2 * kMaxGroupWords - 1;
+int GroupWordsFor(size_t and_words);
 
 // The first compression's weights: AND word j of group k and lane l
 // weighs nu[k] * tau[j] * x^l. nu[k] is a random polynomial of degree
 // < 64, so that nu[k] times a lifted word is one 64 x 64 carry-less
 // product, exact in 128 bits (no reduction).
 struct AndWeights {
-  Fe tau[kGroupWords];
+  int g = kMaxGroupWords;  // words per group
+  Fe tau[kMaxGroupWords];
   std::vector<uint64_t> nu;  // one per group
 };
 
@@ -170,12 +175,12 @@ struct AndShares {
 };
 
 // First compression, before the challenge: this party's weak shares of
-// h(e_1) .. h(e_{kHPoints-1}) (out[0 .. kHPoints-2]) and its replicated
+// h(e_1) .. h(e_{2G-2}) (out[0 .. 2G-3], G = w.g) and its replicated
 // shares of the claim sum_g w_g z_g (claim[0], claim[1]), where
 //   h(X) = sum over groups k and lanes l of f_{k,l}(X) * g_{k,l}(X),
 //   f_{k,l}(e_j) = nu_k tau_j x^l x_{k,j,l}, g_{k,l}(e_j) = y_{k,j,l}
-// (j < kGroupWords, degree kGroupWords - 1), so that
-//   h(e_0) + ... + h(e_{kGroupWords-1}) = sum_g w_g x_g y_g.
+// (j < G, degree G - 1), so that
+//   h(e_0) + ... + h(e_{G-1}) = sum_g w_g x_g y_g.
 void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]);
 
 // First compression, after the challenge r: for every group k and lane l,
@@ -183,7 +188,7 @@ void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]);
 void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
                     Fe* f1, Fe* g0, Fe* g1);
 
-// h(r) from its values at e_0 .. e_{n-1} (both comps; n = kHPoints for
+// h(r) from its values at e_0 .. e_{n-1} (both comps; n = 2G - 1 for
 // the first compression, 3 for the halving steps).
 void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]);
 

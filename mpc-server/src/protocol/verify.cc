@@ -243,7 +243,7 @@ absl::Status Coin(Rep3& ctx, Sha256& opened, uint8_t out[16]) {
 // Weak shares -> replicated shares (one message): party i adds its
 // zero-share, sends the sum to party i-1 and receives party i+1's.
 absl::Status Reshare(Rep3& ctx, const Fe* weak, size_t n, Fe* r0, Fe* r1) {
-  uint8_t t[16 * dzkp::kHPoints + 16], in[sizeof t];
+  uint8_t t[16 * dzkp::kMaxHPoints + 16], in[sizeof t];
   if (n * 16 > sizeof t) return absl::InternalError("Reshare: too many elements");
   ctx.prss().ZeroShare(t, 16 * n);
   for (size_t k = 0; k < n; ++k) {
@@ -266,15 +266,16 @@ void FillFe(const Prf& prf, uint64_t ctr, size_t n, Fe* out) {
   if (n > 0) prf.Fill(ctr, n, reinterpret_cast<uint8_t*>(out));
 }
 
-constexpr int G = dzkp::kGroupWords;
-constexpr int P = dzkp::kHPoints;
+constexpr int kMaxP = dzkp::kMaxHPoints;
 // MulLog::fold_: the compressed vectors f0, f1, g0, g1.
 using Fold = std::array<dzkp::FeVector, 4>;
 
 // The secrets a verification holds besides the log and its fold vectors;
 // Verifier::Verify wipes them on every way out.
 struct VerifySecrets {
-  Fe hw[P] = {}, h0[P] = {}, h1[P] = {}, claim[2] = {}, mx[2], my[2], c[2] = {};
+  int g = dzkp::kMaxGroupWords;  // words per group; h has P = 2g - 1 points
+  Fe hw[kMaxP] = {}, h0[kMaxP] = {}, h1[kMaxP] = {}, claim[2] = {}, mx[2], my[2], c[2] = {};
+  int P() const { return 2 * g - 1; }
   void Wipe() {
     share::Wipe(hw, sizeof hw);
     share::Wipe(h0, sizeof h0);
@@ -289,12 +290,14 @@ struct VerifySecrets {
 // Round 1: the first compression's weights from coin c1.
 void FirstWeights(const uint8_t* coin, size_t groups, dzkp::AndWeights& w) {
   const Prf prf(coin);
-  FillFe(prf, 0, G, w.tau);
+  FillFe(prf, 0, w.g, w.tau);
   // nu: two per PRF block.
   const size_t blocks = (groups + 1) / 2;
   Reserve(w.nu, 2 * blocks);
   w.nu.resize(2 * blocks);
-  if (blocks > 0) prf.Fill(G, blocks, reinterpret_cast<uint8_t*>(w.nu.data()));
+  if (blocks > 0) {
+    prf.Fill(dzkp::kMaxGroupWords, blocks, reinterpret_cast<uint8_t*>(w.nu.data()));
+  }
   w.nu.resize(groups);
 }
 
@@ -312,9 +315,9 @@ absl::Status FirstLevelProof(Rep3& ctx, const dzkp::AndShares& s,
     dzkp::Wide t;
     dzkp::MulAcc(t, v.mx[0], dzkp::Add(v.my[0], v.my[1]));
     dzkp::MulAcc(t, v.mx[1], v.my[0]);
-    v.hw[P - 1] = dzkp::Reduce(t);
+    v.hw[v.P() - 1] = dzkp::Reduce(t);
   }
-  return Reshare(ctx, v.hw, P, v.h0, v.h1);
+  return Reshare(ctx, v.hw, static_cast<size_t>(v.P()), v.h0, v.h1);
 }
 
 // Round 3, from coin c2: r, and the claim h(r) into v.c. Returns r.
@@ -322,7 +325,8 @@ Fe FirstLevelClaim(const Prf& prf, VerifySecrets& v) {
   Fe r;
   FillFe(prf, 0, 1, &r);
   // Values at e_0 .. e_{P-1}: h(e_0) = claim - h(e_1) - ... - h(e_{G-1}).
-  Fe v0[P], v1[P];
+  const int P = v.P(), G = v.g;
+  Fe v0[kMaxP], v1[kMaxP];
   v0[0] = v.claim[0], v1[0] = v.claim[1];
   for (int p = 1; p < P; ++p) {
     v0[p] = v.h0[p - 1], v1[p] = v.h1[p - 1];
@@ -357,8 +361,8 @@ void FoldGfProducts(const Prf& prf, const std::array<std::vector<uint8_t>, 6>& G
   f1[at] = dzkp::Mul(wk[ng], v.mx[1]);
   g0[at] = v.my[0];
   g1[at] = v.my[1];
-  dzkp::MulAcc(acc[0], wk[ng], v.h0[P - 1]);
-  dzkp::MulAcc(acc[1], wk[ng], v.h1[P - 1]);
+  dzkp::MulAcc(acc[0], wk[ng], v.h0[v.P() - 1]);
+  dzkp::MulAcc(acc[1], wk[ng], v.h1[v.P() - 1]);
   v.c[0] = dzkp::Add(v.c[0], dzkp::Reduce(acc[0]));
   v.c[1] = dzkp::Add(v.c[1], dzkp::Reduce(acc[1]));
   share::Wipe(acc, sizeof acc);
@@ -415,7 +419,8 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
   log.PackLiveLanes();
   const size_t nw = log.and_words(), ng = log.gf_products();
-  const size_t groups = (nw + G - 1) / G;
+  const int g = dzkp::GroupWordsFor(nw);
+  const size_t groups = (nw + g - 1) / g;
   const auto& L = log.and_;
   const dzkp::AndShares s{{L[0].data(), L[1].data()},
                           {L[2].data(), L[3].data()},
@@ -424,6 +429,7 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   auto& [f0, f1, g0, g1] = log.fold_;
   // Every secret this function holds, wiped on every way out.
   VerifySecrets sec;
+  sec.g = g;
   auto wipe = [&] {
     for (auto* v : {&f0, &f1, &g0, &g1}) share::Wipe(v->data(), v->size() * sizeof(Fe));
     sec.Wipe();
@@ -439,6 +445,7 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
   if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
   dzkp::AndWeights& w = *log.weights_;
+  w.g = g;
   FirstWeights(coin, groups, w);
   if (absl::Status st = FirstLevelProof(ctx, s, w, sec); !st.ok()) return fail(st);
 

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "protocol/gf128.h"
@@ -83,7 +85,7 @@ TEST(Dzkp, LaneWeightsArePowersOfX) {
 }
 
 TEST(Dzkp, LagrangeInterpolates) {
-  for (int n : {3, kGroupWords, kHPoints}) {
+  for (int n : {3, 16, 17, 31, 32, 63, 64, kMaxHPoints}) {
     // A random polynomial of degree n - 1 through its values at e_j.
     std::vector<Fe> coef(n), val(n);
     for (auto& c : coef) c = RandomFe();
@@ -108,13 +110,15 @@ TEST(Dzkp, LagrangeInterpolates) {
 struct ClearLog {
   std::vector<uint64_t> x, y, z, zero;
   std::unique_ptr<AndWeights> w = std::make_unique<AndWeights>();
-  explicit ClearLog(size_t n) : x(n), y(n), z(n), zero(n, 0) {
+  int gw;  // words per group
+  ClearLog(size_t n, int g) : x(n), y(n), z(n), zero(n, 0), gw(g) {
+    w->g = g;
     for (size_t i = 0; i < n; ++i) {
       x[i] = Rng()(), y[i] = Rng()();
       z[i] = x[i] & y[i];
     }
     for (auto& t : w->tau) t = RandomFe();
-    w->nu.resize((n + kGroupWords - 1) / kGroupWords);
+    w->nu.resize((n + gw - 1) / gw);
     for (auto& v : w->nu) v = Rng()();
   }
   // The sharing (v, 0, 0) as party 0 sees it: comp 0 = v, comp 1 = 0.
@@ -122,27 +126,27 @@ struct ClearLog {
     return {{x.data(), zero.data()}, {y.data(), zero.data()}, {z.data(), zero.data()}, x.size()};
   }
   Fe Weight(size_t word, int lane) const {
-    const size_t k = word / kGroupWords;
-    return Mul(Mul(FromU64(w->nu[k]), w->tau[word % kGroupWords]), LaneWeight(lane));
+    const size_t k = word / gw;
+    return Mul(Mul(FromU64(w->nu[k]), w->tau[word % gw]), LaneWeight(lane));
   }
   static int Bit(uint64_t v, int l) { return static_cast<int>((v >> l) & 1); }
   // f_{k,l}(p), g_{k,l}(p) gate by gate.
   Fe F(size_t k, int l, Fe p) const {
-    Fe lag[kGroupWords];
-    LagrangeAt(kGroupWords, p, lag);
+    Fe lag[kMaxGroupWords];
+    LagrangeAt(gw, p, lag);
     Fe r = Zero();
-    for (int j = 0; j < kGroupWords; ++j) {
-      const size_t word = k * kGroupWords + j;
+    for (int j = 0; j < gw; ++j) {
+      const size_t word = k * gw + j;
       if (word < x.size() && Bit(x[word], l)) r = Add(r, Mul(lag[j], Weight(word, l)));
     }
     return r;
   }
   Fe G(size_t k, int l, Fe p) const {
-    Fe lag[kGroupWords];
-    LagrangeAt(kGroupWords, p, lag);
+    Fe lag[kMaxGroupWords];
+    LagrangeAt(gw, p, lag);
     Fe r = Zero();
-    for (int j = 0; j < kGroupWords; ++j) {
-      const size_t word = k * kGroupWords + j;
+    for (int j = 0; j < gw; ++j) {
+      const size_t word = k * gw + j;
       if (word < y.size() && Bit(y[word], l)) r = Add(r, lag[j]);
     }
     return r;
@@ -165,30 +169,37 @@ struct ClearLog {
 
 // The compression steps on both paths: VPCLMULQDQ (where the CPU has it)
 // and one PCLMULQDQ per product.
-class DzkpPaths : public ::testing::TestWithParam<bool> {
+class DzkpPaths : public ::testing::TestWithParam<std::tuple<bool, int>> {
  protected:
-  void SetUp() override { prev_ = ForceScalar(GetParam()); }
+  void SetUp() override { prev_ = ForceScalar(std::get<0>(GetParam())); }
+  static int Groups() { return std::get<1>(GetParam()); }
   void TearDown() override { ForceScalar(prev_); }
   bool prev_ = false;
 };
-INSTANTIATE_TEST_SUITE_P(Paths, DzkpPaths, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Scalar" : "Wide"; });
+INSTANTIATE_TEST_SUITE_P(Paths, DzkpPaths,
+                         ::testing::Combine(::testing::Values(false, true),
+                                            ::testing::Values(16, 32, 64)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "Scalar" : "Wide") +
+                                  "G" + std::to_string(std::get<1>(info.param));
+                         });
 
 TEST_P(DzkpPaths, FirstCompressionMatchesThePlainSums) {
-  for (size_t n : {1, 16, 37, 70}) {
-    ClearLog log(n);
-    Fe hv[kHPoints], claim[2];
+  for (size_t n : {1, 16, 37, 70, 130}) {
+    const int G = Groups(), P = 2 * G - 1;
+    ClearLog log(n, G);
+    Fe hv[kMaxHPoints], claim[2];
     FirstLevelH(log.Shares(), *log.w, hv, claim);
     // The claim is sum w z; comp 1 of (v, 0, 0) is 0.
     EXPECT_TRUE(Eq(claim[0], log.Weighted(log.z))) << n;
     EXPECT_TRUE(Eq(claim[1], Zero())) << n;
     // h at e_1 .. e_{P-1}, gate by gate (a few points: the sums are slow).
-    for (int p : {1, 7, kGroupWords - 1, kGroupWords, kHPoints - 1}) {
+    for (int p : {1, 7, G - 1, G, P - 1}) {
       ASSERT_TRUE(Eq(hv[p - 1], log.H(FromU64(p)))) << n << " p=" << p;
     }
     // sum_{j < G} h(e_j) = sum w x y = the claim.
     Fe sum = log.H(FromU64(0));
-    for (int p = 1; p < kGroupWords; ++p) sum = Add(sum, hv[p - 1]);
+    for (int p = 1; p < G; ++p) sum = Add(sum, hv[p - 1]);
     EXPECT_TRUE(Eq(sum, claim[0])) << n;
     // After the challenge: f(r), g(r) as the plain sums, and h(r) from the
     // P values = sum f(r) g(r) (the new claim holds).
@@ -206,14 +217,14 @@ TEST_P(DzkpPaths, FirstCompressionMatchesThePlainSums) {
         ip = Add(ip, Mul(f0[64 * k + l], g0[64 * k + l]));
       }
     }
-    Fe v0[kHPoints], v1[kHPoints] = {};
+    Fe v0[kMaxHPoints], v1[kMaxHPoints] = {};
     v0[0] = claim[0];
-    for (int p = 1; p < kHPoints; ++p) {
+    for (int p = 1; p < P; ++p) {
       v0[p] = hv[p - 1];
-      if (p < kGroupWords) v0[0] = Add(v0[0], hv[p - 1]);
+      if (p < G) v0[0] = Add(v0[0], hv[p - 1]);
     }
     Fe hr[2];
-    Interpolate(kHPoints, v0, v1, r, hr);
+    Interpolate(P, v0, v1, r, hr);
     EXPECT_TRUE(Eq(hr[0], ip)) << n;
   }
 }
@@ -221,8 +232,8 @@ TEST_P(DzkpPaths, FirstCompressionMatchesThePlainSums) {
 // One additive error on any word, lane and gate makes the claim differ
 // from sum_j h(e_j) (so the protocol's h(e_0) is off, and h with it).
 TEST_P(DzkpPaths, AnErrorInAProductChangesTheClaim) {
-  ClearLog log(70);
-  Fe hv[kHPoints], claim[2];
+  ClearLog log(70, Groups());
+  Fe hv[kMaxHPoints], claim[2];
   FirstLevelH(log.Shares(), *log.w, hv, claim);
   const Fe honest = claim[0];
   for (size_t word : {0, 15, 16, 31, 32, 69}) {
@@ -239,8 +250,9 @@ TEST_P(DzkpPaths, AnErrorInAProductChangesTheClaim) {
 // the claims' and folds' comps are consistent replicated shares.
 TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
   const size_t n = 75;
-  ClearLog clear(n);
-  Fe hv[kHPoints], cl[2];
+  const int P = 2 * Groups() - 1;
+  ClearLog clear(n, Groups());
+  Fe hv[kMaxHPoints], cl[2];
   FirstLevelH(clear.Shares(), *clear.w, hv, cl);
   // Additive shares s_0 ^ s_1 ^ s_2 of x, y, z; party i holds (s_i, s_{i+1}).
   std::array<std::vector<uint64_t>, 3> xs, ys, zs;
@@ -250,7 +262,7 @@ TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
     ys[0][k] = Rng()(), ys[1][k] = Rng()(), ys[2][k] = clear.y[k] ^ ys[0][k] ^ ys[1][k];
     zs[0][k] = Rng()(), zs[1][k] = Rng()(), zs[2][k] = clear.z[k] ^ zs[0][k] ^ zs[1][k];
   }
-  Fe sum[kHPoints - 1] = {}, claims[3][2];
+  Fe sum[kMaxHPoints - 1] = {}, claims[3][2];
   const Fe r = RandomFe();
   const size_t m = 64 * clear.w->nu.size();
   std::vector<Fe> ref_f(m), ref_g(m), zf(m), zg(m);
@@ -260,14 +272,14 @@ TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
     const int i1 = (i + 1) % 3;
     AndShares s{{xs[i].data(), xs[i1].data()}, {ys[i].data(), ys[i1].data()},
                 {zs[i].data(), zs[i1].data()}, n};
-    Fe h[kHPoints];
+    Fe h[kMaxHPoints];
     FirstLevelH(s, *clear.w, h, claims[i]);
-    for (int p = 0; p < kHPoints - 1; ++p) sum[p] = Add(sum[p], h[p]);
+    for (int p = 0; p < P - 1; ++p) sum[p] = Add(sum[p], h[p]);
     for (auto& v : folds[i]) v.resize(m);
     FirstLevelFold(s, *clear.w, r, folds[i][0].data(), folds[i][1].data(),
                    folds[i][2].data(), folds[i][3].data());
   }
-  for (int p = 0; p < kHPoints - 1; ++p) EXPECT_TRUE(Eq(sum[p], hv[p])) << p;
+  for (int p = 0; p < P - 1; ++p) EXPECT_TRUE(Eq(sum[p], hv[p])) << p;
   for (int i = 0; i < 3; ++i) {
     // comp 1 of party i = comp 0 of party i+1.
     EXPECT_TRUE(Eq(claims[i][1], claims[(i + 1) % 3][0]));

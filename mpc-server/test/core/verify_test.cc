@@ -137,9 +137,9 @@ TEST(Verify, GfProductsAlone) {
   }
 }
 
-// The check's own messages grow with log2 of the log, not with it: 64
-// times the AND words adds six halvings (a 32-byte reshare and a 16-byte
-// coin each) and nothing else.
+// The check's own messages grow with log2 of the log, not with it: 16
+// times the AND words (both in the range of groups of 32 words) adds four
+// halvings (a 32-byte reshare and a 16-byte coin each) and nothing else.
 TEST(Verify, CommunicationIsLogarithmic) {
   CheckCluster c(0);
   auto check_bytes = [&](size_t words) {
@@ -150,9 +150,11 @@ TEST(Verify, CommunicationIsLogarithmic) {
     for (size_t k = before + kLayers + 1; k < sizes.size(); ++k) total += sizes[k];
     return total;
   };
-  const size_t small = check_bytes(64), large = check_bytes(64 * 64);
-  EXPECT_EQ(large - small, 6u * (32 + 16));
-  EXPECT_LT(large, 4096u);  // vs 3 * 4,096 * 8 bytes of AND messages
+  ASSERT_EQ(dzkp::GroupWordsFor(kLayers * 400), 32);
+  ASSERT_EQ(dzkp::GroupWordsFor(kLayers * 400 * 16), 32);
+  const size_t small = check_bytes(400), large = check_bytes(400 * 16);
+  EXPECT_EQ(large - small, 4u * (32 + 16));
+  EXPECT_LT(large, 4096u);  // vs 3 * 6,400 * 8 bytes of AND messages
 }
 
 // Every message of the check itself (after the products: coin, first
@@ -169,7 +171,8 @@ TEST(Verify, EveryMessageOfTheCheckIsCovered) {
     // compression, 2 per halving, the opening, the compare.
     ASSERT_GE(sizes.size(), kLayers + 1 + 6);
     EXPECT_EQ(sizes[kLayers + 1], 16u);                          // coin c1
-    EXPECT_EQ(sizes[kLayers + 2], 16u * dzkp::kHPoints);         // h values + mask
+    const int g = dzkp::GroupWordsFor(kLayers * kWords);
+    EXPECT_EQ(sizes[kLayers + 2], 16u * (2 * g - 1));           // h values + mask
     EXPECT_EQ(sizes[sizes.size() - 2], 48u);                     // f, g, claim
     EXPECT_EQ(sizes.back(), 32u);                                // compare
     for (size_t s = kLayers + 1; s < sizes.size(); ++s) {
