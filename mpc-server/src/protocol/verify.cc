@@ -164,19 +164,38 @@ class BitPacker {
 void MulLog::PackLiveLanes() {
   if (partial_.empty()) return;
   const size_t n = and_[0].size();
-  size_t packed = 0;
-  for (auto& v : and_) {
-    BitPacker out(v.data());
-    size_t i = 0;
-    for (const auto& [first, count, live] : partial_) {
-      for (; i < first; ++i) out.Put(v[i], 64);
-      for (; i < first + count; ++i) out.Put(v[i], static_cast<int>(live));
-    }
-    for (; i < n; ++i) out.Put(v[i], 64);
-    packed = out.Finish();
-    share::Wipe(v.data() + packed, 8 * (n - packed));
-    v.resize(packed);
+  // The check is over the set of logged words, in any order the three
+  // parties share: the full words fill [0, F) (those at or past F move
+  // into the partial words' places below F), the live lanes of the partial
+  // words, packed, follow.
+  size_t partial_words = 0, live_bits = 0;
+  for (const auto& [first, count, live] : partial_) {
+    partial_words += count;
+    live_bits += count * live;
   }
+  const size_t full = n - partial_words;
+  std::vector<size_t> holes, sources;  // below F partial, at or past F full
+  size_t at = full;
+  for (const auto& [first, count, live] : partial_) {
+    for (size_t i = first; i < std::min(first + count, full); ++i) holes.push_back(i);
+    for (; at < first; ++at) sources.push_back(at);
+    at = std::max(at, first + count);
+  }
+  for (; at < n; ++at) sources.push_back(at);
+  const size_t packed_words = (live_bits + 63) / 64;
+  dzkp::WordVector packed(packed_words);
+  for (auto& v : and_) {
+    BitPacker out(packed.data());
+    for (const auto& [first, count, live] : partial_) {
+      for (size_t i = first; i < first + count; ++i) out.Put(v[i], static_cast<int>(live));
+    }
+    out.Finish();
+    for (size_t k = 0; k < holes.size(); ++k) v[holes[k]] = v[sources[k]];
+    std::copy(packed.begin(), packed.end(), v.begin() + full);
+    share::Wipe(v.data() + full + packed_words, 8 * (n - full - packed_words));
+    v.resize(full + packed_words);
+  }
+  share::Wipe(packed.data(), 8 * packed.size());
   partial_.clear();
 }
 
