@@ -17,20 +17,23 @@
 // wollut16_malsec/mult_verification.rs, the paper's Protocol 8); binary
 // gates lifted to an extension field as in Li, Duan, Huang, Hong, Zhang,
 // Song, USENIX Security 2023). The field is GF(2^128) (dzkp.h, PCLMULQDQ
-// and VPCLMULQDQ). Rounds:
-//  1. coin c1: lane weights lambda_l, word weights tau_j, group weights
-//     nu_k. AND gate (group k, word j < 32 of it, lane l) weighs
-//     w = nu_k tau_j lambda_l; the claim is sum w z = sum w x y. Bits make
-//     the lift free of products: the share of sum_l lambda_l v_l for a
-//     64-lane word v is eight table look-ups (dzkp::Lift).
-//  2. first compression (factor 32, dzkp::kGroupWords): per group,
-//     f(e_j) = w x (word j), g(e_j) = y, h = sum f g of degree 62; every
-//     party's weak share of h(e_1) .. h(e_62) comes from the 1,024 lifted
-//     cross products of the group's words, summed over groups. These and
-//     one random product x'y' (the mask, see below) are reshared (one
+// and VPCLMULQDQ). Before it, the lanes of partially live words (a
+// chunk's last tile, MulLog::AddAnd) are packed, so a batch of b < 64
+// blocks is checked on about b/64 of its words. Rounds:
+//  1. coin c1: word weights tau_j (j < G, in GF(2^128)) and group weights
+//     nu_k (polynomials of degree < 64). AND gate (group k, word j, lane
+//     l) weighs w = nu_k tau_j x^l; the claim is sum w z = sum w x y. The
+//     lane weights x^l make a word's lift the word itself (free), and a
+//     lifted cross word times nu_k one 64 x 64 carry-less product.
+//  2. first compression (factor G = 16, 32 or 64 by the log's size,
+//     dzkp::GroupWordsFor): per group, f(e_j) = w x (word j), g(e_j) = y,
+//     h = sum f g of degree 2G - 2; every party's weak share of h(e_1) ..
+//     h(e_{2G-2}) comes from the G^2 cross products of the group's words
+//     (AND of shares, times nu_k), summed over groups. These and one
+//     random product x'y' (the mask, see below) are reshared (one
 //     message).
 //  3. coin c2: r and the weights w'_k of the GF(2^128) products and the
-//     mask. h(e_0) = claim - h(e_1) - ... - h(e_31); the new claim is
+//     mask. h(e_0) = claim - h(e_1) - ... - h(e_{G-1}); the new claim is
 //     h(r) + sum_k w'_k z_k + w'_m z', over the vectors f(r), g(r) (64
 //     elements per group), then (w'_k x_k, y_k) and (w'_m x', y').
 //  4. halvings: pairs (a, b) -> a + r (a + b); each sends the weak shares
@@ -40,28 +43,33 @@
 //     batch fails). f and g are uniformly random: the mask x', y' enters
 //     them with a nonzero coefficient, so only a zero test leaks.
 //  6. compare (one round): hashes of everything opened, as below.
-// Communication per party: 63 + 2 ceil(log2 n) + 3 field elements of 16
-// bytes, ceil(log2 n) + 2 coins of 16 and the 32-byte compare, for n = 2
-// AND words (64 per group of 32) + the GF(2^128) products + 1: O(log n)
-// however many gates (about 1.8 KB for one AES-128 block's 5,440 words).
+// Communication per party: 2G - 1 + 2 ceil(log2 n) + 3 field elements of
+// 16 bytes, ceil(log2 n) + 2 coins of 16 and the 32-byte compare, for
+// n = 64 / G per AND word + the GF(2^128) products + 1: O(log n) however
+// many gates (under 2 KB for one AES-128 block).
 //
 // Soundness (per Verify; all probabilities over the coins, which are
 // revealed only after what they challenge was sent: each coin is a PRSS
 // random value, unknown to any single party, opened in its own round):
-//  - weights: D != 0 on some AND gate gives sum w D = 0 with probability
-//    at most 3 / 2^128 (Schwartz-Zippel: the sum is a nonzero polynomial
-//    of degree 3 in nu, tau, lambda);
+//  - weights: an error word D != 0 on word j of group k lifts to a
+//    nonzero element D^ = sum_l x^l D_l; E_k = sum_j tau_j D^_kj is zero
+//    with probability at most 2^-128 (linear in tau), and sum_k nu_k E_k
+//    with some E_k != 0 is zero with probability at most 2^-64
+//    (Schwartz-Zippel over the 2^64 values nu_k ranges over);
 //  - compression: a false claim survives a step only if the reshared h
 //    (errors included, fixed before the coin) agrees with the true one at
-//    r: at most 62 / 2^128 for the first, 2 / 2^128 per halving (a
-//    nonzero polynomial of degree 62, resp. 2, has at most that many
-//    roots); the GF(2^128) products' and the mask's errors enter
-//    with weights drawn after h was sent: at most 1 / 2^128 more;
+//    r: at most (2G - 2) / 2^128 <= 126 / 2^128 for the first, 2 / 2^128
+//    per halving (a nonzero polynomial of degree 2G - 2, resp. 2, has at
+//    most that many roots); the GF(2^128) products' and the mask's errors
+//    enter with weights drawn after h was sent: at most 1 / 2^128 more;
 //  - the last step is exact.
-// With at most 64 halvings: below 2^-120 per Verify, and a batch runs one
-// Verify per wave plus at most two (so far below the required 2^-40 per
-// batch). The coins are expanded with the AES-128 PRF (prf.h), which
-// stands in for uniform randomness.
+// With at most 64 halvings: below 2^-63 per Verify, and a batch runs one
+// Verify per wave of 8,192 blocks plus at most two (so below 2^-50 for a
+// batch of a million blocks, far below the required 2^-40). The coins
+// are expanded with the AES-128 PRF (prf.h), which stands in for uniform
+// randomness. Lanes past a word's live ones are not checked: bitsliced
+// lanes never mix, and those lanes' outputs are dropped, so an error there
+// reaches no output, opening or tag.
 //
 // Zero test without opening the shares: every value opened during the
 // check (coins, the last f, g, c) and in the batch is hashed; party i
@@ -154,12 +162,11 @@ class MulLog {
   size_t retained_bytes() const;
   // The most retained_bytes() kept from one batch to the next (per
   // worker: each has its own Engine and log). The log holds 48 bytes per
-  // AND word and the compressed vectors 128 (four vectors of one 16-byte
-  // element per 64 lanes of 32 words, i.e. two per word): one login's
-  // batch (~7,600 AND words) keeps ~1.4 MB plus capacity slack, so a busy
-  // KDC's batches (up to ~64 logins) reuse their buffers batch after
-  // batch, and a large batch's (a wave of 8,192 AES-128 blocks: ~650,000
-  // words, ~115 MB) are not kept by the worker for good.
+  // AND word and the compressed vectors 64 / G * 64 (four vectors of one
+  // 16-byte element per 64 lanes of a group of G words): a busy KDC's
+  // batches (up to ~100 logins, ~350,000 words, G = 64) keep ~40 MB and
+  // reuse it batch after batch, and a large batch's (a wave of 8,192
+  // AES-128 blocks: ~700,000 words, ~80 MB) are not kept for good.
   static constexpr size_t kMaxRetainedBytes = size_t{64} << 20;  // 64 MiB
   // Called after a batch (Clear first): if retained_bytes() exceeds
   // kMaxRetainedBytes, wipes every buffer over its whole capacity (they
@@ -191,7 +198,7 @@ class MulLog {
 // the same point). Rounds: 2 coins, 1 first compression, 2 per halving
 // (ceil(log2 n) of them, see above), 1 opening, 1 compare. OK: every
 // logged product is right and every opening consistent, except with
-// probability below 2^-120.
+// probability below 2^-63.
 // DATA_LOSS: a party deviated (the batch must fail and the ring be
 // re-established); a channel error as is. Clears the log either way.
 class Verifier {
