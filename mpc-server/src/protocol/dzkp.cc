@@ -89,12 +89,24 @@ void SubsetSums(const Fe* c, Fe* t) {
 }
 
 // The words of group k of a share array (zero past n).
+// The words of group k of a share array: in place when the group is
+// whole, else copied into buf with zeros past n.
+template <int G>
+inline const uint64_t* GroupWords(const uint64_t* a, size_t n, size_t k, uint64_t* buf);
+
 template <int G>
 inline void LoadGroup(const uint64_t* a, size_t n, size_t k, uint64_t* out) {
   const size_t first = k * G;
   for (int j = 0; j < G; ++j) {
     out[j] = first + j < n ? a[first + j] : 0;
   }
+}
+
+template <int G>
+inline const uint64_t* GroupWords(const uint64_t* a, size_t n, size_t k, uint64_t* buf) {
+  if ((k + 1) * G <= n) return a + k * G;
+  LoadGroup<G>(a, n, k, buf);
+  return buf;
 }
 
 
@@ -189,6 +201,77 @@ KMPC_DZKP_512 void TransposeGroup512(const uint64_t* w, PatternT<G> out[64]) {
     out[l] = p;
   }
   share::Wipe(b, sizeof b);
+}
+
+// TransposeGroup512 for G = 64 with VBMI and GFNI: a 64 x 64 bit
+// transpose in 8 x 8 blocks (register h holds words 8h .. 8h+7):
+// bytes to blocks (VPERMB), blocks across registers (VPERMT2Q),
+// bits within blocks (GF2P8AFFINEQB), blocks' bytes to lanes (VPERMB).
+#define KMPC_DZKP_GFNI __attribute__((target("avx512f,avx512bw,avx512vbmi,gfni")))
+
+bool UseGfni() {
+  static const bool have = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vbmi") &&
+                           __builtin_cpu_supports("gfni");
+  return have && !ForceScalarFlag();
+}
+
+// r[0..8) as an 8 x 8 matrix of qwords, transposed.
+KMPC_DZKP_GFNI inline void TransposeQwords(__m512i r[8]) {
+  const __m512i lo1 = _mm512_setr_epi64(0, 8, 2, 10, 4, 12, 6, 14);
+  const __m512i hi1 = _mm512_setr_epi64(1, 9, 3, 11, 5, 13, 7, 15);
+  const __m512i lo2 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i hi2 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  const __m512i lo4 = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
+  const __m512i hi4 = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+  __m512i a[8], b[8];
+  for (int i = 0; i < 8; i += 2) {
+    a[i] = _mm512_permutex2var_epi64(r[i], lo1, r[i + 1]);
+    a[i + 1] = _mm512_permutex2var_epi64(r[i], hi1, r[i + 1]);
+  }
+  // a[2p]: columns 0 2 4 6 of rows 2p, 2p+1; a[2p+1]: columns 1 3 5 7.
+  for (int i = 0; i < 8; i += 4) {
+    for (int odd = 0; odd < 2; ++odd) {
+      b[i + odd] = _mm512_permutex2var_epi64(a[i + odd], lo2, a[i + 2 + odd]);
+      b[i + 2 + odd] = _mm512_permutex2var_epi64(a[i + odd], hi2, a[i + 2 + odd]);
+    }
+  }
+  // b[4q + c], c = 0..3: rows 4q..4q+3 of columns {0,4}, {1,5}, {2,6}, {3,7}.
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm512_permutex2var_epi64(b[c], lo4, b[4 + c]);
+    r[c + 4] = _mm512_permutex2var_epi64(b[c], hi4, b[4 + c]);
+  }
+}
+
+KMPC_DZKP_GFNI void Transpose64Gfni(const uint64_t* w, uint64_t out[64]) {
+  // Within a register: qword m, byte i <- qword 7 - i, byte m (the block
+  // of columns 8m.. with its rows reversed, for the affine step).
+  struct Indexes {
+    alignas(64) uint8_t to_blocks[64], to_lanes[64];
+    constexpr Indexes() : to_blocks(), to_lanes() {
+      for (int m = 0; m < 8; ++m) {
+        for (int i = 0; i < 8; ++i) {
+          to_blocks[8 * m + i] = static_cast<uint8_t>(8 * (7 - i) + m);
+          to_lanes[8 * m + i] = static_cast<uint8_t>(8 * i + m);
+        }
+      }
+    }
+  };
+  static constexpr Indexes kIdx;
+  const __m512i ib = _mm512_load_si512(kIdx.to_blocks);
+  const __m512i il = _mm512_load_si512(kIdx.to_lanes);
+  // GF2P8AFFINEQB(x, A): bit i of byte k = parity(A.byte[7 - i] & x.byte[k]);
+  // with x.byte[k] = 1 << k that is bit k of row 7 - i of A.
+  const __m512i unit = _mm512_set1_epi64(static_cast<int64_t>(0x8040201008040201ull));
+  __m512i r[8];
+  for (int h = 0; h < 8; ++h) r[h] = _mm512_permutexvar_epi8(ib, _mm512_loadu_si512(w + 8 * h));
+  TransposeQwords(r);  // r[m] qword h: block (rows 8h.., columns 8m..)
+  for (int m = 0; m < 8; ++m) {
+    const __m512i t = _mm512_gf2p8affine_epi64_epi8(unit, r[m], 0);
+    // t qword h, byte k: lane 8m + k of words 8h .. 8h+7.
+    _mm512_storeu_si512(out + 8 * m, _mm512_permutexvar_epi8(il, t));
+  }
 }
 
 // HalveH over pairs [0, 4 * q): the weak shares of h(1), h(x).
@@ -413,17 +496,16 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[
   FirstLevelScratch& sc = Scratch();
   sc.Wipe();
   const bool v512 = Use512();
-  uint64_t x0[G], x1[G], y0[G], yy[G], z0[G], z1[G];
-  const uint64_t* const z[2] = {z0, z1};
+  uint64_t b[6][G], yy[G];
   for (size_t k = 0; k < groups; ++k) {
-    LoadGroup<G>(s.x[0], s.n, k, x0);
-    LoadGroup<G>(s.x[1], s.n, k, x1);
-    LoadGroup<G>(s.y[0], s.n, k, y0);
-    LoadGroup<G>(s.y[1], s.n, k, yy);
-    LoadGroup<G>(s.z[0], s.n, k, z0);
-    LoadGroup<G>(s.z[1], s.n, k, z1);
+    const uint64_t* x0 = GroupWords<G>(s.x[0], s.n, k, b[0]);
+    const uint64_t* x1 = GroupWords<G>(s.x[1], s.n, k, b[1]);
+    const uint64_t* y0 = GroupWords<G>(s.y[0], s.n, k, b[2]);
+    const uint64_t* y1 = GroupWords<G>(s.y[1], s.n, k, b[3]);
+    const uint64_t* const z[2] = {GroupWords<G>(s.z[0], s.n, k, b[4]),
+                                  GroupWords<G>(s.z[1], s.n, k, b[5])};
     // Weak share of x_j & y_j': x0 & (y0 ^ y1) ^ x1 & y0, lane-wise.
-    for (int j = 0; j < G; ++j) yy[j] ^= y0[j];
+    for (int j = 0; j < G; ++j) yy[j] = y0[j] ^ y1[j];
     if (v512) {
       CrossGroup512<G>(x0, x1, y0, yy, z, w.nu[k], sc);
     } else {
@@ -455,7 +537,8 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[
     out[p - 1] = Reduce(acc);
   }
   sc.Wipe();
-  for (uint64_t* v : {x0, x1, y0, yy, z0, z1}) share::Wipe(v, 8 * G);
+  share::Wipe(b, sizeof b);
+  share::Wipe(yy, sizeof yy);
 }
 
 template <int G>
@@ -477,36 +560,54 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   }
   Fe* f[2] = {f0, f1};
   Fe* g[2] = {g0, g1};
-  uint64_t words[G];
+  uint64_t buf[G];
   PatternT<G> pat[64];
   alignas(64) Fe mu[64];
   const bool v512 = Use512();
+  [[maybe_unused]] const bool gfni = UseGfni();
+  // out[l] = sum of t[h][byte h of lane l's pattern] for the group's words.
+  auto fold = [&](const uint64_t* a, size_t k, const Fe (*t)[256], Fe* out) {
+    const uint64_t* words = GroupWords<G>(a, s.n, k, buf);
+    if constexpr (G == 64) {
+      if (gfni) {
+        Transpose64Gfni(words, pat);
+      } else if (v512) {
+        TransposeGroup512<G>(words, pat);
+      } else {
+        TransposeGroup<G>(words, pat);
+      }
+    } else if (v512) {
+      TransposeGroup512<G>(words, pat);
+    } else {
+      TransposeGroup<G>(words, pat);
+    }
+    for (int l = 0; l < 64; ++l) {
+      Fe v = t[0][pat[l] & 0xff];
+      for (int h = 1; h < kBytes; ++h) v = Add(v, t[h][(pat[l] >> (8 * h)) & 0xff]);
+      out[l] = v;
+    }
+  };
+  // The x side for every group, then the y side: one table at a time
+  // stays in the L1 cache.
   for (size_t k = 0; k < groups; ++k) {
     // nu_k * x^l: nu_k shifted by l (degree < 127, no reduction).
     const uint64_t nu = w.nu[k];
     mu[0] = FromU64(nu);
     for (int l = 1; l < 64; ++l) mu[l] = FromU64(nu << l, nu >> (64 - l));
     for (int c = 0; c < 2; ++c) {
-      LoadGroup<G>(s.x[c], s.n, k, words);
-      if (v512) TransposeGroup512<G>(words, pat); else TransposeGroup<G>(words, pat);
       Fe* fo = f[c] + 64 * k;
-      for (int l = 0; l < 64; ++l) {
-        Fe v = ta[0][pat[l] & 0xff];
-        for (int h = 1; h < kBytes; ++h) v = Add(v, ta[h][(pat[l] >> (8 * h)) & 0xff]);
-        fo[l] = v512 ? v : Mul(mu[l], v);
-      }
-      if (v512) MulPairwise512(mu, fo, fo, 64);
-      LoadGroup<G>(s.y[c], s.n, k, words);
-      if (v512) TransposeGroup512<G>(words, pat); else TransposeGroup<G>(words, pat);
-      Fe* go = g[c] + 64 * k;
-      for (int l = 0; l < 64; ++l) {
-        Fe v = tb[0][pat[l] & 0xff];
-        for (int h = 1; h < kBytes; ++h) v = Add(v, tb[h][(pat[l] >> (8 * h)) & 0xff]);
-        go[l] = v;
+      fold(s.x[c], k, ta, fo);
+      if (v512) {
+        MulPairwise512(mu, fo, fo, 64);
+      } else {
+        for (int l = 0; l < 64; ++l) fo[l] = Mul(mu[l], fo[l]);
       }
     }
   }
-  share::Wipe(words, sizeof words);
+  for (size_t k = 0; k < groups; ++k) {
+    for (int c = 0; c < 2; ++c) fold(s.y[c], k, tb, g[c] + 64 * k);
+  }
+  share::Wipe(buf, sizeof buf);
   share::Wipe(pat, sizeof pat);
 }
 

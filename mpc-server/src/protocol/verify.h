@@ -154,8 +154,13 @@ class MulLog {
   size_t and_words() const { return and_[0].size(); }
   size_t gf_products() const { return gf_[0].size() / 16; }
   bool empty() const { return and_words() == 0 && gf_products() == 0; }
-  // Wipes and empties everything (the opened-values hash restarts).
+  // Wipes and empties everything (the opened-values hash restarts); the
+  // engine calls it at the end of every batch.
   void Clear();
+  // Empties the log for the next wave of the same batch (the opened-values
+  // hash restarts); the AND words and the check's vectors stay in the
+  // buffers until Clear wipes them.
+  void Rewind();
 
   // Bytes of buffer capacity the log and the Verifier hold (after Clear:
   // what they keep for the next batch).
@@ -186,6 +191,8 @@ class MulLog {
   std::array<dzkp::WordVector, 6> and_;
   // Runs of words with fewer than 64 live lanes: (first word, words, live).
   std::vector<std::array<size_t, 3>> partial_;
+  // Elements of and_ / fold_ written since the last Clear.
+  size_t and_dirty_ = 0, fold_dirty_ = 0;
   std::array<std::vector<uint8_t>, 6> gf_;
   Sha256 opened_;
   // Verifier's buffers, kept for the next batch: the compressed vectors
@@ -200,7 +207,7 @@ class MulLog {
 // logged product is right and every opening consistent, except with
 // probability below 2^-63.
 // DATA_LOSS: a party deviated (the batch must fail and the ring be
-// re-established); a channel error as is. Clears the log either way.
+// re-established); a channel error as is. Rewinds the log either way.
 class Verifier {
  public:
   static absl::Status Verify(Rep3& ctx, MulLog& log);
