@@ -16,9 +16,9 @@ import subprocess
 import time
 
 import ctr_mpc_ref
-import kmpc_cluster
-import kmpc_realm
-from kmpc_realm import RealmError
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import realm as kmpc_realm
+from kmpc_harness.realm import RealmError
 
 REALM = kmpc_realm.REALM
 TGS = f"krbtgt/{REALM}@{REALM}"

@@ -19,8 +19,8 @@ import pytest
 
 import ctr_mpc_ref as ref
 from aes_ref import expand_key
-import kmpc_cluster
-from kmpc_realm import binpath
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness.realm import binpath
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
 

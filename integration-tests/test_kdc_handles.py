@@ -20,12 +20,12 @@ import time
 import pytest
 
 import handle_realm
-import kmpc_cluster
+from kmpc_harness import cluster as kmpc_cluster
 import krb_der
-import kmpc_realm
+from kmpc_harness import realm as kmpc_realm
 import pac_ref
 from handle_realm import REALM, SERVICE, TGS, password as _password
-from kmpc_realm import binpath
+from kmpc_harness.realm import binpath
 
 
 class MpcRealm(handle_realm.HandleRealm):

@@ -27,10 +27,10 @@ import time
 import pytest
 
 import handle_realm
-import kmpc_cluster
-import kmpc_realm
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import realm as kmpc_realm
 from handle_realm import SERVICE, TGS
-from kmpc_realm import RealmError
+from kmpc_harness.realm import RealmError
 
 
 def module_path():
@@ -39,7 +39,7 @@ def module_path():
 
 @pytest.fixture
 def cluster(tmp_path, request):
-    """Three kmpc-mpc-server processes (deploy/kmpc_cluster.py MpcCluster:
+    """Three kmpc-mpc-server processes (kmpc_harness.cluster.MpcCluster:
     ports outside the ephemeral range, and the ring up before the test's
     first login). Their logs are printed when the test fails. An indirect
     parameter gives the servers' extra flags."""

@@ -19,7 +19,7 @@ import os
 import pytest
 
 import ctr_mpc_ref
-import kmpc_cluster
+from kmpc_harness import cluster as kmpc_cluster
 from handle_realm import default_salt
 
 ADMIN = "root/admin"

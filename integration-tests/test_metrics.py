@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-import kmpc_realm
+from kmpc_harness import realm as kmpc_realm
 
 PASSWORD = "metrics-Pw-7c1e"
 LOGINS = 4

@@ -1,6 +1,6 @@
 """A primary KDC and a replica KDC serving one kmpc realm from one MPC cluster.
 
-Real daemons only (deploy/kmpc_replica.py): three kmpc-mpc-server processes,
+Real daemons only (kmpc_harness/replica.py): three kmpc-mpc-server processes,
 the primary's krb5kdc and kadmind (kmpc's key dealer loaded, iprop enabled),
 the replica's krb5kdc, and MIT's kprop/kpropd, all on 127.0.0.1. Each KDC
 has its own kdcmpc module instance and its own client certificate, pinned by
@@ -32,8 +32,8 @@ import time
 import pytest
 
 import ctr_mpc_ref
-import kmpc_cluster
-import kmpc_replica
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import replica as kmpc_replica
 from handle_realm import default_salt
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server",

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-import storm_bench
-from kmpc_realm import PREFIX
+from bench import storm_bench
+from kmpc_harness.realm import PREFIX
 
 ENCTYPES = ["aes256-cts-hmac-sha1-96"]
 
@@ -222,7 +222,7 @@ def test_keytab_from_passwords(realm_factory, storm_bin, tmp_path):
 
 
 def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
-    """The same storm, the realm swapped for kmpc's (deploy/kmpc_cluster.py:
+    """The same storm, the realm swapped for kmpc's (kmpc_harness/cluster.py:
     handles in the KDB, the kdcmpc module, three MPC servers): every login,
     and the TGS-REQ after it, must succeed."""
     import kmpc_cluster
