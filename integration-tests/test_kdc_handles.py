@@ -188,7 +188,7 @@ def test_service_ticket_via_tgs(mpc):
 
 
 def test_tampered_tgt_is_refused(mpc):
-    handle_realm.check_tampered_tgt_is_refused(mpc)
+    handle_realm.check_tampered_tgt_is_refused(mpc.realm, mpc.kinit)
 
 
 # ---- size caps on unauthenticated MPC work (krb5 patch 0007) -------------

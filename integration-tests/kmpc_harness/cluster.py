@@ -408,6 +408,8 @@ class KmpcRealm(kmpc_realm.Realm):
         self._plugin_conf = ""
         self.dealer = dealer
         self.protect = list(protect or [])
+        # Users' passwords (add_users), in memory only: for logging them in.
+        self.passwords = {}
 
     # ---- set-up -------------------------------------------------------
     def create(self):
@@ -552,12 +554,25 @@ class KmpcRealm(kmpc_realm.Realm):
         (kmpc-kdb-handle keys; a dump's key data is encrypted, so scanning one
         proves nothing): [(kvno, enctype, kind, value)], kind "handle" (value:
         the key id, hex) or "key" (value: SHA-256 of the key, hex)."""
+        out = self.kdb_handle("keys", princ)
+        return [tuple(line.split()) for line in out.splitlines()]
+
+    def kdb_handle(self, *args):
+        """kmpc-kdb-handle on the realm's KDB (keys, get-key, set): its
+        stdout; RealmError with its stderr when it fails."""
         p = subprocess.run([find_built("kdc-plugin/kmpc-kdb-handle"), "-r", self.realm,
-                            "keys", princ], capture_output=True, text=True,
+                            *args], capture_output=True, text=True,
                            env=self.env, timeout=60)
         if p.returncode != 0:
-            raise RealmError(f"kmpc-kdb-handle keys {princ}: {p.stderr}")
-        return [tuple(line.split()) for line in p.stdout.splitlines()]
+            raise RealmError(f"kmpc-kdb-handle {' '.join(args[:2])}: {p.stderr}")
+        return p.stdout
+
+    def key_id(self, princ):
+        """The key id of princ's (one) key handle in the KDB."""
+        ids = [v for _, _, kind, v in self.kdb_keys(princ) if kind == "handle"]
+        if len(ids) != 1:
+            raise RealmError(f"{princ} has {len(ids)} key handles, not one")
+        return ids[0]
 
     # ---- principals ----------------------------------------------------
     def setup_krbtgt(self):
@@ -591,6 +606,7 @@ class KmpcRealm(kmpc_realm.Realm):
             self.addprinc(name, pw, enctypes=["aes256-ctr-mpc"])
         if passwords:
             self.share_passwords(passwords.items())
+            self.passwords.update(passwords)
         if n_random:
             names = [fmt.format(i) for i in range(n_random)]
             cmds = [f"addprinc +requires_preauth -e aes256-ctr-mpc:normal -randkey {u}"
