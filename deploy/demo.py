@@ -44,7 +44,7 @@ def show(text):
 
 def find_storm():
     try:
-        import storm_bench
+        from bench import storm_bench
         return storm_bench.find_storm()
     except Exception:  # not built (or the bench module is missing)
         return None

@@ -23,13 +23,10 @@ import os
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
-sys.path.insert(0, HERE)
 
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 # Skipped as test_recovery is (kmpc-admin and the module built).

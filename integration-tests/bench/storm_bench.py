@@ -206,7 +206,7 @@ class KmpcTarget:
     def __init__(self, workdir, settings, n_users, metrics=False):
         """metrics: the KDC and each server also serve Prometheus /metrics
         over HTTP on 127.0.0.1 (metrics_urls: {watch name: URL})."""
-        import kmpc_cluster  # the MPC half; only needed for this target
+        from kmpc_harness import cluster as kmpc_cluster  # this target only
         extra = ""
         if settings == "headline":
             extra = dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
@@ -265,7 +265,7 @@ def mpc_metrics(servers, certs, prefix=()):
     kmpc_ring_bytes_sent_total, kmpc_ring_messages_sent_total,
     kmpc_jobs_total and kmpc_batches_total{kind,result=ok}.  prefix: argv in
     front (e.g. ip netns exec NS).  None when the query fails."""
-    import kmpc_cluster
+    from kmpc_harness import cluster as kmpc_cluster
     import re
     client = kmpc_cluster.find_built("mpc-server/kmpc-mpc-client", required=False)
     if not client:

@@ -212,7 +212,7 @@ class Realm:
         # random per realm and never printed.
         self.master_password = secrets.token_urlsafe(24)
         if self.ldap:
-            import kmpc_ldap
+            from kmpc_harness import ldap as kmpc_ldap
             kmpc_ldap.create_realm(self, self.slapd, self.ldap_stash,
                                    self.master_password)
             return self
@@ -223,7 +223,7 @@ class Realm:
     def _start_ldap(self):
         """The realm's slapd (integration-tests/kmpc_harness/ldap.py), started; returns the
         kdc.conf [dbmodules] text for it."""
-        import kmpc_ldap
+        from kmpc_harness import ldap as kmpc_ldap
         kmpc_ldap.kldap_built(PREFIX)
         # Recorded before start(), so that stop() ends a slapd that started
         # but did not answer.

@@ -57,10 +57,13 @@ krb5_error_code KrbErrorFromStatus(const absl::Status& s) {
   }
 }
 
-// The one mapping from the krb5 patch's job types (kdcmpc_plugin.h) to the
-// contract's (kmpc.proto JobType); JOB_TYPE_UNSPECIFIED for any other
-// value.
-kmpc::v1::JobType JobTypeOf(krb5_kdcmpc_job_type type) {
+// The one mapping from the krb5 patch's job types (kdcmpc_plugin.h:
+// DECRYPT=1, ENCRYPT=2, CHECKSUM=3, VERIFY=4) to the contract's (kmpc.proto
+// JobType: ENCRYPT=1, DECRYPT=2, CHECKSUM=3, VERIFY_CHECKSUM=4). The
+// numbers differ, so it is this switch and never a cast; the static_asserts
+// below check it for every C value, and fail when either enum is
+// renumbered. JOB_TYPE_UNSPECIFIED for any other value.
+constexpr kmpc::v1::JobType JobTypeOf(krb5_kdcmpc_job_type type) {
   switch (type) {
     case KRB5_KDCMPC_ENCRYPT: return kmpc::v1::JOB_ENCRYPT;
     case KRB5_KDCMPC_DECRYPT: return kmpc::v1::JOB_DECRYPT;
@@ -69,6 +72,31 @@ kmpc::v1::JobType JobTypeOf(krb5_kdcmpc_job_type type) {
     default: return kmpc::v1::JOB_TYPE_UNSPECIFIED;
   }
 }
+static_assert(KRB5_KDCMPC_DECRYPT == 1 && KRB5_KDCMPC_ENCRYPT == 2 &&
+                  KRB5_KDCMPC_CHECKSUM == 3 && KRB5_KDCMPC_VERIFY == 4,
+              "kdcmpc_plugin.h renumbered its job types: check JobTypeOf");
+static_assert(kmpc::v1::JOB_ENCRYPT == 1 && kmpc::v1::JOB_DECRYPT == 2 &&
+                  kmpc::v1::JOB_CHECKSUM == 3 && kmpc::v1::JOB_VERIFY_CHECKSUM == 4,
+              "kmpc.proto renumbered its job types: check JobTypeOf");
+static_assert(JobTypeOf(KRB5_KDCMPC_DECRYPT) == kmpc::v1::JOB_DECRYPT);
+static_assert(JobTypeOf(KRB5_KDCMPC_ENCRYPT) == kmpc::v1::JOB_ENCRYPT);
+static_assert(JobTypeOf(KRB5_KDCMPC_CHECKSUM) == kmpc::v1::JOB_CHECKSUM);
+static_assert(JobTypeOf(KRB5_KDCMPC_VERIFY) == kmpc::v1::JOB_VERIFY_CHECKSUM);
+
+// The contract's cipher of a kdcmpc job's enctype: the module's one
+// conversion from krb5 enctypes (the servers refuse a key dealt for the
+// other cipher, JOB_WRONG_CIPHER). CIPHER_UNSPECIFIED for any other
+// enctype, which the caller refuses.
+constexpr kmpc::v1::Cipher CipherOfEnctype(krb5_enctype enctype) {
+  switch (enctype) {
+    case KRB5_KDCMPC_ENCTYPE_AES128: return kmpc::v1::CIPHER_AES128;
+    case KRB5_KDCMPC_ENCTYPE_AES256: return kmpc::v1::CIPHER_AES256;
+    default: return kmpc::v1::CIPHER_UNSPECIFIED;
+  }
+}
+static_assert(KRB5_KDCMPC_ENCTYPE_AES128 == ENCTYPE_AES128_CTR_MPC &&
+                  KRB5_KDCMPC_ENCTYPE_AES256 == ENCTYPE_AES256_CTR_MPC,
+              "the kdcmpc interface's enctypes are krb5's aes*-ctr-mpc");
 
 namespace {
 
@@ -304,15 +332,12 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
       *msg_out = kmpc::kdc::Dup("kdcmpc: malformed job");
       return EINVAL;
     }
-    if (job->enctype != KRB5_KDCMPC_ENCTYPE_AES128 &&
-        job->enctype != KRB5_KDCMPC_ENCTYPE_AES256) {
+    kmpc::kdc::Job j;
+    j.cipher = kmpc::kdc::CipherOfEnctype(job->enctype);
+    if (j.cipher == kmpc::v1::CIPHER_UNSPECIFIED) {
       *msg_out = kmpc::kdc::Dup("kdcmpc: not an MPC enctype");
       return KRB5_BAD_ENCTYPE;
     }
-    kmpc::kdc::Job j;
-    j.cipher = job->enctype == KRB5_KDCMPC_ENCTYPE_AES128
-                   ? kmpc::v1::CIPHER_AES128
-                   : kmpc::v1::CIPHER_AES256;
     j.type = kmpc::kdc::JobTypeOf(job->type);
     if (j.type == kmpc::v1::JOB_TYPE_UNSPECIFIED) {
       *msg_out = kmpc::kdc::Dup("kdcmpc: unknown job type");
