@@ -1,5 +1,6 @@
 // The C++ side of the kmpc kdcmpc module (core.h): options, the gRPC
-// transport, the batcher and the eventfd bridge to the KDC's event loop.
+// transports, the router (a batcher per cluster, router.h) and the eventfd
+// bridge to the KDC's event loop.
 #include <errno.h>
 #include <netdb.h>
 #include <stdlib.h>
@@ -177,25 +178,25 @@ using kmpc::kdc::KrbErrorFromStatus;
 struct kmpc_core {
   int efd = -1;
   std::unique_ptr<kmpc::kdc::LoopSink> sink;
-  // Outlives the batcher (its observer); the exposer goes first.
+  // Outlives the router (its observer); the exposer goes first.
   std::unique_ptr<kmpc::kdc::KdcMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
   // One per cluster (options.h), in order.
   std::vector<std::unique_ptr<kmpc::kdc::GrpcTransport>> transports;
-  std::unique_ptr<kmpc::kdc::Router> batcher;
+  std::unique_ptr<kmpc::kdc::Router> router;
   // Touched only on the KDC's event loop thread (submit and next).
   std::unordered_map<uint64_t, std::pair<krb5_kdcmpc_done_fn, void*>> pending;
   uint64_t next_token = 1;
   bool kick = false;
 
   ~kmpc_core() {
-    // Order matters: no scrape, then no batcher thread, then no transport
-    // callback, then nothing can write to the eventfd.
+    // Order matters: no scrape, then no router (its batchers' threads),
+    // then no transport callback, then nothing can write to the eventfd.
     exposer.reset();  // joins its HTTP threads
     if (metrics) metrics->ClearStatsSource();
-    if (batcher) batcher->Stop();
+    if (router) router->Stop();
     for (auto& t : transports) t->Shutdown();
-    batcher.reset();
+    router.reset();
     transports.clear();
     if (sink) sink->Clear();
     if (efd >= 0) close(efd);
@@ -233,8 +234,8 @@ bool SomeoneListens(const std::string& addr) {
 // worker that fails while nobody listens on the port tries again after a
 // random pause of a few milliseconds.
 void StartExposer(kmpc_core* core, const std::string& addr) {
-  kmpc::kdc::Router* batcher = core->batcher.get();
-  core->metrics->SetStatsSource([batcher] { return batcher->stats(); });
+  kmpc::kdc::Router* router = core->router.get();
+  core->metrics->SetStatsSource([router] { return router->stats(); });
   std::string why;
   for (int attempt = 0; attempt < 5; ++attempt) {
     try {
@@ -304,7 +305,7 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     // SubmitterIdle(): early flush, and the finalize_only jobs.
     core->kick = mo->batcher.early_flush || mo->batcher.speculate;
     core->metrics = std::make_unique<kmpc::kdc::KdcMetrics>();
-    core->batcher = std::make_unique<kmpc::kdc::Router>(
+    core->router = std::make_unique<kmpc::kdc::Router>(
         mo->batcher, std::move(transports), core->sink.get(),
         core->metrics.get());
     if (!mo->metrics_addr.empty()) StartExposer(core.get(), mo->metrics_addr);
@@ -351,7 +352,7 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
     if (job->checksum.length > 0)
       j.checksum.assign(job->checksum.data, job->checksum.length);
     uint64_t token = core->next_token++;
-    absl::Status st = core->batcher->Submit(token, std::move(j));
+    absl::Status st = core->router->Submit(token, std::move(j));
     if (!st.ok()) {
       core->metrics->JobRefused(st);
       *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
@@ -384,7 +385,7 @@ extern "C" int kmpc_core_arm_kick(kmpc_core* core) {
 
 extern "C" void kmpc_core_kick(kmpc_core* core) {
   try {
-    core->batcher->SubmitterIdle();
+    core->router->SubmitterIdle();
   } catch (...) {
   }
 }
