@@ -370,7 +370,7 @@ class KmpcRealm(kmpc_realm.Realm):
         gave up under overload, but with a bounded client population it
         makes more logins fail (they wait for their retransmit), so it is
         opt-in.
-        dealer: load kmpc's key dealer (mpc-server/admin/dealer_module.cc)
+        dealer: load kmpc's key dealer (kdc-plugin/dealer/dealer_module.cc)
         into kadmin.local, kadmind and kdb5_util, so that every new key of an
         MPC-protected principal goes to the cluster and only handles reach
         the KDB; protect: its [mpcdealer] protect patterns (default
