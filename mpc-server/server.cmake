@@ -100,6 +100,11 @@ kmpc_server_test(kmpc_key_cache_test 60
 kmpc_server_test(kmpc_metrics_test 60
   SOURCES test/server/metrics_test.cc LIBS kmpc_service)
 
+# The in-process ring of the scheduler and service tests
+# (service/memory_scheduler_ring.cc).
+kmpc_server_test(kmpc_memory_scheduler_ring_test 60
+  SOURCES test/server/memory_scheduler_ring_test.cc LIBS kmpc_service)
+
 # The log line format and KMPC_VLOG's gate (util/log.cc).
 kmpc_server_test(kmpc_log_test 30
   SOURCES test/server/log_test.cc LIBS kmpc_net_tls)
