@@ -105,6 +105,10 @@ kmpc_server_test(kmpc_metrics_test 60
 kmpc_server_test(kmpc_memory_scheduler_ring_test 60
   SOURCES test/server/memory_scheduler_ring_test.cc LIBS kmpc_service)
 
+# The TLS ring as the scheduler's ring (service/tls_scheduler_ring.cc).
+kmpc_server_test(kmpc_tls_scheduler_ring_test 60
+  SOURCES test/server/tls_scheduler_ring_test.cc LIBS kmpc_service)
+
 # The log line format and KMPC_VLOG's gate (util/log.cc).
 kmpc_server_test(kmpc_log_test 30
   SOURCES test/server/log_test.cc LIBS kmpc_net_tls)
