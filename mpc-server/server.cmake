@@ -38,7 +38,7 @@ endfunction()
 # Unit tests of the parts without gRPC.
 kmpc_server_test(kmpc_server_unit_test 120
   SOURCES test/server/frame_test.cc test/server/share_store_test.cc
-          test/server/tls_ring_test.cc
+          test/server/tls_ring_test.cc test/server/tls_conn_test.cc
   LIBS kmpc_net_tls kmpc_store)
 
 # The scheduler over a ring interface (ring.h: TLS, in memory), the key
