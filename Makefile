@@ -84,7 +84,7 @@ demo: build
 	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) KMPC_MPC_BIN_DIR=$(CMAKE_BUILD)/mpc-server bash deploy/demo.sh
 
 demo-stop:
-	@$(PYTHON) deploy/kmpc_cluster.py stop $(BUILD)/demo
+	@$(PYTHON) integration-tests/kmpc_harness/cluster.py stop $(BUILD)/demo
 
 bench-mpc: build
 	@$(BENCH_SNAPSHOT)
@@ -114,10 +114,10 @@ bench-soak: build
 # same kadmind writing keys to the KDB: 100 alternating runs each.
 bench-kpasswd: build
 	@mkdir -p $(BUILD)/bench
-	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) deploy/kpasswd_bench.py --early-flush \
+	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) integration-tests/bench/kpasswd_bench.py --early-flush \
 	  --json $(BUILD)/bench/kpasswd.json
 
-# A primary and a replica KDC against one cluster (deploy/kmpc_replica.py):
+# A primary and a replica KDC against one cluster (integration-tests/kmpc_harness/replica.py):
 # login storms at one KDC, then at both in parallel (build/bench/replicas.json).
 bench-replicas: build
 	@$(BENCH_SNAPSHOT)
@@ -151,14 +151,14 @@ BENCH_SNAPSHOT = rm -rf $(BUILD)/bench/bin && \
 BENCH_ENV     = KMPC_CMAKE_BUILD=$(KMPC_BENCH_BUILD) \
                 KMPC_MPC_BIN_DIR=$(KMPC_BENCH_BUILD)/mpc-server \
                 KMPC_STORM=$(KMPC_BENCH_BUILD)/mpc-server/kmpc-storm
-BENCH_MPC     = $(BENCH_ENV) bash deploy/bench-mpc.sh
-BENCH_STORM   = $(BENCH_ENV) $(PYTHON) deploy/storm_bench.py --target stock,kmpc,kmpc-malicious
-BENCH_SOAK    = $(BENCH_ENV) $(PYTHON) deploy/storm_soak.py --duration $(BENCH_SOAK_S) \
+BENCH_MPC     = $(BENCH_ENV) bash integration-tests/bench/bench-mpc.sh
+BENCH_STORM   = $(BENCH_ENV) $(PYTHON) integration-tests/bench/storm_bench.py --target stock,kmpc,kmpc-malicious
+BENCH_SOAK    = $(BENCH_ENV) $(PYTHON) integration-tests/bench/storm_soak.py --duration $(BENCH_SOAK_S) \
                 --runs $(BENCH_SOAK_RUNS) $(if $(BENCH_SOAK_RATE),--rate $(BENCH_SOAK_RATE))
-BENCH_NETNS   = $(BENCH_ENV) $(PYTHON) deploy/netns_cluster.py --rtt-ms $(NETNS_RTT_MS) \
+BENCH_NETNS   = $(BENCH_ENV) $(PYTHON) integration-tests/bench/netns_bench.py --rtt-ms $(NETNS_RTT_MS) \
                 --rate $(NETNS_RATE)
-BENCH_RESULTS = $(PYTHON) deploy/bench_results.py
-BENCH_REPLICAS = $(BENCH_ENV) $(PYTHON) deploy/replica_bench.py
+BENCH_RESULTS = $(PYTHON) integration-tests/bench/bench_results.py
+BENCH_REPLICAS = $(BENCH_ENV) $(PYTHON) integration-tests/bench/replica_bench.py
 
 # All of it in one go after one build (the same binaries throughout; < 18 min
 # on a 2-core machine, the build not counted), the soak three times in a row

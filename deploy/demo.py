@@ -23,9 +23,11 @@ import shutil
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kmpc_cluster  # noqa: E402
-import kmpc_realm  # noqa: E402
+# The realm comes from the test harness (integration-tests/kmpc_harness).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "integration-tests"))
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 STORM_USERS = 50
 
@@ -42,7 +44,7 @@ def show(text):
 
 def find_storm():
     try:
-        import storm_bench
+        from bench import storm_bench
         return storm_bench.find_storm()
     except Exception:  # not built (or the bench module is missing)
         return None
@@ -179,8 +181,8 @@ def run(r, workdir):
         if url:
             print(f"  curl -s {url}   # Prometheus metrics")
     print(f"logs:   {workdir}/krb5kdc.log, {r.cluster.dir}/party-{{0,1,2}}.log")
-    print(f"status: /usr/bin/python3 deploy/kmpc_cluster.py status {workdir}")
-    print(f"stop:   /usr/bin/python3 deploy/kmpc_cluster.py stop {workdir}")
+    print(f"status: /usr/bin/python3 integration-tests/kmpc_harness/cluster.py status {workdir}")
+    print(f"stop:   /usr/bin/python3 integration-tests/kmpc_harness/cluster.py stop {workdir}")
     return 0
 
 

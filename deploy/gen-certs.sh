@@ -22,7 +22,7 @@
 #
 # KMPC_CERT_EXTRA_SAN (optional), e.g. "IP:10.77.0.11,IP:10.77.0.12": more
 # subjectAltName entries for the server certificates (the network-namespace
-# benchmark, deploy/netns_cluster.py, puts the servers on such addresses).
+# benchmark, integration-tests/bench/netns_bench.py, puts the servers on such addresses).
 #
 # Party identity: every gRPC client (kmpc-admin, the KDC module,
 # kmpc-mpc-client) connects to the server at position i of its server list

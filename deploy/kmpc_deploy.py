@@ -2,7 +2,7 @@
 """The three-host deployment's files, from one place: the servers' flag
 files (abseil --flagfile, /etc/kmpc/party<i>.flags) and the command lines
 of the systemd units in deploy/systemd/. deploy/THREE-HOSTS.md tells the
-administrator to use it; deploy/netns_cluster.py (make bench-netns) uses the
+administrator to use it; integration-tests/bench/netns_bench.py (make bench-netns) uses the
 same functions, so the emulated hosts run what the guide installs.
 
   kmpc_deploy.py flags --party I --hosts H0,H1,H2 [--port 7000]

@@ -8,11 +8,12 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
+# integration-tests/ on the path: the harness package (kmpc_harness), the
+# benchmarks (bench) and the tests' reference modules.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import kmpc_realm  # noqa: E402
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
@@ -66,10 +67,9 @@ def realm_factory(tmp_path, request):
 
 @pytest.fixture
 def kmpc_factory(tmp_path, request):
-    """Whole kmpc realms (deploy/kmpc_cluster.py: three MPC servers, the KDB
+    """Whole kmpc realms (kmpc_harness.cluster: three MPC servers, the KDB
     with key handles, the KDC with a kdcmpc module), created on demand:
     make(**KmpcRealm kwargs) returns a created realm (servers running, KDC
     not started yet). Stopped by PID afterwards; every daemon log is dumped
     on failure, and a daemon that died fails the test."""
-    import kmpc_cluster
     yield from _realms(tmp_path, request, kmpc_cluster.KmpcRealm, "kmpc")

@@ -1,6 +1,7 @@
-"""Realms whose KDB holds MPC key handles, shared by test_kdc_handles.py
-(krb5's test kdcmpc module, keys in a file) and test_kdc_plugin.py (the real
-module, keys in three MPC servers).
+"""Realms whose KDB holds MPC key handles for krb5's test kdcmpc module
+(keys in a file: test_kdc_handles.py, test_fast.py), and helpers on
+tickets in a ccache shared with test_kdc_plugin.py (the real module on
+kmpc_harness.cluster.KmpcRealm).
 
 Keys are migrated the way an admin would do it: the principal gets an
 aes256-ctr-mpc key from a password, the key is read out (kmpc-kdb-handle
@@ -16,9 +17,9 @@ import subprocess
 import time
 
 import ctr_mpc_ref
-import kmpc_cluster
-import kmpc_realm
-from kmpc_realm import RealmError
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import realm as kmpc_realm
+from kmpc_harness.realm import RealmError
 
 REALM = kmpc_realm.REALM
 TGS = f"krbtgt/{REALM}@{REALM}"
@@ -210,13 +211,13 @@ def tgt_span(ccache):
     return spans[0][1:]
 
 
-def check_tampered_tgt_is_refused(m):
-    """Log in, flip one bit of the TGT's cipher text in the ccache: the
-    TGS-REQ fails as an integrity error, found by the module's decryption,
-    and the KDC lives on."""
-    m.kinit()
-    start, length = tgt_span(m.realm.ccache)
-    with open(m.realm.ccache, "r+b") as f:
+def check_tampered_tgt_is_refused(realm, login):
+    """login() (a TGT in realm's ccache), then flip one bit of the TGT's
+    cipher text in the ccache: the TGS-REQ fails as an integrity error,
+    found by the kdcmpc module's decryption, and the KDC lives on."""
+    login()
+    start, length = tgt_span(realm.ccache)
+    with open(realm.ccache, "r+b") as f:
         # A byte in the middle of the encrypted part (the DER of a Ticket
         # ends with the cipher octets).
         off = start + length - 40
@@ -224,9 +225,10 @@ def check_tampered_tgt_is_refused(m):
         b = f.read(1)
         f.seek(off)
         f.write(bytes([b[0] ^ 0x01]))
-    out = m.realm.run(["kvno", SERVICE], expected_code=1)
+    out = realm.run(["kvno", SERVICE], expected_code=1)
     assert "integrity check failed" in out, out
-    log = m.kdc_log()
+    with open(realm.kdc_log) as f:
+        log = f.read()
     assert "kdcmpc: DECRYPT job (usage 2) failed" in log, log
     assert re.search(r"TGS_REQ .*PROCESS_TGS: .*integrity check failed", log), log
-    assert m.realm.kdc_alive()
+    assert realm.kdc_alive()

@@ -19,8 +19,8 @@ import pytest
 
 import ctr_mpc_ref as ref
 from aes_ref import expand_key
-import kmpc_cluster
-from kmpc_realm import binpath
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness.realm import binpath
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
 
@@ -412,7 +412,7 @@ def test_wrong_certificate(kr, tmp_path):
     assert "client 'kmpc-rogue' may not call Admin" in out, out
     # A certificate from another CA: the TLS handshake fails.
     other = str(tmp_path / "other-ca")
-    subprocess.run(["bash", os.path.join(kmpc_cluster.HERE, "gen-certs.sh"), other],
+    subprocess.run(["bash", kmpc_cluster.GEN_CERTS, other],
                    check=True, capture_output=True, timeout=120)
     rc, out, err = kr.admin(f"--cert={other}/admin.pem", f"--key={other}/admin.key",
                             "share", "--from-existing", "gina", expected_code=1)

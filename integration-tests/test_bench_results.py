@@ -1,6 +1,6 @@
-"""The benchmark's results writer (deploy/bench_results.py) on small inputs
+"""The benchmark's results writer (bench/bench_results.py) on small inputs
 shaped as storm_bench.py / storm_soak.py write them, and the network-namespace
-LAN of deploy/netns_cluster.py coming up and going away (root only).
+LAN of kmpc_harness/netns.py coming up and going away (root only).
 Cheap: no realm, no storm; a few seconds in all."""
 import json
 import os
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEPLOY = os.path.join(ROOT, "deploy")
+BENCH = os.path.join(ROOT, "integration-tests", "bench")
 
 
 def section(peak, one_p50, p99_90, cpu, failed=0, mpc=None):
@@ -98,7 +98,7 @@ def write_inputs(d, kmpc_failed=0, soak_pass=True, kmpc_mix_failed=0, kmpc_tgs_m
 
 
 def run_writer(d):
-    p = subprocess.run([sys.executable, os.path.join(DEPLOY, "bench_results.py"), "--dir", d],
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_results.py"), "--dir", d],
                        capture_output=True, text=True, timeout=60)
     return p
 
@@ -166,7 +166,7 @@ def test_slow_one_client_tgs_misses_its_target(tmp_path):
 
 
 def mpc_record(security, blocks, blocks_per_s, p50_ms, threads=2):
-    """One record of mpc.json as deploy/bench-mpc.sh writes it."""
+    """One record of mpc.json as bench/bench-mpc.sh writes it."""
     return {"cipher": "aes128", "blocks": blocks, "threads": threads,
             "blocks_per_s": blocks_per_s, "latency_ms": p50_ms, "latency_p50_ms": p50_ms,
             "server_ms": p50_ms, "bytes_per_block_per_party": 600.0,
@@ -286,8 +286,7 @@ def test_soak_heap_judge():
     level before it and against the first run's level; a step under the
     slack per run that keeps adding up fails once it passes the slack from
     the first run's reference; a process with no samples is unmeasured."""
-    sys.path.insert(0, DEPLOY)
-    import storm_soak
+    from bench import storm_soak
     ref = {}
     flat = storm_soak.judge_heap(
         {"kdc": heap_samples([10000, 10010], [30000, 31000], [12000, 10100])},
@@ -309,8 +308,7 @@ def test_soak_heap_judge():
 def test_soak_heap_scrape(tmp_path):
     """scrape_heap_kib reads the two mallinfo2 gauges of a /metrics page
     (labels or none) and gives None when the page lacks one."""
-    sys.path.insert(0, DEPLOY)
-    import storm_soak
+    from bench import storm_soak
     ok = tmp_path / "ok"
     ok.write_text('# HELP kmpc_malloc_in_use_bytes x\n'
                   'kmpc_malloc_in_use_bytes{party="1"} 2097152\n'
@@ -324,9 +322,8 @@ def test_soak_heap_scrape(tmp_path):
 
 
 def test_netns_lan_up_and_torn_down():
-    sys.path.insert(0, DEPLOY)
-    import netns_cluster
-    lan = netns_cluster.Lan(0.13, "10gbit")
+    from kmpc_harness import netns
+    lan = netns.Lan(0.13, "10gbit")
     try:
         lan.up()
         assert lan.shaping in ("netem", "tbf", None)
@@ -336,4 +333,4 @@ def test_netns_lan_up_and_torn_down():
         assert rtt is not None and rtt > 0
     finally:
         lan.down()
-    assert not [n for n in netns_cluster.list_ns() if n.startswith(lan.tag + "-")]
+    assert not [n for n in netns.list_ns() if n.startswith(lan.tag + "-")]

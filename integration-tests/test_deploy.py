@@ -3,7 +3,7 @@ units pass `systemd-analyze verify` and carry the hardening the guide
 promises, and three servers started the way the units start them (the
 unit's ExecStart, flag files from deploy/kmpc_deploy.py) form a ring on
 loopback and serve /metrics. make bench-netns runs the same command lines
-on four emulated hosts (deploy/netns_cluster.py). No unit is started here.
+on four emulated hosts (bench/netns_bench.py). No unit is started here.
 """
 import os
 import shutil
@@ -13,9 +13,9 @@ import urllib.request
 
 import pytest
 
-import kmpc_cluster
-import kmpc_deploy
-import kmpc_realm
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness.deploy_tool import kmpc_deploy
+from kmpc_harness import realm as kmpc_realm
 
 HARDENING = ("NoNewPrivileges=yes", "ProtectSystem=strict", "LimitCORE=0",
              "PrivateTmp=yes", "ProtectHome=yes", "UMask=0077")

@@ -21,7 +21,7 @@ import secrets
 import pytest
 
 import handle_realm
-import kmpc_cluster
+from kmpc_harness import cluster as kmpc_cluster
 import pac_ref
 from handle_realm import REALM, SERVICE, TGS, password as _password
 from test_kdc_handles import MpcRealm, _events, _key, _rounds, _ticket

@@ -10,7 +10,7 @@ import time
 import grpc  # python3-grpcio (deploy/install-deps.sh)
 import pytest
 
-import kmpc_cluster
+from kmpc_harness import cluster as kmpc_cluster
 
 CHECK = "/grpc.health.v1.Health/Check"
 # HealthCheckResponse.status (grpc/health/v1/health.proto): SERVING = 1,

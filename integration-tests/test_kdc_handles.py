@@ -20,12 +20,12 @@ import time
 import pytest
 
 import handle_realm
-import kmpc_cluster
+from kmpc_harness import cluster as kmpc_cluster
 import krb_der
-import kmpc_realm
+from kmpc_harness import realm as kmpc_realm
 import pac_ref
 from handle_realm import REALM, SERVICE, TGS, password as _password
-from kmpc_realm import binpath
+from kmpc_harness.realm import binpath
 
 
 class MpcRealm(handle_realm.HandleRealm):
@@ -188,7 +188,7 @@ def test_service_ticket_via_tgs(mpc):
 
 
 def test_tampered_tgt_is_refused(mpc):
-    handle_realm.check_tampered_tgt_is_refused(mpc)
+    handle_realm.check_tampered_tgt_is_refused(mpc.realm, mpc.kinit)
 
 
 # ---- size caps on unauthenticated MPC work (krb5 patch 0007) -------------

@@ -3,7 +3,7 @@
 Real binaries only: kadmin.local, kadmind with the real kpasswd and kadmin
 clients, kinit changing an expired password, krb5kdc with the kmpc module,
 three kmpc-mpc-server processes, and kmpc's key dealer
-(mpc-server/admin/dealer_module.cc) loaded by the patched libkdb5
+(kdc-plugin/dealer/dealer_module.cc) loaded by the patched libkdb5
 (krb5-patches/0010).
 
 What the KDB holds is read with the master key (kmpc-kdb-handle keys:
@@ -19,7 +19,7 @@ import os
 import pytest
 
 import ctr_mpc_ref
-import kmpc_cluster
+from kmpc_harness import cluster as kmpc_cluster
 from handle_realm import default_salt
 
 ADMIN = "root/admin"

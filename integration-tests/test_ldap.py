@@ -1,6 +1,6 @@
 """kmpc with its KDB in OpenLDAP: MIT's kldap module on Debian's slapd.
 
-Each realm gets a slapd of its own (deploy/kmpc_ldap.py: its cn=config and
+Each realm gets a slapd of its own (kmpc_harness/ldap.py: its cn=config and
 mdb database under the test's directory, on 127.0.0.1 and an ldapi socket
 there, MIT's schema kerberos.openldap.ldif), the realm made by
 `kdb5_ldap_util create`, the KDC's and kadmind's bind passwords stashed by
@@ -41,9 +41,9 @@ import time
 import pytest
 
 import ctr_mpc_ref
-import kmpc_cluster
-import kmpc_ldap
-import kmpc_realm
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import ldap as kmpc_ldap
+from kmpc_harness import realm as kmpc_realm
 import test_admin
 import test_key_lifecycle as kl
 import test_refresh

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-import kmpc_realm
+from kmpc_harness import realm as kmpc_realm
 
 PASSWORD = "metrics-Pw-7c1e"
 LOGINS = 4
@@ -196,7 +196,7 @@ def test_metrics_port_taken_costs_only_the_metrics(kmpc_factory):
 def test_server_refuses_a_metrics_port_it_cannot_bind(tmp_path):
     """A server told to serve metrics on a port it cannot have stops with a
     clear error (a scraper would otherwise see nothing, silently)."""
-    import kmpc_cluster
+    from kmpc_harness import cluster as kmpc_cluster
     squat = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     squat.bind(("127.0.0.1", 0))
     squat.listen(1)

@@ -24,7 +24,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 import ctr_mpc_ref as ref
-import kmpc_cluster
+from kmpc_harness import cluster as kmpc_cluster
 from aes_ref import expand_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

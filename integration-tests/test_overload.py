@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-import storm_bench
+from bench import storm_bench
 
 AS_REP, KRB_ERROR = 0x6B, 0x7E
 

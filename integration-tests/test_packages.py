@@ -1,7 +1,7 @@
 """Debian packages (make deb): the kmpc build of Debian's krb5 and kmpc's
 own packages installed into a clean Debian 12 root over Debian's krb5, a
 realm on four emulated hosts from the installed units and files
-(deploy/deb/package_hosts.py, deploy/THREE-HOSTS.md's steps), logins with
+(kmpc_harness/packages.py, deploy/THREE-HOSTS.md's steps), logins with
 Debian's unmodified clients; then newer packages installed over them, and
 the keys survive: the KDB's handles and the servers' key ids are the same,
 a TGT issued before the upgrade still gets service tickets (the krbtgt key
@@ -28,8 +28,7 @@ import time
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "deploy", "deb"))
-import package_hosts as ph  # noqa: E402
+from kmpc_harness import packages as ph  # noqa: E402
 
 BUILD = os.environ.get("KMPC_BUILD", os.path.join(REPO, "build"))
 DEBS = os.path.join(BUILD, "deb")

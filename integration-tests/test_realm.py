@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-import kmpc_realm
-from kmpc_realm import RealmError, binpath
+from kmpc_harness import realm as kmpc_realm
+from kmpc_harness.realm import RealmError, binpath
 
 
 def _password():

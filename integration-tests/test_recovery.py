@@ -32,17 +32,14 @@ import re
 import secrets
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
-sys.path.insert(0, HERE)
 
 
-import kmpc_cluster  # noqa: E402
-import storm_bench  # noqa: E402
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from bench import storm_bench  # noqa: E402
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so")
 

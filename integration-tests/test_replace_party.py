@@ -17,15 +17,12 @@ test knows every key (derived here from the passwords) and checks that
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
-sys.path.insert(0, HERE)
 
 
-import kmpc_cluster  # noqa: E402
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 from test_refresh import (Storm, check_combines, check_redealt,  # noqa: E402
                           make_realm, one_record, only_id, read_stores, status_ok)
 

@@ -1,6 +1,6 @@
 """A primary KDC and a replica KDC serving one kmpc realm from one MPC cluster.
 
-Real daemons only (deploy/kmpc_replica.py): three kmpc-mpc-server processes,
+Real daemons only (kmpc_harness/replica.py): three kmpc-mpc-server processes,
 the primary's krb5kdc and kadmind (kmpc's key dealer loaded, iprop enabled),
 the replica's krb5kdc, and MIT's kprop/kpropd, all on 127.0.0.1. Each KDC
 has its own kdcmpc module instance and its own client certificate, pinned by
@@ -32,8 +32,8 @@ import time
 import pytest
 
 import ctr_mpc_ref
-import kmpc_cluster
-import kmpc_replica
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import replica as kmpc_replica
 from handle_realm import default_salt
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server",
@@ -190,7 +190,7 @@ def test_kprop_full_carries_password_change_and_new_principal(st):
     check_kdbs(st, not_yet={"bob"})
     # Not propagated yet: the replica still has alice's old handle, whose
     # shares the dealer removed from the cluster when the change committed
-    # (mpc-server/admin/dealer_module.cc). So until the next propagation
+    # (kdc-plugin/dealer/dealer_module.cc). So until the next propagation
     # neither password logs in there (docs/admin-guide.md, "Replica KDCs").
     since = log_size(r)
     kinit_fails(r, "alice", a2)

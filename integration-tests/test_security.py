@@ -13,14 +13,12 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-import kmpc_cluster  # noqa: E402
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 
 GEN_CERTS = os.path.join(ROOT, "deploy", "gen-certs.sh")
 SERVER, CLIENT = kmpc_cluster.require_built("mpc-server/kmpc-mpc-server",

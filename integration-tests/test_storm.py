@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-import storm_bench
-from kmpc_realm import PREFIX
+from bench import storm_bench
+from kmpc_harness.realm import PREFIX
 
 ENCTYPES = ["aes256-cts-hmac-sha1-96"]
 
@@ -222,10 +222,10 @@ def test_keytab_from_passwords(realm_factory, storm_bin, tmp_path):
 
 
 def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
-    """The same storm, the realm swapped for kmpc's (deploy/kmpc_cluster.py:
+    """The same storm, the realm swapped for kmpc's (kmpc_harness/cluster.py:
     handles in the KDB, the kdcmpc module, three MPC servers): every login,
     and the TGS-REQ after it, must succeed."""
-    import kmpc_cluster
+    from kmpc_harness import cluster as kmpc_cluster
     kmpc_cluster.require_built("mpc-server/kmpc-mpc-server", "mpc-server/kmpc-admin")
     target = storm_bench.KmpcTarget(str(tmp_path / "kmpc"), "headline", 40)
     try:
@@ -249,7 +249,7 @@ def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
         # PAC's two signature Runs; the
         # servers FINALIZE the shorter-than-keystream ciphertexts and the
         # client checks the tags. Every login must still succeed.
-        import storm_soak
+        from bench import storm_soak
         storm_soak.restart_kdc_with(target, {"early_flush": "true"})
         m0 = target.mpc_counters()
         js = tmp_path / "kmpc-ef.json"
@@ -276,7 +276,7 @@ def test_storm_against_the_kmpc_realm_with_malicious_servers(storm_bin, tmp_path
     the same realm with the three servers in --security=malicious; every
     login and TGS-REQ of a short storm succeeds through the verified
     protocol."""
-    import kmpc_cluster
+    from kmpc_harness import cluster as kmpc_cluster
     kmpc_cluster.require_built("mpc-server/kmpc-mpc-server", "mpc-server/kmpc-admin")
     target = storm_bench.KmpcMaliciousTarget(str(tmp_path / "kmpc"), "headline", 16)
     try:

@@ -23,15 +23,12 @@ import os
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
-sys.path.insert(0, HERE)
 
-import kmpc_cluster  # noqa: E402
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 # Skipped as test_recovery is (kmpc-admin and the module built).
 import test_recovery  # noqa: E402
 from test_recovery import Storm, kill9, quantile  # noqa: E402

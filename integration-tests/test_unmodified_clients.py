@@ -21,10 +21,10 @@ import time
 
 import pytest
 
-import kmpc_cluster
-import kmpc_realm
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import realm as kmpc_realm
 from handle_realm import password
-from kmpc_realm import RealmError
+from kmpc_harness.realm import RealmError
 
 REALM = kmpc_realm.REALM
 SERVICE = kmpc_cluster.SERVICE                # host/svc.kmpc.test

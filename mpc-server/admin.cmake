@@ -42,11 +42,14 @@ if(TARGET kmpc_cluster_admin)
     SKIP_BUILD_RPATH OFF LINK_FLAGS "-Wl,--enable-new-dtags")
 
   # libkmpc_dealer.so: the mpcdealer and kadm5_hook module "kmpc" that
-  # kadmind, kadmin.local and kdb5_util load (admin/dealer_module.cc). Like
+  # kadmind, kadmin.local and kdb5_util load. Its source is a krb5 plugin
+  # and lives with the KDC module (kdc-plugin/dealer/); it is built here, on
+  # kmpc-admin's cluster client (admin/cluster.cc, admin/config.cc). Like
   # the KDC module it exports only its initvt functions, keeps its static
   # libraries local, binds to itself and is never unloaded (gRPC threads).
+  set(KMPC_DEALER_DIR "${CMAKE_SOURCE_DIR}/kdc-plugin/dealer")
   add_library(kmpc_dealer MODULE
-    ${CMAKE_CURRENT_LIST_DIR}/admin/dealer_module.cc
+    ${KMPC_DEALER_DIR}/dealer_module.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/cluster.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
   target_include_directories(kmpc_dealer PRIVATE
@@ -63,9 +66,9 @@ if(TARGET kmpc_cluster_admin)
     VISIBILITY_INLINES_HIDDEN ON
     BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" INSTALL_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     SKIP_BUILD_RPATH OFF
-    LINK_DEPENDS "${CMAKE_CURRENT_LIST_DIR}/admin/dealer_module.exports")
+    LINK_DEPENDS "${KMPC_DEALER_DIR}/dealer_module.exports")
   target_link_options(kmpc_dealer PRIVATE
-    "-Wl,--version-script=${CMAKE_CURRENT_LIST_DIR}/admin/dealer_module.exports"
+    "-Wl,--version-script=${KMPC_DEALER_DIR}/dealer_module.exports"
     "-Wl,--exclude-libs,ALL" "-Wl,-Bsymbolic" "-Wl,-z,nodelete"
     "-Wl,-z,defs" "-Wl,--enable-new-dtags" "-Wl,--as-needed")
 

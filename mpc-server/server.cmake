@@ -38,7 +38,7 @@ endfunction()
 # Unit tests of the parts without gRPC.
 kmpc_server_test(kmpc_server_unit_test 120
   SOURCES test/server/frame_test.cc test/server/share_store_test.cc
-          test/server/tls_ring_test.cc
+          test/server/tls_ring_test.cc test/server/tls_conn_test.cc
   LIBS kmpc_net_tls kmpc_store)
 
 # The scheduler over a ring interface (ring.h: TLS, in memory), the key
@@ -76,8 +76,8 @@ target_link_libraries(kmpc-mpc-client PRIVATE
   kmpc_cluster_admin absl::flags absl::flags_parse absl::strings
   OpenSSL::Crypto)
 
-kmpc_server_test(kmpc_service_test 180
-  SOURCES test/server/service_test.cc LIBS kmpc_service)
+kmpc_server_test(kmpc_services_test 180
+  SOURCES test/server/services_test.cc LIBS kmpc_service)
 
 # Three Schedulers over the in-memory ring in one process.
 kmpc_server_test(kmpc_scheduler_test 120
@@ -99,3 +99,20 @@ kmpc_server_test(kmpc_key_cache_test 60
 # The server's Prometheus metrics (service/metrics.h).
 kmpc_server_test(kmpc_metrics_test 60
   SOURCES test/server/metrics_test.cc LIBS kmpc_service)
+
+# The in-process ring of the scheduler and service tests
+# (service/memory_scheduler_ring.cc).
+kmpc_server_test(kmpc_memory_scheduler_ring_test 60
+  SOURCES test/server/memory_scheduler_ring_test.cc LIBS kmpc_service)
+
+# The TLS ring as the scheduler's ring (service/tls_scheduler_ring.cc).
+kmpc_server_test(kmpc_tls_scheduler_ring_test 60
+  SOURCES test/server/tls_scheduler_ring_test.cc LIBS kmpc_service)
+
+# The log line format and KMPC_VLOG's gate (util/log.cc).
+kmpc_server_test(kmpc_log_test 30
+  SOURCES test/server/log_test.cc LIBS kmpc_net_tls)
+
+# The process memory gauges (util/process_metrics.cc).
+kmpc_server_test(kmpc_process_metrics_test 30
+  SOURCES test/server/process_metrics_test.cc LIBS kmpc_process_metrics)

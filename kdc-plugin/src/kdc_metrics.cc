@@ -22,22 +22,35 @@ class KdcMetrics::StatsCollector : public prometheus::Collectable {
       if (!stats_) return {};
       s = stats_();
     }
-    std::vector<prometheus::MetricFamily> out;
-    auto add = [&](const char* name, const char* help, prometheus::MetricType t,
-                   double v) {
+    Families add;
+    AddBatchFamilies(s, add);
+    AddSpeculationFamilies(s, add);
+    return std::move(add.out);
+  }
+
+ private:
+  using T = prometheus::MetricType;
+
+  // add(name, help, type, value): one family of one sample, in order.
+  struct Families {
+    void operator()(const char* name, const char* help, T t, double v) {
       prometheus::MetricFamily f;
       f.name = name;
       f.help = help;
       f.type = t;
       prometheus::ClientMetric m;
-      if (t == prometheus::MetricType::Counter)
+      if (t == T::Counter)
         m.counter.value = v;
       else
         m.gauge.value = v;
       f.metric.push_back(std::move(m));
       out.push_back(std::move(f));
-    };
-    using T = prometheus::MetricType;
+    }
+    std::vector<prometheus::MetricFamily> out;
+  };
+
+  // The queue, the batches and their jobs.
+  static void AddBatchFamilies(const BatcherStats& s, Families& add) {
     add("kmpc_kdc_queue_jobs", "jobs waiting for a batch", T::Gauge,
         static_cast<double>(s.queued_jobs));
     add("kmpc_kdc_batches_inflight", "batches running", T::Gauge, s.inflight);
@@ -53,6 +66,10 @@ class KdcMetrics::StatsCollector : public prometheus::Collectable {
         static_cast<double>(s.jobs));
     add("kmpc_kdc_aes_blocks_total", "AES blocks the servers reported",
         T::Counter, static_cast<double>(s.blocks));
+  }
+
+  // Speculation, pads and signatures, re-runs and failovers.
+  static void AddSpeculationFamilies(const BatcherStats& s, Families& add) {
     add("kmpc_kdc_speculative_encrypts_total",
         "speculative ENCRYPT jobs sent", T::Counter,
         static_cast<double>(s.speculative_encrypts));
@@ -94,10 +111,8 @@ class KdcMetrics::StatsCollector : public prometheus::Collectable {
     add("kmpc_kdc_failovers_total",
         "jobs submitted again to another MPC cluster after a cluster failure",
         T::Counter, static_cast<double>(s.failovers));
-    return out;
   }
 
- private:
   mutable std::mutex mu_;
   std::function<BatcherStats()> stats_;
 };

@@ -1,5 +1,6 @@
 // The C++ side of the kmpc kdcmpc module (core.h): options, the gRPC
-// transport, the batcher and the eventfd bridge to the KDC's event loop.
+// transports, the router (a batcher per cluster, router.h) and the eventfd
+// bridge to the KDC's event loop.
 #include <errno.h>
 #include <netdb.h>
 #include <stdlib.h>
@@ -57,10 +58,13 @@ krb5_error_code KrbErrorFromStatus(const absl::Status& s) {
   }
 }
 
-// The one mapping from the krb5 patch's job types (kdcmpc_plugin.h) to the
-// contract's (kmpc.proto JobType); JOB_TYPE_UNSPECIFIED for any other
-// value.
-kmpc::v1::JobType JobTypeOf(krb5_kdcmpc_job_type type) {
+// The one mapping from the krb5 patch's job types (kdcmpc_plugin.h:
+// DECRYPT=1, ENCRYPT=2, CHECKSUM=3, VERIFY=4) to the contract's (kmpc.proto
+// JobType: ENCRYPT=1, DECRYPT=2, CHECKSUM=3, VERIFY_CHECKSUM=4). The
+// numbers differ, so it is this switch and never a cast; the static_asserts
+// below check it for every C value, and fail when either enum is
+// renumbered. JOB_TYPE_UNSPECIFIED for any other value.
+constexpr kmpc::v1::JobType JobTypeOf(krb5_kdcmpc_job_type type) {
   switch (type) {
     case KRB5_KDCMPC_ENCRYPT: return kmpc::v1::JOB_ENCRYPT;
     case KRB5_KDCMPC_DECRYPT: return kmpc::v1::JOB_DECRYPT;
@@ -69,6 +73,31 @@ kmpc::v1::JobType JobTypeOf(krb5_kdcmpc_job_type type) {
     default: return kmpc::v1::JOB_TYPE_UNSPECIFIED;
   }
 }
+static_assert(KRB5_KDCMPC_DECRYPT == 1 && KRB5_KDCMPC_ENCRYPT == 2 &&
+                  KRB5_KDCMPC_CHECKSUM == 3 && KRB5_KDCMPC_VERIFY == 4,
+              "kdcmpc_plugin.h renumbered its job types: check JobTypeOf");
+static_assert(kmpc::v1::JOB_ENCRYPT == 1 && kmpc::v1::JOB_DECRYPT == 2 &&
+                  kmpc::v1::JOB_CHECKSUM == 3 && kmpc::v1::JOB_VERIFY_CHECKSUM == 4,
+              "kmpc.proto renumbered its job types: check JobTypeOf");
+static_assert(JobTypeOf(KRB5_KDCMPC_DECRYPT) == kmpc::v1::JOB_DECRYPT);
+static_assert(JobTypeOf(KRB5_KDCMPC_ENCRYPT) == kmpc::v1::JOB_ENCRYPT);
+static_assert(JobTypeOf(KRB5_KDCMPC_CHECKSUM) == kmpc::v1::JOB_CHECKSUM);
+static_assert(JobTypeOf(KRB5_KDCMPC_VERIFY) == kmpc::v1::JOB_VERIFY_CHECKSUM);
+
+// The contract's cipher of a kdcmpc job's enctype: the module's one
+// conversion from krb5 enctypes (the servers refuse a key dealt for the
+// other cipher, JOB_WRONG_CIPHER). CIPHER_UNSPECIFIED for any other
+// enctype, which the caller refuses.
+constexpr kmpc::v1::Cipher CipherOfEnctype(krb5_enctype enctype) {
+  switch (enctype) {
+    case KRB5_KDCMPC_ENCTYPE_AES128: return kmpc::v1::CIPHER_AES128;
+    case KRB5_KDCMPC_ENCTYPE_AES256: return kmpc::v1::CIPHER_AES256;
+    default: return kmpc::v1::CIPHER_UNSPECIFIED;
+  }
+}
+static_assert(KRB5_KDCMPC_ENCTYPE_AES128 == ENCTYPE_AES128_CTR_MPC &&
+                  KRB5_KDCMPC_ENCTYPE_AES256 == ENCTYPE_AES256_CTR_MPC,
+              "the kdcmpc interface's enctypes are krb5's aes*-ctr-mpc");
 
 namespace {
 
@@ -149,25 +178,25 @@ using kmpc::kdc::KrbErrorFromStatus;
 struct kmpc_core {
   int efd = -1;
   std::unique_ptr<kmpc::kdc::LoopSink> sink;
-  // Outlives the batcher (its observer); the exposer goes first.
+  // Outlives the router (its observer); the exposer goes first.
   std::unique_ptr<kmpc::kdc::KdcMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
   // One per cluster (options.h), in order.
   std::vector<std::unique_ptr<kmpc::kdc::GrpcTransport>> transports;
-  std::unique_ptr<kmpc::kdc::Router> batcher;
+  std::unique_ptr<kmpc::kdc::Router> router;
   // Touched only on the KDC's event loop thread (submit and next).
   std::unordered_map<uint64_t, std::pair<krb5_kdcmpc_done_fn, void*>> pending;
   uint64_t next_token = 1;
   bool kick = false;
 
   ~kmpc_core() {
-    // Order matters: no scrape, then no batcher thread, then no transport
-    // callback, then nothing can write to the eventfd.
+    // Order matters: no scrape, then no router (its batchers' threads),
+    // then no transport callback, then nothing can write to the eventfd.
     exposer.reset();  // joins its HTTP threads
     if (metrics) metrics->ClearStatsSource();
-    if (batcher) batcher->Stop();
+    if (router) router->Stop();
     for (auto& t : transports) t->Shutdown();
-    batcher.reset();
+    router.reset();
     transports.clear();
     if (sink) sink->Clear();
     if (efd >= 0) close(efd);
@@ -205,8 +234,8 @@ bool SomeoneListens(const std::string& addr) {
 // worker that fails while nobody listens on the port tries again after a
 // random pause of a few milliseconds.
 void StartExposer(kmpc_core* core, const std::string& addr) {
-  kmpc::kdc::Router* batcher = core->batcher.get();
-  core->metrics->SetStatsSource([batcher] { return batcher->stats(); });
+  kmpc::kdc::Router* router = core->router.get();
+  core->metrics->SetStatsSource([router] { return router->stats(); });
   std::string why;
   for (int attempt = 0; attempt < 5; ++attempt) {
     try {
@@ -276,7 +305,7 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     // SubmitterIdle(): early flush, and the finalize_only jobs.
     core->kick = mo->batcher.early_flush || mo->batcher.speculate;
     core->metrics = std::make_unique<kmpc::kdc::KdcMetrics>();
-    core->batcher = std::make_unique<kmpc::kdc::Router>(
+    core->router = std::make_unique<kmpc::kdc::Router>(
         mo->batcher, std::move(transports), core->sink.get(),
         core->metrics.get());
     if (!mo->metrics_addr.empty()) StartExposer(core.get(), mo->metrics_addr);
@@ -304,15 +333,12 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
       *msg_out = kmpc::kdc::Dup("kdcmpc: malformed job");
       return EINVAL;
     }
-    if (job->enctype != KRB5_KDCMPC_ENCTYPE_AES128 &&
-        job->enctype != KRB5_KDCMPC_ENCTYPE_AES256) {
+    kmpc::kdc::Job j;
+    j.cipher = kmpc::kdc::CipherOfEnctype(job->enctype);
+    if (j.cipher == kmpc::v1::CIPHER_UNSPECIFIED) {
       *msg_out = kmpc::kdc::Dup("kdcmpc: not an MPC enctype");
       return KRB5_BAD_ENCTYPE;
     }
-    kmpc::kdc::Job j;
-    j.cipher = job->enctype == KRB5_KDCMPC_ENCTYPE_AES128
-                   ? kmpc::v1::CIPHER_AES128
-                   : kmpc::v1::CIPHER_AES256;
     j.type = kmpc::kdc::JobTypeOf(job->type);
     if (j.type == kmpc::v1::JOB_TYPE_UNSPECIFIED) {
       *msg_out = kmpc::kdc::Dup("kdcmpc: unknown job type");
@@ -326,7 +352,7 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
     if (job->checksum.length > 0)
       j.checksum.assign(job->checksum.data, job->checksum.length);
     uint64_t token = core->next_token++;
-    absl::Status st = core->batcher->Submit(token, std::move(j));
+    absl::Status st = core->router->Submit(token, std::move(j));
     if (!st.ok()) {
       core->metrics->JobRefused(st);
       *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
@@ -359,7 +385,7 @@ extern "C" int kmpc_core_arm_kick(kmpc_core* core) {
 
 extern "C" void kmpc_core_kick(kmpc_core* core) {
   try {
-    core->batcher->SubmitterIdle();
+    core->router->SubmitterIdle();
   } catch (...) {
   }
 }

@@ -10,7 +10,7 @@
 //
 // The transport around the services is the test's: a call is the
 // service's request handler (KeyOpsService::DoRun / DoFinalize, without
-// gRPC and mTLS, which kmpc_kdc_transport_test covers) on a thread of its
+// gRPC and mTLS, which kmpc_kdc_grpc_transport_test covers) on a thread of its
 // own, its refusal turned into a CallStatus as GrpcTransport does.
 #ifndef KMPC_KDC_PLUGIN_TEST_REAL_CLUSTER_H_
 #define KMPC_KDC_PLUGIN_TEST_REAL_CLUSTER_H_

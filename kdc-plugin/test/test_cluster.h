@@ -6,7 +6,7 @@
 // own HMAC-based "cipher", fault injection) and RealCluster
 // (real_cluster.h, the servers' KeyOps code over the in-memory ring, the
 // enctype of shared/design/enctype.md). The tests parameterised over both
-// (batcher_test.cc) hold the fake to the real servers' behaviour.
+// (batcher_fixture.h: dispatcher_test.cc, speculator_test.cc) hold the fake to the real servers' behaviour.
 #ifndef KMPC_KDC_PLUGIN_TEST_TEST_CLUSTER_H_
 #define KMPC_KDC_PLUGIN_TEST_TEST_CLUSTER_H_
 

@@ -3,8 +3,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "admin/kdb.h"
 
 namespace kmpc::admin {
+
+std::optional<engine::Cipher> CipherOfEnctype(int32_t enctype) {
+  switch (enctype) {
+    case kEnctypeAes128Mpc: return engine::Cipher::kAes128;
+    case kEnctypeAes256Mpc: return engine::Cipher::kAes256;
+    default: return std::nullopt;
+  }
+}
 namespace {
 
 absl::StatusOr<std::unique_ptr<client::AdminClient>> Connect(

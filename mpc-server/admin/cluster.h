@@ -11,7 +11,9 @@
 #ifndef KMPC_ADMIN_CLUSTER_H_
 #define KMPC_ADMIN_CLUSTER_H_
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,12 @@
 #include "client/admin_client.h"
 
 namespace kmpc::admin {
+
+// The servers' Cipher of a krb5 aes*-ctr-mpc enctype number (kdb.h's
+// kEnctypeAes128Mpc / kEnctypeAes256Mpc, which kdb.cc ties to krb5's
+// ENCTYPE_AES*_CTR_MPC and KRB5_KDCMPC_ENCTYPE_*): the admin tools' one
+// conversion from krb5 enctypes; nullopt for every other enctype.
+std::optional<engine::Cipher> CipherOfEnctype(int32_t enctype);
 
 // Cluster 1 only (kmpc-admin status --kdb and refresh take the others from
 // Clusters).

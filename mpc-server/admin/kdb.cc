@@ -21,6 +21,7 @@ extern "C" {
 }
 #include <com_err.h>
 #include <kadm5/admin.h>
+#include <krb5/kdcmpc_plugin.h>
 #include <profile.h>
 
 #include "absl/strings/match.h"
@@ -28,6 +29,18 @@ extern "C" {
 #include "absl/strings/str_split.h"
 
 namespace kmpc::admin {
+
+// The enctype numbers kmpc's tools use are krb5's (the patched krb5.h and
+// the kdcmpc interface); a renumbering there must not go unnoticed here.
+static_assert(kEnctypeAes128Mpc == ENCTYPE_AES128_CTR_MPC &&
+                  kEnctypeAes128Mpc == KRB5_KDCMPC_ENCTYPE_AES128,
+              "aes128-ctr-mpc's enctype number differs from krb5's");
+static_assert(kEnctypeAes256Mpc == ENCTYPE_AES256_CTR_MPC &&
+                  kEnctypeAes256Mpc == KRB5_KDCMPC_ENCTYPE_AES256,
+              "aes256-ctr-mpc's enctype number differs from krb5's");
+static_assert(kEnctypeAes128Cts == ENCTYPE_AES128_CTS_HMAC_SHA1_96 &&
+                  kEnctypeAes256Cts == ENCTYPE_AES256_CTS_HMAC_SHA1_96,
+              "aes*-cts-hmac-sha1-96's enctype numbers differ from krb5's");
 namespace {
 
 constexpr char kHandleMagic[] = "kmpc-key";

@@ -59,6 +59,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -317,12 +318,15 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
   if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
                  contract::kKeyIdSize) != 1)
     return absl::InternalError("no randomness for the key id");
-  engine::Cipher cipher =
-      enctype == kEnctypeAes128Mpc ? engine::Cipher::kAes128 : engine::Cipher::kAes256;
+  const std::optional<engine::Cipher> cipher = CipherOfEnctype(enctype);
+  if (!cipher) {
+    key.Wipe();
+    return absl::InternalError("the key to share is not of an MPC enctype");
+  }
   // The label says where the key came from: status reports migrated keys
   // (older copies of the KDB hold them) until the next password change.
   std::string label = a.from_existing ? absl::StrCat(canon, kMigratedSuffix) : canon;
-  absl::Status st = cluster.PutKey(cipher, absl::MakeConstSpan(key.data(), key.size()),
+  absl::Status st = cluster.PutKey(*cipher, absl::MakeConstSpan(key.data(), key.size()),
                                    {key_id, kvno, label});
   key.Wipe();
   if (!st.ok())

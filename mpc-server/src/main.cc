@@ -3,7 +3,7 @@
 //   kmpc-mpc-server --party=0 --listen=127.0.0.1:7000
 //     --ring_listen=127.0.0.1:7100 --ring_prev=127.0.0.1:7102
 //     --cert=party-0.pem --key=party-0.key --ca=ca.pem --store_dir=/var/lib/kmpc
-//   (one command line; deploy/mpc-local.sh starts three on loopback)
+//   (one command line; integration-tests/kmpc_harness/mpc-local.sh starts three on loopback)
 //
 // or, as the systemd units do (deploy/systemd/, deploy/THREE-HOSTS.md),
 //   kmpc-mpc-server --flagfile=/etc/kmpc/party0.flags

@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,11 +69,34 @@
 #include "contract.h"
 #include "kmpc.pb.h"
 #include "net/channel.h"
+#include "store/cipher.h"
 
 namespace kmpc::engine {
 
-// Values match the key sizes' order in enctype.md; persisted by the store.
-enum class Cipher : uint8_t { kAes128 = 1, kAes256 = 2 };
+namespace pb = ::kmpc::v1;
+
+// The servers' one cipher type (store/cipher.h); persisted by the store.
+using ::kmpc::Cipher;
+
+// The wire's kmpc.v1.Cipher and Cipher have the same values, so that a key
+// record's cipher byte, the engine's Cipher and a Job's cipher field name
+// a key size alike; ToProto and CipherFromProto are the conversions.
+static_assert(static_cast<int>(Cipher::kAes128) == pb::CIPHER_AES128,
+              "Cipher::kAes128 must equal kmpc.v1.CIPHER_AES128");
+static_assert(static_cast<int>(Cipher::kAes256) == pb::CIPHER_AES256,
+              "Cipher::kAes256 must equal kmpc.v1.CIPHER_AES256");
+
+constexpr pb::Cipher ToProto(Cipher c) { return static_cast<pb::Cipher>(c); }
+
+// The Cipher of a kmpc.v1.Cipher value (or a record's cipher byte);
+// nullopt for CIPHER_UNSPECIFIED and every unknown value.
+constexpr std::optional<Cipher> CipherFromProto(int v) {
+  switch (v) {
+    case pb::CIPHER_AES128: return Cipher::kAes128;
+    case pb::CIPHER_AES256: return Cipher::kAes256;
+    default: return std::nullopt;
+  }
+}
 
 // 10 or 14; 0 for an unknown value.
 int NumRounds(Cipher cipher);
@@ -83,8 +107,6 @@ size_t KeyBytes(Cipher cipher);
 // Longer messages get the missing powers computed inside the MPC by the
 // job that needs them (log2 rounds of shared GF(2^128) multiplication).
 inline constexpr int kStoredHPowers = 64;
-
-namespace pb = ::kmpc::v1;
 
 // The contract's limits (proto/contract.h): blocks one job may cover, AES
 // blocks one batch may need.

@@ -7,6 +7,7 @@
 #include <openssl/rand.h>
 
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -294,10 +295,9 @@ absl::Status CollectRebuildPairs(Rebuild& r, const std::vector<uint8_t>& survivo
       if (survivor_views.size() != kViewBytes * plan.size())
         return absl::InternalError("rebuild: the survivors' views are missing");
       const uint8_t* v = &survivor_views[kViewBytes * j];
-      if (v[1] != static_cast<uint8_t>(Cipher::kAes128) &&
-          v[1] != static_cast<uint8_t>(Cipher::kAes256))
-        return absl::DataLossError("rebuild: a survivor named an unknown cipher");
-      l.cipher = static_cast<Cipher>(v[1]);
+      const std::optional<Cipher> cipher = CipherFromProto(v[1]);
+      if (!cipher) return absl::DataLossError("rebuild: a survivor named an unknown cipher");
+      l.cipher = *cipher;
       l.deal_id = v + 2;
       l.meta_digest = v + 18;
     } else {

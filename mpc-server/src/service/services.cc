@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -513,8 +514,8 @@ absl::Status AdminService::DoPutKey(const kmpc::v1::PutKeyRequest& req) {
   auto id = store::KeyIdFromBytes(absl::MakeConstSpan(
       reinterpret_cast<const uint8_t*>(info.key_id().data()), info.key_id().size()));
   if (!id.ok()) return id.status();
-  if (info.cipher() != kmpc::v1::CIPHER_AES128 &&
-      info.cipher() != kmpc::v1::CIPHER_AES256)
+  const std::optional<engine::Cipher> cipher = engine::CipherFromProto(info.cipher());
+  if (!cipher)
     return absl::InvalidArgumentError("cipher must be CIPHER_AES128 or CIPHER_AES256");
   if (req.party() != static_cast<uint32_t>(options_.party))
     return absl::InvalidArgumentError(absl::StrCat(
@@ -527,15 +528,10 @@ absl::Status AdminService::DoPutKey(const kmpc::v1::PutKeyRequest& req) {
   if (absl::Status st = ks->Validate(); !st.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("shares are invalid: ", st.message()));
-  if (ks->party != options_.party ||
-      static_cast<int>(ks->cipher) != static_cast<int>(info.cipher()))
+  if (ks->party != options_.party || ks->cipher != *cipher)
     return absl::InvalidArgumentError(
         "shares' party or cipher differ from the request's");
-  store::KeyMeta meta{*id,
-                      info.cipher() == kmpc::v1::CIPHER_AES128
-                          ? store::Cipher::kAes128
-                          : store::Cipher::kAes256,
-                      info.kvno(), info.label()};
+  store::KeyMeta meta{*id, *cipher, info.kvno(), info.label()};
   absl::Status st = store_->Put(
       meta,
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(req.shares().data()),
@@ -584,8 +580,7 @@ grpc::Status AdminService::ListKeys(grpc::ServerContext* ctx,
   for (const auto& m : *list) {
     auto* k = resp->add_keys();
     k->set_key_id(m.key_id.data(), m.key_id.size());
-    k->set_cipher(m.cipher == store::Cipher::kAes128 ? kmpc::v1::CIPHER_AES128
-                                                     : kmpc::v1::CIPHER_AES256);
+    k->set_cipher(engine::ToProto(m.cipher));
     k->set_kvno(m.kvno);
     k->set_label(m.label);
   }
@@ -624,11 +619,10 @@ absl::StatusOr<store::KeyMeta> ParsePublicMeta(absl::string_view s) {
   uint32_t kvno = 0;
   if (c2 == absl::string_view::npos || !absl::SimpleAtoi(s.substr(0, c1), &cipher) ||
       !absl::SimpleAtoi(s.substr(c1 + 1, c2 - c1 - 1), &kvno) ||
-      (cipher != static_cast<int>(store::Cipher::kAes128) &&
-       cipher != static_cast<int>(store::Cipher::kAes256)))
+      !engine::CipherFromProto(cipher))
     return absl::DataLossError("malformed key metadata from the surviving servers");
   store::KeyMeta m;
-  m.cipher = static_cast<store::Cipher>(cipher);
+  m.cipher = *engine::CipherFromProto(cipher);
   m.kvno = kvno;
   m.label = std::string(s.substr(c2 + 1));
   return m;

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "store/cipher.h"
 
 namespace kmpc::store {
 
@@ -32,7 +33,8 @@ using KeyId = std::array<uint8_t, kKeyIdSize>;
 absl::StatusOr<KeyId> KeyIdFromBytes(absl::Span<const uint8_t> bytes);
 std::string KeyIdHex(const KeyId& id);  // for logs: ids are not secret
 
-enum class Cipher : uint8_t { kAes128 = 1, kAes256 = 2 };
+// A record's cipher byte is the Cipher value (store/cipher.h).
+using ::kmpc::Cipher;
 
 struct KeyMeta {
   KeyId key_id{};

@@ -3,7 +3,7 @@
 // metadata says, or that does not parse is refused (and not cached), with
 // an error naming the key id only; failures are not cached, and an
 // Invalidate makes the next Get read the store again. (The race of an
-// Invalidate during a load is service_test's
+// Invalidate during a load is services_test's
 // KeyCacheInvalidateDuringLoadIsNotLost.)
 #include "service/key_cache.h"
 

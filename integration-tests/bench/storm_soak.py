@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Login-storm soak and one-client latency of kmpc (make bench-soak).
 
-One kmpc realm (deploy/kmpc_cluster.py, headline settings: disable_last_success
+One kmpc realm (integration-tests/kmpc_harness/cluster.py, headline settings: disable_last_success
 and disable_lockout on), then:
   1. one client (closed loop, c=1) with the module's default batch window
      (batch_window_ms = 100, early_flush off);
@@ -73,9 +73,10 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import kmpc_realm  # noqa: E402
-import storm_bench  # noqa: E402
+# integration-tests/ (kmpc_harness, bench) on the path when run as a script.
+sys.path.insert(0, os.path.dirname(HERE))
+from bench import storm_bench  # noqa: E402
+from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 BENCH_DIR = storm_bench.BENCH_DIR
 

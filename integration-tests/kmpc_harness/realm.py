@@ -10,8 +10,9 @@ Only binaries and libraries from the private prefix (KRB5_PREFIX, default
 build/krb5) are used: patched and stock krb5 libraries must never meet in one
 process, so the environment is scrubbed of LD_LIBRARY_PATH and friends.
 
-CLI:  kmpc_realm.py start DIR [--enctype E ...]   (prints the env to use)
-      kmpc_realm.py stop DIR
+CLI:  python3 -m kmpc_harness.realm start DIR [--enctype E ...]   (prints the env to use)
+      python3 -m kmpc_harness.realm stop DIR
+(with integration-tests/ on PYTHONPATH, or run the file itself)
 """
 
 import argparse
@@ -25,7 +26,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# integration-tests/kmpc_harness/realm.py -> the repository root.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build"))
 PREFIX = os.environ.get("KRB5_PREFIX", os.path.join(BUILD, "krb5"))
 
@@ -136,7 +138,7 @@ class Realm:
                  session_enctypes=DEFAULT_SESSION_ENCTYPES, ldap=False):
         """ldap: keep the KDB in OpenLDAP (MIT's kldap module) on a slapd
         of the realm's own, started by create() and stopped by stop()
-        (deploy/kmpc_ldap.py) instead of a db2 file."""
+        (integration-tests/kmpc_harness/ldap.py) instead of a db2 file."""
         self.dir = os.path.abspath(workdir)
         self.realm = realm
         self.enctypes = list(enctypes)
@@ -210,7 +212,7 @@ class Realm:
         # random per realm and never printed.
         self.master_password = secrets.token_urlsafe(24)
         if self.ldap:
-            import kmpc_ldap
+            from kmpc_harness import ldap as kmpc_ldap
             kmpc_ldap.create_realm(self, self.slapd, self.ldap_stash,
                                    self.master_password)
             return self
@@ -219,9 +221,9 @@ class Realm:
         return self
 
     def _start_ldap(self):
-        """The realm's slapd (deploy/kmpc_ldap.py), started; returns the
+        """The realm's slapd (integration-tests/kmpc_harness/ldap.py), started; returns the
         kdc.conf [dbmodules] text for it."""
-        import kmpc_ldap
+        from kmpc_harness import ldap as kmpc_ldap
         kmpc_ldap.kldap_built(PREFIX)
         # Recorded before start(), so that stop() ends a slapd that started
         # but did not answer.

@@ -32,8 +32,8 @@ kadmind hands a full resync to `kprop <host of the kiprop principal>`. All of
 them are on this machine, so the local host name must resolve to loopback
 only; check_loopback_hostname() refuses to run otherwise.
 
-CLI:  kmpc_replica.py start DIR [--replicas N]   (prints the client krb5.conf)
-      kmpc_replica.py stop DIR
+CLI:  python3 -m kmpc_harness.replica start DIR [--replicas N]   (prints the client krb5.conf)
+      python3 -m kmpc_harness.replica stop DIR
 """
 
 import argparse
@@ -48,11 +48,12 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import kmpc_cluster  # noqa: E402
-import kmpc_realm  # noqa: E402
-from kmpc_realm import RealmError, binpath, libdefaults  # noqa: E402
+if __name__ == "__main__" and not __package__:
+    # Run as a script: the package's parent on the path (same as python3 -m).
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness import realm as kmpc_realm  # noqa: E402
+from kmpc_harness.realm import RealmError, binpath, libdefaults  # noqa: E402
 
 ADMIN = "root/admin"
 PRIMARY = "primary"
@@ -96,7 +97,7 @@ def fingerprint(pem):
 
 
 def gen_certs(certs, *args):
-    p = subprocess.run(["bash", os.path.join(HERE, "gen-certs.sh"), certs, *args],
+    p = subprocess.run(["bash", kmpc_cluster.GEN_CERTS, certs, *args],
                        capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         raise RealmError(f"gen-certs.sh {' '.join(args)} failed:\n{p.stderr}")

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Two KDCs against one MPC cluster: login storms at a primary and a replica.
 
-The realm is deploy/kmpc_replica.py's (primary + one replica, each KDC with
+The realm is integration-tests/kmpc_harness/replica.py's (primary + one replica, each KDC with
 its own kdcmpc module instance and client certificate, one cluster of three
 MPC servers), with load-test users whose keys are in the cluster; the
 replica gets the KDB by kprop. Then, with kmpc-storm (closed loop, the same
-tool and settings as deploy/storm_bench.py's saturation runs):
+tool and settings as integration-tests/bench/storm_bench.py's saturation runs):
   one     one storm at the primary only, CONC logins in flight;
   two     two storms in parallel, one per KDC (--kdc), CONC/2 in flight
           each: the same load spread over two KDCs;
@@ -34,10 +34,11 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import kmpc_realm  # noqa: E402
-import kmpc_replica  # noqa: E402
-import storm_bench  # noqa: E402
+# integration-tests/ (kmpc_harness, bench) on the path when run as a script.
+sys.path.insert(0, os.path.dirname(HERE))
+from bench import storm_bench  # noqa: E402
+from kmpc_harness import realm as kmpc_realm  # noqa: E402
+from kmpc_harness import replica as kmpc_replica  # noqa: E402
 
 BENCH_DIR = storm_bench.BENCH_DIR
 

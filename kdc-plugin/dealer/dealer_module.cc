@@ -48,6 +48,7 @@
 #include <ctime>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -110,18 +111,14 @@ class Dealer {
     SettleAbandoned(ctx);
     absl::Status st = ConnectLocked();
     if (!st.ok()) return st;
-    engine::Cipher cipher;
-    if (key.enctype == KRB5_KDCMPC_ENCTYPE_AES128 && key.length == 16)
-      cipher = engine::Cipher::kAes128;
-    else if (key.enctype == KRB5_KDCMPC_ENCTYPE_AES256 && key.length == 32)
-      cipher = engine::Cipher::kAes256;
-    else
+    const std::optional<engine::Cipher> cipher = CipherOfEnctype(key.enctype);
+    if (!cipher || key.length != engine::KeyBytes(*cipher))
       return absl::InvalidArgumentError("not an aes*-ctr-mpc key");
     std::string key_id(contract::kKeyIdSize, '\0');
     if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
                    contract::kKeyIdSize) != 1)
       return absl::InternalError("no randomness for a key id");
-    st = cluster_->PutKey(cipher, absl::MakeConstSpan(key.contents, key.length),
+    st = cluster_->PutKey(*cipher, absl::MakeConstSpan(key.contents, key.length),
                           {key_id, kvno, name});
     if (!st.ok()) return st;
     Pending& p = pending_[name];

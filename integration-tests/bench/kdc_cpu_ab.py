@@ -10,11 +10,11 @@ prints the KDC's CPU per login (kmpc-storm --watch-pid, from /proc),
 logins/s, and for kmpc the
 module's request counters per login (/metrics: kmpc_kdc_run_requests_total,
 _finalize_requests_total, _sign_batches_total where the build has it: each
-one call per server; _sign_requests_total: signatures). Each build's realm is made afresh (deploy/kmpc_cluster.py).
+one call per server; _sign_requests_total: signatures). Each build's realm is made afresh (integration-tests/kmpc_harness/cluster.py).
 
 Usage (label=DIR: a KMPC_CMAKE_BUILD directory; label=FILE.so: that kdcmpc
 module, KMPC_KDC_MODULE, with everything else from $KMPC_CMAKE_BUILD):
-  KRB5_PREFIX=/work/main/build/krb5 /usr/bin/python3 deploy/kdc_cpu_ab.py \
+  KRB5_PREFIX=/work/main/build/krb5 /usr/bin/python3 integration-tests/bench/kdc_cpu_ab.py \
       before=/work/main/build/cmake after=$PWD/build/cmake --rounds 2
 """
 
@@ -27,8 +27,9 @@ import tempfile
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import storm_bench  # noqa: E402
+# integration-tests/ (kmpc_harness, bench) on the path when run as a script.
+sys.path.insert(0, os.path.dirname(HERE))
+from bench import storm_bench  # noqa: E402
 
 COUNTERS = ("run_requests", "finalize_requests", "sign_requests",
             "sign_batches")

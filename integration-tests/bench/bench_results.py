@@ -2,15 +2,15 @@
 """The login-storm benchmark's results (make bench, last step).
 
 Reads what the earlier steps wrote into build/bench:
-  storm.json  deploy/storm_bench.py --target stock,kmpc (headline and
+  storm.json  integration-tests/bench/storm_bench.py --target stock,kmpc (headline and
               default settings: peak sustained rate, latency, CPU, MPC cost)
-  soak.json   deploy/storm_soak.py (soaks at 90% of kmpc's peak, each
+  soak.json   integration-tests/bench/storm_soak.py (soaks at 90% of kmpc's peak, each
               judged on errors and on anonymous memory read from /proc;
               kmpc's one-client latency with the 100 ms window and with
               early flush)
-  netns.json  deploy/netns_cluster.py (the same realm across network
+  netns.json  integration-tests/bench/netns_bench.py (the same realm across network
               namespaces), optional
-  mpc.json    deploy/bench-mpc.sh (MPC micro-benchmark), optional
+  mpc.json    integration-tests/bench/bench-mpc.sh (MPC micro-benchmark), optional
 and writes build/bench/results.json:
   {"kmpc":  {"peak_logins_per_s", "p50_ms_one_client", "p99_ms_at_90pct",
              "errors", ...},
@@ -33,7 +33,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # integration-tests/bench -> the repository
 BUILD = os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build"))
 
 # The issue's targets.
@@ -127,7 +127,7 @@ def build(bench_dir):
     mpc = load(os.path.join(bench_dir, "mpc.json"))
     if "kmpc" not in storm or "stock" not in storm:
         raise SystemExit(f"bench_results: {bench_dir}/storm.json needs both a stock and a "
-                         f"kmpc run (deploy/storm_bench.py --target stock,kmpc)")
+                         f"kmpc run (integration-tests/bench/storm_bench.py --target stock,kmpc)")
     res = {"generated_from": {k: os.path.exists(os.path.join(bench_dir, k + ".json"))
                               for k in ("storm", "soak", "netns", "mpc")},
            "machine": storm["kmpc"].get("machine"),

@@ -15,12 +15,12 @@
 # AES-256 too). BENCH_MPC_SECURITY="semi-honest" (or "malicious") runs one
 # mode; BENCH_MPC_BLOCKS="1 128" other batch sizes (quick checks).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${KMPC_BUILD:-$root/build}
 out_dir=$build/bench
 mkdir -p "$out_dir"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kmpc-bench-mpc.XXXXXX")
-cleanup() { bash "$root/deploy/mpc-local.sh" stop "$work" || true; rm -rf "$work"; }
+cleanup() { bash "$root/integration-tests/kmpc_harness/mpc-local.sh" stop "$work" || true; rm -rf "$work"; }
 trap cleanup EXIT
 
 bin=${KMPC_MPC_BIN_DIR:-}
@@ -61,7 +61,7 @@ flags=${KMPC_MPC_FLAGS:-}
 for security in ${BENCH_MPC_SECURITY:-semi-honest malicious}; do
   export KMPC_MPC_FLAGS="$flags --security=$security"
   for threads in 1 2; do
-    servers=$(bash "$root/deploy/mpc-local.sh" start "$work" "" "$threads")
+    servers=$(bash "$root/integration-tests/kmpc_harness/mpc-local.sh" start "$work" "" "$threads")
     for cipher in aes128 aes256; do
       for blocks in ${BENCH_MPC_BLOCKS:-1 128 12800 100000}; do
         if [ "$security" = malicious ] && [ "$blocks" -ge 100000 ] && [ "$cipher" != aes128 ] \
@@ -83,7 +83,7 @@ for security in ${BENCH_MPC_SECURITY:-semi-honest malicious}; do
           >> "$results"
       done
     done
-    bash "$root/deploy/mpc-local.sh" stop "$work"
+    bash "$root/integration-tests/kmpc_harness/mpc-local.sh" stop "$work"
   done
 done
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Latency against throughput from the storm sweep CSV (deploy/storm_bench.py),
+"""Latency against throughput from the storm sweep CSV (integration-tests/bench/storm_bench.py),
 in the manner of Figure 5 of Araki, Furukawa, Lindell, Nof, Ohara (CCS 2016):
 one curve per target and KDC setting, p50 solid and p99 dashed; hollow
 markers are offered rates the KDC did not sustain (achieved < 97% of

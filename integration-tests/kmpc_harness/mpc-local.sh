@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Three MPC servers on 127.0.0.1, each with its own ports, store and log.
 #
-#   deploy/mpc-local.sh start DIR [BASE_PORT] [WORKERS]
-#   deploy/mpc-local.sh stop DIR
-#   deploy/mpc-local.sh status DIR
+#   integration-tests/kmpc_harness/mpc-local.sh start DIR [BASE_PORT] [WORKERS]
+#   integration-tests/kmpc_harness/mpc-local.sh stop DIR
+#   integration-tests/kmpc_harness/mpc-local.sh status DIR
 #
 # Party i serves gRPC on BASE_PORT+i and the ring on BASE_PORT+10+i; its
 # store is DIR/store-i, its log DIR/party-i.log, its pid DIR/party-i.pid.
@@ -13,7 +13,7 @@
 # KMPC_MPC_METRICS_BASE=PORT: party i also serves Prometheus /metrics on
 # 127.0.0.1:PORT+i (--metrics_addr).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cmd=${1:-}; dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|status DIR [BASE_PORT] [WORKERS]" >&2; exit 2; }
 

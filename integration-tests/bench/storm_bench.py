@@ -11,7 +11,7 @@ pre-auth, two round trips per login, as kinit):
   - latency at 50% and 90% of that peak.
 Figures go to build/bench/storm.json (one section per target), every sweep
 point to build/bench/storm_sweep.csv, and
-deploy/plot_storm.py draws latency against throughput (the CCS 2016 paper's
+integration-tests/bench/plot_storm.py draws latency against throughput (the CCS 2016 paper's
 Figure 5) into build/bench/storm_latency_throughput.png.
 
 A *target* is what the storm logs in to: a factory returns an object with
@@ -37,6 +37,7 @@ import argparse
 import csv
 import datetime
 import glob
+import importlib
 import json
 import os
 import shutil
@@ -46,8 +47,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import kmpc_realm  # noqa: E402
+# integration-tests/ (kmpc_harness, bench) on the path when run as a script.
+sys.path.insert(0, os.path.dirname(HERE))
+from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 ROOT = kmpc_realm.ROOT
 BUILD = kmpc_realm.BUILD
@@ -191,7 +193,7 @@ def have_enctype(name):
 
 
 class KmpcTarget:
-    """The kmpc realm (deploy/kmpc_cluster.py): the patched krb5kdc with only
+    """The kmpc realm (integration-tests/kmpc_harness/cluster.py): the patched krb5kdc with only
     key handles in its KDB, the kdcmpc module, three MPC servers holding the
     users' and the krbtgt's aes256-ctr-mpc keys as shares.  The users are
     random-key principals whose keys kmpc_cluster writes to users.keytab
@@ -204,7 +206,7 @@ class KmpcTarget:
     def __init__(self, workdir, settings, n_users, metrics=False):
         """metrics: the KDC and each server also serve Prometheus /metrics
         over HTTP on 127.0.0.1 (metrics_urls: {watch name: URL})."""
-        import kmpc_cluster  # the MPC half; only needed for this target
+        from kmpc_harness import cluster as kmpc_cluster  # this target only
         extra = ""
         if settings == "headline":
             extra = dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
@@ -263,7 +265,7 @@ def mpc_metrics(servers, certs, prefix=()):
     kmpc_ring_bytes_sent_total, kmpc_ring_messages_sent_total,
     kmpc_jobs_total and kmpc_batches_total{kind,result=ok}.  prefix: argv in
     front (e.g. ip netns exec NS).  None when the query fails."""
-    import kmpc_cluster
+    from kmpc_harness import cluster as kmpc_cluster
     import re
     client = kmpc_cluster.find_built("mpc-server/kmpc-mpc-client", required=False)
     if not client:
@@ -795,11 +797,11 @@ def main():
     targets = []
     for t in (t for t in args.target.split(",") if t):
         if "=" in t:
-            # NAME=MODULE:FUNCTION: a factory living elsewhere (deploy/ is
-            # on the path), e.g. kmpc=kmpc_cluster:storm_target.
+            # NAME=MODULE:FUNCTION: a factory living elsewhere (integration-tests/
+            # is on the path), e.g. kmpc=kmpc_harness.cluster:storm_target.
             name, spec = t.split("=", 1)
             mod, _, fn = spec.partition(":")
-            factory = getattr(__import__(mod), fn or "storm_target")
+            factory = getattr(importlib.import_module(mod), fn or "storm_target")
             TARGETS[name] = (factory, tuple(getattr(factory, "settings", ("headline",))),
                              getattr(factory, "__doc__", "") or name)
             t = name

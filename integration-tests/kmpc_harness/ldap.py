@@ -40,7 +40,7 @@ import subprocess
 import time
 import urllib.parse
 
-import kmpc_realm
+from kmpc_harness import realm as kmpc_realm
 
 SLAPD = "/usr/sbin/slapd"
 SLAPADD = "/usr/sbin/slapadd"

@@ -5,7 +5,7 @@ holds only key handles, and kmpc-admin sharing the keys.
 Used by the integration tests, `make demo` and the benchmarks. Extends
 kmpc_realm.Realm (the plain patched-KDC realm) with:
   - certificates (deploy/gen-certs.sh) and three kmpc-mpc-server processes
-    (deploy/mpc-local.sh) under DIR/mpc, ports checked free,
+    (kmpc_harness/mpc-local.sh) under DIR/mpc, ports checked free,
   - kdc.conf [plugins] kdcmpc: the real module (kdc-plugin's libkmpc_kdc.so)
     when it is built, else krb5's test module (patch 0004), which holds the
     keys in a file in DIR and is test scaffolding only,
@@ -19,9 +19,10 @@ kmpc-admin stdin); random-key users' keys sit in DIR/users.keytab (0600) for
 kinit -k and the login storm; with the test module, DIR/mpc-test-keys (0600)
 holds keys because that module needs them.
 
-CLI:  kmpc_cluster.py start DIR [--users N] [--module auto|real|test]
-      kmpc_cluster.py status DIR
-      kmpc_cluster.py stop DIR
+CLI (integration-tests/ on PYTHONPATH, or run the file itself):
+      python3 -m kmpc_harness.cluster start DIR [--users N] [--module auto|real|test]
+      python3 -m kmpc_harness.cluster status DIR
+      python3 -m kmpc_harness.cluster stop DIR
 """
 
 import argparse
@@ -35,12 +36,18 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import kmpc_realm  # noqa: E402
-from kmpc_realm import RealmError  # noqa: E402
+if __name__ == "__main__" and not __package__:
+    # Run as a script: the package's parent on the path (same as python3 -m).
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kmpc_harness import realm as kmpc_realm  # noqa: E402
+from kmpc_harness.realm import RealmError  # noqa: E402
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = kmpc_realm.ROOT
+# The administrator's certificate tool (deploy/) and the harness's script
+# that runs three servers on loopback (beside this file).
+GEN_CERTS = os.path.join(ROOT, "deploy", "gen-certs.sh")
+MPC_LOCAL = os.path.join(HERE, "mpc-local.sh")
 BUILD = kmpc_realm.BUILD
 REALM = kmpc_realm.REALM
 # Every principal the cluster serves has an MPC key; the service principal
@@ -66,7 +73,7 @@ def cmake_build_dirs():
 def find_built(rel, required=True):
     """A built file, e.g. find_built('mpc-server/kmpc-admin'): its own
     environment variable, else from $KMPC_CMAKE_BUILD, else the most
-    recently built copy among the build trees (as deploy/mpc-local.sh)."""
+    recently built copy among the build trees (as integration-tests/kmpc_harness/mpc-local.sh)."""
     env = {"mpc-server/kmpc-admin": "KMPC_ADMIN",
            "kdc-plugin/kmpc-kdb-handle": "KMPC_KDB_HANDLE",
            "kdc-plugin/libkmpc_kdc.so": "KMPC_KDC_MODULE"}.get(rel)
@@ -113,7 +120,7 @@ def test_module_path():
     return os.path.join(kmpc_realm.PREFIX, "lib", "krb5", "plugins", "kdcmpc", "test.so")
 
 
-# gRPC listens on base+0..2, the ring on base+10..12 (deploy/mpc-local.sh).
+# gRPC listens on base+0..2, the ring on base+10..12 (kmpc_harness/mpc-local.sh).
 PORT_OFFSETS = (0, 1, 2, 10, 11, 12)
 
 
@@ -173,7 +180,7 @@ def stop_pid(pid, timeout=5.0):
 
 class MpcCluster:
     """Three kmpc-mpc-server processes on loopback, started by
-    deploy/mpc-local.sh (its layout: DIR/party-i.{pid,log}, DIR/store-i,
+    integration-tests/kmpc_harness/mpc-local.sh (its layout: DIR/party-i.{pid,log}, DIR/store-i,
     DIR/certs, DIR/servers)."""
 
     def __init__(self, workdir, workers=2, extra_client_cns=(), server_flags="",
@@ -218,7 +225,7 @@ class MpcCluster:
             return 0
 
     def gen_certs(self):
-        subprocess.run(["bash", os.path.join(HERE, "gen-certs.sh"), self.certs,
+        subprocess.run(["bash", GEN_CERTS, self.certs,
                         *self.extra_client_cns], check=True, capture_output=True,
                        timeout=120)
 
@@ -234,7 +241,7 @@ class MpcCluster:
             if self.metrics:
                 self.metrics_base = kmpc_realm.free_port_block((0, 1, 2), udp=False)
                 env["KMPC_MPC_METRICS_BASE"] = str(self.metrics_base)
-            p = subprocess.run(["bash", os.path.join(HERE, "mpc-local.sh"), "start",
+            p = subprocess.run(["bash", MPC_LOCAL, "start",
                                 self.dir, str(self.base), str(self.workers)],
                                capture_output=True, text=True, env=env, timeout=120)
             if p.returncode == 0:
@@ -247,7 +254,7 @@ class MpcCluster:
         return self
 
     def server_argv(self, i):
-        """Party i's command line, as deploy/mpc-local.sh starts it."""
+        """Party i's command line, as integration-tests/kmpc_harness/mpc-local.sh starts it."""
         c = self.certs
         return [find_built("mpc-server/kmpc-mpc-server"), f"--party={i}",
                 f"--listen=127.0.0.1:{self.base + i}",
@@ -328,7 +335,7 @@ class MpcCluster:
 
     def stop(self):
         stop_pids([self.pid(i) for i in range(3)])
-        subprocess.run(["bash", os.path.join(HERE, "mpc-local.sh"), "stop", self.dir],
+        subprocess.run(["bash", MPC_LOCAL, "stop", self.dir],
                        capture_output=True, timeout=60)
 
     def logs(self):
@@ -363,7 +370,7 @@ class KmpcRealm(kmpc_realm.Realm):
         gave up under overload, but with a bounded client population it
         makes more logins fail (they wait for their retransmit), so it is
         opt-in.
-        dealer: load kmpc's key dealer (mpc-server/admin/dealer_module.cc)
+        dealer: load kmpc's key dealer (kdc-plugin/dealer/dealer_module.cc)
         into kadmin.local, kadmind and kdb5_util, so that every new key of an
         MPC-protected principal goes to the cluster and only handles reach
         the KDB; protect: its [mpcdealer] protect patterns (default
@@ -401,6 +408,8 @@ class KmpcRealm(kmpc_realm.Realm):
         self._plugin_conf = ""
         self.dealer = dealer
         self.protect = list(protect or [])
+        # Users' passwords (add_users), in memory only: for logging them in.
+        self.passwords = {}
 
     # ---- set-up -------------------------------------------------------
     def create(self):
@@ -545,12 +554,25 @@ class KmpcRealm(kmpc_realm.Realm):
         (kmpc-kdb-handle keys; a dump's key data is encrypted, so scanning one
         proves nothing): [(kvno, enctype, kind, value)], kind "handle" (value:
         the key id, hex) or "key" (value: SHA-256 of the key, hex)."""
+        out = self.kdb_handle("keys", princ)
+        return [tuple(line.split()) for line in out.splitlines()]
+
+    def kdb_handle(self, *args):
+        """kmpc-kdb-handle on the realm's KDB (keys, get-key, set): its
+        stdout; RealmError with its stderr when it fails."""
         p = subprocess.run([find_built("kdc-plugin/kmpc-kdb-handle"), "-r", self.realm,
-                            "keys", princ], capture_output=True, text=True,
+                            *args], capture_output=True, text=True,
                            env=self.env, timeout=60)
         if p.returncode != 0:
-            raise RealmError(f"kmpc-kdb-handle keys {princ}: {p.stderr}")
-        return [tuple(line.split()) for line in p.stdout.splitlines()]
+            raise RealmError(f"kmpc-kdb-handle {' '.join(args[:2])}: {p.stderr}")
+        return p.stdout
+
+    def key_id(self, princ):
+        """The key id of princ's (one) key handle in the KDB."""
+        ids = [v for _, _, kind, v in self.kdb_keys(princ) if kind == "handle"]
+        if len(ids) != 1:
+            raise RealmError(f"{princ} has {len(ids)} key handles, not one")
+        return ids[0]
 
     # ---- principals ----------------------------------------------------
     def setup_krbtgt(self):
@@ -584,6 +606,7 @@ class KmpcRealm(kmpc_realm.Realm):
             self.addprinc(name, pw, enctypes=["aes256-ctr-mpc"])
         if passwords:
             self.share_passwords(passwords.items())
+            self.passwords.update(passwords)
         if n_random:
             names = [fmt.format(i) for i in range(n_random)]
             cmds = [f"addprinc +requires_preauth -e aes256-ctr-mpc:normal -randkey {u}"
@@ -700,7 +723,7 @@ def stop_dir(workdir):
                 pids.append(int(f.read().strip() or 0))
     stop_pids(pids)
     if os.path.isdir(mpc):
-        subprocess.run(["bash", os.path.join(HERE, "mpc-local.sh"), "stop", mpc],
+        subprocess.run(["bash", MPC_LOCAL, "stop", mpc],
                        capture_output=True, timeout=60)
 
 

@@ -20,8 +20,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kmpc_cluster  # noqa: E402
+# integration-tests/ (kmpc_harness) on the path when run as a script.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 
 
 def quantile(xs, q):

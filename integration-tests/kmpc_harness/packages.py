@@ -2,7 +2,7 @@
 """kmpc's Debian packages on four emulated hosts, the way
 deploy/THREE-HOSTS.md installs them: a clean Debian 12 root (debootstrap
 bookworm, minbase) with the packages installed by dpkg, and network
-namespaces joined by a bridge as the hosts (deploy/netns_cluster.py's
+namespaces joined by a bridge as the hosts (kmpc_harness/netns.py's
 layout, on 10.77.9.0/24, which exists only inside these namespaces):
 
     ns <tag>-kdc   10.77.9.1    krb5kdc (kmpc-krb5kdc.service), kmpc-admin
@@ -24,14 +24,11 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-import kmpc_cluster  # noqa: E402
-import netns_cluster  # noqa: E402
-import kmpc_deploy  # noqa: E402
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import netns
+from kmpc_harness.deploy_tool import kmpc_deploy
 
 MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
@@ -171,7 +168,7 @@ def unit_command(root, unit, instance=None, env_file_vars=None):
 
 
 class Lan:
-    """The hosts' namespaces on one bridge (netns_cluster.Lan's layout,
+    """The hosts' namespaces on one bridge (netns.Lan's layout,
     without traffic shaping)."""
 
     def __init__(self):
@@ -186,7 +183,7 @@ class Lan:
 
     def up(self):
         # down() finds the namespaces by their tag, not by this list.
-        netns_cluster.bridged_hosts(self.ns, HOSTS, [], run=sh)
+        netns.bridged_hosts(self.ns, HOSTS, [], run=sh)
         # The KDC unit's AmbientCapabilities=CAP_NET_BIND_SERVICE: krb5kdc
         # runs as kmpc-kdc and binds port 88 (a per-namespace sysctl).
         sh([*self.prefix("kdc"), "sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=88"])

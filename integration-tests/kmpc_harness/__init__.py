@@ -1,0 +1,15 @@
+"""kmpc's test harness: real daemons on loopback or in network namespaces.
+
+  realm     a throwaway realm of the patched krb5 (Realm, RealmError, ports)
+  cluster   three MPC servers (MpcCluster) and the kmpc realm on them
+            (KmpcRealm: the realm class every test, benchmark and the demo
+            uses)
+  replica   primary and replica KDCs (kprop, iprop) on one cluster
+  ldap      a slapd of its own per realm (the LDAP KDB back end)
+  netns     emulated hosts: network namespaces on one bridge
+  packages  the Debian packages installed on emulated hosts
+  deploy_tool  deploy/kmpc_deploy.py, the administrator's tool, as a module
+
+conftest.py puts integration-tests/ on sys.path; scripts outside it (the
+benchmarks, deploy/demo.py) do the same before importing.
+"""

@@ -1,0 +1,760 @@
+// The dispatcher (dispatcher.h, through the Batcher facade) against a
+// cluster: the window, the size limits, early flush, per-job failures,
+// deadlines, share-copy checks and exactly-once completion. BatcherTest
+// runs every test against the fake cluster and the real servers' code;
+// FakeBatcherTest against the fake only: each of its tests says which
+// fault the real servers cannot be made to show.
+#include "batcher_fixture.h"
+
+#include <syslog.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "kdc_metrics.h"
+#include "gtest/gtest.h"
+
+namespace kmpc::kdc {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(Cluster, BatcherTest,
+                         ::testing::Values(ClusterKind::kFake,
+                                           ClusterKind::kReal),
+                         KindName);
+
+INSTANTIATE_TEST_SUITE_P(Cluster, FakeBatcherTest,
+                         ::testing::Values(ClusterKind::kFake), KindName);
+
+TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
+  if (!ChecksumsOnShares())
+    GTEST_SKIP() << "these servers do not compute checksums over data_shares";
+  BatcherOptions o;
+  o.window = absl::Milliseconds(10);
+  o.early_flush = false;  // flushed by the window
+  auto b = Make(o);
+  const std::string pt = "an EncTicketPart of some 150 bytes, give or take";
+  ASSERT_TRUE(b->Submit(1, Encrypt(pt)).ok());
+  Job ck;
+  ck.type = kmpc::v1::JOB_CHECKSUM;
+  ck.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
+  ck.key_id = kKeyId;
+  ck.usage = 56;
+  ck.input.assign(pt.begin(), pt.end());
+  ASSERT_TRUE(b->Submit(2, std::move(ck)).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  Result enc = sink_.Get(1);
+  ASSERT_TRUE(enc.status.ok()) << enc.status;
+  ASSERT_EQ(enc.output.size(), pt.size() + 32);
+  // ctr0 || C || T with C = P ^ KS and the cluster's tag over C.
+  std::string out = Str(enc.output);
+  std::string ctr0 = out.substr(0, 16), c = out.substr(16, pt.size());
+  std::string ks = cluster_.Keystream(kKey, ctr0, pt.size());
+  for (size_t i = 0; i < pt.size(); ++i) EXPECT_EQ(c[i] ^ ks[i], pt[i]);
+  EXPECT_EQ(out.substr(16 + pt.size()), cluster_.Tag(kKey, 2, ctr0, c, false));
+
+  ASSERT_TRUE(b->Submit(3, Decrypt(enc.output)).ok());
+  SecureBytes bad = enc.output;
+  bad[20] ^= 1;
+  ASSERT_TRUE(b->Submit(4, Decrypt(bad)).ok());
+  Result ckr = sink_.Get(2);
+  ASSERT_TRUE(ckr.status.ok());
+  ASSERT_EQ(ckr.output.size(), 32u);
+  // The tag is over the message the shares reconstruct: ctr0 || tag.
+  const std::string sum = Str(ckr.output);
+  EXPECT_EQ(sum.substr(16), cluster_.Tag(kKey, 56, sum.substr(0, 16), pt, true));
+  Job v;
+  v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+  v.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
+  v.key_id = kKeyId;
+  v.usage = 56;
+  v.input.assign(pt.begin(), pt.end());
+  v.checksum = Str(ckr.output);
+  Job v2 = v;
+  v2.checksum[31] ^= 1;
+  ASSERT_TRUE(b->Submit(5, std::move(v)).ok());
+  ASSERT_TRUE(b->Submit(6, std::move(v2)).ok());
+  ASSERT_TRUE(sink_.WaitFor(6));
+  EXPECT_EQ(Str(sink_.Get(3).output), pt);
+  EXPECT_TRUE(absl::IsDataLoss(sink_.Get(4).status)) << sink_.Get(4).status;
+  EXPECT_TRUE(sink_.Get(4).output.empty());
+  EXPECT_TRUE(sink_.Get(5).status.ok());
+  EXPECT_TRUE(absl::IsDataLoss(sink_.Get(6).status));
+}
+
+// enctype.md invariant 5: a checksum's message (a ticket signature covers
+// the EncTicketPart, session key included) reaches each server only as
+// its two of three shares, dealt afresh for every job; the parties'
+// requests differ in those shares only, and no party's request holds the
+// message. The tags are still right (the fake reconstructs the message
+// from two parties' shares).
+TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // both jobs in one batch
+  auto b = Make(o);
+  const std::string msg =
+      "EncTicketPart: session key 0123456789abcdef0123456789abcdef, PAC";
+  ASSERT_TRUE(b->Submit(1, Checksum(msg)).ok());
+  ASSERT_TRUE(b->Submit(2, Checksum(msg)).ok());  // the same message again
+  ASSERT_TRUE(sink_.WaitFor(2));
+  const std::string sum = Str(sink_.Get(1).output);
+  ASSERT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  EXPECT_EQ(sum.substr(16), fake_.Tag(kKey, 17, sum.substr(0, 16), msg, true));
+  Job v;
+  v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+  v.cipher = kmpc::v1::CIPHER_AES256;
+  v.key_id = kKeyId;
+  v.usage = 17;
+  v.input.assign(msg.begin(), msg.end());
+  v.checksum = sum;
+  ASSERT_TRUE(b->Submit(3, std::move(v)).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
+
+  std::array<std::vector<kmpc::v1::RunRequest>, 3> got;
+  for (int p = 0; p < 3; ++p) {
+    for (const std::string& raw : fake_.received(p)) {
+      EXPECT_EQ(raw.find(msg.substr(0, 12)), std::string::npos) << p;
+      EXPECT_EQ(raw.find("0123456789abcdef"), std::string::npos) << p;
+      got[p].emplace_back();
+      ASSERT_TRUE(got[p].back().ParseFromString(raw));
+    }
+    ASSERT_EQ(got[p].size(), 2u) << p;  // two batches
+  }
+  int jobs = 0;
+  std::set<std::string> seen;  // every share of every job differs
+  for (size_t r = 0; r < 2; ++r) {
+    // The same batch and jobs for the three parties, but their own shares.
+    for (int p = 1; p < 3; ++p) {
+      ASSERT_EQ(got[p][r].batch_id(), got[0][r].batch_id());
+      ASSERT_EQ(got[p][r].jobs_size(), got[0][r].jobs_size());
+    }
+    for (int k = 0; k < got[0][r].jobs_size(); ++k) {
+      ++jobs;
+      std::array<const kmpc::v1::SharePair*, 3> s;
+      for (int p = 0; p < 3; ++p) {
+        const kmpc::v1::Job& j = got[p][r].jobs(k);
+        EXPECT_TRUE(j.data().empty());
+        EXPECT_EQ(j.length(), msg.size());
+        s[p] = &j.data_shares();
+        ASSERT_EQ(s[p]->first().size(), msg.size());
+        ASSERT_EQ(s[p]->second().size(), msg.size());
+        EXPECT_NE(s[p]->first(), msg);
+        EXPECT_NE(s[p]->second(), msg);
+        // Party p holds (s_p, s_{p+1}): consistent with its neighbour's.
+        EXPECT_TRUE(seen.insert(s[p]->first()).second) << r << " " << k;
+        kmpc::v1::Job a = j, z = got[0][r].jobs(k);
+        a.clear_data_shares();
+        z.clear_data_shares();
+        EXPECT_EQ(a.SerializeAsString(), z.SerializeAsString());
+      }
+      std::string d = s[0]->first();
+      for (int p = 0; p < 3; ++p) {
+        EXPECT_EQ(s[p]->second(), s[(p + 1) % 3]->first());
+        if (p > 0)
+          for (size_t i = 0; i < d.size(); ++i) d[i] ^= s[p]->first()[i];
+      }
+      EXPECT_EQ(d, msg);
+    }
+  }
+  EXPECT_EQ(jobs, 3);
+}
+
+// Self-clocked batches by default: a lone job goes at once on an idle
+// cluster, not after the window.
+TEST_P(BatcherTest, LoneJobDoesNotWaitForTheWindowByDefault) {
+  BatcherOptions o;
+  EXPECT_TRUE(o.early_flush);
+  o.window = absl::Seconds(30);  // would be unmistakable
+  auto b = Make(o);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("a lone ticket")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(10)));
+  EXPECT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  EXPECT_LT(sink_.At(1) - t0, absl::Seconds(5));
+  EXPECT_EQ(RunCalls(), 1);
+}
+
+TEST_P(BatcherTest, MalformedJobsAreRefusedAtSubmit) {
+  auto b = Make({});
+  Job j = Encrypt("x");
+  j.key_id = "short";
+  EXPECT_TRUE(absl::IsInvalidArgument(b->Submit(1, std::move(j))));
+  SecureBytes tiny(31, 1);
+  EXPECT_TRUE(absl::IsDataLoss(b->Submit(2, Decrypt(tiny))));
+  SecureBytes zero_ctr(48, 0);  // ctr0 == 0 touches the all-zero block
+  EXPECT_TRUE(absl::IsDataLoss(b->Submit(3, Decrypt(zero_ctr))));
+  SecureBytes wrap(48, 0xff);  // ctr0 + 1 wraps past 2^128 - 1
+  EXPECT_TRUE(absl::IsDataLoss(b->Submit(4, Decrypt(wrap))));
+  Job v;
+  v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+  v.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
+  v.key_id = kKeyId;
+  v.checksum = std::string(31, 'c');
+  EXPECT_TRUE(absl::IsDataLoss(b->Submit(5, std::move(v))));
+  b->Stop();
+  EXPECT_TRUE(sink_.counts().empty());
+}
+
+// A job that breaks the contract fails alone at the servers: the module
+// never sends one (Submit refuses it, above), so the request is edited on
+// its way (a key id of 31 bytes). The servers answer JOB_MALFORMED for it
+// (kInvalidArgument here); the other jobs of the batch succeed.
+TEST_P(BatcherTest, MalformedJobFailsAloneAtTheServers) {
+  const std::string marked(32, 'm');
+  cluster_.AddKey(marked, std::string(32, 'M'));
+  EditingTransport edited(&cluster_, [&](kmpc::v1::RunRequest* r) {
+    for (auto& j : *r->mutable_jobs())
+      if (j.key_id() == marked) j.set_key_id(marked.substr(0, 31));
+  });
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // flushed by the window
+  Batcher b(o, &edited, &sink_);
+  Job bad = Encrypt("x");
+  bad.key_id = marked;
+  const std::string pt = "the other job";
+  ASSERT_TRUE(b.Submit(1, std::move(bad)).ok());
+  ASSERT_TRUE(b.Submit(2, Encrypt(pt)).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  const Result r1 = sink_.Get(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(r1.status)) << r1.status;
+  EXPECT_TRUE(absl::StrContains(r1.status.message(), "key id")) << r1.status;
+  EXPECT_TRUE(r1.output.empty());
+  const Result r2 = sink_.Get(2);
+  ASSERT_TRUE(r2.status.ok()) << r2.status;
+  const std::string out = Str(r2.output);
+  ASSERT_EQ(out.size(), pt.size() + 32);
+  const std::string ctr0 = out.substr(0, 16), c = out.substr(16, pt.size());
+  const std::string ks = cluster_.Keystream(kKey, ctr0, pt.size());
+  for (size_t i = 0; i < pt.size(); ++i) EXPECT_EQ(c[i] ^ ks[i], pt[i]);
+  EXPECT_EQ(out.substr(16 + pt.size()), cluster_.Tag(kKey, 2, ctr0, c, false));
+  EXPECT_EQ(RunCalls(), 1);  // one batch, no re-run
+}
+
+TEST_P(BatcherTest, WindowCollectsJobsIntoOneBatch) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(400);
+  o.early_flush = false;  // flushed by the window
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(b->Submit(i, Encrypt("ticket")).ok());
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(sink_.WaitFor(5));
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(sink_.Get(i).status.ok());
+    EXPECT_GE(sink_.At(i) - t0, absl::Milliseconds(395));
+  }
+  auto calls = cluster_.calls();
+  ASSERT_EQ(RunCalls(), 1);
+  EXPECT_EQ(calls[0].jobs, 5);
+  // The window runs from the oldest job: flushed once, at ~400 ms.
+  EXPECT_GE(calls[0].at - t0, absl::Milliseconds(395));
+  EXPECT_LT(calls[0].at - t0, absl::Seconds(2));
+  // Finalize is batched too: one call per server.
+  int fin = 0;
+  for (const auto& c : calls)
+    if (c.method == "Finalize") {
+      ++fin;
+      EXPECT_EQ(c.jobs, 5);
+    }
+  EXPECT_EQ(fin, 3);
+  EXPECT_EQ(b->stats().batches, 1u);
+  EXPECT_EQ(b->stats().jobs, 5u);
+}
+
+TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
+  o.max_jobs = 4;
+  o.backlog_jobs = 4;  // no bigger batches for a backlog (next test)
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  ASSERT_TRUE(sink_.WaitFor(8, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+  auto calls = cluster_.calls();
+  EXPECT_EQ(calls[0].jobs, 4);
+  // The ninth job waits for the window (30 s): not done yet.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(sink_.counts().size(), 8u);
+  b->Stop();
+  EXPECT_EQ(sink_.counts().size(), 8u);
+}
+
+// Jobs that piled up while a batch ran go out together, up to the backlog
+// caps, not in batches of max_jobs; what is left below max_jobs waits for
+// the window as usual.
+TEST_P(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
+  o.max_jobs = 4;
+  o.backlog_jobs = 10;
+  o.max_inflight = 1;
+  cluster_.set_latency(absl::Milliseconds(150));
+  auto b = Make(o);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  WaitRunCalls(1);  // batch 1 is in flight (150 ms)
+  for (int i = 4; i < 22; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  ASSERT_TRUE(sink_.WaitFor(22, absl::Seconds(5)));
+  // 4; then 10 of the 18 that waited (the cap); then the other 8 at once
+  // (still >= max_jobs): not in batches of 4, and nothing waits for 30 s.
+  ASSERT_EQ(RunSizes(), (std::vector<int>{4, 10, 8}));
+  for (int i = 0; i < 22; ++i) EXPECT_TRUE(sink_.Get(i).status.ok()) << i;
+  // One batch at a time: each Run starts after the previous one's answer.
+  const auto runs = Runs();
+  for (size_t k = 1; k < runs.size(); ++k)
+    EXPECT_GE(runs[k].at - runs[k - 1].at, absl::Milliseconds(145)) << k;
+}
+
+TEST_P(BatcherTest, BacklogBatchIsCappedByBlocks) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
+  o.max_jobs = 100;
+  o.max_blocks = 4;      // each job: 1 keystream block + 1 = 2 blocks
+  o.backlog_blocks = 6;
+  o.max_inflight = 1;
+  cluster_.set_latency(absl::Milliseconds(100));
+  auto b = Make(o);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  WaitRunCalls(1);
+  for (int i = 2; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  ASSERT_TRUE(sink_.WaitFor(8, absl::Seconds(5)));
+  const std::vector<int> sizes = RunSizes();
+  ASSERT_GE(sizes.size(), 3u);
+  EXPECT_EQ(sizes[0], 2);
+  EXPECT_EQ(sizes[1], 3);  // 6 blocks
+  EXPECT_EQ(sizes[2], 3);
+}
+
+TEST_P(BatcherTest, BlockLimitFlushesAtOnce) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
+  o.max_blocks = 20;  // each job: 8 keystream blocks + 1
+  o.backlog_blocks = 20;
+  auto b = Make(o);
+  ASSERT_TRUE(b->Submit(1, Encrypt(std::string(128, 'a'))).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt(std::string(128, 'b'))).ok());
+  ASSERT_TRUE(b->Submit(3, Encrypt(std::string(128, 'c'))).ok());
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
+  EXPECT_EQ(cluster_.calls()[0].jobs, 2);
+}
+
+TEST_P(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Milliseconds(20);
+  cluster_.set_latency(absl::Milliseconds(150));
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());  // back to back: same batch
+  WaitRunCalls(1);  // batch 1 went out (after the 20 ms coalescing)
+  // The servers are busy with batch 1 (150 ms): these wait, then go together.
+  for (int i = 3; i < 7; ++i) ASSERT_TRUE(b->Submit(i, Decrypt(SecureBytes(40, 7))).ok());
+  ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(5)));
+  EXPECT_LT(sink_.At(1) - t0, absl::Seconds(1));  // not the 30 s window
+  const std::vector<int> sizes = RunSizes();
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0], 2);
+  EXPECT_EQ(sizes[1], 4);
+  // The second batch started only after the first was done.
+  EXPECT_GE(sink_.At(3), sink_.At(1));
+  for (int i = 3; i < 7; ++i) EXPECT_TRUE(absl::IsDataLoss(sink_.Get(i).status));
+}
+
+TEST_P(BatcherTest, SubmitterIdleFlushesAnIdleQueueWithoutTheCoalesceDelay) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Seconds(20);
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(RunCalls(), 0);  // the coalesce delay holds them
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
+  EXPECT_LT(sink_.At(2) - t0, absl::Seconds(5));
+  EXPECT_EQ(RunCalls(), 1);  // both in one batch
+  // A kick with nothing queued changes nothing; the next jobs wait again.
+  b->SubmitterIdle();
+  ASSERT_TRUE(b->Submit(3, Encrypt("c")).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(RunCalls(), 1);
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(5)));
+  EXPECT_EQ(RunCalls(), 2);
+}
+
+TEST_P(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(300);
+  o.early_flush = false;  // flushed by the window
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
+  EXPECT_GE(sink_.At(1) - t0, absl::Milliseconds(290));
+}
+
+// Fake only: the real servers have no hook for the fault (a party that never answers).
+TEST_P(FakeBatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
+  o.deadline = absl::Milliseconds(300);
+  fake_.set_hang(1, true);
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(5)));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(absl::IsUnavailable(sink_.Get(i).status)) << sink_.Get(i).status;
+    EXPECT_GE(sink_.At(i) - t0, absl::Milliseconds(290));
+    EXPECT_LT(sink_.At(i) - t0, absl::Seconds(2));
+  }
+  // The batcher keeps serving once the server is back.
+  fake_.set_hang(1, false);
+  ASSERT_TRUE(b->Submit(10, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_TRUE(sink_.Get(10).status.ok());
+  for (auto& [t, n] : sink_.counts()) EXPECT_EQ(n, 1) << "token " << t;
+}
+
+// Fake only: the real servers have no hook for the fault (a party that is down).
+TEST_P(FakeBatcherTest, UnreachableServerFailsFast) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
+  o.deadline = absl::Seconds(20);
+  fake_.set_down(2, true);
+  auto b = Make(o);
+  absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status));
+  EXPECT_TRUE(absl::StrContains(sink_.Get(1).status.message(), "party 2"));
+  fake_.set_down(2, false);
+  ASSERT_TRUE(b->Submit(2, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_TRUE(sink_.Get(2).status.ok());
+}
+
+// Reachable(party) fails for the parties marked down (a transport that
+// knows a connection is lost).
+class KnownDownTransport : public ForwardingTransport {
+ public:
+  explicit KnownDownTransport(Transport* next) : ForwardingTransport(next) {}
+  void set_down(int party, bool down) { down_[party] = down; }
+  absl::Status Reachable(int party) override {
+    return down_[party] ? absl::UnavailableError("connection lost")
+                        : absl::OkStatus();
+  }
+
+ private:
+  std::array<std::atomic<bool>, 3> down_{};
+};
+
+// A party the transport knows is down fails the batch at once, and no
+// server is sent anything (the two others would hold a batch that cannot
+// run); once it is back, batches go again.
+TEST_P(BatcherTest, KnownDownPartyFailsTheBatchWithoutSendingIt) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
+  o.deadline = absl::Seconds(20);
+  KnownDownTransport t(&cluster_);
+  t.set_down(1, true);
+  auto b = std::make_unique<Batcher>(o, &t, &sink_);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status));
+  EXPECT_TRUE(absl::StrContains(sink_.Get(1).status.message(), "party 1"))
+      << sink_.Get(1).status;
+  EXPECT_TRUE(cluster_.calls().empty());
+  t.set_down(1, false);
+  ASSERT_TRUE(b->Submit(2, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
+  b.reset();  // before t
+}
+
+// A server's typed refusal (an overloaded queue) fails the batch's jobs
+// at once (SVC_UNAVAILABLE), naming the party and the refusal; nothing is
+// re-run, and the next batch succeeds once the server accepts again.
+// Fake only: the real servers have no hook for the fault (a server refusing every batch (an overloaded queue)).
+TEST_P(FakeBatcherTest, TypedRefusalFailsTheBatchAtOnce) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
+  o.deadline = absl::Seconds(20);
+  fake_.set_refuse(1, kmpc::v1::BATCH_OVERLOADED);
+  auto b = Make(o);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->Submit(2, Decrypt(SecureBytes(40, 7))).ok());
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  for (int t : {1, 2}) {
+    const absl::Status& st = sink_.Get(t).status;
+    EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+    EXPECT_TRUE(absl::StrContains(
+        st.message(), "MPC party 1 (fake) refused the batch: BATCH_OVERLOADED"))
+        << st;
+  }
+  EXPECT_EQ(RunCalls(), 1);
+  fake_.set_refuse(1, kmpc::v1::BATCH_ERROR_UNSPECIFIED);
+  ASSERT_TRUE(b->Submit(3, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
+}
+
+// Fake only: the real servers have no hook for the fault (a server sending a corrupt share copy).
+TEST_P(FakeBatcherTest, ShareCopyDisagreementRejectsTheBatch) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
+  auto b = Make(o);
+  // Warm up a ciphertext to decrypt.
+  ASSERT_TRUE(b->Submit(1, Encrypt("the plaintext")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  SecureBytes ct = sink_.Get(1).output;
+  fake_.set_corrupt(1, true);
+  ASSERT_TRUE(b->Submit(2, Decrypt(ct)).ok());
+  ASSERT_TRUE(b->Submit(3, Encrypt("other")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  for (int t : {2, 3}) {
+    EXPECT_TRUE(absl::IsUnavailable(sink_.Get(t).status)) << sink_.Get(t).status;
+    EXPECT_TRUE(sink_.Get(t).output.empty());
+  }
+  bool named = false;
+  for (const auto& l : sink_.logs())
+    named |= absl::StrContains(l, "rejected") &&
+             absl::StrContains(l, "party 1 (fake) and party 2 (fake) disagree");
+  EXPECT_TRUE(named) << ::testing::PrintToString(sink_.logs());
+  // No plaintext in any log line.
+  for (const auto& l : sink_.logs()) EXPECT_FALSE(absl::StrContains(l, "plaintext"));
+  fake_.set_corrupt(1, false);
+  ASSERT_TRUE(b->Submit(4, Decrypt(ct)).ok());
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_EQ(Str(sink_.Get(4).output), "the plaintext");
+}
+
+// Fake only: the real servers have no hook for the fault (a server sending a corrupt tag share).
+TEST_P(FakeBatcherTest, CorruptTagShareInFinalizeIsRejected) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
+  fake_.set_corrupt_finalize(0, true);
+  auto b = Make(o);
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  for (int t : {1, 2}) {
+    EXPECT_TRUE(absl::IsUnavailable(sink_.Get(t).status)) << sink_.Get(t).status;
+    EXPECT_TRUE(sink_.Get(t).output.empty());
+  }
+  bool named = false;
+  for (const auto& l : sink_.logs())
+    named |= absl::StrContains(l, "tag") &&
+             absl::StrContains(l, "party 0 (fake) and party 1 (fake) disagree");
+  EXPECT_TRUE(named) << ::testing::PrintToString(sink_.logs());
+}
+
+// Fake only: the real servers have no hook for the fault (a cluster answering with ctr0 = 0).
+TEST_P(FakeBatcherTest, InvalidCounterFromTheClusterIsRejected) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
+  fake_.set_zero_ctr0(true);
+  auto b = Make(o);
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status)) << sink_.Get(1).status;
+  // Nothing was finalized: no tag exists for that counter.
+  for (const auto& c : fake_.calls()) EXPECT_NE(c.method, "Finalize");
+}
+
+TEST_P(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // flushed by the window
+  auto b = Make(o);
+  Job j = Encrypt("x");
+  j.key_id = std::string(32, 'u');
+  ASSERT_TRUE(b->Submit(1, std::move(j)).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_TRUE(absl::IsNotFound(sink_.Get(1).status)) << sink_.Get(1).status;
+  EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
+}
+
+// The servers fail a job whose key is missing or inconsistent on some of
+// them per job (JobResult.status JOB_UNKNOWN_KEY / JOB_KEY_INCONSISTENT):
+// only those jobs fail, in the same
+// single Run, NOT_FOUND for a missing key, UNAVAILABLE for inconsistent
+// shares; the others complete.
+TEST_P(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // flushed by the window
+  const std::string bad(32, 'b');
+  cluster_.AddInconsistentKey(bad);
+  auto b = Make(o);
+  Job unknown = Encrypt("x");
+  unknown.key_id = std::string(32, 'u');
+  Job stale = Encrypt("z");
+  stale.key_id = bad;
+  ASSERT_TRUE(b->Submit(1, std::move(unknown)).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(b->Submit(3, std::move(stale)).ok());
+  ASSERT_TRUE(b->Submit(4, Encrypt("w")).ok());
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_TRUE(absl::IsNotFound(sink_.Get(1).status)) << sink_.Get(1).status;
+  EXPECT_TRUE(absl::StrContains(sink_.Get(1).status.message(), "no shares"))
+      << sink_.Get(1).status;
+  EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(3).status)) << sink_.Get(3).status;
+  EXPECT_TRUE(absl::StrContains(sink_.Get(3).status.message(), "inconsistent"))
+      << sink_.Get(3).status;
+  EXPECT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
+  int runs = 0;
+  for (const auto& c : cluster_.calls()) runs += c.method == "Run";
+  EXPECT_EQ(runs, 3);  // one batch, one Run per party, no re-run
+}
+
+// kmpc.proto Job.cipher: the job carries the KDC's enctype and the cluster
+// refuses a key id dealt for the other one, per job (JOB_WRONG_CIPHER ->
+// kPermissionDenied, which the module maps to KRB5_BAD_ENCTYPE); the other
+// jobs of the same Run complete. A job without a cipher never leaves the
+// KDC (contract::CheckJob: kInvalidArgument at submit).
+TEST_P(BatcherTest, WrongCipherFailsOnlyThatJob) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(20);
+  o.early_flush = false;  // flushed by the window
+  const std::string id128(32, 'a');
+  cluster_.AddKey(id128, std::string(16, 'A'));
+  auto b = Make(o);
+  Job as256 = Encrypt("x");  // kKey, AES-256: right
+  Job wrong256 = Encrypt("y");
+  wrong256.key_id = id128;  // dealt AES-128, named AES-256
+  Job wrong128 = Encrypt("z");
+  wrong128.cipher = kmpc::v1::CIPHER_AES128;  // kKey is AES-256
+  Job as128 = Encrypt("w");
+  as128.key_id = id128;
+  as128.cipher = kmpc::v1::CIPHER_AES128;
+  ASSERT_TRUE(b->Submit(1, std::move(as256)).ok());
+  ASSERT_TRUE(b->Submit(2, std::move(wrong256)).ok());
+  ASSERT_TRUE(b->Submit(3, std::move(wrong128)).ok());
+  ASSERT_TRUE(b->Submit(4, std::move(as128)).ok());
+  Job none = Encrypt("v");
+  none.cipher = kmpc::v1::CIPHER_UNSPECIFIED;
+  absl::Status refused = b->Submit(5, std::move(none));
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "cipher")) << refused;
+  ASSERT_TRUE(sink_.WaitFor(4));
+  EXPECT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  EXPECT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
+  for (uint64_t t : {2, 3}) {
+    const absl::Status& st = sink_.Get(t).status;
+    EXPECT_TRUE(absl::IsPermissionDenied(st)) << t << ": " << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "another enctype")) << st;
+    EXPECT_TRUE(sink_.Get(t).output.empty()) << t;
+    EXPECT_STREQ(KdcMetrics::CauseOf(st), "wrong_cipher");
+  }
+  EXPECT_TRUE(absl::StrContains(sink_.Get(2).status.message(), "dealt for AES128"))
+      << sink_.Get(2).status;
+  EXPECT_TRUE(absl::StrContains(sink_.Get(3).status.message(), "dealt for AES256"))
+      << sink_.Get(3).status;
+  // The right ones are the right enctype's ciphertexts.
+  const SecureBytes& ct = sink_.Get(4).output;
+  ASSERT_GE(ct.size(), 32u + 1);
+  const std::string ctr0(ct.begin(), ct.begin() + 16);
+  EXPECT_EQ(static_cast<char>(ct[16] ^ cluster_.Keystream(std::string(16, 'A'), ctr0, 1)[0]), 'w');
+  int runs = 0;
+  for (const auto& c : cluster_.calls()) runs += c.method == "Run";
+  EXPECT_EQ(runs, 3);  // one batch, one Run per party, no re-run
+}
+
+// Fake only: the real servers have no hook for the fault (parties hanging, down and corrupt in turn).
+TEST_P(FakeBatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(3);
+  o.max_jobs = 7;
+  o.deadline = absl::Milliseconds(200);
+  o.early_flush = true;
+  o.max_inflight = 3;
+  fake_.set_latency(absl::Milliseconds(2));
+  auto b = Make(o);
+  const int n = 600;
+  for (int i = 0; i < n; ++i) {
+    if (i == 150) fake_.set_hang(0, true);
+    if (i == 250) fake_.set_hang(0, false);
+    if (i == 300) fake_.set_down(1, true);
+    if (i == 350) fake_.set_down(1, false);
+    if (i == 400) fake_.set_corrupt(2, true);
+    if (i == 450) fake_.set_corrupt(2, false);
+    ASSERT_TRUE(b->Submit(i, Encrypt(std::string(1 + i % 70, 'p'))).ok());
+    if (i % 10 == 0) absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_TRUE(sink_.WaitFor(n, absl::Seconds(30)));
+  absl::SleepFor(absl::Milliseconds(300));  // late callbacks must not count
+  auto counts = sink_.counts();
+  ASSERT_EQ(counts.size(), static_cast<size_t>(n));
+  int ok = 0;
+  for (auto& [t, c] : counts) {
+    EXPECT_EQ(c, 1) << "token " << t;
+    ok += sink_.Get(t).status.ok();
+  }
+  EXPECT_GT(ok, n / 3);
+}
+
+TEST_P(BatcherTest, FullQueueRefusesJobs) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = false;  // flushed by the window
+  o.max_queue = 3;
+  auto b = Make(o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
+  EXPECT_TRUE(absl::IsUnavailable(b->Submit(3, Encrypt("x"))));
+}
+
+TEST_P(BatcherTest, StopAbandonsPendingJobsAndNothingArrivesAfter) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
+  cluster_.set_latency(absl::Milliseconds(200));
+  auto b = Make(o);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
+  absl::SleepFor(absl::Milliseconds(50));  // in flight
+  b->Stop();
+  size_t at_stop = sink_.counts().size();
+  absl::SleepFor(absl::Milliseconds(400));
+  EXPECT_EQ(sink_.counts().size(), at_stop);
+  EXPECT_FALSE(b->Submit(99, Encrypt("x")).ok());
+}
+
+}  // namespace
+}  // namespace kmpc::kdc

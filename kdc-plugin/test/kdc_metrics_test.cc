@@ -1,0 +1,54 @@
+// The module's Prometheus metrics (kdc_metrics.h).
+#include "kdc_metrics.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace kmpc::kdc {
+namespace {
+
+// The module's metrics: failures by a public cause, batch figures into the
+// histograms, the batcher's counters read at render time and left out once
+// the source is cleared.
+TEST(KdcMetricsTest, CountsAndRenders) {
+  KdcMetrics m;
+  EXPECT_STREQ(KdcMetrics::CauseOf(absl::DataLossError("tag")), "integrity");
+  EXPECT_STREQ(KdcMetrics::CauseOf(absl::UnavailableError("down")),
+               "unavailable");
+  m.JobDone(absl::OkStatus());
+  m.JobDone(absl::OkStatus());
+  m.JobDone(absl::DataLossError("tag"));
+  m.JobRefused(absl::UnavailableError("queue full"));
+  m.BatchDone(false, 3, 30, false, absl::Microseconds(1500));
+  m.BatchDone(true, 2, 0, false, absl::Microseconds(300));
+  BatcherStats st;
+  st.queued_jobs = 5;
+  st.speculative_used = 7;
+  st.failovers = 4;
+  m.SetStatsSource([st] { return st; });
+  std::string text = m.Render();
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_jobs_completed_total{result=\"ok\"} 2\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_job_failures_total{cause=\"integrity\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_jobs_refused_total{cause=\"unavailable\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_batch_jobs_sum{kind=\"run\"} 3\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_batch_latency_seconds_bucket{kind=\"run\",le=\"0.002\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_batch_latency_seconds_bucket{kind=\"run\",le=\"0.001\"} 0\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_queue_jobs 5\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_speculative_used_total 7\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_failovers_total 4\n")) << text;
+  for (const char* name :
+       {"kmpc_kdc_run_requests_total 0\n", "kmpc_kdc_finalize_requests_total 0\n",
+        "kmpc_kdc_sign_requests_total 0\n", "kmpc_kdc_pads_drawn_total 0\n",
+        "kmpc_kdc_pads_used_total 0\n", "kmpc_kdc_pads_wasted_total 0\n",
+        "kmpc_kdc_pads_held 0\n", "kmpc_kdc_sign_rerun_total 0\n"})
+    EXPECT_TRUE(absl::StrContains(text, name)) << name;
+  EXPECT_TRUE(absl::StrContains(text, "process_resident_memory_bytes ")) << text;
+  m.ClearStatsSource();
+  EXPECT_FALSE(absl::StrContains(m.Render(), "kmpc_kdc_queue_jobs"));
+}
+
+}  // namespace
+}  // namespace kmpc::kdc

@@ -1,0 +1,148 @@
+// The module's C++ core through its C interface (core.h, module.cc), as
+// kmpc_kdc.c drives it: options refused with a clear message, jobs refused
+// at submit (malformed, not an MPC enctype, an unknown job type), and an
+// accepted job completed on the eventfd with the krb5 error its failure
+// maps to (KRB5KDC_ERR_SVC_UNAVAILABLE: no server listens).
+#include <poll.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+extern "C" {
+#include <krb5/krb5.h>
+#include <krb5/kdcmpc_plugin.h>
+
+#include "core.h"
+}
+
+namespace {
+
+struct Done {
+  int calls = 0;
+};
+void OnDone(void* arg, krb5_error_code, krb5_data) {
+  ++static_cast<Done*>(arg)->calls;  // never called: kmpc_core_next hands back
+}
+
+krb5_error_code Create(std::vector<std::string> opts, kmpc_core** core,
+                       std::string* msg) {
+  std::vector<const char*> argv;
+  for (const auto& o : opts) argv.push_back(o.c_str());
+  argv.push_back(nullptr);
+  char* m = nullptr;
+  krb5_error_code code = kmpc_core_create(argv.data(), core, &m);
+  *msg = m ? m : "";
+  free(m);
+  return code;
+}
+
+TEST(ModuleOptionsTest, BadOptionsAreRefusedWithTheirName) {
+  kmpc_core* core = nullptr;
+  std::string msg;
+  EXPECT_EQ(Create({"servers = 127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "certs = /c",
+                    "batch_windw_ms = 5"}, &core, &msg), EINVAL);
+  EXPECT_EQ(core, nullptr);
+  EXPECT_TRUE(absl::StrContains(msg, "unknown kdcmpc option \"batch_windw_ms\"")) << msg;
+}
+
+class ModuleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = kmpc::testing::MakeTestCerts("kmpc-module-test");
+    ASSERT_FALSE(dir_.empty());
+    std::string servers;
+    for (int i = 0; i < 3; ++i)
+      servers += absl::StrCat(i ? "," : "", "127.0.0.1:",
+                              kmpc::testing::FreeLoopbackPort());
+    std::string msg;
+    ASSERT_EQ(Create({"servers = " + servers, "certs = " + dir_ + "/certs",
+                      "deadline_ms = 1000", "batch_window_ms = 5"}, &core_, &msg), 0)
+        << msg;
+  }
+  void TearDown() override {
+    if (core_) kmpc_core_destroy(core_);
+  }
+  krb5_error_code Submit(const krb5_kdcmpc_job& job, std::string* msg) {
+    char* m = nullptr;
+    krb5_error_code code = kmpc_core_submit(core_, &job, OnDone, &done_, &m);
+    *msg = m ? m : "";
+    free(m);
+    return code;
+  }
+  krb5_kdcmpc_job Encrypt() {
+    krb5_kdcmpc_job job{};
+    job.type = KRB5_KDCMPC_ENCRYPT;
+    job.enctype = KRB5_KDCMPC_ENCTYPE_AES256;
+    job.key_id = key_id_;
+    job.usage = 2;
+    job.input.data = plaintext_;
+    job.input.length = sizeof(plaintext_) - 1;
+    return job;
+  }
+
+  std::string dir_;
+  kmpc_core* core_ = nullptr;
+  Done done_;
+  unsigned char key_id_[KRB5_KDCMPC_KEY_ID_LEN] = {1};
+  char plaintext_[20] = "a plaintext ticket";
+};
+
+TEST_F(ModuleTest, JobsTheModuleCannotTakeAreRefusedAtSubmit) {
+  std::string msg;
+  krb5_kdcmpc_job no_key = Encrypt();
+  no_key.key_id = nullptr;
+  EXPECT_EQ(Submit(no_key, &msg), EINVAL);
+  EXPECT_EQ(msg, "kdcmpc: malformed job");
+  krb5_kdcmpc_job cts = Encrypt();
+  cts.enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+  EXPECT_EQ(Submit(cts, &msg), KRB5_BAD_ENCTYPE);
+  EXPECT_EQ(msg, "kdcmpc: not an MPC enctype");
+  krb5_kdcmpc_job unknown = Encrypt();
+  unknown.type = static_cast<krb5_kdcmpc_job_type>(99);
+  EXPECT_EQ(Submit(unknown, &msg), EINVAL);
+  EXPECT_EQ(msg, "kdcmpc: unknown job type");
+  {
+    kmpc_completion c;
+    EXPECT_EQ(kmpc_core_next(core_, &c), 0);  // nothing was accepted
+  }
+  EXPECT_EQ(done_.calls, 0);
+}
+
+TEST_F(ModuleTest, AnUnreachableClusterCompletesTheJobAsServiceUnavailable) {
+  std::string msg;
+  ASSERT_EQ(Submit(Encrypt(), &msg), 0) << msg;
+  kmpc_core_kick(core_);
+  kmpc_completion c{};
+  bool got = false;
+  for (int i = 0; i < 100 && !got; ++i) {
+    pollfd p{kmpc_core_fd(core_), POLLIN, 0};
+    poll(&p, 1, 100);
+    kmpc_core_ack(core_);
+    int level;
+    char* line;
+    while (kmpc_core_next_log(core_, &level, &line)) free(line);
+    got = kmpc_core_next(core_, &c) != 0;
+  }
+  ASSERT_TRUE(got) << "no completion within 10 s";
+  EXPECT_EQ(c.done, &OnDone);
+  EXPECT_EQ(c.arg, &done_);
+  EXPECT_EQ(c.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+  EXPECT_EQ(c.output.length, 0u);
+  ASSERT_NE(c.message, nullptr);
+  EXPECT_TRUE(absl::StrContains(c.message, "unreachable") ||
+              absl::StrContains(c.message, "did not answer"))
+      << c.message;
+  // The plaintext is never in the message.
+  EXPECT_FALSE(absl::StrContains(c.message, plaintext_));
+  free(c.message);
+  free(c.output.data);
+  EXPECT_EQ(done_.calls, 0);  // the KDC's loop calls done, not the core
+}
+
+}  // namespace

@@ -1,0 +1,194 @@
+// The router (router.h) over two fake clusters: failover when a party of
+// the primary is down or hangs, jobs moved at once, both down, a key
+// missing on one cluster, integrity failures not retried.
+#include "batcher_fixture.h"
+
+#include <syslog.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "router.h"
+#include "gtest/gtest.h"
+
+namespace kmpc::kdc {
+namespace {
+
+// Two fake clusters holding the same key under the same id behind a
+// Router (router.h).
+class RouterTest : public ::testing::Test {
+ protected:
+  RouterTest() {
+    for (auto& c : clusters_) c.AddKey(kKeyId, kKey);
+    options_.window = absl::Milliseconds(5);
+  }
+  std::unique_ptr<Router> Make() {
+    return std::make_unique<Router>(
+        options_, std::vector<Transport*>{&clusters_[0], &clusters_[1]},
+        &sink_);
+  }
+  size_t Calls(int c) { return clusters_[c].calls().size(); }
+
+  std::array<FakeCluster, 2> clusters_;
+  BatcherOptions options_;
+  CollectingSink sink_;
+};
+
+TEST_F(RouterTest, PrimaryTakesEverythingWhileHealthy) {
+  auto r = Make();
+  for (uint64_t t = 1; t <= 20; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(20));
+  for (uint64_t t = 1; t <= 20; ++t) EXPECT_TRUE(sink_.Get(t).status.ok());
+  EXPECT_GT(Calls(0), 0u);
+  EXPECT_EQ(Calls(1), 0u);
+  EXPECT_EQ(r->stats().failovers, 0u);
+}
+
+// A party of the primary down: every job fails over and completes once;
+// a ciphertext made by cluster 2 decrypts on cluster 1 (same key, same id).
+TEST_F(RouterTest, FailsOverWhenAPartyOfThePrimaryIsDown) {
+  auto r = Make();
+  clusters_[0].set_down(1, true);
+  const std::string pt = "an EncTicketPart";
+  for (uint64_t t = 1; t <= 10; ++t) ASSERT_TRUE(r->Submit(t, Encrypt(pt)).ok());
+  ASSERT_TRUE(sink_.WaitFor(10));
+  for (uint64_t t = 1; t <= 10; ++t)
+    ASSERT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+  EXPECT_GT(Calls(1), 0u);
+  EXPECT_GT(r->stats().failovers, 0u);
+  // The primary is avoided now: new jobs go straight to cluster 2.
+  const size_t before = Calls(0);
+  ASSERT_TRUE(r->Submit(11, Encrypt(pt)).ok());
+  ASSERT_TRUE(sink_.WaitFor(11));
+  EXPECT_EQ(Calls(0), before);
+  // Back after Router::kDownFor: cluster 1 decrypts cluster 2's ciphertext.
+  clusters_[0].set_down(1, false);
+  absl::SleepFor(Router::kDownFor + absl::Milliseconds(50));
+  const size_t on2 = Calls(1);
+  ASSERT_TRUE(r->Submit(12, Decrypt(sink_.Get(11).output)).ok());
+  ASSERT_TRUE(sink_.WaitFor(12));
+  Result d = sink_.Get(12);
+  ASSERT_TRUE(d.status.ok()) << d.status;
+  EXPECT_EQ(Str(d.output), pt);
+  EXPECT_EQ(Calls(1), on2);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+  const std::vector<std::string> logs = sink_.logs();
+  EXPECT_TRUE(std::any_of(logs.begin(), logs.end(), [](const std::string& l) {
+    return absl::StrContains(l, "jobs go to cluster 2");
+  }));
+}
+
+// A hung party (no answer, no error) fails the primary's batch only at
+// its deadline; the jobs still get their try on cluster 2.
+TEST_F(RouterTest, HungPrimaryFailsOverAtItsDeadline) {
+  options_.deadline = absl::Milliseconds(300);
+  auto r = Make();
+  clusters_[0].set_hang(2, true);
+  const absl::Time start = absl::Now();
+  for (uint64_t t = 1; t <= 3; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  for (uint64_t t = 1; t <= 3; ++t)
+    EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+  EXPECT_GE(sink_.At(1) - start, options_.deadline);
+  EXPECT_GT(Calls(1), 0u);
+  // While it is down, jobs go to cluster 2 at once.
+  auto quick = [&](uint64_t from, uint64_t to) {
+    const absl::Time t0 = absl::Now();
+    for (uint64_t t = from; t <= to; ++t)
+      EXPECT_TRUE(r->Submit(t, Encrypt("y")).ok());
+    EXPECT_TRUE(sink_.WaitFor(to));
+    size_t n = 0;
+    for (uint64_t t = from; t <= to; ++t) {
+      EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+      if (sink_.At(t) - t0 < options_.deadline) ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(quick(4, 8), 5u);
+  // Its down time over, one job probes it (and waits for the deadline);
+  // the others still go to cluster 2 at once.
+  absl::SleepFor(Router::kDownFor);
+  EXPECT_EQ(quick(9, 13), 4u);
+  // Back: the next probe finds it answering, and it is the primary again.
+  clusters_[0].set_hang(2, false);
+  absl::SleepFor(2 * Router::kDownFor + absl::Milliseconds(300));
+  const size_t before14 = Calls(1);
+  const size_t before14_0 = Calls(0);
+  EXPECT_EQ(quick(14, 14), 1u);
+  EXPECT_GT(Calls(0), before14_0);  // the probe went to cluster 1
+  EXPECT_EQ(Calls(1), before14);
+  const size_t on2 = Calls(1);
+  EXPECT_EQ(quick(15, 18), 4u);
+  EXPECT_EQ(Calls(1), on2);
+}
+
+// Jobs queued behind the hung batch (max_inflight 1) go to cluster 2 as
+// soon as that batch fails, not into the hung cluster's next batch.
+TEST_F(RouterTest, JobsQueuedOnAFailedClusterMoveAtOnce) {
+  options_.deadline = absl::Milliseconds(500);
+  auto r = Make();
+  clusters_[0].set_hang(0, true);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(r->Submit(1, Encrypt("a")).ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  for (uint64_t t = 2; t <= 6; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("b")).ok());
+  ASSERT_TRUE(sink_.WaitFor(6));
+  for (uint64_t t = 1; t <= 6; ++t) {
+    EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+    EXPECT_LT(sink_.At(t) - start, options_.deadline * 1.6) << t;
+  }
+  clusters_[0].set_hang(0, false);
+}
+
+TEST_F(RouterTest, BothClustersDownFailsOnceUnavailable) {
+  auto r = Make();
+  clusters_[0].set_down(0, true);
+  clusters_[1].set_down(2, true);
+  ASSERT_TRUE(r->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  EXPECT_EQ(sink_.Get(1).status.code(), absl::StatusCode::kUnavailable);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(sink_.counts().at(1), 1);
+}
+
+// A key missing on the primary (kNotFound) is found on cluster 2 without
+// taking the primary out of service.
+TEST_F(RouterTest, KeyMissingOnThePrimaryIsTriedOnTheOther) {
+  const std::string other(32, 'o');
+  clusters_[1].AddKey(other, kKey);
+  auto r = Make();
+  Job j = Encrypt("x");
+  j.key_id = other;
+  ASSERT_TRUE(r->Submit(1, std::move(j)).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  EXPECT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  const size_t before = Calls(0);
+  ASSERT_TRUE(r->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_GT(Calls(0), before);
+}
+
+// A tag that does not verify is final: no second try on another cluster.
+TEST_F(RouterTest, IntegrityFailureIsNotRetried) {
+  auto r = Make();
+  ASSERT_TRUE(r->Submit(1, Encrypt("a ticket")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  SecureBytes bad = sink_.Get(1).output;
+  bad[18] ^= 1;
+  ASSERT_TRUE(r->Submit(2, Decrypt(bad)).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_EQ(sink_.Get(2).status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Calls(1), 0u);
+}
+
+}  // namespace
+}  // namespace kmpc::kdc

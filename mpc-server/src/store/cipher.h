@@ -1,0 +1,18 @@
+// The AES variant of an MPC key inside the servers and the admin tools:
+// the share store persists it (one byte of a key record), the engine sizes
+// key schedules by it, kmpc-admin and the key dealer deal keys of it. It is
+// the one such type on this side of the wire; engine.h converts it to and
+// from the wire's kmpc.v1.Cipher (same values, asserted there) and
+// admin/cluster.h from krb5's aes*-ctr-mpc enctype numbers.
+#ifndef KMPC_STORE_CIPHER_H_
+#define KMPC_STORE_CIPHER_H_
+
+#include <cstdint>
+
+namespace kmpc {
+
+enum class Cipher : uint8_t { kAes128 = 1, kAes256 = 2 };
+
+}  // namespace kmpc
+
+#endif  // KMPC_STORE_CIPHER_H_
