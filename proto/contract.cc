@@ -1,5 +1,8 @@
 #include "contract.h"
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace kmpc::contract {
@@ -26,6 +29,31 @@ bool CounterRangeOk(absl::string_view ctr0, uint64_t n) {
   unsigned __int128 c0 = 0;
   for (unsigned char b : ctr0) c0 = (c0 << 8) | b;
   return c0 != 0 && c0 <= ~static_cast<unsigned __int128>(0) - n;
+}
+
+bool LinkedPadCtr0(absl::string_view ctr0, std::string* out) {
+  if (!CounterRangeOk(ctr0, kLinkedPadOffset)) return false;
+  unsigned __int128 c = 0;
+  for (unsigned char b : ctr0) c = (c << 8) | b;
+  c += kLinkedPadOffset;
+  out->assign(kCtr0Size, '\0');
+  for (int i = kCtr0Size - 1; i >= 0; --i, c >>= 8)
+    (*out)[i] = static_cast<char>(c & 0xff);
+  return true;
+}
+
+std::string VerifyDigest(absl::string_view run_batch_id, uint64_t job_id,
+                         const uint8_t x[16]) {
+  static constexpr char kDomain[] = "kmpc verify v1";
+  std::string in(kDomain, sizeof(kDomain) - 1);
+  in.append(run_batch_id.data(), run_batch_id.size());
+  for (int i = 0; i < 8; ++i) in.push_back(static_cast<char>(job_id >> (56 - 8 * i)));
+  in.append(reinterpret_cast<const char*>(x), 16);
+  std::string d(SHA256_DIGEST_LENGTH, '\0');
+  SHA256(reinterpret_cast<const unsigned char*>(in.data()), in.size(),
+         reinterpret_cast<unsigned char*>(d.data()));
+  OPENSSL_cleanse(in.data(), in.size());
+  return d;
 }
 
 const char* CipherName(pb::Cipher cipher) {
@@ -123,9 +151,16 @@ JobCheck CheckJob(const JobShape& job) {
         return CannotVerify("checksum counter is the all-zero block");
       return {};
     case pb::JOB_PAD:
-      if (!job.data.empty() || !job.checksum.empty() || job.share_sizes[0] ||
-          job.share_sizes[1])
-        return Malformed("PAD takes a length only");
+      // A checksum, if any, is a verification pad's counter (kmpc.proto
+      // JOB_PAD).
+      if (!job.data.empty() || job.share_sizes[0] || job.share_sizes[1])
+        return Malformed("PAD takes a length and, for a verification pad, "
+                         "a 16-byte counter only");
+      if (!job.checksum.empty() &&
+          (job.checksum.size() != kCtr0Size ||
+           !CounterRangeOk(job.checksum, 0)))
+        return Malformed("a verification PAD's counter must be 16 bytes, "
+                         "not the all-zero block");
       return CheckSize(job, "message", job.length);
     default:
       return Malformed(absl::StrCat(

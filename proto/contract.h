@@ -47,6 +47,25 @@ constexpr uint64_t CeilBlocks(uint64_t bytes) {
 // c0 + n <= 2^128 - 1. False for a ctr0 that is not 16 bytes.
 bool CounterRangeOk(absl::string_view ctr0, uint64_t n);
 
+// A linked PAD's counter (kmpc.proto Job.pad_after) is its ENCRYPT's
+// ctr0 + kLinkedPadOffset. 2^17 > kMaxJobBlocks: never one of that
+// encryption's own counters c0 .. c0 + kMaxJobBlocks; any other counter
+// is a fresh uniform 128-bit draw, equal to it with probability 2^-128.
+inline constexpr uint64_t kLinkedPadOffset = uint64_t{1} << 17;
+static_assert(kLinkedPadOffset > kMaxJobBlocks);
+
+// *out = ctr0 + kLinkedPadOffset (16 bytes, big-endian); false (out
+// untouched) if ctr0 is not 16 bytes or the sum leaves the counter range
+// (CounterRangeOk(ctr0, kLinkedPadOffset) fails).
+bool LinkedPadCtr0(absl::string_view ctr0, std::string* out);
+
+// What party 2 answers for a verify item (kmpc.proto SignItem.verify_tag)
+// and the KDC recomputes from x_0 ^ x_1: SHA-256("kmpc verify v1" ||
+// run_batch_id || job_id (8 bytes big-endian) || x), 32 bytes. Binding the
+// pad's name keeps one answer from standing for another item's.
+std::string VerifyDigest(absl::string_view run_batch_id, uint64_t job_id,
+                         const uint8_t x[16]);
+
 // "AES128", "AES256", "UNSPECIFIED" or "UNKNOWN".
 const char* CipherName(pb::Cipher cipher);
 // CIPHER_AES128 or CIPHER_AES256: the ciphers a job may name.

@@ -199,6 +199,22 @@ contract::JobCheck CheckJob(const Job& job) {
   return contract::CheckJob(ShapeOf(job));
 }
 
+// Job::pad_after of job j: empty if none or well-formed, else why not (a
+// PAD naming another ENCRYPT of the batch, no counter of its own, and the
+// only PAD naming it: two pads at one counter would give two tags there,
+// enctype.md invariant 6). Public: decided alike on every party.
+std::string CheckPadAfter(absl::Span<const Job> jobs, size_t j) {
+  const int64_t c = jobs[j].pad_after;
+  if (c == Job::kNoCondition) return {};
+  if (jobs[j].type != pb::JOB_PAD || !jobs[j].checksum.empty() || c < 0 ||
+      static_cast<size_t>(c) >= jobs.size() || jobs[c].type != pb::JOB_ENCRYPT)
+    return "pad_after must name an ENCRYPT of the batch, from a signing PAD";
+  for (size_t k = 0; k < jobs.size(); ++k)
+    if (k != j && jobs[k].pad_after == c)
+      return "two PADs name the same ENCRYPT (pad_after)";
+  return {};
+}
+
 // The public plan of a job that passed CheckJob.
 void PlanJob(const Job& job, JobPlan& w) {
   switch (job.type) {
@@ -243,7 +259,11 @@ void PlanJob(const Job& job, JobPlan& w) {
     case pb::JOB_PAD:
       // The pad AES_K(c0) and the powers of H a message of up to `length`
       // bytes needs (A', D, the lengths: GhashBlocks); nothing is revealed.
-      w.needs_ctr0 = true;
+      // A verification pad's counter is given, a linked pad's follows its
+      // ENCRYPT's (LinkPads); any other is drawn.
+      if (!job.checksum.empty())
+        std::memcpy(w.ctr0.data(), job.checksum.data(), 16);
+      w.needs_ctr0 = job.checksum.empty() && job.pad_after == Job::kNoCondition;
       w.m = protocol::GhashBlocks(5, job.length);
       return;
     default:
@@ -266,6 +286,7 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   PutBytes(out, job.checksum);
   PutU32(out, static_cast<uint32_t>(job.precheck.status));
   PutU64(out, static_cast<uint64_t>(job.release_if_ok + 1));
+  PutU64(out, static_cast<uint64_t>(job.pad_after + 1));
   if (job.state != nullptr) {
     out.push_back(1);
     out.insert(out.end(), job.state->ctr0.begin(), job.state->ctr0.end());
@@ -385,6 +406,7 @@ class Engine::Impl {
   absl::Status DigestBatch(const Batch& b, AgreementHeader& h);
   absl::Status ExchangeKeyViews(Batch& b);
   absl::Status DrawCounters(Batch& b);
+  void LinkPads(Batch& b);
   absl::Status RunAes(Batch& b);
   absl::Status ExtendPowers(Batch& b);
   absl::Status ComputeTags(Batch& b);
@@ -431,6 +453,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   } scope(rep3_, log_, options_.malicious);
   if (absl::Status s = AgreeOnBatch(b); !s.ok()) return s;
   if (absl::Status s = DrawCounters(b); !s.ok()) return s;
+  LinkPads(b);
   if (absl::Status s = RunAes(b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(b); !s.ok()) return s;
   if (absl::Status s = CheckTags(b); !s.ok()) return s;
@@ -456,15 +479,20 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
     if (job.release_if_ok != Job::kNoCondition) {
       const int64_t c = job.release_if_ok;
       const bool fits =
-          (job.type == pb::JOB_ENCRYPT || job.type == pb::JOB_CHECKSUM) && c >= 0 &&
+          (job.type == pb::JOB_ENCRYPT || job.type == pb::JOB_CHECKSUM ||
+           job.type == pb::JOB_PAD) && c >= 0 &&
           static_cast<size_t>(c) < b.jobs.size() && static_cast<size_t>(c) != j &&
           (b.jobs[c].type == pb::JOB_DECRYPT || b.jobs[c].type == pb::JOB_VERIFY_CHECKSUM);
       if (!fits) {
         w.Fail(pb::JOB_MALFORMED,
                "release_if_ok must name another job of the batch, a DECRYPT or "
-               "VERIFY_CHECKSUM, from an ENCRYPT or CHECKSUM");
+               "VERIFY_CHECKSUM, from an ENCRYPT, CHECKSUM or PAD");
         continue;
       }
+    }
+    if (std::string why = CheckPadAfter(b.jobs, j); !why.empty()) {
+      w.Fail(pb::JOB_MALFORMED, std::move(why));
+      continue;
     }
     PlanJob(job, w);
     if (job.type == pb::JOB_FINALIZE) continue;
@@ -497,7 +525,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v6";
+  static constexpr char kTag[] = "kmpc-batch-v7";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
@@ -642,6 +670,27 @@ absl::Status Engine::Impl::DrawCounters(Batch& b) {
     pending.swap(again);
   }
   return absl::OkStatus();
+}
+
+// A linked PAD's counter (Job::pad_after): its ENCRYPT's drawn ctr0 +
+// kLinkedPadOffset. The pad fails (withheld, nothing computed) with its
+// ENCRYPT, or if the sum would leave the counter range (probability
+// 2^-111). Public values only: every party decides alike.
+void Engine::Impl::LinkPads(Batch& b) {
+  for (size_t j = 0; j < b.plan.size(); ++j) {
+    JobPlan& w = b.plan[j];
+    const int64_t e = b.jobs[j].pad_after;
+    if (!w.live() || e == Job::kNoCondition) continue;
+    std::string c;
+    if (!b.plan[e].live() ||
+        !contract::LinkedPadCtr0(
+            absl::string_view(reinterpret_cast<const char*>(b.plan[e].ctr0.data()), 16),
+            &c)) {
+      w.Fail(pb::JOB_WITHHELD, "the ENCRYPT this pad is linked to failed");
+      continue;
+    }
+    std::memcpy(w.ctr0.data(), c.data(), 16);
+  }
 }
 
 // One bitsliced pass: per job AES_K(c0) then keystream c0+1..c0+n.
@@ -959,6 +1008,7 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
       auto pad = std::make_shared<PadState>();
       fill_tag_state(*pad);
       pad->max_length = job.length;
+      pad->verify_only = !job.checksum.empty();
       pad->zero = b.secrets[j].zero;
       r.pad = std::move(pad);
       return;

@@ -186,9 +186,14 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
   // job of the batch becomes an index the engine refuses (JOB_MALFORMED).
   for (int i = 0; i < n; ++i) {
     const pb::Job& in = req.jobs(i);
-    if (!in.has_release_if_ok()) continue;
-    auto it = index.find(in.release_if_ok());
-    jobs[i].release_if_ok = it == index.end() ? static_cast<int64_t>(n) : it->second;
+    if (in.has_release_if_ok()) {
+      auto it = index.find(in.release_if_ok());
+      jobs[i].release_if_ok = it == index.end() ? static_cast<int64_t>(n) : it->second;
+    }
+    if (in.has_pad_after()) {  // likewise (engine.h, Job::pad_after)
+      auto it = index.find(in.pad_after());
+      jobs[i].pad_after = it == index.end() ? static_cast<int64_t>(n) : it->second;
+    }
   }
   if (cost > contract::kMaxBatchBlocks)
     return Refuse(pb::BATCH_TOO_LARGE,
@@ -415,9 +420,15 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
     const engine::PadState& pad = *e->state;
     const std::string& s0 = it.data().first();
     const std::string& s1 = it.data().second();
+    const bool verify = !it.verify_tag().empty();
     std::string bad;
     if (pad.party != options_.party) {
       bad = "the pad belongs to another party";
+    } else if (verify != pad.verify_only) {
+      bad = pad.verify_only ? "a verification pad only verifies"
+                            : "a signing pad only signs";
+    } else if (verify && it.verify_tag().size() != contract::kTagSize) {
+      bad = absl::StrCat("verify_tag must be ", contract::kTagSize, " bytes");
     } else if (it.usage() != pad.usage) {
       bad = absl::StrCat("usage ", it.usage(), " differs from the pad's ", pad.usage);
     } else if (it.length() > pad.max_length) {
@@ -442,7 +453,11 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
       continue;
     }
     o->set_status(pb::JOB_OK);
-    o->set_tag_share(t->data(), t->size());
+    if (verify) {
+      SetVerifyAnswer(it, &*t, o);
+    } else {
+      o->set_tag_share(t->data(), t->size());
+    }
     OPENSSL_cleanse(t->data(), t->size());
     // *e goes here: the pad is wiped with its last reference.
   }
@@ -488,6 +503,25 @@ grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
   if (recorder_ != nullptr) recorder_->Record("Finalize", *req);
   return Serve(ctx, "Finalize", resp,
                [&] { return DoFinalize(*req, resp, ClientDeadline(*ctx)); });
+}
+
+// A verify item's answer (kmpc.proto SignItem.verify_tag): x_i = t_i,
+// with the presented tag t' XORed in by party 0 alone, so that x_0 ^ x_1 ^
+// x_2 = T ^ t'. Parties 0 and 1 send x_i (uniform on its own: the pad's
+// zero-share); party 2 only contract::VerifyDigest(x_2), so the KDC, which
+// holds x_0 ^ x_1 = (T ^ t') ^ x_2, can test T == t' and nothing else: the
+// digest hides x_2 and with it T (docs/security-model.md, "Ring-free
+// verification").
+void KeyOpsService::SetVerifyAnswer(const pb::SignItem& it,
+                                    std::array<uint8_t, 16>* t,
+                                    pb::SignResult* o) const {
+  if (options_.party == 0)
+    for (size_t i = 0; i < t->size(); ++i)
+      (*t)[i] ^= static_cast<uint8_t>(it.verify_tag()[i]);
+  if (options_.party == 2)
+    o->set_tag_digest(contract::VerifyDigest(it.run_batch_id(), it.job_id(), t->data()));
+  else
+    o->set_tag_share(t->data(), t->size());
 }
 
 grpc::Status KeyOpsService::Sign(grpc::ServerContext* ctx,
