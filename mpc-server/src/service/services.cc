@@ -375,6 +375,36 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
   return bad;
 }
 
+namespace {
+
+// Why item `it` cannot use `pad` on party `party` (empty: it can): the
+// pad's party, kind (a verification pad only verifies, a signing pad only
+// signs), usage and length, the shares' and verify tag's sizes. Nothing is
+// computed with the pad before this passes.
+std::string SignItemProblem(const engine::PadState& pad, const pb::SignItem& it,
+                            int party) {
+  const bool verify = !it.verify_tag().empty();
+  const std::string& s0 = it.data().first();
+  const std::string& s1 = it.data().second();
+  if (pad.party != party) return "the pad belongs to another party";
+  if (verify != pad.verify_only)
+    return pad.verify_only ? "a verification pad only verifies"
+                           : "a signing pad only signs";
+  if (verify && it.verify_tag().size() != contract::kTagSize)
+    return absl::StrCat("verify_tag must be ", contract::kTagSize, " bytes");
+  if (it.usage() != pad.usage)
+    return absl::StrCat("usage ", it.usage(), " differs from the pad's ", pad.usage);
+  if (it.length() > pad.max_length)
+    return absl::StrCat("message of ", it.length(), " bytes, the pad signs at most ",
+                        pad.max_length);
+  if (s0.size() != it.length() || s1.size() != it.length())
+    return absl::StrCat("shares of ", s0.size(), " and ", s1.size(),
+                        " bytes for a message of ", it.length());
+  return {};
+}
+
+}  // namespace
+
 grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse* resp) {
   if (req.request_id().size() != contract::kBatchIdSize)
     return Refuse(pb::BATCH_MALFORMED,
@@ -421,23 +451,7 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
     const std::string& s0 = it.data().first();
     const std::string& s1 = it.data().second();
     const bool verify = !it.verify_tag().empty();
-    std::string bad;
-    if (pad.party != options_.party) {
-      bad = "the pad belongs to another party";
-    } else if (verify != pad.verify_only) {
-      bad = pad.verify_only ? "a verification pad only verifies"
-                            : "a signing pad only signs";
-    } else if (verify && it.verify_tag().size() != contract::kTagSize) {
-      bad = absl::StrCat("verify_tag must be ", contract::kTagSize, " bytes");
-    } else if (it.usage() != pad.usage) {
-      bad = absl::StrCat("usage ", it.usage(), " differs from the pad's ", pad.usage);
-    } else if (it.length() > pad.max_length) {
-      bad = absl::StrCat("message of ", it.length(), " bytes, the pad signs at most ",
-                         pad.max_length);
-    } else if (s0.size() != it.length() || s1.size() != it.length()) {
-      bad = absl::StrCat("shares of ", s0.size(), " and ", s1.size(),
-                         " bytes for a message of ", it.length());
-    }
+    const std::string bad = SignItemProblem(pad, it, options_.party);
     absl::StatusOr<std::array<uint8_t, 16>> t =
         bad.empty() ? engine::SignShare(
                           pad, it.usage(),
