@@ -13,6 +13,7 @@ krbtgt key could: the altered server signature reaches the ring-free check
 unaltered control passes the same way. Counts from the KDC module's and
 the servers' metrics.
 """
+import subprocess
 import time
 
 import ctr_mpc_ref
@@ -120,3 +121,28 @@ def test_tgs_is_one_run_and_a_wrong_server_signature_is_refused(kmpc_factory):
         in open(r.kdc_log).read()
     assert r.kdc_alive()
     print(f"test_tgs_one_run: {time.time() - t0:.1f} s")
+
+
+def test_forwarded_tgt_is_one_run(tmp_path):
+    """A forwarded TGT (a TGS-REQ for the krbtgt with FORWARDED, as
+    kmpc-storm --mix forward makes after each login) is one Run too: each
+    operation, its login included, is two Runs on the servers."""
+    import storm_bench  # deploy/: the storm target and kmpc-storm
+    t0 = time.time()
+    target = storm_bench.KmpcTarget(str(tmp_path / "kmpc"), "headline", 4, metrics=True)
+    try:
+        def storm(n):
+            p = subprocess.run(
+                [storm_bench.find_storm(), "--keytab", target.keytab, "--principals",
+                 target.principal_fmt, "--users", "4", "-c", "1", "-n", str(n),
+                 "--engine", "sync", "--mix", "forward", "--tgs", target.service, "-q"],
+                env=target.env, capture_output=True, text=True, timeout=120)
+            assert p.returncode == 0, p.stdout + p.stderr + target.logs()[-3000:]
+        storm(8)  # the module learns the lengths and the exchanges' pads
+        runs = _runs(target.realm)
+        storm(10)
+        assert _runs(target.realm) - runs == 2 * 10
+        assert target.alive(), target.logs()[-3000:]
+    finally:
+        target.stop()
+    print(f"test_forwarded_tgt_is_one_run: {time.time() - t0:.1f} s")
