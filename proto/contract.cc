@@ -1,8 +1,5 @@
 #include "contract.h"
 
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
-
 #include "absl/strings/str_cat.h"
 
 namespace kmpc::contract {
@@ -40,20 +37,6 @@ bool LinkedPadCtr0(absl::string_view ctr0, std::string* out) {
   for (int i = kCtr0Size - 1; i >= 0; --i, c >>= 8)
     (*out)[i] = static_cast<char>(c & 0xff);
   return true;
-}
-
-std::string VerifyDigest(absl::string_view run_batch_id, uint64_t job_id,
-                         const uint8_t x[16]) {
-  static constexpr char kDomain[] = "kmpc verify v1";
-  std::string in(kDomain, sizeof(kDomain) - 1);
-  in.append(run_batch_id.data(), run_batch_id.size());
-  for (int i = 0; i < 8; ++i) in.push_back(static_cast<char>(job_id >> (56 - 8 * i)));
-  in.append(reinterpret_cast<const char*>(x), 16);
-  std::string d(SHA256_DIGEST_LENGTH, '\0');
-  SHA256(reinterpret_cast<const unsigned char*>(in.data()), in.size(),
-         reinterpret_cast<unsigned char*>(d.data()));
-  OPENSSL_cleanse(in.data(), in.size());
-  return d;
 }
 
 const char* CipherName(pb::Cipher cipher) {

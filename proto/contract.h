@@ -59,13 +59,6 @@ static_assert(kLinkedPadOffset > kMaxJobBlocks);
 // (CounterRangeOk(ctr0, kLinkedPadOffset) fails).
 bool LinkedPadCtr0(absl::string_view ctr0, std::string* out);
 
-// What party 2 answers for a verify item (kmpc.proto SignItem.verify_tag)
-// and the KDC recomputes from x_0 ^ x_1: SHA-256("kmpc verify v1" ||
-// run_batch_id || job_id (8 bytes big-endian) || x), 32 bytes. Binding the
-// pad's name keeps one answer from standing for another item's.
-std::string VerifyDigest(absl::string_view run_batch_id, uint64_t job_id,
-                         const uint8_t x[16]);
-
 // "AES128", "AES256", "UNSPECIFIED" or "UNKNOWN".
 const char* CipherName(pb::Cipher cipher);
 // CIPHER_AES128 or CIPHER_AES256: the ciphers a job may name.

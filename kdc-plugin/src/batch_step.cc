@@ -1,6 +1,5 @@
 #include "batch_step.h"
 
-#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <syslog.h>
 
@@ -832,26 +831,25 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
   if (!rerun.empty()) RerunSign(std::move(rerun), why);
 }
 
-// A verify item's answers (kmpc.proto SignItem.verify_tag): the tag holds
-// iff VerifyDigest(x_0 ^ x_1) is party 2's digest. OK, DataLoss (the tag
-// does not verify: as a Run's VERIFY_CHECKSUM), or Aborted for answers of
-// the wrong shape (the job then runs as an ordinary VERIFY_CHECKSUM).
+// A verify item's answers (kmpc.proto SignItem.verify_tag): additive
+// shares of r * (T ^ t'), so the tag holds iff they XOR to zero. OK,
+// DataLoss (it does not: as a Run's VERIFY_CHECKSUM), or Aborted for
+// answers of the wrong size (the job then runs as an ordinary
+// VERIFY_CHECKSUM).
 absl::Status BatchStep::CheckVerifyAnswer(const SignCall& call, int k) const {
-  const std::string& x0 = call.resp[0].results(k).tag_share();
-  const std::string& x1 = call.resp[1].results(k).tag_share();
-  const std::string& d2 = call.resp[2].results(k).tag_digest();
-  if (x0.size() != contract::kTagSize || x1.size() != contract::kTagSize ||
-      d2.size() != 32)
-    return absl::AbortedError("verify answers of the wrong size");
-  uint8_t x[contract::kTagSize];
-  for (size_t b = 0; b < contract::kTagSize; ++b)
-    x[b] = static_cast<uint8_t>(x0[b] ^ x1[b]);
-  const pb::SignItem& item = call.req[0].items(k);
-  std::string d = contract::VerifyDigest(item.run_batch_id(), item.job_id(), x);
-  OPENSSL_cleanse(x, sizeof(x));
-  const bool holds = CRYPTO_memcmp(d.data(), d2.data(), d.size()) == 0;
-  return holds ? absl::OkStatus()
-               : absl::DataLossError("checksum did not verify");
+  uint8_t acc = 0;
+  for (size_t b = 0; b < contract::kTagSize; ++b) {
+    uint8_t x = 0;
+    for (int p = 0; p < kParties; ++p) {
+      const std::string& s = call.resp[p].results(k).tag_share();
+      if (s.size() != contract::kTagSize)
+        return absl::AbortedError("verify answers of the wrong size");
+      x ^= static_cast<uint8_t>(s[b]);
+    }
+    acc |= x;
+  }
+  return acc == 0 ? absl::OkStatus()
+                  : absl::DataLossError("checksum did not verify");
 }
 
 void BatchStep::RerunSign(std::vector<size_t> idx, const std::string& why) {
@@ -880,10 +878,7 @@ void BatchStep::ScrubSign(SignCall* call) {
       Cleanse(item.mutable_data()->mutable_second());
     }
   for (auto* r : call->resp)
-    for (auto& res : *r->mutable_results()) {
-      Cleanse(res.mutable_tag_share());
-      Cleanse(res.mutable_tag_digest());
-    }
+    for (auto& res : *r->mutable_results()) Cleanse(res.mutable_tag_share());
 }
 
 // -------------------------------------------------------------- Completion

@@ -119,8 +119,15 @@ struct JobSecrets {
   std::array<std::vector<uint8_t>, 2> powers;  // H^1..H^m if m > stored
   std::array<Block, 2> tprime{};               // shares of T' (or the tag)
   Block zero{};                                // PAD: z_party
+  // Verification PAD (MaskVerifyPads): shares of r*H^1..r*H^m, r*AES_K(c0)
+  // and r, for a fresh shared random r.
+  std::array<std::vector<uint8_t>, 2> rpowers;
+  std::array<Block, 2> rmask{}, r{};
   ~JobSecrets() {
     for (auto& p : powers) share::Wipe(p);
+    for (auto& p : rpowers) share::Wipe(p);
+    for (auto& t : rmask) share::Wipe(t.data(), t.size());
+    for (auto& t : r) share::Wipe(t.data(), t.size());
     for (auto& t : tprime) share::Wipe(t.data(), t.size());
     share::Wipe(zero.data(), zero.size());
   }
@@ -412,6 +419,7 @@ class Engine::Impl {
   absl::Status ComputeTags(Batch& b);
   absl::Status AddSharedProducts(Batch& b);
   absl::Status CheckTags(Batch& b);
+  absl::Status MaskVerifyPads(Batch& b);
   void DrawPadZeros(Batch& b);
   BatchResult Collect(Batch& b);
   void CollectJob(Batch& b, size_t j, JobResult& r);
@@ -456,6 +464,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   LinkPads(b);
   if (absl::Status s = RunAes(b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(b); !s.ok()) return s;
+  if (absl::Status s = MaskVerifyPads(b); !s.ok()) return s;
   if (absl::Status s = CheckTags(b); !s.ok()) return s;
   DrawPadZeros(b);
   if (rep3_.log() != nullptr && !log_.empty()) {
@@ -902,6 +911,54 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
   return absl::OkStatus();
 }
 
+// Verification pads (PadState::verify_only): shares of r*H^k (k = 1..m)
+// and r*AES_K(c0) for a fresh shared random r per pad (PRSS), all of the
+// batch's products in one GfMul round (logged in malicious mode like every
+// product), kept with r instead of the powers and the pad. A verify item
+// (SignItem.verify_tag) then sums to r * (T ^ t'): zero iff the presented
+// tag t' is the tag T, uniform otherwise, also to the KDC together with
+// one server, which holds two of r's three shares. Liveness is public, so
+// the parties draw alike.
+absl::Status Engine::Impl::MaskVerifyPads(Batch& b) {
+  std::vector<size_t> pads;
+  size_t total = 0;
+  for (size_t j = 0; j < b.plan.size(); ++j)
+    if (b.plan[j].live() && b.jobs[j].type == pb::JOB_PAD && !b.jobs[j].checksum.empty()) {
+      pads.push_back(j);
+      total += b.plan[j].m + 1;
+    }
+  if (pads.empty()) return absl::OkStatus();
+  const size_t n = 16 * total;
+  std::vector<uint8_t> x0(n), x1(n), y0(n), y1(n), z0(n), z1(n);
+  size_t off = 0;
+  for (size_t j : pads) {
+    const JobPlan& w = b.plan[j];
+    JobSecrets& s = b.secrets[j];
+    prss_.RandomShares(s.r[0].data(), s.r[1].data(), 16);
+    for (size_t k = 0; k <= w.m; ++k, off += 16) {
+      std::memcpy(&x0[off], s.r[0].data(), 16);
+      std::memcpy(&x1[off], s.r[1].data(), 16);
+      // H^(k+1), then AES_K(c0).
+      std::memcpy(&y0[off], k < w.m ? PowersOf(w, s, 0) + 16 * k : b.aes.Lane(0, w.lane0), 16);
+      std::memcpy(&y1[off], k < w.m ? PowersOf(w, s, 1) + 16 * k : b.aes.Lane(1, w.lane0), 16);
+    }
+  }
+  absl::Status st = rep3_.GfMul(x0, x1, y0, y1, absl::MakeSpan(z0), absl::MakeSpan(z1));
+  off = 0;
+  for (size_t j : pads) {
+    if (!st.ok()) break;
+    const size_t m = b.plan[j].m;
+    JobSecrets& s = b.secrets[j];
+    s.rpowers[0].assign(z0.begin() + off, z0.begin() + off + 16 * m);
+    s.rpowers[1].assign(z1.begin() + off, z1.begin() + off + 16 * m);
+    std::memcpy(s.rmask[0].data(), &z0[off + 16 * m], 16);
+    std::memcpy(s.rmask[1].data(), &z1[off + 16 * m], 16);
+    off += 16 * (m + 1);
+  }
+  for (auto* v : {&x0, &x1, &y0, &y1, &z0, &z1}) share::Wipe(*v);
+  return st;
+}
+
 // A fresh zero-share z_i for every PAD job of the batch, live or not: the
 // jobs are the same on the three parties (the agreement), so their PRSS
 // counters stay in step.
@@ -1010,6 +1067,17 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
       pad->max_length = job.length;
       pad->verify_only = !job.checksum.empty();
       pad->zero = b.secrets[j].zero;
+      if (pad->verify_only) {
+        // r*H^k, r*AES_K(c0) and r in place of the powers and the pad.
+        JobSecrets& s = b.secrets[j];
+        pad->key.reset();
+        for (int k = 0; k < 2; ++k) {
+          share::Wipe(pad->h_powers[k]);
+          pad->h_powers[k] = std::move(s.rpowers[k]);
+          pad->mask[k] = s.rmask[k];
+          pad->r[k] = s.r[k];
+        }
+      }
       r.pad = std::move(pad);
       return;
     }

@@ -188,6 +188,9 @@ struct PadState : TagState {
   // verifies (SignItem.verify_tag), never signs: a tag at a counter the
   // KDC chose would break invariant 6.
   bool verify_only = false;
+  // A verification pad holds shares of r*H^k and r*AES_K(c0) in h_powers
+  // and mask (Engine's MaskVerifyPads), and of r here.
+  std::array<std::array<uint8_t, 16>, 2> r{};
   std::array<uint8_t, 16> zero{};  // z_party
 
   PadState() = default;

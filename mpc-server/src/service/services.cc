@@ -12,6 +12,7 @@
 #include "batch_error.h"
 #include "contract.h"
 #include "engine/refresh.h"
+#include "protocol/gf128.h"
 #include "util/log.h"
 
 namespace kmpc::service {
@@ -467,11 +468,8 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
       continue;
     }
     o->set_status(pb::JOB_OK);
-    if (verify) {
-      SetVerifyAnswer(it, &*t, o);
-    } else {
-      o->set_tag_share(t->data(), t->size());
-    }
+    if (verify) SetVerifyAnswer(pad, it, &*t);
+    o->set_tag_share(t->data(), t->size());
     OPENSSL_cleanse(t->data(), t->size());
     // *e goes here: the pad is wiped with its last reference.
   }
@@ -519,23 +517,20 @@ grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
                [&] { return DoFinalize(*req, resp, ClientDeadline(*ctx)); });
 }
 
-// A verify item's answer (kmpc.proto SignItem.verify_tag): x_i = t_i,
-// with the presented tag t' XORed in by party 0 alone, so that x_0 ^ x_1 ^
-// x_2 = T ^ t'. Parties 0 and 1 send x_i (uniform on its own: the pad's
-// zero-share); party 2 only contract::VerifyDigest(x_2), so the KDC, which
-// holds x_0 ^ x_1 = (T ^ t') ^ x_2, can test T == t' and nothing else: the
-// digest hides x_2 and with it T (docs/security-model.md, "Ring-free
-// verification").
-void KeyOpsService::SetVerifyAnswer(const pb::SignItem& it,
-                                    std::array<uint8_t, 16>* t,
-                                    pb::SignResult* o) const {
-  if (options_.party == 0)
-    for (size_t i = 0; i < t->size(); ++i)
-      (*t)[i] ^= static_cast<uint8_t>(it.verify_tag()[i]);
-  if (options_.party == 2)
-    o->set_tag_digest(contract::VerifyDigest(it.run_batch_id(), it.job_id(), t->data()));
-  else
-    o->set_tag_share(t->data(), t->size());
+// A verify item's answer (kmpc.proto SignItem.verify_tag): under a
+// verification pad, SignShare's t_i is this party's additive share of
+// r*GHASH(D) ^ r*AES_K(c0) (the pad holds r*H^k and r*AES_K(c0),
+// engine.h), to which x_i adds r_i * t' (its first share of r times the
+// public presented tag): x_0 ^ x_1 ^ x_2 = r * (T ^ t'), zero iff the tag
+// holds, uniform otherwise; each x_i alone is uniform (the zero-share).
+void KeyOpsService::SetVerifyAnswer(const engine::PadState& pad,
+                                    const pb::SignItem& it,
+                                    std::array<uint8_t, 16>* t) const {
+  uint8_t rt[16];
+  protocol::GfMul(reinterpret_cast<const uint8_t*>(it.verify_tag().data()),
+                  pad.r[0].data(), rt);
+  for (size_t i = 0; i < t->size(); ++i) (*t)[i] ^= rt[i];
+  OPENSSL_cleanse(rt, sizeof(rt));
 }
 
 grpc::Status KeyOpsService::Sign(grpc::ServerContext* ctx,
