@@ -1,7 +1,6 @@
 #include "speculator.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace kmpc::kdc {
 
@@ -377,7 +376,6 @@ bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
   };
   if (IsPac(j.input)) {
     HeldKeystream ks;
-    std::string linked;
     if (held_pads_.TakeNewest(
             j.key_id, j.usage, j.cipher,
             [&](const HeldKeystream& h) {
