@@ -491,7 +491,8 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
       h.run_job_id = i;
       h.ctr0 = r.ctr0();
       h.keystream = std::move(e.output);
-      h.expires = expires;
+      h.expires = h.verify ? std::min(expires, call.started + kVerifyPadTtl)
+                           : expires;
       held.push_back(std::move(h));
     } else if (e.job.type == pb::JOB_PAD) {
       ++pads_lost;

@@ -76,6 +76,12 @@
 
 namespace kmpc::kdc {
 
+// How long a verification pad is held (at most speculate_ttl): its
+// VERIFY follows its TGT's DECRYPT within the same exchange, and one drawn
+// for a TGT whose signature is not at the linked counter (an older ticket)
+// is never used, so it must not take the room of keystreams for long.
+inline constexpr absl::Duration kVerifyPadTtl = absl::Seconds(1);
+
 // A speculative keystream waiting for its ENCRYPT job, or (pad) a pad
 // waiting for its CHECKSUM.
 struct HeldKeystream {
