@@ -419,7 +419,12 @@ class Engine::Impl {
   absl::Status ComputeTags(Batch& b);
   absl::Status AddSharedProducts(Batch& b);
   absl::Status CheckTags(Batch& b);
-  absl::Status MaskVerifyPads(Batch& b);
+  size_t VerifyPadInputs(Batch& b, std::vector<size_t>* pads);
+  void FillVerifyPads(Batch& b, const std::vector<size_t>& pads, size_t off,
+                      std::vector<uint8_t>* x0, std::vector<uint8_t>* x1,
+                      std::vector<uint8_t>* y0, std::vector<uint8_t>* y1);
+  void TakeVerifyPads(Batch& b, const std::vector<size_t>& pads, size_t off,
+                      const std::vector<uint8_t>& z0, const std::vector<uint8_t>& z1);
   void DrawPadZeros(Batch& b);
   BatchResult Collect(Batch& b);
   void CollectJob(Batch& b, size_t j, JobResult& r);
@@ -464,7 +469,6 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   LinkPads(b);
   if (absl::Status s = RunAes(b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(b); !s.ok()) return s;
-  if (absl::Status s = MaskVerifyPads(b); !s.ok()) return s;
   if (absl::Status s = CheckTags(b); !s.ok()) return s;
   DrawPadZeros(b);
   if (rep3_.log() != nullptr && !log_.empty()) {
@@ -876,13 +880,16 @@ absl::Status Engine::Impl::AddSharedProducts(Batch& b) {
 // probability 2^-128).
 absl::Status Engine::Impl::CheckTags(Batch& b) {
   b.pass.assign(b.jobs.size(), false);
-  std::vector<size_t> checks;
+  std::vector<size_t> checks, pads;
   for (size_t j = 0; j < b.plan.size(); ++j)
     if (b.plan[j].live() && b.plan[j].check) checks.push_back(j);
-  if (checks.empty()) return absl::OkStatus();
+  // The verification pads' products go in the same round (VerifyPadInputs).
+  const size_t extra = 16 * VerifyPadInputs(b, &pads);
+  if (checks.empty() && pads.empty()) return absl::OkStatus();
   const int me = party();
   const size_t n = 16 * checks.size();
-  std::vector<uint8_t> d0(n), d1(n), r0(n), r1(n), z0(n), z1(n), open(n);
+  std::vector<uint8_t> d0(n + extra), d1(n + extra), r0(n + extra), r1(n + extra),
+      z0(n + extra), z1(n + extra), open(n);
   for (size_t c = 0; c < checks.size(); ++c) {
     const JobPlan& w = b.plan[checks[c]];
     const JobSecrets& s = b.secrets[checks[c]];
@@ -894,12 +901,16 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
     }
   }
   prss_.RandomShares(r0.data(), r1.data(), n);
+  FillVerifyPads(b, pads, n, &r0, &r1, &d0, &d1);
   absl::Status st = rep3_.GfMul(r0, r1, d0, d1, absl::MakeSpan(z0), absl::MakeSpan(z1));
+  if (st.ok()) TakeVerifyPads(b, pads, n, z0, z1);
   // Malicious security: the products behind T' and r * (T' ^ T) are
   // verified before the reveal, and the reveal is compared after it.
-  const bool verify = rep3_.log() != nullptr;
+  const bool verify = rep3_.log() != nullptr && n > 0;
   if (st.ok() && verify) st = protocol::Verifier::Verify(rep3_, log_);
-  if (st.ok()) st = rep3_.Reveal(z0, z1, absl::MakeSpan(open));
+  if (st.ok() && n > 0)
+    st = rep3_.Reveal(absl::MakeConstSpan(z0).first(n), absl::MakeConstSpan(z1).first(n),
+                      absl::MakeSpan(open));
   if (st.ok() && verify) st = protocol::Verifier::CompareOpened(rep3_, log_);
   for (auto* v : {&d0, &d1, &r0, &r1, &z0, &z1}) share::Wipe(*v);
   if (!st.ok()) return st;
@@ -912,41 +923,47 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
 }
 
 // Verification pads (PadState::verify_only): shares of r*H^k (k = 1..m)
-// and r*AES_K(c0) for a fresh shared random r per pad (PRSS), all of the
-// batch's products in one GfMul round (logged in malicious mode like every
-// product), kept with r instead of the powers and the pad. A verify item
-// (SignItem.verify_tag) then sums to r * (T ^ t'): zero iff the presented
-// tag t' is the tag T, uniform otherwise, also to the KDC together with
-// one server, which holds two of r's three shares. Liveness is public, so
-// the parties draw alike.
-absl::Status Engine::Impl::MaskVerifyPads(Batch& b) {
-  std::vector<size_t> pads;
+// and r*AES_K(c0) for a fresh shared random r per pad (PRSS), their
+// products in the GfMul round of CheckTags (logged and checked in
+// malicious mode like every product), kept with r instead of the powers
+// and the pad. A verify item (SignItem.verify_tag) then sums to
+// r * (T ^ t'): zero iff the presented tag t' is the tag T, uniform
+// otherwise, also to the KDC together with one server, which holds two of
+// r's three shares. Liveness is public, so the parties draw alike.
+// Returns the products needed (m + 1 per pad) and lists the pads.
+size_t Engine::Impl::VerifyPadInputs(Batch& b, std::vector<size_t>* pads) {
   size_t total = 0;
   for (size_t j = 0; j < b.plan.size(); ++j)
     if (b.plan[j].live() && b.jobs[j].type == pb::JOB_PAD && !b.jobs[j].checksum.empty()) {
-      pads.push_back(j);
+      pads->push_back(j);
       total += b.plan[j].m + 1;
     }
-  if (pads.empty()) return absl::OkStatus();
-  const size_t n = 16 * total;
-  std::vector<uint8_t> x0(n), x1(n), y0(n), y1(n), z0(n), z1(n);
-  size_t off = 0;
+  return total;
+}
+
+// The factors from byte `off` on: r (drawn here) against H^1..H^m, then
+// AES_K(c0), per pad.
+void Engine::Impl::FillVerifyPads(Batch& b, const std::vector<size_t>& pads, size_t off,
+                                  std::vector<uint8_t>* x0, std::vector<uint8_t>* x1,
+                                  std::vector<uint8_t>* y0, std::vector<uint8_t>* y1) {
   for (size_t j : pads) {
     const JobPlan& w = b.plan[j];
     JobSecrets& s = b.secrets[j];
     prss_.RandomShares(s.r[0].data(), s.r[1].data(), 16);
     for (size_t k = 0; k <= w.m; ++k, off += 16) {
-      std::memcpy(&x0[off], s.r[0].data(), 16);
-      std::memcpy(&x1[off], s.r[1].data(), 16);
-      // H^(k+1), then AES_K(c0).
-      std::memcpy(&y0[off], k < w.m ? PowersOf(w, s, 0) + 16 * k : b.aes.Lane(0, w.lane0), 16);
-      std::memcpy(&y1[off], k < w.m ? PowersOf(w, s, 1) + 16 * k : b.aes.Lane(1, w.lane0), 16);
+      std::memcpy(&(*x0)[off], s.r[0].data(), 16);
+      std::memcpy(&(*x1)[off], s.r[1].data(), 16);
+      std::memcpy(&(*y0)[off], k < w.m ? PowersOf(w, s, 0) + 16 * k : b.aes.Lane(0, w.lane0), 16);
+      std::memcpy(&(*y1)[off], k < w.m ? PowersOf(w, s, 1) + 16 * k : b.aes.Lane(1, w.lane0), 16);
     }
   }
-  absl::Status st = rep3_.GfMul(x0, x1, y0, y1, absl::MakeSpan(z0), absl::MakeSpan(z1));
-  off = 0;
+}
+
+// The products from byte `off` on into each pad's secrets.
+void Engine::Impl::TakeVerifyPads(Batch& b, const std::vector<size_t>& pads, size_t off,
+                                  const std::vector<uint8_t>& z0,
+                                  const std::vector<uint8_t>& z1) {
   for (size_t j : pads) {
-    if (!st.ok()) break;
     const size_t m = b.plan[j].m;
     JobSecrets& s = b.secrets[j];
     s.rpowers[0].assign(z0.begin() + off, z0.begin() + off + 16 * m);
@@ -955,8 +972,6 @@ absl::Status Engine::Impl::MaskVerifyPads(Batch& b) {
     std::memcpy(s.rmask[1].data(), &z1[off + 16 * m], 16);
     off += 16 * (m + 1);
   }
-  for (auto* v : {&x0, &x1, &y0, &y1, &z0, &z1}) share::Wipe(*v);
-  return st;
 }
 
 // A fresh zero-share z_i for every PAD job of the batch, live or not: the
