@@ -411,6 +411,46 @@ def test_pad_and_sign_once(cluster, vector_keys):
     assert r.stdout.strip() == "refused " + " ".join(["JOB_PAD_UNAVAILABLE"] * 3), r.stdout
 
 
+def test_verification_pad_verifies_once(cluster, vector_keys):
+    """A verification pad (JOB_PAD at a given counter: a TGT's ctr0 +
+    2^17, kmpc.proto) at a checksum's ctr0: the ring-free verify item holds
+    for the right tag and not for a wrong one or another message; every
+    server refuses a second use, also after a first use that went to one
+    server only; a verification pad never signs."""
+    vec = _vectors()["checksum"][1]
+    kid = vector_keys[vec["key"]]
+    key = bytes.fromhex(vec["key"])
+    data = bytes.fromhex(vec["data"])
+    r = cluster.jobs([f"checksum {kid} {vec['usage']} {vec['data']}"])
+    ck = bytes.fromhex(r.stdout.split()[1])
+    assert ref.verify_checksum(key, vec["usage"], data, ck)
+    ctr0, tag = ck[:16].hex(), ck[16:]
+    wrong = bytes([tag[0] ^ 1]) + tag[1:]
+    r = cluster.jobs([f"vpad {kid} {vec['usage']} 64 {ctr0}"] * 5)
+    pads = [line.split() for line in r.stdout.strip().split("\n")]
+    assert all(p[0] == "ok" and p[1] == ctr0 for p in pads), r.stdout
+
+    def verify(p, t, msg=vec["data"], *extra):
+        return cluster.client("sign", f"--run_batch_id_hex={p[2]}", f"--job_id={p[3]}",
+                              f"--usage={vec['usage']}", f"--data_hex={msg}",
+                              f"--verify_tag_hex={t.hex()}", *extra).stdout.strip()
+
+    assert verify(pads[0], tag) == "verified"
+    assert verify(pads[1], wrong) == "not_verified"
+    assert verify(pads[2], tag, vec["data"] + "00") == "not_verified"
+    # Used: refused by all three, whoever asks.
+    assert verify(pads[0], tag) == "refused " + " ".join(["JOB_PAD_UNAVAILABLE"] * 3)
+    assert verify(pads[3], tag, vec["data"], "--only_party=2") == "sent JOB_OK"
+    out = verify(pads[3], tag)
+    assert out.split()[0] == "refused" and "JOB_PAD_UNAVAILABLE" in out, out
+    # Never signs (the pad is kept), then verifies.
+    sign = ["sign", f"--run_batch_id_hex={pads[4][2]}", f"--job_id={pads[4][3]}",
+            f"--usage={vec['usage']}", f"--data_hex={vec['data']}"]
+    out = cluster.client(*sign).stdout.strip()
+    assert out == "refused " + " ".join(["JOB_MALFORMED"] * 3), out
+    assert verify(pads[4], tag) == "verified"
+
+
 def test_servers_never_receive_a_checksum_message(own_cluster, tmp_path):
     """--debug_record_requests on real processes: a checksum, a verify and
     a sign over a recognisable message reach no server in the clear (only

@@ -28,6 +28,17 @@ bool CounterRangeOk(absl::string_view ctr0, uint64_t n) {
   return c0 != 0 && c0 <= ~static_cast<unsigned __int128>(0) - n;
 }
 
+bool LinkedPadCtr0(absl::string_view ctr0, std::string* out) {
+  if (!CounterRangeOk(ctr0, kLinkedPadOffset)) return false;
+  unsigned __int128 c = 0;
+  for (unsigned char b : ctr0) c = (c << 8) | b;
+  c += kLinkedPadOffset;
+  out->assign(kCtr0Size, '\0');
+  for (int i = kCtr0Size - 1; i >= 0; --i, c >>= 8)
+    (*out)[i] = static_cast<char>(c & 0xff);
+  return true;
+}
+
 const char* CipherName(pb::Cipher cipher) {
   switch (cipher) {
     case pb::CIPHER_AES128: return "AES128";
@@ -123,9 +134,16 @@ JobCheck CheckJob(const JobShape& job) {
         return CannotVerify("checksum counter is the all-zero block");
       return {};
     case pb::JOB_PAD:
-      if (!job.data.empty() || !job.checksum.empty() || job.share_sizes[0] ||
-          job.share_sizes[1])
-        return Malformed("PAD takes a length only");
+      // A checksum, if any, is a verification pad's counter (kmpc.proto
+      // JOB_PAD).
+      if (!job.data.empty() || job.share_sizes[0] || job.share_sizes[1])
+        return Malformed("PAD takes a length and, for a verification pad, "
+                         "a 16-byte counter only");
+      if (!job.checksum.empty() &&
+          (job.checksum.size() != kCtr0Size ||
+           !CounterRangeOk(job.checksum, 0)))
+        return Malformed("a verification PAD's counter must be 16 bytes, "
+                         "not the all-zero block");
       return CheckSize(job, "message", job.length);
     default:
       return Malformed(absl::StrCat(

@@ -47,6 +47,18 @@ constexpr uint64_t CeilBlocks(uint64_t bytes) {
 // c0 + n <= 2^128 - 1. False for a ctr0 that is not 16 bytes.
 bool CounterRangeOk(absl::string_view ctr0, uint64_t n);
 
+// A linked PAD's counter (kmpc.proto Job.pad_after) is its ENCRYPT's
+// ctr0 + kLinkedPadOffset. 2^17 > kMaxJobBlocks: never one of that
+// encryption's own counters c0 .. c0 + kMaxJobBlocks; any other counter
+// is a fresh uniform 128-bit draw, equal to it with probability 2^-128.
+inline constexpr uint64_t kLinkedPadOffset = uint64_t{1} << 17;
+static_assert(kLinkedPadOffset > kMaxJobBlocks);
+
+// *out = ctr0 + kLinkedPadOffset (16 bytes, big-endian); false (out
+// untouched) if ctr0 is not 16 bytes or the sum leaves the counter range
+// (CounterRangeOk(ctr0, kLinkedPadOffset) fails).
+bool LinkedPadCtr0(absl::string_view ctr0, std::string* out);
+
 // "AES128", "AES256", "UNSPECIFIED" or "UNKNOWN".
 const char* CipherName(pb::Cipher cipher);
 // CIPHER_AES128 or CIPHER_AES256: the ciphers a job may name.

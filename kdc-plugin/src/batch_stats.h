@@ -51,6 +51,8 @@ struct BatcherStats {
   // expired unused.
   uint64_t pads_drawn = 0;
   uint64_t pads_used = 0;
+  // TGT server signatures verified ring-free under a verification pad.
+  uint64_t verify_pads_used = 0;
   uint64_t pads_wasted = 0;
   size_t pads_held = 0;               // pads held now
   uint64_t sign_rerun = 0;            // sign jobs re-run as CHECKSUM jobs

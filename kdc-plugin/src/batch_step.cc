@@ -251,17 +251,28 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
     if (jobs_[i].group != 0 && !jobs_[i].speculative &&
         jobs_[i].job.type == pb::JOB_DECRYPT)
       group_decrypt[jobs_[i].group] = i;
+  // The speculative ticket ENCRYPT of each group in this request: a
+  // linked PAD of the group takes its counter from it (Job.pad_after).
+  std::map<uint64_t, size_t> group_ticket;
+  for (size_t i : call->idx)
+    if (jobs_[i].speculative && jobs_[i].group != 0 &&
+        jobs_[i].job.type == pb::JOB_ENCRYPT && jobs_[i].job.usage == 2)
+      group_ticket[jobs_[i].group] = i;
   std::vector<int> shared;  // request jobs whose message is dealt
   for (size_t i : call->idx) {
     const Job& job = jobs_[i].job;
     pb::Job* j = call->req.add_jobs();
     j->set_job_id(i);
-    // Not a PAD: it reveals nothing (its ctr0 is public) and the servers
-    // take release conditions on ENCRYPT and CHECKSUM jobs only.
+    // Not a signing PAD: it reveals nothing (its ctr0 is public). A
+    // verification PAD is kept only for a TGT that decrypted.
     if (jobs_[i].speculative && jobs_[i].group != 0 &&
-        job.type != pb::JOB_PAD) {
+        (job.type != pb::JOB_PAD || !job.checksum.empty())) {
       auto g = group_decrypt.find(jobs_[i].group);
       if (g != group_decrypt.end()) j->set_release_if_ok(g->second);
+    }
+    if (jobs_[i].link_pad) {
+      auto t = group_ticket.find(jobs_[i].group);
+      if (t != group_ticket.end()) j->set_pad_after(t->second);
     }
     j->set_key_id(job.key_id);
     j->set_cipher(job.cipher);
@@ -281,6 +292,7 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
         break;
       case pb::JOB_PAD:
         j->set_length(static_cast<uint32_t>(job.pad_length));
+        if (!job.checksum.empty()) j->set_checksum(job.checksum);
         break;
       default:  // DECRYPT: the ciphertext
         j->set_data(job.input.data(), job.input.size());
@@ -454,6 +466,8 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
   std::vector<HeldKeystream> held;
   size_t pads_lost = 0;
   const absl::Time expires = call.started + host_->options().speculate_ttl;
+  std::map<uint64_t, int> position;  // job id -> place in the request
+  for (int k = 0; k < n; ++k) position[call.req.jobs(k).job_id()] = k;
   for (int k = 0; k < n; ++k) {
     const size_t i = call.idx[k];
     PendingJob& e = jobs_[i];
@@ -465,7 +479,10 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
         !IsDone(i)) {
       HeldKeystream h;
       h.pad = e.job.type == pb::JOB_PAD;
+      h.verify = h.pad && !e.job.checksum.empty();
       h.pad_length = e.job.pad_length;
+      if (h.pad && call.req.jobs(k).has_pad_after())
+        h.linked_ctr0 = LinkedTicketCtr0(call, position, k);
       h.refund = e.refund;
       h.key_id = e.job.key_id;
       h.cipher = e.job.cipher;
@@ -474,7 +491,8 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
       h.run_job_id = i;
       h.ctr0 = r.ctr0();
       h.keystream = std::move(e.output);
-      h.expires = expires;
+      h.expires = h.verify ? std::min(expires, call.started + kVerifyPadTtl)
+                           : expires;
       held.push_back(std::move(h));
     } else if (e.job.type == pb::JOB_PAD) {
       ++pads_lost;
@@ -493,6 +511,23 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
   }
   if (!keystream_groups.empty())
     host_->SpeculativeGroupsFailed(keystream_groups.size());
+}
+
+// A linked pad's ticket keystream counter: the ENCRYPT's ctr0, if that
+// ENCRYPT succeeded and the pad's ctr0 is its ctr0 + kLinkedPadOffset as
+// the contract says; else empty (the pad signs as an unlinked one).
+std::string BatchStep::LinkedTicketCtr0(const RunCall& call,
+                                        const std::map<uint64_t, int>& position,
+                                        int k) const {
+  auto p = position.find(call.req.jobs(k).pad_after());
+  if (p == position.end()) return {};
+  const pb::JobResult& enc = call.resp[0].results(p->second);
+  std::string want;
+  if (enc.status() != pb::JOB_OK ||
+      !contract::LinkedPadCtr0(enc.ctr0(), &want) ||
+      want != call.resp[0].results(k).ctr0())
+    return {};
+  return enc.ctr0();
 }
 
 // Completes what needs no Finalize; collects the ciphertexts that do.
@@ -702,6 +737,8 @@ void BatchStep::StartSign() {
       item->set_job_id(e.run_job_id);
       item->set_usage(e.job.usage);
       item->set_length(static_cast<uint32_t>(e.job.input.size()));
+      if (e.job.type == pb::JOB_VERIFY_CHECKSUM)
+        item->set_verify_tag(e.job.checksum.substr(contract::kCtr0Size));
       out[p] = item->mutable_data();
     }
     // The message as shares, dealt afresh for this item (enctype.md
@@ -766,7 +803,14 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
         }
       }
       PendingJob& e = jobs_[i];
-      if (ok && e.output.size() == contract::kCtr0Size && !IsDone(i)) {
+      if (ok && e.job.type == pb::JOB_VERIFY_CHECKSUM && !IsDone(i)) {
+        absl::Status st = CheckVerifyAnswer(*call, k);
+        if (st.ok() || absl::IsDataLoss(st)) {
+          Complete(i, std::move(st), {});
+          continue;
+        }
+        if (why.empty()) why = std::string(st.message());
+      } else if (ok && e.output.size() == contract::kCtr0Size && !IsDone(i)) {
         e.output.resize(contract::kChecksumSize);
         absl::Status st = client::CombineAdditive(
             {&call->resp[0].results(k).tag_share(),
@@ -786,6 +830,27 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
   }
   ScrubSign(call.get());
   if (!rerun.empty()) RerunSign(std::move(rerun), why);
+}
+
+// A verify item's answers (kmpc.proto SignItem.verify_tag): additive
+// shares of r * (T ^ t'), so the tag holds iff they XOR to zero. OK,
+// DataLoss (it does not: as a Run's VERIFY_CHECKSUM), or Aborted for
+// answers of the wrong size (the job then runs as an ordinary
+// VERIFY_CHECKSUM).
+absl::Status BatchStep::CheckVerifyAnswer(const SignCall& call, int k) const {
+  uint8_t acc = 0;
+  for (size_t b = 0; b < contract::kTagSize; ++b) {
+    uint8_t x = 0;
+    for (int p = 0; p < kParties; ++p) {
+      const std::string& s = call.resp[p].results(k).tag_share();
+      if (s.size() != contract::kTagSize)
+        return absl::AbortedError("verify answers of the wrong size");
+      x ^= static_cast<uint8_t>(s[b]);
+    }
+    acc |= x;
+  }
+  return acc == 0 ? absl::OkStatus()
+                  : absl::DataLossError("checksum did not verify");
 }
 
 void BatchStep::RerunSign(std::vector<size_t> idx, const std::string& why) {

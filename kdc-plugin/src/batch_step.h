@@ -39,6 +39,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -118,6 +119,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   absl::Status CheckJobResult(const RunCall& call, int k) const;
   absl::Status RevealRun(RunCall* call);
   void HoldSpeculative(const RunCall& call);
+  std::string LinkedTicketCtr0(const RunCall& call,
+                               const std::map<uint64_t, int>& position,
+                               int k) const;
   void CompleteRun(const RunCall& call, FinalizeCall* fin);
   static void ScrubRun(RunCall* call);
 
@@ -134,6 +138,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   void OnSign(const std::shared_ptr<SignCall>& call);
   // Re-runs sign jobs as ordinary CHECKSUM jobs (`why`: logged).
   void RerunSign(std::vector<size_t> idx, const std::string& why);
+  absl::Status CheckVerifyAnswer(const SignCall& call, int k) const;
   static void ScrubSign(SignCall* call);
 
   // Completion.

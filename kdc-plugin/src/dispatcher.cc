@@ -348,6 +348,7 @@ BatcherStats Dispatcher::Stats() const {
   out.sign_batches = sign_batches_.load(std::memory_order_relaxed);
   out.pads_drawn = speculator_.pads_drawn();
   out.pads_used = speculator_.pads_used();
+  out.verify_pads_used = speculator_.verify_pads_used();
   out.pads_wasted = speculator_.pads_wasted();
   out.pads_held = speculator_.pads_held();
   return out;

@@ -79,7 +79,8 @@ struct Job {
   // a ticket signature covers the EncTicketPart, session key included; it
   // leaves the KDC only as shares, batch_step.cc); DECRYPT: ctr0 || C || T.
   SecureBytes input;
-  std::string checksum;  // VERIFY_CHECKSUM: ctr0 || tag
+  // VERIFY_CHECKSUM: ctr0 || tag; a verification PAD: its ctr0 (16 bytes).
+  std::string checksum;
   // PAD (made by the speculator, never submitted by the KDC): the longest
   // message the pad may sign.
   uint32_t pad_length = 0;
@@ -104,13 +105,17 @@ struct PendingJob {
   bool finalize_only = false;
   // A CHECKSUM that a pad of an earlier Run signs (speculator.h): `output`
   // holds the pad's ctr0; a Sign request (kmpc.proto SignItem) under the
-  // pad (run_batch_id, run_job_id) gives the tag.
+  // pad (run_batch_id, run_job_id) gives the tag. A VERIFY_CHECKSUM under
+  // a verification pad likewise: a verify item (SignItem.verify_tag).
   bool sign = false;
   // finalize_only: the ENCRYPT state; sign: the pad.
   std::string run_batch_id;
   uint64_t run_job_id = 0;
   // A speculative job: the budget tokens its use gives back (speculator.h).
   double refund = 0;
+  // A speculative signing PAD linked to its group's speculative ticket
+  // ENCRYPT (kmpc.proto Job.pad_after) when both go in one Run.
+  bool link_pad = false;
   // A DECRYPT that starts an exchange (speculator.h: 0 AS, 1 TGS); -1 none.
   int exchange = -1;
   // The value under construction, wiped when it goes: ENCRYPT ctr0 || C ||

@@ -102,6 +102,9 @@ class KdcMetrics::StatsCollector : public prometheus::Collectable {
         T::Counter, static_cast<double>(s.pads_drawn));
     add("kmpc_kdc_pads_used_total", "pads a checksum used (Sign)", T::Counter,
         static_cast<double>(s.pads_used));
+    add("kmpc_kdc_verify_pads_used_total",
+        "PAC signatures verified ring-free under a verification pad",
+        T::Counter, static_cast<double>(s.verify_pads_used));
     add("kmpc_kdc_pads_wasted_total",
         "pads lost with their request's failed DECRYPT or expired unused",
         T::Counter, static_cast<double>(s.pads_wasted));

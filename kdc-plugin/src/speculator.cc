@@ -113,6 +113,25 @@ PendingJob SpeculativeJob(const PendingJob& cause, double refund,
   return x;
 }
 
+// A PAC ([MS-PAC] 2.3 PACTYPE: cBuffers, Version 0, then cBuffers
+// 16-byte PAC_INFO_BUFFERs): the message of a PAC server signature (MIT
+// pac_sign.c, the PAC with both signature values zeroed). The other
+// usage-17 messages are an EncTicketPart (a DER [APPLICATION 3], 0x63:
+// the ticket signature) and a 32-byte signature value (the KDC
+// signature's), neither of which parses so.
+bool IsPac(const SecureBytes& m) {
+  if (m.size() < 8 + 16) return false;
+  const uint32_t n = m[0] | (m[1] << 8) | (m[2] << 16) | (uint32_t{m[3]} << 24);
+  const bool v0 = m[4] == 0 && m[5] == 0 && m[6] == 0 && m[7] == 0;
+  return v0 && n >= 1 && n <= 64 && 8 + 16 * size_t{n} <= m.size();
+}
+
+// Whether `needle`'s bytes occur in `m` (compared as unsigned bytes).
+bool Contains(const SecureBytes& m, const std::string& needle) {
+  const auto* n = reinterpret_cast<const uint8_t*>(needle.data());
+  return std::search(m.begin(), m.end(), n, n + needle.size()) != m.end();
+}
+
 // What `sum` makes per exchange (of `oks`), rounded to the nearest.
 size_t PerExchange(double sum, double oks) {
   if (oks < 0.5) return 0;
@@ -151,12 +170,17 @@ void Speculator::OnSubmit(PendingJob* job, size_t queue_size,
     if (j.usage == kUsageTicket && j.key_id == ticket_key_id_) ++tickets_;
     Learn(j, at);
     Prune(job->enqueued);
-    UseHeld(job);
+    if (!UseReserved(job)) UseHeld(job);
   } else if (j.type == pb::JOB_CHECKSUM && j.usage == kUsagePacSignature &&
              j.input.size() <= kMaxPadBytes) {
     LearnSignature(j);
     Prune(job->enqueued);
     UsePad(job);
+  } else if (j.type == pb::JOB_VERIFY_CHECKSUM &&
+             j.usage == kUsagePacSignature &&
+             j.checksum.size() == contract::kChecksumSize) {
+    Prune(job->enqueued);
+    UseVerifyPad(job);
   } else if (j.type == pb::JOB_DECRYPT && j.usage == kUsageEncTimestamp) {
     StartExchange(kAs);
     job->exchange = kAs;
@@ -173,11 +197,13 @@ void Speculator::OnSubmit(PendingJob* job, size_t queue_size,
     if (!room) return;
     MaybeRenewal(job, group_jobs);
     DrawPads(job, kTgs, group_jobs);
+    DrawVerifyPad(job, group_jobs);
   }
 }
 
 bool Speculator::Room(size_t n) const {
-  return held_.size() + held_pads_.size() + pending_ + n <=
+  return held_.size() + held_pads_.size() + held_verify_.size() +
+             reserved_.size() + pending_ + n <=
          options_.speculate_max;
 }
 
@@ -236,12 +262,72 @@ void Speculator::DrawPads(PendingJob* d, int kind,
       !pad_tokens_.Take(d->enqueued))
     return;
   if (d->group == 0) d->group = next_group_++;
+  size_t first = group_jobs->size();
   for (size_t i = 0; i < n; ++i)
     group_jobs->push_back(SpeculativeJob(*d, 1.0 / static_cast<double>(n),
                                          pb::JOB_PAD, pad_key_id_, pad_cipher_,
                                          kUsagePacSignature, bytes));
-  pads_drawn_ += n;
-  pending_ += n;
+  // An AS issues its speculated ticket itself: one of its pads is linked.
+  // A TGS group's ticket keystream may serve a later renewal instead (its
+  // own signatures, of a service ticket, are no PACs): its linked pad is
+  // one more, held beside that keystream.
+  size_t drawn = n;
+  if (kind == kTgs && HasTicket(*group_jobs, first) && Room(n + 1)) {
+    group_jobs->push_back(SpeculativeJob(*d, 0, pb::JOB_PAD, pad_key_id_,
+                                         pad_cipher_, kUsagePacSignature,
+                                         bytes));
+    first = group_jobs->size() - 1;
+    ++drawn;
+  }
+  LinkPad(group_jobs, first);
+  pads_drawn_ += drawn;
+  pending_ += drawn;
+}
+
+// Whether the group jobs before `end` hold a speculative ticket ENCRYPT.
+bool Speculator::HasTicket(const std::vector<PendingJob>& g, size_t end) {
+  for (size_t i = 0; i < end && i < g.size(); ++i)
+    if (g[i].job.type == pb::JOB_ENCRYPT && g[i].job.usage == kUsageTicket)
+      return true;
+  return false;
+}
+
+// The first pad from `first` on is linked to the group's speculative
+// ticket ENCRYPT when both are under the same key (the krbtgt's): the
+// server signature of that ticket's PAC is then made at a counter its
+// next TGS can name (class comment).
+void Speculator::LinkPad(std::vector<PendingJob>* g, size_t first) {
+  for (const PendingJob& t : *g) {
+    if (t.job.type != pb::JOB_ENCRYPT || t.job.usage != kUsageTicket) continue;
+    if (first < g->size() && (*g)[first].job.key_id == t.job.key_id &&
+        (*g)[first].job.cipher == t.job.cipher)
+      (*g)[first].link_pad = true;
+    return;
+  }
+}
+
+// A TGT DECRYPT's verification pad at its ctr0 + kLinkedPadOffset (the
+// counter its PAC's server signature has if it was made under a linked
+// pad), long enough for recent usage-17 messages; released by the servers
+// only if the TGT decrypts (release_if_ok). It reveals nothing: the
+// servers keep it for one verify item.
+void Speculator::DrawVerifyPad(PendingJob* d,
+                               std::vector<PendingJob>* group_jobs) {
+  const size_t bytes = LongestBytes(pad_lengths_);
+  std::string ctr;
+  if (bytes == 0 || d->job.input.size() < contract::kCiphertextOverhead ||
+      !Room(1) ||
+      !contract::LinkedPadCtr0(
+          absl::string_view(reinterpret_cast<const char*>(d->job.input.data()),
+                            contract::kCtr0Size),
+          &ctr))
+    return;
+  if (d->group == 0) d->group = next_group_++;
+  PendingJob v = SpeculativeJob(*d, 0, pb::JOB_PAD, d->job.key_id,
+                                d->job.cipher, kUsagePacSignature, bytes);
+  v.job.checksum = std::move(ctr);
+  group_jobs->push_back(std::move(v));
+  ++pending_;
 }
 
 // A TGS exchange that encrypts a ticket under the krbtgt key (a renewal,
@@ -266,16 +352,8 @@ void Speculator::MaybeRenewal(PendingJob* d,
 // before its Sign request exists: a pad signs once (enctype.md invariant
 // 6; the servers refuse a second use anyway).
 bool Speculator::UsePad(PendingJob* q) {
-  const Job& j = q->job;
-  const size_t len = j.input.size();
   HeldKeystream pad;
-  if (!held_pads_.TakeNewest(
-          j.key_id, j.usage, j.cipher,
-          [&](const HeldKeystream& h) {
-            return h.pad_length >= len && h.expires > q->enqueued;
-          },
-          &pad))
-    return false;
+  if (!TakePad(*q, &pad)) return false;
   q->output.assign(pad.ctr0.begin(), pad.ctr0.end());
   q->sign = true;
   q->run_batch_id = std::move(pad.run_batch_id);
@@ -284,6 +362,96 @@ bool Speculator::UsePad(PendingJob* q) {
   pad_tokens_.GiveBack(pad.refund);
   ++pads_used_;
   return true;
+}
+
+// The pad for usage-17 CHECKSUM q: for a PAC (a server signature), a
+// linked pad whose ticket keystream is still held first, that keystream
+// then reserved for the ticket carrying the signature (UseReserved); for
+// other messages an unlinked pad first. Newest first within each.
+bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
+  const Job& j = q.job;
+  const size_t len = j.input.size();
+  auto fits = [&](const HeldKeystream& h) {
+    return h.pad_length >= len && h.expires > q.enqueued;
+  };
+  if (IsPac(j.input)) {
+    HeldKeystream ks;
+    if (held_pads_.TakeNewest(
+            j.key_id, j.usage, j.cipher,
+            [&](const HeldKeystream& h) {
+              return fits(h) && !h.linked_ctr0.empty() &&
+                     held_.TakeNewest(h.key_id, kUsageTicket, h.cipher,
+                                      [&](const HeldKeystream& k) {
+                                        return k.ctr0 == h.linked_ctr0;
+                                      },
+                                      &ks);
+            },
+            pad)) {
+      reserved_.emplace_back(pad->ctr0, std::move(ks));
+      return true;
+    }
+  }
+  if (held_pads_.TakeNewest(j.key_id, j.usage, j.cipher,
+                            [&](const HeldKeystream& h) {
+                              return fits(h) && h.linked_ctr0.empty();
+                            },
+                            pad))
+    return true;
+  return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, fits, pad);
+}
+
+// A VERIFY_CHECKSUM whose ctr0 is a held verification pad's becomes a
+// ring-free verify item under it (taken out: one verification per pad).
+bool Speculator::UseVerifyPad(PendingJob* q) {
+  const Job& j = q->job;
+  const size_t len = j.input.size();
+  const std::string ctr0 = j.checksum.substr(0, contract::kCtr0Size);
+  HeldKeystream pad;
+  if (!held_verify_.TakeNewest(
+          j.key_id, j.usage, j.cipher,
+          [&](const HeldKeystream& h) {
+            return h.ctr0 == ctr0 && h.pad_length >= len &&
+                   h.expires > q->enqueued;
+          },
+          &pad))
+    return false;
+  q->output.assign(pad.ctr0.begin(), pad.ctr0.end());
+  q->sign = true;
+  q->run_batch_id = std::move(pad.run_batch_id);
+  q->run_job_id = pad.run_job_id;
+  q->blocks = 0;
+  ++verify_pads_used_;
+  return true;
+}
+
+// A ticket ENCRYPT whose plaintext carries the ctr0 of a signature made
+// under a linked pad (its PAC's server signature) takes that pad's ticket
+// keystream, so that its next TGS finds the signature at ctr0 + 2^17.
+bool Speculator::UseReserved(PendingJob* q) {
+  const Job& j = q->job;
+  if (j.usage != kUsageTicket) return false;
+  const size_t len = j.input.size();
+  for (auto it = reserved_.begin(); it != reserved_.end(); ++it) {
+    const HeldKeystream& k = it->second;
+    if (k.key_id != j.key_id || k.cipher != j.cipher ||
+        k.keystream.size() < len || k.expires <= q->enqueued ||
+        !Contains(j.input, it->first))
+      continue;
+    HeldKeystream ks = std::move(it->second);
+    reserved_.erase(it);
+    q->output.resize(contract::kCiphertextOverhead + len);
+    std::copy(ks.ctr0.begin(), ks.ctr0.end(), q->output.begin());
+    uint8_t* c = q->output.data() + contract::kCtr0Size;
+    for (size_t b = 0; b < len; ++b) c[b] = j.input[b] ^ ks.keystream[b];
+    q->finalize_only = true;
+    q->run_batch_id = std::move(ks.run_batch_id);
+    q->run_job_id = ks.run_job_id;
+    q->blocks = 0;
+    tokens_.GiveBack(ks.refund);
+    ++used_;
+    return true;
+  }
+  return false;
 }
 
 void Speculator::Learn(const Job& j, uint64_t at) {
@@ -357,8 +525,10 @@ size_t Speculator::KeystreamBytes(uint32_t usage) const {
 
 void Speculator::Hold(std::vector<HeldKeystream>* keystreams) {
   for (HeldKeystream& k : *keystreams) {
-    auto& held = k.pad ? held_pads_ : held_;
-    if (held_.size() + held_pads_.size() < options_.speculate_max)
+    auto& held = k.verify ? held_verify_ : k.pad ? held_pads_ : held_;
+    if (held_.size() + held_pads_.size() + held_verify_.size() +
+            reserved_.size() <
+        options_.speculate_max)
       held.push_back(std::move(k));
     else
       ++(k.pad ? pads_wasted_ : wasted_);  // its token stays spent
@@ -378,9 +548,19 @@ absl::Time Speculator::Prune(absl::Time now) {
     ++pads_wasted_;
     held_pads_.pop_front();  // the servers drop it after their TTL
   }
+  while (!held_verify_.empty() && held_verify_.front().expires <= now)
+    held_verify_.pop_front();
+  while (!reserved_.empty() && reserved_.front().second.expires <= now) {
+    ++wasted_;
+    reserved_.pop_front();
+  }
   absl::Time next = absl::InfiniteFuture();
   if (!held_.empty()) next = held_.front().expires;
   if (!held_pads_.empty()) next = std::min(next, held_pads_.front().expires);
+  if (!held_verify_.empty())
+    next = std::min(next, held_verify_.front().expires);
+  if (!reserved_.empty())
+    next = std::min(next, reserved_.front().second.expires);
   return next;
 }
 
@@ -416,6 +596,8 @@ void HeldList::clear() {
 void Speculator::Clear() {
   held_.clear();  // SecureBytes wipes the keystreams
   held_pads_.clear();
+  held_verify_.clear();
+  reserved_.clear();
   pending_ = 0;
 }
 

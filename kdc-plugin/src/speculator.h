@@ -23,6 +23,21 @@
 // ticket counts for the exchange started last (under concurrency the
 // counts blur between exchanges, their mean per exchange does not).
 //
+// Linked pads (one Run per TGS exchange): a TGS-REQ's TGT carries a PAC
+// whose server signature MIT checks (get_verified_pac), and its counter is
+// inside the TGT. So the group that speculates a ticket under the krbtgt
+// (an AS's, a renewal's) links one of its pads to that ticket's keystream
+// (Job.pad_after: the pad's counter is the ticket's ctr0 + 2^17). The
+// first usage-17 CHECKSUM that is a PAC (the server signature's message)
+// takes the linked pad whose keystream is still held, and reserves that
+// keystream for the ENCRYPT whose plaintext holds the pad's ctr0 (the
+// ticket carrying that signature). A TGT's DECRYPT then draws a
+// verification pad at its own ctr0 + 2^17 (public: the ciphertext's first
+// block), kept by the servers only if the TGT decrypts (release_if_ok),
+// and the server signature's VERIFY_CHECKSUM whose ctr0 is that counter
+// becomes a ring-free verify item (kmpc.proto SignItem.verify_tag). Any
+// other VERIFY (old tickets, a broken link) runs in a Run as before.
+//
 // Invariants:
 //  - Not thread-safe: every method runs under the dispatcher's mutex.
 //  - Held keystreams and pads + speculative jobs queued or in flight
@@ -61,10 +76,22 @@
 
 namespace kmpc::kdc {
 
+// How long a verification pad is held (at most speculate_ttl): its
+// VERIFY follows its TGT's DECRYPT within the same exchange, and one drawn
+// for a TGT whose signature is not at the linked counter (an older ticket)
+// is never used, so it must not take the room of keystreams for long.
+inline constexpr absl::Duration kVerifyPadTtl = absl::Seconds(1);
+
 // A speculative keystream waiting for its ENCRYPT job, or (pad) a pad
 // waiting for its CHECKSUM.
 struct HeldKeystream {
   bool pad = false;
+  // A verification pad (kmpc.proto JOB_PAD with a counter): it verifies
+  // the one signature whose ctr0 is its own, never signs.
+  bool verify = false;
+  // A linked signing pad (Job.pad_after): the ctr0 of its ticket keystream
+  // (the pad's ctr0 is that + kLinkedPadOffset); empty otherwise.
+  std::string linked_ctr0;
   uint32_t pad_length = 0;  // pad: the longest message it may sign
   double refund = 0;        // budget tokens its use gives back
   std::string key_id;
@@ -169,7 +196,8 @@ class Speculator {
   uint64_t encrypts() const { return encrypts_; }
   uint64_t used() const { return used_; }
   uint64_t wasted() const { return wasted_; }
-  size_t pads_held() const { return held_pads_.size(); }
+  size_t pads_held() const { return held_pads_.size() + held_verify_.size(); }
+  uint64_t verify_pads_used() const { return verify_pads_used_; }
   uint64_t pads_drawn() const { return pads_drawn_; }
   uint64_t pads_used() const { return pads_used_; }
   uint64_t pads_wasted() const { return pads_wasted_; }
@@ -179,6 +207,12 @@ class Speculator {
   void StartExchange(int kind);
   void LearnSignature(const Job& job);
   bool UsePad(PendingJob* job);
+  bool TakePad(const PendingJob& q, HeldKeystream* pad);
+  bool UseVerifyPad(PendingJob* job);
+  bool UseReserved(PendingJob* job);
+  void DrawVerifyPad(PendingJob* decrypt, std::vector<PendingJob>* group_jobs);
+  void LinkPad(std::vector<PendingJob>* group_jobs, size_t first_pad);
+  static bool HasTicket(const std::vector<PendingJob>& g, size_t end);
   void DrawPads(PendingJob* decrypt, int kind,
                 std::vector<PendingJob>* group_jobs);
   void MaybeRenewal(PendingJob* decrypt, std::vector<PendingJob>* group_jobs);
@@ -209,6 +243,11 @@ class Speculator {
 
   // Pads, held in the order of their Runs.
   HeldList held_pads_;
+  HeldList held_verify_;  // verification pads
+  // Ticket keystreams reserved for the ticket that carries the signature
+  // made under their linked pad: (that pad's ctr0, the keystream).
+  std::deque<std::pair<std::string, HeldKeystream>> reserved_;
+  uint64_t verify_pads_used_ = 0;
   std::string pad_key_id_;  // the key of the last exchange's last signature
   kmpc::v1::Cipher pad_cipher_ = kmpc::v1::CIPHER_UNSPECIFIED;
   std::deque<size_t> pad_lengths_;  // last usage-17 message lengths

@@ -211,11 +211,13 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
       const pb::Job* on = nullptr;
       for (const pb::Job& o : req.jobs())
         if (o.job_id() == j.release_if_ok() && &o != &j) on = &o;
-      if ((j.type() != pb::JOB_ENCRYPT && j.type() != pb::JOB_CHECKSUM) || on == nullptr ||
+      if ((j.type() != pb::JOB_ENCRYPT && j.type() != pb::JOB_CHECKSUM &&
+           j.type() != pb::JOB_PAD) ||
+          on == nullptr ||
           (on->type() != pb::JOB_DECRYPT && on->type() != pb::JOB_VERIFY_CHECKSUM)) {
         FailJob(r, pb::JOB_MALFORMED,
                 "release_if_ok must name another job of the batch, a DECRYPT or "
-                "VERIFY_CHECKSUM, from an ENCRYPT or CHECKSUM");
+                "VERIFY_CHECKSUM, from an ENCRYPT, CHECKSUM or PAD");
         continue;
       }
     }
@@ -290,9 +292,21 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
         break;
       }
       case pb::JOB_PAD: {
+        // As the contract: a verification pad at its given counter, a
+        // linked pad at its ENCRYPT's ctr0 + 2^17, else a fresh one.
         std::string ctr0 = zero_ctr0_ ? std::string(16, '\0') : Random(16);
+        if (!j.checksum().empty()) ctr0 = j.checksum();
+        if (j.has_pad_after()) {
+          auto e = enc_.find({req.batch_id(), j.pad_after()});
+          if (e == enc_.end() || !contract::LinkedPadCtr0(e->second.ctr0, &ctr0)) {
+            FailJob(r, pb::JOB_WITHHELD, "the ENCRYPT this pad is linked to failed");
+            break;
+          }
+        }
         for (auto* x : r) x->set_ctr0(ctr0);
-        pads_[{req.batch_id(), j.job_id()}] = {key, ctr0, j.usage(), j.length()};
+        PadState& s = pads_[{req.batch_id(), j.job_id()}];
+        s = {key, ctr0, j.usage(), j.length()};
+        s.verify = !j.checksum().empty();
         break;
       }
       default:  // CheckJob let no other type through
@@ -344,7 +358,8 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
         all = false;
       } else if (it.usage() != pad->second.usage ||
                  it.length() > pad->second.length || !d ||
-                 d->size() != it.length()) {
+                 d->size() != it.length() ||
+                 it.verify_tag().empty() == pad->second.verify) {
         r[p]->set_status(pb::JOB_MALFORMED);  // the pad is kept
         r[p]->set_detail("usage, length or shares do not fit the pad");
         all = false;
@@ -356,6 +371,10 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
     }
     if (all) {
       std::string t = Tag(pad->second.key, it.usage(), pad->second.ctr0, *d, true);
+      // A verify item's shares sum to r * (T ^ t'): zero iff it holds,
+      // else a random value.
+      if (pad->second.verify)
+        t = t == it.verify_tag() ? std::string(16, '\0') : Random(16);
       for (int i = 0; i < 16; ++i)
         t[i] ^= r[0]->tag_share()[i] ^ r[1]->tag_share()[i];
       r[2]->set_tag_share(t);

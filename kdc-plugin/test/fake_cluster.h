@@ -175,6 +175,7 @@ class FakeCluster : public TestCluster {
     uint32_t usage;
     uint32_t length;
     std::array<bool, 3> gone{};  // used or forgotten, per party
+    bool verify = false;  // a verification pad (a PAD with a counter)
   };
   std::map<std::pair<std::string, uint64_t>, PadState> pads_;
   std::array<std::vector<std::string>, 3> received_signs_;

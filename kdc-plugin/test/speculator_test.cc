@@ -712,11 +712,80 @@ TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
   renewal();
   const BatcherStats s1 = b->stats();
   EXPECT_EQ(s1.run_requests - s0.run_requests, 1u);
-  EXPECT_EQ(RunSizes().back(), 4);  // the TGT, its keystream, 2 pads
+  // The TGT, its keystream, 2 pads, the pad linked to the keystream, the
+  // TGT's verification pad.
+  EXPECT_EQ(RunSizes().back(), 6);
   EXPECT_EQ(s1.sign_requests - s0.sign_requests, 2u);
   EXPECT_EQ(s1.finalize_requests - s0.finalize_requests, 1u);
   EXPECT_EQ(s1.speculative_used - s0.speculative_used, 1u);
   EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);
+}
+
+// Linked and verification pads (speculator.h, "Linked pads"): the AS's
+// PAC server signature (a PAC-shaped message) is made under the pad linked
+// to the ticket's keystream, at the ticket's ctr0 + 2^17; the ticket that
+// carries it is encrypted with that keystream; the TGS-REQ's TGT DECRYPT
+// draws a verification pad there, and the VERIFY of the signature is a
+// ring-free verify item: no Run. A wrong tag fails it (DataLoss, as a
+// Run's VERIFY), a VERIFY at another counter runs.
+TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
+  auto b = Make(Opts());
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  // [MS-PAC] PACTYPE: 4 buffers, version 0 (only its header matters here).
+  const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
+  SecureBytes tgt;
+  std::string sig;
+  auto as = [&] {
+    const uint64_t d = Do(b.get(), {Decrypt(ts, 1)})[0];
+    ASSERT_TRUE(sink_.Get(d).status.ok());
+    Job s = Tgt(Checksum(pac, 17));
+    sig = Str(sink_.Get(Do(b.get(), {std::move(s)})[0]).output);
+    ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
+    // The ticket carries the server signature (inside its PAC).
+    const std::string plain = std::string(8, 'a') + sig + std::string(16, 'z');
+    auto t = Do(b.get(), {Tgt(Encrypt(plain, 2)), Encrypt(std::string(56, 'r'), 3)});
+    tgt = sink_.Get(t[0]).output;
+  };
+  as();  // learns the krbtgt key, the lengths and the signatures
+  as();
+  std::string want;
+  ASSERT_TRUE(contract::LinkedPadCtr0(Str(tgt).substr(0, 16), &want));
+  EXPECT_EQ(sig.substr(0, 16), want);  // the signature's counter is linked
+  auto verify = [&](const std::string& checksum) {
+    Job v = Tgt(Checksum(pac, 17));
+    v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+    v.checksum = checksum;
+    return sink_.Get(Do(b.get(), {std::move(v)})[0]).status;
+  };
+  auto tgs = [&](const std::string& checksum) {
+    const uint64_t d = Do(b.get(), {Tgt(Decrypt(tgt, 2))})[0];
+    EXPECT_TRUE(sink_.Get(d).status.ok());
+    return verify(checksum);
+  };
+  BatcherStats s0 = b->stats();
+  EXPECT_TRUE(tgs(sig).ok());
+  BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.run_requests - s0.run_requests, 1u);  // the TGT's DECRYPT
+  EXPECT_EQ(s1.verify_pads_used - s0.verify_pads_used, 1u);
+  EXPECT_EQ(s1.sign_rerun, 0u);
+  std::string wrong = sig;
+  wrong[20] ^= 1;
+  EXPECT_TRUE(absl::IsDataLoss(tgs(wrong)));
+  BatcherStats s2 = b->stats();
+  EXPECT_EQ(s2.run_requests - s1.run_requests, 1u);
+  EXPECT_EQ(s2.verify_pads_used - s1.verify_pads_used, 1u);
+  // Another counter: no verification pad there, a Run of its own.
+  std::string other = sig;
+  other[3] ^= 1;
+  EXPECT_TRUE(absl::IsDataLoss(tgs(other)));
+  BatcherStats s3 = b->stats();
+  EXPECT_EQ(s3.run_requests - s2.run_requests, 2u);
+  EXPECT_EQ(s3.verify_pads_used, s2.verify_pads_used);
+  // The verify items carried the presented tags and shares of the PAC,
+  // never the PAC.
+  for (int p = 0; p < 3; ++p)
+    for (const std::string& raw : fake_.received_signs(p))
+      EXPECT_EQ(raw.find(std::string(40, 'p')), std::string::npos);
 }
 
 // A held pad signs only a CHECKSUM it fits: same key id, cipher and usage,

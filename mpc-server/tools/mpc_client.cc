@@ -17,6 +17,8 @@
 //                     checksum KEYID USAGE DATA        -> ok CTR0||TAG
 //                     verify   KEYID USAGE DATA CKSUM  -> ok | integrity_failed
 //                     pad      KEYID USAGE MAXLEN      -> ok CTR0 BATCHID JOBID
+//                     vpad     KEYID USAGE MAXLEN CTR0 -> ok CTR0 BATCHID JOBID
+//                                 (a verification pad at CTR0)
 //                     sign     KEYID USAGE DATA        -> ok CTR0||TAG
 //                   checksum/verify messages and sign data are dealt as
 //                   shares (client::Deal): no server receives them.
@@ -29,7 +31,9 @@
 //                   KeyOps.Sign of the pad a `pad` job drew, DATA dealt as
 //                   shares; prints "ok TAG" when the three servers sign,
 //                   else "refused S0 S1 S2" (their JobStatus names; with
-//                   --only_party, "sent STATUS").
+//                   --only_party, "sent STATUS"). With --verify_tag_hex=T:
+//                   a verify item under a `vpad` pad, "verified" or
+//                   "not_verified" (SignItem.verify_tag).
 //                   Every job names a cipher (kmpc.proto Job.cipher): OP
 //                   may be OP:aes128, OP:aes256 or OP:N (N a raw enum value,
 //                   0 = CIPHER_UNSPECIFIED, for tests); a bare OP takes
@@ -113,6 +117,8 @@ ABSL_FLAG(std::string, run_batch_id_hex, "", "sign: the batch id of the PAD job"
 ABSL_FLAG(uint64_t, job_id, 0, "sign: the PAD job's id");
 ABSL_FLAG(uint32_t, usage, 0, "sign: the key usage");
 ABSL_FLAG(std::string, data_hex, "", "sign: the message (hex)");
+ABSL_FLAG(std::string, verify_tag_hex, "",
+          "sign: verify this 16-byte tag under a verification pad instead");
 ABSL_FLAG(int, timeout_ms, 30000, "deadline of each RPC");
 
 namespace {
@@ -422,6 +428,7 @@ struct SignJob {
   uint64_t job_id;
   uint32_t usage;
   Bytes data;
+  Bytes verify_tag = {};
 };
 std::array<pb::SignRequest, 3> SignRequests(const std::vector<SignJob>& items) {
   std::array<pb::SignRequest, 3> reqs;
@@ -435,6 +442,7 @@ std::array<pb::SignRequest, 3> SignRequests(const std::vector<SignJob>& items) {
       o[i]->set_job_id(it.job_id);
       o[i]->set_usage(it.usage);
       o[i]->set_length(static_cast<uint32_t>(it.data.size()));
+      if (!it.verify_tag.empty()) o[i]->set_verify_tag(it.verify_tag);
     }
     absl::Status st = kmpc::client::Deal(
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(it.data.data()),
@@ -544,9 +552,13 @@ int Jobs(Cluster& c) {
       p.job.set_length(static_cast<uint32_t>(a.size()));
       p.message = a;
       p.job.set_checksum(b);
-    } else if (p.op == "pad") {
+    } else if (p.op == "pad" || p.op == "vpad") {
       p.job.set_type(pb::JOB_PAD);
       p.job.set_length(static_cast<uint32_t>(std::stoul(f[3])));
+      if (p.op == "vpad") {
+        if (f.size() < 5 || !FromHex(f[4], &b)) Die("vpad needs MAXLEN and CTR0 hex");
+        p.job.set_checksum(b);
+      }
     } else if (p.op == "sign") {
       if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
       p.job.set_type(pb::JOB_PAD);
@@ -624,7 +636,7 @@ int Jobs(Cluster& c) {
       out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0() + v));
       continue;
     }
-    if (op == "pad") {
+    if (op == "pad" || op == "vpad") {
       out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0()), " ", ToHex(req.batch_id()), " ",
                             jobs[k].job.job_id());
       continue;
@@ -718,13 +730,30 @@ int Jobs(Cluster& c) {
 }
 
 // A Sign of one pad drawn earlier (a `pad` job line).
+// A verify item's answers: additive shares of r * (T ^ t'), "verified"
+// iff they XOR to zero (kmpc.proto SignItem.verify_tag), "not_verified"
+// otherwise, "refused S0 S1 S2" if a server did not compute.
+int PrintVerified(const std::array<pb::SignResponse, 3>& r) {
+  absl::StatusOr<Bytes> sum = CombineSign(r, 0);
+  if (!sum.ok()) {
+    if (absl::IsDataLoss(sum.status())) ShareMismatch(sum.status());
+    std::printf("refused %s\n", std::string(sum.status().message()).c_str());
+    return 0;
+  }
+  const bool ok = *sum == Bytes(16, '\0');
+  std::printf("%s\n", ok ? "verified" : "not_verified");
+  return 0;
+}
+
 int SignCommand(Cluster& c) {
   Bytes batch, data;
   if (!FromHex(absl::GetFlag(FLAGS_run_batch_id_hex), &batch))
     Die("bad --run_batch_id_hex");
   if (!FromHex(absl::GetFlag(FLAGS_data_hex), &data)) Die("bad --data_hex");
+  Bytes vtag;
+  if (!FromHex(absl::GetFlag(FLAGS_verify_tag_hex), &vtag)) Die("bad --verify_tag_hex");
   std::array<pb::SignRequest, 3> reqs = SignRequests(
-      {{batch, absl::GetFlag(FLAGS_job_id), absl::GetFlag(FLAGS_usage), data}});
+      {{batch, absl::GetFlag(FLAGS_job_id), absl::GetFlag(FLAGS_usage), data, vtag}});
   OPENSSL_cleanse(data.data(), data.size());
   std::array<pb::SignResponse, 3> resp;
   const int only = absl::GetFlag(FLAGS_only_party);
@@ -739,6 +768,7 @@ int SignCommand(Cluster& c) {
     return 0;
   }
   CheckRpcs(SignOnAll(c, reqs, &resp));
+  if (!vtag.empty()) return PrintVerified(resp);
   absl::StatusOr<Bytes> tag = CombineSign(resp, 0);
   if (!tag.ok()) {
     if (absl::IsDataLoss(tag.status())) ShareMismatch(tag.status());

@@ -119,8 +119,15 @@ struct JobSecrets {
   std::array<std::vector<uint8_t>, 2> powers;  // H^1..H^m if m > stored
   std::array<Block, 2> tprime{};               // shares of T' (or the tag)
   Block zero{};                                // PAD: z_party
+  // Verification PAD (MaskVerifyPads): shares of r*H^1..r*H^m, r*AES_K(c0)
+  // and r, for a fresh shared random r.
+  std::array<std::vector<uint8_t>, 2> rpowers;
+  std::array<Block, 2> rmask{}, r{};
   ~JobSecrets() {
     for (auto& p : powers) share::Wipe(p);
+    for (auto& p : rpowers) share::Wipe(p);
+    for (auto& t : rmask) share::Wipe(t.data(), t.size());
+    for (auto& t : r) share::Wipe(t.data(), t.size());
     for (auto& t : tprime) share::Wipe(t.data(), t.size());
     share::Wipe(zero.data(), zero.size());
   }
@@ -199,6 +206,22 @@ contract::JobCheck CheckJob(const Job& job) {
   return contract::CheckJob(ShapeOf(job));
 }
 
+// Job::pad_after of job j: empty if none or well-formed, else why not (a
+// PAD naming another ENCRYPT of the batch, no counter of its own, and the
+// only PAD naming it: two pads at one counter would give two tags there,
+// enctype.md invariant 6). Public: decided alike on every party.
+std::string CheckPadAfter(absl::Span<const Job> jobs, size_t j) {
+  const int64_t c = jobs[j].pad_after;
+  if (c == Job::kNoCondition) return {};
+  if (jobs[j].type != pb::JOB_PAD || !jobs[j].checksum.empty() || c < 0 ||
+      static_cast<size_t>(c) >= jobs.size() || jobs[c].type != pb::JOB_ENCRYPT)
+    return "pad_after must name an ENCRYPT of the batch, from a signing PAD";
+  for (size_t k = 0; k < jobs.size(); ++k)
+    if (k != j && jobs[k].pad_after == c)
+      return "two PADs name the same ENCRYPT (pad_after)";
+  return {};
+}
+
 // The public plan of a job that passed CheckJob.
 void PlanJob(const Job& job, JobPlan& w) {
   switch (job.type) {
@@ -243,7 +266,11 @@ void PlanJob(const Job& job, JobPlan& w) {
     case pb::JOB_PAD:
       // The pad AES_K(c0) and the powers of H a message of up to `length`
       // bytes needs (A', D, the lengths: GhashBlocks); nothing is revealed.
-      w.needs_ctr0 = true;
+      // A verification pad's counter is given, a linked pad's follows its
+      // ENCRYPT's (LinkPads); any other is drawn.
+      if (!job.checksum.empty())
+        std::memcpy(w.ctr0.data(), job.checksum.data(), 16);
+      w.needs_ctr0 = job.checksum.empty() && job.pad_after == Job::kNoCondition;
       w.m = protocol::GhashBlocks(5, job.length);
       return;
     default:
@@ -266,6 +293,7 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   PutBytes(out, job.checksum);
   PutU32(out, static_cast<uint32_t>(job.precheck.status));
   PutU64(out, static_cast<uint64_t>(job.release_if_ok + 1));
+  PutU64(out, static_cast<uint64_t>(job.pad_after + 1));
   if (job.state != nullptr) {
     out.push_back(1);
     out.insert(out.end(), job.state->ctr0.begin(), job.state->ctr0.end());
@@ -385,11 +413,18 @@ class Engine::Impl {
   absl::Status DigestBatch(const Batch& b, AgreementHeader& h);
   absl::Status ExchangeKeyViews(Batch& b);
   absl::Status DrawCounters(Batch& b);
+  void LinkPads(Batch& b);
   absl::Status RunAes(Batch& b);
   absl::Status ExtendPowers(Batch& b);
   absl::Status ComputeTags(Batch& b);
   absl::Status AddSharedProducts(Batch& b);
   absl::Status CheckTags(Batch& b);
+  size_t VerifyPadInputs(Batch& b, std::vector<size_t>* pads);
+  void FillVerifyPads(Batch& b, const std::vector<size_t>& pads, size_t off,
+                      std::vector<uint8_t>* x0, std::vector<uint8_t>* x1,
+                      std::vector<uint8_t>* y0, std::vector<uint8_t>* y1);
+  void TakeVerifyPads(Batch& b, const std::vector<size_t>& pads, size_t off,
+                      const std::vector<uint8_t>& z0, const std::vector<uint8_t>& z1);
   void DrawPadZeros(Batch& b);
   BatchResult Collect(Batch& b);
   void CollectJob(Batch& b, size_t j, JobResult& r);
@@ -431,6 +466,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   } scope(rep3_, log_, options_.malicious);
   if (absl::Status s = AgreeOnBatch(b); !s.ok()) return s;
   if (absl::Status s = DrawCounters(b); !s.ok()) return s;
+  LinkPads(b);
   if (absl::Status s = RunAes(b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(b); !s.ok()) return s;
   if (absl::Status s = CheckTags(b); !s.ok()) return s;
@@ -456,15 +492,20 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
     if (job.release_if_ok != Job::kNoCondition) {
       const int64_t c = job.release_if_ok;
       const bool fits =
-          (job.type == pb::JOB_ENCRYPT || job.type == pb::JOB_CHECKSUM) && c >= 0 &&
+          (job.type == pb::JOB_ENCRYPT || job.type == pb::JOB_CHECKSUM ||
+           job.type == pb::JOB_PAD) && c >= 0 &&
           static_cast<size_t>(c) < b.jobs.size() && static_cast<size_t>(c) != j &&
           (b.jobs[c].type == pb::JOB_DECRYPT || b.jobs[c].type == pb::JOB_VERIFY_CHECKSUM);
       if (!fits) {
         w.Fail(pb::JOB_MALFORMED,
                "release_if_ok must name another job of the batch, a DECRYPT or "
-               "VERIFY_CHECKSUM, from an ENCRYPT or CHECKSUM");
+               "VERIFY_CHECKSUM, from an ENCRYPT, CHECKSUM or PAD");
         continue;
       }
+    }
+    if (std::string why = CheckPadAfter(b.jobs, j); !why.empty()) {
+      w.Fail(pb::JOB_MALFORMED, std::move(why));
+      continue;
     }
     PlanJob(job, w);
     if (job.type == pb::JOB_FINALIZE) continue;
@@ -497,7 +538,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v6";
+  static constexpr char kTag[] = "kmpc-batch-v7";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
@@ -642,6 +683,27 @@ absl::Status Engine::Impl::DrawCounters(Batch& b) {
     pending.swap(again);
   }
   return absl::OkStatus();
+}
+
+// A linked PAD's counter (Job::pad_after): its ENCRYPT's drawn ctr0 +
+// kLinkedPadOffset. The pad fails (withheld, nothing computed) with its
+// ENCRYPT, or if the sum would leave the counter range (probability
+// 2^-111). Public values only: every party decides alike.
+void Engine::Impl::LinkPads(Batch& b) {
+  for (size_t j = 0; j < b.plan.size(); ++j) {
+    JobPlan& w = b.plan[j];
+    const int64_t e = b.jobs[j].pad_after;
+    if (!w.live() || e == Job::kNoCondition) continue;
+    std::string c;
+    if (!b.plan[e].live() ||
+        !contract::LinkedPadCtr0(
+            absl::string_view(reinterpret_cast<const char*>(b.plan[e].ctr0.data()), 16),
+            &c)) {
+      w.Fail(pb::JOB_WITHHELD, "the ENCRYPT this pad is linked to failed");
+      continue;
+    }
+    std::memcpy(w.ctr0.data(), c.data(), 16);
+  }
 }
 
 // One bitsliced pass: per job AES_K(c0) then keystream c0+1..c0+n.
@@ -818,13 +880,16 @@ absl::Status Engine::Impl::AddSharedProducts(Batch& b) {
 // probability 2^-128).
 absl::Status Engine::Impl::CheckTags(Batch& b) {
   b.pass.assign(b.jobs.size(), false);
-  std::vector<size_t> checks;
+  std::vector<size_t> checks, pads;
   for (size_t j = 0; j < b.plan.size(); ++j)
     if (b.plan[j].live() && b.plan[j].check) checks.push_back(j);
-  if (checks.empty()) return absl::OkStatus();
+  // The verification pads' products go in the same round (VerifyPadInputs).
+  const size_t extra = 16 * VerifyPadInputs(b, &pads);
+  if (checks.empty() && pads.empty()) return absl::OkStatus();
   const int me = party();
   const size_t n = 16 * checks.size();
-  std::vector<uint8_t> d0(n), d1(n), r0(n), r1(n), z0(n), z1(n), open(n);
+  std::vector<uint8_t> d0(n + extra), d1(n + extra), r0(n + extra), r1(n + extra),
+      z0(n + extra), z1(n + extra), open(n);
   for (size_t c = 0; c < checks.size(); ++c) {
     const JobPlan& w = b.plan[checks[c]];
     const JobSecrets& s = b.secrets[checks[c]];
@@ -836,12 +901,16 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
     }
   }
   prss_.RandomShares(r0.data(), r1.data(), n);
+  FillVerifyPads(b, pads, n, &r0, &r1, &d0, &d1);
   absl::Status st = rep3_.GfMul(r0, r1, d0, d1, absl::MakeSpan(z0), absl::MakeSpan(z1));
+  if (st.ok()) TakeVerifyPads(b, pads, n, z0, z1);
   // Malicious security: the products behind T' and r * (T' ^ T) are
   // verified before the reveal, and the reveal is compared after it.
-  const bool verify = rep3_.log() != nullptr;
+  const bool verify = rep3_.log() != nullptr && n > 0;
   if (st.ok() && verify) st = protocol::Verifier::Verify(rep3_, log_);
-  if (st.ok()) st = rep3_.Reveal(z0, z1, absl::MakeSpan(open));
+  if (st.ok() && n > 0)
+    st = rep3_.Reveal(absl::MakeConstSpan(z0).first(n), absl::MakeConstSpan(z1).first(n),
+                      absl::MakeSpan(open));
   if (st.ok() && verify) st = protocol::Verifier::CompareOpened(rep3_, log_);
   for (auto* v : {&d0, &d1, &r0, &r1, &z0, &z1}) share::Wipe(*v);
   if (!st.ok()) return st;
@@ -851,6 +920,58 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
     b.pass[checks[c]] = (acc == 0);
   }
   return absl::OkStatus();
+}
+
+// Verification pads (PadState::verify_only): shares of r*H^k (k = 1..m)
+// and r*AES_K(c0) for a fresh shared random r per pad (PRSS), their
+// products in the GfMul round of CheckTags (logged and checked in
+// malicious mode like every product), kept with r instead of the powers
+// and the pad. A verify item (SignItem.verify_tag) then sums to
+// r * (T ^ t'): zero iff the presented tag t' is the tag T, uniform
+// otherwise, also to the KDC together with one server, which holds two of
+// r's three shares. Liveness is public, so the parties draw alike.
+// Returns the products needed (m + 1 per pad) and lists the pads.
+size_t Engine::Impl::VerifyPadInputs(Batch& b, std::vector<size_t>* pads) {
+  size_t total = 0;
+  for (size_t j = 0; j < b.plan.size(); ++j)
+    if (b.plan[j].live() && b.jobs[j].type == pb::JOB_PAD && !b.jobs[j].checksum.empty()) {
+      pads->push_back(j);
+      total += b.plan[j].m + 1;
+    }
+  return total;
+}
+
+// The factors from byte `off` on: r (drawn here) against H^1..H^m, then
+// AES_K(c0), per pad.
+void Engine::Impl::FillVerifyPads(Batch& b, const std::vector<size_t>& pads, size_t off,
+                                  std::vector<uint8_t>* x0, std::vector<uint8_t>* x1,
+                                  std::vector<uint8_t>* y0, std::vector<uint8_t>* y1) {
+  for (size_t j : pads) {
+    const JobPlan& w = b.plan[j];
+    JobSecrets& s = b.secrets[j];
+    prss_.RandomShares(s.r[0].data(), s.r[1].data(), 16);
+    for (size_t k = 0; k <= w.m; ++k, off += 16) {
+      std::memcpy(&(*x0)[off], s.r[0].data(), 16);
+      std::memcpy(&(*x1)[off], s.r[1].data(), 16);
+      std::memcpy(&(*y0)[off], k < w.m ? PowersOf(w, s, 0) + 16 * k : b.aes.Lane(0, w.lane0), 16);
+      std::memcpy(&(*y1)[off], k < w.m ? PowersOf(w, s, 1) + 16 * k : b.aes.Lane(1, w.lane0), 16);
+    }
+  }
+}
+
+// The products from byte `off` on into each pad's secrets.
+void Engine::Impl::TakeVerifyPads(Batch& b, const std::vector<size_t>& pads, size_t off,
+                                  const std::vector<uint8_t>& z0,
+                                  const std::vector<uint8_t>& z1) {
+  for (size_t j : pads) {
+    const size_t m = b.plan[j].m;
+    JobSecrets& s = b.secrets[j];
+    s.rpowers[0].assign(z0.begin() + off, z0.begin() + off + 16 * m);
+    s.rpowers[1].assign(z1.begin() + off, z1.begin() + off + 16 * m);
+    std::memcpy(s.rmask[0].data(), &z0[off + 16 * m], 16);
+    std::memcpy(s.rmask[1].data(), &z1[off + 16 * m], 16);
+    off += 16 * (m + 1);
+  }
 }
 
 // A fresh zero-share z_i for every PAD job of the batch, live or not: the
@@ -959,7 +1080,19 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
       auto pad = std::make_shared<PadState>();
       fill_tag_state(*pad);
       pad->max_length = job.length;
+      pad->verify_only = !job.checksum.empty();
       pad->zero = b.secrets[j].zero;
+      if (pad->verify_only) {
+        // r*H^k, r*AES_K(c0) and r in place of the powers and the pad.
+        JobSecrets& s = b.secrets[j];
+        pad->key.reset();
+        for (int k = 0; k < 2; ++k) {
+          share::Wipe(pad->h_powers[k]);
+          pad->h_powers[k] = std::move(s.rpowers[k]);
+          pad->mask[k] = s.rmask[k];
+          pad->r[k] = s.r[k];
+        }
+      }
       r.pad = std::move(pad);
       return;
     }

@@ -206,6 +206,13 @@ struct EncryptState : TagState {
 // never signs) and lets one Sign item use it (enctype.md, invariant 6).
 struct PadState : TagState {
   uint32_t max_length = 0;         // bytes of the longest message it signs
+  // A verification pad (JOB_PAD with a counter given by the KDC): it only
+  // verifies (SignItem.verify_tag), never signs: a tag at a counter the
+  // KDC chose would break invariant 6.
+  bool verify_only = false;
+  // A verification pad holds shares of r*H^k and r*AES_K(c0) in h_powers
+  // and mask (Engine's MaskVerifyPads), and of r here.
+  std::array<std::array<uint8_t, 16>, 2> r{};
   std::array<uint8_t, 16> zero{};  // z_party
 
   PadState() = default;
@@ -253,7 +260,10 @@ absl::StatusOr<std::array<uint8_t, 16>> SignShare(
 //                (AES_K(c0), the powers of H, a fresh zero-share); nothing
 //                secret is revealed. In malicious mode a batch whose checks
 //                fail returns no result, so every pad comes from a
-//                verified batch.
+//                verified batch. With `checksum` (16 bytes): a
+//                verification pad at that counter (PadState::verify_only).
+//                With pad_after: its counter is that ENCRYPT's ctr0 +
+//                contract::kLinkedPadOffset.
 // The GHASH of a shared message needs one shared x shared GF(2^128) product
 // per message block (a block of D times its power of H), all of the batch
 // in one ring round (protocol::Rep3::GfMul, logged in malicious mode); the
@@ -294,6 +304,11 @@ struct Job {
   // some parties only.
   static constexpr int64_t kNoCondition = -1;
   int64_t release_if_ok = kNoCondition;
+  // JOB_PAD: index in the batch of the ENCRYPT whose ctr0 +
+  // contract::kLinkedPadOffset is this pad's counter (kmpc.proto
+  // Job.pad_after); at most one PAD per ENCRYPT. kNoCondition: none. Part
+  // of the agreement digest.
+  int64_t pad_after = kNoCondition;
   std::array<std::vector<uint8_t>, 2> data_shares;
 
   Job() = default;

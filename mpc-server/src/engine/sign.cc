@@ -11,7 +11,10 @@
 
 namespace kmpc::engine {
 
-PadState::~PadState() { share::Wipe(zero.data(), zero.size()); }
+PadState::~PadState() {
+  share::Wipe(zero.data(), zero.size());
+  for (auto& x : r) share::Wipe(x.data(), x.size());
+}
 
 absl::StatusOr<std::array<uint8_t, 16>> SignShare(
     const PadState& pad, uint32_t usage, absl::Span<const uint8_t> share0,

@@ -13,6 +13,7 @@
 #include "batch_error.h"
 #include "contract.h"
 #include "engine/refresh.h"
+#include "protocol/gf128.h"
 #include "util/log.h"
 
 namespace kmpc::service {
@@ -187,9 +188,14 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
   // job of the batch becomes an index the engine refuses (JOB_MALFORMED).
   for (int i = 0; i < n; ++i) {
     const pb::Job& in = req.jobs(i);
-    if (!in.has_release_if_ok()) continue;
-    auto it = index.find(in.release_if_ok());
-    jobs[i].release_if_ok = it == index.end() ? static_cast<int64_t>(n) : it->second;
+    if (in.has_release_if_ok()) {
+      auto it = index.find(in.release_if_ok());
+      jobs[i].release_if_ok = it == index.end() ? static_cast<int64_t>(n) : it->second;
+    }
+    if (in.has_pad_after()) {  // likewise (engine.h, Job::pad_after)
+      auto it = index.find(in.pad_after());
+      jobs[i].pad_after = it == index.end() ? static_cast<int64_t>(n) : it->second;
+    }
   }
   if (cost > contract::kMaxBatchBlocks)
     return Refuse(pb::BATCH_TOO_LARGE,
@@ -371,6 +377,36 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
   return bad;
 }
 
+namespace {
+
+// Why item `it` cannot use `pad` on party `party` (empty: it can): the
+// pad's party, kind (a verification pad only verifies, a signing pad only
+// signs), usage and length, the shares' and verify tag's sizes. Nothing is
+// computed with the pad before this passes.
+std::string SignItemProblem(const engine::PadState& pad, const pb::SignItem& it,
+                            int party) {
+  const bool verify = !it.verify_tag().empty();
+  const std::string& s0 = it.data().first();
+  const std::string& s1 = it.data().second();
+  if (pad.party != party) return "the pad belongs to another party";
+  if (verify != pad.verify_only)
+    return pad.verify_only ? "a verification pad only verifies"
+                           : "a signing pad only signs";
+  if (verify && it.verify_tag().size() != contract::kTagSize)
+    return absl::StrCat("verify_tag must be ", contract::kTagSize, " bytes");
+  if (it.usage() != pad.usage)
+    return absl::StrCat("usage ", it.usage(), " differs from the pad's ", pad.usage);
+  if (it.length() > pad.max_length)
+    return absl::StrCat("message of ", it.length(), " bytes, the pad signs at most ",
+                        pad.max_length);
+  if (s0.size() != it.length() || s1.size() != it.length())
+    return absl::StrCat("shares of ", s0.size(), " and ", s1.size(),
+                        " bytes for a message of ", it.length());
+  return {};
+}
+
+}  // namespace
+
 grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse* resp) {
   if (req.request_id().size() != contract::kBatchIdSize)
     return Refuse(pb::BATCH_MALFORMED,
@@ -416,18 +452,8 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
     const engine::PadState& pad = *e->state;
     const std::string& s0 = it.data().first();
     const std::string& s1 = it.data().second();
-    std::string bad;
-    if (pad.party != options_.party) {
-      bad = "the pad belongs to another party";
-    } else if (it.usage() != pad.usage) {
-      bad = absl::StrCat("usage ", it.usage(), " differs from the pad's ", pad.usage);
-    } else if (it.length() > pad.max_length) {
-      bad = absl::StrCat("message of ", it.length(), " bytes, the pad signs at most ",
-                         pad.max_length);
-    } else if (s0.size() != it.length() || s1.size() != it.length()) {
-      bad = absl::StrCat("shares of ", s0.size(), " and ", s1.size(),
-                         " bytes for a message of ", it.length());
-    }
+    const bool verify = !it.verify_tag().empty();
+    const std::string bad = SignItemProblem(pad, it, options_.party);
     absl::StatusOr<std::array<uint8_t, 16>> t =
         bad.empty() ? engine::SignShare(
                           pad, it.usage(),
@@ -443,6 +469,7 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
       continue;
     }
     o->set_status(pb::JOB_OK);
+    if (verify) SetVerifyAnswer(pad, it, &*t);
     o->set_tag_share(t->data(), t->size());
     OPENSSL_cleanse(t->data(), t->size());
     // *e goes here: the pad is wiped with its last reference.
@@ -489,6 +516,22 @@ grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
   if (recorder_ != nullptr) recorder_->Record("Finalize", *req);
   return Serve(ctx, "Finalize", resp,
                [&] { return DoFinalize(*req, resp, ClientDeadline(*ctx)); });
+}
+
+// A verify item's answer (kmpc.proto SignItem.verify_tag): under a
+// verification pad, SignShare's t_i is this party's additive share of
+// r*GHASH(D) ^ r*AES_K(c0) (the pad holds r*H^k and r*AES_K(c0),
+// engine.h), to which x_i adds r_i * t' (its first share of r times the
+// public presented tag): x_0 ^ x_1 ^ x_2 = r * (T ^ t'), zero iff the tag
+// holds, uniform otherwise; each x_i alone is uniform (the zero-share).
+void KeyOpsService::SetVerifyAnswer(const engine::PadState& pad,
+                                    const pb::SignItem& it,
+                                    std::array<uint8_t, 16>* t) const {
+  uint8_t rt[16];
+  protocol::GfMul(reinterpret_cast<const uint8_t*>(it.verify_tag().data()),
+                  pad.r[0].data(), rt);
+  for (size_t i = 0; i < t->size(); ++i) (*t)[i] ^= rt[i];
+  OPENSSL_cleanse(rt, sizeof(rt));
 }
 
 grpc::Status KeyOpsService::Sign(grpc::ServerContext* ctx,

@@ -116,7 +116,9 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   // (engine::SignShare). Per-item results: JOB_OK with tag_share;
   // JOB_PAD_UNAVAILABLE (no such pad here: never drawn, expired, used);
   // JOB_MALFORMED (run_batch_id size, usage or length not the pad's, share
-  // sizes: the pad is put back, nothing was computed). The request as a
+  // sizes, a verify item on a signing pad or the reverse: the pad is put
+  // back, nothing was computed). A verify item (verify_tag) answers its
+  // share x_i of r * (T ^ t') (SetVerifyAnswer). The request as a
   // whole is refused (BatchError) only for a malformed request_id, no
   // items, too many items or too many message bytes.
   grpc::Status DoSign(const kmpc::v1::SignRequest& req,
@@ -129,6 +131,8 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   grpc::Status FillRunResults(const kmpc::v1::RunRequest& req,
                               engine::BatchResult& result,
                               kmpc::v1::RunResponse* resp);
+  void SetVerifyAnswer(const engine::PadState& pad, const kmpc::v1::SignItem& it,
+                       std::array<uint8_t, 16>* t) const;
   ServiceOptions options_;
   KeyCache* keys_;
   Scheduler* scheduler_;

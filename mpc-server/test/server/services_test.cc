@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "batch_error.h"
+#include "contract.h"
 #include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -875,6 +876,7 @@ class SignTest : public ServiceTest {
     uint64_t job;
     uint32_t usage;
     std::string msg;
+    std::string verify_tag = {};  // a verify item (SignItem.verify_tag)
   };
   // One Sign request per party in `to` (messages dealt afresh); results by
   // party (empty for a party not asked).
@@ -891,6 +893,7 @@ class SignTest : public ServiceTest {
         o[i]->set_job_id(it.job);
         o[i]->set_usage(it.usage);
         o[i]->set_length(static_cast<uint32_t>(it.msg.size()));
+        if (!it.verify_tag.empty()) o[i]->set_verify_tag(it.verify_tag);
       }
       auto views = share::Deal(absl::MakeConstSpan(
           reinterpret_cast<const uint8_t*>(it.msg.data()), it.msg.size()));
@@ -1094,6 +1097,138 @@ TEST_F(SignTest, PadsAndEncryptStatesDoNotMix) {
   }
   auto s = Sign({{req.batch_id(), 2, 0, std::string(16, 'm')}});
   EXPECT_EQ(Combined(s, 0), RefChecksumTag(key, 0, pad_ctr0, std::string(16, 'm')));
+}
+
+// A linked PAD (Job.pad_after) sits at its ENCRYPT's ctr0 + 2^17 and signs
+// there; a PAD naming no ENCRYPT, or two PADs naming one, fail alike on
+// every server, and a linked pad fails with its ENCRYPT.
+TEST_F(SignTest, LinkedPadFollowsItsEncrypt) {
+  const std::string key = Rand(32);
+  const std::string id = PutKey(key);
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto* enc = req.add_jobs();
+  enc->set_job_id(7);
+  enc->set_key_id(id);
+  enc->set_cipher(CipherOf(id));
+  enc->set_type(v1::JOB_ENCRYPT);
+  enc->set_usage(2);
+  enc->set_length(100);
+  auto* pad = req.add_jobs();
+  *pad = *enc;
+  pad->set_job_id(8);
+  pad->set_type(v1::JOB_PAD);
+  pad->set_usage(17);
+  pad->set_length(64);
+  pad->set_pad_after(7);
+  const v1::JobStatus ok[] = {v1::JOB_OK, v1::JOB_OK};
+  std::array<v1::RunResponse, 3> resp;
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, ok, &resp));
+  std::string want;
+  ASSERT_TRUE(contract::LinkedPadCtr0(resp[0].results(0).ctr0(), &want));
+  EXPECT_EQ(resp[0].results(1).ctr0(), want);
+  auto s = Sign({{req.batch_id(), 8, 17, "a PAC"}});
+  EXPECT_EQ(Combined(s, 0), RefChecksumTag(key, 17, want, "a PAC"));
+
+  // Two PADs naming one ENCRYPT; one naming a PAD; one naming no job.
+  v1::RunRequest bad = req;
+  bad.set_batch_id(Rand(16));
+  const v1::Job linked = bad.jobs(1);  // a copy: add_jobs may reallocate
+  for (auto [id, after] : {std::pair<int, int>{9, 7}, {10, 8}, {11, 99}}) {
+    v1::Job* p = bad.add_jobs();
+    *p = linked;
+    p->set_job_id(id);
+    p->set_pad_after(after);
+  }
+  const v1::JobStatus mixed[] = {v1::JOB_OK, v1::JOB_MALFORMED, v1::JOB_MALFORMED,
+                                 v1::JOB_MALFORMED, v1::JOB_MALFORMED};
+  std::array<v1::RunResponse, 3> bad_resp;
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(bad, mixed, &bad_resp));
+
+  // The ENCRYPT fails (wrong cipher): so does its linked pad.
+  v1::RunRequest failed = req;
+  failed.set_batch_id(Rand(16));
+  failed.mutable_jobs(0)->set_cipher(v1::CIPHER_AES128);
+  const v1::JobStatus both[] = {v1::JOB_WRONG_CIPHER, v1::JOB_WITHHELD};
+  std::array<v1::RunResponse, 3> failed_resp;
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(failed, both, &failed_resp));
+}
+
+// A verification pad (a PAD with a counter) at a signature's ctr0: a
+// verify item holds iff the presented tag is the signature's; the KDC gets
+// x_0, x_1 and party 2's digest only (never the tag); it verifies once,
+// never signs, and a signing pad never verifies.
+TEST_F(SignTest, VerificationPadVerifiesOnceAndNeverSigns) {
+  const std::string key = Rand(16);
+  const std::string id = PutKey(key);
+  const std::string msg = Rand(300);
+  auto [sb, sc] = DrawPads(id, 17, {320});
+  const std::string tag = Combined(Sign({{sb, 1, 17, msg}}), 0);
+  ASSERT_EQ(tag, RefChecksumTag(key, 17, sc[0], msg));
+  auto draw = [&](int n) {
+    v1::RunRequest req;
+    req.set_batch_id(Rand(16));
+    for (int j = 1; j <= n; ++j) {
+      auto* p = req.add_jobs();
+      p->set_job_id(j);
+      p->set_key_id(id);
+      p->set_cipher(CipherOf(id));
+      p->set_type(v1::JOB_PAD);
+      p->set_usage(17);
+      p->set_length(320);
+      p->set_checksum(sc[0]);
+    }
+    const std::vector<v1::JobStatus> ok(n, v1::JOB_OK);
+    std::array<v1::RunResponse, 3> resp;
+    RunExpecting(req, ok.data(), &resp);
+    EXPECT_EQ(resp[0].results(0).ctr0(), sc[0]);
+    return req.batch_id();
+  };
+  // What the KDC combines: r * (T ^ t'), zero iff the tag holds.
+  auto sum = [](const std::array<v1::SignResponse, 3>& r, int k) {
+    std::string x(16, '\0');
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(r[i].results(k).status(), v1::JOB_OK) << r[i].results(k).detail();
+      EXPECT_EQ(r[i].results(k).tag_share().size(), 16u);
+      if (r[i].results(k).tag_share().size() != 16) return std::string("?");
+      for (int b = 0; b < 16; ++b) x[b] ^= r[i].results(k).tag_share()[b];
+    }
+    return x;
+  };
+  auto holds = [&](const std::array<v1::SignResponse, 3>& r, int k) {
+    return sum(r, k) == std::string(16, '\0');
+  };
+  const std::string vb = draw(4);
+  std::string wrong = tag;
+  wrong[5] ^= 0x20;
+  auto r = Sign({{vb, 1, 17, msg, tag}, {vb, 2, 17, msg, wrong},
+                 {vb, 3, 17, msg + "x", tag}});
+  EXPECT_TRUE(holds(r, 0));
+  EXPECT_FALSE(holds(r, 1));
+  EXPECT_FALSE(holds(r, 2));
+  // A failed check shows the KDC neither the tag nor T ^ t' (the sum is
+  // masked by r), and the same wrong tag gives another sum each time.
+  std::string diff(16, '\0');
+  for (int b = 0; b < 16; ++b) diff[b] = tag[b] ^ wrong[b];
+  EXPECT_NE(sum(r, 1), diff);
+  EXPECT_NE(sum(r, 1), tag);
+  const std::string vb2 = draw(1);
+  EXPECT_NE(sum(Sign({{vb2, 1, 17, msg, wrong}}), 0), sum(r, 1));
+  // Used: every server refuses a second verification.
+  auto again = Sign({{vb, 1, 17, msg, tag}});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(again[i].results(0).status(), v1::JOB_PAD_UNAVAILABLE) << i;
+  // Pad 4 refuses to sign (kept), then verifies; a signing pad refuses to
+  // verify (kept), then signs.
+  auto sign4 = Sign({{vb, 4, 17, msg}});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(sign4[i].results(0).status(), v1::JOB_MALFORMED) << i;
+  EXPECT_TRUE(holds(Sign({{vb, 4, 17, msg, tag}}), 0));
+  auto [pb2, pc2] = DrawPads(id, 17, {320});
+  auto v = Sign({{pb2, 1, 17, msg, tag}});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(v[i].results(0).status(), v1::JOB_MALFORMED) << i;
+  EXPECT_EQ(Combined(Sign({{pb2, 1, 17, msg}}), 0), RefChecksumTag(key, 17, pc2[0], msg));
 }
 
 // --debug_record_requests: every KeyOps request is appended as received,
