@@ -18,7 +18,7 @@ import time
 
 import ctr_mpc_ref
 import handle_realm
-import kmpc_cluster
+from kmpc_harness import cluster as kmpc_cluster
 import pac_ref
 from krb_der import content, ctx, der, seq
 from test_metrics import parse, scrape, value
@@ -127,7 +127,7 @@ def test_forwarded_tgt_is_one_run(tmp_path):
     """A forwarded TGT (a TGS-REQ for the krbtgt with FORWARDED, as
     kmpc-storm --mix forward makes after each login) is one Run too: each
     operation, its login included, is two Runs on the servers."""
-    import storm_bench  # deploy/: the storm target and kmpc-storm
+    from bench import storm_bench  # the storm target and kmpc-storm
     t0 = time.time()
     target = storm_bench.KmpcTarget(str(tmp_path / "kmpc"), "headline", 4, metrics=True)
     try:
