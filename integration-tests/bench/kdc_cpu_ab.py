@@ -16,12 +16,17 @@ Usage (label=DIR: a KMPC_CMAKE_BUILD directory; label=FILE.so: that kdcmpc
 module, KMPC_KDC_MODULE, with everything else from $KMPC_CMAKE_BUILD):
   KRB5_PREFIX=/work/main/build/krb5 /usr/bin/python3 integration-tests/bench/kdc_cpu_ab.py \
       before=/work/main/build/cmake after=$PWD/build/cmake --rounds 2
+A build may name its own patched krb5 (krb5kdc and libraries) with
+@PREFIX: label=DIR@PREFIX, e.g. to compare krb5 patch series; such a
+target runs in a child process with KRB5_PREFIX=PREFIX (kmpc_realm reads
+it at import). --stock-prefix does the same for stock.
 """
 
 import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import urllib.request
@@ -85,7 +90,27 @@ def one(kind, build, users, conc, secs, outdir, label):
     return out
 
 
+def one_in_child(kind, build, prefix, users, conc, secs, outdir, label):
+    """one() in a child process whose KRB5_PREFIX is `prefix`."""
+    env = dict(os.environ, KRB5_PREFIX=prefix)
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one",
+                        json.dumps([kind, build, users, conc, secs, outdir, label])],
+                       env=env, capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        raise RuntimeError(f"{label} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def measure(kind, build, prefix, *rest):
+    if prefix:
+        return one_in_child(kind, build, prefix, *rest)
+    return one(kind, build, *rest)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--one":
+        print(json.dumps(one(*json.loads(sys.argv[2]))), flush=True)
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("builds", nargs="+", help="label=KMPC_CMAKE_BUILD dir")
     ap.add_argument("--rounds", type=int, default=2)
@@ -94,24 +119,30 @@ def main():
                     help="closed-loop clients (default: as make bench)")
     ap.add_argument("-d", "--seconds", type=int, default=8)
     ap.add_argument("--json", help="write every round's figures here")
+    ap.add_argument("--stock-prefix", default="",
+                    help="stock's krb5 prefix (default: $KRB5_PREFIX)")
     a = ap.parse_args()
     builds = []
     for b in a.builds:
         label, sep, path = b.partition("=")
+        path, _, prefix = path.partition("@")
+        if prefix and not os.path.isfile(os.path.join(prefix, "sbin", "krb5kdc")):
+            ap.error(f"{b!r}: no sbin/krb5kdc under {prefix}")
         if not sep or not (os.path.isdir(path) or path.endswith(".so")
                            and os.path.isfile(path)):
             ap.error(f"{b!r}: expected label=DIR (a cmake build) or label=FILE.so")
-        builds.append((label, os.path.abspath(path)))
+        builds.append((label, os.path.abspath(path),
+                       os.path.abspath(prefix) if prefix else ""))
     outdir = tempfile.mkdtemp(prefix="kdc-cpu-ab-")
     rounds = []
     for r in range(a.rounds):
-        row = {"stock": one("stock", None, a.users, a.concurrency, a.seconds,
-                            outdir, f"r{r}-stock")}
-        for label, path in builds:
-            row[label] = one("kmpc", path, a.users, a.concurrency, a.seconds,
-                             outdir, f"r{r}-{label}")
+        row = {"stock": measure("stock", None, a.stock_prefix, a.users,
+                                a.concurrency, a.seconds, outdir, f"r{r}-stock")}
+        for label, path, prefix in builds:
+            row[label] = measure("kmpc", path, prefix, a.users, a.concurrency,
+                                 a.seconds, outdir, f"r{r}-{label}")
         s = row["stock"]
-        for label, _ in builds:
+        for label, _, _ in builds:
             x = row[label]
             x["cpu_ratio_to_stock"] = round(x["kdc_us"] / s["kdc_us"], 2)
             x["rate_ratio_to_stock"] = round(x["rate"] / s["rate"], 3)
