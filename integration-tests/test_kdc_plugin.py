@@ -42,14 +42,16 @@ OPTIONS = {"batch_window_ms": 100, "deadline_ms": 3000, "debug": "true"}
 
 
 def kmpc(kmpc_factory, users=("alice",), server_flags="", workers=0,
-         start=True, **options):
+         start=True, log_debug=True, **options):
     """A kmpc realm on the real module with OPTIONS updated by options: the
     krbtgt in the cluster, an ordinary service, users with random passwords
     (r.passwords); the KDC started (with workers worker processes) unless
-    start is false."""
+    start is false. log_debug: [logging] debug = true (the KDC's LOG_DEBUG
+    lines in its log, e.g. one per kdcmpc job)."""
     r = kmpc_factory(module="real", server_flags=server_flags, kdc_workers=workers,
                      module_options={**OPTIONS, **options},
-                     kdc_conf_extra="[logging]\n    debug = true\n")
+                     kdc_conf_extra=("[logging]\n    debug = true\n"
+                                     if log_debug else ""))
     r.setup_krbtgt()
     r.add_service()
     r.add_users({u: password() for u in users})
@@ -124,6 +126,24 @@ def test_module_exports_only_its_entry_point():
         if re.search(r"lib(krb5|k5crypto|gssapi_krb5|verto|kadm5srv_mit)\.so",
                      line):
             assert kmpc_realm.PREFIX in line, line
+
+
+def test_per_job_lines_only_with_logging_debug(kmpc_factory):
+    """Without [logging] debug the KDC writes no per-job kdcmpc line (krb5
+    patch 0021 skips the call that formatted one and dropped it), and the
+    exchanges and their own lines are as ever; with it (the other tests
+    here) each job has its line."""
+    t0 = time.monotonic()
+    r = kmpc(kmpc_factory, log_debug=False)
+    kinit(r)
+    r.run(["kvno", SERVICE])
+    log = kdc_log(r)
+    assert re.search(r"AS_REQ .*: ISSUE: .*alice@", log), log
+    assert re.search(r"TGS_REQ .*: ISSUE: .*alice@", log), log
+    assert "completed asynchronously" not in log, log
+    assert "kdcmpc: loaded module kmpc" in log, log
+    print(f"test_per_job_lines_only_with_logging_debug: "
+          f"{time.monotonic() - t0:.1f} s")
 
 
 # Also with the servers in malicious-security mode (protocol/verify.h):
