@@ -18,7 +18,7 @@ module, KMPC_KDC_MODULE, with everything else from $KMPC_CMAKE_BUILD):
       before=/work/main/build/cmake after=$PWD/build/cmake --rounds 2
 A build may name its own patched krb5 (krb5kdc and libraries) with
 @PREFIX: label=DIR@PREFIX, e.g. to compare krb5 patch series; such a
-target runs in a child process with KRB5_PREFIX=PREFIX (kmpc_realm reads
+target runs in a child process with KRB5_PREFIX=PREFIX (kmpc_harness.realm reads
 it at import). --stock-prefix does the same for stock.
 """
 
