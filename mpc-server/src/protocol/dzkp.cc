@@ -88,24 +88,13 @@ void SubsetSums(const Fe* c, Fe* t) {
   }
 }
 
-// The words of group k of a share array (zero past n).
 // The words of group k of a share array: in place when the group is
 // whole, else copied into buf with zeros past n.
 template <int G>
-inline const uint64_t* GroupWords(const uint64_t* a, size_t n, size_t k, uint64_t* buf);
-
-template <int G>
-inline void LoadGroup(const uint64_t* a, size_t n, size_t k, uint64_t* out) {
-  const size_t first = k * G;
-  for (int j = 0; j < G; ++j) {
-    out[j] = first + j < n ? a[first + j] : 0;
-  }
-}
-
-template <int G>
 inline const uint64_t* GroupWords(const uint64_t* a, size_t n, size_t k, uint64_t* buf) {
-  if ((k + 1) * G <= n) return a + k * G;
-  LoadGroup<G>(a, n, k, buf);
+  const size_t first = k * G;
+  if (first + G <= n) return a + first;
+  for (int j = 0; j < G; ++j) buf[j] = first + j < n ? a[first + j] : 0;
   return buf;
 }
 
@@ -271,6 +260,20 @@ KMPC_DZKP_GFNI void Transpose64Gfni(const uint64_t* w, uint64_t out[64]) {
     const __m512i t = _mm512_gf2p8affine_epi64_epi8(unit, r[m], 0);
     // t qword h, byte k: lane 8m + k of words 8h .. 8h+7.
     _mm512_storeu_si512(out + 8 * m, _mm512_permutexvar_epi8(il, t));
+  }
+}
+
+// The lane patterns of a group's words by the fastest transpose the CPU
+// has.
+template <int G>
+void TransposeFor(const uint64_t* w, PatternT<G> out[64], bool v512, bool gfni) {
+  if constexpr (G == 64) {
+    if (gfni) return Transpose64Gfni(w, out);
+  }
+  if (v512) {
+    TransposeGroup512<G>(w, out);
+  } else {
+    TransposeGroup<G>(w, out);
   }
 }
 
@@ -564,23 +567,10 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   PatternT<G> pat[64];
   alignas(64) Fe mu[64];
   const bool v512 = Use512();
-  [[maybe_unused]] const bool gfni = UseGfni();
+  const bool gfni = UseGfni();
   // out[l] = sum of t[h][byte h of lane l's pattern] for the group's words.
   auto fold = [&](const uint64_t* a, size_t k, const Fe (*t)[256], Fe* out) {
-    const uint64_t* words = GroupWords<G>(a, s.n, k, buf);
-    if constexpr (G == 64) {
-      if (gfni) {
-        Transpose64Gfni(words, pat);
-      } else if (v512) {
-        TransposeGroup512<G>(words, pat);
-      } else {
-        TransposeGroup<G>(words, pat);
-      }
-    } else if (v512) {
-      TransposeGroup512<G>(words, pat);
-    } else {
-      TransposeGroup<G>(words, pat);
-    }
+    TransposeFor<G>(GroupWords<G>(a, s.n, k, buf), pat, v512, gfni);
     for (int l = 0; l < 64; ++l) {
       Fe v = t[0][pat[l] & 0xff];
       for (int h = 1; h < kBytes; ++h) v = Add(v, t[h][(pat[l] >> (8 * h)) & 0xff]);
