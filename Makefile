@@ -81,7 +81,7 @@ test: deps krb5 build
 	@$(MAKE) -s --no-print-directory test-integration
 
 demo: build
-	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) KMPC_MPC_BIN_DIR=$(CMAKE_BUILD)/mpc-server bash deploy/demo.sh
+	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) KMPC_MPC_BIN_DIR=$(CMAKE_BUILD)/mpc-server $(PYTHON) integration-tests/demo.py
 
 demo-stop:
 	@$(PYTHON) integration-tests/kmpc_harness/cluster.py stop $(BUILD)/demo

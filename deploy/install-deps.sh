@@ -13,6 +13,7 @@ pkgs=(
   # tests, demo and benchmarks
   python3 python3-pytest python3-cryptography python3-matplotlib python3-grpcio
   openssl iproute2 procps
+  python3-pip  # test_code_layout.py: pip install --target build/pydeps lizard
   gdb  # bench-soak: heap bytes in use (malloc_info) of each process
   systemd  # systemd-analyze verify of deploy/systemd/ (test_deploy.py)
   # Debian's own, unpatched MIT clients (test_unmodified_clients.py): kinit,

@@ -11,5 +11,5 @@
   deploy_tool  deploy/kmpc_deploy.py, the administrator's tool, as a module
 
 conftest.py puts integration-tests/ on sys.path; scripts outside it (the
-benchmarks, deploy/demo.py) do the same before importing.
+benchmarks, demo.py) do the same before importing.
 """

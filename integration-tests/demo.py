@@ -23,9 +23,8 @@ import shutil
 import subprocess
 import sys
 
-# The realm comes from the test harness (integration-tests/kmpc_harness).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "integration-tests"))
+# The realm comes from the test harness (kmpc_harness, beside this file).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
