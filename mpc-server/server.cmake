@@ -109,6 +109,13 @@ kmpc_server_test(kmpc_memory_scheduler_ring_test 60
 kmpc_server_test(kmpc_tls_scheduler_ring_test 60
   SOURCES test/server/tls_scheduler_ring_test.cc LIBS kmpc_service)
 
+# main.cc through the built binary: flags, refusals, --flagfile, exit codes.
+kmpc_server_test(kmpc_main_test 120
+  SOURCES test/server/main_test.cc LIBS absl::strings GTest::gmock)
+target_compile_definitions(kmpc_main_test PRIVATE
+  KMPC_MPC_SERVER="$<TARGET_FILE:kmpc-mpc-server>")
+add_dependencies(kmpc_main_test kmpc-mpc-server)
+
 # The log line format and KMPC_VLOG's gate (util/log.cc).
 kmpc_server_test(kmpc_log_test 30
   SOURCES test/server/log_test.cc LIBS kmpc_net_tls)

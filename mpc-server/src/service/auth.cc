@@ -250,7 +250,7 @@ absl::StatusOr<std::shared_ptr<RevocationList>> RevocationList::Open(
     const std::string& crl_path, const std::string& ca_path, const std::string& state_path) {
   std::string ca_pem;
   if (!ReadWholeFile(ca_path, &ca_pem) || ca_pem.empty())
-    return absl::InvalidArgumentError(absl::StrCat("--crl: cannot read the CA file ", ca_path));
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the CA file ", ca_path));
   std::shared_ptr<RevocationList> list(
       new RevocationList(crl_path, std::move(ca_pem), state_path));
   absl::MutexLock lock(&list->load_mu_);
