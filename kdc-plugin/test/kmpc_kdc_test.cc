@@ -1,0 +1,202 @@
+// kmpc_kdc.c, the kdcmpc module's C entry, as krb5kdc drives it: the
+// vtable (interface version 1 only), init's refusals with the core's message
+// in the krb5 context and no module data, the process made non-dumpable, the
+// ready line in the KDC log, submit's refusals with their message, and a job
+// completed through the verto loop with its krb5 error and message, done
+// called exactly once by the loop. The KDC log (krb5_klog_syslog, from
+// libkadm5srv_mit in krb5kdc) is recorded here.
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+extern "C" {
+#include <krb5/kdcmpc_plugin.h>
+#include <krb5/krb5.h>
+#include <verto.h>
+
+krb5_error_code kdcmpc_kmpc_initvt(krb5_context, int, int, krb5_plugin_vtable);
+
+std::vector<std::string>* g_log = nullptr;
+
+// The KDC log, as libkadm5srv_mit's: recorded for the tests.
+krb5_error_code krb5_klog_syslog(int, const char* fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  if (g_log != nullptr) g_log->push_back(buf);
+  return 0;
+}
+}
+
+namespace {
+
+struct Done {
+  int calls = 0;
+  krb5_error_code code = -1;
+  size_t output_length = 0;
+};
+
+void OnDone(void* arg, krb5_error_code code, krb5_data output) {
+  auto* d = static_cast<Done*>(arg);
+  ++d->calls;
+  d->code = code;
+  d->output_length = output.length;
+  free(output.data);
+}
+
+void OnTimeout(verto_ctx*, verto_ev*) {}
+
+class KmpcKdcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_log = &log_;
+    ASSERT_EQ(krb5_init_context(&ctx_), 0);
+    vctx_ = verto_default(nullptr, VERTO_EV_TYPE_IO | VERTO_EV_TYPE_TIMEOUT);
+    ASSERT_NE(vctx_, nullptr);
+    ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 0, reinterpret_cast<krb5_plugin_vtable>(&vt_)), 0);
+  }
+  void TearDown() override {
+    if (data_ != nullptr) vt_.fini(ctx_, data_);
+    verto_free(vctx_);
+    krb5_free_context(ctx_);
+    g_log = nullptr;
+  }
+
+  // Options as the KDC passes them (profile relations "name = value").
+  krb5_error_code Init(const std::vector<std::string>& opts) {
+    std::vector<const char*> argv;
+    for (const auto& o : opts) argv.push_back(o.c_str());
+    argv.push_back(nullptr);
+    return vt_.init(ctx_, vctx_, argv.data(), &data_);
+  }
+
+  // Options of a module whose three servers do not listen.
+  std::vector<std::string> UnreachableCluster() {
+    dir_ = kmpc::testing::MakeTestCerts("kmpc-kdc-test");
+    EXPECT_FALSE(dir_.empty());
+    std::string servers;
+    for (int i = 0; i < 3; ++i)
+      servers += absl::StrCat(i ? "," : "", "127.0.0.1:", kmpc::testing::FreeLoopbackPort());
+    return {"servers = " + servers, "certs = " + dir_ + "/certs", "deadline_ms = 1000",
+            "batch_window_ms = 5"};
+  }
+
+  std::string Message(krb5_error_code code) {
+    const char* m = krb5_get_error_message(ctx_, code);
+    std::string s = m;
+    krb5_free_error_message(ctx_, m);
+    return s;
+  }
+
+  krb5_kdcmpc_job Encrypt() {
+    krb5_kdcmpc_job job{};
+    job.type = KRB5_KDCMPC_ENCRYPT;
+    job.enctype = KRB5_KDCMPC_ENCTYPE_AES256;
+    job.key_id = key_id_;
+    job.usage = 2;
+    job.input.data = plaintext_;
+    job.input.length = sizeof(plaintext_) - 1;
+    return job;
+  }
+
+  // Runs the verto loop (50 ms slices) until done was called or ~10 s.
+  void RunLoopUntilDone() {
+    for (int i = 0; i < 200 && done_.calls == 0; ++i) {
+      verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
+      verto_run_once(vctx_);
+    }
+  }
+
+  krb5_context ctx_ = nullptr;
+  verto_ctx* vctx_ = nullptr;
+  krb5_kdcmpc_vtable_st vt_{};
+  krb5_kdcmpc_moddata data_ = nullptr;
+  std::vector<std::string> log_;
+  std::string dir_;
+  Done done_;
+  unsigned char key_id_[KRB5_KDCMPC_KEY_ID_LEN] = {1};
+  char plaintext_[20] = "a plaintext ticket";
+};
+
+TEST_F(KmpcKdcTest, OnlyInterfaceVersionOneIsServed) {
+  krb5_kdcmpc_vtable_st other{};
+  EXPECT_EQ(kdcmpc_kmpc_initvt(ctx_, 2, 0, reinterpret_cast<krb5_plugin_vtable>(&other)),
+            KRB5_PLUGIN_VER_NOTSUPP);
+  EXPECT_EQ(other.name, nullptr);
+  EXPECT_EQ(other.init, nullptr);
+  EXPECT_STREQ(vt_.name, "kmpc");
+  EXPECT_NE(vt_.init, nullptr);
+  EXPECT_NE(vt_.fini, nullptr);
+  EXPECT_NE(vt_.submit, nullptr);
+}
+
+TEST_F(KmpcKdcTest, InitRefusesBadOptionsWithTheCoresMessage) {
+  EXPECT_EQ(Init({"servers = 127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "certs = /c",
+                  "batch_windw_ms = 5"}), EINVAL);
+  EXPECT_EQ(data_, nullptr);
+  EXPECT_TRUE(absl::StrContains(Message(EINVAL), "unknown kdcmpc option \"batch_windw_ms\""))
+      << Message(EINVAL);
+  for (const auto& line : log_) EXPECT_FALSE(absl::StrContains(line, "ready")) << line;
+}
+
+TEST_F(KmpcKdcTest, InitMakesTheProcessNonDumpableAndLogsReady) {
+  ASSERT_EQ(Init(UnreachableCluster()), 0) << Message(0);
+  ASSERT_NE(data_, nullptr);
+  // Shares of keystreams and session keys never reach a core dump.
+  EXPECT_EQ(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), 0);
+  bool ready = false;
+  for (const auto& line : log_) ready |= line == "kdcmpc: kmpc module ready";
+  EXPECT_TRUE(ready);
+  vt_.fini(ctx_, data_);
+  data_ = nullptr;
+  vt_.fini(ctx_, nullptr);  // krb5kdc may call fini without module data
+}
+
+TEST_F(KmpcKdcTest, SubmitRefusalsCarryTheirMessage) {
+  ASSERT_EQ(Init(UnreachableCluster()), 0) << Message(0);
+  krb5_kdcmpc_job cts = Encrypt();
+  cts.enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+  EXPECT_EQ(vt_.submit(ctx_, data_, &cts, OnDone, &done_), KRB5_BAD_ENCTYPE);
+  EXPECT_EQ(Message(KRB5_BAD_ENCTYPE), "kdcmpc: not an MPC enctype");
+  krb5_kdcmpc_job no_key = Encrypt();
+  no_key.key_id = nullptr;
+  EXPECT_EQ(vt_.submit(ctx_, data_, &no_key, OnDone, &done_), EINVAL);
+  EXPECT_EQ(Message(EINVAL), "kdcmpc: malformed job");
+  RunLoopUntilDone();
+  EXPECT_EQ(done_.calls, 0);  // a refused job never completes
+}
+
+TEST_F(KmpcKdcTest, AJobCompletesThroughTheLoopWithItsKrb5Error) {
+  ASSERT_EQ(Init(UnreachableCluster()), 0) << Message(0);
+  const krb5_kdcmpc_job job = Encrypt();
+  ASSERT_EQ(vt_.submit(ctx_, data_, &job, OnDone, &done_), 0);
+  RunLoopUntilDone();
+  ASSERT_EQ(done_.calls, 1) << "no completion within 10 s";
+  EXPECT_EQ(done_.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+  EXPECT_EQ(done_.output_length, 0u);
+  // The core's detail is in the context for the KDC's log line, without
+  // the plaintext.
+  const std::string m = Message(KRB5KDC_ERR_SVC_UNAVAILABLE);
+  EXPECT_TRUE(absl::StrContains(m, "unreachable") || absl::StrContains(m, "did not answer"))
+      << m;
+  EXPECT_FALSE(absl::StrContains(m, plaintext_)) << m;
+  // More loop turns call done no second time.
+  for (int i = 0; i < 4; ++i) {
+    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
+    verto_run_once(vctx_);
+  }
+  EXPECT_EQ(done_.calls, 1);
+}
+
+}  // namespace
