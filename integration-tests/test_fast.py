@@ -1,6 +1,6 @@
 """FAST, FAST cookies and auth indicators (CAMMAC) with the krbtgt key held
 by the MPC cluster (krb5 patch 0015).  The "cluster" is krb5's test kdcmpc
-module (test_kdc_handles.MpcRealm: real keys in a file, every job completed
+module (test_kdc_handles.handle_realm: real keys in a file, every job completed
 asynchronously), so every ticket and signature can be checked here with the
 known keys.
 
@@ -20,49 +20,49 @@ import secrets
 
 import pytest
 
-import handle_realm
 from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import tickets
 import pac_ref
-from handle_realm import REALM, SERVICE, TGS, password as _password
-from test_kdc_handles import MpcRealm, _events, _key, _rounds, _ticket
+from kmpc_harness.cluster import REALM, SERVICE, TGS, password as _password
+from test_kdc_handles import handle_realm, _events, _key, _rounds, _ticket
 
 INDICATOR = "fast-ec"
 MPC_SERVICE = "host/mpc.kmpc.test"
 TGT = ["krbtgt", REALM]
 
 
-def _realm(realm_factory, tmp_path, **kw):
+def _realm(kmpc_factory, **kw):
     """alice (key in the cluster), bob (ordinary aes256-cts key), an ordinary
     service and one whose key is in the cluster; KDC started."""
-    m = MpcRealm(realm_factory, tmp_path, **kw).setup(users=("alice",))
+    m = handle_realm(kmpc_factory, **kw).setup(users=("alice",))
     m.passwords["bob"] = _password()
-    m.realm.addprinc("bob", m.passwords["bob"],
-                     enctypes=["aes256-cts-hmac-sha1-96"])
+    m.addprinc("bob", m.passwords["bob"],
+               enctypes=["aes256-cts-hmac-sha1-96"])
     pw = _password()
-    m.realm.addprinc(MPC_SERVICE, pw, enctypes=["aes256-ctr-mpc"], flags="")
+    m.addprinc(MPC_SERVICE, pw, enctypes=["aes256-ctr-mpc"], flags="")
     m.migrate(MPC_SERVICE, pw)
     return m.start()
 
 
 @pytest.fixture
-def ec(realm_factory, tmp_path):
+def ec(kmpc_factory):
     """Encrypted challenge adds an auth indicator (kdc.conf, as MIT's
     t_preauth.py)."""
-    return _realm(realm_factory, tmp_path, realm_extra=(
+    return _realm(kmpc_factory, realm_extra=(
         f"        encrypted_challenge_indicator = {INDICATOR}\n"))
 
 
 def _armor(m, tmp_path):
     """A FAST armor ccache holding alice's TGT (under the krbtgt handle)."""
     armor = "FILE:" + str(tmp_path / "armor")
-    m.realm.run(["kinit", "-c", armor, "alice"],
-                input=m.passwords["alice"] + "\n")
+    m.run(["kinit", "-c", armor, "alice"],
+          input=m.passwords["alice"] + "\n")
     return armor
 
 
 def _fast_kinit(m, armor, name, **kw):
-    return m.realm.run(["kinit", "-T", armor, name],
-                       input=m.passwords[name] + "\n", **kw)
+    return m.run(["kinit", "-T", armor, name],
+                 input=m.passwords[name] + "\n", **kw)
 
 
 def _check_cammac(plain, server_key, krbtgt_key):
@@ -93,7 +93,7 @@ def test_fast_armor_and_encrypted_challenge(ec, tmp_path):
     trace = _fast_kinit(ec, armor, "bob", env=ec.trace_env())
     assert re.search(r"encrypted_challenge \(138\) \(real\) returned: 0/Success",
                      trace), trace
-    assert "refusing" not in ec.kdc_log()
+    assert "refusing" not in ec.kdc_log_text()
     # First request (PREAUTH_REQUIRED), then the one with the challenge:
     # each opens the armor; the CAMMAC's two verifiers alongside the PAC's
     # server signature (a TGT has no ticket signature covering the CAMMAC),
@@ -102,7 +102,7 @@ def test_fast_armor_and_encrypted_challenge(ec, tmp_path):
         ["DECRYPT 2"], ["DECRYPT 2"],
         ["CHECKSUM 17", "CHECKSUM 64", "CHECKSUM 64"],
         ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(ec, before)
-    out = ec.realm.run(["klist"])
+    out = ec.run(["klist"])
     assert f"bob@{REALM}" in out and TGS in out, out
     krbtgt = _key(ec, TGS)
     _, _, der_tgt = _ticket(ec, TGT)
@@ -117,7 +117,7 @@ def test_tampered_armor_ticket_is_refused(ec, tmp_path):
     checked in the MPC); nothing else is done for the request."""
     armor = _armor(ec, tmp_path)
     path = armor[len("FILE:"):]
-    spans = [s for s in handle_realm.ccache_ticket_spans(path) if s[0] == TGT]
+    spans = [s for s in tickets.ccache_ticket_spans(path) if s[0] == TGT]
     _, start, length = spans[0]
     with open(path, "r+b") as f:
         f.seek(start + length - 20)
@@ -126,10 +126,10 @@ def test_tampered_armor_ticket_is_refused(ec, tmp_path):
         f.write(bytes([b[0] ^ 1]))
     before = len(ec.journal_lines())
     out = _fast_kinit(ec, armor, "bob", expected_code=1)
-    assert "bob" not in ec.realm.run(["klist"], expected_code=None)
+    assert "bob" not in ec.run(["klist"], expected_code=None)
     assert [e[1:] for e in _events(ec, before) if e[0] == "submit"] == \
         [("DECRYPT", "2")], _events(ec, before)
-    assert "while handling ap-request armor" in ec.kdc_log(), out
+    assert "while handling ap-request armor" in ec.kdc_log_text(), out
 
 
 def test_fast_is_refused_for_a_user_whose_key_is_in_the_cluster(ec, tmp_path):
@@ -143,64 +143,64 @@ def test_fast_is_refused_for_a_user_whose_key_is_in_the_cluster(ec, tmp_path):
     assert "KDC policy rejects request" in out, out
     assert (f"kdcmpc: refusing FAST for alice@{REALM}: its key is MPC-held, "
             "and FAST's KRB-FX-CF2 with the client key would need a "
-            "password-equivalent in the KDC") in ec.kdc_log()
+            "password-equivalent in the KDC") in ec.kdc_log_text()
     assert [e[1:] for e in _events(ec, before) if e[0] == "submit"] == \
         [("DECRYPT", "2")], _events(ec, before)
     # Without FAST alice still logs in (encrypted timestamp in the cluster).
-    ec.kinit("alice")
-    assert ec.realm.kdc_alive()
+    ec.login("alice")
+    assert ec.kdc_alive()
 
 
 def test_kpasswd_with_a_tgt_in_the_ccache(ec):
     """kpasswd armors its AS-REQ for kadmin/changepw with the TGT in the
     default ccache (a TGT under the krbtgt handle); the password change goes
     through kadmind and the new password works."""
-    ec.realm.start_kadmind()
-    ec.kinit("bob")
+    ec.start_kadmind()
+    ec.login("bob")
     before = len(ec.journal_lines())
     new = _password()
-    out = ec.realm.run(["kpasswd", "bob"],
-                       input=f"{ec.passwords['bob']}\n{new}\n{new}\n")
+    out = ec.run(["kpasswd", "bob"],
+                 input=f"{ec.passwords['bob']}\n{new}\n{new}\n")
     assert "Password changed" in out, out
     assert ("submit", "DECRYPT", "2") in _events(ec, before)
-    assert "refusing" not in ec.kdc_log()
+    assert "refusing" not in ec.kdc_log_text()
     ec.passwords["bob"] = new
-    ec.kinit("bob")
+    ec.login("bob")
     # alice (key in the cluster) with her TGT in the ccache: refused
     # cleanly, her password unchanged.
-    ec.kinit("alice")
-    out = ec.realm.run(["kpasswd", "alice"],
-                       input=f"{ec.passwords['alice']}\n{new}\n{new}\n",
-                       expected_code=1)
+    ec.login("alice")
+    out = ec.run(["kpasswd", "alice"],
+                 input=f"{ec.passwords['alice']}\n{new}\n{new}\n",
+                 expected_code=1)
     assert "KDC policy rejects request" in out, out
-    assert f"kdcmpc: refusing FAST for alice@{REALM}" in ec.kdc_log()
-    ec.kinit("alice")
+    assert f"kdcmpc: refusing FAST for alice@{REALM}" in ec.kdc_log_text()
+    ec.login("alice")
     # With an empty ccache kpasswd uses no armor: encrypted timestamp in the
     # cluster (as docs/limitations.md says).
-    out = ec.realm.run(["kpasswd", "alice"],
-                       input=f"{ec.passwords['alice']}\n{new}\n{new}\n",
-                       env={**ec.realm.env, "KRB5CCNAME": "MEMORY:none"})
+    out = ec.run(["kpasswd", "alice"],
+                 input=f"{ec.passwords['alice']}\n{new}\n{new}\n",
+                 env={**ec.env, "KRB5CCNAME": "MEMORY:none"})
     assert "Password changed" in out, out
 
 
 # ---- FAST cookies -----------------------------------------------------------
 
-def test_spake_with_cookies_and_an_mpc_krbtgt(realm_factory, tmp_path):
+def test_spake_with_cookies_and_an_mpc_krbtgt(kmpc_factory):
     """SPAKE keeps its state in the FAST cookie between the KDC's challenge
     and the client's response; with the krbtgt in the cluster the cookie key
     is derived from the master key.  bob (ordinary key) logs in with SPAKE;
     alice (key in the cluster) is not offered SPAKE (it needs her key) and
     falls back to encrypted timestamp."""
-    m = _realm(realm_factory, tmp_path,
+    m = _realm(kmpc_factory,
                krb5_conf_extra="    spake_preauth_groups = edwards25519\n")
-    trace = m.realm.run(["kinit", "bob"], input=m.passwords["bob"] + "\n",
-                        env=m.trace_env())
+    trace = m.run(["kinit", "bob"], input=m.passwords["bob"] + "\n",
+                  env=m.trace_env())
     assert re.search(r"Sending SPAKE response", trace), trace
     assert re.search(r"spake \(151\) \(real\) returned: 0/Success", trace), \
         trace
-    assert "refusing" not in m.kdc_log()
-    assert f"bob@{REALM}" in m.realm.run(["klist"])
-    trace = m.kinit("alice", env=m.trace_env())
+    assert "refusing" not in m.kdc_log_text()
+    assert f"bob@{REALM}" in m.run(["klist"])
+    trace = m.login("alice", env=m.trace_env())
     assert "Sending SPAKE response" not in trace
     assert re.search(r"AS key obtained for encrypted timestamp: "
                      r"aes256-ctr-mpc/", trace), trace
@@ -215,12 +215,12 @@ def test_auth_indicator_reaches_service_tickets(ec, tmp_path):
     service and for one whose key is in the cluster, whose ticket's CAMMAC
     verifiers (krbtgt, service key) both verify."""
     for svc in (SERVICE, MPC_SERVICE):
-        ec.realm.kadmin_local(f"setstr {svc} require_auth {INDICATOR}")
+        ec.kadmin_local(f"setstr {svc} require_auth {INDICATOR}")
     armor = _armor(ec, tmp_path)
     _fast_kinit(ec, armor, "bob")
 
     before = len(ec.journal_lines())
-    out = ec.realm.run(["kvno", SERVICE])
+    out = ec.run(["kvno", SERVICE])
     assert "kvno = 1" in out, out
     # TGT; VERIFY of its PAC server signature and CAMMAC KDC verifier with
     # the new ticket's CAMMAC KDC verifier; ticket signature; KDC signature.
@@ -228,7 +228,7 @@ def test_auth_indicator_reaches_service_tickets(ec, tmp_path):
         ["DECRYPT 2"], ["CHECKSUM 64", "VERIFY 17", "VERIFY 64"],
         ["CHECKSUM 17"], ["CHECKSUM 17"]], _events(ec, before)
 
-    out = ec.realm.run(["kvno", MPC_SERVICE])
+    out = ec.run(["kvno", MPC_SERVICE])
     assert "kvno = " in out, out
     _, _, der_t = _ticket(ec, ["host", "mpc.kmpc.test"])
     svc_key = _key(ec, MPC_SERVICE)
@@ -238,8 +238,8 @@ def test_auth_indicator_reaches_service_tickets(ec, tmp_path):
                              _key(ec, TGS), ticket_sig=True)
 
     # Without FAST there is no indicator, and require_auth refuses.
-    ec.kinit("bob")
-    out = ec.realm.run(["kvno", SERVICE], expected_code=1)
+    ec.login("bob")
+    out = ec.run(["kvno", SERVICE], expected_code=1)
     assert "KDC policy rejects request" in out, out
     assert not pac_ref.cammacs(
         pac_ref.Ticket(_ticket(ec, TGT)[2], _key(ec, TGS)).plain)
@@ -255,17 +255,17 @@ def test_altered_cammac_in_tgt_is_refused(ec, tmp_path):
     start, length, der_tgt = _ticket(ec, TGT)
     tgt = pac_ref.Ticket(der_tgt, krbtgt)
     cm = pac_ref.cammacs(tgt.plain)[0]
-    with open(ec.realm.ccache, "r+b") as f:
+    with open(ec.ccache, "r+b") as f:
         f.seek(start)
         f.write(tgt.encode(pac_ref.flip_bytes(tgt.plain, cm.kdc[1], bit=3)))
-    out = ec.realm.run(["kvno", SERVICE], expected_code=1)
+    out = ec.run(["kvno", SERVICE], expected_code=1)
     assert "Message stream modified" in out, out
     assert "kdcmpc: a PAC signature or CAMMAC verifier of a presented " \
-        "ticket did not verify" in ec.kdc_log()
-    with open(ec.realm.ccache, "r+b") as f:
+        "ticket did not verify" in ec.kdc_log_text()
+    with open(ec.ccache, "r+b") as f:
         f.seek(start)
         f.write(tgt.encode())
-    out = ec.realm.run(["kvno", SERVICE])
+    out = ec.run(["kvno", SERVICE])
     assert "kvno = 1" in out, out
 
 
@@ -274,12 +274,12 @@ def test_renewal_keeps_the_auth_indicator(ec, tmp_path):
     a VERIFY job, the renewed TGT's CAMMAC verifiers share the round of its
     PAC server signature (and the VERIFY jobs), and the indicator still
     meets require_auth after."""
-    ec.realm.kadmin_local(f"setstr {SERVICE} require_auth {INDICATOR}")
+    ec.kadmin_local(f"setstr {SERVICE} require_auth {INDICATOR}")
     armor = _armor(ec, tmp_path)
-    ec.realm.run(["kinit", "-T", armor, "-r", "1d", "bob"],
-                 input=ec.passwords["bob"] + "\n")
+    ec.run(["kinit", "-T", armor, "-r", "1d", "bob"],
+           input=ec.passwords["bob"] + "\n")
     before = len(ec.journal_lines())
-    ec.realm.run(["kinit", "-R"])
+    ec.run(["kinit", "-R"])
     assert _rounds(_events(ec, before)) == [
         ["DECRYPT 2"],
         ["CHECKSUM 17", "CHECKSUM 64", "CHECKSUM 64", "VERIFY 17",
@@ -288,7 +288,7 @@ def test_renewal_keeps_the_auth_indicator(ec, tmp_path):
     krbtgt = _key(ec, TGS)
     plain = pac_ref.Ticket(_ticket(ec, TGT)[2], krbtgt).plain
     _check_cammac(plain, krbtgt, krbtgt)
-    out = ec.realm.run(["kvno", SERVICE])
+    out = ec.run(["kvno", SERVICE])
     assert "kvno = 1" in out, out
 
 

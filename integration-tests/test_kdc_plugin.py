@@ -25,8 +25,8 @@ import time
 
 import pytest
 
-import handle_realm
-from handle_realm import SERVICE, TGS, password
+from kmpc_harness import tickets
+from kmpc_harness.cluster import SERVICE, TGS, password
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness import realm as kmpc_realm
 from kmpc_harness.realm import RealmError
@@ -204,7 +204,7 @@ def test_aes128_user(kmpc_factory):
 
 def test_tampered_tgt_is_an_integrity_error(kmpc_factory):
     r = kmpc(kmpc_factory)
-    handle_realm.check_tampered_tgt_is_refused(r, lambda: kinit(r))
+    tickets.check_tampered_tgt_is_refused(r, lambda: kinit(r))
 
 
 def test_unknown_key_id(kmpc_factory):

@@ -20,7 +20,7 @@ import pytest
 
 import ctr_mpc_ref
 from kmpc_harness import cluster as kmpc_cluster
-from handle_realm import default_salt
+from kmpc_harness.cluster import default_salt
 
 ADMIN = "root/admin"
 ADMIN_PW = "admin-Pw-4821"

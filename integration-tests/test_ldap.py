@@ -49,7 +49,7 @@ import test_key_lifecycle as kl
 import test_refresh
 import test_replace_party
 import test_unmodified_clients as tu
-from handle_realm import default_salt, password
+from kmpc_harness.cluster import default_salt, password
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so",
                            "kdc-plugin/kmpc-kdb-handle")

@@ -21,7 +21,7 @@ of a single client on an otherwise idle realm.
 import os
 import time
 
-import handle_realm
+from kmpc_harness import tickets
 from test_metrics import parse, scrape, value
 
 PASSWORD = "privacy-Pw-51d2"
@@ -57,11 +57,11 @@ def test_no_plaintext_of_a_checksum_reaches_any_server(kmpc_factory, tmp_path):
     r = _realm(kmpc_factory, tmp_path)
     _login(r, "-f", "-r", "1d")
     r.run(["kvno", SERVICE])
-    creds = handle_realm.ccache_credentials(r.ccache)
+    creds = tickets.ccache_credentials(r.ccache)
     r.run(["kinit", "-R"])
-    creds += handle_realm.ccache_credentials(r.ccache)
+    creds += tickets.ccache_credentials(r.ccache)
     r.run(["kvno", SERVICE])
-    creds += handle_realm.ccache_credentials(r.ccache)
+    creds += tickets.ccache_credentials(r.ccache)
 
     keys = {c["key"] for c in creds if len(c["key"]) >= 16}
     # At least the TGT's, the service ticket's and the renewed TGT's.
@@ -72,7 +72,7 @@ def test_no_plaintext_of_a_checksum_reaches_any_server(kmpc_factory, tmp_path):
 
     with open(r.ccache, "rb") as f:
         cc = f.read()
-    tgts = [c for c in handle_realm.ccache_credentials(r.ccache)
+    tgts = [c for c in tickets.ccache_credentials(r.ccache)
             if c["server"][0] == "krbtgt"]
     start, length = tgts[0]["ticket"]
     # The DER Ticket ends with its EncryptedData's cipher octets: ctr0 || C

@@ -34,7 +34,7 @@ import pytest
 import ctr_mpc_ref
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness import replica as kmpc_replica
-from handle_realm import default_salt
+from kmpc_harness.cluster import default_salt
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server",
                            "mpc-server/libkmpc_dealer.so", "kdc-plugin/libkmpc_kdc.so",

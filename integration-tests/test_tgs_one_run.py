@@ -17,7 +17,7 @@ import subprocess
 import time
 
 import ctr_mpc_ref
-import handle_realm
+from kmpc_harness import tickets
 from kmpc_harness import cluster as kmpc_cluster
 import pac_ref
 from krb_der import content, ctx, der, seq
@@ -72,7 +72,7 @@ def _reencrypt_tgt(r, key, alter):
     """The ccache's TGT decrypted, its PAC passed through alter, and
     encrypted again under the same ctr0 (so its server signature's counter
     is still the ticket's + 2^17)."""
-    start, length = handle_realm.tgt_span(r.ccache)
+    start, length = tickets.tgt_span(r.ccache)
     with open(r.ccache, "rb") as f:
         f.seek(start)
         der_tgt = f.read(length)

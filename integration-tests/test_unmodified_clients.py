@@ -23,7 +23,7 @@ import pytest
 
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness import realm as kmpc_realm
-from handle_realm import password
+from kmpc_harness.cluster import password
 from kmpc_harness.realm import RealmError
 
 REALM = kmpc_realm.REALM

@@ -5,6 +5,7 @@
             (KmpcRealm: the realm class every test, benchmark and the demo
             uses)
   replica   primary and replica KDCs (kprop, iprop) on one cluster
+  tickets   tickets in a client's ccache (credentials, a tampered TGT)
   ldap      a slapd of its own per realm (the LDAP KDB back end)
   netns     emulated hosts: network namespaces on one bridge
   packages  the Debian packages installed on emulated hosts

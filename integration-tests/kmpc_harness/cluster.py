@@ -30,6 +30,7 @@ import glob
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -50,12 +51,24 @@ GEN_CERTS = os.path.join(ROOT, "deploy", "gen-certs.sh")
 MPC_LOCAL = os.path.join(HERE, "mpc-local.sh")
 BUILD = kmpc_realm.BUILD
 REALM = kmpc_realm.REALM
+TGS = f"krbtgt/{REALM}@{REALM}"
 # Every principal the cluster serves has an MPC key; the service principal
 # and session keys use an ordinary enctype (session keys are never MPC).
 ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc", "aes256-cts-hmac-sha1-96")
 SESSION_ENCTYPES = "aes256-cts-hmac-sha1-96"
 SERVICE = "host/svc.kmpc.test"
 STATE = "kmpc-realm.json"
+
+
+def password():
+    """A random password for a test principal (never printed)."""
+    return "pw-" + secrets.token_hex(8)
+
+
+def default_salt(princ):
+    """The default salt of princ (RFC 4120 3.1.3): realm, then components."""
+    name, _, realm = princ.partition("@")
+    return (realm or REALM) + "".join(name.split("/"))
 
 # kdc.conf [kdcmpc] -> kmpc options of the real module (kdc-plugin/).
 REAL_MODULE_NAME = "kmpc"
@@ -382,20 +395,27 @@ class KmpcRealm(kmpc_realm.Realm):
         directory, mpc/ then mpc2/, ..., with its own CA and certificates);
         every key is dealt to each (kmpc-admin's servers2 = ..., the
         module's servers2 = ...). self.cluster is the first, self.clusters
-        all of them."""
+        all of them. clusters=0: no MPC server; krb5's test module (module
+        "test") holds the keys in DIR/mpc-test-keys, journals every job to
+        DIR/mpc-journal (journal_lines) and fails them all while
+        DIR/mpc-unavailable (test_failflag) exists; keys get there with
+        migrate() (kmpc-kdb-handle), and the KDC logs every job (debug)."""
         super().__init__(workdir, enctypes=enctypes, realm_extra=realm_extra, **kw)
         self.clusters = [
             MpcCluster(os.path.join(self.dir, "mpc" if n == 0 else f"mpc{n + 1}"),
                        workers=mpc_workers, extra_client_cns=extra_client_cns,
                        server_flags=server_flags, metrics=metrics)
             for n in range(clusters)]
-        self.cluster = self.clusters[0]
+        self.cluster = self.clusters[0] if self.clusters else None
         self.metrics = metrics
         self.kdc_metrics_url = None
         if module == "auto":
-            module = "real" if find_built("kdc-plugin/libkmpc_kdc.so", False) else "test"
+            module = "real" if clusters and find_built("kdc-plugin/libkmpc_kdc.so",
+                                                       False) else "test"
         if module not in ("real", "test"):
             raise RealmError(f"module must be auto, real or test, not {module}")
+        if module == "real" and not clusters:
+            raise RealmError("the real module needs a cluster (clusters >= 1)")
         self.module = module
         self.kdc_workers = kdc_workers
         self.test_module_delay_ms = test_module_delay_ms
@@ -404,6 +424,8 @@ class KmpcRealm(kmpc_realm.Realm):
         self.udp_max_wait_ms = udp_max_wait_ms
         self.admin_conf = os.path.join(self.dir, "kmpc-admin.conf")
         self.test_keyfile = os.path.join(self.dir, "mpc-test-keys")
+        self.test_journal = os.path.join(self.dir, "mpc-journal")
+        self.test_failflag = os.path.join(self.dir, "mpc-unavailable")
         self.users_keytab = os.path.join(self.dir, "users.keytab")
         self._plugin_conf = ""
         self.dealer = dealer
@@ -439,8 +461,13 @@ class KmpcRealm(kmpc_realm.Realm):
             open(self.test_keyfile, "w").close()
             os.chmod(self.test_keyfile, 0o600)
             opts = {"keyfile": self.test_keyfile, "delay_ms": self.test_module_delay_ms}
+            if not self.clusters:
+                opts.update({"journal": self.test_journal,
+                             "fail_if_exists": self.test_failflag})
             name = "test"
         self._plugin_conf = kdcmpc_conf(name, so, opts)
+        if not self.clusters:
+            self._plugin_conf += "[logging]\n    debug = true\n"
         if self.dealer:
             self._plugin_conf += self._dealer_conf()
         # Relations before [plugins] land in [kdcdefaults].
@@ -450,6 +477,9 @@ class KmpcRealm(kmpc_realm.Realm):
             rcvbuf += f"    kdc_udp_max_wait_ms = {int(self.udp_max_wait_ms)}\n"
         self.kdc_conf_extra = rcvbuf + self._plugin_conf + self.kdc_conf_extra
         super().create()
+        if c is None:
+            self.save_state()
+            return self
         with open(self.admin_conf, "w") as f:
             f.write(f"# kmpc-admin for realm {self.realm} (generated)\n"
                     f"servers = {c.servers}\nca = {c.certs}/ca.pem\n"
@@ -582,6 +612,10 @@ class KmpcRealm(kmpc_realm.Realm):
         there the key kdb5_util made is moved instead (--from-existing
         --force)."""
         self.kadmin_local(f"setstr {self.tgs} session_enctypes {SESSION_ENCTYPES}")
+        if not self.clusters:
+            pw = "tgs-" + secrets.token_hex(16)
+            self.kadmin_local(f"cpw -e aes256-ctr-mpc:normal -pw {pw} {self.tgs}")
+            return self.migrate(self.tgs, pw)
         if self.module == "test":
             keys = self._export_for_test_module([self.tgs])
             _, out, _ = self.admin("share", "--from-existing", "--force", self.tgs)
@@ -602,6 +636,12 @@ class KmpcRealm(kmpc_realm.Realm):
         --from-existing. The KDC must not be running yet with the test module
         (it reads its key file at start-up)."""
         passwords = passwords or {}
+        if not self.clusters:
+            if n_random:
+                raise RealmError("random-key users need a cluster (clusters >= 1)")
+            for name, pw in passwords.items():
+                self.add_user(name, pw)
+            return self
         for name, pw in passwords.items():
             self.addprinc(name, pw, enctypes=["aes256-ctr-mpc"])
         if passwords:
@@ -623,6 +663,103 @@ class KmpcRealm(kmpc_realm.Realm):
                 os.chmod(self.users_keytab, 0o600)
             self.share_existing(names)
         return self
+
+    def add_user(self, name, pw=None, enctype="aes256-ctr-mpc"):
+        """One user with a password (pw, else a random one) and a key of
+        enctype in the cluster (or, with clusters=0, in the test module's
+        key file); returns the password. With the test module the KDC reads
+        its keys at start-up: restart it for a user added while it runs."""
+        pw = pw or password()
+        self.addprinc(name, pw, enctypes=[enctype])
+        if self.clusters:
+            self.share_passwords([(name, pw)], enctype=enctype)
+        else:
+            self.migrate(name, pw, enctype)
+        self.passwords[name] = pw
+        return pw
+
+    def setup(self, users=()):
+        """The krbtgt key into the cluster, an ordinary service (its key
+        stays in the KDB), then the users with random passwords. The KDC is
+        not started."""
+        self.setup_krbtgt()
+        self.add_service()
+        for u in users:
+            self.add_user(u)
+        return self
+
+    # ---- clusters=0: krb5's test module holds the keys ---------------------
+    def kdb_handle_run(self, *args, expected_code=0):
+        """kmpc-kdb-handle on the realm's KDB: (stdout, stderr); RealmError
+        unless it exits with expected_code."""
+        p = subprocess.run([find_built("kdc-plugin/kmpc-kdb-handle"), "-r", self.realm,
+                            *args], capture_output=True, text=True, env=self.env, timeout=60)
+        if p.returncode != expected_code:
+            raise RealmError(f"kmpc-kdb-handle {args[0]} exited {p.returncode}:\n{p.stderr}")
+        return p.stdout, p.stderr
+
+    def migrate(self, princ, pw, enctype="aes256-ctr-mpc"):
+        """clusters=0, as an administrator migrates a key: princ's key of
+        enctype (made from password pw) is read out (kmpc-kdb-handle
+        get-key), checked against the independent string-to-key
+        (ctr_mpc_ref.py), put in the test module's key file under a fresh
+        key id, and replaced by a handle in the KDB. Returns the key id. No
+        key or password is printed."""
+        import ctr_mpc_ref
+        if self.clusters:
+            raise RealmError("migrate() is for clusters=0 (kmpc-admin share otherwise)")
+        out, _ = self.kdb_handle_run("get-key", princ, enctype)
+        key = out.strip()
+        if not re.fullmatch(r"[0-9a-f]{32}|[0-9a-f]{64}", key):
+            raise RealmError(f"kmpc-kdb-handle get-key {princ}: not a key")
+        ref = ctr_mpc_ref.string_to_key(enctype, pw.encode(), default_salt(princ).encode())
+        # Compared as a bool: an error must not print keys.
+        if not secrets.compare_digest(key, ref.hex()):
+            raise RealmError(f"{princ}: the KDB key is not the reference string-to-key")
+        key_id = secrets.token_hex(32)
+        with open(self.test_keyfile, "a") as f:
+            f.write(f"{key_id} {key}\n")
+        self.kdb_handle_run("set", princ, enctype, key_id)
+        return key_id
+
+    def journal_lines(self):
+        """clusters=0: the test module's journal ("submit JOB usage N ...",
+        "done ...") so far."""
+        if not os.path.exists(self.test_journal):
+            return []
+        with open(self.test_journal) as f:
+            return [line.strip() for line in f]
+
+    # ---- clients -------------------------------------------------------
+    def login(self, name="alice", **kw):
+        """kinit as a user added with a password (add_user, add_users)."""
+        return self.kinit(name, self.passwords[name], **kw)
+
+    def timed_login(self, name="alice", **kw):
+        """login, and how long it took (seconds)."""
+        t0 = time.monotonic()
+        out = self.login(name, **kw)
+        return out, time.monotonic() - t0
+
+    def login_until_ok(self, name="alice", timeout=60, pause=0.5):
+        """Log in until it works (the cluster coming back, connections being
+        made); RealmError with the last failure after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.login(name, timeout=30)
+            except RealmError:
+                if time.monotonic() > deadline or not self.kdc_alive():
+                    raise
+                time.sleep(pause)
+
+    def kdc_log_text(self):
+        with open(self.kdc_log) as f:
+            return f.read()
+
+    def trace_env(self):
+        """The realm's environment with KRB5_TRACE on stdout."""
+        return {**self.env, "KRB5_TRACE": "/dev/stdout"}
 
     # ---- daemons -------------------------------------------------------
     WARMUP = "kmpc/warmup"
@@ -680,12 +817,13 @@ class KmpcRealm(kmpc_realm.Realm):
         self.stop_ldap()
 
     def save_state(self):
-        st = {"realm": self.realm, "module": self.module, "servers": self.cluster.servers,
-              "mpc_dir": self.cluster.dir, "kdc_port": self.kdc_port,
+        c = self.cluster
+        st = {"realm": self.realm, "module": self.module, "servers": c and c.servers,
+              "mpc_dir": c and c.dir, "kdc_port": self.kdc_port,
               "kdc_pid": self.kdc_proc.pid if self.kdc_proc else None,
               "admin_conf": self.admin_conf,
               "metrics": {"kdc": self.kdc_metrics_url,
-                          "servers": [self.cluster.metrics_url(i) for i in range(3)]},
+                          "servers": [c.metrics_url(i) for i in range(3)] if c else []},
               "env": {k: self.env[k] for k in ("KRB5_CONFIG", "KRB5_KDC_PROFILE",
                                                 "KRB5CCNAME", "KMPC_ADMIN_CONFIG")}
               if self.env else {}}
