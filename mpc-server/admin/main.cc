@@ -220,32 +220,38 @@ struct ShareOutcome {
   std::string detail;
 };
 
-absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
-                                      const Args& a, const std::string& name,
-                                      std::string* password) {
-  auto info = kdb.Lookup(name);
-  if (!info.ok()) return info.status();
-  const std::string& canon = info->name;
+// What the KDB holds for a principal, as share needs to know it.
+struct KdbKeyFacts {
+  std::vector<std::string> old_ids;  // key ids of its handles, each once
+  bool current_is_handle = false;
+  bool all_handles = true;
+  bool current_is_mpc_key = false;  // an aes*-ctr-mpc key still in the KDB
+};
+
+KdbKeyFacts FactsOf(const PrincipalInfo& info) {
+  KdbKeyFacts f;
+  for (const KeyEntry& e : info.keys) {
+    if (!e.is_handle) {
+      f.all_handles = false;
+      if (e.kvno == info.kvno &&
+          (e.enctype == kEnctypeAes128Mpc || e.enctype == kEnctypeAes256Mpc))
+        f.current_is_mpc_key = true;
+      continue;
+    }
+    if (std::find(f.old_ids.begin(), f.old_ids.end(), e.key_id) == f.old_ids.end())
+      f.old_ids.push_back(e.key_id);
+    if (e.kvno == info.kvno) f.current_is_handle = true;
+  }
+  return f;
+}
+
+// The refusals of share for canon before anything changes.
+absl::Status CheckShareAllowed(const Args& a, const std::string& canon,
+                               const KdbKeyFacts& f) {
   if (Unshareable(canon))
     return absl::FailedPreconditionError(absl::StrCat(
         canon, ": K/M, kadmin/* and kiprop/* keys are used by the KDC's own "
                "daemons and cannot be shared"));
-  std::vector<std::string> old_ids;
-  bool current_is_handle = false;
-  bool all_handles = true;
-  bool current_is_mpc_key = false;  // an aes*-ctr-mpc key still in the KDB
-  for (const KeyEntry& e : info->keys) {
-    if (!e.is_handle) {
-      all_handles = false;
-      if (e.kvno == info->kvno &&
-          (e.enctype == kEnctypeAes128Mpc || e.enctype == kEnctypeAes256Mpc))
-        current_is_mpc_key = true;
-      continue;
-    }
-    if (std::find(old_ids.begin(), old_ids.end(), e.key_id) == old_ids.end())
-      old_ids.push_back(e.key_id);
-    if (e.kvno == info->kvno) current_is_handle = true;
-  }
   // A new krbtgt key without the old one: every outstanding TGT (and
   // cross-realm ticket) stops working at once. Only on request.
   if (!a.from_existing && !a.keepold && !a.force &&
@@ -253,8 +259,8 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
     return absl::FailedPreconditionError(absl::StrCat(
         canon, ": a new key without --keepold makes every ticket issued under "
                "the current key unusable at once (every user must log in again); ",
-        all_handles ? "use --keepold to keep the old key until the next rotation"
-        : current_is_mpc_key
+        f.all_handles ? "use --keepold to keep the old key until the next rotation"
+        : f.current_is_mpc_key
             ? "use --from-existing to move the current key into the cluster "
               "without invalidating tickets"
             : "moving the current key with --from-existing invalidates them too "
@@ -265,7 +271,7 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
   // key forever. Make the krbtgt's key in the cluster instead (--randkey, or
   // kadmin cpw -randkey with the dealer), unless asked for explicitly.
   if (a.from_existing && !a.force && absl::StartsWith(canon, "krbtgt/") &&
-      !current_is_handle)
+      !f.current_is_handle)
     return absl::FailedPreconditionError(absl::StrCat(
         canon, ": its current key was in the KDB, so every older dump, backup, "
                "iprop log and replica of the KDB holds it; shared from there it "
@@ -273,66 +279,82 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
                "cluster instead (share --randkey --keepold, or kadmin cpw -randkey "
                "-keepold with kmpc's key dealer), or give --force to move this one "
                "anyway. Nothing was changed"));
-  if (a.keepold && !all_handles)
+  if (a.keepold && !f.all_handles)
     return absl::FailedPreconditionError(absl::StrCat(
         canon, ": --keepold would keep keys that are not MPC key handles in the "
                "KDB; share the principal once without --keepold first"));
+  return absl::OkStatus();
+}
 
+// The key share puts into the cluster, and where it came from.
+struct KeyToShare {
   SecretBytes key;
-  int32_t enctype;
-  uint32_t kvno;
+  int32_t enctype = 0;
+  uint32_t kvno = 0;
   int16_t salt_type = 0;  // KRB5_KDB_SALTTYPE_NORMAL
   std::string salt;
   std::string source;
+};
+
+// The key of --from-existing (the KDB's own), --randkey or a password
+// (wiped here once used).
+absl::StatusOr<KeyToShare> MakeKeyToShare(Kdb& kdb, const Args& a, const PrincipalInfo& info,
+                                          std::string* password) {
+  const std::string& canon = info.name;
+  KeyToShare k;
   if (a.from_existing) {
-    if (current_is_handle)
-      return ShareOutcome{ShareOutcome::kSkipped, "already shared"};
     auto ex = kdb.ExportAesKey(canon);
     if (!ex.ok()) return ex.status();
-    enctype = MpcEnctypeFor(ex->entry.enctype);
+    k.enctype = MpcEnctypeFor(ex->entry.enctype);
     // Same bytes and enctype: keep the kvno (outstanding tickets stay
     // valid). From aes-cts: the next kvno (see the file comment).
-    kvno = ex->entry.enctype == enctype ? ex->entry.kvno : info->kvno + 1;
-    salt_type = ex->entry.salt_type;
-    salt = ex->entry.salt;
-    source = absl::StrCat("from its ", EnctypeName(ex->entry.enctype), " key kvno ",
-                          ex->entry.kvno);
-    key = std::move(ex->key);
-  } else if (a.randkey) {
-    enctype = a.enctype == "aes128-ctr-mpc" ? kEnctypeAes128Mpc : kEnctypeAes256Mpc;
-    auto k = kdb.RandomKey(enctype);
-    if (!k.ok()) return k.status();
-    key = std::move(*k);
-    kvno = info->kvno + 1;
-    source = "from a random key";
-  } else {
-    enctype = a.enctype == "aes128-ctr-mpc" ? kEnctypeAes128Mpc : kEnctypeAes256Mpc;
-    auto k = kdb.StringToKey(canon, enctype, *password);
-    OPENSSL_cleanse(password->data(), password->size());
-    if (!k.ok()) return k.status();
-    key = std::move(*k);
-    kvno = info->kvno + 1;
-    source = "from a password";
+    k.kvno = ex->entry.enctype == k.enctype ? ex->entry.kvno : info.kvno + 1;
+    k.salt_type = ex->entry.salt_type;
+    k.salt = ex->entry.salt;
+    k.source = absl::StrCat("from its ", EnctypeName(ex->entry.enctype), " key kvno ",
+                            ex->entry.kvno);
+    k.key = std::move(ex->key);
+    return k;
   }
+  k.enctype = a.enctype == "aes128-ctr-mpc" ? kEnctypeAes128Mpc : kEnctypeAes256Mpc;
+  k.kvno = info.kvno + 1;
+  absl::StatusOr<SecretBytes> key;
+  if (a.randkey) {
+    key = kdb.RandomKey(k.enctype);
+    k.source = "from a random key";
+  } else {
+    key = kdb.StringToKey(canon, k.enctype, *password);
+    OPENSSL_cleanse(password->data(), password->size());
+    k.source = "from a password";
+  }
+  if (!key.ok()) return key.status();
+  k.key = std::move(*key);
+  return k;
+}
+
+// Shares k under a fresh key id, then points the KDB at it; on a KDB
+// failure the shares are removed again. Returns the key id.
+absl::StatusOr<std::string> PutAndSetHandle(Kdb& kdb, Clusters& cluster, const Args& a,
+                                            const std::string& canon, KeyToShare& k) {
   std::string key_id(contract::kKeyIdSize, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
                  contract::kKeyIdSize) != 1)
     return absl::InternalError("no randomness for the key id");
-  const std::optional<engine::Cipher> cipher = CipherOfEnctype(enctype);
+  const std::optional<engine::Cipher> cipher = CipherOfEnctype(k.enctype);
   if (!cipher) {
-    key.Wipe();
+    k.key.Wipe();
     return absl::InternalError("the key to share is not of an MPC enctype");
   }
   // The label says where the key came from: status reports migrated keys
   // (older copies of the KDB hold them) until the next password change.
   std::string label = a.from_existing ? absl::StrCat(canon, kMigratedSuffix) : canon;
-  absl::Status st = cluster.PutKey(*cipher, absl::MakeConstSpan(key.data(), key.size()),
-                                   {key_id, kvno, label});
-  key.Wipe();
+  absl::Status st = cluster.PutKey(*cipher, absl::MakeConstSpan(k.key.data(), k.key.size()),
+                                   {key_id, k.kvno, label});
+  k.key.Wipe();
   if (!st.ok())
     return absl::Status(st.code(), absl::StrCat(canon, ": not shared, the KDB is "
                                                 "unchanged: ", st.message()));
-  st = kdb.SetHandle(canon, enctype, key_id, kvno, salt_type, salt, a.keepold);
+  st = kdb.SetHandle(canon, k.enctype, key_id, k.kvno, k.salt_type, k.salt, a.keepold);
   if (!st.ok()) {
     absl::Status undo = cluster.DeleteKey(key_id);
     return absl::Status(
@@ -344,11 +366,15 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
                                               undo.message(), " (key id ", Hex(key_id),
                                               ")")));
   }
+  return key_id;
+}
+
+// After a new handle: the old handles' shares go unless --keepold kept
+// them; the note for share's output line.
+std::string DropOldShares(Clusters& cluster, const Args& a,
+                          const std::vector<std::string>& old_ids) {
+  if (a.keepold) return absl::StrCat("; ", old_ids.size(), " old key handle(s) kept");
   std::string note;
-  if (a.keepold) {
-    absl::StrAppend(&note, "; ", old_ids.size(), " old key handle(s) kept");
-    old_ids.clear();
-  }
   for (const std::string& old : old_ids) {
     // The previous handle's shares: nothing refers to them any more.
     absl::Status d = cluster.DeleteKey(old);
@@ -356,10 +382,27 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
       absl::StrAppend(&note, "; warning: the old key id ", Hex(old),
                       " could not be removed: ", d.message());
   }
+  return note;
+}
+
+absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
+                                      const Args& a, const std::string& name,
+                                      std::string* password) {
+  auto info = kdb.Lookup(name);
+  if (!info.ok()) return info.status();
+  const KdbKeyFacts facts = FactsOf(*info);
+  if (absl::Status st = CheckShareAllowed(a, info->name, facts); !st.ok()) return st;
+  if (a.from_existing && facts.current_is_handle)
+    return ShareOutcome{ShareOutcome::kSkipped, "already shared"};
+  auto k = MakeKeyToShare(kdb, a, *info, password);
+  if (!k.ok()) return k.status();
+  auto key_id = PutAndSetHandle(kdb, cluster, a, info->name, *k);
+  if (!key_id.ok()) return key_id.status();
+  const std::string note = DropOldShares(cluster, a, facts.old_ids);
   return ShareOutcome{
       ShareOutcome::kShared,
-      absl::StrCat("shared ", source, " as ", EnctypeName(enctype), " kvno ", kvno,
-                   ", key id ", Hex(key_id), note)};
+      absl::StrCat("shared ", k->source, " as ", EnctypeName(k->enctype), " kvno ", k->kvno,
+                   ", key id ", Hex(*key_id), note)};
 }
 
 int Share(const Args& a, const Config& cfg) {

@@ -438,16 +438,12 @@ std::vector<std::string> SyncOthers(Clusters& clusters, size_t run_on,
   return warnings;
 }
 
-}  // namespace
-
-int RunRefreshCommand(Clusters& clusters, const std::string& realm,
-                      const std::vector<std::string>& args, bool all, bool quiet,
-                      int rebuild_party, size_t run_on) {
-  AdminClient& cluster = clusters.at(run_on);
-  RefreshOptions o;
-  o.all = all;
-  o.rebuild_party = rebuild_party;
-  const char* what = rebuild_party >= 0 ? "rebuild" : "refresh";
+// The command line of refresh / rebuild-party into *o; 0, or 2 after a
+// usage message.
+int ParseRefreshArgs(const std::vector<std::string>& args, bool all, int rebuild_party,
+                     RefreshOptions* o) {
+  o->all = all;
+  o->rebuild_party = rebuild_party;
   if (rebuild_party >= 0) {
     if (!args.empty() || all) {
       std::fprintf(stderr, "kmpc-admin: rebuild-party takes only the party index\n");
@@ -468,82 +464,132 @@ int RunRefreshCommand(Clusters& clusters, const std::string& realm,
                    h.c_str(), 2 * contract::kKeyIdSize);
       return 2;
     }
-    o.key_ids.push_back(absl::HexStringToBytes(h));
+    o->key_ids.push_back(absl::HexStringToBytes(h));
   }
-  // The index of key handles: key id -> principal, from the KDB as it is
-  // now (Kdb, kdb.h); a handle changed later is caught by the switch
-  // (NOT_FOUND) and that key left as it is.
+  return 0;
+}
+
+// The index of key handles: key id -> principal, from the KDB as it is now
+// (Kdb, kdb.h); a handle changed later is caught by the switch (NOT_FOUND)
+// and that key left as it is.
+absl::StatusOr<std::map<std::string, std::string>> HandleIndex(const std::string& realm) {
   std::map<std::string, std::string> holder;
-  {
-    auto kdb = Kdb::Open(realm);
-    if (!kdb.ok()) {
-      std::fprintf(stderr, "kmpc-admin: %s\n", std::string(kdb.status().message()).c_str());
-      return 1;
-    }
-    auto names = (*kdb)->ListPrincipals();
-    if (!names.ok()) {
-      std::fprintf(stderr, "kmpc-admin: %s\n", std::string(names.status().message()).c_str());
-      return 1;
-    }
-    for (const std::string& name : *names) {
-      auto info = (*kdb)->Lookup(name);
-      if (!info.ok()) continue;  // deleted meanwhile
-      for (const KeyEntry& e : info->keys)
-        if (e.is_handle) holder[e.key_id] = info->name;
-    }
+  auto kdb = Kdb::Open(realm);
+  if (!kdb.ok()) return kdb.status();
+  auto names = (*kdb)->ListPrincipals();
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
+    auto info = (*kdb)->Lookup(name);
+    if (!info.ok()) continue;  // deleted meanwhile
+    for (const KeyEntry& e : info->keys)
+      if (e.is_handle) holder[e.key_id] = info->name;
   }
-  // Principal of each old id, for the checks before deletion.
-  std::map<std::string, std::string> first_holder = holder;
-  auto live_kdb = Kdb::Open(realm);
-  if (!live_kdb.ok()) {
-    std::fprintf(stderr, "kmpc-admin: %s\n", std::string(live_kdb.status().message()).c_str());
-    return 1;
-  }
-  std::set<std::string> mirrored;  // new ids the other clusters hold
-  ReferenceHooks refs;
-  refs.is_referenced = [&](const std::string& id) -> absl::StatusOr<bool> {
-    return holder.count(id) != 0;
-  };
-  refs.is_referenced_now = [&](const std::string& id) -> absl::StatusOr<bool> {
+  return holder;
+}
+
+// The KDB's side of a refresh run (refresh.h's ReferenceHooks): which ids a
+// handle names, and the switch of a handle from an old id to its new one,
+// mirrored first on the other clusters.
+struct KdbReferences {
+  Clusters& clusters;
+  size_t run_on;
+  absl::Duration rpc_timeout;
+  std::map<std::string, std::string> holder;        // id -> principal, kept current
+  std::map<std::string, std::string> first_holder;  // principal of each old id
+  std::unique_ptr<Kdb> live_kdb;
+  std::set<std::string> mirrored;                   // new ids the other clusters hold
+
+  absl::StatusOr<bool> ReferencedNow(const std::string& id) {
     auto it = first_holder.find(id);
     if (it == first_holder.end()) return holder.count(id) != 0;
-    auto info = (*live_kdb)->Lookup(it->second);
+    auto info = live_kdb->Lookup(it->second);
     if (absl::IsNotFound(info.status())) return false;
     if (!info.ok()) return info.status();
     for (const KeyEntry& e : info->keys)
       if (e.is_handle && e.key_id == id) return true;
     return false;
-  };
-  refs.switch_reference = [&](const std::string& old_id,
-                              const std::string& new_id) -> absl::Status {
+  }
+
+  absl::Status Switch(const std::string& old_id, const std::string& new_id) {
     auto it = first_holder.find(old_id);
     if (it == first_holder.end()) return absl::NotFoundError("no handle names it");
     const std::string name = it->second;
     // A switch made again (a KDC wrote the old handle back) finds N on the
     // other clusters already.
     if (clusters.size() > 1 && !mirrored.count(new_id)) {
-      if (absl::Status m = MirrorRefresh(clusters, run_on, old_id, new_id,
-                                         o.rpc_timeout);
+      if (absl::Status m = MirrorRefresh(clusters, run_on, old_id, new_id, rpc_timeout);
           !m.ok())
         return m;
       mirrored.insert(new_id);
     }
-    absl::Status st = (*live_kdb)->SwitchKeyId(name, old_id, new_id);
+    absl::Status st = live_kdb->SwitchKeyId(name, old_id, new_id);
     if (st.ok()) {
       holder.erase(old_id);
       holder[new_id] = name;
     }
     return st;
-  };
-  const bool tty = !quiet && isatty(STDERR_FILENO);
-  if (!quiet)
-    o.progress = [tty, what](const RefreshProgress& p) {
-      if (!tty && !p.finished) return;
-      std::fprintf(stderr, "%s%s: %zu/%zu keys, %zu failed, %.0f keys/s%s",
-                   tty ? "\r" : "", what, p.done, p.total, p.failed, p.rate,
-                   p.finished || !tty ? "\n" : "");
-      std::fflush(stderr);
+  }
+
+  ReferenceHooks Hooks() {
+    ReferenceHooks refs;
+    refs.is_referenced = [this](const std::string& id) -> absl::StatusOr<bool> {
+      return holder.count(id) != 0;
     };
+    refs.is_referenced_now = [this](const std::string& id) { return ReferencedNow(id); };
+    refs.switch_reference = [this](const std::string& old_id, const std::string& new_id) {
+      return Switch(old_id, new_id);
+    };
+    return refs;
+  }
+};
+
+// Progress on stderr: a line updated in place on a terminal, else only the
+// last one; none when quiet.
+std::function<void(const RefreshProgress&)> ProgressPrinter(bool quiet, const char* what) {
+  if (quiet) return nullptr;
+  const bool tty = isatty(STDERR_FILENO);
+  return [tty, what](const RefreshProgress& p) {
+    if (!tty && !p.finished) return;
+    std::fprintf(stderr, "%s%s: %zu/%zu keys, %zu failed, %.0f keys/s%s",
+                 tty ? "\r" : "", what, p.done, p.total, p.failed, p.rate,
+                 p.finished || !tty ? "\n" : "");
+    std::fflush(stderr);
+  };
+}
+
+int PrintReport(const RefreshReport& report, const char* what, bool rebuild) {
+  for (const std::string& e : report.errors)
+    std::fprintf(stderr, "kmpc-admin: %s: %s\n", what, e.c_str());
+  for (const std::string& w : report.warnings)
+    std::fprintf(stderr, "kmpc-admin: %s: warning: %s\n", what, w.c_str());
+  std::printf("kmpc-admin: %zu %s, %zu failed, %zu finished from an earlier "
+              "run, in %.1f s (%zu key handle switches undone by the KDC's "
+              "concurrent writes and made again)\n",
+              report.refreshed, rebuild ? "rebuilt" : "refreshed", report.failed,
+              report.recovered, absl::ToDoubleSeconds(report.elapsed), report.reswitched);
+  return report.failed == 0 ? 0 : 1;
+}
+
+int PrintError(const absl::Status& st) {
+  std::fprintf(stderr, "kmpc-admin: %s\n", std::string(st.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunRefreshCommand(Clusters& clusters, const std::string& realm,
+                      const std::vector<std::string>& args, bool all, bool quiet,
+                      int rebuild_party, size_t run_on) {
+  const char* what = rebuild_party >= 0 ? "rebuild" : "refresh";
+  RefreshOptions o;
+  if (int usage = ParseRefreshArgs(args, all, rebuild_party, &o); usage != 0) return usage;
+  auto holder = HandleIndex(realm);
+  if (!holder.ok()) return PrintError(holder.status());
+  auto live_kdb = Kdb::Open(realm);
+  if (!live_kdb.ok()) return PrintError(live_kdb.status());
+  KdbReferences kdb{clusters, run_on, o.rpc_timeout, *holder, *holder, *std::move(live_kdb), {}};
+  const ReferenceHooks refs = kdb.Hooks();
+  o.progress = ProgressPrinter(quiet, what);
   if (clusters.size() > 1) {
     if (absl::Status st = clusters.CheckReachable(); !st.ok()) {
       std::fprintf(stderr, "kmpc-admin: %s; nothing was %s\n",
@@ -552,24 +598,12 @@ int RunRefreshCommand(Clusters& clusters, const std::string& realm,
       return 1;
     }
   }
-  auto report = RefreshKeys(cluster, refs, o);
-  if (!report.ok()) {
-    std::fprintf(stderr, "kmpc-admin: %s\n", std::string(report.status().message()).c_str());
-    return 1;
-  }
+  auto report = RefreshKeys(clusters.at(run_on), refs, o);
+  if (!report.ok()) return PrintError(report.status());
   if (clusters.size() > 1)
     for (std::string& w : SyncOthers(clusters, run_on, refs))
       report->warnings.push_back(std::move(w));
-  for (const std::string& e : report->errors)
-    std::fprintf(stderr, "kmpc-admin: %s: %s\n", what, e.c_str());
-  for (const std::string& w : report->warnings)
-    std::fprintf(stderr, "kmpc-admin: %s: warning: %s\n", what, w.c_str());
-  std::printf("kmpc-admin: %zu %s, %zu failed, %zu finished from an earlier "
-              "run, in %.1f s (%zu key handle switches undone by the KDC's "
-              "concurrent writes and made again)\n",
-              report->refreshed, rebuild_party >= 0 ? "rebuilt" : "refreshed", report->failed, report->recovered,
-              absl::ToDoubleSeconds(report->elapsed), report->reswitched);
-  return report->failed == 0 ? 0 : 1;
+  return PrintReport(*report, what, rebuild_party >= 0);
 }
 
 }  // namespace kmpc::admin

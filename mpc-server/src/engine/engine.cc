@@ -428,6 +428,9 @@ class Engine::Impl {
   void DrawPadZeros(Batch& b);
   BatchResult Collect(Batch& b);
   void CollectJob(Batch& b, size_t j, JobResult& r);
+  void CollectFinalize(const Job& job, JobResult& r);
+  void FillTagState(Batch& b, size_t j, TagState& s);
+  void CollectPad(Batch& b, size_t j, JobResult& r);
 
   net::RingChannel& channel_;
   protocol::Prss prss_;
@@ -1008,22 +1011,68 @@ BatchResult Engine::Impl::Collect(Batch& b) {
   return result;
 }
 
+void Engine::Impl::CollectFinalize(const Job& job, JobResult& r) {
+  if (job.state->party != party()) {
+    r.status = pb::JOB_KEY_INCONSISTENT;
+    r.detail = "FINALIZE: encrypt state belongs to another party";
+    return;
+  }
+  absl::StatusOr<JobResult> f = Finalize(*job.state, job.usage, job.data);
+  if (f.ok()) {
+    r = std::move(*f);
+  } else {
+    r.status = pb::JOB_MALFORMED;
+    r.detail = std::string(f.status().message());
+  }
+}
+
+// What an ENCRYPT's or a PAD's tag will need: AES_K(c0) and the powers.
+void Engine::Impl::FillTagState(Batch& b, size_t j, TagState& s) {
+  JobPlan& w = b.plan[j];
+  const Job& job = b.jobs[j];
+  s.party = party();
+  s.cipher = w.key->cipher;
+  s.key_id = job.key_id;
+  s.usage = job.usage;
+  s.ctr0 = w.ctr0;
+  for (int k = 0; k < 2; ++k)
+    std::memcpy(s.mask[k].data(), b.aes.Lane(k, w.lane0), 16);
+  if (w.m > static_cast<size_t>(kStoredHPowers)) {
+    // The powers this job computed: moved, not copied (the state wipes
+    // them).
+    for (int k = 0; k < 2; ++k) s.h_powers[k] = std::move(b.secrets[j].powers[k]);
+  } else {
+    s.key = w.key;  // the stored powers suffice: no copy
+  }
+}
+
+void Engine::Impl::CollectPad(Batch& b, size_t j, JobResult& r) {
+  const Job& job = b.jobs[j];
+  r.ctr0 = b.plan[j].ctr0;
+  auto pad = std::make_shared<PadState>();
+  FillTagState(b, j, *pad);
+  pad->max_length = job.length;
+  pad->verify_only = !job.checksum.empty();
+  pad->zero = b.secrets[j].zero;
+  if (pad->verify_only) {
+    // r*H^k, r*AES_K(c0) and r in place of the powers and the pad.
+    JobSecrets& s = b.secrets[j];
+    pad->key.reset();
+    for (int k = 0; k < 2; ++k) {
+      share::Wipe(pad->h_powers[k]);
+      pad->h_powers[k] = std::move(s.rpowers[k]);
+      pad->mask[k] = s.rmask[k];
+      pad->r[k] = s.r[k];
+    }
+  }
+  r.pad = std::move(pad);
+}
+
 void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
   JobPlan& w = b.plan[j];
   const Job& job = b.jobs[j];
   if (job.type == pb::JOB_FINALIZE && w.status == pb::JOB_OK) {
-    if (job.state->party != party()) {
-      r.status = pb::JOB_KEY_INCONSISTENT;
-      r.detail = "FINALIZE: encrypt state belongs to another party";
-      return;
-    }
-    absl::StatusOr<JobResult> f = Finalize(*job.state, job.usage, job.data);
-    if (f.ok()) {
-      r = std::move(*f);
-    } else {
-      r.status = pb::JOB_MALFORMED;
-      r.detail = std::string(f.status().message());
-    }
+    CollectFinalize(job, r);
     return;
   }
   r.status = w.status;
@@ -1036,30 +1085,13 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
                             out.begin() + 16 * (w.lane0 + 1 + w.nks));
     }
   };
-  // What an ENCRYPT's or a PAD's tag will need: AES_K(c0) and the powers.
-  auto fill_tag_state = [&](TagState& s) {
-    s.party = party();
-    s.cipher = w.key->cipher;
-    s.key_id = job.key_id;
-    s.usage = job.usage;
-    s.ctr0 = w.ctr0;
-    for (int k = 0; k < 2; ++k)
-      std::memcpy(s.mask[k].data(), b.aes.Lane(k, w.lane0), 16);
-    if (w.m > static_cast<size_t>(kStoredHPowers)) {
-      // The powers this job computed: moved, not copied (the state wipes
-      // them).
-      for (int k = 0; k < 2; ++k) s.h_powers[k] = std::move(b.secrets[j].powers[k]);
-    } else {
-      s.key = w.key;  // the stored powers suffice: no copy
-    }
-  };
   const bool verified = b.pass[j];
   switch (job.type) {
     case pb::JOB_ENCRYPT: {
       r.ctr0 = w.ctr0;
       keystream();
       auto state = std::make_shared<EncryptState>();
-      fill_tag_state(*state);
+      FillTagState(b, j, *state);
       state->nblocks = job.nblocks;
       r.state = std::move(state);
       return;
@@ -1075,27 +1107,9 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
     case pb::JOB_VERIFY_CHECKSUM:
       r.status = verified ? pb::JOB_OK : pb::JOB_INTEGRITY_FAILED;
       return;
-    case pb::JOB_PAD: {
-      r.ctr0 = w.ctr0;
-      auto pad = std::make_shared<PadState>();
-      fill_tag_state(*pad);
-      pad->max_length = job.length;
-      pad->verify_only = !job.checksum.empty();
-      pad->zero = b.secrets[j].zero;
-      if (pad->verify_only) {
-        // r*H^k, r*AES_K(c0) and r in place of the powers and the pad.
-        JobSecrets& s = b.secrets[j];
-        pad->key.reset();
-        for (int k = 0; k < 2; ++k) {
-          share::Wipe(pad->h_powers[k]);
-          pad->h_powers[k] = std::move(s.rpowers[k]);
-          pad->mask[k] = s.rmask[k];
-          pad->r[k] = s.r[k];
-        }
-      }
-      r.pad = std::move(pad);
+    case pb::JOB_PAD:
+      CollectPad(b, j, r);
       return;
-    }
     default:
       return;
   }
