@@ -62,7 +62,7 @@ class KmpcKdcTest : public ::testing::Test {
   void SetUp() override {
     g_log = &log_;
     ASSERT_EQ(krb5_init_context(&ctx_), 0);
-    vctx_ = verto_default(nullptr, VERTO_EV_TYPE_IO | VERTO_EV_TYPE_TIMEOUT);
+    vctx_ = verto_new(nullptr, static_cast<verto_ev_type>(VERTO_EV_TYPE_IO | VERTO_EV_TYPE_TIMEOUT));
     ASSERT_NE(vctx_, nullptr);
     ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 0, reinterpret_cast<krb5_plugin_vtable>(&vt_)), 0);
   }

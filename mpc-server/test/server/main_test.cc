@@ -184,8 +184,11 @@ TEST_F(MainTest, ServiceLimitsMustBePositive) {
                 "--pad_ttl_ms and --max_pending_pad_mb must be positive");
 }
 
+// The ring loads the certificate and key first (net/tls_conn.cc).
 TEST_F(MainTest, UnreadableKeyMaterial) {
-  ExpectRefused(Flags({"--key=/nonexistent/party-0.key"}), "cannot read --ca, --key or --cert");
+  ExpectRefused(Flags({"--key=/nonexistent/party-0.key"}),
+                "cannot load private key /nonexistent/party-0.key");
+  ExpectRefused(Flags({"--ca=/nonexistent/ca.pem"}), "cannot load CA /nonexistent/ca.pem");
 }
 
 TEST_F(MainTest, MetricsAddressThatCannotBeBound) {
