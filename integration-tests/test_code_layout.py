@@ -103,7 +103,7 @@ def _install_pydeps():
     stamp = os.path.join(PYDEPS, ".requirements-sha256")
     with open(PYDEPS + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(stamp) and open(stamp).read() == _requirements_digest():
+        if os.path.exists(stamp) and _read(stamp) == _requirements_digest():
             return
         tmp = PYDEPS + ".new"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -133,11 +133,16 @@ def lizard():
     return mod
 
 
+def _read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
 def functions(lizard, path):
     """lizard's functions of one file (a .inc is read as C++)."""
     return lizard.FileAnalyzer(lizard.get_extensions([])).analyze_source_code(
         path if not path.endswith(".inc") else path[:-4] + ".cc",
-        open(path, errors="replace").read()).function_list
+        _read(path)).function_list
 
 
 # ---- function lengths --------------------------------------------------------
@@ -263,7 +268,7 @@ def _py_files(root, tree):
 
 def _imported_modules(path):
     mods = set()
-    for node in ast.walk(ast.parse(open(path).read(), path)):
+    for node in ast.walk(ast.parse(_read(path), path)):
         if isinstance(node, ast.Import):
             mods |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -296,7 +301,7 @@ def deploy_offences(root, tools_under_test=None):
             found.append(f"{rel}: imports test code {sorted(used)}")
     for path in _py_files(root, "integration-tests"):
         rel = os.path.relpath(path, root)
-        text = open(path).read()
+        text = _read(path)
         if re.search(r"sys\.path\.(insert|append)\([^)\n]*deploy", text):
             found.append(f"{rel}: puts deploy/ on sys.path")
         for mod, dep in deploy_py.items():
@@ -336,7 +341,7 @@ def realm_classes(root):
     named *Realm or with a base named *Realm."""
     found = set()
     for path in _py_files(root, "integration-tests"):
-        for node in ast.walk(ast.parse(open(path).read(), path)):
+        for node in ast.walk(ast.parse(_read(path), path)):
             if not isinstance(node, ast.ClassDef):
                 continue
             bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
