@@ -35,7 +35,9 @@
 // With EngineOptions::malicious (protocol/verify.h), every product and
 // opening is logged and verified by a distributed zero-knowledge proof:
 // 2 ceil(log2 n) + 5 more rounds (n about 2x the logged AND words; 33 for
-// one AES-128 block) after every wave but the last, and once more before
+// one AES-128 block) after every wave but the last and inside a wave at
+// the first AND-layer boundary past MulLog::kVerifyWords logged words
+// (about every 770 AES-128 blocks), and once more before
 // the tag checks' reveal (then one compare round after it) or before
 // release; O(log n) field elements (a few kilobytes) per check, so the
 // ring bytes stay within ~0.1% of the semi-honest ones for large batches.

@@ -122,7 +122,9 @@ Fe Inv(Fe a);
 
 // The bulk loops use VPCLMULQDQ on four elements per 512-bit register
 // when the CPU has AVX-512 and VPCLMULQDQ, else one PCLMULQDQ per 64-bit
-// product. ForceScalar(true) picks the latter (tests run both); returns
+// product; the first fold uses GF2P8AFFINEQB bit-matrix products where
+// the CPU has GFNI and AVX-512 VBMI, else table look-ups.
+// ForceScalar(true) picks the scalar paths (tests run both); returns
 // the previous setting. Not thread-safe: call before the threads start.
 bool ForceScalar(bool force);
 

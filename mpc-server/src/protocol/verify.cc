@@ -306,9 +306,13 @@ using Fold = std::array<dzkp::FeVector, 4>;
 // The secrets a verification holds besides the log and its fold vectors;
 // Verifier::Verify wipes them on every way out.
 struct VerifySecrets {
-  int g = dzkp::kMaxGroupWords;  // words per group; h has P = 2g - 1 points
+  explicit VerifySecrets(const dzkp::AndWeights& w) : weights(w) {}
+  // The first compression's weights (public); its h has P = 2 g - 1
+  // points for g = weights.g words per group.
+  const dzkp::AndWeights& weights;
   Fe hw[kMaxP] = {}, h0[kMaxP] = {}, h1[kMaxP] = {}, claim[2] = {}, mx[2], my[2], c[2] = {};
-  int P() const { return 2 * g - 1; }
+  int G() const { return weights.g; }
+  int P() const { return 2 * weights.g - 1; }
   void Wipe() {
     share::Wipe(hw, sizeof hw);
     share::Wipe(h0, sizeof h0);
@@ -358,7 +362,7 @@ Fe FirstLevelClaim(const Prf& prf, VerifySecrets& v) {
   Fe r;
   FillFe(prf, 0, 1, &r);
   // Values at e_0 .. e_{P-1}: h(e_0) = claim - h(e_1) - ... - h(e_{G-1}).
-  const int P = v.P(), G = v.g;
+  const int P = v.P(), G = v.G();
   Fe v0[kMaxP], v1[kMaxP];
   v0[0] = v.claim[0], v1[0] = v.claim[1];
   for (int p = 1; p < P; ++p) {
@@ -460,9 +464,11 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
                           {L[4].data(), L[5].data()},
                           nw};
   auto& [f0, f1, g0, g1] = log.fold_;
+  if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
+  dzkp::AndWeights& w = *log.weights_;
+  w.g = g;
   // Every secret this function holds, wiped on every way out.
-  VerifySecrets sec;
-  sec.g = g;
+  VerifySecrets sec(w);
   // The log and the fold vectors are overwritten by the next wave's check
   // and wiped by MulLog::Clear at the end of the batch (a pass over them
   // per wave cost ~10% of the check).
@@ -479,9 +485,6 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   // Round 1: coin c1, the first compression's weights.
   uint8_t coin[16];
   if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
-  if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
-  dzkp::AndWeights& w = *log.weights_;
-  w.g = g;
   FirstWeights(coin, groups, w);
   if (absl::Status st = FirstLevelProof(ctx, s, w, sec); !st.ok()) return fail(st);
 

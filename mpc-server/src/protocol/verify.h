@@ -63,9 +63,13 @@
 //    most that many roots); the GF(2^128) products' and the mask's errors
 //    enter with weights drawn after h was sent: at most 1 / 2^128 more;
 //  - the last step is exact.
-// With at most 64 halvings: below 2^-63 per Verify, and a batch runs one
-// Verify per wave of 8,192 blocks plus at most two (so below 2^-50 for a
-// batch of a million blocks, far below the required 2^-40). The coins
+// With at most 64 halvings: below 2^-63 per Verify. A batch runs one
+// Verify per MulLog::kVerifyWords (65,536) AND words at most (the AES
+// kernel verifies at the first layer boundary past them), one per wave of
+// 8,192 blocks and at most two more: for the largest batch (2^20 AES-256
+// blocks, 7,616 AND gates each, 1.25 * 10^8 words) under 2,100 Verifies,
+// so below 2^-63 * 2^12 = 2^-51 per batch (union bound), far below the
+// required 2^-40. The coins
 // are expanded with the AES-128 PRF (prf.h), which stands in for uniform
 // randomness. Lanes past a word's live ones are not checked: bitsliced
 // lanes never mix, and those lanes' outputs are dropped, so an error there
@@ -172,6 +176,13 @@ class MulLog {
   // batches (up to ~100 logins, ~350,000 words, G = 64) keep ~40 MB and
   // reuse it batch after batch, and a large batch's (a wave of 8,192
   // AES-128 blocks: ~700,000 words, ~80 MB) are not kept for good.
+  // The AES kernel verifies at the first AND-layer boundary where the log
+  // holds this many words (48 bytes each: ~3 MB per party, and the check's
+  // vectors ~4 MB more), so that the check reads the words from the cache
+  // while the three parties of a 2-core host share a 32 MB L3; a whole
+  // wave's log (700,000 words for 8,192 AES-128 blocks, ~33 MB per party)
+  // was read from memory, and the check cost ~30% more per word.
+  static constexpr size_t kVerifyWords = 65536;
   static constexpr size_t kMaxRetainedBytes = size_t{64} << 20;  // 64 MiB
   // Called after a batch (Clear first): if retained_bytes() exceeds
   // kMaxRetainedBytes, wipes every buffer over its whole capacity (they
