@@ -757,6 +757,42 @@ void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]) {
   out[1] = Add(Reduce(h2), v2);
 }
 
+void TailH(const Fe* const f[2], const Fe* const g[2], Fe* out) {
+  constexpr int T = kTailWords;
+  // Weak share of a * b: a0 * (b0 + b1) + a1 * b0.
+  auto weak = [](Fe a0, Fe a1, Fe b0, Fe b1) {
+    Wide acc;
+    MulAcc(acc, a0, Add(b0, b1));
+    MulAcc(acc, a1, b0);
+    return Reduce(acc);
+  };
+  for (int p = 1; p < T; ++p) out[p - 1] = weak(f[0][p], f[1][p], g[0][p], g[1][p]);
+  // p >= T: f(e_p) = sum_j L_j(e_p) f_j, one reduction per point.
+  for (int p = T; p < 2 * T - 1; ++p) {
+    const Fe* lag = LagrangeRow<T>(p);
+    Fe at[4];
+    const Fe* const v[4] = {f[0], f[1], g[0], g[1]};
+    for (int c = 0; c < 4; ++c) {
+      Wide acc;
+      for (int j = 0; j < T; ++j) MulAcc(acc, lag[j], v[c][j]);
+      at[c] = Reduce(acc);
+    }
+    out[p - 1] = weak(at[0], at[1], at[2], at[3]);
+    share::Wipe(at, sizeof at);
+  }
+}
+
+void TailFold(Fe* const f[2], Fe* const g[2], Fe r) {
+  constexpr int T = kTailWords;
+  Fe lag[T];
+  LagrangeAt(T, r, lag);
+  for (Fe* v : {f[0], f[1], g[0], g[1]}) {
+    Wide acc;
+    for (int j = 0; j < T; ++j) MulAcc(acc, lag[j], v[j]);
+    v[0] = Reduce(acc);
+  }
+}
+
 void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r) {
   const size_t m = n / 2;
   size_t k0 = 0;

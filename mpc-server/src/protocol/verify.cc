@@ -405,14 +405,17 @@ void FoldGfProducts(const Prf& prf, const std::array<std::vector<uint8_t>, 6>& G
   share::Wipe(acc, sizeof acc);
 }
 
-// Rounds 4..: halvings of the n1 fold elements, each a reshare of h(1),
-// h(x) and a coin.
+// Rounds 4..: halvings of the n1 fold elements (each a reshare of h(1),
+// h(x) and a coin) until at most kTailWords are left, then the last
+// compression of those (zero-padded: the fold vectors hold at least
+// kTailWords elements) to one: h(e_1) .. h(e_{2T-2}) reshared and a coin.
 absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t n1, Fold& fold,
                       VerifySecrets& v) {
   uint8_t coin[16];
   Fe* const fv[2] = {fold[0].data(), fold[1].data()};
   Fe* const gv[2] = {fold[2].data(), fold[3].data()};
-  for (size_t n = n1; n > 1; n = (n + 1) / 2) {
+  size_t n = n1;
+  for (; n > dzkp::kTailWords; n = (n + 1) / 2) {
     dzkp::HalveH(fv, gv, n, v.hw);
     if (absl::Status st = Reshare(ctx, v.hw, 2, v.h0, v.h1); !st.ok()) return st;
     if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
@@ -422,6 +425,23 @@ absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t n1, Fold& fold,
     dzkp::Interpolate(3, v0, v1, r, v.c);
     dzkp::HalveFold(fv, gv, n, r);
   }
+  for (auto& vec : fold) std::fill(vec.begin() + n, vec.begin() + dzkp::kTailWords, dzkp::Zero());
+  constexpr int T = dzkp::kTailWords, P = dzkp::kTailHPoints;
+  dzkp::TailH(fv, gv, v.hw);
+  if (absl::Status st = Reshare(ctx, v.hw, P - 1, v.h0, v.h1); !st.ok()) return st;
+  if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
+  // h(e_0) = c - h(e_1) - ... - h(e_{T-1}).
+  Fe v0[P], v1[P];
+  v0[0] = v.c[0], v1[0] = v.c[1];
+  for (int p = 1; p < P; ++p) {
+    v0[p] = v.h0[p - 1], v1[p] = v.h1[p - 1];
+    if (p < T) v0[0] = dzkp::Add(v0[0], v0[p]), v1[0] = dzkp::Add(v1[0], v1[p]);
+  }
+  const Fe r = dzkp::Load(coin);
+  dzkp::Interpolate(P, v0, v1, r, v.c);
+  dzkp::TailFold(fv, gv, r);
+  share::Wipe(v0, sizeof v0);
+  share::Wipe(v1, sizeof v1);
   return absl::OkStatus();
 }
 
@@ -492,9 +512,10 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   // mask. The new claim: h(r) + sum w'_k z_k + w'_m z'.
   if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
   const size_t n1 = 64 * groups + ng + 1;
+  const size_t len = std::max<size_t>(n1, dzkp::kTailWords);  // Halvings' padding
   for (auto* v : {&f0, &f1, &g0, &g1}) {
-    Reserve(*v, n1);
-    v->resize(n1);
+    Reserve(*v, len);
+    v->resize(len);
   }
   {
     const Prf prf(coin);

@@ -38,13 +38,18 @@
 //     elements per group), then (w'_k x_k, y_k) and (w'_m x', y').
 //  4. halvings: pairs (a, b) -> a + r (a + b); each sends the weak shares
 //     of h(1), h(x) reshared (one message) and draws a coin (one round),
-//     until one element is left: ceil(log2 n) of them.
+//     until at most T = 32 elements are left (dzkp::kTailWords):
+//     ceil(log2(n / T)) of them. Then the last compression takes the T
+//     elements (zero-padded) to one as step 2 does a group: h of degree
+//     2T - 2, its values at e_1 .. e_{2T-2} reshared (one message), a
+//     coin (one round): 2 messages where log2 T = 5 more halvings took 10.
 //  5. the last f, g and claim c are opened (one round; c = f g or the
 //     batch fails). f and g are uniformly random: the mask x', y' enters
 //     them with a nonzero coefficient, so only a zero test leaks.
 //  6. compare (one round): hashes of everything opened, as below.
-// Communication per party: 2G - 1 + 2 ceil(log2 n) + 3 field elements of
-// 16 bytes, ceil(log2 n) + 2 coins of 16 and the 32-byte compare, for
+// Communication per party: 2G - 1 + 2 ceil(log2(n / T)) + 2T - 2 + 3
+// field elements of 16 bytes, ceil(log2(n / T)) + 3 coins of 16 and the
+// 32-byte compare, for
 // n = 64 / G per AND word + the GF(2^128) products + 1: O(log n) however
 // many gates (under 2 KB for one AES-128 block).
 //
@@ -59,11 +64,13 @@
 //  - compression: a false claim survives a step only if the reshared h
 //    (errors included, fixed before the coin) agrees with the true one at
 //    r: at most (2G - 2) / 2^128 <= 126 / 2^128 for the first, 2 / 2^128
-//    per halving (a nonzero polynomial of degree 2G - 2, resp. 2, has at
-//    most that many roots); the GF(2^128) products' and the mask's errors
-//    enter with weights drawn after h was sent: at most 1 / 2^128 more;
-//  - the last step is exact.
-// With at most 64 halvings: below 2^-63 per Verify. A batch runs one
+//    per halving, (2T - 2) / 2^128 = 62 / 2^128 for the last (a nonzero
+//    polynomial of degree d has at most d roots); the GF(2^128) products'
+//    and the mask's errors enter with weights drawn after h was sent: at
+//    most 1 / 2^128 more;
+//  - the opening is exact.
+// With at most 64 halvings: below 2^-64 + 2^-128 (1 + 126 + 128 + 62 + 1)
+// < 2^-63 per Verify. A batch runs one
 // Verify per MulLog::kVerifyWords (65,536) AND words at most (the AES
 // kernel verifies at the first layer boundary past them), one per wave of
 // 8,192 blocks and at most two more: for the largest batch (2^20 AES-256
@@ -214,7 +221,8 @@ class MulLog {
 
 // Runs the checks of a MulLog among the three parties (all call Verify at
 // the same point). Rounds: 2 coins, 1 first compression, 2 per halving
-// (ceil(log2 n) of them, see above), 1 opening, 1 compare. OK: every
+// (ceil(log2(n / 32)) of them, see above), 2 for the last compression, 1
+// opening, 1 compare. OK: every
 // logged product is right and every opening consistent, except with
 // probability below 2^-63.
 // DATA_LOSS: a party deviated (the batch must fail and the ring be
