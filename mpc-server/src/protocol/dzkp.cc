@@ -1,6 +1,7 @@
 #include "protocol/dzkp.h"
 
 #include <array>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -419,8 +420,11 @@ struct FirstLevelScratch {
   // 5, 7.
   __m512i acc[kMaxGroupWords][kMaxGroupWords / 8][2];
   __m512i zacc[2][kMaxGroupWords / 8][2];
+  // The fold's subset sums (without GFNI) of the public coefficients
+  // L_j(r) tau_j and L_j(r): not wiped.
   Fe ta[kMaxGroupWords / 8][256], tb[kMaxGroupWords / 8][256];
-  void Wipe() { share::Wipe(this, sizeof *this); }
+  // Wipes (and zeroes) the accumulators and sums, which hold shares.
+  void Wipe() { share::Wipe(this, offsetof(FirstLevelScratch, ta)); }
 };
 
 FirstLevelScratch& Scratch() {
@@ -727,21 +731,17 @@ void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]) {
   out[1] = Reduce(acc[1]);
 }
 
-void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]) {
-  Wide h1, h2;
-  const size_t m = n / 2;
-  size_t k0 = 0;
-  Fe v1 = Zero(), v2 = Zero();
-  if (Use512()) {
-    k0 = m / 4 * 4;
-    HalveH512(f, g, m / 4, &v1, &v2);
-  }
+namespace {
+
+// HalveH's sums over pairs k0 .. n/2 - 1 (and the odd last element).
+void HalveHTail(const Fe* const f[2], const Fe* const g[2], size_t k0, size_t n, Wide& h1,
+                Wide& h2) {
   // Weak share of a * b: a0 * (b0 + b1) + a1 * b0.
   auto weak = [](Wide& acc, Fe a0, Fe a1, Fe b0, Fe b1) {
     MulAcc(acc, a0, Add(b0, b1));
     MulAcc(acc, a1, b0);
   };
-  for (size_t k = k0; k < m; ++k) {
+  for (size_t k = k0; k < n / 2; ++k) {
     const Fe a0 = f[0][2 * k], a1 = f[1][2 * k], b0 = f[0][2 * k + 1], b1 = f[1][2 * k + 1];
     const Fe c0 = g[0][2 * k], c1 = g[1][2 * k], d0 = g[0][2 * k + 1], d1 = g[1][2 * k + 1];
     weak(h1, b0, b1, d0, d1);
@@ -753,6 +753,89 @@ void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]) {
     const Fe a0 = f[0][n - 1], a1 = f[1][n - 1], c0 = g[0][n - 1], c1 = g[1][n - 1];
     weak(h2, Add(a0, MulX(a0)), Add(a1, MulX(a1)), Add(c0, MulX(c0)), Add(c1, MulX(c1)));
   }
+}
+
+// HalveFold's pairs k0 .. n/2 - 1 (and the odd last element), in place.
+void HalveFoldTail(Fe* const f[2], Fe* const g[2], size_t k0, size_t n, Fe r) {
+  const size_t m = n / 2;
+  for (int c = 0; c < 2; ++c) {
+    for (size_t k = k0; k < m; ++k) {
+      const Fe a = f[c][2 * k], b = f[c][2 * k + 1];
+      f[c][k] = Add(a, Mul(r, Add(a, b)));
+      const Fe u = g[c][2 * k], v = g[c][2 * k + 1];
+      g[c][k] = Add(u, Mul(r, Add(u, v)));
+    }
+    if (n % 2 == 1) {  // b = 0: (1 + r) a
+      const Fe a = f[c][n - 1], u = g[c][n - 1];
+      const Fe one_r = Add(FromU64(1), r);
+      f[c][m] = Mul(one_r, a);
+      g[c][m] = Mul(one_r, u);
+    }
+  }
+}
+
+// HalveFold512 over pairs [0, 8 * q) and HalveH512 over the pairs of the
+// folded elements [0, 8 * q): each block of 16 elements is read once.
+KMPC_DZKP_512 void HalveFoldH512(Fe* const v[4], size_t q, Fe r, Fe* h1, Fe* h2) {
+  const __m512i rv = _mm512_broadcast_i32x4(r);
+  const __m512i ie = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
+  const __m512i io = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
+  Wide4 w1{_mm512_setzero_si512(), _mm512_setzero_si512()}, w2 = w1;
+  for (size_t i = 0; i < q; ++i) {
+    __m512i ev[4], od[4];  // the folded elements' pairs: even and odd
+    for (int c = 0; c < 4; ++c) {
+      __m512i a, b, a2, b2;
+      Deinterleave(v[c] + 16 * i, a, b);
+      Deinterleave(v[c] + 16 * i + 8, a2, b2);
+      const __m512i n1 = _mm512_xor_si512(a, Mul4(rv, _mm512_xor_si512(a, b)));
+      const __m512i n2 = _mm512_xor_si512(a2, Mul4(rv, _mm512_xor_si512(a2, b2)));
+      Store4(v[c] + 8 * i, n1);
+      Store4(v[c] + 8 * i + 4, n2);
+      ev[c] = _mm512_permutex2var_epi64(n1, ie, n2);
+      od[c] = _mm512_permutex2var_epi64(n1, io, n2);
+    }
+    // As HalveH512: f = (ev[0], ev[1]) / (od[0], od[1]), g = c = 2, 3.
+    MulAcc4(w1, od[0], _mm512_xor_si512(od[2], od[3]));
+    MulAcc4(w1, od[1], od[2]);
+    __m512i e2[4];
+    for (int c = 0; c < 4; ++c) e2[c] = _mm512_xor_si512(ev[c], MulX4(_mm512_xor_si512(ev[c], od[c])));
+    MulAcc4(w2, e2[0], _mm512_xor_si512(e2[2], e2[3]));
+    MulAcc4(w2, e2[1], e2[2]);
+  }
+  *h1 = Sum4(w1);
+  *h2 = Sum4(w2);
+}
+
+}  // namespace
+
+void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]) {
+  Wide h1, h2;
+  const size_t m = n / 2;
+  size_t k0 = 0;
+  Fe v1 = Zero(), v2 = Zero();
+  if (Use512()) {
+    k0 = m / 4 * 4;
+    HalveH512(f, g, m / 4, &v1, &v2);
+  }
+  HalveHTail(f, g, k0, n, h1, h2);
+  out[0] = Add(Reduce(h1), v1);
+  out[1] = Add(Reduce(h2), v2);
+}
+
+void HalveFoldH(Fe* const f[2], Fe* const g[2], size_t n, Fe r, Fe out[2]) {
+  const size_t m = n / 2;
+  if (!Use512()) {
+    HalveFold(f, g, n, r);
+    HalveH(f, g, n - m, out);
+    return;
+  }
+  Fe* const v[4] = {f[0], f[1], g[0], g[1]};
+  const size_t q = m / 8;
+  Fe v1, v2;
+  HalveFoldH512(v, q, r, &v1, &v2);
+  HalveFoldTail(f, g, 8 * q, n, r);
+  Wide h1, h2;
+  HalveHTail(f, g, 4 * q, n - m, h1, h2);
   out[0] = Add(Reduce(h1), v1);
   out[1] = Add(Reduce(h2), v2);
 }
@@ -801,20 +884,7 @@ void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r) {
     k0 = m / 4 * 4;
     HalveFold512(v, m / 4, r);
   }
-  for (int c = 0; c < 2; ++c) {
-    for (size_t k = k0; k < m; ++k) {
-      const Fe a = f[c][2 * k], b = f[c][2 * k + 1];
-      f[c][k] = Add(a, Mul(r, Add(a, b)));
-      const Fe u = g[c][2 * k], v = g[c][2 * k + 1];
-      g[c][k] = Add(u, Mul(r, Add(u, v)));
-    }
-    if (n % 2 == 1) {  // b = 0: (1 + r) a
-      const Fe a = f[c][n - 1], u = g[c][n - 1];
-      const Fe one_r = Add(FromU64(1), r);
-      f[c][m] = Mul(one_r, a);
-      g[c][m] = Mul(one_r, u);
-    }
-  }
+  HalveFoldTail(f, g, k0, n, r);
 }
 
 }  // namespace kmpc::protocol::dzkp

@@ -202,6 +202,9 @@ void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]);
 void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]);
 // After it: f_k(r), g_k(r) in place (elements 0 .. ceil(n/2) - 1).
 void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r);
+// HalveFold, then HalveH of the ceil(n/2) folded elements into out, in one
+// pass over the vectors.
+void HalveFoldH(Fe* const f[2], Fe* const g[2], size_t n, Fe r, Fe out[2]);
 
 // The last compression (verify.h): once the halvings have left at most
 // kTailWords elements, the vectors (zero-padded to kTailWords) go to one

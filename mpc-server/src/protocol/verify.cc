@@ -90,9 +90,7 @@ void MulLog::ReleaseExcess() {
   if (retained_bytes() > kMaxRetainedBytes) FreeAll();
 }
 
-size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,
-                      const uint64_t* y0, const uint64_t* y1,
-                      const uint64_t* z0, size_t n, int live) {
+size_t MulLog::AppendAnd(size_t n, int live, uint64_t* out[5]) {
   const size_t at = and_[0].size();
   if (live < 64 && n > 0) {
     auto& last = partial_;
@@ -106,12 +104,20 @@ size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,
   if (at + n > and_[0].capacity()) {
     for (auto& v : and_) Reserve(v, at + n);
   }
-  const uint64_t* src[5] = {x0, x1, y0, y1, z0};
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 0; k < 6; ++k) {
     and_[k].resize(at + n);
-    std::memcpy(and_[k].data() + at, src[k], 8 * n);
+    if (k < 5) out[k] = and_[k].data() + at;
   }
-  and_[5].resize(at + n);
+  return at;
+}
+
+size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,
+                      const uint64_t* y0, const uint64_t* y1,
+                      const uint64_t* z0, size_t n, int live) {
+  uint64_t* out[5];
+  const size_t at = AppendAnd(n, live, out);
+  const uint64_t* src[5] = {x0, x1, y0, y1, z0};
+  for (int k = 0; k < 5; ++k) std::memcpy(out[k], src[k], 8 * n);
   return at;
 }
 
@@ -415,15 +421,20 @@ absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t n1, Fold& fold,
   Fe* const fv[2] = {fold[0].data(), fold[1].data()};
   Fe* const gv[2] = {fold[2].data(), fold[3].data()};
   size_t n = n1;
+  if (n > dzkp::kTailWords) dzkp::HalveH(fv, gv, n, v.hw);
   for (; n > dzkp::kTailWords; n = (n + 1) / 2) {
-    dzkp::HalveH(fv, gv, n, v.hw);
     if (absl::Status st = Reshare(ctx, v.hw, 2, v.h0, v.h1); !st.ok()) return st;
     if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
     const Fe r = dzkp::Load(coin);
     const Fe v0[3] = {dzkp::Add(v.c[0], v.h0[0]), v.h0[0], v.h0[1]};
     const Fe v1[3] = {dzkp::Add(v.c[1], v.h1[0]), v.h1[0], v.h1[1]};
     dzkp::Interpolate(3, v0, v1, r, v.c);
-    dzkp::HalveFold(fv, gv, n, r);
+    // The next halving's h(1), h(x) in the same pass as this fold.
+    if ((n + 1) / 2 > dzkp::kTailWords) {
+      dzkp::HalveFoldH(fv, gv, n, r, v.hw);
+    } else {
+      dzkp::HalveFold(fv, gv, n, r);
+    }
   }
   for (auto& vec : fold) std::fill(vec.begin() + n, vec.begin() + dzkp::kTailWords, dzkp::Zero());
   constexpr int T = dzkp::kTailWords, P = dzkp::kTailHPoints;

@@ -155,6 +155,9 @@ class MulLog {
   // block are dropped).
   size_t AddAnd(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
                 const uint64_t* y1, const uint64_t* z0, size_t n, int live = 64);
+  // AddAnd without the copy: room for n words whose x0, x1, y0, y1, z0 the
+  // caller writes at out[0 .. 5) before the next call.
+  size_t AppendAnd(size_t n, int live, uint64_t* out[5]);
   void SetAndZ1(size_t at, const uint64_t* z1, size_t n);
   // n GF(2^128) products, 16 bytes each.
   void AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,

@@ -337,6 +337,31 @@ TEST_P(DzkpPaths, HalvingMatchesThePlainSums) {
   }
 }
 
+// The fused fold and next halving: the same vectors and h(1), h(x) as
+// HalveFold then HalveH, for lengths around the 512-bit path's blocks.
+TEST_P(DzkpPaths, FusedHalvingMatchesFoldThenHalve) {
+  for (size_t n : {2, 3, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 1001}) {
+    std::vector<Fe> v[2][4];
+    for (auto& side : v)
+      for (auto& c : side) c.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      for (int c = 0; c < 4; ++c) v[0][c][i] = v[1][c][i] = RandomFe();
+    const Fe r = RandomFe();
+    Fe* f0[2] = {v[0][0].data(), v[0][1].data()};
+    Fe* g0[2] = {v[0][2].data(), v[0][3].data()};
+    Fe* f1[2] = {v[1][0].data(), v[1][1].data()};
+    Fe* g1[2] = {v[1][2].data(), v[1][3].data()};
+    HalveFold(f0, g0, n, r);
+    Fe want[2], got[2];
+    HalveH(f0, g0, (n + 1) / 2, want);
+    HalveFoldH(f1, g1, n, r, got);
+    EXPECT_TRUE(Eq(got[0], want[0])) << n;
+    EXPECT_TRUE(Eq(got[1], want[1])) << n;
+    for (size_t i = 0; i < (n + 1) / 2; ++i)
+      for (int c = 0; c < 4; ++c) ASSERT_TRUE(Eq(v[0][c][i], v[1][c][i])) << n << " " << i;
+  }
+}
+
 // The last compression on clear vectors (zero-padded to kTailWords): the
 // values at e_1 .. e_{T-1} and the claim give h(e_0); h(r) interpolated
 // from the 2T - 1 values equals f(r) g(r) after the fold; a wrong claim
