@@ -1402,6 +1402,30 @@ TEST(Malicious, SeveralWavesAndTheDepth6Sbox) {
   EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 1, ctr0, p)));
 }
 
+// A check after every AND layer (verify_words 1) gives the same
+// ciphertext; servers whose verify_words differ refuse every batch.
+TEST(Malicious, VerifyWordsShapeTheRoundsAndMustAgree) {
+  EngineOptions every_layer = mal::Malicious();
+  every_layer.verify_words = 1;
+  {
+    Cluster c(every_layer);
+    const Bytes key = Random(32);
+    const std::string id = c.AddKey(key);
+    const Bytes p = Random(16 * 100);
+    const Bytes ct = ClusterEncrypt(c, id, 1, p);
+    const Bytes ctr0(ct.begin(), ct.begin() + 16);
+    EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 1, ctr0, p)));
+  }
+  Cluster c({mal::Malicious(), mal::Malicious(), every_layer});
+  const std::string id = c.AddKey(Random(16));
+  const std::vector<Job> a = {EncryptJob(id, 1, 2)};
+  auto r = c.RunEach(1, {a, a, a});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << i;
+    EXPECT_TRUE(absl::StrContains(r[i].status().message(), "--verify_words")) << r[i].status();
+  }
+}
+
 TEST(Malicious, ModesMustAgree) {
   Cluster c({mal::Malicious(), EngineOptions{}, mal::Malicious()});
   const std::string id = c.AddKey(Random(16));
