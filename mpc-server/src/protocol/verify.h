@@ -70,13 +70,14 @@
 //    most 1 / 2^128 more;
 //  - the opening is exact.
 // With at most 64 halvings: below 2^-64 + 2^-128 (1 + 126 + 128 + 62 + 1)
-// < 2^-63 per Verify. A batch runs one
-// Verify per MulLog::kVerifyWords (65,536) AND words at most (the AES
-// kernel verifies at the first layer boundary past them), one per wave of
-// 8,192 blocks and at most two more: for the largest batch (2^20 AES-256
-// blocks, 7,616 AND gates each, 1.25 * 10^8 words) under 2,100 Verifies,
-// so below 2^-63 * 2^12 = 2^-51 per batch (union bound), far below the
-// required 2^-40. The coins
+// < 2^-63 per Verify. Inside a wave the AES kernel verifies at the first
+// AND-layer boundary where the log holds EngineOptions::verify_words AND
+// words (default MulLog::kVerifyWords, 65,536), so a batch runs at most
+// one Verify per AND layer, one per wave and two more: for the largest
+// batch (2^20 AES-256 blocks: 128 waves of at most 14 * 6 layers) under
+// 2^14 Verifies, below 2^-63 * 2^14 = 2^-49 per batch (union bound); with
+// the default, under 2,100 (1.25 * 10^8 AND words), below 2^-51. Both far
+// below the required 2^-40. The coins
 // are expanded with the AES-128 PRF (prf.h), which stands in for uniform
 // randomness. Lanes past a word's live ones are not checked: bitsliced
 // lanes never mix, and those lanes' outputs are dropped, so an error there
@@ -186,9 +187,10 @@ class MulLog {
   // batches (up to ~100 logins, ~350,000 words, G = 64) keep ~40 MB and
   // reuse it batch after batch, and a large batch's (a wave of 8,192
   // AES-128 blocks: ~700,000 words, ~80 MB) are not kept for good.
-  // The AES kernel verifies at the first AND-layer boundary where the log
-  // holds this many words (48 bytes each: ~3 MB per party, and the check's
-  // vectors ~4 MB more), so that the check reads the words from the cache
+  // EngineOptions::verify_words' default: the AES kernel verifies at the
+  // first AND-layer boundary where the log holds this many words (48 bytes
+  // each: ~3 MB per party, and the check's vectors ~4 MB more), so that
+  // the check reads the words from the cache
   // while the three parties of a 2-core host share a 32 MB L3; a whole
   // wave's log (700,000 words for 8,192 AES-128 blocks, ~33 MB per party)
   // was read from memory, and the check cost ~30% more per word.
