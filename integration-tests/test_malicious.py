@@ -134,12 +134,14 @@ def test_message_map(clusters):
     semi, mal, a = maps(clusters)
     # Agreement, at least 4 AND layers per AES round over 10 rounds, and in
     # malicious mode the check's rounds after them: coin, first
-    # compression, coin, (reshare, coin) per halving, opening, compare.
+    # compression, coin, (reshare, coin) per halving, the last compression
+    # of 32 elements (h at e_1 .. e_62 reshared, coin), opening, compare.
     assert a == len(semi) and a >= 2 + 40, (semi, mal)
     assert mal[a] == 16 and mal[a + 2] == 16, mal
     assert mal[a + 1] % 16 == 0 and mal[a + 1] >= 3 * 16, mal  # h values + mask
-    halvings = mal[a + 3:-2]
+    halvings = mal[a + 3:-4]
     assert len(halvings) >= 2 and halvings == [32, 16] * (len(halvings) // 2), mal
+    assert mal[-4:-2] == [16 * (2 * 32 - 2), 16], mal
     assert mal[-2:] == [48, 32], mal
     assert all(s > 0 for s in semi[2:]), semi
     assert mal[:2] == [AGREEMENT_HEADER, AGREEMENT_HEADER + 16], mal  # one ctr0 share
@@ -165,13 +167,15 @@ CASES = {
     "verification": lambda semi, mal, a: (len(mal) - 2, 5, 0x10, False),
     "first_compression": lambda semi, mal, a: (a + 1, 7 * 16 + 3, 0x04, False),
     "halving": lambda semi, mal, a: (a + 3, 16 + 9, 0x20, False),
+    # the last compression's reshare (an error on h(e_40)).
+    "last_compression": lambda semi, mal, a: (len(mal) - 4, 39 * 16 + 2, 0x08, False),
     "compare": lambda semi, mal, a: (len(mal) - 1, 20, 0x01, False),
     # (c) a late opening: party 1 waits for its successor's shares of the
     # first ctr0 draw (agreement, step 1, after the 68-byte header) before
     # sending its own, biased.
     "late_ctr0_opening": lambda semi, mal, a: (1, AGREEMENT_HEADER + 3, 0x01, True),
     # (c') late coin openings in the check (16-byte messages): c1, and the
-    # last halving's.
+    # last compression's.
     "late_coin_opening": lambda semi, mal, a: (a, 0, 0x80, True),
     "late_last_coin_opening": lambda semi, mal, a: (len(mal) - 3, 3, 0x02, True),
 }

@@ -131,6 +131,9 @@ ABSL_FLAG(std::string, security, "semi-honest",
           "protocol/verify.h); all three servers must run the same");
 ABSL_FLAG(int, wave_lanes, 0,
           "engine wave in AES blocks (>= chunk_lanes); 0 = the engine's default");
+ABSL_FLAG(int, verify_words, 0,
+          "--security=malicious: AND words per check inside an AES wave (all "
+          "three servers must run the same); 0 = the engine's default, 65536");
 
 namespace {
 
@@ -164,6 +167,10 @@ absl::StatusOr<kmpc::engine::EngineOptions> EngineOptionsFromFlags() {
     engine_options.chunk_lanes = absl::GetFlag(FLAGS_chunk_lanes);
   if (absl::GetFlag(FLAGS_wave_lanes) > 0)
     engine_options.wave_lanes = absl::GetFlag(FLAGS_wave_lanes);
+  if (absl::GetFlag(FLAGS_verify_words) < 0)
+    return absl::InvalidArgumentError("--verify_words must be >= 0");
+  if (absl::GetFlag(FLAGS_verify_words) > 0)
+    engine_options.verify_words = static_cast<uint32_t>(absl::GetFlag(FLAGS_verify_words));
   if (absl::GetFlag(FLAGS_small_sbox_min_blocks) < 0)
     return absl::InvalidArgumentError("--small_sbox_min_blocks must be >= 0");
   engine_options.small_sbox_min_blocks =

@@ -75,6 +75,10 @@ struct SharedOptions {
   // Lanes per wave: waves run one after the other (each nr * AndDepth
   // rounds), bounding the working set to about 300 bytes per lane.
   size_t wave_lanes = 8192;
+  // With a MulLog on the context (malicious security): the products so far
+  // are verified at the first AND-layer boundary where the log holds at
+  // least this many AND words (protocol::MulLog::kVerifyWords).
+  size_t verify_words = protocol::MulLog::kVerifyWords;
 };
 
 // The same on shares, among the three parties of ctx (all three call it

@@ -537,16 +537,18 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 
 // The header's two digests: the public inputs (with the engine options that
 // shape the rounds: servers whose --security, --small_sbox_min_blocks,
-// --chunk_lanes or --wave_lanes differ would run different circuits or message sizes and
+// --chunk_lanes, --wave_lanes or (malicious) --verify_words differ would
+// run different circuits or message sizes and
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v7";
+  static constexpr char kTag[] = "kmpc-batch-v8";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
   PutU32(enc, options_.chunk_lanes);
   PutU32(enc, options_.wave_lanes);
+  PutU32(enc, options_.malicious ? options_.verify_words : 0);
   PutU64(enc, b.seq);
   PutU32(enc, static_cast<uint32_t>(b.jobs.size()));
   Sha256 inputs, keys;
@@ -605,7 +607,7 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
       return absl::AbortedError(
           "batch refused: the MPC servers received different batch inputs "
           "(or run with different --security, --small_sbox_min_blocks, "
-          "--chunk_lanes or --wave_lanes, or different versions)");
+          "--chunk_lanes, --wave_lanes or --verify_words, or different versions)");
     }
     if (!h.KeysDiffer()) {
       // Same inputs and key views but different counts: cannot happen with
@@ -748,6 +750,7 @@ absl::Status Engine::Impl::RunAes(Batch& b) {
   aes::SharedOptions aes_options;
   aes_options.chunk_lanes = options_.chunk_lanes;
   aes_options.wave_lanes = options_.wave_lanes;
+  aes_options.verify_words = options_.verify_words;
   return aes::EncryptShared(rep3_, absl::MakeConstSpan(lanes.get(), nlanes),
                             circuit, aes_options, &workspace_);
 }
@@ -1128,6 +1131,9 @@ absl::Status EngineOptions::Validate() const {
   }
   if (wave_lanes < chunk_lanes) {
     return absl::InvalidArgumentError("wave_lanes must be >= chunk_lanes");
+  }
+  if (verify_words == 0) {
+    return absl::InvalidArgumentError("verify_words must be > 0");
   }
   return absl::OkStatus();
 }

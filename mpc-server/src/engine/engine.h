@@ -35,7 +35,9 @@
 // With EngineOptions::malicious (protocol/verify.h), every product and
 // opening is logged and verified by a distributed zero-knowledge proof:
 // 2 ceil(log2 n) + 5 more rounds (n about 2x the logged AND words; 33 for
-// one AES-128 block) after every wave but the last, and once more before
+// one AES-128 block) after every wave but the last and inside a wave at
+// the first AND-layer boundary past MulLog::kVerifyWords logged words
+// (about every 770 AES-128 blocks), and once more before
 // the tag checks' reveal (then one compare round after it) or before
 // release; O(log n) field elements (a few kilobytes) per check, so the
 // ring bytes stay within ~0.1% of the semi-honest ones for large batches.
@@ -69,6 +71,7 @@
 #include "contract.h"
 #include "kmpc.pb.h"
 #include "net/channel.h"
+#include "protocol/verify.h"
 #include "store/cipher.h"
 
 namespace kmpc::engine {
@@ -371,9 +374,17 @@ struct EngineOptions {
   // depending on it is opened or released. All three parties must agree
   // (the agreement digest covers it). Costs extra rounds and bytes.
   bool malicious = false;
+  // Malicious mode: the AES kernel checks the products so far at the first
+  // AND-layer boundary where its log holds this many AND words
+  // (protocol::MulLog::kVerifyWords: the log and the check's vectors stay
+  // in a 2-core host's shared L3 for all three parties). Larger values
+  // save rounds (about 25 per check) where each party has its own cache
+  // and the ring a real RTT. All three parties must agree (the agreement
+  // digest covers it). > 0.
+  uint32_t verify_words = protocol::MulLog::kVerifyWords;
 
   // What Engine::Create checks (chunk_lanes a positive multiple of 64,
-  // wave_lanes >= chunk_lanes); a server checks its flags with it at
+  // wave_lanes >= chunk_lanes, verify_words > 0); a server checks its flags with it at
   // start-up, not at its first batch.
   absl::Status Validate() const;
 };

@@ -1,9 +1,12 @@
 #include "protocol/dzkp.h"
 
 #include <array>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <type_traits>
 
 #include "share/replicated.h"
@@ -192,10 +195,12 @@ KMPC_DZKP_512 void TransposeGroup512(const uint64_t* w, PatternT<G> out[64]) {
   share::Wipe(b, sizeof b);
 }
 
-// TransposeGroup512 for G = 64 with VBMI and GFNI: a 64 x 64 bit
-// transpose in 8 x 8 blocks (register h holds words 8h .. 8h+7):
-// bytes to blocks (VPERMB), blocks across registers (VPERMT2Q),
-// bits within blocks (GF2P8AFFINEQB), blocks' bytes to lanes (VPERMB).
+// The fold of a group's lane patterns by bit-matrix products, where the
+// CPU has GFNI and VBMI: out[l] = sum_j c_j * bit l of word j is the GF(2)
+// product of the 64 x G matrix of lane bits with the G x 128 matrix whose
+// row j is c_j. In 8 x 8 blocks: byte b of out[l] = sum_h C_{h,b} * (byte
+// h of lane l's pattern), C_{h,b} bit (i, t) = bit 8b + i of c_{8h+t};
+// GF2P8AFFINEQB multiplies the 64 lanes' bytes by one block at once.
 #define KMPC_DZKP_GFNI __attribute__((target("avx512f,avx512bw,avx512vbmi,gfni")))
 
 bool UseGfni() {
@@ -206,70 +211,102 @@ bool UseGfni() {
   return have && !ForceScalarFlag();
 }
 
-// r[0..8) as an 8 x 8 matrix of qwords, transposed.
-KMPC_DZKP_GFNI inline void TransposeQwords(__m512i r[8]) {
-  const __m512i lo1 = _mm512_setr_epi64(0, 8, 2, 10, 4, 12, 6, 14);
-  const __m512i hi1 = _mm512_setr_epi64(1, 9, 3, 11, 5, 13, 7, 15);
-  const __m512i lo2 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
-  const __m512i hi2 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-  const __m512i lo4 = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
-  const __m512i hi4 = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
-  __m512i a[8], b[8];
-  for (int i = 0; i < 8; i += 2) {
-    a[i] = _mm512_permutex2var_epi64(r[i], lo1, r[i + 1]);
-    a[i + 1] = _mm512_permutex2var_epi64(r[i], hi1, r[i + 1]);
-  }
-  // a[2p]: columns 0 2 4 6 of rows 2p, 2p+1; a[2p+1]: columns 1 3 5 7.
-  for (int i = 0; i < 8; i += 4) {
-    for (int odd = 0; odd < 2; ++odd) {
-      b[i + odd] = _mm512_permutex2var_epi64(a[i + odd], lo2, a[i + 2 + odd]);
-      b[i + 2 + odd] = _mm512_permutex2var_epi64(a[i + odd], hi2, a[i + 2 + odd]);
+// The blocks C_{h,b} of coefficients c[0 .. G) as GF2P8AFFINEQB matrices:
+// its result bit i of a byte x is the parity of x & (matrix byte 7 - i),
+// so matrix byte 7 - i bit t = bit i of byte b of c_{8h+t}.
+template <int G>
+struct BitMatrices {
+  uint64_t m[G / 8][16];
+  explicit BitMatrices(const Fe* c) {
+    alignas(16) uint8_t bytes[G][16];
+    for (int j = 0; j < G; ++j) Store(bytes[j], c[j]);
+    for (int h = 0; h < G / 8; ++h) {
+      for (int b = 0; b < 16; ++b) {
+        uint64_t q = 0;  // byte t = byte b of c_{8h+t}
+        for (int t = 0; t < 8; ++t) q |= uint64_t{bytes[8 * h + t][b]} << (8 * t);
+        m[h][b] = __builtin_bswap64(Transpose8(q));
+      }
     }
   }
-  // b[4q + c], c = 0..3: rows 4q..4q+3 of columns {0,4}, {1,5}, {2,6}, {3,7}.
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm512_permutex2var_epi64(b[c], lo4, b[4 + c]);
-    r[c + 4] = _mm512_permutex2var_epi64(b[c], hi4, b[4 + c]);
-  }
-}
+};
 
-KMPC_DZKP_GFNI void Transpose64Gfni(const uint64_t* w, uint64_t out[64]) {
-  // Within a register: qword m, byte i <- qword 7 - i, byte m (the block
-  // of columns 8m.. with its rows reversed, for the affine step).
-  struct Indexes {
-    alignas(64) uint8_t to_blocks[64], to_lanes[64];
-    constexpr Indexes() : to_blocks(), to_lanes() {
-      for (int m = 0; m < 8; ++m) {
-        for (int i = 0; i < 8; ++i) {
-          to_blocks[8 * m + i] = static_cast<uint8_t>(8 * (7 - i) + m);
-          to_lanes[8 * m + i] = static_cast<uint8_t>(8 * i + m);
+// Interleaves u-byte units of a and b: units k, k + 1, ... of each (from
+// unit 0 for the low half, 32 / u for the high one) as a0 b0 a1 b1 ...
+struct UnitInterleave {
+  alignas(64) uint8_t idx[4][2][64];  // u = 2^S = 1, 2, 4, 8; low, high
+  constexpr UnitInterleave() : idx() {
+    for (int s = 0; s < 4; ++s) {
+      const int u = 1 << s;
+      for (int x = 0; x < 2; ++x) {
+        for (int p = 0; p < 64; ++p) {
+          const int m = p / u, o = p % u;
+          const int k = (m >> 1) + x * (32 / u);
+          idx[s][x][p] = static_cast<uint8_t>((m & 1) * 64 + k * u + o);
         }
       }
     }
-  };
-  static constexpr Indexes kIdx;
-  const __m512i ib = _mm512_load_si512(kIdx.to_blocks);
-  const __m512i il = _mm512_load_si512(kIdx.to_lanes);
-  // GF2P8AFFINEQB(x, A): bit i of byte k = parity(A.byte[7 - i] & x.byte[k]);
-  // with x.byte[k] = 1 << k that is bit k of row 7 - i of A.
-  const __m512i unit = _mm512_set1_epi64(static_cast<int64_t>(0x8040201008040201ull));
-  __m512i r[8];
-  for (int h = 0; h < 8; ++h) r[h] = _mm512_permutexvar_epi8(ib, _mm512_loadu_si512(w + 8 * h));
-  TransposeQwords(r);  // r[m] qword h: block (rows 8h.., columns 8m..)
-  for (int m = 0; m < 8; ++m) {
-    const __m512i t = _mm512_gf2p8affine_epi64_epi8(unit, r[m], 0);
-    // t qword h, byte k: lane 8m + k of words 8h .. 8h+7.
-    _mm512_storeu_si512(out + 8 * m, _mm512_permutexvar_epi8(il, t));
   }
+};
+
+inline constexpr UnitInterleave kUnitInterleave;
+
+// One round of BytesToElements: pairs (R[k], R[k+1]) of u = 2^S-byte
+// units -> 2u-byte units; register k holds lane block k / NB, unit k % NB
+// (NB = 16 / u units per lane).
+template <int S>
+KMPC_DZKP_GFNI inline void InterleaveRound(__m512i R[16]) {
+  constexpr int kNb = 16 >> S;
+  const __m512i lo = _mm512_load_si512(kUnitInterleave.idx[S][0]);
+  const __m512i hi = _mm512_load_si512(kUnitInterleave.idx[S][1]);
+  __m512i next[16];
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; k += 2) {
+    const int block = k / kNb, unit = (k % kNb) / 2;
+    next[(2 * block) * (kNb / 2) + unit] = _mm512_permutex2var_epi8(R[k], lo, R[k + 1]);
+    next[(2 * block + 1) * (kNb / 2) + unit] = _mm512_permutex2var_epi8(R[k], hi, R[k + 1]);
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) R[k] = next[k];
+}
+
+// R[b] byte l = byte b of out[l] -> out[0 .. 64): a 16 x 64 byte
+// transpose in four rounds of pairwise interleaving (units of 1, 2, 4, 8
+// bytes); the last leaves lanes 4q .. 4q+3 in register q.
+KMPC_DZKP_GFNI inline void BytesToElements(__m512i R[16], Fe* out) {
+  InterleaveRound<0>(R);
+  InterleaveRound<1>(R);
+  InterleaveRound<2>(R);
+  InterleaveRound<3>(R);
+#pragma GCC unroll 16
+  for (int q = 0; q < 16; ++q) _mm512_storeu_si512(out + 4 * q, R[q]);
+}
+
+// out[l] = sum_j c_j * bit l of w[j] for the G words of a group.
+template <int G>
+KMPC_DZKP_GFNI void FoldGfni(const uint64_t* w, const BitMatrices<G>& c, Fe out[64]) {
+  __m512i R[16];
+#pragma GCC unroll 8
+  for (int h = 0; h < G / 8; ++h) {
+    // Byte l of X: lane l of words 8h .. 8h+7.
+    __m512i X = _mm512_setzero_si512();
+    for (int t = 0; t < 8; ++t) {
+      X = _mm512_or_si512(X, _mm512_maskz_set1_epi8(w[8 * h + t], static_cast<char>(1 << t)));
+    }
+#pragma GCC unroll 16
+    for (int b = 0; b < 16; ++b) {
+      const __m512i p =
+          _mm512_gf2p8affine_epi64_epi8(X, _mm512_set1_epi64(static_cast<int64_t>(c.m[h][b])), 0);
+      R[b] = h == 0 ? p : _mm512_xor_si512(R[b], p);
+    }
+  }
+  // X and R stay in registers (no copy in memory to wipe).
+  BytesToElements(R, out);
 }
 
 // The lane patterns of a group's words by the fastest transpose the CPU
-// has.
+// has (the fold without GFNI).
 template <int G>
-void TransposeFor(const uint64_t* w, PatternT<G> out[64], bool v512, bool gfni) {
-  if constexpr (G == 64) {
-    if (gfni) return Transpose64Gfni(w, out);
-  }
+void TransposeFor(const uint64_t* w, PatternT<G> out[64], bool v512) {
   if (v512) {
     TransposeGroup512<G>(w, out);
   } else {
@@ -383,8 +420,11 @@ struct FirstLevelScratch {
   // 5, 7.
   __m512i acc[kMaxGroupWords][kMaxGroupWords / 8][2];
   __m512i zacc[2][kMaxGroupWords / 8][2];
+  // The fold's subset sums (without GFNI) of the public coefficients
+  // L_j(r) tau_j and L_j(r): not wiped.
   Fe ta[kMaxGroupWords / 8][256], tb[kMaxGroupWords / 8][256];
-  void Wipe() { share::Wipe(this, sizeof *this); }
+  // Wipes (and zeroes) the accumulators and sums, which hold shares.
+  void Wipe() { share::Wipe(this, offsetof(FirstLevelScratch, ta)); }
 };
 
 FirstLevelScratch& Scratch() {
@@ -414,36 +454,77 @@ void CrossGroup(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
     for (int j = 0; j < G; ++j) s.T[c][j] = Add(s.T[c][j], Clmul64(z[c][j], nu));
 }
 
-// CrossGroup with VPCLMULQDQ: eight words of y against one of x per
-// pair of instructions.
+// One group's words as CrossGroup reads them: x0, x1, y0, y0 ^ y1, z0, z1
+// (in place, or copied into buf when the group is partial) and nu_k.
 template <int G>
-KMPC_DZKP_512 void CrossGroup512(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
-                                 const uint64_t* yy, const uint64_t* const z[2], uint64_t nu,
-                                 FirstLevelScratch& s) {
-  const __m512i nv = _mm512_set1_epi64(static_cast<int64_t>(nu));
-  __m512i Y[G / 8], Y0[G / 8];
+struct GroupView {
+  const uint64_t* x0;
+  const uint64_t* x1;
+  const uint64_t* y0;
+  const uint64_t* z[2];
+  uint64_t nu;
+  uint64_t yy[G];  // weak share of x_j & y_j': x0 & (y0 ^ y1) ^ x1 & y0
+  uint64_t buf[6][G];
+  void Load(const AndShares& s, size_t k, uint64_t nu_k) {
+    x0 = GroupWords<G>(s.x[0], s.n, k, buf[0]);
+    x1 = GroupWords<G>(s.x[1], s.n, k, buf[1]);
+    y0 = GroupWords<G>(s.y[0], s.n, k, buf[2]);
+    const uint64_t* y1 = GroupWords<G>(s.y[1], s.n, k, buf[3]);
+    z[0] = GroupWords<G>(s.z[0], s.n, k, buf[4]);
+    z[1] = GroupWords<G>(s.z[1], s.n, k, buf[5]);
+    for (int j = 0; j < G; ++j) yy[j] = y0[j] ^ y1[j];
+    nu = nu_k;
+  }
+  // No group: zero words with weight 0.
+  void LoadNone() {
+    std::memset(buf, 0, sizeof buf);
+    std::memset(yy, 0, sizeof yy);
+    x0 = buf[0], x1 = buf[1], y0 = buf[2], z[0] = buf[4], z[1] = buf[5];
+    nu = 0;
+  }
+  void Wipe() { share::Wipe(this, sizeof *this); }
+};
+
+// CrossGroup with VPCLMULQDQ for kCrossGroups groups at once: eight words
+// of y against one of x per pair of instructions, the groups' products
+// summed before they are added to the accumulators (one load and store of
+// an accumulator per kCrossGroups products).
+inline constexpr int kCrossGroups = 4;
+template <int G>
+KMPC_DZKP_512 void CrossGroups512(const GroupView<G>* v, FirstLevelScratch& s) {
+  constexpr int K = kCrossGroups;
+  __m512i nv[K];
+  for (int i = 0; i < K; ++i) nv[i] = _mm512_set1_epi64(static_cast<int64_t>(v[i].nu));
   for (int q = 0; q < G / 8; ++q) {
-    Y[q] = _mm512_loadu_si512(yy + 8 * q);
-    Y0[q] = _mm512_loadu_si512(y0 + 8 * q);
-  }
-  for (int j = 0; j < G; ++j) {
-    const __m512i a = _mm512_set1_epi64(static_cast<int64_t>(x0[j]));
-    const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(x1[j]));
-    for (int q = 0; q < G / 8; ++q) {
-      const __m512i p = _mm512_xor_si512(_mm512_and_si512(a, Y[q]), _mm512_and_si512(b, Y0[q]));
-      s.acc[j][q][0] = _mm512_xor_si512(s.acc[j][q][0], _mm512_clmulepi64_epi128(p, nv, 0x00));
-      s.acc[j][q][1] = _mm512_xor_si512(s.acc[j][q][1], _mm512_clmulepi64_epi128(p, nv, 0x01));
+    __m512i Y[K], Y0[K];
+    for (int i = 0; i < K; ++i) {
+      Y[i] = _mm512_loadu_si512(v[i].yy + 8 * q);
+      Y0[i] = _mm512_loadu_si512(v[i].y0 + 8 * q);
+    }
+    for (int j = 0; j < G; ++j) {
+      __m512i lo = s.acc[j][q][0], hi = s.acc[j][q][1];
+#pragma GCC unroll 4
+      for (int i = 0; i < K; ++i) {
+        const __m512i a = _mm512_set1_epi64(static_cast<int64_t>(v[i].x0[j]));
+        const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(v[i].x1[j]));
+        const __m512i p = _mm512_xor_si512(_mm512_and_si512(a, Y[i]), _mm512_and_si512(b, Y0[i]));
+        lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(p, nv[i], 0x00));
+        hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(p, nv[i], 0x01));
+      }
+      s.acc[j][q][0] = lo;
+      s.acc[j][q][1] = hi;
+    }
+    for (int c = 0; c < 2; ++c) {
+      __m512i lo = s.zacc[c][q][0], hi = s.zacc[c][q][1];
+      for (int i = 0; i < K; ++i) {
+        const __m512i z = _mm512_loadu_si512(v[i].z[c] + 8 * q);
+        lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(z, nv[i], 0x00));
+        hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(z, nv[i], 0x01));
+      }
+      s.zacc[c][q][0] = lo;
+      s.zacc[c][q][1] = hi;
     }
   }
-  for (int c = 0; c < 2; ++c) {
-    for (int q = 0; q < G / 8; ++q) {
-      const __m512i v = _mm512_loadu_si512(z[c] + 8 * q);
-      s.zacc[c][q][0] = _mm512_xor_si512(s.zacc[c][q][0], _mm512_clmulepi64_epi128(v, nv, 0x00));
-      s.zacc[c][q][1] = _mm512_xor_si512(s.zacc[c][q][1], _mm512_clmulepi64_epi128(v, nv, 0x01));
-    }
-  }
-  share::Wipe(Y, sizeof Y);
-  share::Wipe(Y0, sizeof Y0);
 }
 
 // The 512-bit accumulators of 8q + {0, 2, 4, 6} and 8q + {1, 3, 5, 7}
@@ -499,22 +580,24 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[
   FirstLevelScratch& sc = Scratch();
   sc.Wipe();
   const bool v512 = Use512();
-  uint64_t b[6][G], yy[G];
-  for (size_t k = 0; k < groups; ++k) {
-    const uint64_t* x0 = GroupWords<G>(s.x[0], s.n, k, b[0]);
-    const uint64_t* x1 = GroupWords<G>(s.x[1], s.n, k, b[1]);
-    const uint64_t* y0 = GroupWords<G>(s.y[0], s.n, k, b[2]);
-    const uint64_t* y1 = GroupWords<G>(s.y[1], s.n, k, b[3]);
-    const uint64_t* const z[2] = {GroupWords<G>(s.z[0], s.n, k, b[4]),
-                                  GroupWords<G>(s.z[1], s.n, k, b[5])};
-    // Weak share of x_j & y_j': x0 & (y0 ^ y1) ^ x1 & y0, lane-wise.
-    for (int j = 0; j < G; ++j) yy[j] = y0[j] ^ y1[j];
+  auto view = std::make_unique<GroupView<G>[]>(kCrossGroups);
+  const size_t step = v512 ? kCrossGroups : 1;
+  for (size_t k = 0; k < groups; k += step) {
+    for (size_t i = 0; i < step; ++i) {
+      if (k + i < groups) {
+        view[i].Load(s, k + i, w.nu[k + i]);
+      } else {
+        view[i].LoadNone();
+      }
+    }
     if (v512) {
-      CrossGroup512<G>(x0, x1, y0, yy, z, w.nu[k], sc);
+      CrossGroups512<G>(view.get(), sc);
     } else {
-      CrossGroup<G>(x0, x1, y0, yy, z, w.nu[k], sc);
+      const GroupView<G>& g = view[0];
+      CrossGroup<G>(g.x0, g.x1, g.y0, g.yy, g.z, g.nu, sc);
     }
   }
+  for (size_t i = 0; i < kCrossGroups; ++i) view[i].Wipe();
   if (v512) {
     for (int j = 0; j < G; ++j) Unpack512(sc.acc[j], sc.S[j], G);
     for (int c = 0; c < 2; ++c) Unpack512(sc.zacc[c], sc.T[c], G);
@@ -540,8 +623,6 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[
     out[p - 1] = Reduce(acc);
   }
   sc.Wipe();
-  share::Wipe(b, sizeof b);
-  share::Wipe(yy, sizeof yy);
 }
 
 template <int G>
@@ -551,26 +632,38 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   Fe lag[G], a[G];
   LagrangeAt(G, r, lag);
   for (int j = 0; j < G; ++j) a[j] = Mul(lag[j], w.tau[j]);
-  // Subset sums of a (x side) and of the Lagrange values (y side), per
-  // byte of the lane pattern.
+  // With GFNI: the coefficients as bit matrices (FoldGfni); else subset
+  // sums of a (x side) and of the Lagrange values (y side), per byte of
+  // the lane pattern.
   constexpr int kBytes = G / 8;
+  const bool v512 = Use512();
+  const bool gfni = UseGfni();
+  std::optional<BitMatrices<G>> ma, mb;
   FirstLevelScratch& scratch = Scratch();
   auto& ta = scratch.ta;
   auto& tb = scratch.tb;
-  for (int h = 0; h < kBytes; ++h) {
-    SubsetSums(a + 8 * h, ta[h]);
-    SubsetSums(lag + 8 * h, tb[h]);
+  if (gfni) {
+    ma.emplace(a);
+    mb.emplace(lag);
+  } else {
+    for (int h = 0; h < kBytes; ++h) {
+      SubsetSums(a + 8 * h, ta[h]);
+      SubsetSums(lag + 8 * h, tb[h]);
+    }
   }
   Fe* f[2] = {f0, f1};
   Fe* g[2] = {g0, g1};
   uint64_t buf[G];
   PatternT<G> pat[64];
   alignas(64) Fe mu[64];
-  const bool v512 = Use512();
-  const bool gfni = UseGfni();
-  // out[l] = sum of t[h][byte h of lane l's pattern] for the group's words.
-  auto fold = [&](const uint64_t* a, size_t k, const Fe (*t)[256], Fe* out) {
-    TransposeFor<G>(GroupWords<G>(a, s.n, k, buf), pat, v512, gfni);
+  // out[l] = sum_j (x side: a_j, y side: lag_j) * bit l of word j of group
+  // k: by bit-matrix products, or the sum of t[h][byte h of lane l's
+  // pattern].
+  auto fold = [&](const uint64_t* words, size_t k, bool x_side, Fe* out) {
+    const uint64_t* wk = GroupWords<G>(words, s.n, k, buf);
+    if (gfni) return FoldGfni<G>(wk, x_side ? *ma : *mb, out);
+    const Fe(*t)[256] = x_side ? ta : tb;
+    TransposeFor<G>(wk, pat, v512);
     for (int l = 0; l < 64; ++l) {
       Fe v = t[0][pat[l] & 0xff];
       for (int h = 1; h < kBytes; ++h) v = Add(v, t[h][(pat[l] >> (8 * h)) & 0xff]);
@@ -586,7 +679,7 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
     for (int l = 1; l < 64; ++l) mu[l] = FromU64(nu << l, nu >> (64 - l));
     for (int c = 0; c < 2; ++c) {
       Fe* fo = f[c] + 64 * k;
-      fold(s.x[c], k, ta, fo);
+      fold(s.x[c], k, true, fo);
       if (v512) {
         MulPairwise512(mu, fo, fo, 64);
       } else {
@@ -595,7 +688,7 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
     }
   }
   for (size_t k = 0; k < groups; ++k) {
-    for (int c = 0; c < 2; ++c) fold(s.y[c], k, tb, g[c] + 64 * k);
+    for (int c = 0; c < 2; ++c) fold(s.y[c], k, false, g[c] + 64 * k);
   }
   share::Wipe(buf, sizeof buf);
   share::Wipe(pat, sizeof pat);
@@ -638,21 +731,17 @@ void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]) {
   out[1] = Reduce(acc[1]);
 }
 
-void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]) {
-  Wide h1, h2;
-  const size_t m = n / 2;
-  size_t k0 = 0;
-  Fe v1 = Zero(), v2 = Zero();
-  if (Use512()) {
-    k0 = m / 4 * 4;
-    HalveH512(f, g, m / 4, &v1, &v2);
-  }
+namespace {
+
+// HalveH's sums over pairs k0 .. n/2 - 1 (and the odd last element).
+void HalveHTail(const Fe* const f[2], const Fe* const g[2], size_t k0, size_t n, Wide& h1,
+                Wide& h2) {
   // Weak share of a * b: a0 * (b0 + b1) + a1 * b0.
   auto weak = [](Wide& acc, Fe a0, Fe a1, Fe b0, Fe b1) {
     MulAcc(acc, a0, Add(b0, b1));
     MulAcc(acc, a1, b0);
   };
-  for (size_t k = k0; k < m; ++k) {
+  for (size_t k = k0; k < n / 2; ++k) {
     const Fe a0 = f[0][2 * k], a1 = f[1][2 * k], b0 = f[0][2 * k + 1], b1 = f[1][2 * k + 1];
     const Fe c0 = g[0][2 * k], c1 = g[1][2 * k], d0 = g[0][2 * k + 1], d1 = g[1][2 * k + 1];
     weak(h1, b0, b1, d0, d1);
@@ -664,18 +753,11 @@ void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]) {
     const Fe a0 = f[0][n - 1], a1 = f[1][n - 1], c0 = g[0][n - 1], c1 = g[1][n - 1];
     weak(h2, Add(a0, MulX(a0)), Add(a1, MulX(a1)), Add(c0, MulX(c0)), Add(c1, MulX(c1)));
   }
-  out[0] = Add(Reduce(h1), v1);
-  out[1] = Add(Reduce(h2), v2);
 }
 
-void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r) {
+// HalveFold's pairs k0 .. n/2 - 1 (and the odd last element), in place.
+void HalveFoldTail(Fe* const f[2], Fe* const g[2], size_t k0, size_t n, Fe r) {
   const size_t m = n / 2;
-  size_t k0 = 0;
-  if (Use512()) {
-    Fe* const v[4] = {f[0], f[1], g[0], g[1]};
-    k0 = m / 4 * 4;
-    HalveFold512(v, m / 4, r);
-  }
   for (int c = 0; c < 2; ++c) {
     for (size_t k = k0; k < m; ++k) {
       const Fe a = f[c][2 * k], b = f[c][2 * k + 1];
@@ -690,6 +772,119 @@ void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r) {
       g[c][m] = Mul(one_r, u);
     }
   }
+}
+
+// HalveFold512 over pairs [0, 8 * q) and HalveH512 over the pairs of the
+// folded elements [0, 8 * q): each block of 16 elements is read once.
+KMPC_DZKP_512 void HalveFoldH512(Fe* const v[4], size_t q, Fe r, Fe* h1, Fe* h2) {
+  const __m512i rv = _mm512_broadcast_i32x4(r);
+  const __m512i ie = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
+  const __m512i io = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
+  Wide4 w1{_mm512_setzero_si512(), _mm512_setzero_si512()}, w2 = w1;
+  for (size_t i = 0; i < q; ++i) {
+    __m512i ev[4], od[4];  // the folded elements' pairs: even and odd
+    for (int c = 0; c < 4; ++c) {
+      __m512i a, b, a2, b2;
+      Deinterleave(v[c] + 16 * i, a, b);
+      Deinterleave(v[c] + 16 * i + 8, a2, b2);
+      const __m512i n1 = _mm512_xor_si512(a, Mul4(rv, _mm512_xor_si512(a, b)));
+      const __m512i n2 = _mm512_xor_si512(a2, Mul4(rv, _mm512_xor_si512(a2, b2)));
+      Store4(v[c] + 8 * i, n1);
+      Store4(v[c] + 8 * i + 4, n2);
+      ev[c] = _mm512_permutex2var_epi64(n1, ie, n2);
+      od[c] = _mm512_permutex2var_epi64(n1, io, n2);
+    }
+    // As HalveH512: f = (ev[0], ev[1]) / (od[0], od[1]), g = c = 2, 3.
+    MulAcc4(w1, od[0], _mm512_xor_si512(od[2], od[3]));
+    MulAcc4(w1, od[1], od[2]);
+    __m512i e2[4];
+    for (int c = 0; c < 4; ++c) e2[c] = _mm512_xor_si512(ev[c], MulX4(_mm512_xor_si512(ev[c], od[c])));
+    MulAcc4(w2, e2[0], _mm512_xor_si512(e2[2], e2[3]));
+    MulAcc4(w2, e2[1], e2[2]);
+  }
+  *h1 = Sum4(w1);
+  *h2 = Sum4(w2);
+}
+
+}  // namespace
+
+void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]) {
+  Wide h1, h2;
+  const size_t m = n / 2;
+  size_t k0 = 0;
+  Fe v1 = Zero(), v2 = Zero();
+  if (Use512()) {
+    k0 = m / 4 * 4;
+    HalveH512(f, g, m / 4, &v1, &v2);
+  }
+  HalveHTail(f, g, k0, n, h1, h2);
+  out[0] = Add(Reduce(h1), v1);
+  out[1] = Add(Reduce(h2), v2);
+}
+
+void HalveFoldH(Fe* const f[2], Fe* const g[2], size_t n, Fe r, Fe out[2]) {
+  const size_t m = n / 2;
+  if (!Use512()) {
+    HalveFold(f, g, n, r);
+    HalveH(f, g, n - m, out);
+    return;
+  }
+  Fe* const v[4] = {f[0], f[1], g[0], g[1]};
+  const size_t q = m / 8;
+  Fe v1, v2;
+  HalveFoldH512(v, q, r, &v1, &v2);
+  HalveFoldTail(f, g, 8 * q, n, r);
+  Wide h1, h2;
+  HalveHTail(f, g, 4 * q, n - m, h1, h2);
+  out[0] = Add(Reduce(h1), v1);
+  out[1] = Add(Reduce(h2), v2);
+}
+
+void TailH(const Fe* const f[2], const Fe* const g[2], Fe* out) {
+  constexpr int T = kTailWords;
+  // Weak share of a * b: a0 * (b0 + b1) + a1 * b0.
+  auto weak = [](Fe a0, Fe a1, Fe b0, Fe b1) {
+    Wide acc;
+    MulAcc(acc, a0, Add(b0, b1));
+    MulAcc(acc, a1, b0);
+    return Reduce(acc);
+  };
+  for (int p = 1; p < T; ++p) out[p - 1] = weak(f[0][p], f[1][p], g[0][p], g[1][p]);
+  // p >= T: f(e_p) = sum_j L_j(e_p) f_j, one reduction per point.
+  for (int p = T; p < 2 * T - 1; ++p) {
+    const Fe* lag = LagrangeRow<T>(p);
+    Fe at[4];
+    const Fe* const v[4] = {f[0], f[1], g[0], g[1]};
+    for (int c = 0; c < 4; ++c) {
+      Wide acc;
+      for (int j = 0; j < T; ++j) MulAcc(acc, lag[j], v[c][j]);
+      at[c] = Reduce(acc);
+    }
+    out[p - 1] = weak(at[0], at[1], at[2], at[3]);
+    share::Wipe(at, sizeof at);
+  }
+}
+
+void TailFold(Fe* const f[2], Fe* const g[2], Fe r) {
+  constexpr int T = kTailWords;
+  Fe lag[T];
+  LagrangeAt(T, r, lag);
+  for (Fe* v : {f[0], f[1], g[0], g[1]}) {
+    Wide acc;
+    for (int j = 0; j < T; ++j) MulAcc(acc, lag[j], v[j]);
+    v[0] = Reduce(acc);
+  }
+}
+
+void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r) {
+  const size_t m = n / 2;
+  size_t k0 = 0;
+  if (Use512()) {
+    Fe* const v[4] = {f[0], f[1], g[0], g[1]};
+    k0 = m / 4 * 4;
+    HalveFold512(v, m / 4, r);
+  }
+  HalveFoldTail(f, g, k0, n, r);
 }
 
 }  // namespace kmpc::protocol::dzkp

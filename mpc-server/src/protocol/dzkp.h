@@ -122,7 +122,9 @@ Fe Inv(Fe a);
 
 // The bulk loops use VPCLMULQDQ on four elements per 512-bit register
 // when the CPU has AVX-512 and VPCLMULQDQ, else one PCLMULQDQ per 64-bit
-// product. ForceScalar(true) picks the latter (tests run both); returns
+// product; the first fold uses GF2P8AFFINEQB bit-matrix products where
+// the CPU has GFNI and AVX-512 VBMI, else table look-ups.
+// ForceScalar(true) picks the scalar paths (tests run both); returns
 // the previous setting. Not thread-safe: call before the threads start.
 bool ForceScalar(bool force);
 
@@ -200,6 +202,22 @@ void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]);
 void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]);
 // After it: f_k(r), g_k(r) in place (elements 0 .. ceil(n/2) - 1).
 void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r);
+// HalveFold, then HalveH of the ceil(n/2) folded elements into out, in one
+// pass over the vectors.
+void HalveFoldH(Fe* const f[2], Fe* const g[2], size_t n, Fe r, Fe out[2]);
+
+// The last compression (verify.h): once the halvings have left at most
+// kTailWords elements, the vectors (zero-padded to kTailWords) go to one
+// element in one step, as the first compression does with a group: f(X)
+// through f(e_j) = f_j (j < T = kTailWords), g likewise, h = f g of degree
+// 2T - 2. One round pair instead of log2(T) of them.
+inline constexpr int kTailWords = 32;
+inline constexpr int kTailHPoints = 2 * kTailWords - 1;
+// Before the challenge: this party's weak shares of h(e_1) ..
+// h(e_{2T-2}) (out[0 .. 2T-3]) from elements 0 .. T-1 of f and g.
+void TailH(const Fe* const f[2], const Fe* const g[2], Fe* out);
+// After it: f(r), g(r) into element 0 (both comps).
+void TailFold(Fe* const f[2], Fe* const g[2], Fe r);
 
 }  // namespace kmpc::protocol::dzkp
 

@@ -90,9 +90,7 @@ void MulLog::ReleaseExcess() {
   if (retained_bytes() > kMaxRetainedBytes) FreeAll();
 }
 
-size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,
-                      const uint64_t* y0, const uint64_t* y1,
-                      const uint64_t* z0, size_t n, int live) {
+size_t MulLog::AppendAnd(size_t n, int live, uint64_t* out[5]) {
   const size_t at = and_[0].size();
   if (live < 64 && n > 0) {
     auto& last = partial_;
@@ -106,12 +104,20 @@ size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,
   if (at + n > and_[0].capacity()) {
     for (auto& v : and_) Reserve(v, at + n);
   }
-  const uint64_t* src[5] = {x0, x1, y0, y1, z0};
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 0; k < 6; ++k) {
     and_[k].resize(at + n);
-    std::memcpy(and_[k].data() + at, src[k], 8 * n);
+    if (k < 5) out[k] = and_[k].data() + at;
   }
-  and_[5].resize(at + n);
+  return at;
+}
+
+size_t MulLog::AddAnd(const uint64_t* x0, const uint64_t* x1,
+                      const uint64_t* y0, const uint64_t* y1,
+                      const uint64_t* z0, size_t n, int live) {
+  uint64_t* out[5];
+  const size_t at = AppendAnd(n, live, out);
+  const uint64_t* src[5] = {x0, x1, y0, y1, z0};
+  for (int k = 0; k < 5; ++k) std::memcpy(out[k], src[k], 8 * n);
   return at;
 }
 
@@ -306,9 +312,13 @@ using Fold = std::array<dzkp::FeVector, 4>;
 // The secrets a verification holds besides the log and its fold vectors;
 // Verifier::Verify wipes them on every way out.
 struct VerifySecrets {
-  int g = dzkp::kMaxGroupWords;  // words per group; h has P = 2g - 1 points
+  explicit VerifySecrets(const dzkp::AndWeights& w) : weights(w) {}
+  // The first compression's weights (public); its h has P = 2 g - 1
+  // points for g = weights.g words per group.
+  const dzkp::AndWeights& weights;
   Fe hw[kMaxP] = {}, h0[kMaxP] = {}, h1[kMaxP] = {}, claim[2] = {}, mx[2], my[2], c[2] = {};
-  int P() const { return 2 * g - 1; }
+  int G() const { return weights.g; }
+  int P() const { return 2 * weights.g - 1; }
   void Wipe() {
     share::Wipe(hw, sizeof hw);
     share::Wipe(h0, sizeof h0);
@@ -358,7 +368,7 @@ Fe FirstLevelClaim(const Prf& prf, VerifySecrets& v) {
   Fe r;
   FillFe(prf, 0, 1, &r);
   // Values at e_0 .. e_{P-1}: h(e_0) = claim - h(e_1) - ... - h(e_{G-1}).
-  const int P = v.P(), G = v.g;
+  const int P = v.P(), G = v.G();
   Fe v0[kMaxP], v1[kMaxP];
   v0[0] = v.claim[0], v1[0] = v.claim[1];
   for (int p = 1; p < P; ++p) {
@@ -401,23 +411,48 @@ void FoldGfProducts(const Prf& prf, const std::array<std::vector<uint8_t>, 6>& G
   share::Wipe(acc, sizeof acc);
 }
 
-// Rounds 4..: halvings of the n1 fold elements, each a reshare of h(1),
-// h(x) and a coin.
+// Rounds 4..: halvings of the n1 fold elements (each a reshare of h(1),
+// h(x) and a coin) until at most kTailWords are left, then the last
+// compression of those (zero-padded: the fold vectors hold at least
+// kTailWords elements) to one: h(e_1) .. h(e_{2T-2}) reshared and a coin.
 absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t n1, Fold& fold,
                       VerifySecrets& v) {
   uint8_t coin[16];
   Fe* const fv[2] = {fold[0].data(), fold[1].data()};
   Fe* const gv[2] = {fold[2].data(), fold[3].data()};
-  for (size_t n = n1; n > 1; n = (n + 1) / 2) {
-    dzkp::HalveH(fv, gv, n, v.hw);
+  size_t n = n1;
+  if (n > dzkp::kTailWords) dzkp::HalveH(fv, gv, n, v.hw);
+  for (; n > dzkp::kTailWords; n = (n + 1) / 2) {
     if (absl::Status st = Reshare(ctx, v.hw, 2, v.h0, v.h1); !st.ok()) return st;
     if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
     const Fe r = dzkp::Load(coin);
     const Fe v0[3] = {dzkp::Add(v.c[0], v.h0[0]), v.h0[0], v.h0[1]};
     const Fe v1[3] = {dzkp::Add(v.c[1], v.h1[0]), v.h1[0], v.h1[1]};
     dzkp::Interpolate(3, v0, v1, r, v.c);
-    dzkp::HalveFold(fv, gv, n, r);
+    // The next halving's h(1), h(x) in the same pass as this fold.
+    if ((n + 1) / 2 > dzkp::kTailWords) {
+      dzkp::HalveFoldH(fv, gv, n, r, v.hw);
+    } else {
+      dzkp::HalveFold(fv, gv, n, r);
+    }
   }
+  for (auto& vec : fold) std::fill(vec.begin() + n, vec.begin() + dzkp::kTailWords, dzkp::Zero());
+  constexpr int T = dzkp::kTailWords, P = dzkp::kTailHPoints;
+  dzkp::TailH(fv, gv, v.hw);
+  if (absl::Status st = Reshare(ctx, v.hw, P - 1, v.h0, v.h1); !st.ok()) return st;
+  if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
+  // h(e_0) = c - h(e_1) - ... - h(e_{T-1}).
+  Fe v0[P], v1[P];
+  v0[0] = v.c[0], v1[0] = v.c[1];
+  for (int p = 1; p < P; ++p) {
+    v0[p] = v.h0[p - 1], v1[p] = v.h1[p - 1];
+    if (p < T) v0[0] = dzkp::Add(v0[0], v0[p]), v1[0] = dzkp::Add(v1[0], v1[p]);
+  }
+  const Fe r = dzkp::Load(coin);
+  dzkp::Interpolate(P, v0, v1, r, v.c);
+  dzkp::TailFold(fv, gv, r);
+  share::Wipe(v0, sizeof v0);
+  share::Wipe(v1, sizeof v1);
   return absl::OkStatus();
 }
 
@@ -460,9 +495,11 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
                           {L[4].data(), L[5].data()},
                           nw};
   auto& [f0, f1, g0, g1] = log.fold_;
+  if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
+  dzkp::AndWeights& w = *log.weights_;
+  w.g = g;
   // Every secret this function holds, wiped on every way out.
-  VerifySecrets sec;
-  sec.g = g;
+  VerifySecrets sec(w);
   // The log and the fold vectors are overwritten by the next wave's check
   // and wiped by MulLog::Clear at the end of the batch (a pass over them
   // per wave cost ~10% of the check).
@@ -479,9 +516,6 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   // Round 1: coin c1, the first compression's weights.
   uint8_t coin[16];
   if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
-  if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
-  dzkp::AndWeights& w = *log.weights_;
-  w.g = g;
   FirstWeights(coin, groups, w);
   if (absl::Status st = FirstLevelProof(ctx, s, w, sec); !st.ok()) return fail(st);
 
@@ -489,9 +523,10 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   // mask. The new claim: h(r) + sum w'_k z_k + w'_m z'.
   if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
   const size_t n1 = 64 * groups + ng + 1;
+  const size_t len = std::max<size_t>(n1, dzkp::kTailWords);  // Halvings' padding
   for (auto* v : {&f0, &f1, &g0, &g1}) {
-    Reserve(*v, n1);
-    v->resize(n1);
+    Reserve(*v, len);
+    v->resize(len);
   }
   {
     const Prf prf(coin);

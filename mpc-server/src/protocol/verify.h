@@ -38,13 +38,18 @@
 //     elements per group), then (w'_k x_k, y_k) and (w'_m x', y').
 //  4. halvings: pairs (a, b) -> a + r (a + b); each sends the weak shares
 //     of h(1), h(x) reshared (one message) and draws a coin (one round),
-//     until one element is left: ceil(log2 n) of them.
+//     until at most T = 32 elements are left (dzkp::kTailWords):
+//     ceil(log2(n / T)) of them. Then the last compression takes the T
+//     elements (zero-padded) to one as step 2 does a group: h of degree
+//     2T - 2, its values at e_1 .. e_{2T-2} reshared (one message), a
+//     coin (one round): 2 messages where log2 T = 5 more halvings took 10.
 //  5. the last f, g and claim c are opened (one round; c = f g or the
 //     batch fails). f and g are uniformly random: the mask x', y' enters
 //     them with a nonzero coefficient, so only a zero test leaks.
 //  6. compare (one round): hashes of everything opened, as below.
-// Communication per party: 2G - 1 + 2 ceil(log2 n) + 3 field elements of
-// 16 bytes, ceil(log2 n) + 2 coins of 16 and the 32-byte compare, for
+// Communication per party: 2G - 1 + 2 ceil(log2(n / T)) + 2T - 2 + 3
+// field elements of 16 bytes, ceil(log2(n / T)) + 3 coins of 16 and the
+// 32-byte compare, for
 // n = 64 / G per AND word + the GF(2^128) products + 1: O(log n) however
 // many gates (under 2 KB for one AES-128 block).
 //
@@ -59,13 +64,20 @@
 //  - compression: a false claim survives a step only if the reshared h
 //    (errors included, fixed before the coin) agrees with the true one at
 //    r: at most (2G - 2) / 2^128 <= 126 / 2^128 for the first, 2 / 2^128
-//    per halving (a nonzero polynomial of degree 2G - 2, resp. 2, has at
-//    most that many roots); the GF(2^128) products' and the mask's errors
-//    enter with weights drawn after h was sent: at most 1 / 2^128 more;
-//  - the last step is exact.
-// With at most 64 halvings: below 2^-63 per Verify, and a batch runs one
-// Verify per wave of 8,192 blocks plus at most two (so below 2^-50 for a
-// batch of a million blocks, far below the required 2^-40). The coins
+//    per halving, (2T - 2) / 2^128 = 62 / 2^128 for the last (a nonzero
+//    polynomial of degree d has at most d roots); the GF(2^128) products'
+//    and the mask's errors enter with weights drawn after h was sent: at
+//    most 1 / 2^128 more;
+//  - the opening is exact.
+// With at most 64 halvings: below 2^-64 + 2^-128 (1 + 126 + 128 + 62 + 1)
+// < 2^-63 per Verify. Inside a wave the AES kernel verifies at the first
+// AND-layer boundary where the log holds EngineOptions::verify_words AND
+// words (default MulLog::kVerifyWords, 65,536), so a batch runs at most
+// one Verify per AND layer, one per wave and two more: for the largest
+// batch (2^20 AES-256 blocks: 128 waves of at most 14 * 6 layers) under
+// 2^14 Verifies, below 2^-63 * 2^14 = 2^-49 per batch (union bound); with
+// the default, under 2,100 (1.25 * 10^8 AND words), below 2^-51. Both far
+// below the required 2^-40. The coins
 // are expanded with the AES-128 PRF (prf.h), which stands in for uniform
 // randomness. Lanes past a word's live ones are not checked: bitsliced
 // lanes never mix, and those lanes' outputs are dropped, so an error there
@@ -144,6 +156,9 @@ class MulLog {
   // block are dropped).
   size_t AddAnd(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
                 const uint64_t* y1, const uint64_t* z0, size_t n, int live = 64);
+  // AddAnd without the copy: room for n words whose x0, x1, y0, y1, z0 the
+  // caller writes at out[0 .. 5) before the next call.
+  size_t AppendAnd(size_t n, int live, uint64_t* out[5]);
   void SetAndZ1(size_t at, const uint64_t* z1, size_t n);
   // n GF(2^128) products, 16 bytes each.
   void AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
@@ -172,6 +187,14 @@ class MulLog {
   // batches (up to ~100 logins, ~350,000 words, G = 64) keep ~40 MB and
   // reuse it batch after batch, and a large batch's (a wave of 8,192
   // AES-128 blocks: ~700,000 words, ~80 MB) are not kept for good.
+  // EngineOptions::verify_words' default: the AES kernel verifies at the
+  // first AND-layer boundary where the log holds this many words (48 bytes
+  // each: ~3 MB per party, and the check's vectors ~4 MB more), so that
+  // the check reads the words from the cache
+  // while the three parties of a 2-core host share a 32 MB L3; a whole
+  // wave's log (700,000 words for 8,192 AES-128 blocks, ~33 MB per party)
+  // was read from memory, and the check cost ~30% more per word.
+  static constexpr size_t kVerifyWords = 65536;
   static constexpr size_t kMaxRetainedBytes = size_t{64} << 20;  // 64 MiB
   // Called after a batch (Clear first): if retained_bytes() exceeds
   // kMaxRetainedBytes, wipes every buffer over its whole capacity (they
@@ -203,7 +226,8 @@ class MulLog {
 
 // Runs the checks of a MulLog among the three parties (all call Verify at
 // the same point). Rounds: 2 coins, 1 first compression, 2 per halving
-// (ceil(log2 n) of them, see above), 1 opening, 1 compare. OK: every
+// (ceil(log2(n / 32)) of them, see above), 2 for the last compression, 1
+// opening, 1 compare. OK: every
 // logged product is right and every opening consistent, except with
 // probability below 2^-63.
 // DATA_LOSS: a party deviated (the batch must fail and the ring be

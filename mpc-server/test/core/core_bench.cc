@@ -3,7 +3,8 @@
 // and bytes sent per block per party. The real three-process benchmark
 // over TLS lives with the server.
 //
-//   kmpc_core_bench [--avx2] [--aesni] [--chunk=N] [--depth4|--depth6] [--malicious]
+//   kmpc_core_bench [--avx2] [--aesni] [--chunk=N] [--wave=N] [--verify-words=N]
+//                   [--depth4|--depth6] [--malicious]
 //                   [--reps=N] [--sizes=1,128,12800,100000]
 #include <algorithm>
 #include <chrono>
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
     else if (s == "--aesni") protocol::PrfForceAesNi(true);
     else if (s.rfind("--chunk=", 0) == 0) opt.chunk_lanes = std::stoul(s.substr(8));
     else if (s.rfind("--wave=", 0) == 0) opt.wave_lanes = std::stoul(s.substr(7));
+    else if (s.rfind("--verify-words=", 0) == 0) opt.verify_words = std::stoul(s.substr(15));
     else if (s == "--depth4") opt.small_sbox_min_blocks = ~0u;
     else if (s == "--aes128") only128 = true;
     else if (s == "--solo") solo = true;

@@ -337,5 +337,72 @@ TEST_P(DzkpPaths, HalvingMatchesThePlainSums) {
   }
 }
 
+// The fused fold and next halving: the same vectors and h(1), h(x) as
+// HalveFold then HalveH, for lengths around the 512-bit path's blocks.
+TEST_P(DzkpPaths, FusedHalvingMatchesFoldThenHalve) {
+  for (size_t n : {2, 3, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 1001}) {
+    std::vector<Fe> v[2][4];
+    for (auto& side : v)
+      for (auto& c : side) c.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      for (int c = 0; c < 4; ++c) v[0][c][i] = v[1][c][i] = RandomFe();
+    const Fe r = RandomFe();
+    Fe* f0[2] = {v[0][0].data(), v[0][1].data()};
+    Fe* g0[2] = {v[0][2].data(), v[0][3].data()};
+    Fe* f1[2] = {v[1][0].data(), v[1][1].data()};
+    Fe* g1[2] = {v[1][2].data(), v[1][3].data()};
+    HalveFold(f0, g0, n, r);
+    Fe want[2], got[2];
+    HalveH(f0, g0, (n + 1) / 2, want);
+    HalveFoldH(f1, g1, n, r, got);
+    EXPECT_TRUE(Eq(got[0], want[0])) << n;
+    EXPECT_TRUE(Eq(got[1], want[1])) << n;
+    for (size_t i = 0; i < (n + 1) / 2; ++i)
+      for (int c = 0; c < 4; ++c) ASSERT_TRUE(Eq(v[0][c][i], v[1][c][i])) << n << " " << i;
+  }
+}
+
+// The last compression on clear vectors (zero-padded to kTailWords): the
+// values at e_1 .. e_{T-1} and the claim give h(e_0); h(r) interpolated
+// from the 2T - 1 values equals f(r) g(r) after the fold; a wrong claim
+// gives a wrong h(r).
+TEST_P(DzkpPaths, TailCompressionMatchesThePlainSums) {
+  constexpr int T = kTailWords, P = kTailHPoints;
+  for (int n : {1, 2, 17, T}) {
+    std::vector<Fe> f(T, Zero()), g(T, Zero()), zf(T, Zero()), zg(T, Zero());
+    for (int k = 0; k < n; ++k) f[k] = RandomFe(), g[k] = RandomFe();
+    Fe claim = Zero();
+    for (int k = 0; k < n; ++k) claim = Add(claim, Mul(f[k], g[k]));
+    Fe* fv[2] = {f.data(), zf.data()};
+    Fe* gv[2] = {g.data(), zg.data()};
+    Fe h[P - 1];
+    TailH(fv, gv, h);
+    // h(e_p) = f(e_p) g(e_p), f(e_p) the interpolation of f_0 .. f_{T-1}.
+    for (int p : {1, T - 1, T, P - 1}) {
+      Fe lag[T];
+      LagrangeAt(T, FromU64(p), lag);
+      Fe fp = Zero(), gp = Zero();
+      for (int j = 0; j < T; ++j) fp = Add(fp, Mul(lag[j], f[j])), gp = Add(gp, Mul(lag[j], g[j]));
+      EXPECT_TRUE(Eq(h[p - 1], Mul(fp, gp))) << n << " p=" << p;
+    }
+    Fe v0[P], v1[P] = {}, w0[P];
+    v0[0] = claim;
+    for (int p = 1; p < P; ++p) {
+      v0[p] = h[p - 1];
+      if (p < T) v0[0] = Add(v0[0], h[p - 1]);
+    }
+    std::copy(v0, v0 + P, w0);
+    w0[0] = Add(w0[0], FromU64(1));
+    const Fe r = RandomFe();
+    Fe hr[2], hw[2];
+    Interpolate(P, v0, v1, r, hr);
+    Interpolate(P, w0, v1, r, hw);
+    TailFold(fv, gv, r);
+    EXPECT_TRUE(Eq(zf[0], Zero()));
+    EXPECT_TRUE(Eq(hr[0], Mul(f[0], g[0]))) << n;
+    EXPECT_FALSE(Eq(hw[0], Mul(f[0], g[0]))) << n;
+  }
+}
+
 }  // namespace
 }  // namespace kmpc::protocol::dzkp

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <random>
 #include <set>
@@ -1284,7 +1286,7 @@ TEST(Malicious, PadsComeOnlyFromVerifiedBatches) {
   ASSERT_GT(sizes.size(), 10u);
   uint64_t seq = 20;
   int caught = 0;
-  for (int trial = 0; trial < 12; ++trial) {
+  for (int trial = 0; trial < 24; ++trial) {
     const uint64_t step = rng() % sizes.size();
     if (sizes[step] == 0) continue;
     c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
@@ -1298,7 +1300,7 @@ TEST(Malicious, PadsComeOnlyFromVerifiedBatches) {
     c.Connect();
   }
   // Most AND-layer bits of a two-pad batch are lanes without a block.
-  EXPECT_GE(caught, 3);
+  EXPECT_GE(caught, 4);
   auto r = c.RunSame(seq++, jobs);
   mal::ExpectHonest(r);
   EXPECT_TRUE(PadsSignRight({*r[0], *r[1], *r[2]}, jobs, key));
@@ -1400,6 +1402,30 @@ TEST(Malicious, SeveralWavesAndTheDepth6Sbox) {
   EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 1, ctr0, p)));
 }
 
+// A check after every AND layer (verify_words 1) gives the same
+// ciphertext; servers whose verify_words differ refuse every batch.
+TEST(Malicious, VerifyWordsShapeTheRoundsAndMustAgree) {
+  EngineOptions every_layer = mal::Malicious();
+  every_layer.verify_words = 1;
+  {
+    Cluster c(every_layer);
+    const Bytes key = Random(32);
+    const std::string id = c.AddKey(key);
+    const Bytes p = Random(16 * 100);
+    const Bytes ct = ClusterEncrypt(c, id, 1, p);
+    const Bytes ctr0(ct.begin(), ct.begin() + 16);
+    EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 1, ctr0, p)));
+  }
+  Cluster c({mal::Malicious(), mal::Malicious(), every_layer});
+  const std::string id = c.AddKey(Random(16));
+  const std::vector<Job> a = {EncryptJob(id, 1, 2)};
+  auto r = c.RunEach(1, {a, a, a});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << i;
+    EXPECT_TRUE(absl::StrContains(r[i].status().message(), "--verify_words")) << r[i].status();
+  }
+}
+
 TEST(Malicious, ModesMustAgree) {
   Cluster c({mal::Malicious(), EngineOptions{}, mal::Malicious()});
   const std::string id = c.AddKey(Random(16));
@@ -1410,6 +1436,76 @@ TEST(Malicious, ModesMustAgree) {
     ASSERT_FALSE(r[i].ok());
     EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << r[i].status();
   }
+}
+
+// A batch large enough for the AES kernel to check inside its wave
+// (protocol::MulLog::kVerifyWords): an error in any message of an in-wave
+// check, or in an AND layer before or after one, is caught or harmless,
+// and the ring serves an honest batch afterwards.
+TEST(Malicious, InWaveChecksCatchTheirLayersAndMessages) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::mt19937_64 rng(0x77617665);
+  const int cheater = 2;
+  Cluster c(mal::Malicious(), cheater);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  // 1,600 blocks and the c0 block: 26 tiles, 5,440 AND words per tile
+  // (AES-128, depth-4 S-box): ~141,000 words, one or two checks inside
+  // the wave.
+  constexpr uint32_t kBlocks = 1600;
+  constexpr size_t kTileBytes = 26 * 16 * 8;  // one wire of an AND layer
+  static_assert(size_t{26} * 5440 > protocol::MulLog::kVerifyWords + 26 * 16 * 18);
+  const std::vector<Job> jobs = {EncryptJob(id, 4, kBlocks)};
+  const uint64_t before = c.cheat().sent();
+  mal::ExpectHonest(c.RunSame(10, jobs));
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  // AND-layer messages are whole wires of the 26 tiles; the in-wave
+  // checks' messages (coins, reshares, openings, compare) lie between them.
+  std::vector<uint64_t> layers, checks;
+  for (uint64_t s = 0; s < sizes.size(); ++s)
+    if (sizes[s] >= 3 * kTileBytes && sizes[s] % kTileBytes == 0) layers.push_back(s);
+  ASSERT_GE(layers.size(), 40u);
+  for (uint64_t s = layers.front(); s < layers.back(); ++s)
+    if (sizes[s] < kTileBytes) checks.push_back(s);
+  // A check: 2 coins, 1 reshare, 2 per halving (17 of them), 1 opening
+  // and 1 compare.
+  ASSERT_GE(checks.size(), 30u) << "no check inside the wave";
+  std::vector<uint64_t> steps(checks.begin(), checks.end());
+  for (int k = 0; k < 8; ++k) steps.push_back(layers[rng() % layers.size()]);
+  auto right = [&](const std::array<BatchResult, 3>& b) {
+    for (int i = 0; i < 3; ++i)
+      if (!b[i].jobs[0].ok()) return false;
+    const Bytes c0(b[0].jobs[0].ctr0.begin(), b[0].jobs[0].ctr0.end());
+    const Bytes want = RefEncrypt(key, 4, c0, Bytes(16 * kBlocks, 0));
+    Bytes ks = Keystream(b, 0);
+    ks.resize(16 * kBlocks);
+    return ks == Bytes(want.begin() + 16, want.end() - 16);
+  };
+  uint64_t seq = 20;
+  int caught = 0;
+  for (uint64_t s : steps) {
+    const size_t off = rng() % sizes[s];
+    const bool late = (rng() % 4) == 0;
+    c.cheat().Arm(s, off, static_cast<uint8_t>(1u << (rng() % 8)), late);
+    auto r = c.RunSame(seq++, jobs);
+    ASSERT_TRUE(c.cheat().fired());
+    caught += mal::ExpectCaughtOrHarmless(
+        r, cheater,
+        absl::StrCat("step ", s, "/", sizes.size(), " (", sizes[s], " bytes) offset ", off,
+                     late ? " late" : ""),
+        right);
+    c.cheat().Disarm();
+    c.Connect();
+  }
+  // An error in a coin, reshare, opening or compare of a check always
+  // fails it; one in an AND layer is harmless only on the lanes past the
+  // 1,601st.
+  EXPECT_GE(caught, static_cast<int>(checks.size()));
+  auto r = c.RunSame(seq++, jobs);
+  mal::ExpectHonest(r);
+  EXPECT_TRUE(right({*r[0], *r[1], *r[2]}));
+  std::printf("in-wave checks: %zu injections in %.1f s\n", steps.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 // The attack of issue 16: an error on m31 (depth-4 S-box, AND layer 2) of
