@@ -59,8 +59,8 @@ git -C "$src" \
   -c core.abbrev=12 -c diff.renames=false -c diff.noprefix=false \
   -c diff.mnemonicPrefix=false -c diff.algorithm=myers \
   -c format.signOff=false -c format.numbered=false \
-  -c format.coverLetter=false -c format.headers= -c format.to= -c format.cc= \
-  format-patch -q --no-numbered --subject-prefix=PATCH --no-signature \
+  -c format.coverLetter=false \
+  format-patch -q --no-to --no-cc --no-numbered --subject-prefix=PATCH --no-signature \
   --zero-commit --no-renames --no-binary --stat=72 \
   --filename-max-length=64 -o "$tmp" \
   "refs/tags/debian..refs/heads/$branch" >/dev/null
