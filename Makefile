@@ -190,6 +190,14 @@ bench: build
 deb: deps
 	@bash deploy/deb/make-deb.sh $(BUILD)
 
+# krb5-patches/ regenerated from the kmpc branch of build/krb5-src, then
+# checked (docs/krb5-patches.md): no patch may remove a line an earlier one
+# added.  KRB5_BRANCH picks another branch.
+.PHONY: krb5-series
+krb5-series:
+	@bash krb5-patches/export-series.sh -s $(BUILD)/krb5-src -b $(or $(KRB5_BRANCH),kmpc)
+	@$(PYTHON) krb5-patches/check-series.py --src $(BUILD)/krb5-src
+
 clean:
 	rm -rf $(CMAKE_BUILD)
 

@@ -69,14 +69,34 @@ apply_series() {
   have=$(cat "$build/.krb5-series" 2>/dev/null || true)
   [ "$want" = "$have" ] && return 0
   log "applying krb5-patches/series"
-  (cd "$src_root" &&
-    git am --abort >/dev/null 2>&1 || true
-    git reset -q --hard refs/tags/debian)
+  # The series is applied in a scratch worktree, and the source tree then
+  # checks out the result on a branch of its own ("series-applied"): git
+  # rewrites only the files that differ from what the tree holds, so make
+  # rebuilds only what a change of the series touches.  The branch that
+  # krb5-patches/ is exported from ("kmpc", made here from the applied
+  # series when it does not exist yet) is never reset.
+  local scratch=$build/krb5-series-apply head
+  git -C "$src_root" worktree remove --force "$scratch" >/dev/null 2>&1 || rm -rf "$scratch"
+  git -C "$src_root" worktree prune
+  git -C "$src_root" worktree add -q --detach "$scratch" refs/tags/debian
   for p in $(series_list); do
     log "  $p"
-    (cd "$src_root" && git am -q --keep-cr "$here/$p") || {
+    (cd "$scratch" && git am -q --keep-cr "$here/$p") || {
       echo "error: patch $p does not apply" >&2; exit 1; }
   done
+  head=$(git -C "$scratch" rev-parse HEAD)
+  git -C "$src_root" worktree remove --force "$scratch"
+  (cd "$src_root" &&
+    git am --abort >/dev/null 2>&1 || true
+    git checkout -q -f -B series-applied "$head")
+  if ! git -C "$src_root" rev-parse -q --verify refs/heads/kmpc >/dev/null; then
+    git -C "$src_root" branch kmpc series-applied
+  elif [ "$(git -C "$src_root" rev-parse 'kmpc^{tree}')" != \
+         "$(git -C "$src_root" rev-parse 'series-applied^{tree}')" ]; then
+    log "note: branch kmpc of $src_root differs from krb5-patches/:"
+    log "  export it with 'make krb5-series', or drop it with"
+    log "  'git -C $src_root branch -f kmpc series-applied'"
+  fi
   echo "$want" >"$build/.krb5-series"
   rm -f "$build/.krb5-configured"
 }
