@@ -61,7 +61,7 @@ test-integration: build
 	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) -m pytest -q -ra integration-tests
 
 # MIT's own KDC-facing Python tests (src/tests/t_*.py ...) on MIT's k5test
-# harness in its kmpc mode (krb5 patch 0016): every realm a test creates
+# harness in its kmpc mode (krb5's k5test kmpc-mode patch): every realm a test creates
 # gets three MPC servers and its krbtgt key (MODE=krbtgt), or also its
 # password principals' keys (MODE=users), in them; MODE=stock runs them
 # unchanged. Logs and summary in build/mit-kmpc/MODE.

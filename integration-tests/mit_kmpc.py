@@ -5,7 +5,7 @@ Runs MIT's test scripts (src/tests/t_*.py and friends, on MIT's k5test
 harness) from the patched krb5 build tree, as MIT's `make check` does
 (`cd build/krb5-obj/<dir> && PYTHONPATH=<src>/util python3
 <src>/<dir>/t_x.py`, after `make runenv.py` and the helper programs of the
-directory's check-pytests rule), with k5test's kmpc mode (krb5 patch 0016)
+directory's check-pytests rule), with k5test's kmpc mode (krb5's k5test kmpc-mode patch)
 switched on by K5TEST_KMPC:
 
   krbtgt  every realm a test creates gets three MPC servers of its own and
@@ -200,7 +200,7 @@ def main():
     if args.mode != "stock":
         with open(os.path.join(src, "util", "k5test.py")) as f:
             if "K5TEST_KMPC" not in f.read():
-                sys.exit("mit_kmpc: k5test.py has no kmpc mode (krb5 patch 0016 "
+                sys.exit("mit_kmpc: k5test.py has no kmpc mode (krb5's k5test kmpc-mode patch "
                          "not applied: make krb5)")
     out = os.path.join(os.path.abspath(args.out), args.mode)
     os.makedirs(out, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The aes128/aes256-ctr-mpc enctypes of krb5 patch 0001, checked three ways:
+"""The aes128/aes256-ctr-mpc enctypes of krb5's ctr-mpc enctypes patch, checked three ways:
 
 * the C library (through krb5-patches/tests/t_ctr_mpc) against the shared
   vectors, bit flips, counter ranges and key sizes;

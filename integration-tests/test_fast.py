@@ -1,5 +1,5 @@
 """FAST, FAST cookies and auth indicators (CAMMAC) with the krbtgt key held
-by the MPC cluster (krb5 patch 0015).  The "cluster" is krb5's test kdcmpc
+by the MPC cluster (krb5's key-operation layer patch).  The "cluster" is krb5's test kdcmpc
 module (test_kdc_handles.handle_realm: real keys in a file, every job completed
 asynchronously), so every ticket and signature can be checked here with the
 known keys.

@@ -71,7 +71,7 @@ def test_kdb_holds_only_handles(mpc):
         kinds = [line.split()[2] for line in out.splitlines()]
         assert kinds and set(kinds) == {"handle"}, out
     # A principal holding handles can never have a key read out
-    # (kadm5_get_principal_keys refuses it: krb5 patch 0010).
+    # (kadm5_get_principal_keys refuses it: krb5's key dealer patch).
     _, err = mpc.kdb_handle_run("get-key", "alice", "aes256-ctr-mpc", expected_code=1)
     assert "held by the MPC cluster and cannot be extracted" in err
 
@@ -166,7 +166,7 @@ def test_tampered_tgt_is_refused(mpc):
     tickets.check_tampered_tgt_is_refused(mpc, mpc.login)
 
 
-# ---- size caps on unauthenticated MPC work (krb5 patch 0007) -------------
+# ---- size caps on unauthenticated MPC work (krb5's key-operation layer patch) -------------
 
 def _as_req_with_enc_ts(cname, cipher):
     """An AS-REQ carrying PA-ENC-TIMESTAMP (2) whose EncryptedData

@@ -130,7 +130,7 @@ def test_module_exports_only_its_entry_point():
 
 def test_per_job_lines_only_with_logging_debug(kmpc_factory):
     """Without [logging] debug the KDC writes no per-job kdcmpc line (krb5
-    patch 0021 skips the call that formatted one and dropped it), and the
+    krb5's key-operation layer patch skips the call that formatted one and dropped it), and the
     exchanges and their own lines are as ever; with it (the other tests
     here) each job has its line."""
     t0 = time.monotonic()
@@ -281,7 +281,7 @@ def test_server_down_then_back(kmpc_factory):
     took = time.monotonic() - t0
     assert "A service is not available" in out, out
     # The KDC answers KDC_ERR_SVC_UNAVAILABLE at once (below), and the patched
-    # client (krb5 patch 0005) stops waiting for a KDC that said so.
+    # client (krb5's client SVC_UNAVAILABLE patch) stops waiting for a KDC that said so.
     assert took < 5, f"kinit took {took:.1f} s to fail"
     print(f"\nFIGURES party down: kinit failed after {took:.1f} s")
     _figures({"party_down_kinit_s": round(took, 1)})

@@ -1,4 +1,4 @@
-"""krb5 patch 0008: [kdcdefaults] kdc_udp_max_wait_ms drops, unanswered, UDP
+"""krb5's stale UDP request patch: [kdcdefaults] kdc_udp_max_wait_ms drops, unanswered, UDP
 requests which waited in the KDC's socket longer than that (kernel receive
 timestamps), so an overloaded KDC does not work for clients which gave up.
 

@@ -206,7 +206,7 @@ def test_change_refused_with_a_server_down(realm, how):
     _, listing, _ = kr.admin("status", expected_code=0)
     if how == "kadmin":
         # Every ticket carries a PAC whose KDC signature is made with the
-        # krbtgt key in the cluster (krb5 patch 0014), so the kadmin ticket
+        # krbtgt key in the cluster (krb5's key-operation layer patch), so the kadmin ticket
         # is obtained while the cluster is whole.
         kadmin_cc = "FILE:" + os.path.join(kr.dir, "kadmin.cc")
         kr.run(["kinit", "-c", kadmin_cc, "-S", "kadmin/admin", ADMIN],

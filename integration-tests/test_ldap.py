@@ -422,7 +422,7 @@ def test_mit_t_kdb_krbtgt_mode(tmp_path):
     the KDC on LDAP, aliases, password history, renames, dump/load, SASL
     EXTERNAL and DIGEST-MD5 binds) with K5TEST_KMPC=krbtgt: each of its
     three LDAP realms gets its krbtgt key made in the cluster right after
-    kdb5_ldap_util create (krb5 patch 0020); the db2 realm only runs
+    kdb5_ldap_util create (krb5's k5test kmpc-mode patch); the db2 realm only runs
     kdbtest (no KDB of its own, no krbtgt)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     build = os.environ.get("KMPC_BUILD", os.path.join(root, "build"))

@@ -120,9 +120,9 @@ def test_metrics_move_with_logins_and_hold_no_secret(kmpc_factory):
         assert value(a, "kmpc_malloc_in_use_bytes") > 0
 
     # The KDC module: six jobs back per login (the timestamp DECRYPT, the
-    # early reply checksum made alongside it, krb5 patch 0003's
+    # early reply checksum made alongside it, krb5's key-operation layer patch's
     # AS_MPC_CKSUM, the PAC's server and KDC signatures under the krbtgt,
-    # patch 0014, the ticket's and the reply's ENCRYPT); the wrong
+    # krb5's key-operation layer patch, the ticket's and the reply's ENCRYPT); the wrong
     # password's DECRYPT failed as an integrity failure, its checksum did
     # not. Batches observed.
     k0, k1 = before["kdc"], after["kdc"]

@@ -1,7 +1,7 @@
 """MIT krb5's own tests against kmpc, the fast subset `make test` runs.
 
 `make test-mit-kmpc` (integration-tests/mit_kmpc.py) runs MIT's KDC-facing
-Python tests on MIT's k5test harness in its kmpc mode (krb5 patch 0016):
+Python tests on MIT's k5test harness in its kmpc mode (krb5's k5test kmpc-mode patch):
 every realm a test creates gets three MPC servers and its krbtgt key in
 them. Here three of them that pass, through that target, in krbtgt mode:
 t_renew (renewal and validation decrypt and re-encrypt TGTs through the
@@ -9,7 +9,7 @@ cluster), t_u2u (user-to-user: the second ticket is a TGT under the
 MPC-held krbtgt) and gssapi/t_s4u (S4U2Self, S4U2Proxy, RBCD across three
 realms, with every evidence ticket's KDC and ticket signatures checked by
 VERIFY jobs; its realms on MIT's test KDB module get key handles, krb5
-patch 0018). Besides their passing, the logs must show that the krbtgt
+krb5's k5test kmpc-mode patch). Besides their passing, the logs must show that the krbtgt
 really was in the cluster and that the KDC issued tickets under it.
 """
 import json

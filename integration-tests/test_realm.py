@@ -49,7 +49,7 @@ def test_kinit_with_ctr_mpc_key(realm, enctype):
     # The TGT is encrypted in the krbtgt key (aes256-ctr-mpc first in the
     # realm's supported_enctypes).
     assert tkt == "aes256-ctr-mpc", out
-    # Session keys are never of an MPC enctype (krb5 patch 0003): the KDC
+    # Session keys are never of an MPC enctype (krb5's key-operation layer patch): the KDC
     # picks the ordinary enctype the client also offers.
     assert skey == "aes256-cts-hmac-sha1-96", out
     assert "krbtgt/KMPC.TEST@KMPC.TEST" in out

@@ -27,7 +27,7 @@ def _have_enctype(name):
         return False
 
 
-# The ctr-mpc enctypes exist once krb5 patch 0001 is in build/krb5.
+# The ctr-mpc enctypes exist once krb5's ctr-mpc enctypes patch is in build/krb5.
 if _have_enctype("aes256-ctr-mpc"):
     ENCTYPES.append("aes256-ctr-mpc")
 
@@ -262,7 +262,7 @@ def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
         assert res["ok_all_phases"] == 60 and res["failed_all_phases"] == 0, res
         per = storm_bench.mpc_per_login(m0, target.mpc_counters(), 60)
         # The TGT's PAC adds one Run per krbtgt signature (server, then KDC
-        # signature over it: krb5 patch 0014), which the ticket waits for;
+        # signature over it: krb5's key-operation layer patch), which the ticket waits for;
         # the ticket and reply are still finalize-only. Without speculation
         # it would be four; the first login learns.
         assert per["run_batches_per_login"] <= 3.1, per

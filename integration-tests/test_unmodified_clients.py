@@ -33,7 +33,7 @@ PROXY_TARGET = "HTTP/web.kmpc.test"
 STOCK = {name: f"/usr/bin/{name}" for name in
          ("kinit", "kvno", "klist", "kdestroy", "gss-client", "gss-server")}
 # The MPC enctype of the krbtgt as the stock client prints it (it has no
-# name for it): krb5 patch 0001's number for aes256-ctr-mpc.
+# name for it): krb5's ctr-mpc enctypes patch's number for aes256-ctr-mpc.
 MPC_ETYPE = "-29002"
 
 

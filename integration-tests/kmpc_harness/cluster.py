@@ -7,7 +7,7 @@ kmpc_realm.Realm (the plain patched-KDC realm) with:
   - certificates (deploy/gen-certs.sh) and three kmpc-mpc-server processes
     (kmpc_harness/mpc-local.sh) under DIR/mpc, ports checked free,
   - kdc.conf [plugins] kdcmpc: the real module (kdc-plugin's libkmpc_kdc.so)
-    when it is built, else krb5's test module (patch 0004), which holds the
+    when it is built, else krb5's test module (krb5's test kdcmpc module patch), which holds the
     keys in a file in DIR and is test scaffolding only,
   - the krbtgt key and the users' keys moved into the cluster with
     `kmpc-admin share` (--from-existing for the krbtgt and random-key users,
@@ -374,10 +374,10 @@ class KmpcRealm(kmpc_realm.Realm):
         for the real module's [kdcmpc] -> kmpc section (e.g. {"early_flush":
         "true", "batch_window_ms": 20}; kdc-plugin/src/options.h).
         server_flags: extra kmpc-mpc-server flags (KMPC_MPC_FLAGS).
-        udp_recv_buffer: [kdcdefaults] kdc_udp_recv_buffer (krb5 patch 0006;
+        udp_recv_buffer: [kdcdefaults] kdc_udp_recv_buffer (krb5's UDP receive buffer patch;
         0 for the OS default): the batched replies make the clients' next
         requests arrive in bursts, which overflow the default ~208 KB.
-        udp_max_wait_ms: [kdcdefaults] kdc_udp_max_wait_ms (krb5 patch 0008;
+        udp_max_wait_ms: [kdcdefaults] kdc_udp_max_wait_ms (krb5's stale UDP request patch;
         0, the default, = off as in MIT krb5): drop UDP requests that waited
         longer than this in the KDC's socket. It sheds work for clients that
         gave up under overload, but with a bounded client population it

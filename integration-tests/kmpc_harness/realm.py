@@ -33,7 +33,7 @@ PREFIX = os.environ.get("KRB5_PREFIX", os.path.join(BUILD, "krb5"))
 
 REALM = "KMPC.TEST"
 DEFAULT_ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc")
-# The KDC never makes session keys of an MPC enctype (krb5 patch 0003), so
+# The KDC never makes session keys of an MPC enctype (krb5's key-operation layer patch), so
 # clients must also offer, and be permitted, an ordinary one.
 DEFAULT_SESSION_ENCTYPES = ("aes256-cts-hmac-sha1-96",)
 

@@ -1,7 +1,7 @@
 /* -*- mode: c; c-basic-offset: 4; indent-tabs-mode: nil -*- */
 /*
  * t_ctr_mpc - tests of the aes128/aes256-ctr-mpc enctypes and the
- * gmac-aes128/256-mpc checksums added by krb5 patch 0001, through the public
+ * gmac-aes128/256-mpc checksums added by krb5's ctr-mpc enctypes patch, through the public
  * libkrb5/libk5crypto API of the patched build only.
  *
  *   t_ctr_mpc vectors FILE.json      reproduce every shared test vector

@@ -127,7 +127,7 @@ int32_t MpcEnctypeFor(int32_t enctype) {
 
 // Every key_data entry of princ, decrypted with the master key through
 // libkdb5, in the form kadm5_get_principal_keys gives (which refuses, by
-// design, principals holding key handles: krb5 patch 0010).
+// design, principals holding key handles: krb5's key dealer patch).
 static krb5_error_code ReadKeyData(krb5_context ctx, krb5_principal princ,
                                    kadm5_key_data** out, int* n_out) {
   *out = nullptr;

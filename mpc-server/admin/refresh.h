@@ -17,7 +17,7 @@
 //      kdcmpc's deadline_ms, 3 s by default, and speculate_ttl_ms, 4 s), and
 //      only once the KDB was seen naming N (not X) at two checks a grace
 //      period apart (a KDC that writes back a whole entry it read before
-//      the switch undoes it: the switch is then made again; krb5 patch 0012
+//      the switch undoes it: the switch is then made again; krb5's db2 lockout patch
 //      keeps kmpc's own db2 KDC from doing so, a KDB back end or replica
 //      KDC without it may), X is deleted from all three servers, many ids
 //      per call.
@@ -59,7 +59,7 @@ struct ReferenceHooks {
   // The same, read from the KDB now (optional; is_referenced if unset).
   // Checked before an old id is deleted: a KDC that read a principal
   // before the switch and writes the whole entry back afterwards (MIT's
-  // db2 lockout update without krb5 patch 0012) puts the old handle back,
+  // db2 lockout update without krb5's db2 lockout patch) puts the old handle back,
   // so the switch is made again and the old id kept.
   std::function<absl::StatusOr<bool>(const std::string& id)> is_referenced_now;
   // Atomically makes what refers to old_id refer to new_id, keeping
