@@ -663,8 +663,8 @@ def test_mpc_user_as_req_for_ordinary_service(mpc):
 def test_login_in_flight_does_not_undo_a_key_change(kmpc_factory):
     """A login's last-success write-back (db2 lockout) happens when its MPC
     jobs are done, up to seconds after the KDC read the entry; it must not
-    write back that stale copy over a key change made meanwhile (krb5 patch
-    0012: only the lockout fields are written onto the current entry)."""
+    write back that stale copy over a key change made meanwhile (krb5's db2
+    lockout patch: only the lockout fields are written onto the current entry)."""
     mpc = handle_realm(kmpc_factory, delay_ms=1500).setup(users=("alice",))
     mpc.start()
     before = mpc.kdb_handle_run("keys", "alice")[0]

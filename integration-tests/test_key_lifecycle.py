@@ -4,7 +4,7 @@ Real binaries only: kadmin.local, kadmind with the real kpasswd and kadmin
 clients, kinit changing an expired password, krb5kdc with the kmpc module,
 three kmpc-mpc-server processes, and kmpc's key dealer
 (kdc-plugin/dealer/dealer_module.cc) loaded by the patched libkdb5
-(krb5-patches/0010).
+(krb5's key dealer patch).
 
 What the KDB holds is read with the master key (kmpc-kdb-handle keys:
 libkdb5 decrypts each key_data entry and prints a handle's key id or the
