@@ -307,13 +307,20 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
         google::protobuf::Arena::CreateMessage<pb::RunRequest>(&call->arena);
     call->party_req[p]->CopyFrom(call->req);
   }
+  // One draw of the generator for every message of the request, each
+  // message its own slice (client::DealRandom).
+  size_t total = 0;
+  for (int k : shared) total += jobs_[call->idx[k]].job.input.size();
+  client::DealRandom random;
+  if (absl::Status st = random.Draw(total); !st.ok()) return st;
   for (int k : shared) {
     const Job& job = jobs_[call->idx[k]].job;
     std::array<pb::SharePair*, kParties> out;
     for (int p = 0; p < kParties; ++p)
       out[p] = call->party_req[p]->mutable_jobs(k)->mutable_data_shares();
     if (absl::Status st = client::Deal(
-            absl::MakeConstSpan(job.input.data(), job.input.size()), out);
+            absl::MakeConstSpan(job.input.data(), job.input.size()),
+            random.Take(job.input.size()), out);
         !st.ok())
       return st;
   }
@@ -728,6 +735,13 @@ void BatchStep::StartSign() {
   call->idx = std::move(idx);
   const std::string request_id = RandomId();
   for (int p = 0; p < kParties; ++p) call->req[p].set_request_id(request_id);
+  size_t total = 0;
+  for (size_t i : call->idx) total += jobs_[i].job.input.size();
+  client::DealRandom random;  // one draw for every item's message
+  if (absl::Status st = random.Draw(total); !st.ok()) {
+    FailOpen(st, &call->idx);
+    return;
+  }
   for (size_t i : call->idx) {
     const PendingJob& e = jobs_[i];
     std::array<pb::SharePair*, kParties> out;
@@ -744,7 +758,8 @@ void BatchStep::StartSign() {
     // The message as shares, dealt afresh for this item (enctype.md
     // invariant 5), as a Run CHECKSUM's.
     if (absl::Status st = client::Deal(
-            absl::MakeConstSpan(e.job.input.data(), e.job.input.size()), out);
+            absl::MakeConstSpan(e.job.input.data(), e.job.input.size()),
+            random.Take(e.job.input.size()), out);
         !st.ok()) {
       ScrubSign(call.get());
       FailOpen(st, &call->idx);

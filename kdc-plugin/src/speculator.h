@@ -111,8 +111,13 @@ struct HeldKeystream {
 // usage, cipher). Under load a KDC holds thousands (two keystreams and two
 // pads per login in flight); a job finds the newest one of its own key
 // among that key's alone, not by a scan of all (a reply's key is the
-// client's: one user's among hundreds). Invariants: `by_key_` lists every
-// element of `items_` once, under its own key, in the order of `items_`.
+// client's: one user's among hundreds), and one by its ctr0 (a linked
+// pad's ticket keystream, a verification pad) by a look-up, not a scan.
+// Invariants: `by_key_` lists every element of `items_` once, under its
+// own key, in the order of `items_`; `by_ctr0_` holds every element of
+// `items_` once, under its ctr0, with its push order (two verification
+// pads share a ctr0 when two TGS requests bring the same TGT: the newest
+// is found first, as by TakeNewest).
 class HeldList {
  public:
   using List = std::list<HeldKeystream>;
@@ -122,6 +127,14 @@ class HeldList {
   template <typename Fits>
   bool TakeNewest(const std::string& key_id, uint32_t usage,
                   kmpc::v1::Cipher cipher, Fits fits, HeldKeystream* out);
+  // The element of (key_id, usage, cipher) whose ctr0 is `ctr0`, or null.
+  const HeldKeystream* Find(const std::string& key_id, uint32_t usage,
+                            kmpc::v1::Cipher cipher,
+                            const std::string& ctr0) const;
+  // Takes out the element Find returns; false if none.
+  bool Take(const std::string& key_id, uint32_t usage,
+            kmpc::v1::Cipher cipher, const std::string& ctr0,
+            HeldKeystream* out);
   bool empty() const { return items_.empty(); }
   size_t size() const { return items_.size(); }
   const HeldKeystream& front() const { return items_.front(); }
@@ -131,8 +144,18 @@ class HeldList {
  private:
   static std::string Key(const std::string& key_id, uint32_t usage,
                          kmpc::v1::Cipher cipher);
+  using Ctr0Index =
+      std::unordered_multimap<std::string, std::pair<uint64_t, List::iterator>>;
+  // The newest entry of (key_id, usage, cipher) under ctr0, or end.
+  Ctr0Index::const_iterator FindEntry(const std::string& key_id,
+                                      uint32_t usage, kmpc::v1::Cipher cipher,
+                                      const std::string& ctr0) const;
+  // Drops `it`'s entry from by_ctr0_.
+  void Unindex(List::iterator it);
   List items_;
   std::unordered_map<std::string, std::deque<List::iterator>> by_key_;
+  Ctr0Index by_ctr0_;
+  uint64_t pushed_ = 0;
 };
 
 template <typename Fits>
@@ -146,6 +169,7 @@ bool HeldList::TakeNewest(const std::string& key_id, uint32_t usage,
   for (auto rit = v.rbegin(); rit != v.rend(); ++rit) {
     if (!fits(**rit)) continue;
     List::iterator it = *rit;
+    Unindex(it);
     *out = std::move(*it);
     v.erase(std::next(rit).base());
     if (v.empty()) by_key_.erase(m);
