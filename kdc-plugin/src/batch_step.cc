@@ -473,8 +473,10 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
   std::vector<HeldKeystream> held;
   size_t pads_lost = 0;
   const absl::Time expires = call.started + host_->options().speculate_ttl;
-  std::map<uint64_t, int> position;  // job id -> place in the request
-  for (int k = 0; k < n; ++k) position[call.req.jobs(k).job_id()] = k;
+  // Job id (its index in jobs_, BuildRunRequest) -> place in the request.
+  std::vector<int> position(jobs_.size(), -1);
+  for (int k = 0; k < n; ++k) position[call.idx[k]] = k;
+  held.reserve(n);
   for (int k = 0; k < n; ++k) {
     const size_t i = call.idx[k];
     PendingJob& e = jobs_[i];
@@ -524,11 +526,11 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
 // ENCRYPT succeeded and the pad's ctr0 is its ctr0 + kLinkedPadOffset as
 // the contract says; else empty (the pad signs as an unlinked one).
 std::string BatchStep::LinkedTicketCtr0(const RunCall& call,
-                                        const std::map<uint64_t, int>& position,
+                                        const std::vector<int>& position,
                                         int k) const {
-  auto p = position.find(call.req.jobs(k).pad_after());
-  if (p == position.end()) return {};
-  const pb::JobResult& enc = call.resp[0].results(p->second);
+  const uint64_t after = call.req.jobs(k).pad_after();
+  if (after >= position.size() || position[after] < 0) return {};
+  const pb::JobResult& enc = call.resp[0].results(position[after]);
   std::string want;
   if (enc.status() != pb::JOB_OK ||
       !contract::LinkedPadCtr0(enc.ctr0(), &want) ||

@@ -561,20 +561,16 @@ absl::Time Speculator::Prune(absl::Time now) {
   return next;
 }
 
-std::string HeldList::Key(const std::string& key_id, uint32_t usage,
-                          kmpc::v1::Cipher cipher) {
-  std::string k = key_id;
-  const uint32_t c = static_cast<uint32_t>(cipher);
-  k.append(reinterpret_cast<const char*>(&usage), sizeof(usage));
-  k.append(reinterpret_cast<const char*>(&c), sizeof(c));
-  return k;
-}
-
 void HeldList::push_back(HeldKeystream k) {
-  std::string key = Key(k.key_id, k.usage, k.cipher);
   items_.push_back(std::move(k));
   const List::iterator it = std::prev(items_.end());
-  by_key_[std::move(key)].push_back(it);
+  auto m = by_key_.find(ViewOf(it->key_id, it->usage, it->cipher));
+  if (m == by_key_.end())
+    m = by_key_
+            .emplace(Key{it->key_id, it->usage, static_cast<int>(it->cipher)},
+                     std::deque<List::iterator>())
+            .first;
+  m->second.push_back(it);
   by_ctr0_.emplace(it->ctr0, std::make_pair(++pushed_, it));
 }
 
@@ -618,7 +614,7 @@ bool HeldList::Take(const std::string& key_id, uint32_t usage,
   by_ctr0_.erase(c);
   // Its key's list holds it (invariant): a scan of iterators, no compares
   // of keys or counters.
-  auto m = by_key_.find(Key(key_id, usage, cipher));
+  auto m = by_key_.find(ViewOf(key_id, usage, cipher));
   std::deque<List::iterator>& v = m->second;
   v.erase(std::find(v.begin(), v.end(), it));
   if (v.empty()) by_key_.erase(m);
@@ -629,8 +625,8 @@ bool HeldList::Take(const std::string& key_id, uint32_t usage,
 
 // The oldest element overall is the oldest of its key too.
 void HeldList::pop_front() {
-  auto m = by_key_.find(Key(items_.front().key_id, items_.front().usage,
-                            items_.front().cipher));
+  auto m = by_key_.find(ViewOf(items_.front().key_id, items_.front().usage,
+                               items_.front().cipher));
   m->second.pop_front();
   if (m->second.empty()) by_key_.erase(m);
   Unindex(items_.begin());

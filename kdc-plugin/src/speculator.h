@@ -66,6 +66,7 @@
 #include <deque>
 #include <list>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -142,8 +143,42 @@ class HeldList {
   void clear();
 
  private:
-  static std::string Key(const std::string& key_id, uint32_t usage,
-                         kmpc::v1::Cipher cipher);
+  // What a job must match (key id, usage, cipher); looked up as a KeyView,
+  // without a copy of the key id (transparent hash and equality).
+  struct Key {
+    std::string key_id;
+    uint32_t usage;
+    int cipher;
+  };
+  struct KeyView {
+    std::string_view key_id;
+    uint32_t usage;
+    int cipher;
+  };
+  static KeyView View(const Key& k) { return {k.key_id, k.usage, k.cipher}; }
+  static KeyView View(const KeyView& k) { return k; }
+  static KeyView ViewOf(const std::string& key_id, uint32_t usage,
+                        kmpc::v1::Cipher cipher) {
+    return {key_id, usage, static_cast<int>(cipher)};
+  }
+  struct KeyHash {
+    using is_transparent = void;
+    template <class K>
+    size_t operator()(const K& k) const {
+      const KeyView v = View(k);
+      return std::hash<std::string_view>()(v.key_id) ^
+             (static_cast<size_t>(v.usage) * 0x9e3779b97f4a7c15ULL) ^
+             (static_cast<size_t>(v.cipher) << 56);
+    }
+  };
+  struct KeyEq {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      const KeyView x = View(a), y = View(b);
+      return x.key_id == y.key_id && x.usage == y.usage && x.cipher == y.cipher;
+    }
+  };
   using Ctr0Index =
       std::unordered_multimap<std::string, std::pair<uint64_t, List::iterator>>;
   // The newest entry of (key_id, usage, cipher) under ctr0, or end.
@@ -153,7 +188,7 @@ class HeldList {
   // Drops `it`'s entry from by_ctr0_.
   void Unindex(List::iterator it);
   List items_;
-  std::unordered_map<std::string, std::deque<List::iterator>> by_key_;
+  std::unordered_map<Key, std::deque<List::iterator>, KeyHash, KeyEq> by_key_;
   Ctr0Index by_ctr0_;
   uint64_t pushed_ = 0;
 };
@@ -162,8 +197,7 @@ template <typename Fits>
 bool HeldList::TakeNewest(const std::string& key_id, uint32_t usage,
                           kmpc::v1::Cipher cipher, Fits fits,
                           HeldKeystream* out) {
-  const std::string key = Key(key_id, usage, cipher);
-  auto m = by_key_.find(key);
+  auto m = by_key_.find(ViewOf(key_id, usage, cipher));
   if (m == by_key_.end()) return false;
   std::deque<List::iterator>& v = m->second;
   for (auto rit = v.rbegin(); rit != v.rend(); ++rit) {
