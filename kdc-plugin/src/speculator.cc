@@ -385,7 +385,7 @@ bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
                      held_.Find(h.key_id, kUsageTicket, h.cipher,
                                 h.linked_ctr0) != nullptr;
             },
-            pad) &&
+            pad, kPadScan) &&
         held_.Take(pad->key_id, kUsageTicket, pad->cipher, pad->linked_ctr0,
                    &ks)) {
       reserved_.emplace_back(pad->ctr0, std::move(ks));
@@ -396,9 +396,10 @@ bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
                             [&](const HeldKeystream& h) {
                               return fits(h) && h.linked_ctr0.empty();
                             },
-                            pad))
+                            pad, kPadScan))
     return true;
-  return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, fits, pad);
+  return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, fits, pad,
+                               kPadScan);
 }
 
 // A VERIFY_CHECKSUM whose ctr0 is a held verification pad's becomes a
