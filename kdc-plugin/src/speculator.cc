@@ -379,27 +379,26 @@ bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
     // A linked pad whose ticket keystream is still held (a look-up by its
     // ctr0: under load many linked pads lost theirs to other tickets).
     if (held_pads_.TakeNewest(
-            j.key_id, j.usage, j.cipher,
+            j.key_id, j.usage, j.cipher, len,
             [&](const HeldKeystream& h) {
               return fits(h) && !h.linked_ctr0.empty() &&
                      held_.Find(h.key_id, kUsageTicket, h.cipher,
                                 h.linked_ctr0) != nullptr;
             },
-            pad, kPadScan) &&
+            pad) &&
         held_.Take(pad->key_id, kUsageTicket, pad->cipher, pad->linked_ctr0,
                    &ks)) {
       reserved_.emplace_back(pad->ctr0, std::move(ks));
       return true;
     }
   }
-  if (held_pads_.TakeNewest(j.key_id, j.usage, j.cipher,
+  if (held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, len,
                             [&](const HeldKeystream& h) {
                               return fits(h) && h.linked_ctr0.empty();
                             },
-                            pad, kPadScan))
+                            pad))
     return true;
-  return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, fits, pad,
-                               kPadScan);
+  return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, len, fits, pad);
 }
 
 // A VERIFY_CHECKSUM whose ctr0 is a held verification pad's becomes a
@@ -481,7 +480,7 @@ bool Speculator::UseHeld(PendingJob* q) {
   const size_t len = j.input.size();
   HeldKeystream k;  // the keystream wipes itself as it goes (SecureBytes)
   if (!held_.TakeNewest(
-          j.key_id, j.usage, j.cipher,
+          j.key_id, j.usage, j.cipher, len,
           [&](const HeldKeystream& h) {
             return h.keystream.size() >= len && h.expires > q->enqueued;
           },
@@ -569,9 +568,9 @@ void HeldList::push_back(HeldKeystream k) {
   if (m == by_key_.end())
     m = by_key_
             .emplace(Key{it->key_id, it->usage, static_cast<int>(it->cipher)},
-                     std::deque<List::iterator>())
+                     std::deque<Entry>())
             .first;
-  m->second.push_back(it);
+  m->second.push_back({it, Length(*it)});
   by_ctr0_.emplace(it->ctr0, std::make_pair(++pushed_, it));
 }
 
@@ -616,8 +615,9 @@ bool HeldList::Take(const std::string& key_id, uint32_t usage,
   // Its key's list holds it (invariant): a scan of iterators, no compares
   // of keys or counters.
   auto m = by_key_.find(ViewOf(key_id, usage, cipher));
-  std::deque<List::iterator>& v = m->second;
-  v.erase(std::find(v.begin(), v.end(), it));
+  std::deque<Entry>& v = m->second;
+  v.erase(std::find_if(v.begin(), v.end(),
+                       [&](const Entry& e) { return e.it == it; }));
   if (v.empty()) by_key_.erase(m);
   *out = std::move(*it);
   items_.erase(it);

@@ -77,14 +77,6 @@
 
 namespace kmpc::kdc {
 
-// How many of the newest held pads of a key a signature looks at. Under
-// load a KDC holds thousands of the krbtgt key's pads (drawn per exchange
-// as its mean signatures, more than some use), and the unused ones stay
-// until their TTL behind newer ones that every signature takes first: a
-// scan of all of them per signature was ~5% of the KDC's CPU per login.
-// A signature that finds no pad among these runs as an ordinary CHECKSUM.
-inline constexpr size_t kPadScan = 64;
-
 // How long a verification pad is held (at most speculate_ttl): its
 // VERIFY follows its TGT's DECRYPT within the same exchange, and one drawn
 // for a TGT whose signature is not at the linked counter (an older ticket)
@@ -131,13 +123,17 @@ class HeldList {
  public:
   using List = std::list<HeldKeystream>;
   void push_back(HeldKeystream k);
-  // The newest element of (key_id, usage, cipher) that `fits`, taken out
-  // (its storage wiped as it goes, SecureBytes); false if none. Only the
-  // `max_scan` newest of that key are looked at.
+  // The newest element of (key_id, usage, cipher) at least `min_length`
+  // long (Length) that `fits`, taken out (its storage wiped as it goes,
+  // SecureBytes); false if none.
   template <typename Fits>
   bool TakeNewest(const std::string& key_id, uint32_t usage,
-                  kmpc::v1::Cipher cipher, Fits fits, HeldKeystream* out,
-                  size_t max_scan = SIZE_MAX);
+                  kmpc::v1::Cipher cipher, size_t min_length, Fits fits,
+                  HeldKeystream* out);
+  // What an element can serve: a pad's pad_length, a keystream's bytes.
+  static size_t Length(const HeldKeystream& h) {
+    return h.pad ? h.pad_length : h.keystream.size();
+  }
   // The element of (key_id, usage, cipher) whose ctr0 is `ctr0`, or null.
   const HeldKeystream* Find(const std::string& key_id, uint32_t usage,
                             kmpc::v1::Cipher cipher,
@@ -198,23 +194,28 @@ class HeldList {
   // Drops `it`'s entry from by_ctr0_.
   void Unindex(List::iterator it);
   List items_;
-  std::unordered_map<Key, std::deque<List::iterator>, KeyHash, KeyEq> by_key_;
+  // An element and its Length, side by side: a scan skips the ones too
+  // short without touching their list nodes (under load a key has
+  // thousands of pads held, most of them passed over by every signature).
+  struct Entry {
+    List::iterator it;
+    size_t length;
+  };
+  std::unordered_map<Key, std::deque<Entry>, KeyHash, KeyEq> by_key_;
   Ctr0Index by_ctr0_;
   uint64_t pushed_ = 0;
 };
 
 template <typename Fits>
 bool HeldList::TakeNewest(const std::string& key_id, uint32_t usage,
-                          kmpc::v1::Cipher cipher, Fits fits,
-                          HeldKeystream* out, size_t max_scan) {
+                          kmpc::v1::Cipher cipher, size_t min_length,
+                          Fits fits, HeldKeystream* out) {
   auto m = by_key_.find(ViewOf(key_id, usage, cipher));
   if (m == by_key_.end()) return false;
-  std::deque<List::iterator>& v = m->second;
-  size_t scanned = 0;
-  for (auto rit = v.rbegin(); rit != v.rend() && scanned++ < max_scan;
-       ++rit) {
-    if (!fits(**rit)) continue;
-    List::iterator it = *rit;
+  std::deque<Entry>& v = m->second;
+  for (auto rit = v.rbegin(); rit != v.rend(); ++rit) {
+    if (rit->length < min_length || !fits(*rit->it)) continue;
+    List::iterator it = rit->it;
     Unindex(it);
     *out = std::move(*it);
     v.erase(std::next(rit).base());

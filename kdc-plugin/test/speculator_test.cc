@@ -982,7 +982,10 @@ TEST(HeldListTest, FindAndTakeByCtr0) {
   EXPECT_FALSE(l.Take("k", 2, cipher, c2, &out));
   EXPECT_EQ(l.size(), 3u);
   // The key's own list lost exactly those two: newest first is job 5.
-  ASSERT_TRUE(l.TakeNewest("k", 2, cipher,
+  // Too short for the message (Length: an empty keystream): passed over.
+  EXPECT_FALSE(l.TakeNewest("k", 2, cipher, 1,
+                            [](const HeldKeystream&) { return true; }, &out));
+  ASSERT_TRUE(l.TakeNewest("k", 2, cipher, 0,
                            [](const HeldKeystream&) { return true; }, &out));
   EXPECT_EQ(out.run_job_id, 5u);
   EXPECT_EQ(l.Find("k", 2, cipher, c3), nullptr);
