@@ -85,6 +85,10 @@ def one(kind, build, users, conc, secs, outdir, label):
            "kdc_us": res["cpu"]["krb5kdc"]["us_per_login"],
            "kdc_cores": res["cpu"]["krb5kdc"]["cores"],
            "machine_busy_cores": res["machine_busy_cores"]}
+    servers = [v["us_per_login"] for n, v in res["cpu"].items()
+               if n.startswith("mpc-server")]
+    if servers:  # the three MPC servers together
+        out["servers_us"] = round(sum(servers), 1)
     for k in c1:
         out[k + "_per_login"] = round((c1[k] - c0.get(k, 0)) / max(logins, 1), 3)
     return out
@@ -119,6 +123,9 @@ def main():
                     help="closed-loop clients (default: as make bench)")
     ap.add_argument("-d", "--seconds", type=int, default=8)
     ap.add_argument("--json", help="write every round's figures here")
+    ap.add_argument("--alternate", action="store_true",
+                    help="the builds in reverse order every other round "
+                         "(the machine drifts within a round)")
     ap.add_argument("--stock-prefix", default="",
                     help="stock's krb5 prefix (default: $KRB5_PREFIX)")
     a = ap.parse_args()
@@ -138,7 +145,8 @@ def main():
     for r in range(a.rounds):
         row = {"stock": measure("stock", None, a.stock_prefix, a.users,
                                 a.concurrency, a.seconds, outdir, f"r{r}-stock")}
-        for label, path, prefix in builds:
+        order = builds[::-1] if a.alternate and r % 2 else builds
+        for label, path, prefix in order:
             row[label] = measure("kmpc", path, prefix, a.users, a.concurrency,
                                  a.seconds, outdir, f"r{r}-{label}")
         s = row["stock"]

@@ -307,13 +307,20 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
         google::protobuf::Arena::CreateMessage<pb::RunRequest>(&call->arena);
     call->party_req[p]->CopyFrom(call->req);
   }
+  // One draw of the generator for every message of the request, each
+  // message its own slice (client::DealRandom).
+  size_t total = 0;
+  for (int k : shared) total += jobs_[call->idx[k]].job.input.size();
+  client::DealRandom random;
+  if (absl::Status st = random.Draw(total); !st.ok()) return st;
   for (int k : shared) {
     const Job& job = jobs_[call->idx[k]].job;
     std::array<pb::SharePair*, kParties> out;
     for (int p = 0; p < kParties; ++p)
       out[p] = call->party_req[p]->mutable_jobs(k)->mutable_data_shares();
     if (absl::Status st = client::Deal(
-            absl::MakeConstSpan(job.input.data(), job.input.size()), out);
+            absl::MakeConstSpan(job.input.data(), job.input.size()),
+            random.Take(job.input.size()), out);
         !st.ok())
       return st;
   }
@@ -466,8 +473,10 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
   std::vector<HeldKeystream> held;
   size_t pads_lost = 0;
   const absl::Time expires = call.started + host_->options().speculate_ttl;
-  std::map<uint64_t, int> position;  // job id -> place in the request
-  for (int k = 0; k < n; ++k) position[call.req.jobs(k).job_id()] = k;
+  // Job id (its index in jobs_, BuildRunRequest) -> place in the request.
+  std::vector<int> position(jobs_.size(), -1);
+  for (int k = 0; k < n; ++k) position[call.idx[k]] = k;
+  held.reserve(n);
   for (int k = 0; k < n; ++k) {
     const size_t i = call.idx[k];
     PendingJob& e = jobs_[i];
@@ -517,11 +526,11 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
 // ENCRYPT succeeded and the pad's ctr0 is its ctr0 + kLinkedPadOffset as
 // the contract says; else empty (the pad signs as an unlinked one).
 std::string BatchStep::LinkedTicketCtr0(const RunCall& call,
-                                        const std::map<uint64_t, int>& position,
+                                        const std::vector<int>& position,
                                         int k) const {
-  auto p = position.find(call.req.jobs(k).pad_after());
-  if (p == position.end()) return {};
-  const pb::JobResult& enc = call.resp[0].results(p->second);
+  const uint64_t after = call.req.jobs(k).pad_after();
+  if (after >= position.size() || position[after] < 0) return {};
+  const pb::JobResult& enc = call.resp[0].results(position[after]);
   std::string want;
   if (enc.status() != pb::JOB_OK ||
       !contract::LinkedPadCtr0(enc.ctr0(), &want) ||
@@ -728,6 +737,13 @@ void BatchStep::StartSign() {
   call->idx = std::move(idx);
   const std::string request_id = RandomId();
   for (int p = 0; p < kParties; ++p) call->req[p].set_request_id(request_id);
+  size_t total = 0;
+  for (size_t i : call->idx) total += jobs_[i].job.input.size();
+  client::DealRandom random;  // one draw for every item's message
+  if (absl::Status st = random.Draw(total); !st.ok()) {
+    FailOpen(st, &call->idx);
+    return;
+  }
   for (size_t i : call->idx) {
     const PendingJob& e = jobs_[i];
     std::array<pb::SharePair*, kParties> out;
@@ -744,7 +760,8 @@ void BatchStep::StartSign() {
     // The message as shares, dealt afresh for this item (enctype.md
     // invariant 5), as a Run CHECKSUM's.
     if (absl::Status st = client::Deal(
-            absl::MakeConstSpan(e.job.input.data(), e.job.input.size()), out);
+            absl::MakeConstSpan(e.job.input.data(), e.job.input.size()),
+            random.Take(e.job.input.size()), out);
         !st.ok()) {
       ScrubSign(call.get());
       FailOpen(st, &call->idx);

@@ -120,7 +120,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   absl::Status RevealRun(RunCall* call);
   void HoldSpeculative(const RunCall& call);
   std::string LinkedTicketCtr0(const RunCall& call,
-                               const std::map<uint64_t, int>& position,
+                               const std::vector<int>& position,
                                int k) const;
   void CompleteRun(const RunCall& call, FinalizeCall* fin);
   static void ScrubRun(RunCall* call);

@@ -240,6 +240,7 @@ std::shared_ptr<BatchStep> Dispatcher::NextFinalizeOnly(absl::Time now,
   }
   std::vector<PendingJob> batch;
   const size_t take = std::max(options_.max_jobs, options_.backlog_jobs);
+  batch.reserve(std::min(take, finalize_only_queue_.size()));
   while (!finalize_only_queue_.empty() && batch.size() < take) {
     batch.push_back(std::move(finalize_only_queue_.front()));
     finalize_only_queue_.pop_front();
@@ -287,6 +288,7 @@ bool Dispatcher::StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk) {
   uint64_t blocks = 0;
   const size_t take_jobs = std::max(o.max_jobs, o.backlog_jobs);
   const uint64_t take_blocks = std::max(o.max_blocks, o.backlog_blocks);
+  batch.reserve(std::min(take_jobs, queue_.size()));
   while (!queue_.empty() && batch.size() < take_jobs &&
          (batch.empty() || blocks + queue_.front().blocks <= take_blocks)) {
     blocks += queue_.front().blocks;

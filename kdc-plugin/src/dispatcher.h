@@ -132,16 +132,16 @@ class Dispatcher : public StepHost,
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::deque<PendingJob> queue_;
+  JobFifo queue_;
   uint64_t queued_blocks_ = 0;
   int inflight_ = 0;
   bool flush_now_ = false;
   // ENCRYPT jobs whose keystream a speculative job gave: FINALIZE only, no
   // ring work, so they do not wait for the Run batches in flight.
-  std::deque<PendingJob> finalize_only_queue_;
+  JobFifo finalize_only_queue_;
   int finalize_only_inflight_ = 0;
   int sign_inflight_ = 0;
-  std::deque<PendingJob> sign_queue_;
+  JobFifo sign_queue_;
   absl::Time dispatcher_wake_ = absl::InfinitePast();
   // Steps made by SubmitterIdle and not yet started (Start runs outside
   // mu_ on the submitting thread); Close() waits for them, so that none

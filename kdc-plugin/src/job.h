@@ -125,6 +125,40 @@ struct PendingJob {
   bool done = false;  // completed (guarded by the BatchStep's mutex)
 };
 
+// A FIFO of pending jobs in one vector. std::deque keeps 512 bytes per
+// node, i.e. one PendingJob per node: an allocation and a free per job
+// queued. Here a popped job is moved from (its SecureBytes moved out, so
+// nothing secret stays behind) and its slot reused once the FIFO empties,
+// or dropped with the others before it once they are half the storage.
+class JobFifo {
+ public:
+  using iterator = std::vector<PendingJob>::iterator;
+  bool empty() const { return head_ == v_.size(); }
+  size_t size() const { return v_.size() - head_; }
+  PendingJob& front() { return v_[head_]; }
+  const PendingJob& front() const { return v_[head_]; }
+  void push_back(PendingJob&& job) { v_.push_back(std::move(job)); }
+  void pop_front() {
+    if (++head_ == v_.size()) {
+      clear();
+    } else if (head_ >= kCompactAt && 2 * head_ >= v_.size()) {
+      v_.erase(v_.begin(), v_.begin() + static_cast<ptrdiff_t>(head_));
+      head_ = 0;
+    }
+  }
+  void clear() {  // the jobs' SecureBytes wipe themselves
+    v_.clear();
+    head_ = 0;
+  }
+  iterator begin() { return v_.begin() + static_cast<ptrdiff_t>(head_); }
+  iterator end() { return v_.end(); }
+
+ private:
+  static constexpr size_t kCompactAt = 256;
+  std::vector<PendingJob> v_;
+  size_t head_ = 0;
+};
+
 // The job's public shape for the contract (proto/contract.h): an ENCRYPT
 // is its plaintext's length, never its plaintext.
 contract::JobShape ShapeOf(const Job& job);

@@ -376,28 +376,29 @@ bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
   };
   if (IsPac(j.input)) {
     HeldKeystream ks;
+    // A linked pad whose ticket keystream is still held (a look-up by its
+    // ctr0: under load many linked pads lost theirs to other tickets).
     if (held_pads_.TakeNewest(
-            j.key_id, j.usage, j.cipher,
+            j.key_id, j.usage, j.cipher, len,
             [&](const HeldKeystream& h) {
               return fits(h) && !h.linked_ctr0.empty() &&
-                     held_.TakeNewest(h.key_id, kUsageTicket, h.cipher,
-                                      [&](const HeldKeystream& k) {
-                                        return k.ctr0 == h.linked_ctr0;
-                                      },
-                                      &ks);
+                     held_.Find(h.key_id, kUsageTicket, h.cipher,
+                                h.linked_ctr0) != nullptr;
             },
-            pad)) {
+            pad) &&
+        held_.Take(pad->key_id, kUsageTicket, pad->cipher, pad->linked_ctr0,
+                   &ks)) {
       reserved_.emplace_back(pad->ctr0, std::move(ks));
       return true;
     }
   }
-  if (held_pads_.TakeNewest(j.key_id, j.usage, j.cipher,
+  if (held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, len,
                             [&](const HeldKeystream& h) {
                               return fits(h) && h.linked_ctr0.empty();
                             },
                             pad))
     return true;
-  return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, fits, pad);
+  return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, len, fits, pad);
 }
 
 // A VERIFY_CHECKSUM whose ctr0 is a held verification pad's becomes a
@@ -406,15 +407,11 @@ bool Speculator::UseVerifyPad(PendingJob* q) {
   const Job& j = q->job;
   const size_t len = j.input.size();
   const std::string ctr0 = j.checksum.substr(0, contract::kCtr0Size);
-  HeldKeystream pad;
-  if (!held_verify_.TakeNewest(
-          j.key_id, j.usage, j.cipher,
-          [&](const HeldKeystream& h) {
-            return h.ctr0 == ctr0 && h.pad_length >= len &&
-                   h.expires > q->enqueued;
-          },
-          &pad))
+  const HeldKeystream* h = held_verify_.Find(j.key_id, j.usage, j.cipher, ctr0);
+  if (h == nullptr || h->pad_length < len || h->expires <= q->enqueued)
     return false;
+  HeldKeystream pad;
+  held_verify_.Take(j.key_id, j.usage, j.cipher, ctr0, &pad);
   q->output.assign(pad.ctr0.begin(), pad.ctr0.end());
   q->sign = true;
   q->run_batch_id = std::move(pad.run_batch_id);
@@ -483,7 +480,7 @@ bool Speculator::UseHeld(PendingJob* q) {
   const size_t len = j.input.size();
   HeldKeystream k;  // the keystream wipes itself as it goes (SecureBytes)
   if (!held_.TakeNewest(
-          j.key_id, j.usage, j.cipher,
+          j.key_id, j.usage, j.cipher, len,
           [&](const HeldKeystream& h) {
             return h.keystream.size() >= len && h.expires > q->enqueued;
           },
@@ -564,32 +561,82 @@ absl::Time Speculator::Prune(absl::Time now) {
   return next;
 }
 
-std::string HeldList::Key(const std::string& key_id, uint32_t usage,
-                          kmpc::v1::Cipher cipher) {
-  std::string k = key_id;
-  const uint32_t c = static_cast<uint32_t>(cipher);
-  k.append(reinterpret_cast<const char*>(&usage), sizeof(usage));
-  k.append(reinterpret_cast<const char*>(&c), sizeof(c));
-  return k;
+void HeldList::push_back(HeldKeystream k) {
+  items_.push_back(std::move(k));
+  const List::iterator it = std::prev(items_.end());
+  auto m = by_key_.find(ViewOf(it->key_id, it->usage, it->cipher));
+  if (m == by_key_.end())
+    m = by_key_
+            .emplace(Key{it->key_id, it->usage, static_cast<int>(it->cipher)},
+                     std::deque<Entry>())
+            .first;
+  m->second.push_back({it, Length(*it)});
+  by_ctr0_.emplace(it->ctr0, std::make_pair(++pushed_, it));
 }
 
-void HeldList::push_back(HeldKeystream k) {
-  std::string key = Key(k.key_id, k.usage, k.cipher);
-  items_.push_back(std::move(k));
-  by_key_[std::move(key)].push_back(std::prev(items_.end()));
+void HeldList::Unindex(List::iterator it) {
+  auto [b, e] = by_ctr0_.equal_range(it->ctr0);
+  for (; b != e; ++b)
+    if (b->second.second == it) {
+      by_ctr0_.erase(b);
+      return;
+    }
+}
+
+HeldList::Ctr0Index::const_iterator HeldList::FindEntry(
+    const std::string& key_id, uint32_t usage, kmpc::v1::Cipher cipher,
+    const std::string& ctr0) const {
+  auto [b, e] = by_ctr0_.equal_range(ctr0);
+  auto best = by_ctr0_.end();
+  for (; b != e; ++b) {
+    const HeldKeystream& h = *b->second.second;
+    if (h.key_id != key_id || h.usage != usage || h.cipher != cipher)
+      continue;
+    if (best == by_ctr0_.end() || b->second.first > best->second.first)
+      best = b;
+  }
+  return best;
+}
+
+const HeldKeystream* HeldList::Find(const std::string& key_id, uint32_t usage,
+                                    kmpc::v1::Cipher cipher,
+                                    const std::string& ctr0) const {
+  auto c = FindEntry(key_id, usage, cipher, ctr0);
+  return c == by_ctr0_.end() ? nullptr : &*c->second.second;
+}
+
+bool HeldList::Take(const std::string& key_id, uint32_t usage,
+                    kmpc::v1::Cipher cipher, const std::string& ctr0,
+                    HeldKeystream* out) {
+  auto c = FindEntry(key_id, usage, cipher, ctr0);
+  if (c == by_ctr0_.end()) return false;
+  const List::iterator it = c->second.second;
+  by_ctr0_.erase(c);
+  // Its key's list holds it (invariant): a scan of iterators, no compares
+  // of keys or counters.
+  auto m = by_key_.find(ViewOf(key_id, usage, cipher));
+  std::deque<Entry>& v = m->second;
+  v.erase(std::find_if(v.begin(), v.end(),
+                       [&](const Entry& e) { return e.it == it; }));
+  if (v.empty()) by_key_.erase(m);
+  *out = std::move(*it);
+  items_.erase(it);
+  return true;
 }
 
 // The oldest element overall is the oldest of its key too.
 void HeldList::pop_front() {
-  auto m = by_key_.find(Key(items_.front().key_id, items_.front().usage,
-                            items_.front().cipher));
+  auto m = by_key_.find(ViewOf(items_.front().key_id, items_.front().usage,
+                               items_.front().cipher));
   m->second.pop_front();
   if (m->second.empty()) by_key_.erase(m);
+  Unindex(items_.begin());
   items_.pop_front();
 }
 
 void HeldList::clear() {
   by_key_.clear();
+  by_ctr0_.clear();
   items_.clear();  // SecureBytes wipes the keystreams
 }
 

@@ -66,6 +66,7 @@
 #include <deque>
 #include <list>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -111,17 +112,36 @@ struct HeldKeystream {
 // usage, cipher). Under load a KDC holds thousands (two keystreams and two
 // pads per login in flight); a job finds the newest one of its own key
 // among that key's alone, not by a scan of all (a reply's key is the
-// client's: one user's among hundreds). Invariants: `by_key_` lists every
-// element of `items_` once, under its own key, in the order of `items_`.
+// client's: one user's among hundreds), and one by its ctr0 (a linked
+// pad's ticket keystream, a verification pad) by a look-up, not a scan.
+// Invariants: `by_key_` lists every element of `items_` once, under its
+// own key, in the order of `items_`; `by_ctr0_` holds every element of
+// `items_` once, under its ctr0, with its push order (two verification
+// pads share a ctr0 when two TGS requests bring the same TGT: the newest
+// is found first, as by TakeNewest).
 class HeldList {
  public:
   using List = std::list<HeldKeystream>;
   void push_back(HeldKeystream k);
-  // The newest element of (key_id, usage, cipher) that `fits`, taken out
-  // (its storage wiped as it goes, SecureBytes); false if none.
+  // The newest element of (key_id, usage, cipher) at least `min_length`
+  // long (Length) that `fits`, taken out (its storage wiped as it goes,
+  // SecureBytes); false if none.
   template <typename Fits>
   bool TakeNewest(const std::string& key_id, uint32_t usage,
-                  kmpc::v1::Cipher cipher, Fits fits, HeldKeystream* out);
+                  kmpc::v1::Cipher cipher, size_t min_length, Fits fits,
+                  HeldKeystream* out);
+  // What an element can serve: a pad's pad_length, a keystream's bytes.
+  static size_t Length(const HeldKeystream& h) {
+    return h.pad ? h.pad_length : h.keystream.size();
+  }
+  // The element of (key_id, usage, cipher) whose ctr0 is `ctr0`, or null.
+  const HeldKeystream* Find(const std::string& key_id, uint32_t usage,
+                            kmpc::v1::Cipher cipher,
+                            const std::string& ctr0) const;
+  // Takes out the element Find returns; false if none.
+  bool Take(const std::string& key_id, uint32_t usage,
+            kmpc::v1::Cipher cipher, const std::string& ctr0,
+            HeldKeystream* out);
   bool empty() const { return items_.empty(); }
   size_t size() const { return items_.size(); }
   const HeldKeystream& front() const { return items_.front(); }
@@ -129,23 +149,74 @@ class HeldList {
   void clear();
 
  private:
-  static std::string Key(const std::string& key_id, uint32_t usage,
-                         kmpc::v1::Cipher cipher);
+  // What a job must match (key id, usage, cipher); looked up as a KeyView,
+  // without a copy of the key id (transparent hash and equality).
+  struct Key {
+    std::string key_id;
+    uint32_t usage;
+    int cipher;
+  };
+  struct KeyView {
+    std::string_view key_id;
+    uint32_t usage;
+    int cipher;
+  };
+  static KeyView View(const Key& k) { return {k.key_id, k.usage, k.cipher}; }
+  static KeyView View(const KeyView& k) { return k; }
+  static KeyView ViewOf(const std::string& key_id, uint32_t usage,
+                        kmpc::v1::Cipher cipher) {
+    return {key_id, usage, static_cast<int>(cipher)};
+  }
+  struct KeyHash {
+    using is_transparent = void;
+    template <class K>
+    size_t operator()(const K& k) const {
+      const KeyView v = View(k);
+      return std::hash<std::string_view>()(v.key_id) ^
+             (static_cast<size_t>(v.usage) * 0x9e3779b97f4a7c15ULL) ^
+             (static_cast<size_t>(v.cipher) << 56);
+    }
+  };
+  struct KeyEq {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      const KeyView x = View(a), y = View(b);
+      return x.key_id == y.key_id && x.usage == y.usage && x.cipher == y.cipher;
+    }
+  };
+  using Ctr0Index =
+      std::unordered_multimap<std::string, std::pair<uint64_t, List::iterator>>;
+  // The newest entry of (key_id, usage, cipher) under ctr0, or end.
+  Ctr0Index::const_iterator FindEntry(const std::string& key_id,
+                                      uint32_t usage, kmpc::v1::Cipher cipher,
+                                      const std::string& ctr0) const;
+  // Drops `it`'s entry from by_ctr0_.
+  void Unindex(List::iterator it);
   List items_;
-  std::unordered_map<std::string, std::deque<List::iterator>> by_key_;
+  // An element and its Length, side by side: a scan skips the ones too
+  // short without touching their list nodes (under load a key has
+  // thousands of pads held, most of them passed over by every signature).
+  struct Entry {
+    List::iterator it;
+    size_t length;
+  };
+  std::unordered_map<Key, std::deque<Entry>, KeyHash, KeyEq> by_key_;
+  Ctr0Index by_ctr0_;
+  uint64_t pushed_ = 0;
 };
 
 template <typename Fits>
 bool HeldList::TakeNewest(const std::string& key_id, uint32_t usage,
-                          kmpc::v1::Cipher cipher, Fits fits,
-                          HeldKeystream* out) {
-  const std::string key = Key(key_id, usage, cipher);
-  auto m = by_key_.find(key);
+                          kmpc::v1::Cipher cipher, size_t min_length,
+                          Fits fits, HeldKeystream* out) {
+  auto m = by_key_.find(ViewOf(key_id, usage, cipher));
   if (m == by_key_.end()) return false;
-  std::deque<List::iterator>& v = m->second;
+  std::deque<Entry>& v = m->second;
   for (auto rit = v.rbegin(); rit != v.rend(); ++rit) {
-    if (!fits(**rit)) continue;
-    List::iterator it = *rit;
+    if (rit->length < min_length || !fits(*rit->it)) continue;
+    List::iterator it = rit->it;
+    Unindex(it);
     *out = std::move(*it);
     v.erase(std::next(rit).base());
     if (v.empty()) by_key_.erase(m);

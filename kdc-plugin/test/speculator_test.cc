@@ -2,6 +2,7 @@
 // speculative keystreams for tickets and replies, re-runs when a party
 // forgot one, checksum pads and signatures, budgets and expiry.
 #include "batcher_fixture.h"
+#include "speculator.h"
 
 #include <syslog.h>
 
@@ -944,6 +945,56 @@ TEST_P(BatcherTest, SpeculationOffSendsNoExtraJobs) {
   ASSERT_TRUE(sink_.WaitFor(4));
   EXPECT_EQ(cluster_.calls().back().jobs, 1);
   EXPECT_EQ(b->stats().speculative_encrypts, 0u);
+}
+
+// HeldList's look-up by ctr0 (a linked pad's ticket keystream, a
+// verification pad): the newest of the right key, usage and cipher;
+// taking one keeps the other indexes whole (TakeNewest, pop_front after).
+TEST(HeldListTest, FindAndTakeByCtr0) {
+  auto held = [](std::string key, uint32_t usage, std::string ctr0,
+                 uint64_t job) {
+    HeldKeystream h;
+    h.key_id = std::move(key);
+    h.usage = usage;
+    h.cipher = kmpc::v1::CIPHER_AES256;
+    h.ctr0 = std::move(ctr0);
+    h.run_job_id = job;
+    return h;
+  };
+  const std::string c1(16, '1'), c2(16, '2'), c3(16, '3');
+  HeldList l;
+  l.push_back(held("k", 2, c1, 1));
+  l.push_back(held("k", 2, c2, 2));
+  l.push_back(held("k", 17, c2, 3));  // same ctr0, other usage
+  l.push_back(held("k", 2, c2, 4));   // a twin: newest first
+  l.push_back(held("k", 2, c3, 5));
+  const auto cipher = kmpc::v1::CIPHER_AES256;
+  EXPECT_EQ(l.Find("k", 2, cipher, std::string(16, '9')), nullptr);
+  EXPECT_EQ(l.Find("other", 2, cipher, c1), nullptr);
+  EXPECT_EQ(l.Find("k", 2, kmpc::v1::CIPHER_AES128, c1), nullptr);
+  ASSERT_NE(l.Find("k", 17, cipher, c2), nullptr);
+  EXPECT_EQ(l.Find("k", 17, cipher, c2)->run_job_id, 3u);
+  HeldKeystream out;
+  ASSERT_TRUE(l.Take("k", 2, cipher, c2, &out));
+  EXPECT_EQ(out.run_job_id, 4u);
+  ASSERT_TRUE(l.Take("k", 2, cipher, c2, &out));
+  EXPECT_EQ(out.run_job_id, 2u);
+  EXPECT_FALSE(l.Take("k", 2, cipher, c2, &out));
+  EXPECT_EQ(l.size(), 3u);
+  // The key's own list lost exactly those two: newest first is job 5.
+  // Too short for the message (Length: an empty keystream): passed over.
+  EXPECT_FALSE(l.TakeNewest("k", 2, cipher, 1,
+                            [](const HeldKeystream&) { return true; }, &out));
+  ASSERT_TRUE(l.TakeNewest("k", 2, cipher, 0,
+                           [](const HeldKeystream&) { return true; }, &out));
+  EXPECT_EQ(out.run_job_id, 5u);
+  EXPECT_EQ(l.Find("k", 2, cipher, c3), nullptr);
+  l.pop_front();  // job 1
+  EXPECT_EQ(l.Find("k", 2, cipher, c1), nullptr);
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l.front().run_job_id, 3u);
+  ASSERT_TRUE(l.Take("k", 17, cipher, c2, &out));
+  EXPECT_TRUE(l.empty());
 }
 
 }  // namespace

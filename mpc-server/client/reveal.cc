@@ -57,28 +57,59 @@ absl::Status Reveal(const std::array<const kmpc::v1::SharePair*, kParties>& s,
 
 absl::Status Deal(absl::Span<const uint8_t> data,
                   const std::array<kmpc::v1::SharePair*, kParties>& out) {
-  const size_t n = data.size();
-  std::array<std::string, kParties> s;
-  for (auto& x : s) x.assign(n, '\0');
-  auto wipe = [&] {
-    for (auto& x : s) OPENSSL_cleanse(x.data(), x.size());
-  };
-  if (n > 0 && (RAND_bytes(reinterpret_cast<unsigned char*>(s[0].data()),
-                           static_cast<int>(n)) != 1 ||
-                RAND_bytes(reinterpret_cast<unsigned char*>(s[1].data()),
-                           static_cast<int>(n)) != 1)) {
-    wipe();
+  DealRandom r;
+  if (absl::Status st = r.Draw(data.size()); !st.ok()) {
     for (auto* p : out) p->Clear();
+    return st;
+  }
+  return Deal(data, r.Take(data.size()), out);
+}
+
+DealRandom::~DealRandom() { OPENSSL_cleanse(buf_.data(), buf_.size()); }
+
+absl::Status DealRandom::Draw(size_t total_message_bytes) {
+  OPENSSL_cleanse(buf_.data(), buf_.size());
+  used_ = 0;
+  buf_.assign(2 * total_message_bytes, 0);
+  if (!buf_.empty() &&
+      RAND_bytes(buf_.data(), static_cast<int>(buf_.size())) != 1) {
+    OPENSSL_cleanse(buf_.data(), buf_.size());
+    buf_.clear();
     return absl::InternalError("random generator failed while dealing shares");
   }
-  for (size_t i = 0; i < n; ++i)
-    s[2][i] = static_cast<char>(data[i] ^ static_cast<uint8_t>(s[0][i]) ^
-                                static_cast<uint8_t>(s[1][i]));
-  for (int p = 0; p < kParties; ++p) {
-    out[p]->set_first(s[p]);
-    out[p]->set_second(s[(p + 1) % kParties]);
+  return absl::OkStatus();
+}
+
+absl::Span<const uint8_t> DealRandom::Take(size_t n) {
+  if (buf_.size() - used_ < 2 * n) return {};
+  absl::Span<const uint8_t> s(buf_.data() + used_, 2 * n);
+  used_ += 2 * n;
+  return s;
+}
+
+// s_0 and s_1 are written straight from `random` into the pairs, s_2 is
+// computed in party 2's string: no other copy of a share is made.
+absl::Status Deal(absl::Span<const uint8_t> data,
+                  absl::Span<const uint8_t> random,
+                  const std::array<kmpc::v1::SharePair*, kParties>& out) {
+  const size_t n = data.size();
+  if (random.size() != 2 * n) {
+    for (auto* p : out) p->Clear();
+    return absl::InvalidArgumentError(
+        "dealing shares: the random bytes do not match the message length");
   }
-  wipe();
+  const char* s0 = reinterpret_cast<const char*>(random.data());
+  const char* s1 = s0 + n;
+  out[0]->set_first(s0, n);
+  out[1]->set_first(s1, n);
+  std::string* s2 = out[2]->mutable_first();
+  s2->resize(n);
+  for (size_t i = 0; i < n; ++i)
+    (*s2)[i] = static_cast<char>(data[i] ^ static_cast<uint8_t>(s0[i]) ^
+                                 static_cast<uint8_t>(s1[i]));
+  out[0]->set_second(s1, n);
+  out[1]->set_second(*s2);
+  out[2]->set_second(s0, n);
   return absl::OkStatus();
 }
 

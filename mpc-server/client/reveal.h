@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -43,6 +44,34 @@ absl::Status Reveal(const std::array<const kmpc::v1::SharePair*, kParties>& pair
 // shares to two jobs. INTERNAL if the random generator fails (out cleared).
 // The caller wipes the pairs after sending them.
 absl::Status Deal(absl::Span<const uint8_t> data,
+                  const std::array<kmpc::v1::SharePair*, kParties>& out);
+
+// Randomness for dealing the messages of one request with one call to the
+// generator (RAND_bytes has a fixed cost per call, paid per message
+// otherwise): Draw(total) draws 2 * total bytes, and each message of n
+// bytes takes its own 2n-byte slice (Take) for Deal below, so no two
+// messages share a byte of it. Wiped when it goes (OPENSSL_cleanse).
+class DealRandom {
+ public:
+  DealRandom() = default;
+  DealRandom(const DealRandom&) = delete;
+  DealRandom& operator=(const DealRandom&) = delete;
+  ~DealRandom();
+  // INTERNAL if the random generator fails.
+  absl::Status Draw(size_t total_message_bytes);
+  // The next 2n bytes; empty if fewer are left (Deal then refuses).
+  absl::Span<const uint8_t> Take(size_t n);
+
+ private:
+  std::vector<uint8_t> buf_;
+  size_t used_ = 0;
+};
+
+// As Deal, with s_0 || s_1 = `random` (2 * data.size() bytes from
+// DealRandom::Take, used for this message alone). INVALID_ARGUMENT (out
+// cleared) if `random` has another length.
+absl::Status Deal(absl::Span<const uint8_t> data,
+                  absl::Span<const uint8_t> random,
                   const std::array<kmpc::v1::SharePair*, kParties>& out);
 
 // The additive reveal of a ring-free request (kmpc.proto SignResult):

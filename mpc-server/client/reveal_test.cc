@@ -101,6 +101,30 @@ TEST(Deal, SharesRevealTheMessageAndAreFresh) {
   EXPECT_TRUE(e[0].first().empty());
 }
 
+// One draw for several messages (DealRandom): each takes its own slice,
+// so two messages' shares differ even for the same message; a slice of the
+// wrong length, or one past the draw, is refused.
+TEST(Deal, OneDrawDealsSeveralMessagesFreshly) {
+  const std::string msg = "a PAC of thirty-two bytes, twice";
+  const auto data = absl::MakeConstSpan(
+      reinterpret_cast<const uint8_t*>(msg.data()), msg.size());
+  DealRandom r;
+  ASSERT_TRUE(r.Draw(2 * msg.size()).ok());
+  std::array<pb::SharePair, 3> a, b, c;
+  ASSERT_TRUE(::kmpc::client::Deal(data, r.Take(msg.size()), {&a[0], &a[1], &a[2]}).ok());
+  ASSERT_TRUE(::kmpc::client::Deal(data, r.Take(msg.size()), {&b[0], &b[1], &b[2]}).ok());
+  for (const auto* pairs : {&a, &b}) {
+    std::vector<uint8_t> out(msg.size());
+    ASSERT_TRUE(Reveal(Ptrs(*pairs), absl::MakeSpan(out), "message").ok());
+    EXPECT_EQ(std::string(out.begin(), out.end()), msg);
+  }
+  for (int p = 0; p < 3; ++p) EXPECT_NE(a[p].first(), b[p].first()) << p;
+  EXPECT_TRUE(r.Take(1).empty());  // the draw is used up
+  absl::Status st = ::kmpc::client::Deal(data, r.Take(msg.size()), {&c[0], &c[1], &c[2]});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(c[0].first().empty());
+}
+
 TEST(CombineAdditive, XorsThreeValuesAndChecksLengths) {
   const std::string t0(16, '\x01'), t1(16, '\x02'), t2(16, '\x07');
   std::vector<uint8_t> out(16);
