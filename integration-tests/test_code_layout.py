@@ -81,9 +81,6 @@ DEPLOY_TOOLS_UNDER_TEST = {
 NOT_A_REALM = {
     "kmpc_harness/replica.py:ReplicaKdc": "one more KDC (kpropd, its own KDB "
     "copy) of a KmpcRealm's realm; reuses Realm's daemon code",
-    "kmpc_harness/packages.py:PackagedRealm": "the Debian packages as "
-    "THREE-HOSTS.md installs them on emulated hosts (/etc/kmpc, the units' "
-    "command lines): the deployment under test, not the build tree's realm",
 }
 REALM_CLASSES = {"kmpc_harness/realm.py:Realm", "kmpc_harness/cluster.py:KmpcRealm"}
 

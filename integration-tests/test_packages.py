@@ -112,7 +112,7 @@ def hosts(packages, tmp_path, request):
     realm = None
     try:
         lan = ph.Lan().up()
-        realm = ph.PackagedRealm(root, lan, str(tmp_path), REALM)
+        realm = ph.PackagedDeployment(root, lan, str(tmp_path), REALM)
         packages["root_s"] = time.time() - t
         yield root, lan, realm
     finally:

@@ -210,8 +210,9 @@ def cleanup_stale(only_tag=None):
         sh(["ip", "netns", "del", ns], check=False)
 
 
-class PackagedRealm:
-    """A realm set up on the root's packages as THREE-HOSTS.md does it,
+class PackagedDeployment:
+    """kmpc as THREE-HOSTS.md deploys it from the root's packages (not a
+    realm class of the build tree: the installed units and /etc/kmpc),
     its daemons in the Lan's namespaces. Secrets (the master password,
     users' passwords) are passed on stdin or in files, never logged."""
 

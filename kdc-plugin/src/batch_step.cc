@@ -298,6 +298,11 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
         j->set_data(job.input.data(), job.input.size());
     }
   }
+  return DealRunShares(call, shared);
+}
+
+absl::Status BatchStep::DealRunShares(RunCall* call,
+                                      const std::vector<int>& shared) {
   if (shared.empty()) return absl::OkStatus();
   // Parties 1 and 2 get copies made before any share is set (so no
   // request holds another party's shares), then each job's message is

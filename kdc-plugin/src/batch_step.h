@@ -114,6 +114,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   // Fills the request(s); a checksum's message is dealt as shares, one
   // request per party then. INTERNAL if the random generator fails.
   absl::Status BuildRunRequest(RunCall* call);
+  // The messages of call->req's jobs at positions `shared` (CHECKSUM and
+  // VERIFY_CHECKSUM), dealt afresh into the three parties' requests.
+  absl::Status DealRunShares(RunCall* call, const std::vector<int>& shared);
   void OnRun(const std::shared_ptr<RunCall>& call);
   absl::Status CheckRunAnswers(const RunCall& call) const;
   absl::Status CheckJobResult(const RunCall& call, int k) const;
