@@ -129,8 +129,8 @@ def test_module_exports_only_its_entry_point():
 
 
 def test_per_job_lines_only_with_logging_debug(kmpc_factory):
-    """Without [logging] debug the KDC writes no per-job kdcmpc line (krb5
-    krb5's key-operation layer patch skips the call that formatted one and dropped it), and the
+    """Without [logging] debug the KDC writes no per-job kdcmpc line
+    (krb5's key-operation layer patch skips the call that formatted one and dropped it), and the
     exchanges and their own lines are as ever; with it (the other tests
     here) each job has its line."""
     t0 = time.monotonic()

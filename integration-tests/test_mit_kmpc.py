@@ -8,7 +8,7 @@ t_renew (renewal and validation decrypt and re-encrypt TGTs through the
 cluster), t_u2u (user-to-user: the second ticket is a TGT under the
 MPC-held krbtgt) and gssapi/t_s4u (S4U2Self, S4U2Proxy, RBCD across three
 realms, with every evidence ticket's KDC and ticket signatures checked by
-VERIFY jobs; its realms on MIT's test KDB module get key handles, krb5
+VERIFY jobs; its realms on MIT's test KDB module get key handles,
 krb5's k5test kmpc-mode patch). Besides their passing, the logs must show that the krbtgt
 really was in the cluster and that the KDC issued tickets under it.
 """
