@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kdcmpc_job.h"
 #include "test_util.h"
 
 extern "C" {
@@ -76,14 +77,7 @@ class ModuleTest : public ::testing::Test {
     return code;
   }
   krb5_kdcmpc_job Encrypt() {
-    krb5_kdcmpc_job job{};
-    job.type = KRB5_KDCMPC_ENCRYPT;
-    job.enctype = KRB5_KDCMPC_ENCTYPE_AES256;
-    job.key_id = key_id_;
-    job.usage = 2;
-    job.input.data = plaintext_;
-    job.input.length = sizeof(plaintext_) - 1;
-    return job;
+    return kmpc::kdc::testing::EncryptJob(key_id_, plaintext_);
   }
 
   std::string dir_;
