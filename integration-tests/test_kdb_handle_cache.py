@@ -1,0 +1,38 @@
+"""libkdb5's cache of decrypted key handles (krb5 patch 0012, lib/kdb/kdb_mpc.c).
+
+An AS request decrypts the krbtgt's stored key twice and the client's once;
+for MPC-protected principals that key is a handle, and libkdb5 keeps what the
+master key decrypts it to, keyed by the exact stored ciphertext and the master
+key. MIT's lib/kdb `make check` runs t_hcache (the patch adds it); this test
+builds and runs that one program in the patched tree `make krb5` left in
+build/krb5-obj, so that it runs in `make test` (the rest of lib/kdb's check
+needs k5test's runenv.py). t_hcache fails if a cached answer differs from the
+stored key, if an ordinary key is kept, if another master key gets an answer
+from the cache, or if more master keys than the cache's table lose a key.
+"""
+
+import os
+import subprocess
+import time
+
+from kmpc_paths import BUILD
+
+OBJDIR = os.path.join(BUILD, "krb5-obj", "lib", "kdb")
+SRCDIR = os.path.join(BUILD, "krb5-src", "src")
+LOCK = os.path.join(BUILD, ".krb5.lock")
+
+
+def test_t_hcache_passes():
+    t0 = time.monotonic()
+    assert os.path.isfile(os.path.join(OBJDIR, "Makefile")), (
+        f"{OBJDIR}: no configured krb5 tree; run `make krb5` first")
+    # The same lock as test-crypto: `make krb5` rebuilds this tree.
+    p = subprocess.run(["flock", LOCK, "make", "-s", "-C", OBJDIR, "t_hcache"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"building t_hcache failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}"
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(BUILD, "krb5-obj", "lib"),
+               KRB5_CONFIG=os.path.join(SRCDIR, "config-files", "krb5.conf"), LC_ALL="C")
+    r = subprocess.run(["./t_hcache"], cwd=OBJDIR, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, f"t_hcache failed ({r.returncode}): {r.stdout}{r.stderr}"
+    print(f"t_hcache: {time.monotonic() - t0:.1f} s")
