@@ -590,6 +590,34 @@ TEST_P(FakeBatcherTest, CorruptTagShareInFinalizeIsRejected) {
   EXPECT_TRUE(named) << ::testing::PrintToString(sink_.logs());
 }
 
+// Fake only: a server of KeyOps wire version 1 (kmpc.proto, "Shares travel
+// flat") among the three. The module does not read its answer as shares:
+// the job fails (kUnavailable) with both versions named, in its status and
+// in the log, and nothing is finalized.
+TEST_P(FakeBatcherTest, AServerOfAnotherWireVersionFailsTheBatchByName) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(5);
+  o.early_flush = false;  // flushed by the window
+  fake_.set_old_wire(2, true);
+  auto b = Make(o);
+  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  const absl::Status st = sink_.Get(1).status;
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "wire version 0")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "upgraded together")) << st;
+  for (const auto& c : fake_.calls()) EXPECT_NE(c.method, "Finalize");
+  bool logged = false;
+  for (const auto& l : sink_.logs())
+    logged |= absl::StrContains(l, "party 2 (fake) speaks KeyOps wire version 0");
+  EXPECT_TRUE(logged) << ::testing::PrintToString(sink_.logs());
+  // The same cluster at the current version: the job goes through.
+  fake_.set_old_wire(2, false);
+  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
+}
+
 // Fake only: the real servers have no hook for the fault (a cluster answering with ctr0 = 0).
 TEST_P(FakeBatcherTest, InvalidCounterFromTheClusterIsRejected) {
   BatcherOptions o;

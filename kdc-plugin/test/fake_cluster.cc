@@ -104,6 +104,10 @@ void FakeCluster::set_corrupt_finalize(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
   corrupt_fin_[p] = v;
 }
+void FakeCluster::set_old_wire(int p, bool v) {
+  std::lock_guard<std::mutex> l(mu_);
+  old_wire_[p] = v;
+}
 void FakeCluster::set_zero_ctr0(bool v) {
   std::lock_guard<std::mutex> l(mu_);
   zero_ctr0_ = v;
@@ -443,6 +447,10 @@ void FakeCluster::Sign(int party, const pb::SignRequest& req,
         return ComputeSign(req, out);
       },
       [this](int p, pb::SignResponse* r) {
+        if (old_wire_[p]) {
+          r->clear_wire_version();
+          r->clear_tag_shares();
+        }
         if (!corrupt_[p]) return;  // else flip a bit of each tag share
         std::string& t = *r->mutable_tag_shares();
         for (size_t i = 0; i < t.size(); i += 16) t[i] ^= 1;
@@ -631,6 +639,11 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
       "Run", party, req.jobs_size(), req.batch_id(), need, &runs_,
       [&](std::array<pb::RunResponse, 3>* out) { return ComputeRun(req, out); },
       [this](int p, pb::RunResponse* r) {
+        if (old_wire_[p]) {
+          r->clear_wire_version();
+          r->clear_ctr0s();
+          r->clear_shares();
+        }
         if (!corrupt_[p]) return;  // else flip a bit of its last share copy
         std::string& sh = *r->mutable_shares();
         if (!sh.empty()) sh.back() ^= 1;
@@ -675,6 +688,10 @@ void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
         return ComputeFinalize(req, out);
       },
       [this](int p, pb::FinalizeResponse* r) {
+        if (old_wire_[p]) {
+          r->clear_wire_version();
+          r->clear_tags();
+        }
         if (!corrupt_[p] && !corrupt_fin_[p]) return;  // each 2nd tag copy
         std::string& t = *r->mutable_tags();
         for (size_t i = 16; i < t.size(); i += 32) t[i] ^= 1;

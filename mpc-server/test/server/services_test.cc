@@ -772,6 +772,68 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
 // A batch mixing jobs that break the contract, an unknown key and good
 // jobs: every server reports the same per-job results (status, detail,
 // public values), the good jobs compute, the batch is not refused.
+// A KDC module of another KeyOps wire version (kmpc.proto, "Shares travel
+// flat"): every request is refused as a whole, BATCH_MALFORMED, with both
+// versions named, before anything is computed or any state is used; the
+// same requests at the current version go through.
+TEST_F(ServiceTest, AnotherWireVersionIsRefusedByName) {
+  const std::string id = PutKey(Rand(16));
+  v1::RunRequest run;
+  run.set_batch_id(Rand(16));
+  auto* job = run.add_jobs();
+  job->set_job_id(1);
+  job->set_key_id(id);
+  job->set_cipher(CipherOf(id));
+  job->set_type(v1::JOB_ENCRYPT);
+  job->set_usage(2);
+  job->set_length(20);
+  v1::FinalizeRequest fin;
+  fin.set_batch_id(Rand(16));
+  auto* it = fin.add_items();
+  it->set_run_batch_id(run.batch_id());
+  it->set_job_id(1);
+  it->set_ciphertext(std::string(20, 'c'));
+  v1::SignRequest sign;
+  sign.set_request_id(Rand(16));
+  sign.add_items()->set_run_batch_id(Rand(16));
+  auto named = [](const grpc::Status& st, uint32_t v) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_EQ(ErrorOf(st), v1::BATCH_MALFORMED) << st.error_message();
+    EXPECT_TRUE(absl::StrContains(st.error_message(),
+                                  absl::StrCat("wire version ", v)))
+        << st.error_message();
+    EXPECT_TRUE(absl::StrContains(st.error_message(),
+                                  absl::StrCat("version ", contract::kWireVersion)))
+        << st.error_message();
+  };
+  for (uint32_t v : {0u, 1u, contract::kWireVersion + 1}) {
+    run.set_wire_version(v);
+    fin.set_wire_version(v);
+    sign.set_wire_version(v);
+    v1::RunResponse rr;
+    v1::FinalizeResponse fr;
+    v1::SignResponse sr;
+    named(parties_[0].keyops->DoRun(run, &rr), v);
+    named(parties_[0].keyops->DoFinalize(fin, &fr), v);
+    named(parties_[0].keyops->DoSign(sign, &sr), v);
+    EXPECT_EQ(rr.results_size(), 0);
+    EXPECT_TRUE(rr.shares().empty());
+  }
+  // The current version: the Run computes, its ENCRYPT state was kept
+  // through the refused Finalize requests above, and one Finalize takes it.
+  std::array<v1::RunResponse, 3> resp;
+  for (auto& st : RunAll({run, run, run}, &resp)) ASSERT_TRUE(st.ok()) << st.error_message();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(resp[i].wire_version(), contract::kWireVersion);
+    EXPECT_EQ(resp[i].ctr0s().size(), 16u);
+    EXPECT_EQ(resp[i].shares().size(), 40u);  // two 20-byte keystream shares
+    v1::FinalizeResponse fr;
+    ASSERT_TRUE(parties_[i].keyops->DoFinalize(V(fin), &fr).ok()) << i;
+    EXPECT_EQ(fr.wire_version(), contract::kWireVersion);
+    EXPECT_EQ(fr.tags().size(), 32u);
+  }
+}
+
 TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   const std::string key = Rand(16);
   const std::string id = PutKey(key);
@@ -989,8 +1051,10 @@ class SignTest : public ServiceTest {
       EXPECT_TRUE(views.ok());
       for (int i = 0; i < 3; ++i) {
         const auto& c = (*views)[i].comp;
-        o[i]->mutable_data()->set_first(c[0].data(), c[0].size());
-        o[i]->mutable_data()->set_second(c[1].data(), c[1].size());
+        reqs[i].mutable_data_shares()->append(reinterpret_cast<const char*>(c[0].data()),
+                                              c[0].size());
+        reqs[i].mutable_data_shares()->append(reinterpret_cast<const char*>(c[1].data()),
+                                              c[1].size());
       }
     }
     std::array<v1::SignResponse, 3> out;
@@ -1094,7 +1158,7 @@ TEST_F(SignTest, MalformedItemsKeepThePad) {
       EXPECT_FALSE(bad[i].results(k).detail().empty());
       EXPECT_TRUE(TagShare(bad[i], k).empty());
     }
-  {  // shares of 3 and 4 bytes for a 4-byte message
+  {  // 7 bytes of shares for a 4-byte message (its slice takes 8)
     v1::SignRequest odd;
     odd.set_request_id(Rand(16));
     auto* it = odd.add_items();
@@ -1102,8 +1166,7 @@ TEST_F(SignTest, MalformedItemsKeepThePad) {
     it->set_job_id(1);
     it->set_usage(4);
     it->set_length(4);
-    it->mutable_data()->set_first("abc");
-    it->mutable_data()->set_second("abcd");
+    odd.mutable_data_shares()->append("abcabcd");
     v1::SignResponse r;
     ASSERT_TRUE(parties_[0].keyops->DoSign(V(odd), &r).ok());
     EXPECT_EQ(r.results(0).status(), v1::JOB_MALFORMED);
