@@ -64,12 +64,60 @@ const char* JobTypeName(pb::JobType type) {
   }
 }
 
-JobShape ShapeOf(const pb::Job& job) {
+JobShape ShapeOf(const pb::Job& job, const MessageShares* shares) {
   JobShape s{job.type(), job.cipher(), job.key_id().size(), job.length(),
              job.data(), job.checksum()};
-  s.share_sizes[0] = job.data_shares().first().size();
-  s.share_sizes[1] = job.data_shares().second().size();
+  if (shares != nullptr) {
+    s.share_sizes[0] = shares->first.size();
+    s.share_sizes[1] = shares->second.size();
+  }
   return s;
+}
+
+std::string WireVersionProblem(uint32_t got, absl::string_view peer) {
+  if (got == kWireVersion) return {};
+  return absl::StrCat(
+      peer, " speaks KeyOps wire version ", got,
+      got == 0 ? " (1 or unset: a build from before the flat share buffers)"
+               : "",
+      ", this end version ", kWireVersion,
+      ": the KDC module and the MPC servers must be upgraded together");
+}
+
+MessageShares FlatReader::TakePair(uint64_t n) {
+  if (n > left() / 2) return {};
+  MessageShares m{buf_.substr(at_, n), buf_.substr(at_ + n, n)};
+  at_ += 2 * n;
+  return m;
+}
+
+absl::string_view FlatReader::Take(uint64_t n) {
+  if (n > left()) return {};
+  absl::string_view v = buf_.substr(at_, n);
+  at_ += n;
+  return v;
+}
+
+std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
+  std::vector<MessageShares> out(req.jobs_size());
+  FlatReader r(req.data_shares());
+  for (int i = 0; i < req.jobs_size(); ++i) {
+    const pb::Job& j = req.jobs(i);
+    if (j.type() == pb::JOB_CHECKSUM || j.type() == pb::JOB_VERIFY_CHECKSUM)
+      out[i] = r.TakePair(j.length());
+  }
+  return out;
+}
+
+bool ResultHasCtr0(pb::JobType type, pb::JobStatus status) {
+  return status == pb::JOB_OK &&
+         (type == pb::JOB_ENCRYPT || type == pb::JOB_CHECKSUM ||
+          type == pb::JOB_PAD);
+}
+
+uint64_t RevealedShareBytes(const JobShape& job, pb::JobStatus status) {
+  if (status != pb::JOB_OK) return 0;
+  return RevealedBytes(job);
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "kmpc.pb.h"
@@ -30,6 +31,14 @@ inline constexpr size_t kTagSize = 16;
 inline constexpr size_t kCiphertextOverhead = kCtr0Size + kTagSize;
 // A gmac-aes*-mpc checksum: ctr0 || tag.
 inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
+// The KeyOps wire's version (kmpc.proto, "Shares travel flat"): every
+// request and response carries it, and either end refuses another.
+// 1: a string per share (SharePair fields); 2: one flat buffer per message.
+inline constexpr uint32_t kWireVersion = 2;
+// Empty if `got` is kWireVersion; else what is wrong, naming both versions
+// and `peer` ("the KDC module", "MPC party 1 (...)").
+std::string WireVersionProblem(uint32_t got, absl::string_view peer);
+
 // Largest message one job may cover (keystream blocks of ENCRYPT/DECRYPT,
 // data of CHECKSUM/VERIFY_CHECKSUM): 65,536 blocks, 1 MiB.
 inline constexpr uint64_t kMaxJobBlocks = 65536;
@@ -71,7 +80,8 @@ const char* JobTypeName(pb::JobType type);
 // A job's public inputs, as the module holds them before it builds the
 // request and as a server reads them from a pb::Job. No plaintext is among
 // them: an ENCRYPT's plaintext never leaves the KDC, a checksum's message
-// goes to each server as its two shares only (kmpc.proto Job.data_shares).
+// goes to each server as its two shares only (kmpc.proto
+// RunRequest.data_shares).
 struct JobShape {
   pb::JobType type = pb::JOB_TYPE_UNSPECIFIED;
   // Required (kmpc.proto Job.cipher): CheckJob fails CIPHER_UNSPECIFIED and
@@ -84,11 +94,45 @@ struct JobShape {
   absl::string_view data;       // DECRYPT only: ctr0||C||T
   absl::string_view checksum;   // VERIFY_CHECKSUM only: ctr0 || tag
   // CHECKSUM, VERIFY_CHECKSUM: sizes of the two shares of the message
-  // (Job.data_shares.first / .second); each must equal `length`. The module
+  // (RunRequest.data_shares); each must equal `length`. The module
   // checks a job before it deals the shares and sets both to `length`.
   uint64_t share_sizes[2] = {0, 0};
 };
-JobShape ShapeOf(const pb::Job& job);
+// One party's two shares of a message, as slices of a request's flat
+// buffer (kmpc.proto RunRequest.data_shares, SignRequest.data_shares).
+struct MessageShares {
+  absl::string_view first, second;
+};
+// The shape; share_sizes from `shares` (none: 0, 0).
+JobShape ShapeOf(const pb::Job& job, const MessageShares* shares = nullptr);
+
+// Reads a flat share buffer in order: each value's two shares, n bytes
+// each, or (Take) one n-byte slice. A value the buffer does not hold whole
+// comes out empty (both shares), and the reader stays where it was.
+class FlatReader {
+ public:
+  explicit FlatReader(absl::string_view buf) : buf_(buf) {}
+  MessageShares TakePair(uint64_t n);
+  absl::string_view Take(uint64_t n);
+  size_t left() const { return buf_.size() - at_; }
+
+ private:
+  absl::string_view buf_;
+  size_t at_ = 0;
+};
+
+// The message shares of each job of a RunRequest (RunRequest.data_shares
+// sliced in job order; empty for the types that take none, and for a job
+// whose slice the buffer does not hold whole: CheckJob then fails it).
+std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req);
+
+// Whether a Run result carries a ctr0 in RunResponse.ctr0s: a JOB_OK
+// ENCRYPT, CHECKSUM or PAD.
+bool ResultHasCtr0(pb::JobType type, pb::JobStatus status);
+// Bytes of each of the two shares a Run result carries in
+// RunResponse.shares: RevealedBytes for a JOB_OK ENCRYPT, DECRYPT or
+// CHECKSUM, else 0.
+uint64_t RevealedShareBytes(const JobShape& job, pb::JobStatus status);
 
 // The outcome of CheckJob: JOB_OK, JOB_MALFORMED (also for a cipher that is
 // not CIPHER_AES128 or CIPHER_AES256), or JOB_INTEGRITY_FAILED

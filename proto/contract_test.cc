@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "batch_error.h"
 
@@ -162,24 +163,91 @@ TEST(CheckJob, ChecksumMessageOnlyAsShares) {
     j.share_sizes[0] = j.share_sizes[1] = 0;
     EXPECT_EQ(CheckJob(j).status, pb::JOB_MALFORMED) << t;  // shares missing
   }
-  // From the proto: the shares' sizes are read, a clear message is seen.
-  pb::Job job;
+  // From the proto: the shares' sizes are read from the request's flat
+  // buffer (RunRequest.data_shares), a clear message is seen.
+  pb::RunRequest req;
+  pb::Job& job = *req.add_jobs();
   job.set_type(pb::JOB_CHECKSUM);
   job.set_cipher(pb::CIPHER_AES256);
   job.set_key_id(kKeyId);
   job.set_length(3);
-  job.mutable_data_shares()->set_first("abc");
-  job.mutable_data_shares()->set_second("def");
-  EXPECT_TRUE(CheckJob(ShapeOf(job)).ok());
+  req.set_data_shares("abcdef");
+  auto shape = [&] {
+    const std::vector<MessageShares> m = SliceMessageShares(req);
+    EXPECT_EQ(m.size(), 1u);
+    return ShapeOf(req.jobs(0), &m[0]);
+  };
+  EXPECT_TRUE(CheckJob(shape()).ok());
+  EXPECT_EQ(SliceMessageShares(req)[0].first, "abc");
+  EXPECT_EQ(SliceMessageShares(req)[0].second, "def");
   job.set_data("abc");
-  EXPECT_EQ(CheckJob(ShapeOf(job)).status, pb::JOB_MALFORMED);
+  EXPECT_EQ(CheckJob(shape()).status, pb::JOB_MALFORMED);
   job.clear_data();
-  job.mutable_data_shares()->set_second("de");
-  EXPECT_EQ(CheckJob(ShapeOf(job)).status, pb::JOB_MALFORMED);
+  req.set_data_shares("abcde");  // a buffer short of the job's slice
+  EXPECT_EQ(CheckJob(shape()).status, pb::JOB_MALFORMED);
   // An empty message: no shares at all is two empty shares.
   job.set_length(0);
-  job.clear_data_shares();
-  EXPECT_TRUE(CheckJob(ShapeOf(job)).ok());
+  req.clear_data_shares();
+  EXPECT_TRUE(CheckJob(shape()).ok());
+}
+
+// The flat layout (kmpc.proto, "Shares travel flat"): slices in job order
+// for the types that take shares, each 2 * length; a job whose slice the
+// buffer does not hold whole gets none, and the reader stays put.
+TEST(FlatShares, SlicesInJobOrder) {
+  pb::RunRequest req;
+  auto add = [&](pb::JobType t, uint32_t len) {
+    pb::Job* j = req.add_jobs();
+    j->set_type(t);
+    j->set_length(len);
+  };
+  add(pb::JOB_CHECKSUM, 2);
+  add(pb::JOB_ENCRYPT, 100);  // takes no shares
+  add(pb::JOB_VERIFY_CHECKSUM, 1);
+  add(pb::JOB_CHECKSUM, 3);
+  req.set_data_shares("aabbcdXYZ");
+  const std::vector<MessageShares> m = SliceMessageShares(req);
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0].first, "aa");
+  EXPECT_EQ(m[0].second, "bb");
+  EXPECT_TRUE(m[1].first.empty() && m[1].second.empty());
+  EXPECT_EQ(m[2].first, "c");
+  EXPECT_EQ(m[2].second, "d");
+  EXPECT_TRUE(m[3].first.empty() && m[3].second.empty());  // 3 of 6 bytes
+  FlatReader r("0123456789");
+  EXPECT_TRUE(r.Take(11).empty());
+  EXPECT_EQ(r.left(), 10u);
+  EXPECT_EQ(r.Take(4), "0123");
+  EXPECT_EQ(r.TakePair(3).second, "789");
+  EXPECT_EQ(r.left(), 0u);
+}
+
+TEST(FlatShares, ResultLayout) {
+  JobShape enc{pb::JOB_ENCRYPT, pb::CIPHER_AES256, kKeyIdSize, 40, "", ""};
+  JobShape pad{pb::JOB_PAD, pb::CIPHER_AES256, kKeyIdSize, 700, "", ""};
+  JobShape sum{pb::JOB_CHECKSUM, pb::CIPHER_AES256, kKeyIdSize, 70, "", ""};
+  const std::string ct(16 + 25 + 16, 'c');
+  JobShape dec{pb::JOB_DECRYPT, pb::CIPHER_AES256, kKeyIdSize, 0, ct, ""};
+  EXPECT_EQ(RevealedShareBytes(enc, pb::JOB_OK), 40u);
+  EXPECT_EQ(RevealedShareBytes(enc, pb::JOB_WITHHELD), 0u);
+  EXPECT_EQ(RevealedShareBytes(pad, pb::JOB_OK), 0u);
+  EXPECT_EQ(RevealedShareBytes(sum, pb::JOB_OK), 16u);
+  EXPECT_EQ(RevealedShareBytes(dec, pb::JOB_OK), 25u);
+  EXPECT_EQ(RevealedShareBytes(dec, pb::JOB_INTEGRITY_FAILED), 0u);
+  EXPECT_TRUE(ResultHasCtr0(pb::JOB_ENCRYPT, pb::JOB_OK));
+  EXPECT_TRUE(ResultHasCtr0(pb::JOB_PAD, pb::JOB_OK));
+  EXPECT_TRUE(ResultHasCtr0(pb::JOB_CHECKSUM, pb::JOB_OK));
+  EXPECT_FALSE(ResultHasCtr0(pb::JOB_DECRYPT, pb::JOB_OK));
+  EXPECT_FALSE(ResultHasCtr0(pb::JOB_ENCRYPT, pb::JOB_MALFORMED));
+}
+
+TEST(FlatShares, WireVersionProblemNamesBothVersions) {
+  EXPECT_TRUE(WireVersionProblem(kWireVersion, "x").empty());
+  const std::string old = WireVersionProblem(0, "MPC party 1");
+  EXPECT_NE(old.find("MPC party 1"), std::string::npos) << old;
+  EXPECT_NE(old.find("version 0"), std::string::npos) << old;
+  EXPECT_NE(old.find(std::to_string(kWireVersion)), std::string::npos) << old;
+  EXPECT_NE(old.find("upgraded together"), std::string::npos) << old;
 }
 
 TEST(CheckJob, Pad) {

@@ -119,10 +119,15 @@ struct BatchStep::RunCall {
       *google::protobuf::Arena::CreateMessage<pb::RunRequest>(&arena);
   // What party p is sent: `req` itself, unless the batch carries a
   // checksum message (CHECKSUM, VERIFY_CHECKSUM), whose shares differ per
-  // party (kmpc.proto Job.data_shares); then parties 1 and 2 get copies of
-  // `req` with their own shares.
+  // party (kmpc.proto RunRequest.data_shares); then parties 1 and 2 get
+  // copies of `req` with their own shares.
   std::array<pb::RunRequest*, kParties> party_req = {&req, &req, &req};
   OnArena<pb::RunResponse> resp{&arena};
+  // Where result k's values are in the responses' flat buffers (kmpc.proto
+  // RunResponse.ctr0s, .shares), from the public statuses (LayOut): its
+  // ctr0 at ctr0_at[k] (npos: none), its shares at share_at[k], each
+  // share_len[k] bytes.
+  std::vector<size_t> ctr0_at, share_at, share_len;
   std::array<absl::Status, kParties> st;
   std::atomic<int> left{kParties};
   std::vector<size_t> idx;  // request job k is jobs_[idx[k]]
@@ -189,6 +194,7 @@ void BatchStep::Start() {
   }
   if (!fin->idx.empty()) {
     fin->req.set_batch_id(RandomId());
+    fin->req.set_wire_version(contract::kWireVersion);
     StartFinalize(fin);
   }
   if (!run.empty()) StartRun(std::move(run));
@@ -242,6 +248,7 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
 
 absl::Status BatchStep::BuildRunRequest(RunCall* call) {
   call->req.set_batch_id(RandomId());
+  call->req.set_wire_version(contract::kWireVersion);
   call->req.mutable_jobs()->Reserve(static_cast<int>(call->idx.size()));
   // The timestamp DECRYPT of each speculation group in this request: its
   // speculative ENCRYPTs are released by the servers only if it holds
@@ -313,19 +320,22 @@ absl::Status BatchStep::DealRunShares(RunCall* call,
     call->party_req[p]->CopyFrom(call->req);
   }
   // One draw of the generator for every message of the request, each
-  // message its own slice (client::DealRandom).
+  // message its own slice (client::DealRandom), dealt in job order into
+  // each party's flat buffer.
   size_t total = 0;
   for (int k : shared) total += jobs_[call->idx[k]].job.input.size();
   client::DealRandom random;
   if (absl::Status st = random.Draw(total); !st.ok()) return st;
+  std::array<std::string*, kParties> flat;
+  for (int p = 0; p < kParties; ++p) {
+    flat[p] = call->party_req[p]->mutable_data_shares();
+    flat[p]->reserve(2 * total);
+  }
   for (int k : shared) {
     const Job& job = jobs_[call->idx[k]].job;
-    std::array<pb::SharePair*, kParties> out;
-    for (int p = 0; p < kParties; ++p)
-      out[p] = call->party_req[p]->mutable_jobs(k)->mutable_data_shares();
-    if (absl::Status st = client::Deal(
+    if (absl::Status st = client::DealFlat(
             absl::MakeConstSpan(job.input.data(), job.input.size()),
-            random.Take(job.input.size()), out);
+            random.Take(job.input.size()), flat);
         !st.ok())
       return st;
   }
@@ -363,14 +373,18 @@ void BatchStep::OnRun(const std::shared_ptr<RunCall>& call) {
   ScrubRun(call.get());
   if (fin->idx.empty()) return;
   fin->req.set_batch_id(RandomId());
+  fin->req.set_wire_version(contract::kWireVersion);
   StartFinalize(fin);
 }
 
 // The public parts of the three answers; names the parties, never a share.
-absl::Status BatchStep::CheckRunAnswers(const RunCall& call) const {
+absl::Status BatchStep::CheckRunAnswers(RunCall& call) const {
   const int n = call.req.jobs_size();
   for (int p = 0; p < kParties; ++p) {
     const pb::RunResponse& r = call.resp[p];
+    if (std::string v = contract::WireVersionProblem(r.wire_version(), Party(p));
+        !v.empty())
+      return absl::AbortedError(v);
     if (r.party() != static_cast<uint32_t>(p))
       return PartyOrderError(p, r.party());
     if (r.batch_id() != call.req.batch_id())
@@ -381,23 +395,68 @@ absl::Status BatchStep::CheckRunAnswers(const RunCall& call) const {
           Party(p), " returned ", r.results_size(), " results for ", n,
           " jobs"));
   }
+  for (int k = 0; k < n; ++k) {
+    const pb::JobResult& r0 = call.resp[0].results(k);
+    for (int p = 0; p < kParties; ++p) {
+      const pb::JobResult& r = call.resp[p].results(k);
+      if (r.job_id() != call.req.jobs(k).job_id())
+        return absl::AbortedError(
+            absl::StrCat(Party(p), " returned results out of order"));
+      if (r.status() != r0.status())
+        return absl::AbortedError(absl::StrCat(
+            Party(p), " and ", Party(0),
+            " disagree on the public result of job ", k));
+    }
+  }
+  if (absl::Status s = LayOut(&call); !s.ok()) return s;
   for (int k = 0; k < n; ++k)
     if (absl::Status s = CheckJobResult(call, k); !s.ok()) return s;
   return absl::OkStatus();
 }
 
+// The flat buffers' layout from the agreed statuses (kmpc.proto
+// RunResponse.ctr0s, .shares); every party's buffers must be exactly that
+// long, and the ctr0s (public) the same on all three.
+absl::Status BatchStep::LayOut(RunCall* call) const {
+  const int n = call->req.jobs_size();
+  call->ctr0_at.assign(n, std::string::npos);
+  call->share_at.assign(n, 0);
+  call->share_len.assign(n, 0);
+  size_t c = 0, s = 0;
+  for (int k = 0; k < n; ++k) {
+    const pb::JobStatus st = call->resp[0].results(k).status();
+    const Job& job = jobs_[call->idx[k]].job;
+    if (contract::ResultHasCtr0(job.type, st)) {
+      call->ctr0_at[k] = c;
+      c += contract::kCtr0Size;
+    }
+    call->share_at[k] = s;
+    call->share_len[k] = contract::RevealedShareBytes(ShapeOf(job), st);
+    s += 2 * call->share_len[k];
+  }
+  for (int p = 0; p < kParties; ++p) {
+    const pb::RunResponse& r = call->resp[p];
+    if (r.ctr0s().size() != c || r.shares().size() != s)
+      return absl::AbortedError(absl::StrCat(
+          Party(p), " returned ", r.ctr0s().size(), " bytes of counters and ",
+          r.shares().size(), " of shares for results that take ", c, " and ",
+          s));
+    if (r.ctr0s() != call->resp[0].ctr0s())
+      return absl::AbortedError(absl::StrCat(
+          Party(p), " and ", Party(0), " disagree on the counters"));
+  }
+  return absl::OkStatus();
+}
+
+// Result k's ctr0 (empty: none), party 0's copy (LayOut: all agree).
+absl::string_view BatchStep::Ctr0(const RunCall& call, int k) {
+  if (call.ctr0_at[k] == std::string::npos) return {};
+  return absl::string_view(call.resp[0].ctr0s())
+      .substr(call.ctr0_at[k], contract::kCtr0Size);
+}
+
 absl::Status BatchStep::CheckJobResult(const RunCall& call, int k) const {
   const pb::JobResult& r0 = call.resp[0].results(k);
-  for (int p = 0; p < kParties; ++p) {
-    const pb::JobResult& r = call.resp[p].results(k);
-    if (r.job_id() != call.req.jobs(k).job_id())
-      return absl::AbortedError(
-          absl::StrCat(Party(p), " returned results out of order"));
-    if (r.status() != r0.status() || r.ctr0() != r0.ctr0())
-      return absl::AbortedError(absl::StrCat(
-          Party(p), " and ", Party(0), " disagree on the public result of job ",
-          k));
-  }
   if (!JobFailure(r0).ok()) return absl::OkStatus();  // fails the job only
   const Job& job = jobs_[call.idx[k]].job;
   const bool ok = r0.status() == pb::JOB_OK;
@@ -407,13 +466,13 @@ absl::Status BatchStep::CheckJobResult(const RunCall& call, int k) const {
       // Invariant 4 (enctype.md) is the cluster's to keep; a counter range
       // through the all-zero block is refused here as well.
       if (ok && contract::CounterRangeOk(
-                    r0.ctr0(), contract::CeilBlocks(job.input.size())))
+                    Ctr0(call, k), contract::CeilBlocks(job.input.size())))
         return absl::OkStatus();
       return absl::AbortedError(absl::StrCat(
           "malformed ENCRYPT result (status or ctr0) for job ", k));
     case pb::JOB_CHECKSUM:
     case pb::JOB_PAD:
-      if (ok && contract::CounterRangeOk(r0.ctr0(), 0))
+      if (ok && contract::CounterRangeOk(Ctr0(call, k), 0))
         return absl::OkStatus();
       return absl::AbortedError(absl::StrCat(
           "malformed ", contract::JobTypeName(job.type),
@@ -438,12 +497,13 @@ absl::Status BatchStep::RevealRun(RunCall* call) {
     // A verdict only; a pad's ctr0 only.
     if (e.job.type == pb::JOB_VERIFY_CHECKSUM || e.job.type == pb::JOB_PAD)
       continue;
-    const size_t len = contract::RevealedBytes(ShapeOf(e.job));
-    std::array<const pb::SharePair*, kParties> s;
+    const size_t len = call->share_len[k];
+    std::array<client::ShareView, kParties> s;
     const bool tag = e.job.type == pb::JOB_CHECKSUM;
     for (int p = 0; p < kParties; ++p) {
-      const pb::JobResult& r = call->resp[p].results(k);
-      s[p] = tag ? &r.tag() : &r.keystream();
+      const absl::string_view flat = call->resp[p].shares();
+      s[p] = {flat.substr(call->share_at[k], len),
+              flat.substr(call->share_at[k] + len, len)};
     }
     // The output's layout (PendingJob::output): the value goes after ctr0
     // for an ordinary ENCRYPT and a CHECKSUM.
@@ -457,7 +517,10 @@ absl::Status BatchStep::RevealRun(RunCall* call) {
     } else {
       e.output.resize(len);
     }
-    std::copy(r0.ctr0().begin(), r0.ctr0().begin() + at, e.output.begin());
+    const absl::string_view ctr0 = Ctr0(*call, k);
+    if (ctr0.size() < at)
+      return absl::AbortedError(absl::StrCat("no ctr0 for job ", k));
+    std::copy(ctr0.begin(), ctr0.begin() + at, e.output.begin());
     absl::Status st = client::Reveal(
         s, absl::MakeSpan(e.output.data() + at, len),
         What(tag ? "tag" : "keystream", k).text, namer);
@@ -503,7 +566,7 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
       h.usage = e.job.usage;
       h.run_batch_id = call.req.batch_id();
       h.run_job_id = i;
-      h.ctr0 = r.ctr0();
+      h.ctr0 = std::string(Ctr0(call, k));
       h.keystream = std::move(e.output);
       h.expires = h.verify ? std::min(expires, call.started + kVerifyPadTtl)
                            : expires;
@@ -536,12 +599,12 @@ std::string BatchStep::LinkedTicketCtr0(const RunCall& call,
   const uint64_t after = call.req.jobs(k).pad_after();
   if (after >= position.size() || position[after] < 0) return {};
   const pb::JobResult& enc = call.resp[0].results(position[after]);
+  const absl::string_view enc_ctr0 = Ctr0(call, position[after]);
   std::string want;
   if (enc.status() != pb::JOB_OK ||
-      !contract::LinkedPadCtr0(enc.ctr0(), &want) ||
-      want != call.resp[0].results(k).ctr0())
+      !contract::LinkedPadCtr0(enc_ctr0, &want) || want != Ctr0(call, k))
     return {};
-  return enc.ctr0();
+  return std::string(enc_ctr0);
 }
 
 // Completes what needs no Finalize; collects the ciphertexts that do.
@@ -597,19 +660,9 @@ void BatchStep::ScrubRun(RunCall* call) {
   // step's calls have all answered, or none was made).
   for (int p = 0; p < kParties; ++p) {
     if (p > 0 && call->party_req[p] == &call->req) continue;
-    for (auto& j : *call->party_req[p]->mutable_jobs()) {
-      if (!j.has_data_shares()) continue;
-      Cleanse(j.mutable_data_shares()->mutable_first());
-      Cleanse(j.mutable_data_shares()->mutable_second());
-    }
+    Cleanse(call->party_req[p]->mutable_data_shares());
   }
-  for (auto* r : call->resp)
-    for (auto& res : *r->mutable_results()) {
-      Cleanse(res.mutable_keystream()->mutable_first());
-      Cleanse(res.mutable_keystream()->mutable_second());
-      Cleanse(res.mutable_tag()->mutable_first());
-      Cleanse(res.mutable_tag()->mutable_second());
-    }
+  for (auto* r : call->resp) Cleanse(r->mutable_shares());
 }
 
 // ----------------------------------------------------------- Finalize step
@@ -648,9 +701,13 @@ void BatchStep::OnFinalize(const std::shared_ptr<FinalizeCall>& fin) {
   absl::Status bad = CheckFinalizeAnswers(*fin);
   const client::PartyNamer namer = [this](int p) { return Party(p); };
   const int n = fin->req.items_size();
+  constexpr size_t kT = contract::kTagSize;
   for (int k = 0; k < n && bad.ok(); ++k) {
-    std::array<const pb::SharePair*, kParties> s;
-    for (int p = 0; p < kParties; ++p) s[p] = &fin->resp[p].results(k).tag();
+    std::array<client::ShareView, kParties> s;
+    for (int p = 0; p < kParties; ++p) {
+      const absl::string_view tags = fin->resp[p].tags();  // 2 * kT per item
+      s[p] = {tags.substr(2 * kT * k, kT), tags.substr(2 * kT * k + kT, kT)};
+    }
     SecureBytes& out = jobs_[fin->idx[k]].output;  // ctr0 || C || T
     bad = client::Reveal(
         s, absl::MakeSpan(out.data() + out.size() - contract::kTagSize,
@@ -670,14 +727,19 @@ absl::Status BatchStep::CheckFinalizeAnswers(const FinalizeCall& fin) const {
   const int n = fin.req.items_size();
   for (int p = 0; p < kParties; ++p) {
     const pb::FinalizeResponse& r = fin.resp[p];
+    if (std::string v = contract::WireVersionProblem(r.wire_version(), Party(p));
+        !v.empty())
+      return absl::AbortedError(v);
     if (r.party() != static_cast<uint32_t>(p))
       return PartyOrderError(p, r.party());
     if (r.batch_id() != fin.req.batch_id())
       return absl::AbortedError(
           absl::StrCat(Party(p), " answered for another batch"));
-    if (r.results_size() != n)
+    if (r.results_size() != n ||
+        r.tags().size() != 2 * contract::kTagSize * static_cast<size_t>(n))
       return absl::AbortedError(absl::StrCat(
-          Party(p), " returned ", r.results_size(), " tags for ", n, " items"));
+          Party(p), " returned ", r.results_size(), " results and ",
+          r.tags().size(), " bytes of tag shares for ", n, " items"));
     for (int k = 0; k < n; ++k)
       if (r.results(k).job_id() != fin.req.items(k).job_id() ||
           r.results(k).run_batch_id() != fin.req.items(k).run_batch_id())
@@ -716,11 +778,7 @@ void BatchStep::RerunFinalizeOnly(const FinalizeCall& fin, int party,
 }
 
 void BatchStep::ScrubFinalize(FinalizeCall* fin) {
-  for (auto* r : fin->resp)
-    for (auto& res : *r->mutable_results()) {
-      Cleanse(res.mutable_tag()->mutable_first());
-      Cleanse(res.mutable_tag()->mutable_second());
-    }
+  for (auto* r : fin->resp) Cleanse(r->mutable_tags());
 }
 
 // --------------------------------------------------------------- Sign step
@@ -732,6 +790,9 @@ struct BatchStep::SignCall {
   std::array<CallStatus, kParties> st;
   std::atomic<int> left{kParties};
   std::vector<size_t> idx;  // item k is jobs_[idx[k]]
+  // Party p's tag share of item k (a slice of resp[p].tag_shares; empty
+  // unless it answered JOB_OK with one), set by OnSign.
+  std::array<std::vector<absl::string_view>, kParties> tag;
 };
 
 void BatchStep::StartSign() {
@@ -741,7 +802,10 @@ void BatchStep::StartSign() {
   auto call = std::make_shared<SignCall>();
   call->idx = std::move(idx);
   const std::string request_id = RandomId();
-  for (int p = 0; p < kParties; ++p) call->req[p].set_request_id(request_id);
+  for (int p = 0; p < kParties; ++p) {
+    call->req[p].set_request_id(request_id);
+    call->req[p].set_wire_version(contract::kWireVersion);
+  }
   size_t total = 0;
   for (size_t i : call->idx) total += jobs_[i].job.input.size();
   client::DealRandom random;  // one draw for every item's message
@@ -749,9 +813,13 @@ void BatchStep::StartSign() {
     FailOpen(st, &call->idx);
     return;
   }
+  std::array<std::string*, kParties> flat;
+  for (int p = 0; p < kParties; ++p) {
+    flat[p] = call->req[p].mutable_data_shares();
+    flat[p]->reserve(2 * total);
+  }
   for (size_t i : call->idx) {
     const PendingJob& e = jobs_[i];
-    std::array<pb::SharePair*, kParties> out;
     for (int p = 0; p < kParties; ++p) {
       pb::SignItem* item = call->req[p].add_items();
       item->set_run_batch_id(e.run_batch_id);
@@ -760,13 +828,12 @@ void BatchStep::StartSign() {
       item->set_length(static_cast<uint32_t>(e.job.input.size()));
       if (e.job.type == pb::JOB_VERIFY_CHECKSUM)
         item->set_verify_tag(e.job.checksum.substr(contract::kCtr0Size));
-      out[p] = item->mutable_data();
     }
     // The message as shares, dealt afresh for this item (enctype.md
     // invariant 5), as a Run CHECKSUM's.
-    if (absl::Status st = client::Deal(
+    if (absl::Status st = client::DealFlat(
             absl::MakeConstSpan(e.job.input.data(), e.job.input.size()),
-            random.Take(e.job.input.size()), out);
+            random.Take(e.job.input.size()), flat);
         !st.ok()) {
       ScrubSign(call.get());
       FailOpen(st, &call->idx);
@@ -797,6 +864,8 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
     const pb::SignResponse& r = call->resp[p];
     if (!call->st[p].ok())
       why = absl::StrCat("MPC ", Party(p), ": ", Describe(call->st[p]));
+    else if (r.wire_version() != contract::kWireVersion)
+      why = contract::WireVersionProblem(r.wire_version(), Party(p));
     else if (r.party() != static_cast<uint32_t>(p))
       why = std::string(PartyOrderError(p, r.party()).message());
     else if (r.results_size() != n)
@@ -806,6 +875,7 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
       if (r.results(k).job_id() != call->req[p].items(k).job_id() ||
           r.results(k).run_batch_id() != call->req[p].items(k).run_batch_id())
         why = absl::StrCat(Party(p), " returned results out of order");
+    if (why.empty()) SliceTagShares(call.get(), p);
   }
   std::vector<size_t> rerun;
   if (!why.empty()) {
@@ -835,9 +905,7 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
       } else if (ok && e.output.size() == contract::kCtr0Size && !IsDone(i)) {
         e.output.resize(contract::kChecksumSize);
         absl::Status st = client::CombineAdditive(
-            {&call->resp[0].results(k).tag_share(),
-             &call->resp[1].results(k).tag_share(),
-             &call->resp[2].results(k).tag_share()},
+            {call->tag[0][k], call->tag[1][k], call->tag[2][k]},
             absl::MakeSpan(e.output.data() + contract::kCtr0Size,
                            contract::kTagSize),
             "tag", namer);
@@ -864,7 +932,7 @@ absl::Status BatchStep::CheckVerifyAnswer(const SignCall& call, int k) const {
   for (size_t b = 0; b < contract::kTagSize; ++b) {
     uint8_t x = 0;
     for (int p = 0; p < kParties; ++p) {
-      const std::string& s = call.resp[p].results(k).tag_share();
+      const absl::string_view s = call.tag[p][k];
       if (s.size() != contract::kTagSize)
         return absl::AbortedError("verify answers of the wrong size");
       x ^= static_cast<uint8_t>(s[b]);
@@ -894,14 +962,21 @@ void BatchStep::RerunSign(std::vector<size_t> idx, const std::string& why) {
   StartRun(std::move(again));
 }
 
+// Party p's tag shares, one per JOB_OK result in order (kmpc.proto
+// SignResponse.tag_shares); a result the buffer does not cover gets an
+// empty one (CombineAdditive and CheckVerifyAnswer refuse it).
+void BatchStep::SliceTagShares(SignCall* call, int p) {
+  const pb::SignResponse& r = call->resp[p];
+  contract::FlatReader flat(r.tag_shares());
+  call->tag[p].assign(r.results_size(), absl::string_view());
+  for (int k = 0; k < r.results_size(); ++k)
+    if (r.results(k).status() == pb::JOB_OK)
+      call->tag[p][k] = flat.Take(contract::kTagSize);
+}
+
 void BatchStep::ScrubSign(SignCall* call) {
-  for (auto* r : call->req)
-    for (auto& item : *r->mutable_items()) {
-      Cleanse(item.mutable_data()->mutable_first());
-      Cleanse(item.mutable_data()->mutable_second());
-    }
-  for (auto* r : call->resp)
-    for (auto& res : *r->mutable_results()) Cleanse(res.mutable_tag_share());
+  for (auto* r : call->req) Cleanse(r->mutable_data_shares());
+  for (auto* r : call->resp) Cleanse(r->mutable_tag_shares());
 }
 
 // -------------------------------------------------------------- Completion

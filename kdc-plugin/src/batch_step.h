@@ -118,7 +118,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   // VERIFY_CHECKSUM), dealt afresh into the three parties' requests.
   absl::Status DealRunShares(RunCall* call, const std::vector<int>& shared);
   void OnRun(const std::shared_ptr<RunCall>& call);
-  absl::Status CheckRunAnswers(const RunCall& call) const;
+  absl::Status CheckRunAnswers(RunCall& call) const;
+  absl::Status LayOut(RunCall* call) const;
+  static absl::string_view Ctr0(const RunCall& call, int k);
   absl::Status CheckJobResult(const RunCall& call, int k) const;
   absl::Status RevealRun(RunCall* call);
   void HoldSpeculative(const RunCall& call);
@@ -142,6 +144,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   // Re-runs sign jobs as ordinary CHECKSUM jobs (`why`: logged).
   void RerunSign(std::vector<size_t> idx, const std::string& why);
   absl::Status CheckVerifyAnswer(const SignCall& call, int k) const;
+  static void SliceTagShares(SignCall* call, int p);
   static void ScrubSign(SignCall* call);
 
   // Completion.

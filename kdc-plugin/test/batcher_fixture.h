@@ -187,7 +187,7 @@ class BatcherTest : public ::testing::TestWithParam<ClusterKind> {
   }
   int RunCalls() { return static_cast<int>(Runs().size()); }
   // Whether the cluster computes checksums over the message's shares
-  // (kmpc.proto Job.data_shares): the fake does; real servers of before
+  // (kmpc.proto RunRequest.data_shares): the fake does; real servers of before
   // that contract do not, and tests of checksum values skip on them.
   bool ChecksumsOnShares() {
     return GetParam() == ClusterKind::kFake ||

@@ -45,6 +45,28 @@ void Share(const std::string& v, std::array<pb::SharePair*, 3> out) {
   }
 }
 
+// A Run result's values before they go into the response's flat buffers
+// (kmpc.proto RunResponse.ctr0s, .shares).
+struct Values {
+  std::string ctr0;
+  pb::SharePair keystream, tag;
+};
+
+// Appends every result's values in order, as the servers lay them out.
+void Flatten(const std::vector<std::array<Values, 3>>& v,
+             std::array<pb::RunResponse, 3>* out) {
+  for (int p = 0; p < 3; ++p) {
+    pb::RunResponse& r = (*out)[p];
+    for (const auto& x : v) {
+      r.mutable_ctr0s()->append(x[p].ctr0);
+      for (const pb::SharePair* sp : {&x[p].keystream, &x[p].tag}) {
+        r.mutable_shares()->append(sp->first());
+        r.mutable_shares()->append(sp->second());
+      }
+    }
+  }
+}
+
 }  // namespace
 
 FakeCluster::FakeCluster() : thread_([this] { Loop(); }) {}
@@ -81,6 +103,10 @@ void FakeCluster::set_corrupt(int p, bool v) {
 void FakeCluster::set_corrupt_finalize(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
   corrupt_fin_[p] = v;
+}
+void FakeCluster::set_old_wire(int p, bool v) {
+  std::lock_guard<std::mutex> l(mu_);
+  old_wire_[p] = v;
 }
 void FakeCluster::set_zero_ctr0(bool v) {
   std::lock_guard<std::mutex> l(mu_);
@@ -182,7 +208,10 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
   for (int p = 0; p < 3; ++p) {
     (*out)[p].set_batch_id(req.batch_id());
     (*out)[p].set_party(p);
+    (*out)[p].set_wire_version(contract::kWireVersion);
   }
+  if (!contract::WireVersionProblem(req.wire_version(), "the KDC").empty())
+    return Refused(pb::BATCH_MALFORMED, "wire version");
   if (req.batch_id().size() != contract::kBatchIdSize || req.jobs().empty())
     return Refused(pb::BATCH_MALFORMED, "batch id size or no jobs");
   std::set<uint64_t> ids;
@@ -192,6 +221,11 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
       return Refused(pb::BATCH_MALFORMED, "duplicate job id");
     batch_blocks += contract::JobBlocks(contract::ShapeOf(j));
   }
+  // Party 0's slices: every party's have the same sizes (the KDC deals
+  // them alike), which is all CheckJob looks at.
+  const std::vector<contract::MessageShares> sliced =
+      contract::SliceMessageShares(req);
+  std::vector<std::array<Values, 3>> values(req.jobs_size());
   if (batch_blocks > contract::kMaxBatchBlocks)
     return Refused(pb::BATCH_TOO_LARGE, "too many AES blocks");
   for (int k = 0; k < req.jobs_size(); ++k) {
@@ -201,7 +235,8 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
       r[p] = (*out)[p].add_results();
       r[p]->set_job_id(j.job_id());
     }
-    const contract::JobCheck check = contract::CheckJob(contract::ShapeOf(j));
+    const contract::JobCheck check =
+        contract::CheckJob(contract::ShapeOf(j, &sliced[k]));
     if (!check.ok()) {
       FailJob(r, check.status, check.detail);
       continue;
@@ -243,16 +278,19 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
       continue;
     }
     for (auto* x : r) x->set_status(pb::JOB_OK);
-    auto pairs = [&](pb::SharePair* (pb::JobResult::*m)()) {
-      return std::array<pb::SharePair*, 3>{(r[0]->*m)(), (r[1]->*m)(),
-                                           (r[2]->*m)()};
+    std::array<Values, 3>& val = values[k];
+    auto pairs = [&](pb::SharePair Values::*m) {
+      return std::array<pb::SharePair*, 3>{&(val[0].*m), &(val[1].*m),
+                                           &(val[2].*m)};
+    };
+    auto set_ctr0 = [&](const std::string& c) {
+      for (auto& x : val) x.ctr0 = c;
     };
     switch (j.type()) {
       case pb::JOB_ENCRYPT: {
         std::string ctr0 = zero_ctr0_ ? std::string(16, '\0') : Random(16);
-        for (auto* x : r) x->set_ctr0(ctr0);
-        Share(Keystream(key, ctr0, j.length()),
-              pairs(&pb::JobResult::mutable_keystream));
+        set_ctr0(ctr0);
+        Share(Keystream(key, ctr0, j.length()), pairs(&Values::keystream));
         enc_[{req.batch_id(), j.job_id()}] = {key, ctr0, j.usage(), j.length()};
         break;
       }
@@ -263,8 +301,7 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
         if (Tag(key, j.usage(), ctr0, c, false) != t) {
           for (auto* x : r) x->set_status(pb::JOB_INTEGRITY_FAILED);
         } else {
-          Share(Keystream(key, ctr0, c.size()),
-                pairs(&pb::JobResult::mutable_keystream));
+          Share(Keystream(key, ctr0, c.size()), pairs(&Values::keystream));
         }
         break;
       }
@@ -275,9 +312,8 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
           break;
         }
         std::string ctr0 = Random(16);
-        for (auto* x : r) x->set_ctr0(ctr0);
-        Share(Tag(key, j.usage(), ctr0, *d, true),
-              pairs(&pb::JobResult::mutable_tag));
+        set_ctr0(ctr0);
+        Share(Tag(key, j.usage(), ctr0, *d, true), pairs(&Values::tag));
         break;
       }
       case pb::JOB_VERIFY_CHECKSUM: {
@@ -303,7 +339,7 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
             break;
           }
         }
-        for (auto* x : r) x->set_ctr0(ctr0);
+        set_ctr0(ctr0);
         PadState& s = pads_[{req.batch_id(), j.job_id()}];
         s = {key, ctr0, j.usage(), j.length()};
         s.verify = !j.checksum().empty();
@@ -322,14 +358,13 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
     if ((*out)[0].results(pos[j.release_if_ok()]).status() == pb::JOB_OK) continue;
     for (int p = 0; p < 3; ++p) {
       pb::JobResult* x = (*out)[p].mutable_results(k);
-      x->clear_keystream();
-      x->clear_tag();
-      x->clear_ctr0();
+      values[k][p] = Values();
       x->set_status(pb::JOB_WITHHELD);
       x->set_detail("withheld: the job it is released on did not verify");
     }
     enc_.erase({req.batch_id(), j.job_id()});
   }
+  Flatten(values, out);
   shared_.erase(req.batch_id());
   // As the servers: the blocks the request asks for, computed or not.
   for (int p = 0; p < 3; ++p)
@@ -339,9 +374,15 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
 
 CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
                                     std::array<pb::SignResponse, 3>* out) {
-  for (int p = 0; p < 3; ++p) (*out)[p].set_party(p);
+  for (int p = 0; p < 3; ++p) {
+    (*out)[p].set_party(p);
+    (*out)[p].set_wire_version(contract::kWireVersion);
+  }
+  if (!contract::WireVersionProblem(req.wire_version(), "the KDC").empty())
+    return Refused(pb::BATCH_MALFORMED, "wire version");
   for (int k = 0; k < req.items_size(); ++k) {
     const pb::SignItem& it = req.items(k);
+    std::array<std::string, 3> share;  // party p's t_p (JOB_OK only)
     std::array<pb::SignResult*, 3> r;
     for (int p = 0; p < 3; ++p) {
       r[p] = (*out)[p].add_results();
@@ -366,7 +407,7 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
       } else {
         pad->second.gone[p] = true;  // forgotten before the answer
         r[p]->set_status(pb::JOB_OK);
-        r[p]->set_tag_share(Random(16));  // alone uniform
+        share[p] = Random(16);  // alone uniform
       }
     }
     if (all) {
@@ -375,10 +416,10 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
       // else a random value.
       if (pad->second.verify)
         t = t == it.verify_tag() ? std::string(16, '\0') : Random(16);
-      for (int i = 0; i < 16; ++i)
-        t[i] ^= r[0]->tag_share()[i] ^ r[1]->tag_share()[i];
-      r[2]->set_tag_share(t);
+      for (int i = 0; i < 16; ++i) t[i] ^= share[0][i] ^ share[1][i];
+      share[2] = t;
     }
+    for (int p = 0; p < 3; ++p) (*out)[p].mutable_tag_shares()->append(share[p]);
   }
   shared_.erase(req.request_id());
   return CallStatus();
@@ -390,9 +431,15 @@ void FakeCluster::Sign(int party, const pb::SignRequest& req,
   {
     std::lock_guard<std::mutex> l(mu_);
     received_signs_[party].push_back(req.SerializeAsString());
-    if (!hang_[party] && !down_[party])
-      for (int k = 0; k < req.items_size(); ++k)
-        shared_[req.request_id()][party][k] = req.items(k).data();
+    if (!hang_[party] && !down_[party]) {
+      contract::FlatReader flat(req.data_shares());
+      for (int k = 0; k < req.items_size(); ++k) {
+        const contract::MessageShares m = flat.TakePair(req.items(k).length());
+        pb::SharePair& sp = shared_[req.request_id()][party][k];
+        sp.set_first(std::string(m.first));
+        sp.set_second(std::string(m.second));
+      }
+    }
   }
   Answer<pb::SignResponse>(
       "Sign", party, req.items_size(), req.request_id(), 2, &signs_,
@@ -400,9 +447,13 @@ void FakeCluster::Sign(int party, const pb::SignRequest& req,
         return ComputeSign(req, out);
       },
       [this](int p, pb::SignResponse* r) {
-        if (!corrupt_[p]) return;  // else flip a bit of its tag share
-        for (auto& x : *r->mutable_results())
-          if (!x.tag_share().empty()) (*x.mutable_tag_share())[0] ^= 1;
+        if (old_wire_[p]) {
+          r->clear_wire_version();
+          r->clear_tag_shares();
+        }
+        if (!corrupt_[p]) return;  // else flip a bit of each tag share
+        std::string& t = *r->mutable_tag_shares();
+        for (size_t i = 0; i < t.size(); i += 16) t[i] ^= 1;
       },
       resp, std::move(done));
 }
@@ -440,7 +491,10 @@ CallStatus FakeCluster::ComputeFinalize(
   for (int p = 0; p < 3; ++p) {
     (*out)[p].set_batch_id(req.batch_id());
     (*out)[p].set_party(p);
+    (*out)[p].set_wire_version(contract::kWireVersion);
   }
+  if (!contract::WireVersionProblem(req.wire_version(), "the KDC").empty())
+    return Refused(pb::BATCH_MALFORMED, "wire version");
   // As the servers (KeyOpsService::DoFinalize): the request's form first,
   // then all of its states or none (EncryptStates::TakeAll); a ciphertext
   // longer than its ENCRYPT's length refuses the request and uses up no
@@ -469,16 +523,19 @@ CallStatus FakeCluster::ComputeFinalize(
   // answer alone (FINALIZE is ring-free) and use theirs up.
   for (const auto& it : req.items()) {
     auto e = enc_.find({it.run_batch_id(), it.job_id()});
-    std::array<pb::SharePair*, 3> tags;
+    std::array<pb::SharePair, 3> tag;
     for (int p = 0; p < 3; ++p) {
       auto* r = (*out)[p].add_results();
       r->set_run_batch_id(it.run_batch_id());
       r->set_job_id(it.job_id());
-      tags[p] = r->mutable_tag();
     }
     Share(Tag(e->second.key, e->second.usage, e->second.ctr0, it.ciphertext(),
               false),
-          tags);
+          {&tag[0], &tag[1], &tag[2]});
+    for (int p = 0; p < 3; ++p) {
+      (*out)[p].mutable_tags()->append(tag[p].first());
+      (*out)[p].mutable_tags()->append(tag[p].second());
+    }
     enc_.erase(e);
   }
   return CallStatus();
@@ -564,23 +621,32 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
   {
     std::lock_guard<std::mutex> l(mu_);
     received_[party].push_back(req.SerializeAsString());
+    const std::vector<contract::MessageShares> sliced =
+        contract::SliceMessageShares(req);
     for (int k = 0; k < req.jobs_size(); ++k) {
       const pb::Job& j = req.jobs(k);
       if (j.type() != pb::JOB_CHECKSUM && j.type() != pb::JOB_VERIFY_CHECKSUM)
         continue;
       need = 2;
-      if (!hang_[party] && !down_[party])
-        shared_[req.batch_id()][party][k] = j.data_shares();
+      if (!hang_[party] && !down_[party]) {
+        pb::SharePair& sp = shared_[req.batch_id()][party][k];
+        sp.set_first(std::string(sliced[k].first));
+        sp.set_second(std::string(sliced[k].second));
+      }
     }
   }
   Answer<pb::RunResponse>(
       "Run", party, req.jobs_size(), req.batch_id(), need, &runs_,
       [&](std::array<pb::RunResponse, 3>* out) { return ComputeRun(req, out); },
       [this](int p, pb::RunResponse* r) {
-        if (!corrupt_[p]) return;  // else flip a bit of its 2nd share copy
-        for (auto& x : *r->mutable_results())
-          if (!x.keystream().second().empty())
-            (*x.mutable_keystream()->mutable_second())[0] ^= 1;
+        if (old_wire_[p]) {
+          r->clear_wire_version();
+          r->clear_ctr0s();
+          r->clear_shares();
+        }
+        if (!corrupt_[p]) return;  // else flip a bit of its last share copy
+        std::string& sh = *r->mutable_shares();
+        if (!sh.empty()) sh.back() ^= 1;
       },
       resp, std::move(done));
 }
@@ -622,9 +688,13 @@ void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
         return ComputeFinalize(req, out);
       },
       [this](int p, pb::FinalizeResponse* r) {
-        if (!corrupt_[p] && !corrupt_fin_[p]) return;
-        for (auto& x : *r->mutable_results())
-          (*x.mutable_tag()->mutable_second())[0] ^= 1;
+        if (old_wire_[p]) {
+          r->clear_wire_version();
+          r->clear_tags();
+        }
+        if (!corrupt_[p] && !corrupt_fin_[p]) return;  // each 2nd tag copy
+        std::string& t = *r->mutable_tags();
+        for (size_t i = 16; i < t.size(); i += 32) t[i] ^= 1;
       },
       resp, std::move(done));
 }

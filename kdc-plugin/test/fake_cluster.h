@@ -47,6 +47,9 @@ class FakeCluster : public TestCluster {
   void set_corrupt(int party, bool bad);   // flips a bit of its 2nd share copy
   void set_corrupt_finalize(int party, bool bad);  // the same, Finalize only
   void set_zero_ctr0(bool zero);  // ENCRYPT answers with ctr0 = 0 (invalid)
+  // Answers as a server of KeyOps wire version 1 would, to the module:
+  // wire_version unset and none of the flat buffers (kmpc.proto).
+  void set_old_wire(int party, bool old);
   // Refuses every Run and Finalize with this typed BatchError
   // (BATCH_ERROR_UNSPECIFIED: no refusal), as an overloaded server does.
   void set_refuse(int party, kmpc::v1::BatchErrorCode code);
@@ -153,6 +156,7 @@ class FakeCluster : public TestCluster {
   std::array<absl::Duration, 3> next_fin_delay_{};
   std::atomic<int> fin_answers_{0};
   bool zero_ctr0_ = false;
+  std::array<bool, 3> old_wire_{};
   std::array<kmpc::v1::BatchErrorCode, 3> refuse_{};
   absl::Duration run_delay_;
   std::set<std::string> inconsistent_;

@@ -47,29 +47,64 @@ std::string Outcome(const CallStatus& s) {
   return absl::StatusCodeToString(s.status.code());
 }
 
+// Deals msg afresh into the three parties' flat share buffers.
+void DealInto(const std::string& msg, const std::array<std::string*, 3>& flat) {
+  client::DealRandom random;
+  ASSERT_TRUE(random.Draw(msg.size()).ok());
+  EXPECT_TRUE(client::DealFlat(
+                  absl::MakeConstSpan(
+                      reinterpret_cast<const uint8_t*>(msg.data()), msg.size()),
+                  random.Take(msg.size()), flat)
+                  .ok());
+}
+
 // The three parties' copies of req, as the module sends them: the message
 // of a CHECKSUM or VERIFY_CHECKSUM job written in `data` is dealt into
-// data_shares (client::Deal), a fresh dealing per job.
+// the flat data_shares (client::DealFlat), a fresh dealing per job.
 std::array<pb::RunRequest, 3> PerParty(const pb::RunRequest& req) {
   std::array<pb::RunRequest, 3> out = {req, req, req};
+  for (auto& r : out) r.set_wire_version(contract::kWireVersion);
   for (int k = 0; k < req.jobs_size(); ++k) {
     const pb::Job& j = req.jobs(k);
     if ((j.type() != pb::JOB_CHECKSUM && j.type() != pb::JOB_VERIFY_CHECKSUM) ||
         j.data().empty())
       continue;
-    std::array<pb::SharePair*, 3> shares;
     for (int p = 0; p < 3; ++p) {
       pb::Job* x = out[p].mutable_jobs(k);
       x->clear_data();
       x->set_length(j.data().size());
-      shares[p] = x->mutable_data_shares();
     }
-    EXPECT_TRUE(client::Deal(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(
-                                                     j.data().data()),
-                                                 j.data().size()),
-                             shares)
-                    .ok());
+    DealInto(j.data(), {out[0].mutable_data_shares(),
+                        out[1].mutable_data_shares(),
+                        out[2].mutable_data_shares()});
   }
+  return out;
+}
+
+// Result `job`'s values in party p's answer, read back from the flat
+// buffers (kmpc.proto RunResponse.ctr0s, .shares) with the request's
+// public metadata; `extra` counts bytes beyond what the results take.
+struct ResultValues {
+  std::string ctr0;
+  pb::SharePair value;
+};
+ResultValues ValuesOf(const pb::RunRequest& req, const pb::RunResponse& r,
+                      int job, size_t* extra = nullptr) {
+  ResultValues out;
+  contract::FlatReader c(r.ctr0s()), sh(r.shares());
+  for (int k = 0; k < req.jobs_size() && k < r.results_size(); ++k) {
+    const pb::JobStatus st = r.results(k).status();
+    const pb::Job& j = req.jobs(k);
+    absl::string_view ctr0;
+    if (contract::ResultHasCtr0(j.type(), st)) ctr0 = c.Take(16);
+    const contract::MessageShares m = sh.TakePair(
+        contract::RevealedShareBytes(contract::ShapeOf(j), st));
+    if (k != job) continue;
+    out.ctr0 = std::string(ctr0);
+    out.value.set_first(std::string(m.first));
+    out.value.set_second(std::string(m.second));
+  }
+  if (extra) *extra = c.left() + sh.left();
   return out;
 }
 
@@ -90,7 +125,8 @@ Answers<pb::RunResponse> RunAll(TestCluster& c, const pb::RunRequest& one,
 }
 
 Answers<pb::FinalizeResponse> FinalizeAll(TestCluster& c,
-                                          const pb::FinalizeRequest& req) {
+                                          pb::FinalizeRequest req) {
+  req.set_wire_version(contract::kWireVersion);
   Answers<pb::FinalizeResponse> a;
   std::array<std::promise<CallStatus>, 3> done;
   for (int p = 0; p < 3; ++p)
@@ -107,14 +143,13 @@ std::vector<std::string> Describe(const CallStatus& s,
   if (!s.ok()) return out;
   out.push_back(absl::StrCat("party ", r.party(), " batch id ",
                              r.batch_id().size(), " bytes, aes_blocks ",
-                             r.stats().aes_blocks()));
+                             r.stats().aes_blocks(), ", wire version ",
+                             r.wire_version(), ", ctr0s ", r.ctr0s().size(),
+                             " bytes, shares ", r.shares().size(), " bytes"));
   for (const auto& j : r.results())
-    out.push_back(absl::StrCat(
-        "job ", j.job_id(), ": ", pb::JobStatus_Name(j.status()), " [",
-        j.detail(), "] ctr0 ", j.ctr0().size(), " keystream ",
-        j.has_keystream(), " ", j.keystream().first().size(), "/",
-        j.keystream().second().size(), " tag ", j.has_tag(), " ",
-        j.tag().first().size(), "/", j.tag().second().size()));
+    out.push_back(absl::StrCat("job ", j.job_id(), ": ",
+                               pb::JobStatus_Name(j.status()), " [",
+                               j.detail(), "]"));
   return out;
 }
 
@@ -122,11 +157,11 @@ std::vector<std::string> Describe(const CallStatus& s,
                                   const pb::FinalizeResponse& r) {
   std::vector<std::string> out = {Outcome(s)};
   if (!s.ok()) return out;
+  out.push_back(absl::StrCat("wire version ", r.wire_version(), ", tags ",
+                             r.tags().size(), " bytes"));
   for (const auto& j : r.results())
     out.push_back(absl::StrCat("item ", j.job_id(), " of a ",
-                               j.run_batch_id().size(), "-byte batch: tag ",
-                               j.tag().first().size(), "/",
-                               j.tag().second().size()));
+                               j.run_batch_id().size(), "-byte batch"));
   return out;
 }
 
@@ -273,21 +308,31 @@ TEST_F(FakeConformanceTest, PerJobOutcomes) {
     TestCluster& c = *clusters_[k];
     const auto& r = a[k].resp;
     ASSERT_TRUE(a[k].status[0].ok()) << k;
-    auto pairs = [&](int job, bool tag) {
+    const pb::RunRequest req = build(c);  // the same public request
+    std::array<ResultValues, 3> v;
+    auto pairs = [&](int job, bool) {
       std::array<const pb::SharePair*, 3> s;
-      for (int p = 0; p < 3; ++p)
-        s[p] = tag ? &r[p].results(job).tag() : &r[p].results(job).keystream();
+      for (int p = 0; p < 3; ++p) {
+        v[p] = ValuesOf(req, r[p], job);
+        s[p] = &v[p].value;
+      }
       return s;
     };
+    auto ctr0_of = [&](int job) { return ValuesOf(req, r[0], job).ctr0; };
+    // Nothing beyond what the results take: no withheld value, no
+    // keystream of a failed DECRYPT.
+    for (int p = 0; p < 3; ++p) {
+      size_t extra = 1;
+      ValuesOf(req, r[p], 0, &extra);
+      EXPECT_EQ(extra, 0u) << k << " " << p;
+    }
     EXPECT_EQ(pb::JobStatus_Name(r[0].results(0).status()), "JOB_OK") << k;
-    EXPECT_EQ(Reveal(pairs(0, false)),
-              c.Keystream(kKey, r[0].results(0).ctr0(), 20))
+    EXPECT_EQ(Reveal(pairs(0, false)), c.Keystream(kKey, ctr0_of(0), 20))
         << k;
     EXPECT_EQ(pb::JobStatus_Name(r[0].results(8).status()), "JOB_OK") << k;
     EXPECT_EQ(Reveal(pairs(8, false)), c.Keystream(kKey, ctr0, 19)) << k;
     EXPECT_EQ(pb::JobStatus_Name(r[0].results(13).status()), "JOB_OK") << k;
-    EXPECT_EQ(Reveal(pairs(13, true)),
-              c.Tag(kKey, 56, r[0].results(13).ctr0(), data, true))
+    EXPECT_EQ(Reveal(pairs(13, true)), c.Tag(kKey, 56, ctr0_of(13), data, true))
         << k;
     EXPECT_EQ(pb::JobStatus_Name(r[0].results(14).status()), "JOB_OK") << k;
     EXPECT_EQ(pb::JobStatus_Name(r[0].results(15).status()),
@@ -298,8 +343,8 @@ TEST_F(FakeConformanceTest, PerJobOutcomes) {
     for (int j : {19, 20}) {
       EXPECT_EQ(pb::JobStatus_Name(r[0].results(j).status()), "JOB_WITHHELD") << k;
       for (int p = 0; p < 3; ++p) {
-        EXPECT_FALSE(r[p].results(j).has_keystream()) << k << " " << j;
-        EXPECT_FALSE(r[p].results(j).has_tag()) << k << " " << j;
+        const ResultValues x = ValuesOf(req, r[p], j);
+        EXPECT_TRUE(x.ctr0.empty() && x.value.first().empty()) << k << " " << j;
       }
     }
     for (int j : {21, 22, 23, 24})
@@ -382,10 +427,18 @@ TEST_F(FakeConformanceTest, FinalizeOutcomes) {
   auto fin = CompareFinalize(f, "both ENCRYPT jobs");
   for (int k = 0; k < 2; ++k) {
     ASSERT_TRUE(fin[k].status[0].ok()) << k;
+    std::array<pb::SharePair, 3> t;
     std::array<const pb::SharePair*, 3> s;
-    for (int p = 0; p < 3; ++p) s[p] = &fin[k].resp[p].results(1).tag();
+    for (int p = 0; p < 3; ++p) {
+      const std::string& tags = fin[k].resp[p].tags();  // item 1: bytes 32..63
+      ASSERT_EQ(tags.size(), 64u) << k << " " << p;
+      t[p].set_first(tags.substr(32, 16));
+      t[p].set_second(tags.substr(48, 16));
+      s[p] = &t[p];
+    }
+    const pb::RunRequest enc = encrypt('e')(*clusters_[k]);
     EXPECT_EQ(Reveal(s),
-              clusters_[k]->Tag(kKey, 3, runs[k].resp[0].results(1).ctr0(),
+              clusters_[k]->Tag(kKey, 3, ValuesOf(enc, runs[k].resp[0], 1).ctr0,
                                 std::string(33, 'c'), false))
         << k;
   }
@@ -419,35 +472,30 @@ TEST_F(FakeConformanceTest, PadAndSignOutcomesOfTheFake) {
   for (int p = 0; p < 3; ++p) {
     const pb::JobResult& x = run.resp[p].results(0);
     EXPECT_EQ(pb::JobStatus_Name(x.status()), "JOB_OK");
-    EXPECT_EQ(x.ctr0(), run.resp[0].results(0).ctr0());
-    EXPECT_FALSE(x.has_keystream());
-    EXPECT_FALSE(x.has_tag());
+    EXPECT_EQ(run.resp[p].ctr0s(), run.resp[0].ctr0s());  // the PAD's alone
+    EXPECT_TRUE(run.resp[p].shares().empty());
     EXPECT_EQ(pb::JobStatus_Name(run.resp[p].results(1).status()),
               "JOB_MALFORMED");
   }
-  const std::string ctr0 = run.resp[0].results(0).ctr0();
+  const std::string ctr0 = run.resp[0].ctr0s();
   ASSERT_EQ(ctr0.size(), 16u);
   char id = 'A';
   // Party p's Sign request of `msg` under (batch, job), fresh shares.
   auto sign = [&](const std::string& msg, uint32_t usage, uint32_t length,
                   uint64_t job) {
     std::array<pb::SignRequest, 3> req;
-    std::array<pb::SharePair*, 3> out;
     for (int p = 0; p < 3; ++p) {
       req[p].set_request_id(std::string(16, id));
+      req[p].set_wire_version(contract::kWireVersion);
       pb::SignItem* it = req[p].add_items();
       it->set_run_batch_id(BatchId('p'));
       it->set_job_id(job);
       it->set_usage(usage);
       it->set_length(length);
-      out[p] = it->mutable_data();
     }
     ++id;
-    EXPECT_TRUE(client::Deal(absl::MakeConstSpan(
-                                 reinterpret_cast<const uint8_t*>(msg.data()),
-                                 msg.size()),
-                             out)
-                    .ok());
+    DealInto(msg, {req[0].mutable_data_shares(), req[1].mutable_data_shares(),
+                   req[2].mutable_data_shares()});
     std::array<pb::SignResponse, 3> resp;
     std::array<std::promise<CallStatus>, 3> done;
     for (int p = 0; p < 3; ++p)
@@ -475,7 +523,7 @@ TEST_F(FakeConformanceTest, PadAndSignOutcomesOfTheFake) {
   ASSERT_EQ(statuses(ok), all_ok);
   std::string tag(16, '\0');
   for (int p = 0; p < 3; ++p) {
-    const std::string& t = ok[p].results(0).tag_share();
+    const std::string& t = ok[p].tag_shares();
     ASSERT_EQ(t.size(), 16u);
     for (int i = 0; i < 16; ++i) tag[i] ^= t[i];
   }

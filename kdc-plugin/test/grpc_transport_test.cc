@@ -103,7 +103,7 @@ class FakeParty {
         r->set_run_batch_id(it.run_batch_id());
         r->set_job_id(it.job_id());
         r->set_status(kmpc::v1::JOB_OK);
-        r->set_tag_share(std::string(16, static_cast<char>(it.job_id())));
+        resp->mutable_tag_shares()->append(16, static_cast<char>(it.job_id()));
       }
       return grpc::Status::OK;
     }
@@ -268,7 +268,7 @@ TEST_F(TransportTest, SignReachesTheServer) {
   ASSERT_TRUE(s.ok()) << s.status;
   ASSERT_EQ(resp.results_size(), 1);
   EXPECT_EQ(resp.results(0).job_id(), 7u);
-  EXPECT_EQ(resp.results(0).tag_share(), std::string(16, '\x07'));
+  EXPECT_EQ(resp.tag_shares(), std::string(16, '\x07'));
   EXPECT_EQ(party.calls(), 1);
 }
 

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "batch_error.h"
 #include "client/reveal.h"
+#include "contract.h"
 #include "engine/engine.h"
 #include "protocol/gf128.h"
 #include "test_util.h"
@@ -242,21 +243,24 @@ bool RealCluster::ChecksumsOnShares() {
     AddKey(key_id, key);
     std::array<pb::RunRequest, 3> req;
     std::array<pb::RunResponse, 3> resp;
-    std::array<pb::SharePair*, 3> out;
+    std::array<std::string*, 3> out;
     for (int p = 0; p < 3; ++p) {
       req[p].set_batch_id(std::string(16, '\x7f'));
+      req[p].set_wire_version(contract::kWireVersion);
       pb::Job* j = req[p].add_jobs();
       j->set_type(pb::JOB_CHECKSUM);
       j->set_cipher(pb::CIPHER_AES256);
       j->set_key_id(key_id);
       j->set_usage(1);
       j->set_length(msg.size());
-      out[p] = j->mutable_data_shares();
+      out[p] = req[p].mutable_data_shares();
     }
-    if (!client::Deal(absl::MakeConstSpan(
-                          reinterpret_cast<const uint8_t*>(msg.data()),
-                          msg.size()),
-                      out)
+    client::DealRandom random;
+    if (!random.Draw(msg.size()).ok() ||
+        !client::DealFlat(absl::MakeConstSpan(
+                              reinterpret_cast<const uint8_t*>(msg.data()),
+                              msg.size()),
+                          random.Take(msg.size()), out)
              .ok())
       return;
     std::vector<std::thread> t;
@@ -269,12 +273,13 @@ bool RealCluster::ChecksumsOnShares() {
     std::string tag(16, '\0');
     for (int p = 0; p < 3; ++p) {
       if (resp[p].results_size() != 1) return;
-      const std::string& s = resp[p].results(0).tag().first();
-      if (s.size() != 16) return;
+      // The tag's two shares (s_p, s_{p+1}) are all of .shares.
+      const std::string& s = resp[p].shares();
+      if (s.size() != 32) return;
       for (int i = 0; i < 16; ++i) tag[i] ^= s[i];
     }
     checksums_on_shares_ =
-        tag == Tag(key, 1, resp[0].results(0).ctr0(), msg, true);
+        tag == Tag(key, 1, resp[0].ctr0s(), msg, true);
   });
   return checksums_on_shares_;
 }

@@ -35,9 +35,17 @@ std::string DefaultPartyName(int party);
 absl::Status Reveal(const std::array<const kmpc::v1::SharePair*, kParties>& pairs,
                     absl::Span<uint8_t> out, absl::string_view what,
                     const PartyNamer& name = DefaultPartyName);
+// The same over slices of the three responses' flat share buffers
+// (kmpc.proto, "Shares travel flat"); the views must outlive the call.
+struct ShareView {
+  absl::string_view first, second;
+};
+absl::Status Reveal(const std::array<ShareView, kParties>& pairs,
+                    absl::Span<uint8_t> out, absl::string_view what,
+                    const PartyNamer& name = DefaultPartyName);
 
-// Deals a secret message to the three servers (kmpc.proto Job.data_shares,
-// SignItem.data): draws s_0, s_1 uniformly (OpenSSL RAND_bytes), sets
+// Deals a secret message to the three servers as SharePairs (tools and
+// tests; the KeyOps wire takes DealFlat's buffers): draws s_0, s_1 uniformly (OpenSSL RAND_bytes), sets
 // s_2 = data ^ s_0 ^ s_1, and writes party p's pair (s_p, s_{p+1}) to
 // out[p]. Any two shares are uniform and independent of `data`, so no one
 // server learns anything of it. Fresh for every call: never deal the same
@@ -74,12 +82,24 @@ absl::Status Deal(absl::Span<const uint8_t> data,
                   absl::Span<const uint8_t> random,
                   const std::array<kmpc::v1::SharePair*, kParties>& out);
 
+// As Deal, appending party p's two shares (s_p then s_{p+1}) to the flat
+// buffer *flat[p] (kmpc.proto RunRequest.data_shares,
+// SignRequest.data_shares). INVALID_ARGUMENT (nothing appended) if
+// `random` is not 2 * data.size() bytes. The caller wipes the buffers
+// after sending them.
+absl::Status DealFlat(absl::Span<const uint8_t> data,
+                      absl::Span<const uint8_t> random,
+                      const std::array<std::string*, kParties>& flat);
+
 // The additive reveal of a ring-free request (kmpc.proto SignResult):
 // out = t_0 ^ t_1 ^ t_2 for three 16-byte values, one from each server.
 // No copy to compare: one server can make the result wrong, never learn
 // more or bias it by a secret-dependent amount. DATA_LOSS (out wiped) for
 // a value of the wrong length, naming the party.
 absl::Status CombineAdditive(const std::array<const std::string*, kParties>& t,
+                             absl::Span<uint8_t> out, absl::string_view what,
+                             const PartyNamer& name = DefaultPartyName);
+absl::Status CombineAdditive(const std::array<absl::string_view, kParties>& t,
                              absl::Span<uint8_t> out, absl::string_view what,
                              const PartyNamer& name = DefaultPartyName);
 

@@ -125,6 +125,59 @@ TEST(Deal, OneDrawDealsSeveralMessagesFreshly) {
   EXPECT_TRUE(c[0].first().empty());
 }
 
+// DealFlat (kmpc.proto, "Shares travel flat"): each message appends party
+// p's (s_p, s_{p+1}) to its buffer, so the three buffers sliced in order
+// reveal every message; slices of one draw are fresh per message; a slice
+// of the wrong length appends nothing.
+TEST(DealFlat, AppendsEachPartysPairInOrder) {
+  const std::string m1 = "a PAC", m2 = "an EncTicketPart";
+  DealRandom r;
+  ASSERT_TRUE(r.Draw(m1.size() + m2.size()).ok());
+  std::array<std::string, 3> flat;
+  const std::array<std::string*, 3> out = {&flat[0], &flat[1], &flat[2]};
+  for (const std::string* m : {&m1, &m2}) {
+    const auto data = absl::MakeConstSpan(
+        reinterpret_cast<const uint8_t*>(m->data()), m->size());
+    ASSERT_TRUE(DealFlat(data, r.Take(m->size()), out).ok());
+  }
+  for (int p = 0; p < 3; ++p)
+    ASSERT_EQ(flat[p].size(), 2 * (m1.size() + m2.size())) << p;
+  size_t at = 0;
+  for (const std::string* m : {&m1, &m2}) {
+    const size_t n = m->size();
+    std::array<ShareView, 3> v;
+    for (int p = 0; p < 3; ++p) {
+      const absl::string_view f = flat[p];
+      v[p] = {f.substr(at, n), f.substr(at + n, n)};
+      EXPECT_EQ(v[p].first.find(*m), absl::string_view::npos) << p;
+    }
+    std::vector<uint8_t> got(n);
+    ASSERT_TRUE(Reveal(v, absl::MakeSpan(got), "message").ok());
+    EXPECT_EQ(std::string(got.begin(), got.end()), *m);
+    at += 2 * n;
+  }
+  const std::string before = flat[0];
+  const auto data = absl::MakeConstSpan(
+      reinterpret_cast<const uint8_t*>(m1.data()), m1.size());
+  EXPECT_EQ(DealFlat(data, r.Take(m1.size()), out).code(),  // draw used up
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(flat[0], before);
+}
+
+// Reveal over flat slices names the party whose copy disagrees.
+TEST(RevealViews, ADisagreeingCopyIsRefused) {
+  const std::string s0(4, 'a'), s1(4, 'b'), s2(4, 'c'), bad(4, 'x');
+  std::array<ShareView, 3> v = {ShareView{s0, s1}, ShareView{s1, s2},
+                                ShareView{s2, s0}};
+  std::vector<uint8_t> out(4);
+  ASSERT_TRUE(Reveal(v, absl::MakeSpan(out), "tag").ok());
+  EXPECT_EQ(out[0], 'a' ^ 'b' ^ 'c');
+  v[1].second = bad;  // party 1's copy of s_2
+  absl::Status st = Reveal(v, absl::MakeSpan(out), "tag");
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_EQ(out, std::vector<uint8_t>(4, 0));  // wiped
+}
+
 TEST(CombineAdditive, XorsThreeValuesAndChecksLengths) {
   const std::string t0(16, '\x01'), t1(16, '\x02'), t2(16, '\x07');
   std::vector<uint8_t> out(16);

@@ -238,31 +238,82 @@ std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
 // The three servers' copies of a request: a CHECKSUM or VERIFY_CHECKSUM
 // job's message (`messages[k]` for job k) dealt afresh as replicated shares
 // (client::Deal), so no server receives it (enctype.md, invariant 5).
+// Deals `data` afresh (client::DealRandom, DealFlat) into the three
+// parties' flat share buffers (kmpc.proto, "Shares travel flat").
+void DealInto(const Bytes& data, const std::array<std::string*, 3>& flat) {
+  kmpc::client::DealRandom r;
+  absl::Status st = r.Draw(data.size());
+  if (st.ok())
+    st = kmpc::client::DealFlat(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()),
+        r.Take(data.size()), flat);
+  if (!st.ok()) Die(std::string(st.message()));
+}
+
 std::array<pb::RunRequest, 3> DealRequests(const pb::RunRequest& req,
                                            const std::vector<Bytes>& messages) {
   std::array<pb::RunRequest, 3> out = {req, req, req};
   for (int k = 0; k < req.jobs_size(); ++k) {
     const pb::JobType t = req.jobs(k).type();
     if (t != pb::JOB_CHECKSUM && t != pb::JOB_VERIFY_CHECKSUM) continue;
-    const Bytes& m = messages[k];
-    absl::Status st = kmpc::client::Deal(
-        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(m.data()), m.size()),
-        {out[0].mutable_jobs(k)->mutable_data_shares(),
-         out[1].mutable_jobs(k)->mutable_data_shares(),
-         out[2].mutable_jobs(k)->mutable_data_shares()});
-    if (!st.ok()) Die(std::string(st.message()));
+    DealInto(messages[k], {out[0].mutable_data_shares(), out[1].mutable_data_shares(),
+                           out[2].mutable_data_shares()});
   }
   return out;
 }
 
 void WipeRequests(std::array<pb::RunRequest, 3>& reqs) {
-  for (auto& r : reqs)
-    for (auto& j : *r.mutable_jobs()) {
-      std::string* f = j.mutable_data_shares()->mutable_first();
-      std::string* s = j.mutable_data_shares()->mutable_second();
-      OPENSSL_cleanse(f->data(), f->size());
-      OPENSSL_cleanse(s->data(), s->size());
-    }
+  for (auto& r : reqs) {
+    std::string* f = r.mutable_data_shares();
+    OPENSSL_cleanse(f->data(), f->size());
+  }
+}
+
+// One party's Run response read back per result from its flat buffers
+// (kmpc.proto RunResponse.ctr0s, .shares): result k's ctr0 (empty: none)
+// and its two shares. `extra`: bytes beyond what the results take (a
+// value the server should not have sent, e.g. a failed DECRYPT's
+// keystream).
+struct RunView {
+  std::vector<Bytes> ctr0;
+  std::vector<pb::SharePair> value;
+  bool extra = false;
+};
+RunView ViewRun(const pb::RunRequest& req, const pb::RunResponse& r) {
+  RunView v;
+  const int n = std::min(req.jobs_size(), r.results_size());
+  v.ctr0.resize(n);
+  v.value.resize(n);
+  kmpc::contract::FlatReader c(r.ctr0s()), s(r.shares());
+  for (int k = 0; k < n; ++k) {
+    const pb::Job& j = req.jobs(k);
+    const pb::JobStatus st = r.results(k).status();
+    if (kmpc::contract::ResultHasCtr0(j.type(), st)) v.ctr0[k] = Bytes(c.Take(16));
+    const uint64_t len = kmpc::contract::RevealedShareBytes(kmpc::contract::ShapeOf(j), st);
+    if (len == 0) continue;
+    const kmpc::contract::MessageShares m = s.TakePair(len);
+    v.value[k].set_first(m.first.data(), m.first.size());
+    v.value[k].set_second(m.second.data(), m.second.size());
+  }
+  v.extra = c.left() > 0 || s.left() > 0;
+  return v;
+}
+
+void WipeRunView(RunView* v) {
+  for (auto& p : v->value) {
+    OPENSSL_cleanse(p.mutable_first()->data(), p.first().size());
+    OPENSSL_cleanse(p.mutable_second()->data(), p.second().size());
+  }
+}
+
+// Item n's tag share pair of a Finalize response (kmpc.proto
+// FinalizeResponse.tags: 32 bytes per item).
+pb::SharePair FinalizeTag(const pb::FinalizeResponse& r, size_t n) {
+  pb::SharePair p;
+  const absl::string_view t = r.tags();
+  p.set_first(std::string(t.substr(32 * n, 16)));
+  p.set_second(std::string(t.substr(32 * n + 16, 16)));
+  return p;
 }
 
 [[noreturn]] void RpcError(int party, int code, absl::string_view message) {
@@ -433,7 +484,10 @@ struct SignJob {
 std::array<pb::SignRequest, 3> SignRequests(const std::vector<SignJob>& items) {
   std::array<pb::SignRequest, 3> reqs;
   const Bytes rid = RandomBytes(16);
-  for (auto& r : reqs) r.set_request_id(rid);
+  for (auto& r : reqs) {
+    r.set_request_id(rid);
+    r.set_wire_version(kmpc::contract::kWireVersion);
+  }
   for (const SignJob& it : items) {
     std::array<pb::SignItem*, 3> o;
     for (int i = 0; i < 3; ++i) {
@@ -444,23 +498,27 @@ std::array<pb::SignRequest, 3> SignRequests(const std::vector<SignJob>& items) {
       o[i]->set_length(static_cast<uint32_t>(it.data.size()));
       if (!it.verify_tag.empty()) o[i]->set_verify_tag(it.verify_tag);
     }
-    absl::Status st = kmpc::client::Deal(
-        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(it.data.data()),
-                            it.data.size()),
-        {o[0]->mutable_data(), o[1]->mutable_data(), o[2]->mutable_data()});
-    if (!st.ok()) Die(std::string(st.message()));
+    DealInto(it.data, {reqs[0].mutable_data_shares(), reqs[1].mutable_data_shares(),
+                       reqs[2].mutable_data_shares()});
   }
   return reqs;
 }
 
 void WipeSignRequests(std::array<pb::SignRequest, 3>& reqs) {
-  for (auto& r : reqs)
-    for (auto& it : *r.mutable_items()) {
-      std::string* f = it.mutable_data()->mutable_first();
-      std::string* s = it.mutable_data()->mutable_second();
-      OPENSSL_cleanse(f->data(), f->size());
-      OPENSSL_cleanse(s->data(), s->size());
-    }
+  for (auto& r : reqs) {
+    std::string* f = r.mutable_data_shares();
+    OPENSSL_cleanse(f->data(), f->size());
+  }
+}
+
+// Result k's tag share from party i's flat buffer (kmpc.proto
+// SignResponse.tag_shares: one per JOB_OK result, in order).
+absl::string_view SignTagShare(const pb::SignResponse& r, int k) {
+  kmpc::contract::FlatReader flat(r.tag_shares());
+  absl::string_view t;
+  for (int j = 0; j <= k && j < r.results_size(); ++j)
+    if (r.results(j).status() == pb::JOB_OK) t = flat.Take(16);
+  return t;
 }
 
 // Sends reqs[i] to server i (those in `to`); wipes the shares after.
@@ -490,8 +548,8 @@ absl::StatusOr<Bytes> CombineSign(const std::array<pb::SignResponse, 3>& r, int 
   }
   Bytes tag(16, '\0');
   absl::Status st = kmpc::client::CombineAdditive(
-      {&r[0].results(k).tag_share(), &r[1].results(k).tag_share(),
-       &r[2].results(k).tag_share()},
+      std::array<absl::string_view, 3>{SignTagShare(r[0], k), SignTagShare(r[1], k),
+                                       SignTagShare(r[2], k)},
       absl::MakeSpan(reinterpret_cast<uint8_t*>(tag.data()), tag.size()), "tag");
   if (!st.ok()) return st;
   return tag;
@@ -572,6 +630,7 @@ int Jobs(Cluster& c) {
   if (jobs.empty()) Die("no jobs on stdin");
   pb::RunRequest req;
   req.set_batch_id(RandomBytes(16));
+  req.set_wire_version(kmpc::contract::kWireVersion);
   std::vector<Bytes> messages;
   for (auto& j : jobs) {
     *req.add_jobs() = j.job;
@@ -597,9 +656,17 @@ int Jobs(Cluster& c) {
   for (int i = 0; i < 3; ++i)
     if (resp[i].results_size() != static_cast<int>(jobs.size()))
       Die("a server returned a wrong number of results");
+  std::array<RunView, 3> u = {ViewRun(req, resp[0]), ViewRun(req, resp[1]),
+                              ViewRun(req, resp[2])};
+  for (int i = 0; i < 3; ++i)
+    if (u[i].extra) {  // e.g. the keystream of a DECRYPT that failed
+      std::printf("keystream_leak\n");
+      std::exit(5);
+    }
   std::vector<std::string> out(jobs.size());
   pb::FinalizeRequest fin;
   fin.set_batch_id(RandomBytes(16));
+  fin.set_wire_version(kmpc::contract::kWireVersion);
   std::vector<size_t> fin_jobs;
   std::vector<Bytes> fin_ct, fin_ctr0;
   std::vector<size_t> sign_jobs;
@@ -608,7 +675,7 @@ int Jobs(Cluster& c) {
     std::array<const pb::JobResult*, 3> r = {&resp[0].results(k), &resp[1].results(k),
                                              &resp[2].results(k)};
     for (int i = 1; i < 3; ++i)
-      if (r[i]->status() != r[0]->status() || r[i]->ctr0() != r[0]->ctr0() ||
+      if (r[i]->status() != r[0]->status() || u[i].ctr0[k] != u[0].ctr0[k] ||
           JobErrorCode(*r[i]) != JobErrorCode(*r[0]) ||
           r[i]->job_id() != r[0]->job_id())
         // Public values must agree too.
@@ -619,25 +686,18 @@ int Jobs(Cluster& c) {
       continue;
     }
     const std::string& op = jobs[k].op;
-    if (op == "decrypt" && r[0]->status() != pb::JOB_OK) {
-      for (int i = 0; i < 3; ++i)
-        if (!r[i]->keystream().first().empty() || !r[i]->keystream().second().empty()) {
-          std::printf("keystream_leak\n");
-          std::exit(5);
-        }
-    }
     if (op == "verify" || ((op == "decrypt") && r[0]->status() != pb::JOB_OK)) {
       out[k] = r[0]->status() == pb::JOB_OK ? "ok" : "integrity_failed";
       continue;
     }
     if (op == "checksum") {
-      Bytes v = RevealOrDie({&r[0]->tag(), &r[1]->tag(), &r[2]->tag()},
+      Bytes v = RevealOrDie({&u[0].value[k], &u[1].value[k], &u[2].value[k]},
                             absl::StrCat("tag of job ", k + 1));
-      out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0() + v));
+      out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k] + v));
       continue;
     }
     if (op == "pad" || op == "vpad") {
-      out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0()), " ", ToHex(req.batch_id()), " ",
+      out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k]), " ", ToHex(req.batch_id()), " ",
                             jobs[k].job.job_id());
       continue;
     }
@@ -648,10 +708,10 @@ int Jobs(Cluster& c) {
       OPENSSL_cleanse(jobs[k].sign_data.data(), jobs[k].sign_data.size());
       continue;
     }
-    Bytes v = RevealOrDie({&r[0]->keystream(), &r[1]->keystream(), &r[2]->keystream()},
+    Bytes v = RevealOrDie({&u[0].value[k], &u[1].value[k], &u[2].value[k]},
                           absl::StrCat("keystream of job ", k + 1));
     if (op == "keystream") {
-      out[k] = absl::StrCat("ok ", ToHex(r[0]->ctr0()), " ", ToHex(v));
+      out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k]), " ", ToHex(v));
     } else if (op == "decrypt") {
       const Bytes& d = jobs[k].job.data();
       out[k] = absl::StrCat("ok ", ToHex(Xor(d.substr(16, d.size() - 32), v)));
@@ -663,10 +723,11 @@ int Jobs(Cluster& c) {
       item->set_ciphertext(ct);
       fin_jobs.push_back(k);
       fin_ct.push_back(ct);
-      fin_ctr0.push_back(r[0]->ctr0());
+      fin_ctr0.push_back(u[0].ctr0[k]);
     }
     OPENSSL_cleanse(v.data(), v.size());
   }
+  for (auto& v : u) WipeRunView(&v);
   if (fin.items_size() > 0) {
     std::array<pb::FinalizeResponse, 3> fr;
     CheckRpcs(OnAll([&](int i) {
@@ -688,13 +749,15 @@ int Jobs(Cluster& c) {
         std::printf("second_finalize %d %d\n", i, st[i].error_code());
     }
     for (int i = 0; i < 3; ++i)
-      if (fr[i].results_size() != fin.items_size())
+      if (fr[i].results_size() != fin.items_size() ||
+          fr[i].tags().size() != 32u * fin.items_size())
         ShareMismatch(absl::DataLossError(absl::StrCat(
             "MPC party ", i, " returned ", fr[i].results_size(),
             " FINALIZE results for ", fin.items_size(), " items")));
     for (size_t n = 0; n < fin_jobs.size(); ++n) {
-      Bytes tag = RevealOrDie({&fr[0].results(n).tag(), &fr[1].results(n).tag(),
-                               &fr[2].results(n).tag()},
+      const std::array<pb::SharePair, 3> t = {FinalizeTag(fr[0], n), FinalizeTag(fr[1], n),
+                                              FinalizeTag(fr[2], n)};
+      Bytes tag = RevealOrDie({&t[0], &t[1], &t[2]},
                               absl::StrCat("tag of job ", fin_jobs[n] + 1));
       out[fin_jobs[n]] = absl::StrCat("ok ", ToHex(fin_ctr0[n] + fin_ct[n] + tag));
     }
@@ -722,7 +785,7 @@ int Jobs(Cluster& c) {
         out[k] = absl::StrCat("refused ", tag.status().message());
         continue;
       }
-      out[k] = absl::StrCat("ok ", ToHex(resp[0].results(k).ctr0() + *tag));
+      out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k] + *tag));
     }
   }
   for (auto& o : out) std::printf("%s\n", o.c_str());
@@ -827,6 +890,7 @@ int Fuzz(Cluster& c) {
     // 2. structured but malformed Run requests
     pb::RunRequest req;
     int kind = static_cast<int>(rng() % 9);
+    req.set_wire_version(kmpc::contract::kWireVersion);
     req.set_batch_id(kind == 0 ? rbytes(rng() % 15) : rbytes(16));
     int njobs = kind == 1 ? 0 : 1 + static_cast<int>(rng() % 4);
     for (int j = 0; j < njobs; ++j) {
@@ -858,6 +922,7 @@ int Fuzz(Cluster& c) {
     expect_fail(c.keyops[server]->Run(&ctx, req, &resp), absl::StrCat("run kind ", kind));
     // 3. malformed Finalize
     pb::FinalizeRequest f;
+    f.set_wire_version(kmpc::contract::kWireVersion);
     f.set_batch_id(rbytes(rng() % 2 ? 16 : rng() % 20));
     for (int j = 0; j < 1 + static_cast<int>(rng() % 3); ++j) {
       auto* it = f.add_items();
@@ -872,6 +937,7 @@ int Fuzz(Cluster& c) {
     // 4. Sign of pads nobody drew, malformed items: refused per item (or
     // the request as a whole); never a tag share, never a hang.
     pb::SignRequest sg;
+    sg.set_wire_version(kmpc::contract::kWireVersion);
     sg.set_request_id(rbytes(rng() % 4 == 0 ? rng() % 20 : 16));
     for (int j = 0; j < static_cast<int>(rng() % 4); ++j) {
       auto* it = sg.add_items();
@@ -879,8 +945,7 @@ int Fuzz(Cluster& c) {
       it->set_job_id(rng());
       it->set_usage(static_cast<uint32_t>(rng()));
       it->set_length(static_cast<uint32_t>(rng() % 2 ? rng() % 64 : rng()));
-      it->mutable_data()->set_first(rbytes(rng() % 64));
-      it->mutable_data()->set_second(rbytes(rng() % 64));
+      sg.mutable_data_shares()->append(rbytes(rng() % 128));
     }
     pb::SignResponse sresp;
     grpc::ClientContext sctx;
@@ -889,7 +954,8 @@ int Fuzz(Cluster& c) {
     codes[sst.error_code()]++;
     bool leaked = false;
     for (const auto& r : sresp.results())
-      if (r.status() == pb::JOB_OK || !r.tag_share().empty()) leaked = true;
+      if (r.status() == pb::JOB_OK) leaked = true;
+    if (!sresp.tag_shares().empty()) leaked = true;
     if (sst.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || leaked) {
       std::printf("UNEXPECTED sign: %d %s\n", sst.error_code(), sst.error_message().c_str());
       ++bad;
@@ -952,6 +1018,7 @@ int Bench(Cluster& c) {
   auto one_batch = [&](bool check) -> Sample {
     pb::RunRequest req = check ? warmup_req : proto_req;
     req.set_batch_id(RandomBytes(16));
+    req.set_wire_version(kmpc::contract::kWireVersion);
     std::array<pb::RunResponse, 3> resp;
     absl::Time t0 = absl::Now();
     CheckRpcs(RunOnAll(c, req, &resp));
@@ -964,13 +1031,14 @@ int Bench(Cluster& c) {
       s.msgs[i] = resp[i].stats().ring_messages();
     }
     if (check) {
+      std::array<RunView, 3> u = {ViewRun(req, resp[0]), ViewRun(req, resp[1]),
+                                  ViewRun(req, resp[2])};
       for (int k = 0; k < req.jobs_size(); ++k) {
-        Bytes v = RevealOrDie({&resp[0].results(k).keystream(),
-                               &resp[1].results(k).keystream(),
-                               &resp[2].results(k).keystream()},
+        Bytes v = RevealOrDie({&u[0].value[k], &u[1].value[k], &u[2].value[k]},
                               absl::StrCat("keystream of job ", k));
         OPENSSL_cleanse(v.data(), v.size());
       }
+      for (auto& x : u) WipeRunView(&x);
     }
     return s;
   };

@@ -291,7 +291,7 @@ struct Job {
   std::vector<uint8_t> data;      // JOB_DECRYPT: ctr0||C||T; FINALIZE: C
   std::vector<uint8_t> checksum;  // JOB_VERIFY_CHECKSUM only
   // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: data_shares[k] = share (party+k)%3 of
-  // D, `length` bytes each (kmpc.proto Job.data_shares). The only input
+  // D, `length` bytes each (kmpc.proto RunRequest.data_shares). The only input
   // that differs between the parties; wiped when the Job dies.
   std::shared_ptr<const EncryptState> state;  // JOB_FINALIZE only
   // A failed check the caller already made (the server checks the request's

@@ -41,15 +41,29 @@ grpc::Status Refuse(const BatchOutcome& out) {
                 std::string(out.status.message()));
 }
 
-void SetShares(pb::SharePair* out, const std::vector<uint8_t>& a,
-               const std::vector<uint8_t>& b, size_t len) {
-  out->set_first(a.data(), std::min(len, a.size()));
-  out->set_second(b.data(), std::min(len, b.size()));
+// Appends this party's two shares of a value, `len` bytes each, to a flat
+// share buffer (kmpc.proto, "Shares travel flat"). A share shorter than
+// `len` (never from the engine) is padded with zeros: the layout the KDC
+// reads stays intact, and the copies from two servers then disagree.
+void AppendShares(std::string* out, const std::vector<uint8_t>& a,
+                  const std::vector<uint8_t>& b, size_t len) {
+  for (const auto* v : {&a, &b}) {
+    const size_t n = std::min(len, v->size());
+    out->append(reinterpret_cast<const char*>(v->data()), n);
+    out->append(len - n, '\0');
+  }
 }
 
-void SetTag(pb::SharePair* out, const std::array<std::array<uint8_t, 16>, 2>& tag) {
-  out->set_first(tag[0].data(), 16);
-  out->set_second(tag[1].data(), 16);
+void AppendTag(std::string* out, const std::array<std::array<uint8_t, 16>, 2>& tag) {
+  out->append(reinterpret_cast<const char*>(tag[0].data()), 16);
+  out->append(reinterpret_cast<const char*>(tag[1].data()), 16);
+}
+
+// A request of another KeyOps wire version (contract::kWireVersion).
+grpc::Status CheckWireVersion(uint32_t got) {
+  std::string bad = contract::WireVersionProblem(got, "the KDC module");
+  if (bad.empty()) return grpc::Status::OK;
+  return Refuse(pb::BATCH_MALFORMED, std::move(bad));
 }
 
 // The batch id, or a BATCH_MALFORMED refusal.
@@ -92,40 +106,33 @@ void FillStats(pb::BatchStats* s, const BatchOutcome& o, uint64_t aes) {
 // The engine's job for a request job. A job that breaks the contract is
 // passed on with its failed check: all three servers find the same
 // failure, agree on the batch digest and report it alike.
-engine::Job ToEngineJob(const pb::Job& in) {
+engine::Job ToEngineJob(const pb::Job& in, const contract::MessageShares& sh) {
   engine::Job job;
   job.type = in.type();
   job.cipher = in.cipher();
   job.key_id = in.key_id();
   job.usage = in.usage();
-  job.precheck = contract::CheckJob(contract::ShapeOf(in));
+  job.precheck = contract::CheckJob(contract::ShapeOf(in, &sh));
   if (!job.precheck.ok()) return job;
   if (in.type() == pb::JOB_ENCRYPT)
     job.nblocks = static_cast<uint32_t>(contract::CeilBlocks(in.length()));
   else
     job.length = in.length();
   if (in.type() == pb::JOB_CHECKSUM || in.type() == pb::JOB_VERIFY_CHECKSUM) {
-    // This server's two shares of the message (kmpc.proto Job.data_shares);
-    // the engine::Job wipes its copy, Run wipes the request's.
-    const auto& sh = in.data_shares();
-    job.data_shares[0].assign(sh.first().begin(), sh.first().end());
-    job.data_shares[1].assign(sh.second().begin(), sh.second().end());
+    // This server's two shares of the message (kmpc.proto
+    // RunRequest.data_shares); the engine::Job wipes its copy, Run wipes
+    // the request's.
+    job.data_shares[0].assign(sh.first.begin(), sh.first.end());
+    job.data_shares[1].assign(sh.second.begin(), sh.second.end());
   }
   job.data.assign(in.data().begin(), in.data().end());
   job.checksum.assign(in.checksum().begin(), in.checksum().end());
   return job;
 }
 
-// Wipes the message shares of a request's jobs (kmpc.proto Job.data_shares).
-void WipeMessageShares(pb::RunRequest* req) {
-  for (pb::Job& job : *req->mutable_jobs()) {
-    if (!job.has_data_shares()) continue;
-    std::string* f = job.mutable_data_shares()->mutable_first();
-    std::string* s = job.mutable_data_shares()->mutable_second();
-    OPENSSL_cleanse(f->data(), f->size());
-    OPENSSL_cleanse(s->data(), s->size());
-  }
-}
+// Wipes a request's flat share buffer (kmpc.proto RunRequest.data_shares,
+// SignRequest.data_shares).
+void WipeShares(std::string* flat) { OPENSSL_cleanse(flat->data(), flat->size()); }
 
 }  // namespace
 
@@ -162,6 +169,7 @@ grpc::Status ToGrpcStatus(const absl::Status& st) {
 
 grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* resp,
                                   absl::Time deadline) {
+  if (grpc::Status s = CheckWireVersion(req.wire_version()); !s.ok()) return s;
   BatchId batch_id;
   if (grpc::Status s = ParseBatchId(req.batch_id(), &batch_id); !s.ok()) return s;
   const int n = req.jobs_size();
@@ -173,16 +181,17 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
   std::set<uint64_t> ids;
   uint64_t aes_blocks = 0, cost = 0;
   std::map<uint64_t, int64_t> index;  // job_id -> position
+  const std::vector<contract::MessageShares> shares = contract::SliceMessageShares(req);
   for (int i = 0; i < n; ++i) {
     const pb::Job& in = req.jobs(i);
     if (!ids.insert(in.job_id()).second)
       return Refuse(pb::BATCH_MALFORMED,
                     absl::StrCat("job ", i, ": duplicate job_id ", in.job_id()));
     index[in.job_id()] = i;
-    const contract::JobShape shape = contract::ShapeOf(in);
+    const contract::JobShape shape = contract::ShapeOf(in, &shares[i]);
     aes_blocks += contract::JobBlocks(shape);
     cost += contract::JobCost(shape);
-    jobs.push_back(ToEngineJob(in));
+    jobs.push_back(ToEngineJob(in, shares[i]));
   }
   // Conditions by position (engine.h, Job::release_if_ok); one naming no
   // job of the batch becomes an index the engine refuses (JOB_MALFORMED).
@@ -215,6 +224,7 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
     return Refuse(pb::BATCH_INTERNAL, "engine returned a wrong number of results");
   resp->set_batch_id(req.batch_id());
   resp->set_party(options_.party);
+  resp->set_wire_version(contract::kWireVersion);
   FillStats(resp->mutable_stats(), out, aes_blocks);
   return FillRunResults(req, out.result, resp);
 }
@@ -228,6 +238,18 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
   const absl::Time now = absl::Now();
   std::vector<std::string> kept, kept_pads;
   grpc::Status refused;
+  // The flat buffers (kmpc.proto RunResponse.ctr0s, .shares) sized once.
+  size_t ctr0_bytes = 0, share_bytes = 0;
+  for (int i = 0; i < req.jobs_size(); ++i) {
+    const pb::Job& in = req.jobs(i);
+    const pb::JobStatus st = result.jobs[i].status;
+    if (contract::ResultHasCtr0(in.type(), st)) ctr0_bytes += contract::kCtr0Size;
+    share_bytes += 2 * contract::RevealedShareBytes(contract::ShapeOf(in), st);
+  }
+  std::string* ctr0s = resp->mutable_ctr0s();
+  std::string* shares = resp->mutable_shares();
+  ctr0s->reserve(ctr0_bytes);
+  shares->reserve(share_bytes);
   for (int i = 0; i < req.jobs_size() && refused.ok(); ++i) {
     const pb::Job& in = req.jobs(i);
     engine::JobResult& r = result.jobs[i];
@@ -242,9 +264,8 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
     }
     switch (in.type()) {
       case pb::JOB_ENCRYPT: {
-        o->set_ctr0(r.ctr0.data(), 16);
-        SetShares(o->mutable_keystream(), r.keystream[0], r.keystream[1],
-                  in.length());
+        ctr0s->append(reinterpret_cast<const char*>(r.ctr0.data()), 16);
+        AppendShares(shares, r.keystream[0], r.keystream[1], in.length());
         std::string key = StateKey(req.batch_id(), in.job_id());
         absl::Status st = states_.Put(key, {r.state, in.length(), now});
         if (st.ok()) kept.push_back(std::move(key));
@@ -252,16 +273,16 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
         break;
       }
       case pb::JOB_DECRYPT:
-        SetShares(o->mutable_keystream(), r.keystream[0], r.keystream[1],
-                  contract::RevealedBytes(contract::ShapeOf(in)));
+        AppendShares(shares, r.keystream[0], r.keystream[1],
+                     contract::RevealedBytes(contract::ShapeOf(in)));
         break;
       case pb::JOB_CHECKSUM:
-        o->set_ctr0(r.ctr0.data(), 16);
-        SetTag(o->mutable_tag(), r.tag);
+        ctr0s->append(reinterpret_cast<const char*>(r.ctr0.data()), 16);
+        AppendTag(shares, r.tag);
         break;
       case pb::JOB_PAD: {
         // Only ctr0 leaves; the pad waits for its one Sign item.
-        o->set_ctr0(r.ctr0.data(), 16);
+        ctr0s->append(reinterpret_cast<const char*>(r.ctr0.data()), 16);
         std::string key = StateKey(req.batch_id(), in.job_id());
         absl::Status st = pads_.Put(key, {r.pad, in.length(), now});
         if (st.ok()) kept_pads.push_back(std::move(key));
@@ -278,6 +299,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
   if (!refused.ok()) {
     states_.Erase(kept);
     pads_.Erase(kept_pads);
+    OPENSSL_cleanse(shares->data(), shares->size());
     resp->Clear();
   }
   return refused;
@@ -308,6 +330,7 @@ grpc::Status FinalizeStateKeys(const pb::FinalizeRequest& req,
 grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
                                        pb::FinalizeResponse* resp,
                                        absl::Time deadline) {
+  if (grpc::Status s = CheckWireVersion(req.wire_version()); !s.ok()) return s;
   BatchId batch_id;
   if (grpc::Status s = ParseBatchId(req.batch_id(), &batch_id); !s.ok()) return s;
   const int n = req.items_size();
@@ -364,12 +387,15 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
   if (bad.ok()) {
     resp->set_batch_id(req.batch_id());
     resp->set_party(options_.party);
+    resp->set_wire_version(contract::kWireVersion);
     FillStats(resp->mutable_stats(), out, 0);
+    std::string* tags = resp->mutable_tags();
+    tags->reserve(n * 2 * contract::kTagSize);
     for (int i = 0; i < n; ++i) {
       auto* o = resp->add_results();
       o->set_run_batch_id(req.items(i).run_batch_id());
       o->set_job_id(req.items(i).job_id());
-      SetTag(o->mutable_tag(), results[i].tag);
+      AppendTag(tags, results[i].tag);
     }
   }
   for (auto& r : results)
@@ -384,10 +410,9 @@ namespace {
 // signs), usage and length, the shares' and verify tag's sizes. Nothing is
 // computed with the pad before this passes.
 std::string SignItemProblem(const engine::PadState& pad, const pb::SignItem& it,
-                            int party) {
+                            const contract::MessageShares& sh, int party) {
   const bool verify = !it.verify_tag().empty();
-  const std::string& s0 = it.data().first();
-  const std::string& s1 = it.data().second();
+  const absl::string_view s0 = sh.first, s1 = sh.second;
   if (pad.party != party) return "the pad belongs to another party";
   if (verify != pad.verify_only)
     return pad.verify_only ? "a verification pad only verifies"
@@ -408,6 +433,7 @@ std::string SignItemProblem(const engine::PadState& pad, const pb::SignItem& it,
 }  // namespace
 
 grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse* resp) {
+  if (grpc::Status s = CheckWireVersion(req.wire_version()); !s.ok()) return s;
   if (req.request_id().size() != contract::kBatchIdSize)
     return Refuse(pb::BATCH_MALFORMED,
                   absl::StrCat("request_id must be ", contract::kBatchIdSize,
@@ -425,8 +451,15 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
                                " message blocks, the limit is ", contract::kMaxBatchBlocks));
   const absl::Time t0 = absl::Now();
   resp->set_party(options_.party);
+  resp->set_wire_version(contract::kWireVersion);
+  // Each item's shares, sliced in item order (kmpc.proto
+  // SignRequest.data_shares); the tag shares go out flat likewise.
+  contract::FlatReader flat(req.data_shares());
+  std::string* tag_shares = resp->mutable_tag_shares();
+  tag_shares->reserve(n * contract::kTagSize);
   for (int i = 0; i < n; ++i) {
     const pb::SignItem& it = req.items(i);
+    const contract::MessageShares sh = flat.TakePair(it.length());
     pb::SignResult* o = resp->add_results();
     o->set_run_batch_id(it.run_batch_id());
     o->set_job_id(it.job_id());
@@ -450,10 +483,9 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
       continue;
     }
     const engine::PadState& pad = *e->state;
-    const std::string& s0 = it.data().first();
-    const std::string& s1 = it.data().second();
+    const absl::string_view s0 = sh.first, s1 = sh.second;
     const bool verify = !it.verify_tag().empty();
-    const std::string bad = SignItemProblem(pad, it, options_.party);
+    const std::string bad = SignItemProblem(pad, it, sh, options_.party);
     absl::StatusOr<std::array<uint8_t, 16>> t =
         bad.empty() ? engine::SignShare(
                           pad, it.usage(),
@@ -470,7 +502,7 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
     }
     o->set_status(pb::JOB_OK);
     if (verify) SetVerifyAnswer(pad, it, &*t);
-    o->set_tag_share(t->data(), t->size());
+    tag_shares->append(reinterpret_cast<const char*>(t->data()), t->size());
     OPENSSL_cleanse(t->data(), t->size());
     // *e goes here: the pad is wiped with its last reference.
   }
@@ -506,7 +538,7 @@ grpc::Status KeyOpsService::Run(grpc::ServerContext* ctx,
                           [&] { return DoRun(*req, resp, ClientDeadline(*ctx)); });
   // The request is ours until we return: wipe this copy of the message
   // shares (the engine wiped its own).
-  WipeMessageShares(const_cast<kmpc::v1::RunRequest*>(req));
+  WipeShares(const_cast<kmpc::v1::RunRequest*>(req)->mutable_data_shares());
   return st;
 }
 
@@ -540,13 +572,7 @@ grpc::Status KeyOpsService::Sign(grpc::ServerContext* ctx,
   if (recorder_ != nullptr) recorder_->Record("Sign", *req);
   grpc::Status st = Serve(ctx, "Sign", resp, [&] { return DoSign(*req, resp); });
   // The request is ours until we return: wipe this copy of the shares.
-  auto* mut = const_cast<kmpc::v1::SignRequest*>(req);
-  for (pb::SignItem& it : *mut->mutable_items()) {
-    std::string* f = it.mutable_data()->mutable_first();
-    std::string* s = it.mutable_data()->mutable_second();
-    OPENSSL_cleanse(f->data(), f->size());
-    OPENSSL_cleanse(s->data(), s->size());
-  }
+  WipeShares(const_cast<kmpc::v1::SignRequest*>(req)->mutable_data_shares());
   return st;
 }
 

@@ -113,7 +113,7 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   // (run_batch_id, job_id) is taken from this server's pad store before
   // anything is computed (one tag per pad, whoever asks), then this
   // party's additive tag share t_i is computed on the calling thread
-  // (engine::SignShare). Per-item results: JOB_OK with tag_share;
+  // (engine::SignShare). Per-item results: JOB_OK with a tag share;
   // JOB_PAD_UNAVAILABLE (no such pad here: never drawn, expired, used);
   // JOB_MALFORMED (run_batch_id size, usage or length not the pad's, share
   // sizes, a verify item on a signing pad or the reverse: the pad is put
