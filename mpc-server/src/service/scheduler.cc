@@ -236,8 +236,8 @@ void Scheduler::Start() {
 void Scheduler::Stop() {
   stopping_ = true;
   {
+    // Waiters' conditions (Await) are evaluated when mu_ is released.
     absl::MutexLock lock(&mu_);
-    cv_.SignalAll();
   }
   for (auto& t : threads_)
     if (t.joinable()) t.join();
@@ -286,20 +286,27 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
   }
   pending_[key] = work;
   if (party() == 0) queue_.push_back(work);
-  cv_.SignalAll();
   const bool client_first =
       work->deadline < work->arrived + options_.schedule_timeout;
   const absl::Time deadline =
       std::min(work->arrived + options_.schedule_timeout, work->deadline);
   // A follower's copy may be claimed, then put back for a retry (Unclaim):
   // the deadline holds whenever it is not claimed.
+  // The waits name their condition (absl::Mutex re-evaluates it when the
+  // mutex is released), so this thread wakes only when its own batch moved,
+  // not at every other batch's arrival, claim or completion.
+  Work* const w = work.get();
+  auto claimed_or_done = [this, w] { return w->done || w->claimed || stopping_; };
+  auto unclaimed_or_done = [w] { return w->done || !w->claimed; };
   while (!work->done) {
     if (work->claimed) {
-      cv_.Wait(&mu_);
+      mu_.Await(absl::Condition(&unclaimed_or_done));
       continue;
     }
-    // Stop() wakes this wait: no worker will claim the batch any more.
-    const bool timed_out = !stopping_ && cv_.WaitWithDeadline(&mu_, deadline);
+    // Stop() ends this wait: no worker will claim the batch any more.
+    const bool timed_out =
+        !stopping_ &&
+        !mu_.AwaitWithDeadline(absl::Condition(&claimed_or_done), deadline);
     if ((timed_out || stopping_) && !work->claimed && !work->done) {
       auto it = pending_.find(key);
       if (it != pending_.end() && it->second == work) pending_.erase(it);
@@ -335,10 +342,14 @@ std::shared_ptr<Scheduler::Work> Scheduler::Claim(BatchKind kind,
       pending_.erase(it);
       w->claimed = true;
       w->claimed_at = absl::Now();
-      cv_.SignalAll();
-      return w;
+        return w;
     }
-    if (stopping_ || cv_.WaitWithDeadline(&mu_, deadline)) {
+    auto arrived = [this, &key] {
+      mu_.AssertReaderHeld();
+      return stopping_ || pending_.count(key) != 0;
+    };
+    if (stopping_ ||
+        !mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline)) {
       if (absl::Now() >= deadline || stopping_) return nullptr;
     }
   }
@@ -354,7 +365,6 @@ void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status)
   work->outcome.queue_time = work->claimed_at - work->arrived;
   work->outcome.run_time = absl::Now() - work->claimed_at;
   work->done = true;
-  cv_.SignalAll();
 }
 
 void Scheduler::Unclaim(const std::shared_ptr<Work>& work) {
@@ -379,7 +389,6 @@ void Scheduler::Unclaim(const std::shared_ptr<Work>& work) {
     work->claimed = false;
     pending_[key] = work;
   }
-  cv_.SignalAll();
 }
 
 absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
@@ -570,7 +579,19 @@ void Scheduler::LeaderLoop(int worker) {
           break;
         }
         const bool idle = queue_.empty();
-        if (cv_.WaitWithDeadline(&mu_, wake) && idle && queue_.empty()) {
+        // Woken only when a batch is ready for it (one worker per batch:
+        // absl::Mutex hands the lock to one waiter whose condition holds,
+        // and once that one took the batch the others' is false again).
+        auto ready_batch = [this] {
+          mu_.AssertReaderHeld();
+          if (stopping_) return true;
+          const absl::Time t = absl::Now();
+          for (const auto& q : queue_)
+            if (q->not_before <= t) return true;
+          return false;
+        };
+        if (!mu_.AwaitWithDeadline(absl::Condition(&ready_batch), wake) &&
+            idle && queue_.empty()) {
           mu_.Unlock();
           IdleConnect(ch);
           mu_.Lock();
@@ -583,8 +604,7 @@ void Scheduler::LeaderLoop(int worker) {
         work->claimed = true;
         work->claimed_at = absl::Now();
       }
-      cv_.SignalAll();
-    }
+      }
     bool again = false;
     absl::Status st = LeadBatch(ch, session, ++seq, *work, &again);
     if (again) {
@@ -609,7 +629,6 @@ void Scheduler::LeaderLoop(int worker) {
     w->outcome.error = kmpc::v1::BATCH_SHUTTING_DOWN;
   }
   queue_.clear();
-  cv_.SignalAll();
 }
 
 // A proposal a follower received (FollowerLoop): its ring sequence number,
