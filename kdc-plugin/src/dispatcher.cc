@@ -53,6 +53,11 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
       return absl::UnavailableError(absl::StrCat(
           "the MPC cluster is overloaded: ", waiting, " jobs wait"));
     speculator_.OnSubmit(&q, queue_.size(), &group_jobs);
+    // With submitter_kicks, SubmitterIdle() takes the queued Sign and
+    // FINALIZE-only jobs and starts an idle cluster's Run batch, and a Run
+    // in flight wakes the dispatcher when it ends: a wake-up here would
+    // only cost a futex call and a context switch per exchange.
+    const bool kicked = options_.submitter_kicks;
     if (q.sign) {
       // Until SubmitterIdle(): a Sign needs no ring round, so it waits for
       // neither a window nor the Run in flight, only for the other
@@ -60,9 +65,11 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
       const absl::Time due = q.enqueued + kSignMaxWait;
       const bool first = sign_queue_.empty();
       sign_queue_.push_back(std::move(q));
-      wake = first && NeedsWake(due);
+      wake = !kicked && first && NeedsWake(due);
     } else {
-      wake = Enqueue(std::move(q), &group_jobs) &&
+      const bool kicked_here =
+          kicked && (q.finalize_only || options_.early_flush);
+      wake = Enqueue(std::move(q), &group_jobs) && !kicked_here &&
              NeedsWake(absl::InfinitePast());
     }
   }
@@ -139,15 +146,17 @@ void Dispatcher::SubmitterIdle() {
       flush_now_ = true;
       // An idle cluster takes the queue now, from this thread: waking the
       // dispatcher for it would put a futex wake and two context switches
-      // on the critical path of every exchange that finds it idle. With a
-      // batch in flight the queue waits for it anyway; its completion wakes
-      // the dispatcher, which then sees flush_now_.
-      if (inflight_ == 0) {
+      // on the critical path of every exchange that finds it idle. With
+      // max_inflight batches in flight the queue waits for one to end (its
+      // completion wakes the dispatcher, which then sees flush_now_);
+      // otherwise the dispatcher is woken if it must act by a time (the
+      // window behind a batch in flight, a hold: hold_pct).
+      if (inflight_ < options_.max_inflight) {
         absl::Time run_at = absl::InfiniteFuture();
         if (auto s = NextRun(now, &run_at))
           steps.push_back(s);
         else
-          wake = NeedsWake(run_at);  // held (hold_pct): the dispatcher's
+          wake = NeedsWake(run_at);
       }
     }
     starting_ += static_cast<int>(steps.size());
@@ -401,14 +410,20 @@ void Dispatcher::SpeculativeJobDone() {
 }
 
 void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
+  bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
     // After Stop() nothing would prune them: `keystreams` goes out of
     // scope here and SecureBytes wipes them.
     if (stopping_) return;
+    absl::Time first = absl::InfiniteFuture();
+    for (const HeldKeystream& k : keystreams) first = std::min(first, k.expires);
     speculator_.Hold(&keystreams);
+    // The dispatcher prunes them when they expire: woken only if it would
+    // sleep past that (it usually wakes earlier for a step's deadline).
+    wake = NeedsWake(first);
   }
-  cv_.notify_all();  // the dispatcher prunes them when they expire
+  if (wake) cv_.notify_all();
 }
 
 void Dispatcher::SpeculativeGroupsFailed(size_t groups) {
