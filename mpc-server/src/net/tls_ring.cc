@@ -319,14 +319,8 @@ absl::Status TlsRingChannel::SendControl(uint32_t seq,
 absl::StatusOr<std::vector<uint8_t>> TlsRingChannel::RecvControl(
     uint32_t* seq, absl::Time deadline) {
   uint8_t hdr[kFrameHeaderSize];
-  // Spins like a small data receive (spin_us): the scheduler receives a
-  // control message only in the middle of a batch's agreement (the leader
-  // waiting for its proposal to come back round the ring, a follower for
-  // the commit; an idle follower first waits in InboundReadable), when the
-  // message is one or two hops away (five hops of sleep and wake-up
-  // before every batch otherwise).
   if (absl::Status st = Pump(hdr, kFrameHeaderSize, deadline, /*wait=*/true,
-                             /*spin=*/true);
+                             spin_control_);
       !st.ok())
     return st;
   FrameHeader h;

@@ -22,6 +22,20 @@
 namespace kmpc::service {
 namespace {
 
+// A batch of at most this many AES blocks (estimated from its jobs) is
+// latency-bound: its ring messages are small enough that the data rounds
+// spin (--ring_spin_max_bytes, 3 KiB by default, is ~140 blocks at the
+// ~21 bytes per block per round measured for a login's Run), and its
+// agreement's control receives spin too (WorkerRing::SpinControl).
+constexpr uint64_t kSpinControlMaxBlocks = 128;
+
+bool LatencyBound(const std::vector<engine::Job>& jobs) {
+  uint64_t blocks = 0;
+  for (const engine::Job& j : jobs)
+    blocks += 1 + j.nblocks + (j.data.size() + 15) / 16 + (j.length + 15) / 16;
+  return blocks <= kSpinControlMaxBlocks;
+}
+
 // Control message (32 bytes):
 //   0 type (kPropose / kCommit)   1 kind   2 status   3 status party
 //   4 flags (bit 0: need / new PRSS session; bit 1: go, COMMIT only;
@@ -479,6 +493,7 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
           std::min(absl::Now() + options_.connect_timeout, work.deadline));
       !st.ok())
     return absl::UnavailableError(st.message());
+  ch.SpinControl(LatencyBound(work.jobs));
   const absl::Time now = absl::Now();
   if (now >= work.deadline)
     return work.proposals > 0
@@ -688,6 +703,7 @@ absl::Status Scheduler::ForwardProposal(WorkerRing& ch, Session& session, Propos
   fwd.age_ms = Ms(absl::Milliseconds(fwd.age_ms) + held);
   fwd.wait_ms = Ms(absl::Milliseconds(fwd.wait_ms) - held);
   if (!st.ok()) return st;
+  ch.SpinControl(p.work != nullptr && LatencyBound(p.work->jobs));
   if (absl::Status sent = ch.SendControl(p.seq, Encode(fwd)); !sent.ok()) return sent;
   uint32_t cseq = 0;
   absl::Time until =
