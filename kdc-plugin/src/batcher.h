@@ -68,6 +68,22 @@ struct BatcherOptions {
   // submits the ticket and the reply of one AS-REQ in one go), unless
   // SubmitterIdle() says earlier that the submitter is done.
   absl::Duration coalesce = absl::Microseconds(500);
+  // Under load (early flush, jobs already waiting when a Run batch ends),
+  // the next batch waits after that end until it holds as many jobs as the
+  // batch that ended, or for hold_pct percent of that batch's latency at
+  // most. Closed-loop clients otherwise split into groups that take turns
+  // (a batch holds the jobs that arrived during the last one, while most
+  // exchanges are in their ring-free steps), and every group costs a
+  // whole Run: the ring rounds of AES do not grow with the batch. 0: off;
+  // a lone exchange (nothing waiting at a batch's end) never waits.
+  int hold_pct = 0;
+  // The submitter calls SubmitterIdle() after every burst of Submit()s
+  // (the KDC module: on its event loop's next turn). Submit() then never
+  // wakes the dispatcher thread for what SubmitterIdle() takes (Sign and
+  // FINALIZE-only jobs, an idle cluster's Run batch under early_flush);
+  // without it, SubmitterIdle() is only a hint and the dispatcher's timers
+  // (coalesce, kSignMaxWait) send what it did not.
+  bool submitter_kicks = false;
   // One batch at a time by default: while it runs, the next one collects
   // everything that arrives (up to backlog_jobs / backlog_blocks), so under
   // load batches grow with the load instead of queueing at the servers:

@@ -53,6 +53,11 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
       return absl::UnavailableError(absl::StrCat(
           "the MPC cluster is overloaded: ", waiting, " jobs wait"));
     speculator_.OnSubmit(&q, queue_.size(), &group_jobs);
+    // With submitter_kicks, SubmitterIdle() takes the queued Sign and
+    // FINALIZE-only jobs and starts an idle cluster's Run batch, and a Run
+    // in flight wakes the dispatcher when it ends: a wake-up here would
+    // only cost a futex call and a context switch per exchange.
+    const bool kicked = options_.submitter_kicks;
     if (q.sign) {
       // Until SubmitterIdle(): a Sign needs no ring round, so it waits for
       // neither a window nor the Run in flight, only for the other
@@ -60,9 +65,11 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
       const absl::Time due = q.enqueued + kSignMaxWait;
       const bool first = sign_queue_.empty();
       sign_queue_.push_back(std::move(q));
-      wake = first && NeedsWake(due);
+      wake = !kicked && first && NeedsWake(due);
     } else {
-      wake = Enqueue(std::move(q), &group_jobs) &&
+      const bool kicked_here =
+          kicked && (q.finalize_only || options_.early_flush);
+      wake = Enqueue(std::move(q), &group_jobs) && !kicked_here &&
              NeedsWake(absl::InfinitePast());
     }
   }
@@ -135,11 +142,22 @@ void Dispatcher::SubmitterIdle() {
     // Up to the in-flight limit; the rest go as those end (StepFinished
     // wakes the dispatcher, which sees finalize_only_now_).
     while (auto s = NextFinalizeOnly(now, &unused)) steps.push_back(s);
-    if (options_.early_flush && !queue_.empty() && !flush_now_) {
+    if (options_.early_flush && !queue_.empty()) {
       flush_now_ = true;
-      // With a batch in flight the queue waits for it anyway; its
-      // completion wakes the dispatcher, which then sees flush_now_.
-      wake = inflight_ == 0 && NeedsWake(absl::InfinitePast());
+      // An idle cluster takes the queue now, from this thread: waking the
+      // dispatcher for it would put a futex wake and two context switches
+      // on the critical path of every exchange that finds it idle. With
+      // max_inflight batches in flight the queue waits for one to end (its
+      // completion wakes the dispatcher, which then sees flush_now_);
+      // otherwise the dispatcher is woken if it must act by a time (the
+      // window behind a batch in flight, a hold: hold_pct).
+      if (inflight_ < options_.max_inflight) {
+        absl::Time run_at = absl::InfiniteFuture();
+        if (auto s = NextRun(now, &run_at))
+          steps.push_back(s);
+        else
+          wake = NeedsWake(run_at);
+      }
     }
     starting_ += static_cast<int>(steps.size());
   }
@@ -271,18 +289,26 @@ std::shared_ptr<BatchStep> Dispatcher::NextSign(absl::Time now,
 }
 
 bool Dispatcher::StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk) {
+  return StartUnlocked(NextRun(now, wake), lk);
+}
+
+std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
+                                               absl::Time* wake) {
   const BatcherOptions& o = options_;
-  if (queue_.empty() || inflight_ >= o.max_inflight) return false;
+  if (queue_.empty() || inflight_ >= o.max_inflight) return nullptr;
   absl::Time flush_at;
   if (queue_.size() >= o.max_jobs || queued_blocks_ >= o.max_blocks)
     flush_at = now;
+  else if (o.early_flush && inflight_ == 0 && now < hold_until_ &&
+           queue_.size() < hold_jobs_)
+    flush_at = hold_until_;
   else if (o.early_flush && inflight_ == 0)
     flush_at = flush_now_ ? now : queue_.front().enqueued + o.coalesce;
   else
     flush_at = queue_.front().enqueued + o.window;
   if (flush_at > now) {
     *wake = std::min(*wake, flush_at);
-    return false;
+    return nullptr;
   }
   std::vector<PendingJob> batch;
   uint64_t blocks = 0;
@@ -298,17 +324,7 @@ bool Dispatcher::StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk) {
   }
   if (queue_.empty()) flush_now_ = false;
   ++inflight_;
-  Launch(std::move(batch), StepKind::kRun, now, lk);
-  return true;
-}
-
-void Dispatcher::Launch(std::vector<PendingJob> jobs, StepKind kind,
-                        absl::Time now, Lock* lk) {
-  auto step = MakeStep(std::move(jobs), kind, now);
-  lk->unlock();
-  step->Start();
-  step.reset();
-  lk->lock();
+  return MakeStep(std::move(batch), StepKind::kRun, now);
 }
 
 void Dispatcher::RequestStop() {
@@ -394,14 +410,20 @@ void Dispatcher::SpeculativeJobDone() {
 }
 
 void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
+  bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
     // After Stop() nothing would prune them: `keystreams` goes out of
     // scope here and SecureBytes wipes them.
     if (stopping_) return;
+    absl::Time first = absl::InfiniteFuture();
+    for (const HeldKeystream& k : keystreams) first = std::min(first, k.expires);
     speculator_.Hold(&keystreams);
+    // The dispatcher prunes them when they expire: woken only if it would
+    // sleep past that (it usually wakes earlier for a step's deadline).
+    wake = NeedsWake(first);
   }
-  cv_.notify_all();  // the dispatcher prunes them when they expire
+  if (wake) cv_.notify_all();
 }
 
 void Dispatcher::SpeculativeGroupsFailed(size_t groups) {
@@ -451,7 +473,14 @@ void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
     std::lock_guard<std::mutex> l(mu_);
     active_.erase(step);
     switch (kind) {
-      case StepKind::kRun: --inflight_; break;
+      case StepKind::kRun:
+        --inflight_;
+        if (options_.hold_pct > 0 && options_.early_flush && !queue_.empty()) {
+          const absl::Time now = absl::Now();
+          hold_until_ = now + (now - step->start()) * options_.hold_pct / 100;
+          hold_jobs_ = step->size();
+        }
+        break;
       case StepKind::kFinalizeOnly: --finalize_only_inflight_; break;
       case StepKind::kSign: --sign_inflight_; break;
     }

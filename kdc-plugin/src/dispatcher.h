@@ -15,7 +15,9 @@
 //  - queued_blocks_ is the sum of `blocks` over queue_.
 //  - flush_now_: the submitter went idle (SubmitterIdle) with early_flush
 //    and jobs queued: an idle cluster takes them without the coalesce
-//    delay; cleared when a batch empties the queue.
+//    delay (SubmitterIdle starts that Run batch itself, on the submitter's
+//    thread, when none is in flight); cleared when a batch empties the
+//    queue.
 //  - finalize_only_now_: the submitter went idle with finalize_only jobs
 //    queued: they go at once (else kFinalizeOnlyMaxWait after the first).
 //  - Sign jobs (a CHECKSUM a held pad signs) wait in sign_queue_ only for
@@ -105,8 +107,10 @@ class Dispatcher : public StepHost,
   bool StartUnlocked(std::shared_ptr<BatchStep> step, Lock* lk);
   bool StartFinalizeOnly(absl::Time now, absl::Time* wake, Lock* lk);
   bool StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk);
-  void Launch(std::vector<PendingJob> jobs, StepKind kind, absl::Time now,
-              Lock* lk);
+  // Under mu_: the next Run batch, registered and counted in flight, if
+  // one may go by `now` (the flush policy, batcher.h), else null (then
+  // *wake is lowered to when one may).
+  std::shared_ptr<BatchStep> NextRun(absl::Time now, absl::Time* wake);
   bool StartSigns(absl::Time now, absl::Time* wake, Lock* lk);
   // Under mu_: a registered step of `kind` for `jobs` (the caller starts
   // it after releasing mu_); notifies the dispatcher if it sleeps past the
@@ -155,6 +159,10 @@ class Dispatcher : public StepHost,
   std::atomic<uint64_t> run_requests_{0}, finalize_requests_{0},
       sign_requests_{0}, sign_batches_{0};
   uint64_t next_seq_ = 1;
+  // BatcherOptions::hold_pct: set when a Run batch ends with jobs
+  // waiting; until hold_until_ the next Run waits for hold_jobs_ jobs.
+  absl::Time hold_until_ = absl::InfinitePast();
+  size_t hold_jobs_ = 0;
   Speculator speculator_;
 
   // Deliveries pass this gate; Close() shuts it.

@@ -304,6 +304,9 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     }
     // SubmitterIdle(): early flush, and the finalize_only jobs.
     core->kick = mo->batcher.early_flush || mo->batcher.speculate;
+    // kmpc_kdc.c calls SubmitterIdle() on the loop's next turn after every
+    // submit whenever core->kick is set.
+    mo->batcher.submitter_kicks = core->kick;
     core->metrics = std::make_unique<kmpc::kdc::KdcMetrics>();
     core->router = std::make_unique<kmpc::kdc::Router>(
         mo->batcher, std::move(transports), core->sink.get(),

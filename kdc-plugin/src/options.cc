@@ -66,6 +66,8 @@ constexpr IntOption kIntOptions[] = {
      [](BatcherOptions& b, int64_t n) { b.backlog_blocks = n; }},
     {"coalesce_us", 0, 1000000,
      [](BatcherOptions& b, int64_t n) { b.coalesce = absl::Microseconds(n); }},
+    {"batch_hold_pct", 0, 1000,
+     [](BatcherOptions& b, int64_t n) { b.hold_pct = static_cast<int>(n); }},
     {"max_inflight", 1, 1024,
      [](BatcherOptions& b, int64_t n) { b.max_inflight = static_cast<int>(n); }},
     {"max_queue_jobs", 1, 10000000,

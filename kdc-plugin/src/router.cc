@@ -200,7 +200,18 @@ void Router::Deliver(Result r) {
 
 void Router::RetryLoop() {
   std::unique_lock<std::mutex> lk(mu_);
+  uint32_t submitted = 0;  // bit c: a retry went to cluster c
   for (;;) {
+    if (retries_.empty() && submitted != 0) {
+      // This thread is the retries' submitter: it says when it is done
+      // (BatcherOptions::submitter_kicks), once for all it just submitted.
+      lk.unlock();
+      for (size_t c = 0; c < batchers_.size(); ++c)
+        if (submitted & (1u << c)) batchers_[c]->SubmitterIdle();
+      submitted = 0;
+      lk.lock();
+      continue;
+    }
     cv_.wait(lk, [this] { return stopping_ || !retries_.empty(); });
     if (stopping_) return;
     Retry r = std::move(retries_.front());
@@ -229,7 +240,10 @@ void Router::RetryLoop() {
                               " after failing elsewhere (", r.first.message(),
                               "); ", total, " jobs failed over so far"));
     absl::Status st = batchers_[c]->Submit(r.token, std::move(job));
-    if (!st.ok()) Deliver(Result{r.token, std::move(st), {}});
+    if (!st.ok())
+      Deliver(Result{r.token, std::move(st), {}});
+    else
+      submitted |= 1u << c;
     lk.lock();
   }
 }

@@ -423,6 +423,75 @@ TEST_P(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
   EXPECT_GE(sink_.At(1) - t0, absl::Milliseconds(290));
 }
 
+// submitter_kicks (the KDC module): Submit() leaves the queue to
+// SubmitterIdle(), which starts an idle cluster's batch itself; under load
+// the batch in flight still wakes the dispatcher for the next one.
+TEST_P(BatcherTest, SubmitterKicksLeaveTheQueueToSubmitterIdle) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Seconds(20);
+  o.submitter_kicks = true;
+  cluster_.set_latency(absl::Milliseconds(100));
+  auto b = Make(o);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(RunCalls(), 0);
+  b->SubmitterIdle();  // starts batch 1 (both jobs) on this thread
+  EXPECT_EQ(RunCalls(), 1);
+  // Behind batch 1: these go when it ends, not after 20 s.
+  for (int i = 3; i < 6; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("c")).ok());
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(5, absl::Seconds(10)));
+  EXPECT_LT(sink_.At(5) - t0, absl::Seconds(5));
+  const std::vector<int> sizes = RunSizes();
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0], 2);
+  EXPECT_EQ(sizes[1], 3);
+}
+
+// hold_pct: a queue waiting behind a batch waits after its end, up to the
+// given share of that batch's latency, for as many jobs as it had; a lone
+// job (nothing waiting at the end) goes at once.
+TEST_P(BatcherTest, HoldGathersTheNextBatchUnderLoadOnly) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Seconds(20);
+  o.submitter_kicks = true;
+  o.hold_pct = 100;
+  cluster_.set_latency(absl::Milliseconds(150));
+  auto b = Make(o);
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());
+  b->SubmitterIdle();  // batch 1: three jobs
+  ASSERT_TRUE(b->Submit(4, Encrypt("b")).ok());
+  b->SubmitterIdle();  // waits behind batch 1
+  ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(10)));
+  const absl::Time end1 = absl::Now();
+  // Held: one job of three after batch 1's end; two more arrive within
+  // the hold and go with it at once (the queue reached three).
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_EQ(RunCalls(), 1);
+  ASSERT_TRUE(b->Submit(5, Encrypt("c")).ok());
+  ASSERT_TRUE(b->Submit(6, Encrypt("d")).ok());
+  b->SubmitterIdle();
+  EXPECT_EQ(RunCalls(), 2);
+  ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(10)));
+  std::vector<int> sizes = RunSizes();
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[1], 3);
+  EXPECT_LT(absl::Now() - end1, absl::Seconds(2));
+  // Nothing waited at batch 2's end: a lone job goes at once.
+  const absl::Time t2 = absl::Now();
+  ASSERT_TRUE(b->Submit(7, Encrypt("e")).ok());
+  b->SubmitterIdle();
+  EXPECT_EQ(RunCalls(), 3);
+  ASSERT_TRUE(sink_.WaitFor(7, absl::Seconds(10)));
+  EXPECT_LT(sink_.At(7) - t2, absl::Milliseconds(140) + absl::Seconds(1));
+}
+
 // Fake only: the real servers have no hook for the fault (a party that never answers).
 TEST_P(FakeBatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
   BatcherOptions o;

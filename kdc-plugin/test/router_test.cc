@@ -53,6 +53,26 @@ TEST_F(RouterTest, PrimaryTakesEverythingWhileHealthy) {
   EXPECT_EQ(r->stats().failovers, 0u);
 }
 
+// With submitter_kicks (the module's setting) the router's retry thread is
+// the failed-over jobs' submitter: it calls SubmitterIdle() itself, so
+// they do not wait for the KDC's next submit (none comes here) or for the
+// dispatcher's watchdog.
+TEST_F(RouterTest, FailoverWithSubmitterKicksNeedsNoFurtherSubmit) {
+  options_.early_flush = true;
+  options_.coalesce = absl::Seconds(30);
+  options_.submitter_kicks = true;
+  auto r = Make();
+  clusters_[0].set_down(1, true);
+  const absl::Time t0 = absl::Now();
+  for (uint64_t t = 1; t <= 4; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("x")).ok());
+  r->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(4));
+  for (uint64_t t = 1; t <= 4; ++t)
+    ASSERT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+  EXPECT_GT(Calls(1), 0u);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+}
+
 // A party of the primary down: every job fails over and completes once;
 // a ciphertext made by cluster 2 decrypts on cluster 1 (same key, same id).
 TEST_F(RouterTest, FailsOverWhenAPartyOfThePrimaryIsDown) {

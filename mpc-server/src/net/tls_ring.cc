@@ -319,7 +319,9 @@ absl::Status TlsRingChannel::SendControl(uint32_t seq,
 absl::StatusOr<std::vector<uint8_t>> TlsRingChannel::RecvControl(
     uint32_t* seq, absl::Time deadline) {
   uint8_t hdr[kFrameHeaderSize];
-  if (absl::Status st = Pump(hdr, kFrameHeaderSize, deadline); !st.ok())
+  if (absl::Status st = Pump(hdr, kFrameHeaderSize, deadline, /*wait=*/true,
+                             spin_control_);
+      !st.ok())
     return st;
   FrameHeader h;
   if (absl::Status st = DecodeFrameHeader(hdr, &h); !st.ok()) return Fail(st);

@@ -79,6 +79,13 @@ class TlsRingChannel final : public RingChannel {
   absl::Status SendControl(uint32_t seq, absl::Span<const uint8_t> msg);
   absl::StatusOr<std::vector<uint8_t>> RecvControl(uint32_t* seq,
                                                    absl::Time deadline);
+  // Whether RecvControl spins like a small data receive (spin_us). The
+  // scheduler sets it for the agreement of a batch small enough that its
+  // data rounds spin too (a latency-bound batch: the next control message
+  // is one or two hops away, and five hops of sleep and wake-up come
+  // before every batch otherwise), and clears it for a large one, whose
+  // parties must not take CPU from each other on a shared machine.
+  void set_spin_control(bool on) { spin_control_ = on; }
   // Waits until all queued output is written.
   absl::Status Flush(absl::Time deadline);
   // Drops both connections (after a failed batch).
@@ -129,6 +136,7 @@ class TlsRingChannel final : public RingChannel {
   uint32_t send_step_ = 0;
   uint32_t recv_step_ = 0;
   absl::Time batch_deadline_ = absl::InfiniteFuture();
+  bool spin_control_ = false;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> steps_sent_{0};
   std::atomic<bool> up_{false};

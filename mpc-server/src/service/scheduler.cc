@@ -22,6 +22,20 @@
 namespace kmpc::service {
 namespace {
 
+// A batch of at most this many AES blocks (estimated from its jobs) is
+// latency-bound: its ring messages are small enough that the data rounds
+// spin (--ring_spin_max_bytes, 3 KiB by default, is ~140 blocks at the
+// ~21 bytes per block per round measured for a login's Run), and its
+// agreement's control receives spin too (WorkerRing::SpinControl).
+constexpr uint64_t kSpinControlMaxBlocks = 128;
+
+bool LatencyBound(const std::vector<engine::Job>& jobs) {
+  uint64_t blocks = 0;
+  for (const engine::Job& j : jobs)
+    blocks += 1 + j.nblocks + (j.data.size() + 15) / 16 + (j.length + 15) / 16;
+  return blocks <= kSpinControlMaxBlocks;
+}
+
 // Control message (32 bytes):
 //   0 type (kPropose / kCommit)   1 kind   2 status   3 status party
 //   4 flags (bit 0: need / new PRSS session; bit 1: go, COMMIT only;
@@ -236,8 +250,8 @@ void Scheduler::Start() {
 void Scheduler::Stop() {
   stopping_ = true;
   {
+    // Waiters' conditions (Await) are evaluated when mu_ is released.
     absl::MutexLock lock(&mu_);
-    cv_.SignalAll();
   }
   for (auto& t : threads_)
     if (t.joinable()) t.join();
@@ -286,20 +300,27 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
   }
   pending_[key] = work;
   if (party() == 0) queue_.push_back(work);
-  cv_.SignalAll();
   const bool client_first =
       work->deadline < work->arrived + options_.schedule_timeout;
   const absl::Time deadline =
       std::min(work->arrived + options_.schedule_timeout, work->deadline);
   // A follower's copy may be claimed, then put back for a retry (Unclaim):
   // the deadline holds whenever it is not claimed.
+  // The waits name their condition (absl::Mutex re-evaluates it when the
+  // mutex is released), so this thread wakes only when its own batch moved,
+  // not at every other batch's arrival, claim or completion.
+  Work* const w = work.get();
+  auto claimed_or_done = [this, w] { return w->done || w->claimed || stopping_; };
+  auto unclaimed_or_done = [w] { return w->done || !w->claimed; };
   while (!work->done) {
     if (work->claimed) {
-      cv_.Wait(&mu_);
+      mu_.Await(absl::Condition(&unclaimed_or_done));
       continue;
     }
-    // Stop() wakes this wait: no worker will claim the batch any more.
-    const bool timed_out = !stopping_ && cv_.WaitWithDeadline(&mu_, deadline);
+    // Stop() ends this wait: no worker will claim the batch any more.
+    const bool timed_out =
+        !stopping_ &&
+        !mu_.AwaitWithDeadline(absl::Condition(&claimed_or_done), deadline);
     if ((timed_out || stopping_) && !work->claimed && !work->done) {
       auto it = pending_.find(key);
       if (it != pending_.end() && it->second == work) pending_.erase(it);
@@ -335,10 +356,14 @@ std::shared_ptr<Scheduler::Work> Scheduler::Claim(BatchKind kind,
       pending_.erase(it);
       w->claimed = true;
       w->claimed_at = absl::Now();
-      cv_.SignalAll();
-      return w;
+        return w;
     }
-    if (stopping_ || cv_.WaitWithDeadline(&mu_, deadline)) {
+    auto arrived = [this, &key] {
+      mu_.AssertReaderHeld();
+      return stopping_ || pending_.count(key) != 0;
+    };
+    if (stopping_ ||
+        !mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline)) {
       if (absl::Now() >= deadline || stopping_) return nullptr;
     }
   }
@@ -354,7 +379,6 @@ void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status)
   work->outcome.queue_time = work->claimed_at - work->arrived;
   work->outcome.run_time = absl::Now() - work->claimed_at;
   work->done = true;
-  cv_.SignalAll();
 }
 
 void Scheduler::Unclaim(const std::shared_ptr<Work>& work) {
@@ -379,7 +403,6 @@ void Scheduler::Unclaim(const std::shared_ptr<Work>& work) {
     work->claimed = false;
     pending_[key] = work;
   }
-  cv_.SignalAll();
 }
 
 absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
@@ -470,6 +493,7 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
           std::min(absl::Now() + options_.connect_timeout, work.deadline));
       !st.ok())
     return absl::UnavailableError(st.message());
+  ch.SpinControl(LatencyBound(work.jobs));
   const absl::Time now = absl::Now();
   if (now >= work.deadline)
     return work.proposals > 0
@@ -570,7 +594,19 @@ void Scheduler::LeaderLoop(int worker) {
           break;
         }
         const bool idle = queue_.empty();
-        if (cv_.WaitWithDeadline(&mu_, wake) && idle && queue_.empty()) {
+        // Woken only when a batch is ready for it (one worker per batch:
+        // absl::Mutex hands the lock to one waiter whose condition holds,
+        // and once that one took the batch the others' is false again).
+        auto ready_batch = [this] {
+          mu_.AssertReaderHeld();
+          if (stopping_) return true;
+          const absl::Time t = absl::Now();
+          for (const auto& q : queue_)
+            if (q->not_before <= t) return true;
+          return false;
+        };
+        if (!mu_.AwaitWithDeadline(absl::Condition(&ready_batch), wake) &&
+            idle && queue_.empty()) {
           mu_.Unlock();
           IdleConnect(ch);
           mu_.Lock();
@@ -583,8 +619,7 @@ void Scheduler::LeaderLoop(int worker) {
         work->claimed = true;
         work->claimed_at = absl::Now();
       }
-      cv_.SignalAll();
-    }
+      }
     bool again = false;
     absl::Status st = LeadBatch(ch, session, ++seq, *work, &again);
     if (again) {
@@ -609,7 +644,6 @@ void Scheduler::LeaderLoop(int worker) {
     w->outcome.error = kmpc::v1::BATCH_SHUTTING_DOWN;
   }
   queue_.clear();
-  cv_.SignalAll();
 }
 
 // A proposal a follower received (FollowerLoop): its ring sequence number,
@@ -669,6 +703,7 @@ absl::Status Scheduler::ForwardProposal(WorkerRing& ch, Session& session, Propos
   fwd.age_ms = Ms(absl::Milliseconds(fwd.age_ms) + held);
   fwd.wait_ms = Ms(absl::Milliseconds(fwd.wait_ms) - held);
   if (!st.ok()) return st;
+  ch.SpinControl(p.work != nullptr && LatencyBound(p.work->jobs));
   if (absl::Status sent = ch.SendControl(p.seq, Encode(fwd)); !sent.ok()) return sent;
   uint32_t cseq = 0;
   absl::Time until =

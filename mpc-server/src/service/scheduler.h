@@ -185,7 +185,6 @@ class Scheduler {
   std::vector<std::thread> threads_;
 
   absl::Mutex mu_;
-  absl::CondVar cv_;
   std::map<std::string, std::shared_ptr<Work>> pending_ ABSL_GUARDED_BY(mu_);
   // Party 0: oldest first; a batch waiting for a retry stays in place
   // with its not_before and is passed over until then.

@@ -28,6 +28,7 @@ class TlsWorker final : public WorkerRing {
                                                    absl::Time deadline) override {
     return ch_.RecvControl(seq, deadline);
   }
+  void SpinControl(bool on) override { ch_.set_spin_control(on); }
   absl::Status Flush(absl::Time deadline) override { return ch_.Flush(deadline); }
   void Reset() override { ch_.Reset(); }
   Counters counters() const override {
