@@ -228,6 +228,16 @@ KMPC_DZKP_512 inline void Deinterleave8(const F64* p, __m512i& even, __m512i& od
   odd = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15), hi);
 }
 
+// mu[l] = nu * x^l for l < 64 (x^l is the element 1 << l).
+KMPC_DZKP_512 void LaneWeights512(uint64_t nu, F64 mu[64]) {
+  const __m512i n = _mm512_set1_epi64(static_cast<int64_t>(nu));
+  const __m512i one = _mm512_set1_epi64(1);
+  __m512i l = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int q = 0; q < 8; ++q, l = _mm512_add_epi64(l, _mm512_set1_epi64(8))) {
+    Store8(mu + 8 * q, Mul8(n, _mm512_sllv_epi64(one, l)));
+  }
+}
+
 // out[i] = a[i] * b[i] for i < n (n a multiple of 8).
 KMPC_DZKP_512 void MulPairwise512(const F64* a, const F64* b, F64* out, int n) {
   for (int i = 0; i < n; i += 8) Store8(out + i, Mul8(Load8(a + i), Load8(b + i)));
@@ -339,6 +349,29 @@ KMPC_DZKP_GFNI inline void BytesToElements(__m512i R[8], F64* out) {
   for (int q = 0; q < 8; ++q) _mm512_storeu_si512(out + 8 * q, R[q]);
 }
 
+// LaneBytes' byte permutation: byte 8b + t of the result is byte b of
+// word 7 - t.
+struct LaneByteIndex {
+  alignas(64) uint8_t idx[64];
+  constexpr LaneByteIndex() : idx() {
+    for (int b = 0; b < 8; ++b)
+      for (int t = 0; t < 8; ++t) idx[8 * b + t] = static_cast<uint8_t>(8 * (7 - t) + b);
+  }
+};
+inline constexpr LaneByteIndex kLaneByteIndex;
+
+// Byte l of the result, bit t: lane l of w[t] (t < 8). The bytes are
+// permuted so that qword b holds byte b of w[7], ..., w[0]; then each
+// qword's 8 x 8 bit matrix is transposed by GF2P8AFFINEQB with the unit
+// bytes 1 << j as the operand: bit i of result byte j is the parity of
+// (1 << j) & (matrix byte 7 - i), i.e. bit j of byte b of w[i], lane
+// 8b + j of w[i].
+KMPC_DZKP_GFNI inline __m512i LaneBytes(const uint64_t* w) {
+  const __m512i v = _mm512_permutexvar_epi8(_mm512_load_si512(kLaneByteIndex.idx),
+                                            _mm512_loadu_si512(w));
+  return _mm512_gf2p8affine_epi64_epi8(_mm512_set1_epi64(0x8040201008040201), v, 0);
+}
+
 // out[l] = sum_j c_j * bit l of w[j] for the G words of a group.
 template <int G>
 KMPC_DZKP_GFNI void FoldGfni(const uint64_t* w, const BitMatrices<G>& c, F64 out[64]) {
@@ -346,10 +379,7 @@ KMPC_DZKP_GFNI void FoldGfni(const uint64_t* w, const BitMatrices<G>& c, F64 out
 #pragma GCC unroll 8
   for (int h = 0; h < G / 8; ++h) {
     // Byte l of X: lane l of words 8h .. 8h+7.
-    __m512i X = _mm512_setzero_si512();
-    for (int t = 0; t < 8; ++t) {
-      X = _mm512_or_si512(X, _mm512_maskz_set1_epi8(w[8 * h + t], static_cast<char>(1 << t)));
-    }
+    const __m512i X = LaneBytes(w + 8 * h);
 #pragma GCC unroll 8
     for (int b = 0; b < 8; ++b) {
       const __m512i p =
@@ -782,8 +812,12 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
   // stays in the L1 cache.
   for (size_t k = 0; k < groups; ++k) {
     // nu_k * x^l.
-    mu[0] = F64{w.nu[k]};
-    for (int l = 1; l < 64; ++l) mu[l] = MulX(mu[l - 1]);
+    if (v512) {
+      LaneWeights512(w.nu[k], mu);
+    } else {
+      mu[0] = F64{w.nu[k]};
+      for (int l = 1; l < 64; ++l) mu[l] = MulX(mu[l - 1]);
+    }
     for (int c = 0; c < 2; ++c) {
       F64* fo = f[c] + 64 * k;
       fold(s.x[c], k, true, fo);
