@@ -270,10 +270,13 @@ KMPC_DZKP_512 void TransposeGroup512(const uint64_t* w, PatternT<G> out[64]) {
 // row j is c_j. In 8 x 8 blocks: byte b of out[l] = sum_h C_{h,b} * (byte
 // h of lane l's pattern), C_{h,b} bit (i, t) = bit 8b + i of c_{8h+t};
 // GF2P8AFFINEQB multiplies the 64 lanes' bytes by one block at once.
-#define KMPC_DZKP_GFNI __attribute__((target("avx512f,avx512bw,avx512vbmi,gfni")))
+// (With VPCLMULQDQ too: FoldGfni multiplies by the lane weights before
+// it stores.)
+#define KMPC_DZKP_GFNI \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi,gfni,vpclmulqdq")))
 
 bool UseGfni() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
+  static const bool have = Use512() && __builtin_cpu_supports("avx512f") &&
                            __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vbmi") &&
                            __builtin_cpu_supports("gfni");
@@ -340,13 +343,17 @@ KMPC_DZKP_GFNI inline void InterleaveRound(__m512i R[8]) {
 
 // R[b] byte l = byte b of out[l] -> out[0 .. 64): an 8 x 64 byte
 // transpose in three rounds of pairwise interleaving (units of 1, 2, 4
-// bytes); the last leaves lanes 8q .. 8q+7 in register q.
-KMPC_DZKP_GFNI inline void BytesToElements(__m512i R[8], F64* out) {
+// bytes); the last leaves lanes 8q .. 8q+7 in register q. With weights,
+// out[l] is multiplied by weights[l] before it is stored.
+KMPC_DZKP_GFNI inline void BytesToElements(__m512i R[8], F64* out, const F64* weights) {
   InterleaveRound<0>(R);
   InterleaveRound<1>(R);
   InterleaveRound<2>(R);
 #pragma GCC unroll 8
-  for (int q = 0; q < 8; ++q) _mm512_storeu_si512(out + 8 * q, R[q]);
+  for (int q = 0; q < 8; ++q) {
+    if (weights != nullptr) R[q] = Mul8(R[q], Load8(weights + 8 * q));
+    _mm512_storeu_si512(out + 8 * q, R[q]);
+  }
 }
 
 // LaneBytes' byte permutation: byte 8b + t of the result is byte b of
@@ -372,9 +379,11 @@ KMPC_DZKP_GFNI inline __m512i LaneBytes(const uint64_t* w) {
   return _mm512_gf2p8affine_epi64_epi8(_mm512_set1_epi64(0x8040201008040201), v, 0);
 }
 
-// out[l] = sum_j c_j * bit l of w[j] for the G words of a group.
+// out[l] = sum_j c_j * bit l of w[j] for the G words of a group (times
+// weights[l] where given).
 template <int G>
-KMPC_DZKP_GFNI void FoldGfni(const uint64_t* w, const BitMatrices<G>& c, F64 out[64]) {
+KMPC_DZKP_GFNI void FoldGfni(const uint64_t* w, const BitMatrices<G>& c, F64 out[64],
+                             const F64* weights) {
   __m512i R[8];
 #pragma GCC unroll 8
   for (int h = 0; h < G / 8; ++h) {
@@ -388,7 +397,7 @@ KMPC_DZKP_GFNI void FoldGfni(const uint64_t* w, const BitMatrices<G>& c, F64 out
     }
   }
   // X and R stay in registers (no copy in memory to wipe).
-  BytesToElements(R, out);
+  BytesToElements(R, out, weights);
 }
 
 // The lane patterns of a group's words by the fastest transpose the CPU
@@ -797,9 +806,11 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
   // out[l] = sum_j (x side: a_j, y side: lag_j) * bit l of word j of group
   // k: by bit-matrix products, or the sum of t[h][byte h of lane l's
   // pattern].
+  // The GFNI path multiplies the x side by the lane weights mu as it
+  // stores.
   auto fold = [&](const uint64_t* words, size_t k, bool x_side, F64* out) {
     const uint64_t* wk = GroupWords<G>(words, s.n, k, buf);
-    if (gfni) return FoldGfni<G>(wk, x_side ? *ma : *mb, out);
+    if (gfni) return FoldGfni<G>(wk, x_side ? *ma : *mb, out, x_side ? mu : nullptr);
     const F64(*t)[256] = x_side ? ta : tb;
     TransposeFor<G>(wk, pat, v512);
     for (int l = 0; l < 64; ++l) {
@@ -821,6 +832,7 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
     for (int c = 0; c < 2; ++c) {
       F64* fo = f[c] + 64 * k;
       fold(s.x[c], k, true, fo);
+      if (gfni) continue;
       if (v512) {
         MulPairwise512(mu, fo, fo, 64);
       } else {
