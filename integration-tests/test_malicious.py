@@ -15,15 +15,18 @@ Message map of one batch (0-based steps; one worker, so one session):
   2 .. A-1    AES: one message per AND layer (rep3.h, kernel_impl.inc), the
               same sequence in both modes;
   A .. end    malicious only (protocol/verify.cc Verifier::Verify, the
-              distributed zero-knowledge check): the 16-byte coin c1, the
-              first compression's reshare (63 elements of 16 bytes: 1008),
-              the 16-byte coin c2, per halving a 32-byte reshare and a
-              16-byte coin, the 48-byte opening of the last f, g and claim,
-              and the 32-byte "compare view" hash (the last message).
+              distributed zero-knowledge check; an ENCRYPT batch logs AND
+              gates only, whose proof is over GF(2^64)): the 16-byte coin
+              c1, the first compression's reshare (2G - 1 elements of 8
+              bytes: 248 for G = 16), the 16-byte coin c2, per halving a
+              16-byte reshare and a 16-byte coin, the last compression's
+              reshare (62 elements: 496) and its 16-byte coin, the 24-byte
+              opening of the last f, g and claim, and the 32-byte "compare
+              view" hash (the last message).
 A is found as the first step where the two modes' maps differ. Seen for
 this test's batch (one 4-block keystream job, AES-128, the depth-4 S-box):
-68, 84, ten rounds of (1152, 384, 512, 2304), then 16, 1008, 16, fourteen
-(32, 16), 48, 32: A = 42 of 75 messages.
+68, 84, ten rounds of (1152, 384, 512, 2304), then 16, 248, 16, six
+(16, 16), 496, 16, 24, 32: A = 42 of 61 messages.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
 a keystream that does not match OpenSSL's (the attack surface exists and
