@@ -15,15 +15,18 @@ Message map of one batch (0-based steps; one worker, so one session):
   2 .. A-1    AES: one message per AND layer (rep3.h, kernel_impl.inc), the
               same sequence in both modes;
   A .. end    malicious only (protocol/verify.cc Verifier::Verify, the
-              distributed zero-knowledge check): the 16-byte coin c1, the
-              first compression's reshare (63 elements of 16 bytes: 1008),
-              the 16-byte coin c2, per halving a 32-byte reshare and a
-              16-byte coin, the 48-byte opening of the last f, g and claim,
-              and the 32-byte "compare view" hash (the last message).
+              distributed zero-knowledge check; an ENCRYPT batch logs AND
+              gates only, whose proof is over GF(2^64)): the 16-byte coin
+              c1, the first compression's reshare (2G - 1 elements of 8
+              bytes: 248 for G = 16), the 16-byte coin c2, per halving a
+              16-byte reshare and a 16-byte coin, the last compression's
+              reshare (62 elements: 496) and its 16-byte coin, the 24-byte
+              opening of the last f, g and claim, and the 32-byte "compare
+              view" hash (the last message).
 A is found as the first step where the two modes' maps differ. Seen for
 this test's batch (one 4-block keystream job, AES-128, the depth-4 S-box):
-68, 84, ten rounds of (1152, 384, 512, 2304), then 16, 1008, 16, fourteen
-(32, 16), 48, 32: A = 42 of 75 messages.
+68, 84, ten rounds of (1152, 384, 512, 2304), then 16, 248, 16, six
+(16, 16), 496, 16, 24, 32: A = 42 of 61 messages.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
 a keystream that does not match OpenSSL's (the attack surface exists and
@@ -136,13 +139,15 @@ def test_message_map(clusters):
     # malicious mode the check's rounds after them: coin, first
     # compression, coin, (reshare, coin) per halving, the last compression
     # of 32 elements (h at e_1 .. e_62 reshared, coin), opening, compare.
+    # An ENCRYPT batch logs AND gates only: the check's elements are of
+    # GF(2^64), 8 bytes (verify.h).
     assert a == len(semi) and a >= 2 + 40, (semi, mal)
     assert mal[a] == 16 and mal[a + 2] == 16, mal
-    assert mal[a + 1] % 16 == 0 and mal[a + 1] >= 3 * 16, mal  # h values + mask
+    assert mal[a + 1] % 8 == 0 and mal[a + 1] >= 3 * 8, mal  # h values + mask
     halvings = mal[a + 3:-4]
-    assert len(halvings) >= 2 and halvings == [32, 16] * (len(halvings) // 2), mal
-    assert mal[-4:-2] == [16 * (2 * 32 - 2), 16], mal
-    assert mal[-2:] == [48, 32], mal
+    assert len(halvings) >= 2 and halvings == [16, 16] * (len(halvings) // 2), mal
+    assert mal[-4:-2] == [8 * (2 * 32 - 2), 16], mal
+    assert mal[-2:] == [24, 32], mal
     assert all(s > 0 for s in semi[2:]), semi
     assert mal[:2] == [AGREEMENT_HEADER, AGREEMENT_HEADER + 16], mal  # one ctr0 share
     assert (a - 2) % 10 == 0, semi  # AES-128: the same layers in each round
@@ -165,10 +170,10 @@ CASES = {
     # reshare (an error on one value of h); a halving's reshare (the
     # first halving's h(x)); the compare hash.
     "verification": lambda semi, mal, a: (len(mal) - 2, 5, 0x10, False),
-    "first_compression": lambda semi, mal, a: (a + 1, 7 * 16 + 3, 0x04, False),
-    "halving": lambda semi, mal, a: (a + 3, 16 + 9, 0x20, False),
+    "first_compression": lambda semi, mal, a: (a + 1, 7 * 8 + 3, 0x04, False),
+    "halving": lambda semi, mal, a: (a + 3, 8 + 5, 0x20, False),
     # the last compression's reshare (an error on h(e_40)).
-    "last_compression": lambda semi, mal, a: (len(mal) - 4, 39 * 16 + 2, 0x08, False),
+    "last_compression": lambda semi, mal, a: (len(mal) - 4, 39 * 8 + 2, 0x08, False),
     "compare": lambda semi, mal, a: (len(mal) - 1, 20, 0x01, False),
     # (c) a late opening: party 1 waits for its successor's shares of the
     # first ctr0 draw (agreement, step 1, after the 68-byte header) before
@@ -188,7 +193,7 @@ def test_cheats_are_caught_and_servers_keep_serving(clusters):
     seen_ks = []
     for name, plan in CASES.items():
         step, off, mask, late = plan(semi, mal, a)
-        assert 0 <= step < len(mal) and mal[step] > 0, (name, step, mal)
+        assert 0 <= step < len(mal) and 0 <= off < mal[step], (name, step, off, mal)
         # Only the first batch of party 1's worker is cheated (count 1).
         rearm(c, f"{step}:{off}:{mask}:0:{int(late)}:1")
         before = [len(read_log(c, i)) for i in range(3)]

@@ -20,6 +20,12 @@ Fe Inv(Fe a) {
   return Mul(r, r);
 }
 
+F64 Inv(F64 a) {
+  F64 r = a;
+  for (int i = 0; i < 62; ++i) r = Mul(Mul(r, r), a);
+  return Mul(r, r);
+}
+
 namespace {
 
 uint8_t ReverseBits(uint8_t b) {
@@ -30,17 +36,18 @@ uint8_t ReverseBits(uint8_t b) {
 
 // 1 / prod_{m != j} (e_j + e_m) for j < n, computed once per n.
 constexpr int kMaxPoints = 2 * kMaxGroupWords;
-const Fe* Denominators(int n) {
+template <class E>
+const E* Denominators(int n) {
   static std::mutex mu;
-  static std::array<std::vector<Fe>, kMaxPoints + 1> table;
+  static std::array<std::vector<E>, kMaxPoints + 1> table;
   std::lock_guard<std::mutex> lock(mu);
-  std::vector<Fe>& t = table[n];
+  std::vector<E>& t = table[n];
   if (t.empty()) {
     t.resize(n);
     for (int j = 0; j < n; ++j) {
-      Fe d = FromU64(1);
+      E d = Field<E>::Elem(1);
       for (int m = 0; m < n; ++m) {
-        if (m != j) d = Mul(d, FromU64(static_cast<uint64_t>(j ^ m)));
+        if (m != j) d = Mul(d, Field<E>::Elem(static_cast<uint64_t>(j ^ m)));
       }
       t[j] = Inv(d);
     }
@@ -83,8 +90,8 @@ void TransposeGroup(const uint64_t* w, PatternT<G> out[64]) {
 
 // Sums of coefficients over the set bits of a byte: t[b] = sum c_j, bit j
 // of b set (j < 8).
-void SubsetSums(const Fe* c, Fe* t) {
-  t[0] = Zero();
+void SubsetSums(const F64* c, F64* t) {
+  t[0] = F64{0};
   for (int j = 0; j < 8; ++j) {
     const int half = 1 << j;
     for (int b = 0; b < half; ++b) t[half + b] = Add(t[b], c[j]);
@@ -169,9 +176,71 @@ KMPC_DZKP_512 inline void Deinterleave(const Fe* p, __m512i& even, __m512i& odd)
   odd = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), hi);
 }
 
-// out[i] = a[i] * b[i] for i < n (n a multiple of 4).
-KMPC_DZKP_512 void MulPairwise512(const Fe* a, const Fe* b, Fe* out, int n) {
-  for (int i = 0; i < n; i += 4) Store4(out + i, Mul4(Load4(a + i), Load4(b + i)));
+// ---- GF(2^64): eight elements per 512-bit register ----
+KMPC_DZKP_512 inline __m512i Load8(const F64* p) { return _mm512_loadu_si512(p); }
+KMPC_DZKP_512 inline void Store8(F64* p, __m512i v) { _mm512_storeu_si512(p, v); }
+
+// Reduce64 on eight (lo, hi) pairs.
+KMPC_DZKP_512 inline __m512i Reduce8(__m512i lo, __m512i hi) {
+  constexpr int kXor3 = 0x96;  // a ^ b ^ c
+  const __m512i over = _mm512_ternarylogic_epi64(
+      _mm512_srli_epi64(hi, 63), _mm512_srli_epi64(hi, 61), _mm512_srli_epi64(hi, 60), kXor3);
+  __m512i t = _mm512_ternarylogic_epi64(hi, _mm512_slli_epi64(hi, 1), _mm512_slli_epi64(hi, 3),
+                                        kXor3);
+  t = _mm512_ternarylogic_epi64(t, _mm512_slli_epi64(hi, 4), lo, kXor3);
+  const __m512i o = _mm512_ternarylogic_epi64(over, _mm512_slli_epi64(over, 1),
+                                              _mm512_slli_epi64(over, 3), kXor3);
+  return _mm512_ternarylogic_epi64(t, o, _mm512_slli_epi64(over, 4), kXor3);
+}
+
+// a[i] * b[i], reduced: the products of the even and odd elements, their
+// low and high halves gathered back in element order.
+KMPC_DZKP_512 inline __m512i Mul8(__m512i a, __m512i b) {
+  const __m512i pe = _mm512_clmulepi64_epi128(a, b, 0x00);
+  const __m512i po = _mm512_clmulepi64_epi128(a, b, 0x11);
+  return Reduce8(_mm512_unpacklo_epi64(pe, po), _mm512_unpackhi_epi64(pe, po));
+}
+
+// acc += a[i] * b[i] unreduced: four 128-bit sums.
+KMPC_DZKP_512 inline void MulAcc8(__m512i& acc, __m512i a, __m512i b) {
+  acc = _mm512_ternarylogic_epi64(acc, _mm512_clmulepi64_epi128(a, b, 0x00),
+                                  _mm512_clmulepi64_epi128(a, b, 0x11), 0x96);
+}
+
+// The four 128-bit sums of acc, added and reduced.
+KMPC_DZKP_512 inline F64 Sum8(__m512i acc) {
+  const __m256i h = _mm256_xor_si256(_mm512_castsi512_si256(acc),
+                                     _mm512_extracti64x4_epi64(acc, 1));
+  Wide64 w;
+  w.v = _mm_xor_si128(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  return Reduce(w);
+}
+
+KMPC_DZKP_512 inline __m512i MulX8(__m512i a) {
+  return _mm512_xor_si512(_mm512_slli_epi64(a, 1),
+                          _mm512_and_si512(_mm512_srai_epi64(a, 63), _mm512_set1_epi64(0x1B)));
+}
+
+// Elements 0, 2, .., 14 and 1, 3, .., 15 of p[0 .. 16).
+KMPC_DZKP_512 inline void Deinterleave8(const F64* p, __m512i& even, __m512i& odd) {
+  const __m512i lo = Load8(p), hi = Load8(p + 8);
+  even = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), hi);
+  odd = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15), hi);
+}
+
+// mu[l] = nu * x^l for l < 64 (x^l is the element 1 << l).
+KMPC_DZKP_512 void LaneWeights512(uint64_t nu, F64 mu[64]) {
+  const __m512i n = _mm512_set1_epi64(static_cast<int64_t>(nu));
+  const __m512i one = _mm512_set1_epi64(1);
+  __m512i l = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int q = 0; q < 8; ++q, l = _mm512_add_epi64(l, _mm512_set1_epi64(8))) {
+    Store8(mu + 8 * q, Mul8(n, _mm512_sllv_epi64(one, l)));
+  }
+}
+
+// out[i] = a[i] * b[i] for i < n (n a multiple of 8).
+KMPC_DZKP_512 void MulPairwise512(const F64* a, const F64* b, F64* out, int n) {
+  for (int i = 0; i < n; i += 8) Store8(out + i, Mul8(Load8(a + i), Load8(b + i)));
 }
 
 // TransposeGroup with AVX-512BW: byte l of OR_j maskz_set1(word_j, 1 << j)
@@ -201,10 +270,13 @@ KMPC_DZKP_512 void TransposeGroup512(const uint64_t* w, PatternT<G> out[64]) {
 // row j is c_j. In 8 x 8 blocks: byte b of out[l] = sum_h C_{h,b} * (byte
 // h of lane l's pattern), C_{h,b} bit (i, t) = bit 8b + i of c_{8h+t};
 // GF2P8AFFINEQB multiplies the 64 lanes' bytes by one block at once.
-#define KMPC_DZKP_GFNI __attribute__((target("avx512f,avx512bw,avx512vbmi,gfni")))
+// (With VPCLMULQDQ too: FoldGfni multiplies by the lane weights before
+// it stores.)
+#define KMPC_DZKP_GFNI \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi,gfni,vpclmulqdq")))
 
 bool UseGfni() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
+  static const bool have = Use512() && __builtin_cpu_supports("avx512f") &&
                            __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vbmi") &&
                            __builtin_cpu_supports("gfni");
@@ -216,12 +288,12 @@ bool UseGfni() {
 // so matrix byte 7 - i bit t = bit i of byte b of c_{8h+t}.
 template <int G>
 struct BitMatrices {
-  uint64_t m[G / 8][16];
-  explicit BitMatrices(const Fe* c) {
-    alignas(16) uint8_t bytes[G][16];
-    for (int j = 0; j < G; ++j) Store(bytes[j], c[j]);
+  uint64_t m[G / 8][8];
+  explicit BitMatrices(const F64* c) {
+    alignas(16) uint8_t bytes[G][8];
+    for (int j = 0; j < G; ++j) std::memcpy(bytes[j], &c[j].v, 8);
     for (int h = 0; h < G / 8; ++h) {
-      for (int b = 0; b < 16; ++b) {
+      for (int b = 0; b < 8; ++b) {
         uint64_t q = 0;  // byte t = byte b of c_{8h+t}
         for (int t = 0; t < 8; ++t) q |= uint64_t{bytes[8 * h + t][b]} << (8 * t);
         m[h][b] = __builtin_bswap64(Transpose8(q));
@@ -252,55 +324,80 @@ inline constexpr UnitInterleave kUnitInterleave;
 
 // One round of BytesToElements: pairs (R[k], R[k+1]) of u = 2^S-byte
 // units -> 2u-byte units; register k holds lane block k / NB, unit k % NB
-// (NB = 16 / u units per lane).
+// (NB = 8 / u units per lane).
 template <int S>
-KMPC_DZKP_GFNI inline void InterleaveRound(__m512i R[16]) {
-  constexpr int kNb = 16 >> S;
+KMPC_DZKP_GFNI inline void InterleaveRound(__m512i R[8]) {
+  constexpr int kNb = 8 >> S;
   const __m512i lo = _mm512_load_si512(kUnitInterleave.idx[S][0]);
   const __m512i hi = _mm512_load_si512(kUnitInterleave.idx[S][1]);
-  __m512i next[16];
-#pragma GCC unroll 16
-  for (int k = 0; k < 16; k += 2) {
+  __m512i next[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; k += 2) {
     const int block = k / kNb, unit = (k % kNb) / 2;
     next[(2 * block) * (kNb / 2) + unit] = _mm512_permutex2var_epi8(R[k], lo, R[k + 1]);
     next[(2 * block + 1) * (kNb / 2) + unit] = _mm512_permutex2var_epi8(R[k], hi, R[k + 1]);
   }
-#pragma GCC unroll 16
-  for (int k = 0; k < 16; ++k) R[k] = next[k];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) R[k] = next[k];
 }
 
-// R[b] byte l = byte b of out[l] -> out[0 .. 64): a 16 x 64 byte
-// transpose in four rounds of pairwise interleaving (units of 1, 2, 4, 8
-// bytes); the last leaves lanes 4q .. 4q+3 in register q.
-KMPC_DZKP_GFNI inline void BytesToElements(__m512i R[16], Fe* out) {
+// R[b] byte l = byte b of out[l] -> out[0 .. 64): an 8 x 64 byte
+// transpose in three rounds of pairwise interleaving (units of 1, 2, 4
+// bytes); the last leaves lanes 8q .. 8q+7 in register q. With weights,
+// out[l] is multiplied by weights[l] before it is stored.
+KMPC_DZKP_GFNI inline void BytesToElements(__m512i R[8], F64* out, const F64* weights) {
   InterleaveRound<0>(R);
   InterleaveRound<1>(R);
   InterleaveRound<2>(R);
-  InterleaveRound<3>(R);
-#pragma GCC unroll 16
-  for (int q = 0; q < 16; ++q) _mm512_storeu_si512(out + 4 * q, R[q]);
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q) {
+    if (weights != nullptr) R[q] = Mul8(R[q], Load8(weights + 8 * q));
+    _mm512_storeu_si512(out + 8 * q, R[q]);
+  }
 }
 
-// out[l] = sum_j c_j * bit l of w[j] for the G words of a group.
+// LaneBytes' byte permutation: byte 8b + t of the result is byte b of
+// word 7 - t.
+struct LaneByteIndex {
+  alignas(64) uint8_t idx[64];
+  constexpr LaneByteIndex() : idx() {
+    for (int b = 0; b < 8; ++b)
+      for (int t = 0; t < 8; ++t) idx[8 * b + t] = static_cast<uint8_t>(8 * (7 - t) + b);
+  }
+};
+inline constexpr LaneByteIndex kLaneByteIndex;
+
+// Byte l of the result, bit t: lane l of w[t] (t < 8). The bytes are
+// permuted so that qword b holds byte b of w[7], ..., w[0]; then each
+// qword's 8 x 8 bit matrix is transposed by GF2P8AFFINEQB with the unit
+// bytes 1 << j as the operand: bit i of result byte j is the parity of
+// (1 << j) & (matrix byte 7 - i), i.e. bit j of byte b of w[i], lane
+// 8b + j of w[i].
+KMPC_DZKP_GFNI inline __m512i LaneBytes(const uint64_t* w) {
+  const __m512i v = _mm512_permutexvar_epi8(_mm512_load_si512(kLaneByteIndex.idx),
+                                            _mm512_loadu_si512(w));
+  return _mm512_gf2p8affine_epi64_epi8(_mm512_set1_epi64(0x8040201008040201), v, 0);
+}
+
+// out[l] = sum_j c_j * bit l of w[j] for the G words of a group (times
+// weights[l] where given).
 template <int G>
-KMPC_DZKP_GFNI void FoldGfni(const uint64_t* w, const BitMatrices<G>& c, Fe out[64]) {
-  __m512i R[16];
+KMPC_DZKP_GFNI void FoldGfni(const uint64_t* w, const BitMatrices<G>& c, F64 out[64],
+                             const F64* weights) {
+  __m512i R[8];
 #pragma GCC unroll 8
   for (int h = 0; h < G / 8; ++h) {
     // Byte l of X: lane l of words 8h .. 8h+7.
-    __m512i X = _mm512_setzero_si512();
-    for (int t = 0; t < 8; ++t) {
-      X = _mm512_or_si512(X, _mm512_maskz_set1_epi8(w[8 * h + t], static_cast<char>(1 << t)));
-    }
-#pragma GCC unroll 16
-    for (int b = 0; b < 16; ++b) {
+    const __m512i X = LaneBytes(w + 8 * h);
+#pragma GCC unroll 8
+    for (int b = 0; b < 8; ++b) {
       const __m512i p =
           _mm512_gf2p8affine_epi64_epi8(X, _mm512_set1_epi64(static_cast<int64_t>(c.m[h][b])), 0);
       R[b] = h == 0 ? p : _mm512_xor_si512(R[b], p);
     }
   }
   // X and R stay in registers (no copy in memory to wipe).
-  BytesToElements(R, out);
+  BytesToElements(R, out, weights);
 }
 
 // The lane patterns of a group's words by the fastest transpose the CPU
@@ -349,6 +446,40 @@ KMPC_DZKP_512 void HalveFold512(Fe* const v[4], size_t q, Fe r) {
   }
 }
 
+// The same in GF(2^64), over pairs [0, 8 * q).
+KMPC_DZKP_512 void HalveH512(const F64* const f[2], const F64* const g[2], size_t q,
+                             F64* h1, F64* h2) {
+  __m512i w1 = _mm512_setzero_si512(), w2 = w1;
+  for (size_t i = 0; i < q; ++i) {
+    __m512i a0, b0, a1, b1, c0, d0, c1, d1;
+    Deinterleave8(f[0] + 16 * i, a0, b0);
+    Deinterleave8(f[1] + 16 * i, a1, b1);
+    Deinterleave8(g[0] + 16 * i, c0, d0);
+    Deinterleave8(g[1] + 16 * i, c1, d1);
+    MulAcc8(w1, b0, _mm512_xor_si512(d0, d1));
+    MulAcc8(w1, b1, d0);
+    const __m512i fa0 = _mm512_xor_si512(a0, MulX8(_mm512_xor_si512(a0, b0)));
+    const __m512i fa1 = _mm512_xor_si512(a1, MulX8(_mm512_xor_si512(a1, b1)));
+    const __m512i ga0 = _mm512_xor_si512(c0, MulX8(_mm512_xor_si512(c0, d0)));
+    const __m512i ga1 = _mm512_xor_si512(c1, MulX8(_mm512_xor_si512(c1, d1)));
+    MulAcc8(w2, fa0, _mm512_xor_si512(ga0, ga1));
+    MulAcc8(w2, fa1, ga0);
+  }
+  *h1 = Sum8(w1);
+  *h2 = Sum8(w2);
+}
+
+KMPC_DZKP_512 void HalveFold512(F64* const v[4], size_t q, F64 r) {
+  const __m512i rv = _mm512_set1_epi64(static_cast<int64_t>(r.v));
+  for (int c = 0; c < 4; ++c) {
+    for (size_t i = 0; i < q; ++i) {
+      __m512i a, b;
+      Deinterleave8(v[c] + 16 * i, a, b);
+      Store8(v[c] + 8 * i, _mm512_xor_si512(a, Mul8(rv, _mm512_xor_si512(a, b))));
+    }
+  }
+}
+
 }  // namespace
 
 bool ForceScalar(bool force) {
@@ -370,13 +501,15 @@ void ToGcm(Fe a, uint8_t* b) {
   for (int i = 0; i < 16; ++i) b[i] = ReverseBits(b[i]);
 }
 
-void LagrangeAt(int n, Fe x, Fe* out) {
-  const Fe* den = Denominators(n);
+template <class E>
+void LagrangeAt(int n, E x, E* out) {
+  using F = Field<E>;
+  const E* den = Denominators<E>(n);
   if (n <= 16) {  // n^2 products: fewer than one inversion's for small n
     for (int j = 0; j < n; ++j) {
-      Fe num = FromU64(1);
+      E num = F::Elem(1);
       for (int m = 0; m < n; ++m) {
-        if (m != j) num = Mul(num, Add(x, FromU64(static_cast<uint64_t>(m))));
+        if (m != j) num = Mul(num, Add(x, F::Elem(static_cast<uint64_t>(m))));
       }
       out[j] = Mul(num, den[j]);
     }
@@ -384,24 +517,26 @@ void LagrangeAt(int n, Fe x, Fe* out) {
   }
   // Barycentric: L_j(x) = den_j * prod_m (x - e_m) / (x - e_j), the n
   // inverses from one (Montgomery's trick); x a node gives a unit vector.
-  Fe d[kMaxPoints], prefix[kMaxPoints];
-  Fe all = FromU64(1);
+  E d[kMaxPoints], prefix[kMaxPoints];
+  E all = F::Elem(1);
   for (int j = 0; j < n; ++j) {
-    d[j] = Add(x, FromU64(static_cast<uint64_t>(j)));
-    if (Equal(d[j], Zero())) {
-      for (int m = 0; m < n; ++m) out[m] = FromU64(m == j);
+    d[j] = Add(x, F::Elem(static_cast<uint64_t>(j)));
+    if (Equal(d[j], F::Elem(0))) {
+      for (int m = 0; m < n; ++m) out[m] = F::Elem(m == j);
       return;
     }
     prefix[j] = all;  // d_0 ... d_{j-1}
     all = Mul(all, d[j]);
   }
-  Fe inv = Inv(all);  // 1 / (d_0 ... d_{k})
+  E inv = Inv(all);  // 1 / (d_0 ... d_{k})
   for (int j = n - 1; j >= 0; --j) {
-    const Fe inv_dj = Mul(inv, prefix[j]);  // 1 / d_j
+    const E inv_dj = Mul(inv, prefix[j]);  // 1 / d_j
     inv = Mul(inv, d[j]);
     out[j] = Mul(Mul(all, inv_dj), den[j]);
   }
 }
+template void LagrangeAt<Fe>(int, Fe, Fe*);
+template void LagrangeAt<F64>(int, F64, F64*);
 
 namespace {
 
@@ -412,9 +547,11 @@ namespace {
 struct FirstLevelScratch {
   // S[j][j'] = sum over groups k of nu_k * (weak share of x_{k,j} & y_{k,j'})
   // and T[c][j] = sum_k nu_k * z_{c,k,j}: 64 x 64 carry-less products,
-  // exact in 128 bits.
+  // exact in 128 bits (reduced into GF(2^64) once, into S64 and T64).
   Fe S[kMaxGroupWords][kMaxGroupWords];
   Fe T[2][kMaxGroupWords];
+  alignas(64) F64 S64[kMaxGroupWords][kMaxGroupWords];
+  F64 T64[2][kMaxGroupWords];
   // The 512-bit path's accumulators: [.][q][0] holds the products of
   // words 8q + 0, 2, 4, 6 (one per 128-bit lane), [.][q][1] of 8q + 1, 3,
   // 5, 7.
@@ -422,7 +559,7 @@ struct FirstLevelScratch {
   __m512i zacc[2][kMaxGroupWords / 8][2];
   // The fold's subset sums (without GFNI) of the public coefficients
   // L_j(r) tau_j and L_j(r): not wiped.
-  Fe ta[kMaxGroupWords / 8][256], tb[kMaxGroupWords / 8][256];
+  F64 ta[kMaxGroupWords / 8][256], tb[kMaxGroupWords / 8][256];
   // Wipes (and zeroes) the accumulators and sums, which hold shares.
   void Wipe() { share::Wipe(this, offsetof(FirstLevelScratch, ta)); }
 };
@@ -545,13 +682,13 @@ KMPC_DZKP_512 void Unpack512(const __m512i (*acc)[2], Fe* out, int words) {
 
 // The Lagrange values L_j(e_p) over {e_0 .. e_{G-1}} for p in [G, kHPoints),
 // computed once.
-template <int G>
-const Fe* LagrangeRow(int p) {
+template <class E, int G>
+const E* LagrangeRow(int p) {
   struct Table {
-    Fe v[G - 1][G];
+    E v[G - 1][G];
     Table() {
       for (int p = G; p < 2 * G - 1; ++p)
-        LagrangeAt(G, FromU64(static_cast<uint64_t>(p)), v[p - G]);
+        LagrangeAt(G, Field<E>::Elem(static_cast<uint64_t>(p)), v[p - G]);
     }
   };
   static const Table table;
@@ -560,22 +697,22 @@ const Fe* LagrangeRow(int p) {
 
 // sum_j' lag[j'] * row[j'] (G elements).
 template <int G>
-Fe Dot(const Fe* lag, const Fe* row) {
-  Wide acc;
+F64 Dot(const F64* lag, const F64* row) {
+  Wide64 acc;
   for (int j = 0; j < G; ++j) MulAcc(acc, lag[j], row[j]);
   return Reduce(acc);
 }
 
 template <int G>
-KMPC_DZKP_512 Fe Dot512(const Fe* lag, const Fe* row) {
-  Wide4 w{_mm512_setzero_si512(), _mm512_setzero_si512()};
-  for (int j = 0; j < G; j += 4) MulAcc4(w, Load4(lag + j), Load4(row + j));
-  return Sum4(w);
+KMPC_DZKP_512 F64 Dot512(const F64* lag, const F64* row) {
+  __m512i w = _mm512_setzero_si512();
+  for (int j = 0; j < G; j += 8) MulAcc8(w, Load8(lag + j), Load8(row + j));
+  return Sum8(w);
 }
 
 
 template <int G>
-void FirstLevelHImpl(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) {
+void FirstLevelHImpl(const AndShares& s, const AndWeights& w, F64* out, F64 claim[2]) {
   const size_t groups = (s.n + G - 1) / G;
   FirstLevelScratch& sc = Scratch();
   sc.Wipe();
@@ -602,22 +739,32 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[
     for (int j = 0; j < G; ++j) Unpack512(sc.acc[j], sc.S[j], G);
     for (int c = 0; c < 2; ++c) Unpack512(sc.zacc[c], sc.T[c], G);
   }
+  // The exact sums reduced into GF(2^64) (reduction is GF(2)-linear).
+  auto reduce = [](Fe v) {
+    Wide64 t;
+    t.v = v;
+    return Reduce(t);
+  };
+  for (int j = 0; j < G; ++j) {
+    for (int j2 = 0; j2 < G; ++j2) sc.S64[j][j2] = reduce(sc.S[j][j2]);
+    for (int c = 0; c < 2; ++c) sc.T64[c][j] = reduce(sc.T[c][j]);
+  }
   for (int c = 0; c < 2; ++c) {
-    Wide t;
-    for (int j = 0; j < G; ++j) MulAcc(t, w.tau[j], sc.T[c][j]);
+    Wide64 t;
+    for (int j = 0; j < G; ++j) MulAcc(t, w.tau[j], sc.T64[c][j]);
     claim[c] = Reduce(t);
   }
   // h(p) = sum_{j,j'} L_j(p) L_j'(p) tau_j S_{j,j'}; L_j(e_p) = [j = p]
   // for p < G.
   for (int p = 1; p < 2 * G - 1; ++p) {
     if (p < G) {
-      out[p - 1] = Mul(w.tau[p], sc.S[p][p]);
+      out[p - 1] = Mul(w.tau[p], sc.S64[p][p]);
       continue;
     }
-    const Fe* lag = LagrangeRow<G>(p);
-    Wide acc;
+    const F64* lag = LagrangeRow<F64, G>(p);
+    Wide64 acc;
     for (int j = 0; j < G; ++j) {
-      const Fe inner = v512 ? Dot512<G>(lag, sc.S[j]) : Dot<G>(lag, sc.S[j]);
+      const F64 inner = v512 ? Dot512<G>(lag, sc.S64[j]) : Dot<G>(lag, sc.S64[j]);
       MulAcc(acc, Mul(lag[j], w.tau[j]), inner);
     }
     out[p - 1] = Reduce(acc);
@@ -626,10 +773,10 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[
 }
 
 template <int G>
-void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
-                        Fe* f1, Fe* g0, Fe* g1) {
+void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
+                        F64* f1, F64* g0, F64* g1) {
   const size_t groups = (s.n + G - 1) / G;
-  Fe lag[G], a[G];
+  F64 lag[G], a[G];
   LagrangeAt(G, r, lag);
   for (int j = 0; j < G; ++j) a[j] = Mul(lag[j], w.tau[j]);
   // With GFNI: the coefficients as bit matrices (FoldGfni); else subset
@@ -651,21 +798,23 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
       SubsetSums(lag + 8 * h, tb[h]);
     }
   }
-  Fe* f[2] = {f0, f1};
-  Fe* g[2] = {g0, g1};
+  F64* f[2] = {f0, f1};
+  F64* g[2] = {g0, g1};
   uint64_t buf[G];
   PatternT<G> pat[64];
-  alignas(64) Fe mu[64];
+  alignas(64) F64 mu[64];
   // out[l] = sum_j (x side: a_j, y side: lag_j) * bit l of word j of group
   // k: by bit-matrix products, or the sum of t[h][byte h of lane l's
   // pattern].
-  auto fold = [&](const uint64_t* words, size_t k, bool x_side, Fe* out) {
+  // The GFNI path multiplies the x side by the lane weights mu as it
+  // stores.
+  auto fold = [&](const uint64_t* words, size_t k, bool x_side, F64* out) {
     const uint64_t* wk = GroupWords<G>(words, s.n, k, buf);
-    if (gfni) return FoldGfni<G>(wk, x_side ? *ma : *mb, out);
-    const Fe(*t)[256] = x_side ? ta : tb;
+    if (gfni) return FoldGfni<G>(wk, x_side ? *ma : *mb, out, x_side ? mu : nullptr);
+    const F64(*t)[256] = x_side ? ta : tb;
     TransposeFor<G>(wk, pat, v512);
     for (int l = 0; l < 64; ++l) {
-      Fe v = t[0][pat[l] & 0xff];
+      F64 v = t[0][pat[l] & 0xff];
       for (int h = 1; h < kBytes; ++h) v = Add(v, t[h][(pat[l] >> (8 * h)) & 0xff]);
       out[l] = v;
     }
@@ -673,13 +822,17 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   // The x side for every group, then the y side: one table at a time
   // stays in the L1 cache.
   for (size_t k = 0; k < groups; ++k) {
-    // nu_k * x^l: nu_k shifted by l (degree < 127, no reduction).
-    const uint64_t nu = w.nu[k];
-    mu[0] = FromU64(nu);
-    for (int l = 1; l < 64; ++l) mu[l] = FromU64(nu << l, nu >> (64 - l));
+    // nu_k * x^l.
+    if (v512) {
+      LaneWeights512(w.nu[k], mu);
+    } else {
+      mu[0] = F64{w.nu[k]};
+      for (int l = 1; l < 64; ++l) mu[l] = MulX(mu[l - 1]);
+    }
     for (int c = 0; c < 2; ++c) {
-      Fe* fo = f[c] + 64 * k;
+      F64* fo = f[c] + 64 * k;
       fold(s.x[c], k, true, fo);
+      if (gfni) continue;
       if (v512) {
         MulPairwise512(mu, fo, fo, 64);
       } else {
@@ -702,7 +855,7 @@ int GroupWordsFor(size_t and_words) {
   return 64;
 }
 
-void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) {
+void FirstLevelH(const AndShares& s, const AndWeights& w, F64* out, F64 claim[2]) {
   switch (w.g) {
     case 16: return FirstLevelHImpl<16>(s, w, out, claim);
     case 32: return FirstLevelHImpl<32>(s, w, out, claim);
@@ -710,8 +863,8 @@ void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]) 
   }
 }
 
-void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
-                    Fe* f1, Fe* g0, Fe* g1) {
+void FirstLevelFold(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
+                    F64* f1, F64* g0, F64* g1) {
   switch (w.g) {
     case 16: return FirstLevelFoldImpl<16>(s, w, r, f0, f1, g0, g1);
     case 32: return FirstLevelFoldImpl<32>(s, w, r, f0, f1, g0, g1);
@@ -719,10 +872,11 @@ void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
   }
 }
 
-void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]) {
-  Fe lag[kMaxPoints];
+template <class E>
+void Interpolate(int n, const E* v0, const E* v1, E r, E out[2]) {
+  E lag[kMaxPoints];
   LagrangeAt(n, r, lag);
-  Wide acc[2];
+  typename Field<E>::Wide acc[2];
   for (int j = 0; j < n; ++j) {
     MulAcc(acc[0], lag[j], v0[j]);
     MulAcc(acc[1], lag[j], v1[j]);
@@ -734,40 +888,41 @@ void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]) {
 namespace {
 
 // HalveH's sums over pairs k0 .. n/2 - 1 (and the odd last element).
-void HalveHTail(const Fe* const f[2], const Fe* const g[2], size_t k0, size_t n, Wide& h1,
-                Wide& h2) {
+template <class E, class W = typename Field<E>::Wide>
+void HalveHTail(const E* const f[2], const E* const g[2], size_t k0, size_t n, W& h1, W& h2) {
   // Weak share of a * b: a0 * (b0 + b1) + a1 * b0.
-  auto weak = [](Wide& acc, Fe a0, Fe a1, Fe b0, Fe b1) {
+  auto weak = [](W& acc, E a0, E a1, E b0, E b1) {
     MulAcc(acc, a0, Add(b0, b1));
     MulAcc(acc, a1, b0);
   };
   for (size_t k = k0; k < n / 2; ++k) {
-    const Fe a0 = f[0][2 * k], a1 = f[1][2 * k], b0 = f[0][2 * k + 1], b1 = f[1][2 * k + 1];
-    const Fe c0 = g[0][2 * k], c1 = g[1][2 * k], d0 = g[0][2 * k + 1], d1 = g[1][2 * k + 1];
+    const E a0 = f[0][2 * k], a1 = f[1][2 * k], b0 = f[0][2 * k + 1], b1 = f[1][2 * k + 1];
+    const E c0 = g[0][2 * k], c1 = g[1][2 * k], d0 = g[0][2 * k + 1], d1 = g[1][2 * k + 1];
     weak(h1, b0, b1, d0, d1);
     // f(e_2) = a + x (a + b)
     weak(h2, Add(a0, MulX(Add(a0, b0))), Add(a1, MulX(Add(a1, b1))),
          Add(c0, MulX(Add(c0, d0))), Add(c1, MulX(Add(c1, d1))));
   }
   if (n % 2 == 1) {  // (a, 0): f(1) = 0, f(e_2) = (1 + x) a
-    const Fe a0 = f[0][n - 1], a1 = f[1][n - 1], c0 = g[0][n - 1], c1 = g[1][n - 1];
+    const E a0 = f[0][n - 1], a1 = f[1][n - 1], c0 = g[0][n - 1], c1 = g[1][n - 1];
     weak(h2, Add(a0, MulX(a0)), Add(a1, MulX(a1)), Add(c0, MulX(c0)), Add(c1, MulX(c1)));
   }
 }
 
 // HalveFold's pairs k0 .. n/2 - 1 (and the odd last element), in place.
-void HalveFoldTail(Fe* const f[2], Fe* const g[2], size_t k0, size_t n, Fe r) {
+template <class E>
+void HalveFoldTail(E* const f[2], E* const g[2], size_t k0, size_t n, E r) {
   const size_t m = n / 2;
   for (int c = 0; c < 2; ++c) {
     for (size_t k = k0; k < m; ++k) {
-      const Fe a = f[c][2 * k], b = f[c][2 * k + 1];
+      const E a = f[c][2 * k], b = f[c][2 * k + 1];
       f[c][k] = Add(a, Mul(r, Add(a, b)));
-      const Fe u = g[c][2 * k], v = g[c][2 * k + 1];
+      const E u = g[c][2 * k], v = g[c][2 * k + 1];
       g[c][k] = Add(u, Mul(r, Add(u, v)));
     }
     if (n % 2 == 1) {  // b = 0: (1 + r) a
-      const Fe a = f[c][n - 1], u = g[c][n - 1];
-      const Fe one_r = Add(FromU64(1), r);
+      const E a = f[c][n - 1], u = g[c][n - 1];
+      const E one_r = Add(Field<E>::Elem(1), r);
       f[c][m] = Mul(one_r, a);
       g[c][m] = Mul(one_r, u);
     }
@@ -806,45 +961,86 @@ KMPC_DZKP_512 void HalveFoldH512(Fe* const v[4], size_t q, Fe r, Fe* h1, Fe* h2)
   *h2 = Sum4(w2);
 }
 
+// The same in GF(2^64): pairs [0, 16 * q) folded, the h of the pairs of
+// the folded elements [0, 16 * q); blocks of 32 elements.
+KMPC_DZKP_512 void HalveFoldH512(F64* const v[4], size_t q, F64 r, F64* h1, F64* h2) {
+  const __m512i rv = _mm512_set1_epi64(static_cast<int64_t>(r.v));
+  const __m512i ie = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m512i io = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
+  __m512i w1 = _mm512_setzero_si512(), w2 = w1;
+  for (size_t i = 0; i < q; ++i) {
+    __m512i ev[4], od[4];
+    for (int c = 0; c < 4; ++c) {
+      __m512i a, b, a2, b2;
+      Deinterleave8(v[c] + 32 * i, a, b);
+      Deinterleave8(v[c] + 32 * i + 16, a2, b2);
+      const __m512i n1 = _mm512_xor_si512(a, Mul8(rv, _mm512_xor_si512(a, b)));
+      const __m512i n2 = _mm512_xor_si512(a2, Mul8(rv, _mm512_xor_si512(a2, b2)));
+      Store8(v[c] + 16 * i, n1);
+      Store8(v[c] + 16 * i + 8, n2);
+      ev[c] = _mm512_permutex2var_epi64(n1, ie, n2);
+      od[c] = _mm512_permutex2var_epi64(n1, io, n2);
+    }
+    MulAcc8(w1, od[0], _mm512_xor_si512(od[2], od[3]));
+    MulAcc8(w1, od[1], od[2]);
+    __m512i e2[4];
+    for (int c = 0; c < 4; ++c) e2[c] = _mm512_xor_si512(ev[c], MulX8(_mm512_xor_si512(ev[c], od[c])));
+    MulAcc8(w2, e2[0], _mm512_xor_si512(e2[2], e2[3]));
+    MulAcc8(w2, e2[1], e2[2]);
+  }
+  *h1 = Sum8(w1);
+  *h2 = Sum8(w2);
+}
+
+// Pairs per iteration of the 512-bit halving loops: one register of
+// elements (four of GF(2^128), eight of GF(2^64)).
+template <class E>
+constexpr size_t kPairs512 = 64 / sizeof(E);
+
 }  // namespace
 
-void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]) {
-  Wide h1, h2;
+template <class E>
+void HalveH(const E* const f[2], const E* const g[2], size_t n, E out[2]) {
+  typename Field<E>::Wide h1, h2;
   const size_t m = n / 2;
   size_t k0 = 0;
-  Fe v1 = Zero(), v2 = Zero();
+  E v1 = Field<E>::Elem(0), v2 = v1;
   if (Use512()) {
-    k0 = m / 4 * 4;
-    HalveH512(f, g, m / 4, &v1, &v2);
+    k0 = m / kPairs512<E> * kPairs512<E>;
+    HalveH512(f, g, m / kPairs512<E>, &v1, &v2);
   }
   HalveHTail(f, g, k0, n, h1, h2);
   out[0] = Add(Reduce(h1), v1);
   out[1] = Add(Reduce(h2), v2);
 }
 
-void HalveFoldH(Fe* const f[2], Fe* const g[2], size_t n, Fe r, Fe out[2]) {
+template <class E>
+void HalveFoldH(E* const f[2], E* const g[2], size_t n, E r, E out[2]) {
   const size_t m = n / 2;
   if (!Use512()) {
     HalveFold(f, g, n, r);
-    HalveH(f, g, n - m, out);
+    HalveH<E>(f, g, n - m, out);
     return;
   }
-  Fe* const v[4] = {f[0], f[1], g[0], g[1]};
-  const size_t q = m / 8;
-  Fe v1, v2;
+  E* const v[4] = {f[0], f[1], g[0], g[1]};
+  constexpr size_t P = 2 * kPairs512<E>;  // pairs folded per iteration
+  const size_t q = m / P;
+  E v1, v2;
   HalveFoldH512(v, q, r, &v1, &v2);
-  HalveFoldTail(f, g, 8 * q, n, r);
-  Wide h1, h2;
-  HalveHTail(f, g, 4 * q, n - m, h1, h2);
+  HalveFoldTail(f, g, P * q, n, r);
+  typename Field<E>::Wide h1, h2;
+  HalveHTail<E>(f, g, P / 2 * q, n - m, h1, h2);
   out[0] = Add(Reduce(h1), v1);
   out[1] = Add(Reduce(h2), v2);
 }
 
-void TailH(const Fe* const f[2], const Fe* const g[2], Fe* out) {
+template <class E>
+void TailH(const E* const f[2], const E* const g[2], E* out) {
   constexpr int T = kTailWords;
+  using W = typename Field<E>::Wide;
   // Weak share of a * b: a0 * (b0 + b1) + a1 * b0.
-  auto weak = [](Fe a0, Fe a1, Fe b0, Fe b1) {
-    Wide acc;
+  auto weak = [](E a0, E a1, E b0, E b1) {
+    W acc;
     MulAcc(acc, a0, Add(b0, b1));
     MulAcc(acc, a1, b0);
     return Reduce(acc);
@@ -852,11 +1048,11 @@ void TailH(const Fe* const f[2], const Fe* const g[2], Fe* out) {
   for (int p = 1; p < T; ++p) out[p - 1] = weak(f[0][p], f[1][p], g[0][p], g[1][p]);
   // p >= T: f(e_p) = sum_j L_j(e_p) f_j, one reduction per point.
   for (int p = T; p < 2 * T - 1; ++p) {
-    const Fe* lag = LagrangeRow<T>(p);
-    Fe at[4];
-    const Fe* const v[4] = {f[0], f[1], g[0], g[1]};
+    const E* lag = LagrangeRow<E, T>(p);
+    E at[4];
+    const E* const v[4] = {f[0], f[1], g[0], g[1]};
     for (int c = 0; c < 4; ++c) {
-      Wide acc;
+      W acc;
       for (int j = 0; j < T; ++j) MulAcc(acc, lag[j], v[c][j]);
       at[c] = Reduce(acc);
     }
@@ -865,26 +1061,39 @@ void TailH(const Fe* const f[2], const Fe* const g[2], Fe* out) {
   }
 }
 
-void TailFold(Fe* const f[2], Fe* const g[2], Fe r) {
+template <class E>
+void TailFold(E* const f[2], E* const g[2], E r) {
   constexpr int T = kTailWords;
-  Fe lag[T];
+  E lag[T];
   LagrangeAt(T, r, lag);
-  for (Fe* v : {f[0], f[1], g[0], g[1]}) {
-    Wide acc;
+  for (E* v : {f[0], f[1], g[0], g[1]}) {
+    typename Field<E>::Wide acc;
     for (int j = 0; j < T; ++j) MulAcc(acc, lag[j], v[j]);
     v[0] = Reduce(acc);
   }
 }
 
-void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r) {
+template <class E>
+void HalveFold(E* const f[2], E* const g[2], size_t n, E r) {
   const size_t m = n / 2;
   size_t k0 = 0;
   if (Use512()) {
-    Fe* const v[4] = {f[0], f[1], g[0], g[1]};
-    k0 = m / 4 * 4;
-    HalveFold512(v, m / 4, r);
+    E* const v[4] = {f[0], f[1], g[0], g[1]};
+    k0 = m / kPairs512<E> * kPairs512<E>;
+    HalveFold512(v, m / kPairs512<E>, r);
   }
   HalveFoldTail(f, g, k0, n, r);
 }
+
+#define KMPC_DZKP_INSTANTIATE(E)                                                      \
+  template void Interpolate<E>(int, const E*, const E*, E, E[2]);                     \
+  template void HalveH<E>(const E* const[2], const E* const[2], size_t, E[2]);        \
+  template void HalveFold<E>(E* const[2], E* const[2], size_t, E);                    \
+  template void HalveFoldH<E>(E* const[2], E* const[2], size_t, E, E[2]);             \
+  template void TailH<E>(const E* const[2], const E* const[2], E*);                   \
+  template void TailFold<E>(E* const[2], E* const[2], E);
+KMPC_DZKP_INSTANTIATE(Fe)
+KMPC_DZKP_INSTANTIATE(F64)
+#undef KMPC_DZKP_INSTANTIATE
 
 }  // namespace kmpc::protocol::dzkp

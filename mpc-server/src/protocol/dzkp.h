@@ -1,14 +1,20 @@
-// The arithmetic of the multiplication check (verify.h): the field
-// GF(2^128), lifting 64-lane AND words into it, Lagrange coefficients, and
-// the two compression steps, as local functions on one party's shares so
-// that tests can run them on clear values (a value v is the sharing
-// (v, 0)) against a plain-text reference.
+// The arithmetic of the multiplication check (verify.h): the fields
+// GF(2^64) (the AND gates' proof) and GF(2^128) (the proof of the logged
+// GF(2^128) products), lifting 64-lane AND words into GF(2^64), Lagrange
+// coefficients, and the compression steps, as local functions on one
+// party's shares so that tests can run them on clear values (a value v is
+// the sharing (v, 0)) against a plain-text reference.
 //
-// Field: GF(2^128) = GF(2)[x] / (x^128 + x^7 + x^2 + x + 1) in the
-// polynomial basis: bit i of the 128-bit integer (little-endian in an
-// __m128i) is the coefficient of x^i. This is GCM's field with the bits of
-// each byte in the opposite order (FromGcm), so GF(2^128) products logged
-// by the engine keep their relation z = x * y.
+// Fields, both in the polynomial basis (bit i is the coefficient of x^i):
+//  - GF(2^128) = GF(2)[x] / (x^128 + x^7 + x^2 + x + 1), 128-bit integers
+//    little-endian in an __m128i (Fe). This is GCM's field with the bits
+//    of each byte in the opposite order (FromGcm), so GF(2^128) products
+//    logged by the engine keep their relation z = x * y.
+//  - GF(2^64) = GF(2)[x] / (x^64 + x^4 + x^3 + x + 1) (F64; the
+//    pentanomial is irreducible, the low-weight one in the standard tables,
+//    e.g. Seroussi, "Table of low-weight binary irreducible polynomials",
+//    HP Labs HPL-98-135): a product is one 64 x 64 carry-less product and a
+//    reduction by shifts, eight per pair of VPCLMULQDQ.
 //
 // Shares: a replicated share of v held by party i is (v_i, v_{i+1}) (comp
 // 0 and comp 1). A weak share of a product a * b is party i's term
@@ -120,7 +126,64 @@ inline Fe MulX(Fe a) {
 // a^(2^128 - 2): the inverse of a nonzero a (0 for 0).
 Fe Inv(Fe a);
 
-// The bulk loops use VPCLMULQDQ on four elements per 512-bit register
+// ---- GF(2^64) ----
+struct F64 {
+  uint64_t v;
+};
+using F64Vector = std::vector<F64, NoInitAllocator<F64>>;
+inline F64 Add(F64 a, F64 b) { return F64{a.v ^ b.v}; }
+inline bool Equal(F64 a, F64 b) { return a.v == b.v; }
+
+// hi * x^64 + lo reduced: x^64 = x^4 + x^3 + x + 1, so hi * x^64 is
+// hi ^ hi << 1 ^ hi << 3 ^ hi << 4 plus the bits shifted past x^63 (a
+// polynomial `over` of degree < 4), whose over * x^64 has degree < 8.
+inline uint64_t Reduce64(uint64_t lo, uint64_t hi) {
+  const uint64_t over = (hi >> 63) ^ (hi >> 61) ^ (hi >> 60);
+  return lo ^ hi ^ (hi << 1) ^ (hi << 3) ^ (hi << 4) ^ over ^ (over << 1) ^ (over << 3) ^
+         (over << 4);
+}
+
+// An unreduced sum of products (128 bits); reduced once.
+struct Wide64 {
+  __m128i v = _mm_setzero_si128();
+};
+inline void MulAcc(Wide64& w, F64 a, F64 b) {
+  w.v = _mm_xor_si128(w.v, _mm_clmulepi64_si128(_mm_cvtsi64_si128(static_cast<int64_t>(a.v)),
+                                                 _mm_cvtsi64_si128(static_cast<int64_t>(b.v)),
+                                                 0x00));
+}
+inline F64 Reduce(const Wide64& w) {
+  return F64{Reduce64(static_cast<uint64_t>(_mm_cvtsi128_si64(w.v)),
+                      static_cast<uint64_t>(_mm_extract_epi64(w.v, 1)))};
+}
+inline F64 Mul(F64 a, F64 b) {
+  Wide64 w;
+  MulAcc(w, a, b);
+  return Reduce(w);
+}
+// a * x.
+inline F64 MulX(F64 a) { return F64{(a.v << 1) ^ ((0 - (a.v >> 63)) & 0x1B)}; }
+// a^(2^64 - 2): the inverse of a nonzero a (0 for 0).
+F64 Inv(F64 a);
+
+// What the generic steps below need of a field E: its unreduced
+// accumulator and the element with integer representation j (the
+// interpolation points e_j).
+template <class E>
+struct Field;
+template <>
+struct Field<Fe> {
+  using Wide = dzkp::Wide;
+  static Fe Elem(uint64_t j) { return FromU64(j); }
+};
+template <>
+struct Field<F64> {
+  using Wide = Wide64;
+  static F64 Elem(uint64_t j) { return F64{j}; }
+};
+
+// The bulk loops use VPCLMULQDQ on four GF(2^128) or eight GF(2^64)
+// elements per 512-bit register
 // when the CPU has AVX-512 and VPCLMULQDQ, else one PCLMULQDQ per 64-bit
 // product; the first fold uses GF2P8AFFINEQB bit-matrix products where
 // the CPU has GFNI and AVX-512 VBMI, else table look-ups.
@@ -133,20 +196,20 @@ bool ForceScalar(bool force);
 Fe FromGcm(const uint8_t* b);
 void ToGcm(Fe a, uint8_t* b);
 
-// The interpolation points e_j = FromU64(j). out[j] = the Lagrange basis
-// polynomial of e_j over {e_0 .. e_{n-1}}, evaluated at x.
-void LagrangeAt(int n, Fe x, Fe* out);
+// The interpolation points e_j = Field<E>::Elem(j). out[j] = the Lagrange
+// basis polynomial of e_j over {e_0 .. e_{n-1}}, evaluated at x (E = Fe or
+// F64, as for the generic steps below).
+template <class E>
+void LagrangeAt(int n, E x, E* out);
 
-// Lane l of an AND word weighs x^l: the lift sum_l x^l v_l of a 64-lane
-// word v is v itself read as a polynomial of degree < 64, which costs
-// nothing, and the weak share of a lane-wise product x & y' lifts to the
-// AND of the weak shares' words. An error word D != 0 lifts to a nonzero
-// element, so the lane weights need no randomness of their own: the random
-// group and word weights below make errors of different words independent
-// (verify.h, soundness).
-inline Fe LaneWeight(int l) {
-  return l < 64 ? FromU64(uint64_t{1} << l) : Zero();
-}
+// Lane l of an AND word weighs x^l in GF(2^64): the lift sum_l x^l v_l of
+// a 64-lane word v is v itself read as a polynomial of degree < 64, which
+// costs nothing, and the weak share of a lane-wise product x & y' lifts to
+// the AND of the weak shares' words. An error word D != 0 lifts to a
+// nonzero element, so the lane weights need no randomness of their own:
+// the random group and word weights below make errors of different words
+// independent (verify.h, soundness).
+inline F64 LaneWeight(int l) { return F64{l < 64 ? uint64_t{1} << l : 0}; }
 
 // Words per group of the first compression (verify.h): G = 16, 32 or
 // 64, by the size of the log (GroupWordsFor), the same on all parties. Its
@@ -157,14 +220,14 @@ inline constexpr int kMaxGroupWords = 64;
 inline constexpr int kMaxHPoints = 2 * kMaxGroupWords - 1;
 int GroupWordsFor(size_t and_words);
 
-// The first compression's weights: AND word j of group k and lane l
-// weighs nu[k] * tau[j] * x^l. nu[k] is a random polynomial of degree
-// < 64, so that nu[k] times a lifted word is one 64 x 64 carry-less
-// product, exact in 128 bits (no reduction).
+// The first compression's weights in GF(2^64): AND word j of group k and
+// lane l weighs nu[k] * tau[j] * x^l. nu[k] times a lifted word is one
+// 64 x 64 carry-less product, summed over groups unreduced (128 bits) and
+// reduced once per sum.
 struct AndWeights {
   int g = kMaxGroupWords;  // words per group
-  Fe tau[kMaxGroupWords];
-  std::vector<uint64_t> nu;  // one per group
+  F64 tau[kMaxGroupWords];
+  std::vector<uint64_t> nu;  // one per group (elements of GF(2^64))
 };
 
 // One party's shares of the AND log: n words of x, y (two comps each) and
@@ -183,28 +246,33 @@ struct AndShares {
 //   f_{k,l}(e_j) = nu_k tau_j x^l x_{k,j,l}, g_{k,l}(e_j) = y_{k,j,l}
 // (j < G, degree G - 1), so that
 //   h(e_0) + ... + h(e_{G-1}) = sum_g w_g x_g y_g.
-void FirstLevelH(const AndShares& s, const AndWeights& w, Fe* out, Fe claim[2]);
+void FirstLevelH(const AndShares& s, const AndWeights& w, F64* out, F64 claim[2]);
 
 // First compression, after the challenge r: for every group k and lane l,
 // f_{k,l}(r) and g_{k,l}(r) (both comps) into f[c][64*k + l], g[c][...].
-void FirstLevelFold(const AndShares& s, const AndWeights& w, Fe r, Fe* f0,
-                    Fe* f1, Fe* g0, Fe* g1);
+void FirstLevelFold(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
+                    F64* f1, F64* g0, F64* g1);
 
 // h(r) from its values at e_0 .. e_{n-1} (both comps; n = 2G - 1 for
 // the first compression, 3 for the halving steps).
-void Interpolate(int n, const Fe* v0, const Fe* v1, Fe r, Fe out[2]);
+template <class E>
+void Interpolate(int n, const E* v0, const E* v1, E r, E out[2]);
 
 // A halving step (Boyle, Gilboa, Ishai, Nof, CCS 2019, with compression
 // factor 2; MAESTRO's verify_dot_product): for vectors of n
 // elements (a missing last one counts as zero), pairs (2k, 2k+1) give
 // f_k(X) = a + X (a + b), g_k likewise, and h(X) = sum_k f_k g_k of degree
 // 2. Before the challenge: this party's weak shares of h(e_1), h(e_2).
-void HalveH(const Fe* const f[2], const Fe* const g[2], size_t n, Fe out[2]);
+// In either field (E = Fe, F64).
+template <class E>
+void HalveH(const E* const f[2], const E* const g[2], size_t n, E out[2]);
 // After it: f_k(r), g_k(r) in place (elements 0 .. ceil(n/2) - 1).
-void HalveFold(Fe* const f[2], Fe* const g[2], size_t n, Fe r);
+template <class E>
+void HalveFold(E* const f[2], E* const g[2], size_t n, E r);
 // HalveFold, then HalveH of the ceil(n/2) folded elements into out, in one
 // pass over the vectors.
-void HalveFoldH(Fe* const f[2], Fe* const g[2], size_t n, Fe r, Fe out[2]);
+template <class E>
+void HalveFoldH(E* const f[2], E* const g[2], size_t n, E r, E out[2]);
 
 // The last compression (verify.h): once the halvings have left at most
 // kTailWords elements, the vectors (zero-padded to kTailWords) go to one
@@ -215,9 +283,11 @@ inline constexpr int kTailWords = 32;
 inline constexpr int kTailHPoints = 2 * kTailWords - 1;
 // Before the challenge: this party's weak shares of h(e_1) ..
 // h(e_{2T-2}) (out[0 .. 2T-3]) from elements 0 .. T-1 of f and g.
-void TailH(const Fe* const f[2], const Fe* const g[2], Fe* out);
+template <class E>
+void TailH(const E* const f[2], const E* const g[2], E* out);
 // After it: f(r), g(r) into element 0 (both comps).
-void TailFold(Fe* const f[2], Fe* const g[2], Fe r);
+template <class E>
+void TailFold(E* const f[2], E* const g[2], E r);
 
 }  // namespace kmpc::protocol::dzkp
 

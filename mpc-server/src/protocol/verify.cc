@@ -76,11 +76,13 @@ void MulLog::FreeAll() {
   for (auto& v : and_) WipeAndFree(v);
   for (auto& v : gf_) WipeAndFree(v);
   for (auto& v : fold_) WipeAndFree(v);
+  for (auto& v : gf_fold_) WipeAndFree(v);
   weights_.reset();  // public (from a revealed coin)
 }
 
 size_t MulLog::retained_bytes() const {
   return CapacityBytes(and_) + CapacityBytes(gf_) + CapacityBytes(fold_) +
+         CapacityBytes(gf_fold_) +
          (weights_ != nullptr ? sizeof(dzkp::AndWeights) +
                                     weights_->nu.capacity() * sizeof(uint64_t)
                               : 0);
@@ -225,7 +227,12 @@ void MulLog::Clear() {
   Rewind();
   for (auto& v : and_) share::Wipe(v.data(), 8 * std::min(and_dirty_, v.capacity()));
   for (auto& v : fold_) {
-    share::Wipe(v.data(), sizeof(dzkp::Fe) * std::min(fold_dirty_, v.capacity()));
+    share::Wipe(v.data(), sizeof(dzkp::F64) * std::min(fold_dirty_, v.capacity()));
+    v.clear();
+  }
+  for (auto& v : gf_fold_) {  // small: wiped over their capacity
+    v.resize(v.capacity());
+    share::Wipe(v.data(), sizeof(dzkp::Fe) * v.size());
     v.clear();
   }
   and_dirty_ = 0;
@@ -264,6 +271,7 @@ absl::Status Compare(Rep3& ctx, Sha256& opened, bool local_ok) {
   return absl::OkStatus();
 }
 
+using dzkp::F64;
 using dzkp::Fe;
 
 // A coin: a fresh PRSS random value, opened (one round) and hashed into
@@ -279,21 +287,44 @@ absl::Status Coin(Rep3& ctx, Sha256& opened, uint8_t out[16]) {
   return st;
 }
 
-// Weak shares -> replicated shares (one message): party i adds its
-// zero-share, sends the sum to party i-1 and receives party i+1's.
-absl::Status Reshare(Rep3& ctx, const Fe* weak, size_t n, Fe* r0, Fe* r1) {
-  uint8_t t[16 * dzkp::kMaxHPoints + 16], in[sizeof t];
-  if (n * 16 > sizeof t) return absl::InternalError("Reshare: too many elements");
-  ctx.prss().ZeroShare(t, 16 * n);
-  for (size_t k = 0; k < n; ++k) {
-    dzkp::Store(t + 16 * k, dzkp::Add(dzkp::Load(t + 16 * k), weak[k]));
+// A coin's challenges: the GF(2^64) proof's is its low 8 bytes, the
+// GF(2^128) proof's all 16 (each uniform in its field).
+F64 Challenge64(const uint8_t coin[16]) {
+  F64 r;
+  std::memcpy(&r.v, coin, 8);
+  return r;
+}
+
+constexpr int kMaxP = dzkp::kMaxHPoints;
+
+// Weak shares -> replicated shares (one message) of na elements of
+// GF(2^64) and nb of GF(2^128): party i adds its zero-share, sends the
+// sum to party i-1 and receives party i+1's.
+absl::Status Reshare(Rep3& ctx, const F64* wa, size_t na, const Fe* wb, size_t nb, F64* a0,
+                     F64* a1, Fe* b0, Fe* b1) {
+  constexpr size_t kMax = 8 * kMaxP + 16 * dzkp::kTailHPoints;
+  uint8_t t[kMax], in[kMax];
+  const size_t n = 8 * na + 16 * nb;
+  if (n > kMax) return absl::InternalError("Reshare: too many elements");
+  ctx.prss().ZeroShare(t, n);
+  for (size_t k = 0; k < na; ++k) {
+    uint64_t z;
+    std::memcpy(&z, t + 8 * k, 8);
+    z ^= wa[k].v;
+    std::memcpy(t + 8 * k, &z, 8);
   }
-  absl::Status st = ctx.channel().Exchange(absl::MakeConstSpan(t, 16 * n),
-                                           absl::MakeSpan(in, 16 * n));
+  uint8_t* tb = t + 8 * na;
+  for (size_t k = 0; k < nb; ++k) dzkp::Store(tb + 16 * k, dzkp::Add(dzkp::Load(tb + 16 * k), wb[k]));
+  absl::Status st =
+      ctx.channel().Exchange(absl::MakeConstSpan(t, n), absl::MakeSpan(in, n));
   if (st.ok()) {
-    for (size_t k = 0; k < n; ++k) {
-      r0[k] = dzkp::Load(t + 16 * k);
-      r1[k] = dzkp::Load(in + 16 * k);
+    for (size_t k = 0; k < na; ++k) {
+      std::memcpy(&a0[k].v, t + 8 * k, 8);
+      std::memcpy(&a1[k].v, in + 8 * k, 8);
+    }
+    for (size_t k = 0; k < nb; ++k) {
+      b0[k] = dzkp::Load(tb + 16 * k);
+      b1[k] = dzkp::Load(in + 8 * na + 16 * k);
     }
   }
   share::Wipe(t, sizeof t);
@@ -301,40 +332,74 @@ absl::Status Reshare(Rep3& ctx, const Fe* weak, size_t n, Fe* r0, Fe* r1) {
   return st;
 }
 
-void FillFe(const Prf& prf, uint64_t ctr, size_t n, Fe* out) {
-  if (n > 0) prf.Fill(ctr, n, reinterpret_cast<uint8_t*>(out));
+// One inner-product proof's secrets in field E (F64: the AND gates';
+// Fe: the GF(2^128) products'): the h values of the current step (weak,
+// then replicated), the mask x', y' and the claim c.
+template <class E>
+struct ProofState {
+  E hw[kMaxP], h0[kMaxP], h1[kMaxP];
+  E mx[2], my[2], c[2];
+  void Wipe() { share::Wipe(this, sizeof *this); }
+};
+
+// The weak share of the mask's product x' y'.
+template <class E>
+E MaskProduct(const ProofState<E>& p) {
+  typename dzkp::Field<E>::Wide t;
+  dzkp::MulAcc(t, p.mx[0], dzkp::Add(p.my[0], p.my[1]));
+  dzkp::MulAcc(t, p.mx[1], p.my[0]);
+  return dzkp::Reduce(t);
 }
 
-constexpr int kMaxP = dzkp::kMaxHPoints;
-// MulLog::fold_: the compressed vectors f0, f1, g0, g1.
-using Fold = std::array<dzkp::FeVector, 4>;
+// The claim after a compression of factor G (h of degree 2G - 2, P =
+// 2G - 1 values, h(e_1) .. h(e_{P-1}) in h0, h1): h(e_0) = claim - h(e_1)
+// - ... - h(e_{G-1}), then h(r) into out.
+template <class E>
+void CompressClaim(const E claim[2], const E* h0, const E* h1, int G, E r, E out[2]) {
+  const int P = 2 * G - 1;
+  E v0[kMaxP], v1[kMaxP];
+  v0[0] = claim[0], v1[0] = claim[1];
+  for (int p = 1; p < P; ++p) {
+    v0[p] = h0[p - 1], v1[p] = h1[p - 1];
+    if (p < G) v0[0] = dzkp::Add(v0[0], v0[p]), v1[0] = dzkp::Add(v1[0], v1[p]);
+  }
+  dzkp::Interpolate(P, v0, v1, r, out);
+  share::Wipe(v0, sizeof v0);
+  share::Wipe(v1, sizeof v1);
+}
+
+// MulLog::fold_ and gf_fold_: the compressed vectors f0, f1, g0, g1.
+using Fold = std::array<dzkp::F64Vector, 4>;
+using GfFold = std::array<dzkp::FeVector, 4>;
 
 // The secrets a verification holds besides the log and its fold vectors;
-// Verifier::Verify wipes them on every way out.
+// Verifier::Verify wipes them on every way out. Proof a is the AND gates'
+// (GF(2^64)), b the GF(2^128) products' (verify.h); each runs when it has
+// something to prove (a also when the log is empty).
 struct VerifySecrets {
-  explicit VerifySecrets(const dzkp::AndWeights& w) : weights(w) {}
+  VerifySecrets(const dzkp::AndWeights& w, bool and_on, bool gf_on)
+      : weights(w), on_a(and_on), on_b(gf_on) {}
   // The first compression's weights (public); its h has P = 2 g - 1
   // points for g = weights.g words per group.
   const dzkp::AndWeights& weights;
-  Fe hw[kMaxP] = {}, h0[kMaxP] = {}, h1[kMaxP] = {}, claim[2] = {}, mx[2], my[2], c[2] = {};
+  const bool on_a, on_b;
+  ProofState<F64> a = {};
+  ProofState<Fe> b = {};
+  F64 claim[2] = {};  // the AND gates' claim sum w z
   int G() const { return weights.g; }
   int P() const { return 2 * weights.g - 1; }
   void Wipe() {
-    share::Wipe(hw, sizeof hw);
-    share::Wipe(h0, sizeof h0);
-    share::Wipe(h1, sizeof h1);
+    a.Wipe();
+    b.Wipe();
     share::Wipe(claim, sizeof claim);
-    share::Wipe(mx, sizeof mx);
-    share::Wipe(my, sizeof my);
-    share::Wipe(c, sizeof c);
   }
 };
 
 // Round 1: the first compression's weights from coin c1.
 void FirstWeights(const uint8_t* coin, size_t groups, dzkp::AndWeights& w) {
   const Prf prf(coin);
-  FillFe(prf, 0, w.g, w.tau);
-  // nu: two per PRF block.
+  static_assert(dzkp::kMaxGroupWords % 2 == 0);
+  prf.Fill(0, (w.g + 1) / 2, reinterpret_cast<uint8_t*>(w.tau));  // two per PRF block
   const size_t blocks = (groups + 1) / 2;
   Reserve(w.nu, 2 * blocks);
   w.nu.resize(2 * blocks);
@@ -344,134 +409,209 @@ void FirstWeights(const uint8_t* coin, size_t groups, dzkp::AndWeights& w) {
   w.nu.resize(groups);
 }
 
-// Round 2: h(e_1) .. h(e_{P-1}) and the mask's product, reshared.
+// Round 2: h(e_1) .. h(e_{P-1}) and the masks' products, reshared.
 absl::Status FirstLevelProof(Rep3& ctx, const dzkp::AndShares& s,
                              const dzkp::AndWeights& w, VerifySecrets& v) {
-  dzkp::FirstLevelH(s, w, v.hw, v.claim);
-  {
-    uint8_t r0[32], r1[32];
-    ctx.prss().RandomShares(r0, r1, 32);
-    v.mx[0] = dzkp::Load(r0), v.mx[1] = dzkp::Load(r1);
-    v.my[0] = dzkp::Load(r0 + 16), v.my[1] = dzkp::Load(r1 + 16);
-    share::Wipe(r0, 32);
-    share::Wipe(r1, 32);
-    dzkp::Wide t;
-    dzkp::MulAcc(t, v.mx[0], dzkp::Add(v.my[0], v.my[1]));
-    dzkp::MulAcc(t, v.mx[1], v.my[0]);
-    v.hw[v.P() - 1] = dzkp::Reduce(t);
+  uint8_t r0[32], r1[32];
+  if (v.on_a) {
+    dzkp::FirstLevelH(s, w, v.a.hw, v.claim);
+    ctx.prss().RandomShares(r0, r1, 16);
+    std::memcpy(&v.a.mx[0].v, r0, 8), std::memcpy(&v.a.mx[1].v, r1, 8);
+    std::memcpy(&v.a.my[0].v, r0 + 8, 8), std::memcpy(&v.a.my[1].v, r1 + 8, 8);
+    v.a.hw[v.P() - 1] = MaskProduct(v.a);
   }
-  return Reshare(ctx, v.hw, static_cast<size_t>(v.P()), v.h0, v.h1);
+  if (v.on_b) {
+    ctx.prss().RandomShares(r0, r1, 32);
+    v.b.mx[0] = dzkp::Load(r0), v.b.mx[1] = dzkp::Load(r1);
+    v.b.my[0] = dzkp::Load(r0 + 16), v.b.my[1] = dzkp::Load(r1 + 16);
+    v.b.hw[0] = MaskProduct(v.b);
+  }
+  share::Wipe(r0, 32);
+  share::Wipe(r1, 32);
+  return Reshare(ctx, v.a.hw, v.on_a ? static_cast<size_t>(v.P()) : 0, v.b.hw, v.on_b ? 1 : 0,
+                 v.a.h0, v.a.h1, v.b.h0, v.b.h1);
 }
 
-// Round 3, from coin c2: r, and the claim h(r) into v.c. Returns r.
-Fe FirstLevelClaim(const Prf& prf, VerifySecrets& v) {
-  Fe r;
-  FillFe(prf, 0, 1, &r);
-  // Values at e_0 .. e_{P-1}: h(e_0) = claim - h(e_1) - ... - h(e_{G-1}).
-  const int P = v.P(), G = v.G();
-  Fe v0[kMaxP], v1[kMaxP];
-  v0[0] = v.claim[0], v1[0] = v.claim[1];
-  for (int p = 1; p < P; ++p) {
-    v0[p] = v.h0[p - 1], v1[p] = v.h1[p - 1];
-    if (p < G) v0[0] = dzkp::Add(v0[0], v0[p]), v1[0] = dzkp::Add(v1[0], v1[p]);
+// Round 3, from coin c2 (block 0: r and the mask's weight w'_m): the AND
+// proof's claim h(r) + w'_m z', the mask (w'_m x', y') as element `at` of
+// the fold. Returns r.
+F64 FirstLevelClaim(const Prf& prf, size_t at, Fold& fold, VerifySecrets& v) {
+  uint8_t b0[16];
+  prf.Fill(0, 1, b0);
+  F64 r, wm;
+  std::memcpy(&r.v, b0, 8);
+  std::memcpy(&wm.v, b0 + 8, 8);
+  CompressClaim(v.claim, v.a.h0, v.a.h1, v.G(), r, v.a.c);
+  // The mask: its product came back reshared as the last h value.
+  const F64 z[2] = {v.a.h0[v.P() - 1], v.a.h1[v.P() - 1]};
+  for (int c = 0; c < 2; ++c) {
+    v.a.c[c] = dzkp::Add(v.a.c[c], dzkp::Mul(wm, z[c]));
+    fold[c][at] = dzkp::Mul(wm, v.a.mx[c]);
+    fold[2 + c][at] = v.a.my[c];
   }
-  dzkp::Interpolate(P, v0, v1, r, v.c);
-  share::Wipe(v0, sizeof v0);
-  share::Wipe(v1, sizeof v1);
   return r;
 }
 
-// Round 3, from coin c2: the weights w'_k of the ng GF(2^128) products
-// (log gf, from element `at` of the fold) and w'_m of the mask; adds sum
-// w'_k z_k + w'_m z' to the claim v.c.
+// Round 3, from coin c2 (blocks 1 ..): the GF(2^128) proof's weights w'_k
+// of the ng products and w'_m of its mask; its claim sum_k w'_k z_k +
+// w'_m z' and its vectors (w'_k x_k, y_k), then (w'_m x', y').
 void FoldGfProducts(const Prf& prf, const std::array<std::vector<uint8_t>, 6>& Gf,
-                    size_t ng, size_t at, Fold& fold, VerifySecrets& v) {
+                    size_t ng, GfFold& fold, VerifySecrets& v) {
   auto& [f0, f1, g0, g1] = fold;
   std::vector<Fe> wk(ng + 1);
-  FillFe(prf, 1, ng + 1, wk.data());
+  prf.Fill(1, ng + 1, reinterpret_cast<uint8_t*>(wk.data()));
   dzkp::Wide acc[2];
-  for (size_t k = 0; k < ng; ++k, ++at) {
+  for (size_t k = 0; k < ng; ++k) {
     const size_t o = 16 * k;
-    f0[at] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[0].data() + o));
-    f1[at] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[1].data() + o));
-    g0[at] = dzkp::FromGcm(Gf[2].data() + o);
-    g1[at] = dzkp::FromGcm(Gf[3].data() + o);
+    f0[k] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[0].data() + o));
+    f1[k] = dzkp::Mul(wk[k], dzkp::FromGcm(Gf[1].data() + o));
+    g0[k] = dzkp::FromGcm(Gf[2].data() + o);
+    g1[k] = dzkp::FromGcm(Gf[3].data() + o);
     dzkp::MulAcc(acc[0], wk[k], dzkp::FromGcm(Gf[4].data() + o));
     dzkp::MulAcc(acc[1], wk[k], dzkp::FromGcm(Gf[5].data() + o));
   }
-  // The mask: its product came back reshared as the last element.
-  f0[at] = dzkp::Mul(wk[ng], v.mx[0]);
-  f1[at] = dzkp::Mul(wk[ng], v.mx[1]);
-  g0[at] = v.my[0];
-  g1[at] = v.my[1];
-  dzkp::MulAcc(acc[0], wk[ng], v.h0[v.P() - 1]);
-  dzkp::MulAcc(acc[1], wk[ng], v.h1[v.P() - 1]);
-  v.c[0] = dzkp::Add(v.c[0], dzkp::Reduce(acc[0]));
-  v.c[1] = dzkp::Add(v.c[1], dzkp::Reduce(acc[1]));
+  f0[ng] = dzkp::Mul(wk[ng], v.b.mx[0]);
+  f1[ng] = dzkp::Mul(wk[ng], v.b.mx[1]);
+  g0[ng] = v.b.my[0];
+  g1[ng] = v.b.my[1];
+  dzkp::MulAcc(acc[0], wk[ng], v.b.h0[0]);
+  dzkp::MulAcc(acc[1], wk[ng], v.b.h1[0]);
+  v.b.c[0] = dzkp::Reduce(acc[0]);
+  v.b.c[1] = dzkp::Reduce(acc[1]);
   share::Wipe(acc, sizeof acc);
 }
 
-// Rounds 4..: halvings of the n1 fold elements (each a reshare of h(1),
-// h(x) and a coin) until at most kTailWords are left, then the last
-// compression of those (zero-padded: the fold vectors hold at least
-// kTailWords elements) to one: h(e_1) .. h(e_{2T-2}) reshared and a coin.
-absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t n1, Fold& fold,
+// The claim after a halving: h(r) from h(e_0) = c - h(1), h(1), h(x).
+template <class E>
+void HalvingClaim(ProofState<E>& p, E r) {
+  const E v0[3] = {dzkp::Add(p.c[0], p.h0[0]), p.h0[0], p.h0[1]};
+  const E v1[3] = {dzkp::Add(p.c[1], p.h1[0]), p.h1[0], p.h1[1]};
+  dzkp::Interpolate(3, v0, v1, r, p.c);
+}
+
+// Rounds 4..: halvings of both proofs' vectors in the same rounds (each a
+// reshare of h(1), h(x) of every proof still above kTailWords elements,
+// and a coin) until each has at most kTailWords left.
+absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t& na, size_t& nb, Fold& fa, GfFold& fb,
                       VerifySecrets& v) {
+  constexpr size_t T = dzkp::kTailWords;
   uint8_t coin[16];
-  Fe* const fv[2] = {fold[0].data(), fold[1].data()};
-  Fe* const gv[2] = {fold[2].data(), fold[3].data()};
-  size_t n = n1;
-  if (n > dzkp::kTailWords) dzkp::HalveH(fv, gv, n, v.hw);
-  for (; n > dzkp::kTailWords; n = (n + 1) / 2) {
-    if (absl::Status st = Reshare(ctx, v.hw, 2, v.h0, v.h1); !st.ok()) return st;
+  F64* const af[2] = {fa[0].data(), fa[1].data()};
+  F64* const ag[2] = {fa[2].data(), fa[3].data()};
+  Fe* const bf[2] = {fb[0].data(), fb[1].data()};
+  Fe* const bg[2] = {fb[2].data(), fb[3].data()};
+  if (na > T) dzkp::HalveH<F64>(af, ag, na, v.a.hw);
+  while (na > T || nb > T) {
+    const bool ha = na > T, hb = nb > T;
+    if (hb) dzkp::HalveH<Fe>(bf, bg, nb, v.b.hw);
+    if (absl::Status st = Reshare(ctx, v.a.hw, ha ? 2 : 0, v.b.hw, hb ? 2 : 0, v.a.h0, v.a.h1,
+                                  v.b.h0, v.b.h1);
+        !st.ok())
+      return st;
     if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
-    const Fe r = dzkp::Load(coin);
-    const Fe v0[3] = {dzkp::Add(v.c[0], v.h0[0]), v.h0[0], v.h0[1]};
-    const Fe v1[3] = {dzkp::Add(v.c[1], v.h1[0]), v.h1[0], v.h1[1]};
-    dzkp::Interpolate(3, v0, v1, r, v.c);
-    // The next halving's h(1), h(x) in the same pass as this fold.
-    if ((n + 1) / 2 > dzkp::kTailWords) {
-      dzkp::HalveFoldH(fv, gv, n, r, v.hw);
-    } else {
-      dzkp::HalveFold(fv, gv, n, r);
+    if (ha) {
+      const F64 r = Challenge64(coin);
+      HalvingClaim(v.a, r);
+      // The next halving's h(1), h(x) in the same pass as this fold.
+      if ((na + 1) / 2 > T) {
+        dzkp::HalveFoldH(af, ag, na, r, v.a.hw);
+      } else {
+        dzkp::HalveFold(af, ag, na, r);
+      }
+      na = (na + 1) / 2;
+    }
+    if (hb) {
+      const Fe r = dzkp::Load(coin);
+      HalvingClaim(v.b, r);
+      dzkp::HalveFold(bf, bg, nb, r);
+      nb = (nb + 1) / 2;
     }
   }
-  for (auto& vec : fold) std::fill(vec.begin() + n, vec.begin() + dzkp::kTailWords, dzkp::Zero());
-  constexpr int T = dzkp::kTailWords, P = dzkp::kTailHPoints;
-  dzkp::TailH(fv, gv, v.hw);
-  if (absl::Status st = Reshare(ctx, v.hw, P - 1, v.h0, v.h1); !st.ok()) return st;
-  if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
-  // h(e_0) = c - h(e_1) - ... - h(e_{T-1}).
-  Fe v0[P], v1[P];
-  v0[0] = v.c[0], v1[0] = v.c[1];
-  for (int p = 1; p < P; ++p) {
-    v0[p] = v.h0[p - 1], v1[p] = v.h1[p - 1];
-    if (p < T) v0[0] = dzkp::Add(v0[0], v0[p]), v1[0] = dzkp::Add(v1[0], v1[p]);
-  }
-  const Fe r = dzkp::Load(coin);
-  dzkp::Interpolate(P, v0, v1, r, v.c);
-  dzkp::TailFold(fv, gv, r);
-  share::Wipe(v0, sizeof v0);
-  share::Wipe(v1, sizeof v1);
   return absl::OkStatus();
 }
 
-// Opening: the last f, g and claim; *local_ok: the claim is their product.
-absl::Status OpenLast(Rep3& ctx, Sha256& opened, const Fold& fold, const Fe c[2],
-                      bool* local_ok) {
-  const auto& [f0, f1, g0, g1] = fold;
-  uint8_t o0[48], o1[48], open[48];
-  dzkp::Store(o0, f0[0]), dzkp::Store(o0 + 16, g0[0]), dzkp::Store(o0 + 32, c[0]);
-  dzkp::Store(o1, f1[0]), dzkp::Store(o1 + 16, g1[0]), dzkp::Store(o1 + 32, c[1]);
-  absl::Status st = ctx.Reveal(absl::MakeConstSpan(o0, 48), absl::MakeConstSpan(o1, 48),
-                               absl::MakeSpan(open, 48));
-  share::Wipe(o0, 48);
-  share::Wipe(o1, 48);
-  if (!st.ok()) return st;
-  opened.Update(absl::MakeConstSpan(open, 48));
-  *local_ok = dzkp::Equal(
-      dzkp::Mul(dzkp::Load(open), dzkp::Load(open + 16)), dzkp::Load(open + 32));
+// The last compression of both proofs (vectors zero-padded to kTailWords:
+// they hold at least that many elements) to one element: h(e_1) ..
+// h(e_{2T-2}) of each reshared in one message, and a coin.
+absl::Status Tails(Rep3& ctx, Sha256& opened, size_t na, size_t nb, Fold& fa, GfFold& fb,
+                   VerifySecrets& v) {
+  constexpr int T = dzkp::kTailWords, P = dzkp::kTailHPoints;
+  F64* const af[2] = {fa[0].data(), fa[1].data()};
+  F64* const ag[2] = {fa[2].data(), fa[3].data()};
+  Fe* const bf[2] = {fb[0].data(), fb[1].data()};
+  Fe* const bg[2] = {fb[2].data(), fb[3].data()};
+  if (v.on_a) {
+    for (auto& vec : fa) std::fill(vec.begin() + na, vec.begin() + T, F64{0});
+    dzkp::TailH<F64>(af, ag, v.a.hw);
+  }
+  if (v.on_b) {
+    for (auto& vec : fb) std::fill(vec.begin() + nb, vec.begin() + T, dzkp::Zero());
+    dzkp::TailH<Fe>(bf, bg, v.b.hw);
+  }
+  if (absl::Status st = Reshare(ctx, v.a.hw, v.on_a ? P - 1 : 0, v.b.hw, v.on_b ? P - 1 : 0,
+                                v.a.h0, v.a.h1, v.b.h0, v.b.h1);
+      !st.ok())
+    return st;
+  uint8_t coin[16];
+  if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
+  if (v.on_a) {
+    const F64 r = Challenge64(coin), c[2] = {v.a.c[0], v.a.c[1]};
+    CompressClaim(c, v.a.h0, v.a.h1, T, r, v.a.c);
+    dzkp::TailFold(af, ag, r);
+  }
+  if (v.on_b) {
+    const Fe r = dzkp::Load(coin), c[2] = {v.b.c[0], v.b.c[1]};
+    CompressClaim(c, v.b.h0, v.b.h1, T, r, v.b.c);
+    dzkp::TailFold(bf, bg, r);
+  }
   return absl::OkStatus();
+}
+
+// Opening: each proof's last f, g and claim (GF(2^64): 24 bytes, then
+// GF(2^128): 48); *local_ok: each claim is the product of its f and g.
+absl::Status OpenLast(Rep3& ctx, Sha256& opened, const Fold& fa, const GfFold& fb,
+                      const VerifySecrets& v, bool* local_ok) {
+  uint8_t o0[72], o1[72], open[72];
+  size_t n = 0;
+  if (v.on_a) {
+    const F64 s0[3] = {fa[0][0], fa[2][0], v.a.c[0]}, s1[3] = {fa[1][0], fa[3][0], v.a.c[1]};
+    std::memcpy(o0, s0, 24), std::memcpy(o1, s1, 24);
+    n = 24;
+  }
+  if (v.on_b) {
+    dzkp::Store(o0 + n, fb[0][0]), dzkp::Store(o0 + n + 16, fb[2][0]);
+    dzkp::Store(o0 + n + 32, v.b.c[0]);
+    dzkp::Store(o1 + n, fb[1][0]), dzkp::Store(o1 + n + 16, fb[3][0]);
+    dzkp::Store(o1 + n + 32, v.b.c[1]);
+    n += 48;
+  }
+  absl::Status st = ctx.Reveal(absl::MakeConstSpan(o0, n), absl::MakeConstSpan(o1, n),
+                               absl::MakeSpan(open, n));
+  share::Wipe(o0, sizeof o0);
+  share::Wipe(o1, sizeof o1);
+  if (!st.ok()) return st;
+  opened.Update(absl::MakeConstSpan(open, n));
+  bool ok = true;
+  if (v.on_a) {
+    F64 o[3];
+    std::memcpy(o, open, 24);
+    ok = dzkp::Equal(dzkp::Mul(o[0], o[1]), o[2]);
+  }
+  if (v.on_b) {
+    const uint8_t* b = open + (v.on_a ? 24 : 0);
+    ok = ok && dzkp::Equal(dzkp::Mul(dzkp::Load(b), dzkp::Load(b + 16)), dzkp::Load(b + 32));
+  }
+  *local_ok = ok;
+  return absl::OkStatus();
+}
+
+// Makes v hold n elements (at least kTailWords: the last compression's
+// padding).
+template <class V>
+void Size(V& v, size_t n) {
+  n = std::max<size_t>(n, dzkp::kTailWords);
+  Reserve(v, n);
+  v.resize(n);
 }
 
 }  // namespace
@@ -494,17 +634,16 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
                           {L[2].data(), L[3].data()},
                           {L[4].data(), L[5].data()},
                           nw};
-  auto& [f0, f1, g0, g1] = log.fold_;
   if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
   dzkp::AndWeights& w = *log.weights_;
   w.g = g;
   // Every secret this function holds, wiped on every way out.
-  VerifySecrets sec(w);
-  // The log and the fold vectors are overwritten by the next wave's check
-  // and wiped by MulLog::Clear at the end of the batch (a pass over them
-  // per wave cost ~10% of the check).
+  VerifySecrets sec(w, nw > 0 || ng == 0, ng > 0);
+  // The log and the AND proof's vectors are overwritten by the next
+  // wave's check and wiped by MulLog::Clear at the end of the batch (a
+  // pass over them per wave cost ~10% of the check).
   auto wipe = [&] {
-    log.fold_dirty_ = std::max(log.fold_dirty_, f0.size());
+    log.fold_dirty_ = std::max(log.fold_dirty_, log.fold_[0].size());
     sec.Wipe();
     log.Rewind();
   };
@@ -519,26 +658,33 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   FirstWeights(coin, groups, w);
   if (absl::Status st = FirstLevelProof(ctx, s, w, sec); !st.ok()) return fail(st);
 
-  // Round 3: coin c2: r and the weights of the GF(2^128) products and the
-  // mask. The new claim: h(r) + sum w'_k z_k + w'_m z'.
+  // Round 3: coin c2: r, the masks' weights and the GF(2^128) products'.
   if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
-  const size_t n1 = 64 * groups + ng + 1;
-  const size_t len = std::max<size_t>(n1, dzkp::kTailWords);  // Halvings' padding
-  for (auto* v : {&f0, &f1, &g0, &g1}) {
-    Reserve(*v, len);
-    v->resize(len);
-  }
+  size_t na = 0, nb = 0;
   {
     const Prf prf(coin);
-    const Fe r = FirstLevelClaim(prf, sec);
-    if (groups > 0) dzkp::FirstLevelFold(s, w, r, f0.data(), f1.data(), g0.data(), g1.data());
-    FoldGfProducts(prf, log.gf_, ng, 64 * groups, log.fold_, sec);
+    if (sec.on_a) {
+      na = 64 * groups + 1;
+      for (auto& v : log.fold_) Size(v, na);
+      auto& [f0, f1, g0, g1] = log.fold_;
+      const F64 r = FirstLevelClaim(prf, 64 * groups, log.fold_, sec);
+      if (groups > 0) dzkp::FirstLevelFold(s, w, r, f0.data(), f1.data(), g0.data(), g1.data());
+    }
+    if (sec.on_b) {
+      nb = ng + 1;
+      for (auto& v : log.gf_fold_) Size(v, nb);
+      FoldGfProducts(prf, log.gf_, ng, log.gf_fold_, sec);
+    }
   }
 
-  if (absl::Status st = Halvings(ctx, log.opened_, n1, log.fold_, sec); !st.ok())
+  if (absl::Status st = Halvings(ctx, log.opened_, na, nb, log.fold_, log.gf_fold_, sec);
+      !st.ok())
+    return fail(st);
+  if (absl::Status st = Tails(ctx, log.opened_, na, nb, log.fold_, log.gf_fold_, sec); !st.ok())
     return fail(st);
   bool local_ok = false;
-  if (absl::Status st = OpenLast(ctx, log.opened_, log.fold_, sec.c, &local_ok); !st.ok())
+  if (absl::Status st = OpenLast(ctx, log.opened_, log.fold_, log.gf_fold_, sec, &local_ok);
+      !st.ok())
     return fail(st);
 
   // Last round: compare.

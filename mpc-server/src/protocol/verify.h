@@ -9,79 +9,93 @@
 // section 2): a logged AND word is x & y ^ D, a GF(2^128) product
 // x * y + D. The check tests that every D is zero without opening x or y.
 //
-// The check: a distributed zero-knowledge proof of one inner product
-// (Boyle, Gilboa, Ishai, Nof, "Practical fully secure three-party
-// computation via sublinear distributed zero-knowledge proofs", CCS 2019:
-// the recursive compression of an inner-product claim, run on replicated
-// shares as MAESTRO's multiplication check does (KULeuven-COSIC/maestro,
+// The check: distributed zero-knowledge proofs of inner products (Boyle,
+// Gilboa, Ishai, Nof, "Practical fully secure three-party computation via
+// sublinear distributed zero-knowledge proofs", CCS 2019: the recursive
+// compression of an inner-product claim, run on replicated shares as
+// MAESTRO's multiplication check does (KULeuven-COSIC/maestro,
 // wollut16_malsec/mult_verification.rs, the paper's Protocol 8); binary
 // gates lifted to an extension field as in Li, Duan, Huang, Hong, Zhang,
-// Song, USENIX Security 2023). The field is GF(2^128) (dzkp.h, PCLMULQDQ
-// and VPCLMULQDQ). Before it, the lanes of partially live words (a
-// chunk's last tile, MulLog::AddAnd) are packed, so a batch of b < 64
-// blocks is checked on about b/64 of its words. Rounds:
-//  1. coin c1: word weights tau_j (j < G, in GF(2^128)) and group weights
-//     nu_k (polynomials of degree < 64). AND gate (group k, word j, lane
-//     l) weighs w = nu_k tau_j x^l; the claim is sum w z = sum w x y. The
-//     lane weights x^l make a word's lift the word itself (free), and a
-//     lifted cross word times nu_k one 64 x 64 carry-less product.
-//  2. first compression (factor G = 16, 32 or 64 by the log's size,
+// Song, USENIX Security 2023). Two proofs run in the same rounds (dzkp.h):
+//  - proof A, the AND gates, over GF(2^64) (a product is one 64 x 64
+//    carry-less product and a reduction by shifts);
+//  - proof B, the logged GF(2^128) products (tag checks, shared GHASH,
+//    powers of H), over GF(2^128); it runs only when the log holds such
+//    products (the batch's last check; the in-wave checks are AND only).
+// Before them, the lanes of partially live words (a chunk's last tile,
+// MulLog::AddAnd) are packed, so a batch of b < 64 blocks is checked on
+// about b/64 of its words. Rounds:
+//  1. coin c1: word weights tau_j (j < G) and group weights nu_k, all in
+//     GF(2^64). AND gate (group k, word j, lane l) weighs w = nu_k tau_j
+//     x^l; the claim is sum w z = sum w x y. The lane weights x^l make a
+//     word's lift the word itself (free), and a lifted cross word times
+//     nu_k one 64 x 64 carry-less product, summed unreduced.
+//  2. first compression of A (factor G = 16, 32 or 64 by the log's size,
 //     dzkp::GroupWordsFor): per group, f(e_j) = w x (word j), g(e_j) = y,
 //     h = sum f g of degree 2G - 2; every party's weak share of h(e_1) ..
 //     h(e_{2G-2}) comes from the G^2 cross products of the group's words
-//     (AND of shares, times nu_k), summed over groups. These and one
-//     random product x'y' (the mask, see below) are reshared (one
-//     message).
-//  3. coin c2: r and the weights w'_k of the GF(2^128) products and the
-//     mask. h(e_0) = claim - h(e_1) - ... - h(e_{G-1}); the new claim is
-//     h(r) + sum_k w'_k z_k + w'_m z', over the vectors f(r), g(r) (64
-//     elements per group), then (w'_k x_k, y_k) and (w'_m x', y').
-//  4. halvings: pairs (a, b) -> a + r (a + b); each sends the weak shares
-//     of h(1), h(x) reshared (one message) and draws a coin (one round),
-//     until at most T = 32 elements are left (dzkp::kTailWords):
-//     ceil(log2(n / T)) of them. Then the last compression takes the T
-//     elements (zero-padded) to one as step 2 does a group: h of degree
-//     2T - 2, its values at e_1 .. e_{2T-2} reshared (one message), a
-//     coin (one round): 2 messages where log2 T = 5 more halvings took 10.
-//  5. the last f, g and claim c are opened (one round; c = f g or the
-//     batch fails). f and g are uniformly random: the mask x', y' enters
+//     (AND of shares, times nu_k), summed over groups. These, one random
+//     product x'y' in GF(2^64) (A's mask) and, with proof B, one in
+//     GF(2^128) (B's mask) are reshared (one message).
+//  3. coin c2: r and w'_m (A's mask weight); B's weights w'_k of the
+//     GF(2^128) products and w''_m of its mask. h(e_0) = claim - h(e_1) -
+//     ... - h(e_{G-1}); A's new claim is h(r) + w'_m z' over the vectors
+//     f(r), g(r) (64 elements per group) and (w'_m x', y'); B's claim is
+//     sum_k w'_k z_k + w''_m z'' over (w'_k x_k, y_k) and (w''_m x'', y'').
+//  4. halvings: pairs (a, b) -> a + r (a + b); each round, every proof
+//     with more than T = 32 elements (dzkp::kTailWords) sends the weak
+//     shares of its h(1), h(x) reshared (one message for both) and one coin
+//     is drawn (its low 64 bits are A's challenge, all 128 bits B's):
+//     max over the proofs of ceil(log2(n / T)) rounds. Then the last
+//     compression takes each proof's T elements (zero-padded) to one as
+//     step 2 does a group: h of degree 2T - 2, its values at e_1 ..
+//     e_{2T-2} reshared (one message for both), a coin (one round).
+//  5. each proof's last f, g and claim c are opened (one round; c = f g
+//     or the batch fails). f and g are uniformly random: the masks enter
 //     them with a nonzero coefficient, so only a zero test leaks.
 //  6. compare (one round): hashes of everything opened, as below.
-// Communication per party: 2G - 1 + 2 ceil(log2(n / T)) + 2T - 2 + 3
-// field elements of 16 bytes, ceil(log2(n / T)) + 3 coins of 16 and the
-// 32-byte compare, for
-// n = 64 / G per AND word + the GF(2^128) products + 1: O(log n) however
-// many gates (under 2 KB for one AES-128 block).
+// Communication per party (A alone: the in-wave checks): 2G - 1 + 2
+// ceil(log2(n / T)) + 2T - 2 + 3 elements of 8 bytes, ceil(log2(n / T))
+// + 3 coins of 16 and the 32-byte compare, for n = 64 / G per AND word +
+// 1: O(log n) however many gates (under 1 KB for one AES-128 block). B
+// adds 16 bytes per element of its own: 1 + 2 ceil(log2(n_B / T)) + 2T - 2
+// + 3 for n_B = the GF(2^128) products + 1.
 //
 // Soundness (per Verify; all probabilities over the coins, which are
 // revealed only after what they challenge was sent: each coin is a PRSS
-// random value, unknown to any single party, opened in its own round):
-//  - weights: an error word D != 0 on word j of group k lifts to a
-//    nonzero element D^ = sum_l x^l D_l; E_k = sum_j tau_j D^_kj is zero
-//    with probability at most 2^-128 (linear in tau), and sum_k nu_k E_k
-//    with some E_k != 0 is zero with probability at most 2^-64
-//    (Schwartz-Zippel over the 2^64 values nu_k ranges over);
+// random value, unknown to any single party, opened in its own round; A's
+// challenges are uniform in GF(2^64), B's in GF(2^128), and the union
+// bound over the two proofs needs no independence between them):
+//  - A's weights: an error word D != 0 on word j of group k lifts to a
+//    nonzero element D^ = sum_l x^l D_l of GF(2^64); the claim's error
+//    sum_{k,j} nu_k tau_j D^_kj is a nonzero polynomial of degree 2 in the
+//    weights (its coefficient of nu_k tau_j is D^_kj), zero with
+//    probability at most 2 / 2^64 (Schwartz-Zippel);
 //  - compression: a false claim survives a step only if the reshared h
 //    (errors included, fixed before the coin) agrees with the true one at
-//    r: at most (2G - 2) / 2^128 <= 126 / 2^128 for the first, 2 / 2^128
-//    per halving, (2T - 2) / 2^128 = 62 / 2^128 for the last (a nonzero
-//    polynomial of degree d has at most d roots); the GF(2^128) products'
-//    and the mask's errors enter with weights drawn after h was sent: at
-//    most 1 / 2^128 more;
+//    r: at most (2G - 2) / |F| <= 126 / 2^64 for A's first, 2 / |F| per
+//    halving, (2T - 2) / |F| = 62 / |F| for each last one (a nonzero
+//    polynomial of degree d has at most d roots); each mask's error, and
+//    each GF(2^128) product's, enters with a weight drawn after it was
+//    sent: 1 / 2^64 for A's mask, 1 / 2^128 for B's sum (linear in the
+//    weights w'_k, w''_m);
 //  - the opening is exact.
-// With at most 64 halvings: below 2^-64 + 2^-128 (1 + 126 + 128 + 62 + 1)
-// < 2^-63 per Verify. Inside a wave the AES kernel verifies at the first
-// AND-layer boundary where the log holds EngineOptions::verify_words AND
-// words (default MulLog::kVerifyWords, 65,536), so a batch runs at most
-// one Verify per AND layer, one per wave and two more: for the largest
-// batch (2^20 AES-256 blocks: 128 waves of at most 14 * 6 layers) under
-// 2^14 Verifies, below 2^-63 * 2^14 = 2^-49 per batch (union bound); with
-// the default, under 2,100 (1.25 * 10^8 AND words), below 2^-51. Both far
-// below the required 2^-40. The coins
-// are expanded with the AES-128 PRF (prf.h), which stands in for uniform
-// randomness. Lanes past a word's live ones are not checked: bitsliced
-// lanes never mix, and those lanes' outputs are dropped, so an error there
-// reaches no output, opening or tag.
+// A's vector has n < 2^40 elements (64 per group of the log of one wave),
+// so at most 35 halvings: A fails with probability below (2 + 126 + 2 *
+// 35 + 62 + 1) / 2^64 = 261 / 2^64 < 2^-55.9, B below (1 + 2 * 64 + 62 + 1)
+// / 2^128 < 2^-120; per Verify below 2^-55.9 + 2^-120 < 2^-55.8.
+// Inside a wave the AES kernel verifies at the first AND-layer boundary
+// where the log holds EngineOptions::verify_words AND words (default
+// MulLog::kVerifyWords, 65,536), so a batch runs at most one Verify per
+// AND layer, one per wave and two more: for the largest batch (2^20
+// AES-256 blocks: 128 waves of at most 14 * 6 layers) under 2^14
+// Verifies, below 2^-55.8 * 2^14 = 2^-41.8 per batch (union bound); with
+// the default, under 2,100 (2^11.04; 1.25 * 10^8 AND words), below
+// 2^-44.7. Both below the required 2^-40. The coins are expanded with
+// the AES-128 PRF (prf.h), which stands in for uniform randomness. Lanes
+// past a word's live ones are not checked: bitsliced lanes never mix, and
+// those lanes' outputs are dropped, so an error there reaches no output,
+// opening or tag.
 //
 // Zero test without opening the shares: every value opened during the
 // check (coins, the last f, g, c) and in the batch is hashed; party i
@@ -182,14 +196,14 @@ class MulLog {
   size_t retained_bytes() const;
   // The most retained_bytes() kept from one batch to the next (per
   // worker: each has its own Engine and log). The log holds 48 bytes per
-  // AND word and the compressed vectors 64 / G * 64 (four vectors of one
-  // 16-byte element per 64 lanes of a group of G words): a busy KDC's
-  // batches (up to ~100 logins, ~350,000 words, G = 64) keep ~40 MB and
+  // AND word and the compressed vectors 64 / G * 32 (four vectors of one
+  // 8-byte element per 64 lanes of a group of G words): a busy KDC's
+  // batches (up to ~100 logins, ~350,000 words, G = 64) keep ~20 MB and
   // reuse it batch after batch, and a large batch's (a wave of 8,192
-  // AES-128 blocks: ~700,000 words, ~80 MB) are not kept for good.
+  // AES-128 blocks: ~700,000 words, ~35 MB) are not kept for good.
   // EngineOptions::verify_words' default: the AES kernel verifies at the
   // first AND-layer boundary where the log holds this many words (48 bytes
-  // each: ~3 MB per party, and the check's vectors ~4 MB more), so that
+  // each: ~3 MB per party, and the check's vectors ~2 MB more), so that
   // the check reads the words from the cache
   // while the three parties of a 2-core host share a 32 MB L3; a whole
   // wave's log (700,000 words for 8,192 AES-128 blocks, ~33 MB per party)
@@ -219,17 +233,19 @@ class MulLog {
   std::array<std::vector<uint8_t>, 6> gf_;
   Sha256 opened_;
   // Verifier's buffers, kept for the next batch: the compressed vectors
-  // (f0, f1, g0, g1) and the first compression's weights.
-  std::array<dzkp::FeVector, 4> fold_;
+  // (f0, f1, g0, g1) of the AND proof (GF(2^64)) and of the GF(2^128)
+  // products' proof, and the first compression's weights.
+  std::array<dzkp::F64Vector, 4> fold_;
+  std::array<dzkp::FeVector, 4> gf_fold_;
   std::unique_ptr<dzkp::AndWeights> weights_;
 };
 
 // Runs the checks of a MulLog among the three parties (all call Verify at
 // the same point). Rounds: 2 coins, 1 first compression, 2 per halving
-// (ceil(log2(n / 32)) of them, see above), 2 for the last compression, 1
-// opening, 1 compare. OK: every
-// logged product is right and every opening consistent, except with
-// probability below 2^-63.
+// (ceil(log2(n / 32)) of them for the longer proof, see above), 2 for the
+// last compression, 1 opening, 1 compare. OK: every logged product is
+// right and every opening consistent, except with probability below
+// 2^-55.8.
 // DATA_LOSS: a party deviated (the batch must fail and the ring be
 // re-established); a channel error as is. Rewinds the log either way.
 class Verifier {

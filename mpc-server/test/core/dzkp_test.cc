@@ -1,8 +1,9 @@
 // The multiplication check's arithmetic (protocol/dzkp.h) against
-// independent computations: the field against SP 800-38D's bit-by-bit
-// multiplication, the lift and the compression steps against plain sums
-// over every gate, and the weak shares of three parties against the
-// clear value.
+// independent computations: GF(2^128) against SP 800-38D's bit-by-bit
+// multiplication and GF(2^64) against shift-and-add, the lift and the
+// compression steps against plain sums over every gate (the halvings and
+// the last compression in both fields), and the weak shares of three
+// parties against the clear value.
 #include "protocol/dzkp.h"
 
 #include <gtest/gtest.h>
@@ -25,7 +26,29 @@ std::mt19937_64& Rng() {
   return rng;
 }
 Fe RandomFe() { return FromU64(Rng()(), Rng()()); }
+F64 RandomF64() { return F64{Rng()()}; }
 bool Eq(Fe a, Fe b) { return Equal(a, b); }
+bool Eq(F64 a, F64 b) { return Equal(a, b); }
+// Random elements and the points e_j in either field (typed tests).
+template <class E>
+E Random();
+template <>
+Fe Random<Fe>() { return RandomFe(); }
+template <>
+F64 Random<F64>() { return RandomF64(); }
+template <class E>
+E El(uint64_t j) { return Field<E>::Elem(j); }
+
+// Shift-and-add modulo x^64 + x^4 + x^3 + x + 1 (the reference for the
+// GF(2^64) Mul).
+F64 SlowMul64(F64 a, F64 b) {
+  uint64_t r = 0;
+  for (int i = 63; i >= 0; --i) {
+    r = (r << 1) ^ ((r >> 63) ? 0x1B : 0);
+    if ((b.v >> i) & 1) r ^= a.v;
+  }
+  return F64{r};
+}
 
 // Bit-by-bit multiplication in this basis (the independent reference
 // for Mul): shift-and-add modulo x^128 + x^7 + x^2 + x + 1.
@@ -67,43 +90,67 @@ TEST(Dzkp, FieldMatchesTheReferences) {
   EXPECT_TRUE(Eq(Inv(Zero()), Zero()));
 }
 
+TEST(Dzkp, Field64MatchesShiftAndAdd) {
+  for (int t = 0; t < 5000; ++t) {
+    const F64 a = RandomF64(), b = t == 0 ? F64{~0ull} : RandomF64();
+    ASSERT_TRUE(Eq(Mul(a, b), SlowMul64(a, b))) << t;
+    ASSERT_TRUE(Eq(MulX(a), Mul(a, F64{2}))) << t;
+  }
+  EXPECT_TRUE(Eq(MulX(F64{1ull << 63}), F64{0x1B}));
+  // x^64 = x^4 + x^3 + x + 1, and the overflow of hi * x^64 folds again.
+  Wide64 w;
+  w.v = _mm_set_epi64x(-1, 0);  // (2^64 - 1) x^64
+  EXPECT_TRUE(Eq(Reduce(w), SlowMul64(F64{~0ull}, SlowMul64(F64{1ull << 63}, F64{2}))));
+  for (int t = 0; t < 20; ++t) {
+    const F64 a = RandomF64();
+    EXPECT_TRUE(Eq(Mul(a, Inv(a)), F64{1}));
+  }
+  EXPECT_TRUE(Eq(Inv(F64{0}), F64{0}));
+}
+
 // Lane l weighs x^l: a word lifts to itself, and the weights are distinct
 // powers of x (so a nonzero error word lifts to a nonzero element).
 TEST(Dzkp, LaneWeightsArePowersOfX) {
-  Fe p = FromU64(1);
+  F64 p{1};
   for (int l = 0; l < 64; ++l) {
     ASSERT_TRUE(Eq(LaneWeight(l), p)) << l;
     p = MulX(p);
   }
   for (int t = 0; t < 50; ++t) {
     const uint64_t w = t == 0 ? ~0ull : Rng()();
-    Fe ref = Zero();
+    F64 ref{0};
     for (int l = 0; l < 64; ++l)
       if ((w >> l) & 1) ref = Add(ref, LaneWeight(l));
-    ASSERT_TRUE(Eq(FromU64(w), ref));
+    ASSERT_TRUE(Eq(F64{w}, ref));
+  }
+}
+
+template <class E>
+void ExpectLagrangeInterpolates() {
+  for (int n : {3, 16, 17, 31, 32, 63, 64, kMaxHPoints}) {
+    // A random polynomial of degree n - 1 through its values at e_j.
+    std::vector<E> coef(n), val(n);
+    for (auto& c : coef) c = Random<E>();
+    auto eval = [&](E x) {
+      E r = El<E>(0);
+      for (int k = n - 1; k >= 0; --k) r = Add(Mul(r, x), coef[k]);
+      return r;
+    };
+    for (int j = 0; j < n; ++j) val[j] = eval(El<E>(j));
+    const E x = Random<E>();
+    std::vector<E> lag(n);
+    LagrangeAt(n, x, lag.data());
+    E got = El<E>(0);
+    for (int j = 0; j < n; ++j) got = Add(got, Mul(lag[j], val[j]));
+    EXPECT_TRUE(Eq(got, eval(x))) << n;
+    LagrangeAt(n, El<E>(1), lag.data());
+    for (int j = 0; j < n; ++j) EXPECT_TRUE(Eq(lag[j], El<E>(j == 1))) << n;
   }
 }
 
 TEST(Dzkp, LagrangeInterpolates) {
-  for (int n : {3, 16, 17, 31, 32, 63, 64, kMaxHPoints}) {
-    // A random polynomial of degree n - 1 through its values at e_j.
-    std::vector<Fe> coef(n), val(n);
-    for (auto& c : coef) c = RandomFe();
-    auto eval = [&](Fe x) {
-      Fe r = Zero();
-      for (int k = n - 1; k >= 0; --k) r = Add(Mul(r, x), coef[k]);
-      return r;
-    };
-    for (int j = 0; j < n; ++j) val[j] = eval(FromU64(j));
-    const Fe x = RandomFe();
-    std::vector<Fe> lag(n);
-    LagrangeAt(n, x, lag.data());
-    Fe got = Zero();
-    for (int j = 0; j < n; ++j) got = Add(got, Mul(lag[j], val[j]));
-    EXPECT_TRUE(Eq(got, eval(x))) << n;
-    LagrangeAt(n, FromU64(1), lag.data());
-    for (int j = 0; j < n; ++j) EXPECT_TRUE(Eq(lag[j], FromU64(j == 1))) << n;
-  }
+  ExpectLagrangeInterpolates<Fe>();
+  ExpectLagrangeInterpolates<F64>();
 }
 
 // A clear AND log of n words (x, y, z = x & y ^ err) and its weights.
@@ -117,7 +164,7 @@ struct ClearLog {
       x[i] = Rng()(), y[i] = Rng()();
       z[i] = x[i] & y[i];
     }
-    for (auto& t : w->tau) t = RandomFe();
+    for (auto& t : w->tau) t = RandomF64();
     w->nu.resize((n + gw - 1) / gw);
     for (auto& v : w->nu) v = Rng()();
   }
@@ -125,41 +172,41 @@ struct ClearLog {
   AndShares Shares() const {
     return {{x.data(), zero.data()}, {y.data(), zero.data()}, {z.data(), zero.data()}, x.size()};
   }
-  Fe Weight(size_t word, int lane) const {
+  F64 Weight(size_t word, int lane) const {
     const size_t k = word / gw;
-    return Mul(Mul(FromU64(w->nu[k]), w->tau[word % gw]), LaneWeight(lane));
+    return Mul(Mul(F64{static_cast<uint64_t>(w->nu[k])}, w->tau[word % gw]), LaneWeight(lane));
   }
   static int Bit(uint64_t v, int l) { return static_cast<int>((v >> l) & 1); }
   // f_{k,l}(p), g_{k,l}(p) gate by gate.
-  Fe F(size_t k, int l, Fe p) const {
-    Fe lag[kMaxGroupWords];
+  F64 F(size_t k, int l, F64 p) const {
+    F64 lag[kMaxGroupWords];
     LagrangeAt(gw, p, lag);
-    Fe r = Zero();
+    F64 r = F64{0};
     for (int j = 0; j < gw; ++j) {
       const size_t word = k * gw + j;
       if (word < x.size() && Bit(x[word], l)) r = Add(r, Mul(lag[j], Weight(word, l)));
     }
     return r;
   }
-  Fe G(size_t k, int l, Fe p) const {
-    Fe lag[kMaxGroupWords];
+  F64 G(size_t k, int l, F64 p) const {
+    F64 lag[kMaxGroupWords];
     LagrangeAt(gw, p, lag);
-    Fe r = Zero();
+    F64 r = F64{0};
     for (int j = 0; j < gw; ++j) {
       const size_t word = k * gw + j;
       if (word < y.size() && Bit(y[word], l)) r = Add(r, lag[j]);
     }
     return r;
   }
-  Fe H(Fe p) const {
-    Fe r = Zero();
+  F64 H(F64 p) const {
+    F64 r = F64{0};
     for (size_t k = 0; k < w->nu.size(); ++k)
       for (int l = 0; l < 64; ++l) r = Add(r, Mul(F(k, l, p), G(k, l, p)));
     return r;
   }
   // sum_g w_g v_g over the words of v.
-  Fe Weighted(const std::vector<uint64_t>& v) const {
-    Fe r = Zero();
+  F64 Weighted(const std::vector<uint64_t>& v) const {
+    F64 r = F64{0};
     for (size_t i = 0; i < v.size(); ++i)
       for (int l = 0; l < 64; ++l)
         if (Bit(v[i], l)) r = Add(r, Weight(i, l));
@@ -188,42 +235,42 @@ TEST_P(DzkpPaths, FirstCompressionMatchesThePlainSums) {
   for (size_t n : {1, 16, 37, 70, 130}) {
     const int G = Groups(), P = 2 * G - 1;
     ClearLog log(n, G);
-    Fe hv[kMaxHPoints], claim[2];
+    F64 hv[kMaxHPoints], claim[2];
     FirstLevelH(log.Shares(), *log.w, hv, claim);
     // The claim is sum w z; comp 1 of (v, 0, 0) is 0.
     EXPECT_TRUE(Eq(claim[0], log.Weighted(log.z))) << n;
-    EXPECT_TRUE(Eq(claim[1], Zero())) << n;
+    EXPECT_TRUE(Eq(claim[1], F64{0})) << n;
     // h at e_1 .. e_{P-1}, gate by gate (a few points: the sums are slow).
     for (int p : {1, 7, G - 1, G, P - 1}) {
-      ASSERT_TRUE(Eq(hv[p - 1], log.H(FromU64(p)))) << n << " p=" << p;
+      ASSERT_TRUE(Eq(hv[p - 1], log.H(F64{static_cast<uint64_t>(p)}))) << n << " p=" << p;
     }
     // sum_{j < G} h(e_j) = sum w x y = the claim.
-    Fe sum = log.H(FromU64(0));
+    F64 sum = log.H(F64{static_cast<uint64_t>(0)});
     for (int p = 1; p < G; ++p) sum = Add(sum, hv[p - 1]);
     EXPECT_TRUE(Eq(sum, claim[0])) << n;
     // After the challenge: f(r), g(r) as the plain sums, and h(r) from the
     // P values = sum f(r) g(r) (the new claim holds).
-    const Fe r = RandomFe();
+    const F64 r = RandomF64();
     const size_t m = 64 * log.w->nu.size();
-    std::vector<Fe> f0(m), f1(m), g0(m), g1(m);
+    std::vector<F64> f0(m), f1(m), g0(m), g1(m);
     FirstLevelFold(log.Shares(), *log.w, r, f0.data(), f1.data(), g0.data(), g1.data());
-    Fe ip = Zero();
+    F64 ip = F64{0};
     for (size_t k = 0; k < log.w->nu.size(); ++k) {
       for (int l = 0; l < 64; ++l) {
         ASSERT_TRUE(Eq(f0[64 * k + l], log.F(k, l, r))) << n << " " << k << " " << l;
         ASSERT_TRUE(Eq(g0[64 * k + l], log.G(k, l, r)));
-        ASSERT_TRUE(Eq(f1[64 * k + l], Zero()));
-        ASSERT_TRUE(Eq(g1[64 * k + l], Zero()));
+        ASSERT_TRUE(Eq(f1[64 * k + l], F64{0}));
+        ASSERT_TRUE(Eq(g1[64 * k + l], F64{0}));
         ip = Add(ip, Mul(f0[64 * k + l], g0[64 * k + l]));
       }
     }
-    Fe v0[kMaxHPoints], v1[kMaxHPoints] = {};
+    F64 v0[kMaxHPoints], v1[kMaxHPoints] = {};
     v0[0] = claim[0];
     for (int p = 1; p < P; ++p) {
       v0[p] = hv[p - 1];
       if (p < G) v0[0] = Add(v0[0], hv[p - 1]);
     }
-    Fe hr[2];
+    F64 hr[2];
     Interpolate(P, v0, v1, r, hr);
     EXPECT_TRUE(Eq(hr[0], ip)) << n;
   }
@@ -233,9 +280,9 @@ TEST_P(DzkpPaths, FirstCompressionMatchesThePlainSums) {
 // from sum_j h(e_j) (so the protocol's h(e_0) is off, and h with it).
 TEST_P(DzkpPaths, AnErrorInAProductChangesTheClaim) {
   ClearLog log(70, Groups());
-  Fe hv[kMaxHPoints], claim[2];
+  F64 hv[kMaxHPoints], claim[2];
   FirstLevelH(log.Shares(), *log.w, hv, claim);
-  const Fe honest = claim[0];
+  const F64 honest = claim[0];
   for (size_t word : {0, 15, 16, 31, 32, 69}) {
     for (int lane : {0, 13, 63}) {
       log.z[word] ^= 1ull << lane;
@@ -252,7 +299,7 @@ TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
   const size_t n = 75;
   const int P = 2 * Groups() - 1;
   ClearLog clear(n, Groups());
-  Fe hv[kMaxHPoints], cl[2];
+  F64 hv[kMaxHPoints], cl[2];
   FirstLevelH(clear.Shares(), *clear.w, hv, cl);
   // Additive shares s_0 ^ s_1 ^ s_2 of x, y, z; party i holds (s_i, s_{i+1}).
   std::array<std::vector<uint64_t>, 3> xs, ys, zs;
@@ -262,17 +309,17 @@ TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
     ys[0][k] = Rng()(), ys[1][k] = Rng()(), ys[2][k] = clear.y[k] ^ ys[0][k] ^ ys[1][k];
     zs[0][k] = Rng()(), zs[1][k] = Rng()(), zs[2][k] = clear.z[k] ^ zs[0][k] ^ zs[1][k];
   }
-  Fe sum[kMaxHPoints - 1] = {}, claims[3][2];
-  const Fe r = RandomFe();
+  F64 sum[kMaxHPoints - 1] = {}, claims[3][2];
+  const F64 r = RandomF64();
   const size_t m = 64 * clear.w->nu.size();
-  std::vector<Fe> ref_f(m), ref_g(m), zf(m), zg(m);
+  std::vector<F64> ref_f(m), ref_g(m), zf(m), zg(m);
   FirstLevelFold(clear.Shares(), *clear.w, r, ref_f.data(), zf.data(), ref_g.data(), zg.data());
-  std::array<std::array<std::vector<Fe>, 4>, 3> folds;
+  std::array<std::array<std::vector<F64>, 4>, 3> folds;
   for (int i = 0; i < 3; ++i) {
     const int i1 = (i + 1) % 3;
     AndShares s{{xs[i].data(), xs[i1].data()}, {ys[i].data(), ys[i1].data()},
                 {zs[i].data(), zs[i1].data()}, n};
-    Fe h[kMaxHPoints];
+    F64 h[kMaxHPoints];
     FirstLevelH(s, *clear.w, h, claims[i]);
     for (int p = 0; p < P - 1; ++p) sum[p] = Add(sum[p], h[p]);
     for (auto& v : folds[i]) v.resize(m);
@@ -286,7 +333,7 @@ TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
   }
   EXPECT_TRUE(Eq(Add(Add(claims[0][0], claims[1][0]), claims[2][0]), cl[0]));
   for (size_t q = 0; q < m; ++q) {
-    Fe f = Zero(), g = Zero();
+    F64 f = F64{0}, g = F64{0};
     for (int i = 0; i < 3; ++i) {
       f = Add(f, folds[i][0][q]);
       g = Add(g, folds[i][2][q]);
@@ -300,37 +347,38 @@ TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
 // A halving on clear vectors: h(1), h(x) as plain sums; the claim folded
 // through h(r) equals the folded inner product; a wrong claim gives a
 // wrong h(r) (for the test's random r).
-TEST_P(DzkpPaths, HalvingMatchesThePlainSums) {
+template <class E>
+void ExpectHalvingMatchesThePlainSums() {
   for (size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 64, 101, 1000}) {
-    std::vector<Fe> f(n), g(n), zf(n), zg(n);
-    for (auto& v : f) v = RandomFe();
-    for (auto& v : g) v = RandomFe();
-    Fe claim = Zero();
+    std::vector<E> f(n), g(n), zf(n), zg(n);
+    for (auto& v : f) v = Random<E>();
+    for (auto& v : g) v = Random<E>();
+    E claim = El<E>(0);
     for (size_t k = 0; k < n; ++k) claim = Add(claim, Mul(f[k], g[k]));
-    Fe* fv[2] = {f.data(), zf.data()};
-    Fe* gv[2] = {g.data(), zg.data()};
-    Fe h[2];
-    HalveH(fv, gv, n, h);
-    auto at = [&](size_t k, const std::vector<Fe>& v) { return k < n ? v[k] : Zero(); };
-    Fe h1 = Zero(), h2 = Zero();
-    const Fe x = FromU64(2);
+    E* fv[2] = {f.data(), zf.data()};
+    E* gv[2] = {g.data(), zg.data()};
+    E h[2];
+    HalveH<E>(fv, gv, n, h);
+    auto at = [&](size_t k, const std::vector<E>& v) { return k < n ? v[k] : El<E>(0); };
+    E h1 = El<E>(0), h2 = El<E>(0);
+    const E x = El<E>(2);
     for (size_t k = 0; 2 * k < n; ++k) {
-      const Fe a = at(2 * k, f), b = at(2 * k + 1, f), c = at(2 * k, g), d = at(2 * k + 1, g);
+      const E a = at(2 * k, f), b = at(2 * k + 1, f), c = at(2 * k, g), d = at(2 * k + 1, g);
       h1 = Add(h1, Mul(b, d));
       h2 = Add(h2, Mul(Add(a, Mul(x, Add(a, b))), Add(c, Mul(x, Add(c, d)))));
     }
     EXPECT_TRUE(Eq(h[0], h1)) << n;
     EXPECT_TRUE(Eq(h[1], h2)) << n;
-    const Fe r = RandomFe();
-    const Fe v0[3] = {Add(claim, h[0]), h[0], h[1]}, v1[3] = {Zero(), Zero(), Zero()};
-    Fe hr[2];
+    const E r = Random<E>();
+    const E v0[3] = {Add(claim, h[0]), h[0], h[1]}, v1[3] = {El<E>(0), El<E>(0), El<E>(0)};
+    E hr[2];
     Interpolate(3, v0, v1, r, hr);
-    const Fe wrong = Add(claim, FromU64(1));
-    const Fe w0[3] = {Add(wrong, h[0]), h[0], h[1]};
-    Fe hw[2];
+    const E wrong = Add(claim, El<E>(1));
+    const E w0[3] = {Add(wrong, h[0]), h[0], h[1]};
+    E hw[2];
     Interpolate(3, w0, v1, r, hw);
     HalveFold(fv, gv, n, r);
-    Fe ip = Zero();
+    E ip = El<E>(0);
     for (size_t k = 0; k < (n + 1) / 2; ++k) ip = Add(ip, Mul(f[k], g[k]));
     EXPECT_TRUE(Eq(hr[0], ip)) << n;
     EXPECT_FALSE(Eq(hw[0], ip)) << n;
@@ -339,21 +387,22 @@ TEST_P(DzkpPaths, HalvingMatchesThePlainSums) {
 
 // The fused fold and next halving: the same vectors and h(1), h(x) as
 // HalveFold then HalveH, for lengths around the 512-bit path's blocks.
-TEST_P(DzkpPaths, FusedHalvingMatchesFoldThenHalve) {
+template <class E>
+void ExpectFusedHalvingMatchesFoldThenHalve() {
   for (size_t n : {2, 3, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 1001}) {
-    std::vector<Fe> v[2][4];
+    std::vector<E> v[2][4];
     for (auto& side : v)
       for (auto& c : side) c.resize(n);
     for (size_t i = 0; i < n; ++i)
-      for (int c = 0; c < 4; ++c) v[0][c][i] = v[1][c][i] = RandomFe();
-    const Fe r = RandomFe();
-    Fe* f0[2] = {v[0][0].data(), v[0][1].data()};
-    Fe* g0[2] = {v[0][2].data(), v[0][3].data()};
-    Fe* f1[2] = {v[1][0].data(), v[1][1].data()};
-    Fe* g1[2] = {v[1][2].data(), v[1][3].data()};
+      for (int c = 0; c < 4; ++c) v[0][c][i] = v[1][c][i] = Random<E>();
+    const E r = Random<E>();
+    E* f0[2] = {v[0][0].data(), v[0][1].data()};
+    E* g0[2] = {v[0][2].data(), v[0][3].data()};
+    E* f1[2] = {v[1][0].data(), v[1][1].data()};
+    E* g1[2] = {v[1][2].data(), v[1][3].data()};
     HalveFold(f0, g0, n, r);
-    Fe want[2], got[2];
-    HalveH(f0, g0, (n + 1) / 2, want);
+    E want[2], got[2];
+    HalveH<E>(f0, g0, (n + 1) / 2, want);
     HalveFoldH(f1, g1, n, r, got);
     EXPECT_TRUE(Eq(got[0], want[0])) << n;
     EXPECT_TRUE(Eq(got[1], want[1])) << n;
@@ -366,42 +415,58 @@ TEST_P(DzkpPaths, FusedHalvingMatchesFoldThenHalve) {
 // values at e_1 .. e_{T-1} and the claim give h(e_0); h(r) interpolated
 // from the 2T - 1 values equals f(r) g(r) after the fold; a wrong claim
 // gives a wrong h(r).
-TEST_P(DzkpPaths, TailCompressionMatchesThePlainSums) {
+template <class E>
+void ExpectTailCompressionMatchesThePlainSums() {
   constexpr int T = kTailWords, P = kTailHPoints;
   for (int n : {1, 2, 17, T}) {
-    std::vector<Fe> f(T, Zero()), g(T, Zero()), zf(T, Zero()), zg(T, Zero());
-    for (int k = 0; k < n; ++k) f[k] = RandomFe(), g[k] = RandomFe();
-    Fe claim = Zero();
+    std::vector<E> f(T, El<E>(0)), g(T, El<E>(0)), zf(T, El<E>(0)), zg(T, El<E>(0));
+    for (int k = 0; k < n; ++k) f[k] = Random<E>(), g[k] = Random<E>();
+    E claim = El<E>(0);
     for (int k = 0; k < n; ++k) claim = Add(claim, Mul(f[k], g[k]));
-    Fe* fv[2] = {f.data(), zf.data()};
-    Fe* gv[2] = {g.data(), zg.data()};
-    Fe h[P - 1];
-    TailH(fv, gv, h);
+    E* fv[2] = {f.data(), zf.data()};
+    E* gv[2] = {g.data(), zg.data()};
+    E h[P - 1];
+    TailH<E>(fv, gv, h);
     // h(e_p) = f(e_p) g(e_p), f(e_p) the interpolation of f_0 .. f_{T-1}.
     for (int p : {1, T - 1, T, P - 1}) {
-      Fe lag[T];
-      LagrangeAt(T, FromU64(p), lag);
-      Fe fp = Zero(), gp = Zero();
+      E lag[T];
+      LagrangeAt(T, El<E>(p), lag);
+      E fp = El<E>(0), gp = El<E>(0);
       for (int j = 0; j < T; ++j) fp = Add(fp, Mul(lag[j], f[j])), gp = Add(gp, Mul(lag[j], g[j]));
       EXPECT_TRUE(Eq(h[p - 1], Mul(fp, gp))) << n << " p=" << p;
     }
-    Fe v0[P], v1[P] = {}, w0[P];
+    E v0[P], v1[P] = {}, w0[P];
     v0[0] = claim;
     for (int p = 1; p < P; ++p) {
       v0[p] = h[p - 1];
       if (p < T) v0[0] = Add(v0[0], h[p - 1]);
     }
     std::copy(v0, v0 + P, w0);
-    w0[0] = Add(w0[0], FromU64(1));
-    const Fe r = RandomFe();
-    Fe hr[2], hw[2];
+    w0[0] = Add(w0[0], El<E>(1));
+    const E r = Random<E>();
+    E hr[2], hw[2];
     Interpolate(P, v0, v1, r, hr);
     Interpolate(P, w0, v1, r, hw);
     TailFold(fv, gv, r);
-    EXPECT_TRUE(Eq(zf[0], Zero()));
+    EXPECT_TRUE(Eq(zf[0], El<E>(0)));
     EXPECT_TRUE(Eq(hr[0], Mul(f[0], g[0]))) << n;
     EXPECT_FALSE(Eq(hw[0], Mul(f[0], g[0]))) << n;
   }
+}
+
+TEST_P(DzkpPaths, HalvingMatchesThePlainSums) {
+  ExpectHalvingMatchesThePlainSums<Fe>();
+  ExpectHalvingMatchesThePlainSums<F64>();
+}
+
+TEST_P(DzkpPaths, FusedHalvingMatchesFoldThenHalve) {
+  ExpectFusedHalvingMatchesFoldThenHalve<Fe>();
+  ExpectFusedHalvingMatchesFoldThenHalve<F64>();
+}
+
+TEST_P(DzkpPaths, TailCompressionMatchesThePlainSums) {
+  ExpectTailCompressionMatchesThePlainSums<Fe>();
+  ExpectTailCompressionMatchesThePlainSums<F64>();
 }
 
 }  // namespace

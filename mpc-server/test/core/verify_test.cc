@@ -51,8 +51,9 @@ class CheckCluster {
   // shared inputs, logged, then Verify. One status per party.
   // With live < 64, the AND words are logged as a caller with only lanes
   // 0 .. live-1 carrying data does (MulLog::AddAnd's live).
-  std::array<absl::Status, 3> Run(size_t words = kWords, int live = 64) {
-    return RunParties([&, words, live](int i) -> absl::Status {
+  // gf: GF(2^128) products in the last layer.
+  std::array<absl::Status, 3> Run(size_t words = kWords, int live = 64, size_t gf = kGf) {
+    return RunParties([&, words, live, gf](int i) -> absl::Status {
       Rep3& r = *rep3_[i];
       MulLog log;
       r.set_log(live == 64 ? &log : nullptr);
@@ -71,8 +72,8 @@ class CheckCluster {
         }
       }
       r.set_log(&log);
-      std::vector<uint8_t> a0(16 * kGf), a1(16 * kGf), b0(16 * kGf), b1(16 * kGf),
-          c0(16 * kGf), c1(16 * kGf);
+      std::vector<uint8_t> a0(16 * gf), a1(16 * gf), b0(16 * gf), b1(16 * gf), c0(16 * gf),
+          c1(16 * gf);
       r.prss().RandomShares(a0.data(), a1.data(), a0.size());
       r.prss().RandomShares(b0.data(), b1.data(), b0.size());
       if (st.ok()) st = r.GfMul(a0, a1, b0, b1, absl::MakeSpan(c0), absl::MakeSpan(c1));
@@ -170,7 +171,8 @@ TEST(Verify, GfProductsAlone) {
 
 // The check's own messages grow with log2 of the log, not with it: 16
 // times the AND words (both in the range of groups of 32 words) adds four
-// halvings (a 32-byte reshare and a 16-byte coin each) and nothing else.
+// halvings of the GF(2^64) proof (a 16-byte reshare and a 16-byte coin
+// each) and nothing else.
 TEST(Verify, CommunicationIsLogarithmic) {
   CheckCluster c(0);
   auto check_bytes = [&](size_t words) {
@@ -184,7 +186,7 @@ TEST(Verify, CommunicationIsLogarithmic) {
   ASSERT_EQ(dzkp::GroupWordsFor(kLayers * 400), 32);
   ASSERT_EQ(dzkp::GroupWordsFor(kLayers * 400 * 16), 32);
   const size_t small = check_bytes(400), large = check_bytes(400 * 16);
-  EXPECT_EQ(large - small, 4u * (32 + 16));
+  EXPECT_EQ(large - small, 4u * (16 + 16));
   EXPECT_LT(large, 4096u);  // vs 3 * 6,400 * 8 bytes of AND messages
 }
 
@@ -203,8 +205,11 @@ TEST(Verify, EveryMessageOfTheCheckIsCovered) {
     ASSERT_GE(sizes.size(), kLayers + 1 + 6);
     EXPECT_EQ(sizes[kLayers + 1], 16u);                          // coin c1
     const int g = dzkp::GroupWordsFor(kLayers * kWords);
-    EXPECT_EQ(sizes[kLayers + 2], 16u * (2 * g - 1));           // h values + mask
-    EXPECT_EQ(sizes[sizes.size() - 2], 48u);                     // f, g, claim
+    // h values and the GF(2^64) mask's product, the GF(2^128) mask's.
+    EXPECT_EQ(sizes[kLayers + 2], 8u * (2 * g - 1) + 16u);
+    // The last compression: 2T - 2 values of each proof.
+    EXPECT_EQ(sizes[sizes.size() - 4], (8u + 16u) * (dzkp::kTailHPoints - 1));
+    EXPECT_EQ(sizes[sizes.size() - 2], 24u + 48u);               // f, g, claim of each
     EXPECT_EQ(sizes.back(), 32u);                                // compare
     for (size_t s = kLayers + 1; s < sizes.size(); ++s) {
       for (int k = 0; k < 3; ++k) {
@@ -219,6 +224,45 @@ TEST(Verify, EveryMessageOfTheCheckIsCovered) {
       }
     }
     for (const absl::Status& s : c.Run()) EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// More GF(2^128) products than the last compression takes (so their
+// proof halves in the same rounds as the AND proof, and in rounds of its
+// own once the AND proof's vectors are short): an honest log passes, an
+// error on products at either end is caught, and so is an error at any
+// offset of every message of the check, from each party.
+TEST(Verify, BothProofsHalveInTheSameRounds) {
+  constexpr size_t kManyGf = 300;  // 301 elements: 4 halvings to 19
+  constexpr size_t kFewWords = 10;  // 30 words, 2 groups: 129 elements, 3 halvings
+  std::mt19937_64 rng(0x626f7468);
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    CheckCluster c(cheater);
+    const uint64_t before = c.cheat().sent();
+    for (const absl::Status& s : c.Run(kFewWords, 64, kManyGf)) ASSERT_TRUE(s.ok()) << s;
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+    // Products, 2 coins, first compression, 4 halvings (3 with both
+    // proofs: 16 + 32 bytes, then 32), the last compression, its coin,
+    // the opening, the compare.
+    ASSERT_EQ(sizes.size(), kLayers + 1 + 3 + 2 * 4 + 4);
+    EXPECT_EQ(sizes[kLayers + 4], 16u + 32u);
+    EXPECT_EQ(sizes[kLayers + 10], 32u);
+    for (size_t item : {size_t{0}, kManyGf - 1}) {
+      c.cheat().Arm(kLayers, 16 * item + 3, 0x20);
+      const auto st = c.Run(kFewWords, 64, kManyGf);
+      ASSERT_TRUE(c.cheat().fired());
+      c.ExpectCaught(st, absl::StrCat("party ", cheater, " GF product ", item));
+      c.cheat().Disarm();
+    }
+    for (size_t s = kLayers + 1; s < sizes.size(); ++s) {
+      const size_t off = rng() % sizes[s];
+      c.cheat().Arm(s, off, static_cast<uint8_t>(1u << (rng() % 8)), s % 2 == 0);
+      const auto st = c.Run(kFewWords, 64, kManyGf);
+      ASSERT_TRUE(c.cheat().fired());
+      c.ExpectCaught(st, absl::StrCat("party ", cheater, " step ", s, " offset ", off));
+      c.cheat().Disarm();
+    }
+    for (const absl::Status& s : c.Run(kFewWords, 64, kManyGf)) EXPECT_TRUE(s.ok()) << s;
   }
 }
 
