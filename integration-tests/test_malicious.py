@@ -16,17 +16,18 @@ Message map of one batch (0-based steps; one worker, so one session):
               same sequence in both modes;
   A .. end    malicious only (protocol/verify.cc Verifier::Verify, the
               distributed zero-knowledge check; an ENCRYPT batch logs AND
-              gates only, whose proof is over GF(2^64)): the 16-byte coin
-              c1, the first compression's reshare (2G - 1 elements of 8
-              bytes: 248 for G = 16), the 16-byte coin c2, per halving a
-              16-byte reshare and a 16-byte coin, the last compression's
-              reshare (62 elements: 496) and its 16-byte coin, the 24-byte
-              opening of the last f, g and claim, and the 32-byte "compare
-              view" hash (the last message).
+              gates only, whose proof is over GF(2^64)). Every coin is two
+              messages: a 32-byte acknowledgement (a hash of the values
+              opened so far), then the 16-byte opening. Coin c1, the first
+              compression's reshare (2G - 1 elements of 8 bytes: 248 for
+              G = 16), coin c2, per halving a 16-byte reshare and a coin,
+              the last compression's reshare (62 elements: 496) and its
+              coin, the 24-byte opening of the last f, g and claim, and the
+              32-byte "compare view" hash (the last message).
 A is found as the first step where the two modes' maps differ. Seen for
 this test's batch (one 4-block keystream job, AES-128, the depth-4 S-box):
-68, 84, ten rounds of (1152, 384, 512, 2304), then 16, 248, 16, six
-(16, 16), 496, 16, 24, 32: A = 42 of 61 messages.
+68, 84, ten rounds of (1152, 384, 512, 2304), then 32, 16, 248, 32, 16,
+six (16, 32, 16), 496, 32, 16, 24, 32: A = 42 of 71 messages.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
 a keystream that does not match OpenSSL's (the attack surface exists and
@@ -138,15 +139,16 @@ def test_message_map(clusters):
     # Agreement, at least 4 AND layers per AES round over 10 rounds, and in
     # malicious mode the check's rounds after them: coin, first
     # compression, coin, (reshare, coin) per halving, the last compression
-    # of 32 elements (h at e_1 .. e_62 reshared, coin), opening, compare.
-    # An ENCRYPT batch logs AND gates only: the check's elements are of
+    # of 32 elements (h at e_1 .. e_62 reshared, coin), opening, compare;
+    # each coin an acknowledgement (32 bytes) and its opening (16). An
+    # ENCRYPT batch logs AND gates only: the check's elements are of
     # GF(2^64), 8 bytes (verify.h).
     assert a == len(semi) and a >= 2 + 40, (semi, mal)
-    assert mal[a] == 16 and mal[a + 2] == 16, mal
-    assert mal[a + 1] % 8 == 0 and mal[a + 1] >= 3 * 8, mal  # h values + mask
-    halvings = mal[a + 3:-4]
-    assert len(halvings) >= 2 and halvings == [16, 16] * (len(halvings) // 2), mal
-    assert mal[-4:-2] == [8 * (2 * 32 - 2), 16], mal
+    assert mal[a:a + 2] == [32, 16] and mal[a + 3:a + 5] == [32, 16], mal
+    assert mal[a + 2] % 8 == 0 and mal[a + 2] >= 3 * 8, mal  # h values + mask
+    halvings = mal[a + 5:-5]
+    assert len(halvings) >= 3 and halvings == [16, 32, 16] * (len(halvings) // 3), mal
+    assert mal[-5:-2] == [8 * (2 * 32 - 2), 32, 16], mal
     assert mal[-2:] == [24, 32], mal
     assert all(s > 0 for s in semi[2:]), semi
     assert mal[:2] == [AGREEMENT_HEADER, AGREEMENT_HEADER + 16], mal  # one ctr0 share
@@ -170,10 +172,12 @@ CASES = {
     # reshare (an error on one value of h); a halving's reshare (the
     # first halving's h(x)); the compare hash.
     "verification": lambda semi, mal, a: (len(mal) - 2, 5, 0x10, False),
-    "first_compression": lambda semi, mal, a: (a + 1, 7 * 8 + 3, 0x04, False),
-    "halving": lambda semi, mal, a: (a + 3, 8 + 5, 0x20, False),
+    "first_compression": lambda semi, mal, a: (a + 2, 7 * 8 + 3, 0x04, False),
+    "halving": lambda semi, mal, a: (a + 5, 8 + 5, 0x20, False),
     # the last compression's reshare (an error on h(e_40)).
-    "last_compression": lambda semi, mal, a: (len(mal) - 4, 39 * 8 + 2, 0x08, False),
+    "last_compression": lambda semi, mal, a: (len(mal) - 5, 39 * 8 + 2, 0x08, False),
+    # a coin's acknowledgement (c2's): the opened values then differ.
+    "coin_acknowledgement": lambda semi, mal, a: (a + 3, 9, 0x40, False),
     "compare": lambda semi, mal, a: (len(mal) - 1, 20, 0x01, False),
     # (c) a late opening: party 1 waits for its successor's shares of the
     # first ctr0 draw (agreement, step 1, after the 68-byte header) before
@@ -181,7 +185,7 @@ CASES = {
     "late_ctr0_opening": lambda semi, mal, a: (1, AGREEMENT_HEADER + 3, 0x01, True),
     # (c') late coin openings in the check (16-byte messages): c1, and the
     # last compression's.
-    "late_coin_opening": lambda semi, mal, a: (a, 0, 0x80, True),
+    "late_coin_opening": lambda semi, mal, a: (a + 1, 0, 0x80, True),
     "late_last_coin_opening": lambda semi, mal, a: (len(mal) - 3, 3, 0x02, True),
 }
 

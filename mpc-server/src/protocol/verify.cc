@@ -21,6 +21,14 @@ Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
 void Sha256::Update(absl::Span<const uint8_t> b) {
   if (ok_ && !b.empty()) ok_ = EVP_DigestUpdate(ctx_, b.data(), b.size()) == 1;
 }
+absl::Status Sha256::Peek(std::array<uint8_t, 32>& out) {
+  EVP_MD_CTX* copy = EVP_MD_CTX_new();
+  unsigned int len = 0;
+  const bool ok = ok_ && copy != nullptr && EVP_MD_CTX_copy_ex(copy, ctx_) == 1 &&
+                  EVP_DigestFinal_ex(copy, out.data(), &len) == 1 && len == 32;
+  EVP_MD_CTX_free(copy);
+  return ok ? absl::OkStatus() : absl::InternalError("SHA-256 failed");
+}
 absl::Status Sha256::Final(std::array<uint8_t, 32>& out) {
   unsigned int len = 0;
   if (!ok_ || EVP_DigestFinal_ex(ctx_, out.data(), &len) != 1 || len != 32) {
@@ -274,9 +282,27 @@ absl::Status Compare(Rep3& ctx, Sha256& opened, bool local_ok) {
 using dzkp::F64;
 using dzkp::Fe;
 
-// A coin: a fresh PRSS random value, opened (one round) and hashed into
-// the opened values. Drawn after everything it challenges was sent.
+// A coin: a fresh PRSS random value, opened and hashed into the opened
+// values, two rounds. The ring is one-way (party i sends to i-1 and
+// receives from i+1), so in a single opening round party i+1 could send
+// party i its share of the coin before party i-1 has received party i's
+// last message: party i, reading ahead, would know the coin before it
+// sends that message and could choose its error to vanish at the coin
+// (an h' with h'(r) = h(r) plus the claimed error). So first a round of
+// acknowledgements: each party sends H(opened so far) to party i-1 and
+// hashes what party i+1 sent into the opened values. An honest party i+1
+// reveals its share only after receiving the acknowledgement of party
+// i-1, which party i-1 sends only after it received party i's last
+// message: every message a coin challenges has reached an honest party
+// before any party can compute the coin. A wrong acknowledgement makes
+// the parties' opened values differ, which the compare round detects.
 absl::Status Coin(Rep3& ctx, Sha256& opened, uint8_t out[16]) {
+  std::array<uint8_t, 32> ack{}, peer{};
+  if (absl::Status st = opened.Peek(ack); !st.ok()) return st;
+  if (absl::Status st = ctx.channel().Exchange(absl::MakeConstSpan(ack), absl::MakeSpan(peer));
+      !st.ok())
+    return st;
+  opened.Update(absl::MakeConstSpan(peer));
   uint8_t c0[16], c1[16];
   ctx.prss().RandomShares(c0, c1, 16);
   absl::Status st = ctx.Reveal(absl::MakeConstSpan(c0, 16), absl::MakeConstSpan(c1, 16),

@@ -24,7 +24,11 @@
 //    products (the batch's last check; the in-wave checks are AND only).
 // Before them, the lanes of partially live words (a chunk's last tile,
 // MulLog::AddAnd) are packed, so a batch of b < 64 blocks is checked on
-// about b/64 of its words. Rounds:
+// about b/64 of its words. Every coin takes two rounds (Coin, verify.cc):
+// a 32-byte acknowledgement (H of the values opened so far), then the
+// 16-byte opening; the first orders the ring so that no party can know a
+// coin before its own challenged messages reached an honest party.
+// Rounds:
 //  1. coin c1: word weights tau_j (j < G) and group weights nu_k, all in
 //     GF(2^64). AND gate (group k, word j, lane l) weighs w = nu_k tau_j
 //     x^l; the claim is sum w z = sum w x y. The lane weights x^l make a
@@ -56,14 +60,19 @@
 //  6. compare (one round): hashes of everything opened, as below.
 // Communication per party (A alone: the in-wave checks): 2G - 1 + 2
 // ceil(log2(n / T)) + 2T - 2 + 3 elements of 8 bytes, ceil(log2(n / T))
-// + 3 coins of 16 and the 32-byte compare, for n = 64 / G per AND word +
+// + 3 coins of 16 + 32 (the opening and its acknowledgement) and the
+// 32-byte compare, for n = 64 / G per AND word +
 // 1: O(log n) however many gates (under 1 KB for one AES-128 block). B
 // adds 16 bytes per element of its own: 1 + 2 ceil(log2(n_B / T)) + 2T - 2
 // + 3 for n_B = the GF(2^128) products + 1.
 //
-// Soundness (per Verify; all probabilities over the coins, which are
-// revealed only after what they challenge was sent: each coin is a PRSS
-// random value, unknown to any single party, opened in its own round; A's
+// Soundness (per Verify; all probabilities over the coins, which no party
+// can compute before what they challenge has reached an honest party: each
+// coin is a PRSS random value, unknown to any single party, opened only
+// after a round of acknowledgements (Coin, verify.cc: with a one-way ring
+// a single opening round would let party i read party i+1's share before
+// sending its own last message, and choose that message's error to vanish
+// at the coin); A's
 // challenges are uniform in GF(2^64), B's in GF(2^128), and the union
 // bound over the two proofs needs no independence between them):
 //  - A's weights: an error word D != 0 on word j of group k lifts to a
@@ -147,6 +156,8 @@ class Sha256 {
     Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(w), 8 * n));
   }
   absl::Status Final(std::array<uint8_t, 32>& out);
+  // The digest of what was hashed so far; hashing may go on.
+  absl::Status Peek(std::array<uint8_t, 32>& out);
   // Starts a new digest.
   void Reset();
 

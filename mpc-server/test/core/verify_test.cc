@@ -171,8 +171,8 @@ TEST(Verify, GfProductsAlone) {
 
 // The check's own messages grow with log2 of the log, not with it: 16
 // times the AND words (both in the range of groups of 32 words) adds four
-// halvings of the GF(2^64) proof (a 16-byte reshare and a 16-byte coin
-// each) and nothing else.
+// halvings of the GF(2^64) proof (a 16-byte reshare and a coin: its
+// 32-byte acknowledgement and 16-byte opening, each) and nothing else.
 TEST(Verify, CommunicationIsLogarithmic) {
   CheckCluster c(0);
   auto check_bytes = [&](size_t words) {
@@ -186,7 +186,7 @@ TEST(Verify, CommunicationIsLogarithmic) {
   ASSERT_EQ(dzkp::GroupWordsFor(kLayers * 400), 32);
   ASSERT_EQ(dzkp::GroupWordsFor(kLayers * 400 * 16), 32);
   const size_t small = check_bytes(400), large = check_bytes(400 * 16);
-  EXPECT_EQ(large - small, 4u * (16 + 16));
+  EXPECT_EQ(large - small, 4u * (16 + 32 + 16));
   EXPECT_LT(large, 4096u);  // vs 3 * 6,400 * 8 bytes of AND messages
 }
 
@@ -200,15 +200,21 @@ TEST(Verify, EveryMessageOfTheCheckIsCovered) {
     const uint64_t before = c.cheat().sent();
     for (const absl::Status& s : c.Run()) ASSERT_TRUE(s.ok()) << s;
     const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
-    // kLayers + 1 product messages, then the check's: 2 coins, the first
-    // compression, 2 per halving, the opening, the compare.
-    ASSERT_GE(sizes.size(), kLayers + 1 + 6);
-    EXPECT_EQ(sizes[kLayers + 1], 16u);                          // coin c1
+    // kLayers + 1 product messages, then the check's: coin c1 (its
+    // acknowledgement, its opening), the first compression, coin c2, 3
+    // per halving, the last compression and its coin, the opening, the
+    // compare.
+    ASSERT_GE(sizes.size(), kLayers + 1 + 10);
+    EXPECT_EQ(sizes[kLayers + 1], 32u);                          // c1's acknowledgement
+    EXPECT_EQ(sizes[kLayers + 2], 16u);                          // coin c1
     const int g = dzkp::GroupWordsFor(kLayers * kWords);
     // h values and the GF(2^64) mask's product, the GF(2^128) mask's.
-    EXPECT_EQ(sizes[kLayers + 2], 8u * (2 * g - 1) + 16u);
-    // The last compression: 2T - 2 values of each proof.
-    EXPECT_EQ(sizes[sizes.size() - 4], (8u + 16u) * (dzkp::kTailHPoints - 1));
+    EXPECT_EQ(sizes[kLayers + 3], 8u * (2 * g - 1) + 16u);
+    EXPECT_EQ(sizes[kLayers + 4], 32u);                          // c2's acknowledgement
+    // The last compression: 2T - 2 values of each proof, then its coin.
+    EXPECT_EQ(sizes[sizes.size() - 5], (8u + 16u) * (dzkp::kTailHPoints - 1));
+    EXPECT_EQ(sizes[sizes.size() - 4], 32u);
+    EXPECT_EQ(sizes[sizes.size() - 3], 16u);
     EXPECT_EQ(sizes[sizes.size() - 2], 24u + 48u);               // f, g, claim of each
     EXPECT_EQ(sizes.back(), 32u);                                // compare
     for (size_t s = kLayers + 1; s < sizes.size(); ++s) {
@@ -241,12 +247,13 @@ TEST(Verify, BothProofsHalveInTheSameRounds) {
     const uint64_t before = c.cheat().sent();
     for (const absl::Status& s : c.Run(kFewWords, 64, kManyGf)) ASSERT_TRUE(s.ok()) << s;
     const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
-    // Products, 2 coins, first compression, 4 halvings (3 with both
-    // proofs: 16 + 32 bytes, then 32), the last compression, its coin,
-    // the opening, the compare.
-    ASSERT_EQ(sizes.size(), kLayers + 1 + 3 + 2 * 4 + 4);
-    EXPECT_EQ(sizes[kLayers + 4], 16u + 32u);
-    EXPECT_EQ(sizes[kLayers + 10], 32u);
+    // Products, 2 coins (2 messages each: acknowledgement, opening), the
+    // first compression, 4 halvings (a reshare, 3 with both proofs: 16 +
+    // 32 bytes, then 32, and a coin), the last compression, its coin, the
+    // opening, the compare.
+    ASSERT_EQ(sizes.size(), kLayers + 1 + 5 + 3 * 4 + 5);
+    EXPECT_EQ(sizes[kLayers + 6], 16u + 32u);
+    EXPECT_EQ(sizes[kLayers + 15], 32u);
     for (size_t item : {size_t{0}, kManyGf - 1}) {
       c.cheat().Arm(kLayers, 16 * item + 3, 0x20);
       const auto st = c.Run(kFewWords, 64, kManyGf);
