@@ -1,5 +1,7 @@
 #include "fake_cluster.h"
 
+#include <algorithm>
+
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
@@ -103,6 +105,10 @@ void FakeCluster::set_corrupt(int p, bool v) {
 void FakeCluster::set_corrupt_finalize(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
   corrupt_fin_[p] = v;
+}
+void FakeCluster::set_tag_shares_extra(int p, int extra) {
+  std::lock_guard<std::mutex> l(mu_);
+  tag_extra_[p] = extra;
 }
 void FakeCluster::set_old_wire(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
@@ -451,6 +457,10 @@ void FakeCluster::Sign(int party, const pb::SignRequest& req,
           r->clear_wire_version();
           r->clear_tag_shares();
         }
+        std::string& ts = *r->mutable_tag_shares();
+        if (tag_extra_[p] > 0) ts.append(tag_extra_[p], '\0');
+        if (tag_extra_[p] < 0)
+          ts.resize(ts.size() - std::min<size_t>(ts.size(), -tag_extra_[p]));
         if (!corrupt_[p]) return;  // else flip a bit of each tag share
         std::string& t = *r->mutable_tag_shares();
         for (size_t i = 0; i < t.size(); i += 16) t[i] ^= 1;
