@@ -475,9 +475,14 @@ void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
     switch (kind) {
       case StepKind::kRun:
         --inflight_;
-        if (options_.hold_pct > 0 && options_.early_flush && !queue_.empty()) {
+        // Only a batch that succeeded measures the cluster's pace: a failed
+        // one may have run to its deadline. The hold never exceeds the
+        // window, the wait a queue behind a batch in flight is promised.
+        if (!failed && options_.hold_pct > 0 && options_.early_flush &&
+            !queue_.empty()) {
           const absl::Time now = absl::Now();
-          hold_until_ = now + (now - step->start()) * options_.hold_pct / 100;
+          hold_until_ = now + std::min((now - step->start()) * options_.hold_pct / 100,
+                                       options_.window);
           hold_jobs_ = step->size();
         }
         break;
