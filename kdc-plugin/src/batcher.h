@@ -73,8 +73,9 @@ struct BatcherOptions {
   // batch that ended, or for hold_pct percent of that batch's latency at
   // most, and never longer than `window`; a batch with a failed job sets
   // no hold (it may have run to its deadline). Closed-loop clients
-  // otherwise split into groups that take turns (a batch holds the jobs that arrived during the last one, while most
-  // exchanges are in their ring-free steps), and every group costs a
+  // otherwise split into groups that take turns (a batch holds the jobs
+  // that arrived during the last one, while most exchanges are in their
+  // ring-free steps), and every group costs a
   // whole Run: the ring rounds of AES do not grow with the batch. 0: off;
   // a lone exchange (nothing waiting at a batch's end) never waits.
   int hold_pct = 0;
