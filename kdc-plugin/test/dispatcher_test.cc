@@ -14,7 +14,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -450,6 +452,56 @@ TEST_P(BatcherTest, SubmitterKicksLeaveTheQueueToSubmitterIdle) {
   ASSERT_EQ(sizes.size(), 2u);
   EXPECT_EQ(sizes[0], 2);
   EXPECT_EQ(sizes[1], 3);
+}
+
+// The thread each Run call to party 0 came from.
+class ThreadRecordingTransport : public ForwardingTransport {
+ public:
+  explicit ThreadRecordingTransport(Transport* next) : ForwardingTransport(next) {}
+  void Run(int party, const kmpc::v1::RunRequest& req, kmpc::v1::RunResponse* resp,
+           absl::Time deadline, Done done) override {
+    if (party == 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      threads_.push_back(std::this_thread::get_id());
+    }
+    next_->Run(party, req, resp, deadline, std::move(done));
+  }
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> l(mu_);
+    return threads_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread::id> threads_;
+};
+
+// SubmitterIdle() starts a small queue on the submitter's thread (the KDC
+// event loop), but leaves a backlog (more than 64 jobs) to the dispatcher
+// thread: building and dealing it would stall the loop.
+TEST_P(FakeBatcherTest, SubmitterIdleLeavesABacklogToTheDispatcher) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Seconds(20);
+  o.submitter_kicks = true;
+  ThreadRecordingTransport t(&cluster_);
+  auto b = std::make_unique<Batcher>(o, &t, &sink_);
+  for (int i = 1; i <= 64; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());
+  b->SubmitterIdle();
+  ASSERT_EQ(t.threads().size(), 1u);  // started inline
+  EXPECT_EQ(t.threads()[0], std::this_thread::get_id());
+  ASSERT_TRUE(sink_.WaitFor(64, absl::Seconds(10)));
+  for (int i = 101; i <= 165; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("b")).ok());
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(129, absl::Seconds(10)));  // not after 20 s
+  ASSERT_EQ(t.threads().size(), 2u);
+  EXPECT_NE(t.threads()[1], std::this_thread::get_id());
+  const std::vector<int> sizes = RunSizes();
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0], 64);
+  EXPECT_EQ(sizes[1], 65);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
 // hold_pct: a queue waiting behind a batch waits after its end, up to the
