@@ -220,6 +220,8 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
     return Refused(pb::BATCH_MALFORMED, "wire version");
   if (req.batch_id().size() != contract::kBatchIdSize || req.jobs().empty())
     return Refused(pb::BATCH_MALFORMED, "batch id size or no jobs");
+  if (req.data_shares().size() != contract::RunShareBytes(req))
+    return Refused(pb::BATCH_MALFORMED, "data_shares of the wrong size");
   std::set<uint64_t> ids;
   uint64_t batch_blocks = 0;
   for (const pb::Job& j : req.jobs()) {
@@ -386,6 +388,8 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
   }
   if (!contract::WireVersionProblem(req.wire_version(), "the KDC").empty())
     return Refused(pb::BATCH_MALFORMED, "wire version");
+  if (req.data_shares().size() != contract::SignShareBytes(req))
+    return Refused(pb::BATCH_MALFORMED, "data_shares of the wrong size");
   for (int k = 0; k < req.items_size(); ++k) {
     const pb::SignItem& it = req.items(k);
     std::array<std::string, 3> share;  // party p's t_p (JOB_OK only)

@@ -80,8 +80,9 @@ class FakeCluster : public TestCluster {
                 kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
                 Done done) override;
   // As the servers (kmpc.proto SignItem): each party answers for its own
-  // pads (unknown or used by it: JOB_PAD_UNAVAILABLE; usage, length or
-  // share sizes that do not fit: JOB_MALFORMED, pad kept) with an additive
+  // pads (unknown or used by it: JOB_PAD_UNAVAILABLE; usage or length
+  // that do not fit: JOB_MALFORMED, pad kept; a data_shares buffer of the
+  // wrong total size: BATCH_MALFORMED) with an additive
   // share of the tag; the three XOR to the checksum tag over the message,
   // which the fake reconstructs from two parties' shares (so it answers
   // once two parties have asked).
