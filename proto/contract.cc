@@ -109,6 +109,20 @@ std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
   return out;
 }
 
+uint64_t RunShareBytes(const pb::RunRequest& req) {
+  uint64_t n = 0;
+  for (const pb::Job& j : req.jobs())
+    if (j.type() == pb::JOB_CHECKSUM || j.type() == pb::JOB_VERIFY_CHECKSUM)
+      n += 2 * uint64_t{j.length()};
+  return n;
+}
+
+uint64_t SignShareBytes(const pb::SignRequest& req) {
+  uint64_t n = 0;
+  for (const pb::SignItem& it : req.items()) n += 2 * uint64_t{it.length()};
+  return n;
+}
+
 bool ResultHasCtr0(pb::JobType type, pb::JobStatus status) {
   return status == pb::JOB_OK &&
          (type == pb::JOB_ENCRYPT || type == pb::JOB_CHECKSUM ||

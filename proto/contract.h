@@ -124,7 +124,16 @@ class FlatReader {
 // The message shares of each job of a RunRequest (RunRequest.data_shares
 // sliced in job order; empty for the types that take none, and for a job
 // whose slice the buffer does not hold whole: CheckJob then fails it).
+// The server refuses a buffer of another size than RunShareBytes before
+// slicing, so every slice is then the job's own.
 std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req);
+
+// The exact size of RunRequest.data_shares: 2 x Job.length summed over the
+// CHECKSUM and VERIFY_CHECKSUM jobs; of SignRequest.data_shares: 2 x
+// SignItem.length summed over the items. Lengths are uint32 and requests
+// are bounded (max_batch_jobs, max_sign_items), so the sums cannot wrap.
+uint64_t RunShareBytes(const pb::RunRequest& req);
+uint64_t SignShareBytes(const pb::SignRequest& req);
 
 // Whether a Run result carries a ctr0 in RunResponse.ctr0s: a JOB_OK
 // ENCRYPT, CHECKSUM or PAD.

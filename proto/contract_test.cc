@@ -32,6 +32,28 @@ TEST(CounterRange, RejectsZeroAndWrap) {
   EXPECT_FALSE(CounterRangeOk(std::string(17, '\1'), 0));
 }
 
+// The exact data_shares sizes the servers require: two shares of each
+// CHECKSUM / VERIFY_CHECKSUM message (no other job type takes any), of
+// each Sign item's message; uint32 lengths do not wrap the sum.
+TEST(ShareBytes, TwoSharesPerMessage) {
+  pb::RunRequest run;
+  for (pb::JobType t : {pb::JOB_ENCRYPT, pb::JOB_CHECKSUM, pb::JOB_DECRYPT,
+                        pb::JOB_VERIFY_CHECKSUM, pb::JOB_PAD}) {
+    pb::Job* j = run.add_jobs();
+    j->set_type(t);
+    j->set_length(0xffffffffu);
+  }
+  EXPECT_EQ(RunShareBytes(run), 4 * uint64_t{0xffffffffu});
+  run.mutable_jobs(1)->set_length(5);
+  EXPECT_EQ(RunShareBytes(run), 10 + 2 * uint64_t{0xffffffffu});
+  EXPECT_EQ(RunShareBytes(pb::RunRequest()), 0u);
+  pb::SignRequest sign;
+  sign.add_items()->set_length(7);
+  sign.add_items()->set_length(0);
+  sign.add_items()->set_length(9);
+  EXPECT_EQ(SignShareBytes(sign), 32u);
+}
+
 TEST(CheckJob, Encrypt) {
   JobShape j{pb::JOB_ENCRYPT, pb::CIPHER_AES128, kKeyIdSize, 100, "", ""};
   EXPECT_TRUE(CheckJob(j).ok());

@@ -875,6 +875,7 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
       if (r.results(k).job_id() != call->req[p].items(k).job_id() ||
           r.results(k).run_batch_id() != call->req[p].items(k).run_batch_id())
         why = absl::StrCat(Party(p), " returned results out of order");
+    if (why.empty()) why = TagSharesProblem(r, p);
     if (why.empty()) SliceTagShares(call.get(), p);
   }
   std::vector<size_t> rerun;
@@ -962,9 +963,20 @@ void BatchStep::RerunSign(std::vector<size_t> idx, const std::string& why) {
   StartRun(std::move(again));
 }
 
+// Why party p's tag share buffer is not exactly one tag per JOB_OK result
+// (kmpc.proto SignResponse.tag_shares); empty when it is. A short or long
+// buffer would pair a result with another result's share.
+std::string BatchStep::TagSharesProblem(const pb::SignResponse& r, int p) const {
+  size_t ok = 0;
+  for (const pb::SignResult& x : r.results()) ok += x.status() == pb::JOB_OK;
+  if (r.tag_shares().size() == ok * contract::kTagSize) return {};
+  return absl::StrCat(Party(p), " returned ", r.tag_shares().size(),
+                      " bytes of tag shares for ", ok, " JOB_OK results (",
+                      contract::kTagSize, " bytes each)");
+}
+
 // Party p's tag shares, one per JOB_OK result in order (kmpc.proto
-// SignResponse.tag_shares); a result the buffer does not cover gets an
-// empty one (CombineAdditive and CheckVerifyAnswer refuse it).
+// SignResponse.tag_shares; TagSharesProblem checked the size).
 void BatchStep::SliceTagShares(SignCall* call, int p) {
   const pb::SignResponse& r = call->resp[p];
   contract::FlatReader flat(r.tag_shares());

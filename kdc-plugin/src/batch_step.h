@@ -144,6 +144,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   // Re-runs sign jobs as ordinary CHECKSUM jobs (`why`: logged).
   void RerunSign(std::vector<size_t> idx, const std::string& why);
   absl::Status CheckVerifyAnswer(const SignCall& call, int k) const;
+  std::string TagSharesProblem(const kmpc::v1::SignResponse& r, int p) const;
   static void SliceTagShares(SignCall* call, int p);
   static void ScrubSign(SignCall* call);
 

@@ -71,9 +71,11 @@ struct BatcherOptions {
   // Under load (early flush, jobs already waiting when a Run batch ends),
   // the next batch waits after that end until it holds as many jobs as the
   // batch that ended, or for hold_pct percent of that batch's latency at
-  // most. Closed-loop clients otherwise split into groups that take turns
-  // (a batch holds the jobs that arrived during the last one, while most
-  // exchanges are in their ring-free steps), and every group costs a
+  // most, and never longer than `window`; a batch with a failed job sets
+  // no hold (it may have run to its deadline). Closed-loop clients
+  // otherwise split into groups that take turns (a batch holds the jobs
+  // that arrived during the last one, while most exchanges are in their
+  // ring-free steps), and every group costs a
   // whole Run: the ring rounds of AES do not grow with the batch. 0: off;
   // a lone exchange (nothing waiting at a batch's end) never waits.
   int hold_pct = 0;

@@ -20,6 +20,11 @@ constexpr absl::Duration kFinalizeOnlyMaxWait = absl::Milliseconds(5);
 // How long sign jobs wait for SubmitterIdle() before the dispatcher sends
 // them anyway (the KDC calls it when its callback returns: well before).
 constexpr absl::Duration kSignMaxWait = absl::Milliseconds(5);
+// The most Run jobs SubmitterIdle() starts on the submitter's thread (the
+// KDC's event loop): the exchanges of one callback or a few, the idle
+// cluster's latency case. A backlog batch (up to backlog_batch_jobs, MBs
+// to deal and serialize) goes from the dispatcher thread instead.
+constexpr size_t kMaxInlineRunJobs = 64;
 
 }  // namespace
 
@@ -151,7 +156,12 @@ void Dispatcher::SubmitterIdle() {
       // completion wakes the dispatcher, which then sees flush_now_);
       // otherwise the dispatcher is woken if it must act by a time (the
       // window behind a batch in flight, a hold: hold_pct).
-      if (inflight_ < options_.max_inflight) {
+      // A backlog (more than kMaxInlineRunJobs waiting) goes from the
+      // dispatcher thread instead: building and dealing it would stall the
+      // event loop.
+      if (inflight_ < options_.max_inflight && queue_.size() > kMaxInlineRunJobs) {
+        wake = NeedsWake(absl::InfinitePast());  // it sees flush_now_
+      } else if (inflight_ < options_.max_inflight) {
         absl::Time run_at = absl::InfiniteFuture();
         if (auto s = NextRun(now, &run_at))
           steps.push_back(s);
@@ -475,9 +485,14 @@ void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
     switch (kind) {
       case StepKind::kRun:
         --inflight_;
-        if (options_.hold_pct > 0 && options_.early_flush && !queue_.empty()) {
+        // Only a batch that succeeded measures the cluster's pace: a failed
+        // one may have run to its deadline. The hold never exceeds the
+        // window, the wait a queue behind a batch in flight is promised.
+        if (!failed && options_.hold_pct > 0 && options_.early_flush &&
+            !queue_.empty()) {
           const absl::Time now = absl::Now();
-          hold_until_ = now + (now - step->start()) * options_.hold_pct / 100;
+          hold_until_ = now + std::min((now - step->start()) * options_.hold_pct / 100,
+                                       options_.window);
           hold_jobs_ = step->size();
         }
         break;

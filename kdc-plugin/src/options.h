@@ -24,8 +24,9 @@
 //   batch_hold_pct = 0         early flush: a queue that was waiting
 //                              behind a Run batch waits after its end
 //                              for up to this percentage of that batch's
-//                              latency, until it holds as many jobs as
-//                              that batch (batcher.h)
+//                              latency (at most batch_window_ms; none
+//                              after a failed batch), until it holds as
+//                              many jobs as that batch (batcher.h)
 //   backlog_batch_jobs = 2048  a batch takes every waiting job up to this
 //   backlog_batch_blocks = 65536   many jobs / AES blocks (batcher.h)
 //   max_inflight = 1           batches in flight at once

@@ -14,7 +14,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -452,6 +454,56 @@ TEST_P(BatcherTest, SubmitterKicksLeaveTheQueueToSubmitterIdle) {
   EXPECT_EQ(sizes[1], 3);
 }
 
+// The thread each Run call to party 0 came from.
+class ThreadRecordingTransport : public ForwardingTransport {
+ public:
+  explicit ThreadRecordingTransport(Transport* next) : ForwardingTransport(next) {}
+  void Run(int party, const kmpc::v1::RunRequest& req, kmpc::v1::RunResponse* resp,
+           absl::Time deadline, Done done) override {
+    if (party == 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      threads_.push_back(std::this_thread::get_id());
+    }
+    next_->Run(party, req, resp, deadline, std::move(done));
+  }
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> l(mu_);
+    return threads_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread::id> threads_;
+};
+
+// SubmitterIdle() starts a small queue on the submitter's thread (the KDC
+// event loop), but leaves a backlog (more than 64 jobs) to the dispatcher
+// thread: building and dealing it would stall the loop.
+TEST_P(FakeBatcherTest, SubmitterIdleLeavesABacklogToTheDispatcher) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Seconds(20);
+  o.submitter_kicks = true;
+  ThreadRecordingTransport t(&cluster_);
+  auto b = std::make_unique<Batcher>(o, &t, &sink_);
+  for (int i = 1; i <= 64; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());
+  b->SubmitterIdle();
+  ASSERT_EQ(t.threads().size(), 1u);  // started inline
+  EXPECT_EQ(t.threads()[0], std::this_thread::get_id());
+  ASSERT_TRUE(sink_.WaitFor(64, absl::Seconds(10)));
+  for (int i = 101; i <= 165; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("b")).ok());
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(129, absl::Seconds(10)));  // not after 20 s
+  ASSERT_EQ(t.threads().size(), 2u);
+  EXPECT_NE(t.threads()[1], std::this_thread::get_id());
+  const std::vector<int> sizes = RunSizes();
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0], 64);
+  EXPECT_EQ(sizes[1], 65);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
 // hold_pct: a queue waiting behind a batch waits after its end, up to the
 // given share of that batch's latency, for as many jobs as it had; a lone
 // job (nothing waiting at the end) goes at once.
@@ -490,6 +542,63 @@ TEST_P(BatcherTest, HoldGathersTheNextBatchUnderLoadOnly) {
   EXPECT_EQ(RunCalls(), 3);
   ASSERT_TRUE(sink_.WaitFor(7, absl::Seconds(10)));
   EXPECT_LT(sink_.At(7) - t2, absl::Milliseconds(140) + absl::Seconds(1));
+}
+
+// hold_pct after a failed batch (fake only: a party that never answers):
+// the batch ran to its deadline, which says nothing of the cluster's pace,
+// so it sets no hold; at 1000% the job waiting behind it would otherwise
+// wait ten deadlines (3 s) after its end.
+TEST_P(FakeBatcherTest, FailedBatchSetsNoHold) {
+  BatcherOptions o;
+  o.window = absl::Seconds(30);
+  o.early_flush = true;
+  o.coalesce = absl::Milliseconds(50);  // batch 1 takes jobs 1 and 2
+  o.deadline = absl::Milliseconds(300);
+  o.hold_pct = 1000;
+  fake_.set_hang(1, true);
+  auto b = Make(o);
+  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());
+  while (RunCalls() == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(b->Submit(3, Encrypt("c")).ok());  // waits behind batch 1
+  fake_.set_hang(1, false);  // batch 1's call to party 1 stays unanswered
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
+  const absl::Time end1 = absl::Now();
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status)) << sink_.Get(1).status;
+  ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(10)));
+  EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
+  EXPECT_LT(sink_.At(3) - end1, absl::Seconds(1));
+  EXPECT_EQ(b->stats().failed_batches, 1u);
+  const std::vector<int> sizes = RunSizes();
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0], 2);  // a hold would wait for two jobs
+}
+
+// hold_pct never holds a queue longer than the window: at 1000% of a
+// 200 ms batch the hold would be 2 s, the window caps it at 100 ms.
+TEST_P(FakeBatcherTest, HoldIsCappedAtTheWindow) {
+  BatcherOptions o;
+  o.window = absl::Milliseconds(100);
+  o.early_flush = true;
+  o.coalesce = absl::Milliseconds(50);  // batch 1 takes jobs 1 to 3
+  o.hold_pct = 1000;
+  fake_.set_latency(absl::Milliseconds(200));
+  auto b = Make(o);
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());
+  while (RunCalls() == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(b->Submit(4, Encrypt("b")).ok());  // waits behind batch 1
+  ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(5)));
+  const absl::Time end1 = absl::Now();
+  ASSERT_TRUE(sink_.WaitFor(4, absl::Seconds(10)));
+  EXPECT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
+  // The hold (<= 100 ms) and the batch's own 200 ms, with slack for a
+  // loaded machine; uncapped it is 2.2 s.
+  EXPECT_GE(sink_.At(4) - end1, absl::Milliseconds(190));
+  EXPECT_LT(sink_.At(4) - end1, absl::Milliseconds(1200));
+  const std::vector<int> sizes = RunSizes();
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0], 3);
+  EXPECT_EQ(sizes[1], 1);
 }
 
 // Fake only: the real servers have no hook for the fault (a party that never answers).

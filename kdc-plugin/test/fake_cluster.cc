@@ -1,5 +1,7 @@
 #include "fake_cluster.h"
 
+#include <algorithm>
+
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
@@ -103,6 +105,10 @@ void FakeCluster::set_corrupt(int p, bool v) {
 void FakeCluster::set_corrupt_finalize(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
   corrupt_fin_[p] = v;
+}
+void FakeCluster::set_tag_shares_extra(int p, int extra) {
+  std::lock_guard<std::mutex> l(mu_);
+  tag_extra_[p] = extra;
 }
 void FakeCluster::set_old_wire(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
@@ -214,6 +220,8 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
     return Refused(pb::BATCH_MALFORMED, "wire version");
   if (req.batch_id().size() != contract::kBatchIdSize || req.jobs().empty())
     return Refused(pb::BATCH_MALFORMED, "batch id size or no jobs");
+  if (req.data_shares().size() != contract::RunShareBytes(req))
+    return Refused(pb::BATCH_MALFORMED, "data_shares of the wrong size");
   std::set<uint64_t> ids;
   uint64_t batch_blocks = 0;
   for (const pb::Job& j : req.jobs()) {
@@ -380,6 +388,8 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
   }
   if (!contract::WireVersionProblem(req.wire_version(), "the KDC").empty())
     return Refused(pb::BATCH_MALFORMED, "wire version");
+  if (req.data_shares().size() != contract::SignShareBytes(req))
+    return Refused(pb::BATCH_MALFORMED, "data_shares of the wrong size");
   for (int k = 0; k < req.items_size(); ++k) {
     const pb::SignItem& it = req.items(k);
     std::array<std::string, 3> share;  // party p's t_p (JOB_OK only)
@@ -451,6 +461,10 @@ void FakeCluster::Sign(int party, const pb::SignRequest& req,
           r->clear_wire_version();
           r->clear_tag_shares();
         }
+        std::string& ts = *r->mutable_tag_shares();
+        if (tag_extra_[p] > 0) ts.append(tag_extra_[p], '\0');
+        if (tag_extra_[p] < 0)
+          ts.resize(ts.size() - std::min<size_t>(ts.size(), -tag_extra_[p]));
         if (!corrupt_[p]) return;  // else flip a bit of each tag share
         std::string& t = *r->mutable_tag_shares();
         for (size_t i = 0; i < t.size(); i += 16) t[i] ^= 1;

@@ -50,6 +50,9 @@ class FakeCluster : public TestCluster {
   // Answers as a server of KeyOps wire version 1 would, to the module:
   // wire_version unset and none of the flat buffers (kmpc.proto).
   void set_old_wire(int party, bool old);
+  // Sign answers of `party` carry `extra` more bytes of tag shares than
+  // one per JOB_OK result (negative: fewer), as a faulty server's would.
+  void set_tag_shares_extra(int party, int extra);
   // Refuses every Run and Finalize with this typed BatchError
   // (BATCH_ERROR_UNSPECIFIED: no refusal), as an overloaded server does.
   void set_refuse(int party, kmpc::v1::BatchErrorCode code);
@@ -77,8 +80,9 @@ class FakeCluster : public TestCluster {
                 kmpc::v1::FinalizeResponse* resp, absl::Time deadline,
                 Done done) override;
   // As the servers (kmpc.proto SignItem): each party answers for its own
-  // pads (unknown or used by it: JOB_PAD_UNAVAILABLE; usage, length or
-  // share sizes that do not fit: JOB_MALFORMED, pad kept) with an additive
+  // pads (unknown or used by it: JOB_PAD_UNAVAILABLE; usage or length
+  // that do not fit: JOB_MALFORMED, pad kept; a data_shares buffer of the
+  // wrong total size: BATCH_MALFORMED) with an additive
   // share of the tag; the three XOR to the checksum tag over the message,
   // which the fake reconstructs from two parties' shares (so it answers
   // once two parties have asked).
@@ -157,6 +161,7 @@ class FakeCluster : public TestCluster {
   std::atomic<int> fin_answers_{0};
   bool zero_ctr0_ = false;
   std::array<bool, 3> old_wire_{};
+  std::array<int, 3> tag_extra_{};
   std::array<kmpc::v1::BatchErrorCode, 3> refuse_{};
   absl::Duration run_delay_;
   std::set<std::string> inconsistent_;

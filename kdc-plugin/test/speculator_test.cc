@@ -680,6 +680,35 @@ TEST_P(PadTest, UnavailablePadFallsBackToARun) {
       EXPECT_EQ(raw.find(std::string(20, 'f')), std::string::npos);
 }
 
+// A server whose Sign answer carries tag shares of another total size than
+// one per JOB_OK result (surplus or short): the request fails, naming that
+// party, and the checksum runs as an ordinary CHECKSUM with a right tag.
+TEST_P(PadTest, TagSharesOfTheWrongSizeFailTheSign) {
+  auto b = Make(Opts());
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  AsExchange(b.get(), ts);
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  ASSERT_EQ(b->stats().pads_held, 2u);
+  uint64_t reruns = b->stats().sign_rerun;
+  for (const int extra : {16, -1}) {
+    fake_.set_tag_shares_extra(2, extra);
+    const BatcherStats s0 = b->stats();
+    const uint64_t t = Do(b.get(), {Sig(100, extra > 0 ? 'u' : 'v')})[0];
+    ExpectSigned(t, 100, extra > 0 ? 'u' : 'v');
+    const BatcherStats s1 = b->stats();
+    EXPECT_EQ(s1.sign_requests - s0.sign_requests, 1u) << extra;
+    EXPECT_EQ(s1.sign_rerun, ++reruns) << extra;
+    EXPECT_EQ(s1.run_requests - s0.run_requests, 1u) << extra;
+    const std::string want = absl::StrCat("party 2 (fake) returned ", 16 + extra,
+                                          " bytes of tag shares for 1 JOB_OK results");
+    bool logged = false;
+    for (const auto& line : sink_.logs()) logged |= absl::StrContains(line, want);
+    EXPECT_TRUE(logged) << want;
+  }
+  fake_.set_tag_shares_extra(2, 0);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
 // A renewal (TGS-REQ whose new TGT is encrypted under the krbtgt key):
 // once learnt, its TGT's DECRYPT brings the new ticket's keystream and
 // its signatures' pads along: one Run, two Signs, one Finalize. Renewed a

@@ -175,14 +175,15 @@ absl::StatusOr<kmpc::engine::EngineOptions> EngineOptionsFromFlags() {
     return absl::InvalidArgumentError("--small_sbox_min_blocks must be >= 0");
   engine_options.small_sbox_min_blocks =
       static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
-  if (absl::Status s = engine_options.Validate(); !s.ok())
-    return absl::InvalidArgumentError(
-        absl::StrCat("--chunk_lanes / --wave_lanes: ", s.message()));
+  // Before Validate: what it accepts depends on the security mode.
   if (const std::string sec = absl::GetFlag(FLAGS_security); sec == "malicious") {
     engine_options.malicious = true;
   } else if (sec != "semi-honest") {
     return absl::InvalidArgumentError("--security must be semi-honest or malicious");
   }
+  if (absl::Status s = engine_options.Validate(); !s.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk_lanes / --wave_lanes: ", s.message()));
   return engine_options;
 }
 

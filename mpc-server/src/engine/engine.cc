@@ -1135,6 +1135,24 @@ absl::Status EngineOptions::Validate() const {
   if (verify_words == 0) {
     return absl::InvalidArgumentError("verify_words must be > 0");
   }
+  // Malicious mode: protocol/verify.h's per-batch soundness (< 2^-40)
+  // takes at most kMaxVerifiesPerBatch Verifies. A batch of the largest
+  // size (contract::kMaxBatchBlocks) runs ceil(blocks / wave_lanes) waves,
+  // each with at most one Verify per AND layer (AES-256 with the 32-AND
+  // S-box: 14 x 6 layers) and one at its end, and two more follow (tags,
+  // batch end). With --verify_words=1 every layer boundary checks.
+  if (malicious) {
+    const uint64_t waves = (contract::kMaxBatchBlocks + wave_lanes - 1) / wave_lanes;
+    const uint64_t verifies = waves * (kMaxAndLayersPerWave + 1) + 2;
+    if (verifies > kMaxVerifiesPerBatch)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--wave_lanes=", wave_lanes, " with --security=malicious: a batch of ",
+          contract::kMaxBatchBlocks, " blocks runs ", waves, " waves, up to ",
+          verifies, " checks, over the ", kMaxVerifiesPerBatch,
+          " that keep a cheat's chance below 2^-40 per batch (protocol/verify.h); "
+          "use --wave_lanes of at least ",
+          (contract::kMaxBatchBlocks + MaxWavesPerBatch() - 1) / MaxWavesPerBatch()));
+  }
   return absl::OkStatus();
 }
 

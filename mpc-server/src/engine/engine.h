@@ -384,9 +384,21 @@ struct EngineOptions {
   uint32_t verify_words = protocol::MulLog::kVerifyWords;
 
   // What Engine::Create checks (chunk_lanes a positive multiple of 64,
-  // wave_lanes >= chunk_lanes, verify_words > 0); a server checks its flags with it at
+  // wave_lanes >= chunk_lanes, verify_words > 0; in malicious mode, few
+  // enough waves per batch that it runs at most kMaxVerifiesPerBatch
+  // Verifies, protocol/verify.h); a server checks its flags with it at
   // start-up, not at its first batch.
   absl::Status Validate() const;
+
+  // Verifies per batch under which protocol/verify.h's bound holds, and
+  // the AND layers of a wave (AES-256, 32-AND S-box: 14 rounds x 6).
+  static constexpr uint64_t kMaxVerifiesPerBatch = uint64_t{1} << 14;
+  static constexpr uint64_t kMaxAndLayersPerWave = 14 * 6;
+  // The most waves a batch may take in malicious mode: each costs up to
+  // kMaxAndLayersPerWave + 1 Verifies, and two more end the batch.
+  static constexpr uint64_t MaxWavesPerBatch() {
+    return (kMaxVerifiesPerBatch - 2) / (kMaxAndLayersPerWave + 1);
+  }
 };
 
 // One worker's MPC engine. The RingChannel must outlive the Engine.

@@ -98,7 +98,9 @@
 // MulLog::kVerifyWords, 65,536), so a batch runs at most one Verify per
 // AND layer, one per wave and two more: for the largest batch (2^20
 // AES-256 blocks: 128 waves of at most 14 * 6 layers) under 2^14
-// Verifies, below 2^-55.8 * 2^14 = 2^-41.8 per batch (union bound); with
+// Verifies, below 2^-55.8 * 2^14 = 2^-41.8 per batch (union bound), as long
+// as ceil(2^20 / wave_lanes) * (14 * 6 + 1) + 2 <= 2^14 (wave_lanes >=
+// 5462; EngineOptions::Validate refuses smaller in malicious mode); with
 // the default, under 2,100 (2^11.04; 1.25 * 10^8 AND words), below
 // 2^-44.7. Both below the required 2^-40. The coins are expanded with
 // the AES-128 PRF (prf.h), which stands in for uniform randomness. Lanes

@@ -29,7 +29,11 @@ namespace {
 // agreement's control receives spin too (WorkerRing::SpinControl).
 constexpr uint64_t kSpinControlMaxBlocks = 128;
 
-bool LatencyBound(const std::vector<engine::Job>& jobs) {
+// A refresh batch (an admin's key reshares: rare, not on a login's path)
+// carries items, not jobs, so counting jobs would call every refresh
+// small: it is never latency-bound.
+bool LatencyBound(BatchKind kind, const std::vector<engine::Job>& jobs) {
+  if (kind == BatchKind::kRefresh) return false;
   uint64_t blocks = 0;
   for (const engine::Job& j : jobs)
     blocks += 1 + j.nblocks + (j.data.size() + 15) / 16 + (j.length + 15) / 16;
@@ -356,7 +360,7 @@ std::shared_ptr<Scheduler::Work> Scheduler::Claim(BatchKind kind,
       pending_.erase(it);
       w->claimed = true;
       w->claimed_at = absl::Now();
-        return w;
+      return w;
     }
     auto arrived = [this, &key] {
       mu_.AssertReaderHeld();
@@ -493,7 +497,7 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
           std::min(absl::Now() + options_.connect_timeout, work.deadline));
       !st.ok())
     return absl::UnavailableError(st.message());
-  ch.SpinControl(LatencyBound(work.jobs));
+  ch.SpinControl(LatencyBound(work.kind, work.jobs));
   const absl::Time now = absl::Now();
   if (now >= work.deadline)
     return work.proposals > 0
@@ -619,7 +623,7 @@ void Scheduler::LeaderLoop(int worker) {
         work->claimed = true;
         work->claimed_at = absl::Now();
       }
-      }
+    }
     bool again = false;
     absl::Status st = LeadBatch(ch, session, ++seq, *work, &again);
     if (again) {
@@ -703,7 +707,7 @@ absl::Status Scheduler::ForwardProposal(WorkerRing& ch, Session& session, Propos
   fwd.age_ms = Ms(absl::Milliseconds(fwd.age_ms) + held);
   fwd.wait_ms = Ms(absl::Milliseconds(fwd.wait_ms) - held);
   if (!st.ok()) return st;
-  ch.SpinControl(p.work != nullptr && LatencyBound(p.work->jobs));
+  ch.SpinControl(p.work != nullptr && LatencyBound(p.work->kind, p.work->jobs));
   if (absl::Status sent = ch.SendControl(p.seq, Encode(fwd)); !sent.ok()) return sent;
   uint32_t cseq = 0;
   absl::Time until =

@@ -88,6 +88,16 @@ grpc::Status CheckRequestSize(int n, absl::string_view request,
   return grpc::Status::OK;
 }
 
+// The flat share buffer's size against the lengths the request states
+// (contract::RunShareBytes, SignShareBytes): any other size is refused as a
+// whole (BATCH_MALFORMED), naming sizes only.
+grpc::Status CheckShareBytes(absl::string_view request, uint64_t want, size_t got) {
+  if (got == want) return grpc::Status::OK;
+  return Refuse(pb::BATCH_MALFORMED,
+                absl::StrCat(request, " carries ", got, " bytes of data_shares, its ",
+                             "lengths take ", want, " (two shares per message)"));
+}
+
 std::string StateKey(const std::string& run_batch_id, uint64_t job_id) {
   std::string k = run_batch_id;
   for (int i = 0; i < 8; ++i) k.push_back(static_cast<char>(job_id >> (8 * i)));
@@ -181,6 +191,12 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
   std::set<uint64_t> ids;
   uint64_t aes_blocks = 0, cost = 0;
   std::map<uint64_t, int64_t> index;  // job_id -> position
+  // The share buffer as a whole, before any slice is taken: a short or long
+  // one would shift every later job's slice onto another job's shares.
+  if (grpc::Status s = CheckShareBytes("batch", contract::RunShareBytes(req),
+                                       req.data_shares().size());
+      !s.ok())
+    return s;
   const std::vector<contract::MessageShares> shares = contract::SliceMessageShares(req);
   for (int i = 0; i < n; ++i) {
     const pb::Job& in = req.jobs(i);
@@ -449,6 +465,12 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
     return Refuse(pb::BATCH_TOO_LARGE,
                   absl::StrCat("sign request covers ", blocks,
                                " message blocks, the limit is ", contract::kMaxBatchBlocks));
+  // Before any pad is taken: a buffer of the wrong size would give a later
+  // item another item's shares, and its one-time pad would be spent on them.
+  if (grpc::Status s = CheckShareBytes("sign request", contract::SignShareBytes(req),
+                                       req.data_shares().size());
+      !s.ok())
+    return s;
   const absl::Time t0 = absl::Now();
   resp->set_party(options_.party);
   resp->set_wire_version(contract::kWireVersion);

@@ -1399,13 +1399,43 @@ void ExpectClusterEncryptRight(Cluster& c, size_t blocks) {
   EXPECT_EQ(ToHex(ct), ToHex(RefEncrypt(key, 1, ctr0, p)));
 }
 
+// Two waves: the smallest wave_lanes malicious mode accepts (5462, rounded
+// up to whole chunks) and a batch over one wave.
 TEST(Malicious, SeveralWavesAndTheDepth6Sbox) {
   EngineOptions o = mal::Malicious();
   o.chunk_lanes = 256;
-  o.wave_lanes = 512;
+  o.wave_lanes = 22 * 256;
   o.small_sbox_min_blocks = 1000;
   Cluster c(o);
-  ExpectClusterEncryptRight(c, 1500);
+  ExpectClusterEncryptRight(c, 6000);
+}
+
+// protocol/verify.h's per-batch bound holds for at most 2^14 Verifies: in
+// malicious mode, wave_lanes small enough that the largest batch
+// (kMaxBatchBlocks) could run more (ceil(2^20 / wave_lanes) waves of up to
+// 14 * 6 + 1 Verifies, and two more) are refused, naming the flag; the
+// same options are fine in semi-honest mode, where nothing is verified.
+TEST(Malicious, OptionsThatAllowTooManyChecksPerBatchAreRefused) {
+  EngineOptions o = mal::Malicious();
+  o.chunk_lanes = 64;
+  o.wave_lanes = 64;
+  o.verify_words = 1;
+  absl::Status st = o.Validate();
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "--wave_lanes=64")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "at least 5462")) << st;
+  o.wave_lanes = 5461;  // 193 waves: 193 * 85 + 2 = 16407 > 2^14
+  EXPECT_FALSE(o.Validate().ok());
+  o.wave_lanes = 5462;  // 192 waves: 16322
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  EXPECT_TRUE(EngineOptions{}.Validate().ok());  // the defaults
+  o = mal::Malicious();
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.malicious = false;
+  o.chunk_lanes = 64;
+  o.wave_lanes = 64;
+  o.verify_words = 1;
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
 }
 
 // A check after every AND layer (verify_words 1) gives the same

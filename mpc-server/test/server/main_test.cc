@@ -162,6 +162,10 @@ TEST_F(MainTest, EngineFlags) {
                 "--chunk_lanes / --wave_lanes: chunk_lanes must be a positive multiple of 64");
   ExpectRefused(Flags({"--chunk_lanes=128", "--wave_lanes=64"}),
                 "--chunk_lanes / --wave_lanes: wave_lanes must be >= chunk_lanes");
+  // Too many checks per batch for protocol/verify.h's bound (malicious only).
+  ExpectRefused(Flags({"--security=malicious", "--chunk_lanes=64", "--wave_lanes=64",
+                       "--verify_words=1"}),
+                "--chunk_lanes / --wave_lanes: --wave_lanes=64 with --security=malicious");
 }
 
 TEST_F(MainTest, CrlErrorsNameTheFlagOnce) {

@@ -58,7 +58,7 @@ std::string AesEcb(const std::string& key, const std::string& in) {
 // sets `length` itself keeps its `data` (a message in the clear:
 // JOB_MALFORMED) and takes 2 * length zero bytes of the buffer, one that
 // sets `length` without data takes none. Whatever req.data_shares holds
-// goes last (a test's short shares for the last such job).
+// goes last (a test's own shares for the last such job).
 std::array<v1::RunRequest, 3> DealMessages(const v1::RunRequest& req) {
   std::array<v1::RunRequest, 3> out = {req, req, req};
   for (auto& o : out) o.clear_data_shares();
@@ -863,15 +863,11 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   auto* clear = add(v1::JOB_CHECKSUM);                   // 9 message in the clear
   clear->set_length(5);
   clear->set_data("hello");
-  auto* odd = add(v1::JOB_VERIFY_CHECKSUM);              // 10 shares of 4 for 5
-  odd->set_length(5);
-  odd->set_checksum(Rand(32));
-  req.mutable_data_shares()->append("abcdabcd");  // its slice, 2 short
   const v1::JobStatus want[] = {
       v1::JOB_OK,        v1::JOB_MALFORMED, v1::JOB_UNKNOWN_KEY,
       v1::JOB_INTEGRITY_FAILED, v1::JOB_OK, v1::JOB_MALFORMED,
       v1::JOB_MALFORMED, v1::JOB_INTEGRITY_FAILED, v1::JOB_MALFORMED,
-      v1::JOB_MALFORMED, v1::JOB_MALFORMED};
+      v1::JOB_MALFORMED};
   std::array<v1::RunResponse, 3> resp;
   ASSERT_NO_FATAL_FAILURE(RunExpecting(req, want, &resp));
   for (int j = 0; j < req.jobs_size(); ++j) {
@@ -900,6 +896,46 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   EXPECT_TRUE(absl::StrContains(resp[0].results(9).detail(), "shares"))
       << resp[0].results(9).detail();
   EXPECT_FALSE(absl::StrContains(resp[0].results(9).detail(), "hello"));
+}
+
+// RunRequest.data_shares of another size than 2 x the CHECKSUM and
+// VERIFY_CHECKSUM lengths refuses the batch (BATCH_MALFORMED, naming both
+// sizes) before any slice is taken: a short or long buffer would shift a
+// later job onto another job's shares.
+TEST_F(ServiceTest, RunShareBufferOfTheWrongSizeIsRefused) {
+  const std::string id = PutKey(Rand(16));
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  for (int j = 0; j < 3; ++j) {
+    auto* job = req.add_jobs();
+    job->set_job_id(j + 1);
+    job->set_key_id(id);
+    job->set_cipher(CipherOf(id));
+    job->set_type(j == 1 ? v1::JOB_ENCRYPT : v1::JOB_CHECKSUM);
+    job->set_usage(7);
+    if (j == 1) job->set_length(5);
+    else job->set_data(j == 0 ? "first" : "second message");
+  }
+  const std::array<v1::RunRequest, 3> dealt = DealMessages(req);
+  ASSERT_EQ(dealt[0].data_shares().size(), 38u);  // 2 x (5 + 14)
+  const std::string full = dealt[0].data_shares();
+  for (const std::string& bad : {full.substr(0, 37), full.substr(0, 10), full + "xy",
+                                 std::string()}) {
+    v1::RunRequest r = dealt[0];
+    *r.mutable_data_shares() = bad;
+    v1::RunResponse resp;
+    const grpc::Status st = parties_[0].keyops->DoRun(V(r), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_EQ(ErrorOf(st), v1::BATCH_MALFORMED) << st.error_message();
+    EXPECT_TRUE(absl::StrContains(st.error_message(), absl::StrCat(bad.size(), " bytes")))
+        << st.error_message();
+    EXPECT_TRUE(absl::StrContains(st.error_message(), "take 38")) << st.error_message();
+    EXPECT_EQ(resp.results_size(), 0);
+  }
+  // The right buffer runs (the three servers, every job OK).
+  const v1::JobStatus want[] = {v1::JOB_OK, v1::JOB_OK, v1::JOB_OK};
+  std::array<v1::RunResponse, 3> resp;
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, want, &resp));
 }
 
 // kmpc.proto Job.cipher over the service: a key dealt AES-128 named
@@ -1142,9 +1178,10 @@ TEST_F(SignTest, APadSignsOnce) {
   EXPECT_EQ(Combined(twice, 0), RefChecksumTag(key, 3, c2[0], "a"));
 }
 
-// A malformed item (usage or length not the pad's, shares of the wrong
-// size, a short run_batch_id) is JOB_MALFORMED and keeps the pad, which
-// then signs; request-level errors refuse the whole request.
+// A malformed item (usage or length not the pad's, a short run_batch_id)
+// is JOB_MALFORMED and keeps the pad, which then signs; request-level
+// errors (a share buffer of the wrong size among them) refuse the whole
+// request and keep the pad too.
 TEST_F(SignTest, MalformedItemsKeepThePad) {
   const std::string key = Rand(32);
   const std::string id = PutKey(key);
@@ -1158,7 +1195,7 @@ TEST_F(SignTest, MalformedItemsKeepThePad) {
       EXPECT_FALSE(bad[i].results(k).detail().empty());
       EXPECT_TRUE(TagShare(bad[i], k).empty());
     }
-  {  // 7 bytes of shares for a 4-byte message (its slice takes 8)
+  {  // 7 bytes of shares for a 4-byte message (it takes 8): refused whole
     v1::SignRequest odd;
     odd.set_request_id(Rand(16));
     auto* it = odd.add_items();
@@ -1168,9 +1205,9 @@ TEST_F(SignTest, MalformedItemsKeepThePad) {
     it->set_length(4);
     odd.mutable_data_shares()->append("abcabcd");
     v1::SignResponse r;
-    ASSERT_TRUE(parties_[0].keyops->DoSign(V(odd), &r).ok());
-    EXPECT_EQ(r.results(0).status(), v1::JOB_MALFORMED);
-    EXPECT_FALSE(absl::StrContains(r.results(0).detail(), "abc"));
+    const grpc::Status st = parties_[0].keyops->DoSign(V(odd), &r);
+    EXPECT_EQ(ErrorOf(st), v1::BATCH_MALFORMED) << st.error_message();
+    EXPECT_FALSE(absl::StrContains(st.error_message(), "abc"));
   }
   auto good = Sign({{batch, 1, 4, "the real message"}});
   EXPECT_EQ(Combined(good, 0), RefChecksumTag(key, 4, ctrs[0], "the real message"));
@@ -1202,6 +1239,58 @@ TEST_F(SignTest, MalformedItemsKeepThePad) {
   for (int k = 0; k < 20; ++k) req.add_items()->set_length(1 << 20);
   expect_refused(parties_[0].keyops->DoSign(V(req), &resp),
                  grpc::StatusCode::RESOURCE_EXHAUSTED, v1::BATCH_TOO_LARGE);
+}
+
+// A share buffer of another size than 2 x the sum of the item lengths is
+// refused as a whole (BATCH_MALFORMED, naming both sizes) before any pad
+// is taken: a short buffer would otherwise give the second item slices of
+// the wrong bytes and spend its pad on them. The same request with the
+// right buffer then signs under the same pads.
+TEST_F(SignTest, ShareBufferOfTheWrongSizeIsRefusedAndKeepsThePads) {
+  const std::string key = Rand(16);
+  const std::string id = PutKey(key);
+  auto [batch, ctrs] = DrawPads(id, 6, {8, 8});
+  const std::string m1 = "12345678", m2 = "abcdefgh";
+  std::array<v1::SignRequest, 3> reqs;
+  const std::string rid = Rand(16);
+  for (int i = 0; i < 3; ++i) reqs[i].set_request_id(rid);
+  for (int j = 0; j < 2; ++j) {
+    const std::string& m = j == 0 ? m1 : m2;
+    auto views = share::Deal(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(m.data()), m.size()));
+    ASSERT_TRUE(views.ok());
+    for (int i = 0; i < 3; ++i) {
+      auto* it = reqs[i].add_items();
+      it->set_run_batch_id(batch);
+      it->set_job_id(j + 1);
+      it->set_usage(6);
+      it->set_length(8);
+      for (const auto& c : (*views)[i].comp)
+        reqs[i].mutable_data_shares()->append(reinterpret_cast<const char*>(c.data()),
+                                              c.size());
+    }
+  }
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(reqs[i].data_shares().size(), 32u);
+  for (const std::string& bad : {reqs[0].data_shares().substr(0, 31),
+                                 reqs[0].data_shares() + "x"}) {
+    v1::SignRequest r = reqs[0];
+    *r.mutable_data_shares() = bad;
+    v1::SignResponse resp;
+    const grpc::Status st = parties_[0].keyops->DoSign(V(r), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_EQ(ErrorOf(st), v1::BATCH_MALFORMED) << st.error_message();
+    EXPECT_TRUE(absl::StrContains(st.error_message(), absl::StrCat(bad.size(), " bytes")))
+        << st.error_message();
+    EXPECT_TRUE(absl::StrContains(st.error_message(), "take 32")) << st.error_message();
+    EXPECT_EQ(resp.results_size(), 0);
+  }
+  std::array<v1::SignResponse, 3> out;
+  for (int i = 0; i < 3; ++i) {
+    const grpc::Status st = parties_[i].keyops->DoSign(V(reqs[i]), &out[i]);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  EXPECT_EQ(Combined(out, 0), RefChecksumTag(key, 6, ctrs[0], m1));
+  EXPECT_EQ(Combined(out, 1), RefChecksumTag(key, 6, ctrs[1], m2));
 }
 
 // A pad can never be finalized and an ENCRYPT state never signed (two
