@@ -60,6 +60,10 @@ PART_OF = {
     "mpc-server/src/aes/kernel_impl.inc": (
         "aes_test.cc", "aes.cc's kernel body, compiled once per ISA "
         "(kernel_avx2.cc, kernel_avx512.cc); aes_test.cc runs each kernel"),
+    "mpc-server/src/service/ring.h": (
+        "scheduler_test.cc", "the scheduler's ring interface; its one body, "
+        "the default SpinControl (a no-op hint), is what the in-memory "
+        "scheduler ring runs in scheduler_test.cc"),
     "mpc-server/src/net/channel.h": (
         "rep3_test.cc", "the ring channel interface; its one body, the "
         "default Exchange (send, then receive), is what rep3 and prss call on "

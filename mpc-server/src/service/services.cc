@@ -446,17 +446,14 @@ std::string SignItemProblem(const engine::PadState& pad, const pb::SignItem& it,
   return {};
 }
 
-}  // namespace
-
-grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse* resp) {
+// The whole Sign request's refusals, before any pad is taken.
+grpc::Status SignRequestProblem(const pb::SignRequest& req, size_t max_items) {
   if (grpc::Status s = CheckWireVersion(req.wire_version()); !s.ok()) return s;
   if (req.request_id().size() != contract::kBatchIdSize)
     return Refuse(pb::BATCH_MALFORMED,
                   absl::StrCat("request_id must be ", contract::kBatchIdSize,
                                " bytes, got ", req.request_id().size()));
-  const int n = req.items_size();
-  if (grpc::Status s = CheckRequestSize(n, "sign", "items", options_.max_sign_items);
-      !s.ok())
+  if (grpc::Status s = CheckRequestSize(req.items_size(), "sign", "items", max_items); !s.ok())
     return s;
   // The GHASH work, as a Run's checksums count it (contract::JobCost).
   uint64_t blocks = 0;
@@ -465,12 +462,17 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
     return Refuse(pb::BATCH_TOO_LARGE,
                   absl::StrCat("sign request covers ", blocks,
                                " message blocks, the limit is ", contract::kMaxBatchBlocks));
-  // Before any pad is taken: a buffer of the wrong size would give a later
-  // item another item's shares, and its one-time pad would be spent on them.
-  if (grpc::Status s = CheckShareBytes("sign request", contract::SignShareBytes(req),
-                                       req.data_shares().size());
-      !s.ok())
-    return s;
+  // A buffer of the wrong size would give a later item another item's
+  // shares, and its one-time pad would be spent on them.
+  return CheckShareBytes("sign request", contract::SignShareBytes(req),
+                         req.data_shares().size());
+}
+
+}  // namespace
+
+grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse* resp) {
+  if (grpc::Status s = SignRequestProblem(req, options_.max_sign_items); !s.ok()) return s;
+  const int n = req.items_size();
   const absl::Time t0 = absl::Now();
   resp->set_party(options_.party);
   resp->set_wire_version(contract::kWireVersion);
