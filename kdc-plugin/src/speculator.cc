@@ -202,8 +202,7 @@ void Speculator::OnSubmit(PendingJob* job, size_t queue_size,
 }
 
 bool Speculator::Room(size_t n) const {
-  return held_.size() + held_pads_.size() + held_verify_.size() +
-             reserved_.size() + pending_ + n <=
+  return HeldCount() + pending_ + n <=
          options_.speculate_max;
 }
 
@@ -378,12 +377,11 @@ bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
     HeldKeystream ks;
     // A linked pad whose ticket keystream is still held (a look-up by its
     // ctr0: under load many linked pads lost theirs to other tickets).
-    if (held_pads_.TakeNewest(
+    if (held_linked_.TakeNewest(
             j.key_id, j.usage, j.cipher, len,
             [&](const HeldKeystream& h) {
-              return fits(h) && !h.linked_ctr0.empty() &&
-                     held_.Find(h.key_id, kUsageTicket, h.cipher,
-                                h.linked_ctr0) != nullptr;
+              return fits(h) && held_.Find(h.key_id, kUsageTicket, h.cipher,
+                                           h.linked_ctr0) != nullptr;
             },
             pad) &&
         held_.Take(pad->key_id, kUsageTicket, pad->cipher, pad->linked_ctr0,
@@ -392,13 +390,9 @@ bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
       return true;
     }
   }
-  if (held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, len,
-                            [&](const HeldKeystream& h) {
-                              return fits(h) && h.linked_ctr0.empty();
-                            },
-                            pad))
+  if (held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, len, fits, pad))
     return true;
-  return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, len, fits, pad);
+  return held_linked_.TakeNewest(j.key_id, j.usage, j.cipher, len, fits, pad);
 }
 
 // A VERIFY_CHECKSUM whose ctr0 is a held verification pad's becomes a
@@ -486,6 +480,7 @@ bool Speculator::UseHeld(PendingJob* q) {
           },
           &k))
     return false;
+  if (j.usage == kUsageTicket) Unlink(k);
   q->output.resize(contract::kCiphertextOverhead + len);
   std::copy(k.ctr0.begin(), k.ctr0.end(), q->output.begin());
   uint8_t* c = q->output.data() + contract::kCtr0Size;
@@ -522,10 +517,11 @@ size_t Speculator::KeystreamBytes(uint32_t usage) const {
 
 void Speculator::Hold(std::vector<HeldKeystream>* keystreams) {
   for (HeldKeystream& k : *keystreams) {
-    auto& held = k.verify ? held_verify_ : k.pad ? held_pads_ : held_;
-    if (held_.size() + held_pads_.size() + held_verify_.size() +
-            reserved_.size() <
-        options_.speculate_max)
+    HeldList& held = k.verify                ? held_verify_
+                     : !k.pad                ? held_
+                     : k.linked_ctr0.empty() ? held_pads_
+                                             : held_linked_;
+    if (HeldCount() < options_.speculate_max)
       held.push_back(std::move(k));
     else
       ++(k.pad ? pads_wasted_ : wasted_);  // its token stays spent
@@ -545,6 +541,10 @@ absl::Time Speculator::Prune(absl::Time now) {
     ++pads_wasted_;
     held_pads_.pop_front();  // the servers drop it after their TTL
   }
+  while (!held_linked_.empty() && held_linked_.front().expires <= now) {
+    ++pads_wasted_;
+    held_linked_.pop_front();
+  }
   while (!held_verify_.empty() && held_verify_.front().expires <= now)
     held_verify_.pop_front();
   while (!reserved_.empty() && reserved_.front().second.expires <= now) {
@@ -554,11 +554,32 @@ absl::Time Speculator::Prune(absl::Time now) {
   absl::Time next = absl::InfiniteFuture();
   if (!held_.empty()) next = held_.front().expires;
   if (!held_pads_.empty()) next = std::min(next, held_pads_.front().expires);
+  if (!held_linked_.empty())
+    next = std::min(next, held_linked_.front().expires);
   if (!held_verify_.empty())
     next = std::min(next, held_verify_.front().expires);
   if (!reserved_.empty())
     next = std::min(next, reserved_.front().second.expires);
   return next;
+}
+
+size_t Speculator::HeldCount() const {
+  return held_.size() + held_pads_.size() + held_linked_.size() +
+         held_verify_.size() + reserved_.size();
+}
+
+// The pad linked to ticket keystream k has its ctr0 at k's +
+// kLinkedPadOffset, under k's key and cipher (LinkPad, contract.h).
+void Speculator::Unlink(const HeldKeystream& k) {
+  std::string pad_ctr0;
+  if (held_linked_.empty() || !contract::LinkedPadCtr0(k.ctr0, &pad_ctr0))
+    return;
+  HeldKeystream pad;
+  if (!held_linked_.Take(k.key_id, kUsagePacSignature, k.cipher, pad_ctr0,
+                         &pad))
+    return;
+  pad.linked_ctr0.clear();
+  held_pads_.push_back(std::move(pad));
 }
 
 void HeldList::push_back(HeldKeystream k) {
@@ -570,8 +591,9 @@ void HeldList::push_back(HeldKeystream k) {
             .emplace(Key{it->key_id, it->usage, static_cast<int>(it->cipher)},
                      std::deque<Entry>())
             .first;
-  m->second.push_back({it, Length(*it)});
-  by_ctr0_.emplace(it->ctr0, std::make_pair(++pushed_, it));
+  ++pushed_;
+  m->second.push_back({it, Length(*it), pushed_});
+  by_ctr0_.emplace(it->ctr0, std::make_pair(pushed_, it));
 }
 
 void HeldList::Unindex(List::iterator it) {
@@ -611,13 +633,14 @@ bool HeldList::Take(const std::string& key_id, uint32_t usage,
   auto c = FindEntry(key_id, usage, cipher, ctr0);
   if (c == by_ctr0_.end()) return false;
   const List::iterator it = c->second.second;
+  const uint64_t seq = c->second.first;
   by_ctr0_.erase(c);
-  // Its key's list holds it (invariant): a scan of iterators, no compares
-  // of keys or counters.
+  // Its key's list holds it (invariant), in push order: found by its seq.
   auto m = by_key_.find(ViewOf(key_id, usage, cipher));
   std::deque<Entry>& v = m->second;
-  v.erase(std::find_if(v.begin(), v.end(),
-                       [&](const Entry& e) { return e.it == it; }));
+  v.erase(std::lower_bound(
+      v.begin(), v.end(), seq,
+      [](const Entry& e, uint64_t s) { return e.seq < s; }));
   if (v.empty()) by_key_.erase(m);
   *out = std::move(*it);
   items_.erase(it);
@@ -643,6 +666,7 @@ void HeldList::clear() {
 void Speculator::Clear() {
   held_.clear();  // SecureBytes wipes the keystreams
   held_pads_.clear();
+  held_linked_.clear();
   held_verify_.clear();
   reserved_.clear();
   pending_ = 0;

@@ -197,9 +197,12 @@ class HeldList {
   // An element and its Length, side by side: a scan skips the ones too
   // short without touching their list nodes (under load a key has
   // thousands of pads held, most of them passed over by every signature).
+  // `seq` is the element's push order (by_ctr0_'s too): a key's deque is
+  // in push order, so Take finds an element in it by binary search.
   struct Entry {
     List::iterator it;
     size_t length;
+    uint64_t seq;
   };
   std::unordered_map<Key, std::deque<Entry>, KeyHash, KeyEq> by_key_;
   Ctr0Index by_ctr0_;
@@ -267,7 +270,9 @@ class Speculator {
   uint64_t encrypts() const { return encrypts_; }
   uint64_t used() const { return used_; }
   uint64_t wasted() const { return wasted_; }
-  size_t pads_held() const { return held_pads_.size() + held_verify_.size(); }
+  size_t pads_held() const {
+    return held_pads_.size() + held_linked_.size() + held_verify_.size();
+  }
   uint64_t verify_pads_used() const { return verify_pads_used_; }
   uint64_t pads_drawn() const { return pads_drawn_; }
   uint64_t pads_used() const { return pads_used_; }
@@ -292,6 +297,11 @@ class Speculator {
   void Learn(const Job& job, uint64_t at);
   void LearnPair();
   bool UseHeld(PendingJob* job);
+  // Ticket keystream `k` went to a ticket that is not its linked pad's:
+  // that pad, if held, signs as an unlinked one from now on.
+  void Unlink(const HeldKeystream& k);
+  // Everything held (keystreams, pads, reservations).
+  size_t HeldCount() const;
   void MakeGroup(PendingJob* timestamp,
                  std::vector<PendingJob>* group_jobs);
   size_t KeystreamBytes(uint32_t usage) const;
@@ -312,8 +322,14 @@ class Speculator {
   Budget tokens_, pad_tokens_;
   uint64_t encrypts_ = 0, used_ = 0, wasted_ = 0;
 
-  // Pads, held in the order of their Runs.
+  // Pads, held in the order of their Runs: unlinked ones (and linked ones
+  // whose ticket keystream went to another ticket: Unlink) in held_pads_,
+  // linked ones whose ticket keystream is held in held_linked_. A PAC
+  // signature takes the newest of held_linked_ (its keystream found by a
+  // look-up), not after a scan past every unlinked pad of the key (under
+  // load thousands wait for their TTL, and every signature passed them).
   HeldList held_pads_;
+  HeldList held_linked_;
   HeldList held_verify_;  // verification pads
   // Ticket keystreams reserved for the ticket that carries the signature
   // made under their linked pad: (that pad's ctr0, the keystream).

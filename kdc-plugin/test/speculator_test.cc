@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -1023,6 +1024,50 @@ TEST(HeldListTest, FindAndTakeByCtr0) {
   ASSERT_EQ(l.size(), 1u);
   EXPECT_EQ(l.front().run_job_id, 3u);
   ASSERT_TRUE(l.Take("k", 17, cipher, c2, &out));
+  EXPECT_TRUE(l.empty());
+}
+
+// Take finds its element in the key's list by push order (binary search):
+// taking elements from anywhere in a long list, in any order, takes
+// exactly those and leaves the rest newest first.
+TEST(HeldListTest, TakeFromAnywhereInALongList) {
+  const auto cipher = kmpc::v1::CIPHER_AES256;
+  auto ctr = [](int i) {
+    std::string c(16, '\0');
+    std::memcpy(c.data(), &i, sizeof(i));
+    return c;
+  };
+  HeldList l;
+  constexpr int kN = 1000;
+  for (int i = 0; i < kN; ++i) {
+    HeldKeystream h;
+    h.key_id = "k";
+    h.usage = 17;
+    h.cipher = cipher;
+    h.pad = true;
+    h.pad_length = 64;
+    h.ctr0 = ctr(i);
+    h.run_job_id = static_cast<uint64_t>(i);
+    l.push_back(std::move(h));
+  }
+  HeldKeystream out;
+  // Every third element, from the middle outwards and back.
+  std::vector<int> taken;
+  for (int i = kN / 2; i < kN; i += 3) taken.push_back(i);
+  for (int i = kN / 2 - 3; i >= 0; i -= 3) taken.push_back(i);
+  for (int i : taken) {
+    ASSERT_TRUE(l.Take("k", 17, cipher, ctr(i), &out)) << i;
+    EXPECT_EQ(out.run_job_id, static_cast<uint64_t>(i));
+    EXPECT_FALSE(l.Take("k", 17, cipher, ctr(i), &out)) << i;
+  }
+  ASSERT_EQ(l.size(), kN - taken.size());
+  std::set<int> gone(taken.begin(), taken.end());
+  for (int i = kN - 1; i >= 0; --i) {
+    if (gone.count(i)) continue;
+    ASSERT_TRUE(l.TakeNewest("k", 17, cipher, 64,
+                             [](const HeldKeystream&) { return true; }, &out));
+    EXPECT_EQ(out.run_job_id, static_cast<uint64_t>(i));
+  }
   EXPECT_TRUE(l.empty());
 }
 
