@@ -543,8 +543,16 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
   const absl::Time expires = call.started + host_->options().speculate_ttl;
   // Job id (its index in jobs_, BuildRunRequest) -> place in the request.
   std::vector<int> position(jobs_.size(), -1);
-  for (int k = 0; k < n; ++k) position[call.idx[k]] = k;
-  held.reserve(n);
+  size_t speculative = 0;
+  for (int k = 0; k < n; ++k) {
+    position[call.idx[k]] = k;
+    speculative += jobs_[call.idx[k]].speculative;
+  }
+  // Room for the speculative jobs only: a HeldKeystream per job of a
+  // large batch is hundreds of KB, which glibc maps and unmaps afresh.
+  held.reserve(speculative);
+  std::vector<size_t> speculative_idx;
+  speculative_idx.reserve(speculative);
   for (int k = 0; k < n; ++k) {
     const size_t i = call.idx[k];
     PendingJob& e = jobs_[i];
@@ -574,9 +582,10 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
     } else if (e.job.type == pb::JOB_PAD) {
       ++pads_lost;
     }
-    Complete(i, absl::OkStatus(), {});
+    speculative_idx.push_back(i);
   }
   if (!held.empty()) host_->HoldKeystreams(std::move(held));
+  CompleteSpeculative(speculative_idx);
   if (pads_lost > 0) host_->PadsWasted(pads_lost);
   // Keystream groups (pads are counted apart, PadsWasted).
   std::set<uint64_t> keystream_groups;
@@ -1029,7 +1038,24 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
   if (deliver)
     host_->Deliver(std::move(r));
   else
-    host_->SpeculativeJobDone();
+    host_->SpeculativeJobsDone(1);
+  if (finished) Finish();
+}
+
+void BatchStep::CompleteSpeculative(const std::vector<size_t>& idx) {
+  size_t n = 0;
+  bool finished = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i : idx) {
+      PendingJob& e = jobs_[i];
+      if (e.done) continue;
+      e.done = true;
+      ++n;
+      finished = --open_ == 0;
+    }
+  }
+  if (n > 0) host_->SpeculativeJobsDone(n);
   if (finished) Finish();
 }
 

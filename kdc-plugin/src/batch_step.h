@@ -71,7 +71,8 @@ class StepHost {
   // Nothing reaches the sink once the host stopped.
   virtual void Deliver(Result result) = 0;
   virtual void Log(int level, std::string line) = 0;
-  virtual void SpeculativeJobDone() = 0;
+  // `n` speculative jobs completed (held or dropped): one call per Run.
+  virtual void SpeculativeJobsDone(size_t n) = 0;
   virtual void HoldKeystreams(std::vector<HeldKeystream> keystreams) = 0;
   virtual void SpeculativeGroupsFailed(size_t groups) = 0;
   virtual void FinalizeOnlyRerun(size_t jobs) = 0;
@@ -153,6 +154,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   void PartyFailed(int p, const CallStatus& s, const std::vector<size_t>& idx);
   void Reject(const absl::Status& bad, const std::vector<size_t>& idx);
   void Complete(size_t i, absl::Status st, SecureBytes out);
+  // Completes the speculative jobs `idx` that are still open (they deliver
+  // nothing): one lock of the step and one call to the host for all.
+  void CompleteSpeculative(const std::vector<size_t>& idx);
   bool IsDone(size_t i);
   void FailOpen(const absl::Status& st, const std::vector<size_t>* only);
   void Finish();

@@ -414,9 +414,9 @@ void Dispatcher::Log(int level, std::string line) {
   if (!closed_) sink_->Log(level, std::move(line));
 }
 
-void Dispatcher::SpeculativeJobDone() {
+void Dispatcher::SpeculativeJobsDone(size_t n) {
   std::lock_guard<std::mutex> l(mu_);
-  speculator_.SpeculativeJobDone();
+  for (size_t i = 0; i < n; ++i) speculator_.SpeculativeJobDone();
 }
 
 void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {

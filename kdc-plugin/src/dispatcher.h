@@ -86,7 +86,7 @@ class Dispatcher : public StepHost,
   Transport* transport() const override { return transport_; }
   void Deliver(Result result) override;
   void Log(int level, std::string line) override;
-  void SpeculativeJobDone() override;
+  void SpeculativeJobsDone(size_t n) override;
   void HoldKeystreams(std::vector<HeldKeystream> keystreams) override;
   void SpeculativeGroupsFailed(size_t groups) override;
   void FinalizeOnlyRerun(size_t jobs) override;

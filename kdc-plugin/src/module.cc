@@ -2,6 +2,7 @@
 // transports, the router (a batcher per cluster, router.h) and the eventfd
 // bridge to the KDC's event loop.
 #include <errno.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,11 +133,17 @@ class LoopSink : public Sink {
   // eventfd again. Everything queued before this call is drained after it.
   void Rearm() { signalled_.store(false, std::memory_order_seq_cst); }
 
+  // The loop thread only. Takes everything delivered so far under one
+  // lock (the gRPC threads deliver while the loop drains: a lock per
+  // result made them wait on each other), then hands it out one by one.
   bool NextResult(Result* out) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (results_.empty()) return false;
-    *out = std::move(results_.front());
-    results_.pop_front();
+    if (draining_.empty()) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (results_.empty()) return false;
+      draining_.swap(results_);
+    }
+    *out = std::move(draining_.front());
+    draining_.pop_front();
     return true;
   }
   bool NextLog(std::pair<int, std::string>* out) {
@@ -149,6 +156,7 @@ class LoopSink : public Sink {
   void Clear() {
     std::lock_guard<std::mutex> l(mu_);
     results_.clear();  // SecureBytes wipe themselves
+    draining_.clear();
     logs_.clear();
   }
 
@@ -167,6 +175,7 @@ class LoopSink : public Sink {
   std::atomic<bool> signalled_{false};
   std::mutex mu_;
   std::deque<Result> results_;
+  std::deque<Result> draining_;  // the loop thread's (NextResult, Clear)
   std::deque<std::pair<int, std::string>> logs_;
 };
 
@@ -257,6 +266,25 @@ void StartExposer(kmpc_core* core, const std::string& addr) {
                                getpid(), "): cannot serve ", addr, ": ", why));
 }
 
+// glibc's malloc gives memory back to the kernel whenever the free top of
+// a heap reaches M_TRIM_THRESHOLD (128 KiB, raised only after an mmapped
+// chunk is freed), and the next allocations fault the pages in afresh
+// (zeroed by the kernel): under load the KDC's threads (the module's
+// responses, gRPC's read buffers, krb5's own allocations) shrank and
+// regrew their heaps all the time, ~5 us of page faults per login
+// (docs/bench-log.md, kcpu4). The KDC keeps its peak heap instead (tens of
+// MiB under a storm); a chunk of 32 MiB or more is still mmapped and
+// unmapped on its own. Set once, before the module starts its threads.
+void KeepHeapPages() {
+#ifdef __GLIBC__
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  });
+#endif
+}
+
 }  // namespace
 
 extern "C" krb5_error_code kmpc_core_create(const char* const* options,
@@ -278,6 +306,7 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     // acquisition): visible in the KDC's profile under load. The module's
     // own locks are std::mutex; deadlocks are the tests' business (TSan).
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+    KeepHeapPages();
     auto core = std::make_unique<kmpc_core>();
     core->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (core->efd < 0) {

@@ -45,7 +45,7 @@ class RecordingHost : public StepHost {
     std::lock_guard<std::mutex> l(mu_);
     logs_.push_back(std::move(line));
   }
-  void SpeculativeJobDone() override {}
+  void SpeculativeJobsDone(size_t) override {}
   void HoldKeystreams(std::vector<HeldKeystream>) override {}
   void SpeculativeGroupsFailed(size_t) override {}
   void FinalizeOnlyRerun(size_t) override {}
