@@ -819,6 +819,58 @@ TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
       EXPECT_EQ(raw.find(std::string(40, 'p')), std::string::npos);
 }
 
+// A ticket that takes the keystream a linked pad was drawn for before any
+// PAC signature reserved it (Speculator::UseHeld) unlinks that pad: it
+// signs as an unlinked one from then on (held_pads_, newest first), so
+// both PAC signatures of the exchange still need no Run and no pad is
+// used twice or lost.
+TEST_P(PadTest, ATicketTakingALinkedKeystreamUnlinksItsPad) {
+  auto b = Make(Opts());
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
+  auto pac_sig = [&] {
+    return sink_.Get(Do(b.get(), {Tgt(Checksum(pac, 17))})[0]);
+  };
+  // Learning: two signatures per AS under the krbtgt key, the lengths.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+    const std::string sig = Str(pac_sig().output);
+    ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
+    const std::string plain = std::string(8, 'a') + sig + std::string(16, 'z');
+    for (uint64_t t : Do(b.get(), {Tgt(Encrypt(plain, 2)),
+                                   Encrypt(std::string(56, 'r'), 3)}))
+      ASSERT_TRUE(sink_.Get(t).status.ok());
+  }
+  const BatcherStats s0 = b->stats();
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  // The ticket first: it takes the held keystream the linked pad is for.
+  const std::string plain = std::string(8, 'a') + std::string(32, 'n') +
+                            std::string(16, 'z');
+  const auto t = Do(b.get(), {Tgt(Encrypt(plain, 2)),
+                              Encrypt(std::string(56, 'r'), 3)});
+  ASSERT_TRUE(sink_.Get(t[0]).status.ok());
+  const Result r = pac_sig();
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.run_requests - s0.run_requests, 1u);  // the DECRYPT only
+  EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);
+  EXPECT_EQ(s1.sign_rerun, 0u);
+  EXPECT_EQ(s1.speculative_used - s0.speculative_used, 2u);  // ticket, reply
+  // The unlinked pad (its ticket keystream gone) is the newest unlinked
+  // one: the PAC took it, at the ticket's ctr0 + 2^17.
+  std::string linked;
+  ASSERT_TRUE(contract::LinkedPadCtr0(Str(sink_.Get(t[0]).output).substr(0, 16),
+                                      &linked));
+  EXPECT_EQ(Str(r.output).substr(0, 16), linked);
+  // Every pad signed once.
+  for (int p = 0; p < 3; ++p) {
+    auto pads = SignedPads(p);
+    std::set<std::pair<std::string, uint64_t>> once(pads.begin(), pads.end());
+    EXPECT_EQ(once.size(), pads.size());
+  }
+}
+
 // A held pad signs only a CHECKSUM it fits: same key id, cipher and usage,
 // a message no longer than the pad. Others run as before and leave the
 // pads held.
