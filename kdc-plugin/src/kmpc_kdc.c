@@ -44,6 +44,11 @@ struct krb5_kdcmpc_moddata_st {
     verto_ctx *vctx;
     verto_ev *ev;
     krb5_boolean kick;          /* kick the batcher on the next wake-up */
+    /* In kmpc_on_ready's completion loop: a job submitted by a done callback
+     * is kicked when the loop ends (every callback of the drain returned),
+     * without a wake-up of its own. */
+    krb5_boolean draining;
+    krb5_boolean drain_kick;    /* a job was submitted during the drain */
     kmpc_core *core;
 };
 
@@ -77,6 +82,7 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
         kmpc_core_kick(data->core);
     }
     kmpc_drain_logs(data);
+    data->draining = TRUE;
     while (kmpc_core_next(data->core, &c)) {
         if (c.code != 0) {
             krb5_set_error_message(data->context, c.code, "%s",
@@ -85,6 +91,15 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
         }
         free(c.message);
         (*c.done)(c.arg, c.code, c.output);
+    }
+    data->draining = FALSE;
+    if (data->drain_kick) {
+        /* The next step of an exchange (its Sign after the Run, the KDC
+         * signature after the server's, the FINALIZE after that) goes out
+         * now, not one more eventfd write and loop turn later: every
+         * callback that submitted has returned, as a kick requires. */
+        data->drain_kick = FALSE;
+        kmpc_core_kick(data->core);
     }
 }
 
@@ -165,6 +180,9 @@ kmpc_submit(krb5_context context, krb5_kdcmpc_moddata data,
     if (ret) {
         krb5_set_error_message(context, ret, "%s",
                                msg != NULL ? msg : "kdcmpc: submit failed");
+    } else if (data->draining) {
+        /* A done callback of kmpc_on_ready: kicked when its loop ends. */
+        data->drain_kick = data->drain_kick || kmpc_core_kicks(data->core);
     } else if (!data->kick) {
         /* Wake this loop once more when the current callback is done (a
          * zero verto timeout would wait for libev's 1 ms poll minimum). */
