@@ -39,6 +39,11 @@ kdcmpc_kmpc_initvt(krb5_context context, int maj_ver, int min_ver,
                    krb5_plugin_vtable vtable)
     __attribute__((visibility("default")));
 
+/* A drain that delivered at most this many completions is a lone exchange's
+ * step (one client: one completion per drain): the jobs its callbacks
+ * submitted are kicked at once.  Larger drains are load. */
+#define KMPC_DRAIN_KICK_MAX 4
+
 struct krb5_kdcmpc_moddata_st {
     krb5_context context;
     verto_ctx *vctx;
@@ -71,6 +76,7 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
 {
     krb5_kdcmpc_moddata data = verto_get_private(ev);
     kmpc_completion c;
+    unsigned int delivered = 0;
 
     kmpc_core_ack(data->core);
     if (data->kick) {
@@ -84,6 +90,7 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
     kmpc_drain_logs(data);
     data->draining = TRUE;
     while (kmpc_core_next(data->core, &c)) {
+        delivered++;
         if (c.code != 0) {
             krb5_set_error_message(data->context, c.code, "%s",
                                    c.message != NULL ? c.message :
@@ -94,12 +101,19 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
     }
     data->draining = FALSE;
     if (data->drain_kick) {
-        /* The next step of an exchange (its Sign after the Run, the KDC
-         * signature after the server's, the FINALIZE after that) goes out
-         * now, not one more eventfd write and loop turn later: every
-         * callback that submitted has returned, as a kick requires. */
         data->drain_kick = FALSE;
-        kmpc_core_kick(data->core);
+        if (delivered <= KMPC_DRAIN_KICK_MAX) {
+            /* A lone exchange's next step (its Sign after the Run, the KDC
+             * signature after the server's, the FINALIZE after that) goes
+             * out now, not one eventfd write and loop turn later: every
+             * callback that submitted has returned, as a kick requires. */
+            kmpc_core_kick(data->core);
+        } else if (!data->kick) {
+            /* Under load the kick waits for the loop's next turn, so that
+             * the requests that arrived meanwhile join the same Sign and
+             * FINALIZE calls (fewer calls per login). */
+            data->kick = kmpc_core_arm_kick(data->core);
+        }
     }
 }
 
