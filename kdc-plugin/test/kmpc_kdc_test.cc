@@ -254,4 +254,43 @@ TEST_F(KmpcKdcTest, AJobSubmittedFromADoneCallbackGoesOutWhenTheDrainEnds) {
   EXPECT_EQ(c.second.calls, 1);
 }
 
+TEST_F(KmpcKdcTest, JobsSubmittedFromADrainOfManyCompletionsGoOutAtTheNextTurn) {
+  // Eight jobs of one batch complete together (one drain, or a few: more
+  // than a lone exchange's, so their callbacks' jobs are kicked at the
+  // loop's next turn); none of the chained jobs may wait out the coalesce
+  // delay.
+  std::vector<std::string> opts = UnreachableCluster();
+  opts.push_back("coalesce_us = 1000000");
+  opts.push_back("batch_window_ms = 60000");
+  ASSERT_EQ(Init(opts), 0) << Message(0);
+  const krb5_kdcmpc_job job = Encrypt();
+  constexpr int kJobs = 8;
+  std::vector<Chain> chains(kJobs, Chain{&vt_, ctx_, data_, &job});
+  for (Chain& c : chains)
+    ASSERT_EQ(vt_.submit(ctx_, data_, &job, OnFirstDoneSubmitNext, &c), 0);
+  auto all_done = [&] {
+    for (const Chain& c : chains)
+      if (c.second.calls == 0) return false;
+    return true;
+  };
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!all_done() && std::chrono::steady_clock::now() < end) {
+    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
+    verto_run_once(vctx_);
+  }
+  ASSERT_TRUE(all_done()) << "a chained job did not complete within 10 s";
+  const auto now = std::chrono::steady_clock::now();
+  for (const Chain& c : chains) {
+    EXPECT_EQ(c.first.calls, 1);
+    EXPECT_EQ(c.submit_code, 0);
+    EXPECT_EQ(c.second.calls, 1);
+    EXPECT_EQ(c.second.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+    // At most the 1 s deadline after its submission (and the last first
+    // job's callback), not the coalesce delay first.
+    const auto took =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - c.submitted);
+    EXPECT_LT(took.count(), 1700) << "a chained job waited " << took.count() << " ms";
+  }
+}
+
 }  // namespace
