@@ -50,6 +50,12 @@ void kmpc_core_ack(kmpc_core *core);
  * if so. */
 int kmpc_core_arm_kick(kmpc_core *core);
 
+/* Return 1 if the core wants kmpc_core_kick after the loop's callbacks that
+ * submit (early flush or speculation), as kmpc_core_arm_kick but without
+ * making the eventfd readable: for a caller that kicks itself once the
+ * callback returned. */
+int kmpc_core_kicks(kmpc_core *core);
+
 /* The loop thread has submitted what it had for now: speculated jobs go to
  * FINALIZE, and an idle cluster (early flush) may get the queued jobs without
  * waiting for the coalesce delay. */

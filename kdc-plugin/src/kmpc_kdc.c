@@ -39,11 +39,21 @@ kdcmpc_kmpc_initvt(krb5_context context, int maj_ver, int min_ver,
                    krb5_plugin_vtable vtable)
     __attribute__((visibility("default")));
 
+/* A drain that delivered at most this many completions is a lone exchange's
+ * step (one client: one completion per drain): the jobs its callbacks
+ * submitted are kicked at once.  Larger drains are load. */
+#define KMPC_DRAIN_KICK_MAX 4
+
 struct krb5_kdcmpc_moddata_st {
     krb5_context context;
     verto_ctx *vctx;
     verto_ev *ev;
     krb5_boolean kick;          /* kick the batcher on the next wake-up */
+    /* In kmpc_on_ready's completion loop: a job submitted by a done callback
+     * is kicked when the loop ends (every callback of the drain returned),
+     * without a wake-up of its own. */
+    krb5_boolean draining;
+    krb5_boolean drain_kick;    /* a job was submitted during the drain */
     kmpc_core *core;
 };
 
@@ -66,6 +76,7 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
 {
     krb5_kdcmpc_moddata data = verto_get_private(ev);
     kmpc_completion c;
+    unsigned int delivered = 0;
 
     kmpc_core_ack(data->core);
     if (data->kick) {
@@ -77,7 +88,9 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
         kmpc_core_kick(data->core);
     }
     kmpc_drain_logs(data);
+    data->draining = TRUE;
     while (kmpc_core_next(data->core, &c)) {
+        delivered++;
         if (c.code != 0) {
             krb5_set_error_message(data->context, c.code, "%s",
                                    c.message != NULL ? c.message :
@@ -85,6 +98,22 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
         }
         free(c.message);
         (*c.done)(c.arg, c.code, c.output);
+    }
+    data->draining = FALSE;
+    if (data->drain_kick) {
+        data->drain_kick = FALSE;
+        if (delivered <= KMPC_DRAIN_KICK_MAX) {
+            /* A lone exchange's next step (its Sign after the Run, the KDC
+             * signature after the server's, the FINALIZE after that) goes
+             * out now, not one eventfd write and loop turn later: every
+             * callback that submitted has returned, as a kick requires. */
+            kmpc_core_kick(data->core);
+        } else if (!data->kick) {
+            /* Under load the kick waits for the loop's next turn, so that
+             * the requests that arrived meanwhile join the same Sign and
+             * FINALIZE calls (fewer calls per login). */
+            data->kick = kmpc_core_arm_kick(data->core);
+        }
     }
 }
 
@@ -165,6 +194,9 @@ kmpc_submit(krb5_context context, krb5_kdcmpc_moddata data,
     if (ret) {
         krb5_set_error_message(context, ret, "%s",
                                msg != NULL ? msg : "kdcmpc: submit failed");
+    } else if (data->draining) {
+        /* A done callback of kmpc_on_ready: kicked when its loop ends. */
+        data->drain_kick = data->drain_kick || kmpc_core_kicks(data->core);
     } else if (!data->kick) {
         /* Wake this loop once more when the current callback is done (a
          * zero verto timeout would wait for libev's 1 ms poll minimum). */

@@ -415,6 +415,8 @@ extern "C" int kmpc_core_arm_kick(kmpc_core* core) {
   return write(core->efd, &one, sizeof(one)) == sizeof(one);
 }
 
+extern "C" int kmpc_core_kicks(kmpc_core* core) { return core->kick ? 1 : 0; }
+
 extern "C" void kmpc_core_kick(kmpc_core* core) {
   try {
     core->router->SubmitterIdle();

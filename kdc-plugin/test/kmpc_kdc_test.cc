@@ -198,4 +198,99 @@ TEST_F(KmpcKdcTest, AJobCompletesThroughTheLoopWithItsKrb5Error) {
   EXPECT_EQ(done_.calls, 1);
 }
 
+// The next step of an exchange: a done callback that submits another job
+// (as krb5's PAC signer submits the KDC signature from the server
+// signature's callback).
+struct Chain {
+  krb5_kdcmpc_vtable_st* vt;
+  krb5_context ctx;
+  krb5_kdcmpc_moddata data;
+  const krb5_kdcmpc_job* next;
+  Done first, second;
+  krb5_error_code submit_code = -1;
+  std::chrono::steady_clock::time_point submitted;
+};
+
+void OnSecondDone(void* arg, krb5_error_code code, krb5_data output) {
+  OnDone(&static_cast<Chain*>(arg)->second, code, output);
+}
+
+void OnFirstDoneSubmitNext(void* arg, krb5_error_code code, krb5_data output) {
+  auto* c = static_cast<Chain*>(arg);
+  OnDone(&c->first, code, output);
+  c->submitted = std::chrono::steady_clock::now();
+  c->submit_code = c->vt->submit(c->ctx, c->data, c->next, OnSecondDone, c);
+}
+
+TEST_F(KmpcKdcTest, AJobSubmittedFromADoneCallbackGoesOutWhenTheDrainEnds) {
+  // The unreachable cluster fails a job at its 1 s deadline; a job that
+  // nobody kicks first waits out the 1 s coalesce delay, then that.
+  std::vector<std::string> opts = UnreachableCluster();
+  opts.push_back("coalesce_us = 1000000");
+  opts.push_back("batch_window_ms = 60000");
+  ASSERT_EQ(Init(opts), 0) << Message(0);
+  const krb5_kdcmpc_job job = Encrypt();
+  Chain c{&vt_, ctx_, data_, &job};
+  ASSERT_EQ(vt_.submit(ctx_, data_, &job, OnFirstDoneSubmitNext, &c), 0);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (c.second.calls == 0 && std::chrono::steady_clock::now() < end) {
+    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
+    verto_run_once(vctx_);
+  }
+  ASSERT_EQ(c.first.calls, 1);
+  ASSERT_EQ(c.submit_code, 0);
+  ASSERT_EQ(c.second.calls, 1) << "the chained job did not complete within 10 s";
+  EXPECT_EQ(c.second.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - c.submitted);
+  // Sent at the end of the drain that ran its callback (the kick): failed
+  // at its deadline (1 s), not after the coalesce delay and then that (2 s).
+  EXPECT_LT(took.count(), 1700) << "the chained job waited " << took.count() << " ms";
+  for (int i = 0; i < 4; ++i) {
+    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
+    verto_run_once(vctx_);
+  }
+  EXPECT_EQ(c.first.calls, 1);
+  EXPECT_EQ(c.second.calls, 1);
+}
+
+TEST_F(KmpcKdcTest, JobsSubmittedFromADrainOfManyCompletionsGoOutAtTheNextTurn) {
+  // Eight jobs of one batch complete together (one drain, or a few: more
+  // than a lone exchange's, so their callbacks' jobs are kicked at the
+  // loop's next turn); none of the chained jobs may wait out the coalesce
+  // delay.
+  std::vector<std::string> opts = UnreachableCluster();
+  opts.push_back("coalesce_us = 1000000");
+  opts.push_back("batch_window_ms = 60000");
+  ASSERT_EQ(Init(opts), 0) << Message(0);
+  const krb5_kdcmpc_job job = Encrypt();
+  constexpr int kJobs = 8;
+  std::vector<Chain> chains(kJobs, Chain{&vt_, ctx_, data_, &job});
+  for (Chain& c : chains)
+    ASSERT_EQ(vt_.submit(ctx_, data_, &job, OnFirstDoneSubmitNext, &c), 0);
+  auto all_done = [&] {
+    for (const Chain& c : chains)
+      if (c.second.calls == 0) return false;
+    return true;
+  };
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!all_done() && std::chrono::steady_clock::now() < end) {
+    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
+    verto_run_once(vctx_);
+  }
+  ASSERT_TRUE(all_done()) << "a chained job did not complete within 10 s";
+  const auto now = std::chrono::steady_clock::now();
+  for (const Chain& c : chains) {
+    EXPECT_EQ(c.first.calls, 1);
+    EXPECT_EQ(c.submit_code, 0);
+    EXPECT_EQ(c.second.calls, 1);
+    EXPECT_EQ(c.second.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+    // At most the 1 s deadline after its submission (and the last first
+    // job's callback), not the coalesce delay first.
+    const auto took =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - c.submitted);
+    EXPECT_LT(took.count(), 1700) << "a chained job waited " << took.count() << " ms";
+  }
+}
+
 }  // namespace
