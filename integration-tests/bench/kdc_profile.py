@@ -63,11 +63,14 @@ BUCKETS = {
 
 
 def owner(frames):
+    # A module given as a file of another name (KMPC_KDC_MODULE=/tmp/a.so)
+    # is the module too: its samples are not krb5's.
+    mod = os.path.basename(os.environ.get("KMPC_KDC_MODULE", "")) or None
     for _sym, dso in frames:
         d = os.path.basename(dso)
         if d.startswith(K5_DSOS):
             return "krb5"
-        if any(m in d for m in MODULE_MARKS):
+        if d == mod or any(m in d for m in MODULE_MARKS):
             return "module"
     return "other"
 
