@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -145,32 +146,31 @@ TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
       ++jobs;
       // Party p's shares of job k: its slice of the flat buffer
       // (kmpc.proto RunRequest.data_shares).
-      std::array<kmpc::v1::SharePair, 3> pairs;
-      std::array<const kmpc::v1::SharePair*, 3> s;
+      std::array<std::pair<std::string, std::string>, 3> pairs;
+      std::array<const std::pair<std::string, std::string>*, 3> s;
       for (int p = 0; p < 3; ++p) {
         const kmpc::v1::Job& j = got[p][r].jobs(k);
         EXPECT_TRUE(j.data().empty());
         EXPECT_EQ(j.length(), msg.size());
         const contract::MessageShares m =
             contract::SliceMessageShares(got[p][r])[k];
-        pairs[p].set_first(std::string(m.first));
-        pairs[p].set_second(std::string(m.second));
+        pairs[p] = {std::string(m.first), std::string(m.second)};
         s[p] = &pairs[p];
-        ASSERT_EQ(s[p]->first().size(), msg.size());
-        ASSERT_EQ(s[p]->second().size(), msg.size());
-        EXPECT_NE(s[p]->first(), msg);
-        EXPECT_NE(s[p]->second(), msg);
+        ASSERT_EQ(s[p]->first.size(), msg.size());
+        ASSERT_EQ(s[p]->second.size(), msg.size());
+        EXPECT_NE(s[p]->first, msg);
+        EXPECT_NE(s[p]->second, msg);
         // Party p holds (s_p, s_{p+1}): consistent with its neighbour's.
-        EXPECT_TRUE(seen.insert(s[p]->first()).second) << r << " " << k;
+        EXPECT_TRUE(seen.insert(s[p]->first).second) << r << " " << k;
         // Everything but the shares is the same for the three parties.
         EXPECT_EQ(j.SerializeAsString(),
                   got[0][r].jobs(k).SerializeAsString());
       }
-      std::string d = s[0]->first();
+      std::string d = s[0]->first;
       for (int p = 0; p < 3; ++p) {
-        EXPECT_EQ(s[p]->second(), s[(p + 1) % 3]->first());
+        EXPECT_EQ(s[p]->second, s[(p + 1) % 3]->first);
         if (p > 0)
-          for (size_t i = 0; i < d.size(); ++i) d[i] ^= s[p]->first()[i];
+          for (size_t i = 0; i < d.size(); ++i) d[i] ^= s[p]->first[i];
       }
       EXPECT_EQ(d, msg);
     }
