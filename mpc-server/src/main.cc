@@ -38,6 +38,7 @@
 #include "service/metrics.h"
 #include "service/scheduler.h"
 #include "service/services.h"
+#include "service/wipe_interceptor.h"
 #include "store/share_store.h"
 #include "util/log.h"
 
@@ -321,6 +322,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   builder.SetMaxSendMessageSize(max_bytes);
   builder.RegisterService(keyops);
   builder.RegisterService(admin);
+  // KeyOps responses' share bytes are wiped once serialized
+  // (service/wipe_interceptor.h).
+  builder.experimental().SetInterceptorCreators(kmpc::service::WipeSharesInterceptors());
   // The sync server's thread pool (grpc::ThreadManager): a thread that
   // takes a call spawns a new poller when fewer than MIN_POLLERS are left,
   // and exits after the call when MAX_POLLERS are already polling. With

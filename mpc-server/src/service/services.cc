@@ -14,6 +14,7 @@
 #include "contract.h"
 #include "engine/refresh.h"
 #include "protocol/gf128.h"
+#include "service/wipe_interceptor.h"
 #include "util/log.h"
 
 namespace kmpc::service {
@@ -549,6 +550,7 @@ grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
     KMPC_VLOG(1) << what << " rejected: "
                  << (e ? contract::BatchErrorName(e->code()) : "?") << ": "
                  << st.error_message();
+    WipeResponseShares(resp);  // Clear keeps the strings' buffers
     resp->Clear();
   }
   return st;
