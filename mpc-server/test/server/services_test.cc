@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -1481,6 +1482,7 @@ TEST_F(SignTest, VerificationPadVerifiesOnceAndNeverSigns) {
 // request's message shares.
 TEST_F(ServiceTest, DebugRecorderAppendsRequestsAsReceived) {
   const std::string path = absl::StrCat(*dir_, "/recorded-", random());
+  ASSERT_EQ(setenv(kRecordRequestsEnv, "1", 1), 0);
   ServiceOptions o;
   o.debug_record_requests = path;
   KeyOpsService svc(o, parties_[0].keys.get(), parties_[0].scheduler.get(),
@@ -1522,8 +1524,36 @@ TEST_F(ServiceTest, DebugRecorderAppendsRequestsAsReceived) {
                                         "Run ", run_bytes.size(), "\n", run_bytes, "\n",
                                         "Finalize ", fin_bytes.size(), "\n", fin_bytes, "\n");
   EXPECT_EQ(ss.str(), want);
+  struct stat sb;
+  ASSERT_EQ(stat(path.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);  // the records hold shares
+  unsetenv(kRecordRequestsEnv);
   // Off by default.
   EXPECT_TRUE(ServiceOptions{}.debug_record_requests.empty());
+}
+
+// The recorder cannot be switched on by the flag alone: without
+// KMPC_TEST_ONLY_RECORD_REQUESTS=1 it is refused and creates no file; an
+// existing file it may append to is made 0600.
+TEST_F(ServiceTest, DebugRecorderNeedsItsEnvironmentVariable) {
+  const std::string path = absl::StrCat(*dir_, "/refused-", random());
+  unsetenv(kRecordRequestsEnv);
+  for (const char* v : {static_cast<const char*>(nullptr), "0", "yes"}) {
+    if (v != nullptr) ASSERT_EQ(setenv(kRecordRequestsEnv, v, 1), 0);
+    auto r = RequestRecorder::Open(path);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_NE(r.status().message().find("KMPC_TEST_ONLY_RECORD_REQUESTS=1"),
+              std::string::npos);
+    EXPECT_NE(access(path.c_str(), F_OK), 0) << "created " << path;
+  }
+  ASSERT_EQ(setenv(kRecordRequestsEnv, "1", 1), 0);
+  { std::ofstream(path) << "x"; }
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  EXPECT_TRUE(RequestRecorder::Open(path).ok());
+  struct stat sb;
+  ASSERT_EQ(stat(path.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  unsetenv(kRecordRequestsEnv);
 }
 
 }  // namespace
