@@ -719,22 +719,39 @@ def test_ring_fuzz_malformed_frames(cluster, vector_keys):
     cluster.check_alive()
 
 
+def _cpu_seconds(pid):
+    """utime + stime of a process (proc(5), /proc/PID/stat fields 14, 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.mark.parametrize("victim", [0, 1, 2])
 def test_kill_one_server_mid_batch_then_recover(own_cluster, victim):
     c = own_cluster(ring_timeout_ms=2000)
     key = bytes(range(16))
     kid = c.put_key(key.hex())
-    big = [f"keystream {kid} {j} {1024 * 16}" for j in range(100)]  # ~100k blocks
-    # Sanity: the big batch works and takes long enough to be interrupted.
+    # Sanity, and the warm cluster's pace: 100 jobs of 1,024 blocks.
     t0 = time.time()
-    c.jobs(big, timeout=120)
+    c.jobs([f"keystream {kid} {j} {1024 * 16}" for j in range(100)], timeout=120)
     took = time.time() - t0
+    # A batch of about 3 s at that pace (at most 1,000 jobs, 32 MiB of
+    # shares per response), so that it is still running when the kill
+    # comes: a fixed 100 jobs took under 0.3 s on a fast run and ended
+    # before the kill.
+    n = max(100, min(1000, int(100 * 3.0 / max(took, 0.01))))
+    big = [f"keystream {kid} {j} {1024 * 16}" for j in range(n)]
     res = {}
     th = threading.Thread(
         target=lambda: res.update(r=c.jobs(big, expect_ok=False, timeout=60)))
+    cpu0 = _cpu_seconds(c.procs[victim].pid)
     t0 = time.time()
     th.start()
-    time.sleep(min(0.3, took / 3))
+    # Kill once the victim computes this batch (50 ms of CPU beyond its
+    # idle), not after a fixed sleep that a loaded machine may stretch.
+    while (th.is_alive() and time.time() - t0 < 30
+           and _cpu_seconds(c.procs[victim].pid) - cpu0 < 0.05):
+        time.sleep(0.005)
     c.kill_party(victim)
     th.join(70)
     elapsed = time.time() - t0

@@ -574,27 +574,35 @@ TEST_P(FakeBatcherTest, FailedBatchSetsNoHold) {
   EXPECT_EQ(sizes[0], 2);  // a hold would wait for two jobs
 }
 
-// hold_pct never holds a queue longer than the window: at 1000% of a
-// 200 ms batch the hold would be 2 s, the window caps it at 100 ms.
+// hold_pct never holds a queue longer than the window: at 5000% of a
+// 200 ms batch the hold would be 10 s, the window caps it at 100 ms.
+// Robust to a loaded machine: batch 1 is formed by SubmitterIdle (the KDC
+// module's kick), not by a 50 ms coalesce that a preempted Submit loop
+// could miss; batch 1's end is when its jobs were delivered, not when this
+// thread woke up to see them; and capped (0.3 s) and uncapped (10.2 s)
+// lie far apart, since thread wake-ups alone stretched the capped case to
+// 1.4 s under stress-ng --cpu 4 beside two builds.
 TEST_P(FakeBatcherTest, HoldIsCappedAtTheWindow) {
   BatcherOptions o;
   o.window = absl::Milliseconds(100);
   o.early_flush = true;
-  o.coalesce = absl::Milliseconds(50);  // batch 1 takes jobs 1 to 3
-  o.hold_pct = 1000;
+  o.coalesce = absl::Seconds(20);  // only SubmitterIdle flushes
+  o.submitter_kicks = true;
+  o.hold_pct = 5000;
   fake_.set_latency(absl::Milliseconds(200));
   auto b = Make(o);
   for (int i = 1; i <= 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());
-  while (RunCalls() == 0) absl::SleepFor(absl::Milliseconds(1));
+  b->SubmitterIdle();  // batch 1: jobs 1 to 3, started on this thread
+  ASSERT_EQ(RunCalls(), 1);
   ASSERT_TRUE(b->Submit(4, Encrypt("b")).ok());  // waits behind batch 1
-  ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(5)));
-  const absl::Time end1 = absl::Now();
-  ASSERT_TRUE(sink_.WaitFor(4, absl::Seconds(10)));
+  b->SubmitterIdle();  // the hold applies: batch 1 is in flight
+  ASSERT_TRUE(sink_.WaitFor(4, absl::Seconds(20)));
+  const absl::Time end1 = sink_.At(3);
   EXPECT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
   // The hold (<= 100 ms) and the batch's own 200 ms, with slack for a
-  // loaded machine; uncapped it is 2.2 s.
+  // loaded machine; uncapped it is 10.2 s.
   EXPECT_GE(sink_.At(4) - end1, absl::Milliseconds(190));
-  EXPECT_LT(sink_.At(4) - end1, absl::Milliseconds(1200));
+  EXPECT_LT(sink_.At(4) - end1, absl::Seconds(5));
   const std::vector<int> sizes = RunSizes();
   ASSERT_EQ(sizes.size(), 2u);
   EXPECT_EQ(sizes[0], 3);
