@@ -13,20 +13,23 @@
 
 namespace kmpc::protocol {
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) { Reset(); }
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()), peek_(EVP_MD_CTX_new()) { Reset(); }
 void Sha256::Reset() {
   ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
 }
-Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(ctx_);
+  EVP_MD_CTX_free(peek_);
+}
 void Sha256::Update(absl::Span<const uint8_t> b) {
   if (ok_ && !b.empty()) ok_ = EVP_DigestUpdate(ctx_, b.data(), b.size()) == 1;
 }
 absl::Status Sha256::Peek(std::array<uint8_t, 32>& out) {
-  EVP_MD_CTX* copy = EVP_MD_CTX_new();
+  // peek_ is reused for every Peek (EVP_MD_CTX_copy_ex overwrites it):
+  // one allocation per hash instead of one per coin.
   unsigned int len = 0;
-  const bool ok = ok_ && copy != nullptr && EVP_MD_CTX_copy_ex(copy, ctx_) == 1 &&
-                  EVP_DigestFinal_ex(copy, out.data(), &len) == 1 && len == 32;
-  EVP_MD_CTX_free(copy);
+  const bool ok = ok_ && peek_ != nullptr && EVP_MD_CTX_copy_ex(peek_, ctx_) == 1 &&
+                  EVP_DigestFinal_ex(peek_, out.data(), &len) == 1 && len == 32;
   return ok ? absl::OkStatus() : absl::InternalError("SHA-256 failed");
 }
 absl::Status Sha256::Final(std::array<uint8_t, 32>& out) {
@@ -425,7 +428,8 @@ struct VerifySecrets {
 void FirstWeights(const uint8_t* coin, size_t groups, dzkp::AndWeights& w) {
   const Prf prf(coin);
   static_assert(dzkp::kMaxGroupWords % 2 == 0);
-  prf.Fill(0, (w.g + 1) / 2, reinterpret_cast<uint8_t*>(w.tau));  // two per PRF block
+  prf.Fill(0, (w.g + 1) / 2, reinterpret_cast<uint8_t*>(w.sigma));  // two per PRF block
+  w.DeriveTau();
   const size_t blocks = (groups + 1) / 2;
   Reserve(w.nu, 2 * blocks);
   w.nu.resize(2 * blocks);
