@@ -200,7 +200,7 @@ class MulLog {
              size_t n);
   void AddOpened(absl::Span<const uint8_t> v);
 
-  size_t and_words() const { return and_[0].size(); }
+  size_t and_words() const { return and_n_; }
   size_t gf_products() const { return gf_[0].size() / 16; }
   bool empty() const { return and_words() == 0 && gf_products() == 0; }
   // Wipes and empties everything (the opened-values hash restarts); the
@@ -244,8 +244,10 @@ class MulLog {
   // blocks is checked on b/64 of its words. The z = x & y relation holds
   // lane by lane, so it holds on the packed words.
   void PackLiveLanes();
-  // x0, x1, y0, y1, z0, z1
+  // x0, x1, y0, y1, z0, z1: words [0, and_n_) in use; each buffer's size
+  // is its capacity.
   std::array<dzkp::WordVector, 6> and_;
+  size_t and_n_ = 0;
   // Runs of words with fewer than 64 live lanes: (first word, words, live).
   std::vector<std::array<size_t, 3>> partial_;
   // Elements of and_ / fold_ written since the last Clear.
