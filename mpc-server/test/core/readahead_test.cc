@@ -23,7 +23,9 @@
 //    round, no acknowledgement): the same cheater reads the coin ahead,
 //    adapts, and the check passes on a wrong product (the test has teeth).
 // In both, the same read-ahead without the adaptation is detected (the
-// product error is real).
+// product error is real). A second test arms the read-ahead at every
+// message a coin challenges, with no error: the opening comes ahead of the
+// send only without the acknowledgements.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -229,6 +231,43 @@ TEST(ReadAhead, AdaptiveCheaterAndTheCoinOrdering) {
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("read-ahead attack, %s coins: %.2f s\n",
+              kAcknowledged ? "acknowledged" : "one-round", secs);
+}
+
+// Every coin of the check, from each party: a read-ahead armed at the
+// message a coin challenges (the last product layer for c1, each
+// compression's reshare for the coin after it) gets the coin's opening
+// before the send only without the acknowledgements. The challenged
+// messages: the products' last message, then one every kCoinMessages + 1
+// from the first compression to the last compression's reshare (the
+// opening of the last f, g, c and the compare follow its coin).
+TEST(ReadAhead, NoCoinIsReadAheadOfTheMessageItChallenges) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto wait = std::chrono::milliseconds(kAcknowledged ? 100 : 1000);
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    Cluster c(cheater);
+    const uint64_t before = c.cheat().sent();
+    for (const absl::Status& s : c.Run()) ASSERT_TRUE(s.ok()) << s;
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+    const size_t fc = kLayers + 1 + kCoinMessages, last = sizes.size() - 3 - kCoinMessages;
+    ASSERT_EQ((last - fc) % (kCoinMessages + 1), 0u) << sizes.size();
+    std::vector<size_t> challenged = {kLayers};
+    for (size_t s = fc; s <= last; s += kCoinMessages + 1) challenged.push_back(s);
+    ASSERT_GE(challenged.size(), 4u);  // c1, c2, a halving's, the last compression's
+    for (size_t s : challenged) {
+      const std::string what = absl::StrCat("party ", cheater, " step ", s, " of ", sizes.size());
+      ASSERT_EQ(sizes[s + kCoinMessages], 16u) << what;  // the coin's opening
+      const std::vector<size_t> ahead(sizes.begin() + s, sizes.begin() + s + kCoinMessages + 1);
+      c.cheat().ArmReadAhead(s, ahead, wait, nullptr);
+      for (const absl::Status& st : c.Run()) EXPECT_TRUE(st.ok()) << what << ": " << st;
+      EXPECT_EQ(c.cheat().ahead_before_send(), kAcknowledged ? kCoinMessages : kCoinMessages + 1)
+          << what;
+      EXPECT_EQ(c.cheat().ahead_received(), kCoinMessages + 1) << what;
+    }
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("read-ahead at every coin, %s coins: %.2f s\n",
               kAcknowledged ? "acknowledged" : "one-round", secs);
 }
 
