@@ -262,12 +262,12 @@ def test_mixed_security_refuses_every_batch(clusters):
 
 # ---- The GF(2^128) proof (proof B of protocol/verify.h) in real processes.
 #
-# A CHECKSUM job logs GF(2^128) products (the powers of H, and each block
-# of its shared message times its power: engine.cc ExtendPowers,
-# AddSharedProducts), so its batch's check runs both proofs in the same
-# messages: B's part follows A's in each reshare and in the opening.
-# Message map after A (verify.cc), GF_BLOCKS = 40 shared blocks (about 80
-# products, so B halves twice, in the rounds A halves in):
+# A CHECKSUM job logs GF(2^128) products (each block of its shared
+# message times its power of H: engine.cc AddSharedProducts; the powers
+# come with the key's shares), so its batch's check runs both proofs in the
+# same messages: B's part follows A's in each reshare and in the opening.
+# Message map after A (verify.cc), GF_BLOCKS = 72 shared blocks (B's
+# vector of 73 elements halves twice, to 19, in the rounds A halves in):
 #   a, a+1      coin c1 (acknowledgement 32, opening 16)
 #   a+2         first compression: A's 2G - 1 values (8 bytes each), then
 #               B's mask product (16, the last 16 bytes)
@@ -280,7 +280,7 @@ def test_mixed_security_refuses_every_batch(clusters):
 #   len-1       compare
 # The products' own messages come before a: the shared blocks' products
 # are the last product layer (a - 1, 16 bytes per block).
-GF_BLOCKS = 40
+GF_BLOCKS = 72
 GF_USAGE = 23
 GF_DATA = bytes((7 * i + 1) & 0xFF for i in range(16 * GF_BLOCKS))
 TAIL_POINTS = 2 * 32 - 2  # dzkp::kTailHPoints - 1 values of each proof
