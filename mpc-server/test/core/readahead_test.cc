@@ -224,6 +224,8 @@ TEST(ReadAhead, AdaptiveCheaterAndTheCoinOrdering) {
       // error cancelled at it, and a wrong product passes.
       EXPECT_EQ(o.before_send, kCoinMessages + 1) << who << Show(o);
       EXPECT_TRUE(o.adapted) << who << Show(o);
+      // A failure here with adapted set: the check's layout changed
+      // (verify.cc FirstLevelProof, FoldGfProducts); update CancelAtCoin.
       for (const absl::Status& s : o.st) EXPECT_TRUE(s.ok()) << who << Show(o);
     }
     for (const absl::Status& s : c.Run()) EXPECT_TRUE(s.ok()) << who << "next batch: " << s;
