@@ -37,9 +37,11 @@ holds the key or a keystream, and the next batches are right.
 """
 import os
 import re
+import time
 
 import pytest
 
+import ctr_mpc_ref as ref
 import test_mpc_cluster as tmc
 from test_mpc_cluster import BIN, Cluster, certs, expected_keystream  # noqa: F401
 
@@ -65,11 +67,14 @@ def clusters(tmp_path, certs, request):
     their logs dumped if the test failed, a server that died fails it."""
     made = []
 
-    def make(security, cheat=NEVER, flags=None):
+    def make(security, cheat=NEVER, flags=None, cheater=CHEATER):
+        binaries = ["kmpc-mpc-server"] * 3
+        binaries[cheater] = CHEAT_BIN
+        envs = [{}, {}, {}]
+        envs[cheater] = {"KMPC_CHEAT": cheat}
         c = Cluster(str(tmp_path / f"{security}-{len(made)}"), certs, workers=1,
                     flags=flags or [[f"--security={security}"]] * 3,
-                    binaries=["kmpc-mpc-server", CHEAT_BIN, "kmpc-mpc-server"],
-                    envs=[{}, {"KMPC_CHEAT": cheat}, {}])
+                    binaries=binaries, envs=envs)
         made.append(c)
         return c.start()
     yield make
@@ -81,12 +86,12 @@ def clusters(tmp_path, certs, request):
             c.stop()
 
 
-def rearm(c, cheat):
-    """Party 1 restarted with another KMPC_CHEAT (its batch count starts
-    again at 0)."""
-    c.kill_party(CHEATER)
-    c.envs[CHEATER]["KMPC_CHEAT"] = cheat
-    c.restart_party(CHEATER)
+def rearm(c, cheat, cheater=CHEATER):
+    """The cheating party (1 unless said) restarted with another
+    KMPC_CHEAT (its batch count starts again at 0)."""
+    c.kill_party(cheater)
+    c.envs[cheater]["KMPC_CHEAT"] = cheat
+    c.restart_party(cheater)
 
 
 def read_log(c, i):
@@ -118,14 +123,16 @@ def assert_right(c, r):
     return ks
 
 
-def maps(clusters):
+def maps(clusters, batch=None, right=None):
     """(semi-honest map, malicious map, A = first step of the malicious
-    verification) from one honest batch in each mode."""
+    verification) from one honest batch in each mode (batch(c, kid) and
+    right(c, r): the keystream batch unless said)."""
+    batch, right = batch or keystream_batch, right or assert_right
     out = {}
     for sec in ("semi-honest", "malicious"):
         c = clusters(sec)
         kid = c.put_key(KEY.hex())
-        assert_right(c, keystream_batch(c, kid))
+        right(c, batch(c, kid))
         out[sec] = message_map(c)
         c.stop()
         c.expected_dead = {0, 1, 2}
@@ -251,3 +258,105 @@ def test_mixed_security_refuses_every_batch(clusters):
         assert not re.search(r"^ok ", r.stdout, re.M), r.stdout
         # ABORTED (10) from the agreement, naming the flag to fix.
         assert re.search(r"^rpc_error \d 10 .*--security", r.stdout, re.M), r.stdout
+
+
+# ---- The GF(2^128) proof (proof B of protocol/verify.h) in real processes.
+#
+# A CHECKSUM job logs GF(2^128) products (each block of its shared
+# message times its power of H: engine.cc AddSharedProducts; the powers
+# come with the key's shares), so its batch's check runs both proofs in the
+# same messages: B's part follows A's in each reshare and in the opening.
+# Message map after A (verify.cc), GF_BLOCKS = 72 shared blocks (B's
+# vector of 73 elements halves twice, to 19, in the rounds A halves in):
+#   a, a+1      coin c1 (acknowledgement 32, opening 16)
+#   a+2         first compression: A's 2G - 1 values (8 bytes each), then
+#               B's mask product (16, the last 16 bytes)
+#   a+3, a+4    coin c2
+#   a+5 ..      per halving a reshare (A's h(1), h(x): 16 bytes; B's: 32
+#               more while B halves) and a coin (32, 16)
+#   len-5       last compression: A's 62 values (496 bytes), B's 62 (992)
+#   len-4, -3   its coin
+#   len-2       the opening: A's f, g, claim (24), B's (48)
+#   len-1       compare
+# The products' own messages come before a: the shared blocks' products
+# are the last product layer (a - 1, 16 bytes per block).
+GF_BLOCKS = 72
+GF_USAGE = 23
+GF_DATA = bytes((7 * i + 1) & 0xFF for i in range(16 * GF_BLOCKS))
+TAIL_POINTS = 2 * 32 - 2  # dzkp::kTailHPoints - 1 values of each proof
+
+
+def checksum_batch(c, kid):
+    return c.jobs([f"checksum {kid} {GF_USAGE} {GF_DATA.hex()}"], expect_ok=False, timeout=60)
+
+
+def assert_checksum_right(c, r):
+    """The batch ran and its checksum is the reference's (ctr_mpc_ref.py)."""
+    assert r.returncode == 0, r.stdout + r.stderr
+    tag, out = r.stdout.split("\n")[0].split()
+    assert tag == "ok", r.stdout
+    ck = bytes.fromhex(out)
+    assert ck == ref.checksum(KEY, GF_USAGE, GF_DATA, ck[:16]), r.stdout
+    return out
+
+
+GF_CASES = {
+    # (a) a shared block's product (block 5): an error on one GF(2^128)
+    # product, which only proof B sees.
+    "gf_product": lambda semi, mal, a: (a - 1, 16 * 5 + 3, 0x10),
+    # (b) each of B's parts of the check's messages: its mask product in
+    # the first compression, its h(x) in the first halving, its h(e_9) in
+    # the last compression, its g in the opening.
+    "gf_first_compression": lambda semi, mal, a: (a + 2, mal[a + 2] - 16 + 9, 0x02),
+    "gf_halving": lambda semi, mal, a: (a + 5, 16 + 16 + 7, 0x01),
+    "gf_last_compression": lambda semi, mal, a: (len(mal) - 5, 8 * TAIL_POINTS + 16 * 8 + 1,
+                                                 0x80),
+    "gf_opening": lambda semi, mal, a: (len(mal) - 2, 24 + 16 + 4, 0x08),
+}
+
+
+def gf_maps(clusters):
+    return maps(clusters, checksum_batch, assert_checksum_right)
+
+
+def test_gf_message_map(clusters):
+    semi, mal, a = gf_maps(clusters)
+    assert a == len(semi), (semi, mal)
+    assert semi[-1] == 16 * GF_BLOCKS, semi  # the shared blocks' products
+    assert mal[a:a + 2] == [32, 16] and mal[a + 3:a + 5] == [32, 16], mal
+    assert (mal[a + 2] - 16) % 8 == 0 and mal[a + 2] >= 16 + 3 * 8, mal
+    assert mal[a + 5:a + 11] == [16 + 32, 32, 16] * 2, mal  # B halves twice
+    assert mal[a + 11] == 16, mal                            # then A alone
+    assert mal[-5:] == [(8 + 16) * TAIL_POINTS, 32, 16, 24 + 48, 32], mal
+    for name, plan in GF_CASES.items():
+        step, off, mask = plan(semi, mal, a)
+        assert 0 <= step < len(mal) and 0 <= off < mal[step], (name, step, off, mal)
+
+
+def test_gf_proof_cheats_are_caught_from_each_party(clusters):
+    """Every GF(2^128) case from each party: the batch fails with the
+    integrity error at the client, an honest server logs it, and the next
+    batch is served right."""
+    t0 = time.monotonic()
+    semi, mal, a = gf_maps(clusters)
+    for cheater in range(3):
+        c = clusters("malicious", cheater=cheater)
+        kid = c.put_key(KEY.hex())
+        honest = [i for i in range(3) if i != cheater]
+        for name, plan in GF_CASES.items():
+            step, off, mask = plan(semi, mal, a)
+            rearm(c, f"{step}:{off}:{mask}:0:0:1", cheater)
+            before = [len(read_log(c, i)) for i in range(3)]
+            r = checksum_batch(c, kid)
+            where = f"party {cheater} {name} (step {step} of {len(mal)}, {mal[step]} bytes)"
+            assert "corrupting ring message" in read_log(c, cheater)[before[cheater]:], where
+            assert r.returncode != 0, (where, r.stdout, r.stderr)
+            assert not re.search(r"^ok ", r.stdout, re.M), (where, r.stdout)
+            assert re.search(rf"^rpc_error \d 15 .*{INTEGRITY}", r.stdout, re.M), (where, r.stdout)
+            assert any(INTEGRITY in read_log(c, i)[before[i]:] for i in honest), where
+            assert_checksum_right(c, checksum_batch(c, kid))
+            c.check_alive()
+        c.stop()
+        c.expected_dead = {0, 1, 2}
+    print(f"GF(2^128) proof injections, 3 parties x {len(GF_CASES)}: "
+          f"{time.monotonic() - t0:.1f} s")

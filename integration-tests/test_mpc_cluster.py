@@ -51,6 +51,10 @@ if BIN is None:  # a missing binary fails the run, it does not skip it
     raise kmpc_cluster.RealmError("kmpc-mpc-server / kmpc-mpc-client not built (make build)")
 
 
+# The server refuses --debug_record_requests unless this is "1" too.
+RECORD_ENV = "KMPC_TEST_ONLY_RECORD_REQUESTS"
+
+
 class Cluster:
     """flags[i]: extra command-line flags of party i; binaries[i]: its
     server binary (a name in BIN); envs[i]: variables added to its
@@ -457,7 +461,8 @@ def test_servers_never_receive_a_checksum_message(own_cluster, tmp_path):
     shares, enctype.md invariant 5), while the records hold the requests
     (their public parts are found); the server warns about the flag."""
     rec = [str(tmp_path / f"requests-{i}") for i in range(3)]
-    c = own_cluster(flags=[[f"--debug_record_requests={rec[i]}"] for i in range(3)])
+    c = own_cluster(flags=[[f"--debug_record_requests={rec[i]}"] for i in range(3)],
+                    envs=[{RECORD_ENV: "1"}] * 3)
     for i in range(3):
         with open(c.log_path(i), "rb") as f:
             assert b"--debug_record_requests is set" in f.read()
@@ -478,6 +483,24 @@ def test_servers_never_receive_a_checksum_message(own_cluster, tmp_path):
         assert bytes.fromhex(kid) in data  # public metadata is there
         for k in range(0, len(msg) - 8, 8):
             assert msg[k:k + 8] not in data, (i, msg[k:k + 8])
+        assert os.stat(rec[i]).st_mode & 0o777 == 0o600, oct(os.stat(rec[i]).st_mode)
+
+
+def test_request_recorder_is_refused_without_its_environment_variable(tmp_path):
+    """--debug_record_requests alone (no KMPC_TEST_ONLY_RECORD_REQUESTS=1)
+    stops the real server at once, naming the variable, before it creates
+    the file or starts anything."""
+    rec = tmp_path / "requests"
+    env = {k: v for k, v in os.environ.items() if k != RECORD_ENV}
+    for value in (None, "0"):
+        if value is not None:
+            env[RECORD_ENV] = value
+        p = subprocess.run([os.path.join(BIN, "kmpc-mpc-server"), "--party=0",
+                            f"--debug_record_requests={rec}"],
+                           capture_output=True, text=True, env=env, timeout=30)
+        assert p.returncode != 0, p.stdout + p.stderr
+        assert RECORD_ENV + "=1" in p.stdout + p.stderr, p.stdout + p.stderr
+        assert not rec.exists()
 
 
 def test_tamper_any_bit_fails_integrity(cluster, vector_keys):
@@ -696,22 +719,39 @@ def test_ring_fuzz_malformed_frames(cluster, vector_keys):
     cluster.check_alive()
 
 
+def _cpu_seconds(pid):
+    """utime + stime of a process (proc(5), /proc/PID/stat fields 14, 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.mark.parametrize("victim", [0, 1, 2])
 def test_kill_one_server_mid_batch_then_recover(own_cluster, victim):
     c = own_cluster(ring_timeout_ms=2000)
     key = bytes(range(16))
     kid = c.put_key(key.hex())
-    big = [f"keystream {kid} {j} {1024 * 16}" for j in range(100)]  # ~100k blocks
-    # Sanity: the big batch works and takes long enough to be interrupted.
+    # Sanity, and the warm cluster's pace: 100 jobs of 1,024 blocks.
     t0 = time.time()
-    c.jobs(big, timeout=120)
+    c.jobs([f"keystream {kid} {j} {1024 * 16}" for j in range(100)], timeout=120)
     took = time.time() - t0
+    # A batch of about 3 s at that pace (at most 1,000 jobs, 32 MiB of
+    # shares per response), so that it is still running when the kill
+    # comes: a fixed 100 jobs took under 0.3 s on a fast run and ended
+    # before the kill.
+    n = max(100, min(1000, int(100 * 3.0 / max(took, 0.01))))
+    big = [f"keystream {kid} {j} {1024 * 16}" for j in range(n)]
     res = {}
     th = threading.Thread(
         target=lambda: res.update(r=c.jobs(big, expect_ok=False, timeout=60)))
+    cpu0 = _cpu_seconds(c.procs[victim].pid)
     t0 = time.time()
     th.start()
-    time.sleep(min(0.3, took / 3))
+    # Kill once the victim computes this batch (50 ms of CPU beyond its
+    # idle), not after a fixed sleep that a loaded machine may stretch.
+    while (th.is_alive() and time.time() - t0 < 30
+           and _cpu_seconds(c.procs[victim].pid) - cpu0 < 0.05):
+        time.sleep(0.005)
     c.kill_party(victim)
     th.join(70)
     elapsed = time.time() - t0

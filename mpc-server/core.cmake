@@ -74,3 +74,21 @@ endforeach()
 
 add_executable(kmpc_core_bench ${KMPC_CORE_ROOT}/test/core/core_bench.cc)
 target_link_libraries(kmpc_core_bench PRIVATE kmpc_core)
+
+# The coin ordering against an adaptive read-ahead cheater
+# (test/core/readahead_test.cc): once against kmpc_core as it is, once
+# against a copy of verify.cc compiled with KMPC_TEST_ONE_ROUND_COIN
+# (coins opened without the acknowledgement round), which the test expects
+# the attack to beat. That copy's objects precede kmpc_core on the link
+# line, so the library's verify.cc is never pulled in; only this test
+# binary is built with the switch.
+add_executable(kmpc_core_readahead_test ${KMPC_CORE_ROOT}/test/core/readahead_test.cc)
+target_link_libraries(kmpc_core_readahead_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_core_readahead_test TEST_PREFIX "core." DISCOVERY_TIMEOUT 60)
+add_executable(kmpc_core_readahead_oneround_test
+  ${KMPC_CORE_ROOT}/test/core/readahead_test.cc ${KMPC_CORE_ROOT}/src/protocol/verify.cc)
+target_link_libraries(kmpc_core_readahead_oneround_test PRIVATE
+  kmpc_core GTest::gtest GTest::gtest_main)
+target_compile_definitions(kmpc_core_readahead_oneround_test PRIVATE KMPC_TEST_ONE_ROUND_COIN)
+gtest_discover_tests(kmpc_core_readahead_oneround_test TEST_PREFIX "core.oneround."
+  DISCOVERY_TIMEOUT 60)

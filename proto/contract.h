@@ -33,7 +33,8 @@ inline constexpr size_t kCiphertextOverhead = kCtr0Size + kTagSize;
 inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // The KeyOps wire's version (kmpc.proto, "Shares travel flat"): every
 // request and response carries it, and either end refuses another.
-// 1: a string per share (SharePair fields); 2: one flat buffer per message.
+// 1: a string per share (a message of two per job); 2: one flat buffer per
+// message.
 inline constexpr uint32_t kWireVersion = 2;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").

@@ -47,7 +47,9 @@ void kmpc_core_ack(kmpc_core *core);
 
 /* With early flush or speculation: make the eventfd readable so that the
  * loop calls kmpc_core_kick once the current callback has returned; return 1
- * if so. */
+ * if so (also when the eventfd's counter is full: it is readable already).
+ * If the eventfd cannot be written, kick at once (logged once) and return
+ * 0: a kick is never lost. */
 int kmpc_core_arm_kick(kmpc_core *core);
 
 /* Return 1 if the core wants kmpc_core_kick after the loop's callbacks that

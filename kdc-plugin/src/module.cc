@@ -197,6 +197,7 @@ struct kmpc_core {
   std::unordered_map<uint64_t, std::pair<krb5_kdcmpc_done_fn, void*>> pending;
   uint64_t next_token = 1;
   bool kick = false;
+  bool kick_failure_logged = false;  // kmpc_core_arm_kick
 
   ~kmpc_core() {
     // Order matters: no scrape, then no router (its batchers' threads),
@@ -409,10 +410,31 @@ extern "C" void kmpc_core_ack(kmpc_core* core) {
   core->sink->Rearm();
 }
 
+// eventfd(2): a write adds to the counter; it fails with EINTR (retried)
+// or, the fd being non-blocking, with EAGAIN when the counter would exceed
+// 2^64 - 2, and then the fd is readable already: the kick is armed. Any
+// other failure cannot arm it, and a kick that never comes would strand
+// the jobs just queued (submitter_kicks: the dispatcher does not wake for
+// them), so the kick happens at once instead (before the callback's last
+// job is queued: a batch that starts early beats one that never starts),
+// and the failure is logged once.
 extern "C" int kmpc_core_arm_kick(kmpc_core* core) {
   if (!core->kick) return 0;
-  uint64_t one = 1;
-  return write(core->efd, &one, sizeof(one)) == sizeof(one);
+  const uint64_t one = 1;
+  int err = 0;
+  do {
+    if (write(core->efd, &one, sizeof(one)) == sizeof(one)) return 1;
+    err = errno;
+  } while (err == EINTR);
+  if (err == EAGAIN) return 1;
+  if (!core->kick_failure_logged) {
+    core->kick_failure_logged = true;
+    core->sink->Log(LOG_ERR, absl::StrCat("kdcmpc: cannot arm the event loop's kick "
+                                          "(eventfd write: ", strerror(err),
+                                          "); kicking at once instead"));
+  }
+  kmpc_core_kick(core);
+  return 0;
 }
 
 extern "C" int kmpc_core_kicks(kmpc_core* core) { return core->kick ? 1 : 0; }

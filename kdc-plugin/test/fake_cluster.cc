@@ -38,20 +38,17 @@ std::string Be32(uint32_t v) {
 }
 
 // Party p's view of v: (s_p, s_{p+1}) with s_0 ^ s_1 ^ s_2 = v.
-void Share(const std::string& v, std::array<pb::SharePair*, 3> out) {
+void Share(const std::string& v, std::array<SharePair*, 3> out) {
   std::array<std::string, 3> s = {Random(v.size()), Random(v.size()), v};
   for (size_t i = 0; i < v.size(); ++i) s[2][i] ^= s[0][i] ^ s[1][i];
-  for (int p = 0; p < 3; ++p) {
-    out[p]->set_first(s[p]);
-    out[p]->set_second(s[(p + 1) % 3]);
-  }
+  for (int p = 0; p < 3; ++p) *out[p] = {s[p], s[(p + 1) % 3]};
 }
 
 // A Run result's values before they go into the response's flat buffers
 // (kmpc.proto RunResponse.ctr0s, .shares).
 struct Values {
   std::string ctr0;
-  pb::SharePair keystream, tag;
+  SharePair keystream, tag;
 };
 
 // Appends every result's values in order, as the servers lay them out.
@@ -61,9 +58,9 @@ void Flatten(const std::vector<std::array<Values, 3>>& v,
     pb::RunResponse& r = (*out)[p];
     for (const auto& x : v) {
       r.mutable_ctr0s()->append(x[p].ctr0);
-      for (const pb::SharePair* sp : {&x[p].keystream, &x[p].tag}) {
-        r.mutable_shares()->append(sp->first());
-        r.mutable_shares()->append(sp->second());
+      for (const SharePair* sp : {&x[p].keystream, &x[p].tag}) {
+        r.mutable_shares()->append(sp->first);
+        r.mutable_shares()->append(sp->second);
       }
     }
   }
@@ -287,9 +284,9 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
     }
     for (auto* x : r) x->set_status(pb::JOB_OK);
     std::array<Values, 3>& val = values[k];
-    auto pairs = [&](pb::SharePair Values::*m) {
-      return std::array<pb::SharePair*, 3>{&(val[0].*m), &(val[1].*m),
-                                           &(val[2].*m)};
+    auto pairs = [&](SharePair Values::*m) {
+      return std::array<SharePair*, 3>{&(val[0].*m), &(val[1].*m),
+                                       &(val[2].*m)};
     };
     auto set_ctr0 = [&](const std::string& c) {
       for (auto& x : val) x.ctr0 = c;
@@ -445,9 +442,8 @@ void FakeCluster::Sign(int party, const pb::SignRequest& req,
       contract::FlatReader flat(req.data_shares());
       for (int k = 0; k < req.items_size(); ++k) {
         const contract::MessageShares m = flat.TakePair(req.items(k).length());
-        pb::SharePair& sp = shared_[req.request_id()][party][k];
-        sp.set_first(std::string(m.first));
-        sp.set_second(std::string(m.second));
+        shared_[req.request_id()][party][k] = {std::string(m.first),
+                                               std::string(m.second)};
       }
     }
   }
@@ -537,7 +533,7 @@ CallStatus FakeCluster::ComputeFinalize(
   // answer alone (FINALIZE is ring-free) and use theirs up.
   for (const auto& it : req.items()) {
     auto e = enc_.find({it.run_batch_id(), it.job_id()});
-    std::array<pb::SharePair, 3> tag;
+    std::array<SharePair, 3> tag;
     for (int p = 0; p < 3; ++p) {
       auto* r = (*out)[p].add_results();
       r->set_run_batch_id(it.run_batch_id());
@@ -547,8 +543,8 @@ CallStatus FakeCluster::ComputeFinalize(
               false),
           {&tag[0], &tag[1], &tag[2]});
     for (int p = 0; p < 3; ++p) {
-      (*out)[p].mutable_tags()->append(tag[p].first());
-      (*out)[p].mutable_tags()->append(tag[p].second());
+      (*out)[p].mutable_tags()->append(tag[p].first);
+      (*out)[p].mutable_tags()->append(tag[p].second);
     }
     enc_.erase(e);
   }
@@ -608,8 +604,8 @@ std::optional<std::string> FakeCluster::Message(const std::string& batch_id,
   for (const auto& [party, jobs] : shared_[batch_id]) {
     auto it = jobs.find(k);
     if (it == jobs.end()) return std::nullopt;
-    for (auto [i, v] : {std::pair<int, const std::string*>{party, &it->second.first()},
-                        {(party + 1) % 3, &it->second.second()}}) {
+    for (auto [i, v] : {std::pair<int, const std::string*>{party, &it->second.first},
+                        {(party + 1) % 3, &it->second.second}}) {
       if (s[i] && *s[i] != *v) return std::nullopt;  // copies disagree
       s[i] = *v;
     }
@@ -643,9 +639,8 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
         continue;
       need = 2;
       if (!hang_[party] && !down_[party]) {
-        pb::SharePair& sp = shared_[req.batch_id()][party][k];
-        sp.set_first(std::string(sliced[k].first));
-        sp.set_second(std::string(sliced[k].second));
+        shared_[req.batch_id()][party][k] = {std::string(sliced[k].first),
+                                             std::string(sliced[k].second)};
       }
     }
   }

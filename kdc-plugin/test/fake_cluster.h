@@ -26,12 +26,16 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "test_cluster.h"
 #include "transport.h"
 
 namespace kmpc::kdc::testing {
+
+// One party's two replicated shares of a value: (s_p, s_{p+1}).
+using SharePair = std::pair<std::string, std::string>;
 
 class FakeCluster : public TestCluster {
  public:
@@ -171,7 +175,7 @@ class FakeCluster : public TestCluster {
   // Per Run batch id (or Sign request id) with dealt messages: each
   // party's shares by job (or item) index (party -> job -> pair).
   std::map<std::string,
-           std::map<int, std::map<int, kmpc::v1::SharePair>>> shared_;
+           std::map<int, std::map<int, SharePair>>> shared_;
   std::map<std::string, Batch<kmpc::v1::RunResponse>> runs_;
   struct EncState {
     std::string key, ctr0;

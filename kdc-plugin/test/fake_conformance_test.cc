@@ -27,6 +27,7 @@ namespace pb = kmpc::v1;
 using testing::FakeCluster;
 using testing::RealCluster;
 using testing::TestCluster;
+using testing::SharePair;
 
 const std::string kKeyId(32, 'k');
 const std::string kKey(32, 'K');
@@ -86,7 +87,7 @@ std::array<pb::RunRequest, 3> PerParty(const pb::RunRequest& req) {
 // public metadata; `extra` counts bytes beyond what the results take.
 struct ResultValues {
   std::string ctr0;
-  pb::SharePair value;
+  SharePair value;
 };
 ResultValues ValuesOf(const pb::RunRequest& req, const pb::RunResponse& r,
                       int job, size_t* extra = nullptr) {
@@ -101,8 +102,7 @@ ResultValues ValuesOf(const pb::RunRequest& req, const pb::RunResponse& r,
         contract::RevealedShareBytes(contract::ShapeOf(j), st));
     if (k != job) continue;
     out.ctr0 = std::string(ctr0);
-    out.value.set_first(std::string(m.first));
-    out.value.set_second(std::string(m.second));
+    out.value = {std::string(m.first), std::string(m.second)};
   }
   if (extra) *extra = c.left() + sh.left();
   return out;
@@ -167,13 +167,13 @@ std::vector<std::string> Describe(const CallStatus& s,
 
 // XOR of the three parties' first copies; every second copy must equal
 // the next party's first.
-std::string Reveal(const std::array<const pb::SharePair*, 3>& s) {
-  std::string v = s[0]->first();
+std::string Reveal(const std::array<const SharePair*, 3>& s) {
+  std::string v = s[0]->first;
   for (int p = 0; p < 3; ++p) {
-    EXPECT_EQ(s[p]->second(), s[(p + 1) % 3]->first()) << "party " << p;
+    EXPECT_EQ(s[p]->second, s[(p + 1) % 3]->first) << "party " << p;
     if (p > 0)
-      for (size_t i = 0; i < v.size() && i < s[p]->first().size(); ++i)
-        v[i] ^= s[p]->first()[i];
+      for (size_t i = 0; i < v.size() && i < s[p]->first.size(); ++i)
+        v[i] ^= s[p]->first[i];
   }
   return v;
 }
@@ -311,7 +311,7 @@ TEST_F(FakeConformanceTest, PerJobOutcomes) {
     const pb::RunRequest req = build(c);  // the same public request
     std::array<ResultValues, 3> v;
     auto pairs = [&](int job, bool) {
-      std::array<const pb::SharePair*, 3> s;
+      std::array<const SharePair*, 3> s;
       for (int p = 0; p < 3; ++p) {
         v[p] = ValuesOf(req, r[p], job);
         s[p] = &v[p].value;
@@ -344,7 +344,7 @@ TEST_F(FakeConformanceTest, PerJobOutcomes) {
       EXPECT_EQ(pb::JobStatus_Name(r[0].results(j).status()), "JOB_WITHHELD") << k;
       for (int p = 0; p < 3; ++p) {
         const ResultValues x = ValuesOf(req, r[p], j);
-        EXPECT_TRUE(x.ctr0.empty() && x.value.first().empty()) << k << " " << j;
+        EXPECT_TRUE(x.ctr0.empty() && x.value.first.empty()) << k << " " << j;
       }
     }
     for (int j : {21, 22, 23, 24})
@@ -427,13 +427,12 @@ TEST_F(FakeConformanceTest, FinalizeOutcomes) {
   auto fin = CompareFinalize(f, "both ENCRYPT jobs");
   for (int k = 0; k < 2; ++k) {
     ASSERT_TRUE(fin[k].status[0].ok()) << k;
-    std::array<pb::SharePair, 3> t;
-    std::array<const pb::SharePair*, 3> s;
+    std::array<SharePair, 3> t;
+    std::array<const SharePair*, 3> s;
     for (int p = 0; p < 3; ++p) {
       const std::string& tags = fin[k].resp[p].tags();  // item 1: bytes 32..63
       ASSERT_EQ(tags.size(), 64u) << k << " " << p;
-      t[p].set_first(tags.substr(32, 16));
-      t[p].set_second(tags.substr(48, 16));
+      t[p] = {tags.substr(32, 16), tags.substr(48, 16)};
       s[p] = &t[p];
     }
     const pb::RunRequest enc = encrypt('e')(*clusters_[k]);

@@ -3,14 +3,18 @@
 // at submit (malformed, not an MPC enctype, an unknown job type), and an
 // accepted job completed on the eventfd with the krb5 error its failure
 // maps to (KRB5KDC_ERR_SVC_UNAVAILABLE: no server listens).
+#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "kdcmpc_job.h"
 #include "test_util.h"
@@ -57,13 +61,18 @@ class ModuleTest : public ::testing::Test {
   void SetUp() override {
     dir_ = kmpc::testing::MakeTestCerts("kmpc-module-test");
     ASSERT_FALSE(dir_.empty());
-    std::string servers;
     for (int i = 0; i < 3; ++i)
-      servers += absl::StrCat(i ? "," : "", "127.0.0.1:",
-                              kmpc::testing::FreeLoopbackPort());
+      servers_ += absl::StrCat(i ? "," : "", "127.0.0.1:",
+                               kmpc::testing::FreeLoopbackPort());
+    Recreate("batch_window_ms = 5");
+  }
+  // A new core on the same (unreachable) servers with option `extra`.
+  void Recreate(const std::string& extra) {
+    if (core_) kmpc_core_destroy(core_);
+    core_ = nullptr;
     std::string msg;
-    ASSERT_EQ(Create({"servers = " + servers, "certs = " + dir_ + "/certs",
-                      "deadline_ms = 1000", "batch_window_ms = 5"}, &core_, &msg), 0)
+    ASSERT_EQ(Create({"servers = " + servers_, "certs = " + dir_ + "/certs",
+                      "deadline_ms = 1000", extra}, &core_, &msg), 0)
         << msg;
   }
   void TearDown() override {
@@ -80,7 +89,7 @@ class ModuleTest : public ::testing::Test {
     return kmpc::kdc::testing::EncryptJob(key_id_, plaintext_);
   }
 
-  std::string dir_;
+  std::string dir_, servers_;
   kmpc_core* core_ = nullptr;
   Done done_;
   unsigned char key_id_[KRB5_KDCMPC_KEY_ID_LEN] = {1};
@@ -137,6 +146,54 @@ TEST_F(ModuleTest, AnUnreachableClusterCompletesTheJobAsServiceUnavailable) {
   free(c.message);
   free(c.output.data);
   EXPECT_EQ(done_.calls, 0);  // the KDC's loop calls done, not the core
+}
+
+// kmpc_core_arm_kick with a full eventfd counter (a write would pass
+// 2^64 - 2: EAGAIN): the fd is readable, so the kick is armed.
+TEST_F(ModuleTest, AFullEventfdCounterCountsAsArmed) {
+  ASSERT_EQ(kmpc_core_arm_kick(core_), 1);  // early flush is on by default
+  kmpc_core_ack(core_);
+  const uint64_t almost_full = 0xfffffffffffffffeULL;
+  ASSERT_EQ(write(kmpc_core_fd(core_), &almost_full, sizeof(almost_full)),
+            static_cast<ssize_t>(sizeof(almost_full)));
+  EXPECT_EQ(kmpc_core_arm_kick(core_), 1);
+  pollfd p{kmpc_core_fd(core_), POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 1);
+  kmpc_core_ack(core_);
+}
+
+// An eventfd that cannot be written (here: a read-only fd in its place)
+// cannot arm the kick: the kick happens at once, so a job queued under a
+// 60 s window still goes to the cluster now and completes (servers
+// unreachable) long before the window; the failure is logged once.
+TEST_F(ModuleTest, AnUnwritableEventfdKicksAtOnceAndLogsOnce) {
+  Recreate("batch_window_ms = 60000");
+  const int ro = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(ro, 0);
+  ASSERT_EQ(dup2(ro, kmpc_core_fd(core_)), kmpc_core_fd(core_));
+  close(ro);
+  std::string msg;
+  ASSERT_EQ(Submit(Encrypt(), &msg), 0) << msg;
+  EXPECT_EQ(kmpc_core_arm_kick(core_), 0);
+  EXPECT_EQ(kmpc_core_arm_kick(core_), 0);
+  kmpc_completion c{};
+  bool got = false;
+  int failures_logged = 0;
+  for (int i = 0; i < 100 && !got; ++i) {  // no wake-up: the fd is /dev/null
+    absl::SleepFor(absl::Milliseconds(100));
+    int level;
+    char* line;
+    while (kmpc_core_next_log(core_, &level, &line)) {
+      if (absl::StrContains(line, "cannot arm the event loop's kick")) ++failures_logged;
+      free(line);
+    }
+    got = kmpc_core_next(core_, &c) != 0;
+  }
+  ASSERT_TRUE(got) << "the job waited: the kick was lost";
+  EXPECT_EQ(c.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+  EXPECT_EQ(failures_logged, 1);
+  free(c.message);
+  free(c.output.data);
 }
 
 }  // namespace

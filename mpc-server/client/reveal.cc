@@ -13,14 +13,6 @@ std::string DefaultPartyName(int party) {
   return absl::StrCat("MPC party ", party);
 }
 
-absl::Status Reveal(const std::array<const kmpc::v1::SharePair*, kParties>& s,
-                    absl::Span<uint8_t> out, absl::string_view what,
-                    const PartyNamer& name) {
-  std::array<ShareView, kParties> v;
-  for (int p = 0; p < kParties; ++p) v[p] = {s[p]->first(), s[p]->second()};
-  return Reveal(v, out, what, name);
-}
-
 absl::Status Reveal(const std::array<ShareView, kParties>& s,
                     absl::Span<uint8_t> out, absl::string_view what,
                     const PartyNamer& name) {
@@ -61,16 +53,6 @@ absl::Status Reveal(const std::array<ShareView, kParties>& s,
   return absl::OkStatus();
 }
 
-absl::Status Deal(absl::Span<const uint8_t> data,
-                  const std::array<kmpc::v1::SharePair*, kParties>& out) {
-  DealRandom r;
-  if (absl::Status st = r.Draw(data.size()); !st.ok()) {
-    for (auto* p : out) p->Clear();
-    return st;
-  }
-  return Deal(data, r.Take(data.size()), out);
-}
-
 DealRandom::~DealRandom() { OPENSSL_cleanse(buf_.data(), buf_.size()); }
 
 absl::Status DealRandom::Draw(size_t total_message_bytes) {
@@ -91,32 +73,6 @@ absl::Span<const uint8_t> DealRandom::Take(size_t n) {
   absl::Span<const uint8_t> s(buf_.data() + used_, 2 * n);
   used_ += 2 * n;
   return s;
-}
-
-// s_0 and s_1 are written straight from `random` into the pairs, s_2 is
-// computed in party 2's string: no other copy of a share is made.
-absl::Status Deal(absl::Span<const uint8_t> data,
-                  absl::Span<const uint8_t> random,
-                  const std::array<kmpc::v1::SharePair*, kParties>& out) {
-  const size_t n = data.size();
-  if (random.size() != 2 * n) {
-    for (auto* p : out) p->Clear();
-    return absl::InvalidArgumentError(
-        "dealing shares: the random bytes do not match the message length");
-  }
-  const char* s0 = reinterpret_cast<const char*>(random.data());
-  const char* s1 = s0 + n;
-  out[0]->set_first(s0, n);
-  out[1]->set_first(s1, n);
-  std::string* s2 = out[2]->mutable_first();
-  s2->resize(n);
-  for (size_t i = 0; i < n; ++i)
-    (*s2)[i] = static_cast<char>(data[i] ^ static_cast<uint8_t>(s0[i]) ^
-                                 static_cast<uint8_t>(s1[i]));
-  out[0]->set_second(s1, n);
-  out[1]->set_second(*s2);
-  out[2]->set_second(s0, n);
-  return absl::OkStatus();
 }
 
 absl::Status DealFlat(absl::Span<const uint8_t> data,

@@ -16,7 +16,6 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "kmpc.pb.h"
 
 namespace kmpc::client {
 
@@ -26,38 +25,27 @@ inline constexpr int kParties = 3;
 using PartyNamer = std::function<std::string(int party)>;
 std::string DefaultPartyName(int party);
 
+// One server's two shares of a value, s_p then s_{p+1} for party p: slices
+// of the three responses' flat share buffers (kmpc.proto, "Shares travel
+// flat"); the views must outlive the call that reads them.
+struct ShareView {
+  absl::string_view first, second;
+};
+
 // Checks the three servers' share pairs of one value of `out.size()` bytes
 // and writes v = s_0 ^ s_1 ^ s_2 to `out`. On failure `out` is wiped and
 // the status (DATA_LOSS) says which share had the wrong length or which
 // share's two copies disagree, and names the party common to two failed
 // checks (the one that lied) when there is one. `what` names the value in
 // the message ("keystream of job 3"). No share bytes appear in messages.
-absl::Status Reveal(const std::array<const kmpc::v1::SharePair*, kParties>& pairs,
-                    absl::Span<uint8_t> out, absl::string_view what,
-                    const PartyNamer& name = DefaultPartyName);
-// The same over slices of the three responses' flat share buffers
-// (kmpc.proto, "Shares travel flat"); the views must outlive the call.
-struct ShareView {
-  absl::string_view first, second;
-};
 absl::Status Reveal(const std::array<ShareView, kParties>& pairs,
                     absl::Span<uint8_t> out, absl::string_view what,
                     const PartyNamer& name = DefaultPartyName);
 
-// Deals a secret message to the three servers as SharePairs (tools and
-// tests; the KeyOps wire takes DealFlat's buffers): draws s_0, s_1 uniformly (OpenSSL RAND_bytes), sets
-// s_2 = data ^ s_0 ^ s_1, and writes party p's pair (s_p, s_{p+1}) to
-// out[p]. Any two shares are uniform and independent of `data`, so no one
-// server learns anything of it. Fresh for every call: never deal the same
-// shares to two jobs. INTERNAL if the random generator fails (out cleared).
-// The caller wipes the pairs after sending them.
-absl::Status Deal(absl::Span<const uint8_t> data,
-                  const std::array<kmpc::v1::SharePair*, kParties>& out);
-
 // Randomness for dealing the messages of one request with one call to the
 // generator (RAND_bytes has a fixed cost per call, paid per message
 // otherwise): Draw(total) draws 2 * total bytes, and each message of n
-// bytes takes its own 2n-byte slice (Take) for Deal below, so no two
+// bytes takes its own 2n-byte slice (Take) for DealFlat below, so no two
 // messages share a byte of it. Wiped when it goes (OPENSSL_cleanse).
 class DealRandom {
  public:
@@ -67,7 +55,7 @@ class DealRandom {
   ~DealRandom();
   // INTERNAL if the random generator fails.
   absl::Status Draw(size_t total_message_bytes);
-  // The next 2n bytes; empty if fewer are left (Deal then refuses).
+  // The next 2n bytes; empty if fewer are left (DealFlat then refuses).
   absl::Span<const uint8_t> Take(size_t n);
 
  private:
@@ -75,18 +63,15 @@ class DealRandom {
   size_t used_ = 0;
 };
 
-// As Deal, with s_0 || s_1 = `random` (2 * data.size() bytes from
-// DealRandom::Take, used for this message alone). INVALID_ARGUMENT (out
-// cleared) if `random` has another length.
-absl::Status Deal(absl::Span<const uint8_t> data,
-                  absl::Span<const uint8_t> random,
-                  const std::array<kmpc::v1::SharePair*, kParties>& out);
-
-// As Deal, appending party p's two shares (s_p then s_{p+1}) to the flat
-// buffer *flat[p] (kmpc.proto RunRequest.data_shares,
-// SignRequest.data_shares). INVALID_ARGUMENT (nothing appended) if
-// `random` is not 2 * data.size() bytes. The caller wipes the buffers
-// after sending them.
+// Deals a secret message to the three servers: s_0 || s_1 = `random`
+// (2 * data.size() uniform bytes from DealRandom::Take, used for this
+// message alone), s_2 = data ^ s_0 ^ s_1, and appends party p's two shares
+// (s_p then s_{p+1}) to the flat buffer *flat[p] (kmpc.proto
+// RunRequest.data_shares, SignRequest.data_shares). Any two shares are
+// uniform and independent of `data`, so no one server learns anything of
+// it; fresh for every message: never deal the same shares to two jobs.
+// INVALID_ARGUMENT (nothing appended) if `random` is not 2 * data.size()
+// bytes. The caller wipes the buffers after sending them.
 absl::Status DealFlat(absl::Span<const uint8_t> data,
                       absl::Span<const uint8_t> random,
                       const std::array<std::string*, kParties>& flat);

@@ -3,29 +3,46 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kmpc::client {
 namespace {
 
-namespace pb = ::kmpc::v1;
+// Party p's owned pair (s_p, s_{p+1}).
+using Pair = std::pair<std::string, std::string>;
 
 // Three parties' pairs (s_p, s_{p+1}) of v = s0 ^ s1 ^ s2.
-std::array<pb::SharePair, 3> Deal(const std::string& v, const std::string& s0,
-                                  const std::string& s1) {
+std::array<Pair, 3> Deal(const std::string& v, const std::string& s0,
+                         const std::string& s1) {
   std::string s2 = v;
   for (size_t i = 0; i < v.size(); ++i) s2[i] ^= s0[i] ^ s1[i];
   const std::string s[3] = {s0, s1, s2};
-  std::array<pb::SharePair, 3> out;
-  for (int p = 0; p < 3; ++p) {
-    out[p].set_first(s[p]);
-    out[p].set_second(s[(p + 1) % 3]);
-  }
+  std::array<Pair, 3> out;
+  for (int p = 0; p < 3; ++p) out[p] = {s[p], s[(p + 1) % 3]};
   return out;
 }
 
-std::array<const pb::SharePair*, 3> Ptrs(const std::array<pb::SharePair, 3>& a) {
-  return {&a[0], &a[1], &a[2]};
+std::array<ShareView, 3> Ptrs(const std::array<Pair, 3>& a) {
+  std::array<ShareView, 3> v;
+  for (int p = 0; p < 3; ++p) v[p] = {a[p].first, a[p].second};
+  return v;
+}
+
+// Deals `msg` with a fresh draw of its own into three flat buffers (one
+// message: each buffer is party p's s_p || s_{p+1}).
+std::array<Pair, 3> DealOne(const std::string& msg) {
+  DealRandom r;
+  EXPECT_TRUE(r.Draw(msg.size()).ok());
+  std::array<std::string, 3> flat;
+  EXPECT_TRUE(DealFlat(absl::MakeConstSpan(
+                           reinterpret_cast<const uint8_t*>(msg.data()), msg.size()),
+                       r.Take(msg.size()), {&flat[0], &flat[1], &flat[2]})
+                  .ok());
+  std::array<Pair, 3> out;
+  for (int p = 0; p < 3; ++p)
+    out[p] = {flat[p].substr(0, msg.size()), flat[p].substr(msg.size())};
+  return out;
 }
 
 TEST(Reveal, CombinesThreeShares) {
@@ -39,8 +56,7 @@ TEST(Reveal, NamesTheLyingPartyAndWipesTheOutput) {
   auto pairs = Deal("value", "aaaaa", "bbbbb");
   // Party 1 changes both of its shares: checks 0 (s_1 copies) and 1 (s_2
   // copies) fail, party 1 is common to both.
-  pairs[1].set_first("Xaaaa");
-  pairs[1].set_second("Xbbbb");
+  pairs[1] = {"Xaaaa", "Xbbbb"};
   std::vector<uint8_t> out(5, 0x55);
   absl::Status st = Reveal(Ptrs(pairs), absl::MakeSpan(out), "keystream of job 4");
   ASSERT_TRUE(absl::IsDataLoss(st)) << st;
@@ -52,7 +68,7 @@ TEST(Reveal, NamesTheLyingPartyAndWipesTheOutput) {
 
 TEST(Reveal, OneDisagreementNamesBothCopies) {
   auto pairs = Deal("value", "aaaaa", "bbbbb");
-  pairs[2].set_second("Zaaaa");  // party 2's copy of s_0 only
+  pairs[2].second = "Zaaaa";  // party 2's copy of s_0 only
   std::vector<uint8_t> out(5);
   absl::Status st = Reveal(Ptrs(pairs), absl::MakeSpan(out), "tag",
                            [](int p) { return "server " + std::to_string(p); });
@@ -67,7 +83,7 @@ TEST(Reveal, WrongLengthIsRefused) {
   std::vector<uint8_t> out(6);
   EXPECT_TRUE(absl::IsDataLoss(Reveal(Ptrs(pairs), absl::MakeSpan(out), "tag")));
   std::vector<uint8_t> ok(5);
-  pairs[0].set_second("bbbb");
+  pairs[0].second = "bbbb";
   EXPECT_TRUE(absl::IsDataLoss(Reveal(Ptrs(pairs), absl::MakeSpan(ok), "tag")));
 }
 
@@ -77,52 +93,22 @@ TEST(Reveal, EmptyValue) {
   EXPECT_TRUE(Reveal(Ptrs(pairs), absl::MakeSpan(out), "keystream").ok());
 }
 
-// Deal: every party's pair is consistent with its neighbours', the three
-// shares XOR to the message, and two deals of one message differ (fresh
-// randomness), so no server can recognise a message it saw before.
-TEST(Deal, SharesRevealTheMessageAndAreFresh) {
+// A dealing: every party's pair is consistent with its neighbours', the
+// three shares XOR to the message, and two deals of one message differ
+// (fresh randomness), so no server can recognise a message it saw before.
+TEST(DealFlat, SharesRevealTheMessageAndAreFresh) {
   const std::string msg = "EncTicketPart with a session key and a PAC";
-  const auto data = absl::MakeConstSpan(
-      reinterpret_cast<const uint8_t*>(msg.data()), msg.size());
-  std::array<pb::SharePair, 3> a, b;
-  ASSERT_TRUE(::kmpc::client::Deal(data, {&a[0], &a[1], &a[2]}).ok());
-  ASSERT_TRUE(::kmpc::client::Deal(data, {&b[0], &b[1], &b[2]}).ok());
+  const std::array<Pair, 3> a = DealOne(msg), b = DealOne(msg);
   std::vector<uint8_t> out(msg.size());
   ASSERT_TRUE(Reveal(Ptrs(a), absl::MakeSpan(out), "message").ok());
   EXPECT_EQ(std::string(out.begin(), out.end()), msg);
   for (int p = 0; p < 3; ++p) {
-    EXPECT_NE(a[p].first(), b[p].first()) << p;
+    EXPECT_NE(a[p].first, b[p].first) << p;
     // Neither share a party holds is the message.
-    EXPECT_EQ(a[p].first().find("session"), std::string::npos) << p;
-    EXPECT_EQ(a[p].second().find("session"), std::string::npos) << p;
+    EXPECT_EQ(a[p].first.find("session"), std::string::npos) << p;
+    EXPECT_EQ(a[p].second.find("session"), std::string::npos) << p;
   }
-  std::array<pb::SharePair, 3> e;
-  ASSERT_TRUE(::kmpc::client::Deal({}, {&e[0], &e[1], &e[2]}).ok());
-  EXPECT_TRUE(e[0].first().empty());
-}
-
-// One draw for several messages (DealRandom): each takes its own slice,
-// so two messages' shares differ even for the same message; a slice of the
-// wrong length, or one past the draw, is refused.
-TEST(Deal, OneDrawDealsSeveralMessagesFreshly) {
-  const std::string msg = "a PAC of thirty-two bytes, twice";
-  const auto data = absl::MakeConstSpan(
-      reinterpret_cast<const uint8_t*>(msg.data()), msg.size());
-  DealRandom r;
-  ASSERT_TRUE(r.Draw(2 * msg.size()).ok());
-  std::array<pb::SharePair, 3> a, b, c;
-  ASSERT_TRUE(::kmpc::client::Deal(data, r.Take(msg.size()), {&a[0], &a[1], &a[2]}).ok());
-  ASSERT_TRUE(::kmpc::client::Deal(data, r.Take(msg.size()), {&b[0], &b[1], &b[2]}).ok());
-  for (const auto* pairs : {&a, &b}) {
-    std::vector<uint8_t> out(msg.size());
-    ASSERT_TRUE(Reveal(Ptrs(*pairs), absl::MakeSpan(out), "message").ok());
-    EXPECT_EQ(std::string(out.begin(), out.end()), msg);
-  }
-  for (int p = 0; p < 3; ++p) EXPECT_NE(a[p].first(), b[p].first()) << p;
-  EXPECT_TRUE(r.Take(1).empty());  // the draw is used up
-  absl::Status st = ::kmpc::client::Deal(data, r.Take(msg.size()), {&c[0], &c[1], &c[2]});
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-  EXPECT_TRUE(c[0].first().empty());
+  EXPECT_TRUE(DealOne("")[0].first.empty());
 }
 
 // DealFlat (kmpc.proto, "Shares travel flat"): each message appends party

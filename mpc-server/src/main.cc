@@ -38,6 +38,7 @@
 #include "service/metrics.h"
 #include "service/scheduler.h"
 #include "service/services.h"
+#include "service/wipe_interceptor.h"
 #include "store/share_store.h"
 #include "util/log.h"
 
@@ -99,7 +100,8 @@ ABSL_FLAG(int, max_pending_pad_mb, 256,
 ABSL_FLAG(std::string, debug_record_requests, "",
           "TEST ONLY: append every KeyOps request (Run, Finalize, Sign), "
           "serialized as received, to this file (records hold shares: never "
-          "in production). Off when empty");
+          "in production; refused unless KMPC_TEST_ONLY_RECORD_REQUESTS=1 "
+          "is set in the environment too). Off when empty");
 // Spinning on small ring messages: a single block's batch runs ~40 rounds
 // of messages under 3 KiB, each answered within tens of microseconds, so a
 // sleep and wake-up per round would dominate its latency. Batches of >= 2,048
@@ -273,9 +275,10 @@ absl::StatusOr<kmpc::service::ServiceOptions> ServiceOptionsFromFlags(
     // Fail at start, not silently at the first request.
     auto probe = kmpc::service::RequestRecorder::Open(svc.debug_record_requests);
     if (!probe.ok()) return probe.status();
-    KMPC_LOG(WARNING) << "--debug_record_requests is set: every KeyOps request "
-                      << "is appended to " << svc.debug_record_requests
-                      << " (test only: the records hold shares)";
+    for (int i = 0; i < 3; ++i)  // loud: this must never run in production
+      KMPC_LOG(ERROR) << "TEST ONLY: --debug_record_requests is set: every KeyOps "
+                      << "request, shares included, is appended to "
+                      << svc.debug_record_requests << " (mode 0600)";
   }
   return svc;
 }
@@ -321,6 +324,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   builder.SetMaxSendMessageSize(max_bytes);
   builder.RegisterService(keyops);
   builder.RegisterService(admin);
+  // KeyOps responses' share bytes are wiped once serialized
+  // (service/wipe_interceptor.h).
+  builder.experimental().SetInterceptorCreators(kmpc::service::WipeSharesInterceptors());
   // The sync server's thread pool (grpc::ThreadManager): a thread that
   // takes a call spawns a new poller when fewer than MIN_POLLERS are left,
   // and exits after the call when MAX_POLLERS are already polling. With
@@ -392,6 +398,10 @@ int main(int argc, char** argv) {
   if (!DisableCoreDumps()) return Fail("cannot disable core dumps");
   absl::ParseCommandLine(argc, argv);
   kmpc::log::g_verbosity = absl::GetFlag(FLAGS_v);
+  // Before anything starts: a recording server must not come up by accident.
+  if (!absl::GetFlag(FLAGS_debug_record_requests).empty())
+    if (std::string why = kmpc::service::RequestRecorder::RefusalReason(); !why.empty())
+      return Fail(why);
   const int party = absl::GetFlag(FLAGS_party);
   if (party < 0 || party > 2) return Fail("--party must be 0, 1 or 2");
   for (const auto* f : {&FLAGS_cert, &FLAGS_key, &FLAGS_ca, &FLAGS_store_dir,

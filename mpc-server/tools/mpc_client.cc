@@ -21,7 +21,7 @@
 //                                 (a verification pad at CTR0)
 //                     sign     KEYID USAGE DATA        -> ok CTR0||TAG
 //                   checksum/verify messages and sign data are dealt as
-//                   shares (client::Deal): no server receives them.
+//                   shares (client::DealFlat): no server receives them.
 //                   encrypt runs ENCRYPT, XORs, then one FINALIZE for all;
 //                   sign runs a PAD of len(DATA) bytes, then one KeyOps.Sign
 //                   for all (--sign_twice: a second Sign of the same pads,
@@ -235,9 +235,6 @@ std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
   return RunOnAll(c, {req, req, req}, resp);
 }
 
-// The three servers' copies of a request: a CHECKSUM or VERIFY_CHECKSUM
-// job's message (`messages[k]` for job k) dealt afresh as replicated shares
-// (client::Deal), so no server receives it (enctype.md, invariant 5).
 // Deals `data` afresh (client::DealRandom, DealFlat) into the three
 // parties' flat share buffers (kmpc.proto, "Shares travel flat").
 void DealInto(const Bytes& data, const std::array<std::string*, 3>& flat) {
@@ -250,6 +247,9 @@ void DealInto(const Bytes& data, const std::array<std::string*, 3>& flat) {
   if (!st.ok()) Die(std::string(st.message()));
 }
 
+// The three servers' copies of a request: a CHECKSUM or VERIFY_CHECKSUM
+// job's message (`messages[k]` for job k) dealt afresh as replicated shares
+// (DealInto), so no server receives it (enctype.md, invariant 5).
 std::array<pb::RunRequest, 3> DealRequests(const pb::RunRequest& req,
                                            const std::vector<Bytes>& messages) {
   std::array<pb::RunRequest, 3> out = {req, req, req};
@@ -271,12 +271,12 @@ void WipeRequests(std::array<pb::RunRequest, 3>& reqs) {
 
 // One party's Run response read back per result from its flat buffers
 // (kmpc.proto RunResponse.ctr0s, .shares): result k's ctr0 (empty: none)
-// and its two shares. `extra`: bytes beyond what the results take (a
-// value the server should not have sent, e.g. a failed DECRYPT's
-// keystream).
+// and its two shares, as views into the response (which must outlive the
+// view). `extra`: bytes beyond what the results take (a value the server
+// should not have sent, e.g. a failed DECRYPT's keystream).
 struct RunView {
   std::vector<Bytes> ctr0;
-  std::vector<pb::SharePair> value;
+  std::vector<kmpc::client::ShareView> value;
   bool extra = false;
 };
 RunView ViewRun(const pb::RunRequest& req, const pb::RunResponse& r) {
@@ -292,28 +292,26 @@ RunView ViewRun(const pb::RunRequest& req, const pb::RunResponse& r) {
     const uint64_t len = kmpc::contract::RevealedShareBytes(kmpc::contract::ShapeOf(j), st);
     if (len == 0) continue;
     const kmpc::contract::MessageShares m = s.TakePair(len);
-    v.value[k].set_first(m.first.data(), m.first.size());
-    v.value[k].set_second(m.second.data(), m.second.size());
+    v.value[k] = {m.first, m.second};
   }
   v.extra = c.left() > 0 || s.left() > 0;
   return v;
 }
 
-void WipeRunView(RunView* v) {
-  for (auto& p : v->value) {
-    OPENSSL_cleanse(p.mutable_first()->data(), p.first().size());
-    OPENSSL_cleanse(p.mutable_second()->data(), p.second().size());
+// Wipes the keystream and tag shares of the three Run responses (the
+// RunViews into them are dead after this).
+void WipeRunShares(std::array<pb::RunResponse, 3>& resp) {
+  for (auto& r : resp) {
+    std::string* s = r.mutable_shares();
+    OPENSSL_cleanse(s->data(), s->size());
   }
 }
 
 // Item n's tag share pair of a Finalize response (kmpc.proto
-// FinalizeResponse.tags: 32 bytes per item).
-pb::SharePair FinalizeTag(const pb::FinalizeResponse& r, size_t n) {
-  pb::SharePair p;
+// FinalizeResponse.tags: 32 bytes per item), a view into the response.
+kmpc::client::ShareView FinalizeTag(const pb::FinalizeResponse& r, size_t n) {
   const absl::string_view t = r.tags();
-  p.set_first(std::string(t.substr(32 * n, 16)));
-  p.set_second(std::string(t.substr(32 * n + 16, 16)));
-  return p;
+  return {t.substr(32 * n, 16), t.substr(32 * n + 16, 16)};
 }
 
 [[noreturn]] void RpcError(int party, int code, absl::string_view message) {
@@ -344,8 +342,8 @@ void CheckEach(const std::array<absl::Status, 3>& st) {
 
 // The value the three servers' share pairs reveal (client::Reveal: both
 // copies of every share must agree); exits with share_mismatch otherwise.
-Bytes RevealOrDie(const std::array<const pb::SharePair*, 3>& s, absl::string_view what) {
-  Bytes v(s[0]->first().size(), '\0');
+Bytes RevealOrDie(const std::array<kmpc::client::ShareView, 3>& s, absl::string_view what) {
+  Bytes v(s[0].first.size(), '\0');
   absl::Status st = kmpc::client::Reveal(
       s, absl::MakeSpan(reinterpret_cast<uint8_t*>(v.data()), v.size()), what);
   if (!st.ok()) ShareMismatch(st);
@@ -473,7 +471,7 @@ struct ParsedJob {
 };
 
 // One SignRequest per server for the items (run batch id, job id, usage,
-// message): each message dealt afresh (client::Deal).
+// message): each message dealt afresh (client::DealFlat).
 struct SignJob {
   Bytes run_batch_id;
   uint64_t job_id;
@@ -691,7 +689,7 @@ int Jobs(Cluster& c) {
       continue;
     }
     if (op == "checksum") {
-      Bytes v = RevealOrDie({&u[0].value[k], &u[1].value[k], &u[2].value[k]},
+      Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
                             absl::StrCat("tag of job ", k + 1));
       out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k] + v));
       continue;
@@ -708,7 +706,7 @@ int Jobs(Cluster& c) {
       OPENSSL_cleanse(jobs[k].sign_data.data(), jobs[k].sign_data.size());
       continue;
     }
-    Bytes v = RevealOrDie({&u[0].value[k], &u[1].value[k], &u[2].value[k]},
+    Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
                           absl::StrCat("keystream of job ", k + 1));
     if (op == "keystream") {
       out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k]), " ", ToHex(v));
@@ -727,7 +725,7 @@ int Jobs(Cluster& c) {
     }
     OPENSSL_cleanse(v.data(), v.size());
   }
-  for (auto& v : u) WipeRunView(&v);
+  WipeRunShares(resp);
   if (fin.items_size() > 0) {
     std::array<pb::FinalizeResponse, 3> fr;
     CheckRpcs(OnAll([&](int i) {
@@ -755,9 +753,8 @@ int Jobs(Cluster& c) {
             "MPC party ", i, " returned ", fr[i].results_size(),
             " FINALIZE results for ", fin.items_size(), " items")));
     for (size_t n = 0; n < fin_jobs.size(); ++n) {
-      const std::array<pb::SharePair, 3> t = {FinalizeTag(fr[0], n), FinalizeTag(fr[1], n),
-                                              FinalizeTag(fr[2], n)};
-      Bytes tag = RevealOrDie({&t[0], &t[1], &t[2]},
+      Bytes tag = RevealOrDie({FinalizeTag(fr[0], n), FinalizeTag(fr[1], n),
+                               FinalizeTag(fr[2], n)},
                               absl::StrCat("tag of job ", fin_jobs[n] + 1));
       out[fin_jobs[n]] = absl::StrCat("ok ", ToHex(fin_ctr0[n] + fin_ct[n] + tag));
     }
@@ -1034,11 +1031,11 @@ int Bench(Cluster& c) {
       std::array<RunView, 3> u = {ViewRun(req, resp[0]), ViewRun(req, resp[1]),
                                   ViewRun(req, resp[2])};
       for (int k = 0; k < req.jobs_size(); ++k) {
-        Bytes v = RevealOrDie({&u[0].value[k], &u[1].value[k], &u[2].value[k]},
+        Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
                               absl::StrCat("keystream of job ", k));
         OPENSSL_cleanse(v.data(), v.size());
       }
-      for (auto& x : u) WipeRunView(&x);
+      WipeRunShares(resp);
     }
     return s;
   };

@@ -35,6 +35,17 @@ std::string SslErrors() {
   return out.empty() ? std::string("unknown TLS error") : out;
 }
 
+// An SSL object of `ctx` on `fd` (Connect, Accept); closes fd if it cannot.
+absl::StatusOr<SSL*> NewSsl(const TlsContext& ctx, int fd) {
+  SSL* ssl = SSL_new(ctx.get());
+  if (ssl == nullptr) {
+    close(fd);
+    return absl::InternalError("SSL_new: " + SslErrors());
+  }
+  SSL_set_fd(ssl, fd);
+  return ssl;
+}
+
 }  // namespace
 
 // The state of a buffered socket BIO (TlsConn::UseBufferedIo). Holds TLS
@@ -392,13 +403,9 @@ absl::StatusOr<std::unique_ptr<TlsConn>> TlsConn::Dial(
           absl::StrCat("connect ", host_port, ": ", strerror(err)));
     }
   }
-  SSL* ssl = SSL_new(ctx.get());
-  if (ssl == nullptr) {
-    close(fd);
-    return absl::InternalError("SSL_new: " + SslErrors());
-  }
-  std::unique_ptr<TlsConn> conn(new TlsConn(fd, ssl));
-  SSL_set_fd(ssl, fd);
+  absl::StatusOr<SSL*> ssl = NewSsl(ctx, fd);
+  if (!ssl.ok()) return ssl.status();
+  std::unique_ptr<TlsConn> conn(new TlsConn(fd, *ssl));
   // Certificates carry SAN 127.0.0.1/localhost, but the ring authenticates
   // the party by its CN below; no hostname check needed.
   if (absl::Status st = conn->Handshake(/*client=*/true, deadline); !st.ok())
@@ -414,13 +421,9 @@ absl::StatusOr<std::unique_ptr<TlsConn>> TlsConn::Accept(const TlsContext& ctx,
                                                          int fd,
                                                          absl::Time deadline) {
   TuneSocket(fd);
-  SSL* ssl = SSL_new(ctx.get());
-  if (ssl == nullptr) {
-    close(fd);
-    return absl::InternalError("SSL_new: " + SslErrors());
-  }
-  std::unique_ptr<TlsConn> conn(new TlsConn(fd, ssl));
-  SSL_set_fd(ssl, fd);
+  absl::StatusOr<SSL*> ssl = NewSsl(ctx, fd);
+  if (!ssl.ok()) return ssl.status();
+  std::unique_ptr<TlsConn> conn(new TlsConn(fd, *ssl));
   if (absl::Status st = conn->Handshake(/*client=*/false, deadline); !st.ok())
     return st;
   return conn;

@@ -545,9 +545,11 @@ namespace {
 // and threads created with small stacks (civetweb's, for --metrics_addr)
 // would then fail to start.
 struct FirstLevelScratch {
-  // S[j][j'] = sum over groups k of nu_k * (weak share of x_{k,j} & y_{k,j'})
-  // and T[c][j] = sum_k nu_k * z_{c,k,j}: 64 x 64 carry-less products,
-  // exact in 128 bits (reduced into GF(2^64) once, into S64 and T64).
+  // For j < j': S[j][j'] = sum over groups k of nu_k * (weak share of
+  // x_{k,j} & y_{k,j'} ^ x_{k,j'} & y_{k,j}); S[j][j] = sum_k nu_k * (weak
+  // share of x_{k,j} & y_{k,j}); below the diagonal unused (zero in S64).
+  // T[c][j] = sum_k nu_k * z_{c,k,j}: 64 x 64 carry-less products, exact
+  // in 128 bits (reduced into GF(2^64) once, into S64 and T64).
   Fe S[kMaxGroupWords][kMaxGroupWords];
   Fe T[2][kMaxGroupWords];
   alignas(64) F64 S64[kMaxGroupWords][kMaxGroupWords];
@@ -555,11 +557,13 @@ struct FirstLevelScratch {
   // The 512-bit path's accumulators: [.][q][0] holds the products of
   // words 8q + 0, 2, 4, 6 (one per 128-bit lane), [.][q][1] of 8q + 1, 3,
   // 5, 7.
+  // acc[j][q] is used for q >= j / 8 only; dacc holds the diagonal.
   __m512i acc[kMaxGroupWords][kMaxGroupWords / 8][2];
+  __m512i dacc[kMaxGroupWords / 8][2];
   __m512i zacc[2][kMaxGroupWords / 8][2];
   // The fold's subset sums (without GFNI) of the public coefficients
   // L_j(r) tau_j and L_j(r): not wiped.
-  F64 ta[kMaxGroupWords / 8][256], tb[kMaxGroupWords / 8][256];
+  F64 ta[kMaxGroupWords / 8][256];
   // Wipes (and zeroes) the accumulators and sums, which hold shares.
   void Wipe() { share::Wipe(this, offsetof(FirstLevelScratch, ta)); }
 };
@@ -583,8 +587,11 @@ void CrossGroup(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
                 const uint64_t* yy, const uint64_t* const z[2], uint64_t nu,
                 FirstLevelScratch& s) {
   for (int j = 0; j < G; ++j) {
-    for (int j2 = 0; j2 < G; ++j2) {
-      s.S[j][j2] = Add(s.S[j][j2], Clmul64((x0[j] & yy[j2]) ^ (x1[j] & y0[j2]), nu));
+    s.S[j][j] = Add(s.S[j][j], Clmul64((x0[j] & yy[j]) ^ (x1[j] & y0[j]), nu));
+    for (int j2 = j + 1; j2 < G; ++j2) {
+      const uint64_t w =
+          (x0[j] & yy[j2]) ^ (x1[j] & y0[j2]) ^ (x0[j2] & yy[j]) ^ (x1[j2] & y0[j]);
+      s.S[j][j2] = Add(s.S[j][j2], Clmul64(w, nu));
     }
   }
   for (int c = 0; c < 2; ++c)
@@ -623,30 +630,60 @@ struct GroupView {
 };
 
 // CrossGroup with VPCLMULQDQ for kCrossGroups groups at once: eight words
-// of y against one of x per pair of instructions, the groups' products
-// summed before they are added to the accumulators (one load and store of
-// an accumulator per kCrossGroups products).
+// j' of one block q against one word j of the rows j < 8q + 8 (the pairs
+// j <= j' and, in the diagonal block, a few with j' < j that are never
+// read; j' = j gives zero there and the diagonal has its own sums), the
+// groups' products summed before they are added to the accumulators.
 inline constexpr int kCrossGroups = 4;
+// (a & b) ^ c and a ^ b ^ c as VPTERNLOGQ immediates (a = 0xF0, b = 0xCC,
+// c = 0xAA).
+inline constexpr int kAndXor = 0x6A, kXor3 = 0x96;
 template <int G>
 KMPC_DZKP_512 void CrossGroups512(const GroupView<G>* v, FirstLevelScratch& s) {
   constexpr int K = kCrossGroups;
+  static_assert(K % 2 == 0);
   __m512i nv[K];
   for (int i = 0; i < K; ++i) nv[i] = _mm512_set1_epi64(static_cast<int64_t>(v[i].nu));
   for (int q = 0; q < G / 8; ++q) {
-    __m512i Y[K], Y0[K];
+    __m512i Y[K], Y0[K], X0[K], X1[K];
     for (int i = 0; i < K; ++i) {
       Y[i] = _mm512_loadu_si512(v[i].yy + 8 * q);
       Y0[i] = _mm512_loadu_si512(v[i].y0 + 8 * q);
+      X0[i] = _mm512_loadu_si512(v[i].x0 + 8 * q);
+      X1[i] = _mm512_loadu_si512(v[i].x1 + 8 * q);
     }
-    for (int j = 0; j < G; ++j) {
-      __m512i lo = s.acc[j][q][0], hi = s.acc[j][q][1];
-#pragma GCC unroll 4
+    {
+      __m512i lo = s.dacc[q][0], hi = s.dacc[q][1];
       for (int i = 0; i < K; ++i) {
-        const __m512i a = _mm512_set1_epi64(static_cast<int64_t>(v[i].x0[j]));
-        const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(v[i].x1[j]));
-        const __m512i p = _mm512_xor_si512(_mm512_and_si512(a, Y[i]), _mm512_and_si512(b, Y0[i]));
+        const __m512i p = _mm512_ternarylogic_epi64(X0[i], Y[i], _mm512_and_si512(X1[i], Y0[i]),
+                                                    kAndXor);
         lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(p, nv[i], 0x00));
         hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(p, nv[i], 0x01));
+      }
+      s.dacc[q][0] = lo;
+      s.dacc[q][1] = hi;
+    }
+    for (int j = 0; j < 8 * q + 8; ++j) {
+      __m512i lo = s.acc[j][q][0], hi = s.acc[j][q][1];
+#pragma GCC unroll 4
+      for (int i = 0; i < K; i += 2) {
+        __m512i p[2];
+        for (int u = 0; u < 2; ++u) {
+          const GroupView<G>& g = v[i + u];
+          const __m512i a0 = _mm512_set1_epi64(static_cast<int64_t>(g.x0[j]));
+          const __m512i a1 = _mm512_set1_epi64(static_cast<int64_t>(g.x1[j]));
+          const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(g.yy[j]));
+          const __m512i b0 = _mm512_set1_epi64(static_cast<int64_t>(g.y0[j]));
+          // x0_j & yy_j' ^ x1_j & y0_j' ^ x0_j' & yy_j ^ x1_j' & y0_j.
+          __m512i t = _mm512_and_si512(X1[i + u], b0);
+          t = _mm512_ternarylogic_epi64(X0[i + u], b, t, kAndXor);
+          t = _mm512_ternarylogic_epi64(a1, Y0[i + u], t, kAndXor);
+          p[u] = _mm512_ternarylogic_epi64(a0, Y[i + u], t, kAndXor);
+        }
+        lo = _mm512_ternarylogic_epi64(lo, _mm512_clmulepi64_epi128(p[0], nv[i], 0x00),
+                                       _mm512_clmulepi64_epi128(p[1], nv[i + 1], 0x00), kXor3);
+        hi = _mm512_ternarylogic_epi64(hi, _mm512_clmulepi64_epi128(p[0], nv[i], 0x01),
+                                       _mm512_clmulepi64_epi128(p[1], nv[i + 1], 0x01), kXor3);
       }
       s.acc[j][q][0] = lo;
       s.acc[j][q][1] = hi;
@@ -665,9 +702,9 @@ KMPC_DZKP_512 void CrossGroups512(const GroupView<G>* v, FirstLevelScratch& s) {
 }
 
 // The 512-bit accumulators of 8q + {0, 2, 4, 6} and 8q + {1, 3, 5, 7}
-// -> out[8q .. 8q + 8).
-KMPC_DZKP_512 void Unpack512(const __m512i (*acc)[2], Fe* out, int words) {
-  for (int q = 0; q < words / 8; ++q) {
+// -> out[8q .. 8q + 8), for q0 <= q < words / 8.
+KMPC_DZKP_512 void Unpack512(const __m512i (*acc)[2], Fe* out, int q0, int words) {
+  for (int q = q0; q < words / 8; ++q) {
     alignas(64) Fe e[4], o[4];
     _mm512_store_si512(e, acc[q][0]);
     _mm512_store_si512(o, acc[q][1]);
@@ -697,16 +734,17 @@ const E* LagrangeRow(int p) {
 
 // sum_j' lag[j'] * row[j'] (G elements).
 template <int G>
-F64 Dot(const F64* lag, const F64* row) {
+F64 Dot(const F64* lag, const F64* row, int j0) {
   Wide64 acc;
-  for (int j = 0; j < G; ++j) MulAcc(acc, lag[j], row[j]);
+  for (int j = j0; j < G; ++j) MulAcc(acc, lag[j], row[j]);
   return Reduce(acc);
 }
 
+// Dot's elements from j0 on (j0 a multiple of 8).
 template <int G>
-KMPC_DZKP_512 F64 Dot512(const F64* lag, const F64* row) {
+KMPC_DZKP_512 F64 Dot512(const F64* lag, const F64* row, int j0) {
   __m512i w = _mm512_setzero_si512();
-  for (int j = 0; j < G; j += 8) MulAcc8(w, Load8(lag + j), Load8(row + j));
+  for (int j = j0; j < G; j += 8) MulAcc8(w, Load8(lag + j), Load8(row + j));
   return Sum8(w);
 }
 
@@ -736,8 +774,12 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, F64* out, F64 clai
   }
   for (size_t i = 0; i < kCrossGroups; ++i) view[i].Wipe();
   if (v512) {
-    for (int j = 0; j < G; ++j) Unpack512(sc.acc[j], sc.S[j], G);
-    for (int c = 0; c < 2; ++c) Unpack512(sc.zacc[c], sc.T[c], G);
+    for (int j = 0; j < G; ++j) Unpack512(sc.acc[j], sc.S[j], j / 8, G);
+    Fe diag[G] = {};
+    Unpack512(sc.dacc, diag, 0, G);
+    for (int j = 0; j < G; ++j) sc.S[j][j] = Add(sc.S[j][j], diag[j]);
+    share::Wipe(diag, sizeof diag);
+    for (int c = 0; c < 2; ++c) Unpack512(sc.zacc[c], sc.T[c], 0, G);
   }
   // The exact sums reduced into GF(2^64) (reduction is GF(2)-linear).
   auto reduce = [](Fe v) {
@@ -746,7 +788,7 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, F64* out, F64 clai
     return Reduce(t);
   };
   for (int j = 0; j < G; ++j) {
-    for (int j2 = 0; j2 < G; ++j2) sc.S64[j][j2] = reduce(sc.S[j][j2]);
+    for (int j2 = 0; j2 < G; ++j2) sc.S64[j][j2] = j2 < j ? F64{0} : reduce(sc.S[j][j2]);
     for (int c = 0; c < 2; ++c) sc.T64[c][j] = reduce(sc.T[c][j]);
   }
   for (int c = 0; c < 2; ++c) {
@@ -754,18 +796,23 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, F64* out, F64 clai
     for (int j = 0; j < G; ++j) MulAcc(t, w.tau[j], sc.T64[c][j]);
     claim[c] = Reduce(t);
   }
-  // h(p) = sum_{j,j'} L_j(p) L_j'(p) tau_j S_{j,j'}; L_j(e_p) = [j = p]
-  // for p < G.
+  // With m_j = L_j(p) sigma_j: h(p) = sum_{j,j'} m_j m_j' (lift of x_j &
+  // y_j' summed with nu) = sum_j m_j^2 S_{j,j} + sum_{j<j'} m_j m_j'
+  // S_{j,j'} = sum_j m_j * sum_{j' >= j} m_j' S64[j][j'];
+  // L_j(e_p) = [j = p] for p < G, so h(e_p) = tau_p S_{p,p}.
   for (int p = 1; p < 2 * G - 1; ++p) {
     if (p < G) {
       out[p - 1] = Mul(w.tau[p], sc.S64[p][p]);
       continue;
     }
     const F64* lag = LagrangeRow<F64, G>(p);
+    alignas(64) F64 m[G];
+    for (int j = 0; j < G; ++j) m[j] = Mul(lag[j], w.sigma[j]);
     Wide64 acc;
     for (int j = 0; j < G; ++j) {
-      const F64 inner = v512 ? Dot512<G>(lag, sc.S64[j]) : Dot<G>(lag, sc.S64[j]);
-      MulAcc(acc, Mul(lag[j], w.tau[j]), inner);
+      const int j0 = j & ~7;
+      const F64 inner = v512 ? Dot512<G>(m, sc.S64[j], j0) : Dot<G>(m, sc.S64[j], j0);
+      MulAcc(acc, m[j], inner);
     }
     out[p - 1] = Reduce(acc);
   }
@@ -776,27 +823,23 @@ template <int G>
 void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
                         F64* f1, F64* g0, F64* g1) {
   const size_t groups = (s.n + G - 1) / G;
+  // Both sides weigh word j by a_j = L_j(r) sigma_j (AndWeights).
   F64 lag[G], a[G];
   LagrangeAt(G, r, lag);
-  for (int j = 0; j < G; ++j) a[j] = Mul(lag[j], w.tau[j]);
+  for (int j = 0; j < G; ++j) a[j] = Mul(lag[j], w.sigma[j]);
   // With GFNI: the coefficients as bit matrices (FoldGfni); else subset
   // sums of a (x side) and of the Lagrange values (y side), per byte of
   // the lane pattern.
   constexpr int kBytes = G / 8;
   const bool v512 = Use512();
   const bool gfni = UseGfni();
-  std::optional<BitMatrices<G>> ma, mb;
+  std::optional<BitMatrices<G>> ma;
   FirstLevelScratch& scratch = Scratch();
   auto& ta = scratch.ta;
-  auto& tb = scratch.tb;
   if (gfni) {
     ma.emplace(a);
-    mb.emplace(lag);
   } else {
-    for (int h = 0; h < kBytes; ++h) {
-      SubsetSums(a + 8 * h, ta[h]);
-      SubsetSums(lag + 8 * h, tb[h]);
-    }
+    for (int h = 0; h < kBytes; ++h) SubsetSums(a + 8 * h, ta[h]);
   }
   F64* f[2] = {f0, f1};
   F64* g[2] = {g0, g1};
@@ -810,8 +853,8 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
   // stores.
   auto fold = [&](const uint64_t* words, size_t k, bool x_side, F64* out) {
     const uint64_t* wk = GroupWords<G>(words, s.n, k, buf);
-    if (gfni) return FoldGfni<G>(wk, x_side ? *ma : *mb, out, x_side ? mu : nullptr);
-    const F64(*t)[256] = x_side ? ta : tb;
+    if (gfni) return FoldGfni<G>(wk, *ma, out, x_side ? mu : nullptr);
+    const F64(*t)[256] = ta;
     TransposeFor<G>(wk, pat, v512);
     for (int l = 0; l < 64; ++l) {
       F64 v = t[0][pat[l] & 0xff];

@@ -221,13 +221,24 @@ inline constexpr int kMaxHPoints = 2 * kMaxGroupWords - 1;
 int GroupWordsFor(size_t and_words);
 
 // The first compression's weights in GF(2^64): AND word j of group k and
-// lane l weighs nu[k] * tau[j] * x^l. nu[k] times a lifted word is one
+// lane l weighs nu[k] * tau[j] * x^l with tau[j] = sigma[j]^2, and the
+// first compression puts sigma[j] on both sides (f(e_j) = nu_k sigma_j
+// x^l x, g(e_j) = sigma_j y), so that the coefficient of the cross term
+// x_j y_j' in h, sigma_j sigma_j' L_j L_j', is symmetric in (j, j'): the
+// cross products are needed only for j <= j', as the lift of x_j & y_j'
+// ^ x_j' & y_j (one 64 x 64 carry-less product per unordered pair).
+// Squaring is a bijection of GF(2^64) (the Frobenius automorphism), so
+// tau[j] is uniform when sigma[j] is. nu[k] times a lifted word is one
 // 64 x 64 carry-less product, summed over groups unreduced (128 bits) and
 // reduced once per sum.
 struct AndWeights {
   int g = kMaxGroupWords;  // words per group
-  F64 tau[kMaxGroupWords];
+  F64 sigma[kMaxGroupWords];
+  F64 tau[kMaxGroupWords];  // sigma[j]^2 (DeriveTau)
   std::vector<uint64_t> nu;  // one per group (elements of GF(2^64))
+  void DeriveTau() {
+    for (int j = 0; j < kMaxGroupWords; ++j) tau[j] = Mul(sigma[j], sigma[j]);
+  }
 };
 
 // One party's shares of the AND log: n words of x, y (two comps each) and
@@ -243,7 +254,7 @@ struct AndShares {
 // h(e_1) .. h(e_{2G-2}) (out[0 .. 2G-3], G = w.g) and its replicated
 // shares of the claim sum_g w_g z_g (claim[0], claim[1]), where
 //   h(X) = sum over groups k and lanes l of f_{k,l}(X) * g_{k,l}(X),
-//   f_{k,l}(e_j) = nu_k tau_j x^l x_{k,j,l}, g_{k,l}(e_j) = y_{k,j,l}
+//   f_{k,l}(e_j) = nu_k sigma_j x^l x_{k,j,l}, g_{k,l}(e_j) = sigma_j y_{k,j,l}
 // (j < G, degree G - 1), so that
 //   h(e_0) + ... + h(e_{G-1}) = sum_g w_g x_g y_g.
 void FirstLevelH(const AndShares& s, const AndWeights& w, F64* out, F64 claim[2]);

@@ -13,20 +13,23 @@
 
 namespace kmpc::protocol {
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) { Reset(); }
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()), peek_(EVP_MD_CTX_new()) { Reset(); }
 void Sha256::Reset() {
   ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
 }
-Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(ctx_);
+  EVP_MD_CTX_free(peek_);
+}
 void Sha256::Update(absl::Span<const uint8_t> b) {
   if (ok_ && !b.empty()) ok_ = EVP_DigestUpdate(ctx_, b.data(), b.size()) == 1;
 }
 absl::Status Sha256::Peek(std::array<uint8_t, 32>& out) {
-  EVP_MD_CTX* copy = EVP_MD_CTX_new();
+  // peek_ is reused for every Peek (EVP_MD_CTX_copy_ex overwrites it):
+  // one allocation per hash instead of one per coin.
   unsigned int len = 0;
-  const bool ok = ok_ && copy != nullptr && EVP_MD_CTX_copy_ex(copy, ctx_) == 1 &&
-                  EVP_DigestFinal_ex(copy, out.data(), &len) == 1 && len == 32;
-  EVP_MD_CTX_free(copy);
+  const bool ok = ok_ && peek_ != nullptr && EVP_MD_CTX_copy_ex(peek_, ctx_) == 1 &&
+                  EVP_DigestFinal_ex(peek_, out.data(), &len) == 1 && len == 32;
   return ok ? absl::OkStatus() : absl::InternalError("SHA-256 failed");
 }
 absl::Status Sha256::Final(std::array<uint8_t, 32>& out) {
@@ -82,6 +85,7 @@ MulLog::~MulLog() {
 
 void MulLog::FreeAll() {
   for (auto& v : and_) WipeAndFree(v);
+  and_n_ = 0;
   for (auto& v : gf_) WipeAndFree(v);
   for (auto& v : fold_) WipeAndFree(v);
   for (auto& v : gf_fold_) WipeAndFree(v);
@@ -101,7 +105,7 @@ void MulLog::ReleaseExcess() {
 }
 
 size_t MulLog::AppendAnd(size_t n, int live, uint64_t* out[5]) {
-  const size_t at = and_[0].size();
+  const size_t at = and_n_;
   if (live < 64 && n > 0) {
     auto& last = partial_;
     if (!last.empty() && last.back()[0] + last.back()[1] == at &&
@@ -111,13 +115,17 @@ size_t MulLog::AppendAnd(size_t n, int live, uint64_t* out[5]) {
       last.push_back({at, n, static_cast<size_t>(live)});
     }
   }
-  if (at + n > and_[0].capacity()) {
-    for (auto& v : and_) Reserve(v, at + n);
+  // The buffers' size is their capacity (and_n_ the words in use), so
+  // that an append is no call to resize (one per AES tile and component).
+  if (at + n > and_[0].size()) {
+    for (auto& v : and_) {
+      v.resize(at);  // Reserve copies the words in use only
+      Reserve(v, at + n);
+      v.resize(v.capacity());
+    }
   }
-  for (int k = 0; k < 6; ++k) {
-    and_[k].resize(at + n);
-    if (k < 5) out[k] = and_[k].data() + at;
-  }
+  for (int k = 0; k < 5; ++k) out[k] = and_[k].data() + at;
+  and_n_ = at + n;
   return at;
 }
 
@@ -184,7 +192,7 @@ class BitPacker {
 
 void MulLog::PackLiveLanes() {
   if (partial_.empty()) return;
-  const size_t n = and_[0].size();
+  const size_t n = and_n_;
   // The check is over the set of logged words, in any order the three
   // parties share: the full words fill [0, F) (those at or past F move
   // into the partial words' places below F), the live lanes of the partial
@@ -214,16 +222,16 @@ void MulLog::PackLiveLanes() {
     for (size_t k = 0; k < holes.size(); ++k) v[holes[k]] = v[sources[k]];
     std::copy(packed.begin(), packed.end(), v.begin() + full);
     share::Wipe(v.data() + full + packed_words, 8 * (n - full - packed_words));
-    v.resize(full + packed_words);
   }
+  and_n_ = full + packed_words;
   share::Wipe(packed.data(), 8 * packed.size());
   partial_.clear();
 }
 
 void MulLog::Rewind() {
   partial_.clear();
-  and_dirty_ = std::max(and_dirty_, and_[0].size());
-  for (auto& v : and_) v.resize(0);
+  and_dirty_ = std::max(and_dirty_, and_n_);
+  and_n_ = 0;
   for (auto& v : gf_) {
     share::Wipe(v.data(), v.size());
     v.clear();
@@ -296,13 +304,19 @@ using dzkp::Fe;
 // message: every message a coin challenges has reached an honest party
 // before any party can compute the coin. A wrong acknowledgement makes
 // the parties' opened values differ, which the compare round detects.
+// KMPC_TEST_ONE_ROUND_COIN: defined only where the tests compile a copy of
+// this file (kmpc_core_readahead_oneround_test, core.cmake) to show that
+// the read-ahead attack works without the acknowledgements; no library or
+// server is built with it.
 absl::Status Coin(Rep3& ctx, Sha256& opened, uint8_t out[16]) {
+#ifndef KMPC_TEST_ONE_ROUND_COIN
   std::array<uint8_t, 32> ack{}, peer{};
   if (absl::Status st = opened.Peek(ack); !st.ok()) return st;
   if (absl::Status st = ctx.channel().Exchange(absl::MakeConstSpan(ack), absl::MakeSpan(peer));
       !st.ok())
     return st;
   opened.Update(absl::MakeConstSpan(peer));
+#endif
   uint8_t c0[16], c1[16];
   ctx.prss().RandomShares(c0, c1, 16);
   absl::Status st = ctx.Reveal(absl::MakeConstSpan(c0, 16), absl::MakeConstSpan(c1, 16),
@@ -425,7 +439,8 @@ struct VerifySecrets {
 void FirstWeights(const uint8_t* coin, size_t groups, dzkp::AndWeights& w) {
   const Prf prf(coin);
   static_assert(dzkp::kMaxGroupWords % 2 == 0);
-  prf.Fill(0, (w.g + 1) / 2, reinterpret_cast<uint8_t*>(w.tau));  // two per PRF block
+  prf.Fill(0, (w.g + 1) / 2, reinterpret_cast<uint8_t*>(w.sigma));  // two per PRF block
+  w.DeriveTau();
   const size_t blocks = (groups + 1) / 2;
   Reserve(w.nu, 2 * blocks);
   w.nu.resize(2 * blocks);

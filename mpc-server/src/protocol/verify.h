@@ -29,16 +29,20 @@
 // 16-byte opening; the first orders the ring so that no party can know a
 // coin before its own challenged messages reached an honest party.
 // Rounds:
-//  1. coin c1: word weights tau_j (j < G) and group weights nu_k, all in
-//     GF(2^64). AND gate (group k, word j, lane l) weighs w = nu_k tau_j
-//     x^l; the claim is sum w z = sum w x y. The lane weights x^l make a
-//     word's lift the word itself (free), and a lifted cross word times
-//     nu_k one 64 x 64 carry-less product, summed unreduced.
+//  1. coin c1: word weights sigma_j (j < G) and group weights nu_k, all
+//     in GF(2^64); tau_j = sigma_j^2. AND gate (group k, word j, lane l)
+//     weighs w = nu_k tau_j x^l; the claim is sum w z = sum w x y. The
+//     lane weights x^l make a word's lift the word itself (free), and a
+//     lifted cross word times nu_k one 64 x 64 carry-less product, summed
+//     unreduced.
 //  2. first compression of A (factor G = 16, 32 or 64 by the log's size,
-//     dzkp::GroupWordsFor): per group, f(e_j) = w x (word j), g(e_j) = y,
-//     h = sum f g of degree 2G - 2; every party's weak share of h(e_1) ..
-//     h(e_{2G-2}) comes from the G^2 cross products of the group's words
-//     (AND of shares, times nu_k), summed over groups. These, one random
+//     dzkp::GroupWordsFor): per group, f(e_j) = nu_k sigma_j x^l x (word
+//     j), g(e_j) = sigma_j y, so f(e_j) g(e_j) = w x y; h = sum f g of
+//     degree 2G - 2; every party's weak share of h(e_1) .. h(e_{2G-2})
+//     comes from the G (G + 1) / 2 symmetric cross products of the
+//     group's words (x_j & y_j' ^ x_j' & y_j for j < j', and x_j & y_j:
+//     the coefficient sigma_j sigma_j' L_j L_j' of x_j y_j' in h is
+//     symmetric; AND of shares, times nu_k), summed over groups. These, one random
 //     product x'y' in GF(2^64) (A's mask) and, with proof B, one in
 //     GF(2^128) (B's mask) are reshared (one message).
 //  3. coin c2: r and w'_m (A's mask weight); B's weights w'_k of the
@@ -79,7 +83,9 @@
 //    nonzero element D^ = sum_l x^l D_l of GF(2^64); the claim's error
 //    sum_{k,j} nu_k tau_j D^_kj is a nonzero polynomial of degree 2 in the
 //    weights (its coefficient of nu_k tau_j is D^_kj), zero with
-//    probability at most 2 / 2^64 (Schwartz-Zippel);
+//    probability at most 2 / 2^64 (Schwartz-Zippel); tau_j = sigma_j^2 is
+//    uniform because squaring is a bijection of GF(2^64) (the Frobenius
+//    automorphism), and the nu_k, tau_j are independent;
 //  - compression: a false claim survives a step only if the reshared h
 //    (errors included, fixed before the coin) agrees with the true one at
 //    r: at most (2G - 2) / |F| <= 126 / 2^64 for A's first, 2 / |F| per
@@ -165,6 +171,7 @@ class Sha256 {
 
  private:
   EVP_MD_CTX* ctx_;
+  EVP_MD_CTX* peek_;  // Peek's copy of ctx_
   bool ok_;
 };
 
@@ -193,7 +200,7 @@ class MulLog {
              size_t n);
   void AddOpened(absl::Span<const uint8_t> v);
 
-  size_t and_words() const { return and_[0].size(); }
+  size_t and_words() const { return and_n_; }
   size_t gf_products() const { return gf_[0].size() / 16; }
   bool empty() const { return and_words() == 0 && gf_products() == 0; }
   // Wipes and empties everything (the opened-values hash restarts); the
@@ -237,8 +244,10 @@ class MulLog {
   // blocks is checked on b/64 of its words. The z = x & y relation holds
   // lane by lane, so it holds on the packed words.
   void PackLiveLanes();
-  // x0, x1, y0, y1, z0, z1
+  // x0, x1, y0, y1, z0, z1: words [0, and_n_) in use; each buffer's size
+  // is its capacity.
   std::array<dzkp::WordVector, 6> and_;
+  size_t and_n_ = 0;
   // Runs of words with fewer than 64 live lanes: (first word, words, live).
   std::vector<std::array<size_t, 3>> partial_;
   // Elements of and_ / fold_ written since the last Clear.

@@ -1,9 +1,13 @@
 #include "service/services.h"
 
 #include <grpcpp/grpcpp.h>
+#include <fcntl.h>
 #include <openssl/crypto.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -14,6 +18,7 @@
 #include "contract.h"
 #include "engine/refresh.h"
 #include "protocol/gf128.h"
+#include "service/wipe_interceptor.h"
 #include "util/log.h"
 
 namespace kmpc::service {
@@ -146,12 +151,27 @@ void WipeShares(std::string* flat) { OPENSSL_cleanse(flat->data(), flat->size())
 
 }  // namespace
 
+std::string RequestRecorder::RefusalReason() {
+  const char* v = std::getenv(kRecordRequestsEnv);
+  if (v != nullptr && std::string(v) == "1") return "";
+  return absl::StrCat("--debug_record_requests is test-only (the records hold "
+                      "shares): refused unless ", kRecordRequestsEnv,
+                      "=1 is set in the environment too");
+}
+
 absl::StatusOr<std::unique_ptr<RequestRecorder>> RequestRecorder::Open(
     const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "ab");
-  if (f == nullptr)
+  if (std::string why = RefusalReason(); !why.empty())
+    return absl::FailedPreconditionError(why);
+  const int fd = open(path.c_str(),
+                      O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  std::FILE* f = nullptr;
+  if (fd >= 0 && fchmod(fd, 0600) == 0) f = fdopen(fd, "ab");
+  if (f == nullptr) {
+    if (fd >= 0) close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat("cannot open ", path, " to record requests"));
+  }
   return std::unique_ptr<RequestRecorder>(new RequestRecorder(f));
 }
 
@@ -549,6 +569,7 @@ grpc::Status KeyOpsService::Serve(grpc::ServerContext* ctx, const char* what,
     KMPC_VLOG(1) << what << " rejected: "
                  << (e ? contract::BatchErrorName(e->code()) : "?") << ": "
                  << st.error_message();
+    WipeResponseShares(resp);  // Clear keeps the strings' buffers
     resp->Clear();
   }
   return st;

@@ -57,10 +57,17 @@ struct ServiceOptions {
 // received and before any processing, to a file, one record each:
 //   "<Method> <n>\n" then the n bytes of the serialized request, then "\n".
 // For integration tests that scan what a server receives (enctype.md,
-// invariant 5); never for production (the records hold shares).
+// invariant 5); never for production (the records hold shares). So that
+// it cannot be switched on by accident, it also needs the environment
+// variable kRecordRequestsEnv set to "1"; the file is created mode 0600
+// (an existing one is set to 0600).
+inline constexpr char kRecordRequestsEnv[] = "KMPC_TEST_ONLY_RECORD_REQUESTS";
 class RequestRecorder {
  public:
-  // Opens `path` for appending; INVALID_ARGUMENT if it cannot.
+  // Empty if recording is allowed (kRecordRequestsEnv=1); else why not.
+  static std::string RefusalReason();
+  // Opens `path` for appending; FAILED_PRECONDITION without
+  // kRecordRequestsEnv=1, INVALID_ARGUMENT if it cannot open the file.
   static absl::StatusOr<std::unique_ptr<RequestRecorder>> Open(const std::string& path);
   ~RequestRecorder();
   void Record(const char* method, const google::protobuf::Message& req);

@@ -164,7 +164,8 @@ struct ClearLog {
       x[i] = Rng()(), y[i] = Rng()();
       z[i] = x[i] & y[i];
     }
-    for (auto& t : w->tau) t = RandomF64();
+    for (auto& t : w->sigma) t = RandomF64();
+    w->DeriveTau();
     w->nu.resize((n + gw - 1) / gw);
     for (auto& v : w->nu) v = Rng()();
   }
@@ -184,7 +185,8 @@ struct ClearLog {
     F64 r = F64{0};
     for (int j = 0; j < gw; ++j) {
       const size_t word = k * gw + j;
-      if (word < x.size() && Bit(x[word], l)) r = Add(r, Mul(lag[j], Weight(word, l)));
+      const F64 fw = Mul(Mul(F64{static_cast<uint64_t>(w->nu[k])}, w->sigma[j]), LaneWeight(l));
+      if (word < x.size() && Bit(x[word], l)) r = Add(r, Mul(lag[j], fw));
     }
     return r;
   }
@@ -194,7 +196,7 @@ struct ClearLog {
     F64 r = F64{0};
     for (int j = 0; j < gw; ++j) {
       const size_t word = k * gw + j;
-      if (word < y.size() && Bit(y[word], l)) r = Add(r, lag[j]);
+      if (word < y.size() && Bit(y[word], l)) r = Add(r, Mul(lag[j], w->sigma[j]));
     }
     return r;
   }

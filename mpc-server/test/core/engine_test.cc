@@ -159,7 +159,7 @@ class Cluster {
 
   // Every CHECKSUM / VERIFY_CHECKSUM job the helpers below built with its
   // message in `data` (data.size() == length, no shares yet) gets the
-  // message dealt afresh as shares (the KDC module's client::Deal), so
+  // message dealt afresh as shares (as the KDC module's client::DealFlat), so
   // each party sees only its pair; other jobs go to all three unchanged.
   static std::array<std::vector<Job>, 3> Deal(const std::vector<Job>& jobs) {
     std::array<std::vector<Job>, 3> out = {jobs, jobs, jobs};

@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -118,9 +120,9 @@ v1::SignRequest V(v1::SignRequest r) {
 // RunResponse.ctr0s, .shares; FinalizeResponse.tags).
 struct Values {
   std::string ctr0;
-  v1::SharePair keystream, tag;
-  bool has_keystream() const { return !keystream.first().empty(); }
-  bool has_tag() const { return !tag.first().empty(); }
+  std::pair<std::string, std::string> keystream, tag;  // s_i, s_{i+1}
+  bool has_keystream() const { return !keystream.first.empty(); }
+  bool has_tag() const { return !tag.first.empty(); }
 };
 Values Vals(const v1::RunResponse& r, int job) {
   v1::RunRequest req;
@@ -139,17 +141,20 @@ Values Vals(const v1::RunResponse& r, int job) {
         sh.TakePair(contract::RevealedShareBytes(contract::ShapeOf(j), st));
     if (k != job) continue;
     out.ctr0 = std::string(ctr0);
-    v1::SharePair& v = j.type() == v1::JOB_CHECKSUM ? out.tag : out.keystream;
-    v.set_first(std::string(m.first));
-    v.set_second(std::string(m.second));
+    // Through a reference: GCC 12 assigns a braced list to a copy of a
+    // conditional lvalue, `(c ? a : b) = {x, y}`, leaving a and b as they
+    // were.
+    std::pair<std::string, std::string>& v =
+        j.type() == v1::JOB_CHECKSUM ? out.tag : out.keystream;
+    v = {std::string(m.first), std::string(m.second)};
   }
   return out;
 }
 Values Vals(const v1::FinalizeResponse& r, int item) {
   Values out;
   const absl::string_view t = r.tags();
-  out.tag.set_first(std::string(t.substr(32 * item, 16)));
-  out.tag.set_second(std::string(t.substr(32 * item + 16, 16)));
+  out.tag = {std::string(t.substr(32 * item, 16)),
+             std::string(t.substr(32 * item + 16, 16))};
   return out;
 }
 // Result k's tag share (kmpc.proto SignResponse.tag_shares: one per JOB_OK
@@ -297,13 +302,13 @@ v1::BatchErrorCode ErrorOf(const grpc::Status& st) {
 }
 
 std::string Combine(const std::array<v1::RunResponse, 3>& r, int job) {
-  std::string v = Vals(r[0], job).keystream.first();
+  std::string v = Vals(r[0], job).keystream.first;
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(Vals(r[i], job).keystream.second(),
-              Vals(r[(i + 1) % 3], job).keystream.first());
+    EXPECT_EQ(Vals(r[i], job).keystream.second,
+              Vals(r[(i + 1) % 3], job).keystream.first);
   }
   for (int i = 1; i < 3; ++i) {
-    const std::string s = Vals(r[i], job).keystream.first();
+    const std::string s = Vals(r[i], job).keystream.first;
     for (size_t k = 0; k < v.size(); ++k) v[k] ^= s[k];
   }
   return v;
@@ -427,9 +432,9 @@ TEST_F(ServiceTest, ChecksumOverSharesMatchesTheEnctypeAndVerifies) {
     const v1::JobStatus ok[] = {v1::JOB_OK};
     std::array<v1::RunResponse, 3> resp;
     ASSERT_NO_FATAL_FAILURE(RunExpecting(req, ok, &resp));
-    std::string tag = Vals(resp[0], 0).tag.first();
+    std::string tag = Vals(resp[0], 0).tag.first;
     for (int i = 1; i < 3; ++i)
-      for (int k = 0; k < 16; ++k) tag[k] ^= Vals(resp[i], 0).tag.first()[k];
+      for (int k = 0; k < 16; ++k) tag[k] ^= Vals(resp[i], 0).tag.first[k];
     const std::string ctr0 = Vals(resp[0], 0).ctr0;
     const std::string h = AesEcb(key, std::string(16, '\0'));
     protocol::Block hb;
@@ -671,8 +676,8 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   std::string tag(16, '\0');
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(frs[i].results_size(), 1);
-    EXPECT_EQ(Vals(frs[i], 0).tag.second(), Vals(frs[(i + 1) % 3], 0).tag.first());
-    for (int k = 0; k < 16; ++k) tag[k] ^= Vals(frs[i], 0).tag.first()[k];
+    EXPECT_EQ(Vals(frs[i], 0).tag.second, Vals(frs[(i + 1) % 3], 0).tag.first);
+    for (int k = 0; k < 16; ++k) tag[k] ^= Vals(frs[i], 0).tag.first[k];
   }
   {  // The enctype's tag: GHASH_H(usage || C) ^ AES_K(ctr0).
     const std::string h = AesEcb(key, std::string(16, '\0'));
@@ -891,7 +896,7 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   EXPECT_EQ(ks, AesEcb(key, ctrs_in).substr(0, 33));
   // The CHECKSUM's tag shares have consistent copies.
   for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(Vals(resp[i], 4).tag.second(), Vals(resp[(i + 1) % 3], 4).tag.first());
+    EXPECT_EQ(Vals(resp[i], 4).tag.second, Vals(resp[(i + 1) % 3], 4).tag.first);
   // A refused message is not echoed back.
   EXPECT_TRUE(absl::StrContains(resp[0].results(9).detail(), "shares"))
       << resp[0].results(9).detail();
@@ -1477,6 +1482,7 @@ TEST_F(SignTest, VerificationPadVerifiesOnceAndNeverSigns) {
 // request's message shares.
 TEST_F(ServiceTest, DebugRecorderAppendsRequestsAsReceived) {
   const std::string path = absl::StrCat(*dir_, "/recorded-", random());
+  ASSERT_EQ(setenv(kRecordRequestsEnv, "1", 1), 0);
   ServiceOptions o;
   o.debug_record_requests = path;
   KeyOpsService svc(o, parties_[0].keys.get(), parties_[0].scheduler.get(),
@@ -1518,8 +1524,36 @@ TEST_F(ServiceTest, DebugRecorderAppendsRequestsAsReceived) {
                                         "Run ", run_bytes.size(), "\n", run_bytes, "\n",
                                         "Finalize ", fin_bytes.size(), "\n", fin_bytes, "\n");
   EXPECT_EQ(ss.str(), want);
+  struct stat sb;
+  ASSERT_EQ(stat(path.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);  // the records hold shares
+  unsetenv(kRecordRequestsEnv);
   // Off by default.
   EXPECT_TRUE(ServiceOptions{}.debug_record_requests.empty());
+}
+
+// The recorder cannot be switched on by the flag alone: without
+// KMPC_TEST_ONLY_RECORD_REQUESTS=1 it is refused and creates no file; an
+// existing file it may append to is made 0600.
+TEST_F(ServiceTest, DebugRecorderNeedsItsEnvironmentVariable) {
+  const std::string path = absl::StrCat(*dir_, "/refused-", random());
+  unsetenv(kRecordRequestsEnv);
+  for (const char* v : {static_cast<const char*>(nullptr), "0", "yes"}) {
+    if (v != nullptr) ASSERT_EQ(setenv(kRecordRequestsEnv, v, 1), 0);
+    auto r = RequestRecorder::Open(path);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_NE(r.status().message().find("KMPC_TEST_ONLY_RECORD_REQUESTS=1"),
+              std::string::npos);
+    EXPECT_NE(access(path.c_str(), F_OK), 0) << "created " << path;
+  }
+  ASSERT_EQ(setenv(kRecordRequestsEnv, "1", 1), 0);
+  { std::ofstream(path) << "x"; }
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  EXPECT_TRUE(RequestRecorder::Open(path).ok());
+  struct stat sb;
+  ASSERT_EQ(stat(path.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  unsetenv(kRecordRequestsEnv);
 }
 
 }  // namespace
