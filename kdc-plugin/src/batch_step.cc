@@ -159,7 +159,8 @@ BatchStep::BatchStep(std::shared_ptr<StepHost> host, uint64_t seq,
       start_(start),
       deadline_(start + host_->options().deadline),
       jobs_(std::move(jobs)),
-      open_(jobs_.size()) {}
+      open_(jobs_.size()),
+      recheck_(jobs_.size(), 0) {}
 
 std::string BatchStep::Party(int p) const {
   return host_->transport()->PartyName(p);
@@ -622,6 +623,7 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
     const bool verified = r.status() == pb::JOB_OK;
     switch (e.job.type) {
       case pb::JOB_VERIFY_CHECKSUM:
+        if (verified && recheck_[i]) VerifyDisagreed();
         Complete(i, verified ? absl::OkStatus()
                              : absl::DataLossError("checksum did not verify"),
                  {});
@@ -878,7 +880,8 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
     if (why.empty()) why = TagSharesProblem(r, p);
     if (why.empty()) SliceTagShares(call.get(), p);
   }
-  std::vector<size_t> rerun;
+  std::vector<size_t> rerun, recheck;
+  size_t not_ok = 0;  // items some server answered other than JOB_OK
   if (!why.empty()) {
     rerun = call->idx;
   } else {
@@ -895,11 +898,17 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
                                " (", r.detail(), ")");
         }
       }
+      not_ok += !ok;
       PendingJob& e = jobs_[i];
       if (ok && e.job.type == pb::JOB_VERIFY_CHECKSUM && !IsDone(i)) {
         absl::Status st = CheckVerifyAnswer(*call, k);
-        if (st.ok() || absl::IsDataLoss(st)) {
+        if (st.ok()) {
           Complete(i, std::move(st), {});
+          continue;
+        }
+        if (absl::IsDataLoss(st)) {  // never final: the Run decides
+          recheck_[i] = 1;
+          recheck.push_back(i);
           continue;
         }
         if (why.empty()) why = std::string(st.message());
@@ -919,8 +928,10 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
       rerun.push_back(i);
     }
   }
+  if (not_ok > 0) host_->SignAnswersFailed(not_ok);
   ScrubSign(call.get());
-  if (!rerun.empty()) RerunSign(std::move(rerun), why);
+  if (!rerun.empty() || !recheck.empty())
+    RerunSign(std::move(rerun), why, std::move(recheck));
 }
 
 // A verify item's answers (kmpc.proto SignItem.verify_tag): additive
@@ -944,23 +955,50 @@ absl::Status BatchStep::CheckVerifyAnswer(const SignCall& call, int k) const {
                   : absl::DataLossError("checksum did not verify");
 }
 
-void BatchStep::RerunSign(std::vector<size_t> idx, const std::string& why) {
+void BatchStep::RerunSign(std::vector<size_t> rerun, const std::string& why,
+                          std::vector<size_t> recheck) {
   if (absl::Now() >= deadline_) return;  // Expire fails them (or did)
   std::vector<size_t> again;
-  for (size_t i : idx) {
-    if (IsDone(i)) continue;
-    PendingJob& e = jobs_[i];
-    e.sign = false;
-    e.output.clear();
-    e.run_batch_id.clear();
-    again.push_back(i);
-  }
+  size_t reruns = 0;
+  for (const auto* list : {&rerun, &recheck})
+    for (size_t i : *list) {
+      if (IsDone(i)) continue;
+      PendingJob& e = jobs_[i];
+      e.sign = false;
+      e.output.clear();
+      e.run_batch_id.clear();
+      again.push_back(i);
+      reruns += list == &rerun;
+    }
   if (again.empty()) return;
-  host_->SignRerun(again.size());
-  host_->Log(LOG_INFO, absl::StrCat("kdcmpc: batch #", seq_, ": Sign of ",
-                                    again.size(), " checksum(s) under a pad "
-                                    "failed (", why, "); running them"));
+  if (reruns > 0) {
+    host_->SignRerun(reruns);
+    // Warning: a server that answers other than JOB_OK (or not at all)
+    // costs a Run per item; a deviating one shows here.
+    host_->Log(LOG_WARNING,
+               absl::StrCat("kdcmpc: batch #", seq_, ": Sign of ", reruns,
+                            " checksum(s) under a pad failed (",
+                            why, "); running them"));
+  }
+  if (reruns < again.size())
+    host_->Log(LOG_INFO,
+               absl::StrCat("kdcmpc: batch #", seq_, ": ",
+                            again.size() - reruns,
+                            " ring-free verify item(s) refused the presented "
+                            "tag; re-checking in a Run"));
   StartRun(std::move(again));
+}
+
+// A verify item's ring-free answers refused a signature the Run accepts:
+// some server added an error to its answer (which one, additive shares do
+// not tell). The ticket is accepted; the event is logged and counted.
+void BatchStep::VerifyDisagreed() {
+  host_->VerifyDisagreed();
+  host_->Log(LOG_WARNING,
+             absl::StrCat("kdcmpc: security event: batch #", seq_,
+                          ": ring-free verify disagreed with the MPC check (a "
+                          "checksum the servers' Sign answers refused verified "
+                          "in a Run; one MPC server deviated); accepted"));
 }
 
 // Why party p's tag share buffer is not exactly one tag per JOB_OK result

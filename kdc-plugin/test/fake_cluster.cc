@@ -106,6 +106,11 @@ void FakeCluster::set_corrupt_finalize(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
   corrupt_fin_[p] = v;
 }
+void FakeCluster::set_tag_share_error(int p, bool sign, std::string error) {
+  std::lock_guard<std::mutex> l(mu_);
+  (sign ? sign_error_ : verify_error_)[p] = std::move(error);
+}
+
 void FakeCluster::set_tag_shares_extra(int p, int extra) {
   std::lock_guard<std::mutex> l(mu_);
   tag_extra_[p] = extra;
@@ -428,6 +433,10 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
         t = t == it.verify_tag() ? std::string(16, '\0') : Random(16);
       for (int i = 0; i < 16; ++i) t[i] ^= share[0][i] ^ share[1][i];
       share[2] = t;
+      for (int p = 0; p < 3; ++p) {
+        const std::string& e = (pad->second.verify ? verify_error_ : sign_error_)[p];
+        for (size_t i = 0; i < e.size() && i < 16; ++i) share[p][i] ^= e[i];
+      }
     }
     for (int p = 0; p < 3; ++p) (*out)[p].mutable_tag_shares()->append(share[p]);
   }
