@@ -102,6 +102,33 @@ absl::Status JobFailure(const pb::JobResult& r) {
   }
 }
 
+// Bytes of each share of what job's dealing carries (contract::SharedBytes):
+// the message, and after it a checksum's presented tag.
+size_t SharedBytes(const Job& job) {
+  return contract::SharedBytes(job.type, job.input.size());
+}
+
+// Deals job's message, and for a VERIFY_CHECKSUM the presented tag t'
+// after it, as one value into the parties' flat buffers (kmpc.proto
+// RunRequest.data_shares, SignRequest.data_shares): t' is a PAC
+// signature, bytes of a ticket's plaintext, so no server sees it whole.
+absl::Status DealShared(const Job& job, client::DealRandom* random,
+                        const std::array<std::string*, kParties>& flat) {
+  const size_t n = SharedBytes(job);
+  if (job.type != pb::JOB_VERIFY_CHECKSUM)
+    return client::DealFlat(
+        absl::MakeConstSpan(job.input.data(), job.input.size()),
+        random->Take(n), flat);
+  if (job.checksum.size() != contract::kChecksumSize)
+    return absl::InvalidArgumentError("checksum must be ctr0 || tag");
+  SecureBytes value(n);
+  std::copy(job.input.begin(), job.input.end(), value.begin());
+  std::memcpy(value.data() + job.input.size(),
+              job.checksum.data() + contract::kCtr0Size, contract::kTagSize);
+  return client::DealFlat(absl::MakeConstSpan(value.data(), n),
+                          random->Take(n), flat);
+}
+
 // "keystream of job 3", without a heap allocation per job.
 struct What {
   char text[48];
@@ -293,9 +320,12 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
         break;
       case pb::JOB_CHECKSUM:
       case pb::JOB_VERIFY_CHECKSUM:
-        // The message only as shares, dealt below (enctype.md invariant 5).
+        // The message only as shares, dealt below (enctype.md invariant 5);
+        // of a checksum to verify, its ctr0 only: the tag is dealt after
+        // the message (kmpc.proto JOB_VERIFY_CHECKSUM).
         j->set_length(static_cast<uint32_t>(job.input.size()));
-        if (!job.checksum.empty()) j->set_checksum(job.checksum);
+        if (job.type == pb::JOB_VERIFY_CHECKSUM)
+          j->set_checksum(job.checksum.substr(0, contract::kCtr0Size));
         shared.push_back(call->req.jobs_size() - 1);
         break;
       case pb::JOB_PAD:
@@ -324,7 +354,7 @@ absl::Status BatchStep::DealRunShares(RunCall* call,
   // message its own slice (client::DealRandom), dealt in job order into
   // each party's flat buffer.
   size_t total = 0;
-  for (int k : shared) total += jobs_[call->idx[k]].job.input.size();
+  for (int k : shared) total += SharedBytes(jobs_[call->idx[k]].job);
   client::DealRandom random;
   if (absl::Status st = random.Draw(total); !st.ok()) return st;
   std::array<std::string*, kParties> flat;
@@ -332,14 +362,10 @@ absl::Status BatchStep::DealRunShares(RunCall* call,
     flat[p] = call->party_req[p]->mutable_data_shares();
     flat[p]->reserve(2 * total);
   }
-  for (int k : shared) {
-    const Job& job = jobs_[call->idx[k]].job;
-    if (absl::Status st = client::DealFlat(
-            absl::MakeConstSpan(job.input.data(), job.input.size()),
-            random.Take(job.input.size()), flat);
+  for (int k : shared)
+    if (absl::Status st = DealShared(jobs_[call->idx[k]].job, &random, flat);
         !st.ok())
       return st;
-  }
   return absl::OkStatus();
 }
 
@@ -809,7 +835,7 @@ void BatchStep::StartSign() {
     call->req[p].set_wire_version(contract::kWireVersion);
   }
   size_t total = 0;
-  for (size_t i : call->idx) total += jobs_[i].job.input.size();
+  for (size_t i : call->idx) total += SharedBytes(jobs_[i].job);
   client::DealRandom random;  // one draw for every item's message
   if (absl::Status st = random.Draw(total); !st.ok()) {
     FailOpen(st, &call->idx);
@@ -828,15 +854,11 @@ void BatchStep::StartSign() {
       item->set_job_id(e.run_job_id);
       item->set_usage(e.job.usage);
       item->set_length(static_cast<uint32_t>(e.job.input.size()));
-      if (e.job.type == pb::JOB_VERIFY_CHECKSUM)
-        item->set_verify_tag(e.job.checksum.substr(contract::kCtr0Size));
+      if (e.job.type == pb::JOB_VERIFY_CHECKSUM) item->set_verify(true);
     }
-    // The message as shares, dealt afresh for this item (enctype.md
-    // invariant 5), as a Run CHECKSUM's.
-    if (absl::Status st = client::DealFlat(
-            absl::MakeConstSpan(e.job.input.data(), e.job.input.size()),
-            random.Take(e.job.input.size()), flat);
-        !st.ok()) {
+    // The message (and a verify item's presented tag) as shares, dealt
+    // afresh for this item (enctype.md invariant 5), as a Run's.
+    if (absl::Status st = DealShared(e.job, &random, flat); !st.ok()) {
       ScrubSign(call.get());
       FailOpen(st, &call->idx);
       return;

@@ -97,8 +97,8 @@ TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
 // the EncTicketPart, session key included) reaches each server only as
 // its two of three shares, dealt afresh for every job; the parties'
 // requests differ in those shares only, and no party's request holds the
-// message. The tags are still right (the fake reconstructs the message
-// from two parties' shares).
+// message, nor a VERIFY's presented tag. The tags are still right (the
+// fake reconstructs the message from two parties' shares).
 TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
@@ -128,6 +128,9 @@ TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
     for (const std::string& raw : fake_.received(p)) {
       EXPECT_EQ(raw.find(msg.substr(0, 12)), std::string::npos) << p;
       EXPECT_EQ(raw.find("0123456789abcdef"), std::string::npos) << p;
+      // The VERIFY's presented tag (a PAC signature: ticket plaintext)
+      // goes as shares too (kmpc.proto JOB_VERIFY_CHECKSUM).
+      EXPECT_EQ(raw.find(sum.substr(16)), std::string::npos) << p;
       got[p].emplace_back();
       ASSERT_TRUE(got[p].back().ParseFromString(raw));
     }

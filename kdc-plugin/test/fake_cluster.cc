@@ -335,8 +335,13 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
           FailJob(r, pb::JOB_MALFORMED, "message shares inconsistent");
           break;
         }
-        std::string ctr0 = j.checksum().substr(0, 16);
-        if (Tag(key, j.usage(), ctr0, *d, true) != j.checksum().substr(16))
+        // D || t' (kmpc.proto JOB_VERIFY_CHECKSUM): t' came as shares.
+        if (d->size() != j.length() + 16 || j.checksum().size() != 16) {
+          FailJob(r, pb::JOB_MALFORMED, "verify shares or ctr0 of the wrong size");
+          break;
+        }
+        if (Tag(key, j.usage(), j.checksum(), d->substr(0, j.length()), true) !=
+            d->substr(j.length()))
           for (auto* x : r) x->set_status(pb::JOB_INTEGRITY_FAILED);
         break;
       }
@@ -414,8 +419,8 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
         all = false;
       } else if (it.usage() != pad->second.usage ||
                  it.length() > pad->second.length || !d ||
-                 d->size() != it.length() ||
-                 it.verify_tag().empty() == pad->second.verify) {
+                 d->size() != contract::SharedBytes(it) ||
+                 it.verify() != pad->second.verify) {
         r[p]->set_status(pb::JOB_MALFORMED);  // the pad is kept
         r[p]->set_detail("usage, length or shares do not fit the pad");
         all = false;
@@ -426,11 +431,12 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
       }
     }
     if (all) {
-      std::string t = Tag(pad->second.key, it.usage(), pad->second.ctr0, *d, true);
+      std::string t = Tag(pad->second.key, it.usage(), pad->second.ctr0,
+                          d->substr(0, it.length()), true);
       // A verify item's shares sum to r * (T ^ t'): zero iff it holds,
-      // else a random value.
+      // else a random value (t' came as shares after D).
       if (pad->second.verify)
-        t = t == it.verify_tag() ? std::string(16, '\0') : Random(16);
+        t = t == d->substr(it.length()) ? std::string(16, '\0') : Random(16);
       for (int i = 0; i < 16; ++i) t[i] ^= share[0][i] ^ share[1][i];
       share[2] = t;
       for (int p = 0; p < 3; ++p) {
@@ -453,7 +459,7 @@ void FakeCluster::Sign(int party, const pb::SignRequest& req,
     if (!hang_[party] && !down_[party]) {
       contract::FlatReader flat(req.data_shares());
       for (int k = 0; k < req.items_size(); ++k) {
-        const contract::MessageShares m = flat.TakePair(req.items(k).length());
+        const contract::MessageShares m = flat.TakePair(contract::SharedBytes(req.items(k)));
         pb::SharePair& sp = shared_[req.request_id()][party][k];
         sp.set_first(std::string(m.first));
         sp.set_second(std::string(m.second));

@@ -814,11 +814,17 @@ TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
   BatcherStats s3 = b->stats();
   EXPECT_EQ(s3.run_requests - s2.run_requests, 2u);
   EXPECT_EQ(s3.verify_pads_used, s2.verify_pads_used);
-  // The verify items carried the presented tags and shares of the PAC,
-  // never the PAC.
-  for (int p = 0; p < 3; ++p)
-    for (const std::string& raw : fake_.received_signs(p))
+  // The verify items carried shares of the PAC and of the presented tag
+  // (a PAC signature, bytes of the ticket's plaintext), never either.
+  for (int p = 0; p < 3; ++p) {
+    for (const std::string& raw : fake_.received_signs(p)) {
       EXPECT_EQ(raw.find(std::string(40, 'p')), std::string::npos);
+      EXPECT_EQ(raw.find(sig.substr(16)), std::string::npos);
+      EXPECT_EQ(raw.find(wrong.substr(16)), std::string::npos);
+    }
+    for (const std::string& raw : fake_.received(p))
+      EXPECT_EQ(raw.find(sig.substr(16)), std::string::npos);
+  }
 }
 
 // One deviating server (issue 25, "Signing stays secure"): an error it

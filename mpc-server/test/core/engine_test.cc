@@ -169,11 +169,24 @@ class Cluster {
           in.data.size() != in.length || !in.data_shares[0].empty() ||
           !in.data_shares[1].empty())
         continue;
-      auto views = share::Deal(in.data);
+      // A VERIFY_CHECKSUM's ctr0 || tag: the tag is dealt after the message
+      // and the job keeps ctr0 (kmpc.proto JOB_VERIFY_CHECKSUM); a checksum
+      // of another size stays whole, a zero tag dealt.
+      Bytes value = in.data;
+      Bytes ctr0 = in.checksum;
+      if (in.type == pb::JOB_VERIFY_CHECKSUM) {
+        const bool whole = ctr0.size() == contract::kChecksumSize;
+        value.insert(value.end(), whole ? ctr0.begin() + 16 : ctr0.end(),
+                     ctr0.end());
+        if (!whole) value.resize(value.size() + 16, 0);
+        if (whole) ctr0.resize(16);
+      }
+      auto views = share::Deal(value);
       EXPECT_TRUE(views.ok());
       for (int i = 0; i < 3; ++i) {
         out[i][j].data.clear();
         out[i][j].data_shares = (*views)[i].comp;
+        out[i][j].checksum = ctr0;
       }
     }
     return out;
