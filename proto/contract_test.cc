@@ -167,8 +167,8 @@ TEST(CheckJob, ChecksumAndVerify) {
   EXPECT_TRUE(CheckJob(v).ok());
   EXPECT_EQ(JobCost(v), 2u);
   EXPECT_EQ(RevealedBytes(v), 0u);
-  std::string whole = sum + std::string(16, 't');  // a tag in the clear
-  v.checksum = whole;
+  std::string clear_tag = sum + std::string(16, 't');  // a tag in the clear
+  v.checksum = clear_tag;
   EXPECT_EQ(CheckJob(v).status, pb::JOB_INTEGRITY_FAILED);
   std::string short_sum = sum.substr(0, 15);
   v.checksum = short_sum;
