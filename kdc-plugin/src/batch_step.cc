@@ -13,6 +13,7 @@
 
 #include <google/protobuf/arena.h>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/reveal.h"
@@ -68,35 +69,58 @@ class OnArena {
   std::array<M*, kParties> p_;
 };
 
-// "UNAVAILABLE: connection refused", or the refusal "BATCH_...: detail".
+}  // namespace
+
+// At most kMaxDetail bytes of `detail`, every byte outside printable ASCII
+// (control characters, newlines, escapes, UTF-8) as '?', and "..." where
+// it was cut: a server's words go into KDC logs and krb5 error texts, and
+// a deviating server must not forge log lines or flood them.
+std::string SafeDetail(absl::string_view detail) {
+  constexpr size_t kMaxDetail = 160;
+  std::string out(detail.substr(0, kMaxDetail));
+  for (char& c : out)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  if (detail.size() > kMaxDetail) out += "...";
+  return out;
+}
+
+namespace {
+
+// "UNAVAILABLE: connection refused", or the refusal "BATCH_...: detail"
+// (the server's text through SafeDetail).
 std::string Describe(const CallStatus& s) {
-  if (s.refused()) return std::string(s.status.message());
+  if (s.refused()) return SafeDetail(s.status.message());
   return absl::StrCat(absl::StatusCodeToString(s.status.code()), ": ",
-                      s.status.message());
+                      SafeDetail(s.status.message()));
 }
 
 // A per-job failure the three servers agreed on; OK for JOB_OK and
 // JOB_INTEGRITY_FAILED (the job's type decides what those mean).
 absl::Status JobFailure(const pb::JobResult& r) {
+  // The status's own text first; the servers' detail only through
+  // SafeDetail (party 0's, a server's words).
+  const std::string detail = SafeDetail(r.detail());
   switch (r.status()) {
     case pb::JOB_UNKNOWN_KEY:
       return absl::NotFoundError(absl::StrCat(
-          "the MPC cluster holds no shares for this key id (", r.detail(),
-          ")"));
+          "the MPC cluster holds no shares for this key id (", detail, ")"));
     case pb::JOB_WRONG_CIPHER:
       return absl::PermissionDeniedError(absl::StrCat(
-          "the MPC cluster holds this key id for another enctype (",
-          r.detail(), ")"));
+          "the MPC cluster holds this key id for another enctype (", detail,
+          ")"));
     case pb::JOB_MALFORMED:
       return absl::InvalidArgumentError(
-          absl::StrCat("the MPC cluster failed the job: ", r.detail()));
+          absl::StrCat("the MPC cluster failed the job (JOB_MALFORMED: ",
+                       detail, ")"));
     case pb::JOB_KEY_INCONSISTENT:
       return absl::UnavailableError(absl::StrCat(
-          "the MPC servers hold inconsistent shares of this key: ",
-          r.detail()));
+          "the MPC servers hold inconsistent shares of this key "
+          "(JOB_KEY_INCONSISTENT: ",
+          detail, ")"));
     case pb::JOB_WITHHELD:
       return absl::FailedPreconditionError(absl::StrCat(
-          "the MPC cluster withheld the result: ", r.detail()));
+          "the MPC cluster withheld the result (JOB_WITHHELD: ", detail,
+          ")"));
     default:
       return absl::OkStatus();
   }
@@ -917,7 +941,7 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
           ok = false;
           if (why.empty())
             why = absl::StrCat(Party(p), ": ", pb::JobStatus_Name(r.status()),
-                               " (", r.detail(), ")");
+                               " (", SafeDetail(r.detail()), ")");
         }
       }
       not_ok += !ok;

@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "batch_stats.h"
 #include "batcher.h"
@@ -67,6 +68,11 @@
 namespace kmpc::kdc {
 
 class BatchStep;
+
+// A server's free text (a JobResult's or SignResult's detail, a refusal's
+// message) made safe for KDC logs and krb5 error texts: at most 160 bytes
+// ("..." where cut), printable ASCII only (anything else '?').
+std::string SafeDetail(absl::string_view detail);
 
 // What a step carries: a Run (then Finalize) batch, FINALIZE of
 // speculated keystreams only, or Sign of pad-signed checksums.

@@ -212,5 +212,33 @@ TEST_F(BatchStepTest, ExpireFailsOpenJobsOnceAndNothingAfter) {
   EXPECT_EQ(host_->delivered(), (std::map<uint64_t, int>{{1, 1}}));
 }
 
+// A server's free text reaches KDC logs and krb5 error texts only capped
+// and printable: no forged log lines, no terminal escapes, no floods.
+TEST(SafeDetailTest, CapsAndStripsAServersText) {
+  EXPECT_EQ(SafeDetail("no such key id"), "no such key id");
+  EXPECT_EQ(SafeDetail("a\nfake: log line\x1b[2J\xc3\xa9"), "a?fake: log line?[2J??");
+  const std::string flood(100000, 'x');
+  const std::string cut = SafeDetail(flood);
+  EXPECT_EQ(cut, std::string(160, 'x') + "...");
+  EXPECT_EQ(SafeDetail(""), "");
+}
+
+TEST_F(BatchStepTest, AServersDetailReachesTheErrorOnlyMadeSafe) {
+  cluster_.set_failure_detail("line one\nkdcmpc: forged line" + std::string(5000, '!'));
+  std::vector<PendingJob> jobs;
+  PendingJob unknown = Pending(1, pb::JOB_ENCRYPT, Bytes("one"));
+  unknown.job.key_id = std::string(contract::kKeyIdSize, 'u');  // not dealt
+  jobs.push_back(std::move(unknown));
+  Step(1, std::move(jobs))->Start();
+  ASSERT_TRUE(host_->WaitFinished(1));
+  const Result r = host_->Get(1);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kNotFound) << r.status;
+  const absl::string_view m = r.status.message();
+  EXPECT_TRUE(absl::StrContains(m, "holds no shares for this key id")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "line one?kdcmpc: forged line")) << m;
+  EXPECT_EQ(m.find('\n'), absl::string_view::npos) << m;
+  EXPECT_LT(m.size(), 300u) << m.size();
+}
+
 }  // namespace
 }  // namespace kmpc::kdc

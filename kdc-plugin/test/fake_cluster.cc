@@ -106,6 +106,11 @@ void FakeCluster::set_corrupt_finalize(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
   corrupt_fin_[p] = v;
 }
+void FakeCluster::set_failure_detail(std::string detail) {
+  std::lock_guard<std::mutex> l(mu_);
+  detail_ = std::move(detail);
+}
+
 void FakeCluster::set_tag_share_error(int p, bool sign, std::string error) {
   std::lock_guard<std::mutex> l(mu_);
   (sign ? sign_error_ : verify_error_)[p] = std::move(error);
@@ -673,6 +678,9 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
           r->clear_ctr0s();
           r->clear_shares();
         }
+        if (!detail_.empty())
+          for (auto& x : *r->mutable_results())
+            if (x.status() != pb::JOB_OK) x.set_detail(detail_);
         if (!corrupt_[p]) return;  // else flip a bit of its last share copy
         std::string& sh = *r->mutable_shares();
         if (!sh.empty()) sh.back() ^= 1;
