@@ -27,15 +27,16 @@ namespace {
 
 constexpr int kParties = client::kParties;
 
-std::string RandomId() {
+// A fresh batch or request id. The servers key their one-use states by
+// it (ENCRYPT states, pads): an id that repeats would meet a state of an
+// earlier batch, so there is no fallback (a counter repeats across KDC
+// worker processes and restarts); INTERNAL fails the step instead.
+absl::StatusOr<std::string> RandomId() {
   std::string id(contract::kBatchIdSize, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(id.data()),
-                 static_cast<int>(id.size())) != 1) {
-    // Batch ids need only be fresh, not secret; fall back on a counter.
-    static std::atomic<uint64_t> n{0};
-    uint64_t v = ++n;
-    std::memcpy(id.data(), &v, sizeof(v));
-  }
+                 static_cast<int>(id.size())) != 1)
+    return absl::InternalError(
+        "the random generator failed (RAND_bytes): no fresh batch id");
   return id;
 }
 
@@ -245,9 +246,14 @@ void BatchStep::Start() {
     fin->idx.push_back(i);
   }
   if (!fin->idx.empty()) {
-    fin->req.set_batch_id(RandomId());
-    fin->req.set_wire_version(contract::kWireVersion);
-    StartFinalize(fin);
+    absl::StatusOr<std::string> id = RandomId();
+    if (id.ok()) {
+      fin->req.set_batch_id(*std::move(id));
+      fin->req.set_wire_version(contract::kWireVersion);
+      StartFinalize(fin);
+    } else {
+      FailOpen(id.status(), &fin->idx);
+    }
   }
   if (!run.empty()) StartRun(std::move(run));
 }
@@ -299,7 +305,9 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
 }
 
 absl::Status BatchStep::BuildRunRequest(RunCall* call) {
-  call->req.set_batch_id(RandomId());
+  absl::StatusOr<std::string> id = RandomId();
+  if (!id.ok()) return id.status();
+  call->req.set_batch_id(*std::move(id));
   call->req.set_wire_version(contract::kWireVersion);
   call->req.mutable_jobs()->Reserve(static_cast<int>(call->idx.size()));
   // The timestamp DECRYPT of each speculation group in this request: its
@@ -423,7 +431,12 @@ void BatchStep::OnRun(const std::shared_ptr<RunCall>& call) {
   CompleteRun(*call, fin.get());
   ScrubRun(call.get());
   if (fin->idx.empty()) return;
-  fin->req.set_batch_id(RandomId());
+  absl::StatusOr<std::string> id = RandomId();
+  if (!id.ok()) {
+    FailOpen(id.status(), &fin->idx);
+    return;
+  }
+  fin->req.set_batch_id(*std::move(id));
   fin->req.set_wire_version(contract::kWireVersion);
   StartFinalize(fin);
 }
@@ -853,9 +866,13 @@ void BatchStep::StartSign() {
   if (FailIfPartyDown(idx)) return;
   auto call = std::make_shared<SignCall>();
   call->idx = std::move(idx);
-  const std::string request_id = RandomId();
+  const absl::StatusOr<std::string> request_id = RandomId();
+  if (!request_id.ok()) {
+    FailOpen(request_id.status(), &call->idx);
+    return;
+  }
   for (int p = 0; p < kParties; ++p) {
-    call->req[p].set_request_id(request_id);
+    call->req[p].set_request_id(*request_id);
     call->req[p].set_wire_version(contract::kWireVersion);
   }
   size_t total = 0;

@@ -60,6 +60,14 @@ void AppendTag(std::string* out, const std::array<std::array<uint8_t, 16>, 2>& t
   out->append(reinterpret_cast<const char*>(tag[1].data()), 16);
 }
 
+// A state the batch could not keep (OneUseStates::Put): a repeated batch
+// id (BATCH_MALFORMED; the earlier state stays), or the store is full
+// (BATCH_OVERLOADED).
+grpc::Status StateRefusal(const absl::Status& st) {
+  return Refuse(absl::IsAlreadyExists(st) ? pb::BATCH_MALFORMED : pb::BATCH_OVERLOADED,
+                std::string(st.message()));
+}
+
 // A request of another KeyOps wire version (contract::kWireVersion).
 grpc::Status CheckWireVersion(uint32_t got) {
   std::string bad = contract::WireVersionProblem(got, "the KDC module");
@@ -286,7 +294,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
         std::string key = StateKey(req.batch_id(), in.job_id());
         absl::Status st = states_.Put(key, {r.state, in.length(), now});
         if (st.ok()) kept.push_back(std::move(key));
-        else refused = Refuse(pb::BATCH_OVERLOADED, std::string(st.message()));
+        else refused = StateRefusal(st);
         break;
       }
       case pb::JOB_DECRYPT:
@@ -303,7 +311,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
         std::string key = StateKey(req.batch_id(), in.job_id());
         absl::Status st = pads_.Put(key, {r.pad, in.length(), now});
         if (st.ok()) kept_pads.push_back(std::move(key));
-        else refused = Refuse(pb::BATCH_OVERLOADED, std::string(st.message()));
+        else refused = StateRefusal(st);
         break;
       }
       default:
