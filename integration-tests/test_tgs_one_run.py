@@ -4,7 +4,7 @@ TGT's PAC server signature (get_verified_pac) still refuses a wrong one.
 The TGT's DECRYPT takes along a verification pad at the TGT's ctr0 + 2^17,
 where the AS signed the PAC's server signature under a pad linked to the
 ticket's keystream (kdc-plugin/src/speculator.h, "Linked pads"); the check
-is then a ring-free verify item (kmpc.proto SignItem.verify_tag). Here the
+is then a ring-free verify item (kmpc.proto SignItem.verify). Here the
 krbtgt key is moved into the cluster from the KDB (share --from-existing)
 after the test read it out, so that the test can decrypt the TGT, alter its
 PAC and encrypt it again under the same counter, as only a holder of the
@@ -104,7 +104,8 @@ def test_tgs_is_one_run_and_a_wrong_server_signature_is_refused(kmpc_factory):
     assert "kvno = " in out, out
     assert (_runs(r) - runs, _verifies(r) - verifies) == (1, 1)
     # One bit of the server signature's tag flipped: refused by the
-    # ring-free check, still one Run (the TGT's DECRYPT).
+    # ring-free check, then by the Run that re-checks a refused signature
+    # (batch_step.h, "Verify items"): two Runs, no security event.
     r.run(["kdestroy"])
     _login(r)
     _reencrypt_tgt(r, key,
@@ -113,10 +114,13 @@ def test_tgs_is_one_run_and_a_wrong_server_signature_is_refused(kmpc_factory):
     out = r.run(["kvno", SERVICE], expected_code=1)
     assert "Message stream modified" in out, out
     # MIT's client asks again without the referral after an error: each
-    # TGS-REQ was one Run and one ring-free verification.
+    # TGS-REQ was the TGT's Run, one ring-free verification and its Run
+    # re-check.
     n = _tgs_reqs(r) - reqs
     assert n in (1, 2), n
-    assert (_runs(r) - runs, _verifies(r) - verifies) == (n, n)
+    assert (_runs(r) - runs, _verifies(r) - verifies) == (2 * n, n)
+    assert value(parse(scrape(r.kdc_metrics_url)), "kmpc_kdc_verify_disagreed_total",
+                 missing=0) == 0
     assert "a PAC signature or CAMMAC verifier of a presented ticket did not verify" \
         in open(r.kdc_log).read()
     assert r.kdc_alive()
