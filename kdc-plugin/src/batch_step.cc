@@ -997,7 +997,7 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
     RerunSign(std::move(rerun), why, std::move(recheck));
 }
 
-// A verify item's answers (kmpc.proto SignItem.verify_tag): additive
+// A verify item's answers (kmpc.proto SignItem.verify): additive
 // shares of r * (T ^ t'), so the tag holds iff they XOR to zero. OK,
 // DataLoss (it does not: as a Run's VERIFY_CHECKSUM), or Aborted for
 // answers of the wrong size (the job then runs as an ordinary
