@@ -77,7 +77,7 @@ class OnArena {
 // it was cut: a server's words go into KDC logs and krb5 error texts, and
 // a deviating server must not forge log lines or flood them.
 std::string SafeDetail(absl::string_view detail) {
-  constexpr size_t kMaxDetail = 160;
+  constexpr size_t kMaxDetail = 256;
   std::string out(detail.substr(0, kMaxDetail));
   for (char& c : out)
     if (c < 0x20 || c > 0x7e) c = '?';

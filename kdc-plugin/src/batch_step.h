@@ -70,7 +70,7 @@ namespace kmpc::kdc {
 class BatchStep;
 
 // A server's free text (a JobResult's or SignResult's detail, a refusal's
-// message) made safe for KDC logs and krb5 error texts: at most 160 bytes
+// message) made safe for KDC logs and krb5 error texts: at most 256 bytes
 // ("..." where cut), printable ASCII only (anything else '?').
 std::string SafeDetail(absl::string_view detail);
 
