@@ -47,10 +47,10 @@ def _tgs_reqs(r):
         return f.read().count("TGS_REQ (")
 
 
-def _realm(kmpc_factory):
+def _realm(kmpc_factory, server_flags=""):
     """The real module; a krbtgt key the test knows (read out of the KDB
     before it was shared into the cluster)."""
-    r = kmpc_factory(module="real", metrics=True)
+    r = kmpc_factory(module="real", metrics=True, server_flags=server_flags)
     r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
     key = bytes.fromhex(r._export_for_test_module([r.tgs])[r.tgs])
     r.admin("share", "--from-existing", "--force", r.tgs)
@@ -150,3 +150,37 @@ def test_forwarded_tgt_is_one_run(tmp_path):
     finally:
         target.stop()
     print(f"test_forwarded_tgt_is_one_run: {time.time() - t0:.1f} s")
+
+
+def test_a_presented_pac_signature_reaches_no_server(kmpc_factory, tmp_path):
+    """The TGS-REQ's check of the TGT's PAC server signature (a ring-free
+    verify item) sends the servers its ctr0 and shares of its tag: a PAC
+    signature is bytes of the ticket's plaintext, so no 8-byte piece of the
+    tag is in what any server received (--debug_record_requests, every
+    KeyOps request as received), while the TGT's ciphertext is (control)."""
+    t0 = time.time()
+    r, key = _realm(kmpc_factory,
+                    server_flags=f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin")
+    for _ in range(2):  # the module learns the krbtgt key and the lengths
+        _login(r)
+        r.run(["kvno", SERVICE])
+    _login(r)
+    verifies = _verifies(r)
+    out = r.run(["kvno", SERVICE])
+    assert "kvno = " in out, out
+    assert _verifies(r) - verifies == 1  # a verify item carried the tag
+    start, length = tickets.tgt_span(r.ccache)
+    with open(r.ccache, "rb") as f:
+        f.seek(start)
+        der_tgt = f.read(length)
+    pac = pac_ref.EncTicketPart(pac_ref.Ticket(der_tgt, key).plain).pac
+    _, _, sig = pac_ref.signature(pac, pac_ref.PAC_SERVER_CHECKSUM)
+    assert len(sig) == 32, sig.hex()  # ctr0 || tag
+    tag = sig[16:]
+    for i in range(3):
+        with open(tmp_path / f"keyops-{i}.bin", "rb") as f:
+            rec = f.read()
+        assert der_tgt[-48:] in rec, f"control: party {i} lacks the TGT ciphertext"
+        for k in range(0, 16 - 8 + 1):
+            assert tag[k:k + 8] not in rec, f"party {i} received the PAC signature's tag"
+    print(f"test_a_presented_pac_signature_reaches_no_server: {time.time() - t0:.1f} s")
