@@ -456,10 +456,11 @@ def test_verification_pad_verifies_once(cluster, vector_keys):
 
 
 def test_servers_never_receive_a_checksum_message(own_cluster, tmp_path):
-    """--debug_record_requests on real processes: a checksum, a verify and
-    a sign over a recognisable message reach no server in the clear (only
-    shares, enctype.md invariant 5), while the records hold the requests
-    (their public parts are found); the server warns about the flag."""
+    """--debug_record_requests on real processes: a checksum, a verify, a
+    sign and a ring-free verify item over a recognisable message reach no
+    server in the clear (only shares, enctype.md invariant 5), nor does a
+    presented tag, while the records hold the requests (their public parts
+    are found); the server warns about the flag."""
     rec = [str(tmp_path / f"requests-{i}") for i in range(3)]
     c = own_cluster(flags=[[f"--debug_record_requests={rec[i]}"] for i in range(3)],
                     envs=[{RECORD_ENV: "1"}] * 3)
@@ -476,13 +477,26 @@ def test_servers_never_receive_a_checksum_message(own_cluster, tmp_path):
     lines = r.stdout.split("\n")
     assert lines[0] == "ok", r.stdout
     assert ref.verify_checksum(key, 17, msg, bytes.fromhex(lines[1].split()[1]))
+    # The presented tag of a Run VERIFY and of a ring-free verify item (a
+    # PAC signature: bytes of a ticket's plaintext) goes as shares too.
+    ckb = bytes.fromhex(ck)
+    r = c.jobs([f"vpad {kid} 17 {len(msg)} {ckb[:16].hex()}"])
+    pad = r.stdout.split()
+    assert pad[0] == "ok", r.stdout
+    out = c.client("sign", f"--run_batch_id_hex={pad[2]}", f"--job_id={pad[3]}",
+                   "--usage=17", f"--data_hex={msg.hex()}",
+                   f"--verify_tag_hex={ckb[16:].hex()}").stdout.strip()
+    assert out == "verified", out
     for i in range(3):
         with open(rec[i], "rb") as f:
             data = f.read()
-        assert data.count(b"Run ") >= 2 and b"Sign " in data
+        assert data.count(b"Run ") >= 3 and b"Sign " in data
         assert bytes.fromhex(kid) in data  # public metadata is there
+        assert ckb[:16] in data  # the checksum's ctr0 is public
         for k in range(0, len(msg) - 8, 8):
             assert msg[k:k + 8] not in data, (i, msg[k:k + 8])
+        for k in range(16, 32 - 6):
+            assert ckb[k:k + 6] not in data, (i, k)
         assert os.stat(rec[i]).st_mode & 0o777 == 0o600, oct(os.stat(rec[i]).st_mode)
 
 

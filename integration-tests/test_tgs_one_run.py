@@ -4,7 +4,7 @@ TGT's PAC server signature (get_verified_pac) still refuses a wrong one.
 The TGT's DECRYPT takes along a verification pad at the TGT's ctr0 + 2^17,
 where the AS signed the PAC's server signature under a pad linked to the
 ticket's keystream (kdc-plugin/src/speculator.h, "Linked pads"); the check
-is then a ring-free verify item (kmpc.proto SignItem.verify_tag). Here the
+is then a ring-free verify item (kmpc.proto SignItem.verify). Here the
 krbtgt key is moved into the cluster from the KDB (share --from-existing)
 after the test read it out, so that the test can decrypt the TGT, alter its
 PAC and encrypt it again under the same counter, as only a holder of the
@@ -47,10 +47,10 @@ def _tgs_reqs(r):
         return f.read().count("TGS_REQ (")
 
 
-def _realm(kmpc_factory):
+def _realm(kmpc_factory, server_flags=""):
     """The real module; a krbtgt key the test knows (read out of the KDB
     before it was shared into the cluster)."""
-    r = kmpc_factory(module="real", metrics=True)
+    r = kmpc_factory(module="real", metrics=True, server_flags=server_flags)
     r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
     key = bytes.fromhex(r._export_for_test_module([r.tgs])[r.tgs])
     r.admin("share", "--from-existing", "--force", r.tgs)
@@ -104,7 +104,8 @@ def test_tgs_is_one_run_and_a_wrong_server_signature_is_refused(kmpc_factory):
     assert "kvno = " in out, out
     assert (_runs(r) - runs, _verifies(r) - verifies) == (1, 1)
     # One bit of the server signature's tag flipped: refused by the
-    # ring-free check, still one Run (the TGT's DECRYPT).
+    # ring-free check, then by the Run that re-checks a refused signature
+    # (batch_step.h, "Verify items"): two Runs, no security event.
     r.run(["kdestroy"])
     _login(r)
     _reencrypt_tgt(r, key,
@@ -113,10 +114,13 @@ def test_tgs_is_one_run_and_a_wrong_server_signature_is_refused(kmpc_factory):
     out = r.run(["kvno", SERVICE], expected_code=1)
     assert "Message stream modified" in out, out
     # MIT's client asks again without the referral after an error: each
-    # TGS-REQ was one Run and one ring-free verification.
+    # TGS-REQ was the TGT's Run, one ring-free verification and its Run
+    # re-check.
     n = _tgs_reqs(r) - reqs
     assert n in (1, 2), n
-    assert (_runs(r) - runs, _verifies(r) - verifies) == (n, n)
+    assert (_runs(r) - runs, _verifies(r) - verifies) == (2 * n, n)
+    assert value(parse(scrape(r.kdc_metrics_url)), "kmpc_kdc_verify_disagreed_total",
+                 missing=0) == 0
     assert "a PAC signature or CAMMAC verifier of a presented ticket did not verify" \
         in open(r.kdc_log).read()
     assert r.kdc_alive()
@@ -146,3 +150,37 @@ def test_forwarded_tgt_is_one_run(tmp_path):
     finally:
         target.stop()
     print(f"test_forwarded_tgt_is_one_run: {time.time() - t0:.1f} s")
+
+
+def test_a_presented_pac_signature_reaches_no_server(kmpc_factory, tmp_path):
+    """The TGS-REQ's check of the TGT's PAC server signature (a ring-free
+    verify item) sends the servers its ctr0 and shares of its tag: a PAC
+    signature is bytes of the ticket's plaintext, so no 8-byte piece of the
+    tag is in what any server received (--debug_record_requests, every
+    KeyOps request as received), while the TGT's ciphertext is (control)."""
+    t0 = time.time()
+    r, key = _realm(kmpc_factory,
+                    server_flags=f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin")
+    for _ in range(2):  # the module learns the krbtgt key and the lengths
+        _login(r)
+        r.run(["kvno", SERVICE])
+    _login(r)
+    verifies = _verifies(r)
+    out = r.run(["kvno", SERVICE])
+    assert "kvno = " in out, out
+    assert _verifies(r) - verifies == 1  # a verify item carried the tag
+    start, length = tickets.tgt_span(r.ccache)
+    with open(r.ccache, "rb") as f:
+        f.seek(start)
+        der_tgt = f.read(length)
+    pac = pac_ref.EncTicketPart(pac_ref.Ticket(der_tgt, key).plain).pac
+    _, _, sig = pac_ref.signature(pac, pac_ref.PAC_SERVER_CHECKSUM)
+    assert len(sig) == 32, sig.hex()  # ctr0 || tag
+    tag = sig[16:]
+    for i in range(3):
+        with open(tmp_path / f"keyops-{i}.bin", "rb") as f:
+            rec = f.read()
+        assert der_tgt[-48:] in rec, f"control: party {i} lacks the TGT ciphertext"
+        for k in range(0, 16 - 8 + 1):
+            assert tag[k:k + 8] not in rec, f"party {i} received the PAC signature's tag"
+    print(f"test_a_presented_pac_signature_reaches_no_server: {time.time() - t0:.1f} s")

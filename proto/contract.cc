@@ -98,13 +98,28 @@ absl::string_view FlatReader::Take(uint64_t n) {
   return v;
 }
 
+uint64_t SharedBytes(pb::JobType type, uint64_t length) {
+  switch (type) {
+    case pb::JOB_CHECKSUM:
+      return length;
+    case pb::JOB_VERIFY_CHECKSUM:
+      return length + kTagSize;
+    default:
+      return 0;
+  }
+}
+
+uint64_t SharedBytes(const pb::SignItem& item) {
+  return uint64_t{item.length()} + (item.verify() ? kTagSize : 0);
+}
+
 std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
   std::vector<MessageShares> out(req.jobs_size());
   FlatReader r(req.data_shares());
   for (int i = 0; i < req.jobs_size(); ++i) {
     const pb::Job& j = req.jobs(i);
     if (j.type() == pb::JOB_CHECKSUM || j.type() == pb::JOB_VERIFY_CHECKSUM)
-      out[i] = r.TakePair(j.length());
+      out[i] = r.TakePair(SharedBytes(j.type(), j.length()));
   }
   return out;
 }
@@ -112,14 +127,13 @@ std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
 uint64_t RunShareBytes(const pb::RunRequest& req) {
   uint64_t n = 0;
   for (const pb::Job& j : req.jobs())
-    if (j.type() == pb::JOB_CHECKSUM || j.type() == pb::JOB_VERIFY_CHECKSUM)
-      n += 2 * uint64_t{j.length()};
+    n += 2 * SharedBytes(j.type(), j.length());
   return n;
 }
 
 uint64_t SignShareBytes(const pb::SignRequest& req) {
   uint64_t n = 0;
-  for (const pb::SignItem& it : req.items()) n += 2 * uint64_t{it.length()};
+  for (const pb::SignItem& it : req.items()) n += 2 * SharedBytes(it);
   return n;
 }
 
@@ -144,10 +158,12 @@ JobCheck CheckMessageShares(const JobShape& job) {
         JobTypeName(job.type),
         " takes the message as shares (data_shares), never in the clear"));
   if (JobCheck c = CheckSize(job, "data", job.length); !c.ok()) return c;
-  if (job.share_sizes[0] != job.length || job.share_sizes[1] != job.length)
+  const uint64_t want = SharedBytes(job.type, job.length);
+  if (job.share_sizes[0] != want || job.share_sizes[1] != want)
     return Malformed(absl::StrCat(
         JobTypeName(job.type), " shares of ", job.share_sizes[0], " and ",
-        job.share_sizes[1], " bytes for a message of ", job.length));
+        job.share_sizes[1], " bytes for a message of ", job.length,
+        " (shares of ", want, " bytes each)"));
   return {};
 }
 
@@ -188,11 +204,13 @@ JobCheck CheckJob(const JobShape& job) {
       return CheckMessageShares(job);
     case pb::JOB_VERIFY_CHECKSUM:
       if (JobCheck c = CheckMessageShares(job); !c.ok()) return c;
-      if (job.checksum.size() != kChecksumSize)
-        return CannotVerify(absl::StrCat("checksum must be ", kChecksumSize,
-                                         " bytes (ctr0 || tag), got ",
-                                         job.checksum.size()));
-      if (!CounterRangeOk(job.checksum.substr(0, kCtr0Size), 0))
+      // The tag travels as shares (SharedBytes): the clear field holds
+      // its ctr0 only.
+      if (job.checksum.size() != kCtr0Size)
+        return CannotVerify(absl::StrCat(
+            "checksum must be its ", kCtr0Size,
+            "-byte ctr0 (the tag goes as shares), got ", job.checksum.size()));
+      if (!CounterRangeOk(job.checksum, 0))
         return CannotVerify("checksum counter is the all-zero block");
       return {};
     case pb::JOB_PAD:

@@ -34,8 +34,8 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // The KeyOps wire's version (kmpc.proto, "Shares travel flat"): every
 // request and response carries it, and either end refuses another.
 // 1: a string per share (a message of two per job); 2: one flat buffer per
-// message.
-inline constexpr uint32_t kWireVersion = 2;
+// message; 3: a verify item's presented tag travels as shares (SignItem.verify).
+inline constexpr uint32_t kWireVersion = 3;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
@@ -93,10 +93,12 @@ struct JobShape {
   // PAD: the longest message the pad may sign.
   uint64_t length = 0;
   absl::string_view data;       // DECRYPT only: ctr0||C||T
-  absl::string_view checksum;   // VERIFY_CHECKSUM only: ctr0 || tag
+  // VERIFY_CHECKSUM: the checksum's ctr0 (16 bytes); its tag goes as
+  // shares (SharedBytes), never in the clear.
+  absl::string_view checksum;
   // CHECKSUM, VERIFY_CHECKSUM: sizes of the two shares of the message
-  // (RunRequest.data_shares); each must equal `length`. The module
-  // checks a job before it deals the shares and sets both to `length`.
+  // (RunRequest.data_shares); each must equal SharedBytes(type, length).
+  // The module checks a job before it deals the shares and sets both so.
   uint64_t share_sizes[2] = {0, 0};
 };
 // One party's two shares of a message, as slices of a request's flat
@@ -104,6 +106,14 @@ struct JobShape {
 struct MessageShares {
   absl::string_view first, second;
 };
+// The bytes of each share a job's dealt value takes (kmpc.proto
+// RunRequest.data_shares): a CHECKSUM's message D (`length`), a
+// VERIFY_CHECKSUM's D || t' (`length` + kTagSize: the presented tag t' is
+// a PAC signature, i.e. bytes of a ticket's plaintext, so it is dealt as
+// shares too); 0 for the other types.
+uint64_t SharedBytes(pb::JobType type, uint64_t length);
+// The same for a Sign item: D, or D || t' for a verify item.
+uint64_t SharedBytes(const pb::SignItem& item);
 // The shape; share_sizes from `shares` (none: 0, 0).
 JobShape ShapeOf(const pb::Job& job, const MessageShares* shares = nullptr);
 
@@ -129,9 +139,9 @@ class FlatReader {
 // slicing, so every slice is then the job's own.
 std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req);
 
-// The exact size of RunRequest.data_shares: 2 x Job.length summed over the
-// CHECKSUM and VERIFY_CHECKSUM jobs; of SignRequest.data_shares: 2 x
-// SignItem.length summed over the items. Lengths are uint32 and requests
+// The exact size of RunRequest.data_shares: 2 x SharedBytes summed over
+// the CHECKSUM and VERIFY_CHECKSUM jobs; of SignRequest.data_shares: 2 x
+// SharedBytes summed over the items. Lengths are uint32 and requests
 // are bounded (max_batch_jobs, max_sign_items), so the sums cannot wrap.
 uint64_t RunShareBytes(const pb::RunRequest& req);
 uint64_t SignShareBytes(const pb::SignRequest& req);

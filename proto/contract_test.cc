@@ -43,15 +43,22 @@ TEST(ShareBytes, TwoSharesPerMessage) {
     j->set_type(t);
     j->set_length(0xffffffffu);
   }
-  EXPECT_EQ(RunShareBytes(run), 4 * uint64_t{0xffffffffu});
+  // A VERIFY_CHECKSUM's shares carry the presented tag after D.
+  EXPECT_EQ(RunShareBytes(run), 4 * uint64_t{0xffffffffu} + 2 * kTagSize);
   run.mutable_jobs(1)->set_length(5);
-  EXPECT_EQ(RunShareBytes(run), 10 + 2 * uint64_t{0xffffffffu});
+  EXPECT_EQ(RunShareBytes(run), 10 + 2 * uint64_t{0xffffffffu} + 2 * kTagSize);
   EXPECT_EQ(RunShareBytes(pb::RunRequest()), 0u);
   pb::SignRequest sign;
   sign.add_items()->set_length(7);
   sign.add_items()->set_length(0);
   sign.add_items()->set_length(9);
   EXPECT_EQ(SignShareBytes(sign), 32u);
+  sign.mutable_items(1)->set_verify(true);  // D || t'
+  EXPECT_EQ(SignShareBytes(sign), 32u + 2 * kTagSize);
+  EXPECT_EQ(SharedBytes(sign.items(1)), kTagSize);
+  EXPECT_EQ(SharedBytes(pb::JOB_VERIFY_CHECKSUM, 7), 7 + kTagSize);
+  EXPECT_EQ(SharedBytes(pb::JOB_CHECKSUM, 7), 7u);
+  EXPECT_EQ(SharedBytes(pb::JOB_PAD, 7), 0u);
 }
 
 TEST(CheckJob, Encrypt) {
@@ -134,7 +141,7 @@ TEST(CheckJob, Decrypt) {
 // before it deals them, and a server's after).
 JobShape Shared(pb::JobType t, uint64_t n, absl::string_view checksum = "") {
   JobShape j{t, pb::CIPHER_AES128, kKeyIdSize, n, "", checksum};
-  j.share_sizes[0] = j.share_sizes[1] = n;
+  j.share_sizes[0] = j.share_sizes[1] = SharedBytes(t, n);
   return j;
 }
 
@@ -153,17 +160,25 @@ TEST(CheckJob, ChecksumAndVerify) {
   c.checksum = "x";
   EXPECT_EQ(CheckJob(c).status, pb::JOB_MALFORMED);
 
-  std::string sum = Ctr0(9) + std::string(16, 't');
+  // On the wire a VERIFY_CHECKSUM carries its ctr0 in the clear, the tag
+  // as shares after D (kmpc.proto JOB_VERIFY_CHECKSUM).
+  std::string sum = Ctr0(9);
   JobShape v = Shared(pb::JOB_VERIFY_CHECKSUM, 7, sum);
   EXPECT_TRUE(CheckJob(v).ok());
   EXPECT_EQ(JobCost(v), 2u);
   EXPECT_EQ(RevealedBytes(v), 0u);
-  std::string short_sum = sum.substr(0, 31);
+  std::string clear_tag = sum + std::string(16, 't');  // a tag in the clear
+  v.checksum = clear_tag;
+  EXPECT_EQ(CheckJob(v).status, pb::JOB_INTEGRITY_FAILED);
+  std::string short_sum = sum.substr(0, 15);
   v.checksum = short_sum;
   EXPECT_EQ(CheckJob(v).status, pb::JOB_INTEGRITY_FAILED);
-  std::string zero_sum = Ctr0(0) + std::string(16, 't');
+  std::string zero_sum = Ctr0(0);
   v.checksum = zero_sum;
   EXPECT_EQ(CheckJob(v).status, pb::JOB_INTEGRITY_FAILED);
+  v.checksum = sum;
+  v.share_sizes[0] = v.share_sizes[1] = 7;  // D without the tag
+  EXPECT_EQ(CheckJob(v).status, pb::JOB_MALFORMED);
   JobShape big = Shared(pb::JOB_VERIFY_CHECKSUM, kMaxJobBytes + 1, sum);
   EXPECT_EQ(CheckJob(big).status, pb::JOB_MALFORMED);
 }
@@ -172,7 +187,7 @@ TEST(CheckJob, ChecksumAndVerify) {
 // the clear, and each server's two shares are as long as the message.
 TEST(CheckJob, ChecksumMessageOnlyAsShares) {
   for (pb::JobType t : {pb::JOB_CHECKSUM, pb::JOB_VERIFY_CHECKSUM}) {
-    const std::string sum = Ctr0(9) + std::string(16, 't');
+    const std::string sum = Ctr0(9);
     JobShape j = Shared(t, 7, t == pb::JOB_VERIFY_CHECKSUM ? sum : "");
     j.data = "message";
     JobCheck r = CheckJob(j);
@@ -225,16 +240,17 @@ TEST(FlatShares, SlicesInJobOrder) {
   };
   add(pb::JOB_CHECKSUM, 2);
   add(pb::JOB_ENCRYPT, 100);  // takes no shares
-  add(pb::JOB_VERIFY_CHECKSUM, 1);
+  add(pb::JOB_VERIFY_CHECKSUM, 1);  // D || t': 17 bytes per share
   add(pb::JOB_CHECKSUM, 3);
-  req.set_data_shares("aabbcdXYZ");
+  req.set_data_shares("aabbc" + std::string(16, 'T') + "d" + std::string(16, 'U') +
+                      "XYZ");
   const std::vector<MessageShares> m = SliceMessageShares(req);
   ASSERT_EQ(m.size(), 4u);
   EXPECT_EQ(m[0].first, "aa");
   EXPECT_EQ(m[0].second, "bb");
   EXPECT_TRUE(m[1].first.empty() && m[1].second.empty());
-  EXPECT_EQ(m[2].first, "c");
-  EXPECT_EQ(m[2].second, "d");
+  EXPECT_EQ(m[2].first, "c" + std::string(16, 'T'));
+  EXPECT_EQ(m[2].second, "d" + std::string(16, 'U'));
   EXPECT_TRUE(m[3].first.empty() && m[3].second.empty());  // 3 of 6 bytes
   FlatReader r("0123456789");
   EXPECT_TRUE(r.Take(11).empty());

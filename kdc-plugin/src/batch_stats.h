@@ -56,6 +56,11 @@ struct BatcherStats {
   uint64_t pads_wasted = 0;
   size_t pads_held = 0;               // pads held now
   uint64_t sign_rerun = 0;            // sign jobs re-run as CHECKSUM jobs
+  // Sign items some server answered with a status other than JOB_OK.
+  uint64_t sign_answers_failed = 0;
+  // Security events: a ring-free verify item refused a signature that the
+  // Run's VERIFY_CHECKSUM then accepted (batch_step.h, "Verify items").
+  uint64_t verify_disagreed = 0;
 };
 
 // Told of every batch as it ends (the module's Prometheus metrics,

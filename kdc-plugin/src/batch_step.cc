@@ -13,6 +13,7 @@
 
 #include <google/protobuf/arena.h>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/reveal.h"
@@ -26,15 +27,16 @@ namespace {
 
 constexpr int kParties = client::kParties;
 
-std::string RandomId() {
+// A fresh batch or request id. The servers key their one-use states by
+// it (ENCRYPT states, pads): an id that repeats would meet a state of an
+// earlier batch, so there is no fallback (a counter repeats across KDC
+// worker processes and restarts); INTERNAL fails the step instead.
+absl::StatusOr<std::string> RandomId() {
   std::string id(contract::kBatchIdSize, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(id.data()),
-                 static_cast<int>(id.size())) != 1) {
-    // Batch ids need only be fresh, not secret; fall back on a counter.
-    static std::atomic<uint64_t> n{0};
-    uint64_t v = ++n;
-    std::memcpy(id.data(), &v, sizeof(v));
-  }
+                 static_cast<int>(id.size())) != 1)
+    return absl::InternalError(
+        "the random generator failed (RAND_bytes): no fresh batch id");
   return id;
 }
 
@@ -68,38 +70,88 @@ class OnArena {
   std::array<M*, kParties> p_;
 };
 
-// "UNAVAILABLE: connection refused", or the refusal "BATCH_...: detail".
+}  // namespace
+
+// At most kMaxDetail bytes of `detail`, every byte outside printable ASCII
+// (control characters, newlines, escapes, UTF-8) as '?', and "..." where
+// it was cut: a server's words go into KDC logs and krb5 error texts, and
+// a deviating server must not forge log lines or flood them.
+std::string SafeDetail(absl::string_view detail) {
+  constexpr size_t kMaxDetail = 256;
+  std::string out(detail.substr(0, kMaxDetail));
+  for (char& c : out)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  if (detail.size() > kMaxDetail) out += "...";
+  return out;
+}
+
+namespace {
+
+// "UNAVAILABLE: connection refused", or the refusal "BATCH_...: detail"
+// (the server's text through SafeDetail).
 std::string Describe(const CallStatus& s) {
-  if (s.refused()) return std::string(s.status.message());
+  if (s.refused()) return SafeDetail(s.status.message());
   return absl::StrCat(absl::StatusCodeToString(s.status.code()), ": ",
-                      s.status.message());
+                      SafeDetail(s.status.message()));
 }
 
 // A per-job failure the three servers agreed on; OK for JOB_OK and
 // JOB_INTEGRITY_FAILED (the job's type decides what those mean).
 absl::Status JobFailure(const pb::JobResult& r) {
+  // The status's own text first; the servers' detail only through
+  // SafeDetail (party 0's, a server's words).
+  const std::string detail = SafeDetail(r.detail());
   switch (r.status()) {
     case pb::JOB_UNKNOWN_KEY:
       return absl::NotFoundError(absl::StrCat(
-          "the MPC cluster holds no shares for this key id (", r.detail(),
-          ")"));
+          "the MPC cluster holds no shares for this key id (", detail, ")"));
     case pb::JOB_WRONG_CIPHER:
       return absl::PermissionDeniedError(absl::StrCat(
-          "the MPC cluster holds this key id for another enctype (",
-          r.detail(), ")"));
+          "the MPC cluster holds this key id for another enctype (", detail,
+          ")"));
     case pb::JOB_MALFORMED:
       return absl::InvalidArgumentError(
-          absl::StrCat("the MPC cluster failed the job: ", r.detail()));
+          absl::StrCat("the MPC cluster failed the job (JOB_MALFORMED: ",
+                       detail, ")"));
     case pb::JOB_KEY_INCONSISTENT:
       return absl::UnavailableError(absl::StrCat(
-          "the MPC servers hold inconsistent shares of this key: ",
-          r.detail()));
+          "the MPC servers hold inconsistent shares of this key "
+          "(JOB_KEY_INCONSISTENT: ",
+          detail, ")"));
     case pb::JOB_WITHHELD:
       return absl::FailedPreconditionError(absl::StrCat(
-          "the MPC cluster withheld the result: ", r.detail()));
+          "the MPC cluster withheld the result (JOB_WITHHELD: ", detail,
+          ")"));
     default:
       return absl::OkStatus();
   }
+}
+
+// Bytes of each share of what job's dealing carries (contract::SharedBytes):
+// the message, and after it a checksum's presented tag.
+size_t SharedBytes(const Job& job) {
+  return contract::SharedBytes(job.type, job.input.size());
+}
+
+// Deals job's message, and for a VERIFY_CHECKSUM the presented tag t'
+// after it, as one value into the parties' flat buffers (kmpc.proto
+// RunRequest.data_shares, SignRequest.data_shares): t' is a PAC
+// signature, bytes of a ticket's plaintext, so no server sees it whole.
+absl::Status DealShared(const Job& job, client::DealRandom* random,
+                        const std::array<std::string*, kParties>& flat) {
+  const size_t n = SharedBytes(job);
+  if (job.type != pb::JOB_VERIFY_CHECKSUM)
+    return client::DealFlat(
+        absl::MakeConstSpan(job.input.data(), job.input.size()),
+        random->Take(n), flat);
+  if (job.checksum.size() != contract::kChecksumSize)
+    return absl::InvalidArgumentError("checksum must be ctr0 || tag");
+  SecureBytes value(n);
+  std::copy(job.input.begin(), job.input.end(), value.begin());
+  std::memcpy(value.data() + job.input.size(),
+              job.checksum.data() + contract::kCtr0Size, contract::kTagSize);
+  return client::DealFlat(absl::MakeConstSpan(value.data(), n),
+                          random->Take(n), flat);
 }
 
 // "keystream of job 3", without a heap allocation per job.
@@ -159,7 +211,8 @@ BatchStep::BatchStep(std::shared_ptr<StepHost> host, uint64_t seq,
       start_(start),
       deadline_(start + host_->options().deadline),
       jobs_(std::move(jobs)),
-      open_(jobs_.size()) {}
+      open_(jobs_.size()),
+      recheck_(jobs_.size(), 0) {}
 
 std::string BatchStep::Party(int p) const {
   return host_->transport()->PartyName(p);
@@ -193,9 +246,14 @@ void BatchStep::Start() {
     fin->idx.push_back(i);
   }
   if (!fin->idx.empty()) {
-    fin->req.set_batch_id(RandomId());
-    fin->req.set_wire_version(contract::kWireVersion);
-    StartFinalize(fin);
+    absl::StatusOr<std::string> id = RandomId();
+    if (id.ok()) {
+      fin->req.set_batch_id(*std::move(id));
+      fin->req.set_wire_version(contract::kWireVersion);
+      StartFinalize(fin);
+    } else {
+      FailOpen(id.status(), &fin->idx);
+    }
   }
   if (!run.empty()) StartRun(std::move(run));
 }
@@ -247,7 +305,9 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
 }
 
 absl::Status BatchStep::BuildRunRequest(RunCall* call) {
-  call->req.set_batch_id(RandomId());
+  absl::StatusOr<std::string> id = RandomId();
+  if (!id.ok()) return id.status();
+  call->req.set_batch_id(*std::move(id));
   call->req.set_wire_version(contract::kWireVersion);
   call->req.mutable_jobs()->Reserve(static_cast<int>(call->idx.size()));
   // The timestamp DECRYPT of each speculation group in this request: its
@@ -292,9 +352,12 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
         break;
       case pb::JOB_CHECKSUM:
       case pb::JOB_VERIFY_CHECKSUM:
-        // The message only as shares, dealt below (enctype.md invariant 5).
+        // The message only as shares, dealt below (enctype.md invariant 5);
+        // of a checksum to verify, its ctr0 only: the tag is dealt after
+        // the message (kmpc.proto JOB_VERIFY_CHECKSUM).
         j->set_length(static_cast<uint32_t>(job.input.size()));
-        if (!job.checksum.empty()) j->set_checksum(job.checksum);
+        if (job.type == pb::JOB_VERIFY_CHECKSUM)
+          j->set_checksum(job.checksum.substr(0, contract::kCtr0Size));
         shared.push_back(call->req.jobs_size() - 1);
         break;
       case pb::JOB_PAD:
@@ -323,7 +386,7 @@ absl::Status BatchStep::DealRunShares(RunCall* call,
   // message its own slice (client::DealRandom), dealt in job order into
   // each party's flat buffer.
   size_t total = 0;
-  for (int k : shared) total += jobs_[call->idx[k]].job.input.size();
+  for (int k : shared) total += SharedBytes(jobs_[call->idx[k]].job);
   client::DealRandom random;
   if (absl::Status st = random.Draw(total); !st.ok()) return st;
   std::array<std::string*, kParties> flat;
@@ -331,14 +394,10 @@ absl::Status BatchStep::DealRunShares(RunCall* call,
     flat[p] = call->party_req[p]->mutable_data_shares();
     flat[p]->reserve(2 * total);
   }
-  for (int k : shared) {
-    const Job& job = jobs_[call->idx[k]].job;
-    if (absl::Status st = client::DealFlat(
-            absl::MakeConstSpan(job.input.data(), job.input.size()),
-            random.Take(job.input.size()), flat);
+  for (int k : shared)
+    if (absl::Status st = DealShared(jobs_[call->idx[k]].job, &random, flat);
         !st.ok())
       return st;
-  }
   return absl::OkStatus();
 }
 
@@ -372,7 +431,12 @@ void BatchStep::OnRun(const std::shared_ptr<RunCall>& call) {
   CompleteRun(*call, fin.get());
   ScrubRun(call.get());
   if (fin->idx.empty()) return;
-  fin->req.set_batch_id(RandomId());
+  absl::StatusOr<std::string> id = RandomId();
+  if (!id.ok()) {
+    FailOpen(id.status(), &fin->idx);
+    return;
+  }
+  fin->req.set_batch_id(*std::move(id));
   fin->req.set_wire_version(contract::kWireVersion);
   StartFinalize(fin);
 }
@@ -631,6 +695,7 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
     const bool verified = r.status() == pb::JOB_OK;
     switch (e.job.type) {
       case pb::JOB_VERIFY_CHECKSUM:
+        if (verified && recheck_[i]) VerifyDisagreed();
         Complete(i, verified ? absl::OkStatus()
                              : absl::DataLossError("checksum did not verify"),
                  {});
@@ -810,13 +875,17 @@ void BatchStep::StartSign() {
   if (FailIfPartyDown(idx)) return;
   auto call = std::make_shared<SignCall>();
   call->idx = std::move(idx);
-  const std::string request_id = RandomId();
+  const absl::StatusOr<std::string> request_id = RandomId();
+  if (!request_id.ok()) {
+    FailOpen(request_id.status(), &call->idx);
+    return;
+  }
   for (int p = 0; p < kParties; ++p) {
-    call->req[p].set_request_id(request_id);
+    call->req[p].set_request_id(*request_id);
     call->req[p].set_wire_version(contract::kWireVersion);
   }
   size_t total = 0;
-  for (size_t i : call->idx) total += jobs_[i].job.input.size();
+  for (size_t i : call->idx) total += SharedBytes(jobs_[i].job);
   client::DealRandom random;  // one draw for every item's message
   if (absl::Status st = random.Draw(total); !st.ok()) {
     FailOpen(st, &call->idx);
@@ -835,15 +904,11 @@ void BatchStep::StartSign() {
       item->set_job_id(e.run_job_id);
       item->set_usage(e.job.usage);
       item->set_length(static_cast<uint32_t>(e.job.input.size()));
-      if (e.job.type == pb::JOB_VERIFY_CHECKSUM)
-        item->set_verify_tag(e.job.checksum.substr(contract::kCtr0Size));
+      if (e.job.type == pb::JOB_VERIFY_CHECKSUM) item->set_verify(true);
     }
-    // The message as shares, dealt afresh for this item (enctype.md
-    // invariant 5), as a Run CHECKSUM's.
-    if (absl::Status st = client::DealFlat(
-            absl::MakeConstSpan(e.job.input.data(), e.job.input.size()),
-            random.Take(e.job.input.size()), flat);
-        !st.ok()) {
+    // The message (and a verify item's presented tag) as shares, dealt
+    // afresh for this item (enctype.md invariant 5), as a Run's.
+    if (absl::Status st = DealShared(e.job, &random, flat); !st.ok()) {
       ScrubSign(call.get());
       FailOpen(st, &call->idx);
       return;
@@ -887,7 +952,8 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
     if (why.empty()) why = TagSharesProblem(r, p);
     if (why.empty()) SliceTagShares(call.get(), p);
   }
-  std::vector<size_t> rerun;
+  std::vector<size_t> rerun, recheck;
+  size_t not_ok = 0;  // items some server answered other than JOB_OK
   if (!why.empty()) {
     rerun = call->idx;
   } else {
@@ -901,14 +967,20 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
           ok = false;
           if (why.empty())
             why = absl::StrCat(Party(p), ": ", pb::JobStatus_Name(r.status()),
-                               " (", r.detail(), ")");
+                               " (", SafeDetail(r.detail()), ")");
         }
       }
+      not_ok += !ok;
       PendingJob& e = jobs_[i];
       if (ok && e.job.type == pb::JOB_VERIFY_CHECKSUM && !IsDone(i)) {
         absl::Status st = CheckVerifyAnswer(*call, k);
-        if (st.ok() || absl::IsDataLoss(st)) {
+        if (st.ok()) {
           Complete(i, std::move(st), {});
+          continue;
+        }
+        if (absl::IsDataLoss(st)) {  // never final: the Run decides
+          recheck_[i] = 1;
+          recheck.push_back(i);
           continue;
         }
         if (why.empty()) why = std::string(st.message());
@@ -928,11 +1000,13 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
       rerun.push_back(i);
     }
   }
+  if (not_ok > 0) host_->SignAnswersFailed(not_ok);
   ScrubSign(call.get());
-  if (!rerun.empty()) RerunSign(std::move(rerun), why);
+  if (!rerun.empty() || !recheck.empty())
+    RerunSign(std::move(rerun), why, std::move(recheck));
 }
 
-// A verify item's answers (kmpc.proto SignItem.verify_tag): additive
+// A verify item's answers (kmpc.proto SignItem.verify): additive
 // shares of r * (T ^ t'), so the tag holds iff they XOR to zero. OK,
 // DataLoss (it does not: as a Run's VERIFY_CHECKSUM), or Aborted for
 // answers of the wrong size (the job then runs as an ordinary
@@ -953,23 +1027,50 @@ absl::Status BatchStep::CheckVerifyAnswer(const SignCall& call, int k) const {
                   : absl::DataLossError("checksum did not verify");
 }
 
-void BatchStep::RerunSign(std::vector<size_t> idx, const std::string& why) {
+void BatchStep::RerunSign(std::vector<size_t> rerun, const std::string& why,
+                          std::vector<size_t> recheck) {
   if (absl::Now() >= deadline_) return;  // Expire fails them (or did)
   std::vector<size_t> again;
-  for (size_t i : idx) {
-    if (IsDone(i)) continue;
-    PendingJob& e = jobs_[i];
-    e.sign = false;
-    e.output.clear();
-    e.run_batch_id.clear();
-    again.push_back(i);
-  }
+  size_t reruns = 0;
+  for (const auto* list : {&rerun, &recheck})
+    for (size_t i : *list) {
+      if (IsDone(i)) continue;
+      PendingJob& e = jobs_[i];
+      e.sign = false;
+      e.output.clear();
+      e.run_batch_id.clear();
+      again.push_back(i);
+      reruns += list == &rerun;
+    }
   if (again.empty()) return;
-  host_->SignRerun(again.size());
-  host_->Log(LOG_INFO, absl::StrCat("kdcmpc: batch #", seq_, ": Sign of ",
-                                    again.size(), " checksum(s) under a pad "
-                                    "failed (", why, "); running them"));
+  if (reruns > 0) {
+    host_->SignRerun(reruns);
+    // Warning: a server that answers other than JOB_OK (or not at all)
+    // costs a Run per item; a deviating one shows here.
+    host_->Log(LOG_WARNING,
+               absl::StrCat("kdcmpc: batch #", seq_, ": Sign of ", reruns,
+                            " checksum(s) under a pad failed (",
+                            why, "); running them"));
+  }
+  if (reruns < again.size())
+    host_->Log(LOG_INFO,
+               absl::StrCat("kdcmpc: batch #", seq_, ": ",
+                            again.size() - reruns,
+                            " ring-free verify item(s) refused the presented "
+                            "tag; re-checking in a Run"));
   StartRun(std::move(again));
+}
+
+// A verify item's ring-free answers refused a signature the Run accepts:
+// some server added an error to its answer (which one, additive shares do
+// not tell). The ticket is accepted; the event is logged and counted.
+void BatchStep::VerifyDisagreed() {
+  host_->VerifyDisagreed();
+  host_->Log(LOG_WARNING,
+             absl::StrCat("kdcmpc: security event: batch #", seq_,
+                          ": ring-free verify disagreed with the MPC check (a "
+                          "checksum the servers' Sign answers refused verified "
+                          "in a Run; one MPC server deviated); accepted"));
 }
 
 // Why party p's tag share buffer is not exactly one tag per JOB_OK result

@@ -13,6 +13,17 @@
 // revealed under the pad, since no tag is combined unless all three
 // servers answered JOB_OK.
 //
+// Verify items: a VERIFY_CHECKSUM under a verification pad is a Sign item
+// whose answers XOR to zero iff the presented tag holds. Any one server
+// can make them nonzero (it adds an error to its additive share), so a
+// nonzero answer is never final: the signature is checked again at once
+// by an ordinary VERIFY_CHECKSUM in a Run, whose verdict decides. A Run
+// that accepts is a security event (logged at warning, counted by
+// VerifyDisagreed): the ring-free answers were wrong. The re-check
+// reveals nothing more: whether it happens is the deviating server's
+// choice, and its verdict is what accepting or refusing the ticket tells
+// anyway (docs/security-model.md, "Ring-free verification").
+//
 // Invariants:
 //  - Every job completes exactly once (Complete checks `done`), through
 //    the host, unless the host is stopped; a speculative job delivers
@@ -46,6 +57,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "batch_stats.h"
 #include "batcher.h"
@@ -56,6 +68,11 @@
 namespace kmpc::kdc {
 
 class BatchStep;
+
+// A server's free text (a JobResult's or SignResult's detail, a refusal's
+// message) made safe for KDC logs and krb5 error texts: at most 256 bytes
+// ("..." where cut), printable ASCII only (anything else '?').
+std::string SafeDetail(absl::string_view detail);
 
 // What a step carries: a Run (then Finalize) batch, FINALIZE of
 // speculated keystreams only, or Sign of pad-signed checksums.
@@ -82,6 +99,11 @@ class StepHost {
   virtual void ExchangeOk(int kind) = 0;
   // Sign jobs re-run as ordinary CHECKSUM jobs.
   virtual void SignRerun(size_t jobs) = 0;
+  // Sign items that some server answered other than JOB_OK.
+  virtual void SignAnswersFailed(size_t items) = 0;
+  // A security event: a verify item refused a signature that the Run's
+  // VERIFY_CHECKSUM accepted (a server deviated in the verify item).
+  virtual void VerifyDisagreed() = 0;
   // A request of `items` jobs is about to go to the three servers
   // (statistics): a Run request (kRun), a Finalize request (kFinalizeOnly:
   // after a Run as well), a Sign request (kSign).
@@ -142,9 +164,13 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   // Sign step.
   void StartSign();
   void OnSign(const std::shared_ptr<SignCall>& call);
-  // Re-runs sign jobs as ordinary CHECKSUM jobs (`why`: logged).
-  void RerunSign(std::vector<size_t> idx, const std::string& why);
+  // Re-runs sign jobs as ordinary CHECKSUM (or VERIFY_CHECKSUM) jobs in
+  // one Run: `rerun` failed (`why`: logged), `recheck` are verify items
+  // whose answers refused the tag.
+  void RerunSign(std::vector<size_t> rerun, const std::string& why,
+                 std::vector<size_t> recheck);
   absl::Status CheckVerifyAnswer(const SignCall& call, int k) const;
+  void VerifyDisagreed();
   std::string TagSharesProblem(const kmpc::v1::SignResponse& r, int p) const;
   static void SliceTagShares(SignCall* call, int p);
   static void ScrubSign(SignCall* call);
@@ -172,6 +198,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   size_t failed_ = 0;
   bool failure_logged_ = false;
   StepFigures figures_;
+  // recheck_[i]: job i is a verify item that the servers' ring-free
+  // answers refused, re-checked in a Run (see "Verify items" above).
+  std::vector<char> recheck_;
 };
 
 }  // namespace kmpc::kdc

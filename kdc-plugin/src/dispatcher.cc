@@ -461,6 +461,16 @@ void Dispatcher::SignRerun(size_t jobs) {
   stats_.sign_rerun += jobs;
 }
 
+void Dispatcher::SignAnswersFailed(size_t items) {
+  std::lock_guard<std::mutex> l(mu_);
+  stats_.sign_answers_failed += items;
+}
+
+void Dispatcher::VerifyDisagreed() {
+  std::lock_guard<std::mutex> l(mu_);
+  ++stats_.verify_disagreed;
+}
+
 void Dispatcher::Sending(StepKind what, size_t items) {
   switch (what) {
     case StepKind::kRun:

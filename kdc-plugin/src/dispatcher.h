@@ -92,6 +92,8 @@ class Dispatcher : public StepHost,
   void FinalizeOnlyRerun(size_t jobs) override;
   void PadsWasted(size_t pads) override;
   void SignRerun(size_t jobs) override;
+  void SignAnswersFailed(size_t items) override;
+  void VerifyDisagreed() override;
   void ExchangeOk(int kind) override;
   void Sending(StepKind what, size_t items) override;
   void StepFinished(const std::shared_ptr<BatchStep>& step, StepKind kind,

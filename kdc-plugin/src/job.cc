@@ -1,5 +1,7 @@
 #include "job.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace kmpc::kdc {
 
 namespace pb = ::kmpc::v1;
@@ -16,7 +18,8 @@ contract::JobShape ShapeOf(const Job& job) {
     // Sent as shares of the message, each as long as it (kmpc.proto
     // Job.data_shares): the module deals them after this check.
     s.length = job.input.size();
-    s.share_sizes[0] = s.share_sizes[1] = s.length;
+    s.share_sizes[0] = s.share_sizes[1] =
+        contract::SharedBytes(job.type, s.length);
   } else if (job.type == pb::JOB_PAD) {
     s.length = job.pad_length;
   } else {
@@ -24,10 +27,21 @@ contract::JobShape ShapeOf(const Job& job) {
                                job.input.size());
   }
   s.checksum = job.checksum;
+  // A VERIFY_CHECKSUM's ctr0 || tag: the wire carries ctr0 in the clear
+  // and the tag as shares (kmpc.proto JOB_VERIFY_CHECKSUM). Of another
+  // size it stays whole and fails the contract's check.
+  if (job.type == pb::JOB_VERIFY_CHECKSUM &&
+      job.checksum.size() == contract::kChecksumSize)
+    s.checksum = s.checksum.substr(0, contract::kCtr0Size);
   return s;
 }
 
 absl::Status CheckJob(const Job& job) {
+  if (job.type == pb::JOB_VERIFY_CHECKSUM &&
+      job.checksum.size() != contract::kChecksumSize)
+    return absl::DataLossError(absl::StrCat(
+        "checksum must be ", contract::kChecksumSize,
+        " bytes (ctr0 || tag), got ", job.checksum.size()));
   contract::JobCheck c = contract::CheckJob(ShapeOf(job));
   switch (c.status) {
     case pb::JOB_OK:

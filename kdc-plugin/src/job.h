@@ -106,7 +106,7 @@ struct PendingJob {
   // A CHECKSUM that a pad of an earlier Run signs (speculator.h): `output`
   // holds the pad's ctr0; a Sign request (kmpc.proto SignItem) under the
   // pad (run_batch_id, run_job_id) gives the tag. A VERIFY_CHECKSUM under
-  // a verification pad likewise: a verify item (SignItem.verify_tag).
+  // a verification pad likewise: a verify item (SignItem.verify).
   bool sign = false;
   // finalize_only: the ENCRYPT state; sign: the pad.
   std::string run_batch_id;

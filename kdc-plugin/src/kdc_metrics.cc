@@ -111,6 +111,13 @@ class KdcMetrics::StatsCollector : public prometheus::Collectable {
     add("kmpc_kdc_sign_rerun_total",
         "checksums whose Sign failed (e.g. JOB_PAD_UNAVAILABLE), run instead",
         T::Counter, static_cast<double>(s.sign_rerun));
+    add("kmpc_kdc_sign_answers_failed_total",
+        "Sign items a server answered with a status other than JOB_OK",
+        T::Counter, static_cast<double>(s.sign_answers_failed));
+    add("kmpc_kdc_verify_disagreed_total",
+        "security events: a ring-free verify refused a signature that the "
+        "MPC check (a Run) accepted, so a server deviated",
+        T::Counter, static_cast<double>(s.verify_disagreed));
     add("kmpc_kdc_failovers_total",
         "jobs submitted again to another MPC cluster after a cluster failure",
         T::Counter, static_cast<double>(s.failovers));

@@ -20,6 +20,11 @@
 //                                        all those queued at once)
 //   kmpc_kdc_pads_{drawn,used,wasted}_total, kmpc_kdc_pads_held,
 //   kmpc_kdc_sign_rerun_total            checksum pads (speculator.h)
+//   kmpc_kdc_sign_answers_failed_total   Sign items answered other than
+//                                        JOB_OK by some server
+//   kmpc_kdc_verify_disagreed_total      security events: a ring-free
+//                                        verify refused a signature the
+//                                        Run's MPC check accepted
 //   kmpc_kdc_failovers_total             jobs sent again to another MPC
 //                                        cluster (router.h); with several
 //                                        clusters every figure here is

@@ -290,6 +290,8 @@ BatcherStats Router::stats() const {
     s.pads_wasted += x.pads_wasted;
     s.pads_held += x.pads_held;
     s.sign_rerun += x.sign_rerun;
+    s.sign_answers_failed += x.sign_answers_failed;
+    s.verify_disagreed += x.verify_disagreed;
   }
   std::lock_guard<std::mutex> l(mu_);
   s.failovers = failovers_;

@@ -35,7 +35,7 @@
 // verification pad at its own ctr0 + 2^17 (public: the ciphertext's first
 // block), kept by the servers only if the TGT decrypts (release_if_ok),
 // and the server signature's VERIFY_CHECKSUM whose ctr0 is that counter
-// becomes a ring-free verify item (kmpc.proto SignItem.verify_tag). Any
+// becomes a ring-free verify item (kmpc.proto SignItem.verify). Any
 // other VERIFY (old tickets, a broken link) runs in a Run as before.
 //
 // Invariants:

@@ -5,6 +5,8 @@
 // that disagrees, the deadline) completing every job exactly once.
 #include "batch_step.h"
 
+#include <openssl/rand.h>
+
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -52,6 +54,8 @@ class RecordingHost : public StepHost {
   void PadsWasted(size_t) override {}
   void ExchangeOk(int) override {}
   void SignRerun(size_t) override {}
+  void SignAnswersFailed(size_t) override {}
+  void VerifyDisagreed() override {}
   void Sending(StepKind what, size_t items) override {
     std::lock_guard<std::mutex> l(mu_);
     sent_.emplace_back(what, items);
@@ -208,6 +212,80 @@ TEST_F(BatchStepTest, ExpireFailsOpenJobsOnceAndNothingAfter) {
   step->Expire();
   cluster_.set_hang(0, false);
   EXPECT_EQ(host_->delivered(), (std::map<uint64_t, int>{{1, 1}}));
+}
+
+// A server's free text reaches KDC logs and krb5 error texts only capped
+// and printable: no forged log lines, no terminal escapes, no floods.
+TEST(SafeDetailTest, CapsAndStripsAServersText) {
+  EXPECT_EQ(SafeDetail("no such key id"), "no such key id");
+  EXPECT_EQ(SafeDetail("a\nfake: log line\x1b[2J\xc3\xa9"), "a?fake: log line?[2J??");
+  const std::string flood(100000, 'x');
+  const std::string cut = SafeDetail(flood);
+  EXPECT_EQ(cut, std::string(256, 'x') + "...");
+  EXPECT_EQ(SafeDetail(""), "");
+}
+
+TEST_F(BatchStepTest, AServersDetailReachesTheErrorOnlyMadeSafe) {
+  cluster_.set_failure_detail("line one\nkdcmpc: forged line" + std::string(5000, '!'));
+  std::vector<PendingJob> jobs;
+  PendingJob unknown = Pending(1, pb::JOB_ENCRYPT, Bytes("one"));
+  unknown.job.key_id = std::string(contract::kKeyIdSize, 'u');  // not dealt
+  jobs.push_back(std::move(unknown));
+  Step(1, std::move(jobs))->Start();
+  ASSERT_TRUE(host_->WaitFinished(1));
+  const Result r = host_->Get(1);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kNotFound) << r.status;
+  const absl::string_view m = r.status.message();
+  EXPECT_TRUE(absl::StrContains(m, "holds no shares for this key id")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "line one?kdcmpc: forged line")) << m;
+  EXPECT_EQ(m.find('\n'), absl::string_view::npos) << m;
+  EXPECT_LT(m.size(), 400u) << m.size();
+}
+
+// OpenSSL's RAND_bytes failing (a RAND_METHOD whose bytes() fails) while
+// installed; the default generator again after (RAND_set_rand_method is
+// deprecated in OpenSSL 3 but still honoured by RAND_bytes).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+class FailingRandom {
+ public:
+  FailingRandom() {
+    method_.bytes = [](unsigned char*, int) { return 0; };
+    method_.status = [] { return 0; };
+    EXPECT_EQ(RAND_set_rand_method(&method_), 1);
+  }
+  ~FailingRandom() { RAND_set_rand_method(RAND_OpenSSL()); }
+
+ private:
+  RAND_METHOD method_{};
+};
+#pragma GCC diagnostic pop
+
+// Batch ids key the servers' one-use states: without a fresh one the step
+// fails (INTERNAL, saying why) and sends nothing, rather than fall back
+// on an id that may repeat.
+TEST_F(BatchStepTest, NoFreshBatchIdFailsTheStepAndSendsNothing) {
+  {
+    FailingRandom fail;
+    std::vector<PendingJob> jobs;
+    jobs.push_back(Pending(1, pb::JOB_ENCRYPT, Bytes("one")));
+    jobs.push_back(Pending(2, pb::JOB_DECRYPT, Bytes(std::string(48, 'c'))));
+    Step(1, std::move(jobs))->Start();
+    ASSERT_TRUE(host_->WaitFinished(1));
+  }
+  for (uint64_t t : {1, 2}) {
+    EXPECT_EQ(host_->Get(t).status.code(), absl::StatusCode::kInternal);
+    EXPECT_TRUE(absl::StrContains(host_->Get(t).status.message(), "no fresh batch id"))
+        << host_->Get(t).status;
+  }
+  EXPECT_TRUE(host_->sent().empty());
+  EXPECT_TRUE(cluster_.calls().empty());
+  // The generator back: a step goes out as usual.
+  std::vector<PendingJob> jobs;
+  jobs.push_back(Pending(3, pb::JOB_ENCRYPT, Bytes("three")));
+  Step(2, std::move(jobs))->Start();
+  ASSERT_TRUE(host_->WaitFinished(2));
+  EXPECT_TRUE(host_->Get(3).status.ok()) << host_->Get(3).status;
 }
 
 }  // namespace

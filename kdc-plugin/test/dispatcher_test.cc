@@ -98,8 +98,8 @@ TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
 // the EncTicketPart, session key included) reaches each server only as
 // its two of three shares, dealt afresh for every job; the parties'
 // requests differ in those shares only, and no party's request holds the
-// message. The tags are still right (the fake reconstructs the message
-// from two parties' shares).
+// message, nor a VERIFY's presented tag. The tags are still right (the
+// fake reconstructs the message from two parties' shares).
 TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
   BatcherOptions o;
   o.window = absl::Milliseconds(20);
@@ -129,6 +129,9 @@ TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
     for (const std::string& raw : fake_.received(p)) {
       EXPECT_EQ(raw.find(msg.substr(0, 12)), std::string::npos) << p;
       EXPECT_EQ(raw.find("0123456789abcdef"), std::string::npos) << p;
+      // The VERIFY's presented tag (a PAC signature: ticket plaintext)
+      // goes as shares too (kmpc.proto JOB_VERIFY_CHECKSUM).
+      EXPECT_EQ(raw.find(sum.substr(16)), std::string::npos) << p;
       got[p].emplace_back();
       ASSERT_TRUE(got[p].back().ParseFromString(raw));
     }
@@ -156,10 +159,12 @@ TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
             contract::SliceMessageShares(got[p][r])[k];
         pairs[p] = {std::string(m.first), std::string(m.second)};
         s[p] = &pairs[p];
-        ASSERT_EQ(s[p]->first.size(), msg.size());
-        ASSERT_EQ(s[p]->second.size(), msg.size());
-        EXPECT_NE(s[p]->first, msg);
-        EXPECT_NE(s[p]->second, msg);
+        // A VERIFY's shares carry the presented tag after the message.
+        const size_t n = contract::SharedBytes(j.type(), msg.size());
+        ASSERT_EQ(s[p]->first.size(), n);
+        ASSERT_EQ(s[p]->second.size(), n);
+        EXPECT_NE(s[p]->first.substr(0, msg.size()), msg);
+        EXPECT_NE(s[p]->second.substr(0, msg.size()), msg);
         // Party p holds (s_p, s_{p+1}): consistent with its neighbour's.
         EXPECT_TRUE(seen.insert(s[p]->first).second) << r << " " << k;
         // Everything but the shares is the same for the three parties.
@@ -172,7 +177,10 @@ TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
         if (p > 0)
           for (size_t i = 0; i < d.size(); ++i) d[i] ^= s[p]->first[i];
       }
-      EXPECT_EQ(d, msg);
+      if (got[0][r].jobs(k).type() == kmpc::v1::JOB_VERIFY_CHECKSUM)
+        EXPECT_EQ(d, msg + sum.substr(16));  // D || t', dealt
+      else
+        EXPECT_EQ(d, msg);
     }
   }
   EXPECT_EQ(jobs, 3);

@@ -103,6 +103,16 @@ void FakeCluster::set_corrupt_finalize(int p, bool v) {
   std::lock_guard<std::mutex> l(mu_);
   corrupt_fin_[p] = v;
 }
+void FakeCluster::set_failure_detail(std::string detail) {
+  std::lock_guard<std::mutex> l(mu_);
+  detail_ = std::move(detail);
+}
+
+void FakeCluster::set_tag_share_error(int p, bool sign, std::string error) {
+  std::lock_guard<std::mutex> l(mu_);
+  (sign ? sign_error_ : verify_error_)[p] = std::move(error);
+}
+
 void FakeCluster::set_tag_shares_extra(int p, int extra) {
   std::lock_guard<std::mutex> l(mu_);
   tag_extra_[p] = extra;
@@ -327,8 +337,13 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
           FailJob(r, pb::JOB_MALFORMED, "message shares inconsistent");
           break;
         }
-        std::string ctr0 = j.checksum().substr(0, 16);
-        if (Tag(key, j.usage(), ctr0, *d, true) != j.checksum().substr(16))
+        // D || t' (kmpc.proto JOB_VERIFY_CHECKSUM): t' came as shares.
+        if (d->size() != j.length() + 16 || j.checksum().size() != 16) {
+          FailJob(r, pb::JOB_MALFORMED, "verify shares or ctr0 of the wrong size");
+          break;
+        }
+        if (Tag(key, j.usage(), j.checksum(), d->substr(0, j.length()), true) !=
+            d->substr(j.length()))
           for (auto* x : r) x->set_status(pb::JOB_INTEGRITY_FAILED);
         break;
       }
@@ -406,8 +421,8 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
         all = false;
       } else if (it.usage() != pad->second.usage ||
                  it.length() > pad->second.length || !d ||
-                 d->size() != it.length() ||
-                 it.verify_tag().empty() == pad->second.verify) {
+                 d->size() != contract::SharedBytes(it) ||
+                 it.verify() != pad->second.verify) {
         r[p]->set_status(pb::JOB_MALFORMED);  // the pad is kept
         r[p]->set_detail("usage, length or shares do not fit the pad");
         all = false;
@@ -418,13 +433,18 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
       }
     }
     if (all) {
-      std::string t = Tag(pad->second.key, it.usage(), pad->second.ctr0, *d, true);
+      std::string t = Tag(pad->second.key, it.usage(), pad->second.ctr0,
+                          d->substr(0, it.length()), true);
       // A verify item's shares sum to r * (T ^ t'): zero iff it holds,
-      // else a random value.
+      // else a random value (t' came as shares after D).
       if (pad->second.verify)
-        t = t == it.verify_tag() ? std::string(16, '\0') : Random(16);
+        t = t == d->substr(it.length()) ? std::string(16, '\0') : Random(16);
       for (int i = 0; i < 16; ++i) t[i] ^= share[0][i] ^ share[1][i];
       share[2] = t;
+      for (int p = 0; p < 3; ++p) {
+        const std::string& e = (pad->second.verify ? verify_error_ : sign_error_)[p];
+        for (size_t i = 0; i < e.size() && i < 16; ++i) share[p][i] ^= e[i];
+      }
     }
     for (int p = 0; p < 3; ++p) (*out)[p].mutable_tag_shares()->append(share[p]);
   }
@@ -441,7 +461,7 @@ void FakeCluster::Sign(int party, const pb::SignRequest& req,
     if (!hang_[party] && !down_[party]) {
       contract::FlatReader flat(req.data_shares());
       for (int k = 0; k < req.items_size(); ++k) {
-        const contract::MessageShares m = flat.TakePair(req.items(k).length());
+        const contract::MessageShares m = flat.TakePair(contract::SharedBytes(req.items(k)));
         shared_[req.request_id()][party][k] = {std::string(m.first),
                                                std::string(m.second)};
       }
@@ -653,6 +673,9 @@ void FakeCluster::Run(int party, const pb::RunRequest& req,
           r->clear_ctr0s();
           r->clear_shares();
         }
+        if (!detail_.empty())
+          for (auto& x : *r->mutable_results())
+            if (x.status() != pb::JOB_OK) x.set_detail(detail_);
         if (!corrupt_[p]) return;  // else flip a bit of its last share copy
         std::string& sh = *r->mutable_shares();
         if (!sh.empty()) sh.back() ^= 1;

@@ -57,6 +57,14 @@ class FakeCluster : public TestCluster {
   // Sign answers of `party` carry `extra` more bytes of tag shares than
   // one per JOB_OK result (negative: fewer), as a faulty server's would.
   void set_tag_shares_extra(int party, int extra);
+  // `party` XORs `error` (16 bytes; empty: none) into its tag share of
+  // every signing item (sign) or verify item (!sign) it answers JOB_OK, as
+  // a deviating server can: the tag is then off by `error`, or a verify
+  // item's answers refuse a tag that holds.
+  void set_tag_share_error(int party, bool sign, std::string error);
+  // Every failed Run job's detail becomes `detail` (empty: the fake's
+  // own), as a deviating server may write anything there.
+  void set_failure_detail(std::string detail);
   // Refuses every Run and Finalize with this typed BatchError
   // (BATCH_ERROR_UNSPECIFIED: no refusal), as an overloaded server does.
   void set_refuse(int party, kmpc::v1::BatchErrorCode code);
@@ -166,6 +174,8 @@ class FakeCluster : public TestCluster {
   bool zero_ctr0_ = false;
   std::array<bool, 3> old_wire_{};
   std::array<int, 3> tag_extra_{};
+  std::array<std::string, 3> sign_error_, verify_error_;
+  std::string detail_;
   std::array<kmpc::v1::BatchErrorCode, 3> refuse_{};
   absl::Duration run_delay_;
   std::set<std::string> inconsistent_;

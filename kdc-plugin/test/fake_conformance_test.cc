@@ -70,12 +70,23 @@ std::array<pb::RunRequest, 3> PerParty(const pb::RunRequest& req) {
     if ((j.type() != pb::JOB_CHECKSUM && j.type() != pb::JOB_VERIFY_CHECKSUM) ||
         j.data().empty())
       continue;
+    // A VERIFY_CHECKSUM's ctr0 || tag: ctr0 in the clear, the tag dealt
+    // after the message (kmpc.proto JOB_VERIFY_CHECKSUM); a checksum of
+    // another size keeps a wrong-sized ctr0 and a zero tag.
+    std::string dealt = j.data();
+    std::string ctr0 = j.checksum();
+    if (j.type() == pb::JOB_VERIFY_CHECKSUM) {
+      const bool whole = ctr0.size() == contract::kChecksumSize;
+      dealt += whole ? ctr0.substr(16) : std::string(16, '\0');
+      ctr0 = whole ? ctr0.substr(0, 16) : ctr0.substr(0, 15);
+    }
     for (int p = 0; p < 3; ++p) {
       pb::Job* x = out[p].mutable_jobs(k);
       x->clear_data();
       x->set_length(j.data().size());
+      if (j.type() == pb::JOB_VERIFY_CHECKSUM) x->set_checksum(ctr0);
     }
-    DealInto(j.data(), {out[0].mutable_data_shares(),
+    DealInto(dealt, {out[0].mutable_data_shares(),
                         out[1].mutable_data_shares(),
                         out[2].mutable_data_shares()});
   }

@@ -43,8 +43,13 @@ TEST(JobTest, ShapeOfChecksumSaysTheMessageGoesAsTwoSharesOfItsLength) {
   j.type = pb::JOB_VERIFY_CHECKSUM;
   j.checksum = std::string(contract::kChecksumSize, 'c');
   s = ShapeOf(j);
-  EXPECT_EQ(s.share_sizes[1], 50u);
-  EXPECT_EQ(s.checksum.size(), contract::kChecksumSize);
+  // The presented tag goes as shares after the message, its ctr0 in the
+  // clear (kmpc.proto JOB_VERIFY_CHECKSUM).
+  EXPECT_EQ(s.share_sizes[1], 50u + contract::kTagSize);
+  EXPECT_EQ(s.checksum, std::string(contract::kCtr0Size, 'c'));
+  EXPECT_TRUE(CheckJob(j).ok());
+  j.checksum.resize(contract::kCtr0Size);  // no tag: refused as before
+  EXPECT_TRUE(absl::IsDataLoss(CheckJob(j)));
 }
 
 TEST(JobTest, ShapeOfDecryptAndPad) {

@@ -758,7 +758,8 @@ TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
 // carries it is encrypted with that keystream; the TGS-REQ's TGT DECRYPT
 // draws a verification pad there, and the VERIFY of the signature is a
 // ring-free verify item: no Run. A wrong tag fails it (DataLoss, as a
-// Run's VERIFY), a VERIFY at another counter runs.
+// Run's VERIFY) after the Run's re-check, a VERIFY at another counter
+// runs.
 TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
   auto b = Make(Opts());
   const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
@@ -803,8 +804,10 @@ TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
   wrong[20] ^= 1;
   EXPECT_TRUE(absl::IsDataLoss(tgs(wrong)));
   BatcherStats s2 = b->stats();
-  EXPECT_EQ(s2.run_requests - s1.run_requests, 1u);
+  // The TGT's DECRYPT and the re-check of the refused tag.
+  EXPECT_EQ(s2.run_requests - s1.run_requests, 2u);
   EXPECT_EQ(s2.verify_pads_used - s1.verify_pads_used, 1u);
+  EXPECT_EQ(s2.verify_disagreed, 0u);
   // Another counter: no verification pad there, a Run of its own.
   std::string other = sig;
   other[3] ^= 1;
@@ -812,11 +815,84 @@ TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
   BatcherStats s3 = b->stats();
   EXPECT_EQ(s3.run_requests - s2.run_requests, 2u);
   EXPECT_EQ(s3.verify_pads_used, s2.verify_pads_used);
-  // The verify items carried the presented tags and shares of the PAC,
-  // never the PAC.
-  for (int p = 0; p < 3; ++p)
-    for (const std::string& raw : fake_.received_signs(p))
+  // The verify items carried shares of the PAC and of the presented tag
+  // (a PAC signature, bytes of the ticket's plaintext), never either.
+  for (int p = 0; p < 3; ++p) {
+    for (const std::string& raw : fake_.received_signs(p)) {
       EXPECT_EQ(raw.find(std::string(40, 'p')), std::string::npos);
+      EXPECT_EQ(raw.find(sig.substr(16)), std::string::npos);
+      EXPECT_EQ(raw.find(wrong.substr(16)), std::string::npos);
+    }
+    for (const std::string& raw : fake_.received(p))
+      EXPECT_EQ(raw.find(sig.substr(16)), std::string::npos);
+  }
+}
+
+// One deviating server (issue 25, "Signing stays secure"): an error it
+// XORs into its share of a verify item's answer makes the answers refuse
+// a signature that holds; the Run's VERIFY_CHECKSUM re-checks it, accepts,
+// and the security event is logged and counted. A wrong tag stays refused.
+// An error in a signing item's share gives a tag off by exactly that error
+// (the KDC cannot tell; the signature is invalid, whatever the key or the
+// message). Nothing here depends on a secret: the same error, the same
+// outcome.
+TEST_P(PadTest, DeviatingServerInASignOrVerifyItem) {
+  auto b = Make(Opts());
+  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
+  SecureBytes tgt;
+  std::string sig;
+  auto as = [&] {
+    ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+    sig = Str(sink_.Get(Do(b.get(), {Tgt(Checksum(pac, 17))})[0]).output);
+    ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
+    const std::string plain = std::string(8, 'a') + sig + std::string(16, 'z');
+    tgt = sink_.Get(Do(b.get(), {Tgt(Encrypt(plain, 2)),
+                                 Encrypt(std::string(56, 'r'), 3)})[0]).output;
+  };
+  as();
+  as();
+  auto tgs = [&](const std::string& checksum) {
+    EXPECT_TRUE(sink_.Get(Do(b.get(), {Tgt(Decrypt(tgt, 2))})[0]).status.ok());
+    Job v = Tgt(Checksum(pac, 17));
+    v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+    v.checksum = checksum;
+    return sink_.Get(Do(b.get(), {std::move(v)})[0]).status;
+  };
+  const std::string error = "\x01 sixteen bytes";
+  for (int cheat = 0; cheat < 3; ++cheat) {
+    fake_.set_tag_share_error(cheat, /*sign=*/false, error);
+    const BatcherStats s0 = b->stats();
+    const size_t logs0 = sink_.logs().size();
+    EXPECT_TRUE(tgs(sig).ok()) << cheat;
+    const BatcherStats s1 = b->stats();
+    EXPECT_EQ(s1.verify_pads_used - s0.verify_pads_used, 1u) << cheat;
+    EXPECT_EQ(s1.run_requests - s0.run_requests, 2u) << cheat;  // + re-check
+    EXPECT_EQ(s1.verify_disagreed - s0.verify_disagreed, 1u) << cheat;
+    EXPECT_EQ(s1.sign_rerun, s0.sign_rerun) << cheat;
+    bool logged = false;
+    const auto logs = sink_.logs();
+    for (size_t i = logs0; i < logs.size(); ++i)
+      logged |= absl::StrContains(logs[i], "ring-free verify disagreed with the MPC check");
+    EXPECT_TRUE(logged) << cheat;
+    std::string wrong = sig;
+    wrong[20] ^= 1;
+    EXPECT_TRUE(absl::IsDataLoss(tgs(wrong))) << cheat;
+    EXPECT_EQ(b->stats().verify_disagreed, s1.verify_disagreed) << cheat;
+    fake_.set_tag_share_error(cheat, false, "");
+  }
+  // A signing item: the tag is off by the error, nothing else changes.
+  fake_.set_tag_share_error(1, /*sign=*/true, error);
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  const BatcherStats s0 = b->stats();
+  const std::string out = Str(sink_.Get(Do(b.get(), {Sig(32, 'k')})[0]).output);
+  ASSERT_EQ(b->stats().pads_used - s0.pads_used, 1u);
+  ASSERT_EQ(out.size(), 32u);
+  std::string want = cluster_.Tag(tgt_key_, 17, out.substr(0, 16), std::string(32, 'k'), true);
+  for (int i = 0; i < 16; ++i) want[i] ^= error[i];
+  EXPECT_EQ(out.substr(16), want);
+  fake_.set_tag_share_error(1, true, "");
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
 // A ticket that takes the keystream a linked pad was drawn for before any

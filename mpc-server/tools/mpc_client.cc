@@ -33,7 +33,7 @@
 //                   else "refused S0 S1 S2" (their JobStatus names; with
 //                   --only_party, "sent STATUS"). With --verify_tag_hex=T:
 //                   a verify item under a `vpad` pad, "verified" or
-//                   "not_verified" (SignItem.verify_tag).
+//                   "not_verified" (SignItem.verify).
 //                   Every job names a cipher (kmpc.proto Job.cipher): OP
 //                   may be OP:aes128, OP:aes256 or OP:N (N a raw enum value,
 //                   0 = CIPHER_UNSPECIFIED, for tests); a bare OP takes
@@ -494,10 +494,13 @@ std::array<pb::SignRequest, 3> SignRequests(const std::vector<SignJob>& items) {
       o[i]->set_job_id(it.job_id);
       o[i]->set_usage(it.usage);
       o[i]->set_length(static_cast<uint32_t>(it.data.size()));
-      if (!it.verify_tag.empty()) o[i]->set_verify_tag(it.verify_tag);
+      if (!it.verify_tag.empty()) o[i]->set_verify(true);
     }
-    DealInto(it.data, {reqs[0].mutable_data_shares(), reqs[1].mutable_data_shares(),
-                       reqs[2].mutable_data_shares()});
+    // A verify item's presented tag is dealt after the message (kmpc.proto
+    // SignItem.verify): no server sees it.
+    DealInto(it.data + it.verify_tag, {reqs[0].mutable_data_shares(),
+                                       reqs[1].mutable_data_shares(),
+                                       reqs[2].mutable_data_shares()});
   }
   return reqs;
 }
@@ -606,7 +609,16 @@ int Jobs(Cluster& c) {
         Die("verify needs DATA and CKSUM hex");
       p.job.set_type(pb::JOB_VERIFY_CHECKSUM);
       p.job.set_length(static_cast<uint32_t>(a.size()));
+      // ctr0 in the clear, the tag dealt after the message (kmpc.proto
+      // JOB_VERIFY_CHECKSUM); a CKSUM of another size goes whole with a
+      // zero tag dealt, so the servers' refusal of it can be tested.
       p.message = a;
+      if (b.size() == kmpc::contract::kChecksumSize) {
+        p.message += b.substr(16);
+        b.resize(16);
+      } else {
+        p.message += Bytes(16, '\0');
+      }
       p.job.set_checksum(b);
     } else if (p.op == "pad" || p.op == "vpad") {
       p.job.set_type(pb::JOB_PAD);
@@ -791,7 +803,7 @@ int Jobs(Cluster& c) {
 
 // A Sign of one pad drawn earlier (a `pad` job line).
 // A verify item's answers: additive shares of r * (T ^ t'), "verified"
-// iff they XOR to zero (kmpc.proto SignItem.verify_tag), "not_verified"
+// iff they XOR to zero (kmpc.proto SignItem.verify), "not_verified"
 // otherwise, "refused S0 S1 S2" if a server did not compute.
 int PrintVerified(const std::array<pb::SignResponse, 3>& r) {
   absl::StatusOr<Bytes> sum = CombineSign(r, 0);

@@ -111,7 +111,7 @@ struct JobPlan {
   std::vector<uint8_t> ghash_in;
   size_t m = 0;                   // GHASH blocks = powers needed
   size_t shared_blocks = 0;       // blocks of a shared message D
-  Block tag{};                    // public tag to check against
+  Block tag{};                    // DECRYPT: the public tag to check against
 };
 
 // One job's secret shares inside RunBatch; wiped when the batch ends.
@@ -246,8 +246,8 @@ void PlanJob(const Job& job, JobPlan& w) {
     case pb::JOB_CHECKSUM:
     case pb::JOB_VERIFY_CHECKSUM: {
       if (job.type == pb::JOB_VERIFY_CHECKSUM) {
+        // The presented tag is shared (Job::data_shares): CheckTags.
         std::memcpy(w.ctr0.data(), job.checksum.data(), 16);
-        std::memcpy(w.tag.data(), job.checksum.data() + 16, 16);
         w.check = true;
       } else {
         w.needs_ctr0 = true;
@@ -901,6 +901,16 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
     const JobSecrets& s = b.secrets[checks[c]];
     std::memcpy(&d0[16 * c], s.tprime[0].data(), 16);
     std::memcpy(&d1[16 * c], s.tprime[1].data(), 16);
+    const Job& job = b.jobs[checks[c]];
+    if (job.type == pb::JOB_VERIFY_CHECKSUM) {
+      // The presented tag t' as shares (after D in data_shares): the
+      // difference T' ^ t' stays shared, t' never public.
+      for (int i = 0; i < 16; ++i) {
+        d0[16 * c + i] ^= job.data_shares[0][job.length + i];
+        d1[16 * c + i] ^= job.data_shares[1][job.length + i];
+      }
+      continue;
+    }
     for (int i = 0; i < 16; ++i) {
       if (share::HoldsPublicIn(me, 0)) d0[16 * c + i] ^= w.tag[i];
       if (share::HoldsPublicIn(me, 1)) d1[16 * c + i] ^= w.tag[i];
@@ -932,7 +942,7 @@ absl::Status Engine::Impl::CheckTags(Batch& b) {
 // and r*AES_K(c0) for a fresh shared random r per pad (PRSS), their
 // products in the GfMul round of CheckTags (logged and checked in
 // malicious mode like every product), kept with r instead of the powers
-// and the pad. A verify item (SignItem.verify_tag) then sums to
+// and the pad. A verify item (SignItem.verify) then sums to
 // r * (T ^ t'): zero iff the presented tag t' is the tag T, uniform
 // otherwise, also to the KDC together with one server, which holds two of
 // r's three shares. Liveness is public, so the parties draw alike.

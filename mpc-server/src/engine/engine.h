@@ -210,7 +210,7 @@ struct EncryptState : TagState {
 struct PadState : TagState {
   uint32_t max_length = 0;         // bytes of the longest message it signs
   // A verification pad (JOB_PAD with a counter given by the KDC): it only
-  // verifies (SignItem.verify_tag), never signs: a tag at a counter the
+  // verifies (SignItem.verify), never signs: a tag at a counter the
   // KDC chose would break invariant 6.
   bool verify_only = false;
   // A verification pad holds shares of r*H^k and r*AES_K(c0) in h_powers
@@ -289,10 +289,14 @@ struct Job {
   // not: engine.cc EncodeJob).
   uint32_t length = 0;
   std::vector<uint8_t> data;      // JOB_DECRYPT: ctr0||C||T; FINALIZE: C
-  std::vector<uint8_t> checksum;  // JOB_VERIFY_CHECKSUM only
-  // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: data_shares[k] = share (party+k)%3 of
-  // D, `length` bytes each (kmpc.proto RunRequest.data_shares). The only input
-  // that differs between the parties; wiped when the Job dies.
+  // JOB_VERIFY_CHECKSUM: the checksum's ctr0 (16 bytes); a verification
+  // JOB_PAD: its counter.
+  std::vector<uint8_t> checksum;
+  // JOB_CHECKSUM: data_shares[k] = share (party+k)%3 of D, `length` bytes
+  // each; JOB_VERIFY_CHECKSUM: of D || t' (`length` + 16 bytes, t' the
+  // presented tag, contract::SharedBytes) (kmpc.proto
+  // RunRequest.data_shares). The only input that differs between the
+  // parties; wiped when the Job dies.
   std::shared_ptr<const EncryptState> state;  // JOB_FINALIZE only
   // A failed check the caller already made (the server checks the request's
   // jobs with contract::CheckJob): the job fails with this status and

@@ -27,15 +27,20 @@ absl::Status OneUseStates<State>::Put(const std::string& key, Entry e) {
             kNodeBytes;
   absl::MutexLock lock(&mu_);
   SweepLocked(e.created);
-  auto it = entries_.find(key);
-  const size_t replaced = it != entries_.end() ? it->second.bytes : 0;
-  if (it == entries_.end() && entries_.size() >= max_)
+  // A key is used once: a second state under it (a batch id the KDC
+  // repeated) would replace one that may still finalize or sign, so it is
+  // refused and the first stays.
+  if (entries_.count(key) != 0)
+    return absl::AlreadyExistsError(absl::StrCat(
+        "one of the ", what_, " is already under this batch/job id (a "
+        "repeated batch id)"));
+  if (entries_.size() >= max_)
     return absl::ResourceExhaustedError(absl::StrCat("too many ", what_));
-  if (bytes_ - replaced + e.bytes > max_bytes_)
+  if (bytes_ + e.bytes > max_bytes_)
     return absl::ResourceExhaustedError(absl::StrCat(
         what_, " hold ", bytes_, " bytes, the limit is ", max_bytes_));
-  bytes_ = bytes_ - replaced + e.bytes;
-  entries_[key] = std::move(e);
+  bytes_ += e.bytes;
+  entries_.emplace(key, std::move(e));
   return absl::OkStatus();
 }
 

@@ -37,7 +37,9 @@ class OneUseStates {
   OneUseStates(absl::Duration ttl, size_t max_entries, size_t max_bytes,
                std::string what)
       : ttl_(ttl), max_(max_entries), max_bytes_(max_bytes), what_(std::move(what)) {}
-  // RESOURCE_EXHAUSTED beyond max_entries entries or max_bytes bytes.
+  // RESOURCE_EXHAUSTED beyond max_entries entries or max_bytes bytes;
+  // ALREADY_EXISTS if `key` holds an entry (never replaced: one use per
+  // key).
   absl::Status Put(const std::string& key, Entry e);
   // Removes the entries under `keys` that exist.
   void Erase(const std::vector<std::string>& keys);

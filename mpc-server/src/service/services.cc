@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -62,6 +63,14 @@ void AppendShares(std::string* out, const std::vector<uint8_t>& a,
 void AppendTag(std::string* out, const std::array<std::array<uint8_t, 16>, 2>& tag) {
   out->append(reinterpret_cast<const char*>(tag[0].data()), 16);
   out->append(reinterpret_cast<const char*>(tag[1].data()), 16);
+}
+
+// A state the batch could not keep (OneUseStates::Put): a repeated batch
+// id (BATCH_MALFORMED; the earlier state stays), or the store is full
+// (BATCH_OVERLOADED).
+grpc::Status StateRefusal(const absl::Status& st) {
+  return Refuse(absl::IsAlreadyExists(st) ? pb::BATCH_MALFORMED : pb::BATCH_OVERLOADED,
+                std::string(st.message()));
 }
 
 // A request of another KeyOps wire version (contract::kWireVersion).
@@ -305,7 +314,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
         std::string key = StateKey(req.batch_id(), in.job_id());
         absl::Status st = states_.Put(key, {r.state, in.length(), now});
         if (st.ok()) kept.push_back(std::move(key));
-        else refused = Refuse(pb::BATCH_OVERLOADED, std::string(st.message()));
+        else refused = StateRefusal(st);
         break;
       }
       case pb::JOB_DECRYPT:
@@ -322,7 +331,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
         std::string key = StateKey(req.batch_id(), in.job_id());
         absl::Status st = pads_.Put(key, {r.pad, in.length(), now});
         if (st.ok()) kept_pads.push_back(std::move(key));
-        else refused = Refuse(pb::BATCH_OVERLOADED, std::string(st.message()));
+        else refused = StateRefusal(st);
         break;
       }
       default:
@@ -447,22 +456,23 @@ namespace {
 // computed with the pad before this passes.
 std::string SignItemProblem(const engine::PadState& pad, const pb::SignItem& it,
                             const contract::MessageShares& sh, int party) {
-  const bool verify = !it.verify_tag().empty();
+  const bool verify = it.verify();
   const absl::string_view s0 = sh.first, s1 = sh.second;
   if (pad.party != party) return "the pad belongs to another party";
   if (verify != pad.verify_only)
     return pad.verify_only ? "a verification pad only verifies"
                            : "a signing pad only signs";
-  if (verify && it.verify_tag().size() != contract::kTagSize)
-    return absl::StrCat("verify_tag must be ", contract::kTagSize, " bytes");
   if (it.usage() != pad.usage)
     return absl::StrCat("usage ", it.usage(), " differs from the pad's ", pad.usage);
   if (it.length() > pad.max_length)
     return absl::StrCat("message of ", it.length(), " bytes, the pad signs at most ",
                         pad.max_length);
-  if (s0.size() != it.length() || s1.size() != it.length())
+  // D, or D || t' for a verify item (contract::SharedBytes).
+  const uint64_t want = contract::SharedBytes(it);
+  if (s0.size() != want || s1.size() != want)
     return absl::StrCat("shares of ", s0.size(), " and ", s1.size(),
-                        " bytes for a message of ", it.length());
+                        " bytes for a message of ", it.length(), " (shares of ",
+                        want, " bytes each)");
   return {};
 }
 
@@ -503,7 +513,7 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
   tag_shares->reserve(n * contract::kTagSize);
   for (int i = 0; i < n; ++i) {
     const pb::SignItem& it = req.items(i);
-    const contract::MessageShares sh = flat.TakePair(it.length());
+    const contract::MessageShares sh = flat.TakePair(contract::SharedBytes(it));
     pb::SignResult* o = resp->add_results();
     o->set_run_batch_id(it.run_batch_id());
     o->set_job_id(it.job_id());
@@ -527,8 +537,10 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
       continue;
     }
     const engine::PadState& pad = *e->state;
-    const absl::string_view s0 = sh.first, s1 = sh.second;
-    const bool verify = !it.verify_tag().empty();
+    // The message's shares (a verify item's t' shares follow them).
+    const absl::string_view s0 = sh.first.substr(0, it.length());
+    const absl::string_view s1 = sh.second.substr(0, it.length());
+    const bool verify = it.verify();
     const std::string bad = SignItemProblem(pad, it, sh, options_.party);
     absl::StatusOr<std::array<uint8_t, 16>> t =
         bad.empty() ? engine::SignShare(
@@ -545,7 +557,7 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
       continue;
     }
     o->set_status(pb::JOB_OK);
-    if (verify) SetVerifyAnswer(pad, it, &*t);
+    if (verify) SetVerifyAnswer(pad, it, sh, &*t);
     tag_shares->append(reinterpret_cast<const char*>(t->data()), t->size());
     OPENSSL_cleanse(t->data(), t->size());
     // *e goes here: the pad is wiped with its last reference.
@@ -595,20 +607,25 @@ grpc::Status KeyOpsService::Finalize(grpc::ServerContext* ctx,
                [&] { return DoFinalize(*req, resp, ClientDeadline(*ctx)); });
 }
 
-// A verify item's answer (kmpc.proto SignItem.verify_tag): under a
+// A verify item's answer (kmpc.proto SignItem.verify): under a
 // verification pad, SignShare's t_i is this party's additive share of
 // r*GHASH(D) ^ r*AES_K(c0) (the pad holds r*H^k and r*AES_K(c0),
-// engine.h), to which x_i adds r_i * t' (its first share of r times the
-// public presented tag): x_0 ^ x_1 ^ x_2 = r * (T ^ t'), zero iff the tag
-// holds, uniform otherwise; each x_i alone is uniform (the zero-share).
+// engine.h), to which x_i adds its additive share of r * t' from local
+// cross terms r_i t'_i ^ r_i t'_{i+1} ^ r_{i+1} t'_i of the replicated
+// shares of r (the pad's) and of the presented tag t' (dealt by the KDC
+// after D, `sh`; Araki et al. CCS 2016 section 2.2): x_0 ^ x_1 ^ x_2 =
+// r * (T ^ t'), zero iff the tag holds, uniform otherwise; each x_i alone
+// is uniform (the zero-share already in t_i).
 void KeyOpsService::SetVerifyAnswer(const engine::PadState& pad,
                                     const pb::SignItem& it,
+                                    const contract::MessageShares& sh,
                                     std::array<uint8_t, 16>* t) const {
-  uint8_t rt[16];
-  protocol::GfMul(reinterpret_cast<const uint8_t*>(it.verify_tag().data()),
-                  pad.r[0].data(), rt);
-  for (size_t i = 0; i < t->size(); ++i) (*t)[i] ^= rt[i];
-  OPENSSL_cleanse(rt, sizeof(rt));
+  uint8_t t0[16], t1[16];
+  std::memcpy(t0, sh.first.data() + it.length(), 16);
+  std::memcpy(t1, sh.second.data() + it.length(), 16);
+  protocol::GfCrossTerms(pad.r[0].data(), pad.r[1].data(), t0, t1, t->data(), 1);
+  OPENSSL_cleanse(t0, sizeof(t0));
+  OPENSSL_cleanse(t1, sizeof(t1));
 }
 
 grpc::Status KeyOpsService::Sign(grpc::ServerContext* ctx,

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "contract.h"
 #include "engine/engine.h"
 #include "kmpc.grpc.pb.h"
 #include "service/auth.h"
@@ -124,7 +125,7 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   // JOB_PAD_UNAVAILABLE (no such pad here: never drawn, expired, used);
   // JOB_MALFORMED (run_batch_id size, usage or length not the pad's, share
   // sizes, a verify item on a signing pad or the reverse: the pad is put
-  // back, nothing was computed). A verify item (verify_tag) answers its
+  // back, nothing was computed). A verify item (verify) answers its
   // share x_i of r * (T ^ t') (SetVerifyAnswer). The request as a
   // whole is refused (BatchError) only for a malformed request_id, no
   // items, too many items or too many message bytes.
@@ -139,6 +140,7 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
                               engine::BatchResult& result,
                               kmpc::v1::RunResponse* resp);
   void SetVerifyAnswer(const engine::PadState& pad, const kmpc::v1::SignItem& it,
+                       const contract::MessageShares& sh,
                        std::array<uint8_t, 16>* t) const;
   ServiceOptions options_;
   KeyCache* keys_;

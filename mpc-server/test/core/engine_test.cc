@@ -169,11 +169,24 @@ class Cluster {
           in.data.size() != in.length || !in.data_shares[0].empty() ||
           !in.data_shares[1].empty())
         continue;
-      auto views = share::Deal(in.data);
+      // A VERIFY_CHECKSUM's ctr0 || tag: the tag is dealt after the message
+      // and the job keeps ctr0 (kmpc.proto JOB_VERIFY_CHECKSUM); a checksum
+      // of another size stays whole, a zero tag dealt.
+      Bytes value = in.data;
+      Bytes ctr0 = in.checksum;
+      if (in.type == pb::JOB_VERIFY_CHECKSUM) {
+        const bool whole = ctr0.size() == contract::kChecksumSize;
+        value.insert(value.end(), whole ? ctr0.begin() + 16 : ctr0.end(),
+                     ctr0.end());
+        if (!whole) value.resize(value.size() + 16, 0);
+        if (whole) ctr0.resize(16);
+      }
+      auto views = share::Deal(value);
       EXPECT_TRUE(views.ok());
       for (int i = 0; i < 3; ++i) {
         out[i][j].data.clear();
         out[i][j].data_shares = (*views)[i].comp;
+        out[i][j].checksum = ctr0;
       }
     }
     return out;
@@ -1304,6 +1317,102 @@ TEST(Malicious, PadsComeOnlyFromVerifiedBatches) {
   auto r = c.RunSame(seq++, jobs);
   mal::ExpectHonest(r);
   EXPECT_TRUE(PadsSignRight({*r[0], *r[1], *r[2]}, jobs, key));
+}
+
+// A verify item's answers under verification pads (services.cc
+// SetVerifyAnswer): each party's SignShare plus the local cross terms of
+// its shares of r and of the presented tag t' (dealt after D); their XOR
+// is r * (T ^ t'), zero iff t' is the tag.
+Bytes VerifyAll(const std::array<std::shared_ptr<const PadState>, 3>& pads, uint32_t usage,
+                const Bytes& d, const Bytes& tag) {
+  auto dealt = share::Deal(d);
+  auto t = share::Deal(tag);
+  EXPECT_TRUE(dealt.ok() && t.ok());
+  Bytes x(16, 0);
+  for (int i = 0; i < 3; ++i) {
+    auto s = SignShare(*pads[i], usage, (*dealt)[i].comp[0], (*dealt)[i].comp[1]);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return {};
+    protocol::GfCrossTerms(pads[i]->r[0].data(), pads[i]->r[1].data(),
+                           (*t)[i].comp[0].data(), (*t)[i].comp[1].data(), s->data(), 1);
+    for (int k = 0; k < 16; ++k) x[k] ^= (*s)[k];
+  }
+  return x;
+}
+
+// Job 1 (a pad linked to ENCRYPT job 0) signs as the enctype's checksum at
+// the ENCRYPT's ctr0 + 2^17, and job 2 (a verification pad at `vctr0`)
+// accepts the right tag and refuses a wrong one.
+bool LinkedAndVerifyPadsRight(const std::array<BatchResult, 3>& r, const Bytes& key,
+                              const Bytes& vctr0) {
+  std::array<std::shared_ptr<const PadState>, 3> linked, verify;
+  for (int i = 0; i < 3; ++i) {
+    if (r[i].jobs[1].pad == nullptr || r[i].jobs[2].pad == nullptr) return false;
+    linked[i] = r[i].jobs[1].pad;
+    verify[i] = r[i].jobs[2].pad;
+  }
+  std::string want_ctr0;
+  const std::string enc_ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
+  const bool at = contract::LinkedPadCtr0(enc_ctr0, &want_ctr0) &&
+                  want_ctr0 == std::string(r[0].jobs[1].ctr0.begin(), r[0].jobs[1].ctr0.end());
+  const Bytes d = Random(150);
+  const Bytes lctr0(r[0].jobs[1].ctr0.begin(), r[0].jobs[1].ctr0.end());
+  const Bytes want = RefChecksum(key, 5, lctr0, d);
+  const bool signs = SignAll(linked, 5, d) == Bytes(want.begin() + 16, want.end());
+  const Bytes vwant = RefChecksum(key, 5, vctr0, d);
+  Bytes wrong(vwant.begin() + 16, vwant.end());
+  wrong[3] ^= 0x10;
+  const bool verifies =
+      VerifyAll(verify, 5, d, Bytes(vwant.begin() + 16, vwant.end())) == Bytes(16, 0) &&
+      VerifyAll(verify, 5, d, wrong) != Bytes(16, 0);
+  EXPECT_TRUE(at && signs && verifies) << at << signs << verifies;
+  return at && signs && verifies;
+}
+
+// Verification pads (r*H^k and r*E_K(c) products, MaskVerifyPads) and
+// linked pads (their counter from an ENCRYPT of the batch) come only from
+// verified batches too: an error injected by any one party into any
+// message of such a batch is caught, or changes nothing (a lane that
+// carries no block): the pads then sign and verify right.
+TEST(Malicious, VerificationAndLinkedPadsComeOnlyFromVerifiedBatches) {
+  std::mt19937_64 rng(0x76706164);
+  int caught = 0;
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    Cluster c(mal::Malicious(), cheater);
+    const Bytes key = Random(16);
+    const std::string id = c.AddKey(key);
+    Bytes vctr0 = Random(16);
+    vctr0[0] |= 1;  // not the all-zero block
+    Job linked = PadJob(id, 5, 200);
+    linked.pad_after = 0;
+    Job verify = PadJob(id, 5, 200);
+    verify.checksum = vctr0;
+    const std::vector<Job> jobs = {EncryptJob(id, 2, 4), linked, verify};
+    const uint64_t before = c.cheat().sent();
+    auto honest = c.RunSame(10, jobs);
+    mal::ExpectHonest(honest);
+    if (!honest[0].ok() || !honest[1].ok() || !honest[2].ok()) return;
+    EXPECT_TRUE(LinkedAndVerifyPadsRight({*honest[0], *honest[1], *honest[2]}, key, vctr0));
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
+                                    c.cheat().sizes().end());
+    ASSERT_GT(sizes.size(), 10u);
+    uint64_t seq = 20;
+    for (int trial = 0; trial < 10; ++trial) {
+      const uint64_t step = rng() % sizes.size();
+      if (sizes[step] == 0) continue;
+      c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
+      auto r = c.RunSame(seq++, jobs);
+      ASSERT_TRUE(c.cheat().fired());
+      caught += mal::ExpectCaughtOrHarmless(
+          r, cheater, absl::StrCat("cheater ", cheater, " step ", step),
+          [&](const std::array<BatchResult, 3>& b) {
+            return LinkedAndVerifyPadsRight(b, key, vctr0);
+          });
+      c.cheat().Disarm();
+      c.Connect();
+    }
+  }
+  EXPECT_GE(caught, 5);
 }
 
 TEST(Malicious, HonestBatchesMatchTheReference) {

@@ -40,6 +40,28 @@ TEST(EncryptStatesTest, EachStateIsTakenOnce) {
   EXPECT_EQ(states.Take("never/0").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A key holds one state: a second Put under it (a repeated batch id) is
+// refused, and the first state stays, to be taken once.
+TEST(EncryptStatesTest, PutNeverReplacesAState) {
+  EncryptStates states(kTtl, 16, 1 << 20);
+  ASSERT_TRUE(states.Put("batch/0", Fresh(40)).ok());
+  const size_t bytes = states.bytes();
+  absl::Status again = states.Put("batch/0", Fresh(7));
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists) << again;
+  EXPECT_EQ(states.size(), 1u);
+  EXPECT_EQ(states.bytes(), bytes);
+  auto e = states.Take("batch/0");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->length, 40u);  // the first
+  PadStates pads(kTtl, 16, 1 << 20);
+  PadStates::Entry p;
+  p.state = std::make_shared<engine::PadState>();
+  p.created = absl::Now();
+  ASSERT_TRUE(pads.Put("b/1", p).ok());
+  EXPECT_EQ(pads.Put("b/1", p).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(pads.size(), 1u);
+}
+
 TEST(EncryptStatesTest, ExpiredStateIsRefusedAndDropped) {
   EncryptStates states(kTtl, 16, 1 << 20);
   ASSERT_TRUE(states.Put("old", Fresh(1, absl::Now() - 2 * kTtl)).ok());
@@ -91,10 +113,10 @@ TEST(EncryptStatesTest, EntryBudget) {
   absl::Status full = states.Put("z", Fresh(3));
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(full.message(), "too many ENCRYPT jobs awaiting FINALIZE");
-  // Replacing an entry does not need room for another one.
-  ASSERT_TRUE(states.Put("y", Fresh(4)).ok());
+  // An existing key is refused as such (never replaced), full or not.
+  EXPECT_EQ(states.Put("y", Fresh(4)).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(states.size(), 2u);
-  EXPECT_EQ(states.Take("y")->length, 4u);
+  EXPECT_EQ(states.Take("y")->length, 2u);
   EXPECT_TRUE(states.Put("z", Fresh(3)).ok());
 }
 

@@ -68,18 +68,36 @@ std::array<v1::RunRequest, 3> DealMessages(const v1::RunRequest& req) {
     const v1::Job& in = req.jobs(j);
     if (in.type() != v1::JOB_CHECKSUM && in.type() != v1::JOB_VERIFY_CHECKSUM)
       continue;
+    const bool verify = in.type() == v1::JOB_VERIFY_CHECKSUM;
     if (in.length() != 0) {
       if (!in.data().empty())
-        for (auto& o : out) o.mutable_data_shares()->append(2 * in.length(), '\0');
+        for (auto& o : out)
+          o.mutable_data_shares()->append(
+              2 * contract::SharedBytes(in.type(), in.length()), '\0');
       continue;
     }
-    if (in.data().empty()) continue;
+    if (in.data().empty()) {
+      if (verify)  // an empty message: a zero tag dealt
+        for (auto& o : out) o.mutable_data_shares()->append(2 * 16, '\0');
+      continue;
+    }
+    // A VERIFY_CHECKSUM's ctr0 || tag: the tag is dealt after the message,
+    // the job keeps ctr0 (kmpc.proto JOB_VERIFY_CHECKSUM); a checksum of
+    // another size stays whole, a zero tag dealt.
+    std::string value = in.data();
+    std::string ctr0 = in.checksum();
+    if (verify) {
+      const bool whole = ctr0.size() == contract::kChecksumSize;
+      value += whole ? ctr0.substr(16) : std::string(16, '\0');
+      if (whole) ctr0.resize(16);
+    }
     auto views = share::Deal(absl::MakeConstSpan(
-        reinterpret_cast<const uint8_t*>(in.data().data()), in.data().size()));
+        reinterpret_cast<const uint8_t*>(value.data()), value.size()));
     EXPECT_TRUE(views.ok());
     for (int i = 0; i < 3; ++i) {
       v1::Job* o = out[i].mutable_jobs(j);
       o->clear_data();
+      if (verify) o->set_checksum(ctr0);
       o->set_length(static_cast<uint32_t>(in.data().size()));
       const auto& c = (*views)[i].comp;
       o->set_length(static_cast<uint32_t>(in.data().size()));
@@ -862,7 +880,7 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   enc_data->set_length(4);
   enc_data->set_data("x");
   add(v1::JOB_FINALIZE);                                 // 6 not a Run job
-  add(v1::JOB_VERIFY_CHECKSUM)->set_checksum(Rand(16));  // 7 short checksum
+  add(v1::JOB_VERIFY_CHECKSUM)->set_checksum(Rand(15));  // 7 short ctr0
   auto* big = add(v1::JOB_CHECKSUM);                     // 8 over the job limit
   big->set_data(std::string(contract::kMaxJobBytes + 1, 'd'));
   auto* clear = add(v1::JOB_CHECKSUM);                   // 9 message in the clear
@@ -1068,7 +1086,7 @@ class SignTest : public ServiceTest {
     uint64_t job;
     uint32_t usage;
     std::string msg;
-    std::string verify_tag = {};  // a verify item (SignItem.verify_tag)
+    std::string verify_tag = {};  // a verify item (SignItem.verify), dealt
   };
   // One Sign request per party in `to` (messages dealt afresh); results by
   // party (empty for a party not asked).
@@ -1085,10 +1103,13 @@ class SignTest : public ServiceTest {
         o[i]->set_job_id(it.job);
         o[i]->set_usage(it.usage);
         o[i]->set_length(static_cast<uint32_t>(it.msg.size()));
-        if (!it.verify_tag.empty()) o[i]->set_verify_tag(it.verify_tag);
+        if (!it.verify_tag.empty()) o[i]->set_verify(true);
       }
+      // A verify item's presented tag is dealt after the message
+      // (kmpc.proto SignItem.verify).
+      const std::string value = it.msg + it.verify_tag;
       auto views = share::Deal(absl::MakeConstSpan(
-          reinterpret_cast<const uint8_t*>(it.msg.data()), it.msg.size()));
+          reinterpret_cast<const uint8_t*>(value.data()), value.size()));
       EXPECT_TRUE(views.ok());
       for (int i = 0; i < 3; ++i) {
         const auto& c = (*views)[i].comp;
