@@ -152,13 +152,15 @@ def test_forwarded_tgt_is_one_run(tmp_path):
     print(f"test_forwarded_tgt_is_one_run: {time.time() - t0:.1f} s")
 
 
-def test_a_presented_pac_signature_reaches_no_server(kmpc_factory, tmp_path):
+def test_a_presented_pac_signature_reaches_no_server(kmpc_factory, tmp_path, monkeypatch):
     """The TGS-REQ's check of the TGT's PAC server signature (a ring-free
     verify item) sends the servers its ctr0 and shares of its tag: a PAC
     signature is bytes of the ticket's plaintext, so no 8-byte piece of the
     tag is in what any server received (--debug_record_requests, every
     KeyOps request as received), while the TGT's ciphertext is (control)."""
     t0 = time.time()
+    # The servers refuse the recorder without this opt-in (test-only flag).
+    monkeypatch.setenv("KMPC_TEST_ONLY_RECORD_REQUESTS", "1")
     r, key = _realm(kmpc_factory,
                     server_flags=f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin")
     for _ in range(2):  # the module learns the krbtgt key and the lengths
