@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "../cheat.h"
+#include "cheat_ring.h"
 #include "absl/strings/str_cat.h"
 #include "net/memory_ring.h"
 #include "protocol/dzkp.h"
@@ -66,21 +67,9 @@ constexpr size_t kGf = 5;      // GF(2^128) products, in message kLayers
 // How long the cheater waits for the coin before it must send.
 constexpr auto kWait = std::chrono::milliseconds(1000);
 
-class Cluster {
+class Cluster : public ::kmpc::testing::CheatRing {
  public:
-  explicit Cluster(int cheater) : cheater_(cheater) {
-    cheat_ = std::make_unique<CheatingChannel>(ring_.party(cheater));
-    for (int i = 0; i < 3; ++i) ch_[i] = i == cheater ? cheat_.get() : &ring_.party(i);
-    auto st = RunParties([&](int i) -> absl::Status {
-      auto p = Prss::Setup(*ch_[i]);
-      if (!p.ok()) return p.status();
-      prss_[i].emplace(std::move(*p));
-      return absl::OkStatus();
-    });
-    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
-    for (int i = 0; i < 3; ++i) rep3_[i] = std::make_unique<Rep3>(*ch_[i], *prss_[i]);
-  }
-  CheatingChannel& cheat() { return *cheat_; }
+  explicit Cluster(int cheater) : CheatRing(cheater, std::chrono::milliseconds(10000)) {}
   // The cheater's PRSS (read on the cheater's thread only, inside Adapt).
   const Prss& cheater_prss() const { return *prss_[cheater_]; }
 
@@ -116,14 +105,6 @@ class Cluster {
     for (int i = 0; i < 3; ++i) caught += i != cheater_ && IsIntegrityFailure(st[i]);
     return caught;
   }
-
- private:
-  int cheater_;
-  net::InMemoryRing ring_{std::chrono::milliseconds(10000)};
-  std::unique_ptr<CheatingChannel> cheat_;
-  std::array<net::RingChannel*, 3> ch_{};
-  std::array<std::optional<Prss>, 3> prss_;
-  std::array<std::unique_ptr<Rep3>, 3> rep3_;
 };
 
 // The cheater's adaptation of its first-compression message, given the

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../cheat.h"
+#include "cheat_ring.h"
 #include "absl/strings/str_cat.h"
 #include "net/memory_ring.h"
 #include "protocol/prss.h"
@@ -31,21 +32,9 @@ constexpr size_t kLayers = 3;
 constexpr size_t kWords = 70;  // per AND layer: 2 full groups and a part
 constexpr size_t kGf = 5;      // GF(2^128) products
 
-class CheckCluster {
+class CheckCluster : public ::kmpc::testing::CheatRing {
  public:
-  explicit CheckCluster(int cheater) : cheater_(cheater) {
-    cheat_ = std::make_unique<CheatingChannel>(ring_.party(cheater));
-    for (int i = 0; i < 3; ++i) ch_[i] = i == cheater ? cheat_.get() : &ring_.party(i);
-    auto st = RunParties([&](int i) -> absl::Status {
-      auto p = Prss::Setup(*ch_[i]);
-      if (!p.ok()) return p.status();
-      prss_[i].emplace(std::move(*p));
-      return absl::OkStatus();
-    });
-    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
-    for (int i = 0; i < 3; ++i) rep3_[i] = std::make_unique<Rep3>(*ch_[i], *prss_[i]);
-  }
-  CheatingChannel& cheat() { return *cheat_; }
+  explicit CheckCluster(int cheater) : CheatRing(cheater, std::chrono::milliseconds(2000)) {}
 
   // kLayers AND layers of `words` words and one GF(2^128) layer on random
   // shared inputs, logged, then Verify. One status per party.
@@ -91,14 +80,6 @@ class CheckCluster {
     }
     EXPECT_GE(caught, 1) << what << ": " << st[0] << " / " << st[1] << " / " << st[2];
   }
-
- private:
-  int cheater_;
-  net::InMemoryRing ring_{std::chrono::milliseconds(2000)};
-  std::unique_ptr<CheatingChannel> cheat_;
-  std::array<net::RingChannel*, 3> ch_{};
-  std::array<std::optional<Prss>, 3> prss_;
-  std::array<std::unique_ptr<Rep3>, 3> rep3_;
 };
 
 TEST(Verify, HonestLogsPass) {
