@@ -9,11 +9,13 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "../cheat.h"
 #include "net/memory_ring.h"
 #include "protocol/prss.h"
 #include "protocol/rep3.h"
+#include "protocol/verify.h"
 #include "test_util.h"
 
 namespace kmpc::testing {
@@ -35,6 +37,41 @@ class CheatRing {
       rep3_[i] = std::make_unique<protocol::Rep3>(*ch_[i], *prss_[i]);
   }
   CheatingChannel& cheat() { return *cheat_; }
+
+  // `layers` AND layers of `words` words and one layer of `gf` GF(2^128)
+  // products on random shared inputs, logged, then Verify. One status per
+  // party. With live < 64, the AND words are logged as a caller with only
+  // lanes 0 .. live-1 carrying data does (MulLog::AddAnd's live).
+  std::array<absl::Status, 3> RunCheck(size_t layers, size_t words, int live, size_t gf) {
+    return RunParties([&, layers, words, live, gf](int i) -> absl::Status {
+      protocol::Rep3& r = *rep3_[i];
+      protocol::MulLog log;
+      r.set_log(live == 64 ? &log : nullptr);
+      absl::Status st;
+      std::vector<uint64_t> x0(words), x1(words), y0(words), y1(words), z0(words),
+          z1(words);
+      auto bytes = [](std::vector<uint64_t>& v) { return reinterpret_cast<uint8_t*>(v.data()); };
+      for (size_t layer = 0; layer < layers && st.ok(); ++layer) {
+        r.prss().RandomShares(bytes(x0), bytes(x1), 8 * words);
+        r.prss().RandomShares(bytes(y0), bytes(y1), 8 * words);
+        st = r.And(x0, x1, y0, y1, absl::MakeSpan(z0), absl::MakeSpan(z1));
+        if (live < 64) {
+          const size_t at = log.AddAnd(x0.data(), x1.data(), y0.data(), y1.data(), z0.data(),
+                                       words, live);
+          log.SetAndZ1(at, z1.data(), words);
+        }
+      }
+      r.set_log(&log);
+      std::vector<uint8_t> a0(16 * gf), a1(16 * gf), b0(16 * gf), b1(16 * gf), c0(16 * gf),
+          c1(16 * gf);
+      r.prss().RandomShares(a0.data(), a1.data(), a0.size());
+      r.prss().RandomShares(b0.data(), b1.data(), b0.size());
+      if (st.ok()) st = r.GfMul(a0, a1, b0, b1, absl::MakeSpan(c0), absl::MakeSpan(c1));
+      if (st.ok()) st = protocol::Verifier::Verify(r, log);
+      r.set_log(nullptr);
+      return st;
+    });
+  }
 
  protected:
   int cheater_;

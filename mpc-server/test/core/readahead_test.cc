@@ -75,30 +75,7 @@ class Cluster : public ::kmpc::testing::CheatRing {
 
   // kLayers AND layers and one layer of kGf GF(2^128) products on random
   // shared inputs, logged, then Verify. One status per party.
-  std::array<absl::Status, 3> Run() {
-    return RunParties([&](int i) -> absl::Status {
-      Rep3& r = *rep3_[i];
-      MulLog log;
-      r.set_log(&log);
-      absl::Status st;
-      std::vector<uint64_t> x0(kWords), x1(kWords), y0(kWords), y1(kWords), z0(kWords),
-          z1(kWords);
-      auto bytes = [](std::vector<uint64_t>& v) { return reinterpret_cast<uint8_t*>(v.data()); };
-      for (size_t layer = 0; layer < kLayers && st.ok(); ++layer) {
-        r.prss().RandomShares(bytes(x0), bytes(x1), 8 * kWords);
-        r.prss().RandomShares(bytes(y0), bytes(y1), 8 * kWords);
-        st = r.And(x0, x1, y0, y1, absl::MakeSpan(z0), absl::MakeSpan(z1));
-      }
-      std::vector<uint8_t> a0(16 * kGf), a1(16 * kGf), b0(16 * kGf), b1(16 * kGf),
-          c0(16 * kGf), c1(16 * kGf);
-      r.prss().RandomShares(a0.data(), a1.data(), a0.size());
-      r.prss().RandomShares(b0.data(), b1.data(), b0.size());
-      if (st.ok()) st = r.GfMul(a0, a1, b0, b1, absl::MakeSpan(c0), absl::MakeSpan(c1));
-      if (st.ok()) st = Verifier::Verify(r, log);
-      r.set_log(nullptr);
-      return st;
-    });
-  }
+  std::array<absl::Status, 3> Run() { return RunCheck(kLayers, kWords, 64, kGf); }
 
   int CaughtBy(const std::array<absl::Status, 3>& st) const {
     int caught = 0;

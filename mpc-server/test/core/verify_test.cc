@@ -36,40 +36,9 @@ class CheckCluster : public ::kmpc::testing::CheatRing {
  public:
   explicit CheckCluster(int cheater) : CheatRing(cheater, std::chrono::milliseconds(2000)) {}
 
-  // kLayers AND layers of `words` words and one GF(2^128) layer on random
-  // shared inputs, logged, then Verify. One status per party.
-  // With live < 64, the AND words are logged as a caller with only lanes
-  // 0 .. live-1 carrying data does (MulLog::AddAnd's live).
-  // gf: GF(2^128) products in the last layer.
+  // kLayers AND layers (CheatRing::RunCheck).
   std::array<absl::Status, 3> Run(size_t words = kWords, int live = 64, size_t gf = kGf) {
-    return RunParties([&, words, live, gf](int i) -> absl::Status {
-      Rep3& r = *rep3_[i];
-      MulLog log;
-      r.set_log(live == 64 ? &log : nullptr);
-      absl::Status st;
-      std::vector<uint64_t> x0(words), x1(words), y0(words), y1(words), z0(words),
-          z1(words);
-      auto bytes = [](std::vector<uint64_t>& v) { return reinterpret_cast<uint8_t*>(v.data()); };
-      for (size_t layer = 0; layer < kLayers && st.ok(); ++layer) {
-        r.prss().RandomShares(bytes(x0), bytes(x1), 8 * words);
-        r.prss().RandomShares(bytes(y0), bytes(y1), 8 * words);
-        st = r.And(x0, x1, y0, y1, absl::MakeSpan(z0), absl::MakeSpan(z1));
-        if (live < 64) {
-          const size_t at = log.AddAnd(x0.data(), x1.data(), y0.data(), y1.data(), z0.data(),
-                                       words, live);
-          log.SetAndZ1(at, z1.data(), words);
-        }
-      }
-      r.set_log(&log);
-      std::vector<uint8_t> a0(16 * gf), a1(16 * gf), b0(16 * gf), b1(16 * gf), c0(16 * gf),
-          c1(16 * gf);
-      r.prss().RandomShares(a0.data(), a1.data(), a0.size());
-      r.prss().RandomShares(b0.data(), b1.data(), b0.size());
-      if (st.ok()) st = r.GfMul(a0, a1, b0, b1, absl::MakeSpan(c0), absl::MakeSpan(c1));
-      if (st.ok()) st = Verifier::Verify(r, log);
-      r.set_log(nullptr);
-      return st;
-    });
+    return RunCheck(kLayers, words, live, gf);
   }
 
   // At least one honest party reports a detected deviation.
