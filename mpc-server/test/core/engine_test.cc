@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <map>
@@ -328,6 +329,14 @@ Bytes ClusterEncrypt(Cluster& c, const std::string& id, uint32_t usage,
   const Bytes tag = TagOf(f);
   out.insert(out.end(), tag.begin(), tag.end());
   return out;
+}
+
+// The ring is in step: a fresh ENCRYPT of `len` random bytes under key `id`
+// (ClusterEncrypt) DECRYPTs with its tag holding on all three parties.
+void ExpectRoundTripHolds(Cluster& c, const std::string& id, uint32_t usage, size_t len) {
+  const Bytes ct = ClusterEncrypt(c, id, usage, Random(len));
+  auto d = c.Run({DecryptJob(id, usage, ct)});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK) << i;
 }
 
 TEST(Engine, EncryptFinalizeMatchesReference) {
@@ -764,10 +773,7 @@ TEST(Engine, DigestMismatchRefusedEverywhere) {
   // keystream is right, so the zero-shares still cancel).
   auto ok = c.Run(a);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(Computed(ok[i].jobs[0]));
-  const Bytes p = Random(30);
-  const Bytes ct = ClusterEncrypt(c, id, 3, p);
-  auto d = c.Run({DecryptJob(id, 3, ct)});
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK);
+  ExpectRoundTripHolds(c, id, 3, 30);
 }
 
 // Parties whose engine options would make them run different circuits
@@ -856,10 +862,7 @@ TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
     EXPECT_EQ(r[i].jobs[0].status, pb::JOB_UNKNOWN_KEY);
     EXPECT_EQ(r[i].jobs[1].status, pb::JOB_KEY_INCONSISTENT);
   }
-  const Bytes p2 = Random(17);
-  const Bytes ct2 = ClusterEncrypt(c, good, 9, p2);
-  auto d = c.Run({DecryptJob(good, 9, ct2)});
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK);
+  ExpectRoundTripHolds(c, good, 9, 17);
 }
 
 // kmpc.proto Job.cipher: a job naming another cipher than the one its key
@@ -1271,6 +1274,29 @@ bool ExpectCaughtOrHarmless(const std::array<absl::StatusOr<BatchResult>, 3>& r,
   return false;
 }
 
+// `trials` runs of `jobs` (batch numbers *seq on), each with one bit of one
+// of the cheater's messages flipped: a random step of `sizes` (its messages'
+// sizes in an honest run of `jobs`; empty ones are skipped), at a random
+// byte and bit. Each deviation must be caught or harmless
+// (ExpectCaughtOrHarmless, named "`what` step N"); the ring is reconnected
+// after each. Adds the number caught to *caught.
+void InjectRandomBitFlips(Cluster& c, int cheater, const std::vector<Job>& jobs,
+                          const std::vector<size_t>& sizes, int trials, std::mt19937_64& rng,
+                          uint64_t* seq, const std::string& what,
+                          const std::function<bool(const std::array<BatchResult, 3>&)>& right,
+                          int* caught) {
+  for (int trial = 0; trial < trials; ++trial) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] == 0) continue;
+    c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
+    auto r = c.RunSame((*seq)++, jobs);
+    ASSERT_TRUE(c.cheat().fired());
+    *caught += ExpectCaughtOrHarmless(r, cheater, absl::StrCat(what, " step ", step), right);
+    c.cheat().Disarm();
+    c.Connect();
+  }
+}
+
 }  // namespace mal
 
 // The pads of a PAD batch sign as the enctype's checksum under key.
@@ -1307,19 +1333,10 @@ TEST(Malicious, PadsComeOnlyFromVerifiedBatches) {
   ASSERT_GT(sizes.size(), 10u);
   uint64_t seq = 20;
   int caught = 0;
-  for (int trial = 0; trial < 24; ++trial) {
-    const uint64_t step = rng() % sizes.size();
-    if (sizes[step] == 0) continue;
-    c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
-    auto r = c.RunSame(seq++, jobs);
-    ASSERT_TRUE(c.cheat().fired());
-    caught += mal::ExpectCaughtOrHarmless(
-        r, cheater, absl::StrCat("pad step ", step), [&](const std::array<BatchResult, 3>& b) {
-          return PadsSignRight(b, jobs, key);
-        });
-    c.cheat().Disarm();
-    c.Connect();
-  }
+  ASSERT_NO_FATAL_FAILURE(mal::InjectRandomBitFlips(
+      c, cheater, jobs, sizes, 24, rng, &seq, "pad",
+      [&](const std::array<BatchResult, 3>& b) { return PadsSignRight(b, jobs, key); },
+      &caught));
   // Most AND-layer bits of a two-pad batch are lanes without a block.
   EXPECT_GE(caught, 4);
   auto r = c.RunSame(seq++, jobs);
@@ -1405,20 +1422,12 @@ TEST(Malicious, VerificationAndLinkedPadsComeOnlyFromVerifiedBatches) {
                                     c.cheat().sizes().end());
     ASSERT_GT(sizes.size(), 10u);
     uint64_t seq = 20;
-    for (int trial = 0; trial < 10; ++trial) {
-      const uint64_t step = rng() % sizes.size();
-      if (sizes[step] == 0) continue;
-      c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
-      auto r = c.RunSame(seq++, jobs);
-      ASSERT_TRUE(c.cheat().fired());
-      caught += mal::ExpectCaughtOrHarmless(
-          r, cheater, absl::StrCat("cheater ", cheater, " step ", step),
-          [&](const std::array<BatchResult, 3>& b) {
-            return LinkedAndVerifyPadsRight(b, key, vctr0);
-          });
-      c.cheat().Disarm();
-      c.Connect();
-    }
+    ASSERT_NO_FATAL_FAILURE(mal::InjectRandomBitFlips(
+        c, cheater, jobs, sizes, 10, rng, &seq, absl::StrCat("cheater ", cheater),
+        [&](const std::array<BatchResult, 3>& b) {
+          return LinkedAndVerifyPadsRight(b, key, vctr0);
+        },
+        &caught));
   }
   EXPECT_GE(caught, 5);
 }
