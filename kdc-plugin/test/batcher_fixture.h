@@ -186,6 +186,13 @@ class BatcherTest : public ::testing::TestWithParam<ClusterKind> {
     return sizes;
   }
   int RunCalls() { return static_cast<int>(Runs().size()); }
+  // Waits until b has no batch in flight (speculation and pads need an
+  // idle cluster; the batch that delivered a result may still be ending).
+  void WaitIdle(Batcher* b) {
+    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
+      absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_EQ(b->stats().inflight, 0);
+  }
   // Whether the cluster computes checksums over the message's shares
   // (kmpc.proto RunRequest.data_shares): the fake does; real servers of before
   // that contract do not, and tests of checksum values skip on them.

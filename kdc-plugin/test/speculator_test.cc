@@ -63,12 +63,7 @@ TEST_P(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   EXPECT_EQ(b->stats().speculative_encrypts, 0u);
   // Speculation needs an idle cluster: the batch that delivered job 3 may
   // still be finishing (a loaded machine).
-  auto wait_idle = [&] {
-    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
-      absl::SleepFor(absl::Milliseconds(10));
-    ASSERT_EQ(b->stats().inflight, 0);
-  };
-  wait_idle();
+  WaitIdle(b.get());
 
   // The timestamp's batch carries the two speculative ENCRYPT jobs.
   const int runs0 = RunCalls();
@@ -112,7 +107,7 @@ TEST_P(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   ASSERT_TRUE(b->Submit(20, enc(svc_id, 2, 900)).ok());
   ASSERT_TRUE(b->Submit(21, Encrypt("other", 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(8));
-  wait_idle();
+  WaitIdle(b.get());
   ASSERT_TRUE(b->Submit(22, Decrypt(ts, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(9));
   EXPECT_EQ(cluster_.calls().back().jobs, 3);
@@ -130,7 +125,7 @@ TEST_P(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   // next ticket and reply run as usual.
   SecureBytes bad = ts;
   bad[20] ^= 1;
-  wait_idle();
+  WaitIdle(b.get());
   ASSERT_TRUE(b->Submit(7, Decrypt(bad, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(12));
   EXPECT_TRUE(absl::IsDataLoss(sink_.Get(7).status));
@@ -172,11 +167,6 @@ class SpeculationTest : public BatcherTest {
     Job j = Encrypt(std::string(len, static_cast<char>('a' + usage)), usage);
     j.key_id = key_id;
     return j;
-  }
-  void WaitIdle(Batcher* b) {
-    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
-      absl::SleepFor(absl::Milliseconds(10));
-    ASSERT_EQ(b->stats().inflight, 0);
   }
   void Speculate(Batcher* b) {
     const size_t n0 = sink_.counts().size();
@@ -520,11 +510,6 @@ class PadTest : public FakeBatcherTest {
     o.deadline = absl::Seconds(5);
     return o;
   }
-  void WaitIdle(Batcher* b) {
-    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
-      absl::SleepFor(absl::Milliseconds(10));
-    ASSERT_EQ(b->stats().inflight, 0);
-  }
   // Submits the jobs back to back, as the KDC does in one callback, and
   // waits for their results; returns their tokens.
   std::vector<uint64_t> Do(Batcher* b, std::vector<Job> jobs) {
@@ -578,6 +563,18 @@ class PadTest : public FakeBatcherTest {
     }
     return out;
   }
+  // A timestamp (an ENCRYPT of usage 1) for AsExchange and its DECRYPT.
+  SecureBytes Timestamp(Batcher* b) {
+    return sink_.Get(Do(b, {Encrypt("a timestamp", 1)})[0]).output;
+  }
+  // The tests below start from here: one AS exchange learnt, then its
+  // timestamp's DECRYPT, which draws and holds two pads. *ts: the timestamp.
+  void HoldTwoPads(Batcher* b, SecureBytes* ts) {
+    *ts = Timestamp(b);
+    ASSERT_NO_FATAL_FAILURE(AsExchange(b, *ts));
+    ASSERT_TRUE(sink_.Get(Do(b, {Decrypt(*ts, 1)})[0]).status.ok());
+    ASSERT_EQ(b->stats().pads_held, 2u);
+  }
   uint64_t token_ = 5000;
 };
 INSTANTIATE_TEST_SUITE_P(Cluster, PadTest,
@@ -589,7 +586,7 @@ INSTANTIATE_TEST_SUITE_P(Cluster, PadTest,
 // signs twice, and the messages reach the servers as shares only.
 TEST_P(PadTest, TimestampDrawsPadsAndSignaturesNeedNoRun) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const SecureBytes ts = Timestamp(b.get());
   AsExchange(b.get(), ts);  // learns: nothing was speculated yet
   EXPECT_EQ(b->stats().pads_drawn, 0u);
   EXPECT_EQ(b->stats().sign_requests, 0u);
@@ -632,10 +629,8 @@ TEST_P(PadTest, TimestampDrawsPadsAndSignaturesNeedNoRun) {
 // per signature, each under its own pad, each tag right.
 TEST_P(PadTest, SignaturesOfOneCallbackShareOneRequest) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   const BatcherStats s0 = b->stats();
   const int runs0 = RunCalls();
   const std::vector<uint64_t> t = Do(b.get(), {Sig(100, 'a'), Sig(90, 'b')});
@@ -660,10 +655,8 @@ TEST_P(PadTest, SignaturesOfOneCallbackShareOneRequest) {
 // ordinary CHECKSUM at once, with a right tag.
 TEST_P(PadTest, UnavailablePadFallsBackToARun) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   fake_.ForgetPads(1);
   const BatcherStats s0 = b->stats();
   const uint64_t t = Do(b.get(), {Sig(100, 'f')})[0];
@@ -686,10 +679,8 @@ TEST_P(PadTest, UnavailablePadFallsBackToARun) {
 // party, and the checksum runs as an ordinary CHECKSUM with a right tag.
 TEST_P(PadTest, TagSharesOfTheWrongSizeFailTheSign) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   uint64_t reruns = b->stats().sign_rerun;
   for (const int extra : {16, -1}) {
     fake_.set_tag_shares_extra(2, extra);
@@ -719,7 +710,7 @@ TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
   auto b = Make(Opts());
   const SecureBytes tgt =
       sink_.Get(Do(b.get(), {Tgt(Encrypt(std::string(56, 'g'), 2))})[0]).output;
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const SecureBytes ts = Timestamp(b.get());
   AsExchange(b.get(), ts);  // learns the krbtgt key, 56-byte tickets
   constexpr size_t kNew = 56 + 21;
   auto renewal = [&] {
@@ -762,7 +753,7 @@ TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
 // runs.
 TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const SecureBytes ts = Timestamp(b.get());
   // [MS-PAC] PACTYPE: 4 buffers, version 0 (only its header matters here).
   const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
   SecureBytes tgt;
@@ -838,7 +829,7 @@ TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
 // outcome.
 TEST_P(PadTest, DeviatingServerInASignOrVerifyItem) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const SecureBytes ts = Timestamp(b.get());
   const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
   SecureBytes tgt;
   std::string sig;
@@ -902,7 +893,7 @@ TEST_P(PadTest, DeviatingServerInASignOrVerifyItem) {
 // used twice or lost.
 TEST_P(PadTest, ATicketTakingALinkedKeystreamUnlinksItsPad) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const SecureBytes ts = Timestamp(b.get());
   const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
   auto pac_sig = [&] {
     return sink_.Get(Do(b.get(), {Tgt(Checksum(pac, 17))})[0]);
@@ -952,12 +943,10 @@ TEST_P(PadTest, ATicketTakingALinkedKeystreamUnlinksItsPad) {
 // pads held.
 TEST_P(PadTest, OnlyAFittingChecksumUsesAPad) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
   // 128 bytes each: 100 learnt, and room for a starttime the learnt
   // messages lacked (a ticket issued a second after its authtime).
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   const BatcherStats s0 = b->stats();
   Job other_key = Checksum(std::string(50, 'o'), 17);  // the client's key
   Job other_usage = Tgt(Checksum(std::string(50, 'u'), 18));
@@ -990,10 +979,8 @@ TEST_P(PadTest, SignDoesNotWaitForTheRunInFlightOrTheWindow) {
   BatcherOptions o = Opts();
   o.window = absl::Seconds(30);
   auto b = Make(o);
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   cluster_.set_run_delay(absl::Seconds(2));
   const int runs0 = RunCalls();
   const size_t n0 = sink_.counts().size();
@@ -1017,10 +1004,8 @@ TEST_P(PadTest, UnusedPadsExpire) {
   BatcherOptions o = Opts();
   o.speculate_ttl = absl::Milliseconds(300);
   auto b = Make(o);
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   for (int i = 0; i < 200 && b->stats().pads_held != 0; ++i)
     absl::SleepFor(absl::Milliseconds(10));  // pruned without any submit
   EXPECT_EQ(b->stats().pads_held, 0u);
@@ -1038,10 +1023,8 @@ TEST_P(PadTest, SignFailuresCompleteTheJobOnce) {
   BatcherOptions o = Opts();
   o.deadline = absl::Milliseconds(800);
   auto b = Make(o);
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   fake_.set_hang(2, true);
   const absl::Time t0 = absl::Now();
   const uint64_t hung = Do(b.get(), {Sig(100, 'h')})[0];
@@ -1066,7 +1049,7 @@ TEST_P(PadTest, FailedTimestampsUseUpThePadBudget) {
   BatcherOptions o = Opts();
   o.speculate_max = 40;  // budget: 20 exchanges
   auto b = Make(o);
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const SecureBytes ts = Timestamp(b.get());
   AsExchange(b.get(), ts);
   SecureBytes bad = ts;
   bad[20] ^= 1;
