@@ -230,10 +230,7 @@ TEST_P(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
   ExpectEncrypted(6, kKey, 3, 64);
   ExpectEncrypted(7, kKey, 7, 100);
   EXPECT_EQ(b->stats().failed_batches, 0u);
-  bool logged = false;
-  for (const auto& line : sink_.logs())
-    logged |= absl::StrContains(line, "re-running them");
-  EXPECT_TRUE(logged);
+  EXPECT_TRUE(sink_.Logged({"re-running them"}));
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
@@ -693,9 +690,7 @@ TEST_P(PadTest, TagSharesOfTheWrongSizeFailTheSign) {
     EXPECT_EQ(s1.run_requests - s0.run_requests, 1u) << extra;
     const std::string want = absl::StrCat("party 2 (fake) returned ", 16 + extra,
                                           " bytes of tag shares for 1 JOB_OK results");
-    bool logged = false;
-    for (const auto& line : sink_.logs()) logged |= absl::StrContains(line, want);
-    EXPECT_TRUE(logged) << want;
+    EXPECT_TRUE(sink_.Logged({want})) << want;
   }
   fake_.set_tag_shares_extra(2, 0);
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
@@ -1073,9 +1068,7 @@ TEST_P(PadTest, FailedTimestampsUseUpThePadBudget) {
 }
 
 TEST_P(BatcherTest, SpeculationOffSendsNoExtraJobs) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   o.speculate = false;
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt(std::string(40, 'x'), 2)).ok());
