@@ -142,17 +142,24 @@ TEST_P(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
-// The speculation tests below start from here: ticket (krbtgt key, 56
-// bytes) and reply (56 bytes) lengths learnt, then a timestamp DECRYPT on
-// an idle cluster, which leaves two 64-byte keystreams. Tokens 1001-1004.
-class SpeculationTest : public BatcherTest {
+// A fixture whose cluster holds the krbtgt key (tgt_id_, tgt_key_) beside
+// kKey.
+template <class Base>
+class WithKrbtgt : public Base {
  protected:
   const std::string tgt_id_ = std::string(32, 't');
   const std::string tgt_key_ = std::string(32, 'T');
   void SetUp() override {
-    BatcherTest::SetUp();
-    cluster_.AddKey(tgt_id_, tgt_key_);
+    Base::SetUp();
+    this->cluster_.AddKey(tgt_id_, tgt_key_);
   }
+};
+
+// The speculation tests below start from here: ticket (krbtgt key, 56
+// bytes) and reply (56 bytes) lengths learnt, then a timestamp DECRYPT on
+// an idle cluster, which leaves two 64-byte keystreams. Tokens 1001-1004.
+class SpeculationTest : public WithKrbtgt<BatcherTest> {
+ protected:
   static BatcherOptions Opts() {
     BatcherOptions o;
     o.window = absl::Seconds(30);
@@ -491,14 +498,8 @@ TEST_P(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
 // CHECKSUM under a held pad is one ring-free Sign request instead of a
 // Run. Fake only: the servers' Sign is not in this tree (RealCluster
 // answers Sign as unimplemented, and the module then runs the checksum).
-class PadTest : public FakeBatcherTest {
+class PadTest : public WithKrbtgt<FakeBatcherTest> {
  protected:
-  const std::string tgt_id_ = std::string(32, 't');
-  const std::string tgt_key_ = std::string(32, 'T');
-  void SetUp() override {
-    FakeBatcherTest::SetUp();
-    cluster_.AddKey(tgt_id_, tgt_key_);
-  }
   static BatcherOptions Opts() {
     BatcherOptions o;  // self-clocked (early flush) by default
     // Jobs submitted back to back stay in one batch (SubmitterIdle
