@@ -238,32 +238,30 @@ pb::Cipher CipherOf(const std::string& id) {
   return absl::StartsWith(id, "k256-") ? pb::CIPHER_AES256 : pb::CIPHER_AES128;
 }
 
-Job EncryptJob(const std::string& id, uint32_t usage, uint32_t n) {
+// A job of `type` under key `id` (its cipher as CipherOf) and usage.
+Job KeyJob(pb::JobType type, const std::string& id, uint32_t usage) {
   Job j;
-  j.type = pb::JOB_ENCRYPT;
+  j.type = type;
   j.cipher = CipherOf(id);
   j.key_id = id;
   j.usage = usage;
+  return j;
+}
+
+Job EncryptJob(const std::string& id, uint32_t usage, uint32_t n) {
+  Job j = KeyJob(pb::JOB_ENCRYPT, id, usage);
   j.nblocks = n;
   return j;
 }
 Job DecryptJob(const std::string& id, uint32_t usage, Bytes ct) {
-  Job j;
-  j.type = pb::JOB_DECRYPT;
-  j.cipher = CipherOf(id);
-  j.key_id = id;
-  j.usage = usage;
+  Job j = KeyJob(pb::JOB_DECRYPT, id, usage);
   j.data = std::move(ct);
   return j;
 }
 // The message goes in `data` here; Cluster::Run deals it as shares (a job
 // with its message in the clear would fail as JOB_MALFORMED).
 Job ChecksumJob(const std::string& id, uint32_t usage, Bytes d) {
-  Job j;
-  j.type = pb::JOB_CHECKSUM;
-  j.cipher = CipherOf(id);
-  j.key_id = id;
-  j.usage = usage;
+  Job j = KeyJob(pb::JOB_CHECKSUM, id, usage);
   j.length = static_cast<uint32_t>(d.size());
   j.data = std::move(d);
   return j;
@@ -650,11 +648,7 @@ TEST(Engine, ChecksumMessageOnlyAsShares) {
 // ---- Pads and ring-free signing (engine.h PadState, SignShare) ----
 
 Job PadJob(const std::string& id, uint32_t usage, uint32_t max_length) {
-  Job j;
-  j.type = pb::JOB_PAD;
-  j.cipher = CipherOf(id);
-  j.key_id = id;
-  j.usage = usage;
+  Job j = KeyJob(pb::JOB_PAD, id, usage);
   j.length = max_length;
   return j;
 }
