@@ -561,6 +561,32 @@ class PadTest : public WithKrbtgt<FakeBatcherTest> {
     }
     return out;
   }
+  // [MS-PAC] PACTYPE: 4 buffers, version 0 (only its header matters here).
+  static std::string Pac() {
+    return std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
+  }
+  // An AS exchange whose ticket carries the PAC's server signature: the
+  // timestamp's DECRYPT, the Pac() signed under the krbtgt key (*sig), the
+  // KDC signature, then the ticket (*tgt, its plaintext holding *sig) and
+  // the reply.
+  void AsWithPac(Batcher* b, const SecureBytes& ts, std::string* sig, SecureBytes* tgt) {
+    const uint64_t d = Do(b, {Decrypt(ts, 1)})[0];
+    ASSERT_TRUE(sink_.Get(d).status.ok());
+    *sig = Str(sink_.Get(Do(b, {Tgt(Checksum(Pac(), 17))})[0]).output);
+    ExpectSigned(Do(b, {Sig(32, 'k')})[0], 32, 'k');
+    const std::string plain = std::string(8, 'a') + *sig + std::string(16, 'z');
+    auto t = Do(b, {Tgt(Encrypt(plain, 2)), Encrypt(std::string(56, 'r'), 3)});
+    *tgt = sink_.Get(t[0]).output;
+  }
+  // A TGS-REQ's steps: the TGT's DECRYPT (which must hold), then the
+  // VERIFY_CHECKSUM of Pac() against `checksum`; returns the VERIFY's status.
+  absl::Status Tgs(Batcher* b, const SecureBytes& tgt, const std::string& checksum) {
+    EXPECT_TRUE(sink_.Get(Do(b, {Tgt(Decrypt(tgt, 2))})[0]).status.ok());
+    Job v = Tgt(Checksum(Pac(), 17));
+    v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+    v.checksum = checksum;
+    return sink_.Get(Do(b, {std::move(v)})[0]).status;
+  }
   // A timestamp (an ENCRYPT of usage 1) for AsExchange and its DECRYPT.
   SecureBytes Timestamp(Batcher* b) {
     return sink_.Get(Do(b, {Encrypt("a timestamp", 1)})[0]).output;
@@ -750,37 +776,15 @@ TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
 TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
   auto b = Make(Opts());
   const SecureBytes ts = Timestamp(b.get());
-  // [MS-PAC] PACTYPE: 4 buffers, version 0 (only its header matters here).
-  const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
   SecureBytes tgt;
   std::string sig;
-  auto as = [&] {
-    const uint64_t d = Do(b.get(), {Decrypt(ts, 1)})[0];
-    ASSERT_TRUE(sink_.Get(d).status.ok());
-    Job s = Tgt(Checksum(pac, 17));
-    sig = Str(sink_.Get(Do(b.get(), {std::move(s)})[0]).output);
-    ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
-    // The ticket carries the server signature (inside its PAC).
-    const std::string plain = std::string(8, 'a') + sig + std::string(16, 'z');
-    auto t = Do(b.get(), {Tgt(Encrypt(plain, 2)), Encrypt(std::string(56, 'r'), 3)});
-    tgt = sink_.Get(t[0]).output;
-  };
-  as();  // learns the krbtgt key, the lengths and the signatures
-  as();
+  // Learns the krbtgt key, the lengths and the signatures.
+  ASSERT_NO_FATAL_FAILURE(AsWithPac(b.get(), ts, &sig, &tgt));
+  ASSERT_NO_FATAL_FAILURE(AsWithPac(b.get(), ts, &sig, &tgt));
   std::string want;
   ASSERT_TRUE(contract::LinkedPadCtr0(Str(tgt).substr(0, 16), &want));
   EXPECT_EQ(sig.substr(0, 16), want);  // the signature's counter is linked
-  auto verify = [&](const std::string& checksum) {
-    Job v = Tgt(Checksum(pac, 17));
-    v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
-    v.checksum = checksum;
-    return sink_.Get(Do(b.get(), {std::move(v)})[0]).status;
-  };
-  auto tgs = [&](const std::string& checksum) {
-    const uint64_t d = Do(b.get(), {Tgt(Decrypt(tgt, 2))})[0];
-    EXPECT_TRUE(sink_.Get(d).status.ok());
-    return verify(checksum);
-  };
+  auto tgs = [&](const std::string& checksum) { return Tgs(b.get(), tgt, checksum); };
   BatcherStats s0 = b->stats();
   EXPECT_TRUE(tgs(sig).ok());
   BatcherStats s1 = b->stats();
@@ -826,26 +830,11 @@ TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
 TEST_P(PadTest, DeviatingServerInASignOrVerifyItem) {
   auto b = Make(Opts());
   const SecureBytes ts = Timestamp(b.get());
-  const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
   SecureBytes tgt;
   std::string sig;
-  auto as = [&] {
-    ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-    sig = Str(sink_.Get(Do(b.get(), {Tgt(Checksum(pac, 17))})[0]).output);
-    ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
-    const std::string plain = std::string(8, 'a') + sig + std::string(16, 'z');
-    tgt = sink_.Get(Do(b.get(), {Tgt(Encrypt(plain, 2)),
-                                 Encrypt(std::string(56, 'r'), 3)})[0]).output;
-  };
-  as();
-  as();
-  auto tgs = [&](const std::string& checksum) {
-    EXPECT_TRUE(sink_.Get(Do(b.get(), {Tgt(Decrypt(tgt, 2))})[0]).status.ok());
-    Job v = Tgt(Checksum(pac, 17));
-    v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
-    v.checksum = checksum;
-    return sink_.Get(Do(b.get(), {std::move(v)})[0]).status;
-  };
+  ASSERT_NO_FATAL_FAILURE(AsWithPac(b.get(), ts, &sig, &tgt));
+  ASSERT_NO_FATAL_FAILURE(AsWithPac(b.get(), ts, &sig, &tgt));
+  auto tgs = [&](const std::string& checksum) { return Tgs(b.get(), tgt, checksum); };
   const std::string error = "\x01 sixteen bytes";
   for (int cheat = 0; cheat < 3; ++cheat) {
     fake_.set_tag_share_error(cheat, /*sign=*/false, error);
@@ -890,7 +879,7 @@ TEST_P(PadTest, DeviatingServerInASignOrVerifyItem) {
 TEST_P(PadTest, ATicketTakingALinkedKeystreamUnlinksItsPad) {
   auto b = Make(Opts());
   const SecureBytes ts = Timestamp(b.get());
-  const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
+  const std::string pac = Pac();
   auto pac_sig = [&] {
     return sink_.Get(Do(b.get(), {Tgt(Checksum(pac, 17))})[0]);
   };
