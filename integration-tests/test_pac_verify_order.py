@@ -8,14 +8,16 @@ still out. What must hold is that nothing so made leaves the KDC unless
 every check passed: tgs_fin_complete looks at the checks' outcome before it
 builds a reply, and on a failure answers KRB5KRB_AP_ERR_MODIFIED without a
 ticket; the servers only ever return additive shares of a tag, which the
-KDC module alone combines (kmpc.proto SignRequest). Here the TGT's PAC is
-altered (one byte of a buffer its signatures cover) and the TGT encrypted
-again under the krbtgt key, as only a holder of that key could: the worst
-case of a forged PAC. The TGS-REQ must be refused, the client must hold no
+KDC module alone combines (kmpc.proto SignRequest). Here one byte of the
+TGT's PAC is changed where no check but the signatures' looks (padding the
+server signature covers) and the TGT encrypted again under the krbtgt key,
+as only a holder of that key could: a forged PAC that passes every check
+but the signatures'. The TGS-REQ must be refused, the client must hold no
 ticket for the service afterwards, and the KDC's log must name the failed
 check; the unaltered control gets its ticket.
 """
 import re
+import struct
 import time
 
 import pac_ref
@@ -24,15 +26,20 @@ from test_tgs_one_run import SERVICE, _login, _realm, _reencrypt_tgt
 
 
 def _forge(pac):
-    """The PAC with one byte flipped in the last byte of the first buffer
-    that is not a signature (the server and KDC signatures cover it)."""
-    bufs = pac_ref.pac_buffers(pac)
-    sigs = (pac_ref.PAC_SERVER_CHECKSUM, pac_ref.PAC_PRIVSVR_CHECKSUM,
-            pac_ref.PAC_TICKET_CHECKSUM)
-    btype = min(t for t in bufs if t not in sigs)
-    off, n = bufs[btype]
+    """The PAC with one byte changed that the server signature covers (it
+    is computed over the whole PAC, the signature values zeroed) and that
+    no other check reads: a byte of the alignment padding between two
+    buffers (MS-PAC 2.3, 8-byte aligned). The ticket keeps its length, so
+    it can be encrypted again in place; what the KDC sees is a PAC whose
+    contents differ from what was signed."""
+    bufs = sorted(pac_ref.pac_buffers(pac).values())
+    count, = struct.unpack_from("<I", pac, 0)
+    ends = [(8 + 16 * count, bufs[0][0])] + [
+        (off + n, nxt) for (off, n), (nxt, _) in zip(bufs, bufs[1:])]
+    gaps = [a for a, b in ends if b > a]
+    assert gaps, f"no padding in this PAC: {bufs}"
     b = bytearray(pac)
-    b[off + n - 1] ^= 0x01
+    b[gaps[0]] ^= 0x5a
     return bytes(b)
 
 
