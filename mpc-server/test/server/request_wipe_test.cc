@@ -30,9 +30,19 @@ extern "C" void __libc_free(void* p);
 
 namespace {
 
+// The shares of phase v are made of kMarker with each byte XOR v: a block
+// that a later allocation reused without overwriting it all still holds an
+// earlier phase's pattern, which must not count against this one.
 constexpr unsigned char kMarker[8] = {0xC3, 0x5A, 0x96, 0x3C, 0xE1, 0x7B, 0x0F, 0xA4};
+unsigned char g_marker[8];  // the armed phase's; set while disarmed
 std::atomic<bool> g_armed{false};
 std::atomic<int> g_hits{0};
+// The first hits of a phase, for the failure message: block size, and how
+// many bytes from the first marker on still hold the shares' pattern.
+struct Hit {
+  size_t size, run;
+};
+Hit g_hit_log[16];
 
 }  // namespace
 
@@ -40,8 +50,16 @@ std::atomic<int> g_hits{0};
 extern "C" void free(void* p) {
   if (p != nullptr && g_armed.load(std::memory_order_relaxed)) {
     const size_t n = malloc_usable_size(p);
-    if (memmem(p, n, kMarker, sizeof(kMarker)) != nullptr)
-      g_hits.fetch_add(1, std::memory_order_relaxed);
+    if (const void* m = memmem(p, n, g_marker, sizeof(g_marker))) {
+      const int k = g_hits.fetch_add(1, std::memory_order_relaxed);
+      if (k < 16) {
+        const auto* b = static_cast<const unsigned char*>(m);
+        const auto* e = static_cast<const unsigned char*>(p) + n;
+        size_t run = 0;
+        while (b + run < e && b[run] == g_marker[run % 8]) ++run;
+        g_hit_log[k] = {n, run};
+      }
+    }
   }
   __libc_free(p);
 }
@@ -51,30 +69,36 @@ namespace {
 
 namespace pb = ::kmpc::v1;
 
-// Made once, before any phase is armed: building it frees blocks holding
-// the marker.
-const std::string& Shares() {
-  static const std::string* s = [] {
-    auto* v = new std::string;
-    for (int i = 0; i < 64; ++i) v->append(reinterpret_cast<const char*>(kMarker), 8);
-    return v;
-  }();
-  return *s;
+// Made once per variant, before any phase is armed: building it frees
+// blocks holding the pattern.
+const std::string& Shares(int v) {
+  static std::string* made[256];
+  if (made[v] == nullptr) {
+    auto* s = new std::string;
+    for (int i = 0; i < 64; ++i)
+      for (unsigned char c : kMarker) s->push_back(static_cast<char>(c ^ v));
+    made[v] = s;
+  }
+  return *made[v];
 }
 
 // Answers OK and leaves the request as it got it (the wiping is the
 // handler wrapper's); records whether it saw the shares intact.
 class PlainKeyOps : public pb::KeyOps::Service {
  public:
+  explicit PlainKeyOps(int v) : v_(v) {}
   grpc::Status Run(grpc::ServerContext*, const pb::RunRequest* q, pb::RunResponse*) override {
-    seen_ok = seen_ok && q->data_shares() == Shares();
+    seen_ok = seen_ok && q->data_shares() == Shares(v_);
     return grpc::Status::OK;
   }
   grpc::Status Sign(grpc::ServerContext*, const pb::SignRequest* q, pb::SignResponse*) override {
-    seen_ok = seen_ok && q->data_shares() == Shares();
+    seen_ok = seen_ok && q->data_shares() == Shares(v_);
     return grpc::Status::OK;
   }
   std::atomic<bool> seen_ok{true};
+
+ private:
+  const int v_;
 };
 
 class SliceRecorder : public RequestWipeObserver {
@@ -91,17 +115,18 @@ class SliceRecorder : public RequestWipeObserver {
   bool zero = true;
 };
 
-// The child: for each (port, reps) the parent writes, reps times one Run
-// and one Sign carrying the shares, then one byte back; port 0 ends it.
+// The child: for each (port, reps, variant) the parent writes, reps times
+// one Run and one Sign carrying Shares(variant), then one byte back; port 0
+// ends it.
 [[noreturn]] void Client(int from_parent, int to_parent) {
-  int job[2];
+  int job[3];
   while (read(from_parent, job, sizeof(job)) == sizeof(job) && job[0] != 0) {
     auto stub = pb::KeyOps::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(job[0]), grpc::InsecureChannelCredentials()));
     pb::RunRequest run;
-    run.set_data_shares(Shares());
+    run.set_data_shares(Shares(job[2]));
     pb::SignRequest sign;
-    sign.set_data_shares(Shares());
+    sign.set_data_shares(Shares(job[2]));
     char ok = 1;
     for (int i = 0; i < job[1] && ok; ++i) {
       pb::RunResponse r1;
@@ -133,7 +158,8 @@ double ProcessCpuUs() {
 // Serves svc on a loopback port for reps Runs and Signs from the child;
 // with armed, counts the freed blocks holding the marker until the server
 // is gone.
-Phase Serve(grpc::Service* svc, int to_child, int from_child, int reps, bool armed) {
+Phase Serve(grpc::Service* svc, int v, int to_child, int from_child, int reps,
+            bool armed) {
   Phase out;
   int port = 0;
   grpc::ServerBuilder b;
@@ -142,9 +168,10 @@ Phase Serve(grpc::Service* svc, int to_child, int from_child, int reps, bool arm
   std::unique_ptr<grpc::Server> server = b.BuildAndStart();
   if (server == nullptr || port == 0) return out;
   g_hits = 0;
+  for (int i = 0; i < 8; ++i) g_marker[i] = kMarker[i] ^ v;
   g_armed = armed;
   char ok = 0;
-  const int job[2] = {port, reps};
+  const int job[3] = {port, reps, v};
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = ProcessCpuUs();
   if (write(to_child, job, sizeof(job)) == sizeof(job) && read(from_child, &ok, 1) == 1)
@@ -162,7 +189,9 @@ Phase Serve(grpc::Service* svc, int to_child, int from_child, int reps, bool arm
 
 TEST(RequestWipe, NoFreedServerBufferHoldsARequestsShares) {
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(Shares().size(), 512u);
+  constexpr int kPlain = 0, kWiping = 0x33;  // the two phases' variants
+  ASSERT_EQ(Shares(kPlain).size(), 512u);
+  ASSERT_EQ(Shares(kWiping).size(), 512u);
   int p2c[2], c2p[2];
   ASSERT_EQ(pipe(p2c), 0);
   ASSERT_EQ(pipe(c2p), 0);
@@ -172,14 +201,14 @@ TEST(RequestWipe, NoFreedServerBufferHoldsARequestsShares) {
 
   // The generated service, as registered before: the received bytes and
   // the parsed strings are freed as they are (what the hook must see).
-  PlainKeyOps plain;
-  const Phase before = Serve(&plain, p2c[1], c2p[0], 1, true);
+  PlainKeyOps plain(kPlain);
+  const Phase before = Serve(&plain, kPlain, p2c[1], c2p[0], 1, true);
   // The same service behind WipingKeyOps, as main.cc registers it.
   SliceRecorder rec;
   SetRequestWipeObserverForTesting(&rec);
-  PlainKeyOps inner;
+  PlainKeyOps inner(kWiping);
   std::unique_ptr<grpc::Service> wiping = WipingKeyOps(&inner);
-  const Phase after = Serve(wiping.get(), p2c[1], c2p[0], 1, true);
+  const Phase after = Serve(wiping.get(), kWiping, p2c[1], c2p[0], 1, true);
   SetRequestWipeObserverForTesting(nullptr);
   // The cost (KMPC_REQUEST_WIPE_BENCH=N: N Run+Sign pairs per phase, the
   // hook off, each service twice, alternating; one connection per phase).
@@ -188,8 +217,8 @@ TEST(RequestWipe, NoFreedServerBufferHoldsARequestsShares) {
     constexpr int kRounds = 4;
     double plain_us = 0, wiping_us = 0, plain_cpu = 0, wiping_cpu = 0;
     for (int round = 0; round < kRounds; ++round) {
-      const Phase p = Serve(&plain, p2c[1], c2p[0], reps, false);
-      const Phase w = Serve(wiping.get(), p2c[1], c2p[0], reps, false);
+      const Phase p = Serve(&plain, kPlain, p2c[1], c2p[0], reps, false);
+      const Phase w = Serve(wiping.get(), kWiping, p2c[1], c2p[0], reps, false);
       plain_us += p.us_per_request / kRounds;
       plain_cpu += p.cpu_us_per_request / kRounds;
       wiping_us += w.us_per_request / kRounds;
@@ -198,7 +227,7 @@ TEST(RequestWipe, NoFreedServerBufferHoldsARequestsShares) {
     std::printf("request_wipe_test bench: %d rounds of %d unary requests (%zu share "
                 "bytes) per service: generated handler %.1f us wall, %.1f us server "
                 "CPU per request; wiping handler %.1f us wall, %.1f us server CPU\n",
-                kRounds, 2 * reps, Shares().size(), plain_us, plain_cpu, wiping_us,
+                kRounds, 2 * reps, Shares(kPlain).size(), plain_us, plain_cpu, wiping_us,
                 wiping_cpu);
   }
 
@@ -212,10 +241,14 @@ TEST(RequestWipe, NoFreedServerBufferHoldsARequestsShares) {
   EXPECT_GT(before.hits, 0) << "the hook saw no unwiped request buffer";
   EXPECT_TRUE(after.client_ok);
   EXPECT_TRUE(inner.seen_ok) << "the handler did not get the shares intact";
-  EXPECT_EQ(after.hits, 0) << "freed blocks still held the request's shares";
+  std::string hits;
+  for (int i = 0; i < std::min(after.hits, 16); ++i)
+    hits += " " + std::to_string(g_hit_log[i].size) + "/" + std::to_string(g_hit_log[i].run);
+  EXPECT_EQ(after.hits, 0) << "freed blocks still held the request's shares "
+                           << "(block size/pattern bytes):" << hits;
   EXPECT_EQ(rec.methods, (std::set<std::string>{"/kmpc.v1.KeyOps/Run",
                                                  "/kmpc.v1.KeyOps/Sign"}));
-  EXPECT_GE(rec.bytes, 2 * Shares().size());
+  EXPECT_GE(rec.bytes, 2 * Shares(kWiping).size());
   EXPECT_TRUE(rec.zero);
   std::printf("request_wipe_test: unwiped blocks freed: %d before, %d after; %lld ms\n",
               before.hits, after.hits,
@@ -228,7 +261,7 @@ TEST(RequestWipe, NoFreedServerBufferHoldsARequestsShares) {
 // (sizes kept); the others are untouched.
 TEST(RequestWipe, WipeMessageStringsReachesNestedFields) {
   pb::SignRequest s;
-  s.set_data_shares(Shares());
+  s.set_data_shares(Shares(0));
   s.set_request_id(std::string(16, '\x11'));
   pb::SignItem* it = s.add_items();
   it->set_run_batch_id(std::string(16, '\x22'));
@@ -237,7 +270,7 @@ TEST(RequestWipe, WipeMessageStringsReachesNestedFields) {
   auto zero = [](const std::string& x) {
     return std::all_of(x.begin(), x.end(), [](char c) { return c == 0; });
   };
-  EXPECT_EQ(s.data_shares().size(), Shares().size());
+  EXPECT_EQ(s.data_shares().size(), Shares(0).size());
   EXPECT_TRUE(zero(s.data_shares()));
   EXPECT_TRUE(zero(s.request_id()));
   EXPECT_TRUE(zero(s.items(0).run_batch_id()));
