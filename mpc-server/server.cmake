@@ -47,7 +47,8 @@ set(KMPC_SERVICE_SOURCES
   src/service/auth.cc src/service/encrypt_states.cc src/service/key_cache.cc
   src/service/memory_scheduler_ring.cc src/service/metrics.cc
   src/service/scheduler.cc src/service/services.cc
-  src/service/tls_scheduler_ring.cc src/service/wipe_interceptor.cc)
+  src/service/tls_scheduler_ring.cc src/service/wipe_interceptor.cc
+  src/service/request_wipe.cc)
 set(KMPC_SERVICE_LIBS
   kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization
   kmpc_process_metrics prometheus-cpp::core)
@@ -80,6 +81,8 @@ target_link_libraries(kmpc-mpc-client PRIVATE
 # as kmpc_NAME_test, with its ctest timeout in seconds.
 #   services               three parties' KeyOpsService end to end, no gRPC
 #   wipe_interceptor       KeyOps responses' shares wiped once serialized
+#   request_wipe           received requests: no freed block holds a byte of
+#                          their shares (service/request_wipe.h; free() hooked)
 #   scheduler              three Schedulers over the in-memory ring
 #   auth                   client authorization over real gRPC+mTLS: CRL
 #                          (revocation, reload) and certificate pins
@@ -89,7 +92,8 @@ target_link_libraries(kmpc-mpc-client PRIVATE
 #   memory_scheduler_ring  the in-process ring of the scheduler and service
 #                          tests (service/memory_scheduler_ring.cc)
 #   tls_scheduler_ring     the TLS ring as the scheduler's ring
-foreach(_test IN ITEMS services:180 wipe_interceptor:60 scheduler:120 auth:120
+foreach(_test IN ITEMS services:180 wipe_interceptor:60 request_wipe:60
+                       scheduler:120 auth:120
                        encrypt_states:60 key_cache:60 metrics:60
                        memory_scheduler_ring:60 tls_scheduler_ring:60)
   string(REPLACE ":" ";" _test "${_test}")

@@ -38,6 +38,7 @@
 #include "service/metrics.h"
 #include "service/scheduler.h"
 #include "service/services.h"
+#include "service/request_wipe.h"
 #include "service/wipe_interceptor.h"
 #include "store/share_store.h"
 #include "util/log.h"
@@ -449,8 +450,13 @@ int main(int argc, char** argv) {
   kmpc::service::KeyOpsService keyops(*svc, &keys, &scheduler, &metrics);
   kmpc::service::AdminService admin(*svc, store->get(), &keys, &scheduler,
                                     &metrics);
+  // Each request's received bytes and parsed strings are wiped once it is
+  // handled (service/request_wipe.h): the services are registered through
+  // wrappers with the same method names.
+  std::unique_ptr<grpc::Service> keyops_wiping = kmpc::service::WipingKeyOps(&keyops);
+  std::unique_ptr<grpc::Service> admin_wiping = kmpc::service::WipingAdmin(&admin);
   int port = 0;
-  auto server = StartGrpcServer(&keyops, &admin, &port);
+  auto server = StartGrpcServer(keyops_wiping.get(), admin_wiping.get(), &port);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   auto exposer = StartMetricsExposer(metrics);
   if (!exposer.ok()) return Fail(std::string(exposer.status().message()));
