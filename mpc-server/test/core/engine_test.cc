@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <set>
@@ -20,6 +21,7 @@
 #include "engine/agreement.h"
 #include "net/memory_ring.h"
 #include "protocol/gf128.h"
+#include "protocol/prf.h"
 #include "protocol/verify.h"
 #include "share/replicated.h"
 #include "../cheat.h"
@@ -1768,6 +1770,114 @@ TEST(Malicious, RandomInjectionsAreAllCaught) {
   }
   EXPECT_GT(trials, 100);
   EXPECT_GT(caught, trials * 3 / 4) << "most injections land on lanes that carry a block";
+}
+
+
+// The agreement against a cheater that tampers with what it forwards or
+// opens (engine.cc AgreeOnBatch, DrawCounters). Party i forwards party
+// i+1's header to party i-1, and its share of the first ctr0 draw rides
+// in the same message; what party i-1 decides from them must not put it
+// out of step with party i+1, which heard none of it: the batch fails as
+// an integrity failure (DATA_LOSS with the integrity payload) on the
+// honest parties, never as a ring error or a refusal on one of them only,
+// and after the ring is re-established the next batch is served.
+namespace desync {
+
+// Each honest party either served the batch or failed it as an integrity
+// failure, and at least one failed it.
+void ExpectIntegrityFailure(const std::array<absl::StatusOr<BatchResult>, 3>& r, int cheater,
+                            const std::string& what) {
+  int failed = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (i == cheater || r[i].ok()) continue;
+    EXPECT_TRUE(protocol::IsIntegrityFailure(r[i].status()))
+        << what << ": honest party " << i << " failed otherwise: " << r[i].status();
+    ++failed;
+  }
+  EXPECT_GE(failed, 1) << what << ": no honest party failed the batch";
+}
+
+// The bytes of the agreement's first message (the header and what rides
+// with it): the second message forwards them, then the ctr0 shares.
+size_t HeaderBytes(const std::vector<size_t>& sizes) { return sizes[0]; }
+
+}  // namespace desync
+
+TEST(Malicious, ForwardedAgreementHeaderTamperingIsAnIntegrityFailure) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    Cluster c(mal::Malicious(), cheater);
+    const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+    const std::vector<Job> jobs = lb.jobs();
+    const uint64_t before = c.cheat().sent();
+    mal::ExpectHonest(c.RunSame(100, jobs));
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
+                                    c.cheat().sizes().end());
+    const size_t h = desync::HeaderBytes(sizes);
+    uint64_t seq = 200;
+    // The forwarded header's inputs digest, key-view digest, counter count
+    // and (past AgreementHeader::kSize) whatever authenticates it.
+    for (size_t off : {size_t{3}, size_t{40}, AgreementHeader::kSize - 1, h - 1}) {
+      c.cheat().Arm(1, off, 0x01);
+      auto r = c.RunSame(seq++, jobs);
+      ASSERT_TRUE(c.cheat().fired());
+      desync::ExpectIntegrityFailure(
+          r, cheater, absl::StrCat("party ", cheater, " forwarded header byte ", off));
+      c.cheat().Disarm();
+      c.Connect();
+      mal::ExpectHonest(c.RunSame(seq++, jobs));
+    }
+  }
+  std::printf("forwarded-header tampering: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// The cheater reads ahead its successor's share of the first ctr0 draw,
+// computes the value (it knows its own two PRSS components), and sends
+// party i-1 the share that opens the counter there as the all-zero block,
+// which party i-1 would redraw alone.
+TEST(Malicious, ReadAheadCtr0AtTheZeroBlockIsAnIntegrityFailure) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    Cluster c(mal::Malicious(), cheater);
+    ASSERT_EQ(c.cheat().first_sent().size(), 16u);
+    ASSERT_EQ(c.cheat().first_received().size(), 16u);
+    const protocol::Prf self(c.cheat().first_sent().data());
+    const protocol::Prf next(c.cheat().first_received().data());
+    const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+    const std::vector<Job> jobs = lb.jobs();
+    const uint64_t before = c.cheat().sent();
+    mal::ExpectHonest(c.RunSame(100, jobs));
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
+                                    c.cheat().sizes().end());
+    const size_t h = desync::HeaderBytes(sizes);
+    ASSERT_GE(sizes[1], h + 16) << "the batch draws a counter in the agreement";
+    bool aimed = false;
+    c.cheat().ArmReadAhead(
+        1, {sizes[1]}, std::chrono::milliseconds(2000),
+        [&](std::vector<uint8_t>& msg, const std::vector<std::vector<uint8_t>>& ahead) {
+          if (ahead.empty() || ahead[0].size() < h + 16) return;
+          // Our component 1 of the first counter is F(k_{i+1}, id): find id.
+          uint8_t blk[16];
+          for (uint64_t id = 0; id < (uint64_t{1} << 20); ++id) {
+            next.Fill(id, 1, blk);
+            if (std::memcmp(blk, msg.data() + h, 16) != 0) continue;
+            uint8_t mine[16];
+            self.Fill(id, 1, mine);
+            for (int k = 0; k < 16; ++k)
+              msg[h + k] ^= static_cast<uint8_t>(mine[k] ^ blk[k] ^ ahead[0][h + k]);
+            aimed = true;
+            return;
+          }
+        });
+    auto r = c.RunSame(200, jobs);
+    ASSERT_TRUE(aimed) << "party " << cheater << " did not learn the counter ahead";
+    desync::ExpectIntegrityFailure(r, cheater, absl::StrCat("party ", cheater, " ctr0 at zero"));
+    c.Connect();
+    mal::ExpectHonest(c.RunSame(201, jobs));
+  }
+  std::printf("read-ahead ctr0 at the zero block: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace
