@@ -1827,6 +1827,15 @@ TEST(Malicious, ForwardedAgreementHeaderTamperingIsAnIntegrityFailure) {
       c.Connect();
       mal::ExpectHonest(c.RunSame(seq++, jobs));
     }
+    // The cheater's own header with a wrong tag (step 0): party i-1 takes
+    // the header as sent, party i+1 finds the forwarded tag wrong; the
+    // header is the same, so the two run in step and i+1 fails the batch.
+    c.cheat().Arm(0, h - 1, 0x01);
+    desync::ExpectIntegrityFailure(c.RunSame(seq++, jobs), cheater,
+                                   absl::StrCat("party ", cheater, " own tag"));
+    c.cheat().Disarm();
+    c.Connect();
+    mal::ExpectHonest(c.RunSame(seq++, jobs));
   }
   std::printf("forwarded-header tampering: %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
