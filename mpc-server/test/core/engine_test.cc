@@ -1841,6 +1841,40 @@ TEST(Malicious, ForwardedAgreementHeaderTamperingIsAnIntegrityFailure) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+// The key views, exchanged and forwarded when they differ (here: one of
+// the batch's keys is missing on the cheater, so every party drops its
+// job and runs the rest): the forwarded views (step 3) altered.
+TEST(Malicious, ForwardedKeyViewTamperingIsAnIntegrityFailure) {
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    Cluster c(mal::Malicious(), cheater);
+    const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+    const std::string other = c.AddKey(Random(16));
+    c.DropKey(cheater, other);
+    std::vector<Job> jobs = lb.jobs();
+    jobs.push_back(EncryptJob(other, 3, 20));
+    const uint64_t before = c.cheat().sent();
+    auto honest = c.RunSame(100, jobs);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(honest[i].ok()) << honest[i].status();
+      EXPECT_EQ(honest[i]->jobs.back().status, pb::JOB_UNKNOWN_KEY);
+      EXPECT_EQ(honest[i]->jobs[0].status, pb::JOB_OK);
+    }
+    ASSERT_GE(c.cheat().sent() - before, 5u);
+    // Steps 2 and 3: the views, then the views forwarded (the same size).
+    const auto& sz = c.cheat().sizes();
+    ASSERT_EQ(sz[before + 2], sz[before + 3]);
+    ASSERT_GT(sz[before + 2], kForwardTagSize);
+    c.cheat().Arm(3, 1, 0x02);
+    desync::ExpectIntegrityFailure(c.RunSame(101, jobs), cheater,
+                                   absl::StrCat("party ", cheater, " forwarded key views"));
+    ASSERT_TRUE(c.cheat().fired());
+    c.cheat().Disarm();
+    c.Connect();
+    auto again = c.RunSame(102, jobs);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(again[i].ok()) << again[i].status();
+  }
+}
+
 // The cheater reads ahead its successor's share of the first ctr0 draw,
 // computes the value (it knows its own two PRSS components), and sends
 // party i-1 the share that opens the counter there as the all-zero block,
