@@ -9,9 +9,11 @@ the sizes of the messages it sent in each batch ("cheat harness: batch S
 sent N ring messages, sizes a,b,..."): the steps are picked from that map.
 
 Message map of one batch (0-based steps; one worker, so one session):
-  0, 1        the agreement (engine.cc AgreeOnBatch): headers, then the
-              headers seen with the first ctr0 draw's shares riding along
-              (an opening: bytes from AgreementHeader::kSize = 68 on);
+  0, 1        the agreement (engine.cc AgreeOnBatch): headers with their
+              forwarding tags (AgreementHeader::kSize = 68 + kForwardTagSize
+              = 16 bytes), then the headers and tags seen, forwarded, with
+              the first ctr0 draw's shares riding along (an opening: bytes
+              from 84 on);
   2 .. A-1    AES: one message per AND layer (rep3.h, kernel_impl.inc), the
               same sequence in both modes;
   A .. end    malicious only (protocol/verify.cc Verifier::Verify, the
@@ -26,7 +28,7 @@ Message map of one batch (0-based steps; one worker, so one session):
               32-byte "compare view" hash (the last message).
 A is found as the first step where the two modes' maps differ. Seen for
 this test's batch (one 4-block keystream job, AES-128, the depth-4 S-box):
-68, 84, ten rounds of (1152, 384, 512, 2304), then 32, 16, 248, 32, 16,
+84, 100, ten rounds of (1152, 384, 512, 2304), then 32, 16, 248, 32, 16,
 six (16, 32, 16), 496, 32, 16, 24, 32: A = 42 of 71 messages.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
@@ -55,7 +57,9 @@ INTEGRITY = "MPC integrity check failed"
 # A plan that never fires (from batch 10^9 on): the cheat binary behaving
 # honestly, for the message map.
 NEVER = "0:0:0:1000000000"
-AGREEMENT_HEADER = 68  # engine/agreement.h AgreementHeader::kSize
+# engine/agreement.h AgreementHeader::kSize + kForwardTagSize: a header and
+# its forwarding tag.
+AGREEMENT_HEADER = 68 + 16
 
 
 @pytest.fixture
@@ -190,6 +194,13 @@ CASES = {
     # first ctr0 draw (agreement, step 1, after the 68-byte header) before
     # sending its own, biased.
     "late_ctr0_opening": lambda semi, mal, a: (1, AGREEMENT_HEADER + 3, 0x01, True),
+    # (c'') the forwarded header (agreement, step 1: party 2's header, which
+    # party 1 forwards to party 0): a byte of its inputs digest, and of its
+    # forwarding tag. Party 0 finds the tag wrong, runs the batch in step
+    # with party 2 and fails it; party 2's compare view differs from party
+    # 0's (agreement.h ForwardTag).
+    "forwarded_header": lambda semi, mal, a: (1, 3, 0x01, False),
+    "forwarded_tag": lambda semi, mal, a: (1, AGREEMENT_HEADER - 1, 0x80, False),
     # (c') late coin openings in the check (16-byte messages): c1, and the
     # last compression's.
     "late_coin_opening": lambda semi, mal, a: (a + 1, 0, 0x80, True),

@@ -84,11 +84,17 @@ class CheatingChannel : public net::RingChannel {
 
   // Messages sent so far, and the size of each.
   uint64_t sent() const { return sent_; }
+  // The first message sent and the first received: on a fresh ring, the
+  // PRSS keys (Prss::Setup sends k_i and receives k_{i+1}), from which a
+  // test plays the cheater's own PRSS (what a real cheater knows).
+  const std::vector<uint8_t>& first_sent() const { return first_sent_; }
+  const std::vector<uint8_t>& first_received() const { return first_received_; }
   const std::vector<size_t>& sizes() const { return sizes_; }
 
   int party() const override { return inner_.party(); }
   absl::Status SendToPrev(absl::Span<const uint8_t> msg) override {
     sizes_.push_back(msg.size());
+    if (sent_ == 0) first_sent_.assign(msg.begin(), msg.end());
     const bool hit = armed_ && sent_ == step_ && !msg.empty();
     const bool ahead = ra_armed_ && sent_ == ra_step_;
     ++sent_;
@@ -122,7 +128,12 @@ class CheatingChannel : public net::RingChannel {
       }
     }
     JoinReader();
-    return inner_.RecvFromNext(out);
+    absl::Status st = inner_.RecvFromNext(out);
+    if (st.ok() && !received_any_) {
+      received_any_ = true;
+      first_received_.assign(out.begin(), out.end());
+    }
+    return st;
   }
   absl::Status Exchange(absl::Span<const uint8_t> to_prev,
                         absl::Span<uint8_t> from_next) override {
@@ -187,6 +198,8 @@ class CheatingChannel : public net::RingChannel {
   size_t offset_ = 0;
   uint8_t mask_ = 0;
   std::vector<size_t> sizes_;
+  std::vector<uint8_t> first_sent_, first_received_;
+  bool received_any_ = false;
   // Read-ahead: the plan, then the reader thread's buffer (guarded by mu_).
   bool ra_armed_ = false;
   uint64_t ra_step_ = 0;

@@ -1,9 +1,14 @@
 #include "engine/agreement.h"
 
+#include <openssl/crypto.h>
+
+#include <array>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "contract.h"
+#include "protocol/verify.h"
+#include "share/replicated.h"
 
 namespace kmpc::engine {
 
@@ -27,6 +32,29 @@ absl::StatusOr<AgreementHeader> AgreementHeader::Decode(
   if (h.counters > contract::kMaxBatchBlocks)
     return absl::DataLossError("agreement header out of range");
   return h;
+}
+
+void ForwardTag(const uint8_t key[16], absl::Span<const uint8_t> msg,
+                uint8_t tag[kForwardTagSize]) {
+  static constexpr char kDomain[] = "kmpc-forward-tag-v1";
+  protocol::Sha256 h;
+  h.Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(kDomain), sizeof kDomain));
+  h.Update(absl::MakeConstSpan(key, 16));
+  h.Update(msg);
+  std::array<uint8_t, 32> d{};
+  // A failed digest leaves d zero: the tags then never verify, and every
+  // forwarded message counts as a deviation (fails closed).
+  if (h.Final(d).ok()) std::memcpy(tag, d.data(), kForwardTagSize);
+  else std::memset(tag, 0, kForwardTagSize);
+}
+
+bool ForwardTagOk(const uint8_t key[16], absl::Span<const uint8_t> msg,
+                  const uint8_t tag[kForwardTagSize]) {
+  uint8_t want[kForwardTagSize];
+  ForwardTag(key, msg, want);
+  const bool ok = CRYPTO_memcmp(want, tag, kForwardTagSize) == 0;
+  share::Wipe(want, sizeof want);
+  return ok;
 }
 
 std::string PartyList(const std::vector<int>& parties) {

@@ -8,6 +8,7 @@
 // over the party's view of every job's key (present? cipher, dealing id);
 // `counters` is how many fresh ctr0 values the party reveals in the second
 // round (at most kMaxBatchBlocks: a receiver sizes its next read by it).
+// On the ring the header is followed by a forwarding tag (ForwardTag).
 #ifndef KMPC_ENGINE_AGREEMENT_H_
 #define KMPC_ENGINE_AGREEMENT_H_
 
@@ -40,6 +41,22 @@ struct AgreementHeader {
   bool SameInputs(const AgreementHeader& o) const { return inputs == o.inputs; }
   bool SameKeys(const AgreementHeader& o) const { return keys == o.keys; }
 };
+
+// What a party forwards (the header, or the key views, of party i+1 sent
+// on to party i-1) carries a tag of its originator under a PRSS key that
+// the originator and the final receiver share and the forwarder does not
+// hold (party j's component 1 of a fresh random value is party j+1's
+// component 0; prss.h): a forwarder that alters what it forwards is
+// caught (forgery probability 2^-128 per message) instead of making the
+// final receiver decide differently from the originator. Tag: the first
+// kForwardTagSize bytes of SHA-256(domain || key || message); the key is
+// fresh per message, so this is a one-time MAC of a fixed-length message.
+inline constexpr size_t kForwardTagSize = 16;
+void ForwardTag(const uint8_t key[16], absl::Span<const uint8_t> msg,
+                uint8_t tag[kForwardTagSize]);
+// Whether `tag` is msg's under key (constant-time compare).
+bool ForwardTagOk(const uint8_t key[16], absl::Span<const uint8_t> msg,
+                  const uint8_t tag[kForwardTagSize]);
 
 // The first byte of one party's view of a key, compared among the three
 // parties (a batch's jobs in engine.cc, a refresh's pairs in refresh.cc).

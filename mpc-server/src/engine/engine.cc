@@ -2,7 +2,7 @@
 //   LookupKeys    contract check, this party's key for every job;
 //   AgreeOnBatch  digests of the public inputs and key views compared on the
 //                 ring (agreement.h), first ctr0 draw riding along;
-//   DrawCounters  redraws of ctr0 ranges touching the all-zero block;
+//   DrawCounters  ctr0 for jobs the agreement drew none for (one reveal);
 //   RunAes        one bitsliced AES pass over every block of every job;
 //   ComputeTags   H-power extension and T' = GHASH ^ AES_K(c0) on shares;
 //   CheckTags     one GF(2^128) multiplication round and one reveal round;
@@ -23,12 +23,11 @@
 #include "protocol/gf128.h"
 #include "protocol/prss.h"
 #include "protocol/rep3.h"
+#include "protocol/verify.h"
 #include "share/replicated.h"
 
 namespace kmpc::engine {
 namespace {
-
-constexpr int kMaxCounterDraws = 16;
 
 using Block = std::array<uint8_t, 16>;
 
@@ -70,6 +69,22 @@ void CounterPlus(const uint8_t* ctr0, uint64_t i, uint8_t* out) {
 bool CounterRangeOk(const Block& ctr0, uint64_t n) {
   return contract::CounterRangeOk(
       absl::string_view(reinterpret_cast<const char*>(ctr0.data()), 16), n);
+}
+
+// A drawn ctr0 (public, opened among the servers) made valid without
+// another round: if its range c0 .. c0 + max(n, kLinkedPadOffset) would
+// touch the all-zero block (c0 = 0 or c0 > 2^128 - 1 - that; probability
+// below 2^-106 for an honest draw), its top bit is flipped, which puts it
+// in [2^127 - 2^21, 2^127], valid for every job and a linked pad. A
+// deterministic function of the opened value: parties that opened the same
+// value use the same counter, and parties that opened different values (a
+// cheater's share) stay in step and are caught by the compare view, where
+// the opened value was logged. A redraw instead would be a round that only
+// the parties seeing the bad value run, desynchronising the ring.
+void FixCounter(Block& ctr0, uint64_t n) {
+  static_assert(contract::kMaxJobBlocks < (uint64_t{1} << 21) &&
+                contract::kLinkedPadOffset < (uint64_t{1} << 21));
+  if (!CounterRangeOk(ctr0, std::max<uint64_t>(n, contract::kLinkedPadOffset))) ctr0[0] ^= 0x80;
 }
 
 std::array<uint8_t, 4> UsageBe(uint32_t usage) {
@@ -381,7 +396,13 @@ class Engine::Impl {
           "engine unusable after a ring failure: create a new Engine on a "
           "fresh ring");
     }
+    deviated_ = false;
     absl::StatusOr<BatchResult> r = Run(batch_seq, jobs, lookup);
+    // A deviation seen in the agreement (a forwarded message whose tag
+    // failed) fails the batch as an integrity failure, whatever came after
+    // it: the rest of the batch ran in step with the originator's view,
+    // or, if the originator itself deviated, the ring may have broken.
+    if (deviated_) r = protocol::IntegrityFailure();
     // ABORTED / FAILED_PRECONDITION (agreement) and INVALID_ARGUMENT (batch
     // too large) are decided identically by all parties with the ring in
     // step; anything else came from the channel.
@@ -441,6 +462,18 @@ class Engine::Impl {
   // Set after a channel failure: the parties may be out of step (PRSS
   // counters, half-read messages), so the engine refuses further batches.
   bool broken_ = false;
+  // Set when this batch's agreement saw a forwarded message fail its tag
+  // (agreement.h ForwardTag): RunBatch fails the batch as an integrity
+  // failure once it has run in step.
+  bool deviated_ = false;
+  // A forwarded message (what party i+1 forwarded from party i+2) checked
+  // against its tag under k0 (our component 0 of the tag key, which party
+  // i+2 holds as its component 1). On a bad tag: deviated_, `mine` put in
+  // its place (with honest parties' inputs the same, what the originator
+  // sent), and the bad bytes logged as opened, so that party i-1's compare
+  // view differs from ours. Returns whether the tag held.
+  bool CheckForwarded(const uint8_t k0[16], absl::Span<uint8_t> fwd,
+                      absl::Span<const uint8_t> mine);
 };
 
 absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
@@ -542,7 +575,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v10";
+  static constexpr char kTag[] = "kmpc-batch-v11";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
@@ -580,28 +613,38 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
   for (size_t j = 0; j < b.plan.size(); ++j)
     if (b.plan[j].live() && b.plan[j].needs_ctr0) pending.push_back(j);
   h.mine.counters = static_cast<uint32_t>(pending.size());
+  // The forwarding tag's key: k1 tags our header for party i+1, which gets
+  // it forwarded by party i-1; k0 checks party i-1's, forwarded by i+1.
+  uint8_t k0[16], k1[16];
+  prss_.RandomShares(k0, k1, 16);
   const uint64_t counter_before = prss_.counter();
   std::vector<uint8_t> r0(16 * pending.size()), r1(16 * pending.size());
   prss_.RandomShares(r0.data(), r1.data(), r0.size());
-  uint8_t raw[AgreementHeader::kSize], raw_next[AgreementHeader::kSize];
-  h.mine.Encode(absl::MakeSpan(raw));
+  constexpr size_t kMsg = AgreementHeader::kSize + kForwardTagSize;
+  uint8_t raw[kMsg], raw_next[kMsg];
+  h.mine.Encode(absl::MakeSpan(raw, AgreementHeader::kSize));
+  ForwardTag(k1, absl::MakeConstSpan(raw, AgreementHeader::kSize), raw + AgreementHeader::kSize);
   if (absl::Status st = channel_.Exchange(raw, absl::MakeSpan(raw_next)); !st.ok())
     return st;
-  absl::StatusOr<AgreementHeader> next = AgreementHeader::Decode(raw_next);
+  absl::StatusOr<AgreementHeader> next =
+      AgreementHeader::Decode(absl::MakeConstSpan(raw_next, AgreementHeader::kSize));
   if (!next.ok()) return next.status();
   h.next = *next;
-  // Round 2: forward next's header, reveal our component 1 (r_{i+1}).
-  std::vector<uint8_t> out(AgreementHeader::kSize + r1.size());
-  std::vector<uint8_t> in(AgreementHeader::kSize + 16 * size_t{h.next.counters});
-  std::memcpy(out.data(), raw_next, AgreementHeader::kSize);
-  if (!r1.empty()) std::memcpy(out.data() + AgreementHeader::kSize, r1.data(), r1.size());
+  // Round 2: forward next's header and tag, reveal our component 1 (r_{i+1}).
+  std::vector<uint8_t> out(kMsg + r1.size());
+  std::vector<uint8_t> in(kMsg + 16 * size_t{h.next.counters});
+  std::memcpy(out.data(), raw_next, kMsg);
+  if (!r1.empty()) std::memcpy(out.data() + kMsg, r1.data(), r1.size());
   if (absl::Status st = channel_.Exchange(out, absl::MakeSpan(in)); !st.ok()) return st;
+  CheckForwarded(k0, absl::MakeSpan(in.data(), kMsg), absl::MakeConstSpan(raw, kMsg));
+  share::Wipe(k0, sizeof k0);
+  share::Wipe(k1, sizeof k1);
   absl::StatusOr<AgreementHeader> next2 = AgreementHeader::Decode(
       absl::MakeConstSpan(in.data(), AgreementHeader::kSize));
   if (!next2.ok()) return next2.status();
   h.next2 = *next2;
   if (h.InputsDiffer() || h.KeysDiffer() || h.CountsDiffer()) {
-    // Keep the PRSS ids in step for the next batch (or the redraw).
+    // Keep the PRSS ids in step for the next batch (or DrawCounters).
     prss_.Skip(counter_before + h.MostCounters() - prss_.counter());
     if (h.InputsDiffer()) {
       return absl::AbortedError(
@@ -625,7 +668,7 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
     EncodeKeyView(w, view);
     DecideKey(w, {view, view, view});
   }
-  const uint8_t* revealed = in.data() + AgreementHeader::kSize;
+  const uint8_t* revealed = in.data() + kMsg;
   for (size_t p = 0; p < pending.size(); ++p) {
     JobPlan& w = b.plan[pending[p]];
     for (int k = 0; k < 16; ++k)
@@ -633,22 +676,41 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
     w.ctr0_drawn = true;
     // An opening among the servers like any other (protocol/verify.h).
     if (rep3_.log() != nullptr) log_.AddOpened(w.ctr0);
+    FixCounter(w.ctr0, w.nks);
   }
   return absl::OkStatus();
 }
 
+bool Engine::Impl::CheckForwarded(const uint8_t k0[16], absl::Span<uint8_t> fwd,
+                                  absl::Span<const uint8_t> mine) {
+  const size_t n = fwd.size() - kForwardTagSize;
+  if (ForwardTagOk(k0, fwd.subspan(0, n), fwd.data() + n)) return true;
+  deviated_ = true;
+  if (rep3_.log() != nullptr) log_.AddOpened(fwd);
+  std::memcpy(fwd.data(), mine.data(), n);
+  return false;
+}
+
 // Same inputs (hence the same number of jobs), different key views: two
-// more rounds exchange the per-job views, then every party fails the same
-// jobs (JOB_UNKNOWN_KEY / JOB_KEY_INCONSISTENT) and runs the rest.
+// more rounds exchange the per-job views (tagged as the headers are), then
+// every party fails the same jobs (JOB_UNKNOWN_KEY / JOB_KEY_INCONSISTENT)
+// and runs the rest.
 absl::Status Engine::Impl::ExchangeKeyViews(Batch& b) {
   const size_t vbytes = kKeyViewBytes * b.plan.size();
-  std::vector<uint8_t> vmine(vbytes), vnext(vbytes), vnext2(vbytes);
+  const size_t n = vbytes + kForwardTagSize;
+  std::vector<uint8_t> vmine(n), vnext(n), vnext2(n);
   for (size_t j = 0; j < b.plan.size(); ++j)
     EncodeKeyView(b.plan[j], &vmine[kKeyViewBytes * j]);
+  uint8_t k0[16], k1[16];
+  prss_.RandomShares(k0, k1, 16);
+  ForwardTag(k1, absl::MakeConstSpan(vmine.data(), vbytes), vmine.data() + vbytes);
   if (absl::Status st = channel_.Exchange(vmine, absl::MakeSpan(vnext)); !st.ok())
     return st;
   if (absl::Status st = channel_.Exchange(vnext, absl::MakeSpan(vnext2)); !st.ok())
     return st;
+  CheckForwarded(k0, absl::MakeSpan(vnext2), vmine);
+  share::Wipe(k0, sizeof k0);
+  share::Wipe(k1, sizeof k1);
   const int me = party();
   for (size_t j = 0; j < b.plan.size(); ++j) {
     std::array<const uint8_t*, 3> views;
@@ -661,31 +723,27 @@ absl::Status Engine::Impl::ExchangeKeyViews(Batch& b) {
 }
 
 // ctr0 for ENCRYPT and CHECKSUM: a fresh PRSS random value revealed among
-// the servers (never chosen by the KDC; the first draw rides on the
-// agreement), redrawn here while its range would touch the all-zero block.
+// the servers (never chosen by the KDC), made valid by FixCounter. The
+// first draw rides on the agreement; this one (one reveal) serves the jobs
+// it drew none for (different key views: ExchangeKeyViews). Which jobs
+// those are is public and agreed, so every party runs the same rounds.
 absl::Status Engine::Impl::DrawCounters(Batch& b) {
   std::vector<size_t> pending;
   for (size_t j = 0; j < b.plan.size(); ++j) {
     const JobPlan& w = b.plan[j];
-    if (w.live() && w.needs_ctr0 && (!w.ctr0_drawn || !CounterRangeOk(w.ctr0, w.nks)))
-      pending.push_back(j);
+    if (w.live() && w.needs_ctr0 && !w.ctr0_drawn) pending.push_back(j);
   }
-  for (int draw = 0; !pending.empty(); ++draw) {
-    if (draw == kMaxCounterDraws) {
-      return absl::InternalError("could not draw a valid counter");
-    }
-    const size_t n = 16 * pending.size();
-    std::vector<uint8_t> c0(n), c1(n), open(n);
-    prss_.RandomShares(c0.data(), c1.data(), n);
-    if (absl::Status st = rep3_.Reveal(c0, c1, absl::MakeSpan(open)); !st.ok())
-      return st;
-    std::vector<size_t> again;
-    for (size_t p = 0; p < pending.size(); ++p) {
-      JobPlan& w = b.plan[pending[p]];
-      std::memcpy(w.ctr0.data(), open.data() + 16 * p, 16);
-      if (!CounterRangeOk(w.ctr0, w.nks)) again.push_back(pending[p]);
-    }
-    pending.swap(again);
+  if (pending.empty()) return absl::OkStatus();
+  const size_t n = 16 * pending.size();
+  std::vector<uint8_t> c0(n), c1(n), open(n);
+  prss_.RandomShares(c0.data(), c1.data(), n);
+  // Reveal logs the opened values before FixCounter (protocol/verify.h).
+  if (absl::Status st = rep3_.Reveal(c0, c1, absl::MakeSpan(open)); !st.ok()) return st;
+  for (size_t p = 0; p < pending.size(); ++p) {
+    JobPlan& w = b.plan[pending[p]];
+    std::memcpy(w.ctr0.data(), open.data() + 16 * p, 16);
+    w.ctr0_drawn = true;
+    FixCounter(w.ctr0, w.nks);
   }
   return absl::OkStatus();
 }

@@ -7,9 +7,12 @@
 //   2  agreement: SHA-256 digests of the public inputs and of each party's
 //      view of the keys (present? cipher, dealing id), sent and then
 //      forwarded, so all three decide alike (ABORTED for different inputs,
-//      ring and PRSS still in step); the second round also reveals ctr0 for
-//      ENCRYPT/CHECKSUM/PAD jobs (PRSS random values; a rare extra round redraws
-//      a range that would touch the all-zero block);
+//      ring and PRSS still in step); what is forwarded carries its
+//      originator's tag (agreement.h ForwardTag), and a forwarder that
+//      alters it fails the batch as an integrity failure, in step; the
+//      second round also reveals ctr0 for ENCRYPT/CHECKSUM/PAD jobs (PRSS
+//      random values; a range that would touch the all-zero block is moved
+//      by a local, deterministic fix-up, engine.cc FixCounter, no round);
 //   2+1  only if the key views differ: the per-job views are exchanged and
 //      forwarded, the jobs whose key is missing (JOB_UNKNOWN_KEY) or
 //      differently dealt / unusable (JOB_KEY_INCONSISTENT) on any party fail

@@ -45,6 +45,14 @@ bool IsIntegrityFailure(const absl::Status& st) {
          st.GetPayload(kIntegrityPayload).has_value();
 }
 
+absl::Status IntegrityFailure() {
+  absl::Status bad = absl::DataLossError(
+      "MPC integrity check failed: a server deviated from the protocol; "
+      "batch aborted, nothing released");
+  bad.SetPayload(kIntegrityPayload, absl::Cord("1"));
+  return bad;
+}
+
 namespace {
 
 // Wipes v over its whole capacity (the elements past size() may hold an
@@ -277,13 +285,7 @@ absl::Status Compare(Rep3& ctx, Sha256& opened, bool local_ok) {
   st = ctx.channel().Exchange(absl::MakeConstSpan(ho), absl::MakeSpan(in));
   if (!st.ok()) return st;
   const bool same = CRYPTO_memcmp(in.data(), ho.data(), 32) == 0;
-  if (!same || !local_ok) {
-    absl::Status bad = absl::DataLossError(
-        "MPC integrity check failed: a server deviated from the protocol; "
-        "batch aborted, nothing released");
-    bad.SetPayload(kIntegrityPayload, absl::Cord("1"));
-    return bad;
-  }
+  if (!same || !local_ok) return IntegrityFailure();
   return absl::OkStatus();
 }
 

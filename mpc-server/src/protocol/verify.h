@@ -151,6 +151,9 @@ class Rep3;
 // deviation rather than a broken ring message.
 inline constexpr char kIntegrityPayload[] = "kmpc.v1/integrity-check-failed";
 bool IsIntegrityFailure(const absl::Status& st);
+// The status of a batch in which a deviation was detected (DATA_LOSS with
+// kIntegrityPayload): the check's, and the agreement's (engine.cc).
+absl::Status IntegrityFailure();
 
 // Streaming SHA-256 (OpenSSL EVP).
 class Sha256 {

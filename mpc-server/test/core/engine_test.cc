@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -21,6 +22,7 @@
 #include "engine/agreement.h"
 #include "net/memory_ring.h"
 #include "protocol/gf128.h"
+#include "protocol/prf.h"
 #include "protocol/verify.h"
 #include "share/replicated.h"
 #include "../cheat.h"
@@ -1771,6 +1773,157 @@ TEST(Malicious, RandomInjectionsAreAllCaught) {
   }
   EXPECT_GT(trials, 100);
   EXPECT_GT(caught, trials * 3 / 4) << "most injections land on lanes that carry a block";
+}
+
+
+// The agreement against a cheater that tampers with what it forwards or
+// opens (engine.cc AgreeOnBatch, DrawCounters). Party i forwards party
+// i+1's header to party i-1, and its share of the first ctr0 draw rides
+// in the same message; what party i-1 decides from them must not put it
+// out of step with party i+1, which heard none of it: the batch fails as
+// an integrity failure (DATA_LOSS with the integrity payload) on the
+// honest parties, never as a ring error or a refusal on one of them only,
+// and after the ring is re-established the next batch is served.
+namespace desync {
+
+// Each honest party either served the batch or failed it as an integrity
+// failure, and at least one failed it.
+void ExpectIntegrityFailure(const std::array<absl::StatusOr<BatchResult>, 3>& r, int cheater,
+                            const std::string& what) {
+  int failed = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (i == cheater || r[i].ok()) continue;
+    EXPECT_TRUE(protocol::IsIntegrityFailure(r[i].status()))
+        << what << ": honest party " << i << " failed otherwise: " << r[i].status();
+    ++failed;
+  }
+  EXPECT_GE(failed, 1) << what << ": no honest party failed the batch";
+}
+
+// The bytes of the agreement's first message (the header and what rides
+// with it): the second message forwards them, then the ctr0 shares.
+size_t HeaderBytes(const std::vector<size_t>& sizes) { return sizes[0]; }
+
+}  // namespace desync
+
+TEST(Malicious, ForwardedAgreementHeaderTamperingIsAnIntegrityFailure) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    Cluster c(mal::Malicious(), cheater);
+    const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+    const std::vector<Job> jobs = lb.jobs();
+    const uint64_t before = c.cheat().sent();
+    mal::ExpectHonest(c.RunSame(100, jobs));
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
+                                    c.cheat().sizes().end());
+    const size_t h = desync::HeaderBytes(sizes);
+    uint64_t seq = 200;
+    // The forwarded header's inputs digest, key-view digest, counter count
+    // and (past AgreementHeader::kSize) whatever authenticates it.
+    for (size_t off : {size_t{3}, size_t{40}, AgreementHeader::kSize - 1, h - 1}) {
+      c.cheat().Arm(1, off, 0x01);
+      auto r = c.RunSame(seq++, jobs);
+      ASSERT_TRUE(c.cheat().fired());
+      desync::ExpectIntegrityFailure(
+          r, cheater, absl::StrCat("party ", cheater, " forwarded header byte ", off));
+      c.cheat().Disarm();
+      c.Connect();
+      mal::ExpectHonest(c.RunSame(seq++, jobs));
+    }
+    // The cheater's own header with a wrong tag (step 0): party i-1 takes
+    // the header as sent, party i+1 finds the forwarded tag wrong; the
+    // header is the same, so the two run in step and i+1 fails the batch.
+    c.cheat().Arm(0, h - 1, 0x01);
+    desync::ExpectIntegrityFailure(c.RunSame(seq++, jobs), cheater,
+                                   absl::StrCat("party ", cheater, " own tag"));
+    c.cheat().Disarm();
+    c.Connect();
+    mal::ExpectHonest(c.RunSame(seq++, jobs));
+  }
+  std::printf("forwarded-header tampering: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// The key views, exchanged and forwarded when they differ (here: one of
+// the batch's keys is missing on the cheater, so every party drops its
+// job and runs the rest): the forwarded views (step 3) altered.
+TEST(Malicious, ForwardedKeyViewTamperingIsAnIntegrityFailure) {
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    Cluster c(mal::Malicious(), cheater);
+    const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+    const std::string other = c.AddKey(Random(16));
+    c.DropKey(cheater, other);
+    std::vector<Job> jobs = lb.jobs();
+    jobs.push_back(EncryptJob(other, 3, 20));
+    const uint64_t before = c.cheat().sent();
+    auto honest = c.RunSame(100, jobs);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(honest[i].ok()) << honest[i].status();
+      EXPECT_EQ(honest[i]->jobs.back().status, pb::JOB_UNKNOWN_KEY);
+      EXPECT_EQ(honest[i]->jobs[0].status, pb::JOB_OK);
+    }
+    ASSERT_GE(c.cheat().sent() - before, 5u);
+    // Steps 2 and 3: the views, then the views forwarded (the same size).
+    const auto& sz = c.cheat().sizes();
+    ASSERT_EQ(sz[before + 2], sz[before + 3]);
+    ASSERT_GT(sz[before + 2], kForwardTagSize);
+    c.cheat().Arm(3, 1, 0x02);
+    desync::ExpectIntegrityFailure(c.RunSame(101, jobs), cheater,
+                                   absl::StrCat("party ", cheater, " forwarded key views"));
+    ASSERT_TRUE(c.cheat().fired());
+    c.cheat().Disarm();
+    c.Connect();
+    auto again = c.RunSame(102, jobs);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(again[i].ok()) << again[i].status();
+  }
+}
+
+// The cheater reads ahead its successor's share of the first ctr0 draw,
+// computes the value (it knows its own two PRSS components), and sends
+// party i-1 the share that opens the counter there as the all-zero block,
+// which party i-1 would redraw alone.
+TEST(Malicious, ReadAheadCtr0AtTheZeroBlockIsAnIntegrityFailure) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    Cluster c(mal::Malicious(), cheater);
+    ASSERT_EQ(c.cheat().first_sent().size(), 16u);
+    ASSERT_EQ(c.cheat().first_received().size(), 16u);
+    const protocol::Prf self(c.cheat().first_sent().data());
+    const protocol::Prf next(c.cheat().first_received().data());
+    const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+    const std::vector<Job> jobs = lb.jobs();
+    const uint64_t before = c.cheat().sent();
+    mal::ExpectHonest(c.RunSame(100, jobs));
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
+                                    c.cheat().sizes().end());
+    const size_t h = desync::HeaderBytes(sizes);
+    ASSERT_GE(sizes[1], h + 16) << "the batch draws a counter in the agreement";
+    bool aimed = false;
+    c.cheat().ArmReadAhead(
+        1, {sizes[1]}, std::chrono::milliseconds(2000),
+        [&](std::vector<uint8_t>& msg, const std::vector<std::vector<uint8_t>>& ahead) {
+          if (ahead.empty() || ahead[0].size() < h + 16) return;
+          // Our component 1 of the first counter is F(k_{i+1}, id): find id.
+          uint8_t blk[16];
+          for (uint64_t id = 0; id < (uint64_t{1} << 20); ++id) {
+            next.Fill(id, 1, blk);
+            if (std::memcmp(blk, msg.data() + h, 16) != 0) continue;
+            uint8_t mine[16];
+            self.Fill(id, 1, mine);
+            for (int k = 0; k < 16; ++k)
+              msg[h + k] ^= static_cast<uint8_t>(mine[k] ^ blk[k] ^ ahead[0][h + k]);
+            aimed = true;
+            return;
+          }
+        });
+    auto r = c.RunSame(200, jobs);
+    ASSERT_TRUE(aimed) << "party " << cheater << " did not learn the counter ahead";
+    desync::ExpectIntegrityFailure(r, cheater, absl::StrCat("party ", cheater, " ctr0 at zero"));
+    c.Connect();
+    mal::ExpectHonest(c.RunSame(201, jobs));
+  }
+  std::printf("read-ahead ctr0 at the zero block: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace
