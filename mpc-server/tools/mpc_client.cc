@@ -1101,11 +1101,13 @@ int Bench(Cluster& c) {
   std::printf(
       "RESULT {\"cipher\": \"%s\", \"blocks\": %d, \"threads\": %d, "
       "\"blocks_per_s\": %.0f, \"latency_ms\": %.3f, \"latency_p50_ms\": %.3f, "
+      "\"latency_p10_ms\": %.3f, "
       "\"server_ms\": %.3f, \"bytes_per_block_per_party\": %.1f, "
       "\"tls_bytes_per_block_per_party\": %.1f, \"rounds\": %.1f, "
       "\"messages_per_batch\": %.1f, \"batches\": %d, \"jobs_per_batch\": %d, "
       "\"aes_blocks_per_batch\": %d}\n",
       cipher.c_str(), blocks, threads, n * blocks / secs, mean, lat[lat.size() / 2],
+      lat[lat.size() / 10],
       server_ms / n, max_bytes, max_tcp, rounds, messages, static_cast<int>(n),
       proto_req.jobs_size(), aes_blocks);
   // Leave no key behind.
