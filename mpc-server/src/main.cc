@@ -126,6 +126,10 @@ ABSL_FLAG(int, small_sbox_min_blocks,
           "batches of at least this many AES blocks use the 32-AND S-box of "
           "AND depth 6 (fewer bytes), smaller ones the 34-AND S-box of depth "
           "4 (fewer rounds)");
+ABSL_FLAG(int, depth3_max_blocks,
+          static_cast<int>(kmpc::engine::EngineOptions{}.depth3_max_blocks),
+          "batches of at most this many AES blocks use the 51-AND S-box of "
+          "AND depth 3 (fewest rounds: latency-bound batches); 0 = never");
 ABSL_FLAG(std::string, security, "semi-honest",
           "semi-honest (Araki et al., CCS 2016: private while every server "
           "follows the protocol) or malicious (security with abort against "
@@ -177,6 +181,10 @@ absl::StatusOr<kmpc::engine::EngineOptions> EngineOptionsFromFlags() {
     return absl::InvalidArgumentError("--small_sbox_min_blocks must be >= 0");
   engine_options.small_sbox_min_blocks =
       static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
+  if (absl::GetFlag(FLAGS_depth3_max_blocks) < 0)
+    return absl::InvalidArgumentError("--depth3_max_blocks must be >= 0");
+  engine_options.depth3_max_blocks =
+      static_cast<uint32_t>(absl::GetFlag(FLAGS_depth3_max_blocks));
   // Before Validate: what it accepts depends on the security mode.
   if (const std::string sec = absl::GetFlag(FLAGS_security); sec == "malicious") {
     engine_options.malicious = true;

@@ -18,7 +18,9 @@
 //      another cipher than the job names fails alone (JOB_WRONG_CIPHER), as
 //      the agreed view carries the key's cipher and the inputs digest the
 //      job's;
-//   nr * d  AES AND layers for all blocks of all jobs, bitsliced (d = 4 with
+//   nr * d  AES AND layers for all blocks of all jobs, bitsliced (d = 3 with
+//      the 51-AND S-box for batches of at most depth3_max_blocks, 1224
+//      bytes per AES-256 block; d = 4 with
 //      the 34-AND S-box for batches under small_sbox_min_blocks, else d = 6
 //      with the 32-AND S-box: 1 bit per AND per party, i.e. 680 resp. 640
 //      bytes per AES-128 block); batches over wave_lanes blocks run in
@@ -373,6 +375,13 @@ struct EngineOptions {
   // more bytes; bulk batches of 16384 blocks and more keep the 32-AND
   // S-box and its 640 bytes per AES-128 block.
   uint32_t small_sbox_min_blocks = 16384;
+  // Batches of at most this many AES blocks use the 51-AND S-box of AND
+  // depth 3 (aes.h kDepth3): 14*3 instead of 14*4 ring rounds per AES-256
+  // batch for half again as many AND bits, which wins where a batch's
+  // latency is round trips (one client's Run, ~28 blocks), not bytes and
+  // AND compute. 0 = never. The server's --depth3_max_blocks defaults to
+  // this; docs/bench-log.md ("sbox3") has the measurement behind it.
+  uint32_t depth3_max_blocks = 512;
   // Security with abort against one malicious party (protocol/verify.h):
   // every AND and GF(2^128) product of a batch is verified before anything
   // depending on it is opened or released. All three parties must agree
