@@ -26,12 +26,13 @@ Message map of one batch (0-based steps; one worker, so one session):
               32-byte "compare view" hash (the last message).
 A is found as the first step where the two modes' maps differ. Seen for
 this test's batch (one 4-block keystream job, AES-128), with the depth-3
-S-box that small batches get by default (aes.h kDepth3): 68, 84, ten
-rounds of (1152, 3072, 2304), then the check as below: A = 32; with the
-depth-4 S-box (--depth3_max_blocks=0): 68, 84, ten rounds of (1152, 384,
-512, 2304), then 32, 16, 248, 32, 16, six (16, 32, 16), 496, 32, 16, 24,
-32: A = 42 of 71 messages. The tests run with both circuits where the
-injected step depends on it.
+S-box (aes.h kDepth3; --depth3_max_blocks=1000, as small semi-honest
+batches get it by default): 68, 84, ten rounds of (1152, 3072, 2304), then
+the check as below: A = 32; with the depth-4 S-box (--depth3_max_blocks=0,
+malicious servers' default): 68, 84, ten rounds of (1152, 384, 512, 2304),
+then 32, 16, 248, 32, 16, six (16, 32, 16), 496, 32, 16, 24, 32: A = 42
+of 71 messages. The tests run with both circuits where the injected step
+depends on it.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
 a keystream that does not match OpenSSL's (the attack surface exists and
@@ -61,8 +62,9 @@ INTEGRITY = "MPC integrity check failed"
 NEVER = "0:0:0:1000000000"
 AGREEMENT_HEADER = 68  # engine/agreement.h AgreementHeader::kSize
 # Server flags that pick the S-box circuit of this test's 5-block batches
-# (engine.h depth3_max_blocks), and the AND layers per AES round of each.
-SBOX_FLAGS = {"depth3": [], "depth4": ["--depth3_max_blocks=0"]}
+# in either mode (engine.h depth3_max_blocks), and the AND layers per AES
+# round of each.
+SBOX_FLAGS = {"depth3": ["--depth3_max_blocks=1000"], "depth4": ["--depth3_max_blocks=0"]}
 SBOX_LAYERS = {"depth3": 3, "depth4": 4}
 
 

@@ -274,12 +274,12 @@ def expected_keystream(key, ctr0, nbytes):
 # ----------------------------------------------------------------- tests
 
 def _depth3_max_blocks():
-    """The servers' default S-box rule (engine.h EngineOptions): batches of
-    at most this many AES blocks use the depth-3 S-box, larger ones the
-    depth-4 (or, from small_sbox_min_blocks, the depth-6) one."""
+    """The semi-honest servers' default S-box rule (engine.h EngineOptions):
+    batches of at most this many AES blocks use the depth-3 S-box, larger
+    ones the depth-4 (or, from small_sbox_min_blocks, the depth-6) one."""
     with open(os.path.join(ROOT, "mpc-server", "src", "engine", "engine.h")) as f:
-        m = re.search(r"uint32_t depth3_max_blocks = (\d+);", f.read())
-    assert m, "engine.h: depth3_max_blocks not found"
+        m = re.search(r"kDepth3MaxBlocksSemiHonest = (\d+);", f.read())
+    assert m, "engine.h: kDepth3MaxBlocksSemiHonest not found"
     return int(m.group(1))
 
 
