@@ -19,8 +19,8 @@
 //      the agreed view carries the key's cipher and the inputs digest the
 //      job's;
 //   nr * d  AES AND layers for all blocks of all jobs, bitsliced (d = 3 with
-//      the 51-AND S-box for batches of at most depth3_max_blocks, 1224
-//      bytes per AES-256 block; d = 4 with
+//      the 51-AND S-box for batches of at most depth3_max_blocks, 1020
+//      bytes per AES-128 block; d = 4 with
 //      the 34-AND S-box for batches under small_sbox_min_blocks, else d = 6
 //      with the 32-AND S-box: 1 bit per AND per party, i.e. 680 resp. 640
 //      bytes per AES-128 block); batches over wave_lanes blocks run in
