@@ -421,6 +421,9 @@ class Emitter:
         self.max_temps = max(self.max_temps, used)
 
 
+PART_LINES = 60
+
+
 def emit(c, out, const):
     names = {}
     for j in range(8):
@@ -459,9 +462,21 @@ def emit(c, out, const):
     body = []
     for (fname, doc), lines in funcs:
         nx = sum(1 for l in lines if l.startswith("Xor("))
+        # Functions stay under the house limit of 80 lines: a long layer is
+        # cut into parts (its temporaries live in the tile's scratch, so
+        # they carry from one part to the next).
+        parts = [lines[i:i + PART_LINES] for i in range(0, len(lines), PART_LINES)]
+        if len(parts) > 1:
+            for k, part in enumerate(parts):
+                body.append(f"KMPC_INLINE void {fname}Part{k}() {{")
+                body += ["  " + l for l in part]
+                body.append("}")
         body.append(f"// {doc} {nx} XORs.")
         body.append(f"void {fname}() {{")
-        body += ["  " + l for l in lines]
+        if len(parts) > 1:
+            body += [f"  {fname}Part{k}();" for k in range(len(parts))]
+        else:
+            body += ["  " + l for l in lines]
         body.append("}")
     return "\n".join(head + body) + "\n"
 
