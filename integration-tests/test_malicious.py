@@ -27,9 +27,14 @@ Message map of one batch (0-based steps; one worker, so one session):
               coin, the 24-byte opening of the last f, g and claim, and the
               32-byte "compare view" hash (the last message).
 A is found as the first step where the two modes' maps differ. Seen for
-this test's batch (one 4-block keystream job, AES-128, the depth-4 S-box):
-84, 100, ten rounds of (1152, 384, 512, 2304), then 32, 16, 248, 32, 16,
-six (16, 32, 16), 496, 32, 16, 24, 32: A = 42 of 71 messages.
+this test's batch (one 4-block keystream job, AES-128), with the depth-3
+S-box (aes.h kDepth3; --depth3_max_blocks=1000, as small semi-honest
+batches get it by default): 84, 100, ten rounds of (1152, 3072, 2304), then
+the check as below: A = 32; with the depth-4 S-box (--depth3_max_blocks=0,
+malicious servers' default): 84, 100, ten rounds of (1152, 384, 512, 2304),
+then 32, 16, 248, 32, 16, six (16, 32, 16), 496, 32, 16, 24, 32: A = 42
+of 71 messages. The tests run with both circuits where the injected step
+depends on it.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
 a keystream that does not match OpenSSL's (the attack surface exists and
@@ -60,6 +65,11 @@ NEVER = "0:0:0:1000000000"
 # engine/agreement.h AgreementHeader::kSize + kForwardTagSize: a header and
 # its forwarding tag.
 AGREEMENT_HEADER = 68 + 16
+# Server flags that pick the S-box circuit of this test's 5-block batches
+# in either mode (engine.h depth3_max_blocks), and the AND layers per AES
+# round of each.
+SBOX_FLAGS = {"depth3": ["--depth3_max_blocks=1000"], "depth4": ["--depth3_max_blocks=0"]}
+SBOX_LAYERS = {"depth3": 3, "depth4": 4}
 
 
 @pytest.fixture
@@ -71,13 +81,13 @@ def clusters(tmp_path, certs, request):
     their logs dumped if the test failed, a server that died fails it."""
     made = []
 
-    def make(security, cheat=NEVER, flags=None, cheater=CHEATER):
+    def make(security, cheat=NEVER, flags=None, cheater=CHEATER, sbox="depth3"):
         binaries = ["kmpc-mpc-server"] * 3
         binaries[cheater] = CHEAT_BIN
         envs = [{}, {}, {}]
         envs[cheater] = {"KMPC_CHEAT": cheat}
         c = Cluster(str(tmp_path / f"{security}-{len(made)}"), certs, workers=1,
-                    flags=flags or [[f"--security={security}"]] * 3,
+                    flags=flags or [[f"--security={security}", *SBOX_FLAGS[sbox]]] * 3,
                     binaries=binaries, envs=envs)
         made.append(c)
         return c.start()
@@ -127,14 +137,14 @@ def assert_right(c, r):
     return ks
 
 
-def maps(clusters, batch=None, right=None):
+def maps(clusters, batch=None, right=None, sbox="depth3"):
     """(semi-honest map, malicious map, A = first step of the malicious
     verification) from one honest batch in each mode (batch(c, kid) and
-    right(c, r): the keystream batch unless said)."""
+    right(c, r): the keystream batch unless said) with the S-box `sbox`."""
     batch, right = batch or keystream_batch, right or assert_right
     out = {}
     for sec in ("semi-honest", "malicious"):
-        c = clusters(sec)
+        c = clusters(sec, sbox=sbox)
         kid = c.put_key(KEY.hex())
         right(c, batch(c, kid))
         out[sec] = message_map(c)
@@ -145,16 +155,21 @@ def maps(clusters, batch=None, right=None):
     return semi, mal, a
 
 
-def test_message_map(clusters):
-    semi, mal, a = maps(clusters)
-    # Agreement, at least 4 AND layers per AES round over 10 rounds, and in
+@pytest.mark.parametrize("sbox", sorted(SBOX_FLAGS))
+def test_message_map(clusters, sbox):
+    semi, mal, a = maps(clusters, sbox=sbox)
+    # Agreement, the S-box's AND layers per AES round over 10 rounds, and in
     # malicious mode the check's rounds after them: coin, first
     # compression, coin, (reshare, coin) per halving, the last compression
     # of 32 elements (h at e_1 .. e_62 reshared, coin), opening, compare;
     # each coin an acknowledgement (32 bytes) and its opening (16). An
     # ENCRYPT batch logs AND gates only: the check's elements are of
     # GF(2^64), 8 bytes (verify.h).
-    assert a == len(semi) and a >= 2 + 40, (semi, mal)
+    assert a == len(semi) and a == 2 + 10 * SBOX_LAYERS[sbox], (semi, mal)
+    # One message per AND layer, 1 bit per AND per lane: one tile of 64
+    # lanes, 16 S-boxes, 16 bytes per AND wire.
+    ands = {"depth3": [9, 24, 18], "depth4": [9, 3, 4, 18]}[sbox]
+    assert semi[2:] == [128 * n for n in ands] * 10, semi
     assert mal[a:a + 2] == [32, 16] and mal[a + 3:a + 5] == [32, 16], mal
     assert mal[a + 2] % 8 == 0 and mal[a + 2] >= 3 * 8, mal  # h values + mask
     halvings = mal[a + 5:-5]
@@ -240,13 +255,41 @@ def test_cheats_are_caught_and_servers_keep_serving(clusters):
             assert secret.lower() not in text.lower(), f"party {i} logs a secret"
 
 
-def test_semi_honest_control_gives_a_wrong_keystream(clusters):
+@pytest.mark.parametrize("sbox", sorted(SBOX_FLAGS))
+def test_and_layer_cheat_is_caught_with_each_sbox(clusters, sbox):
+    """Every AND layer of a round of either S-box, corrupted in malicious
+    mode, fails the batch with the integrity error, and the next batch is
+    right."""
+    semi, mal, a = maps(clusters, sbox=sbox)
+    c = clusters("malicious", sbox=sbox)
+    kid = c.put_key(KEY.hex())
+    layers = SBOX_LAYERS[sbox]
+    # Round 5's layers: steps 2 + 5 * layers .. (one per message of both
+    # circuits' S-box layers), a different word and bit in each: byte 0 of
+    # a word holds lanes 0-7, of which 0-4 carry the batch's blocks (the
+    # check skips the others: MulLog::AppendAnd).
+    for k in range(layers):
+        step = 2 + 5 * layers + k
+        off, mask = 8 * ((37 * k + 5) % (mal[step] // 8)), 1 << (k % 5)
+        rearm(c, f"{step}:{off}:{mask}:0:0:1")
+        before = [len(read_log(c, i)) for i in range(3)]
+        r = keystream_batch(c, kid)
+        where = f"{sbox} layer {k} (step {step}, {mal[step]} bytes)"
+        assert "corrupting ring message" in read_log(c, CHEATER)[before[CHEATER]:], where
+        assert r.returncode != 0 and not re.search(r"^ok ", r.stdout, re.M), (where, r.stdout)
+        assert re.search(rf"^rpc_error \d 15 .*{INTEGRITY}", r.stdout, re.M), (where, r.stdout)
+        assert_right(c, keystream_batch(c, kid))
+        c.check_alive()
+
+
+@pytest.mark.parametrize("sbox", sorted(SBOX_FLAGS))
+def test_semi_honest_control_gives_a_wrong_keystream(clusters, sbox):
     """The same AND-layer corruption without verification: the batch
     completes and its keystream is wrong. The malicious test above is not
     passing for want of an attack."""
-    semi, mal, a = maps(clusters)
+    semi, mal, a = maps(clusters, sbox=sbox)
     step, off, mask, late = CASES["and_layer"](semi, mal, a)
-    c = clusters("semi-honest", cheat=f"{step}:{off}:{mask}:0:{int(late)}:1")
+    c = clusters("semi-honest", cheat=f"{step}:{off}:{mask}:0:{int(late)}:1", sbox=sbox)
     kid = c.put_key(KEY.hex())
     r = keystream_batch(c, kid)
     assert "corrupting ring message" in read_log(c, CHEATER)

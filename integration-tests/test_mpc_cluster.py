@@ -273,18 +273,42 @@ def expected_keystream(key, ctr0, nbytes):
 
 # ----------------------------------------------------------------- tests
 
-def test_random_keys_and_counters_match_openssl(cluster):
+def _depth3_max_blocks():
+    """The semi-honest servers' default S-box rule (engine.h EngineOptions):
+    batches of at most this many AES blocks use the depth-3 S-box, larger
+    ones the depth-4 (or, from small_sbox_min_blocks, the depth-6) one."""
+    with open(os.path.join(ROOT, "mpc-server", "src", "engine", "engine.h")) as f:
+        m = re.search(r"kDepth3MaxBlocksSemiHonest = (\d+);", f.read())
+    assert m, "engine.h: kDepth3MaxBlocksSemiHonest not found"
+    return int(m.group(1))
+
+
+DEPTH3_MAX_BLOCKS = _depth3_max_blocks()
+
+
+def _blocks(n):
+    """AES blocks of an n-byte keystream job: its bytes and c0's block."""
+    return (n + 15) // 16 + 1
+
+
+# Small batches (the depth-3 S-box) and large ones (depth 4).
+@pytest.mark.parametrize("sizes,jobs", [([1, 15, 16, 17, 31, 33, 100], 12),
+                                        ([1, 15, 16, 17, 31, 33, 100, 257, 4000], 40)],
+                         ids=["depth3", "depth4"])
+def test_random_keys_and_counters_match_openssl(cluster, sizes, jobs):
     rng = random.Random(1234)
     keys = []
     for klen in (16, 32, 16, 32, 16):
         k = bytes(rng.randrange(256) for _ in range(klen))
         keys.append((k, cluster.put_key(k.hex())))
     lines, want = [], []
-    for j in range(40):
+    for j in range(jobs):
         k, kid = keys[j % len(keys)]
-        n = rng.choice([1, 15, 16, 17, 31, 33, 100, 257, 4000])
+        n = rng.choice(sizes)
         lines.append(f"keystream {kid} {j} {n}")
         want.append((k, n))
+    total = sum(_blocks(n) for _, n in want)
+    assert (total <= DEPTH3_MAX_BLOCKS) == (jobs == 12), (total, DEPTH3_MAX_BLOCKS)
     out = cluster.jobs(lines).stdout.split("\n")
     ctr0s = set()
     for (k, n), line in zip(want, out):
@@ -315,7 +339,8 @@ def vector_keys(shared_cluster):
     return ids
 
 
-def test_vectors_decrypt_and_verify(cluster, vector_keys):
+@pytest.mark.parametrize("sbox", ["depth3", "depth4"])
+def test_vectors_decrypt_and_verify(cluster, vector_keys, sbox):
     v = _vectors()
     lines = []
     for vec in v["encrypt"]:
@@ -323,6 +348,12 @@ def test_vectors_decrypt_and_verify(cluster, vector_keys):
     for vec in v["checksum"]:
         lines.append(f"verify {vector_keys[vec['key']]} {vec['usage']} "
                      f"{vec['data'] or '-'} {vec['checksum']}")
+    # At most one block per 16 bytes of hex, plus c0's, per job.
+    assert sum(len(x) // 32 + 2 for x in lines) <= DEPTH3_MAX_BLOCKS
+    if sbox == "depth4":
+        # A keystream job after the vectors' jobs makes the batch large.
+        kid = vector_keys[v["encrypt"][0]["key"]]
+        lines.append(f"keystream {kid} 1 {16 * DEPTH3_MAX_BLOCKS}")
     out = cluster.jobs(lines).stdout.split("\n")
     for vec, line in zip(v["encrypt"], out):
         assert line == f"ok {vec['plaintext']}", vec

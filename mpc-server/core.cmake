@@ -92,3 +92,11 @@ target_link_libraries(kmpc_core_readahead_oneround_test PRIVATE
 target_compile_definitions(kmpc_core_readahead_oneround_test PRIVATE KMPC_TEST_ONE_ROUND_COIN)
 gtest_discover_tests(kmpc_core_readahead_oneround_test TEST_PREFIX "core.oneround."
   DISCOVERY_TIMEOUT 60)
+
+# The depth-3 S-box: tools/sbox3_gen.py checks its circuit against the AES
+# S-box on all 256 inputs and fails if src/aes/sbox3.inc is not what it
+# generates.
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+add_test(NAME core.sbox3_gen_check
+  COMMAND Python3::Interpreter ${KMPC_CORE_ROOT}/tools/sbox3_gen.py
+    --verify ${KMPC_CORE_ROOT}/src/aes/sbox3.inc)

@@ -127,6 +127,10 @@ ABSL_FLAG(int, small_sbox_min_blocks,
           "batches of at least this many AES blocks use the 32-AND S-box of "
           "AND depth 6 (fewer bytes), smaller ones the 34-AND S-box of depth "
           "4 (fewer rounds)");
+ABSL_FLAG(int, depth3_max_blocks, -1,
+          "batches of at most this many AES blocks use the 51-AND S-box of "
+          "AND depth 3 (fewest rounds: latency-bound batches); 0 = never; "
+          "-1 = the mode's default (256 semi-honest, 0 malicious)");
 ABSL_FLAG(std::string, security, "semi-honest",
           "semi-honest (Araki et al., CCS 2016: private while every server "
           "follows the protocol) or malicious (security with abort against "
@@ -178,12 +182,22 @@ absl::StatusOr<kmpc::engine::EngineOptions> EngineOptionsFromFlags() {
     return absl::InvalidArgumentError("--small_sbox_min_blocks must be >= 0");
   engine_options.small_sbox_min_blocks =
       static_cast<uint32_t>(absl::GetFlag(FLAGS_small_sbox_min_blocks));
+  if (absl::GetFlag(FLAGS_depth3_max_blocks) < -1)
+    return absl::InvalidArgumentError("--depth3_max_blocks must be >= -1");
   // Before Validate: what it accepts depends on the security mode.
   if (const std::string sec = absl::GetFlag(FLAGS_security); sec == "malicious") {
     engine_options.malicious = true;
   } else if (sec != "semi-honest") {
     return absl::InvalidArgumentError("--security must be semi-honest or malicious");
   }
+  // The depth-3 S-box's default by mode (engine.h depth3_max_blocks says
+  // why malicious servers default to never).
+  const int depth3 = absl::GetFlag(FLAGS_depth3_max_blocks);
+  engine_options.depth3_max_blocks =
+      depth3 >= 0 ? static_cast<uint32_t>(depth3)
+                  : (engine_options.malicious
+                         ? 0
+                         : kmpc::engine::EngineOptions::kDepth3MaxBlocksSemiHonest);
   if (absl::Status s = engine_options.Validate(); !s.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("--chunk_lanes / --wave_lanes: ", s.message()));

@@ -56,8 +56,22 @@ uint64_t* Workspace::Get(size_t words) {
   return buf_.get();
 }
 
-int AndsPerSbox(SboxCircuit c) { return c == SboxCircuit::kDepth4 ? 34 : 32; }
-int AndDepth(SboxCircuit c) { return c == SboxCircuit::kDepth4 ? 4 : 6; }
+int AndsPerSbox(SboxCircuit c) {
+  switch (c) {
+    case SboxCircuit::kDepth3: return 51;
+    case SboxCircuit::kDepth4: return 34;
+    case SboxCircuit::kDepth6: return 32;
+  }
+  return 0;
+}
+int AndDepth(SboxCircuit c) {
+  switch (c) {
+    case SboxCircuit::kDepth3: return 3;
+    case SboxCircuit::kDepth4: return 4;
+    case SboxCircuit::kDepth6: return 6;
+  }
+  return 0;
+}
 
 const char* KernelName() { return UseAvx512() ? "avx512" : "avx2"; }
 bool ForceAvx2(bool force) { return g_force_avx2.exchange(force); }

@@ -20,7 +20,7 @@
 
 namespace kmpc::aes {
 
-// S-box circuits of Boyar and Peralta.
+// S-box circuits: two of Boyar and Peralta's, and a depth-3 one.
 enum class SboxCircuit : uint8_t {
   // "A depth-16 circuit for the AES S-box" (Boyar, Peralta, SEC 2012):
   // 34 AND, AND depth 4 (9 + 3 + 4 + 18 ANDs per layer).
@@ -29,6 +29,12 @@ enum class SboxCircuit : uint8_t {
   // cryptology" (Boyar, Peralta, SEA 2010), as in BearSSL aes_ct: 32 AND,
   // AND depth 6 (9 + 1 + 2 + 1 + 1 + 18).
   kDepth6 = 1,
+  // AND depth 3, the least possible (x^254 has algebraic degree 7): the
+  // inversion in the tower field GF((2^4)^2) as d^-1 = d^6 * d^8 for the
+  // norm d, 51 AND (9 + 24 + 18); derived and checked exhaustively by
+  // tools/sbox3_gen.py. A quarter fewer ring rounds than kDepth4 for half
+  // again as many AND bits: for latency-bound batches.
+  kDepth3 = 2,
 };
 int AndsPerSbox(SboxCircuit c);
 int AndDepth(SboxCircuit c);

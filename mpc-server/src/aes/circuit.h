@@ -191,8 +191,9 @@ class AesProgram {
   AesProgram(E& e, int nr, SboxCircuit circuit)
       : e_(e),
         nr_(nr),
+        depth3_(circuit == SboxCircuit::kDepth3),
         depth4_(circuit == SboxCircuit::kDepth4),
-        layers_(depth4_ ? 4 : 6) {}
+        layers_(AndDepth(circuit)) {}
 
   // nr S-boxes of `layers_` AND layers each, plus the final linear step.
   int steps() const { return nr_ * layers_ + 1; }
@@ -209,7 +210,11 @@ class AesProgram {
       const bool sbox_next = round < nr_;
       Layer(W::t2, sbox_next ? 9 : 0, [&] {
         if (round > 0) {
-          SboxBottom();
+          if (depth3_) {
+            Sbox3Bottom();
+          } else {
+            SboxBottom();
+          }
           if (round < nr_) {
             ShiftRowsMixColumns();
           } else {
@@ -217,11 +222,22 @@ class AesProgram {
           }
         }
         e_.AddRoundKey(round);
-        if (sbox_next) SboxLayer1();
+        if (sbox_next) {
+          if (depth3_) {
+            Sbox3Layer1();
+          } else {
+            SboxLayer1();
+          }
+        }
       });
       return;
     }
-    if (depth4_) {
+    if (depth3_) {
+      switch (phase) {
+        case 1: Layer(W::t21, 24, [this] { Sbox3Layer2(); }); break;
+        case 2: Layer(W::z0, 18, [this] { Sbox3Layer3(); }); break;
+      }
+    } else if (depth4_) {
       switch (phase) {
         case 1: Layer(W::m25, 3, [this] { Inv4Layer2(); }); break;
         case 2: Layer(W::m29, 4, [this] { Inv4Layer3(); }); break;
@@ -485,8 +501,27 @@ class AesProgram {
     }
   }
 
+  // --- The AND-depth-3 S-box (tower field GF((2^4)^2), 9 | 24 | 18 ANDs),
+  // generated and checked on all 256 inputs by tools/sbox3_gen.py. Its
+  // layers' outputs reuse the depth-4 circuit's wire ids (t2.., t21..m35,
+  // z0..), laid out as one region per layer (kernel_impl.inc), and its
+  // tile temporaries the ids from y1 on.
+  static constexpr int T3(int i) { return W::y1 + i; }
+  KMPC_INLINE void Copy(int d, int a) {
+    for (int c = 0; c < E::kComps; ++c) Store16(e_.P(c, d), Load16(e_.P(c, a)));
+  }
+  KMPC_INLINE void Xnor1(int d, int a) {
+    Copy(d, a);
+    e_.XorOnes(d);
+  }
+#include "aes/sbox3.inc"
+  static_assert(W::y1 + kSbox3Temps <= W::kTempEnd, "sbox3 temporaries");
+  static_assert(W::t21 + 24 == W::z0 && W::t2 + 9 == W::t21,
+                "sbox3 layer wires are consecutive");
+
   E& e_;
   const int nr_;
+  const bool depth3_;
   const bool depth4_;
   const int layers_;
 };

@@ -570,7 +570,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 
 // The header's two digests: the public inputs (with the engine options that
 // shape the rounds: servers whose --security, --small_sbox_min_blocks,
-// --chunk_lanes, --wave_lanes or (malicious) --verify_words differ would
+// --depth3_max_blocks, --chunk_lanes, --wave_lanes or (malicious) --verify_words differ would
 // run different circuits or message sizes and
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
@@ -579,6 +579,7 @@ absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
+  PutU32(enc, options_.depth3_max_blocks);
   PutU32(enc, options_.chunk_lanes);
   PutU32(enc, options_.wave_lanes);
   PutU32(enc, options_.malicious ? options_.verify_words : 0);
@@ -650,7 +651,8 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
       return absl::AbortedError(
           "batch refused: the MPC servers received different batch inputs "
           "(or run with different --security, --small_sbox_min_blocks, "
-          "--chunk_lanes, --wave_lanes or --verify_words, or different versions)");
+          "--depth3_max_blocks, --chunk_lanes, --wave_lanes or --verify_words, "
+          "or different versions)");
     }
     if (!h.KeysDiffer()) {
       // Same inputs and key views but different counts: cannot happen with
@@ -802,9 +804,11 @@ absl::Status Engine::Impl::RunAes(Batch& b) {
           {&out[0][16 * l], &out[1][16 * l]}};
     }
   }
-  const aes::SboxCircuit circuit = nlanes >= options_.small_sbox_min_blocks
-                                       ? aes::SboxCircuit::kDepth6
-                                       : aes::SboxCircuit::kDepth4;
+  // A public rule on the agreed batch: all three parties pick the same.
+  const aes::SboxCircuit circuit =
+      nlanes <= options_.depth3_max_blocks ? aes::SboxCircuit::kDepth3
+      : nlanes >= options_.small_sbox_min_blocks ? aes::SboxCircuit::kDepth6
+                                                 : aes::SboxCircuit::kDepth4;
   aes::SharedOptions aes_options;
   aes_options.chunk_lanes = options_.chunk_lanes;
   aes_options.wave_lanes = options_.wave_lanes;

@@ -21,7 +21,9 @@
 //      another cipher than the job names fails alone (JOB_WRONG_CIPHER), as
 //      the agreed view carries the key's cipher and the inputs digest the
 //      job's;
-//   nr * d  AES AND layers for all blocks of all jobs, bitsliced (d = 4 with
+//   nr * d  AES AND layers for all blocks of all jobs, bitsliced (d = 3 with
+//      the 51-AND S-box for batches of at most depth3_max_blocks, 1020
+//      bytes per AES-128 block; d = 4 with
 //      the 34-AND S-box for batches under small_sbox_min_blocks, else d = 6
 //      with the 32-AND S-box: 1 bit per AND per party, i.e. 680 resp. 640
 //      bytes per AES-128 block); batches over wave_lanes blocks run in
@@ -376,6 +378,19 @@ struct EngineOptions {
   // more bytes; bulk batches of 16384 blocks and more keep the 32-AND
   // S-box and its 640 bytes per AES-128 block.
   uint32_t small_sbox_min_blocks = 16384;
+  // Batches of at most this many AES blocks use the 51-AND S-box of AND
+  // depth 3 (aes.h kDepth3): 14*3 instead of 14*4 ring rounds per AES-256
+  // batch for half again as many AND bits, which wins where a batch's
+  // latency is round trips (one client's Run, ~28 blocks), not bytes and
+  // AND compute. 0 = never. Measured (docs/bench-log.md, "sbox3", three
+  // servers over TLS, AES-256): semi-honest Run p50 0.86-0.98x depth 4's
+  // up to 256 blocks, 1.02-1.05x from 384, 1.3x at 2048; malicious no
+  // faster even at 28 blocks (the check verifies 1.5x the AND words, in
+  // one more halving round) and 5-12% more server CPU. So the server's
+  // --depth3_max_blocks defaults to kDepth3MaxBlocksSemiHonest, and to 0
+  // with --security=malicious.
+  static constexpr uint32_t kDepth3MaxBlocksSemiHonest = 256;
+  uint32_t depth3_max_blocks = kDepth3MaxBlocksSemiHonest;
   // Security with abort against one malicious party (protocol/verify.h):
   // every AND and GF(2^128) product of a batch is verified before anything
   // depending on it is opened or released. All three parties must agree

@@ -1,5 +1,5 @@
 // Plaintext bitsliced AES: FIPS-197 appendix C, OpenSSL with a different
-// key per lane, both S-box circuits, both kernels; the S-box exhaustively;
+// key per lane, all three S-box circuits, both kernels; the S-box exhaustively;
 // bit transposition round trip. AES on shares among three parties vs
 // OpenSSL, and its communication.
 #include "aes/aes.h"
@@ -156,17 +156,20 @@ TEST_P(AesPlainTest, TranspositionRoundTrip) {
 
 INSTANTIATE_TEST_SUITE_P(
     Circuits, AesPlainTest,
-    ::testing::Values(Param{SboxCircuit::kDepth4, false},
+    ::testing::Values(Param{SboxCircuit::kDepth3, false},
+                      Param{SboxCircuit::kDepth4, false},
                       Param{SboxCircuit::kDepth6, false},
+                      Param{SboxCircuit::kDepth3, true},
                       Param{SboxCircuit::kDepth4, true},
                       Param{SboxCircuit::kDepth6, true}),
     [](const ::testing::TestParamInfo<Param>& p) {
-      return std::string(p.param.circuit == SboxCircuit::kDepth4 ? "Depth4"
-                                                                 : "Depth6") +
+      return "Depth" + std::to_string(AndDepth(p.param.circuit)) +
              (p.param.avx2 ? "Avx2" : "Native");
     });
 
 TEST(AesMeta, CircuitFigures) {
+  EXPECT_EQ(AndsPerSbox(SboxCircuit::kDepth3), 51);
+  EXPECT_EQ(AndDepth(SboxCircuit::kDepth3), 3);
   EXPECT_EQ(AndsPerSbox(SboxCircuit::kDepth4), 34);
   EXPECT_EQ(AndDepth(SboxCircuit::kDepth4), 4);
   EXPECT_EQ(AndsPerSbox(SboxCircuit::kDepth6), 32);
@@ -253,25 +256,33 @@ TEST_P(SharedAesTest, MatchesOpenssl) {
 
 INSTANTIATE_TEST_SUITE_P(
     Circuits, SharedAesTest,
-    ::testing::Values(SharedParam{aes::SboxCircuit::kDepth4, false},
+    ::testing::Values(SharedParam{aes::SboxCircuit::kDepth3, false},
+                      SharedParam{aes::SboxCircuit::kDepth4, false},
                       SharedParam{aes::SboxCircuit::kDepth6, false},
+                      SharedParam{aes::SboxCircuit::kDepth3, true},
                       SharedParam{aes::SboxCircuit::kDepth4, true},
                       SharedParam{aes::SboxCircuit::kDepth6, true}),
     [](const ::testing::TestParamInfo<SharedParam>& p) {
-      return std::string(p.param.circuit == aes::SboxCircuit::kDepth4 ? "Depth4"
-                                                                      : "Depth6") +
+      return "Depth" + std::to_string(aes::AndDepth(p.param.circuit)) +
              (p.param.avx2 ? "Avx2" : "Native");
     });
 
-TEST(SharedAes, BytesPerBlock) {
-  // 1 bit per AND per party: AES-128 with 64 lanes, 34-AND S-box:
-  // 10 rounds * 16 S-boxes * 34 ANDs * 64 lanes / 8 bytes.
+class SharedAesCost : public ::testing::TestWithParam<aes::SboxCircuit> {};
+
+TEST_P(SharedAesCost, BytesAndMessagesPerBlock) {
+  // 1 bit per AND per party: AES-128 with 64 lanes: 10 rounds * 16
+  // S-boxes * ANDs per S-box * 64 lanes / 8 bytes, in one message per AND
+  // layer (10 * AND depth).
+  const aes::SboxCircuit circuit = GetParam();
   Cluster c;
   auto e = aes::ExpandKey(Random(16));
   auto v = share::Deal(*e);
   std::vector<uint8_t> in = Random(16 * 64);
-  uint64_t before[3];
-  for (int i = 0; i < 3; ++i) before[i] = c.ring.bytes_sent(i);
+  uint64_t before[3], msgs[3];
+  for (int i = 0; i < 3; ++i) {
+    before[i] = c.ring.bytes_sent(i);
+    msgs[i] = c.ring.messages_sent(i);
+  }
   std::array<std::vector<uint8_t>, 3> o0, o1;
   auto st = RunParties([&](int i) {
     o0[i].resize(16 * 64);
@@ -281,13 +292,24 @@ TEST(SharedAes, BytesPerBlock) {
       lanes[l] = {{(*v)[i].comp[0].data(), (*v)[i].comp[1].data()}, 10,
                   &in[16 * l], {&o0[i][16 * l], &o1[i][16 * l]}};
     }
-    return aes::EncryptShared(*c.rep3[i], lanes, aes::SboxCircuit::kDepth4, aes::SharedOptions{});
+    return aes::EncryptShared(*c.rep3[i], lanes, circuit, aes::SharedOptions{});
   });
   for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  const uint64_t ands = static_cast<uint64_t>(aes::AndsPerSbox(circuit));
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(c.ring.bytes_sent(i) - before[i], 10u * 16 * 34 * 64 / 8);
+    EXPECT_EQ(c.ring.bytes_sent(i) - before[i], 10u * 16 * ands * 64 / 8);
+    EXPECT_EQ(c.ring.messages_sent(i) - msgs[i],
+              10u * static_cast<uint64_t>(aes::AndDepth(circuit)));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Circuits, SharedAesCost,
+                         ::testing::Values(aes::SboxCircuit::kDepth3,
+                                           aes::SboxCircuit::kDepth4,
+                                           aes::SboxCircuit::kDepth6),
+                         [](const ::testing::TestParamInfo<aes::SboxCircuit>& p) {
+                           return "Depth" + std::to_string(aes::AndDepth(p.param));
+                         });
 
 }  // namespace
 }  // namespace kmpc::protocol

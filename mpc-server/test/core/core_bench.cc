@@ -4,7 +4,7 @@
 // over TLS lives with the server.
 //
 //   kmpc_core_bench [--avx2] [--aesni] [--chunk=N] [--wave=N] [--verify-words=N]
-//                   [--depth4|--depth6] [--malicious]
+//                   [--depth3|--depth4|--depth6] [--malicious]
 //                   [--reps=N] [--sizes=1,128,12800,100000]
 #include <algorithm>
 #include <chrono>
@@ -67,7 +67,8 @@ void Solo(const std::vector<uint32_t>& sizes, const aes::SharedOptions& o,
       for (uint32_t l = 0; l < n; ++l) {
         lanes[l] = {{rk0.data(), rk1.data()}, nr, &in[16 * l], {&o0[16 * l], &o1[16 * l]}};
       }
-      for (aes::SboxCircuit c : {aes::SboxCircuit::kDepth4, aes::SboxCircuit::kDepth6}) {
+      for (aes::SboxCircuit c : {aes::SboxCircuit::kDepth3, aes::SboxCircuit::kDepth4,
+                                 aes::SboxCircuit::kDepth6}) {
         double best = 1e9;
         for (int r = 0; r < std::max(reps, 3); ++r) {
           const double t0 = ThreadCpu();
@@ -76,7 +77,10 @@ void Solo(const std::vector<uint32_t>& sizes, const aes::SharedOptions& o,
         }
         std::printf("solo AES-%d %s n=%6u  %8.3f ms cpu  %7.3f us/block/party\n",
                     nr == 10 ? 128 : 256,
-                    c == aes::SboxCircuit::kDepth4 ? "depth4" : "depth6", n,
+                    c == aes::SboxCircuit::kDepth3   ? "depth3"
+                    : c == aes::SboxCircuit::kDepth4 ? "depth4"
+                                                     : "depth6",
+                    n,
                     best * 1e3, best * 1e6 / n);
         std::fflush(stdout);
       }
@@ -100,11 +104,12 @@ int main(int argc, char** argv) {
     else if (s.rfind("--chunk=", 0) == 0) opt.chunk_lanes = std::stoul(s.substr(8));
     else if (s.rfind("--wave=", 0) == 0) opt.wave_lanes = std::stoul(s.substr(7));
     else if (s.rfind("--verify-words=", 0) == 0) opt.verify_words = std::stoul(s.substr(15));
-    else if (s == "--depth4") opt.small_sbox_min_blocks = ~0u;
+    else if (s == "--depth3") opt.depth3_max_blocks = ~0u;
+    else if (s == "--depth4") opt.small_sbox_min_blocks = ~0u, opt.depth3_max_blocks = 0;
     else if (s == "--aes128") only128 = true;
     else if (s == "--solo") solo = true;
     else if (s.rfind("--job-blocks=", 0) == 0) job_blocks = std::stoul(s.substr(13));
-    else if (s == "--depth6") opt.small_sbox_min_blocks = 0;
+    else if (s == "--depth6") opt.small_sbox_min_blocks = 0, opt.depth3_max_blocks = 0;
     else if (s == "--malicious") opt.malicious = true;
     else if (s.rfind("--reps=", 0) == 0) reps = std::stoi(s.substr(7));
     else if (s.rfind("--sizes=", 0) == 0) {
@@ -122,10 +127,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("kernel=%s prf=%s chunk_lanes=%u wave_lanes=%u depth6_from=%u "
+  std::printf("kernel=%s prf=%s chunk_lanes=%u wave_lanes=%u depth3_to=%u depth6_from=%u "
               "blocks job_blocks=%u\n",
               aes::KernelName(), protocol::PrfImplementation(), opt.chunk_lanes,
-              opt.wave_lanes, opt.small_sbox_min_blocks, job_blocks);
+              opt.wave_lanes, opt.depth3_max_blocks, opt.small_sbox_min_blocks, job_blocks);
   if (solo) {
     aes::SharedOptions o;
     o.chunk_lanes = opt.chunk_lanes;

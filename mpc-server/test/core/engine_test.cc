@@ -477,7 +477,13 @@ TEST(Engine, FreshCounterEveryJobEvenForIdenticalBatches) {
   }
 }
 
-TEST(Engine, SharedVectors) {
+// The shared vectors through the engine with each S-box a small batch can
+// get: depth 3 (the default rule) and depth 4 (depth3_max_blocks = 0).
+class EngineSbox : public ::testing::TestWithParam<bool> {};
+
+TEST_P(EngineSbox, SharedVectors) {
+  EngineOptions opt;
+  if (!GetParam()) opt.depth3_max_blocks = 0;
   const std::string json = ReadFile(KMPC_VECTORS_PATH);
   ASSERT_FALSE(json.empty()) << KMPC_VECTORS_PATH;
   auto enc = Section(json, "encrypt");
@@ -492,7 +498,7 @@ TEST(Engine, SharedVectors) {
   ASSERT_EQ(cks.size(), count("\"data\""));
   ASSERT_GE(enc.size(), 2u);
   ASSERT_GE(cks.size(), 1u);
-  Cluster c;
+  Cluster c(opt);
   std::vector<Job> jobs;
   std::vector<Bytes> plains;
   for (auto& v : enc) {
@@ -525,6 +531,11 @@ TEST(Engine, SharedVectors) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Circuits, EngineSbox, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Depth3" : "Depth4";
+                         });
 
 TEST(Engine, ChecksumMatchesReferenceAndVerifies) {
   Cluster c;
@@ -1669,6 +1680,7 @@ TEST(Malicious, InWaveChecksCatchTheirLayersAndMessages) {
 TEST(Malicious, M31AttackOnATgtDecryptIsCaught) {
   for (bool malicious : {false, true}) {
     EngineOptions o = malicious ? mal::Malicious() : EngineOptions{};
+    o.depth3_max_blocks = 0;  // the depth-4 S-box, whose m31 this targets
     Cluster c(o, /*cheater=*/1);
     const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
     const std::vector<Job> jobs = {DecryptJob(lb.id, 2, lb.ct)};
@@ -1730,14 +1742,21 @@ bool LoginRight(const std::array<BatchResult, 3>& r, const mal::LoginBatch& lb,
 }
 
 // Every message of a login batch, at random offsets and bits, from each
-// party in turn: each deviation is caught, and the ring serves honest
-// batches after a reconnect. Late (receive-then-send) variants cover a
-// party that waits for the others' part of an opening.
-TEST(Malicious, RandomInjectionsAreAllCaught) {
+// party in turn, with each S-box circuit a login batch can get (depth 3
+// by default, depth 4 with --depth3_max_blocks=0): each deviation is
+// caught, and the ring serves honest batches after a reconnect. Late
+// (receive-then-send) variants cover a party that waits for the others'
+// part of an opening.
+class MaliciousCircuit : public ::testing::TestWithParam<bool> {};
+
+TEST_P(MaliciousCircuit, RandomInjectionsAreAllCaught) {
   std::mt19937_64 rng(0x6b6d7063);
   int trials = 0, caught = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  EngineOptions o = mal::Malicious();
+  if (!GetParam()) o.depth3_max_blocks = 0;
   for (int cheater = 0; cheater < 3; ++cheater) {
-    Cluster c(mal::Malicious(), cheater);
+    Cluster c(o, cheater);
     const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
     const std::vector<Job> jobs = lb.jobs();
     const uint64_t before = c.cheat().sent();
@@ -1773,8 +1792,15 @@ TEST(Malicious, RandomInjectionsAreAllCaught) {
   }
   EXPECT_GT(trials, 100);
   EXPECT_GT(caught, trials * 3 / 4) << "most injections land on lanes that carry a block";
+  std::printf("random injections (%s S-box): %d trials in %.1f s\n",
+              GetParam() ? "depth-3" : "depth-4", trials,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+INSTANTIATE_TEST_SUITE_P(Sbox, MaliciousCircuit, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Depth3" : "Depth4";
+                         });
 
 // The agreement against a cheater that tampers with what it forwards or
 // opens (engine.cc AgreeOnBatch, DrawCounters). Party i forwards party

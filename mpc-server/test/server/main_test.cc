@@ -158,6 +158,7 @@ TEST_F(MainTest, EngineFlags) {
   ExpectRefused(Flags({"--security=paranoid"}),
                 "--security must be semi-honest or malicious");
   ExpectRefused(Flags({"--small_sbox_min_blocks=-1"}), "--small_sbox_min_blocks must be >= 0");
+  ExpectRefused(Flags({"--depth3_max_blocks=-2"}), "--depth3_max_blocks must be >= -1");
   ExpectRefused(Flags({"--chunk_lanes=100"}),
                 "--chunk_lanes / --wave_lanes: chunk_lanes must be a positive multiple of 64");
   ExpectRefused(Flags({"--chunk_lanes=128", "--wave_lanes=64"}),
