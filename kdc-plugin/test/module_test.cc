@@ -4,7 +4,6 @@
 // accepted job completed on the eventfd with the krb5 error its failure
 // maps to (KRB5KDC_ERR_SVC_UNAVAILABLE: no server listens).
 #include <fcntl.h>
-#include <malloc.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -195,23 +194,6 @@ TEST_F(ModuleTest, AnUnwritableEventfdKicksAtOnceAndLogsOnce) {
   EXPECT_EQ(failures_logged, 1);
   free(c.message);
   free(c.output.data);
-}
-
-// The module turns glibc's fast bins off when it starts (module.cc,
-// TuneMalloc): small chunks freed past the thread's tcache merge at once
-// instead of waiting, unmerged, for the sweep that the KDC's next large
-// request makes (malloc_consolidate). Here 256 chunks of one small size
-// are freed on this thread: with fast bins, all but the tcache's few
-// would sit in them (mallinfo2's fsmblks).
-TEST_F(ModuleTest, TheModuleTurnsGlibcFastBinsOff) {
-#ifdef __GLIBC__
-  std::vector<void*> chunks;
-  for (int i = 0; i < 256; ++i) chunks.push_back(malloc(48));
-  for (void* c : chunks) free(c);
-  EXPECT_EQ(mallinfo2().fsmblks, 0u);
-#else
-  GTEST_SKIP() << "glibc malloc settings only";
-#endif
 }
 
 }  // namespace
