@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """KDC CPU per login, A/B: stock and one or more kmpc module builds, in
 one session, back to back, repeated (the machine is shared: compare the
-ratios of one round, not absolutes across rounds).
+ratios of one round, not absolutes across rounds). With --mix, the same
+for make bench's 16-client login,tgs,renew,forward mix (per operation).
 
 Each round runs, for stock and then for every build given, the closed-loop
 AS storm `make bench` takes the KDC's CPU per login from (storm_bench.py:
