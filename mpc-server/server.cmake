@@ -47,16 +47,19 @@ set(KMPC_SERVICE_SOURCES
   src/service/auth.cc src/service/encrypt_states.cc src/service/key_cache.cc
   src/service/memory_scheduler_ring.cc src/service/metrics.cc
   src/service/scheduler.cc src/service/services.cc
-  src/service/tls_scheduler_ring.cc src/service/wipe_interceptor.cc)
-add_library(kmpc_service STATIC ${KMPC_SERVICE_SOURCES})
-target_include_directories(kmpc_service PUBLIC "${_srv}/src")
-target_link_libraries(kmpc_service PUBLIC
+  src/service/tls_scheduler_ring.cc src/service/wipe_interceptor.cc
+  src/service/request_wipe.cc)
+set(KMPC_SERVICE_LIBS
   kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization
   kmpc_process_metrics prometheus-cpp::core)
+add_library(kmpc_service STATIC ${KMPC_SERVICE_SOURCES})
+target_include_directories(kmpc_service PUBLIC "${_srv}/src")
+target_link_libraries(kmpc_service PUBLIC ${KMPC_SERVICE_LIBS})
 
+# The server binary (src/main.cc) over a service library.
+set(KMPC_SERVER_MAIN_LIBS absl::flags absl::flags_parse prometheus-cpp::pull)
 add_executable(kmpc-mpc-server src/main.cc)
-target_link_libraries(kmpc-mpc-server PRIVATE
-  kmpc_service absl::flags absl::flags_parse prometheus-cpp::pull)
+target_link_libraries(kmpc-mpc-server PRIVATE kmpc_service ${KMPC_SERVER_MAIN_LIBS})
 
 # Test-only: the server with the cheating-server harness (test/cheat.h;
 # KMPC_CHEAT in scheduler.cc) for integration-tests/test_malicious.py. Built
@@ -64,52 +67,41 @@ target_link_libraries(kmpc-mpc-server PRIVATE
 add_library(kmpc_service_cheat STATIC ${KMPC_SERVICE_SOURCES})
 target_include_directories(kmpc_service_cheat PUBLIC "${_srv}/src" "${_srv}/test")
 target_compile_definitions(kmpc_service_cheat PRIVATE KMPC_CHEAT_HARNESS)
-target_link_libraries(kmpc_service_cheat PUBLIC
-  kmpc_core kmpc_proto kmpc_net_tls kmpc_store absl::synchronization
-  kmpc_process_metrics prometheus-cpp::core)
+target_link_libraries(kmpc_service_cheat PUBLIC ${KMPC_SERVICE_LIBS})
 add_executable(kmpc-mpc-server-cheat src/main.cc)
 target_link_libraries(kmpc-mpc-server-cheat PRIVATE
-  kmpc_service_cheat absl::flags absl::flags_parse prometheus-cpp::pull)
+  kmpc_service_cheat ${KMPC_SERVER_MAIN_LIBS})
 
 add_executable(kmpc-mpc-client tools/mpc_client.cc)
 target_link_libraries(kmpc-mpc-client PRIVATE
   kmpc_cluster_admin absl::flags absl::flags_parse absl::strings
   OpenSSL::Crypto)
 
-kmpc_server_test(kmpc_services_test 180
-  SOURCES test/server/services_test.cc LIBS kmpc_service)
-kmpc_server_test(kmpc_wipe_interceptor_test 60
-  SOURCES test/server/wipe_interceptor_test.cc LIBS kmpc_service)
-
-# Three Schedulers over the in-memory ring in one process.
-kmpc_server_test(kmpc_scheduler_test 120
-  SOURCES test/server/scheduler_test.cc LIBS kmpc_service)
-
-# Client authorization over real gRPC+mTLS: CRL (revocation, reload) and
-# certificate pins (service/auth.h).
-kmpc_server_test(kmpc_auth_test 120
-  SOURCES test/server/auth_test.cc LIBS kmpc_service)
-
-# The one-use ENCRYPT and PAD states (service/encrypt_states.h).
-kmpc_server_test(kmpc_encrypt_states_test 60
-  SOURCES test/server/encrypt_states_test.cc LIBS kmpc_service)
-
-# The key cache over a real share store (service/key_cache.h).
-kmpc_server_test(kmpc_key_cache_test 60
-  SOURCES test/server/key_cache_test.cc LIBS kmpc_service)
-
-# The server's Prometheus metrics (service/metrics.h).
-kmpc_server_test(kmpc_metrics_test 60
-  SOURCES test/server/metrics_test.cc LIBS kmpc_service)
-
-# The in-process ring of the scheduler and service tests
-# (service/memory_scheduler_ring.cc).
-kmpc_server_test(kmpc_memory_scheduler_ring_test 60
-  SOURCES test/server/memory_scheduler_ring_test.cc LIBS kmpc_service)
-
-# The TLS ring as the scheduler's ring (service/tls_scheduler_ring.cc).
-kmpc_server_test(kmpc_tls_scheduler_ring_test 60
-  SOURCES test/server/tls_scheduler_ring_test.cc LIBS kmpc_service)
+# Tests of the service layer over kmpc_service: test/server/NAME_test.cc
+# as kmpc_NAME_test, with its ctest timeout in seconds.
+#   services               three parties' KeyOpsService end to end, no gRPC
+#   wipe_interceptor       KeyOps responses' shares wiped once serialized
+#   request_wipe           received requests: no freed block holds a byte of
+#                          their shares (service/request_wipe.h; free() hooked)
+#   scheduler              three Schedulers over the in-memory ring
+#   auth                   client authorization over real gRPC+mTLS: CRL
+#                          (revocation, reload) and certificate pins
+#   encrypt_states         the one-use ENCRYPT and PAD states
+#   key_cache              the key cache over a real share store
+#   metrics                the server's Prometheus metrics
+#   memory_scheduler_ring  the in-process ring of the scheduler and service
+#                          tests (service/memory_scheduler_ring.cc)
+#   tls_scheduler_ring     the TLS ring as the scheduler's ring
+foreach(_test IN ITEMS services:180 wipe_interceptor:60 request_wipe:60
+                       scheduler:120 auth:120
+                       encrypt_states:60 key_cache:60 metrics:60
+                       memory_scheduler_ring:60 tls_scheduler_ring:60)
+  string(REPLACE ":" ";" _test "${_test}")
+  list(GET _test 0 _name)
+  list(GET _test 1 _timeout)
+  kmpc_server_test(kmpc_${_name}_test ${_timeout}
+    SOURCES test/server/${_name}_test.cc LIBS kmpc_service)
+endforeach()
 
 # main.cc through the built binary: flags, refusals, --flagfile, exit codes.
 kmpc_server_test(kmpc_main_test 120

@@ -117,12 +117,41 @@ def measure(kind, build, prefix, *rest):
     return one(kind, build, *rest)
 
 
+MODULE = os.path.join("kdc-plugin", "libkmpc_kdc.so")
+
+
+def parse_build(spec):
+    """(label, path, prefix) of a build argument, label=DIR[@PREFIX] (a
+    cmake build tree holding kdc-plugin/libkmpc_kdc.so) or
+    label=FILE.so[@PREFIX] (a kdcmpc module); ValueError saying what is
+    wrong with it otherwise."""
+    label, sep, path = spec.partition("=")
+    path, _, prefix = path.partition("@")
+    if not sep or not label or not path:
+        raise ValueError(f"{spec!r}: expected label=DIR (a cmake build) or label=FILE.so "
+                         "(a kdcmpc module), optionally @KRB5_PREFIX")
+    if prefix and not os.path.isfile(os.path.join(prefix, "sbin", "krb5kdc")):
+        raise ValueError(f"{spec!r}: no sbin/krb5kdc under {prefix}")
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, MODULE)):
+            raise ValueError(f"{spec!r}: {path} is a directory but not a kmpc cmake build: "
+                             f"no {MODULE} in it (cmake --build {path})")
+    elif not path.endswith(".so"):
+        raise ValueError(f"{spec!r}: {path} is neither a cmake build directory nor a "
+                         "kdcmpc module (FILE.so)")
+    elif not os.path.isfile(path):
+        raise ValueError(f"{spec!r}: module {path} does not exist (build it, or give "
+                         "its cmake build directory: label=DIR)")
+    return label, os.path.abspath(path), os.path.abspath(prefix) if prefix else ""
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--one":
         print(json.dumps(one(*json.loads(sys.argv[2]))), flush=True)
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("builds", nargs="+", help="label=KMPC_CMAKE_BUILD dir")
+    ap.add_argument("builds", nargs="+",
+                    help="label=DIR (a KMPC_CMAKE_BUILD) or label=FILE.so[@KRB5_PREFIX]")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--users", type=int, default=200)
     ap.add_argument("-c", "--concurrency", type=int, default=0,
@@ -138,17 +167,10 @@ def main():
     ap.add_argument("--stock-prefix", default="",
                     help="stock's krb5 prefix (default: $KRB5_PREFIX)")
     a = ap.parse_args()
-    builds = []
-    for b in a.builds:
-        label, sep, path = b.partition("=")
-        path, _, prefix = path.partition("@")
-        if prefix and not os.path.isfile(os.path.join(prefix, "sbin", "krb5kdc")):
-            ap.error(f"{b!r}: no sbin/krb5kdc under {prefix}")
-        if not sep or not (os.path.isdir(path) or path.endswith(".so")
-                           and os.path.isfile(path)):
-            ap.error(f"{b!r}: expected label=DIR (a cmake build) or label=FILE.so")
-        builds.append((label, os.path.abspath(path),
-                       os.path.abspath(prefix) if prefix else ""))
+    try:
+        builds = [parse_build(b) for b in a.builds]
+    except ValueError as e:
+        ap.error(str(e))
     outdir = tempfile.mkdtemp(prefix="kdc-cpu-ab-")
     rounds = []
     for r in range(a.rounds):

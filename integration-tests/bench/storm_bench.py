@@ -79,9 +79,15 @@ SERVICE = "host/storm.kmpc.test"
 
 
 def find_storm():
-    """The kmpc-storm binary: $KMPC_STORM, else the newest build of it."""
+    """The kmpc-storm binary: $KMPC_STORM, else $KMPC_CMAKE_BUILD's (the
+    build the rest of the harness takes its binaries from, cluster.find_built),
+    else the newest build of it."""
     if os.environ.get("KMPC_STORM"):
         return os.environ["KMPC_STORM"]
+    if os.environ.get("KMPC_CMAKE_BUILD"):
+        own = os.path.join(os.environ["KMPC_CMAKE_BUILD"], "mpc-server", "kmpc-storm")
+        if os.access(own, os.X_OK):
+            return own
     cands = [p for p in glob.glob(os.path.join(BUILD, "*", "mpc-server", "kmpc-storm"))
              + glob.glob(os.path.join(BUILD, "storm-scratch", "out", "kmpc-storm"))
              if os.access(p, os.X_OK)]

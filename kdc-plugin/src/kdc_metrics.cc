@@ -5,6 +5,91 @@
 
 namespace kmpc::kdc {
 
+namespace {
+
+using T = prometheus::MetricType;
+
+// A BatcherStats field as a sample's value.
+template <auto kField>
+double Read(const BatcherStats& s) {
+  return static_cast<double>(s.*kField);
+}
+
+// The batcher's families, one sample each, in exposition order: the queue,
+// the batches and their jobs; then speculation, pads and signatures,
+// re-runs and failovers.
+struct StatsFamily {
+  const char* name;
+  const char* help;
+  T type;
+  double (*value)(const BatcherStats&);
+};
+using S = BatcherStats;
+constexpr StatsFamily kStatsFamilies[] = {
+    {"kmpc_kdc_queue_jobs", "jobs waiting for a batch", T::Gauge, Read<&S::queued_jobs>},
+    {"kmpc_kdc_batches_inflight", "batches running", T::Gauge, Read<&S::inflight>},
+    {"kmpc_kdc_speculative_keystreams_held",
+     "speculative keystreams held for a ticket or reply", T::Gauge, Read<&S::keystreams_held>},
+    {"kmpc_kdc_batches_total", "batches started", T::Counter, Read<&S::batches>},
+    {"kmpc_kdc_batches_failed_total", "batches with a failed job", T::Counter,
+     Read<&S::failed_batches>},
+    {"kmpc_kdc_jobs_sent_total", "jobs sent in batches (speculative ones included)",
+     T::Counter, Read<&S::jobs>},
+    {"kmpc_kdc_aes_blocks_total", "AES blocks the servers reported", T::Counter,
+     Read<&S::blocks>},
+    {"kmpc_kdc_speculative_encrypts_total", "speculative ENCRYPT jobs sent", T::Counter,
+     Read<&S::speculative_encrypts>},
+    {"kmpc_kdc_speculative_used_total",
+     "speculative keystreams a ticket or reply used (hits)", T::Counter,
+     Read<&S::speculative_used>},
+    {"kmpc_kdc_speculative_wasted_total",
+     "speculative groups whose timestamp failed or that expired unused", T::Counter,
+     Read<&S::speculative_wasted>},
+    {"kmpc_kdc_finalize_only_rerun_total",
+     "speculated jobs whose FINALIZE failed and were re-run", T::Counter,
+     Read<&S::finalize_only_rerun>},
+    {"kmpc_kdc_pads_held", "checksum pads held for a PAC signature", T::Gauge,
+     Read<&S::pads_held>},
+    {"kmpc_kdc_run_requests_total",
+     "Run requests sent (one per batch or re-run, for the three servers)", T::Counter,
+     Read<&S::run_requests>},
+    {"kmpc_kdc_finalize_requests_total",
+     "Finalize requests sent (after a Run, or of speculated keystreams)", T::Counter,
+     Read<&S::finalize_requests>},
+    {"kmpc_kdc_sign_requests_total",
+     "checksums sent ring-free (Sign items: each a signature under a held pad)", T::Counter,
+     Read<&S::sign_requests>},
+    {"kmpc_kdc_sign_batches_total",
+     "Sign requests sent (one per server each; every checksum queued when the KDC went "
+     "idle)",
+     T::Counter, Read<&S::sign_batches>},
+    {"kmpc_kdc_pads_drawn_total", "PAD jobs sent with a request's first Run", T::Counter,
+     Read<&S::pads_drawn>},
+    {"kmpc_kdc_pads_used_total", "pads a checksum used (Sign)", T::Counter,
+     Read<&S::pads_used>},
+    {"kmpc_kdc_verify_pads_used_total",
+     "PAC signatures verified ring-free under a verification pad", T::Counter,
+     Read<&S::verify_pads_used>},
+    {"kmpc_kdc_pads_wasted_total",
+     "pads lost with their request's failed DECRYPT or expired unused", T::Counter,
+     Read<&S::pads_wasted>},
+    {"kmpc_kdc_sign_rerun_total",
+     "checksums whose Sign failed (e.g. JOB_PAD_UNAVAILABLE), run instead", T::Counter,
+     Read<&S::sign_rerun>},
+    {"kmpc_kdc_sign_answers_failed_total",
+     "Sign items a server answered with a status other than JOB_OK", T::Counter,
+     Read<&S::sign_answers_failed>},
+    {"kmpc_kdc_verify_disagreed_total",
+     "security events: a ring-free verify refused a signature that the MPC check (a Run) "
+     "accepted, so a server deviated",
+     T::Counter, Read<&S::verify_disagreed>},
+    {"kmpc_kdc_failovers_total",
+     "jobs submitted again to another MPC cluster after a cluster failure", T::Counter,
+     Read<&S::failovers>},
+};
+
+}  // namespace
+
 // The batcher's own figures, read at scrape time.
 class KdcMetrics::StatsCollector : public prometheus::Collectable {
  public:
@@ -22,107 +107,24 @@ class KdcMetrics::StatsCollector : public prometheus::Collectable {
       if (!stats_) return {};
       s = stats_();
     }
-    Families add;
-    AddBatchFamilies(s, add);
-    AddSpeculationFamilies(s, add);
-    return std::move(add.out);
-  }
-
- private:
-  using T = prometheus::MetricType;
-
-  // add(name, help, type, value): one family of one sample, in order.
-  struct Families {
-    void operator()(const char* name, const char* help, T t, double v) {
+    std::vector<prometheus::MetricFamily> out;
+    for (const StatsFamily& sf : kStatsFamilies) {
       prometheus::MetricFamily f;
-      f.name = name;
-      f.help = help;
-      f.type = t;
+      f.name = sf.name;
+      f.help = sf.help;
+      f.type = sf.type;
       prometheus::ClientMetric m;
-      if (t == T::Counter)
-        m.counter.value = v;
+      if (sf.type == T::Counter)
+        m.counter.value = sf.value(s);
       else
-        m.gauge.value = v;
+        m.gauge.value = sf.value(s);
       f.metric.push_back(std::move(m));
       out.push_back(std::move(f));
     }
-    std::vector<prometheus::MetricFamily> out;
-  };
-
-  // The queue, the batches and their jobs.
-  static void AddBatchFamilies(const BatcherStats& s, Families& add) {
-    add("kmpc_kdc_queue_jobs", "jobs waiting for a batch", T::Gauge,
-        static_cast<double>(s.queued_jobs));
-    add("kmpc_kdc_batches_inflight", "batches running", T::Gauge, s.inflight);
-    add("kmpc_kdc_speculative_keystreams_held",
-        "speculative keystreams held for a ticket or reply", T::Gauge,
-        static_cast<double>(s.keystreams_held));
-    add("kmpc_kdc_batches_total", "batches started", T::Counter,
-        static_cast<double>(s.batches));
-    add("kmpc_kdc_batches_failed_total", "batches with a failed job",
-        T::Counter, static_cast<double>(s.failed_batches));
-    add("kmpc_kdc_jobs_sent_total",
-        "jobs sent in batches (speculative ones included)", T::Counter,
-        static_cast<double>(s.jobs));
-    add("kmpc_kdc_aes_blocks_total", "AES blocks the servers reported",
-        T::Counter, static_cast<double>(s.blocks));
+    return out;
   }
 
-  // Speculation, pads and signatures, re-runs and failovers.
-  static void AddSpeculationFamilies(const BatcherStats& s, Families& add) {
-    add("kmpc_kdc_speculative_encrypts_total",
-        "speculative ENCRYPT jobs sent", T::Counter,
-        static_cast<double>(s.speculative_encrypts));
-    add("kmpc_kdc_speculative_used_total",
-        "speculative keystreams a ticket or reply used (hits)", T::Counter,
-        static_cast<double>(s.speculative_used));
-    add("kmpc_kdc_speculative_wasted_total",
-        "speculative groups whose timestamp failed or that expired unused",
-        T::Counter, static_cast<double>(s.speculative_wasted));
-    add("kmpc_kdc_finalize_only_rerun_total",
-        "speculated jobs whose FINALIZE failed and were re-run", T::Counter,
-        static_cast<double>(s.finalize_only_rerun));
-    add("kmpc_kdc_pads_held", "checksum pads held for a PAC signature",
-        T::Gauge, static_cast<double>(s.pads_held));
-    add("kmpc_kdc_run_requests_total",
-        "Run requests sent (one per batch or re-run, for the three servers)",
-        T::Counter, static_cast<double>(s.run_requests));
-    add("kmpc_kdc_finalize_requests_total",
-        "Finalize requests sent (after a Run, or of speculated keystreams)",
-        T::Counter, static_cast<double>(s.finalize_requests));
-    add("kmpc_kdc_sign_requests_total",
-        "checksums sent ring-free (Sign items: each a signature under a "
-        "held pad)",
-        T::Counter, static_cast<double>(s.sign_requests));
-    add("kmpc_kdc_sign_batches_total",
-        "Sign requests sent (one per server each; every checksum queued "
-        "when the KDC went idle)",
-        T::Counter, static_cast<double>(s.sign_batches));
-    add("kmpc_kdc_pads_drawn_total", "PAD jobs sent with a request's first Run",
-        T::Counter, static_cast<double>(s.pads_drawn));
-    add("kmpc_kdc_pads_used_total", "pads a checksum used (Sign)", T::Counter,
-        static_cast<double>(s.pads_used));
-    add("kmpc_kdc_verify_pads_used_total",
-        "PAC signatures verified ring-free under a verification pad",
-        T::Counter, static_cast<double>(s.verify_pads_used));
-    add("kmpc_kdc_pads_wasted_total",
-        "pads lost with their request's failed DECRYPT or expired unused",
-        T::Counter, static_cast<double>(s.pads_wasted));
-    add("kmpc_kdc_sign_rerun_total",
-        "checksums whose Sign failed (e.g. JOB_PAD_UNAVAILABLE), run instead",
-        T::Counter, static_cast<double>(s.sign_rerun));
-    add("kmpc_kdc_sign_answers_failed_total",
-        "Sign items a server answered with a status other than JOB_OK",
-        T::Counter, static_cast<double>(s.sign_answers_failed));
-    add("kmpc_kdc_verify_disagreed_total",
-        "security events: a ring-free verify refused a signature that the "
-        "MPC check (a Run) accepted, so a server deviated",
-        T::Counter, static_cast<double>(s.verify_disagreed));
-    add("kmpc_kdc_failovers_total",
-        "jobs submitted again to another MPC cluster after a cluster failure",
-        T::Counter, static_cast<double>(s.failovers));
-  }
-
+ private:
   mutable std::mutex mu_;
   std::function<BatcherStats()> stats_;
 };

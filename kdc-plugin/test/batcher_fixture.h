@@ -10,12 +10,15 @@
 
 #include <condition_variable>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "batcher.h"
 #include "fake_cluster.h"
@@ -41,6 +44,25 @@ inline std::unique_ptr<TestCluster> MakeCluster(ClusterKind kind) {
 
 inline const std::string kKeyId(32, 'k');
 inline const std::string kKey(32, 'K');
+
+// Options of a batcher that a window alone flushes (no early flush).
+inline BatcherOptions WindowFlushed(absl::Duration window) {
+  BatcherOptions o;
+  o.window = window;
+  o.early_flush = false;
+  return o;
+}
+
+// Options of a batcher the KDC module kicks (submitter_kicks): only
+// SubmitterIdle() flushes the queue (coalesce 20 s), or the window.
+inline BatcherOptions SubmitterKicked(absl::Duration window) {
+  BatcherOptions o;
+  o.window = window;
+  o.early_flush = true;
+  o.coalesce = absl::Seconds(20);
+  o.submitter_kicks = true;
+  return o;
+}
 
 class CollectingSink : public Sink {
  public:
@@ -75,6 +97,15 @@ class CollectingSink : public Sink {
   std::vector<std::string> logs() {
     std::lock_guard<std::mutex> l(mu_);
     return logs_;
+  }
+  // Whether one log line contains every one of `parts`.
+  bool Logged(std::initializer_list<absl::string_view> parts) {
+    for (const std::string& line : logs()) {
+      bool all = true;
+      for (absl::string_view p : parts) all = all && absl::StrContains(line, p);
+      if (all) return true;
+    }
+    return false;
   }
 
  private:
@@ -186,6 +217,13 @@ class BatcherTest : public ::testing::TestWithParam<ClusterKind> {
     return sizes;
   }
   int RunCalls() { return static_cast<int>(Runs().size()); }
+  // Waits until b has no batch in flight (speculation and pads need an
+  // idle cluster; the batch that delivered a result may still be ending).
+  void WaitIdle(Batcher* b) {
+    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
+      absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_EQ(b->stats().inflight, 0);
+  }
   // Whether the cluster computes checksums over the message's shares
   // (kmpc.proto RunRequest.data_shares): the fake does; real servers of before
   // that contract do not, and tests of checksum values skip on them.

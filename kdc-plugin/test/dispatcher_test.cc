@@ -41,9 +41,7 @@ INSTANTIATE_TEST_SUITE_P(Cluster, FakeBatcherTest,
 TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   if (!ChecksumsOnShares())
     GTEST_SKIP() << "these servers do not compute checksums over data_shares";
-  BatcherOptions o;
-  o.window = absl::Milliseconds(10);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(10));
   auto b = Make(o);
   const std::string pt = "an EncTicketPart of some 150 bytes, give or take";
   ASSERT_TRUE(b->Submit(1, Encrypt(pt)).ok());
@@ -233,9 +231,7 @@ TEST_P(BatcherTest, MalformedJobFailsAloneAtTheServers) {
     for (auto& j : *r->mutable_jobs())
       if (j.key_id() == marked) j.set_key_id(marked.substr(0, 31));
   });
-  BatcherOptions o;
-  o.window = absl::Milliseconds(20);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(20));
   Batcher b(o, &edited, &sink_);
   Job bad = Encrypt("x");
   bad.key_id = marked;
@@ -259,9 +255,7 @@ TEST_P(BatcherTest, MalformedJobFailsAloneAtTheServers) {
 }
 
 TEST_P(BatcherTest, WindowCollectsJobsIntoOneBatch) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(400);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(400));
   auto b = Make(o);
   absl::Time t0 = absl::Now();
   for (int i = 0; i < 5; ++i) {
@@ -292,9 +286,7 @@ TEST_P(BatcherTest, WindowCollectsJobsIntoOneBatch) {
 }
 
 TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Seconds(30));
   o.max_jobs = 4;
   o.backlog_jobs = 4;  // no bigger batches for a backlog (next test)
   auto b = Make(o);
@@ -315,9 +307,7 @@ TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
 // caps, not in batches of max_jobs; what is left below max_jobs waits for
 // the window as usual.
 TEST_P(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Seconds(30));
   o.max_jobs = 4;
   o.backlog_jobs = 10;
   o.max_inflight = 1;
@@ -338,9 +328,7 @@ TEST_P(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
 }
 
 TEST_P(BatcherTest, BacklogBatchIsCappedByBlocks) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Seconds(30));
   o.max_jobs = 100;
   o.max_blocks = 4;      // each job: 1 keystream block + 1 = 2 blocks
   o.backlog_blocks = 6;
@@ -359,9 +347,7 @@ TEST_P(BatcherTest, BacklogBatchIsCappedByBlocks) {
 }
 
 TEST_P(BatcherTest, BlockLimitFlushesAtOnce) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Seconds(30));
   o.max_blocks = 20;  // each job: 8 keystream blocks + 1
   o.backlog_blocks = 20;
   auto b = Make(o);
@@ -422,9 +408,7 @@ TEST_P(BatcherTest, SubmitterIdleFlushesAnIdleQueueWithoutTheCoalesceDelay) {
 }
 
 TEST_P(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(300);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(300));
   auto b = Make(o);
   absl::Time t0 = absl::Now();
   ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
@@ -437,11 +421,7 @@ TEST_P(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
 // SubmitterIdle(), which starts an idle cluster's batch itself; under load
 // the batch in flight still wakes the dispatcher for the next one.
 TEST_P(BatcherTest, SubmitterKicksLeaveTheQueueToSubmitterIdle) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.early_flush = true;
-  o.coalesce = absl::Seconds(20);
-  o.submitter_kicks = true;
+  BatcherOptions o = SubmitterKicked(absl::Seconds(30));
   cluster_.set_latency(absl::Milliseconds(100));
   auto b = Make(o);
   const absl::Time t0 = absl::Now();
@@ -488,11 +468,7 @@ class ThreadRecordingTransport : public ForwardingTransport {
 // event loop), but leaves a backlog (more than 64 jobs) to the dispatcher
 // thread: building and dealing it would stall the loop.
 TEST_P(FakeBatcherTest, SubmitterIdleLeavesABacklogToTheDispatcher) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.early_flush = true;
-  o.coalesce = absl::Seconds(20);
-  o.submitter_kicks = true;
+  BatcherOptions o = SubmitterKicked(absl::Seconds(30));
   ThreadRecordingTransport t(&cluster_);
   auto b = std::make_unique<Batcher>(o, &t, &sink_);
   for (int i = 1; i <= 64; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());
@@ -516,11 +492,7 @@ TEST_P(FakeBatcherTest, SubmitterIdleLeavesABacklogToTheDispatcher) {
 // given share of that batch's latency, for as many jobs as it had; a lone
 // job (nothing waiting at the end) goes at once.
 TEST_P(BatcherTest, HoldGathersTheNextBatchUnderLoadOnly) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.early_flush = true;
-  o.coalesce = absl::Seconds(20);
-  o.submitter_kicks = true;
+  BatcherOptions o = SubmitterKicked(absl::Seconds(30));
   o.hold_pct = 100;
   cluster_.set_latency(absl::Milliseconds(150));
   auto b = Make(o);
@@ -591,11 +563,7 @@ TEST_P(FakeBatcherTest, FailedBatchSetsNoHold) {
 // lie far apart, since thread wake-ups alone stretched the capped case to
 // 1.4 s under stress-ng --cpu 4 beside two builds.
 TEST_P(FakeBatcherTest, HoldIsCappedAtTheWindow) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(100);
-  o.early_flush = true;
-  o.coalesce = absl::Seconds(20);  // only SubmitterIdle flushes
-  o.submitter_kicks = true;
+  BatcherOptions o = SubmitterKicked(absl::Milliseconds(100));
   o.hold_pct = 5000;
   fake_.set_latency(absl::Milliseconds(200));
   auto b = Make(o);
@@ -619,9 +587,7 @@ TEST_P(FakeBatcherTest, HoldIsCappedAtTheWindow) {
 
 // Fake only: the real servers have no hook for the fault (a party that never answers).
 TEST_P(FakeBatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   o.deadline = absl::Milliseconds(300);
   fake_.set_hang(1, true);
   auto b = Make(o);
@@ -643,9 +609,7 @@ TEST_P(FakeBatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
 
 // Fake only: the real servers have no hook for the fault (a party that is down).
 TEST_P(FakeBatcherTest, UnreachableServerFailsFast) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   o.deadline = absl::Seconds(20);
   fake_.set_down(2, true);
   auto b = Make(o);
@@ -680,9 +644,7 @@ class KnownDownTransport : public ForwardingTransport {
 // server is sent anything (the two others would hold a batch that cannot
 // run); once it is back, batches go again.
 TEST_P(BatcherTest, KnownDownPartyFailsTheBatchWithoutSendingIt) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   o.deadline = absl::Seconds(20);
   KnownDownTransport t(&cluster_);
   t.set_down(1, true);
@@ -707,9 +669,7 @@ TEST_P(BatcherTest, KnownDownPartyFailsTheBatchWithoutSendingIt) {
 // re-run, and the next batch succeeds once the server accepts again.
 // Fake only: the real servers have no hook for the fault (a server refusing every batch (an overloaded queue)).
 TEST_P(FakeBatcherTest, TypedRefusalFailsTheBatchAtOnce) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   o.deadline = absl::Seconds(20);
   fake_.set_refuse(1, kmpc::v1::BATCH_OVERLOADED);
   auto b = Make(o);
@@ -734,9 +694,7 @@ TEST_P(FakeBatcherTest, TypedRefusalFailsTheBatchAtOnce) {
 
 // Fake only: the real servers have no hook for the fault (a server sending a corrupt share copy).
 TEST_P(FakeBatcherTest, ShareCopyDisagreementRejectsTheBatch) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   auto b = Make(o);
   // Warm up a ciphertext to decrypt.
   ASSERT_TRUE(b->Submit(1, Encrypt("the plaintext")).ok());
@@ -750,11 +708,8 @@ TEST_P(FakeBatcherTest, ShareCopyDisagreementRejectsTheBatch) {
     EXPECT_TRUE(absl::IsUnavailable(sink_.Get(t).status)) << sink_.Get(t).status;
     EXPECT_TRUE(sink_.Get(t).output.empty());
   }
-  bool named = false;
-  for (const auto& l : sink_.logs())
-    named |= absl::StrContains(l, "rejected") &&
-             absl::StrContains(l, "party 1 (fake) and party 2 (fake) disagree");
-  EXPECT_TRUE(named) << ::testing::PrintToString(sink_.logs());
+  EXPECT_TRUE(sink_.Logged({"rejected", "party 1 (fake) and party 2 (fake) disagree"}))
+      << ::testing::PrintToString(sink_.logs());
   // No plaintext in any log line.
   for (const auto& l : sink_.logs()) EXPECT_FALSE(absl::StrContains(l, "plaintext"));
   fake_.set_corrupt(1, false);
@@ -765,9 +720,7 @@ TEST_P(FakeBatcherTest, ShareCopyDisagreementRejectsTheBatch) {
 
 // Fake only: the real servers have no hook for the fault (a server sending a corrupt tag share).
 TEST_P(FakeBatcherTest, CorruptTagShareInFinalizeIsRejected) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   fake_.set_corrupt_finalize(0, true);
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
@@ -777,11 +730,8 @@ TEST_P(FakeBatcherTest, CorruptTagShareInFinalizeIsRejected) {
     EXPECT_TRUE(absl::IsUnavailable(sink_.Get(t).status)) << sink_.Get(t).status;
     EXPECT_TRUE(sink_.Get(t).output.empty());
   }
-  bool named = false;
-  for (const auto& l : sink_.logs())
-    named |= absl::StrContains(l, "tag") &&
-             absl::StrContains(l, "party 0 (fake) and party 1 (fake) disagree");
-  EXPECT_TRUE(named) << ::testing::PrintToString(sink_.logs());
+  EXPECT_TRUE(sink_.Logged({"tag", "party 0 (fake) and party 1 (fake) disagree"}))
+      << ::testing::PrintToString(sink_.logs());
 }
 
 // Fake only: a server of KeyOps wire version 1 (kmpc.proto, "Shares travel
@@ -789,9 +739,7 @@ TEST_P(FakeBatcherTest, CorruptTagShareInFinalizeIsRejected) {
 // the job fails (kUnavailable) with both versions named, in its status and
 // in the log, and nothing is finalized.
 TEST_P(FakeBatcherTest, AServerOfAnotherWireVersionFailsTheBatchByName) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   fake_.set_old_wire(2, true);
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
@@ -801,10 +749,8 @@ TEST_P(FakeBatcherTest, AServerOfAnotherWireVersionFailsTheBatchByName) {
   EXPECT_TRUE(absl::StrContains(st.message(), "wire version 0")) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "upgraded together")) << st;
   for (const auto& c : fake_.calls()) EXPECT_NE(c.method, "Finalize");
-  bool logged = false;
-  for (const auto& l : sink_.logs())
-    logged |= absl::StrContains(l, "party 2 (fake) speaks KeyOps wire version 0");
-  EXPECT_TRUE(logged) << ::testing::PrintToString(sink_.logs());
+  EXPECT_TRUE(sink_.Logged({"party 2 (fake) speaks KeyOps wire version 0"}))
+      << ::testing::PrintToString(sink_.logs());
   // The same cluster at the current version: the job goes through.
   fake_.set_old_wire(2, false);
   ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
@@ -814,9 +760,7 @@ TEST_P(FakeBatcherTest, AServerOfAnotherWireVersionFailsTheBatchByName) {
 
 // Fake only: the real servers have no hook for the fault (a cluster answering with ctr0 = 0).
 TEST_P(FakeBatcherTest, InvalidCounterFromTheClusterIsRejected) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   fake_.set_zero_ctr0(true);
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
@@ -827,9 +771,7 @@ TEST_P(FakeBatcherTest, InvalidCounterFromTheClusterIsRejected) {
 }
 
 TEST_P(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(20);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(20));
   auto b = Make(o);
   Job j = Encrypt("x");
   j.key_id = std::string(32, 'u');
@@ -846,9 +788,7 @@ TEST_P(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
 // single Run, NOT_FOUND for a missing key, UNAVAILABLE for inconsistent
 // shares; the others complete.
 TEST_P(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(20);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(20));
   const std::string bad(32, 'b');
   cluster_.AddInconsistentKey(bad);
   auto b = Make(o);
@@ -880,9 +820,7 @@ TEST_P(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
 // jobs of the same Run complete. A job without a cipher never leaves the
 // KDC (contract::CheckJob: kInvalidArgument at submit).
 TEST_P(BatcherTest, WrongCipherFailsOnlyThatJob) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(20);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(20));
   const std::string id128(32, 'a');
   cluster_.AddKey(id128, std::string(16, 'A'));
   auto b = Make(o);
@@ -961,9 +899,7 @@ TEST_P(FakeBatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
 }
 
 TEST_P(BatcherTest, FullQueueRefusesJobs) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Seconds(30));
   o.max_queue = 3;
   auto b = Make(o);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
@@ -971,9 +907,7 @@ TEST_P(BatcherTest, FullQueueRefusesJobs) {
 }
 
 TEST_P(BatcherTest, StopAbandonsPendingJobsAndNothingArrivesAfter) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   cluster_.set_latency(absl::Milliseconds(200));
   auto b = Make(o);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());

@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,15 @@ class KmpcKdcTest : public ::testing::Test {
             "batch_window_ms = 5"};
   }
 
+  // UnreachableCluster, where a job nobody kicks waits out a 1 s coalesce
+  // delay (and no window flushes it).
+  std::vector<std::string> UnkickedUnreachableCluster() {
+    std::vector<std::string> opts = UnreachableCluster();
+    opts.push_back("coalesce_us = 1000000");
+    opts.push_back("batch_window_ms = 60000");
+    return opts;
+  }
+
   std::string Message(krb5_error_code code) {
     const char* m = krb5_get_error_message(ctx_, code);
     std::string s = m;
@@ -105,15 +115,22 @@ class KmpcKdcTest : public ::testing::Test {
     return kmpc::kdc::testing::EncryptJob(key_id_, plaintext_);
   }
 
-  // Runs the verto loop until done was called or `limit` of wall clock has
+  // One turn of the verto loop, 50 ms at the most.
+  void Turn() {
+    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
+    verto_run_once(vctx_);
+  }
+
+  // Runs the verto loop until `done()` or `limit` of wall clock has
   // passed. A turn can end early (the core's log lines wake the loop while
   // it retries the unreachable servers), so the bound is time, not turns.
-  void RunLoopUntilDone(std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  void RunLoopUntil(const std::function<bool()>& done,
+                    std::chrono::milliseconds limit = std::chrono::seconds(10)) {
     const auto end = std::chrono::steady_clock::now() + limit;
-    while (done_.calls == 0 && std::chrono::steady_clock::now() < end) {
-      verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
-      verto_run_once(vctx_);
-    }
+    while (!done() && std::chrono::steady_clock::now() < end) Turn();
+  }
+  void RunLoopUntilDone(std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    RunLoopUntil([&] { return done_.calls != 0; }, limit);
   }
 
   krb5_context ctx_ = nullptr;
@@ -191,10 +208,7 @@ TEST_F(KmpcKdcTest, AJobCompletesThroughTheLoopWithItsKrb5Error) {
       << m;
   EXPECT_FALSE(absl::StrContains(m, plaintext_)) << m;
   // More loop turns call done no second time.
-  for (int i = 0; i < 4; ++i) {
-    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
-    verto_run_once(vctx_);
-  }
+  for (int i = 0; i < 4; ++i) Turn();
   EXPECT_EQ(done_.calls, 1);
 }
 
@@ -225,18 +239,11 @@ void OnFirstDoneSubmitNext(void* arg, krb5_error_code code, krb5_data output) {
 TEST_F(KmpcKdcTest, AJobSubmittedFromADoneCallbackGoesOutWhenTheDrainEnds) {
   // The unreachable cluster fails a job at its 1 s deadline; a job that
   // nobody kicks first waits out the 1 s coalesce delay, then that.
-  std::vector<std::string> opts = UnreachableCluster();
-  opts.push_back("coalesce_us = 1000000");
-  opts.push_back("batch_window_ms = 60000");
-  ASSERT_EQ(Init(opts), 0) << Message(0);
+  ASSERT_EQ(Init(UnkickedUnreachableCluster()), 0) << Message(0);
   const krb5_kdcmpc_job job = Encrypt();
   Chain c{&vt_, ctx_, data_, &job};
   ASSERT_EQ(vt_.submit(ctx_, data_, &job, OnFirstDoneSubmitNext, &c), 0);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (c.second.calls == 0 && std::chrono::steady_clock::now() < end) {
-    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
-    verto_run_once(vctx_);
-  }
+  RunLoopUntil([&] { return c.second.calls != 0; });
   ASSERT_EQ(c.first.calls, 1);
   ASSERT_EQ(c.submit_code, 0);
   ASSERT_EQ(c.second.calls, 1) << "the chained job did not complete within 10 s";
@@ -246,10 +253,7 @@ TEST_F(KmpcKdcTest, AJobSubmittedFromADoneCallbackGoesOutWhenTheDrainEnds) {
   // Sent at the end of the drain that ran its callback (the kick): failed
   // at its deadline (1 s), not after the coalesce delay and then that (2 s).
   EXPECT_LT(took.count(), 1700) << "the chained job waited " << took.count() << " ms";
-  for (int i = 0; i < 4; ++i) {
-    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
-    verto_run_once(vctx_);
-  }
+  for (int i = 0; i < 4; ++i) Turn();
   EXPECT_EQ(c.first.calls, 1);
   EXPECT_EQ(c.second.calls, 1);
 }
@@ -259,10 +263,7 @@ TEST_F(KmpcKdcTest, JobsSubmittedFromADrainOfManyCompletionsGoOutAtTheNextTurn) 
   // than a lone exchange's, so their callbacks' jobs are kicked at the
   // loop's next turn); none of the chained jobs may wait out the coalesce
   // delay.
-  std::vector<std::string> opts = UnreachableCluster();
-  opts.push_back("coalesce_us = 1000000");
-  opts.push_back("batch_window_ms = 60000");
-  ASSERT_EQ(Init(opts), 0) << Message(0);
+  ASSERT_EQ(Init(UnkickedUnreachableCluster()), 0) << Message(0);
   const krb5_kdcmpc_job job = Encrypt();
   constexpr int kJobs = 8;
   std::vector<Chain> chains(kJobs, Chain{&vt_, ctx_, data_, &job});
@@ -273,11 +274,7 @@ TEST_F(KmpcKdcTest, JobsSubmittedFromADrainOfManyCompletionsGoOutAtTheNextTurn) 
       if (c.second.calls == 0) return false;
     return true;
   };
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!all_done() && std::chrono::steady_clock::now() < end) {
-    verto_add_timeout(vctx_, VERTO_EV_FLAG_NONE, OnTimeout, 50);
-    verto_run_once(vctx_);
-  }
+  RunLoopUntil(all_done);
   ASSERT_TRUE(all_done()) << "a chained job did not complete within 10 s";
   const auto now = std::chrono::steady_clock::now();
   for (const Chain& c : chains) {

@@ -63,12 +63,7 @@ TEST_P(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   EXPECT_EQ(b->stats().speculative_encrypts, 0u);
   // Speculation needs an idle cluster: the batch that delivered job 3 may
   // still be finishing (a loaded machine).
-  auto wait_idle = [&] {
-    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
-      absl::SleepFor(absl::Milliseconds(10));
-    ASSERT_EQ(b->stats().inflight, 0);
-  };
-  wait_idle();
+  WaitIdle(b.get());
 
   // The timestamp's batch carries the two speculative ENCRYPT jobs.
   const int runs0 = RunCalls();
@@ -112,7 +107,7 @@ TEST_P(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   ASSERT_TRUE(b->Submit(20, enc(svc_id, 2, 900)).ok());
   ASSERT_TRUE(b->Submit(21, Encrypt("other", 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(8));
-  wait_idle();
+  WaitIdle(b.get());
   ASSERT_TRUE(b->Submit(22, Decrypt(ts, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(9));
   EXPECT_EQ(cluster_.calls().back().jobs, 3);
@@ -130,7 +125,7 @@ TEST_P(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   // next ticket and reply run as usual.
   SecureBytes bad = ts;
   bad[20] ^= 1;
-  wait_idle();
+  WaitIdle(b.get());
   ASSERT_TRUE(b->Submit(7, Decrypt(bad, 1)).ok());
   ASSERT_TRUE(sink_.WaitFor(12));
   EXPECT_TRUE(absl::IsDataLoss(sink_.Get(7).status));
@@ -147,17 +142,24 @@ TEST_P(BatcherTest, SpeculativeKeystreamLetsTicketAndReplySkipTheRun) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
-// The speculation tests below start from here: ticket (krbtgt key, 56
-// bytes) and reply (56 bytes) lengths learnt, then a timestamp DECRYPT on
-// an idle cluster, which leaves two 64-byte keystreams. Tokens 1001-1004.
-class SpeculationTest : public BatcherTest {
+// A fixture whose cluster holds the krbtgt key (tgt_id_, tgt_key_) beside
+// kKey.
+template <class Base>
+class WithKrbtgt : public Base {
  protected:
   const std::string tgt_id_ = std::string(32, 't');
   const std::string tgt_key_ = std::string(32, 'T');
   void SetUp() override {
-    BatcherTest::SetUp();
-    cluster_.AddKey(tgt_id_, tgt_key_);
+    Base::SetUp();
+    this->cluster_.AddKey(tgt_id_, tgt_key_);
   }
+};
+
+// The speculation tests below start from here: ticket (krbtgt key, 56
+// bytes) and reply (56 bytes) lengths learnt, then a timestamp DECRYPT on
+// an idle cluster, which leaves two 64-byte keystreams. Tokens 1001-1004.
+class SpeculationTest : public WithKrbtgt<BatcherTest> {
+ protected:
   static BatcherOptions Opts() {
     BatcherOptions o;
     o.window = absl::Seconds(30);
@@ -172,11 +174,6 @@ class SpeculationTest : public BatcherTest {
     Job j = Encrypt(std::string(len, static_cast<char>('a' + usage)), usage);
     j.key_id = key_id;
     return j;
-  }
-  void WaitIdle(Batcher* b) {
-    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
-      absl::SleepFor(absl::Milliseconds(10));
-    ASSERT_EQ(b->stats().inflight, 0);
   }
   void Speculate(Batcher* b) {
     const size_t n0 = sink_.counts().size();
@@ -240,10 +237,7 @@ TEST_P(SpeculationTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
   ExpectEncrypted(6, kKey, 3, 64);
   ExpectEncrypted(7, kKey, 7, 100);
   EXPECT_EQ(b->stats().failed_batches, 0u);
-  bool logged = false;
-  for (const auto& line : sink_.logs())
-    logged |= absl::StrContains(line, "re-running them");
-  EXPECT_TRUE(logged);
+  EXPECT_TRUE(sink_.Logged({"re-running them"}));
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
@@ -504,14 +498,8 @@ TEST_P(SpeculationTest, KeystreamIsAsLongAsRecentLengthsNeed) {
 // CHECKSUM under a held pad is one ring-free Sign request instead of a
 // Run. Fake only: the servers' Sign is not in this tree (RealCluster
 // answers Sign as unimplemented, and the module then runs the checksum).
-class PadTest : public FakeBatcherTest {
+class PadTest : public WithKrbtgt<FakeBatcherTest> {
  protected:
-  const std::string tgt_id_ = std::string(32, 't');
-  const std::string tgt_key_ = std::string(32, 'T');
-  void SetUp() override {
-    FakeBatcherTest::SetUp();
-    cluster_.AddKey(tgt_id_, tgt_key_);
-  }
   static BatcherOptions Opts() {
     BatcherOptions o;  // self-clocked (early flush) by default
     // Jobs submitted back to back stay in one batch (SubmitterIdle
@@ -519,11 +507,6 @@ class PadTest : public FakeBatcherTest {
     o.coalesce = absl::Seconds(2);
     o.deadline = absl::Seconds(5);
     return o;
-  }
-  void WaitIdle(Batcher* b) {
-    for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)
-      absl::SleepFor(absl::Milliseconds(10));
-    ASSERT_EQ(b->stats().inflight, 0);
   }
   // Submits the jobs back to back, as the KDC does in one callback, and
   // waits for their results; returns their tokens.
@@ -578,6 +561,44 @@ class PadTest : public FakeBatcherTest {
     }
     return out;
   }
+  // [MS-PAC] PACTYPE: 4 buffers, version 0 (only its header matters here).
+  static std::string Pac() {
+    return std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
+  }
+  // An AS exchange whose ticket carries the PAC's server signature: the
+  // timestamp's DECRYPT, the Pac() signed under the krbtgt key (*sig), the
+  // KDC signature, then the ticket (*tgt, its plaintext holding *sig) and
+  // the reply.
+  void AsWithPac(Batcher* b, const SecureBytes& ts, std::string* sig, SecureBytes* tgt) {
+    const uint64_t d = Do(b, {Decrypt(ts, 1)})[0];
+    ASSERT_TRUE(sink_.Get(d).status.ok());
+    *sig = Str(sink_.Get(Do(b, {Tgt(Checksum(Pac(), 17))})[0]).output);
+    ExpectSigned(Do(b, {Sig(32, 'k')})[0], 32, 'k');
+    const std::string plain = std::string(8, 'a') + *sig + std::string(16, 'z');
+    auto t = Do(b, {Tgt(Encrypt(plain, 2)), Encrypt(std::string(56, 'r'), 3)});
+    *tgt = sink_.Get(t[0]).output;
+  }
+  // A TGS-REQ's steps: the TGT's DECRYPT (which must hold), then the
+  // VERIFY_CHECKSUM of Pac() against `checksum`; returns the VERIFY's status.
+  absl::Status Tgs(Batcher* b, const SecureBytes& tgt, const std::string& checksum) {
+    EXPECT_TRUE(sink_.Get(Do(b, {Tgt(Decrypt(tgt, 2))})[0]).status.ok());
+    Job v = Tgt(Checksum(Pac(), 17));
+    v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
+    v.checksum = checksum;
+    return sink_.Get(Do(b, {std::move(v)})[0]).status;
+  }
+  // A timestamp (an ENCRYPT of usage 1) for AsExchange and its DECRYPT.
+  SecureBytes Timestamp(Batcher* b) {
+    return sink_.Get(Do(b, {Encrypt("a timestamp", 1)})[0]).output;
+  }
+  // The tests below start from here: one AS exchange learnt, then its
+  // timestamp's DECRYPT, which draws and holds two pads. *ts: the timestamp.
+  void HoldTwoPads(Batcher* b, SecureBytes* ts) {
+    *ts = Timestamp(b);
+    ASSERT_NO_FATAL_FAILURE(AsExchange(b, *ts));
+    ASSERT_TRUE(sink_.Get(Do(b, {Decrypt(*ts, 1)})[0]).status.ok());
+    ASSERT_EQ(b->stats().pads_held, 2u);
+  }
   uint64_t token_ = 5000;
 };
 INSTANTIATE_TEST_SUITE_P(Cluster, PadTest,
@@ -589,7 +610,7 @@ INSTANTIATE_TEST_SUITE_P(Cluster, PadTest,
 // signs twice, and the messages reach the servers as shares only.
 TEST_P(PadTest, TimestampDrawsPadsAndSignaturesNeedNoRun) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const SecureBytes ts = Timestamp(b.get());
   AsExchange(b.get(), ts);  // learns: nothing was speculated yet
   EXPECT_EQ(b->stats().pads_drawn, 0u);
   EXPECT_EQ(b->stats().sign_requests, 0u);
@@ -632,10 +653,8 @@ TEST_P(PadTest, TimestampDrawsPadsAndSignaturesNeedNoRun) {
 // per signature, each under its own pad, each tag right.
 TEST_P(PadTest, SignaturesOfOneCallbackShareOneRequest) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   const BatcherStats s0 = b->stats();
   const int runs0 = RunCalls();
   const std::vector<uint64_t> t = Do(b.get(), {Sig(100, 'a'), Sig(90, 'b')});
@@ -660,10 +679,8 @@ TEST_P(PadTest, SignaturesOfOneCallbackShareOneRequest) {
 // ordinary CHECKSUM at once, with a right tag.
 TEST_P(PadTest, UnavailablePadFallsBackToARun) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   fake_.ForgetPads(1);
   const BatcherStats s0 = b->stats();
   const uint64_t t = Do(b.get(), {Sig(100, 'f')})[0];
@@ -686,10 +703,8 @@ TEST_P(PadTest, UnavailablePadFallsBackToARun) {
 // party, and the checksum runs as an ordinary CHECKSUM with a right tag.
 TEST_P(PadTest, TagSharesOfTheWrongSizeFailTheSign) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   uint64_t reruns = b->stats().sign_rerun;
   for (const int extra : {16, -1}) {
     fake_.set_tag_shares_extra(2, extra);
@@ -702,9 +717,7 @@ TEST_P(PadTest, TagSharesOfTheWrongSizeFailTheSign) {
     EXPECT_EQ(s1.run_requests - s0.run_requests, 1u) << extra;
     const std::string want = absl::StrCat("party 2 (fake) returned ", 16 + extra,
                                           " bytes of tag shares for 1 JOB_OK results");
-    bool logged = false;
-    for (const auto& line : sink_.logs()) logged |= absl::StrContains(line, want);
-    EXPECT_TRUE(logged) << want;
+    EXPECT_TRUE(sink_.Logged({want})) << want;
   }
   fake_.set_tag_shares_extra(2, 0);
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
@@ -719,7 +732,7 @@ TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
   auto b = Make(Opts());
   const SecureBytes tgt =
       sink_.Get(Do(b.get(), {Tgt(Encrypt(std::string(56, 'g'), 2))})[0]).output;
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const SecureBytes ts = Timestamp(b.get());
   AsExchange(b.get(), ts);  // learns the krbtgt key, 56-byte tickets
   constexpr size_t kNew = 56 + 21;
   auto renewal = [&] {
@@ -762,38 +775,16 @@ TEST_P(PadTest, RenewalIsOneRunSignsAndAFinalize) {
 // runs.
 TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  // [MS-PAC] PACTYPE: 4 buffers, version 0 (only its header matters here).
-  const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
+  const SecureBytes ts = Timestamp(b.get());
   SecureBytes tgt;
   std::string sig;
-  auto as = [&] {
-    const uint64_t d = Do(b.get(), {Decrypt(ts, 1)})[0];
-    ASSERT_TRUE(sink_.Get(d).status.ok());
-    Job s = Tgt(Checksum(pac, 17));
-    sig = Str(sink_.Get(Do(b.get(), {std::move(s)})[0]).output);
-    ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
-    // The ticket carries the server signature (inside its PAC).
-    const std::string plain = std::string(8, 'a') + sig + std::string(16, 'z');
-    auto t = Do(b.get(), {Tgt(Encrypt(plain, 2)), Encrypt(std::string(56, 'r'), 3)});
-    tgt = sink_.Get(t[0]).output;
-  };
-  as();  // learns the krbtgt key, the lengths and the signatures
-  as();
+  // Learns the krbtgt key, the lengths and the signatures.
+  ASSERT_NO_FATAL_FAILURE(AsWithPac(b.get(), ts, &sig, &tgt));
+  ASSERT_NO_FATAL_FAILURE(AsWithPac(b.get(), ts, &sig, &tgt));
   std::string want;
   ASSERT_TRUE(contract::LinkedPadCtr0(Str(tgt).substr(0, 16), &want));
   EXPECT_EQ(sig.substr(0, 16), want);  // the signature's counter is linked
-  auto verify = [&](const std::string& checksum) {
-    Job v = Tgt(Checksum(pac, 17));
-    v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
-    v.checksum = checksum;
-    return sink_.Get(Do(b.get(), {std::move(v)})[0]).status;
-  };
-  auto tgs = [&](const std::string& checksum) {
-    const uint64_t d = Do(b.get(), {Tgt(Decrypt(tgt, 2))})[0];
-    EXPECT_TRUE(sink_.Get(d).status.ok());
-    return verify(checksum);
-  };
+  auto tgs = [&](const std::string& checksum) { return Tgs(b.get(), tgt, checksum); };
   BatcherStats s0 = b->stats();
   EXPECT_TRUE(tgs(sig).ok());
   BatcherStats s1 = b->stats();
@@ -838,27 +829,12 @@ TEST_P(PadTest, TgtServerSignatureIsVerifiedWithoutARun) {
 // outcome.
 TEST_P(PadTest, DeviatingServerInASignOrVerifyItem) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
+  const SecureBytes ts = Timestamp(b.get());
   SecureBytes tgt;
   std::string sig;
-  auto as = [&] {
-    ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-    sig = Str(sink_.Get(Do(b.get(), {Tgt(Checksum(pac, 17))})[0]).output);
-    ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
-    const std::string plain = std::string(8, 'a') + sig + std::string(16, 'z');
-    tgt = sink_.Get(Do(b.get(), {Tgt(Encrypt(plain, 2)),
-                                 Encrypt(std::string(56, 'r'), 3)})[0]).output;
-  };
-  as();
-  as();
-  auto tgs = [&](const std::string& checksum) {
-    EXPECT_TRUE(sink_.Get(Do(b.get(), {Tgt(Decrypt(tgt, 2))})[0]).status.ok());
-    Job v = Tgt(Checksum(pac, 17));
-    v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
-    v.checksum = checksum;
-    return sink_.Get(Do(b.get(), {std::move(v)})[0]).status;
-  };
+  ASSERT_NO_FATAL_FAILURE(AsWithPac(b.get(), ts, &sig, &tgt));
+  ASSERT_NO_FATAL_FAILURE(AsWithPac(b.get(), ts, &sig, &tgt));
+  auto tgs = [&](const std::string& checksum) { return Tgs(b.get(), tgt, checksum); };
   const std::string error = "\x01 sixteen bytes";
   for (int cheat = 0; cheat < 3; ++cheat) {
     fake_.set_tag_share_error(cheat, /*sign=*/false, error);
@@ -902,8 +878,8 @@ TEST_P(PadTest, DeviatingServerInASignOrVerifyItem) {
 // used twice or lost.
 TEST_P(PadTest, ATicketTakingALinkedKeystreamUnlinksItsPad) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  const std::string pac = std::string("\x04\0\0\0\0\0\0\0", 8) + std::string(92, 'p');
+  const SecureBytes ts = Timestamp(b.get());
+  const std::string pac = Pac();
   auto pac_sig = [&] {
     return sink_.Get(Do(b.get(), {Tgt(Checksum(pac, 17))})[0]);
   };
@@ -952,12 +928,10 @@ TEST_P(PadTest, ATicketTakingALinkedKeystreamUnlinksItsPad) {
 // pads held.
 TEST_P(PadTest, OnlyAFittingChecksumUsesAPad) {
   auto b = Make(Opts());
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
   // 128 bytes each: 100 learnt, and room for a starttime the learnt
   // messages lacked (a ticket issued a second after its authtime).
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   const BatcherStats s0 = b->stats();
   Job other_key = Checksum(std::string(50, 'o'), 17);  // the client's key
   Job other_usage = Tgt(Checksum(std::string(50, 'u'), 18));
@@ -990,10 +964,8 @@ TEST_P(PadTest, SignDoesNotWaitForTheRunInFlightOrTheWindow) {
   BatcherOptions o = Opts();
   o.window = absl::Seconds(30);
   auto b = Make(o);
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   cluster_.set_run_delay(absl::Seconds(2));
   const int runs0 = RunCalls();
   const size_t n0 = sink_.counts().size();
@@ -1017,10 +989,8 @@ TEST_P(PadTest, UnusedPadsExpire) {
   BatcherOptions o = Opts();
   o.speculate_ttl = absl::Milliseconds(300);
   auto b = Make(o);
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   for (int i = 0; i < 200 && b->stats().pads_held != 0; ++i)
     absl::SleepFor(absl::Milliseconds(10));  // pruned without any submit
   EXPECT_EQ(b->stats().pads_held, 0u);
@@ -1038,10 +1008,8 @@ TEST_P(PadTest, SignFailuresCompleteTheJobOnce) {
   BatcherOptions o = Opts();
   o.deadline = absl::Milliseconds(800);
   auto b = Make(o);
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
-  AsExchange(b.get(), ts);
-  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
-  ASSERT_EQ(b->stats().pads_held, 2u);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
   fake_.set_hang(2, true);
   const absl::Time t0 = absl::Now();
   const uint64_t hung = Do(b.get(), {Sig(100, 'h')})[0];
@@ -1066,7 +1034,7 @@ TEST_P(PadTest, FailedTimestampsUseUpThePadBudget) {
   BatcherOptions o = Opts();
   o.speculate_max = 40;  // budget: 20 exchanges
   auto b = Make(o);
-  const SecureBytes ts = sink_.Get(Do(b.get(), {Encrypt("a timestamp", 1)})[0]).output;
+  const SecureBytes ts = Timestamp(b.get());
   AsExchange(b.get(), ts);
   SecureBytes bad = ts;
   bad[20] ^= 1;
@@ -1090,9 +1058,7 @@ TEST_P(PadTest, FailedTimestampsUseUpThePadBudget) {
 }
 
 TEST_P(BatcherTest, SpeculationOffSendsNoExtraJobs) {
-  BatcherOptions o;
-  o.window = absl::Milliseconds(5);
-  o.early_flush = false;  // flushed by the window
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   o.speculate = false;
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt(std::string(40, 'x'), 2)).ok());

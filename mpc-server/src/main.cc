@@ -38,6 +38,7 @@
 #include "service/metrics.h"
 #include "service/scheduler.h"
 #include "service/services.h"
+#include "service/request_wipe.h"
 #include "service/wipe_interceptor.h"
 #include "store/share_store.h"
 #include "util/log.h"
@@ -250,6 +251,18 @@ kmpc::net::TlsRingOptions RingOptionsFromFlags(
   return ropt;
 }
 
+// A store of states awaiting their next request (ENCRYPT states, pads):
+// how long one waits (ms flag) and the memory all may hold (MiB flag),
+// both positive; `names` names the two flags in the error.
+absl::Status TtlAndBudget(const absl::Flag<int>& ttl_ms, const absl::Flag<int>& mb,
+                          absl::string_view names, absl::Duration* ttl, size_t* bytes) {
+  if (absl::GetFlag(ttl_ms) <= 0 || absl::GetFlag(mb) <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(names, " must be positive"));
+  *ttl = absl::Milliseconds(absl::GetFlag(ttl_ms));
+  *bytes = size_t(absl::GetFlag(mb)) << 20;
+  return absl::OkStatus();
+}
+
 // The services' options; moves the client policies out of *auth.
 absl::StatusOr<kmpc::service::ServiceOptions> ServiceOptionsFromFlags(
     int party, ClientAuthorization* auth) {
@@ -257,19 +270,16 @@ absl::StatusOr<kmpc::service::ServiceOptions> ServiceOptionsFromFlags(
   svc.party = party;
   svc.keyops_clients = std::move(auth->keyops_clients);
   svc.admin_clients = std::move(auth->admin_clients);
-  if (absl::GetFlag(FLAGS_encrypt_state_ttl_ms) <= 0 ||
-      absl::GetFlag(FLAGS_max_pending_encrypt_mb) <= 0)
-    return absl::InvalidArgumentError(
-        "--encrypt_state_ttl_ms and --max_pending_encrypt_mb must be positive");
-  svc.encrypt_state_ttl =
-      absl::Milliseconds(absl::GetFlag(FLAGS_encrypt_state_ttl_ms));
-  svc.max_pending_encrypt_bytes =
-      size_t(absl::GetFlag(FLAGS_max_pending_encrypt_mb)) << 20;
-  if (absl::GetFlag(FLAGS_pad_ttl_ms) <= 0 || absl::GetFlag(FLAGS_max_pending_pad_mb) <= 0)
-    return absl::InvalidArgumentError(
-        "--pad_ttl_ms and --max_pending_pad_mb must be positive");
-  svc.pad_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_pad_ttl_ms));
-  svc.max_pending_pad_bytes = size_t(absl::GetFlag(FLAGS_max_pending_pad_mb)) << 20;
+  if (absl::Status s = TtlAndBudget(FLAGS_encrypt_state_ttl_ms, FLAGS_max_pending_encrypt_mb,
+                                    "--encrypt_state_ttl_ms and --max_pending_encrypt_mb",
+                                    &svc.encrypt_state_ttl, &svc.max_pending_encrypt_bytes);
+      !s.ok())
+    return s;
+  if (absl::Status s = TtlAndBudget(FLAGS_pad_ttl_ms, FLAGS_max_pending_pad_mb,
+                                    "--pad_ttl_ms and --max_pending_pad_mb", &svc.pad_ttl,
+                                    &svc.max_pending_pad_bytes);
+      !s.ok())
+    return s;
   svc.debug_record_requests = absl::GetFlag(FLAGS_debug_record_requests);
   if (!svc.debug_record_requests.empty()) {
     // Fail at start, not silently at the first request.
@@ -440,8 +450,13 @@ int main(int argc, char** argv) {
   kmpc::service::KeyOpsService keyops(*svc, &keys, &scheduler, &metrics);
   kmpc::service::AdminService admin(*svc, store->get(), &keys, &scheduler,
                                     &metrics);
+  // Each request's received bytes and parsed strings are wiped once it is
+  // handled (service/request_wipe.h): the services are registered through
+  // wrappers with the same method names.
+  std::unique_ptr<grpc::Service> keyops_wiping = kmpc::service::WipingKeyOps(&keyops);
+  std::unique_ptr<grpc::Service> admin_wiping = kmpc::service::WipingAdmin(&admin);
   int port = 0;
-  auto server = StartGrpcServer(&keyops, &admin, &port);
+  auto server = StartGrpcServer(keyops_wiping.get(), admin_wiping.get(), &port);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   auto exposer = StartMetricsExposer(metrics);
   if (!exposer.ok()) return Fail(std::string(exposer.status().message()));

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <map>
@@ -237,32 +238,30 @@ pb::Cipher CipherOf(const std::string& id) {
   return absl::StartsWith(id, "k256-") ? pb::CIPHER_AES256 : pb::CIPHER_AES128;
 }
 
-Job EncryptJob(const std::string& id, uint32_t usage, uint32_t n) {
+// A job of `type` under key `id` (its cipher as CipherOf) and usage.
+Job KeyJob(pb::JobType type, const std::string& id, uint32_t usage) {
   Job j;
-  j.type = pb::JOB_ENCRYPT;
+  j.type = type;
   j.cipher = CipherOf(id);
   j.key_id = id;
   j.usage = usage;
+  return j;
+}
+
+Job EncryptJob(const std::string& id, uint32_t usage, uint32_t n) {
+  Job j = KeyJob(pb::JOB_ENCRYPT, id, usage);
   j.nblocks = n;
   return j;
 }
 Job DecryptJob(const std::string& id, uint32_t usage, Bytes ct) {
-  Job j;
-  j.type = pb::JOB_DECRYPT;
-  j.cipher = CipherOf(id);
-  j.key_id = id;
-  j.usage = usage;
+  Job j = KeyJob(pb::JOB_DECRYPT, id, usage);
   j.data = std::move(ct);
   return j;
 }
 // The message goes in `data` here; Cluster::Run deals it as shares (a job
 // with its message in the clear would fail as JOB_MALFORMED).
 Job ChecksumJob(const std::string& id, uint32_t usage, Bytes d) {
-  Job j;
-  j.type = pb::JOB_CHECKSUM;
-  j.cipher = CipherOf(id);
-  j.key_id = id;
-  j.usage = usage;
+  Job j = KeyJob(pb::JOB_CHECKSUM, id, usage);
   j.length = static_cast<uint32_t>(d.size());
   j.data = std::move(d);
   return j;
@@ -328,6 +327,14 @@ Bytes ClusterEncrypt(Cluster& c, const std::string& id, uint32_t usage,
   const Bytes tag = TagOf(f);
   out.insert(out.end(), tag.begin(), tag.end());
   return out;
+}
+
+// The ring is in step: a fresh ENCRYPT of `len` random bytes under key `id`
+// (ClusterEncrypt) DECRYPTs with its tag holding on all three parties.
+void ExpectRoundTripHolds(Cluster& c, const std::string& id, uint32_t usage, size_t len) {
+  const Bytes ct = ClusterEncrypt(c, id, usage, Random(len));
+  auto d = c.Run({DecryptJob(id, usage, ct)});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK) << i;
 }
 
 TEST(Engine, EncryptFinalizeMatchesReference) {
@@ -641,11 +648,7 @@ TEST(Engine, ChecksumMessageOnlyAsShares) {
 // ---- Pads and ring-free signing (engine.h PadState, SignShare) ----
 
 Job PadJob(const std::string& id, uint32_t usage, uint32_t max_length) {
-  Job j;
-  j.type = pb::JOB_PAD;
-  j.cipher = CipherOf(id);
-  j.key_id = id;
-  j.usage = usage;
+  Job j = KeyJob(pb::JOB_PAD, id, usage);
   j.length = max_length;
   return j;
 }
@@ -764,10 +767,7 @@ TEST(Engine, DigestMismatchRefusedEverywhere) {
   // keystream is right, so the zero-shares still cancel).
   auto ok = c.Run(a);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(Computed(ok[i].jobs[0]));
-  const Bytes p = Random(30);
-  const Bytes ct = ClusterEncrypt(c, id, 3, p);
-  auto d = c.Run({DecryptJob(id, 3, ct)});
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK);
+  ExpectRoundTripHolds(c, id, 3, 30);
 }
 
 // Parties whose engine options would make them run different circuits
@@ -856,10 +856,7 @@ TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
     EXPECT_EQ(r[i].jobs[0].status, pb::JOB_UNKNOWN_KEY);
     EXPECT_EQ(r[i].jobs[1].status, pb::JOB_KEY_INCONSISTENT);
   }
-  const Bytes p2 = Random(17);
-  const Bytes ct2 = ClusterEncrypt(c, good, 9, p2);
-  auto d = c.Run({DecryptJob(good, 9, ct2)});
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].jobs[0].status, pb::JOB_OK);
+  ExpectRoundTripHolds(c, good, 9, 17);
 }
 
 // kmpc.proto Job.cipher: a job naming another cipher than the one its key
@@ -1271,6 +1268,29 @@ bool ExpectCaughtOrHarmless(const std::array<absl::StatusOr<BatchResult>, 3>& r,
   return false;
 }
 
+// `trials` runs of `jobs` (batch numbers *seq on), each with one bit of one
+// of the cheater's messages flipped: a random step of `sizes` (its messages'
+// sizes in an honest run of `jobs`; empty ones are skipped), at a random
+// byte and bit. Each deviation must be caught or harmless
+// (ExpectCaughtOrHarmless, named "`what` step N"); the ring is reconnected
+// after each. Adds the number caught to *caught.
+void InjectRandomBitFlips(Cluster& c, int cheater, const std::vector<Job>& jobs,
+                          const std::vector<size_t>& sizes, int trials, std::mt19937_64& rng,
+                          uint64_t* seq, const std::string& what,
+                          const std::function<bool(const std::array<BatchResult, 3>&)>& right,
+                          int* caught) {
+  for (int trial = 0; trial < trials; ++trial) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] == 0) continue;
+    c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
+    auto r = c.RunSame((*seq)++, jobs);
+    ASSERT_TRUE(c.cheat().fired());
+    *caught += ExpectCaughtOrHarmless(r, cheater, absl::StrCat(what, " step ", step), right);
+    c.cheat().Disarm();
+    c.Connect();
+  }
+}
+
 }  // namespace mal
 
 // The pads of a PAD batch sign as the enctype's checksum under key.
@@ -1307,19 +1327,10 @@ TEST(Malicious, PadsComeOnlyFromVerifiedBatches) {
   ASSERT_GT(sizes.size(), 10u);
   uint64_t seq = 20;
   int caught = 0;
-  for (int trial = 0; trial < 24; ++trial) {
-    const uint64_t step = rng() % sizes.size();
-    if (sizes[step] == 0) continue;
-    c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
-    auto r = c.RunSame(seq++, jobs);
-    ASSERT_TRUE(c.cheat().fired());
-    caught += mal::ExpectCaughtOrHarmless(
-        r, cheater, absl::StrCat("pad step ", step), [&](const std::array<BatchResult, 3>& b) {
-          return PadsSignRight(b, jobs, key);
-        });
-    c.cheat().Disarm();
-    c.Connect();
-  }
+  ASSERT_NO_FATAL_FAILURE(mal::InjectRandomBitFlips(
+      c, cheater, jobs, sizes, 24, rng, &seq, "pad",
+      [&](const std::array<BatchResult, 3>& b) { return PadsSignRight(b, jobs, key); },
+      &caught));
   // Most AND-layer bits of a two-pad batch are lanes without a block.
   EXPECT_GE(caught, 4);
   auto r = c.RunSame(seq++, jobs);
@@ -1405,20 +1416,12 @@ TEST(Malicious, VerificationAndLinkedPadsComeOnlyFromVerifiedBatches) {
                                     c.cheat().sizes().end());
     ASSERT_GT(sizes.size(), 10u);
     uint64_t seq = 20;
-    for (int trial = 0; trial < 10; ++trial) {
-      const uint64_t step = rng() % sizes.size();
-      if (sizes[step] == 0) continue;
-      c.cheat().Arm(step, rng() % sizes[step], static_cast<uint8_t>(1u << (rng() % 8)));
-      auto r = c.RunSame(seq++, jobs);
-      ASSERT_TRUE(c.cheat().fired());
-      caught += mal::ExpectCaughtOrHarmless(
-          r, cheater, absl::StrCat("cheater ", cheater, " step ", step),
-          [&](const std::array<BatchResult, 3>& b) {
-            return LinkedAndVerifyPadsRight(b, key, vctr0);
-          });
-      c.cheat().Disarm();
-      c.Connect();
-    }
+    ASSERT_NO_FATAL_FAILURE(mal::InjectRandomBitFlips(
+        c, cheater, jobs, sizes, 10, rng, &seq, absl::StrCat("cheater ", cheater),
+        [&](const std::array<BatchResult, 3>& b) {
+          return LinkedAndVerifyPadsRight(b, key, vctr0);
+        },
+        &caught));
   }
   EXPECT_GE(caught, 5);
 }

@@ -53,6 +53,52 @@ std::string AesEcb(const std::string& key, const std::string& in) {
   return out;
 }
 
+// The enctype's keystream in the clear: AES_K(ctr0 + 1), AES_K(ctr0 + 2),
+// ... (ctr0 a 128-bit big-endian counter), its first `len` bytes.
+std::string RefKeystream(const std::string& key, const std::string& ctr0, size_t len) {
+  unsigned __int128 c0 = 0;
+  for (unsigned char b : ctr0) c0 = (c0 << 8) | b;
+  std::string ctrs_in;
+  for (size_t b = 1; b <= (len + 15) / 16; ++b) {
+    unsigned __int128 c = c0 + b;
+    for (int k = 15; k >= 0; --k) ctrs_in.push_back(static_cast<char>(c >> (8 * k)));
+  }
+  return AesEcb(key, ctrs_in).substr(0, len);
+}
+
+// The enctype's tag in the clear: GHASH_H(a, msg) ^ AES_K(ctr0), with
+// H = AES_K(0^128).
+std::string RefTag(const std::string& key, const std::string& a, const std::string& ctr0,
+                   const std::string& msg) {
+  const std::string h = AesEcb(key, std::string(16, '\0'));
+  protocol::Block hb;
+  std::memcpy(hb.data(), h.data(), 16);
+  const protocol::Block g = protocol::Ghash(
+      hb, protocol::GhashInput(
+              absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(a.data()), a.size()),
+              absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.data()), msg.size())));
+  const std::string e0 = AesEcb(key, ctr0);
+  std::string out(16, '\0');
+  for (int k = 0; k < 16; ++k) out[k] = static_cast<char>(g[k] ^ e0[k]);
+  return out;
+}
+
+// The enctype's checksum tag of `msg` under `key`, usage and ctr0, in the
+// clear: GHASH_H(usage BE32 || 0x99, msg) ^ AES_K(ctr0).
+std::string RefChecksumTag(const std::string& key, uint32_t usage,
+                           const std::string& ctr0, const std::string& msg) {
+  const char a[5] = {static_cast<char>(usage >> 24), static_cast<char>(usage >> 16),
+                     static_cast<char>(usage >> 8), static_cast<char>(usage),
+                     static_cast<char>(0x99)};
+  return RefTag(key, std::string(a, 5), ctr0, msg);
+}
+
+// Appends a share's two components to a flat share buffer (kmpc.proto
+// RunRequest.data_shares, SignRequest.data_shares).
+void AppendShares(std::string* buf, const std::array<std::vector<uint8_t>, 2>& comp) {
+  for (const auto& c : comp) buf->append(reinterpret_cast<const char*>(c.data()), c.size());
+}
+
 // The three servers' copies of `req`, as the KDC module sends them: every
 // CHECKSUM or VERIFY_CHECKSUM job whose message a test put in `data`
 // (length 0) gets it dealt afresh as replicated shares into the flat
@@ -99,12 +145,7 @@ std::array<v1::RunRequest, 3> DealMessages(const v1::RunRequest& req) {
       o->clear_data();
       if (verify) o->set_checksum(ctr0);
       o->set_length(static_cast<uint32_t>(in.data().size()));
-      const auto& c = (*views)[i].comp;
-      o->set_length(static_cast<uint32_t>(in.data().size()));
-      out[i].mutable_data_shares()->append(reinterpret_cast<const char*>(c[0].data()),
-                                           c[0].size());
-      out[i].mutable_data_shares()->append(reinterpret_cast<const char*>(c[1].data()),
-                                           c[1].size());
+      AppendShares(out[i].mutable_data_shares(), (*views)[i].comp);
     }
   }
   for (auto& o : out) o.mutable_data_shares()->append(req.data_shares());
@@ -307,6 +348,18 @@ class ServiceTest : public ::testing::Test {
     return it == ciphers_.end() ? v1::CIPHER_AES128 : it->second;
   }
 
+  // Appends a job of `type` under key `id`, its cipher the one the key was
+  // dealt for (CipherOf).
+  v1::Job* AddJob(v1::RunRequest* req, uint64_t job_id, const std::string& id,
+                  v1::JobType type) const {
+    v1::Job* job = req->add_jobs();
+    job->set_job_id(job_id);
+    job->set_key_id(id);
+    job->set_cipher(CipherOf(id));
+    job->set_type(type);
+    return job;
+  }
+
   static std::string* dir_;
   Party parties_[3];
   std::map<std::string, v1::Cipher> ciphers_;
@@ -338,11 +391,7 @@ TEST_F(ServiceTest, KeystreamMatchesOpenSslAndCountersAreFresh) {
   v1::RunRequest req;
   req.set_batch_id(Rand(16));
   for (int j = 0; j < 6; ++j) {
-    auto* job = req.add_jobs();
-    job->set_job_id(j);
-    job->set_key_id(j % 2 ? id256 : id128);
-    job->set_cipher(CipherOf(j % 2 ? id256 : id128));
-    job->set_type(v1::JOB_ENCRYPT);
+    auto* job = AddJob(&req, j, j % 2 ? id256 : id128, v1::JOB_ENCRYPT);
     job->set_usage(j);
     job->set_length(1 + 37 * j);
   }
@@ -357,14 +406,7 @@ TEST_F(ServiceTest, KeystreamMatchesOpenSslAndCountersAreFresh) {
     EXPECT_TRUE(ctrs.insert(ctr0).second);
     std::string ks = Combine(resp, j);
     ASSERT_EQ(ks.size(), 1u + 37 * j);
-    std::string ctrs_in;
-    unsigned __int128 c0 = 0;
-    for (unsigned char b : ctr0) c0 = (c0 << 8) | b;
-    for (size_t b = 1; b <= (ks.size() + 15) / 16; ++b) {
-      unsigned __int128 c = c0 + b;
-      for (int k = 15; k >= 0; --k) ctrs_in.push_back(static_cast<char>(c >> (8 * k)));
-    }
-    EXPECT_EQ(ks, AesEcb(j % 2 ? k256 : k128, ctrs_in).substr(0, ks.size())) << j;
+    EXPECT_EQ(ks, RefKeystream(j % 2 ? k256 : k128, ctr0, ks.size())) << j;
   }
   EXPECT_GT(resp[0].stats().ring_bytes_sent(), 0u);
 }
@@ -373,10 +415,7 @@ TEST_F(ServiceTest, BatchMissingOnOnePartyIsUnavailableAndRingRecovers) {
   std::string id = PutKey(Rand(16));
   v1::RunRequest req;
   req.set_batch_id(Rand(16));
-  auto* job = req.add_jobs();
-  job->set_key_id(id);
-  job->set_cipher(CipherOf(id));
-  job->set_type(v1::JOB_ENCRYPT);
+  auto* job = AddJob(&req, 0, id, v1::JOB_ENCRYPT);
   job->set_length(16);
   for (int missing = 0; missing < 3; ++missing) {
     req.set_batch_id(Rand(16));
@@ -403,10 +442,7 @@ TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
   std::string id = PutKey(Rand(16));
   v1::RunRequest req;
   req.set_batch_id(Rand(16));
-  auto* job = req.add_jobs();
-  job->set_key_id(id);
-  job->set_cipher(CipherOf(id));
-  job->set_type(v1::JOB_CHECKSUM);
+  auto* job = AddJob(&req, 0, id, v1::JOB_CHECKSUM);
   job->set_data("hello");
   // The message length is a public input: a party told another length
   // refuses with the others.
@@ -440,11 +476,7 @@ TEST_F(ServiceTest, ChecksumOverSharesMatchesTheEnctypeAndVerifies) {
     const std::string msg = Rand(100);
     v1::RunRequest req;
     req.set_batch_id(Rand(16));
-    auto* job = req.add_jobs();
-    job->set_job_id(1);
-    job->set_key_id(id);
-    job->set_cipher(CipherOf(id));
-    job->set_type(v1::JOB_CHECKSUM);
+    auto* job = AddJob(&req, 1, id, v1::JOB_CHECKSUM);
     job->set_usage(23);
     job->set_data(msg);
     const v1::JobStatus ok[] = {v1::JOB_OK};
@@ -454,17 +486,7 @@ TEST_F(ServiceTest, ChecksumOverSharesMatchesTheEnctypeAndVerifies) {
     for (int i = 1; i < 3; ++i)
       for (int k = 0; k < 16; ++k) tag[k] ^= Vals(resp[i], 0).tag.first[k];
     const std::string ctr0 = Vals(resp[0], 0).ctr0;
-    const std::string h = AesEcb(key, std::string(16, '\0'));
-    protocol::Block hb;
-    std::memcpy(hb.data(), h.data(), 16);
-    const uint8_t a[5] = {0, 0, 0, 23, 0x99};
-    const std::vector<uint8_t> x = protocol::GhashInput(
-        a, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.data()), msg.size()));
-    const protocol::Block g = protocol::Ghash(hb, x);
-    const std::string e0 = AesEcb(key, ctr0);
-    std::string want(16, '\0');
-    for (int k = 0; k < 16; ++k) want[k] = static_cast<char>(g[k] ^ e0[k]);
-    EXPECT_EQ(tag, want);
+    EXPECT_EQ(tag, RefChecksumTag(key, 23, ctr0, msg));
 
     v1::RunRequest ver;
     ver.set_batch_id(Rand(16));
@@ -475,11 +497,7 @@ TEST_F(ServiceTest, ChecksumOverSharesMatchesTheEnctypeAndVerifies) {
     const std::pair<std::string, std::string> cases[] = {
         {msg, ctr0 + tag}, {msg, bad_tag}, {bad_msg, ctr0 + tag}};
     for (int j = 0; j < 3; ++j) {
-      auto* v = ver.add_jobs();
-      v->set_job_id(j);
-      v->set_key_id(id);
-      v->set_cipher(CipherOf(id));
-      v->set_type(v1::JOB_VERIFY_CHECKSUM);
+      auto* v = AddJob(&ver, j, id, v1::JOB_VERIFY_CHECKSUM);
       v->set_usage(23);
       v->set_data(cases[j].first);
       v->set_checksum(cases[j].second);
@@ -516,11 +534,7 @@ TEST_F(ServiceTest, KeyMissingOrStaleOnOnePartyFailsOnlyItsJobs) {
   v1::RunRequest req;
   const std::string ids[4] = {good, gone, Rand(32), stale};
   for (int j = 0; j < 8; ++j) {
-    auto* job = req.add_jobs();
-    job->set_job_id(100 + j);
-    job->set_key_id(ids[j % 4]);
-    job->set_cipher(CipherOf(ids[j % 4]));
-    job->set_type(v1::JOB_ENCRYPT);
+    auto* job = AddJob(&req, 100 + j, ids[j % 4], v1::JOB_ENCRYPT);
     job->set_length(20);
   }
   for (int round = 0; round < 2; ++round) {
@@ -545,15 +559,7 @@ TEST_F(ServiceTest, KeyMissingOrStaleOnOnePartyFailsOnlyItsJobs) {
       }
       std::string ks = Combine(resp, j);
       ASSERT_EQ(ks.size(), 20u);
-      const std::string ctr0 = Vals(resp[0], j).ctr0;
-      unsigned __int128 c0 = 0;
-      for (unsigned char b : ctr0) c0 = (c0 << 8) | b;
-      std::string ctrs_in;
-      for (int b = 1; b <= 2; ++b) {
-        unsigned __int128 c = c0 + b;
-        for (int k = 15; k >= 0; --k) ctrs_in.push_back(static_cast<char>(c >> (8 * k)));
-      }
-      EXPECT_EQ(ks, AesEcb(key, ctrs_in).substr(0, 20)) << j;
+      EXPECT_EQ(ks, RefKeystream(key, Vals(resp[0], j).ctr0, 20)) << j;
     }
     EXPECT_NE(resp[0].results(1).detail().find("party 1"), std::string::npos)
         << resp[0].results(1).detail();
@@ -661,11 +667,7 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   std::string id = PutKey(key);
   v1::RunRequest req;
   req.set_batch_id(Rand(16));
-  auto* job = req.add_jobs();
-  job->set_job_id(42);
-  job->set_key_id(id);
-  job->set_cipher(CipherOf(id));
-  job->set_type(v1::JOB_ENCRYPT);
+  auto* job = AddJob(&req, 42, id, v1::JOB_ENCRYPT);
   job->set_length(20);
   std::array<v1::RunRequest, 3> reqs = {req, req, req};
   std::array<v1::RunResponse, 3> resp;
@@ -697,20 +699,8 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
     EXPECT_EQ(Vals(frs[i], 0).tag.second, Vals(frs[(i + 1) % 3], 0).tag.first);
     for (int k = 0; k < 16; ++k) tag[k] ^= Vals(frs[i], 0).tag.first[k];
   }
-  {  // The enctype's tag: GHASH_H(usage || C) ^ AES_K(ctr0).
-    const std::string h = AesEcb(key, std::string(16, '\0'));
-    protocol::Block hb;
-    std::memcpy(hb.data(), h.data(), 16);
-    const uint8_t a[4] = {0, 0, 0, 0};
-    const std::string c(20, 'x');
-    const protocol::Block g = protocol::Ghash(
-        hb, protocol::GhashInput(a, absl::MakeConstSpan(
-                                        reinterpret_cast<const uint8_t*>(c.data()), 20)));
-    const std::string e0 = AesEcb(key, Vals(resp[0], 0).ctr0);
-    std::string want(16, '\0');
-    for (int k = 0; k < 16; ++k) want[k] = static_cast<char>(g[k] ^ e0[k]);
-    EXPECT_EQ(tag, want);
-  }
+  // The enctype's tag: GHASH_H(usage || C) ^ AES_K(ctr0), usage 0.
+  EXPECT_EQ(tag, RefTag(key, std::string(4, '\0'), Vals(resp[0], 0).ctr0, std::string(20, 'x')));
   fin.set_batch_id(Rand(16));
   for (int i = 0; i < 3; ++i) {
     grpc::Status st = parties_[i].keyops->DoFinalize(V(fin), &fr);
@@ -736,11 +726,7 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   expect_refused(parties_[0].keyops->DoRun(V(bad), &resp[0]),
                  grpc::StatusCode::INVALID_ARGUMENT, v1::BATCH_MALFORMED);
   for (int j = 0; j < 17; ++j) {
-    auto* big = bad.add_jobs();
-    big->set_job_id(j);
-    big->set_key_id(id);
-    big->set_cipher(CipherOf(id));
-    big->set_type(v1::JOB_ENCRYPT);
+    auto* big = AddJob(&bad, j, id, v1::JOB_ENCRYPT);
     big->set_length(65536 * 16);
   }
   expect_refused(parties_[0].keyops->DoRun(V(bad), &resp[0]),
@@ -750,11 +736,7 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   bad.clear_jobs();
   const std::string mib(65536 * 16, 'd');
   for (int j = 0; j < 17; ++j) {
-    auto* big = bad.add_jobs();
-    big->set_job_id(j);
-    big->set_key_id(id);
-    big->set_cipher(CipherOf(id));
-    big->set_type(v1::JOB_CHECKSUM);
+    auto* big = AddJob(&bad, j, id, v1::JOB_CHECKSUM);
     big->set_usage(17);
     big->set_length(static_cast<uint32_t>(mib.size()));
     bad.mutable_data_shares()->append(mib);
@@ -803,11 +785,7 @@ TEST_F(ServiceTest, AnotherWireVersionIsRefusedByName) {
   const std::string id = PutKey(Rand(16));
   v1::RunRequest run;
   run.set_batch_id(Rand(16));
-  auto* job = run.add_jobs();
-  job->set_job_id(1);
-  job->set_key_id(id);
-  job->set_cipher(CipherOf(id));
-  job->set_type(v1::JOB_ENCRYPT);
+  auto* job = AddJob(&run, 1, id, v1::JOB_ENCRYPT);
   job->set_usage(2);
   job->set_length(20);
   v1::FinalizeRequest fin;
@@ -863,11 +841,7 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   v1::RunRequest req;
   req.set_batch_id(Rand(16));
   auto add = [&](v1::JobType type) {
-    auto* job = req.add_jobs();
-    job->set_job_id(req.jobs_size() * 10);
-    job->set_key_id(id);
-    job->set_cipher(CipherOf(id));
-    job->set_type(type);
+    auto* job = AddJob(&req, (req.jobs_size() + 1) * 10, id, type);
     job->set_usage(7);
     return job;
   };
@@ -904,14 +878,7 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   // The good ENCRYPT's keystream is AES-CTR under the key.
   std::string ks = Combine(resp, 0);
   ASSERT_EQ(ks.size(), 33u);
-  unsigned __int128 c0 = 0;
-  for (unsigned char b : Vals(resp[0], 0).ctr0) c0 = (c0 << 8) | b;
-  std::string ctrs_in;
-  for (int b = 1; b <= 3; ++b) {
-    unsigned __int128 c = c0 + b;
-    for (int k = 15; k >= 0; --k) ctrs_in.push_back(static_cast<char>(c >> (8 * k)));
-  }
-  EXPECT_EQ(ks, AesEcb(key, ctrs_in).substr(0, 33));
+  EXPECT_EQ(ks, RefKeystream(key, Vals(resp[0], 0).ctr0, 33));
   // The CHECKSUM's tag shares have consistent copies.
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(Vals(resp[i], 4).tag.second, Vals(resp[(i + 1) % 3], 4).tag.first);
@@ -930,11 +897,7 @@ TEST_F(ServiceTest, RunShareBufferOfTheWrongSizeIsRefused) {
   v1::RunRequest req;
   req.set_batch_id(Rand(16));
   for (int j = 0; j < 3; ++j) {
-    auto* job = req.add_jobs();
-    job->set_job_id(j + 1);
-    job->set_key_id(id);
-    job->set_cipher(CipherOf(id));
-    job->set_type(j == 1 ? v1::JOB_ENCRYPT : v1::JOB_CHECKSUM);
+    auto* job = AddJob(&req, j + 1, id, j == 1 ? v1::JOB_ENCRYPT : v1::JOB_CHECKSUM);
     job->set_usage(7);
     if (j == 1) job->set_length(5);
     else job->set_data(j == 0 ? "first" : "second message");
@@ -972,11 +935,8 @@ TEST_F(ServiceTest, JobCipherMustBeTheKeysCipher) {
   v1::RunRequest req;
   req.set_batch_id(Rand(16));
   auto add = [&](const std::string& id, v1::Cipher cipher) {
-    auto* job = req.add_jobs();
-    job->set_job_id(req.jobs_size());
-    job->set_key_id(id);
+    auto* job = AddJob(&req, req.jobs_size() + 1, id, v1::JOB_ENCRYPT);
     job->set_cipher(cipher);
-    job->set_type(v1::JOB_ENCRYPT);
     job->set_usage(3);
     job->set_length(20);
     return job;
@@ -1013,14 +973,8 @@ TEST_F(ServiceTest, JobCipherMustBeTheKeysCipher) {
       << resp[0].results(4).detail();
   // The computed ones are the right cipher's keystream.
   for (int j : {0, 2}) {
-    unsigned __int128 c0 = 0;
-    for (unsigned char b : Vals(resp[0], j).ctr0) c0 = (c0 << 8) | b;
-    std::string ctrs_in;
-    for (int b = 1; b <= 2; ++b) {
-      unsigned __int128 c = c0 + b;
-      for (int k = 15; k >= 0; --k) ctrs_in.push_back(static_cast<char>(c >> (8 * k)));
-    }
-    EXPECT_EQ(Combine(resp, j), AesEcb(j == 0 ? k128 : k256, ctrs_in).substr(0, 20)) << j;
+    EXPECT_EQ(Combine(resp, j), RefKeystream(j == 0 ? k128 : k256, Vals(resp[0], j).ctr0, 20))
+        << j;
   }
   // Counted like the other per-job failures, on every server.
   for (int i = 0; i < 3; ++i) {
@@ -1033,24 +987,6 @@ TEST_F(ServiceTest, JobCipherMustBeTheKeysCipher) {
 
 // ---- Pads and KeyOps.Sign ----
 
-// The enctype's checksum tag of `msg` under `key`, usage and ctr0, in the
-// clear: GHASH_H(usage BE32 || 0x99, msg) ^ AES_K(ctr0).
-std::string RefChecksumTag(const std::string& key, uint32_t usage,
-                           const std::string& ctr0, const std::string& msg) {
-  const std::string h = AesEcb(key, std::string(16, '\0'));
-  protocol::Block hb;
-  std::memcpy(hb.data(), h.data(), 16);
-  const uint8_t a[5] = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
-                        static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
-  const protocol::Block g = protocol::Ghash(
-      hb, protocol::GhashInput(a, absl::MakeConstSpan(
-                                      reinterpret_cast<const uint8_t*>(msg.data()), msg.size())));
-  const std::string e0 = AesEcb(key, ctr0);
-  std::string out(16, '\0');
-  for (int k = 0; k < 16; ++k) out[k] = static_cast<char>(g[k] ^ e0[k]);
-  return out;
-}
-
 class SignTest : public ServiceTest {
  protected:
   // Runs PAD jobs (job ids 1..n, max lengths `lens`) under `id`; returns
@@ -1060,11 +996,7 @@ class SignTest : public ServiceTest {
     v1::RunRequest req;
     req.set_batch_id(Rand(16));
     for (size_t j = 0; j < lens.size(); ++j) {
-      auto* job = req.add_jobs();
-      job->set_job_id(j + 1);
-      job->set_key_id(id);
-      job->set_cipher(CipherOf(id));
-      job->set_type(v1::JOB_PAD);
+      auto* job = AddJob(&req, j + 1, id, v1::JOB_PAD);
       job->set_usage(usage);
       job->set_length(lens[j]);
     }
@@ -1112,11 +1044,7 @@ class SignTest : public ServiceTest {
           reinterpret_cast<const uint8_t*>(value.data()), value.size()));
       EXPECT_TRUE(views.ok());
       for (int i = 0; i < 3; ++i) {
-        const auto& c = (*views)[i].comp;
-        reqs[i].mutable_data_shares()->append(reinterpret_cast<const char*>(c[0].data()),
-                                              c[0].size());
-        reqs[i].mutable_data_shares()->append(reinterpret_cast<const char*>(c[1].data()),
-                                              c[1].size());
+        AppendShares(reqs[i].mutable_data_shares(), (*views)[i].comp);
       }
     }
     std::array<v1::SignResponse, 3> out;
@@ -1291,9 +1219,7 @@ TEST_F(SignTest, ShareBufferOfTheWrongSizeIsRefusedAndKeepsThePads) {
       it->set_job_id(j + 1);
       it->set_usage(6);
       it->set_length(8);
-      for (const auto& c : (*views)[i].comp)
-        reqs[i].mutable_data_shares()->append(reinterpret_cast<const char*>(c.data()),
-                                              c.size());
+      AppendShares(reqs[i].mutable_data_shares(), (*views)[i].comp);
     }
   }
   for (int i = 0; i < 3; ++i) ASSERT_EQ(reqs[i].data_shares().size(), 32u);
@@ -1326,11 +1252,7 @@ TEST_F(SignTest, PadsAndEncryptStatesDoNotMix) {
   const std::string id = PutKey(key);
   v1::RunRequest req;
   req.set_batch_id(Rand(16));
-  auto* enc = req.add_jobs();
-  enc->set_job_id(1);
-  enc->set_key_id(id);
-  enc->set_cipher(CipherOf(id));
-  enc->set_type(v1::JOB_ENCRYPT);
+  auto* enc = AddJob(&req, 1, id, v1::JOB_ENCRYPT);
   enc->set_length(16);
   auto* pad = req.add_jobs();
   *pad = *enc;
@@ -1374,11 +1296,7 @@ TEST_F(SignTest, LinkedPadFollowsItsEncrypt) {
   const std::string id = PutKey(key);
   v1::RunRequest req;
   req.set_batch_id(Rand(16));
-  auto* enc = req.add_jobs();
-  enc->set_job_id(7);
-  enc->set_key_id(id);
-  enc->set_cipher(CipherOf(id));
-  enc->set_type(v1::JOB_ENCRYPT);
+  auto* enc = AddJob(&req, 7, id, v1::JOB_ENCRYPT);
   enc->set_usage(2);
   enc->set_length(100);
   auto* pad = req.add_jobs();
@@ -1436,11 +1354,7 @@ TEST_F(SignTest, VerificationPadVerifiesOnceAndNeverSigns) {
     v1::RunRequest req;
     req.set_batch_id(Rand(16));
     for (int j = 1; j <= n; ++j) {
-      auto* p = req.add_jobs();
-      p->set_job_id(j);
-      p->set_key_id(id);
-      p->set_cipher(CipherOf(id));
-      p->set_type(v1::JOB_PAD);
+      auto* p = AddJob(&req, j, id, v1::JOB_PAD);
       p->set_usage(17);
       p->set_length(320);
       p->set_checksum(sc[0]);

@@ -1,0 +1,99 @@
+"""The bench tools' choice of binaries and their checks of their arguments:
+storm_bench.find_storm takes kmpc-storm from $KMPC_CMAKE_BUILD as the rest
+of the harness takes its binaries (cluster.find_built), and kdc_cpu_ab's
+label=DIR / label=FILE.so arguments are checked with an error naming what
+is wrong. No realm, no storm: well under a second."""
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench import kdc_cpu_ab, storm_bench
+
+T0 = time.monotonic()
+
+
+def executable(path, age_s=0):
+    """An executable file at path, modified age_s seconds ago."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+    t = time.time() - age_s
+    os.utime(path, (t, t))
+    return path
+
+
+@pytest.fixture
+def builds(tmp_path, monkeypatch):
+    """A build/ with a newer kmpc-storm in one cmake tree and an older one
+    in another (own), the environment naming neither."""
+    build = tmp_path / "build"
+    newest = executable(str(build / "cmake" / "mpc-server" / "kmpc-storm"))
+    own = executable(str(build / "cmake-own" / "mpc-server" / "kmpc-storm"), age_s=3600)
+    monkeypatch.setattr(storm_bench, "BUILD", str(build))
+    monkeypatch.delenv("KMPC_STORM", raising=False)
+    monkeypatch.delenv("KMPC_CMAKE_BUILD", raising=False)
+    return newest, own
+
+
+def test_find_storm_prefers_kmpc_cmake_build(builds, monkeypatch):
+    newest, own = builds
+    assert storm_bench.find_storm() == newest
+    monkeypatch.setenv("KMPC_CMAKE_BUILD", os.path.dirname(os.path.dirname(own)))
+    assert storm_bench.find_storm() == own
+    monkeypatch.setenv("KMPC_STORM", "/opt/other/kmpc-storm")
+    assert storm_bench.find_storm() == "/opt/other/kmpc-storm"
+
+
+def test_find_storm_falls_back_when_that_build_has_none(builds, tmp_path, monkeypatch):
+    newest, _ = builds
+    monkeypatch.setenv("KMPC_CMAKE_BUILD", str(tmp_path / "empty-build"))
+    assert storm_bench.find_storm() == newest
+    os.remove(newest)
+    os.remove(builds[1])
+    with pytest.raises(storm_bench.kmpc_realm.RealmError, match="kmpc-storm is not built"):
+        storm_bench.find_storm()
+
+
+@pytest.fixture
+def cmake_tree(tmp_path):
+    """A cmake build directory holding the kdcmpc module, and a module file."""
+    tree = tmp_path / "cmake"
+    module = tree / "kdc-plugin" / "libkmpc_kdc.so"
+    module.parent.mkdir(parents=True)
+    module.write_bytes(b"\x7fELF")
+    return tree, module
+
+
+def test_kdc_cpu_ab_accepts_a_build_dir_or_a_module(cmake_tree):
+    tree, module = cmake_tree
+    assert kdc_cpu_ab.parse_build(f"after={tree}") == ("after", str(tree), "")
+    assert kdc_cpu_ab.parse_build(f"m={module}") == ("m", str(module), "")
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("{tmp}/missing.so", "expected label=DIR"),
+    ("x={tmp}/missing.so", "module {tmp}/missing.so does not exist"),
+    ("x={tmp}", "not a kmpc cmake build: no kdc-plugin/libkmpc_kdc.so"),
+    ("x={tmp}/nothing", "neither a cmake build directory nor a kdcmpc module"),
+    ("x={tmp}/cmake@{tmp}", "no sbin/krb5kdc under"),
+])
+def test_kdc_cpu_ab_says_what_is_wrong(cmake_tree, tmp_path, spec, says):
+    spec, says = (s.format(tmp=tmp_path) for s in (spec, says))
+    with pytest.raises(ValueError, match=re.escape(says)):
+        kdc_cpu_ab.parse_build(spec)
+
+
+def test_kdc_cpu_ab_command_line_error(tmp_path):
+    """The tool exits 2 (argparse) with the reason, before any realm."""
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kdc_cpu_ab.py")
+    p = subprocess.run([sys.executable, tool, f"a={tmp_path}/lib.so"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert f"module {tmp_path}/lib.so does not exist" in p.stderr
+    print(f"bench tools' tests: {time.monotonic() - T0:.1f} s")
