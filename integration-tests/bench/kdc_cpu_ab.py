@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """KDC CPU per login, A/B: stock and one or more kmpc module builds, in
 one session, back to back, repeated (the machine is shared: compare the
-ratios of one round, not absolutes across rounds).
+ratios of one round, not absolutes across rounds). With --mix, the same
+for make bench's 16-client login,tgs,renew,forward mix (per operation).
 
 Each round runs, for stock and then for every build given, the closed-loop
 AS storm `make bench` takes the KDC's CPU per login from (storm_bench.py:
@@ -58,8 +59,11 @@ def storm(target, args, label, outdir):
     return res, logins
 
 
-def one(kind, build, users, conc, secs, outdir, label):
-    """One target: {'rate', 'kdc_us', ...per-login counters}."""
+def one(kind, build, users, conc, secs, outdir, label, mix=False):
+    """One target: {'rate', 'kdc_us', ...per-login counters}. With mix, the
+    closed-loop mix of make bench (storm_bench.MIX, the sync engine, a thread
+    per operation in flight) at `conc` clients (default MIX_CONCURRENCY)
+    instead of the AS storm: figures per operation."""
     if build and build.endswith(".so"):
         os.environ["KMPC_KDC_MODULE"] = build
     elif build:
@@ -70,14 +74,16 @@ def one(kind, build, users, conc, secs, outdir, label):
         t = storm_bench.stock_factory(wd, "headline", users)
     else:
         t = storm_bench.kmpc_factory(wd, "headline", users, metrics=True)
-    c = conc or t.saturation_concurrency
+    c = conc or (storm_bench.MIX_CONCURRENCY if mix else t.saturation_concurrency)
     wu = getattr(t, "warmup_s", 1.0)
-    ramp = ["--ramp", wu] if c > 64 else []
+    extra = ["--ramp", wu] if c > 64 else []
+    if mix:  # as storm_bench's mix_closed_loop
+        extra = ["--engine", "sync", "--mix", storm_bench.MIX, "--tgs", t.service]
     try:
         # Warm-up (connections, pads, page cache) outside the figures.
         storm(t, ["-c", 8, "-d", 2], label + "-warm", wd)
         c0 = scrape(t.metrics_urls["krb5kdc"]) if kind != "stock" else {}
-        res, logins = storm(t, ["-c", c, "-d", secs, "-w", wu, *ramp], label, wd)
+        res, logins = storm(t, ["-c", c, "-d", secs, "-w", wu, *extra], label, wd)
         c1 = scrape(t.metrics_urls["krb5kdc"]) if kind != "stock" else {}
     finally:
         t.stop()
@@ -94,11 +100,11 @@ def one(kind, build, users, conc, secs, outdir, label):
     return out
 
 
-def one_in_child(kind, build, prefix, users, conc, secs, outdir, label):
+def one_in_child(kind, build, prefix, users, conc, secs, outdir, label, mix=False):
     """one() in a child process whose KRB5_PREFIX is `prefix`."""
     env = dict(os.environ, KRB5_PREFIX=prefix)
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one",
-                        json.dumps([kind, build, users, conc, secs, outdir, label])],
+                        json.dumps([kind, build, users, conc, secs, outdir, label, mix])],
                        env=env, capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
         raise RuntimeError(f"{label} failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -155,6 +161,9 @@ def main():
     ap.add_argument("--alternate", action="store_true",
                     help="the builds in reverse order every other round "
                          "(the machine drifts within a round)")
+    ap.add_argument("--mix", action="store_true",
+                    help="the login,tgs,renew,forward mix (sync engine, -c "
+                         "default 16) instead of the AS storm; per operation")
     ap.add_argument("--stock-prefix", default="",
                     help="stock's krb5 prefix (default: $KRB5_PREFIX)")
     a = ap.parse_args()
@@ -166,11 +175,12 @@ def main():
     rounds = []
     for r in range(a.rounds):
         row = {"stock": measure("stock", None, a.stock_prefix, a.users,
-                                a.concurrency, a.seconds, outdir, f"r{r}-stock")}
+                                a.concurrency, a.seconds, outdir, f"r{r}-stock",
+                                a.mix)}
         order = builds[::-1] if a.alternate and r % 2 else builds
         for label, path, prefix in order:
             row[label] = measure("kmpc", path, prefix, a.users, a.concurrency,
-                                 a.seconds, outdir, f"r{r}-{label}")
+                                 a.seconds, outdir, f"r{r}-{label}", a.mix)
         s = row["stock"]
         for label, _, _ in builds:
             x = row[label]

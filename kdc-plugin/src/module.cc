@@ -2,7 +2,6 @@
 // transports, the router (a batcher per cluster, router.h) and the eventfd
 // bridge to the KDC's event loop.
 #include <errno.h>
-#include <malloc.h>
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,25 +266,6 @@ void StartExposer(kmpc_core* core, const std::string& addr) {
                                getpid(), "): cannot serve ", addr, ": ", why));
 }
 
-// glibc's malloc gives memory back to the kernel whenever the free top of
-// a heap reaches M_TRIM_THRESHOLD (128 KiB, raised only after an mmapped
-// chunk is freed), and the next allocations fault the pages in afresh
-// (zeroed by the kernel): under load the KDC's threads (the module's
-// responses, gRPC's read buffers, krb5's own allocations) shrank and
-// regrew their heaps all the time, ~5 us of page faults per login
-// (docs/bench-log.md, kcpu4). The KDC keeps its peak heap instead (tens of
-// MiB under a storm); a chunk of 32 MiB or more is still mmapped and
-// unmapped on its own. Set once, before the module starts its threads.
-void KeepHeapPages() {
-#ifdef __GLIBC__
-  static std::once_flag once;
-  std::call_once(once, [] {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-  });
-#endif
-}
-
 }  // namespace
 
 extern "C" krb5_error_code kmpc_core_create(const char* const* options,
@@ -307,7 +287,11 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     // acquisition): visible in the KDC's profile under load. The module's
     // own locks are std::mutex; deadlocks are the tests' business (TSan).
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-    KeepHeapPages();
+    // glibc's malloc settings stay the process's own (no mallopt here):
+    // keeping the heap's peak mapped (a 512 MiB trim threshold) held a
+    // backlog's peak in the KDC's resident memory, which the soak judges
+    // as growth, and neither it nor turning fast bins off measured a lower
+    // CPU per login in alternated runs (docs/bench-log.md, kcpu5).
     auto core = std::make_unique<kmpc_core>();
     core->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (core->efd < 0) {
