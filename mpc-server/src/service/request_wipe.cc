@@ -3,9 +3,14 @@
 #include <grpc/slice.h>
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/unknown_field_set.h"
 
@@ -146,12 +151,27 @@ grpc::Status ParseAndWipe(grpc_byte_buffer* req, Message* msg, const char* metho
   return st;
 }
 
+void WipingService::RequireEveryMethodOf(const char* full_name) const {
+  const google::protobuf::ServiceDescriptor* sd =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(full_name);
+  bool ok = sd != nullptr && static_cast<size_t>(sd->method_count()) == names_.size();
+  for (int i = 0; ok && i < sd->method_count(); ++i) {
+    const std::string path = absl::StrCat("/", full_name, "/", sd->method(i)->name());
+    ok = std::find(names_.begin(), names_.end(), path) != names_.end();
+  }
+  if (!ok) {
+    std::fprintf(stderr, "request_wipe: a method of %s has no wiping handler\n", full_name);
+    std::abort();
+  }
+}
+
 std::unique_ptr<grpc::Service> WipingKeyOps(pb::KeyOps::Service* svc) {
   auto w = std::make_unique<WipingService>();
   using S = pb::KeyOps::Service;
   w->AddUnary("/kmpc.v1.KeyOps/Run", static_cast<S*>(svc), &S::Run);
   w->AddUnary("/kmpc.v1.KeyOps/Finalize", static_cast<S*>(svc), &S::Finalize);
   w->AddUnary("/kmpc.v1.KeyOps/Sign", static_cast<S*>(svc), &S::Sign);
+  w->RequireEveryMethodOf("kmpc.v1.KeyOps");
   return w;
 }
 
@@ -165,6 +185,7 @@ std::unique_ptr<grpc::Service> WipingAdmin(pb::Admin::Service* svc) {
   w->AddUnary("/kmpc.v1.Admin/Metrics", static_cast<S*>(svc), &S::Metrics);
   w->AddUnary("/kmpc.v1.Admin/RefreshKeys", static_cast<S*>(svc), &S::RefreshKeys);
   w->AddUnary("/kmpc.v1.Admin/DeleteKeys", static_cast<S*>(svc), &S::DeleteKeys);
+  w->RequireEveryMethodOf("kmpc.v1.Admin");
   return w;
 }
 

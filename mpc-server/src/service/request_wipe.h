@@ -40,6 +40,8 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
@@ -122,7 +124,15 @@ class WipingService : public grpc::Service {
             name, [svc, fn](grpc::ServerContext* c, const Req* q, Resp* p) {
               return (svc->*fn)(c, q, p);
             })));
+    names_.emplace_back(name);
   }
+  // Aborts (a build error, not an input error) unless every method of the
+  // proto service full_name (e.g. "kmpc.v1.KeyOps") was added: a method
+  // added to kmpc.proto but not here would otherwise answer UNIMPLEMENTED.
+  void RequireEveryMethodOf(const char* full_name) const;
+
+ private:
+  std::vector<std::string> names_;
 };
 
 // The KeyOps and Admin services of kmpc.proto, each method forwarded to

@@ -277,5 +277,24 @@ TEST(RequestWipe, WipeMessageStringsReachesNestedFields) {
   EXPECT_EQ(s.items(0).job_id(), 7u);
 }
 
+// A method of kmpc.proto without a wiping handler would answer
+// UNIMPLEMENTED; the factories refuse to build such a service.
+TEST(RequestWipeDeathTest, AServiceMissingAMethodIsRefused) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  pb::KeyOps::Service keyops;
+  pb::Admin::Service admin;
+  EXPECT_NE(WipingKeyOps(&keyops), nullptr);
+  EXPECT_NE(WipingAdmin(&admin), nullptr);
+  using S = pb::KeyOps::Service;
+  EXPECT_DEATH(
+      {
+        WipingService partial;
+        partial.AddUnary("/kmpc.v1.KeyOps/Run", &keyops, &S::Run);
+        partial.AddUnary("/kmpc.v1.KeyOps/Finalize", &keyops, &S::Finalize);
+        partial.RequireEveryMethodOf("kmpc.v1.KeyOps");
+      },
+      "a method of kmpc.v1.KeyOps has no wiping handler");
+}
+
 }  // namespace
 }  // namespace kmpc::service
