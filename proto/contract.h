@@ -60,7 +60,10 @@ bool CounterRangeOk(absl::string_view ctr0, uint64_t n);
 // A linked PAD's counter (kmpc.proto Job.pad_after) is its ENCRYPT's
 // ctr0 + kLinkedPadOffset. 2^17 > kMaxJobBlocks: never one of that
 // encryption's own counters c0 .. c0 + kMaxJobBlocks; any other counter
-// is a fresh uniform 128-bit draw, equal to it with probability 2^-128.
+// is a fresh 128-bit draw (uniform but for the engine's fix-up of counters
+// whose range would touch the all-zero block, engine.cc FixCounter, which
+// at most doubles the weight of a few values), equal to it with probability
+// at most 2^-127.
 inline constexpr uint64_t kLinkedPadOffset = uint64_t{1} << 17;
 static_assert(kLinkedPadOffset > kMaxJobBlocks);
 

@@ -501,6 +501,17 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
     }
   } scope(rep3_, log_, options_.malicious);
   if (absl::Status s = AgreeOnBatch(b); !s.ok()) return s;
+  if (deviated_) {
+    // A forwarded header or view failed its tag: the headers this party
+    // decided on may not be its peers' (an honest successor whose key view
+    // differs may have revealed, as its ctr0 shares, PRSS components of
+    // ids this party would go on to use as masks). Every id revealed in
+    // the agreement is below counter_before + 2^32 (u32 counters), so past
+    // 2^40 more no message this party sends in this batch is masked by a
+    // revealed component. The batch fails (RunBatch); the engine is
+    // replaced after it, so the skip never reaches another batch.
+    prss_.Skip(uint64_t{1} << 40);
+  }
   if (absl::Status s = DrawCounters(b); !s.ok()) return s;
   LinkPads(b);
   if (absl::Status s = RunAes(b); !s.ok()) return s;
@@ -688,7 +699,10 @@ bool Engine::Impl::CheckForwarded(const uint8_t k0[16], absl::Span<uint8_t> fwd,
   const size_t n = fwd.size() - kForwardTagSize;
   if (ForwardTagOk(k0, fwd.subspan(0, n), fwd.data() + n)) return true;
   deviated_ = true;
-  if (rep3_.log() != nullptr) log_.AddOpened(fwd);
+  if (rep3_.log() != nullptr) {
+    log_.AddOpened(fwd);
+    log_.MarkDeviated();
+  }
   std::memcpy(fwd.data(), mine.data(), n);
   return false;
 }

@@ -249,6 +249,7 @@ void MulLog::Rewind() {
 
 void MulLog::Clear() {
   Rewind();
+  deviated_ = false;
   for (auto& v : and_) share::Wipe(v.data(), 8 * std::min(and_dirty_, v.capacity()));
   for (auto& v : fold_) {
     share::Wipe(v.data(), sizeof(dzkp::F64) * std::min(fold_dirty_, v.capacity()));
@@ -661,7 +662,7 @@ void Size(V& v, size_t n) {
 
 absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
-  absl::Status st = Compare(ctx, log.opened_, true);
+  absl::Status st = Compare(ctx, log.opened_, !log.deviated());
   log.Clear();
   return st;
 }
@@ -731,7 +732,7 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
     return fail(st);
 
   // Last round: compare.
-  absl::Status st = Compare(ctx, log.opened_, local_ok);
+  absl::Status st = Compare(ctx, log.opened_, local_ok && !log.deviated());
   wipe();
   return st;
 }

@@ -202,6 +202,12 @@ class MulLog {
              const uint8_t* y1, const uint8_t* z0, const uint8_t* z1,
              size_t n);
   void AddOpened(absl::Span<const uint8_t> v);
+  // This party saw a deviation outside the log (engine.cc CheckForwarded:
+  // a forwarded message whose tag failed): its next compare fails whatever
+  // its successor's hash says (the cheater knows every value this party
+  // opened, so it could send back this party's own hash). Until Clear.
+  void MarkDeviated() { deviated_ = true; }
+  bool deviated() const { return deviated_; }
 
   size_t and_words() const { return and_n_; }
   size_t gf_products() const { return gf_[0].size() / 16; }
@@ -251,6 +257,7 @@ class MulLog {
   // is its capacity.
   std::array<dzkp::WordVector, 6> and_;
   size_t and_n_ = 0;
+  bool deviated_ = false;
   // Runs of words with fewer than 64 live lanes: (first word, words, live).
   std::vector<std::array<size_t, 3>> partial_;
   // Elements of and_ / fold_ written since the last Clear.
