@@ -1830,6 +1830,14 @@ void ExpectIntegrityFailure(const std::array<absl::StatusOr<BatchResult>, 3>& r,
 // with it): the second message forwards them, then the ctr0 shares.
 size_t HeaderBytes(const std::vector<size_t>& sizes) { return sizes[0]; }
 
+// Runs jobs once with nothing armed (batch 100; every party must serve it)
+// and returns the sizes of the messages the cheating party sent in it.
+std::vector<size_t> HonestRunSizes(Cluster& c, const std::vector<Job>& jobs) {
+  const uint64_t before = c.cheat().sent();
+  mal::ExpectHonest(c.RunSame(100, jobs));
+  return std::vector<size_t>(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+}
+
 }  // namespace desync
 
 TEST(Malicious, ForwardedAgreementHeaderTamperingIsAnIntegrityFailure) {
@@ -1838,10 +1846,7 @@ TEST(Malicious, ForwardedAgreementHeaderTamperingIsAnIntegrityFailure) {
     Cluster c(mal::Malicious(), cheater);
     const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
     const std::vector<Job> jobs = lb.jobs();
-    const uint64_t before = c.cheat().sent();
-    mal::ExpectHonest(c.RunSame(100, jobs));
-    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
-                                    c.cheat().sizes().end());
+    const std::vector<size_t> sizes = desync::HonestRunSizes(c, jobs);
     const size_t h = desync::HeaderBytes(sizes);
     uint64_t seq = 200;
     // The forwarded header's inputs digest, key-view digest, counter count
@@ -1918,10 +1923,7 @@ TEST(Malicious, ReadAheadCtr0AtTheZeroBlockIsAnIntegrityFailure) {
     const protocol::Prf next(c.cheat().first_received().data());
     const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
     const std::vector<Job> jobs = lb.jobs();
-    const uint64_t before = c.cheat().sent();
-    mal::ExpectHonest(c.RunSame(100, jobs));
-    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
-                                    c.cheat().sizes().end());
+    const std::vector<size_t> sizes = desync::HonestRunSizes(c, jobs);
     const size_t h = desync::HeaderBytes(sizes);
     ASSERT_GE(sizes[1], h + 16) << "the batch draws a counter in the agreement";
     bool aimed = false;
