@@ -87,6 +87,21 @@ void FixCounter(Block& ctr0, uint64_t n) {
   if (!CounterRangeOk(ctr0, std::max<uint64_t>(n, contract::kLinkedPadOffset))) ctr0[0] ^= 0x80;
 }
 
+// The key pair of one tagged forwarding exchange (agreement.h ForwardTag),
+// a fresh PRSS random value: k1 tags what this party sends for party i+1,
+// which receives it forwarded by party i-1; k0 checks what party i-1 sent,
+// forwarded by party i+1. Wiped when the exchange ends, on every path.
+struct ForwardKeys {
+  explicit ForwardKeys(protocol::Prss& prss) { prss.RandomShares(k0, k1, 16); }
+  ~ForwardKeys() {
+    share::Wipe(k0, sizeof k0);
+    share::Wipe(k1, sizeof k1);
+  }
+  ForwardKeys(const ForwardKeys&) = delete;
+  ForwardKeys& operator=(const ForwardKeys&) = delete;
+  uint8_t k0[16], k1[16];
+};
+
 std::array<uint8_t, 4> UsageBe(uint32_t usage) {
   return {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
           static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage)};
@@ -471,8 +486,8 @@ class Engine::Impl {
   // i+2 holds as its component 1). On a bad tag: deviated_, `mine` put in
   // its place (with honest parties' inputs the same, what the originator
   // sent), and the bad bytes logged as opened, so that party i-1's compare
-  // view differs from ours. Returns whether the tag held.
-  bool CheckForwarded(const uint8_t k0[16], absl::Span<uint8_t> fwd,
+  // view differs from ours.
+  void CheckForwarded(const uint8_t k0[16], absl::Span<uint8_t> fwd,
                       absl::Span<const uint8_t> mine);
 };
 
@@ -625,17 +640,15 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
   for (size_t j = 0; j < b.plan.size(); ++j)
     if (b.plan[j].live() && b.plan[j].needs_ctr0) pending.push_back(j);
   h.mine.counters = static_cast<uint32_t>(pending.size());
-  // The forwarding tag's key: k1 tags our header for party i+1, which gets
-  // it forwarded by party i-1; k0 checks party i-1's, forwarded by i+1.
-  uint8_t k0[16], k1[16];
-  prss_.RandomShares(k0, k1, 16);
+  const ForwardKeys keys(prss_);
   const uint64_t counter_before = prss_.counter();
   std::vector<uint8_t> r0(16 * pending.size()), r1(16 * pending.size());
   prss_.RandomShares(r0.data(), r1.data(), r0.size());
   constexpr size_t kMsg = AgreementHeader::kSize + kForwardTagSize;
   uint8_t raw[kMsg], raw_next[kMsg];
   h.mine.Encode(absl::MakeSpan(raw, AgreementHeader::kSize));
-  ForwardTag(k1, absl::MakeConstSpan(raw, AgreementHeader::kSize), raw + AgreementHeader::kSize);
+  ForwardTag(keys.k1, absl::MakeConstSpan(raw, AgreementHeader::kSize),
+             raw + AgreementHeader::kSize);
   if (absl::Status st = channel_.Exchange(raw, absl::MakeSpan(raw_next)); !st.ok())
     return st;
   absl::StatusOr<AgreementHeader> next =
@@ -648,9 +661,7 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
   std::memcpy(out.data(), raw_next, kMsg);
   if (!r1.empty()) std::memcpy(out.data() + kMsg, r1.data(), r1.size());
   if (absl::Status st = channel_.Exchange(out, absl::MakeSpan(in)); !st.ok()) return st;
-  CheckForwarded(k0, absl::MakeSpan(in.data(), kMsg), absl::MakeConstSpan(raw, kMsg));
-  share::Wipe(k0, sizeof k0);
-  share::Wipe(k1, sizeof k1);
+  CheckForwarded(keys.k0, absl::MakeSpan(in.data(), kMsg), absl::MakeConstSpan(raw, kMsg));
   absl::StatusOr<AgreementHeader> next2 = AgreementHeader::Decode(
       absl::MakeConstSpan(in.data(), AgreementHeader::kSize));
   if (!next2.ok()) return next2.status();
@@ -694,17 +705,16 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
   return absl::OkStatus();
 }
 
-bool Engine::Impl::CheckForwarded(const uint8_t k0[16], absl::Span<uint8_t> fwd,
+void Engine::Impl::CheckForwarded(const uint8_t k0[16], absl::Span<uint8_t> fwd,
                                   absl::Span<const uint8_t> mine) {
   const size_t n = fwd.size() - kForwardTagSize;
-  if (ForwardTagOk(k0, fwd.subspan(0, n), fwd.data() + n)) return true;
+  if (ForwardTagOk(k0, fwd.subspan(0, n), fwd.data() + n)) return;
   deviated_ = true;
   if (rep3_.log() != nullptr) {
     log_.AddOpened(fwd);
     log_.MarkDeviated();
   }
   std::memcpy(fwd.data(), mine.data(), n);
-  return false;
 }
 
 // Same inputs (hence the same number of jobs), different key views: two
@@ -717,16 +727,13 @@ absl::Status Engine::Impl::ExchangeKeyViews(Batch& b) {
   std::vector<uint8_t> vmine(n), vnext(n), vnext2(n);
   for (size_t j = 0; j < b.plan.size(); ++j)
     EncodeKeyView(b.plan[j], &vmine[kKeyViewBytes * j]);
-  uint8_t k0[16], k1[16];
-  prss_.RandomShares(k0, k1, 16);
-  ForwardTag(k1, absl::MakeConstSpan(vmine.data(), vbytes), vmine.data() + vbytes);
+  const ForwardKeys keys(prss_);
+  ForwardTag(keys.k1, absl::MakeConstSpan(vmine.data(), vbytes), vmine.data() + vbytes);
   if (absl::Status st = channel_.Exchange(vmine, absl::MakeSpan(vnext)); !st.ok())
     return st;
   if (absl::Status st = channel_.Exchange(vnext, absl::MakeSpan(vnext2)); !st.ok())
     return st;
-  CheckForwarded(k0, absl::MakeSpan(vnext2), vmine);
-  share::Wipe(k0, sizeof k0);
-  share::Wipe(k1, sizeof k1);
+  CheckForwarded(keys.k0, absl::MakeSpan(vnext2), vmine);
   const int me = party();
   for (size_t j = 0; j < b.plan.size(); ++j) {
     std::array<const uint8_t*, 3> views;
