@@ -191,8 +191,7 @@ class AesProgram {
   AesProgram(E& e, int nr, SboxCircuit circuit)
       : e_(e),
         nr_(nr),
-        depth3_(circuit == SboxCircuit::kDepth3),
-        depth4_(circuit == SboxCircuit::kDepth4),
+        circuit_(circuit),
         layers_(AndDepth(circuit)) {}
 
   // nr S-boxes of `layers_` AND layers each, plus the final linear step.
@@ -210,7 +209,7 @@ class AesProgram {
       const bool sbox_next = round < nr_;
       Layer(W::t2, sbox_next ? 9 : 0, [&] {
         if (round > 0) {
-          if (depth3_) {
+          if (circuit_ == SboxCircuit::kDepth3) {
             Sbox3Bottom();
           } else {
             SboxBottom();
@@ -223,7 +222,7 @@ class AesProgram {
         }
         e_.AddRoundKey(round);
         if (sbox_next) {
-          if (depth3_) {
+          if (circuit_ == SboxCircuit::kDepth3) {
             Sbox3Layer1();
           } else {
             SboxLayer1();
@@ -232,25 +231,29 @@ class AesProgram {
       });
       return;
     }
-    if (depth3_) {
-      switch (phase) {
-        case 1: Layer(W::t21, 24, [this] { Sbox3Layer2(); }); break;
-        case 2: Layer(W::z0, 18, [this] { Sbox3Layer3(); }); break;
-      }
-    } else if (depth4_) {
-      switch (phase) {
-        case 1: Layer(W::m25, 3, [this] { Inv4Layer2(); }); break;
-        case 2: Layer(W::m29, 4, [this] { Inv4Layer3(); }); break;
-        case 3: Layer(W::z0, 18, [this] { Inv4Finish(); }); break;
-      }
-    } else {
-      switch (phase) {
-        case 1: Layer(W::t26, 1, [this] { Inv6Layer2(); }); break;
-        case 2: Layer(W::t28, 2, [this] { Inv6Layer3(); }); break;
-        case 3: Layer(W::t36, 1, [this] { Inv6Layer4(); }); break;
-        case 4: Layer(W::t39, 1, [this] { Inv6Layer5(); }); break;
-        case 5: Layer(W::z0, 18, [this] { Inv6Finish(); }); break;
-      }
+    switch (circuit_) {
+      case SboxCircuit::kDepth3:
+        switch (phase) {
+          case 1: Layer(W::t21, 24, [this] { Sbox3Layer2(); }); break;
+          case 2: Layer(W::z0, 18, [this] { Sbox3Layer3(); }); break;
+        }
+        break;
+      case SboxCircuit::kDepth4:
+        switch (phase) {
+          case 1: Layer(W::m25, 3, [this] { Inv4Layer2(); }); break;
+          case 2: Layer(W::m29, 4, [this] { Inv4Layer3(); }); break;
+          case 3: Layer(W::z0, 18, [this] { Inv4Finish(); }); break;
+        }
+        break;
+      case SboxCircuit::kDepth6:
+        switch (phase) {
+          case 1: Layer(W::t26, 1, [this] { Inv6Layer2(); }); break;
+          case 2: Layer(W::t28, 2, [this] { Inv6Layer3(); }); break;
+          case 3: Layer(W::t36, 1, [this] { Inv6Layer4(); }); break;
+          case 4: Layer(W::t39, 1, [this] { Inv6Layer5(); }); break;
+          case 5: Layer(W::z0, 18, [this] { Inv6Finish(); }); break;
+        }
+        break;
     }
   }
 
@@ -521,8 +524,7 @@ class AesProgram {
 
   E& e_;
   const int nr_;
-  const bool depth3_;
-  const bool depth4_;
+  const SboxCircuit circuit_;
   const int layers_;
 };
 
