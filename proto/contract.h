@@ -34,8 +34,9 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // The KeyOps wire's version (kmpc.proto, "Shares travel flat"): every
 // request and response carries it, and either end refuses another.
 // 1: a string per share (a message of two per job); 2: one flat buffer per
-// message; 3: a verify item's presented tag travels as shares (SignItem.verify).
-inline constexpr uint32_t kWireVersion = 3;
+// message; 3: a verify item's presented tag travels as shares (SignItem.verify);
+// 4: a FinalizeResponse carries one additive tag share per item, not two.
+inline constexpr uint32_t kWireVersion = 4;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);

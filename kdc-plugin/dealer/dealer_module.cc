@@ -40,9 +40,12 @@
 //
 // No key, share or password is ever logged or put in a message.
 #include <fnmatch.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -293,8 +296,23 @@ std::string Unparse(krb5_context ctx, krb5_const_principal princ) {
 
 // ---- mpcdealer vtable ------------------------------------------------------
 
+// The process that deals (kadmind, kadmin.local) holds each new key in the
+// clear, and its round keys and powers of H, while it splits them: keep
+// them out of core dumps. Non-dumpable alone still leaves a root-owned core
+// when fs.suid_dumpable is 2, so the core size limit goes to 0 as well.
+krb5_error_code NoCoreDumps(krb5_context ctx) {
+  const struct rlimit none = {0, 0};
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 && setrlimit(RLIMIT_CORE, &none) == 0)
+    return 0;
+  const krb5_error_code code = errno;
+  krb5_set_error_message(ctx, code, "kmpc: cannot disable core dumps of the key dealer: %s",
+                         std::strerror(code));
+  return code;
+}
+
 krb5_error_code DealerInit(krb5_context ctx, krb5_mpcdealer_moddata* data_out) {
   *data_out = nullptr;
+  if (krb5_error_code code = NoCoreDumps(ctx); code != 0) return code;
   return Acquire(ctx);
 }
 

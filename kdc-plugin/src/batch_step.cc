@@ -776,14 +776,16 @@ void BatchStep::OnFinalize(const std::shared_ptr<FinalizeCall>& fin) {
   const client::PartyNamer namer = [this](int p) { return Party(p); };
   const int n = fin->req.items_size();
   constexpr size_t kT = contract::kTagSize;
+  // Each server's one additive share t_p of each tag (kmpc.proto
+  // FinalizeResponse.tags, wire version 4): no duplicate copy to compare,
+  // so a server that deviates can only make that tag wrong (the ticket
+  // then fails its own check where it is presented).
   for (int k = 0; k < n && bad.ok(); ++k) {
-    std::array<client::ShareView, kParties> s;
-    for (int p = 0; p < kParties; ++p) {
-      const absl::string_view tags = fin->resp[p].tags();  // 2 * kT per item
-      s[p] = {tags.substr(2 * kT * k, kT), tags.substr(2 * kT * k + kT, kT)};
-    }
+    std::array<absl::string_view, kParties> s;
+    for (int p = 0; p < kParties; ++p)
+      s[p] = absl::string_view(fin->resp[p].tags()).substr(kT * k, kT);
     SecureBytes& out = jobs_[fin->idx[k]].output;  // ctr0 || C || T
-    bad = client::Reveal(
+    bad = client::CombineAdditive(
         s, absl::MakeSpan(out.data() + out.size() - contract::kTagSize,
                           contract::kTagSize),
         What("tag", k).text, namer);
@@ -810,7 +812,7 @@ absl::Status BatchStep::CheckFinalizeAnswers(const FinalizeCall& fin) const {
       return absl::AbortedError(
           absl::StrCat(Party(p), " answered for another batch"));
     if (r.results_size() != n ||
-        r.tags().size() != 2 * contract::kTagSize * static_cast<size_t>(n))
+        r.tags().size() != contract::kTagSize * static_cast<size_t>(n))
       return absl::AbortedError(absl::StrCat(
           Party(p), " returned ", r.results_size(), " results and ",
           r.tags().size(), " bytes of tag shares for ", n, " items"));

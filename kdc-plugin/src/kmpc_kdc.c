@@ -25,6 +25,7 @@
 #include <string.h>
 #include <syslog.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <krb5/krb5.h>
 #include <krb5/kdcmpc_plugin.h>
 #include <verto.h>
@@ -136,14 +137,17 @@ kmpc_init(krb5_context context, struct verto_ctx *vctx,
     krb5_error_code ret;
     krb5_kdcmpc_moddata data;
     char *msg = NULL;
+    const struct rlimit no_core = { 0, 0 };
 
     *data_out = NULL;
 
     /* The KDC process now handles shares of keystreams and session keys:
      * never write them to a core dump (nor let processes of our uid ptrace
      * it).  This makes the whole krb5kdc process non-dumpable
-     * (kdc-plugin/README.md). */
-    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+     * (kdc-plugin/README.md); with fs.suid_dumpable = 2 the kernel would
+     * still write a root-owned core, so the core size limit goes to 0 too. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 ||
+        setrlimit(RLIMIT_CORE, &no_core) != 0) {
         ret = errno;
         krb5_set_error_message(context, ret,
                                "kdcmpc: cannot disable core dumps: %s",

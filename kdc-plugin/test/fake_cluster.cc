@@ -562,10 +562,8 @@ CallStatus FakeCluster::ComputeFinalize(
     Share(Tag(e->second.key, e->second.usage, e->second.ctr0, it.ciphertext(),
               false),
           {&tag[0], &tag[1], &tag[2]});
-    for (int p = 0; p < 3; ++p) {
-      (*out)[p].mutable_tags()->append(tag[p].first);
-      (*out)[p].mutable_tags()->append(tag[p].second);
-    }
+    // Wire version 4: each party's one additive share (its first copy).
+    for (int p = 0; p < 3; ++p) (*out)[p].mutable_tags()->append(tag[p].first);
     enc_.erase(e);
   }
   return CallStatus();
@@ -724,9 +722,9 @@ void FakeCluster::Finalize(int party, const pb::FinalizeRequest& req,
           r->clear_wire_version();
           r->clear_tags();
         }
-        if (!corrupt_[p] && !corrupt_fin_[p]) return;  // each 2nd tag copy
+        if (!corrupt_[p] && !corrupt_fin_[p]) return;  // each tag share
         std::string& t = *r->mutable_tags();
-        for (size_t i = 16; i < t.size(); i += 32) t[i] ^= 1;
+        for (size_t i = 0; i < t.size(); i += 16) t[i] ^= 1;
       },
       resp, std::move(done));
 }

@@ -307,11 +307,10 @@ void WipeRunShares(std::array<pb::RunResponse, 3>& resp) {
   }
 }
 
-// Item n's tag share pair of a Finalize response (kmpc.proto
-// FinalizeResponse.tags: 32 bytes per item), a view into the response.
-kmpc::client::ShareView FinalizeTag(const pb::FinalizeResponse& r, size_t n) {
-  const absl::string_view t = r.tags();
-  return {t.substr(32 * n, 16), t.substr(32 * n + 16, 16)};
+// Item n's additive tag share of a Finalize response (kmpc.proto
+// FinalizeResponse.tags: 16 bytes per item), a view into the response.
+absl::string_view FinalizeTag(const pb::FinalizeResponse& r, size_t n) {
+  return absl::string_view(r.tags()).substr(16 * n, 16);
 }
 
 [[noreturn]] void RpcError(int party, int code, absl::string_view message) {
@@ -760,14 +759,18 @@ int Jobs(Cluster& c) {
     }
     for (int i = 0; i < 3; ++i)
       if (fr[i].results_size() != fin.items_size() ||
-          fr[i].tags().size() != 32u * fin.items_size())
+          fr[i].tags().size() != 16u * fin.items_size())
         ShareMismatch(absl::DataLossError(absl::StrCat(
             "MPC party ", i, " returned ", fr[i].results_size(),
             " FINALIZE results for ", fin.items_size(), " items")));
     for (size_t n = 0; n < fin_jobs.size(); ++n) {
-      Bytes tag = RevealOrDie({FinalizeTag(fr[0], n), FinalizeTag(fr[1], n),
-                               FinalizeTag(fr[2], n)},
-                              absl::StrCat("tag of job ", fin_jobs[n] + 1));
+      Bytes tag(16, '\0');
+      absl::Status st = kmpc::client::CombineAdditive(
+          std::array<absl::string_view, 3>{FinalizeTag(fr[0], n), FinalizeTag(fr[1], n),
+                                           FinalizeTag(fr[2], n)},
+          absl::MakeSpan(reinterpret_cast<uint8_t*>(tag.data()), tag.size()),
+          absl::StrCat("tag of job ", fin_jobs[n] + 1));
+      if (!st.ok()) ShareMismatch(st);
       out[fin_jobs[n]] = absl::StrCat("ok ", ToHex(fin_ctr0[n] + fin_ct[n] + tag));
     }
   }

@@ -361,8 +361,13 @@ struct Headers {
 
 }  // namespace
 
-absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
-                                   absl::Span<const uint8_t> ciphertext) {
+namespace {
+
+// The GHASH input of FINALIZE's tag over C, after the checks every
+// FINALIZE makes (the state's party, usage and length; enough powers).
+absl::StatusOr<std::vector<uint8_t>> FinalizeInput(
+    const EncryptState& state, uint32_t usage,
+    absl::Span<const uint8_t> ciphertext) {
   if (state.party < 0 || state.party > 2) {
     return absl::InvalidArgumentError("FINALIZE: state has no party");
   }
@@ -379,17 +384,37 @@ absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
         " blocks, the encryption produced only ", state.nblocks));
   }
   std::vector<uint8_t> x = protocol::GhashInput(UsageBe(usage), ciphertext);
-  const size_t m = x.size() / 16;
-  if (state.NumPowers() < m) {
+  if (state.NumPowers() < x.size() / 16) {
     return absl::InvalidArgumentError("FINALIZE: state lacks powers of H");
   }
+  return x;
+}
+
+}  // namespace
+
+absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
+                                   absl::Span<const uint8_t> ciphertext) {
+  absl::StatusOr<std::vector<uint8_t>> x = FinalizeInput(state, usage, ciphertext);
+  if (!x.ok()) return x.status();
   JobResult r;
   r.ctr0 = state.ctr0;
   for (int k = 0; k < 2; ++k) {
-    protocol::GhashWithPowers(x, state.Powers(k), r.tag[k].data());
+    protocol::GhashWithPowers(*x, state.Powers(k), r.tag[k].data());
     for (int b = 0; b < 16; ++b) r.tag[k][b] ^= state.mask[k][b];
   }
   return r;
+}
+
+absl::Status FinalizeShare(const EncryptState& state, uint32_t usage,
+                           absl::Span<const uint8_t> ciphertext,
+                           std::array<uint8_t, 16>& share) {
+  absl::StatusOr<std::vector<uint8_t>> x = FinalizeInput(state, usage, ciphertext);
+  if (!x.ok()) return x.status();
+  // Component s_party only: GHASH is linear in the powers of H, so the
+  // three components XOR to GHASH_H(A, C) ^ AES_K(c0).
+  protocol::GhashWithPowers(*x, state.Powers(0), share.data());
+  for (int b = 0; b < 16; ++b) share[b] ^= state.mask[0][b];
+  return absl::OkStatus();
 }
 
 class Engine::Impl {

@@ -473,6 +473,22 @@ class Engine {
 absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
                                    absl::Span<const uint8_t> ciphertext);
 
+// FINALIZE as KeyOps.Finalize serves it, without a ring: this party's one
+// additive share t_i = GHASH_{[H]_i}(A, C) ^ [AES_K(c0)]_i of the tag
+// (component i of the replicated sharing only; t_0 ^ t_1 ^ t_2 is the
+// tag). Never both components: the two parties holding component j would
+// each return it computed over the C it was sent, and a KDC that sent them
+// different ciphertexts would get (GHASH_{[H]_j}(A, C) ^ GHASH_{[H]_j}(A, C'))
+// with the mask cancelled, i.e. [H]_j times a known difference: H, and
+// every tag, from one request. With one component per party the mask
+// share [AES_K(c0)]_i is in each answer once; AES_K(c0) is used for no
+// other tag (the state is taken once), so the three answers are uniform
+// whatever ciphertexts they were computed over, and a tampered answer can
+// only make this one tag wrong. Same checks as Finalize.
+absl::Status FinalizeShare(const EncryptState& state, uint32_t usage,
+                           absl::Span<const uint8_t> ciphertext,
+                           std::array<uint8_t, 16>& share);
+
 }  // namespace kmpc::engine
 
 #endif  // KMPC_ENGINE_ENGINE_H_

@@ -410,20 +410,21 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
     return bad;
   }
   // Ring-free (kmpc.proto KeyOps.Finalize): GHASH over the public C with
-  // this party's shares of the powers of H and of AES_K(c0), on the calling
-  // thread; the states were taken above, so each is used once.
+  // this party's component of the powers of H and of AES_K(c0), on the
+  // calling thread (engine::FinalizeShare: one additive share, never both
+  // components); the states were taken above, so each is used once.
   const absl::Time t0 = absl::Now();
-  std::vector<engine::JobResult> results(n);
+  std::vector<std::array<uint8_t, contract::kTagSize>> shares(n);
   for (int i = 0; i < n && bad.ok(); ++i) {
     const auto& e = (*entries)[i];
     const std::string& c = req.items(i).ciphertext();
-    absl::StatusOr<engine::JobResult> f = engine::Finalize(
+    absl::Status f = engine::FinalizeShare(
         *e.state, e.state->usage,
-        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(c.data()), c.size()));
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(c.data()), c.size()),
+        shares[i]);
     // The checks above exclude a state that does not fit; a failure here
     // refuses the request (a FinalizeResult has no status).
-    if (f.ok()) results[i] = std::move(*f);
-    else bad = Refuse(pb::BATCH_MALFORMED, absl::StrCat("item ", i, ": ", f.status().message()));
+    if (!f.ok()) bad = Refuse(pb::BATCH_MALFORMED, absl::StrCat("item ", i, ": ", f.message()));
   }
   entries->clear();  // the states are wiped as their last reference goes
   BatchOutcome out;
@@ -435,16 +436,15 @@ grpc::Status KeyOpsService::DoFinalize(const pb::FinalizeRequest& req,
     resp->set_wire_version(contract::kWireVersion);
     FillStats(resp->mutable_stats(), out, 0);
     std::string* tags = resp->mutable_tags();
-    tags->reserve(n * 2 * contract::kTagSize);
+    tags->reserve(n * contract::kTagSize);
     for (int i = 0; i < n; ++i) {
       auto* o = resp->add_results();
       o->set_run_batch_id(req.items(i).run_batch_id());
       o->set_job_id(req.items(i).job_id());
-      AppendTag(tags, results[i].tag);
+      tags->append(reinterpret_cast<const char*>(shares[i].data()), shares[i].size());
     }
   }
-  for (auto& r : results)
-    for (auto& t : r.tag) OPENSSL_cleanse(t.data(), t.size());
+  for (auto& t : shares) OPENSSL_cleanse(t.data(), t.size());
   return bad;
 }
 

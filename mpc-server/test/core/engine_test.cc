@@ -327,6 +327,15 @@ Bytes ClusterEncrypt(Cluster& c, const std::string& id, uint32_t usage,
   Bytes out(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
   out.insert(out.end(), cbytes.begin(), cbytes.end());
   const Bytes tag = TagOf(f);
+  // KeyOps.Finalize's answers (one additive share each) combine to the
+  // same tag as the replicated components.
+  Bytes added(16, 0);
+  for (int i = 0; i < 3; ++i) {
+    std::array<uint8_t, 16> t{};
+    EXPECT_TRUE(FinalizeShare(*r[i].jobs[0].state, usage, cbytes, t).ok());
+    for (int b = 0; b < 16; ++b) added[b] ^= t[b];
+  }
+  EXPECT_EQ(ToHex(added), ToHex(tag));
   out.insert(out.end(), tag.begin(), tag.end());
   return out;
 }
@@ -1029,6 +1038,88 @@ TEST(Engine, MalformedJobsFailAloneOthersStillRun) {
   const Bytes ctr0(r[0].jobs.back().ctr0.begin(), r[0].jobs.back().ctr0.end());
   const auto want = OpensslAes(key, Ctr(ctr0, 1).data());
   EXPECT_EQ(ToHex(ks), ToHex(want));
+}
+
+// a^(2^128 - 2) = a^-1 in GF(2^128) (GCM bit order; 0 for 0).
+protocol::Block GfInverse(const protocol::Block& a) {
+  protocol::Block res{}, x = a;
+  res[0] = 0x80;  // 1
+  for (int i = 1; i < 128; ++i) {
+    x = protocol::GfMul(x, x);
+    res = protocol::GfMul(res, x);
+  }
+  return res;
+}
+
+// The last GHASH block (the lengths) of FINALIZE over `len` bytes of C.
+protocol::Block LengthsBlock(uint32_t usage, size_t len) {
+  const uint8_t u[4] = {uint8_t(usage >> 24), uint8_t(usage >> 16),
+                        uint8_t(usage >> 8), uint8_t(usage)};
+  std::vector<uint8_t> x = protocol::GhashInput(u, Bytes(len, 0));
+  protocol::Block b;
+  std::memcpy(b.data(), x.data() + x.size() - 16, 16);
+  return b;
+}
+
+// A KDC that sends each server another ciphertext (C, then C less its
+// last byte, then less two, those bytes zero: only the lengths block
+// differs) and pairs the two answers that would carry component j of the
+// tag: with both components per answer (engine::Finalize, what KeyOps
+// wire version 3 sent) the mask cancels and component j of H falls out, so
+// H = AES_K(0) (the control); with KeyOps.Finalize's one additive share
+// per server (FinalizeShare) no two answers share a component and the
+// same computation yields no H.
+TEST(Engine, FinalizeSharesOverDifferentCiphertextsRevealNoHashKey) {
+  Cluster c;
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const uint32_t usage = 2;
+  const uint8_t zero[16] = {};
+  const auto h = OpensslAes(key, zero);
+  protocol::Block h_true;
+  std::memcpy(h_true.data(), h.data(), 16);
+  Bytes C = Random(32);
+  C[31] = C[30] = 0;
+  const Bytes cs[3] = {C, Bytes(C.begin(), C.begin() + 31), Bytes(C.begin(), C.begin() + 30)};
+  // Component j is tag[0] of party j and tag[1] of party j-1.
+  auto attack = [&](const std::array<protocol::Block, 3>& own,
+                    const std::array<protocol::Block, 3>& prev_copy) {
+    protocol::Block h{};
+    for (int j = 0; j < 3; ++j) {
+      const int p = (j + 2) % 3;
+      protocol::Block d, delta;
+      const protocol::Block lj = LengthsBlock(usage, cs[j].size());
+      const protocol::Block lp = LengthsBlock(usage, cs[p].size());
+      for (int b = 0; b < 16; ++b) {
+        d[b] = own[j][b] ^ prev_copy[p][b];
+        delta[b] = lj[b] ^ lp[b];
+      }
+      const protocol::Block hj = protocol::GfMul(d, GfInverse(delta));
+      for (int b = 0; b < 16; ++b) h[b] ^= hj[b];
+    }
+    return h;
+  };
+  {  // Control: both components, as wire version 3 answered.
+    auto r = c.Run({EncryptJob(id, usage, 2)});
+    std::array<protocol::Block, 3> own, copy;
+    for (int i = 0; i < 3; ++i) {
+      auto f = Finalize(*r[i].jobs[0].state, usage, cs[i]);
+      ASSERT_TRUE(f.ok()) << f.status();
+      own[i] = f->tag[0];
+      copy[i] = f->tag[1];
+    }
+    EXPECT_EQ(attack(own, copy), h_true) << "the control must recover H";
+  }
+  // KeyOps.Finalize: one share per server; pairing server j's with server
+  // j-1's (the only two answers there are to pair) gives no H, for fresh
+  // states again and again.
+  for (int trial = 0; trial < 4; ++trial) {
+    auto r = c.Run({EncryptJob(id, usage, 2)});
+    std::array<protocol::Block, 3> t;
+    for (int i = 0; i < 3; ++i)
+      ASSERT_TRUE(FinalizeShare(*r[i].jobs[0].state, usage, cs[i], t[i]).ok());
+    EXPECT_NE(attack(t, t), h_true) << trial;
+  }
 }
 
 TEST(Engine, FinalizeChecks) {
