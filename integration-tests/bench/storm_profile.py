@@ -52,10 +52,13 @@ def read_stat(path):
     return vals
 
 
-def report(data, out, pid, top=40):
+def report(data, out, pids, sort="symbol", top=40):
+    """Self time of the processes PIDS (comma list), as percentages of
+    their own samples."""
     p = subprocess.run(["perf", "report", "-i", data, "--no-children", "--stdio",
-                        "--pid", str(pid), "--sort", "dso,symbol", "--percent-limit", "0.7",
-                        "-g", "none"], capture_output=True, text=True)
+                        "--pid", pids, "--percentage", "relative", "--sort", sort,
+                        "--percent-limit", "0.7", "-g", "none"],
+                       capture_output=True, text=True)
     lines = [ln for ln in p.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
     with open(out, "w") as f:
         f.write("\n".join(lines[:top]) + "\n")
@@ -111,10 +114,13 @@ def main():
                   f"{v.get('context-switches', 0) / logins:8.2f} "
                   f"{v.get('raw_syscalls:sys_enter', 0) / logins:9.2f} "
                   f"{v.get('cpu-migrations', 0) / logins:6.2f}")
-        for n, pid in t.watch.items():
-            top = report(data, os.path.join(args.out_dir, f"report-{n}.txt"), pid)
-            print(f"--- {n}: self time, top symbols")
-            print("\n".join(re.sub(r"\s+", " ", ln).strip() for ln in top[:18]))
+        servers = ",".join(str(p) for n, p in t.watch.items() if n != "krb5kdc")
+        for n, pids in (("krb5kdc", str(t.watch["krb5kdc"])), ("servers", servers)):
+            for sort in ("comm", "symbol"):
+                top = report(data, os.path.join(args.out_dir, f"report-{n}-{sort}.txt"),
+                             pids, sort)
+                print(f"--- {n}: self time by {sort}")
+                print("\n".join(re.sub(r"\s+", " ", ln).strip() for ln in top[:18]))
     finally:
         t.stop()
     print(f"storm_profile: {time.time() - t0:.0f} s")
