@@ -1909,6 +1909,67 @@ TEST(Malicious, ForwardedKeyViewTamperingIsAnIntegrityFailure) {
   }
 }
 
+// A forwarded header altered while the honest parties' key views differ
+// (a key dropped on one honest party, h): the receiver i-1 puts its own
+// header in the forged one's place, so it decides from a header that is
+// not the originator's. With h = i-1 (the receiver's own view differs)
+// both honest parties still exchange the key views and run in step; the
+// receiver skips its PRSS ids past everything the agreement revealed and
+// its next compare fails (MulLog::MarkDeviated), so both fail the batch as
+// an integrity failure. With h = i+1 (the originator's view differs) the
+// two take different paths and the ring breaks: the receiver fails it as
+// an integrity failure, the originator with a ring error. Either way no
+// honest party returns a result, and after a reconnect the next batches
+// are served (the job under the missing key fails alike on all three) and
+// compute right, so the fresh PRSS streams are in step.
+TEST(Malicious, ForwardedHeaderTamperingWhenHonestKeyViewsDiffer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    for (int h : {(cheater + 1) % 3, (cheater + 2) % 3}) {
+      const int receiver = (cheater + 2) % 3, originator = (cheater + 1) % 3;
+      const std::string what = absl::StrCat("cheater ", cheater, ", key dropped on ", h);
+      Cluster c(mal::Malicious(), cheater);
+      const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+      const auto honest = c.RunSame(100, lb.jobs());
+      mal::ExpectHonest(honest);
+      const Bytes honest_ks = Keystream({*honest[0], *honest[1], *honest[2]}, 0);
+      const std::string other = c.AddKey(Random(16));
+      c.DropKey(h, other);
+      std::vector<Job> jobs = lb.jobs();
+      jobs.push_back(EncryptJob(other, 3, 20));
+      uint64_t seq = 200;
+      // The forwarded header's inputs digest, then its key-view digest.
+      for (size_t off : {size_t{3}, size_t{40}}) {
+        c.cheat().Arm(1, off, 0x01);
+        auto r = c.RunSame(seq++, jobs);
+        ASSERT_TRUE(c.cheat().fired()) << what;
+        ASSERT_FALSE(r[receiver].ok()) << what << " offset " << off;
+        EXPECT_TRUE(protocol::IsIntegrityFailure(r[receiver].status()))
+            << what << " offset " << off << ": " << r[receiver].status();
+        ASSERT_FALSE(r[originator].ok()) << what << " offset " << off;
+        if (h == receiver)
+          EXPECT_TRUE(protocol::IsIntegrityFailure(r[originator].status()))
+              << what << " offset " << off << ": " << r[originator].status();
+        c.cheat().Disarm();
+        c.Connect();
+        auto next = c.RunSame(seq++, jobs);
+        for (int i = 0; i < 3; ++i) {
+          ASSERT_TRUE(next[i].ok()) << what << ": party " << i << ": " << next[i].status();
+          EXPECT_EQ(next[i]->jobs.back().status, pb::JOB_UNKNOWN_KEY) << what;
+          for (size_t j = 0; j + 1 < jobs.size(); ++j)
+            EXPECT_EQ(next[i]->jobs[j].status, pb::JOB_OK) << what << " job " << j;
+        }
+        auto login = c.RunSame(seq++, lb.jobs());
+        mal::ExpectHonest(login);
+        if (login[0].ok() && login[1].ok() && login[2].ok())
+          EXPECT_TRUE(LoginRight({*login[0], *login[1], *login[2]}, lb, honest_ks)) << what;
+      }
+    }
+  }
+  std::printf("forwarded-header tampering with differing key views: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 // The cheater reads ahead its successor's share of the first ctr0 draw,
 // computes the value (it knows its own two PRSS components), and sends
 // party i-1 the share that opens the counter there as the all-zero block,
