@@ -1790,7 +1790,12 @@ TEST_P(MaliciousCircuit, RandomInjectionsAreAllCaught) {
     const uint64_t before = c.cheat().sent();
     const auto t_honest = std::chrono::steady_clock::now();
     const auto honest = c.RunSame(1000, jobs);
+    const auto honest_time = std::chrono::steady_clock::now() - t_honest;
     mal::ExpectHonest(honest);
+    const Bytes honest_ks = Keystream({*honest[0], *honest[1], *honest[2]}, 0);
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
+                                    c.cheat().sizes().end());
+    ASSERT_GT(sizes.size(), 20u);
     // A receive waits at most 4x a whole honest batch's time here (at
     // least 300 ms): short, since a cheated batch may leave a party waiting
     // for a peer that gave up, but scaled to the machine's load, so that an
@@ -1798,12 +1803,8 @@ TEST_P(MaliciousCircuit, RandomInjectionsAreAllCaught) {
     c.set_cheat_timeout(std::max(
         std::chrono::milliseconds(300),
         4 * std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - t_honest)));
+                honest_time)));
     c.Connect();
-    const Bytes honest_ks = Keystream({*honest[0], *honest[1], *honest[2]}, 0);
-    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
-                                    c.cheat().sizes().end());
-    ASSERT_GT(sizes.size(), 20u);
     // Every step once, then random ones.
     std::vector<uint64_t> steps;
     for (uint64_t s = 0; s < sizes.size(); ++s) steps.push_back(s);
