@@ -120,8 +120,16 @@ class Cluster {
     });
   }
   CheatingChannel& cheat() { return *cheat_; }
-  // The ring's receive timeout with a cheater, from the next Connect on.
-  void set_cheat_timeout(std::chrono::milliseconds t) { cheat_timeout_ = t; }
+  // With a cheater, from the next Connect on: a receive waits at most 8x
+  // `honest` (an honest batch's time, measured), and at least 1 s.
+  // Short, since a cheated batch may leave a party waiting for a peer that
+  // gave up; scaled to the machine's load, so that an honest message is
+  // not taken for a lost one.
+  void ScaleCheatTimeout(std::chrono::steady_clock::duration honest) {
+    cheat_timeout_ = std::max(
+        std::chrono::milliseconds(1000),
+        8 * std::chrono::duration_cast<std::chrono::milliseconds>(honest));
+  }
 
   std::string AddKey(const Bytes& key) {
     const Cipher c = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
@@ -230,7 +238,7 @@ class Cluster {
  private:
   std::array<EngineOptions, 3> opts_;
   int cheater_ = -1;
-  std::chrono::milliseconds cheat_timeout_{300};
+  std::chrono::milliseconds cheat_timeout_{1000};
   std::unique_ptr<net::InMemoryRing> ring_;
   std::unique_ptr<CheatingChannel> cheat_;
   std::array<std::unique_ptr<Engine>, 3> engines_;
@@ -1796,14 +1804,7 @@ TEST_P(MaliciousCircuit, RandomInjectionsAreAllCaught) {
     const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
                                     c.cheat().sizes().end());
     ASSERT_GT(sizes.size(), 20u);
-    // A receive waits at most 4x a whole honest batch's time here (at
-    // least 300 ms): short, since a cheated batch may leave a party waiting
-    // for a peer that gave up, but scaled to the machine's load, so that an
-    // honest message is not taken for a lost one.
-    c.set_cheat_timeout(std::max(
-        std::chrono::milliseconds(300),
-        4 * std::chrono::duration_cast<std::chrono::milliseconds>(
-                honest_time)));
+    c.ScaleCheatTimeout(honest_time);
     c.Connect();
     // Every step once, then random ones.
     std::vector<uint64_t> steps;
@@ -1968,9 +1969,13 @@ TEST(Malicious, ForwardedHeaderTamperingWhenHonestKeyViewsDiffer) {
       const std::string what = absl::StrCat("cheater ", cheater, ", key dropped on ", h);
       Cluster c(mal::Malicious(), cheater);
       const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+      const auto t_honest = std::chrono::steady_clock::now();
       const auto honest = c.RunSame(100, lb.jobs());
+      const auto honest_time = std::chrono::steady_clock::now() - t_honest;
       mal::ExpectHonest(honest);
       const Bytes honest_ks = Keystream({*honest[0], *honest[1], *honest[2]}, 0);
+      c.ScaleCheatTimeout(honest_time);  // h = i+1 breaks the ring: one timeout
+      c.Connect();
       const std::string other = c.AddKey(Random(16));
       c.DropKey(h, other);
       std::vector<Job> jobs = lb.jobs();
