@@ -320,6 +320,9 @@ std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
     *wake = std::min(*wake, flush_at);
     return nullptr;
   }
+  // A hold is for the one batch after the end that set it: once that batch
+  // goes, a later end with nothing waiting leaves no hold behind.
+  hold_until_ = absl::InfinitePast();
   std::vector<PendingJob> batch;
   uint64_t blocks = 0;
   const size_t take_jobs = std::max(o.max_jobs, o.backlog_jobs);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "contract.h"
+#include "protocol/prss.h"
 #include "protocol/verify.h"
 #include "share/replicated.h"
 
@@ -55,6 +56,21 @@ bool ForwardTagOk(const uint8_t key[16], absl::Span<const uint8_t> msg,
   const bool ok = CRYPTO_memcmp(want, tag, kForwardTagSize) == 0;
   share::Wipe(want, sizeof want);
   return ok;
+}
+
+ForwardTagKeys::ForwardTagKeys(protocol::Prss& prss) { prss.RandomShares(k0, k1, 16); }
+
+ForwardTagKeys::~ForwardTagKeys() {
+  share::Wipe(k0, sizeof k0);
+  share::Wipe(k1, sizeof k1);
+}
+
+bool ForwardedOrMine(const uint8_t k0[16], absl::Span<uint8_t> fwd,
+                     absl::Span<const uint8_t> mine) {
+  const size_t n = fwd.size() - kForwardTagSize;
+  if (ForwardTagOk(k0, fwd.subspan(0, n), fwd.data() + n)) return true;
+  std::memcpy(fwd.data(), mine.data(), n);
+  return false;
 }
 
 std::string PartyList(const std::vector<int>& parties) {

@@ -23,6 +23,10 @@
 #include "absl/types/span.h"
 #include "kmpc.pb.h"
 
+namespace kmpc::protocol {
+class Prss;
+}  // namespace kmpc::protocol
+
 namespace kmpc::engine {
 
 struct AgreementHeader {
@@ -57,6 +61,28 @@ void ForwardTag(const uint8_t key[16], absl::Span<const uint8_t> msg,
 // Whether `tag` is msg's under key (constant-time compare).
 bool ForwardTagOk(const uint8_t key[16], absl::Span<const uint8_t> msg,
                   const uint8_t tag[kForwardTagSize]);
+
+// The key pair of one tagged forwarding exchange, a fresh PRSS random
+// value: k1 (component 1) tags what this party sends for party i+1, which
+// receives it forwarded by party i-1; k0 (component 0) checks what party
+// i-1 sent, forwarded by party i+1. Wiped when it goes, on every path.
+struct ForwardTagKeys {
+  explicit ForwardTagKeys(protocol::Prss& prss);
+  ~ForwardTagKeys();
+  ForwardTagKeys(const ForwardTagKeys&) = delete;
+  ForwardTagKeys& operator=(const ForwardTagKeys&) = delete;
+  uint8_t k0[16], k1[16];
+};
+
+// A forwarded message `fwd` (its body, then the originator's tag in its
+// last kForwardTagSize bytes) checked under k0. True if the tag holds;
+// otherwise fwd's body is overwritten with the first bytes of `mine` (this
+// party's own message of the same exchange: with honest parties' inputs
+// equal, what the originator sent) and false is returned, so that the
+// caller stays in step with its peers and fails the run as an integrity
+// failure once it has run in step.
+bool ForwardedOrMine(const uint8_t k0[16], absl::Span<uint8_t> fwd,
+                     absl::Span<const uint8_t> mine);
 
 // The first byte of one party's view of a key, compared among the three
 // parties (a batch's jobs in engine.cc, a refresh's pairs in refresh.cc).

@@ -87,21 +87,6 @@ void FixCounter(Block& ctr0, uint64_t n) {
   if (!CounterRangeOk(ctr0, std::max<uint64_t>(n, contract::kLinkedPadOffset))) ctr0[0] ^= 0x80;
 }
 
-// The key pair of one tagged forwarding exchange (agreement.h ForwardTag),
-// a fresh PRSS random value: k1 tags what this party sends for party i+1,
-// which receives it forwarded by party i-1; k0 checks what party i-1 sent,
-// forwarded by party i+1. Wiped when the exchange ends, on every path.
-struct ForwardKeys {
-  explicit ForwardKeys(protocol::Prss& prss) { prss.RandomShares(k0, k1, 16); }
-  ~ForwardKeys() {
-    share::Wipe(k0, sizeof k0);
-    share::Wipe(k1, sizeof k1);
-  }
-  ForwardKeys(const ForwardKeys&) = delete;
-  ForwardKeys& operator=(const ForwardKeys&) = delete;
-  uint8_t k0[16], k1[16];
-};
-
 std::array<uint8_t, 4> UsageBe(uint32_t usage) {
   return {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
           static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage)};
@@ -665,7 +650,7 @@ absl::Status Engine::Impl::AgreeOnBatch(Batch& b) {
   for (size_t j = 0; j < b.plan.size(); ++j)
     if (b.plan[j].live() && b.plan[j].needs_ctr0) pending.push_back(j);
   h.mine.counters = static_cast<uint32_t>(pending.size());
-  const ForwardKeys keys(prss_);
+  const ForwardTagKeys keys(prss_);
   const uint64_t counter_before = prss_.counter();
   std::vector<uint8_t> r0(16 * pending.size()), r1(16 * pending.size());
   prss_.RandomShares(r0.data(), r1.data(), r0.size());
@@ -752,7 +737,7 @@ absl::Status Engine::Impl::ExchangeKeyViews(Batch& b) {
   std::vector<uint8_t> vmine(n), vnext(n), vnext2(n);
   for (size_t j = 0; j < b.plan.size(); ++j)
     EncodeKeyView(b.plan[j], &vmine[kKeyViewBytes * j]);
-  const ForwardKeys keys(prss_);
+  const ForwardTagKeys keys(prss_);
   ForwardTag(keys.k1, absl::MakeConstSpan(vmine.data(), vbytes), vmine.data() + vbytes);
   if (absl::Status st = channel_.Exchange(vmine, absl::MakeSpan(vnext)); !st.ok())
     return st;

@@ -14,6 +14,7 @@
 #include "contract.h"
 #include "engine/agreement.h"
 #include "protocol/prss.h"
+#include "protocol/verify.h"
 #include "share/replicated.h"
 
 namespace kmpc::engine {
@@ -497,54 +498,81 @@ absl::Status RefreshHeader(absl::Span<const uint8_t> batch_id, uint64_t seq,
   return views.Final(mine.keys);
 }
 
-// Same pairs, different views (or a rebuild): exchange the views, fail the
-// same pairs on all three parties. On the rebuilt party, survivor_views gets
-// the survivors' views of every pair (cipher, dealing id and metadata digest
-// of what it receives).
-absl::Status ExchangeViews(net::RingChannel& channel, int rebuild_party,
-                           std::vector<Plan>& plan, std::vector<uint8_t>& survivor_views) {
-  const bool rebuild = rebuild_party != kNoRebuild;
+// The public state of one refresh's agreement: the refresh's PRSS (the
+// forwarding tags' keys) and whether a forwarded message failed its tag
+// (agreement.h ForwardedOrMine), which fails the refresh as an integrity
+// failure once it has run in step (RefreshShares).
+struct Agreement {
+  net::RingChannel& channel;
+  protocol::Prss& prss;
+  int rebuild_party;
+  bool deviated = false;
+};
+
+// Same pairs, different views (or a rebuild): exchange the views, each
+// party's tagged for the party that receives it forwarded (as the
+// headers), and fail the same pairs on all three parties. On the rebuilt
+// party, survivor_views gets the survivors' views of every pair (cipher,
+// dealing id and metadata digest of what it receives).
+absl::Status ExchangeViews(Agreement& a, std::vector<Plan>& plan,
+                           std::vector<uint8_t>& survivor_views) {
+  net::RingChannel& channel = a.channel;
+  const bool rebuild = a.rebuild_party != kNoRebuild;
   const int me = channel.party();
   const size_t n = kViewBytes * plan.size();
-  std::vector<uint8_t> vmine(n), vnext(n), vnext2(n);
+  std::vector<uint8_t> vmine(n + kForwardTagSize), vnext(n + kForwardTagSize),
+      vnext2(n + kForwardTagSize);
   for (size_t j = 0; j < plan.size(); ++j)
     std::memcpy(&vmine[kViewBytes * j], plan[j].view.data(), kViewBytes);
+  const ForwardTagKeys keys(a.prss);
+  ForwardTag(keys.k1, absl::MakeConstSpan(vmine.data(), n), vmine.data() + n);
   if (absl::Status st = channel.Exchange(vmine, absl::MakeSpan(vnext)); !st.ok())
     return st;
   if (absl::Status st = channel.Exchange(vnext, absl::MakeSpan(vnext2)); !st.ok())
     return st;
+  if (!ForwardedOrMine(keys.k0, absl::MakeSpan(vnext2), vmine)) a.deviated = true;
   for (size_t j = 0; j < plan.size(); ++j) {
     std::array<const uint8_t*, 3> v;
     v[me] = &vmine[kViewBytes * j];
     v[(me + 1) % 3] = &vnext[kViewBytes * j];
     v[(me + 2) % 3] = &vnext2[kViewBytes * j];
-    if (rebuild) DecideRebuild(plan[j], v, rebuild_party);
+    if (rebuild) DecideRebuild(plan[j], v, a.rebuild_party);
     else Decide(plan[j], v);
   }
-  if (rebuild && me == rebuild_party) survivor_views = std::move(vnext);
+  if (rebuild && me == a.rebuild_party) {
+    vnext.resize(n);  // the views without their tag
+    survivor_views = std::move(vnext);
+  }
   return absl::OkStatus();
 }
 
-// Agreement (the engine's two rounds, agreement.h, without counters), then
-// every pair's outcome decided alike on the three parties.
-absl::Status AgreeOnRefresh(net::RingChannel& channel, absl::Span<const uint8_t> batch_id,
-                            uint64_t seq, absl::Span<const RefreshItem> items,
-                            int rebuild_party, std::vector<Plan>& plan,
+// Agreement (the engine's two rounds, agreement.h, without counters; what
+// a party forwards carries its originator's tag, ForwardTag), then every
+// pair's outcome decided alike on the three parties.
+absl::Status AgreeOnRefresh(Agreement& a, absl::Span<const uint8_t> batch_id, uint64_t seq,
+                            absl::Span<const RefreshItem> items, std::vector<Plan>& plan,
                             std::vector<uint8_t>& survivor_views) {
+  const int rebuild_party = a.rebuild_party;
   AgreementHeader mine;
   if (absl::Status st = RefreshHeader(batch_id, seq, items, rebuild_party, plan, mine);
       !st.ok())
     return st;
-  uint8_t raw[AgreementHeader::kSize], raw_next[AgreementHeader::kSize],
-      raw_next2[AgreementHeader::kSize];
-  mine.Encode(absl::MakeSpan(raw));
-  if (absl::Status st = channel.Exchange(raw, absl::MakeSpan(raw_next)); !st.ok())
-    return st;
-  if (absl::Status st = channel.Exchange(raw_next, absl::MakeSpan(raw_next2)); !st.ok())
-    return st;
-  auto next = AgreementHeader::Decode(raw_next);
+  constexpr size_t kMsg = AgreementHeader::kSize + kForwardTagSize;
+  uint8_t raw[kMsg], raw_next[kMsg], raw_next2[kMsg];
+  mine.Encode(absl::MakeSpan(raw, AgreementHeader::kSize));
+  {
+    const ForwardTagKeys keys(a.prss);
+    ForwardTag(keys.k1, absl::MakeConstSpan(raw, AgreementHeader::kSize),
+               raw + AgreementHeader::kSize);
+    if (absl::Status st = a.channel.Exchange(raw, absl::MakeSpan(raw_next)); !st.ok())
+      return st;
+    if (absl::Status st = a.channel.Exchange(raw_next, absl::MakeSpan(raw_next2)); !st.ok())
+      return st;
+    if (!ForwardedOrMine(keys.k0, absl::MakeSpan(raw_next2), raw)) a.deviated = true;
+  }
+  auto next = AgreementHeader::Decode(absl::MakeConstSpan(raw_next, AgreementHeader::kSize));
   if (!next.ok()) return next.status();
-  auto next2 = AgreementHeader::Decode(raw_next2);
+  auto next2 = AgreementHeader::Decode(absl::MakeConstSpan(raw_next2, AgreementHeader::kSize));
   if (!next2.ok()) return next2.status();
   if (!mine.SameInputs(*next) || !mine.SameInputs(*next2))
     return absl::AbortedError(
@@ -552,7 +580,7 @@ absl::Status AgreeOnRefresh(net::RingChannel& channel, absl::Span<const uint8_t>
   // A rebuild always exchanges the views: the rebuilt party learns the
   // survivors' views.
   if (rebuild_party != kNoRebuild || !mine.SameKeys(*next) || !mine.SameKeys(*next2))
-    return ExchangeViews(channel, rebuild_party, plan, survivor_views);
+    return ExchangeViews(a, plan, survivor_views);
   for (Plan& w : plan) Decide(w, {w.view.data(), w.view.data(), w.view.data()});
   return absl::OkStatus();
 }
@@ -560,8 +588,8 @@ absl::Status AgreeOnRefresh(net::RingChannel& channel, absl::Span<const uint8_t>
 // The refresh proper (no rebuild) of the pairs that go ahead: one
 // zero-sharing round.
 absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
-    net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
-    absl::Span<const RefreshItem> items, const std::vector<Plan>& plan) {
+    net::RingChannel& channel, protocol::Prss& prss, absl::Span<const uint8_t> batch_id,
+    uint64_t seq, absl::Span<const RefreshItem> items, const std::vector<Plan>& plan) {
   const int me = channel.party();
   std::vector<RefreshOutcome> out(items.size());
   size_t total = 0;
@@ -572,16 +600,11 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
   }
   if (total == 0) return out;  // nothing goes ahead, on all three parties
 
-  // Fresh PRSS keys for this refresh only: the masks never depend on keys
-  // an earlier (possibly since evicted) intruder saw; they are wiped when
-  // `prss` goes.
-  absl::StatusOr<protocol::Prss> prss = protocol::Prss::Setup(channel);
-  if (!prss.ok()) return prss.status();
   Buffers buf;
   buf.out.resize(total);
   buf.in.resize(total);
   buf.mask.resize(total);
-  prss->ZeroShare(buf.mask.data(), total);
+  prss.ZeroShare(buf.mask.data(), total);
   size_t pos = 0;
   for (const Plan& w : plan) {
     if (!w.live()) continue;
@@ -629,15 +652,27 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
     if (plan[j].live())
       if (absl::Status st = LookUp(me, items[j], lookup, plan[j]); !st.ok()) return st;
 
+  // Fresh PRSS keys for this refresh only (the forwarding tags' keys, then
+  // the masks): the masks never depend on keys an earlier (possibly since
+  // evicted) intruder saw; they are wiped when `prss` goes.
+  absl::StatusOr<protocol::Prss> prss = protocol::Prss::Setup(channel);
+  if (!prss.ok()) return prss.status();
+  Agreement a{channel, *prss, rebuild_party};
   std::vector<uint8_t> survivor_views;  // on the rebuilt party only
-  if (absl::Status st =
-          AgreeOnRefresh(channel, batch_id, seq, items, rebuild_party, plan, survivor_views);
-      !st.ok())
-    return st;
-  if (rebuild_party != kNoRebuild)
-    return RebuildExchange(channel, batch_id, seq, items, plan, rebuild_party,
-                           survivor_views);
-  return RefreshExchange(channel, batch_id, seq, items, plan);
+  absl::StatusOr<std::vector<RefreshOutcome>> out =
+      [&]() -> absl::StatusOr<std::vector<RefreshOutcome>> {
+    if (absl::Status st = AgreeOnRefresh(a, batch_id, seq, items, plan, survivor_views);
+        !st.ok())
+      return st;
+    if (rebuild_party != kNoRebuild)
+      return RebuildExchange(channel, batch_id, seq, items, plan, rebuild_party,
+                             survivor_views);
+    return RefreshExchange(channel, *prss, batch_id, seq, items, plan);
+  }();
+  // A forwarded message failed its tag: whatever came after, the refresh
+  // fails here (no new view is stored; the old ones stay as they are).
+  if (a.deviated) return protocol::IntegrityFailure();
+  return out;
 }
 
 }  // namespace kmpc::engine

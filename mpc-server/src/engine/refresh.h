@@ -25,14 +25,22 @@
 //
 // Ring rounds of one refresh batch (one message to party i-1 and one from
 // party i+1 each):
+//   1  PRSS key set-up (fresh keys for this refresh only, Prss::Setup);
 //   2  agreement: SHA-256 of the public inputs (batch id, sequence number,
 //      (old, new) pairs) and of the party's per-pair views (old key present?
 //      cipher, dealing id, metadata digest; new id free?), sent and
-//      forwarded, as engine.h's agreement;
-//   2  only if the views differ: the per-pair views, so that every party
-//      fails the same pairs;
-//   1  PRSS key set-up (fresh keys, Prss::Setup);
-//   1  the masked shares of every pair that goes ahead.
+//      forwarded, as engine.h's agreement: what a party forwards carries
+//      its originator's tag under a key of this refresh's PRSS that the
+//      forwarder lacks (agreement.h ForwardTag);
+//   2  only if the views differ, and in every rebuild: the per-pair views
+//      (tagged the same way), so that every party fails the same pairs;
+//   1  the masked shares of every pair that goes ahead (none in a rebuild,
+//      whose rounds are below).
+// A forwarded header or view list whose tag fails: the receiver puts its
+// own in its place (with the honest parties' inputs and stores equal,
+// what the originator sent), runs on in step, and fails the whole refresh
+// as an integrity failure (protocol::IsIntegrityFailure) with no new view
+// returned; the caller stores nothing, the old views stay.
 //
 // Rebuilding a lost party L (rebuild_party = L): L runs with an empty store
 // (a new server) and the two survivors A = L+1 and B = L+2 give it a view of
@@ -118,7 +126,9 @@ inline constexpr int kNoRebuild = -1;
 // party index, or kNoRebuild: see above). Per-pair failures are
 // in the outcomes; a returned error fails the whole batch: ABORTED (the
 // parties were given different batches), INVALID_ARGUMENT (too many pairs),
-// or a channel error, after which the ring must be re-established.
+// an integrity failure (a forwarded message failed its tag, above), or a
+// channel error; after an integrity failure or a channel error the ring
+// must be re-established.
 absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
     net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
     absl::Span<const RefreshItem> items, const RefreshLookup& lookup,

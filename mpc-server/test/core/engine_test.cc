@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -107,7 +109,7 @@ class Cluster {
     engines_ = {};
     cheat_.reset();
     ring_ = std::make_unique<net::InMemoryRing>(
-        std::chrono::milliseconds(cheater_ >= 0 ? 300 : 20000));
+        cheater_ >= 0 ? cheat_timeout_ : std::chrono::milliseconds(20000));
     if (cheater_ >= 0) cheat_ = std::make_unique<CheatingChannel>(ring_->party(cheater_));
     return RunParties([&](int i) -> absl::Status {
       net::RingChannel& ch = i == cheater_ ? *cheat_ : ring_->party(i);
@@ -118,6 +120,16 @@ class Cluster {
     });
   }
   CheatingChannel& cheat() { return *cheat_; }
+  // With a cheater, from the next Connect on: a receive waits at most 8x
+  // `honest` (an honest batch's time, measured), and at least 1 s.
+  // Short, since a cheated batch may leave a party waiting for a peer that
+  // gave up; scaled to the machine's load, so that an honest message is
+  // not taken for a lost one.
+  void ScaleCheatTimeout(std::chrono::steady_clock::duration honest) {
+    cheat_timeout_ = std::max(
+        std::chrono::milliseconds(1000),
+        8 * std::chrono::duration_cast<std::chrono::milliseconds>(honest));
+  }
 
   std::string AddKey(const Bytes& key) {
     const Cipher c = key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256;
@@ -226,6 +238,7 @@ class Cluster {
  private:
   std::array<EngineOptions, 3> opts_;
   int cheater_ = -1;
+  std::chrono::milliseconds cheat_timeout_{1000};
   std::unique_ptr<net::InMemoryRing> ring_;
   std::unique_ptr<CheatingChannel> cheat_;
   std::array<std::unique_ptr<Engine>, 3> engines_;
@@ -1840,6 +1853,29 @@ bool LoginRight(const std::array<BatchResult, 3>& r, const mal::LoginBatch& lb,
 // part of an opening.
 class MaliciousCircuit : public ::testing::TestWithParam<bool> {};
 
+// Runs jobs with the cheater's message `step` armed. A batch that ended
+// before that step (every such end is a receive timing out on a loaded
+// machine: the step exists in an honest run of the same jobs) is run again,
+// up to three times in all.
+std::array<absl::StatusOr<BatchResult>, 3> RunArmed(Cluster& c, uint64_t step, size_t off,
+                                                     uint8_t mask, bool late,
+                                                     const std::vector<Job>& jobs,
+                                                     uint64_t& seq) {
+  for (int attempt = 0;; ++attempt) {
+    c.cheat().Arm(step, off, mask, late);
+    auto r = c.RunSame(seq++, jobs);
+    if (c.cheat().fired() || attempt == 2) return r;
+    bool timed_out = false;
+    for (const auto& ri : r) timed_out |= absl::IsUnavailable(ri.status());
+    EXPECT_TRUE(timed_out) << "step " << step << " not reached, and no receive timed out: "
+                           << r[0].status() << " / " << r[1].status() << " / "
+                           << r[2].status();
+    if (!timed_out) return r;
+    c.cheat().Disarm();
+    c.Connect();
+  }
+}
+
 TEST_P(MaliciousCircuit, RandomInjectionsAreAllCaught) {
   std::mt19937_64 rng(0x6b6d7063);
   int trials = 0, caught = 0;
@@ -1851,12 +1887,16 @@ TEST_P(MaliciousCircuit, RandomInjectionsAreAllCaught) {
     const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
     const std::vector<Job> jobs = lb.jobs();
     const uint64_t before = c.cheat().sent();
+    const auto t_honest = std::chrono::steady_clock::now();
     const auto honest = c.RunSame(1000, jobs);
+    const auto honest_time = std::chrono::steady_clock::now() - t_honest;
     mal::ExpectHonest(honest);
     const Bytes honest_ks = Keystream({*honest[0], *honest[1], *honest[2]}, 0);
     const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
                                     c.cheat().sizes().end());
     ASSERT_GT(sizes.size(), 20u);
+    c.ScaleCheatTimeout(honest_time);
+    c.Connect();
     // Every step once, then random ones.
     std::vector<uint64_t> steps;
     for (uint64_t s = 0; s < sizes.size(); ++s) steps.push_back(s);
@@ -1867,8 +1907,7 @@ TEST_P(MaliciousCircuit, RandomInjectionsAreAllCaught) {
       const size_t off = rng() % sizes[s];
       const uint8_t mask = static_cast<uint8_t>(1u << (rng() % 8));
       const bool late = (rng() % 4) == 0;
-      c.cheat().Arm(s, off, mask, late);
-      auto r = c.RunSame(seq++, jobs);
+      auto r = RunArmed(c, s, off, mask, late, jobs, seq);
       ASSERT_TRUE(c.cheat().fired());
       caught += mal::ExpectCaughtOrHarmless(
           r, cheater,
@@ -1998,6 +2037,71 @@ TEST(Malicious, ForwardedKeyViewTamperingIsAnIntegrityFailure) {
     auto again = c.RunSame(102, jobs);
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(again[i].ok()) << again[i].status();
   }
+}
+
+// A forwarded header altered while the honest parties' key views differ
+// (a key dropped on one honest party, h): the receiver i-1 puts its own
+// header in the forged one's place, so it decides from a header that is
+// not the originator's. With h = i-1 (the receiver's own view differs)
+// both honest parties still exchange the key views and run in step; the
+// receiver skips its PRSS ids past everything the agreement revealed and
+// its next compare fails (MulLog::MarkDeviated), so both fail the batch as
+// an integrity failure. With h = i+1 (the originator's view differs) the
+// two take different paths and the ring breaks: the receiver fails it as
+// an integrity failure, the originator with a ring error. Either way no
+// honest party returns a result, and after a reconnect the next batches
+// are served (the job under the missing key fails alike on all three) and
+// compute right, so the fresh PRSS streams are in step.
+TEST(Malicious, ForwardedHeaderTamperingWhenHonestKeyViewsDiffer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    for (int h : {(cheater + 1) % 3, (cheater + 2) % 3}) {
+      const int receiver = (cheater + 2) % 3, originator = (cheater + 1) % 3;
+      const std::string what = absl::StrCat("cheater ", cheater, ", key dropped on ", h);
+      Cluster c(mal::Malicious(), cheater);
+      const mal::LoginBatch lb = mal::MakeLogin(c, Random(32));
+      const auto t_honest = std::chrono::steady_clock::now();
+      const auto honest = c.RunSame(100, lb.jobs());
+      const auto honest_time = std::chrono::steady_clock::now() - t_honest;
+      mal::ExpectHonest(honest);
+      const Bytes honest_ks = Keystream({*honest[0], *honest[1], *honest[2]}, 0);
+      c.ScaleCheatTimeout(honest_time);  // h = i+1 breaks the ring: one timeout
+      c.Connect();
+      const std::string other = c.AddKey(Random(16));
+      c.DropKey(h, other);
+      std::vector<Job> jobs = lb.jobs();
+      jobs.push_back(EncryptJob(other, 3, 20));
+      uint64_t seq = 200;
+      // The forwarded header's inputs digest, then its key-view digest.
+      for (size_t off : {size_t{3}, size_t{40}}) {
+        c.cheat().Arm(1, off, 0x01);
+        auto r = c.RunSame(seq++, jobs);
+        ASSERT_TRUE(c.cheat().fired()) << what;
+        ASSERT_FALSE(r[receiver].ok()) << what << " offset " << off;
+        EXPECT_TRUE(protocol::IsIntegrityFailure(r[receiver].status()))
+            << what << " offset " << off << ": " << r[receiver].status();
+        ASSERT_FALSE(r[originator].ok()) << what << " offset " << off;
+        if (h == receiver)
+          EXPECT_TRUE(protocol::IsIntegrityFailure(r[originator].status()))
+              << what << " offset " << off << ": " << r[originator].status();
+        c.cheat().Disarm();
+        c.Connect();
+        auto next = c.RunSame(seq++, jobs);
+        for (int i = 0; i < 3; ++i) {
+          ASSERT_TRUE(next[i].ok()) << what << ": party " << i << ": " << next[i].status();
+          EXPECT_EQ(next[i]->jobs.back().status, pb::JOB_UNKNOWN_KEY) << what;
+          for (size_t j = 0; j + 1 < jobs.size(); ++j)
+            EXPECT_EQ(next[i]->jobs[j].status, pb::JOB_OK) << what << " job " << j;
+        }
+        auto login = c.RunSame(seq++, lb.jobs());
+        mal::ExpectHonest(login);
+        if (login[0].ok() && login[1].ok() && login[2].ok())
+          EXPECT_TRUE(LoginRight({*login[0], *login[1], *login[2]}, lb, honest_ks)) << what;
+      }
+    }
+  }
+  std::printf("forwarded-header tampering with differing key views: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 // The cheater reads ahead its successor's share of the first ctr0 draw,

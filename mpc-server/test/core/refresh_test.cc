@@ -8,13 +8,19 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <tuple>
 
+#include "../cheat.h"
+#include "absl/strings/str_cat.h"
 #include "contract.h"
+#include "engine/agreement.h"
 #include "engine/engine.h"
 #include "net/memory_ring.h"
+#include "protocol/verify.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
@@ -51,9 +57,20 @@ Bytes Open(const Views& v, bool h_powers) {
   return Xor3(c(0), c(1), c(2));
 }
 
-// Three parties' stores (key id -> view, metadata) and a ring.
+// Three parties' stores (key id -> view, metadata) and a ring; with a
+// cheater, that party's channel is the cheating-server harness (cheat.h).
 class RefreshCluster {
  public:
+  explicit RefreshCluster(int cheater = -1) : cheater_(cheater) { Reconnect(); }
+  // A fresh ring (as the servers re-establish it after a failed refresh);
+  // the stores stay.
+  void Reconnect() {
+    cheat_.reset();
+    ring_ = std::make_unique<net::InMemoryRing>(std::chrono::milliseconds(20000));
+    if (cheater_ >= 0)
+      cheat_ = std::make_unique<::kmpc::testing::CheatingChannel>(ring_->party(cheater_));
+  }
+  ::kmpc::testing::CheatingChannel& cheat() { return *cheat_; }
   std::string AddKey(const Bytes& key, const std::string& meta = "kvno 3 alice") {
     auto views = DealKey(key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256, key);
     EXPECT_TRUE(views.ok()) << views.status();
@@ -66,6 +83,11 @@ class RefreshCluster {
   }
   Views Get(const std::string& id) {
     return {store_[0].at(id), store_[1].at(id), store_[2].at(id)};
+  }
+  // Party `party`'s view under `id`, or null.
+  std::shared_ptr<const KeyShares> Find(int party, const std::string& id) {
+    auto f = store_[party].find(id);
+    return f == store_[party].end() ? nullptr : f->second;
   }
   void Drop(int party, const std::string& id) { store_[party].erase(id); }
   // A lost server replaced by a new one: an empty store.
@@ -99,7 +121,8 @@ class RefreshCluster {
             store_[i].count(it.new_key_id) != 0 || taken_[i].count(it.new_key_id) != 0;
         return s;
       };
-      out[i] = RefreshShares(ring_.party(i), batch_id, seq_, items[i], lookup, rebuild);
+      net::RingChannel& ch = i == cheater_ ? *cheat_ : ring_->party(i);
+      out[i] = RefreshShares(ch, batch_id, seq_, items[i], lookup, rebuild);
       return out[i].status();
     });
     ++seq_;
@@ -166,7 +189,9 @@ class RefreshCluster {
   }
 
  private:
-  net::InMemoryRing ring_{std::chrono::milliseconds(20000)};
+  int cheater_ = -1;
+  std::unique_ptr<net::InMemoryRing> ring_;
+  std::unique_ptr<::kmpc::testing::CheatingChannel> cheat_;
   uint64_t seq_ = 1;
   std::array<std::map<std::string, std::shared_ptr<const KeyShares>>, 3> store_;
   std::array<std::map<std::string, std::string>, 3> meta_;
@@ -411,6 +436,141 @@ TEST(RefreshTest, RebuildOfAPartyThatStillHoldsTheKeyIsRefused) {
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].status, pb::JOB_MALFORMED);
   EXPECT_NE(r[0].detail.find("still holds"), std::string::npos) << r[0].detail;
+}
+
+// The refresh's agreement against a cheater that alters what it forwards
+// (refresh.cc AgreeOnRefresh, ExchangeViews). Party i forwards party
+// i+1's header (and, when the views differ, its views) to party i-1, each
+// tagged by its originator under a key of the refresh's PRSS that party i
+// lacks. The messages the cheater sends: 0 its PRSS key, 1 its header and
+// tag, 2 the forwarded header and tag, then (views exchanged) 3 its views
+// and tag, 4 the forwarded views and tag.
+namespace tamper {
+
+constexpr size_t kHeaderMsg = AgreementHeader::kSize + kForwardTagSize;
+
+// Runs `items` on all three parties with nothing armed and returns the
+// sizes of the messages the cheater sent.
+std::vector<size_t> HonestSizes(RefreshCluster& c, const std::vector<RefreshItem>& items) {
+  const uint64_t before = c.cheat().sent();
+  auto r = c.RunEach({items, items, items});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(r[i].ok()) << r[i].status();
+  return std::vector<size_t>(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+}
+
+// One tampered refresh of `items` (or rebuild of party `rebuild`):
+// `detector` fails it as an integrity failure, the third party (honest, in
+// step with the originator) serves it with `want` per pair; the old views
+// of `keep` stay as they were (and, outside a rebuild, still hold `key`).
+void ExpectTamperFails(RefreshCluster& c, const std::vector<RefreshItem>& items,
+                       int detector, int other, const std::vector<pb::JobStatus>& want,
+                       const std::string& keep, const Bytes& key, const std::string& what,
+                       int rebuild = kNoRebuild) {
+  std::array<std::shared_ptr<const KeyShares>, 3> before;
+  for (int i = 0; i < 3; ++i) before[i] = c.Find(i, keep);
+  auto r = c.RunEach({items, items, items}, rebuild);
+  ASSERT_TRUE(c.cheat().fired()) << what;
+  ASSERT_FALSE(r[detector].ok()) << what;
+  EXPECT_TRUE(protocol::IsIntegrityFailure(r[detector].status()))
+      << what << ": " << r[detector].status();
+  ASSERT_TRUE(r[other].ok()) << what << ": " << r[other].status();
+  ASSERT_EQ(r[other]->size(), want.size()) << what;
+  for (size_t j = 0; j < want.size(); ++j)
+    EXPECT_EQ((*r[other])[j].status, want[j]) << what << " pair " << j;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(c.Find(i, keep), before[i]) << what << " party " << i;
+  if (rebuild == kNoRebuild) ExpectHolds(c.Get(keep), key);
+}
+
+}  // namespace tamper
+
+// The forwarded header altered (inputs digest, views digest, the end of
+// the header, its tag), and the cheater's own header sent with a bad tag
+// (party i+1 then finds the tag it receives forwarded wrong): the party
+// that checks the tag fails the refresh as an integrity failure, nothing
+// changes in the stores, and after the ring is re-established the next
+// refresh is served.
+TEST(RefreshTest, ForwardedHeaderTamperingIsAnIntegrityFailure) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    RefreshCluster c(cheater);
+    const Bytes key = Random(16);
+    const std::string a = c.AddKey(key);
+    const std::vector<size_t> sizes = tamper::HonestSizes(c, {{a, NewId()}});
+    ASSERT_GE(sizes.size(), 4u);
+    EXPECT_EQ(sizes[0], 16u);  // the PRSS key
+    EXPECT_EQ(sizes[1], tamper::kHeaderMsg);
+    EXPECT_EQ(sizes[2], tamper::kHeaderMsg);
+    const std::array<std::pair<uint64_t, size_t>, 5> cases = {{
+        {2, 3}, {2, 40}, {2, AgreementHeader::kSize - 1}, {2, tamper::kHeaderMsg - 1},
+        {1, tamper::kHeaderMsg - 1}}};
+    for (const auto& [step, off] : cases) {
+      const std::string what =
+          absl::StrCat("cheater ", cheater, " step ", step, " byte ", off);
+      // Step 2 forges for party i-1; a bad own tag is seen by party i+1.
+      const int detector = step == 2 ? (cheater + 2) % 3 : (cheater + 1) % 3;
+      const int other = 3 - cheater - detector;
+      c.cheat().Arm(step, off, 0x01);
+      tamper::ExpectTamperFails(c, {{a, NewId()}}, detector, other, {pb::JOB_OK}, a, key,
+                                what);
+      c.cheat().Disarm();
+      c.Reconnect();
+      const Views oldv = c.Get(a);
+      const std::string n = NewId();
+      auto ok = c.Run({{a, n}});
+      ASSERT_EQ(ok.size(), 1u) << what;
+      EXPECT_EQ(ok[0].status, pb::JOB_OK) << what << ": " << ok[0].detail;
+      ExpectRedealt(oldv, c.Get(n), key);
+    }
+  }
+  std::printf("refresh forwarded-header tampering: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// The per-pair views, exchanged when they differ (a key missing on the
+// cheater) and in every rebuild, altered as the cheater forwards them.
+TEST(RefreshTest, ForwardedViewTamperingIsAnIntegrityFailure) {
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    RefreshCluster c(cheater);
+    const Bytes key = Random(16);
+    const std::string a = c.AddKey(key), gone = c.AddKey(Random(16));
+    c.Drop(cheater, gone);
+    auto items = [&] { return std::vector<RefreshItem>{{a, NewId()}, {gone, NewId()}}; };
+    const std::vector<size_t> sizes = tamper::HonestSizes(c, items());
+    ASSERT_GE(sizes.size(), 5u);
+    ASSERT_EQ(sizes[3], 2 * 51 + kForwardTagSize);  // two pairs' views, tagged
+    ASSERT_EQ(sizes[4], sizes[3]);
+    const std::string what = absl::StrCat("cheater ", cheater, " forwarded views");
+    c.cheat().Arm(4, 1, 0x02);
+    tamper::ExpectTamperFails(c, items(), (cheater + 2) % 3, (cheater + 1) % 3,
+                              {pb::JOB_OK, pb::JOB_UNKNOWN_KEY}, a, key, what);
+    c.cheat().Disarm();
+    c.Reconnect();
+    auto next = c.Run(items());
+    ASSERT_EQ(next.size(), 2u);
+    EXPECT_EQ(next[0].status, pb::JOB_OK) << next[0].detail;
+    EXPECT_EQ(next[1].status, pb::JOB_UNKNOWN_KEY);
+  }
+  // A rebuild of the cheater (a new server that forwards survivor A's
+  // views to survivor B, which checks them): B fails it, A serves it.
+  for (int lost = 0; lost < 3; ++lost) {
+    RefreshCluster c(lost);
+    const Bytes key = Random(16);
+    const std::string a = c.AddKey(key);
+    c.Lose(lost);
+    c.cheat().Arm(4, 0, 0x01);
+    tamper::ExpectTamperFails(c, {{a, NewId()}}, (lost + 2) % 3, (lost + 1) % 3,
+                              {pb::JOB_OK}, a, key,
+                              absl::StrCat("rebuild of cheater ", lost), lost);
+    c.cheat().Disarm();
+    c.Reconnect();
+    c.Lose(lost);
+    const std::string n = NewId();
+    auto ok = c.Run({{a, n}}, lost);
+    ASSERT_EQ(ok.size(), 1u);
+    EXPECT_EQ(ok[0].status, pb::JOB_OK) << ok[0].detail;
+    ExpectHolds(c.Get(n), key);
+  }
 }
 
 }  // namespace
