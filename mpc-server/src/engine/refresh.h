@@ -59,8 +59,8 @@
 // against the new views).
 //
 // Checking the new sharing (refresh_check.h), in both security modes (a
-// refresh is rare; the check costs five ring rounds of at most 97 bytes
-// and two SHA-256 passes over the key material), after the last message
+// refresh is rare; the check costs five ring rounds of at most 96 bytes
+// and a few SHA-256 passes over the key material), after the last message
 // that carries shares and before any party returns a new view:
 //   1  a PRSS set up for the check alone (its keys drawn after every share
 //      of the run is fixed): per party two one-time tag key pairs;
@@ -88,9 +88,10 @@
 // ^ d_c = 0, i.e. the new sharing, as the honest parties hold it, is the
 // old key. What c may do with its own copies only makes its own later
 // messages wrong, which the malicious-mode batch check catches like any
-// other deviation. Error: a SHA-256 collision, or a forged 32-byte
-// one-time tag (2^-256 per guess; the 2^-40 bound asked of the check is
-// met with room). A deviation in any message up to round 3 makes both
+// other deviation. Error: a SHA-256 collision (c knows everything it
+// would need to collide, so this is SHA-256's collision resistance,
+// 2^-128 work) or a forged one-time tag under a 16-byte key c lacks
+// (2^-128 per try); far below the 2^-40 of the batch check. A deviation in any message up to round 3 makes both
 // honest parties refuse (each decides on honest data alone, and a refusal
 // reaches the other honest party either directly or tagged through c);
 // in rounds 4 and 5 c can still make one honest party refuse while the
