@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "contract.h"
 #include "engine/agreement.h"
+#include "engine/refresh_check.h"
 #include "protocol/prss.h"
 #include "protocol/verify.h"
 #include "share/replicated.h"
@@ -180,6 +181,20 @@ absl::Status NewDealId(absl::Span<const uint8_t> batch_id, uint64_t seq,
   if (absl::Status st = d.Final(h); !st.ok()) return st;
   std::memcpy(out.data(), h.data(), 16);
   return absl::OkStatus();
+}
+
+// What the check of the new sharing binds its hashes and tags to: this
+// run (batch id, sequence number, rebuild party).
+std::vector<uint8_t> CheckContext(absl::Span<const uint8_t> batch_id, uint64_t seq,
+                                  int rebuild_party) {
+  static constexpr char kTag[] = "kmpc-refresh-run-v1";
+  std::vector<uint8_t> c;
+  c.reserve(sizeof kTag + batch_id.size() + 9);
+  for (char ch : kTag) c.push_back(static_cast<uint8_t>(ch));
+  for (uint8_t b : batch_id) c.push_back(b);
+  for (int k = 0; k < 8; ++k) c.push_back(static_cast<uint8_t>(seq >> (56 - 8 * k)));
+  c.push_back(static_cast<uint8_t>(rebuild_party + 1));
+  return c;
 }
 
 size_t ComponentBytes(const KeyShares& k) {
@@ -459,6 +474,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
   NewRebuildViews(r, s, t, x, views);
 
   size_t pos = 0, mpos = 0;
+  absl::Status local;  // this party's own failure, reported after the check
   for (const RebuildPair& l : r.live) {
     auto ks = std::make_shared<KeyShares>();
     ks->party = me;
@@ -469,11 +485,20 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
     TakeComponents(views, RoundKeyBytes(l.cipher), kHPowerBytes, pos, *ks);
     if (me == lost) {
       absl::StatusOr<std::string> m = TakeRebuiltMeta(meta_msg, mpos, l.meta_digest);
-      if (!m.ok()) return m.status();
+      if (!m.ok()) {
+        local = m.status();
+        break;
+      }
       out[l.j].public_meta = *std::move(m);
     }
     out[l.j].shares = std::move(ks);
   }
+  // The new views' copies checked before anyone reports them (refresh.h;
+  // a rebuild has no old view on every party, so no change check).
+  const NewSharing check{views.out, views.in, {}, {}, local.ok()};
+  absl::Status st = CheckNewSharing(channel, CheckContext(batch_id, seq, lost), check);
+  if (!local.ok()) return local;
+  if (!st.ok()) return st;
   return out;
 }
 
@@ -631,6 +656,21 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
                    *ks);
     out[j].shares = std::move(ks);
   }
+  // The new sharing checked before anyone reports it (refresh.h): copies,
+  // and each component's change (component 0's is the mask; component 1's
+  // is new ^ old) a sharing of zero.
+  Buffers delta;  // delta.out: component 1's change
+  delta.out.reserve(total);
+  for (const Plan& w : plan)
+    if (w.live())
+      for (const auto* comp : {&w.key->round_keys[1], &w.key->h_powers[1]})
+        delta.out.insert(delta.out.end(), comp->begin(), comp->end());
+  for (size_t k = 0; k < total; ++k) delta.out[k] ^= buf.in[k];
+  const NewSharing check{buf.out, buf.in, buf.mask, delta.out, true};
+  if (absl::Status st =
+          CheckNewSharing(channel, CheckContext(batch_id, seq, kNoRebuild), check);
+      !st.ok())
+    return st;
   return out;
 }
 

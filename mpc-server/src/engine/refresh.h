@@ -64,7 +64,61 @@
 // (CRYPTO 1995, section 4) in the replicated form: the survivors' shares
 // are re-randomised as part of it, so it is also a refresh of every key it
 // covers (the old party's store, backups and certificate are worthless
-// against the new views). Semi-honest, like the rest of the protocol.
+// against the new views).
+//
+// Checking the new sharing (refresh_check.h), in both security modes (a
+// refresh is rare; the check costs five ring rounds of at most 96 bytes
+// and a few SHA-256 passes over the key material), after the last message
+// that carries shares and before any party returns a new view:
+//   1  a PRSS set up for the check alone (its keys drawn after every share
+//      of the run is fixed): per party two one-time tag key pairs;
+//   2  party i sends party i-1 H(x_i') (its component 0, which i-1 holds as
+//      its component 1), in a refresh H(d_{i+1}) (d = new ^ old of a
+//      component; i-1 lacks share i+1 of d), and, for party i+1 through
+//      i-1, T_i = SHA-256(key shared by i and i+1 || x_{i+1}' || d_i);
+//   3  party i-1 forwards T_i to party i+1;
+//   each party compares: its component 1 with its successor's hash, its
+//   component 0 and (refresh) its missing change d_{i+2} = d_i ^ d_{i+1}
+//   with T_{i+2} under the key it shares with party i+2, and (refresh) the
+//   same change with its successor's H(d_{i+2});
+//   4  every party's verdict (one byte) to party i-1 with a tag for i+1,
+//   5  forwarded: a party accepts only if its own comparisons held, its
+//      successor's verdict is "accept" and the tagged verdict of party i+2
+//      is "accept" with a valid tag.
+// Soundness (one deviating party c, honest h1 = c+1, h2 = c+2): h1's direct
+// messages come from h2, and what h2 needs from h1 travels through c with
+// a tag under a key only h1 and h2 hold (k_{c+2} of the check's PRSS, sent
+// by h2 to h1 directly), so each honest party compares the component the
+// two honest parties share (x_{c+2}') with the other honest party's copy,
+// and (refresh) its missing change with the honest holder's: h1 gets
+// d_c from h2 directly, h2 gets d_{c+1} from h1 tagged. An honest party
+// accepts only if the honest parties' copies agree and d_{c+1} ^ d_{c+2}
+// ^ d_c = 0, i.e. the new sharing, as the honest parties hold it, is the
+// old key. What c may do with its own copies only makes its own later
+// messages wrong, which the malicious-mode batch check catches like any
+// other deviation. Error: a SHA-256 collision (c knows everything it
+// would need to collide, so this is SHA-256's collision resistance,
+// 2^-128 work) or a forged one-time tag under a 16-byte key c lacks
+// (2^-128 per try); far below the 2^-40 of the batch check. A deviation in any message up to round 3 makes both
+// honest parties refuse (each decides on honest data alone, and a refusal
+// reaches the other honest party either directly or tagged through c);
+// in rounds 4 and 5 c can still make one honest party refuse while the
+// other accepts a sharing that passed its checks (abort without
+// unanimity: the new id is then on some servers only and never used, the
+// old id unchanged, kmpc-admin drops the new id).
+// Leakage when every party is honest: each hash a party receives is of a
+// value it holds itself (x_i' is party i-1's component 1; d_{i+1} = d_i ^
+// d_{i+2}, both party i-1's), the forwarder of T_i sees a SHA-256 output
+// under a key it lacks, and the verdicts are "accept": nothing new about
+// any key, share or mask; no value is opened.
+// Limits. In a rebuild the lost party holds no old view, so only the
+// copies are checked (every message of the rebuild included): a survivor
+// that uses a different old share consistently (the one component only
+// it still holds: x_{L+1} on A, x_L on B) moves the key by an error it
+// knows, undetected, because nothing outside the survivors commits to the
+// old components. Checking that needs a commitment to every component
+// kept by the other holders (not done). A refresh's change check has no
+// such gap: every old component has two holders.
 #ifndef KMPC_ENGINE_REFRESH_H_
 #define KMPC_ENGINE_REFRESH_H_
 
