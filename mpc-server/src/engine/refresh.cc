@@ -447,10 +447,13 @@ absl::StatusOr<std::string> TakeRebuiltMeta(const std::vector<uint8_t>& meta_msg
 }
 
 // The rebuild of party `lost` (refresh.h) for the pairs that go ahead.
+// `deviated`: a forwarded agreement message failed its tag on this party,
+// whose verdict in the check then refuses, so neither honest party keeps
+// the new sharing.
 absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
     net::RingChannel& channel, absl::Span<const uint8_t> batch_id, uint64_t seq,
     absl::Span<const RefreshItem> items, const std::vector<Plan>& plan, int lost,
-    const std::vector<uint8_t>& survivor_views) {
+    const std::vector<uint8_t>& survivor_views, bool deviated) {
   const int me = channel.party();
   Rebuild r{channel, plan, me, lost, (lost + 1) % 3, (lost + 2) % 3, {}, 0};
   std::vector<RefreshOutcome> out(items.size());
@@ -495,7 +498,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
   }
   // The new views' copies checked before anyone reports them (refresh.h;
   // a rebuild has no old view on every party, so no change check).
-  const NewSharing check{views.out, views.in, {}, {}, local.ok()};
+  const NewSharing check{views.out, views.in, {}, {}, local.ok() && !deviated};
   absl::Status st = CheckNewSharing(channel, CheckContext(batch_id, seq, lost), check);
   if (!local.ok()) return local;
   if (!st.ok()) return st;
@@ -611,10 +614,11 @@ absl::Status AgreeOnRefresh(Agreement& a, absl::Span<const uint8_t> batch_id, ui
 }
 
 // The refresh proper (no rebuild) of the pairs that go ahead: one
-// zero-sharing round.
+// zero-sharing round. `deviated` as for RebuildExchange.
 absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
     net::RingChannel& channel, protocol::Prss& prss, absl::Span<const uint8_t> batch_id,
-    uint64_t seq, absl::Span<const RefreshItem> items, const std::vector<Plan>& plan) {
+    uint64_t seq, absl::Span<const RefreshItem> items, const std::vector<Plan>& plan,
+    bool deviated) {
   const int me = channel.party();
   std::vector<RefreshOutcome> out(items.size());
   size_t total = 0;
@@ -666,7 +670,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
       for (const auto* comp : {&w.key->round_keys[1], &w.key->h_powers[1]})
         delta.out.insert(delta.out.end(), comp->begin(), comp->end());
   for (size_t k = 0; k < total; ++k) delta.out[k] ^= buf.in[k];
-  const NewSharing check{buf.out, buf.in, buf.mask, delta.out, true};
+  const NewSharing check{buf.out, buf.in, buf.mask, delta.out, !deviated};
   if (absl::Status st =
           CheckNewSharing(channel, CheckContext(batch_id, seq, kNoRebuild), check);
       !st.ok())
@@ -706,8 +710,8 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshShares(
       return st;
     if (rebuild_party != kNoRebuild)
       return RebuildExchange(channel, batch_id, seq, items, plan, rebuild_party,
-                             survivor_views);
-    return RefreshExchange(channel, *prss, batch_id, seq, items, plan);
+                             survivor_views, a.deviated);
+    return RefreshExchange(channel, *prss, batch_id, seq, items, plan, a.deviated);
   }();
   // A forwarded message failed its tag: whatever came after, the refresh
   // fails here (no new view is stored; the old ones stay as they are).
