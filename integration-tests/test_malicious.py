@@ -330,8 +330,9 @@ def test_mixed_security_refuses_every_batch(clusters):
 # come with the key's shares), so its batch's check runs both proofs in the
 # same messages: B's part follows A's in each reshare and in the opening.
 # Message map after A (verify.cc), GF_BLOCKS = 300 shared blocks (B's
-# vector of 301 elements halves twice, to 76 <= TAIL_WORDS, in the rounds A
-# halves in):
+# vector, their products and those of the powers of H, 539 elements, halves
+# three times to 68 <= TAIL_WORDS; A's vector steps by 4 once, in the first
+# of those rounds):
 #   a, a+1      coin c1 (acknowledgement 32, opening 16)
 #   a+2         first compression: A's 2G - 1 values (8 bytes each), then
 #               B's mask product (16, the last 16 bytes)
@@ -392,10 +393,8 @@ def test_gf_message_map(clusters):
     assert semi[-1] == 16 * GF_BLOCKS, semi  # the shared blocks' products
     assert mal[a:a + 2] == [32, 16] and mal[a + 3:a + 5] == [32, 16], mal
     assert (mal[a + 2] - 16) % 8 == 0 and mal[a + 2] >= 16 + 3 * 8, mal
-    for t in range(2):  # B halves twice, in rounds where A halves or steps
-        assert mal[a + 5 + 3 * t] - 32 in (16, 48), mal
-        assert mal[a + 6 + 3 * t:a + 8 + 3 * t] == [32, 16], mal
-    assert mal[a + 11] in (16, 48), mal                      # then A alone
+    assert mal[a + 5:a + 8] == [48 + 32, 32, 16], mal    # A steps by 4, B halves
+    assert mal[a + 8:a + 14] == [32, 32, 16] * 2, mal    # then B halves alone
     assert mal[-5:] == [(8 + 16) * TAIL_POINTS, 32, 16, 24 + 48, 32], mal
     for name, plan in GF_CASES.items():
         step, off, mask = plan(semi, mal, a)
