@@ -22,8 +22,11 @@ Message map of one batch (0-based steps; one worker, so one session):
               messages: a 32-byte acknowledgement (a hash of the values
               opened so far), then the 16-byte opening. Coin c1, the first
               compression's reshare (2G - 1 elements of 8 bytes: 248 for
-              G = 16), coin c2, per halving a 16-byte reshare and a coin,
-              the last compression's reshare (62 elements: 496) and its
+              G = 16), coin c2, per halving a 16-byte reshare and a coin
+              (once at most 2049 elements are left, per step by 4 a
+              48-byte reshare and a coin instead),
+              the last compression's reshare (2T - 2 = 256 elements of the
+              T = 129 of dzkp::kTailWords: 2048) and its
               coin, the 24-byte opening of the last f, g and claim, and the
               32-byte "compare view" hash (the last message).
 A is found as the first step where the two modes' maps differ. Seen for
@@ -32,8 +35,8 @@ S-box (aes.h kDepth3; --depth3_max_blocks=1000, as small semi-honest
 batches get it by default): 84, 100, ten rounds of (1152, 3072, 2304), then
 the check as below: A = 32; with the depth-4 S-box (--depth3_max_blocks=0,
 malicious servers' default): 84, 100, ten rounds of (1152, 384, 512, 2304),
-then 32, 16, 248, 32, 16, six (16, 32, 16), 496, 32, 16, 24, 32: A = 42
-of 71 messages. The tests run with both circuits where the injected step
+then 32, 16, 248, 32, 16, two (48, 32, 16), 2048, 32, 16, 24, 32 after
+A = 42 messages. The tests run with both circuits where the injected step
 depends on it.
 
 Semi-honest control: the same AND-layer corruption completes the batch with
@@ -161,7 +164,8 @@ def test_message_map(clusters, sbox):
     # Agreement, the S-box's AND layers per AES round over 10 rounds, and in
     # malicious mode the check's rounds after them: coin, first
     # compression, coin, (reshare, coin) per halving, the last compression
-    # of 32 elements (h at e_1 .. e_62 reshared, coin), opening, compare;
+    # of TAIL_WORDS elements (h at e_1 .. e_256 reshared, coin), opening,
+    # compare;
     # each coin an acknowledgement (32 bytes) and its opening (16). An
     # ENCRYPT batch logs AND gates only: the check's elements are of
     # GF(2^64), 8 bytes (verify.h).
@@ -172,9 +176,14 @@ def test_message_map(clusters, sbox):
     assert semi[2:] == [128 * n for n in ands] * 10, semi
     assert mal[a:a + 2] == [32, 16] and mal[a + 3:a + 5] == [32, 16], mal
     assert mal[a + 2] % 8 == 0 and mal[a + 2] >= 3 * 8, mal  # h values + mask
-    halvings = mal[a + 5:-5]
-    assert len(halvings) >= 3 and halvings == [16, 32, 16] * (len(halvings) // 3), mal
-    assert mal[-5:-2] == [8 * (2 * 32 - 2), 32, 16], mal
+    # (reshare, acknowledgement, opening) per step: halvings (16-byte
+    # reshares) first, then steps by 4 (48: 2 * 4 - 2 values), at least one.
+    steps = mal[a + 5:-5]
+    assert len(steps) >= 3 and len(steps) % 3 == 0, mal
+    kinds = steps[0::3]
+    assert steps[1::3] == [32] * len(kinds) and steps[2::3] == [16] * len(kinds), mal
+    assert set(kinds) <= {16, 48} and 48 in kinds and kinds == sorted(kinds), mal
+    assert mal[-5:-2] == [8 * TAIL_POINTS, 32, 16], mal
     assert mal[-2:] == [24, 32], mal
     assert all(s > 0 for s in semi[2:]), semi
     assert mal[:2] == [AGREEMENT_HEADER, AGREEMENT_HEADER + 16], mal  # one ctr0 share
@@ -320,24 +329,29 @@ def test_mixed_security_refuses_every_batch(clusters):
 # message times its power of H: engine.cc AddSharedProducts; the powers
 # come with the key's shares), so its batch's check runs both proofs in the
 # same messages: B's part follows A's in each reshare and in the opening.
-# Message map after A (verify.cc), GF_BLOCKS = 72 shared blocks (B's
-# vector of 73 elements halves twice, to 19, in the rounds A halves in):
+# Message map after A (verify.cc), GF_BLOCKS = 300 shared blocks (B's
+# vector, their products and those of the powers of H, 539 elements, halves
+# three times to 68 <= TAIL_WORDS; A's vector steps by 4 once, in the first
+# of those rounds):
 #   a, a+1      coin c1 (acknowledgement 32, opening 16)
 #   a+2         first compression: A's 2G - 1 values (8 bytes each), then
 #               B's mask product (16, the last 16 bytes)
 #   a+3, a+4    coin c2
-#   a+5 ..      per halving a reshare (A's h(1), h(x): 16 bytes; B's: 32
+#   a+5 ..      per step a reshare (A's h(1), h(x): 16 bytes, or its
+#               h(e_1) .. h(e_6) once it steps by 4: 48; B's h(1), h(x): 32
 #               more while B halves) and a coin (32, 16)
-#   len-5       last compression: A's 62 values (496 bytes), B's 62 (992)
+#   len-5       last compression: A's 256 values (2048 bytes), B's 256
+#               (4096)
 #   len-4, -3   its coin
 #   len-2       the opening: A's f, g, claim (24), B's (48)
 #   len-1       compare
 # The products' own messages come before a: the shared blocks' products
 # are the last product layer (a - 1, 16 bytes per block).
-GF_BLOCKS = 72
+GF_BLOCKS = 300
 GF_USAGE = 23
 GF_DATA = bytes((7 * i + 1) & 0xFF for i in range(16 * GF_BLOCKS))
-TAIL_POINTS = 2 * 32 - 2  # dzkp::kTailHPoints - 1 values of each proof
+TAIL_WORDS = 129  # dzkp::kTailWords
+TAIL_POINTS = 2 * TAIL_WORDS - 2  # dzkp::kTailHPoints - 1 values of each proof
 
 
 def checksum_batch(c, kid):
@@ -362,7 +376,7 @@ GF_CASES = {
     # the first compression, its h(x) in the first halving, its h(e_9) in
     # the last compression, its g in the opening.
     "gf_first_compression": lambda semi, mal, a: (a + 2, mal[a + 2] - 16 + 9, 0x02),
-    "gf_halving": lambda semi, mal, a: (a + 5, 16 + 16 + 7, 0x01),
+    "gf_halving": lambda semi, mal, a: (a + 5, mal[a + 5] - 16 + 7, 0x01),
     "gf_last_compression": lambda semi, mal, a: (len(mal) - 5, 8 * TAIL_POINTS + 16 * 8 + 1,
                                                  0x80),
     "gf_opening": lambda semi, mal, a: (len(mal) - 2, 24 + 16 + 4, 0x08),
@@ -379,8 +393,8 @@ def test_gf_message_map(clusters):
     assert semi[-1] == 16 * GF_BLOCKS, semi  # the shared blocks' products
     assert mal[a:a + 2] == [32, 16] and mal[a + 3:a + 5] == [32, 16], mal
     assert (mal[a + 2] - 16) % 8 == 0 and mal[a + 2] >= 16 + 3 * 8, mal
-    assert mal[a + 5:a + 11] == [16 + 32, 32, 16] * 2, mal  # B halves twice
-    assert mal[a + 11] == 16, mal                            # then A alone
+    assert mal[a + 5:a + 8] == [48 + 32, 32, 16], mal    # A steps by 4, B halves
+    assert mal[a + 8:a + 14] == [32, 32, 16] * 2, mal    # then B halves alone
     assert mal[-5:] == [(8 + 16) * TAIL_POINTS, 32, 16, 24 + 48, 32], mal
     for name, plan in GF_CASES.items():
         step, off, mask = plan(semi, mal, a)

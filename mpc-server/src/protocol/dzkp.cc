@@ -35,7 +35,7 @@ uint8_t ReverseBits(uint8_t b) {
 }
 
 // 1 / prod_{m != j} (e_j + e_m) for j < n, computed once per n.
-constexpr int kMaxPoints = 2 * kMaxGroupWords;
+constexpr int kMaxPoints = kMaxProofPoints + 1;
 template <class E>
 const E* Denominators(int n) {
   static std::mutex mu;
@@ -1077,6 +1077,31 @@ void HalveFoldH(E* const f[2], E* const g[2], size_t n, E r, E out[2]) {
   out[1] = Add(Reduce(h2), v2);
 }
 
+namespace {
+
+// sum_{j < kTailWords} lag[j] * v[j]: eight products per VPCLMULQDQ pair
+// where the CPU has them (GF(2^64) only), one PCLMULQDQ each otherwise.
+template <class E>
+E TailDot(const E* lag, const E* v) {
+  typename Field<E>::Wide acc;
+  for (int j = 0; j < kTailWords; ++j) MulAcc(acc, lag[j], v[j]);
+  return Reduce(acc);
+}
+constexpr int kTailWords8 = kTailWords / 8 * 8;
+template <>
+F64 TailDot<F64>(const F64* lag, const F64* v) {
+  if (!Use512()) {
+    Wide64 acc;
+    for (int j = 0; j < kTailWords; ++j) MulAcc(acc, lag[j], v[j]);
+    return Reduce(acc);
+  }
+  F64 s = Dot512<kTailWords8>(lag, v, 0);
+  for (int j = kTailWords8; j < kTailWords; ++j) s = Add(s, Mul(lag[j], v[j]));
+  return s;
+}
+
+}  // namespace
+
 template <class E>
 void TailH(const E* const f[2], const E* const g[2], E* out) {
   constexpr int T = kTailWords;
@@ -1094,13 +1119,58 @@ void TailH(const E* const f[2], const E* const g[2], E* out) {
     const E* lag = LagrangeRow<E, T>(p);
     E at[4];
     const E* const v[4] = {f[0], f[1], g[0], g[1]};
-    for (int c = 0; c < 4; ++c) {
-      W acc;
-      for (int j = 0; j < T; ++j) MulAcc(acc, lag[j], v[c][j]);
-      at[c] = Reduce(acc);
-    }
+    for (int c = 0; c < 4; ++c) at[c] = TailDot(lag, v[c]);
     out[p - 1] = weak(at[0], at[1], at[2], at[3]);
     share::Wipe(at, sizeof at);
+  }
+}
+
+template <class E>
+void StepH(const E* const f[2], const E* const g[2], size_t n, E* out) {
+  constexpr int K = kStepWords, P = 2 * K - 1;
+  using W = typename Field<E>::Wide;
+  const E* const v[4] = {f[0], f[1], g[0], g[1]};
+  const E* rows[K - 1];
+  for (int p = K; p < P; ++p) rows[p - K] = LagrangeRow<E, K>(p);
+  W acc[P - 1];
+  // Weak share of a * b: a0 * (b0 + b1) + a1 * b0.
+  auto weak = [](W& w, const E* a) {
+    MulAcc(w, a[0], Add(a[2], a[3]));
+    MulAcc(w, a[1], a[2]);
+  };
+  E x[K][4], at[4];
+  for (size_t k = 0; k < n; k += K) {
+    for (int j = 0; j < K; ++j)
+      for (int c = 0; c < 4; ++c) x[j][c] = k + j < n ? v[c][k + j] : Field<E>::Elem(0);
+    for (int p = 1; p < K; ++p) weak(acc[p - 1], x[p]);
+    // p >= K: f_k(e_p) = sum_j L_j(e_p) f_{Kk+j}, one reduction per point.
+    for (int p = K; p < P; ++p) {
+      for (int c = 0; c < 4; ++c) {
+        W d;
+        for (int j = 0; j < K; ++j) MulAcc(d, rows[p - K][j], x[j][c]);
+        at[c] = Reduce(d);
+      }
+      weak(acc[p - 1], at);
+    }
+  }
+  for (int p = 1; p < P; ++p) out[p - 1] = Reduce(acc[p - 1]);
+  share::Wipe(x, sizeof x);
+  share::Wipe(at, sizeof at);
+  share::Wipe(acc, sizeof acc);
+}
+
+template <class E>
+void StepFold(E* const f[2], E* const g[2], size_t n, E r) {
+  constexpr int K = kStepWords;
+  E lag[K];
+  LagrangeAt(K, r, lag);
+  // Group k is read before element k is written (k <= K k).
+  for (E* v : {f[0], f[1], g[0], g[1]}) {
+    for (size_t k = 0; K * k < n; ++k) {
+      typename Field<E>::Wide acc;
+      for (size_t j = 0; j < K && K * k + j < n; ++j) MulAcc(acc, lag[j], v[K * k + j]);
+      v[k] = Reduce(acc);
+    }
   }
 }
 
@@ -1109,11 +1179,7 @@ void TailFold(E* const f[2], E* const g[2], E r) {
   constexpr int T = kTailWords;
   E lag[T];
   LagrangeAt(T, r, lag);
-  for (E* v : {f[0], f[1], g[0], g[1]}) {
-    typename Field<E>::Wide acc;
-    for (int j = 0; j < T; ++j) MulAcc(acc, lag[j], v[j]);
-    v[0] = Reduce(acc);
-  }
+  for (E* v : {f[0], f[1], g[0], g[1]}) v[0] = TailDot(lag, v);
 }
 
 template <class E>
@@ -1134,7 +1200,9 @@ void HalveFold(E* const f[2], E* const g[2], size_t n, E r) {
   template void HalveFold<E>(E* const[2], E* const[2], size_t, E);                    \
   template void HalveFoldH<E>(E* const[2], E* const[2], size_t, E, E[2]);             \
   template void TailH<E>(const E* const[2], const E* const[2], E*);                   \
-  template void TailFold<E>(E* const[2], E* const[2], E);
+  template void TailFold<E>(E* const[2], E* const[2], E);                            \
+  template void StepH<E>(const E* const[2], const E* const[2], size_t, E*);           \
+  template void StepFold<E>(E* const[2], E* const[2], size_t, E);
 KMPC_DZKP_INSTANTIATE(Fe)
 KMPC_DZKP_INSTANTIATE(F64)
 #undef KMPC_DZKP_INSTANTIATE

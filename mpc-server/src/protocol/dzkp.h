@@ -285,13 +285,43 @@ void HalveFold(E* const f[2], E* const g[2], size_t n, E r);
 template <class E>
 void HalveFoldH(E* const f[2], E* const g[2], size_t n, E r, E out[2]);
 
+// A compression of factor K = kStepWords (verify.h, step 4), for the AND
+// proof's vectors once they hold at most kStepFrom elements: groups of K
+// consecutive elements (missing ones count as zero), f_k(X) through
+// f_k(e_j) = f[K k + j] (j < K), g_k likewise, h = sum_k f_k g_k of
+// degree 2K - 2. One round trio takes n elements to ceil(n / K), where two
+// halvings take three rounds each to reach ceil(n / 4): 2049 -> 129 in two
+// steps instead of four halvings. It costs ~(K - 1) K + 3 products per
+// group and vector component (a halving's vectors: one per pair), so it
+// runs only on the short vectors, where a round weighs more than the
+// products. Before the challenge: this party's weak shares of h(e_1) ..
+// h(e_{2K-2}) (out[0 .. 2K-3]); after it: f_k(r), g_k(r) into element k
+// (elements 0 .. ceil(n / K) - 1), in place.
+inline constexpr int kStepWords = 4;
+inline constexpr size_t kStepFrom = 2049;
+template <class E>
+void StepH(const E* const f[2], const E* const g[2], size_t n, E* out);
+template <class E>
+void StepFold(E* const f[2], E* const g[2], size_t n, E r);
+
 // The last compression (verify.h): once the halvings have left at most
 // kTailWords elements, the vectors (zero-padded to kTailWords) go to one
 // element in one step, as the first compression does with a group: f(X)
 // through f(e_j) = f_j (j < T = kTailWords), g likewise, h = f g of degree
-// 2T - 2. One round pair instead of log2(T) of them.
-inline constexpr int kTailWords = 32;
+// 2T - 2. One round trio (reshare, coin) instead of log2(T) halvings of
+// three rounds each. T = 2^7 + 1: the vectors enter the halvings with
+// 64 m + 1 elements (the mask is the + 1) and a halving takes n to
+// ceil(n / 2), so 2^k + 1 elements reach 2^(k-7) + 1 <= T after k - 7
+// halvings, one fewer than a power-of-two T would allow (65,537 elements,
+// a check of 65,536 AND words: 9 halvings, against 12 for T = 32). The
+// tail's cost, (T - 1) T products per vector component, is ~66,000 64 x 64
+// carry-less products per check (tens of microseconds), against 9 rounds.
+inline constexpr int kTailWords = 129;
 inline constexpr int kTailHPoints = 2 * kTailWords - 1;
+// The most h values a proof step reshares (the first compression's
+// 2G - 1 or the last one's 2T - 1).
+inline constexpr int kMaxProofPoints =
+    kTailHPoints > kMaxHPoints ? kTailHPoints : kMaxHPoints;
 // Before the challenge: this party's weak shares of h(e_1) ..
 // h(e_{2T-2}) (out[0 .. 2T-3]) from elements 0 .. T-1 of f and g.
 template <class E>

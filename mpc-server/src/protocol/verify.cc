@@ -338,7 +338,7 @@ F64 Challenge64(const uint8_t coin[16]) {
   return r;
 }
 
-constexpr int kMaxP = dzkp::kMaxHPoints;
+constexpr int kMaxP = dzkp::kMaxProofPoints;
 
 // Weak shares -> replicated shares (one message) of na elements of
 // GF(2^64) and nb of GF(2^128): party i adds its zero-share, sends the
@@ -533,9 +533,51 @@ void HalvingClaim(ProofState<E>& p, E r) {
   dzkp::Interpolate(3, v0, v1, r, p.c);
 }
 
-// Rounds 4..: halvings of both proofs' vectors in the same rounds (each a
-// reshare of h(1), h(x) of every proof still above kTailWords elements,
-// and a coin) until each has at most kTailWords left.
+// A's h for its next step: a compression by kStepWords once its vectors
+// hold at most kStepFrom elements, else a halving's h(1), h(x).
+// Returns the number of h values (2 kStepWords - 2 or 2).
+size_t NextStepH(F64* const af[2], F64* const ag[2], size_t na, VerifySecrets& v) {
+  if (na <= dzkp::kStepFrom) {
+    dzkp::StepH<F64>(af, ag, na, v.a.hw);
+    return 2 * dzkp::kStepWords - 2;
+  }
+  dzkp::HalveH<F64>(af, ag, na, v.a.hw);
+  return 2;
+}
+
+// A's step after the coin r: its claim and vectors; the next step's h
+// (into v.a.hw, fused with the fold for a halving) while more than
+// kTailWords elements are left. Returns the next step's h count (0 when
+// none).
+size_t StepA(F64* const af[2], F64* const ag[2], size_t& na, size_t nh, F64 r,
+             VerifySecrets& v) {
+  constexpr size_t T = dzkp::kTailWords;
+  static_assert(dzkp::kStepWords > 2, "a step's h count must differ from a halving's (2)");
+  static_assert(dzkp::kStepFrom >= T, "steps by kStepWords start above the tail");
+  if (nh != 2) {
+    const F64 c[2] = {v.a.c[0], v.a.c[1]};
+    CompressClaim(c, v.a.h0, v.a.h1, dzkp::kStepWords, r, v.a.c);
+    dzkp::StepFold<F64>(af, ag, na, r);
+    na = (na + dzkp::kStepWords - 1) / dzkp::kStepWords;
+    return na > T ? NextStepH(af, ag, na, v) : 0;
+  }
+  HalvingClaim(v.a, r);
+  const size_t next = (na + 1) / 2;
+  if (next > T && next > dzkp::kStepFrom) {
+    // The next halving's h(1), h(x) in the same pass as this fold.
+    dzkp::HalveFoldH(af, ag, na, r, v.a.hw);
+    na = next;
+    return 2;
+  }
+  dzkp::HalveFold(af, ag, na, r);
+  na = next;
+  return na > T ? NextStepH(af, ag, na, v) : 0;
+}
+
+// Rounds 4..: A's halvings, then its compressions by kStepWords, and B's
+// halvings, in the same rounds (each a reshare of the h values of every
+// proof still above kTailWords elements, and a coin) until each has at
+// most kTailWords left.
 absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t& na, size_t& nb, Fold& fa, GfFold& fb,
                       VerifySecrets& v) {
   constexpr size_t T = dzkp::kTailWords;
@@ -544,26 +586,16 @@ absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t& na, size_t& nb, Fold& f
   F64* const ag[2] = {fa[2].data(), fa[3].data()};
   Fe* const bf[2] = {fb[0].data(), fb[1].data()};
   Fe* const bg[2] = {fb[2].data(), fb[3].data()};
-  if (na > T) dzkp::HalveH<F64>(af, ag, na, v.a.hw);
+  size_t nh = na > T ? NextStepH(af, ag, na, v) : 0;  // A's h values this round
   while (na > T || nb > T) {
-    const bool ha = na > T, hb = nb > T;
+    const bool hb = nb > T;
     if (hb) dzkp::HalveH<Fe>(bf, bg, nb, v.b.hw);
-    if (absl::Status st = Reshare(ctx, v.a.hw, ha ? 2 : 0, v.b.hw, hb ? 2 : 0, v.a.h0, v.a.h1,
+    if (absl::Status st = Reshare(ctx, v.a.hw, nh, v.b.hw, hb ? 2 : 0, v.a.h0, v.a.h1,
                                   v.b.h0, v.b.h1);
         !st.ok())
       return st;
     if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
-    if (ha) {
-      const F64 r = Challenge64(coin);
-      HalvingClaim(v.a, r);
-      // The next halving's h(1), h(x) in the same pass as this fold.
-      if ((na + 1) / 2 > T) {
-        dzkp::HalveFoldH(af, ag, na, r, v.a.hw);
-      } else {
-        dzkp::HalveFold(af, ag, na, r);
-      }
-      na = (na + 1) / 2;
-    }
+    if (nh > 0) nh = StepA(af, ag, na, nh, Challenge64(coin), v);
     if (hb) {
       const Fe r = dzkp::Load(coin);
       HalvingClaim(v.b, r);

@@ -51,24 +51,35 @@
 //     f(r), g(r) (64 elements per group) and (w'_m x', y'); B's claim is
 //     sum_k w'_k z_k + w''_m z'' over (w'_k x_k, y_k) and (w''_m x'', y'').
 //  4. halvings: pairs (a, b) -> a + r (a + b); each round, every proof
-//     with more than T = 32 elements (dzkp::kTailWords) sends the weak
-//     shares of its h(1), h(x) reshared (one message for both) and one coin
-//     is drawn (its low 64 bits are A's challenge, all 128 bits B's):
-//     max over the proofs of ceil(log2(n / T)) rounds. Then the last
-//     compression takes each proof's T elements (zero-padded) to one as
-//     step 2 does a group: h of degree 2T - 2, its values at e_1 ..
-//     e_{2T-2} reshared (one message for both), a coin (one round).
+//     with more than T = 129 elements (dzkp::kTailWords) sends the weak
+//     shares of its h(1), h(x) reshared (one message for both) and one
+//     coin is drawn (its low 64 bits are A's challenge, all 128 bits B's).
+//     Once A's vectors hold at most dzkp::kStepFrom = 2049 elements, A's
+//     steps compress by K = 4 (dzkp::kStepWords) instead: groups of K
+//     elements as in step 2, h of degree 2K - 2, its values at e_1 ..
+//     e_{2K-2} reshared (48 bytes), n -> ceil(n / K) per round trio (two
+//     halvings' worth in one). Each step is three rounds (the reshare, the
+//     coin's acknowledgement, its opening). A halving takes n to
+//     ceil(n / 2), so 2^k (T - 1) + 1 elements reach T after k halvings:
+//     the AND proof's 64 m + 1 elements (m groups, the + 1 the mask) fit
+//     that form, and T = 2^7 + 1 saves a halving against T = 2^7. A check
+//     of 65,536 AND words (65,537 elements): 5 halvings to 2049, 2 steps
+//     by 4 to 129, 31 rounds in all (46 with T = 32 and halvings only).
+//     Then the last compression takes each proof's T elements
+//     (zero-padded) to one as step 2 does a group: h of degree 2T - 2, its
+//     values at e_1 .. e_{2T-2} reshared (one message for both), a coin.
 //  5. each proof's last f, g and claim c are opened (one round; c = f g
 //     or the batch fails). f and g are uniformly random: the masks enter
 //     them with a nonzero coefficient, so only a zero test leaks.
 //  6. compare (one round): hashes of everything opened, as below.
-// Communication per party (A alone: the in-wave checks): 2G - 1 + 2
-// ceil(log2(n / T)) + 2T - 2 + 3 elements of 8 bytes, ceil(log2(n / T))
-// + 3 coins of 16 + 32 (the opening and its acknowledgement) and the
-// 32-byte compare, for n = 64 / G per AND word +
-// 1: O(log n) however many gates (under 1 KB for one AES-128 block). B
-// adds 16 bytes per element of its own: 1 + 2 ceil(log2(n_B / T)) + 2T - 2
-// + 3 for n_B = the GF(2^128) products + 1.
+// Communication per party (A alone: the in-wave checks): 2G - 1 + 2 h +
+// 6 s + 2T - 2 + 3 elements of 8 bytes, h + s + 3 coins of 16 + 32 (the
+// opening and its acknowledgement) and the 32-byte compare, for h
+// halvings (to kStepFrom elements) and s steps by K (to T) of n = 64 / G
+// per AND word + 1 elements: O(log n) however many gates (~2.6 KB for one
+// AES-128 block, ~0.06 bytes per AND word of a 65,536-word check). B adds
+// 16 bytes per element of its own: 1 + 2 h_B + 2T - 2 + 3 for n_B = the
+// GF(2^128) products + 1 (B only halves).
 //
 // Soundness (per Verify; all probabilities over the coins, which no party
 // can compute before what they challenge has reached an honest party: each
@@ -89,26 +100,29 @@
 //  - compression: a false claim survives a step only if the reshared h
 //    (errors included, fixed before the coin) agrees with the true one at
 //    r: at most (2G - 2) / |F| <= 126 / 2^64 for A's first, 2 / |F| per
-//    halving, (2T - 2) / |F| = 62 / |F| for each last one (a nonzero
+//    halving, (2K - 2) / |F| = 6 / |F| per step by K = 4, (2T - 2) / |F|
+//    = 256 / |F| for each last one (a nonzero
 //    polynomial of degree d has at most d roots); each mask's error, and
 //    each GF(2^128) product's, enters with a weight drawn after it was
 //    sent: 1 / 2^64 for A's mask, 1 / 2^128 for B's sum (linear in the
 //    weights w'_k, w''_m);
 //  - the opening is exact.
 // A's vector has n < 2^40 elements (64 per group of the log of one wave),
-// so at most 35 halvings: A fails with probability below (2 + 126 + 2 *
-// 35 + 62 + 1) / 2^64 = 261 / 2^64 < 2^-55.9, B below (1 + 2 * 64 + 62 + 1)
-// / 2^128 < 2^-120; per Verify below 2^-55.9 + 2^-120 < 2^-55.8.
+// so at most 29 halvings (to 2049 elements: 2^40 / 2^11 = 2^29) and 2 steps
+// by 4 (2049 -> 513 -> 129): A fails with probability below (2 + 126 + 2 *
+// 29 + 6 * 2 + 256 + 1) / 2^64 = 455 / 2^64 < 2^-55.17, B below (1 + 2 *
+// 64 + 256 + 1) / 2^128 < 2^-119; per Verify below 2^-55.17 + 2^-119 <
+// 2^-55.1.
 // Inside a wave the AES kernel verifies at the first AND-layer boundary
 // where the log holds EngineOptions::verify_words AND words (default
 // MulLog::kVerifyWords, 65,536), so a batch runs at most one Verify per
 // AND layer, one per wave and two more: for the largest batch (2^20
 // AES-256 blocks: 128 waves of at most 14 * 6 layers) under 2^14
-// Verifies, below 2^-55.8 * 2^14 = 2^-41.8 per batch (union bound), as long
+// Verifies, below 2^-55.1 * 2^14 = 2^-41.1 per batch (union bound), as long
 // as ceil(2^20 / wave_lanes) * (14 * 6 + 1) + 2 <= 2^14 (wave_lanes >=
 // 5462; EngineOptions::Validate refuses smaller in malicious mode); with
 // the default, under 2,100 (2^11.04; 1.25 * 10^8 AND words), below
-// 2^-44.7. Both below the required 2^-40. The coins are expanded with
+// 2^-44.0. Both below the required 2^-40. The coins are expanded with
 // the AES-128 PRF (prf.h), which stands in for uniform randomness. Lanes
 // past a word's live ones are not checked: bitsliced lanes never mix, and
 // those lanes' outputs are dropped, so an error there reaches no output,
@@ -273,11 +287,11 @@ class MulLog {
 };
 
 // Runs the checks of a MulLog among the three parties (all call Verify at
-// the same point). Rounds: 2 coins, 1 first compression, 2 per halving
-// (ceil(log2(n / 32)) of them for the longer proof, see above), 2 for the
-// last compression, 1 opening, 1 compare. OK: every logged product is
-// right and every opening consistent, except with probability below
-// 2^-55.8.
+// the same point). Rounds: 2 coins of 2, 1 first compression, 3 per
+// halving or step by 4 (see above), 3 for the last compression, 1
+// opening, 1 compare. OK: every
+// logged product is right and every opening consistent, except with
+// probability below 2^-55.1.
 // DATA_LOSS: a party deviated (the batch must fail and the ring be
 // re-established); a channel error as is. Rewinds the log either way.
 class Verifier {

@@ -456,6 +456,65 @@ void ExpectTailCompressionMatchesThePlainSums() {
   }
 }
 
+// A compression by kStepWords on clear vectors of n elements (n not a
+// multiple of K: the last group is zero-padded): the values at e_1 ..
+// e_{2K-2} and the claim give h(e_0); h(r) interpolated from the 2K - 1
+// values equals the inner product of the folded vectors; a wrong claim
+// gives a wrong h(r).
+template <class E>
+void ExpectStepMatchesThePlainSums() {
+  constexpr int K = kStepWords, P = 2 * K - 1;
+  for (size_t n : {size_t{1}, size_t{5}, size_t{K}, size_t{4 * K + 3}, size_t{kStepFrom}}) {
+    std::vector<E> f(n), g(n), zf(n, El<E>(0)), zg(n, El<E>(0));
+    for (size_t k = 0; k < n; ++k) f[k] = Random<E>(), g[k] = Random<E>();
+    E claim = El<E>(0);
+    for (size_t k = 0; k < n; ++k) claim = Add(claim, Mul(f[k], g[k]));
+    E* fv[2] = {f.data(), zf.data()};
+    E* gv[2] = {g.data(), zg.data()};
+    E h[P - 1];
+    StepH<E>(fv, gv, n, h);
+    // h(e_p) = sum over groups of f_k(e_p) g_k(e_p).
+    for (int p : {1, K - 1, K, P - 1}) {
+      E lag[K];
+      LagrangeAt(K, El<E>(p), lag);
+      E want = El<E>(0);
+      for (size_t k = 0; K * k < n; ++k) {
+        E fp = El<E>(0), gp = El<E>(0);
+        for (size_t j = 0; j < K && K * k + j < n; ++j)
+          fp = Add(fp, Mul(lag[j], f[K * k + j])), gp = Add(gp, Mul(lag[j], g[K * k + j]));
+        want = Add(want, Mul(fp, gp));
+      }
+      EXPECT_TRUE(Eq(h[p - 1], want)) << n << " p=" << p;
+    }
+    E v0[P], v1[P] = {}, w0[P];
+    v0[0] = claim;
+    for (int p = 1; p < P; ++p) {
+      v0[p] = h[p - 1];
+      if (p < K) v0[0] = Add(v0[0], h[p - 1]);
+    }
+    std::copy(v0, v0 + P, w0);
+    w0[0] = Add(w0[0], El<E>(1));
+    const E r = Random<E>();
+    E hr[2], hw[2];
+    Interpolate(P, v0, v1, r, hr);
+    Interpolate(P, w0, v1, r, hw);
+    StepFold(fv, gv, n, r);
+    const size_t m = (n + K - 1) / K;
+    E ip = El<E>(0);
+    for (size_t k = 0; k < m; ++k) {
+      ip = Add(ip, Mul(f[k], g[k]));
+      EXPECT_TRUE(Eq(zf[k], El<E>(0)));
+    }
+    EXPECT_TRUE(Eq(hr[0], ip)) << n;
+    EXPECT_FALSE(Eq(hw[0], ip)) << n;
+  }
+}
+
+TEST_P(DzkpPaths, StepByKMatchesThePlainSums) {
+  ExpectStepMatchesThePlainSums<Fe>();
+  ExpectStepMatchesThePlainSums<F64>();
+}
+
 TEST_P(DzkpPaths, HalvingMatchesThePlainSums) {
   ExpectHalvingMatchesThePlainSums<Fe>();
   ExpectHalvingMatchesThePlainSums<F64>();

@@ -1735,8 +1735,9 @@ TEST(Malicious, InWaveChecksCatchTheirLayersAndMessages) {
   ASSERT_GE(layers.size(), 40u);
   for (uint64_t s = layers.front(); s < layers.back(); ++s)
     if (sizes[s] < kTileBytes) checks.push_back(s);
-  // A check: 2 coins, 1 reshare, 2 per halving (17 of them), 1 opening
-  // and 1 compare.
+  // A check of 65,536 words: 2 coins of 2 messages, 1 reshare, 3 per
+  // halving or step by 4 (7 of them: protocol/verify.h), 3 for the last
+  // compression, 1 opening and 1 compare: 31.
   ASSERT_GE(checks.size(), 30u) << "no check inside the wave";
   std::vector<uint64_t> steps(checks.begin(), checks.end());
   for (int k = 0; k < 8; ++k) steps.push_back(layers[rng() % layers.size()]);

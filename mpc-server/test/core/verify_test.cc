@@ -137,7 +137,9 @@ TEST(Verify, CommunicationIsLogarithmic) {
   ASSERT_EQ(dzkp::GroupWordsFor(kLayers * 400 * 16), 32);
   const size_t small = check_bytes(400), large = check_bytes(400 * 16);
   EXPECT_EQ(large - small, 4u * (16 + 32 + 16));
-  EXPECT_LT(large, 4096u);  // vs 3 * 6,400 * 8 bytes of AND messages
+  // 6,144 of them the last compression's 256 values of each proof; vs 3 *
+  // 6,400 * 8 bytes of AND messages.
+  EXPECT_LT(large, 8192u);
 }
 
 // Every message of the check itself (after the products: coin, first
@@ -189,8 +191,8 @@ TEST(Verify, EveryMessageOfTheCheckIsCovered) {
 // error on products at either end is caught, and so is an error at any
 // offset of every message of the check, from each party.
 TEST(Verify, BothProofsHalveInTheSameRounds) {
-  constexpr size_t kManyGf = 300;  // 301 elements: 4 halvings to 19
-  constexpr size_t kFewWords = 10;  // 30 words, 2 groups: 129 elements, 3 halvings
+  constexpr size_t kManyGf = 300;  // 301 elements: 2 halvings to 76
+  constexpr size_t kFewWords = 20;  // 60 words, 4 groups: 257 elements, 1 halving
   std::mt19937_64 rng(0x626f7468);
   for (int cheater = 0; cheater < 3; ++cheater) {
     CheckCluster c(cheater);
@@ -198,12 +200,13 @@ TEST(Verify, BothProofsHalveInTheSameRounds) {
     for (const absl::Status& s : c.Run(kFewWords, 64, kManyGf)) ASSERT_TRUE(s.ok()) << s;
     const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
     // Products, 2 coins (2 messages each: acknowledgement, opening), the
-    // first compression, 4 halvings (a reshare, 3 with both proofs: 16 +
-    // 32 bytes, then 32, and a coin), the last compression, its coin, the
-    // opening, the compare.
-    ASSERT_EQ(sizes.size(), kLayers + 1 + 5 + 3 * 4 + 5);
-    EXPECT_EQ(sizes[kLayers + 6], 16u + 32u);
-    EXPECT_EQ(sizes[kLayers + 15], 32u);
+    // first compression, 2 halvings (a reshare, the first with both
+    // proofs: 16 + 32 bytes, then 32, and a coin), the last compression,
+    // its coin, the opening, the compare.
+    ASSERT_EQ(dzkp::GroupWordsFor(kLayers * kFewWords), 16);
+    ASSERT_EQ(sizes.size(), kLayers + 1 + 5 + 3 * 2 + 5);
+    EXPECT_EQ(sizes[kLayers + 6], 48u + 32u);  // A steps by 4 (48), B halves (32)
+    EXPECT_EQ(sizes[kLayers + 9], 32u);
     for (size_t item : {size_t{0}, kManyGf - 1}) {
       c.cheat().Arm(kLayers, 16 * item + 3, 0x20);
       const auto st = c.Run(kFewWords, 64, kManyGf);
