@@ -413,6 +413,23 @@ void ExpectFusedHalvingMatchesFoldThenHalve() {
   }
 }
 
+// h(r) from a compression's P - 1 values h(e_1) .. h(e_{P-1}) and its
+// claim (h(e_0) = claim - the sum of h(e_1) .. h(e_{k-1}), k the group
+// size), into hr; the same with the claim off by one into hw.
+template <class E, int P>
+void InterpolateClaim(const E& claim, const E* h, int k, const E& r, E* hr, E* hw) {
+  E v0[P], v1[P] = {}, w0[P];
+  v0[0] = claim;
+  for (int p = 1; p < P; ++p) {
+    v0[p] = h[p - 1];
+    if (p < k) v0[0] = Add(v0[0], h[p - 1]);
+  }
+  std::copy(v0, v0 + P, w0);
+  w0[0] = Add(w0[0], El<E>(1));
+  Interpolate(P, v0, v1, r, hr);
+  Interpolate(P, w0, v1, r, hw);
+}
+
 // The last compression on clear vectors (zero-padded to kTailWords): the
 // values at e_1 .. e_{T-1} and the claim give h(e_0); h(r) interpolated
 // from the 2T - 1 values equals f(r) g(r) after the fold; a wrong claim
@@ -437,18 +454,9 @@ void ExpectTailCompressionMatchesThePlainSums() {
       for (int j = 0; j < T; ++j) fp = Add(fp, Mul(lag[j], f[j])), gp = Add(gp, Mul(lag[j], g[j]));
       EXPECT_TRUE(Eq(h[p - 1], Mul(fp, gp))) << n << " p=" << p;
     }
-    E v0[P], v1[P] = {}, w0[P];
-    v0[0] = claim;
-    for (int p = 1; p < P; ++p) {
-      v0[p] = h[p - 1];
-      if (p < T) v0[0] = Add(v0[0], h[p - 1]);
-    }
-    std::copy(v0, v0 + P, w0);
-    w0[0] = Add(w0[0], El<E>(1));
     const E r = Random<E>();
     E hr[2], hw[2];
-    Interpolate(P, v0, v1, r, hr);
-    Interpolate(P, w0, v1, r, hw);
+    InterpolateClaim<E, P>(claim, h, T, r, hr, hw);
     TailFold(fv, gv, r);
     EXPECT_TRUE(Eq(zf[0], El<E>(0)));
     EXPECT_TRUE(Eq(hr[0], Mul(f[0], g[0]))) << n;
@@ -486,18 +494,9 @@ void ExpectStepMatchesThePlainSums() {
       }
       EXPECT_TRUE(Eq(h[p - 1], want)) << n << " p=" << p;
     }
-    E v0[P], v1[P] = {}, w0[P];
-    v0[0] = claim;
-    for (int p = 1; p < P; ++p) {
-      v0[p] = h[p - 1];
-      if (p < K) v0[0] = Add(v0[0], h[p - 1]);
-    }
-    std::copy(v0, v0 + P, w0);
-    w0[0] = Add(w0[0], El<E>(1));
     const E r = Random<E>();
     E hr[2], hw[2];
-    Interpolate(P, v0, v1, r, hr);
-    Interpolate(P, w0, v1, r, hw);
+    InterpolateClaim<E, P>(claim, h, K, r, hr, hw);
     StepFold(fv, gv, n, r);
     const size_t m = (n + K - 1) / K;
     E ip = El<E>(0);
