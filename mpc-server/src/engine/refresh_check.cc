@@ -6,12 +6,12 @@
 #include "engine/refresh_check.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <array>
 #include <cstring>
 
 #include "absl/strings/cord.h"
+#include "engine/agreement.h"
 #include "protocol/prss.h"
 #include "protocol/verify.h"
 #include "share/replicated.h"
@@ -27,9 +27,7 @@ constexpr size_t kHash = 32;
 // ForwardTag).
 class Hash {
  public:
-  Hash(const char* label, const uint8_t* key, absl::Span<const uint8_t> context, int party)
-      : ctx_(EVP_MD_CTX_new()) {
-    ok_ = ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1;
+  Hash(const char* label, const uint8_t* key, absl::Span<const uint8_t> context, int party) {
     Add(reinterpret_cast<const uint8_t*>(label), std::strlen(label) + 1);
     if (key != nullptr) Add(key, 16);
     uint8_t n[8];
@@ -39,12 +37,9 @@ class Hash {
     const uint8_t p = static_cast<uint8_t>(party);
     Add(&p, 1);
   }
-  ~Hash() { EVP_MD_CTX_free(ctx_); }
-  Hash(const Hash&) = delete;
-  Hash& operator=(const Hash&) = delete;
 
   void Add(const uint8_t* p, size_t n) {
-    if (ok_ && n > 0) ok_ = EVP_DigestUpdate(ctx_, p, n) == 1;
+    if (n > 0) sha_.Update(absl::MakeConstSpan(p, n));
   }
   void Add(absl::Span<const uint8_t> s) { Add(s.data(), s.size()); }
   // a ^ b (same size), through a small buffer wiped after use.
@@ -58,13 +53,14 @@ class Hash {
     share::Wipe(buf, sizeof buf);
   }
   bool Final(uint8_t out[kHash]) {
-    unsigned int len = 0;
-    return ok_ && EVP_DigestFinal_ex(ctx_, out, &len) == 1 && len == kHash;
+    std::array<uint8_t, kHash> d{};
+    const bool ok = sha_.Final(d).ok();
+    if (ok) std::memcpy(out, d.data(), kHash);
+    return ok;
   }
 
  private:
-  EVP_MD_CTX* ctx_;
-  bool ok_ = false;
+  protocol::Sha256 sha_;
 };
 
 constexpr char kCopy[] = "kmpc-refresh-check-copy-v1";
@@ -73,25 +69,17 @@ constexpr char kFwd[] = "kmpc-refresh-check-forward-v1";
 constexpr char kVerdict[] = "kmpc-refresh-check-verdict-v1";
 constexpr uint8_t kAccept = 1;
 
-// Two tag key pairs (compare round, verdict round), wiped when they go.
+// Two tag key pairs (agreement.h ForwardTagKeys: wiped when they go), drawn
+// in this order: the compare round's, then the verdict round's.
 struct Keys {
-  uint8_t c0[16], c1[16], v0[16], v1[16];
-  explicit Keys(protocol::Prss& prss) {
-    prss.RandomShares(c0, c1, 16);
-    prss.RandomShares(v0, v1, 16);
-  }
-  ~Keys() {
-    share::Wipe(c0, 16);
-    share::Wipe(c1, 16);
-    share::Wipe(v0, 16);
-    share::Wipe(v1, 16);
-  }
+  explicit Keys(protocol::Prss& prss) : c(prss), v(prss) {}
+  ForwardTagKeys c, v;
 };
 
 // The forwarded compare message of party `party` (its component 1 and its
 // component 0's change), or what this party expects it to be: new0 and
 // delta0 ^ delta1 (equal to party i+2's when the sharing is right).
-bool ForwardTag(const uint8_t key[16], absl::Span<const uint8_t> context, int party,
+bool CompareTag(const uint8_t key[16], absl::Span<const uint8_t> context, int party,
                 absl::Span<const uint8_t> comp, absl::Span<const uint8_t> da,
                 absl::Span<const uint8_t> db, uint8_t out[kHash]) {
   Hash h(kFwd, key, context, party);
@@ -127,7 +115,7 @@ absl::StatusOr<bool> Compare(net::RingChannel& ch, absl::Span<const uint8_t> con
       d2.Add(m.delta1);
       ok = d2.Final(out.data() + kHash) && ok;
     }
-    ok = ForwardTag(keys.c1, context, me, m.new1, m.delta0, {}, out.data() + 2 * kHash) && ok;
+    ok = CompareTag(keys.c.k1, context, me, m.new1, m.delta0, {}, out.data() + 2 * kHash) && ok;
   }
   if (!ok) return absl::InternalError("SHA-256 failed");
   if (absl::Status st = ch.Exchange(out, absl::MakeSpan(in)); !st.ok()) return st;
@@ -147,7 +135,7 @@ absl::StatusOr<bool> Compare(net::RingChannel& ch, absl::Span<const uint8_t> con
     if (!d2.Final(want.data())) return absl::InternalError("SHA-256 failed");
     same = CRYPTO_memcmp(want.data(), in.data() + kHash, kHash) == 0 && same;
   }
-  if (!ForwardTag(keys.c0, context, next2, m.new0, m.delta0, m.delta1, want.data()))
+  if (!CompareTag(keys.c.k0, context, next2, m.new0, m.delta0, m.delta1, want.data()))
     return absl::InternalError("SHA-256 failed");
   same = CRYPTO_memcmp(want.data(), fwd.data(), kHash) == 0 && same;
   return same;
@@ -160,13 +148,13 @@ absl::StatusOr<bool> Verdicts(net::RingChannel& ch, absl::Span<const uint8_t> co
   const int me = ch.party();
   std::array<uint8_t, 1 + kHash> out{}, in{}, fwd{}, want{};
   out[0] = mine ? kAccept : 0;
-  Hash t(kVerdict, keys.v1, context, me);
+  Hash t(kVerdict, keys.v.k1, context, me);
   t.Add(out.data(), 1);
   if (!t.Final(out.data() + 1)) return absl::InternalError("SHA-256 failed");
   if (absl::Status st = ch.Exchange(out, absl::MakeSpan(in)); !st.ok()) return st;
   if (absl::Status st = ch.Exchange(in, absl::MakeSpan(fwd)); !st.ok()) return st;
   want[0] = kAccept;  // party i+2's, forwarded by i+1
-  Hash c(kVerdict, keys.v0, context, (me + 2) % 3);
+  Hash c(kVerdict, keys.v.k0, context, (me + 2) % 3);
   c.Add(want.data(), 1);
   if (!c.Final(want.data() + 1)) return absl::InternalError("SHA-256 failed");
   return mine && in[0] == kAccept && CRYPTO_memcmp(want.data(), fwd.data(), want.size()) == 0;
