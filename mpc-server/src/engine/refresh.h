@@ -117,8 +117,13 @@
 // it still holds: x_{L+1} on A, x_L on B) moves the key by an error it
 // knows, undetected, because nothing outside the survivors commits to the
 // old components. Checking that needs a commitment to every component
-// kept by the other holders (not done). A refresh's change check has no
-// such gap: every old component has two holders.
+// kept by the party that lacks it (not done). Such a commitment must be
+// hiding, e.g. SHA-256(r_j || x_j) with r_j known only to x_j's two
+// holders: the party that lacks x_j holds the other two components, so an
+// unsalted SHA-256(x_j) would let it test guesses of the key (x_j = K ^
+// its two components), an offline password-guessing oracle for every
+// password-derived key. A refresh's change check has no such
+// gap: every old component has two holders.
 #ifndef KMPC_ENGINE_REFRESH_H_
 #define KMPC_ENGINE_REFRESH_H_
 
