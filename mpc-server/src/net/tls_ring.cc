@@ -218,7 +218,7 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
     if (out_blocked) fds[nfds++] = {out_->fd(), POLLOUT, 0};
     if (want_in) fds[nfds++] = {in_->fd(), POLLIN, 0};
     int rc = 0;
-    if (spin && ring_->options_.spin_us > 0 && spin_backoff_.ShouldSpin()) {
+    if (spin && ring_->options_.spin_us > 0) {
       // Small messages of a latency-bound batch arrive within tens of
       // microseconds; polling briefly saves a sleep/wake-up per round.
       const absl::Time spin_end =
@@ -226,7 +226,6 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
       while ((rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {
         sched_yield();  // let a co-located party run (3 parties, 2 cores)
       }
-      spin_backoff_.Record(/*arrived=*/rc != 0);
     }
     // In slices, so that a shutting-down server (TlsRing::Abort) does not
     // wait out the timeout.

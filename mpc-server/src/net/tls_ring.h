@@ -22,10 +22,8 @@
 #ifndef KMPC_NET_TLS_RING_H_
 #define KMPC_NET_TLS_RING_H_
 
-#include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,39 +58,6 @@ struct TlsRingOptions {
 };
 
 class TlsRing;
-
-// Whether a receive that may spin (TlsRingOptions::spin_us) does, learned
-// from how this channel's last spins ended. A spin that runs out before the
-// message comes costs its spin time and the sleep besides: the peer was not
-// running, as on a machine whose cores are all busy (three parties, a KDC
-// and its clients on two cores), where the ring's rule is that parties do
-// not busy-poll. After such a spin the next 1, 2, 4, ... kMaxSkip receives
-// that could spin sleep at once; a spin that ends with the message resets
-// the backoff. So where spins keep failing at most one receive in
-// kMaxSkip + 1 spins, and a machine with a core free for the peer keeps
-// spinning on every latency-bound round.
-class SpinBackoff {
- public:
-  static constexpr uint32_t kMaxSkip = 64;
-  // True: spin now (then Record the outcome); false: sleep at once.
-  bool ShouldSpin() {
-    if (skip_ == 0) return true;
-    --skip_;
-    return false;
-  }
-  void Record(bool arrived) {
-    if (arrived) {
-      backoff_ = 0;
-      return;
-    }
-    backoff_ = backoff_ == 0 ? 1 : std::min(2 * backoff_, kMaxSkip);
-    skip_ = backoff_;
-  }
-
- private:
-  uint32_t backoff_ = 0;  // receives skipped after the last failed spin
-  uint32_t skip_ = 0;     // of them, still to skip
-};
 
 class TlsRingChannel final : public RingChannel {
  public:
@@ -172,7 +137,6 @@ class TlsRingChannel final : public RingChannel {
   uint32_t recv_step_ = 0;
   absl::Time batch_deadline_ = absl::InfiniteFuture();
   bool spin_control_ = false;
-  SpinBackoff spin_backoff_;  // worker thread only
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> steps_sent_{0};
   std::atomic<bool> up_{false};

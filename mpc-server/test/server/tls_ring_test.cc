@@ -322,35 +322,9 @@ TEST_F(TlsRingTest, StaleOpenSslErrorDoesNotFailARound) {
   for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
 }
 
-// The spin backoff: each spin that runs out doubles the receives that then
-// sleep at once (1, 2, 4, ... SpinBackoff::kMaxSkip); one that ends with
-// the message spins again at the next receive.
-TEST(SpinBackoffTest, FailedSpinsBackOffAndSuccessResets) {
-  SpinBackoff b;
-  EXPECT_TRUE(b.ShouldSpin());
-  b.Record(/*arrived=*/true);
-  EXPECT_TRUE(b.ShouldSpin());
-  // Counts the receives that sleep at once before the next spin.
-  auto skipped = [&b] {
-    int n = 0;
-    while (!b.ShouldSpin()) ++n;
-    return n;
-  };
-  std::vector<int> seen;
-  for (int i = 0; i < 9; ++i) {
-    b.Record(/*arrived=*/false);
-    seen.push_back(skipped());
-  }
-  EXPECT_EQ(seen, (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 64, 64}));
-  b.Record(/*arrived=*/true);
-  EXPECT_TRUE(b.ShouldSpin());
-  b.Record(/*arrived=*/false);  // after a success the backoff starts over
-  EXPECT_EQ(skipped(), 1);
-}
-
-// With spinning on and a peer that always answers later than spin_us, the
-// rounds still complete and carry the right data (the backoff only decides
-// whether a receive spins before it sleeps).
+// With spinning on and a peer that always answers later than spin_us, every
+// spin runs out into the sleeping poll: the rounds still complete and carry
+// the right data.
 TEST_F(TlsRingTest, SlowPeerWithSpinningOnStillExchanges) {
   for (int i = 0; i < 3; ++i) {
     TlsRingOptions o = Options(i, 1);
