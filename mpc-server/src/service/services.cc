@@ -487,7 +487,8 @@ grpc::Status SignRequestProblem(const pb::SignRequest& req, size_t max_items) {
     return s;
   // The GHASH work, as a Run's checksums count it (contract::JobCost).
   uint64_t blocks = 0;
-  for (const pb::SignItem& it : req.items()) blocks += contract::CeilBlocks(it.length());
+  for (const pb::SignItem& it : req.items())
+    blocks += contract::CeilBlocks(it.length()) + (it.has_chain() ? 2 : 0);
   if (blocks > contract::kMaxBatchBlocks)
     return Refuse(pb::BATCH_TOO_LARGE,
                   absl::StrCat("sign request covers ", blocks,
@@ -510,7 +511,7 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
   // SignRequest.data_shares); the tag shares go out flat likewise.
   contract::FlatReader flat(req.data_shares());
   std::string* tag_shares = resp->mutable_tag_shares();
-  tag_shares->reserve(n * contract::kTagSize);
+  tag_shares->reserve(2 * n * contract::kTagSize);
   for (int i = 0; i < n; ++i) {
     const pb::SignItem& it = req.items(i);
     const contract::MessageShares sh = flat.TakePair(contract::SharedBytes(it));
@@ -540,15 +541,49 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
     // The message's shares (a verify item's t' shares follow them).
     const absl::string_view s0 = sh.first.substr(0, it.length());
     const absl::string_view s1 = sh.second.substr(0, it.length());
+    const auto span0 =
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s0.data()), s0.size());
+    const auto span1 =
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s1.data()), s1.size());
     const bool verify = it.verify();
     const std::string bad = SignItemProblem(pad, it, sh, options_.party);
+    if (it.has_chain() && bad.empty()) {
+      // A chain: the second pad is taken too before anything is computed;
+      // on any refusal both go back, with their ages (nothing computed).
+      std::string bad2;
+      if (verify) bad2 = "a verify item cannot chain";
+      else if (it.chain().run_batch_id().size() != contract::kBatchIdSize)
+        bad2 = absl::StrCat("chain run_batch_id must be ", contract::kBatchIdSize, " bytes");
+      const std::string key2 = StateKey(it.chain().run_batch_id(), it.chain().job_id());
+      if (bad2.empty() && key2 == key) bad2 = "a chain names its own pad";
+      if (!bad2.empty()) {
+        (void)pads_.Put(key, std::move(*e));
+        fail(pb::JOB_MALFORMED, std::move(bad2));
+        continue;
+      }
+      absl::StatusOr<PadStates::Entry> e2 = pads_.Take(key2);
+      if (!e2.ok()) {
+        (void)pads_.Put(key, std::move(*e));
+        fail(pb::JOB_PAD_UNAVAILABLE, absl::StrCat("no chained pad under this batch/job id: ",
+                                                   e2.status().message()));
+        continue;
+      }
+      absl::StatusOr<std::array<uint8_t, 32>> t2 =
+          engine::ChainedSignShare(pad, *e2->state, it.usage(), span0, span1);
+      if (!t2.ok()) {
+        (void)pads_.Put(key, std::move(*e));
+        (void)pads_.Put(key2, std::move(*e2));
+        fail(pb::JOB_MALFORMED, std::string(t2.status().message()));
+        continue;
+      }
+      o->set_status(pb::JOB_OK);
+      tag_shares->append(reinterpret_cast<const char*>(t2->data()), t2->size());
+      OPENSSL_cleanse(t2->data(), t2->size());
+      // *e and *e2 go here: both pads are wiped with their last references.
+      continue;
+    }
     absl::StatusOr<std::array<uint8_t, 16>> t =
-        bad.empty() ? engine::SignShare(
-                          pad, it.usage(),
-                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s0.data()),
-                                              s0.size()),
-                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s1.data()),
-                                              s1.size()))
+        bad.empty() ? engine::SignShare(pad, it.usage(), span0, span1)
                     : absl::InvalidArgumentError(bad);
     if (!t.ok()) {
       // Nothing was computed with the pad: it goes back, with its age.
