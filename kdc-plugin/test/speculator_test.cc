@@ -777,6 +777,27 @@ TEST_P(PadTest, ChainedKdcSignatureNeedsNoRequest) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
+// With chain_signatures off, the same exchange is two Sign requests, each
+// item under one pad (what the chained test above saves).
+TEST_P(PadTest, UnchainedKdcSignatureIsARequestOfItsOwn) {
+  BatcherOptions o = Opts();
+  o.chain_signatures = false;
+  auto b = Make(o);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
+  const BatcherStats s0 = b->stats();
+  const uint64_t t1 = Do(b.get(), {Tgt(Checksum(Pac(), 17))})[0];
+  ExpectSignedOver(t1, Pac());
+  const std::string sig = Str(sink_.Get(t1).output);
+  ExpectSignedOver(Do(b.get(), {Tgt(Checksum(sig, 17))})[0], sig);
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_batches - s0.sign_batches, 2u);
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 2u);
+  EXPECT_EQ(s1.chains_sent, 0u);
+  EXPECT_EQ(s1.chained_used, 0u);
+  EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);
+}
+
 // A kept second signature answers only its own message under its own key:
 // another 32-byte message (or the same under another usage) goes the
 // usual way, and the right one still finds it.
