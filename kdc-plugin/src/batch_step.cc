@@ -991,36 +991,8 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
         }
         if (why.empty()) why = std::string(st.message());
       } else if (ok && e.output.size() == contract::kCtr0Size && !IsDone(i)) {
-        const bool chained = !e.chain_batch_id.empty();
-        const size_t tk = contract::kTagSize;
-        std::array<absl::string_view, kParties> t1, t2;
-        for (int p = 0; p < kParties; ++p) {
-          t1[p] = call->tag[p][k].substr(0, tk);
-          if (chained) t2[p] = call->tag[p][k].substr(tk);
-        }
-        e.output.resize(contract::kChecksumSize);
-        absl::Status st = client::CombineAdditive(
-            {t1[0], t1[1], t1[2]},
-            absl::MakeSpan(e.output.data() + contract::kCtr0Size, tk), "tag", namer);
-        ChainedSignature c;
-        if (st.ok() && chained) {
-          // sig_2 = ctr0_2 || tag_2 over sig_1 = e.output (kmpc.proto
-          // SignItem.chain), kept for the CHECKSUM of sig_1.
-          c.checksum.resize(contract::kChecksumSize);
-          std::copy(e.chain_ctr0.begin(), e.chain_ctr0.end(), c.checksum.begin());
-          st = client::CombineAdditive(
-              {t2[0], t2[1], t2[2]},
-              absl::MakeSpan(c.checksum.data() + contract::kCtr0Size, tk), "tag", namer);
-        }
+        absl::Status st = CombineSigned(*call, k, namer);
         if (st.ok()) {
-          if (chained) {
-            c.key_id = e.job.key_id;
-            c.cipher = e.job.cipher;
-            c.usage = e.job.usage;
-            c.message.assign(e.output.begin(), e.output.end());
-            c.expires = absl::Now() + kChainedTtl;
-            host_->KeepChained(std::move(c));  // before the KDC has sig_1
-          }
           Complete(i, absl::OkStatus(), std::move(e.output));
           continue;
         }
@@ -1033,6 +1005,39 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
   ScrubSign(call.get());
   if (!rerun.empty() || !recheck.empty())
     RerunSign(std::move(rerun), why, std::move(recheck));
+}
+
+// Item k's signature from the three tag shares into its job's output
+// (ctr0 || tag); for a chained item (kmpc.proto SignItem.chain) also the
+// second, sig_2 = ctr0_2 || tag_2 over sig_1, kept for the CHECKSUM of
+// sig_1 (speculator.h "Chained signatures") before the KDC has sig_1.
+absl::Status BatchStep::CombineSigned(const SignCall& call, int k,
+                                      const client::PartyNamer& namer) {
+  PendingJob& e = jobs_[call.idx[k]];
+  const bool chained = ChainedItem(call, k);
+  const size_t tk = contract::kTagSize;
+  std::array<absl::string_view, kParties> t1, t2;
+  for (int p = 0; p < kParties; ++p) {
+    t1[p] = call.tag[p][k].substr(0, tk);
+    if (chained) t2[p] = call.tag[p][k].substr(tk);
+  }
+  e.output.resize(contract::kChecksumSize);
+  absl::Status st = client::CombineAdditive(
+      t1, absl::MakeSpan(e.output.data() + contract::kCtr0Size, tk), "tag", namer);
+  if (!st.ok() || !chained) return st;
+  ChainedSignature c;
+  c.checksum.resize(contract::kChecksumSize);
+  std::copy(e.chain_ctr0.begin(), e.chain_ctr0.end(), c.checksum.begin());
+  st = client::CombineAdditive(
+      t2, absl::MakeSpan(c.checksum.data() + contract::kCtr0Size, tk), "tag", namer);
+  if (!st.ok()) return st;
+  c.key_id = e.job.key_id;
+  c.cipher = e.job.cipher;
+  c.usage = e.job.usage;
+  c.message.assign(e.output.begin(), e.output.end());
+  c.expires = absl::Now() + kChainedTtl;
+  host_->KeepChained(std::move(c));
+  return absl::OkStatus();
 }
 
 // A verify item's answers (kmpc.proto SignItem.verify): additive

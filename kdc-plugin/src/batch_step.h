@@ -60,6 +60,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "batch_stats.h"
+#include "client/reveal.h"
 #include "batcher.h"
 #include "job.h"
 #include "speculator.h"
@@ -176,6 +177,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   void VerifyDisagreed();
   std::string TagSharesProblem(const SignCall& call, int p) const;
   bool ChainedItem(const SignCall& call, int k) const;
+  absl::Status CombineSigned(const SignCall& call, int k, const client::PartyNamer& namer);
   void SliceTagShares(SignCall* call, int p) const;
   static void ScrubSign(SignCall* call);
 

@@ -548,38 +548,11 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
     const bool verify = it.verify();
     const std::string bad = SignItemProblem(pad, it, sh, options_.party);
     if (it.has_chain() && bad.empty()) {
-      // A chain: the second pad is taken too before anything is computed;
-      // on any refusal both go back, with their ages (nothing computed).
-      std::string bad2;
-      if (verify) bad2 = "a verify item cannot chain";
-      else if (it.chain().run_batch_id().size() != contract::kBatchIdSize)
-        bad2 = absl::StrCat("chain run_batch_id must be ", contract::kBatchIdSize, " bytes");
-      const std::string key2 = StateKey(it.chain().run_batch_id(), it.chain().job_id());
-      if (bad2.empty() && key2 == key) bad2 = "a chain names its own pad";
-      if (!bad2.empty()) {
-        (void)pads_.Put(key, std::move(*e));
-        fail(pb::JOB_MALFORMED, std::move(bad2));
-        continue;
-      }
-      absl::StatusOr<PadStates::Entry> e2 = pads_.Take(key2);
-      if (!e2.ok()) {
-        (void)pads_.Put(key, std::move(*e));
-        fail(pb::JOB_PAD_UNAVAILABLE, absl::StrCat("no chained pad under this batch/job id: ",
-                                                   e2.status().message()));
-        continue;
-      }
-      absl::StatusOr<std::array<uint8_t, 32>> t2 =
-          engine::ChainedSignShare(pad, *e2->state, it.usage(), span0, span1);
-      if (!t2.ok()) {
-        (void)pads_.Put(key, std::move(*e));
-        (void)pads_.Put(key2, std::move(*e2));
-        fail(pb::JOB_MALFORMED, std::string(t2.status().message()));
-        continue;
-      }
-      o->set_status(pb::JOB_OK);
-      tag_shares->append(reinterpret_cast<const char*>(t2->data()), t2->size());
-      OPENSSL_cleanse(t2->data(), t2->size());
-      // *e and *e2 go here: both pads are wiped with their last references.
+      std::string detail;
+      const pb::JobStatus st = SignChained(it, key, std::move(*e), span0, span1,
+                                          tag_shares, &detail);
+      if (st == pb::JOB_OK) o->set_status(pb::JOB_OK);
+      else fail(st, std::move(detail));
       continue;
     }
     absl::StatusOr<std::array<uint8_t, 16>> t =
@@ -599,6 +572,45 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
   }
   metrics_->RecordBatch("sign", true, n, 0, 0, 0, absl::Now() - t0);
   return grpc::Status::OK;
+}
+
+// A chained item (kmpc.proto SignItem.chain) whose first pad `e` (taken
+// under `key`) fits it: the second pad is taken too before anything is
+// computed, t_1,i || t_2,i (engine::ChainedSignShare) appended to
+// *tag_shares, and both pads wiped as they go. On any refusal both go
+// back, with their ages (nothing computed): JOB_MALFORMED or
+// JOB_PAD_UNAVAILABLE with *detail.
+pb::JobStatus KeyOpsService::SignChained(const pb::SignItem& it, const std::string& key,
+                                         PadStates::Entry e,
+                                         absl::Span<const uint8_t> share0,
+                                         absl::Span<const uint8_t> share1,
+                                         std::string* tag_shares, std::string* detail) {
+  if (it.verify()) *detail = "a verify item cannot chain";
+  else if (it.chain().run_batch_id().size() != contract::kBatchIdSize)
+    *detail = absl::StrCat("chain run_batch_id must be ", contract::kBatchIdSize, " bytes");
+  const std::string key2 = StateKey(it.chain().run_batch_id(), it.chain().job_id());
+  if (detail->empty() && key2 == key) *detail = "a chain names its own pad";
+  if (!detail->empty()) {
+    (void)pads_.Put(key, std::move(e));
+    return pb::JOB_MALFORMED;
+  }
+  absl::StatusOr<PadStates::Entry> e2 = pads_.Take(key2);
+  if (!e2.ok()) {
+    (void)pads_.Put(key, std::move(e));
+    *detail = absl::StrCat("no chained pad under this batch/job id: ", e2.status().message());
+    return pb::JOB_PAD_UNAVAILABLE;
+  }
+  absl::StatusOr<std::array<uint8_t, 32>> t =
+      engine::ChainedSignShare(*e.state, *e2->state, it.usage(), share0, share1);
+  if (!t.ok()) {
+    (void)pads_.Put(key, std::move(e));
+    (void)pads_.Put(key2, std::move(*e2));
+    *detail = std::string(t.status().message());
+    return pb::JOB_MALFORMED;
+  }
+  tag_shares->append(reinterpret_cast<const char*>(t->data()), t->size());
+  OPENSSL_cleanse(t->data(), t->size());
+  return pb::JOB_OK;  // e and *e2 go here: both pads wiped with their last references
 }
 
 // Authorization, then the request; a rejected request leaves no partial
