@@ -122,7 +122,7 @@ def test_run_batches_per_exchange(kmpc_factory, tmp_path):
         _login(r, "-f", "-r", "1d")
         r.run(["kvno", SERVICE])
         r.run(["kinit", "-R"])
-    counts, signs, sign_batches, verifies = {}, {}, {}, {}
+    counts, signs, sign_batches, verifies, chained = {}, {}, {}, {}, {}
     for name, argv in (("AS", None), ("TGS", ["kvno", SERVICE]),
                        ("renewal", ["kinit", "-R"]),
                        # kinit -R left the renewed TGT alone in the ccache: a new
@@ -137,6 +137,7 @@ def test_run_batches_per_exchange(kmpc_factory, tmp_path):
         before, s0 = _runs(r), _kdc(r, "kmpc_kdc_sign_requests_total")
         b0 = _kdc(r, "kmpc_kdc_sign_batches_total")
         v0 = _kdc(r, "kmpc_kdc_verify_pads_used_total")
+        c0 = _kdc(r, "kmpc_kdc_chained_signatures_total")
         if argv is None:
             _login(r, "-f", "-r", "1d")
             login_at = time.time()
@@ -146,22 +147,33 @@ def test_run_batches_per_exchange(kmpc_factory, tmp_path):
         signs[name] = _kdc(r, "kmpc_kdc_sign_requests_total") - s0
         sign_batches[name] = _kdc(r, "kmpc_kdc_sign_batches_total") - b0
         verifies[name] = _kdc(r, "kmpc_kdc_verify_pads_used_total") - v0
+        chained[name] = _kdc(r, "kmpc_kdc_chained_signatures_total") - c0
     print("Run batches per exchange:", counts, "Sign items:", signs,
           "Sign requests:", sign_batches, "ring-free verifies:", verifies,
+          "chained KDC signatures:", chained,
           f"({time.time() - t0:.1f} s)")
     # The KDC module sent as many Runs as the servers ran.
     assert _kdc(r, "kmpc_kdc_run_requests_total") == _runs(r), "module counter"
     # Every PAC signature under the MPC-held krbtgt went out as a Sign of a
-    # pad drawn in the exchange's first Run: the TGT's server and KDC
-    # signatures (AS, renewal), the service ticket's ticket and KDC
-    # signatures (TGS); and the presented TGT's server signature was
-    # verified under a verification pad (TGS, renewal: one Sign item more).
+    # pad drawn in the exchange's first Run: the TGT's server signature
+    # with its KDC signature chained in the same item (AS, renewal:
+    # speculator.h "Chained signatures"), the service ticket's ticket and
+    # KDC signatures (TGS: its server signature is under the service's
+    # own key, so its KDC signature cannot chain); and the presented TGT's
+    # server signature was verified under a verification pad (TGS,
+    # renewal: one Sign item more).
     assert verifies == {"AS": 0, "TGS": 1, "renewal": 1,
                         "TGS after renewal": 1}, verifies
-    assert signs == {"AS": 2, "TGS": 3, "renewal": 3,
+    assert chained == {"AS": 1, "TGS": 0, "renewal": 1,
+                       "TGS after renewal": 0}, chained
+    assert signs == {"AS": 1, "TGS": 3, "renewal": 2,
                      "TGS after renewal": 3}, signs
-    # Items queued together share one Sign request; one exchange's come
-    # one after the other (the KDC signature covers the server signature).
+    # A signature's message waits for the one before (the KDC signature
+    # covers the server signature): the chained KDC signature needs no
+    # request of its own, one Sign request fewer than unchained (AS 2,
+    # renewal 2: its TGT check goes with the server signature).
+    assert {n: sign_batches[n] for n in ("AS", "renewal")} == \
+        {"AS": 1, "renewal": 1}, sign_batches
     assert all(1 <= sign_batches[n] <= signs[n] for n in signs), sign_batches
     assert _kdc(r, "kmpc_kdc_sign_rerun_total") == 0
     # One Run each: the renewed TGT's PAC was signed under a pad linked to

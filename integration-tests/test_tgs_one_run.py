@@ -130,7 +130,10 @@ def test_tgs_is_one_run_and_a_wrong_server_signature_is_refused(kmpc_factory):
 def test_forwarded_tgt_is_one_run(tmp_path):
     """A forwarded TGT (a TGS-REQ for the krbtgt with FORWARDED, as
     kmpc-storm --mix forward makes after each login) is one Run too: each
-    operation, its login included, is two Runs on the servers."""
+    operation, its login included, is two Runs on the servers. Its PAC's
+    KDC signature, as the login's, is chained to the server signature
+    (speculator.h "Chained signatures"): one Sign request per exchange (the
+    forward's TGT check goes with its server signature)."""
     from bench import storm_bench  # the storm target and kmpc-storm
     t0 = time.time()
     target = storm_bench.KmpcTarget(str(tmp_path / "kmpc"), "headline", 4, metrics=True)
@@ -144,8 +147,16 @@ def test_forwarded_tgt_is_one_run(tmp_path):
             assert p.returncode == 0, p.stdout + p.stderr + target.logs()[-3000:]
         storm(8)  # the module learns the lengths and the exchanges' pads
         runs = _runs(target.realm)
+        kdc = parse(scrape(target.realm.kdc_metrics_url))
         storm(10)
         assert _runs(target.realm) - runs == 2 * 10
+        kdc2 = parse(scrape(target.realm.kdc_metrics_url))
+        delta = {n: value(kdc2, n, missing=0) - value(kdc, n, missing=0)
+                 for n in ("kmpc_kdc_chained_signatures_total",
+                           "kmpc_kdc_sign_batches_total", "kmpc_kdc_sign_rerun_total")}
+        assert delta == {"kmpc_kdc_chained_signatures_total": 2 * 10,
+                         "kmpc_kdc_sign_batches_total": 2 * 10,
+                         "kmpc_kdc_sign_rerun_total": 0}, delta
         assert target.alive(), target.logs()[-3000:]
     finally:
         target.stop()

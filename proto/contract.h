@@ -35,11 +35,22 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // request and response carries it, and either end refuses another.
 // 1: a string per share (a message of two per job); 2: one flat buffer per
 // message; 3: a verify item's presented tag travels as shares (SignItem.verify);
-// 4: a FinalizeResponse carries one additive tag share per item, not two.
-inline constexpr uint32_t kWireVersion = 4;
+// 4: a FinalizeResponse carries one additive tag share per item, not two;
+// 5: a Sign item may chain a second signature (SignItem.chain).
+inline constexpr uint32_t kWireVersion = 5;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
+
+// Powers of H every server keeps with a key (mpc-server engine.h
+// kStoredHPowers), and those a pad of `pad_length` bytes holds: the
+// stored ones, or the GHASH blocks of its longest message (A', D, the
+// lengths) when more (engine.h PadState).
+inline constexpr uint64_t kStoredHPowers = 64;
+constexpr uint64_t PadPowers(uint64_t pad_length) {
+  const uint64_t m = (pad_length + 15) / 16 + 2;
+  return m > kStoredHPowers ? m : kStoredHPowers;
+}
 
 // Largest message one job may cover (keystream blocks of ENCRYPT/DECRYPT,
 // data of CHECKSUM/VERIFY_CHECKSUM): 65,536 blocks, 1 MiB.

@@ -53,6 +53,11 @@ struct BatcherStats {
   uint64_t pads_used = 0;
   // TGT server signatures verified ring-free under a verification pad.
   uint64_t verify_pads_used = 0;
+  // Chained signatures (speculator.h): Sign items that chained a second
+  // pad; CHECKSUMs (KDC signatures) completed from their answers, without
+  // a request.
+  uint64_t chains_sent = 0;
+  uint64_t chained_used = 0;
   uint64_t pads_wasted = 0;
   size_t pads_held = 0;               // pads held now
   uint64_t sign_rerun = 0;            // sign jobs re-run as CHECKSUM jobs

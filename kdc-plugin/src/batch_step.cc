@@ -907,6 +907,10 @@ void BatchStep::StartSign() {
       item->set_usage(e.job.usage);
       item->set_length(static_cast<uint32_t>(e.job.input.size()));
       if (e.job.type == pb::JOB_VERIFY_CHECKSUM) item->set_verify(true);
+      if (!e.chain_batch_id.empty()) {
+        item->mutable_chain()->set_run_batch_id(e.chain_batch_id);
+        item->mutable_chain()->set_job_id(e.chain_job_id);
+      }
     }
     // The message (and a verify item's presented tag) as shares, dealt
     // afresh for this item (enctype.md invariant 5), as a Run's.
@@ -951,7 +955,7 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
       if (r.results(k).job_id() != call->req[p].items(k).job_id() ||
           r.results(k).run_batch_id() != call->req[p].items(k).run_batch_id())
         why = absl::StrCat(Party(p), " returned results out of order");
-    if (why.empty()) why = TagSharesProblem(r, p);
+    if (why.empty()) why = TagSharesProblem(*call, p);
     if (why.empty()) SliceTagShares(call.get(), p);
   }
   std::vector<size_t> rerun, recheck;
@@ -987,12 +991,7 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
         }
         if (why.empty()) why = std::string(st.message());
       } else if (ok && e.output.size() == contract::kCtr0Size && !IsDone(i)) {
-        e.output.resize(contract::kChecksumSize);
-        absl::Status st = client::CombineAdditive(
-            {call->tag[0][k], call->tag[1][k], call->tag[2][k]},
-            absl::MakeSpan(e.output.data() + contract::kCtr0Size,
-                           contract::kTagSize),
-            "tag", namer);
+        absl::Status st = CombineSigned(*call, k, namer);
         if (st.ok()) {
           Complete(i, absl::OkStatus(), std::move(e.output));
           continue;
@@ -1006,6 +1005,39 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
   ScrubSign(call.get());
   if (!rerun.empty() || !recheck.empty())
     RerunSign(std::move(rerun), why, std::move(recheck));
+}
+
+// Item k's signature from the three tag shares into its job's output
+// (ctr0 || tag); for a chained item (kmpc.proto SignItem.chain) also the
+// second, sig_2 = ctr0_2 || tag_2 over sig_1, kept for the CHECKSUM of
+// sig_1 (speculator.h "Chained signatures") before the KDC has sig_1.
+absl::Status BatchStep::CombineSigned(const SignCall& call, int k,
+                                      const client::PartyNamer& namer) {
+  PendingJob& e = jobs_[call.idx[k]];
+  const bool chained = ChainedItem(call, k);
+  const size_t tk = contract::kTagSize;
+  std::array<absl::string_view, kParties> t1, t2;
+  for (int p = 0; p < kParties; ++p) {
+    t1[p] = call.tag[p][k].substr(0, tk);
+    if (chained) t2[p] = call.tag[p][k].substr(tk);
+  }
+  e.output.resize(contract::kChecksumSize);
+  absl::Status st = client::CombineAdditive(
+      t1, absl::MakeSpan(e.output.data() + contract::kCtr0Size, tk), "tag", namer);
+  if (!st.ok() || !chained) return st;
+  ChainedSignature c;
+  c.checksum.resize(contract::kChecksumSize);
+  std::copy(e.chain_ctr0.begin(), e.chain_ctr0.end(), c.checksum.begin());
+  st = client::CombineAdditive(
+      t2, absl::MakeSpan(c.checksum.data() + contract::kCtr0Size, tk), "tag", namer);
+  if (!st.ok()) return st;
+  c.key_id = e.job.key_id;
+  c.cipher = e.job.cipher;
+  c.usage = e.job.usage;
+  c.message.assign(e.output.begin(), e.output.end());
+  c.expires = absl::Now() + kChainedTtl;
+  host_->KeepChained(std::move(c));
+  return absl::OkStatus();
 }
 
 // A verify item's answers (kmpc.proto SignItem.verify): additive
@@ -1041,6 +1073,11 @@ void BatchStep::RerunSign(std::vector<size_t> rerun, const std::string& why,
       e.sign = false;
       e.output.clear();
       e.run_batch_id.clear();
+      // A chain's second pad is spent (or refused) with the first: its
+      // CHECKSUM, when it comes, takes a pad or runs as usual.
+      if (!e.chain_batch_id.empty()) host_->PadsWasted(1);
+      e.chain_batch_id.clear();
+      e.chain_ctr0.clear();
       again.push_back(i);
       reruns += list == &rerun;
     }
@@ -1078,24 +1115,34 @@ void BatchStep::VerifyDisagreed() {
 // Why party p's tag share buffer is not exactly one tag per JOB_OK result
 // (kmpc.proto SignResponse.tag_shares); empty when it is. A short or long
 // buffer would pair a result with another result's share.
-std::string BatchStep::TagSharesProblem(const pb::SignResponse& r, int p) const {
-  size_t ok = 0;
-  for (const pb::SignResult& x : r.results()) ok += x.status() == pb::JOB_OK;
-  if (r.tag_shares().size() == ok * contract::kTagSize) return {};
+std::string BatchStep::TagSharesProblem(const SignCall& call, int p) const {
+  const pb::SignResponse& r = call.resp[p];
+  size_t tags = 0, ok = 0;
+  for (int k = 0; k < r.results_size(); ++k) {
+    if (r.results(k).status() != pb::JOB_OK) continue;
+    ++ok;
+    tags += ChainedItem(call, k) ? 2 : 1;
+  }
+  if (r.tag_shares().size() == tags * contract::kTagSize) return {};
   return absl::StrCat(Party(p), " returned ", r.tag_shares().size(),
                       " bytes of tag shares for ", ok, " JOB_OK results (",
-                      contract::kTagSize, " bytes each)");
+                      contract::kTagSize, " bytes each, twice for a chained one)");
+}
+
+// Whether item k of the call chains a second signature (SignItem.chain).
+bool BatchStep::ChainedItem(const SignCall& call, int k) const {
+  return !jobs_[call.idx[k]].chain_batch_id.empty();
 }
 
 // Party p's tag shares, one per JOB_OK result in order (kmpc.proto
 // SignResponse.tag_shares; TagSharesProblem checked the size).
-void BatchStep::SliceTagShares(SignCall* call, int p) {
+void BatchStep::SliceTagShares(SignCall* call, int p) const {
   const pb::SignResponse& r = call->resp[p];
   contract::FlatReader flat(r.tag_shares());
   call->tag[p].assign(r.results_size(), absl::string_view());
   for (int k = 0; k < r.results_size(); ++k)
     if (r.results(k).status() == pb::JOB_OK)
-      call->tag[p][k] = flat.Take(contract::kTagSize);
+      call->tag[p][k] = flat.Take(contract::kTagSize * (ChainedItem(*call, k) ? 2 : 1));
 }
 
 void BatchStep::ScrubSign(SignCall* call) {

@@ -60,6 +60,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "batch_stats.h"
+#include "client/reveal.h"
 #include "batcher.h"
 #include "job.h"
 #include "speculator.h"
@@ -91,6 +92,9 @@ class StepHost {
   // `n` speculative jobs completed (held or dropped): one call per Run.
   virtual void SpeculativeJobsDone(size_t n) = 0;
   virtual void HoldKeystreams(std::vector<HeldKeystream> keystreams) = 0;
+  // A chained Sign item's second checksum, for the CHECKSUM of its first
+  // (speculator.h "Chained signatures").
+  virtual void KeepChained(ChainedSignature c) = 0;
   virtual void SpeculativeGroupsFailed(size_t groups) = 0;
   virtual void FinalizeOnlyRerun(size_t jobs) = 0;
   // Pads drawn that will never be held (their DECRYPT or PAD job failed).
@@ -171,8 +175,10 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
                  std::vector<size_t> recheck);
   absl::Status CheckVerifyAnswer(const SignCall& call, int k) const;
   void VerifyDisagreed();
-  std::string TagSharesProblem(const kmpc::v1::SignResponse& r, int p) const;
-  static void SliceTagShares(SignCall* call, int p);
+  std::string TagSharesProblem(const SignCall& call, int p) const;
+  bool ChainedItem(const SignCall& call, int k) const;
+  absl::Status CombineSigned(const SignCall& call, int k, const client::PartyNamer& namer);
+  void SliceTagShares(SignCall* call, int p) const;
   static void ScrubSign(SignCall* call);
 
   // Completion.

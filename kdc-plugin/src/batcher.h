@@ -123,6 +123,11 @@ struct BatcherOptions {
   // DECRYPT draws PAD jobs, and a usage-17 CHECKSUM under a held pad is one
   // ring-free Sign request instead of a Run.
   bool speculate = true;
+  // With speculate: a PAC server signature under a held pad takes a second
+  // held pad of the same key along, and the servers sign the signature
+  // itself under it in the same Sign item (speculator.h "Chained
+  // signatures"): the KDC signature over it then needs no request.
+  bool chain_signatures = true;
   absl::Duration speculate_ttl = absl::Seconds(4);
   // Speculative keystreams and pads held or on their way, at most.
   size_t speculate_max = 8192;

@@ -48,6 +48,7 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
   q.enqueued = absl::Now();
   std::vector<PendingJob> group_jobs;  // speculative ENCRYPT and PAD jobs
   bool wake = false;
+  Result chained;  // a CHECKSUM answered from a chained signature
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_)
@@ -63,7 +64,13 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
     // in flight wakes the dispatcher when it ends: a wake-up here would
     // only cost a futex call and a context switch per exchange.
     const bool kicked = options_.submitter_kicks;
-    if (q.sign) {
+    if (q.chained_done) {
+      // Its answer is known (speculator.h "Chained signatures"): delivered
+      // below, outside mu_, like a step's (the router registers a job
+      // before submitting it: router.h).
+      chained.token = q.token;
+      chained.output = std::move(q.output);
+    } else if (q.sign) {
       // Until SubmitterIdle(): a Sign needs no ring round, so it waits for
       // neither a window nor the Run in flight, only for the other
       // signatures of this callback (of every login it handled).
@@ -79,6 +86,7 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
     }
   }
   if (wake) cv_.notify_one();  // the dispatcher is the only waiter
+  if (!chained.output.empty()) Deliver(std::move(chained));
   return absl::OkStatus();
 }
 
@@ -380,6 +388,8 @@ BatcherStats Dispatcher::Stats() const {
   out.pads_drawn = speculator_.pads_drawn();
   out.pads_used = speculator_.pads_used();
   out.verify_pads_used = speculator_.verify_pads_used();
+  out.chains_sent = speculator_.chains_sent();
+  out.chained_used = speculator_.chained_used();
   out.pads_wasted = speculator_.pads_wasted();
   out.pads_held = speculator_.pads_held();
   return out;
@@ -435,6 +445,18 @@ void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
     // The dispatcher prunes them when they expire: woken only if it would
     // sleep past that (it usually wakes earlier for a step's deadline).
     wake = NeedsWake(first);
+  }
+  if (wake) cv_.notify_all();
+}
+
+void Dispatcher::KeepChained(ChainedSignature c) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return;  // `c` is wiped as it goes
+    const absl::Time at = c.expires;
+    speculator_.KeepChained(std::move(c));
+    wake = NeedsWake(at);  // to prune it when it expires
   }
   if (wake) cv_.notify_all();
 }

@@ -88,6 +88,7 @@ class Dispatcher : public StepHost,
   void Log(int level, std::string line) override;
   void SpeculativeJobsDone(size_t n) override;
   void HoldKeystreams(std::vector<HeldKeystream> keystreams) override;
+  void KeepChained(ChainedSignature c) override;
   void SpeculativeGroupsFailed(size_t groups) override;
   void FinalizeOnlyRerun(size_t jobs) override;
   void PadsWasted(size_t pads) override;

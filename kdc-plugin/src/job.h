@@ -111,6 +111,15 @@ struct PendingJob {
   // finalize_only: the ENCRYPT state; sign: the pad.
   std::string run_batch_id;
   uint64_t run_job_id = 0;
+  // sign: a second pad under the same key (speculator.h "Chained
+  // signatures") that signs this signature (ctr0 || tag) in the same Sign
+  // item (kmpc.proto SignItem.chain); empty chain_batch_id: none.
+  std::string chain_batch_id;
+  uint64_t chain_job_id = 0;
+  std::string chain_ctr0;
+  // A CHECKSUM completed when submitted, from a chained answer kept for
+  // its message (speculator.h): `output` holds ctr0 || tag, no request.
+  bool chained_done = false;
   // A speculative job: the budget tokens its use gives back (speculator.h).
   double refund = 0;
   // A speculative signing PAD linked to its group's speculative ticket

@@ -85,6 +85,7 @@ constexpr IntOption kIntOptions[] = {
 constexpr BoolOption kBoolOptions[] = {
     {"early_flush", [](BatcherOptions& b, bool f) { b.early_flush = f; }},
     {"speculate", [](BatcherOptions& b, bool f) { b.speculate = f; }},
+    {"chain_signatures", [](BatcherOptions& b, bool f) { b.chain_signatures = f; }},
     {"debug", [](BatcherOptions& b, bool f) { b.debug = f; }},
 };
 

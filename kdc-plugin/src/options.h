@@ -44,6 +44,10 @@
 //                              ticket's and reply's keystream along, and
 //                              an exchange's first DECRYPT the PAC
 //                              signatures' pads (speculator.h)
+//   chain_signatures = true    with speculate: a PAC's server signature
+//                              and its KDC signature (over the first)
+//                              under one key are one Sign item
+//                              (speculator.h "Chained signatures")
 //   speculate_max = 8192       keystreams and pads held or on their way,
 //                              at most
 //   speculate_ttl_ms = 4000    unused speculative keystream or pad is

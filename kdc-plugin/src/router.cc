@@ -287,6 +287,8 @@ BatcherStats Router::stats() const {
     s.pads_drawn += x.pads_drawn;
     s.pads_used += x.pads_used;
     s.verify_pads_used += x.verify_pads_used;
+    s.chains_sent += x.chains_sent;
+    s.chained_used += x.chained_used;
     s.pads_wasted += x.pads_wasted;
     s.pads_held += x.pads_held;
     s.sign_rerun += x.sign_rerun;

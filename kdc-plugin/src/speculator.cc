@@ -175,7 +175,7 @@ void Speculator::OnSubmit(PendingJob* job, size_t queue_size,
              j.input.size() <= kMaxPadBytes) {
     LearnSignature(j);
     Prune(job->enqueued);
-    UsePad(job);
+    if (!UseChained(job)) UsePad(job);
   } else if (j.type == pb::JOB_VERIFY_CHECKSUM &&
              j.usage == kUsagePacSignature &&
              j.checksum.size() == contract::kChecksumSize) {
@@ -360,7 +360,58 @@ bool Speculator::UsePad(PendingJob* q) {
   q->blocks = 0;  // no AES work left
   pad_tokens_.GiveBack(pad.refund);
   ++pads_used_;
+  MaybeChain(q, pad);
   return true;
+}
+
+// A PAC server signature under `pad` (taken for it) takes a second held
+// signing pad of its key, usage and cipher for its KDC signature
+// ("Chained signatures"), when `pad` holds two powers of H beyond the
+// message's (the servers refuse the chain otherwise) and a held pad signs
+// 32 bytes; unlinked pads first, newest first.
+void Speculator::MaybeChain(PendingJob* q, const HeldKeystream& pad) {
+  const Job& j = q->job;
+  if (!options_.chain_signatures || !IsPac(j.input) ||
+      contract::CeilBlocks(j.input.size()) + 4 > contract::PadPowers(pad.pad_length))
+    return;
+  auto fits = [&](const HeldKeystream& h) { return h.expires > q->enqueued; };
+  HeldKeystream second;
+  if (!held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, contract::kChecksumSize, fits,
+                             &second) &&
+      !held_linked_.TakeNewest(j.key_id, j.usage, j.cipher, contract::kChecksumSize, fits,
+                               &second))
+    return;
+  q->chain_batch_id = std::move(second.run_batch_id);
+  q->chain_job_id = second.run_job_id;
+  q->chain_ctr0 = std::move(second.ctr0);
+  pad_tokens_.GiveBack(second.refund);
+  ++pads_used_;
+  ++chains_sent_;
+}
+
+// A CHECKSUM whose message is a kept chained signature's first one, under
+// its key, usage and cipher: completed with the second (taken out: one
+// answer per entry). Newest first.
+bool Speculator::UseChained(PendingJob* q) {
+  const Job& j = q->job;
+  if (j.input.size() != contract::kChecksumSize) return false;
+  for (auto it = chained_.rbegin(); it != chained_.rend(); ++it) {
+    if (it->expires <= q->enqueued || it->usage != j.usage || it->cipher != j.cipher ||
+        it->key_id != j.key_id || it->message != j.input)
+      continue;
+    q->output = std::move(it->checksum);
+    q->chained_done = true;
+    q->blocks = 0;
+    chained_.erase(std::next(it).base());  // wipes its message (SecureBytes)
+    ++chained_used_;
+    return true;
+  }
+  return false;
+}
+
+void Speculator::KeepChained(ChainedSignature c) {
+  if (chained_.size() >= std::max<size_t>(1, options_.speculate_max)) chained_.pop_front();
+  chained_.push_back(std::move(c));
 }
 
 // The pad for usage-17 CHECKSUM q: for a PAC (a server signature), a
@@ -560,6 +611,8 @@ absl::Time Speculator::Prune(absl::Time now) {
     next = std::min(next, held_verify_.front().expires);
   if (!reserved_.empty())
     next = std::min(next, reserved_.front().second.expires);
+  while (!chained_.empty() && chained_.front().expires <= now) chained_.pop_front();
+  if (!chained_.empty()) next = std::min(next, chained_.front().expires);
   return next;
 }
 
@@ -669,6 +722,7 @@ void Speculator::Clear() {
   held_linked_.clear();
   held_verify_.clear();
   reserved_.clear();
+  chained_.clear();  // SecureBytes wipes them
   pending_ = 0;
 }
 

@@ -38,6 +38,21 @@
 // becomes a ring-free verify item (kmpc.proto SignItem.verify). Any
 // other VERIFY (old tickets, a broken link) runs in a Run as before.
 //
+// Chained signatures (BatcherOptions::chain_signatures; kmpc.proto
+// SignItem.chain, enctype.md "Chained signatures"): MIT's KDC signature of
+// a PAC is a checksum of its server signature (ctr0 || tag, 32 bytes),
+// under the same key for a TGT (the krbtgt's). A PAC server signature that
+// takes a pad whose powers of H reach two beyond its message's
+// (contract::PadPowers) takes a second held signing pad of the same key
+// id, usage and cipher along (an unlinked one first), and the servers
+// answer both tags in one item. The Sign step then keeps (key id, cipher,
+// usage, ctr0_1 || tag_1) -> ctr0_2 || tag_2 (KeepChained) for
+// kChainedTtl; the CHECKSUM whose message is exactly ctr0_1 || tag_1
+// under that key, usage and cipher is completed from it when submitted
+// (no request), and the entry goes: one answer per entry. Anything else
+// (another message or key, an expired entry) takes a pad or runs as
+// before. The linked pad of a TGT's server signature stays its first pad.
+//
 // Invariants:
 //  - Not thread-safe: every method runs under the dispatcher's mutex.
 //  - Held keystreams and pads + speculative jobs queued or in flight
@@ -82,6 +97,23 @@ namespace kmpc::kdc {
 // for a TGT whose signature is not at the linked counter (an older ticket)
 // is never used, so it must not take the room of keystreams for long.
 inline constexpr absl::Duration kVerifyPadTtl = absl::Seconds(1);
+
+// How long a chained signature's second tag is kept for its CHECKSUM: the
+// KDC submits it as soon as the first signature is delivered.
+inline constexpr absl::Duration kChainedTtl = absl::Seconds(1);
+
+// A chained signature's second checksum (sig_2 = ctr0_2 || tag_2), kept
+// for the CHECKSUM whose message is sig_1 = ctr0_1 || tag_1 (speculator.h
+// "Chained signatures"). Public once its ticket is issued; SecureBytes
+// anyway, wiped when it goes.
+struct ChainedSignature {
+  std::string key_id;
+  kmpc::v1::Cipher cipher = kmpc::v1::CIPHER_UNSPECIFIED;
+  uint32_t usage = 0;
+  SecureBytes message;   // sig_1
+  SecureBytes checksum;  // sig_2
+  absl::Time expires;
+};
 
 // A speculative keystream waiting for its ENCRYPT job, or (pad) a pad
 // waiting for its CHECKSUM.
@@ -251,6 +283,9 @@ class Speculator {
 
   // Holds the keystreams of a Run's speculative jobs.
   void Hold(std::vector<HeldKeystream>* keystreams);
+  // Keeps a chained signature's second checksum for its CHECKSUM (at most
+  // speculate_max of them: the oldest goes first).
+  void KeepChained(ChainedSignature c);
   // Groups whose timestamp did not decrypt (their keystreams were dropped).
   void GroupsFailed(size_t n) { wasted_ += n; }
   // Pads drawn but never held (their DECRYPT failed, or the PAD job did).
@@ -274,6 +309,10 @@ class Speculator {
     return held_pads_.size() + held_linked_.size() + held_verify_.size();
   }
   uint64_t verify_pads_used() const { return verify_pads_used_; }
+  // Sign items that chained a second pad; CHECKSUMs completed from a kept
+  // chained signature.
+  uint64_t chains_sent() const { return chains_sent_; }
+  uint64_t chained_used() const { return chained_used_; }
   uint64_t pads_drawn() const { return pads_drawn_; }
   uint64_t pads_used() const { return pads_used_; }
   uint64_t pads_wasted() const { return pads_wasted_; }
@@ -283,6 +322,8 @@ class Speculator {
   void StartExchange(int kind);
   void LearnSignature(const Job& job);
   bool UsePad(PendingJob* job);
+  void MaybeChain(PendingJob* job, const HeldKeystream& pad);
+  bool UseChained(PendingJob* job);
   bool TakePad(const PendingJob& q, HeldKeystream* pad);
   bool UseVerifyPad(PendingJob* job);
   bool UseReserved(PendingJob* job);
@@ -351,6 +392,9 @@ class Speculator {
   // exchanges (scaled down together beyond that).
   double ok_sum_[2] = {0, 0}, sig_sum_[2] = {0, 0}, ticket_sum_[2] = {0, 0};
   uint64_t pads_drawn_ = 0, pads_used_ = 0, pads_wasted_ = 0;
+  // Kept chained signatures, oldest first (i.e. in order of expiry).
+  std::deque<ChainedSignature> chained_;
+  uint64_t chains_sent_ = 0, chained_used_ = 0;
 };
 
 }  // namespace kmpc::kdc

@@ -49,6 +49,7 @@ class RecordingHost : public StepHost {
   }
   void SpeculativeJobsDone(size_t) override {}
   void HoldKeystreams(std::vector<HeldKeystream>) override {}
+  void KeepChained(ChainedSignature) override {}
   void SpeculativeGroupsFailed(size_t) override {}
   void FinalizeOnlyRerun(size_t) override {}
   void PadsWasted(size_t) override {}

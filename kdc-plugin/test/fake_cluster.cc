@@ -113,6 +113,11 @@ void FakeCluster::set_tag_share_error(int p, bool sign, std::string error) {
   (sign ? sign_error_ : verify_error_)[p] = std::move(error);
 }
 
+void FakeCluster::set_chain_tag_share_error(int p, std::string error) {
+  std::lock_guard<std::mutex> l(mu_);
+  chain_error_[p] = std::move(error);
+}
+
 void FakeCluster::set_tag_shares_extra(int p, int extra) {
   std::lock_guard<std::mutex> l(mu_);
   tag_extra_[p] = extra;
@@ -412,6 +417,10 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
       r[p]->set_job_id(it.job_id());
     }
     auto pad = pads_.find({it.run_batch_id(), it.job_id()});
+    // A chain's second pad (SignItem.chain), as the servers check it.
+    const bool chained = it.has_chain();
+    auto pad2 = chained ? pads_.find({it.chain().run_batch_id(), it.chain().job_id()})
+                        : pads_.end();
     const std::optional<std::string> d = Message(req.request_id(), k);
     bool all = true;
     for (int p = 0; p < 3; ++p) {
@@ -426,10 +435,27 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
         r[p]->set_status(pb::JOB_MALFORMED);  // the pad is kept
         r[p]->set_detail("usage, length or shares do not fit the pad");
         all = false;
+      } else if (chained && (it.verify() || pad2 == pad)) {
+        r[p]->set_status(pb::JOB_MALFORMED);
+        r[p]->set_detail("a verify item or its own pad chained");
+        all = false;
+      } else if (chained && (pad2 == pads_.end() || pad2->second.gone[p])) {
+        r[p]->set_status(pb::JOB_PAD_UNAVAILABLE);
+        r[p]->set_detail("no such chained pad");
+        all = false;
+      } else if (chained && (pad2->second.key != pad->second.key ||
+                             pad2->second.usage != pad->second.usage ||
+                             pad2->second.verify || pad2->second.length < 32 ||
+                             contract::CeilBlocks(it.length()) + 4 >
+                                 contract::PadPowers(pad->second.length))) {
+        r[p]->set_status(pb::JOB_MALFORMED);  // both pads are kept
+        r[p]->set_detail("the chained pad does not fit");
+        all = false;
       } else {
         pad->second.gone[p] = true;  // forgotten before the answer
+        if (chained) pad2->second.gone[p] = true;
         r[p]->set_status(pb::JOB_OK);
-        share[p] = Random(16);  // alone uniform
+        share[p] = Random(chained ? 32 : 16);  // alone uniform
       }
     }
     if (all) {
@@ -439,11 +465,18 @@ CallStatus FakeCluster::ComputeSign(const pb::SignRequest& req,
       // else a random value (t' came as shares after D).
       if (pad->second.verify)
         t = t == d->substr(it.length()) ? std::string(16, '\0') : Random(16);
-      for (int i = 0; i < 16; ++i) t[i] ^= share[0][i] ^ share[1][i];
+      if (chained) {
+        // tag_2: the checksum of ctr0_1 || tag_1 under the second pad.
+        t += Tag(pad2->second.key, it.usage(), pad2->second.ctr0, pad->second.ctr0 + t, true);
+      }
+      for (size_t i = 0; i < t.size(); ++i) t[i] ^= share[0][i] ^ share[1][i];
       share[2] = t;
       for (int p = 0; p < 3; ++p) {
         const std::string& e = (pad->second.verify ? verify_error_ : sign_error_)[p];
         for (size_t i = 0; i < e.size() && i < 16; ++i) share[p][i] ^= e[i];
+        if (chained)
+          for (size_t i = 0; i < chain_error_[p].size() && i < 16; ++i)
+            share[p][16 + i] ^= chain_error_[p][i];
       }
     }
     for (int p = 0; p < 3; ++p) (*out)[p].mutable_tag_shares()->append(share[p]);

@@ -62,6 +62,8 @@ class FakeCluster : public TestCluster {
   // a deviating server can: the tag is then off by `error`, or a verify
   // item's answers refuse a tag that holds.
   void set_tag_share_error(int party, bool sign, std::string error);
+  // Likewise into its share of a chained item's second tag (SignItem.chain).
+  void set_chain_tag_share_error(int party, std::string error);
   // Every failed Run job's detail becomes `detail` (empty: the fake's
   // own), as a deviating server may write anything there.
   void set_failure_detail(std::string detail);
@@ -174,7 +176,7 @@ class FakeCluster : public TestCluster {
   bool zero_ctr0_ = false;
   std::array<bool, 3> old_wire_{};
   std::array<int, 3> tag_extra_{};
-  std::array<std::string, 3> sign_error_, verify_error_;
+  std::array<std::string, 3> sign_error_, verify_error_, chain_error_;
   std::string detail_;
   std::array<kmpc::v1::BatchErrorCode, 3> refuse_{};
   absl::Duration run_delay_;

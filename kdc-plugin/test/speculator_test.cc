@@ -538,6 +538,14 @@ class PadTest : public WithKrbtgt<FakeBatcherTest> {
     EXPECT_EQ(out.substr(16), cluster_.Tag(tgt_key_, 17, out.substr(0, 16),
                                            std::string(len, fill), true));
   }
+  // token's result is a checksum of `msg` under the krbtgt key.
+  void ExpectSignedOver(uint64_t token, const std::string& msg) {
+    const Result r = sink_.Get(token);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(r.output.size(), 32u);
+    const std::string out = Str(r.output);
+    EXPECT_EQ(out.substr(16), cluster_.Tag(tgt_key_, 17, out.substr(0, 16), msg, true));
+  }
   // An AS exchange as the KDC runs it: the timestamp's DECRYPT, the PAC's
   // two signatures under the krbtgt key (one after the other: the KDC
   // signature covers the server signature), then ticket and reply.
@@ -550,14 +558,17 @@ class PadTest : public WithKrbtgt<FakeBatcherTest> {
                              Encrypt(std::string(56, 'r'), 3)}))
       ASSERT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
   }
-  // Every pad named in party p's Sign requests, once each.
+  // Every pad named in party p's Sign requests (a chained item's two),
+  // once each.
   std::vector<std::pair<std::string, uint64_t>> SignedPads(int p) {
     std::vector<std::pair<std::string, uint64_t>> out;
     for (const std::string& raw : fake_.received_signs(p)) {
       kmpc::v1::SignRequest r;
       EXPECT_TRUE(r.ParseFromString(raw));
-      for (const auto& it : r.items())
+      for (const auto& it : r.items()) {
         out.emplace_back(it.run_batch_id(), it.job_id());
+        if (it.has_chain()) out.emplace_back(it.chain().run_batch_id(), it.chain().job_id());
+      }
     }
     return out;
   }
@@ -573,7 +584,7 @@ class PadTest : public WithKrbtgt<FakeBatcherTest> {
     const uint64_t d = Do(b, {Decrypt(ts, 1)})[0];
     ASSERT_TRUE(sink_.Get(d).status.ok());
     *sig = Str(sink_.Get(Do(b, {Tgt(Checksum(Pac(), 17))})[0]).output);
-    ExpectSigned(Do(b, {Sig(32, 'k')})[0], 32, 'k');
+    ExpectSignedOver(Do(b, {Tgt(Checksum(*sig, 17))})[0], *sig);
     const std::string plain = std::string(8, 'a') + *sig + std::string(16, 'z');
     auto t = Do(b, {Tgt(Encrypt(plain, 2)), Encrypt(std::string(56, 'r'), 3)});
     *tgt = sink_.Get(t[0]).output;
@@ -720,6 +731,127 @@ TEST_P(PadTest, TagSharesOfTheWrongSizeFailTheSign) {
     EXPECT_TRUE(sink_.Logged({want})) << want;
   }
   fake_.set_tag_shares_extra(2, 0);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// Chained signatures (speculator.h): a PAC server signature under a held
+// pad takes the second held pad along in its Sign item; the KDC signature
+// over it (its 32 bytes, under the same key) is then answered at once,
+// without a request: one Sign request for the two, both tags right, both
+// pads named once to every party, the message only as shares.
+TEST_P(PadTest, ChainedKdcSignatureNeedsNoRequest) {
+  auto b = Make(Opts());
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
+  const BatcherStats s0 = b->stats();
+  const int runs0 = RunCalls();
+  const uint64_t t1 = Do(b.get(), {Tgt(Checksum(Pac(), 17))})[0];
+  ExpectSignedOver(t1, Pac());
+  const std::string sig = Str(sink_.Get(t1).output);
+  const uint64_t t2 = Do(b.get(), {Tgt(Checksum(sig, 17))})[0];
+  ExpectSignedOver(t2, sig);
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_batches - s0.sign_batches, 1u);
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 1u);
+  EXPECT_EQ(s1.chains_sent - s0.chains_sent, 1u);
+  EXPECT_EQ(s1.chained_used - s0.chained_used, 1u);
+  EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);
+  EXPECT_EQ(s1.pads_held, 0u);
+  EXPECT_EQ(RunCalls(), runs0);
+  // Two different counters: each pad signed once.
+  EXPECT_NE(Str(sink_.Get(t2).output).substr(0, 16), sig.substr(0, 16));
+  for (int p = 0; p < 3; ++p) {
+    ASSERT_EQ(fake_.received_signs(p).size(), 1u) << p;
+    kmpc::v1::SignRequest r;
+    ASSERT_TRUE(r.ParseFromString(fake_.received_signs(p)[0]));
+    ASSERT_EQ(r.items_size(), 1);
+    ASSERT_TRUE(r.items(0).has_chain());
+    EXPECT_NE(std::make_pair(r.items(0).run_batch_id(), r.items(0).job_id()),
+              std::make_pair(r.items(0).chain().run_batch_id(), r.items(0).chain().job_id()));
+    EXPECT_EQ(fake_.received_signs(p)[0].find(std::string(40, 'p')), std::string::npos);
+  }
+  // The answer went with its use: the same message again runs.
+  ExpectSignedOver(Do(b.get(), {Tgt(Checksum(sig, 17))})[0], sig);
+  EXPECT_EQ(b->stats().chained_used, s1.chained_used);
+  EXPECT_EQ(RunCalls(), runs0 + 1);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// With chain_signatures off, the same exchange is two Sign requests, each
+// item under one pad (what the chained test above saves).
+TEST_P(PadTest, UnchainedKdcSignatureIsARequestOfItsOwn) {
+  BatcherOptions o = Opts();
+  o.chain_signatures = false;
+  auto b = Make(o);
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
+  const BatcherStats s0 = b->stats();
+  const uint64_t t1 = Do(b.get(), {Tgt(Checksum(Pac(), 17))})[0];
+  ExpectSignedOver(t1, Pac());
+  const std::string sig = Str(sink_.Get(t1).output);
+  ExpectSignedOver(Do(b.get(), {Tgt(Checksum(sig, 17))})[0], sig);
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_batches - s0.sign_batches, 2u);
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 2u);
+  EXPECT_EQ(s1.chains_sent, 0u);
+  EXPECT_EQ(s1.chained_used, 0u);
+  EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);
+}
+
+// A kept second signature answers only its own message under its own key:
+// another 32-byte message (or the same under another usage) goes the
+// usual way, and the right one still finds it.
+TEST_P(PadTest, ChainedSignatureAnswersOnlyItsMessage) {
+  auto b = Make(Opts());
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
+  const uint64_t t1 = Do(b.get(), {Tgt(Checksum(Pac(), 17))})[0];
+  const std::string sig = Str(sink_.Get(t1).output);
+  std::string other = sig;
+  other[31] ^= 1;
+  const BatcherStats s0 = b->stats();
+  ExpectSignedOver(Do(b.get(), {Tgt(Checksum(other, 17))})[0], other);
+  const uint64_t u = Do(b.get(), {Tgt(Checksum(sig, 18))})[0];
+  ASSERT_TRUE(sink_.Get(u).status.ok());
+  EXPECT_EQ(Str(sink_.Get(u).output).substr(16),
+            cluster_.Tag(tgt_key_, 18, Str(sink_.Get(u).output).substr(0, 16), sig, true));
+  EXPECT_EQ(b->stats().chained_used, s0.chained_used);
+  ExpectSignedOver(Do(b.get(), {Tgt(Checksum(sig, 17))})[0], sig);
+  EXPECT_EQ(b->stats().chained_used, s0.chained_used + 1);
+}
+
+// A server that adds an error to its share of the chained second tag
+// makes only that signature wrong (what the KDC signature's verifier
+// refuses); the first is right. One that makes the chain fail (a pad
+// forgotten) costs a Run for the first, and the second takes its own way:
+// both right, each answered once.
+TEST_P(PadTest, DeviatingServerInAChainOnlyBreaksThatSignature) {
+  auto b = Make(Opts());
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
+  fake_.set_chain_tag_share_error(1, std::string(16, '\x5a'));
+  const uint64_t t1 = Do(b.get(), {Tgt(Checksum(Pac(), 17))})[0];
+  ExpectSignedOver(t1, Pac());
+  const std::string sig = Str(sink_.Get(t1).output);
+  const Result r2 = sink_.Get(Do(b.get(), {Tgt(Checksum(sig, 17))})[0]);
+  ASSERT_TRUE(r2.status.ok());
+  const std::string out = Str(r2.output);
+  std::string want = cluster_.Tag(tgt_key_, 17, out.substr(0, 16), sig, true);
+  EXPECT_NE(out.substr(16), want);
+  for (int i = 0; i < 16; ++i) want[i] ^= 0x5a;
+  EXPECT_EQ(out.substr(16), want);  // off by exactly that server's error
+  fake_.set_chain_tag_share_error(1, "");
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
+  ASSERT_EQ(b->stats().pads_held, 2u);
+  fake_.ForgetPads(2);
+  const BatcherStats s0 = b->stats();
+  const uint64_t u1 = Do(b.get(), {Tgt(Checksum(Pac(), 17))})[0];
+  ExpectSignedOver(u1, Pac());
+  const std::string sig2 = Str(sink_.Get(u1).output);
+  ExpectSignedOver(Do(b.get(), {Tgt(Checksum(sig2, 17))})[0], sig2);
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_rerun - s0.sign_rerun, 1u);
+  EXPECT_EQ(s1.chained_used, s0.chained_used);
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
@@ -887,7 +1019,7 @@ TEST_P(PadTest, ATicketTakingALinkedKeystreamUnlinksItsPad) {
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts, 1)})[0]).status.ok());
     const std::string sig = Str(pac_sig().output);
-    ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
+    ExpectSignedOver(Do(b.get(), {Tgt(Checksum(sig, 17))})[0], sig);
     const std::string plain = std::string(8, 'a') + sig + std::string(16, 'z');
     for (uint64_t t : Do(b.get(), {Tgt(Encrypt(plain, 2)),
                                    Encrypt(std::string(56, 'r'), 3)}))
@@ -903,7 +1035,7 @@ TEST_P(PadTest, ATicketTakingALinkedKeystreamUnlinksItsPad) {
   ASSERT_TRUE(sink_.Get(t[0]).status.ok());
   const Result r = pac_sig();
   ASSERT_TRUE(r.status.ok()) << r.status;
-  ExpectSigned(Do(b.get(), {Sig(32, 'k')})[0], 32, 'k');
+  ExpectSignedOver(Do(b.get(), {Tgt(Checksum(Str(r.output), 17))})[0], Str(r.output));
   const BatcherStats s1 = b->stats();
   EXPECT_EQ(s1.run_requests - s0.run_requests, 1u);  // the DECRYPT only
   EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);

@@ -115,6 +115,8 @@ size_t KeyBytes(Cipher cipher);
 // Longer messages get the missing powers computed inside the MPC by the
 // job that needs them (log2 rounds of shared GF(2^128) multiplication).
 inline constexpr int kStoredHPowers = 64;
+static_assert(kStoredHPowers == contract::kStoredHPowers,
+              "contract::PadPowers counts the stored powers");
 
 // The contract's limits (proto/contract.h): blocks one job may cover, AES
 // blocks one batch may need.
@@ -245,6 +247,27 @@ struct PadState : TagState {
 absl::StatusOr<std::array<uint8_t, 16>> SignShare(
     const PadState& pad, uint32_t usage, absl::Span<const uint8_t> share0,
     absl::Span<const uint8_t> share1);
+
+// A chain of two signatures under one key (kmpc.proto SignItem.chain;
+// enctype.md "Chained signatures"): sig_1 = ctr0_1 || tag_1 over D (pad1),
+// sig_2 = ctr0_2 || tag_2 over D_2 = ctr0_1 || tag_1 (pad2, two blocks).
+// Returns t_1,i (SignShare) || t_2,i with, H^k_1 and H^k_2 the pads'
+// shares of the powers of H (same H: same key),
+//   t_2,i = A' h2_{4,i} ^ ctr0_1 h2_{3,i} ^ lens_2 h2_{1,i}
+//           ^ [tag_1 * H^2]_i ^ [AES_K(ctr0_2)]_i ^ z2_i,
+//   [tag_1 * H^2]_i = (t_1,i's terms with every power H^k of pad 1 replaced
+//           by H^(k+2)) ^ cross terms of [AES_K(ctr0_1)] and [H^2] (pad 1),
+// i.e. tag_1's own degree-2 terms one power further (tag_1 is linear in
+// the public and shared blocks of D, and AES_K(ctr0_1) times H^2 is a
+// shared product: Araki et al. CCS 2016 section 2.2); the zero-sharing
+// z1 of pad 1 sums to zero and does not enter. Degree 2, local, and each
+// t_2,i alone is uniform (z2). INVALID_ARGUMENT (nothing computed) as
+// SignShare does, or if the pads differ in party, key id, cipher or usage,
+// either is a verification pad, pad2 signs fewer than 32 bytes, or pad1
+// lacks H^(m+1), H^(m+2) (m = D's GHASH blocks).
+absl::StatusOr<std::array<uint8_t, 32>> ChainedSignShare(
+    const PadState& pad1, const PadState& pad2, uint32_t usage,
+    absl::Span<const uint8_t> share0, absl::Span<const uint8_t> share1);
 
 // A job of a batch. The type is the contract's (proto/kmpc.proto JobType):
 //   JOB_ENCRYPT  in: key_id, usage, nblocks (0..kMaxJobBlocks; 0 = empty

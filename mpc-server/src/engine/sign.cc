@@ -66,4 +66,77 @@ absl::StatusOr<std::array<uint8_t, 16>> SignShare(
   return t;
 }
 
+absl::StatusOr<std::array<uint8_t, 32>> ChainedSignShare(
+    const PadState& pad1, const PadState& pad2, uint32_t usage,
+    absl::Span<const uint8_t> share0, absl::Span<const uint8_t> share1) {
+  if (pad2.party != pad1.party)
+    return absl::InvalidArgumentError("Sign chain: the pads belong to different parties");
+  if (pad1.verify_only || pad2.verify_only)
+    return absl::InvalidArgumentError("Sign chain: a verification pad only verifies");
+  if (pad2.key_id != pad1.key_id || pad2.cipher != pad1.cipher)
+    return absl::InvalidArgumentError("Sign chain: the pads are under different keys");
+  if (pad2.usage != pad1.usage)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Sign chain: usages ", pad1.usage, " and ", pad2.usage, " differ"));
+  constexpr size_t kLen2 = contract::kChecksumSize;  // D_2 = ctr0_1 || tag_1
+  static_assert(contract::kCtr0Size == 16 && contract::kTagSize == 16,
+                "D_2's two blocks are ctr0_1 and tag_1");
+  if (pad2.max_length < kLen2)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Sign chain: the second pad signs at most ", pad2.max_length, " bytes"));
+  const size_t m1 = contract::CeilBlocks(share0.size()) + 2;
+  // tag_1 * H^2 needs H^(k+2) for every power k of the first signature.
+  if (pad1.NumPowers() < m1 + 2)
+    return absl::InvalidArgumentError("Sign chain: the first pad lacks powers of H");
+  if (pad2.NumPowers() < kLen2 / 16 + 2)
+    return absl::InvalidArgumentError("Sign chain: the second pad lacks powers of H");
+  absl::StatusOr<std::array<uint8_t, 16>> t1 = SignShare(pad1, usage, share0, share1);
+  if (!t1.ok()) return t1.status();
+  std::array<uint8_t, 32> out{};
+  std::memcpy(out.data(), t1->data(), 16);
+  share::Wipe(t1->data(), 16);
+  const size_t len = share0.size();
+  const uint8_t a[5] = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
+                        static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
+  uint8_t* t2 = out.data() + 16;
+  uint8_t acc[16];
+  // Signature 2's public blocks (A', ctr0_1, tag_1's block zeroed, lengths)
+  // times the first share of pad 2's powers.
+  {
+    std::vector<uint8_t> d2(kLen2, 0);
+    std::memcpy(d2.data(), pad1.ctr0.data(), 16);
+    const std::vector<uint8_t> x = protocol::GhashInput(a, d2);
+    protocol::GhashWithPowers(x, pad2.Powers(0), acc);
+    for (int i = 0; i < 16; ++i) t2[i] ^= acc[i];
+  }
+  // tag_1 (block X_3 of signature 2, power H^2) substituted: every term of
+  // tag_1 times H^2, with pad 1's powers shifted by two (h + 2 blocks
+  // points at H^3 as the first power).
+  const uint8_t* h0 = pad1.Powers(0);
+  const uint8_t* h1 = pad1.Powers(1);
+  {
+    const std::vector<uint8_t> zeros(len, 0);
+    const std::vector<uint8_t> x = protocol::GhashInput(a, zeros);
+    protocol::GhashWithPowers(x, h0 + 32, acc);
+    for (int i = 0; i < 16; ++i) t2[i] ^= acc[i];
+  }
+  uint8_t x0[16], x1[16];
+  for (size_t q = 0; q < contract::CeilBlocks(len); ++q) {
+    const size_t n = std::min<size_t>(16, len - 16 * q);
+    std::memset(x0, 0, 16);
+    std::memset(x1, 0, 16);
+    std::memcpy(x0, share0.data() + 16 * q, n);
+    std::memcpy(x1, share1.data() + 16 * q, n);
+    const size_t k = m1 - 1 - q + 2;  // H^k at offset 16*(k-1)
+    protocol::GfCrossTerms(x0, x1, h0 + 16 * (k - 1), h1 + 16 * (k - 1), t2, 1);
+  }
+  share::Wipe(x0, 16);
+  share::Wipe(x1, 16);
+  // AES_K(ctr0_1) * H^2: both shared, local cross terms.
+  protocol::GfCrossTerms(pad1.mask[0].data(), pad1.mask[1].data(), h0 + 16, h1 + 16, t2, 1);
+  for (int i = 0; i < 16; ++i) t2[i] ^= pad2.mask[0][i] ^ pad2.zero[i];
+  share::Wipe(acc, 16);
+  return out;
+}
+
 }  // namespace kmpc::engine

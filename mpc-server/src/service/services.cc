@@ -487,7 +487,8 @@ grpc::Status SignRequestProblem(const pb::SignRequest& req, size_t max_items) {
     return s;
   // The GHASH work, as a Run's checksums count it (contract::JobCost).
   uint64_t blocks = 0;
-  for (const pb::SignItem& it : req.items()) blocks += contract::CeilBlocks(it.length());
+  for (const pb::SignItem& it : req.items())
+    blocks += contract::CeilBlocks(it.length()) + (it.has_chain() ? 2 : 0);
   if (blocks > contract::kMaxBatchBlocks)
     return Refuse(pb::BATCH_TOO_LARGE,
                   absl::StrCat("sign request covers ", blocks,
@@ -510,7 +511,7 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
   // SignRequest.data_shares); the tag shares go out flat likewise.
   contract::FlatReader flat(req.data_shares());
   std::string* tag_shares = resp->mutable_tag_shares();
-  tag_shares->reserve(n * contract::kTagSize);
+  tag_shares->reserve(2 * n * contract::kTagSize);
   for (int i = 0; i < n; ++i) {
     const pb::SignItem& it = req.items(i);
     const contract::MessageShares sh = flat.TakePair(contract::SharedBytes(it));
@@ -540,15 +541,22 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
     // The message's shares (a verify item's t' shares follow them).
     const absl::string_view s0 = sh.first.substr(0, it.length());
     const absl::string_view s1 = sh.second.substr(0, it.length());
+    const auto span0 =
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s0.data()), s0.size());
+    const auto span1 =
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s1.data()), s1.size());
     const bool verify = it.verify();
     const std::string bad = SignItemProblem(pad, it, sh, options_.party);
+    if (it.has_chain() && bad.empty()) {
+      std::string detail;
+      const pb::JobStatus st = SignChained(it, key, std::move(*e), span0, span1,
+                                          tag_shares, &detail);
+      if (st == pb::JOB_OK) o->set_status(pb::JOB_OK);
+      else fail(st, std::move(detail));
+      continue;
+    }
     absl::StatusOr<std::array<uint8_t, 16>> t =
-        bad.empty() ? engine::SignShare(
-                          pad, it.usage(),
-                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s0.data()),
-                                              s0.size()),
-                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s1.data()),
-                                              s1.size()))
+        bad.empty() ? engine::SignShare(pad, it.usage(), span0, span1)
                     : absl::InvalidArgumentError(bad);
     if (!t.ok()) {
       // Nothing was computed with the pad: it goes back, with its age.
@@ -564,6 +572,45 @@ grpc::Status KeyOpsService::DoSign(const pb::SignRequest& req, pb::SignResponse*
   }
   metrics_->RecordBatch("sign", true, n, 0, 0, 0, absl::Now() - t0);
   return grpc::Status::OK;
+}
+
+// A chained item (kmpc.proto SignItem.chain) whose first pad `e` (taken
+// under `key`) fits it: the second pad is taken too before anything is
+// computed, t_1,i || t_2,i (engine::ChainedSignShare) appended to
+// *tag_shares, and both pads wiped as they go. On any refusal both go
+// back, with their ages (nothing computed): JOB_MALFORMED or
+// JOB_PAD_UNAVAILABLE with *detail.
+pb::JobStatus KeyOpsService::SignChained(const pb::SignItem& it, const std::string& key,
+                                         PadStates::Entry e,
+                                         absl::Span<const uint8_t> share0,
+                                         absl::Span<const uint8_t> share1,
+                                         std::string* tag_shares, std::string* detail) {
+  if (it.verify()) *detail = "a verify item cannot chain";
+  else if (it.chain().run_batch_id().size() != contract::kBatchIdSize)
+    *detail = absl::StrCat("chain run_batch_id must be ", contract::kBatchIdSize, " bytes");
+  const std::string key2 = StateKey(it.chain().run_batch_id(), it.chain().job_id());
+  if (detail->empty() && key2 == key) *detail = "a chain names its own pad";
+  if (!detail->empty()) {
+    (void)pads_.Put(key, std::move(e));
+    return pb::JOB_MALFORMED;
+  }
+  absl::StatusOr<PadStates::Entry> e2 = pads_.Take(key2);
+  if (!e2.ok()) {
+    (void)pads_.Put(key, std::move(e));
+    *detail = absl::StrCat("no chained pad under this batch/job id: ", e2.status().message());
+    return pb::JOB_PAD_UNAVAILABLE;
+  }
+  absl::StatusOr<std::array<uint8_t, 32>> t =
+      engine::ChainedSignShare(*e.state, *e2->state, it.usage(), share0, share1);
+  if (!t.ok()) {
+    (void)pads_.Put(key, std::move(e));
+    (void)pads_.Put(key2, std::move(*e2));
+    *detail = std::string(t.status().message());
+    return pb::JOB_MALFORMED;
+  }
+  tag_shares->append(reinterpret_cast<const char*>(t->data()), t->size());
+  OPENSSL_cleanse(t->data(), t->size());
+  return pb::JOB_OK;  // e and *e2 go here: both pads wiped with their last references
 }
 
 // Authorization, then the request; a rejected request leaves no partial

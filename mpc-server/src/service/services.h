@@ -139,6 +139,10 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   grpc::Status FillRunResults(const kmpc::v1::RunRequest& req,
                               engine::BatchResult& result,
                               kmpc::v1::RunResponse* resp);
+  kmpc::v1::JobStatus SignChained(const kmpc::v1::SignItem& it, const std::string& key,
+                                  PadStates::Entry e, absl::Span<const uint8_t> share0,
+                                  absl::Span<const uint8_t> share1, std::string* tag_shares,
+                                  std::string* detail);
   void SetVerifyAnswer(const engine::PadState& pad, const kmpc::v1::SignItem& it,
                        const contract::MessageShares& sh,
                        std::array<uint8_t, 16>* t) const;

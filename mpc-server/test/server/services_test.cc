@@ -1028,6 +1028,8 @@ class SignTest : public ServiceTest {
     uint32_t usage;
     std::string msg;
     std::string verify_tag = {};  // a verify item (SignItem.verify), dealt
+    std::string chain_batch = {};  // a chained item (SignItem.chain)
+    uint64_t chain_job = 0;
   };
   // One Sign request per party in `to` (messages dealt afresh); results by
   // party (empty for a party not asked).
@@ -1045,6 +1047,10 @@ class SignTest : public ServiceTest {
         o[i]->set_usage(it.usage);
         o[i]->set_length(static_cast<uint32_t>(it.msg.size()));
         if (!it.verify_tag.empty()) o[i]->set_verify(true);
+        if (!it.chain_batch.empty()) {
+          o[i]->mutable_chain()->set_run_batch_id(it.chain_batch);
+          o[i]->mutable_chain()->set_job_id(it.chain_job);
+        }
       }
       // A verify item's presented tag is dealt after the message
       // (kmpc.proto SignItem.verify).
@@ -1104,6 +1110,77 @@ TEST_F(SignTest, SignGivesTheEnctypeChecksum) {
   }
   const std::string text = parties_[0].metrics.Render();
   EXPECT_TRUE(absl::StrContains(text, "kind=\"sign\",result=\"ok\"} 2\n")) << text;
+}
+
+// A chained item (SignItem.chain) answers t_1,i || t_2,i: tag_1 is the
+// checksum of D under pad 1, tag_2 the checksum of ctr0_1 || tag_1 under
+// pad 2 (the reference's), one server's halves are not the tags, and both
+// pads are spent on every server.
+TEST_F(SignTest, ChainedItemSignsTheFirstSignature) {
+  for (size_t klen : {16, 32}) {
+    const std::string key = Rand(klen);
+    const std::string id = PutKey(key);
+    for (uint32_t len : {64u, 77u}) {
+      auto [batch, ctrs] = DrawPads(id, 17, {len + 32, 32});
+      const std::string msg = Rand(len);
+      auto r = Sign({{batch, 1, 17, msg, "", batch, 2}});
+      std::string t1(16, '\0'), t2(16, '\0');
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(r[i].results(0).status(), v1::JOB_OK) << r[i].results(0).detail();
+        ASSERT_EQ(r[i].tag_shares().size(), 32u);
+        for (int b = 0; b < 16; ++b) {
+          t1[b] ^= r[i].tag_shares()[b];
+          t2[b] ^= r[i].tag_shares()[16 + b];
+        }
+      }
+      const std::string want1 = RefChecksumTag(key, 17, ctrs[0], msg);
+      EXPECT_EQ(t1, want1) << klen << " " << len;
+      EXPECT_EQ(t2, RefChecksumTag(key, 17, ctrs[1], ctrs[0] + want1)) << klen << " " << len;
+      for (int i = 0; i < 3; ++i) EXPECT_NE(r[i].tag_shares().substr(16), t2);
+      for (uint64_t job : {1, 2}) {
+        auto again = Sign({{batch, job, 17, Rand(16)}});
+        for (int i = 0; i < 3; ++i)
+          EXPECT_EQ(again[i].results(0).status(), v1::JOB_PAD_UNAVAILABLE) << job << " " << i;
+      }
+    }
+  }
+}
+
+// A chain that does not fit (second pad under another key or usage, too
+// short, the first pad without two spare powers, a verify item, the pad
+// itself) is JOB_MALFORMED and keeps both pads, which then sign; a second
+// pad that is not there is JOB_PAD_UNAVAILABLE and keeps the first.
+TEST_F(SignTest, ChainThatDoesNotFitKeepsBothPads) {
+  const std::string key = Rand(16);
+  const std::string id = PutKey(key), other = PutKey(Rand(16));
+  auto [batch, ctrs] = DrawPads(id, 17, {100, 32, 31, 1000});
+  auto [b18, c18] = DrawPads(id, 18, {32});
+  auto [bo, co] = DrawPads(other, 17, {32});
+  const std::string msg = Rand(60);
+  auto refused = [&](const Item& it, v1::JobStatus want) {
+    auto r = Sign({it});
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(r[i].results(0).status(), want) << i << " " << r[i].results(0).detail();
+      EXPECT_TRUE(r[i].tag_shares().empty());
+    }
+  };
+  refused({batch, 1, 17, msg, "", bo, 1}, v1::JOB_MALFORMED);        // another key
+  refused({batch, 1, 17, msg, "", b18, 1}, v1::JOB_MALFORMED);       // another usage
+  refused({batch, 1, 17, msg, "", batch, 3}, v1::JOB_MALFORMED);     // 31 bytes
+  refused({batch, 1, 17, msg, "", batch, 1}, v1::JOB_MALFORMED);     // itself
+  refused({batch, 1, 17, msg, Rand(16), batch, 2}, v1::JOB_MALFORMED);  // verify
+  refused({batch, 1, 17, msg, "", Rand(16), 9}, v1::JOB_PAD_UNAVAILABLE);
+  // 1000 bytes under a 1000-byte pad: its 65 powers, none to spare.
+  const std::string big = Rand(1000);
+  refused({batch, 4, 17, big, "", batch, 2}, v1::JOB_MALFORMED);
+  // Every pad is still there: each signs once, correctly.
+  auto r = Sign({{batch, 1, 17, msg}, {batch, 2, 17, msg.substr(0, 32)},
+                 {batch, 3, 17, "x"}, {batch, 4, 17, big}, {b18, 1, 18, "y"},
+                 {bo, 1, 17, "z"}});
+  EXPECT_EQ(Combined(r, 0), RefChecksumTag(key, 17, ctrs[0], msg));
+  EXPECT_EQ(Combined(r, 1), RefChecksumTag(key, 17, ctrs[1], msg.substr(0, 32)));
+  EXPECT_EQ(Combined(r, 3), RefChecksumTag(key, 17, ctrs[3], big));
+  for (int k = 2; k < 6; ++k) Combined(r, k);
 }
 
 // One tag per pad, whoever asks: a second use is JOB_PAD_UNAVAILABLE on
