@@ -158,6 +158,34 @@ absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
   return c;
 }
 
+// The leader's wait for the reply to its proposal `seq` (its PROPOSE come
+// back around the ring). A receive that fails abandons the proposal
+// (AbandonProposal) and returns that status; a message that is not the
+// reply is DATA_LOSS (the caller drops the link). The reply to an earlier
+// proposal of this worker that came after the leader had given it up is
+// skipped: the link is ordered, so it comes before this proposal's reply,
+// and it must not fail this batch.
+absl::StatusOr<Control> AwaitReply(WorkerRing& ch, uint32_t seq,
+                                   const Control& propose, absl::Time reply_by) {
+  for (;;) {
+    uint32_t rseq = 0;
+    auto reply = ch.RecvControl(&rseq, reply_by);
+    if (!reply.ok()) {
+      AbandonProposal(ch, seq, propose);
+      return reply.status();
+    }
+    absl::StatusOr<Control> back = Decode(*reply);
+    if (back.ok() && back->type == kPropose && SeqBefore(rseq, seq)) {
+      KMPC_VLOG(1) << "dropped a late reply to abandoned proposal " << rseq;
+      continue;
+    }
+    if (back.ok() && (back->type != kPropose || rseq != seq ||
+                      back->id != propose.id || back->kind != propose.kind))
+      back = absl::DataLossError("ring: scheduling message for another batch");
+    return back;
+  }
+}
+
 std::string Key(BatchKind kind, const BatchId& id) {
   std::string k(1, static_cast<char>(kind));
   k.append(reinterpret_cast<const char*>(id.data()), id.size());
@@ -543,35 +571,14 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
   propose.wait_ms =
       Ms(std::min(options_.proposal_wait, work.retry_until - now));
   if (absl::Status st = ch.SendControl(seq, Encode(propose)); !st.ok()) return st;
-  uint32_t rseq = 0;
   // Each follower waits up to propose.wait_ms for its copy of the batch.
   const absl::Time reply_by =
       std::min(absl::Now() + 2 * absl::Milliseconds(propose.wait_ms) +
                    ring_->recv_timeout(),
                work.deadline);
-  absl::StatusOr<Control> back;
-  for (;;) {
-    auto reply = ch.RecvControl(&rseq, reply_by);
-    if (!reply.ok()) {
-      AbandonProposal(ch, seq, propose);
-      return reply.status();
-    }
-    back = Decode(*reply);
-    // The reply to an earlier proposal of this worker that came after the
-    // leader had given it up (AbandonProposal): the link is ordered, so it
-    // comes before this proposal's reply, and it is dropped. It must not
-    // fail this batch.
-    if (back.ok() && back->type == kPropose && SeqBefore(rseq, seq)) {
-      KMPC_VLOG(1) << "dropped a late reply to abandoned proposal " << rseq;
-      continue;
-    }
-    break;
-  }
-  if (back.ok() && (back->type != kPropose || rseq != seq ||
-                    back->id != work.id || back->kind != work.kind))
-    back = absl::DataLossError("ring: scheduling message for another batch");
+  absl::StatusOr<Control> back = AwaitReply(ch, seq, propose, reply_by);
   if (!back.ok()) {
-    ch.Reset();
+    if (absl::IsDataLoss(back.status())) ch.Reset();
     return back.status();
   }
   Control commit = *back;
