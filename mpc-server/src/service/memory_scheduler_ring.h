@@ -29,7 +29,8 @@ class MemorySchedulerRings {
   void Shutdown();
   // Party i's workers sleep `d` before each control message they send (a
   // follower slow to answer a proposal, as on a loaded machine); zero
-  // undoes it. control_sends_delayed() counts the delayed sends.
+  // undoes it. control_sends_delayed() counts the delayed sends made
+  // (counted once their sleep is over).
   void DelayControlSends(int i, absl::Duration d);
   int control_sends_delayed() const;
 
