@@ -18,6 +18,12 @@
   (by name), no Python in it built on the harness, and no deploy/ file
   imported by integration-tests/ other than the administrator's deploy
   helper, which the tests run as a product tool.
+- No server or KDC source can answer both replicated components of a
+  FINALIZE tag (enctype.md, security invariant 7): the function that
+  computes them, FinalizeBothComponents, is test code
+  (mpc-server/test/core/finalize_testing.h), which no file of TREES names
+  or includes, and mpc-server/src declares no Finalize over an
+  EncryptState (the removed engine::Finalize) beside FinalizeShare.
 - The harness has one realm class: kmpc_harness.realm.Realm (the patched
   KDC alone) and its kmpc form kmpc_harness.cluster.KmpcRealm; no other
   class named *Realm or derived from one, but the two in NOT_A_REALM.
@@ -338,6 +344,62 @@ def test_deploy_check_catches_harness_code(tmp_path):
         "deploy/storm_bench.py: named as benchmark or harness code",
         "deploy/tool.py: imports test code ['kmpc_harness']",
         "integration-tests/kmpc_harness/x.py: loads deploy/helper.py"]
+
+
+# ---- both components of a tag: test code only --------------------------------
+
+BOTH_COMPONENTS_HELPER = "mpc-server/test/core/finalize_testing.h"
+BOTH_COMPONENTS_NAMES = re.compile(r"\bFinalizeBothComponents\b|finalize_testing\.h")
+# A function named Finalize whose first parameter is an ENCRYPT state.
+FINALIZE_OVER_STATE = re.compile(
+    r"\bFinalize\s*\(\s*const\s+(?:(?:kmpc::)?engine::)?EncryptState\b")
+
+
+def both_components_offences(root):
+    """'file:line: why' for every server or KDC source that names the
+    test-only both-components helper or declares a Finalize over a state."""
+    found = []
+    for path in source_files(root, TREES):
+        rel = os.path.relpath(path, root)
+        for n, line in enumerate(_read(path).splitlines(), 1):
+            if BOTH_COMPONENTS_NAMES.search(line):
+                found.append(f"{rel}:{n}: names the test-only both-components helper")
+            if FINALIZE_OVER_STATE.search(line):
+                found.append(f"{rel}:{n}: a Finalize over an EncryptState "
+                             "(both components; FinalizeShare answers one)")
+    if not os.path.exists(os.path.join(root, BOTH_COMPONENTS_HELPER)):
+        found.append(f"{BOTH_COMPONENTS_HELPER}: gone (tests compute both components there)")
+    return found
+
+
+def test_no_source_answers_both_components_of_a_tag():
+    found = both_components_offences(ROOT)
+    assert not found, "\n".join(found)
+
+
+def test_both_components_check_catches_a_server_path(tmp_path):
+    (tmp_path / "mpc-server" / "test" / "core").mkdir(parents=True)
+    (tmp_path / "mpc-server" / "src" / "engine").mkdir(parents=True)
+    (tmp_path / "kdc-plugin" / "src").mkdir(parents=True)
+    assert both_components_offences(str(tmp_path)) == [
+        f"{BOTH_COMPONENTS_HELPER}: gone (tests compute both components there)"]
+    (tmp_path / BOTH_COMPONENTS_HELPER).write_text("FinalizeBothComponents\n")
+    (tmp_path / "mpc-server" / "src" / "engine" / "engine.h").write_text(
+        "absl::Status FinalizeShare(const EncryptState& state);\n"
+        "absl::StatusOr<JobResult> Finalize(const EncryptState& state,\n")
+    (tmp_path / "mpc-server" / "src" / "engine" / "x.cc").write_text(
+        "  grpc::Status Finalize(grpc::ServerContext* ctx,\n"
+        "  auto r = Finalize( const engine::EncryptState& s);\n")
+    (tmp_path / "kdc-plugin" / "src" / "y.cc").write_text(
+        '#include "../../mpc-server/test/core/finalize_testing.h"\n'
+        "  auto t = testing::FinalizeBothComponents(s, 2, c);\n")
+    assert both_components_offences(str(tmp_path)) == [
+        "kdc-plugin/src/y.cc:1: names the test-only both-components helper",
+        "kdc-plugin/src/y.cc:2: names the test-only both-components helper",
+        "mpc-server/src/engine/engine.h:2: a Finalize over an EncryptState "
+        "(both components; FinalizeShare answers one)",
+        "mpc-server/src/engine/x.cc:2: a Finalize over an EncryptState "
+        "(both components; FinalizeShare answers one)"]
 
 
 # ---- one realm class ---------------------------------------------------------

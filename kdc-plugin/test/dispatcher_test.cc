@@ -543,19 +543,32 @@ TEST_P(BatcherTest, HoldGathersTheNextBatchUnderLoadOnly) {
 // so it sets no hold; at 1000% the job waiting behind it would otherwise
 // wait ten deadlines (3 s) after its end.
 TEST_P(FakeBatcherTest, FailedBatchSetsNoHold) {
-  BatcherOptions o;
-  o.window = absl::Seconds(30);
-  o.early_flush = true;
-  o.coalesce = absl::Milliseconds(50);  // batch 1 takes jobs 1 and 2
+  // Batch 1 is formed by SubmitterIdle (the KDC module's kick), not by a
+  // coalesce that a preempted Submit loop could miss.
+  BatcherOptions o = SubmitterKicked(absl::Seconds(30));
   o.deadline = absl::Milliseconds(300);
   o.hold_pct = 1000;
   fake_.set_hang(1, true);
   auto b = Make(o);
   ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
   ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());
-  while (RunCalls() == 0) absl::SleepFor(absl::Milliseconds(1));
+  b->SubmitterIdle();  // batch 1: jobs 1 and 2, started on this thread
+  ASSERT_EQ(RunCalls(), 1);
   ASSERT_TRUE(b->Submit(3, Encrypt("c")).ok());  // waits behind batch 1
-  fake_.set_hang(1, false);  // batch 1's call to party 1 stays unanswered
+  b->SubmitterIdle();
+  // Party 0's call is not party 1's: the hang is read when party 1's call
+  // arrives (FakeCluster::Answer), which on a loaded machine may be after
+  // this thread saw party 0's. Unhung only once party 1 took batch 1's
+  // call, which then stays unanswered.
+  auto party1_runs = [&] {
+    int n = 0;
+    for (const auto& c : fake_.calls()) n += c.method == "Run" && c.party == 1;
+    return n;
+  };
+  for (int i = 0; i < 5000 && party1_runs() == 0; ++i)
+    absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_EQ(party1_runs(), 1);
+  fake_.set_hang(1, false);
   ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
   const absl::Time end1 = absl::Now();
   EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status)) << sink_.Get(1).status;

@@ -251,15 +251,20 @@ TEST_P(SpeculationTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
   ASSERT_EQ(b->stats().keystreams_held, 2u);
   cluster_.ForgetEncryptStates(1);
   const int fin0 = cluster_.finalize_answers();
-  cluster_.DelayNextFinalize(0, absl::Seconds(2));
-  cluster_.DelayNextFinalize(2, absl::Seconds(2));
+  // The slow answers come `slow` after their call at the earliest, so
+  // after t0 + slow: a result delivered (sink_.At, not when this thread
+  // woke up) before then did not wait for them, however loaded the
+  // machine. Below the 5 s deadline, which would fail the FINALIZE.
+  const absl::Duration slow = absl::Seconds(3);
+  cluster_.DelayNextFinalize(0, slow);
+  cluster_.DelayNextFinalize(2, slow);
   const int runs0 = RunCalls();
   const absl::Time t0 = absl::Now();
   ASSERT_TRUE(b->Submit(5, Enc(tgt_id_, 2, 64)).ok());
   ASSERT_TRUE(b->Submit(6, Enc(kKeyId, 3, 64)).ok());
   b->SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(5)));
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  for (uint64_t t : {5, 6}) EXPECT_LT(sink_.At(t) - t0, slow) << t;
   ExpectEncrypted(5, tgt_key_, 2, 64);
   ExpectEncrypted(6, kKey, 3, 64);
   // The two slow answers arrive (the cluster counts the callbacks it made).

@@ -97,8 +97,8 @@ absl::string_view View(const std::vector<uint8_t>& v) {
 }
 
 // One party's view of one job's key, compared among the three parties in
-// the agreement: 1 code byte (KeyView, agreement.h; kViewNone for FINALIZE
-// and a job that failed its check), the cipher, the dealing id (not secret).
+// the agreement: 1 code byte (KeyView, agreement.h; kViewNone for a job
+// that failed its check), the cipher, the dealing id (not secret).
 constexpr size_t kKeyViewBytes = 18;
 
 // The public facts of one job inside RunBatch: its outcome so far, its key,
@@ -170,7 +170,7 @@ void EncodeKeyView(const JobPlan& w, uint8_t* out) {
 void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
   if (views[0][0] == kViewNone && views[1][0] == kViewNone &&
       views[2][0] == kViewNone) {
-    return;  // failed its check, or FINALIZE: status already set alike
+    return;  // failed its check: status already set alike
   }
   bool same = true;
   for (int p = 0; p < 3; ++p)
@@ -207,17 +207,11 @@ contract::JobShape ShapeOf(const Job& job) {
   return s;
 }
 
-// The contract's check of a Run job plus what only the engine can see (a
-// state on a job that takes none); FINALIZE is checked in Collect.
+// The contract's check of a Run job (a FINALIZE is none: contract::CheckJob
+// refuses it, JOB_MALFORMED; the tag of an ENCRYPT is asked for ring-free,
+// one additive share per server, FinalizeShare) or the caller's check.
 contract::JobCheck CheckJob(const Job& job) {
   if (!job.precheck.ok()) return job.precheck;
-  if (job.type == pb::JOB_FINALIZE) {
-    if (job.state == nullptr) return {pb::JOB_MALFORMED, "FINALIZE: no encrypt state"};
-    return {};
-  }
-  if (job.state != nullptr)
-    return {pb::JOB_MALFORMED, absl::StrCat(contract::JobTypeName(job.type),
-                                            " takes no encrypt state")};
   return contract::CheckJob(ShapeOf(job));
 }
 
@@ -289,7 +283,7 @@ void PlanJob(const Job& job, JobPlan& w) {
       w.m = protocol::GhashBlocks(5, job.length);
       return;
     default:
-      return;  // FINALIZE: computed in Collect
+      return;  // no other type passes CheckJob
   }
 }
 
@@ -309,14 +303,9 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   PutU32(out, static_cast<uint32_t>(job.precheck.status));
   PutU64(out, static_cast<uint64_t>(job.release_if_ok + 1));
   PutU64(out, static_cast<uint64_t>(job.pad_after + 1));
-  if (job.state != nullptr) {
-    out.push_back(1);
-    out.insert(out.end(), job.state->ctr0.begin(), job.state->ctr0.end());
-    PutU32(out, job.state->nblocks);
-    PutU32(out, job.state->usage);
-  } else {
-    out.push_back(0);
-  }
+  // No encrypt state (the byte that flagged one when a Run could carry a
+  // FINALIZE): the digest's encoding is unchanged for the jobs there are.
+  out.push_back(0);
 }
 
 // Shares of AES_K(c0) and of the keystream of every lane, wiped on
@@ -376,19 +365,6 @@ absl::StatusOr<std::vector<uint8_t>> FinalizeInput(
 }
 
 }  // namespace
-
-absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
-                                   absl::Span<const uint8_t> ciphertext) {
-  absl::StatusOr<std::vector<uint8_t>> x = FinalizeInput(state, usage, ciphertext);
-  if (!x.ok()) return x.status();
-  JobResult r;
-  r.ctr0 = state.ctr0;
-  for (int k = 0; k < 2; ++k) {
-    protocol::GhashWithPowers(*x, state.Powers(k), r.tag[k].data());
-    for (int b = 0; b < 16; ++b) r.tag[k][b] ^= state.mask[k][b];
-  }
-  return r;
-}
 
 absl::Status FinalizeShare(const EncryptState& state, uint32_t usage,
                            absl::Span<const uint8_t> ciphertext,
@@ -474,7 +450,6 @@ class Engine::Impl {
   void DrawPadZeros(Batch& b);
   BatchResult Collect(Batch& b);
   void CollectJob(Batch& b, size_t j, JobResult& r);
-  void CollectFinalize(const Job& job, JobResult& r);
   void FillTagState(Batch& b, size_t j, TagState& s);
   void CollectPad(Batch& b, size_t j, JobResult& r);
 
@@ -580,7 +555,6 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
       continue;
     }
     PlanJob(job, w);
-    if (job.type == pb::JOB_FINALIZE) continue;
     w.cipher = job.cipher;
     absl::StatusOr<std::shared_ptr<const KeyShares>> key =
         lookup ? lookup(job.key_id)
@@ -1117,21 +1091,6 @@ BatchResult Engine::Impl::Collect(Batch& b) {
   return result;
 }
 
-void Engine::Impl::CollectFinalize(const Job& job, JobResult& r) {
-  if (job.state->party != party()) {
-    r.status = pb::JOB_KEY_INCONSISTENT;
-    r.detail = "FINALIZE: encrypt state belongs to another party";
-    return;
-  }
-  absl::StatusOr<JobResult> f = Finalize(*job.state, job.usage, job.data);
-  if (f.ok()) {
-    r = std::move(*f);
-  } else {
-    r.status = pb::JOB_MALFORMED;
-    r.detail = std::string(f.status().message());
-  }
-}
-
 // What an ENCRYPT's or a PAD's tag will need: AES_K(c0) and the powers.
 void Engine::Impl::FillTagState(Batch& b, size_t j, TagState& s) {
   JobPlan& w = b.plan[j];
@@ -1177,10 +1136,6 @@ void Engine::Impl::CollectPad(Batch& b, size_t j, JobResult& r) {
 void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
   JobPlan& w = b.plan[j];
   const Job& job = b.jobs[j];
-  if (job.type == pb::JOB_FINALIZE && w.status == pb::JOB_OK) {
-    CollectFinalize(job, r);
-    return;
-  }
   r.status = w.status;
   r.detail = w.detail;
   if (!w.live()) return;

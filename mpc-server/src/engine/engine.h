@@ -273,9 +273,9 @@ absl::StatusOr<std::array<uint8_t, 32>> ChainedSignShare(
 //   JOB_ENCRYPT  in: key_id, usage, nblocks (0..kMaxJobBlocks; 0 = empty
 //                plaintext). out: ctr0 (picked by the cluster), keystream
 //                shares for blocks c0+1 .. c0+nblocks, state for FINALIZE.
-//   JOB_FINALIZE in: state, usage (must equal the state's), data = C with
-//                ceil(len(C)/16) <= state->nblocks (a prefix of the
-//                keystream). out: tag shares. Local, no communication.
+//   JOB_FINALIZE is not a Run job (JOB_MALFORMED, contract::CheckJob): an
+//                ENCRYPT's tag is FinalizeShare's, ring-free, one additive
+//                share per server (below).
 //   JOB_DECRYPT  in: key_id, usage, data = ctr0 || C || T (the enctype's
 //                ciphertext format). out: JOB_OK with keystream shares for
 //                blocks c0+1.. if the tag holds, else JOB_INTEGRITY_FAILED.
@@ -299,24 +299,24 @@ absl::StatusOr<std::array<uint8_t, 32>> ChainedSignShare(
 // per message block (a block of D times its power of H), all of the batch
 // in one ring round (protocol::Rep3::GfMul, logged in malicious mode); the
 // public blocks (A', the lengths) multiply the powers' shares locally.
-// Every job but FINALIZE is checked with contract::CheckJob (an ENCRYPT's
-// length is 16 * nblocks); a job that fails it fails alone.
+// Every job is checked with contract::CheckJob (an ENCRYPT's length is
+// 16 * nblocks); a job that fails it fails alone.
 struct Job {
   pb::JobType type = pb::JOB_ENCRYPT;
-  // Required for every job but FINALIZE (kmpc.proto Job.cipher): not
+  // Required for every job (kmpc.proto Job.cipher): not
   // CIPHER_AES128 / CIPHER_AES256 fails the check (JOB_MALFORMED); not the
   // cipher the key was dealt for (KeyShares::cipher, the same on all three
   // parties once their key views agree) fails the job as JOB_WRONG_CIPHER
   // before any AES runs on the key. Part of the agreement digest.
   pb::Cipher cipher = pb::CIPHER_UNSPECIFIED;
-  std::string key_id;  // contract::kKeyIdSize bytes; unused by JOB_FINALIZE
+  std::string key_id;  // contract::kKeyIdSize bytes
   uint32_t usage = 0;
   uint32_t nblocks = 0;           // JOB_ENCRYPT only
   // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: len(D); JOB_PAD: the longest message
   // it may sign. Public and part of the agreement digest (the shares are
   // not: engine.cc EncodeJob).
   uint32_t length = 0;
-  std::vector<uint8_t> data;      // JOB_DECRYPT: ctr0||C||T; FINALIZE: C
+  std::vector<uint8_t> data;      // JOB_DECRYPT: ctr0||C||T
   // JOB_VERIFY_CHECKSUM: the checksum's ctr0 (16 bytes); a verification
   // JOB_PAD: its counter.
   std::vector<uint8_t> checksum;
@@ -325,7 +325,6 @@ struct Job {
   // presented tag, contract::SharedBytes) (kmpc.proto
   // RunRequest.data_shares). The only input that differs between the
   // parties; wiped when the Job dies.
-  std::shared_ptr<const EncryptState> state;  // JOB_FINALIZE only
   // A failed check the caller already made (the server checks the request's
   // jobs with contract::CheckJob): the job fails with this status and
   // detail on every party without being computed. Part of the agreement
@@ -368,7 +367,7 @@ struct JobResult {
   std::array<uint8_t, 16> ctr0{};  // JOB_ENCRYPT, JOB_CHECKSUM
   // keystream[k] = share (party+k)%3 of the keystream, nblocks*16 bytes.
   std::array<std::vector<uint8_t>, 2> keystream;
-  // tag[k] = share (party+k)%3 of the tag (JOB_FINALIZE, JOB_CHECKSUM).
+  // tag[k] = share (party+k)%3 of the tag (JOB_CHECKSUM).
   std::array<std::array<uint8_t, 16>, 2> tag{};
   std::shared_ptr<const EncryptState> state;  // JOB_ENCRYPT
   std::shared_ptr<const PadState> pad;        // JOB_PAD
@@ -490,12 +489,6 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-// FINALIZE outside a batch (it needs no communication). Same checks and
-// output as a JOB_FINALIZE job; INVALID_ARGUMENT for a usage or ciphertext
-// that does not fit the state.
-absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
-                                   absl::Span<const uint8_t> ciphertext);
-
 // FINALIZE as KeyOps.Finalize serves it, without a ring: this party's one
 // additive share t_i = GHASH_{[H]_i}(A, C) ^ [AES_K(c0)]_i of the tag
 // (component i of the replicated sharing only; t_0 ^ t_1 ^ t_2 is the
@@ -507,7 +500,12 @@ absl::StatusOr<JobResult> Finalize(const EncryptState& state, uint32_t usage,
 // share [AES_K(c0)]_i is in each answer once; AES_K(c0) is used for no
 // other tag (the state is taken once), so the three answers are uniform
 // whatever ciphertexts they were computed over, and a tampered answer can
-// only make this one tag wrong. Same checks as Finalize.
+// only make this one tag wrong. INVALID_ARGUMENT for a state of no party,
+// a usage other than the state's, or a C longer than its keystream (a
+// shorter one is a prefix: the KDC's speculative keystream is sized by a
+// bound). No function of the server returns both components of a tag
+// (integration-tests/test_code_layout.py); tests that need them compute
+// them in test code.
 absl::Status FinalizeShare(const EncryptState& state, uint32_t usage,
                            absl::Span<const uint8_t> ciphertext,
                            std::array<uint8_t, 16>& share);

@@ -1,6 +1,7 @@
 #include "service/memory_scheduler_ring.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -69,6 +70,8 @@ class MemorySchedulerRings::Shared {
 
   const int workers;
   const absl::Duration recv_timeout;
+  std::array<std::atomic<int64_t>, 3> control_delay_us{};  // DelayControlSends
+  std::atomic<int> control_sends_delayed{0};
   std::array<std::vector<std::unique_ptr<Inbox>>, 3> inbox;  // [party][worker]
 
  private:
@@ -132,6 +135,10 @@ class Worker final : public WorkerRing, public net::RingChannel {
   }
   void BeginBatch(uint32_t, absl::Time) override {}
   absl::Status SendControl(uint32_t seq, absl::Span<const uint8_t> msg) override {
+    if (const int64_t us = shared_->control_delay_us[party_].load(); us > 0) {
+      absl::SleepFor(absl::Microseconds(us));
+      ++shared_->control_sends_delayed;
+    }
     Frame f;
     f.control = true;
     f.seq = seq;
@@ -238,5 +245,13 @@ MemorySchedulerRings::~MemorySchedulerRings() { Shutdown(); }
 SchedulerRing& MemorySchedulerRings::party(int i) { return *parties_[i]; }
 
 void MemorySchedulerRings::Shutdown() { shared_->Shutdown(); }
+
+void MemorySchedulerRings::DelayControlSends(int i, absl::Duration d) {
+  shared_->control_delay_us[i] = absl::ToInt64Microseconds(d);
+}
+
+int MemorySchedulerRings::control_sends_delayed() const {
+  return shared_->control_sends_delayed.load();
+}
 
 }  // namespace kmpc::service

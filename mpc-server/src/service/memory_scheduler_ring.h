@@ -27,6 +27,12 @@ class MemorySchedulerRings {
   SchedulerRing& party(int i);
   // Every pending and later receive fails with UNAVAILABLE; Connect too.
   void Shutdown();
+  // Party i's workers sleep `d` before each control message they send (a
+  // follower slow to answer a proposal, as on a loaded machine); zero
+  // undoes it. control_sends_delayed() counts the delayed sends made
+  // (counted once their sleep is over).
+  void DelayControlSends(int i, absl::Duration d);
+  int control_sends_delayed() const;
 
   class Shared;  // the queues, shared by the three parties' workers
 

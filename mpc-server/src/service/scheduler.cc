@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -89,6 +91,13 @@ uint32_t GetU32(const uint8_t* p) {
          uint32_t{p[3]};
 }
 
+// Whether ring sequence number a precedes b: a worker's numbers count up
+// from a random start and wrap, so they compare as serial numbers (RFC
+// 1982, section 3.2, for 32 bits).
+bool SeqBefore(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(b - a) > 0;
+}
+
 // d in ms, clamped to [0, 2^32 - 1].
 uint32_t Ms(absl::Duration d) {
   if (d <= absl::ZeroDuration()) return 0;
@@ -109,6 +118,23 @@ std::vector<uint8_t> Encode(const Control& c) {
   return out;
 }
 
+// The leader's abort of a proposal whose reply it stopped waiting for
+// (the batch's deadline passed, or the ring failed): a COMMIT with neither
+// go nor retry and status OK, which the followers take as "the leader gave
+// up" (FollowCommit). A follower still waiting for the commit is released
+// at once; one that gave up too drops it (ReceiveProposal). Best effort:
+// on a broken link there is no one to tell.
+void AbandonProposal(WorkerRing& ch, uint32_t seq, const Control& propose) {
+  if (!ch.connected()) return;
+  Control abort = propose;
+  abort.type = kCommit;
+  abort.status = kStatusOk;
+  abort.status_party = 0;
+  abort.flags = 0;
+  abort.age_ms = abort.wait_ms = 0;
+  (void)ch.SendControl(seq, Encode(abort));
+}
+
 absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
   if (in.size() != kControlSize)
     return absl::DataLossError("ring: malformed scheduling message (size)");
@@ -119,7 +145,9 @@ absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
   c.flags = in[4];
   const bool bad_retry =
       (c.flags & kFlagRetry) != 0 && (c.type != kCommit || (c.flags & kFlagGo) != 0);
-  if ((c.type != kPropose && c.type != kCommit) || in[1] < 1 || in[1] > 3 ||
+  const bool bad_kind = in[1] != static_cast<uint8_t>(BatchKind::kRun) &&
+                        in[1] != static_cast<uint8_t>(BatchKind::kRefresh);
+  if ((c.type != kPropose && c.type != kCommit) || bad_kind ||
       c.status > kStatusGone || c.status_party > 2 || (c.flags & ~7) != 0 ||
       bad_retry || in[5] != 0 || in[6] != 0 || in[7] != 0)
     return absl::DataLossError("ring: malformed scheduling message");
@@ -128,6 +156,34 @@ absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
   c.age_ms = GetU32(in.data() + 8 + kBatchIdSize);
   c.wait_ms = GetU32(in.data() + 12 + kBatchIdSize);
   return c;
+}
+
+// The leader's wait for the reply to its proposal `seq` (its PROPOSE come
+// back around the ring). A receive that fails abandons the proposal
+// (AbandonProposal) and returns that status; a message that is not the
+// reply is DATA_LOSS (the caller drops the link). The reply to an earlier
+// proposal of this worker that came after the leader had given it up is
+// skipped: the link is ordered, so it comes before this proposal's reply,
+// and it must not fail this batch.
+absl::StatusOr<Control> AwaitReply(WorkerRing& ch, uint32_t seq,
+                                   const Control& propose, absl::Time reply_by) {
+  for (;;) {
+    uint32_t rseq = 0;
+    auto reply = ch.RecvControl(&rseq, reply_by);
+    if (!reply.ok()) {
+      AbandonProposal(ch, seq, propose);
+      return reply.status();
+    }
+    absl::StatusOr<Control> back = Decode(*reply);
+    if (back.ok() && back->type == kPropose && SeqBefore(rseq, seq)) {
+      KMPC_VLOG(1) << "dropped a late reply to abandoned proposal " << rseq;
+      continue;
+    }
+    if (back.ok() && (back->type != kPropose || rseq != seq ||
+                      back->id != propose.id || back->kind != propose.kind))
+      back = absl::DataLossError("ring: scheduling message for another batch");
+    return back;
+  }
 }
 
 std::string Key(BatchKind kind, const BatchId& id) {
@@ -515,19 +571,14 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
   propose.wait_ms =
       Ms(std::min(options_.proposal_wait, work.retry_until - now));
   if (absl::Status st = ch.SendControl(seq, Encode(propose)); !st.ok()) return st;
-  uint32_t rseq = 0;
   // Each follower waits up to propose.wait_ms for its copy of the batch.
-  auto reply = ch.RecvControl(
-      &rseq, std::min(absl::Now() + 2 * absl::Milliseconds(propose.wait_ms) +
-                          ring_->recv_timeout(),
-                      work.deadline));
-  if (!reply.ok()) return reply.status();
-  auto back = Decode(*reply);
-  if (back.ok() && (back->type != kPropose || rseq != seq ||
-                    back->id != work.id || back->kind != work.kind))
-    back = absl::DataLossError("ring: scheduling message for another batch");
+  const absl::Time reply_by =
+      std::min(absl::Now() + 2 * absl::Milliseconds(propose.wait_ms) +
+                   ring_->recv_timeout(),
+               work.deadline);
+  absl::StatusOr<Control> back = AwaitReply(ch, seq, propose, reply_by);
   if (!back.ok()) {
-    ch.Reset();
+    if (absl::IsDataLoss(back.status())) ch.Reset();
     return back.status();
   }
   Control commit = *back;
@@ -656,16 +707,32 @@ void Scheduler::LeaderLoop(int worker) {
 struct Scheduler::Proposal {
   uint32_t seq = 0;
   Control fwd;
+  bool forwarded = false;  // sent on to the successor
   absl::Time got;
   std::shared_ptr<Work> work;
   Control commit;
 };
 
-bool Scheduler::ReceiveProposal(WorkerRing& ch, int worker, Proposal& p) {
+bool Scheduler::ReceiveProposal(WorkerRing& ch, int worker, Proposal& p,
+                                std::optional<Abandoned>& abandoned) {
   if (!ch.InboundReadable(absl::Milliseconds(200))) return false;
   auto msg = ch.RecvControl(&p.seq, absl::Now() + ring_->recv_timeout());
   if (!msg.ok()) return false;  // the channel reset itself
+  // The link is ordered: a commit for the abandoned proposal comes before
+  // any later proposal, or not at all.
+  const std::optional<Abandoned> late = std::exchange(abandoned, std::nullopt);
   auto prop = Decode(*msg);
+  if (prop.ok() && prop->type == kCommit && late && p.seq == late->seq) {
+    if ((prop->flags & kFlagGo) != 0) {
+      // The two others run a batch this party gave up on: they fail fast.
+      KMPC_LOG(WARNING) << "worker " << worker << ": go for batch " << IdHex(prop->id)
+                        << " after its deadline; dropping the ring";
+      ch.Reset();
+    } else if (party() == 2 && late->forwarded) {
+      (void)ch.SendControl(p.seq, *msg);  // party 1 may still wait for it
+    }
+    return false;
+  }
   if (prop.ok() && prop->type != kPropose)
     prop = absl::DataLossError("ring: expected a batch proposal");
   if (!prop.ok()) {
@@ -709,6 +776,7 @@ absl::Status Scheduler::ForwardProposal(WorkerRing& ch, Session& session, Propos
   if (!st.ok()) return st;
   ch.SpinControl(p.work != nullptr && LatencyBound(p.work->kind, p.work->jobs));
   if (absl::Status sent = ch.SendControl(p.seq, Encode(fwd)); !sent.ok()) return sent;
+  p.forwarded = true;
   uint32_t cseq = 0;
   absl::Time until =
       absl::Now() + options_.peer_batch_wait + ring_->recv_timeout();
@@ -736,6 +804,10 @@ void Scheduler::FollowCommit(WorkerRing& ch, Session& session, int worker, Propo
     if (p.work == nullptr) return;
     if ((commit.flags & kFlagRetry) != 0)
       Unclaim(p.work);  // for the leader's next proposal of it
+    else if (commit.status == kStatusOk)  // AbandonProposal
+      Complete(p.work, absl::UnavailableError(
+                           "party 0 gave up on this batch before every party "
+                           "answered (its client's deadline, or the ring failed)"));
     else
       Complete(p.work, NotReceived(commit.status_party));
     return;
@@ -755,6 +827,7 @@ void Scheduler::FollowCommit(WorkerRing& ch, Session& session, int worker, Propo
 void Scheduler::FollowerLoop(int worker) {
   WorkerRing& ch = ring_->worker(worker);
   Session session;
+  std::optional<Abandoned> abandoned;
   absl::Time last_warn = absl::Now();  // peers may still be starting
   while (!stopping_) {
     if (absl::Status st = ch.Connect(absl::Now() + absl::Seconds(1)); !st.ok()) {
@@ -766,9 +839,10 @@ void Scheduler::FollowerLoop(int worker) {
       continue;
     }
     Proposal p;
-    if (!ReceiveProposal(ch, worker, p)) continue;
+    if (!ReceiveProposal(ch, worker, p, abandoned)) continue;
     ClaimProposed(p);
     if (absl::Status st = ForwardProposal(ch, session, p); !st.ok()) {
+      abandoned = Abandoned{p.seq, p.forwarded};
       session.engine.reset();
       if (p.work) Complete(p.work, absl::UnavailableError(st.message()));
       continue;

@@ -34,7 +34,12 @@
 // deadline). It is never proposed after it, and neither its wait in the
 // queue, the leader's ring connect for it nor a follower's wait for its
 // copy runs past it: nothing waits on a dead ring connection for a batch
-// its client has given up on.
+// its client has given up on. A leader that stops waiting for a proposal's
+// reply sends an abort COMMIT for it (neither go nor retry), and a reply
+// that still comes is skipped by its older sequence number; a follower
+// that stopped waiting for a commit drops it when it comes (party 2
+// passes it on to party 1). So a late message of a batch that gave up
+// never fails the next batch on that worker.
 //
 // Pipelining: every worker has its own ring connections and Engine, so with
 // N workers N batches are in flight; one computes while others wait on the
@@ -47,6 +52,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,9 +72,9 @@ using BatchId = std::array<uint8_t, kBatchIdSize>;
 
 // kRefresh: an Admin RefreshKeys request (engine/refresh.h), scheduled on
 // the same ring as the KDC's batches so that the three servers agree on it.
-// kFinalize: FINALIZE-only batches through the ring; KeyOpsService does not
-// submit them (it serves Finalize and Sign ring-free, services.h).
-enum class BatchKind : uint8_t { kRun = 1, kFinalize = 2, kRefresh = 3 };
+// FINALIZE never goes through the ring (KeyOpsService serves Finalize and
+// Sign ring-free, services.h); kind 2 is refused on the ring.
+enum class BatchKind : uint8_t { kRun = 1, kRefresh = 3 };
 
 struct SchedulerOptions {
   // How long a submitted batch may wait to be scheduled on the ring.
@@ -146,9 +152,19 @@ class Scheduler {
   void FollowerLoop(int worker);
   // FollowerLoop's steps for one proposal (struct Proposal, scheduler.cc).
   struct Proposal;
+  // The last proposal a follower's worker stopped waiting for the commit
+  // of (its client's deadline passed), and whether it had forwarded it:
+  // the leader's commit for it may still be the next message.
+  struct Abandoned {
+    uint32_t seq = 0;
+    bool forwarded = false;
+  };
   // Waits briefly for the next proposal from the predecessor; false if none
-  // came or it was not a proposal (the channel is then reset).
-  bool ReceiveProposal(WorkerRing& ch, int worker, Proposal& p);
+  // came, it was the late commit of `abandoned` (dropped, or passed on to
+  // party 1 by party 2), or it was not a proposal (the channel is then
+  // reset).
+  bool ReceiveProposal(WorkerRing& ch, int worker, Proposal& p,
+                       std::optional<Abandoned>& abandoned);
   // Claims this server's copy of the proposed batch, waiting for it as the
   // proposal allows; without one, marks the proposal missing or gone.
   void ClaimProposed(Proposal& p);

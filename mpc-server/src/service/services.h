@@ -110,8 +110,8 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
   // by then is dropped (Scheduler::Submit).
   grpc::Status DoRun(const kmpc::v1::RunRequest& req, kmpc::v1::RunResponse* resp,
                      absl::Time deadline = absl::InfiniteFuture());
-  // Ring-free: served at once on the calling thread (engine::Finalize on
-  // this party's shares), no scheduler pass; every ENCRYPT state is taken
+  // Ring-free: served at once on the calling thread
+  // (engine::FinalizeShare: one additive share of the tag), no scheduler pass; every ENCRYPT state is taken
   // before it is used, so it serves one FINALIZE at most. `deadline` is
   // unused (nothing waits).
   grpc::Status DoFinalize(const kmpc::v1::FinalizeRequest& req,

@@ -29,12 +29,14 @@
 #include "share/replicated.h"
 #include "../cheat.h"
 #include "enctype_reference.h"
+#include "finalize_testing.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
 namespace {
 
 using ::kmpc::testing::CheatingChannel;
+using ::kmpc::testing::FinalizeBothComponents;
 using ::kmpc::testing::Hex;
 using ::kmpc::testing::OpensslAes;
 using ::kmpc::testing::Random;
@@ -288,9 +290,12 @@ Job VerifyJob(const std::string& id, uint32_t usage, Bytes d, Bytes cks) {
   return j;
 }
 
-Job FinalizeWithoutState() {
+// FINALIZE is no Run job (contract::CheckJob): refused as JOB_MALFORMED.
+Job FinalizeJob() {
   Job j;
   j.type = pb::JOB_FINALIZE;
+  j.usage = 5;
+  j.data = Random(32);
   return j;
 }
 
@@ -333,7 +338,7 @@ Bytes ClusterEncrypt(Cluster& c, const std::string& id, uint32_t usage,
   const Bytes cbytes = Xor(p, ks);
   std::array<JobResult, 3> f;
   for (int i = 0; i < 3; ++i) {
-    auto fr = Finalize(*r[i].jobs[0].state, usage, cbytes);
+    auto fr = FinalizeBothComponents(*r[i].jobs[0].state, usage, cbytes);
     EXPECT_TRUE(fr.ok()) << fr.status();
     if (fr.ok()) f[i] = std::move(*fr);
   }
@@ -851,7 +856,7 @@ TEST(Engine, KeyStoreDisagreementFailsOnlyThatJob) {
       DecryptJob(wrong, 3, ct),         // 4 party 0 holds party 1's view
       ChecksumJob(good2, 5, {7, 8, 9}), // 5 fine
       EncryptJob(kNoSuchKey, 1, 1),         // 6 missing everywhere
-      FinalizeWithoutState(),          // 7 malformed (no state)
+      FinalizeJob(),                   // 7 malformed (not a Run job)
   };
   for (int round = 0; round < 2; ++round) {
     auto r = c.Run(jobs);
@@ -1012,8 +1017,6 @@ TEST(Engine, MalformedJobsFailAloneOthersStillRun) {
   enc_with_data.data = {1};
   constexpr pb::JobStatus kBad = pb::JOB_MALFORMED;
   constexpr pb::JobStatus kCannot = pb::JOB_INTEGRITY_FAILED;
-  Job with_state = EncryptJob(id, 1, 1);
-  with_state.state = std::make_shared<const EncryptState>();
   Job preset = EncryptJob(id, 1, 1);
   preset.precheck = {kBad, "checked by the caller"};
   const std::vector<std::pair<Job, pb::JobStatus>> cases = {
@@ -1027,8 +1030,7 @@ TEST(Engine, MalformedJobsFailAloneOthersStillRun) {
       {VerifyJob(id, 1, {}, Random(31)), kCannot},      // short checksum
       {bad_type, kBad},
       {enc_with_data, kBad},
-      {FinalizeWithoutState(), kBad},                    // no state
-      {with_state, kBad},                               // state on ENCRYPT
+      {FinalizeJob(), kBad},                            // not a Run job
       {preset, kBad},                                   // the caller's check
   };
   std::vector<Job> jobs;
@@ -1042,7 +1044,7 @@ TEST(Engine, MalformedJobsFailAloneOthersStillRun) {
           << "job " << j << ": " << r[i].jobs[j].detail;
       EXPECT_FALSE(r[i].jobs[j].detail.empty());
     }
-    EXPECT_EQ(r[i].jobs[12].detail, "checked by the caller");
+    EXPECT_EQ(r[i].jobs[11].detail, "checked by the caller");
     EXPECT_EQ(r[i].jobs[jobs.size() - 2].status, pb::JOB_UNKNOWN_KEY);
     EXPECT_TRUE(r[i].jobs.back().ok());
   }
@@ -1077,7 +1079,7 @@ protocol::Block LengthsBlock(uint32_t usage, size_t len) {
 // A KDC that sends each server another ciphertext (C, then C less its
 // last byte, then less two, those bytes zero: only the lengths block
 // differs) and pairs the two answers that would carry component j of the
-// tag: with both components per answer (engine::Finalize, what KeyOps
+// tag: with both components per answer (FinalizeBothComponents, what KeyOps
 // wire version 3 sent) the mask cancels and component j of H falls out, so
 // H = AES_K(0) (the control); with KeyOps.Finalize's one additive share
 // per server (FinalizeShare) no two answers share a component and the
@@ -1116,7 +1118,7 @@ TEST(Engine, FinalizeSharesOverDifferentCiphertextsRevealNoHashKey) {
     auto r = c.Run({EncryptJob(id, usage, 2)});
     std::array<protocol::Block, 3> own, copy;
     for (int i = 0; i < 3; ++i) {
-      auto f = Finalize(*r[i].jobs[0].state, usage, cs[i]);
+      auto f = FinalizeBothComponents(*r[i].jobs[0].state, usage, cs[i]);
       ASSERT_TRUE(f.ok()) << f.status();
       own[i] = f->tag[0];
       copy[i] = f->tag[1];
@@ -1140,26 +1142,20 @@ TEST(Engine, FinalizeChecks) {
   const std::string id = c.AddKey(Random(16));
   auto r = c.Run({EncryptJob(id, 5, 2)});
   const EncryptState& st = *r[0].jobs[0].state;
-  EXPECT_EQ(Finalize(st, 6, Random(20)).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Finalize(st, 5, Random(33)).status().code(), absl::StatusCode::kInvalidArgument);
+  std::array<uint8_t, 16> t{};
+  EXPECT_EQ(FinalizeShare(st, 6, Random(20), t).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FinalizeShare(st, 5, Random(33), t).code(), absl::StatusCode::kInvalidArgument);
   // Shorter than the keystream is allowed (the KDC's speculative keystream
   // is sized by a bound and a prefix used); longer is not (above).
-  EXPECT_TRUE(Finalize(st, 5, Random(16)).ok());
-  EXPECT_TRUE(Finalize(st, 5, Random(17)).ok());
-  // As a batch job as well.
-  Job f;
-  f.type = pb::JOB_FINALIZE;
-  f.usage = 5;
-  f.data = Random(32);
-  std::vector<Job> per[3];
+  EXPECT_TRUE(FinalizeShare(st, 5, Random(16), t).ok());
+  EXPECT_TRUE(FinalizeShare(st, 5, Random(17), t).ok());
+  // Never as a Run job: the Run path that answered both components is
+  // gone (a KDC asks KeyOps.Finalize, one additive share per server).
+  auto fr = c.Run({FinalizeJob()});
   for (int i = 0; i < 3; ++i) {
-    per[i] = {f};
-    per[i][0].state = r[i].jobs[0].state;
-  }
-  auto fr = c.RunEach(77, {per[0], per[1], per[2]});
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(fr[i].ok());
-    EXPECT_TRUE(Computed(fr[i]->jobs[0]));
+    EXPECT_EQ(fr[i].jobs[0].status, pb::JOB_MALFORMED) << fr[i].jobs[0].detail;
+    EXPECT_EQ(fr[i].jobs[0].tag[0], (std::array<uint8_t, 16>{})) << i;
+    EXPECT_EQ(fr[i].jobs[0].tag[1], (std::array<uint8_t, 16>{})) << i;
   }
 }
 
@@ -1193,7 +1189,7 @@ TEST(Engine, EncryptStateHoldsNoCopyOfTheStoredPowers) {
     const Bytes ct = Xor(p, ks);
     std::array<JobResult, 3> f;
     for (int i = 0; i < 3; ++i) {
-      auto fr = Finalize(*r[i].jobs[0].state, 9, ct);
+      auto fr = FinalizeBothComponents(*r[i].jobs[0].state, 9, ct);
       ASSERT_TRUE(fr.ok()) << fr.status();
       f[i] = std::move(*fr);
     }

@@ -83,7 +83,7 @@ class SchedulerTest : public ::testing::Test {
              absl::Duration peer_batch_wait = absl::Milliseconds(300)) {
     TearDown();
     for (auto& s : schedulers_) s.reset();
-    rings_ = std::make_unique<MemorySchedulerRings>(2, ring_timeout_);
+    rings_ = std::make_unique<MemorySchedulerRings>(workers_, ring_timeout_);
     so_.schedule_timeout = schedule_timeout_;
     so_.peer_batch_wait = peer_batch_wait;
     for (int i = 0; i < 3; ++i) {
@@ -131,6 +131,7 @@ class SchedulerTest : public ::testing::Test {
 
   // Timing limits of the ring and the queue; the tests of timing keep
   // these, a test of correctness may raise them (a loaded CI machine).
+  int workers_ = 2;
   absl::Duration ring_timeout_ = absl::Seconds(1);
   absl::Duration schedule_timeout_ = absl::Seconds(2);
   std::unique_ptr<MemorySchedulerRings> rings_;
@@ -235,6 +236,41 @@ TEST_F(SchedulerTest, BatchNeverWaitsPastItsClientDeadline) {
     EXPECT_EQ(late[i].error, pb::BATCH_RING_UNAVAILABLE) << i << ": " << late[i].status;
   auto out = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 2)});
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(out[i].status.ok()) << i << out[i].status;
+}
+
+// A follower's reply that comes after the leader gave up on its batch (the
+// client's deadline passed while party 1, the follower that answers the
+// leader, slept before sending it) is still on the link when the next
+// batch's reply is awaited on that worker (one worker here, so the next
+// batch is on it): the leader skips it by its older sequence number, and
+// the followers take the leader's abort for the abandoned batch, so the
+// next batch runs. (Before, the leader read the late reply as the next
+// batch's: "scheduling message for another batch", and that batch failed.)
+// The order is certain whatever the load: party 1 sends its reply only
+// after sleeping longer than the whole deadline.
+TEST_F(SchedulerTest, LateReplyToAnAbandonedBatchDoesNotFailTheNext) {
+  workers_ = 1;
+  Start();
+  const absl::Duration deadline = absl::Seconds(1);
+  rings_->DelayControlSends(1, 3 * deadline);
+  const absl::Time t0 = absl::Now();
+  auto first = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 1)}, {true, true, true},
+                         t0 + deadline);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(first[i].error, pb::BATCH_RING_UNAVAILABLE) << i << ": " << first[i].status;
+  // The batch was proposed and party 1 answered it, late. Its answer may
+  // still be on the way: on a loaded machine the proposal can reach party
+  // 1 after its own Submit gave up at the deadline.
+  for (int i = 0; i < 1000 && rings_->control_sends_delayed() == 0; ++i)
+    absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_EQ(rings_->control_sends_delayed(), 1);
+  rings_->DelayControlSends(1, absl::ZeroDuration());
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    auto out = SubmitAll(RandomBatchId(), {Encrypt(key_id_, 2)});
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status;
+    EXPECT_EQ(out[0].result.jobs[0].keystream[1], out[1].result.jobs[0].keystream[0]);
+  }
 }
 
 // A follower (re)started after a batch reached the leader will never get
