@@ -298,7 +298,7 @@ void HalveFoldH(E* const f[2], E* const g[2], size_t n, E r, E out[2]);
 // h(e_{2K-2}) (out[0 .. 2K-3]); after it: f_k(r), g_k(r) into element k
 // (elements 0 .. ceil(n / K) - 1), in place.
 inline constexpr int kStepWords = 4;
-inline constexpr size_t kStepFrom = 2049;
+inline constexpr size_t kStepFrom = 32769;
 template <class E>
 void StepH(const E* const f[2], const E* const g[2], size_t n, E* out);
 template <class E>
