@@ -1100,6 +1100,96 @@ F64 TailDot<F64>(const F64* lag, const F64* v) {
   return s;
 }
 
+// ---- Steps by kStepWords (K = 4) in GF(2^64), eight groups at a time ----
+// Groups per block of StepH512 / StepFold512: one 512-bit register holds
+// element j of eight consecutive groups.
+inline constexpr size_t kStepGroups512 = 8;
+
+// x[j] = element j of groups 0 .. 7 of p[0 .. 32) (group k: p[4k .. 4k+4)).
+KMPC_DZKP_512 inline void GroupColumns8(const F64* p, __m512i x[4]) {
+  const __m512i a = Load8(p), b = Load8(p + 8), c = Load8(p + 16), d = Load8(p + 24);
+  for (int j = 0; j < 4; ++j) {
+    const __m512i idx = _mm512_setr_epi64(j, j + 4, j + 8, j + 12, j, j + 4, j + 8, j + 12);
+    x[j] = _mm512_mask_blend_epi64(0xF0, _mm512_permutex2var_epi64(a, idx, b),
+                                   _mm512_permutex2var_epi64(c, idx, d));
+  }
+}
+
+// StepH over groups [0, 8 q): h(X) = sum_k f_k(X) g_k(X) with f_k(e_j) =
+// f[4k + j] is bilinear in (f, g), so its weak share at any point e_p is
+// sum_{j,j'} L_j(e_p) L_j'(e_p) M_{j,j'}, M_{j,j'} = sum_k f0_kj (g0_kj' +
+// g1_kj') + f1_kj g0_kj' (the weak share of f_kj g_kj'; Araki et al., CCS
+// 2016, section 2). The 16 sums M are accumulated unreduced (two
+// VPCLMULQDQ per pair and component for eight groups) and the K - 1 points
+// past e_{K-1} evaluated once from them; h(e_p) = M_{p,p} for p < K.
+// out[p - 1] = this party's weak share of the blocks' h(e_p), p = 1 .. 2K-2.
+KMPC_DZKP_512 void StepH512(const F64* const f[2], const F64* const g[2], size_t q,
+                            const F64* const rows[], F64* out) {
+  constexpr int K = kStepWords;
+  static_assert(K == 4, "GroupColumns8 transposes groups of four");
+  __m512i m[K][K];
+  for (int j = 0; j < K; ++j)
+    for (int j2 = 0; j2 < K; ++j2) m[j][j2] = _mm512_setzero_si512();
+  __m512i f0[K], f1[K], g0[K], gs[K];
+  for (size_t i = 0; i < q; ++i) {
+    const size_t at = 32 * i;
+    GroupColumns8(f[0] + at, f0);
+    GroupColumns8(f[1] + at, f1);
+    GroupColumns8(g[0] + at, g0);
+    GroupColumns8(g[1] + at, gs);
+    for (int j = 0; j < K; ++j) gs[j] = _mm512_xor_si512(gs[j], g0[j]);
+    for (int j = 0; j < K; ++j) {
+      for (int j2 = 0; j2 < K; ++j2) {
+        MulAcc8(m[j][j2], f0[j], gs[j2]);
+        MulAcc8(m[j][j2], f1[j], g0[j2]);
+      }
+    }
+  }
+  share::Wipe(f0, sizeof f0);
+  share::Wipe(f1, sizeof f1);
+  share::Wipe(g0, sizeof g0);
+  share::Wipe(gs, sizeof gs);
+  F64 s[K][K];
+  for (int j = 0; j < K; ++j)
+    for (int j2 = 0; j2 < K; ++j2) s[j][j2] = Sum8(m[j][j2]);
+  share::Wipe(m, sizeof m);
+  for (int p = 1; p < K; ++p) out[p - 1] = s[p][p];
+  for (int p = K; p < 2 * K - 1; ++p) {
+    const F64* lag = rows[p - K];
+    Wide64 acc;
+    for (int j = 0; j < K; ++j) {
+      Wide64 inner;
+      for (int j2 = 0; j2 < K; ++j2) MulAcc(inner, lag[j2], s[j][j2]);
+      MulAcc(acc, lag[j], Reduce(inner));
+    }
+    out[p - 1] = Reduce(acc);
+  }
+  share::Wipe(s, sizeof s);
+}
+
+// StepFold over groups [0, 8 q) of each vector: element k becomes
+// sum_j lag[j] v[4k + j]. Block i reads elements [32 i, 32 i + 32) before
+// it writes [8 i, 8 i + 8), which earlier blocks have read.
+KMPC_DZKP_512 void StepFold512(F64* const v[4], size_t q, const F64* lag) {
+  constexpr int K = kStepWords;
+  __m512i l[K];
+  for (int j = 0; j < K; ++j) l[j] = _mm512_set1_epi64(static_cast<int64_t>(lag[j].v));
+  __m512i x[K];
+  for (int c = 0; c < 4; ++c) {
+    for (size_t i = 0; i < q; ++i) {
+      GroupColumns8(v[c] + 32 * i, x);
+      __m512i pe = _mm512_setzero_si512(), po = pe;
+      for (int j = 0; j < K; ++j) {
+        pe = _mm512_xor_si512(pe, _mm512_clmulepi64_epi128(x[j], l[j], 0x00));
+        po = _mm512_xor_si512(po, _mm512_clmulepi64_epi128(x[j], l[j], 0x11));
+      }
+      Store8(v[c] + 8 * i,
+             Reduce8(_mm512_unpacklo_epi64(pe, po), _mm512_unpackhi_epi64(pe, po)));
+    }
+  }
+  share::Wipe(x, sizeof x);
+}
+
 }  // namespace
 
 template <class E>
@@ -1133,13 +1223,23 @@ void StepH(const E* const f[2], const E* const g[2], size_t n, E* out) {
   const E* rows[K - 1];
   for (int p = K; p < P; ++p) rows[p - K] = LagrangeRow<E, K>(p);
   W acc[P - 1];
+  size_t k0 = 0;
+  if constexpr (std::is_same_v<E, F64>) {
+    if (Use512()) {
+      // The groups of whole blocks of kStepGroups512 by their cross sums,
+      // the rest below; the sums of both are added before the reduction.
+      const size_t q = n / (K * kStepGroups512);
+      k0 = q * K * kStepGroups512;
+      StepH512(f, g, q, rows, out);
+    }
+  }
   // Weak share of a * b: a0 * (b0 + b1) + a1 * b0.
   auto weak = [](W& w, const E* a) {
     MulAcc(w, a[0], Add(a[2], a[3]));
     MulAcc(w, a[1], a[2]);
   };
   E x[K][4], at[4];
-  for (size_t k = 0; k < n; k += K) {
+  for (size_t k = k0; k < n; k += K) {
     for (int j = 0; j < K; ++j)
       for (int c = 0; c < 4; ++c) x[j][c] = k + j < n ? v[c][k + j] : Field<E>::Elem(0);
     for (int p = 1; p < K; ++p) weak(acc[p - 1], x[p]);
@@ -1153,7 +1253,7 @@ void StepH(const E* const f[2], const E* const g[2], size_t n, E* out) {
       weak(acc[p - 1], at);
     }
   }
-  for (int p = 1; p < P; ++p) out[p - 1] = Reduce(acc[p - 1]);
+  for (int p = 1; p < P; ++p) out[p - 1] = Add(k0 > 0 ? out[p - 1] : Field<E>::Elem(0), Reduce(acc[p - 1]));
   share::Wipe(x, sizeof x);
   share::Wipe(at, sizeof at);
   share::Wipe(acc, sizeof acc);
@@ -1164,9 +1264,18 @@ void StepFold(E* const f[2], E* const g[2], size_t n, E r) {
   constexpr int K = kStepWords;
   E lag[K];
   LagrangeAt(K, r, lag);
+  size_t k0 = 0;
+  if constexpr (std::is_same_v<E, F64>) {
+    if (Use512()) {
+      const size_t q = n / (K * kStepGroups512);
+      k0 = q * kStepGroups512;
+      E* const v[4] = {f[0], f[1], g[0], g[1]};
+      StepFold512(v, q, lag);
+    }
+  }
   // Group k is read before element k is written (k <= K k).
   for (E* v : {f[0], f[1], g[0], g[1]}) {
-    for (size_t k = 0; K * k < n; ++k) {
+    for (size_t k = k0; K * k < n; ++k) {
       typename Field<E>::Wide acc;
       for (size_t j = 0; j < K && K * k + j < n; ++j) MulAcc(acc, lag[j], v[K * k + j]);
       v[k] = Reduce(acc);

@@ -290,15 +290,22 @@ void HalveFoldH(E* const f[2], E* const g[2], size_t n, E r, E out[2]);
 // consecutive elements (missing ones count as zero), f_k(X) through
 // f_k(e_j) = f[K k + j] (j < K), g_k likewise, h = sum_k f_k g_k of
 // degree 2K - 2. One round trio takes n elements to ceil(n / K), where two
-// halvings take three rounds each to reach ceil(n / 4): 2049 -> 129 in two
-// steps instead of four halvings. It costs ~(K - 1) K + 3 products per
-// group and vector component (a halving's vectors: one per pair), so it
-// runs only on the short vectors, where a round weighs more than the
-// products. Before the challenge: this party's weak shares of h(e_1) ..
+// halvings take three rounds each to reach ceil(n / 4): 32769 -> 129 in
+// four steps instead of eight halvings. In GF(2^64) with VPCLMULQDQ, h
+// comes from the K^2 cross sums M_{j,j'} of the groups' element columns
+// (h is bilinear in f and g: 2 K^2 = 32 carry-less products per group,
+// summed unreduced, the 2K - 2 points evaluated once from M) and the fold
+// costs K products per group and component: ~12 products per element
+// against ~6 for the two halvings it replaces (each ~4 per element of its
+// input), so the steps start at kStepFrom = 2^15 + 1, where the vectors
+// of a check of 2^16 AND words (2^16 + 1 elements) arrive after one
+// halving and reach T = 129 in four steps (2^15 + 1 = 4^4 128 + 1; 25
+// rounds per check instead of 31 from 2049). Before the challenge: this
+// party's weak shares of h(e_1) ..
 // h(e_{2K-2}) (out[0 .. 2K-3]); after it: f_k(r), g_k(r) into element k
 // (elements 0 .. ceil(n / K) - 1), in place.
 inline constexpr int kStepWords = 4;
-inline constexpr size_t kStepFrom = 2049;
+inline constexpr size_t kStepFrom = 32769;
 template <class E>
 void StepH(const E* const f[2], const E* const g[2], size_t n, E* out);
 template <class E>

@@ -54,17 +54,20 @@
 //     with more than T = 129 elements (dzkp::kTailWords) sends the weak
 //     shares of its h(1), h(x) reshared (one message for both) and one
 //     coin is drawn (its low 64 bits are A's challenge, all 128 bits B's).
-//     Once A's vectors hold at most dzkp::kStepFrom = 2049 elements, A's
+//     Once A's vectors hold at most dzkp::kStepFrom = 32769 elements, A's
 //     steps compress by K = 4 (dzkp::kStepWords) instead: groups of K
 //     elements as in step 2, h of degree 2K - 2, its values at e_1 ..
 //     e_{2K-2} reshared (48 bytes), n -> ceil(n / K) per round trio (two
-//     halvings' worth in one). Each step is three rounds (the reshare, the
+//     halvings' worth in one; its h from the 16 cross sums of the groups'
+//     columns, dzkp::StepH, about twice a halving pair's products per
+//     element). Each step is three rounds (the reshare, the
 //     coin's acknowledgement, its opening). A halving takes n to
 //     ceil(n / 2), so 2^k (T - 1) + 1 elements reach T after k halvings:
 //     the AND proof's 64 m + 1 elements (m groups, the + 1 the mask) fit
 //     that form, and T = 2^7 + 1 saves a halving against T = 2^7. A check
-//     of 65,536 AND words (65,537 elements): 5 halvings to 2049, 2 steps
-//     by 4 to 129, 31 rounds in all (46 with T = 32 and halvings only).
+//     of 65,536 AND words (65,537 elements): 1 halving to 32769, 4 steps
+//     by 4 to 129, 25 rounds in all (31 with steps from 2049, 46 with
+//     T = 32 and halvings only).
 //     Then the last compression takes each proof's T elements
 //     (zero-padded) to one as step 2 does a group: h of degree 2T - 2, its
 //     values at e_1 .. e_{2T-2} reshared (one message for both), a coin.
@@ -108,10 +111,11 @@
 //    weights w'_k, w''_m);
 //  - the opening is exact.
 // A's vector has n < 2^40 elements (64 per group of the log of one wave),
-// so at most 29 halvings (to 2049 elements: 2^40 / 2^11 = 2^29) and 2 steps
-// by 4 (2049 -> 513 -> 129): A fails with probability below (2 + 126 + 2 *
-// 29 + 6 * 2 + 256 + 1) / 2^64 = 455 / 2^64 < 2^-55.17, B below (1 + 2 *
-// 64 + 256 + 1) / 2^128 < 2^-119; per Verify below 2^-55.17 + 2^-119 <
+// so at most 25 halvings (to 32769 elements: 2^40 / 2^15 = 2^25) and 4
+// steps by 4 (32769 -> 8193 -> 2049 -> 513 -> 129): A fails with
+// probability below (2 + 126 + 2 * 25 + 6 * 4 + 256 + 1) / 2^64 = 459 /
+// 2^64 < 2^-55.15, B below (1 + 2 *
+// 64 + 256 + 1) / 2^128 < 2^-119; per Verify below 2^-55.15 + 2^-119 <
 // 2^-55.1.
 // Inside a wave the AES kernel verifies at the first AND-layer boundary
 // where the log holds EngineOptions::verify_words AND words (default

@@ -509,6 +509,69 @@ void ExpectStepMatchesThePlainSums() {
   }
 }
 
+// Three parties' replicated shares of f, g (party i holds (s_i, s_{i+1})):
+// their weak shares of a step's h values add up to the plain sums of
+// f_k(e_p) g_k(e_p), and their folds are consistent replicated shares of
+// the plain fold, at sizes with whole blocks of eight groups, partial
+// ones, and both (the 512-bit path's blocks and the scalar rest).
+TEST_P(DzkpPaths, StepWeakSharesOfThreePartiesAddUp) {
+  constexpr int K = kStepWords, P = 2 * K - 1;
+  for (size_t n : {size_t{3}, size_t{31}, size_t{32}, size_t{33}, size_t{101}, size_t{257},
+                   size_t{1000}}) {
+    std::vector<F64> f(n), g(n);
+    std::array<std::vector<F64>, 3> fs, gs;
+    for (int i = 0; i < 3; ++i) fs[i].resize(n), gs[i].resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      f[k] = RandomF64(), g[k] = RandomF64();
+      fs[0][k] = RandomF64(), fs[1][k] = RandomF64();
+      fs[2][k] = Add(Add(f[k], fs[0][k]), fs[1][k]);
+      gs[0][k] = RandomF64(), gs[1][k] = RandomF64();
+      gs[2][k] = Add(Add(g[k], gs[0][k]), gs[1][k]);
+    }
+    F64 sum[P - 1] = {};
+    const F64 r = RandomF64();
+    std::array<std::array<std::vector<F64>, 4>, 3> folds;
+    for (int i = 0; i < 3; ++i) {
+      const int i1 = (i + 1) % 3;
+      folds[i] = {fs[i], fs[i1], gs[i], gs[i1]};
+      F64* fv[2] = {folds[i][0].data(), folds[i][1].data()};
+      F64* gv[2] = {folds[i][2].data(), folds[i][3].data()};
+      F64 h[P - 1];
+      StepH<F64>(fv, gv, n, h);
+      for (int p = 0; p < P - 1; ++p) sum[p] = Add(sum[p], h[p]);
+      StepFold<F64>(fv, gv, n, r);
+    }
+    F64 lagr[K];
+    LagrangeAt(K, r, lagr);
+    for (int p = 1; p < P; ++p) {
+      F64 lag[K];
+      LagrangeAt(K, F64{static_cast<uint64_t>(p)}, lag);
+      F64 want{0};
+      for (size_t k = 0; K * k < n; ++k) {
+        F64 fp{0}, gp{0};
+        for (size_t j = 0; j < K && K * k + j < n; ++j)
+          fp = Add(fp, Mul(lag[j], f[K * k + j])), gp = Add(gp, Mul(lag[j], g[K * k + j]));
+        want = Add(want, Mul(fp, gp));
+      }
+      EXPECT_TRUE(Eq(sum[p - 1], want)) << n << " p=" << p;
+    }
+    for (size_t k = 0; K * k < n; ++k) {
+      F64 fr{0}, gr{0};
+      for (size_t j = 0; j < K && K * k + j < n; ++j)
+        fr = Add(fr, Mul(lagr[j], f[K * k + j])), gr = Add(gr, Mul(lagr[j], g[K * k + j]));
+      F64 fsum{0}, gsum{0};
+      for (int i = 0; i < 3; ++i) {
+        fsum = Add(fsum, folds[i][0][k]);
+        gsum = Add(gsum, folds[i][2][k]);
+        ASSERT_TRUE(Eq(folds[i][1][k], folds[(i + 1) % 3][0][k])) << n << " k=" << k;
+        ASSERT_TRUE(Eq(folds[i][3][k], folds[(i + 1) % 3][2][k])) << n << " k=" << k;
+      }
+      ASSERT_TRUE(Eq(fsum, fr)) << n << " k=" << k;
+      ASSERT_TRUE(Eq(gsum, gr)) << n << " k=" << k;
+    }
+  }
+}
+
 TEST_P(DzkpPaths, StepByKMatchesThePlainSums) {
   ExpectStepMatchesThePlainSums<Fe>();
   ExpectStepMatchesThePlainSums<F64>();

@@ -120,9 +120,12 @@ TEST(Verify, GfProductsAlone) {
 }
 
 // The check's own messages grow with log2 of the log, not with it: 16
-// times the AND words (both in the range of groups of 32 words) adds four
-// halvings of the GF(2^64) proof (a 16-byte reshare and a coin: its
-// 32-byte acknowledgement and 16-byte opening, each) and nothing else.
+// times the AND words (both in the range of groups of 32 words) adds one
+// halving and one step by 4 of the GF(2^64) proof and nothing else: 1,200
+// words are 38 groups, 2,433 elements (<= kStepFrom: three steps to 39);
+// 19,200 words 38,401 elements (one halving to 19,201, then four steps to
+// 76). A halving reshares 16 bytes, a step 48 (2K - 2 = 6 values); each
+// has a coin (its 32-byte acknowledgement and 16-byte opening).
 TEST(Verify, CommunicationIsLogarithmic) {
   CheckCluster c(0);
   auto check_bytes = [&](size_t words) {
@@ -136,7 +139,8 @@ TEST(Verify, CommunicationIsLogarithmic) {
   ASSERT_EQ(dzkp::GroupWordsFor(kLayers * 400), 32);
   ASSERT_EQ(dzkp::GroupWordsFor(kLayers * 400 * 16), 32);
   const size_t small = check_bytes(400), large = check_bytes(400 * 16);
-  EXPECT_EQ(large - small, 4u * (16 + 32 + 16));
+  static_assert(dzkp::kStepFrom >= 2433 && dzkp::kStepFrom < 38401);
+  EXPECT_EQ(large - small, (16u + 32 + 16) + (8u * (2 * dzkp::kStepWords - 2) + 32 + 16));
   // 6,144 of them the last compression's 256 values of each proof; vs 3 *
   // 6,400 * 8 bytes of AND messages.
   EXPECT_LT(large, 8192u);
