@@ -15,6 +15,7 @@ pkgs=(
   openssl iproute2 procps
   python3-pip  # test_code_layout.py: pip install --target build/pydeps lizard
   gdb  # bench-soak: heap bytes in use (malloc_info) of each process
+  valgrind  # test_tgs_error_paths.py: krb5kdc's TGS failure path leaks nothing
   systemd  # systemd-analyze verify of deploy/systemd/ (test_deploy.py)
   # Debian's own, unpatched MIT clients (test_unmodified_clients.py): kinit,
   # kvno, klist, kdestroy; gss-client and gss-server for delegation

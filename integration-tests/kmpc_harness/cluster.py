@@ -464,6 +464,7 @@ class KmpcRealm(kmpc_realm.Realm):
             if not self.clusters:
                 opts.update({"journal": self.test_journal,
                              "fail_if_exists": self.test_failflag})
+            opts.update(self.module_options)  # e.g. inline (test module)
             name = "test"
         self._plugin_conf = kdcmpc_conf(name, so, opts)
         if not self.clusters:
