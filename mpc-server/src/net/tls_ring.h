@@ -54,13 +54,14 @@ struct TlsRingOptions {
   // Output queued for prev and not yet taken by the kernel is capped here:
   // past it the channel fails (UNAVAILABLE: the batch fails, the next
   // re-dials). The ring gates every party on its successor's replies, so an
-  // honest prev lets at most about two rounds' messages queue up: at most
-  // one AND layer of a wave plus the next round, and no round of a batch of
-  // kMaxBatchBlocks (2^20) blocks exceeds 16 bytes per block (16 MiB: one
-  // GF(2^128) share per block; an AND layer of 2^20 blocks is <= 34 bytes
-  // per block with the 51-AND S-box, 11 with the 32-AND one). 128 MiB is
-  // that with room to spare; a predecessor that stops reading made the
-  // queue grow to a whole batch's egress (~0.7 GB for 2^20 AES-128 blocks).
+  // honest prev lets about two rounds' messages queue up at most, and no
+  // round of a batch of kMaxBatchBlocks (2^20) blocks sends more than a few
+  // tens of bytes per block: an AND layer is 1 bit per AND (engine.h: 1020
+  // bytes per AES-128 block over 30 layers with the 51-AND S-box, 640 over
+  // 60 with the 32-AND one; waves of wave_lanes blocks send less), a
+  // GF(2^128) product round 16 bytes per block. 128 MiB leaves room above
+  // that; without a cap, a prev that stops reading made the queue grow to a
+  // whole batch's egress (~0.7 GB for 2^20 AES-128 blocks).
   size_t max_queued_bytes = size_t{128} << 20;
   // Optional pins (SpkiPin, tls_conn.h) of the neighbours' certificate
   // keys. Empty: any certificate of the CA with the party's CN. Non-empty:
