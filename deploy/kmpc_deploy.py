@@ -45,21 +45,26 @@ def _per_party(v, n=3):
 
 def server_flags(party, hosts, port=7000, ring_port=7100, certs=CERT_DIR,
                  store=STATE_DIR, workers=2, metrics_addr=None, crl=False,
-                 extra=()):
+                 extra=(), pins=None):
     """The flag file of party `party` (text, one --name=value per line).
-    hosts: the three parties' addresses, in party order."""
+    hosts: the three parties' addresses, in party order. pins: optional
+    three spki-sha256:<hex> pins of the parties' certificate keys, in party
+    order (docs/security-model.md: when to pin the ring)."""
     if party not in (0, 1, 2):
         raise ValueError("party must be 0, 1 or 2")
     if len(hosts) != 3:
         raise ValueError("three hosts, in party order")
     ports, rings = _per_party(port), _per_party(ring_port)
-    prev = (party + 2) % 3
+    prev, nxt = (party + 2) % 3, (party + 1) % 3
+    if pins is not None and len(pins) != 3:
+        raise ValueError("three pins, in party order")
     lines = [
         f"# kmpc-mpc-server flags of party {party} (kmpc_deploy.py flags)",
         f"--party={party}",
         f"--listen={hosts[party]}:{ports[party]}",
         f"--ring_listen={hosts[party]}:{rings[party]}",
         f"--ring_prev={hosts[prev]}:{rings[prev]}",
+        f"--ring_next={hosts[nxt]}",
         f"--cert={certs}/party-{party}.pem",
         f"--key={certs}/party-{party}.key",
         f"--ca={certs}/ca.pem",
@@ -68,6 +73,9 @@ def server_flags(party, hosts, port=7000, ring_port=7100, certs=CERT_DIR,
     ]
     if crl:
         lines.append(f"--crl={certs}/crl.pem")
+    if pins is not None:
+        lines.append(f"--ring_pin_prev={pins[prev]}")
+        lines.append(f"--ring_pin_next={pins[nxt]}")
     if metrics_addr:
         lines.append(f"--metrics_addr={metrics_addr}")
     lines += list(extra)
@@ -134,6 +142,9 @@ def main():
     f.add_argument("--workers", type=int, default=2)
     f.add_argument("--metrics-addr", default=None)
     f.add_argument("--crl", action="store_true", help="--crl=CERTS/crl.pem")
+    f.add_argument("--ring-pins", default=None,
+                   help="PIN0,PIN1,PIN2: spki-sha256:<hex> of the three parties' "
+                        "certificate keys, in party order (pins the ring)")
     f.add_argument("-o", "--output", default="-")
     e = sub.add_parser("execstart", help="print a unit's ExecStart argv")
     e.add_argument("unit")
@@ -145,7 +156,8 @@ def main():
             return p[0] if len(p) == 1 else p
         text = server_flags(args.party, args.hosts.split(","), ports(args.port),
                             ports(args.ring_port), args.certs, args.store,
-                            args.workers, args.metrics_addr, args.crl)
+                            args.workers, args.metrics_addr, args.crl,
+                            pins=args.ring_pins.split(",") if args.ring_pins else None)
         if args.output == "-":
             sys.stdout.write(text)
         else:

@@ -5,6 +5,7 @@ unit's ExecStart, flag files from deploy/kmpc_deploy.py) form a ring on
 loopback and serve /metrics. make bench-netns runs the same command lines
 on four emulated hosts (bench/netns_bench.py). No unit is started here.
 """
+import hashlib
 import os
 import shutil
 import subprocess
@@ -78,6 +79,12 @@ def test_execstart_and_flags():
         kmpc_deploy.unit_exec_start(kmpc_deploy.KDC_UNIT)  # no realm given
     text = kmpc_deploy.server_flags(0, ["10.0.0.11", "10.0.0.12", "10.0.0.13"])
     assert "--ring_prev=10.0.0.13:7100\n" in text  # party 0 dials party 2
+    assert "--ring_next=10.0.0.12\n" in text  # party 1 dials party 0
+    assert "--ring_pin" not in text
+    pins = [f"spki-sha256:{c * 64}" for c in "abc"]
+    text = kmpc_deploy.server_flags(0, ["10.0.0.11", "10.0.0.12", "10.0.0.13"], pins=pins)
+    assert f"--ring_pin_prev={pins[2]}\n" in text  # party 0 dials party 2
+    assert f"--ring_pin_next={pins[1]}\n" in text  # party 1 dials party 0
     assert "--store_dir=/var/lib/kmpc/store-0\n" in text
 
 
@@ -94,6 +101,16 @@ def test_three_servers_from_the_units_command_lines(tmp_path):
     base = kmpc_cluster.free_base()
     mbase = kmpc_realm.free_port_block((0, 1, 2), udp=False)
     server = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server")
+    # The ring pinned to the three certificates' keys, as THREE-HOSTS.md
+    # step 5 computes the pins.
+    pins = []
+    for i in range(3):
+        pub = subprocess.run(["openssl", "x509", "-in", str(certs / f"party-{i}.pem"),
+                              "-noout", "-pubkey"], check=True, capture_output=True,
+                             timeout=30).stdout
+        der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "DER"], input=pub,
+                             check=True, capture_output=True, timeout=30).stdout
+        pins.append("spki-sha256:" + hashlib.sha256(der).hexdigest())
     procs, logs = [], []
     try:
         for i in range(3):
@@ -103,8 +120,9 @@ def test_three_servers_from_the_units_command_lines(tmp_path):
                  "--port", ",".join(str(base + j) for j in range(3)),
                  "--ring-port", ",".join(str(base + 10 + j) for j in range(3)),
                  "--certs", str(certs), "--store", str(tmp_path), "--crl",
-                 "--metrics-addr", f"127.0.0.1:{mbase + i}",
+                 "--metrics-addr", f"127.0.0.1:{mbase + i}", "--ring-pins", ",".join(pins),
                  "-o", str(etc / f"party{i}.flags")], check=True, timeout=30)
+            assert f"--ring_pin_next={pins[(i + 1) % 3]}\n" in (etc / f"party{i}.flags").read_text()
             argv = kmpc_deploy.relocate(
                 kmpc_deploy.unit_exec_start(kmpc_deploy.SERVER_UNIT, instance=i),
                 {os.path.join(kmpc_deploy.BIN_DIR, "kmpc-mpc-server"): server,

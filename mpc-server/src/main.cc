@@ -49,6 +49,20 @@ ABSL_FLAG(std::string, ring_listen, "127.0.0.1:7100",
           "ring listen address (party i+1 connects here)");
 ABSL_FLAG(std::string, ring_prev, "",
           "ring address of party i-1 (this server connects there)");
+ABSL_FLAG(std::string, ring_next, "",
+          "host (name or address) that party i+1 connects to --ring_listen "
+          "from: its connections get handshake slots of their own, so a "
+          "connection flood from other addresses cannot keep it out "
+          "(empty: none reserved)");
+ABSL_FLAG(int, ring_max_queued_mb, 128,
+          "ring output queued for party i-1 beyond which the batch fails "
+          "(a party i-1 that stops reading); net/tls_ring.h says why 128");
+ABSL_FLAG(std::string, ring_pin_prev, "",
+          "optional spki-sha256:<hex> pins (comma-separated) of party i-1's "
+          "certificate key, checked when dialing it (docs/security-model.md)");
+ABSL_FLAG(std::string, ring_pin_next, "",
+          "optional spki-sha256:<hex> pins (comma-separated) of party i+1's "
+          "certificate key, checked when it connects");
 ABSL_FLAG(std::string, cert, "", "PEM certificate (CN kmpc-party-<i>)");
 ABSL_FLAG(std::string, key, "", "PEM private key");
 ABSL_FLAG(std::string, ca, "", "PEM CA certificate trusted for peers and clients");
@@ -247,13 +261,27 @@ sigset_t BlockStopSignals() {
   return stop_set;
 }
 
-kmpc::net::TlsRingOptions RingOptionsFromFlags(
+absl::StatusOr<kmpc::net::TlsRingOptions> RingOptionsFromFlags(
     int party, const std::shared_ptr<kmpc::service::RevocationList>& crl) {
   kmpc::net::TlsRingOptions ropt;
   ropt.party = party;
   ropt.workers = absl::GetFlag(FLAGS_workers);
   ropt.listen_addr = absl::GetFlag(FLAGS_ring_listen);
   ropt.prev_addr = absl::GetFlag(FLAGS_ring_prev);
+  ropt.next_host = absl::GetFlag(FLAGS_ring_next);
+  if (absl::GetFlag(FLAGS_ring_max_queued_mb) < 1)
+    return absl::InvalidArgumentError("--ring_max_queued_mb must be positive");
+  ropt.max_queued_bytes = size_t(absl::GetFlag(FLAGS_ring_max_queued_mb)) << 20;
+  auto prev_pins = kmpc::net::ParseSpkiPins(absl::GetFlag(FLAGS_ring_pin_prev));
+  if (!prev_pins.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ring_pin_prev: ", prev_pins.status().message()));
+  auto next_pins = kmpc::net::ParseSpkiPins(absl::GetFlag(FLAGS_ring_pin_next));
+  if (!next_pins.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ring_pin_next: ", next_pins.status().message()));
+  ropt.prev_pins = *std::move(prev_pins);
+  ropt.next_pins = *std::move(next_pins);
   ropt.tls = {absl::GetFlag(FLAGS_cert), absl::GetFlag(FLAGS_key),
               absl::GetFlag(FLAGS_ca)};
   if (crl != nullptr)
@@ -446,7 +474,9 @@ int main(int argc, char** argv) {
   const std::shared_ptr<kmpc::service::RevocationList> crl = auth->crl;
 
   const sigset_t stop_set = BlockStopSignals();  // before any thread starts
-  const kmpc::net::TlsRingOptions ropt = RingOptionsFromFlags(party, crl);
+  auto ropt_or = RingOptionsFromFlags(party, crl);
+  if (!ropt_or.ok()) return Fail(std::string(ropt_or.status().message()));
+  const kmpc::net::TlsRingOptions ropt = *std::move(ropt_or);
   auto ring = kmpc::net::TlsRing::Start(ropt);
   if (!ring.ok()) return Fail(std::string(ring.status().message()));
 

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <poll.h>
@@ -13,12 +14,20 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <new>
 #include <memory>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace kmpc::net {
 namespace {
@@ -59,8 +68,17 @@ struct BufferedSocket {
   // the kernel. Not a vector: growing one value-initialises (memsets).
   std::unique_ptr<uint8_t[]> out;
   size_t out_pos = 0, out_len = 0, out_cap = 0;
+  // Invariant: out_len - out_pos <= max_out. A write past it is refused
+  // (overflow set), as is one whose allocation fails: BsWrite then fails
+  // the SSL_write, nothing throws through OpenSSL's C frames.
+  size_t max_out = SIZE_MAX;
+  bool overflow = false;
 
-  void Append(const void* data, size_t len) {
+  bool Append(const void* data, size_t len) {
+    if (len > max_out - (out_len - out_pos)) {
+      overflow = true;
+      return false;
+    }
     if (out_len + len > out_cap) {
       if (out_pos > 0) {  // compact first
         std::memmove(out.get(), out.get() + out_pos, out_len - out_pos);
@@ -68,8 +86,15 @@ struct BufferedSocket {
         out_pos = 0;
       }
       if (out_len + len > out_cap) {
-        const size_t cap = std::max(out_len + len, 2 * out_cap);
-        std::unique_ptr<uint8_t[]> bigger(new uint8_t[cap]);
+        // Doubling, but never past the cap (out_len + len <= max_out here).
+        const size_t cap = std::max(
+            out_len + len, std::min(out_cap > SIZE_MAX / 2 ? SIZE_MAX : 2 * out_cap,
+                                    max_out));
+        std::unique_ptr<uint8_t[]> bigger(new (std::nothrow) uint8_t[cap]);
+        if (bigger == nullptr) {
+          overflow = true;
+          return false;
+        }
         if (out_len > 0) std::memcpy(bigger.get(), out.get(), out_len);
         out = std::move(bigger);
         out_cap = cap;
@@ -77,6 +102,7 @@ struct BufferedSocket {
     }
     std::memcpy(out.get() + out_len, data, len);
     out_len += len;
+    return true;
   }
 };
 
@@ -87,8 +113,7 @@ BufferedSocket* Bs(BIO* b) { return static_cast<BufferedSocket*>(BIO_get_data(b)
 int BsWrite(BIO* b, const char* data, size_t len, size_t* written) {
   BIO_clear_retry_flags(b);
   BufferedSocket* s = Bs(b);
-  if (s == nullptr) return 0;
-  s->Append(data, len);
+  if (s == nullptr || !s->Append(data, len)) return 0;  // no retry flag: fatal
   *written = len;
   return 1;
 }
@@ -172,7 +197,7 @@ const BIO_METHOD* BufferedSocketMethod() {
 
 }  // namespace
 
-void TlsConn::UseBufferedIo() {
+void TlsConn::UseBufferedIo(size_t max_out) {
   if (io_ != nullptr) return;
   const BIO_METHOD* m = BufferedSocketMethod();
   BIO* b = m == nullptr ? nullptr : BIO_new(m);
@@ -180,6 +205,7 @@ void TlsConn::UseBufferedIo() {
   auto* s = new BufferedSocket;
   s->fd = fd_;
   s->in.resize(kReadChunk);
+  s->max_out = max_out;
   BIO_set_data(b, s);
   BIO_set_init(b, 1);
   // One reference, used as both rbio and wbio; the socket BIO SSL_set_fd
@@ -216,6 +242,8 @@ size_t TlsConn::out_buffered() const {
   return io_ == nullptr ? 0 : io_->out_len - io_->out_pos;
 }
 
+bool TlsConn::out_overflowed() const { return io_ != nullptr && io_->overflow; }
+
 bool TlsConn::in_buffered() const {
   return io_ != nullptr && io_->in_pos < io_->in_end;
 }
@@ -228,6 +256,33 @@ int RemainingMs(absl::Time deadline) {
 }
 
 std::string PartyIdentity(int party) { return absl::StrCat("kmpc-party-", party); }
+
+absl::StatusOr<std::vector<SpkiPin>> ParseSpkiPins(const std::string& list) {
+  std::vector<SpkiPin> pins;
+  for (absl::string_view e : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    e = absl::StripAsciiWhitespace(e);
+    constexpr absl::string_view kPrefix = "spki-sha256:";
+    std::string hex;
+    if (absl::StartsWithIgnoreCase(e, kPrefix))
+      hex = absl::StrReplaceAll(e.substr(kPrefix.size()), {{":", ""}});
+    bool ok = hex.size() == 64;
+    for (char c : hex) ok = ok && absl::ascii_isxdigit(static_cast<unsigned char>(c));
+    if (!ok)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ring pin '", e, "' is not spki-sha256: followed by 32 bytes of hex"));
+    const std::string raw = absl::HexStringToBytes(hex);
+    SpkiPin pin;
+    std::memcpy(pin.data(), raw.data(), pin.size());
+    pins.push_back(pin);
+  }
+  return pins;
+}
+
+std::string SpkiPinString(const SpkiPin& pin) {
+  return absl::StrCat("spki-sha256:",
+                      absl::BytesToHexString(absl::string_view(
+                          reinterpret_cast<const char*>(pin.data()), pin.size())));
+}
 
 void TuneSocket(int fd) {
   int one = 1;
@@ -336,6 +391,18 @@ absl::Status TlsConn::Handshake(bool client, absl::Time deadline) {
   if (absl::Status st = CheckPeerCert(cert); !st.ok()) {
     X509_free(cert);
     return st;
+  }
+  unsigned char* der = nullptr;
+  const int der_len = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(cert), &der);
+  unsigned int md_len = 0;
+  const bool hashed = der_len > 0 &&
+                      EVP_Digest(der, static_cast<size_t>(der_len), peer_spki_.data(),
+                                 &md_len, EVP_sha256(), nullptr) == 1 &&
+                      md_len == peer_spki_.size();
+  OPENSSL_free(der);
+  if (!hashed) {
+    X509_free(cert);
+    return absl::InternalError("cannot hash the peer's public key");
   }
   char cn[256] = {0};
   int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName,

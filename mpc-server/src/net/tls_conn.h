@@ -7,9 +7,13 @@
 #ifndef KMPC_NET_TLS_CONN_H_
 #define KMPC_NET_TLS_CONN_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,6 +28,18 @@ namespace kmpc::net {
 struct BufferedSocket;
 
 std::string PartyIdentity(int party);  // "kmpc-party-<party>"
+
+// SHA-256 of a certificate's DER SubjectPublicKeyInfo (RFC 5280 4.1.2.7;
+// the value HPKP pinned, RFC 7469 2.4): it names the key, so it survives a
+// re-issue of the certificate for the same key. Written
+// "spki-sha256:<64 hex digits>" (colons between digits allowed), e.g. from
+//   openssl x509 -in CERT -noout -pubkey | openssl pkey -pubin -outform DER
+//     | openssl dgst -sha256
+using SpkiPin = std::array<uint8_t, 32>;
+// A comma-separated list of pins (several: during a key rotation); empty
+// list: no pinning. INVALID_ARGUMENT for a malformed entry.
+absl::StatusOr<std::vector<SpkiPin>> ParseSpkiPins(const std::string& list);
+std::string SpkiPinString(const SpkiPin& pin);
 
 struct TlsFiles {
   std::string cert;  // PEM certificate of this server
@@ -69,6 +85,8 @@ class TlsConn {
 
   // Subject CN of the verified peer certificate.
   const std::string& peer_identity() const { return peer_; }
+  // SpkiPin of the verified peer certificate (taken in the handshake).
+  const SpkiPin& peer_spki() const { return peer_spki_; }
   // Runs the context's check_peer (TlsFiles) on the peer's certificate
   // again, e.g. after a CRL reload: OK if there is no such check.
   absl::Status RecheckPeer() const;
@@ -93,14 +111,19 @@ class TlsConn {
   // buffer with one read() of up to kReadChunk bytes, and OpenSSL's
   // read-ahead is switched off (with it, OpenSSL memmoves the unread part
   // of its buffer for every record). Records OpenSSL has already buffered
-  // are kept.
-  void UseBufferedIo();
+  // are kept. At most max_out bytes wait in the output buffer: a write
+  // past that (a peer that stopped reading) fails, and out_overflowed()
+  // tells it from a socket error.
+  void UseBufferedIo(size_t max_out = SIZE_MAX);
   static constexpr size_t kReadChunk = 256 * 1024;
   // Writes buffered output until none is left or the socket is full
   // (*blocked = true). UNAVAILABLE on a socket error.
   absl::Status FlushOut(bool* blocked);
   // Output written by OpenSSL but not yet by the kernel.
   size_t out_buffered() const;
+  // Whether a write was refused because the output buffer reached
+  // max_out (or could not grow).
+  bool out_overflowed() const;
   // Input read from the socket that OpenSSL has not consumed yet.
   bool in_buffered() const;
 
@@ -113,6 +136,7 @@ class TlsConn {
   int fd_;
   SSL* ssl_;
   std::string peer_;
+  SpkiPin peer_spki_{};
   BufferedSocket* io_ = nullptr;  // owned by the SSL's BIO (UseBufferedIo)
 };
 

@@ -26,6 +26,28 @@ namespace {
 constexpr uint8_t kHelloMagic[4] = {'K', 'R', 'H', '1'};
 constexpr size_t kHelloSize = 8;
 constexpr int kAbortSliceMs = 100;  // how often a blocked wait checks Abort()
+// An accepted connection must send its first bytes (the ClientHello, which
+// a dialer sends as soon as TCP connects) within this, or it is closed
+// before it costs a TLS handshake; the whole handshake and hello then get
+// kHandshakeTime.
+constexpr absl::Duration kFirstBytesTime = absl::Milliseconds(500);
+constexpr absl::Duration kHandshakeTime = absl::Seconds(2);
+
+// The address bytes of a socket address (IPv4-mapped IPv6 as IPv4), the
+// unit of the listener's per-source limit; empty for other families.
+std::string AddrKey(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    return std::string(reinterpret_cast<const char*>(&in->sin_addr), 4);
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+      return std::string(reinterpret_cast<const char*>(&in6->sin6_addr) + 12, 4);
+    return std::string(reinterpret_cast<const char*>(&in6->sin6_addr), 16);
+  }
+  return std::string();
+}
 
 absl::Status ShuttingDown() {
   return absl::UnavailableError("ring: this server is shutting down");
@@ -33,6 +55,18 @@ absl::Status ShuttingDown() {
 
 int Prev(int party) { return (party + 2) % 3; }
 int Next(int party) { return (party + 1) % 3; }
+
+// OK if pins is empty or holds the connection's peer key.
+absl::Status CheckPin(const TlsConn& conn, const std::vector<SpkiPin>& pins,
+                      int party, const char* flag) {
+  if (pins.empty() ||
+      std::find(pins.begin(), pins.end(), conn.peer_spki()) != pins.end())
+    return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "ring: party ", party, " ('", conn.peer_identity(),
+      "') presented a certificate whose key ", SpkiPinString(conn.peer_spki()),
+      " is not pinned by ", flag));
+}
 
 }  // namespace
 
@@ -113,13 +147,18 @@ absl::Status TlsRingChannel::Connect(absl::Time deadline) {
     auto conn = TlsConn::Dial(*ring_->client_ctx_, opt.prev_addr,
                               PartyIdentity(Prev(party_)), attempt);
     if (conn.ok()) {
+      // A key other than the pinned one will not become right by retrying.
+      if (absl::Status pin = CheckPin(**conn, opt.prev_pins, Prev(party_),
+                                      "--ring_pin_prev");
+          !pin.ok())
+        return pin;
       uint8_t hello[kHelloSize] = {kHelloMagic[0], kHelloMagic[1],
                                    kHelloMagic[2], kHelloMagic[3],
                                    static_cast<uint8_t>(party_),
                                    static_cast<uint8_t>(worker_), 0, 0};
       absl::Status st = (*conn)->WriteAll(hello, kHelloSize, attempt);
       if (st.ok()) {
-        (*conn)->UseBufferedIo();
+        (*conn)->UseBufferedIo(opt.max_queued_bytes);
         out_ = std::move(*conn);
         ++generation_;
         break;
@@ -279,9 +318,15 @@ absl::Status TlsRingChannel::SendFrame(FrameType type, uint32_t seq,
     while (done < part.size()) {
       int rc = SSL_write(out_->ssl(), part.data() + done,
                          static_cast<int>(std::min<size_t>(part.size() - done, INT_MAX)));
-      if (rc <= 0)  // the output buffer takes everything: a real failure
+      if (rc <= 0) {  // the output buffer takes all up to its cap
+        if (out_->out_overflowed())
+          return Fail(absl::UnavailableError(absl::StrCat(
+              "ring: more than ", ring_->options_.max_queued_bytes >> 20,
+              " MiB queued for party ", Prev(party_),
+              ", which is not reading")));
         return Fail(absl::UnavailableError(absl::StrCat(
             "ring: lost connection to party ", Prev(party_))));
+      }
       done += static_cast<size_t>(rc);
     }
   }
@@ -420,6 +465,7 @@ absl::StatusOr<std::unique_ptr<TlsRing>> TlsRing::Start(
                 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                 : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   ring->listen_fd_ = fd;
+  ring->ResolveNext();
   TlsRing* raw = ring.get();
   ring->listener_ = std::thread([raw] { raw->ListenLoop(); });
   return ring;
@@ -443,37 +489,103 @@ uint64_t TlsRing::bytes_sent() const {
   return total;
 }
 
+void TlsRing::ResolveNext() {
+  std::string host = options_.next_host;
+  if (host.empty()) return;
+  if (!host.empty() && host.front() == '[') {  // [v6]:port or [v6]
+    size_t close = host.find(']');
+    host = host.substr(1, close == std::string::npos ? std::string::npos : close - 1);
+  } else if (size_t colon = host.rfind(':');
+             colon != std::string::npos && host.find(':') == colon) {
+    host = host.substr(0, colon);  // host:port (one colon: not bare IPv6)
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0) {
+    KMPC_LOG(WARNING) << "ring: cannot resolve --ring_next '" << host
+                      << "': " << gai_strerror(rc)
+                      << "; party " << Next(options_.party)
+                      << " gets no reserved handshake slots";
+    return;
+  }
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    std::string key = AddrKey(a->ai_addr);
+    if (!key.empty() &&
+        std::find(next_addrs_.begin(), next_addrs_.end(), key) == next_addrs_.end())
+      next_addrs_.push_back(key);
+  }
+  freeaddrinfo(res);
+}
+
 void TlsRing::ListenLoop() {
-  // Handshakes run on their own threads (at most kMaxHandshakes at once), so
-  // a client that connects and stalls cannot hold up a peer's reconnect.
-  constexpr int kMaxHandshakes = 16;
+  // Handshakes run on their own threads, so a client that connects and
+  // stalls cannot hold up a peer's reconnect. An unauthenticated source
+  // that opens connections and sends nothing (or stalls mid-handshake)
+  // holds a slot until kFirstBytesTime (or kHandshakeTime) passes; so that
+  // it cannot keep the neighbour out by holding every slot:
+  //  - one source address takes at most kMaxPerSource of the shared slots;
+  //  - connections from next_host's addresses have PeerSlots() slots of
+  //    their own (one re-dial per worker at once, and two to spare), which
+  //    no other address can take; they use the shared slots only when
+  //    those are full.
+  // A flood from next_host's own address (or one spoofing it with a full
+  // TCP handshake, i.e. on its path) is not covered: firewall the ring port
+  // to the neighbour (deploy/README.md).
   while (!stop_) {
     pollfd p{listen_fd_, POLLIN, 0};
     if (poll(&p, 1, 200) <= 0) continue;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_CLOEXEC);
     if (fd < 0) continue;
+    std::string src = AddrKey(reinterpret_cast<sockaddr*>(&ss));
+    bool reserved = false;
     {
       std::lock_guard<std::mutex> lock(handshakes_mu_);
-      if (handshakes_ >= kMaxHandshakes) {
-        close(fd);
-        continue;
+      const bool from_next =
+          std::find(next_addrs_.begin(), next_addrs_.end(), src) != next_addrs_.end();
+      if (from_next && peer_handshakes_ < PeerSlots()) {
+        reserved = true;
+        ++peer_handshakes_;
+      } else {
+        int& mine = per_source_[src];
+        if (handshakes_ >= kMaxHandshakes || mine >= kMaxPerSource) {
+          if (mine == 0) per_source_.erase(src);
+          close(fd);
+          continue;
+        }
+        ++mine;
+        ++handshakes_;
       }
-      ++handshakes_;
     }
-    std::thread([this, fd] {
+    std::thread([this, fd, reserved, src = std::move(src)] {
       HandleAccepted(fd);
       std::lock_guard<std::mutex> lock(handshakes_mu_);
-      --handshakes_;
+      if (reserved) {
+        --peer_handshakes_;
+      } else {
+        --handshakes_;
+        if (--per_source_[src] == 0) per_source_.erase(src);
+      }
       handshakes_cv_.notify_all();
     }).detach();
   }
   std::unique_lock<std::mutex> lock(handshakes_mu_);
-  handshakes_cv_.wait(lock, [this] { return handshakes_ == 0; });
+  handshakes_cv_.wait(lock, [this] { return handshakes_ == 0 && peer_handshakes_ == 0; });
 }
 
 void TlsRing::HandleAccepted(int fd) {
   const int next = Next(options_.party);
-  absl::Time deadline = absl::Now() + absl::Seconds(2);
+  // A dialer's ClientHello follows its connect at once; a socket silent
+  // this long is not a dialing party and gives its slot back early.
+  if (!PollFd(fd, POLLIN, absl::Now() + kFirstBytesTime).ok()) {
+    KMPC_VLOG(1) << "ring: closed a connection that sent nothing";
+    close(fd);
+    return;
+  }
+  absl::Time deadline = absl::Now() + kHandshakeTime;
   auto conn = TlsConn::Accept(*server_ctx_, fd, deadline);
   if (!conn.ok()) {
     KMPC_LOG(WARNING) << "ring: rejected connection: " << conn.status().message();
@@ -483,6 +595,11 @@ void TlsRing::HandleAccepted(int fd) {
     KMPC_LOG(WARNING) << "ring: rejected connection from '"
                  << (*conn)->peer_identity() << "', expected '"
                  << PartyIdentity(next) << "'";
+    return;
+  }
+  if (absl::Status pin = CheckPin(**conn, options_.next_pins, next, "--ring_pin_next");
+      !pin.ok()) {
+    KMPC_LOG(WARNING) << "ring: rejected connection: " << pin.message();
     return;
   }
   uint8_t hello[kHelloSize];
@@ -495,7 +612,7 @@ void TlsRing::HandleAccepted(int fd) {
   }
   KMPC_VLOG(1) << "ring: party " << next << " connected (worker "
           << int{hello[5]} << ")";
-  (*conn)->UseBufferedIo();
+  (*conn)->UseBufferedIo(options_.max_queued_bytes);
   channels_[hello[5]]->OfferIncoming(std::move(*conn));
 }
 

@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,6 +45,32 @@ struct TlsRingOptions {
   int workers = 1;
   std::string listen_addr;  // host:port of this party's ring listener
   std::string prev_addr;    // host:port of party (i-1)'s ring listener
+  // Host (a name or address, optionally :port, which is ignored) that
+  // party (i+1) dials this listener from. Connections from its addresses
+  // (resolved at Start) get handshake slots of their own, so a flood from
+  // other addresses cannot keep the neighbour out (ListenLoop). Empty: none
+  // reserved; the per-source limit still applies.
+  std::string next_host;
+  // Output queued for prev and not yet taken by the kernel is capped here:
+  // past it the channel fails (UNAVAILABLE: the batch fails, the next
+  // re-dials). The ring gates every party on its successor's replies, so an
+  // honest prev lets about two rounds' messages queue up at most, and no
+  // round of a batch of kMaxBatchBlocks (2^20) blocks sends more than a few
+  // tens of bytes per block: an AND layer is 1 bit per AND (engine.h: 1020
+  // bytes per AES-128 block over 30 layers with the 51-AND S-box, 640 over
+  // 60 with the 32-AND one; waves of wave_lanes blocks send less), a
+  // GF(2^128) product round 16 bytes per block. 128 MiB leaves room above
+  // that; without a cap, a prev that stops reading made the queue grow to a
+  // whole batch's egress (~0.7 GB for 2^20 AES-128 blocks).
+  size_t max_queued_bytes = size_t{128} << 20;
+  // Optional pins (SpkiPin, tls_conn.h) of the neighbours' certificate
+  // keys. Empty: any certificate of the CA with the party's CN. Non-empty:
+  // the neighbour's key must be one of them too, checked when dialing prev
+  // (PERMISSION_DENIED naming the party) and when accepting next (refused).
+  // Without pins the CA's key holder can impersonate a party to the other
+  // two (docs/security-model.md).
+  std::vector<SpkiPin> prev_pins;
+  std::vector<SpkiPin> next_pins;
   TlsFiles tls;
   absl::Duration recv_timeout = absl::Seconds(5);
   absl::Duration connect_timeout = absl::Seconds(5);
@@ -167,6 +194,15 @@ class TlsRing {
   explicit TlsRing(const TlsRingOptions& options) : options_(options) {}
   void ListenLoop();
   void HandleAccepted(int fd);
+  // Resolves next_host into next_addrs_ (raw IPv4/IPv6 address bytes).
+  void ResolveNext();
+
+  // Handshake slots (ListenLoop): kMaxHandshakes for all sources together,
+  // at most kMaxPerSource of them per source address, and kPeerSlots more
+  // that only next_host's addresses may take.
+  static constexpr int kMaxHandshakes = 16;
+  static constexpr int kMaxPerSource = 4;
+  int PeerSlots() const { return static_cast<int>(channels_.size()) + 2; }
 
   TlsRingOptions options_;
   std::unique_ptr<TlsContext> server_ctx_;
@@ -179,7 +215,10 @@ class TlsRing {
   std::thread listener_;
   std::mutex handshakes_mu_;
   std::condition_variable handshakes_cv_;
-  int handshakes_ = 0;  // accepted connections still in their handshake
+  int handshakes_ = 0;       // in their handshake, on the shared slots
+  int peer_handshakes_ = 0;  // in their handshake, on next_host's own slots
+  std::map<std::string, int> per_source_;  // shared slots by source address
+  std::vector<std::string> next_addrs_;
 };
 
 }  // namespace kmpc::net

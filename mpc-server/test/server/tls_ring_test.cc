@@ -2,13 +2,20 @@
 // from deploy/gen-certs.sh.
 #include "net/tls_ring.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <stdio.h>
+
+#include <algorithm>
+#include <atomic>
 #include <future>
 #include <random>
 #include <thread>
@@ -41,6 +48,8 @@ class TlsRingTest : public ::testing::Test {
     o.workers = workers;
     o.listen_addr = absl::StrCat("127.0.0.1:", ports_[party]);
     o.prev_addr = absl::StrCat("127.0.0.1:", ports_[(party + 2) % 3]);
+    if (reserve_next_) o.next_host = "127.0.0.1";
+    if (max_queued_ > 0) o.max_queued_bytes = max_queued_;
     std::string name = cert_party.empty() ? absl::StrCat("party-", party) : cert_party;
     o.tls = {*certs_ + "/" + name + ".pem", *certs_ + "/" + name + ".key",
              *certs_ + "/ca.pem"};
@@ -69,6 +78,8 @@ class TlsRingTest : public ::testing::Test {
   }
 
   static std::string* certs_;
+  bool reserve_next_ = true;  // next_host = the neighbours' 127.0.0.1
+  size_t max_queued_ = 0;     // 0: the default max_queued_bytes
   int ports_[3];
   std::unique_ptr<TlsRing> rings_[3];
 };
@@ -347,6 +358,276 @@ TEST_F(TlsRingTest, SlowPeerWithSpinningOnStillExchanges) {
     return absl::OkStatus();
   });
   for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
+// A plain-TCP flood of party 0's ring listener: from each source address
+// (127.0.0.0/8 is all loopback on Linux), `per_source` connections that
+// never send a byte, each re-opened as soon as the listener closes it.
+class HandshakeFlood {
+ public:
+  HandshakeFlood(int port, std::vector<uint32_t> sources, int per_source)
+      : port_(port) {
+    for (uint32_t src : sources)
+      for (int k = 0; k < per_source; ++k) srcs_.push_back(src);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~HandshakeFlood() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int reconnects() const { return reconnects_; }
+
+ private:
+  int Dial(uint32_t src) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return fd;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(src);
+    bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    return fd;
+  }
+  void Run() {
+    std::vector<pollfd> fds(srcs_.size());
+    for (size_t i = 0; i < fds.size(); ++i) fds[i] = {Dial(srcs_[i]), POLLIN | POLLRDHUP, 0};
+    while (!stop_) {
+      if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+      for (size_t i = 0; i < fds.size(); ++i) {
+        pollfd& f = fds[i];
+        if (f.revents == 0) continue;
+        char b[64];
+        if (f.fd >= 0 && read(f.fd, b, sizeof b) > 0) continue;
+        if (f.fd >= 0) close(f.fd);
+        f.fd = Dial(srcs_[i]);  // the listener closed it: take the slot again
+        ++reconnects_;
+      }
+    }
+    for (auto& f : fds)
+      if (f.fd >= 0) close(f.fd);
+  }
+  int port_;
+  std::vector<uint32_t> srcs_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> reconnects_{0};
+  std::thread thread_;
+};
+
+// Review rev10, F2: an unauthenticated host that can reach a party's ring
+// port kept the listener's 16 TLS handshake slots busy with plain TCP
+// connections that never send a ClientHello (each held a slot for the
+// 2-second handshake deadline and was replaced the moment the listener
+// closed it); every further connection, the neighbour's re-dial included,
+// was closed at once, so a neighbour that lost its connection (any failed
+// batch drops both) could not rejoin while the flood lasted. `sources`
+// flood with `per_source` connections each; party 1 must re-dial party 0
+// within 3 s meanwhile, and (control) again once the flood has stopped.
+void ExpectRejoinDuringFlood(std::unique_ptr<TlsRing>* rings, int port0,
+                             std::vector<uint32_t> sources, int per_source) {
+  auto st = std::array<absl::Status, 3>{};
+  {
+    std::array<std::future<absl::Status>, 3> fs;
+    for (int p = 0; p < 3; ++p)
+      fs[p] = std::async(std::launch::async, [&, p] {
+        return rings[p]->channel(0)->Connect(In(absl::Seconds(5)));
+      });
+    for (int p = 0; p < 3; ++p) st[p] = fs[p].get();
+  }
+  for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+
+  HandshakeFlood flood(port0, std::move(sources), per_source);
+  absl::SleepFor(absl::Milliseconds(500));  // the flood holds the slots
+
+  // Party 1 lost its connections (as after any failed batch) and re-dials
+  // party 0; party 2 re-dials party 1 (whose listener is not flooded).
+  rings[1]->channel(0)->Reset();
+  auto p2 = std::async(std::launch::async, [&] {
+    return rings[2]->channel(0)->Connect(In(absl::Seconds(4)));
+  });
+  const absl::Status s1 = rings[1]->channel(0)->Connect(In(absl::Seconds(3)));
+  const absl::Status s2 = p2.get();
+  flood.Stop();
+  EXPECT_TRUE(s1.ok()) << s1 << " (flood reconnects: " << flood.reconnects() << ")";
+  EXPECT_TRUE(s2.ok()) << s2;
+  // Control: with the flood over, the same re-dial succeeds.
+  rings[1]->channel(0)->Reset();
+  auto c2 = std::async(std::launch::async, [&] {
+    return rings[2]->channel(0)->Connect(In(absl::Seconds(5)));
+  });
+  const absl::Status c1 = rings[1]->channel(0)->Connect(In(absl::Seconds(5)));
+  EXPECT_TRUE(c1.ok()) << c1;
+  EXPECT_TRUE(c2.get().ok());
+}
+
+constexpr uint32_t kLoopback2 = 0x7f000002;  // 127.0.0.2
+
+// One flooding address (not the neighbour's, 127.0.0.1) with 24
+// connections: the per-source limit leaves the other shared slots free,
+// without any --ring_next.
+TEST_F(TlsRingTest, PeerRejoinsDespiteHandshakeFlood) {
+  // As the server does (main.cc): a re-dial whose socket the listener
+  // closed would otherwise end the test with SIGPIPE in the handshake.
+  signal(SIGPIPE, SIG_IGN);
+  reserve_next_ = false;
+  StartAll();
+  ExpectRejoinDuringFlood(rings_, ports_[0], {kLoopback2}, 24);
+}
+
+// Eight flooding addresses with 6 connections each hold every shared slot;
+// the neighbour's address (next_host, 127.0.0.1) has slots of its own.
+TEST_F(TlsRingTest, PeerRejoinsDespiteFloodFromManyAddresses) {
+  signal(SIGPIPE, SIG_IGN);
+  StartAll();
+  std::vector<uint32_t> srcs;
+  for (uint32_t a = 0; a < 8; ++a) srcs.push_back(kLoopback2 + a);
+  ExpectRejoinDuringFlood(rings_, ports_[0], srcs, 6);
+}
+
+// Review rev10, F4: party 2 stops reading what party 0 sends it (party 0's
+// prev). Party 0's queue is capped (max_queued_bytes): its sends fail with
+// UNAVAILABLE once the kernel's buffers and the cap are full, instead of
+// queueing the whole batch; the next batch then runs on fresh connections.
+TEST_F(TlsRingTest, StalledPrevFailsTheBatchWithinTheQueueCap) {
+  signal(SIGPIPE, SIG_IGN);
+  max_queued_ = size_t{4} << 20;
+  StartAll();
+  auto st = OnAll([&](int p) -> absl::Status {
+    return rings_[p]->channel(0)->Connect(In(absl::Seconds(5)));
+  });
+  for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+
+  TlsRingChannel* ch0 = rings_[0]->channel(0);
+  ch0->BeginBatch(7);
+  std::vector<uint8_t> msg(1 << 20, 0x5a);
+  constexpr int kMessages = 256;  // 256 MiB if nothing stopped it
+  absl::Status sent;
+  int n = 0;
+  for (; n < kMessages && sent.ok(); ++n) sent = ch0->SendToPrev(msg);
+  EXPECT_EQ(sent.code(), absl::StatusCode::kUnavailable) << sent;
+  EXPECT_NE(sent.message().find("not reading"), std::string::npos) << sent;
+  // Bounded: the loopback socket pair holds at most a few times its 4 MiB
+  // SO_SNDBUF + SO_RCVBUF (TuneSocket), plus the 4 MiB cap.
+  EXPECT_LE(n, 48) << "MiB queued before the channel failed";
+  EXPECT_FALSE(ch0->connected());
+
+  // The next batch: the stalled party's own batch failed too (its receive
+  // timed out: the scheduler resets the channel), everyone reconnects and
+  // exchanges.
+  rings_[2]->channel(0)->Reset();
+  st = OnAll([&](int p) -> absl::Status {
+    TlsRingChannel* ch = rings_[p]->channel(0);
+    if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
+    ch->BeginBatch(8);
+    std::vector<uint8_t> out(3 << 20, static_cast<uint8_t>(p + 1)), in(3 << 20);
+    if (auto s = ch->Exchange(out, absl::MakeSpan(in)); !s.ok()) return s;
+    if (in[0] != (p + 1) % 3 + 1 || in.back() != in[0])
+      return absl::InternalError("wrong data");
+    return ch->Flush(In(absl::Seconds(5)));
+  });
+  for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
+// The SPKI SHA-256 of a PEM certificate, by the openssl command line (an
+// implementation independent of TlsConn's).
+absl::StatusOr<SpkiPin> SpkiOfCert(const std::string& pem) {
+  const std::string cmd = "openssl x509 -in '" + pem +
+                          "' -noout -pubkey | openssl pkey -pubin -outform DER"
+                          " | openssl dgst -sha256 -r";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return absl::InternalError("popen");
+  char buf[128] = {0};
+  const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  pclose(f);
+  auto pins = ParseSpkiPins("spki-sha256:" + std::string(buf, std::min<size_t>(n, 64)));
+  if (!pins.ok()) return pins.status();
+  return pins->at(0);
+}
+
+// Review rev10, F3: party 1's impostor holds a certificate the CA signed for
+// CN kmpc-party-1 (as the CA's key holder can mint), with a key of its own.
+// Without pins both neighbours take it for party 1; with party 1's key
+// pinned, party 2 refuses it when dialing (PERMISSION_DENIED naming party
+// 1) and party 0 refuses its connection.
+TEST_F(TlsRingTest, PinnedNeighbourKeyRefusesSameCnOtherKey) {
+  signal(SIGPIPE, SIG_IGN);
+  // A second copy of the test CA issues a new kmpc-party-1 certificate
+  // (gen-certs.sh --party: revoke, re-issue with a fresh key).
+  const std::string copy = *certs_ + "-impostor";
+  const std::string mk =
+      "rm -rf '" + copy + "' && cp -a '" + *certs_ + "' '" + copy + "' && cd '" + copy +
+      "' && bash " KMPC_SOURCE_DIR "/deploy/gen-certs.sh . --revoke party-1.pem"
+      " >/dev/null && bash " KMPC_SOURCE_DIR "/deploy/gen-certs.sh . --party 1"
+      " >/dev/null && cp party-1.pem '" + *certs_ + "/impostor-1.pem' && cp party-1.key '" +
+      *certs_ + "/impostor-1.key'";
+  ASSERT_EQ(system(mk.c_str()), 0);
+  auto genuine = SpkiOfCert(*certs_ + "/party-1.pem");
+  auto other = SpkiOfCert(*certs_ + "/impostor-1.pem");
+  ASSERT_TRUE(genuine.ok()) << genuine.status();
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_NE(*genuine, *other);
+
+  auto start = [&](bool pinned, const std::string& party1_cert) {
+    for (auto& r : rings_) r.reset();
+    for (int i = 0; i < 3; ++i) {
+      TlsRingOptions o = Options(i, 1, i == 1 ? party1_cert : "");
+      if (pinned && i == 0) o.next_pins = {*genuine};
+      if (pinned && i == 2) o.prev_pins = {*genuine};
+      auto r = TlsRing::Start(o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      rings_[i] = std::move(*r);
+    }
+  };
+  // Control: no pins, the impostor's certificate is accepted on both sides.
+  start(false, "impostor-1");
+  auto st = OnAll([&](int p) -> absl::Status {
+    return rings_[p]->channel(0)->Connect(In(absl::Seconds(5)));
+  });
+  for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+
+  // Pinned: the dial side refuses it at once, naming the party.
+  start(true, "impostor-1");
+  auto p1 = std::async(std::launch::async, [&] {
+    return rings_[1]->channel(0)->Connect(In(absl::Seconds(3)));
+  });
+  const absl::Status s2 = rings_[2]->channel(0)->Connect(In(absl::Seconds(3)));
+  EXPECT_EQ(s2.code(), absl::StatusCode::kPermissionDenied) << s2;
+  EXPECT_NE(s2.message().find("party 1"), std::string::npos) << s2;
+  EXPECT_NE(s2.message().find(SpkiPinString(*other)), std::string::npos) << s2;
+  // The accept side: party 0 never takes the impostor's connection.
+  const absl::Status s0 = rings_[0]->channel(0)->Connect(In(absl::Seconds(3)));
+  EXPECT_FALSE(s0.ok());
+  EXPECT_NE(s0.message().find("party 1 has not connected"), std::string::npos) << s0;
+  p1.get().IgnoreError();  // the impostor's own view does not matter
+
+  // Pinned, with the genuine party 1: the ring forms.
+  start(true, "");
+  st = OnAll([&](int p) -> absl::Status {
+    return rings_[p]->channel(0)->Connect(In(absl::Seconds(5)));
+  });
+  for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(SpkiPinsTest, Parse) {
+  auto p = ParseSpkiPins(
+      " spki-sha256:00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF,"
+      "SPKI-SHA256:01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:10:11:12:13:14:15:"
+      "16:17:18:19:1a:1b:1c:1d:1e:1f:20");
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[0][1], 0x11);
+  EXPECT_EQ((*p)[0][31], 0xff);
+  EXPECT_EQ((*p)[1][31], 0x20);
+  EXPECT_EQ(SpkiPinString((*p)[0]),
+            "spki-sha256:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
+  EXPECT_TRUE(ParseSpkiPins("")->empty());
+  EXPECT_FALSE(ParseSpkiPins("sha256:" + std::string(64, 'a')).ok());  // a cert pin
+  EXPECT_FALSE(ParseSpkiPins("spki-sha256:" + std::string(62, 'a')).ok());
+  EXPECT_FALSE(ParseSpkiPins("spki-sha256:" + std::string(63, 'a') + "g").ok());
 }
 
 }  // namespace
