@@ -73,7 +73,15 @@
 //     values at e_1 .. e_{2T-2} reshared (one message for both), a coin.
 //  5. each proof's last f, g and claim c are opened (one round; c = f g
 //     or the batch fails). f and g are uniformly random: the masks enter
-//     them with a nonzero coefficient, so only a zero test leaks.
+//     them with a nonzero coefficient, so only a zero test leaks. The
+//     coefficient is a product of Lagrange basis values at the coins; it
+//     is zero only if a coin equals an interpolation node of a halving, a
+//     step or the last compression (at most 2h + 4s + 129 nodes per proof,
+//     each coin uniform in GF(2^64) and fixed by PRSS after the values it
+//     checks: probability below 2^-55 per check, of the order of the
+//     soundness error), and then the opened f or g is a public linear
+//     combination of wire values. Redrawing such a coin, the same way on
+//     every party, would remove even that (not done).
 //  6. compare (one round): hashes of everything opened, as below.
 // Communication per party (A alone: the in-wave checks): 2G - 1 + 2 h +
 // 6 s + 2T - 2 + 3 elements of 8 bytes, h + s + 3 coins of 16 + 32 (the
