@@ -264,10 +264,8 @@ void PlanJob(const Job& job, JobPlan& w) {
       // A' = usage (4 bytes big-endian) || 0x99 (enctype.md). D is shared:
       // its blocks are zero in the public input (GHASH is linear in X) and
       // are added as shared products in ComputeTags.
-      const auto u = UsageBe(job.usage);
-      const uint8_t a[5] = {u[0], u[1], u[2], u[3], 0x99};
       const std::vector<uint8_t> zeros(job.length, 0);
-      w.ghash_in = protocol::GhashInput(a, zeros);
+      w.ghash_in = protocol::GhashInput(ChecksumAad(job.usage), zeros);
       w.m = w.ghash_in.size() / 16;
       w.shared_blocks = contract::CeilBlocks(job.length);
       return;

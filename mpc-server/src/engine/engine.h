@@ -231,6 +231,10 @@ struct PadState : TagState {
   size_t OwnBytes() const { return sizeof(PadState) + OwnHeapBytes(); }
 };
 
+// A' of a keyed checksum's GHASH: usage (4 bytes big-endian) || 0x99
+// (enctype.md "Keyed checksum").
+std::array<uint8_t, 5> ChecksumAad(uint32_t usage);
+
 // This party's additive share of the checksum tag of a message D under a
 // pad (kmpc.proto SignItem; enctype.md "Keyed checksum"): with x = D's
 // blocks, h = the pad's powers of H and m = 2 + ceil(len(D)/16) GHASH

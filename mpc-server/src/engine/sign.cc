@@ -16,6 +16,52 @@ PadState::~PadState() {
   for (auto& x : r) share::Wipe(x.data(), x.size());
 }
 
+std::array<uint8_t, 5> ChecksumAad(uint32_t usage) {
+  return {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
+          static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
+}
+
+namespace {
+
+// This party's share of GHASH_H(pad16(A') || pad16(D) || lens) * H^shift,
+// D shared as (share0, share1), XORed into out: the public blocks (A', D
+// zeroed, lengths) times the first share of their powers (sum_i of first
+// shares is the product with H^k), then the cross terms x_i h_i ^ x_i
+// h_{i+1} ^ x_{i+1} h_i of block q of D (X_{2+q}) with H^(m-1-q+shift)
+// (Araki et al. CCS 2016 section 2.2). The pad holds H^1 .. H^(m+shift),
+// m = ceil(len/16) + 2: the caller checks.
+void GhashShare(const PadState& pad, uint32_t usage, absl::Span<const uint8_t> share0,
+                absl::Span<const uint8_t> share1, size_t shift, uint8_t* out) {
+  const size_t len = share0.size();
+  const size_t nd = contract::CeilBlocks(len);
+  const size_t m = nd + 2;
+  const uint8_t* h0 = pad.Powers(0);
+  const uint8_t* h1 = pad.Powers(1);
+  const std::array<uint8_t, 5> a = ChecksumAad(usage);
+  uint8_t acc[16];
+  {
+    const std::vector<uint8_t> zeros(len, 0);
+    const std::vector<uint8_t> x = protocol::GhashInput(a, zeros);
+    protocol::GhashWithPowers(x, h0 + 16 * shift, acc);
+    for (int i = 0; i < 16; ++i) out[i] ^= acc[i];
+  }
+  uint8_t x0[16], x1[16];
+  for (size_t q = 0; q < nd; ++q) {
+    const size_t n = std::min<size_t>(16, len - 16 * q);
+    std::memset(x0, 0, 16);
+    std::memset(x1, 0, 16);
+    std::memcpy(x0, share0.data() + 16 * q, n);
+    std::memcpy(x1, share1.data() + 16 * q, n);
+    const size_t k = m - 1 - q + shift;  // H^k at offset 16*(k-1)
+    protocol::GfCrossTerms(x0, x1, h0 + 16 * (k - 1), h1 + 16 * (k - 1), out, 1);
+  }
+  share::Wipe(x0, 16);
+  share::Wipe(x1, 16);
+  share::Wipe(acc, 16);
+}
+
+}  // namespace
+
 absl::StatusOr<std::array<uint8_t, 16>> SignShare(
     const PadState& pad, uint32_t usage, absl::Span<const uint8_t> share0,
     absl::Span<const uint8_t> share1) {
@@ -36,32 +82,8 @@ absl::StatusOr<std::array<uint8_t, 16>> SignShare(
   const size_t m = nd + 2;
   if (pad.NumPowers() < m)
     return absl::InvalidArgumentError("Sign: pad lacks powers of H");
-  const uint8_t* h0 = pad.Powers(0);
-  const uint8_t* h1 = pad.Powers(1);
-  // Public blocks (A', D zeroed, lengths) times the first share of their
-  // powers: sum_i of first shares is the product with H^k.
-  const uint8_t a[5] = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
-                        static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
   std::array<uint8_t, 16> t{};
-  {
-    const std::vector<uint8_t> zeros(len, 0);
-    const std::vector<uint8_t> x = protocol::GhashInput(a, zeros);
-    protocol::GhashWithPowers(x, h0, t.data());
-  }
-  // Shared blocks: cross terms x_i h_i ^ x_i h_{i+1} ^ x_{i+1} h_i of block
-  // q of D (X_{2+q}) with H^(m-1-q), accumulated into t.
-  uint8_t x0[16], x1[16];
-  for (size_t q = 0; q < nd; ++q) {
-    const size_t n = std::min<size_t>(16, len - 16 * q);
-    std::memset(x0, 0, 16);
-    std::memset(x1, 0, 16);
-    std::memcpy(x0, share0.data() + 16 * q, n);
-    std::memcpy(x1, share1.data() + 16 * q, n);
-    const size_t k = m - 1 - q;  // H^k at offset 16*(k-1)
-    protocol::GfCrossTerms(x0, x1, h0 + 16 * (k - 1), h1 + 16 * (k - 1), t.data(), 1);
-  }
-  share::Wipe(x0, 16);
-  share::Wipe(x1, 16);
+  GhashShare(pad, usage, share0, share1, 0, t.data());
   for (int i = 0; i < 16; ++i) t[i] ^= pad.mask[0][i] ^ pad.zero[i];
   return t;
 }
@@ -95,9 +117,7 @@ absl::StatusOr<std::array<uint8_t, 32>> ChainedSignShare(
   std::array<uint8_t, 32> out{};
   std::memcpy(out.data(), t1->data(), 16);
   share::Wipe(t1->data(), 16);
-  const size_t len = share0.size();
-  const uint8_t a[5] = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
-                        static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
+  const std::array<uint8_t, 5> a = ChecksumAad(usage);
   uint8_t* t2 = out.data() + 16;
   uint8_t acc[16];
   // Signature 2's public blocks (A', ctr0_1, tag_1's block zeroed, lengths)
@@ -109,33 +129,15 @@ absl::StatusOr<std::array<uint8_t, 32>> ChainedSignShare(
     protocol::GhashWithPowers(x, pad2.Powers(0), acc);
     for (int i = 0; i < 16; ++i) t2[i] ^= acc[i];
   }
-  // tag_1 (block X_3 of signature 2, power H^2) substituted: every term of
-  // tag_1 times H^2, with pad 1's powers shifted by two (h + 2 blocks
-  // points at H^3 as the first power).
+  share::Wipe(acc, 16);
+  // tag_1 (block X_3 of signature 2, power H^2) substituted: its GHASH part
+  // with pad 1's powers shifted by two, then its pad.
+  GhashShare(pad1, usage, share0, share1, 2, t2);
   const uint8_t* h0 = pad1.Powers(0);
   const uint8_t* h1 = pad1.Powers(1);
-  {
-    const std::vector<uint8_t> zeros(len, 0);
-    const std::vector<uint8_t> x = protocol::GhashInput(a, zeros);
-    protocol::GhashWithPowers(x, h0 + 32, acc);
-    for (int i = 0; i < 16; ++i) t2[i] ^= acc[i];
-  }
-  uint8_t x0[16], x1[16];
-  for (size_t q = 0; q < contract::CeilBlocks(len); ++q) {
-    const size_t n = std::min<size_t>(16, len - 16 * q);
-    std::memset(x0, 0, 16);
-    std::memset(x1, 0, 16);
-    std::memcpy(x0, share0.data() + 16 * q, n);
-    std::memcpy(x1, share1.data() + 16 * q, n);
-    const size_t k = m1 - 1 - q + 2;  // H^k at offset 16*(k-1)
-    protocol::GfCrossTerms(x0, x1, h0 + 16 * (k - 1), h1 + 16 * (k - 1), t2, 1);
-  }
-  share::Wipe(x0, 16);
-  share::Wipe(x1, 16);
   // AES_K(ctr0_1) * H^2: both shared, local cross terms.
   protocol::GfCrossTerms(pad1.mask[0].data(), pad1.mask[1].data(), h0 + 16, h1 + 16, t2, 1);
   for (int i = 0; i < 16; ++i) t2[i] ^= pad2.mask[0][i] ^ pad2.zero[i];
-  share::Wipe(acc, 16);
   return out;
 }
 
