@@ -27,24 +27,41 @@ from kmpc_harness.cluster import password as _password
 SERVICE = "host/mpc.kmpc.test"
 
 
-def test_failed_tgs_finishing_leaks_nothing(kmpc_factory, monkeypatch, tmp_path):
+def start_kdc_under_valgrind(m, monkeypatch, tmp_path, preload=None):
+    """Start m's krb5kdc under valgrind's memcheck (definite leaks reported),
+    with `preload` as LD_PRELOAD if given; returns valgrind's log path."""
     real = realm_mod.binpath
     wrapper = tmp_path / "krb5kdc"
     vg_log = tmp_path / "valgrind.log"
-    wrapper.write_text("#!/bin/sh\nexec valgrind --leak-check=full "
+    env = f"LD_PRELOAD={preload} " if preload else ""
+    wrapper.write_text(f"#!/bin/sh\n{env}exec valgrind --leak-check=full "
                        "--show-leak-kinds=definite "
                        f"--log-file={vg_log} {real('krb5kdc')} \"$@\"\n")
     wrapper.chmod(0o755)
+    monkeypatch.setattr(realm_mod, "binpath",
+                        lambda n: str(wrapper) if n == "krb5kdc" else real(n))
+    m.start_kdc(timeout=120)
+    monkeypatch.setattr(realm_mod, "binpath", real)
+    return vg_log
+
+
+def stop_kdc_for_report(m, vg_log):
+    """SIGTERM: krb5kdc leaves its loop and exits, valgrind then checks
+    leaks; returns valgrind's report."""
+    m.kdc_proc.send_signal(15)
+    m.kdc_proc.wait(180)
+    m.kdc_proc = None
+    return vg_log.read_text()
+
+
+def test_failed_tgs_finishing_leaks_nothing(kmpc_factory, monkeypatch, tmp_path):
     m = kmpc_factory(clusters=0, test_module_delay_ms=30)
     m.add_service()
     m.add_user("alice")
     pw = _password()
     m.addprinc(SERVICE, pw, enctypes=["aes256-ctr-mpc"], flags="")
     m.migrate(SERVICE, pw)
-    monkeypatch.setattr(realm_mod, "binpath",
-                        lambda n: str(wrapper) if n == "krb5kdc" else real(n))
-    m.start_kdc(timeout=120)
-    monkeypatch.setattr(realm_mod, "binpath", real)
+    vg_log = start_kdc_under_valgrind(m, monkeypatch, tmp_path)
     m.login("alice", timeout=120)
     # The path works without failures (not stored: each kvno below asks).
     m.run(["kvno", "--no-store", SERVICE], timeout=120)
@@ -54,11 +71,7 @@ def test_failed_tgs_finishing_leaks_nothing(kmpc_factory, monkeypatch, tmp_path)
         assert "A service is not available" in out, out
     log = m.kdc_log_text()
     assert log.count("kdcmpc: finishing the issued ticket failed") == 5, log
-    # SIGTERM: krb5kdc leaves its loop and exits, valgrind then checks leaks.
-    m.kdc_proc.send_signal(15)
-    m.kdc_proc.wait(180)
-    m.kdc_proc = None
-    report = vg_log.read_text()
+    report = stop_kdc_for_report(m, vg_log)
     assert re.search(r"ERROR SUMMARY: \d+ errors", report), report
     assert "definitely lost: 0 bytes in 0 blocks" in report or \
         "definitely lost" not in report, report
@@ -95,18 +108,11 @@ def test_inline_completion_without_a_timer_fails_the_job(kmpc_factory, monkeypat
     request state the continuation frees (tgs_fin_encrypt, as_req_mpc_start).
     Under valgrind: no invalid read or write, no leak, the KDC stays up."""
     import subprocess
-    real = realm_mod.binpath
     shim = tmp_path / "verto_shim.so"
     src = tmp_path / "verto_shim.c"
     src.write_text(VERTO_SHIM)
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"],
                    check=True)
-    wrapper = tmp_path / "krb5kdc"
-    vg_log = tmp_path / "valgrind.log"
-    wrapper.write_text(f"#!/bin/sh\nLD_PRELOAD={shim} exec valgrind --leak-check=full "
-                       "--show-leak-kinds=definite "
-                       f"--log-file={vg_log} {real('krb5kdc')} \"$@\"\n")
-    wrapper.chmod(0o755)
     m = kmpc_factory(clusters=0, test_module_delay_ms=0,
                      module_options={"inline": "true"})
     m.add_service()
@@ -118,10 +124,7 @@ def test_inline_completion_without_a_timer_fails_the_job(kmpc_factory, monkeypat
     spw = _password()
     m.addprinc(SERVICE, spw, enctypes=["aes256-ctr-mpc"], flags="")
     m.migrate(SERVICE, spw)
-    monkeypatch.setattr(realm_mod, "binpath",
-                        lambda n: str(wrapper) if n == "krb5kdc" else real(n))
-    m.start_kdc(timeout=120)
-    monkeypatch.setattr(realm_mod, "binpath", real)
+    vg_log = start_kdc_under_valgrind(m, monkeypatch, tmp_path, preload=shim)
     m.login("alice", timeout=120)
     for _ in range(3):
         # The new ticket's PAC CHECKSUM under the service's handle.
@@ -132,8 +135,5 @@ def test_inline_completion_without_a_timer_fails_the_job(kmpc_factory, monkeypat
         assert "A service is not available" in out, out
     assert m.kdc_alive()
     assert any(l.startswith("submit") for l in m.journal_lines()), m.journal_lines()
-    m.kdc_proc.send_signal(15)
-    m.kdc_proc.wait(180)
-    m.kdc_proc = None
-    report = vg_log.read_text()
+    report = stop_kdc_for_report(m, vg_log)
     assert re.search(r"ERROR SUMMARY: 0 errors", report), report
