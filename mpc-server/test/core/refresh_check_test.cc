@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/refresh.h"
 #include "net/memory_ring.h"
+#include "encrypt_testing.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
@@ -107,35 +108,19 @@ class Fixture {
     EXPECT_TRUE(consistent);
     EXPECT_EQ(Bytes(rk.begin(), rk.begin() + 16), key_);
     if (lost_ != kNoRebuild) return;
-    net::InMemoryRing ring(std::chrono::milliseconds(20000));
-    std::array<absl::StatusOr<BatchResult>, 3> r;
-    RunParties([&](int i) -> absl::Status {
-      auto e = Engine::Create(ring.party(i));
-      if (!e.ok()) return e.status();
-      Job job;
-      job.type = pb::JOB_ENCRYPT;
-      job.cipher = pb::CIPHER_AES128;
-      job.key_id = old_id_;
-      job.usage = 7;
-      job.nblocks = 1;
-      std::shared_ptr<const KeyShares> mine = old_[i];
-      KeyLookup lookup = [mine](absl::string_view)
-          -> absl::StatusOr<std::shared_ptr<const KeyShares>> { return mine; };
-      r[i] = (*e)->RunBatch(1, {job}, lookup);
-      return r[i].status();
-    });
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(r[i].ok()) << r[i].status();
-      ASSERT_EQ(r[i]->jobs[0].status, pb::JOB_OK) << r[i]->jobs[0].detail;
-    }
-    Bytes ks(16);
-    for (int i = 0; i < 3; ++i)
-      for (size_t k = 0; k < 16; ++k) ks[k] ^= r[i]->jobs[0].keystream[0][k];
-    std::array<uint8_t, 16> ctr = r[0]->jobs[0].ctr0;
+    auto ks = ::kmpc::testing::EncryptOnFreshRing(
+        {pb::CIPHER_AES128, pb::CIPHER_AES128, pb::CIPHER_AES128}, old_id_, 1,
+        [this](int i) -> KeyLookup {
+          std::shared_ptr<const KeyShares> mine = old_[i];
+          return [mine](absl::string_view)
+                     -> absl::StatusOr<std::shared_ptr<const KeyShares>> { return mine; };
+        });
+    ASSERT_TRUE(ks.ok()) << ks.status();
+    std::array<uint8_t, 16> ctr = ks->second;
     for (int k = 15; k >= 0 && ++ctr[k] == 0; --k) {
     }
     const auto want = OpensslAes(key_, ctr.data());
-    EXPECT_EQ(ks, Bytes(want.begin(), want.end()));
+    EXPECT_EQ(ks->first, Bytes(want.begin(), want.end()));
   }
 
   // New views that all three parties returned with JOB_OK hold the key.

@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "net/memory_ring.h"
 #include "protocol/verify.h"
+#include "encrypt_testing.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
@@ -154,38 +155,25 @@ class RefreshCluster {
   // An ENCRYPT job of 3 blocks under `id` on a fresh ring: the combined
   // keystream, with ctr0.
   std::pair<Bytes, std::array<uint8_t, 16>> Keystream(const std::string& id) {
-    net::InMemoryRing ring(std::chrono::milliseconds(20000));
-    std::array<absl::StatusOr<BatchResult>, 3> r;
-    RunParties([&](int i) -> absl::Status {
-      auto e = Engine::Create(ring.party(i));
-      if (!e.ok()) return e.status();
-      Job job;
-      job.type = pb::JOB_ENCRYPT;
-      // The cipher the key was dealt for (a missing key: any valid one).
+    // The cipher each party's key was dealt for (a missing key: any valid
+    // one).
+    std::array<pb::Cipher, 3> cipher;
+    for (int i = 0; i < 3; ++i) {
       auto dealt = store_[i].find(id);
-      job.cipher = dealt == store_[i].end()
-                       ? pb::CIPHER_AES128
-                       : static_cast<pb::Cipher>(dealt->second->cipher);
-      job.key_id = id;
-      job.usage = 7;
-      job.nblocks = 3;
-      KeyLookup lookup = [this, i](absl::string_view k)
-          -> absl::StatusOr<std::shared_ptr<const KeyShares>> {
+      cipher[i] = dealt == store_[i].end() ? pb::CIPHER_AES128
+                                           : static_cast<pb::Cipher>(dealt->second->cipher);
+    }
+    auto ks = ::kmpc::testing::EncryptOnFreshRing(cipher, id, 3, [this](int i) -> KeyLookup {
+      return [this, i](absl::string_view k)
+                 -> absl::StatusOr<std::shared_ptr<const KeyShares>> {
         auto f = store_[i].find(std::string(k));
         if (f == store_[i].end()) return absl::NotFoundError("no such key");
         return f->second;
       };
-      r[i] = (*e)->RunBatch(1, {job}, lookup);
-      return r[i].status();
     });
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_TRUE(r[i].ok()) << r[i].status();
-      if (!r[i].ok()) return {};
-      EXPECT_EQ(r[i]->jobs[0].status, pb::JOB_OK) << r[i]->jobs[0].detail;
-    }
-    Bytes ks = Xor3(r[0]->jobs[0].keystream[0], r[1]->jobs[0].keystream[0],
-                    r[2]->jobs[0].keystream[0]);
-    return {ks, r[0]->jobs[0].ctr0};
+    EXPECT_TRUE(ks.ok()) << ks.status();
+    if (!ks.ok()) return {};
+    return *std::move(ks);
   }
 
  private:
