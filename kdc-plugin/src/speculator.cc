@@ -376,11 +376,7 @@ void Speculator::MaybeChain(PendingJob* q, const HeldKeystream& pad) {
     return;
   auto fits = [&](const HeldKeystream& h) { return h.expires > q->enqueued; };
   HeldKeystream second;
-  if (!held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, contract::kChecksumSize, fits,
-                             &second) &&
-      !held_linked_.TakeNewest(j.key_id, j.usage, j.cipher, contract::kChecksumSize, fits,
-                               &second))
-    return;
+  if (!TakeSigningPad(j, contract::kChecksumSize, fits, &second)) return;
   q->chain_batch_id = std::move(second.run_batch_id);
   q->chain_job_id = second.run_job_id;
   q->chain_ctr0 = std::move(second.ctr0);
@@ -441,9 +437,7 @@ bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
       return true;
     }
   }
-  if (held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, len, fits, pad))
-    return true;
-  return held_linked_.TakeNewest(j.key_id, j.usage, j.cipher, len, fits, pad);
+  return TakeSigningPad(j, len, fits, pad);
 }
 
 // A VERIFY_CHECKSUM whose ctr0 is a held verification pad's becomes a
