@@ -257,23 +257,28 @@ int RemainingMs(absl::Time deadline) {
 
 std::string PartyIdentity(int party) { return absl::StrCat("kmpc-party-", party); }
 
+std::optional<std::array<uint8_t, 32>> ParseSha256Hex(absl::string_view entry,
+                                                      absl::string_view prefix) {
+  if (!absl::StartsWithIgnoreCase(entry, prefix)) return std::nullopt;
+  const std::string hex = absl::StrReplaceAll(entry.substr(prefix.size()), {{":", ""}});
+  bool ok = hex.size() == 64;
+  for (char c : hex) ok = ok && absl::ascii_isxdigit(static_cast<unsigned char>(c));
+  if (!ok) return std::nullopt;
+  const std::string raw = absl::HexStringToBytes(hex);
+  std::array<uint8_t, 32> out;
+  std::memcpy(out.data(), raw.data(), out.size());
+  return out;
+}
+
 absl::StatusOr<std::vector<SpkiPin>> ParseSpkiPins(const std::string& list) {
   std::vector<SpkiPin> pins;
   for (absl::string_view e : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
     e = absl::StripAsciiWhitespace(e);
-    constexpr absl::string_view kPrefix = "spki-sha256:";
-    std::string hex;
-    if (absl::StartsWithIgnoreCase(e, kPrefix))
-      hex = absl::StrReplaceAll(e.substr(kPrefix.size()), {{":", ""}});
-    bool ok = hex.size() == 64;
-    for (char c : hex) ok = ok && absl::ascii_isxdigit(static_cast<unsigned char>(c));
-    if (!ok)
+    const std::optional<SpkiPin> pin = ParseSha256Hex(e, "spki-sha256:");
+    if (!pin)
       return absl::InvalidArgumentError(absl::StrCat(
           "ring pin '", e, "' is not spki-sha256: followed by 32 bytes of hex"));
-    const std::string raw = absl::HexStringToBytes(hex);
-    SpkiPin pin;
-    std::memcpy(pin.data(), raw.data(), pin.size());
-    pins.push_back(pin);
+    pins.push_back(*pin);
   }
   return pins;
 }

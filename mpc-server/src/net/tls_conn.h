@@ -12,11 +12,13 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
@@ -39,6 +41,12 @@ using SpkiPin = std::array<uint8_t, 32>;
 // A comma-separated list of pins (several: during a key rotation); empty
 // list: no pinning. INVALID_ARGUMENT for a malformed entry.
 absl::StatusOr<std::vector<SpkiPin>> ParseSpkiPins(const std::string& list);
+// The SHA-256 written in `entry` as `prefix` (any case) then 64 hex digits,
+// colons between digits allowed (openssl's -fingerprint form): the ring's
+// pins and KeyOps/Admin's certificate pins (service/auth.h). nullopt if
+// malformed.
+std::optional<std::array<uint8_t, 32>> ParseSha256Hex(absl::string_view entry,
+                                                      absl::string_view prefix);
 std::string SpkiPinString(const SpkiPin& pin);
 
 struct TlsFiles {

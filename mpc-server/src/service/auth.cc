@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "net/tls_conn.h"
 #include "util/log.h"
 
 namespace kmpc::service {
@@ -558,17 +559,12 @@ absl::StatusOr<ClientPolicy> ParseClientPolicy(absl::string_view list,
   for (absl::string_view e : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
     e = absl::StripAsciiWhitespace(e);
     if (absl::StartsWithIgnoreCase(e, "sha256:")) {
-      std::string hex = absl::StrReplaceAll(e.substr(7), {{":", ""}});
-      bool ok = hex.size() == 64;
-      for (char c : hex) ok = ok && absl::ascii_isxdigit(static_cast<unsigned char>(c));
-      if (!ok)
+      const std::optional<Sha256> pin = net::ParseSha256Hex(e, "sha256:");
+      if (!pin)
         return absl::InvalidArgumentError(absl::StrCat(
             "certificate pin '", e, "' is not sha256: followed by 32 bytes of hex "
             "(openssl x509 -noout -fingerprint -sha256 -in CERT)"));
-      std::string raw = absl::HexStringToBytes(hex);
-      Sha256 pin;
-      std::memcpy(pin.data(), raw.data(), pin.size());
-      p.pins.push_back(pin);
+      p.pins.push_back(*pin);
     } else if (absl::StrContains(e, ":")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "allow-list entry '", e, "': pins are written sha256:<hex>"));
