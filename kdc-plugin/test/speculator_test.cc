@@ -168,6 +168,10 @@ class SpeculationTest : public WithKrbtgt<BatcherTest> {
     // machine (SubmitterIdle flushes them).
     o.coalesce = absl::Seconds(2);
     o.deadline = absl::Seconds(5);
+    // The speculated keystreams must outlive a loaded machine's stalls
+    // between the Run that drew them and the jobs that use them; 8 s stays
+    // below the servers' ENCRYPT-state TTL (services.h, 10 s).
+    o.speculate_ttl = absl::Seconds(8);
     return o;
   }
   Job Enc(const std::string& key_id, uint32_t usage, size_t len) {
