@@ -476,7 +476,11 @@ int main(int argc, char** argv) {
   const sigset_t stop_set = BlockStopSignals();  // before any thread starts
   auto ropt_or = RingOptionsFromFlags(party, crl);
   if (!ropt_or.ok()) return Fail(std::string(ropt_or.status().message()));
-  const kmpc::net::TlsRingOptions ropt = *std::move(ropt_or);
+  kmpc::service::Metrics metrics(party);
+  kmpc::net::TlsRingOptions ropt = *std::move(ropt_or);
+  ropt.on_reject = [&metrics](kmpc::net::RingReject r) {
+    metrics.RecordRingRejected(kmpc::net::RingRejectName(r));
+  };
   auto ring = kmpc::net::TlsRing::Start(ropt);
   if (!ring.ok()) return Fail(std::string(ring.status().message()));
 
@@ -487,7 +491,6 @@ int main(int argc, char** argv) {
   sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
   sopt.engine = *engine_options;
   kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
-  kmpc::service::Metrics metrics(party);
 
   auto svc = ServiceOptionsFromFlags(party, &*auth);
   if (!svc.ok()) return Fail(std::string(svc.status().message()));
