@@ -541,6 +541,9 @@ void TlsRing::ResolveNext() {
       next_addrs_.push_back(key);
   }
   freeaddrinfo(res);
+  KMPC_LOG(INFO) << "ring: connections from " << host << " (--ring_next, party "
+                 << Next(options_.party) << ") have " << PeerSlots()
+                 << " handshake slots of their own";
 }
 
 void TlsRing::ListenLoop() {
