@@ -261,8 +261,11 @@ sigset_t BlockStopSignals() {
   return stop_set;
 }
 
+// metrics: counts the connections the ring listener rejects; outlives the
+// ring.
 absl::StatusOr<kmpc::net::TlsRingOptions> RingOptionsFromFlags(
-    int party, const std::shared_ptr<kmpc::service::RevocationList>& crl) {
+    int party, const std::shared_ptr<kmpc::service::RevocationList>& crl,
+    kmpc::service::Metrics* metrics) {
   kmpc::net::TlsRingOptions ropt;
   ropt.party = party;
   ropt.workers = absl::GetFlag(FLAGS_workers);
@@ -290,6 +293,9 @@ absl::StatusOr<kmpc::net::TlsRingOptions> RingOptionsFromFlags(
   ropt.spin_us = absl::GetFlag(FLAGS_ring_spin_us);
   ropt.spin_max_bytes =
       static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_ring_spin_max_bytes)));
+  ropt.on_reject = [metrics](kmpc::net::RingReject r) {
+    metrics->RecordRingRejected(kmpc::net::RingRejectName(r));
+  };
   return ropt;
 }
 
@@ -474,13 +480,10 @@ int main(int argc, char** argv) {
   const std::shared_ptr<kmpc::service::RevocationList> crl = auth->crl;
 
   const sigset_t stop_set = BlockStopSignals();  // before any thread starts
-  auto ropt_or = RingOptionsFromFlags(party, crl);
+  kmpc::service::Metrics metrics(party);  // before the ring, which counts in it
+  auto ropt_or = RingOptionsFromFlags(party, crl, &metrics);
   if (!ropt_or.ok()) return Fail(std::string(ropt_or.status().message()));
-  kmpc::service::Metrics metrics(party);
-  kmpc::net::TlsRingOptions ropt = *std::move(ropt_or);
-  ropt.on_reject = [&metrics](kmpc::net::RingReject r) {
-    metrics.RecordRingRejected(kmpc::net::RingRejectName(r));
-  };
+  const kmpc::net::TlsRingOptions ropt = *std::move(ropt_or);
   auto ring = kmpc::net::TlsRing::Start(ropt);
   if (!ring.ok()) return Fail(std::string(ring.status().message()));
 
