@@ -101,6 +101,7 @@ class Cluster:
         args = [os.path.join(BIN, self.binaries[i]), f"--party={i}",
                 f"--listen={self.grpc_addr(i)}", f"--ring_listen={self.ring_addr(i)}",
                 f"--ring_prev={self.ring_addr((i + 2) % 3)}",
+                "--ring_next=127.0.0.1",
                 f"--cert={self.certs}/party-{i}.pem", f"--key={self.certs}/party-{i}.key",
                 f"--ca={self.certs}/ca.pem", f"--store_dir={self.store_dir(i)}",
                 f"--workers={self.workers}", f"--ring_timeout_ms={self.ring_timeout_ms}",

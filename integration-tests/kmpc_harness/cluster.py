@@ -273,6 +273,7 @@ class MpcCluster:
                 f"--listen=127.0.0.1:{self.base + i}",
                 f"--ring_listen=127.0.0.1:{self.base + 10 + i}",
                 f"--ring_prev=127.0.0.1:{self.base + 10 + (i + 2) % 3}",
+                "--ring_next=127.0.0.1",
                 f"--cert={c}/party-{i}.pem", f"--key={c}/party-{i}.key",
                 f"--ca={c}/ca.pem", f"--store_dir={self.store_dir(i)}",
                 f"--workers={self.workers}",

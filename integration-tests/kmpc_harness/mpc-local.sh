@@ -12,6 +12,8 @@
 # Servers are stopped by the PIDs recorded here, never by name.
 # KMPC_MPC_METRICS_BASE=PORT: party i also serves Prometheus /metrics on
 # 127.0.0.1:PORT+i (--metrics_addr).
+# Every party dials from 127.0.0.1, which each server is told as its
+# --ring_next (the neighbour's handshake slots, as in a deployment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cmd=${1:-}; dir=${2:-}
@@ -86,6 +88,7 @@ case "$cmd" in
       "$bin/kmpc-mpc-server" --party=$i --listen=127.0.0.1:$((base + i)) \
         --ring_listen=127.0.0.1:$((base + 10 + i)) \
         --ring_prev=127.0.0.1:$((base + 10 + prev)) \
+        --ring_next=127.0.0.1 \
         --cert="$dir/certs/party-$i.pem" --key="$dir/certs/party-$i.key" \
         --ca="$dir/certs/ca.pem" --store_dir="$dir/store-$i" \
         --workers="$workers" "${crl[@]}" "${metrics[@]}" ${mpc_flags//\{party\}/$i} >>"$dir/party-$i.log" 2>&1 &

@@ -261,8 +261,11 @@ sigset_t BlockStopSignals() {
   return stop_set;
 }
 
+// metrics: counts the connections the ring listener rejects; outlives the
+// ring.
 absl::StatusOr<kmpc::net::TlsRingOptions> RingOptionsFromFlags(
-    int party, const std::shared_ptr<kmpc::service::RevocationList>& crl) {
+    int party, const std::shared_ptr<kmpc::service::RevocationList>& crl,
+    kmpc::service::Metrics* metrics) {
   kmpc::net::TlsRingOptions ropt;
   ropt.party = party;
   ropt.workers = absl::GetFlag(FLAGS_workers);
@@ -290,6 +293,9 @@ absl::StatusOr<kmpc::net::TlsRingOptions> RingOptionsFromFlags(
   ropt.spin_us = absl::GetFlag(FLAGS_ring_spin_us);
   ropt.spin_max_bytes =
       static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_ring_spin_max_bytes)));
+  ropt.on_reject = [metrics](kmpc::net::RingReject r) {
+    metrics->RecordRingRejected(kmpc::net::RingRejectName(r));
+  };
   return ropt;
 }
 
@@ -474,7 +480,8 @@ int main(int argc, char** argv) {
   const std::shared_ptr<kmpc::service::RevocationList> crl = auth->crl;
 
   const sigset_t stop_set = BlockStopSignals();  // before any thread starts
-  auto ropt_or = RingOptionsFromFlags(party, crl);
+  kmpc::service::Metrics metrics(party);  // before the ring, which counts in it
+  auto ropt_or = RingOptionsFromFlags(party, crl, &metrics);
   if (!ropt_or.ok()) return Fail(std::string(ropt_or.status().message()));
   const kmpc::net::TlsRingOptions ropt = *std::move(ropt_or);
   auto ring = kmpc::net::TlsRing::Start(ropt);
@@ -487,7 +494,6 @@ int main(int argc, char** argv) {
   sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
   sopt.engine = *engine_options;
   kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
-  kmpc::service::Metrics metrics(party);
 
   auto svc = ServiceOptionsFromFlags(party, &*auth);
   if (!svc.ok()) return Fail(std::string(svc.status().message()));

@@ -49,6 +49,18 @@ std::string AddrKey(const sockaddr* sa) {
   return std::string();
 }
 
+// The printable form of an accepted peer's address, for log lines.
+std::string AddrText(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (sa->sa_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf,
+              sizeof buf);
+  else if (sa->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr,
+              buf, sizeof buf);
+  return buf;
+}
+
 absl::Status ShuttingDown() {
   return absl::UnavailableError("ring: this server is shutting down");
 }
@@ -69,6 +81,18 @@ absl::Status CheckPin(const TlsConn& conn, const std::vector<SpkiPin>& pins,
 }
 
 }  // namespace
+
+const char* RingRejectName(RingReject r) {
+  switch (r) {
+    case RingReject::kNoSlot: return "no_slot";
+    case RingReject::kSilent: return "silent";
+    case RingReject::kTls: return "tls";
+    case RingReject::kIdentity: return "identity";
+    case RingReject::kPin: return "pin";
+    case RingReject::kHello: return "hello";
+  }
+  return "other";
+}
 
 // ---------------------------------------------------------------- channel
 
@@ -517,6 +541,9 @@ void TlsRing::ResolveNext() {
       next_addrs_.push_back(key);
   }
   freeaddrinfo(res);
+  KMPC_LOG(INFO) << "ring: connections from " << host << " (--ring_next, party "
+                 << Next(options_.party) << ") have " << PeerSlots()
+                 << " handshake slots of their own";
 }
 
 void TlsRing::ListenLoop() {
@@ -541,7 +568,9 @@ void TlsRing::ListenLoop() {
     int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_CLOEXEC);
     if (fd < 0) continue;
     std::string src = AddrKey(reinterpret_cast<sockaddr*>(&ss));
+    std::string text = AddrText(reinterpret_cast<sockaddr*>(&ss));
     bool reserved = false;
+    bool refused = false;
     {
       std::lock_guard<std::mutex> lock(handshakes_mu_);
       const bool from_next =
@@ -553,15 +582,20 @@ void TlsRing::ListenLoop() {
         int& mine = per_source_[src];
         if (handshakes_ >= kMaxHandshakes || mine >= kMaxPerSource) {
           if (mine == 0) per_source_.erase(src);
-          close(fd);
-          continue;
+          refused = true;
+        } else {
+          ++mine;
+          ++handshakes_;
         }
-        ++mine;
-        ++handshakes_;
       }
     }
-    std::thread([this, fd, reserved, src = std::move(src)] {
-      HandleAccepted(fd);
+    if (refused) {
+      close(fd);
+      Reject(RingReject::kNoSlot, text, "no handshake slot free");
+      continue;
+    }
+    std::thread([this, fd, reserved, src = std::move(src), text = std::move(text)] {
+      HandleAccepted(fd, text);
       std::lock_guard<std::mutex> lock(handshakes_mu_);
       if (reserved) {
         --peer_handshakes_;
@@ -576,38 +610,61 @@ void TlsRing::ListenLoop() {
   handshakes_cv_.wait(lock, [this] { return handshakes_ == 0 && peer_handshakes_ == 0; });
 }
 
-void TlsRing::HandleAccepted(int fd) {
+void TlsRing::Reject(RingReject reason, const std::string& source,
+                     const std::string& detail) {
+  const int r = static_cast<int>(reason);
+  rejected_[r].fetch_add(1);
+  if (options_.on_reject) options_.on_reject(reason);
+  uint64_t unlogged;
+  {
+    std::lock_guard<std::mutex> lock(reject_log_mu_);
+    RejectLogState& st = reject_log_[r];
+    const absl::Time now = absl::Now();
+    if (now < st.next_line) {
+      ++st.unlogged;
+      return;
+    }
+    unlogged = st.unlogged;
+    st.unlogged = 0;
+    st.next_line = now + options_.reject_log_interval;
+  }
+  KMPC_LOG(WARNING) << "ring: rejected connection from " << source << ": "
+                    << detail << " (reason " << RingRejectName(reason) << "; "
+                    << unlogged << " more since the last such line, not logged)";
+}
+
+void TlsRing::HandleAccepted(int fd, const std::string& source) {
   const int next = Next(options_.party);
   // A dialer's ClientHello follows its connect at once; a socket silent
   // this long is not a dialing party and gives its slot back early.
   if (!PollFd(fd, POLLIN, absl::Now() + kFirstBytesTime).ok()) {
-    KMPC_VLOG(1) << "ring: closed a connection that sent nothing";
     close(fd);
+    Reject(RingReject::kSilent, source, "sent nothing");
     return;
   }
   absl::Time deadline = absl::Now() + kHandshakeTime;
   auto conn = TlsConn::Accept(*server_ctx_, fd, deadline);
   if (!conn.ok()) {
-    KMPC_LOG(WARNING) << "ring: rejected connection: " << conn.status().message();
+    Reject(RingReject::kTls, source, std::string(conn.status().message()));
     return;
   }
   if ((*conn)->peer_identity() != PartyIdentity(next)) {
-    KMPC_LOG(WARNING) << "ring: rejected connection from '"
-                 << (*conn)->peer_identity() << "', expected '"
-                 << PartyIdentity(next) << "'";
+    Reject(RingReject::kIdentity, source,
+           absl::StrCat("certificate of '", (*conn)->peer_identity(),
+                        "', expected '", PartyIdentity(next), "'"));
     return;
   }
   if (absl::Status pin = CheckPin(**conn, options_.next_pins, next, "--ring_pin_next");
       !pin.ok()) {
-    KMPC_LOG(WARNING) << "ring: rejected connection: " << pin.message();
+    Reject(RingReject::kPin, source, std::string(pin.message()));
     return;
   }
   uint8_t hello[kHelloSize];
   if (!(*conn)->ReadAll(hello, kHelloSize, deadline).ok() ||
       std::memcmp(hello, kHelloMagic, 4) != 0 || hello[4] != next ||
       hello[5] >= channels_.size() || hello[6] != 0 || hello[7] != 0) {
-    KMPC_LOG(WARNING) << "ring: rejected connection from party " << next
-                 << ": malformed hello";
+    Reject(RingReject::kHello, source,
+           absl::StrCat("party ", next, ": malformed hello"));
     return;
   }
   KMPC_VLOG(1) << "ring: party " << next << " connected (worker "

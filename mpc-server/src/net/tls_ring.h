@@ -22,8 +22,10 @@
 #ifndef KMPC_NET_TLS_RING_H_
 #define KMPC_NET_TLS_RING_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +41,21 @@
 #include "net/tls_conn.h"
 
 namespace kmpc::net {
+
+// Why the ring listener turned a connection away (TlsRing::ListenLoop,
+// HandleAccepted).
+enum class RingReject {
+  kNoSlot,    // no handshake slot free (total or per-source limit)
+  kSilent,    // sent nothing within the first-bytes deadline
+  kTls,       // the TLS handshake failed
+  kIdentity,  // a certificate of the CA, but not kmpc-party-<next>
+  kPin,       // next's certificate key is not one of next_pins
+  kHello,     // malformed ring hello after the handshake
+};
+inline constexpr int kRingRejectReasons = 6;
+// "no_slot", "silent", "tls", "identity", "pin", "hello": the reason label
+// of kmpc_ring_rejected_connections_total (service/metrics.h).
+const char* RingRejectName(RingReject r);
 
 struct TlsRingOptions {
   int party = 0;
@@ -82,6 +99,15 @@ struct TlsRingOptions {
   // takes CPU from the co-located parties when it is the bottleneck.
   int spin_us = 0;
   size_t spin_max_bytes = 3072;
+  // Every rejected connection is counted (TlsRing::rejected, on_reject);
+  // it is logged (WARNING) at most once per reason per reject_log_interval,
+  // that line giving how many were not logged since the previous one. A
+  // flood of connections from any number of source addresses thus writes
+  // at most kRingRejectReasons lines per interval.
+  absl::Duration reject_log_interval = absl::Seconds(10);
+  // Called (from the listener's threads) once per rejected connection,
+  // e.g. to count it in a metric; must be thread-safe. May be empty.
+  std::function<void(RingReject)> on_reject;
 };
 
 class TlsRing;
@@ -182,6 +208,10 @@ class TlsRing {
   bool AllConnected() const;
   uint64_t bytes_sent() const;
   int listen_port() const { return listen_port_; }
+  // Connections the listener rejected for reason r since Start.
+  uint64_t rejected(RingReject r) const {
+    return rejected_[static_cast<int>(r)].load();
+  }
   // Shutting down: a batch's waits (receive, flush) and Connect's loops
   // return UNAVAILABLE within ~100 ms instead of running to their timeout,
   // so a batch in flight ends at once (its peers see the connection go).
@@ -193,7 +223,12 @@ class TlsRing {
   friend class TlsRingChannel;
   explicit TlsRing(const TlsRingOptions& options) : options_(options) {}
   void ListenLoop();
-  void HandleAccepted(int fd);
+  void HandleAccepted(int fd, const std::string& source);
+  // Counts a rejected connection from source (printable address) and logs
+  // it unless a line for the same reason was written less than
+  // reject_log_interval ago. detail: the public cause (no key material).
+  void Reject(RingReject reason, const std::string& source,
+              const std::string& detail);
   // Resolves next_host into next_addrs_ (raw IPv4/IPv6 address bytes).
   void ResolveNext();
 
@@ -219,6 +254,13 @@ class TlsRing {
   int peer_handshakes_ = 0;  // in their handshake, on next_host's own slots
   std::map<std::string, int> per_source_;  // shared slots by source address
   std::vector<std::string> next_addrs_;
+  std::array<std::atomic<uint64_t>, kRingRejectReasons> rejected_{};
+  struct RejectLogState {
+    absl::Time next_line = absl::InfinitePast();
+    uint64_t unlogged = 0;  // rejected since the last line, not logged
+  };
+  std::mutex reject_log_mu_;
+  std::array<RejectLogState, kRingRejectReasons> reject_log_;
 };
 
 }  // namespace kmpc::net

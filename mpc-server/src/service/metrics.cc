@@ -36,6 +36,8 @@ Metrics::Metrics(int party)
                        "requests refused as a whole, by BatchErrorCode");
   job_failures_ = &counter("kmpc_job_failures_total",
                            "jobs that failed alone, by JobStatus");
+  ring_rejected_ = &counter("kmpc_ring_rejected_connections_total",
+                            "connections the ring listener rejected, by reason");
   jobs_ = &counter("kmpc_jobs_total", "jobs of the batches computed").Add({});
   aes_blocks_ = &counter("kmpc_aes_blocks_total",
                          "AES blocks of the Run batches computed")
@@ -77,6 +79,10 @@ void Metrics::RecordBatch(const char* kind, bool ok, uint64_t jobs,
 
 void Metrics::RecordRejected(const char* cause) {
   rejected_->Add({{"cause", cause}}).Increment();
+}
+
+void Metrics::RecordRingRejected(const char* reason) {
+  ring_rejected_->Add({{"reason", reason}}).Increment();
 }
 
 void Metrics::RecordIntegrityFailure() { integrity_failures_->Increment(); }

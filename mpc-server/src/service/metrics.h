@@ -39,6 +39,10 @@ class Metrics {
   // (contract::BatchErrorName), "other" when it carried none.
   void RecordRejected(const char* cause = "other");
   void RecordIntegrityFailure();
+  // A connection the ring listener rejected; reason: net::RingRejectName
+  // (no_slot, silent, tls, identity, pin, hello). Thread-safe (the
+  // listener's threads call it through TlsRingOptions::on_reject).
+  void RecordRingRejected(const char* reason);
   // A job that failed alone; status: its JobStatus name.
   void RecordJobFailure(const std::string& status);
 
@@ -61,6 +65,7 @@ class Metrics {
   prometheus::Counter* failed_[kKinds];
   prometheus::Family<prometheus::Counter>* rejected_;
   prometheus::Family<prometheus::Counter>* job_failures_;
+  prometheus::Family<prometheus::Counter>* ring_rejected_;
   prometheus::Counter* jobs_;
   prometheus::Counter* aes_blocks_;
   prometheus::Counter* integrity_failures_;

@@ -22,6 +22,9 @@ TEST(MetricsTest, OneRegistryWithCausesAndParty) {
   m.RecordRejected("BATCH_MALFORMED");
   m.RecordRejected("BATCH_MALFORMED");
   m.RecordJobFailure("JOB_INTEGRITY_FAILED");
+  m.RecordRingRejected("tls");
+  m.RecordRingRejected("tls");
+  m.RecordRingRejected("no_slot");
   EXPECT_EQ(m.batches_ok(), 1u);
   EXPECT_EQ(m.batches_failed(), 1u);
   const std::string text = m.Render();
@@ -31,6 +34,8 @@ TEST(MetricsTest, OneRegistryWithCausesAndParty) {
            "kmpc_batches_total{party=\"2\",kind=\"finalize\",result=\"error\"} 1\n",
            "kmpc_batches_rejected_total{party=\"2\",cause=\"BATCH_MALFORMED\"} 2\n",
            "kmpc_job_failures_total{party=\"2\",status=\"JOB_INTEGRITY_FAILED\"} 1\n",
+           "kmpc_ring_rejected_connections_total{party=\"2\",reason=\"tls\"} 2\n",
+           "kmpc_ring_rejected_connections_total{party=\"2\",reason=\"no_slot\"} 1\n",
            "kmpc_batch_latency_seconds_bucket{party=\"2\",kind=\"run\",le=\"0.0005\"} 0\n",
            "kmpc_batch_latency_seconds_bucket{party=\"2\",kind=\"run\",le=\"0.001\"} 1\n",
            "kmpc_batch_latency_seconds_bucket{party=\"2\",kind=\"finalize\",le=\"2\"} 0\n",

@@ -360,6 +360,23 @@ TEST_F(TlsRingTest, SlowPeerWithSpinningOnStillExchanges) {
   for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
 }
 
+// A TCP connection from loopback address src (127.0.0.0/8) to 127.0.0.1:port;
+// -1 if the socket cannot be made.
+int DialFrom(uint32_t src, int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return fd;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl(src);
+  bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  return fd;
+}
+
 // A plain-TCP flood of party 0's ring listener: from each source address
 // (127.0.0.0/8 is all loopback on Linux), `per_source` connections that
 // never send a byte, each re-opened as soon as the listener closes it.
@@ -379,20 +396,7 @@ class HandshakeFlood {
   int reconnects() const { return reconnects_; }
 
  private:
-  int Dial(uint32_t src) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return fd;
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    from.sin_addr.s_addr = htonl(src);
-    bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port_));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    return fd;
-  }
+  int Dial(uint32_t src) { return DialFrom(src, port_); }
   void Run() {
     std::vector<pollfd> fds(srcs_.size());
     for (size_t i = 0; i < fds.size(); ++i) fds[i] = {Dial(srcs_[i]), POLLIN | POLLRDHUP, 0};
@@ -486,6 +490,75 @@ TEST_F(TlsRingTest, PeerRejoinsDespiteFloodFromManyAddresses) {
   std::vector<uint32_t> srcs;
   for (uint32_t a = 0; a < 8; ++a) srcs.push_back(kLoopback2 + a);
   ExpectRejoinDuringFlood(rings_, ports_[0], srcs, 6);
+}
+
+// Sends bytes that are no TLS ClientHello to the listener on port from src
+// and waits until the listener closes the connection.
+void SendGarbage(uint32_t src, int port) {
+  int fd = DialFrom(src, port);
+  ASSERT_GE(fd, 0);
+  static const char kGet[] = "GET / HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(fd, kGet, sizeof kGet - 1), static_cast<ssize_t>(sizeof kGet - 1));
+  char b[256];
+  while (read(fd, b, sizeof b) > 0) {
+  }
+  close(fd);
+}
+
+// The ring listener's rejected connections: every one is counted
+// (TlsRing::rejected, and on_reject, which feeds the server's
+// kmpc_ring_rejected_connections_total), but a flood writes at most one log
+// line per reason per reject_log_interval, each line giving how many it
+// did not log since the previous one. Before, each rejected connection
+// wrote a WARNING line: a flood filled the disk.
+TEST_F(TlsRingTest, RejectedConnectionsAreCountedAndTheirLogLinesBounded) {
+  signal(SIGPIPE, SIG_IGN);
+  constexpr int kFlood = 200;
+  const absl::Duration interval = absl::Seconds(2);
+  TlsRingOptions o = Options(0);
+  o.reject_log_interval = interval;
+  std::atomic<int> hooked{0};
+  o.on_reject = [&](RingReject r) {
+    if (r == RingReject::kTls) ++hooked;
+  };
+  ::testing::internal::CaptureStderr();
+  absl::Duration flood_time;
+  {
+    auto ring = TlsRing::Start(o);
+    ASSERT_TRUE(ring.ok()) << ring.status();
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < kFlood; ++i) SendGarbage(kLoopback2, ports_[0]);
+    flood_time = absl::Now() - start;
+    // After a quiet interval the next rejection is logged, with the count
+    // of those not logged before it.
+    absl::SleepFor(interval + absl::Milliseconds(100));
+    SendGarbage(kLoopback2, ports_[0]);
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while ((*ring)->rejected(RingReject::kTls) < kFlood + 1 && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(10));
+    EXPECT_EQ((*ring)->rejected(RingReject::kTls), uint64_t{kFlood + 1});
+    EXPECT_EQ((*ring)->rejected(RingReject::kNoSlot), 0u);
+  }  // the listener's threads are done once the ring is gone
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(hooked.load(), kFlood + 1);
+  int lines = 0;
+  uint64_t covered = 0;  // the rejections each line stands for
+  size_t pos = 0;
+  for (size_t nl; (nl = err.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    const std::string line = err.substr(pos, nl - pos);
+    if (line.find("ring: rejected connection") == std::string::npos) continue;
+    ++lines;
+    EXPECT_NE(line.find("from 127.0.0.2: "), std::string::npos) << line;
+    EXPECT_NE(line.find("(reason tls; "), std::string::npos) << line;
+    const size_t at = line.find("(reason tls; ");
+    covered += 1 + std::stoull(line.substr(at + 13));
+  }
+  // One line at the flood's start, one per interval the flood outlasted,
+  // one after the pause.
+  const int most = 2 + static_cast<int>(flood_time / interval);
+  EXPECT_GE(lines, 2) << err;
+  EXPECT_LE(lines, most) << err;
+  EXPECT_EQ(covered, uint64_t{kFlood + 1}) << err;
 }
 
 // Review rev10, F4: party 2 stops reading what party 0 sends it (party 0's
