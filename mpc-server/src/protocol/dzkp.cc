@@ -1,5 +1,6 @@
 #include "protocol/dzkp.h"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstring>
@@ -106,6 +107,15 @@ inline const uint64_t* GroupWords(const uint64_t* a, size_t n, size_t k, uint64_
   if (first + G <= n) return a + first;
   for (int j = 0; j < G; ++j) buf[j] = first + j < n ? a[first + j] : 0;
   return buf;
+}
+
+// Wipes the words of group k of a (AndShares::wipe: a is the caller's
+// writable buffer).
+template <int G>
+void WipeGroup(const uint64_t* a, size_t n, size_t k) {
+  const size_t first = k * G;
+  if (first >= n) return;
+  share::Wipe(const_cast<uint64_t*>(a) + first, 8 * std::min<size_t>(G, n - first));
 }
 
 
@@ -771,6 +781,10 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, F64* out, F64 clai
       const GroupView<G>& g = view[0];
       CrossGroup<G>(g.x0, g.x1, g.y0, g.yy, g.z, g.nu, sc);
     }
+    if (s.wipe) {
+      for (size_t i = 0; i < step && k + i < groups; ++i)
+        for (int c = 0; c < 2; ++c) WipeGroup<G>(s.z[c], s.n, k + i);
+    }
   }
   for (size_t i = 0; i < kCrossGroups; ++i) view[i].Wipe();
   if (v512) {
@@ -875,6 +889,7 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
     for (int c = 0; c < 2; ++c) {
       F64* fo = f[c] + 64 * k;
       fold(s.x[c], k, true, fo);
+      if (s.wipe) WipeGroup<G>(s.x[c], s.n, k);
       if (gfni) continue;
       if (v512) {
         MulPairwise512(mu, fo, fo, 64);
@@ -884,7 +899,10 @@ void FirstLevelFoldImpl(const AndShares& s, const AndWeights& w, F64 r, F64* f0,
     }
   }
   for (size_t k = 0; k < groups; ++k) {
-    for (int c = 0; c < 2; ++c) fold(s.y[c], k, false, g[c] + 64 * k);
+    for (int c = 0; c < 2; ++c) {
+      fold(s.y[c], k, false, g[c] + 64 * k);
+      if (s.wipe) WipeGroup<G>(s.y[c], s.n, k);
+    }
   }
   share::Wipe(buf, sizeof buf);
   share::Wipe(pat, sizeof pat);

@@ -248,6 +248,12 @@ struct AndShares {
   const uint64_t* y[2];
   const uint64_t* z[2];
   size_t n;
+  // The words are the caller's own writable buffers, read for the last
+  // time by the first compression: FirstLevelH wipes z[c][0 .. n) (it is
+  // z's only reader) and FirstLevelFold x and y, each group right after
+  // its last read, while its cache lines are hot (share::Wipe, which the
+  // compiler keeps). Every word [0, n) of the six is zero after both.
+  bool wipe = false;
 };
 
 // First compression, before the challenge: this party's weak shares of

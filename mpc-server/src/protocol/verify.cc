@@ -238,7 +238,8 @@ void MulLog::PackLiveLanes() {
 
 void MulLog::Rewind() {
   partial_.clear();
-  and_dirty_ = std::max(and_dirty_, and_n_);
+  if (!and_wiped_) and_dirty_ = std::max(and_dirty_, and_n_);
+  and_wiped_ = false;
   and_n_ = 0;
   for (auto& v : gf_) {
     share::Wipe(v.data(), v.size());
@@ -709,15 +710,19 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   const dzkp::AndShares s{{L[0].data(), L[1].data()},
                           {L[2].data(), L[3].data()},
                           {L[4].data(), L[5].data()},
-                          nw};
+                          nw,
+                          /*wipe=*/true};
   if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
   dzkp::AndWeights& w = *log.weights_;
   w.g = g;
   // Every secret this function holds, wiped on every way out.
   VerifySecrets sec(w, nw > 0 || ng == 0, ng > 0);
-  // The log and the AND proof's vectors are overwritten by the next
-  // wave's check and wiped by MulLog::Clear at the end of the batch (a
-  // pass over them per wave cost ~10% of the check).
+  // The log's words [0, nw) are wiped by the first compression's last
+  // reads of them (AndShares::wipe; PackLiveLanes wiped those past nw);
+  // if the check stops before the fold, MulLog::Clear wipes them at the
+  // end of the batch. The AND proof's vectors are overwritten by the next
+  // wave's check and wiped by Clear (a pass over them per wave cost ~10%
+  // of the check).
   auto wipe = [&] {
     log.fold_dirty_ = std::max(log.fold_dirty_, log.fold_[0].size());
     sec.Wipe();
@@ -745,6 +750,7 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
       auto& [f0, f1, g0, g1] = log.fold_;
       const F64 r = FirstLevelClaim(prf, 64 * groups, log.fold_, sec);
       if (groups > 0) dzkp::FirstLevelFold(s, w, r, f0.data(), f1.data(), g0.data(), g1.data());
+      log.and_wiped_ = true;
     }
     if (sec.on_b) {
       nb = ng + 1;

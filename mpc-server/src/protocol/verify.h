@@ -286,8 +286,12 @@ class MulLog {
   bool deviated_ = false;
   // Runs of words with fewer than 64 live lanes: (first word, words, live).
   std::vector<std::array<size_t, 3>> partial_;
-  // Elements of and_ / fold_ written since the last Clear.
+  // Elements of and_ / fold_ written since the last Clear and not wiped
+  // since (a completed first compression wipes its words of and_).
   size_t and_dirty_ = 0, fold_dirty_ = 0;
+  // Verify's first compression wiped and_'s words [0, and_n_) (Rewind
+  // then leaves and_dirty_ as it is).
+  bool and_wiped_ = false;
   std::array<std::vector<uint8_t>, 6> gf_;
   Sha256 opened_;
   // Verifier's buffers, kept for the next batch: the compressed vectors

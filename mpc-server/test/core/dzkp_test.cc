@@ -295,6 +295,46 @@ TEST_P(DzkpPaths, AnErrorInAProductChangesTheClaim) {
   }
 }
 
+// AndShares::wipe: the first compression's results are those of the same
+// words read without it, and every word [0, n) of the six buffers is zero
+// afterwards (words past n untouched), at sizes with partial groups and
+// tails of a step of groups (1 word, G - 1, G + 1, odd counts).
+TEST_P(DzkpPaths, FirstCompressionWipesTheWordsItReadLast) {
+  const int G = Groups();
+  for (size_t n : {size_t{1}, size_t(G - 1), size_t(G + 1), size_t(3 * G + 5), size_t{4 * 64 + 7},
+                   size_t{9 * 64 + 63}}) {
+    ClearLog clear(n, G);
+    std::array<std::vector<uint64_t>, 6> v;
+    for (int c = 0; c < 6; ++c) {
+      v[c].resize(n + 3, 0x5a5a5a5a5a5a5a5aull);  // 3 sentinels past n
+      for (size_t i = 0; i < n; ++i) v[c][i] = Rng()();
+    }
+    for (size_t i = 0; i < n; ++i) v[4][i] = v[0][i] & v[2][i];
+    const auto copy = v;
+    const AndShares ref{{copy[0].data(), copy[1].data()}, {copy[2].data(), copy[3].data()},
+                        {copy[4].data(), copy[5].data()}, n};
+    AndShares s{{v[0].data(), v[1].data()}, {v[2].data(), v[3].data()},
+                {v[4].data(), v[5].data()}, n, /*wipe=*/true};
+    F64 h_ref[kMaxHPoints], h[kMaxHPoints], c_ref[2], c[2];
+    FirstLevelH(ref, *clear.w, h_ref, c_ref);
+    FirstLevelH(s, *clear.w, h, c);
+    for (int p = 0; p < 2 * G - 2; ++p) EXPECT_TRUE(Eq(h[p], h_ref[p])) << n << " " << p;
+    for (int k = 0; k < 2; ++k) EXPECT_TRUE(Eq(c[k], c_ref[k])) << n;
+    const F64 r = RandomF64();
+    const size_t m = 64 * clear.w->nu.size();
+    std::array<std::vector<F64>, 4> fr, fw;
+    for (int k = 0; k < 4; ++k) fr[k].resize(m), fw[k].resize(m);
+    FirstLevelFold(ref, *clear.w, r, fr[0].data(), fr[1].data(), fr[2].data(), fr[3].data());
+    FirstLevelFold(s, *clear.w, r, fw[0].data(), fw[1].data(), fw[2].data(), fw[3].data());
+    for (int k = 0; k < 4; ++k)
+      for (size_t q = 0; q < m; ++q) ASSERT_TRUE(Eq(fw[k][q], fr[k][q])) << n << " " << k << " " << q;
+    for (int k = 0; k < 6; ++k) {
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(v[k][i], 0u) << n << " comp " << k << " word " << i;
+      for (size_t i = n; i < n + 3; ++i) ASSERT_EQ(v[k][i], 0x5a5a5a5a5a5a5a5aull) << n;
+    }
+  }
+}
+
 // Three parties' shares: the weak shares of h add up to the clear h, and
 // the claims' and folds' comps are consistent replicated shares.
 TEST_P(DzkpPaths, WeakSharesOfThreePartiesAddUp) {
