@@ -368,7 +368,10 @@ bool Speculator::UsePad(PendingJob* q) {
 // signing pad of its key, usage and cipher for its KDC signature
 // ("Chained signatures"), when `pad` holds two powers of H beyond the
 // message's (the servers refuse the chain otherwise) and a held pad signs
-// 32 bytes; unlinked pads first, newest first.
+// 32 bytes; an unlinked pad only, newest first: a linked pad belongs to
+// its ticket keystream (the PAC of the ticket encrypted with it is signed
+// at its counter, which that ticket's TGS-REQ names for verification), and
+// a chain would leave that keystream without it.
 void Speculator::MaybeChain(PendingJob* q, const HeldKeystream& pad) {
   const Job& j = q->job;
   if (!options_.chain_signatures || !IsPac(j.input) ||
@@ -376,7 +379,9 @@ void Speculator::MaybeChain(PendingJob* q, const HeldKeystream& pad) {
     return;
   auto fits = [&](const HeldKeystream& h) { return h.expires > q->enqueued; };
   HeldKeystream second;
-  if (!TakeSigningPad(j, contract::kChecksumSize, fits, &second)) return;
+  if (!held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, contract::kChecksumSize, fits,
+                             &second))
+    return;
   q->chain_batch_id = std::move(second.run_batch_id);
   q->chain_job_id = second.run_job_id;
   q->chain_ctr0 = std::move(second.ctr0);

@@ -786,6 +786,40 @@ TEST_P(PadTest, ChainedKdcSignatureNeedsNoRequest) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
+// A chain's second pad is an unlinked one only: a linked pad is its
+// ticket keystream's (a TGS-REQ on that ticket names its counter to verify
+// the PAC), so a chain that took it would leave that keystream's next
+// verification without a pad. With only linked pads left beside the one
+// the server signature takes, the KDC signature is a request of its own
+// and the other linked pad stays held.
+TEST_P(PadTest, ChainTakesNoLinkedPad) {
+  auto b = Make(Opts());
+  SecureBytes ts;
+  ASSERT_NO_FATAL_FAILURE(HoldTwoPads(b.get(), &ts));
+  // A second exchange's DECRYPT draws pads too, the first of them linked
+  // (one linked pad per AS group): two linked pads held, the rest unlinked.
+  const SecureBytes ts2 = Timestamp(b.get());
+  ASSERT_TRUE(sink_.Get(Do(b.get(), {Decrypt(ts2, 1)})[0]).status.ok());
+  const size_t held = b->stats().pads_held;
+  ASSERT_GE(held, 3u);
+  // Signatures of other messages take the unlinked pads (unlinked first).
+  for (size_t i = 0; i < held - 2; ++i)
+    ExpectSigned(Do(b.get(), {Sig(90, static_cast<char>('k' + i))})[0], 90,
+                 static_cast<char>('k' + i));
+  ASSERT_EQ(b->stats().pads_held, 2u);
+  const BatcherStats s0 = b->stats();
+  const uint64_t t1 = Do(b.get(), {Tgt(Checksum(Pac(), 17))})[0];
+  ExpectSignedOver(t1, Pac());
+  const std::string sig = Str(sink_.Get(t1).output);
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.chains_sent - s0.chains_sent, 0u);
+  EXPECT_EQ(s1.pads_used - s0.pads_used, 1u);
+  EXPECT_EQ(s1.pads_held, 1u);
+  // The KDC signature: signed the ordinary way, correct.
+  ExpectSignedOver(Do(b.get(), {Tgt(Checksum(sig, 17))})[0], sig);
+  EXPECT_EQ(b->stats().chained_used, s0.chained_used);
+}
+
 // With chain_signatures off, the same exchange is two Sign requests, each
 // item under one pad (what the chained test above saves).
 TEST_P(PadTest, UnchainedKdcSignatureIsARequestOfItsOwn) {
