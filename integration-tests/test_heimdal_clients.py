@@ -10,8 +10,11 @@ loopback address only) and their own ccache.  If the packages cannot be
 had, the test fails.
 
 Heimdal has no name for the MPC enctype of the TGT and prints its number,
--29002 (aes256-ctr-mpc), which a stock realm never issues; the KDC log
-shows that the AS and TGS requests for alice reached this realm's KDC.
+-29002 (aes256-ctr-mpc).  That number alone would not tell a krbtgt key
+in the KDB (the realm's default enctype) from one in the cluster: the KDB
+must hold a handle, and each MPC server's kmpc_jobs_total must grow while
+Heimdal logs in, fetches a service ticket and renews.  The KDC log shows
+that the AS and TGS requests for alice reached this realm's KDC.
 """
 import os
 import re
@@ -21,6 +24,7 @@ import pytest
 
 from kmpc_harness import heimdal as kmpc_heimdal
 from kmpc_harness import realm as kmpc_realm
+from test_metrics import delta, parse, scrape
 from test_unmodified_clients import Clients, MPC_ETYPE, REALM, SERVICE, _principals
 
 TGT = f"krbtgt/{REALM}@{REALM}"
@@ -79,7 +83,7 @@ def test_binaries_are_debians(heimdal):
 
 
 def test_heimdal_login_service_renew(heimdal, kmpc_factory, tmp_path):
-    r = kmpc_factory(module="real")
+    r = kmpc_factory(module="real", metrics=True)
     r.setup_krbtgt()
     r.setup_warmup()
     pws = _principals(r)
@@ -88,6 +92,8 @@ def test_heimdal_login_service_renew(heimdal, kmpc_factory, tmp_path):
     c = Clients(r, str(tmp_path))
     h = HeimdalClients(heimdal, c)
     log_start = os.path.getsize(r.kdc_log)
+    parties = [r.cluster.metrics_url(i) for i in range(3)]
+    before = [parse(scrape(u)) for u in parties]
 
     h.run("kinit", "--password-file=STDIN", "-r", "1d", "-f", "alice",
           input=pws["alice"] + "\n")
@@ -103,6 +109,14 @@ def test_heimdal_login_service_renew(heimdal, kmpc_factory, tmp_path):
     etype, out = h.ticket_etype(TGT)
     assert MPC_ETYPE in etype, out
     assert "refusing ticket renewal" not in r.kdc_log_text()
+
+    # The TGT was made and read in the cluster: at least the AS-REP's TGT
+    # (encrypt), kgetcred's TGT (decrypt), the renewal's old TGT (decrypt)
+    # and new TGT (encrypt) are jobs of every party.
+    after = [parse(scrape(u)) for u in parties]
+    jobs = [delta(b, a, "kmpc_jobs_total") for b, a in zip(before, after)]
+    print("kmpc_jobs_total grew by", jobs)
+    assert all(j >= 4 for j in jobs), jobs
 
     # Heimdal really talked to this KDC: its log has alice's AS exchange
     # and TGS exchanges (the service ticket, the renewal) after the start.
