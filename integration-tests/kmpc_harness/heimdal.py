@@ -69,9 +69,9 @@ def _installed(pkg):
 
 
 def _depends(pkg):
-    """pkg's Depends and Pre-Depends as lists of alternatives (virtual
-    package names, shown by apt-cache in <>, are dropped: apt-cache lists
-    their providers as the next alternatives)."""
+    """pkg's Depends and Pre-Depends as lists of alternatives; a virtual
+    package (apt-cache shows it in <>) is replaced by its providers, which
+    apt-cache lists beneath it."""
     rc, out = _run(["apt-cache", "depends", "--no-recommends", "--no-suggests",
                     "--no-conflicts", "--no-breaks", "--no-replaces",
                     "--no-enhances", pkg])
@@ -171,12 +171,17 @@ def prepare():
     os.makedirs(DIR, exist_ok=True)
     with open(os.path.join(DIR, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(STAMP):
+            try:
+                _check_ldd()
+            except HeimdalError:
+                os.unlink(STAMP)  # a damaged tree: unpacked anew below
         if not os.path.exists(STAMP):
             pkgs = resolve()
             _unpack(pkgs)
+            _check_ldd()
             with open(STAMP, "w") as f:
                 f.write("\n".join(pkgs) + "\n")
-        _check_ldd()
     return {name: os.path.join(BIN, name) for name in PROGRAMS}
 
 
