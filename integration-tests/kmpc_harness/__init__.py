@@ -9,6 +9,8 @@
   ldap      a slapd of its own per realm (the LDAP KDB back end)
   netns     emulated hosts: network namespaces on one bridge
   packages  the Debian packages installed on emulated hosts
+  heimdal   Debian's Heimdal clients, unpacked under build/heimdal (not
+            installed)
   deploy_tool  deploy/kmpc_deploy.py, the administrator's tool, as a module
 
 conftest.py puts integration-tests/ on sys.path; scripts outside it (the
