@@ -145,6 +145,17 @@ def run(r, workdir):
     n_migrated = sum("migrated from the KDB:" in l for l in lines)
     show("\n".join(l for l in lines if "migrated from the KDB:" not in l))
     print(f"({n_migrated} 'migrated from the KDB' lines not shown)")
+    # kmpc-admin reports a migrated key as a problem (older KDB copies hold
+    # it until the user's next password change); in this demo those are the
+    # load-test users shared with --from-existing, and nothing else is.
+    others = [l for l in lines
+              if ("ERROR" in l or "DEGRADED" in l or "MISSING" in l
+                  or "NOT on all three" in l or "holds real keys" in l
+                  or "no KDB handle" in l)]
+    if n_migrated and not others and "status: PROBLEMS" in out:
+        print("(status PROBLEMS only because of those migrated keys: "
+              "expected here; a password change, or re-keying the user, "
+              "clears it)")
 
     storm = find_storm()
     step("a short login storm (kmpc-storm, 5 s, 16 logins in flight)")
