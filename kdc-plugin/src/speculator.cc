@@ -442,7 +442,8 @@ bool Speculator::TakePad(const PendingJob& q, HeldKeystream* pad) {
       return true;
     }
   }
-  return TakeSigningPad(j, len, fits, pad);
+  return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, len, fits, pad) ||
+         held_linked_.TakeNewest(j.key_id, j.usage, j.cipher, len, fits, pad);
 }
 
 // A VERIFY_CHECKSUM whose ctr0 is a held verification pad's becomes a

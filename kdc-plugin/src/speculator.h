@@ -325,14 +325,6 @@ class Speculator {
   void MaybeChain(PendingJob* job, const HeldKeystream& pad);
   bool UseChained(PendingJob* job);
   bool TakePad(const PendingJob& q, HeldKeystream* pad);
-  // A signing pad of j's key, usage and cipher signing at least
-  // min_length bytes that fits: unlinked pads first, then linked ones,
-  // newest first in each (taken out).
-  template <typename Fits>
-  bool TakeSigningPad(const Job& j, size_t min_length, Fits fits, HeldKeystream* pad) {
-    return held_pads_.TakeNewest(j.key_id, j.usage, j.cipher, min_length, fits, pad) ||
-           held_linked_.TakeNewest(j.key_id, j.usage, j.cipher, min_length, fits, pad);
-  }
   bool UseVerifyPad(PendingJob* job);
   bool UseReserved(PendingJob* job);
   void DrawVerifyPad(PendingJob* decrypt, std::vector<PendingJob>* group_jobs);
