@@ -24,7 +24,8 @@ import select
 import socket
 import threading
 import time
-import urllib.request
+
+from test_metrics import parse, scrape
 
 SOURCES = [f"127.0.0.{k}" for k in range(2, 10)]
 PER_SOURCE = 6
@@ -82,10 +83,9 @@ class RingFlood:
 
 
 def _rejected(url):
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    found = re.findall(r'^kmpc_ring_rejected_connections_total\{[^}]*reason="(\w+)"\} '
-                       r'([0-9.e+]+)$', text, re.M)
-    return {reason: int(float(v)) for reason, v in found}
+    """kmpc_ring_rejected_connections_total at url: {reason: connections}."""
+    return {dict(lab)["reason"]: v for (name, lab), v in parse(scrape(url)).items()
+            if name == "kmpc_ring_rejected_connections_total"}
 
 
 def _reject_lines(log_path, offset):
