@@ -2,7 +2,8 @@
 """Where a login's CPU goes under the AS storm: perf on the KDC and the
 three MPC servers at one open-loop rate.
 
-Brings up the kmpc realm (storm_bench's KmpcTarget, headline settings; the
+Brings up the kmpc realm (storm_bench's KmpcTarget, or KmpcMaliciousTarget with
+--malicious; headline settings; the
 build from $KMPC_CMAKE_BUILD and $KRB5_PREFIX as for storm_bench.py), runs
 kmpc-storm at --rate for --duration seconds and, over a window in the
 middle of it:
@@ -13,7 +14,7 @@ middle of it:
     (self time by symbol, per process) goes to --out-dir.
 Needs perf (linux-perf) and root (the tracepoint). Prints how long it took.
 
-Usage: storm_profile.py [--rate 1000] [--duration 14] [--window 8]
+Usage: storm_profile.py [--rate 1000] [--duration 14] [--window 8] [--malicious]
                         [--out-dir build/bench/profile]
 """
 
@@ -74,13 +75,16 @@ def main():
     ap.add_argument("--dwarf", action="store_true",
                     help="perf record --call-graph dwarf (callers of malloc and the like; "
                          "the binaries have no frame pointers)")
+    ap.add_argument("--malicious", action="store_true",
+                    help="the servers in --security=malicious (storm_bench's kmpc-malicious)")
     ap.add_argument("--out-dir", default=os.path.join(storm_bench.BENCH_DIR, "profile"))
     args = ap.parse_args()
     t0 = time.time()
     os.makedirs(args.out_dir, exist_ok=True)
     work = os.path.join(args.out_dir, "realm")
     subprocess.run(["rm", "-rf", work], check=True)
-    t = storm_bench.KmpcTarget(work, "headline", 1000)
+    cls = storm_bench.KmpcMaliciousTarget if args.malicious else storm_bench.KmpcTarget
+    t = cls(work, "headline", 1000)
     try:
         storm_bench.run_storm(t, ["-c", 1, "-d", 1], "warm", args.out_dir)
         box = {}
