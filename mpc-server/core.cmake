@@ -94,6 +94,17 @@ target_compile_definitions(kmpc_core_readahead_oneround_test PRIVATE KMPC_TEST_O
 gtest_discover_tests(kmpc_core_readahead_oneround_test TEST_PREFIX "core.oneround."
   DISCOVERY_TIMEOUT 60)
 
+# The check's coin redraw (test/core/coin_redraw_test.cc) against a copy of
+# verify.cc compiled with KMPC_TEST_COIN_HOOK, whose hooks let the test
+# force a coin onto an interpolation node; as above, only this test binary
+# is built with the switch.
+add_executable(kmpc_core_coin_redraw_test
+  ${KMPC_CORE_ROOT}/test/core/coin_redraw_test.cc ${KMPC_CORE_ROOT}/src/protocol/verify.cc)
+target_link_libraries(kmpc_core_coin_redraw_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
+target_compile_definitions(kmpc_core_coin_redraw_test PRIVATE KMPC_TEST_COIN_HOOK)
+gtest_discover_tests(kmpc_core_coin_redraw_test TEST_PREFIX "core.coinhook."
+  DISCOVERY_TIMEOUT 60)
+
 # The depth-3 S-box: tools/sbox3_gen.py checks its circuit against the AES
 # S-box on all 256 inputs and fails if src/aes/sbox3.inc is not what it
 # generates.

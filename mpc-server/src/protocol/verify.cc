@@ -265,6 +265,14 @@ void MulLog::Clear() {
   fold_dirty_ = 0;
 }
 
+#ifdef KMPC_TEST_COIN_HOOK
+// Defined by coin_redraw_test.cc, the only binary built with the switch
+// (core.cmake): may overwrite an opened coin (alike on every party), and
+// A's mask weight from coin c2 as the redraw sees it.
+void TestCoinHook(int party, uint8_t coin[16]);
+void TestMaskWeightHook(int party, dzkp::F64& wm);
+#endif
+
 namespace {
 
 // Detaches the context's log while the checks run their own rounds.
@@ -327,8 +335,35 @@ absl::Status Coin(Rep3& ctx, Sha256& opened, uint8_t out[16]) {
                                absl::MakeSpan(out, 16));
   share::Wipe(c0, 16);
   share::Wipe(c1, 16);
+#ifdef KMPC_TEST_COIN_HOOK
+  if (st.ok()) TestCoinHook(ctx.party(), out);
+#endif
   if (st.ok()) opened.Update(absl::MakeConstSpan(out, 16));
   return st;
+}
+
+// Whether r is one of the interpolation nodes e_0 .. e_{n-1}
+// (Field<E>::Elem: the elements with integer representation below n).
+bool IsNode(F64 r, size_t n) { return r.v < n; }
+bool IsNode(Fe r, size_t n) {
+  return _mm_extract_epi64(r, 1) == 0 && static_cast<uint64_t>(_mm_cvtsi128_si64(r)) < n;
+}
+
+// Coins until avoids(coin). A zero mask weight, or a compression's
+// challenge equal to one of its interpolation nodes, would zero the mask's
+// coefficient in the opened f or g, which would then be a public linear
+// combination of wire values (verify.h, step 5): such a coin is redrawn.
+// The coin is public, so every party redraws alike, and each challenge is
+// uniform over the field minus the nodes (soundness: verify.h). More than
+// kMaxCoinDraws in a row (probability below 2^-400) is an error.
+constexpr int kMaxCoinDraws = 8;
+template <class Avoids>
+absl::Status CoinAvoiding(Rep3& ctx, Sha256& opened, uint8_t out[16], Avoids avoids) {
+  for (int i = 0; i < kMaxCoinDraws; ++i) {
+    if (absl::Status st = Coin(ctx, opened, out); !st.ok()) return st;
+    if (avoids(out)) return absl::OkStatus();
+  }
+  return absl::InternalError("multiplication check: every coin hit an interpolation node");
 }
 
 // A coin's challenges: the GF(2^64) proof's is its low 8 bytes, the
@@ -595,7 +630,16 @@ absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t& na, size_t& nb, Fold& f
                                   v.b.h0, v.b.h1);
         !st.ok())
       return st;
-    if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
+    // A halving interpolates over {e_0, e_1}, a step over e_0 .. e_{K-1}
+    // (StepA: nh is 2 for a halving).
+    const size_t a_nodes = nh == 0 ? 0 : nh == 2 ? 2 : dzkp::kStepWords;
+    if (absl::Status st = CoinAvoiding(ctx, opened, coin,
+                                       [&](const uint8_t* c) {
+                                         return !IsNode(Challenge64(c), a_nodes) &&
+                                                !(hb && IsNode(dzkp::Load(c), 2));
+                                       });
+        !st.ok())
+      return st;
     if (nh > 0) nh = StepA(af, ag, na, nh, Challenge64(coin), v);
     if (hb) {
       const Fe r = dzkp::Load(coin);
@@ -630,7 +674,13 @@ absl::Status Tails(Rep3& ctx, Sha256& opened, size_t na, size_t nb, Fold& fa, Gf
       !st.ok())
     return st;
   uint8_t coin[16];
-  if (absl::Status st = Coin(ctx, opened, coin); !st.ok()) return st;
+  if (absl::Status st = CoinAvoiding(ctx, opened, coin,
+                                     [&](const uint8_t* c) {
+                                       return !(v.on_a && IsNode(Challenge64(c), T)) &&
+                                              !(v.on_b && IsNode(dzkp::Load(c), T));
+                                     });
+      !st.ok())
+    return st;
   if (v.on_a) {
     const F64 r = Challenge64(coin), c[2] = {v.a.c[0], v.a.c[1]};
     CompressClaim(c, v.a.h0, v.a.h1, T, r, v.a.c);
@@ -740,7 +790,29 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   if (absl::Status st = FirstLevelProof(ctx, s, w, sec); !st.ok()) return fail(st);
 
   // Round 3: coin c2: r, the masks' weights and the GF(2^128) products'.
-  if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
+  // Redrawn if a mask's weight is zero (CoinAvoiding); r interpolates the
+  // groups, not the mask, so it may be any element.
+  auto first_avoids = [&](const uint8_t* c) {
+    const Prf prf(c);
+    uint8_t b[16];
+    bool ok = true;
+    if (sec.on_a) {
+      prf.Fill(0, 1, b);
+      F64 wm;  // FirstLevelClaim's w'_m
+      std::memcpy(&wm.v, b + 8, 8);
+#ifdef KMPC_TEST_COIN_HOOK
+      TestMaskWeightHook(ctx.party(), wm);
+#endif
+      ok = wm.v != 0;
+    }
+    if (ok && sec.on_b) {
+      prf.Fill(1 + ng, 1, b);  // FoldGfProducts' w''_m
+      ok = !IsNode(dzkp::Load(b), 1);
+    }
+    return ok;
+  };
+  if (absl::Status st = CoinAvoiding(ctx, log.opened_, coin, first_avoids); !st.ok())
+    return fail(st);
   size_t na = 0, nb = 0;
   {
     const Prf prf(coin);

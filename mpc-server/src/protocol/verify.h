@@ -73,15 +73,16 @@
 //     values at e_1 .. e_{2T-2} reshared (one message for both), a coin.
 //  5. each proof's last f, g and claim c are opened (one round; c = f g
 //     or the batch fails). f and g are uniformly random: the masks enter
-//     them with a nonzero coefficient, so only a zero test leaks. The
-//     coefficient is a product of Lagrange basis values at the coins; it
-//     is zero only if a coin equals an interpolation node of a halving, a
-//     step or the last compression (at most 2h + 4s + 129 nodes per proof,
-//     each coin uniform in GF(2^64) and fixed by PRSS after the values it
-//     checks: probability below 2^-55 per check, of the order of the
-//     soundness error), and then the opened f or g is a public linear
-//     combination of wire values. Redrawing such a coin, the same way on
-//     every party, would remove even that (not done).
+//     them with a nonzero coefficient, so only a zero test leaks. That
+//     coefficient is the mask's weight from coin c2 times a product of
+//     Lagrange basis values at the later coins: it would be zero if the
+//     weight were zero or a coin equalled an interpolation node of a
+//     halving, a step or the last compression, and the opened f or g
+//     would then be a public linear combination of wire values. Such a
+//     coin is redrawn (CoinAvoiding, verify.cc; two more rounds, with
+//     probability below 2^-55 per check): the coin is public, so every
+//     party redraws alike, and each challenge is uniform over the field
+//     minus at most T = 129 nodes.
 //  6. compare (one round): hashes of everything opened, as below.
 // Communication per party (A alone: the in-wave checks): 2G - 1 + 2 h +
 // 6 s + 2T - 2 + 3 elements of 8 bytes, h + s + 3 coins of 16 + 32 (the
@@ -117,7 +118,10 @@
 //    each GF(2^128) product's, enters with a weight drawn after it was
 //    sent: 1 / 2^64 for A's mask, 1 / 2^128 for B's sum (linear in the
 //    weights w'_k, w''_m);
-//  - the opening is exact.
+//  - the opening is exact;
+//  - a redrawn coin (step 5) is uniform over at least |F| - 129 elements,
+//    so each bound above holds with |F| - 129 in place of |F|: a factor
+//    below 1 + 2^-56, which moves none of the exponents below.
 // A's vector has n < 2^40 elements (64 per group of the log of one wave),
 // so at most 25 halvings (to 32769 elements: 2^40 / 2^15 = 2^25) and 4
 // steps by 4 (32769 -> 8193 -> 2049 -> 513 -> 129): A fails with
