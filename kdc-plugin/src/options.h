@@ -29,7 +29,7 @@
 //                              many jobs as that batch (batcher.h)
 //   backlog_batch_jobs = 2048  a batch takes every waiting job up to this
 //   backlog_batch_blocks = 65536   many jobs / AES blocks (batcher.h)
-//   max_inflight = 1           batches in flight at once
+//   max_inflight = 2           batches in flight at once
 //   max_queue_jobs = 65536     jobs allowed to wait; more are refused
 //                              (KRB5KDC_ERR_SVC_UNAVAILABLE)
 //   deadline_ms = 3000         a batch not done by then fails (every job

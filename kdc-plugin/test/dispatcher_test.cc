@@ -592,6 +592,7 @@ TEST_P(FakeBatcherTest, FailedBatchSetsNoHold) {
 TEST_P(FakeBatcherTest, HoldIsCappedAtTheWindow) {
   BatcherOptions o = SubmitterKicked(absl::Milliseconds(100));
   o.hold_pct = 5000;
+  o.max_inflight = 1;  // job 4 waits behind batch 1
   fake_.set_latency(absl::Milliseconds(200));
   auto b = Make(o);
   for (int i = 1; i <= 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());

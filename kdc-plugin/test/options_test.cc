@@ -16,7 +16,7 @@ TEST(OptionsTest, ParsesAndRejects) {
   auto d = ParseOptions({"servers = h:1,h:2,h:3", "certs=/c"});
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->batcher.early_flush);
-  EXPECT_EQ(d->batcher.max_inflight, 1);
+  EXPECT_EQ(d->batcher.max_inflight, 2);
   EXPECT_EQ(d->batcher.window, absl::Milliseconds(100));
   auto off = ParseOptions({"servers = h:1,h:2,h:3", "certs=/c", "early_flush=no"});
   ASSERT_TRUE(off.ok()) << off.status();
@@ -28,7 +28,7 @@ TEST(OptionsTest, ParsesAndRejects) {
                          "max_queue_jobs=7", "speculate=off",
                          "speculate_ttl_ms=1500", "speculate_max=100",
                          "backlog_batch_jobs=33",
-                         "backlog_batch_blocks=444", "max_inflight=2"});
+                         "backlog_batch_blocks=444", "max_inflight=3"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_FALSE(o->batcher.speculate);
   EXPECT_EQ(o->batcher.speculate_ttl, absl::Milliseconds(1500));
@@ -49,8 +49,8 @@ TEST(OptionsTest, ParsesAndRejects) {
   EXPECT_EQ(o->batcher.max_queue, 7u);
   EXPECT_EQ(o->batcher.backlog_jobs, 33u);
   EXPECT_EQ(o->batcher.backlog_blocks, 444u);
-  EXPECT_EQ(o->batcher.max_inflight, 2);
-  EXPECT_EQ(BatcherOptions().max_inflight, 1);
+  EXPECT_EQ(o->batcher.max_inflight, 3);
+  EXPECT_EQ(BatcherOptions().max_inflight, 2);
   EXPECT_EQ(o->metrics_addr, "");
   auto m = ParseOptions({"servers=h:1,h:2,h:3", "certs=/c",
                          "metrics_addr = 127.0.0.1:9100"});

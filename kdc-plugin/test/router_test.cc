@@ -178,6 +178,7 @@ TEST_F(RouterTest, HungPrimaryFailsOverAtItsDeadline) {
 // primary is sent job 1 only (counted, not timed), and all six succeed.
 TEST_F(RouterTest, JobsQueuedOnAFailedClusterMoveAtOnce) {
   options_.deadline = absl::Seconds(1);  // retried within 2 (kRetryWithin)
+  options_.max_inflight = 1;
   auto r = Make();
   clusters_[0].set_hang(0, true);
   const absl::Time start = absl::Now();
