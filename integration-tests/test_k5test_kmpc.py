@@ -6,8 +6,10 @@ A realm whose servers run with flags (KMPC_SERVER_FLAGS, e.g.
 its cluster after realm.stop(): a malicious-mode run of MIT's tests must
 not go on against semi-honest servers without saying so."""
 
+import fcntl
 import glob
 import os
+import signal
 import subprocess
 import sys
 
@@ -51,21 +53,30 @@ def test_restarted_cluster_keeps_its_server_flags(tmp_path):
                K5TEST_KMPC_ROOT=mit_kmpc.ROOT, K5TEST_KMPC_CERTS=str(certs),
                K5TEST_KMPC_WORKERS="1", KMPC_SERVER_FLAGS="--security=malicious")
     with open(os.path.join(obj, ".mit-kmpc.lock"), "a") as lock:
-        import fcntl
         fcntl.flock(lock, fcntl.LOCK_EX)
         mit_kmpc.prepare(obj, ["tests"], str(out))
         cwd = os.path.join(obj, "tests")
-        p = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env,
-                           capture_output=True, text=True, timeout=600,
-                           stdin=subprocess.DEVNULL)
+        # Its own process group, so that a timeout also stops the KDC and
+        # the MPC servers it started (fixed ports: the next MIT run needs
+        # them free), as mit_kmpc.run_test does.
+        proc = subprocess.Popen([sys.executable, str(script)], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            out_text, _ = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out_text, _ = proc.communicate()
+        finally:
+            leaked = mit_kmpc.leaked_servers(cwd)
         # k5test writes its log to testlog in the working directory.
         with open(os.path.join(cwd, "testlog"), errors="replace") as f:
-            outp = p.stdout + p.stderr + f.read()
+            outp = out_text + f.read()
         logs = sorted(glob.glob(os.path.join(cwd, "testdir", "**", "party-*.log"),
                                 recursive=True))
         texts = {path: open(path, errors="replace").read() for path in logs}
-        mit_kmpc.leaked_servers(cwd)
-    assert p.returncode == 0 and "*** Success: kmpc cluster restart" in outp, outp[-4000:]
+    assert proc.returncode == 0 and "*** Success: kmpc cluster restart" in outp, outp[-4000:]
+    assert not leaked, f"MPC servers left running: {leaked}"
     assert "MPC servers of KRBTEST.COM restarted" in outp, outp[-4000:]
     # The logs are truncated at every start: these are the restarted
     # servers' own lines.

@@ -6,10 +6,10 @@
 // after only `coalesce` (or at SubmitterIdle(), when the KDC's event loop
 // is done with the callback that submitted the jobs) when no batch is in
 // flight, so a lone request never waits for a fixed window; under load
-// the max_inflight batches in flight make the queue wait, so the next
-// batch grows with what arrived meanwhile; behind fewer than max_inflight
-// a queue goes at once, and behind a batch in flight (max_inflight > 1)
-// when its oldest job has waited `window` at most (the bound under load); `window` is the whole policy with early_flush = false: the queue is flushed when
+// a batch in flight makes the queue wait, so the next batch grows with
+// what arrived meanwhile: it goes when a batch ends, or (with fewer than
+// max_inflight in flight) when it reaches max_jobs / max_blocks or its
+// oldest job has waited `window` (the bound under load); `window` is the whole policy with early_flush = false: the queue is flushed when
 // its oldest job has waited `window`. In both modes a queue reaching
 // max_jobs / max_blocks goes at once. At most max_inflight Run batches
 // run at once; FINALIZE-only batches of speculated jobs (at most four)
@@ -88,10 +88,11 @@ struct BatcherOptions {
   bool submitter_kicks = false;
   // Two batches at a time by default, one per worker of a default server
   // (--workers 2): while one batch is in rounds that wait on the ring (the
-  // malicious check's small messages, the agreement), the other computes;
-  // while both run, the next one collects everything that arrives (up to
-  // backlog_jobs / backlog_blocks), so under load batches still grow with
-  // the load. Measured against 1 (docs/bench-log.md, 2026-11-25): AS storm
+  // malicious check's small messages, the agreement), the other computes.
+  // Behind one batch in flight the next goes when it is full (max_jobs /
+  // max_blocks) or its window has passed; behind two it collects everything
+  // that arrives (up to backlog_jobs / backlog_blocks), so under load
+  // batches still grow with the load. Measured against 1 (docs/bench-log.md, 2026-11-25): AS storm
   // peak +32% with malicious servers, +3% semi-honest, the TGS/renewal mix
   // unchanged. A cluster far away (RTT of milliseconds) may want more, with
   // as many server workers. A failed or hung batch takes its logins with

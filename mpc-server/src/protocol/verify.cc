@@ -271,6 +271,7 @@ void MulLog::Clear() {
 // A's mask weight from coin c2 as the redraw sees it.
 void TestCoinHook(int party, uint8_t coin[16]);
 void TestMaskWeightHook(int party, dzkp::F64& wm);
+void TestGfMaskWeightHook(int party, uint8_t wm[16]);
 #endif
 
 namespace {
@@ -354,8 +355,10 @@ bool IsNode(Fe r, size_t n) {
 // coefficient in the opened f or g, which would then be a public linear
 // combination of wire values (verify.h, step 5): such a coin is redrawn.
 // The coin is public, so every party redraws alike, and each challenge is
-// uniform over the field minus the nodes (soundness: verify.h). More than
-// kMaxCoinDraws in a row (probability below 2^-400) is an error.
+// uniform over the field minus the nodes (soundness: verify.h). The last
+// party to reveal can show its predecessor any coin, so a cheater can
+// force redraws there: more than kMaxCoinDraws in a row (for honest
+// parties, probability below 2^-400) is a detected deviation.
 constexpr int kMaxCoinDraws = 8;
 template <class Avoids>
 absl::Status CoinAvoiding(Rep3& ctx, Sha256& opened, uint8_t out[16], Avoids avoids) {
@@ -363,7 +366,7 @@ absl::Status CoinAvoiding(Rep3& ctx, Sha256& opened, uint8_t out[16], Avoids avo
     if (absl::Status st = Coin(ctx, opened, out); !st.ok()) return st;
     if (avoids(out)) return absl::OkStatus();
   }
-  return absl::InternalError("multiplication check: every coin hit an interpolation node");
+  return IntegrityFailure();
 }
 
 // A coin's challenges: the GF(2^64) proof's is its low 8 bytes, the
@@ -741,6 +744,33 @@ void Size(V& v, size_t n) {
   v.resize(n);
 }
 
+// Coin c2 gives A's mask weight w'_m (FirstLevelClaim: block 0, bytes
+// 8..15) and B's w''_m (FoldGfProducts: block 1 + ng); a zero one would
+// keep that mask out of its proof's opened f (CoinAvoiding). c2's r
+// interpolates the groups, not the mask, so it may be any element.
+bool MaskWeightsNonzero(const uint8_t* coin, bool on_a, bool on_b, size_t ng, int party) {
+  const Prf prf(coin);
+  uint8_t b[16];
+  if (on_a) {
+    prf.Fill(0, 1, b);
+    F64 wm;
+    std::memcpy(&wm.v, b + 8, 8);
+#ifdef KMPC_TEST_COIN_HOOK
+    TestMaskWeightHook(party, wm);
+#endif
+    if (wm.v == 0) return false;
+  }
+  if (on_b) {
+    prf.Fill(1 + ng, 1, b);
+#ifdef KMPC_TEST_COIN_HOOK
+    TestGfMaskWeightHook(party, b);
+#endif
+    if (IsNode(dzkp::Load(b), 1)) return false;
+  }
+  (void)party;
+  return true;
+}
+
 }  // namespace
 
 absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
@@ -790,26 +820,9 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   if (absl::Status st = FirstLevelProof(ctx, s, w, sec); !st.ok()) return fail(st);
 
   // Round 3: coin c2: r, the masks' weights and the GF(2^128) products'.
-  // Redrawn if a mask's weight is zero (CoinAvoiding); r interpolates the
-  // groups, not the mask, so it may be any element.
+  // Redrawn if a mask's weight is zero (MaskWeightsNonzero).
   auto first_avoids = [&](const uint8_t* c) {
-    const Prf prf(c);
-    uint8_t b[16];
-    bool ok = true;
-    if (sec.on_a) {
-      prf.Fill(0, 1, b);
-      F64 wm;  // FirstLevelClaim's w'_m
-      std::memcpy(&wm.v, b + 8, 8);
-#ifdef KMPC_TEST_COIN_HOOK
-      TestMaskWeightHook(ctx.party(), wm);
-#endif
-      ok = wm.v != 0;
-    }
-    if (ok && sec.on_b) {
-      prf.Fill(1 + ng, 1, b);  // FoldGfProducts' w''_m
-      ok = !IsNode(dzkp::Load(b), 1);
-    }
-    return ok;
+    return MaskWeightsNonzero(c, sec.on_a, sec.on_b, ng, ctx.party());
   };
   if (absl::Status st = CoinAvoiding(ctx, log.opened_, coin, first_avoids); !st.ok())
     return fail(st);

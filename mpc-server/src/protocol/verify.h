@@ -82,7 +82,8 @@
 //     coin is redrawn (CoinAvoiding, verify.cc; two more rounds, with
 //     probability below 2^-55 per check): the coin is public, so every
 //     party redraws alike, and each challenge is uniform over the field
-//     minus at most T = 129 nodes.
+//     minus at most T = 129 nodes (B's, when both proofs run, also
+//     minus the coins whose low half is one of A's nodes).
 //  6. compare (one round): hashes of everything opened, as below.
 // Communication per party (A alone: the in-wave checks): 2G - 1 + 2 h +
 // 6 s + 2T - 2 + 3 elements of 8 bytes, h + s + 3 coins of 16 + 32 (the
@@ -119,9 +120,12 @@
 //    sent: 1 / 2^64 for A's mask, 1 / 2^128 for B's sum (linear in the
 //    weights w'_k, w''_m);
 //  - the opening is exact;
-//  - a redrawn coin (step 5) is uniform over at least |F| - 129 elements,
-//    so each bound above holds with |F| - 129 in place of |F|: a factor
-//    below 1 + 2^-56, which moves none of the exponents below.
+//  - a redrawn coin (step 5) is uniform over at least |F| (1 - 130 /
+//    2^64) elements of its field (A's nodes exclude at most 129 values of
+//    the low half, and so 129 * 2^64 coins for B, whose own nodes exclude
+//    at most 129 more), so each bound above holds with that in place of
+//    |F|: a factor below 1 + 2^-56, which moves none of the exponents
+//    below.
 // A's vector has n < 2^40 elements (64 per group of the log of one wave),
 // so at most 25 halvings (to 32769 elements: 2^40 / 2^15 = 2^25) and 4
 // steps by 4 (32769 -> 8193 -> 2049 -> 513 -> 129): A fails with

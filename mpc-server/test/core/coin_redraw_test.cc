@@ -29,9 +29,11 @@ struct Forcing {
   uint64_t low = 0;     // its bytes 0..7 (A's challenge)
   bool high_zero = false;  // and zero bytes 8..15 (B's challenge = low)
   bool zero_mask = false;  // A's mask weight zero in the first c2 draw
+  std::atomic<int> gf_mask_views[3] = {0, 0, 0};
+  bool zero_gf_mask = false;  // B's mask weight zero in the first c2 draw
   void Reset() {
-    for (int i = 0; i < 3; ++i) draws[i] = 0, mask_views[i] = 0;
-    force_draw = -1, low = 0, high_zero = false, zero_mask = false;
+    for (int i = 0; i < 3; ++i) draws[i] = 0, mask_views[i] = 0, gf_mask_views[i] = 0;
+    force_draw = -1, low = 0, high_zero = false, zero_mask = false, zero_gf_mask = false;
   }
 };
 Forcing forcing;
@@ -48,19 +50,23 @@ void TestMaskWeightHook(int party, dzkp::F64& wm) {
   if (forcing.zero_mask && forcing.mask_views[party]++ == 0) wm.v = 0;
 }
 
+void TestGfMaskWeightHook(int party, uint8_t wm[16]) {
+  if (forcing.zero_gf_mask && forcing.gf_mask_views[party]++ == 0) std::memset(wm, 0, 16);
+}
+
 namespace {
 
 // Three AND layers of `words` words (70: G = 16, 897 elements, two steps
 // by 4 to the tail; 0: no AND proof) and five GF(2^128) products (proof
 // B).
-std::array<absl::Status, 3> RunHonest(size_t words) {
-  ::kmpc::testing::CheatRing ring(0, std::chrono::milliseconds(2000));
-  return ring.RunCheck(3, words, 64, 5);
+std::array<absl::Status, 3> RunHonest(size_t words, size_t gf) {
+  ::kmpc::testing::CheatRing ring(0, std::chrono::milliseconds(5000));
+  return ring.RunCheck(3, words, 64, gf);
 }
 
 // Coins drawn by each party in one check, all equal; every party ok.
-int CheckedDraws(const char* what, size_t words = 70) {
-  const auto st = RunHonest(words);
+int CheckedDraws(const char* what, size_t words = 70, size_t gf = 5) {
+  const auto st = RunHonest(words, gf);
   for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << what << ": " << s;
   EXPECT_EQ(forcing.draws[0], forcing.draws[1]) << what;
   EXPECT_EQ(forcing.draws[1], forcing.draws[2]) << what;
@@ -91,6 +97,37 @@ TEST_F(CoinRedraw, ANodeChallengeIsRedrawn) {
       EXPECT_EQ(CheckedDraws("node"), baseline_ + 1) << "draw " << k;
     }
   }
+  // The last node of each kind is redrawn, the first value past it kept:
+  // draws 2 .. baseline_ - 2 are steps by 4 (nodes e_0 .. e_3), the last
+  // one the tail (e_0 .. e_128).
+  auto expect = [&](int k, uint64_t low, int draws, const char* what) {
+    forcing.Reset();
+    forcing.force_draw = k, forcing.low = low;
+    EXPECT_EQ(CheckedDraws(what), draws) << what << ", draw " << k;
+  };
+  for (int k = 2; k < baseline_ - 1; ++k) {
+    expect(k, 3, baseline_ + 1, "step e_3");
+    expect(k, 4, baseline_, "step past its nodes");
+  }
+  expect(baseline_ - 1, 128, baseline_ + 1, "tail e_128");
+  expect(baseline_ - 1, 129, baseline_, "tail past its nodes");
+}
+
+// Above 32,769 elements A halves (nodes e_0, e_1), and above 129 GF(2^128)
+// products B does too: 3 layers of 11,000 words (33,001 elements) and 200
+// products. Draw 2 is a halving of both.
+TEST_F(CoinRedraw, HalvingNodesAreRedrawn) {
+  forcing.Reset();
+  const int draws = CheckedDraws("halving baseline", 11000, 200);
+  ASSERT_GE(draws, 5);
+  auto expect = [&](uint64_t low, bool high_zero, int n, const char* what) {
+    forcing.Reset();
+    forcing.force_draw = 2, forcing.low = low, forcing.high_zero = high_zero;
+    EXPECT_EQ(CheckedDraws(what, 11000, 200), n) << what;
+  };
+  expect(1, false, draws + 1, "A's halving e_1");
+  expect(2, false, draws, "A past its halving nodes");
+  expect(2, true, draws, "A and B past their halving nodes");
 }
 
 // Proof B alone (no AND word): its challenge, all 128 bits of the coin, is
@@ -119,11 +156,15 @@ TEST_F(CoinRedraw, OtherChallengesAreKept) {
   }
 }
 
-// A zero mask weight from c2 is drawn again.
+// A zero mask weight from c2 is drawn again, A's and B's.
 TEST_F(CoinRedraw, AZeroMaskWeightIsRedrawn) {
   forcing.zero_mask = true;
   EXPECT_EQ(CheckedDraws("zero mask weight"), baseline_ + 1);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(forcing.mask_views[i], 2) << "party " << i;
+  forcing.Reset();
+  forcing.zero_gf_mask = true;
+  EXPECT_EQ(CheckedDraws("zero GF mask weight"), baseline_ + 1);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(forcing.gf_mask_views[i], 2) << "party " << i;
 }
 
 }  // namespace
