@@ -268,7 +268,7 @@ void MulLog::Clear() {
 #ifdef KMPC_TEST_COIN_HOOK
 // Defined by coin_redraw_test.cc, the only binary built with the switch
 // (core.cmake): may overwrite an opened coin (alike on every party), and
-// A's mask weight from coin c2 as the redraw sees it.
+// A's and B's mask weights from coin c2 as the redraw sees them.
 void TestCoinHook(int party, uint8_t coin[16]);
 void TestMaskWeightHook(int party, dzkp::F64& wm);
 void TestGfMaskWeightHook(int party, uint8_t wm[16]);
@@ -765,7 +765,7 @@ bool MaskWeightsNonzero(const uint8_t* coin, bool on_a, bool on_b, size_t ng, in
 #ifdef KMPC_TEST_COIN_HOOK
     TestGfMaskWeightHook(party, b);
 #endif
-    if (IsNode(dzkp::Load(b), 1)) return false;
+    if (IsNode(dzkp::Load(b), 1)) return false;  // e_0: zero
   }
   (void)party;
   return true;
