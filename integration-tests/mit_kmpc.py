@@ -181,6 +181,22 @@ def run_test(name, mode, src, obj, out, env, timeout):
             "realms": realms, "krbtgt_in_cluster": shared}
 
 
+def test_env(src, mode, certs):
+    """The environment MIT's scripts run in: the caller's without its
+    krb5 and k5test settings, k5test on PYTHONPATH and, unless mode is
+    stock, k5test's kmpc mode with the certificates in certs
+    (K5TEST_KMPC_WORKERS and K5TEST_KMPC_PROTECT pass through)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LD_", "KRB5", "KPROP", "K5TEST", "GSS_"))}
+    env["PYTHONPATH"] = os.path.join(src, "util")
+    if mode != "stock":
+        env.update(K5TEST_KMPC=mode, K5TEST_KMPC_ROOT=ROOT, K5TEST_KMPC_CERTS=certs,
+                   K5TEST_KMPC_WORKERS=os.environ.get("K5TEST_KMPC_WORKERS", "1"))
+        if os.environ.get("K5TEST_KMPC_PROTECT"):
+            env["K5TEST_KMPC_PROTECT"] = os.environ["K5TEST_KMPC_PROTECT"]
+    return env
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", default="krbtgt", choices=("krbtgt", "users", "stock"))
@@ -210,19 +226,13 @@ def main():
     fcntl.flock(run_lock, fcntl.LOCK_EX)
     prepare(obj, sorted({os.path.dirname(t) for t in tests}), out)
 
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LD_", "KRB5", "KPROP", "K5TEST", "GSS_"))}
-    env["PYTHONPATH"] = os.path.join(src, "util")
+    certs = None
     if args.mode != "stock":
         certs = os.path.join(out, "certs")
         shutil.rmtree(certs, ignore_errors=True)
         subprocess.run(["bash", os.path.join(ROOT, "deploy", "gen-certs.sh"), certs],
                        check=True, capture_output=True, timeout=120)
-        env.update(K5TEST_KMPC=args.mode, K5TEST_KMPC_ROOT=ROOT,
-                   K5TEST_KMPC_CERTS=certs,
-                   K5TEST_KMPC_WORKERS=os.environ.get("K5TEST_KMPC_WORKERS", "1"))
-        if os.environ.get("K5TEST_KMPC_PROTECT"):
-            env["K5TEST_KMPC_PROTECT"] = os.environ["K5TEST_KMPC_PROTECT"]
+    env = test_env(src, args.mode, certs)
     log(f"== MIT krb5 tests against kmpc, mode {args.mode} (logs: {out}) ==")
     results = []
     for t in tests:

@@ -9,7 +9,6 @@ not go on against semi-honest servers without saying so."""
 import fcntl
 import glob
 import os
-import signal
 import subprocess
 import sys
 
@@ -47,40 +46,27 @@ def test_restarted_cluster_keeps_its_server_flags(tmp_path):
     certs = tmp_path / "certs"
     subprocess.run(["bash", os.path.join(mit_kmpc.ROOT, "deploy", "gen-certs.sh"), str(certs)],
                    check=True, capture_output=True, timeout=120)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LD_", "KRB5", "KPROP", "K5TEST", "GSS_", "KMPC_MPC_FLAGS"))}
-    env.update(PYTHONPATH=os.path.join(src, "util"), K5TEST_KMPC="krbtgt",
-               K5TEST_KMPC_ROOT=mit_kmpc.ROOT, K5TEST_KMPC_CERTS=str(certs),
-               K5TEST_KMPC_WORKERS="1", KMPC_SERVER_FLAGS="--security=malicious")
+    env = mit_kmpc.test_env(src, "krbtgt", str(certs))
+    env.pop("KMPC_MPC_FLAGS", None)
+    env.update(K5TEST_KMPC_WORKERS="1", KMPC_SERVER_FLAGS="--security=malicious")
     with open(os.path.join(obj, ".mit-kmpc.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         mit_kmpc.prepare(obj, ["tests"], str(out))
-        cwd = os.path.join(obj, "tests")
-        # Its own process group, so that a timeout also stops the KDC and
-        # the MPC servers it started (fixed ports: the next MIT run needs
-        # them free), as mit_kmpc.run_test does.
-        proc = subprocess.Popen([sys.executable, str(script)], cwd=cwd, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            out_text, _ = proc.communicate(timeout=600)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out_text, _ = proc.communicate()
-        finally:
-            leaked = mit_kmpc.leaked_servers(cwd)
-        # k5test writes its log to testlog in the working directory.
-        with open(os.path.join(cwd, "testlog"), errors="replace") as f:
-            outp = out_text + f.read()
-        logs = sorted(glob.glob(os.path.join(cwd, "testdir", "**", "party-*.log"),
-                                recursive=True))
-        texts = {path: open(path, errors="replace").read() for path in logs}
-    assert proc.returncode == 0 and "*** Success: kmpc cluster restart" in outp, outp[-4000:]
-    assert not leaked, f"MPC servers left running: {leaked}"
-    assert "MPC servers of KRBTEST.COM restarted" in outp, outp[-4000:]
+        # Run as MIT's own scripts are (its own process group, stopped at
+        # the timeout; servers it leaves running are killed and fail it;
+        # its testlog and daemon logs copied to out).
+        r = mit_kmpc.run_test("tests/t_kmpc_restart", "krbtgt", str(fake_src), obj, str(out),
+                              env, 600)
+    testlog = (out / "tests_t_kmpc_restart.testlog").read_text(errors="replace")
+    assert r["passed"], f"{r['reason']}\n{testlog[-4000:]}"
+    assert "*** Success: kmpc cluster restart" in testlog, testlog[-4000:]
+    assert "MPC servers of KRBTEST.COM restarted" in testlog, testlog[-4000:]
     # The logs are truncated at every start: these are the restarted
     # servers' own lines.
-    assert len(texts) == 3, logs
-    for path, text in texts.items():
+    logs = sorted(glob.glob(str(out / "tests_t_kmpc_restart.logs" / "**" / "party-*.log"),
+                            recursive=True))
+    assert len(logs) == 3, logs
+    for path in logs:
+        text = open(path, errors="replace").read()
         assert "security malicious" in text, f"{path}:\n{text[-2000:]}"
         assert "security semi-honest" not in text, f"{path}:\n{text[-2000:]}"

@@ -9,8 +9,9 @@
 // a batch in flight makes the queue wait, so the next batch grows with
 // what arrived meanwhile: it goes when a batch ends, or (with fewer than
 // max_inflight in flight) when it reaches max_jobs / max_blocks or its
-// oldest job has waited `window` (the bound under load); `window` is the whole policy with early_flush = false: the queue is flushed when
-// its oldest job has waited `window`. In both modes a queue reaching
+// oldest job has waited `window` (the bound under load). `window` is the
+// whole policy with early_flush = false: the queue is flushed when its
+// oldest job has waited `window`. In both modes a queue reaching
 // max_jobs / max_blocks goes at once. At most max_inflight Run batches
 // run at once; FINALIZE-only batches of speculated jobs (at most four)
 // and Sign requests (pads, speculator.h) never wait for them.
@@ -92,11 +93,12 @@ struct BatcherOptions {
   // Behind one batch in flight the next goes when it is full (max_jobs /
   // max_blocks) or its window has passed; behind two it collects everything
   // that arrives (up to backlog_jobs / backlog_blocks), so under load
-  // batches still grow with the load. Measured against 1 (docs/bench-log.md, 2026-11-25): AS storm
-  // peak +32% with malicious servers, +3% semi-honest, the TGS/renewal mix
-  // unchanged. A cluster far away (RTT of milliseconds) may want more, with
-  // as many server workers. A failed or hung batch takes its logins with
-  // it (all of them until `deadline`).
+  // batches still grow with the load. Measured against 1
+  // (docs/bench-log.md, 2026-11-25): AS storm peak +32% with malicious
+  // servers, +3% semi-honest, the TGS/renewal mix unchanged. A cluster far
+  // away (RTT of milliseconds) may want more, with as many server workers.
+  // A failed or hung batch takes its logins with it (all of them until
+  // `deadline`).
   int max_inflight = 2;
   // Jobs waiting beyond this are refused at submit (kUnavailable): an
   // overloaded or slow cluster must not grow the KDC without bound.

@@ -377,6 +377,15 @@ F64 Challenge64(const uint8_t coin[16]) {
   return r;
 }
 
+// A compression coin's predicate for CoinAvoiding: neither challenge is
+// one of its proof's interpolation nodes (a_nodes, b_nodes; 0 for a proof
+// not compressed by this coin).
+auto AvoidsNodes(size_t a_nodes, size_t b_nodes) {
+  return [a_nodes, b_nodes](const uint8_t* c) {
+    return !IsNode(Challenge64(c), a_nodes) && !IsNode(dzkp::Load(c), b_nodes);
+  };
+}
+
 constexpr int kMaxP = dzkp::kMaxProofPoints;
 
 // Weak shares -> replicated shares (one message) of na elements of
@@ -636,11 +645,7 @@ absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t& na, size_t& nb, Fold& f
     // A halving interpolates over {e_0, e_1}, a step over e_0 .. e_{K-1}
     // (StepA: nh is 2 for a halving).
     const size_t a_nodes = nh == 0 ? 0 : nh == 2 ? 2 : dzkp::kStepWords;
-    if (absl::Status st = CoinAvoiding(ctx, opened, coin,
-                                       [&](const uint8_t* c) {
-                                         return !IsNode(Challenge64(c), a_nodes) &&
-                                                !(hb && IsNode(dzkp::Load(c), 2));
-                                       });
+    if (absl::Status st = CoinAvoiding(ctx, opened, coin, AvoidsNodes(a_nodes, hb ? 2 : 0));
         !st.ok())
       return st;
     if (nh > 0) nh = StepA(af, ag, na, nh, Challenge64(coin), v);
@@ -678,10 +683,7 @@ absl::Status Tails(Rep3& ctx, Sha256& opened, size_t na, size_t nb, Fold& fa, Gf
     return st;
   uint8_t coin[16];
   if (absl::Status st = CoinAvoiding(ctx, opened, coin,
-                                     [&](const uint8_t* c) {
-                                       return !(v.on_a && IsNode(Challenge64(c), T)) &&
-                                              !(v.on_b && IsNode(dzkp::Load(c), T));
-                                     });
+                                     AvoidsNodes(v.on_a ? T : 0, v.on_b ? T : 0));
       !st.ok())
     return st;
   if (v.on_a) {
