@@ -8,7 +8,11 @@
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -16,7 +20,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "client/channels.h"
 #include "party_server.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
 
@@ -204,6 +211,65 @@ TEST_F(ClusterClientTest, PemErrorsNameTheFileAndNeverQuoteTheKey) {
   expect_error(cfg, "cannot read the client private key " + cfg.key);
   // The good files.
   EXPECT_TRUE(ClusterChannels::Open(Config()).ok());
+}
+
+// errno in a thread right after it waited for an absl Mutex behind another
+// waiter. The first such wait of a process (Debian's abseil 20220623: a
+// thread enqueued behind a waiter reads its scheduling priority, and the
+// cycle clock's frequency, computed once) opens kFreqFile. gRPC 1.51 reads
+// a failed connect's errno only after such waits (channels.cc), so an
+// ENOENT left here became a connect error. Up to `rounds` tries, in case a
+// loaded machine let the first waiter in late; ENOENT ends them.
+constexpr char kFreqFile[] = "/sys/devices/system/cpu/cpu0/tsc_freq_khz";
+
+int ErrnoAfterWaitingBehindAWaiter(int rounds) {
+  int e = 0;
+  for (int r = 0; r < rounds && e != ENOENT; ++r) {
+    absl::Mutex mu;
+    absl::Notification held;
+    std::thread holder([&] {
+      mu.Lock();
+      held.Notify();
+      absl::SleepFor(absl::Milliseconds(300));
+      mu.Unlock();
+    });
+    held.WaitForNotification();
+    std::thread first([&] {
+      mu.Lock();
+      mu.Unlock();
+    });
+    absl::SleepFor(absl::Milliseconds(100));  // first is queued by now
+    errno = 0;
+    mu.Lock();
+    e = errno;
+    mu.Unlock();
+    holder.join();
+    first.join();
+  }
+  return e;
+}
+
+// Each runs in a fresh process (death tests, "threadsafe" style re-runs the
+// binary), where no contended wait has happened yet.
+TEST_F(ClusterClientTest, AFirstQueuedWaitLeavesEnoentWhereTheFileIsAbsent) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const bool absent = access(kFreqFile, F_OK) != 0;
+        std::_Exit((ErrnoAfterWaitingBehindAWaiter(5) == ENOENT) == absent ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(ClusterClientTest, OpenLeavesNoStaleEnoentForAFailedConnect) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        // No connection is made (connect_wait 0), so the ports need no server.
+        if (!ClusterChannels::Open(Config()).ok()) std::_Exit(2);
+        std::_Exit(ErrnoAfterWaitingBehindAWaiter(5) == ENOENT ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(ClusterClientTest, CallerMayNotSetTheTargetName) {

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/base/internal/sysinfo.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -174,6 +175,15 @@ absl::StatusOr<ClusterChannels> ClusterChannels::Open(const ClusterConfig& cfg,
           "party's channel is pinned to its own)");
   auto creds = ClientCredentials(cfg);
   if (!creds.ok()) return creds.status();
+  // gRPC 1.51 reads errno after connect() only after taking absl Mutexes
+  // (tcp_client_posix.cc; fixed upstream in grpc/grpc#35064). The first
+  // contended absl Mutex wait of a process computes the nominal CPU
+  // frequency once, opening /sys/devices/system/cpu/cpu0/tsc_freq_khz,
+  // which many VMs lack: the ENOENT it leaves was reported as the
+  // connection's failure ("failed to connect to all addresses; last error:
+  // UNKNOWN: ipv4:...: No such file or directory"). Computing it here,
+  // before any channel exists, leaves no file for a later wait to open.
+  (void)absl::base_internal::NominalCPUFrequency();
   ClusterChannels c;
   c.cfg_ = cfg;
   for (int i = 0; i < kParties; ++i) {

@@ -69,12 +69,9 @@ struct ChannelOptions {
   // them before Open returns (never an error: a party that is down or
   // refuses us fails the first call). gRPC retries a connection attempt
   // that fails transiently only while the channel is used; a first call
-  // made right away can fail on such a failure instead. Seen with gRPC
-  // 1.51: "failed to connect to all addresses; last error: UNKNOWN: ...:
-  // No such file or directory": it reads errno after connect() only after
-  // taking absl Mutexes (tcp_client_posix.cc), and the first contended
-  // absl Mutex wait of a process opens /sys/.../tsc_freq_khz, absent on
-  // some VMs, leaving ENOENT there (fixed upstream in grpc/grpc#35064).
+  // made right away can fail on such a failure instead. (The one such
+  // failure seen, gRPC 1.51 reporting a stale ENOENT as a connect error,
+  // Open prevents: see channels.cc.)
   // 0: channels connect on their first call (the KDC module: see
   // kdc-plugin/src/grpc_transport.cc).
   absl::Duration connect_wait = absl::ZeroDuration();
