@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -159,6 +160,12 @@ class ClusterClientTest : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
+  [[noreturn]] static void ExitRemovingDir(int code) {
+    std::error_code ec;
+    std::filesystem::remove_all(Dir(), ec);
+    std::_Exit(code);
+  }
+
   static std::string KeyId(char fill) { return std::string(32, fill); }
 
   std::array<int, 3> ports_{};
@@ -250,13 +257,16 @@ int ErrnoAfterWaitingBehindAWaiter(int rounds) {
 }
 
 // Each runs in a fresh process (death tests, "threadsafe" style re-runs the
-// binary), where no contended wait has happened yet.
+// binary), where no contended wait has happened yet. The child leaves by
+// _Exit (no atexit handlers with gRPC's threads running), so it removes
+// its own SetUpTestSuite directory first.
 TEST_F(ClusterClientTest, AFirstQueuedWaitLeavesEnoentWhereTheFileIsAbsent) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
         const bool absent = access(kFreqFile, F_OK) != 0;
-        std::_Exit((ErrnoAfterWaitingBehindAWaiter(5) == ENOENT) == absent ? 0 : 1);
+        const bool enoent = ErrnoAfterWaitingBehindAWaiter(5) == ENOENT;
+        ExitRemovingDir(enoent == absent ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
 }
@@ -266,8 +276,8 @@ TEST_F(ClusterClientTest, OpenLeavesNoStaleEnoentForAFailedConnect) {
   EXPECT_EXIT(
       {
         // No connection is made (connect_wait 0), so the ports need no server.
-        if (!ClusterChannels::Open(Config()).ok()) std::_Exit(2);
-        std::_Exit(ErrnoAfterWaitingBehindAWaiter(5) == ENOENT ? 1 : 0);
+        if (!ClusterChannels::Open(Config()).ok()) ExitRemovingDir(2);
+        ExitRemovingDir(ErrnoAfterWaitingBehindAWaiter(5) == ENOENT ? 1 : 0);
       },
       ::testing::ExitedWithCode(0), "");
 }
