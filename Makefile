@@ -91,7 +91,7 @@ bench-mpc: build
 	@$(BENCH_MPC)
 
 # Login storms (kmpc-storm) against the stock KDC and against kmpc, then a
-# shorter one against kmpc with its servers in --security=malicious, same
+# the same sweep against kmpc with its servers in --security=malicious, same
 # machine, same run: figures, JSON and the latency/throughput plot in build/bench.
 bench-storm: build
 	@$(BENCH_SNAPSHOT)
