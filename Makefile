@@ -90,7 +90,7 @@ bench-mpc: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_MPC)
 
-# Login storms (kmpc-storm) against the stock KDC and against kmpc, then a
+# Login storms (kmpc-storm) against the stock KDC and against kmpc, then
 # the same sweep against kmpc with its servers in --security=malicious, same
 # machine, same run: figures, JSON and the latency/throughput plot in build/bench.
 bench-storm: build
