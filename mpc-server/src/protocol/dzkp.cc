@@ -574,8 +574,27 @@ struct FirstLevelScratch {
   // The fold's subset sums (without GFNI) of the public coefficients
   // L_j(r) tau_j and L_j(r): not wiped.
   F64 ta[kMaxGroupWords / 8][256];
-  // Wipes (and zeroes) the accumulators and sums, which hold shares.
-  void Wipe() { share::Wipe(this, offsetof(FirstLevelScratch, ta)); }
+  // Zeroes what FirstLevelH accumulates into for groups of g words: the
+  // 512-bit accumulators it reads (acc[j][q] for q >= j / 8) and T, or S
+  // and T; S64 and T64 are assigned, not accumulated.
+  void ZeroAccumulators(int g, bool v512) {
+    if (v512) {
+      for (int j = 0; j < g; ++j)
+        share::Wipe(&acc[j][j / 8], static_cast<size_t>(g / 8 - j / 8) * sizeof acc[j][0]);
+      share::Wipe(dacc, sizeof dacc);
+      share::Wipe(zacc, sizeof zacc);
+    } else {
+      share::Wipe(S, sizeof S);
+    }
+    share::Wipe(T, sizeof T);
+  }
+  // Wipes everything FirstLevelH wrote for groups of g words (it all
+  // holds shares); the parts it never writes stay zero.
+  void Wipe(int g, bool v512) {
+    ZeroAccumulators(g, v512);
+    share::Wipe(S64, static_cast<size_t>(g) * sizeof S64[0]);
+    share::Wipe(T64, sizeof T64);
+  }
 };
 
 FirstLevelScratch& Scratch() {
@@ -617,8 +636,8 @@ struct GroupView {
   const uint64_t* y0;
   const uint64_t* z[2];
   uint64_t nu;
-  uint64_t yy[G];  // weak share of x_j & y_j': x0 & (y0 ^ y1) ^ x1 & y0
-  uint64_t buf[6][G];
+  alignas(64) uint64_t yy[G];  // weak share of x_j & y_j': x0 & (y0 ^ y1) ^ x1 & y0
+  alignas(64) uint64_t buf[6][G];
   void Load(const AndShares& s, size_t k, uint64_t nu_k) {
     x0 = GroupWords<G>(s.x[0], s.n, k, buf[0]);
     x1 = GroupWords<G>(s.x[1], s.n, k, buf[1]);
@@ -628,6 +647,16 @@ struct GroupView {
     z[1] = GroupWords<G>(s.z[1], s.n, k, buf[5]);
     for (int j = 0; j < G; ++j) yy[j] = y0[j] ^ y1[j];
     nu = nu_k;
+  }
+  // Load with x0, x1 and y0 always in buf[0 .. 3) (CrossGroups512 reads
+  // every group's words at fixed offsets from one base).
+  void LoadCopied(const AndShares& s, size_t k, uint64_t nu_k) {
+    Load(s, k, nu_k);
+    const uint64_t** src[3] = {&x0, &x1, &y0};
+    for (int c = 0; c < 3; ++c) {
+      if (*src[c] != buf[c]) std::memcpy(buf[c], *src[c], sizeof buf[c]);
+      *src[c] = buf[c];
+    }
   }
   // No group: zero words with weight 0.
   void LoadNone() {
@@ -645,9 +674,13 @@ struct GroupView {
 // read; j' = j gives zero there and the diagonal has its own sums), the
 // groups' products summed before they are added to the accumulators.
 inline constexpr int kCrossGroups = 4;
-// (a & b) ^ c and a ^ b ^ c as VPTERNLOGQ immediates (a = 0xF0, b = 0xCC,
-// c = 0xAA).
-inline constexpr int kAndXor = 0x6A, kXor3 = 0x96;
+// a ^ b ^ c and a ^ (b & c) as VPTERNLOGQ immediates (a = 0xF0, b = 0xCC,
+// c = 0xAA). a is the instruction's destination: with the running term as
+// a, no loop-invariant register is copied before each use.
+inline constexpr int kXor3 = 0x96, kXorAnd = 0x78;
+// The views' words are read at fixed offsets from v (GroupView::LoadCopied:
+// x0, x1, y0 in buf[0 .. 3)), so the inner loop needs one base register
+// instead of a pointer per group and share.
 template <int G>
 KMPC_DZKP_512 void CrossGroups512(const GroupView<G>* v, FirstLevelScratch& s) {
   constexpr int K = kCrossGroups;
@@ -657,16 +690,16 @@ KMPC_DZKP_512 void CrossGroups512(const GroupView<G>* v, FirstLevelScratch& s) {
   for (int q = 0; q < G / 8; ++q) {
     __m512i Y[K], Y0[K], X0[K], X1[K];
     for (int i = 0; i < K; ++i) {
-      Y[i] = _mm512_loadu_si512(v[i].yy + 8 * q);
-      Y0[i] = _mm512_loadu_si512(v[i].y0 + 8 * q);
-      X0[i] = _mm512_loadu_si512(v[i].x0 + 8 * q);
-      X1[i] = _mm512_loadu_si512(v[i].x1 + 8 * q);
+      Y[i] = _mm512_load_si512(v[i].yy + 8 * q);
+      Y0[i] = _mm512_load_si512(v[i].buf[2] + 8 * q);
+      X0[i] = _mm512_load_si512(v[i].buf[0] + 8 * q);
+      X1[i] = _mm512_load_si512(v[i].buf[1] + 8 * q);
     }
     {
       __m512i lo = s.dacc[q][0], hi = s.dacc[q][1];
       for (int i = 0; i < K; ++i) {
-        const __m512i p = _mm512_ternarylogic_epi64(X0[i], Y[i], _mm512_and_si512(X1[i], Y0[i]),
-                                                    kAndXor);
+        const __m512i p = _mm512_ternarylogic_epi64(_mm512_and_si512(X1[i], Y0[i]), X0[i],
+                                                    Y[i], kXorAnd);
         lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(p, nv[i], 0x00));
         hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(p, nv[i], 0x01));
       }
@@ -680,15 +713,15 @@ KMPC_DZKP_512 void CrossGroups512(const GroupView<G>* v, FirstLevelScratch& s) {
         __m512i p[2];
         for (int u = 0; u < 2; ++u) {
           const GroupView<G>& g = v[i + u];
-          const __m512i a0 = _mm512_set1_epi64(static_cast<int64_t>(g.x0[j]));
-          const __m512i a1 = _mm512_set1_epi64(static_cast<int64_t>(g.x1[j]));
+          const __m512i a0 = _mm512_set1_epi64(static_cast<int64_t>(g.buf[0][j]));
+          const __m512i a1 = _mm512_set1_epi64(static_cast<int64_t>(g.buf[1][j]));
           const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(g.yy[j]));
-          const __m512i b0 = _mm512_set1_epi64(static_cast<int64_t>(g.y0[j]));
+          const __m512i b0 = _mm512_set1_epi64(static_cast<int64_t>(g.buf[2][j]));
           // x0_j & yy_j' ^ x1_j & y0_j' ^ x0_j' & yy_j ^ x1_j' & y0_j.
           __m512i t = _mm512_and_si512(X1[i + u], b0);
-          t = _mm512_ternarylogic_epi64(X0[i + u], b, t, kAndXor);
-          t = _mm512_ternarylogic_epi64(a1, Y0[i + u], t, kAndXor);
-          p[u] = _mm512_ternarylogic_epi64(a0, Y[i + u], t, kAndXor);
+          t = _mm512_ternarylogic_epi64(t, X0[i + u], b, kXorAnd);
+          t = _mm512_ternarylogic_epi64(t, a1, Y0[i + u], kXorAnd);
+          p[u] = _mm512_ternarylogic_epi64(t, a0, Y[i + u], kXorAnd);
         }
         lo = _mm512_ternarylogic_epi64(lo, _mm512_clmulepi64_epi128(p[0], nv[i], 0x00),
                                        _mm512_clmulepi64_epi128(p[1], nv[i + 1], 0x00), kXor3);
@@ -727,6 +760,33 @@ KMPC_DZKP_512 void Unpack512(const __m512i (*acc)[2], Fe* out, int q0, int words
   }
 }
 
+// The 512-bit path's sums into S64 (reduced) and T: row j's words 8q +
+// {0, 2, 4, 6} are in acc[j][q][0], 8q + {1, 3, 5, 7} in acc[j][q][1], the
+// diagonal's extra terms in dacc; below the diagonal S64 is zero.
+template <int G>
+KMPC_DZKP_512 void AccumulatorsToS64(FirstLevelScratch& sc) {
+  Fe diag[G] = {};
+  Unpack512(sc.dacc, diag, 0, G);
+  for (int c = 0; c < 2; ++c) Unpack512(sc.zacc[c], sc.T[c], 0, G);
+  for (int j = 0; j < G; ++j) {
+    const int q0 = j / 8;
+    for (int j2 = 0; j2 < 8 * q0; ++j2) sc.S64[j][j2] = F64{0};
+    for (int q = q0; q < G / 8; ++q) {
+      alignas(64) Fe e[2][4];
+      _mm512_store_si512(e[0], sc.acc[j][q][0]);
+      _mm512_store_si512(e[1], sc.acc[j][q][1]);
+      for (int i = 0; i < 8; ++i) {
+        const int j2 = 8 * q + i;
+        Wide64 t;
+        t.v = j2 == j ? Add(e[i & 1][i >> 1], diag[j]) : e[i & 1][i >> 1];
+        sc.S64[j][j2] = j2 < j ? F64{0} : Reduce(t);
+      }
+      share::Wipe(e, sizeof e);
+    }
+  }
+  share::Wipe(diag, sizeof diag);
+}
+
 // The Lagrange values L_j(e_p) over {e_0 .. e_{G-1}} for p in [G, kHPoints),
 // computed once.
 template <class E, int G>
@@ -763,14 +823,18 @@ template <int G>
 void FirstLevelHImpl(const AndShares& s, const AndWeights& w, F64* out, F64 claim[2]) {
   const size_t groups = (s.n + G - 1) / G;
   FirstLevelScratch& sc = Scratch();
-  sc.Wipe();
   const bool v512 = Use512();
+  sc.ZeroAccumulators(G, v512);
   auto view = std::make_unique<GroupView<G>[]>(kCrossGroups);
   const size_t step = v512 ? kCrossGroups : 1;
   for (size_t k = 0; k < groups; k += step) {
     for (size_t i = 0; i < step; ++i) {
       if (k + i < groups) {
-        view[i].Load(s, k + i, w.nu[k + i]);
+        if (v512) {
+          view[i].LoadCopied(s, k + i, w.nu[k + i]);
+        } else {
+          view[i].Load(s, k + i, w.nu[k + i]);
+        }
       } else {
         view[i].LoadNone();
       }
@@ -787,24 +851,22 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, F64* out, F64 clai
     }
   }
   for (size_t i = 0; i < kCrossGroups; ++i) view[i].Wipe();
-  if (v512) {
-    for (int j = 0; j < G; ++j) Unpack512(sc.acc[j], sc.S[j], j / 8, G);
-    Fe diag[G] = {};
-    Unpack512(sc.dacc, diag, 0, G);
-    for (int j = 0; j < G; ++j) sc.S[j][j] = Add(sc.S[j][j], diag[j]);
-    share::Wipe(diag, sizeof diag);
-    for (int c = 0; c < 2; ++c) Unpack512(sc.zacc[c], sc.T[c], 0, G);
-  }
   // The exact sums reduced into GF(2^64) (reduction is GF(2)-linear).
   auto reduce = [](Fe v) {
     Wide64 t;
     t.v = v;
     return Reduce(t);
   };
-  for (int j = 0; j < G; ++j) {
-    for (int j2 = 0; j2 < G; ++j2) sc.S64[j][j2] = j2 < j ? F64{0} : reduce(sc.S[j][j2]);
-    for (int c = 0; c < 2; ++c) sc.T64[c][j] = reduce(sc.T[c][j]);
+  if (v512) {
+    // S64 straight from the accumulators (S unused): row j's words
+    // 8q + {0, 2, 4, 6} in acc[j][q][0], 8q + {1, 3, 5, 7} in [1].
+    AccumulatorsToS64<G>(sc);
+  } else {
+    for (int j = 0; j < G; ++j)
+      for (int j2 = 0; j2 < G; ++j2) sc.S64[j][j2] = j2 < j ? F64{0} : reduce(sc.S[j][j2]);
   }
+  for (int j = 0; j < G; ++j)
+    for (int c = 0; c < 2; ++c) sc.T64[c][j] = reduce(sc.T[c][j]);
   for (int c = 0; c < 2; ++c) {
     Wide64 t;
     for (int j = 0; j < G; ++j) MulAcc(t, w.tau[j], sc.T64[c][j]);
@@ -830,7 +892,7 @@ void FirstLevelHImpl(const AndShares& s, const AndWeights& w, F64* out, F64 clai
     }
     out[p - 1] = Reduce(acc);
   }
-  sc.Wipe();
+  sc.Wipe(G, v512);
 }
 
 template <int G>
