@@ -59,6 +59,30 @@ void Invoke(const Transport::Done& done, CallStatus s) {
   }
 }
 
+// A call in flight on the completion queue: its tag. Finish's tag comes
+// back exactly once (ok is always true for a unary call's Finish).
+struct PendingCall {
+  virtual ~PendingCall() = default;
+  grpc::Status status;
+  std::function<void(grpc::Status)> cb;
+};
+template <class Resp>
+struct PendingCallOf : PendingCall {
+  std::unique_ptr<grpc::ClientAsyncResponseReader<Resp>> reader;
+};
+
+// Starts prepare(ctx, cq)'s call and has its answer go to cb on the
+// completion-queue thread.
+template <class Resp, class Prepare>
+void StartOnQueue(grpc::ClientContext* ctx, grpc::CompletionQueue* cq, Resp* resp,
+                  std::function<void(grpc::Status)> cb, Prepare prepare) {
+  auto* call = new PendingCallOf<Resp>;
+  call->cb = std::move(cb);
+  call->reader = prepare(ctx, cq);
+  call->reader->StartCall();
+  call->reader->Finish(resp, &call->status, static_cast<PendingCall*>(call));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
@@ -80,14 +104,12 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
   // Detect a dead peer on an idle connection.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  // No connecting here (opts.connect_wait 0): gRPC 1.51 handles a socket's
-  // events only while some thread polls (the callback threads the first
-  // call starts; before that only the client channel's backup poller,
-  // every 5 s), so an attempt started now stalled until the connect
-  // timeout above cut it ("tcp handshaker shutdown", "Handshake read
-  // failed") and left the channel in TRANSIENT_FAILURE, where a first
-  // login more than 5 s after start-up failed at once. The first call
-  // connects (a TCP and TLS handshake, about a millisecond on loopback).
+  // No connecting here (opts.connect_wait 0): the first call connects (a
+  // TCP and TLS handshake, about a millisecond on loopback). gRPC 1.51
+  // handles a socket's events only while some thread polls (here the
+  // completion-queue thread; without one only the client channel's backup
+  // poller, every 5 s, and an attempt stalled until the connect timeout
+  // above cut it, leaving the channel in TRANSIENT_FAILURE).
   //
   // Party identity: the channel to the server at position i accepts only
   // party i's certificate (client/channels.h), checked in the TLS
@@ -108,10 +130,32 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
     t->channels_[i] = channels->channel(i);
     t->stubs_[i] = kmpc::v1::KeyOps::NewStub(t->channels_[i]);
   }
+  // The thread in Next() also polls the channels' sockets (gRPC 1.51 reads
+  // a socket only while some thread polls), from now on.
+  t->cq_ = std::make_unique<grpc::CompletionQueue>();
+  t->cq_thread_ = std::thread([raw = t.get()] { raw->Poll(); });
   return t;
 }
 
-GrpcTransport::~GrpcTransport() { Shutdown(); }
+GrpcTransport::~GrpcTransport() {
+  Shutdown();
+  if (cq_ != nullptr) {
+    // Every call has completed and its context is gone (Shutdown): the
+    // queue drains at once.
+    cq_->Shutdown();
+    if (cq_thread_.joinable()) cq_thread_.join();
+  }
+}
+
+void GrpcTransport::Poll() {
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq_->Next(&tag, &ok)) {
+    std::unique_ptr<PendingCall> call(static_cast<PendingCall*>(tag));
+    // The callback may start another call (RetryFirstConnect's attempt).
+    call->cb(std::move(call->status));
+  }
+}
 
 std::string GrpcTransport::PartyName(int party) const {
   if (party < 0 || party > 2) return absl::StrCat("party ", party);
@@ -226,9 +270,12 @@ void GrpcTransport::Run(int party, const kmpc::v1::RunRequest& req,
                         kmpc::v1::RunResponse* resp, absl::Time deadline,
                         Done done) {
   auto issue = std::make_shared<const Issue>(
-      [stub = stubs_[party].get(), req = &req, resp](
+      [stub = stubs_[party].get(), cq = cq_.get(), req = &req, resp](
           grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
-        stub->async()->Run(ctx, req, resp, std::move(cb));
+        StartOnQueue(ctx, cq, resp, std::move(cb),
+                     [stub, req](grpc::ClientContext* c, grpc::CompletionQueue* q) {
+                       return stub->PrepareAsyncRun(c, *req, q);
+                     });
       });
   Attempt(party, deadline, std::move(issue), std::move(done),
           absl::OkStatus());
@@ -238,9 +285,12 @@ void GrpcTransport::Finalize(int party, const kmpc::v1::FinalizeRequest& req,
                              kmpc::v1::FinalizeResponse* resp,
                              absl::Time deadline, Done done) {
   auto issue = std::make_shared<const Issue>(
-      [stub = stubs_[party].get(), req = &req, resp](
+      [stub = stubs_[party].get(), cq = cq_.get(), req = &req, resp](
           grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
-        stub->async()->Finalize(ctx, req, resp, std::move(cb));
+        StartOnQueue(ctx, cq, resp, std::move(cb),
+                     [stub, req](grpc::ClientContext* c, grpc::CompletionQueue* q) {
+                       return stub->PrepareAsyncFinalize(c, *req, q);
+                     });
       });
   Attempt(party, deadline, std::move(issue), std::move(done),
           absl::OkStatus());
@@ -250,9 +300,12 @@ void GrpcTransport::Sign(int party, const kmpc::v1::SignRequest& req,
                          kmpc::v1::SignResponse* resp, absl::Time deadline,
                          Done done) {
   auto issue = std::make_shared<const Issue>(
-      [stub = stubs_[party].get(), req = &req, resp](
+      [stub = stubs_[party].get(), cq = cq_.get(), req = &req, resp](
           grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
-        stub->async()->Sign(ctx, req, resp, std::move(cb));
+        StartOnQueue(ctx, cq, resp, std::move(cb),
+                     [stub, req](grpc::ClientContext* c, grpc::CompletionQueue* q) {
+                       return stub->PrepareAsyncSign(c, *req, q);
+                     });
       });
   Attempt(party, deadline, std::move(issue), std::move(done),
           absl::OkStatus());
@@ -268,11 +321,12 @@ void GrpcTransport::Shutdown() {
   // Outside the lock: a cancelled call's callback may run at once.
   for (const auto& c : calls) c->TryCancel();
   calls.clear();
-  // Every callback has returned, and every context is gone: a context
-  // holds a reference to its channel, and the channels' last references
-  // must go here, not on a gRPC callback thread after the callback (in
-  // gRPC 1.51 that thread would then shut down the callback threads,
-  // itself included, and abort the process: grpc/grpc#32584).
+  // Every callback has returned, and every context is gone (a context
+  // holds a reference to its channel): the channels' last references are
+  // this object's own, released by its destructor after the
+  // completion-queue thread has stopped, never on a gRPC thread (with
+  // gRPC 1.51's callback API that thread would shut down the callback
+  // threads, itself included, and abort the process: grpc/grpc#32584).
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait(l, [this] { return calls_.empty() && contexts_ == 0; });
 }

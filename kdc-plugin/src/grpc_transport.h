@@ -1,5 +1,9 @@
-// Transport over gRPC with mTLS (the KDC client certificate), callback API:
-// the three calls of a step run in parallel without a thread per call.
+// Transport over gRPC with mTLS (the KDC client certificate), the
+// completion-queue API with one thread of its own: the three calls of a
+// step run in parallel without a thread per call, and an answer reaches its
+// callback on the thread that read it (gRPC 1.51's callback API handed
+// each completion between its two callback threads, several wake-ups per
+// answer: docs/bench-log.md, 2026-11-25).
 //
 // A party's connection is made by the first call to it. Calls fail fast
 // (kUnavailable) when their party cannot be reached, except before the
@@ -22,6 +26,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "kmpc.grpc.pb.h"
@@ -30,6 +35,7 @@
 namespace grpc {
 class Channel;
 class ClientContext;
+class CompletionQueue;
 class Status;
 }  // namespace grpc
 
@@ -75,9 +81,12 @@ class GrpcTransport : public Transport {
   bool Begin(const std::shared_ptr<grpc::ClientContext>& ctx);
   void End(const std::shared_ptr<grpc::ClientContext>& ctx);
 
-  // Starts the unary call on ctx, with a completion callback.
+  // Starts the unary call on ctx, with a completion callback (run on the
+  // completion-queue thread).
   using Issue = std::function<void(grpc::ClientContext*,
                                    std::function<void(grpc::Status)>)>;
+  // The completion-queue thread: runs each finished call's callback.
+  void Poll();
   // One attempt of a call: fail fast (first_failure OK), or, after that
   // failed while the party had never been connected, waiting for the
   // connection (wait_for_ready) until the deadline.
@@ -89,6 +98,9 @@ class GrpcTransport : public Transport {
   // kFirstConnectGrace old.
   bool RetryFirstConnect(int party, const absl::Status& s);
   void NoteConnected(int party, const absl::Status& s);
+
+  std::unique_ptr<grpc::CompletionQueue> cq_;
+  std::thread cq_thread_;
 
   std::array<std::string, 3> servers_;
   std::array<std::shared_ptr<grpc::Channel>, 3> channels_;
