@@ -148,7 +148,7 @@ def test_per_job_lines_only_with_logging_debug(kmpc_factory):
 
 # Also with the servers in malicious-security mode (protocol/verify.h):
 # the same KDC paths, every product verified.
-@pytest.mark.parametrize("flags", ["", "--security=malicious"],
+@pytest.mark.parametrize("flags", ["--security=semi-honest", "--security=malicious"],
                          ids=["semi-honest", "malicious"])
 def test_login_kvno_and_wrong_password(kmpc_factory, flags):
     r = kmpc(kmpc_factory, server_flags=flags)

@@ -226,9 +226,13 @@ def _dump(request, cluster):
         sys.stderr.write(cluster.logs() + "\n")
 
 
+# The shared cluster's tests are the semi-honest protocol's (its S-box
+# rule above, the depth-3 circuit); test_malicious.py runs the known
+# answers against malicious servers, the servers' default.
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory, certs):
-    c = Cluster(str(tmp_path_factory.mktemp("mpc-cluster")), certs).start()
+    c = Cluster(str(tmp_path_factory.mktemp("mpc-cluster")), certs,
+                flags=[["--security=semi-honest"]] * 3).start()
     yield c
     c.stop()
 

@@ -149,8 +149,10 @@ def bring_up(work, users, kdc_conf_extra, attempts=2):
     once for the whole warm-up (docs/bench-log.md, 2026-11-24): the set-up
     is then made again from scratch, once."""
     for attempt in range(attempts):
+        # Semi-honest servers, as the storm's kmpc target (storm_bench).
         rs = kmpc_replica.ReplicaSet(os.path.join(work, f"set{attempt}"),
-                                     kdc_conf_extra=kdc_conf_extra)
+                                     kdc_conf_extra=kdc_conf_extra,
+                                     server_flags="--security=semi-honest")
         try:
             rs.create(users=users).start()
             r = rs.replicas[0]

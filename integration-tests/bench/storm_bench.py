@@ -206,8 +206,10 @@ class KmpcTarget:
     (before sharing them out), so the storm is the same as for stock."""
 
     settings = ("headline", "default")
-    # kmpc-mpc-server flags of the three servers (KMPC_MPC_FLAGS).
-    server_flags = ""
+    # kmpc-mpc-server flags of the three servers (KMPC_MPC_FLAGS): the
+    # semi-honest protocol, named (the servers' default is malicious,
+    # KmpcMaliciousTarget below).
+    server_flags = "--security=semi-honest"
 
     def __init__(self, workdir, settings, n_users, metrics=False):
         """metrics: the KDC and each server also serve Prometheus /metrics
@@ -937,8 +939,8 @@ def main():
     if km.get("peak_logins_per_s") and kx:
         q = kx["peak_logins_per_s"] / km["peak_logins_per_s"]
         log(f"kmpc peak, --security=malicious / semi-honest: {kx['peak_logins_per_s']:.0f} / "
-            f"{km['peak_logins_per_s']:.0f} = {q:.2f}x (issue 16 target >= 0.80: "
-            f"{'met' if q >= 0.80 else 'missed'})")
+            f"{km['peak_logins_per_s']:.0f} = {q:.2f}x (issue 25 target >= 0.50: "
+            f"{'met' if q >= 0.50 else 'missed'})")
     if not args.no_plot:
         subprocess.run([sys.executable, os.path.join(HERE, "plot_storm.py"), csv_path,
                         os.path.join(out_dir, "storm_latency_throughput.png")], check=True)

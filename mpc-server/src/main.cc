@@ -145,11 +145,11 @@ ABSL_FLAG(int, depth3_max_blocks, -1,
           "batches of at most this many AES blocks use the 51-AND S-box of "
           "AND depth 3 (fewest rounds: latency-bound batches); 0 = never; "
           "-1 = the mode's default (256 semi-honest, 0 malicious)");
-ABSL_FLAG(std::string, security, "semi-honest",
-          "semi-honest (Araki et al., CCS 2016: private while every server "
-          "follows the protocol) or malicious (security with abort against "
-          "one deviating server: every product and opening is verified, "
-          "protocol/verify.h); all three servers must run the same");
+ABSL_FLAG(std::string, security, "malicious",
+          "malicious (the default: security with abort against one deviating "
+          "server, every product and opening is verified, protocol/verify.h) "
+          "or semi-honest (Araki et al., CCS 2016: private while every server "
+          "follows the protocol; faster); all three servers must run the same");
 ABSL_FLAG(int, wave_lanes, 0,
           "engine wave in AES blocks (>= chunk_lanes); 0 = the engine's default");
 ABSL_FLAG(int, verify_words, 0,

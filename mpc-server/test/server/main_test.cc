@@ -137,7 +137,7 @@ TEST_F(MainTest, ValidFlagsServeUntilSigtermThenExitZero) {
   Server s(Flags());
   ASSERT_TRUE(s.ReadUntil("listening on", 15000)) << s.output;
   EXPECT_THAT(s.output, HasSubstr("party 0 listening on 127.0.0.1:"));
-  EXPECT_THAT(s.output, HasSubstr("2 workers, security semi-honest"));
+  EXPECT_THAT(s.output, HasSubstr("2 workers, security malicious"));  // the default
   kill(s.pid, SIGTERM);
   EXPECT_EQ(s.Wait(10000), 0) << s.output;
   EXPECT_THAT(s.output, HasSubstr("signal 15: shutting down"));
