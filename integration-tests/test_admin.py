@@ -433,7 +433,8 @@ def test_status(kr):
     lines = out.strip().splitlines()
     for i in range(3):
         assert re.match(rf"server {i} \(127\.0\.0\.1:\d+\): ok, party {i}, ring up, "
-                        r"2 workers, 0 keys, batches ok \d+ failed \d+$", lines[i]), out
+                        r"2 workers, 0 keys, batches ok \d+ failed \d+, "
+                        r"security malicious$", lines[i]), out  # the servers' default
     assert lines[-1] == "status: OK", out
     kr.addprinc("hank")
     kr.admin("share", "--from-existing", "hank")

@@ -47,6 +47,7 @@ holds the key or a keystream, and the next batches are right.
 """
 import os
 import re
+import subprocess
 import time
 
 import pytest
@@ -321,6 +322,18 @@ def test_mixed_security_refuses_every_batch(clusters):
         assert not re.search(r"^ok ", r.stdout, re.M), r.stdout
         # ABORTED (10) from the agreement, naming the flag to fix.
         assert re.search(r"^rpc_error \d 10 .*--security", r.stdout, re.M), r.stdout
+    # kmpc-admin status names each server's mode and the mismatch.
+    p = subprocess.run([os.path.join(tmc.BIN, "kmpc-admin"), f"--servers={c.servers}",
+                        f"--ca={c.certs}/ca.pem", f"--cert={c.certs}/admin.pem",
+                        f"--key={c.certs}/admin.key", "status"],
+                       capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in os.environ.items() if k != "KMPC_ADMIN_CONFIG"})
+    assert p.returncode == 1, p.stdout + p.stderr
+    for i, mode in enumerate(["malicious", "semi-honest", "malicious"]):
+        assert re.search(rf"^server {i} .*, security {mode}$", p.stdout, re.M), p.stdout
+    assert ("security: MISMATCH, the servers run malicious and semi-honest"
+            in p.stdout), p.stdout
+    assert p.stdout.rstrip().endswith("status: PROBLEMS (see above)"), p.stdout
 
 
 # ---- The GF(2^128) proof (proof B of protocol/verify.h) in real processes.

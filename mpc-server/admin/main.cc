@@ -560,6 +560,18 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
   return ok;
 }
 
+// False, with a line saying so, when the servers that answered report
+// different --security modes ("unknown": a server older than the Health
+// field). They compare their engine options before every batch and refuse
+// each other's while these differ (engine.cc, the agreement).
+bool SameSecurity(const std::set<std::string>& modes, const char* pre) {
+  if (modes.size() <= 1) return true;
+  std::printf("%ssecurity: MISMATCH, the servers run %s: they refuse each other's "
+              "batches; run all three with the same --security\n",
+              pre, absl::StrJoin(modes, " and ").c_str());
+  return false;
+}
+
 // One cluster's part of status: each server's health, and every key id
 // on all three; prints with `prefix` ("cluster 2: " or ""). Adds what it
 // lists to *where (key id -> on which servers) and *infos; false when there
@@ -572,6 +584,7 @@ bool ClusterStatus(AdminClient& cluster, const std::string& prefix,
   auto health = cluster.Health();
   auto lists = cluster.ListKeys();
   const char* pre = prefix.c_str();
+  std::set<std::string> modes;
   for (int i = 0; i < 3; ++i) {
     std::string who = cluster.Describe(i);
     if (!health[i].ok()) {
@@ -583,17 +596,19 @@ bool ClusterStatus(AdminClient& cluster, const std::string& prefix,
     const auto& h = *health[i];
     bool good = h.ring_up() && h.party() == static_cast<uint32_t>(i);
     ok = ok && good;
+    const std::string& mode = *modes.insert(h.security().empty() ? "unknown" : h.security()).first;
     std::printf("%s%s: %s, party %u, ring %s, %u workers, %lu keys, batches ok %lu "
-                "failed %lu\n",
+                "failed %lu, security %s\n",
                 pre, who.c_str(), good ? "ok" : "DEGRADED", h.party(),
                 h.ring_up() ? "up" : "DOWN", h.workers(),
                 static_cast<unsigned long>(h.keys()),
                 static_cast<unsigned long>(h.batches_ok()),
-                static_cast<unsigned long>(h.batches_failed()));
+                static_cast<unsigned long>(h.batches_failed()), mode.c_str());
     if (h.party() != static_cast<uint32_t>(i))
       std::printf("%s%s: says it is party %u: list the servers in party order\n",
                   pre, who.c_str(), h.party());
   }
+  ok = SameSecurity(modes, pre) && ok;
   bool mine_ok = true;
   std::map<std::string, std::array<bool, 3>> mine;
   for (int i = 0; i < 3; ++i) {
