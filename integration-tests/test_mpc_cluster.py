@@ -233,6 +233,12 @@ def _dump(request, cluster):
 def shared_cluster(tmp_path_factory, certs):
     c = Cluster(str(tmp_path_factory.mktemp("mpc-cluster")), certs,
                 flags=[["--security=semi-honest"]] * 3).start()
+    # The ring connects in the background after "listening" (start does not
+    # wait for it): its tests, whichever runs first, find it up.
+    deadline = time.monotonic() + 30
+    while c.client("health").stdout.count("ring_up 1") < 3:
+        assert time.monotonic() < deadline, "ring did not come up\n" + c.logs()
+        time.sleep(0.1)
     yield c
     c.stop()
 
@@ -702,14 +708,7 @@ def test_access_control(cluster):
     assert r.returncode == 3 and " 7 " in r.stdout, r.stdout
     r = cluster.client("list-keys", client="kmpc-rogue")
     assert r.returncode == 3 and " 7 " in r.stdout, r.stdout
-    # The ring connects in the background after "listening" (start does not
-    # wait for it): the first test of a fresh cluster may ask before.
-    deadline = time.monotonic() + 30
-    while True:
-        r = cluster.client("health")
-        if r.stdout.count("ring_up 1") == 3 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    r = cluster.client("health")
     assert r.returncode == 0 and r.stdout.count("ring_up 1") == 3, r.stdout
     assert r.stdout.count(" security semi-honest\n") == 3, r.stdout
 

@@ -318,8 +318,6 @@ absl::StatusOr<kmpc::service::ServiceOptions> ServiceOptionsFromFlags(
   svc.party = party;
   svc.keyops_clients = std::move(auth->keyops_clients);
   svc.admin_clients = std::move(auth->admin_clients);
-  // Checked by EngineOptionsFromFlags before this runs.
-  svc.malicious = absl::GetFlag(FLAGS_security) == "malicious";
   if (absl::Status s = TtlAndBudget(FLAGS_encrypt_state_ttl_ms, FLAGS_max_pending_encrypt_mb,
                                     "--encrypt_state_ttl_ms and --max_pending_encrypt_mb",
                                     &svc.encrypt_state_ttl, &svc.max_pending_encrypt_bytes);

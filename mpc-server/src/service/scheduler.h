@@ -143,6 +143,8 @@ class Scheduler {
   bool RingUp() const { return ring_->AllConnected(); }
   int party() const { return ring_->party(); }
   int workers() const { return ring_->workers(); }
+  // --security=malicious: the batches' engines verify every product.
+  bool malicious() const { return options_.engine.malicious; }
 
  private:
   struct Work;

@@ -777,7 +777,7 @@ grpc::Status AdminService::Health(grpc::ServerContext* ctx,
   if (count.ok()) resp->set_keys(*count);
   resp->set_batches_ok(metrics_->batches_ok());
   resp->set_batches_failed(metrics_->batches_failed());
-  resp->set_security(options_.malicious ? "malicious" : "semi-honest");
+  resp->set_security(scheduler_->malicious() ? "malicious" : "semi-honest");
   return grpc::Status::OK;
 }
 

@@ -49,9 +49,6 @@ struct ServiceOptions {
   size_t max_pending_pad_bytes = size_t{256} << 20;
   // Items one Sign request may carry.
   size_t max_sign_items = 100000;
-  // --security=malicious (reported by Admin.Health; the engine has its own
-  // copy in EngineOptions).
-  bool malicious = false;
   // Test-only (--debug_record_requests): every KeyOps request is appended
   // here, serialized, before it is processed. Empty: off.
   std::string debug_record_requests;
