@@ -94,6 +94,23 @@ target_compile_definitions(kmpc_core_readahead_oneround_test PRIVATE KMPC_TEST_O
 gtest_discover_tests(kmpc_core_readahead_oneround_test TEST_PREFIX "core.oneround."
   DISCOVERY_TIMEOUT 60)
 
+# No message depends on an unconfirmed opening (test/core/openings_test.cc):
+# once against kmpc_core as it is, once against a copy of verify.cc compiled
+# with KMPC_TEST_UNCONFIRMED_OPENINGS (acknowledgements hashed, not
+# compared), which the test expects to leak; only that test binary is built
+# with the switch.
+add_executable(kmpc_core_openings_test ${KMPC_CORE_ROOT}/test/core/openings_test.cc)
+target_link_libraries(kmpc_core_openings_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_core_openings_test TEST_PREFIX "core." DISCOVERY_TIMEOUT 60)
+add_executable(kmpc_core_openings_unconfirmed_test
+  ${KMPC_CORE_ROOT}/test/core/openings_test.cc ${KMPC_CORE_ROOT}/src/protocol/verify.cc)
+target_link_libraries(kmpc_core_openings_unconfirmed_test PRIVATE
+  kmpc_core GTest::gtest GTest::gtest_main)
+target_compile_definitions(kmpc_core_openings_unconfirmed_test PRIVATE
+  KMPC_TEST_UNCONFIRMED_OPENINGS)
+gtest_discover_tests(kmpc_core_openings_unconfirmed_test TEST_PREFIX "core.unconfirmed."
+  DISCOVERY_TIMEOUT 60)
+
 # The check's coin redraw (test/core/coin_redraw_test.cc) against a copy of
 # verify.cc compiled with KMPC_TEST_COIN_HOOK, whose hooks let the test
 # force a coin onto an interpolation node; as above, only this test binary

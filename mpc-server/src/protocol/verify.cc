@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "protocol/prf.h"
@@ -287,16 +288,55 @@ class Unlogged {
   MulLog* saved_;
 };
 
+// The check's side of the ring. Messages pass through until this party
+// finds that its view of the openings differs from an honest peer's (an
+// acknowledgement that is not its own hash, or a deviation seen before the
+// check); from then on every message it sends is zeros of the size the
+// protocol prescribes. The ring stays in step (no party waits for a
+// message that never comes), and nothing this party computes after the
+// views diverged, i.e. from a peer's messages derived from a value opened
+// differently, reaches any party (verify.h, "Openings").
+class ConfirmedRing : public net::RingChannel {
+ public:
+  ConfirmedRing(net::RingChannel& inner, bool deviated) : inner_(inner), stopped_(deviated) {}
+  int party() const override { return inner_.party(); }
+  void Stop() { stopped_ = true; }
+  bool stopped() const { return stopped_; }
+  absl::Status SendToPrev(absl::Span<const uint8_t> msg) override {
+    if (!stopped_) return inner_.SendToPrev(msg);
+    const std::vector<uint8_t> zeros(msg.size(), 0);
+    return inner_.SendToPrev(zeros);
+  }
+  absl::Status RecvFromNext(absl::Span<uint8_t> out) override { return inner_.RecvFromNext(out); }
+  absl::Status Exchange(absl::Span<const uint8_t> to_prev,
+                        absl::Span<uint8_t> from_next) override {
+    if (!stopped_) return inner_.Exchange(to_prev, from_next);
+    const std::vector<uint8_t> zeros(to_prev.size(), 0);
+    return inner_.Exchange(zeros, from_next);
+  }
+
+ private:
+  net::RingChannel& inner_;
+  bool stopped_;
+};
+
+// What the check's rounds share: the hash of every value opened so far
+// and the ring that goes silent once this party's view diverged.
+struct Views {
+  Sha256& opened;
+  ConfirmedRing& ring;
+};
+
 // The final round: H(opened) to party i-1; compare what party i+1 sends
 // with our own.
-absl::Status Compare(Rep3& ctx, Sha256& opened, bool local_ok) {
+absl::Status Compare(Rep3& ctx, Views& views, bool local_ok) {
   std::array<uint8_t, 32> ho{}, in{};
-  absl::Status st = opened.Final(ho);
+  absl::Status st = views.opened.Final(ho);
   if (!st.ok()) return st;
   st = ctx.channel().Exchange(absl::MakeConstSpan(ho), absl::MakeSpan(in));
   if (!st.ok()) return st;
   const bool same = CRYPTO_memcmp(in.data(), ho.data(), 32) == 0;
-  if (!same || !local_ok) return IntegrityFailure();
+  if (!same || !local_ok || views.ring.stopped()) return IntegrityFailure();
   return absl::OkStatus();
 }
 
@@ -311,24 +351,41 @@ using dzkp::Fe;
 // sends that message and could choose its error to vanish at the coin
 // (an h' with h'(r) = h(r) plus the claimed error). So first a round of
 // acknowledgements: each party sends H(opened so far) to party i-1 and
-// hashes what party i+1 sent into the opened values. An honest party i+1
+// compares what party i+1 sent with its own hash. An honest party i+1
 // reveals its share only after receiving the acknowledgement of party
 // i-1, which party i-1 sends only after it received party i's last
 // message: every message a coin challenges has reached an honest party
-// before any party can compute the coin. A wrong acknowledgement makes
-// the parties' opened values differ, which the compare round detects.
+// before any party can compute the coin.
+// The comparison confirms every earlier opening (the previous coins, the
+// batch's ctr0 and reveals) before this party sends anything computed
+// from them: party i can shift the share it sends party i-1 of any
+// opening, so that i-1 alone opens a different value and derives its
+// next messages (to party i+1) from it; party i+1, which opened the true
+// value, finds i-1's acknowledgement differing from its own hash at the
+// next coin and goes silent (ConfirmedRing) before it sends anything
+// computed from those messages (a claim interpolated from i-1's reshared
+// h values, opened to party i, would be a known relation of the shares
+// party i lacks). Between an opening and the next acknowledgement an
+// honest party sends only messages computed from its own components and
+// from what it received before the opening: reshares and AND layers,
+// each masked by a zero-share component that party i cannot compute.
 // KMPC_TEST_ONE_ROUND_COIN: defined only where the tests compile a copy of
 // this file (kmpc_core_readahead_oneround_test, core.cmake) to show that
-// the read-ahead attack works without the acknowledgements; no library or
-// server is built with it.
-absl::Status Coin(Rep3& ctx, Sha256& opened, uint8_t out[16]) {
+// the read-ahead attack works without the acknowledgements;
+// KMPC_TEST_UNCONFIRMED_OPENINGS: likewise (kmpc_core_openings_unconfirmed_test)
+// for the acknowledgement hashed but not compared. No library or server is
+// built with either.
+absl::Status Coin(Rep3& ctx, Views& views, uint8_t out[16]) {
 #ifndef KMPC_TEST_ONE_ROUND_COIN
   std::array<uint8_t, 32> ack{}, peer{};
-  if (absl::Status st = opened.Peek(ack); !st.ok()) return st;
+  if (absl::Status st = views.opened.Peek(ack); !st.ok()) return st;
   if (absl::Status st = ctx.channel().Exchange(absl::MakeConstSpan(ack), absl::MakeSpan(peer));
       !st.ok())
     return st;
-  opened.Update(absl::MakeConstSpan(peer));
+#ifndef KMPC_TEST_UNCONFIRMED_OPENINGS
+  if (CRYPTO_memcmp(ack.data(), peer.data(), 32) != 0) views.ring.Stop();
+#endif
+  views.opened.Update(absl::MakeConstSpan(peer));
 #endif
   uint8_t c0[16], c1[16];
   ctx.prss().RandomShares(c0, c1, 16);
@@ -339,7 +396,7 @@ absl::Status Coin(Rep3& ctx, Sha256& opened, uint8_t out[16]) {
 #ifdef KMPC_TEST_COIN_HOOK
   if (st.ok()) TestCoinHook(ctx.party(), out);
 #endif
-  if (st.ok()) opened.Update(absl::MakeConstSpan(out, 16));
+  if (st.ok()) views.opened.Update(absl::MakeConstSpan(out, 16));
   return st;
 }
 
@@ -361,9 +418,9 @@ bool IsNode(Fe r, size_t n) {
 // parties, probability below 2^-400) is a detected deviation.
 constexpr int kMaxCoinDraws = 8;
 template <class Avoids>
-absl::Status CoinAvoiding(Rep3& ctx, Sha256& opened, uint8_t out[16], Avoids avoids) {
+absl::Status CoinAvoiding(Rep3& ctx, Views& views, uint8_t out[16], Avoids avoids) {
   for (int i = 0; i < kMaxCoinDraws; ++i) {
-    if (absl::Status st = Coin(ctx, opened, out); !st.ok()) return st;
+    if (absl::Status st = Coin(ctx, views, out); !st.ok()) return st;
     if (avoids(out)) return absl::OkStatus();
   }
   return IntegrityFailure();
@@ -626,7 +683,7 @@ size_t StepA(F64* const af[2], F64* const ag[2], size_t& na, size_t nh, F64 r,
 // halvings, in the same rounds (each a reshare of the h values of every
 // proof still above kTailWords elements, and a coin) until each has at
 // most kTailWords left.
-absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t& na, size_t& nb, Fold& fa, GfFold& fb,
+absl::Status Halvings(Rep3& ctx, Views& views, size_t& na, size_t& nb, Fold& fa, GfFold& fb,
                       VerifySecrets& v) {
   constexpr size_t T = dzkp::kTailWords;
   uint8_t coin[16];
@@ -645,7 +702,7 @@ absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t& na, size_t& nb, Fold& f
     // A halving interpolates over {e_0, e_1}, a step over e_0 .. e_{K-1}
     // (StepA: nh is 2 for a halving).
     const size_t a_nodes = nh == 0 ? 0 : nh == 2 ? 2 : dzkp::kStepWords;
-    if (absl::Status st = CoinAvoiding(ctx, opened, coin, AvoidsNodes(a_nodes, hb ? 2 : 0));
+    if (absl::Status st = CoinAvoiding(ctx, views, coin, AvoidsNodes(a_nodes, hb ? 2 : 0));
         !st.ok())
       return st;
     if (nh > 0) nh = StepA(af, ag, na, nh, Challenge64(coin), v);
@@ -662,7 +719,7 @@ absl::Status Halvings(Rep3& ctx, Sha256& opened, size_t& na, size_t& nb, Fold& f
 // The last compression of both proofs (vectors zero-padded to kTailWords:
 // they hold at least that many elements) to one element: h(e_1) ..
 // h(e_{2T-2}) of each reshared in one message, and a coin.
-absl::Status Tails(Rep3& ctx, Sha256& opened, size_t na, size_t nb, Fold& fa, GfFold& fb,
+absl::Status Tails(Rep3& ctx, Views& views, size_t na, size_t nb, Fold& fa, GfFold& fb,
                    VerifySecrets& v) {
   constexpr int T = dzkp::kTailWords, P = dzkp::kTailHPoints;
   F64* const af[2] = {fa[0].data(), fa[1].data()};
@@ -682,7 +739,7 @@ absl::Status Tails(Rep3& ctx, Sha256& opened, size_t na, size_t nb, Fold& fa, Gf
       !st.ok())
     return st;
   uint8_t coin[16];
-  if (absl::Status st = CoinAvoiding(ctx, opened, coin,
+  if (absl::Status st = CoinAvoiding(ctx, views, coin,
                                      AvoidsNodes(v.on_a ? T : 0, v.on_b ? T : 0));
       !st.ok())
     return st;
@@ -701,7 +758,7 @@ absl::Status Tails(Rep3& ctx, Sha256& opened, size_t na, size_t nb, Fold& fa, Gf
 
 // Opening: each proof's last f, g and claim (GF(2^64): 24 bytes, then
 // GF(2^128): 48); *local_ok: each claim is the product of its f and g.
-absl::Status OpenLast(Rep3& ctx, Sha256& opened, const Fold& fa, const GfFold& fb,
+absl::Status OpenLast(Rep3& ctx, Views& views, const Fold& fa, const GfFold& fb,
                       const VerifySecrets& v, bool* local_ok) {
   uint8_t o0[72], o1[72], open[72];
   size_t n = 0;
@@ -722,7 +779,7 @@ absl::Status OpenLast(Rep3& ctx, Sha256& opened, const Fold& fa, const GfFold& f
   share::Wipe(o0, sizeof o0);
   share::Wipe(o1, sizeof o1);
   if (!st.ok()) return st;
-  opened.Update(absl::MakeConstSpan(open, n));
+  views.opened.Update(absl::MakeConstSpan(open, n));
   bool ok = true;
   if (v.on_a) {
     F64 o[3];
@@ -777,23 +834,26 @@ bool MaskWeightsNonzero(const uint8_t* coin, bool on_a, bool on_b, size_t ng, in
 
 absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
-  absl::Status st = Compare(ctx, log.opened_, !log.deviated());
+  ConfirmedRing ring(ctx.channel(), log.deviated());
+  Views views{log.opened_, ring};
+  absl::Status st = Compare(ctx, views, true);
   log.Clear();
   return st;
 }
 
-absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
-  Unlogged detach(ctx);
+absl::Status Verifier::Verify(Rep3& outer, MulLog& log) {
+  Unlogged detach(outer);
+  ConfirmedRing ring(outer.channel(), log.deviated());
+  Rep3 ctx(ring, outer.prss());
+  Views views{log.opened_, ring};
   log.PackLiveLanes();
   const size_t nw = log.and_words(), ng = log.gf_products();
   const int g = dzkp::GroupWordsFor(nw);
   const size_t groups = (nw + g - 1) / g;
   const auto& L = log.and_;
-  const dzkp::AndShares s{{L[0].data(), L[1].data()},
-                          {L[2].data(), L[3].data()},
-                          {L[4].data(), L[5].data()},
-                          nw,
-                          /*wipe=*/true};
+  const dzkp::AndShares s{
+      {L[0].data(), L[1].data()}, {L[2].data(), L[3].data()}, {L[4].data(), L[5].data()}, nw,
+      /*wipe=*/true};
   if (log.weights_ == nullptr) log.weights_ = std::make_unique<dzkp::AndWeights>();
   dzkp::AndWeights& w = *log.weights_;
   w.g = g;
@@ -817,7 +877,7 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
 
   // Round 1: coin c1, the first compression's weights.
   uint8_t coin[16];
-  if (absl::Status st = Coin(ctx, log.opened_, coin); !st.ok()) return fail(st);
+  if (absl::Status st = Coin(ctx, views, coin); !st.ok()) return fail(st);
   FirstWeights(coin, groups, w);
   if (absl::Status st = FirstLevelProof(ctx, s, w, sec); !st.ok()) return fail(st);
 
@@ -826,7 +886,7 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
   auto first_avoids = [&](const uint8_t* c) {
     return MaskWeightsNonzero(c, sec.on_a, sec.on_b, ng, ctx.party());
   };
-  if (absl::Status st = CoinAvoiding(ctx, log.opened_, coin, first_avoids); !st.ok())
+  if (absl::Status st = CoinAvoiding(ctx, views, coin, first_avoids); !st.ok())
     return fail(st);
   size_t na = 0, nb = 0;
   {
@@ -846,18 +906,18 @@ absl::Status Verifier::Verify(Rep3& ctx, MulLog& log) {
     }
   }
 
-  if (absl::Status st = Halvings(ctx, log.opened_, na, nb, log.fold_, log.gf_fold_, sec);
+  if (absl::Status st = Halvings(ctx, views, na, nb, log.fold_, log.gf_fold_, sec);
       !st.ok())
     return fail(st);
-  if (absl::Status st = Tails(ctx, log.opened_, na, nb, log.fold_, log.gf_fold_, sec); !st.ok())
+  if (absl::Status st = Tails(ctx, views, na, nb, log.fold_, log.gf_fold_, sec); !st.ok())
     return fail(st);
   bool local_ok = false;
-  if (absl::Status st = OpenLast(ctx, log.opened_, log.fold_, log.gf_fold_, sec, &local_ok);
+  if (absl::Status st = OpenLast(ctx, views, log.fold_, log.gf_fold_, sec, &local_ok);
       !st.ok())
     return fail(st);
 
   // Last round: compare.
-  absl::Status st = Compare(ctx, log.opened_, local_ok && !log.deviated());
+  absl::Status st = Compare(ctx, views, local_ok);
   wipe();
   return st;
 }
