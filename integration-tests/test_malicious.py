@@ -441,3 +441,55 @@ def test_gf_proof_cheats_are_caught_from_each_party(clusters):
         c.expected_dead = {0, 1, 2}
     print(f"GF(2^128) proof injections, 3 parties x {len(GF_CASES)}: "
           f"{time.monotonic() - t0:.1f} s")
+
+
+def received_zeros(c):
+    """(messages party 1 received from party 2 in its last batch, the
+    indices of those that were all zeros)."""
+    found = re.findall(r"cheat harness: batch \d+ received (\d+) ring messages, all-zero ([\d,]*)",
+                       read_log(c, CHEATER))
+    assert found, read_log(c, CHEATER)
+    n, zeros = found[-1]
+    return int(n), {int(x) for x in zeros.split(",") if x}
+
+
+# A shifted opening (protocol/verify.h, "Openings"): party 1 sends party 0 a
+# shifted share of a value the three open, so that party 0 alone opens
+# another value and computes its next messages (to party 2) from it. Party
+# 2, which opened the true value, must send party 1 nothing computed from
+# those messages: it finds party 0's acknowledgement at the next coin
+# differing from its own hash and goes silent (zeros) for the rest of the
+# check, so its opening of the last f, g and claim (the message before the
+# compare hash) reaches party 1 as zeros, and the batch fails.
+SHIFTED = {
+    # coin c2's opening (the first compression's challenge and weights)
+    "coin_c2": lambda semi, mal, a: (a + 4, 0, 0x01),
+    # the first halving's or step's coin
+    "step_coin": lambda semi, mal, a: (a + 7, 2, 0x10),
+    # the agreement's ctr0 opening (step 1, after the forwarded header and
+    # tag): party 0 holds the public counter in its component 0 and runs
+    # the AES on another counter
+    "ctr0": lambda semi, mal, a: (1, AGREEMENT_HEADER + 3, 0x01),
+}
+
+
+def test_shifted_openings_silence_the_honest_successor(clusters):
+    semi, mal, a = maps(clusters)
+    c = clusters("malicious")
+    kid = c.put_key(KEY.hex())
+    assert_right(c, keystream_batch(c, kid))
+    n, zeros = received_zeros(c)
+    assert n == len(mal) and not zeros, (n, zeros)  # honest: nothing silent
+    for name, plan in SHIFTED.items():
+        step, off, mask = plan(semi, mal, a)
+        assert mal[step] == (16 if name != "ctr0" else AGREEMENT_HEADER + 16), (name, mal)
+        rearm(c, f"{step}:{off}:{mask}:0:0:1")
+        before = [len(read_log(c, i)) for i in range(3)]
+        r = keystream_batch(c, kid)
+        assert r.returncode != 0 and not re.search(r"^ok ", r.stdout, re.M), (name, r.stdout)
+        assert INTEGRITY in read_log(c, 2)[before[2]:], name
+        n, zeros = received_zeros(c)
+        # The opening of the last f, g and claim (and everything after the
+        # next acknowledgement) arrived as zeros.
+        assert n == len(mal) and n - 2 in zeros, (name, n, sorted(zeros))
+        assert_right(c, keystream_batch(c, kid))

@@ -20,6 +20,7 @@
 #ifndef KMPC_TEST_CORE_CHEAT_H_
 #define KMPC_TEST_CORE_CHEAT_H_
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -107,7 +108,20 @@ class CheatingChannel : public net::RingChannel {
     if (ahead) ReadAheadAndAdapt(bad);
     return inner_.SendToPrev(bad);
   }
+  // For each message received so far: whether every byte was zero (what a
+  // party that found its views diverged sends: verify.cc ConfirmedRing).
+  const std::vector<bool>& received_zero() const { return received_zero_; }
+
   absl::Status RecvFromNext(absl::Span<uint8_t> out) override {
+    absl::Status st = Receive(out);
+    if (st.ok()) {
+      received_zero_.push_back(
+          std::all_of(out.begin(), out.end(), [](uint8_t b) { return b == 0; }));
+    }
+    return st;
+  }
+
+  absl::Status Receive(absl::Span<uint8_t> out) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return !buffer_.empty() || !reading_; });
@@ -135,19 +149,7 @@ class CheatingChannel : public net::RingChannel {
     }
     return st;
   }
-  absl::Status Exchange(absl::Span<const uint8_t> to_prev,
-                        absl::Span<uint8_t> from_next) override {
-    if (armed_ && late_ && sent_ == step_) {
-      absl::Status s = RecvFromNext(from_next);
-      if (!s.ok()) return s;
-      return SendToPrev(to_prev);
-    }
-    absl::Status s = SendToPrev(to_prev);
-    if (!s.ok()) return s;
-    return RecvFromNext(from_next);
-  }
 
- private:
   // Starts the reader thread on ra_sizes_, waits for it at most ra_wait_,
   // and adapts msg from what it received by then.
   void ReadAheadAndAdapt(std::vector<uint8_t>& msg) {
@@ -198,6 +200,7 @@ class CheatingChannel : public net::RingChannel {
   size_t offset_ = 0;
   uint8_t mask_ = 0;
   std::vector<size_t> sizes_;
+  std::vector<bool> received_zero_;
   std::vector<uint8_t> first_sent_, first_received_;
   bool received_any_ = false;
   // Read-ahead: the plan, then the reader thread's buffer (guarded by mu_).

@@ -254,7 +254,8 @@ struct Scheduler::Work {
 // mask XORed into byte offset; late: that round receives before it sends.
 // After every batch it logs the sizes of the messages it sent, the map a
 // test picks its steps from (sizes are public: they follow from the
-// batch's public shape).
+// batch's public shape), and which of the messages it received from its
+// successor were all zeros (a party gone silent: protocol/verify.cc).
 struct CheatPlan {
   uint64_t step = 0, offset = 0, from_batch = 0, count = 0;
   uint8_t mask = 0;
@@ -507,6 +508,7 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
       session.cheat->Disarm();
     }
     const uint64_t sent_before = session.cheat->sent();
+    const size_t received_before = session.cheat->received_zero().size();
 #endif
     auto res = session.engine->RunBatch(seq, work.jobs, lookup_);
 #ifdef KMPC_CHEAT_HARNESS
@@ -517,6 +519,13 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
         absl::StrAppend(&list, list.empty() ? "" : ",", sizes[k]);
       KMPC_LOG(INFO) << "cheat harness: batch " << seq << " sent "
                      << sizes.size() - sent_before << " ring messages, sizes " << list;
+      // Which messages from the successor were all zeros (a silent party).
+      const auto& zero = session.cheat->received_zero();
+      std::string zeros;
+      for (size_t k = received_before; k < zero.size(); ++k)
+        if (zero[k]) absl::StrAppend(&zeros, zeros.empty() ? "" : ",", k - received_before);
+      KMPC_LOG(INFO) << "cheat harness: batch " << seq << " received "
+                     << zero.size() - received_before << " ring messages, all-zero " << zeros;
     }
 #endif
     if (res.ok()) work.outcome.result = std::move(*res);
