@@ -272,6 +272,25 @@ CheatPlan ReadCheatPlan() {
   p = {v[0], v[1], v[3], v[5], static_cast<uint8_t>(v[2]), v[4] != 0, true};
   return p;
 }
+
+// After a batch: the sizes of the messages the cheating party sent, the
+// map a test picks its steps from, and which messages from its successor
+// were all zeros (a party gone silent: protocol/verify.cc).
+void LogCheatTranscript(const kmpc::testing::CheatingChannel& cheat, uint32_t seq,
+                        uint64_t sent_before, size_t received_before) {
+  const auto& sizes = cheat.sizes();
+  std::string list;
+  for (size_t k = sent_before; k < sizes.size() && k < sent_before + 4096; ++k)
+    absl::StrAppend(&list, list.empty() ? "" : ",", sizes[k]);
+  KMPC_LOG(INFO) << "cheat harness: batch " << seq << " sent " << sizes.size() - sent_before
+                 << " ring messages, sizes " << list;
+  const auto& zero = cheat.received_zero();
+  std::string zeros;
+  for (size_t k = received_before; k < zero.size(); ++k)
+    if (zero[k]) absl::StrAppend(&zeros, zeros.empty() ? "" : ",", k - received_before);
+  KMPC_LOG(INFO) << "cheat harness: batch " << seq << " received "
+                 << zero.size() - received_before << " ring messages, all-zero " << zeros;
+}
 #endif
 
 struct Scheduler::Session {
@@ -512,21 +531,7 @@ absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
 #endif
     auto res = session.engine->RunBatch(seq, work.jobs, lookup_);
 #ifdef KMPC_CHEAT_HARNESS
-    {
-      const auto& sizes = session.cheat->sizes();
-      std::string list;
-      for (size_t k = sent_before; k < sizes.size() && k < sent_before + 4096; ++k)
-        absl::StrAppend(&list, list.empty() ? "" : ",", sizes[k]);
-      KMPC_LOG(INFO) << "cheat harness: batch " << seq << " sent "
-                     << sizes.size() - sent_before << " ring messages, sizes " << list;
-      // Which messages from the successor were all zeros (a silent party).
-      const auto& zero = session.cheat->received_zero();
-      std::string zeros;
-      for (size_t k = received_before; k < zero.size(); ++k)
-        if (zero[k]) absl::StrAppend(&zeros, zeros.empty() ? "" : ",", k - received_before);
-      KMPC_LOG(INFO) << "cheat harness: batch " << seq << " received "
-                     << zero.size() - received_before << " ring messages, all-zero " << zeros;
-    }
+    LogCheatTranscript(*session.cheat, seq, sent_before, received_before);
 #endif
     if (res.ok()) work.outcome.result = std::move(*res);
     ran = res.status();
