@@ -93,10 +93,10 @@ struct BatcherOptions {
   // Behind one batch in flight the next goes when it is full (max_jobs /
   // max_blocks) or its window has passed; behind two it collects everything
   // that arrives (up to backlog_jobs / backlog_blocks), so under load
-  // batches still grow with the load. Measured against 1
-  // (docs/bench-log.md, 2026-11-25): AS storm peak +32% with malicious
-  // servers, +3% semi-honest, the TGS/renewal mix unchanged. A cluster far
-  // away (RTT of milliseconds) may want more, with as many server workers.
+  // batches still grow with the load. With one, a server's second worker
+  // idles while the one batch waits on the ring (docs/bench-log.md,
+  // 2026-11-25, has the A/B). A cluster far away (RTT of milliseconds) may
+  // want more, with as many server workers.
   // A failed or hung batch takes its logins with it (all of them until
   // `deadline`).
   int max_inflight = 2;

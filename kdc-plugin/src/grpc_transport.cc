@@ -91,8 +91,8 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
   kmpc::client::ChannelOptions opts;  // DefaultChannelArguments(): 256 MiB
   grpc::ChannelArguments& args = opts.args;
   // A restarted server must be serving again well within a second of its
-  // start (issue 17), not after gRPC's default exponential backoff (up to
-  // two minutes): while a party is down nothing is sent to it (Reachable),
+  // start (integration-tests/test_recovery.py asserts it under a storm),
+  // not after gRPC's default exponential backoff (up to two minutes): while a party is down nothing is sent to it (Reachable),
   // so only these background attempts notice it is back. Attempts at most
   // every 250 ms (+-20% jitter, gRPC's doc/connection-backoff.md) cost a
   // refused TCP connect each. The "min reconnect backoff" is the timeout of

@@ -1,9 +1,9 @@
 // Transport over gRPC with mTLS (the KDC client certificate), the
 // completion-queue API with one thread of its own: the three calls of a
 // step run in parallel without a thread per call, and an answer reaches its
-// callback on the thread that read it (gRPC 1.51's callback API handed
-// each completion between its two callback threads, several wake-ups per
-// answer: docs/bench-log.md, 2026-11-25).
+// callback on the thread that read it (gRPC 1.51's callback API polls from
+// two "nexting" threads of its own, which hand each completion between them
+// before the callback runs: several wake-ups per answer).
 //
 // A party's connection is made by the first call to it. Calls fail fast
 // (kUnavailable) when their party cannot be reached, except before the

@@ -291,7 +291,7 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     // keeping the heap's peak mapped (a 512 MiB trim threshold) held a
     // backlog's peak in the KDC's resident memory, which the soak judges
     // as growth, and neither it nor turning fast bins off measured a lower
-    // CPU per login in alternated runs (docs/bench-log.md, kcpu5).
+    // CPU per login in alternated runs (docs/bench-log.md, 2026-11-24).
     auto core = std::make_unique<kmpc_core>();
     core->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (core->efd < 0) {

@@ -408,13 +408,13 @@ struct EngineOptions {
   // depth 3 (aes.h kDepth3): 14*3 instead of 14*4 ring rounds per AES-256
   // batch for half again as many AND bits, which wins where a batch's
   // latency is round trips (one client's Run, ~28 blocks), not bytes and
-  // AND compute. 0 = never. Measured (docs/bench-log.md, "sbox3", three
-  // servers over TLS, AES-256): semi-honest Run p50 0.86-0.98x depth 4's
-  // up to 256 blocks, 1.02-1.05x from 384, 1.3x at 2048; malicious no
-  // faster even at 28 blocks (the check verifies 1.5x the AND words, in
-  // one more halving round) and 5-12% more server CPU. So the server's
+  // AND compute. 0 = never. It pays only while a batch's rounds cost more
+  // than its bytes and AND compute (integration-tests/bench/sbox_ab.py
+  // measures where: up to a few hundred blocks, semi-honest). With
+  // --security=malicious the check verifies 1.5x the AND words, in one
+  // more halving round, which takes the saved rounds back. So the server's
   // --depth3_max_blocks defaults to kDepth3MaxBlocksSemiHonest, and to 0
-  // with --security=malicious.
+  // with --security=malicious (docs/bench-log.md, 2026-11-24).
   static constexpr uint32_t kDepth3MaxBlocksSemiHonest = 256;
   uint32_t depth3_max_blocks = kDepth3MaxBlocksSemiHonest;
   // Security with abort against one malicious party (protocol/verify.h):

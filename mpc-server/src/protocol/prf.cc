@@ -72,7 +72,7 @@ void FillAesNi(const uint8_t* rka, const uint8_t* rkb, uint64_t ctr,
 
 // The loops over registers and rounds must be unrolled: otherwise (GCC -O2)
 // the state arrays live on the stack and every aesenc waits on a load and a
-// store, about 4x slower with VAES.
+// store, which VAES's four blocks per instruction cannot hide.
 
 // VAES: four blocks per zmm register, four registers per key in flight.
 template <bool kTwo>

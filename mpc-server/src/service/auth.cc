@@ -146,8 +146,8 @@ bool ShouldLogDenial(const std::string& key) {
   return true;
 }
 
-// What the checks need from a client certificate. Parsing the PEM costs
-// ~0.1 ms (OpenSSL 3 decodes the public key too), and a client presents the
+// What the checks need from a client certificate. Parsing the PEM is not
+// cheap (OpenSSL 3 decodes the public key too), and a client presents the
 // same certificate on every RPC: the facts are cached by the PEM text (they
 // never change for a given certificate; revocation is looked up each time).
 struct CertFacts {

@@ -1,6 +1,7 @@
 // Process memory as the process itself reports it, for Prometheus: read at
-// each scrape, never by attaching to the process (issue 17: a measurement
-// must not be able to crash the measured process).
+// each scrape, never by attaching to the process (a measurement must not be
+// able to crash the measured process: malloc_trim called in the KDC through
+// gdb once did).
 //
 //   kmpc_malloc_arena_bytes      mallinfo2().arena    heap from sbrk
 //   kmpc_malloc_mmap_bytes       mallinfo2().hblkhd   heap in mmap'ed chunks
