@@ -1,6 +1,6 @@
 // The batcher: KDC jobs are queued and sent to the MPC cluster in batches,
-// one call per server per batch (architecture.md: "queue -> batch every
-// 100 ms (or when full)").
+// one call per server per batch (docs/design/architecture.md, "In the
+// module").
 //
 // Batches clock themselves by default (early_flush): a queue is flushed
 // after only `coalesce` (or at SubmitterIdle(), when the KDC's event loop
