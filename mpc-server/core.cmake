@@ -111,6 +111,23 @@ target_compile_definitions(kmpc_core_openings_unconfirmed_test PRIVATE
 gtest_discover_tests(kmpc_core_openings_unconfirmed_test TEST_PREFIX "core.unconfirmed."
   DISCOVERY_TIMEOUT 60)
 
+# The end-to-end H-recovery (test/core/hrecovery_test.cc), built as the
+# openings test is: against kmpc_core as it is (the attack learns nothing)
+# and against a copy of verify.cc compiled with
+# KMPC_TEST_UNCONFIRMED_OPENINGS (the attack recovers H); only that test
+# binary is built with the switch.
+add_executable(kmpc_core_hrecovery_test ${KMPC_CORE_ROOT}/test/core/hrecovery_test.cc)
+target_link_libraries(kmpc_core_hrecovery_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_core_hrecovery_test TEST_PREFIX "core." DISCOVERY_TIMEOUT 60)
+add_executable(kmpc_core_hrecovery_unconfirmed_test
+  ${KMPC_CORE_ROOT}/test/core/hrecovery_test.cc ${KMPC_CORE_ROOT}/src/protocol/verify.cc)
+target_link_libraries(kmpc_core_hrecovery_unconfirmed_test PRIVATE
+  kmpc_core GTest::gtest GTest::gtest_main)
+target_compile_definitions(kmpc_core_hrecovery_unconfirmed_test PRIVATE
+  KMPC_TEST_UNCONFIRMED_OPENINGS)
+gtest_discover_tests(kmpc_core_hrecovery_unconfirmed_test TEST_PREFIX "core.unconfirmed."
+  DISCOVERY_TIMEOUT 60)
+
 # The check's coin redraw (test/core/coin_redraw_test.cc) against a copy of
 # verify.cc compiled with KMPC_TEST_COIN_HOOK, whose hooks let the test
 # force a coin onto an interpolation node; as above, only this test binary
