@@ -302,23 +302,50 @@ class ConfirmedRing : public net::RingChannel {
   int party() const override { return inner_.party(); }
   void Stop() { stopped_ = true; }
   bool stopped() const { return stopped_; }
+  // The next message goes out as it is even after Stop: a coin's share, a
+  // fresh PRSS value independent of the data. Its receiver then opens the
+  // same coin as the third party, so its last opening is the one it would
+  // send in an honest run and tells party i nothing (were the share
+  // zeros, that opening would be at another point: a second evaluation of
+  // the cheater's own polynomials).
+  void PassNext() { pass_ = true; }
   absl::Status SendToPrev(absl::Span<const uint8_t> msg) override {
-    if (!stopped_) return inner_.SendToPrev(msg);
+    if (Passes()) return inner_.SendToPrev(msg);
     const std::vector<uint8_t> zeros(msg.size(), 0);
     return inner_.SendToPrev(zeros);
   }
   absl::Status RecvFromNext(absl::Span<uint8_t> out) override { return inner_.RecvFromNext(out); }
   absl::Status Exchange(absl::Span<const uint8_t> to_prev,
                         absl::Span<uint8_t> from_next) override {
-    if (!stopped_) return inner_.Exchange(to_prev, from_next);
+    if (Passes()) return inner_.Exchange(to_prev, from_next);
     const std::vector<uint8_t> zeros(to_prev.size(), 0);
     return inner_.Exchange(zeros, from_next);
   }
 
  private:
+  bool Passes() {
+    const bool passes = !stopped_ || pass_;
+    pass_ = false;
+    return passes;
+  }
+
   net::RingChannel& inner_;
   bool stopped_;
+  bool pass_ = false;
 };
+
+// A check's rounds and sizes follow from public values the parties agreed
+// on before it (the batch, the log's sizes, the coins), and every round
+// before it completed in step: a malformed, mis-sized or out-of-step
+// message inside the check (DATA_LOSS from the ring: net/frame.cc,
+// memory_ring.cc) comes from a party that deviated, e.g. one that showed
+// its predecessor alone a coin to redraw (CoinAvoiding). It fails the
+// check as a detected deviation, counted as one (the breaker), not as a
+// ring fault.
+absl::Status AsDeviation(absl::Status st) {
+  if (absl::IsDataLoss(st) && !IsIntegrityFailure(st)) return IntegrityFailure();
+  return st;
+}
 
 // What the check's rounds share: the hash of every value opened so far
 // and the ring that goes silent once this party's view diverged.
@@ -389,6 +416,7 @@ absl::Status Coin(Rep3& ctx, Views& views, uint8_t out[16]) {
 #endif
   uint8_t c0[16], c1[16];
   ctx.prss().RandomShares(c0, c1, 16);
+  views.ring.PassNext();
   absl::Status st = ctx.Reveal(absl::MakeConstSpan(c0, 16), absl::MakeConstSpan(c1, 16),
                                absl::MakeSpan(out, 16));
   share::Wipe(c0, 16);
@@ -838,7 +866,7 @@ absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
   Views views{log.opened_, ring};
   absl::Status st = Compare(ctx, views, true);
   log.Clear();
-  return st;
+  return AsDeviation(std::move(st));
 }
 
 absl::Status Verifier::Verify(Rep3& outer, MulLog& log) {
@@ -872,7 +900,7 @@ absl::Status Verifier::Verify(Rep3& outer, MulLog& log) {
   };
   auto fail = [&](absl::Status st) {
     wipe();
-    return st;
+    return AsDeviation(std::move(st));
   };
 
   // Round 1: coin c1, the first compression's weights.
@@ -919,7 +947,7 @@ absl::Status Verifier::Verify(Rep3& outer, MulLog& log) {
   // Last round: compare.
   absl::Status st = Compare(ctx, views, local_ok);
   wipe();
-  return st;
+  return AsDeviation(std::move(st));
 }
 
 }  // namespace kmpc::protocol

@@ -158,41 +158,54 @@
 // computed by every party on its opened values; the honest party whose
 // view is the honest one fails.
 //
-// Openings. No party sends anything computed from an opened value (a coin,
-// the batch's ctr0, a tag check's reveal, the last f, g, c) before the
-// honest parties have confirmed that they opened the same value. A
+// Openings. No party sends a ring message computed from an opened value
+// (a coin, the batch's ctr0, a tag check's reveal, the last f, g, c) that
+// could tell another party anything before the honest parties have
+// confirmed that they opened the same value; outputs computed from
+// openings go only to the KDC, which uses a batch's outputs only if all
+// three servers return the same result (kdc-plugin batch_step.h). A
 // cheater i can send its predecessor i-1 a shifted share of any opening,
-// so that i-1 alone opens another value and derives its next messages
-// (to i+1) from it; i+1, which opened the true value, would otherwise go
-// on and open to i values interpolated from those messages (the last
-// claim): a relation of the shares i lacks, learnt from a batch that then
-// fails (for proof B over the powers of H alone, enough to find H from
-// two such batches). The rule holds because:
+// so that i-1 alone opens another value and derives its next messages (to
+// i+1) from it; i+1, which opened the true value, would otherwise go on
+// and open to i values interpolated from those messages (the last claim):
+// a relation of the shares i lacks, learnt from a batch that then fails
+// (for proof B over the powers of H alone, H from two such batches:
+// test/core/hrecovery_test.cc). The rule holds because:
 //  - every coin's acknowledgement is compared, not only hashed: party
 //    i+1 compares what party i-1 sends with its own H(opened so far); on
 //    a mismatch (or if it saw a deviation before the check: MulLog::
-//    MarkDeviated) it goes silent for the rest of the check (every
-//    message zeros of the prescribed size, so the ring stays in step and
-//    no party waits for a message that never comes) and the check fails
-//    on it. No extra round;
+//    MarkDeviated) it goes silent for the rest of the check: every
+//    message zeros of the prescribed size (the ring stays in step, no
+//    party waits for a message that never comes) except its coin shares,
+//    fresh PRSS values independent of the data, so that its successor's
+//    coins, and hence its last opening, stay the honest run's; the check
+//    fails on it. No extra round;
 //  - between an opening and the next acknowledgement an honest party
-//    sends only coin shares (fresh PRSS values, independent of the data)
-//    and AND-layer or reshare messages computed from its own components
-//    and what it received before the opening, each masked by its
-//    zero-share component a_j = F(k_j) ^ F(k_{j+1}), which the receiving
-//    party j-1 cannot compute (it lacks k_{j+1});
+//    sends coin shares and AND-layer, GF(2^128) or reshare messages. The
+//    latter may be computed from components its predecessor derived from
+//    a shifted opening (from the agreement's ctr0 to the first check, whole
+//    AES layers pass), but each carries the sender j's zero-share
+//    component a_j = F(k_j, id) ^ F(k_{j+1}, id) for a fresh id, which
+//    the receiving party j-1 cannot compute: it lacks k_{j+1}, and no id
+//    used for a zero share is ever used for a revealed random value (the
+//    PRSS counter only moves forward: Prss::Skip);
 //  - a check runs before every opening that depends on the batch's data
 //    (the AES kernel's in-wave checks, CheckTags' before its reveal, the
 //    batch's last before its outputs are released), so the first
 //    acknowledgement after the agreement confirms ctr0;
 //  - the tag checks' reveal is followed by the compare round
-//    (CompareOpened) before anything else is sent, and the last opening
-//    of a check by its compare round; what a party then does with them is
-//    release its output to the KDC, which requires all three to agree.
-// So in a batch that a cheater makes fail, every message it receives is a
-// coin share, a masked message, zeros, or an opening of values that the
+//    (CompareOpened) before any other ring message, and a check's last
+//    opening by its compare round;
+//  - the rounds and sizes of a check follow from values agreed before it,
+//    so a malformed, mis-sized or out-of-step message inside it (e.g.
+//    after a cheater showed its predecessor alone a coin to redraw) is a
+//    detected deviation (IntegrityFailure), not a ring fault.
+// So in a batch that a cheater makes fail, every ring message it receives
+// is a coin share, a masked message, zeros, or an opening of values the
 // honest parties agreed on: it learns nothing it could not have computed
-// from its own shares.
+// from its own shares. The party that can be fooled (i-1, whose only
+// source is the cheater) may release outputs to the KDC; the other honest
+// party fails, and the KDC combines nothing.
 //
 // On a one-way ring the honest party that receives the cheater's messages
 // can always be fooled; the other honest party detects and fails the

@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -34,7 +35,6 @@
 #include <string>
 #include <vector>
 
-#include "../cheat.h"
 #include "absl/strings/str_cat.h"
 #include "net/memory_ring.h"
 #include "protocol/prss.h"
@@ -46,7 +46,6 @@
 namespace kmpc::protocol {
 namespace {
 
-using ::kmpc::testing::CheatingChannel;
 using ::kmpc::testing::RunParties;
 
 #ifdef KMPC_TEST_UNCONFIRMED_OPENINGS
@@ -59,50 +58,58 @@ constexpr size_t kLayers = 2;
 constexpr size_t kWords = 300;  // per AND layer: A halves and steps
 constexpr size_t kGf = 300;     // GF(2^128) products: B halves
 
-// Records every message its party sends.
-class Recorder : public net::RingChannel {
+// Records every message its party sends and, for the cheater, XORs a
+// delta into one of them (message number `at`).
+class Tap : public net::RingChannel {
  public:
-  explicit Recorder(net::RingChannel& inner) : inner_(inner) {}
+  explicit Tap(net::RingChannel& inner) : inner_(inner) {}
+  void Shift(uint64_t at, std::vector<uint8_t> delta) {
+    at_ = at;
+    delta_ = std::move(delta);
+  }
   int party() const override { return inner_.party(); }
   absl::Status SendToPrev(absl::Span<const uint8_t> msg) override {
-    sent_.emplace_back(msg.begin(), msg.end());
-    return inner_.SendToPrev(msg);
+    std::vector<uint8_t> m(msg.begin(), msg.end());
+    if (sent_.size() == at_)
+      for (size_t k = 0; k < m.size() && k < delta_.size(); ++k) m[k] ^= delta_[k];
+    sent_.push_back(m);
+    return inner_.SendToPrev(m);
   }
   absl::Status RecvFromNext(absl::Span<uint8_t> out) override { return inner_.RecvFromNext(out); }
   const std::vector<std::vector<uint8_t>>& sent() const { return sent_; }
 
  private:
   net::RingChannel& inner_;
+  uint64_t at_ = ~uint64_t{0};
+  std::vector<uint8_t> delta_;
   std::vector<std::vector<uint8_t>> sent_;
 };
 
 struct Transcript {
   std::array<absl::Status, 3> st;
-  std::vector<std::vector<uint8_t>> successor;  // what party i+1 sent
-  std::vector<size_t> cheater_sizes;            // the sizes party i sent
+  std::array<std::vector<std::vector<uint8_t>>, 3> sent;  // by party
+  std::vector<std::vector<uint8_t>> successor;           // what party i+1 sent
+  std::vector<size_t> cheater_sizes;                     // the sizes party i sent
 };
 
 // One batch: a value opened among the parties and used as a public input
 // (XORed into the first AND layer's x, as ctr0 enters the AES), kLayers
-// AND layers, one layer of kGf GF(2^128) products, then Verify. With
-// `shift_at` set, party `cheater` XORs 1 into byte 0 of its message number
-// shift_at (the share of an opening it sends its predecessor).
-Transcript RunBatch(int cheater, std::optional<uint64_t> shift_at) {
-  net::InMemoryRing ring;
-  CheatingChannel cheat(ring.party(cheater));
-  const int succ = (cheater + 1) % 3;
-  Recorder rec(ring.party(succ));
-  std::array<net::RingChannel*, 3> ch{};
-  for (int i = 0; i < 3; ++i) ch[i] = &ring.party(i);
-  ch[cheater] = &cheat;
-  ch[succ] = &rec;
-  if (shift_at) cheat.Arm(*shift_at, 0, 0x01);
+// AND layers, one layer of kGf GF(2^128) products, then Verify. Party
+// `cheater` XORs `delta` into its message number `shift_at` (the share of
+// an opening it sends its predecessor, or an acknowledgement).
+Transcript RunBatch(int cheater, std::optional<uint64_t> shift_at,
+                    std::vector<uint8_t> delta = {0x01},
+                    std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+  net::InMemoryRing ring(timeout);
+  std::array<std::unique_ptr<Tap>, 3> tap;
+  for (int i = 0; i < 3; ++i) tap[i] = std::make_unique<Tap>(ring.party(i));
+  if (shift_at) tap[cheater]->Shift(*shift_at, std::move(delta));
   uint8_t keys[3][16];
   for (int k = 0; k < 3; ++k) std::memset(keys[k], 0x31 + k, 16);
   Transcript out;
   out.st = RunParties([&](int i) -> absl::Status {
     Prss prss(i, keys[i], keys[(i + 1) % 3]);
-    Rep3 r(*ch[i], prss);
+    Rep3 r(*tap[i], prss);
     MulLog log;
     r.set_log(&log);
     uint8_t v0[8], v1[8], v[8];
@@ -130,8 +137,9 @@ Transcript RunBatch(int cheater, std::optional<uint64_t> shift_at) {
     r.set_log(nullptr);
     return st;
   });
-  out.successor = rec.sent();
-  out.cheater_sizes = cheat.sizes();
+  for (int i = 0; i < 3; ++i) out.sent[i] = tap[i]->sent();
+  out.successor = out.sent[(cheater + 1) % 3];
+  for (const auto& m : out.sent[cheater]) out.cheater_sizes.push_back(m.size());
   return out;
 }
 
@@ -219,6 +227,49 @@ TEST(Openings, HonestRunPasses) {
   const Transcript honest = RunBatch(0, std::nullopt);
   for (const absl::Status& s : honest.st) EXPECT_TRUE(s.ok()) << s;
   EXPECT_FALSE(AllZero(LastOpening(honest)));
+}
+
+// The cheater shows its predecessor alone a coin to redraw: it sends its
+// share XOR the true coin (known to a cheater that waits for its
+// successor's share), so that party i-1 opens 0, an interpolation node of
+// every compression. Party i-1 alone draws again and the ring's messages
+// no longer fit: the honest parties fail the batch as a detected
+// deviation (verify.cc AsDeviation), not as a ring fault, so it counts
+// toward the breaker.
+TEST(Openings, PredecessorForcedToRedrawFailsAsADeviation) {
+  const int cheater = 1, pred = 0, succ = 2;
+  const Transcript honest = RunBatch(cheater, std::nullopt);
+  for (const absl::Status& s : honest.st) ASSERT_TRUE(s.ok()) << s;
+  const std::vector<uint64_t> coins = CoinOpenings(honest.cheater_sizes);
+  ASSERT_GE(coins.size(), 5u);
+  // A halving's or step's coin, and the last one (c1 and c2 redraw on
+  // other predicates).
+  for (uint64_t at : {coins[2], coins.back()}) {
+    std::vector<uint8_t> coin(16, 0);
+    for (int p = 0; p < 3; ++p)
+      for (int k = 0; k < 16; ++k) coin[k] ^= honest.sent[p][at][k];
+    const Transcript bad = RunBatch(cheater, at, coin, std::chrono::milliseconds(500));
+    EXPECT_TRUE(IsIntegrityFailure(bad.st[succ])) << "message " << at << ": " << Show(bad.st);
+    EXPECT_TRUE(IsIntegrityFailure(bad.st[pred])) << "message " << at << ": " << Show(bad.st);
+  }
+}
+
+// A wrong acknowledgement at the check's last coin: the predecessor finds
+// it differing from its own hash and goes silent, but still sends its
+// share of that coin (a fresh PRSS value: verify.cc ConfirmedRing::
+// PassNext), so the successor opens the true coin and its last opening is
+// the honest run's; the compare round fails the batch.
+TEST(Openings, WrongLastAcknowledgementLeavesTheLastOpeningHonest) {
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    const Transcript honest = RunBatch(cheater, std::nullopt);
+    for (const absl::Status& s : honest.st) ASSERT_TRUE(s.ok()) << s;
+    const std::vector<uint64_t> coins = CoinOpenings(honest.cheater_sizes);
+    const Transcript bad = RunBatch(cheater, coins.back() - 1);
+    EXPECT_EQ(LastOpening(bad), LastOpening(honest)) << "party " << cheater;
+    int caught = 0;
+    for (int i = 0; i < 3; ++i) caught += i != cheater && IsIntegrityFailure(bad.st[i]);
+    EXPECT_GE(caught, 1) << "party " << cheater << ": " << Show(bad.st);
+  }
 }
 
 }  // namespace
