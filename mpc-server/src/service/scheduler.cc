@@ -205,6 +205,7 @@ absl::Status NotReceived(int party) {
 // The BatchErrorCode of a batch that failed on the ring: the engine's
 // whole-batch refusals (engine.h, RunBatch) and the ring's failures.
 kmpc::v1::BatchErrorCode FailureCode(const absl::Status& st) {
+  if (Breaker::IsRefusal(st)) return kmpc::v1::BATCH_BREAKER_OPEN;
   if (protocol::IsIntegrityFailure(st)) return kmpc::v1::BATCH_INTEGRITY_CHECK_FAILED;
   switch (st.code()) {
     case absl::StatusCode::kAborted:
@@ -352,6 +353,11 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
     work->outcome.error = kmpc::v1::BATCH_SHUTTING_DOWN;
     return std::move(work->outcome);
   }
+  if (options_.breaker != nullptr && options_.breaker->open()) {
+    work->outcome.status = options_.breaker->RefusalStatus();
+    work->outcome.error = kmpc::v1::BATCH_BREAKER_OPEN;
+    return std::move(work->outcome);
+  }
   if (pending_.count(key) != 0) {
     work->outcome.status = absl::AlreadyExistsError(absl::StrCat(
         "batch ", IdHex(id), " is already waiting on this server"));
@@ -430,6 +436,11 @@ std::shared_ptr<Scheduler::Work> Scheduler::Claim(BatchKind kind,
 }
 
 void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status) {
+  // Counted once per failed batch, on each server that detected it (the
+  // deviating server reports nothing); outside mu_ (the breaker may write
+  // its state file).
+  if (options_.breaker != nullptr && protocol::IsIntegrityFailure(status))
+    options_.breaker->RecordDeviation();
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {
     work->outcome.status = status;
@@ -439,6 +450,12 @@ void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status)
   work->outcome.queue_time = work->claimed_at - work->arrived;
   work->outcome.run_time = absl::Now() - work->claimed_at;
   work->done = true;
+}
+
+bool Scheduler::RefuseIfBreakerOpen(const std::shared_ptr<Work>& work) {
+  if (options_.breaker == nullptr || !options_.breaker->open()) return false;
+  Complete(work, options_.breaker->RefusalStatus());
+  return true;
 }
 
 void Scheduler::Unclaim(const std::shared_ptr<Work>& work) {
@@ -675,6 +692,8 @@ void Scheduler::LeaderLoop(int worker) {
         work->claimed_at = absl::Now();
       }
     }
+    // Queued before the breaker opened: refused now, never proposed.
+    if (RefuseIfBreakerOpen(work)) continue;
     bool again = false;
     absl::Status st = LeadBatch(ch, session, ++seq, *work, &again);
     if (again) {
@@ -756,7 +775,19 @@ void Scheduler::ClaimProposed(Proposal& p) {
       before_start ? absl::ZeroDuration()
                    : std::min(options_.peer_batch_wait,
                               absl::Milliseconds(fwd.wait_ms));
-  p.work = Claim(fwd.kind, fwd.id, p.got + wait);
+  // With the breaker open this server's copy never comes (Enqueue refuses
+  // it): answer "gone" at once, so the leader fails the batch without a
+  // retry, and refuse a copy that arrived before the breaker opened.
+  const bool breaker_open = options_.breaker != nullptr && options_.breaker->open();
+  p.work = Claim(fwd.kind, fwd.id,
+                 breaker_open ? absl::InfinitePast() : p.got + wait);
+  if (breaker_open) {
+    if (p.work != nullptr) Complete(p.work, options_.breaker->RefusalStatus());
+    p.work = nullptr;
+    fwd.status = kStatusGone;
+    fwd.status_party = static_cast<uint8_t>(party());
+    return;
+  }
   if (p.work == nullptr) {
     fwd.status = before_start ? kStatusGone : kStatusMissing;
     fwd.status_party = static_cast<uint8_t>(party());
