@@ -169,6 +169,14 @@ absl::Status Breaker::RefusalStatus() const {
   return st;
 }
 
+absl::Status Breaker::PeerRefusal(int party) {
+  absl::Status st = absl::FailedPreconditionError(absl::StrCat(
+      "party ", party, "'s deviation breaker is open: it serves no batch until "
+      "an operator rotates the keys and runs kmpc-admin breaker-reset"));
+  st.SetPayload(kBreakerPayload, absl::Cord("1"));
+  return st;
+}
+
 bool Breaker::IsRefusal(const absl::Status& st) {
   return !st.ok() && st.GetPayload(kBreakerPayload).has_value();
 }

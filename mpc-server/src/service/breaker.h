@@ -82,6 +82,9 @@ class Breaker {
   // kBreakerPayload; service/scheduler.cc maps it to BATCH_BREAKER_OPEN).
   absl::Status RefusalStatus() const;
   static bool IsRefusal(const absl::Status& st);
+  // The same refusal for a batch this server would have run but `party`
+  // refused because its own breaker is open (scheduler.cc).
+  static absl::Status PeerRefusal(int party);
   static constexpr char kBreakerPayload[] = "kmpc.v1/breaker-open";
 
  private:

@@ -55,9 +55,11 @@ bool LatencyBound(BatchKind kind, const std::vector<engine::Job>& jobs) {
 //     time at most, less the time the followers before it held it); both
 //     big-endian, 0 in a COMMIT
 // Status: kStatusMissing, the copy has not arrived (yet): the leader may
-// retry; kStatusGone, it never will (kBeforeStartMargin): it fails at once.
+// retry; kStatusGone, it never will (kBeforeStartMargin): it fails at once;
+// kStatusBreaker, that party's deviation breaker is open (breaker.h): it
+// fails at once, as BATCH_BREAKER_OPEN on every server.
 enum : uint8_t { kPropose = 1, kCommit = 2 };
-enum : uint8_t { kStatusOk = 0, kStatusMissing = 1, kStatusGone = 2 };
+enum : uint8_t { kStatusOk = 0, kStatusMissing = 1, kStatusGone = 2, kStatusBreaker = 3 };
 enum : uint8_t { kFlagSession = 1, kFlagGo = 2, kFlagRetry = 4 };
 constexpr size_t kControlSize = 8 + kBatchIdSize + 8;
 
@@ -148,7 +150,7 @@ absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
   const bool bad_kind = in[1] != static_cast<uint8_t>(BatchKind::kRun) &&
                         in[1] != static_cast<uint8_t>(BatchKind::kRefresh);
   if ((c.type != kPropose && c.type != kCommit) || bad_kind ||
-      c.status > kStatusGone || c.status_party > 2 || (c.flags & ~7) != 0 ||
+      c.status > kStatusBreaker || c.status_party > 2 || (c.flags & ~7) != 0 ||
       bad_retry || in[5] != 0 || in[6] != 0 || in[7] != 0)
     return absl::DataLossError("ring: malformed scheduling message");
   c.kind = static_cast<BatchKind>(in[1]);
@@ -195,6 +197,15 @@ std::string Key(BatchKind kind, const BatchId& id) {
 std::string IdHex(const BatchId& id) {
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(id.data()), id.size()));
+}
+
+absl::Status NotReceived(int party);
+
+// Why a proposal came back without go: the party named in it lacked its
+// copy, or refused the batch because its breaker is open.
+absl::Status NotRun(uint8_t status, int party) {
+  if (status == kStatusBreaker) return Breaker::PeerRefusal(party);
+  return NotReceived(party);
 }
 
 absl::Status NotReceived(int party) {
@@ -620,7 +631,7 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
     *again = true;
     return absl::OkStatus();
   }
-  if (!go) return NotReceived(back->status_party);
+  if (!go) return NotRun(back->status, back->status_party);
   const absl::Time agreed = absl::Now();
   absl::Status st =
       RunOnRing(ch, session, seq, (commit.flags & kFlagSession) != 0, work);
@@ -776,15 +787,16 @@ void Scheduler::ClaimProposed(Proposal& p) {
                    : std::min(options_.peer_batch_wait,
                               absl::Milliseconds(fwd.wait_ms));
   // With the breaker open this server's copy never comes (Enqueue refuses
-  // it): answer "gone" at once, so the leader fails the batch without a
-  // retry, and refuse a copy that arrived before the breaker opened.
+  // it): answer kStatusBreaker at once, so the leader fails the batch
+  // without a retry (BATCH_BREAKER_OPEN), and refuse a copy that arrived
+  // before the breaker opened.
   const bool breaker_open = options_.breaker != nullptr && options_.breaker->open();
   p.work = Claim(fwd.kind, fwd.id,
                  breaker_open ? absl::InfinitePast() : p.got + wait);
   if (breaker_open) {
     if (p.work != nullptr) Complete(p.work, options_.breaker->RefusalStatus());
     p.work = nullptr;
-    fwd.status = kStatusGone;
+    fwd.status = kStatusBreaker;
     fwd.status_party = static_cast<uint8_t>(party());
     return;
   }
@@ -840,7 +852,7 @@ void Scheduler::FollowCommit(WorkerRing& ch, Session& session, int worker, Propo
                            "party 0 gave up on this batch before every party "
                            "answered (its client's deadline, or the ring failed)"));
     else
-      Complete(p.work, NotReceived(commit.status_party));
+      Complete(p.work, NotRun(commit.status, commit.status_party));
     return;
   }
   if (p.work == nullptr) {  // cannot happen: we would have said "missing"

@@ -190,8 +190,8 @@ class BreakerSchedulerTest : public ::testing::Test {
 };
 
 // Whichever party's breaker is open, the batch fails on all three (that
-// party: BATCH_BREAKER_OPEN at once) and nothing runs; after the reset the
-// next batch runs.
+// party and the leader: BATCH_BREAKER_OPEN at once) and nothing runs;
+// after the reset the next batch runs.
 TEST_F(BreakerSchedulerTest, AnOpenBreakerStopsTheRingUntilReset) {
   for (int open = 0; open < 3; ++open) {
     SCOPED_TRACE(open);
@@ -205,6 +205,9 @@ TEST_F(BreakerSchedulerTest, AnOpenBreakerStopsTheRingUntilReset) {
       EXPECT_EQ(out[i].ring_bytes, 0u) << i;  // nothing computed
     }
     EXPECT_EQ(out[open].error, pb::BATCH_BREAKER_OPEN);
+    // The leader is told by a follower's proposal answer (kStatusBreaker):
+    // it fails the batch at once, with the same cause.
+    EXPECT_EQ(out[0].error, pb::BATCH_BREAKER_OPEN) << out[0].status;
     EXPECT_TRUE(Breaker::IsRefusal(out[open].status)) << out[open].status;
     ASSERT_TRUE(breakers_[open]->Reset().ok());
     out = SubmitAll();
