@@ -658,7 +658,6 @@ bool ClusterStatus(AdminClient& cluster, const std::string& prefix,
     }
     const auto& h = *health[i];
     bool good = h.ring_up() && h.party() == static_cast<uint32_t>(i);
-    ok = ok && good;
     const std::string& mode = *modes.insert(h.security().empty() ? "unknown" : h.security()).first;
     std::printf("%s%s: %s, party %u, ring %s, %u workers, %lu keys, batches ok %lu "
                 "failed %lu, security %s\n",
@@ -670,7 +669,7 @@ bool ClusterStatus(AdminClient& cluster, const std::string& prefix,
     if (h.party() != static_cast<uint32_t>(i))
       std::printf("%s%s: says it is party %u: list the servers in party order\n",
                   pre, who.c_str(), h.party());
-    ok = BreakerStatus(h, pre, who) && ok;
+    ok = BreakerStatus(h, pre, who) && good && ok;
   }
   ok = SameSecurity(modes, pre) && ok;
   bool mine_ok = true;
