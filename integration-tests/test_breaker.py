@@ -71,8 +71,10 @@ def test_breaker_stops_the_cluster_until_an_operator_clears_it(clusters):
     assert re.search(rf"^rpc_error \d {FAILED_PRECONDITION} .*{BREAKER} is open since",
                      r.stdout, re.M), r.stdout
     assert read_log(c, CHEATER).count("corrupting ring message") == 3
-    tripped = {i for i in (0, 2) if f"{BREAKER} open since" in read_log(c, i)}
-    assert tripped, [read_log(c, i)[-3000:] for i in (0, 2)]
+    # An honest server tripped (the cheat binary is honest but for its
+    # injection: it detects the deviation too, and may trip as well).
+    tripped = {i for i in range(3) if f"{BREAKER} open since" in read_log(c, i)}
+    assert tripped & {0, 2}, [read_log(c, i)[-3000:] for i in (0, 2)]
 
     p = admin(c, "status")
     assert p.returncode == 1, p.stdout + p.stderr
@@ -81,7 +83,7 @@ def test_breaker_stops_the_cluster_until_an_operator_clears_it(clusters):
     assert p.stdout.rstrip().endswith("status: PROBLEMS (see above)"), p.stdout
 
     # A restart does not clear it (STORE_DIR/breaker-open).
-    i = min(tripped)
+    i = min(tripped & {0, 2})
     assert os.path.exists(os.path.join(c.store_dir(i), "breaker-open"))
     c.kill_party(i)
     c.restart_party(i)
@@ -98,9 +100,12 @@ def test_breaker_stops_the_cluster_until_an_operator_clears_it(clusters):
         assert re.search(rf"^server {t} \([^)]*\): breaker cleared \(was .*open", p.stdout,
                          re.M), p.stdout
     assert not os.path.exists(os.path.join(c.store_dir(i), "breaker-open"))
+    # The next batch is right (it also brings the ring back up, which the
+    # failed batches took down), and status is clean.
+    assert_right(c, keystream_batch(c, kid))
     p = admin(c, "status")
     assert p.returncode == 0 and not open_breakers(p.stdout), p.stdout
-    assert_right(c, keystream_batch(c, kid))
+    assert "status: OK" in p.stdout, p.stdout
     c.check_alive()
 
 
