@@ -39,10 +39,10 @@ BREAKER = "deviation breaker"
 FAILED_PRECONDITION = 9
 
 
-def admin(c, *args):
+def admin(c, *args, cert="admin"):
     return subprocess.run([os.path.join(tmc.BIN, "kmpc-admin"), f"--servers={c.servers}",
-                           f"--ca={c.certs}/ca.pem", f"--cert={c.certs}/admin.pem",
-                           f"--key={c.certs}/admin.key", *args],
+                           f"--ca={c.certs}/ca.pem", f"--cert={c.certs}/{cert}.pem",
+                           f"--key={c.certs}/{cert}.key", *args],
                           capture_output=True, text=True, timeout=60,
                           env={k: v for k, v in os.environ.items()
                                if k != "KMPC_ADMIN_CONFIG"})
@@ -93,6 +93,15 @@ def test_breaker_stops_the_cluster_until_an_operator_clears_it(clusters):
     r = keystream_batch(c, kid)
     assert re.search(rf"^rpc_error \d {FAILED_PRECONDITION} .*{BREAKER}", r.stdout,
                      re.M), r.stdout
+
+    # Only an admin certificate may clear it (Admin RPCs' authorization):
+    # the KDC's and a stranger's from the same CA are refused.
+    for cert in ("kdc", "kmpc-rogue"):
+        p = admin(c, "breaker-reset", cert=cert)
+        assert p.returncode == 1 and "breaker cleared" not in p.stdout, p.stdout + p.stderr
+        assert "PERMISSION_DENIED" in p.stdout + p.stderr or "permission" in (
+            p.stdout + p.stderr).lower(), p.stdout + p.stderr
+    assert open_breakers(admin(c, "status").stdout) >= {i}
 
     p = admin(c, "breaker-reset")
     assert p.returncode == 0, p.stdout + p.stderr
