@@ -199,18 +199,17 @@ std::string IdHex(const BatchId& id) {
       absl::string_view(reinterpret_cast<const char*>(id.data()), id.size()));
 }
 
-absl::Status NotReceived(int party);
-
-// Why a proposal came back without go: the party named in it lacked its
-// copy, or refused the batch because its breaker is open.
-absl::Status NotRun(uint8_t status, int party) {
-  if (status == kStatusBreaker) return Breaker::PeerRefusal(party);
-  return NotReceived(party);
-}
-
 absl::Status NotReceived(int party) {
   return absl::UnavailableError(absl::StrCat(
       "party ", party, " did not receive this batch from the client in time"));
+}
+
+// Why a proposal came back without go: the party named in it lacked its
+// copy, or refused the batch because its breaker is open (a deviating
+// party may claim that falsely: it can fail any batch anyway).
+absl::Status NotRun(uint8_t status, int party) {
+  if (status == kStatusBreaker) return Breaker::PeerRefusal(party);
+  return NotReceived(party);
 }
 
 // The BatchErrorCode of a batch that failed on the ring: the engine's
