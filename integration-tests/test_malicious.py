@@ -90,8 +90,12 @@ def clusters(tmp_path, certs, request):
         binaries[cheater] = CHEAT_BIN
         envs = [{}, {}, {}]
         envs[cheater] = {"KMPC_CHEAT": cheat}
+        # --breaker_deviations=0: these tests inject many deviations into
+        # one cluster and check each is caught; the breaker that would
+        # stop the cluster after three is test_breaker.py's.
         c = Cluster(str(tmp_path / f"{security}-{len(made)}"), certs, workers=1,
-                    flags=flags or [[f"--security={security}", *SBOX_FLAGS[sbox]]] * 3,
+                    flags=flags or [[f"--security={security}", *SBOX_FLAGS[sbox],
+                                     "--breaker_deviations=0"]] * 3,
                     binaries=binaries, envs=envs)
         made.append(c)
         return c.start()

@@ -10,6 +10,7 @@ worker serves it, and a port already taken costs the metrics, not the KDC.
 import re
 import socket
 import subprocess
+import time
 import urllib.request
 
 import pytest
@@ -57,10 +58,11 @@ def value(samples, name, missing=None, **labels):
     return sum(found)
 
 
-def delta(before, after, name, **labels):
+def delta(before, after, name, missing=None, **labels):
     """How much a series grew; a labelled series appears at its first
-    event, so it may be missing before."""
-    return value(after, name, **labels) - value(before, name, missing=0, **labels)
+    event, so it may be missing before (and after too, with `missing`)."""
+    return (value(after, name, missing=missing, **labels)
+            - value(before, name, missing=0, **labels))
 
 
 def keytab_keys(realm, keytab):
@@ -163,6 +165,52 @@ def test_metrics_move_with_logins_and_hold_no_secret(kmpc_factory):
         assert PASSWORD.lower() not in low, name
         for k in keys:
             assert k not in low and k[:16] not in low, name
+
+
+def test_a_deviation_moves_the_deviation_counter_a_wrong_password_does_not(
+        kmpc_factory):
+    """kmpc_deviations_total (servers) and kmpc_kdc_deviations_total (the
+    module) count batches failed because a server deviated from the
+    protocol (BATCH_INTEGRITY_CHECK_FAILED); kmpc_integrity_failures_total
+    keeps counting tags that did not verify (wrong passwords). The
+    deviation: party 1 restarted on the test-only kmpc-mpc-server-cheat,
+    flipping a bit of the agreement header it forwards (test_breaker.py)."""
+    r = metrics_realm(kmpc_factory)
+    r.start()
+    r.kinit("alice", PASSWORD)
+    before = {k: parse(scrape(u)) for k, u in urls(r).items()}
+    r.run(["kinit", "alice"], input="not-the-password\n", expected_code=1)
+    after = {k: parse(scrape(u)) for k, u in urls(r).items()}
+    for i in range(3):
+        b, a = before[f"party{i}"], after[f"party{i}"]
+        assert delta(b, a, "kmpc_integrity_failures_total") == 1
+        assert delta(b, a, "kmpc_deviations_total") == 0
+        assert value(a, "kmpc_breaker_open") == 0
+    k0, k1 = before["kdc"], after["kdc"]
+    assert delta(k0, k1, "kmpc_kdc_job_failures_total", cause="integrity") == 1
+    assert delta(k0, k1, "kmpc_kdc_deviations_total") == 0
+
+    r.cluster.restart_party_as(1, "kmpc-mpc-server-cheat", {"KMPC_CHEAT": "1:3:1"})
+    for _ in range(8):  # the module's connection to party 1 comes back first
+        before = {k: parse(scrape(u)) for k, u in urls(r).items() if k != "party1"}
+        r.kinit("alice", PASSWORD, expected_code=1)
+        after = {k: parse(scrape(u)) for k, u in urls(r).items() if k != "party1"}
+        if delta(before["kdc"], after["kdc"], "kmpc_kdc_deviations_total"):
+            break
+        time.sleep(0.5)
+    k0, k1 = before["kdc"], after["kdc"]
+    assert delta(k0, k1, "kmpc_kdc_deviations_total") == 1
+    assert delta(k0, k1, "kmpc_kdc_job_failures_total", cause="deviation") >= 1
+    assert delta(k0, k1, "kmpc_kdc_job_failures_total", cause="integrity", missing=0) == 0
+    # The honest servers: the leader (party 0) always sees it; no tag
+    # failed (the batch failed as a whole), the breaker stays closed (3).
+    assert delta(before["party0"], after["party0"], "kmpc_deviations_total") == 1
+    assert delta(before["party2"], after["party2"], "kmpc_deviations_total") <= 1
+    for p in ("party0", "party2"):
+        assert delta(before[p], after[p], "kmpc_integrity_failures_total") == 0
+        assert value(after[p], "kmpc_breaker_open") == 0
+    r.cluster.restart_party_as(1)
+    r.login_until_ok("alice")
 
 
 def test_kdc_workers_bind_the_metrics_port_once(kmpc_factory):

@@ -15,6 +15,7 @@ grpc::StatusCode GrpcCodeOf(pb::BatchErrorCode code) {
     case pb::BATCH_UNKNOWN_ENCRYPT: return grpc::StatusCode::NOT_FOUND;
     case pb::BATCH_TIMED_OUT: return grpc::StatusCode::DEADLINE_EXCEEDED;
     case pb::BATCH_INTEGRITY_CHECK_FAILED: return grpc::StatusCode::DATA_LOSS;
+    case pb::BATCH_BREAKER_OPEN: return grpc::StatusCode::FAILED_PRECONDITION;
     default: return grpc::StatusCode::INTERNAL;
   }
 }

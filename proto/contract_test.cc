@@ -352,6 +352,7 @@ TEST(BatchError, EveryCodeHasADistinctMeaning) {
   EXPECT_EQ(GrpcCodeOf(pb::BATCH_MALFORMED), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(GrpcCodeOf(pb::BATCH_UNKNOWN_ENCRYPT), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(GrpcCodeOf(pb::BATCH_TIMED_OUT), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(GrpcCodeOf(pb::BATCH_BREAKER_OPEN), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 }  // namespace

@@ -214,6 +214,11 @@ class MpcCluster:
         self.base = None
         self.servers = None
         self._restarted = {}
+        # start_party(i) runs binaries[i] (a name beside kmpc-mpc-server,
+        # e.g. the test-only kmpc-mpc-server-cheat) with envs[i] added to
+        # its environment, when set (a party restarted as a cheater).
+        self.binaries = {}
+        self.envs = {}
 
     def addr(self, i):
         return f"127.0.0.1:{self.base + i}"
@@ -269,7 +274,8 @@ class MpcCluster:
     def server_argv(self, i):
         """Party i's command line, as integration-tests/kmpc_harness/mpc-local.sh starts it."""
         c = self.certs
-        return [find_built("mpc-server/kmpc-mpc-server"), f"--party={i}",
+        return [find_built("mpc-server/" + self.binaries.get(i, "kmpc-mpc-server")),
+                f"--party={i}",
                 f"--listen=127.0.0.1:{self.base + i}",
                 f"--ring_listen=127.0.0.1:{self.base + 10 + i}",
                 f"--ring_prev=127.0.0.1:{self.base + 10 + (i + 2) % 3}",
@@ -289,7 +295,8 @@ class MpcCluster:
         offset = os.path.getsize(log) if os.path.exists(log) else 0
         with open(log, "ab") as out:
             proc = subprocess.Popen(self.server_argv(i), stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, **self.envs.get(i, {})})
         self._restarted[i] = proc  # reaped by stop_pid
         with open(os.path.join(self.dir, f"party-{i}.pid"), "w") as f:
             f.write(str(proc.pid))
@@ -303,6 +310,20 @@ class MpcCluster:
                 break
             time.sleep(0.1)
         raise RealmError(f"party {i} did not restart:\n{self.logs()}")
+
+    def restart_party_as(self, i, binary=None, env=None):
+        """Stop party i and start it again on its ports and store, running
+        `binary` (a name beside kmpc-mpc-server, e.g. the test-only
+        kmpc-mpc-server-cheat; None: kmpc-mpc-server) with `env` added to
+        its environment (e.g. KMPC_CHEAT); waits for the ring."""
+        self.stop_party(i)
+        if binary:
+            self.binaries[i] = binary
+        else:
+            self.binaries.pop(i, None)
+        self.envs[i] = dict(env or {})
+        self.start_party(i)
+        self.wait_ring()
 
     def client(self, *args, timeout=60):
         """Run kmpc-mpc-client against the three servers (its default

@@ -66,6 +66,13 @@ struct BatcherStats {
   // Security events: a ring-free verify item refused a signature that the
   // Run's VERIFY_CHECKSUM then accepted (batch_step.h, "Verify items").
   uint64_t verify_disagreed = 0;
+  // Security events: Run requests a server refused with
+  // BATCH_INTEGRITY_CHECK_FAILED (a server of the cluster deviated; not a
+  // wrong password, which fails a job alone).
+  uint64_t deviations = 0;
+  // 1 while the cluster's last Run was refused with BATCH_BREAKER_OPEN (a
+  // server's deviation breaker is open); summed over the clusters.
+  uint64_t breakers_open = 0;
 };
 
 // Told of every batch as it ends (the module's Prometheus metrics,

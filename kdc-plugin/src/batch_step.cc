@@ -184,6 +184,8 @@ struct BatchStep::RunCall {
   std::atomic<int> left{kParties};
   std::vector<size_t> idx;  // request job k is jobs_[idx[k]]
   absl::Time started;
+  // A server refused it with BATCH_INTEGRITY_CHECK_FAILED (counted once).
+  std::atomic<bool> deviation{false};
 };
 
 struct BatchStep::FinalizeCall {
@@ -297,6 +299,10 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
         p, *call->party_req[p], &call->resp[p], deadline_,
         [self, call, p](CallStatus s) {
           call->st[p] = s.status;
+          if (s.refusal == pb::BATCH_INTEGRITY_CHECK_FAILED &&
+              !call->deviation.exchange(true, std::memory_order_acq_rel))
+            self->host_->DeviationDetected();
+          if (s.refusal == pb::BATCH_BREAKER_OPEN) self->host_->BreakerSeen(true);
           if (!s.ok()) self->PartyFailed(p, s, call->idx);
           if (call->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
             self->OnRun(call);
@@ -408,6 +414,7 @@ void BatchStep::OnRun(const std::shared_ptr<RunCall>& call) {
       ScrubRun(call.get());  // shares of the parties that answered
       return;  // the jobs failed already (PartyFailed)
     }
+  host_->BreakerSeen(false);  // all three served it
   absl::Status bad = CheckRunAnswers(*call);
   if (bad.ok()) bad = RevealRun(call.get());
   if (!bad.ok()) {
@@ -834,6 +841,14 @@ absl::Status BatchStep::CheckFinalizeAnswers(const FinalizeCall& fin) const {
 void BatchStep::RerunFinalizeOnly(const FinalizeCall& fin, int party,
                                   const CallStatus& first) {
   if (absl::Now() >= deadline_) return;  // Expire fails them (or did)
+  // Never run again on a cluster that reported a deviation or whose
+  // breaker is open (a ring-free Finalize has neither today; a server's
+  // word is enough to stop): the jobs fail, the router may go elsewhere.
+  if (first.refusal == pb::BATCH_INTEGRITY_CHECK_FAILED ||
+      first.refusal == pb::BATCH_BREAKER_OPEN) {
+    PartyFailed(party, first, fin.idx);
+    return;
+  }
   std::vector<size_t> again;
   for (size_t i : fin.idx) {
     if (IsDone(i)) continue;  // the deadline passed meanwhile
@@ -1153,14 +1168,16 @@ void BatchStep::ScrubSign(SignCall* call) {
 // -------------------------------------------------------------- Completion
 
 // Fail fast: one failed party is enough to fail the call's jobs; the other
-// two calls are left to finish or time out on their own.
+// two calls are left to finish or time out on their own. A refusal for a
+// detected deviation marks the jobs' status (MarkDeviation, transport.h):
+// the router never sends them to this cluster again.
 void BatchStep::PartyFailed(int p, const CallStatus& s,
                             const std::vector<size_t>& idx) {
-  FailOpen(absl::UnavailableError(absl::StrCat(
-               "MPC ", Party(p),
-               s.refused() ? " refused the batch: " : " unreachable: ",
-               Describe(s))),
-           &idx);
+  absl::Status st = absl::UnavailableError(absl::StrCat(
+      "MPC ", Party(p), s.refused() ? " refused the batch: " : " unreachable: ",
+      Describe(s)));
+  if (s.refusal == pb::BATCH_INTEGRITY_CHECK_FAILED) st = MarkDeviation(std::move(st));
+  FailOpen(st, &idx);
 }
 
 void BatchStep::Reject(const absl::Status& bad,

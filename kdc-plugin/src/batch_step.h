@@ -108,6 +108,14 @@ class StepHost {
   // A security event: a verify item refused a signature that the Run's
   // VERIFY_CHECKSUM accepted (a server deviated in the verify item).
   virtual void VerifyDisagreed() = 0;
+  // A security event: a server refused a Run with
+  // BATCH_INTEGRITY_CHECK_FAILED (its check found that a server of the
+  // cluster deviated); once per Run request, whichever servers refused.
+  virtual void DeviationDetected() = 0;
+  // Whether the cluster's deviation breaker is open, as the last Run saw:
+  // true when a server refused it with BATCH_BREAKER_OPEN, false when all
+  // three answered it.
+  virtual void BreakerSeen(bool open) = 0;
   // A request of `items` jobs is about to go to the three servers
   // (statistics): a Run request (kRun), a Finalize request (kFinalizeOnly:
   // after a Run as well), a Sign request (kSign).

@@ -496,6 +496,16 @@ void Dispatcher::VerifyDisagreed() {
   ++stats_.verify_disagreed;
 }
 
+void Dispatcher::DeviationDetected() {
+  std::lock_guard<std::mutex> l(mu_);
+  ++stats_.deviations;
+}
+
+void Dispatcher::BreakerSeen(bool open) {
+  std::lock_guard<std::mutex> l(mu_);
+  stats_.breakers_open = open ? 1 : 0;
+}
+
 void Dispatcher::Sending(StepKind what, size_t items) {
   switch (what) {
     case StepKind::kRun:

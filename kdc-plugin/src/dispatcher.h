@@ -95,6 +95,8 @@ class Dispatcher : public StepHost,
   void SignRerun(size_t jobs) override;
   void SignAnswersFailed(size_t items) override;
   void VerifyDisagreed() override;
+  void DeviationDetected() override;
+  void BreakerSeen(bool open) override;
   void ExchangeOk(int kind) override;
   void Sending(StepKind what, size_t items) override;
   void StepFinished(const std::shared_ptr<BatchStep>& step, StepKind kind,

@@ -1,6 +1,7 @@
 #include "kdc_metrics.h"
 
 #include "prometheus/text_serializer.h"
+#include "transport.h"
 #include "util/process_metrics.h"
 
 namespace kmpc::kdc {
@@ -89,6 +90,15 @@ constexpr StatsFamily kStatsFamilies[] = {
      "security events: a ring-free verify refused a signature that the MPC check (a Run) "
      "accepted, so a server deviated",
      T::Counter, Read<&S::verify_disagreed>},
+    {"kmpc_kdc_deviations_total",
+     "security events: Run batches a server refused because its malicious check found that "
+     "a server of the cluster deviated (BATCH_INTEGRITY_CHECK_FAILED); wrong passwords are "
+     "kmpc_kdc_job_failures_total{cause=\"integrity\"}",
+     T::Counter, Read<&S::deviations>},
+    {"kmpc_kdc_breaker_open",
+     "clusters whose last Run a server refused because its deviation breaker is open "
+     "(BATCH_BREAKER_OPEN)",
+     T::Gauge, Read<&S::breakers_open>},
     {"kmpc_kdc_failovers_total",
      "jobs submitted again to another MPC cluster after a cluster failure", T::Counter,
      Read<&S::failovers>},
@@ -211,6 +221,7 @@ void KdcMetrics::BatchDone(bool finalize_only, size_t jobs, uint64_t blocks,
 
 const char* KdcMetrics::CauseOf(const absl::Status& s) {
   // The meanings are job.h's (and KrbErrorFromStatus's in module.cc).
+  if (IsDeviation(s)) return "deviation";  // kUnavailable, a security event
   switch (s.code()) {
     case absl::StatusCode::kOk: return "ok";
     case absl::StatusCode::kUnavailable: return "unavailable";

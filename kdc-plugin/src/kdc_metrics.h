@@ -25,6 +25,15 @@
 //   kmpc_kdc_verify_disagreed_total      security events: a ring-free
 //                                        verify refused a signature the
 //                                        Run's MPC check accepted
+//   kmpc_kdc_deviations_total            security events: Run batches a
+//                                        server refused with
+//                                        BATCH_INTEGRITY_CHECK_FAILED (a
+//                                        server deviated; not a wrong
+//                                        password: those are
+//                                        job_failures_total{cause=
+//                                        "integrity"})
+//   kmpc_kdc_breaker_open                gauge: clusters whose last Run was
+//                                        refused with BATCH_BREAKER_OPEN
 //   kmpc_kdc_failovers_total             jobs sent again to another MPC
 //                                        cluster (router.h); with several
 //                                        clusters every figure here is

@@ -150,6 +150,7 @@ absl::Status Router::Submit(uint64_t token, Job job) {
 
 void Router::OnResult(size_t cluster, Result r) {
   const bool cluster_failure = ClusterFailure(r.status);
+  if (IsDeviation(r.status)) LogDeviation(cluster, r.status);
   bool move_queued;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -175,6 +176,11 @@ void Router::OnResult(size_t cluster, Result r) {
     std::lock_guard<std::mutex> l(mu_);
     if (cluster_failure) {
       auto it = pending_.find(r.token);
+      // Invariant: a job goes to a cluster at most once (Submit and
+      // RetryLoop set its bit before sending; Pick skips set bits), so an
+      // integrity-failed batch (IsDeviation) is never resent to the
+      // cluster that detected the deviation, only to another one.
+      if (it != pending_.end()) it->second.tried |= 1u << cluster;
       const uint32_t all = (1u << transports_.size()) - 1;
       const bool retry = !stopping_ && it != pending_.end() &&
                          (it->second.tried & all) != all &&
@@ -188,6 +194,20 @@ void Router::OnResult(size_t cluster, Result r) {
     }
   }
   Deliver(std::move(r));
+}
+
+// At most once a second: a deviation fails a whole batch.
+void Router::LogDeviation(size_t cluster, const absl::Status& st) {
+  const absl::Time now = absl::Now();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (now - last_deviation_log_ < absl::Seconds(1)) return;
+    last_deviation_log_ = now;
+  }
+  sink_->Log(LOG_ERR, absl::StrCat("kdcmpc: MPC cluster ", cluster + 1,
+                                   " detected a deviation from the protocol (",
+                                   st.message(), "); its failed jobs are never "
+                                   "sent to it again"));
 }
 
 void Router::Deliver(Result r) {
@@ -294,6 +314,8 @@ BatcherStats Router::stats() const {
     s.sign_rerun += x.sign_rerun;
     s.sign_answers_failed += x.sign_answers_failed;
     s.verify_disagreed += x.verify_disagreed;
+    s.deviations += x.deviations;
+    s.breakers_open += x.breakers_open;
   }
   std::lock_guard<std::mutex> l(mu_);
   s.failovers = failovers_;

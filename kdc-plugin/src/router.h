@@ -30,6 +30,15 @@
 // failure, a malformed job) are final: a bad timestamp gets no second
 // chance on another cluster.
 //
+// Deviations: a batch a server refused with BATCH_INTEGRITY_CHECK_FAILED
+// (its malicious check found that a server of that cluster deviated; the
+// jobs' status is kUnavailable marked IsDeviation, transport.h) fails
+// over like any cluster failure, to another cluster (other servers, other
+// shares), but never again to the cluster that detected it: every job is
+// sent to each cluster at most once (Pending::tried). With one cluster
+// nothing is resent at all. A client's own retry is a new job, which the
+// servers' deviation breaker bounds (mpc-server/src/service/breaker.h).
+//
 // Why a retry never releases a secret twice (enctype.md, "Security
 // invariants"): every ENCRYPT and CHECKSUM counter is drawn by the cluster
 // that computes it, from its own PRSS keys; the clusters' draws are
@@ -129,6 +138,7 @@ class Router {
   static constexpr absl::Duration kReachableEvery = absl::Milliseconds(5);
   void RetryLoop();
   void Deliver(Result r);
+  void LogDeviation(size_t cluster, const absl::Status& st);
 
   const BatcherOptions options_;
   const std::vector<Transport*> transports_;
@@ -148,6 +158,7 @@ class Router {
   std::vector<bool> reach_ok_;
   uint64_t failovers_ = 0;
   absl::Time last_log_ = absl::InfinitePast();
+  absl::Time last_deviation_log_ = absl::InfinitePast();
   std::thread retry_thread_;
 };
 

@@ -32,6 +32,16 @@ struct CallStatus {
   bool refused() const { return refusal != kmpc::v1::BATCH_ERROR_UNSPECIFIED; }
 };
 
+// A job that failed because a server of its cluster refused the batch
+// with BATCH_INTEGRITY_CHECK_FAILED: its malicious check found that a
+// server of that cluster deviated from the protocol. The job's status is
+// kUnavailable (KDC_ERR_SVC_UNAVAILABLE, never counted by lockout) and
+// carries kDeviationPayload: the router never sends that job to that
+// cluster again (router.h), another cluster may run it.
+inline constexpr char kDeviationPayload[] = "kmpc.kdc/deviation";
+absl::Status MarkDeviation(absl::Status st);
+bool IsDeviation(const absl::Status& st);
+
 class Transport {
  public:
   using Done = std::function<void(CallStatus)>;

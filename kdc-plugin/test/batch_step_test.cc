@@ -57,6 +57,8 @@ class RecordingHost : public StepHost {
   void SignRerun(size_t) override {}
   void SignAnswersFailed(size_t) override {}
   void VerifyDisagreed() override {}
+  void DeviationDetected() override {}
+  void BreakerSeen(bool) override {}
   void Sending(StepKind what, size_t items) override {
     std::lock_guard<std::mutex> l(mu_);
     sent_.emplace_back(what, items);

@@ -1,5 +1,6 @@
 // The module's Prometheus metrics (kdc_metrics.h).
 #include "kdc_metrics.h"
+#include "transport.h"
 
 #include <string>
 
@@ -18,6 +19,8 @@ TEST(KdcMetricsTest, CountsAndRenders) {
   EXPECT_STREQ(KdcMetrics::CauseOf(absl::DataLossError("tag")), "integrity");
   EXPECT_STREQ(KdcMetrics::CauseOf(absl::UnavailableError("down")),
                "unavailable");
+  EXPECT_STREQ(KdcMetrics::CauseOf(MarkDeviation(absl::UnavailableError("x"))),
+               "deviation");
   m.JobDone(absl::OkStatus());
   m.JobDone(absl::OkStatus());
   m.JobDone(absl::DataLossError("tag"));
@@ -28,6 +31,8 @@ TEST(KdcMetricsTest, CountsAndRenders) {
   st.queued_jobs = 5;
   st.speculative_used = 7;
   st.failovers = 4;
+  st.deviations = 2;
+  st.breakers_open = 1;
   m.SetStatsSource([st] { return st; });
   std::string text = m.Render();
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_jobs_completed_total{result=\"ok\"} 2\n")) << text;
@@ -39,6 +44,8 @@ TEST(KdcMetricsTest, CountsAndRenders) {
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_queue_jobs 5\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_speculative_used_total 7\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_failovers_total 4\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_deviations_total 2\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kmpc_kdc_breaker_open 1\n")) << text;
   for (const char* name :
        {"kmpc_kdc_run_requests_total 0\n", "kmpc_kdc_finalize_requests_total 0\n",
         "kmpc_kdc_sign_requests_total 0\n", "kmpc_kdc_pads_drawn_total 0\n",

@@ -1,6 +1,7 @@
 // The router (router.h) over two fake clusters: failover when a party of
 // the primary is down or hangs, jobs moved at once, both down, a key
-// missing on one cluster, integrity failures not retried.
+// missing on one cluster, integrity failures not retried, deviations
+// failed over but never resent to the cluster that detected them.
 #include "batcher_fixture.h"
 
 #include <syslog.h>
@@ -238,6 +239,70 @@ TEST_F(RouterTest, IntegrityFailureIsNotRetried) {
   ASSERT_TRUE(sink_.WaitFor(2));
   EXPECT_EQ(sink_.Get(2).status.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(Calls(1), 0u);
+}
+
+// A batch a server refused with BATCH_INTEGRITY_CHECK_FAILED (its check
+// found that a server of cluster 1 deviated): the job goes to cluster 2,
+// never back to cluster 1; counted as a deviation, not as a wrong password.
+TEST_F(RouterTest, DeviationFailsOverButNeverBackToThatCluster) {
+  clusters_[0].set_refuse(1, kmpc::v1::BATCH_INTEGRITY_CHECK_FAILED);
+  auto r = Make();
+  ASSERT_TRUE(r->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  EXPECT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(RunJobs(0), 1);
+  EXPECT_EQ(RunJobs(1), 1);
+  EXPECT_EQ(r->stats().deviations, 1u);
+  EXPECT_EQ(r->stats().failovers, 1u);
+  bool logged = false;
+  for (const auto& line : sink_.logs())
+    logged = logged || absl::StrContains(line, "detected a deviation");
+  EXPECT_TRUE(logged);
+}
+
+// Both clusters detect a deviation: the job was sent to each once, and
+// fails SVC_UNAVAILABLE-style (kUnavailable, marked IsDeviation), once.
+TEST_F(RouterTest, DeviationOnEveryClusterIsSentToEachOnce) {
+  clusters_[0].set_refuse(2, kmpc::v1::BATCH_INTEGRITY_CHECK_FAILED);
+  clusters_[1].set_refuse(0, kmpc::v1::BATCH_INTEGRITY_CHECK_FAILED);
+  auto r = Make();
+  ASSERT_TRUE(r->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  const absl::Status st = sink_.Get(1).status;
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_TRUE(IsDeviation(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "BATCH_INTEGRITY_CHECK_FAILED")) << st;
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(RunJobs(0), 1);
+  EXPECT_EQ(RunJobs(1), 1);
+  EXPECT_EQ(sink_.counts().at(1), 1);
+  EXPECT_EQ(r->stats().deviations, 2u);
+}
+
+// One cluster: an integrity-failed batch is not resent at all; an open
+// breaker (BATCH_BREAKER_OPEN) shows in the gauge until a Run succeeds.
+TEST_F(RouterTest, OneClusterNeverResendsAndShowsTheBreaker) {
+  Router r(options_, {&clusters_[0]}, &sink_);
+  clusters_[0].set_refuse(1, kmpc::v1::BATCH_INTEGRITY_CHECK_FAILED);
+  ASSERT_TRUE(r.Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  EXPECT_TRUE(IsDeviation(sink_.Get(1).status)) << sink_.Get(1).status;
+  clusters_[0].set_refuse(1, kmpc::v1::BATCH_BREAKER_OPEN);
+  ASSERT_TRUE(r.Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  EXPECT_EQ(sink_.Get(2).status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(IsDeviation(sink_.Get(2).status));
+  EXPECT_TRUE(absl::StrContains(sink_.Get(2).status.message(), "BATCH_BREAKER_OPEN"));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(RunJobs(0), 2);  // one Run per job, none resent
+  EXPECT_EQ(r.stats().deviations, 1u);
+  EXPECT_EQ(r.stats().breakers_open, 1u);
+  clusters_[0].set_refuse(1, kmpc::v1::BATCH_ERROR_UNSPECIFIED);
+  ASSERT_TRUE(r.Submit(3, Encrypt("z")).ok());
+  ASSERT_TRUE(sink_.WaitFor(3));
+  EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
+  EXPECT_EQ(r.stats().breakers_open, 0u);
 }
 
 }  // namespace

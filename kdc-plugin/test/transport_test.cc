@@ -34,5 +34,16 @@ TEST(TransportTest, RefusedCarriesTheCodeAndANamedMessage) {
       << s.status;
 }
 
+// A job failed by a deviation stays kUnavailable (SVC_UNAVAILABLE, no
+// lockout) and carries the mark the router keys on; OK is never marked.
+TEST(TransportTest, DeviationMark) {
+  const absl::Status st = MarkDeviation(absl::UnavailableError("refused"));
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(st.message(), "refused");
+  EXPECT_TRUE(IsDeviation(st));
+  EXPECT_FALSE(IsDeviation(absl::UnavailableError("refused")));
+  EXPECT_FALSE(IsDeviation(MarkDeviation(absl::OkStatus())));
+}
+
 }  // namespace
 }  // namespace kmpc::kdc

@@ -4,6 +4,7 @@
 //              [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] [--force]
 //              PRINC...
 //   kmpc-admin [OPTIONS] status [--kdb]
+//   kmpc-admin [OPTIONS] breaker-reset [--cluster=N]
 //
 // share: for each principal, get its key (derived from a password read from
 //   stdin, one line per principal, with the principal's normal salt as
@@ -42,8 +43,14 @@
 //   the key dealer's protect patterns in kdc.conf, krbtgt/* by default) but
 //   holds real keys in the KDB; every handle without its shares on all three
 //   servers; every key migrated from the KDB (older backups hold it); every
-//   key on the servers that no handle refers to. Exit 0 only when all is
-//   well.
+//   key on the servers that no handle refers to. Each server's deviation
+//   breaker (service/breaker.h): an open one is a problem ("breaker: OPEN").
+//   Exit 0 only when all is well.
+//
+// breaker-reset: closes the deviation breaker of every server of the
+//   cluster (--cluster=N, default every cluster), through the authenticated
+//   Admin.ResetBreaker; prints what each cleared. Rotate the keys first
+//   (docs/admin-guide.md, "A detected deviation").
 //
 // OPTIONS (or the config file, see config.h):
 //   --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM
@@ -89,6 +96,9 @@ constexpr char kUsage[] =
     "                  PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
     "       kmpc-admin [OPTIONS] refresh (--all | KEYID_HEX...)  (admin/refresh.h)\n"
+    "       kmpc-admin [OPTIONS] breaker-reset [--cluster=N]\n"
+    "           close the servers' deviation breakers (after rotating the keys:\n"
+    "           docs/admin-guide.md, a detected deviation)\n"
     "       kmpc-admin [OPTIONS] rebuild-party [--cluster=N] 0|1|2\n"
     "           give a replaced (new, empty) server its shares of every key from\n"
     "           the two others; no key is reconstructed (docs/admin-guide.md: replacing a lost server)\n"
@@ -123,7 +133,9 @@ struct Args {
   bool quiet = false;
   bool all = false;  // refresh --all
   std::string enctype = "aes256-ctr-mpc";
-  std::string cluster = "1";  // rebuild-party --cluster=N
+  // --cluster=N: rebuild-party's (1 when not given), breaker-reset's
+  // (every cluster when not given).
+  std::string cluster;
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -572,6 +584,57 @@ bool SameSecurity(const std::set<std::string>& modes, const char* pre) {
   return false;
 }
 
+// A server's deviation breaker (service/breaker.h): false, with a line
+// saying so, when it is open; a line for deviations it detected while
+// the breaker stayed closed.
+bool BreakerStatus(const kmpc::v1::HealthResponse& h, const char* pre,
+                   const std::string& who) {
+  if (h.breaker_open()) {
+    std::printf("%s%s: breaker: OPEN (%s): a server of this cluster deviated from "
+                "the protocol; this server refuses every batch "
+                "(BATCH_BREAKER_OPEN). Rotate the keys, then kmpc-admin "
+                "breaker-reset (docs/admin-guide.md, a detected deviation)\n",
+                pre, who.c_str(), h.breaker_detail().c_str());
+    return false;
+  }
+  if (h.deviations() > 0)
+    std::printf("%s%s: breaker: closed, %lu deviations detected since the server "
+                "started (kmpc_deviations_total)\n",
+                pre, who.c_str(), static_cast<unsigned long>(h.deviations()));
+  return true;
+}
+
+// breaker-reset: Admin.ResetBreaker on every server of the chosen
+// clusters. Exit 0 when every server answered.
+int BreakerReset(const Args& a, const Config& cfg) {
+  if (!a.principals.empty()) Usage("breaker-reset takes no arguments");
+  auto clusters = Clusters::Connect(cfg);
+  if (!clusters.ok()) return Fail(clusters.status());
+  int only = 0;  // 0: every cluster
+  if (!a.cluster.empty() &&
+      (!absl::SimpleAtoi(a.cluster, &only) || only < 1 ||
+       only > static_cast<int>((*clusters)->size())))
+    Usage(absl::StrCat("--cluster must be 1 to ", (*clusters)->size()));
+  bool ok = true;
+  for (size_t c = 0; c < (*clusters)->size(); ++c) {
+    if (only != 0 && static_cast<int>(c) + 1 != only) continue;
+    AdminClient& cluster = (*clusters)->at(c);
+    auto r = cluster.ResetBreaker();
+    for (int i = 0; i < 3; ++i) {
+      const std::string who = (*clusters)->Prefix(c) + cluster.Describe(i);
+      if (!r[i].ok()) {
+        ok = false;
+        std::printf("ERROR: %s\n", std::string(r[i].status().message()).c_str());
+      } else if (r[i]->was_open()) {
+        std::printf("%s: breaker cleared (was %s)\n", who.c_str(), r[i]->detail().c_str());
+      } else {
+        std::printf("%s: breaker was closed\n", who.c_str());
+      }
+    }
+  }
+  return ok ? 0 : 1;
+}
+
 // One cluster's part of status: each server's health, and every key id
 // on all three; prints with `prefix` ("cluster 2: " or ""). Adds what it
 // lists to *where (key id -> on which servers) and *infos; false when there
@@ -595,7 +658,6 @@ bool ClusterStatus(AdminClient& cluster, const std::string& prefix,
     }
     const auto& h = *health[i];
     bool good = h.ring_up() && h.party() == static_cast<uint32_t>(i);
-    ok = ok && good;
     const std::string& mode = *modes.insert(h.security().empty() ? "unknown" : h.security()).first;
     std::printf("%s%s: %s, party %u, ring %s, %u workers, %lu keys, batches ok %lu "
                 "failed %lu, security %s\n",
@@ -607,6 +669,7 @@ bool ClusterStatus(AdminClient& cluster, const std::string& prefix,
     if (h.party() != static_cast<uint32_t>(i))
       std::printf("%s%s: says it is party %u: list the servers in party order\n",
                   pre, who.c_str(), h.party());
+    ok = BreakerStatus(h, pre, who) && good && ok;
   }
   ok = SameSecurity(modes, pre) && ok;
   bool mine_ok = true;
@@ -720,13 +783,14 @@ int main(int argc, char** argv) {
     if (a.all) Usage("rebuild-party takes no --all: it covers every key");
     auto clusters = Clusters::Connect(*cfg);
     if (!clusters.ok()) return Fail(clusters.status());
-    int c = 0;
-    if (!absl::SimpleAtoi(a.cluster, &c) || c < 1 ||
+    int c = 1;
+    if ((!a.cluster.empty() && !absl::SimpleAtoi(a.cluster, &c)) || c < 1 ||
         c > static_cast<int>((*clusters)->size()))
       Usage(absl::StrCat("--cluster must be 1 to ", (*clusters)->size()));
     return RunRefreshCommand(**clusters, cfg->realm, {}, false, a.quiet,
                              a.principals[0][0] - '0', c - 1);
   }
+  if (a.command == "breaker-reset") return BreakerReset(a, *cfg);
   if (a.command == "status") {
     if (!a.principals.empty()) Usage("status takes no principals");
     return Status(a, *cfg);

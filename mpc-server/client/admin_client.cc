@@ -102,6 +102,18 @@ std::array<absl::StatusOr<std::string>, kParties> AdminClient::Metrics() {
   });
 }
 
+std::array<absl::StatusOr<pb::ResetBreakerResponse>, kParties>
+AdminClient::ResetBreaker() {
+  return OnAll([&](int i) -> absl::StatusOr<pb::ResetBreakerResponse> {
+    grpc::ClientContext ctx;
+    channels_.SetDeadline(&ctx);
+    pb::ResetBreakerResponse r;
+    grpc::Status st = stubs_[i]->ResetBreaker(&ctx, pb::ResetBreakerRequest(), &r);
+    if (!st.ok()) return Error(i, "ResetBreaker", st);
+    return r;
+  });
+}
+
 absl::Status AdminClient::CheckReachable() {
   auto h = Health();
   for (int i = 0; i < kParties; ++i)

@@ -45,6 +45,9 @@ class AdminClient {
   std::array<absl::StatusOr<kmpc::v1::HealthResponse>, kParties> Health();
   std::array<absl::StatusOr<std::vector<kmpc::v1::KeyInfo>>, kParties> ListKeys();
   std::array<absl::StatusOr<std::string>, kParties> Metrics();
+  // Admin.ResetBreaker on each server (service/breaker.h): closes its
+  // deviation breaker. Per server: what it cleared, or the error.
+  std::array<absl::StatusOr<kmpc::v1::ResetBreakerResponse>, kParties> ResetBreaker();
 
   // Fails (naming the first unreachable or refusing server) unless all
   // three answer Health, each as the party of its position.

@@ -31,10 +31,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "prometheus/exposer.h"
 #include "engine/engine.h"
 #include "net/tls_ring.h"
 #include "service/auth.h"
+#include "service/breaker.h"
 #include "service/metrics.h"
 #include "service/scheduler.h"
 #include "service/services.h"
@@ -152,6 +154,14 @@ ABSL_FLAG(std::string, security, "malicious",
           "follows the protocol; faster); all three servers must run the same");
 ABSL_FLAG(int, wave_lanes, 0,
           "engine wave in AES blocks (>= chunk_lanes); 0 = the engine's default");
+ABSL_FLAG(int, breaker_deviations, 3,
+          "the deviation breaker (service/breaker.h): after this many batches "
+          "failed by the malicious check (BATCH_INTEGRITY_CHECK_FAILED) within "
+          "--breaker_window, the server refuses every batch (BATCH_BREAKER_OPEN) "
+          "until kmpc-admin breaker-reset; the trip is kept in "
+          "STORE_DIR/breaker-open across restarts; 0 = never opens");
+ABSL_FLAG(absl::Duration, breaker_window, absl::Minutes(10),
+          "the deviation breaker's window (e.g. 600s, 10m)");
 ABSL_FLAG(int, verify_words, 0,
           "--security=malicious: AND words per check inside an AES wave (all "
           "three servers must run the same); 0 = the engine's default, 65536");
@@ -446,6 +456,29 @@ int WaitForStopSignal(const sigset_t& stop_set,
   return sig;
 }
 
+kmpc::service::SchedulerOptions SchedulerOptionsFromFlags(
+    const kmpc::engine::EngineOptions& engine, kmpc::service::Breaker* breaker) {
+  kmpc::service::SchedulerOptions sopt;
+  sopt.schedule_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_schedule_timeout_ms));
+  sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
+  sopt.engine = engine;
+  sopt.breaker = breaker;
+  return sopt;
+}
+
+// --breaker_deviations, --breaker_window; the trip persists in
+// STORE_DIR/breaker-open (service/breaker.h).
+absl::StatusOr<kmpc::service::BreakerOptions> BreakerOptionsFromFlags() {
+  kmpc::service::BreakerOptions b;
+  b.deviations = absl::GetFlag(FLAGS_breaker_deviations);
+  b.window = absl::GetFlag(FLAGS_breaker_window);
+  b.state_file = absl::GetFlag(FLAGS_store_dir) + "/breaker-open";
+  if (b.deviations < 0 || b.window <= absl::ZeroDuration())
+    return absl::InvalidArgumentError(
+        "--breaker_deviations must be >= 0 and --breaker_window positive");
+  return b;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -468,6 +501,8 @@ int main(int argc, char** argv) {
       return Fail("--cert, --key, --ca, --store_dir and --ring_prev are required");
   auto engine_options = EngineOptionsFromFlags();
   if (!engine_options.ok()) return Fail(std::string(engine_options.status().message()));
+  auto breaker_options = BreakerOptionsFromFlags();
+  if (!breaker_options.ok()) return Fail(std::string(breaker_options.status().message()));
 
   // The store first: it takes STORE_DIR/kmpc.lock, so a second server on
   // the same directory stops here, before it could touch anything in it
@@ -488,18 +523,16 @@ int main(int argc, char** argv) {
   if (!ring.ok()) return Fail(std::string(ring.status().message()));
 
   kmpc::service::KeyCache keys(store->get(), party);
-  kmpc::service::SchedulerOptions sopt;
-  sopt.schedule_timeout =
-      absl::Milliseconds(absl::GetFlag(FLAGS_schedule_timeout_ms));
-  sopt.peer_batch_wait = absl::Milliseconds(absl::GetFlag(FLAGS_peer_batch_wait_ms));
-  sopt.engine = *engine_options;
-  kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(), sopt);
+  kmpc::service::Breaker breaker(*breaker_options, &metrics);  // after the store's lock
+  if (absl::Status st = breaker.Load(); !st.ok()) KMPC_LOG(ERROR) << st.message();
+  kmpc::service::Scheduler scheduler(ring->get(), keys.AsLookup(),
+                                     SchedulerOptionsFromFlags(*engine_options, &breaker));
 
   auto svc = ServiceOptionsFromFlags(party, &*auth);
   if (!svc.ok()) return Fail(std::string(svc.status().message()));
   kmpc::service::KeyOpsService keyops(*svc, &keys, &scheduler, &metrics);
   kmpc::service::AdminService admin(*svc, store->get(), &keys, &scheduler,
-                                    &metrics);
+                                    &metrics, &breaker);
   // Each request's received bytes and parsed strings are wiped once it is
   // handled (service/request_wipe.h): the services are registered through
   // wrappers with the same method names.

@@ -414,9 +414,10 @@ int AdminQuery(Cluster& c, const std::string& cmd) {
       const pb::HealthResponse& r = *h[i];
       out[i] = absl::StrFormat(
           "party %d ring_up %d workers %d keys %d batches_ok %d batches_failed %d "
-          "security %s",
+          "breaker %s deviations %d security %s",
           r.party(), r.ring_up(), r.workers(), r.keys(), r.batches_ok(),
-          r.batches_failed(), r.security().empty() ? "unknown" : r.security());
+          r.batches_failed(), r.breaker_open() ? "open" : "closed", r.deviations(),
+          r.security().empty() ? "unknown" : r.security());
     }
   } else if (cmd == "metrics") {
     auto m = c.admin.Metrics();

@@ -45,6 +45,19 @@ Metrics::Metrics(int party)
   integrity_failures_ = &counter("kmpc_integrity_failures_total",
                                  "jobs whose tag or checksum did not verify")
                              .Add({});
+  deviations_ = &counter("kmpc_deviations_total",
+                         "batches failed because the malicious check found that a "
+                         "server of the ring deviated from the protocol "
+                         "(BATCH_INTEGRITY_CHECK_FAILED): a security event; wrong "
+                         "passwords are kmpc_integrity_failures_total")
+                     .Add({});
+  breaker_open_ = &prometheus::BuildGauge()
+                       .Name("kmpc_breaker_open")
+                       .Help("1 while the deviation breaker refuses every batch "
+                             "(BATCH_BREAKER_OPEN) until kmpc-admin breaker-reset")
+                       .Labels(p)
+                       .Register(*registry_)
+                       .Add({});
   ring_bytes_ = &counter("kmpc_ring_bytes_sent_total",
                          "bytes this party sent on the ring")
                      .Add({});
@@ -86,6 +99,10 @@ void Metrics::RecordRingRejected(const char* reason) {
 }
 
 void Metrics::RecordIntegrityFailure() { integrity_failures_->Increment(); }
+
+void Metrics::RecordDeviation() { deviations_->Increment(); }
+
+void Metrics::SetBreakerOpen(bool open) { breaker_open_->Set(open ? 1 : 0); }
 
 void Metrics::RecordJobFailure(const std::string& status) {
   job_failures_->Add({{"status", status}}).Increment();

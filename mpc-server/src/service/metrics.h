@@ -18,6 +18,7 @@
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
@@ -38,7 +39,16 @@ class Metrics {
   // A request refused as a whole; cause: the BatchErrorCode's name
   // (contract::BatchErrorName), "other" when it carried none.
   void RecordRejected(const char* cause = "other");
+  // A job whose tag or checksum did not verify (a wrong password, a bad
+  // ticket): kmpc_integrity_failures_total. Not a deviation.
   void RecordIntegrityFailure();
+  // A batch this server failed because its malicious check found that a
+  // server of its ring deviated (BATCH_INTEGRITY_CHECK_FAILED):
+  // kmpc_deviations_total, the security event operators page on
+  // (service/breaker.h counts it toward the breaker).
+  void RecordDeviation();
+  // The kmpc_breaker_open gauge: 1 while the breaker refuses every batch.
+  void SetBreakerOpen(bool open);
   // A connection the ring listener rejected; reason: net::RingRejectName
   // (no_slot, silent, tls, identity, pin, hello). Thread-safe (the
   // listener's threads call it through TlsRingOptions::on_reject).
@@ -69,6 +79,8 @@ class Metrics {
   prometheus::Counter* jobs_;
   prometheus::Counter* aes_blocks_;
   prometheus::Counter* integrity_failures_;
+  prometheus::Counter* deviations_;
+  prometheus::Gauge* breaker_open_;
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;
   prometheus::Histogram* latency_[kKinds];

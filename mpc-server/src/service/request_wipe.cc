@@ -185,6 +185,7 @@ std::unique_ptr<grpc::Service> WipingAdmin(pb::Admin::Service* svc) {
   w->AddUnary("/kmpc.v1.Admin/Metrics", static_cast<S*>(svc), &S::Metrics);
   w->AddUnary("/kmpc.v1.Admin/RefreshKeys", static_cast<S*>(svc), &S::RefreshKeys);
   w->AddUnary("/kmpc.v1.Admin/DeleteKeys", static_cast<S*>(svc), &S::DeleteKeys);
+  w->AddUnary("/kmpc.v1.Admin/ResetBreaker", static_cast<S*>(svc), &S::ResetBreaker);
   w->RequireEveryMethodOf("kmpc.v1.Admin");
   return w;
 }

@@ -55,9 +55,11 @@ bool LatencyBound(BatchKind kind, const std::vector<engine::Job>& jobs) {
 //     time at most, less the time the followers before it held it); both
 //     big-endian, 0 in a COMMIT
 // Status: kStatusMissing, the copy has not arrived (yet): the leader may
-// retry; kStatusGone, it never will (kBeforeStartMargin): it fails at once.
+// retry; kStatusGone, it never will (kBeforeStartMargin): it fails at once;
+// kStatusBreaker, that party's deviation breaker is open (breaker.h): it
+// fails at once, as BATCH_BREAKER_OPEN on every server.
 enum : uint8_t { kPropose = 1, kCommit = 2 };
-enum : uint8_t { kStatusOk = 0, kStatusMissing = 1, kStatusGone = 2 };
+enum : uint8_t { kStatusOk = 0, kStatusMissing = 1, kStatusGone = 2, kStatusBreaker = 3 };
 enum : uint8_t { kFlagSession = 1, kFlagGo = 2, kFlagRetry = 4 };
 constexpr size_t kControlSize = 8 + kBatchIdSize + 8;
 
@@ -148,7 +150,7 @@ absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
   const bool bad_kind = in[1] != static_cast<uint8_t>(BatchKind::kRun) &&
                         in[1] != static_cast<uint8_t>(BatchKind::kRefresh);
   if ((c.type != kPropose && c.type != kCommit) || bad_kind ||
-      c.status > kStatusGone || c.status_party > 2 || (c.flags & ~7) != 0 ||
+      c.status > kStatusBreaker || c.status_party > 2 || (c.flags & ~7) != 0 ||
       bad_retry || in[5] != 0 || in[6] != 0 || in[7] != 0)
     return absl::DataLossError("ring: malformed scheduling message");
   c.kind = static_cast<BatchKind>(in[1]);
@@ -202,9 +204,18 @@ absl::Status NotReceived(int party) {
       "party ", party, " did not receive this batch from the client in time"));
 }
 
+// Why a proposal came back without go: the party named in it lacked its
+// copy, or refused the batch because its breaker is open (a deviating
+// party may claim that falsely: it can fail any batch anyway).
+absl::Status NotRun(uint8_t status, int party) {
+  if (status == kStatusBreaker) return Breaker::PeerRefusal(party);
+  return NotReceived(party);
+}
+
 // The BatchErrorCode of a batch that failed on the ring: the engine's
 // whole-batch refusals (engine.h, RunBatch) and the ring's failures.
 kmpc::v1::BatchErrorCode FailureCode(const absl::Status& st) {
+  if (Breaker::IsRefusal(st)) return kmpc::v1::BATCH_BREAKER_OPEN;
   if (protocol::IsIntegrityFailure(st)) return kmpc::v1::BATCH_INTEGRITY_CHECK_FAILED;
   switch (st.code()) {
     case absl::StatusCode::kAborted:
@@ -372,6 +383,11 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
     work->outcome.error = kmpc::v1::BATCH_SHUTTING_DOWN;
     return std::move(work->outcome);
   }
+  if (options_.breaker != nullptr && options_.breaker->open()) {
+    work->outcome.status = options_.breaker->RefusalStatus();
+    work->outcome.error = kmpc::v1::BATCH_BREAKER_OPEN;
+    return std::move(work->outcome);
+  }
   if (pending_.count(key) != 0) {
     work->outcome.status = absl::AlreadyExistsError(absl::StrCat(
         "batch ", IdHex(id), " is already waiting on this server"));
@@ -450,6 +466,11 @@ std::shared_ptr<Scheduler::Work> Scheduler::Claim(BatchKind kind,
 }
 
 void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status) {
+  // Counted once per failed batch, on each server that detected it (the
+  // deviating server reports nothing); outside mu_ (the breaker may write
+  // its state file).
+  if (options_.breaker != nullptr && protocol::IsIntegrityFailure(status))
+    options_.breaker->RecordDeviation();
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {
     work->outcome.status = status;
@@ -459,6 +480,12 @@ void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status)
   work->outcome.queue_time = work->claimed_at - work->arrived;
   work->outcome.run_time = absl::Now() - work->claimed_at;
   work->done = true;
+}
+
+bool Scheduler::RefuseIfBreakerOpen(const std::shared_ptr<Work>& work) {
+  if (options_.breaker == nullptr || !options_.breaker->open()) return false;
+  Complete(work, options_.breaker->RefusalStatus());
+  return true;
 }
 
 void Scheduler::Unclaim(const std::shared_ptr<Work>& work) {
@@ -617,7 +644,7 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
     *again = true;
     return absl::OkStatus();
   }
-  if (!go) return NotReceived(back->status_party);
+  if (!go) return NotRun(back->status, back->status_party);
   const absl::Time agreed = absl::Now();
   absl::Status st =
       RunOnRing(ch, session, seq, (commit.flags & kFlagSession) != 0, work);
@@ -689,6 +716,8 @@ void Scheduler::LeaderLoop(int worker) {
         work->claimed_at = absl::Now();
       }
     }
+    // Queued before the breaker opened: refused now, never proposed.
+    if (RefuseIfBreakerOpen(work)) continue;
     bool again = false;
     absl::Status st = LeadBatch(ch, session, ++seq, *work, &again);
     if (again) {
@@ -770,7 +799,20 @@ void Scheduler::ClaimProposed(Proposal& p) {
       before_start ? absl::ZeroDuration()
                    : std::min(options_.peer_batch_wait,
                               absl::Milliseconds(fwd.wait_ms));
-  p.work = Claim(fwd.kind, fwd.id, p.got + wait);
+  // With the breaker open this server's copy never comes (Enqueue refuses
+  // it): answer kStatusBreaker at once, so the leader fails the batch
+  // without a retry (BATCH_BREAKER_OPEN), and refuse a copy that arrived
+  // before the breaker opened.
+  const bool breaker_open = options_.breaker != nullptr && options_.breaker->open();
+  p.work = Claim(fwd.kind, fwd.id,
+                 breaker_open ? absl::InfinitePast() : p.got + wait);
+  if (breaker_open) {
+    if (p.work != nullptr) Complete(p.work, options_.breaker->RefusalStatus());
+    p.work = nullptr;
+    fwd.status = kStatusBreaker;
+    fwd.status_party = static_cast<uint8_t>(party());
+    return;
+  }
   if (p.work == nullptr) {
     fwd.status = before_start ? kStatusGone : kStatusMissing;
     fwd.status_party = static_cast<uint8_t>(party());
@@ -823,7 +865,7 @@ void Scheduler::FollowCommit(WorkerRing& ch, Session& session, int worker, Propo
                            "party 0 gave up on this batch before every party "
                            "answered (its client's deadline, or the ring failed)"));
     else
-      Complete(p.work, NotReceived(commit.status_party));
+      Complete(p.work, NotRun(commit.status, commit.status_party));
     return;
   }
   if (p.work == nullptr) {  // cannot happen: we would have said "missing"

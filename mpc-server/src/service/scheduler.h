@@ -63,6 +63,7 @@
 #include "engine/engine.h"
 #include "engine/refresh.h"
 #include "kmpc.pb.h"
+#include "service/breaker.h"
 #include "service/ring.h"
 
 namespace kmpc::service {
@@ -93,6 +94,12 @@ struct SchedulerOptions {
   absl::Duration retry_backoff_max = absl::Milliseconds(100);
   absl::Duration connect_timeout = absl::Seconds(3);
   engine::EngineOptions engine;
+  // The deviation breaker (breaker.h; null: none, tests). Every batch that
+  // fails with an integrity failure (protocol::IsIntegrityFailure) is
+  // recorded in it; while it is open no batch is enqueued, proposed or
+  // run here: each fails with BATCH_BREAKER_OPEN before anything of it is
+  // computed or sent on the ring. Must outlive the Scheduler.
+  Breaker* breaker = nullptr;
 };
 
 struct BatchOutcome {
@@ -188,6 +195,9 @@ class Scheduler {
   // The leader's idle upkeep of one worker's ring connections.
   void IdleConnect(WorkerRing& ch);
   void Complete(const std::shared_ptr<Work>& work, absl::Status status);
+  // True (and the batch completed with the breaker's refusal) if the
+  // breaker is open.
+  bool RefuseIfBreakerOpen(const std::shared_ptr<Work>& work);
   // Puts a claimed batch back for its next proposal: in pending_ (a
   // follower's copy, for Claim) or also in queue_ (party 0).
   void Unclaim(const std::shared_ptr<Work>& work);

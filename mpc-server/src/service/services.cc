@@ -778,7 +778,32 @@ grpc::Status AdminService::Health(grpc::ServerContext* ctx,
   resp->set_batches_ok(metrics_->batches_ok());
   resp->set_batches_failed(metrics_->batches_failed());
   resp->set_security(scheduler_->malicious() ? "malicious" : "semi-honest");
+  if (breaker_ != nullptr) {
+    resp->set_breaker_open(breaker_->open());
+    resp->set_breaker_detail(breaker_->Detail());
+    resp->set_deviations(breaker_->deviations());
+  }
   return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DoResetBreaker(kmpc::v1::ResetBreakerResponse* resp) {
+  if (breaker_ == nullptr)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this server has no deviation breaker");
+  absl::StatusOr<std::string> cleared = breaker_->Reset();
+  if (!cleared.ok()) return ToGrpcStatus(cleared.status());
+  resp->set_was_open(!cleared->empty());
+  resp->set_detail(*cleared);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ResetBreaker(grpc::ServerContext* ctx,
+                                        const kmpc::v1::ResetBreakerRequest*,
+                                        kmpc::v1::ResetBreakerResponse* resp) {
+  if (absl::Status st = Authorize(ctx, options_.admin_clients, "Admin"); !st.ok())
+    return ToGrpcStatus(st);
+  KMPC_LOG(WARNING) << "Admin.ResetBreaker from an authorized admin client";
+  return DoResetBreaker(resp);
 }
 
 namespace {

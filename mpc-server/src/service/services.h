@@ -157,10 +157,13 @@ class KeyOpsService final : public kmpc::v1::KeyOps::Service {
 
 class AdminService final : public kmpc::v1::Admin::Service {
  public:
+  // `breaker` (may be null: tests) is the scheduler's deviation breaker
+  // (breaker.h), reported by Health and cleared by ResetBreaker.
   AdminService(const ServiceOptions& options, store::ShareStore* store,
-               KeyCache* keys, Scheduler* scheduler, service::Metrics* metrics)
+               KeyCache* keys, Scheduler* scheduler, service::Metrics* metrics,
+               Breaker* breaker = nullptr)
       : options_(options), store_(store), keys_(keys), scheduler_(scheduler),
-        metrics_(metrics) {}
+        metrics_(metrics), breaker_(breaker) {}
   grpc::Status PutKey(grpc::ServerContext* ctx, const kmpc::v1::PutKeyRequest* req,
                       kmpc::v1::PutKeyResponse* resp) override;
   grpc::Status DeleteKey(grpc::ServerContext* ctx,
@@ -180,6 +183,13 @@ class AdminService final : public kmpc::v1::Admin::Service {
   grpc::Status DeleteKeys(grpc::ServerContext* ctx,
                           const kmpc::v1::DeleteKeysRequest* req,
                           kmpc::v1::DeleteKeysResponse* resp) override;
+  // An operator's decision (admin clients only, as every Admin RPC):
+  // closes the breaker (Breaker::Reset). FAILED_PRECONDITION without a
+  // breaker; INTERNAL if its persisted trip cannot be removed (it stays
+  // open).
+  grpc::Status ResetBreaker(grpc::ServerContext* ctx,
+                            const kmpc::v1::ResetBreakerRequest* req,
+                            kmpc::v1::ResetBreakerResponse* resp) override;
 
   // Without authorization (tests). RefreshKeys: the pairs run on the ring
   // (Scheduler::SubmitRefresh, engine/refresh.h); the new shares of every
@@ -189,6 +199,7 @@ class AdminService final : public kmpc::v1::Admin::Service {
                              kmpc::v1::RefreshKeysResponse* resp);
   grpc::Status DoDeleteKeys(const kmpc::v1::DeleteKeysRequest& req,
                             kmpc::v1::DeleteKeysResponse* resp);
+  grpc::Status DoResetBreaker(kmpc::v1::ResetBreakerResponse* resp);
 
  private:
   absl::Status DoPutKey(const kmpc::v1::PutKeyRequest& req);
@@ -201,6 +212,7 @@ class AdminService final : public kmpc::v1::Admin::Service {
   KeyCache* keys_;
   Scheduler* scheduler_;
   service::Metrics* metrics_;
+  Breaker* breaker_;
 };
 
 grpc::Status ToGrpcStatus(const absl::Status& st);
