@@ -1,5 +1,4 @@
-"""The deviation breaker on real processes (issue 38, item 3;
-mpc-server/src/service/breaker.h).
+"""The deviation breaker on real processes (mpc-server/src/service/breaker.h).
 
 One deviating server (party 1 on the test-only kmpc-mpc-server-cheat, the
 harness of test_malicious.py) makes the honest servers' malicious check

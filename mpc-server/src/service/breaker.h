@@ -8,13 +8,14 @@
 // or sent on the ring, until an operator clears it (Admin.ResetBreaker,
 // `kmpc-admin breaker-reset`).
 //
-// Why: whatever an aborted batch may leak to the deviating server (issue
-// 38: relations of the others' values), a cheater that could abort
-// without bound would collect as many as it likes; the KDC and the
-// clients retry. The breaker turns "security with abort" into "a few
-// aborts, then a stop an operator must look at". A confirmed deviation
-// means the keys that batch used must be rotated, not only refreshed
-// (docs/admin-guide.md).
+// Why: the check confirms every opening before a ring message depends on
+// it (protocol/verify.h, "Openings"), so an aborted batch should show the
+// deviating server nothing; the breaker bounds what a flaw in that
+// argument could give a cheater, which could otherwise abort without bound
+// (the KDC and the clients retry). It turns "security with abort" into "a
+// few aborts, then a stop an operator must look at". A confirmed
+// deviation means the keys that batch used must be rotated, not only
+// refreshed (docs/admin-guide.md).
 //
 // Invariants:
 //  - open() is monotonic between Reset() calls: only Reset() closes it.
