@@ -214,7 +214,7 @@ TEST(Rfc3962, AdditiveErrorOnOneAndIsCaught) {
     for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
     for (int layer : {3, p.depth / 2, p.depth - 2}) {
       cl.cheat().Arm(layer, 8 * (layer % 7), static_cast<uint8_t>(1u << (layer % 3)));
-      testing::RunShared(cl.rep3(), p, in, true, &st);
+      testing::RunShared(cl.rep3(), p, in, true, &st, /*cheated=*/true);
       ASSERT_TRUE(cl.cheat().fired());
       cl.cheat().Disarm();
       int caught = 0;
