@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "protocol/verify.h"
 #include "share/replicated.h"
 
 namespace kmpc::cts {
@@ -186,9 +187,15 @@ uint64_t ShareEngine::OneWord(int c) const {
 absl::Status ShareEngine::AndLayer(std::array<const uint64_t*, 2> x,
                                    std::array<const uint64_t*, 2> y,
                                    std::array<uint64_t*, 2> z, size_t n) {
-  return ctx_.And(absl::MakeConstSpan(x[0], n), absl::MakeConstSpan(x[1], n),
-                  absl::MakeConstSpan(y[0], n), absl::MakeConstSpan(y[1], n),
-                  absl::MakeSpan(z[0], n), absl::MakeSpan(z[1], n));
+  absl::Status st =
+      ctx_.And(absl::MakeConstSpan(x[0], n), absl::MakeConstSpan(x[1], n),
+               absl::MakeConstSpan(y[0], n), absl::MakeConstSpan(y[1], n),
+               absl::MakeSpan(z[0], n), absl::MakeSpan(z[1], n));
+  protocol::MulLog* log = ctx_.log();
+  if (st.ok() && log != nullptr && log->and_words() >= verify_words_) {
+    st = protocol::Verifier::Verify(ctx_, *log);
+  }
+  return st;
 }
 
 namespace {

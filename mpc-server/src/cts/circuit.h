@@ -130,9 +130,17 @@ class ClearEngine : public Engine {
 
 // One party of three: ANDs through Rep3::And, so every AND word is logged
 // in ctx.log() when one is set (malicious security, protocol/verify.h).
+// Once the log holds verify_words AND words after a layer, the products so
+// far are verified (Verifier::Verify; every party decides alike: they log
+// the same words), as the AES kernel does (aes.h SharedOptions), so a long
+// circuit's log stays bounded; the caller verifies the rest before opening
+// anything. A login's ~0.5M AND words per lane group make ~8 checks, far
+// below the per-batch bound of verify.h.
 class ShareEngine : public Engine {
  public:
-  explicit ShareEngine(protocol::Rep3& ctx) : ctx_(ctx) {}
+  explicit ShareEngine(protocol::Rep3& ctx,
+                       size_t verify_words = protocol::MulLog::kVerifyWords)
+      : ctx_(ctx), verify_words_(verify_words) {}
   int comps() const override { return 2; }
   uint64_t OneWord(int c) const override;
   absl::Status AndLayer(std::array<const uint64_t*, 2> x,
@@ -141,6 +149,7 @@ class ShareEngine : public Engine {
 
  private:
   protocol::Rep3& ctx_;
+  size_t verify_words_;
 };
 
 // Runs p on wn words per wire: in[c] holds p.inputs * wn words (input i at

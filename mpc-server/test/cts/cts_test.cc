@@ -186,6 +186,14 @@ TEST(Rfc3962, LoginBatchOnSharesMalicious) {
   LoginBatch({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()}, true, 6);
 }
 
+// The same with a check every ~5,000 AND words inside the run.
+TEST(Rfc3962, LoginBatchOnSharesMaliciousCheckedInRun) {
+  ::kmpc::testing::Rep3Cluster cl;
+  testing::g_verify_words = 5000;
+  LoginBatch({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()}, true, 3);
+  testing::g_verify_words = protocol::MulLog::kVerifyWords;
+}
+
 class CheatCluster : public ::kmpc::testing::CheatRing {
  public:
   explicit CheatCluster(int cheater) : CheatRing(cheater, std::chrono::milliseconds(5000)) {}
@@ -209,6 +217,8 @@ TEST(Rfc3962, AdditiveErrorOnOneAndIsCaught) {
   }
   for (int cheater = 0; cheater < 3; ++cheater) {
     CheatCluster cl(cheater);
+    // Checked in the run (every ~20,000 words) for cheater 1.
+    testing::g_verify_words = cheater == 1 ? 20000 : protocol::MulLog::kVerifyWords;
     std::array<absl::Status, 3> st;
     testing::RunShared(cl.rep3(), p, in, true, &st);
     for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
@@ -225,6 +235,7 @@ TEST(Rfc3962, AdditiveErrorOnOneAndIsCaught) {
                            << " / " << st[1] << " / " << st[2];
     }
   }
+  testing::g_verify_words = protocol::MulLog::kVerifyWords;
 }
 
 // ANDs and AND depth (ring rounds) of one login's parts and of both in one

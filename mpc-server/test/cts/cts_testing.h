@@ -72,6 +72,8 @@ inline Views Concat(const std::vector<Views>& parts) {
 
 // One party's run of p on its views of every lane; with `log`, every AND
 // is logged and Verify runs at the end.
+inline size_t g_verify_words = protocol::MulLog::kVerifyWords;  // ShareEngine's
+
 inline absl::Status RunParty(protocol::Rep3& r, const Program& p, int party,
                              const std::vector<Views>& lanes, protocol::MulLog* log,
                              std::vector<std::array<Bytes, 2>>& out) {
@@ -84,7 +86,7 @@ inline absl::Status RunParty(protocol::Rep3& r, const Program& p, int party,
     o[k].assign(p.outputs * wn, 0);
   }
   r.set_log(log);
-  ShareEngine e(r);
+  ShareEngine e(r, g_verify_words);
   absl::Status st = Evaluate(p, e, wn, {in[0], in[1]}, {absl::MakeSpan(o[0]), absl::MakeSpan(o[1])});
   if (st.ok() && log != nullptr) st = protocol::Verifier::Verify(r, *log);
   r.set_log(nullptr);
