@@ -36,3 +36,8 @@ if(KRB5_PREFIX AND EXISTS "${KRB5_PREFIX}/lib/libk5crypto.so")
   set_target_properties(kmpc_cts_krb5_test PROPERTIES BUILD_RPATH "${KRB5_PREFIX}/lib")
   gtest_discover_tests(kmpc_cts_krb5_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)
 endif()
+
+# Figures and wall time of the circuits among three in-process parties.
+add_executable(kmpc_cts_bench ${KMPC_CORE_ROOT}/test/cts/cts_bench.cc)
+target_include_directories(kmpc_cts_bench PRIVATE ${KMPC_CORE_ROOT}/test/core)
+target_link_libraries(kmpc_cts_bench PRIVATE kmpc_cts GTest::gtest)
