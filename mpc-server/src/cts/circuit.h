@@ -96,7 +96,7 @@ class Circuit {
     Wire a, b;
   };
   Wire Add(Op op, Wire a, Wire b, int depth);
-  // Live gates, their evaluation groups (d, is_and) and positions.
+  // The gates some output depends on.
   std::vector<bool> Live() const;
 
   std::vector<Gate> gates_;
@@ -162,7 +162,8 @@ absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
 
 // Lane transposition: lane l's byte string (all the same length n) into
 // 8n wires of wn words (wire 8k + j, lane l at bit l % 64 of word l / 64),
-// and back. Lanes past lanes.size() are zero.
+// and back. Lanes past lanes.size() are zero. The results hold what the
+// lanes hold (shares, keys): the caller wipes them.
 std::vector<uint64_t> PackLanes(absl::Span<const absl::Span<const uint8_t>> lanes,
                                 size_t wn);
 std::vector<uint8_t> UnpackLane(absl::Span<const uint64_t> words, size_t wn,

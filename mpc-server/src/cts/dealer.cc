@@ -113,8 +113,9 @@ absl::StatusOr<std::vector<uint8_t>> StringToKey(std::string_view password,
   return key;
 }
 
-void HmacStates(absl::Span<const uint8_t> key, uint8_t ipad_state[20],
-                uint8_t opad_state[20]) {
+absl::Status HmacStates(absl::Span<const uint8_t> key, uint8_t ipad_state[20],
+                        uint8_t opad_state[20]) {
+  if (key.size() > 64) return absl::InvalidArgumentError("HmacStates: key over 64 bytes");
   uint8_t block[64];
   for (int pass = 0; pass < 2; ++pass) {
     const uint8_t pad = pass == 0 ? 0x36 : 0x5c;  // RFC 2104 ipad, opad
@@ -128,6 +129,7 @@ void HmacStates(absl::Span<const uint8_t> key, uint8_t ipad_state[20],
     share::Wipe(h.data(), sizeof h);
   }
   share::Wipe(block, sizeof block);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<UsageMaterial> DealUsage(absl::Span<const uint8_t> base_key,
@@ -156,8 +158,10 @@ absl::StatusOr<UsageMaterial> DealUsage(absl::Span<const uint8_t> base_key,
   m.bytes.assign(rk->begin(), rk->end());
   m.bytes.resize(rk->size() + 40);
   share::Wipe(*rk);
-  HmacStates(*ki, m.bytes.data() + m.bytes.size() - 40, m.bytes.data() + m.bytes.size() - 20);
+  absl::Status st =
+      HmacStates(*ki, m.bytes.data() + m.bytes.size() - 40, m.bytes.data() + m.bytes.size() - 20);
   share::Wipe(*ki);
+  if (!st.ok()) return st;
   return m;
 }
 

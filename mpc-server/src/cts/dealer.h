@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
@@ -37,9 +38,11 @@ absl::StatusOr<std::vector<uint8_t>> StringToKey(std::string_view password,
                                                  uint32_t iterations, size_t keylen);
 
 // The chaining states after compressing (key ^ ipad) and (key ^ opad)
-// from the SHA-1 IV, each as 20 bytes (H0..H4 big-endian). key <= 64 bytes.
-void HmacStates(absl::Span<const uint8_t> key, uint8_t ipad_state[20],
-                uint8_t opad_state[20]);
+// from the SHA-1 IV, each as 20 bytes (H0..H4 big-endian). Keys longer
+// than a block (RFC 2104 hashes them first; Ki is 16 or 32 bytes) are
+// refused.
+absl::Status HmacStates(absl::Span<const uint8_t> key, uint8_t ipad_state[20],
+                        uint8_t opad_state[20]);
 
 // One usage's material, in the byte order cts::UsageKeyInputs reads:
 // round keys of Ke ((nr + 1) * 16 bytes), then the ipad and opad states of
