@@ -95,14 +95,28 @@ Decrypted Rfc3962Decrypt(Circuit& c, const UsageKeys& k, const Bits& cipher_tag)
   return d;
 }
 
-Program EncryptProgram(int nr, size_t n) {
+namespace {
+
+absl::Status CheckShape(int nr, size_t n) {
+  if (nr != 10 && nr != 14) return absl::InvalidArgumentError("cts: nr must be 10 or 14");
+  if (n < kBlock || n > kMaxBytes) {
+    return absl::InvalidArgumentError("cts: confounder || plaintext must be 16 to 65536 bytes");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Program> EncryptProgram(int nr, size_t n) {
+  if (absl::Status st = CheckShape(nr, n); !st.ok()) return st;
   Circuit c;
   const UsageKeys k = UsageKeyInputs(c, nr);
   c.Output(Rfc3962Encrypt(c, k, c.Inputs(8 * n)));
   return c.Compile();
 }
 
-Program DecryptProgram(int nr, size_t n) {
+absl::StatusOr<Program> DecryptProgram(int nr, size_t n) {
+  if (absl::Status st = CheckShape(nr, n); !st.ok()) return st;
   Circuit c;
   const UsageKeys k = UsageKeyInputs(c, nr);
   const Decrypted d = Rfc3962Decrypt(c, k, c.Inputs(8 * (n + kTagBytes)));

@@ -17,6 +17,8 @@
 
 #include <cstddef>
 
+#include "absl/status/statusor.h"
+
 #include "cts/aes_circuit.h"
 #include "cts/circuit.h"
 #include "cts/sha1.h"
@@ -63,8 +65,11 @@ Decrypted Rfc3962Decrypt(Circuit& c, const UsageKeys& k, const Bits& cipher_tag)
 //  - decryption: ciphertext || tag (n + 12 bytes, public: shared as (c, 0,
 //    0)); outputs: conf || P (n bytes), then one byte: bit 0 the tag
 //    mismatch, the other bits zero.
-Program EncryptProgram(int nr, size_t n);
-Program DecryptProgram(int nr, size_t n);
+// Refused: nr other than 10 or 14, n < 16 (RFC 3962 section 5 needs a
+// whole block; the confounder alone is one), n over kMaxBytes.
+inline constexpr size_t kMaxBytes = 1 << 16;
+absl::StatusOr<Program> EncryptProgram(int nr, size_t n);
+absl::StatusOr<Program> DecryptProgram(int nr, size_t n);
 
 }  // namespace kmpc::cts
 

@@ -53,7 +53,7 @@ int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--lanes=", 8) == 0) lanes = {std::stoul(argv[i] + 8)};
   }
-  const Program dec = DecryptProgram(14, 44), enc = EncryptProgram(14, 300);
+  const Program dec = *DecryptProgram(14, 44), enc = *EncryptProgram(14, 300);
   std::printf("timestamp decrypt+HMAC (44 bytes): %zu ANDs, %d rounds\n", dec.ands, dec.depth);
   std::printf("reply encrypt+HMAC (300 bytes): %zu ANDs, %d rounds\n", enc.ands, enc.depth);
   ::kmpc::testing::Rep3Cluster cl;

@@ -111,7 +111,7 @@ TEST(Rfc3962, EncryptAndDecryptInTheClear) {
   for (size_t keylen : {16, 32}) {
     const int nr = keylen == 16 ? 10 : 14;
     for (size_t n : {16, 44, 65, 300}) {
-      const Program enc = EncryptProgram(nr, n), dec = DecryptProgram(nr, n);
+      const Program enc = *EncryptProgram(nr, n), dec = *DecryptProgram(nr, n);
       std::vector<Lane> lanes;
       std::vector<Bytes> enc_in, dec_in;
       for (int l = 0; l < 5; ++l) {
@@ -134,12 +134,20 @@ TEST(Rfc3962, EncryptAndDecryptInTheClear) {
   }
 }
 
+TEST(Rfc3962, ProgramsRefuseBadShapes) {
+  EXPECT_FALSE(EncryptProgram(12, 32).ok());
+  EXPECT_FALSE(EncryptProgram(14, 15).ok());
+  EXPECT_FALSE(DecryptProgram(10, 0).ok());
+  EXPECT_FALSE(DecryptProgram(10, kMaxBytes + 1).ok());
+  EXPECT_TRUE(DecryptProgram(10, 16).ok());
+}
+
 constexpr size_t kTimestamp = 44;  // conf || PA-ENC-TS-ENC: 3 blocks, the last partial
 constexpr size_t kReply = 300;     // conf || EncASRepPart: 19 blocks
 
 // Decryption and encryption of a batch of logins (a base key each) among
-// three parties: outputs reconstruct to the plaintext with a good tag and
-// to OpenSSL's ciphertext.
+// three parties: outputs reconstruct to the plaintext with a good tag (the
+// mismatch bit set for the one forged tag) and to OpenSSL's ciphertext.
 void LoginBatch(std::array<protocol::Rep3*, 3> rep3, bool malicious, size_t logins) {
   std::vector<Lane> ts, rep;
   std::vector<Views> dec_in, enc_in;
@@ -153,15 +161,17 @@ void LoginBatch(std::array<protocol::Rep3*, 3> rep3, bool malicious, size_t logi
     for (size_t l = 0; l < logins; ++l) {
       if (ts[l].base.size() != static_cast<size_t>(keylen)) continue;
       idx.push_back(l);
-      in.push_back(testing::Concat(
-          {testing::DealViews(ts[l].material), testing::PublicViews(ts[l].cipher)}));
+      Bytes ct = ts[l].cipher;
+      if (idx.size() == 1) ct.back() ^= 0x80;  // a forged tag in each run
+      in.push_back(testing::Concat({testing::DealViews(ts[l].material), testing::PublicViews(ct)}));
     }
     std::array<absl::Status, 3> st;
-    const auto out = testing::RunShared(rep3, DecryptProgram(keylen == 16 ? 10 : 14, kTimestamp),
+    const auto out = testing::RunShared(rep3, *DecryptProgram(keylen == 16 ? 10 : 14, kTimestamp),
                                         in, malicious, &st);
     for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
     ASSERT_EQ(out.size(), idx.size());
-    for (size_t k = 0; k < idx.size(); ++k) {
+    EXPECT_EQ(out[0].back(), 1);  // the forged tag's mismatch bit
+    for (size_t k = 1; k < idx.size(); ++k) {
       EXPECT_EQ(ToHex(out[k]), ToHex(Cat(ts[idx[k]].conf_plain, Bytes{0})));
     }
   }
@@ -170,7 +180,7 @@ void LoginBatch(std::array<protocol::Rep3*, 3> rep3, bool malicious, size_t logi
         {testing::DealViews(l.material), testing::DealViews(l.conf_plain)}));
   }
   std::array<absl::Status, 3> st;
-  const auto out = testing::RunShared(rep3, EncryptProgram(14, kReply), enc_in, malicious, &st);
+  const auto out = testing::RunShared(rep3, *EncryptProgram(14, kReply), enc_in, malicious, &st);
   for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(out.size(), rep.size());
   for (size_t l = 0; l < rep.size(); ++l) EXPECT_EQ(ToHex(out[l]), ToHex(rep[l].cipher));
@@ -208,7 +218,7 @@ class CheatCluster : public ::kmpc::testing::CheatRing {
 // part, in the inner and in the outer SHA-1 compression. The check fails
 // the batch at an honest party; without the error the same run passes.
 TEST(Rfc3962, AdditiveErrorOnOneAndIsCaught) {
-  const Program p = DecryptProgram(14, kTimestamp);
+  const Program p = *DecryptProgram(14, kTimestamp);
   std::vector<Views> in;
   for (int l = 0; l < 3; ++l) {
     const Lane lane = MakeLane(32, 1, kTimestamp);
@@ -241,8 +251,8 @@ TEST(Rfc3962, AdditiveErrorOnOneAndIsCaught) {
 // ANDs and AND depth (ring rounds) of one login's parts and of both in one
 // run (they run side by side: the depth is the longer one's).
 TEST(Rfc3962, LoginFigures) {
-  const Program dec = DecryptProgram(14, kTimestamp);
-  const Program enc = EncryptProgram(14, kReply);
+  const Program dec = *DecryptProgram(14, kTimestamp);
+  const Program enc = *EncryptProgram(14, kReply);
   Circuit c;
   const UsageKeys k1 = UsageKeyInputs(c, 14), k3 = UsageKeyInputs(c, 14);
   const Decrypted d = Rfc3962Decrypt(c, k1, c.Inputs(8 * (kTimestamp + kTagBytes)));

@@ -87,8 +87,8 @@ TEST_F(Krb5, CircuitsAgreeWithKrb5InTheClear) {
         dec_in.push_back(Cat(m.bytes, Encrypt(keys[l], usage, pts[l])));
         enc_in.push_back(Cat(m.bytes, Cat(confs[l], pts[l])));
       }
-      const auto d = testing::RunClear(DecryptProgram(nr, n), dec_in);
-      const auto e = testing::RunClear(EncryptProgram(nr, n), enc_in);
+      const auto d = testing::RunClear(*DecryptProgram(nr, n), dec_in);
+      const auto e = testing::RunClear(*EncryptProgram(nr, n), enc_in);
       for (size_t l = 0; l < keys.size(); ++l) {
         ASSERT_EQ(d[l].size(), n + 1);
         EXPECT_EQ(d[l][n], 0) << "tag mismatch: " << keylen << " " << plen;
@@ -120,9 +120,9 @@ TEST_F(Krb5, LoginOnSharesAgreesWithKrb5) {
                                       testing::DealViews(Cat(Random(16), reply[l]))}));
   }
   std::array<absl::Status, 3> st;
-  const auto d = testing::RunShared(rep3, DecryptProgram(14, 44), dec_in, true, &st);
+  const auto d = testing::RunShared(rep3, *DecryptProgram(14, 44), dec_in, true, &st);
   for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
-  const auto e = testing::RunShared(rep3, EncryptProgram(14, 300), enc_in, true, &st);
+  const auto e = testing::RunShared(rep3, *EncryptProgram(14, 300), enc_in, true, &st);
   for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(d.size(), 3u);
   ASSERT_EQ(e.size(), 3u);
