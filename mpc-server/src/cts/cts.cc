@@ -126,4 +126,24 @@ absl::StatusOr<Program> DecryptProgram(int nr, size_t n) {
   return c.Compile();
 }
 
+absl::StatusOr<Program> ChecksumProgram(size_t n) {
+  if (n > kMaxBytes) return absl::InvalidArgumentError("cts: checksum data over 64 KiB");
+  Circuit c;
+  UsageKeys k;
+  k.ipad = StateFromBytes(c.Inputs(160));
+  k.opad = StateFromBytes(c.Inputs(160));
+  c.Output(HmacSha1_96(c, k, c.Inputs(8 * n)));
+  return c.Compile();
+}
+
+absl::StatusOr<Program> PrfProgram(int nr) {
+  if (nr != 10 && nr != 14) return absl::InvalidArgumentError("cts: nr must be 10 or 14");
+  Circuit c;
+  RoundKeys k;
+  k.nr = nr;
+  k.bits = c.Inputs(128 * (nr + 1));
+  c.Output(AesEncryptBlock(c, k, c.Inputs(128)));
+  return c.Compile();
+}
+
 }  // namespace kmpc::cts

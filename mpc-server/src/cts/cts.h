@@ -71,6 +71,17 @@ inline constexpr size_t kMaxBytes = 1 << 16;
 absl::StatusOr<Program> EncryptProgram(int nr, size_t n);
 absl::StatusOr<Program> DecryptProgram(int nr, size_t n);
 
+// The checksum hmac-sha1-96-aes* (RFC 3962 section 7) of n bytes: inputs
+// the 40 bytes of dealer.h's DealChecksum, then the data (n bytes, shared
+// or public); outputs the 12-byte checksum. n <= kMaxBytes.
+absl::StatusOr<Program> ChecksumProgram(size_t n);
+
+// RFC 3962 section 6's PRF on the dealt round keys of DK(K, "prf")
+// (dealer.h DealPrf): inputs the round keys, then the public block
+// truncate16(SHA-1(s)) the caller hashes in the clear; outputs the 16-byte
+// PRF output.
+absl::StatusOr<Program> PrfProgram(int nr);
+
 }  // namespace kmpc::cts
 
 #endif  // KMPC_CTS_CTS_H_

@@ -165,4 +165,32 @@ absl::StatusOr<UsageMaterial> DealUsage(absl::Span<const uint8_t> base_key,
   return m;
 }
 
+
+absl::StatusOr<UsageMaterial> DealChecksum(absl::Span<const uint8_t> base_key,
+                                           uint32_t usage) {
+  const uint8_t constant[5] = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
+                               static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0x99};
+  auto kc = DeriveKey(base_key, constant);
+  if (!kc.ok()) return kc.status();
+  UsageMaterial m;
+  m.bytes.assign(40, 0);
+  absl::Status st = HmacStates(*kc, m.bytes.data(), m.bytes.data() + 20);
+  share::Wipe(*kc);
+  if (!st.ok()) return st;
+  return m;
+}
+
+absl::StatusOr<UsageMaterial> DealPrf(absl::Span<const uint8_t> base_key) {
+  static constexpr uint8_t kPrf[] = {'p', 'r', 'f'};
+  auto kp = DeriveKey(base_key, kPrf);
+  if (!kp.ok()) return kp.status();
+  auto rk = aes::ExpandKey(*kp);
+  share::Wipe(*kp);
+  if (!rk.ok()) return rk.status();
+  UsageMaterial m;
+  m.nr = base_key.size() == 16 ? 10 : 14;
+  m.bytes = std::move(*rk);
+  return m;
+}
+
 }  // namespace kmpc::cts

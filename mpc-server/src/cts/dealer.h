@@ -60,6 +60,18 @@ struct UsageMaterial {
 absl::StatusOr<UsageMaterial> DealUsage(absl::Span<const uint8_t> base_key,
                                         uint32_t usage);
 
+// The checksum material of `usage` (hmac-sha1-96-aes128/256, RFC 3962
+// section 7 with RFC 3961 section 5.3's Kc = DK(K, usage | 0x99)): the
+// ipad and opad states of Kc (40 bytes; nr = 0), as cts::ChecksumProgram
+// reads them.
+absl::StatusOr<UsageMaterial> DealChecksum(absl::Span<const uint8_t> base_key,
+                                           uint32_t usage);
+
+// The PRF material (RFC 3962 section 6: PRF(K, s) = E(DK(K, "prf"),
+// truncate16(SHA-1(s)))): the round keys of DK(K, "prf"), as
+// cts::PrfProgram reads them.
+absl::StatusOr<UsageMaterial> DealPrf(absl::Span<const uint8_t> base_key);
+
 }  // namespace kmpc::cts
 
 #endif  // KMPC_CTS_DEALER_H_

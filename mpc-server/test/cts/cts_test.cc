@@ -1,5 +1,5 @@
-// CBC-CTS and the whole RFC 3962 encryption / decryption as circuits:
-// RFC 3962 appendix B's CTS vectors; OpenSSL (AES-CBC with the swap, HMAC
+// CBC-CTS, the whole RFC 3962 encryption / decryption, its checksum and
+// PRF as circuits: RFC 3962 appendix B's CTS vectors; OpenSSL (AES-CBC with the swap, HMAC
 // under DK-derived keys) with a base key per lane, both key sizes, many
 // lengths; the tag check; a batch of logins among three parties
 // (semi-honest and malicious) reconstructing to the reference; an additive
@@ -7,6 +7,7 @@
 #include "cts/cts.h"
 
 #include <gtest/gtest.h>
+#include <openssl/sha.h>
 
 #include <chrono>
 #include <cstdio>
@@ -140,6 +141,35 @@ TEST(Rfc3962, ProgramsRefuseBadShapes) {
   EXPECT_FALSE(DecryptProgram(10, 0).ok());
   EXPECT_FALSE(DecryptProgram(10, kMaxBytes + 1).ok());
   EXPECT_TRUE(DecryptProgram(10, 16).ok());
+}
+
+// hmac-sha1-96-aes* and the PRF (RFC 3962 sections 6, 7) in the clear,
+// against OpenSSL under the DK-derived keys, a base key per lane.
+TEST(Rfc3962, ChecksumAndPrfInTheClear) {
+  for (size_t keylen : {16, 32}) {
+    const int nr = keylen == 16 ? 10 : 14;
+    std::vector<Bytes> bases, data, ck_in, prf_in, blocks;
+    for (int l = 0; l < 5; ++l) {
+      bases.push_back(Random(keylen));
+      data.push_back(Random(70));
+      ck_in.push_back(Cat(DealChecksum(bases[l], 17)->bytes, data[l]));
+      Bytes h(20);
+      SHA1(data[l].data(), data[l].size(), h.data());
+      blocks.emplace_back(h.begin(), h.begin() + 16);
+      prf_in.push_back(Cat(DealPrf(bases[l])->bytes, blocks[l]));
+    }
+    const auto ck = testing::RunClear(*ChecksumProgram(70), ck_in);
+    const auto prf = testing::RunClear(*PrfProgram(nr), prf_in);
+    for (size_t l = 0; l < bases.size(); ++l) {
+      const Bytes mac = testing::RefHmac(*DeriveKey(bases[l], Bytes{0, 0, 0, 17, 0x99}), data[l]);
+      EXPECT_EQ(ck[l], Bytes(mac.begin(), mac.begin() + kTagBytes));
+      const auto want = ::kmpc::testing::OpensslAes(*DeriveKey(bases[l], Bytes{'p', 'r', 'f'}),
+                                                     blocks[l].data());
+      EXPECT_EQ(prf[l], Bytes(want.begin(), want.end()));
+    }
+  }
+  EXPECT_FALSE(PrfProgram(12).ok());
+  EXPECT_FALSE(ChecksumProgram(kMaxBytes + 1).ok());
 }
 
 constexpr size_t kTimestamp = 44;  // conf || PA-ENC-TS-ENC: 3 blocks, the last partial

@@ -117,5 +117,21 @@ TEST(Dealer, UsageMaterialLayout) {
   }
 }
 
+TEST(Dealer, ChecksumAndPrfMaterial) {
+  for (size_t klen : {16, 32}) {
+    const Bytes base = Random(klen);
+    auto ck = DealChecksum(base, 0x0000000b);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    ASSERT_EQ(ck->bytes.size(), 40u);
+    const Bytes kc = *DeriveKey(base, Bytes{0, 0, 0, 0x0b, 0x99});
+    const Bytes msg = Random(50);
+    EXPECT_EQ(FinishHmac(ck->bytes.data(), ck->bytes.data() + 20, msg), testing::RefHmac(kc, msg));
+    auto prf = DealPrf(base);
+    ASSERT_TRUE(prf.ok()) << prf.status();
+    EXPECT_EQ(prf->nr, klen == 16 ? 10 : 14);
+    EXPECT_EQ(prf->bytes, *aes::ExpandKey(*DeriveKey(base, Str("prf"))));
+  }
+}
+
 }  // namespace
 }  // namespace kmpc::cts

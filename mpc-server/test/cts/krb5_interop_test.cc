@@ -3,9 +3,12 @@
 // ciphertexts (its own random confounder) decrypt in the circuit to the
 // plaintext with a good tag, and the circuit's ciphertexts (a confounder of
 // ours) decrypt with krb5_c_decrypt; in the clear engine for many keys and
-// lengths, and among three parties with the malicious check.
+// lengths, and among three parties with the malicious check; likewise
+// krb5_c_make_checksum and krb5_c_prf against the checksum and PRF
+// programs.
 #include <gtest/gtest.h>
 #include <krb5.h>
+#include <openssl/sha.h>
 
 #include "cts/cts.h"
 #include "cts/dealer.h"
@@ -132,6 +135,47 @@ TEST_F(Krb5, LoginOnSharesAgreesWithKrb5) {
     bool ok = false;
     EXPECT_EQ(ToHex(Decrypt(keys[l], 3, e[l], &ok)), ToHex(reply[l]));
     EXPECT_TRUE(ok);
+  }
+}
+
+// krb5_c_make_checksum (hmac-sha1-96-aes128/256) and krb5_c_prf against
+// the checksum and PRF programs on shares, malicious mode, a key per lane.
+TEST_F(Krb5, ChecksumAndPrfOnSharesAgreeWithKrb5) {
+  ::kmpc::testing::Rep3Cluster cl;
+  const std::array<protocol::Rep3*, 3> rep3 = {cl.rep3[0].get(), cl.rep3[1].get(),
+                                               cl.rep3[2].get()};
+  for (size_t keylen : {16, 32}) {
+    std::vector<Bytes> want_ck, want_prf;
+    std::vector<Views> ck_in, prf_in;
+    for (int l = 0; l < 3; ++l) {
+      const Bytes key = Random(keylen), data = Random(45);
+      krb5_keyblock kb = Key(key);
+      krb5_data in{KV5M_DATA, static_cast<unsigned>(data.size()),
+                   reinterpret_cast<char*>(const_cast<uint8_t*>(data.data()))};
+      krb5_checksum ck{};
+      ASSERT_EQ(krb5_c_make_checksum(ctx_, 0, &kb, 7, &in, &ck), 0);
+      want_ck.emplace_back(ck.contents, ck.contents + ck.length);
+      krb5_free_checksum_contents(ctx_, &ck);
+      Bytes prf(16);
+      krb5_data out{KV5M_DATA, 16, reinterpret_cast<char*>(prf.data())};
+      ASSERT_EQ(krb5_c_prf(ctx_, &kb, &in, &out), 0);
+      want_prf.push_back(prf);
+      ck_in.push_back(testing::Concat(
+          {testing::DealViews(DealChecksum(key, 7)->bytes), testing::PublicViews(data)}));
+      Bytes h(20);
+      SHA1(data.data(), data.size(), h.data());
+      prf_in.push_back(testing::Concat({testing::DealViews(DealPrf(key)->bytes),
+                                        testing::PublicViews(Bytes(h.begin(), h.begin() + 16))}));
+    }
+    std::array<absl::Status, 3> st;
+    const auto ck = testing::RunShared(rep3, *ChecksumProgram(45), ck_in, true, &st);
+    for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    const auto prf = testing::RunShared(rep3, *PrfProgram(keylen == 16 ? 10 : 14), prf_in, true, &st);
+    for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    for (size_t l = 0; l < 3; ++l) {
+      EXPECT_EQ(ToHex(ck[l]), ToHex(want_ck[l])) << keylen;
+      EXPECT_EQ(ToHex(prf[l]), ToHex(want_prf[l])) << keylen;
+    }
   }
 }
 
