@@ -200,37 +200,88 @@ absl::Status ShareEngine::AndLayer(std::array<const uint64_t*, 2> x,
 
 namespace {
 
-// Scratch of one evaluation: slot values and an AND layer's operands,
-// per component; wiped on destruction (they hold shares).
+// Scratch of one evaluation: every job's slot values and an AND layer's
+// operands, per component; wiped on destruction (they hold shares).
 struct Scratch {
-  std::array<std::vector<uint64_t>, 2> v, x, y, z;
+  std::vector<std::array<std::vector<uint64_t>, 2>> v;
+  std::array<std::vector<uint64_t>, 2> x, y, z;
   ~Scratch() {
-    for (auto* a : {&v, &x, &y, &z}) {
+    for (auto& job : v) {
+      for (auto& b : job) share::Wipe(b.data(), 8 * b.size());
+    }
+    for (auto* a : {&x, &y, &z}) {
       for (auto& b : *a) share::Wipe(b.data(), 8 * b.size());
     }
   }
 };
 
-absl::Status RunAndLayer(const std::vector<uint32_t>& ands, Engine& e,
-                         size_t wn, Scratch& s) {
-  const size_t m = ands.size() / 3, comps = e.comps();
-  for (size_t c = 0; c < comps; ++c) {
-    s.x[c].resize(m * wn);
-    s.y[c].resize(m * wn);
-    s.z[c].resize(m * wn);
-    for (size_t k = 0; k < m; ++k) {
-      std::copy_n(&s.v[c][ands[3 * k + 1] * wn], wn, &s.x[c][k * wn]);
-      std::copy_n(&s.v[c][ands[3 * k + 2] * wn], wn, &s.y[c][k * wn]);
+// AND layer d of every job that has one, as one engine call (one message).
+absl::Status RunAndLayer(absl::Span<const Job> jobs, size_t d, Engine& e, Scratch& s) {
+  const int comps = e.comps();
+  size_t words = 0;
+  for (const Job& j : jobs) {
+    if (d < j.program->layers.size()) words += j.program->layers[d].ands.size() / 3 * j.wn;
+  }
+  if (words == 0) return absl::OkStatus();
+  for (int c = 0; c < comps; ++c) {
+    s.x[c].resize(words);
+    s.y[c].resize(words);
+    s.z[c].resize(words);
+    size_t at = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (d >= jobs[k].program->layers.size()) continue;
+      const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
+      const size_t wn = jobs[k].wn;
+      for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+        std::copy_n(&s.v[k][c][ands[g + 1] * wn], wn, &s.x[c][at]);
+        std::copy_n(&s.v[k][c][ands[g + 2] * wn], wn, &s.y[c][at]);
+      }
     }
   }
   const size_t c1 = comps - 1;
-  absl::Status st = e.AndLayer({s.x[0].data(), s.x[c1].data()},
-                               {s.y[0].data(), s.y[c1].data()},
-                               {s.z[0].data(), s.z[c1].data()}, m * wn);
+  absl::Status st = e.AndLayer({s.x[0].data(), s.x[c1].data()}, {s.y[0].data(), s.y[c1].data()},
+                               {s.z[0].data(), s.z[c1].data()}, words);
   if (!st.ok()) return st;
-  for (size_t c = 0; c < comps; ++c) {
-    for (size_t k = 0; k < m; ++k) {
-      std::copy_n(&s.z[c][k * wn], wn, &s.v[c][ands[3 * k] * wn]);
+  for (int c = 0; c < comps; ++c) {
+    size_t at = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (d >= jobs[k].program->layers.size()) continue;
+      const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
+      const size_t wn = jobs[k].wn;
+      for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+        std::copy_n(&s.z[c][at], wn, &s.v[k][c][ands[g] * wn]);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void RunXors(const std::vector<uint32_t>& xors, size_t wn, uint64_t* v) {
+  for (size_t k = 0; k < xors.size(); k += 3) {
+    uint64_t* d = v + xors[k] * wn;
+    const uint64_t* a = v + xors[k + 1] * wn;
+    const uint64_t* b = v + xors[k + 2] * wn;
+    for (size_t w = 0; w < wn; ++w) d[w] = a[w] ^ b[w];
+  }
+}
+
+// Sizes checked; the constants and inputs in their slots.
+absl::Status Load(absl::Span<const Job> jobs, Engine& e, Scratch& s) {
+  const int comps = e.comps();
+  s.v.resize(jobs.size());
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const Job& j = jobs[k];
+    const Program& p = *j.program;
+    for (int c = 0; c < comps; ++c) {
+      if (j.in[c].size() != p.inputs * j.wn || j.out[c].size() != p.outputs * j.wn) {
+        return absl::InvalidArgumentError("cts::Evaluate: wrong input or output size");
+      }
+      s.v[k][c].assign(p.slots * j.wn, 0);
+      std::fill_n(&s.v[k][c][j.wn], j.wn, e.OneWord(c));
+      for (size_t i = 0; i < p.inputs; ++i) {
+        if (p.input_slot[i] == kNoSlot) continue;
+        std::copy_n(&j.in[c][i * j.wn], j.wn, &s.v[k][c][p.input_slot[i] * j.wn]);
+      }
     }
   }
   return absl::OkStatus();
@@ -238,45 +289,36 @@ absl::Status RunAndLayer(const std::vector<uint32_t>& ands, Engine& e,
 
 }  // namespace
 
-absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
-                      std::array<absl::Span<const uint64_t>, 2> in,
-                      std::array<absl::Span<uint64_t>, 2> out) {
-  const int comps = e.comps();
-  for (int c = 0; c < comps; ++c) {
-    if (in[c].size() != p.inputs * wn || out[c].size() != p.outputs * wn) {
-      return absl::InvalidArgumentError("cts::Evaluate: wrong input or output size");
-    }
-  }
+absl::Status EvaluateAll(absl::Span<const Job> jobs, Engine& e) {
   Scratch s;
-  for (int c = 0; c < comps; ++c) {
-    s.v[c].assign(p.slots * wn, 0);
-    std::fill_n(&s.v[c][wn], wn, e.OneWord(c));
-    for (size_t i = 0; i < p.inputs; ++i) {
-      if (p.input_slot[i] == kNoSlot) continue;
-      std::copy_n(&in[c][i * wn], wn, &s.v[c][p.input_slot[i] * wn]);
-    }
-  }
-  for (const Program::Layer& layer : p.layers) {
-    if (!layer.ands.empty()) {
-      absl::Status st = RunAndLayer(layer.ands, e, wn, s);
-      if (!st.ok()) return st;
-    }
-    for (int c = 0; c < comps; ++c) {
-      uint64_t* v = s.v[c].data();
-      for (size_t k = 0; k < layer.xors.size(); k += 3) {
-        uint64_t* d = v + layer.xors[k] * wn;
-        const uint64_t* a = v + layer.xors[k + 1] * wn;
-        const uint64_t* b = v + layer.xors[k + 2] * wn;
-        for (size_t w = 0; w < wn; ++w) d[w] = a[w] ^ b[w];
+  if (absl::Status st = Load(jobs, e, s); !st.ok()) return st;
+  size_t layers = 0;
+  for (const Job& j : jobs) layers = std::max(layers, j.program->layers.size());
+  for (size_t d = 0; d < layers; ++d) {
+    if (absl::Status st = RunAndLayer(jobs, d, e, s); !st.ok()) return st;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (d >= jobs[k].program->layers.size()) continue;
+      for (int c = 0; c < e.comps(); ++c) {
+        RunXors(jobs[k].program->layers[d].xors, jobs[k].wn, s.v[k][c].data());
       }
     }
   }
-  for (int c = 0; c < comps; ++c) {
-    for (size_t i = 0; i < p.outputs; ++i) {
-      std::copy_n(&s.v[c][p.output_slot[i] * wn], wn, &out[c][i * wn]);
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const Job& j = jobs[k];
+    for (int c = 0; c < e.comps(); ++c) {
+      for (size_t i = 0; i < j.program->outputs; ++i) {
+        std::copy_n(&s.v[k][c][j.program->output_slot[i] * j.wn], j.wn, &j.out[c][i * j.wn]);
+      }
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
+                      std::array<absl::Span<const uint64_t>, 2> in,
+                      std::array<absl::Span<uint64_t>, 2> out) {
+  const Job job{&p, wn, in, out};
+  return EvaluateAll(absl::MakeConstSpan(&job, 1), e);
 }
 
 std::vector<uint64_t> PackLanes(absl::Span<const absl::Span<const uint8_t>> lanes,

@@ -160,6 +160,19 @@ absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
                       std::array<absl::Span<const uint64_t>, 2> in,
                       std::array<absl::Span<uint64_t>, 2> out);
 
+// Several programs in the same rounds: AND layer d of every job is one
+// engine call (one message), so the run takes the deepest job's AND depth
+// and the sum of their ANDs; each job has its own lanes (wn words per
+// wire) and shape (a login's timestamp decryption beside its reply's
+// encryption, or logins of different message lengths). Sizes as Evaluate.
+struct Job {
+  const Program* program;
+  size_t wn;
+  std::array<absl::Span<const uint64_t>, 2> in;
+  std::array<absl::Span<uint64_t>, 2> out;
+};
+absl::Status EvaluateAll(absl::Span<const Job> jobs, Engine& e);
+
 // Lane transposition: lane l's byte string (all the same length n) into
 // 8n wires of wn words (wire 8k + j, lane l at bit l % 64 of word l / 64),
 // and back. Lanes past lanes.size() are zero. The results hold what the

@@ -149,5 +149,56 @@ TEST(Circuit, RandomCircuitsOnShares) {
   }
 }
 
+// Counts the AND layers (messages) of a run in the clear.
+class CountingEngine : public ClearEngine {
+ public:
+  absl::Status AndLayer(std::array<const uint64_t*, 2> x, std::array<const uint64_t*, 2> y,
+                        std::array<uint64_t*, 2> z, size_t n) override {
+    ++layers;
+    return ClearEngine::AndLayer(x, y, z, n);
+  }
+  int layers = 0;
+};
+
+// Two programs of different depths on different lanes in one run: one
+// message per layer of the deeper, and each job's outputs as if alone; on
+// shares (malicious) too.
+TEST(Circuit, JobsShareRounds) {
+  std::vector<Bytes> lanes_a, lanes_b;
+  for (int l = 0; l < 70; ++l) lanes_a.push_back(::kmpc::testing::Random(2));
+  for (int l = 0; l < 3; ++l) lanes_b.push_back(::kmpc::testing::Random(2));
+  const RandomCircuit a = MakeRandom(lanes_a, 11), b = MakeRandom(lanes_b, 12);
+  ASSERT_NE(a.p.depth, b.p.depth);
+  std::vector<absl::Span<const uint8_t>> sa(lanes_a.begin(), lanes_a.end()),
+      sb(lanes_b.begin(), lanes_b.end());
+  const auto ia = PackLanes(sa, 2), ib = PackLanes(sb, 1);
+  std::vector<uint64_t> oa(64 * 2), ob(64);
+  const Job jobs[2] = {{&a.p, 2, {ia, {}}, {absl::MakeSpan(oa), {}}},
+                       {&b.p, 1, {ib, {}}, {absl::MakeSpan(ob), {}}}};
+  CountingEngine e;
+  ASSERT_TRUE(EvaluateAll(jobs, e).ok());
+  EXPECT_EQ(e.layers, std::max(a.p.depth, b.p.depth));
+  for (size_t l = 0; l < lanes_a.size(); ++l) {
+    for (size_t i = 0; i < 64; ++i) ASSERT_EQ(BitOf(UnpackLane(oa, 2, l), i), a.expect[l][i]);
+  }
+  for (size_t l = 0; l < lanes_b.size(); ++l) {
+    for (size_t i = 0; i < 64; ++i) ASSERT_EQ(BitOf(UnpackLane(ob, 1, l), i), b.expect[l][i]);
+  }
+  ::kmpc::testing::Rep3Cluster cl;
+  std::vector<testing::Views> va, vb;
+  for (const Bytes& x : lanes_a) va.push_back(testing::DealViews(x));
+  for (const Bytes& x : lanes_b) vb.push_back(testing::DealViews(x));
+  std::array<absl::Status, 3> st;
+  const auto out = testing::RunSharedJobs({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()},
+                                          {&a.p, &b.p}, {va, vb}, true, &st);
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  for (size_t l = 0; l < lanes_a.size(); ++l) {
+    for (size_t i = 0; i < 64; ++i) ASSERT_EQ(BitOf(out[0][l], i), a.expect[l][i]);
+  }
+  for (size_t l = 0; l < lanes_b.size(); ++l) {
+    for (size_t i = 0; i < 64; ++i) ASSERT_EQ(BitOf(out[1][l], i), b.expect[l][i]);
+  }
+}
+
 }  // namespace
 }  // namespace kmpc::cts

@@ -234,6 +234,48 @@ TEST(Rfc3962, LoginBatchOnSharesMaliciousCheckedInRun) {
   testing::g_verify_words = protocol::MulLog::kVerifyWords;
 }
 
+// A batch of logins of mixed key sizes and reply lengths as one run (each
+// shape one job of EvaluateAll, all in the same rounds), malicious.
+TEST(Rfc3962, MixedBatchInOneRun) {
+  ::kmpc::testing::Rep3Cluster cl;
+  struct Shape {
+    size_t keylen, n;
+    uint32_t usage;
+    bool decrypt;
+    size_t lanes;
+  };
+  const Shape shapes[] = {{32, kTimestamp, 1, true, 3}, {16, kTimestamp, 1, true, 2},
+                          {16, 52, 1, true, 1},        {32, kReply, 3, false, 3},
+                          {16, kReply, 3, false, 2},    {32, 333, 3, false, 1}};
+  std::vector<Program> programs;
+  std::vector<std::vector<Views>> in;
+  std::vector<std::vector<Bytes>> want;
+  for (const Shape& sh : shapes) {
+    const int nr = sh.keylen == 16 ? 10 : 14;
+    programs.push_back(sh.decrypt ? *DecryptProgram(nr, sh.n) : *EncryptProgram(nr, sh.n));
+    in.emplace_back();
+    want.emplace_back();
+    for (size_t l = 0; l < sh.lanes; ++l) {
+      const Lane lane = MakeLane(sh.keylen, sh.usage, sh.n);
+      in.back().push_back(testing::Concat(
+          {testing::DealViews(lane.material), sh.decrypt ? testing::PublicViews(lane.cipher)
+                                                         : testing::DealViews(lane.conf_plain)}));
+      want.back().push_back(sh.decrypt ? Cat(lane.conf_plain, Bytes{0}) : lane.cipher);
+    }
+  }
+  std::vector<const Program*> ptrs;
+  for (const Program& p : programs) ptrs.push_back(&p);
+  std::array<absl::Status, 3> st;
+  const auto out = testing::RunSharedJobs({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()},
+                                          ptrs, in, true, &st);
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(out.size(), want.size());
+  for (size_t j = 0; j < want.size(); ++j) {
+    ASSERT_EQ(out[j].size(), want[j].size());
+    for (size_t l = 0; l < want[j].size(); ++l) EXPECT_EQ(ToHex(out[j][l]), ToHex(want[j][l])) << j;
+  }
+}
+
 class CheatCluster : public ::kmpc::testing::CheatRing {
  public:
   explicit CheatCluster(int cheater) : CheatRing(cheater, std::chrono::milliseconds(5000)) {}

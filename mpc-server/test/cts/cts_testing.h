@@ -70,55 +70,72 @@ inline Views Concat(const std::vector<Views>& parts) {
   return v;
 }
 
-// One party's run of p on its views of every lane; with `log`, every AND
-// is logged and Verify runs at the end.
+// One party's run of the programs, each on its views of its own lanes, in
+// the same rounds (EvaluateAll); with `log`, every AND is logged and
+// Verify runs at the end. out[job][lane] = the two output components.
 inline size_t g_verify_words = protocol::MulLog::kVerifyWords;  // ShareEngine's
 
-inline absl::Status RunParty(protocol::Rep3& r, const Program& p, int party,
-                             const std::vector<Views>& lanes, protocol::MulLog* log,
-                             std::vector<std::array<Bytes, 2>>& out) {
-  const size_t wn = WordsFor(lanes.size());
-  std::array<std::vector<uint64_t>, 2> in, o;
-  for (int k = 0; k < 2; ++k) {
-    std::vector<absl::Span<const uint8_t>> spans;
-    for (const Views& v : lanes) spans.push_back(v[party].comp[k]);
-    in[k] = PackLanes(spans, wn);
-    o[k].assign(p.outputs * wn, 0);
+inline absl::Status RunPartyJobs(protocol::Rep3& r, const std::vector<const Program*>& p,
+                                 int party, const std::vector<std::vector<Views>>& lanes,
+                                 protocol::MulLog* log,
+                                 std::vector<std::vector<std::array<Bytes, 2>>>& out) {
+  std::vector<std::array<std::vector<uint64_t>, 2>> in(p.size()), o(p.size());
+  std::vector<Job> jobs;
+  for (size_t j = 0; j < p.size(); ++j) {
+    const size_t wn = WordsFor(lanes[j].size());
+    for (int k = 0; k < 2; ++k) {
+      std::vector<absl::Span<const uint8_t>> spans;
+      for (const Views& v : lanes[j]) spans.push_back(v[party].comp[k]);
+      in[j][k] = PackLanes(spans, wn);
+      o[j][k].assign(p[j]->outputs * wn, 0);
+    }
+    jobs.push_back({p[j], wn, {in[j][0], in[j][1]}, {absl::MakeSpan(o[j][0]), absl::MakeSpan(o[j][1])}});
   }
   r.set_log(log);
   ShareEngine e(r, g_verify_words);
-  absl::Status st = Evaluate(p, e, wn, {in[0], in[1]}, {absl::MakeSpan(o[0]), absl::MakeSpan(o[1])});
+  absl::Status st = EvaluateAll(jobs, e);
   if (st.ok() && log != nullptr) st = protocol::Verifier::Verify(r, *log);
   r.set_log(nullptr);
-  out.assign(lanes.size(), {});
-  for (size_t l = 0; l < lanes.size(); ++l) {
-    for (int k = 0; k < 2; ++k) out[l][k] = UnpackLane(o[k], wn, l);
+  out.assign(p.size(), {});
+  for (size_t j = 0; j < p.size(); ++j) {
+    for (size_t l = 0; l < lanes[j].size(); ++l) {
+      out[j].push_back({UnpackLane(o[j][0], jobs[j].wn, l), UnpackLane(o[j][1], jobs[j].wn, l)});
+    }
   }
   return st;
 }
 
-// All three parties; per lane, the opened output (expecting the copies of
-// every share to agree unless `cheated`). Statuses in *st.
+// All three parties; per job and lane, the opened output (expecting the
+// copies of every share to agree unless `cheated`). Statuses in *st.
+inline std::vector<std::vector<Bytes>> RunSharedJobs(
+    std::array<protocol::Rep3*, 3> rep3, const std::vector<const Program*>& p,
+    const std::vector<std::vector<Views>>& lanes, bool malicious,
+    std::array<absl::Status, 3>* st, bool cheated = false) {
+  std::array<std::vector<std::vector<std::array<Bytes, 2>>>, 3> outs;
+  std::array<protocol::MulLog, 3> logs;
+  *st = ::kmpc::testing::RunParties([&](int i) {
+    return RunPartyJobs(*rep3[i], p, i, lanes, malicious ? &logs[i] : nullptr, outs[i]);
+  });
+  std::vector<std::vector<Bytes>> r(p.size());
+  for (size_t j = 0; j < p.size(); ++j) {
+    for (size_t l = 0; l < lanes[j].size(); ++l) {
+      Views v;
+      for (int i = 0; i < 3; ++i) {
+        if (outs[i].size() <= j || outs[i][j].size() <= l) return r;
+        v[i].comp = outs[i][j][l];
+      }
+      auto o = share::Open(v);
+      EXPECT_TRUE(o.ok() || cheated) << o.status();
+      r[j].push_back(o.ok() ? *o : Bytes{});
+    }
+  }
+  return r;
+}
+
 inline std::vector<Bytes> RunShared(std::array<protocol::Rep3*, 3> rep3, const Program& p,
                                     const std::vector<Views>& lanes, bool malicious,
                                     std::array<absl::Status, 3>* st, bool cheated = false) {
-  std::array<std::vector<std::array<Bytes, 2>>, 3> outs;
-  std::array<protocol::MulLog, 3> logs;
-  *st = ::kmpc::testing::RunParties([&](int i) {
-    return RunParty(*rep3[i], p, i, lanes, malicious ? &logs[i] : nullptr, outs[i]);
-  });
-  std::vector<Bytes> r;
-  for (size_t l = 0; l < lanes.size(); ++l) {
-    Views v;
-    for (int i = 0; i < 3; ++i) {
-      if (outs[i].size() <= l) return r;
-      v[i].comp = outs[i][l];
-    }
-    auto o = share::Open(v);
-    EXPECT_TRUE(o.ok() || cheated) << o.status();
-    r.push_back(o.ok() ? *o : Bytes{});
-  }
-  return r;
+  return RunSharedJobs(rep3, {&p}, {lanes}, malicious, st, cheated)[0];
 }
 
 // RFC 3962 section 5 with OpenSSL: AES-CBC (IV zero) over the zero-padded
