@@ -81,6 +81,7 @@ absl::StatusOr<std::vector<uint8_t>> DeriveKey(absl::Span<const uint8_t> key,
                                    ? std::vector<uint8_t>(constant.begin(), constant.end())
                                    : NFold(constant, kBlock);
   std::vector<uint8_t> out;
+  out.reserve(key.size() + kBlock);  // no reallocation: no unwiped copy
   while (out.size() < key.size()) {
     uint8_t next[kBlock];
     absl::Status st = AesBlock(key, block.data(), next);

@@ -53,9 +53,21 @@ int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--lanes=", 8) == 0) lanes = {std::stoul(argv[i] + 8)};
   }
-  const Program dec = *DecryptProgram(14, 44), enc = *EncryptProgram(14, 300);
-  std::printf("timestamp decrypt+HMAC (44 bytes): %zu ANDs, %d rounds\n", dec.ands, dec.depth);
-  std::printf("reply encrypt+HMAC (300 bytes): %zu ANDs, %d rounds\n", enc.ands, enc.depth);
+  const auto c0 = std::chrono::steady_clock::now();
+  const Program dec = *DecryptProgram(14, 44);
+  const auto c1 = std::chrono::steady_clock::now();
+  const Program enc = *EncryptProgram(14, 300);
+  const auto c2 = std::chrono::steady_clock::now();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  auto mib = [](const Program& p) {
+    size_t b = 0;
+    for (const auto& l : p.layers) b += 4 * (l.ands.size() + l.xors.size());
+    return b / 1048576.0;
+  };
+  std::printf("timestamp decrypt+HMAC (44 bytes): %zu ANDs, %zu XORs, %d rounds; compiled in "
+              "%.0f ms, %.1f MiB\n", dec.ands, dec.xors, dec.depth, ms(c0, c1), mib(dec));
+  std::printf("reply encrypt+HMAC (300 bytes): %zu ANDs, %zu XORs, %d rounds; compiled in "
+              "%.0f ms, %.1f MiB\n", enc.ands, enc.xors, enc.depth, ms(c1, c2), mib(enc));
   ::kmpc::testing::Rep3Cluster cl;
   for (size_t n : lanes) {
     const auto din = Lanes(n, 1, 44, true), ein = Lanes(n, 3, 300, false);
