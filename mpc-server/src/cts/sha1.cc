@@ -1,5 +1,6 @@
 #include "cts/sha1.h"
 
+#include <utility>
 #include <vector>
 
 #include "share/replicated.h"
@@ -22,53 +23,44 @@ Word XorWords(Circuit& c, const Word& a, const Word& b) {
   return r;
 }
 
-// e + w + k for public k: one carry-save layer (the carry of a full adder
-// with a public input is k ? e | w : e & w, one AND either way), then a
-// prefix adder: Sklansky when it is on the critical path (`fast`), else
-// Brent-Kung (3 more layers, 46 fewer ANDs).
-Word AddPublic3(Circuit& c, const Word& e, const Word& w, uint32_t k, bool fast) {
+// One carry-save layer: a + b + d = sum + carry (full adders; the carry
+// of bit 31 falls off mod 2^32). maj(a, b, d) = ((a ^ d) & (b ^ d)) ^ d.
+std::pair<Word, Word> CarrySave(Circuit& c, const Word& a, const Word& b, const Word& d) {
   Word sum, carry;
   carry[0] = kZero;
   for (int i = 0; i < 32; ++i) {
-    const Wire ew = c.Xor(e[i], w[i]);
-    const bool ki = (k >> i) & 1;
-    sum[i] = ki ? c.Not(ew) : ew;
-    if (i < 31) {
-      const Wire both = c.And(e[i], w[i]);
-      carry[i + 1] = ki ? c.Xor(ew, both) : both;
-    }
+    sum[i] = c.Xor(c.Xor(a[i], b[i]), d[i]);
+    if (i < 31) carry[i + 1] = c.Xor(c.And(c.Xor(a[i], d[i]), c.Xor(b[i], d[i])), d[i]);
   }
-  Word g, p;
-  for (int i = 0; i < 32; ++i) {
-    g[i] = c.And(sum[i], carry[i]);
-    p[i] = c.Xor(sum[i], carry[i]);
-  }
-  return fast ? AddGenProp(c, g, p) : AddGenPropBrentKung(c, g, p);
+  return {sum, carry};
 }
 
-// S = f_t(b, c, d) + y, with g's only product involving b after the
-// products of c, d and y (see sha1.h).
-Word StepSum(Circuit& c, int t, const Word& b, const Word& cw, const Word& d,
-             const Word& y) {
-  Word g, p;
+// f_t (FIPS 180-4 section 4.1.1) with one AND layer: Ch = d ^ (b & (c ^
+// d)), Maj = (b & (c ^ d)) ^ (c & d), Parity = b ^ c ^ d.
+Word StepF(Circuit& c, int t, const Word& b, const Word& cw, const Word& d) {
+  Word f;
   for (int i = 0; i < 32; ++i) {
-    Wire f;
-    if (t < 20) {  // Ch(b, c, d) = d ^ (b & (c ^ d))
-      const Wire m = c.Xor(cw[i], d[i]);
-      f = c.Xor(d[i], c.And(b[i], m));
-      g[i] = c.Xor(c.And(d[i], y[i]), c.And(b[i], c.And(m, y[i])));
-    } else if (t >= 40 && t < 60) {  // Maj(b, c, d) = (b & (c ^ d)) ^ (c & d)
-      const Wire m = c.Xor(cw[i], d[i]);
-      const Wire n = c.And(cw[i], d[i]);
-      f = c.Xor(c.And(b[i], m), n);
-      g[i] = c.Xor(c.And(b[i], c.And(m, y[i])), c.And(n, y[i]));
-    } else {  // Parity
-      f = c.Xor(b[i], c.Xor(cw[i], d[i]));
-      g[i] = c.And(f, y[i]);
+    const Wire m = c.Xor(cw[i], d[i]);
+    if (t < 20) {
+      f[i] = c.Xor(d[i], c.And(b[i], m));
+    } else if (t >= 40 && t < 60) {
+      f[i] = c.Xor(c.And(b[i], m), c.And(cw[i], d[i]));
+    } else {
+      f[i] = c.Xor(b[i], m);
     }
-    p[i] = c.Xor(f, y[i]);
   }
-  return AddGenProp(c, g, p);
+  return f;
+}
+
+// T = ROTL5(a) + f + e + w + k: f, e, w and k reduced to two words by two
+// carry-save layers (off the critical path), then one carry-save layer with
+// ROTL5(a) and a prefix adder.
+Word StepSum(Circuit& c, int t, const Word& a, const Word& b, const Word& cw,
+             const Word& d, const Word& e, const Word& w, uint32_t k) {
+  const auto [s1, c1] = CarrySave(c, e, w, ConstantWord(k));
+  const auto [s2, c2] = CarrySave(c, StepF(c, t, b, cw, d), s1, c1);
+  const auto [s3, c3] = CarrySave(c, Rotl(a, 5), s2, c2);
+  return AddWords(c, s3, c3);
 }
 
 }  // namespace
@@ -90,30 +82,6 @@ Word AddGenProp(Circuit& c, const Word& g, const Word& p) {
       G[i] = c.Xor(G[i], c.And(P[i], G[j]));
       P[i] = c.And(P[i], P[j]);
     }
-  }
-  Word s;
-  s[0] = p[0];
-  for (int i = 1; i < 32; ++i) s[i] = c.Xor(p[i], G[i - 1]);
-  return s;
-}
-
-// Brent and Kung, "A regular layout for parallel adders" (IEEE Trans.
-// Computers, 1982): an up-sweep leaves (G_i, P_i) over [0, i] for i = 2^k -
-// 1; a down-sweep extends the others from their left neighbour at stride
-// 8, 4, 2, 1. Carries into bits 1..31 only (the top group is never
-// formed): AND depth 8 after the generate bits, 73 ANDs against
-// Sklansky's 119 (sha1_test prints both).
-Word AddGenPropBrentKung(Circuit& c, const Word& g, const Word& p) {
-  Word G = g, P = p;
-  auto combine = [&](int i, int j) {
-    G[i] = c.Xor(G[i], c.And(P[i], G[j]));
-    P[i] = c.And(P[i], P[j]);
-  };
-  for (int step = 1; step < 32; step *= 2) {
-    for (int i = 2 * step - 1; i < 32; i += 2 * step) combine(i, i - step);
-  }
-  for (int step = 8; step >= 1; step /= 2) {
-    for (int i = 3 * step - 1; i < 32; i += 2 * step) combine(i, i - step);
   }
   Word s;
   s[0] = p[0];
@@ -160,10 +128,7 @@ Sha1State Sha1Compress(Circuit& c, const Sha1State& h, const Bits& block) {
   }
   Word a = h[0], b = h[1], cw = h[2], d = h[3], e = h[4];
   for (int t = 0; t < 80; ++t) {
-    // Step 0's sum starts the chain; the later ones have ~18 layers of slack.
-    const Word y = AddPublic3(c, e, w[t], kK[t / 20], /*fast=*/t == 0);
-    const Word s = StepSum(c, t, b, cw, d, y);
-    const Word next = AddWords(c, Rotl(a, 5), s);
+    const Word next = StepSum(c, t, a, b, cw, d, e, w[t], kK[t / 20]);
     e = d;
     d = cw;
     cw = Rotl(b, 30);

@@ -3,24 +3,17 @@
 // dealer uses to compute those states.
 //
 // Depth. Step t computes T = ROTL5(A) + S_t with S_t = f_t(B, C, D) + E +
-// K_t + W_t. S_t depends on B = the previous A and older words only, so it
-// is summed one step ahead, while A is still being computed: E + W_t + K_t
-// by one carry-save layer (a full adder per bit; K_t public) and a
-// Brent-Kung adder (off the critical path: ~18 layers of slack, fewer
-// ANDs), long before it is needed; then f_t + (E + W_t + K_t) by a prefix
-// adder whose generate bits g_i = f_i & Y_i are rewritten so that their
-// only AND with B's bits comes after every product of the older words
-// (Ch: g = (D & Y) ^ B & ((C ^ D) & Y); Maj: g = B & ((C ^ D) & Y) ^
-// ((C & D) & Y)): S_t is ready 6 layers after B, i.e. when A is. The A
-// chain is then one 32-bit Sklansky prefix adder per step (Sklansky, "
-// Conditional-sum addition logic", IRE Trans. 1960): 1 layer of generate
-// bits and 5 prefix levels, 6 AND layers per step (ROTL5 forces full carry
-// propagation every step); 494 per compression against ~2,200 with
-// ripple-carry adders (design note standard-enctypes.md), for 40,081 ANDs
-// (sha1_test prints both): the sums one step ahead and the rewritten
-// generate bits cost ~2x the ANDs of carry-save sums into the A chain's
-// adder, which would take 7 layers a step (a carry-save layer, then the
-// adder's 6).
+// K_t + W_t. S_t depends on B = the previous A and older words only, so
+// it is reduced to two words (carry-save form) while A is still being
+// computed: E + W_t + K_t by one carry-save layer (K_t public), then f_t
+// (one AND layer after B) into it by another. The path from A to the next
+// A is one carry-save layer with ROTL5(A) and a 32-bit Sklansky prefix
+// adder (Sklansky, "Conditional-sum addition logic", IRE Trans. 1960): 7
+// AND layers a step for the top sum bits, fewer for the low ones (bit i's
+// carry needs ceil(log2 i) prefix levels), which the as-soon-as-possible
+// schedule (circuit.h) exploits across the rotations: 487 layers and
+// 22,035 ANDs per compression (sha1_test prints them), against ~2,200
+// layers with ripple-carry adders (design note standard-enctypes.md).
 #ifndef KMPC_CTS_SHA1_H_
 #define KMPC_CTS_SHA1_H_
 
@@ -42,9 +35,6 @@ Word AddWords(Circuit& c, const Word& a, const Word& b);
 // The sum whose generate / propagate bits are g_i = a_i & b_i, p_i = a_i ^
 // b_i for some a, b (given directly): sum_i = p_i ^ carry_i.
 Word AddGenProp(Circuit& c, const Word& g, const Word& p);
-// The same by a Brent-Kung prefix adder (AND depth 9 with the generate
-// bits, fewer ANDs): for sums off the critical path.
-Word AddGenPropBrentKung(Circuit& c, const Word& g, const Word& p);
 Word ConstantWord(uint32_t v);
 
 // The 32-bit big-endian word at bytes [4k, 4k + 4) of b.
