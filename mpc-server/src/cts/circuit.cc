@@ -98,75 +98,87 @@ std::vector<bool> Circuit::Live() const {
 
 // Evaluation order: the inputs (group 0); then per depth d its AND layer
 // (one group: all read before any is written) and its XORs (one group
-// each). A slot is given back once the group of its value's last reader
-// has taken its own slots, so no group writes a slot it still reads.
-Program Circuit::Compile() const {
+// each, in creation order, which is topological). pos: a live gate's
+// group; last: the group of its last reader (outputs: never).
+Circuit::Schedule Circuit::MakeSchedule() const {
   const std::vector<bool> live = Live();
+  Schedule s;
+  for (size_t g = 2; g < gates_.size(); ++g) {
+    if (live[g]) s.depth = std::max(s.depth, static_cast<int>(depth_[g]));
+  }
+  s.and_at.resize(s.depth + 1);
+  s.xor_at.resize(s.depth + 1);
+  s.live_input.assign(inputs_, false);
+  for (size_t g = 2; g < gates_.size(); ++g) {
+    if (!live[g]) continue;
+    if (gates_[g].op == kAndOp) s.and_at[depth_[g]].push_back(static_cast<Wire>(g));
+    if (gates_[g].op == kXorOp) s.xor_at[depth_[g]].push_back(static_cast<Wire>(g));
+  }
+  s.pos.assign(gates_.size(), 0);
+  s.last.assign(gates_.size(), 0);
+  uint64_t at = 1;
+  for (int d = 0; d <= s.depth; ++d) {
+    for (Wire g : s.and_at[d]) s.pos[g] = at;
+    if (!s.and_at[d].empty()) ++at;
+    for (Wire g : s.xor_at[d]) s.pos[g] = at++;
+  }
+  for (size_t g = 2; g < gates_.size(); ++g) {
+    if (!live[g]) continue;
+    if (gates_[g].op == kIn) s.live_input[gates_[g].a] = true;
+    if (gates_[g].op != kXorOp && gates_[g].op != kAndOp) continue;
+    s.last[gates_[g].a] = std::max(s.last[gates_[g].a], s.pos[g]);
+    s.last[gates_[g].b] = std::max(s.last[gates_[g].b], s.pos[g]);
+  }
+  for (Wire w : outputs_) s.last[w] = std::numeric_limits<uint64_t>::max();
+  return s;
+}
+
+// Slots: a group takes its gates' slots, then gives back those of the
+// values it read last, so no group writes a slot it still reads.
+Program Circuit::Compile() const {
+  const Schedule s = MakeSchedule();
   Program p;
   p.inputs = inputs_;
   p.outputs = outputs_.size();
-  for (size_t g = 2; g < gates_.size(); ++g) {
-    if (live[g]) p.depth = std::max(p.depth, static_cast<int>(depth_[g]));
-  }
-  // Group position of every live gate.
-  std::vector<std::vector<Wire>> and_at(p.depth + 1), xor_at(p.depth + 1);
-  for (size_t g = 2; g < gates_.size(); ++g) {
-    if (!live[g]) continue;
-    if (gates_[g].op == kAndOp) and_at[depth_[g]].push_back(static_cast<Wire>(g));
-    if (gates_[g].op == kXorOp) xor_at[depth_[g]].push_back(static_cast<Wire>(g));
-  }
-  std::vector<uint64_t> pos(gates_.size(), 0), last(gates_.size(), 0);
-  uint64_t at = 1;
-  for (int d = 0; d <= p.depth; ++d) {
-    for (Wire g : and_at[d]) pos[g] = at;
-    if (!and_at[d].empty()) ++at;
-    for (Wire g : xor_at[d]) pos[g] = at++;
-  }
-  for (size_t g = 2; g < gates_.size(); ++g) {
-    if (!live[g] || (gates_[g].op != kXorOp && gates_[g].op != kAndOp)) continue;
-    last[gates_[g].a] = std::max(last[gates_[g].a], pos[g]);
-    last[gates_[g].b] = std::max(last[gates_[g].b], pos[g]);
-  }
-  for (Wire w : outputs_) last[w] = std::numeric_limits<uint64_t>::max();
-
+  p.depth = s.depth;
   SlotPool pool(2);
   std::vector<uint32_t> slot(gates_.size(), kNoSlot);
   slot[kZero] = 0;
   slot[kOne] = 1;
   p.input_slot.assign(inputs_, kNoSlot);
   for (size_t g = 2; g < gates_.size(); ++g) {
-    if (gates_[g].op == kIn && live[g]) {
+    if (gates_[g].op == kIn && s.live_input[gates_[g].a]) {
       slot[g] = pool.Take();
       p.input_slot[gates_[g].a] = slot[g];
     }
   }
   // Once per value: several readers of one AND group share its position.
   auto release = [&](Wire w, uint64_t now) {
-    if (w > kOne && last[w] == now && slot[w] != kNoSlot) {
+    if (w > kOne && s.last[w] == now && slot[w] != kNoSlot) {
       pool.Give(slot[w]);
       slot[w] = kNoSlot;
     }
   };
-  p.layers.resize(p.depth + 1);
-  for (int d = 0; d <= p.depth; ++d) {
-    for (Wire g : and_at[d]) {
+  p.layers.resize(s.depth + 1);
+  for (int d = 0; d <= s.depth; ++d) {
+    for (Wire g : s.and_at[d]) {
       slot[g] = pool.Take();
       p.layers[d].ands.insert(p.layers[d].ands.end(),
                               {slot[g], slot[gates_[g].a], slot[gates_[g].b]});
     }
-    for (Wire g : and_at[d]) {
-      release(gates_[g].a, pos[g]);
-      release(gates_[g].b, pos[g]);
+    for (Wire g : s.and_at[d]) {
+      release(gates_[g].a, s.pos[g]);
+      release(gates_[g].b, s.pos[g]);
     }
-    for (Wire g : xor_at[d]) {
+    for (Wire g : s.xor_at[d]) {
       slot[g] = pool.Take();
       p.layers[d].xors.insert(p.layers[d].xors.end(),
                               {slot[g], slot[gates_[g].a], slot[gates_[g].b]});
-      release(gates_[g].a, pos[g]);
-      release(gates_[g].b, pos[g]);
+      release(gates_[g].a, s.pos[g]);
+      release(gates_[g].b, s.pos[g]);
     }
-    p.ands += and_at[d].size();
-    p.xors += xor_at[d].size();
+    p.ands += s.and_at[d].size();
+    p.xors += s.xor_at[d].size();
   }
   for (Wire w : outputs_) p.output_slot.push_back(slot[w]);
   p.slots = pool.size();

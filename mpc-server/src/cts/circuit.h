@@ -98,6 +98,13 @@ class Circuit {
   Wire Add(Op op, Wire a, Wire b, int depth);
   // The gates some output depends on.
   std::vector<bool> Live() const;
+  struct Schedule {
+    int depth = 0;
+    std::vector<std::vector<Wire>> and_at, xor_at;  // live gates per depth
+    std::vector<uint64_t> pos, last;                // per gate (circuit.cc)
+    std::vector<bool> live_input;                   // per input number
+  };
+  Schedule MakeSchedule() const;
 
   std::vector<Gate> gates_;
   std::vector<int32_t> depth_;
