@@ -93,6 +93,7 @@ TEST(AesCircuit, Figures) {
       const Program p = BlockProgram(nr, decrypt);
       std::printf("AES-%d %s block: %zu ANDs, %zu XORs, AND depth %d\n", nr == 10 ? 128 : 256,
                   decrypt ? "decryption" : "encryption", p.ands, p.xors, p.depth);
+      testing::ExpectCounted(p);
       EXPECT_EQ(p.depth, 4 * nr);
       EXPECT_EQ(p.ands, size_t{16} * 34 * nr);
     }

@@ -149,17 +149,6 @@ TEST(Circuit, RandomCircuitsOnShares) {
   }
 }
 
-// Counts the AND layers (messages) of a run in the clear.
-class CountingEngine : public ClearEngine {
- public:
-  absl::Status AndLayer(std::array<const uint64_t*, 2> x, std::array<const uint64_t*, 2> y,
-                        std::array<uint64_t*, 2> z, size_t n) override {
-    ++layers;
-    return ClearEngine::AndLayer(x, y, z, n);
-  }
-  int layers = 0;
-};
-
 // Two programs of different depths on different lanes in one run: one
 // message per layer of the deeper, and each job's outputs as if alone; on
 // shares (malicious) too.
@@ -175,7 +164,7 @@ TEST(Circuit, JobsShareRounds) {
   std::vector<uint64_t> oa(64 * 2), ob(64);
   const Job jobs[2] = {{&a.p, 2, {ia, {}}, {absl::MakeSpan(oa), {}}},
                        {&b.p, 1, {ib, {}}, {absl::MakeSpan(ob), {}}}};
-  CountingEngine e;
+  testing::CountingEngine e;
   ASSERT_TRUE(EvaluateAll(jobs, e).ok());
   EXPECT_EQ(e.layers, std::max(a.p.depth, b.p.depth));
   for (size_t l = 0; l < lanes_a.size(); ++l) {

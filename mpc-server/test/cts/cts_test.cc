@@ -338,6 +338,8 @@ TEST(Rfc3962, LoginFigures) {
               kReply, (kReply + 15) / 16, enc.ands, enc.depth);
   std::printf("one login, both in one run: %zu ANDs, AND depth %d, %zu slots\n", both.ands,
               both.depth, both.slots);
+  testing::ExpectCounted(dec);
+  testing::ExpectCounted(enc);
   // Two SHA-1 compressions after two AES layers, plus the tag's OR tree.
   EXPECT_LE(dec.depth, 2 * 56 + 2 * 510 + 7);
   // Five inner compressions and one outer beside 19 sequential AES-256.

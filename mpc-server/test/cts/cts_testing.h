@@ -40,6 +40,31 @@ inline std::vector<Bytes> RunClear(const Program& p, const std::vector<Bytes>& l
   return r;
 }
 
+// The clear engine, counting what it runs: AND layers (messages) and AND
+// words (ANDs per lane with one word per wire).
+class CountingEngine : public ClearEngine {
+ public:
+  absl::Status AndLayer(std::array<const uint64_t*, 2> x, std::array<const uint64_t*, 2> y,
+                        std::array<uint64_t*, 2> z, size_t n) override {
+    ++layers;
+    words += n;
+    return ClearEngine::AndLayer(x, y, z, n);
+  }
+  int layers = 0;
+  size_t words = 0;
+};
+
+// Runs p on one lane of zeros in the clear and checks the counted AND
+// layers and ANDs against the program's depth and ANDs.
+inline void ExpectCounted(const Program& p) {
+  const std::vector<uint64_t> in(p.inputs, 0);
+  std::vector<uint64_t> out(p.outputs);
+  CountingEngine e;
+  ASSERT_TRUE(Evaluate(p, e, 1, {in, {}}, {absl::MakeSpan(out), {}}).ok());
+  EXPECT_EQ(e.layers, p.depth);
+  EXPECT_EQ(e.words, p.ands);
+}
+
 // A public value as three views: (c, 0, 0) (share/replicated.h).
 inline Views PublicViews(const Bytes& c) {
   Views v;
