@@ -106,7 +106,8 @@ TEST_F(Krb5, CircuitsAgreeWithKrb5InTheClear) {
 
 // A batch of three logins on shares, malicious mode: the timestamp (usage
 // 1) from krb5_c_encrypt decrypted with its tag checked, the reply (usage
-// 3) encrypted for krb5_c_decrypt.
+// 3) encrypted for krb5_c_decrypt under a confounder no one knows: random
+// shares from the servers' PRSS.
 TEST_F(Krb5, LoginOnSharesAgreesWithKrb5) {
   ::kmpc::testing::Rep3Cluster cl;
   const std::array<protocol::Rep3*, 3> rep3 = {cl.rep3[0].get(), cl.rep3[1].get(),
@@ -119,8 +120,13 @@ TEST_F(Krb5, LoginOnSharesAgreesWithKrb5) {
     reply.push_back(Random(284));
     dec_in.push_back(testing::Concat({testing::DealViews(DealUsage(keys[l], 1)->bytes),
                                       testing::PublicViews(Encrypt(keys[l], 1, ts[l]))}));
-    enc_in.push_back(testing::Concat({testing::DealViews(DealUsage(keys[l], 3)->bytes),
-                                      testing::DealViews(Cat(Random(16), reply[l]))}));
+    Views conf;
+    for (int i = 0; i < 3; ++i) {
+      for (auto& comp : conf[i].comp) comp.resize(16);
+      cl.prss[i]->RandomShares(conf[i].comp[0].data(), conf[i].comp[1].data(), 16);
+    }
+    enc_in.push_back(testing::Concat({testing::DealViews(DealUsage(keys[l], 3)->bytes), conf,
+                                      testing::DealViews(reply[l])}));
   }
   std::array<absl::Status, 3> st;
   const auto d = testing::RunShared(rep3, *DecryptProgram(14, 44), dec_in, true, &st);
