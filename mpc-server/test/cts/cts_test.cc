@@ -221,9 +221,10 @@ TEST(Rfc3962, LoginBatchOnSharesSemiHonest) {
   LoginBatch({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()}, false, 6);
 }
 
+// 130 logins: two and three words per wire.
 TEST(Rfc3962, LoginBatchOnSharesMalicious) {
   ::kmpc::testing::Rep3Cluster cl;
-  LoginBatch({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()}, true, 6);
+  LoginBatch({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()}, true, 130);
 }
 
 // The same with a check every ~5,000 AND words inside the run.
