@@ -35,6 +35,15 @@ absl::Status AesBlock(absl::Span<const uint8_t> key, const uint8_t* in, uint8_t*
 
 UsageMaterial::~UsageMaterial() { share::Wipe(bytes); }
 
+UsageMaterial& UsageMaterial::operator=(UsageMaterial&& o) {
+  if (this != &o) {
+    share::Wipe(bytes);
+    nr = o.nr;
+    bytes = std::move(o.bytes);
+  }
+  return *this;
+}
+
 // The input repeated lcm(len, n) / len times, copy k rotated right by 13k
 // bits, summed in n-byte slices with end-around carry (ones' complement).
 std::vector<uint8_t> NFold(absl::Span<const uint8_t> in, size_t nbytes) {

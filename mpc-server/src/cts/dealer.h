@@ -52,7 +52,7 @@ struct UsageMaterial {
   std::vector<uint8_t> bytes;
   UsageMaterial() = default;
   UsageMaterial(UsageMaterial&&) = default;
-  UsageMaterial& operator=(UsageMaterial&&) = default;
+  UsageMaterial& operator=(UsageMaterial&& o);  // wipes what it held
   ~UsageMaterial();
 };
 

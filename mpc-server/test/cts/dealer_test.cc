@@ -117,6 +117,15 @@ TEST(Dealer, UsageMaterialLayout) {
   }
 }
 
+TEST(Dealer, MaterialMoves) {
+  UsageMaterial a = *DealUsage(Random(32), 1);
+  UsageMaterial b = *DealUsage(Random(16), 2);
+  const std::vector<uint8_t> copy = b.bytes;
+  a = std::move(b);
+  EXPECT_EQ(a.nr, 10);
+  EXPECT_EQ(a.bytes, copy);
+}
+
 TEST(Dealer, ChecksumAndPrfMaterial) {
   for (size_t klen : {16, 32}) {
     const Bytes base = Random(klen);
