@@ -1,0 +1,43 @@
+# kmpc_cts: the standard enctypes aes128/aes256-cts-hmac-sha1-96 (RFC 3961,
+# 3962) on replicated shares: a bitsliced boolean-circuit layer over an
+# abstract AND engine (clear or Rep3), SHA-1 / HMAC with low-depth adders,
+# AES both ways, CBC-CTS, and the dealer's per-usage material. Pure
+# computation over kmpc_core, not yet wired into the engine's jobs.
+add_library(kmpc_cts STATIC
+  ${KMPC_CORE_ROOT}/src/cts/circuit.cc
+  ${KMPC_CORE_ROOT}/src/cts/sha1.cc
+  ${KMPC_CORE_ROOT}/src/cts/aes_circuit.cc
+  ${KMPC_CORE_ROOT}/src/cts/cts.cc
+  ${KMPC_CORE_ROOT}/src/cts/dealer.cc
+)
+target_include_directories(kmpc_cts PUBLIC "${KMPC_CORE_DIR}")
+target_compile_options(kmpc_cts PRIVATE -O2 -Wall -Wextra -Wno-unused-parameter)
+target_link_libraries(kmpc_cts PUBLIC kmpc_core absl::status absl::statusor absl::span
+  OpenSSL::Crypto)
+
+# ---- tests (test/cts/) ----
+foreach(t circuit_test sha1_test aes_circuit_test cts_test dealer_test)
+  add_executable(kmpc_cts_${t} ${KMPC_CORE_ROOT}/test/cts/${t}.cc)
+  target_include_directories(kmpc_cts_${t} PRIVATE ${KMPC_CORE_ROOT}/test/core)
+  target_link_libraries(kmpc_cts_${t} PRIVATE kmpc_cts GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(kmpc_cts_${t} TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)
+endforeach()
+
+# MIT krb5's own aes*-cts-hmac-sha1-96 (the patched prefix's libk5crypto)
+# against the circuits: krb5_c_decrypt of the circuits' ciphertexts, the
+# circuits' decryption of krb5_c_encrypt's.
+if(KRB5_PREFIX AND EXISTS "${KRB5_PREFIX}/lib/libk5crypto.so")
+  add_executable(kmpc_cts_krb5_test ${KMPC_CORE_ROOT}/test/cts/krb5_interop_test.cc)
+  target_include_directories(kmpc_cts_krb5_test PRIVATE
+    ${KMPC_CORE_ROOT}/test/core "${KRB5_PREFIX}/include")
+  target_link_libraries(kmpc_cts_krb5_test PRIVATE kmpc_cts GTest::gtest GTest::gtest_main
+    "${KRB5_PREFIX}/lib/libkrb5.so" "${KRB5_PREFIX}/lib/libk5crypto.so"
+    "${KRB5_PREFIX}/lib/libcom_err.so" "${KRB5_PREFIX}/lib/libkrb5support.so")
+  set_target_properties(kmpc_cts_krb5_test PROPERTIES BUILD_RPATH "${KRB5_PREFIX}/lib")
+  gtest_discover_tests(kmpc_cts_krb5_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)
+endif()
+
+# Figures and wall time of the circuits among three in-process parties.
+add_executable(kmpc_cts_bench ${KMPC_CORE_ROOT}/test/cts/cts_bench.cc)
+target_include_directories(kmpc_cts_bench PRIVATE ${KMPC_CORE_ROOT}/test/core)
+target_link_libraries(kmpc_cts_bench PRIVATE kmpc_cts GTest::gtest)

@@ -1,0 +1,359 @@
+#include "cts/circuit.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "protocol/verify.h"
+#include "share/replicated.h"
+
+namespace kmpc::cts {
+namespace {
+
+constexpr uint32_t kNoSlot = std::numeric_limits<uint32_t>::max();
+
+// Slots reused once their value's last reader has run.
+class SlotPool {
+ public:
+  explicit SlotPool(uint32_t reserved) : next_(reserved) {}
+  uint32_t Take() {
+    if (free_.empty()) return next_++;
+    const uint32_t s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  void Give(uint32_t s) { free_.push_back(s); }
+  uint32_t size() const { return next_; }
+
+ private:
+  uint32_t next_;
+  std::vector<uint32_t> free_;
+};
+
+}  // namespace
+
+Circuit::Circuit() {
+  gates_.push_back({kConst, 0, 0});
+  gates_.push_back({kConst, 1, 0});
+  depth_.assign(2, 0);
+}
+
+Wire Circuit::Add(Op op, Wire a, Wire b, int depth) {
+  gates_.push_back({op, a, b});
+  depth_.push_back(depth);
+  return static_cast<Wire>(gates_.size() - 1);
+}
+
+Wire Circuit::Input() {
+  gates_.push_back({kIn, static_cast<Wire>(inputs_++), 0});
+  depth_.push_back(0);
+  return static_cast<Wire>(gates_.size() - 1);
+}
+
+Bits Circuit::Inputs(size_t n) {
+  Bits b(n);
+  for (auto& w : b) w = Input();
+  return b;
+}
+
+Bits Circuit::Constant(absl::Span<const uint8_t> bytes) {
+  Bits b(8 * bytes.size());
+  for (size_t i = 0; i < b.size(); ++i) {
+    b[i] = ((bytes[i / 8] >> (i % 8)) & 1) ? kOne : kZero;
+  }
+  return b;
+}
+
+Wire Circuit::Xor(Wire a, Wire b) {
+  if (a == kZero) return b;
+  if (b == kZero) return a;
+  if (a == b) return kZero;
+  if (a == kOne && b == kOne) return kZero;
+  return Add(kXorOp, a, b, std::max(depth_[a], depth_[b]));
+}
+
+Wire Circuit::And(Wire a, Wire b) {
+  if (a == kZero || b == kZero) return kZero;
+  if (a == kOne) return b;
+  if (b == kOne) return a;
+  if (a == b) return a;
+  return Add(kAndOp, a, b, 1 + std::max(depth_[a], depth_[b]));
+}
+
+Bits Circuit::Xor(const Bits& a, const Bits& b) {
+  Bits r(a.size());
+  for (size_t i = 0; i < a.size(); ++i) r[i] = Xor(a[i], b[i]);
+  return r;
+}
+
+std::vector<bool> Circuit::Live() const {
+  std::vector<bool> live(gates_.size(), false);
+  for (Wire w : outputs_) live[w] = true;
+  for (size_t g = gates_.size(); g-- > 2;) {
+    if (!live[g] || (gates_[g].op != kXorOp && gates_[g].op != kAndOp)) continue;
+    live[gates_[g].a] = true;
+    live[gates_[g].b] = true;
+  }
+  return live;
+}
+
+// Evaluation order: the inputs (group 0); then per depth d its AND layer
+// (one group: all read before any is written) and its XORs (one group
+// each, in creation order, which is topological). pos: a live gate's
+// group; last: the group of its last reader (outputs: never).
+Circuit::Schedule Circuit::MakeSchedule() const {
+  const std::vector<bool> live = Live();
+  Schedule s;
+  for (size_t g = 2; g < gates_.size(); ++g) {
+    if (live[g]) s.depth = std::max(s.depth, static_cast<int>(depth_[g]));
+  }
+  s.and_at.resize(s.depth + 1);
+  s.xor_at.resize(s.depth + 1);
+  s.live_input.assign(inputs_, false);
+  for (size_t g = 2; g < gates_.size(); ++g) {
+    if (!live[g]) continue;
+    if (gates_[g].op == kAndOp) s.and_at[depth_[g]].push_back(static_cast<Wire>(g));
+    if (gates_[g].op == kXorOp) s.xor_at[depth_[g]].push_back(static_cast<Wire>(g));
+  }
+  s.pos.assign(gates_.size(), 0);
+  s.last.assign(gates_.size(), 0);
+  uint64_t at = 1;
+  for (int d = 0; d <= s.depth; ++d) {
+    for (Wire g : s.and_at[d]) s.pos[g] = at;
+    if (!s.and_at[d].empty()) ++at;
+    for (Wire g : s.xor_at[d]) s.pos[g] = at++;
+  }
+  for (size_t g = 2; g < gates_.size(); ++g) {
+    if (!live[g]) continue;
+    if (gates_[g].op == kIn) s.live_input[gates_[g].a] = true;
+    if (gates_[g].op != kXorOp && gates_[g].op != kAndOp) continue;
+    s.last[gates_[g].a] = std::max(s.last[gates_[g].a], s.pos[g]);
+    s.last[gates_[g].b] = std::max(s.last[gates_[g].b], s.pos[g]);
+  }
+  for (Wire w : outputs_) s.last[w] = std::numeric_limits<uint64_t>::max();
+  return s;
+}
+
+// Slots: a group takes its gates' slots, then gives back those of the
+// values it read last, so no group writes a slot it still reads.
+Program Circuit::Compile() const {
+  const Schedule s = MakeSchedule();
+  Program p;
+  p.inputs = inputs_;
+  p.outputs = outputs_.size();
+  p.depth = s.depth;
+  SlotPool pool(2);
+  std::vector<uint32_t> slot(gates_.size(), kNoSlot);
+  slot[kZero] = 0;
+  slot[kOne] = 1;
+  p.input_slot.assign(inputs_, kNoSlot);
+  for (size_t g = 2; g < gates_.size(); ++g) {
+    if (gates_[g].op == kIn && s.live_input[gates_[g].a]) {
+      slot[g] = pool.Take();
+      p.input_slot[gates_[g].a] = slot[g];
+    }
+  }
+  // Once per value: several readers of one AND group share its position.
+  auto release = [&](Wire w, uint64_t now) {
+    if (w > kOne && s.last[w] == now && slot[w] != kNoSlot) {
+      pool.Give(slot[w]);
+      slot[w] = kNoSlot;
+    }
+  };
+  p.layers.resize(s.depth + 1);
+  for (int d = 0; d <= s.depth; ++d) {
+    for (Wire g : s.and_at[d]) {
+      slot[g] = pool.Take();
+      p.layers[d].ands.insert(p.layers[d].ands.end(),
+                              {slot[g], slot[gates_[g].a], slot[gates_[g].b]});
+    }
+    for (Wire g : s.and_at[d]) {
+      release(gates_[g].a, s.pos[g]);
+      release(gates_[g].b, s.pos[g]);
+    }
+    for (Wire g : s.xor_at[d]) {
+      slot[g] = pool.Take();
+      p.layers[d].xors.insert(p.layers[d].xors.end(),
+                              {slot[g], slot[gates_[g].a], slot[gates_[g].b]});
+      release(gates_[g].a, s.pos[g]);
+      release(gates_[g].b, s.pos[g]);
+    }
+    p.ands += s.and_at[d].size();
+    p.xors += s.xor_at[d].size();
+  }
+  for (Wire w : outputs_) p.output_slot.push_back(slot[w]);
+  p.slots = pool.size();
+  return p;
+}
+
+absl::Status ClearEngine::AndLayer(std::array<const uint64_t*, 2> x,
+                                   std::array<const uint64_t*, 2> y,
+                                   std::array<uint64_t*, 2> z, size_t n) {
+  for (size_t i = 0; i < n; ++i) z[0][i] = x[0][i] & y[0][i];
+  return absl::OkStatus();
+}
+
+uint64_t ShareEngine::OneWord(int c) const {
+  return share::HoldsPublicIn(ctx_.party(), c) ? ~uint64_t{0} : 0;
+}
+
+absl::Status ShareEngine::AndLayer(std::array<const uint64_t*, 2> x,
+                                   std::array<const uint64_t*, 2> y,
+                                   std::array<uint64_t*, 2> z, size_t n) {
+  absl::Status st =
+      ctx_.And(absl::MakeConstSpan(x[0], n), absl::MakeConstSpan(x[1], n),
+               absl::MakeConstSpan(y[0], n), absl::MakeConstSpan(y[1], n),
+               absl::MakeSpan(z[0], n), absl::MakeSpan(z[1], n));
+  protocol::MulLog* log = ctx_.log();
+  if (st.ok() && log != nullptr && log->and_words() >= verify_words_) {
+    st = protocol::Verifier::Verify(ctx_, *log);
+  }
+  return st;
+}
+
+namespace {
+
+// Scratch of one evaluation: every job's slot values and an AND layer's
+// operands, per component; wiped on destruction (they hold shares).
+struct Scratch {
+  std::vector<std::array<std::vector<uint64_t>, 2>> v;
+  std::array<std::vector<uint64_t>, 2> x, y, z;
+  ~Scratch() {
+    for (auto& job : v) {
+      for (auto& b : job) share::Wipe(b.data(), 8 * b.size());
+    }
+    for (auto* a : {&x, &y, &z}) {
+      for (auto& b : *a) share::Wipe(b.data(), 8 * b.size());
+    }
+  }
+};
+
+// AND layer d of every job that has one, as one engine call (one message).
+absl::Status RunAndLayer(absl::Span<const Job> jobs, size_t d, Engine& e, Scratch& s) {
+  const int comps = e.comps();
+  size_t words = 0;
+  for (const Job& j : jobs) {
+    if (d < j.program->layers.size()) words += j.program->layers[d].ands.size() / 3 * j.wn;
+  }
+  if (words == 0) return absl::OkStatus();
+  for (int c = 0; c < comps; ++c) {
+    s.x[c].resize(words);
+    s.y[c].resize(words);
+    s.z[c].resize(words);
+    size_t at = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (d >= jobs[k].program->layers.size()) continue;
+      const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
+      const size_t wn = jobs[k].wn;
+      for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+        std::copy_n(&s.v[k][c][ands[g + 1] * wn], wn, &s.x[c][at]);
+        std::copy_n(&s.v[k][c][ands[g + 2] * wn], wn, &s.y[c][at]);
+      }
+    }
+  }
+  const size_t c1 = comps - 1;
+  absl::Status st = e.AndLayer({s.x[0].data(), s.x[c1].data()}, {s.y[0].data(), s.y[c1].data()},
+                               {s.z[0].data(), s.z[c1].data()}, words);
+  if (!st.ok()) return st;
+  for (int c = 0; c < comps; ++c) {
+    size_t at = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (d >= jobs[k].program->layers.size()) continue;
+      const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
+      const size_t wn = jobs[k].wn;
+      for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+        std::copy_n(&s.z[c][at], wn, &s.v[k][c][ands[g] * wn]);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void RunXors(const std::vector<uint32_t>& xors, size_t wn, uint64_t* v) {
+  for (size_t k = 0; k < xors.size(); k += 3) {
+    uint64_t* d = v + xors[k] * wn;
+    const uint64_t* a = v + xors[k + 1] * wn;
+    const uint64_t* b = v + xors[k + 2] * wn;
+    for (size_t w = 0; w < wn; ++w) d[w] = a[w] ^ b[w];
+  }
+}
+
+// Sizes checked; the constants and inputs in their slots.
+absl::Status Load(absl::Span<const Job> jobs, Engine& e, Scratch& s) {
+  const int comps = e.comps();
+  s.v.resize(jobs.size());
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const Job& j = jobs[k];
+    const Program& p = *j.program;
+    for (int c = 0; c < comps; ++c) {
+      if (j.in[c].size() != p.inputs * j.wn || j.out[c].size() != p.outputs * j.wn) {
+        return absl::InvalidArgumentError("cts::Evaluate: wrong input or output size");
+      }
+      s.v[k][c].assign(p.slots * j.wn, 0);
+      std::fill_n(&s.v[k][c][j.wn], j.wn, e.OneWord(c));
+      for (size_t i = 0; i < p.inputs; ++i) {
+        if (p.input_slot[i] == kNoSlot) continue;
+        std::copy_n(&j.in[c][i * j.wn], j.wn, &s.v[k][c][p.input_slot[i] * j.wn]);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EvaluateAll(absl::Span<const Job> jobs, Engine& e) {
+  Scratch s;
+  if (absl::Status st = Load(jobs, e, s); !st.ok()) return st;
+  size_t layers = 0;
+  for (const Job& j : jobs) layers = std::max(layers, j.program->layers.size());
+  for (size_t d = 0; d < layers; ++d) {
+    if (absl::Status st = RunAndLayer(jobs, d, e, s); !st.ok()) return st;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (d >= jobs[k].program->layers.size()) continue;
+      for (int c = 0; c < e.comps(); ++c) {
+        RunXors(jobs[k].program->layers[d].xors, jobs[k].wn, s.v[k][c].data());
+      }
+    }
+  }
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const Job& j = jobs[k];
+    for (int c = 0; c < e.comps(); ++c) {
+      for (size_t i = 0; i < j.program->outputs; ++i) {
+        std::copy_n(&s.v[k][c][j.program->output_slot[i] * j.wn], j.wn, &j.out[c][i * j.wn]);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
+                      std::array<absl::Span<const uint64_t>, 2> in,
+                      std::array<absl::Span<uint64_t>, 2> out) {
+  const Job job{&p, wn, in, out};
+  return EvaluateAll(absl::MakeConstSpan(&job, 1), e);
+}
+
+std::vector<uint64_t> PackLanes(absl::Span<const absl::Span<const uint8_t>> lanes,
+                                size_t wn) {
+  const size_t n = lanes.empty() ? 0 : lanes[0].size();
+  std::vector<uint64_t> words(8 * n * wn, 0);
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    for (size_t i = 0; i < 8 * n; ++i) {
+      const uint64_t bit = (lanes[l][i / 8] >> (i % 8)) & 1;
+      words[i * wn + l / 64] |= bit << (l % 64);
+    }
+  }
+  return words;
+}
+
+std::vector<uint8_t> UnpackLane(absl::Span<const uint64_t> words, size_t wn,
+                                size_t lane) {
+  std::vector<uint8_t> out(words.size() / wn / 8, 0);
+  for (size_t i = 0; i < 8 * out.size(); ++i) {
+    const uint64_t bit = (words[i * wn + lane / 64] >> (lane % 64)) & 1;
+    out[i / 8] |= static_cast<uint8_t>(bit << (i % 8));
+  }
+  return out;
+}
+
+}  // namespace kmpc::cts

@@ -1,0 +1,87 @@
+// The standard enctypes aes128-cts-hmac-sha1-96 and aes256-cts-hmac-sha1-96
+// (RFC 3962 with RFC 3961's simplified profile, section 5.3) as circuits
+// over cts::Circuit, from the material the dealer computes per key and
+// usage (dealer.h): Ke = DK(K, usage | 0xAA) as expanded round keys, and
+// for Ki = DK(K, usage | 0x55) the two SHA-1 chaining states after (Ki ^
+// ipad) and (Ki ^ opad).
+//
+//   encrypt(conf || P) = CTS(Ke, conf || P) || HMAC-SHA1-96(Ki, conf || P)
+//
+// CTS is CBC with ciphertext stealing, IV zero, the last two blocks always
+// swapped (RFC 3962 section 5; "CS3"). Its encryption is sequential (one
+// AES per block, in order); its decryption takes one AES layer, two when
+// the last block is partial. The HMAC runs beside the cipher: the inner
+// compressions over conf || P in order, then one outer compression.
+#ifndef KMPC_CTS_CTS_H_
+#define KMPC_CTS_CTS_H_
+
+#include <cstddef>
+
+#include "absl/status/statusor.h"
+
+#include "cts/aes_circuit.h"
+#include "cts/circuit.h"
+#include "cts/sha1.h"
+
+namespace kmpc::cts {
+
+inline constexpr size_t kBlock = 16;
+inline constexpr size_t kTagBytes = 12;  // HMAC-SHA1-96 (RFC 3962 section 6)
+
+// The dealt material of one key and usage as circuit inputs, in the byte
+// order of dealer.h's UsageMaterial: round keys ((nr + 1) * 16 bytes),
+// the ipad state (20 bytes: H0..H4 big-endian), the opad state.
+struct UsageKeys {
+  RoundKeys ke;
+  Sha1State ipad, opad;
+};
+UsageKeys UsageKeyInputs(Circuit& c, int nr);
+size_t UsageMaterialBytes(int nr);
+
+// CBC-CTS with IV zero; at least one block (RFC 3962 section 5).
+Bits CtsEncrypt(Circuit& c, const RoundKeys& k, const Bits& plain);
+Bits CtsDecrypt(Circuit& c, const RoundKeys& k, const Bits& cipher);
+
+// HMAC-SHA1-96: the first 12 bytes of the MAC.
+Bits HmacSha1_96(Circuit& c, const UsageKeys& k, const Bits& msg);
+
+// RFC 3961 section 5.3 encryption of conf || P (at least 16 bytes).
+Bits Rfc3962Encrypt(Circuit& c, const UsageKeys& k, const Bits& conf_plain);
+
+// Decryption of ciphertext || tag: conf || P and one wire, 1 iff the
+// received tag differs from HMAC-SHA1-96(Ki, conf || P) (an OR tree over
+// the 96 differences, AND depth 7).
+struct Decrypted {
+  Bits conf_plain;
+  Wire mismatch;
+};
+Decrypted Rfc3962Decrypt(Circuit& c, const UsageKeys& k, const Bits& cipher_tag);
+
+// Whole programs for lanes of one shape (nr; n = |conf || P| bytes, n >=
+// 16). Inputs per lane, in order: the usage's material
+// (UsageMaterialBytes(nr) bytes, shared), then
+//  - encryption: conf || P (n bytes, shared); outputs: the ciphertext and
+//    tag (n + 12 bytes);
+//  - decryption: ciphertext || tag (n + 12 bytes, public: shared as (c, 0,
+//    0)); outputs: conf || P (n bytes), then one byte: bit 0 the tag
+//    mismatch, the other bits zero.
+// Refused: nr other than 10 or 14, n < 16 (RFC 3962 section 5 needs a
+// whole block; the confounder alone is one), n over kMaxBytes.
+inline constexpr size_t kMaxBytes = 1 << 16;
+absl::StatusOr<Program> EncryptProgram(int nr, size_t n);
+absl::StatusOr<Program> DecryptProgram(int nr, size_t n);
+
+// The checksum hmac-sha1-96-aes* (RFC 3962 section 7) of n bytes: inputs
+// the 40 bytes of dealer.h's DealChecksum, then the data (n bytes, shared
+// or public); outputs the 12-byte checksum. n <= kMaxBytes.
+absl::StatusOr<Program> ChecksumProgram(size_t n);
+
+// RFC 3962 section 6's PRF on the dealt round keys of DK(K, "prf")
+// (dealer.h DealPrf): inputs the round keys, then the public block
+// truncate16(SHA-1(s)) the caller hashes in the clear; outputs the 16-byte
+// PRF output.
+absl::StatusOr<Program> PrfProgram(int nr);
+
+}  // namespace kmpc::cts
+
+#endif  // KMPC_CTS_CTS_H_

@@ -1,0 +1,353 @@
+// CBC-CTS, the whole RFC 3962 encryption / decryption, its checksum and
+// PRF as circuits: RFC 3962 appendix B's CTS vectors; OpenSSL (AES-CBC with the swap, HMAC
+// under DK-derived keys) with a base key per lane, both key sizes, many
+// lengths; the tag check; a batch of logins among three parties
+// (semi-honest and malicious) reconstructing to the reference; an additive
+// error on one AND caught by the check; the per-login figures.
+#include "cts/cts.h"
+
+#include <gtest/gtest.h>
+#include <openssl/sha.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "aes/key_expansion.h"
+#include "cheat_ring.h"
+#include "cts/dealer.h"
+#include "cts_testing.h"
+#include "rep3_cluster.h"
+
+namespace kmpc::cts {
+namespace {
+
+using ::kmpc::testing::Hex;
+using ::kmpc::testing::Random;
+using ::kmpc::testing::ToHex;
+using testing::Bytes;
+using testing::Views;
+
+// Raw CTS: inputs round keys || data; output CTS(data).
+Program CtsProgram(int nr, size_t n, bool decrypt) {
+  Circuit c;
+  RoundKeys k;
+  k.nr = nr;
+  k.bits = c.Inputs(128 * (nr + 1));
+  const Bits in = c.Inputs(8 * n);
+  c.Output(decrypt ? CtsDecrypt(c, k, in) : CtsEncrypt(c, k, in));
+  return c.Compile();
+}
+
+Bytes CtsLane(const Bytes& key, const Bytes& data) {
+  Bytes in = *aes::ExpandKey(key);
+  in.insert(in.end(), data.begin(), data.end());
+  return in;
+}
+
+TEST(Cts, Rfc3962AppendixB) {
+  const Bytes key = Hex("636869636b656e207465726979616b69");  // "chicken teriyaki"
+  const std::string text = "I would like the General Gau's Chicken, please,";
+  struct {
+    size_t n;
+    const char* out;
+  } cases[] = {
+      {17, "c6353568f2bf8cb4d8a580362da7ff7f97"},
+      {31, "fc00783e0efdb2c1d445d4c8eff7ed2297687268d6ecccc0c07b25e25ecfe5"},
+      {32, "39312523a78662d5be7fcbcc98ebf5a897687268d6ecccc0c07b25e25ecfe584"},
+      {47,
+       "97687268d6ecccc0c07b25e25ecfe584b3fffd940c16a18c1b5549d2f838029e"
+       "39312523a78662d5be7fcbcc98ebf5"},
+  };
+  for (const auto& c : cases) {
+    const Bytes in(text.begin(), text.begin() + c.n);
+    EXPECT_EQ(ToHex(testing::RunClear(CtsProgram(10, c.n, false), {CtsLane(key, in)})[0]), c.out);
+    EXPECT_EQ(testing::RunClear(CtsProgram(10, c.n, true), {CtsLane(key, Hex(c.out))})[0], in);
+    EXPECT_EQ(ToHex(testing::RefCts(key, in)), c.out);  // the reference itself
+  }
+}
+
+TEST(Cts, MatchesOpensslWithAKeyPerLane) {
+  for (int nr : {10, 14}) {
+    for (size_t n : {16, 17, 31, 32, 33, 44, 48, 64, 100}) {
+      std::vector<Bytes> keys, data, enc_in, dec_in;
+      for (int l = 0; l < 66; ++l) {
+        keys.push_back(Random(nr == 10 ? 16 : 32));
+        data.push_back(Random(n));
+        enc_in.push_back(CtsLane(keys[l], data[l]));
+        dec_in.push_back(CtsLane(keys[l], testing::RefCts(keys[l], data[l])));
+      }
+      const auto e = testing::RunClear(CtsProgram(nr, n, false), enc_in);
+      const auto d = testing::RunClear(CtsProgram(nr, n, true), dec_in);
+      for (size_t l = 0; l < keys.size(); ++l) {
+        ASSERT_EQ(e[l], testing::RefCts(keys[l], data[l])) << nr << " " << n << " lane " << l;
+        ASSERT_EQ(d[l], data[l]) << nr << " " << n << " lane " << l;
+      }
+    }
+  }
+}
+
+// A login's lanes: base key, usage material, conf || P and its encryption.
+struct Lane {
+  Bytes base, material, conf_plain, cipher;
+};
+
+Lane MakeLane(size_t keylen, uint32_t usage, size_t n) {
+  Lane l;
+  l.base = Random(keylen);
+  auto m = DealUsage(l.base, usage);
+  EXPECT_TRUE(m.ok()) << m.status();
+  l.material = m->bytes;
+  l.conf_plain = Random(n);
+  l.cipher = testing::RefEncrypt(l.base, usage, l.conf_plain);
+  return l;
+}
+
+Bytes Cat(Bytes a, const Bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(Rfc3962, EncryptAndDecryptInTheClear) {
+  for (size_t keylen : {16, 32}) {
+    const int nr = keylen == 16 ? 10 : 14;
+    for (size_t n : {16, 44, 65, 300}) {
+      const Program enc = *EncryptProgram(nr, n), dec = *DecryptProgram(nr, n);
+      std::vector<Lane> lanes;
+      std::vector<Bytes> enc_in, dec_in;
+      for (int l = 0; l < 5; ++l) {
+        lanes.push_back(MakeLane(keylen, 3, n));
+        enc_in.push_back(Cat(lanes[l].material, lanes[l].conf_plain));
+        Bytes ct = lanes[l].cipher;
+        if (l == 1) ct[ct.size() - 1 - l] ^= 0x10;  // a wrong tag
+        if (l == 2) ct[0] ^= 0x01;                  // a modified ciphertext
+        dec_in.push_back(Cat(lanes[l].material, ct));
+      }
+      const auto e = testing::RunClear(enc, enc_in), d = testing::RunClear(dec, dec_in);
+      for (size_t l = 0; l < lanes.size(); ++l) {
+        ASSERT_EQ(e[l], lanes[l].cipher) << keylen << " " << n << " lane " << l;
+        ASSERT_EQ(d[l].size(), n + 1);
+        const bool tampered = l == 1 || l == 2;
+        EXPECT_EQ(d[l][n], tampered ? 1 : 0) << keylen << " " << n << " lane " << l;
+        if (!tampered) EXPECT_EQ(Bytes(d[l].begin(), d[l].begin() + n), lanes[l].conf_plain);
+      }
+    }
+  }
+}
+
+TEST(Rfc3962, ProgramsRefuseBadShapes) {
+  EXPECT_FALSE(EncryptProgram(12, 32).ok());
+  EXPECT_FALSE(EncryptProgram(14, 15).ok());
+  EXPECT_FALSE(DecryptProgram(10, 0).ok());
+  EXPECT_FALSE(DecryptProgram(10, kMaxBytes + 1).ok());
+  EXPECT_TRUE(DecryptProgram(10, 16).ok());
+}
+
+// hmac-sha1-96-aes* and the PRF (RFC 3962 sections 6, 7) in the clear,
+// against OpenSSL under the DK-derived keys, a base key per lane.
+TEST(Rfc3962, ChecksumAndPrfInTheClear) {
+  for (size_t keylen : {16, 32}) {
+    const int nr = keylen == 16 ? 10 : 14;
+    std::vector<Bytes> bases, data, ck_in, prf_in, blocks;
+    for (int l = 0; l < 5; ++l) {
+      bases.push_back(Random(keylen));
+      data.push_back(Random(70));
+      ck_in.push_back(Cat(DealChecksum(bases[l], 17)->bytes, data[l]));
+      Bytes h(20);
+      SHA1(data[l].data(), data[l].size(), h.data());
+      blocks.emplace_back(h.begin(), h.begin() + 16);
+      prf_in.push_back(Cat(DealPrf(bases[l])->bytes, blocks[l]));
+    }
+    const auto ck = testing::RunClear(*ChecksumProgram(70), ck_in);
+    const auto prf = testing::RunClear(*PrfProgram(nr), prf_in);
+    for (size_t l = 0; l < bases.size(); ++l) {
+      const Bytes mac = testing::RefHmac(*DeriveKey(bases[l], Bytes{0, 0, 0, 17, 0x99}), data[l]);
+      EXPECT_EQ(ck[l], Bytes(mac.begin(), mac.begin() + kTagBytes));
+      const auto want = ::kmpc::testing::OpensslAes(*DeriveKey(bases[l], Bytes{'p', 'r', 'f'}),
+                                                     blocks[l].data());
+      EXPECT_EQ(prf[l], Bytes(want.begin(), want.end()));
+    }
+  }
+  EXPECT_FALSE(PrfProgram(12).ok());
+  EXPECT_FALSE(ChecksumProgram(kMaxBytes + 1).ok());
+}
+
+constexpr size_t kTimestamp = 44;  // conf || PA-ENC-TS-ENC: 3 blocks, the last partial
+constexpr size_t kReply = 300;     // conf || EncASRepPart: 19 blocks
+
+// Decryption and encryption of a batch of logins (a base key each) among
+// three parties: outputs reconstruct to the plaintext with a good tag (the
+// mismatch bit set for the one forged tag) and to OpenSSL's ciphertext.
+void LoginBatch(std::array<protocol::Rep3*, 3> rep3, bool malicious, size_t logins) {
+  std::vector<Lane> ts, rep;
+  std::vector<Views> dec_in, enc_in;
+  for (size_t l = 0; l < logins; ++l) {
+    ts.push_back(MakeLane(l % 2 ? 16 : 32, 1, kTimestamp));
+    rep.push_back(MakeLane(32, 3, kReply));
+  }
+  for (int keylen : {16, 32}) {
+    std::vector<Views> in;
+    std::vector<size_t> idx;
+    for (size_t l = 0; l < logins; ++l) {
+      if (ts[l].base.size() != static_cast<size_t>(keylen)) continue;
+      idx.push_back(l);
+      Bytes ct = ts[l].cipher;
+      if (idx.size() == 1) ct.back() ^= 0x80;  // a forged tag in each run
+      in.push_back(testing::Concat({testing::DealViews(ts[l].material), testing::PublicViews(ct)}));
+    }
+    std::array<absl::Status, 3> st;
+    const auto out = testing::RunShared(rep3, *DecryptProgram(keylen == 16 ? 10 : 14, kTimestamp),
+                                        in, malicious, &st);
+    for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(out.size(), idx.size());
+    EXPECT_EQ(out[0].back(), 1);  // the forged tag's mismatch bit
+    for (size_t k = 1; k < idx.size(); ++k) {
+      EXPECT_EQ(ToHex(out[k]), ToHex(Cat(ts[idx[k]].conf_plain, Bytes{0})));
+    }
+  }
+  for (const Lane& l : rep) {
+    enc_in.push_back(testing::Concat(
+        {testing::DealViews(l.material), testing::DealViews(l.conf_plain)}));
+  }
+  std::array<absl::Status, 3> st;
+  const auto out = testing::RunShared(rep3, *EncryptProgram(14, kReply), enc_in, malicious, &st);
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(out.size(), rep.size());
+  for (size_t l = 0; l < rep.size(); ++l) EXPECT_EQ(ToHex(out[l]), ToHex(rep[l].cipher));
+}
+
+TEST(Rfc3962, LoginBatchOnSharesSemiHonest) {
+  ::kmpc::testing::Rep3Cluster cl;
+  LoginBatch({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()}, false, 6);
+}
+
+// 130 logins: two and three words per wire.
+TEST(Rfc3962, LoginBatchOnSharesMalicious) {
+  ::kmpc::testing::Rep3Cluster cl;
+  LoginBatch({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()}, true, 130);
+}
+
+// The same with a check every ~5,000 AND words inside the run.
+TEST(Rfc3962, LoginBatchOnSharesMaliciousCheckedInRun) {
+  ::kmpc::testing::Rep3Cluster cl;
+  testing::g_verify_words = 5000;
+  LoginBatch({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()}, true, 3);
+  testing::g_verify_words = protocol::MulLog::kVerifyWords;
+}
+
+// A batch of logins of mixed key sizes and reply lengths as one run (each
+// shape one job of EvaluateAll, all in the same rounds), malicious.
+TEST(Rfc3962, MixedBatchInOneRun) {
+  ::kmpc::testing::Rep3Cluster cl;
+  struct Shape {
+    size_t keylen, n;
+    uint32_t usage;
+    bool decrypt;
+    size_t lanes;
+  };
+  const Shape shapes[] = {{32, kTimestamp, 1, true, 3}, {16, kTimestamp, 1, true, 2},
+                          {16, 52, 1, true, 1},        {32, kReply, 3, false, 3},
+                          {16, kReply, 3, false, 2},    {32, 333, 3, false, 1}};
+  std::vector<Program> programs;
+  std::vector<std::vector<Views>> in;
+  std::vector<std::vector<Bytes>> want;
+  for (const Shape& sh : shapes) {
+    const int nr = sh.keylen == 16 ? 10 : 14;
+    programs.push_back(sh.decrypt ? *DecryptProgram(nr, sh.n) : *EncryptProgram(nr, sh.n));
+    in.emplace_back();
+    want.emplace_back();
+    for (size_t l = 0; l < sh.lanes; ++l) {
+      const Lane lane = MakeLane(sh.keylen, sh.usage, sh.n);
+      in.back().push_back(testing::Concat(
+          {testing::DealViews(lane.material), sh.decrypt ? testing::PublicViews(lane.cipher)
+                                                         : testing::DealViews(lane.conf_plain)}));
+      want.back().push_back(sh.decrypt ? Cat(lane.conf_plain, Bytes{0}) : lane.cipher);
+    }
+  }
+  std::vector<const Program*> ptrs;
+  for (const Program& p : programs) ptrs.push_back(&p);
+  std::array<absl::Status, 3> st;
+  const auto out = testing::RunSharedJobs({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()},
+                                          ptrs, in, true, &st);
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(out.size(), want.size());
+  for (size_t j = 0; j < want.size(); ++j) {
+    ASSERT_EQ(out[j].size(), want[j].size());
+    for (size_t l = 0; l < want[j].size(); ++l) EXPECT_EQ(ToHex(out[j][l]), ToHex(want[j][l])) << j;
+  }
+}
+
+class CheatCluster : public ::kmpc::testing::CheatRing {
+ public:
+  explicit CheatCluster(int cheater) : CheatRing(cheater, std::chrono::milliseconds(5000)) {}
+  std::array<protocol::Rep3*, 3> rep3() {
+    return {rep3_[0].get(), rep3_[1].get(), rep3_[2].get()};
+  }
+  int cheater() const { return cheater_; }
+};
+
+// One party adds an error to one AND of one layer (one bit of its
+// message: one gate, one lane) of the timestamp's decryption: in the AES
+// part, in the inner and in the outer SHA-1 compression. The check fails
+// the batch at an honest party; without the error the same run passes.
+TEST(Rfc3962, AdditiveErrorOnOneAndIsCaught) {
+  const Program p = *DecryptProgram(14, kTimestamp);
+  std::vector<Views> in;
+  for (int l = 0; l < 3; ++l) {
+    const Lane lane = MakeLane(32, 1, kTimestamp);
+    in.push_back(testing::Concat(
+        {testing::DealViews(lane.material), testing::PublicViews(lane.cipher)}));
+  }
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    CheatCluster cl(cheater);
+    // Checked in the run (every ~20,000 words) for cheater 1.
+    testing::g_verify_words = cheater == 1 ? 20000 : protocol::MulLog::kVerifyWords;
+    std::array<absl::Status, 3> st;
+    testing::RunShared(cl.rep3(), p, in, true, &st);
+    for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    for (int layer : {3, p.depth / 2, p.depth - 2}) {
+      cl.cheat().Arm(layer, 8 * (layer % 7), static_cast<uint8_t>(1u << (layer % 3)));
+      testing::RunShared(cl.rep3(), p, in, true, &st, /*cheated=*/true);
+      ASSERT_TRUE(cl.cheat().fired());
+      cl.cheat().Disarm();
+      int caught = 0;
+      for (int i = 0; i < 3; ++i) {
+        if (i != cheater && protocol::IsIntegrityFailure(st[i])) ++caught;
+      }
+      EXPECT_GE(caught, 1) << "cheater " << cheater << " layer " << layer << ": " << st[0]
+                           << " / " << st[1] << " / " << st[2];
+    }
+  }
+  testing::g_verify_words = protocol::MulLog::kVerifyWords;
+}
+
+// ANDs and AND depth (ring rounds) of one login's parts and of both in one
+// run (they run side by side: the depth is the longer one's).
+TEST(Rfc3962, LoginFigures) {
+  const Program dec = *DecryptProgram(14, kTimestamp);
+  const Program enc = *EncryptProgram(14, kReply);
+  Circuit c;
+  const UsageKeys k1 = UsageKeyInputs(c, 14), k3 = UsageKeyInputs(c, 14);
+  const Decrypted d = Rfc3962Decrypt(c, k1, c.Inputs(8 * (kTimestamp + kTagBytes)));
+  c.Output(d.conf_plain);
+  c.Output(d.mismatch);
+  c.Output(Rfc3962Encrypt(c, k3, c.Inputs(8 * kReply)));
+  const Program both = c.Compile();
+  std::printf("aes256 timestamp decrypt+HMAC (%zu bytes): %zu ANDs, AND depth %d\n", kTimestamp,
+              dec.ands, dec.depth);
+  std::printf("aes256 reply encrypt+HMAC (%zu bytes, %zu blocks): %zu ANDs, AND depth %d\n",
+              kReply, (kReply + 15) / 16, enc.ands, enc.depth);
+  std::printf("one login, both in one run: %zu ANDs, AND depth %d, %zu slots\n", both.ands,
+              both.depth, both.slots);
+  testing::ExpectCounted(dec);
+  testing::ExpectCounted(enc);
+  // Two SHA-1 compressions after two AES layers, plus the tag's OR tree.
+  EXPECT_LE(dec.depth, 2 * 56 + 2 * 510 + 7);
+  // Five inner compressions and one outer beside 19 sequential AES-256.
+  EXPECT_LE(enc.depth, 6 * 510);
+  EXPECT_EQ(both.depth, std::max(dec.depth, enc.depth));
+  EXPECT_EQ(both.ands, dec.ands + enc.ands);
+}
+
+}  // namespace
+}  // namespace kmpc::cts

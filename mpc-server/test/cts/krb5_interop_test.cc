@@ -1,0 +1,189 @@
+// The circuits against MIT krb5's own aes128/aes256-cts-hmac-sha1-96
+// (libk5crypto of the patched prefix, enctypes 17 and 18): krb5_c_encrypt's
+// ciphertexts (its own random confounder) decrypt in the circuit to the
+// plaintext with a good tag, and the circuit's ciphertexts (a confounder of
+// ours) decrypt with krb5_c_decrypt; in the clear engine for many keys and
+// lengths, and among three parties with the malicious check; likewise
+// krb5_c_make_checksum and krb5_c_prf against the checksum and PRF
+// programs.
+#include <gtest/gtest.h>
+#include <krb5.h>
+#include <openssl/sha.h>
+
+#include "cts/cts.h"
+#include "cts/dealer.h"
+#include "cts_testing.h"
+#include "rep3_cluster.h"
+
+namespace kmpc::cts {
+namespace {
+
+using ::kmpc::testing::Random;
+using ::kmpc::testing::ToHex;
+using testing::Bytes;
+using testing::Views;
+
+class Krb5 : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(krb5_init_context(&ctx_), 0); }
+  void TearDown() override { krb5_free_context(ctx_); }
+
+  krb5_keyblock Key(const Bytes& k) {
+    krb5_keyblock kb{};
+    kb.magic = KV5M_KEYBLOCK;
+    kb.enctype = k.size() == 16 ? ENCTYPE_AES128_CTS_HMAC_SHA1_96 : ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+    kb.length = static_cast<unsigned>(k.size());
+    kb.contents = const_cast<krb5_octet*>(k.data());
+    return kb;
+  }
+
+  // krb5_c_encrypt: conf || P encrypted, then the 12-byte tag.
+  Bytes Encrypt(const Bytes& key, krb5_keyusage usage, const Bytes& p) {
+    krb5_keyblock kb = Key(key);
+    size_t len = 0;
+    EXPECT_EQ(krb5_c_encrypt_length(ctx_, kb.enctype, p.size(), &len), 0);
+    Bytes out(len);
+    krb5_data in{KV5M_DATA, static_cast<unsigned>(p.size()),
+                 reinterpret_cast<char*>(const_cast<uint8_t*>(p.data()))};
+    krb5_enc_data enc{};
+    enc.ciphertext.data = reinterpret_cast<char*>(out.data());
+    enc.ciphertext.length = static_cast<unsigned>(out.size());
+    EXPECT_EQ(krb5_c_encrypt(ctx_, &kb, usage, nullptr, &in, &enc), 0);
+    out.resize(enc.ciphertext.length);
+    return out;
+  }
+
+  // krb5_c_decrypt; empty and *ok false on failure.
+  Bytes Decrypt(const Bytes& key, krb5_keyusage usage, const Bytes& c, bool* ok) {
+    krb5_keyblock kb = Key(key);
+    krb5_enc_data enc{};
+    enc.enctype = kb.enctype;
+    enc.ciphertext.data = reinterpret_cast<char*>(const_cast<uint8_t*>(c.data()));
+    enc.ciphertext.length = static_cast<unsigned>(c.size());
+    Bytes out(c.size());
+    krb5_data d{KV5M_DATA, static_cast<unsigned>(out.size()), reinterpret_cast<char*>(out.data())};
+    *ok = krb5_c_decrypt(ctx_, &kb, usage, nullptr, &enc, &d) == 0;
+    out.resize(*ok ? d.length : 0);
+    return out;
+  }
+
+  krb5_context ctx_ = nullptr;
+};
+
+Bytes Cat(Bytes a, const Bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(Krb5, CircuitsAgreeWithKrb5InTheClear) {
+  for (size_t keylen : {16, 32}) {
+    const int nr = keylen == 16 ? 10 : 14;
+    for (size_t plen : {0, 1, 15, 16, 28, 40, 284}) {
+      const size_t n = 16 + plen;  // confounder || plaintext
+      std::vector<Bytes> keys, pts, confs, dec_in, enc_in;
+      for (int l = 0; l < 4; ++l) {
+        keys.push_back(Random(keylen));
+        pts.push_back(Random(plen));
+        confs.push_back(Random(16));
+        const uint32_t usage = 1 + 2 * l;
+        const UsageMaterial m = *DealUsage(keys[l], usage);
+        dec_in.push_back(Cat(m.bytes, Encrypt(keys[l], usage, pts[l])));
+        enc_in.push_back(Cat(m.bytes, Cat(confs[l], pts[l])));
+      }
+      const auto d = testing::RunClear(*DecryptProgram(nr, n), dec_in);
+      const auto e = testing::RunClear(*EncryptProgram(nr, n), enc_in);
+      for (size_t l = 0; l < keys.size(); ++l) {
+        ASSERT_EQ(d[l].size(), n + 1);
+        EXPECT_EQ(d[l][n], 0) << "tag mismatch: " << keylen << " " << plen;
+        EXPECT_EQ(Bytes(d[l].begin() + 16, d[l].begin() + n), pts[l]);
+        bool ok = false;
+        EXPECT_EQ(Decrypt(keys[l], 1 + 2 * l, e[l], &ok), pts[l]) << keylen << " " << plen;
+        EXPECT_TRUE(ok);
+      }
+    }
+  }
+}
+
+// A batch of three logins on shares, malicious mode: the timestamp (usage
+// 1) from krb5_c_encrypt decrypted with its tag checked, the reply (usage
+// 3) encrypted for krb5_c_decrypt under a confounder no one knows: random
+// shares from the servers' PRSS.
+TEST_F(Krb5, LoginOnSharesAgreesWithKrb5) {
+  ::kmpc::testing::Rep3Cluster cl;
+  const std::array<protocol::Rep3*, 3> rep3 = {cl.rep3[0].get(), cl.rep3[1].get(),
+                                               cl.rep3[2].get()};
+  std::vector<Bytes> keys, ts, reply;
+  std::vector<Views> dec_in, enc_in;
+  for (int l = 0; l < 3; ++l) {
+    keys.push_back(Random(32));
+    ts.push_back(Random(28));
+    reply.push_back(Random(284));
+    dec_in.push_back(testing::Concat({testing::DealViews(DealUsage(keys[l], 1)->bytes),
+                                      testing::PublicViews(Encrypt(keys[l], 1, ts[l]))}));
+    Views conf;
+    for (int i = 0; i < 3; ++i) {
+      for (auto& comp : conf[i].comp) comp.resize(16);
+      cl.prss[i]->RandomShares(conf[i].comp[0].data(), conf[i].comp[1].data(), 16);
+    }
+    enc_in.push_back(testing::Concat({testing::DealViews(DealUsage(keys[l], 3)->bytes), conf,
+                                      testing::DealViews(reply[l])}));
+  }
+  std::array<absl::Status, 3> st;
+  const auto d = testing::RunShared(rep3, *DecryptProgram(14, 44), dec_in, true, &st);
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  const auto e = testing::RunShared(rep3, *EncryptProgram(14, 300), enc_in, true, &st);
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(d.size(), 3u);
+  ASSERT_EQ(e.size(), 3u);
+  for (size_t l = 0; l < 3; ++l) {
+    EXPECT_EQ(d[l][44], 0);
+    EXPECT_EQ(ToHex(Bytes(d[l].begin() + 16, d[l].begin() + 44)), ToHex(ts[l]));
+    bool ok = false;
+    EXPECT_EQ(ToHex(Decrypt(keys[l], 3, e[l], &ok)), ToHex(reply[l]));
+    EXPECT_TRUE(ok);
+  }
+}
+
+// krb5_c_make_checksum (hmac-sha1-96-aes128/256) and krb5_c_prf against
+// the checksum and PRF programs on shares, malicious mode, a key per lane.
+TEST_F(Krb5, ChecksumAndPrfOnSharesAgreeWithKrb5) {
+  ::kmpc::testing::Rep3Cluster cl;
+  const std::array<protocol::Rep3*, 3> rep3 = {cl.rep3[0].get(), cl.rep3[1].get(),
+                                               cl.rep3[2].get()};
+  for (size_t keylen : {16, 32}) {
+    std::vector<Bytes> want_ck, want_prf;
+    std::vector<Views> ck_in, prf_in;
+    for (int l = 0; l < 3; ++l) {
+      const Bytes key = Random(keylen), data = Random(45);
+      krb5_keyblock kb = Key(key);
+      krb5_data in{KV5M_DATA, static_cast<unsigned>(data.size()),
+                   reinterpret_cast<char*>(const_cast<uint8_t*>(data.data()))};
+      krb5_checksum ck{};
+      ASSERT_EQ(krb5_c_make_checksum(ctx_, 0, &kb, 7, &in, &ck), 0);
+      want_ck.emplace_back(ck.contents, ck.contents + ck.length);
+      krb5_free_checksum_contents(ctx_, &ck);
+      Bytes prf(16);
+      krb5_data out{KV5M_DATA, 16, reinterpret_cast<char*>(prf.data())};
+      ASSERT_EQ(krb5_c_prf(ctx_, &kb, &in, &out), 0);
+      want_prf.push_back(prf);
+      ck_in.push_back(testing::Concat(
+          {testing::DealViews(DealChecksum(key, 7)->bytes), testing::PublicViews(data)}));
+      Bytes h(20);
+      SHA1(data.data(), data.size(), h.data());
+      prf_in.push_back(testing::Concat({testing::DealViews(DealPrf(key)->bytes),
+                                        testing::PublicViews(Bytes(h.begin(), h.begin() + 16))}));
+    }
+    std::array<absl::Status, 3> st;
+    const auto ck = testing::RunShared(rep3, *ChecksumProgram(45), ck_in, true, &st);
+    for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    const auto prf = testing::RunShared(rep3, *PrfProgram(keylen == 16 ? 10 : 14), prf_in, true, &st);
+    for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    for (size_t l = 0; l < 3; ++l) {
+      EXPECT_EQ(ToHex(ck[l]), ToHex(want_ck[l])) << keylen;
+      EXPECT_EQ(ToHex(prf[l]), ToHex(want_prf[l])) << keylen;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kmpc::cts
