@@ -12,7 +12,7 @@ import pytest
 # benchmarks (bench) and the tests' reference modules.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 
@@ -67,9 +67,9 @@ def realm_factory(tmp_path, request):
 
 @pytest.fixture
 def kmpc_factory(tmp_path, request):
-    """Whole kmpc realms (kmpc_harness.cluster: three MPC servers, the KDB
+    """Whole kmpc realms (kmpc_harness.kmpc_realm: three MPC servers, the KDB
     with key handles, the KDC with a kdcmpc module), created on demand:
     make(**KmpcRealm kwargs) returns a created realm (servers running, KDC
     not started yet). Stopped by PID afterwards; every daemon log is dumped
     on failure, and a daemon that died fails the test."""
-    yield from _realms(tmp_path, request, kmpc_cluster.KmpcRealm, "kmpc")
+    yield from _realms(tmp_path, request, KmpcRealm, "kmpc")

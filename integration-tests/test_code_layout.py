@@ -27,7 +27,7 @@
   or includes, and mpc-server/src declares no Finalize over an
   EncryptState (the removed engine::Finalize) beside FinalizeShare.
 - The harness has one realm class: kmpc_harness.realm.Realm (the patched
-  KDC alone) and its kmpc form kmpc_harness.cluster.KmpcRealm; no other
+  KDC alone) and its kmpc form kmpc_harness.kmpc_realm.KmpcRealm; no other
   class named *Realm or derived from one, but the two in NOT_A_REALM.
 
 Each check is a function on a tree, tested here on a small tree made to
@@ -109,7 +109,7 @@ NOT_A_REALM = {
     "kmpc_harness/replica.py:ReplicaKdc": "one more KDC (kpropd, its own KDB "
     "copy) of a KmpcRealm's realm; reuses Realm's daemon code",
 }
-REALM_CLASSES = {"kmpc_harness/realm.py:Realm", "kmpc_harness/cluster.py:KmpcRealm"}
+REALM_CLASSES = {"kmpc_harness/realm.py:Realm", "kmpc_harness/kmpc_realm.py:KmpcRealm"}
 
 
 # ---- lizard ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The real kdcmpc module (kdc-plugin/, libkmpc_kdc.so) against three real
 MPC servers on 127.0.0.1.
 
-Each test's realm is kmpc_harness.cluster.KmpcRealm (the kmpc_factory
+Each test's realm is kmpc_harness.kmpc_realm.KmpcRealm (the kmpc_factory
 fixture): its own three kmpc-mpc-server processes, the krbtgt key made in
 the cluster (kmpc-admin share --randkey), users' keys shared from their
 passwords (kmpc-admin share --password-stdin), only handles in the KDB.

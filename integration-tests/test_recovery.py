@@ -39,6 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from bench import storm_bench  # noqa: E402
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so")
@@ -241,7 +242,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="kmpc-recovery-") as tmp:
         r = None
         try:
-            r = kmpc_cluster.KmpcRealm(os.path.join(tmp, "realm"), module="real")
+            r = KmpcRealm(os.path.join(tmp, "realm"), module="real")
             r.create()
             r, kt = make_realm(lambda **kw: r, args.users, tmp)
             for p in (int(x) for x in args.parties.split(",")):

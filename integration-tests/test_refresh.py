@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 import ctr_mpc_ref as ref  # noqa: E402
 from aes_ref import expand_key  # noqa: E402
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from bench import storm_bench  # noqa: E402
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so")
@@ -347,7 +348,7 @@ def bench(n_keys, rate, workdir):
     at `rate` logins/s (AS + TGS) back to back from before the refresh until
     after it, and times `refresh --all`."""
     import threading
-    r = kmpc_cluster.KmpcRealm(workdir, module="real")
+    r = KmpcRealm(workdir, module="real")
     try:
         r.create()
         r.setup_krbtgt()

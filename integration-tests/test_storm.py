@@ -222,7 +222,7 @@ def test_keytab_from_passwords(realm_factory, storm_bin, tmp_path):
 
 
 def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
-    """The same storm, the realm swapped for kmpc's (kmpc_harness/cluster.py:
+    """The same storm, the realm swapped for kmpc's (kmpc_harness/kmpc_realm.py:
     handles in the KDB, the kdcmpc module, three MPC servers): every login,
     and the TGS-REQ after it, must succeed."""
     from kmpc_harness import cluster as kmpc_cluster

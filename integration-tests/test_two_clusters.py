@@ -29,6 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 # Skipped as test_recovery is (kmpc-admin and the module built).
 import test_recovery  # noqa: E402
 from test_recovery import Storm, kill9, quantile  # noqa: E402
@@ -246,7 +247,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="kmpc-two-") as tmp:
         r = None
         try:
-            r = kmpc_cluster.KmpcRealm(os.path.join(tmp, "realm"), module="real",
+            r = KmpcRealm(os.path.join(tmp, "realm"), module="real",
                                        clusters=args.clusters)
             r.create()
             r, kt = make_realm(lambda **kw: r, args.users, tmp)
