@@ -215,6 +215,8 @@ class MpcCluster:
         self.base = None
         self.servers = None
         self._restarted = {}
+        # Parties stopped on purpose (stop_party, stop): not a death.
+        self._stopped = set()
 
     def addr(self, i):
         return f"127.0.0.1:{self.base + i}"
@@ -288,6 +290,7 @@ class MpcCluster:
         wait for its "listening" line."""
         log = self.log_path(i)
         offset = os.path.getsize(log) if os.path.exists(log) else 0
+        self._stopped.discard(i)
         with open(log, "ab") as out:
             proc = subprocess.Popen(self.server_argv(i), stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
@@ -346,9 +349,26 @@ class MpcCluster:
         return all(pid_alive(self.pid(i)) for i in parties)
 
     def stop_party(self, i):
+        self._stopped.add(i)
         stop_pid(self.pid(i))
 
+    def dead_parties(self):
+        """The parties whose server died although nothing stopped it through
+        this object (stop_party, stop): a crash, or a kill the test did not
+        follow with start_party. [] before start()."""
+        if self.servers is None:
+            return []
+        dead = []
+        for i in range(3):
+            if i in self._stopped:
+                continue
+            proc = self._restarted.get(i)  # our child: a zombie until reaped
+            if (proc.poll() is not None) if proc is not None else not pid_alive(self.pid(i)):
+                dead.append(i)
+        return dead
+
     def stop(self):
+        self._stopped.update(range(3))
         stop_pids([self.pid(i) for i in range(3)])
         subprocess.run(["bash", MPC_LOCAL, "stop", self.dir],
                        capture_output=True, timeout=60)

@@ -461,6 +461,13 @@ class KmpcRealm(realm.Realm):
     def alive(self):
         return self.kdc_alive() and all(cl.alive() for cl in self.clusters)
 
+    def dead_daemons(self):
+        """Realm.dead_daemons, and every MPC server that died without being
+        stopped (MpcCluster.dead_parties)."""
+        return super().dead_daemons() + [
+            f"MPC server {i}" + (f" of cluster {n + 1}" if len(self.clusters) > 1 else "")
+            for n, cl in enumerate(self.clusters) for i in cl.dead_parties()]
+
     def logs(self):
         if len(self.clusters) == 1:
             return super().logs() + "\n" + self.cluster.logs()

@@ -346,6 +346,18 @@ class Realm:
     def kdc_alive(self):
         return self.kdc_proc is not None and self.kdc_proc.poll() is None
 
+    def dead_daemons(self):
+        """The daemons of this realm that were started and died without being
+        stopped: krb5kdc, and slapd for a realm on LDAP (conftest fails the
+        test that was using them)."""
+        dead = []
+        if self.kdc_proc is not None and self.kdc_proc.poll() is not None:
+            dead.append("krb5kdc")
+        slapd = getattr(self, "slapd", None)
+        if slapd is not None and slapd.proc is not None and not slapd.alive():
+            dead.append("slapd")
+        return dead
+
     def stop_kdc(self):
         if self.kdc_proc is None:
             return
