@@ -29,16 +29,17 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
-from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm, storm_realm  # noqa: E402
 # Skipped as test_recovery is (kmpc-admin and the module built).
-import test_recovery  # noqa: E402
 from test_recovery import Storm, kill9, quantile  # noqa: E402
 
 
 
 def make_realm(make, users, tmp):
-    """Two clusters, krbtgt and users dealt to both, the KDC running."""
-    return test_recovery.make_realm(make, users, tmp, clusters=2)
+    """Two clusters, krbtgt and users dealt to both, the KDC running; the
+    storm's keytab."""
+    r, _, kt = storm_realm(make, users, tmp, clusters=2)
+    return r, kt
 
 
 def key_ids(cluster):

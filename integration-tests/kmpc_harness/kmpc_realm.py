@@ -289,6 +289,25 @@ class KmpcRealm(realm.Realm):
         """An ordinary service: its key stays in the KDB."""
         self.addprinc(name, enctypes=["aes256-cts-hmac-sha1-96"], flags="")
 
+    def kinit_until_ok(self, princ="alice", password=None, timeout=60, pause=0.5,
+                       only=None):
+        """kinit until it works (a cluster coming back, the KDC's channels to
+        a restarted server reconnecting): password defaults to the one
+        add_users kept. A failure without `only` in its message (when
+        given), the KDC's death, or `timeout` seconds raise the last
+        RealmError."""
+        if password is None:
+            password = self.passwords[princ]
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.kinit(princ, password, timeout=30)
+            except RealmError as e:
+                if ((only is not None and only not in str(e))
+                        or time.monotonic() > deadline or not self.kdc_alive()):
+                    raise
+            time.sleep(pause)
+
     def add_users(self, passwords=None, n_random=0, fmt="user{}"):
         """Users with passwords ({name: password}) shared from the password,
         and n_random random-key users (keys in users.keytab) migrated with
@@ -497,18 +516,44 @@ class KmpcRealm(realm.Realm):
             json.dump(st, f, indent=1)
 
 
+def ready(r, users=None, n_random=0, service=SERVICE):
+    """r, a created KmpcRealm, made ready for logins: the krbtgt key and the
+    users (add_users: {name: password}, n_random random-key users) in its
+    cluster(s), an ordinary service, the KDC started and warmed up."""
+    r.setup_krbtgt()
+    r.setup_warmup()
+    r.add_service(service)
+    r.add_users(users or {}, n_random=n_random)
+    return r.start()
+
+
 def bring_up(workdir, users=None, n_random=0, **kw):
     """The realm everyone uses: cluster, realm, krbtgt and users shared, a
     service principal, the KDC running. Stops what it started on failure."""
     r = KmpcRealm(workdir, **kw)
     try:
         r.create()
-        r.setup_krbtgt()
-        r.setup_warmup()
-        r.add_service()
-        r.add_users(users or {}, n_random=n_random)
-        r.start()
+        ready(r, users, n_random=n_random)
     except BaseException:
         r.stop()
         raise
     return r
+
+
+STORM_ENCTYPE = "aes256-ctr-mpc"
+
+
+def storm_realm(make, users, tmp, **kw):
+    """The realm of the tests that storm it: make(module="real", **kw)
+    (kmpc_factory, or a function returning a realm made already) with the
+    krbtgt and `users` password users user0.. in the cluster(s), a service,
+    the KDC running; and tmp/storm.keytab for kmpc-storm, holding the keys
+    the users' clients derive (kvno 2: sharing took the next kvno).
+    Returns (realm, {user: password}, keytab)."""
+    from bench import storm_bench  # the benchmarks build on this module
+    pws = {f"user{i}": "pw-" + secrets.token_hex(8) for i in range(users)}
+    r = ready(make(module="real", **kw), pws)
+    kt = os.path.join(str(tmp), "storm.keytab")
+    storm_bench.client_keytab_from_passwords(
+        r.env, {f"{u}@{r.realm}": pw for u, pw in pws.items()}, [STORM_ENCTYPE], kt, kvno=2)
+    return r, pws, kt

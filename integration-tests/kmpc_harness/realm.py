@@ -425,6 +425,18 @@ class Realm:
         self.stop_ldap()
 
 
+def storm_users_realm(make, enctype, users, service=True):
+    """A realm from make(enctypes=[enctype]) (realm_factory) with `users`
+    random-key users user0.. requiring pre-auth and their keytab
+    (bench/storm_bench.populate_users), the storm's service principal
+    unless service=False; the KDC started."""
+    from bench import storm_bench  # the benchmarks build on this module
+    r = make(enctypes=[enctype])
+    storm_bench.populate_users(r, users, service=storm_bench.SERVICE if service else None)
+    r.start_kdc()
+    return r
+
+
 def stop_dir(workdir):
     """Stop the KDC and kadmind of a realm directory by their pid files."""
     for name in ("krb5kdc.pid", "kadmind.pid"):
