@@ -12,7 +12,7 @@ import pytest
 # benchmarks (bench) and the tests' reference modules.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 
@@ -33,7 +33,8 @@ def _dump_on_failure(request, realm):
 def _realms(tmp_path, request, cls, prefix):
     """make(**kw) creates cls(tmp_path/<prefix><n>, **kw) and returns it;
     after the test every realm made is stopped, its logs dumped if the test
-    failed, and a KDC that died during the test fails it.  A realm is
+    failed, and a daemon of it that died during the test (Realm.dead_daemons:
+    krb5kdc, slapd, an MPC server) fails it.  A realm is
     recorded before create() so that what a failed create() started is
     stopped too."""
     made = []
@@ -46,16 +47,12 @@ def _realms(tmp_path, request, cls, prefix):
 
     yield make
     for r in made:
-        died = r.kdc_proc is not None and r.kdc_proc.poll() is not None
-        # A realm on LDAP (Realm(ldap=True)) has a slapd of its own.
-        slapd = getattr(r, "slapd", None)
-        slapd_died = slapd is not None and slapd.proc is not None and not slapd.alive()
+        # krb5kdc, slapd (a realm on LDAP), the MPC servers (a KmpcRealm).
+        dead = r.dead_daemons()
         _dump_on_failure(request, r)
         r.stop()
-        if died:
-            pytest.fail("krb5kdc died during the test:\n" + r.logs())
-        if slapd_died:
-            pytest.fail("slapd died during the test:\n" + r.logs())
+        if dead:
+            pytest.fail(f"{', '.join(dead)} died during the test:\n" + r.logs())
 
 
 @pytest.fixture
@@ -67,9 +64,9 @@ def realm_factory(tmp_path, request):
 
 @pytest.fixture
 def kmpc_factory(tmp_path, request):
-    """Whole kmpc realms (kmpc_harness.cluster: three MPC servers, the KDB
+    """Whole kmpc realms (kmpc_harness.kmpc_realm: three MPC servers, the KDB
     with key handles, the KDC with a kdcmpc module), created on demand:
     make(**KmpcRealm kwargs) returns a created realm (servers running, KDC
     not started yet). Stopped by PID afterwards; every daemon log is dumped
     on failure, and a daemon that died fails the test."""
-    yield from _realms(tmp_path, request, kmpc_cluster.KmpcRealm, "kmpc")
+    yield from _realms(tmp_path, request, KmpcRealm, "kmpc")

@@ -26,6 +26,7 @@ import sys
 # The realm comes from the test harness (kmpc_harness, beside this file).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 STORM_USERS = 50
@@ -57,7 +58,7 @@ def main():
 
     step("three MPC servers on 127.0.0.1 (certificates from deploy/gen-certs.sh)")
     # Prometheus /metrics over HTTP from each server and the KDC module.
-    r = kmpc_cluster.KmpcRealm(workdir, metrics=True)
+    r = KmpcRealm(workdir, metrics=True)
     try:
         return run(r, workdir)
     except BaseException:

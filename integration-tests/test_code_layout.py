@@ -1,11 +1,13 @@
 """The code layout kmpc promises (issue 27), checked instead of claimed.
 
-- No function longer than LIMIT (80) lines in mpc-server/src,
-  mpc-server/admin, kdc-plugin/src, kdc-plugin/dealer, and in kmpc's new C
-  files of the patched krb5 tree (the .c/.h files its git history adds over
-  Debian's source, refs/tags/debian). Lengths are lizard's (PyPI, pinned in
-  layout-requirements.txt, installed by this test into build/pydeps):
-  the lines from a function's signature to its closing brace.
+- No function longer than LIMIT (80) lines in kmpc's own C and C++ (TREES:
+  the servers, admin tool, cluster client, tools and load generator, the KDC
+  module, its dealer and tools, proto/; every C/C++ folder is in TREES or
+  TEST_TREES), and in kmpc's new C files of the patched krb5 tree (the .c/.h
+  files its git history adds over Debian's source, refs/tags/debian).
+  Lengths are lizard's (PyPI, pinned in layout-requirements.txt, installed
+  by this test into build/pydeps): the lines from a function's signature to
+  its closing brace.
 - Tests mirror sources (RULE): in mpc-server/src and kdc-plugin/src, every
   file with logic (lizard finds a function body in it) has a test file of
   its own, FOO_test.cc anywhere under the component's test/ tree, where FOO
@@ -25,7 +27,7 @@
   or includes, and mpc-server/src declares no Finalize over an
   EncryptState (the removed engine::Finalize) beside FinalizeShare.
 - The harness has one realm class: kmpc_harness.realm.Realm (the patched
-  KDC alone) and its kmpc form kmpc_harness.cluster.KmpcRealm; no other
+  KDC alone) and its kmpc form kmpc_harness.kmpc_realm.KmpcRealm; no other
   class named *Realm or derived from one, but the two in NOT_A_REALM.
 
 Each check is a function on a tree, tested here on a small tree made to
@@ -50,7 +52,9 @@ REQUIREMENTS = os.path.join(HERE, "layout-requirements.txt")
 PYDEPS = os.path.join(BUILD, "pydeps")
 LIZARD_VERSION = "1.24.3"
 LIMIT = 80
-TREES = ("mpc-server/src", "mpc-server/admin", "kdc-plugin/src", "kdc-plugin/dealer")
+TREES = ("mpc-server/src", "mpc-server/admin", "mpc-server/client", "mpc-server/tools",
+         "mpc-server/storm", "kdc-plugin/src", "kdc-plugin/dealer", "kdc-plugin/tools",
+         "proto")
 SOURCE_EXTS = (".c", ".cc", ".h", ".inc")
 UNIT_EXTS = (".c", ".cc")
 COMPONENTS = ("mpc-server", "kdc-plugin")
@@ -71,6 +75,14 @@ PART_OF = {
     "mpc-server/src/aes/kernel_impl.inc": (
         "aes_test.cc", "aes.cc's kernel body, compiled once per ISA "
         "(kernel_avx2.cc, kernel_avx512.cc); aes_test.cc runs each kernel"),
+    "mpc-server/src/service/encrypt_states.h": (
+        "one_use_states_test.cc", "OneUseStates (one_use_states.h) under the "
+        "ENCRYPT jobs' name; its one body, the constructor naming the store in "
+        "errors, runs in one_use_states_test.cc (EntryBudget checks the name)"),
+    "mpc-server/src/service/pad_states.h": (
+        "one_use_states_test.cc", "OneUseStates (one_use_states.h) under the PAD "
+        "jobs' name; its one body, the constructor naming the store in errors, "
+        "runs in one_use_states_test.cc (TakeAllIsAllOrNothing checks the name)"),
     "mpc-server/src/service/ring.h": (
         "scheduler_test.cc", "the scheduler's ring interface; its one body, "
         "the default SpinControl (a no-op hint), is what the in-memory "
@@ -97,7 +109,7 @@ NOT_A_REALM = {
     "kmpc_harness/replica.py:ReplicaKdc": "one more KDC (kpropd, its own KDB "
     "copy) of a KmpcRealm's realm; reuses Realm's daemon code",
 }
-REALM_CLASSES = {"kmpc_harness/realm.py:Realm", "kmpc_harness/cluster.py:KmpcRealm"}
+REALM_CLASSES = {"kmpc_harness/realm.py:Realm", "kmpc_harness/kmpc_realm.py:KmpcRealm"}
 
 
 # ---- lizard ------------------------------------------------------------------
@@ -176,6 +188,37 @@ def long_functions(lizard, root, paths, limit=LIMIT):
             if fn.length > limit:
                 found.append(f"{path}:{fn.start_line}: {fn.name} is {fn.length} lines")
     return found
+
+
+# Folders of C/C++ that are test code (the 80-line rule is for what ships).
+TEST_TREES = ("mpc-server/test", "kdc-plugin/test", "krb5-patches/tests")
+
+
+def source_dirs_outside(root, trees, test_trees=TEST_TREES):
+    """Folders (relative to root) with C/C++ sources tracked by git that are
+    in neither trees nor test_trees: kmpc code the length rule misses."""
+    out = subprocess.run(["git", "-C", root, "ls-files", "--cached", "--others",
+                          "--exclude-standard"],
+                         capture_output=True, text=True, check=True).stdout
+    inside = lambda d, ts: any(d == t or d.startswith(t + "/") for t in ts)
+    return sorted({os.path.dirname(p) for p in out.split()
+                   if p.endswith(SOURCE_EXTS) and not p.startswith("build/")
+                   and not inside(os.path.dirname(p), tuple(trees) + tuple(test_trees))})
+
+
+def test_length_rule_covers_every_source_folder():
+    missing = source_dirs_outside(ROOT, TREES)
+    assert not missing, ("C/C++ folders outside TREES and TEST_TREES (add them to "
+                         "one):\n" + "\n".join(missing))
+
+
+def test_folder_check_reports_an_uncovered_folder(tmp_path):
+    for f in ("a/src/x.cc", "a/src/sub/y.h", "a/test/x_test.cc", "b/tool.c", "b/notes.md"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert source_dirs_outside(str(tmp_path), ["a/src"], ["a/test"]) == ["b"]
+    assert source_dirs_outside(str(tmp_path), ["a/src", "b"], ["a/test"]) == []
 
 
 def krb5_new_files():

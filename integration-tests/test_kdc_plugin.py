@@ -1,7 +1,7 @@
 """The real kdcmpc module (kdc-plugin/, libkmpc_kdc.so) against three real
 MPC servers on 127.0.0.1.
 
-Each test's realm is kmpc_harness.cluster.KmpcRealm (the kmpc_factory
+Each test's realm is kmpc_harness.kmpc_realm.KmpcRealm (the kmpc_factory
 fixture): its own three kmpc-mpc-server processes, the krbtgt key made in
 the cluster (kmpc-admin share --randkey), users' keys shared from their
 passwords (kmpc-admin share --password-stdin), only handles in the KDB.
@@ -60,19 +60,6 @@ def kmpc(kmpc_factory, users=("alice",), server_flags="", workers=0,
 
 def kinit(r, name="alice", **kw):
     return r.kinit(name, r.passwords[name], **kw)
-
-
-def kinit_until_ok(r, name="alice", timeout=60, pause=0.5):
-    """Log in until it works (the cluster coming back, connections being
-    made); RealmError with the last failure after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return kinit(r, name, timeout=30)
-        except RealmError:
-            if time.monotonic() > deadline or not r.kdc_alive():
-                raise
-            time.sleep(pause)
 
 
 def kdc_log(r):
@@ -291,7 +278,7 @@ def test_server_down_then_back(kmpc_factory):
     assert r.kdc_alive()
     r.cluster.start_party(1)
     # The KDC's channel reconnects within a second or so, the ring too.
-    kinit_until_ok(r, timeout=30)
+    r.kinit_until_ok(timeout=30)
     r.run(["kvno", SERVICE])
     assert r.kdc_alive()
 
@@ -400,7 +387,7 @@ def test_hung_server_hits_the_batch_deadline(kmpc_factory):
     # The first login also makes the module's connections and the servers'
     # ring session: on a loaded machine it may take longer than this short
     # deadline, which is about the hung server below.
-    kinit_until_ok(r, timeout=30)
+    r.kinit_until_ok(timeout=30)
     before = len(kdc_log(r))  # a failed first try must not count below
     os.kill(r.cluster.pid(2), signal.SIGSTOP)
     try:
@@ -414,7 +401,7 @@ def test_hung_server_hits_the_batch_deadline(kmpc_factory):
         os.kill(r.cluster.pid(2), signal.SIGCONT)
     # The cluster recovers by itself (its ring timeouts); the KDC needs
     # nothing.
-    kinit_until_ok(r, timeout=60, pause=1)
+    r.kinit_until_ok(timeout=60, pause=1)
     assert r.kdc_alive()
 
 

@@ -15,14 +15,12 @@ hash is in the KDB or in any log.
 """
 import hashlib
 import os
-import time
 
 import pytest
 
 import ctr_mpc_ref
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness.cluster import default_salt
-from kmpc_harness.realm import RealmError
 
 ADMIN = "root/admin"
 ADMIN_PW = "admin-Pw-4821"
@@ -89,22 +87,6 @@ def realm(kmpc_factory):
 
 def kinit_ok(kr, princ, password):
     kr.kinit(princ, password)
-
-
-def kinit_once_kdc_reconnected(kr, princ, password, timeout=10):
-    """The login right after a party's restart: the KDC's channel to the
-    restarted server reconnects in the background (at most every 250 ms,
-    kdc-plugin/src/grpc_transport.cc) and a login before that is refused as
-    SVC_UNAVAILABLE. Only that refusal is retried; any other (a wrong
-    password, a changed key) fails at once."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return kinit_ok(kr, princ, password)
-        except RealmError as e:
-            if "A service is not available" not in str(e) or time.monotonic() > deadline:
-                raise
-        time.sleep(0.1)
 
 
 def kinit_fails(kr, princ, password):
@@ -257,7 +239,13 @@ def test_change_refused_with_a_server_down(realm, how):
     _, listing_after, _ = kr.admin("status", expected_code=0)
     count = lambda s: int(s.split("keys: ")[1].split(" ")[0])
     assert count(listing_after) == count(listing)
-    kinit_once_kdc_reconnected(kr, "hal", "Hal-old-5656")
+    # The login right after a party's restart: the KDC's channel to the
+    # restarted server reconnects in the background (at most every 250 ms,
+    # kdc-plugin/src/grpc_transport.cc) and a login before that is refused
+    # as SVC_UNAVAILABLE. Only that refusal is retried; any other (a wrong
+    # password, a changed key) fails at once.
+    kr.kinit_until_ok("hal", "Hal-old-5656", timeout=10, pause=0.1,
+                      only="A service is not available")
     status_ok(kr)
 
 

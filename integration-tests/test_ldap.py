@@ -42,6 +42,7 @@ import pytest
 
 import ctr_mpc_ref
 from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness.kmpc_realm import KmpcRealm
 from kmpc_harness import ldap as kmpc_ldap
 from kmpc_harness import realm as kmpc_realm
 import test_admin
@@ -322,7 +323,7 @@ def _proxy(c, proxy, target, patched):
     r = c.r
     kt = r.keytab
     c.run("kinit", "-f", "-k", "-t", kt, proxy)
-    if isinstance(r, kmpc_cluster.KmpcRealm):
+    if isinstance(r, KmpcRealm):
         tu._tgt_is_mpc_keyed(c)             # the kmpc realm's TGT: cluster-made
     out_cc = os.path.join(c.dir, "delegated.cc")
     if os.path.exists(out_cc):

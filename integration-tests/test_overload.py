@@ -29,6 +29,7 @@ import time
 import pytest
 
 from bench import storm_bench
+from kmpc_harness.realm import storm_users_realm
 
 AS_REP, KRB_ERROR = 0x6B, 0x7E
 
@@ -89,13 +90,6 @@ class Proxy:
         self.sock.close()
 
 
-def _realm(realm_factory, users):
-    r = realm_factory(enctypes=["aes256-cts-hmac-sha1-96"])
-    storm_bench.populate_users(r, users, service=None)
-    r.start_kdc()
-    return r
-
-
 def _storm_argv(storm_bin, realm, proxy, tmp_path, *args, users):
     return [storm_bin, "--keytab", realm.keytab, "--principals", "user%d@" + realm.realm,
             "--users", str(users), "--kdc", f"127.0.0.1:{proxy.port}",
@@ -105,7 +99,7 @@ def _storm_argv(storm_bin, realm, proxy, tmp_path, *args, users):
 def test_a_stray_reply_for_another_user_is_ignored(realm_factory, storm_bin, tmp_path):
     """Each client first gets the previous reply of the same kind (the other
     user's: one login at a time, users alternate), then its own."""
-    realm = _realm(realm_factory, users=2)
+    realm = storm_users_realm(realm_factory, "aes256-cts-hmac-sha1-96", service=False, users=2)
     last = {}  # first byte (message type) -> last reply of that type
     injected = []
 
@@ -153,7 +147,7 @@ def test_a_retransmitted_requests_socket_keeps_its_port(realm_factory, storm_bin
     it after 1 s, then sends its next request from a fresh socket.  When
     that request arrives, the first socket's port must still be bound by
     kmpc-storm (a late reply to it cannot reach another login)."""
-    realm = _realm(realm_factory, users=1)
+    realm = storm_users_realm(realm_factory, "aes256-cts-hmac-sha1-96", service=False, users=1)
     seen = set()
     checks = []
 

@@ -22,6 +22,7 @@ import os
 import time
 
 from kmpc_harness import tickets
+from kmpc_harness.kmpc_realm import ready
 from test_metrics import parse, scrape, value
 
 PASSWORD = "privacy-Pw-51d2"
@@ -32,13 +33,8 @@ SERVICE = "host/svc.kmpc.test"
 
 def _realm(kmpc_factory, tmp_path, record=True):
     flags = f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin" if record else ""
-    r = kmpc_factory(module="real", metrics=True, server_flags=flags)
-    r.setup_krbtgt()
-    r.setup_warmup()
-    r.add_users({CLIENT: PASSWORD})
-    r.add_service(SERVICE)
-    r.start()
-    return r
+    return ready(kmpc_factory(module="real", metrics=True, server_flags=flags),
+                 {CLIENT: PASSWORD}, service=SERVICE)
 
 
 def _recordings(tmp_path):

@@ -39,32 +39,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm, storm_realm  # noqa: E402
 from bench import storm_bench  # noqa: E402
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so")
 
-REALM = kmpc_cluster.REALM
-ENCTYPE = "aes256-ctr-mpc"
 # KRB5KDC_ERR_SVC_UNAVAILABLE: ERROR_TABLE_BASE_krb5 (-1765328384) + 29.
 SVC_UNAVAILABLE = -1765328384 + 29
 # The kdcmpc module's batch deadline (options.h deadline_ms default).
 MODULE_DEADLINE_S = 3.0
-
-
-def make_realm(make, users, tmp, **kw):
-    """A realm from make(module="real", **kw): krbtgt and users in the
-    cluster(s), the KDC running; and the users' keytab for kmpc-storm."""
-    r = make(module="real", **kw)
-    r.setup_krbtgt()
-    r.setup_warmup()
-    r.add_service()
-    pws = {f"user{i}": "pw-" + secrets.token_hex(8) for i in range(users)}
-    r.add_users(pws)
-    kt = os.path.join(tmp, "storm.keytab")
-    storm_bench.client_keytab_from_passwords(
-        r.env, {f"{u}@{REALM}": pw for u, pw in pws.items()}, [ENCTYPE], kt, kvno=2)
-    r.start()
-    return r, kt
 
 
 # ---- the storm and its events ---------------------------------------------
@@ -216,7 +199,7 @@ def check(fig, party):
 
 def test_kill_and_restart_each_party_under_a_storm(kmpc_factory, tmp_path):
     users = 24
-    r, kt = make_realm(kmpc_factory, users, str(tmp_path))
+    r, _, kt = storm_realm(kmpc_factory, users, tmp_path)
     out = {}
     for party in (0, 1, 2):
         fig = kill_and_restart(r, kt, users, party, rate=200, before_s=2,
@@ -241,9 +224,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="kmpc-recovery-") as tmp:
         r = None
         try:
-            r = kmpc_cluster.KmpcRealm(os.path.join(tmp, "realm"), module="real")
+            r = KmpcRealm(os.path.join(tmp, "realm"), module="real")
             r.create()
-            r, kt = make_realm(lambda **kw: r, args.users, tmp)
+            r, _, kt = storm_realm(lambda **kw: r, args.users, tmp)
             for p in (int(x) for x in args.parties.split(",")):
                 fig = kill_and_restart(r, kt, args.users, p, args.rate, args.before,
                                        args.down, args.after, tmp)

@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 import ctr_mpc_ref as ref  # noqa: E402
 from aes_ref import expand_key  # noqa: E402
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm, storm_realm  # noqa: E402
 from bench import storm_bench  # noqa: E402
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so")
@@ -181,18 +182,8 @@ def status_ok(realm):
 
 
 def make_realm(kmpc_factory, users, tmp_path):
-    r = kmpc_factory(module="real")
-    r.setup_krbtgt()
-    r.setup_warmup()
-    r.add_service()
-    pws = {f"user{i}": "pw-" + secrets.token_hex(8) for i in range(users)}
-    r.add_users(pws)
-    # The storm's keytab: the keys the *clients* derive (kvno 2: the share
-    # took the next kvno).
-    kt = str(tmp_path / "storm.keytab")
-    storm_bench.client_keytab_from_passwords(
-        r.env, {f"{u}@{REALM}": pw for u, pw in pws.items()}, [ENCTYPE], kt, kvno=2)
-    r.start()
+    """storm_realm, and the users' keys (what the refresh must keep)."""
+    r, pws, kt = storm_realm(kmpc_factory, users, tmp_path)
     keys = {f"{u}@{REALM}": ref.string_to_key(ENCTYPE, pw.encode(),
                                              (REALM + u).encode())
             for u, pw in pws.items()}
@@ -347,7 +338,7 @@ def bench(n_keys, rate, workdir):
     at `rate` logins/s (AS + TGS) back to back from before the refresh until
     after it, and times `refresh --all`."""
     import threading
-    r = kmpc_cluster.KmpcRealm(workdir, module="real")
+    r = KmpcRealm(workdir, module="real")
     try:
         r.create()
         r.setup_krbtgt()

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from bench import storm_bench
-from kmpc_harness.realm import PREFIX
+from kmpc_harness.realm import PREFIX, storm_users_realm
 
 ENCTYPES = ["aes256-cts-hmac-sha1-96"]
 
@@ -35,13 +35,6 @@ if _have_enctype("aes256-ctr-mpc"):
 @pytest.fixture(scope="module")
 def storm_bin():
     return storm_bench.find_storm()
-
-
-def _realm(realm_factory, enctype, users, service=True):
-    r = realm_factory(enctypes=[enctype])
-    storm_bench.populate_users(r, users, service=storm_bench.SERVICE if service else None)
-    r.start_kdc()
-    return r
 
 
 def _storm(storm_bin, realm, tmp_path, *args, users, name="storm"):
@@ -76,7 +69,7 @@ def _kdc_log_counts(realm, expect_total, kind="AS_REQ"):
 
 @pytest.mark.parametrize("enctype", ENCTYPES)
 def test_closed_loop_storm_all_logins_succeed(realm_factory, storm_bin, tmp_path, enctype):
-    realm = _realm(realm_factory, enctype, users=50)
+    realm = storm_users_realm(realm_factory, enctype, users=50)
     p, res, rows = _storm(storm_bin, realm, tmp_path, "-c", 4, "-n", 300, users=50)
     assert p.returncode == 0, p.stdout + p.stderr
     assert res["ok"] == 300 and res["failed_all_phases"] == 0, res
@@ -98,7 +91,7 @@ def test_closed_loop_storm_all_logins_succeed(realm_factory, storm_bin, tmp_path
 
 
 def test_progress_line_and_histogram_csv(realm_factory, storm_bin, tmp_path):
-    realm = _realm(realm_factory, ENCTYPES[0], users=5, service=False)
+    realm = storm_users_realm(realm_factory, ENCTYPES[0], users=5, service=False)
     hist = tmp_path / "hist.csv"
     p, res, _ = _storm(storm_bin, realm, tmp_path, "-r", 100, "-d", 2.2, "--progress",
                        "--hist-csv", hist, users=5)
@@ -114,7 +107,7 @@ def test_progress_line_and_histogram_csv(realm_factory, storm_bin, tmp_path):
 
 @pytest.mark.parametrize("enctype", ENCTYPES[:1])
 def test_open_loop_and_tgs(realm_factory, storm_bin, tmp_path, enctype):
-    realm = _realm(realm_factory, enctype, users=20)
+    realm = storm_users_realm(realm_factory, enctype, users=20)
     service = f"{storm_bench.SERVICE}@{realm.realm}"
     p, res, rows = _storm(storm_bin, realm, tmp_path, "-r", 150, "-d", 2, "-w", 0.5,
                           "--tgs", service, users=20)
@@ -130,7 +123,7 @@ def test_open_loop_and_tgs(realm_factory, storm_bin, tmp_path, enctype):
 
 
 def test_sync_engine_and_tcp(realm_factory, storm_bin, tmp_path):
-    realm = _realm(realm_factory, ENCTYPES[0], users=10)
+    realm = storm_users_realm(realm_factory, ENCTYPES[0], users=10)
     for extra, name in ((["--engine", "sync"], "sync-udp"),
                         (["--engine", "sync", "--transport", "tcp"], "sync-tcp"),
                         (["--transport", "tcp"], "async-tcp"),
@@ -145,7 +138,7 @@ def test_sync_engine_and_tcp(realm_factory, storm_bin, tmp_path):
 
 def test_failed_logins_are_counted_by_code(realm_factory, storm_bin, tmp_path):
     users = 20
-    realm = _realm(realm_factory, ENCTYPES[0], users=users)
+    realm = storm_users_realm(realm_factory, ENCTYPES[0], users=users)
     # user3: new key in the KDB, the keytab keeps the old one.  user5: gone.
     realm.kadmin_local("cpw -randkey user3")
     realm.kadmin_local("delprinc -force user5")
@@ -175,7 +168,7 @@ def test_failed_logins_are_counted_by_code(realm_factory, storm_bin, tmp_path):
 
 
 def test_unreachable_kdc_times_out(realm_factory, storm_bin, tmp_path):
-    realm = _realm(realm_factory, ENCTYPES[0], users=2, service=False)
+    realm = storm_users_realm(realm_factory, ENCTYPES[0], users=2, service=False)
     pid = realm.kdc_proc.pid
     realm.stop_kdc()
     argv = [storm_bin, "--keytab", realm.keytab, "--principals", "user%d@" + realm.realm,
@@ -192,7 +185,7 @@ def test_unreachable_kdc_times_out(realm_factory, storm_bin, tmp_path):
 
 
 def test_usage_errors(realm_factory, storm_bin, tmp_path):
-    realm = _realm(realm_factory, ENCTYPES[0], users=2, service=False)
+    realm = storm_users_realm(realm_factory, ENCTYPES[0], users=2, service=False)
     base = [storm_bin, "--keytab", realm.keytab]
     for extra, msg in ((["--principals", "user%d@KMPC.TEST", "--users", "3"], "has no key"),
                        (["-c", "1", "-r", "10"], "not both"),
@@ -222,7 +215,7 @@ def test_keytab_from_passwords(realm_factory, storm_bin, tmp_path):
 
 
 def test_storm_against_the_kmpc_realm(storm_bin, tmp_path):
-    """The same storm, the realm swapped for kmpc's (kmpc_harness/cluster.py:
+    """The same storm, the realm swapped for kmpc's (kmpc_harness/kmpc_realm.py:
     handles in the KDB, the kdcmpc module, three MPC servers): every login,
     and the TGS-REQ after it, must succeed."""
     from kmpc_harness import cluster as kmpc_cluster
@@ -319,7 +312,7 @@ def test_mix_of_renewal_and_forwarding(realm_factory, storm_bin, tmp_path):
     TGTs, in turn; every exchange succeeds against the stock KDC. The async
     engine refuses a mix (libkrb5 has no step API for them), a mix with tgs
     needs --tgs."""
-    realm = _realm(realm_factory, ENCTYPES[0], users=8)
+    realm = storm_users_realm(realm_factory, ENCTYPES[0], users=8)
     service = f"{storm_bench.SERVICE}@{realm.realm}"
     p, res, _ = _storm(storm_bin, realm, tmp_path, "-c", 4, "-n", 80, "--engine", "sync",
                        "--mix", MIX, "--tgs", service, users=8)

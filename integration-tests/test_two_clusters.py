@@ -29,15 +29,17 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm, storm_realm  # noqa: E402
 # Skipped as test_recovery is (kmpc-admin and the module built).
-import test_recovery  # noqa: E402
 from test_recovery import Storm, kill9, quantile  # noqa: E402
 
 
 
 def make_realm(make, users, tmp):
-    """Two clusters, krbtgt and users dealt to both, the KDC running."""
-    return test_recovery.make_realm(make, users, tmp, clusters=2)
+    """Two clusters, krbtgt and users dealt to both, the KDC running; the
+    storm's keytab."""
+    r, _, kt = storm_realm(make, users, tmp, clusters=2)
+    return r, kt
 
 
 def key_ids(cluster):
@@ -246,7 +248,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="kmpc-two-") as tmp:
         r = None
         try:
-            r = kmpc_cluster.KmpcRealm(os.path.join(tmp, "realm"), module="real",
+            r = KmpcRealm(os.path.join(tmp, "realm"), module="real",
                                        clusters=args.clusters)
             r.create()
             r, kt = make_realm(lambda **kw: r, args.users, tmp)

@@ -44,8 +44,8 @@ kmpc_server_test(kmpc_server_unit_test 120
 # The scheduler over a ring interface (ring.h: TLS, in memory), the key
 # cache, the ENCRYPT states, the gRPC services and their authorization.
 set(KMPC_SERVICE_SOURCES
-  src/service/auth.cc src/service/breaker.cc src/service/encrypt_states.cc
-  src/service/key_cache.cc
+  src/service/auth.cc src/service/breaker.cc src/service/key_cache.cc
+  src/service/one_use_states.cc
   src/service/memory_scheduler_ring.cc src/service/metrics.cc
   src/service/scheduler.cc src/service/services.cc
   src/service/tls_scheduler_ring.cc src/service/wipe_interceptor.cc
@@ -87,7 +87,7 @@ target_link_libraries(kmpc-mpc-client PRIVATE
 #   scheduler              three Schedulers over the in-memory ring
 #   auth                   client authorization over real gRPC+mTLS: CRL
 #                          (revocation, reload) and certificate pins
-#   encrypt_states         the one-use ENCRYPT and PAD states
+#   one_use_states         the one-use ENCRYPT and PAD states
 #   key_cache              the key cache over a real share store
 #   metrics                the server's Prometheus metrics
 #   breaker                the deviation breaker: window, trip, reset,
@@ -97,7 +97,7 @@ target_link_libraries(kmpc-mpc-client PRIVATE
 #   tls_scheduler_ring     the TLS ring as the scheduler's ring
 foreach(_test IN ITEMS services:180 wipe_interceptor:60 request_wipe:60
                        scheduler:120 auth:120
-                       encrypt_states:60 key_cache:60 metrics:60 breaker:60
+                       one_use_states:60 key_cache:60 metrics:60 breaker:60
                        memory_scheduler_ring:60 tls_scheduler_ring:60)
   string(REPLACE ":" ";" _test "${_test}")
   list(GET _test 0 _name)

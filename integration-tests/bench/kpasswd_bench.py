@@ -22,7 +22,7 @@ import time
 
 # integration-tests/ (kmpc_harness) on the path when run as a script.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 
 
 def quantile(xs, q):
@@ -33,7 +33,7 @@ def quantile(xs, q):
 def setup(workdir, dealer, early_flush):
     # Explicit both ways: the module's default is early_flush = true.
     opts = {"early_flush": "true" if early_flush else "false"}
-    r = kmpc_cluster.KmpcRealm(workdir, module_options=opts)
+    r = KmpcRealm(workdir, module_options=opts)
     r.create()
     r.setup_krbtgt()
     r.setup_warmup()

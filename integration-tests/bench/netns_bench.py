@@ -17,7 +17,7 @@ to or from the machine's own network.  If the kernel has no sch_netem
 (CONFIG_NET_SCH_NETEM not set), the run says so and goes on with no added
 delay (rate alone through tbf when the kernel has that, else no shaping).
 
-The realm is made on loopback first (integration-tests/kmpc_harness/cluster.py bring_up: certs
+The realm is made on loopback first (integration-tests/kmpc_harness/kmpc_realm.py bring_up: certs
 with the namespace addresses in their SANs, keys shared, KDB of handles),
 then the KDC and the servers are stopped and started again inside their
 namespaces with the same stores, KDB and certificates, the way
@@ -57,6 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from bench import storm_bench  # noqa: E402
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import bring_up  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 from kmpc_harness.deploy_tool import kmpc_deploy  # noqa: E402
 from kmpc_harness.netns import HOSTS, Lan, NetnsError, cleanup_stale, list_ns  # noqa: E402
@@ -77,7 +78,7 @@ class NetnsKmpc:
         os.environ["KMPC_CERT_EXTRA_SAN"] = ",".join(
             f"IP:{HOSTS[f'p{i}']}" for i in range(3))
         try:
-            self.realm = kmpc_cluster.bring_up(workdir, n_random=n_users, kdc_conf_extra=extra)
+            self.realm = bring_up(workdir, n_random=n_users, kdc_conf_extra=extra)
         finally:
             os.environ.pop("KMPC_CERT_EXTRA_SAN", None)
         r = self.realm

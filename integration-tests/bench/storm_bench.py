@@ -199,7 +199,7 @@ def have_enctype(name):
 
 
 class KmpcTarget:
-    """The kmpc realm (integration-tests/kmpc_harness/cluster.py): the patched krb5kdc with only
+    """The kmpc realm (integration-tests/kmpc_harness/kmpc_realm.py): the patched krb5kdc with only
     key handles in its KDB, the kdcmpc module, three MPC servers holding the
     users' and the krbtgt's aes256-ctr-mpc keys as shares.  The users are
     random-key principals whose keys kmpc_cluster writes to users.keytab
@@ -215,12 +215,13 @@ class KmpcTarget:
         """metrics: the KDC and each server also serve Prometheus /metrics
         over HTTP on 127.0.0.1 (metrics_urls: {watch name: URL})."""
         from kmpc_harness import cluster as kmpc_cluster  # this target only
+        from kmpc_harness.kmpc_realm import bring_up
         extra = ""
         if settings == "headline":
             extra = dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
                                     disable_lockout="true")
-        self.realm = kmpc_cluster.bring_up(workdir, n_random=n_users, kdc_conf_extra=extra,
-                                           server_flags=self.server_flags, metrics=metrics)
+        self.realm = bring_up(workdir, n_random=n_users, kdc_conf_extra=extra,
+                              server_flags=self.server_flags, metrics=metrics)
         r = self.realm
         self.metrics_urls = ({"krb5kdc": r.kdc_metrics_url,
                               **{f"mpc-server-{i}": r.cluster.metrics_url(i)

@@ -1,9 +1,9 @@
 """kmpc's test harness: real daemons on loopback or in network namespaces.
 
   realm     a throwaway realm of the patched krb5 (Realm, RealmError, ports)
-  cluster   three MPC servers (MpcCluster) and the kmpc realm on them
-            (KmpcRealm: the realm class every test, benchmark and the demo
-            uses)
+  cluster   three MPC servers (MpcCluster), the kmpc realm's command line
+  kmpc_realm  the kmpc realm on those servers (KmpcRealm: the realm class
+            every test, benchmark and the demo uses; bring_up)
   replica   primary and replica KDCs (kprop, iprop) on one cluster
   tickets   tickets in a client's ccache (credentials, a tampered TGT)
   ldap      a slapd of its own per realm (the LDAP KDB back end)

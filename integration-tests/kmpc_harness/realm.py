@@ -346,6 +346,18 @@ class Realm:
     def kdc_alive(self):
         return self.kdc_proc is not None and self.kdc_proc.poll() is None
 
+    def dead_daemons(self):
+        """The daemons of this realm that were started and died without being
+        stopped: krb5kdc, and slapd for a realm on LDAP (conftest fails the
+        test that was using them)."""
+        dead = []
+        if self.kdc_proc is not None and self.kdc_proc.poll() is not None:
+            dead.append("krb5kdc")
+        slapd = getattr(self, "slapd", None)
+        if slapd is not None and slapd.proc is not None and not slapd.alive():
+            dead.append("slapd")
+        return dead
+
     def stop_kdc(self):
         if self.kdc_proc is None:
             return
@@ -411,6 +423,18 @@ class Realm:
         self.stop_kadmind()
         self.stop_kdc()
         self.stop_ldap()
+
+
+def storm_users_realm(make, enctype, users, service=True):
+    """A realm from make(enctypes=[enctype]) (realm_factory) with `users`
+    random-key users user0.. requiring pre-auth and their keytab
+    (bench/storm_bench.populate_users), the storm's service principal
+    unless service=False; the KDC started."""
+    from bench import storm_bench  # the benchmarks build on this module
+    r = make(enctypes=[enctype])
+    storm_bench.populate_users(r, users, service=storm_bench.SERVICE if service else None)
+    r.start_kdc()
+    return r
 
 
 def stop_dir(workdir):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A kmpc realm with a primary KDC and replica KDCs on 127.0.0.1.
 
-The primary is a kmpc_cluster.KmpcRealm with kmpc's key dealer loaded
+The primary is a KmpcRealm with kmpc's key dealer loaded
 (every new key of a protected principal goes to the MPC cluster, the KDB
 gets a handle) and kadmind serving kadmin, kpasswd and iprop. Each replica
 is a kmpc_realm.Realm of its own directory: its own KDB (a copy of the
@@ -52,6 +52,7 @@ if __name__ == "__main__" and not __package__:
     # Run as a script: the package's parent on the path (same as python3 -m).
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 from kmpc_harness.realm import RealmError, binpath, libdefaults  # noqa: E402
 
@@ -384,7 +385,7 @@ class ReplicaSet:
         realm_extra = (f"        iprop_enable = true\n"
                        f"        iprop_port = {self.iprop_port}\n"
                        f"        iprop_listen = 127.0.0.1:{self.iprop_port}\n")
-        self.primary = kmpc_cluster.KmpcRealm(
+        self.primary = KmpcRealm(
             os.path.join(self.dir, PRIMARY), module="real", dealer=False,
             realm_extra=realm_extra + realm_kw.pop("realm_extra", ""),
             krb5_conf_extra=KRB5_LIBDEFAULTS,

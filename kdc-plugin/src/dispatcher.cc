@@ -560,34 +560,4 @@ void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
                          failed, absl::Now() - step->start());
 }
 
-// ------------------------------------------------ Batcher (batcher.h)
-// The dispatcher on a thread of its own: the Batcher is its public face.
-
-Batcher::Batcher(BatcherOptions options, Transport* transport, Sink* sink,
-                 BatchObserver* observer)
-    : dispatcher_(
-          std::make_shared<Dispatcher>(options, transport, sink, observer)) {
-  thread_ = std::thread([d = dispatcher_.get()] { d->RunUntilStopped(); });
-}
-
-Batcher::~Batcher() { Stop(); }
-
-absl::Status Batcher::Submit(uint64_t token, Job job) {
-  return dispatcher_->Submit(token, std::move(job));
-}
-
-void Batcher::SubmitterIdle() { dispatcher_->SubmitterIdle(); }
-
-std::vector<uint64_t> Batcher::TakeQueued() {
-  return dispatcher_->TakeQueued();
-}
-
-void Batcher::Stop() {
-  dispatcher_->RequestStop();
-  if (thread_.joinable()) thread_.join();
-  dispatcher_->Close();
-}
-
-BatcherStats Batcher::stats() const { return dispatcher_->Stats(); }
-
 }  // namespace kmpc::kdc

@@ -1,7 +1,7 @@
 // The dispatcher: the queue, the flush policy and the batches in flight
 // (batcher.h describes the policy). It owns the speculator and is the host
 // of every BatchStep it starts. batcher.h's Batcher runs it on a thread of
-// its own (dispatcher.cc).
+// its own (batcher.cc).
 //
 // Invariants:
 //  - mu_ guards everything but the sink gate; the dispatcher thread is the

@@ -236,6 +236,21 @@ cleanup:
     return ret;
 }
 
+/* The number of arguments of cmd, the command included; usage() if cmd is
+ * unknown. */
+static int
+command_nargs(const char *cmd)
+{
+    if (strcmp(cmd, "set") == 0)
+        return 4;
+    if (strcmp(cmd, "get-key") == 0)
+        return 3;
+    if (strcmp(cmd, "keys") == 0)
+        return 2;
+    usage();
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -259,14 +274,7 @@ main(int argc, char **argv)
     if (argc < 1)
         usage();
     cmd = argv[0];
-    if (strcmp(cmd, "set") == 0)
-        nargs = 4;
-    else if (strcmp(cmd, "get-key") == 0)
-        nargs = 3;
-    else if (strcmp(cmd, "keys") == 0)
-        nargs = 2;
-    else
-        usage();
+    nargs = command_nargs(cmd);
     if (argc != nargs)
         usage();
 

@@ -215,8 +215,10 @@ static krb5_error_code RenewOrForward(krb5_context ctx, Op op, krb5_creds* tgt) 
   return code;
 }
 
-void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
-  const Config& cfg = run->cfg();
+// A sync worker's krb5 state: its context, the users' principals and
+// MEMORY keytabs, the AS options (plain, and renewable and forwardable for
+// renew and forward), and with --tgs the service and a ccache for the TGT.
+struct SyncSession {
   krb5_context ctx = nullptr;
   krb5_get_init_creds_opt* opt = nullptr;
   krb5_get_init_creds_opt* opt_rf = nullptr;  // renewable and forwardable
@@ -224,39 +226,110 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
   krb5_ccache cc = nullptr;
   std::vector<krb5_principal> princs;
   std::vector<krb5_keytab> kts;
-  size_t n = run->principals().size();
-  uint64_t local = 0, ops = 0;
-  krb5_error_code ret = MakeContext(cfg.tcp, &ctx);
+
+  ~SyncSession() {
+    if (cc) krb5_cc_destroy(ctx, cc);
+    krb5_free_principal(ctx, server);
+    for (auto kt : kts) krb5_kt_close(ctx, kt);
+    for (auto p : princs) krb5_free_principal(ctx, p);
+    krb5_get_init_creds_opt_free(ctx, opt);
+    krb5_get_init_creds_opt_free(ctx, opt_rf);
+    if (ctx) krb5_free_context(ctx);
+  }
+};
+
+// Sets up s for worker `worker`; false: the worker has nothing to do (the
+// run is stopped if the context or a user cannot be set up).
+static bool OpenSyncSession(Run* run, int worker, SyncSession* s) {
+  const Config& cfg = run->cfg();
+  krb5_error_code ret = MakeContext(cfg.tcp, &s->ctx);
   if (ret) {
     fprintf(stderr, "kmpc-storm: worker %d: krb5 context: %s\n", worker,
             error_message(ret));
     run->Stop();
-    goto cleanup;
+    return false;
   }
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < run->principals().size(); i++) {
     krb5_principal p = nullptr;
     krb5_keytab kt = nullptr;
-    ret = krb5_parse_name(ctx, run->principals()[i].c_str(), &p);
-    if (!ret) ret = krb5_kt_resolve(ctx, run->keytab_names()[i].c_str(), &kt);
+    ret = krb5_parse_name(s->ctx, run->principals()[i].c_str(), &p);
+    if (!ret) ret = krb5_kt_resolve(s->ctx, run->keytab_names()[i].c_str(), &kt);
     if (ret) {
       fprintf(stderr, "kmpc-storm: %s: %s\n", run->principals()[i].c_str(),
               error_message(ret));
       run->Stop();
-      goto cleanup;
+      return false;
     }
-    princs.push_back(p);
-    kts.push_back(kt);
+    s->princs.push_back(p);
+    s->kts.push_back(kt);
   }
-  if ((ret = krb5_get_init_creds_opt_alloc(ctx, &opt)) ||
-      (ret = krb5_get_init_creds_opt_alloc(ctx, &opt_rf)))
-    goto cleanup;
-  krb5_get_init_creds_opt_set_renew_life(opt_rf, kRenewLife);
-  krb5_get_init_creds_opt_set_forwardable(opt_rf, 1);
+  if (krb5_get_init_creds_opt_alloc(s->ctx, &s->opt) ||
+      krb5_get_init_creds_opt_alloc(s->ctx, &s->opt_rf))
+    return false;
+  krb5_get_init_creds_opt_set_renew_life(s->opt_rf, kRenewLife);
+  krb5_get_init_creds_opt_set_forwardable(s->opt_rf, 1);
   if (!cfg.tgs_service.empty()) {
-    if ((ret = krb5_parse_name(ctx, cfg.tgs_service.c_str(), &server)) ||
-        (ret = krb5_cc_new_unique(ctx, "MEMORY", nullptr, &cc)))
-      goto cleanup;
+    if (krb5_parse_name(s->ctx, cfg.tgs_service.c_str(), &s->server) ||
+        krb5_cc_new_unique(s->ctx, "MEMORY", nullptr, &s->cc))
+      return false;
   }
+  return true;
+}
+
+// A TGS-REQ for --tgs with user u's TGT `creds` (through the ccache, as
+// kvno does).
+static krb5_error_code SyncTgs(SyncSession* s, size_t u, krb5_creds* creds) {
+  krb5_creds in, *out = nullptr;
+  memset(&in, 0, sizeof(in));
+  in.client = s->princs[u];
+  in.server = s->server;
+  krb5_error_code code = krb5_cc_initialize(s->ctx, s->cc, s->princs[u]);
+  if (!code) code = krb5_cc_store_cred(s->ctx, s->cc, creds);
+  if (!code) code = krb5_get_credentials(s->ctx, 0, s->cc, &in, &out);
+  if (!code && (out == nullptr || out->ticket.length == 0))
+    code = KRB5KRB_AP_ERR_MSG_TYPE;
+  krb5_free_creds(s->ctx, out);
+  return code;
+}
+
+// One operation for user u: the AS exchange, then op's TGS-REQ if any;
+// records each exchange's latency when measured.
+static krb5_error_code SyncOperation(SyncSession* s, WorkerStats* ws, Op op, size_t u,
+                                     bool measured) {
+  bool rf = op == Op::kRenew || op == Op::kForward;
+  krb5_creds creds;
+  memset(&creds, 0, sizeof(creds));
+  const uint64_t as_start = NowNs();
+  krb5_error_code code = krb5_get_init_creds_keytab(s->ctx, &creds, s->princs[u], s->kts[u],
+                                                    0, nullptr, rf ? s->opt_rf : s->opt);
+  if (code == 0 && creds.ticket.length == 0) code = KRB5KRB_AP_ERR_MSG_TYPE;
+  const uint64_t step_start = NowNs();
+  if (code == 0 && measured)
+    ws->step_hist[static_cast<int>(Op::kLogin)].Record((step_start - as_start) / 1000);
+  if (code == 0 && op == Op::kTgs) code = SyncTgs(s, u, &creds);
+  if (code == 0 && rf) code = RenewOrForward(s->ctx, op, &creds);
+  if (code == 0 && measured && op != Op::kLogin)
+    ws->step_hist[static_cast<int>(op)].Record((NowNs() - step_start) / 1000);
+  krb5_free_cred_contents(s->ctx, &creds);
+  return code;
+}
+
+// Counts a login started at `now` (in its second, and measured or not).
+static void CountStart(Run* run, WorkerStats* ws, uint64_t now, bool measured) {
+  ws->started_all.fetch_add(1, std::memory_order_relaxed);
+  ws->seconds[std::min(ws->seconds.size() - 1,
+                       static_cast<size_t>((now - run->t0()) / 1000000000ull))]
+      .started++;
+  if (measured) ws->started++;
+  ws->inflight.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
+  const Config& cfg = run->cfg();
+  SyncSession s;
+  if (!OpenSyncSession(run, worker, &s)) return;
+  size_t n = run->principals().size();
+  uint64_t local = 0, ops = 0;
   SleepUntil(run->t0());
   if (!run->open_loop() && cfg.ramp > 0)  // --ramp: spread the first logins
     SleepUntil(run->t0() + static_cast<uint64_t>(cfg.ramp * 1e9 * worker / cfg.threads));
@@ -274,55 +347,15 @@ void RunSyncWorker(Run* run, int worker, WorkerStats* ws) {
     }
     bool measured;
     if (!run->MayStart(sched, now, &measured)) break;
-    size_t u = k % n;
-    ws->started_all.fetch_add(1, std::memory_order_relaxed);
-    ws->seconds[std::min(ws->seconds.size() - 1,
-                         static_cast<size_t>((now - run->t0()) / 1000000000ull))]
-        .started++;
-    if (measured) ws->started++;
-    ws->inflight.fetch_add(1, std::memory_order_relaxed);
+    CountStart(run, ws, now, measured);
     // Each worker cycles through the mix, so that the operations are done
     // about equally often whatever each one costs.
     Op op = run->OpFor(ops++ + worker);
-    bool rf = op == Op::kRenew || op == Op::kForward;
-    krb5_creds creds;
-    memset(&creds, 0, sizeof(creds));
-    const uint64_t as_start = NowNs();
-    krb5_error_code code = krb5_get_init_creds_keytab(ctx, &creds, princs[u], kts[u], 0,
-                                                      nullptr, rf ? opt_rf : opt);
-    if (code == 0 && creds.ticket.length == 0) code = KRB5KRB_AP_ERR_MSG_TYPE;
-    const uint64_t step_start = NowNs();
-    if (code == 0 && measured)
-      ws->step_hist[static_cast<int>(Op::kLogin)].Record((step_start - as_start) / 1000);
-    if (code == 0 && op == Op::kTgs) {
-      krb5_creds in, *out = nullptr;
-      memset(&in, 0, sizeof(in));
-      in.client = princs[u];
-      in.server = server;
-      code = krb5_cc_initialize(ctx, cc, princs[u]);
-      if (!code) code = krb5_cc_store_cred(ctx, cc, &creds);
-      if (!code) code = krb5_get_credentials(ctx, 0, cc, &in, &out);
-      if (!code && (out == nullptr || out->ticket.length == 0))
-        code = KRB5KRB_AP_ERR_MSG_TYPE;
-      krb5_free_creds(ctx, out);
-    }
-    if (code == 0 && rf) code = RenewOrForward(ctx, op, &creds);
-    if (code == 0 && measured && op != Op::kLogin)
-      ws->step_hist[static_cast<int>(op)].Record((NowNs() - step_start) / 1000);
-    krb5_free_cred_contents(ctx, &creds);
+    krb5_error_code code = SyncOperation(&s, ws, op, k % n, measured);
     ws->inflight.fetch_sub(1, std::memory_order_relaxed);
-    run->Done(ws, ctx, sched, measured, code, NowNs());
+    run->Done(ws, s.ctx, sched, measured, code, NowNs());
     if (measured) (code ? ws->op_errors : ws->op_ok)[static_cast<int>(op)]++;
   }
-
-cleanup:
-  if (cc) krb5_cc_destroy(ctx, cc);
-  krb5_free_principal(ctx, server);
-  for (auto kt : kts) krb5_kt_close(ctx, kt);
-  for (auto p : princs) krb5_free_principal(ctx, p);
-  krb5_get_init_creds_opt_free(ctx, opt);
-  krb5_get_init_creds_opt_free(ctx, opt_rf);
-  if (ctx) krb5_free_context(ctx);
 }
 
 }  // namespace kmpc::storm

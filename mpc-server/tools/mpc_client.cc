@@ -566,7 +566,82 @@ pb::Cipher ParseCipher(const std::string& s) {
   return static_cast<pb::Cipher>(v);
 }
 
-int Jobs(Cluster& c) {
+// A job line's arguments after OP KEYID USAGE (the file header) into p's
+// job, by p->op.
+void ParseJobArguments(const std::vector<std::string>& f, ParsedJob* p) {
+  Bytes a, b;
+  if (p->op == "encrypt") {
+    if (!FromHex(f[3] == "-" ? "" : f[3], &p->plaintext)) Die("bad hex: " + f[3]);
+    p->job.set_type(pb::JOB_ENCRYPT);
+    p->job.set_length(p->plaintext.size());
+  } else if (p->op == "keystream") {
+    p->job.set_type(pb::JOB_ENCRYPT);
+    p->job.set_length(static_cast<uint32_t>(std::stoul(f[3])));
+  } else if (p->op == "decrypt") {
+    if (!FromHex(f[3], &a)) Die("bad hex: " + f[3]);
+    p->job.set_type(pb::JOB_DECRYPT);
+    p->job.set_data(a);
+  } else if (p->op == "checksum") {
+    if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
+    p->job.set_type(pb::JOB_CHECKSUM);
+    p->job.set_length(static_cast<uint32_t>(a.size()));
+    p->message = a;
+  } else if (p->op == "verify") {
+    if (f.size() < 5 || !FromHex(f[3] == "-" ? "" : f[3], &a) || !FromHex(f[4], &b))
+      Die("verify needs DATA and CKSUM hex");
+    p->job.set_type(pb::JOB_VERIFY_CHECKSUM);
+    p->job.set_length(static_cast<uint32_t>(a.size()));
+    // ctr0 in the clear, the tag dealt after the message (kmpc.proto
+    // JOB_VERIFY_CHECKSUM); a CKSUM of another size goes whole with a
+    // zero tag dealt, so the servers' refusal of it can be tested.
+    p->message = a;
+    if (b.size() == kmpc::contract::kChecksumSize) {
+      p->message += b.substr(16);
+      b.resize(16);
+    } else {
+      p->message += Bytes(16, '\0');
+    }
+    p->job.set_checksum(b);
+  } else if (p->op == "pad" || p->op == "vpad") {
+    p->job.set_type(pb::JOB_PAD);
+    p->job.set_length(static_cast<uint32_t>(std::stoul(f[3])));
+    if (p->op == "vpad") {
+      if (f.size() < 5 || !FromHex(f[4], &b)) Die("vpad needs MAXLEN and CTR0 hex");
+      p->job.set_checksum(b);
+    }
+  } else if (p->op == "sign") {
+    if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
+    p->job.set_type(pb::JOB_PAD);
+    p->job.set_length(static_cast<uint32_t>(a.size()));
+    p->sign_data = a;
+  } else {
+    Die("unknown job: " + p->op);
+  }
+}
+
+// One job line's fields (at least 4): OP[:CIPHER] KEYID USAGE ARGS..., as
+// job `id`.
+ParsedJob ParseJobLine(const std::vector<std::string>& f, pb::Cipher default_cipher,
+                       uint64_t id) {
+  ParsedJob p;
+  p.op = f[0];
+  pb::Cipher cipher = default_cipher;
+  if (size_t colon = p.op.find(':'); colon != std::string::npos) {
+    cipher = ParseCipher(p.op.substr(colon + 1));
+    p.op.resize(colon);
+  }
+  p.job.set_cipher(cipher);
+  Bytes kid;
+  if (!FromHex(f[1], &kid)) Die("bad key id hex: " + f[1]);
+  p.job.set_job_id(id);
+  p.job.set_key_id(kid);
+  p.job.set_usage(static_cast<uint32_t>(std::stoul(f[2])));
+  ParseJobArguments(f, &p);
+  return p;
+}
+
+// The job lines of stdin, numbered from 1.
+std::vector<ParsedJob> ReadJobs() {
   const pb::Cipher default_cipher = ParseCipher(absl::GetFlag(FLAGS_cipher));
   std::vector<ParsedJob> jobs;
   std::string line;
@@ -575,70 +650,172 @@ int Jobs(Cluster& c) {
     std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
     if (f.empty()) continue;
     if (f.size() < 4) Die("job line needs at least 4 fields: " + line);
-    ParsedJob p;
-    p.op = f[0];
-    pb::Cipher cipher = default_cipher;
-    if (size_t colon = p.op.find(':'); colon != std::string::npos) {
-      cipher = ParseCipher(p.op.substr(colon + 1));
-      p.op.resize(colon);
-    }
-    p.job.set_cipher(cipher);
-    Bytes kid;
-    if (!FromHex(f[1], &kid)) Die("bad key id hex: " + f[1]);
-    p.job.set_job_id(next_id++);
-    p.job.set_key_id(kid);
-    p.job.set_usage(static_cast<uint32_t>(std::stoul(f[2])));
-    Bytes a, b;
-    if (p.op == "encrypt") {
-      if (!FromHex(f[3] == "-" ? "" : f[3], &p.plaintext)) Die("bad hex: " + f[3]);
-      p.job.set_type(pb::JOB_ENCRYPT);
-      p.job.set_length(p.plaintext.size());
-    } else if (p.op == "keystream") {
-      p.job.set_type(pb::JOB_ENCRYPT);
-      p.job.set_length(static_cast<uint32_t>(std::stoul(f[3])));
-    } else if (p.op == "decrypt") {
-      if (!FromHex(f[3], &a)) Die("bad hex: " + f[3]);
-      p.job.set_type(pb::JOB_DECRYPT);
-      p.job.set_data(a);
-    } else if (p.op == "checksum") {
-      if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
-      p.job.set_type(pb::JOB_CHECKSUM);
-      p.job.set_length(static_cast<uint32_t>(a.size()));
-      p.message = a;
-    } else if (p.op == "verify") {
-      if (f.size() < 5 || !FromHex(f[3] == "-" ? "" : f[3], &a) || !FromHex(f[4], &b))
-        Die("verify needs DATA and CKSUM hex");
-      p.job.set_type(pb::JOB_VERIFY_CHECKSUM);
-      p.job.set_length(static_cast<uint32_t>(a.size()));
-      // ctr0 in the clear, the tag dealt after the message (kmpc.proto
-      // JOB_VERIFY_CHECKSUM); a CKSUM of another size goes whole with a
-      // zero tag dealt, so the servers' refusal of it can be tested.
-      p.message = a;
-      if (b.size() == kmpc::contract::kChecksumSize) {
-        p.message += b.substr(16);
-        b.resize(16);
-      } else {
-        p.message += Bytes(16, '\0');
-      }
-      p.job.set_checksum(b);
-    } else if (p.op == "pad" || p.op == "vpad") {
-      p.job.set_type(pb::JOB_PAD);
-      p.job.set_length(static_cast<uint32_t>(std::stoul(f[3])));
-      if (p.op == "vpad") {
-        if (f.size() < 5 || !FromHex(f[4], &b)) Die("vpad needs MAXLEN and CTR0 hex");
-        p.job.set_checksum(b);
-      }
-    } else if (p.op == "sign") {
-      if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
-      p.job.set_type(pb::JOB_PAD);
-      p.job.set_length(static_cast<uint32_t>(a.size()));
-      p.sign_data = a;
-    } else {
-      Die("unknown job: " + p.op);
-    }
-    jobs.push_back(std::move(p));
+    jobs.push_back(ParseJobLine(f, default_cipher, next_id++));
   }
   if (jobs.empty()) Die("no jobs on stdin");
+  return jobs;
+}
+
+// --only_party: the batch's Run sent to that server alone; prints "sent".
+int RunOnOneParty(Cluster& c, std::array<pb::RunRequest, 3>& reqs, int only) {
+  if (only < 0 || only > 2) Die("--only_party must be 0, 1 or 2");
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  pb::RunResponse one;
+  const grpc::Status st = c.keyops[only]->Run(&ctx, reqs[only], &one);
+  WipeRequests(reqs);
+  if (!st.ok()) RpcError(only, st.error_code(), st.error_message());
+  std::printf("sent\n");  // one party's shares alone mean nothing
+  return 0;
+}
+
+// What the jobs' Run leaves to do: the ENCRYPT jobs' FINALIZE (job index,
+// ciphertext, ctr0 of each item) and the sign jobs' Sign.
+struct AfterRun {
+  pb::FinalizeRequest fin;
+  std::vector<size_t> fin_jobs;
+  std::vector<Bytes> fin_ct, fin_ctr0;
+  std::vector<size_t> sign_jobs;
+  std::vector<SignJob> sign_items;
+};
+
+// Exits with share_mismatch unless the servers' public results of job k
+// (status, ctr0, error code, job id) agree.
+void CheckPublicResults(const std::array<pb::RunResponse, 3>& resp,
+                        const std::array<RunView, 3>& u, size_t k) {
+  std::array<const pb::JobResult*, 3> r = {&resp[0].results(k), &resp[1].results(k),
+                                           &resp[2].results(k)};
+  for (int i = 1; i < 3; ++i)
+    if (r[i]->status() != r[0]->status() || u[i].ctr0[k] != u[0].ctr0[k] ||
+        JobErrorCode(*r[i]) != JobErrorCode(*r[0]) ||
+        r[i]->job_id() != r[0]->job_id())
+      // Public values must agree too.
+      ShareMismatch(absl::DataLossError(absl::StrCat(
+          "the servers' public results of job ", k + 1, " disagree")));
+}
+
+// Job k's output line from the Run, or "" with the job added to `after`
+// (encrypt and sign: their line comes from the FINALIZE or the Sign).
+std::string RunOutput(const pb::RunRequest& req, const std::array<pb::RunResponse, 3>& resp,
+                      const std::array<RunView, 3>& u, size_t k, ParsedJob& job,
+                      AfterRun* after) {
+  CheckPublicResults(resp, u, k);
+  const pb::JobResult& r0 = resp[0].results(k);
+  if (const int code = JobErrorCode(r0); code != 0)
+    return absl::StrCat("error ", code, " ", JobErrorText(r0));
+  const std::string& op = job.op;
+  if (op == "verify" || ((op == "decrypt") && r0.status() != pb::JOB_OK))
+    return r0.status() == pb::JOB_OK ? "ok" : "integrity_failed";
+  if (op == "checksum") {
+    Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
+                          absl::StrCat("tag of job ", k + 1));
+    return absl::StrCat("ok ", ToHex(u[0].ctr0[k] + v));
+  }
+  if (op == "pad" || op == "vpad")
+    return absl::StrCat("ok ", ToHex(u[0].ctr0[k]), " ", ToHex(req.batch_id()), " ",
+                        job.job.job_id());
+  if (op == "sign") {
+    after->sign_jobs.push_back(k);
+    after->sign_items.push_back({req.batch_id(), job.job.job_id(), job.job.usage(),
+                                 job.sign_data});
+    OPENSSL_cleanse(job.sign_data.data(), job.sign_data.size());
+    return "";
+  }
+  Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
+                        absl::StrCat("keystream of job ", k + 1));
+  std::string out;
+  if (op == "keystream") {
+    out = absl::StrCat("ok ", ToHex(u[0].ctr0[k]), " ", ToHex(v));
+  } else if (op == "decrypt") {
+    const Bytes& d = job.job.data();
+    out = absl::StrCat("ok ", ToHex(Xor(d.substr(16, d.size() - 32), v)));
+  } else {  // encrypt
+    Bytes ct = Xor(job.plaintext, v);
+    auto* item = after->fin.add_items();
+    item->set_run_batch_id(req.batch_id());
+    item->set_job_id(job.job.job_id());
+    item->set_ciphertext(ct);
+    after->fin_jobs.push_back(k);
+    after->fin_ct.push_back(ct);
+    after->fin_ctr0.push_back(u[0].ctr0[k]);
+  }
+  OPENSSL_cleanse(v.data(), v.size());
+  return out;
+}
+
+// One FINALIZE for the ENCRYPT jobs; their lines "ok CTR0||C||T" into out.
+void FinalizeEncrypts(Cluster& c, AfterRun* a, std::vector<std::string>* out) {
+  pb::FinalizeRequest& fin = a->fin;
+  std::array<pb::FinalizeResponse, 3> fr;
+  CheckRpcs(OnAll([&](int i) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    return c.keyops[i]->Finalize(&ctx, fin, &fr[i]);
+  }));
+  if (absl::GetFlag(FLAGS_finalize_twice)) {
+    // Invariant 2 (enctype.md): a second FINALIZE of the same jobs must
+    // be refused by every server.
+    std::array<pb::FinalizeResponse, 3> again;
+    fin.set_batch_id(RandomBytes(16));
+    auto st = OnAll([&](int i) {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      return c.keyops[i]->Finalize(&ctx, fin, &again[i]);
+    });
+    for (int i = 0; i < 3; ++i)
+      std::printf("second_finalize %d %d\n", i, st[i].error_code());
+  }
+  for (int i = 0; i < 3; ++i)
+    if (fr[i].results_size() != fin.items_size() ||
+        fr[i].tags().size() != 16u * fin.items_size())
+      ShareMismatch(absl::DataLossError(absl::StrCat(
+          "MPC party ", i, " returned ", fr[i].results_size(),
+          " FINALIZE results for ", fin.items_size(), " items")));
+  for (size_t n = 0; n < a->fin_jobs.size(); ++n) {
+    Bytes tag(16, '\0');
+    absl::Status st = kmpc::client::CombineAdditive(
+        std::array<absl::string_view, 3>{FinalizeTag(fr[0], n), FinalizeTag(fr[1], n),
+                                         FinalizeTag(fr[2], n)},
+        absl::MakeSpan(reinterpret_cast<uint8_t*>(tag.data()), tag.size()),
+        absl::StrCat("tag of job ", a->fin_jobs[n] + 1));
+    if (!st.ok()) ShareMismatch(st);
+    (*out)[a->fin_jobs[n]] =
+        absl::StrCat("ok ", ToHex(a->fin_ctr0[n] + a->fin_ct[n] + tag));
+  }
+}
+
+// One Sign for the sign jobs' pads; their lines "ok CTR0||TAG" or
+// "refused ..." into out.
+void SignPads(Cluster& c, AfterRun* a, const std::array<RunView, 3>& u,
+              std::vector<std::string>* out) {
+  std::array<pb::SignRequest, 3> sreqs = SignRequests(a->sign_items);
+  std::array<pb::SignRequest, 3> again_reqs;
+  if (absl::GetFlag(FLAGS_sign_twice)) again_reqs = SignRequests(a->sign_items);
+  for (auto& it : a->sign_items) OPENSSL_cleanse(it.data.data(), it.data.size());
+  std::array<pb::SignResponse, 3> sr;
+  CheckRpcs(SignOnAll(c, sreqs, &sr));
+  if (absl::GetFlag(FLAGS_sign_twice)) {
+    // Invariant 6 (enctype.md): every server refuses a second use.
+    std::array<pb::SignResponse, 3> again;
+    CheckRpcs(SignOnAll(c, again_reqs, &again));
+    for (int i = 0; i < 3; ++i)
+      for (int n = 0; n < again[i].results_size(); ++n)
+        std::printf("second_sign %d %s\n", i,
+                    pb::JobStatus_Name(again[i].results(n).status()).c_str());
+  }
+  for (size_t n = 0; n < a->sign_jobs.size(); ++n) {
+    absl::StatusOr<Bytes> tag = CombineSign(sr, static_cast<int>(n));
+    const size_t k = a->sign_jobs[n];
+    if (!tag.ok()) {
+      (*out)[k] = absl::StrCat("refused ", tag.status().message());
+      continue;
+    }
+    (*out)[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k] + *tag));
+  }
+}
+
+int Jobs(Cluster& c) {
+  std::vector<ParsedJob> jobs = ReadJobs();
   pb::RunRequest req;
   req.set_batch_id(RandomBytes(16));
   req.set_wire_version(kmpc::contract::kWireVersion);
@@ -649,17 +826,8 @@ int Jobs(Cluster& c) {
   }
   std::array<pb::RunRequest, 3> reqs = DealRequests(req, messages);
   for (Bytes& m : messages) OPENSSL_cleanse(m.data(), m.size());
-  if (const int only = absl::GetFlag(FLAGS_only_party); only != -1) {
-    if (only < 0 || only > 2) Die("--only_party must be 0, 1 or 2");
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    pb::RunResponse one;
-    const grpc::Status st = c.keyops[only]->Run(&ctx, reqs[only], &one);
-    WipeRequests(reqs);
-    if (!st.ok()) RpcError(only, st.error_code(), st.error_message());
-    std::printf("sent\n");  // one party's shares alone mean nothing
-    return 0;
-  }
+  if (const int only = absl::GetFlag(FLAGS_only_party); only != -1)
+    return RunOnOneParty(c, reqs, only);
   std::array<pb::RunResponse, 3> resp;
   const auto run_status = RunOnAll(c, reqs, &resp);
   WipeRequests(reqs);
@@ -675,133 +843,14 @@ int Jobs(Cluster& c) {
       std::exit(5);
     }
   std::vector<std::string> out(jobs.size());
-  pb::FinalizeRequest fin;
-  fin.set_batch_id(RandomBytes(16));
-  fin.set_wire_version(kmpc::contract::kWireVersion);
-  std::vector<size_t> fin_jobs;
-  std::vector<Bytes> fin_ct, fin_ctr0;
-  std::vector<size_t> sign_jobs;
-  std::vector<SignJob> sign_items;
-  for (size_t k = 0; k < jobs.size(); ++k) {
-    std::array<const pb::JobResult*, 3> r = {&resp[0].results(k), &resp[1].results(k),
-                                             &resp[2].results(k)};
-    for (int i = 1; i < 3; ++i)
-      if (r[i]->status() != r[0]->status() || u[i].ctr0[k] != u[0].ctr0[k] ||
-          JobErrorCode(*r[i]) != JobErrorCode(*r[0]) ||
-          r[i]->job_id() != r[0]->job_id())
-        // Public values must agree too.
-        ShareMismatch(absl::DataLossError(absl::StrCat(
-            "the servers' public results of job ", k + 1, " disagree")));
-    if (const int code = JobErrorCode(*r[0]); code != 0) {
-      out[k] = absl::StrCat("error ", code, " ", JobErrorText(*r[0]));
-      continue;
-    }
-    const std::string& op = jobs[k].op;
-    if (op == "verify" || ((op == "decrypt") && r[0]->status() != pb::JOB_OK)) {
-      out[k] = r[0]->status() == pb::JOB_OK ? "ok" : "integrity_failed";
-      continue;
-    }
-    if (op == "checksum") {
-      Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
-                            absl::StrCat("tag of job ", k + 1));
-      out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k] + v));
-      continue;
-    }
-    if (op == "pad" || op == "vpad") {
-      out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k]), " ", ToHex(req.batch_id()), " ",
-                            jobs[k].job.job_id());
-      continue;
-    }
-    if (op == "sign") {
-      sign_jobs.push_back(k);
-      sign_items.push_back({req.batch_id(), jobs[k].job.job_id(), jobs[k].job.usage(),
-                            jobs[k].sign_data});
-      OPENSSL_cleanse(jobs[k].sign_data.data(), jobs[k].sign_data.size());
-      continue;
-    }
-    Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
-                          absl::StrCat("keystream of job ", k + 1));
-    if (op == "keystream") {
-      out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k]), " ", ToHex(v));
-    } else if (op == "decrypt") {
-      const Bytes& d = jobs[k].job.data();
-      out[k] = absl::StrCat("ok ", ToHex(Xor(d.substr(16, d.size() - 32), v)));
-    } else {  // encrypt
-      Bytes ct = Xor(jobs[k].plaintext, v);
-      auto* item = fin.add_items();
-      item->set_run_batch_id(req.batch_id());
-      item->set_job_id(jobs[k].job.job_id());
-      item->set_ciphertext(ct);
-      fin_jobs.push_back(k);
-      fin_ct.push_back(ct);
-      fin_ctr0.push_back(u[0].ctr0[k]);
-    }
-    OPENSSL_cleanse(v.data(), v.size());
-  }
+  AfterRun after;
+  after.fin.set_batch_id(RandomBytes(16));
+  after.fin.set_wire_version(kmpc::contract::kWireVersion);
+  for (size_t k = 0; k < jobs.size(); ++k)
+    out[k] = RunOutput(req, resp, u, k, jobs[k], &after);
   WipeRunShares(resp);
-  if (fin.items_size() > 0) {
-    std::array<pb::FinalizeResponse, 3> fr;
-    CheckRpcs(OnAll([&](int i) {
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx);
-      return c.keyops[i]->Finalize(&ctx, fin, &fr[i]);
-    }));
-    if (absl::GetFlag(FLAGS_finalize_twice)) {
-      // Invariant 2 (enctype.md): a second FINALIZE of the same jobs must
-      // be refused by every server.
-      std::array<pb::FinalizeResponse, 3> again;
-      fin.set_batch_id(RandomBytes(16));
-      auto st = OnAll([&](int i) {
-        grpc::ClientContext ctx;
-        SetDeadline(&ctx);
-        return c.keyops[i]->Finalize(&ctx, fin, &again[i]);
-      });
-      for (int i = 0; i < 3; ++i)
-        std::printf("second_finalize %d %d\n", i, st[i].error_code());
-    }
-    for (int i = 0; i < 3; ++i)
-      if (fr[i].results_size() != fin.items_size() ||
-          fr[i].tags().size() != 16u * fin.items_size())
-        ShareMismatch(absl::DataLossError(absl::StrCat(
-            "MPC party ", i, " returned ", fr[i].results_size(),
-            " FINALIZE results for ", fin.items_size(), " items")));
-    for (size_t n = 0; n < fin_jobs.size(); ++n) {
-      Bytes tag(16, '\0');
-      absl::Status st = kmpc::client::CombineAdditive(
-          std::array<absl::string_view, 3>{FinalizeTag(fr[0], n), FinalizeTag(fr[1], n),
-                                           FinalizeTag(fr[2], n)},
-          absl::MakeSpan(reinterpret_cast<uint8_t*>(tag.data()), tag.size()),
-          absl::StrCat("tag of job ", fin_jobs[n] + 1));
-      if (!st.ok()) ShareMismatch(st);
-      out[fin_jobs[n]] = absl::StrCat("ok ", ToHex(fin_ctr0[n] + fin_ct[n] + tag));
-    }
-  }
-  if (!sign_items.empty()) {
-    std::array<pb::SignRequest, 3> sreqs = SignRequests(sign_items);
-    std::array<pb::SignRequest, 3> again_reqs;
-    if (absl::GetFlag(FLAGS_sign_twice)) again_reqs = SignRequests(sign_items);
-    for (auto& it : sign_items) OPENSSL_cleanse(it.data.data(), it.data.size());
-    std::array<pb::SignResponse, 3> sr;
-    CheckRpcs(SignOnAll(c, sreqs, &sr));
-    if (absl::GetFlag(FLAGS_sign_twice)) {
-      // Invariant 6 (enctype.md): every server refuses a second use.
-      std::array<pb::SignResponse, 3> again;
-      CheckRpcs(SignOnAll(c, again_reqs, &again));
-      for (int i = 0; i < 3; ++i)
-        for (int n = 0; n < again[i].results_size(); ++n)
-          std::printf("second_sign %d %s\n", i,
-                      pb::JobStatus_Name(again[i].results(n).status()).c_str());
-    }
-    for (size_t n = 0; n < sign_jobs.size(); ++n) {
-      absl::StatusOr<Bytes> tag = CombineSign(sr, static_cast<int>(n));
-      const size_t k = sign_jobs[n];
-      if (!tag.ok()) {
-        out[k] = absl::StrCat("refused ", tag.status().message());
-        continue;
-      }
-      out[k] = absl::StrCat("ok ", ToHex(u[0].ctr0[k] + *tag));
-    }
-  }
+  if (after.fin.items_size() > 0) FinalizeEncrypts(c, &after, &out);
+  if (!after.sign_items.empty()) SignPads(c, &after, u, &out);
   for (auto& o : out) std::printf("%s\n", o.c_str());
   return 0;
 }
@@ -858,214 +907,238 @@ int SignCommand(Cluster& c) {
 
 // ------------------------------------------------------------------ fuzz
 
-int Fuzz(Cluster& c) {
-  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
-  auto rbytes = [&](size_t n) {
+// The fuzzer's seeded generator and what it saw: the status codes of its
+// requests, and how many answers broke the rule (OK to a malformed
+// request, a hang, a Sign share).
+struct Fuzzer {
+  explicit Fuzzer(uint64_t seed) : rng(seed) {}
+  Bytes RandomBytes(size_t n) {
     Bytes b(n, '\0');
     for (auto& x : b) x = static_cast<char>(rng());
     return b;
-  };
-  std::map<int, int> codes;
-  int bad = 0;
-  const int count = absl::GetFlag(FLAGS_count);
-  auto expect_fail = [&](const grpc::Status& s, const std::string& what) {
+  }
+  void ExpectFail(const grpc::Status& s, const std::string& what) {
     codes[s.error_code()]++;
     if (s.ok() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       std::printf("UNEXPECTED %s: %d %s\n", what.c_str(), s.error_code(),
                   s.error_message().c_str());
       ++bad;
     }
-  };
-  grpc::GenericStub generic(c.channel[0]);
-  for (int n = 0; n < count; ++n) {
-    int server = static_cast<int>(rng() % 3);
-    // 1. random bytes as the body of every method
-    for (const char* method :
-         {"/kmpc.v1.KeyOps/Run", "/kmpc.v1.KeyOps/Finalize", "/kmpc.v1.KeyOps/Sign",
-          "/kmpc.v1.Admin/PutKey"}) {
-      grpc::GenericStub g(c.channel[server]);
-      Bytes body = rbytes(rng() % 512);
-      grpc::Slice slice(body);
-      grpc::ByteBuffer req(&slice, 1), resp;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-      std::promise<grpc::Status> done;
-      g.UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp,
-                  [&](grpc::Status s) { done.set_value(s); });
-      grpc::Status s = done.get_future().get();
-      // Random bytes may parse as an (empty or odd) message; any answer but
-      // OK or a hang is fine.
-      codes[s.error_code()]++;
-      if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-        std::printf("UNEXPECTED hang on %s\n", method);
-        ++bad;
-      }
-    }
-    // 2. structured but malformed Run requests
-    pb::RunRequest req;
-    int kind = static_cast<int>(rng() % 9);
-    req.set_wire_version(kmpc::contract::kWireVersion);
-    req.set_batch_id(kind == 0 ? rbytes(rng() % 15) : rbytes(16));
-    int njobs = kind == 1 ? 0 : 1 + static_cast<int>(rng() % 4);
-    for (int j = 0; j < njobs; ++j) {
-      pb::Job* job = req.add_jobs();
-      job->set_job_id(kind == 2 ? 7 : j);
-      job->set_key_id(kind == 3 ? rbytes(rng() % 40) : rbytes(32));  // unknown ids
-      job->set_cipher(static_cast<pb::Cipher>(rng() % 4));  // 0, 3: malformed
-      job->set_usage(static_cast<uint32_t>(rng()));
-      int type = kind == 4 ? 5 + static_cast<int>(rng() % 100) : 1 + static_cast<int>(rng() % 4);
-      job->set_type(static_cast<pb::JobType>(type));
-      job->set_length(kind == 5 ? (1u << 21) : static_cast<uint32_t>(rng() % 64));
-      job->set_data(kind == 6 ? rbytes(rng() % 31) : rbytes(32 + rng() % 64));
-      job->set_checksum(rbytes(kind == 7 ? 31 : 32));
-    }
-    if (kind == 8) {  // oversized batch
-      req.clear_jobs();
-      for (int j = 0; j < 100001; ++j) {
-        pb::Job* job = req.add_jobs();
-        job->set_job_id(j);
-        job->set_type(pb::JOB_ENCRYPT);
-        job->set_length(16);
-        job->set_cipher(pb::CIPHER_AES128);
-        job->set_key_id(Bytes(32, 'k'));
-      }
-    }
-    pb::RunResponse resp;
+  }
+  std::mt19937_64 rng;
+  std::map<int, int> codes;
+  int bad = 0;
+};
+
+void FuzzDeadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+}
+
+// 1. random bytes as the body of every method
+void FuzzRandomBodies(Cluster& c, int server, Fuzzer* z) {
+  for (const char* method :
+       {"/kmpc.v1.KeyOps/Run", "/kmpc.v1.KeyOps/Finalize", "/kmpc.v1.KeyOps/Sign",
+        "/kmpc.v1.Admin/PutKey"}) {
+    grpc::GenericStub g(c.channel[server]);
+    Bytes body = z->RandomBytes(z->rng() % 512);
+    grpc::Slice slice(body);
+    grpc::ByteBuffer req(&slice, 1), resp;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    expect_fail(c.keyops[server]->Run(&ctx, req, &resp), absl::StrCat("run kind ", kind));
-    // 3. malformed Finalize
-    pb::FinalizeRequest f;
-    f.set_wire_version(kmpc::contract::kWireVersion);
-    f.set_batch_id(rbytes(rng() % 2 ? 16 : rng() % 20));
-    for (int j = 0; j < 1 + static_cast<int>(rng() % 3); ++j) {
-      auto* it = f.add_items();
-      it->set_run_batch_id(rbytes(rng() % 2 ? 16 : rng() % 20));
-      it->set_job_id(rng());
-      it->set_ciphertext(rbytes(rng() % 64));
-    }
-    pb::FinalizeResponse fresp;
-    grpc::ClientContext fctx;
-    fctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    expect_fail(c.keyops[server]->Finalize(&fctx, f, &fresp), "finalize");
-    // 4. Sign of pads nobody drew, malformed items: refused per item (or
-    // the request as a whole); never a tag share, never a hang.
-    pb::SignRequest sg;
-    sg.set_wire_version(kmpc::contract::kWireVersion);
-    sg.set_request_id(rbytes(rng() % 4 == 0 ? rng() % 20 : 16));
-    for (int j = 0; j < static_cast<int>(rng() % 4); ++j) {
-      auto* it = sg.add_items();
-      it->set_run_batch_id(rbytes(rng() % 2 ? 16 : rng() % 20));
-      it->set_job_id(rng());
-      it->set_usage(static_cast<uint32_t>(rng()));
-      it->set_length(static_cast<uint32_t>(rng() % 2 ? rng() % 64 : rng()));
-      sg.mutable_data_shares()->append(rbytes(rng() % 128));
-    }
-    pb::SignResponse sresp;
-    grpc::ClientContext sctx;
-    sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    const grpc::Status sst = c.keyops[server]->Sign(&sctx, sg, &sresp);
-    codes[sst.error_code()]++;
-    bool leaked = false;
-    for (const auto& r : sresp.results())
-      if (r.status() == pb::JOB_OK) leaked = true;
-    if (!sresp.tag_shares().empty()) leaked = true;
-    if (sst.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || leaked) {
-      std::printf("UNEXPECTED sign: %d %s\n", sst.error_code(), sst.error_message().c_str());
-      ++bad;
+    FuzzDeadline(&ctx);
+    std::promise<grpc::Status> done;
+    g.UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp,
+                [&](grpc::Status s) { done.set_value(s); });
+    grpc::Status s = done.get_future().get();
+    // Random bytes may parse as an (empty or odd) message; any answer but
+    // OK or a hang is fine.
+    z->codes[s.error_code()]++;
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      std::printf("UNEXPECTED hang on %s\n", method);
+      ++z->bad;
     }
   }
-  for (auto& [code, n] : codes) std::printf("code %d: %d\n", code, n);
-  std::printf("%s\n", bad == 0 ? "fuzz ok" : "fuzz FAILED");
-  return bad == 0 ? 0 : 1;
+}
+
+// 2. structured but malformed Run requests
+void FuzzRun(Cluster& c, int server, Fuzzer* z) {
+  auto& rng = z->rng;
+  pb::RunRequest req;
+  int kind = static_cast<int>(rng() % 9);
+  req.set_wire_version(kmpc::contract::kWireVersion);
+  req.set_batch_id(kind == 0 ? z->RandomBytes(rng() % 15) : z->RandomBytes(16));
+  int njobs = kind == 1 ? 0 : 1 + static_cast<int>(rng() % 4);
+  for (int j = 0; j < njobs; ++j) {
+    pb::Job* job = req.add_jobs();
+    job->set_job_id(kind == 2 ? 7 : j);
+    job->set_key_id(kind == 3 ? z->RandomBytes(rng() % 40) : z->RandomBytes(32));  // unknown ids
+    job->set_cipher(static_cast<pb::Cipher>(rng() % 4));  // 0, 3: malformed
+    job->set_usage(static_cast<uint32_t>(rng()));
+    int type = kind == 4 ? 5 + static_cast<int>(rng() % 100) : 1 + static_cast<int>(rng() % 4);
+    job->set_type(static_cast<pb::JobType>(type));
+    job->set_length(kind == 5 ? (1u << 21) : static_cast<uint32_t>(rng() % 64));
+    job->set_data(kind == 6 ? z->RandomBytes(rng() % 31) : z->RandomBytes(32 + rng() % 64));
+    job->set_checksum(z->RandomBytes(kind == 7 ? 31 : 32));
+  }
+  if (kind == 8) {  // oversized batch
+    req.clear_jobs();
+    for (int j = 0; j < 100001; ++j) {
+      pb::Job* job = req.add_jobs();
+      job->set_job_id(j);
+      job->set_type(pb::JOB_ENCRYPT);
+      job->set_length(16);
+      job->set_cipher(pb::CIPHER_AES128);
+      job->set_key_id(Bytes(32, 'k'));
+    }
+  }
+  pb::RunResponse resp;
+  grpc::ClientContext ctx;
+  FuzzDeadline(&ctx);
+  z->ExpectFail(c.keyops[server]->Run(&ctx, req, &resp), absl::StrCat("run kind ", kind));
+}
+
+// 3. malformed Finalize
+void FuzzFinalize(Cluster& c, int server, Fuzzer* z) {
+  auto& rng = z->rng;
+  pb::FinalizeRequest f;
+  f.set_wire_version(kmpc::contract::kWireVersion);
+  f.set_batch_id(z->RandomBytes(rng() % 2 ? 16 : rng() % 20));
+  for (int j = 0; j < 1 + static_cast<int>(rng() % 3); ++j) {
+    auto* it = f.add_items();
+    it->set_run_batch_id(z->RandomBytes(rng() % 2 ? 16 : rng() % 20));
+    it->set_job_id(rng());
+    it->set_ciphertext(z->RandomBytes(rng() % 64));
+  }
+  pb::FinalizeResponse fresp;
+  grpc::ClientContext fctx;
+  FuzzDeadline(&fctx);
+  z->ExpectFail(c.keyops[server]->Finalize(&fctx, f, &fresp), "finalize");
+}
+
+// 4. Sign of pads nobody drew, malformed items: refused per item (or the
+// request as a whole); never a tag share, never a hang.
+void FuzzSign(Cluster& c, int server, Fuzzer* z) {
+  auto& rng = z->rng;
+  pb::SignRequest sg;
+  sg.set_wire_version(kmpc::contract::kWireVersion);
+  sg.set_request_id(z->RandomBytes(rng() % 4 == 0 ? rng() % 20 : 16));
+  for (int j = 0; j < static_cast<int>(rng() % 4); ++j) {
+    auto* it = sg.add_items();
+    it->set_run_batch_id(z->RandomBytes(rng() % 2 ? 16 : rng() % 20));
+    it->set_job_id(rng());
+    it->set_usage(static_cast<uint32_t>(rng()));
+    it->set_length(static_cast<uint32_t>(rng() % 2 ? rng() % 64 : rng()));
+    sg.mutable_data_shares()->append(z->RandomBytes(rng() % 128));
+  }
+  pb::SignResponse sresp;
+  grpc::ClientContext sctx;
+  FuzzDeadline(&sctx);
+  const grpc::Status sst = c.keyops[server]->Sign(&sctx, sg, &sresp);
+  z->codes[sst.error_code()]++;
+  bool leaked = false;
+  for (const auto& r : sresp.results())
+    if (r.status() == pb::JOB_OK) leaked = true;
+  if (!sresp.tag_shares().empty()) leaked = true;
+  if (sst.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || leaked) {
+    std::printf("UNEXPECTED sign: %d %s\n", sst.error_code(), sst.error_message().c_str());
+    ++z->bad;
+  }
+}
+
+int Fuzz(Cluster& c) {
+  Fuzzer z(absl::GetFlag(FLAGS_seed));
+  const int count = absl::GetFlag(FLAGS_count);
+  for (int n = 0; n < count; ++n) {
+    int server = static_cast<int>(z.rng() % 3);
+    FuzzRandomBodies(c, server, &z);
+    FuzzRun(c, server, &z);
+    FuzzFinalize(c, server, &z);
+    FuzzSign(c, server, &z);
+  }
+  for (auto& [code, n] : z.codes) std::printf("code %d: %d\n", code, n);
+  std::printf("%s\n", z.bad == 0 ? "fuzz ok" : "fuzz FAILED");
+  return z.bad == 0 ? 0 : 1;
 }
 
 // ------------------------------------------------------------------ bench
 
-int Bench(Cluster& c) {
-  const int blocks = absl::GetFlag(FLAGS_blocks);
-  const int threads = absl::GetFlag(FLAGS_threads);
-  const int iters = absl::GetFlag(FLAGS_iters);
-  const std::string cipher = absl::GetFlag(FLAGS_cipher);
-  if (blocks < 1 || threads < 1 || iters < 1) Die("bad bench parameters");
-  const size_t key_len = cipher == "aes256" ? 32 : 16;
+// The benchmark's key: a fresh random key of `key_len` bytes put on the
+// three servers with the admin certificate; returns its id.
+Bytes PutBenchKey(size_t key_len) {
   Bytes key = RandomBytes(key_len);
   auto cid = key_len == 16 ? kmpc::engine::Cipher::kAes128 : kmpc::engine::Cipher::kAes256;
   Bytes kid = RandomBytes(kmpc::contract::kKeyIdSize);
-  {
-    // Admin path with the admin certificate.
-    kmpc::client::AdminClient admin(OpenChannels(ConfigFor("admin")));
-    std::array<absl::Status, 3> each;
-    absl::Status st = admin.PutKey(
-        cid, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
-        {kid, 0, "", false}, &each);
-    OPENSSL_cleanse(key.data(), key.size());
-    if (!st.ok()) {
-      CheckEach(each);
-      Die(std::string(st.message()));
-    }
+  // Admin path with the admin certificate.
+  kmpc::client::AdminClient admin(OpenChannels(ConfigFor("admin")));
+  std::array<absl::Status, 3> each;
+  absl::Status st = admin.PutKey(
+      cid, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
+      {kid, 0, "", false}, &each);
+  OPENSSL_cleanse(key.data(), key.size());
+  if (!st.ok()) {
+    CheckEach(each);
+    Die(std::string(st.message()));
   }
+  return kid;
+}
+
+// A Run of ENCRYPT jobs under key `kid` for n keystream blocks, in jobs of
+// at most --job_blocks blocks.
+pb::RunRequest BenchRequest(const Bytes& kid, size_t key_len, int n) {
   const int job_blocks = std::max(1, absl::GetFlag(FLAGS_job_blocks));
-  auto make_request = [&](int n) {
-    pb::RunRequest req;
-    uint64_t id = 0;
-    for (int left = n; left > 0; left -= job_blocks) {
-      pb::Job* j = req.add_jobs();
-      j->set_job_id(id++);
-      j->set_key_id(kid);
-      j->set_cipher(key_len == 16 ? pb::CIPHER_AES128 : pb::CIPHER_AES256);
-      j->set_type(pb::JOB_ENCRYPT);
-      j->set_usage(1);
-      j->set_length(16 * std::min(left, job_blocks));
-    }
-    return req;
-  };
-  const pb::RunRequest proto_req = make_request(blocks);
-  const int warmup_blocks = absl::GetFlag(FLAGS_warmup_blocks);
-  const pb::RunRequest warmup_req =
-      warmup_blocks > 0 && warmup_blocks != blocks ? make_request(warmup_blocks) : proto_req;
-  struct Sample {
-    double latency_ms;
-    double server_ms;  // party 0: scheduling handshake + MPC
-    std::array<uint64_t, 3> bytes, tcp, msgs;
-  };
-  auto one_batch = [&](bool check) -> Sample {
-    pb::RunRequest req = check ? warmup_req : proto_req;
-    req.set_batch_id(RandomBytes(16));
-    req.set_wire_version(kmpc::contract::kWireVersion);
-    std::array<pb::RunResponse, 3> resp;
-    absl::Time t0 = absl::Now();
-    CheckRpcs(RunOnAll(c, req, &resp));
-    Sample s;
-    s.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
-    s.server_ms = resp[0].stats().compute_us() / 1000.0;
-    for (int i = 0; i < 3; ++i) {
-      s.bytes[i] = resp[i].stats().ring_bytes_sent();
-      s.tcp[i] = resp[i].stats().tcp_bytes_sent();
-      s.msgs[i] = resp[i].stats().ring_messages();
-    }
-    if (check) {
-      std::array<RunView, 3> u = {ViewRun(req, resp[0]), ViewRun(req, resp[1]),
-                                  ViewRun(req, resp[2])};
-      for (int k = 0; k < req.jobs_size(); ++k) {
-        Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
-                              absl::StrCat("keystream of job ", k));
-        OPENSSL_cleanse(v.data(), v.size());
-      }
-      WipeRunShares(resp);
-    }
-    return s;
-  };
-  one_batch(true);  // warm-up: connections, PRSS sessions, key cache
-  std::vector<std::vector<Sample>> samples(threads);
+  pb::RunRequest req;
+  uint64_t id = 0;
+  for (int left = n; left > 0; left -= job_blocks) {
+    pb::Job* j = req.add_jobs();
+    j->set_job_id(id++);
+    j->set_key_id(kid);
+    j->set_cipher(key_len == 16 ? pb::CIPHER_AES128 : pb::CIPHER_AES256);
+    j->set_type(pb::JOB_ENCRYPT);
+    j->set_usage(1);
+    j->set_length(16 * std::min(left, job_blocks));
+  }
+  return req;
+}
+
+// One benchmark batch's figures.
+struct BenchSample {
+  double latency_ms;
+  double server_ms;  // party 0: scheduling handshake + MPC
+  std::array<uint64_t, 3> bytes, tcp, msgs;
+};
+
+// Runs one batch of `proto` (a fresh batch id); with `check`, reveals its
+// keystream shares (share_mismatch unless they agree).
+BenchSample BenchBatch(Cluster& c, const pb::RunRequest& proto, bool check) {
+  pb::RunRequest req = proto;
+  req.set_batch_id(RandomBytes(16));
+  req.set_wire_version(kmpc::contract::kWireVersion);
+  std::array<pb::RunResponse, 3> resp;
   absl::Time t0 = absl::Now();
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] {
-      for (int k = 0; k < iters; ++k) samples[t].push_back(one_batch(false));
-    });
-  for (auto& t : ts) t.join();
-  double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+  CheckRpcs(RunOnAll(c, req, &resp));
+  BenchSample s;
+  s.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  s.server_ms = resp[0].stats().compute_us() / 1000.0;
+  for (int i = 0; i < 3; ++i) {
+    s.bytes[i] = resp[i].stats().ring_bytes_sent();
+    s.tcp[i] = resp[i].stats().tcp_bytes_sent();
+    s.msgs[i] = resp[i].stats().ring_messages();
+  }
+  if (check) {
+    std::array<RunView, 3> u = {ViewRun(req, resp[0]), ViewRun(req, resp[1]),
+                                ViewRun(req, resp[2])};
+    for (int k = 0; k < req.jobs_size(); ++k) {
+      Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
+                            absl::StrCat("keystream of job ", k));
+      OPENSSL_cleanse(v.data(), v.size());
+    }
+    WipeRunShares(resp);
+  }
+  return s;
+}
+
+// Prints the "RESULT {...}" line of the samples, taken over `secs`.
+void PrintBenchResult(const std::vector<std::vector<BenchSample>>& samples, double secs,
+                      const std::string& cipher, int blocks, int threads, int jobs_per_batch) {
   std::vector<double> lat;
   std::array<double, 3> bytes{};
   std::array<double, 3> msgs{}, tcp{};
@@ -1098,7 +1171,7 @@ int Bench(Cluster& c) {
   // chunk of --chunk_lanes AES blocks (engine.h: EngineOptions), plus about
   // three batch-wide rounds (digest agreement, ctr0), so the rounds one AES
   // evaluation goes through are about (messages - 3) / chunks + 3.
-  const int aes_blocks = blocks + proto_req.jobs_size();
+  const int aes_blocks = blocks + jobs_per_batch;
   const double messages = msgs[1] / n - 1;
   const int lanes = absl::GetFlag(FLAGS_chunk_lanes);
   const int chunks = (aes_blocks + lanes - 1) / lanes;
@@ -1114,7 +1187,33 @@ int Bench(Cluster& c) {
       cipher.c_str(), blocks, threads, n * blocks / secs, mean, lat[lat.size() / 2],
       lat[lat.size() / 10],
       server_ms / n, max_bytes, max_tcp, rounds, messages, static_cast<int>(n),
-      proto_req.jobs_size(), aes_blocks);
+      jobs_per_batch, aes_blocks);
+}
+
+int Bench(Cluster& c) {
+  const int blocks = absl::GetFlag(FLAGS_blocks);
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const int iters = absl::GetFlag(FLAGS_iters);
+  const std::string cipher = absl::GetFlag(FLAGS_cipher);
+  if (blocks < 1 || threads < 1 || iters < 1) Die("bad bench parameters");
+  const size_t key_len = cipher == "aes256" ? 32 : 16;
+  const Bytes kid = PutBenchKey(key_len);
+  const pb::RunRequest proto_req = BenchRequest(kid, key_len, blocks);
+  const int warmup_blocks = absl::GetFlag(FLAGS_warmup_blocks);
+  const pb::RunRequest warmup_req = warmup_blocks > 0 && warmup_blocks != blocks
+                                        ? BenchRequest(kid, key_len, warmup_blocks)
+                                        : proto_req;
+  BenchBatch(c, warmup_req, true);  // warm-up: connections, PRSS sessions, key cache
+  std::vector<std::vector<BenchSample>> samples(threads);
+  absl::Time t0 = absl::Now();
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (int k = 0; k < iters; ++k) samples[t].push_back(BenchBatch(c, proto_req, false));
+    });
+  for (auto& t : ts) t.join();
+  double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+  PrintBenchResult(samples, secs, cipher, blocks, threads, proto_req.jobs_size());
   // Leave no key behind.
   return 0;
 }

@@ -23,6 +23,7 @@
 #include "service/encrypt_states.h"
 #include "service/key_cache.h"
 #include "service/metrics.h"
+#include "service/pad_states.h"
 #include "service/scheduler.h"
 #include "store/share_store.h"
 

@@ -1,15 +1,19 @@
-// service/encrypt_states.h: the one-use states held between two KeyOps
-// calls (an ENCRYPT's state for its FINALIZE, a pad for its Sign). Each is
+// service/one_use_states.h, through its two kinds (encrypt_states.h,
+// pad_states.h): the one-use states held between two KeyOps calls (an
+// ENCRYPT's state for its FINALIZE, a pad for its Sign). Each is
 // taken at most once (enctype.md invariants 2 and 6), never after its TTL,
 // TakeAll is all-or-nothing, and the entry and memory budgets hold, with
 // expired states swept so that they do not hold the budget.
-#include "service/encrypt_states.h"
+#include "service/one_use_states.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "service/encrypt_states.h"
+#include "service/pad_states.h"
 
 namespace kmpc::service {
 namespace {
@@ -24,7 +28,7 @@ EncryptStates::Entry Fresh(uint32_t length, absl::Time created = absl::Now()) {
   return e;
 }
 
-TEST(EncryptStatesTest, EachStateIsTakenOnce) {
+TEST(OneUseStatesTest, EachStateIsTakenOnce) {
   EncryptStates states(kTtl, 16, 1 << 20);
   ASSERT_TRUE(states.Put("batch/0", Fresh(40)).ok());
   EXPECT_EQ(states.size(), 1u);
@@ -42,7 +46,7 @@ TEST(EncryptStatesTest, EachStateIsTakenOnce) {
 
 // A key holds one state: a second Put under it (a repeated batch id) is
 // refused, and the first state stays, to be taken once.
-TEST(EncryptStatesTest, PutNeverReplacesAState) {
+TEST(OneUseStatesTest, PutNeverReplacesAState) {
   EncryptStates states(kTtl, 16, 1 << 20);
   ASSERT_TRUE(states.Put("batch/0", Fresh(40)).ok());
   const size_t bytes = states.bytes();
@@ -62,7 +66,7 @@ TEST(EncryptStatesTest, PutNeverReplacesAState) {
   EXPECT_EQ(pads.size(), 1u);
 }
 
-TEST(EncryptStatesTest, ExpiredStateIsRefusedAndDropped) {
+TEST(OneUseStatesTest, ExpiredStateIsRefusedAndDropped) {
   EncryptStates states(kTtl, 16, 1 << 20);
   ASSERT_TRUE(states.Put("old", Fresh(1, absl::Now() - 2 * kTtl)).ok());
   auto e = states.Take("old");
@@ -72,7 +76,7 @@ TEST(EncryptStatesTest, ExpiredStateIsRefusedAndDropped) {
   EXPECT_EQ(states.bytes(), 0u);
 }
 
-TEST(EncryptStatesTest, TakeAllIsAllOrNothing) {
+TEST(OneUseStatesTest, TakeAllIsAllOrNothing) {
   PadStates pads(kTtl, 16, 1 << 20);
   PadStates::Entry a, b, stale;
   for (auto* e : {&a, &b}) {
@@ -106,7 +110,7 @@ TEST(EncryptStatesTest, TakeAllIsAllOrNothing) {
   EXPECT_EQ(pads.size(), 1u);  // the stale one, until a sweep or Take
 }
 
-TEST(EncryptStatesTest, EntryBudget) {
+TEST(OneUseStatesTest, EntryBudget) {
   EncryptStates states(kTtl, 2, 1 << 20);
   ASSERT_TRUE(states.Put("x", Fresh(1)).ok());
   ASSERT_TRUE(states.Put("y", Fresh(2)).ok());
@@ -120,7 +124,7 @@ TEST(EncryptStatesTest, EntryBudget) {
   EXPECT_TRUE(states.Put("z", Fresh(3)).ok());
 }
 
-TEST(EncryptStatesTest, MemoryBudgetCountsEveryEntry) {
+TEST(OneUseStatesTest, MemoryBudgetCountsEveryEntry) {
   // Measure one entry, then allow room for exactly two.
   size_t one = 0;
   {
@@ -141,7 +145,7 @@ TEST(EncryptStatesTest, MemoryBudgetCountsEveryEntry) {
   EXPECT_TRUE(states.Put("k3", Fresh(1)).ok());
 }
 
-TEST(EncryptStatesTest, ExpiredStatesDoNotHoldTheBudget) {
+TEST(OneUseStatesTest, ExpiredStatesDoNotHoldTheBudget) {
   EncryptStates states(kTtl, 1, 1 << 20);
   // Put sweeps at most once a second, by the new entry's creation time.
   ASSERT_TRUE(states.Put("old", Fresh(1, absl::Now() - 3 * kTtl)).ok());

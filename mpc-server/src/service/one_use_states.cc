@@ -1,4 +1,4 @@
-#include "service/encrypt_states.h"
+#include "service/one_use_states.h"
 
 #include "absl/strings/str_cat.h"
 
