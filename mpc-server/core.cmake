@@ -76,68 +76,46 @@ endforeach()
 add_executable(kmpc_core_bench ${KMPC_CORE_ROOT}/test/core/core_bench.cc)
 target_link_libraries(kmpc_core_bench PRIVATE kmpc_core)
 
+# Tests of the check built twice: kmpc_core_NAME against kmpc_core as it
+# is, and kmpc_core_VARIANT_NAME against a copy of verify.cc compiled with
+# DEFINE (a weakened or hooked check), from the test sources given after
+# DEFINE; an empty NAME builds the variant only. That copy's objects precede kmpc_core
+# on the link line, so the library's verify.cc is never pulled in; only the
+# variant binary is built with the switch, never a library or a server.
+function(kmpc_core_check_test name variant define)
+  if(NOT "${name}" STREQUAL "")
+    add_executable(kmpc_core_${name} ${KMPC_CORE_ROOT}/test/core/${name}.cc)
+    target_link_libraries(kmpc_core_${name} PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
+    gtest_discover_tests(kmpc_core_${name} TEST_PREFIX "core." DISCOVERY_TIMEOUT 60)
+  endif()
+  add_executable(kmpc_core_${variant}_test ${ARGN} ${KMPC_CORE_ROOT}/src/protocol/verify.cc)
+  target_link_libraries(kmpc_core_${variant}_test PRIVATE
+    kmpc_core GTest::gtest GTest::gtest_main)
+  target_compile_definitions(kmpc_core_${variant}_test PRIVATE ${define})
+  gtest_discover_tests(kmpc_core_${variant}_test TEST_PREFIX "core.${variant}."
+    DISCOVERY_TIMEOUT 60)
+endfunction()
+
 # The coin ordering against an adaptive read-ahead cheater
-# (test/core/readahead_test.cc): once against kmpc_core as it is, once
-# against a copy of verify.cc compiled with KMPC_TEST_ONE_ROUND_COIN
-# (coins opened without the acknowledgement round), which the test expects
-# the attack to beat. That copy's objects precede kmpc_core on the link
-# line, so the library's verify.cc is never pulled in; only this test
-# binary is built with the switch.
-add_executable(kmpc_core_readahead_test ${KMPC_CORE_ROOT}/test/core/readahead_test.cc)
-target_link_libraries(kmpc_core_readahead_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
-gtest_discover_tests(kmpc_core_readahead_test TEST_PREFIX "core." DISCOVERY_TIMEOUT 60)
-add_executable(kmpc_core_readahead_oneround_test
-  ${KMPC_CORE_ROOT}/test/core/readahead_test.cc ${KMPC_CORE_ROOT}/src/protocol/verify.cc)
-target_link_libraries(kmpc_core_readahead_oneround_test PRIVATE
-  kmpc_core GTest::gtest GTest::gtest_main)
-target_compile_definitions(kmpc_core_readahead_oneround_test PRIVATE KMPC_TEST_ONE_ROUND_COIN)
-gtest_discover_tests(kmpc_core_readahead_oneround_test TEST_PREFIX "core.oneround."
-  DISCOVERY_TIMEOUT 60)
-
-# No message depends on an unconfirmed opening (test/core/openings_test.cc):
-# once against kmpc_core as it is, once against a copy of verify.cc compiled
-# with KMPC_TEST_UNCONFIRMED_OPENINGS (acknowledgements hashed, not
-# compared), which the test expects to leak; only that test binary is built
-# with the switch.
-add_executable(kmpc_core_openings_test ${KMPC_CORE_ROOT}/test/core/openings_test.cc)
-target_link_libraries(kmpc_core_openings_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
-gtest_discover_tests(kmpc_core_openings_test TEST_PREFIX "core." DISCOVERY_TIMEOUT 60)
-add_executable(kmpc_core_openings_unconfirmed_test
-  ${KMPC_CORE_ROOT}/test/core/openings_test.cc ${KMPC_CORE_ROOT}/src/protocol/verify.cc)
-target_link_libraries(kmpc_core_openings_unconfirmed_test PRIVATE
-  kmpc_core GTest::gtest GTest::gtest_main)
-target_compile_definitions(kmpc_core_openings_unconfirmed_test PRIVATE
-  KMPC_TEST_UNCONFIRMED_OPENINGS)
-gtest_discover_tests(kmpc_core_openings_unconfirmed_test TEST_PREFIX "core.unconfirmed."
-  DISCOVERY_TIMEOUT 60)
-
-# The end-to-end H-recovery (test/core/hrecovery_test.cc), built as the
-# openings test is: against kmpc_core as it is (the attack learns nothing)
-# and against a copy of verify.cc compiled with
-# KMPC_TEST_UNCONFIRMED_OPENINGS (the attack recovers H); only that test
-# binary is built with the switch.
-add_executable(kmpc_core_hrecovery_test ${KMPC_CORE_ROOT}/test/core/hrecovery_test.cc)
-target_link_libraries(kmpc_core_hrecovery_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
-gtest_discover_tests(kmpc_core_hrecovery_test TEST_PREFIX "core." DISCOVERY_TIMEOUT 60)
-add_executable(kmpc_core_hrecovery_unconfirmed_test
-  ${KMPC_CORE_ROOT}/test/core/hrecovery_test.cc ${KMPC_CORE_ROOT}/src/protocol/verify.cc)
-target_link_libraries(kmpc_core_hrecovery_unconfirmed_test PRIVATE
-  kmpc_core GTest::gtest GTest::gtest_main)
-target_compile_definitions(kmpc_core_hrecovery_unconfirmed_test PRIVATE
-  KMPC_TEST_UNCONFIRMED_OPENINGS)
-gtest_discover_tests(kmpc_core_hrecovery_unconfirmed_test TEST_PREFIX "core.unconfirmed."
-  DISCOVERY_TIMEOUT 60)
-
-# The check's coin redraw (test/core/coin_redraw_test.cc) against a copy of
-# verify.cc compiled with KMPC_TEST_COIN_HOOK, whose hooks let the test
-# force a coin onto an interpolation node; as above, only this test binary
-# is built with the switch.
-add_executable(kmpc_core_coin_redraw_test
-  ${KMPC_CORE_ROOT}/test/core/coin_redraw_test.cc ${KMPC_CORE_ROOT}/src/protocol/verify.cc)
-target_link_libraries(kmpc_core_coin_redraw_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
-target_compile_definitions(kmpc_core_coin_redraw_test PRIVATE KMPC_TEST_COIN_HOOK)
-gtest_discover_tests(kmpc_core_coin_redraw_test TEST_PREFIX "core.coinhook."
-  DISCOVERY_TIMEOUT 60)
+# (test/core/readahead_test.cc); the variant opens coins without the
+# acknowledgement round (KMPC_TEST_ONE_ROUND_COIN), which the test expects
+# the attack to beat.
+kmpc_core_check_test(readahead_test readahead_oneround KMPC_TEST_ONE_ROUND_COIN
+  ${KMPC_CORE_ROOT}/test/core/readahead_test.cc)
+# No message depends on an unconfirmed opening (test/core/openings_test.cc)
+# and the end-to-end H-recovery (test/core/hrecovery_test.cc); the variants
+# hash the acknowledgements without comparing them
+# (KMPC_TEST_UNCONFIRMED_OPENINGS): the openings leak and the attack
+# recovers H.
+kmpc_core_check_test(openings_test openings_unconfirmed KMPC_TEST_UNCONFIRMED_OPENINGS
+  ${KMPC_CORE_ROOT}/test/core/openings_test.cc)
+kmpc_core_check_test(hrecovery_test hrecovery_unconfirmed KMPC_TEST_UNCONFIRMED_OPENINGS
+  ${KMPC_CORE_ROOT}/test/core/hrecovery_test.cc)
+# The check's coin redraw (test/core/coin_redraw_test.cc): its hooks
+# (KMPC_TEST_COIN_HOOK) let the test force a coin onto an interpolation
+# node; it has no unhooked build.
+kmpc_core_check_test("" coin_redraw KMPC_TEST_COIN_HOOK
+  ${KMPC_CORE_ROOT}/test/core/coin_redraw_test.cc)
 
 # The depth-3 S-box: tools/sbox3_gen.py checks its circuit against the AES
 # S-box on all 256 inputs and fails if src/aes/sbox3.inc is not what it

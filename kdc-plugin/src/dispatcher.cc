@@ -343,6 +343,16 @@ std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
     batch.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+  // A speculation group (a timestamp DECRYPT and the jobs it brought along,
+  // queued together: Enqueue) is never cut: BatchStep gates its ENCRYPT
+  // and PAD jobs on the DECRYPT (release_if_ok, pad_after) only within one
+  // request, so the part past a cut would go out ungated.
+  while (!queue_.empty() && batch.back().group != 0 &&
+         queue_.front().group == batch.back().group) {
+    queued_blocks_ -= queue_.front().blocks;
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
   if (queue_.empty()) flush_now_ = false;
   ++inflight_;
   return MakeStep(std::move(batch), StepKind::kRun, now);

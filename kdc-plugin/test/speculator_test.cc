@@ -349,6 +349,30 @@ TEST_P(SpeculationTest, EveryTimestampBringsItsGroupUpToTheCap) {
   EXPECT_EQ(b->stats().keystreams_held, 6u);
 }
 
+// A batch cut never splits a speculation group: its ENCRYPT jobs are
+// released only if the timestamp's tag holds, and the servers can check
+// that only within one request (release_if_ok names a job of the same
+// batch). Groups of three (the DECRYPT, the ticket's and the reply's
+// keystreams) queued behind a cut at 4 jobs go in whole.
+TEST_P(SpeculationTest, ABatchCutNeverSplitsAGroup) {
+  BatcherOptions o = Opts();
+  o.max_jobs = 4;
+  o.backlog_jobs = 4;
+  o.max_inflight = 1;
+  o.speculate_max = 1000;
+  auto b = Make(o);
+  Speculate(b.get());
+  const SecureBytes ts = sink_.Get(1003).output;
+  const size_t runs0 = Runs().size(), n0 = sink_.counts().size();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(b->Submit(10 + i, Decrypt(ts, 1)).ok());
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 5));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(sink_.Get(10 + i).status.ok()) << i;
+  const std::vector<int> sizes = RunSizes();
+  ASSERT_GT(sizes.size(), runs0 + 1);  // the cut happened
+  for (size_t k = runs0; k < sizes.size(); ++k) EXPECT_EQ(sizes[k] % 3, 0) << k;
+}
+
 // Under load, without early flush (the 100 ms window): the timestamp's
 // batch brings the ticket's and reply's keystreams along, and their
 // FINALIZE goes when the KDC calls SubmitterIdle() without waiting for the Run batch in
