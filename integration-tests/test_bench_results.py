@@ -273,7 +273,6 @@ def test_missing_storm_json(tmp_path):
     assert "storm.json" in p.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="ip netns needs root")
 def heap_samples(before, during, after):
     """Sampler.heap for one process: (t, phase, KiB)."""
     return ([(t, "idle-before", k) for t, k in enumerate(before)]
@@ -321,6 +320,7 @@ def test_soak_heap_scrape(tmp_path):
     assert storm_soak.scrape_heap_kib((tmp_path / "gone").as_uri()) is None
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="ip netns needs root")
 def test_netns_lan_up_and_torn_down():
     from kmpc_harness import netns
     lan = netns.Lan(0.13, "10gbit")
