@@ -356,14 +356,14 @@ struct Views {
 
 // The final round: H(opened) to party i-1; compare what party i+1 sends
 // with our own.
-absl::Status Compare(Rep3& ctx, Views& views, bool local_ok) {
+absl::Status Compare(Rep3& ctx, Sha256& opened, bool local_ok) {
   std::array<uint8_t, 32> ho{}, in{};
-  absl::Status st = views.opened.Final(ho);
+  absl::Status st = opened.Final(ho);
   if (!st.ok()) return st;
   st = ctx.channel().Exchange(absl::MakeConstSpan(ho), absl::MakeSpan(in));
   if (!st.ok()) return st;
   const bool same = CRYPTO_memcmp(in.data(), ho.data(), 32) == 0;
-  if (!same || !local_ok || views.ring.stopped()) return IntegrityFailure();
+  if (!same || !local_ok) return IntegrityFailure();
   return absl::OkStatus();
 }
 
@@ -862,9 +862,7 @@ bool MaskWeightsNonzero(const uint8_t* coin, bool on_a, bool on_b, size_t ng, in
 
 absl::Status Verifier::CompareOpened(Rep3& ctx, MulLog& log) {
   Unlogged detach(ctx);
-  ConfirmedRing ring(ctx.channel(), log.deviated());
-  Views views{log.opened_, ring};
-  absl::Status st = Compare(ctx, views, true);
+  absl::Status st = Compare(ctx, log.opened_, !log.deviated());
   log.Clear();
   return AsDeviation(std::move(st));
 }
@@ -945,7 +943,7 @@ absl::Status Verifier::Verify(Rep3& outer, MulLog& log) {
     return fail(st);
 
   // Last round: compare.
-  absl::Status st = Compare(ctx, views, local_ok);
+  absl::Status st = Compare(ctx, log.opened_, local_ok && !ring.stopped());
   wipe();
   return AsDeviation(std::move(st));
 }

@@ -383,7 +383,7 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
     work->outcome.error = kmpc::v1::BATCH_SHUTTING_DOWN;
     return std::move(work->outcome);
   }
-  if (options_.breaker != nullptr && options_.breaker->open()) {
+  if (BreakerOpen()) {
     work->outcome.status = options_.breaker->RefusalStatus();
     work->outcome.error = kmpc::v1::BATCH_BREAKER_OPEN;
     return std::move(work->outcome);
@@ -482,8 +482,12 @@ void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status)
   work->done = true;
 }
 
+bool Scheduler::BreakerOpen() const {
+  return options_.breaker != nullptr && options_.breaker->open();
+}
+
 bool Scheduler::RefuseIfBreakerOpen(const std::shared_ptr<Work>& work) {
-  if (options_.breaker == nullptr || !options_.breaker->open()) return false;
+  if (!BreakerOpen()) return false;
   Complete(work, options_.breaker->RefusalStatus());
   return true;
 }
@@ -803,7 +807,7 @@ void Scheduler::ClaimProposed(Proposal& p) {
   // it): answer kStatusBreaker at once, so the leader fails the batch
   // without a retry (BATCH_BREAKER_OPEN), and refuse a copy that arrived
   // before the breaker opened.
-  const bool breaker_open = options_.breaker != nullptr && options_.breaker->open();
+  const bool breaker_open = BreakerOpen();
   p.work = Claim(fwd.kind, fwd.id,
                  breaker_open ? absl::InfinitePast() : p.got + wait);
   if (breaker_open) {

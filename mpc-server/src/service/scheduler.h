@@ -195,6 +195,8 @@ class Scheduler {
   // The leader's idle upkeep of one worker's ring connections.
   void IdleConnect(WorkerRing& ch);
   void Complete(const std::shared_ptr<Work>& work, absl::Status status);
+  // Whether a breaker is set and open (SchedulerOptions::breaker).
+  bool BreakerOpen() const;
   // True (and the batch completed with the breaker's refusal) if the
   // breaker is open.
   bool RefuseIfBreakerOpen(const std::shared_ptr<Work>& work);
