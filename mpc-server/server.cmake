@@ -5,7 +5,8 @@ set(_srv "${CMAKE_CURRENT_SOURCE_DIR}")
 
 # Ring over TLS and the server's logging (no gRPC here).
 add_library(kmpc_net_tls STATIC
-  src/net/frame.cc src/net/tls_conn.cc src/net/tls_ring.cc src/util/log.cc)
+  src/net/frame.cc src/net/tls_conn.cc src/net/tls_ring.cc src/util/log.cc
+  src/util/atomic_file.cc)
 target_include_directories(kmpc_net_tls PUBLIC "${_srv}/src")
 target_link_libraries(kmpc_net_tls PUBLIC
   absl::status absl::statusor absl::strings absl::time absl::span
@@ -116,6 +117,10 @@ add_dependencies(kmpc_main_test kmpc-mpc-server)
 # The log line format and KMPC_VLOG's gate (util/log.cc).
 kmpc_server_test(kmpc_log_test 30
   SOURCES test/server/log_test.cc LIBS kmpc_net_tls)
+
+# State files written whole or not at all (util/atomic_file.cc).
+kmpc_server_test(kmpc_atomic_file_test 30
+  SOURCES test/server/atomic_file_test.cc LIBS kmpc_net_tls)
 
 # The process memory gauges (util/process_metrics.cc).
 kmpc_server_test(kmpc_process_metrics_test 30

@@ -25,6 +25,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "net/tls_conn.h"
+#include "util/atomic_file.h"
 #include "util/log.h"
 
 namespace kmpc::service {
@@ -303,24 +304,7 @@ absl::Status RevocationList::WriteStateLocked() {
   const std::string dir = slash == std::string::npos ? "." : state_path_.substr(0, slash);
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     return absl::InternalError(absl::StrCat("mkdir ", dir, ": ", strerror(errno)));
-  const std::string tmp = state_path_ + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("create ", tmp, ": ", strerror(errno)));
-  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-            fsync(fd) == 0;
-  int err = errno;
-  close(fd);
-  if (!ok || rename(tmp.c_str(), state_path_.c_str()) != 0) {
-    if (ok) err = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("write ", state_path_, ": ", strerror(err)));
-  }
-  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)fsync(dfd);
-    close(dfd);
-  }
-  return absl::OkStatus();
+  return util::WriteFileAtomically(state_path_, text);
 }
 
 absl::StatusOr<std::shared_ptr<const RevocationList::Snapshot>> RevocationList::Parse(

@@ -10,6 +10,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "service/metrics.h"
+#include "util/atomic_file.h"
 #include "util/log.h"
 
 namespace kmpc::service {
@@ -33,31 +34,6 @@ std::string Printable(std::string s) {
 
 std::string Errno(const char* what, const std::string& path) {
   return absl::StrCat(what, " ", path, ": ", std::strerror(errno));
-}
-
-// path.tmp written and fsync'd, renamed over path, the directory fsync'd:
-// after a crash the file is either absent or whole.
-absl::Status WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(Errno("cannot create", tmp));
-  const bool written =
-      ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-      ::fsync(fd) == 0;
-  ::close(fd);
-  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status st = absl::InternalError(Errno("cannot write", path));
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -122,7 +98,7 @@ void Breaker::Trip(absl::Time now, const std::string& why) {
                      "batch is refused (BATCH_BREAKER_OPEN) until kmpc-admin "
                      "breaker-reset. Rotate the keys first (docs/admin-guide.md)";
   if (options_.state_file.empty()) return;
-  absl::Status st = WriteAtomically(options_.state_file, detail_ + "\n");
+  absl::Status st = util::WriteFileAtomically(options_.state_file, detail_ + "\n");
   if (!st.ok())
     KMPC_LOG(ERROR) << "deviation breaker: " << st.message()
                     << " (open in memory only: a restart would close it)";
