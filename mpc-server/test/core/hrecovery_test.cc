@@ -84,6 +84,7 @@
 #include "protocol/prss.h"
 #include "protocol/rep3.h"
 #include "protocol/verify.h"
+#include "tap_channel.h"
 #include "test_util.h"
 
 namespace kmpc::protocol {
@@ -104,33 +105,13 @@ constexpr bool kConfirmed = true;
 constexpr int kStored = 64;  // engine.h kStoredHPowers
 constexpr int T = dzkp::kTailWords;
 constexpr int P = dzkp::kTailHPoints;
-using Msgs = std::vector<std::vector<uint8_t>>;
+using Msgs = ::kmpc::testing::TapChannel::Msgs;
 using Poly = std::vector<Fe>;  // coefficients, lowest first
 
 bool IsZero(Fe a) { return dzkp::Equal(a, dzkp::Zero()); }
 Fe FeAt(const std::vector<uint8_t>& m, size_t k) { return dzkp::Load(m.data() + 16 * k); }
 
-// Records every message its party sends and receives.
-class Tap : public net::RingChannel {
- public:
-  explicit Tap(net::RingChannel& inner) : inner_(inner) {}
-  int party() const override { return inner_.party(); }
-  absl::Status SendToPrev(absl::Span<const uint8_t> msg) override {
-    sent_.emplace_back(msg.begin(), msg.end());
-    return inner_.SendToPrev(msg);
-  }
-  absl::Status RecvFromNext(absl::Span<uint8_t> out) override {
-    absl::Status st = inner_.RecvFromNext(out);
-    if (st.ok()) received_.emplace_back(out.begin(), out.end());
-    return st;
-  }
-  const Msgs& sent() const { return sent_; }
-  const Msgs& received() const { return received_; }
-
- private:
-  net::RingChannel& inner_;
-  Msgs sent_, received_;
-};
+using Tap = ::kmpc::testing::TapChannel;
 
 // ExtendPowers' plan (engine.cc) for a job of m blocks: rounds of
 // H^(a+1 .. a+c) = H^a * H^(1 .. c), c = min(a, m - a).

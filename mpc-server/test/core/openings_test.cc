@@ -41,6 +41,7 @@
 #include "protocol/rep3.h"
 #include "protocol/verify.h"
 #include "share/replicated.h"
+#include "tap_channel.h"
 #include "test_util.h"
 
 namespace kmpc::protocol {
@@ -58,32 +59,7 @@ constexpr size_t kLayers = 2;
 constexpr size_t kWords = 300;  // per AND layer: A halves and steps
 constexpr size_t kGf = 300;     // GF(2^128) products: B halves
 
-// Records every message its party sends and, for the cheater, XORs a
-// delta into one of them (message number `at`).
-class Tap : public net::RingChannel {
- public:
-  explicit Tap(net::RingChannel& inner) : inner_(inner) {}
-  void Shift(uint64_t at, std::vector<uint8_t> delta) {
-    at_ = at;
-    delta_ = std::move(delta);
-  }
-  int party() const override { return inner_.party(); }
-  absl::Status SendToPrev(absl::Span<const uint8_t> msg) override {
-    std::vector<uint8_t> m(msg.begin(), msg.end());
-    if (sent_.size() == at_)
-      for (size_t k = 0; k < m.size() && k < delta_.size(); ++k) m[k] ^= delta_[k];
-    sent_.push_back(m);
-    return inner_.SendToPrev(m);
-  }
-  absl::Status RecvFromNext(absl::Span<uint8_t> out) override { return inner_.RecvFromNext(out); }
-  const std::vector<std::vector<uint8_t>>& sent() const { return sent_; }
-
- private:
-  net::RingChannel& inner_;
-  uint64_t at_ = ~uint64_t{0};
-  std::vector<uint8_t> delta_;
-  std::vector<std::vector<uint8_t>> sent_;
-};
+using Tap = ::kmpc::testing::TapChannel;
 
 struct Transcript {
   std::array<absl::Status, 3> st;
