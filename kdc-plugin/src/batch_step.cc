@@ -345,7 +345,10 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
     }
     if (jobs_[i].link_pad) {
       auto t = group_ticket.find(jobs_[i].group);
-      if (t != group_ticket.end()) j->set_pad_after(t->second);
+      if (t != group_ticket.end()) {
+        j->set_pad_after(t->second);
+        j->set_pad_slot(jobs_[i].pad_slot);
+      }
     }
     j->set_key_id(job.key_id);
     j->set_cipher(job.cipher);
@@ -671,8 +674,8 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
 }
 
 // A linked pad's ticket keystream counter: the ENCRYPT's ctr0, if that
-// ENCRYPT succeeded and the pad's ctr0 is its ctr0 + kLinkedPadOffset as
-// the contract says; else empty (the pad signs as an unlinked one).
+// ENCRYPT succeeded and the pad's ctr0 is its ctr0 + kLinkedPadOffset +
+// slot as the contract says; else empty (the pad signs as an unlinked one).
 std::string BatchStep::LinkedTicketCtr0(const RunCall& call,
                                         const std::vector<int>& position,
                                         int k) const {
@@ -682,7 +685,8 @@ std::string BatchStep::LinkedTicketCtr0(const RunCall& call,
   const absl::string_view enc_ctr0 = Ctr0(call, position[after]);
   std::string want;
   if (enc.status() != pb::JOB_OK ||
-      !contract::LinkedPadCtr0(enc_ctr0, &want) || want != Ctr0(call, k))
+      !contract::LinkedPadCtr0(enc_ctr0, call.req.jobs(k).pad_slot(), &want) ||
+      want != Ctr0(call, k))
     return {};
   return std::string(enc_ctr0);
 }

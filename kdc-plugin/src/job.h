@@ -123,8 +123,11 @@ struct PendingJob {
   // A speculative job: the budget tokens its use gives back (speculator.h).
   double refund = 0;
   // A speculative signing PAD linked to its group's speculative ticket
-  // ENCRYPT (kmpc.proto Job.pad_after) when both go in one Run.
+  // ENCRYPT (kmpc.proto Job.pad_after) when both go in one Run, at that
+  // ticket's ctr0 + kLinkedPadOffset + pad_slot (Job.pad_slot,
+  // contract::kPadSlots).
   bool link_pad = false;
+  uint32_t pad_slot = 0;
   // A DECRYPT that starts an exchange (speculator.h: 0 AS, 1 TGS); -1 none.
   int exchange = -1;
   // The value under construction, wiped when it goes: ENCRYPT ctr0 || C ||
