@@ -1,6 +1,6 @@
 // What a Run computes ahead for jobs the KDC submits later, and how such a
 // job then uses it: shared by the speculator (speculator.h, which guesses
-// the later jobs) and the planner of kdcmpc 1.2 plans.
+// the later jobs) and the planner (planner.h, which is told them).
 //
 // A keystream (a speculative ENCRYPT's, kept by the module) turns the
 // ENCRYPT that uses it into a finalize_only job; a pad (kmpc.proto
@@ -47,6 +47,10 @@ struct ChainedSignature {
   SecureBytes message;   // sig_1
   SecureBytes checksum;  // sig_2
   absl::Time expires;
+  // Planned (planner.h): the exchange and the SIG_KDC item it answers;
+  // 0 / -1 for the speculator's.
+  uint64_t exchange_id = 0;
+  int item = -1;
 };
 
 // A prepared keystream waiting for its ENCRYPT job, or (pad) a pad
@@ -71,6 +75,10 @@ struct HeldKeystream {
   std::string ctr0;
   SecureBytes keystream;  // empty for a pad (the servers keep it)
   absl::Time expires;
+  // Planned (planner.h): the exchange and plan item it was made for; 0 /
+  // -1 for the speculator's.
+  uint64_t exchange_id = 0;
+  int item = -1;
 };
 
 // A token bucket: `burst` tokens at most, refilled at `per_sec`.
