@@ -539,9 +539,9 @@ TEST_P(PlannerTest, SixtyFourInterleavedRenewalsEachOneRun) {
   }
 }
 
-// A timestamp that does not decrypt: every conditional job of the Run is
-// withheld by the servers (nothing released), and the exchange's later
-// items were never prepared for the KDC.
+// A timestamp that does not decrypt: every conditional job of the Run (the
+// prepared keystreams, the early PA-REQ-ENC-PA-REP checksum given with the
+// timestamp) is withheld by the servers: nothing is released.
 TEST_P(PlannerTest, GateFailureReleasesNothing) {
   ConditionTransport t(&cluster_);
   auto b = std::make_unique<Batcher>(Opts(), &t, &sink_);
@@ -549,15 +549,19 @@ TEST_P(PlannerTest, GateFailureReleasesNothing) {
   ts[20] ^= 1;  // a wrong password
   Plan plan;
   plan.kind = ExchangeKind::kAs;
+  const std::string req = "the AS-REQ, for PA-REQ-ENC-PA-REP";
   plan.items = {Given(Item(Role::kTimestamp, kKeyId, ts.size())),
                 Item(Role::kTicket, tgt_id_, kTgtPlainBytes, kItemExact | kItemGated, 0),
                 Item(Role::kSigServer, tgt_id_, kPacBytes, kItemExact | kItemGated, 0, 1),
-                Item(Role::kReply, kKeyId, kReplyBytes, kItemExact | kItemGated, 0)};
-  auto given = Begin(b.get(), 1, plan, {{0, ts}});
+                Item(Role::kReply, kKeyId, kReplyBytes, kItemExact | kItemGated, 0),
+                Given(Item(Role::kReqChecksum, kKeyId, req.size(), kItemGated, 0))};
+  auto given = Begin(b.get(), 1, plan, {{0, ts}, {4, req}});
   EXPECT_EQ(sink_.Get(given[0]).status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(sink_.Get(given[4]).status.ok());  // withheld, not revealed
+  EXPECT_TRUE(sink_.Get(given[4]).output.empty());
   WaitIdle(b.get());
   const std::vector<pb::JobStatus> st = t.statuses();
-  EXPECT_EQ(st.size(), 2u);  // the ticket and the reply keystreams
+  EXPECT_EQ(st.size(), 3u);  // the ticket and reply keystreams, the checksum
   for (pb::JobStatus s : st) EXPECT_EQ(s, pb::JOB_WITHHELD);
   const std::optional<ExchangeRecord> r = b->End(1);
   ASSERT_TRUE(r.has_value());
