@@ -121,11 +121,18 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
   if (absl::Status st = Planner::Check(plan); !st.ok()) return st;
   std::vector<PendingJob> jobs;  // the given ones, then the prepared
   const absl::Time now = absl::Now();
+  std::vector<bool> seen(plan.items.size(), false);
+  size_t stated = 0;  // items the plan says are given now
+  for (const PlanItem& p : plan.items) stated += p.given;
+  if (given.size() != stated)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan gives ", stated, " items now, the call ", given.size()));
   for (ItemJob& g : given) {
     if (g.item < 0 || static_cast<size_t>(g.item) >= plan.items.size() ||
-        !plan.items[g.item].given)
+        !plan.items[g.item].given || seen[g.item])
       return absl::InvalidArgumentError(
-          absl::StrCat("item ", g.item, " is not given in the plan"));
+          absl::StrCat("item ", g.item, " is not given in the plan, or twice"));
+    seen[g.item] = true;
     if (absl::Status st = CheckJob(g.job); !st.ok()) return st;
     PendingJob q;
     q.token = g.token;

@@ -609,6 +609,10 @@ TEST_P(PlannerTest, BadPlansAndJobsAreRefused) {
   bad.items = {Item(Role::kSigServer, tgt_id_, 100, 0, -1, 5)};
   EXPECT_EQ(b->Begin(1, bad, {}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(b->Begin(1, Plan(), {}).code(), absl::StatusCode::kInvalidArgument);
+  Plan gate;  // a given item without its job
+  gate.kind = ExchangeKind::kTgs;
+  gate.items = {Given(Item(Role::kHeaderTicket, tgt_id_, 80))};
+  EXPECT_EQ(b->Begin(1, gate, {}).code(), absl::StatusCode::kInvalidArgument);
   Plan ok;
   ok.kind = ExchangeKind::kAs;
   ok.items = {Item(Role::kTicket, tgt_id_, 100, kItemExact)};
