@@ -197,6 +197,8 @@ class PlannerTest : public BatcherTest {
               cluster_.Tag(KeyOf(key_id), usage, out.substr(0, 16), msg, true));
     return out;
   }
+  // Sign requests party 0 received so far.
+  size_t Signs() { return static_cast<FakeCluster&>(cluster_).received_signs(0).size(); }
   // The record of exchange id, ended: one Run, no miss.
   void ExpectOneRunNoMiss(Batcher* b, uint64_t id) {
     const std::optional<ExchangeRecord> r = b->End(id);
@@ -264,8 +266,12 @@ PlannerTest::Tgt PlannerTest::AsExchange(Batcher* b, uint64_t id, bool gate) {
   t.pac = Pac('p');
   auto s = Later(b, id, plan, {{ticket + 1, JobOf(plan.items[ticket + 1], t.pac)}});
   t.server_sig = ExpectSigned(s[0], tgt_id_, 17, t.pac);
+  // The KDC signature was chained to the server signature's Sign item: it
+  // completes with no request of its own.
+  const size_t signs = Signs();
   auto k = Later(b, id, plan, {{ticket + 2, JobOf(plan.items[ticket + 2], t.server_sig)}});
   ExpectSigned(k[0], tgt_id_, 17, t.server_sig);
+  EXPECT_EQ(Signs(), signs);
   t.plain = TicketPlain(kTgtPlainBytes, t.server_sig);
   std::vector<std::pair<int, Job>> last = {{ticket, JobOf(plan.items[ticket], t.plain)}};
   const std::string reply(kReplyBytes, 'r');
@@ -309,8 +315,10 @@ PlannerTest::Tgt PlannerTest::Renewal(Batcher* b, uint64_t id, const Tgt& tgt,
   t.pac = Pac('q');
   auto s = Later(b, id, plan, {{3, JobOf(plan.items[3], t.pac)}});
   t.server_sig = ExpectSigned(s[0], tgt_id_, 17, t.pac);
+  const size_t signs = Signs();  // the KDC signature is chained
   auto k = Later(b, id, plan, {{4, JobOf(plan.items[4], t.server_sig)}});
   ExpectSigned(k[0], tgt_id_, 17, t.server_sig);
+  EXPECT_EQ(Signs(), signs);
   t.plain = TicketPlain(lh + 21 + extra, t.server_sig);  // a starttime more
   auto e = Later(b, id, plan, {{2, JobOf(plan.items[2], t.plain)}});
   ExpectEncrypted(e[0], tgt_id_, 2, t.plain);
@@ -592,6 +600,49 @@ TEST_P(PlannerTest, InputOverItsBoundCostsOneRunAndOneMiss) {
   ASSERT_EQ(r->misses.size(), 1u);
   EXPECT_EQ(r->misses[0].first, Role::kTicket);
   EXPECT_EQ(r->misses[0].second, Miss::kBound);
+}
+
+// The budget against unauthenticated floods: with one token, the first
+// gated plan is prepared and the second runs its gate alone, its ticket
+// then in a Run of its own (a miss, reason "budget"); the first plan's
+// verified gate gives its token back for the next.
+TEST_P(PlannerTest, BudgetRefusedPlanRunsTheGateAlone) {
+  BatcherOptions o = Opts();
+  o.speculate_max = 3;  // a burst of one token, room for the AS exchange
+  auto b = Make(o);
+  const Tgt tgt = AsExchange(b.get(), 1, false);
+  Plan plan;
+  plan.kind = ExchangeKind::kRenew;
+  plan.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+                Item(Role::kTicket, tgt_id_, 700, kItemGated, 0)};
+  const size_t n0 = sink_.counts().size();
+  for (uint64_t id : {2, 3}) {
+    std::vector<ItemJob> given;
+    given.push_back({0, token_++, JobOf(plan.items[0], tgt.ct)});
+    ASSERT_TRUE(b->Begin(id, plan, std::move(given)).ok());
+  }
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 2));
+  WaitIdle(b.get());
+  const std::string t(650, 'n');
+  for (uint64_t id : {2, 3}) {
+    auto e = Later(b.get(), id, plan, {{1, JobOf(plan.items[1], t)}});
+    ExpectEncrypted(e[0], tgt_id_, 2, t);
+  }
+  WaitIdle(b.get());
+  std::optional<ExchangeRecord> first = b->End(2), second = b->End(3);
+  ASSERT_TRUE(first && second);
+  EXPECT_TRUE(first->misses.empty());
+  EXPECT_EQ(first->runs, 1u);
+  ASSERT_EQ(second->misses.size(), 1u);
+  EXPECT_EQ(second->misses[0].second, Miss::kBudget);
+  EXPECT_EQ(second->runs, 2u);
+  // The first gate verified: its token is back, the next plan prepared.
+  Begin(b.get(), 4, plan, {{0, tgt.ct}});
+  WaitIdle(b.get());
+  auto e = Later(b.get(), 4, plan, {{1, JobOf(plan.items[1], t)}});
+  ExpectEncrypted(e[0], tgt_id_, 2, t);
+  ExpectOneRunNoMiss(b.get(), 4);
 }
 
 // Plans that contradict their roles, or jobs that contradict their item,
