@@ -5,6 +5,8 @@
 //
 // commands
 //   put-key --key_hex=.. [--key_id_hex=..] [--kvno --label --replace]
+//       [--cipher=aes128-cts|aes256-cts: an aes*-cts key, with the material
+//       the dealer computes per usage]
 //       deals the key (engine::DealKey) and stores party i's view on server
 //       i; all-or-nothing (client::AdminClient::PutKey): a failure removes
 //       what was or may have been stored. Prints the id.
@@ -20,6 +22,16 @@
 //                     vpad     KEYID USAGE MAXLEN CTR0 -> ok CTR0 BATCHID JOBID
 //                                 (a verification pad at CTR0)
 //                     sign     KEYID USAGE DATA        -> ok CTR0||TAG
+//                   aes*-cts jobs (kmpc.proto JobType), OP:aes128-cts or
+//                   OP:aes256-cts (a key put with --cipher=aes*-cts):
+//                     cts_decrypt  KEYID USAGE C||T  -> ok CONF||P |
+//                                                       integrity_failed
+//                     cts_encrypt  KEYID USAGE P     -> ok C||T
+//                     cts_checksum KEYID USAGE DATA  -> ok CKSUM
+//                   P and DATA dealt as shares; other outcomes print
+//                   "status NAME" (JOB_WITHHELD, JOB_UNKNOWN_USAGE).
+//                   OP@N (any job): released only if job N (1-based)
+//                   ends JOB_OK (Job.release_if_ok).
 //                   checksum/verify messages and sign data are dealt as
 //                   shares (client::DealFlat): no server receives them.
 //                   encrypt runs ENCRYPT, XORs, then one FINALIZE for all;
@@ -70,6 +82,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -254,8 +267,8 @@ std::array<pb::RunRequest, 3> DealRequests(const pb::RunRequest& req,
                                            const std::vector<Bytes>& messages) {
   std::array<pb::RunRequest, 3> out = {req, req, req};
   for (int k = 0; k < req.jobs_size(); ++k) {
-    const pb::JobType t = req.jobs(k).type();
-    if (t != pb::JOB_CHECKSUM && t != pb::JOB_VERIFY_CHECKSUM) continue;
+    const pb::Job& j = req.jobs(k);
+    if (kmpc::contract::SharedBytes(j.type(), j.cipher(), j.length()) == 0) continue;
     DealInto(messages[k], {out[0].mutable_data_shares(), out[1].mutable_data_shares(),
                            out[2].mutable_data_shares()});
   }
@@ -288,7 +301,8 @@ RunView ViewRun(const pb::RunRequest& req, const pb::RunResponse& r) {
   for (int k = 0; k < n; ++k) {
     const pb::Job& j = req.jobs(k);
     const pb::JobStatus st = r.results(k).status();
-    if (kmpc::contract::ResultHasCtr0(j.type(), st)) v.ctr0[k] = Bytes(c.Take(16));
+    if (kmpc::contract::ResultHasCtr0(kmpc::contract::ShapeOf(j), st))
+      v.ctr0[k] = Bytes(c.Take(16));
     const uint64_t len = kmpc::contract::RevealedShareBytes(kmpc::contract::ShapeOf(j), st);
     if (len == 0) continue;
     const kmpc::contract::MessageShares m = s.TakePair(len);
@@ -369,8 +383,10 @@ int PutKey(Cluster& c) {
              id.size() != kmpc::contract::kKeyIdSize) {
     Die("--key_id_hex must be 32 bytes of hex");
   }
-  auto cipher = key.size() == 16 ? kmpc::engine::Cipher::kAes128
-                                 : kmpc::engine::Cipher::kAes256;
+  const bool cts = absl::EndsWith(absl::GetFlag(FLAGS_cipher), "-cts");
+  auto cipher = key.size() == 16
+                    ? (cts ? kmpc::engine::Cipher::kAes128Cts : kmpc::engine::Cipher::kAes128)
+                    : (cts ? kmpc::engine::Cipher::kAes256Cts : kmpc::engine::Cipher::kAes256);
   std::array<absl::Status, 3> each;
   absl::Status st = c.admin.PutKey(
       cipher,
@@ -561,6 +577,8 @@ absl::StatusOr<Bytes> CombineSign(const std::array<pb::SignResponse, 3>& r, int 
 pb::Cipher ParseCipher(const std::string& s) {
   if (s == "aes128") return pb::CIPHER_AES128;
   if (s == "aes256") return pb::CIPHER_AES256;
+  if (s == "aes128-cts") return pb::CIPHER_AES128_CTS;
+  if (s == "aes256-cts") return pb::CIPHER_AES256_CTS;
   int v = 0;
   if (s.empty() || !absl::SimpleAtoi(s, &v)) Die("bad cipher: " + s);
   return static_cast<pb::Cipher>(v);
@@ -609,6 +627,15 @@ void ParseJobArguments(const std::vector<std::string>& f, ParsedJob* p) {
       if (f.size() < 5 || !FromHex(f[4], &b)) Die("vpad needs MAXLEN and CTR0 hex");
       p->job.set_checksum(b);
     }
+  } else if (p->op == "cts_decrypt") {
+    if (!FromHex(f[3], &a)) Die("bad hex: " + f[3]);
+    p->job.set_type(pb::JOB_DECRYPT);
+    p->job.set_data(a);
+  } else if (p->op == "cts_encrypt" || p->op == "cts_checksum") {
+    if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
+    p->job.set_type(p->op == "cts_encrypt" ? pb::JOB_ENCRYPT : pb::JOB_CHECKSUM);
+    p->job.set_length(static_cast<uint32_t>(a.size()));
+    p->message = a;  // dealt as shares, never sent
   } else if (p->op == "sign") {
     if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
     p->job.set_type(pb::JOB_PAD);
@@ -629,6 +656,12 @@ ParsedJob ParseJobLine(const std::vector<std::string>& f, pb::Cipher default_cip
   if (size_t colon = p.op.find(':'); colon != std::string::npos) {
     cipher = ParseCipher(p.op.substr(colon + 1));
     p.op.resize(colon);
+  }
+  if (size_t at = p.op.find('@'); at != std::string::npos) {
+    uint64_t gate = 0;
+    if (!absl::SimpleAtoi(p.op.substr(at + 1), &gate)) Die("bad gate in " + p.op);
+    p.job.set_release_if_ok(gate);
+    p.op.resize(at);
   }
   p.job.set_cipher(cipher);
   Bytes kid;
@@ -694,6 +727,17 @@ void CheckPublicResults(const std::array<pb::RunResponse, 3>& resp,
           "the servers' public results of job ", k + 1, " disagree")));
 }
 
+// An aes*-cts job's line: its revealed value, or what became of it.
+std::string CtsOutput(const pb::JobResult& r0, const std::array<RunView, 3>& u, size_t k) {
+  if (r0.status() == pb::JOB_INTEGRITY_FAILED) return "integrity_failed";
+  if (r0.status() != pb::JOB_OK) return absl::StrCat("status ", pb::JobStatus_Name(r0.status()));
+  Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
+                        absl::StrCat("value of job ", k + 1));
+  std::string out = absl::StrCat("ok ", ToHex(v));
+  OPENSSL_cleanse(v.data(), v.size());
+  return out;
+}
+
 // Job k's output line from the Run, or "" with the job added to `after`
 // (encrypt and sign: their line comes from the FINALIZE or the Sign).
 std::string RunOutput(const pb::RunRequest& req, const std::array<pb::RunResponse, 3>& resp,
@@ -704,6 +748,7 @@ std::string RunOutput(const pb::RunRequest& req, const std::array<pb::RunRespons
   if (const int code = JobErrorCode(r0); code != 0)
     return absl::StrCat("error ", code, " ", JobErrorText(r0));
   const std::string& op = job.op;
+  if (absl::StartsWith(op, "cts_")) return CtsOutput(r0, u, k);
   if (op == "verify" || ((op == "decrypt") && r0.status() != pb::JOB_OK))
     return r0.status() == pb::JOB_OK ? "ok" : "integrity_failed";
   if (op == "checksum") {
