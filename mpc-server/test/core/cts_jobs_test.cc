@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "engine/engine.h"
 #include "net/memory_ring.h"
 #include "share/replicated.h"
+#include "../cheat.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
@@ -64,18 +66,31 @@ Bytes ClearDecrypt(const Bytes& key, uint32_t usage, const Bytes& ct) {
 
 class CtsCluster {
  public:
-  explicit CtsCluster(bool malicious) {
-    ring_ = std::make_unique<net::InMemoryRing>(std::chrono::milliseconds(60000));
-    EngineOptions o;
-    o.malicious = malicious;
+  // cheater >= 0: that party runs over the cheating harness (cheat.h), and
+  // a receive waits at most 5 s (a cheated batch may leave a party waiting
+  // for one that gave up).
+  explicit CtsCluster(bool malicious, int cheater = -1) : cheater_(cheater) {
+    opt_.malicious = malicious;
+    Connect();
+  }
+  // A fresh ring and engines (as the servers do after a failed batch).
+  void Connect() {
+    engines_ = {};
+    cheat_.reset();
+    ring_ = std::make_unique<net::InMemoryRing>(
+        std::chrono::milliseconds(cheater_ >= 0 ? 5000 : 60000));
+    if (cheater_ >= 0)
+      cheat_ = std::make_unique<::kmpc::testing::CheatingChannel>(ring_->party(cheater_));
     auto st = RunParties([&](int i) -> absl::Status {
-      auto e = Engine::Create(ring_->party(i), o);
+      net::RingChannel& ch = i == cheater_ ? *cheat_ : ring_->party(i);
+      auto e = Engine::Create(ch, opt_);
       if (!e.ok()) return e.status();
       engines_[i] = std::move(*e);
       return absl::OkStatus();
     });
     for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
   }
+  ::kmpc::testing::CheatingChannel& cheat() { return *cheat_; }
 
   // Deals `key` as an aes*-cts key; the views go through the store's
   // encoding (KeyShares::Serialize / Parse) as on a server.
@@ -96,6 +111,16 @@ class CtsCluster {
   // Runs jobs whose `data` is a message to deal (ENCRYPT, CHECKSUM: shares
   // of it go to each party, data cleared) or public (DECRYPT).
   std::array<BatchResult, 3> Run(const std::vector<Job>& jobs) {
+    auto r = RunStatus(jobs);
+    std::array<BatchResult, 3> out;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(r[i].ok()) << r[i].status();
+      if (r[i].ok()) out[i] = std::move(*r[i]);
+    }
+    return out;
+  }
+
+  std::array<absl::StatusOr<BatchResult>, 3> RunStatus(const std::vector<Job>& jobs) {
     std::array<std::vector<Job>, 3> each = {jobs, jobs, jobs};
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (jobs[j].type == pb::JOB_DECRYPT) continue;
@@ -106,24 +131,25 @@ class CtsCluster {
         each[i][j].data_shares = (*views)[i].comp;
       }
     }
-    std::array<BatchResult, 3> out;
-    auto st = RunParties([&](int i) -> absl::Status {
+    std::array<absl::StatusOr<BatchResult>, 3> out;
+    RunParties([&](int i) -> absl::Status {
       KeyLookup lookup = [this, i](absl::string_view id)
           -> absl::StatusOr<std::shared_ptr<const KeyShares>> {
         auto it = store_[i].find(std::string(id));
         if (it == store_[i].end()) return absl::NotFoundError("no such key");
         return it->second;
       };
-      auto r = engines_[i]->RunBatch(seq_, each[i], lookup);
-      if (r.ok()) out[i] = std::move(*r);
-      return r.status();
+      out[i] = engines_[i]->RunBatch(seq_, each[i], lookup);
+      return out[i].status();
     });
     ++seq_;
-    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
     return out;
   }
 
  private:
+  EngineOptions opt_;
+  int cheater_ = -1;
+  std::unique_ptr<::kmpc::testing::CheatingChannel> cheat_;
   std::unique_ptr<net::InMemoryRing> ring_;
   std::array<std::unique_ptr<Engine>, 3> engines_;
   std::array<std::map<std::string, std::shared_ptr<const KeyShares>>, 3> store_;
@@ -238,6 +264,58 @@ TEST_P(CtsJobs, CtrMpcJobOnACtsKeyIsWrongCipher) {
   j.cipher = pb::CIPHER_AES256;
   auto r = c.Run({j});
   ExpectStatus(r, 0, pb::JOB_WRONG_CIPHER);
+}
+
+// --security=malicious: a cheating party flips one live-lane bit (bit 0 of
+// a 64-bit word: one job per shape, so lane 0) of one of its messages. No
+// flip that changes an output goes unnoticed: the batch fails on an honest
+// party (nothing released), or its results are still right.
+TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
+  const int cheater = 2;
+  CtsCluster c(true, cheater);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes conf_ts = Random(44), reply = Random(40);
+  Job enc = CtsJob(pb::JOB_ENCRYPT, id, false, 3, reply);
+  enc.release_if_ok = 0;
+  const std::vector<Job> jobs = {CtsJob(pb::JOB_DECRYPT, id, false, 1,
+                                        ClearEncrypt(key, 1, conf_ts)), enc};
+  auto right = [&](const std::array<BatchResult, 3>& r) {
+    if (Revealed(r, 0) != conf_ts) return false;
+    const Bytes back = ClearDecrypt(key, 3, Revealed(r, 1));
+    return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == reply;
+  };
+  const uint64_t before = c.cheat().sent();
+  ASSERT_TRUE(right(c.Run(jobs)));
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  ASSERT_GT(sizes.size(), 100u);
+  std::mt19937_64 rng(0x637473);
+  int caught = 0, trials = 0;
+  while (trials < 16) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] < 8) continue;
+    ++trials;
+    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
+    auto r = c.RunStatus(jobs);
+    ASSERT_TRUE(c.cheat().fired());
+    c.cheat().Disarm();
+    bool failed = false;  // an honest party's check caught it
+    for (int i = 0; i < 3; ++i) {
+      if (i == cheater || r[i].ok()) continue;
+      const auto code = r[i].status().code();
+      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
+        failed = true;
+    }
+    if (failed) {
+      ++caught;
+    } else {
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
+      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
+    }
+    c.Connect();
+  }
+  EXPECT_GE(caught, 8) << "of " << trials;
+  EXPECT_TRUE(right(c.Run(jobs)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Security, CtsJobs, ::testing::Bool(),
