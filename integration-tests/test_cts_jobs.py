@@ -8,6 +8,7 @@ cluster's reply (usage 3) accepted by krb5_c_decrypt; the usage-56
 checksum equal to krb5_c_make_checksum's; in both security modes. And no
 server's recorded requests hold a plaintext byte of these jobs.
 """
+import json
 import os
 import subprocess
 import time
@@ -165,3 +166,18 @@ def test_servers_never_receive_a_cts_plaintext(own_cluster, tmp_path, krb5_tool)
         for secret in (REPLY, msg, TIMESTAMP):
             for k in range(0, len(secret) - 8, 4):
                 assert secret[k:k + 8] not in data, (i, secret[k:k + 8])
+
+
+def test_cts_bench_reports_a_login(cluster):
+    """kmpc-mpc-client cts-bench: logins through KeyOps.Run, with the
+    circuits' ANDs and rounds per login (cts-circuits.md's figures)."""
+    r = cluster.client("cts-bench", "--iters=2", "--cipher=aes256-cts", "--reply_bytes=284")
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = [x for x in r.stdout.split("\n") if x.startswith("RESULT ")]
+    assert line, r.stdout
+    res = json.loads(line[0][len("RESULT "):])
+    print(line[0])
+    # A 300-byte conf || reply and a 44-byte timestamp (AES-256).
+    assert res["ands_per_login"] == 66215 + 276116, res
+    assert res["rounds_per_login"] == 2914, res
+    assert 0 < res["latency_p50_ms"] <= res["latency_p99_ms"], res

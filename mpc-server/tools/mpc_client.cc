@@ -63,6 +63,10 @@
 //                   after one warm-up batch (of W blocks) whose keystream
 //                   shares are checked;
 //                   prints a JSON record line prefixed "RESULT ".
+//   cts-bench --iters=K --cipher=aes128-cts|aes256-cts [--reply_bytes=N]
+//                   K logins of an aes*-cts user, one Run each (timestamp
+//                   DECRYPT, gated reply ENCRYPT); prints "RESULT {...}"
+//                   with ANDs and rounds per login and latency p50/p99.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <openssl/crypto.h>
@@ -90,6 +94,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/admin_client.h"
+#include "cts/cts.h"
+#include "cts/dealer.h"
 #include "client/channels.h"
 #include "client/reveal.h"
 #include "contract.h"
@@ -133,6 +139,7 @@ ABSL_FLAG(std::string, data_hex, "", "sign: the message (hex)");
 ABSL_FLAG(std::string, verify_tag_hex, "",
           "sign: verify this 16-byte tag under a verification pad instead");
 ABSL_FLAG(int, timeout_ms, 30000, "deadline of each RPC");
+ABSL_FLAG(int, reply_bytes, 300, "cts-bench: the reply's plaintext bytes");
 
 namespace {
 
@@ -1263,6 +1270,91 @@ int Bench(Cluster& c) {
   return 0;
 }
 
+// The RFC 3962 encryption of conf || p under `key` and `usage` in the
+// clear (the circuit of cts/cts.h on the dealer's material: what a client
+// sends as its PA-ENC-TIMESTAMP).
+Bytes ClearCtsEncrypt(const Bytes& key, uint32_t usage, const Bytes& conf_p) {
+  auto u8 = [](const Bytes& b) {
+    return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+  };
+  absl::StatusOr<kmpc::cts::UsageMaterial> m = kmpc::cts::DealUsage(u8(key), usage);
+  absl::StatusOr<kmpc::cts::Program> p =
+      kmpc::cts::EncryptProgram(key.size() == 16 ? 10 : 14, conf_p.size());
+  if (!m.ok() || !p.ok()) Die("cts-bench: cannot build the timestamp");
+  std::vector<uint8_t> in = m->bytes;
+  in.insert(in.end(), conf_p.begin(), conf_p.end());
+  std::vector<absl::Span<const uint8_t>> lanes = {in};
+  std::vector<uint64_t> w = kmpc::cts::PackLanes(lanes, 1), out(p->outputs);
+  kmpc::cts::ClearEngine e;
+  if (!kmpc::cts::Evaluate(*p, e, 1, {absl::MakeConstSpan(w), {}}, {absl::MakeSpan(out), {}})
+           .ok())
+    Die("cts-bench: cannot build the timestamp");
+  OPENSSL_cleanse(in.data(), in.size());
+  std::vector<uint8_t> o = kmpc::cts::UnpackLane(out, 1, 0);
+  return Bytes(o.begin(), o.end());
+}
+
+// cts-bench: --iters logins of an aes*-cts user through KeyOps.Run, one
+// Run each: the timestamp's DECRYPT (usage 1, 44 bytes) and the reply's
+// ENCRYPT (usage 3, --reply_bytes of plaintext) gated on it. Prints the
+// circuits' ANDs and AND depth per login and the latencies.
+int CtsBench(Cluster& c) {
+  const bool aes128 = absl::GetFlag(FLAGS_cipher) == "aes128-cts";
+  const int iters = std::max(1, absl::GetFlag(FLAGS_iters));
+  const int reply = absl::GetFlag(FLAGS_reply_bytes);
+  Bytes key = RandomBytes(aes128 ? 16 : 32);
+  const Bytes kid = RandomBytes(kmpc::contract::kKeyIdSize);
+  std::array<absl::Status, 3> each;
+  // Admin path with the admin certificate.
+  kmpc::client::AdminClient admin(OpenChannels(ConfigFor("admin")));
+  absl::Status st = admin.PutKey(
+      aes128 ? kmpc::engine::Cipher::kAes128Cts : kmpc::engine::Cipher::kAes256Cts,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
+      {kid, 0, "cts-bench", false}, &each);
+  if (!st.ok()) Die(std::string(st.message()));
+  const Bytes ct = ClearCtsEncrypt(key, 1, RandomBytes(44));
+  OPENSSL_cleanse(key.data(), key.size());
+  const int nr = aes128 ? 10 : 14;
+  auto dp = kmpc::cts::DecryptProgram(nr, 44);
+  auto ep = kmpc::cts::EncryptProgram(nr, 16 + reply);
+  if (!dp.ok() || !ep.ok()) Die("cts-bench: bad --reply_bytes");
+  std::vector<double> lat;
+  for (int k = 0; k <= iters; ++k) {  // k = 0: warm-up (program compiles)
+    pb::RunRequest req;
+    req.set_batch_id(RandomBytes(16));
+    req.set_wire_version(kmpc::contract::kWireVersion);
+    for (int j = 0; j < 2; ++j) {
+      pb::Job* job = req.add_jobs();
+      job->set_job_id(j + 1);
+      job->set_key_id(kid);
+      job->set_cipher(aes128 ? pb::CIPHER_AES128_CTS : pb::CIPHER_AES256_CTS);
+      job->set_type(j == 0 ? pb::JOB_DECRYPT : pb::JOB_ENCRYPT);
+      job->set_usage(j == 0 ? 1 : 3);
+      if (j == 0) job->set_data(ct);
+      if (j == 1) job->set_length(reply);
+      if (j == 1) job->set_release_if_ok(1);
+    }
+    std::array<pb::RunRequest, 3> reqs = DealRequests(req, {Bytes(), RandomBytes(reply)});
+    std::array<pb::RunResponse, 3> resp;
+    const absl::Time t0 = absl::Now();
+    CheckRpcs(RunOnAll(c, reqs, &resp));
+    if (k > 0) lat.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    WipeRequests(reqs);
+    for (int i = 0; i < 3; ++i)
+      for (const pb::JobResult& r : resp[i].results())
+        if (r.status() != pb::JOB_OK) Die("cts-bench: a login failed: " + r.detail());
+    WipeRunShares(resp);
+  }
+  std::sort(lat.begin(), lat.end());
+  std::printf(
+      "RESULT {\"cipher\": \"%s\", \"reply_bytes\": %d, \"ands_per_login\": %zu, "
+      "\"rounds_per_login\": %d, \"latency_p50_ms\": %.3f, \"latency_p99_ms\": %.3f}\n",
+      aes128 ? "aes128-cts" : "aes256-cts", reply, dp->ands + ep->ands,
+      std::max(dp->depth, ep->depth), lat[lat.size() / 2],
+      lat[std::min(lat.size() - 1, lat.size() * 99 / 100)]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1281,5 +1373,6 @@ int main(int argc, char** argv) {
   if (cmd == "sign") return SignCommand(c);
   if (cmd == "fuzz") return Fuzz(c);
   if (cmd == "bench") return Bench(c);
+  if (cmd == "cts-bench") return CtsBench(c);
   Die("unknown command " + cmd);
 }
