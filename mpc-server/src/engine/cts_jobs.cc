@@ -132,6 +132,11 @@ size_t CtsProgramCache::bytes() const {
   return bytes_;
 }
 
+size_t CtsProgramCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
 absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(pb::JobType type,
                                                                          int nr, size_t n) {
   const Shape shape{static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n};

@@ -56,6 +56,7 @@ class CtsProgramCache {
   uint64_t hits() const { return hits_.load(); }
   uint64_t misses() const { return misses_.load(); }
   size_t bytes() const;
+  size_t size() const;  // programs held
 
  private:
   using Shape = std::tuple<int, int, size_t>;

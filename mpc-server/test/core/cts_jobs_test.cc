@@ -374,6 +374,15 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
   EXPECT_EQ(cache.hits(), h0 + 1);
   EXPECT_GT(cache.bytes(), 0u);
   EXPECT_FALSE(cache.Get(pb::JOB_PAD, 14, 100).ok());
+  // Past kMaxPrograms shapes the least recently used goes: 333 compiles
+  // again, and the cache holds no more than the bound.
+  for (size_t n = 1; n <= CtsProgramCache::kMaxPrograms; ++n)
+    ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 0, 1000 + n).ok());
+  const uint64_t m1 = cache.misses();
+  ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 0, 333).ok());
+  EXPECT_EQ(cache.misses(), m1 + 1);
+  EXPECT_LE(cache.size(), CtsProgramCache::kMaxPrograms);
+  EXPECT_LE(cache.bytes(), CtsProgramCache::kMaxBytes);
 }
 
 }  // namespace
