@@ -33,8 +33,13 @@
 //   1  only if the batch has CHECKSUM/VERIFY_CHECKSUM jobs with a non-empty
 //      message: the shared message blocks times their shared powers of H
 //      (one GF(2^128) product per block, all jobs at once);
+//   d' only if the batch has aes*-cts jobs (engine/cts_jobs.h): the AND
+//      depth of its deepest RFC 3962 program (2,914 for a 300-byte AES-256
+//      reply), all shapes side by side (cts::EvaluateAll);
 //   2  only if the batch has DECRYPT/VERIFY jobs: one GF(2^128)
-//      multiplication r * (T' ^ T) and one reveal of the products.
+//      multiplication r * (T' ^ T) and one reveal of the products;
+//   1  only if the batch has aes*-cts DECRYPTs: the reveal of their
+//      mismatch bits (after a check of every AND so far when malicious).
 // AES-128 single block: 42 rounds (ENCRYPT), 44 (DECRYPT).
 //
 // With EngineOptions::malicious (protocol/verify.h), every product and
