@@ -1,19 +1,20 @@
 # kmpc_cts: the standard enctypes aes128/aes256-cts-hmac-sha1-96 (RFC 3961,
 # 3962) on replicated shares: a bitsliced boolean-circuit layer over an
 # abstract AND engine (clear or Rep3), SHA-1 / HMAC with low-depth adders,
-# AES both ways, CBC-CTS, and the dealer's per-usage material. Pure
-# computation over kmpc_core, not yet wired into the engine's jobs.
-add_library(kmpc_cts STATIC
+# AES both ways, CBC-CTS, and the dealer's per-usage material, and the
+# engine's aes*-cts jobs over them.
+# Part of kmpc_core: the engine runs these circuits as the aes*-cts jobs
+# (engine/cts_jobs.h) and the dealer deals their material (key_shares.cc).
+target_sources(kmpc_core PRIVATE
   ${KMPC_CORE_ROOT}/src/cts/circuit.cc
   ${KMPC_CORE_ROOT}/src/cts/sha1.cc
   ${KMPC_CORE_ROOT}/src/cts/aes_circuit.cc
   ${KMPC_CORE_ROOT}/src/cts/cts.cc
   ${KMPC_CORE_ROOT}/src/cts/dealer.cc
+  ${KMPC_CORE_ROOT}/src/engine/cts_jobs.cc
 )
-target_include_directories(kmpc_cts PUBLIC "${KMPC_CORE_DIR}")
-target_compile_options(kmpc_cts PRIVATE -O2 -Wall -Wextra -Wno-unused-parameter)
-target_link_libraries(kmpc_cts PUBLIC kmpc_core absl::status absl::statusor absl::span
-  OpenSSL::Crypto)
+add_library(kmpc_cts INTERFACE)
+target_link_libraries(kmpc_cts INTERFACE kmpc_core)
 
 # ---- tests (test/cts/) ----
 foreach(t circuit_test sha1_test aes_circuit_test cts_test dealer_test)
@@ -41,3 +42,9 @@ endif()
 add_executable(kmpc_cts_bench ${KMPC_CORE_ROOT}/test/cts/cts_bench.cc)
 target_include_directories(kmpc_cts_bench PRIVATE ${KMPC_CORE_ROOT}/test/core)
 target_link_libraries(kmpc_cts_bench PRIVATE kmpc_cts GTest::gtest)
+
+# The engine's aes*-cts jobs on three in-process parties (engine/cts_jobs.h).
+add_executable(kmpc_cts_jobs_test ${KMPC_CORE_ROOT}/test/core/cts_jobs_test.cc)
+target_include_directories(kmpc_cts_jobs_test PRIVATE ${KMPC_CORE_ROOT}/test/core)
+target_link_libraries(kmpc_cts_jobs_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_cts_jobs_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)

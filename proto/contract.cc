@@ -44,13 +44,20 @@ const char* CipherName(pb::Cipher cipher) {
   switch (cipher) {
     case pb::CIPHER_AES128: return "AES128";
     case pb::CIPHER_AES256: return "AES256";
+    case pb::CIPHER_AES128_CTS: return "AES128-CTS";
+    case pb::CIPHER_AES256_CTS: return "AES256-CTS";
     case pb::CIPHER_UNSPECIFIED: return "UNSPECIFIED";
     default: return "UNKNOWN";
   }
 }
 
 bool KnownCipher(pb::Cipher cipher) {
-  return cipher == pb::CIPHER_AES128 || cipher == pb::CIPHER_AES256;
+  return cipher == pb::CIPHER_AES128 || cipher == pb::CIPHER_AES256 ||
+         CtsCipher(cipher);
+}
+
+bool CtsCipher(pb::Cipher cipher) {
+  return cipher == pb::CIPHER_AES128_CTS || cipher == pb::CIPHER_AES256_CTS;
 }
 
 const char* JobTypeName(pb::JobType type) {
@@ -110,6 +117,11 @@ uint64_t SharedBytes(pb::JobType type, uint64_t length) {
   }
 }
 
+uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length) {
+  if (!CtsCipher(cipher)) return SharedBytes(type, length);
+  return type == pb::JOB_ENCRYPT || type == pb::JOB_CHECKSUM ? length : 0;
+}
+
 uint64_t SharedBytes(const pb::SignItem& item) {
   return uint64_t{item.length()} + (item.verify() ? kTagSize : 0);
 }
@@ -119,8 +131,8 @@ std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
   FlatReader r(req.data_shares());
   for (int i = 0; i < req.jobs_size(); ++i) {
     const pb::Job& j = req.jobs(i);
-    if (j.type() == pb::JOB_CHECKSUM || j.type() == pb::JOB_VERIFY_CHECKSUM)
-      out[i] = r.TakePair(SharedBytes(j.type(), j.length()));
+    if (const uint64_t n = SharedBytes(j.type(), j.cipher(), j.length()); n > 0)
+      out[i] = r.TakePair(n);
   }
   return out;
 }
@@ -128,7 +140,7 @@ std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
 uint64_t RunShareBytes(const pb::RunRequest& req) {
   uint64_t n = 0;
   for (const pb::Job& j : req.jobs())
-    n += 2 * SharedBytes(j.type(), j.length());
+    n += 2 * SharedBytes(j.type(), j.cipher(), j.length());
   return n;
 }
 
@@ -142,6 +154,10 @@ bool ResultHasCtr0(pb::JobType type, pb::JobStatus status) {
   return status == pb::JOB_OK &&
          (type == pb::JOB_ENCRYPT || type == pb::JOB_CHECKSUM ||
           type == pb::JOB_PAD);
+}
+
+bool ResultHasCtr0(const JobShape& job, pb::JobStatus status) {
+  return !CtsCipher(job.cipher) && ResultHasCtr0(job.type, status);
 }
 
 uint64_t RevealedShareBytes(const JobShape& job, pb::JobStatus status) {
@@ -168,6 +184,44 @@ JobCheck CheckMessageShares(const JobShape& job) {
   return {};
 }
 
+// An aes*-cts job (kmpc.proto JobType): DECRYPT of C || T, ENCRYPT of
+// shared P, CHECKSUM of a shared message; conf || P within kMaxCtsBytes.
+JobCheck CheckCtsJob(const JobShape& job) {
+  const uint64_t want = SharedBytes(job.type, job.cipher, job.length);
+  switch (job.type) {
+    case pb::JOB_DECRYPT:
+      if (job.length != 0 || !job.checksum.empty() || job.share_sizes[0] ||
+          job.share_sizes[1])
+        return Malformed("an aes*-cts DECRYPT takes data (C || T) only");
+      if (job.data.size() < kCtsConfounder + kCtsTag)
+        return CannotVerify(absl::StrCat("ciphertext of ", job.data.size(),
+                                         " bytes is shorter than a block and the tag (28)"));
+      if (job.data.size() - kCtsTag > kMaxCtsBytes)
+        return Malformed(absl::StrCat("an aes*-cts ciphertext is at most ",
+                                      kMaxCtsBytes + kCtsTag, " bytes"));
+      return {};
+    case pb::JOB_ENCRYPT:
+    case pb::JOB_CHECKSUM: {
+      if (!job.data.empty() || !job.checksum.empty())
+        return Malformed(absl::StrCat(JobTypeName(job.type),
+                                      " takes its message as shares (data_shares) only"));
+      const uint64_t limit =
+          job.type == pb::JOB_ENCRYPT ? kMaxCtsBytes - kCtsConfounder : kMaxCtsBytes;
+      if (job.length > limit)
+        return Malformed(absl::StrCat("an aes*-cts ", JobTypeName(job.type),
+                                      " covers at most ", limit, " bytes"));
+      if (job.share_sizes[0] != want || job.share_sizes[1] != want)
+        return Malformed(absl::StrCat(JobTypeName(job.type), " shares of ",
+                                      job.share_sizes[0], " and ", job.share_sizes[1],
+                                      " bytes for a message of ", job.length));
+      return {};
+    }
+    default:
+      return Malformed(absl::StrCat(JobTypeName(job.type),
+                                    " is not a job of the aes*-cts ciphers"));
+  }
+}
+
 }  // namespace
 
 JobCheck CheckJob(const JobShape& job) {
@@ -177,7 +231,8 @@ JobCheck CheckJob(const JobShape& job) {
   if (!KnownCipher(job.cipher))
     return Malformed(absl::StrCat(
         "cipher ", static_cast<int>(job.cipher), " (",
-        CipherName(job.cipher), ") is not CIPHER_AES128 or CIPHER_AES256"));
+        CipherName(job.cipher), ") is not CIPHER_AES128, CIPHER_AES256 or an aes*-cts cipher"));
+  if (CtsCipher(job.cipher)) return CheckCtsJob(job);
   const char* name = JobTypeName(job.type);
   switch (job.type) {
     case pb::JOB_ENCRYPT:
@@ -234,6 +289,14 @@ JobCheck CheckJob(const JobShape& job) {
 }
 
 uint64_t JobBlocks(const JobShape& job) {
+  if (CtsCipher(job.cipher)) {
+    // AES blocks of the CBC-CTS pass; the HMAC's compressions (about four
+    // AES blocks' ANDs each per 64 bytes) are counted as one block per 16.
+    const uint64_t n = job.type == pb::JOB_DECRYPT
+                           ? (job.data.size() > kCtsTag ? job.data.size() - kCtsTag : 0)
+                           : job.length + (job.type == pb::JOB_ENCRYPT ? kCtsConfounder : 0);
+    return 2 * CeilBlocks(n) + 6;
+  }
   switch (job.type) {
     case pb::JOB_ENCRYPT:
       return CeilBlocks(job.length) + 1;
@@ -256,6 +319,15 @@ uint64_t JobCost(const JobShape& job) {
 }
 
 uint64_t RevealedBytes(const JobShape& job) {
+  if (CtsCipher(job.cipher)) {
+    switch (job.type) {
+      case pb::JOB_ENCRYPT: return kCtsConfounder + job.length + kCtsTag;
+      case pb::JOB_DECRYPT:
+        return job.data.size() >= kCtsConfounder + kCtsTag ? job.data.size() - kCtsTag : 0;
+      case pb::JOB_CHECKSUM: return kCtsTag;
+      default: return 0;
+    }
+  }
   switch (job.type) {
     case pb::JOB_ENCRYPT:
       return job.length;

@@ -37,7 +37,8 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // message; 3: a verify item's presented tag travels as shares (SignItem.verify);
 // 4: a FinalizeResponse carries one additive tag share per item, not two;
 // 5: a Sign item may chain a second signature (SignItem.chain);
-// 6: a linked pad names its slot (Job.pad_slot): up to kPadSlots pads per
+// 6: jobs under the aes*-cts ciphers (CIPHER_AES128_CTS, CIPHER_AES256_CTS),
+// and a linked pad names its slot (Job.pad_slot): up to kPadSlots pads per
 // ENCRYPT, at distinct counters.
 inline constexpr uint32_t kWireVersion = 6;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
@@ -96,10 +97,21 @@ inline bool LinkedPadCtr0(absl::string_view ctr0, std::string* out) {
   return LinkedPadCtr0(ctr0, 0, out);
 }
 
-// "AES128", "AES256", "UNSPECIFIED" or "UNKNOWN".
+// "AES128", "AES256", "AES128-CTS", "AES256-CTS", "UNSPECIFIED" or
+// "UNKNOWN".
 const char* CipherName(pb::Cipher cipher);
-// CIPHER_AES128 or CIPHER_AES256: the ciphers a job may name.
+// CIPHER_AES128, CIPHER_AES256 or an aes*-cts cipher: the ciphers a job
+// may name.
 bool KnownCipher(pb::Cipher cipher);
+// CIPHER_AES128_CTS or CIPHER_AES256_CTS (RFC 3962; kmpc.proto JobType).
+bool CtsCipher(pb::Cipher cipher);
+// The largest conf || P an aes*-cts job may cover: an AS reply's
+// EncASRepPart is a few hundred bytes; the bound keeps one job's circuit
+// (compiled per length, engine/cts_jobs.h) and its malicious checks small.
+inline constexpr uint64_t kMaxCtsBytes = 8192;
+// RFC 3962: the confounder block and the HMAC-SHA1-96 tag.
+inline constexpr size_t kCtsConfounder = 16;
+inline constexpr size_t kCtsTag = 12;
 
 // "ENCRYPT", "DECRYPT", "CHECKSUM", "VERIFY_CHECKSUM", "FINALIZE", "PAD",
 // "UNKNOWN".
@@ -139,6 +151,10 @@ struct MessageShares {
 // a PAC signature, i.e. bytes of a ticket's plaintext, so it is dealt as
 // shares too); 0 for the other types.
 uint64_t SharedBytes(pb::JobType type, uint64_t length);
+// The same for a job under `cipher`: an aes*-cts ENCRYPT's plaintext P
+// (`length`) and CHECKSUM's message are dealt too; VERIFY_CHECKSUM takes
+// none under those ciphers (0: CheckJob refuses it).
+uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length);
 // The same for a Sign item: D, or D || t' for a verify item.
 uint64_t SharedBytes(const pb::SignItem& item);
 // The shape; share_sizes from `shares` (none: 0, 0).
@@ -176,6 +192,8 @@ uint64_t SignShareBytes(const pb::SignRequest& req);
 // Whether a Run result carries a ctr0 in RunResponse.ctr0s: a JOB_OK
 // ENCRYPT, CHECKSUM or PAD.
 bool ResultHasCtr0(pb::JobType type, pb::JobStatus status);
+// The same for a job of any cipher: an aes*-cts result has none.
+bool ResultHasCtr0(const JobShape& job, pb::JobStatus status);
 // Bytes of each of the two shares a Run result carries in
 // RunResponse.shares: RevealedBytes for a JOB_OK ENCRYPT, DECRYPT or
 // CHECKSUM, else 0.

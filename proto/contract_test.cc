@@ -148,6 +148,53 @@ TEST(CheckJob, CipherIsRequiredAndKnown) {
   EXPECT_TRUE(CheckJob(ShapeOf(job)).ok());
 }
 
+// The aes*-cts jobs (kmpc.proto JobType): DECRYPT of C || T in the clear,
+// ENCRYPT and CHECKSUM of a message dealt as shares, nothing else; what
+// they take and reveal.
+TEST(CheckJob, CtsCiphers) {
+  for (pb::Cipher c : {pb::CIPHER_AES128_CTS, pb::CIPHER_AES256_CTS}) {
+    EXPECT_TRUE(KnownCipher(c) && CtsCipher(c));
+    const std::string ct(44 + kCtsTag, 'c');
+    JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 0, ct, ""};
+    EXPECT_TRUE(CheckJob(d).ok()) << CheckJob(d).detail;
+    EXPECT_EQ(RevealedBytes(d), 44u);
+    EXPECT_FALSE(ResultHasCtr0(d, pb::JOB_OK));
+    JobShape shortd{pb::JOB_DECRYPT, c, kKeyIdSize, 0, std::string(27, 'c'), ""};
+    EXPECT_EQ(CheckJob(shortd).status, pb::JOB_INTEGRITY_FAILED);
+    JobShape e{pb::JOB_ENCRYPT, c, kKeyIdSize, 300, "", ""};
+    EXPECT_EQ(CheckJob(e).status, pb::JOB_MALFORMED);  // no shares
+    e.share_sizes[0] = e.share_sizes[1] = 300;
+    EXPECT_TRUE(CheckJob(e).ok()) << CheckJob(e).detail;
+    EXPECT_EQ(RevealedBytes(e), 16u + 300 + 12);
+    EXPECT_EQ(SharedBytes(pb::JOB_ENCRYPT, c, 300), 300u);
+    e.data = "plaintext";
+    EXPECT_EQ(CheckJob(e).status, pb::JOB_MALFORMED);  // never in the clear
+    JobShape big{pb::JOB_ENCRYPT, c, kKeyIdSize, kMaxCtsBytes, "", ""};
+    big.share_sizes[0] = big.share_sizes[1] = kMaxCtsBytes;
+    EXPECT_EQ(CheckJob(big).status, pb::JOB_MALFORMED);
+    JobShape k{pb::JOB_CHECKSUM, c, kKeyIdSize, 20, "", ""};
+    k.share_sizes[0] = k.share_sizes[1] = 20;
+    EXPECT_TRUE(CheckJob(k).ok());
+    EXPECT_EQ(RevealedBytes(k), kCtsTag);
+    for (pb::JobType t : {pb::JOB_VERIFY_CHECKSUM, pb::JOB_PAD, pb::JOB_FINALIZE}) {
+      JobShape x{t, c, kKeyIdSize, 16, "", Ctr0(1)};
+      EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED) << t;
+      EXPECT_EQ(SharedBytes(t, c, 16), 0u);
+    }
+  }
+  pb::RunRequest run;
+  pb::Job* j = run.add_jobs();
+  j->set_type(pb::JOB_ENCRYPT);
+  j->set_cipher(pb::CIPHER_AES256_CTS);
+  j->set_length(7);
+  run.add_jobs()->set_type(pb::JOB_ENCRYPT);  // ctr-mpc: no shares
+  run.mutable_jobs(1)->set_length(9);
+  EXPECT_EQ(RunShareBytes(run), 14u);
+  run.set_data_shares(std::string(14, 's'));
+  EXPECT_EQ(SliceMessageShares(run)[0].first.size(), 7u);
+  EXPECT_TRUE(SliceMessageShares(run)[1].first.empty());
+}
+
 TEST(CheckJob, Decrypt) {
   std::string data = Ctr0(7) + std::string(40, 'c') + std::string(16, 't');
   JobShape j{pb::JOB_DECRYPT, pb::CIPHER_AES128, kKeyIdSize, 0, data, ""};

@@ -118,6 +118,11 @@ absl::Status JobFailure(const pb::JobResult& r) {
           "the MPC servers hold inconsistent shares of this key "
           "(JOB_KEY_INCONSISTENT: ",
           detail, ")"));
+    case pb::JOB_UNKNOWN_USAGE:
+      return absl::UnavailableError(absl::StrCat(
+          "the MPC cluster holds no dealt material for this key usage "
+          "(JOB_UNKNOWN_USAGE: ",
+          detail, ")"));
     case pb::JOB_WITHHELD:
       return absl::FailedPreconditionError(absl::StrCat(
           "the MPC cluster withheld the result (JOB_WITHHELD: ", detail,

@@ -76,7 +76,8 @@ static std::string ItemProblem(const Plan& plan, size_t i) {
   if (p.type != info.type || p.usage != info.usage)
     return absl::StrCat("a job type or key usage other than its role's (",
                         RoleName(p.role), ")");
-  if (!contract::KnownCipher(p.cipher)) return "an unknown cipher";
+  if (!contract::KnownCipher(p.cipher) || contract::CtsCipher(p.cipher))
+    return "an unknown cipher, or a CBC-CTS one (not planned yet)";
   if (p.key_id.size() != contract::kKeyIdSize) return "a key id of the wrong size";
   if (p.length > contract::kMaxJobBytes) return "a length over the job limit";
   if ((p.flags & kItemGated) &&

@@ -140,8 +140,7 @@ absl::Status AdminClient::PutKey(engine::Cipher cipher,
   for (int i = 0; i < kParties; ++i) {
     pb::KeyInfo* info = reqs[i].mutable_info();
     info->set_key_id(meta.key_id);
-    info->set_cipher(cipher == engine::Cipher::kAes128 ? pb::CIPHER_AES128
-                                                       : pb::CIPHER_AES256);
+    info->set_cipher(engine::ToProto(cipher));
     info->set_kvno(meta.kvno);
     info->set_label(meta.label);
     reqs[i].set_party(i);

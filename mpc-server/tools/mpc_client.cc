@@ -5,6 +5,8 @@
 //
 // commands
 //   put-key --key_hex=.. [--key_id_hex=..] [--kvno --label --replace]
+//       [--cipher=aes128-cts|aes256-cts: an aes*-cts key, with the material
+//       the dealer computes per usage]
 //       deals the key (engine::DealKey) and stores party i's view on server
 //       i; all-or-nothing (client::AdminClient::PutKey): a failure removes
 //       what was or may have been stored. Prints the id.
@@ -20,6 +22,16 @@
 //                     vpad     KEYID USAGE MAXLEN CTR0 -> ok CTR0 BATCHID JOBID
 //                                 (a verification pad at CTR0)
 //                     sign     KEYID USAGE DATA        -> ok CTR0||TAG
+//                   aes*-cts jobs (kmpc.proto JobType), OP:aes128-cts or
+//                   OP:aes256-cts (a key put with --cipher=aes*-cts):
+//                     cts_decrypt  KEYID USAGE C||T  -> ok CONF||P |
+//                                                       integrity_failed
+//                     cts_encrypt  KEYID USAGE P     -> ok C||T
+//                     cts_checksum KEYID USAGE DATA  -> ok CKSUM
+//                   P and DATA dealt as shares; other outcomes print
+//                   "status NAME" (JOB_WITHHELD, JOB_UNKNOWN_USAGE).
+//                   OP@N (any job): released only if job N (1-based)
+//                   ends JOB_OK (Job.release_if_ok).
 //                   checksum/verify messages and sign data are dealt as
 //                   shares (client::DealFlat): no server receives them.
 //                   encrypt runs ENCRYPT, XORs, then one FINALIZE for all;
@@ -51,6 +63,10 @@
 //                   after one warm-up batch (of W blocks) whose keystream
 //                   shares are checked;
 //                   prints a JSON record line prefixed "RESULT ".
+//   cts-bench --iters=K --cipher=aes128-cts|aes256-cts [--reply_bytes=N]
+//                   K logins of an aes*-cts user, one Run each (timestamp
+//                   DECRYPT, gated reply ENCRYPT); prints "RESULT {...}"
+//                   with ANDs and rounds per login and latency p50/p99.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <openssl/crypto.h>
@@ -70,6 +86,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -77,6 +94,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/admin_client.h"
+#include "cts/cts.h"
+#include "cts/dealer.h"
 #include "client/channels.h"
 #include "client/reveal.h"
 #include "contract.h"
@@ -120,6 +139,7 @@ ABSL_FLAG(std::string, data_hex, "", "sign: the message (hex)");
 ABSL_FLAG(std::string, verify_tag_hex, "",
           "sign: verify this 16-byte tag under a verification pad instead");
 ABSL_FLAG(int, timeout_ms, 30000, "deadline of each RPC");
+ABSL_FLAG(int, reply_bytes, 300, "cts-bench: the reply's plaintext bytes");
 
 namespace {
 
@@ -254,8 +274,8 @@ std::array<pb::RunRequest, 3> DealRequests(const pb::RunRequest& req,
                                            const std::vector<Bytes>& messages) {
   std::array<pb::RunRequest, 3> out = {req, req, req};
   for (int k = 0; k < req.jobs_size(); ++k) {
-    const pb::JobType t = req.jobs(k).type();
-    if (t != pb::JOB_CHECKSUM && t != pb::JOB_VERIFY_CHECKSUM) continue;
+    const pb::Job& j = req.jobs(k);
+    if (kmpc::contract::SharedBytes(j.type(), j.cipher(), j.length()) == 0) continue;
     DealInto(messages[k], {out[0].mutable_data_shares(), out[1].mutable_data_shares(),
                            out[2].mutable_data_shares()});
   }
@@ -288,7 +308,8 @@ RunView ViewRun(const pb::RunRequest& req, const pb::RunResponse& r) {
   for (int k = 0; k < n; ++k) {
     const pb::Job& j = req.jobs(k);
     const pb::JobStatus st = r.results(k).status();
-    if (kmpc::contract::ResultHasCtr0(j.type(), st)) v.ctr0[k] = Bytes(c.Take(16));
+    if (kmpc::contract::ResultHasCtr0(kmpc::contract::ShapeOf(j), st))
+      v.ctr0[k] = Bytes(c.Take(16));
     const uint64_t len = kmpc::contract::RevealedShareBytes(kmpc::contract::ShapeOf(j), st);
     if (len == 0) continue;
     const kmpc::contract::MessageShares m = s.TakePair(len);
@@ -369,8 +390,10 @@ int PutKey(Cluster& c) {
              id.size() != kmpc::contract::kKeyIdSize) {
     Die("--key_id_hex must be 32 bytes of hex");
   }
-  auto cipher = key.size() == 16 ? kmpc::engine::Cipher::kAes128
-                                 : kmpc::engine::Cipher::kAes256;
+  const bool cts = absl::EndsWith(absl::GetFlag(FLAGS_cipher), "-cts");
+  auto cipher = key.size() == 16
+                    ? (cts ? kmpc::engine::Cipher::kAes128Cts : kmpc::engine::Cipher::kAes128)
+                    : (cts ? kmpc::engine::Cipher::kAes256Cts : kmpc::engine::Cipher::kAes256);
   std::array<absl::Status, 3> each;
   absl::Status st = c.admin.PutKey(
       cipher,
@@ -561,6 +584,8 @@ absl::StatusOr<Bytes> CombineSign(const std::array<pb::SignResponse, 3>& r, int 
 pb::Cipher ParseCipher(const std::string& s) {
   if (s == "aes128") return pb::CIPHER_AES128;
   if (s == "aes256") return pb::CIPHER_AES256;
+  if (s == "aes128-cts") return pb::CIPHER_AES128_CTS;
+  if (s == "aes256-cts") return pb::CIPHER_AES256_CTS;
   int v = 0;
   if (s.empty() || !absl::SimpleAtoi(s, &v)) Die("bad cipher: " + s);
   return static_cast<pb::Cipher>(v);
@@ -609,6 +634,15 @@ void ParseJobArguments(const std::vector<std::string>& f, ParsedJob* p) {
       if (f.size() < 5 || !FromHex(f[4], &b)) Die("vpad needs MAXLEN and CTR0 hex");
       p->job.set_checksum(b);
     }
+  } else if (p->op == "cts_decrypt") {
+    if (!FromHex(f[3], &a)) Die("bad hex: " + f[3]);
+    p->job.set_type(pb::JOB_DECRYPT);
+    p->job.set_data(a);
+  } else if (p->op == "cts_encrypt" || p->op == "cts_checksum") {
+    if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
+    p->job.set_type(p->op == "cts_encrypt" ? pb::JOB_ENCRYPT : pb::JOB_CHECKSUM);
+    p->job.set_length(static_cast<uint32_t>(a.size()));
+    p->message = a;  // dealt as shares, never sent
   } else if (p->op == "sign") {
     if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
     p->job.set_type(pb::JOB_PAD);
@@ -629,6 +663,12 @@ ParsedJob ParseJobLine(const std::vector<std::string>& f, pb::Cipher default_cip
   if (size_t colon = p.op.find(':'); colon != std::string::npos) {
     cipher = ParseCipher(p.op.substr(colon + 1));
     p.op.resize(colon);
+  }
+  if (size_t at = p.op.find('@'); at != std::string::npos) {
+    uint64_t gate = 0;
+    if (!absl::SimpleAtoi(p.op.substr(at + 1), &gate)) Die("bad gate in " + p.op);
+    p.job.set_release_if_ok(gate);
+    p.op.resize(at);
   }
   p.job.set_cipher(cipher);
   Bytes kid;
@@ -694,6 +734,17 @@ void CheckPublicResults(const std::array<pb::RunResponse, 3>& resp,
           "the servers' public results of job ", k + 1, " disagree")));
 }
 
+// An aes*-cts job's line: its revealed value, or what became of it.
+std::string CtsOutput(const pb::JobResult& r0, const std::array<RunView, 3>& u, size_t k) {
+  if (r0.status() == pb::JOB_INTEGRITY_FAILED) return "integrity_failed";
+  if (r0.status() != pb::JOB_OK) return absl::StrCat("status ", pb::JobStatus_Name(r0.status()));
+  Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
+                        absl::StrCat("value of job ", k + 1));
+  std::string out = absl::StrCat("ok ", ToHex(v));
+  OPENSSL_cleanse(v.data(), v.size());
+  return out;
+}
+
 // Job k's output line from the Run, or "" with the job added to `after`
 // (encrypt and sign: their line comes from the FINALIZE or the Sign).
 std::string RunOutput(const pb::RunRequest& req, const std::array<pb::RunResponse, 3>& resp,
@@ -704,6 +755,7 @@ std::string RunOutput(const pb::RunRequest& req, const std::array<pb::RunRespons
   if (const int code = JobErrorCode(r0); code != 0)
     return absl::StrCat("error ", code, " ", JobErrorText(r0));
   const std::string& op = job.op;
+  if (absl::StartsWith(op, "cts_")) return CtsOutput(r0, u, k);
   if (op == "verify" || ((op == "decrypt") && r0.status() != pb::JOB_OK))
     return r0.status() == pb::JOB_OK ? "ok" : "integrity_failed";
   if (op == "checksum") {
@@ -1218,6 +1270,91 @@ int Bench(Cluster& c) {
   return 0;
 }
 
+// The RFC 3962 encryption of conf || p under `key` and `usage` in the
+// clear (the circuit of cts/cts.h on the dealer's material: what a client
+// sends as its PA-ENC-TIMESTAMP).
+Bytes ClearCtsEncrypt(const Bytes& key, uint32_t usage, const Bytes& conf_p) {
+  auto u8 = [](const Bytes& b) {
+    return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+  };
+  absl::StatusOr<kmpc::cts::UsageMaterial> m = kmpc::cts::DealUsage(u8(key), usage);
+  absl::StatusOr<kmpc::cts::Program> p =
+      kmpc::cts::EncryptProgram(key.size() == 16 ? 10 : 14, conf_p.size());
+  if (!m.ok() || !p.ok()) Die("cts-bench: cannot build the timestamp");
+  std::vector<uint8_t> in = m->bytes;
+  in.insert(in.end(), conf_p.begin(), conf_p.end());
+  std::vector<absl::Span<const uint8_t>> lanes = {in};
+  std::vector<uint64_t> w = kmpc::cts::PackLanes(lanes, 1), out(p->outputs);
+  kmpc::cts::ClearEngine e;
+  if (!kmpc::cts::Evaluate(*p, e, 1, {absl::MakeConstSpan(w), {}}, {absl::MakeSpan(out), {}})
+           .ok())
+    Die("cts-bench: cannot build the timestamp");
+  OPENSSL_cleanse(in.data(), in.size());
+  std::vector<uint8_t> o = kmpc::cts::UnpackLane(out, 1, 0);
+  return Bytes(o.begin(), o.end());
+}
+
+// cts-bench: --iters logins of an aes*-cts user through KeyOps.Run, one
+// Run each: the timestamp's DECRYPT (usage 1, 44 bytes) and the reply's
+// ENCRYPT (usage 3, --reply_bytes of plaintext) gated on it. Prints the
+// circuits' ANDs and AND depth per login and the latencies.
+int CtsBench(Cluster& c) {
+  const bool aes128 = absl::GetFlag(FLAGS_cipher) == "aes128-cts";
+  const int iters = std::max(1, absl::GetFlag(FLAGS_iters));
+  const int reply = absl::GetFlag(FLAGS_reply_bytes);
+  Bytes key = RandomBytes(aes128 ? 16 : 32);
+  const Bytes kid = RandomBytes(kmpc::contract::kKeyIdSize);
+  std::array<absl::Status, 3> each;
+  // Admin path with the admin certificate.
+  kmpc::client::AdminClient admin(OpenChannels(ConfigFor("admin")));
+  absl::Status st = admin.PutKey(
+      aes128 ? kmpc::engine::Cipher::kAes128Cts : kmpc::engine::Cipher::kAes256Cts,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
+      {kid, 0, "cts-bench", false}, &each);
+  if (!st.ok()) Die(std::string(st.message()));
+  const Bytes ct = ClearCtsEncrypt(key, 1, RandomBytes(44));
+  OPENSSL_cleanse(key.data(), key.size());
+  const int nr = aes128 ? 10 : 14;
+  auto dp = kmpc::cts::DecryptProgram(nr, 44);
+  auto ep = kmpc::cts::EncryptProgram(nr, 16 + reply);
+  if (!dp.ok() || !ep.ok()) Die("cts-bench: bad --reply_bytes");
+  std::vector<double> lat;
+  for (int k = 0; k <= iters; ++k) {  // k = 0: warm-up (program compiles)
+    pb::RunRequest req;
+    req.set_batch_id(RandomBytes(16));
+    req.set_wire_version(kmpc::contract::kWireVersion);
+    for (int j = 0; j < 2; ++j) {
+      pb::Job* job = req.add_jobs();
+      job->set_job_id(j + 1);
+      job->set_key_id(kid);
+      job->set_cipher(aes128 ? pb::CIPHER_AES128_CTS : pb::CIPHER_AES256_CTS);
+      job->set_type(j == 0 ? pb::JOB_DECRYPT : pb::JOB_ENCRYPT);
+      job->set_usage(j == 0 ? 1 : 3);
+      if (j == 0) job->set_data(ct);
+      if (j == 1) job->set_length(reply);
+      if (j == 1) job->set_release_if_ok(1);
+    }
+    std::array<pb::RunRequest, 3> reqs = DealRequests(req, {Bytes(), RandomBytes(reply)});
+    std::array<pb::RunResponse, 3> resp;
+    const absl::Time t0 = absl::Now();
+    CheckRpcs(RunOnAll(c, reqs, &resp));
+    if (k > 0) lat.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    WipeRequests(reqs);
+    for (int i = 0; i < 3; ++i)
+      for (const pb::JobResult& r : resp[i].results())
+        if (r.status() != pb::JOB_OK) Die("cts-bench: a login failed: " + r.detail());
+    WipeRunShares(resp);
+  }
+  std::sort(lat.begin(), lat.end());
+  std::printf(
+      "RESULT {\"cipher\": \"%s\", \"reply_bytes\": %d, \"ands_per_login\": %zu, "
+      "\"rounds_per_login\": %d, \"latency_p50_ms\": %.3f, \"latency_p99_ms\": %.3f}\n",
+      aes128 ? "aes128-cts" : "aes256-cts", reply, dp->ands + ep->ands,
+      std::max(dp->depth, ep->depth), lat[lat.size() / 2],
+      lat[std::min(lat.size() - 1, lat.size() * 99 / 100)]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1236,5 +1373,6 @@ int main(int argc, char** argv) {
   if (cmd == "sign") return SignCommand(c);
   if (cmd == "fuzz") return Fuzz(c);
   if (cmd == "bench") return Bench(c);
+  if (cmd == "cts-bench") return CtsBench(c);
   Die("unknown command " + cmd);
 }

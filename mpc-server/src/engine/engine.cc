@@ -20,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "aes/aes.h"
 #include "engine/agreement.h"
+#include "engine/cts_jobs.h"
+#include "cts/cts.h"
 #include "protocol/gf128.h"
 #include "protocol/prss.h"
 #include "protocol/rep3.h"
@@ -129,6 +131,11 @@ struct JobPlan {
   size_t m = 0;                   // GHASH blocks = powers needed
   size_t shared_blocks = 0;       // blocks of a shared message D
   Block tag{};                    // DECRYPT: the public tag to check against
+  // An aes*-cts job (engine/cts_jobs.h): no AES lane, no GHASH; its task
+  // in Batch::cts once planned (PlanCts), else -1.
+  bool cts = false;
+  int64_t cts_task = -1;
+  bool aes() const { return live() && !cts; }
 };
 
 // One job's secret shares inside RunBatch; wiped when the batch ends.
@@ -200,9 +207,9 @@ void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
 }
 
 contract::JobShape ShapeOf(const Job& job) {
+  const bool ctr_encrypt = job.type == pb::JOB_ENCRYPT && !contract::CtsCipher(job.cipher);
   contract::JobShape s{job.type, job.cipher, job.key_id.size(),
-                       job.type == pb::JOB_ENCRYPT ? 16 * uint64_t{job.nblocks}
-                                                   : uint64_t{job.length},
+                       ctr_encrypt ? 16 * uint64_t{job.nblocks} : uint64_t{job.length},
                        View(job.data), View(job.checksum)};
   s.share_sizes[0] = job.data_shares[0].size();
   s.share_sizes[1] = job.data_shares[1].size();
@@ -227,8 +234,9 @@ std::string CheckPadAfter(absl::Span<const Job> jobs, size_t j) {
   if (c == Job::kNoCondition)
     return jobs[j].pad_slot == 0 ? "" : "pad_slot without pad_after";
   if (jobs[j].type != pb::JOB_PAD || !jobs[j].checksum.empty() || c < 0 ||
-      static_cast<size_t>(c) >= jobs.size() || jobs[c].type != pb::JOB_ENCRYPT)
-    return "pad_after must name an ENCRYPT of the batch, from a signing PAD";
+      static_cast<size_t>(c) >= jobs.size() || jobs[c].type != pb::JOB_ENCRYPT ||
+      contract::CtsCipher(jobs[c].cipher))
+    return "pad_after must name a ctr-mpc ENCRYPT of the batch, from a signing PAD";
   if (jobs[j].pad_slot >= contract::kPadSlots)
     return absl::StrCat("pad_slot ", jobs[j].pad_slot, " is not below ",
                         contract::kPadSlots);
@@ -240,6 +248,10 @@ std::string CheckPadAfter(absl::Span<const Job> jobs, size_t j) {
 
 // The public plan of a job that passed CheckJob.
 void PlanJob(const Job& job, JobPlan& w) {
+  if (contract::CtsCipher(job.cipher)) {
+    w.cts = true;  // engine/cts_jobs.h: planned by PlanCts
+    return;
+  }
   switch (job.type) {
     case pb::JOB_ENCRYPT:
       // nblocks 0 is an empty plaintext (enctype.md allows it; the shared
@@ -431,6 +443,7 @@ class Engine::Impl {
     AesOutput aes;
     size_t nlanes = 0;
     std::vector<bool> pass;  // tag checks that held
+    std::vector<CtsTask> cts;  // the live aes*-cts jobs, in job order
   };
 
   absl::StatusOr<BatchResult> Run(uint64_t batch_seq,
@@ -442,6 +455,10 @@ class Engine::Impl {
   absl::Status ExchangeKeyViews(Batch& b);
   absl::Status DrawCounters(Batch& b);
   void LinkPads(Batch& b);
+  absl::Status PlanCts(Batch& b);
+  void PlanCtsJob(Batch& b, size_t j);
+  absl::Status OpenCtsVerdicts(Batch& b);
+  void CollectCts(Batch& b, size_t j, JobResult& r);
   absl::Status RunAes(Batch& b);
   absl::Status ExtendPowers(Batch& b);
   absl::Status ComputeTags(Batch& b);
@@ -520,9 +537,14 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   }
   if (absl::Status s = DrawCounters(b); !s.ok()) return s;
   LinkPads(b);
+  if (absl::Status s = PlanCts(b); !s.ok()) return s;
   if (absl::Status s = RunAes(b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(b); !s.ok()) return s;
+  if (absl::Status s = RunCtsTasks(rep3_, prss_, options_.verify_words, absl::MakeSpan(b.cts));
+      !s.ok())
+    return s;
   if (absl::Status s = CheckTags(b); !s.ok()) return s;
+  if (absl::Status s = OpenCtsVerdicts(b); !s.ok()) return s;
   DrawPadZeros(b);
   if (rep3_.log() != nullptr && !log_.empty()) {
     if (absl::Status s = protocol::Verifier::Verify(rep3_, log_); !s.ok()) return s;
@@ -591,7 +613,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v13";
+  static constexpr char kTag[] = "kmpc-batch-v14";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
@@ -782,11 +804,122 @@ void Engine::Impl::LinkPads(Batch& b) {
   }
 }
 
+// The aes*-cts jobs' tasks (engine/cts_jobs.h), in job order: each live
+// one's dealt material (none for its usage: JOB_UNKNOWN_USAGE, that job
+// alone) and program. All public and decided alike on the three parties:
+// the key views agreed (same dealing, hence the same material). In
+// malicious mode the batch must stay within protocol/verify.h's bound on
+// Verifies: the AES part's (EngineOptions::MaxWavesPerBatch) plus the
+// circuits' (CtsCost::Verifies) plus the verdicts' and the last; a batch
+// over it is refused (INVALID_ARGUMENT, in step) before any AND.
+absl::Status Engine::Impl::PlanCts(Batch& b) {
+  uint64_t aes_lanes = 0;
+  for (size_t j = 0; j < b.plan.size(); ++j) {
+    if (b.plan[j].aes()) aes_lanes += 1 + b.plan[j].nks;
+    if (b.plan[j].live() && b.plan[j].cts) PlanCtsJob(b, j);
+  }
+  if (b.cts.empty() || !options_.malicious) return absl::OkStatus();
+  const uint64_t waves = (aes_lanes + options_.wave_lanes - 1) / options_.wave_lanes;
+  const uint64_t verifies = waves * (EngineOptions::kMaxAndLayersPerWave + 1) + 2 +
+                            CostOf(b.cts).Verifies(options_.verify_words) + 2;
+  if (verifies > EngineOptions::kMaxVerifiesPerBatch)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch needs up to ", verifies, " malicious checks, over the ",
+        EngineOptions::kMaxVerifiesPerBatch, " of protocol/verify.h's bound"));
+  return absl::OkStatus();
+}
+
+void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
+  const Job& job = b.jobs[j];
+  JobPlan& w = b.plan[j];
+  CtsTask t;
+  t.job = j;
+  t.type = job.type;
+  t.nr = NumRounds(w.key->cipher);
+  const bool checksum = job.type == pb::JOB_CHECKSUM;
+  t.material = w.key->FindCts(checksum ? CtsKind::kChecksum : CtsKind::kUsage, job.usage);
+  if (t.material == nullptr) {
+    w.Fail(pb::JOB_UNKNOWN_USAGE,
+           absl::StrCat("no material was dealt for ", checksum ? "checksum " : "", "usage ",
+                        job.usage, " of this key"));
+    return;
+  }
+  switch (job.type) {
+    case pb::JOB_DECRYPT:
+      t.n = job.data.size() - contract::kCtsTag;
+      t.public_in = job.data;
+      break;
+    case pb::JOB_ENCRYPT:
+      t.n = contract::kCtsConfounder + job.length;
+      t.shared_in = {job.data_shares[0], job.data_shares[1]};
+      break;
+    default:
+      t.n = job.length;
+      t.shared_in = {job.data_shares[0], job.data_shares[1]};
+      break;
+  }
+  absl::StatusOr<std::shared_ptr<const cts::Program>> p =
+      CtsProgramCache::Shared().Get(job.type, t.nr, t.n);
+  if (!p.ok()) {
+    w.Fail(pb::JOB_MALFORMED, std::string(p.status().message()));
+    return;
+  }
+  const size_t want = checksum ? 40 : cts::UsageMaterialBytes(t.nr);
+  if (t.material->share[0].size() != want || t.material->share[1].size() != want) {
+    w.Fail(pb::JOB_KEY_INCONSISTENT, "the dealt material has the wrong size: re-deal the key");
+    return;
+  }
+  t.program = *std::move(p);
+  w.cts_task = static_cast<int64_t>(b.cts.size());
+  b.cts.push_back(std::move(t));
+}
+
+// The aes*-cts DECRYPTs' mismatch bits, opened among the servers only
+// after every AND so far is verified (malicious mode; the opening is then
+// compared like every other): the one value a DECRYPT opens before the
+// release, and it reveals only whether the tag held (RFC 3961 section
+// 5.3's verdict, which the KDC learns anyway).
+absl::Status Engine::Impl::OpenCtsVerdicts(Batch& b) {
+  std::vector<uint8_t> m0, m1;
+  std::vector<size_t> jobs;
+  for (const CtsTask& t : b.cts)
+    if (t.type == pb::JOB_DECRYPT) {
+      m0.push_back(t.mismatch[0]);
+      m1.push_back(t.mismatch[1]);
+      jobs.push_back(t.job);
+    }
+  if (jobs.empty()) return absl::OkStatus();
+  const bool verify = rep3_.log() != nullptr;
+  absl::Status st;
+  if (verify && !log_.empty()) st = protocol::Verifier::Verify(rep3_, log_);
+  std::vector<uint8_t> open(jobs.size());
+  if (st.ok()) st = rep3_.Reveal(m0, m1, absl::MakeSpan(open));
+  if (st.ok() && verify) st = protocol::Verifier::CompareOpened(rep3_, log_);
+  share::Wipe(m0);
+  share::Wipe(m1);
+  if (!st.ok()) return st;
+  for (size_t i = 0; i < jobs.size(); ++i) b.pass[jobs[i]] = (open[i] & 1) == 0;
+  return absl::OkStatus();
+}
+
+// An aes*-cts result: its output shares (JobResult::keystream carries
+// every revealed share) for a DECRYPT whose tag held, an ENCRYPT or a
+// CHECKSUM; a DECRYPT whose tag failed reveals nothing.
+void Engine::Impl::CollectCts(Batch& b, size_t j, JobResult& r) {
+  CtsTask& t = b.cts[b.plan[j].cts_task];
+  if (t.type == pb::JOB_DECRYPT && !b.pass[j]) {
+    r.status = pb::JOB_INTEGRITY_FAILED;
+    r.detail = "the aes*-cts tag did not verify";
+    return;
+  }
+  for (int k = 0; k < 2; ++k) r.keystream[k] = std::move(t.out[k]);
+}
+
 // One bitsliced pass: per job AES_K(c0) then keystream c0+1..c0+n.
 absl::Status Engine::Impl::RunAes(Batch& b) {
   size_t nlanes = 0;
   for (JobPlan& w : b.plan) {
-    if (!w.live()) continue;
+    if (!w.aes()) continue;
     w.lane0 = nlanes;
     nlanes += 1 + w.nks;
     if (nlanes > kMaxBatchBlocks) {
@@ -803,7 +936,7 @@ absl::Status Engine::Impl::RunAes(Batch& b) {
   out[1].resize(16 * nlanes);
   std::unique_ptr<aes::SharedLane[]> lanes(new aes::SharedLane[nlanes]);
   for (const JobPlan& w : b.plan) {
-    if (!w.live()) continue;
+    if (!w.aes()) continue;
     const int nr = NumRounds(w.key->cipher);
     for (uint64_t i = 0; i <= w.nks; ++i) {
       const size_t l = w.lane0 + i;
@@ -898,7 +1031,7 @@ absl::Status Engine::Impl::ComputeTags(Batch& b) {
   if (absl::Status st = ExtendPowers(b); !st.ok()) return st;
   for (size_t j = 0; j < b.plan.size(); ++j) {
     const JobPlan& w = b.plan[j];
-    if (!w.live() || b.jobs[j].type == pb::JOB_ENCRYPT ||
+    if (!w.aes() || b.jobs[j].type == pb::JOB_ENCRYPT ||
         b.jobs[j].type == pb::JOB_PAD)
       continue;
     JobSecrets& s = b.secrets[j];
@@ -1145,6 +1278,7 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
   r.status = w.status;
   r.detail = w.detail;
   if (!w.live()) return;
+  if (w.cts) return CollectCts(b, j, r);
   auto keystream = [&] {
     for (int k = 0; k < 2; ++k) {
       const auto& out = b.aes.out[k];

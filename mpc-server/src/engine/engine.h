@@ -33,8 +33,13 @@
 //   1  only if the batch has CHECKSUM/VERIFY_CHECKSUM jobs with a non-empty
 //      message: the shared message blocks times their shared powers of H
 //      (one GF(2^128) product per block, all jobs at once);
+//   d' only if the batch has aes*-cts jobs (engine/cts_jobs.h): the AND
+//      depth of its deepest RFC 3962 program (2,914 for a 300-byte AES-256
+//      reply), all shapes side by side (cts::EvaluateAll);
 //   2  only if the batch has DECRYPT/VERIFY jobs: one GF(2^128)
-//      multiplication r * (T' ^ T) and one reveal of the products.
+//      multiplication r * (T' ^ T) and one reveal of the products;
+//   1  only if the batch has aes*-cts DECRYPTs: the reveal of their
+//      mismatch bits (after a check of every AND so far when malicious).
 // AES-128 single block: 42 rounds (ENCRYPT), 44 (DECRYPT).
 //
 // With EngineOptions::malicious (protocol/verify.h), every product and
@@ -93,8 +98,14 @@ static_assert(static_cast<int>(Cipher::kAes128) == pb::CIPHER_AES128,
               "Cipher::kAes128 must equal kmpc.v1.CIPHER_AES128");
 static_assert(static_cast<int>(Cipher::kAes256) == pb::CIPHER_AES256,
               "Cipher::kAes256 must equal kmpc.v1.CIPHER_AES256");
+static_assert(static_cast<int>(Cipher::kAes128Cts) == pb::CIPHER_AES128_CTS &&
+                  static_cast<int>(Cipher::kAes256Cts) == pb::CIPHER_AES256_CTS,
+              "Cipher::kAes*Cts must equal kmpc.v1.CIPHER_AES*_CTS");
 
 constexpr pb::Cipher ToProto(Cipher c) { return static_cast<pb::Cipher>(c); }
+
+// aes128/aes256-cts-hmac-sha1-96 (store/cipher.h).
+constexpr bool IsCts(Cipher c) { return c == Cipher::kAes128Cts || c == Cipher::kAes256Cts; }
 
 // The Cipher of a kmpc.v1.Cipher value (or a record's cipher byte);
 // nullopt for CIPHER_UNSPECIFIED and every unknown value.
@@ -102,6 +113,8 @@ constexpr std::optional<Cipher> CipherFromProto(int v) {
   switch (v) {
     case pb::CIPHER_AES128: return Cipher::kAes128;
     case pb::CIPHER_AES256: return Cipher::kAes256;
+    case pb::CIPHER_AES128_CTS: return Cipher::kAes128Cts;
+    case pb::CIPHER_AES256_CTS: return Cipher::kAes256Cts;
     default: return std::nullopt;
   }
 }
@@ -123,6 +136,26 @@ static_assert(kStoredHPowers == contract::kStoredHPowers,
 using contract::kMaxBatchBlocks;
 using contract::kMaxJobBlocks;
 
+// Material the dealer computed in the clear for an aes*-cts key (cts/
+// dealer.h) and dealt as fresh replicated shares: what the aes*-cts jobs
+// compute on (engine/cts_jobs.h). Each is a password-equivalent.
+enum class CtsKind : uint8_t {
+  kUsage = 1,     // DealUsage(K, usage): Ke's round keys, Ki's HMAC states
+  kChecksum = 2,  // DealChecksum(K, usage): Kc's HMAC states
+  kPrf = 3,       // DealPrf(K): DK(K, "prf")'s round keys (usage 0)
+};
+struct CtsMaterial {
+  CtsKind kind = CtsKind::kUsage;
+  uint32_t usage = 0;
+  std::array<std::vector<uint8_t>, 2> share;  // (party+k)%3, same size
+};
+
+// The usages the dealer deals for an aes*-cts key (exchange-plan.md
+// section 2): the PA-ENC-TIMESTAMP (1), the AS reply (3), and the
+// PA-REQ-ENC-PA-REP checksum (56); and the PRF for FAST.
+inline constexpr uint32_t kCtsDealtUsages[] = {1, 3};
+inline constexpr uint32_t kCtsDealtChecksums[] = {56};
+
 // One party's view of one shared key. Party i holds shares i and i+1 of
 // every value. Secrets are wiped when the object dies.
 struct KeyShares {
@@ -138,6 +171,13 @@ struct KeyShares {
   // h_powers[k] = share (party+k)%3 of H^1 .. H^kStoredHPowers, 16 bytes
   // each, GCM byte order (SP 800-38D), H^1 first.
   std::array<std::vector<uint8_t>, 2> h_powers;
+  // aes*-cts keys only (Cipher::kAes*Cts): the dealt per-usage material;
+  // round_keys and h_powers above are then the base key's, kept for
+  // usages dealt later (a cts key is never run as a ctr-mpc key: the job's
+  // cipher must be the key's).
+  std::vector<CtsMaterial> cts;
+  // The material of (kind, usage), or null.
+  const CtsMaterial* FindCts(CtsKind kind, uint32_t usage) const;
 
   KeyShares() = default;
   KeyShares(const KeyShares&) = default;
@@ -153,6 +193,10 @@ struct KeyShares {
   //   "KMPCKS" | version 0x01 | party (1) | cipher (1) | hpowers (u16 BE) |
   //   deal_id (16) | round_keys[0] | round_keys[1] | h_powers[0] |
   //   h_powers[1]
+  // and for an aes*-cts key version 0x02, the same followed by
+  //   count (1) | count x (kind (1) | usage (u32 BE) | len (u16 BE) |
+  //   share[0] (len) | share[1] (len)).
+  // Version 1 records (every ctr-mpc key) load unchanged.
   std::vector<uint8_t> Serialize() const;
   // Strict inverse of Serialize: exact length, known version/cipher/party.
   static absl::StatusOr<KeyShares> Parse(absl::Span<const uint8_t> bytes);
@@ -162,6 +206,10 @@ struct KeyShares {
 // `cipher`), computes H = AES_K(0) and H^1..H^kStoredHPowers in the clear,
 // and splits everything into three party views with fresh randomness.
 // The caller must wipe `key` itself; intermediate copies are wiped here.
+// For an aes*-cts cipher the dealer also computes, where the key is,
+// DealUsage(K, u) for kCtsDealtUsages, DealChecksum(K, u) for
+// kCtsDealtChecksums and DealPrf(K) (cts/dealer.h), and deals each as
+// fresh shares (KeyShares::cts); the clear material is wiped.
 absl::StatusOr<std::array<KeyShares, 3>> DealKey(Cipher cipher,
                                                  absl::Span<const uint8_t> key);
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "aes/key_expansion.h"
+#include "cts/dealer.h"
 #include "engine/engine.h"
 #include "protocol/gf128.h"
 #include "share/replicated.h"
@@ -15,10 +16,86 @@ namespace {
 
 constexpr char kMagic[6] = {'K', 'M', 'P', 'C', 'K', 'S'};
 constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersionCts = 2;  // version 1 plus the aes*-cts material
 constexpr size_t kHeader = 6 + 1 + 1 + 1 + 2 + 16;
 
 bool KnownCipher(Cipher c) {
-  return c == Cipher::kAes128 || c == Cipher::kAes256;
+  return c == Cipher::kAes128 || c == Cipher::kAes256 || IsCts(c);
+}
+
+void PutU32Be(std::vector<uint8_t>& out, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<uint8_t>(v >> s));
+}
+
+// Version 2's material section (engine.h, KeyShares::Serialize).
+void SerializeCts(const KeyShares& ks, std::vector<uint8_t>& out) {
+  out.push_back(static_cast<uint8_t>(ks.cts.size()));
+  for (const CtsMaterial& m : ks.cts) {
+    out.push_back(static_cast<uint8_t>(m.kind));
+    PutU32Be(out, m.usage);
+    const size_t len = m.share[0].size();
+    out.push_back(static_cast<uint8_t>(len >> 8));
+    out.push_back(static_cast<uint8_t>(len & 0xff));
+    for (int k = 0; k < 2; ++k) out.insert(out.end(), m.share[k].begin(), m.share[k].end());
+  }
+}
+
+// Strict parse of the material section: exactly `b`, known kinds, each
+// (kind, usage) once.
+absl::Status ParseCts(absl::Span<const uint8_t> b, KeyShares& ks) {
+  if (b.empty()) return absl::InvalidArgumentError("key shares: no material count");
+  const size_t count = b[0];
+  size_t at = 1;
+  for (size_t i = 0; i < count; ++i) {
+    if (b.size() - at < 7) return absl::InvalidArgumentError("key shares: truncated material");
+    CtsMaterial m;
+    if (b[at] < 1 || b[at] > 3)
+      return absl::InvalidArgumentError(absl::StrCat("key shares: material kind ", b[at]));
+    m.kind = static_cast<CtsKind>(b[at]);
+    m.usage = (uint32_t{b[at + 1]} << 24) | (uint32_t{b[at + 2]} << 16) |
+              (uint32_t{b[at + 3]} << 8) | b[at + 4];
+    const size_t len = (size_t{b[at + 5]} << 8) | b[at + 6];
+    at += 7;
+    if (len == 0 || (b.size() - at) / 2 < len)
+      return absl::InvalidArgumentError("key shares: truncated material");
+    if (ks.FindCts(m.kind, m.usage) != nullptr)
+      return absl::InvalidArgumentError("key shares: material dealt twice");
+    for (int k = 0; k < 2; ++k, at += len) m.share[k].assign(b.begin() + at, b.begin() + at + len);
+    ks.cts.push_back(std::move(m));
+  }
+  if (at != b.size())
+    return absl::InvalidArgumentError("key shares: bytes after the material");
+  return absl::OkStatus();
+}
+
+// One clear value dealt as three views into material (kind, usage) of
+// out[0..2]; `clear` is wiped by its owner (cts::UsageMaterial).
+absl::Status DealMaterial(CtsKind kind, uint32_t usage,
+                          const absl::StatusOr<cts::UsageMaterial>& clear,
+                          std::array<KeyShares, 3>& out) {
+  if (!clear.ok()) return clear.status();
+  absl::StatusOr<std::array<share::View, 3>> views = share::Deal(clear->bytes);
+  if (!views.ok()) return views.status();
+  for (int i = 0; i < 3; ++i) {
+    CtsMaterial m;
+    m.kind = kind;
+    m.usage = usage;
+    for (int k = 0; k < 2; ++k) m.share[k] = std::move((*views)[i].comp[k]);
+    out[i].cts.push_back(std::move(m));
+  }
+  return absl::OkStatus();
+}
+
+// The aes*-cts material of `key` (engine.h, DealKey), dealt into out.
+absl::Status DealCts(absl::Span<const uint8_t> key, std::array<KeyShares, 3>& out) {
+  for (uint32_t u : kCtsDealtUsages)
+    if (absl::Status st = DealMaterial(CtsKind::kUsage, u, cts::DealUsage(key, u), out); !st.ok())
+      return st;
+  for (uint32_t u : kCtsDealtChecksums)
+    if (absl::Status st = DealMaterial(CtsKind::kChecksum, u, cts::DealChecksum(key, u), out);
+        !st.ok())
+      return st;
+  return DealMaterial(CtsKind::kPrf, 0, cts::DealPrf(key), out);
 }
 
 // AES_K(0^128) in the clear, for the dealer only.
@@ -40,16 +117,16 @@ absl::Status EncryptZeroBlock(absl::Span<const uint8_t> key, uint8_t* out) {
 
 int NumRounds(Cipher cipher) {
   switch (cipher) {
-    case Cipher::kAes128: return 10;
-    case Cipher::kAes256: return 14;
+    case Cipher::kAes128: case Cipher::kAes128Cts: return 10;
+    case Cipher::kAes256: case Cipher::kAes256Cts: return 14;
   }
   return 0;
 }
 
 size_t KeyBytes(Cipher cipher) {
   switch (cipher) {
-    case Cipher::kAes128: return 16;
-    case Cipher::kAes256: return 32;
+    case Cipher::kAes128: case Cipher::kAes128Cts: return 16;
+    case Cipher::kAes256: case Cipher::kAes256Cts: return 32;
   }
   return 0;
 }
@@ -57,6 +134,14 @@ size_t KeyBytes(Cipher cipher) {
 KeyShares::~KeyShares() {
   for (auto& v : round_keys) share::Wipe(v);
   for (auto& v : h_powers) share::Wipe(v);
+  for (auto& m : cts)
+    for (auto& v : m.share) share::Wipe(v);
+}
+
+const CtsMaterial* KeyShares::FindCts(CtsKind kind, uint32_t usage) const {
+  for (const CtsMaterial& m : cts)
+    if (m.kind == kind && m.usage == usage) return &m;
+  return nullptr;
 }
 
 absl::Status KeyShares::Validate() const {
@@ -79,6 +164,12 @@ absl::Status KeyShares::Validate() const {
           " bytes, want ", 16 * kStoredHPowers));
     }
   }
+  if (!cts.empty() && !IsCts(cipher))
+    return absl::InvalidArgumentError("key shares: aes*-cts material on a ctr-mpc key");
+  for (const CtsMaterial& m : cts)
+    if (m.share[0].empty() || m.share[0].size() != m.share[1].size() ||
+        m.share[0].size() > 0xffff)
+      return absl::InvalidArgumentError("key shares: material shares of unequal sizes");
   return absl::OkStatus();
 }
 
@@ -86,7 +177,7 @@ std::vector<uint8_t> KeyShares::Serialize() const {
   std::vector<uint8_t> out;
   out.reserve(kHeader + 2 * round_keys[0].size() + 2 * h_powers[0].size());
   out.insert(out.end(), kMagic, kMagic + 6);
-  out.push_back(kVersion);
+  out.push_back(IsCts(cipher) ? kVersionCts : kVersion);
   out.push_back(static_cast<uint8_t>(party));
   out.push_back(static_cast<uint8_t>(cipher));
   out.push_back(static_cast<uint8_t>(kStoredHPowers >> 8));
@@ -98,6 +189,7 @@ std::vector<uint8_t> KeyShares::Serialize() const {
   for (int k = 0; k < 2; ++k) {
     out.insert(out.end(), h_powers[k].begin(), h_powers[k].end());
   }
+  if (IsCts(cipher)) SerializeCts(*this, out);
   return out;
 }
 
@@ -110,7 +202,7 @@ absl::StatusOr<KeyShares> KeyShares::Parse(absl::Span<const uint8_t> b) {
   if (std::memcmp(b.data(), kMagic, 6) != 0) {
     return absl::InvalidArgumentError("key shares: bad magic");
   }
-  if (b[6] != kVersion) {
+  if (b[6] != kVersion && b[6] != kVersionCts) {
     return absl::InvalidArgumentError(
         absl::StrCat("key shares: unsupported version ", b[6]));
   }
@@ -120,9 +212,9 @@ absl::StatusOr<KeyShares> KeyShares::Parse(absl::Span<const uint8_t> b) {
   }
   ks.party = b[7];
   ks.cipher = static_cast<Cipher>(b[8]);
-  if (!KnownCipher(ks.cipher)) {
+  if (!KnownCipher(ks.cipher) || IsCts(ks.cipher) != (b[6] == kVersionCts)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("key shares: unknown cipher ", b[8]));
+        absl::StrCat("key shares: unknown cipher ", b[8], " for version ", b[6]));
   }
   const size_t hp = (static_cast<size_t>(b[9]) << 8) | b[10];
   if (hp != static_cast<size_t>(kStoredHPowers)) {
@@ -132,7 +224,7 @@ absl::StatusOr<KeyShares> KeyShares::Parse(absl::Span<const uint8_t> b) {
   std::memcpy(ks.deal_id.data(), b.data() + 11, 16);
   const size_t rk = 16 * static_cast<size_t>(NumRounds(ks.cipher) + 1);
   const size_t want = kHeader + 2 * rk + 2 * 16 * hp;
-  if (b.size() != want) {
+  if (IsCts(ks.cipher) ? b.size() <= want : b.size() != want) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key shares: ", b.size(), " bytes, want ", want));
   }
@@ -140,6 +232,9 @@ absl::StatusOr<KeyShares> KeyShares::Parse(absl::Span<const uint8_t> b) {
   for (int k = 0; k < 2; ++k, p += rk) ks.round_keys[k].assign(p, p + rk);
   for (int k = 0; k < 2; ++k, p += 16 * hp) {
     ks.h_powers[k].assign(p, p + 16 * hp);
+  }
+  if (IsCts(ks.cipher)) {
+    if (absl::Status st = ParseCts(b.subspan(want), ks); !st.ok()) return st;
   }
   return ks;
 }
@@ -201,6 +296,9 @@ absl::StatusOr<std::array<KeyShares, 3>> DealKey(
       out[i].round_keys[k] = std::move((*rk_views)[i].comp[k]);
       out[i].h_powers[k] = std::move((*hp_views)[i].comp[k]);
     }
+  }
+  if (IsCts(cipher)) {
+    if (st = DealCts(key, out); !st.ok()) return st;  // out's views wipe themselves
   }
   return out;
 }

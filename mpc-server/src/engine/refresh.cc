@@ -145,7 +145,12 @@ absl::Status LookUp(int party, const RefreshItem& item, const RefreshLookup& loo
   if (!src.old_key.ok() || *src.old_key == nullptr) {
     v[0] = (src.old_key.ok() || absl::IsNotFound(src.old_key.status())) ? kViewMissing
                                                                         : kViewBad;
-  } else if (!(*src.old_key)->Validate().ok() || (*src.old_key)->party != party) {
+  } else if (!(*src.old_key)->Validate().ok() || (*src.old_key)->party != party ||
+             IsCts((*src.old_key)->cipher)) {
+    // An aes*-cts key is not refreshed: this resharing covers the round
+    // keys and powers of H only, and would drop its dealt per-usage
+    // material (engine.h KeyShares::cts). It fails as unusable for
+    // refresh on every party alike (the cipher is the dealing's).
     v[0] = kViewBad;
   } else {
     w.key = *src.old_key;

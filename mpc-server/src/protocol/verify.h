@@ -142,7 +142,13 @@
 // as ceil(2^20 / wave_lanes) * (14 * 6 + 1) + 2 <= 2^14 (wave_lanes >=
 // 5462; EngineOptions::Validate refuses smaller in malicious mode); with
 // the default, under 2,100 (2^11.04; 1.25 * 10^8 AND words), below
-// 2^-44.0. Both below the required 2^-40. The coins are expanded with
+// 2^-44.0. Both below the required 2^-40. A batch's aes*-cts circuits
+// (engine/cts_jobs.h) add at most min(depth, ceil(AND words /
+// verify_words)) Verifies (cts::ShareEngine checks at the first AND-layer
+// boundary past verify_words words), one before their verdicts' opening
+// and the last; the engine counts them with the AES part's before any AND
+// (engine.cc PlanCts) and refuses a batch whose total could exceed 2^14,
+// so the per-batch bound above holds for every batch it runs. The coins are expanded with
 // the AES-128 PRF (prf.h), which stands in for uniform randomness. Lanes
 // past a word's live ones are not checked: bitsliced lanes never mix, and
 // those lanes' outputs are dropped, so an error there reaches no output,

@@ -1,7 +1,9 @@
 #include "service/metrics.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "engine/cts_jobs.h"
 #include "prometheus/text_serializer.h"
 #include "util/process_metrics.h"
 
@@ -58,6 +60,11 @@ Metrics::Metrics(int party)
                        .Labels(p)
                        .Register(*registry_)
                        .Add({});
+  auto& cts = counter("kmpc_cts_program_cache_total",
+                      "aes*-cts program lookups (engine/cts_jobs.h), by result: a miss "
+                      "compiles a circuit");
+  cts_hits_ = &cts.Add({{"result", "hit"}});
+  cts_misses_ = &cts.Add({{"result", "miss"}});
   ring_bytes_ = &counter("kmpc_ring_bytes_sent_total",
                          "bytes this party sent on the ring")
                      .Add({});
@@ -117,6 +124,10 @@ uint64_t Metrics::batches_failed() const {
 }
 
 std::string Metrics::Render() const {
+  const engine::CtsProgramCache& cache = engine::CtsProgramCache::Shared();
+  cts_hits_->Increment(std::max(0.0, static_cast<double>(cache.hits()) - cts_hits_->Value()));
+  cts_misses_->Increment(
+      std::max(0.0, static_cast<double>(cache.misses()) - cts_misses_->Value()));
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (auto& f : process_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);

@@ -81,6 +81,10 @@ class Metrics {
   prometheus::Counter* integrity_failures_;
   prometheus::Counter* deviations_;
   prometheus::Gauge* breaker_open_;
+  // kmpc_cts_program_cache_total{result="hit"|"miss"}, brought up to the
+  // process's engine::CtsProgramCache when rendered.
+  prometheus::Counter* cts_hits_;
+  prometheus::Counter* cts_misses_;
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;
   prometheus::Histogram* latency_[kKinds];

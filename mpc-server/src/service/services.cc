@@ -138,11 +138,11 @@ engine::Job ToEngineJob(const pb::Job& in, const contract::MessageShares& sh) {
   job.usage = in.usage();
   job.precheck = contract::CheckJob(contract::ShapeOf(in, &sh));
   if (!job.precheck.ok()) return job;
-  if (in.type() == pb::JOB_ENCRYPT)
+  if (in.type() == pb::JOB_ENCRYPT && !contract::CtsCipher(in.cipher()))
     job.nblocks = static_cast<uint32_t>(contract::CeilBlocks(in.length()));
   else
     job.length = in.length();
-  if (in.type() == pb::JOB_CHECKSUM || in.type() == pb::JOB_VERIFY_CHECKSUM) {
+  if (contract::SharedBytes(in.type(), in.cipher(), in.length()) > 0) {
     // This server's two shares of the message (kmpc.proto
     // RunRequest.data_shares); the engine::Job wipes its copy, Run wipes
     // the request's.
@@ -289,7 +289,7 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
   for (int i = 0; i < req.jobs_size(); ++i) {
     const pb::Job& in = req.jobs(i);
     const pb::JobStatus st = result.jobs[i].status;
-    if (contract::ResultHasCtr0(in.type(), st)) ctr0_bytes += contract::kCtr0Size;
+    if (contract::ResultHasCtr0(contract::ShapeOf(in), st)) ctr0_bytes += contract::kCtr0Size;
     share_bytes += 2 * contract::RevealedShareBytes(contract::ShapeOf(in), st);
   }
   std::string* ctr0s = resp->mutable_ctr0s();
@@ -306,6 +306,13 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
     if (!r.ok()) {
       metrics_->RecordJobFailure(pb::JobStatus_Name(r.status));
       o->set_detail(r.detail);
+      continue;
+    }
+    if (contract::CtsCipher(in.cipher())) {
+      // An aes*-cts result (kmpc.proto JobType): its shares only, no ctr0
+      // and no state.
+      AppendShares(shares, r.keystream[0], r.keystream[1],
+                   contract::RevealedBytes(contract::ShapeOf(in)));
       continue;
     }
     switch (in.type()) {

@@ -11,7 +11,10 @@
 
 namespace kmpc {
 
-enum class Cipher : uint8_t { kAes128 = 1, kAes256 = 2 };
+// kAes128 / kAes256: aes128/aes256-ctr-mpc. kAes128Cts / kAes256Cts: the
+// standard aes128/aes256-cts-hmac-sha1-96 (RFC 3962), numbered as their
+// krb5 enctypes; their records carry the dealt per-usage material too.
+enum class Cipher : uint8_t { kAes128 = 1, kAes256 = 2, kAes128Cts = 17, kAes256Cts = 18 };
 
 }  // namespace kmpc
 

@@ -23,6 +23,9 @@ namespace {
 // Record layout (little endian):
 //   "KMS1" | cipher u8 | kvno u32 | label_len u16 | label | shares_len u32 |
 //   shares
+// cipher is a store/cipher.h value (1, 2; 17, 18 for aes*-cts); the shares
+// are a versioned KeyShares encoding (engine.h: version 2 adds the aes*-cts
+// material), so records written before those ciphers load unchanged.
 constexpr uint8_t kMagic[4] = {'K', 'M', 'S', '1'};
 // A deleted id's value while key ids are immutable (set_immutable_ids).
 constexpr uint8_t kTombstone[4] = {'K', 'M', 'T', '1'};
@@ -131,7 +134,7 @@ absl::StatusOr<KeyRecord> DecodeRecord(const KeyId& id,
   KeyRecord rec;
   rec.meta.key_id = id;
   uint8_t c = v[pos++];
-  if (c != 1 && c != 2) return corrupt("cipher");
+  if (c != 1 && c != 2 && c != 17 && c != 18) return corrupt("cipher");
   rec.meta.cipher = static_cast<Cipher>(c);
   rec.meta.kvno = u32();
   size_t label_len = v[pos] | (size_t{v[pos + 1]} << 8);

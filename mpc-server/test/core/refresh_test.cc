@@ -72,8 +72,11 @@ class RefreshCluster {
       cheat_ = std::make_unique<::kmpc::testing::CheatingChannel>(ring_->party(cheater_));
   }
   ::kmpc::testing::CheatingChannel& cheat() { return *cheat_; }
-  std::string AddKey(const Bytes& key, const std::string& meta = "kvno 3 alice") {
-    auto views = DealKey(key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256, key);
+  std::string AddKey(const Bytes& key, const std::string& meta = "kvno 3 alice",
+                     bool cts = false) {
+    auto views = DealKey(key.size() == 16 ? (cts ? Cipher::kAes128Cts : Cipher::kAes128)
+                                          : (cts ? Cipher::kAes256Cts : Cipher::kAes256),
+                         key);
     EXPECT_TRUE(views.ok()) << views.status();
     const std::string id = NewId();
     for (int i = 0; i < 3; ++i) {
@@ -332,6 +335,21 @@ TEST(RefreshTest, PartiesFailTheSamePairs) {
   auto [ks, ctr0] = c.Keystream(ng);
   EXPECT_EQ(ks.size(), 48u);
   EXPECT_EQ(Open(c.Get(ng), false), Open(c.Get(good), false));
+}
+
+// An aes*-cts key is refused alike on every party (its dealt material is
+// not part of this resharing and would be lost), and the pair beside it is
+// refreshed.
+TEST(RefreshTest, CtsKeyIsRefusedNotStrippedOfItsMaterial) {
+  RefreshCluster c;
+  const std::string cts = c.AddKey(Random(32), "kvno 3 alice", true);
+  const std::string good = c.AddKey(Random(16));
+  const std::string n0 = NewId(), n1 = NewId();
+  auto r = c.Run({{cts, n0}, {good, n1}});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].status, pb::JOB_KEY_INCONSISTENT) << r[0].detail;
+  EXPECT_EQ(c.Find(0, n0), nullptr);
+  EXPECT_EQ(r[1].status, pb::JOB_OK) << r[1].detail;
 }
 
 TEST(RefreshTest, DifferentRequestsAbortOnAllPartiesAndTheRingStaysInStep) {

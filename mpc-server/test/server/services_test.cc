@@ -20,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "batch_error.h"
 #include "contract.h"
+#include "cts/cts.h"
+#include "cts/dealer.h"
 #include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -113,8 +115,8 @@ std::array<v1::RunRequest, 3> DealMessages(const v1::RunRequest& req) {
   for (auto& o : out) o.clear_data_shares();
   for (int j = 0; j < req.jobs_size(); ++j) {
     const v1::Job& in = req.jobs(j);
-    if (in.type() != v1::JOB_CHECKSUM && in.type() != v1::JOB_VERIFY_CHECKSUM)
-      continue;
+    // The jobs that take a dealt message (an aes*-cts ENCRYPT too).
+    if (contract::SharedBytes(in.type(), in.cipher(), 1) == 0) continue;
     const bool verify = in.type() == v1::JOB_VERIFY_CHECKSUM;
     if (in.length() != 0) {
       if (!in.data().empty())
@@ -196,7 +198,7 @@ Values Vals(const v1::RunResponse& r, int job) {
     const v1::Job& j = req.jobs(k);
     const v1::JobStatus st = r.results(k).status();
     absl::string_view ctr0;
-    if (contract::ResultHasCtr0(j.type(), st)) ctr0 = c.Take(16);
+    if (contract::ResultHasCtr0(contract::ShapeOf(j), st)) ctr0 = c.Take(16);
     const contract::MessageShares m =
         sh.TakePair(contract::RevealedShareBytes(contract::ShapeOf(j), st));
     if (k != job) continue;
@@ -205,7 +207,8 @@ Values Vals(const v1::RunResponse& r, int job) {
     // conditional lvalue, `(c ? a : b) = {x, y}`, leaving a and b as they
     // were.
     std::pair<std::string, std::string>& v =
-        j.type() == v1::JOB_CHECKSUM ? out.tag : out.keystream;
+        j.type() == v1::JOB_CHECKSUM && !contract::CtsCipher(j.cipher()) ? out.tag
+                                                                         : out.keystream;
     v = {std::string(m.first), std::string(m.second)};
   }
   return out;
@@ -310,6 +313,25 @@ class ServiceTest : public ::testing::Test {
     return id;
   }
 
+  // Deals `key` as an aes*-cts key (with its per-usage material).
+  std::string PutCtsKey(const std::string& key) {
+    const engine::Cipher c =
+        key.size() == 16 ? engine::Cipher::kAes128Cts : engine::Cipher::kAes256Cts;
+    auto views = engine::DealKey(
+        c, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()));
+    EXPECT_TRUE(views.ok());
+    std::string id = Rand(32);
+    ciphers_[id] = engine::ToProto(c);
+    for (int i = 0; i < 3; ++i) {
+      store::KeyMeta meta;
+      std::memcpy(meta.key_id.data(), id.data(), 32);
+      meta.cipher = c;
+      auto ser = (*views)[i].Serialize();
+      EXPECT_TRUE(parties_[i].store->Put(meta, ser, false).ok());
+    }
+    return id;
+  }
+
   // Runs req on the three servers, each of which must accept the batch,
   // and checks every job on each: its id, status want[j], the same detail
   // and ctr0 on all three, and no keystream or tag unless JOB_OK.
@@ -392,6 +414,63 @@ std::string Combine(const std::array<v1::RunResponse, 3>& r, int job) {
     for (size_t k = 0; k < v.size(); ++k) v[k] ^= s[k];
   }
   return v;
+}
+
+// The RFC 3962 circuits in the clear on the dealer's material (one lane).
+std::string ClearCts(const absl::StatusOr<cts::Program>& p, const std::string& key,
+                     uint32_t usage, const std::string& in) {
+  auto m = cts::DealUsage(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()), usage);
+  EXPECT_TRUE(p.ok() && m.ok());
+  std::vector<uint8_t> bytes = m->bytes;
+  bytes.insert(bytes.end(), in.begin(), in.end());
+  std::vector<absl::Span<const uint8_t>> lanes = {bytes};
+  std::vector<uint64_t> w = cts::PackLanes(lanes, 1), out(p->outputs);
+  cts::ClearEngine e;
+  EXPECT_TRUE(cts::Evaluate(*p, e, 1, {absl::MakeConstSpan(w), {}}, {absl::MakeSpan(out), {}})
+                  .ok());
+  std::vector<uint8_t> o = cts::UnpackLane(out, 1, 0);
+  return std::string(o.begin(), o.end());
+}
+
+// aes*-cts jobs through KeyOps.Run: a timestamp's DECRYPT (usage 1), the
+// reply's ENCRYPT (usage 3, its plaintext dealt as shares) gated on it, an
+// undealt usage failing alone; a flipped bit fails the DECRYPT with nothing
+// revealed and withholds the reply; the program cache is in the metrics.
+TEST_F(ServiceTest, CtsJobsDecryptEncryptAndGate) {
+  const std::string key = Rand(32);
+  const std::string id = PutCtsKey(key);
+  const std::string conf_ts = Rand(44), reply = Rand(120);
+  const std::string ct = ClearCts(cts::EncryptProgram(14, conf_ts.size()), key, 1, conf_ts);
+  for (bool flip : {false, true}) {
+    v1::RunRequest req;
+    req.set_batch_id(Rand(16));
+    auto* d = AddJob(&req, 1, id, v1::JOB_DECRYPT);
+    d->set_usage(1);
+    d->set_data(ct);
+    if (flip) (*d->mutable_data())[7] ^= 2;
+    auto* e = AddJob(&req, 2, id, v1::JOB_ENCRYPT);
+    e->set_usage(3);
+    e->set_data(reply);
+    e->set_release_if_ok(1);
+    auto* u = AddJob(&req, 3, id, v1::JOB_DECRYPT);
+    u->set_usage(2);
+    u->set_data(ct);
+    const v1::JobStatus ok[] = {v1::JOB_OK, v1::JOB_OK, v1::JOB_UNKNOWN_USAGE};
+    const v1::JobStatus bad[] = {v1::JOB_INTEGRITY_FAILED, v1::JOB_WITHHELD,
+                                 v1::JOB_UNKNOWN_USAGE};
+    std::array<v1::RunResponse, 3> resp;
+    ASSERT_NO_FATAL_FAILURE(RunExpecting(req, flip ? bad : ok, &resp));
+    if (flip) continue;
+    EXPECT_EQ(Combine(resp, 0), conf_ts);
+    const std::string out = Combine(resp, 1);
+    ASSERT_EQ(out.size(), 16 + reply.size() + 12);
+    const std::string back = ClearCts(cts::DecryptProgram(14, out.size() - 12), key, 3, out);
+    EXPECT_EQ(back.back() & 1, 0);
+    EXPECT_EQ(back.substr(16, reply.size()), reply);
+  }
+  EXPECT_NE(parties_[0].metrics.Render().find("kmpc_cts_program_cache_total{"),
+            std::string::npos);
 }
 
 TEST_F(ServiceTest, KeystreamMatchesOpenSslAndCountersAreFresh) {

@@ -1,0 +1,183 @@
+"""The aes*-cts jobs (kmpc.proto JobType with CIPHER_AES*_CTS) on three real
+kmpc-mpc-server processes, against MIT krb5's own libk5crypto (the patched
+prefix): keys from krb5_c_string_to_key, dealt with their per-usage
+material (kmpc-mpc-client put-key --cipher=aes*-cts); a PA-ENC-TIMESTAMP
+encrypted by krb5_c_encrypt (usage 1) decrypted by the cluster; a flipped
+bit fails with nothing released and the gated reply withheld; the
+cluster's reply (usage 3) accepted by krb5_c_decrypt; the usage-56
+checksum equal to krb5_c_make_checksum's; in both security modes. And no
+server's recorded requests hold a plaintext byte of these jobs.
+"""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+import test_mpc_cluster as tmc
+from test_mpc_cluster import Cluster, RECORD_ENV, certs, own_cluster  # noqa: F401
+
+KRB5_PREFIX = os.environ.get("KRB5_PREFIX", os.path.join(tmc.ROOT, "build", "krb5"))
+HELPER = os.path.join(tmc.ROOT, "mpc-server", "test", "cts", "cts_krb5_tool.c")
+# A PA-ENC-TS-ENC (RFC 4120 5.2.7.2) of a fixed time, DER.
+TIMESTAMP = bytes.fromhex("301aa011180f32303236313132353230313530305aa10502030c3500")
+REPLY = (b"EncASRepPart: session key 00112233445566778899aabbccddeeff, "
+         b"nonce, flags, authtime, srealm KMPC.TEST, sname krbtgt") * 2
+
+
+@pytest.fixture(scope="module")
+def krb5_tool(tmp_path_factory):
+    """The helper built against the patched prefix's libk5crypto."""
+    out = str(tmp_path_factory.mktemp("cts-tool") / "cts_krb5_tool")
+    lib = os.path.join(KRB5_PREFIX, "lib")
+    subprocess.run(["gcc", "-O1", "-o", out, HELPER, f"-I{KRB5_PREFIX}/include",
+                    f"-L{lib}", f"-Wl,-rpath,{lib}", "-lkrb5", "-lk5crypto", "-lcom_err"],
+                   check=True, capture_output=True)
+
+    def run(*args, ok=True):
+        r = subprocess.run([out] + [a if a else "-" for a in args],
+                           capture_output=True, text=True)
+        if ok:
+            assert r.returncode == 0, r.stderr
+        return r
+    return run
+
+
+@pytest.fixture(scope="module", params=["semi-honest", "malicious"])
+def cts_cluster(request, tmp_path_factory, certs):  # noqa: F811
+    c = Cluster(str(tmp_path_factory.mktemp("cts-cluster")), certs,
+                flags=[[f"--security={request.param}"]] * 3).start()
+    _wait_ring(c)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def cluster(cts_cluster, request):
+    """The module's cluster, alive before and after the test; its logs on a
+    failure."""
+    cts_cluster.check_alive()
+    yield cts_cluster
+    try:
+        cts_cluster.check_alive()
+    finally:
+        tmc._dump(request, cts_cluster)
+
+
+def _wait_ring(c):
+    deadline = time.monotonic() + 30
+    while c.client("health").stdout.count("ring_up 1") < 3:
+        assert time.monotonic() < deadline, "ring did not come up\n" + c.logs()
+        time.sleep(0.1)
+
+
+def put_cts_key(c, key_hex):
+    cipher = "aes128-cts" if len(key_hex) == 32 else "aes256-cts"
+    r = c.client("put-key", f"--key_hex={key_hex}", f"--cipher={cipher}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    kid = r.stdout.strip()
+    c.ciphers[kid] = cipher
+    return kid
+
+
+def lines_of(r):
+    return r.stdout.strip().split("\n")
+
+
+@pytest.fixture
+def keys(cluster, krb5_tool):
+    out = {}
+    for et in (18, 17):
+        key = krb5_tool("s2k", str(et), "password", "KMPC.TESTuser").stdout.strip()
+        out[et] = (key, put_cts_key(cluster, key))
+    return out
+
+
+def test_timestamp_decrypts_reply_encrypts_checksum_matches(cluster, keys, krb5_tool):
+    c = cluster
+    for et, (key, kid) in keys.items():
+        ct = krb5_tool("enc", str(et), key, "1", TIMESTAMP.hex()).stdout.strip()
+        req = os.urandom(200)
+        r = c.jobs([f"cts_decrypt {kid} 1 {ct}", f"cts_encrypt@1 {kid} 3 {REPLY.hex()}",
+                    f"cts_checksum@1 {kid} 56 {req.hex()}"])
+        out = lines_of(r)
+        assert out[0].startswith("ok "), r.stdout
+        assert bytes.fromhex(out[0].split()[1])[16:] == TIMESTAMP
+        assert out[1].startswith("ok "), r.stdout
+        reply_ct = out[1].split()[1]
+        assert len(reply_ct) == 2 * (16 + len(REPLY) + 12)
+        back = krb5_tool("dec", str(et), key, "3", reply_ct).stdout.strip()
+        assert bytes.fromhex(back) == REPLY
+        want = krb5_tool("cksum", str(et), key, "56", req.hex()).stdout.strip()
+        assert out[2] == f"ok {want}", (out[2], want)
+        # The reply is not accepted under another usage.
+        assert krb5_tool("dec", str(et), key, "2", reply_ct, ok=False).returncode == 2
+
+
+def test_flipped_bit_fails_and_releases_nothing(cluster, keys, krb5_tool):
+    c = cluster
+    key, kid = keys[18]
+    ct = bytearray(bytes.fromhex(
+        krb5_tool("enc", "18", key, "1", TIMESTAMP.hex()).stdout.strip()))
+    for bit in (5, 8 * 20 + 1, 8 * len(ct) - 1):
+        bad = bytearray(ct)
+        bad[bit // 8] ^= 1 << (bit % 8)
+        r = c.jobs([f"cts_decrypt {kid} 1 {bad.hex()}", f"cts_encrypt@1 {kid} 3 {REPLY.hex()}"])
+        out = lines_of(r)
+        assert out == ["integrity_failed", "status JOB_WITHHELD"], r.stdout
+    # krb5 agrees the flipped ciphertext is bad.
+    bad = bytearray(ct)
+    bad[0] ^= 1
+    assert krb5_tool("dec", "18", key, "1", bad.hex(), ok=False).returncode == 2
+
+
+def test_usage_without_material_fails_alone(cluster, keys, krb5_tool):
+    c = cluster
+    key, kid = keys[17]
+    ct = krb5_tool("enc", "17", key, "1", TIMESTAMP.hex()).stdout.strip()
+    ct2 = krb5_tool("enc", "17", key, "2", TIMESTAMP.hex()).stdout.strip()
+    out = lines_of(c.jobs([f"cts_decrypt {kid} 2 {ct2}", f"cts_decrypt {kid} 1 {ct}"]))
+    assert out[0] == "status JOB_UNKNOWN_USAGE", out
+    assert out[1].startswith("ok ") and bytes.fromhex(out[1].split()[1])[16:] == TIMESTAMP
+
+
+def test_servers_never_receive_a_cts_plaintext(own_cluster, tmp_path, krb5_tool):  # noqa: F811
+    """--debug_record_requests: the reply an ENCRYPT encrypts and a
+    CHECKSUM's message reach the servers as shares only, and a DECRYPT's
+    plaintext not at all (only its ciphertext), while the records hold
+    the requests' public parts."""
+    rec = [str(tmp_path / f"requests-{i}") for i in range(3)]
+    c = own_cluster(flags=[[f"--debug_record_requests={rec[i]}"] for i in range(3)],
+                    envs=[{RECORD_ENV: "1"}] * 3)
+    _wait_ring(c)
+    key = krb5_tool("s2k", "18", "password", "KMPC.TESTuser").stdout.strip()
+    kid = put_cts_key(c, key)
+    ct = krb5_tool("enc", "18", key, "1", TIMESTAMP.hex()).stdout.strip()
+    msg = b"KDC-REQ-BODY: cname user, realm KMPC.TEST, till, nonce" * 3
+    out = lines_of(c.jobs([f"cts_decrypt {kid} 1 {ct}", f"cts_encrypt@1 {kid} 3 {REPLY.hex()}",
+                           f"cts_checksum {kid} 56 {msg.hex()}"]))
+    assert all(o.startswith("ok ") for o in out), out
+    for i in range(3):
+        with open(rec[i], "rb") as f:
+            data = f.read()
+        assert b"Run " in data
+        assert bytes.fromhex(kid) in data and bytes.fromhex(ct) in data
+        for secret in (REPLY, msg, TIMESTAMP):
+            for k in range(0, len(secret) - 8, 4):
+                assert secret[k:k + 8] not in data, (i, secret[k:k + 8])
+
+
+def test_cts_bench_reports_a_login(cluster):
+    """kmpc-mpc-client cts-bench: logins through KeyOps.Run, with the
+    circuits' ANDs and rounds per login (cts-circuits.md's figures)."""
+    r = cluster.client("cts-bench", "--iters=2", "--cipher=aes256-cts", "--reply_bytes=284")
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = [x for x in r.stdout.split("\n") if x.startswith("RESULT ")]
+    assert line, r.stdout
+    res = json.loads(line[0][len("RESULT "):])
+    print(line[0])
+    # A 300-byte conf || reply and a 44-byte timestamp (AES-256).
+    assert res["ands_per_login"] == 66215 + 276116, res
+    assert res["rounds_per_login"] == 2914, res
+    assert 0 < res["latency_p50_ms"] <= res["latency_p99_ms"], res

@@ -1,0 +1,223 @@
+#include "engine/cts_jobs.h"
+
+#include <openssl/crypto.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "cts/cts.h"
+#include "share/replicated.h"
+
+namespace kmpc::engine {
+namespace {
+
+void WipeWords(std::vector<uint64_t>& v) {
+  OPENSSL_cleanse(v.data(), v.size() * sizeof(uint64_t));
+}
+
+absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n) {
+  switch (type) {
+    case pb::JOB_DECRYPT: return cts::DecryptProgram(nr, n);
+    case pb::JOB_ENCRYPT: return cts::EncryptProgram(nr, n);
+    case pb::JOB_CHECKSUM: return cts::ChecksumProgram(n);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("no aes*-cts program for job type ", static_cast<int>(type)));
+  }
+}
+
+// One shape's lanes: the tasks, and the packed inputs and outputs of the
+// two share components.
+struct Group {
+  std::vector<CtsTask*> tasks;
+  size_t wn = 0;
+  std::array<std::vector<uint64_t>, 2> in, out;
+  ~Group() {
+    for (auto* v : {&in[0], &in[1], &out[0], &out[1]}) WipeWords(*v);
+  }
+};
+
+// Lane bytes of component c of a task: its material's share, then its
+// data (engine/cts_jobs.h CtsTask; the DECRYPT's public C || T as the
+// sharing (x, 0, 0): share::HoldsPublicIn), the ENCRYPT's confounder
+// first.
+std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
+                               const std::array<uint8_t, 16>& conf) {
+  std::vector<uint8_t> b(t.material->share[c].begin(), t.material->share[c].end());
+  switch (t.type) {
+    case pb::JOB_DECRYPT:
+      if (share::HoldsPublicIn(party, c))
+        b.insert(b.end(), t.public_in.begin(), t.public_in.end());
+      else
+        b.resize(b.size() + t.public_in.size(), 0);
+      break;
+    case pb::JOB_ENCRYPT:
+      b.insert(b.end(), conf.begin(), conf.end());
+      b.insert(b.end(), t.shared_in[c].begin(), t.shared_in[c].end());
+      break;
+    default:
+      b.insert(b.end(), t.shared_in[c].begin(), t.shared_in[c].end());
+      break;
+  }
+  return b;
+}
+
+// Packs a group's inputs; every ENCRYPT draws its confounder here, in the
+// order of `tasks` (the same on the three parties).
+absl::Status PackGroup(Group& g, protocol::Prss& prss) {
+  const cts::Program& p = *g.tasks[0]->program;
+  g.wn = (g.tasks.size() + 63) / 64;
+  for (int c = 0; c < 2; ++c) {
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<absl::Span<const uint8_t>> lanes;
+    std::array<std::array<uint8_t, 16>, 2> conf{};
+    bytes.reserve(g.tasks.size());
+    for (CtsTask* t : g.tasks) {
+      if (c == 0 && t->type == pb::JOB_ENCRYPT) {
+        prss.RandomShares(conf[0].data(), conf[1].data(), 16);
+        t->out[0].assign(conf[1].begin(), conf[1].end());  // parked until c == 1
+      }
+      std::array<uint8_t, 16> mine = conf[0];
+      if (c == 1 && t->type == pb::JOB_ENCRYPT)
+        std::copy(t->out[0].begin(), t->out[0].end(), mine.begin());
+      bytes.push_back(LaneBytes(*t, prss.party(), c, mine));
+      OPENSSL_cleanse(mine.data(), mine.size());
+      if (bytes.back().size() * 8 != p.inputs) {
+        for (auto& v : bytes) share::Wipe(v);
+        return absl::InternalError("aes*-cts lane of the wrong size for its program");
+      }
+    }
+    for (auto& v : bytes) lanes.push_back(v);
+    g.in[c] = cts::PackLanes(lanes, g.wn);
+    g.out[c].assign(p.outputs * g.wn, 0);
+    for (auto& v : bytes) share::Wipe(v);
+    OPENSSL_cleanse(conf.data(), sizeof conf);
+  }
+  for (CtsTask* t : g.tasks) share::Wipe(t->out[0]);
+  return absl::OkStatus();
+}
+
+// Each lane's outputs into its task (CtsTask: out, and a DECRYPT's
+// mismatch byte).
+void UnpackGroup(Group& g) {
+  for (size_t l = 0; l < g.tasks.size(); ++l) {
+    CtsTask& t = *g.tasks[l];
+    for (int c = 0; c < 2; ++c) {
+      t.out[c] = cts::UnpackLane(g.out[c], g.wn, l);
+      if (t.type == pb::JOB_DECRYPT) {
+        t.mismatch[c] = t.out[c].back();
+        t.out[c].pop_back();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+CtsProgramCache& CtsProgramCache::Shared() {
+  static CtsProgramCache* cache = new CtsProgramCache();
+  return *cache;
+}
+
+size_t ProgramBytes(const cts::Program& p) {
+  size_t b = sizeof(p) + 4 * (p.input_slot.size() + p.output_slot.size());
+  for (const cts::Program::Layer& l : p.layers)
+    b += sizeof(l) + 4 * (l.ands.size() + l.xors.size());
+  return b;
+}
+
+size_t CtsProgramCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+size_t CtsProgramCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(pb::JobType type,
+                                                                         int nr, size_t n) {
+  const Shape shape{static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(shape);
+    if (it != entries_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      ++hits_;
+      return it->second.program;
+    }
+  }
+  ++misses_;
+  // Compiled outside the lock: two workers may compile one shape at once;
+  // the second insert keeps the first.
+  absl::StatusOr<cts::Program> p = Compile(type, nr, n);
+  if (!p.ok()) return p.status();
+  auto program = std::make_shared<const cts::Program>(*std::move(p));
+  const size_t size = ProgramBytes(*program);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.count(shape) != 0) return entries_[shape].program;
+  lru_.push_front(shape);
+  entries_[shape] = Entry{program, size, lru_.begin()};
+  bytes_ += size;
+  while (lru_.size() > 1 && (lru_.size() > kMaxPrograms || bytes_ > kMaxBytes)) {
+    auto victim = entries_.find(lru_.back());
+    bytes_ -= victim->second.bytes;
+    entries_.erase(victim);
+    lru_.pop_back();
+  }
+  return program;
+}
+
+CtsTask::~CtsTask() {
+  for (auto& v : out) share::Wipe(v);
+  OPENSSL_cleanse(mismatch.data(), mismatch.size());
+}
+
+uint64_t CtsCost::Verifies(uint64_t verify_words) const {
+  if (and_words == 0) return 0;
+  const uint64_t by_words = (and_words + verify_words - 1) / verify_words;
+  return std::min<uint64_t>(static_cast<uint64_t>(depth), by_words);
+}
+
+CtsCost CostOf(absl::Span<const CtsTask> tasks) {
+  std::map<const cts::Program*, size_t> lanes;
+  for (const CtsTask& t : tasks) ++lanes[t.program.get()];
+  CtsCost c;
+  for (const auto& [p, n] : lanes) {
+    c.and_words += p->ands * ((n + 63) / 64);
+    c.depth = std::max(c.depth, p->depth);
+  }
+  return c;
+}
+
+absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t verify_words,
+                         absl::Span<CtsTask> tasks) {
+  if (tasks.empty()) return absl::OkStatus();
+  // Groups by program, in order of first appearance (the same on every
+  // party: the tasks are).
+  std::vector<std::unique_ptr<Group>> groups;
+  std::map<const cts::Program*, Group*> by_program;
+  for (CtsTask& t : tasks) {
+    Group*& g = by_program[t.program.get()];
+    if (g == nullptr) {
+      groups.push_back(std::make_unique<Group>());
+      g = groups.back().get();
+    }
+    g->tasks.push_back(&t);
+  }
+  std::vector<cts::Job> jobs;
+  for (auto& g : groups) {
+    if (absl::Status st = PackGroup(*g, prss); !st.ok()) return st;
+    jobs.push_back(cts::Job{g->tasks[0]->program.get(), g->wn,
+                            {absl::MakeConstSpan(g->in[0]), absl::MakeConstSpan(g->in[1])},
+                            {absl::MakeSpan(g->out[0]), absl::MakeSpan(g->out[1])}});
+  }
+  cts::ShareEngine engine(rep3, verify_words);
+  if (absl::Status st = cts::EvaluateAll(jobs, engine); !st.ok()) return st;
+  for (auto& g : groups) UnpackGroup(*g);
+  return absl::OkStatus();
+}
+
+}  // namespace kmpc::engine

@@ -1,0 +1,125 @@
+// The aes*-cts jobs of a batch (kmpc.proto JobType, CIPHER_AES*_CTS): the
+// RFC 3962 programs of cts/cts.h run on the material the dealer dealt per
+// key and usage (engine.h CtsMaterial), in the same Run as the batch's
+// ctr-mpc AES, over the same Rep3 context (so the same malicious check).
+//
+// Lanes: the jobs of one shape (type, nr, n) are bitsliced together, one
+// job per lane (cts/circuit.h), and all shapes run side by side in the
+// same AND rounds (cts::EvaluateAll): a batch of logins costs the rounds
+// of its deepest program, not the sum.
+//
+// Nothing here opens a value: the outputs stay shares. The engine opens a
+// DECRYPT's mismatch bit only after the batch's checks so far passed
+// (engine.cc OpenCtsVerdicts), and releases outputs only after the last.
+#ifndef KMPC_ENGINE_CTS_JOBS_H_
+#define KMPC_ENGINE_CTS_JOBS_H_
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "cts/circuit.h"
+#include "engine/engine.h"
+#include "protocol/prss.h"
+#include "protocol/rep3.h"
+
+namespace kmpc::engine {
+
+// Compiled programs per shape, shared by the worker threads: compiling a
+// 300-byte reply's program takes ~90 ms and ~14 MiB (cts-circuits.md), so
+// each shape is compiled once and kept, least recently used first out,
+// within kMaxPrograms programs and kMaxBytes of gate lists.
+class CtsProgramCache {
+ public:
+  static constexpr size_t kMaxPrograms = 32;
+  static constexpr size_t kMaxBytes = size_t{512} << 20;
+
+  // The process's one cache (the servers' workers share it).
+  static CtsProgramCache& Shared();
+
+  // The program of an aes*-cts job: DECRYPT (n = len(C)), ENCRYPT (n =
+  // |conf || P|), CHECKSUM (n = |D|; nr unused). INVALID_ARGUMENT for
+  // another type or a shape cts.h refuses.
+  absl::StatusOr<std::shared_ptr<const cts::Program>> Get(pb::JobType type, int nr,
+                                                          size_t n);
+
+  uint64_t hits() const { return hits_.load(); }
+  uint64_t misses() const { return misses_.load(); }
+  size_t bytes() const;
+  size_t size() const;  // programs held
+
+ private:
+  using Shape = std::tuple<int, int, size_t>;
+  struct Entry {
+    std::shared_ptr<const cts::Program> program;
+    size_t bytes;
+    std::list<Shape>::iterator lru;
+  };
+  mutable std::mutex mu_;
+  std::map<Shape, Entry> entries_;
+  std::list<Shape> lru_;  // most recent first
+  size_t bytes_ = 0;
+  std::atomic<uint64_t> hits_{0}, misses_{0};
+};
+
+// Heap bytes of a compiled program's gate lists.
+size_t ProgramBytes(const cts::Program& p);
+
+// One aes*-cts job inside RunBatch. Inputs are views into the Job and the
+// key (alive for the batch); outputs are this party's two shares, wiped
+// when the task dies:
+//   DECRYPT  out = conf || P (n bytes); mismatch = shares of a byte whose
+//            bit 0 is 1 iff the tag is wrong;
+//   ENCRYPT  out = C || T (n + 12 bytes) of conf || P, conf a fresh PRSS
+//            random block (known to nobody);
+//   CHECKSUM out = the 12-byte checksum.
+struct CtsTask {
+  size_t job = 0;  // index in the batch
+  pb::JobType type = pb::JOB_DECRYPT;
+  int nr = 0;
+  size_t n = 0;
+  const CtsMaterial* material = nullptr;
+  absl::Span<const uint8_t> public_in;                 // DECRYPT: C || T
+  std::array<absl::Span<const uint8_t>, 2> shared_in;  // ENCRYPT: P; CHECKSUM: D
+  std::shared_ptr<const cts::Program> program;
+  std::array<std::vector<uint8_t>, 2> out;
+  std::array<uint8_t, 2> mismatch{};
+
+  CtsTask() = default;
+  CtsTask(CtsTask&&) = default;
+  CtsTask& operator=(CtsTask&&) = default;
+  ~CtsTask();
+};
+
+// What the tasks cost: AND words over all shapes (ANDs x words per wire)
+// and the deepest program's AND depth. With the check every
+// verify_words AND words (cts::ShareEngine), a run takes at most
+// min(depth, ceil(and_words / verify_words)) Verifies.
+struct CtsCost {
+  uint64_t and_words = 0;
+  int depth = 0;
+  uint64_t Verifies(uint64_t verify_words) const;
+};
+CtsCost CostOf(absl::Span<const CtsTask> tasks);
+
+// Runs every task in one set of AND rounds (ANDs through `rep3`, logged
+// and checked every verify_words words when it has a log). The parties
+// must pass the same tasks (types, shapes, order): the confounders are
+// drawn from `prss` in task order. A channel error leaves the ring out of
+// step.
+absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t verify_words,
+                         absl::Span<CtsTask> tasks);
+
+}  // namespace kmpc::engine
+
+#endif  // KMPC_ENGINE_CTS_JOBS_H_

@@ -1,0 +1,389 @@
+// The aes*-cts jobs (engine/cts_jobs.h) on three parties in one process:
+// DECRYPT, ENCRYPT and CHECKSUM against the same circuits in the clear on
+// the dealer's material (cts/dealer.h; the circuits themselves are checked
+// against MIT krb5 in test/cts/krb5_interop_test.cc), the release rule,
+// JOB_UNKNOWN_USAGE, both security modes, the key record's material and
+// the program cache.
+#include "engine/cts_jobs.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <memory>
+#include <string>
+
+#include "cts/cts.h"
+#include "cts/dealer.h"
+#include "engine/engine.h"
+#include "net/memory_ring.h"
+#include "share/replicated.h"
+#include "../cheat.h"
+#include "test_util.h"
+
+namespace kmpc::engine {
+namespace {
+
+using ::kmpc::testing::Random;
+using ::kmpc::testing::RunParties;
+using Bytes = std::vector<uint8_t>;
+
+// A clear run of `p` on one lane.
+Bytes Clear(const cts::Program& p, const Bytes& in) {
+  std::vector<absl::Span<const uint8_t>> lanes = {in};
+  std::vector<uint64_t> w = cts::PackLanes(lanes, 1), out(p.outputs);
+  cts::ClearEngine e;
+  absl::Status st = cts::Evaluate(p, e, 1, {absl::MakeConstSpan(w), {}},
+                                  {absl::MakeSpan(out), {}});
+  EXPECT_TRUE(st.ok()) << st;
+  return cts::UnpackLane(out, 1, 0);
+}
+
+Bytes Cat(Bytes a, const Bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+int Nr(const Bytes& key) { return key.size() == 16 ? 10 : 14; }
+
+// RFC 3962 encryption of conf || p in the clear, from the dealer's material.
+Bytes ClearEncrypt(const Bytes& key, uint32_t usage, const Bytes& conf_p) {
+  auto m = cts::DealUsage(key, usage);
+  EXPECT_TRUE(m.ok());
+  auto p = cts::EncryptProgram(Nr(key), conf_p.size());
+  EXPECT_TRUE(p.ok());
+  return Clear(*p, Cat(m->bytes, conf_p));
+}
+
+// conf || P then the mismatch byte.
+Bytes ClearDecrypt(const Bytes& key, uint32_t usage, const Bytes& ct) {
+  auto m = cts::DealUsage(key, usage);
+  EXPECT_TRUE(m.ok());
+  auto p = cts::DecryptProgram(Nr(key), ct.size() - cts::kTagBytes);
+  EXPECT_TRUE(p.ok());
+  return Clear(*p, Cat(m->bytes, ct));
+}
+
+class CtsCluster {
+ public:
+  // cheater >= 0: that party runs over the cheating harness (cheat.h), and
+  // a receive waits at most 5 s (a cheated batch may leave a party waiting
+  // for one that gave up).
+  explicit CtsCluster(bool malicious, int cheater = -1) : cheater_(cheater) {
+    opt_.malicious = malicious;
+    Connect();
+  }
+  // A fresh ring and engines (as the servers do after a failed batch).
+  void Connect() {
+    engines_ = {};
+    cheat_.reset();
+    ring_ = std::make_unique<net::InMemoryRing>(
+        std::chrono::milliseconds(cheater_ >= 0 ? 5000 : 60000));
+    if (cheater_ >= 0)
+      cheat_ = std::make_unique<::kmpc::testing::CheatingChannel>(ring_->party(cheater_));
+    auto st = RunParties([&](int i) -> absl::Status {
+      net::RingChannel& ch = i == cheater_ ? *cheat_ : ring_->party(i);
+      auto e = Engine::Create(ch, opt_);
+      if (!e.ok()) return e.status();
+      engines_[i] = std::move(*e);
+      return absl::OkStatus();
+    });
+    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+  }
+  ::kmpc::testing::CheatingChannel& cheat() { return *cheat_; }
+
+  // Deals `key` as an aes*-cts key; the views go through the store's
+  // encoding (KeyShares::Serialize / Parse) as on a server.
+  std::string AddKey(const Bytes& key) {
+    const Cipher c = key.size() == 16 ? Cipher::kAes128Cts : Cipher::kAes256Cts;
+    auto views = DealKey(c, key);
+    EXPECT_TRUE(views.ok()) << views.status();
+    std::string id = "cts-" + std::to_string(next_++);
+    id.resize(contract::kKeyIdSize, '.');
+    for (int i = 0; i < 3; ++i) {
+      auto parsed = KeyShares::Parse((*views)[i].Serialize());
+      EXPECT_TRUE(parsed.ok()) << parsed.status();
+      store_[i][id] = std::make_shared<const KeyShares>(std::move(*parsed));
+    }
+    return id;
+  }
+
+  // Runs jobs whose `data` is a message to deal (ENCRYPT, CHECKSUM: shares
+  // of it go to each party, data cleared) or public (DECRYPT).
+  std::array<BatchResult, 3> Run(const std::vector<Job>& jobs) {
+    auto r = RunStatus(jobs);
+    std::array<BatchResult, 3> out;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(r[i].ok()) << r[i].status();
+      if (r[i].ok()) out[i] = std::move(*r[i]);
+    }
+    return out;
+  }
+
+  std::array<absl::StatusOr<BatchResult>, 3> RunStatus(const std::vector<Job>& jobs) {
+    std::array<std::vector<Job>, 3> each = {jobs, jobs, jobs};
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (jobs[j].type == pb::JOB_DECRYPT) continue;
+      auto views = share::Deal(jobs[j].data);
+      EXPECT_TRUE(views.ok());
+      for (int i = 0; i < 3; ++i) {
+        each[i][j].data.clear();
+        each[i][j].data_shares = (*views)[i].comp;
+      }
+    }
+    std::array<absl::StatusOr<BatchResult>, 3> out;
+    RunParties([&](int i) -> absl::Status {
+      KeyLookup lookup = [this, i](absl::string_view id)
+          -> absl::StatusOr<std::shared_ptr<const KeyShares>> {
+        auto it = store_[i].find(std::string(id));
+        if (it == store_[i].end()) return absl::NotFoundError("no such key");
+        return it->second;
+      };
+      out[i] = engines_[i]->RunBatch(seq_, each[i], lookup);
+      return out[i].status();
+    });
+    ++seq_;
+    return out;
+  }
+
+ private:
+  EngineOptions opt_;
+  int cheater_ = -1;
+  std::unique_ptr<::kmpc::testing::CheatingChannel> cheat_;
+  std::unique_ptr<net::InMemoryRing> ring_;
+  std::array<std::unique_ptr<Engine>, 3> engines_;
+  std::array<std::map<std::string, std::shared_ptr<const KeyShares>>, 3> store_;
+  int next_ = 0;
+  uint64_t seq_ = 1;
+};
+
+Job CtsJob(pb::JobType type, const std::string& id, bool aes256, uint32_t usage,
+           Bytes data) {
+  Job j;
+  j.type = type;
+  j.cipher = aes256 ? pb::CIPHER_AES256_CTS : pb::CIPHER_AES128_CTS;
+  j.key_id = id;
+  j.usage = usage;
+  if (type != pb::JOB_DECRYPT) j.length = static_cast<uint32_t>(data.size());
+  j.data = std::move(data);
+  return j;
+}
+
+// The revealed value of job j, checking every share's two copies.
+Bytes Revealed(const std::array<BatchResult, 3>& r, size_t j) {
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(r[i].jobs[j].keystream[1], r[(i + 1) % 3].jobs[j].keystream[0]);
+  Bytes out = r[0].jobs[j].keystream[0];
+  for (size_t k = 0; k < out.size(); ++k)
+    out[k] ^= r[1].jobs[j].keystream[0][k] ^ r[2].jobs[j].keystream[0][k];
+  return out;
+}
+
+void ExpectStatus(const std::array<BatchResult, 3>& r, size_t j, pb::JobStatus want) {
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(r[i].jobs.size() > j, true);
+    EXPECT_EQ(r[i].jobs[j].status, want)
+        << "party " << i << " job " << j << ": " << r[i].jobs[j].detail;
+  }
+}
+
+class CtsJobs : public ::testing::TestWithParam<bool> {};
+
+// One login's jobs: the timestamp decrypted (usage 1), the reply encrypted
+// (usage 3) gated on it, a checksum (usage 56); for both key sizes.
+TEST_P(CtsJobs, LoginJobsMatchTheClearCircuits) {
+  CtsCluster c(GetParam());
+  for (const size_t klen : {size_t{16}, size_t{32}}) {
+    const Bytes key = Random(klen);
+    const std::string id = c.AddKey(key);
+    const Bytes conf_ts = Random(16 + 28);
+    const Bytes ct = ClearEncrypt(key, 1, conf_ts);
+    const Bytes reply = Random(150), req = Random(90);
+    Job enc = CtsJob(pb::JOB_ENCRYPT, id, klen == 32, 3, reply);
+    enc.release_if_ok = 0;
+    auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, klen == 32, 1, ct), enc,
+                    CtsJob(pb::JOB_CHECKSUM, id, klen == 32, 56, req)});
+    ExpectStatus(r, 0, pb::JOB_OK);
+    ExpectStatus(r, 1, pb::JOB_OK);
+    ExpectStatus(r, 2, pb::JOB_OK);
+    EXPECT_EQ(Revealed(r, 0), conf_ts);
+    // The reply decrypts in the clear to a confounder and the plaintext.
+    const Bytes out = Revealed(r, 1);
+    ASSERT_EQ(out.size(), 16 + reply.size() + 12);
+    const Bytes back = ClearDecrypt(key, 3, out);
+    EXPECT_EQ(back.back() & 1, 0) << "the cluster's tag does not verify";
+    EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1), reply);
+    auto ck = cts::DealChecksum(key, 56);
+    auto cp = cts::ChecksumProgram(req.size());
+    ASSERT_TRUE(ck.ok() && cp.ok());
+    EXPECT_EQ(Revealed(r, 2), Clear(*cp, Cat(ck->bytes, req)));
+  }
+}
+
+// A flipped ciphertext bit: the DECRYPT fails JOB_INTEGRITY_FAILED with
+// nothing revealed, and the ENCRYPT gated on it is withheld.
+TEST_P(CtsJobs, BadTagRevealsNothingAndWithholdsTheGated) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  Bytes ct = ClearEncrypt(key, 1, Random(44));
+  for (const size_t bit : {size_t{3}, 8 * (ct.size() - 1)}) {
+    Bytes bad = ct;
+    bad[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    Job enc = CtsJob(pb::JOB_ENCRYPT, id, true, 3, Random(100));
+    enc.release_if_ok = 0;
+    auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, true, 1, bad), enc});
+    ExpectStatus(r, 0, pb::JOB_INTEGRITY_FAILED);
+    ExpectStatus(r, 1, pb::JOB_WITHHELD);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 2; ++j)
+        for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty());
+  }
+}
+
+// A usage the dealer dealt nothing for fails that job alone.
+TEST_P(CtsJobs, UnknownUsageFailsThatJobAlone) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes conf_ts = Random(40);
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, false, 2, ClearEncrypt(key, 1, conf_ts)),
+                  CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, conf_ts)),
+                  CtsJob(pb::JOB_CHECKSUM, id, false, 57, Random(20))});
+  ExpectStatus(r, 0, pb::JOB_UNKNOWN_USAGE);
+  ExpectStatus(r, 1, pb::JOB_OK);
+  ExpectStatus(r, 2, pb::JOB_UNKNOWN_USAGE);
+  EXPECT_EQ(Revealed(r, 1), conf_ts);
+}
+
+// A cts key under a ctr-mpc cipher (and the reverse) is never computed.
+TEST_P(CtsJobs, CtrMpcJobOnACtsKeyIsWrongCipher) {
+  CtsCluster c(GetParam());
+  const std::string id = c.AddKey(Random(32));
+  Job j = CtsJob(pb::JOB_CHECKSUM, id, true, 56, Random(20));
+  j.cipher = pb::CIPHER_AES256;
+  auto r = c.Run({j});
+  ExpectStatus(r, 0, pb::JOB_WRONG_CIPHER);
+}
+
+// --security=malicious: a cheating party flips one live-lane bit (bit 0 of
+// a 64-bit word: one job per shape, so lane 0) of one of its messages. No
+// flip that changes an output goes unnoticed: the batch fails on an honest
+// party (nothing released), or its results are still right.
+TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
+  const int cheater = 2;
+  CtsCluster c(true, cheater);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes conf_ts = Random(44), reply = Random(40);
+  Job enc = CtsJob(pb::JOB_ENCRYPT, id, false, 3, reply);
+  enc.release_if_ok = 0;
+  const std::vector<Job> jobs = {CtsJob(pb::JOB_DECRYPT, id, false, 1,
+                                        ClearEncrypt(key, 1, conf_ts)), enc};
+  auto right = [&](const std::array<BatchResult, 3>& r) {
+    if (Revealed(r, 0) != conf_ts) return false;
+    const Bytes back = ClearDecrypt(key, 3, Revealed(r, 1));
+    return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == reply;
+  };
+  const uint64_t before = c.cheat().sent();
+  ASSERT_TRUE(right(c.Run(jobs)));
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  ASSERT_GT(sizes.size(), 100u);
+  std::mt19937_64 rng(0x637473);
+  int caught = 0, trials = 0;
+  while (trials < 16) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] < 8) continue;
+    ++trials;
+    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
+    auto r = c.RunStatus(jobs);
+    ASSERT_TRUE(c.cheat().fired());
+    c.cheat().Disarm();
+    bool failed = false;  // an honest party's check caught it
+    for (int i = 0; i < 3; ++i) {
+      if (i == cheater || r[i].ok()) continue;
+      const auto code = r[i].status().code();
+      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
+        failed = true;
+    }
+    if (failed) {
+      ++caught;
+    } else {
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
+      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
+    }
+    c.Connect();
+  }
+  EXPECT_GE(caught, 8) << "of " << trials;
+  EXPECT_TRUE(right(c.Run(jobs)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Security, CtsJobs, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "Malicious" : "SemiHonest";
+                         });
+
+// The key record: version 2 carries the material and parses back
+// bit-exactly; a ctr-mpc key stays version 1; truncation is refused.
+TEST(CtsKeyShares, MaterialRoundTripsThroughTheRecord) {
+  auto views = DealKey(Cipher::kAes256Cts, Random(32));
+  ASSERT_TRUE(views.ok());
+  const KeyShares& v = (*views)[1];
+  ASSERT_NE(v.FindCts(CtsKind::kUsage, 1), nullptr);
+  ASSERT_NE(v.FindCts(CtsKind::kUsage, 3), nullptr);
+  ASSERT_NE(v.FindCts(CtsKind::kChecksum, 56), nullptr);
+  ASSERT_NE(v.FindCts(CtsKind::kPrf, 0), nullptr);
+  EXPECT_EQ(v.FindCts(CtsKind::kUsage, 2), nullptr);
+  EXPECT_EQ(v.FindCts(CtsKind::kUsage, 1)->share[0].size(), cts::UsageMaterialBytes(14));
+  const Bytes rec = v.Serialize();
+  EXPECT_EQ(rec[6], 2);
+  auto back = KeyShares::Parse(rec);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Serialize(), rec);
+  for (size_t cut : {size_t{1}, size_t{7}, size_t{100}}) {
+    Bytes shorter(rec.begin(), rec.end() - cut);
+    EXPECT_FALSE(KeyShares::Parse(shorter).ok()) << cut;
+  }
+  auto ctr = DealKey(Cipher::kAes256, Random(32));
+  ASSERT_TRUE(ctr.ok());
+  EXPECT_EQ((*ctr)[0].Serialize()[6], 1);
+  EXPECT_TRUE((*ctr)[0].cts.empty());
+  // The three views' material XORs to the dealer's.
+  auto views2 = DealKey(Cipher::kAes128Cts, Bytes(16, 7));
+  ASSERT_TRUE(views2.ok());
+  auto clear = cts::DealUsage(Bytes(16, 7), 3);
+  ASSERT_TRUE(clear.ok());
+  Bytes x(clear->bytes.size(), 0);
+  for (int i = 0; i < 3; ++i) {
+    const CtsMaterial* m = (*views2)[i].FindCts(CtsKind::kUsage, 3);
+    ASSERT_NE(m, nullptr);
+    for (size_t k = 0; k < x.size(); ++k) x[k] ^= m->share[0][k];
+  }
+  EXPECT_EQ(x, clear->bytes);
+}
+
+// One compile per shape; the second Get hits.
+TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
+  CtsProgramCache& cache = CtsProgramCache::Shared();
+  const uint64_t h0 = cache.hits(), m0 = cache.misses();
+  auto a = cache.Get(pb::JOB_CHECKSUM, 0, 333);
+  auto b = cache.Get(pb::JOB_CHECKSUM, 14, 333);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_EQ(cache.misses(), m0 + 1);
+  EXPECT_EQ(cache.hits(), h0 + 1);
+  EXPECT_GT(cache.bytes(), 0u);
+  EXPECT_FALSE(cache.Get(pb::JOB_PAD, 14, 100).ok());
+  // Past kMaxPrograms shapes the least recently used goes: 333 compiles
+  // again, and the cache holds no more than the bound.
+  for (size_t n = 1; n <= CtsProgramCache::kMaxPrograms; ++n)
+    ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 0, 1000 + n).ok());
+  const uint64_t m1 = cache.misses();
+  ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 0, 333).ok());
+  EXPECT_EQ(cache.misses(), m1 + 1);
+  EXPECT_LE(cache.size(), CtsProgramCache::kMaxPrograms);
+  EXPECT_LE(cache.bytes(), CtsProgramCache::kMaxBytes);
+}
+
+}  // namespace
+}  // namespace kmpc::engine
