@@ -28,11 +28,12 @@ bool CounterRangeOk(absl::string_view ctr0, uint64_t n) {
   return c0 != 0 && c0 <= ~static_cast<unsigned __int128>(0) - n;
 }
 
-bool LinkedPadCtr0(absl::string_view ctr0, std::string* out) {
-  if (!CounterRangeOk(ctr0, kLinkedPadOffset)) return false;
+bool LinkedPadCtr0(absl::string_view ctr0, uint32_t slot, std::string* out) {
+  if (slot >= kPadSlots || !CounterRangeOk(ctr0, kLinkedPadOffset + slot))
+    return false;
   unsigned __int128 c = 0;
   for (unsigned char b : ctr0) c = (c << 8) | b;
-  c += kLinkedPadOffset;
+  c += kLinkedPadOffset + slot;
   out->assign(kCtr0Size, '\0');
   for (int i = kCtr0Size - 1; i >= 0; --i, c >>= 8)
     (*out)[i] = static_cast<char>(c & 0xff);

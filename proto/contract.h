@@ -37,7 +37,9 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // message; 3: a verify item's presented tag travels as shares (SignItem.verify);
 // 4: a FinalizeResponse carries one additive tag share per item, not two;
 // 5: a Sign item may chain a second signature (SignItem.chain);
-// 6: jobs under the aes*-cts ciphers (CIPHER_AES128_CTS, CIPHER_AES256_CTS).
+// 6: jobs under the aes*-cts ciphers (CIPHER_AES128_CTS, CIPHER_AES256_CTS),
+// and a linked pad names its slot (Job.pad_slot): up to kPadSlots pads per
+// ENCRYPT, at distinct counters.
 inline constexpr uint32_t kWireVersion = 6;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
@@ -70,8 +72,8 @@ constexpr uint64_t CeilBlocks(uint64_t bytes) {
 // c0 + n <= 2^128 - 1. False for a ctr0 that is not 16 bytes.
 bool CounterRangeOk(absl::string_view ctr0, uint64_t n);
 
-// A linked PAD's counter (kmpc.proto Job.pad_after) is its ENCRYPT's
-// ctr0 + kLinkedPadOffset. 2^17 > kMaxJobBlocks: never one of that
+// A linked PAD's counter (kmpc.proto Job.pad_after, Job.pad_slot) is its
+// ENCRYPT's ctr0 + kLinkedPadOffset + slot. 2^17 > kMaxJobBlocks: never one of that
 // encryption's own counters c0 .. c0 + kMaxJobBlocks; any other counter
 // is a fresh 128-bit draw (uniform but for the engine's fix-up of counters
 // whose range would touch the all-zero block, engine.cc FixCounter, which
@@ -79,11 +81,21 @@ bool CounterRangeOk(absl::string_view ctr0, uint64_t n);
 // at most 2^-127.
 inline constexpr uint64_t kLinkedPadOffset = uint64_t{1} << 17;
 static_assert(kLinkedPadOffset > kMaxJobBlocks);
+// Slots of the pads linked to one ENCRYPT (Job.pad_slot): a ticket's PAC
+// server signature (0), KDC signature (1), CAMMAC KDC verifier (2) and
+// ticket signature (3). Every slot's counter lies past the ENCRYPT's own.
+inline constexpr uint32_t kPadSlots = 4;
+static_assert(kLinkedPadOffset > kMaxJobBlocks + kPadSlots);
 
-// *out = ctr0 + kLinkedPadOffset (16 bytes, big-endian); false (out
-// untouched) if ctr0 is not 16 bytes or the sum leaves the counter range
-// (CounterRangeOk(ctr0, kLinkedPadOffset) fails).
-bool LinkedPadCtr0(absl::string_view ctr0, std::string* out);
+// *out = ctr0 + kLinkedPadOffset + slot (16 bytes, big-endian); false (out
+// untouched) if ctr0 is not 16 bytes, slot >= kPadSlots, or the sum
+// leaves the counter range (CounterRangeOk(ctr0, kLinkedPadOffset + slot)
+// fails).
+bool LinkedPadCtr0(absl::string_view ctr0, uint32_t slot, std::string* out);
+// Slot 0: the PAC server signature's counter.
+inline bool LinkedPadCtr0(absl::string_view ctr0, std::string* out) {
+  return LinkedPadCtr0(ctr0, 0, out);
+}
 
 // "AES128", "AES256", "AES128-CTS", "AES256-CTS", "UNSPECIFIED" or
 // "UNKNOWN".

@@ -32,6 +32,42 @@ TEST(CounterRange, RejectsZeroAndWrap) {
   EXPECT_FALSE(CounterRangeOk(std::string(17, '\1'), 0));
 }
 
+// Each slot of a linked pad has its own counter past the ENCRYPT's range:
+// ctr0 + 2^17 + slot, big-endian with carry; no slot past kPadSlots, no
+// sum that leaves the counter range.
+TEST(LinkedPad, SlotsAreDistinctCountersPastTheEncrypt) {
+  const std::string c0 = Ctr0(0xff, 0);  // carries into byte 14
+  std::vector<std::string> got;
+  for (uint32_t slot = 0; slot < kPadSlots; ++slot) {
+    std::string out;
+    ASSERT_TRUE(LinkedPadCtr0(c0, slot, &out)) << slot;
+    ASSERT_EQ(out.size(), kCtr0Size);
+    // 0xff + 2^17 + slot: byte 13 gets 0x02, byte 15 0xff + slot mod 256
+    // with its carry into byte 14.
+    EXPECT_EQ(static_cast<unsigned char>(out[13]), 0x02) << slot;
+    const unsigned low = 0xff + slot;
+    EXPECT_EQ(static_cast<unsigned char>(out[14]), low >> 8) << slot;
+    EXPECT_EQ(static_cast<unsigned char>(out[15]), low & 0xff) << slot;
+    for (const std::string& g : got) EXPECT_NE(g, out) << slot;
+    got.push_back(out);
+  }
+  std::string slot0, legacy;
+  ASSERT_TRUE(LinkedPadCtr0(c0, 0, &slot0));
+  ASSERT_TRUE(LinkedPadCtr0(c0, &legacy));
+  EXPECT_EQ(slot0, legacy);
+  std::string untouched = "x";
+  EXPECT_FALSE(LinkedPadCtr0(c0, kPadSlots, &untouched));
+  EXPECT_EQ(untouched, "x");
+  // 2^128 - 1 - (2^17 + 2): slots 0..2 fit, slot 3 would pass 2^128 - 1.
+  std::string top(kCtr0Size, '\xff');
+  top[13] = '\xfd';
+  top[14] = '\xff';
+  top[15] = '\xfd';
+  std::string out;
+  EXPECT_TRUE(LinkedPadCtr0(top, 2, &out));
+  EXPECT_FALSE(LinkedPadCtr0(top, 3, &out));
+}
+
 // The exact data_shares sizes the servers require: two shares of each
 // CHECKSUM / VERIFY_CHECKSUM message (no other job type takes any), of
 // each Sign item's message; uint32 lengths do not wrap the sum.

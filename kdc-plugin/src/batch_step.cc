@@ -324,10 +324,13 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
   // The timestamp DECRYPT of each speculation group in this request: its
   // speculative ENCRYPTs are released by the servers only if it holds
   // (kmpc.proto Job.release_if_ok).
+  // A planned group (planner.h) may hold two DECRYPTs (u2u): its gate is
+  // the one marked so, and only its prepared jobs marked gated wait on it.
   std::map<uint64_t, size_t> group_decrypt;
   for (size_t i : call->idx)
     if (jobs_[i].group != 0 && !jobs_[i].speculative &&
-        jobs_[i].job.type == pb::JOB_DECRYPT)
+        jobs_[i].job.type == pb::JOB_DECRYPT &&
+        (jobs_[i].exchange_id == 0 || jobs_[i].gate))
       group_decrypt[jobs_[i].group] = i;
   // The speculative ticket ENCRYPT of each group in this request: a
   // linked PAD of the group takes its counter from it (Job.pad_after).
@@ -343,14 +346,18 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
     j->set_job_id(i);
     // Not a signing PAD: it reveals nothing (its ctr0 is public). A
     // verification PAD is kept only for a TGT that decrypted.
-    if (jobs_[i].speculative && jobs_[i].group != 0 &&
-        (job.type != pb::JOB_PAD || !job.checksum.empty())) {
+    const bool guessed = jobs_[i].speculative && jobs_[i].exchange_id == 0 &&
+                         (job.type != pb::JOB_PAD || !job.checksum.empty());
+    if (jobs_[i].group != 0 && (guessed || jobs_[i].gated)) {
       auto g = group_decrypt.find(jobs_[i].group);
       if (g != group_decrypt.end()) j->set_release_if_ok(g->second);
     }
     if (jobs_[i].link_pad) {
       auto t = group_ticket.find(jobs_[i].group);
-      if (t != group_ticket.end()) j->set_pad_after(t->second);
+      if (t != group_ticket.end()) {
+        j->set_pad_after(t->second);
+        j->set_pad_slot(jobs_[i].pad_slot);
+      }
     }
     j->set_key_id(job.key_id);
     j->set_cipher(job.cipher);
@@ -654,6 +661,8 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
       h.keystream = std::move(e.output);
       h.expires = h.verify ? std::min(expires, call.started + kVerifyPadTtl)
                            : expires;
+      h.exchange_id = e.exchange_id;
+      h.item = e.item;
       held.push_back(std::move(h));
     } else if (e.job.type == pb::JOB_PAD) {
       ++pads_lost;
@@ -676,8 +685,8 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
 }
 
 // A linked pad's ticket keystream counter: the ENCRYPT's ctr0, if that
-// ENCRYPT succeeded and the pad's ctr0 is its ctr0 + kLinkedPadOffset as
-// the contract says; else empty (the pad signs as an unlinked one).
+// ENCRYPT succeeded and the pad's ctr0 is its ctr0 + kLinkedPadOffset +
+// slot as the contract says; else empty (the pad signs as an unlinked one).
 std::string BatchStep::LinkedTicketCtr0(const RunCall& call,
                                         const std::vector<int>& position,
                                         int k) const {
@@ -687,7 +696,8 @@ std::string BatchStep::LinkedTicketCtr0(const RunCall& call,
   const absl::string_view enc_ctr0 = Ctr0(call, position[after]);
   std::string want;
   if (enc.status() != pb::JOB_OK ||
-      !contract::LinkedPadCtr0(enc_ctr0, &want) || want != Ctr0(call, k))
+      !contract::LinkedPadCtr0(enc_ctr0, call.req.jobs(k).pad_slot(), &want) ||
+      want != Ctr0(call, k))
     return {};
   return std::string(enc_ctr0);
 }
@@ -718,6 +728,7 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
           break;
         }
         if (e.exchange >= 0) host_->ExchangeOk(e.exchange);
+        if (e.gate && e.exchange_id != 0) host_->GateVerified(e.exchange_id);
         const uint8_t* c = e.job.input.data() + contract::kCtr0Size;
         for (size_t b = 0; b < e.output.size(); ++b) e.output[b] ^= c[b];
         Complete(i, absl::OkStatus(), std::move(e.output));
@@ -1056,6 +1067,8 @@ absl::Status BatchStep::CombineSigned(const SignCall& call, int k,
   c.usage = e.job.usage;
   c.message.assign(e.output.begin(), e.output.end());
   c.expires = absl::Now() + kChainedTtl;
+  c.exchange_id = e.exchange_id;
+  c.item = e.chain_item;
   host_->KeepChained(std::move(c));
   return absl::OkStatus();
 }
@@ -1195,6 +1208,7 @@ void BatchStep::Reject(const absl::Status& bad,
 void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
   bool finished, deliver;
   Result r;
+  bool guessed = false;  // the speculator's (the planner counts its own)
   {
     std::lock_guard<std::mutex> l(mu_);
     PendingJob& e = jobs_[i];
@@ -1203,13 +1217,14 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
     if (!st.ok() && !e.speculative) ++failed_;
     finished = --open_ == 0;
     deliver = !e.speculative;
+    guessed = e.speculative && e.exchange_id == 0;
     r.token = e.token;
     r.status = std::move(st);
     r.output = std::move(out);
   }
   if (deliver)
     host_->Deliver(std::move(r));
-  else
+  else if (guessed)
     host_->SpeculativeJobsDone(1);
   if (finished) Finish();
 }
@@ -1223,7 +1238,7 @@ void BatchStep::CompleteSpeculative(const std::vector<size_t>& idx) {
       PendingJob& e = jobs_[i];
       if (e.done) continue;
       e.done = true;
-      ++n;
+      n += e.exchange_id == 0;  // the planner counts its own (Hold, End)
       finished = --open_ == 0;
     }
   }

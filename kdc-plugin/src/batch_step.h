@@ -63,6 +63,7 @@
 #include "client/reveal.h"
 #include "batcher.h"
 #include "job.h"
+#include "prepared.h"
 #include "speculator.h"
 #include "transport.h"
 
@@ -101,6 +102,8 @@ class StepHost {
   virtual void PadsWasted(size_t pads) = 0;
   // An exchange's first DECRYPT verified (PendingJob::exchange).
   virtual void ExchangeOk(int kind) = 0;
+  // A planned exchange's gate DECRYPT verified (planner.h).
+  virtual void GateVerified(uint64_t exchange_id) = 0;
   // Sign jobs re-run as ordinary CHECKSUM jobs.
   virtual void SignRerun(size_t jobs) = 0;
   // Sign items that some server answered other than JOB_OK.

@@ -24,6 +24,24 @@ absl::Status Batcher::Submit(uint64_t token, Job job) {
   return dispatcher_->Submit(token, std::move(job));
 }
 
+absl::Status Batcher::Begin(uint64_t id, Plan plan,
+                            std::vector<ItemJob> given) {
+  return dispatcher_->Begin(id, std::move(plan), std::move(given));
+}
+
+absl::Status Batcher::SubmitItem(uint64_t id, int item, uint64_t token,
+                                 Job job) {
+  return dispatcher_->SubmitItem(id, item, token, std::move(job));
+}
+
+std::optional<ExchangeRecord> Batcher::End(uint64_t id) {
+  return dispatcher_->End(id);
+}
+
+void Batcher::CountMiss(uint64_t id, int item, Miss why) {
+  dispatcher_->CountMiss(id, item, why);
+}
+
 void Batcher::SubmitterIdle() { dispatcher_->SubmitterIdle(); }
 
 std::vector<uint64_t> Batcher::TakeQueued() {

@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +44,7 @@
 #include "absl/time/time.h"
 #include "batch_stats.h"
 #include "job.h"
+#include "plan.h"
 #include "transport.h"
 
 namespace kmpc::kdc {
@@ -163,6 +165,18 @@ class Batcher {
   // Queues a job. A malformed job is refused here (the sink never hears of
   // it); token is the caller's name for the job in its Result.
   absl::Status Submit(uint64_t token, Job job);
+
+  // Planned exchanges (planner.h). Begin: exchange `id` (nonzero, unique
+  // among those not ended) with `plan`; `given` are the jobs of its items
+  // given now, each delivered once as by Submit. An invalid plan or job is
+  // refused here (kInvalidArgument). SubmitItem: the job of `item`,
+  // completed from what was prepared or else run as an ordinary job (a
+  // miss). End: the exchange is over; its record, or nullopt if unknown.
+  absl::Status Begin(uint64_t id, Plan plan, std::vector<ItemJob> given);
+  absl::Status SubmitItem(uint64_t id, int item, uint64_t token, Job job);
+  std::optional<ExchangeRecord> End(uint64_t id);
+  // A job of exchange `id` ran elsewhere (the router's failover).
+  void CountMiss(uint64_t id, int item, Miss why);
 
   // The submitter has no more jobs for now (the KDC's event loop finished
   // the callback that submitted them): the signatures under held pads

@@ -42,6 +42,21 @@ krb5_error_code kmpc_core_submit(kmpc_core *core, const krb5_kdcmpc_job *job,
                                  krb5_kdcmpc_done_fn done, void *arg,
                                  char **msg_out);
 
+/* kdcmpc minor version 2 (krb5/kdcmpc_plugin.h): begin an exchange with its
+ * plan (its items given now are queued with what is prepared for the
+ * others; their callbacks come through kmpc_core_next), submit a later
+ * item's job, end it (its metrics are recorded, its prepared state wiped).
+ * FAST (KRB5_KDCMPC_EXCH_AS_FAST), CBC-CTS enctypes and the splice are
+ * declared by the interface but refused here with EINVAL. */
+krb5_error_code kmpc_core_begin(kmpc_core *core, const krb5_kdcmpc_plan *plan,
+                                krb5_kdcmpc_exchange *exch_out, char **msg_out);
+krb5_error_code kmpc_core_submit_item(kmpc_core *core,
+                                      krb5_kdcmpc_exchange exch, int item,
+                                      const krb5_kdcmpc_job *job,
+                                      krb5_kdcmpc_done_fn done, void *arg,
+                                      char **msg_out);
+void kmpc_core_end(kmpc_core *core, krb5_kdcmpc_exchange exch);
+
 /* Reset the eventfd; then take everything that waits. */
 void kmpc_core_ack(kmpc_core *core);
 

@@ -1,5 +1,7 @@
 #include "dispatcher.h"
 
+#include <syslog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -34,6 +36,7 @@ Dispatcher::Dispatcher(BatcherOptions options, Transport* transport,
       transport_(transport),
       observer_(observer),
       speculator_(options_),
+      planner_(options_),
       sink_(sink) {}
 
 absl::Status Dispatcher::Submit(uint64_t token, Job job) {
@@ -51,43 +54,153 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
   Result chained;  // a CHECKSUM answered from a chained signature
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stopping_)
-      return absl::UnavailableError("the kdcmpc module is shutting down");
-    const size_t waiting =
-        queue_.size() + finalize_only_queue_.size() + sign_queue_.size();
-    if (waiting >= options_.max_queue)
-      return absl::UnavailableError(absl::StrCat(
-          "the MPC cluster is overloaded: ", waiting, " jobs wait"));
+    if (absl::Status st = RoomLocked(); !st.ok()) return st;
     speculator_.OnSubmit(&q, queue_.size(), &group_jobs);
-    // With submitter_kicks, SubmitterIdle() takes the queued Sign and
-    // FINALIZE-only jobs and starts an idle cluster's Run batch, and a Run
-    // in flight wakes the dispatcher when it ends: a wake-up here would
-    // only cost a futex call and a context switch per exchange.
-    const bool kicked = options_.submitter_kicks;
-    if (q.chained_done) {
-      // Its answer is known (speculator.h "Chained signatures"): delivered
-      // below, outside mu_, like a step's (the router registers a job
-      // before submitting it: router.h).
-      chained.token = q.token;
-      chained.output = std::move(q.output);
-    } else if (q.sign) {
-      // Until SubmitterIdle(): a Sign needs no ring round, so it waits for
-      // neither a window nor the Run in flight, only for the other
-      // signatures of this callback (of every login it handled).
-      const absl::Time due = q.enqueued + kSignMaxWait;
-      const bool first = sign_queue_.empty();
-      sign_queue_.push_back(std::move(q));
-      wake = !kicked && first && NeedsWake(due);
-    } else {
-      const bool kicked_here =
-          kicked && (q.finalize_only || options_.early_flush);
-      wake = Enqueue(std::move(q), &group_jobs) && !kicked_here &&
-             NeedsWake(absl::InfinitePast());
-    }
+    wake = Route(std::move(q), &group_jobs, &chained);
   }
   if (wake) cv_.notify_one();  // the dispatcher is the only waiter
   if (!chained.output.empty()) Deliver(std::move(chained));
   return absl::OkStatus();
+}
+
+bool Dispatcher::Route(PendingJob q, std::vector<PendingJob>* group_jobs,
+                       Result* chained) {
+  // With submitter_kicks, SubmitterIdle() takes the queued Sign and
+  // FINALIZE-only jobs and starts an idle cluster's Run batch, and a Run
+  // in flight wakes the dispatcher when it ends: a wake-up here would
+  // only cost a futex call and a context switch per exchange.
+  const bool kicked = options_.submitter_kicks;
+  if (q.chained_done) {
+    // Its answer is known (speculator.h "Chained signatures"): delivered
+    // by the caller, outside mu_, like a step's (the router registers a
+    // job before submitting it: router.h).
+    chained->token = q.token;
+    chained->output = std::move(q.output);
+    return false;
+  }
+  if (q.sign) {
+    // Until SubmitterIdle(): a Sign needs no ring round, so it waits for
+    // neither a window nor the Run in flight, only for the other
+    // signatures of this callback (of every login it handled).
+    const absl::Time due = q.enqueued + kSignMaxWait;
+    const bool first = sign_queue_.empty();
+    sign_queue_.push_back(std::move(q));
+    return !kicked && first && NeedsWake(due);
+  }
+  const bool kicked_here = kicked && (q.finalize_only || options_.early_flush);
+  return Enqueue(std::move(q), group_jobs) && !kicked_here &&
+         NeedsWake(absl::InfinitePast());
+}
+
+// Under mu_: each planned exchange with a job in a Run request counts that
+// Run once (kmpc_kdc_exchange_runs_total).
+void Dispatcher::CountExchangeRuns(const std::vector<PendingJob>& jobs) {
+  std::vector<uint64_t> ids;
+  for (const PendingJob& q : jobs)
+    if (q.exchange_id != 0) ids.push_back(q.exchange_id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (uint64_t id : ids) planner_.CountRun(id);
+}
+
+// Under mu_: whether the queues have room; else why not.
+absl::Status Dispatcher::RoomLocked() const {
+  if (stopping_)
+    return absl::UnavailableError("the kdcmpc module is shutting down");
+  const size_t waiting =
+      queue_.size() + finalize_only_queue_.size() + sign_queue_.size();
+  if (waiting >= options_.max_queue)
+    return absl::UnavailableError(absl::StrCat(
+        "the MPC cluster is overloaded: ", waiting, " jobs wait"));
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
+                               std::vector<ItemJob> given) {
+  if (id == 0) return absl::InvalidArgumentError("exchange id 0");
+  if (absl::Status st = Planner::Check(plan); !st.ok()) return st;
+  std::vector<PendingJob> jobs;  // the given ones, then the prepared
+  const absl::Time now = absl::Now();
+  std::vector<bool> seen(plan.items.size(), false);
+  size_t stated = 0;  // items the plan says are given now
+  for (const PlanItem& p : plan.items) stated += p.given;
+  if (given.size() != stated)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan gives ", stated, " items now, the call ", given.size()));
+  for (ItemJob& g : given) {
+    if (g.item < 0 || static_cast<size_t>(g.item) >= plan.items.size() ||
+        !plan.items[g.item].given || seen[g.item])
+      return absl::InvalidArgumentError(
+          absl::StrCat("item ", g.item, " is not given in the plan, or twice"));
+    seen[g.item] = true;
+    if (absl::Status st = CheckJob(g.job); !st.ok()) return st;
+    PendingJob q;
+    q.token = g.token;
+    q.blocks = JobCost(g.job);
+    q.job = std::move(g.job);
+    q.enqueued = now;
+    q.item = g.item;
+    jobs.push_back(std::move(q));
+  }
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (absl::Status st = RoomLocked(); !st.ok()) return st;
+    if (planner_.Known(id))
+      return absl::InvalidArgumentError("the exchange was begun already");
+    std::vector<PendingJob> prepared;
+    planner_.Admit(id, std::move(plan), &jobs, &prepared);
+    // One group, queued together: NextRun never cuts it.
+    for (PendingJob& x : prepared) jobs.push_back(std::move(x));
+    if (jobs.empty()) return absl::OkStatus();
+    PendingJob first = std::move(jobs.front());
+    jobs.erase(jobs.begin());
+    Result none;
+    wake = Route(std::move(first), &jobs, &none);
+  }
+  if (wake) cv_.notify_one();
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::SubmitItem(uint64_t id, int item, uint64_t token,
+                                    Job job) {
+  if (absl::Status st = CheckJob(job); !st.ok()) return st;
+  PendingJob q;
+  q.token = token;
+  q.blocks = JobCost(job);
+  q.job = std::move(job);
+  q.enqueued = absl::Now();
+  bool wake = false;
+  Result chained;
+  std::string miss_line;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (absl::Status st = RoomLocked(); !st.ok()) return st;
+    if (!planner_.Known(id))
+      return absl::InvalidArgumentError("no such exchange (begin, or ended)");
+    if (absl::Status st = planner_.Match(id, item, q.job); !st.ok()) return st;
+    const std::optional<Miss> miss = planner_.Take(id, item, &q);
+    if (miss)
+      miss_line = absl::StrCat("kdcmpc: plan item ", item, " runs alone (",
+                               MissName(*miss), ")");
+    std::vector<PendingJob> none;
+    wake = Route(std::move(q), &none, &chained);
+  }
+  if (wake) cv_.notify_one();
+  if (!miss_line.empty()) Log(LOG_INFO, std::move(miss_line));
+  if (!chained.output.empty()) Deliver(std::move(chained));
+  return absl::OkStatus();
+}
+
+std::optional<ExchangeRecord> Dispatcher::End(uint64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!planner_.Known(id)) return std::nullopt;
+  return planner_.End(id);
+}
+
+void Dispatcher::CountMiss(uint64_t id, int item, Miss why) {
+  std::lock_guard<std::mutex> l(mu_);
+  planner_.CountMiss(id, item, why);
 }
 
 // NeedsWake(absl::InfinitePast()): whenever it sleeps.
@@ -102,6 +215,7 @@ std::shared_ptr<BatchStep> Dispatcher::MakeStep(std::vector<PendingJob> jobs,
                                                 StepKind kind,
                                                 absl::Time now) {
   if (kind != StepKind::kSign) ++stats_.batches;
+  if (kind == StepKind::kRun) CountExchangeRuns(jobs);
   stats_.jobs += jobs.size();
   auto step = std::make_shared<BatchStep>(shared_from_this(), next_seq_++,
                                           std::move(jobs), now, kind);
@@ -209,7 +323,7 @@ void Dispatcher::Loop() {
     const absl::Time now = absl::Now();
     // Unused keystreams go at their expiry, not at the next submit: an
     // idle KDC must not keep them in memory.
-    absl::Time wake = speculator_.Prune(now);
+    absl::Time wake = std::min(speculator_.Prune(now), planner_.Prune(now));
     if (ExpireOverdue(now, &wake, &lk)) continue;
     // finalize_only jobs need no ring work: they do not wait for the Run
     // batch in flight.
@@ -379,6 +493,7 @@ void Dispatcher::Close() {
   sign_queue_.clear();
   queued_blocks_ = 0;
   speculator_.Clear();  // SecureBytes wipes the keystreams
+  planner_.Clear();
 }
 
 BatcherStats Dispatcher::Stats() const {
@@ -410,6 +525,7 @@ std::vector<uint64_t> Dispatcher::TakeQueued() {
   std::lock_guard<std::mutex> l(mu_);
   std::set<uint64_t> groups;
   for (PendingJob& q : queue_) {
+    if (q.speculative && q.exchange_id != 0) continue;  // the planner's: End
     if (q.speculative) {
       speculator_.SpeculativeJobDone();
       if (q.job.type == kmpc::v1::JOB_PAD)
@@ -451,7 +567,14 @@ void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
     if (stopping_) return;
     absl::Time first = absl::InfiniteFuture();
     for (const HeldKeystream& k : keystreams) first = std::min(first, k.expires);
-    speculator_.Hold(&keystreams);
+    std::vector<HeldKeystream> guessed;
+    for (HeldKeystream& k : keystreams) {
+      if (k.exchange_id != 0)
+        planner_.Hold(std::move(k));
+      else
+        guessed.push_back(std::move(k));
+    }
+    speculator_.Hold(&guessed);
     // The dispatcher prunes them when they expire: woken only if it would
     // sleep past that (it usually wakes earlier for a step's deadline).
     wake = NeedsWake(first);
@@ -465,7 +588,10 @@ void Dispatcher::KeepChained(ChainedSignature c) {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_) return;  // `c` is wiped as it goes
     const absl::Time at = c.expires;
-    speculator_.KeepChained(std::move(c));
+    if (c.exchange_id != 0)
+      planner_.KeepChained(std::move(c));
+    else
+      speculator_.KeepChained(std::move(c));
     wake = NeedsWake(at);  // to prune it when it expires
   }
   if (wake) cv_.notify_all();
@@ -489,6 +615,11 @@ void Dispatcher::PadsWasted(size_t pads) {
 void Dispatcher::ExchangeOk(int kind) {
   std::lock_guard<std::mutex> l(mu_);
   speculator_.ExchangeOk(kind);
+}
+
+void Dispatcher::GateVerified(uint64_t exchange_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  planner_.GateVerified(exchange_id);
 }
 
 void Dispatcher::SignRerun(size_t jobs) {

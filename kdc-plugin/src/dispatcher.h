@@ -1,5 +1,6 @@
 // The dispatcher: the queue, the flush policy and the batches in flight
-// (batcher.h describes the policy). It owns the speculator and is the host
+// (batcher.h describes the policy). It owns the speculator and the planner
+// (planner.h, exchanges planned by the KDC) and is the host
 // of every BatchStep it starts. batcher.h's Batcher runs it on a thread of
 // its own (batcher.cc).
 //
@@ -38,6 +39,12 @@
 //    switch on a 2-core machine.
 //  - Steps made on a submitter's thread (SubmitterIdle) are counted in
 //    starting_ until started; Close() waits for them.
+//  - A group (a speculation group, or a planned exchange's first-Run jobs:
+//    its given items and what the planner prepared) is queued contiguously
+//    and NextRun never cuts it: BatchStep gates the prepared jobs on the
+//    group's DECRYPT and links pads to its ticket ENCRYPT only within one
+//    request. Each Run step counts once for every planned exchange with a
+//    job in it (Planner::CountRun).
 //  - After Close() nothing reaches the sink and nothing is queued or held.
 #ifndef KMPC_KDC_PLUGIN_DISPATCHER_H_
 #define KMPC_KDC_PLUGIN_DISPATCHER_H_
@@ -48,6 +55,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -56,6 +64,7 @@
 #include "absl/time/time.h"
 #include "batch_step.h"
 #include "batcher.h"
+#include "planner.h"
 #include "speculator.h"
 
 namespace kmpc::kdc {
@@ -67,6 +76,11 @@ class Dispatcher : public StepHost,
              BatchObserver* observer = nullptr);
 
   absl::Status Submit(uint64_t token, Job job);
+  // Planned exchanges (planner.h; Batcher::Begin, SubmitItem, End).
+  absl::Status Begin(uint64_t id, Plan plan, std::vector<ItemJob> given);
+  absl::Status SubmitItem(uint64_t id, int item, uint64_t token, Job job);
+  std::optional<ExchangeRecord> End(uint64_t id);
+  void CountMiss(uint64_t id, int item, Miss why);
   void SubmitterIdle();
   // Takes every job waiting in the Run queue (not yet in a batch) out of
   // it and returns their tokens (nothing is delivered for them); drops the
@@ -98,6 +112,7 @@ class Dispatcher : public StepHost,
   void DeviationDetected() override;
   void BreakerSeen(bool open) override;
   void ExchangeOk(int kind) override;
+  void GateVerified(uint64_t exchange_id) override;
   void Sending(StepKind what, size_t items) override;
   void StepFinished(const std::shared_ptr<BatchStep>& step, StepKind kind,
                     uint64_t blocks, bool failed) override;
@@ -105,6 +120,14 @@ class Dispatcher : public StepHost,
  private:
   using Lock = std::unique_lock<std::mutex>;
   bool Enqueue(PendingJob job, std::vector<PendingJob>* group_jobs);
+  // Under mu_: queues q (a Sign, a finalize_only job, a Run job with
+  // group_jobs after it) or, chained_done, moves its answer to *chained
+  // for the caller to deliver outside mu_; returns whether the dispatcher
+  // must be woken.
+  bool Route(PendingJob q, std::vector<PendingJob>* group_jobs,
+             Result* chained);
+  absl::Status RoomLocked() const;
+  void CountExchangeRuns(const std::vector<PendingJob>& jobs);
   void Loop();
   // Each returns true when it released the lock to act (the loop then
   // looks again), else lowers *wake to when it wants to act.
@@ -169,6 +192,7 @@ class Dispatcher : public StepHost,
   absl::Time hold_until_ = absl::InfinitePast();
   size_t hold_jobs_ = 0;
   Speculator speculator_;
+  Planner planner_;
 
   // Deliveries pass this gate; Close() shuts it.
   std::mutex sink_mu_;

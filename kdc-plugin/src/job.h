@@ -123,10 +123,23 @@ struct PendingJob {
   // A speculative job: the budget tokens its use gives back (speculator.h).
   double refund = 0;
   // A speculative signing PAD linked to its group's speculative ticket
-  // ENCRYPT (kmpc.proto Job.pad_after) when both go in one Run.
+  // ENCRYPT (kmpc.proto Job.pad_after) when both go in one Run, at that
+  // ticket's ctr0 + kLinkedPadOffset + pad_slot (Job.pad_slot,
+  // contract::kPadSlots).
   bool link_pad = false;
+  uint32_t pad_slot = 0;
   // A DECRYPT that starts an exchange (speculator.h: 0 AS, 1 TGS); -1 none.
   int exchange = -1;
+  // A job of a planned exchange (planner.h): its id and plan item; 0 / -1
+  // for none. `gate`: the plan's gate DECRYPT. `gated`: an ENCRYPT,
+  // CHECKSUM or verification PAD of the exchange's first Run, released
+  // only if the gate decrypts (kmpc.proto Job.release_if_ok).
+  uint64_t exchange_id = 0;
+  int item = -1;
+  bool gate = false;
+  bool gated = false;
+  // sign with a chain: the plan item (SIG_KDC) the chained answer is for.
+  int chain_item = -1;
   // The value under construction, wiped when it goes: ENCRYPT ctr0 || C ||
   // T (T from FINALIZE), DECRYPT the plaintext, CHECKSUM ctr0 || tag, a
   // speculative ENCRYPT its keystream.

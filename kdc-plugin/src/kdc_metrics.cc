@@ -203,6 +203,36 @@ KdcMetrics::KdcMetrics()
                   .Name("kmpc_kdc_jobs_refused_total")
                   .Help("jobs refused at submit, by cause")
                   .Register(*registry_);
+  RegisterExchangeFamilies();
+}
+
+void KdcMetrics::RegisterExchangeFamilies() {
+  exchanges_ = &prometheus::BuildCounter()
+                    .Name("kmpc_kdc_exchanges_total")
+                    .Help("planned exchanges ended, by kind and result")
+                    .Register(*registry_);
+  exchange_runs_ = &prometheus::BuildCounter()
+                        .Name("kmpc_kdc_exchange_runs_total")
+                        .Help("Run requests that carried a job of a planned "
+                              "exchange, summed when it ended")
+                        .Register(*registry_);
+  plan_misses_ = &prometheus::BuildCounter()
+                      .Name("kmpc_kdc_plan_misses_total")
+                      .Help("plan items run in a Run of their own, by "
+                            "exchange, role and reason")
+                      .Register(*registry_);
+}
+
+void KdcMetrics::ExchangeEnded(const ExchangeRecord& record, bool ok) {
+  const std::string kind = ExchangeName(record.kind);
+  const std::string result = ok ? "ok" : "failed";
+  exchanges_->Add({{"exchange", kind}, {"result", result}}).Increment();
+  exchange_runs_->Add({{"exchange", kind}, {"result", result}})
+      .Increment(static_cast<double>(record.runs));
+  for (const auto& [role, why] : record.misses)
+    plan_misses_
+        ->Add({{"exchange", kind}, {"role", RoleName(role)}, {"reason", MissName(why)}})
+        .Increment();
 }
 
 void KdcMetrics::SetStatsSource(std::function<BatcherStats()> stats) {

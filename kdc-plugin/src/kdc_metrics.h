@@ -45,6 +45,14 @@
 //   kmpc_kdc_jobs_completed_total{result}  jobs handed back to the KDC
 //   kmpc_kdc_job_failures_total{cause}   ... that failed, by cause
 //   kmpc_kdc_jobs_refused_total{cause}   jobs refused at submit
+//   kmpc_kdc_exchanges_total{exchange,result}, kmpc_kdc_exchange_runs_total
+//   {exchange,result}                    planned exchanges (planner.h)
+//                                        ended, and the Run requests that
+//                                        carried a job of them: "Runs per
+//                                        exchange" is their ratio
+//   kmpc_kdc_plan_misses_total{exchange,role,reason}  plan items that ran
+//                                        in a Run of their own (bound,
+//                                        ctr0, expired, budget, failover)
 //   plus process memory (util/process_metrics.h).
 // kind is "run" or "finalize_only". Nothing here is secret: counts, sizes,
 // durations and public failure causes.
@@ -66,6 +74,7 @@
 
 #include "absl/status/status.h"
 #include "batch_stats.h"
+#include "plan.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -90,6 +99,10 @@ class KdcMetrics : public BatchObserver {
   // A job the KDC gets back (OK or not), and one refused at submit.
   void JobDone(const absl::Status& status);
   void JobRefused(const absl::Status& status);
+  // A planned exchange ended (planner.h): kmpc_kdc_exchanges_total,
+  // kmpc_kdc_exchange_runs_total{exchange,result} (result "ok" when none of
+  // its jobs failed) and kmpc_kdc_plan_misses_total{exchange,role,reason}.
+  void ExchangeEnded(const ExchangeRecord& record, bool ok);
 
   // The public name of a failure's cause ("unavailable", "integrity", ...).
   static const char* CauseOf(const absl::Status& status);
@@ -109,6 +122,10 @@ class KdcMetrics : public BatchObserver {
   prometheus::Counter* completed_error_;
   prometheus::Family<prometheus::Counter>* failures_;
   prometheus::Family<prometheus::Counter>* refused_;
+  prometheus::Family<prometheus::Counter>* exchanges_;
+  prometheus::Family<prometheus::Counter>* exchange_runs_;
+  prometheus::Family<prometheus::Counter>* plan_misses_;
+  void RegisterExchangeFamilies();
 };
 
 }  // namespace kmpc::kdc

@@ -187,14 +187,13 @@ cleanup:
     return ret;
 }
 
+/* After a call that queued jobs (ret 0) or failed (ret, msg): the error
+ * message, or the kick that sends the queued jobs once the current
+ * callback is done. */
 static krb5_error_code
-kmpc_submit(krb5_context context, krb5_kdcmpc_moddata data,
-            const krb5_kdcmpc_job *job, krb5_kdcmpc_done_fn done, void *arg)
+kmpc_queued(krb5_context context, krb5_kdcmpc_moddata data,
+            krb5_error_code ret, char *msg)
 {
-    krb5_error_code ret;
-    char *msg = NULL;
-
-    ret = kmpc_core_submit(data->core, job, done, arg, &msg);
     if (ret) {
         krb5_set_error_message(context, ret, "%s",
                                msg != NULL ? msg : "kdcmpc: submit failed");
@@ -210,6 +209,47 @@ kmpc_submit(krb5_context context, krb5_kdcmpc_moddata data,
     return ret;
 }
 
+static krb5_error_code
+kmpc_submit(krb5_context context, krb5_kdcmpc_moddata data,
+            const krb5_kdcmpc_job *job, krb5_kdcmpc_done_fn done, void *arg)
+{
+    char *msg = NULL;
+    krb5_error_code ret = kmpc_core_submit(data->core, job, done, arg, &msg);
+
+    return kmpc_queued(context, data, ret, msg);
+}
+
+/* Minor version 2: the exchange plan (core.h, planner.h). */
+static krb5_error_code
+kmpc_begin(krb5_context context, krb5_kdcmpc_moddata data,
+           const krb5_kdcmpc_plan *plan, krb5_kdcmpc_exchange *exch_out)
+{
+    char *msg = NULL;
+    krb5_error_code ret = kmpc_core_begin(data->core, plan, exch_out, &msg);
+
+    return kmpc_queued(context, data, ret, msg);
+}
+
+static krb5_error_code
+kmpc_submit_item(krb5_context context, krb5_kdcmpc_moddata data,
+                 krb5_kdcmpc_exchange exch, int item,
+                 const krb5_kdcmpc_job *job, krb5_kdcmpc_done_fn done,
+                 void *arg)
+{
+    char *msg = NULL;
+    krb5_error_code ret = kmpc_core_submit_item(data->core, exch, item, job,
+                                                done, arg, &msg);
+
+    return kmpc_queued(context, data, ret, msg);
+}
+
+static void
+kmpc_end(krb5_context context, krb5_kdcmpc_moddata data,
+         krb5_kdcmpc_exchange exch)
+{
+    kmpc_core_end(data->core, exch);
+}
+
 krb5_error_code
 kdcmpc_kmpc_initvt(krb5_context context, int maj_ver, int min_ver,
                    krb5_plugin_vtable vtable)
@@ -223,5 +263,12 @@ kdcmpc_kmpc_initvt(krb5_context context, int maj_ver, int min_ver,
     vt->init = kmpc_init;
     vt->fini = kmpc_fini;
     vt->submit = kmpc_submit;
+    /* A KDC of minor version 1 submits bare jobs, served by the
+     * speculator (speculator.h) until the KDC states plans. */
+    if (min_ver < 2)
+        return 0;
+    vt->begin = kmpc_begin;
+    vt->submit_item = kmpc_submit_item;
+    vt->end = kmpc_end;
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -107,6 +108,39 @@ char* Dup(const std::string& s) {
   return p;
 }
 
+}  // namespace
+
+// The core's Job of a kdcmpc job; 0, or an error code with *msg_out set.
+krb5_error_code JobOfC(const krb5_kdcmpc_job* job, krb5_kdcmpc_done_fn done,
+                       Job* out, char** msg_out) {
+  if (job == nullptr || job->key_id == nullptr || done == nullptr ||
+      (job->input.length > 0 && job->input.data == nullptr) ||
+      (job->checksum.length > 0 && job->checksum.data == nullptr)) {
+    *msg_out = Dup("kdcmpc: malformed job");
+    return EINVAL;
+  }
+  out->cipher = CipherOfEnctype(job->enctype);
+  if (out->cipher == kmpc::v1::CIPHER_UNSPECIFIED) {
+    *msg_out = Dup("kdcmpc: not an MPC enctype");
+    return KRB5_BAD_ENCTYPE;
+  }
+  out->type = JobTypeOf(job->type);
+  if (out->type == kmpc::v1::JOB_TYPE_UNSPECIFIED) {
+    *msg_out = Dup("kdcmpc: unknown job type");
+    return EINVAL;
+  }
+  out->key_id.assign(reinterpret_cast<const char*>(job->key_id),
+                     KRB5_KDCMPC_KEY_ID_LEN);
+  out->usage = static_cast<uint32_t>(job->usage);
+  const uint8_t* in = reinterpret_cast<const uint8_t*>(job->input.data);
+  out->input.assign(in, in + job->input.length);
+  if (job->checksum.length > 0)
+    out->checksum.assign(job->checksum.data, job->checksum.length);
+  return 0;
+}
+
+namespace {
+
 // Collects results and log lines from any thread; wakes the loop through
 // the eventfd.
 class LoopSink : public Sink {
@@ -183,6 +217,12 @@ class LoopSink : public Sink {
 
 using kmpc::kdc::KrbErrorFromStatus;
 
+// An exchange of kdcmpc minor version 2 (opaque to the KDC).
+struct krb5_kdcmpc_exchange_st {
+  uint64_t id = 0;
+  bool failed = false;  // a job of it completed with an error
+};
+
 struct kmpc_core {
   int efd = -1;
   std::unique_ptr<kmpc::kdc::LoopSink> sink;
@@ -192,9 +232,16 @@ struct kmpc_core {
   // One per cluster (options.h), in order.
   std::vector<std::unique_ptr<kmpc::kdc::GrpcTransport>> transports;
   std::unique_ptr<kmpc::kdc::Router> router;
-  // Touched only on the KDC's event loop thread (submit and next).
-  std::unordered_map<uint64_t, std::pair<krb5_kdcmpc_done_fn, void*>> pending;
+  // Touched only on the KDC's event loop thread (submit and next): each
+  // job's callback, and its exchange (minor version 2) or null.
+  struct Waiting {
+    krb5_kdcmpc_done_fn done;
+    void* arg;
+    krb5_kdcmpc_exchange exchange;
+  };
+  std::unordered_map<uint64_t, Waiting> pending;
   uint64_t next_token = 1;
+  uint64_t next_exchange = 1;
   bool kick = false;
   bool kick_failure_logged = false;  // kmpc_core_arm_kick
 
@@ -344,30 +391,9 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
                                             void* arg, char** msg_out) {
   *msg_out = nullptr;
   try {
-    if (job == nullptr || job->key_id == nullptr || done == nullptr ||
-        (job->input.length > 0 && job->input.data == nullptr) ||
-        (job->checksum.length > 0 && job->checksum.data == nullptr)) {
-      *msg_out = kmpc::kdc::Dup("kdcmpc: malformed job");
-      return EINVAL;
-    }
     kmpc::kdc::Job j;
-    j.cipher = kmpc::kdc::CipherOfEnctype(job->enctype);
-    if (j.cipher == kmpc::v1::CIPHER_UNSPECIFIED) {
-      *msg_out = kmpc::kdc::Dup("kdcmpc: not an MPC enctype");
-      return KRB5_BAD_ENCTYPE;
-    }
-    j.type = kmpc::kdc::JobTypeOf(job->type);
-    if (j.type == kmpc::v1::JOB_TYPE_UNSPECIFIED) {
-      *msg_out = kmpc::kdc::Dup("kdcmpc: unknown job type");
-      return EINVAL;
-    }
-    j.key_id.assign(reinterpret_cast<const char*>(job->key_id),
-                    KRB5_KDCMPC_KEY_ID_LEN);
-    j.usage = static_cast<uint32_t>(job->usage);
-    const uint8_t* in = reinterpret_cast<const uint8_t*>(job->input.data);
-    j.input.assign(in, in + job->input.length);
-    if (job->checksum.length > 0)
-      j.checksum.assign(job->checksum.data, job->checksum.length);
+    if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
+      return ret;
     uint64_t token = core->next_token++;
     absl::Status st = core->router->Submit(token, std::move(j));
     if (!st.ok()) {
@@ -375,7 +401,7 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
       *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
       return KrbErrorFromStatus(st);
     }
-    core->pending.emplace(token, std::make_pair(done, arg));
+    core->pending.emplace(token, kmpc_core::Waiting{done, arg, nullptr});
     return 0;
   } catch (const std::bad_alloc&) {
     return ENOMEM;
@@ -383,6 +409,140 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
     *msg_out = kmpc::kdc::Dup("kdcmpc: internal error");
     return KRB5_CRYPTO_INTERNAL;
   }
+}
+
+namespace kmpc::kdc {
+namespace {
+
+// The core's plan of a kdcmpc plan, and the jobs of its items given now
+// (tokens not yet assigned). What the core does not serve yet is refused:
+// FAST, CBC-CTS enctypes (the cipher check), the splice.
+absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
+                     std::vector<ItemJob>* given) {
+  if (in == nullptr || in->n_items < 1 || in->n_items > kMaxPlanItems ||
+      in->items == nullptr)
+    return absl::InvalidArgumentError("a plan has 1 to 16 items");
+  if (in->kind < KRB5_KDCMPC_EXCH_AS || in->kind > KRB5_KDCMPC_EXCH_S4U2PROXY ||
+      in->kind == KRB5_KDCMPC_EXCH_AS_FAST)
+    return absl::InvalidArgumentError(
+        "unknown exchange kind, or FAST (not served by this module yet)");
+  out->kind = static_cast<ExchangeKind>(in->kind);
+  for (size_t i = 0; i < in->n_items; ++i) {
+    const krb5_kdcmpc_item& it = in->items[i];
+    PlanItem p;
+    p.role = static_cast<Role>(it.role);
+    p.type = JobTypeOf(it.type);
+    p.cipher = CipherOfEnctype(it.enctype);
+    if (it.key_id == nullptr || p.cipher == kmpc::v1::CIPHER_UNSPECIFIED ||
+        it.splice_from != KRB5_KDCMPC_NO_ITEM ||
+        (it.ctr0.length > 0 && it.ctr0.data == nullptr))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan item ", i, ": no key id, not an MPC enctype, or a splice"));
+    p.key_id.assign(reinterpret_cast<const char*>(it.key_id), KRB5_KDCMPC_KEY_ID_LEN);
+    p.usage = static_cast<uint32_t>(it.usage);
+    p.flags = it.flags;
+    p.length = it.length;
+    p.gate = (it.flags & KRB5_KDCMPC_ITEM_GATED) ? it.gate : -1;
+    p.ticket = it.ticket;
+    p.ctr0.assign(it.ctr0.data != nullptr ? it.ctr0.data : "", it.ctr0.length);
+    p.given = it.input.length > 0;
+    if (p.given) {
+      krb5_kdcmpc_job job = {it.type, it.enctype, it.key_id, it.usage,
+                             it.input, it.checksum};
+      ItemJob g;
+      g.item = static_cast<int>(i);
+      char* msg = nullptr;
+      if (JobOfC(&job, it.done, &g.job, &msg) != 0) {
+        const std::string why = msg != nullptr ? msg : "kdcmpc: malformed job";
+        free(msg);
+        return absl::InvalidArgumentError(absl::StrCat("plan item ", i, ": ", why));
+      }
+      given->push_back(std::move(g));
+    }
+    out->items.push_back(std::move(p));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kmpc::kdc
+
+extern "C" krb5_error_code kmpc_core_begin(kmpc_core* core,
+                                           const krb5_kdcmpc_plan* plan,
+                                           krb5_kdcmpc_exchange* exch_out,
+                                           char** msg_out) {
+  *exch_out = nullptr;
+  *msg_out = nullptr;
+  try {
+    kmpc::kdc::Plan p;
+    std::vector<kmpc::kdc::ItemJob> given;
+    absl::Status st = kmpc::kdc::PlanOfC(plan, &p, &given);
+    auto x = std::make_unique<krb5_kdcmpc_exchange_st>();
+    x->id = core->next_exchange++;
+    std::vector<std::pair<uint64_t, int>> tokens;  // (token, item)
+    for (kmpc::kdc::ItemJob& g : given) {
+      g.token = core->next_token++;
+      tokens.emplace_back(g.token, g.item);
+    }
+    if (st.ok()) st = core->router->Begin(x->id, std::move(p), std::move(given));
+    if (!st.ok()) {
+      core->metrics->JobRefused(st);
+      *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
+      return KrbErrorFromStatus(st);
+    }
+    for (const auto& [token, item] : tokens)
+      core->pending.emplace(token, kmpc_core::Waiting{plan->items[item].done,
+                                                      plan->items[item].arg, x.get()});
+    *exch_out = x.release();
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  } catch (...) {
+    *msg_out = kmpc::kdc::Dup("kdcmpc: internal error");
+    return KRB5_CRYPTO_INTERNAL;
+  }
+}
+
+extern "C" krb5_error_code kmpc_core_submit_item(kmpc_core* core,
+                                                 krb5_kdcmpc_exchange exch,
+                                                 int item,
+                                                 const krb5_kdcmpc_job* job,
+                                                 krb5_kdcmpc_done_fn done,
+                                                 void* arg, char** msg_out) {
+  *msg_out = nullptr;
+  try {
+    if (exch == nullptr) {
+      *msg_out = kmpc::kdc::Dup("kdcmpc: no exchange");
+      return EINVAL;
+    }
+    kmpc::kdc::Job j;
+    if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
+      return ret;
+    const uint64_t token = core->next_token++;
+    absl::Status st = core->router->SubmitItem(exch->id, item, token, std::move(j));
+    if (!st.ok()) {
+      core->metrics->JobRefused(st);
+      *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
+      return KrbErrorFromStatus(st);
+    }
+    core->pending.emplace(token, kmpc_core::Waiting{done, arg, exch});
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  } catch (...) {
+    *msg_out = kmpc::kdc::Dup("kdcmpc: internal error");
+    return KRB5_CRYPTO_INTERNAL;
+  }
+}
+
+extern "C" void kmpc_core_end(kmpc_core* core, krb5_kdcmpc_exchange exch) {
+  if (exch == nullptr) return;
+  try {
+    std::optional<kmpc::kdc::ExchangeRecord> r = core->router->End(exch->id);
+    if (r) core->metrics->ExchangeEnded(*r, !exch->failed);
+  } catch (...) {
+  }
+  delete exch;
 }
 
 extern "C" void kmpc_core_ack(kmpc_core* core) {
@@ -452,8 +612,10 @@ extern "C" int kmpc_core_next(kmpc_core* core, kmpc_completion* out) {
       if (!core->sink->NextResult(&r)) return 0;
       auto it = core->pending.find(r.token);
       if (it == core->pending.end()) continue;  // never twice
-      out->done = it->second.first;
-      out->arg = it->second.second;
+      out->done = it->second.done;
+      out->arg = it->second.arg;
+      if (it->second.exchange != nullptr && !r.status.ok())
+        it->second.exchange->failed = true;
       core->pending.erase(it);
       core->metrics->JobDone(r.status);
       break;

@@ -148,6 +148,92 @@ absl::Status Router::Submit(uint64_t token, Job job) {
   return st;
 }
 
+// Under mu_: registers a copy of `job` for a retry elsewhere (2+ clusters).
+void Router::Register(uint64_t token, const Job& job, absl::Time now, int c) {
+  if (transports_.size() == 1) return;
+  Pending& p = pending_[token];
+  p.job = job;
+  p.submitted = now;
+  p.tried = 1u << c;
+}
+
+// Under mu_: forgets jobs the batcher refused.
+void Router::Unregister(const std::vector<uint64_t>& tokens, int c) {
+  for (uint64_t t : tokens) {
+    pending_.erase(t);
+    if (probe_[c] == t) probe_[c] = 0;
+  }
+}
+
+absl::Status Router::Begin(uint64_t id, Plan plan, std::vector<ItemJob> given) {
+  const absl::Time now = absl::Now();
+  std::vector<uint64_t> tokens;
+  int c = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_)
+      return absl::UnavailableError("the kdcmpc module is shutting down");
+    if (pinned_.count(id))
+      return absl::InvalidArgumentError("the exchange was begun already");
+    if (transports_.size() > 1) c = Pick(0, now, given.empty() ? 0 : given[0].token);
+    for (const ItemJob& g : given) {
+      tokens.push_back(g.token);
+      Register(g.token, g.job, now, c);  // before the batcher has it
+    }
+    pinned_[id] = c;
+  }
+  absl::Status st = batchers_[c]->Begin(id, std::move(plan), std::move(given));
+  if (!st.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    Unregister(tokens, c);
+    pinned_.erase(id);
+  }
+  return st;
+}
+
+absl::Status Router::SubmitItem(uint64_t id, int item, uint64_t token, Job job) {
+  const absl::Time now = absl::Now();
+  int c, to;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_)
+      return absl::UnavailableError("the kdcmpc module is shutting down");
+    auto it = pinned_.find(id);
+    if (it == pinned_.end())
+      return absl::InvalidArgumentError("no such exchange (begin, or ended)");
+    c = to = it->second;
+    if (transports_.size() > 1 && (failures_[c] != 0 || down_until_[c] > now)) {
+      const int d = Pick(1u << c, now, token);
+      if (d >= 0) to = d;
+    }
+    Register(token, job, now, to);
+  }
+  absl::Status st;
+  if (to == c) {
+    st = batchers_[c]->SubmitItem(id, item, token, std::move(job));
+  } else {
+    batchers_[c]->CountMiss(id, item, Miss::kFailover);
+    st = batchers_[to]->Submit(token, std::move(job));
+  }
+  if (!st.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    Unregister({token}, to);
+  }
+  return st;
+}
+
+std::optional<ExchangeRecord> Router::End(uint64_t id) {
+  int c;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = pinned_.find(id);
+    if (it == pinned_.end()) return std::nullopt;
+    c = it->second;
+    pinned_.erase(it);
+  }
+  return batchers_[c]->End(id);
+}
+
 void Router::OnResult(size_t cluster, Result r) {
   const bool cluster_failure = ClusterFailure(r.status);
   if (IsDeviation(r.status)) LogDeviation(cluster, r.status);
@@ -282,6 +368,7 @@ void Router::Stop() {
   for (auto& b : batchers_) b->Stop();
   std::lock_guard<std::mutex> l(mu_);
   pending_.clear();  // SecureBytes wipe themselves
+  pinned_.clear();
   retries_.clear();
 }
 

@@ -67,6 +67,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -99,6 +100,15 @@ class Router {
 
   // As Batcher::Submit; the job goes to a healthy cluster.
   absl::Status Submit(uint64_t token, Job job);
+  // Planned exchanges (Batcher::Begin, SubmitItem, End), pinned to one
+  // cluster: Begin picks it as Submit would, because the exchange's
+  // prepared keystreams and pads live on its servers, and every later
+  // item goes there. An item whose pinned cluster failed since goes where
+  // a new job would, as an ordinary job (a miss: failover). Given items
+  // fail over as Submit's jobs do.
+  absl::Status Begin(uint64_t id, Plan plan, std::vector<ItemJob> given);
+  absl::Status SubmitItem(uint64_t id, int item, uint64_t token, Job job);
+  std::optional<ExchangeRecord> End(uint64_t id);
   void SubmitterIdle();
   // Stops every batcher and the retry thread; nothing reaches the sink
   // once it returned.
@@ -120,6 +130,8 @@ class Router {
   };
 
   void OnResult(size_t cluster, Result r);
+  void Register(uint64_t token, const Job& job, absl::Time now, int c);
+  void Unregister(const std::vector<uint64_t>& tokens, int c);
   // The cluster for job `token`, not tried on the clusters in `tried`:
   // the first healthy one (or a cluster that failed before and whose
   // down time is over, with no probe in flight: this job becomes its
@@ -150,6 +162,7 @@ class Router {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::unordered_map<uint64_t, Pending> pending_;  // only with 2+ clusters
+  std::unordered_map<uint64_t, int> pinned_;       // exchange -> cluster
   std::deque<Retry> retries_;
   std::vector<absl::Time> down_until_;
   std::vector<int> failures_;      // cluster failures in a row

@@ -32,8 +32,6 @@ constexpr size_t kStarttimeBytes = 2 + 2 + 15 + 2;
 constexpr size_t kExchangesLearnt = 16;
 // Plaintexts longer than this are not speculated on, nor learnt from.
 constexpr size_t kMaxSpeculatedBytes = 2048;
-// Budget tokens given back per second (class comment).
-constexpr double kBudgetRefillPerSec = 32;
 // Lengths learnt from the last this many ENCRYPT jobs of a usage.
 constexpr size_t kLengthsLearnt = 64;
 
@@ -89,30 +87,6 @@ size_t LongestBytes(const std::deque<size_t>& l) {
   return WithStarttime(m);
 }
 
-// A speculative job taken along in `cause`'s group: an ENCRYPT of `length`
-// plaintext bytes (only the length is sent) or a PAD for messages of up to
-// `length` bytes. `refund`: the share of its group's token it gives back
-// when used.
-PendingJob SpeculativeJob(const PendingJob& cause, double refund,
-                          pb::JobType type, const std::string& key_id,
-                          pb::Cipher cipher, uint32_t usage, size_t length) {
-  PendingJob x;
-  x.speculative = true;
-  x.group = cause.group;
-  x.refund = refund;
-  x.job.type = type;
-  x.job.key_id = key_id;
-  x.job.cipher = cipher;
-  x.job.usage = usage;
-  if (type == pb::JOB_PAD)
-    x.job.pad_length = static_cast<uint32_t>(length);
-  else
-    x.job.input.assign(length, 0);
-  x.blocks = JobCost(x.job);
-  x.enqueued = cause.enqueued;
-  return x;
-}
-
 // A PAC ([MS-PAC] 2.3 PACTYPE: cBuffers, Version 0, then cBuffers
 // 16-byte PAC_INFO_BUFFERs): the message of a PAC server signature (MIT
 // pac_sign.c, the PAC with both signature values zeroed). The other
@@ -139,16 +113,6 @@ size_t PerExchange(double sum, double oks) {
 }
 
 }  // namespace
-
-bool Budget::Take(absl::Time now) {
-  // A wall-clock step backwards refills nothing (and takes nothing).
-  const double dt = std::max(0.0, absl::ToDoubleSeconds(now - at));
-  if (at != absl::Time()) tokens = std::min(burst, tokens + per_sec * dt);
-  at = now;
-  if (tokens < 1) return false;
-  tokens -= 1;
-  return true;
-}
 
 Speculator::Speculator(const BatcherOptions& options)
     : options_(options),
@@ -353,14 +317,11 @@ void Speculator::MaybeRenewal(PendingJob* d,
 bool Speculator::UsePad(PendingJob* q) {
   HeldKeystream pad;
   if (!TakePad(*q, &pad)) return false;
-  q->output.assign(pad.ctr0.begin(), pad.ctr0.end());
-  q->sign = true;
-  q->run_batch_id = std::move(pad.run_batch_id);
-  q->run_job_id = pad.run_job_id;
-  q->blocks = 0;  // no AES work left
   pad_tokens_.GiveBack(pad.refund);
   ++pads_used_;
-  MaybeChain(q, pad);
+  const uint32_t pad_length = pad.pad_length;
+  SignWith(q, std::move(pad));
+  MaybeChain(q, pad_length);
   return true;
 }
 
@@ -372,10 +333,10 @@ bool Speculator::UsePad(PendingJob* q) {
 // its ticket keystream (the PAC of the ticket encrypted with it is signed
 // at its counter, which that ticket's TGS-REQ names for verification), and
 // a chain would leave that keystream without it.
-void Speculator::MaybeChain(PendingJob* q, const HeldKeystream& pad) {
+void Speculator::MaybeChain(PendingJob* q, uint32_t pad_length) {
   const Job& j = q->job;
   if (!options_.chain_signatures || !IsPac(j.input) ||
-      contract::CeilBlocks(j.input.size()) + 4 > contract::PadPowers(pad.pad_length))
+      !ChainFits(j.input.size(), pad_length))
     return;
   auto fits = [&](const HeldKeystream& h) { return h.expires > q->enqueued; };
   HeldKeystream second;
@@ -457,11 +418,7 @@ bool Speculator::UseVerifyPad(PendingJob* q) {
     return false;
   HeldKeystream pad;
   held_verify_.Take(j.key_id, j.usage, j.cipher, ctr0, &pad);
-  q->output.assign(pad.ctr0.begin(), pad.ctr0.end());
-  q->sign = true;
-  q->run_batch_id = std::move(pad.run_batch_id);
-  q->run_job_id = pad.run_job_id;
-  q->blocks = 0;
+  SignWith(q, std::move(pad));
   ++verify_pads_used_;
   return true;
 }
@@ -481,15 +438,8 @@ bool Speculator::UseReserved(PendingJob* q) {
       continue;
     HeldKeystream ks = std::move(it->second);
     reserved_.erase(it);
-    q->output.resize(contract::kCiphertextOverhead + len);
-    std::copy(ks.ctr0.begin(), ks.ctr0.end(), q->output.begin());
-    uint8_t* c = q->output.data() + contract::kCtr0Size;
-    for (size_t b = 0; b < len; ++b) c[b] = j.input[b] ^ ks.keystream[b];
-    q->finalize_only = true;
-    q->run_batch_id = std::move(ks.run_batch_id);
-    q->run_job_id = ks.run_job_id;
-    q->blocks = 0;
     tokens_.GiveBack(ks.refund);
+    FinalizeWith(q, std::move(ks));
     ++used_;
     return true;
   }
@@ -532,15 +482,8 @@ bool Speculator::UseHeld(PendingJob* q) {
           &k))
     return false;
   if (j.usage == kUsageTicket) Unlink(k);
-  q->output.resize(contract::kCiphertextOverhead + len);
-  std::copy(k.ctr0.begin(), k.ctr0.end(), q->output.begin());
-  uint8_t* c = q->output.data() + contract::kCtr0Size;
-  for (size_t b = 0; b < len; ++b) c[b] = j.input[b] ^ k.keystream[b];
-  q->finalize_only = true;
-  q->run_batch_id = std::move(k.run_batch_id);
-  q->run_job_id = k.run_job_id;
-  q->blocks = 0;  // no AES work left
   tokens_.GiveBack(k.refund);
+  FinalizeWith(q, std::move(k));
   ++used_;
   return true;
 }

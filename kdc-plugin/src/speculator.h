@@ -89,55 +89,9 @@
 #include "absl/time/time.h"
 #include "batcher.h"
 #include "job.h"
+#include "prepared.h"
 
 namespace kmpc::kdc {
-
-// How long a verification pad is held (at most speculate_ttl): its
-// VERIFY follows its TGT's DECRYPT within the same exchange, and one drawn
-// for a TGT whose signature is not at the linked counter (an older ticket)
-// is never used, so it must not take the room of keystreams for long.
-inline constexpr absl::Duration kVerifyPadTtl = absl::Seconds(1);
-
-// How long a chained signature's second tag is kept for its CHECKSUM: the
-// KDC submits it as soon as the first signature is delivered.
-inline constexpr absl::Duration kChainedTtl = absl::Seconds(1);
-
-// A chained signature's second checksum (sig_2 = ctr0_2 || tag_2), kept
-// for the CHECKSUM whose message is sig_1 = ctr0_1 || tag_1 (speculator.h
-// "Chained signatures"). Public once its ticket is issued; SecureBytes
-// anyway, wiped when it goes.
-struct ChainedSignature {
-  std::string key_id;
-  kmpc::v1::Cipher cipher = kmpc::v1::CIPHER_UNSPECIFIED;
-  uint32_t usage = 0;
-  SecureBytes message;   // sig_1
-  SecureBytes checksum;  // sig_2
-  absl::Time expires;
-};
-
-// A speculative keystream waiting for its ENCRYPT job, or (pad) a pad
-// waiting for its CHECKSUM.
-struct HeldKeystream {
-  bool pad = false;
-  // A verification pad (kmpc.proto JOB_PAD with a counter): it verifies
-  // the one signature whose ctr0 is its own, never signs.
-  bool verify = false;
-  // A linked signing pad (Job.pad_after): the ctr0 of its ticket keystream
-  // (the pad's ctr0 is that + kLinkedPadOffset); empty otherwise.
-  std::string linked_ctr0;
-  uint32_t pad_length = 0;  // pad: the longest message it may sign
-  double refund = 0;        // budget tokens its use gives back
-  std::string key_id;
-  // The cipher it was made under: only an ENCRYPT of the same key id and
-  // cipher may use it (its FINALIZE runs under the Run's state).
-  kmpc::v1::Cipher cipher = kmpc::v1::CIPHER_UNSPECIFIED;
-  uint32_t usage = 0;
-  std::string run_batch_id;  // the Run that made it (the servers' state)
-  uint64_t run_job_id = 0;
-  std::string ctr0;
-  SecureBytes keystream;  // empty for a pad (the servers keep it)
-  absl::Time expires;
-};
 
 // Held keystreams or pads in the order they were held (their Runs': i.e.
 // almost of expiry), indexed by what a job must match to use one (key id,
@@ -261,14 +215,6 @@ bool HeldList::TakeNewest(const std::string& key_id, uint32_t usage,
   return false;
 }
 
-// A token bucket: `burst` tokens at most, refilled at `per_sec`.
-struct Budget {
-  double tokens, burst, per_sec;
-  absl::Time at;
-  bool Take(absl::Time now);
-  void GiveBack(double t) { tokens = std::min(burst, tokens + t); }
-};
-
 class Speculator {
  public:
   explicit Speculator(const BatcherOptions& options);
@@ -322,7 +268,7 @@ class Speculator {
   void StartExchange(int kind);
   void LearnSignature(const Job& job);
   bool UsePad(PendingJob* job);
-  void MaybeChain(PendingJob* job, const HeldKeystream& pad);
+  void MaybeChain(PendingJob* job, uint32_t pad_length);
   bool UseChained(PendingJob* job);
   bool TakePad(const PendingJob& q, HeldKeystream* pad);
   bool UseVerifyPad(PendingJob* job);

@@ -54,6 +54,7 @@ class RecordingHost : public StepHost {
   void FinalizeOnlyRerun(size_t) override {}
   void PadsWasted(size_t) override {}
   void ExchangeOk(int) override {}
+  void GateVerified(uint64_t) override {}
   void SignRerun(size_t) override {}
   void SignAnswersFailed(size_t) override {}
   void VerifyDisagreed() override {}

@@ -1,6 +1,8 @@
 #include "fake_cluster.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -248,6 +250,7 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
   std::vector<std::array<Values, 3>> values(req.jobs_size());
   if (batch_blocks > contract::kMaxBatchBlocks)
     return Refused(pb::BATCH_TOO_LARGE, "too many AES blocks");
+  std::set<std::pair<uint64_t, uint32_t>> linked_slots;  // (pad_after, slot)
   for (int k = 0; k < req.jobs_size(); ++k) {
     const pb::Job& j = req.jobs(k);
     std::array<pb::JobResult*, 3> r;
@@ -354,12 +357,21 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
       }
       case pb::JOB_PAD: {
         // As the contract: a verification pad at its given counter, a
-        // linked pad at its ENCRYPT's ctr0 + 2^17, else a fresh one.
+        // linked pad at its ENCRYPT's ctr0 + 2^17 + slot (one pad per
+        // slot), else a fresh one.
         std::string ctr0 = zero_ctr0_ ? std::string(16, '\0') : Random(16);
         if (!j.checksum().empty()) ctr0 = j.checksum();
+        if (j.has_pad_after()
+                ? j.pad_slot() >= contract::kPadSlots ||
+                      !linked_slots.insert({j.pad_after(), j.pad_slot()}).second
+                : j.pad_slot() != 0) {
+          FailJob(r, pb::JOB_MALFORMED, "pad_slot out of range, taken or unlinked");
+          break;
+        }
         if (j.has_pad_after()) {
           auto e = enc_.find({req.batch_id(), j.pad_after()});
-          if (e == enc_.end() || !contract::LinkedPadCtr0(e->second.ctr0, &ctr0)) {
+          if (e == enc_.end() ||
+              !contract::LinkedPadCtr0(e->second.ctr0, j.pad_slot(), &ctr0)) {
             FailJob(r, pb::JOB_WITHHELD, "the ENCRYPT this pad is linked to failed");
             break;
           }

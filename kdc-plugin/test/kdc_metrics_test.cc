@@ -57,5 +57,29 @@ TEST(KdcMetricsTest, CountsAndRenders) {
   EXPECT_FALSE(absl::StrContains(m.Render(), "kmpc_kdc_queue_jobs"));
 }
 
+// A planned exchange's end: one exchange, its Runs, its misses by role
+// and reason, under its kind and result.
+TEST(KdcMetricsTest, CountsExchangesTheirRunsAndMisses) {
+  KdcMetrics m;
+  ExchangeRecord ok;
+  ok.kind = ExchangeKind::kRenew;
+  ok.runs = 1;
+  m.ExchangeEnded(ok, true);
+  m.ExchangeEnded(ok, true);
+  ExchangeRecord missed;
+  missed.kind = ExchangeKind::kTgs;
+  missed.runs = 2;
+  missed.misses = {{Role::kTicket, Miss::kBound}};
+  m.ExchangeEnded(missed, false);
+  const std::string text = m.Render();
+  for (const char* want :
+       {"kmpc_kdc_exchanges_total{exchange=\"renew\",result=\"ok\"} 2\n",
+        "kmpc_kdc_exchange_runs_total{exchange=\"renew\",result=\"ok\"} 2\n",
+        "kmpc_kdc_exchanges_total{exchange=\"tgs\",result=\"failed\"} 1\n",
+        "kmpc_kdc_exchange_runs_total{exchange=\"tgs\",result=\"failed\"} 2\n",
+        "kmpc_kdc_plan_misses_total{exchange=\"tgs\",reason=\"bound\",role=\"ticket\"} 1\n"})
+    EXPECT_TRUE(absl::StrContains(text, want)) << want << text;
+}
+
 }  // namespace
 }  // namespace kmpc::kdc

@@ -1,5 +1,5 @@
 // kmpc_kdc.c, the kdcmpc module's C entry, as krb5kdc drives it: the
-// vtable (interface version 1 only), init's refusals with the core's message
+// vtable (major version 1; minor 2 adds the exchange plan), init's refusals with the core's message
 // in the krb5 context and no module data, the process made non-dumpable, the
 // ready line in the KDC log, submit's refusals with their message, and a job
 // completed through the verto loop with its krb5 error and message, done
@@ -154,6 +154,78 @@ TEST_F(KmpcKdcTest, OnlyInterfaceVersionOneIsServed) {
   EXPECT_NE(vt_.init, nullptr);
   EXPECT_NE(vt_.fini, nullptr);
   EXPECT_NE(vt_.submit, nullptr);
+}
+
+// A KDC that asks for minor version 1 gets submit only; one that asks for 2
+// gets the exchange plan's begin, submit_item and end too.
+TEST_F(KmpcKdcTest, MinorVersionTwoAddsTheExchangePlan) {
+  EXPECT_EQ(vt_.begin, nullptr);
+  krb5_kdcmpc_vtable_st one{};
+  ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 1, reinterpret_cast<krb5_plugin_vtable>(&one)), 0);
+  EXPECT_NE(one.submit, nullptr);
+  EXPECT_EQ(one.begin, nullptr);
+  EXPECT_EQ(one.submit_item, nullptr);
+  EXPECT_EQ(one.end, nullptr);
+  krb5_kdcmpc_vtable_st two{};
+  ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 2, reinterpret_cast<krb5_plugin_vtable>(&two)), 0);
+  EXPECT_NE(two.submit, nullptr);
+  EXPECT_NE(two.begin, nullptr);
+  EXPECT_NE(two.submit_item, nullptr);
+  EXPECT_NE(two.end, nullptr);
+}
+
+// A renewal's plan through the C entry: refusals (FAST, a role's wrong
+// usage, a job that is not its item's) with their message; the given
+// ticket completes through the loop (here: the cluster is unreachable) and
+// end takes the exchange back.
+TEST_F(KmpcKdcTest, PlansAreCheckedAndTheirGivenItemsCompleteThroughTheLoop) {
+  krb5_kdcmpc_vtable_st vt{};
+  ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 2, reinterpret_cast<krb5_plugin_vtable>(&vt)), 0);
+  ASSERT_EQ(Init(UnreachableCluster()), 0) << Message(0);
+  char ct[80] = {0};
+  ct[15] = 1;
+  krb5_kdcmpc_item items[2] = {};
+  items[0].role = KRB5_KDCMPC_ROLE_HEADER_TICKET;
+  items[0].type = KRB5_KDCMPC_DECRYPT;
+  items[0].enctype = KRB5_KDCMPC_ENCTYPE_AES256;
+  items[0].key_id = key_id_;
+  items[0].usage = 2;
+  items[0].flags = KRB5_KDCMPC_ITEM_EXACT;
+  items[0].length = sizeof(ct);
+  items[0].gate = items[0].ticket = items[0].splice_from = KRB5_KDCMPC_NO_ITEM;
+  items[0].input = krb5_data{KV5M_DATA, sizeof(ct), ct};
+  items[0].done = OnDone;
+  items[0].arg = &done_;
+  items[1] = items[0];
+  items[1].role = KRB5_KDCMPC_ROLE_TICKET;
+  items[1].type = KRB5_KDCMPC_ENCRYPT;
+  items[1].flags = KRB5_KDCMPC_ITEM_GATED;
+  items[1].gate = 0;
+  items[1].length = 600;
+  items[1].input = krb5_data{KV5M_DATA, 0, nullptr};
+  items[1].done = nullptr;
+  krb5_kdcmpc_plan plan = {KRB5_KDCMPC_EXCH_AS_FAST, 2, items};
+  krb5_kdcmpc_exchange x = nullptr;
+  EXPECT_EQ(vt.begin(ctx_, data_, &plan, &x), EINVAL);
+  EXPECT_TRUE(absl::StrContains(Message(EINVAL), "FAST")) << Message(EINVAL);
+  plan.kind = KRB5_KDCMPC_EXCH_RENEW;
+  items[1].usage = 3;
+  EXPECT_EQ(vt.begin(ctx_, data_, &plan, &x), EINVAL);
+  EXPECT_TRUE(absl::StrContains(Message(EINVAL), "usage")) << Message(EINVAL);
+  EXPECT_EQ(x, nullptr);
+  items[1].usage = 2;
+  ASSERT_EQ(vt.begin(ctx_, data_, &plan, &x), 0) << Message(0);
+  ASSERT_NE(x, nullptr);
+  krb5_kdcmpc_job wrong = Encrypt();
+  wrong.usage = 3;
+  Done other;
+  EXPECT_EQ(vt.submit_item(ctx_, data_, x, 1, &wrong, OnDone, &other), EINVAL);
+  EXPECT_EQ(vt.submit_item(ctx_, data_, x, 7, &wrong, OnDone, &other), EINVAL);
+  RunLoopUntilDone();
+  ASSERT_EQ(done_.calls, 1) << "no completion within 10 s";
+  EXPECT_EQ(done_.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+  EXPECT_EQ(other.calls, 0);
+  vt.end(ctx_, data_, x);
 }
 
 TEST_F(KmpcKdcTest, InitRefusesBadOptionsWithTheCoresMessage) {

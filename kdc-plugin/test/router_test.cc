@@ -52,6 +52,57 @@ class RouterTest : public ::testing::Test {
   CollectingSink sink_;
 };
 
+// A planned exchange stays on the cluster its Begin went to (its prepared
+// keystream lives there); once that cluster has failed, a later item runs
+// as an ordinary job on the other cluster, counted as a failover miss.
+TEST_F(RouterTest, AnExchangeIsPinnedToItsClusterAndFailsOverAsAMiss) {
+  auto r = Make();
+  Plan plan;
+  plan.kind = ExchangeKind::kAs;
+  PlanItem ticket;
+  ticket.role = Role::kTicket;
+  ticket.type = kmpc::v1::JOB_ENCRYPT;
+  ticket.cipher = kmpc::v1::CIPHER_AES256;
+  ticket.key_id = kKeyId;
+  ticket.usage = 2;
+  ticket.length = 100;
+  plan.items = {ticket};
+  auto settle = [&](int runs) {
+    for (int i = 0; i < 500 && (RunJobs(0) < runs || r->stats().inflight != 0); ++i)
+      absl::SleepFor(absl::Milliseconds(10));
+  };
+  ASSERT_TRUE(r->Begin(1, plan, {}).ok());
+  r->SubmitterIdle();
+  settle(1);
+  ASSERT_TRUE(r->SubmitItem(1, 0, 1, Encrypt(std::string(60, 'a'))).ok());
+  r->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(1));
+  ASSERT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
+  std::optional<ExchangeRecord> rec = r->End(1);
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->runs, 1u);
+  EXPECT_TRUE(rec->misses.empty());
+  EXPECT_EQ(RunJobs(1), 0);
+
+  ASSERT_TRUE(r->Begin(2, plan, {}).ok());
+  r->SubmitterIdle();
+  settle(2);
+  clusters_[0].set_down(1, true);
+  ASSERT_TRUE(r->Submit(2, Encrypt("the failure is seen")).ok());
+  ASSERT_TRUE(sink_.WaitFor(2));
+  ASSERT_TRUE(r->SubmitItem(2, 0, 3, Encrypt(std::string(60, 'b'))).ok());
+  r->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(3));
+  ASSERT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
+  rec = r->End(2);
+  ASSERT_TRUE(rec.has_value());
+  ASSERT_EQ(rec->misses.size(), 1u);
+  EXPECT_EQ(rec->misses[0].second, Miss::kFailover);
+  EXPECT_EQ(r->SubmitItem(2, 0, 4, Encrypt("ended")).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(r->End(2).has_value());
+}
+
 TEST_F(RouterTest, PrimaryTakesEverythingWhileHealthy) {
   auto r = Make();
   for (uint64_t t = 1; t <= 20; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("x")).ok());

@@ -74,7 +74,8 @@ bool CounterRangeOk(const Block& ctr0, uint64_t n) {
 }
 
 // A drawn ctr0 (public, opened among the servers) made valid without
-// another round: if its range c0 .. c0 + max(n, kLinkedPadOffset) would
+// another round: if its range c0 .. c0 + max(n, kLinkedPadOffset +
+// kPadSlots) (every linked pad's slot, Job::pad_slot) would
 // touch the all-zero block (c0 = 0 or c0 > 2^128 - 1 - that; probability
 // below 2^-106 for an honest draw), its top bit is flipped, which puts it
 // in [2^127 - 2^21, 2^127], valid for every job and a linked pad. A
@@ -85,8 +86,9 @@ bool CounterRangeOk(const Block& ctr0, uint64_t n) {
 // the parties seeing the bad value run, desynchronising the ring.
 void FixCounter(Block& ctr0, uint64_t n) {
   static_assert(contract::kMaxJobBlocks < (uint64_t{1} << 21) &&
-                contract::kLinkedPadOffset < (uint64_t{1} << 21));
-  if (!CounterRangeOk(ctr0, std::max<uint64_t>(n, contract::kLinkedPadOffset))) ctr0[0] ^= 0x80;
+                contract::kLinkedPadOffset + contract::kPadSlots < (uint64_t{1} << 21));
+  const uint64_t reach = contract::kLinkedPadOffset + contract::kPadSlots;
+  if (!CounterRangeOk(ctr0, std::max<uint64_t>(n, reach))) ctr0[0] ^= 0x80;
 }
 
 std::array<uint8_t, 4> UsageBe(uint32_t usage) {
@@ -222,20 +224,25 @@ contract::JobCheck CheckJob(const Job& job) {
   return contract::CheckJob(ShapeOf(job));
 }
 
-// Job::pad_after of job j: empty if none or well-formed, else why not (a
-// PAD naming another ENCRYPT of the batch, no counter of its own, and the
-// only PAD naming it: two pads at one counter would give two tags there,
-// enctype.md invariant 6). Public: decided alike on every party.
+// Job::pad_after and pad_slot of job j: empty if none or well-formed, else
+// why not (a PAD naming another ENCRYPT of the batch, no counter of its
+// own, a slot below kPadSlots that no other PAD naming that ENCRYPT has:
+// two pads at one counter would give two tags there, enctype.md invariant
+// 6). Public: decided alike on every party.
 std::string CheckPadAfter(absl::Span<const Job> jobs, size_t j) {
   const int64_t c = jobs[j].pad_after;
-  if (c == Job::kNoCondition) return {};
+  if (c == Job::kNoCondition)
+    return jobs[j].pad_slot == 0 ? "" : "pad_slot without pad_after";
   if (jobs[j].type != pb::JOB_PAD || !jobs[j].checksum.empty() || c < 0 ||
       static_cast<size_t>(c) >= jobs.size() || jobs[c].type != pb::JOB_ENCRYPT ||
       contract::CtsCipher(jobs[c].cipher))
     return "pad_after must name a ctr-mpc ENCRYPT of the batch, from a signing PAD";
+  if (jobs[j].pad_slot >= contract::kPadSlots)
+    return absl::StrCat("pad_slot ", jobs[j].pad_slot, " is not below ",
+                        contract::kPadSlots);
   for (size_t k = 0; k < jobs.size(); ++k)
-    if (k != j && jobs[k].pad_after == c)
-      return "two PADs name the same ENCRYPT (pad_after)";
+    if (k != j && jobs[k].pad_after == c && jobs[k].pad_slot == jobs[j].pad_slot)
+      return "two PADs name the same ENCRYPT and slot (pad_after, pad_slot)";
   return {};
 }
 
@@ -313,6 +320,7 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   PutU32(out, static_cast<uint32_t>(job.precheck.status));
   PutU64(out, static_cast<uint64_t>(job.release_if_ok + 1));
   PutU64(out, static_cast<uint64_t>(job.pad_after + 1));
+  PutU32(out, job.pad_slot);
   // No encrypt state (the byte that flagged one when a Run could carry a
   // FINALIZE): the digest's encoding is unchanged for the jobs there are.
   out.push_back(0);
@@ -776,7 +784,7 @@ absl::Status Engine::Impl::DrawCounters(Batch& b) {
 }
 
 // A linked PAD's counter (Job::pad_after): its ENCRYPT's drawn ctr0 +
-// kLinkedPadOffset. The pad fails (withheld, nothing computed) with its
+// kLinkedPadOffset + pad_slot. The pad fails (withheld, nothing computed) with its
 // ENCRYPT, or if the sum would leave the counter range (probability
 // 2^-111). Public values only: every party decides alike.
 void Engine::Impl::LinkPads(Batch& b) {
@@ -788,7 +796,7 @@ void Engine::Impl::LinkPads(Batch& b) {
     if (!b.plan[e].live() ||
         !contract::LinkedPadCtr0(
             absl::string_view(reinterpret_cast<const char*>(b.plan[e].ctr0.data()), 16),
-            &c)) {
+            b.jobs[j].pad_slot, &c)) {
       w.Fail(pb::JOB_WITHHELD, "the ENCRYPT this pad is linked to failed");
       continue;
     }

@@ -346,7 +346,7 @@ absl::StatusOr<std::array<uint8_t, 32>> ChainedSignShare(
 //                verified batch. With `checksum` (16 bytes): a
 //                verification pad at that counter (PadState::verify_only).
 //                With pad_after: its counter is that ENCRYPT's ctr0 +
-//                contract::kLinkedPadOffset.
+//                contract::kLinkedPadOffset + pad_slot.
 // The GHASH of a shared message needs one shared x shared GF(2^128) product
 // per message block (a block of D times its power of H), all of the batch
 // in one ring round (protocol::Rep3::GfMul, logged in malicious mode); the
@@ -391,10 +391,12 @@ struct Job {
   static constexpr int64_t kNoCondition = -1;
   int64_t release_if_ok = kNoCondition;
   // JOB_PAD: index in the batch of the ENCRYPT whose ctr0 +
-  // contract::kLinkedPadOffset is this pad's counter (kmpc.proto
-  // Job.pad_after); at most one PAD per ENCRYPT. kNoCondition: none. Part
-  // of the agreement digest.
+  // contract::kLinkedPadOffset + pad_slot is this pad's counter (kmpc.proto
+  // Job.pad_after, Job.pad_slot); the PADs naming one ENCRYPT have
+  // distinct slots below contract::kPadSlots. kNoCondition: none. Part of
+  // the agreement digest, as is pad_slot.
   int64_t pad_after = kNoCondition;
+  uint32_t pad_slot = 0;
   std::array<std::vector<uint8_t>, 2> data_shares;
 
   Job() = default;

@@ -250,6 +250,7 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
       auto it = index.find(in.pad_after());
       jobs[i].pad_after = it == index.end() ? static_cast<int64_t>(n) : it->second;
     }
+    jobs[i].pad_slot = in.pad_slot();  // checked with pad_after (engine.cc)
   }
   if (cost > contract::kMaxBatchBlocks)
     return Refuse(pb::BATCH_TOO_LARGE,

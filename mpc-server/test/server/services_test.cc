@@ -895,7 +895,8 @@ TEST_F(ServiceTest, AnotherWireVersionIsRefusedByName) {
                                   absl::StrCat("version ", contract::kWireVersion)))
         << st.error_message();
   };
-  for (uint32_t v : {0u, 1u, contract::kWireVersion + 1}) {
+  // kWireVersion - 1: the version before slotted pads (Job.pad_slot).
+  for (uint32_t v : {0u, 1u, contract::kWireVersion - 1, contract::kWireVersion + 1}) {
     run.set_wire_version(v);
     fin.set_wire_version(v);
     sign.set_wire_version(v);
@@ -1502,6 +1503,64 @@ TEST_F(SignTest, LinkedPadFollowsItsEncrypt) {
   const v1::JobStatus both[] = {v1::JOB_WRONG_CIPHER, v1::JOB_WITHHELD};
   std::array<v1::RunResponse, 3> failed_resp;
   ASSERT_NO_FATAL_FAILURE(RunExpecting(failed, both, &failed_resp));
+}
+
+// Slotted linked pads (Job.pad_slot, wire version 6): four PADs name one
+// ENCRYPT at ctr0 + 2^17 + slot and each signs at its own counter; a slot
+// taken twice, a slot past kPadSlots or a slot without pad_after fail as
+// JOB_MALFORMED on every server.
+TEST_F(SignTest, LinkedPadsOfOneEncryptTakeDistinctSlots) {
+  const std::string key = Rand(32);
+  const std::string id = PutKey(key);
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto* enc = AddJob(&req, 7, id, v1::JOB_ENCRYPT);
+  enc->set_usage(2);
+  enc->set_length(100);
+  const v1::Job ticket = *enc;
+  for (uint32_t slot = 0; slot < contract::kPadSlots; ++slot) {
+    v1::Job* pad = req.add_jobs();
+    *pad = ticket;
+    pad->set_job_id(20 + slot);
+    pad->set_type(v1::JOB_PAD);
+    pad->set_usage(17);
+    pad->set_length(64);
+    pad->set_pad_after(7);
+    pad->set_pad_slot(slot);
+  }
+  const v1::JobStatus ok[] = {v1::JOB_OK, v1::JOB_OK, v1::JOB_OK, v1::JOB_OK,
+                              v1::JOB_OK};
+  std::array<v1::RunResponse, 3> resp;
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, ok, &resp));
+  for (uint32_t slot = 0; slot < contract::kPadSlots; ++slot) {
+    std::string want;
+    ASSERT_TRUE(contract::LinkedPadCtr0(Vals(resp[0], 0).ctr0, slot, &want));
+    EXPECT_EQ(Vals(resp[0], 1 + slot).ctr0, want) << slot;
+    const std::string m = "message " + std::to_string(slot);
+    auto s = Sign({{req.batch_id(), 20 + slot, 17, m}});
+    EXPECT_EQ(Combined(s, 0), RefChecksumTag(key, 17, want, m)) << slot;
+  }
+
+  v1::RunRequest bad = req;
+  bad.set_batch_id(Rand(16));
+  const v1::Job linked = bad.jobs(1);  // slot 0
+  v1::Job* again = bad.add_jobs();     // slot 0 a second time
+  *again = linked;
+  again->set_job_id(30);
+  v1::Job* past = bad.add_jobs();      // slot kPadSlots
+  *past = linked;
+  past->set_job_id(31);
+  past->set_pad_slot(contract::kPadSlots);
+  v1::Job* unlinked = bad.add_jobs();  // a slot, no pad_after
+  *unlinked = linked;
+  unlinked->set_job_id(32);
+  unlinked->clear_pad_after();
+  unlinked->set_pad_slot(2);
+  const v1::JobStatus mixed[] = {
+      v1::JOB_OK,        v1::JOB_MALFORMED, v1::JOB_OK,        v1::JOB_OK,
+      v1::JOB_OK,        v1::JOB_MALFORMED, v1::JOB_MALFORMED, v1::JOB_MALFORMED};
+  std::array<v1::RunResponse, 3> bad_resp;
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(bad, mixed, &bad_resp));
 }
 
 // A verification pad (a PAD with a counter) at a signature's ctr0: a

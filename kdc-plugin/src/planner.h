@@ -1,0 +1,158 @@
+// The exchange plan (kdcmpc interface 1.2, krb5/kdcmpc_plugin.h; design:
+// docs/design/exchange-plan.md section 1): the KDC states an exchange's
+// whole MPC work at its start, and the planner makes the exchange's first
+// Run carry everything that can be computed ahead, so that its later jobs
+// need no Run of their own.
+//
+// Admit (begin): the items given now (the gate DECRYPT, a second ticket)
+// and, for every other item, what it will need: a keystream for an
+// ENCRYPT (of the item's length bound), a signing pad for a CHECKSUM (a
+// SIG_* or CAMMAC_KDC pad naming a TICKET item of the plan is linked to
+// that ticket's keystream at ctr0 + 2^17 + slot, kmpc.proto Job.pad_slot),
+// a verification pad for a VERIFY (at the ctr0 + 2^17 + slot of the
+// DECRYPT item it names, public: the ciphertext's first block; or at the
+// item's ctr0). They go as one group (PendingJob::group): the dispatcher
+// never splits a group across Runs, and the servers release the prepared
+// jobs only if the plan's gate decrypts (Job.release_if_ok).
+//
+// Take (submit_item): a direct look-up of the item's slot. A held
+// keystream makes the ENCRYPT finalize_only, a pad makes the CHECKSUM a
+// Sign item, a verification pad makes the VERIFY a verify item. A SIG_SERVER
+// whose plan has a SIG_KDC under the same key id, cipher and usage takes
+// that item's pad along as a chain (kmpc.proto SignItem.chain,
+// BatcherOptions::chain_signatures), and the SIG_KDC is then completed from
+// the chained answer if its message is the first signature. Anything else
+// (an input over its bound, a prepared item that expired or was refused by
+// the budget, a verification whose counter is not the pad's) runs as an
+// ordinary job in the next Run, and a miss is counted with its reason.
+//
+// End: the exchange's unused prepared state is wiped and its record (kind,
+// Runs it appeared in, misses) returned for the metrics (kdc_metrics.h).
+//
+// Kept from the speculator (prepared.h): the budget (one token per plan
+// with a gate, given back when the gate verifies: a flood of bad
+// timestamps or forged tickets gets at most speculate_max / 2 exchanges'
+// prepared work plus the refill), the cap on held and pending prepared
+// state (speculate_max) and its TTL (speculate_ttl; verification pads
+// kVerifyPadTtl).
+//
+// The speculator (speculator.h) still serves a KDC of kdcmpc minor version
+// 1, which submits bare jobs with no plan; it is deleted once the KDC
+// states plans (exchange-plan.md section 5, step 2).
+//
+// Not thread-safe: every method runs under the dispatcher's mutex.
+#ifndef KMPC_KDC_PLUGIN_PLANNER_H_
+#define KMPC_KDC_PLUGIN_PLANNER_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "batcher.h"
+#include "job.h"
+#include "plan.h"
+#include "prepared.h"
+
+namespace kmpc::kdc {
+
+class Planner {
+ public:
+  explicit Planner(const BatcherOptions& options);
+
+  // A plan the planner accepts: 1..kMaxPlanItems items, each matching its
+  // role (type, usage), a known cipher, a key id of contract::kKeyIdSize,
+  // gate and ticket indices naming DECRYPT (resp. TICKET or DECRYPT) items
+  // of the plan, a DECRYPT given at begin, a 16-byte ctr0 where one is
+  // needed. kInvalidArgument naming the item otherwise.
+  static absl::Status Check(const Plan& plan);
+
+  // Starts exchange `id` (unique, nonzero) with `plan` (checked). `given`:
+  // the jobs of the items given now, in plan order (their `item` set); they
+  // are marked with the exchange and its group here, and the prepared jobs
+  // appended to *prepared, to be queued right after them as one group.
+  void Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
+             std::vector<PendingJob>* prepared);
+  // Whether exchange `id` was admitted and not yet ended.
+  bool Known(uint64_t id) const { return exchanges_.count(id) != 0; }
+  // Checks job q (`item` of `id`) against its plan item: kInvalidArgument
+  // if it does not match (type, cipher, key id, usage; an exact length).
+  absl::Status Match(uint64_t id, int item, const Job& job) const;
+  // Job q of `item` (Match passed) uses what was prepared for it, else
+  // stays an ordinary job; the miss, if any, is counted and returned
+  // (the first miss of an exchange is logged by the caller).
+  std::optional<Miss> Take(uint64_t id, int item, PendingJob* q);
+
+  // A Run's prepared jobs came back (HeldKeystream::exchange_id set).
+  void Hold(HeldKeystream k);
+  // A chained signature for the SIG_KDC item c.item of c.exchange_id.
+  void KeepChained(ChainedSignature c);
+  // Exchange `id`'s gate decrypted: its budget token is given back.
+  void GateVerified(uint64_t id);
+  // A Run request carried a job of exchange `id`.
+  void CountRun(uint64_t id);
+  // A job of exchange `id` went to another cluster (router.h failover).
+  void CountMiss(uint64_t id, int item, Miss why);
+  // The exchange is over: its unused prepared state is wiped.
+  ExchangeRecord End(uint64_t id);
+
+  // Drops prepared state past its TTL; returns the next expiry
+  // (InfiniteFuture: none held).
+  absl::Time Prune(absl::Time now);
+  void Clear();
+
+  size_t held() const { return held_; }
+  size_t pending() const { return pending_; }
+  uint64_t exchanges() const { return exchanges_.size(); }
+
+ private:
+  enum class State { kNone, kInFlight, kHeld, kChained, kUsed };
+  struct Slot {
+    State state = State::kNone;
+    // kNone: why it was not prepared; no_miss: it is not to be prepared
+    // (a DECRYPT item, given now or not).
+    Miss why = Miss::kBudget;
+    bool no_miss = false;
+    HeldKeystream held;
+    std::optional<ChainedSignature> chained;
+  };
+  struct Exchange {
+    Plan plan;
+    std::array<Slot, kMaxPlanItems> slots;
+    uint64_t group = 0;
+    bool token = false;  // holds a budget token (its gate not verified)
+    uint32_t runs = 0;
+    std::vector<std::pair<Role, Miss>> misses;
+  };
+  // How many prepared jobs `x` needs; whether the gate is given now.
+  static size_t Preparable(const Exchange& x);
+  void Prepare(uint64_t id, Exchange* x, int item,
+               const std::vector<PendingJob>& given,
+               std::vector<PendingJob>* prepared);
+  // The given DECRYPT job of `item`, or null.
+  static const PendingJob* GivenJob(const std::vector<PendingJob>& given,
+                                    int item);
+  std::optional<Miss> TakeHeld(Exchange* x, int item, PendingJob* q);
+  void MaybeChain(uint64_t id, Exchange* x, int item, PendingJob* q,
+                  uint32_t pad_length);
+  void Wipe(Slot* s);
+
+  const BatcherOptions options_;
+  std::unordered_map<uint64_t, Exchange> exchanges_;
+  // (expiry, exchange, item) of held slots, in order of their Runs (almost
+  // of expiry): Prune wipes from the front.
+  std::deque<std::pair<absl::Time, std::pair<uint64_t, int>>> expiry_;
+  size_t held_ = 0, pending_ = 0;
+  Budget budget_;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_PLANNER_H_

@@ -1,0 +1,59 @@
+#include "prepared.h"
+
+#include <utility>
+
+namespace kmpc::kdc {
+
+namespace pb = ::kmpc::v1;
+
+bool Budget::Take(absl::Time now) {
+  // A wall-clock step backwards refills nothing (and takes nothing).
+  const double dt = std::max(0.0, absl::ToDoubleSeconds(now - at));
+  if (at != absl::Time()) tokens = std::min(burst, tokens + per_sec * dt);
+  at = now;
+  if (tokens < 1) return false;
+  tokens -= 1;
+  return true;
+}
+
+PendingJob SpeculativeJob(const PendingJob& cause, double refund,
+                          pb::JobType type, const std::string& key_id,
+                          pb::Cipher cipher, uint32_t usage, size_t length) {
+  PendingJob x;
+  x.speculative = true;
+  x.group = cause.group;
+  x.refund = refund;
+  x.job.type = type;
+  x.job.key_id = key_id;
+  x.job.cipher = cipher;
+  x.job.usage = usage;
+  if (type == pb::JOB_PAD)
+    x.job.pad_length = static_cast<uint32_t>(length);
+  else
+    x.job.input.assign(length, 0);
+  x.blocks = JobCost(x.job);
+  x.enqueued = cause.enqueued;
+  return x;
+}
+
+void FinalizeWith(PendingJob* q, HeldKeystream k) {
+  const size_t len = q->job.input.size();
+  q->output.resize(contract::kCiphertextOverhead + len);
+  std::copy(k.ctr0.begin(), k.ctr0.end(), q->output.begin());
+  uint8_t* c = q->output.data() + contract::kCtr0Size;
+  for (size_t b = 0; b < len; ++b) c[b] = q->job.input[b] ^ k.keystream[b];
+  q->finalize_only = true;
+  q->run_batch_id = std::move(k.run_batch_id);
+  q->run_job_id = k.run_job_id;
+  q->blocks = 0;  // no AES work left
+}  // k's keystream wipes itself as it goes (SecureBytes)
+
+void SignWith(PendingJob* q, HeldKeystream pad) {
+  q->output.assign(pad.ctr0.begin(), pad.ctr0.end());
+  q->sign = true;
+  q->run_batch_id = std::move(pad.run_batch_id);
+  q->run_job_id = pad.run_job_id;
+  q->blocks = 0;  // no AES work left
+}
+
+}  // namespace kmpc::kdc

@@ -1,0 +1,686 @@
+// The planner (planner.h) through the Batcher on the fake cluster: each
+// exchange kind of docs/design/exchange-plan.md
+// section 1.5 as the KDC would state it, its later jobs submitted with
+// realistic lengths, one Run per exchange counted both by the cluster and
+// by the exchange's record, no miss, and every result equal to the
+// reference computation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "batcher.h"
+#include "batcher_fixture.h"
+#include "contract.h"
+#include "planner.h"
+
+namespace kmpc::kdc {
+namespace {
+
+namespace pb = ::kmpc::v1;
+
+// Lengths of a realistic exchange (MIT 1.20 with a PAC of four buffers).
+constexpr size_t kPacBytes = 368;       // the PAC, both signatures zeroed
+constexpr size_t kTgtPlainBytes = 610;  // an EncTicketPart with that PAC
+constexpr size_t kReplyBytes = 190;     // an EncASRepPart
+constexpr size_t kDelta = 64;           // exchange-plan.md 1.5 Δ
+constexpr size_t kSig = contract::kChecksumSize;
+
+// Records, for party 0, the status of every Run job with a release
+// condition (kmpc.proto Job.release_if_ok).
+class ConditionTransport : public ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  void Run(int party, const pb::RunRequest& req, pb::RunResponse* resp,
+           absl::Time deadline, Done done) override {
+    if (party != 0) {
+      next_->Run(party, req, resp, deadline, std::move(done));
+      return;
+    }
+    std::vector<bool> cond;
+    for (const auto& j : req.jobs()) cond.push_back(j.has_release_if_ok());
+    next_->Run(party, req, resp, deadline,
+               [this, resp, cond, done = std::move(done)](CallStatus s) {
+                 {
+                   std::lock_guard<std::mutex> l(mu_);
+                   for (int k = 0; k < resp->results_size() &&
+                                   k < static_cast<int>(cond.size());
+                        ++k)
+                     if (cond[k]) statuses_.push_back(resp->results(k).status());
+                 }
+                 done(std::move(s));
+               });
+  }
+  std::vector<pb::JobStatus> statuses() {
+    std::lock_guard<std::mutex> l(mu_);
+    return statuses_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<pb::JobStatus> statuses_;
+};
+
+class PlannerTest : public BatcherTest {
+ protected:
+  const std::string tgt_id_ = std::string(32, 't');
+  const std::string tgt_key_ = std::string(32, 'T');
+  const std::string svc_id_ = std::string(32, 's');
+  const std::string svc_key_ = std::string(32, 'S');
+  void SetUp() override {
+    BatcherTest::SetUp();
+    cluster_.AddKey(tgt_id_, tgt_key_);
+    cluster_.AddKey(svc_id_, svc_key_);
+  }
+  static BatcherOptions Opts() {
+    BatcherOptions o;  // self-clocked (early flush)
+    o.coalesce = absl::Seconds(2);
+    o.deadline = absl::Seconds(10);
+    o.speculate_ttl = absl::Seconds(8);  // below the servers' state TTL
+    o.speculate = false;  // no guessing: every prepared job is the plan's
+    return o;
+  }
+  std::string KeyOf(const std::string& id) const {
+    if (id == tgt_id_) return tgt_key_;
+    if (id == svc_id_) return svc_key_;
+    return kKey;
+  }
+  // An item of `role` under key id `key`, its type and usage the role's.
+  static PlanItem Item(Role role, const std::string& key, size_t length,
+                       uint32_t flags = 0, int gate = -1, int ticket = -1) {
+    RoleInfo info;
+    EXPECT_TRUE(RoleOf(role, &info));
+    PlanItem p;
+    p.role = role;
+    p.type = info.type;
+    p.usage = info.usage;
+    p.cipher = pb::CIPHER_AES256;
+    p.key_id = key;
+    p.flags = flags;
+    p.length = length;
+    p.gate = gate;
+    p.ticket = ticket;
+    return p;
+  }
+  static PlanItem Given(PlanItem p) {
+    p.given = true;
+    p.flags |= kItemExact;
+    return p;
+  }
+  static Job JobOf(const PlanItem& p, const std::string& input,
+                   const std::string& checksum = "") {
+    Job j;
+    j.type = p.type;
+    j.cipher = p.cipher;
+    j.key_id = p.key_id;
+    j.usage = p.usage;
+    j.input.assign(input.begin(), input.end());
+    j.checksum = checksum;
+    return j;
+  }
+  // Begins exchange `id` with its given items' inputs, waits for their
+  // results; returns their tokens by item.
+  std::map<int, uint64_t> Begin(Batcher* b, uint64_t id, const Plan& plan,
+                                const std::map<int, std::string>& inputs) {
+    std::vector<ItemJob> given;
+    std::map<int, uint64_t> tokens;
+    for (const auto& [item, in] : inputs) {
+      tokens[item] = token_++;
+      given.push_back({item, tokens[item], JobOf(plan.items[item], in)});
+    }
+    const size_t n0 = sink_.counts().size();
+    EXPECT_TRUE(b->Begin(id, plan, std::move(given)).ok());
+    b->SubmitterIdle();
+    EXPECT_TRUE(sink_.WaitFor(n0 + tokens.size()));
+    return tokens;
+  }
+  // Submits the jobs of later items back to back, as the KDC does in one
+  // callback, and waits for their results; returns their tokens.
+  std::vector<uint64_t> Later(Batcher* b, uint64_t id, const Plan& plan,
+                              std::vector<std::pair<int, Job>> jobs) {
+    const size_t n0 = sink_.counts().size();
+    std::vector<uint64_t> tokens;
+    for (auto& [item, j] : jobs) {
+      tokens.push_back(token_++);
+      EXPECT_TRUE(b->SubmitItem(id, item, tokens.back(), std::move(j)).ok());
+    }
+    b->SubmitterIdle();
+    EXPECT_TRUE(sink_.WaitFor(n0 + tokens.size()));
+    return tokens;
+  }
+  // A ciphertext ctr0 || C || T of `plain` under `key_id` (usage), made by
+  // an ordinary job (before the exchange under test).
+  std::string Encrypted(Batcher* b, const std::string& key_id, uint32_t usage,
+                        const std::string& plain) {
+    Job j = Encrypt(plain, usage);
+    j.key_id = key_id;
+    const uint64_t t = token_++;
+    const size_t n0 = sink_.counts().size();
+    EXPECT_TRUE(b->Submit(t, std::move(j)).ok());
+    b->SubmitterIdle();
+    EXPECT_TRUE(sink_.WaitFor(n0 + 1));
+    WaitIdle(b);
+    EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+    return Str(sink_.Get(t).output);
+  }
+  // token's result is ctr0 || C || T of `plain` under key_id (usage).
+  void ExpectEncrypted(uint64_t token, const std::string& key_id,
+                       uint32_t usage, const std::string& plain) {
+    const Result r = sink_.Get(token);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(r.output.size(), plain.size() + 32);
+    const std::string out = Str(r.output);
+    const std::string ctr0 = out.substr(0, 16), c = out.substr(16, plain.size());
+    const std::string ks = cluster_.Keystream(KeyOf(key_id), ctr0, plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(c[i] ^ ks[i], plain[i]);
+    EXPECT_EQ(out.substr(16 + plain.size()),
+              cluster_.Tag(KeyOf(key_id), usage, ctr0, c, false));
+  }
+  // token's result is a checksum of msg under key_id (usage); returns it.
+  std::string ExpectSigned(uint64_t token, const std::string& key_id,
+                           uint32_t usage, const std::string& msg) {
+    const Result r = sink_.Get(token);
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    if (r.output.size() != kSig) {
+      ADD_FAILURE() << "checksum of " << r.output.size() << " bytes";
+      return "";
+    }
+    const std::string out = Str(r.output);
+    EXPECT_EQ(out.substr(16),
+              cluster_.Tag(KeyOf(key_id), usage, out.substr(0, 16), msg, true));
+    return out;
+  }
+  // Sign requests party 0 received so far.
+  size_t Signs() { return static_cast<FakeCluster&>(cluster_).received_signs(0).size(); }
+  // The record of exchange id, ended: one Run, no miss.
+  void ExpectOneRunNoMiss(Batcher* b, uint64_t id) {
+    const std::optional<ExchangeRecord> r = b->End(id);
+    ASSERT_TRUE(r.has_value());
+    std::string logs;  // the module's reasons, if a job ran again
+    for (const std::string& l : sink_.logs()) logs += l + "\n";
+    EXPECT_EQ(r->runs, 1u) << ExchangeName(r->kind) << "\n" << logs;
+    for (const auto& [role, why] : r->misses)
+      ADD_FAILURE() << ExchangeName(r->kind) << ": " << RoleName(role)
+                    << " missed (" << MissName(why) << ")";
+  }
+
+  // What an AS exchange leaves: the TGT's ciphertext and plaintext, and
+  // the PAC's server signature at the TGT's ctr0 + 2^17 (slot 0).
+  struct Tgt {
+    std::string ct, plain, pac, server_sig;
+  };
+  Tgt AsExchange(Batcher* b, uint64_t id, bool gate);
+  Tgt Renewal(Batcher* b, uint64_t id, const Tgt& tgt, size_t extra);
+
+  uint64_t token_ = 7000;
+};
+// The fake only: the in-process real cluster (real_cluster.h) serves Run
+// and Finalize, not Sign, and every signature here is a Sign item. The
+// servers' side of slotted pads is mpc-server services_test's
+// LinkedPadsOfOneEncryptTakeDistinctSlots.
+INSTANTIATE_TEST_SUITE_P(Cluster, PlannerTest,
+                         ::testing::Values(ClusterKind::kFake), KindName);
+
+// The PAC whose server signature the KDC makes (stand-in bytes).
+std::string Pac(char fill) { return std::string(kPacBytes, fill); }
+
+// An EncTicketPart of `len` bytes carrying `sig` (the PAC's server
+// signature) somewhere inside.
+std::string TicketPlain(size_t len, const std::string& sig) {
+  std::string t(len, 'e');
+  t.replace(100, sig.size(), sig);
+  return t;
+}
+
+// exchange-plan.md 1.5 "AS, encrypted timestamp, PAC" (gate) and "AS with
+// a local client key" (no gate, nothing given: the prepared jobs are the
+// Run): ticket, PAC server signature linked to it (slot 0), KDC signature
+// chained to it, reply.
+PlannerTest::Tgt PlannerTest::AsExchange(Batcher* b, uint64_t id, bool gate) {
+  const std::string ts_plain = "a timestamp, 30 bytes long....";
+  const std::string ts = gate ? Encrypted(b, kKeyId, 1, ts_plain) : "";
+  const size_t before = RunCalls();
+  Plan plan;
+  plan.kind = ExchangeKind::kAs;
+  const uint32_t g = gate ? kItemGated : 0;
+  const int gi = gate ? 0 : -1;
+  if (gate) plan.items.push_back(Given(Item(Role::kTimestamp, kKeyId, ts.size())));
+  const int ticket = static_cast<int>(plan.items.size());
+  plan.items.push_back(Item(Role::kTicket, tgt_id_, kTgtPlainBytes, kItemExact | g, gi));
+  plan.items.push_back(Item(Role::kSigServer, tgt_id_, kPacBytes, kItemExact | g, gi, ticket));
+  plan.items.push_back(Item(Role::kSigKdc, tgt_id_, kSig, kItemExact | g, gi, ticket));
+  if (gate) plan.items.push_back(Item(Role::kReply, kKeyId, kReplyBytes, kItemExact | g, gi));
+  std::map<int, std::string> in;
+  if (gate) in[0] = ts;
+  auto given = Begin(b, id, plan, in);
+  if (gate) EXPECT_EQ(Str(sink_.Get(given[0]).output), ts_plain);
+  WaitIdle(b);
+  Tgt t;
+  t.pac = Pac('p');
+  auto s = Later(b, id, plan, {{ticket + 1, JobOf(plan.items[ticket + 1], t.pac)}});
+  t.server_sig = ExpectSigned(s[0], tgt_id_, 17, t.pac);
+  // The KDC signature was chained to the server signature's Sign item: it
+  // completes with no request of its own.
+  const size_t signs = Signs();
+  auto k = Later(b, id, plan, {{ticket + 2, JobOf(plan.items[ticket + 2], t.server_sig)}});
+  ExpectSigned(k[0], tgt_id_, 17, t.server_sig);
+  EXPECT_EQ(Signs(), signs);
+  t.plain = TicketPlain(kTgtPlainBytes, t.server_sig);
+  std::vector<std::pair<int, Job>> last = {{ticket, JobOf(plan.items[ticket], t.plain)}};
+  const std::string reply(kReplyBytes, 'r');
+  if (gate) last.push_back({ticket + 3, JobOf(plan.items[ticket + 3], reply)});
+  auto e = Later(b, id, plan, std::move(last));
+  ExpectEncrypted(e[0], tgt_id_, 2, t.plain);
+  if (gate) ExpectEncrypted(e[1], kKeyId, 3, reply);
+  t.ct = Str(sink_.Get(e[0]).output);
+  // The server signature is at the TGT's ctr0 + 2^17 + 0.
+  std::string want;
+  EXPECT_TRUE(contract::LinkedPadCtr0(t.ct.substr(0, 16), 0, &want));
+  EXPECT_EQ(t.server_sig.substr(0, 16), want);
+  WaitIdle(b);
+  EXPECT_EQ(RunCalls() - before, 1);
+  ExpectOneRunNoMiss(b, id);
+  return t;
+}
+
+// exchange-plan.md 1.5 "Renewal / validation" and "Forwarding" (`extra`:
+// the addresses' bytes): the presented TGT's server signature verified at
+// its linked counter, the new TGT with its server signature linked and the
+// KDC signature chained.
+PlannerTest::Tgt PlannerTest::Renewal(Batcher* b, uint64_t id, const Tgt& tgt,
+                                      size_t extra) {
+  const size_t before = RunCalls();
+  const size_t lh = tgt.ct.size() - 32;
+  Plan plan;
+  plan.kind = extra ? ExchangeKind::kForward : ExchangeKind::kRenew;
+  plan.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+                Item(Role::kVerifyServer, tgt_id_, lh, kItemGated, 0, 0),
+                Item(Role::kTicket, tgt_id_, lh + kDelta + extra, kItemGated, 0),
+                Item(Role::kSigServer, tgt_id_, lh, kItemGated, 0, 2),
+                Item(Role::kSigKdc, tgt_id_, kSig, kItemGated, 0, 2),
+                Item(Role::kCammacKdc, tgt_id_, 16, kItemGated, 0, 2)};
+  auto given = Begin(b, id, plan, {{0, tgt.ct}});
+  EXPECT_EQ(Str(sink_.Get(given[0]).output), tgt.plain);
+  WaitIdle(b);
+  auto v = Later(b, id, plan, {{1, JobOf(plan.items[1], tgt.pac, tgt.server_sig)}});
+  EXPECT_TRUE(sink_.Get(v[0]).status.ok()) << sink_.Get(v[0]).status;
+  Tgt t;
+  t.pac = Pac('q');
+  auto s = Later(b, id, plan, {{3, JobOf(plan.items[3], t.pac)}});
+  t.server_sig = ExpectSigned(s[0], tgt_id_, 17, t.pac);
+  const size_t signs = Signs();  // the KDC signature is chained
+  auto k = Later(b, id, plan, {{4, JobOf(plan.items[4], t.server_sig)}});
+  ExpectSigned(k[0], tgt_id_, 17, t.server_sig);
+  EXPECT_EQ(Signs(), signs);
+  t.plain = TicketPlain(lh + 21 + extra, t.server_sig);  // a starttime more
+  auto e = Later(b, id, plan, {{2, JobOf(plan.items[2], t.plain)}});
+  ExpectEncrypted(e[0], tgt_id_, 2, t.plain);
+  t.ct = Str(sink_.Get(e[0]).output);
+  WaitIdle(b);
+  EXPECT_EQ(RunCalls() - before, 1);
+  ExpectOneRunNoMiss(b, id);
+  return t;
+}
+
+TEST_P(PlannerTest, AsWithGateIsOneRun) {
+  auto b = Make(Opts());
+  AsExchange(b.get(), 1, true);
+}
+
+TEST_P(PlannerTest, AsWithLocalClientKeyIsOneRun) {
+  auto b = Make(Opts());
+  AsExchange(b.get(), 1, false);
+}
+
+// A renewal, then a forwarding of the renewed TGT: each one Run, the
+// second verifying the signature the first made at its linked counter.
+TEST_P(PlannerTest, RenewalAndForwardingAreOneRunEach) {
+  auto b = Make(Opts());
+  const Tgt tgt = AsExchange(b.get(), 1, false);
+  const Tgt renewed = Renewal(b.get(), 2, tgt, 0);
+  Renewal(b.get(), 3, renewed, 24);
+}
+
+// exchange-plan.md 1.5 "TGS, service ticket" for a service under a handle:
+// the TGT verified, the ticket signature and KDC signature unlinked, the
+// service ticket with its server signature linked to it.
+TEST_P(PlannerTest, TgsIsOneRun) {
+  auto b = Make(Opts());
+  const Tgt tgt = AsExchange(b.get(), 1, false);
+  const size_t before = RunCalls();
+  const size_t lh = tgt.ct.size() - 32;
+  Plan plan;
+  plan.kind = ExchangeKind::kTgs;
+  plan.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+                Item(Role::kVerifyServer, tgt_id_, lh, kItemGated, 0, 0),
+                Item(Role::kVerifyCammac, tgt_id_, lh, kItemGated, 0, 0),
+                Item(Role::kSigTicket, tgt_id_, lh + kDelta, kItemGated, 0),
+                Item(Role::kSigKdc, tgt_id_, kSig, kItemGated, 0),
+                Item(Role::kTicket, svc_id_, lh + kDelta, kItemGated, 0),
+                Item(Role::kSigServer, svc_id_, lh, kItemGated, 0, 5)};
+  Begin(b.get(), 2, plan, {{0, tgt.ct}});
+  WaitIdle(b.get());
+  auto v = Later(b.get(), 2, plan, {{1, JobOf(plan.items[1], tgt.pac, tgt.server_sig)}});
+  ASSERT_TRUE(sink_.Get(v[0]).status.ok()) << sink_.Get(v[0]).status;
+  const std::string enc_part(lh + 30, 'x');
+  auto st = Later(b.get(), 2, plan, {{3, JobOf(plan.items[3], enc_part)},
+                                     {6, JobOf(plan.items[6], Pac('v'))}});
+  ExpectSigned(st[0], tgt_id_, 17, enc_part);
+  const std::string sig = ExpectSigned(st[1], svc_id_, 17, Pac('v'));
+  auto k = Later(b.get(), 2, plan, {{4, JobOf(plan.items[4], sig)}});
+  ExpectSigned(k[0], tgt_id_, 17, sig);
+  const std::string ticket = TicketPlain(lh + 40, sig);
+  auto e = Later(b.get(), 2, plan, {{5, JobOf(plan.items[5], ticket)}});
+  ExpectEncrypted(e[0], svc_id_, 2, ticket);
+  WaitIdle(b.get());
+  EXPECT_EQ(RunCalls() - before, 1);
+  ExpectOneRunNoMiss(b.get(), 2);  // the unused CAMMAC pad is dropped
+}
+
+// exchange-plan.md 1.5 "User-to-user": two tickets given, each one's
+// server signature verified at its own linked counter.
+TEST_P(PlannerTest, U2uIsOneRun) {
+  auto b = Make(Opts());
+  const Tgt a = AsExchange(b.get(), 1, false);
+  const Tgt c = AsExchange(b.get(), 2, false);
+  const size_t before = RunCalls();
+  const size_t lh = a.ct.size() - 32;
+  Plan plan;
+  plan.kind = ExchangeKind::kU2u;
+  plan.items = {Given(Item(Role::kHeaderTicket, tgt_id_, a.ct.size())),
+                Given(Item(Role::kSecondTicket, tgt_id_, c.ct.size())),
+                Item(Role::kVerifyServer, tgt_id_, lh, kItemGated, 0, 0),
+                Item(Role::kVerifyServer, tgt_id_, lh, kItemGated, 0, 1),
+                Item(Role::kSigTicket, tgt_id_, lh + kDelta, kItemGated, 0),
+                Item(Role::kSigKdc, tgt_id_, kSig, kItemGated, 0)};
+  auto given = Begin(b.get(), 3, plan, {{0, a.ct}, {1, c.ct}});
+  EXPECT_EQ(Str(sink_.Get(given[1]).output), c.plain);
+  WaitIdle(b.get());
+  auto v = Later(b.get(), 3, plan, {{2, JobOf(plan.items[2], a.pac, a.server_sig)},
+                                    {3, JobOf(plan.items[3], c.pac, c.server_sig)}});
+  for (uint64_t t : v) EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+  const std::string enc_part(lh + 21, 'u');
+  auto s = Later(b.get(), 3, plan, {{4, JobOf(plan.items[4], enc_part)}});
+  ExpectSigned(s[0], tgt_id_, 17, enc_part);
+  const std::string sig = Str(sink_.Get(s[0]).output);
+  auto k = Later(b.get(), 3, plan, {{5, JobOf(plan.items[5], sig)}});
+  ExpectSigned(k[0], tgt_id_, 17, sig);
+  WaitIdle(b.get());
+  EXPECT_EQ(RunCalls() - before, 1);
+  ExpectOneRunNoMiss(b.get(), 3);
+}
+
+// exchange-plan.md 1.5 "S4U2Self" (the new PAC bounded by the realm's
+// ticket cap) and "S4U2Proxy" with an evidence ticket under a handle
+// (issued by a planned TGS: its server signature at its linked counter).
+TEST_P(PlannerTest, S4uExchangesAreOneRunEach) {
+  auto b = Make(Opts());
+  const Tgt tgt = AsExchange(b.get(), 1, false);
+  const size_t lh = tgt.ct.size() - 32;
+  size_t before = RunCalls();
+  Plan self;
+  self.kind = ExchangeKind::kS4u2Self;
+  self.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+                Item(Role::kVerifyServer, tgt_id_, lh, kItemGated, 0, 0),
+                Item(Role::kSigTicket, tgt_id_, 4096, kItemGated, 0),
+                Item(Role::kSigKdc, tgt_id_, kSig, kItemGated, 0)};
+  Begin(b.get(), 2, self, {{0, tgt.ct}});
+  WaitIdle(b.get());
+  auto v = Later(b.get(), 2, self, {{1, JobOf(self.items[1], tgt.pac, tgt.server_sig)}});
+  ASSERT_TRUE(sink_.Get(v[0]).status.ok()) << sink_.Get(v[0]).status;
+  const std::string user_part(1500, 'i');  // the impersonated user's PAC
+  auto s = Later(b.get(), 2, self, {{2, JobOf(self.items[2], user_part)}});
+  const std::string sig = ExpectSigned(s[0], tgt_id_, 17, user_part);
+  auto k = Later(b.get(), 2, self, {{3, JobOf(self.items[3], sig)}});
+  ExpectSigned(k[0], tgt_id_, 17, sig);
+  WaitIdle(b.get());
+  EXPECT_EQ(RunCalls() - before, 1);
+  ExpectOneRunNoMiss(b.get(), 2);
+
+  // The evidence ticket: a service ticket whose PAC server signature is
+  // linked to it, as a planned TGS makes it (TgsIsOneRun).
+  before = RunCalls();
+  Plan tgs;
+  tgs.kind = ExchangeKind::kTgs;
+  tgs.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+               Item(Role::kTicket, svc_id_, lh + kDelta, kItemGated, 0),
+               Item(Role::kSigServer, svc_id_, lh, kItemGated, 0, 1)};
+  Begin(b.get(), 3, tgs, {{0, tgt.ct}});
+  WaitIdle(b.get());
+  const std::string evidence_pac = Pac('w');
+  auto es = Later(b.get(), 3, tgs, {{2, JobOf(tgs.items[2], evidence_pac)}});
+  const std::string evidence_sig = ExpectSigned(es[0], svc_id_, 17, evidence_pac);
+  const std::string evidence_plain = TicketPlain(lh + 21, evidence_sig);
+  auto ee = Later(b.get(), 3, tgs, {{1, JobOf(tgs.items[1], evidence_plain)}});
+  const std::string evidence = Str(sink_.Get(ee[0]).output);
+  WaitIdle(b.get());
+  EXPECT_EQ(RunCalls() - before, 1);
+  ExpectOneRunNoMiss(b.get(), 3);
+
+  before = RunCalls();
+  Plan proxy;
+  proxy.kind = ExchangeKind::kS4u2Proxy;
+  proxy.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+                 Item(Role::kVerifyServer, tgt_id_, lh, kItemGated, 0, 0),
+                 Given(Item(Role::kSecondTicket, svc_id_, evidence.size())),
+                 Item(Role::kVerifyServer, svc_id_, lh, kItemGated, 0, 2),
+                 Item(Role::kSigTicket, tgt_id_, evidence_plain.size() + kDelta,
+                      kItemGated, 0),
+                 Item(Role::kSigKdc, tgt_id_, kSig, kItemGated, 0)};
+  auto pg = Begin(b.get(), 4, proxy, {{0, tgt.ct}, {2, evidence}});
+  EXPECT_EQ(Str(sink_.Get(pg[2]).output), evidence_plain);
+  WaitIdle(b.get());
+  auto pv = Later(b.get(), 4, proxy,
+                  {{1, JobOf(proxy.items[1], tgt.pac, tgt.server_sig)},
+                   {3, JobOf(proxy.items[3], evidence_pac, evidence_sig)}});
+  for (uint64_t t : pv) EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
+  const std::string proxied(evidence_plain.size() + 10, 'y');
+  auto ps = Later(b.get(), 4, proxy, {{4, JobOf(proxy.items[4], proxied)}});
+  const std::string psig = ExpectSigned(ps[0], tgt_id_, 17, proxied);
+  auto pk = Later(b.get(), 4, proxy, {{5, JobOf(proxy.items[5], psig)}});
+  ExpectSigned(pk[0], tgt_id_, 17, psig);
+  WaitIdle(b.get());
+  EXPECT_EQ(RunCalls() - before, 1);
+  ExpectOneRunNoMiss(b.get(), 4);
+}
+
+// Sixty-four renewals begun together and their later jobs submitted in a
+// shuffled order: each exchange is in exactly one Run, with no miss,
+// however the Runs cut them.
+TEST_P(PlannerTest, SixtyFourInterleavedRenewalsEachOneRun) {
+  auto b = Make(Opts());
+  const Tgt tgt = AsExchange(b.get(), 1, false);
+  constexpr uint64_t kN = 64, kFirst = 100;
+  const size_t lh = tgt.ct.size() - 32;
+  Plan plan;
+  plan.kind = ExchangeKind::kRenew;
+  plan.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+                Item(Role::kVerifyServer, tgt_id_, lh, kItemGated, 0, 0),
+                Item(Role::kTicket, tgt_id_, lh + kDelta, kItemGated, 0),
+                Item(Role::kSigServer, tgt_id_, lh, kItemGated, 0, 2)};
+  const size_t n0 = sink_.counts().size();
+  for (uint64_t id = kFirst; id < kFirst + kN; ++id) {
+    std::vector<ItemJob> given;
+    given.push_back({0, token_++, JobOf(plan.items[0], tgt.ct)});
+    ASSERT_TRUE(b->Begin(id, plan, std::move(given)).ok());
+  }
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + kN));
+  WaitIdle(b.get());
+  std::vector<std::pair<uint64_t, int>> order;
+  for (uint64_t id = kFirst; id < kFirst + kN; ++id)
+    for (int item : {1, 3}) order.emplace_back(id, item);
+  std::shuffle(order.begin(), order.end(), std::mt19937(40));
+  std::map<std::pair<uint64_t, int>, uint64_t> tok;
+  const size_t n1 = sink_.counts().size();
+  for (const auto& [id, item] : order) {
+    tok[{id, item}] = token_;
+    Job j = item == 1 ? JobOf(plan.items[1], tgt.pac, tgt.server_sig)
+                      : JobOf(plan.items[3], Pac(static_cast<char>(id)));
+    ASSERT_TRUE(b->SubmitItem(id, item, token_++, std::move(j)).ok());
+  }
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n1 + order.size()));
+  const size_t n2 = sink_.counts().size();
+  std::map<uint64_t, std::string> plain;
+  for (uint64_t id = kFirst; id < kFirst + kN; ++id) {
+    ASSERT_TRUE(sink_.Get(tok[{id, 1}]).status.ok());
+    const std::string sig = ExpectSigned(tok[{id, 3}], tgt_id_, 17,
+                                         Pac(static_cast<char>(id)));
+    plain[id] = TicketPlain(lh + 21, sig);
+    tok[{id, 2}] = token_;
+    ASSERT_TRUE(b->SubmitItem(id, 2, token_++, JobOf(plan.items[2], plain[id])).ok());
+  }
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n2 + kN));
+  WaitIdle(b.get());
+  for (uint64_t id = kFirst; id < kFirst + kN; ++id) {
+    ExpectEncrypted(tok[{id, 2}], tgt_id_, 2, plain[id]);
+    ExpectOneRunNoMiss(b.get(), id);
+  }
+}
+
+// A timestamp that does not decrypt: every conditional job of the Run (the
+// prepared keystreams, the early PA-REQ-ENC-PA-REP checksum given with the
+// timestamp) is withheld by the servers: nothing is released.
+TEST_P(PlannerTest, GateFailureReleasesNothing) {
+  ConditionTransport t(&cluster_);
+  auto b = std::make_unique<Batcher>(Opts(), &t, &sink_);
+  std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  ts[20] ^= 1;  // a wrong password
+  Plan plan;
+  plan.kind = ExchangeKind::kAs;
+  const std::string req = "the AS-REQ, for PA-REQ-ENC-PA-REP";
+  plan.items = {Given(Item(Role::kTimestamp, kKeyId, ts.size())),
+                Item(Role::kTicket, tgt_id_, kTgtPlainBytes, kItemExact | kItemGated, 0),
+                Item(Role::kSigServer, tgt_id_, kPacBytes, kItemExact | kItemGated, 0, 1),
+                Item(Role::kReply, kKeyId, kReplyBytes, kItemExact | kItemGated, 0),
+                Given(Item(Role::kReqChecksum, kKeyId, req.size(), kItemGated, 0))};
+  auto given = Begin(b.get(), 1, plan, {{0, ts}, {4, req}});
+  EXPECT_EQ(sink_.Get(given[0]).status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(sink_.Get(given[4]).status.ok());  // withheld, not revealed
+  EXPECT_TRUE(sink_.Get(given[4]).output.empty());
+  WaitIdle(b.get());
+  const std::vector<pb::JobStatus> st = t.statuses();
+  EXPECT_EQ(st.size(), 3u);  // the ticket and reply keystreams, the checksum
+  for (pb::JobStatus s : st) EXPECT_EQ(s, pb::JOB_WITHHELD);
+  const std::optional<ExchangeRecord> r = b->End(1);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->runs, 1u);
+  EXPECT_TRUE(r->misses.empty());
+}
+
+// A ticket over its bound costs exactly one more Run and one miss
+// (reason "bound"); its result is still right.
+TEST_P(PlannerTest, InputOverItsBoundCostsOneRunAndOneMiss) {
+  auto b = Make(Opts());
+  const Tgt tgt = AsExchange(b.get(), 1, false);
+  const size_t before = RunCalls();
+  Plan plan;
+  plan.kind = ExchangeKind::kRenew;
+  plan.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+                Item(Role::kTicket, tgt_id_, 100, kItemGated, 0)};
+  Begin(b.get(), 2, plan, {{0, tgt.ct}});
+  WaitIdle(b.get());
+  const std::string long_ticket(400, 'L');
+  auto e = Later(b.get(), 2, plan, {{1, JobOf(plan.items[1], long_ticket)}});
+  ExpectEncrypted(e[0], tgt_id_, 2, long_ticket);
+  WaitIdle(b.get());
+  EXPECT_EQ(RunCalls() - before, 2);
+  const std::optional<ExchangeRecord> r = b->End(2);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->runs, 2u);
+  ASSERT_EQ(r->misses.size(), 1u);
+  EXPECT_EQ(r->misses[0].first, Role::kTicket);
+  EXPECT_EQ(r->misses[0].second, Miss::kBound);
+}
+
+// The budget against unauthenticated floods: with one token, the first
+// gated plan is prepared and the second runs its gate alone, its ticket
+// then in a Run of its own (a miss, reason "budget"); the first plan's
+// verified gate gives its token back for the next.
+TEST_P(PlannerTest, BudgetRefusedPlanRunsTheGateAlone) {
+  BatcherOptions o = Opts();
+  o.speculate_max = 3;  // a burst of one token, room for the AS exchange
+  auto b = Make(o);
+  const Tgt tgt = AsExchange(b.get(), 1, false);
+  Plan plan;
+  plan.kind = ExchangeKind::kRenew;
+  plan.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+                Item(Role::kTicket, tgt_id_, 700, kItemGated, 0)};
+  const size_t n0 = sink_.counts().size();
+  for (uint64_t id : {2, 3}) {
+    std::vector<ItemJob> given;
+    given.push_back({0, token_++, JobOf(plan.items[0], tgt.ct)});
+    ASSERT_TRUE(b->Begin(id, plan, std::move(given)).ok());
+  }
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 2));
+  WaitIdle(b.get());
+  const std::string t(650, 'n');
+  for (uint64_t id : {2, 3}) {
+    auto e = Later(b.get(), id, plan, {{1, JobOf(plan.items[1], t)}});
+    ExpectEncrypted(e[0], tgt_id_, 2, t);
+  }
+  WaitIdle(b.get());
+  std::optional<ExchangeRecord> first = b->End(2), second = b->End(3);
+  ASSERT_TRUE(first && second);
+  EXPECT_TRUE(first->misses.empty());
+  EXPECT_EQ(first->runs, 1u);
+  ASSERT_EQ(second->misses.size(), 1u);
+  EXPECT_EQ(second->misses[0].second, Miss::kBudget);
+  EXPECT_EQ(second->runs, 2u);
+  // The first gate verified: its token is back, the next plan prepared.
+  Begin(b.get(), 4, plan, {{0, tgt.ct}});
+  WaitIdle(b.get());
+  auto e = Later(b.get(), 4, plan, {{1, JobOf(plan.items[1], t)}});
+  ExpectEncrypted(e[0], tgt_id_, 2, t);
+  ExpectOneRunNoMiss(b.get(), 4);
+}
+
+// Plans that contradict their roles, or jobs that contradict their item,
+// are refused at once with what is wrong.
+TEST_P(PlannerTest, BadPlansAndJobsAreRefused) {
+  auto b = Make(Opts());
+  Plan bad;
+  bad.kind = ExchangeKind::kTgs;
+  PlanItem wrong = Item(Role::kTicket, tgt_id_, 100);
+  wrong.usage = 3;
+  bad.items = {wrong};
+  absl::Status st = b->Begin(1, bad, {});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("usage"), std::string::npos) << st;
+  bad.items = {Item(Role::kSigServer, tgt_id_, 100, 0, -1, 5)};
+  EXPECT_EQ(b->Begin(1, bad, {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->Begin(1, Plan(), {}).code(), absl::StatusCode::kInvalidArgument);
+  Plan gate;  // a given item without its job
+  gate.kind = ExchangeKind::kTgs;
+  gate.items = {Given(Item(Role::kHeaderTicket, tgt_id_, 80))};
+  EXPECT_EQ(b->Begin(1, gate, {}).code(), absl::StatusCode::kInvalidArgument);
+  Plan ok;
+  ok.kind = ExchangeKind::kAs;
+  ok.items = {Item(Role::kTicket, tgt_id_, 100, kItemExact)};
+  ASSERT_TRUE(b->Begin(2, ok, {}).ok());
+  EXPECT_EQ(b->Begin(2, ok, {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->SubmitItem(2, 0, 1, JobOf(ok.items[0], std::string(99, 'x'))).code(),
+            absl::StatusCode::kInvalidArgument);  // exact: 100 bytes
+  Job other = JobOf(ok.items[0], std::string(100, 'x'));
+  other.key_id = kKeyId;
+  EXPECT_EQ(b->SubmitItem(2, 0, 1, std::move(other)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->SubmitItem(3, 0, 1, JobOf(ok.items[0], std::string(100, 'x'))).code(),
+            absl::StatusCode::kInvalidArgument);  // no such exchange
+  WaitIdle(b.get());
+  EXPECT_TRUE(b->End(2).has_value());
+  EXPECT_FALSE(b->End(2).has_value());
+}
+
+}  // namespace
+}  // namespace kmpc::kdc
