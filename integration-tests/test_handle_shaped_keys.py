@@ -6,7 +6,7 @@ id). A session key inside a ticket is chosen by whoever made the ticket: if
 one of that form reached kdc_mpc_submit(), the ticket's contents would name
 a cluster key id for an ENCRYPT job. The reachable case is a user-to-user
 TGS-REQ, whose new ticket is encrypted in the second ticket's session key
-(do_tgs_req.c tgs_encrypt_ticket).
+(kdc_mpc_tgs.c kdc_mpc_tgs_encrypt_ticket).
 
 The realm has no MPC server (clusters=0, krb5's test module, which journals
 every job): the krbtgt key is local, so the test, holding it from a keytab,

@@ -4,6 +4,9 @@
   (krb5-patches/check-series.py, which blames every removed line);
 * the checker does fail on a series where a later patch undoes an earlier
   one, and passes the same series cut cleanly;
+* it fails on a patch changing more than 1,000 lines outside test files, and
+  on a "kmpc-local:" patch (kmpc's own test support) before a patch meant for
+  upstream; the export marks the local patches in `series`;
 * krb5-patches/ is exactly what export-series.sh (make krb5-series) writes
   for the branch the series makes, so the files are regenerated, not edited.
 
@@ -91,6 +94,65 @@ def test_checker_fails_on_a_patch_undoing_an_earlier_one(tmp_path, undo):
         assert p.returncode == 1, p.stdout + p.stderr
         assert ("0002-Second-patch.patch removes a.c:3, added by "
                 "0001-Add-a-line.patch") in p.stdout
+    else:
+        assert p.returncode == 0, p.stdout + p.stderr
+
+
+def linear_repo(tmp_path, commits):
+    """A repository with refs/tags/debian and a branch kmpc of COMMITS, each
+    (path, text, subject), exported into tmp_path/patches."""
+    repo = tmp_path / "src"
+    run("git", "init", "-q", "-b", "main", str(repo))
+    commit(repo, "a.c", "one\n", "Debian")
+    run("git", "-C", repo, "tag", "debian")
+    run("git", "-C", repo, "checkout", "-q", "-b", "kmpc")
+    for path, text, subject in commits:
+        commit(repo, path, text, subject)
+    out = tmp_path / "patches"
+    run("bash", EXPORT, "-s", str(repo), "-b", "kmpc", "-o", str(out))
+    return str(repo), out
+
+
+def lines(n):
+    return "".join(f"x{i} = {i};\n" for i in range(n))
+
+
+@pytest.mark.parametrize("n,ok", [(999, True), (1001, False)],
+                         ids=["999-lines", "1001-lines"])
+def test_checker_limits_a_patch_to_1000_changed_lines(tmp_path, n, ok):
+    # a.c: 1 removed + n added; the test program t_big.c does not count.
+    repo, out = linear_repo(tmp_path, [
+        ("a.c", lines(n), "Big change"),
+        ("t_big.c", lines(2000), "Add a test program")])
+    p = run("/usr/bin/python3", CHECK, "--src", repo, "--patches", str(out),
+            check=False)
+    if ok:
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "none changes more than 1000 lines" in p.stdout
+    else:
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert ("0001-Big-change.patch changes 1002 lines outside tests, more "
+                "than 1000") in p.stdout
+        assert "0002-Add-a-test-program.patch" not in p.stdout
+
+
+@pytest.mark.parametrize("local_first", [True, False],
+                         ids=["local-first", "local-last"])
+def test_checker_keeps_kmpc_local_patches_last(tmp_path, local_first):
+    upstream = ("a.c", "one\nfix\n", "Fix a bug")
+    local = ("t.py", "test\n", "kmpc-local: a test harness")
+    repo, out = linear_repo(tmp_path, [local, upstream] if local_first
+                            else [upstream, local])
+    series = (out / "series").read_text().splitlines()
+    marker = series.index("# kmpc-local: not for upstream")
+    local_name = [l for l in series if "kmpc-local-a-test-harness" in l][0]
+    assert series.index(local_name) == marker + 1
+    p = run("/usr/bin/python3", CHECK, "--src", repo, "--patches", str(out),
+            check=False)
+    if local_first:
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert ("0001-kmpc-local-a-test-harness.patch is kmpc-local: but "
+                "0002-Fix-a-bug.patch, not, comes after it") in p.stdout
     else:
         assert p.returncode == 0, p.stdout + p.stderr
 

@@ -2,8 +2,8 @@
 
 A TGS-REQ's checks of the presented TGT's PAC signatures (VERIFY jobs: the
 ring-free verify items of the real module) and the signing of the new
-ticket's PAC are submitted in one round (krb5 patch 0008, do_tgs_req.c
-tgs_req_finish), so the new ticket may be signed while the checks are
+ticket's PAC are submitted in one round (krb5 patch 0013, kdc_mpc_tgs.c
+kdc_mpc_tgs_finish), so the new ticket may be signed while the checks are
 still out. What must hold is that nothing so made leaves the KDC unless
 every check passed: tgs_fin_complete looks at the checks' outcome before it
 builds a reply, and on a failure answers KRB5KRB_AP_ERR_MODIFIED without a

@@ -1,6 +1,6 @@
 """Failure paths of the KDC's MPC layer under valgrind.
 
-1. The TGS finishing path (krb5 patch 0008, tgs_fin_complete): each failed finishing job's error message is taken from
+1. The TGS finishing path (krb5 patch 0013, tgs_fin_complete): each failed finishing job's error message is taken from
 the context when the job fails (the context is shared by every request in
 flight) and freed once logged.
 

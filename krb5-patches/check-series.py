@@ -13,9 +13,16 @@ series means that patch undoes part of an earlier one, which is what a
 reviewer cannot follow; the fix is to cut the branch so that the earlier
 patch adds the final form of the line (see docs/krb5-patches.md).
 
+Two rules on the shape of the series are checked as well: no patch changes
+more than MAX_CHANGED_LINES lines of code (insertions plus deletions, as `git
+show --numstat` counts them, in files other than test programs and test
+data: see is_test_file()), so that each is one reviewable concern; and every
+patch whose subject starts with "kmpc-local:" (kmpc's own test support, not
+meant for upstream) comes after every other patch.
+
 Exit status 0 when the series is clean, 1 when a patch removes an earlier
-patch's line (each such range is listed), 2 on usage errors or when the
-series does not apply.
+patch's line or breaks a rule of shape (each case is listed), 2 on usage
+errors or when the series does not apply.
 """
 
 import argparse
@@ -26,6 +33,8 @@ import sys
 import tempfile
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+MAX_CHANGED_LINES = 1000
+LOCAL_PREFIX = "kmpc-local:"
 
 
 def git(repo, *args, check=True):
@@ -119,6 +128,55 @@ def find_violations(repo, base, commits):
                     yield name, path, line, name_of.get(origin, origin)
 
 
+def patch_subject(patch_dir, name):
+    """The subject of patch NAME, without its [PATCH] tag."""
+    with open(os.path.join(patch_dir, name), encoding="utf-8",
+              errors="replace") as f:
+        for line in f:
+            if line.startswith("Subject:"):
+                return re.sub(r"^Subject:\s*(\[[^]]*\]\s*)?", "",
+                              line.rstrip("\n"))
+    raise RuntimeError("%s has no Subject line" % name)
+
+
+def order_violations(patch_dir, names):
+    """Yield (local patch, later non-local patch) for every kmpc-local patch
+    that some other patch follows."""
+    local = [patch_subject(patch_dir, n).startswith(LOCAL_PREFIX)
+             for n in names]
+    for i, name in enumerate(names):
+        if local[i]:
+            for later, is_local in zip(names[i + 1:], local[i + 1:]):
+                if not is_local:
+                    yield name, later
+
+
+def is_test_file(path):
+    """True for MIT's test programs and data: a path under a crypto_tests/ or
+    tests/ directory, or a t_*.c / t_*.py file (MIT's naming of unit tests).
+    They are read beside the code they test, not as a concern of their own,
+    and the enctype patch's known-answer tests alone are ~260 lines."""
+    parts = path.split("/")
+    base = parts[-1]
+    return ("crypto_tests" in parts[:-1] or "tests" in parts[:-1] or
+            (base.startswith("t_") and base.endswith((".c", ".py"))))
+
+
+def size_violations(repo, commits, limit):
+    """Yield (patch, changed lines) for every commit changing more than
+    LIMIT lines outside test files."""
+    for commit, name in commits:
+        changed = 0
+        for line in git(repo, "show", "--numstat", "--format=",
+                        commit).splitlines():
+            parts = line.split("\t")
+            if (len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit()
+                    and not is_test_file(parts[2])):
+                changed += int(parts[0]) + int(parts[1])
+        if changed > limit:
+            yield name, changed
+
+
 def collapse(violations):
     """Group consecutive lines of one (patch, path, origin) into ranges."""
     out = []
@@ -139,6 +197,9 @@ def main():
                     help="krb5 source repository with refs/tags/debian")
     ap.add_argument("--patches", default=os.path.join(top, "krb5-patches"),
                     help="directory holding the patches and `series`")
+    ap.add_argument("--max-lines", type=int, default=MAX_CHANGED_LINES,
+                    help="most lines a patch may change outside tests "
+                    "(default %(default)s)")
     opts = ap.parse_args()
     if not os.path.isdir(os.path.join(opts.src, ".git")):
         print("error: %s is not a git repository (run 'make krb5' first)"
@@ -149,18 +210,35 @@ def main():
         try:
             base, commits = apply_series(opts.src, opts.patches, scratch)
             bad = collapse(find_violations(scratch, base, commits))
+            big = list(size_violations(scratch, commits, opts.max_lines))
+            order = list(order_violations(opts.patches,
+                                          read_series(opts.patches)))
         except (RuntimeError, OSError) as err:
             print("error: %s" % err, file=sys.stderr)
             return 2
     for name, path, first, last, origin in bad:
         lines = str(first) if first == last else "%d-%d" % (first, last)
         print("%s removes %s:%s, added by %s" % (name, path, lines, origin))
+    for name, changed in big:
+        print("%s changes %d lines outside tests, more than %d"
+              % (name, changed, opts.max_lines))
+    for name, later in order:
+        print("%s is %s but %s, not, comes after it" % (name, LOCAL_PREFIX,
+                                                         later))
     if bad:
         print("FAIL: %d range(s) of lines added by one patch are removed by "
               "a later one" % len(bad))
+    if big:
+        print("FAIL: %d patch(es) over %d changed lines"
+              % (len(big), opts.max_lines))
+    if order:
+        print("FAIL: %d %s patch(es) before a patch for upstream"
+              % (len({n for n, _ in order}), LOCAL_PREFIX))
+    if bad or big or order:
         return 1
     print("OK: %d patches; every line a patch removes comes from the Debian "
-          "tree" % len(commits))
+          "tree; none changes more than %d lines outside tests; %s patches last"
+          % (len(commits), opts.max_lines, LOCAL_PREFIX))
     return 0
 
 
