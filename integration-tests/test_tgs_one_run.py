@@ -37,8 +37,12 @@ def _runs(r):
 
 
 def _verifies(r):
-    return value(parse(scrape(r.kdc_metrics_url)), "kmpc_kdc_verify_pads_used_total",
-                 missing=0)
+    """TGS exchanges the KDC stated (each with the TGT's verification pad
+    in its plan), less the plan misses: a verification that missed its pad
+    would count one."""
+    m = parse(scrape(r.kdc_metrics_url))
+    return (value(m, "kmpc_kdc_exchanges_total", missing=0, exchange="tgs")
+            - value(m, "kmpc_kdc_plan_misses_total", missing=0))
 
 
 def _tgs_reqs(r):
