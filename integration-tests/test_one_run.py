@@ -19,8 +19,10 @@ import secrets
 import subprocess
 import time
 
+import pytest
+
 from kmpc_harness import cluster as kmpc_cluster
-from kmpc_harness.realm import binpath
+from kmpc_harness.realm import PREFIX, RealmError, binpath
 from test_metrics import parse, scrape, value
 
 USERS = 4
@@ -126,3 +128,59 @@ def test_each_tgs_type_exchange_is_one_run_under_load(kmpc_factory, tmp_path):
     assert not misses, misses
     assert r.kdc_alive()
     print(f"test_one_run: {counts} in {time.time() - t0:.1f} s")
+
+
+# A kdcmpc module of interface minor version 1: init and submit only (its
+# initvt leaves begin, submit_item and end unset, as MIT's convention has a
+# module of an older minor version do).
+MINOR1_MODULE = r"""
+#include <krb5/krb5.h>
+#include <krb5/kdcmpc_plugin.h>
+
+static krb5_error_code
+m1_init(krb5_context c, struct verto_ctx *v, const char *const *o,
+        krb5_kdcmpc_moddata *d)
+{
+    *d = NULL;
+    return 0;
+}
+
+static krb5_error_code
+m1_submit(krb5_context c, krb5_kdcmpc_moddata d, const krb5_kdcmpc_job *j,
+          krb5_kdcmpc_done_fn done, void *arg)
+{
+    return KRB5_PLUGIN_OP_NOTSUPP;
+}
+
+krb5_error_code
+kdcmpc_minor1_initvt(krb5_context c, int maj, int min, krb5_plugin_vtable vt)
+{
+    krb5_kdcmpc_vtable v = (krb5_kdcmpc_vtable)vt;
+
+    if (maj != 1)
+        return KRB5_PLUGIN_VER_NOTSUPP;
+    v->name = "minor1";
+    v->init = m1_init;
+    v->submit = m1_submit;
+    return 0;
+}
+"""
+
+
+def test_a_module_without_the_plan_stops_the_kdc(realm_factory, tmp_path):
+    """The KDC asks interface 1.2 and has no path without the plan: a
+    configured module of minor version 1 fails its startup with the reason,
+    instead of being skipped (every job under a handle would fail later)."""
+    src = tmp_path / "minor1.c"
+    src.write_text(MINOR1_MODULE)
+    so = str(tmp_path / "minor1.so")
+    p = subprocess.run(["cc", "-shared", "-fPIC", "-o", so, str(src),
+                        "-I" + os.path.join(PREFIX, "include")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    r = realm_factory(kdc_conf_extra=kmpc_cluster.kdcmpc_conf("minor1", so, {}))
+    with pytest.raises(RealmError) as e:
+        r.start_kdc(attempts=1)
+    assert ("kdcmpc module minor1 implements interface 1.1; this KDC needs 1.2 "
+            "(the exchange plan)") in str(e.value) + r.logs()
+    assert not r.kdc_alive()
