@@ -91,6 +91,32 @@ if(TARGET kmpc_cluster_admin)
             "${KMPC_DEALER_DIR}/dealer_module.exports")
   set_tests_properties(kmpc_dealer_exports PROPERTIES TIMEOUT 30)
 
+  # kmpc-admin's clusters against in-process Admin servers over mTLS
+  # (mpc-server/test/server/fake_admin.h), and the refresh's key-id
+  # lineage (refresh.cc, which needs kdb.cc and the prefix's krb5).
+  add_executable(kmpc_admin_cluster_test
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cluster_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc)
+  target_include_directories(kmpc_admin_cluster_test PRIVATE
+    "${CMAKE_CURRENT_LIST_DIR}/test/server" "${KRB5_PREFIX}/include")
+  target_compile_definitions(kmpc_admin_cluster_test PRIVATE
+    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    KMPC_DEFAULT_KDC_PROFILE="${KMPC_DEFAULT_KDC_PROFILE}"
+    KMPC_DEFAULT_KRB5_CONFIG="${KMPC_DEFAULT_KRB5_CONFIG}")
+  target_link_libraries(kmpc_admin_cluster_test PRIVATE
+    kmpc_admin_cluster GTest::gtest_main OpenSSL::Crypto
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkadm5srv_mit.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libk5crypto.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5support.so")
+  set_target_properties(kmpc_admin_cluster_test PROPERTIES
+    BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" SKIP_BUILD_RPATH OFF)
+  gtest_discover_tests(kmpc_admin_cluster_test TEST_PREFIX "admin."
+    DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
+
   # Config parsing (no krb5, no servers); the rest is tested end to end by
   # integration-tests/test_admin.py.
   add_executable(kmpc_admin_config_test

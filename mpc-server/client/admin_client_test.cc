@@ -27,6 +27,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/channels.h"
+#include "fake_admin.h"
 #include "party_server.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
 
@@ -37,95 +38,14 @@ namespace pb = kmpc::v1;
 using kmpc::testing::FreeLoopbackPort;
 
 using kmpc::testing::ReadFile;
+using kmpc::testing::FakeAdmin;
+using kmpc::testing::PutBehaviour;
 using kmpc::testing::StartPartyServer;
 
 void Write(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
 }
-
-// What a fake server does with a PutKey.
-enum class PutBehaviour {
-  kStore,          // store, OK
-  kFail,           // store nothing, INTERNAL
-  kStoreThenHang,  // store, then answer only after the client's deadline
-};
-
-// An Admin server presenting party `cert_party`'s certificate, answering
-// Health as party `cert_party`, with a key store of ids.
-class FakeAdmin {
- public:
-  FakeAdmin(const std::string& certs, int cert_party, int port) : svc_(cert_party) {
-    server_ = StartPartyServer(certs, cert_party, port, &svc_);
-  }
-  ~FakeAdmin() {
-    svc_.release = true;
-    server_->Shutdown(std::chrono::system_clock::now());
-  }
-
-  void set_put(PutBehaviour p) { svc_.put = p; }
-  int calls() const { return svc_.calls.load(); }
-  int deletes() const { return svc_.deletes.load(); }
-  bool Has(const std::string& id) {
-    std::lock_guard<std::mutex> l(svc_.mu);
-    return svc_.keys.count(id) > 0;
-  }
-  // An earlier key under `id` (PutKey answers ALREADY_EXISTS).
-  void Preload(const std::string& id) {
-    std::lock_guard<std::mutex> l(svc_.mu);
-    svc_.keys[id] = -1;
-  }
-  // The party field of the stored PutKey (-1: preloaded).
-  int PartyOf(const std::string& id) {
-    std::lock_guard<std::mutex> l(svc_.mu);
-    return svc_.keys.at(id);
-  }
-
- private:
-  struct Svc : pb::Admin::Service {
-    explicit Svc(int party) : party(party) {}
-    grpc::Status Health(grpc::ServerContext*, const pb::HealthRequest*,
-                        pb::HealthResponse* r) override {
-      ++calls;
-      r->set_party(party);
-      return grpc::Status::OK;
-    }
-    grpc::Status PutKey(grpc::ServerContext* ctx, const pb::PutKeyRequest* req,
-                        pb::PutKeyResponse*) override {
-      ++calls;
-      const std::string& id = req->info().key_id();
-      {
-        std::lock_guard<std::mutex> l(mu);
-        if (keys.count(id) && !req->replace())
-          return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "already stored");
-        if (put == PutBehaviour::kFail)
-          return grpc::Status(grpc::StatusCode::INTERNAL, "disk full");
-        keys[id] = static_cast<int>(req->party());
-      }
-      if (put == PutBehaviour::kStoreThenHang)
-        while (!release && !ctx->IsCancelled())
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return grpc::Status::OK;
-    }
-    grpc::Status DeleteKey(grpc::ServerContext*, const pb::DeleteKeyRequest* req,
-                           pb::DeleteKeyResponse*) override {
-      ++calls;
-      ++deletes;
-      std::lock_guard<std::mutex> l(mu);
-      if (keys.erase(req->key_id()) == 0)
-        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such key id");
-      return grpc::Status::OK;
-    }
-    const int party;
-    std::atomic<PutBehaviour> put{PutBehaviour::kStore};
-    std::atomic<bool> release{false};
-    std::atomic<int> calls{0}, deletes{0};
-    std::mutex mu;
-    std::map<std::string, int> keys;
-  };
-  Svc svc_;
-  std::unique_ptr<grpc::Server> server_;
-};
 
 class ClusterClientTest : public ::testing::Test {
  protected:
