@@ -91,6 +91,26 @@ if(TARGET kmpc_cluster_admin)
             "${KMPC_DEALER_DIR}/dealer_module.exports")
   set_tests_properties(kmpc_dealer_exports PROPERTIES TIMEOUT 30)
 
+  # The dealer's two vtables with in-process Admin servers over mTLS
+  # (mpc-server/test/server/fake_admin.h): versions, protect patterns,
+  # refusals, a dealt key's handle, no key byte in any message.
+  add_executable(kmpc_dealer_module_test
+    "${CMAKE_SOURCE_DIR}/kdc-plugin/test/dealer_module_test.cc"
+    ${KMPC_DEALER_DIR}/dealer_module.cc)
+  target_include_directories(kmpc_dealer_module_test PRIVATE
+    "${CMAKE_CURRENT_LIST_DIR}/test/server" "${KRB5_PREFIX}/include")
+  target_compile_definitions(kmpc_dealer_module_test PRIVATE
+    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  target_link_libraries(kmpc_dealer_module_test PRIVATE
+    kmpc_admin_cluster GTest::gtest_main OpenSSL::Crypto
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so")
+  set_target_properties(kmpc_dealer_module_test PROPERTIES
+    BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" SKIP_BUILD_RPATH OFF)
+  add_test(NAME kmpc_dealer_module_test COMMAND kmpc_dealer_module_test)
+  set_tests_properties(kmpc_dealer_module_test PROPERTIES TIMEOUT 120)
+
   # kmpc-admin's clusters against in-process Admin servers over mTLS
   # (mpc-server/test/server/fake_admin.h), and the refresh's key-id
   # lineage (refresh.cc, which needs kdb.cc and the prefix's krb5).
