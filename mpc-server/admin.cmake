@@ -111,11 +111,14 @@ if(TARGET kmpc_cluster_admin)
   add_test(NAME kmpc_dealer_module_test COMMAND kmpc_dealer_module_test)
   set_tests_properties(kmpc_dealer_module_test PROPERTIES TIMEOUT 120)
 
-  # kmpc-admin's clusters against in-process Admin servers over mTLS
-  # (mpc-server/test/server/fake_admin.h), and the refresh's key-id
-  # lineage (refresh.cc, which needs kdb.cc and the prefix's krb5).
+  # kmpc-admin's pieces without a cluster or a KDB: its clusters against
+  # in-process Admin servers over mTLS (mpc-server/test/server/
+  # fake_admin.h), the KDB side's refusals and helpers, the refresh's
+  # key-id lineage (refresh.cc and kdb.cc need the prefix's krb5).
   add_executable(kmpc_admin_cluster_test
     ${CMAKE_CURRENT_LIST_DIR}/admin/cluster_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/refresh_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc)
   target_include_directories(kmpc_admin_cluster_test PRIVATE

@@ -15,7 +15,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "admin/kdb.h"
-#include "admin/refresh.h"
 #include "contract.h"
 #include "fake_admin.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
@@ -39,20 +38,6 @@ TEST(CipherOfEnctypeTest, OnlyTheMpcEnctypesHaveACipher) {
   EXPECT_FALSE(CipherOfEnctype(kEnctypeAes128Cts).has_value());
   EXPECT_FALSE(CipherOfEnctype(kEnctypeAes256Cts).has_value());
   EXPECT_FALSE(CipherOfEnctype(0).has_value());
-}
-
-TEST(RefreshIdTest, ANewIdCarriesItsOrigin) {
-  const std::string x = KeyId('x');
-  const std::string n = NewRefreshId(x);
-  ASSERT_EQ(n.size(), contract::kKeyIdSize);
-  EXPECT_TRUE(IsRefreshOf(n, x));
-  EXPECT_FALSE(IsRefreshOf(n, KeyId('y')));
-  EXPECT_FALSE(IsRefreshOf(x, x));
-  // Random in its first half: two refreshes of x are two ids.
-  const std::string m = NewRefreshId(x);
-  EXPECT_NE(m, n);
-  EXPECT_TRUE(IsRefreshOf(m, x));
-  EXPECT_FALSE(IsRefreshOf(n.substr(1), x));  // not an id
 }
 
 class ClustersTest : public ::testing::Test {
