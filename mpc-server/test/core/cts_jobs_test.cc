@@ -19,6 +19,7 @@
 #include "net/memory_ring.h"
 #include "share/replicated.h"
 #include "../cheat.h"
+#include "rep3_cluster.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
@@ -383,6 +384,69 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
   EXPECT_EQ(cache.misses(), m1 + 1);
   EXPECT_LE(cache.size(), CtsProgramCache::kMaxPrograms);
   EXPECT_LE(cache.bytes(), CtsProgramCache::kMaxBytes);
+}
+
+// Review finding (cts_jobs.cc RunCtsTasks): lanes were grouped by the
+// address of the cached program, not by shape. The cache is per process
+// and evicts (kMaxPrograms, kMaxBytes: two 8 KiB programs pass the byte
+// bound), so two jobs of one shape in one batch can get two program
+// objects on one server (its cache evicted the shape between the two
+// Gets: another worker's batch, a restart, another history) and one object
+// on the others. Then that server packs different lanes, sends AND
+// messages of other sizes and draws the ENCRYPTs' confounders in another
+// order: the ring falls out of step and the batch fails on every server,
+// a failure any KDC could provoke with lengths that fill the cache. Here
+// party 0 gets a second, equal program object for the third task.
+TEST(CtsJobsGrouping, SameShapeWithDistinctProgramObjectsStaysInStep) {
+  ::kmpc::testing::Rep3Cluster cl;
+  const Bytes key = Random(16);
+  auto views = DealKey(Cipher::kAes128Cts, key);
+  ASSERT_TRUE(views.ok());
+  const Bytes a1 = Random(20), b = Random(40), a2 = Random(20);
+  const std::vector<Bytes> msgs = {a1, b, a2};
+  std::array<std::array<share::View, 3>, 3> dealt;  // [task][party]
+  for (size_t t = 0; t < 3; ++t) {
+    auto d = share::Deal(msgs[t]);
+    ASSERT_TRUE(d.ok());
+    dealt[t] = *d;
+  }
+  auto pa = cts::ChecksumProgram(20), pa_again = cts::ChecksumProgram(20),
+       pb_ = cts::ChecksumProgram(40);
+  ASSERT_TRUE(pa.ok() && pa_again.ok() && pb_.ok());
+  auto shared_a = std::make_shared<const cts::Program>(*std::move(pa));
+  auto other_a = std::make_shared<const cts::Program>(*std::move(pa_again));
+  auto shared_b = std::make_shared<const cts::Program>(*std::move(pb_));
+  std::array<std::vector<CtsTask>, 3> tasks;
+  for (int i = 0; i < 3; ++i) {
+    const CtsMaterial* m = (*views)[i].FindCts(CtsKind::kChecksum, 56);
+    ASSERT_NE(m, nullptr);
+    for (size_t t = 0; t < 3; ++t) {
+      CtsTask k;
+      k.job = t;
+      k.type = pb::JOB_CHECKSUM;
+      k.nr = 10;
+      k.n = msgs[t].size();
+      k.material = m;
+      k.shared_in = {dealt[t][i].comp[0], dealt[t][i].comp[1]};
+      k.program = t == 1 ? shared_b : (t == 2 && i == 0 ? other_a : shared_a);
+      tasks[i].push_back(std::move(k));
+    }
+  }
+  auto st = ::kmpc::testing::RunParties([&](int i) -> absl::Status {
+    return RunCtsTasks(*cl.rep3[i], *cl.prss[i], 1024, absl::MakeSpan(tasks[i]));
+  });
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(st[i].ok()) << "party " << i << ": " << st[i];
+  auto ck = cts::DealChecksum(key, 56);
+  ASSERT_TRUE(ck.ok());
+  for (size_t t = 0; t < 3; ++t) {
+    Bytes v = tasks[0][t].out[0];
+    ASSERT_EQ(v.size(), 12u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(tasks[i][t].out[1], tasks[(i + 1) % 3][t].out[0]);
+    for (size_t k = 0; k < v.size(); ++k) v[k] ^= tasks[1][t].out[0][k] ^ tasks[2][t].out[0][k];
+    auto p = cts::ChecksumProgram(msgs[t].size());
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(v, Clear(*p, Cat(ck->bytes, msgs[t]))) << "task " << t;
+  }
 }
 
 }  // namespace
