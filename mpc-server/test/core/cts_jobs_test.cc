@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <random>
 #include <memory>
@@ -107,6 +109,15 @@ class CtsCluster {
       store_[i][id] = std::make_shared<const KeyShares>(std::move(*parsed));
     }
     return id;
+  }
+
+  // Replaces party i's record of key `id` by a changed copy (a store
+  // that differs on one server: corrupted, or a deviating server's).
+  void Tamper(const std::string& id, int i, const std::function<void(KeyShares&)>& change) {
+    auto copy = KeyShares::Parse(store_[i][id]->Serialize());
+    ASSERT_TRUE(copy.ok()) << copy.status();
+    change(*copy);
+    store_[i][id] = std::make_shared<const KeyShares>(std::move(*copy));
   }
 
   // Runs jobs whose `data` is a message to deal (ENCRYPT, CHECKSUM: shares
@@ -446,6 +457,61 @@ TEST(CtsJobsGrouping, SameShapeWithDistinctProgramObjectsStaysInStep) {
     auto p = cts::ChecksumProgram(msgs[t].size());
     ASSERT_TRUE(p.ok());
     EXPECT_EQ(v, Clear(*p, Cat(ck->bytes, msgs[t]))) << "task " << t;
+  }
+}
+
+// Review finding (engine.cc PlanCtsJob, EncodeKeyView): which material a
+// server holds for a key was not part of the key views the servers agree
+// on, only (cipher, deal_id). A server whose record lacks a usage's
+// material (or holds it at another size) failed that job alone, locally,
+// while the other two ran it: different AND rounds, the ring out of step,
+// and every job of the batch lost (other users' logins too), where a
+// differing record should fail its own job alike on all three
+// (JOB_KEY_INCONSISTENT), as a differing deal_id does.
+TEST(CtsAgreement, MaterialThatDiffersOnOneServerFailsItsJobAlike) {
+  CtsCluster c(true, /*cheater=*/2);  // a plain channel, 5 s receive bound
+  const Bytes key = Random(32), other = Random(32);
+  const std::string id = c.AddKey(key), id2 = c.AddKey(other);
+  c.Tamper(id, 2, [](KeyShares& ks) {
+    ks.cts.erase(std::remove_if(ks.cts.begin(), ks.cts.end(),
+                                [](const CtsMaterial& m) {
+                                  return m.kind == CtsKind::kUsage && m.usage == 3;
+                                }),
+                 ks.cts.end());
+  });
+  const Bytes conf_ts = Random(44);
+  auto r = c.RunStatus({CtsJob(pb::JOB_ENCRYPT, id, true, 3, Random(60)),
+                        CtsJob(pb::JOB_DECRYPT, id2, true, 1, ClearEncrypt(other, 1, conf_ts))});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "party " << i << ": " << r[i].status();
+  std::array<BatchResult, 3> got = {*r[0], *r[1], *r[2]};
+  ExpectStatus(got, 0, pb::JOB_KEY_INCONSISTENT);
+  ExpectStatus(got, 1, pb::JOB_OK);
+  EXPECT_EQ(Revealed(got, 1), conf_ts);
+}
+
+// A server whose copy of a material component is wrong (same size): in
+// malicious mode the batch fails on an honest server before the verdict
+// is opened, never a released wrong result nor a verdict on bad material.
+TEST(CtsAgreement, CorruptedMaterialCopyIsCaughtBeforeTheVerdict) {
+  for (const size_t at : {size_t{3}, size_t{16 * 15 + 5}, size_t{16 * 15 + 25}}) {
+    CtsCluster c(true, /*cheater=*/2);
+    const Bytes key = Random(32);
+    const std::string id = c.AddKey(key);
+    c.Tamper(id, 2, [at](KeyShares& ks) {
+      for (CtsMaterial& m : ks.cts)
+        if (m.kind == CtsKind::kUsage && m.usage == 1) m.share[1][at] ^= 0x10;
+    });
+    const Bytes conf_ts = Random(44);
+    Job enc = CtsJob(pb::JOB_ENCRYPT, id, true, 3, Random(40));
+    enc.release_if_ok = 0;
+    auto r = c.RunStatus({CtsJob(pb::JOB_DECRYPT, id, true, 1, ClearEncrypt(key, 1, conf_ts)), enc});
+    bool caught = false;
+    for (int i = 0; i < 2; ++i) caught |= !r[i].ok();
+    EXPECT_TRUE(caught) << "byte " << at << ": no honest server noticed";
+    if (!caught && r[0].ok() && r[1].ok() && r[2].ok()) {
+      std::array<BatchResult, 3> got = {*r[0], *r[1], *r[2]};
+      ExpectStatus(got, 0, pb::JOB_OK);
+    }
   }
 }
 
