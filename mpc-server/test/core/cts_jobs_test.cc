@@ -330,6 +330,31 @@ TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
   EXPECT_TRUE(right(c.Run(jobs)));
 }
 
+// Review finding (engine.cc PlanCtsJob): a job could use a usage's
+// material in either direction. The KDC only ever decrypts usage 1 (the
+// client's PA-ENC-TIMESTAMP) and encrypts usage 3 (the AS reply). With
+// DECRYPT under usage 3 a compromised KDC host decrypts AS replies it
+// recorded before it was compromised: past TGT session keys, hence past
+// TGS replies' service session keys and the application traffic under
+// them (no such key ever was in the clean host's reach afterwards). With
+// ENCRYPT under usage 1 it mints any user's PA-ENC-TIMESTAMP. Each
+// direction the KDC does not use is refused, nothing computed.
+TEST_P(CtsJobs, UsageMaterialOnlyInTheKdcsDirection) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  const Bytes reply = Random(16 + 80);
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, true, 3, ClearEncrypt(key, 3, reply)),
+                  CtsJob(pb::JOB_ENCRYPT, id, true, 1, Random(28)),
+                  CtsJob(pb::JOB_DECRYPT, id, true, 1, ClearEncrypt(key, 1, Random(44)))});
+  for (size_t j = 0; j < 2; ++j)
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(r[i].jobs[j].status, pb::JOB_UNKNOWN_USAGE) << "job " << j << " party " << i;
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty());
+    }
+  ExpectStatus(r, 2, pb::JOB_OK);
+}
+
 INSTANTIATE_TEST_SUITE_P(Security, CtsJobs, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "Malicious" : "SemiHonest";
