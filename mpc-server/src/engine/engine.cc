@@ -862,6 +862,16 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   t.nr = NumRounds(w.key->cipher);
   const bool checksum = job.type == pb::JOB_CHECKSUM;
   t.material = w.key->FindCts(checksum ? CtsKind::kChecksum : CtsKind::kUsage, job.usage);
+  auto in = [](absl::Span<const uint32_t> usages, uint32_t u) {
+    return std::find(usages.begin(), usages.end(), u) != usages.end();
+  };
+  if ((job.type == pb::JOB_DECRYPT && !in(kCtsDecryptUsages, job.usage)) ||
+      (job.type == pb::JOB_ENCRYPT && !in(kCtsEncryptUsages, job.usage))) {
+    w.Fail(pb::JOB_UNKNOWN_USAGE,
+           absl::StrCat("usage ", job.usage, " is not dealt for an aes*-cts ",
+                        job.type == pb::JOB_DECRYPT ? "DECRYPT" : "ENCRYPT"));
+    return;
+  }
   if (t.material == nullptr) {
     w.Fail(pb::JOB_UNKNOWN_USAGE,
            absl::StrCat("no material was dealt for ", checksum ? "checksum " : "", "usage ",
