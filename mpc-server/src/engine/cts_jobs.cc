@@ -113,6 +113,7 @@ void UnpackGroup(Group& g) {
       t.out[c] = cts::UnpackLane(g.out[c], g.wn, l);
       if (t.type == pb::JOB_DECRYPT) {
         t.mismatch[c] = t.out[c].back();
+        t.out[c].back() = 0;  // past size() after the pop: Wipe would miss it
         t.out[c].pop_back();
       }
     }
