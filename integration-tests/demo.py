@@ -161,7 +161,7 @@ def run(r, workdir):
     storm = find_storm()
     step("a short login storm (kmpc-storm, 5 s, 16 logins in flight)")
     if storm is None:
-        print("kmpc-storm is not built (mpc-server/storm/): no storm this time")
+        print("kmpc-storm is not built (integration-tests/storm/): no storm this time")
     else:
         js = os.path.join(workdir, "storm.json")
         p = subprocess.run(

@@ -53,7 +53,7 @@ PYDEPS = os.path.join(BUILD, "pydeps")
 LIZARD_VERSION = "1.24.3"
 LIMIT = 80
 TREES = ("mpc-server/src", "mpc-server/admin", "mpc-server/client", "mpc-server/tools",
-         "mpc-server/storm", "kdc-plugin/src", "kdc-plugin/dealer", "kdc-plugin/tools",
+         "integration-tests/storm", "kdc-plugin/src", "kdc-plugin/dealer", "kdc-plugin/tools",
          "proto")
 SOURCE_EXTS = (".c", ".cc", ".h", ".inc")
 UNIT_EXTS = (".c", ".cc")

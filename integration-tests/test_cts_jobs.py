@@ -142,6 +142,22 @@ def test_usage_without_material_fails_alone(cluster, keys, krb5_tool):
     assert out[1].startswith("ok ") and bytes.fromhex(out[1].split()[1])[16:] == TIMESTAMP
 
 
+def test_usage_only_in_the_kdcs_direction(cluster, keys, krb5_tool):
+    """Review: a compromised KDC host must not decrypt AS replies it
+    recorded earlier (DECRYPT under usage 3: past session keys) nor mint a
+    user's timestamp (ENCRYPT under usage 1); the servers refuse both."""
+    c = cluster
+    key, kid = keys[18]
+    reply_ct = krb5_tool("enc", "18", key, "3", REPLY.hex()).stdout.strip()
+    ct = krb5_tool("enc", "18", key, "1", TIMESTAMP.hex()).stdout.strip()
+    out = lines_of(c.jobs([f"cts_decrypt {kid} 3 {reply_ct}",
+                           f"cts_encrypt {kid} 1 {TIMESTAMP.hex()}",
+                           f"cts_decrypt {kid} 1 {ct}"]))
+    assert out[0] == "status JOB_UNKNOWN_USAGE", out
+    assert out[1] == "status JOB_UNKNOWN_USAGE", out
+    assert out[2].startswith("ok ") and bytes.fromhex(out[2].split()[1])[16:] == TIMESTAMP
+
+
 def test_servers_never_receive_a_cts_plaintext(own_cluster, tmp_path, krb5_tool):  # noqa: F811
     """--debug_record_requests: the reply an ENCRYPT encrypts and a
     CHECKSUM's message reach the servers as shares only, and a DECRYPT's

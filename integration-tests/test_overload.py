@@ -7,7 +7,7 @@ the old request would reach the new login, and its libkrb5 would take it
 for its own: another principal's AS-REP fails decryption
 (KRB_AP_ERR_BAD_INTEGRITY), the same principal's fails the nonce check
 (KRB5_KDCREP_MODIFIED), though each is a correct answer to the request it
-was sent for (mpc-server/storm/async.cc, top comment).
+was sent for (integration-tests/storm/async.cc, top comment).
 
 A UDP proxy between kmpc-storm and a real KDC recreates both halves in a
 second or two, deterministically:

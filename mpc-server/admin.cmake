@@ -6,12 +6,27 @@
 # kmpc_cluster_admin, the dealer and the Admin service).
 if(TARGET kmpc_cluster_admin)
   set(KMPC_ADMIN_KRB5_LIBDIR "${KRB5_PREFIX}/lib")
+  # kmpc_admin_cluster: what kmpc-admin and the key dealer share, the
+  # admin config file (admin/config.cc) and the clusters it names
+  # (admin/cluster.cc: connect, PutKey and DeleteKey on every cluster). No
+  # krb5 library: position-independent and with hidden visibility, so that
+  # the dealer, a krb5 plugin, links it like its other static libraries
+  # (local to the module, --exclude-libs).
+  add_library(kmpc_admin_cluster STATIC
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cluster.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
+  target_include_directories(kmpc_admin_cluster PUBLIC "${CMAKE_CURRENT_LIST_DIR}")
+  target_compile_options(kmpc_admin_cluster PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_link_libraries(kmpc_admin_cluster PUBLIC
+    kmpc_cluster_admin absl::strings absl::status absl::statusor)
+  set_target_properties(kmpc_admin_cluster PROPERTIES
+    POSITION_INDEPENDENT_CODE ON
+    CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+
   add_executable(kmpc-admin
     ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/cluster.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc)
   target_include_directories(kmpc-admin PRIVATE
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
   target_compile_options(kmpc-admin PRIVATE -Wall -Wextra -Wno-unused-parameter)
@@ -28,7 +43,7 @@ if(TARGET kmpc_cluster_admin)
     KMPC_DEFAULT_KDC_PROFILE="${KMPC_DEFAULT_KDC_PROFILE}"
     KMPC_DEFAULT_KRB5_CONFIG="${KMPC_DEFAULT_KRB5_CONFIG}")
   target_link_libraries(kmpc-admin PRIVATE
-    kmpc_cluster_admin absl::strings absl::str_format absl::status
+    kmpc_admin_cluster kmpc_cluster_admin absl::strings absl::str_format absl::status
     absl::statusor OpenSSL::Crypto
     "${KMPC_ADMIN_KRB5_LIBDIR}/libkadm5srv_mit.so"
     "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
@@ -44,19 +59,15 @@ if(TARGET kmpc_cluster_admin)
   # libkmpc_dealer.so: the mpcdealer and kadm5_hook module "kmpc" that
   # kadmind, kadmin.local and kdb5_util load. Its source is a krb5 plugin
   # and lives with the KDC module (kdc-plugin/dealer/); it is built here, on
-  # kmpc-admin's cluster client (admin/cluster.cc, admin/config.cc). Like
-  # the KDC module it exports only its initvt functions, keeps its static
-  # libraries local, binds to itself and is never unloaded (gRPC threads).
+  # kmpc-admin's cluster library (kmpc_admin_cluster). Like the KDC module
+  # it exports only its initvt functions, keeps its static libraries local,
+  # binds to itself and is never unloaded (gRPC threads).
   set(KMPC_DEALER_DIR "${CMAKE_SOURCE_DIR}/kdc-plugin/dealer")
-  add_library(kmpc_dealer MODULE
-    ${KMPC_DEALER_DIR}/dealer_module.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/cluster.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
-  target_include_directories(kmpc_dealer PRIVATE
-    "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
+  add_library(kmpc_dealer MODULE ${KMPC_DEALER_DIR}/dealer_module.cc)
+  target_include_directories(kmpc_dealer PRIVATE "${KRB5_PREFIX}/include")
   target_compile_options(kmpc_dealer PRIVATE -Wall -Wextra -Wno-unused-parameter)
   target_link_libraries(kmpc_dealer PRIVATE
-    kmpc_cluster_admin absl::strings absl::status absl::statusor OpenSSL::Crypto
+    kmpc_admin_cluster kmpc_cluster_admin absl::strings absl::status absl::statusor OpenSSL::Crypto
     "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
     "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
     "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so")
@@ -72,14 +83,69 @@ if(TARGET kmpc_cluster_admin)
     "-Wl,--exclude-libs,ALL" "-Wl,-Bsymbolic" "-Wl,-z,nodelete"
     "-Wl,-z,defs" "-Wl,--enable-new-dtags" "-Wl,--as-needed")
 
+  # The dealer exports its version script's initvt functions and nothing
+  # else, and brings no symbol krb5 also defines (as the KDC module).
+  add_test(NAME kmpc_dealer_exports
+    COMMAND bash "${CMAKE_SOURCE_DIR}/kdc-plugin/test/check_symbols.sh"
+            $<TARGET_FILE:kmpc_dealer> "${KRB5_PREFIX}"
+            "${KMPC_DEALER_DIR}/dealer_module.exports")
+  set_tests_properties(kmpc_dealer_exports PROPERTIES TIMEOUT 30)
+
+  # The dealer's two vtables with in-process Admin servers over mTLS
+  # (mpc-server/test/server/fake_admin.h): versions, protect patterns,
+  # refusals, a dealt key's handle, no key byte in any message.
+  add_executable(kmpc_dealer_module_test
+    "${CMAKE_SOURCE_DIR}/kdc-plugin/test/dealer_module_test.cc"
+    ${KMPC_DEALER_DIR}/dealer_module.cc)
+  target_include_directories(kmpc_dealer_module_test PRIVATE
+    "${CMAKE_CURRENT_LIST_DIR}/test/server" "${KRB5_PREFIX}/include")
+  target_compile_definitions(kmpc_dealer_module_test PRIVATE
+    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  target_link_libraries(kmpc_dealer_module_test PRIVATE
+    kmpc_admin_cluster GTest::gtest_main OpenSSL::Crypto
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so")
+  set_target_properties(kmpc_dealer_module_test PROPERTIES
+    BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" SKIP_BUILD_RPATH OFF)
+  add_test(NAME kmpc_dealer_module_test COMMAND kmpc_dealer_module_test)
+  set_tests_properties(kmpc_dealer_module_test PROPERTIES TIMEOUT 120)
+
+  # kmpc-admin's pieces without a cluster or a KDB: its clusters against
+  # in-process Admin servers over mTLS (mpc-server/test/server/
+  # fake_admin.h), the KDB side's refusals and helpers, the refresh's
+  # key-id lineage (refresh.cc and kdb.cc need the prefix's krb5).
+  add_executable(kmpc_admin_cluster_test
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cluster_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/refresh_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc)
+  target_include_directories(kmpc_admin_cluster_test PRIVATE
+    "${CMAKE_CURRENT_LIST_DIR}/test/server" "${KRB5_PREFIX}/include")
+  target_compile_definitions(kmpc_admin_cluster_test PRIVATE
+    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    KMPC_DEFAULT_KDC_PROFILE="${KMPC_DEFAULT_KDC_PROFILE}"
+    KMPC_DEFAULT_KRB5_CONFIG="${KMPC_DEFAULT_KRB5_CONFIG}")
+  target_link_libraries(kmpc_admin_cluster_test PRIVATE
+    kmpc_admin_cluster GTest::gtest_main OpenSSL::Crypto
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkadm5srv_mit.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libk5crypto.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5support.so")
+  set_target_properties(kmpc_admin_cluster_test PROPERTIES
+    BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" SKIP_BUILD_RPATH OFF)
+  gtest_discover_tests(kmpc_admin_cluster_test TEST_PREFIX "admin."
+    DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
+
   # Config parsing (no krb5, no servers); the rest is tested end to end by
   # integration-tests/test_admin.py.
   add_executable(kmpc_admin_config_test
-    ${CMAKE_CURRENT_LIST_DIR}/admin/config_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
-  target_include_directories(kmpc_admin_config_test PRIVATE "${CMAKE_CURRENT_LIST_DIR}")
+    ${CMAKE_CURRENT_LIST_DIR}/admin/config_test.cc)
   target_link_libraries(kmpc_admin_config_test PRIVATE
-    absl::strings absl::status absl::statusor GTest::gtest_main)
+    kmpc_admin_cluster GTest::gtest_main)
   add_test(NAME kmpc_admin_config_test COMMAND kmpc_admin_config_test)
   set_tests_properties(kmpc_admin_config_test PROPERTIES TIMEOUT 60)
 else()

@@ -350,6 +350,10 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
                          (job.type != pb::JOB_PAD || !job.checksum.empty());
     if (jobs_[i].group != 0 && (guessed || jobs_[i].gated)) {
       auto g = group_decrypt.find(jobs_[i].group);
+      // A planned gated job never goes without its gate (the dispatcher
+      // never cuts a group: a bug elsewhere): the step fails closed.
+      if (g == group_decrypt.end() && jobs_[i].gated)
+        return absl::InternalError("a gated job without its gate DECRYPT in the Run request");
       if (g != group_decrypt.end()) j->set_release_if_ok(g->second);
     }
     if (jobs_[i].link_pad) {

@@ -13,37 +13,36 @@
 namespace kmpc::kdc {
 namespace {
 
-// The TLS name the certificate of party i carries (and only it): SAN
-// DNS:kmpc-party-<i>, deploy/gen-certs.sh.
-using kmpc::client::PartyTlsName;
-
 // A server's typed refusal (BatchError in the details) as it is; every
-// other failure is the transport's: kUnavailable, except a deadline, a
-// cancellation and a server of another party.
-CallStatus FromGrpc(int party, const std::string& server,
+// other failure is the transport's, as the cluster's channels read it
+// (ClusterChannels::Classify): kUnavailable, except a deadline, a
+// cancellation and a server of another party (kPermissionDenied: the
+// certificate check refused it; the request was not sent).
+CallStatus FromGrpc(const kmpc::client::ClusterChannels& cluster, int party,
                     const grpc::Status& s) {
   if (s.ok()) return CallStatus();
   if (auto e = contract::BatchErrorOf(s)) return CallStatus::Refused(*e);
   const std::string& msg = s.error_message();
-  switch (s.error_code()) {
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
+  switch (cluster.Classify(party, s)) {
+    case kmpc::client::RpcFailure::kNone:
+      return CallStatus();
+    case kmpc::client::RpcFailure::kDeadlineExceeded:
       return absl::DeadlineExceededError(msg);
-    case grpc::StatusCode::CANCELLED:
+    case kmpc::client::RpcFailure::kCancelled:
       return absl::CancelledError(msg);
-    case grpc::StatusCode::UNAVAILABLE:
-      // The TLS handshake found a certificate of our CA, but not party
-      // <party>'s: the servers are listed out of order, or another party
-      // sits at this address. The request was not sent.
-      if (msg.find("Peer name") != std::string::npos)
-        return absl::PermissionDeniedError(absl::StrCat(
-            "the server at position ", party, " (", server, ") is not party ",
-            party, ": its certificate is not ", PartyTlsName(party),
-            "'s (list the servers in party order 0, 1, 2): ", msg));
+    case kmpc::client::RpcFailure::kWrongParty:
+      return cluster.WrongPartyError(party, s);
+    case kmpc::client::RpcFailure::kTlsHandshake:
+    case kmpc::client::RpcFailure::kClosedInHandshake:
+    case kmpc::client::RpcFailure::kUnreachable:
       return absl::UnavailableError(msg);
-    default:
-      return absl::UnavailableError(absl::StrCat(
-          "gRPC status ", static_cast<int>(s.error_code()), ": ", msg));
+    case kmpc::client::RpcFailure::kPermissionDenied:
+    case kmpc::client::RpcFailure::kUnauthenticated:
+    case kmpc::client::RpcFailure::kServerError:
+      break;
   }
+  return absl::UnavailableError(absl::StrCat(
+      "gRPC status ", static_cast<int>(s.error_code()), ": ", msg));
 }
 
 std::chrono::system_clock::time_point ToChrono(absl::Time t) {
@@ -125,9 +124,11 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
   if (!channels.ok()) return channels.status();
 
   std::unique_ptr<GrpcTransport> t(new GrpcTransport());
+  t->cluster_ =
+      std::make_unique<kmpc::client::ClusterChannels>(*std::move(channels));
   for (int i = 0; i < 3; ++i) {
     t->servers_[i] = servers[i];
-    t->channels_[i] = channels->channel(i);
+    t->channels_[i] = t->cluster_->channel(i);
     t->stubs_[i] = kmpc::v1::KeyOps::NewStub(t->channels_[i]);
   }
   // The thread in Next() also polls the channels' sockets (gRPC 1.51 reads
@@ -245,7 +246,7 @@ void GrpcTransport::Attempt(int party, absl::Time deadline,
                        done = std::move(done),
                        first_failure = std::move(first_failure)](
                           grpc::Status gs) mutable {
-    CallStatus s = FromGrpc(party, servers_[party], gs);
+    CallStatus s = FromGrpc(*cluster_, party, gs);
     NoteConnected(party, s.status);
     if (first_failure.ok() && RetryFirstConnect(party, s.status)) {
       // The new call is registered before End(ctx): Shutdown cancels it,

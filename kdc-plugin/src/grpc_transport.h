@@ -39,6 +39,10 @@ class CompletionQueue;
 class Status;
 }  // namespace grpc
 
+namespace kmpc::client {
+class ClusterChannels;
+}  // namespace kmpc::client
+
 namespace kmpc::kdc {
 
 class GrpcTransport : public Transport {
@@ -103,6 +107,8 @@ class GrpcTransport : public Transport {
   std::thread cq_thread_;
 
   std::array<std::string, 3> servers_;
+  // The pinned channels, and what reads a failed call (Classify).
+  std::unique_ptr<kmpc::client::ClusterChannels> cluster_;
   std::array<std::shared_ptr<grpc::Channel>, 3> channels_;
   std::array<std::unique_ptr<kmpc::v1::KeyOps::Stub>, 3> stubs_;
   // Party i's channel has been READY once: from then on calls fail fast.

@@ -292,5 +292,26 @@ TEST_F(BatchStepTest, NoFreshBatchIdFailsTheStepAndSendsNothing) {
   EXPECT_TRUE(host_->Get(3).status.ok()) << host_->Get(3).status;
 }
 
+// Review hardening (batch_step.cc BuildRunRequest): a planned job gated on
+// its exchange's gate DECRYPT (PendingJob::gated) went out with no
+// release_if_ok when the gate was not in the same request, i.e. ungated:
+// its keystream released whether or not the gate would verify. The
+// dispatcher never cuts a group today, so this needs another bug to
+// happen; fail closed: such a step fails and sends nothing.
+TEST_F(BatchStepTest, AGatedJobWithoutItsGateInTheRequestIsNeverSent) {
+  std::vector<PendingJob> jobs;
+  PendingJob enc = Pending(1, pb::JOB_ENCRYPT, Bytes("an EncTicketPart"));
+  enc.group = (uint64_t{1} << 63) | 7;
+  enc.exchange_id = 7;
+  enc.gated = true;
+  jobs.push_back(std::move(enc));
+  Step(1, std::move(jobs))->Start();
+  ASSERT_TRUE(host_->WaitFinished(1));
+  EXPECT_FALSE(host_->Get(1).status.ok());
+  EXPECT_TRUE(host_->Get(1).output.empty());
+  EXPECT_TRUE(host_->sent().empty());
+  EXPECT_TRUE(cluster_.calls().empty());
+}
+
 }  // namespace
 }  // namespace kmpc::kdc

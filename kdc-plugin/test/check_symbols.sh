@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
-# The module is dlopen'ed into krb5kdc: check that it
-#  1. exports kdcmpc_kmpc_initvt and nothing else,
+# A kmpc krb5 plugin is dlopen'ed into krb5kdc (the KDC module) or kadmind,
+# kadmin.local and kdb5_util (the key dealer): check that it
+#  1. exports the global names of its version script and nothing else
+#     (the KDC module: kdcmpc_kmpc_initvt),
 #  2. takes libkrb5 & co. from the private prefix, never the system's,
 #  3. brings no library that defines a dynamic symbol the KDC's own
 #     libraries (or krb5kdc) also define: gRPC, protobuf, abseil, OpenSSL
 #     and friends cannot interpose on krb5, nor krb5 on them.
-#   check_symbols.sh MODULE KRB5_PREFIX
+#   check_symbols.sh MODULE KRB5_PREFIX [VERSION_SCRIPT]
+# (without VERSION_SCRIPT: the KDC module's one export)
 set -euo pipefail
-mod=$1; prefix=$2
+mod=$1; prefix=$2; script=${3:-}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
+if [ -n "$script" ]; then
+  # The names between "global:" and "local:", one "name;" each.
+  sed -n '/global:/,/local:/p' "$script" | grep -oE '^[[:space:]]*[A-Za-z_][A-Za-z0-9_]*;' \
+    | tr -d ' \t;' | sort > "$tmp/expected"
+  [ -s "$tmp/expected" ] || { echo "FAIL: no global names in $script"; exit 1; }
+else
+  echo kdcmpc_kmpc_initvt > "$tmp/expected"
+fi
 nm -D --defined-only "$mod" | awk '$2 ~ /^[TDBRVWui]$/ {print $3}' | sort > "$tmp/exported"
-if [ "$(cat "$tmp/exported")" != "kdcmpc_kmpc_initvt" ]; then
-  echo "FAIL: exports other than kdcmpc_kmpc_initvt:"; cat "$tmp/exported"; exit 1
+if ! cmp -s "$tmp/expected" "$tmp/exported"; then
+  echo "FAIL: the exports are not exactly $(tr '\n' ' ' < "$tmp/expected"):"
+  cat "$tmp/exported"; exit 1
 fi
 
 ldd "$mod" > "$tmp/ldd"
@@ -35,4 +47,4 @@ if [ -s "$tmp/clash" ]; then
   echo "FAIL: symbols defined both by krb5 and by the module's other libraries:"
   head -50 "$tmp/clash"; exit 1
 fi
-echo "ok: 1 export, krb5 from $prefix, $(wc -l < "$tmp/others") other libraries, no clashes"
+echo "ok: $(wc -l < "$tmp/expected") export(s), krb5 from $prefix, $(wc -l < "$tmp/others") other libraries, no clashes"

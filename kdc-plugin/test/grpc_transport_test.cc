@@ -1,7 +1,8 @@
 // GrpcTransport against in-process gRPC servers over mTLS (deploy/
 // gen-certs.sh's certificates): a first connection that fails transiently
-// does not fail the call; a server of the wrong party is refused at once; a
-// party down from the start fails calls by their deadline, then at once; a
+// does not fail the call; a server of the wrong party is refused at once,
+// and only that failure is read as one (the same party down afterwards is
+// waited for as a failed first connection); a party down from the start fails calls by their deadline, then at once; a
 // party that goes down after it was connected fails them at once; Shutdown
 // ends a call that waits for a connection.
 #include "grpc_transport.h"
@@ -67,6 +68,22 @@ class TransportTest : public ::testing::Test {
            [&p](CallStatus s) { p.set_value(std::move(s.status)); });
     absl::Status s = p.get_future().get();
     *took = absl::Now() - t0;
+    return s;
+  }
+
+  // Runs on party 0 (deadline 800 ms each) until a call's failure is no
+  // longer `was` (gRPC reports the channel's last connection failure until
+  // it tried again), at most 10 s; the last call's status.
+  static absl::Status NextCause(GrpcTransport* t,
+                                bool (*was)(const absl::Status&)) {
+    const absl::Time end = absl::Now() + absl::Seconds(10);
+    absl::Status s;
+    absl::Duration took;
+    do {
+      s = RunOnce(t, absl::Milliseconds(800), &took);
+      if (!was(s)) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    } while (absl::Now() < end);
     return s;
   }
 
@@ -181,6 +198,44 @@ TEST_F(TransportTest, ServerOfAnotherPartyIsRefusedAtOnce) {
       << s;
   EXPECT_LT(took, absl::Seconds(2));  // not waiting for a connection
   EXPECT_EQ(party.calls(), 0);
+}
+
+// Only the failure the certificate check refused is the wrong party: after
+// a server of another party, the same position's server down is a failed
+// connection again, which the first-connect wait still waits for, and then
+// a self-signed server there one as well (a refusal that outlived its
+// failure made both kPermissionDenied, which is never waited for).
+TEST_F(TransportTest, WrongPartyThenDownThenUntrustedEachHasItsOwnCause) {
+  const int port = FreeLoopbackPort();
+  auto party = std::make_unique<FakeParty>(Certs(), /*cert_party=*/1, port);
+  auto t = Make(port);
+  ASSERT_NE(t, nullptr);
+  absl::Duration took;
+  absl::Status s = RunOnce(t.get(), absl::Seconds(10), &took);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(party->calls(), 0);
+
+  party.reset();
+  s = NextCause(t.get(), [](const absl::Status& x) { return absl::IsPermissionDenied(x); });
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(s.message().find("Connection refused"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("no connection after waiting"), std::string::npos) << s;
+
+  const std::string self_signed = kmpc::testing::MakeSelfSignedPartyCerts(Certs(), 0);
+  ASSERT_FALSE(self_signed.empty()) << "openssl req failed";
+  party = std::make_unique<FakeParty>(self_signed, 0, port);
+  s = NextCause(t.get(), [](const absl::Status& x) {
+    return x.message().find("Connection refused") != absl::string_view::npos;
+  });
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(s.message().find("is not party"), std::string::npos) << s;
+  EXPECT_EQ(party->calls(), 0);
+
+  // Party 0 itself: the calls reach it.
+  party = std::make_unique<FakeParty>(Certs(), 0, port);
+  s = NextCause(t.get(), [](const absl::Status& x) { return !x.ok(); });
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_GE(party->calls(), 1);
 }
 
 TEST_F(TransportTest, PartyDownFromTheStartFailsByTheDeadlineThenAtOnce) {

@@ -1,8 +1,10 @@
 // The cluster client library against in-process Admin servers over mTLS
 // (deploy/gen-certs.sh's certificates): the PEM files' errors name the file
 // and never quote a key; a server presenting another party's certificate
-// is refused before any request reaches it; a PutKey that fails on one
-// server is taken off every server that stored it or may have.
+// is refused before any request reaches it, found by the certificate
+// check's own record (never by gRPC's message text), and only for the
+// failure the check refused; a PutKey that fails on one server is taken
+// off every server that stored it or may have.
 #include "client/admin_client.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +27,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/channels.h"
+#include "fake_admin.h"
 #include "party_server.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
 
@@ -35,95 +38,14 @@ namespace pb = kmpc::v1;
 using kmpc::testing::FreeLoopbackPort;
 
 using kmpc::testing::ReadFile;
+using kmpc::testing::FakeAdmin;
+using kmpc::testing::PutBehaviour;
 using kmpc::testing::StartPartyServer;
 
 void Write(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
 }
-
-// What a fake server does with a PutKey.
-enum class PutBehaviour {
-  kStore,          // store, OK
-  kFail,           // store nothing, INTERNAL
-  kStoreThenHang,  // store, then answer only after the client's deadline
-};
-
-// An Admin server presenting party `cert_party`'s certificate, answering
-// Health as party `cert_party`, with a key store of ids.
-class FakeAdmin {
- public:
-  FakeAdmin(const std::string& certs, int cert_party, int port) : svc_(cert_party) {
-    server_ = StartPartyServer(certs, cert_party, port, &svc_);
-  }
-  ~FakeAdmin() {
-    svc_.release = true;
-    server_->Shutdown(std::chrono::system_clock::now());
-  }
-
-  void set_put(PutBehaviour p) { svc_.put = p; }
-  int calls() const { return svc_.calls.load(); }
-  int deletes() const { return svc_.deletes.load(); }
-  bool Has(const std::string& id) {
-    std::lock_guard<std::mutex> l(svc_.mu);
-    return svc_.keys.count(id) > 0;
-  }
-  // An earlier key under `id` (PutKey answers ALREADY_EXISTS).
-  void Preload(const std::string& id) {
-    std::lock_guard<std::mutex> l(svc_.mu);
-    svc_.keys[id] = -1;
-  }
-  // The party field of the stored PutKey (-1: preloaded).
-  int PartyOf(const std::string& id) {
-    std::lock_guard<std::mutex> l(svc_.mu);
-    return svc_.keys.at(id);
-  }
-
- private:
-  struct Svc : pb::Admin::Service {
-    explicit Svc(int party) : party(party) {}
-    grpc::Status Health(grpc::ServerContext*, const pb::HealthRequest*,
-                        pb::HealthResponse* r) override {
-      ++calls;
-      r->set_party(party);
-      return grpc::Status::OK;
-    }
-    grpc::Status PutKey(grpc::ServerContext* ctx, const pb::PutKeyRequest* req,
-                        pb::PutKeyResponse*) override {
-      ++calls;
-      const std::string& id = req->info().key_id();
-      {
-        std::lock_guard<std::mutex> l(mu);
-        if (keys.count(id) && !req->replace())
-          return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "already stored");
-        if (put == PutBehaviour::kFail)
-          return grpc::Status(grpc::StatusCode::INTERNAL, "disk full");
-        keys[id] = static_cast<int>(req->party());
-      }
-      if (put == PutBehaviour::kStoreThenHang)
-        while (!release && !ctx->IsCancelled())
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return grpc::Status::OK;
-    }
-    grpc::Status DeleteKey(grpc::ServerContext*, const pb::DeleteKeyRequest* req,
-                           pb::DeleteKeyResponse*) override {
-      ++calls;
-      ++deletes;
-      std::lock_guard<std::mutex> l(mu);
-      if (keys.erase(req->key_id()) == 0)
-        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such key id");
-      return grpc::Status::OK;
-    }
-    const int party;
-    std::atomic<PutBehaviour> put{PutBehaviour::kStore};
-    std::atomic<bool> release{false};
-    std::atomic<int> calls{0}, deletes{0};
-    std::mutex mu;
-    std::map<std::string, int> keys;
-  };
-  Svc svc_;
-  std::unique_ptr<grpc::Server> server_;
-};
 
 class ClusterClientTest : public ::testing::Test {
  protected:
@@ -290,6 +212,43 @@ TEST_F(ClusterClientTest, CallerMayNotSetTheTargetName) {
   EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
 }
 
+// A wrong server is what the certificate check refused, not what gRPC's
+// message says: a failure whose text names a "Peer name" (gRPC's words for
+// a host name mismatch) on a channel whose check refused nothing is no
+// wrong party.
+TEST_F(ClusterClientTest, WrongPartyIsTheChecksRecordNotTheMessageText) {
+  ports_ = {1, 2, 3};
+  auto c = ClusterChannels::Open(Config());
+  ASSERT_TRUE(c.ok()) << c.status();
+  const grpc::Status st(grpc::StatusCode::UNAVAILABLE,
+                        "Peer name kmpc-party-1 does not match kmpc-party-0");
+  EXPECT_EQ(c->Classify(0, st), RpcFailure::kUnreachable);
+  const absl::Status e = c->RpcError(0, "Admin", "Health", st);
+  EXPECT_TRUE(absl::IsUnavailable(e)) << e;
+  EXPECT_EQ(c->WrongPartyRefusals(0), 0);
+  EXPECT_EQ(c->Classify(0, grpc::Status::OK), RpcFailure::kNone);
+  EXPECT_EQ(c->Classify(0, grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "")),
+            RpcFailure::kPermissionDenied);
+}
+
+// The three channels of a fresh client make their first connections at
+// once (Health calls the three servers in parallel), each with its own TLS
+// security connector: every one has its certificates when it handshakes.
+// (With one certificate provider for the three channels, gRPC 1.51 handed
+// the certificates to a second channel's connector only after the first
+// channel's, and a connector that handshook meanwhile failed with "Failed
+// to create security handshaker".)
+TEST_F(ClusterClientTest, ChannelsConnectingAtOnceAllHandshake) {
+  StartServers();
+  for (int round = 0; round < 40; ++round) {
+    auto c = Client(Config());
+    ASSERT_NE(c, nullptr);
+    auto h = c->Health();
+    for (int i = 0; i < 3; ++i)
+      ASSERT_TRUE(h[i].ok()) << "round " << round << ": " << h[i].status();
+  }
+}
+
 TEST_F(ClusterClientTest, PinnedPartiesAnswer) {
   StartServers();
   auto c = Client(Config());
@@ -306,7 +265,11 @@ TEST_F(ClusterClientTest, ServerWithAnotherPartysCertificateIsRefused) {
   auto h = c->Health();
   for (int i : {0, 1}) {
     ASSERT_FALSE(h[i].ok());
+    EXPECT_GE(c->channels().WrongPartyRefusals(i), 1);
     EXPECT_TRUE(absl::IsPermissionDenied(h[i].status())) << h[i].status();
+    // The check's mark is its own: it does not reach the message.
+    EXPECT_EQ(h[i].status().message().find("party check"), std::string::npos)
+        << h[i].status();
     EXPECT_NE(h[i].status().message().find(absl::StrCat(
                   "the server at position ", i, " (127.0.0.1:", ports_[i],
                   ") is not party ", i)),
@@ -314,6 +277,7 @@ TEST_F(ClusterClientTest, ServerWithAnotherPartysCertificateIsRefused) {
         << h[i].status();
   }
   EXPECT_TRUE(h[2].ok()) << h[2].status();
+  EXPECT_EQ(c->channels().WrongPartyRefusals(2), 0);
   std::array<absl::Status, 3> each;
   absl::Status st = c->PutKey(engine::Cipher::kAes128, kKey, {KeyId('a'), 1, "x"}, &each);
   EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
@@ -324,6 +288,61 @@ TEST_F(ClusterClientTest, ServerWithAnotherPartysCertificateIsRefused) {
   // Party 2 took its share, and gave it back.
   EXPECT_FALSE(servers_[2]->Has(KeyId('a')));
   EXPECT_GE(servers_[2]->deletes(), 1);
+}
+
+// Calls Health until position 0's failure is no longer `was` (gRPC
+// reports a channel's last connection failure until it tried again), at
+// most 10 s; returns position 0's last status.
+absl::Status NextCause(AdminClient* c, bool (*was)(const absl::Status&)) {
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  absl::Status st;
+  do {
+    st = c->Health()[0].status();
+    if (!was(st)) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < end);
+  return st;
+}
+
+// The check's record speaks only for the failure it refused: after a
+// wrong server, the same position's server down is unreachable, and then
+// a self-signed server there a failed TLS handshake, each reported as
+// what it is (a record that outlived its refusal turned both into "not
+// party 0", kPermissionDenied, and so disabled the KDC module's
+// first-connect wait, which only waits for kUnavailable).
+TEST_F(ClusterClientTest, WrongPartyThenDownThenUntrustedEachHasItsOwnCause) {
+  StartServers({1, 1, 2});
+  ChannelOptions o;
+  o.args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  o.args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 250);
+  auto c = AdminClient::Connect(Config(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string at0 = absl::StrCat("127.0.0.1:", ports_[0]);
+  absl::Status st = (*c)->Health()[0].status();
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  EXPECT_NE(st.message().find("the server at position 0 (" + at0 + ") is not party 0"),
+            std::string::npos)
+      << st;
+  const int refused = (*c)->channels().WrongPartyRefusals(0);
+  EXPECT_GE(refused, 1);
+
+  servers_[0].reset();
+  st = NextCause(c->get(), [](const absl::Status& s) { return absl::IsPermissionDenied(s); });
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  EXPECT_NE(st.message().find("server 0 (" + at0 + ") is unreachable"), std::string::npos)
+      << st;
+
+  const std::string self_signed = kmpc::testing::MakeSelfSignedPartyCerts(Certs(), 0);
+  ASSERT_FALSE(self_signed.empty()) << "openssl req failed";
+  servers_[0] = std::make_unique<FakeAdmin>(self_signed, 0, ports_[0]);
+  st = NextCause(c->get(), [](const absl::Status& s) { return absl::IsUnavailable(s); });
+  EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
+  EXPECT_NE(st.message().find("server 0 (" + at0 + "): TLS handshake failed"),
+            std::string::npos)
+      << st;
+  // Neither later failure was a refusal of the check; nothing was sent.
+  EXPECT_EQ((*c)->channels().WrongPartyRefusals(0), refused);
+  EXPECT_EQ(servers_[0]->calls(), 0);
 }
 
 TEST_F(ClusterClientTest, PutKeyStoresPartyIsViewOnServerI) {

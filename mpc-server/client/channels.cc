@@ -5,21 +5,128 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <sys/stat.h>
 
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
+
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "absl/base/internal/sysinfo.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 
 namespace kmpc::client {
+
+// The certificate check of a cluster's three channels, and its record.
+// gRPC runs the check after it verified the server's chain to the
+// cluster's CA (a certificate of another CA fails there and never reaches
+// it); the channel's TLS target name says which party the server must be.
+//
+// The record: gRPC 1.51 hands the client a failed connection's cause only
+// as a code and a message (the subchannel's last error), so the link from
+// a failed call to this check's refusal is the refusal itself. Each
+// refusal names this check's mark for the party (a random nonce of this
+// object), and the check counts its refusals per party. A failure is the
+// wrong party only if the check refused on that party's channel and the
+// failure is such a refusal (it carries the mark): a later failure of
+// another kind (the server down, an untrusted certificate), whose
+// handshake the check never saw, carries no mark, so the record never
+// needs clearing and never speaks for another failure. No server can
+// forge the mark: it never leaves this process before the refusal.
+class PartyCheck {
+ public:
+  PartyCheck() {
+    unsigned char r[12];
+    if (RAND_bytes(r, sizeof(r)) != 1) {
+      // Uniqueness, not secrecy, is what the mark needs.
+      const uint64_t t = static_cast<uint64_t>(absl::GetCurrentTimeNanos());
+      std::memcpy(r, &t, sizeof(t));
+      std::memset(r + sizeof(t), 0x5a, sizeof(r) - sizeof(t));
+    }
+    nonce_ = absl::BytesToHexString(
+        absl::string_view(reinterpret_cast<const char*>(r), sizeof(r)));
+  }
+
+  // The verdict on a server's certificate with DNS SANs `dns` on the
+  // channel whose TLS target name is `target`.
+  grpc::Status Check(absl::string_view target,
+                     const std::vector<grpc::string_ref>& dns) {
+    int party = -1;
+    for (int i = 0; i < kParties; ++i)
+      if (target == PartyTlsName(i)) party = i;
+    if (party < 0)
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          absl::StrCat("no MPC party is named ", target));
+    for (const grpc::string_ref& d : dns)
+      if (absl::string_view(d.data(), d.size()) == target)
+        return grpc::Status::OK;
+    refusals_[party].fetch_add(1, std::memory_order_relaxed);
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat("the server's certificate does not name ",
+                                     target, Mark(party)));
+  }
+
+  // Whether `failure` (a failed call's message) on `party`'s channel is
+  // one of this check's refusals.
+  bool Refused(int party, absl::string_view failure) const {
+    return party >= 0 && party < kParties &&
+           refusals_[party].load(std::memory_order_relaxed) > 0 &&
+           absl::StrContains(failure, Mark(party));
+  }
+
+  int refusals(int party) const {
+    return refusals_[party].load(std::memory_order_relaxed);
+  }
+
+  // `failure` without the party's mark.
+  std::string Unmarked(int party, absl::string_view failure) const {
+    return absl::StrReplaceAll(failure, {{Mark(party), ""}});
+  }
+
+ private:
+  std::string Mark(int party) const {
+    return absl::StrCat(" [party check ", nonce_, "/", party, "]");
+  }
+
+  std::string nonce_;
+  std::array<std::atomic<int>, kParties> refusals_{};
+};
+
 namespace {
+
+// gRPC's form of PartyCheck: synchronous, so never cancelled. gRPC owns
+// it (ExternalCertificateVerifier::Create); the record is shared.
+class PartyCheckVerifier
+    : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  explicit PartyCheckVerifier(std::shared_ptr<PartyCheck> check)
+      : check_(std::move(check)) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)> /*callback*/,
+              grpc::Status* sync_status) override {
+    const grpc::string_ref t = request->target_name();
+    *sync_status =
+        check_->Check(absl::string_view(t.data(), t.size()), request->dns_names());
+    return true;
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
+
+ private:
+  const std::shared_ptr<PartyCheck> check_;
+};
 
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
@@ -51,6 +158,40 @@ std::unique_ptr<X509, X509Free> FirstCertificate(const std::string& pem) {
           : nullptr);
   ERR_clear_error();
   return x;
+}
+
+// One channel's TLS credentials: a certificate provider of its own (the
+// CA; our certificate and a copy of the key, wiped here once the provider
+// holds it), and the cluster's one certificate check: gRPC verifies the
+// server's chain to the CA, then the check the party's name. gRPC's own
+// host name check is off: the check is the pin, per channel.
+//
+// A provider per channel, not one for the three: gRPC 1.51 hands a
+// provider's certificates to the security connectors that watch it, and
+// when the channels make their first connections at once (AdminClient's
+// calls to the three servers in parallel), a connector that started
+// watching while another's first watch was still fetching them got them
+// only after its handshake began, which then failed ("Failed to create
+// security handshaker": tls_security_connector.cc, whose wait for initial
+// credentials is unimplemented in 1.51). A provider watched by one
+// connector delivers within that connector's construction.
+std::shared_ptr<grpc::ChannelCredentials> TlsCredentialsOf(
+    const std::string& ca, const std::string& cert, const std::string& key,
+    std::shared_ptr<grpc::experimental::CertificateVerifier> verifier) {
+  namespace gx = grpc::experimental;
+  std::vector<gx::IdentityKeyCertPair> identity(1);
+  identity[0].private_key = key;
+  identity[0].certificate_chain = cert;
+  auto provider = std::make_shared<gx::StaticDataCertificateProvider>(ca, identity);
+  OPENSSL_cleanse(identity[0].private_key.data(), identity[0].private_key.size());
+  gx::TlsChannelCredentialsOptions o;
+  o.set_certificate_provider(std::move(provider));
+  o.watch_root_certs();
+  o.watch_identity_key_cert_pairs();
+  o.set_verify_server_certs(true);
+  o.set_certificate_verifier(std::move(verifier));
+  o.set_check_call_host(false);
+  return gx::TlsCredentials(o);
 }
 
 }  // namespace
@@ -103,8 +244,8 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path,
   return s;
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
-    const ClusterConfig& cfg) {
+absl::StatusOr<std::array<std::shared_ptr<grpc::ChannelCredentials>, kParties>>
+ClientCredentials(const ClusterConfig& cfg, std::shared_ptr<PartyCheck> check) {
   auto ca = ReadPemFile(cfg.ca, "CA certificate");
   if (!ca.ok()) return ca.status();
   if (FirstCertificate(*ca) == nullptr)
@@ -139,16 +280,18 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
       return bad;
     }
   }
-  grpc::SslCredentialsOptions o;
-  o.pem_root_certs = std::move(*ca);
-  o.pem_cert_chain = std::move(*cert);
-  o.pem_private_key.swap(*key);
-  auto creds = grpc::SslCredentials(o);
-  OPENSSL_cleanse(o.pem_private_key.data(), o.pem_private_key.size());
-  if (creds == nullptr)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot build TLS credentials from ", cfg.ca, ", ", cfg.cert, " and ",
-        cfg.key));
+  auto verifier =
+      grpc::experimental::ExternalCertificateVerifier::Create<PartyCheckVerifier>(
+          std::move(check));
+  std::array<std::shared_ptr<grpc::ChannelCredentials>, kParties> creds;
+  for (int i = 0; i < kParties; ++i)
+    creds[i] = TlsCredentialsOf(*ca, *cert, *key, verifier);
+  OPENSSL_cleanse(key->data(), key->size());
+  for (const auto& c : creds)
+    if (c == nullptr)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot build TLS credentials from ", cfg.ca, ", ", cfg.cert,
+          " and ", cfg.key));
   return creds;
 }
 
@@ -173,7 +316,8 @@ absl::StatusOr<ClusterChannels> ClusterChannels::Open(const ClusterConfig& cfg,
       return absl::InvalidArgumentError(
           "the channel arguments must not set the TLS target name (each "
           "party's channel is pinned to its own)");
-  auto creds = ClientCredentials(cfg);
+  auto check = std::make_shared<PartyCheck>();
+  auto creds = ClientCredentials(cfg, check);
   if (!creds.ok()) return creds.status();
   // gRPC 1.51 reads errno after connect() only after taking absl Mutexes
   // (tcp_client_posix.cc; fixed upstream in grpc/grpc#35064). The first
@@ -186,10 +330,11 @@ absl::StatusOr<ClusterChannels> ClusterChannels::Open(const ClusterConfig& cfg,
   (void)absl::base_internal::NominalCPUFrequency();
   ClusterChannels c;
   c.cfg_ = cfg;
+  c.check_ = std::move(check);
   for (int i = 0; i < kParties; ++i) {
     grpc::ChannelArguments a = opts.args;
     a.SetSslTargetNameOverride(PartyTlsName(i));
-    c.channels_[i] = grpc::CreateCustomChannel(cfg.servers[i], *creds, a);
+    c.channels_[i] = grpc::CreateCustomChannel(cfg.servers[i], (*creds)[i], a);
   }
   if (opts.connect_wait > absl::ZeroDuration()) {
     for (int i = 0; i < kParties; ++i)
@@ -209,59 +354,99 @@ void ClusterChannels::SetDeadline(grpc::ClientContext* ctx) const {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + cfg_.rpc_timeout));
 }
 
+RpcFailure ClusterChannels::Classify(int party, const grpc::Status& st) const {
+  const std::string& msg = st.error_message();
+  switch (st.error_code()) {
+    case grpc::StatusCode::OK:
+      return RpcFailure::kNone;
+    case grpc::StatusCode::UNAVAILABLE:
+      // The certificate check refused the server as another party's (a
+      // wrong server order, or another party at this address).
+      if (check_ != nullptr && check_->Refused(party, msg))
+        return RpcFailure::kWrongParty;
+      // gRPC reports a failed TLS handshake as UNAVAILABLE too, with its
+      // cause only in the text; the usual cause is a client certificate
+      // not issued by the cluster's CA (or a server certificate not issued
+      // by ours).
+      if (absl::StrContains(msg, "andshake") || absl::StrContains(msg, "SSL") ||
+          absl::StrContains(msg, "ertificate") || absl::StrContains(msg, "TLS"))
+        return RpcFailure::kTlsHandshake;
+      // A server that does not trust our client certificate aborts the
+      // handshake, which the client sees as a closed socket.
+      if (absl::StrContains(msg, "Socket closed") ||
+          absl::StrContains(msg, "Connection reset"))
+        return RpcFailure::kClosedInHandshake;
+      return RpcFailure::kUnreachable;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return RpcFailure::kDeadlineExceeded;
+    case grpc::StatusCode::CANCELLED:
+      return RpcFailure::kCancelled;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return RpcFailure::kPermissionDenied;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return RpcFailure::kUnauthenticated;
+    default:
+      return RpcFailure::kServerError;
+  }
+}
+
+int ClusterChannels::WrongPartyRefusals(int party) const {
+  if (check_ == nullptr || party < 0 || party >= kParties) return 0;
+  return check_->refusals(party);
+}
+
+absl::Status ClusterChannels::WrongPartyError(int party,
+                                              const grpc::Status& st) const {
+  const std::string detail = check_ == nullptr
+                                 ? st.error_message()
+                                 : check_->Unmarked(party, st.error_message());
+  return absl::PermissionDeniedError(absl::StrCat(
+      "the server at position ", party, " (", cfg_.servers[party],
+      ") is not party ", party, ": its certificate is not ", PartyTlsName(party),
+      "'s (list the servers in party order 0, 1, 2; nothing was sent to it): ",
+      detail));
+}
+
 absl::Status ClusterChannels::RpcError(int party, absl::string_view service,
                                        absl::string_view method,
                                        const grpc::Status& st,
                                        absl::string_view refused_hint) const {
   const std::string who = Describe(party);
   const std::string& msg = st.error_message();
-  switch (st.error_code()) {
-    case grpc::StatusCode::OK:
+  switch (Classify(party, st)) {
+    case RpcFailure::kNone:
       return absl::OkStatus();
-    case grpc::StatusCode::UNAVAILABLE:
-      // The server's certificate is valid (our CA) but not party <party>'s:
-      // a wrong server order, or another party at this address. Nothing
-      // was sent to it.
-      if (absl::StrContains(msg, "Peer name"))
-        return absl::PermissionDeniedError(absl::StrCat(
-            "the server at position ", party, " (", cfg_.servers[party],
-            ") is not party ", party, ": its certificate is not ",
-            PartyTlsName(party), "'s (list the servers in party order 0, 1, "
-            "2; nothing was sent to it): ", msg));
-      // gRPC reports a failed TLS handshake as UNAVAILABLE too; the usual
-      // cause is a client certificate not issued by the cluster's CA (or a
-      // server certificate not issued by ours).
-      if (absl::StrContains(msg, "andshake") || absl::StrContains(msg, "SSL") ||
-          absl::StrContains(msg, "ertificate") || absl::StrContains(msg, "TLS"))
-        return absl::UnauthenticatedError(absl::StrCat(
-            who, ": TLS handshake failed (is --ca the cluster's CA, and our "
-                 "client certificate issued by it?): ", msg));
-      // A server that does not trust our client certificate aborts the
-      // handshake, which the client sees as a closed socket.
-      if (absl::StrContains(msg, "Socket closed") ||
-          absl::StrContains(msg, "Connection reset"))
-        return absl::UnauthenticatedError(absl::StrCat(
-            who, " closed the connection during the TLS handshake (does it "
-                 "trust our client certificate? it must be issued by the "
-                 "cluster's CA): ", msg));
-      return absl::UnavailableError(
-          absl::StrCat(who, " is unreachable: ", msg));
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case RpcFailure::kWrongParty:
+      return WrongPartyError(party, st);
+    case RpcFailure::kTlsHandshake:
+      return absl::UnauthenticatedError(absl::StrCat(
+          who, ": TLS handshake failed (is --ca the cluster's CA, and our "
+               "client certificate issued by it?): ", msg));
+    case RpcFailure::kClosedInHandshake:
+      return absl::UnauthenticatedError(absl::StrCat(
+          who, " closed the connection during the TLS handshake (does it "
+               "trust our client certificate? it must be issued by the "
+               "cluster's CA): ", msg));
+    case RpcFailure::kUnreachable:
+      return absl::UnavailableError(absl::StrCat(who, " is unreachable: ", msg));
+    case RpcFailure::kDeadlineExceeded:
       return absl::DeadlineExceededError(absl::StrCat(
           who, " did not answer ", method, " within ",
           absl::ToInt64Milliseconds(cfg_.rpc_timeout), " ms"));
-    case grpc::StatusCode::PERMISSION_DENIED:
+    case RpcFailure::kPermissionDenied:
       return absl::PermissionDeniedError(absl::StrCat(
           who, " refused our certificate for the ", service, " service (", msg,
           ")", refused_hint.empty() ? "" : "; ", refused_hint));
-    case grpc::StatusCode::UNAUTHENTICATED:
+    case RpcFailure::kUnauthenticated:
       return absl::UnauthenticatedError(absl::StrCat(
           who, " did not accept our client certificate: ", msg));
-    default:
-      // grpc::StatusCode and absl::StatusCode share their values.
-      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                          absl::StrCat(who, ": ", method, " failed: ", msg));
+    case RpcFailure::kCancelled:
+    case RpcFailure::kServerError:
+      break;
   }
+  // grpc::StatusCode and absl::StatusCode share their values.
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                      absl::StrCat(who, ": ", method, " failed: ", msg));
 }
 
 }  // namespace kmpc::client

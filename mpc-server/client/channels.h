@@ -4,11 +4,17 @@
 //
 // Party pinning: the server at position i of the list must present party
 // i's certificate, the only one with SAN DNS:kmpc-party-<i>
-// (deploy/gen-certs.sh). Each channel's TLS target name is that name, so
-// the TLS handshake refuses any other certificate of the cluster's CA
-// before a request (a PutKey: a share) is sent. The shared SANs
-// (127.0.0.1, localhost) are on all three certificates and would let any
-// party stand in for another.
+// (deploy/gen-certs.sh). Each channel's TLS target name is that name, and
+// the channels' certificate check (after gRPC verified the chain to the
+// cluster's CA) demands it as a DNS SAN, so the TLS handshake refuses any
+// other certificate of the cluster's CA before a request (a PutKey: a
+// share) is sent. The shared SANs (127.0.0.1, localhost) are on all three
+// certificates and would let any party stand in for another.
+//
+// A wrong server is a typed cause (RpcFailure::kWrongParty), never read
+// from gRPC's wording: the check keeps a record of its own refusals, and a
+// failed call is the wrong party only if its failure is one of them
+// (PartyCheck, channels.cc).
 #ifndef KMPC_CLIENT_CHANNELS_H_
 #define KMPC_CLIENT_CHANNELS_H_
 
@@ -46,13 +52,39 @@ std::string PartyTlsName(int party);
 absl::StatusOr<std::string> ReadPemFile(const std::string& path,
                                         absl::string_view what);
 
-// gRPC client credentials from cfg's PEM files. Checks what gRPC would only
-// find in the first handshake: the CA file and the certificate parse as
-// X.509 certificates, the key as an unencrypted private key, and the key
-// belongs to the certificate. Each error names the file. The private key's
-// PEM text is wiped once gRPC holds it.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
-    const ClusterConfig& cfg);
+// The certificate check of a cluster's channels, and its record of the
+// servers it refused as another party's (channels.cc).
+class PartyCheck;
+
+// gRPC client credentials from cfg's PEM files (read once), for the three
+// channels of a cluster, party 0, 1, 2: each with a certificate provider
+// of its own (channels.cc says why), all with one certificate check,
+// `check`, which names the party from the channel's TLS target name
+// (PartyTlsName). Checks what gRPC would only find in the first handshake:
+// the CA file and the certificate parse as X.509 certificates, the key as
+// an unencrypted private key, and the key belongs to the certificate. Each
+// error names the file. The private key's PEM text is wiped once gRPC
+// holds it.
+absl::StatusOr<std::array<std::shared_ptr<grpc::ChannelCredentials>, kParties>>
+ClientCredentials(const ClusterConfig& cfg, std::shared_ptr<PartyCheck> check);
+
+// What a failed call to one party's server met: the one reading of a
+// grpc::Status on the client side, which each client maps to its own
+// statuses (ClusterChannels::RpcError; the KDC module's transport).
+enum class RpcFailure {
+  kNone,               // the call succeeded
+  kWrongParty,         // the certificate check refused the server's
+                       // certificate as another party's: nothing was sent
+  kTlsHandshake,       // another failed TLS handshake (a CA mismatch)
+  kClosedInHandshake,  // the server closed the connection in the handshake
+                       // (it does not trust our certificate)
+  kUnreachable,        // no connection
+  kDeadlineExceeded,
+  kCancelled,
+  kPermissionDenied,   // the server refused our certificate for the service
+  kUnauthenticated,    // the server did not accept our client certificate
+  kServerError,        // the server's own error (any other code)
+};
 
 // The arguments every cluster channel starts from: messages up to 256 MiB
 // both ways (the largest batch), and a subchannel pool of the channel's
@@ -97,8 +129,23 @@ class ClusterChannels {
   // ctx's deadline: now + cfg.rpc_timeout.
   void SetDeadline(grpc::ClientContext* ctx) const;
 
+  // What the call to `party` that ended with `st` met. kWrongParty only
+  // for a failure the certificate check itself refused on that party's
+  // channel (a later failure of another kind, a server down or a
+  // certificate that is not our CA's, is read as what it is).
+  RpcFailure Classify(int party, const grpc::Status& st) const;
+
+  // How many servers the certificate check refused on `party`'s channel
+  // as another party's.
+  int WrongPartyRefusals(int party) const;
+
+  // kPermissionDenied: the server at position `party` is not party
+  // `party` (kWrongParty); `st`'s message, without the check's mark, is
+  // appended.
+  absl::Status WrongPartyError(int party, const grpc::Status& st) const;
+
   // A failed call `method` ("PutKey") of `service` ("Admin") to `party`
-  // as a status naming the server and the kind of failure:
+  // as a status naming the server and the kind of failure (Classify):
   //   kPermissionDenied  the server is not party `party` (its certificate
   //                      is another party's; nothing was sent to it), or
   //                      it refused our certificate for the service (then
@@ -116,6 +163,7 @@ class ClusterChannels {
  private:
   ClusterConfig cfg_;
   std::array<std::shared_ptr<grpc::Channel>, kParties> channels_;
+  std::shared_ptr<PartyCheck> check_;  // shared with the credentials
 };
 
 }  // namespace kmpc::client

@@ -94,7 +94,12 @@ absl::StatusOr<std::vector<uint8_t>> DeriveKey(absl::Span<const uint8_t> key,
   while (out.size() < key.size()) {
     uint8_t next[kBlock];
     absl::Status st = AesBlock(key, block.data(), next);
-    if (!st.ok()) return st;
+    if (!st.ok()) {
+      share::Wipe(next, sizeof next);
+      share::Wipe(block);
+      share::Wipe(out);
+      return st;
+    }
     block.assign(next, next + kBlock);
     out.insert(out.end(), next, next + kBlock);
     share::Wipe(next, sizeof next);
@@ -115,6 +120,7 @@ absl::StatusOr<std::vector<uint8_t>> StringToKey(std::string_view password,
                              reinterpret_cast<const uint8_t*>(salt.data()),
                              static_cast<int>(salt.size()), static_cast<int>(iterations),
                              static_cast<int>(keylen), tkey.data()) != 1) {
+    share::Wipe(tkey);
     return absl::InternalError("PBKDF2");
   }
   static constexpr uint8_t kKerberos[] = {'k', 'e', 'r', 'b', 'e', 'r', 'o', 's'};

@@ -12,6 +12,12 @@
 namespace kmpc::engine {
 namespace {
 
+// A task's shape (type, nr, n), as CtsProgramCache keys programs: tasks
+// of one shape run the same program, whatever object each one points to.
+std::tuple<int, int, size_t> TaskShape(const CtsTask& t) {
+  return {static_cast<int>(t.type), t.type == pb::JOB_CHECKSUM ? 0 : t.nr, t.n};
+}
+
 void WipeWords(std::vector<uint64_t>& v) {
   OPENSSL_cleanse(v.data(), v.size() * sizeof(uint64_t));
 }
@@ -107,6 +113,7 @@ void UnpackGroup(Group& g) {
       t.out[c] = cts::UnpackLane(g.out[c], g.wn, l);
       if (t.type == pb::JOB_DECRYPT) {
         t.mismatch[c] = t.out[c].back();
+        t.out[c].back() = 0;  // past size() after the pop: Wipe would miss it
         t.out[c].pop_back();
       }
     }
@@ -182,10 +189,16 @@ uint64_t CtsCost::Verifies(uint64_t verify_words) const {
 }
 
 CtsCost CostOf(absl::Span<const CtsTask> tasks) {
-  std::map<const cts::Program*, size_t> lanes;
-  for (const CtsTask& t : tasks) ++lanes[t.program.get()];
+  // By shape, as RunCtsTasks groups: decided alike on every party.
+  std::map<std::tuple<int, int, size_t>, std::pair<const cts::Program*, size_t>> lanes;
+  for (const CtsTask& t : tasks) {
+    auto& l = lanes[TaskShape(t)];
+    l.first = t.program.get();
+    ++l.second;
+  }
   CtsCost c;
-  for (const auto& [p, n] : lanes) {
+  for (const auto& [shape, pl] : lanes) {
+    const auto& [p, n] = pl;
     c.and_words += p->ands * ((n + 63) / 64);
     c.depth = std::max(c.depth, p->depth);
   }
@@ -195,12 +208,15 @@ CtsCost CostOf(absl::Span<const CtsTask> tasks) {
 absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t verify_words,
                          absl::Span<CtsTask> tasks) {
   if (tasks.empty()) return absl::OkStatus();
-  // Groups by program, in order of first appearance (the same on every
-  // party: the tasks are).
+  // Groups by shape (type, nr, n), in order of first appearance (the same
+  // on every party: the tasks are). Not by program object: the cache is
+  // per process and evicts, so one party may hold two equal programs for
+  // one shape in a batch where the others hold one; grouping by address
+  // would pack other lanes there and put the ring out of step.
   std::vector<std::unique_ptr<Group>> groups;
-  std::map<const cts::Program*, Group*> by_program;
+  std::map<std::tuple<int, int, size_t>, Group*> by_shape;
   for (CtsTask& t : tasks) {
-    Group*& g = by_program[t.program.get()];
+    Group*& g = by_shape[TaskShape(t)];
     if (g == nullptr) {
       groups.push_back(std::make_unique<Group>());
       g = groups.back().get();

@@ -168,6 +168,30 @@ void EncodeKeyView(const JobPlan& w, uint8_t* out) {
   if (w.key_view == kViewPresent && w.key != nullptr) {
     out[1] = static_cast<uint8_t>(w.key->cipher);
     std::memcpy(out + 2, w.key->deal_id.data(), 16);
+    if (IsCts(w.key->cipher)) {
+      // An aes*-cts key: which material this server holds (kind, usage,
+      // size; public, no share byte) goes into the view with the dealing,
+      // so that a record that differs on one server fails the key's jobs
+      // alike on all three (JOB_KEY_INCONSISTENT) instead of one server
+      // skipping a job the others run (PlanCtsJob), which would put the
+      // ring out of step for the whole batch.
+      std::vector<std::array<uint8_t, 7>> layout;
+      for (const CtsMaterial& m : w.key->cts)
+        layout.push_back({static_cast<uint8_t>(m.kind), static_cast<uint8_t>(m.usage >> 24),
+                          static_cast<uint8_t>(m.usage >> 16),
+                          static_cast<uint8_t>(m.usage >> 8), static_cast<uint8_t>(m.usage),
+                          static_cast<uint8_t>(m.share[0].size() >> 8),
+                          static_cast<uint8_t>(m.share[0].size())});
+      std::sort(layout.begin(), layout.end());
+      static constexpr char kTag[] = "kmpc-cts-key-view-v1";
+      Sha256 h;
+      h.Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(kTag), sizeof kTag));
+      h.Update(absl::MakeConstSpan(w.key->deal_id.data(), 16));
+      for (const auto& l : layout) h.Update(l);
+      std::array<uint8_t, 32> d;
+      if (h.Final(d).ok()) std::memcpy(out + 2, d.data(), 16);
+      else std::memset(out + 2, 0xff, 16);  // never equal to a good view
+    }
   }
 }
 
@@ -201,8 +225,8 @@ void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
     w.Fail(status, std::move(why));
   } else {
     w.Fail(pb::JOB_KEY_INCONSISTENT,
-           "the MPC servers hold different dealings of this key (deal_id or "
-           "cipher differ): re-deal it");
+           "the MPC servers hold different dealings of this key (deal_id, "
+           "cipher or aes*-cts material differ): re-deal it");
   }
 }
 
@@ -838,6 +862,16 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   t.nr = NumRounds(w.key->cipher);
   const bool checksum = job.type == pb::JOB_CHECKSUM;
   t.material = w.key->FindCts(checksum ? CtsKind::kChecksum : CtsKind::kUsage, job.usage);
+  auto in = [](absl::Span<const uint32_t> usages, uint32_t u) {
+    return std::find(usages.begin(), usages.end(), u) != usages.end();
+  };
+  if ((job.type == pb::JOB_DECRYPT && !in(kCtsDecryptUsages, job.usage)) ||
+      (job.type == pb::JOB_ENCRYPT && !in(kCtsEncryptUsages, job.usage))) {
+    w.Fail(pb::JOB_UNKNOWN_USAGE,
+           absl::StrCat("usage ", job.usage, " is not dealt for an aes*-cts ",
+                        job.type == pb::JOB_DECRYPT ? "DECRYPT" : "ENCRYPT"));
+    return;
+  }
   if (t.material == nullptr) {
     w.Fail(pb::JOB_UNKNOWN_USAGE,
            absl::StrCat("no material was dealt for ", checksum ? "checksum " : "", "usage ",

@@ -155,6 +155,13 @@ struct CtsMaterial {
 // PA-REQ-ENC-PA-REP checksum (56); and the PRF for FAST.
 inline constexpr uint32_t kCtsDealtUsages[] = {1, 3};
 inline constexpr uint32_t kCtsDealtChecksums[] = {56};
+// The one direction the KDC uses each dealt usage in: it decrypts the
+// client's timestamp (1) and encrypts the reply (3). The other direction
+// is refused (JOB_UNKNOWN_USAGE): DECRYPT under 3 would let a compromised
+// KDC host decrypt AS replies recorded before it was compromised, ENCRYPT
+// under 1 mint a user's PA-ENC-TIMESTAMP.
+inline constexpr uint32_t kCtsDecryptUsages[] = {1};
+inline constexpr uint32_t kCtsEncryptUsages[] = {3};
 
 // One party's view of one shared key. Party i holds shares i and i+1 of
 // every value. Secrets are wiped when the object dies.

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <random>
 #include <memory>
@@ -19,6 +21,7 @@
 #include "net/memory_ring.h"
 #include "share/replicated.h"
 #include "../cheat.h"
+#include "rep3_cluster.h"
 #include "test_util.h"
 
 namespace kmpc::engine {
@@ -106,6 +109,15 @@ class CtsCluster {
       store_[i][id] = std::make_shared<const KeyShares>(std::move(*parsed));
     }
     return id;
+  }
+
+  // Replaces party i's record of key `id` by a changed copy (a store
+  // that differs on one server: corrupted, or a deviating server's).
+  void Tamper(const std::string& id, int i, const std::function<void(KeyShares&)>& change) {
+    auto copy = KeyShares::Parse(store_[i][id]->Serialize());
+    ASSERT_TRUE(copy.ok()) << copy.status();
+    change(*copy);
+    store_[i][id] = std::make_shared<const KeyShares>(std::move(*copy));
   }
 
   // Runs jobs whose `data` is a message to deal (ENCRYPT, CHECKSUM: shares
@@ -318,6 +330,31 @@ TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
   EXPECT_TRUE(right(c.Run(jobs)));
 }
 
+// Review finding (engine.cc PlanCtsJob): a job could use a usage's
+// material in either direction. The KDC only ever decrypts usage 1 (the
+// client's PA-ENC-TIMESTAMP) and encrypts usage 3 (the AS reply). With
+// DECRYPT under usage 3 a compromised KDC host decrypts AS replies it
+// recorded before it was compromised: past TGT session keys, hence past
+// TGS replies' service session keys and the application traffic under
+// them (no such key ever was in the clean host's reach afterwards). With
+// ENCRYPT under usage 1 it mints any user's PA-ENC-TIMESTAMP. Each
+// direction the KDC does not use is refused, nothing computed.
+TEST_P(CtsJobs, UsageMaterialOnlyInTheKdcsDirection) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  const Bytes reply = Random(16 + 80);
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, true, 3, ClearEncrypt(key, 3, reply)),
+                  CtsJob(pb::JOB_ENCRYPT, id, true, 1, Random(28)),
+                  CtsJob(pb::JOB_DECRYPT, id, true, 1, ClearEncrypt(key, 1, Random(44)))});
+  for (size_t j = 0; j < 2; ++j)
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(r[i].jobs[j].status, pb::JOB_UNKNOWN_USAGE) << "job " << j << " party " << i;
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty());
+    }
+  ExpectStatus(r, 2, pb::JOB_OK);
+}
+
 INSTANTIATE_TEST_SUITE_P(Security, CtsJobs, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "Malicious" : "SemiHonest";
@@ -383,6 +420,124 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
   EXPECT_EQ(cache.misses(), m1 + 1);
   EXPECT_LE(cache.size(), CtsProgramCache::kMaxPrograms);
   EXPECT_LE(cache.bytes(), CtsProgramCache::kMaxBytes);
+}
+
+// Review finding (cts_jobs.cc RunCtsTasks): lanes were grouped by the
+// address of the cached program, not by shape. The cache is per process
+// and evicts (kMaxPrograms, kMaxBytes: two 8 KiB programs pass the byte
+// bound), so two jobs of one shape in one batch can get two program
+// objects on one server (its cache evicted the shape between the two
+// Gets: another worker's batch, a restart, another history) and one object
+// on the others. Then that server packs different lanes, sends AND
+// messages of other sizes and draws the ENCRYPTs' confounders in another
+// order: the ring falls out of step and the batch fails on every server,
+// a failure any KDC could provoke with lengths that fill the cache. Here
+// party 0 gets a second, equal program object for the third task.
+TEST(CtsJobsGrouping, SameShapeWithDistinctProgramObjectsStaysInStep) {
+  ::kmpc::testing::Rep3Cluster cl;
+  const Bytes key = Random(16);
+  auto views = DealKey(Cipher::kAes128Cts, key);
+  ASSERT_TRUE(views.ok());
+  const Bytes a1 = Random(20), b = Random(40), a2 = Random(20);
+  const std::vector<Bytes> msgs = {a1, b, a2};
+  std::array<std::array<share::View, 3>, 3> dealt;  // [task][party]
+  for (size_t t = 0; t < 3; ++t) {
+    auto d = share::Deal(msgs[t]);
+    ASSERT_TRUE(d.ok());
+    dealt[t] = *d;
+  }
+  auto pa = cts::ChecksumProgram(20), pa_again = cts::ChecksumProgram(20),
+       pb_ = cts::ChecksumProgram(40);
+  ASSERT_TRUE(pa.ok() && pa_again.ok() && pb_.ok());
+  auto shared_a = std::make_shared<const cts::Program>(*std::move(pa));
+  auto other_a = std::make_shared<const cts::Program>(*std::move(pa_again));
+  auto shared_b = std::make_shared<const cts::Program>(*std::move(pb_));
+  std::array<std::vector<CtsTask>, 3> tasks;
+  for (int i = 0; i < 3; ++i) {
+    const CtsMaterial* m = (*views)[i].FindCts(CtsKind::kChecksum, 56);
+    ASSERT_NE(m, nullptr);
+    for (size_t t = 0; t < 3; ++t) {
+      CtsTask k;
+      k.job = t;
+      k.type = pb::JOB_CHECKSUM;
+      k.nr = 10;
+      k.n = msgs[t].size();
+      k.material = m;
+      k.shared_in = {dealt[t][i].comp[0], dealt[t][i].comp[1]};
+      k.program = t == 1 ? shared_b : (t == 2 && i == 0 ? other_a : shared_a);
+      tasks[i].push_back(std::move(k));
+    }
+  }
+  auto st = ::kmpc::testing::RunParties([&](int i) -> absl::Status {
+    return RunCtsTasks(*cl.rep3[i], *cl.prss[i], 1024, absl::MakeSpan(tasks[i]));
+  });
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(st[i].ok()) << "party " << i << ": " << st[i];
+  auto ck = cts::DealChecksum(key, 56);
+  ASSERT_TRUE(ck.ok());
+  for (size_t t = 0; t < 3; ++t) {
+    Bytes v = tasks[0][t].out[0];
+    ASSERT_EQ(v.size(), 12u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(tasks[i][t].out[1], tasks[(i + 1) % 3][t].out[0]);
+    for (size_t k = 0; k < v.size(); ++k) v[k] ^= tasks[1][t].out[0][k] ^ tasks[2][t].out[0][k];
+    auto p = cts::ChecksumProgram(msgs[t].size());
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(v, Clear(*p, Cat(ck->bytes, msgs[t]))) << "task " << t;
+  }
+}
+
+// Review finding (engine.cc PlanCtsJob, EncodeKeyView): which material a
+// server holds for a key was not part of the key views the servers agree
+// on, only (cipher, deal_id). A server whose record lacks a usage's
+// material (or holds it at another size) failed that job alone, locally,
+// while the other two ran it: different AND rounds, the ring out of step,
+// and every job of the batch lost (other users' logins too), where a
+// differing record should fail its own job alike on all three
+// (JOB_KEY_INCONSISTENT), as a differing deal_id does.
+TEST(CtsAgreement, MaterialThatDiffersOnOneServerFailsItsJobAlike) {
+  CtsCluster c(true, /*cheater=*/2);  // a plain channel, 5 s receive bound
+  const Bytes key = Random(32), other = Random(32);
+  const std::string id = c.AddKey(key), id2 = c.AddKey(other);
+  c.Tamper(id, 2, [](KeyShares& ks) {
+    ks.cts.erase(std::remove_if(ks.cts.begin(), ks.cts.end(),
+                                [](const CtsMaterial& m) {
+                                  return m.kind == CtsKind::kUsage && m.usage == 3;
+                                }),
+                 ks.cts.end());
+  });
+  const Bytes conf_ts = Random(44);
+  auto r = c.RunStatus({CtsJob(pb::JOB_ENCRYPT, id, true, 3, Random(60)),
+                        CtsJob(pb::JOB_DECRYPT, id2, true, 1, ClearEncrypt(other, 1, conf_ts))});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "party " << i << ": " << r[i].status();
+  std::array<BatchResult, 3> got = {*r[0], *r[1], *r[2]};
+  ExpectStatus(got, 0, pb::JOB_KEY_INCONSISTENT);
+  ExpectStatus(got, 1, pb::JOB_OK);
+  EXPECT_EQ(Revealed(got, 1), conf_ts);
+}
+
+// A server whose copy of a material component is wrong (same size): in
+// malicious mode the batch fails on an honest server before the verdict
+// is opened, never a released wrong result nor a verdict on bad material.
+TEST(CtsAgreement, CorruptedMaterialCopyIsCaughtBeforeTheVerdict) {
+  for (const size_t at : {size_t{3}, size_t{16 * 15 + 5}, size_t{16 * 15 + 25}}) {
+    CtsCluster c(true, /*cheater=*/2);
+    const Bytes key = Random(32);
+    const std::string id = c.AddKey(key);
+    c.Tamper(id, 2, [at](KeyShares& ks) {
+      for (CtsMaterial& m : ks.cts)
+        if (m.kind == CtsKind::kUsage && m.usage == 1) m.share[1][at] ^= 0x10;
+    });
+    const Bytes conf_ts = Random(44);
+    Job enc = CtsJob(pb::JOB_ENCRYPT, id, true, 3, Random(40));
+    enc.release_if_ok = 0;
+    auto r = c.RunStatus({CtsJob(pb::JOB_DECRYPT, id, true, 1, ClearEncrypt(key, 1, conf_ts)), enc});
+    bool caught = false;
+    for (int i = 0; i < 2; ++i) caught |= !r[i].ok();
+    EXPECT_TRUE(caught) << "byte " << at << ": no honest server noticed";
+    if (!caught && r[0].ok() && r[1].ok() && r[2].ok()) {
+      std::array<BatchResult, 3> got = {*r[0], *r[1], *r[2]};
+      ExpectStatus(got, 0, pb::JOB_OK);
+    }
+  }
 }
 
 }  // namespace

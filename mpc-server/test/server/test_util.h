@@ -64,6 +64,27 @@ inline std::string MakeTestCerts(const std::string& tag) {
   return system(cmd.c_str()) == 0 ? dir : "";
 }
 
+// A fresh temporary directory (MakeTempDir) laid out as a MakeTestCerts
+// certs directory for one server: `certs`'s ca.pem (so the server still
+// trusts the test clients), and party-<party>.{pem,key}, a self-signed
+// certificate that carries the party's names (SAN DNS:kmpc-party-<party>,
+// IP:127.0.0.1) but chains to no CA a client trusts. Empty string on
+// failure.
+inline std::string MakeSelfSignedPartyCerts(const std::string& certs,
+                                            int party) {
+  std::string dir = MakeTempDir("self-signed");
+  if (dir.empty()) return "";
+  const std::string name = dir + "/party-" + std::to_string(party);
+  const std::string cn = "kmpc-party-" + std::to_string(party);
+  std::string cmd = "cp " + certs + "/ca.pem " + dir +
+                    "/ca.pem && openssl req -x509 -newkey ec "
+                    "-pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -keyout " +
+                    name + ".key -out " + name + ".pem -subj /CN=" + cn +
+                    " -addext subjectAltName=DNS:" + cn +
+                    ",IP:127.0.0.1 >/dev/null 2>&1";
+  return system(cmd.c_str()) == 0 ? dir : "";
+}
+
 }  // namespace kmpc::testing
 
 #endif  // KMPC_TEST_SERVER_TEST_UTIL_H_

@@ -1,0 +1,247 @@
+// The key dealer (kdc-plugin/dealer/dealer_module.cc) through its two krb5
+// plugin vtables, as libkdb5 and kadm5 drive it, with in-process Admin
+// servers over mTLS (mpc-server/test/server/fake_admin.h): the initvt
+// functions refuse other major versions; `protect` patterns from the
+// profile (with and without a realm; krbtgt/* by default); one dealer
+// shared by both vtables; a deal without a configuration, or of a key of
+// another enctype, refused with a clear error and no handle; a dealt key's
+// handle names the id the three servers hold; a failed deal names the
+// server, and neither its message nor anything the module writes to
+// stderr holds a byte of the key.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <array>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "fake_admin.h"
+#include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
+
+extern "C" {
+#include <kadm5/admin.h>
+#include <krb5/kadm5_hook_plugin.h>
+#include <krb5/kdcmpc_plugin.h>
+#include <krb5/krb5.h>
+#include <krb5/mpcdealer_plugin.h>
+
+krb5_error_code mpcdealer_kmpc_initvt(krb5_context, int, int, krb5_plugin_vtable);
+krb5_error_code kadm5_hook_kmpc_initvt(krb5_context, int, int, krb5_plugin_vtable);
+}
+
+namespace {
+
+using kmpc::testing::FakeAdmin;
+using kmpc::testing::FreeLoopbackPort;
+using kmpc::testing::PutBehaviour;
+
+constexpr char kRealm[] = "KMPC.TEST";
+// A key whose bytes (and their hex) cannot occur in a message by chance.
+const std::array<uint8_t, 16> kKey = {0x5a, 0xc3, 0x91, 0x7e, 0x28, 0xd4, 0x66, 0x0b,
+                                      0xf1, 0x3d, 0xa7, 0x49, 0xbe, 0x12, 0x8c, 0xe5};
+
+class DealerModuleTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(kmpc::testing::MakeTestCerts("dealer-module"));
+    ASSERT_FALSE(dir_->empty()) << "deploy/gen-certs.sh failed";
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Certs() { return *dir_ + "/certs"; }
+
+  void TearDown() override {
+    if (dealer_up_) dealer_.fini(ctx_, nullptr);
+    if (ctx_ != nullptr) krb5_free_context(ctx_);
+  }
+
+  // Three fake servers and kmpc-admin's config file naming them.
+  std::string StartServers() {
+    std::string conf = *dir_ + "/admin.conf";
+    std::ofstream f(conf, std::ios::trunc);
+    f << "servers = ";
+    for (int i = 0; i < 3; ++i) {
+      const int port = FreeLoopbackPort();
+      servers_[i] = std::make_unique<FakeAdmin>(Certs(), i, port);
+      f << (i ? "," : "") << "127.0.0.1:" << port;
+    }
+    f << "\nca = " << Certs() << "/ca.pem\ncert = " << Certs()
+      << "/admin.pem\nkey = " << Certs() << "/admin.key\n";
+    return conf;
+  }
+
+  // A krb5 context whose profile has `mpcdealer` (the lines inside
+  // [mpcdealer] kmpc = { }), and the dealer's vtable, initialised.
+  void Init(const std::string& mpcdealer) {
+    const std::string path = *dir_ + "/krb5.conf";
+    std::ofstream(path, std::ios::trunc)
+        << "[libdefaults]\n  default_realm = " << kRealm << "\n"
+        << "[mpcdealer]\n  kmpc = {\n" << mpcdealer << "  }\n";
+    setenv("KRB5_CONFIG", path.c_str(), 1);
+    ASSERT_EQ(krb5_init_context(&ctx_), 0);
+    ASSERT_EQ(mpcdealer_kmpc_initvt(ctx_, 1, 1,
+                                    reinterpret_cast<krb5_plugin_vtable>(&dealer_)),
+              0);
+    ASSERT_EQ(dealer_.init(ctx_, &data_), 0);
+    dealer_up_ = true;
+  }
+
+  bool Protects(const char* name) {
+    krb5_principal p = nullptr;
+    EXPECT_EQ(krb5_parse_name(ctx_, name, &p), 0);
+    const bool yes = dealer_.protects(ctx_, data_, p);
+    krb5_free_principal(ctx_, p);
+    return yes;
+  }
+
+  // Deals `key` of `enctype` for `name`; the error's message in *msg.
+  krb5_error_code Deal(const char* name, krb5_enctype enctype,
+                       krb5_keyblock* handle, std::string* msg) {
+    krb5_principal p = nullptr;
+    EXPECT_EQ(krb5_parse_name(ctx_, name, &p), 0);
+    krb5_keyblock key{};
+    key.magic = KV5M_KEYBLOCK;
+    key.enctype = enctype;
+    key.length = kKey.size();
+    key.contents = const_cast<krb5_octet*>(kKey.data());
+    handle->contents = reinterpret_cast<krb5_octet*>(1);  // must be cleared
+    handle->length = 7;
+    const krb5_error_code ret = dealer_.deal(ctx_, data_, p, 5, &key, handle);
+    krb5_free_principal(ctx_, p);
+    const char* m = krb5_get_error_message(ctx_, ret);
+    *msg = m;
+    krb5_free_error_message(ctx_, m);
+    return ret;
+  }
+
+  static void ExpectNoKeyIn(const std::string& text) {
+    const std::string raw(reinterpret_cast<const char*>(kKey.data()), kKey.size());
+    EXPECT_EQ(text.find(raw.substr(0, 6)), std::string::npos);
+    const std::string hex = absl::BytesToHexString(raw);
+    EXPECT_EQ(text.find(hex.substr(0, 12)), std::string::npos) << text;
+    EXPECT_EQ(absl::AsciiStrToUpper(text).find(absl::AsciiStrToUpper(hex.substr(0, 12))),
+              std::string::npos);
+  }
+
+  krb5_context ctx_ = nullptr;
+  krb5_mpcdealer_vtable_st dealer_{};
+  krb5_mpcdealer_moddata data_ = nullptr;
+  bool dealer_up_ = false;
+  std::array<std::unique_ptr<FakeAdmin>, 3> servers_;
+  static std::string* dir_;
+};
+std::string* DealerModuleTest::dir_ = nullptr;
+
+TEST_F(DealerModuleTest, InitvtRefusesOtherMajorVersions) {
+  ASSERT_EQ(krb5_init_context(&ctx_), 0);
+  krb5_mpcdealer_vtable_st d{};
+  kadm5_hook_vftable_1 h{};
+  auto* dv = reinterpret_cast<krb5_plugin_vtable>(&d);
+  auto* hv = reinterpret_cast<krb5_plugin_vtable>(&h);
+  EXPECT_EQ(mpcdealer_kmpc_initvt(ctx_, 2, 1, dv), KRB5_PLUGIN_VER_NOTSUPP);
+  EXPECT_EQ(kadm5_hook_kmpc_initvt(ctx_, 2, 1, hv), KRB5_PLUGIN_VER_NOTSUPP);
+  EXPECT_EQ(d.name, nullptr);
+  ASSERT_EQ(mpcdealer_kmpc_initvt(ctx_, 1, 1, dv), 0);
+  ASSERT_EQ(kadm5_hook_kmpc_initvt(ctx_, 1, 2, hv), 0);
+  EXPECT_STREQ(d.name, "kmpc");
+  EXPECT_STREQ(h.name, "kmpc");
+  EXPECT_TRUE(d.init && d.fini && d.protects && d.deal);
+  EXPECT_TRUE(h.init && h.fini && h.chpass && h.create && h.remove);
+}
+
+TEST_F(DealerModuleTest, ProtectsKrbtgtByDefault) {
+  Init("");
+  EXPECT_TRUE(Protects("krbtgt/KMPC.TEST@KMPC.TEST"));
+  EXPECT_FALSE(Protects("user@KMPC.TEST"));
+}
+
+TEST_F(DealerModuleTest, ProtectPatternsWithAndWithoutARealm) {
+  Init("    protect = host/*\n    protect = admin@OTHER.TEST\n");
+  EXPECT_TRUE(Protects("host/a.example@KMPC.TEST"));  // the name without realm
+  EXPECT_TRUE(Protects("admin@OTHER.TEST"));
+  EXPECT_FALSE(Protects("admin@KMPC.TEST"));  // another realm than the pattern's
+  EXPECT_FALSE(Protects("krbtgt/KMPC.TEST@KMPC.TEST"));  // not the default now
+}
+
+TEST_F(DealerModuleTest, BothVtablesShareOneDealer) {
+  Init("    protect = host/*\n");
+  kadm5_hook_vftable_1 h{};
+  ASSERT_EQ(kadm5_hook_kmpc_initvt(ctx_, 1, 2, reinterpret_cast<krb5_plugin_vtable>(&h)), 0);
+  kadm5_hook_modinfo* info = nullptr;
+  ASSERT_EQ(h.init(ctx_, &info), 0);
+  dealer_.fini(ctx_, data_);
+  dealer_up_ = false;
+  EXPECT_TRUE(Protects("host/a@KMPC.TEST"));  // the hook still holds it
+  h.fini(ctx_, info);
+  EXPECT_FALSE(Protects("host/a@KMPC.TEST"));  // gone with the last holder
+}
+
+TEST_F(DealerModuleTest, ADealWithoutAConfigurationIsRefused) {
+  Init("");
+  krb5_keyblock handle{};
+  std::string msg;
+  EXPECT_EQ(Deal("u1@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, &handle, &msg),
+            KADM5_MPC_DEAL_FAILED);
+  EXPECT_EQ(handle.contents, nullptr);
+  EXPECT_EQ(handle.length, 0u);
+  EXPECT_NE(msg.find("the new key of u1@KMPC.TEST could not be stored on the MPC "
+                     "servers, so nothing was changed"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("no cluster configuration"), std::string::npos) << msg;
+}
+
+TEST_F(DealerModuleTest, AKeyOfAnotherEnctypeIsNotDealt) {
+  Init("    config = " + StartServers() + "\n");
+  krb5_keyblock handle{};
+  std::string msg;
+  EXPECT_EQ(Deal("u1@KMPC.TEST", ENCTYPE_AES128_CTS_HMAC_SHA1_96, &handle, &msg),
+            KADM5_MPC_DEAL_FAILED);
+  EXPECT_NE(msg.find("not an aes*-ctr-mpc key"), std::string::npos) << msg;
+  EXPECT_EQ(handle.contents, nullptr);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(servers_[i]->calls(), 0) << i;
+}
+
+TEST_F(DealerModuleTest, ADealtKeysHandleNamesTheIdTheServersHold) {
+  Init("    config = " + StartServers() + "\n");
+  krb5_keyblock handle{};
+  std::string msg;
+  ASSERT_EQ(Deal("u1@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, &handle, &msg), 0) << msg;
+  ASSERT_EQ(handle.length, static_cast<unsigned>(KRB5_KDCMPC_HANDLE_LEN));
+  EXPECT_EQ(handle.enctype, KRB5_KDCMPC_ENCTYPE_AES128);
+  const std::string h(reinterpret_cast<const char*>(handle.contents), handle.length);
+  EXPECT_EQ(h.substr(0, KRB5_KDCMPC_HANDLE_MAGIC_LEN), KRB5_KDCMPC_HANDLE_MAGIC);
+  const std::string id = h.substr(KRB5_KDCMPC_HANDLE_MAGIC_LEN);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(servers_[i]->Has(id)) << i;
+    EXPECT_EQ(servers_[i]->PartyOf(id), i);
+    EXPECT_EQ(servers_[i]->last_label(), "u1@KMPC.TEST");
+    EXPECT_EQ(servers_[i]->last_kvno(), 5u);
+  }
+  krb5_free_keyblock_contents(ctx_, &handle);
+}
+
+TEST_F(DealerModuleTest, AFailedDealNamesTheServerAndNoSecret) {
+  Init("    config = " + StartServers() + "\n");
+  servers_[1]->set_put(PutBehaviour::kFail);
+  krb5_keyblock handle{};
+  std::string msg;
+  ::testing::internal::CaptureStderr();
+  const krb5_error_code ret =
+      Deal("u1@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, &handle, &msg);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(ret, KADM5_MPC_DEAL_FAILED);
+  EXPECT_EQ(handle.contents, nullptr);
+  EXPECT_NE(msg.find("server 1 (127.0.0.1:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("disk full"), std::string::npos) << msg;
+  ExpectNoKeyIn(msg);
+  ExpectNoKeyIn(err);
+  // All or nothing: the servers that stored their shares gave them back.
+  for (int i = 0; i < 3; ++i) EXPECT_GE(servers_[i]->deletes(), 1) << i;
+}
+
+}  // namespace

@@ -1,0 +1,65 @@
+// The KDB side of kmpc-admin (admin/kdb.h) without a KDB: the enctype
+// names and MPC counterparts, key bytes that wipe themselves, and a realm
+// whose KDB cannot be opened refused with an error naming it. (Reading and
+// writing principals runs against a real KDB in
+// integration-tests/test_admin.py.)
+#include "admin/kdb.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "test_util.h"  // mpc-server/test/server: MakeTempDir
+
+namespace kmpc::admin {
+namespace {
+
+TEST(KdbTest, EachAesEnctypeHasItsMpcCounterpart) {
+  EXPECT_EQ(MpcEnctypeFor(kEnctypeAes128Cts), kEnctypeAes128Mpc);
+  EXPECT_EQ(MpcEnctypeFor(kEnctypeAes256Cts), kEnctypeAes256Mpc);
+  EXPECT_EQ(MpcEnctypeFor(kEnctypeAes128Mpc), kEnctypeAes128Mpc);
+  EXPECT_EQ(MpcEnctypeFor(kEnctypeAes256Mpc), kEnctypeAes256Mpc);
+  EXPECT_EQ(MpcEnctypeFor(23), 0);  // rc4-hmac: no MPC form
+  EXPECT_STREQ(EnctypeName(kEnctypeAes256Mpc), "aes256-ctr-mpc");
+  EXPECT_STREQ(EnctypeName(kEnctypeAes128Cts), "aes128-cts-hmac-sha1-96");
+  EXPECT_STREQ(EnctypeName(23), "(another enctype)");
+}
+
+TEST(KdbTest, SecretBytesAreEmptyAfterWipeAndMove) {
+  SecretBytes a(16);
+  std::memset(a.data(), 0x5a, a.size());
+  SecretBytes b(std::move(a));
+  EXPECT_EQ(b.size(), 16u);
+  EXPECT_EQ(b.data()[15], 0x5a);
+  SecretBytes c(8);
+  c = std::move(b);  // c's own 8 bytes are wiped first
+  EXPECT_EQ(c.size(), 16u);
+  c.Wipe();
+  EXPECT_EQ(c.size(), 0u);
+}
+
+TEST(KdbTest, ARealmWithoutAKdbIsRefusedByName) {
+  const std::string dir = kmpc::testing::MakeTempDir("admin-kdb");
+  ASSERT_FALSE(dir.empty());
+  const std::string krb5 = dir + "/krb5.conf", kdc = dir + "/kdc.conf";
+  std::ofstream(krb5) << "[libdefaults]\n  default_realm = NONE.TEST\n";
+  std::ofstream(kdc) << "[realms]\n  NONE.TEST = {\n    database_name = " << dir
+                     << "/no-such-db\n    key_stash_file = " << dir
+                     << "/no-such-stash\n  }\n";
+  setenv("KRB5_CONFIG", krb5.c_str(), 1);
+  setenv("KRB5_KDC_PROFILE", kdc.c_str(), 1);
+  auto db = Kdb::Open("NONE.TEST");
+  ASSERT_FALSE(db.ok());
+  EXPECT_NE(db.status().message().find("opening the KDB of realm NONE.TEST"),
+            std::string::npos)
+      << db.status();
+  db = Kdb::Open("");  // the default realm of KRB5_CONFIG
+  ASSERT_FALSE(db.ok());
+  EXPECT_NE(db.status().message().find("NONE.TEST"), std::string::npos) << db.status();
+}
+
+}  // namespace
+}  // namespace kmpc::admin
