@@ -285,8 +285,8 @@ CallStatus FakeCluster::ComputeRun(const pb::RunRequest& req,
     }
     if (inconsistent_.count(j.key_id())) {
       FailJob(r, pb::JOB_KEY_INCONSISTENT,
-              "the MPC servers hold different dealings of this key (deal_id "
-              "or cipher differ): re-deal it");
+              "the MPC servers hold different dealings of this key (deal_id, "
+              "cipher or aes*-cts material differ): re-deal it");
       continue;
     }
     const std::string& key = keys_[j.key_id()];
