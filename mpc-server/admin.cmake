@@ -6,6 +6,14 @@
 # kmpc_cluster_admin, the dealer and the Admin service).
 if(TARGET kmpc_cluster_admin)
   set(KMPC_ADMIN_KRB5_LIBDIR "${KRB5_PREFIX}/lib")
+  # kadmin's server library and what it needs, for kmpc-admin and its tests.
+  set(KMPC_ADMIN_KRB5_LIBS
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkadm5srv_mit.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libk5crypto.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so"
+    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5support.so")
   # kmpc_admin_cluster: what kmpc-admin and the key dealer share, the
   # admin config file (admin/config.cc) and the clusters it names
   # (admin/cluster.cc: connect, PutKey and DeleteKey on every cluster). No
@@ -45,12 +53,7 @@ if(TARGET kmpc_cluster_admin)
   target_link_libraries(kmpc-admin PRIVATE
     kmpc_admin_cluster kmpc_cluster_admin absl::strings absl::str_format absl::status
     absl::statusor OpenSSL::Crypto
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkadm5srv_mit.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libk5crypto.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5support.so")
+    ${KMPC_ADMIN_KRB5_LIBS})
   set_target_properties(kmpc-admin PROPERTIES
     BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     INSTALL_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
@@ -129,12 +132,7 @@ if(TARGET kmpc_cluster_admin)
     KMPC_DEFAULT_KRB5_CONFIG="${KMPC_DEFAULT_KRB5_CONFIG}")
   target_link_libraries(kmpc_admin_cluster_test PRIVATE
     kmpc_admin_cluster GTest::gtest_main OpenSSL::Crypto
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkadm5srv_mit.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libk5crypto.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5support.so")
+    ${KMPC_ADMIN_KRB5_LIBS})
   set_target_properties(kmpc_admin_cluster_test PROPERTIES
     BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" SKIP_BUILD_RPATH OFF)
   gtest_discover_tests(kmpc_admin_cluster_test TEST_PREFIX "admin."

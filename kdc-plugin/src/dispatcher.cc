@@ -28,6 +28,16 @@ constexpr absl::Duration kSignMaxWait = absl::Milliseconds(5);
 // to deal and serialize) goes from the dispatcher thread instead.
 constexpr size_t kMaxInlineRunJobs = 64;
 
+// A queue entry for `job` from the submitter of `token`, enqueued at `now`.
+PendingJob Pending(uint64_t token, Job job, absl::Time now) {
+  PendingJob q;
+  q.token = token;
+  q.blocks = JobCost(job);
+  q.job = std::move(job);
+  q.enqueued = now;
+  return q;
+}
+
 }  // namespace
 
 Dispatcher::Dispatcher(BatcherOptions options, Transport* transport,
@@ -44,11 +54,7 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
   if (job.type == kmpc::v1::JOB_PAD)
     return absl::InvalidArgumentError("PAD jobs are not submitted");
   if (absl::Status st = CheckJob(job); !st.ok()) return st;
-  PendingJob q;
-  q.token = token;
-  q.blocks = JobCost(job);
-  q.job = std::move(job);
-  q.enqueued = absl::Now();
+  PendingJob q = Pending(token, std::move(job), absl::Now());
   std::vector<PendingJob> group_jobs;  // speculative ENCRYPT and PAD jobs
   bool wake = false;
   Result chained;  // a CHECKSUM answered from a chained signature
@@ -134,11 +140,7 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
           absl::StrCat("item ", g.item, " is not given in the plan, or twice"));
     seen[g.item] = true;
     if (absl::Status st = CheckJob(g.job); !st.ok()) return st;
-    PendingJob q;
-    q.token = g.token;
-    q.blocks = JobCost(g.job);
-    q.job = std::move(g.job);
-    q.enqueued = now;
+    PendingJob q = Pending(g.token, std::move(g.job), now);
     q.item = g.item;
     jobs.push_back(std::move(q));
   }
@@ -165,11 +167,7 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
 absl::Status Dispatcher::SubmitItem(uint64_t id, int item, uint64_t token,
                                     Job job) {
   if (absl::Status st = CheckJob(job); !st.ok()) return st;
-  PendingJob q;
-  q.token = token;
-  q.blocks = JobCost(job);
-  q.job = std::move(job);
-  q.enqueued = absl::Now();
+  PendingJob q = Pending(token, std::move(job), absl::Now());
   bool wake = false;
   Result chained;
   std::string miss_line;
