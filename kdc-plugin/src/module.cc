@@ -385,24 +385,45 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
 
 extern "C" int kmpc_core_fd(kmpc_core* core) { return core->efd; }
 
+namespace {
+
+// A job or plan the core refused: counted, its reason for the KDC's log,
+// and its krb5 code.
+krb5_error_code Refused(kmpc_core* core, const absl::Status& st,
+                        char** msg_out) {
+  core->metrics->JobRefused(st);
+  *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
+  return KrbErrorFromStatus(st);
+}
+
+// Converts `job`, hands it to `send(token, job)` under a fresh token and
+// records who waits for it (`exch`: null outside an exchange).
+template <typename Send>
+krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
+                        krb5_kdcmpc_done_fn done, void* arg,
+                        krb5_kdcmpc_exchange exch, char** msg_out, Send send) {
+  kmpc::kdc::Job j;
+  if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
+    return ret;
+  const uint64_t token = core->next_token++;
+  absl::Status st = send(token, std::move(j));
+  if (!st.ok()) return Refused(core, st, msg_out);
+  core->pending.emplace(token, kmpc_core::Waiting{done, arg, exch});
+  return 0;
+}
+
+}  // namespace
+
 extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
                                             const krb5_kdcmpc_job* job,
                                             krb5_kdcmpc_done_fn done,
                                             void* arg, char** msg_out) {
   *msg_out = nullptr;
   try {
-    kmpc::kdc::Job j;
-    if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
-      return ret;
-    uint64_t token = core->next_token++;
-    absl::Status st = core->router->Submit(token, std::move(j));
-    if (!st.ok()) {
-      core->metrics->JobRefused(st);
-      *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
-      return KrbErrorFromStatus(st);
-    }
-    core->pending.emplace(token, kmpc_core::Waiting{done, arg, nullptr});
-    return 0;
+    return Enqueue(core, job, done, arg, nullptr, msg_out,
+                   [core](uint64_t token, kmpc::kdc::Job j) {
+                     return core->router->Submit(token, std::move(j));
+                   });
   } catch (const std::bad_alloc&) {
     return ENOMEM;
   } catch (...) {
@@ -485,11 +506,7 @@ extern "C" krb5_error_code kmpc_core_begin(kmpc_core* core,
       tokens.emplace_back(g.token, g.item);
     }
     if (st.ok()) st = core->router->Begin(x->id, std::move(p), std::move(given));
-    if (!st.ok()) {
-      core->metrics->JobRefused(st);
-      *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
-      return KrbErrorFromStatus(st);
-    }
+    if (!st.ok()) return Refused(core, st, msg_out);
     for (const auto& [token, item] : tokens)
       core->pending.emplace(token, kmpc_core::Waiting{plan->items[item].done,
                                                       plan->items[item].arg, x.get()});
@@ -515,18 +532,11 @@ extern "C" krb5_error_code kmpc_core_submit_item(kmpc_core* core,
       *msg_out = kmpc::kdc::Dup("kdcmpc: no exchange");
       return EINVAL;
     }
-    kmpc::kdc::Job j;
-    if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
-      return ret;
-    const uint64_t token = core->next_token++;
-    absl::Status st = core->router->SubmitItem(exch->id, item, token, std::move(j));
-    if (!st.ok()) {
-      core->metrics->JobRefused(st);
-      *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
-      return KrbErrorFromStatus(st);
-    }
-    core->pending.emplace(token, kmpc_core::Waiting{done, arg, exch});
-    return 0;
+    return Enqueue(core, job, done, arg, exch, msg_out,
+                   [core, exch, item](uint64_t token, kmpc::kdc::Job j) {
+                     return core->router->SubmitItem(exch->id, item, token,
+                                                     std::move(j));
+                   });
   } catch (const std::bad_alloc&) {
     return ENOMEM;
   } catch (...) {
