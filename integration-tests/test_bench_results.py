@@ -52,7 +52,8 @@ def mix(ops_per_s, failed=0, step_ms=None, concurrency=16):
             "by_op": by_op, "cpu": {}}
 
 
-def write_inputs(d, kmpc_failed=0, soak_pass=True, kmpc_mix_failed=0, kmpc_tgs_ms=2.0):
+def write_inputs(d, kmpc_failed=0, soak_pass=True, kmpc_mix_failed=0, kmpc_tgs_ms=2.0,
+                 kmpc_extra_runs=0):
     stock_cpu = {"krb5kdc": 200.0, "kmpc-storm": 80.0}
     kmpc_cpu = {"krb5kdc": 250.0, "mpc-server-0": 130.0, "mpc-server-1": 130.0,
                 "mpc-server-2": 130.0, "kmpc-storm": 90.0}
@@ -73,7 +74,12 @@ def write_inputs(d, kmpc_failed=0, soak_pass=True, kmpc_mix_failed=0, kmpc_tgs_m
                                step_ms={"login": 0.4, "tgs": 0.3, "renew": 0.3})
     kh["mix_one_client"] = mix(150.0, concurrency=1,
                                step_ms={"login": 3.5, "tgs": kmpc_tgs_ms, "renew": 2.5})
-    kh["mpc_requests_per_exchange"] = {"AS": {"run_batches_per_login": 1.0}}
+    kh["mix_closed_loop"]["runs_per_exchange"] = {
+        kind: {"exchanges": 50, "runs": 50 + (kind == "renew") * kmpc_extra_runs,
+               "runs_per_exchange": (50 + (kind == "renew") * kmpc_extra_runs) / 50,
+               "failed": 0, "plan_misses": (kind == "renew") * kmpc_extra_runs}
+        for kind in ("as", "tgs", "renew", "forward")}
+    kh["mpc_requests_per_exchange"] = {"AS": {"runs_per_exchange": 1.0}}
     with open(os.path.join(d, "storm.json"), "w") as f:
         json.dump(storm, f)
     soak = {"one_client_window_100ms": {"p50_ms": 211.0, "p99_ms": 214.0},
@@ -133,7 +139,8 @@ def test_results_json_headline_pair(tmp_path):
     assert res["mix"]["ratio"] == pytest.approx(0.75)
     assert res["mix_closed_loop_64"]["ratio"] == pytest.approx(700 / 900, abs=1e-3)
     assert res["mix_one_client"]["kmpc"]["by_op"]["tgs"]["step_p50_us"] == 2000.0
-    assert res["mpc_requests_per_exchange"]["AS"]["run_batches_per_login"] == 1.0
+    assert res["mpc_requests_per_exchange"]["AS"]["runs_per_exchange"] == 1.0
+    assert res["mix"]["kmpc"]["runs_per_exchange"]["forward"]["runs"] == 50
     cpu = [t for t in res["targets"] if "KDC CPU per login" in t["what"]]
     assert len(cpu) == 1 and "250 vs 200 us = 1.25x" in cpu[0]["measured"], cpu
     assert res["mix"]["kmpc"]["by_op"]["forward"] == {"ok": 50, "failed": 0}
@@ -150,6 +157,22 @@ def test_mix_with_a_failed_exchange_misses_its_target(tmp_path):
     assert len(row) == 1 and not row[0]["met"], res["targets"]
     assert "kmpc 600 ops/s, failed 1" in row[0]["measured"]
     assert res["targets"][0]["met"]  # the login storm's own target is unaffected
+
+
+def test_an_exchange_of_two_runs_misses_the_runs_target(tmp_path):
+    """The KDC's own count: one renewal of the mix's 50 took a second Run
+    (a plan miss), so Runs per exchange is not 1 and the row says which."""
+    d = str(tmp_path)
+    write_inputs(d, kmpc_extra_runs=1)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    bad = [t for t in res["targets"] if not t["met"]]
+    assert [t["what"] for t in bad] == [
+        "MPC Runs per exchange == 1 for as, tgs, renew, forward "
+        "(mix at 16 clients, the KDC module's count)"], bad
+    assert "renew 51/50 = 1.02, 1 misses" in bad[0]["measured"]
+    assert bad[0]["miss_by"] == "over 1 or unmeasured: renew"
 
 
 def test_slow_one_client_tgs_misses_its_target(tmp_path):

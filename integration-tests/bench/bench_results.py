@@ -49,6 +49,11 @@ TARGET_ONE_TGS_MS = 3.0
 TARGET_ONE_RENEW_MS = 3.0
 TARGET_MIX_RATIO = 0.5
 TARGET_KDC_CPU_RATIO = 1.3
+# Runs per exchange, by the KDC module's own count, for each of these kinds
+# in the mix at 16 clients (kmpc_kdc_exchange_runs_total /
+# kmpc_kdc_exchanges_total).
+TARGET_RUNS_PER_EXCHANGE = 1
+RUNS_KINDS = ("as", "tgs", "renew", "forward")
 
 
 def load(path):
@@ -117,7 +122,9 @@ def mix_side(m):
     return {"ops": m.get("ops"), "concurrency": m.get("concurrency"),
             "ops_per_s": r(m.get("ops_per_s"), 1), "p50_ms": r(m.get("p50_ms")),
             "p99_ms": r(m.get("p99_ms")), "failed": m.get("failed"),
-            "by_op": m.get("by_op")}
+            "by_op": m.get("by_op"),
+            **({"runs_per_exchange": m["runs_per_exchange"]} if m.get("runs_per_exchange")
+               else {})}
 
 
 def build(bench_dir):
@@ -284,6 +291,27 @@ def bound_row(what, value, bound, fmt, missing, ratio=False):
     }
 
 
+def runs_target(res):
+    """One Run per exchange of each kind in the 16-client mix, with no
+    plan miss, by the KDC module's count."""
+    rp = ((res.get("mix") or {}).get("kmpc") or {}).get("runs_per_exchange") or {}
+    got = {kind: rp.get(kind) for kind in RUNS_KINDS}
+    bad = [kind for kind, x in got.items()
+           if not x or x["runs"] != TARGET_RUNS_PER_EXCHANGE * x["exchanges"]
+           or x["plan_misses"]]
+    return {
+        "what": (f"MPC Runs per exchange == {TARGET_RUNS_PER_EXCHANGE} for "
+                 f"{', '.join(RUNS_KINDS)} (mix at 16 clients, the KDC module's count)"),
+        "measured": "; ".join(
+            f"{kind} " + ("not measured" if not x else
+                          f"{x['runs']}/{x['exchanges']} = {x['runs_per_exchange']:g}"
+                          f", {x['plan_misses']} misses")
+            for kind, x in got.items()),
+        "met": not bad,
+        "miss_by": None if not bad else "over 1 or unmeasured: " + ", ".join(bad),
+    }
+
+
 def targets(res):
     k, s = res["kmpc"], res["stock"]
     soak = res.get("soak") or {}
@@ -413,6 +441,7 @@ def targets(res):
             "met": bool(soak.get("pass")),
             "miss_by": None if soak.get("pass") else "see soak.per_run",
         })
+    out.insert(1, runs_target(res))
     return out
 
 

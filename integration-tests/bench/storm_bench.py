@@ -40,6 +40,7 @@ import glob
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -325,6 +326,56 @@ def mpc_per_login(m0, m1, logins):
     }
 
 
+# The KDC module's per-exchange counters (kdc-plugin/src/kdc_metrics.h):
+# exchanges ended and the Run requests that carried a job of each, by kind
+# and result, summed when the exchange ends; and the plan's misses.
+EXCHANGE_SERIES = re.compile(
+    r'^(kmpc_kdc_exchanges_total|kmpc_kdc_exchange_runs_total|kmpc_kdc_plan_misses_total)'
+    r'\{([^}]*)\} (\S+)$', re.M)
+
+
+def kdc_exchange_counters(url):
+    """{(series, exchange kind, result or ""): value} from the KDC module's
+    /metrics; None when it cannot be read (the storm's figures stand
+    without it). Misses are summed over role and reason."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    out = {}
+    for name, labels, val in EXCHANGE_SERIES.findall(text):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        key = (name, lab.get("exchange", ""),
+               "" if name == "kmpc_kdc_plan_misses_total" else lab.get("result", ""))
+        out[key] = out.get(key, 0) + float(val)
+    return out
+
+
+def runs_per_exchange(c0, c1):
+    """Per exchange kind between two kdc_exchange_counters() snapshots:
+    exchanges ended ok, the Runs they took, their ratio (exact: both are
+    counts of the same exchanges), failed exchanges and plan misses."""
+    if c0 is None or c1 is None:
+        return None
+
+    def d(name, kind, result):
+        return c1.get((name, kind, result), 0) - c0.get((name, kind, result), 0)
+
+    out = {}
+    for kind in sorted({k for (_, k, _) in c1}):
+        n = d("kmpc_kdc_exchanges_total", kind, "ok")
+        runs = d("kmpc_kdc_exchange_runs_total", kind, "ok")
+        if n <= 0:
+            continue
+        out[kind] = {"exchanges": int(n), "runs": int(runs),
+                     "runs_per_exchange": round(runs / n, 4),
+                     "failed": int(d("kmpc_kdc_exchanges_total", kind, "failed")),
+                     "plan_misses": int(d("kmpc_kdc_plan_misses_total", kind, ""))}
+    return out
+
+
 class KmpcMaliciousTarget(KmpcTarget):
     """kmpc with the three servers in --security=malicious (security with
     abort against one deviating server), beside the semi-honest kmpc target
@@ -349,12 +400,14 @@ class KmpcMaliciousTarget(KmpcTarget):
         self.min_rate = 5
 
 
-def kmpc_factory(workdir, settings, n_users, metrics=False):
+def kmpc_factory(workdir, settings, n_users, metrics=True):
+    """metrics: the KDC's per-exchange Run counts (runs_per_exchange) are
+    read from its /metrics; serving it costs nothing until scraped."""
     return KmpcTarget(workdir, settings, n_users, metrics=metrics)
 
 
 def kmpc_malicious_factory(workdir, settings, n_users):
-    return KmpcMaliciousTarget(workdir, settings, n_users)
+    return KmpcMaliciousTarget(workdir, settings, n_users, metrics=True)
 
 
 # target name -> (factory, settings it supports, description)
@@ -410,6 +463,9 @@ def udp_drops(ports):
 MIX = "login,tgs,renew,forward"
 MIX_CONCURRENCY = 16
 MIX_CONCURRENCY_HIGH = 64
+# The KDC module's exchange kind (kmpc_kdc_exchanges_total{exchange}) of
+# each mix operation's own exchange.
+EXCHANGE_OF_OP = {"login": "as", "tgs": "tgs", "renew": "renew", "forward": "forward"}
 
 
 def run_storm(target, args, label, outdir, check=False, timeout=None):
@@ -431,6 +487,8 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
     ports = getattr(target, "udp_ports", [])
     counters = getattr(target, "mpc_counters", None)
     m0 = counters() if counters else None
+    kdc_url = getattr(target, "metrics_urls", {}).get("krb5kdc")
+    x0 = kdc_exchange_counters(kdc_url) if kdc_url else None
     d0 = udp_drops(ports)
     b0, t0, s0 = machine_busy()
     p = subprocess.run(argv, env=target.env, capture_output=True, text=True,
@@ -449,6 +507,8 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
         res["mpc"] = mpc_per_login(m0, counters(),
                                    res.get("ok_all_phases", res["ok"])
                                    + res.get("failed_all_phases", 0))
+    if x0 is not None:
+        res["exchanges"] = runs_per_exchange(x0, kdc_exchange_counters(kdc_url))
     res["exit_code"] = p.returncode
     res["kdc_udp_drops"] = d1 - d0
     res["stderr"] = p.stderr.strip()
@@ -743,24 +803,32 @@ def bench_settings(target_name, settings, n_users, quick, log, repeat=""):
                     "ops_per_s": mix["logins_per_s"], "p50_ms": mix["latency_us"]["p50"] / 1e3,
                     "p99_ms": mix["latency_us"]["p99"] / 1e3,
                     "failed": mix["failed_all_phases"], "by_op": mix["mix"], "cpu": mix["cpu"],
-                    **({"mpc": mix["mpc"]} if "mpc" in mix else {})}
-            # MPC requests per exchange type, one client: each operation is
+                    **({"mpc": mix["mpc"]} if "mpc" in mix else {}),
+                    **({"runs_per_exchange": mix["exchanges"]} if mix.get("exchanges") else {})}
+            # MPC requests per exchange type, one client. Runs: the KDC
+            # module's own count per exchange kind (kmpc_kdc_exchange_runs_total
+            # / kmpc_kdc_exchanges_total), exact by construction. Finalize
+            # and Sign requests are counted per operation; each operation is
             # an AS exchange and then its own (login: nothing), so an
             # exchange's own count is its operation's minus login's.
-            per_op = {}
+            per_op, runs = {}, {}
             for op in MIX.split(","):
                 r1 = run_storm(target, ["-c", 1, "-d", 3, "-w", 1, "--engine", "sync",
                                         "--mix", op, "--tgs", target.service],
                                f"per-op-{op}", outdir)
                 if r1.get("mpc"):
                     per_op[op] = r1["mpc"]
+                for kind, x in (r1.get("exchanges") or {}).items():
+                    runs.setdefault(kind, x)
             if "login" in per_op:
                 base = per_op["login"]
                 sec["mpc_requests_per_exchange"] = {
                     ("AS" if op == "login" else op): {
-                        k: round(v[k] - (0 if op == "login" else base[k]), 2)
-                        for k in ("run_batches_per_login", "finalize_batches_per_login",
-                                  "sign_requests_per_login", "aes_blocks_per_login")}
+                        "runs_per_exchange": (runs.get(EXCHANGE_OF_OP[op]) or {}).get(
+                            "runs_per_exchange"),
+                        **{k: round(v[k] - (0 if op == "login" else base[k]), 2)
+                           for k in ("finalize_batches_per_login",
+                                     "sign_requests_per_login", "aes_blocks_per_login")}}
                     for op, v in per_op.items()}
                 log(f"  MPC requests per exchange (one client): "
                     f"{sec['mpc_requests_per_exchange']}")
