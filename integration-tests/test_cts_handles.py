@@ -21,6 +21,7 @@ such a login to succeed.
 import glob
 import hashlib
 import os
+import secrets
 import subprocess
 
 import pytest
@@ -218,3 +219,23 @@ def test_dealer_deals_cts_handles(realm):
     assert {r[1] for r in kr.kdb_keys(kr.tgs) if int(r[0]) == cur} <= {
         "aes256-ctr-mpc", "aes128-ctr-mpc"}
     assert kr.kdc_alive()
+
+
+def test_kdc_refuses_a_cts_handle_before_the_module(kmpc_factory):
+    """No cluster (krb5's test module, which journals every job it gets): a
+    user whose KDB key is an aes256-cts handle (written with kmpc-kdb-handle)
+    is refused by the KDC itself, the module gets no job, and a user under
+    aes256-ctr-mpc still logs in."""
+    kr = kmpc_factory(clusters=0, enctypes=ENCTYPES)
+    kr.setup(users=("alice",))
+    kr.addprinc("frank", "Frank-pw-1", enctypes=[CTS256])
+    kr.kdb_handle_run("set", "frank", CTS256, secrets.token_hex(32))
+    kr.start()
+    rows = assert_only_handles(kr, "frank", keys_of(kr, "frank", "Frank-pw-1"))
+    assert [(r[0], r[1]) for r in rows] == [("2", CTS256)]
+    jobs = len(kr.journal_lines())
+    assert_kdc_refuses(kr, "frank", "Frank-pw-1", keys_of(kr, "frank", "Frank-pw-1"))
+    refusals = [l for l in kr.kdc_log_text().splitlines() if REFUSAL in l]
+    assert all(f"MPC-held {CTS256} key" in l for l in refusals), refusals
+    assert kr.journal_lines()[jobs:] == []  # the module saw nothing
+    kr.login("alice")
