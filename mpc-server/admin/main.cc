@@ -312,6 +312,11 @@ absl::Status CheckShareAllowed(const Args& a, const std::string& canon,
   return absl::OkStatus();
 }
 
+// --enctype's enctype: aes256-ctr-mpc when not given.
+int32_t ShareEnctype(const Args& a) {
+  return a.enctype.empty() ? kEnctypeAes256Mpc : EnctypeOfName(a.enctype);
+}
+
 // The refusals that depend on the enctypes: a krbtgt key encrypts tickets,
 // which the KDC does only under aes*-ctr-mpc keys; RC4 and DES keys (an RC4
 // key is the NT hash, a password equivalent) never stay beside a shared key.
@@ -348,11 +353,6 @@ struct KeyToShare {
   std::string source;
   std::string key_id;  // once put into the cluster
 };
-
-// --enctype's enctype: aes256-ctr-mpc when not given.
-int32_t ShareEnctype(const Args& a) {
-  return a.enctype.empty() ? kEnctypeAes256Mpc : EnctypeOfName(a.enctype);
-}
 
 // --from-existing: the KDB's own key(s). With --enctype=aes*-cts every
 // aes*-cts key of the current kvno keeps its enctype, kvno and salt (same
