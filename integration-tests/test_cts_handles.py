@@ -196,12 +196,20 @@ def test_dealer_deals_cts_handles(realm):
     rows = assert_only_handles(kr, "dealt1", keys_of(kr, "dealt1", "Dealt-pw-1"))
     assert sorted(r[1] for r in rows) == sorted(ENCTYPES)
     assert {r[0] for r in rows} == {"1"}
-    # RC4 in the list is dropped (never kept for a protected principal).
+    # RC4 in the list is dropped (never kept for a protected principal); a
+    # principal holding aes*-ctr-mpc keys, changed with a list of aes*-cts
+    # enctypes only, keeps an aes*-ctr-mpc key (the KDC computes with those).
     kr.kadmin_local(f"cpw -e {CTS256}:normal,arcfour-hmac:normal -pw Dealt-pw-2 dealt1")
     rows = assert_only_handles(kr, "dealt1", keys_of(kr, "dealt1", "Dealt-pw-2"))
-    assert [(r[0], r[1]) for r in rows] == [("2", CTS256)]
-    assert_keys_nowhere(kr, keys_of(kr, "dealt1", "Dealt-pw-2"))
-    assert_kdc_refuses(kr, "dealt1", "Dealt-pw-2", keys_of(kr, "dealt1", "Dealt-pw-2"))
+    assert [(r[0], r[1]) for r in rows] == [("2", "aes256-ctr-mpc")]
+    # A new protected principal with such a list gets aes*-cts handles.
+    kr.kadmin_local(f"addprinc +requires_preauth -e {CTS256}:normal,arcfour-hmac:normal,"
+                    f"{CTS128}:normal -pw Dealt-pw-3 dealt2")
+    keys = keys_of(kr, "dealt2", "Dealt-pw-3")
+    rows = assert_only_handles(kr, "dealt2", keys)
+    assert sorted((r[0], r[1]) for r in rows) == [("1", CTS128), ("1", CTS256)]
+    assert_keys_nowhere(kr, {**keys, "dealt1": keys_of(kr, "dealt1", "Dealt-pw-2")[CTS256]})
+    assert_kdc_refuses(kr, "dealt2", "Dealt-pw-3", keys)
     # A principal that no pattern names and whose new key list names no MPC
     # enctype is protected by the aes-cts handle it holds.
     kr.addprinc("erin", "Erin-pw-1", enctypes=[CTS256])
