@@ -1,7 +1,8 @@
 // libkmpc_dealer.so: kmpc's key dealer inside kadmind, kadmin.local and
 // kdb5_util (the patched libkdb5 loads it; krb5/mpcdealer_plugin.h).
 //
-// Whenever MIT's tools make a new key of an MPC enctype for an
+// Whenever MIT's tools make a new key of an MPC enctype (or of
+// aes128/aes256-cts-hmac-sha1-96, dealt with its usage material) for an
 // MPC-protected principal (addprinc, cpw with a password or -randkey,
 // kpasswd through kadmind, the password change at an expired kinit, ktadd),
 // libkdb5 hands the key to Deal() here. It is dealt into replicated 2-of-3
@@ -114,9 +115,13 @@ class Dealer {
     SettleAbandoned(ctx);
     absl::Status st = ConnectLocked();
     if (!st.ok()) return st;
+    // Only AES keys (aes*-ctr-mpc, aes*-cts-hmac-sha1-96) are kept: an RC4
+    // key is the NT hash, a password equivalent, and DES keys are weak.
     const std::optional<engine::Cipher> cipher = CipherOfEnctype(key.enctype);
     if (!cipher || key.length != engine::KeyBytes(*cipher))
-      return absl::InvalidArgumentError("not an aes*-ctr-mpc key");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "enctype ", key.enctype, " is not one the cluster holds (aes*-ctr-mpc, "
+          "aes128/aes256-cts-hmac-sha1-96)"));
     std::string key_id(contract::kKeyIdSize, '\0');
     if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
                    contract::kKeyIdSize) != 1)
@@ -213,9 +218,8 @@ class Dealer {
     bool ok = true;
     for (int i = 0; i < ent->n_key_data; ++i) {
       krb5_key_data* kd = &ent->key_data[i];
-      if (kd->key_data_type[0] != KRB5_KDCMPC_ENCTYPE_AES128 &&
-          kd->key_data_type[0] != KRB5_KDCMPC_ENCTYPE_AES256)
-        continue;
+      // Handles are stored as key data of the enctypes the cluster holds.
+      if (!CipherOfEnctype(kd->key_data_type[0])) continue;
       krb5_keyblock kb;
       std::memset(&kb, 0, sizeof(kb));
       if (krb5_dbe_decrypt_key_data(ctx, nullptr, kd, &kb, nullptr) != 0) {

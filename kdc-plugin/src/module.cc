@@ -87,12 +87,15 @@ static_assert(JobTypeOf(KRB5_KDCMPC_VERIFY) == kmpc::v1::JOB_VERIFY_CHECKSUM);
 
 // The contract's cipher of a kdcmpc job's enctype: the module's one
 // conversion from krb5 enctypes (the servers refuse a key dealt for the
-// other cipher, JOB_WRONG_CIPHER). CIPHER_UNSPECIFIED for any other
+// other cipher, JOB_WRONG_CIPHER). A handle of aes128/aes256-cts-hmac-sha1-96
+// names a key dealt for CIPHER_AES*_CTS. CIPHER_UNSPECIFIED for any other
 // enctype, which the caller refuses.
 constexpr kmpc::v1::Cipher CipherOfEnctype(krb5_enctype enctype) {
   switch (enctype) {
     case KRB5_KDCMPC_ENCTYPE_AES128: return kmpc::v1::CIPHER_AES128;
     case KRB5_KDCMPC_ENCTYPE_AES256: return kmpc::v1::CIPHER_AES256;
+    case ENCTYPE_AES128_CTS_HMAC_SHA1_96: return kmpc::v1::CIPHER_AES128_CTS;
+    case ENCTYPE_AES256_CTS_HMAC_SHA1_96: return kmpc::v1::CIPHER_AES256_CTS;
     default: return kmpc::v1::CIPHER_UNSPECIFIED;
   }
 }
@@ -123,6 +126,13 @@ krb5_error_code JobOfC(const krb5_kdcmpc_job* job, krb5_kdcmpc_done_fn done,
   if (out->cipher == kmpc::v1::CIPHER_UNSPECIFIED) {
     *msg_out = Dup("kdcmpc: not an MPC enctype");
     return KRB5_BAD_ENCTYPE;
+  }
+  // The core completes DECRYPT, ENCRYPT and CHECKSUM jobs of the ctr-mpc
+  // ciphers only (an aes*-cts result has another layout: cts-circuits.md).
+  if (contract::CtsCipher(out->cipher)) {
+    *msg_out = Dup("kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are not "
+                   "served by this module yet");
+    return KRB5KDC_ERR_SVC_UNAVAILABLE;
   }
   out->type = JobTypeOf(job->type);
   if (out->type == kmpc::v1::JOB_TYPE_UNSPECIFIED) {

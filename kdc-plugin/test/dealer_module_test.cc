@@ -195,15 +195,47 @@ TEST_F(DealerModuleTest, ADealWithoutAConfigurationIsRefused) {
   EXPECT_NE(msg.find("no cluster configuration"), std::string::npos) << msg;
 }
 
-TEST_F(DealerModuleTest, AKeyOfAnotherEnctypeIsNotDealt) {
+TEST_F(DealerModuleTest, ARc4OrDesKeyIsNotKept) {
   Init("    config = " + StartServers() + "\n");
-  krb5_keyblock handle{};
-  std::string msg;
-  EXPECT_EQ(Deal("u1@KMPC.TEST", ENCTYPE_AES128_CTS_HMAC_SHA1_96, &handle, &msg),
-            KADM5_MPC_DEAL_FAILED);
-  EXPECT_NE(msg.find("not an aes*-ctr-mpc key"), std::string::npos) << msg;
-  EXPECT_EQ(handle.contents, nullptr);
+  // rc4-hmac (an NT hash: a password equivalent), rc4-hmac-exp, des3, des:
+  // 16-byte "keys" of each are refused before any server is asked.
+  for (krb5_enctype e : {ENCTYPE_ARCFOUR_HMAC, ENCTYPE_ARCFOUR_HMAC_EXP,
+                         ENCTYPE_DES3_CBC_SHA1, ENCTYPE_DES_CBC_CRC}) {
+    krb5_keyblock handle{};
+    std::string msg;
+    EXPECT_EQ(Deal("u1@KMPC.TEST", e, &handle, &msg), KADM5_MPC_DEAL_FAILED) << e;
+    EXPECT_NE(msg.find("is not one the cluster holds"), std::string::npos) << msg;
+    EXPECT_EQ(handle.contents, nullptr);
+  }
   for (int i = 0; i < 3; ++i) EXPECT_EQ(servers_[i]->calls(), 0) << i;
+}
+
+TEST_F(DealerModuleTest, AnAes128CtsKeyIsDealtWithItsUsageMaterial) {
+  Init("    config = " + StartServers() + "\n");
+  krb5_keyblock cts{}, ctr{};
+  std::string msg;
+  ASSERT_EQ(Deal("u1@KMPC.TEST", ENCTYPE_AES128_CTS_HMAC_SHA1_96, &cts, &msg), 0)
+      << msg;
+  // The handle keeps the standard enctype (what unmodified clients negotiate).
+  EXPECT_EQ(cts.enctype, ENCTYPE_AES128_CTS_HMAC_SHA1_96);
+  ASSERT_EQ(cts.length, static_cast<unsigned>(KRB5_KDCMPC_HANDLE_LEN));
+  const std::string id(reinterpret_cast<const char*>(cts.contents) +
+                           KRB5_KDCMPC_HANDLE_MAGIC_LEN, KRB5_KDCMPC_KEY_ID_LEN);
+  std::array<size_t, 3> cts_size{};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(servers_[i]->Has(id)) << i;
+    EXPECT_EQ(servers_[i]->last_cipher(), kmpc::v1::CIPHER_AES128_CTS) << i;
+    cts_size[i] = servers_[i]->last_shares_size();
+  }
+  // The same key as aes128-ctr-mpc: its record lacks the aes*-cts usage
+  // material (DealUsage(K, 1), DealUsage(K, 3), DealChecksum, DealPrf).
+  ASSERT_EQ(Deal("u1@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, &ctr, &msg), 0) << msg;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(servers_[i]->last_cipher(), kmpc::v1::CIPHER_AES128) << i;
+    EXPECT_GT(cts_size[i], servers_[i]->last_shares_size()) << i;
+  }
+  krb5_free_keyblock_contents(ctx_, &cts);
+  krb5_free_keyblock_contents(ctx_, &ctr);
 }
 
 TEST_F(DealerModuleTest, ADealtKeysHandleNamesTheIdTheServersHold) {

@@ -6,7 +6,8 @@
  *
  *   kmpc-kdb-handle [-r REALM] set PRINC ENCTYPE KEYID_HEX
  *       Replace all key data of PRINC with one key of ENCTYPE
- *       (aes128-ctr-mpc or aes256-ctr-mpc) whose contents are the handle
+ *       (aes128-ctr-mpc, aes256-ctr-mpc or aes128/aes256-cts-hmac-sha1-96)
+ *       whose contents are the handle
  *       "kmpc-key" || KEYID (32 bytes, 64 hex digits), at kvno + 1.
  *
  *   kmpc-kdb-handle [-r REALM] get-key PRINC ENCTYPE
@@ -107,9 +108,12 @@ kmpc_set(krb5_context context, void *handle, krb5_principal princ,
     unsigned char contents[HANDLE_LEN];
     kadm5_key_data kd;
 
-    if (!kmpc_is_mpc_enctype(enctype)) {
-        fprintf(stderr, "%s: a handle key must be of enctype aes128-ctr-mpc "
-                "or aes256-ctr-mpc\n", progname);
+    /* The enctypes whose keys the cluster holds (aes*-cts: with their
+     * usage material, docs/design/enctype.md). */
+    if (!kmpc_is_exportable_enctype(enctype)) {
+        fprintf(stderr, "%s: a handle key must be of enctype aes128-ctr-mpc, "
+                "aes256-ctr-mpc or aes128/aes256-cts-hmac-sha1-96\n",
+                progname);
         return EINVAL;
     }
     memcpy(contents, HANDLE_MAGIC, HANDLE_MAGIC_LEN);

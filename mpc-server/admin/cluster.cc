@@ -11,6 +11,8 @@ std::optional<engine::Cipher> CipherOfEnctype(int32_t enctype) {
   switch (enctype) {
     case kEnctypeAes128Mpc: return engine::Cipher::kAes128;
     case kEnctypeAes256Mpc: return engine::Cipher::kAes256;
+    case kEnctypeAes128Cts: return engine::Cipher::kAes128Cts;
+    case kEnctypeAes256Cts: return engine::Cipher::kAes256Cts;
     default: return std::nullopt;
   }
 }

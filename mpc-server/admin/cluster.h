@@ -24,10 +24,12 @@
 
 namespace kmpc::admin {
 
-// The servers' Cipher of a krb5 aes*-ctr-mpc enctype number (kdb.h's
-// kEnctypeAes128Mpc / kEnctypeAes256Mpc, which kdb.cc ties to krb5's
-// ENCTYPE_AES*_CTR_MPC and KRB5_KDCMPC_ENCTYPE_*): the admin tools' one
-// conversion from krb5 enctypes; nullopt for every other enctype.
+// The servers' Cipher of a krb5 enctype number whose keys the cluster holds:
+// aes*-ctr-mpc (kdb.h's kEnctypeAes128Mpc / kEnctypeAes256Mpc, which kdb.cc
+// ties to krb5's ENCTYPE_AES*_CTR_MPC and KRB5_KDCMPC_ENCTYPE_*) and
+// aes128/aes256-cts-hmac-sha1-96 (kEnctypeAes*Cts: PutKey deals their usage
+// material, engine::DealKey). The admin tools' one conversion from krb5
+// enctypes; nullopt for every other enctype (RC4, DES, ...).
 std::optional<engine::Cipher> CipherOfEnctype(int32_t enctype);
 
 // Cluster 1 only (kmpc-admin status --kdb and refresh take the others from

@@ -31,13 +31,16 @@ const std::array<uint8_t, 16> kKey = {1, 2, 3, 4, 5, 6, 7, 8,
 
 std::string KeyId(char fill) { return std::string(contract::kKeyIdSize, fill); }
 
-TEST(CipherOfEnctypeTest, OnlyTheMpcEnctypesHaveACipher) {
+TEST(CipherOfEnctypeTest, OnlyTheAesEnctypesHaveACipher) {
   EXPECT_EQ(CipherOfEnctype(kEnctypeAes128Mpc), engine::Cipher::kAes128);
   EXPECT_EQ(CipherOfEnctype(kEnctypeAes256Mpc), engine::Cipher::kAes256);
-  // The same keys under MIT's own enctypes are no job for the servers.
-  EXPECT_FALSE(CipherOfEnctype(kEnctypeAes128Cts).has_value());
-  EXPECT_FALSE(CipherOfEnctype(kEnctypeAes256Cts).has_value());
-  EXPECT_FALSE(CipherOfEnctype(0).has_value());
+  // MIT's own AES enctypes: the servers' aes*-cts ciphers (their usage
+  // material is dealt with the key).
+  EXPECT_EQ(CipherOfEnctype(kEnctypeAes128Cts), engine::Cipher::kAes128Cts);
+  EXPECT_EQ(CipherOfEnctype(kEnctypeAes256Cts), engine::Cipher::kAes256Cts);
+  // RC4 (an NT hash: a password equivalent), DES3, DES: never held.
+  for (int32_t e : {0, 23, 24, 16, 3, 1})
+    EXPECT_FALSE(CipherOfEnctype(e).has_value()) << e;
 }
 
 class ClustersTest : public ::testing::Test {

@@ -2,6 +2,8 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -111,8 +113,34 @@ const char* EnctypeName(int32_t enctype) {
     case kEnctypeAes256Mpc: return "aes256-ctr-mpc";
     case kEnctypeAes128Cts: return "aes128-cts-hmac-sha1-96";
     case kEnctypeAes256Cts: return "aes256-cts-hmac-sha1-96";
+    case 23: return "arcfour-hmac";
+    case 24: return "arcfour-hmac-exp";
+    case 16: return "des3-cbc-sha1";
+    case 1: return "des-cbc-crc";
+    case 2: return "des-cbc-md4";
+    case 3: return "des-cbc-md5";
     default: return "(another enctype)";
   }
+}
+
+bool IsCtsEnctype(int32_t enctype) {
+  return enctype == kEnctypeAes128Cts || enctype == kEnctypeAes256Cts;
+}
+
+// MIT's numbers (krb5.h): DES 1-7 (5-7 raw and old DES3 forms), DES3 16,
+// RC4 23 and 24.
+bool IsWeakEnctype(int32_t enctype) {
+  return (enctype >= 1 && enctype <= 7) || enctype == 16 || enctype == 23 ||
+         enctype == 24;
+}
+
+int32_t EnctypeOfName(const std::string& name) {
+  for (int32_t e : {kEnctypeAes256Mpc, kEnctypeAes128Mpc, kEnctypeAes256Cts,
+                    kEnctypeAes128Cts})
+    if (name == EnctypeName(e)) return e;
+  if (name == "aes256-cts") return kEnctypeAes256Cts;  // MIT's short names
+  if (name == "aes128-cts") return kEnctypeAes128Cts;
+  return 0;
 }
 
 int32_t MpcEnctypeFor(int32_t enctype) {
@@ -373,6 +401,47 @@ absl::StatusOr<ExistingKey> Kdb::ExportAesKey(const std::string& name) {
   return out;
 }
 
+absl::StatusOr<std::vector<ExistingKey>> Kdb::ExportCtsKeys(const std::string& name) {
+  krb5_context ctx = Ctx(context_);
+  Principal p{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
+  if (ret) return Error(ret, "parsing principal name " + name);
+  KeyDataList kd{ctx};
+  ret = ReadKeyData(ctx, p.p, &kd.kd, &kd.n);
+  if (ret == KADM5_UNK_PRINC)
+    return absl::NotFoundError(
+        absl::StrCat("principal ", name, " does not exist in the KDB"));
+  if (ret) return Error(ret, "reading the keys of " + name);
+  uint32_t kvno = 0;
+  for (int i = 0; i < kd.n; ++i) kvno = std::max<uint32_t>(kvno, kd.kd[i].kvno);
+  std::vector<ExistingKey> out;
+  for (int i = 0; i < kd.n; ++i) {
+    const kadm5_key_data& k = kd.kd[i];
+    if (k.kvno != kvno) continue;
+    if (IsHandle(k.key))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "principal ", name, " is already shared (its key is an MPC key handle)"));
+    if (!IsCtsEnctype(k.key.enctype)) continue;
+    if (k.key.length != (k.key.enctype == kEnctypeAes256Cts ? 32u : 16u))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "principal ", name, ": its ", EnctypeName(k.key.enctype),
+          " key has a wrong length"));
+    ExistingKey e;
+    e.entry.enctype = k.key.enctype;
+    e.entry.kvno = k.kvno;
+    e.entry.salt_type = static_cast<int16_t>(k.salt.type);
+    if (k.salt.data.length > 0) e.entry.salt.assign(k.salt.data.data, k.salt.data.length);
+    e.key = SecretBytes(k.key.length);
+    std::memcpy(e.key.data(), k.key.contents, k.key.length);
+    out.push_back(std::move(e));
+  }
+  if (out.empty())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "principal ", name, " has no aes256/aes128-cts-hmac-sha1-96 key at its "
+        "current kvno ", kvno, "; share it from a password instead"));
+  return out;
+}
+
 absl::StatusOr<SecretBytes> Kdb::StringToKey(const std::string& name, int32_t enctype,
                                              const std::string& password) {
   krb5_context ctx = Ctx(context_);
@@ -424,6 +493,40 @@ absl::Status Kdb::SetHandle(const std::string& name, int32_t enctype,
   // The handle replaces every other key of the principal.
   ret = kadm5_setkey_principal_4(handle_, p.p, FALSE, &kd, 1);
   if (ret) return Error(ret, "writing the key handle of " + name);
+  return absl::OkStatus();
+}
+
+absl::Status Kdb::SetHandles(const std::string& name,
+                             const std::vector<Handle>& handles) {
+  krb5_context ctx = Ctx(context_);
+  if (handles.empty()) return absl::InvalidArgumentError("no key handle");
+  Principal p{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
+  if (ret) return Error(ret, "parsing principal name " + name);
+  // A handle is no key (enctype.md): these buffers hold nothing secret.
+  std::vector<std::array<unsigned char, kHandleLen>> contents(handles.size());
+  std::vector<std::string> salts(handles.size());
+  std::vector<kadm5_key_data> kd(handles.size());
+  for (size_t i = 0; i < handles.size(); ++i) {
+    const Handle& h = handles[i];
+    if (h.key_id.size() != kKeyIdBytes) return absl::InvalidArgumentError("bad key id");
+    std::memcpy(contents[i].data(), kHandleMagic, kHandleMagicLen);
+    std::memcpy(contents[i].data() + kHandleMagicLen, h.key_id.data(), kKeyIdBytes);
+    salts[i] = h.salt;
+    std::memset(&kd[i], 0, sizeof(kd[i]));
+    kd[i].kvno = h.kvno;
+    kd[i].key.magic = KV5M_KEYBLOCK;
+    kd[i].key.enctype = h.enctype;
+    kd[i].key.length = kHandleLen;
+    kd[i].key.contents = contents[i].data();
+    kd[i].salt.type = h.salt_type;
+    kd[i].salt.data.magic = KV5M_DATA;
+    kd[i].salt.data.length = salts[i].size();
+    kd[i].salt.data.data = salts[i].empty() ? nullptr : salts[i].data();
+  }
+  ret = kadm5_setkey_principal_4(handle_, p.p, FALSE, kd.data(),
+                                 static_cast<int>(kd.size()));
+  if (ret) return Error(ret, "writing the key handles of " + name);
   return absl::OkStatus();
 }
 

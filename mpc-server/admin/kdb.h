@@ -81,6 +81,13 @@ class Kdb {
   // current key is already a handle.
   absl::StatusOr<ExistingKey> ExportAesKey(const std::string& name);
 
+  // The principal's aes128/aes256-cts-hmac-sha1-96 keys at its current
+  // (highest) kvno, each with its enctype, kvno and salt: what
+  // share --from-existing --enctype=aes*-cts moves into the cluster.
+  // FAILED_PRECONDITION when it has none, or when its current key is
+  // already a handle.
+  absl::StatusOr<std::vector<ExistingKey>> ExportCtsKeys(const std::string& name);
+
   // RFC 3962 string-to-key of the MPC enctype with the principal's normal
   // salt, exactly as kadmin's cpw would derive it.
   absl::StatusOr<SecretBytes> StringToKey(const std::string& name, int32_t enctype,
@@ -94,6 +101,17 @@ class Kdb {
                          const std::string& key_id, uint32_t kvno,
                          int16_t salt_type, const std::string& salt,
                          bool keepold = false);
+
+  // Replaces every key of the principal with these handles (one write);
+  // each names its enctype, key id, kvno and salt.
+  struct Handle {
+    int32_t enctype = 0;
+    std::string key_id;
+    uint32_t kvno = 0;
+    int16_t salt_type = 0;
+    std::string salt;
+  };
+  absl::Status SetHandles(const std::string& name, const std::vector<Handle>& handles);
 
   // A fresh random key of the enctype (krb5_c_make_random_key, as kadmin's
   // randkey).
@@ -132,6 +150,13 @@ class Kdb {
 const char* EnctypeName(int32_t enctype);
 // The MPC enctype holding the same key as `enctype` (0 if none).
 int32_t MpcEnctypeFor(int32_t enctype);
+// aes128/aes256-cts-hmac-sha1-96.
+bool IsCtsEnctype(int32_t enctype);
+// RC4 (its key is the NT hash: a password equivalent) and single and triple
+// DES: keys the cluster never holds and a protected principal never keeps.
+bool IsWeakEnctype(int32_t enctype);
+// The enctype a share --enctype value names (MIT's names; 0 if none).
+int32_t EnctypeOfName(const std::string& name);
 
 }  // namespace kmpc::admin
 

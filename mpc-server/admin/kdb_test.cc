@@ -25,7 +25,26 @@ TEST(KdbTest, EachAesEnctypeHasItsMpcCounterpart) {
   EXPECT_EQ(MpcEnctypeFor(23), 0);  // rc4-hmac: no MPC form
   EXPECT_STREQ(EnctypeName(kEnctypeAes256Mpc), "aes256-ctr-mpc");
   EXPECT_STREQ(EnctypeName(kEnctypeAes128Cts), "aes128-cts-hmac-sha1-96");
-  EXPECT_STREQ(EnctypeName(23), "(another enctype)");
+  EXPECT_STREQ(EnctypeName(25), "(another enctype)");  // camellia128
+}
+
+TEST(KdbTest, ShareEnctypesAndTheKeysAProtectedPrincipalNeverKeeps) {
+  EXPECT_EQ(EnctypeOfName("aes256-ctr-mpc"), kEnctypeAes256Mpc);
+  EXPECT_EQ(EnctypeOfName("aes128-ctr-mpc"), kEnctypeAes128Mpc);
+  EXPECT_EQ(EnctypeOfName("aes256-cts-hmac-sha1-96"), kEnctypeAes256Cts);
+  EXPECT_EQ(EnctypeOfName("aes128-cts-hmac-sha1-96"), kEnctypeAes128Cts);
+  EXPECT_EQ(EnctypeOfName("aes256-cts"), kEnctypeAes256Cts);  // MIT's short name
+  EXPECT_EQ(EnctypeOfName("arcfour-hmac"), 0);  // never shared
+  EXPECT_EQ(EnctypeOfName("des3-cbc-sha1"), 0);
+  EXPECT_EQ(EnctypeOfName(""), 0);
+  EXPECT_TRUE(IsCtsEnctype(kEnctypeAes128Cts) && IsCtsEnctype(kEnctypeAes256Cts));
+  EXPECT_FALSE(IsCtsEnctype(kEnctypeAes256Mpc) || IsCtsEnctype(23));
+  // RC4 (the NT hash), DES and DES3 are weak; AES and the MPC enctypes not.
+  for (int32_t e : {1, 2, 3, 16, 23, 24}) EXPECT_TRUE(IsWeakEnctype(e)) << e;
+  for (int32_t e : {17, 18, 19, 20, 25, 26, -29001, -29002, 0})
+    EXPECT_FALSE(IsWeakEnctype(e)) << e;
+  EXPECT_STREQ(EnctypeName(23), "arcfour-hmac");
+  EXPECT_STREQ(EnctypeName(16), "des3-cbc-sha1");
 }
 
 TEST(KdbTest, SecretBytesAreEmptyAfterWipeAndMove) {

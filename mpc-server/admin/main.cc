@@ -1,7 +1,8 @@
 // kmpc-admin: moves principals' long-term keys into the MPC cluster.
 //
 //   kmpc-admin [OPTIONS] share (--password-stdin | --from-existing | --randkey)
-//              [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] [--force]
+//              [--enctype=aes256-ctr-mpc|aes128-ctr-mpc|aes256-cts-hmac-sha1-96|
+//                         aes128-cts-hmac-sha1-96] [--keepold] [--force]
 //              PRINC...
 //   kmpc-admin [OPTIONS] status [--kdb]
 //   kmpc-admin [OPTIONS] breaker-reset [--cluster=N]
@@ -28,6 +29,17 @@
 //   cluster with --randkey --keepold, or kadmin cpw -randkey -keepold with
 //   kmpc's key dealer). Migrated keys are labelled as such on the servers;
 //   status reports them until the next password change.
+//
+//   --enctype=aes256-cts-hmac-sha1-96 / aes128-cts-hmac-sha1-96: the handle
+//   keeps MIT's standard enctype, which unmodified clients negotiate (the
+//   servers deal the key's per-usage material with it, engine::DealKey; the
+//   KDC does not compute with such keys yet: docs/limitations.md). With
+//   --from-existing every aes*-cts key of the current kvno moves as it is
+//   (enctype, kvno and salt kept: the password keeps working and no client
+//   changes). Never for krbtgt/* (tickets are encrypted under aes*-ctr-mpc
+//   keys only). --from-existing refuses a principal that holds RC4 or DES
+//   keys (an RC4 key is the NT hash, a password equivalent), naming them and
+//   how to remove them; the other ways replace every old key.
 //
 //   kvno: a new key (password) takes the next kvno. A migrated key keeps its
 //   kvno when it already was of the MPC enctype (same bytes, same enctype:
@@ -92,7 +104,9 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: kmpc-admin [OPTIONS] share (--password-stdin | --from-existing | --randkey)\n"
-    "                  [--enctype=aes256-ctr-mpc|aes128-ctr-mpc] [--keepold] [--force]\n"
+    "                  [--enctype=aes256-ctr-mpc|aes128-ctr-mpc|\n"
+    "                             aes256-cts-hmac-sha1-96|aes128-cts-hmac-sha1-96]\n"
+    "                  [--keepold] [--force]\n"
     "                  PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
     "       kmpc-admin [OPTIONS] refresh (--all | KEYID_HEX...)  (admin/refresh.h)\n"
@@ -132,7 +146,7 @@ struct Args {
   bool kdb = false;
   bool quiet = false;
   bool all = false;  // refresh --all
-  std::string enctype = "aes256-ctr-mpc";
+  std::string enctype;  // share --enctype; empty: aes256-ctr-mpc
   // --cluster=N: rebuild-party's (1 when not given), breaker-reset's
   // (every cluster when not given).
   std::string cluster;
@@ -298,6 +312,37 @@ absl::Status CheckShareAllowed(const Args& a, const std::string& canon,
   return absl::OkStatus();
 }
 
+// --enctype's enctype: aes256-ctr-mpc when not given.
+int32_t ShareEnctype(const Args& a) {
+  return a.enctype.empty() ? kEnctypeAes256Mpc : EnctypeOfName(a.enctype);
+}
+
+// The refusals that depend on the enctypes: a krbtgt key encrypts tickets,
+// which the KDC does only under aes*-ctr-mpc keys; RC4 and DES keys (an RC4
+// key is the NT hash, a password equivalent) never stay beside a shared key.
+absl::Status CheckKeysAllowed(const Args& a, const PrincipalInfo& info) {
+  if (IsCtsEnctype(ShareEnctype(a)) && absl::StartsWith(info.name, "krbtgt/"))
+    return absl::FailedPreconditionError(absl::StrCat(
+        info.name, ": a ticket-granting key is shared as aes256-ctr-mpc or "
+                   "aes128-ctr-mpc only (the KDC encrypts tickets under those). "
+                   "Nothing was changed"));
+  if (!a.from_existing) return absl::OkStatus();  // every old key is replaced
+  std::vector<std::string> weak;
+  for (const KeyEntry& e : info.keys)
+    if (!e.is_handle && IsWeakEnctype(e.enctype))
+      weak.push_back(absl::StrCat(EnctypeName(e.enctype), " (enctype ", e.enctype,
+                                  ") kvno ", e.kvno));
+  if (weak.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      info.name, " holds ", absl::StrJoin(weak, ", "),
+      ": an RC4 key is the NT hash of the password (a password equivalent) and DES "
+      "keys are weak, so they cannot stay in the KDB of an MPC-protected principal "
+      "and the cluster does not hold them. Remove them first, e.g. give it a new "
+      "password with AES keys only (kadmin: cpw -e "
+      "aes256-cts-hmac-sha1-96:normal,aes128-cts-hmac-sha1-96:normal ", info.name,
+      "), or share it with --password-stdin. Nothing was changed"));
+}
+
 // The key share puts into the cluster, and where it came from.
 struct KeyToShare {
   SecretBytes key;
@@ -306,56 +351,95 @@ struct KeyToShare {
   int16_t salt_type = 0;  // KRB5_KDB_SALTTYPE_NORMAL
   std::string salt;
   std::string source;
+  std::string key_id;  // once put into the cluster
 };
 
-// The key of --from-existing (the KDB's own), --randkey or a password
-// (wiped here once used).
-absl::StatusOr<KeyToShare> MakeKeyToShare(Kdb& kdb, const Args& a, const PrincipalInfo& info,
-                                          std::string* password) {
-  const std::string& canon = info.name;
-  KeyToShare k;
-  if (a.from_existing) {
-    auto ex = kdb.ExportAesKey(canon);
-    if (!ex.ok()) return ex.status();
-    k.enctype = MpcEnctypeFor(ex->entry.enctype);
-    // Same bytes and enctype: keep the kvno (outstanding tickets stay
-    // valid). From aes-cts: the next kvno (see the file comment).
-    k.kvno = ex->entry.enctype == k.enctype ? ex->entry.kvno : info.kvno + 1;
-    k.salt_type = ex->entry.salt_type;
-    k.salt = ex->entry.salt;
-    k.source = absl::StrCat("from its ", EnctypeName(ex->entry.enctype), " key kvno ",
-                            ex->entry.kvno);
-    k.key = std::move(ex->key);
-    return k;
+// --from-existing: the KDB's own key(s). With --enctype=aes*-cts every
+// aes*-cts key of the current kvno keeps its enctype, kvno and salt (same
+// bytes, same enctype: the password, the clients and outstanding tickets
+// are untouched); otherwise the best AES key becomes its aes*-ctr-mpc
+// counterpart.
+absl::StatusOr<std::vector<KeyToShare>> ExistingKeysToShare(Kdb& kdb, const Args& a,
+                                                            const PrincipalInfo& info) {
+  std::vector<ExistingKey> ex;
+  if (IsCtsEnctype(ShareEnctype(a))) {
+    auto keys = kdb.ExportCtsKeys(info.name);
+    if (!keys.ok()) return keys.status();
+    ex = std::move(*keys);
+  } else {
+    auto key = kdb.ExportAesKey(info.name);
+    if (!key.ok()) return key.status();
+    ex.push_back(std::move(*key));
   }
-  k.enctype = a.enctype == "aes128-ctr-mpc" ? kEnctypeAes128Mpc : kEnctypeAes256Mpc;
+  std::vector<KeyToShare> out;
+  for (ExistingKey& e : ex) {
+    KeyToShare k;
+    k.enctype = IsCtsEnctype(ShareEnctype(a)) ? e.entry.enctype
+                                              : MpcEnctypeFor(e.entry.enctype);
+    // Same bytes and enctype: keep the kvno (outstanding tickets stay
+    // valid). From aes-cts to ctr-mpc: the next kvno (see the file comment).
+    k.kvno = e.entry.enctype == k.enctype ? e.entry.kvno : info.kvno + 1;
+    k.salt_type = e.entry.salt_type;
+    k.salt = e.entry.salt;
+    k.source = absl::StrCat("from its ", EnctypeName(e.entry.enctype), " key kvno ",
+                            e.entry.kvno);
+    k.key = std::move(e.key);
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+// The key(s) of --from-existing (the KDB's own), --randkey or a password
+// (wiped here once used).
+absl::StatusOr<std::vector<KeyToShare>> MakeKeysToShare(Kdb& kdb, const Args& a,
+                                                        const PrincipalInfo& info,
+                                                        std::string* password) {
+  if (a.from_existing) return ExistingKeysToShare(kdb, a, info);
+  KeyToShare k;
+  k.enctype = ShareEnctype(a);
   k.kvno = info.kvno + 1;
   absl::StatusOr<SecretBytes> key;
   if (a.randkey) {
     key = kdb.RandomKey(k.enctype);
     k.source = "from a random key";
   } else {
-    key = kdb.StringToKey(canon, k.enctype, *password);
+    key = kdb.StringToKey(info.name, k.enctype, *password);
     OPENSSL_cleanse(password->data(), password->size());
     k.source = "from a password";
   }
   if (!key.ok()) return key.status();
   k.key = std::move(*key);
-  return k;
+  std::vector<KeyToShare> out;
+  out.push_back(std::move(k));
+  return out;
 }
 
-// Shares k under a fresh key id, then points the KDB at it; on a KDB
-// failure the shares are removed again. Returns the key id.
-absl::StatusOr<std::string> PutAndSetHandle(Kdb& kdb, Clusters& cluster, const Args& a,
-                                            const std::string& canon, KeyToShare& k) {
+// Deletes the key ids of `keys` that were put; a note for a message.
+std::string Unput(Clusters& cluster, const std::vector<KeyToShare>& keys) {
+  std::string failed;
+  for (const KeyToShare& k : keys) {
+    if (k.key_id.empty()) continue;
+    absl::Status undo = cluster.DeleteKey(k.key_id);
+    if (!undo.ok())
+      absl::StrAppend(&failed, failed.empty() ? "" : "; ", "removing key id ",
+                      Hex(k.key_id), " failed: ", undo.message());
+  }
+  return failed.empty() ? "the shares were removed again" : failed;
+}
+
+// Puts one key under a fresh key id (k.key_id) and wipes it.
+absl::Status PutOne(Clusters& cluster, const Args& a, const std::string& canon,
+                    KeyToShare& k) {
   std::string key_id(contract::kKeyIdSize, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
-                 contract::kKeyIdSize) != 1)
+                 contract::kKeyIdSize) != 1) {
+    k.key.Wipe();
     return absl::InternalError("no randomness for the key id");
+  }
   const std::optional<engine::Cipher> cipher = CipherOfEnctype(k.enctype);
   if (!cipher) {
     k.key.Wipe();
-    return absl::InternalError("the key to share is not of an MPC enctype");
+    return absl::InternalError("the key to share is not of an enctype the cluster holds");
   }
   // The label says where the key came from: status reports migrated keys
   // (older copies of the KDB hold them) until the next password change.
@@ -363,22 +447,38 @@ absl::StatusOr<std::string> PutAndSetHandle(Kdb& kdb, Clusters& cluster, const A
   absl::Status st = cluster.PutKey(*cipher, absl::MakeConstSpan(k.key.data(), k.key.size()),
                                    {key_id, k.kvno, label});
   k.key.Wipe();
-  if (!st.ok())
-    return absl::Status(st.code(), absl::StrCat(canon, ": not shared, the KDB is "
-                                                "unchanged: ", st.message()));
-  st = kdb.SetHandle(canon, k.enctype, key_id, k.kvno, k.salt_type, k.salt, a.keepold);
-  if (!st.ok()) {
-    absl::Status undo = cluster.DeleteKey(key_id);
-    return absl::Status(
-        st.code(),
-        absl::StrCat(canon, ": the KDB refused the key handle, the KDB is unchanged (",
-                     st.message(), "); ",
-                     undo.ok() ? "the shares were removed again"
-                               : absl::StrCat("removing the shares failed: ",
-                                              undo.message(), " (key id ", Hex(key_id),
-                                              ")")));
+  if (st.ok()) k.key_id = key_id;
+  return st;
+}
+
+// Shares every key under a fresh key id, then points the KDB at them in
+// one write; on any failure the shares already stored are removed again.
+absl::Status PutAndSetHandles(Kdb& kdb, Clusters& cluster, const Args& a,
+                              const std::string& canon, std::vector<KeyToShare>& keys) {
+  for (KeyToShare& k : keys) {
+    absl::Status st = PutOne(cluster, a, canon, k);
+    if (!st.ok()) {
+      for (KeyToShare& rest : keys) rest.key.Wipe();
+      const std::string undo = Unput(cluster, keys);
+      return absl::Status(st.code(), absl::StrCat(canon, ": not shared, the KDB is "
+                                                  "unchanged: ", st.message(), "; ", undo));
+    }
   }
-  return key_id;
+  absl::Status st;
+  if (keys.size() == 1) {
+    const KeyToShare& k = keys[0];
+    st = kdb.SetHandle(canon, k.enctype, k.key_id, k.kvno, k.salt_type, k.salt, a.keepold);
+  } else {
+    std::vector<Kdb::Handle> handles;
+    for (const KeyToShare& k : keys)
+      handles.push_back({k.enctype, k.key_id, k.kvno, k.salt_type, k.salt});
+    st = kdb.SetHandles(canon, handles);
+  }
+  if (!st.ok())
+    return absl::Status(
+        st.code(), absl::StrCat(canon, ": the KDB refused the key handle, the KDB is "
+                                "unchanged (", st.message(), "); ", Unput(cluster, keys)));
+  return absl::OkStatus();
 }
 
 // After a new handle: the old handles' shares go unless --keepold kept
@@ -404,17 +504,21 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
   if (!info.ok()) return info.status();
   const KdbKeyFacts facts = FactsOf(*info);
   if (absl::Status st = CheckShareAllowed(a, info->name, facts); !st.ok()) return st;
+  if (absl::Status st = CheckKeysAllowed(a, *info); !st.ok()) return st;
   if (a.from_existing && facts.current_is_handle)
     return ShareOutcome{ShareOutcome::kSkipped, "already shared"};
-  auto k = MakeKeyToShare(kdb, a, *info, password);
-  if (!k.ok()) return k.status();
-  auto key_id = PutAndSetHandle(kdb, cluster, a, info->name, *k);
-  if (!key_id.ok()) return key_id.status();
+  auto keys = MakeKeysToShare(kdb, a, *info, password);
+  if (!keys.ok()) return keys.status();
+  if (absl::Status st = PutAndSetHandles(kdb, cluster, a, info->name, *keys); !st.ok())
+    return st;
   const std::string note = DropOldShares(cluster, a, facts.old_ids);
-  return ShareOutcome{
-      ShareOutcome::kShared,
-      absl::StrCat("shared ", k->source, " as ", EnctypeName(k->enctype), " kvno ", k->kvno,
-                   ", key id ", Hex(*key_id), note)};
+  std::string detail = "shared";
+  for (size_t i = 0; i < keys->size(); ++i) {
+    const KeyToShare& k = (*keys)[i];
+    absl::StrAppend(&detail, i ? "; " : " ", k.source, " as ", EnctypeName(k.enctype),
+                    " kvno ", k.kvno, ", key id ", Hex(k.key_id));
+  }
+  return ShareOutcome{ShareOutcome::kShared, detail + note};
 }
 
 int Share(const Args& a, const Config& cfg) {
@@ -423,10 +527,12 @@ int Share(const Args& a, const Config& cfg) {
   if (a.keepold && a.from_existing)
     Usage("--keepold applies to --password-stdin and --randkey (a migrated key "
           "replaces the key it was)");
-  if (a.enctype != "aes256-ctr-mpc" && a.enctype != "aes128-ctr-mpc")
-    Usage("--enctype must be aes256-ctr-mpc or aes128-ctr-mpc");
-  if (a.from_existing && a.enctype != "aes256-ctr-mpc")
-    Usage("--enctype applies to --password-stdin (a migrated key keeps its size)");
+  if (!a.enctype.empty() && EnctypeOfName(a.enctype) == 0)
+    Usage("--enctype must be aes256-ctr-mpc, aes128-ctr-mpc, aes256-cts-hmac-sha1-96 "
+          "or aes128-cts-hmac-sha1-96");
+  if (a.from_existing && !a.enctype.empty() && !IsCtsEnctype(EnctypeOfName(a.enctype)))
+    Usage("--from-existing takes no aes*-ctr-mpc --enctype (a migrated key keeps its "
+          "size); --enctype=aes256-cts-hmac-sha1-96 moves the aes*-cts keys as they are");
   if (a.principals.empty()) Usage("share needs at least one principal");
   auto cluster = Clusters::Connect(cfg);
   if (!cluster.ok()) return Fail(cluster.status());

@@ -67,6 +67,15 @@ class FakeAdmin {
     std::lock_guard<std::mutex> l(svc_.mu);
     return svc_.last_kvno;
   }
+  // The cipher of the last PutKey, and the size of its serialized shares.
+  kmpc::v1::Cipher last_cipher() {
+    std::lock_guard<std::mutex> l(svc_.mu);
+    return svc_.last_cipher;
+  }
+  size_t last_shares_size() {
+    std::lock_guard<std::mutex> l(svc_.mu);
+    return svc_.last_shares_size;
+  }
 
  private:
   struct Svc : kmpc::v1::Admin::Service {
@@ -85,6 +94,8 @@ class FakeAdmin {
         std::lock_guard<std::mutex> l(mu);
         last_label = req->info().label();
         last_kvno = req->info().kvno();
+        last_cipher = req->info().cipher();
+        last_shares_size = req->shares().size();
         if (keys.count(id) && !req->replace())
           return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "already stored");
         if (put == PutBehaviour::kFail)
@@ -113,6 +124,8 @@ class FakeAdmin {
     std::map<std::string, int> keys;
     std::string last_label;
     uint32_t last_kvno = 0;
+    kmpc::v1::Cipher last_cipher = kmpc::v1::CIPHER_UNSPECIFIED;
+    size_t last_shares_size = 0;
   };
   Svc svc_;
   std::unique_ptr<grpc::Server> server_;
