@@ -1,5 +1,5 @@
 """Key handles are taken only from the KDB (docs/security-model.md, "Key
-handles come only from the KDB"; krb5 patch 0007 kdc_mpc_check_ticket_keys).
+handles come only from the KDB"; krb5 patch 0008 kdc_mpc_check_ticket_keys).
 
 A key handle is recognised by its bytes (40 bytes, "kmpc-key" and a key
 id). A session key inside a ticket is chosen by whoever made the ticket: if

@@ -1,4 +1,4 @@
-"""libkdb5's cache of decrypted key handles (krb5 patch 0016, lib/kdb/kdb_mpc.c).
+"""libkdb5's cache of decrypted key handles (krb5 patch 0018, lib/kdb/kdb_mpc.c).
 
 An AS request decrypts the krbtgt's stored key twice and the client's once;
 for MPC-protected principals that key is a handle, and libkdb5 keeps what the

@@ -6,7 +6,7 @@ is wrong; every other module error is the cluster's: KRB5_KT_NOTFOUND is
 what the kmpc module answers for JOB_UNKNOWN_KEY (kdc-plugin module.cc
 KrbErrorFromStatus), which all three servers report as soon as one of them
 has no shares for the key (engine agreement.h KeyPresence): one malicious
-server, or one whose store was lost. The KDC's layer (patch 0007
+server, or one whose store was lost. The KDC's layer (patch 0008
 mpc_map_result) turns such errors into KDC_ERR_SVC_UNAVAILABLE, which the
 KDB lockout audit does not count (plugins/kdb/db2/lockout.c counts only
 PREAUTH_FAILED and BAD_INTEGRITY) and which the client reports as a service

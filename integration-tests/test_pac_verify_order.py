@@ -2,7 +2,7 @@
 
 A TGS-REQ's checks of the presented TGT's PAC signatures (VERIFY jobs: the
 ring-free verify items of the real module) and the signing of the new
-ticket's PAC are submitted in one round (krb5 patch 0013, kdc_mpc_tgs.c
+ticket's PAC are submitted in one round (krb5 patch 0015, kdc_mpc_tgs.c
 kdc_mpc_tgs_finish), so the new ticket may be signed while the checks are
 still out. What must hold is that nothing so made leaves the KDC unless
 every check passed: tgs_fin_complete looks at the checks' outcome before it

@@ -1,6 +1,6 @@
 """Failure paths of the KDC's MPC layer under valgrind.
 
-1. The TGS finishing path (krb5 patch 0013, tgs_fin_complete): each failed finishing job's error message is taken from
+1. The TGS finishing path (krb5 patch 0015, tgs_fin_complete): each failed finishing job's error message is taken from
 the context when the job fails (the context is shared by every request in
 flight) and freed once logged.
 
@@ -13,7 +13,7 @@ definitely lost (before the fix: one error string per request, from
 krb5_get_error_message in tgs_fin_complete).
 
 2. A module completing inside submit with no timer to defer the delivery
-(krb5 patch 0007, kdc_mpc_submit): the job fails instead of running its
+(krb5 patch 0008, kdc_mpc_submit): the job fails instead of running its
 continuation under the submitter. Before the fix valgrind reported an
 invalid read in tgs_fin_encrypt (the request state freed by the
 continuation, then used by the submitter).
@@ -100,7 +100,7 @@ void *verto_add_timeout(void *ctx, int flags, void *cb, time_t interval)
 
 def test_inline_completion_without_a_timer_fails_the_job(kmpc_factory, monkeypatch,
                                                          tmp_path):
-    """krb5 patch 0007 kdc_mpc_submit: a module that completes a job inside
+    """krb5 patch 0008 kdc_mpc_submit: a module that completes a job inside
     submit (a contract breach: the test module's inline = true) has its
     result delivered from the event loop; when no timer can be made for that,
     the job fails (the request gets KDC_ERR_SVC_UNAVAILABLE) instead of
