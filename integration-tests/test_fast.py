@@ -25,6 +25,7 @@ from kmpc_harness import tickets
 import pac_ref
 from kmpc_harness.cluster import REALM, SERVICE, TGS, password as _password
 from test_kdc_handles import handle_realm, _events, _key, _rounds, _ticket
+from test_metrics import parse, scrape, value
 
 INDICATOR = "fast-ec"
 MPC_SERVICE = "host/mpc.kmpc.test"
@@ -298,9 +299,14 @@ def test_fast_and_indicators_through_the_mpc_servers(kmpc_factory, tmp_path):
     """The same with the real kdcmpc module and three MPC servers: the armor
     TGT is decrypted and the CAMMAC verifiers (usage 64) are made and
     checked on shares; require_auth is met for bob (ordinary key) after
-    kinit -T, and alice (key in the cluster) is refused FAST."""
+    kinit -T, and alice (key in the cluster) is refused FAST. An armored AS
+    request is two exchanges of kind as_fast, one Run each by their plans
+    (docs/design/exchange-plan.md 1.5 "FAST-armored AS"): the armor
+    ticket's decryption, then the AS exchange (the inner request is
+    encrypted under the armor's subkey, so its plan is known only after
+    the first)."""
     kmpc_cluster.find_built("kdc-plugin/libkmpc_kdc.so")  # RealmError if absent
-    r = kmpc_factory(module="real", realm_extra=(
+    r = kmpc_factory(module="real", metrics=True, realm_extra=(
         f"        encrypted_challenge_indicator = {INDICATOR}\n"))
     r.setup_krbtgt()
     r.setup_warmup()
@@ -312,7 +318,17 @@ def test_fast_and_indicators_through_the_mpc_servers(kmpc_factory, tmp_path):
     r.start()
     armor = "FILE:" + str(tmp_path / "armor")
     r.run(["kinit", "-c", armor, "alice"], input=pw["alice"] + "\n")
+    m0 = parse(scrape(r.kdc_metrics_url))
     r.run(["kinit", "-T", armor, "bob"], input=pw["bob"] + "\n")
+    m = parse(scrape(r.kdc_metrics_url))
+    # The first request (PREAUTH_REQUIRED) opens the armor; the one with
+    # the encrypted challenge opens it again and then is the AS exchange.
+    fast = [value(m, n, missing=0, exchange="as_fast", result="ok")
+            - value(m0, n, missing=0, exchange="as_fast", result="ok")
+            for n in ("kmpc_kdc_exchanges_total", "kmpc_kdc_exchange_runs_total")]
+    assert fast == [3, 3], fast
+    assert value(m, "kmpc_kdc_plan_misses_total", missing=0) == \
+        value(m0, "kmpc_kdc_plan_misses_total", missing=0)
     out = r.run(["kvno", SERVICE])
     assert "kvno = 1" in out, out
     out = r.run(["kinit", "-T", armor, "alice"], input=pw["alice"] + "\n",

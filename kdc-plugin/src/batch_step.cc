@@ -1213,6 +1213,7 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
   bool finished, deliver;
   Result r;
   bool guessed = false;  // the speculator's (the planner counts its own)
+  std::vector<std::pair<uint64_t, int>> lost;  // the planner's, not held
   {
     std::lock_guard<std::mutex> l(mu_);
     PendingJob& e = jobs_[i];
@@ -1222,6 +1223,8 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
     finished = --open_ == 0;
     deliver = !e.speculative;
     guessed = e.speculative && e.exchange_id == 0;
+    if (e.speculative && e.exchange_id != 0)
+      lost.emplace_back(e.exchange_id, e.item);
     r.token = e.token;
     r.status = std::move(st);
     r.output = std::move(out);
@@ -1230,23 +1233,29 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
     host_->Deliver(std::move(r));
   else if (guessed)
     host_->SpeculativeJobsDone(1);
+  else if (!lost.empty())
+    host_->PreparedLost(lost);
   if (finished) Finish();
 }
 
 void BatchStep::CompleteSpeculative(const std::vector<size_t>& idx) {
   size_t n = 0;
   bool finished = false;
+  // The planner's: those held are its already (Lost ignores them).
+  std::vector<std::pair<uint64_t, int>> lost;
   {
     std::lock_guard<std::mutex> l(mu_);
     for (size_t i : idx) {
       PendingJob& e = jobs_[i];
       if (e.done) continue;
       e.done = true;
-      n += e.exchange_id == 0;  // the planner counts its own (Hold, End)
+      n += e.exchange_id == 0;
+      if (e.exchange_id != 0) lost.emplace_back(e.exchange_id, e.item);
       finished = --open_ == 0;
     }
   }
   if (n > 0) host_->SpeculativeJobsDone(n);
+  if (!lost.empty()) host_->PreparedLost(lost);
   if (finished) Finish();
 }
 

@@ -104,6 +104,10 @@ class StepHost {
   virtual void ExchangeOk(int kind) = 0;
   // A planned exchange's gate DECRYPT verified (planner.h).
   virtual void GateVerified(uint64_t exchange_id) = 0;
+  // Prepared jobs of planned exchanges (exchange id, item) completed
+  // without being held (Planner::Lost); once per Run, after HoldKeystreams.
+  virtual void PreparedLost(
+      const std::vector<std::pair<uint64_t, int>>& items) = 0;
   // Sign jobs re-run as ordinary CHECKSUM jobs.
   virtual void SignRerun(size_t jobs) = 0;
   // Sign items that some server answered other than JOB_OK.

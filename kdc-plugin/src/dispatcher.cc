@@ -109,6 +109,25 @@ void Dispatcher::CountExchangeRuns(const std::vector<PendingJob>& jobs) {
   for (uint64_t id : ids) planner_.CountRun(id);
 }
 
+bool Dispatcher::RouteUnparked(std::vector<uint64_t> ids,
+                               std::vector<Result>* chained) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<PendingJob> ready;
+  for (uint64_t id : ids) planner_.Unpark(id, &ready);
+  bool wake = false;
+  for (PendingJob& q : ready) {
+    std::vector<PendingJob> none;
+    Result c;
+    wake |= Route(std::move(q), &none, &c);
+    if (!c.output.empty()) chained->push_back(std::move(c));
+  }
+  // No submitter callback follows (SubmitterIdle): the dispatcher sends
+  // them, at once (they waited for this Run already).
+  if (!ready.empty()) wake |= NeedsWake(absl::InfinitePast());
+  return wake;
+}
+
 // Under mu_: whether the queues have room; else why not.
 absl::Status Dispatcher::RoomLocked() const {
   if (stopping_)
@@ -177,12 +196,13 @@ absl::Status Dispatcher::SubmitItem(uint64_t id, int item, uint64_t token,
     if (!planner_.Known(id))
       return absl::InvalidArgumentError("no such exchange (begin, or ended)");
     if (absl::Status st = planner_.Match(id, item, q.job); !st.ok()) return st;
-    const std::optional<Miss> miss = planner_.Take(id, item, &q);
+    bool parked = false;
+    const std::optional<Miss> miss = planner_.Take(id, item, &q, &parked);
     if (miss)
       miss_line = absl::StrCat("kdcmpc: plan item ", item, " runs alone (",
                                MissName(*miss), ")");
     std::vector<PendingJob> none;
-    wake = Route(std::move(q), &none, &chained);
+    if (!parked) wake = Route(std::move(q), &none, &chained);
   }
   if (wake) cv_.notify_one();
   if (!miss_line.empty()) Log(LOG_INFO, std::move(miss_line));
@@ -500,21 +520,22 @@ BatcherStats Dispatcher::Stats() const {
   out.inflight = inflight_ + finalize_only_inflight_ + sign_inflight_;
   out.queued_jobs =
       queue_.size() + finalize_only_queue_.size() + sign_queue_.size();
-  out.keystreams_held = speculator_.held();
-  out.speculative_encrypts = speculator_.encrypts();
-  out.speculative_used = speculator_.used();
+  const Planner::Counts& pc = planner_.counts();
+  out.keystreams_held = speculator_.held() + planner_.held() - planner_.pads_held();
+  out.speculative_encrypts = speculator_.encrypts() + pc.keystreams;
+  out.speculative_used = speculator_.used() + pc.keystreams_used;
   out.speculative_wasted = speculator_.wasted();
   out.run_requests = run_requests_.load(std::memory_order_relaxed);
   out.finalize_requests = finalize_requests_.load(std::memory_order_relaxed);
   out.sign_requests = sign_requests_.load(std::memory_order_relaxed);
   out.sign_batches = sign_batches_.load(std::memory_order_relaxed);
-  out.pads_drawn = speculator_.pads_drawn();
-  out.pads_used = speculator_.pads_used();
-  out.verify_pads_used = speculator_.verify_pads_used();
-  out.chains_sent = speculator_.chains_sent();
-  out.chained_used = speculator_.chained_used();
-  out.pads_wasted = speculator_.pads_wasted();
-  out.pads_held = speculator_.pads_held();
+  out.pads_drawn = speculator_.pads_drawn() + pc.pads_drawn;
+  out.pads_used = speculator_.pads_used() + pc.pads_used;
+  out.verify_pads_used = speculator_.verify_pads_used() + pc.verify_pads_used;
+  out.chains_sent = speculator_.chains_sent() + pc.chains_sent;
+  out.chained_used = speculator_.chained_used() + pc.chained_used;
+  out.pads_wasted = speculator_.pads_wasted() + pc.pads_wasted;
+  out.pads_held = speculator_.pads_held() + planner_.pads_held();
   return out;
 }
 
@@ -522,8 +543,13 @@ std::vector<uint64_t> Dispatcher::TakeQueued() {
   std::vector<uint64_t> tokens;
   std::lock_guard<std::mutex> l(mu_);
   std::set<uint64_t> groups;
+  std::vector<uint64_t> lost;  // exchanges whose prepared jobs go here
   for (PendingJob& q : queue_) {
-    if (q.speculative && q.exchange_id != 0) continue;  // the planner's: End
+    if (q.speculative && q.exchange_id != 0) {
+      planner_.Lost(q.exchange_id, q.item);
+      lost.push_back(q.exchange_id);
+      continue;
+    }
     if (q.speculative) {
       speculator_.SpeculativeJobDone();
       if (q.job.type == kmpc::v1::JOB_PAD)
@@ -538,6 +564,12 @@ std::vector<uint64_t> Dispatcher::TakeQueued() {
   queue_.clear();  // wipes inputs (SecureBytes)
   queued_blocks_ = 0;
   flush_now_ = false;
+  // Jobs parked for those prepared jobs move with the queue.
+  std::sort(lost.begin(), lost.end());
+  lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
+  std::vector<PendingJob> ready;
+  for (uint64_t id : lost) planner_.Unpark(id, &ready);
+  for (const PendingJob& q : ready) tokens.push_back(q.token);
   return tokens;
 }
 
@@ -558,6 +590,7 @@ void Dispatcher::SpeculativeJobsDone(size_t n) {
 
 void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
   bool wake;
+  std::vector<Result> chained;
   {
     std::lock_guard<std::mutex> l(mu_);
     // After Stop() nothing would prune them: `keystreams` goes out of
@@ -566,18 +599,42 @@ void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
     absl::Time first = absl::InfiniteFuture();
     for (const HeldKeystream& k : keystreams) first = std::min(first, k.expires);
     std::vector<HeldKeystream> guessed;
+    std::vector<uint64_t> ids;
     for (HeldKeystream& k : keystreams) {
-      if (k.exchange_id != 0)
+      if (k.exchange_id != 0) {
+        ids.push_back(k.exchange_id);
         planner_.Hold(std::move(k));
-      else
+      } else {
         guessed.push_back(std::move(k));
+      }
     }
     speculator_.Hold(&guessed);
+    // Jobs that waited for this Run go now.
+    const bool routed = RouteUnparked(std::move(ids), &chained);
     // The dispatcher prunes them when they expire: woken only if it would
     // sleep past that (it usually wakes earlier for a step's deadline).
-    wake = NeedsWake(first);
+    wake = NeedsWake(first) || routed;
   }
   if (wake) cv_.notify_all();
+  for (Result& c : chained) Deliver(std::move(c));
+}
+
+void Dispatcher::PreparedLost(
+    const std::vector<std::pair<uint64_t, int>>& items) {
+  std::vector<Result> chained;
+  bool wake;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return;
+    std::vector<uint64_t> ids;
+    for (const auto& [id, item] : items) {
+      planner_.Lost(id, item);
+      ids.push_back(id);
+    }
+    wake = RouteUnparked(std::move(ids), &chained);
+  }
+  if (wake) cv_.notify_all();
+  for (Result& c : chained) Deliver(std::move(c));
 }
 
 void Dispatcher::KeepChained(ChainedSignature c) {

@@ -113,6 +113,8 @@ class Dispatcher : public StepHost,
   void BreakerSeen(bool open) override;
   void ExchangeOk(int kind) override;
   void GateVerified(uint64_t exchange_id) override;
+  void PreparedLost(
+      const std::vector<std::pair<uint64_t, int>>& items) override;
   void Sending(StepKind what, size_t items) override;
   void StepFinished(const std::shared_ptr<BatchStep>& step, StepKind kind,
                     uint64_t blocks, bool failed) override;
@@ -126,6 +128,9 @@ class Dispatcher : public StepHost,
   // must be woken.
   bool Route(PendingJob q, std::vector<PendingJob>* group_jobs,
              Result* chained);
+  // Under mu_: routes the jobs the planner handed back (Planner::Unpark)
+  // of the exchanges in `ids`; chained answers go to *chained.
+  bool RouteUnparked(std::vector<uint64_t> ids, std::vector<Result>* chained);
   absl::Status RoomLocked() const;
   void CountExchangeRuns(const std::vector<PendingJob>& jobs);
   void Loop();

@@ -447,16 +447,14 @@ namespace {
 
 // The core's plan of a kdcmpc plan, and the jobs of its items given now
 // (tokens not yet assigned). What the core does not serve yet is refused:
-// FAST, CBC-CTS enctypes (the cipher check), the splice.
+// CBC-CTS enctypes (the cipher check), the splice.
 absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
                      std::vector<ItemJob>* given) {
   if (in == nullptr || in->n_items < 1 || in->n_items > kMaxPlanItems ||
       in->items == nullptr)
     return absl::InvalidArgumentError("a plan has 1 to 16 items");
-  if (in->kind < KRB5_KDCMPC_EXCH_AS || in->kind > KRB5_KDCMPC_EXCH_S4U2PROXY ||
-      in->kind == KRB5_KDCMPC_EXCH_AS_FAST)
-    return absl::InvalidArgumentError(
-        "unknown exchange kind, or FAST (not served by this module yet)");
+  if (in->kind < KRB5_KDCMPC_EXCH_AS || in->kind > KRB5_KDCMPC_EXCH_S4U2PROXY)
+    return absl::InvalidArgumentError("unknown exchange kind");
   out->kind = static_cast<ExchangeKind>(in->kind);
   for (size_t i = 0; i < in->n_items; ++i) {
     const krb5_kdcmpc_item& it = in->items[i];

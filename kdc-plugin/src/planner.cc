@@ -211,6 +211,10 @@ void Planner::Prepare(uint64_t id, Exchange* x, int item,
   job.item = item;
   s.state = State::kInFlight;
   ++pending_;
+  if (type == pb::JOB_PAD)
+    ++counts_.pads_drawn;
+  else
+    ++counts_.keystreams;
   prepared->push_back(std::move(job));
 }
 
@@ -235,11 +239,49 @@ absl::Status Planner::Match(uint64_t id, int item, const Job& job) const {
   return absl::OkStatus();
 }
 
-std::optional<Miss> Planner::Take(uint64_t id, int item, PendingJob* q) {
+std::optional<Miss> Planner::Take(uint64_t id, int item, PendingJob* q,
+                                  bool* parked) {
   Exchange& x = exchanges_.at(id);
   Slot& s = x.slots[item];
   q->exchange_id = id;
   q->item = item;
+  *parked = s.state == State::kInFlight && !s.parked;
+  if (*parked) {
+    s.parked = std::move(*q);
+    return std::nullopt;
+  }
+  return TakeSlot(&x, item, q);
+}
+
+void Planner::Unpark(uint64_t id, std::vector<PendingJob>* ready) {
+  auto it = exchanges_.find(id);
+  if (it == exchanges_.end()) return;
+  Exchange& x = it->second;
+  for (size_t i = 0; i < x.plan.items.size(); ++i) {
+    Slot& s = x.slots[i];
+    if (!s.parked || s.state == State::kInFlight) continue;
+    PendingJob q = std::move(*s.parked);
+    s.parked.reset();
+    TakeSlot(&x, static_cast<int>(i), &q);
+    ready->push_back(std::move(q));
+  }
+}
+
+void Planner::Lost(uint64_t id, int item) {
+  auto it = exchanges_.find(id);
+  if (it == exchanges_.end() || item < 0 ||
+      static_cast<size_t>(item) >= kMaxPlanItems)
+    return;
+  Slot& s = it->second.slots[item];
+  if (s.state != State::kInFlight) return;  // held already
+  --pending_;
+  s.state = State::kNone;
+  s.why = Miss::kFailover;
+}
+
+std::optional<Miss> Planner::TakeSlot(Exchange* xp, int item, PendingJob* q) {
+  Exchange& x = *xp;
+  Slot& s = x.slots[item];
   std::optional<Miss> why;
   switch (s.state) {
     case State::kHeld:
@@ -254,6 +296,7 @@ std::optional<Miss> Planner::Take(uint64_t id, int item, PendingJob* q) {
         q->output = std::move(s.chained->checksum);
         q->chained_done = true;
         q->blocks = 0;
+        ++counts_.chained_used;
       } else {
         why = s.chained ? Miss::kCtr0 : Miss::kExpired;
       }
@@ -263,7 +306,7 @@ std::optional<Miss> Planner::Take(uint64_t id, int item, PendingJob* q) {
     case State::kNone:
       if (!s.no_miss) why = s.why;
       break;
-    case State::kInFlight:  // its Run never came back (a failed cluster)
+    case State::kInFlight:  // a second job of the item while one is parked
       why = Miss::kFailover;
       break;
     case State::kUsed:  // submitted again: what was prepared is gone
@@ -297,11 +340,16 @@ std::optional<Miss> Planner::TakeHeld(Exchange* x, int item, PendingJob* q) {
   HeldKeystream k = std::move(s.held);
   s.held = HeldKeystream();
   s.state = State::kUsed;
-  --held_;
+  Unheld(k);
   if (p.type == pb::JOB_ENCRYPT) {
+    ++counts_.keystreams_used;
     FinalizeWith(q, std::move(k));
     return std::nullopt;
   }
+  if (p.type == pb::JOB_VERIFY_CHECKSUM)
+    ++counts_.verify_pads_used;
+  else
+    ++counts_.pads_used;
   const uint32_t pad_length = k.pad_length;
   SignWith(q, std::move(k));
   MaybeChain(q->exchange_id, x, item, q, pad_length);
@@ -330,9 +378,11 @@ void Planner::MaybeChain(uint64_t id, Exchange* x, int item, PendingJob* q,
     q->chain_ctr0 = std::move(s.held.ctr0);
     q->chain_item = static_cast<int>(j);
     q->exchange_id = id;
+    Unheld(s.held);
     s.held = HeldKeystream();
     s.state = State::kChained;
-    --held_;
+    ++counts_.chains_sent;
+    ++counts_.pads_used;
     return;
   }
 }
@@ -351,9 +401,10 @@ void Planner::Hold(HeldKeystream k) {
     return;
   }
   expiry_.push_back({k.expires, {k.exchange_id, k.item}});
+  ++held_;
+  if (k.pad) ++held_pads_;
   s.held = std::move(k);
   s.state = State::kHeld;
-  ++held_;
 }
 
 void Planner::KeepChained(ChainedSignature c) {
@@ -385,8 +436,16 @@ void Planner::CountMiss(uint64_t id, int item, Miss why) {
   it->second.misses.emplace_back(it->second.plan.items[item].role, why);
 }
 
+void Planner::Unheld(const HeldKeystream& h) {
+  --held_;
+  if (h.pad) --held_pads_;
+}
+
 void Planner::Wipe(Slot* s) {
-  if (s->state == State::kHeld) --held_;
+  if (s->state == State::kHeld) {
+    Unheld(s->held);
+    if (s->held.pad) ++counts_.pads_wasted;
+  }
   if (s->state == State::kInFlight) --pending_;
   s->held = HeldKeystream();  // SecureBytes wipes the keystream
   s->chained.reset();
@@ -423,7 +482,7 @@ absl::Time Planner::Prune(absl::Time now) {
 void Planner::Clear() {
   exchanges_.clear();  // SecureBytes wipes the keystreams
   expiry_.clear();
-  held_ = pending_ = 0;
+  held_ = held_pads_ = pending_ = 0;
 }
 
 }  // namespace kmpc::kdc

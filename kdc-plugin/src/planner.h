@@ -87,8 +87,21 @@ class Planner {
   absl::Status Match(uint64_t id, int item, const Job& job) const;
   // Job q of `item` (Match passed) uses what was prepared for it, else
   // stays an ordinary job; the miss, if any, is counted and returned
-  // (the first miss of an exchange is logged by the caller).
-  std::optional<Miss> Take(uint64_t id, int item, PendingJob* q);
+  // (the first miss of an exchange is logged by the caller). While the Run
+  // preparing the item is still out (a plan with nothing given at begin:
+  // the KDC goes on at once), q is parked in its slot instead (*parked set,
+  // q moved from): Unpark hands it back once that Run is back.
+  std::optional<Miss> Take(uint64_t id, int item, PendingJob* q,
+                           bool* parked);
+  // The parked jobs of exchange `id` whose items' Runs are back, each
+  // taken as Take would (using what was prepared, or ordinary with its
+  // miss counted), appended to *ready for the queues.
+  void Unpark(uint64_t id, std::vector<PendingJob>* ready);
+  // A prepared job of `item` of exchange `id` completed without being held
+  // (its Run failed, or its gate did; it was dropped from a failed
+  // cluster's queue): the item's job runs as an ordinary one (a miss,
+  // reason failover). Nothing for an item held already.
+  void Lost(uint64_t id, int item);
 
   // A Run's prepared jobs came back (HeldKeystream::exchange_id set).
   void Hold(HeldKeystream k);
@@ -109,8 +122,16 @@ class Planner {
   void Clear();
 
   size_t held() const { return held_; }
+  size_t pads_held() const { return held_pads_; }
   size_t pending() const { return pending_; }
   uint64_t exchanges() const { return exchanges_.size(); }
+  // What was prepared and used (BatcherStats, kdc_metrics.h).
+  struct Counts {
+    uint64_t keystreams = 0, keystreams_used = 0;
+    uint64_t pads_drawn = 0, pads_used = 0, pads_wasted = 0;
+    uint64_t verify_pads_used = 0, chains_sent = 0, chained_used = 0;
+  };
+  const Counts& counts() const { return counts_; }
 
  private:
   enum class State { kNone, kInFlight, kHeld, kChained, kUsed };
@@ -122,6 +143,8 @@ class Planner {
     bool no_miss = false;
     HeldKeystream held;
     std::optional<ChainedSignature> chained;
+    // A job submitted while the Run preparing this item was out (kInFlight).
+    std::optional<PendingJob> parked;
   };
   struct Exchange {
     Plan plan;
@@ -139,17 +162,20 @@ class Planner {
   // The given DECRYPT job of `item`, or null.
   static const PendingJob* GivenJob(const std::vector<PendingJob>& given,
                                     int item);
+  std::optional<Miss> TakeSlot(Exchange* x, int item, PendingJob* q);
   std::optional<Miss> TakeHeld(Exchange* x, int item, PendingJob* q);
   void MaybeChain(uint64_t id, Exchange* x, int item, PendingJob* q,
                   uint32_t pad_length);
   void Wipe(Slot* s);
+  void Unheld(const HeldKeystream& h);
 
   const BatcherOptions options_;
   std::unordered_map<uint64_t, Exchange> exchanges_;
   // (expiry, exchange, item) of held slots, in order of their Runs (almost
   // of expiry): Prune wipes from the front.
   std::deque<std::pair<absl::Time, std::pair<uint64_t, int>>> expiry_;
-  size_t held_ = 0, pending_ = 0;
+  size_t held_ = 0, held_pads_ = 0, pending_ = 0;
+  Counts counts_;
   Budget budget_;
 };
 

@@ -55,6 +55,7 @@ class RecordingHost : public StepHost {
   void PadsWasted(size_t) override {}
   void ExchangeOk(int) override {}
   void GateVerified(uint64_t) override {}
+  void PreparedLost(const std::vector<std::pair<uint64_t, int>>&) override {}
   void SignRerun(size_t) override {}
   void SignAnswersFailed(size_t) override {}
   void VerifyDisagreed() override {}

@@ -68,6 +68,46 @@ class ConditionTransport : public ForwardingTransport {
   std::vector<pb::JobStatus> statuses_;
 };
 
+// Holds every Run answer until Release(): the KDC's later jobs of a plan
+// with nothing given arrive while the Run preparing them is out. With
+// `fail`, the held Runs fail instead (a cluster that went away).
+class HeldRunTransport : public ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  void Run(int party, const pb::RunRequest& req, pb::RunResponse* resp,
+           absl::Time deadline, Done done) override {
+    next_->Run(party, req, resp, deadline,
+               [this, done = std::move(done)](CallStatus s) {
+                 std::unique_lock<std::mutex> l(mu_);
+                 if (released_) {
+                   l.unlock();
+                   done(std::move(s));
+                   return;
+                 }
+                 held_.push_back({done, std::move(s)});
+               });
+  }
+  size_t held() {
+    std::lock_guard<std::mutex> l(mu_);
+    return held_.size();
+  }
+  void Release(bool fail) {
+    std::vector<std::pair<Done, CallStatus>> h;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      released_ = true;
+      h.swap(held_);
+    }
+    for (auto& [done, s] : h)
+      done(fail ? CallStatus(absl::UnavailableError("gone")) : std::move(s));
+  }
+
+ private:
+  std::mutex mu_;
+  bool released_ = false;
+  std::vector<std::pair<Done, CallStatus>> held_;
+};
+
 class PlannerTest : public BatcherTest {
  protected:
   const std::string tgt_id_ = std::string(32, 't');
@@ -337,6 +377,46 @@ TEST_P(PlannerTest, AsWithGateIsOneRun) {
 TEST_P(PlannerTest, AsWithLocalClientKeyIsOneRun) {
   auto b = Make(Opts());
   AsExchange(b.get(), 1, false);
+}
+
+// exchange-plan.md 1.5 "AS with a local client key": nothing is given,
+// so the KDC submits the PAC's server signature at once, while the Run
+// preparing its pad is out; the module keeps the job until that Run is
+// back, and it is a Sign item then (no Run of its own, no miss). If that
+// Run fails instead, the job runs alone (a miss, reason failover).
+TEST_P(PlannerTest, LaterJobsWaitForTheRunPreparingThem) {
+  for (bool fail : {false, true}) {
+    HeldRunTransport t(&cluster_);
+    auto b = std::make_unique<Batcher>(Opts(), &t, &sink_);
+    Plan plan;
+    plan.kind = ExchangeKind::kAs;
+    plan.items = {Item(Role::kTicket, tgt_id_, kTgtPlainBytes, kItemExact),
+                  Item(Role::kSigServer, tgt_id_, kPacBytes, kItemExact, -1, 0)};
+    ASSERT_TRUE(b->Begin(1, plan, {}).ok());
+    b->SubmitterIdle();
+    for (int i = 0; i < 500 && t.held() < 3; ++i) absl::SleepFor(absl::Milliseconds(2));
+    ASSERT_EQ(t.held(), 3u);  // the Run, at each party
+    const size_t n0 = sink_.counts().size();
+    const uint64_t tok = token_++;
+    ASSERT_TRUE(b->SubmitItem(1, 1, tok, JobOf(plan.items[1], Pac('w'))).ok());
+    b->SubmitterIdle();
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ(sink_.counts().size(), n0);  // parked: no answer, no request
+    t.Release(fail);
+    ASSERT_TRUE(sink_.WaitFor(n0 + 1));
+    ExpectSigned(tok, tgt_id_, 17, Pac('w'));
+    WaitIdle(b.get());
+    const std::optional<ExchangeRecord> r = b->End(1);
+    ASSERT_TRUE(r.has_value());
+    if (!fail) {
+      EXPECT_EQ(r->runs, 1u);
+      EXPECT_TRUE(r->misses.empty());
+    } else {
+      EXPECT_EQ(r->runs, 2u);
+      ASSERT_EQ(r->misses.size(), 1u);
+      EXPECT_EQ(r->misses[0].second, Miss::kFailover);
+    }
+  }
 }
 
 // A renewal, then a forwarding of the renewed TGT: each one Run, the
