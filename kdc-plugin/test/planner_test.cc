@@ -282,26 +282,38 @@ std::string TicketPlain(size_t len, const std::string& sig) {
 
 // exchange-plan.md 1.5 "AS, encrypted timestamp, PAC" (gate) and "AS with
 // a local client key" (no gate, nothing given: the prepared jobs are the
-// Run): ticket, PAC server signature linked to it (slot 0), KDC signature
-// chained to it, reply.
+// Run), as kdc_mpc_as_begin (krb5's AS patch) states them: the timestamp
+// and the PA-REQ-ENC-PA-REP checksum given (gated on it), the ticket, the
+// PAC server signature linked to it (slot 0), the KDC signature chained to
+// it, the reply; exact lengths.
 PlannerTest::Tgt PlannerTest::AsExchange(Batcher* b, uint64_t id, bool gate) {
   const std::string ts_plain = "a timestamp, 30 bytes long....";
   const std::string ts = gate ? Encrypted(b, kKeyId, 1, ts_plain) : "";
+  const std::string req = "the AS-REQ, for PA-REQ-ENC-PA-REP";
   const size_t before = RunCalls();
   Plan plan;
   plan.kind = ExchangeKind::kAs;
   const uint32_t g = gate ? kItemGated : 0;
   const int gi = gate ? 0 : -1;
-  if (gate) plan.items.push_back(Given(Item(Role::kTimestamp, kKeyId, ts.size())));
+  if (gate) {
+    plan.items.push_back(Given(Item(Role::kTimestamp, kKeyId, ts.size())));
+    plan.items.push_back(Given(Item(Role::kReqChecksum, kKeyId, req.size(), g, gi)));
+  }
   const int ticket = static_cast<int>(plan.items.size());
   plan.items.push_back(Item(Role::kTicket, tgt_id_, kTgtPlainBytes, kItemExact | g, gi));
   plan.items.push_back(Item(Role::kSigServer, tgt_id_, kPacBytes, kItemExact | g, gi, ticket));
   plan.items.push_back(Item(Role::kSigKdc, tgt_id_, kSig, kItemExact | g, gi, ticket));
   if (gate) plan.items.push_back(Item(Role::kReply, kKeyId, kReplyBytes, kItemExact | g, gi));
   std::map<int, std::string> in;
-  if (gate) in[0] = ts;
+  if (gate) {
+    in[0] = ts;
+    in[1] = req;
+  }
   auto given = Begin(b, id, plan, in);
-  if (gate) EXPECT_EQ(Str(sink_.Get(given[0]).output), ts_plain);
+  if (gate) {
+    EXPECT_EQ(Str(sink_.Get(given[0]).output), ts_plain);
+    ExpectSigned(given[1], kKeyId, 56, req);  // released: the gate held
+  }
   WaitIdle(b);
   Tgt t;
   t.pac = Pac('p');
