@@ -170,6 +170,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
                                const std::vector<int>& position,
                                int k) const;
   void CompleteRun(const RunCall& call, FinalizeCall* fin);
+  void CompleteCts(size_t i, bool verified);
   static void ScrubRun(RunCall* call);
 
   // Finalize step.
