@@ -18,17 +18,19 @@ PA-REQ-ENC-PA-REP is made for such a user (docs/limitations.md).
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
 from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import heimdal as kmpc_heimdal
 from kmpc_harness import tickets
 from test_cts_handles import CTS128, CTS256, ENCTYPES, assert_only_handles, keys_of
 from test_metrics import parse, scrape, value
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
 
-STOCK = {name: f"/usr/bin/{name}" for name in ("kinit", "klist", "kvno", "kdestroy")}
+STOCK = {name: f"/usr/bin/{name}" for name in ("kinit", "klist", "kvno", "kdestroy", "kpasswd")}
 SERVICE = "host/svc.kmpc.test"
 MODES = {"semi-honest": "--security=semi-honest", "malicious": ""}
 
@@ -48,7 +50,9 @@ class Stock:
                     f"    default_tgs_enctypes = {CTS256} {CTS128}\n"
                     f"    permitted_enctypes = {CTS256} {CTS128}\n"
                     f"[realms]\n    {kr.realm} = {{\n"
-                    f"        kdc = 127.0.0.1:{kr.kdc_port}\n    }}\n")
+                    f"        kdc = 127.0.0.1:{kr.kdc_port}\n"
+                    f"        admin_server = 127.0.0.1:{kr.kadmin_port}\n"
+                    f"        kpasswd_server = 127.0.0.1:{kr.kpasswd_port}\n    }}\n")
         self.env = {k: v for k, v in kr.env.items()
                     if not k.startswith(("KRB5", "KMPC", "LD_"))}
         self.env.update(KRB5_CONFIG=self.conf, KRB5CCNAME="FILE:" + self.ccache,
@@ -70,6 +74,17 @@ def kdc_counts(kr):
                  for n in ("kmpc_kdc_exchanges_total", "kmpc_kdc_exchange_runs_total"))
 
 
+def one_more_exchange(kr, before):
+    """(exchanges, Runs) since `before`, once the module counted the login
+    (an exchange is counted when the KDC releases it, after its reply)."""
+    deadline = time.time() + 5
+    while True:
+        ex, runs = (a - b for a, b in zip(kdc_counts(kr), before))
+        if ex >= 1 or time.time() > deadline:
+            return ex, runs
+        time.sleep(0.05)
+
+
 def failed_attempts(kr, princ):
     out = kr.kadmin_local(f"getprinc {princ}")
     return int(re.search(r"Failed password attempts: (\d+)", out).group(1))
@@ -82,7 +97,7 @@ def assert_login(kr, c, princ, password, enctype):
     before = kdc_counts(kr)
     rc, out = c.kinit(princ, password)
     assert rc == 0, out + kr.kdc_log_text()[-3000:]
-    ex, runs = (a - b for a, b in zip(kdc_counts(kr), before))
+    ex, runs = one_more_exchange(kr, before)
     assert ex == 1 and runs == 1, (ex, runs)
     rc, out = c.run("klist", "-e")
     assert rc == 0 and f"Default principal: {princ}@{kr.realm}" in out, out
@@ -152,3 +167,101 @@ def test_password_stdin_user_logs_in(realm):
     c = Stock(kr)
     assert_login(kr, c, "bob", new, CTS256)
     assert_refused_as_stock(kr, c, "bob", old, "olly", "Olly-pw-0")
+
+
+def test_no_plaintext_of_the_reply_reaches_any_server(kmpc_factory, tmp_path,
+                                                      monkeypatch):
+    """The servers record every KeyOps request as they receive it
+    (--debug_record_requests, test_private_signing.py): the EncASRepPart of
+    an aes-cts user's login (its session key, also in the ticket) is in no
+    server's view; the REPLY's plaintext went as XOR shares only. Control:
+    the recordings hold the user's key id (the jobs were there)."""
+    monkeypatch.setenv("KMPC_TEST_ONLY_RECORD_REQUESTS", "1")
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES,
+                      server_flags=f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin")
+    kr.setup_krbtgt()
+    kr.addprinc("vera", "Vera-pw-314", enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "vera")
+    kr.start()
+    c = Stock(kr)
+    keys = set()
+    for _ in range(2):
+        rc, out = c.kinit("vera", "Vera-pw-314")
+        assert rc == 0, out
+        keys |= {x["key"] for x in tickets.ccache_credentials(c.ccache)
+                 if x["server"][0] == "krbtgt"}
+    assert len(keys) == 2 and all(len(k) == 32 for k in keys), keys
+    key_id = bytes.fromhex(assert_only_handles(kr, "vera")[0][3])
+    for i in range(3):
+        with open(os.path.join(tmp_path, f"keyops-{i}.bin"), "rb") as f:
+            rec = f.read()
+        assert key_id in rec, f"control: party {i} recorded no job under vera's key"
+        for k in keys:
+            assert k not in rec, f"party {i} received a session key"
+            assert k[:8] not in rec and k[-8:] not in rec, f"party {i}: part of a session key"
+
+
+def test_kpasswd_deals_new_cts_handles(realm):
+    """Debian's kpasswd changes such a user's password through kadmind and
+    the key dealer: the new keys are handles again (a new kvno, an aes-cts
+    one among them), the new password logs in, the old one no longer."""
+    kr, old, new = realm, "Kim-old-1357", "Kim-new-2468"
+    kr.enable_dealer()
+    kr.start_kadmind()
+    kr.addprinc("kim", old, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "kim")
+    before = assert_only_handles(kr, "kim")
+    c = Stock(kr)
+    rc, out = c.run("kpasswd", "kim", input=f"{old}\n{new}\n{new}\n")
+    assert rc == 0 and "Password changed" in out, out + kr.kdc_log_text()[-2000:]
+    after = assert_only_handles(kr, "kim", {**keys_of(kr, "kim", old),
+                                            **{f"new {k}": v for k, v in
+                                               keys_of(kr, "kim", new).items()}})
+    assert {r[0] for r in after} == {"2"} and {r[3] for r in after}.isdisjoint(
+        {r[3] for r in before}), (before, after)
+    assert CTS256 in {r[1] for r in after}, after
+    assert_login(kr, c, "kim", new, CTS256)
+    rc, out = c.kinit("kim", old)
+    assert rc != 0 and "Password incorrect" in out, out
+
+
+def test_heimdal_kinit_logs_in(kmpc_factory):
+    """Debian's Heimdal kinit and kgetcred (heimdal-clients, unpacked by
+    kmpc_harness.heimdal), default (malicious) servers: the login is one
+    Run, a service ticket follows, a wrong password is refused with the
+    message Heimdal gives for a user whose key is in the KDB."""
+    try:
+        progs = kmpc_heimdal.prepare()
+    except kmpc_heimdal.HeimdalError as e:
+        pytest.fail(f"Debian's Heimdal clients could not be prepared: {e}")
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True)
+    kr.setup_krbtgt()
+    kr.addprinc(SERVICE, "Svc-pw-90210", enctypes=[CTS256], flags="")
+    kr.addprinc("olly", "Olly-pw-1", enctypes=[CTS256, CTS128])
+    kr.addprinc("iris", "Iris-pw-2718", enctypes=[CTS256, CTS128])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "iris")
+    kr.start()
+    c = Stock(kr, "heimdal")
+    env = kmpc_heimdal.env(c.env)
+
+    def run(name, *args, input=None):
+        p = subprocess.run([progs[name], *args], input=input, capture_output=True,
+                           text=True, env=env, timeout=90)
+        return p.returncode, p.stdout + p.stderr
+
+    before = kdc_counts(kr)
+    rc, out = run("kinit", "--password-file=STDIN", "iris", input="Iris-pw-2718\n")
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    ex, runs = one_more_exchange(kr, before)
+    assert ex == 1 and runs == 1, (ex, runs)
+    rc, out = run("klist", "-v")
+    assert rc == 0 and f"iris@{kr.realm}" in out, out
+    assert re.search(r"Session key: aes256-cts-hmac-sha1-96", out) or \
+        "aes256-cts-hmac-sha1-96" in out, out
+    rc, out = run("kgetcred", SERVICE)
+    assert rc == 0, out
+    rc, out = run("kinit", "--password-file=STDIN", "iris", input="wrong\n")
+    rc2, out2 = run("kinit", "--password-file=STDIN", "olly", input="wrong\n")
+    assert rc != 0 and rc2 != 0, (out, out2)
+    assert out.replace("iris", "USER") == out2.replace("olly", "USER"), (out, out2)
+    assert kr.kdc_alive()
