@@ -417,6 +417,13 @@ krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
   kmpc::kdc::Job j;
   if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
     return ret;
+  // Outside a plan an aes*-cts job would run without its gate and without
+  // the planner's checks (cts_items.h): refused.
+  if (exch == nullptr && kmpc::kdc::CtsJob(j)) {
+    *msg_out = kmpc::kdc::Dup("kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are "
+                              "served only as items of an exchange plan");
+    return KRB5KDC_ERR_SVC_UNAVAILABLE;
+  }
   const uint64_t token = core->next_token++;
   absl::Status st = send(token, std::move(j));
   if (!st.ok()) return Refused(core, st, msg_out);

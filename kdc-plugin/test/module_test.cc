@@ -119,6 +119,13 @@ TEST_F(ModuleTest, JobsTheModuleCannotTakeAreRefusedAtSubmit) {
   EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE);
   EXPECT_EQ(msg, "kdcmpc: VERIFY_CHECKSUM jobs under aes*-cts-hmac-sha1-96 keys are not "
                  "served");
+  // Its DECRYPT and ENCRYPT only as plan items (the AS exchange's).
+  for (krb5_kdcmpc_job_type t : {KRB5_KDCMPC_DECRYPT, KRB5_KDCMPC_ENCRYPT}) {
+    cts.type = t;
+    EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE);
+    EXPECT_EQ(msg, "kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are served only as "
+                   "items of an exchange plan");
+  }
   krb5_kdcmpc_job unknown = Encrypt();
   unknown.type = static_cast<krb5_kdcmpc_job_type>(99);
   EXPECT_EQ(Submit(unknown, &msg), EINVAL);
