@@ -100,8 +100,9 @@ def test_kinit_through_the_module(mpc):
     # the module can batch it: the pre-auth decryption with the
     # PA-REQ-ENC-PA-REP checksum; the PAC's server signature; the KDC
     # signature (over the server signature); the ticket (over the signed
-    # PAC) and the reply, in that order, as without a PAC (the real
-    # module's speculation pairs them).
+    # PAC) and the reply, in that order, as without a PAC. (The test module
+    # prepares nothing: the real module makes these one Run, the exchange's
+    # plan.)
     assert _rounds(_events(mpc)) == [
         ["CHECKSUM 56", "DECRYPT 1"], ["CHECKSUM 17"], ["CHECKSUM 17"],
         ["ENCRYPT 2", "ENCRYPT 3"]], _events(mpc)

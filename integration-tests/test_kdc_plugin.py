@@ -376,9 +376,8 @@ def test_single_client_latency(kmpc_factory, tmp_path, early_flush):
     print(f"\nFIGURES single client, {name}:", json.dumps(fig))
     _figures({name: fig})
     if early_flush:
-        # One MPC Run (pre-auth decrypt with the speculated keystreams) and
-        # a FINALIZE, or two Runs for the first login, without any 100 ms
-        # wait.
+        # One MPC Run (the timestamp with the plan's prepared keystreams
+        # and pads), Sign and FINALIZE requests, without any 100 ms wait.
         assert _pct(lat, 50) < 1.0
 
 

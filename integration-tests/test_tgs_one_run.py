@@ -3,7 +3,8 @@ TGT's PAC server signature (get_verified_pac) still refuses a wrong one.
 
 The TGT's DECRYPT takes along a verification pad at the TGT's ctr0 + 2^17,
 where the AS signed the PAC's server signature under a pad linked to the
-ticket's keystream (kdc-plugin/src/speculator.h, "Linked pads"); the check
+ticket's keystream (its plan's SIG_SERVER item, slot 0:
+kdc-plugin/src/planner.h); the check
 is then a ring-free verify item (kmpc.proto SignItem.verify). Here the
 krbtgt key is moved into the cluster from the KDB (share --from-existing)
 after the test read it out, so that the test can decrypt the TGT, alter its
@@ -135,10 +136,9 @@ def test_forwarded_tgt_is_one_run(tmp_path):
     """A forwarded TGT (a TGS-REQ for the krbtgt with FORWARDED, as
     kmpc-storm --mix forward makes after each login) is one Run too: each
     operation, its login included, is two Runs on the servers. Its PAC's
-    KDC signature, as the login's, is chained to the server signature
-    (the login's by the speculator, the forward's by its plan): one Sign
-    request per exchange (the forward's TGT check goes with its server
-    signature)."""
+    KDC signature, as the login's, is chained to the server signature by
+    its plan: one Sign request per exchange (the forward's TGT check goes
+    with its server signature)."""
     from bench import storm_bench  # the storm target and kmpc-storm
     t0 = time.time()
     target = storm_bench.KmpcTarget(str(tmp_path / "kmpc"), "headline", 4, metrics=True)
@@ -150,7 +150,7 @@ def test_forwarded_tgt_is_one_run(tmp_path):
                  "--engine", "sync", "--mix", "forward", "--tgs", target.service, "-q"],
                 env=target.env, capture_output=True, text=True, timeout=120)
             assert p.returncode == 0, p.stdout + p.stderr + target.logs()[-3000:]
-        storm(8)  # the module learns the lengths and the exchanges' pads
+        storm(8)  # nothing to learn: a first storm as any other
         runs = _runs(target.realm)
         kdc = parse(scrape(target.realm.kdc_metrics_url))
         storm(10)
@@ -163,8 +163,7 @@ def test_forwarded_tgt_is_one_run(tmp_path):
                          "kmpc_kdc_sign_rerun_total": 0,
                          "kmpc_kdc_plan_misses_total": 0}, delta
         # The forward states its plan (the KDC signature chained to the
-        # server signature by the plan, not counted by the speculator's
-        # kmpc_kdc_chained_signatures_total): one Run each.
+        # server signature by the plan): one Run each.
         fwd = [value(m, n, missing=0, exchange="forward") for m in (kdc, kdc2)
                for n in ("kmpc_kdc_exchanges_total", "kmpc_kdc_exchange_runs_total")]
         assert (fwd[2] - fwd[0], fwd[3] - fwd[1]) == (10, 10), fwd

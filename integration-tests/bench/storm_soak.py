@@ -428,10 +428,10 @@ def median(v):
 
 def batch_breakdown(log_text):
     """Medians of the module's per-batch debug lines, split into batches
-    without a Finalize (the pre-auth DECRYPT + CHECKSUM round, with the
-    speculative keystreams), FINALIZE only (ticket and reply whose keystream
-    the speculation gave: no AES blocks) and both (ticket and reply
-    ENCRYPT without speculation)."""
+    without a Finalize (an exchange's first Run: the pre-auth DECRYPT +
+    CHECKSUM, with the plan's prepared keystreams and pads), FINALIZE only
+    (ticket and reply whose keystream the plan prepared: no AES blocks) and
+    both (ticket and reply ENCRYPT without a prepared keystream)."""
     rows = [m.groups() for m in BATCH_RE.finditer(log_text)]
     out = {}
     for kind, sel in (("run_only", lambda f, b: f == 0.0),

@@ -23,11 +23,11 @@ struct BatcherStats {
   uint64_t jobs = 0;
   uint64_t blocks = 0;           // AES blocks the servers reported (party 0)
   uint64_t failed_batches = 0;
-  uint64_t speculative_encrypts = 0;  // speculative ENCRYPT jobs sent
+  uint64_t speculative_encrypts = 0;  // prepared ENCRYPT jobs sent
   uint64_t speculative_used = 0;      // ... whose keystream a later job used
   uint64_t finalize_only_rerun = 0;   // jobs whose FINALIZE-only step
                                       // failed, re-run as ordinary ENCRYPTs
-  size_t keystreams_held = 0;         // speculative keystreams held now
+  size_t keystreams_held = 0;         // prepared keystreams held now
   uint64_t speculative_wasted = 0;    // groups whose timestamp failed, and
                                       // keystreams that expired unused
   int inflight = 0;                   // batches running now
@@ -38,7 +38,7 @@ struct BatcherStats {
   // Requests sent to the three servers (one per step, counted once for
   // the three parties): Run requests (a batch, or a re-run of a failed
   // FINALIZE-only or Sign step), Finalize requests (after a Run, or of
-  // speculated keystreams), Sign requests (sign_batches); and the
+  // prepared keystreams), Sign requests (sign_batches); and the
   // checksums sent in Sign requests (sign_requests: one pad and one
   // signature each; a Sign request carries every one queued when the
   // submitter went idle).
@@ -46,14 +46,14 @@ struct BatcherStats {
   uint64_t finalize_requests = 0;
   uint64_t sign_requests = 0;
   uint64_t sign_batches = 0;
-  // Pads (speculator.h): PAD jobs sent; pads a CHECKSUM used (Sign
+  // Pads (planner.h): PAD jobs sent; pads a CHECKSUM used (Sign
   // requests' items); pads lost (their DECRYPT or PAD job failed) or that
   // expired unused.
   uint64_t pads_drawn = 0;
   uint64_t pads_used = 0;
   // TGT server signatures verified ring-free under a verification pad.
   uint64_t verify_pads_used = 0;
-  // Chained signatures (speculator.h): Sign items that chained a second
+  // Chained signatures (planner.h): Sign items that chained a second
   // pad; CHECKSUMs (KDC signatures) completed from their answers, without
   // a request.
   uint64_t chains_sent = 0;
@@ -84,7 +84,7 @@ class BatchObserver {
   virtual ~BatchObserver() = default;
   // Run batches and FINALIZE-only batches (Sign steps are counted in
   // BatcherStats only).
-  // finalize_only: a FINALIZE-only batch of speculated jobs; jobs: the jobs
+  // finalize_only: a FINALIZE-only batch of prepared keystreams' jobs; jobs: the jobs
   // it carried; blocks: AES blocks the servers reported; latency: from its
   // start to its last answer (Run and, if any, Finalize round trips).
   virtual void BatchDone(bool finalize_only, size_t jobs, uint64_t blocks,

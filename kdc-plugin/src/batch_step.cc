@@ -125,7 +125,11 @@ absl::Status JobFailure(const pb::JobResult& r) {
           "(JOB_UNKNOWN_USAGE: ",
           detail, ")"));
     case pb::JOB_WITHHELD:
-      return absl::FailedPreconditionError(absl::StrCat(
+      // A gated job whose gate did not verify, nothing revealed: the
+      // gate's verdict, as kdcmpc_plugin.h's KRB5_KDCMPC_ITEM_GATED says
+      // (kUnauthenticated: KRB5KRB_AP_ERR_BAD_INTEGRITY; counted apart
+      // from the gate's own integrity failure, cause "withheld").
+      return absl::UnauthenticatedError(absl::StrCat(
           "the MPC cluster withheld the result (JOB_WITHHELD: ", detail,
           ")"));
     default:
@@ -322,22 +326,20 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
   call->req.set_batch_id(*std::move(id));
   call->req.set_wire_version(contract::kWireVersion);
   call->req.mutable_jobs()->Reserve(static_cast<int>(call->idx.size()));
-  // The timestamp DECRYPT of each speculation group in this request: its
-  // speculative ENCRYPTs are released by the servers only if it holds
+  // The gate DECRYPT of each planned exchange's group in this request (a
+  // group may hold two DECRYPTs, u2u: its gate is the one marked so): its
+  // jobs marked gated are released by the servers only if it holds
   // (kmpc.proto Job.release_if_ok).
-  // A planned group (planner.h) may hold two DECRYPTs (u2u): its gate is
-  // the one marked so, and only its prepared jobs marked gated wait on it.
   std::map<uint64_t, size_t> group_decrypt;
   for (size_t i : call->idx)
-    if (jobs_[i].group != 0 && !jobs_[i].speculative &&
-        jobs_[i].job.type == pb::JOB_DECRYPT &&
-        (jobs_[i].exchange_id == 0 || jobs_[i].gate))
+    if (jobs_[i].group != 0 && !jobs_[i].prepared &&
+        jobs_[i].job.type == pb::JOB_DECRYPT && jobs_[i].gate)
       group_decrypt[jobs_[i].group] = i;
-  // The speculative ticket ENCRYPT of each group in this request: a
-  // linked PAD of the group takes its counter from it (Job.pad_after).
+  // The prepared ticket ENCRYPT of each group in this request: a linked
+  // PAD of the group takes its counter from it (Job.pad_after).
   std::map<uint64_t, size_t> group_ticket;
   for (size_t i : call->idx)
-    if (jobs_[i].speculative && jobs_[i].group != 0 &&
+    if (jobs_[i].prepared && jobs_[i].group != 0 &&
         jobs_[i].job.type == pb::JOB_ENCRYPT && jobs_[i].job.usage == 2)
       group_ticket[jobs_[i].group] = i;
   std::vector<int> shared;  // request jobs whose message is dealt
@@ -345,17 +347,13 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
     const Job& job = jobs_[i].job;
     pb::Job* j = call->req.add_jobs();
     j->set_job_id(i);
-    // Not a signing PAD: it reveals nothing (its ctr0 is public). A
-    // verification PAD is kept only for a TGT that decrypted.
-    const bool guessed = jobs_[i].speculative && jobs_[i].exchange_id == 0 &&
-                         (job.type != pb::JOB_PAD || !job.checksum.empty());
-    if (jobs_[i].group != 0 && (guessed || jobs_[i].gated)) {
+    if (jobs_[i].group != 0 && jobs_[i].gated) {
       auto g = group_decrypt.find(jobs_[i].group);
-      // A planned gated job never goes without its gate (the dispatcher
-      // never cuts a group: a bug elsewhere): the step fails closed.
-      if (g == group_decrypt.end() && jobs_[i].gated)
+      // A gated job never goes without its gate (the dispatcher never
+      // cuts a group: a bug elsewhere): the step fails closed.
+      if (g == group_decrypt.end())
         return absl::InternalError("a gated job without its gate DECRYPT in the Run request");
-      if (g != group_decrypt.end()) j->set_release_if_ok(g->second);
+      j->set_release_if_ok(g->second);
     }
     if (jobs_[i].link_pad) {
       auto t = group_ticket.find(jobs_[i].group);
@@ -450,9 +448,9 @@ void BatchStep::OnRun(const std::shared_ptr<RunCall>& call) {
     }
     figures_.AddRun(call->resp[0].stats(), q, c);
   }
-  // Speculative keystreams first: the KDC may submit the ENCRYPT jobs they
-  // are for as soon as it has the timestamp DECRYPT's result.
-  HoldSpeculative(*call);
+  // Prepared keystreams and pads first: the KDC may submit the jobs they
+  // are for as soon as it has the gate DECRYPT's result.
+  HoldPrepared(*call);
   auto fin = std::make_shared<FinalizeCall>();
   CompleteRun(*call, fin.get());
   ScrubRun(call.get());
@@ -601,7 +599,7 @@ absl::Status BatchStep::RevealRun(RunCall* call) {
     size_t at = 0;
     if (CtsJob(e.job)) {
       e.output.resize(len);  // the value itself (cts_items.h)
-    } else if (e.job.type == pb::JOB_ENCRYPT && !e.speculative) {
+    } else if (e.job.type == pb::JOB_ENCRYPT && !e.prepared) {
       e.output.resize(contract::kCiphertextOverhead + len);
       at = contract::kCtr0Size;
     } else if (tag) {
@@ -622,9 +620,9 @@ absl::Status BatchStep::RevealRun(RunCall* call) {
   return absl::OkStatus();
 }
 
-void BatchStep::HoldSpeculative(const RunCall& call) {
+void BatchStep::HoldPrepared(const RunCall& call) {
   const int n = call.req.jobs_size();
-  std::set<uint64_t> failed_groups;  // their timestamp did not decrypt
+  std::set<uint64_t> failed_groups;  // their gate did not decrypt
   for (int k = 0; k < n; ++k) {
     const PendingJob& e = jobs_[call.idx[k]];
     if (e.job.type == pb::JOB_DECRYPT && e.group != 0 &&
@@ -634,34 +632,26 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
   std::vector<HeldKeystream> held;
   size_t pads_lost = 0;
   const absl::Time expires = call.started + host_->options().speculate_ttl;
-  // Job id (its index in jobs_, BuildRunRequest) -> place in the request.
-  std::vector<int> position(jobs_.size(), -1);
-  size_t speculative = 0;
-  for (int k = 0; k < n; ++k) {
-    position[call.idx[k]] = k;
-    speculative += jobs_[call.idx[k]].speculative;
-  }
-  // Room for the speculative jobs only: a HeldKeystream per job of a
-  // large batch is hundreds of KB, which glibc maps and unmaps afresh.
-  held.reserve(speculative);
-  std::vector<size_t> speculative_idx;
-  speculative_idx.reserve(speculative);
+  size_t prepared = 0;
+  for (int k = 0; k < n; ++k) prepared += jobs_[call.idx[k]].prepared;
+  // Room for the prepared jobs only: a HeldKeystream per job of a large
+  // batch is hundreds of KB, which glibc maps and unmaps afresh.
+  held.reserve(prepared);
+  std::vector<size_t> prepared_idx;
+  prepared_idx.reserve(prepared);
   for (int k = 0; k < n; ++k) {
     const size_t i = call.idx[k];
     PendingJob& e = jobs_[i];
-    if (!e.speculative) continue;
+    if (!e.prepared) continue;
     const pb::JobResult& r = call.resp[0].results(k);
-    // Kept for the ENCRYPT job it was made for, unless its timestamp
-    // failed (the servers drop the state after their TTL).
+    // Kept for the job of its plan item, unless the exchange's gate failed
+    // (the servers drop the state after their TTL).
     if (r.status() == pb::JOB_OK && !failed_groups.count(e.group) &&
         !IsDone(i)) {
       HeldKeystream h;
       h.pad = e.job.type == pb::JOB_PAD;
       h.verify = h.pad && !e.job.checksum.empty();
       h.pad_length = e.job.pad_length;
-      if (h.pad && call.req.jobs(k).has_pad_after())
-        h.linked_ctr0 = LinkedTicketCtr0(call, position, k);
-      h.refund = e.refund;
       h.key_id = e.job.key_id;
       h.cipher = e.job.cipher;
       h.usage = e.job.usage;
@@ -677,39 +667,11 @@ void BatchStep::HoldSpeculative(const RunCall& call) {
     } else if (e.job.type == pb::JOB_PAD) {
       ++pads_lost;
     }
-    speculative_idx.push_back(i);
+    prepared_idx.push_back(i);
   }
   if (!held.empty()) host_->HoldKeystreams(std::move(held));
-  CompleteSpeculative(speculative_idx);
+  CompletePrepared(prepared_idx);
   if (pads_lost > 0) host_->PadsWasted(pads_lost);
-  // Keystream groups (pads are counted apart, PadsWasted).
-  std::set<uint64_t> keystream_groups;
-  for (int k = 0; k < n; ++k) {
-    const PendingJob& e = jobs_[call.idx[k]];
-    if (e.speculative && e.job.type == pb::JOB_ENCRYPT &&
-        failed_groups.count(e.group))
-      keystream_groups.insert(e.group);
-  }
-  if (!keystream_groups.empty())
-    host_->SpeculativeGroupsFailed(keystream_groups.size());
-}
-
-// A linked pad's ticket keystream counter: the ENCRYPT's ctr0, if that
-// ENCRYPT succeeded and the pad's ctr0 is its ctr0 + kLinkedPadOffset +
-// slot as the contract says; else empty (the pad signs as an unlinked one).
-std::string BatchStep::LinkedTicketCtr0(const RunCall& call,
-                                        const std::vector<int>& position,
-                                        int k) const {
-  const uint64_t after = call.req.jobs(k).pad_after();
-  if (after >= position.size() || position[after] < 0) return {};
-  const pb::JobResult& enc = call.resp[0].results(position[after]);
-  const absl::string_view enc_ctr0 = Ctr0(call, position[after]);
-  std::string want;
-  if (enc.status() != pb::JOB_OK ||
-      !contract::LinkedPadCtr0(enc_ctr0, call.req.jobs(k).pad_slot(), &want) ||
-      want != Ctr0(call, k))
-    return {};
-  return std::string(enc_ctr0);
 }
 
 // Completes what needs no Finalize; collects the ciphertexts that do.
@@ -718,7 +680,7 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
   for (int k = 0; k < n; ++k) {
     const size_t i = call.idx[k];
     PendingJob& e = jobs_[i];
-    if (e.speculative) continue;  // HoldSpeculative
+    if (e.prepared) continue;  // HoldPrepared
     const pb::JobResult& r = call.resp[0].results(k);
     if (absl::Status f = JobFailure(r); !f.ok()) {
       Complete(i, std::move(f), {});
@@ -741,7 +703,6 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
           Complete(i, absl::DataLossError("ciphertext tag did not verify"), {});
           break;
         }
-        if (e.exchange >= 0) host_->ExchangeOk(e.exchange);
         if (e.gate && e.exchange_id != 0) host_->GateVerified(e.exchange_id);
         const uint8_t* c = e.job.input.data() + contract::kCtr0Size;
         for (size_t b = 0; b < e.output.size(); ++b) e.output[b] ^= c[b];
@@ -775,10 +736,8 @@ void BatchStep::CompleteCts(size_t i, bool verified) {
     Complete(i, absl::DataLossError("ciphertext tag did not verify"), {});
     return;
   }
-  if (e.job.type == pb::JOB_DECRYPT) {
-    if (e.exchange >= 0) host_->ExchangeOk(e.exchange);
-    if (e.gate && e.exchange_id != 0) host_->GateVerified(e.exchange_id);
-  }
+  if (e.job.type == pb::JOB_DECRYPT && e.gate && e.exchange_id != 0)
+    host_->GateVerified(e.exchange_id);
   absl::Status st = CtsResult(e.job, &e.output);
   Complete(i, st, st.ok() ? std::move(e.output) : SecureBytes{});
 }
@@ -909,7 +868,7 @@ void BatchStep::RerunFinalizeOnly(const FinalizeCall& fin, int party,
   host_->FinalizeOnlyRerun(again.size());
   host_->Log(LOG_WARNING,
              absl::StrCat("kdcmpc: batch #", seq_, ": FINALIZE of ",
-                          again.size(), " speculative keystream(s) failed on "
+                          again.size(), " prepared keystream(s) failed on "
                           "MPC ", Party(party), " (", Describe(first),
                           "); re-running them"));
   StartRun(std::move(again));
@@ -1072,7 +1031,7 @@ void BatchStep::OnSign(const std::shared_ptr<SignCall>& call) {
 // Item k's signature from the three tag shares into its job's output
 // (ctr0 || tag); for a chained item (kmpc.proto SignItem.chain) also the
 // second, sig_2 = ctr0_2 || tag_2 over sig_1, kept for the CHECKSUM of
-// sig_1 (speculator.h "Chained signatures") before the KDC has sig_1.
+// sig_1 (planner.h, chained signatures) before the KDC has sig_1.
 absl::Status BatchStep::CombineSigned(const SignCall& call, int k,
                                       const client::PartyNamer& namer) {
   PendingJob& e = jobs_[call.idx[k]];
@@ -1239,36 +1198,30 @@ void BatchStep::Reject(const absl::Status& bad,
 void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
   bool finished, deliver;
   Result r;
-  bool guessed = false;  // the speculator's (the planner counts its own)
-  std::vector<std::pair<uint64_t, int>> lost;  // the planner's, not held
+  std::vector<std::pair<uint64_t, int>> lost;  // prepared, not held
   {
     std::lock_guard<std::mutex> l(mu_);
     PendingJob& e = jobs_[i];
     if (e.done) return;
     e.done = true;
-    if (!st.ok() && !e.speculative) ++failed_;
+    if (!st.ok() && !e.prepared) ++failed_;
     finished = --open_ == 0;
-    deliver = !e.speculative;
-    guessed = e.speculative && e.exchange_id == 0;
-    if (e.speculative && e.exchange_id != 0)
-      lost.emplace_back(e.exchange_id, e.item);
+    deliver = !e.prepared;
+    if (e.prepared) lost.emplace_back(e.exchange_id, e.item);
     r.token = e.token;
     r.status = std::move(st);
     r.output = std::move(out);
   }
   if (deliver)
     host_->Deliver(std::move(r));
-  else if (guessed)
-    host_->SpeculativeJobsDone(1);
   else if (!lost.empty())
     host_->PreparedLost(lost);
   if (finished) Finish();
 }
 
-void BatchStep::CompleteSpeculative(const std::vector<size_t>& idx) {
-  size_t n = 0;
+void BatchStep::CompletePrepared(const std::vector<size_t>& idx) {
   bool finished = false;
-  // The planner's: those held are its already (Lost ignores them).
+  // Those held are the planner's already (Lost ignores them).
   std::vector<std::pair<uint64_t, int>> lost;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -1276,12 +1229,10 @@ void BatchStep::CompleteSpeculative(const std::vector<size_t>& idx) {
       PendingJob& e = jobs_[i];
       if (e.done) continue;
       e.done = true;
-      n += e.exchange_id == 0;
-      if (e.exchange_id != 0) lost.emplace_back(e.exchange_id, e.item);
+      lost.emplace_back(e.exchange_id, e.item);
       finished = --open_ == 0;
     }
   }
-  if (n > 0) host_->SpeculativeJobsDone(n);
   if (!lost.empty()) host_->PreparedLost(lost);
   if (finished) Finish();
 }

@@ -2,7 +2,7 @@
 // to all three servers, their three answers checked and revealed), then
 // for its ENCRYPT jobs the Finalize step (one FinalizeRequest per server,
 // the tags revealed), and the jobs' completion. finalize_only jobs (their
-// keystream came from a speculative ENCRYPT) go straight to a Finalize
+// keystream came from a prepared ENCRYPT) go straight to a Finalize
 // step of their own; `sign` jobs (a CHECKSUM a pad of an earlier Run
 // signs) to a Sign step of their own: one ring-free SignRequest per
 // server, the message dealt as shares afresh, the tag the XOR of the
@@ -26,8 +26,8 @@
 //
 // Invariants:
 //  - Every job completes exactly once (Complete checks `done`), through
-//    the host, unless the host is stopped; a speculative job delivers
-//    nothing (its keystream goes to the speculator).
+//    the host, unless the host is stopped; a prepared job delivers
+//    nothing (its keystream or pad goes to the planner).
 //  - One server failing or refusing a step fails that step's open jobs at
 //    once (kUnavailable): the step needs all three answers. The deadline
 //    fails every job still open (Expire).
@@ -64,7 +64,6 @@
 #include "batcher.h"
 #include "job.h"
 #include "prepared.h"
-#include "speculator.h"
 #include "transport.h"
 
 namespace kmpc::kdc {
@@ -77,7 +76,7 @@ class BatchStep;
 std::string SafeDetail(absl::string_view detail);
 
 // What a step carries: a Run (then Finalize) batch, FINALIZE of
-// speculated keystreams only, or Sign of pad-signed checksums.
+// prepared keystreams only, or Sign of pad-signed checksums.
 enum class StepKind { kRun, kFinalizeOnly, kSign };
 
 // What a batch needs from the dispatcher. Thread-safe; outlives its steps
@@ -90,18 +89,14 @@ class StepHost {
   // Nothing reaches the sink once the host stopped.
   virtual void Deliver(Result result) = 0;
   virtual void Log(int level, std::string line) = 0;
-  // `n` speculative jobs completed (held or dropped): one call per Run.
-  virtual void SpeculativeJobsDone(size_t n) = 0;
+  // A Run's prepared keystreams and pads, for the planner (planner.h).
   virtual void HoldKeystreams(std::vector<HeldKeystream> keystreams) = 0;
   // A chained Sign item's second checksum, for the CHECKSUM of its first
-  // (speculator.h "Chained signatures").
+  // (planner.h, chained signatures).
   virtual void KeepChained(ChainedSignature c) = 0;
-  virtual void SpeculativeGroupsFailed(size_t groups) = 0;
   virtual void FinalizeOnlyRerun(size_t jobs) = 0;
-  // Pads drawn that will never be held (their DECRYPT or PAD job failed).
+  // Pads drawn that will never be used (their Run failed, or their chain).
   virtual void PadsWasted(size_t pads) = 0;
-  // An exchange's first DECRYPT verified (PendingJob::exchange).
-  virtual void ExchangeOk(int kind) = 0;
   // A planned exchange's gate DECRYPT verified (planner.h).
   virtual void GateVerified(uint64_t exchange_id) = 0;
   // Prepared jobs of planned exchanges (exchange id, item) completed
@@ -165,10 +160,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   static absl::string_view Ctr0(const RunCall& call, int k);
   absl::Status CheckJobResult(const RunCall& call, int k) const;
   absl::Status RevealRun(RunCall* call);
-  void HoldSpeculative(const RunCall& call);
-  std::string LinkedTicketCtr0(const RunCall& call,
-                               const std::vector<int>& position,
-                               int k) const;
+  void HoldPrepared(const RunCall& call);
   void CompleteRun(const RunCall& call, FinalizeCall* fin);
   void CompleteCts(size_t i, bool verified);
   static void ScrubRun(RunCall* call);
@@ -202,9 +194,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   void PartyFailed(int p, const CallStatus& s, const std::vector<size_t>& idx);
   void Reject(const absl::Status& bad, const std::vector<size_t>& idx);
   void Complete(size_t i, absl::Status st, SecureBytes out);
-  // Completes the speculative jobs `idx` that are still open (they deliver
+  // Completes the prepared jobs `idx` that are still open (they deliver
   // nothing): one lock of the step and one call to the host for all.
-  void CompleteSpeculative(const std::vector<size_t>& idx);
+  void CompletePrepared(const std::vector<size_t>& idx);
   bool IsDone(size_t i);
   void FailOpen(const absl::Status& st, const std::vector<size_t>* only);
   void Finish();

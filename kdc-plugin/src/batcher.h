@@ -13,8 +13,8 @@
 // whole policy with early_flush = false: the queue is flushed when its
 // oldest job has waited `window`. In both modes a queue reaching
 // max_jobs / max_blocks goes at once. At most max_inflight Run batches
-// run at once; FINALIZE-only batches of speculated jobs (at most four)
-// and Sign requests (pads, speculator.h) never wait for them.
+// run at once; FINALIZE-only batches of prepared keystreams' jobs (at most
+// four) and Sign requests (pads, planner.h) never wait for them.
 //
 // One batch: Run on the three servers in parallel; every revealed value
 // arrives as two copies of each of its three XOR shares (server i sends
@@ -23,7 +23,7 @@
 // rejected. Non-ENCRYPT jobs complete right there; ENCRYPT jobs XOR the
 // keystream into the plaintext and go through one batched Finalize call per
 // server for their tags, then complete as ctr0 || C || T. ENCRYPT jobs
-// with a speculative keystream (below) skip the Run: they wait in a queue
+// with a prepared keystream (below) skip the Run: they wait in a queue
 // of their own and go in FINALIZE-only batches at the next Kick() (or 5 ms
 // after the first of them), whatever Run batch is in flight.
 //
@@ -108,34 +108,36 @@ struct BatcherOptions {
   // Per-batch figures (jobs, blocks, latency) in the log (at LOG_DEBUG:
   // the KDC needs [logging] debug = true to write them to a file).
   bool debug = false;
-  // Speculative keystream: an AS-REQ's encrypted-timestamp DECRYPT (usage
-  // 1) takes two ENCRYPT jobs along in its batch, the ticket's (usage 2,
-  // the krbtgt key last seen) and the reply's (usage 3, the client's key),
-  // sized by the longest plaintexts seen lately. When the KDC then
-  // encrypts the ticket and the reply, a matching keystream is used and
+  // Prepared work of planned exchanges (planner.h): an exchange's first
+  // Run takes along what the later items of its plan need, keystreams for
+  // its ENCRYPT items (the ticket, the AS reply) and pads for its
+  // CHECKSUM and VERIFY items (PAC and CAMMAC signatures). When the KDC
+  // then encrypts the ticket or the reply, the held keystream is used and
   // only FINALIZE runs, in a batch of its own that goes at the next
-  // SubmitterIdle() without waiting for the Run batches in flight: a login needs one MPC
-  // Run instead of two, idle or under load. Keystreams not used within
-  // speculate_ttl (counted from their Run) are dropped and wiped, by the
-  // dispatcher even while idle; one whose DECRYPT failed is dropped at
-  // once, and such waste draws on a budget (speculator.h) so
-  // that bad timestamps cannot make the cluster do this work at will.
-  // speculate_ttl must stay well below the servers' ENCRYPT-state TTL
-  // (mpc-server --encrypt_state_ttl_ms, default 10000). A keystream the
-  // servers no longer hold costs only time: its jobs' FINALIZE is a
+  // SubmitterIdle() without waiting for the Run batches in flight; a
+  // signature under a held pad is one ring-free Sign request. So an
+  // exchange is one MPC Run, idle or under load. Prepared work not used
+  // within speculate_ttl (counted from its Run) is dropped and wiped, by
+  // the dispatcher even while idle; one whose gate failed is dropped at
+  // once, and such waste draws on a budget (planner.h) so that bad
+  // timestamps or forged tickets cannot make the cluster do this work at
+  // will. speculate_ttl must stay well below the servers' ENCRYPT-state
+  // TTL (mpc-server --encrypt_state_ttl_ms, default 10000). A keystream
+  // the servers no longer hold costs only time: its jobs' FINALIZE is a
   // request of its own, and when it fails they are re-run as ordinary
-  // ENCRYPT jobs. At most speculate_max keystreams held or on their way.
-  // Pads for PAC signatures likewise (speculator.h): an exchange's first
-  // DECRYPT draws PAD jobs, and a usage-17 CHECKSUM under a held pad is one
-  // ring-free Sign request instead of a Run.
+  // ENCRYPT jobs. At most speculate_max keystreams and pads held or on
+  // their way. (The names are older than the plan: they once named the
+  // module's guesses.) Off: nothing is prepared, every later job of a
+  // plan is a Run of its own.
   bool speculate = true;
-  // With speculate: a PAC server signature under a held pad takes a second
-  // held pad of the same key along, and the servers sign the signature
-  // itself under it in the same Sign item (speculator.h "Chained
-  // signatures"): the KDC signature over it then needs no request.
+  // With speculate: a PAC server signature under a held pad takes the pad
+  // of its plan's KDC signature under the same key along, and the servers
+  // sign the signature itself under it in the same Sign item (planner.h,
+  // enctype.md "Chained signatures"): the KDC signature over it then needs
+  // no request.
   bool chain_signatures = true;
   absl::Duration speculate_ttl = absl::Seconds(4);
-  // Speculative keystreams and pads held or on their way, at most.
+  // Prepared keystreams and pads held or on their way, at most.
   size_t speculate_max = 8192;
 };
 

@@ -60,7 +60,7 @@ void kmpc_core_end(kmpc_core *core, krb5_kdcmpc_exchange exch);
 /* Reset the eventfd; then take everything that waits. */
 void kmpc_core_ack(kmpc_core *core);
 
-/* With early flush or speculation: make the eventfd readable so that the
+/* With early flush or prepared work: make the eventfd readable so that the
  * loop calls kmpc_core_kick once the current callback has returned; return 1
  * if so (also when the eventfd's counter is full: it is readable already).
  * If the eventfd cannot be written, kick at once (logged once) and return
@@ -68,12 +68,12 @@ void kmpc_core_ack(kmpc_core *core);
 int kmpc_core_arm_kick(kmpc_core *core);
 
 /* Return 1 if the core wants kmpc_core_kick after the loop's callbacks that
- * submit (early flush or speculation), as kmpc_core_arm_kick but without
+ * submit (early flush or prepared work), as kmpc_core_arm_kick but without
  * making the eventfd readable: for a caller that kicks itself once the
  * callback returned. */
 int kmpc_core_kicks(kmpc_core *core);
 
-/* The loop thread has submitted what it had for now: speculated jobs go to
+/* The loop thread has submitted what it had for now: prepared jobs go to
  * FINALIZE, and an idle cluster (early flush) may get the queued jobs without
  * waiting for the coalesce delay. */
 void kmpc_core_kick(kmpc_core *core);

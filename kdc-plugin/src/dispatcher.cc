@@ -45,27 +45,26 @@ Dispatcher::Dispatcher(BatcherOptions options, Transport* transport,
     : options_(options),
       transport_(transport),
       observer_(observer),
-      speculator_(options_),
       planner_(options_),
       sink_(sink) {}
 
 absl::Status Dispatcher::Submit(uint64_t token, Job job) {
-  // PAD jobs are the speculator's own (speculator.h), never the KDC's.
+  // PAD jobs are the planner's own (planner.h), never the KDC's.
   if (job.type == kmpc::v1::JOB_PAD)
     return absl::InvalidArgumentError("PAD jobs are not submitted");
   if (absl::Status st = CheckJob(job); !st.ok()) return st;
+  // A job outside any plan: a Run job of its own, nothing prepared for it
+  // or taken along.
   PendingJob q = Pending(token, std::move(job), absl::Now());
-  std::vector<PendingJob> group_jobs;  // speculative ENCRYPT and PAD jobs
+  std::vector<PendingJob> none;
   bool wake = false;
-  Result chained;  // a CHECKSUM answered from a chained signature
   {
     std::lock_guard<std::mutex> l(mu_);
     if (absl::Status st = RoomLocked(); !st.ok()) return st;
-    speculator_.OnSubmit(&q, queue_.size(), &group_jobs);
-    wake = Route(std::move(q), &group_jobs, &chained);
+    Result unused;
+    wake = Route(std::move(q), &none, &unused);
   }
   if (wake) cv_.notify_one();  // the dispatcher is the only waiter
-  if (!chained.output.empty()) Deliver(std::move(chained));
   return absl::OkStatus();
 }
 
@@ -77,7 +76,7 @@ bool Dispatcher::Route(PendingJob q, std::vector<PendingJob>* group_jobs,
   // only cost a futex call and a context switch per exchange.
   const bool kicked = options_.submitter_kicks;
   if (q.chained_done) {
-    // Its answer is known (speculator.h "Chained signatures"): delivered
+    // Its answer is known (planner.h, chained signatures): delivered
     // by the caller, outside mu_, like a step's (the router registers a
     // job before submitting it: router.h).
     chained->token = q.token;
@@ -270,7 +269,7 @@ bool Dispatcher::Enqueue(PendingJob q, std::vector<PendingJob>* group_jobs) {
           queued_blocks_ >= options_.max_blocks);
 }
 
-// The submitter's callback returned: its signatures and its speculated
+// The submitter's callback returned: its signatures and its prepared
 // keystreams' FINALIZE go now, from this thread (no hand-off to the
 // dispatcher thread: a futex wake and two context switches per callback);
 // an idle cluster (early flush) may take the Run queue now.
@@ -341,7 +340,7 @@ void Dispatcher::Loop() {
     const absl::Time now = absl::Now();
     // Unused keystreams go at their expiry, not at the next submit: an
     // idle KDC must not keep them in memory.
-    absl::Time wake = std::min(speculator_.Prune(now), planner_.Prune(now));
+    absl::Time wake = planner_.Prune(now);
     if (ExpireOverdue(now, &wake, &lk)) continue;
     // finalize_only jobs need no ring work: they do not wait for the Run
     // batch in flight.
@@ -475,10 +474,11 @@ std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
     batch.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
-  // A speculation group (a timestamp DECRYPT and the jobs it brought along,
-  // queued together: Enqueue) is never cut: BatchStep gates its ENCRYPT
-  // and PAD jobs on the DECRYPT (release_if_ok, pad_after) only within one
-  // request, so the part past a cut would go out ungated.
+  // A planned exchange's first-Run group (its given jobs and the prepared
+  // ones, queued together: Enqueue) is never cut: BatchStep gates the
+  // prepared jobs on the gate DECRYPT (release_if_ok) and links pads to the
+  // ticket ENCRYPT (pad_after) only within one request, so the part past a
+  // cut would go out ungated (BatchStep refuses to send it: fail closed).
   while (!queue_.empty() && batch.back().group != 0 &&
          queue_.front().group == batch.back().group) {
     queued_blocks_ -= queue_.front().blocks;
@@ -510,8 +510,7 @@ void Dispatcher::Close() {
   finalize_only_queue_.clear();
   sign_queue_.clear();
   queued_blocks_ = 0;
-  speculator_.Clear();  // SecureBytes wipes the keystreams
-  planner_.Clear();
+  planner_.Clear();  // SecureBytes wipes the keystreams
 }
 
 BatcherStats Dispatcher::Stats() const {
@@ -521,46 +520,36 @@ BatcherStats Dispatcher::Stats() const {
   out.queued_jobs =
       queue_.size() + finalize_only_queue_.size() + sign_queue_.size();
   const Planner::Counts& pc = planner_.counts();
-  out.keystreams_held = speculator_.held() + planner_.held() - planner_.pads_held();
-  out.speculative_encrypts = speculator_.encrypts() + pc.keystreams;
-  out.speculative_used = speculator_.used() + pc.keystreams_used;
-  out.speculative_wasted = speculator_.wasted();
+  out.keystreams_held = planner_.held() - planner_.pads_held();
+  out.speculative_encrypts = pc.keystreams;
+  out.speculative_used = pc.keystreams_used;
+  out.speculative_wasted = pc.keystreams_wasted;
   out.run_requests = run_requests_.load(std::memory_order_relaxed);
   out.finalize_requests = finalize_requests_.load(std::memory_order_relaxed);
   out.sign_requests = sign_requests_.load(std::memory_order_relaxed);
   out.sign_batches = sign_batches_.load(std::memory_order_relaxed);
-  out.pads_drawn = speculator_.pads_drawn() + pc.pads_drawn;
-  out.pads_used = speculator_.pads_used() + pc.pads_used;
-  out.verify_pads_used = speculator_.verify_pads_used() + pc.verify_pads_used;
-  out.chains_sent = speculator_.chains_sent() + pc.chains_sent;
-  out.chained_used = speculator_.chained_used() + pc.chained_used;
-  out.pads_wasted = speculator_.pads_wasted() + pc.pads_wasted;
-  out.pads_held = speculator_.pads_held() + planner_.pads_held();
+  out.pads_drawn = pc.pads_drawn;
+  out.pads_used = pc.pads_used;
+  out.verify_pads_used = pc.verify_pads_used;
+  out.chains_sent = pc.chains_sent;
+  out.chained_used = pc.chained_used;
+  out.pads_wasted = stats_.pads_wasted + pc.pads_wasted;
+  out.pads_held = planner_.pads_held();
   return out;
 }
 
 std::vector<uint64_t> Dispatcher::TakeQueued() {
   std::vector<uint64_t> tokens;
   std::lock_guard<std::mutex> l(mu_);
-  std::set<uint64_t> groups;
   std::vector<uint64_t> lost;  // exchanges whose prepared jobs go here
   for (PendingJob& q : queue_) {
-    if (q.speculative && q.exchange_id != 0) {
+    if (q.prepared) {
       planner_.Lost(q.exchange_id, q.item);
       lost.push_back(q.exchange_id);
-      continue;
-    }
-    if (q.speculative) {
-      speculator_.SpeculativeJobDone();
-      if (q.job.type == kmpc::v1::JOB_PAD)
-        speculator_.PadsWasted(1);
-      else
-        groups.insert(q.group);
     } else {
       tokens.push_back(q.token);
     }
   }
-  speculator_.GroupsFailed(groups.size());  // their tokens stay spent
   queue_.clear();  // wipes inputs (SecureBytes)
   queued_blocks_ = 0;
   flush_now_ = false;
@@ -583,11 +572,6 @@ void Dispatcher::Log(int level, std::string line) {
   if (!closed_) sink_->Log(level, std::move(line));
 }
 
-void Dispatcher::SpeculativeJobsDone(size_t n) {
-  std::lock_guard<std::mutex> l(mu_);
-  for (size_t i = 0; i < n; ++i) speculator_.SpeculativeJobDone();
-}
-
 void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
   bool wake;
   std::vector<Result> chained;
@@ -598,17 +582,11 @@ void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
     if (stopping_) return;
     absl::Time first = absl::InfiniteFuture();
     for (const HeldKeystream& k : keystreams) first = std::min(first, k.expires);
-    std::vector<HeldKeystream> guessed;
     std::vector<uint64_t> ids;
     for (HeldKeystream& k : keystreams) {
-      if (k.exchange_id != 0) {
-        ids.push_back(k.exchange_id);
-        planner_.Hold(std::move(k));
-      } else {
-        guessed.push_back(std::move(k));
-      }
+      ids.push_back(k.exchange_id);
+      planner_.Hold(std::move(k));
     }
-    speculator_.Hold(&guessed);
     // Jobs that waited for this Run go now.
     const bool routed = RouteUnparked(std::move(ids), &chained);
     // The dispatcher prunes them when they expire: woken only if it would
@@ -643,18 +621,10 @@ void Dispatcher::KeepChained(ChainedSignature c) {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_) return;  // `c` is wiped as it goes
     const absl::Time at = c.expires;
-    if (c.exchange_id != 0)
-      planner_.KeepChained(std::move(c));
-    else
-      speculator_.KeepChained(std::move(c));
+    planner_.KeepChained(std::move(c));
     wake = NeedsWake(at);  // to prune it when it expires
   }
   if (wake) cv_.notify_all();
-}
-
-void Dispatcher::SpeculativeGroupsFailed(size_t groups) {
-  std::lock_guard<std::mutex> l(mu_);
-  speculator_.GroupsFailed(groups);  // their tokens stay spent
 }
 
 void Dispatcher::FinalizeOnlyRerun(size_t jobs) {
@@ -664,12 +634,7 @@ void Dispatcher::FinalizeOnlyRerun(size_t jobs) {
 
 void Dispatcher::PadsWasted(size_t pads) {
   std::lock_guard<std::mutex> l(mu_);
-  speculator_.PadsWasted(pads);
-}
-
-void Dispatcher::ExchangeOk(int kind) {
-  std::lock_guard<std::mutex> l(mu_);
-  speculator_.ExchangeOk(kind);
+  stats_.pads_wasted += pads;
 }
 
 void Dispatcher::GateVerified(uint64_t exchange_id) {

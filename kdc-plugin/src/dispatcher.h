@@ -1,7 +1,7 @@
 // The dispatcher: the queue, the flush policy and the batches in flight
-// (batcher.h describes the policy). It owns the speculator and the planner
-// (planner.h, exchanges planned by the KDC) and is the host
-// of every BatchStep it starts. batcher.h's Batcher runs it on a thread of
+// (batcher.h describes the policy). It owns the planner (planner.h,
+// exchanges planned by the KDC) and is the host of every BatchStep it
+// starts. batcher.h's Batcher runs it on a thread of
 // its own (batcher.cc).
 //
 // Invariants:
@@ -39,8 +39,8 @@
 //    switch on a 2-core machine.
 //  - Steps made on a submitter's thread (SubmitterIdle) are counted in
 //    starting_ until started; Close() waits for them.
-//  - A group (a speculation group, or a planned exchange's first-Run jobs:
-//    its given items and what the planner prepared) is queued contiguously
+//  - A group (a planned exchange's first-Run jobs: its given items and
+//    what the planner prepared) is queued contiguously
 //    and NextRun never cuts it: BatchStep gates the prepared jobs on the
 //    group's DECRYPT and links pads to its ticket ENCRYPT only within one
 //    request. Each Run step counts once for every planned exchange with a
@@ -65,7 +65,6 @@
 #include "batch_step.h"
 #include "batcher.h"
 #include "planner.h"
-#include "speculator.h"
 
 namespace kmpc::kdc {
 
@@ -84,7 +83,8 @@ class Dispatcher : public StepHost,
   void SubmitterIdle();
   // Takes every job waiting in the Run queue (not yet in a batch) out of
   // it and returns their tokens (nothing is delivered for them); drops the
-  // speculative jobs queued with them (their groups count as wasted).
+  // prepared jobs queued with them, whose items' jobs then run as
+  // ordinary ones (their tokens too, if they were waiting: Planner::Lost).
   // Takes mu_ only: callable from inside the sink.
   std::vector<uint64_t> TakeQueued();
   // The dispatcher thread's body: returns once RequestStop was called.
@@ -100,10 +100,8 @@ class Dispatcher : public StepHost,
   Transport* transport() const override { return transport_; }
   void Deliver(Result result) override;
   void Log(int level, std::string line) override;
-  void SpeculativeJobsDone(size_t n) override;
   void HoldKeystreams(std::vector<HeldKeystream> keystreams) override;
   void KeepChained(ChainedSignature c) override;
-  void SpeculativeGroupsFailed(size_t groups) override;
   void FinalizeOnlyRerun(size_t jobs) override;
   void PadsWasted(size_t pads) override;
   void SignRerun(size_t jobs) override;
@@ -111,7 +109,6 @@ class Dispatcher : public StepHost,
   void VerifyDisagreed() override;
   void DeviationDetected() override;
   void BreakerSeen(bool open) override;
-  void ExchangeOk(int kind) override;
   void GateVerified(uint64_t exchange_id) override;
   void PreparedLost(
       const std::vector<std::pair<uint64_t, int>>& items) override;
@@ -173,7 +170,7 @@ class Dispatcher : public StepHost,
   uint64_t queued_blocks_ = 0;
   int inflight_ = 0;
   bool flush_now_ = false;
-  // ENCRYPT jobs whose keystream a speculative job gave: FINALIZE only, no
+  // ENCRYPT jobs whose keystream a prepared job gave: FINALIZE only, no
   // ring work, so they do not wait for the Run batches in flight.
   JobFifo finalize_only_queue_;
   int finalize_only_inflight_ = 0;
@@ -196,7 +193,6 @@ class Dispatcher : public StepHost,
   // waiting; until hold_until_ the next Run waits for hold_jobs_ jobs.
   absl::Time hold_until_ = absl::InfinitePast();
   size_t hold_jobs_ = 0;
-  Speculator speculator_;
   Planner planner_;
 
   // Deliveries pass this gate; Close() shuts it.

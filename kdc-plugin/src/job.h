@@ -81,8 +81,8 @@ struct Job {
   SecureBytes input;
   // VERIFY_CHECKSUM: ctr0 || tag; a verification PAD: its ctr0 (16 bytes).
   std::string checksum;
-  // PAD (made by the speculator, never submitted by the KDC): the longest
-  // message the pad may sign.
+  // PAD (prepared by the planner for a plan's CHECKSUM or VERIFY item,
+  // never submitted by the KDC): the longest message the pad may sign.
   uint32_t pad_length = 0;
 };
 
@@ -93,17 +93,19 @@ struct PendingJob {
   Job job;
   uint64_t blocks = 0;  // JobCost; 0 for a finalize_only job
   absl::Time enqueued;
-  // A speculative ENCRYPT made by the speculator: no caller, nothing is
-  // delivered; its keystream is held for a later ENCRYPT (speculator.h).
-  bool speculative = false;
-  // The speculation group: a timestamp DECRYPT and the speculative ENCRYPT
-  // jobs it brought along share it; 0 for none.
+  // A job the planner prepared for a later plan item (planner.h): an
+  // ENCRYPT of a length only, whose keystream is held for the item's
+  // ENCRYPT, or a PAD; no caller, nothing is delivered.
+  bool prepared = false;
+  // The group of a planned exchange's first Run (its given jobs and the
+  // prepared ones, queued together: the dispatcher never cuts a group);
+  // 0 for none.
   uint64_t group = 0;
-  // An ENCRYPT whose keystream a speculative ENCRYPT of an earlier Run
-  // gave: `output` holds ctr0 || C already, only FINALIZE remains, under
-  // the ENCRYPT state (run_batch_id, run_job_id) the servers keep.
+  // An ENCRYPT whose keystream a prepared ENCRYPT of an earlier Run gave:
+  // `output` holds ctr0 || C already, only FINALIZE remains, under the
+  // ENCRYPT state (run_batch_id, run_job_id) the servers keep.
   bool finalize_only = false;
-  // A CHECKSUM that a pad of an earlier Run signs (speculator.h): `output`
+  // A CHECKSUM that a pad of an earlier Run signs (prepared.h): `output`
   // holds the pad's ctr0; a Sign request (kmpc.proto SignItem) under the
   // pad (run_batch_id, run_job_id) gives the tag. A VERIFY_CHECKSUM under
   // a verification pad likewise: a verify item (SignItem.verify).
@@ -111,25 +113,20 @@ struct PendingJob {
   // finalize_only: the ENCRYPT state; sign: the pad.
   std::string run_batch_id;
   uint64_t run_job_id = 0;
-  // sign: a second pad under the same key (speculator.h "Chained
-  // signatures") that signs this signature (ctr0 || tag) in the same Sign
+  // sign: a second pad under the same key (planner.h, chained signatures)
+  // that signs this signature (ctr0 || tag) in the same Sign
   // item (kmpc.proto SignItem.chain); empty chain_batch_id: none.
   std::string chain_batch_id;
   uint64_t chain_job_id = 0;
   std::string chain_ctr0;
   // A CHECKSUM completed when submitted, from a chained answer kept for
-  // its message (speculator.h): `output` holds ctr0 || tag, no request.
+  // its message (planner.h): `output` holds ctr0 || tag, no request.
   bool chained_done = false;
-  // A speculative job: the budget tokens its use gives back (speculator.h).
-  double refund = 0;
-  // A speculative signing PAD linked to its group's speculative ticket
-  // ENCRYPT (kmpc.proto Job.pad_after) when both go in one Run, at that
-  // ticket's ctr0 + kLinkedPadOffset + pad_slot (Job.pad_slot,
-  // contract::kPadSlots).
+  // A prepared signing PAD linked to its group's prepared ticket ENCRYPT
+  // (kmpc.proto Job.pad_after) when both go in one Run, at that ticket's
+  // ctr0 + kLinkedPadOffset + pad_slot (Job.pad_slot, contract::kPadSlots).
   bool link_pad = false;
   uint32_t pad_slot = 0;
-  // A DECRYPT that starts an exchange (speculator.h: 0 AS, 1 TGS); -1 none.
-  int exchange = -1;
   // A job of a planned exchange (planner.h): its id and plan item; 0 / -1
   // for none. `gate`: the plan's gate DECRYPT. `gated`: an ENCRYPT,
   // CHECKSUM or verification PAD of the exchange's first Run, released
@@ -142,7 +139,7 @@ struct PendingJob {
   int chain_item = -1;
   // The value under construction, wiped when it goes: ENCRYPT ctr0 || C ||
   // T (T from FINALIZE), DECRYPT the plaintext, CHECKSUM ctr0 || tag, a
-  // speculative ENCRYPT its keystream.
+  // prepared ENCRYPT its keystream.
   SecureBytes output;
   bool done = false;  // completed (guarded by the BatchStep's mutex)
 };

@@ -17,7 +17,7 @@ double Read(const BatcherStats& s) {
 }
 
 // The batcher's families, one sample each, in exposition order: the queue,
-// the batches and their jobs; then speculation, pads and signatures,
+// the batches and their jobs; then prepared keystreams, pads and signatures,
 // re-runs and failovers.
 struct StatsFamily {
   const char* name;
@@ -30,24 +30,24 @@ constexpr StatsFamily kStatsFamilies[] = {
     {"kmpc_kdc_queue_jobs", "jobs waiting for a batch", T::Gauge, Read<&S::queued_jobs>},
     {"kmpc_kdc_batches_inflight", "batches running", T::Gauge, Read<&S::inflight>},
     {"kmpc_kdc_speculative_keystreams_held",
-     "speculative keystreams held for a ticket or reply", T::Gauge, Read<&S::keystreams_held>},
+     "prepared keystreams held for a plan's ticket or reply (the name is older than the plan)", T::Gauge, Read<&S::keystreams_held>},
     {"kmpc_kdc_batches_total", "batches started", T::Counter, Read<&S::batches>},
     {"kmpc_kdc_batches_failed_total", "batches with a failed job", T::Counter,
      Read<&S::failed_batches>},
-    {"kmpc_kdc_jobs_sent_total", "jobs sent in batches (speculative ones included)",
+    {"kmpc_kdc_jobs_sent_total", "jobs sent in batches (prepared ones included)",
      T::Counter, Read<&S::jobs>},
     {"kmpc_kdc_aes_blocks_total", "AES blocks the servers reported", T::Counter,
      Read<&S::blocks>},
-    {"kmpc_kdc_speculative_encrypts_total", "speculative ENCRYPT jobs sent", T::Counter,
+    {"kmpc_kdc_speculative_encrypts_total", "prepared ENCRYPT jobs (keystreams for a plan item) sent", T::Counter,
      Read<&S::speculative_encrypts>},
     {"kmpc_kdc_speculative_used_total",
-     "speculative keystreams a ticket or reply used (hits)", T::Counter,
+     "prepared keystreams a ticket or reply used (hits)", T::Counter,
      Read<&S::speculative_used>},
     {"kmpc_kdc_speculative_wasted_total",
-     "speculative groups whose timestamp failed or that expired unused", T::Counter,
+     "prepared keystreams never used (gate failed, expired, exchange over)", T::Counter,
      Read<&S::speculative_wasted>},
     {"kmpc_kdc_finalize_only_rerun_total",
-     "speculated jobs whose FINALIZE failed and were re-run", T::Counter,
+     "prepared keystreams' jobs whose FINALIZE failed and were re-run", T::Counter,
      Read<&S::finalize_only_rerun>},
     {"kmpc_kdc_pads_held", "checksum pads held for a PAC signature", T::Gauge,
      Read<&S::pads_held>},
@@ -55,7 +55,7 @@ constexpr StatsFamily kStatsFamilies[] = {
      "Run requests sent (one per batch or re-run, for the three servers)", T::Counter,
      Read<&S::run_requests>},
     {"kmpc_kdc_finalize_requests_total",
-     "Finalize requests sent (after a Run, or of speculated keystreams)", T::Counter,
+     "Finalize requests sent (after a Run, or of prepared keystreams)", T::Counter,
      Read<&S::finalize_requests>},
     {"kmpc_kdc_sign_requests_total",
      "checksums sent ring-free (Sign items: each a signature under a held pad)", T::Counter,
@@ -262,6 +262,7 @@ const char* KdcMetrics::CauseOf(const absl::Status& s) {
     case absl::StatusCode::kNotFound: return "unknown_key";
     case absl::StatusCode::kPermissionDenied: return "wrong_cipher";
     case absl::StatusCode::kDataLoss: return "integrity";
+    case absl::StatusCode::kUnauthenticated: return "withheld";
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition: return "invalid";
     default: return "internal";

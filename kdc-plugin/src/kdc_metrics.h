@@ -8,7 +8,7 @@
 //   kmpc_kdc_batches_total / _batches_failed_total / _jobs_sent_total /
 //   _aes_blocks_total                    counters of the batcher
 //   kmpc_kdc_speculative_{encrypts,used,wasted}_total,
-//   kmpc_kdc_finalize_only_rerun_total   speculation: sent, hits, waste
+//   kmpc_kdc_finalize_only_rerun_total   prepared keystreams: sent, hits, waste
 //   kmpc_kdc_run_requests_total, _finalize_requests_total,
 //   _sign_batches_total                  requests sent to the cluster (once
 //                                        for its three servers): "Run
@@ -19,7 +19,7 @@
 //                                        items; one Sign request carries
 //                                        all those queued at once)
 //   kmpc_kdc_pads_{drawn,used,wasted}_total, kmpc_kdc_pads_held,
-//   kmpc_kdc_sign_rerun_total            checksum pads (speculator.h)
+//   kmpc_kdc_sign_rerun_total            checksum pads (planner.h)
 //   kmpc_kdc_sign_answers_failed_total   Sign items answered other than
 //                                        JOB_OK by some server
 //   kmpc_kdc_verify_disagreed_total      security events: a ring-free

@@ -83,7 +83,7 @@ kmpc_on_ready(verto_ctx *vctx, verto_ev *ev)
     if (data->kick) {
         /* The callback that submitted jobs has returned: the jobs of one
          * request (the ticket and the reply of an AS-REQ) are all queued;
-         * speculated ones go to FINALIZE now, and an idle cluster (early
+         * prepared ones go to FINALIZE now, and an idle cluster (early
          * flush) may get the others now. */
         data->kick = FALSE;
         kmpc_core_kick(data->core);
@@ -263,10 +263,16 @@ kdcmpc_kmpc_initvt(krb5_context context, int maj_ver, int min_ver,
     vt->init = kmpc_init;
     vt->fini = kmpc_fini;
     vt->submit = kmpc_submit;
-    /* A KDC of minor version 1 submits bare jobs, served by the
-     * speculator (speculator.h) until the KDC states plans. */
-    if (min_ver < 2)
-        return 0;
+    /* One Run per exchange needs the KDC's plans: a KDC of minor version 1
+     * would have every job run alone (the module guesses nothing).  Refused,
+     * loudly (docs/design/exchange-plan.md 1.3). */
+    if (min_ver < 2) {
+        krb5_klog_syslog(LOG_ERR, "kdcmpc: module kmpc needs the kdcmpc "
+                         "exchange plan (interface 1.2); this KDC offers 1.%d: "
+                         "not loaded; jobs under key handles fail as "
+                         "KDC_ERR_SVC_UNAVAILABLE", min_ver);
+        return KRB5_PLUGIN_VER_NOTSUPP;
+    }
     vt->begin = kmpc_begin;
     vt->submit_item = kmpc_submit_item;
     vt->end = kmpc_end;

@@ -51,6 +51,7 @@ krb5_error_code KrbErrorFromStatus(const absl::Status& s) {
     case absl::StatusCode::kPermissionDenied:
       return KRB5_BAD_ENCTYPE;
     case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kUnauthenticated:  // withheld: its gate failed
       return KRB5KRB_AP_ERR_BAD_INTEGRITY;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:

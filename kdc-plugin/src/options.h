@@ -40,17 +40,17 @@
 //                              krb5kdc -w only the first worker to bind
 //                              serves it; a port in use is logged and
 //                              costs only the metrics
-//   speculate = true           the AS-REQ's timestamp DECRYPT brings the
-//                              ticket's and reply's keystream along, and
-//                              an exchange's first DECRYPT the PAC
-//                              signatures' pads (speculator.h)
+//   speculate = true           an exchange's first Run prepares what the
+//                              later items of its plan need (keystreams,
+//                              PAC signature pads: planner.h); false: each
+//                              later job is a Run of its own
 //   chain_signatures = true    with speculate: a PAC's server signature
 //                              and its KDC signature (over the first)
 //                              under one key are one Sign item
-//                              (speculator.h "Chained signatures")
-//   speculate_max = 8192       keystreams and pads held or on their way,
-//                              at most
-//   speculate_ttl_ms = 4000    unused speculative keystream or pad is
+//                              (planner.h, chained signatures)
+//   speculate_max = 8192       prepared keystreams and pads held or on
+//                              their way, at most
+//   speculate_ttl_ms = 4000    an unused prepared keystream or pad is
 //                              dropped after this; keep it well below the
 //                              servers' --encrypt_state_ttl_ms (default
 //                              10000) and their pad TTL

@@ -13,8 +13,7 @@ namespace pb = ::kmpc::v1;
 
 namespace {
 
-// Planned groups are told apart from the speculator's (small counters) by
-// their top bit: a group id is the exchange id with it set.
+// A group id is the exchange id with the top bit set (never 0).
 constexpr uint64_t kPlanGroupBit = uint64_t{1} << 63;
 
 bool Signs(const RoleInfo& r) { return r.type == pb::JOB_CHECKSUM; }
@@ -161,7 +160,7 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
   }
   const absl::Time now = given->empty() ? absl::Now() : given->front().enqueued;
   const size_t n = Preparable(x);
-  bool ok = held_ + pending_ + n <= options_.speculate_max;
+  bool ok = options_.speculate && held_ + pending_ + n <= options_.speculate_max;
   if (ok && gate >= 0) ok = x.token = budget_.Take(now);
   for (size_t i = 0; i < x.plan.items.size(); ++i) {
     const PlanItem& p = x.plan.items[i];
@@ -186,7 +185,7 @@ void Planner::Prepare(uint64_t id, Exchange* x, int item,
   const pb::JobType type =
       p.type == pb::JOB_ENCRYPT ? pb::JOB_ENCRYPT : pb::JOB_PAD;
   PendingJob job =
-      SpeculativeJob(cause, 0, type, p.key_id, p.cipher, p.usage, p.length);
+      PreparedJob(cause, type, p.key_id, p.cipher, p.usage, p.length);
   if (p.type == pb::JOB_CHECKSUM && p.ticket >= 0) {
     job.link_pad = true;
     job.pad_slot = static_cast<uint32_t>(info.slot);
@@ -272,10 +271,12 @@ void Planner::Unpark(uint64_t id, std::vector<PendingJob>* ready) {
 void Planner::Lost(uint64_t id, int item) {
   auto it = exchanges_.find(id);
   if (it == exchanges_.end() || item < 0 ||
-      static_cast<size_t>(item) >= kMaxPlanItems)
+      static_cast<size_t>(item) >= it->second.plan.items.size())
     return;
   Slot& s = it->second.slots[item];
   if (s.state != State::kInFlight) return;  // held already
+  if (it->second.plan.items[item].type == pb::JOB_ENCRYPT)
+    ++counts_.keystreams_wasted;
   --pending_;
   s.state = State::kNone;
   s.why = Miss::kFailover;
@@ -446,7 +447,7 @@ void Planner::Unheld(const HeldKeystream& h) {
 void Planner::Wipe(Slot* s) {
   if (s->state == State::kHeld) {
     Unheld(s->held);
-    if (s->held.pad) ++counts_.pads_wasted;
+    ++(s->held.pad ? counts_.pads_wasted : counts_.keystreams_wasted);
   }
   if (s->state == State::kInFlight) --pending_;
   s->held = HeldKeystream();  // SecureBytes wipes the keystream

@@ -24,21 +24,24 @@
 // the chained answer if its message is the first signature. Anything else
 // (an input over its bound, a prepared item that expired or was refused by
 // the budget, a verification whose counter is not the pad's) runs as an
-// ordinary job in the next Run, and a miss is counted with its reason.
+// ordinary job in the next Run, and a miss is counted with its reason. A
+// job whose item is prepared by a Run still out (a plan with nothing given
+// at begin: the KDC goes on at once) waits in its slot until that Run is
+// back (Unpark), or runs alone if it failed (Lost, reason "failover").
 //
 // End: the exchange's unused prepared state is wiped and its record (kind,
 // Runs it appeared in, misses) returned for the metrics (kdc_metrics.h).
 //
-// Kept from the speculator (prepared.h): the budget (one token per plan
-// with a gate, given back when the gate verifies: a flood of bad
-// timestamps or forged tickets gets at most speculate_max / 2 exchanges'
-// prepared work plus the refill), the cap on held and pending prepared
-// state (speculate_max) and its TTL (speculate_ttl; verification pads
-// kVerifyPadTtl).
+// Limits (prepared.h, batcher.h): the budget (one token per plan with a
+// gate, given back when the gate verifies: a flood of bad timestamps or
+// forged tickets gets at most speculate_max / 2 exchanges' prepared work
+// plus the refill of kBudgetRefillPerSec), the cap on held and pending
+// prepared state (speculate_max) and its TTL (speculate_ttl; verification
+// pads kVerifyPadTtl). With BatcherOptions::speculate off nothing is
+// prepared: every later job runs in a Run of its own (a miss, "budget").
 //
-// The speculator (speculator.h) still serves a KDC of kdcmpc minor version
-// 1, which submits bare jobs with no plan; it is deleted once the KDC
-// states plans (exchange-plan.md section 5, step 2).
+// A job submitted outside any plan (kdcmpc submit) is an ordinary Run job
+// of its own: nothing is prepared for it, nothing guessed from it.
 //
 // Not thread-safe: every method runs under the dispatcher's mutex.
 #ifndef KMPC_KDC_PLUGIN_PLANNER_H_
@@ -127,7 +130,9 @@ class Planner {
   uint64_t exchanges() const { return exchanges_.size(); }
   // What was prepared and used (BatcherStats, kdc_metrics.h).
   struct Counts {
-    uint64_t keystreams = 0, keystreams_used = 0;
+    // keystreams_wasted: prepared and never used (the gate failed, the
+    // Run did, they expired, the exchange ended without them).
+    uint64_t keystreams = 0, keystreams_used = 0, keystreams_wasted = 0;
     uint64_t pads_drawn = 0, pads_used = 0, pads_wasted = 0;
     uint64_t verify_pads_used = 0, chains_sent = 0, chained_used = 0;
   };

@@ -16,13 +16,12 @@ bool Budget::Take(absl::Time now) {
   return true;
 }
 
-PendingJob SpeculativeJob(const PendingJob& cause, double refund,
-                          pb::JobType type, const std::string& key_id,
-                          pb::Cipher cipher, uint32_t usage, size_t length) {
+PendingJob PreparedJob(const PendingJob& cause, pb::JobType type,
+                       const std::string& key_id, pb::Cipher cipher,
+                       uint32_t usage, size_t length) {
   PendingJob x;
-  x.speculative = true;
+  x.prepared = true;
   x.group = cause.group;
-  x.refund = refund;
   x.job.type = type;
   x.job.key_id = key_id;
   x.job.cipher = cipher;

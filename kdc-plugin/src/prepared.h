@@ -1,8 +1,7 @@
-// What a Run computes ahead for jobs the KDC submits later, and how such a
-// job then uses it: shared by the speculator (speculator.h, which guesses
-// the later jobs) and the planner (planner.h, which is told them).
+// What a Run computes ahead for jobs the KDC submits later (the items of an
+// exchange's plan, planner.h), and how such a job then uses it.
 //
-// A keystream (a speculative ENCRYPT's, kept by the module) turns the
+// A keystream (a prepared ENCRYPT's, kept by the module) turns the
 // ENCRYPT that uses it into a finalize_only job; a pad (kmpc.proto
 // JOB_PAD: the servers keep it, the module only its ctr0) turns a CHECKSUM
 // into a ring-free Sign item, and a verification pad a VERIFY_CHECKSUM
@@ -37,9 +36,9 @@ inline constexpr absl::Duration kChainedTtl = absl::Seconds(1);
 inline constexpr double kBudgetRefillPerSec = 32;
 
 // A chained signature's second checksum (sig_2 = ctr0_2 || tag_2), kept
-// for the CHECKSUM whose message is sig_1 = ctr0_1 || tag_1 (speculator.h
-// "Chained signatures"). Public once its ticket is issued; SecureBytes
-// anyway, wiped when it goes.
+// for the CHECKSUM whose message is sig_1 = ctr0_1 || tag_1 (planner.h:
+// a plan's SIG_SERVER and SIG_KDC under one key). Public once its ticket is
+// issued; SecureBytes anyway, wiped when it goes.
 struct ChainedSignature {
   std::string key_id;
   kmpc::v1::Cipher cipher = kmpc::v1::CIPHER_UNSPECIFIED;
@@ -47,8 +46,7 @@ struct ChainedSignature {
   SecureBytes message;   // sig_1
   SecureBytes checksum;  // sig_2
   absl::Time expires;
-  // Planned (planner.h): the exchange and the SIG_KDC item it answers;
-  // 0 / -1 for the speculator's.
+  // The exchange and the SIG_KDC item it answers (planner.h).
   uint64_t exchange_id = 0;
   int item = -1;
 };
@@ -60,11 +58,7 @@ struct HeldKeystream {
   // A verification pad (kmpc.proto JOB_PAD with a counter): it verifies
   // the one signature whose ctr0 is its own, never signs.
   bool verify = false;
-  // A linked signing pad (Job.pad_after): the ctr0 of its ticket keystream
-  // (the pad's ctr0 is that + kLinkedPadOffset + slot); empty otherwise.
-  std::string linked_ctr0;
   uint32_t pad_length = 0;  // pad: the longest message it may sign
-  double refund = 0;        // budget tokens its use gives back
   std::string key_id;
   // The cipher it was made under: only an ENCRYPT of the same key id and
   // cipher may use it (its FINALIZE runs under the Run's state).
@@ -75,8 +69,7 @@ struct HeldKeystream {
   std::string ctr0;
   SecureBytes keystream;  // empty for a pad (the servers keep it)
   absl::Time expires;
-  // Planned (planner.h): the exchange and plan item it was made for; 0 /
-  // -1 for the speculator's.
+  // The exchange and plan item it was made for (planner.h).
   uint64_t exchange_id = 0;
   int item = -1;
 };
@@ -91,12 +84,10 @@ struct Budget {
 
 // A prepared job taken along in `cause`'s group: an ENCRYPT of `length`
 // plaintext bytes (only the length is sent) or a PAD for messages of up to
-// `length` bytes. `refund`: the share of its group's token it gives back
-// when used.
-PendingJob SpeculativeJob(const PendingJob& cause, double refund,
-                          kmpc::v1::JobType type, const std::string& key_id,
-                          kmpc::v1::Cipher cipher, uint32_t usage,
-                          size_t length);
+// `length` bytes.
+PendingJob PreparedJob(const PendingJob& cause, kmpc::v1::JobType type,
+                       const std::string& key_id, kmpc::v1::Cipher cipher,
+                       uint32_t usage, size_t length);
 
 // Whether a pad of `pad_length` signing a message of `message_bytes` can
 // chain a second signature (kmpc.proto SignItem.chain): its powers of H

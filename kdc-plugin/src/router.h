@@ -2,7 +2,7 @@
 // (Araki et al., CCS 2016, section 5.3) for availability. Every cluster
 // holds every key under the same key id (kmpc-admin deals to all of them,
 // all or nothing), so any job can run on any cluster. Each cluster has a
-// Batcher of its own (queue, batches in flight, speculation).
+// Batcher of its own (queue, batches in flight, the planner's prepared work).
 //
 // Policy: primary first, no spreading. A job goes to the first cluster, in
 // configuration order, that is healthy: none of its three parties is
@@ -14,7 +14,7 @@
 // deadline), and its first good answer makes it healthy again. One
 // cluster taking the whole load keeps batches large (the batcher's
 // grow-with-load property) and a login's timestamp DECRYPT and its
-// speculated ticket and reply keystreams in one dispatcher; spreading
+// prepared ticket and reply keystreams in one dispatcher; spreading
 // would halve both on two clusters that share the machine's cores.
 //
 // Failover: a job that fails on its cluster with a cluster status

@@ -47,13 +47,10 @@ class RecordingHost : public StepHost {
     std::lock_guard<std::mutex> l(mu_);
     logs_.push_back(std::move(line));
   }
-  void SpeculativeJobsDone(size_t) override {}
   void HoldKeystreams(std::vector<HeldKeystream>) override {}
   void KeepChained(ChainedSignature) override {}
-  void SpeculativeGroupsFailed(size_t) override {}
   void FinalizeOnlyRerun(size_t) override {}
   void PadsWasted(size_t) override {}
-  void ExchangeOk(int) override {}
   void GateVerified(uint64_t) override {}
   void PreparedLost(const std::vector<std::pair<uint64_t, int>>&) override {}
   void SignRerun(size_t) override {}

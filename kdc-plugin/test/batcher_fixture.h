@@ -1,4 +1,4 @@
-// What the dispatcher's and the speculator's tests share: a sink that
+// What the dispatcher's and the planner's tests share: a sink that
 // collects results, jobs, transports that forward or edit requests, and
 // BatcherTest, the fixture that runs a test against the fake cluster
 // (fake_cluster.h) and against the real servers' code in-process
@@ -217,7 +217,7 @@ class BatcherTest : public ::testing::TestWithParam<ClusterKind> {
     return sizes;
   }
   int RunCalls() { return static_cast<int>(Runs().size()); }
-  // Waits until b has no batch in flight (speculation and pads need an
+  // Waits until b has no batch in flight (prepared work needs an
   // idle cluster; the batch that delivered a result may still be ending).
   void WaitIdle(Batcher* b) {
     for (int i = 0; i < 500 && b->stats().inflight != 0; ++i)

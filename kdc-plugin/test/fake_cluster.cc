@@ -574,7 +574,7 @@ CallStatus FakeCluster::ComputeFinalize(
   // then all of its states or none (EncryptStates::TakeAll); a ciphertext
   // longer than its ENCRYPT's length refuses the request and uses up no
   // state. A prefix of the keystream may be finalized (the batcher's
-  // speculative keystream).
+  // prepared keystream).
   if (req.batch_id().size() != contract::kBatchIdSize)
     return Refused(pb::BATCH_MALFORMED, "batch id size");
   if (req.items().empty())

@@ -431,7 +431,7 @@ TEST_F(FakeConformanceTest, FinalizeOutcomes) {
   item(&f, BatchId('x'), 0, 20);
   CompareFinalize(f, "one ENCRYPT unknown");
   // None of the refused requests used up a state: both finalize now, the
-  // second one shorter than its keystream (speculation's case).
+  // second one shorter than its keystream (a prepared keystream's case).
   f.clear_items();
   item(&f, BatchId('e'), 0, 20);
   item(&f, BatchId('e'), 1, 33);

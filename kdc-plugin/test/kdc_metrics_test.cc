@@ -17,6 +17,8 @@ namespace {
 TEST(KdcMetricsTest, CountsAndRenders) {
   KdcMetrics m;
   EXPECT_STREQ(KdcMetrics::CauseOf(absl::DataLossError("tag")), "integrity");
+  // A gated job withheld because its gate failed (batch_step.cc).
+  EXPECT_STREQ(KdcMetrics::CauseOf(absl::UnauthenticatedError("withheld")), "withheld");
   EXPECT_STREQ(KdcMetrics::CauseOf(absl::UnavailableError("down")),
                "unavailable");
   EXPECT_STREQ(KdcMetrics::CauseOf(MarkDeviation(absl::UnavailableError("x"))),

@@ -67,7 +67,7 @@ class KmpcKdcTest : public ::testing::Test {
     ASSERT_EQ(krb5_init_context(&ctx_), 0);
     vctx_ = verto_new(nullptr, static_cast<verto_ev_type>(VERTO_EV_TYPE_IO | VERTO_EV_TYPE_TIMEOUT));
     ASSERT_NE(vctx_, nullptr);
-    ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 0, reinterpret_cast<krb5_plugin_vtable>(&vt_)), 0);
+    ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 2, reinterpret_cast<krb5_plugin_vtable>(&vt_)), 0);
   }
   void TearDown() override {
     if (data_ != nullptr) vt_.fini(ctx_, data_);
@@ -156,16 +156,20 @@ TEST_F(KmpcKdcTest, OnlyInterfaceVersionOneIsServed) {
   EXPECT_NE(vt_.submit, nullptr);
 }
 
-// A KDC that asks for minor version 1 gets submit only; one that asks for 2
-// gets the exchange plan's begin, submit_item and end too.
+// A KDC that asks for minor version 1 (no plans: every job would run
+// alone) is refused with a LOG_ERR line saying why; one that asks for 2
+// gets submit and the exchange plan's begin, submit_item and end.
 TEST_F(KmpcKdcTest, MinorVersionTwoAddsTheExchangePlan) {
-  EXPECT_EQ(vt_.begin, nullptr);
-  krb5_kdcmpc_vtable_st one{};
-  ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 1, reinterpret_cast<krb5_plugin_vtable>(&one)), 0);
-  EXPECT_NE(one.submit, nullptr);
-  EXPECT_EQ(one.begin, nullptr);
-  EXPECT_EQ(one.submit_item, nullptr);
-  EXPECT_EQ(one.end, nullptr);
+  for (int minor : {0, 1}) {
+    krb5_kdcmpc_vtable_st one{};
+    log_.clear();
+    EXPECT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, minor, reinterpret_cast<krb5_plugin_vtable>(&one)),
+              KRB5_PLUGIN_VER_NOTSUPP);
+    ASSERT_EQ(log_.size(), 1u);
+    EXPECT_TRUE(absl::StrContains(log_[0], "needs the kdcmpc exchange plan (interface 1.2); "
+                                           "this KDC offers 1." + std::to_string(minor)))
+        << log_[0];
+  }
   krb5_kdcmpc_vtable_st two{};
   ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 2, reinterpret_cast<krb5_plugin_vtable>(&two)), 0);
   EXPECT_NE(two.submit, nullptr);

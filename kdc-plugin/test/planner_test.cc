@@ -11,10 +11,12 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "batcher.h"
 #include "batcher_fixture.h"
@@ -124,7 +126,6 @@ class PlannerTest : public BatcherTest {
     o.coalesce = absl::Seconds(2);
     o.deadline = absl::Seconds(10);
     o.speculate_ttl = absl::Seconds(8);  // below the servers' state TTL
-    o.speculate = false;  // no guessing: every prepared job is the plan's
     return o;
   }
   std::string KeyOf(const std::string& id) const {
@@ -760,6 +761,571 @@ TEST_P(PlannerTest, BadPlansAndJobsAreRefused) {
   WaitIdle(b.get());
   EXPECT_TRUE(b->End(2).has_value());
   EXPECT_FALSE(b->End(2).has_value());
+}
+
+
+// ---- Prepared work through the steps -----------------------------------
+//
+// A plan's prepared keystreams and pads when the servers forgot them, a
+// server deviates, hangs or is busy, the budget runs out or preparation is
+// off: the FINALIZE of a prepared keystream and the Sign and verify items
+// under prepared pads (batch_step.h), with AS and TGS plans as the KDC
+// states them (exchange-plan.md 1.5). The keystream cases run on the fake
+// and on the real servers' code; the pad cases on the fake only (Sign).
+
+constexpr size_t kTicketBytes = 64;  // the plans' ticket and reply bounds
+constexpr size_t kReplyBytes2 = 64;
+
+class PreparedTest : public PlannerTest {
+ protected:
+  // An AS exchange's plan: 0 the timestamp (given: the gate), 1 the
+  // ticket, 2 the reply; with `pads` 3 the PAC's server signature and 4 its
+  // KDC signature, linked to the ticket.
+  Plan AsPlan(size_t ts_len, bool pads) const {
+    Plan plan;
+    plan.kind = ExchangeKind::kAs;
+    plan.items = {Given(Item(Role::kTimestamp, kKeyId, ts_len)),
+                  Item(Role::kTicket, tgt_id_, kTicketBytes, kItemGated, 0),
+                  Item(Role::kReply, kKeyId, kReplyBytes2, kItemGated, 0)};
+    if (pads) {
+      plan.items.push_back(Item(Role::kSigServer, tgt_id_, kPacBytes, kItemGated, 0, 1));
+      plan.items.push_back(Item(Role::kSigKdc, tgt_id_, kSig, kItemGated, 0, 1));
+    }
+    return plan;
+  }
+  // Begins exchange `id` of `plan` with the timestamp `ts` and waits until
+  // its Run is over (its prepared work held).
+  void BeginAs(Batcher* b, uint64_t id, const Plan& plan, const std::string& ts) {
+    auto given = Begin(b, id, plan, {{0, ts}});
+    ASSERT_TRUE(sink_.Get(given[0]).status.ok()) << sink_.Get(given[0]).status;
+    WaitIdle(b);
+  }
+  // Submits job j as item `item` of exchange `id` under `token`.
+  void SubmitItemJob(Batcher* b, uint64_t id, int item, uint64_t token, Job j) {
+    ASSERT_TRUE(b->SubmitItem(id, item, token, std::move(j)).ok());
+  }
+  // Every pad named in party p's Sign requests (a chained item's two).
+  std::vector<std::pair<std::string, uint64_t>> SignedPads(int p) {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const std::string& raw : fake().received_signs(p)) {
+      pb::SignRequest r;
+      EXPECT_TRUE(r.ParseFromString(raw));
+      for (const auto& it : r.items()) {
+        out.emplace_back(it.run_batch_id(), it.job_id());
+        if (it.has_chain()) out.emplace_back(it.chain().run_batch_id(), it.chain().job_id());
+      }
+    }
+    return out;
+  }
+  FakeCluster& fake() { return static_cast<FakeCluster&>(cluster_); }
+  const std::string ticket_ = std::string(kTicketBytes, 't');
+  const std::string reply_ = std::string(kReplyBytes2, 'r');
+};
+INSTANTIATE_TEST_SUITE_P(Cluster, PreparedTest,
+                         ::testing::Values(ClusterKind::kFake, ClusterKind::kReal),
+                         KindName);
+
+// Pads: the fake only (RealCluster answers Sign as unimplemented).
+class PreparedPadTest : public PreparedTest {};
+INSTANTIATE_TEST_SUITE_P(Cluster, PreparedPadTest,
+                         ::testing::Values(ClusterKind::kFake), KindName);
+
+// The servers forgot the prepared ENCRYPT states (a restart, or a TTL
+// shorter than speculate_ttl): FINALIZE of the ticket and reply fails with
+// BATCH_UNKNOWN_ENCRYPT. They are re-run as ordinary ENCRYPT jobs and
+// succeed; the ordinary job submitted with them is not affected.
+TEST_P(PreparedTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
+  auto b = Make(Opts());
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), false);
+  BeginAs(b.get(), 1, plan, ts);
+  ASSERT_EQ(b->stats().keystreams_held, 2u);
+  cluster_.ForgetEncryptStates();
+  const int runs0 = RunCalls();
+  const size_t n0 = sink_.counts().size();
+  SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
+  SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
+  ASSERT_TRUE(b->Submit(7, Encrypt(std::string(100, 'o'), 7)).ok());  // ordinary
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 3));
+  EXPECT_EQ(b->stats().speculative_used, 2u);
+  EXPECT_EQ(b->stats().finalize_only_rerun, 2u);
+  EXPECT_EQ(RunCalls(), runs0 + 2);  // job 7's Run, and the re-run
+  ExpectEncrypted(5, tgt_id_, 2, ticket_);
+  ExpectEncrypted(6, kKeyId, 3, reply_);
+  ExpectEncrypted(7, kKeyId, 7, std::string(100, 'o'));
+  EXPECT_EQ(b->stats().failed_batches, 0u);
+  EXPECT_TRUE(sink_.Logged({"re-running them"}));
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// Only one server forgot the states and the two others are slow to answer
+// the FINALIZE: the jobs are re-run as soon as the first failure arrives,
+// not after the slow answers, and the late answers re-run nothing twice.
+TEST_P(PreparedTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
+  BatcherOptions o = Opts();
+  o.deadline = absl::Seconds(5);
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), false);
+  BeginAs(b.get(), 1, plan, ts);
+  cluster_.ForgetEncryptStates(1);
+  const int fin0 = cluster_.finalize_answers();
+  // Below the 5 s deadline, which would fail the FINALIZE.
+  const absl::Duration slow = absl::Seconds(3);
+  cluster_.DelayNextFinalize(0, slow);
+  cluster_.DelayNextFinalize(2, slow);
+  const int runs0 = RunCalls();
+  const size_t n0 = sink_.counts().size();
+  const absl::Time t0 = absl::Now();
+  SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
+  SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 2, absl::Seconds(5)));
+  for (uint64_t t : {5, 6}) EXPECT_LT(sink_.At(t) - t0, slow) << t;
+  ExpectEncrypted(5, tgt_id_, 2, ticket_);
+  ExpectEncrypted(6, kKeyId, 3, reply_);
+  for (int i = 0; i < 600 && cluster_.finalize_answers() < fin0 + 3; ++i)
+    absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_GE(cluster_.finalize_answers(), fin0 + 3);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(b->stats().finalize_only_rerun, 2u);
+  EXPECT_EQ(RunCalls(), runs0 + 1);  // one re-run
+  EXPECT_EQ(b->stats().failed_batches, 0u);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// The only Run job of the batch fails per job (unknown key id); the
+// finalize_only ticket and reply of that callback still finalize.
+TEST_P(PreparedTest, UnknownKeyRunJobBesideFinalizeOnlyJobs) {
+  BatcherOptions o = Opts();
+  o.deadline = absl::Seconds(3);
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), false);
+  BeginAs(b.get(), 1, plan, ts);
+  const int runs0 = RunCalls();
+  const size_t n0 = sink_.counts().size();
+  SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
+  SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
+  Job unknown = Encrypt(std::string(20, 'u'), 7);
+  unknown.key_id = std::string(32, 'u');
+  ASSERT_TRUE(b->Submit(7, std::move(unknown)).ok());
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 3));
+  EXPECT_TRUE(absl::IsNotFound(sink_.Get(7).status)) << sink_.Get(7).status;
+  ExpectEncrypted(5, tgt_id_, 2, ticket_);
+  ExpectEncrypted(6, kKeyId, 3, reply_);
+  EXPECT_EQ(RunCalls(), runs0 + 1);
+  EXPECT_EQ(b->stats().finalize_only_rerun, 0u);
+}
+
+// A batch cut never splits an exchange's first Run: its prepared jobs are
+// released only if its gate's tag holds, and the servers can check that
+// only within one request (release_if_ok names a job of the same batch).
+// Groups of three (the timestamp, the ticket's and the reply's keystreams)
+// queued behind a cut at 4 jobs go in whole.
+TEST_P(PreparedTest, ABatchCutNeverSplitsAnExchangesFirstRun) {
+  BatcherOptions o = Opts();
+  o.max_jobs = 4;
+  o.backlog_jobs = 4;
+  o.max_inflight = 1;
+  o.speculate_max = 1000;
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), false);
+  const size_t runs0 = Runs().size(), n0 = sink_.counts().size();
+  for (uint64_t i = 0; i < 5; ++i) {
+    std::vector<ItemJob> given{{0, 10 + i, JobOf(plan.items[0], ts)}};
+    ASSERT_TRUE(b->Begin(1 + i, plan, std::move(given)).ok());
+  }
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 5));
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(sink_.Get(10 + i).status.ok()) << i;
+  const std::vector<int> sizes = RunSizes();
+  ASSERT_GT(sizes.size(), runs0 + 1);  // the cut happened
+  for (size_t k = runs0; k < sizes.size(); ++k) EXPECT_EQ(sizes[k] % 3, 0) << k;
+}
+
+// Under load, without early flush (the window): the ticket's and reply's
+// FINALIZE goes when the KDC calls SubmitterIdle() without waiting for the
+// Run batch in flight (max_inflight 1): a login needs one Run, not two.
+TEST_P(PreparedTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
+  BatcherOptions o = Opts();
+  o.window = absl::Milliseconds(20);
+  o.early_flush = false;
+  o.max_inflight = 1;
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), false);
+  BeginAs(b.get(), 1, plan, ts);
+  cluster_.set_run_delay(absl::Seconds(2));  // another login's batch
+  const int runs0 = RunCalls();
+  const size_t n0 = sink_.counts().size();
+  ASSERT_TRUE(b->Submit(10, Encrypt(std::string(100, 'o'), 7)).ok());
+  WaitRunCalls(runs0 + 1);
+  const absl::Time t0 = absl::Now();
+  SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
+  SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 2));
+  EXPECT_LT(sink_.At(6) - t0, absl::Seconds(1));
+  ExpectEncrypted(5, tgt_id_, 2, ticket_);
+  ExpectEncrypted(6, kKeyId, 3, reply_);
+  ASSERT_TRUE(sink_.WaitFor(n0 + 3));
+  ExpectEncrypted(10, kKeyId, 7, std::string(100, 'o'));
+  EXPECT_GT(sink_.At(10), sink_.At(6));
+  EXPECT_EQ(RunCalls(), runs0 + 1);  // 5 and 6: FINALIZE only
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// The KDC normally calls SubmitterIdle() after a ticket and a reply;
+// without it their FINALIZE still goes within milliseconds, not after the
+// coalesce delay.
+TEST_P(PreparedTest, FinalizeOnlyJobsGoWithoutSubmitterIdle) {
+  auto b = Make(Opts());  // coalesce 2 s
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), false);
+  BeginAs(b.get(), 1, plan, ts);
+  const size_t n0 = sink_.counts().size();
+  const absl::Time t0 = absl::Now();
+  SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
+  SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
+  ASSERT_TRUE(sink_.WaitFor(n0 + 2, absl::Seconds(5)));
+  EXPECT_LT(sink_.At(6) - t0, absl::Milliseconds(1500));
+  ExpectEncrypted(5, tgt_id_, 2, ticket_);
+  ExpectEncrypted(6, kKeyId, 3, reply_);
+  EXPECT_EQ(b->stats().speculative_used, 2u);
+}
+
+// Timestamps that do not decrypt (an unauthenticated flood of bad
+// pre-authentication) spend the budget: a plan with a gate takes a token
+// that only its verified gate gives back, so of 400 bad timestamps only
+// speculate_max / 2 (plus the slow refill) bring keystreams along, each
+// released by the servers only if its gate holds (release_if_ok: they
+// withheld them), and every one counted wasted, none held.
+TEST_P(PreparedTest, FailedGatesUseUpTheBudget) {
+  BatcherOptions o = Opts();
+  o.early_flush = false;
+  o.window = absl::Milliseconds(20);
+  o.speculate_max = 200;  // budget: 100 exchanges
+  auto b = Make(o);
+  std::string bad = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  bad[20] ^= 1;
+  const Plan plan = AsPlan(bad.size(), false);
+  const absl::Time t0 = absl::Now();
+  const size_t n0 = sink_.counts().size();
+  for (uint64_t i = 0; i < 400; ++i) {
+    std::vector<ItemJob> given{{0, 2000 + i, JobOf(plan.items[0], bad)}};
+    ASSERT_TRUE(b->Begin(1 + i, plan, std::move(given)).ok());
+  }
+  const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+  ASSERT_TRUE(sink_.WaitFor(n0 + 400));
+  for (uint64_t i = 0; i < 400; ++i)
+    ASSERT_TRUE(absl::IsDataLoss(sink_.Get(2000 + i).status));
+  WaitIdle(b.get());
+  const BatcherStats s = b->stats();
+  const uint64_t exchanges = s.speculative_encrypts / 2;
+  EXPECT_GE(exchanges, 99u);
+  EXPECT_LE(static_cast<double>(exchanges), 100 + 32 * secs + 1) << secs;
+  EXPECT_EQ(static_cast<uint64_t>(cluster_.conditional_jobs()), s.speculative_encrypts);
+  EXPECT_EQ(s.speculative_wasted, s.speculative_encrypts);
+  EXPECT_EQ(s.keystreams_held, 0u);
+}
+
+// BatcherOptions::speculate off: a plan's first Run is its given jobs
+// alone, and each later job a Run of its own (a miss, reason budget).
+TEST_P(PreparedTest, WithoutPreparationLaterJobsRunAlone) {
+  BatcherOptions o = Opts();
+  o.speculate = false;
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), false);
+  BeginAs(b.get(), 1, plan, ts);
+  EXPECT_EQ(RunSizes().back(), 1);
+  EXPECT_EQ(b->stats().speculative_encrypts, 0u);
+  auto e = Later(b.get(), 1, plan, {{1, JobOf(plan.items[1], ticket_)},
+                                    {2, JobOf(plan.items[2], reply_)}});
+  ExpectEncrypted(e[0], tgt_id_, 2, ticket_);
+  ExpectEncrypted(e[1], kKeyId, 3, reply_);
+  WaitIdle(b.get());
+  const std::optional<ExchangeRecord> r = b->End(1);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->runs, 2u);
+  ASSERT_EQ(r->misses.size(), 2u);
+  for (const auto& [role, why] : r->misses) EXPECT_EQ(why, Miss::kBudget);
+}
+
+// Signatures submitted in one callback (of two logins) go as one Sign
+// request per server, an item per signature, each under its own pad.
+TEST_P(PreparedPadTest, SignaturesOfOneCallbackShareOneRequest) {
+  auto b = Make(Opts());
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), true);
+  BeginAs(b.get(), 1, plan, ts);
+  BeginAs(b.get(), 2, plan, ts);
+  const BatcherStats s0 = b->stats();
+  const int runs0 = RunCalls();
+  const size_t n0 = sink_.counts().size();
+  SubmitItemJob(b.get(), 1, 3, 5, JobOf(plan.items[3], Pac('a')));
+  SubmitItemJob(b.get(), 2, 3, 6, JobOf(plan.items[3], Pac('b')));
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 2));
+  ExpectSigned(5, tgt_id_, 17, Pac('a'));
+  ExpectSigned(6, tgt_id_, 17, Pac('b'));
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_batches - s0.sign_batches, 1u);
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 2u);
+  EXPECT_EQ(s1.sign_rerun, 0u);
+  EXPECT_EQ(RunCalls(), runs0);
+  for (int p = 0; p < 3; ++p) {
+    ASSERT_EQ(fake().received_signs(p).size(), 1u) << p;
+    auto pads = SignedPads(p);
+    const std::set<std::pair<std::string, uint64_t>> once(pads.begin(), pads.end());
+    EXPECT_EQ(once.size(), pads.size()) << p;  // each pad named once
+    for (const std::string& raw : fake().received_signs(p))
+      EXPECT_EQ(raw.find(std::string(40, 'a')), std::string::npos);
+  }
+}
+
+// A pad the servers no longer hold (one restarted, or their TTL passed):
+// JOB_PAD_UNAVAILABLE from that server, and the checksum runs as an
+// ordinary CHECKSUM at once, with a right tag and its message as shares.
+TEST_P(PreparedPadTest, UnavailablePadFallsBackToARun) {
+  auto b = Make(Opts());
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), true);
+  BeginAs(b.get(), 1, plan, ts);
+  fake().ForgetPads(1);
+  const BatcherStats s0 = b->stats();
+  auto t = Later(b.get(), 1, plan, {{3, JobOf(plan.items[3], Pac('f'))}});
+  ExpectSigned(t[0], tgt_id_, 17, Pac('f'));
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 1u);
+  EXPECT_EQ(s1.sign_rerun, 1u);
+  EXPECT_EQ(s1.run_requests - s0.run_requests, 1u);
+  EXPECT_EQ(s1.failed_batches, 0u);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+  for (int p = 0; p < 3; ++p)
+    for (const std::string& raw : fake().received(p))
+      EXPECT_EQ(raw.find(std::string(40, 'f')), std::string::npos);
+}
+
+// A server whose Sign answer carries tag shares of another total size than
+// one per JOB_OK result (surplus or short): the request fails, naming that
+// party, and the checksum runs as an ordinary CHECKSUM with a right tag.
+TEST_P(PreparedPadTest, TagSharesOfTheWrongSizeFailTheSign) {
+  BatcherOptions o = Opts();
+  o.chain_signatures = false;
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), true);
+  uint64_t id = 1, reruns = 0;
+  for (const int extra : {16, -1}) {
+    BeginAs(b.get(), id, plan, ts);
+    fake().set_tag_shares_extra(2, extra);
+    const BatcherStats s0 = b->stats();
+    const char fill = extra > 0 ? 'u' : 'v';
+    auto t = Later(b.get(), id++, plan, {{3, JobOf(plan.items[3], Pac(fill))}});
+    ExpectSigned(t[0], tgt_id_, 17, Pac(fill));
+    const BatcherStats s1 = b->stats();
+    EXPECT_EQ(s1.sign_requests - s0.sign_requests, 1u) << extra;
+    EXPECT_EQ(s1.sign_rerun, ++reruns) << extra;
+    EXPECT_EQ(s1.run_requests - s0.run_requests, 1u) << extra;
+    const std::string want = absl::StrCat("party 2 (fake) returned ", 16 + extra,
+                                          " bytes of tag shares for 1 JOB_OK results");
+    EXPECT_TRUE(sink_.Logged({want})) << want;
+    fake().set_tag_shares_extra(2, 0);
+    WaitIdle(b.get());
+  }
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// A server that adds an error to its share of the chained second tag
+// makes only that signature wrong (what the KDC signature's verifier
+// refuses); the first is right. One that makes the chain fail (a pad
+// forgotten) costs a Run for the first, and the second takes its own way:
+// both right, each answered once.
+TEST_P(PreparedPadTest, DeviatingServerInAChainOnlyBreaksThatSignature) {
+  auto b = Make(Opts());
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), true);
+  BeginAs(b.get(), 1, plan, ts);
+  fake().set_chain_tag_share_error(1, std::string(16, '\x5a'));
+  auto s = Later(b.get(), 1, plan, {{3, JobOf(plan.items[3], Pac('p'))}});
+  const std::string sig = ExpectSigned(s[0], tgt_id_, 17, Pac('p'));
+  auto k = Later(b.get(), 1, plan, {{4, JobOf(plan.items[4], sig)}});
+  const std::string out = Str(sink_.Get(k[0]).output);
+  ASSERT_EQ(out.size(), kSig);
+  std::string want = cluster_.Tag(tgt_key_, 17, out.substr(0, 16), sig, true);
+  EXPECT_NE(out.substr(16), want);
+  for (int i = 0; i < 16; ++i) want[i] ^= 0x5a;
+  EXPECT_EQ(out.substr(16), want);  // off by exactly that server's error
+  fake().set_chain_tag_share_error(1, "");
+  BeginAs(b.get(), 2, plan, ts);
+  fake().ForgetPads(2);
+  const BatcherStats s0 = b->stats();
+  auto s2 = Later(b.get(), 2, plan, {{3, JobOf(plan.items[3], Pac('q'))}});
+  const std::string sig2 = ExpectSigned(s2[0], tgt_id_, 17, Pac('q'));
+  auto k2 = Later(b.get(), 2, plan, {{4, JobOf(plan.items[4], sig2)}});
+  ExpectSigned(k2[0], tgt_id_, 17, sig2);
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_rerun - s0.sign_rerun, 1u);
+  EXPECT_EQ(s1.chained_used, s0.chained_used);
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// With chain_signatures off, the server and KDC signatures are two Sign
+// requests, each item under its own pad.
+TEST_P(PreparedPadTest, UnchainedKdcSignatureIsARequestOfItsOwn) {
+  BatcherOptions o = Opts();
+  o.chain_signatures = false;
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), true);
+  BeginAs(b.get(), 1, plan, ts);
+  const BatcherStats s0 = b->stats();
+  auto s = Later(b.get(), 1, plan, {{3, JobOf(plan.items[3], Pac('p'))}});
+  const std::string sig = ExpectSigned(s[0], tgt_id_, 17, Pac('p'));
+  auto k = Later(b.get(), 1, plan, {{4, JobOf(plan.items[4], sig)}});
+  ExpectSigned(k[0], tgt_id_, 17, sig);
+  const BatcherStats s1 = b->stats();
+  EXPECT_EQ(s1.sign_batches - s0.sign_batches, 2u);
+  EXPECT_EQ(s1.sign_requests - s0.sign_requests, 2u);
+  EXPECT_EQ(s1.chains_sent, 0u);
+  EXPECT_EQ(s1.chained_used, 0u);
+  EXPECT_EQ(s1.pads_used - s0.pads_used, 2u);
+}
+
+// One deviating server (issue 25, "Signing stays secure"): an error it
+// XORs into its share of a verify item's answer makes the answers refuse a
+// signature that holds; the Run's VERIFY_CHECKSUM re-checks it, accepts,
+// and the security event is logged and counted. A wrong tag stays refused.
+// An error in a signing item's share gives a tag off by exactly that error.
+TEST_P(PreparedPadTest, DeviatingServerInASignOrVerifyItem) {
+  auto b = Make(Opts());
+  const Tgt tgt = AsExchange(b.get(), 1, false);
+  const size_t lh = tgt.ct.size() - 32;
+  Plan tgs;
+  tgs.kind = ExchangeKind::kTgs;
+  tgs.items = {Given(Item(Role::kHeaderTicket, tgt_id_, tgt.ct.size())),
+               Item(Role::kVerifyServer, tgt_id_, lh, kItemGated, 0, 0)};
+  const std::string error = "\x01 sixteen bytes";
+  uint64_t id = 10;
+  auto verify = [&](const std::string& checksum) {
+    Begin(b.get(), id, tgs, {{0, tgt.ct}});
+    WaitIdle(b.get());
+    auto v = Later(b.get(), id++, tgs, {{1, JobOf(tgs.items[1], tgt.pac, checksum)}});
+    return sink_.Get(v[0]).status;
+  };
+  for (int cheat = 0; cheat < 3; ++cheat) {
+    fake().set_tag_share_error(cheat, /*sign=*/false, error);
+    const BatcherStats s0 = b->stats();
+    EXPECT_TRUE(verify(tgt.server_sig).ok()) << cheat;
+    const BatcherStats s1 = b->stats();
+    EXPECT_EQ(s1.verify_pads_used - s0.verify_pads_used, 1u) << cheat;
+    EXPECT_EQ(s1.run_requests - s0.run_requests, 2u) << cheat;  // + re-check
+    EXPECT_EQ(s1.verify_disagreed - s0.verify_disagreed, 1u) << cheat;
+    EXPECT_TRUE(sink_.Logged({"ring-free verify disagreed with the MPC check"}));
+    std::string wrong = tgt.server_sig;
+    wrong[20] ^= 1;
+    EXPECT_TRUE(absl::IsDataLoss(verify(wrong))) << cheat;
+    EXPECT_EQ(b->stats().verify_disagreed, s1.verify_disagreed) << cheat;
+    fake().set_tag_share_error(cheat, false, "");
+  }
+  // A signing item: the tag is off by the error, nothing else changes.
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), true);
+  BeginAs(b.get(), 2, plan, ts);
+  fake().set_tag_share_error(1, /*sign=*/true, error);
+  auto s = Later(b.get(), 2, plan, {{3, JobOf(plan.items[3], Pac('k'))}});
+  const std::string out = Str(sink_.Get(s[0]).output);
+  ASSERT_EQ(out.size(), kSig);
+  std::string want = cluster_.Tag(tgt_key_, 17, out.substr(0, 16), Pac('k'), true);
+  for (int i = 0; i < 16; ++i) want[i] ^= error[i];
+  EXPECT_EQ(out.substr(16), want);
+  fake().set_tag_share_error(1, true, "");
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
+}
+
+// A Sign request goes at once: not behind the Run in flight (max_inflight
+// 1, the ring busy for 2 s), not after the window.
+TEST_P(PreparedPadTest, SignDoesNotWaitForTheRunInFlightOrTheWindow) {
+  BatcherOptions o = Opts();
+  o.window = absl::Seconds(30);
+  o.max_inflight = 1;
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), true);
+  BeginAs(b.get(), 1, plan, ts);
+  cluster_.set_run_delay(absl::Seconds(2));
+  const int runs0 = RunCalls();
+  const size_t n0 = sink_.counts().size();
+  ASSERT_TRUE(b->Submit(9000, Encrypt(std::string(100, 'x'), 7)).ok());
+  b->SubmitterIdle();
+  WaitRunCalls(runs0 + 1);
+  const absl::Time t0 = absl::Now();
+  SubmitItemJob(b.get(), 1, 3, 9001, JobOf(plan.items[3], Pac('q')));
+  ASSERT_TRUE(sink_.WaitFor(n0 + 1, absl::Seconds(5)));
+  EXPECT_LT(sink_.At(9001) - t0, absl::Seconds(1));
+  ExpectSigned(9001, tgt_id_, 17, Pac('q'));
+  EXPECT_EQ(sink_.counts().count(9000), 0u);  // the Run is still in flight
+  EXPECT_EQ(RunCalls(), runs0 + 1);
+  ASSERT_TRUE(sink_.WaitFor(n0 + 2, absl::Seconds(10)));
+  EXPECT_TRUE(sink_.Get(9000).status.ok());
+}
+
+// Pads unused for speculate_ttl are dropped (the servers forget them after
+// their own, longer, TTL) and counted wasted; the signature then runs, a
+// miss (reason expired).
+TEST_P(PreparedPadTest, UnusedPadsExpire) {
+  BatcherOptions o = Opts();
+  o.speculate_ttl = absl::Milliseconds(300);
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), true);
+  BeginAs(b.get(), 1, plan, ts);
+  for (int i = 0; i < 200 && b->stats().pads_held != 0; ++i)
+    absl::SleepFor(absl::Milliseconds(10));  // pruned without any submit
+  EXPECT_EQ(b->stats().pads_held, 0u);
+  EXPECT_EQ(b->stats().pads_wasted, 2u);
+  const BatcherStats s0 = b->stats();
+  auto t = Later(b.get(), 1, plan, {{3, JobOf(plan.items[3], Pac('e'))}});
+  ExpectSigned(t[0], tgt_id_, 17, Pac('e'));
+  EXPECT_EQ(b->stats().sign_requests, s0.sign_requests);
+  EXPECT_EQ(b->stats().run_requests, s0.run_requests + 1);
+  const std::optional<ExchangeRecord> r = b->End(1);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->misses.size(), 1u);
+  EXPECT_EQ(r->misses[0].second, Miss::kExpired);
+}
+
+// A server that does not answer a Sign: the checksum fails at the
+// deadline, once; a server that is down: it fails at once (its re-run as a
+// Run cannot reach the cluster either), once.
+TEST_P(PreparedPadTest, SignFailuresCompleteTheJobOnce) {
+  BatcherOptions o = Opts();
+  o.deadline = absl::Milliseconds(800);
+  o.chain_signatures = false;
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), true);
+  BeginAs(b.get(), 1, plan, ts);
+  BeginAs(b.get(), 2, plan, ts);
+  const uint64_t used0 = b->stats().pads_used;
+  fake().set_hang(2, true);
+  const absl::Time t0 = absl::Now();
+  auto hung = Later(b.get(), 1, plan, {{3, JobOf(plan.items[3], Pac('h'))}});
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(hung[0]).status)) << sink_.Get(hung[0]).status;
+  EXPECT_GE(sink_.At(hung[0]) - t0, absl::Milliseconds(700));
+  fake().set_hang(2, false);
+  fake().set_down(1, true);
+  auto down = Later(b.get(), 2, plan, {{3, JobOf(plan.items[3], Pac('d'))}});
+  EXPECT_TRUE(absl::IsUnavailable(sink_.Get(down[0]).status)) << sink_.Get(down[0]).status;
+  fake().set_down(1, false);
+  EXPECT_EQ(b->stats().pads_used - used0, 2u);  // each pad taken once
+  absl::SleepFor(absl::Milliseconds(200));
+  for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
 }  // namespace

@@ -78,22 +78,21 @@ TEST(ChainFits, NeedsFourPowersBeyondTheMessage) {
 
 SecureBytes Bytes(const std::string& s) { return SecureBytes(s.begin(), s.end()); }
 
-// A prepared job is of its cause's group and time, speculative, and sends
+// A prepared job is of its cause's group and time, prepared, and sends
 // only a length: an ENCRYPT's plaintext is zeros, a PAD's length its bound.
-TEST(SpeculativeJob, TakesItsCausesGroup) {
+TEST(PreparedJob, TakesItsCausesGroup) {
   PendingJob cause;
   cause.group = 9;
   cause.enqueued = absl::FromUnixSeconds(5);
   cause.job.input = Bytes("secret");
-  PendingJob e = SpeculativeJob(cause, 0.5, pb::JOB_ENCRYPT, std::string(32, 'k'),
-                                pb::CIPHER_AES256, 2, 40);
-  EXPECT_TRUE(e.speculative);
+  PendingJob e = PreparedJob(cause, pb::JOB_ENCRYPT, std::string(32, 'k'),
+                             pb::CIPHER_AES256, 2, 40);
+  EXPECT_TRUE(e.prepared);
   EXPECT_EQ(e.group, 9u);
   EXPECT_EQ(e.enqueued, cause.enqueued);
-  EXPECT_EQ(e.refund, 0.5);
   EXPECT_EQ(e.job.input, SecureBytes(40, 0));
-  PendingJob p = SpeculativeJob(cause, 0, pb::JOB_PAD, std::string(32, 'k'),
-                                pb::CIPHER_AES256, 17, 300);
+  PendingJob p = PreparedJob(cause, pb::JOB_PAD, std::string(32, 'k'),
+                             pb::CIPHER_AES256, 17, 300);
   EXPECT_EQ(p.job.pad_length, 300u);
   EXPECT_TRUE(p.job.input.empty());
 }

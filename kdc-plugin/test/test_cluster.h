@@ -1,12 +1,12 @@
 // What the batcher tests need of a cluster, besides being the batcher's
 // Transport: keys, a record of the calls, the server-side events the
-// speculator must survive (a restart forgets the ENCRYPT states), delays of
+// module's prepared work must survive (a restart forgets the ENCRYPT states), delays of
 // answers, and a reference computation of the constructions for the
 // expected outputs. Two implementations: FakeCluster (fake_cluster.h, its
 // own HMAC-based "cipher", fault injection) and RealCluster
 // (real_cluster.h, the servers' KeyOps code over the in-memory ring, the
 // enctype of shared/design/enctype.md). The tests parameterised over both
-// (batcher_fixture.h: dispatcher_test.cc, speculator_test.cc) hold the fake to the real servers' behaviour.
+// (batcher_fixture.h: dispatcher_test.cc, planner_test.cc) hold the fake to the real servers' behaviour.
 #ifndef KMPC_KDC_PLUGIN_TEST_TEST_CLUSTER_H_
 #define KMPC_KDC_PLUGIN_TEST_TEST_CLUSTER_H_
 
