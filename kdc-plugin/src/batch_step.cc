@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "client/reveal.h"
 #include "contract.h"
+#include "cts_items.h"
 
 namespace kmpc::kdc {
 
@@ -139,7 +140,7 @@ absl::Status JobFailure(const pb::JobResult& r) {
 // Bytes of each share of what job's dealing carries (contract::SharedBytes):
 // the message, and after it a checksum's presented tag.
 size_t SharedBytes(const Job& job) {
-  return contract::SharedBytes(job.type, job.input.size());
+  return contract::SharedBytes(job.type, job.cipher, job.input.size());
 }
 
 // Deals job's message, and for a VERIFY_CHECKSUM the presented tag t'
@@ -367,8 +368,10 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
     j->set_type(job.type);
     switch (job.type) {
       case pb::JOB_ENCRYPT:
-        // The plaintext never leaves the KDC: only its length.
+        // The plaintext never leaves the KDC: only its length, and under
+        // an aes*-cts cipher its shares, dealt below (cts_items.h).
         j->set_length(static_cast<uint32_t>(job.input.size()));
+        if (CtsJob(job)) shared.push_back(call->req.jobs_size() - 1);
         break;
       case pb::JOB_CHECKSUM:
       case pb::JOB_VERIFY_CHECKSUM:
@@ -511,7 +514,7 @@ absl::Status BatchStep::LayOut(RunCall* call) const {
   for (int k = 0; k < n; ++k) {
     const pb::JobStatus st = call->resp[0].results(k).status();
     const Job& job = jobs_[call->idx[k]].job;
-    if (contract::ResultHasCtr0(job.type, st)) {
+    if (contract::ResultHasCtr0(ShapeOf(job), st)) {
       call->ctr0_at[k] = c;
       c += contract::kCtr0Size;
     }
@@ -546,6 +549,7 @@ absl::Status BatchStep::CheckJobResult(const RunCall& call, int k) const {
   const Job& job = jobs_[call.idx[k]].job;
   const bool ok = r0.status() == pb::JOB_OK;
   const bool verdict = ok || r0.status() == pb::JOB_INTEGRITY_FAILED;
+  if (CtsJob(job)) return CtsCheckResult(job, r0.status(), k);
   switch (job.type) {
     case pb::JOB_ENCRYPT:
       // Invariant 4 (enctype.md) is the cluster's to keep; a counter range
@@ -593,7 +597,9 @@ absl::Status BatchStep::RevealRun(RunCall* call) {
     // The output's layout (PendingJob::output): the value goes after ctr0
     // for an ordinary ENCRYPT and a CHECKSUM.
     size_t at = 0;
-    if (e.job.type == pb::JOB_ENCRYPT && !e.prepared) {
+    if (CtsJob(e.job)) {
+      e.output.resize(len);  // the value itself (cts_items.h)
+    } else if (e.job.type == pb::JOB_ENCRYPT && !e.prepared) {
       e.output.resize(contract::kCiphertextOverhead + len);
       at = contract::kCtr0Size;
     } else if (tag) {
@@ -681,6 +687,10 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
       continue;
     }
     const bool verified = r.status() == pb::JOB_OK;
+    if (CtsJob(e.job)) {
+      CompleteCts(i, verified);
+      continue;
+    }
     switch (e.job.type) {
       case pb::JOB_VERIFY_CHECKSUM:
         if (verified && recheck_[i]) VerifyDisagreed();
@@ -715,6 +725,21 @@ void BatchStep::CompleteRun(const RunCall& call, FinalizeCall* fin) {
       }
     }
   }
+}
+
+// An aes*-cts job of the Run (cts_items.h): no FINALIZE; a DECRYPT's tag
+// that did not hold fails it as a ctr-mpc one does.
+void BatchStep::CompleteCts(size_t i, bool verified) {
+  PendingJob& e = jobs_[i];
+  if (IsDone(i)) return;  // the batch already failed (deadline)
+  if (!verified) {
+    Complete(i, absl::DataLossError("ciphertext tag did not verify"), {});
+    return;
+  }
+  if (e.job.type == pb::JOB_DECRYPT && e.gate && e.exchange_id != 0)
+    host_->GateVerified(e.exchange_id);
+  absl::Status st = CtsResult(e.job, &e.output);
+  Complete(i, st, st.ok() ? std::move(e.output) : SecureBytes{});
 }
 
 void BatchStep::ScrubRun(RunCall* call) {

@@ -162,6 +162,7 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   absl::Status RevealRun(RunCall* call);
   void HoldPrepared(const RunCall& call);
   void CompleteRun(const RunCall& call, FinalizeCall* fin);
+  void CompleteCts(size_t i, bool verified);
   static void ScrubRun(RunCall* call);
 
   // Finalize step.

@@ -13,6 +13,9 @@ contract::JobShape ShapeOf(const Job& job) {
   s.key_id_size = job.key_id.size();
   if (job.type == pb::JOB_ENCRYPT) {
     s.length = job.input.size();
+    // An aes*-cts ENCRYPT's plaintext goes as shares (cts_items.h).
+    s.share_sizes[0] = s.share_sizes[1] =
+        contract::SharedBytes(job.type, job.cipher, s.length);
   } else if (job.type == pb::JOB_CHECKSUM ||
              job.type == pb::JOB_VERIFY_CHECKSUM) {
     // Sent as shares of the message, each as long as it (kmpc.proto

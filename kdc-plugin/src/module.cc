@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cts_items.h"
 #include "absl/synchronization/mutex.h"
 #include "batcher.h"
 #include "router.h"
@@ -128,17 +129,18 @@ krb5_error_code JobOfC(const krb5_kdcmpc_job* job, krb5_kdcmpc_done_fn done,
     *msg_out = Dup("kdcmpc: not an MPC enctype");
     return KRB5_BAD_ENCTYPE;
   }
-  // The core completes DECRYPT, ENCRYPT and CHECKSUM jobs of the ctr-mpc
-  // ciphers only (an aes*-cts result has another layout: cts-circuits.md).
-  if (contract::CtsCipher(out->cipher)) {
-    *msg_out = Dup("kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are not "
-                   "served by this module yet");
-    return KRB5KDC_ERR_SVC_UNAVAILABLE;
-  }
   out->type = JobTypeOf(job->type);
   if (out->type == kmpc::v1::JOB_TYPE_UNSPECIFIED) {
     *msg_out = Dup("kdcmpc: unknown job type");
     return EINVAL;
+  }
+  // Under the aes*-cts ciphers the core serves DECRYPT and ENCRYPT only
+  // (cts_items.h); the planner further limits them to the AS exchange.
+  if (contract::CtsCipher(out->cipher)) {
+    if (absl::Status st = CtsJobServed(*out); !st.ok()) {
+      *msg_out = Dup(std::string(st.message()));
+      return KRB5KDC_ERR_SVC_UNAVAILABLE;
+    }
   }
   out->key_id.assign(reinterpret_cast<const char*>(job->key_id),
                      KRB5_KDCMPC_KEY_ID_LEN);
@@ -416,6 +418,13 @@ krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
   kmpc::kdc::Job j;
   if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
     return ret;
+  // Outside a plan an aes*-cts job would run without its gate and without
+  // the planner's checks (cts_items.h): refused.
+  if (exch == nullptr && kmpc::kdc::CtsJob(j)) {
+    *msg_out = kmpc::kdc::Dup("kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are "
+                              "served only as items of an exchange plan");
+    return KRB5KDC_ERR_SVC_UNAVAILABLE;
+  }
   const uint64_t token = core->next_token++;
   absl::Status st = send(token, std::move(j));
   if (!st.ok()) return Refused(core, st, msg_out);
@@ -448,7 +457,8 @@ namespace {
 
 // The core's plan of a kdcmpc plan, and the jobs of its items given now
 // (tokens not yet assigned). What the core does not serve yet is refused:
-// CBC-CTS enctypes (the cipher check), the splice.
+// the splice; items under aes*-cts keys other than the AS exchange's
+// TIMESTAMP and REPLY (Planner::Check, cts_items.h).
 absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
                      std::vector<ItemJob>* given) {
   if (in == nullptr || in->n_items < 1 || in->n_items > kMaxPlanItems ||

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "contract.h"
+#include "cts_items.h"
 
 namespace kmpc::kdc {
 
@@ -75,8 +76,9 @@ static std::string ItemProblem(const Plan& plan, size_t i) {
   if (p.type != info.type || p.usage != info.usage)
     return absl::StrCat("a job type or key usage other than its role's (",
                         RoleName(p.role), ")");
-  if (!contract::KnownCipher(p.cipher) || contract::CtsCipher(p.cipher))
-    return "an unknown cipher, or a CBC-CTS one (not planned yet)";
+  if (!contract::KnownCipher(p.cipher)) return "an unknown cipher";
+  if (contract::CtsCipher(p.cipher))
+    if (std::string why = CtsItemProblem(p); !why.empty()) return why;
   if (p.key_id.size() != contract::kKeyIdSize) return "a key id of the wrong size";
   if (p.length > contract::kMaxJobBytes) return "a length over the job limit";
   if ((p.flags & kItemGated) &&

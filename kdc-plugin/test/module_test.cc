@@ -1,7 +1,7 @@
 // The module's C++ core through its C interface (core.h, module.cc), as
 // kmpc_kdc.c drives it: options refused with a clear message, jobs refused
-// at submit (malformed, not an MPC enctype, an aes*-cts key, an unknown job
-// type), and an accepted job completed on the eventfd with the krb5 error
+// at submit (malformed, not an MPC enctype, a job type not served under an
+// aes*-cts key, an unknown job type), and an accepted job completed on the eventfd with the krb5 error
 // its failure maps to (KRB5KDC_ERR_SVC_UNAVAILABLE: no server listens).
 #include <fcntl.h>
 #include <poll.h>
@@ -106,14 +106,26 @@ TEST_F(ModuleTest, JobsTheModuleCannotTakeAreRefusedAtSubmit) {
   rc4.enctype = ENCTYPE_ARCFOUR_HMAC;
   EXPECT_EQ(Submit(rc4, &msg), KRB5_BAD_ENCTYPE);
   EXPECT_EQ(msg, "kdcmpc: not an MPC enctype");
-  // A handle of aes*-cts-hmac-sha1-96 names a key of CIPHER_AES*_CTS, whose
-  // results the core does not complete yet: refused, as unavailable.
+  // A handle of aes*-cts-hmac-sha1-96 names a key of CIPHER_AES*_CTS, under
+  // which the core serves DECRYPT and ENCRYPT only (cts_items.h): anything
+  // else is refused, as unavailable.
   krb5_kdcmpc_job cts = Encrypt();
   cts.enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
-  cts.type = KRB5_KDCMPC_DECRYPT;
+  cts.type = KRB5_KDCMPC_CHECKSUM;
   EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE);
-  EXPECT_EQ(msg, "kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are not served by "
-                 "this module yet");
+  EXPECT_EQ(msg, "kdcmpc: CHECKSUM jobs under aes*-cts-hmac-sha1-96 keys are not served");
+  cts.enctype = ENCTYPE_AES128_CTS_HMAC_SHA1_96;
+  cts.type = KRB5_KDCMPC_VERIFY;
+  EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE);
+  EXPECT_EQ(msg, "kdcmpc: VERIFY_CHECKSUM jobs under aes*-cts-hmac-sha1-96 keys are not "
+                 "served");
+  // Its DECRYPT and ENCRYPT only as plan items (the AS exchange's).
+  for (krb5_kdcmpc_job_type t : {KRB5_KDCMPC_DECRYPT, KRB5_KDCMPC_ENCRYPT}) {
+    cts.type = t;
+    EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE);
+    EXPECT_EQ(msg, "kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are served only as "
+                   "items of an exchange plan");
+  }
   krb5_kdcmpc_job unknown = Encrypt();
   unknown.type = static_cast<krb5_kdcmpc_job_type>(99);
   EXPECT_EQ(Submit(unknown, &msg), EINVAL);

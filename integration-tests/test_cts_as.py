@@ -1,0 +1,267 @@
+"""Users whose aes256/aes128-cts-hmac-sha1-96 key lives only in the cluster
+log in with unmodified clients: the AS exchange on the exchange plan
+(docs/design/exchange-plan.md section 2), in one MPC Run.
+
+Real processes: three kmpc-mpc-server (semi-honest and the default
+malicious mode), kmpc-admin, krb5kdc with the real kdcmpc module, and
+Debian's own /usr/bin/kinit, klist and kvno with a krb5.conf naming only
+the standard AES enctypes (what an unmodified client offers). The KDB holds
+handles of enctypes 18/17 only (test_cts_handles.py checks that and that
+the keys are nowhere in the realm). The timestamp is the servers' CBC-CTS
+DECRYPT (usage 1), the EncASRepPart their ENCRYPT (usage 3) of XOR shares,
+released only if the timestamp's HMAC-SHA1-96 tag held.
+
+A wrong password must be answered as MIT answers it for a user whose key
+is in the KDB (same kinit message, the failure counted for lockout), and no
+PA-REQ-ENC-PA-REP is made for such a user (docs/limitations.md).
+"""
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness import heimdal as kmpc_heimdal
+from kmpc_harness import tickets
+from test_cts_handles import CTS128, CTS256, ENCTYPES, assert_only_handles, keys_of
+from test_metrics import parse, scrape, value
+
+kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
+
+STOCK = {name: f"/usr/bin/{name}" for name in ("kinit", "klist", "kvno", "kdestroy", "kpasswd")}
+SERVICE = "host/svc.kmpc.test"
+MODES = {"semi-honest": "--security=semi-honest", "malicious": ""}
+
+
+class Stock:
+    """Debian's MIT clients with a krb5.conf of the realm's KDC and the
+    standard AES enctypes only, and a ccache of their own."""
+
+    def __init__(self, kr, name="stock"):
+        self.kr = kr
+        self.conf = os.path.join(kr.dir, f"{name}-krb5.conf")
+        self.ccache = os.path.join(kr.dir, f"{name}.cc")
+        with open(self.conf, "w") as f:
+            f.write(f"[libdefaults]\n    default_realm = {kr.realm}\n"
+                    f"    dns_lookup_kdc = false\n    rdns = false\n"
+                    f"    default_tkt_enctypes = {CTS256} {CTS128}\n"
+                    f"    default_tgs_enctypes = {CTS256} {CTS128}\n"
+                    f"    permitted_enctypes = {CTS256} {CTS128}\n"
+                    f"[realms]\n    {kr.realm} = {{\n"
+                    f"        kdc = 127.0.0.1:{kr.kdc_port}\n"
+                    f"        admin_server = 127.0.0.1:{kr.kadmin_port}\n"
+                    f"        kpasswd_server = 127.0.0.1:{kr.kpasswd_port}\n    }}\n")
+        self.env = {k: v for k, v in kr.env.items()
+                    if not k.startswith(("KRB5", "KMPC", "LD_"))}
+        self.env.update(KRB5_CONFIG=self.conf, KRB5CCNAME="FILE:" + self.ccache,
+                        LC_ALL="C")
+
+    def run(self, name, *args, input=None):
+        p = subprocess.run([STOCK[name], *args], input=input, capture_output=True,
+                           text=True, env=self.env, timeout=90)
+        return p.returncode, p.stdout + p.stderr
+
+    def kinit(self, princ, password):
+        return self.run("kinit", princ, input=password + "\n")
+
+
+def kdc_counts(kr):
+    """(AS exchanges, their Runs) the KDC module counted, ok results."""
+    m = parse(scrape(kr.kdc_metrics_url))
+    return tuple(value(m, n, missing=0, exchange="as", result="ok")
+                 for n in ("kmpc_kdc_exchanges_total", "kmpc_kdc_exchange_runs_total"))
+
+
+def one_more_exchange(kr, before):
+    """(exchanges, Runs) since `before`, once the module counted the login
+    (an exchange is counted when the KDC releases it, after its reply)."""
+    deadline = time.time() + 5
+    while True:
+        ex, runs = (a - b for a, b in zip(kdc_counts(kr), before))
+        if ex >= 1 or time.time() > deadline:
+            return ex, runs
+        time.sleep(0.05)
+
+
+def failed_attempts(kr, princ):
+    out = kr.kadmin_local(f"getprinc {princ}")
+    return int(re.search(r"Failed password attempts: (\d+)", out).group(1))
+
+
+def assert_login(kr, c, princ, password, enctype):
+    """Stock kinit logs princ in, in one Run; the TGT's session key is a
+    fresh key of a standard AES enctype; stock kvno gets a service ticket
+    with it."""
+    before = kdc_counts(kr)
+    rc, out = c.kinit(princ, password)
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    ex, runs = one_more_exchange(kr, before)
+    assert ex == 1 and runs == 1, (ex, runs)
+    rc, out = c.run("klist", "-e")
+    assert rc == 0 and f"Default principal: {princ}@{kr.realm}" in out, out
+    assert f"krbtgt/{kr.realm}@{kr.realm}" in out, out
+    assert re.search(r"Etype \(skey, tkt\): aes(256|128)-cts-hmac-sha1-96, ", out), out
+    creds = tickets.ccache_credentials(c.ccache)
+    tgt = [x for x in creds if x["server"][0] == "krbtgt"]
+    assert len(tgt) == 1 and len(tgt[0]["key"]) in (16, 32), creds
+    assert tgt[0]["key"] != bytes(len(tgt[0]["key"])), "an all-zero session key"
+    rc, out = c.run("kvno", SERVICE)
+    assert rc == 0 and f"{SERVICE}@{kr.realm}: kvno = " in out, out
+    # The reply is the servers' aes-cts ENCRYPT: no enc-pa-rep for it.
+    log = kr.kdc_log_text()
+    for key in keys_of(kr, princ, password).values():
+        assert key.hex() not in log
+    return tgt[0]["key"]
+
+
+def assert_refused_as_stock(kr, c, princ, wrong, ordinary, ordinary_wrong):
+    """A wrong password fails as it does for `ordinary` (a user whose key is
+    in the KDB): the same kinit message, the failure counted the same."""
+    n0, m0 = failed_attempts(kr, princ), failed_attempts(kr, ordinary)
+    rc, out = c.kinit(princ, wrong)
+    rc2, out2 = c.kinit(ordinary, ordinary_wrong)
+    assert rc != 0 and rc2 != 0, (out, out2)
+    assert out.replace(princ, "USER") == out2.replace(ordinary, "USER"), (out, out2)
+    assert "Password incorrect while getting initial credentials" in out, out
+    assert failed_attempts(kr, princ) == n0 + 1
+    assert failed_attempts(kr, ordinary) == m0 + 1
+    assert kr.kdc_alive()
+
+
+@pytest.fixture(params=sorted(MODES))
+def realm(request, kmpc_factory):
+    for path in STOCK.values():
+        if not os.path.exists(path):
+            pytest.fail(f"{path} missing: run deploy/install-deps.sh (krb5-user)")
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      server_flags=MODES[request.param])
+    kr.setup_krbtgt()
+    kr.addprinc(SERVICE, "Svc-pw-90210", enctypes=[CTS256], flags="")
+    kr.addprinc("olly", "Olly-pw-1", enctypes=[CTS256, CTS128])
+    kr.start()
+    return kr
+
+
+@pytest.mark.parametrize("enctype", [CTS256, CTS128])
+def test_from_existing_user_logs_in(realm, enctype):
+    kr, pw = realm, "Alice-pw-9182"
+    kr.addprinc("alice", pw, enctypes=[enctype])
+    _, out, _ = kr.admin("share", "--from-existing", f"--enctype={enctype}", "alice")
+    assert f"as {enctype} kvno 1" in out, out
+    assert [(r[0], r[1]) for r in assert_only_handles(kr, "alice")] == [("1", enctype)]
+    c = Stock(kr)
+    k1 = assert_login(kr, c, "alice", pw, enctype)
+    k2 = assert_login(kr, c, "alice", pw, enctype)
+    assert k1 != k2  # a fresh session key per login
+    assert_refused_as_stock(kr, c, "alice", "wrong-" + pw, "olly", "wrong-Olly-pw-1")
+
+
+def test_password_stdin_user_logs_in(realm):
+    kr, old, new = realm, "Bob-old-5521", "Bob-new-7733"
+    kr.addprinc("bob", old, enctypes=[CTS256, CTS128])
+    kr.admin("share", "--password-stdin", f"--enctype={CTS256}", "bob", input=new + "\n")
+    rows = assert_only_handles(kr, "bob")
+    assert {r[1] for r in rows} == {CTS256}
+    c = Stock(kr)
+    assert_login(kr, c, "bob", new, CTS256)
+    assert_refused_as_stock(kr, c, "bob", old, "olly", "Olly-pw-0")
+
+
+def test_no_plaintext_of_the_reply_reaches_any_server(kmpc_factory, tmp_path,
+                                                      monkeypatch):
+    """The servers record every KeyOps request as they receive it
+    (--debug_record_requests, test_private_signing.py): the EncASRepPart of
+    an aes-cts user's login (its session key, also in the ticket) is in no
+    server's view; the REPLY's plaintext went as XOR shares only. Control:
+    the recordings hold the user's key id (the jobs were there)."""
+    monkeypatch.setenv("KMPC_TEST_ONLY_RECORD_REQUESTS", "1")
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES,
+                      server_flags=f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin")
+    kr.setup_krbtgt()
+    kr.addprinc("vera", "Vera-pw-314", enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "vera")
+    kr.start()
+    c = Stock(kr)
+    keys = set()
+    for _ in range(2):
+        rc, out = c.kinit("vera", "Vera-pw-314")
+        assert rc == 0, out
+        keys |= {x["key"] for x in tickets.ccache_credentials(c.ccache)
+                 if x["server"][0] == "krbtgt"}
+    assert len(keys) == 2 and all(len(k) == 32 for k in keys), keys
+    key_id = bytes.fromhex(assert_only_handles(kr, "vera")[0][3])
+    for i in range(3):
+        with open(os.path.join(tmp_path, f"keyops-{i}.bin"), "rb") as f:
+            rec = f.read()
+        assert key_id in rec, f"control: party {i} recorded no job under vera's key"
+        for k in keys:
+            assert k not in rec, f"party {i} received a session key"
+            assert k[:8] not in rec and k[-8:] not in rec, f"party {i}: part of a session key"
+
+
+def test_kpasswd_deals_new_cts_handles(realm):
+    """Debian's kpasswd changes such a user's password through kadmind and
+    the key dealer: the new keys are handles again (a new kvno, an aes-cts
+    one among them), the new password logs in, the old one no longer."""
+    kr, old, new = realm, "Kim-old-1357", "Kim-new-2468"
+    kr.enable_dealer()
+    kr.start_kadmind()
+    kr.addprinc("kim", old, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "kim")
+    before = assert_only_handles(kr, "kim")
+    c = Stock(kr)
+    rc, out = c.run("kpasswd", "kim", input=f"{old}\n{new}\n{new}\n")
+    assert rc == 0 and "Password changed" in out, out + kr.kdc_log_text()[-2000:]
+    after = assert_only_handles(kr, "kim", {**keys_of(kr, "kim", old),
+                                            **{f"new {k}": v for k, v in
+                                               keys_of(kr, "kim", new).items()}})
+    assert {r[0] for r in after} == {"2"} and {r[3] for r in after}.isdisjoint(
+        {r[3] for r in before}), (before, after)
+    assert CTS256 in {r[1] for r in after}, after
+    assert_login(kr, c, "kim", new, CTS256)
+    rc, out = c.kinit("kim", old)
+    assert rc != 0 and "Password incorrect" in out, out
+
+
+def test_heimdal_kinit_logs_in(kmpc_factory):
+    """Debian's Heimdal kinit and kgetcred (heimdal-clients, unpacked by
+    kmpc_harness.heimdal), default (malicious) servers: the login is one
+    Run, a service ticket follows, a wrong password is refused with the
+    message Heimdal gives for a user whose key is in the KDB."""
+    try:
+        progs = kmpc_heimdal.prepare()
+    except kmpc_heimdal.HeimdalError as e:
+        pytest.fail(f"Debian's Heimdal clients could not be prepared: {e}")
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True)
+    kr.setup_krbtgt()
+    kr.addprinc(SERVICE, "Svc-pw-90210", enctypes=[CTS256], flags="")
+    kr.addprinc("olly", "Olly-pw-1", enctypes=[CTS256, CTS128])
+    kr.addprinc("iris", "Iris-pw-2718", enctypes=[CTS256, CTS128])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "iris")
+    kr.start()
+    c = Stock(kr, "heimdal")
+    env = kmpc_heimdal.env(c.env)
+
+    def run(name, *args, input=None):
+        p = subprocess.run([progs[name], *args], input=input, capture_output=True,
+                           text=True, env=env, timeout=90)
+        return p.returncode, p.stdout + p.stderr
+
+    before = kdc_counts(kr)
+    rc, out = run("kinit", "--password-file=STDIN", "iris", input="Iris-pw-2718\n")
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    ex, runs = one_more_exchange(kr, before)
+    assert ex == 1 and runs == 1, (ex, runs)
+    rc, out = run("klist", "-v")
+    assert rc == 0 and f"iris@{kr.realm}" in out, out
+    assert re.search(r"Session key: aes256-cts-hmac-sha1-96", out) or \
+        "aes256-cts-hmac-sha1-96" in out, out
+    rc, out = run("kgetcred", SERVICE)
+    assert rc == 0, out
+    rc, out = run("kinit", "--password-file=STDIN", "iris", input="wrong\n")
+    rc2, out2 = run("kinit", "--password-file=STDIN", "olly", input="wrong\n")
+    assert rc != 0 and rc2 != 0, (out, out2)
+    assert out.replace("iris", "USER") == out2.replace("olly", "USER"), (out, out2)
+    assert kr.kdc_alive()

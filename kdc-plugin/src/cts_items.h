@@ -1,0 +1,56 @@
+// Jobs and plan items under the aes*-cts ciphers (CIPHER_AES128_CTS,
+// CIPHER_AES256_CTS: RFC 3962 aes*-cts-hmac-sha1-96 keys the cluster holds):
+// which of them the module serves, and how their results differ from the
+// ctr-mpc ones (docs/design/exchange-plan.md section 2,
+// docs/design/cts-circuits.md "Jobs").
+//
+// Served: the AS exchange's TIMESTAMP (DECRYPT, usage 1) and REPLY
+// (ENCRYPT, usage 3), both given at begin. A DECRYPT's ciphertext is
+// C || T (no ctr0); the servers release conf || P only if the HMAC-SHA1-96
+// tag holds, and the KDC gets P. An ENCRYPT's plaintext goes to the servers
+// only as fresh XOR shares (kmpc.proto RunRequest.data_shares), its
+// confounder is drawn by the servers, and the KDC gets the released value
+// whole: conf' || CBC-CTS || 12-byte tag, what krb5_c_encrypt() gives. No
+// FINALIZE, no keystream.
+#ifndef KMPC_KDC_PLUGIN_CTS_ITEMS_H_
+#define KMPC_KDC_PLUGIN_CTS_ITEMS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "job.h"
+#include "plan.h"
+
+namespace kmpc::kdc {
+
+// Whether job is under an aes*-cts cipher.
+bool CtsJob(const Job& job);
+
+// OK for a DECRYPT or ENCRYPT under an aes*-cts cipher; Unavailable (the
+// KDC answers KDC_ERR_SVC_UNAVAILABLE) for the other types, which the
+// module does not serve under those ciphers.
+absl::Status CtsJobServed(const Job& job);
+
+// Why plan item p under an aes*-cts cipher is not served (empty: it is):
+// only TIMESTAMP and REPLY, given at begin, and the REPLY exact.
+std::string CtsItemProblem(const PlanItem& p);
+
+// Whether the agreed public result of request job k under an aes*-cts
+// cipher is well formed: JOB_OK (either type) or JOB_INTEGRITY_FAILED (a
+// DECRYPT's tag); OK also for a failure status (it fails the job alone).
+// Aborted otherwise.
+absl::Status CtsCheckResult(const Job& job, kmpc::v1::JobStatus status, int k);
+
+// The bytes of each share of the dealt value of an aes*-cts job: an
+// ENCRYPT's plaintext (contract::SharedBytes by cipher); 0 for a DECRYPT.
+size_t CtsSharedBytes(const Job& job);
+
+// The result handed to the KDC from the revealed value of a JOB_OK
+// aes*-cts job, in place: a DECRYPT's conf || P becomes P (the confounder
+// wiped); an ENCRYPT's value is already its ciphertext. Aborted if the
+// value has not the length the contract gives (contract::RevealedBytes).
+absl::Status CtsResult(const Job& job, SecureBytes* value);
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_CTS_ITEMS_H_
