@@ -1,0 +1,99 @@
+"""Review of the AS exchange plan: a failed pre-authentication answers as
+stock MIT does, whatever else the request carries.
+
+MIT verifies the PA-ENC-TIMESTAMP before it builds anything of the reply
+(kdc_preauth.c check_padata, then finish_process_as_req), so a wrong
+password is answered KDC_ERR_PREAUTH_FAILED with the hint list and is
+counted by the KDB lockout audit, even when a later step of the reply (for
+instance return_enc_padata decoding PA-PAC-OPTIONS) would have failed.
+
+With a client key under a handle the timestamp is the exchange plan's gate
+and is decrypted after the reply is built (kdc_mpc_as.c). A failure while
+the plan is built must therefore still let the timestamp decide first, as
+kdc_mpc_as_verdict() does for a failure before the plan; otherwise a wrong
+password answers another error, no failed attempt is counted, and the
+audit records no failed pre-authentication.
+"""
+import os
+import re
+import secrets
+import socket
+import struct
+
+import krb_der
+from kmpc_harness.cluster import REALM, password as _password
+
+PREAUTH_FAILED = 24
+KRB_ERR_GENERIC = 60
+PA_ENC_TIMESTAMP = 2
+PA_PAC_OPTIONS = 167
+
+
+def _pa(pa_type, value):
+    return krb_der.seq(krb_der.ctx(1, krb_der.der_int(pa_type)),
+                       krb_der.ctx(2, krb_der.der(0x04, value)))
+
+
+def _wrong_enc_ts():
+    """A PA-ENC-TIMESTAMP (aes256-ctr-mpc) that no password encrypted: its
+    tag never verifies, as for a wrong password."""
+    enc = krb_der.seq(krb_der.ctx(0, krb_der.der_int(-29002)),
+                      krb_der.ctx(2, krb_der.der(0x04, os.urandom(60))))
+    return _pa(PA_ENC_TIMESTAMP, enc)
+
+
+def _as_req(cname, *padata):
+    return krb_der.as_req(REALM, cname, secrets.randbits(31), padata=list(padata))
+
+
+def _kdc_tcp(realm, msg):
+    with socket.create_connection(("127.0.0.1", realm.kdc_port), 10) as s:
+        s.sendall(struct.pack(">I", len(msg)) + msg)
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return buf[4:]
+
+
+def _failed_attempts(realm, princ):
+    info = realm.kadmin_local(f"getprinc {princ}")
+    failed = re.search(r"Failed password attempts: (\d+)", info)
+    assert failed is not None, info
+    return int(failed.group(1))
+
+
+def _realm(kmpc_factory):
+    """alice's key under a handle (the test module's key file), bob's an
+    ordinary aes256-ctr-mpc key in the KDB; both under a lockout policy."""
+    realm = kmpc_factory(clusters=0, test_module_delay_ms=30).setup(users=("alice",))
+    realm.addprinc("bob", _password(), enctypes=["aes256-ctr-mpc"])
+    realm.kadmin_local("addpol -maxfailure 5 -failurecountinterval 0 "
+                       "-lockoutduration 3600 lockpol")
+    for princ in ("alice", "bob"):
+        realm.kadmin_local(f"modprinc +requires_preauth -policy lockpol {princ}")
+    return realm.start()
+
+
+def test_wrong_timestamp_with_malformed_pac_options_is_preauth_failed(kmpc_factory):
+    """Attack: a wrong password plus a PA-PAC-OPTIONS that does not decode.
+    Stock MIT (bob, whose key is in the KDB) answers PREAUTH_FAILED and
+    counts the attempt; so must the KDC for alice, whose key is a handle."""
+    realm = _realm(kmpc_factory)
+    bad_pac_options = _pa(PA_PAC_OPTIONS, b"\x30\x03\x02\x01")
+    for princ in ("bob", "alice"):
+        reply = _kdc_tcp(realm, _as_req(princ, _wrong_enc_ts(), bad_pac_options))
+        code = krb_der.krb_error_code(reply)
+        assert code == PREAUTH_FAILED, (princ, code, realm.kdc_log_text()[-3000:])
+        assert _failed_attempts(realm, princ) == 1, princ
+    # Without the malformed pa-data both are already answered alike.
+    for princ in ("bob", "alice"):
+        reply = _kdc_tcp(realm, _as_req(princ, _wrong_enc_ts()))
+        assert krb_der.krb_error_code(reply) == PREAUTH_FAILED, princ
+        assert _failed_attempts(realm, princ) == 2, princ
+    # The right password still logs alice in (the count is reset).
+    realm.login("alice")
+    assert _failed_attempts(realm, "alice") == 0
+    assert realm.kdc_alive()
