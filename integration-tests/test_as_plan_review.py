@@ -97,3 +97,24 @@ def test_wrong_timestamp_with_malformed_pac_options_is_preauth_failed(kmpc_facto
     realm.login("alice")
     assert _failed_attempts(realm, "alice") == 0
     assert realm.kdc_alive()
+
+
+def test_wrong_timestamp_for_a_hw_auth_user_is_preauth_failed(kmpc_factory):
+    """Attack: a wrong password for a user marked +requires_hwauth. Stock MIT
+    (bob) verifies the timestamp in check_padata: PREAUTH_FAILED, counted;
+    only a right one gets PREAUTH_REQUIRED (no hardware pre-authentication).
+    For alice the deferred timestamp must decide first as well, not be
+    dropped when finish_preauth() finds the hardware flag missing."""
+    realm = _realm(kmpc_factory)
+    for princ in ("bob", "alice"):
+        realm.kadmin_local(f"modprinc +requires_hwauth {princ}")
+    for princ in ("bob", "alice"):
+        reply = _kdc_tcp(realm, _as_req(princ, _wrong_enc_ts()))
+        code = krb_der.krb_error_code(reply)
+        assert code == PREAUTH_FAILED, (princ, code, realm.kdc_log_text()[-3000:])
+        assert _failed_attempts(realm, princ) == 1, princ
+    # The right password: PREAUTH_REQUIRED for both, and not counted.
+    out = realm.login("alice", expected_code=1)
+    assert "Password incorrect" not in out, out
+    assert _failed_attempts(realm, "alice") == 1
+    assert realm.kdc_alive()
