@@ -14,14 +14,16 @@ kdc_mpc_as_verdict() does for a failure before the plan; otherwise a wrong
 password answers another error, no failed attempt is counted, and the
 audit records no failed pre-authentication.
 """
+import datetime
 import os
 import re
 import secrets
 import socket
 import struct
 
+import ctr_mpc_ref
 import krb_der
-from kmpc_harness.cluster import REALM, password as _password
+from kmpc_harness.cluster import REALM, default_salt, password as _password
 
 PREAUTH_FAILED = 24
 KRB_ERR_GENERIC = 60
@@ -40,6 +42,32 @@ def _wrong_enc_ts():
     enc = krb_der.seq(krb_der.ctx(0, krb_der.der_int(-29002)),
                       krb_der.ctx(2, krb_der.der(0x04, os.urandom(60))))
     return _pa(PA_ENC_TIMESTAMP, enc)
+
+
+def _enc_ts(princ, pw, skew=0):
+    """A PA-ENC-TIMESTAMP (aes256-ctr-mpc) under the key of princ's password
+    pw, skew seconds off the clock (ctr_mpc_ref.py, independent of libkrb5)."""
+    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(),
+                                    default_salt(f"{princ}@{REALM}").encode())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    t = (now + datetime.timedelta(seconds=skew)).strftime("%Y%m%d%H%M%SZ")
+    plain = krb_der.seq(krb_der.ctx(0, krb_der.der(0x18, t.encode())),
+                        krb_der.ctx(1, krb_der.der_int(1234)))
+    ct = ctr_mpc_ref.encrypt(key, 1, plain, bytes(8) + secrets.token_bytes(8))
+    enc = krb_der.seq(krb_der.ctx(0, krb_der.der_int(-29002)),
+                      krb_der.ctx(2, krb_der.der(0x04, ct)))
+    return _pa(PA_ENC_TIMESTAMP, enc)
+
+
+def _e_data_types(reply):
+    """The pa-data types of a KRB-ERROR's e-data (METHOD-DATA), or None."""
+    for tag, _, body in krb_der.children(krb_der.content(krb_der.content(reply))):
+        if tag == 0xAC:
+            method_data = krb_der.content(krb_der.content(body))
+            return [int.from_bytes(krb_der.content(krb_der.content(
+                        krb_der.children(pa)[0][1])), "big", signed=True)
+                    for _, _, pa in krb_der.children(method_data)]
+    return None
 
 
 def _as_req(cname, *padata):
@@ -118,3 +146,51 @@ def test_wrong_timestamp_for_a_hw_auth_user_is_preauth_failed(kmpc_factory):
     assert "Password incorrect" not in out, out
     assert _failed_attempts(realm, "alice") == 1
     assert realm.kdc_alive()
+
+
+def test_failed_preauth_answers_alike_for_handle_and_kdb_keys(kmpc_factory):
+    """What held: a wrong, a skewed, another user's and a missing timestamp
+    get the same error, e-data hint list and lockout count for alice (key
+    under a handle) as for bob (stock MIT code, key in the KDB)."""
+    realm = _realm(kmpc_factory)
+    realm.kadmin_local("cpw -pw Bob-pw-4711 -e aes256-ctr-mpc:normal bob")
+    pws = {"alice": realm.passwords["alice"], "bob": "Bob-pw-4711"}
+    seen = {}
+    for princ in ("bob", "alice"):
+        other = "alice" if princ == "bob" else "bob"
+        answers = []
+        for name, padata, failed in (
+                ("wrong", [_wrong_enc_ts()], 1),
+                ("missing", [], 1),
+                ("skewed", [_enc_ts(princ, pws[princ], skew=3600)], 1),
+                ("other's key", [_enc_ts(other, pws[other])], 2)):
+            reply = _kdc_tcp(realm, _as_req(princ, *padata))
+            answers.append((name, krb_der.krb_error_code(reply), _e_data_types(reply)))
+            assert _failed_attempts(realm, princ) == failed, (princ, name)
+        reply = _kdc_tcp(realm, _as_req(princ, _enc_ts(princ, pws[princ])))
+        assert reply[:1] == b"\x6b", (princ, reply[:4].hex())   # AS-REP
+        assert _failed_attempts(realm, princ) == 0, princ
+        seen[princ] = answers
+    assert seen["alice"] == seen["bob"], seen
+    assert [a[1] for a in seen["bob"]] == [24, 25, 37, 24], seen
+    assert 19 in seen["bob"][0][2], seen   # PA-ETYPE-INFO2 in the hint list
+
+
+def test_two_timestamps_bad_then_good_log_in_as_stock_mit(kmpc_factory):
+    """Attack/divergence: two PA-ENC-TIMESTAMPs, a wrong one first. Stock MIT
+    (bob; encrypted timestamp is not PA_SUFFICIENT) tries each, logs in with
+    the right one and counts no failure. For alice only the first timestamp
+    becomes the plan's gate (kdc_mpc_encts_defer() refuses a second one), so
+    the right password in the same request is answered PREAUTH_FAILED and
+    counted as a failed attempt."""
+    realm = _realm(kmpc_factory)
+    realm.kadmin_local("cpw -pw Bob-pw-4711 -e aes256-ctr-mpc:normal bob")
+    pws = {"alice": realm.passwords["alice"], "bob": "Bob-pw-4711"}
+    for princ in ("bob", "alice"):
+        reply = _kdc_tcp(realm, _as_req(princ, _wrong_enc_ts(), _enc_ts(princ, pws[princ])))
+        assert reply[:1] == b"\x6b", (princ, reply[:1] == b"\x7e" and
+                                      krb_der.krb_error_code(reply))
+        assert _failed_attempts(realm, princ) == 0, princ
+        # The other order logs in on both already.
+        reply = _kdc_tcp(realm, _as_req(princ, _enc_ts(princ, pws[princ]), _wrong_enc_ts()))
+        assert reply[:1] == b"\x6b", princ
