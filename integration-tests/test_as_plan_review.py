@@ -141,10 +141,20 @@ def test_wrong_timestamp_for_a_hw_auth_user_is_preauth_failed(kmpc_factory):
         code = krb_der.krb_error_code(reply)
         assert code == PREAUTH_FAILED, (princ, code, realm.kdc_log_text()[-3000:])
         assert _failed_attempts(realm, princ) == 1, princ
-    # The right password: PREAUTH_REQUIRED for both, and not counted.
+    # The right password: PREAUTH_REQUIRED for both (the same hint list),
+    # and not counted.
+    realm.kadmin_local("cpw -pw Bob-pw-4711 -e aes256-ctr-mpc:normal bob")
+    pws = {"alice": realm.passwords["alice"], "bob": "Bob-pw-4711"}
+    hints = {}
+    for princ in ("bob", "alice"):
+        failed = _failed_attempts(realm, princ)
+        reply = _kdc_tcp(realm, _as_req(princ, _enc_ts(princ, pws[princ])))
+        assert krb_der.krb_error_code(reply) == 25, princ   # PREAUTH_REQUIRED
+        hints[princ] = _e_data_types(reply)
+        assert _failed_attempts(realm, princ) == failed, princ
+    assert hints["alice"] == hints["bob"], hints
     out = realm.login("alice", expected_code=1)
     assert "Password incorrect" not in out, out
-    assert _failed_attempts(realm, "alice") == 1
     assert realm.kdc_alive()
 
 
