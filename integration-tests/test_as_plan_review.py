@@ -208,3 +208,48 @@ def test_one_request_tests_one_password_for_a_handle_user(kmpc_factory):
     reply = _kdc_tcp(realm, _as_req("alice", _enc_ts("alice", pws["alice"]), *guesses))
     assert reply[:1] == b"\x6b", reply[:4].hex()
     assert _failed_attempts(realm, "alice") == 0
+
+
+def _rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def test_wrong_password_flood_leaves_honest_logins_working(kmpc_factory):
+    """What held (real module and cluster): a flood of AS-REQs with wrong
+    timestamps for a handle user spends the planner's budget (speculate_max
+    8: four exchanges, then 32 a second), and an honest login still
+    succeeds during and after it; the KDC's memory does not grow with the
+    flood."""
+    import concurrent.futures
+    from test_metrics import parse, scrape
+    r = kmpc_factory(module="real", metrics=True,
+                     module_options={"speculate_max": 8})
+    r.setup_krbtgt()
+    r.add_users({"alice": _password()})
+    r.start()
+    r.login("alice")
+    pid = r.kdc_proc.pid
+    rss0 = _rss_kib(pid)
+
+    def flood(n):
+        codes = []
+        for _ in range(n):
+            codes.append(krb_der.krb_error_code(_kdc_tcp(r, _as_req("alice", _wrong_enc_ts()))))
+        return codes
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        jobs = [pool.submit(flood, 40) for _ in range(8)]
+        r.login("alice", timeout=60)  # during the flood
+        codes = [c for j in jobs for c in j.result()]
+    # Wrong passwords, or a cluster too busy to tell: never a login.
+    assert set(codes) <= {PREAUTH_FAILED, 29}, sorted(set(codes))  # 29: SVC_UNAVAILABLE
+    assert codes.count(PREAUTH_FAILED) > 0
+    m = parse(scrape(r.kdc_metrics_url))
+    budget = sum(v for (n, lab), v in m.items()
+                 if n == "kmpc_kdc_plan_misses_total" and ("reason", "budget") in lab)
+    print(f"flood: {len(codes)} wrong timestamps, {codes.count(29)} refused as "
+          f"busy; plan misses for lack of budget: {budget:.0f}")
+    r.login("alice", timeout=60)  # after it
+    assert _rss_kib(pid) - rss0 < 64 * 1024, (rss0, _rss_kib(pid))
+    assert r.alive()
