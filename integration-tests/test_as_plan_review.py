@@ -253,3 +253,33 @@ def test_wrong_password_flood_leaves_honest_logins_working(kmpc_factory):
     r.login("alice", timeout=60)  # after it
     assert _rss_kib(pid) - rss0 < 64 * 1024, (rss0, _rss_kib(pid))
     assert r.alive()
+
+
+def test_as_req_for_a_service_under_a_cts_handle_is_refused_as_unavailable(kmpc_factory):
+    """A service whose key is an aes256-cts handle (the KDC does not compute
+    with those yet): its handle is never used as a key, a wrong password is
+    still PREAUTH_FAILED first, and a TGS-REQ for it is refused as
+    KDC_ERR_SVC_UNAVAILABLE with the KDC's refusal logged. An AS-REQ
+    straight for it (kinit -S) with the right password must be refused the
+    same way; today it ends as KRB_ERR_GENERIC ("Bad encryption type",
+    status MPC_CRYPTO) after the Run, without the refusal line."""
+    kr = kmpc_factory(clusters=0, enctypes=("aes256-ctr-mpc", "aes128-ctr-mpc",
+                                            "aes256-cts-hmac-sha1-96",
+                                            "aes128-cts-hmac-sha1-96"))
+    kr.setup(users=("alice",))
+    svc = "host/cts.test"
+    kr.addprinc(svc, _password(), enctypes=["aes256-cts-hmac-sha1-96"], flags="")
+    kr.kdb_handle_run("set", svc, "aes256-cts-hmac-sha1-96", secrets.token_hex(32))
+    kr.start()
+    kr.login("alice")
+    out = kr.run(["kvno", svc], expected_code=1)
+    assert "service is not available" in out, out
+    out = kr.run(["kinit", "-S", svc, "alice"], input="wrong-" + kr.passwords["alice"] + "\n",
+                 expected_code=1)
+    assert "Password incorrect" in out, out
+    before = kr.kdc_log_text().count("kdcmpc: refusing a job (")
+    out = kr.run(["kinit", "-S", svc, "alice"], input=kr.passwords["alice"] + "\n",
+                 expected_code=1)
+    assert "service is not available" in out, (out, kr.kdc_log_text()[-2000:])
+    assert kr.kdc_log_text().count("kdcmpc: refusing a job (") > before
+    assert kr.kdc_alive()
