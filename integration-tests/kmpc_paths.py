@@ -22,3 +22,22 @@ def t_ctr_mpc():
     cmake = os.environ.get("KMPC_CMAKE_BUILD") or os.path.join(BUILD, "cmake")
     return os.environ.get(
         "KMPC_T_CTR_MPC", os.path.join(cmake, "krb5-patches", "tests", "t_ctr_mpc"))
+
+
+def run_krb5_obj_program(subdir, name, timeout=300):
+    """Build and run one test program of MIT's `make check` in the patched
+    tree `make krb5` left in build/krb5-obj/SUBDIR (the rest of that check
+    needs k5test's runenv.py); the finished process. Holds the lock `make
+    krb5` takes while it rebuilds that tree."""
+    import subprocess
+    objdir = os.path.join(BUILD, "krb5-obj", subdir)
+    assert os.path.isfile(os.path.join(objdir, "Makefile")), (
+        f"{objdir}: no configured krb5 tree; run `make krb5` first")
+    p = subprocess.run(["flock", os.path.join(BUILD, ".krb5.lock"), "make", "-s", "-C",
+                        objdir, name], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"building {name} failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}"
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(BUILD, "krb5-obj", "lib"),
+               KRB5_CONFIG=os.path.join(BUILD, "krb5-src", "src", "config-files",
+                                        "krb5.conf"), LC_ALL="C")
+    return subprocess.run(["./" + name], cwd=objdir, env=env, capture_output=True,
+                          text=True, timeout=timeout)

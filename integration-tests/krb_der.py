@@ -78,3 +78,19 @@ def krb_error_code(reply):
         if tag == 0xA6:
             return int.from_bytes(content(body), "big", signed=True)
     raise AssertionError("no error-code")
+
+
+def send_tcp(port, msg):
+    """msg to a KDC on 127.0.0.1:port over TCP (RFC 4120 section 7.2.2: a
+    4-byte big-endian length, then the message); its reply, unframed."""
+    import socket
+    import struct
+    with socket.create_connection(("127.0.0.1", port), 10) as s:
+        s.sendall(struct.pack(">I", len(msg)) + msg)
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return buf[4:]

@@ -18,8 +18,6 @@ import datetime
 import os
 import re
 import secrets
-import socket
-import struct
 
 import ctr_mpc_ref
 import krb_der
@@ -75,15 +73,7 @@ def _as_req(cname, *padata):
 
 
 def _kdc_tcp(realm, msg):
-    with socket.create_connection(("127.0.0.1", realm.kdc_port), 10) as s:
-        s.sendall(struct.pack(">I", len(msg)) + msg)
-        buf = b""
-        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return buf[4:]
+    return krb_der.send_tcp(realm.kdc_port, msg)
 
 
 def _failed_attempts(realm, princ):

@@ -25,7 +25,8 @@ import pytest
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness import heimdal as kmpc_heimdal
 from kmpc_harness import tickets
-from test_cts_handles import CTS128, CTS256, ENCTYPES, assert_only_handles, keys_of
+from test_cts_handles import (COLD_PROGRAMS, CTS128, CTS256, ENCTYPES,
+                              assert_only_handles, keys_of)
 from test_metrics import parse, scrape, value
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
@@ -136,7 +137,7 @@ def realm(request, kmpc_factory):
         if not os.path.exists(path):
             pytest.fail(f"{path} missing: run deploy/install-deps.sh (krb5-user)")
     kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
-                      server_flags=MODES[request.param])
+                      module_options=COLD_PROGRAMS, server_flags=MODES[request.param])
     kr.setup_krbtgt()
     kr.addprinc(SERVICE, "Svc-pw-90210", enctypes=[CTS256], flags="")
     kr.addprinc("olly", "Olly-pw-1", enctypes=[CTS256, CTS128])
@@ -177,7 +178,7 @@ def test_no_plaintext_of_the_reply_reaches_any_server(kmpc_factory, tmp_path,
     server's view; the REPLY's plaintext went as XOR shares only. Control:
     the recordings hold the user's key id (the jobs were there)."""
     monkeypatch.setenv("KMPC_TEST_ONLY_RECORD_REQUESTS", "1")
-    kr = kmpc_factory(module="real", enctypes=ENCTYPES,
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, module_options=COLD_PROGRAMS,
                       server_flags=f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin")
     kr.setup_krbtgt()
     kr.addprinc("vera", "Vera-pw-314", enctypes=[CTS256])
@@ -234,7 +235,8 @@ def test_heimdal_kinit_logs_in(kmpc_factory):
         progs = kmpc_heimdal.prepare()
     except kmpc_heimdal.HeimdalError as e:
         pytest.fail(f"Debian's Heimdal clients could not be prepared: {e}")
-    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True)
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      module_options=COLD_PROGRAMS)
     kr.setup_krbtgt()
     kr.addprinc(SERVICE, "Svc-pw-90210", enctypes=[CTS256], flags="")
     kr.addprinc("olly", "Olly-pw-1", enctypes=[CTS256, CTS128])

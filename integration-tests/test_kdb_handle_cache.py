@@ -14,28 +14,14 @@ the cache's memory holds a master key's bytes or is not marked MADV_DONTDUMP
 """
 
 import os
-import subprocess
 import time
 
-from kmpc_paths import BUILD
-
-OBJDIR = os.path.join(BUILD, "krb5-obj", "lib", "kdb")
-SRCDIR = os.path.join(BUILD, "krb5-src", "src")
-LOCK = os.path.join(BUILD, ".krb5.lock")
+from kmpc_paths import run_krb5_obj_program
 
 
 def test_t_hcache_passes():
     t0 = time.monotonic()
-    assert os.path.isfile(os.path.join(OBJDIR, "Makefile")), (
-        f"{OBJDIR}: no configured krb5 tree; run `make krb5` first")
-    # The same lock as test-crypto: `make krb5` rebuilds this tree.
-    p = subprocess.run(["flock", LOCK, "make", "-s", "-C", OBJDIR, "t_hcache"],
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, f"building t_hcache failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}"
-    env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(BUILD, "krb5-obj", "lib"),
-               KRB5_CONFIG=os.path.join(SRCDIR, "config-files", "krb5.conf"), LC_ALL="C")
-    r = subprocess.run(["./t_hcache"], cwd=OBJDIR, env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = run_krb5_obj_program(os.path.join("lib", "kdb"), "t_hcache", timeout=120)
     assert r.returncode == 0, f"t_hcache failed ({r.returncode}): {r.stdout}{r.stderr}"
     print(f"t_hcache: {time.monotonic() - t0:.1f} s")
 

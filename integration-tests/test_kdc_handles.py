@@ -180,16 +180,7 @@ def _as_req_with_enc_ts(cname, cipher):
 
 
 def _kdc_tcp(m, msg):
-    import socket
-    with socket.create_connection(("127.0.0.1", m.kdc_port), 10) as s:
-        s.sendall(struct.pack(">I", len(msg)) + msg)
-        buf = b""
-        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return buf[4:]
+    return krb_der.send_tcp(m.kdc_port, msg)
 
 
 def _submits(m):

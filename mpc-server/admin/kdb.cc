@@ -355,20 +355,29 @@ absl::StatusOr<PrincipalInfo> Kdb::Lookup(const std::string& name) {
   return info;
 }
 
-absl::StatusOr<ExistingKey> Kdb::ExportAesKey(const std::string& name) {
-  krb5_context ctx = Ctx(context_);
+// Every key of the principal NAME (decrypted: kd wipes them) and its
+// current kvno, the highest.
+static absl::Status ReadCurrentKeys(Kdb* db, krb5_context ctx, const std::string& name,
+                                    KeyDataList* kd, uint32_t* kvno) {
   Principal p{ctx};
   krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
-  if (ret) return Error(ret, "parsing principal name " + name);
-  KeyDataList kd{ctx};
-  ret = ReadKeyData(ctx, p.p, &kd.kd, &kd.n);
+  if (ret) return db->Error(ret, "parsing principal name " + name);
+  ret = ReadKeyData(ctx, p.p, &kd->kd, &kd->n);
   if (ret == KADM5_UNK_PRINC)
     return absl::NotFoundError(
         absl::StrCat("principal ", name, " does not exist in the KDB"));
-  if (ret) return Error(ret, "reading the keys of " + name);
+  if (ret) return db->Error(ret, "reading the keys of " + name);
+  *kvno = 0;
+  for (int i = 0; i < kd->n; ++i) *kvno = std::max<uint32_t>(*kvno, kd->kd[i].kvno);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExistingKey> Kdb::ExportAesKey(const std::string& name) {
+  krb5_context ctx = Ctx(context_);
+  KeyDataList kd{ctx};
   uint32_t kvno = 0;
-  for (int i = 0; i < kd.n; ++i)
-    if (kd.kd[i].kvno > kvno) kvno = kd.kd[i].kvno;
+  absl::Status st = ReadCurrentKeys(this, ctx, name, &kd, &kvno);
+  if (!st.ok()) return st;
   const kadm5_key_data* best = nullptr;
   for (int i = 0; i < kd.n; ++i) {
     const kadm5_key_data& k = kd.kd[i];
@@ -403,17 +412,10 @@ absl::StatusOr<ExistingKey> Kdb::ExportAesKey(const std::string& name) {
 
 absl::StatusOr<std::vector<ExistingKey>> Kdb::ExportCtsKeys(const std::string& name) {
   krb5_context ctx = Ctx(context_);
-  Principal p{ctx};
-  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
-  if (ret) return Error(ret, "parsing principal name " + name);
   KeyDataList kd{ctx};
-  ret = ReadKeyData(ctx, p.p, &kd.kd, &kd.n);
-  if (ret == KADM5_UNK_PRINC)
-    return absl::NotFoundError(
-        absl::StrCat("principal ", name, " does not exist in the KDB"));
-  if (ret) return Error(ret, "reading the keys of " + name);
   uint32_t kvno = 0;
-  for (int i = 0; i < kd.n; ++i) kvno = std::max<uint32_t>(kvno, kd.kd[i].kvno);
+  absl::Status st = ReadCurrentKeys(this, ctx, name, &kd, &kvno);
+  if (!st.ok()) return st;
   std::vector<ExistingKey> out;
   for (int i = 0; i < kd.n; ++i) {
     const kadm5_key_data& k = kd.kd[i];

@@ -132,10 +132,13 @@ class Kdb {
   // protect = ... }; krbtgt/* when none is given, as the dealer does).
   std::vector<std::string> ProtectPatterns();
 
+  // WHAT failed with krb5 error RET, as a status (the error's message,
+  // never key material).
+  absl::Status Error(long ret, const std::string& what);
+
  private:
   std::string profile_path_;  // the context's private profile (kdb.cc)
   Kdb() = default;
-  absl::Status Error(long ret, const std::string& what);
   // SetHandle with keepold (krb5_principal, const kadm5_key_data*).
   absl::Status AddHandleKeepOld(void* princ, const std::string& name,
                                 const void* kd);
