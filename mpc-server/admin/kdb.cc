@@ -356,7 +356,7 @@ absl::StatusOr<PrincipalInfo> Kdb::Lookup(const std::string& name) {
 }
 
 // Every key of the principal NAME (decrypted: kd wipes them) and its
-// current kvno, the highest.
+// current kvno, the highest; refused if a current key is a handle.
 static absl::Status ReadCurrentKeys(Kdb* db, krb5_context ctx, const std::string& name,
                                     KeyDataList* kd, uint32_t* kvno) {
   Principal p{ctx};
@@ -369,6 +369,10 @@ static absl::Status ReadCurrentKeys(Kdb* db, krb5_context ctx, const std::string
   if (ret) return db->Error(ret, "reading the keys of " + name);
   *kvno = 0;
   for (int i = 0; i < kd->n; ++i) *kvno = std::max<uint32_t>(*kvno, kd->kd[i].kvno);
+  for (int i = 0; i < kd->n; ++i)
+    if (kd->kd[i].kvno == *kvno && IsHandle(kd->kd[i].key))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "principal ", name, " is already shared (its key is an MPC key handle)"));
   return absl::OkStatus();
 }
 
@@ -382,9 +386,6 @@ absl::StatusOr<ExistingKey> Kdb::ExportAesKey(const std::string& name) {
   for (int i = 0; i < kd.n; ++i) {
     const kadm5_key_data& k = kd.kd[i];
     if (k.kvno != kvno) continue;
-    if (IsHandle(k.key))
-      return absl::FailedPreconditionError(absl::StrCat(
-          "principal ", name, " is already shared (its key is an MPC key handle)"));
     if (Preference(k.key.enctype) == 0) continue;
     if (best == nullptr || Preference(k.key.enctype) > Preference(best->key.enctype))
       best = &k;
@@ -420,9 +421,6 @@ absl::StatusOr<std::vector<ExistingKey>> Kdb::ExportCtsKeys(const std::string& n
   for (int i = 0; i < kd.n; ++i) {
     const kadm5_key_data& k = kd.kd[i];
     if (k.kvno != kvno) continue;
-    if (IsHandle(k.key))
-      return absl::FailedPreconditionError(absl::StrCat(
-          "principal ", name, " is already shared (its key is an MPC key handle)"));
     if (!IsCtsEnctype(k.key.enctype)) continue;
     if (k.key.length != (k.key.enctype == kEnctypeAes256Cts ? 32u : 16u))
       return absl::FailedPreconditionError(absl::StrCat(
