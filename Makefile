@@ -24,7 +24,7 @@ help:
 	@echo "make krb5     fetch, patch and build MIT krb5 1.20.1 into build/krb5"
 	@echo "make build    build the C++ parts (CMake, build/cmake)"
 	@echo "make test     everything above, then all tests"
-	@echo "make test-mit-kmpc [MODE=krbtgt|users|stock] [MIT_TESTS=\"tests/t_renew ...\"]"
+	@echo "make test-mit-kmpc [MODE=krbtgt|users|users-ctr-mpc|stock] [MIT_TESTS=\"tests/t_renew ...\"]"
 	@echo "              MIT krb5's own KDC tests with their realms' keys in MPC clusters"
 	@echo "make deb      Debian packages: patched krb5 and kmpc's (build/deb)"
 	@echo "make demo     a realm on loopback, a login, a short storm"
@@ -63,8 +63,9 @@ test-integration: build
 # MIT's own KDC-facing Python tests (src/tests/t_*.py ...) on MIT's k5test
 # harness in its kmpc mode (krb5's k5test kmpc-mode patch): every realm a test creates
 # gets three MPC servers and its krbtgt key (MODE=krbtgt), or also its
-# password principals' keys (MODE=users), in them; MODE=stock runs them
-# unchanged. Logs and summary in build/mit-kmpc/MODE.
+# password principals' keys (MODE=users: as aes*-cts-hmac-sha1-96 handles,
+# clients unchanged; MODE=users-ctr-mpc: as aes*-ctr-mpc keys), in them;
+# MODE=stock runs them unchanged. Logs and summary in build/mit-kmpc/MODE.
 # MIT_TESTS: a subset ("tests/t_renew tests/t_u2u"); MIT_OUT: another log
 # directory; MIT_NO_BUILD=1: use the trees as they are (the pytest in
 # integration-tests/test_mit_kmpc.py, which runs after the build).

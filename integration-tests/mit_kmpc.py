@@ -11,7 +11,12 @@ switched on by K5TEST_KMPC:
   krbtgt  every realm a test creates gets three MPC servers of its own and
           its krbtgt key in them; other principals keep ordinary keys
   users   as krbtgt, and every principal the harness creates with a
-          password gets MPC keys (clients offer the MPC enctypes)
+          password is MPC-protected: its keys of the standard enctypes
+          (aes256/aes128-cts-hmac-sha1-96) are key handles into the
+          cluster; clients unchanged
+  users-ctr-mpc
+          as users, but those principals get aes*-ctr-mpc keys (clients
+          offer the MPC enctypes)
   stock   MIT's own mode (no kmpc): the baseline on this machine
 
 Each test's output goes to build/mit-kmpc/MODE/<name>.log, k5test's command
@@ -20,7 +25,7 @@ the realms it left in its test directory to <name>.logs/. Prints one line per te
 `N passed, M failed` and each failure with the first reason k5test gave.
 Exit status 0 only if every test passed.
 
-  mit_kmpc.py [--mode krbtgt|users|stock] [--tests "tests/t_renew ..."]
+  mit_kmpc.py [--mode krbtgt|users|users-ctr-mpc|stock] [--tests "tests/t_renew ..."]
 """
 
 import argparse
@@ -199,7 +204,7 @@ def test_env(src, mode, certs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", default="krbtgt", choices=("krbtgt", "users", "stock"))
+    ap.add_argument("--mode", default="krbtgt", choices=("krbtgt", "users", "users-ctr-mpc", "stock"))
     ap.add_argument("--tests", default="",
                     help="space-separated <dir>/<script> names (default: issue 15's list)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per test")

@@ -4,11 +4,17 @@ own scripts (`make test-mit-kmpc` runs those).
 A realm whose servers run with flags (KMPC_SERVER_FLAGS, e.g.
 --security=malicious) must get the same flags back when k5test restarts
 its cluster after realm.stop(): a malicious-mode run of MIT's tests must
-not go on against semi-honest servers without saying so."""
+not go on against semi-honest servers without saying so.
+
+K5TEST_KMPC=users (MODE=users): the harness's password principals hold
+aes256/aes128-cts-hmac-sha1-96 key handles, dealt by the key dealer, and
+no real key; the clients' enctype lists are MIT's own; the user logs in
+(an AS exchange computed by the cluster) and gets a service ticket."""
 
 import fcntl
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -27,8 +33,34 @@ realm.klist(realm.user_princ)
 success('kmpc cluster restart')
 """
 
+USERS_SCRIPT = """
+from k5test import *
+# get_creds: kinit of the user with its password, MIT's clients and lists.
+realm = K5Realm(create_host=True)
+for p in (realm.user_princ, realm.admin_princ):
+    out = realm.run([kadminl, 'getprinc', p])
+    if ('aes256-cts-hmac-sha1-96' not in out or
+            'aes128-cts-hmac-sha1-96' not in out or 'ctr-mpc' in out):
+        fail('%s: not the standard AES enctypes' % p)
+# No real key of the user to extract; the host's (not protected) is one.
+realm.run([kadminl, 'ktadd', '-k', os.path.join(realm.testdir, 'ukt'),
+           '-norandkey', realm.user_princ], expected_code=1,
+          expected_msg='held by the MPC cluster')
+# The KDB read through the master key: the user, user/admin and the
+# krbtgt hold handles whose shares are on all three servers, and no
+# principal that should be protected holds a real key.
+realm.run([realm._kmpc.admin, '--config=' + realm._kmpc.admin_conf,
+           'status', '--kdb'], expected_msg='3 with key handles, 0 exposed, '
+          '0 handles without shares')
+realm.klist(realm.user_princ)
+realm.run([kvno, realm.host_princ])
+success('kmpc users mode')
+"""
 
-def test_restarted_cluster_keeps_its_server_flags(tmp_path):
+
+def run_k5test_script(tmp_path, name, text, mode, extra_env):
+    """Runs text as MIT's scripts are run, in k5test's kmpc mode `mode`;
+    returns (mit_kmpc.run_test's result, out dir, testlog)."""
     src = os.path.join(mit_kmpc.BUILD, "krb5-src", "src")
     obj = os.path.join(mit_kmpc.BUILD, "krb5-obj")
     assert os.path.exists(os.path.join(obj, "config.status")), \
@@ -41,23 +73,48 @@ def test_restarted_cluster_keeps_its_server_flags(tmp_path):
     (fake_src / "lib" / "krb5" / "krb").mkdir(parents=True)
     (fake_src / "tests").mkdir()
     os.symlink(os.path.join(src, "util"), fake_src / "util")
-    script = fake_src / "tests" / "t_kmpc_restart.py"
-    script.write_text(SCRIPT)
+    script = fake_src / "tests" / f"{name}.py"
+    script.write_text(text)
     certs = tmp_path / "certs"
     subprocess.run(["bash", os.path.join(mit_kmpc.ROOT, "deploy", "gen-certs.sh"), str(certs)],
                    check=True, capture_output=True, timeout=120)
-    env = mit_kmpc.test_env(src, "krbtgt", str(certs))
+    env = mit_kmpc.test_env(src, mode, str(certs))
     env.pop("KMPC_MPC_FLAGS", None)
-    env.update(K5TEST_KMPC_WORKERS="1", KMPC_SERVER_FLAGS="--security=malicious")
+    env.update(K5TEST_KMPC_WORKERS="1", **extra_env)
     with open(os.path.join(obj, ".mit-kmpc.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         mit_kmpc.prepare(obj, ["tests"], str(out))
         # Run as MIT's own scripts are (its own process group, stopped at
         # the timeout; servers it leaves running are killed and fail it;
         # its testlog and daemon logs copied to out).
-        r = mit_kmpc.run_test("tests/t_kmpc_restart", "krbtgt", str(fake_src), obj, str(out),
-                              env, 600)
-    testlog = (out / "tests_t_kmpc_restart.testlog").read_text(errors="replace")
+        r = mit_kmpc.run_test(f"tests/{name}", mode, str(fake_src), obj, str(out), env, 600)
+    testlog = (out / f"tests_{name}.testlog").read_text(errors="replace")
+    return r, out, testlog
+
+
+def test_users_mode_gives_standard_enctype_handles(tmp_path):
+    r, out, testlog = run_k5test_script(tmp_path, "t_kmpc_users", USERS_SCRIPT, "users", {})
+    assert r["passed"], f"{r['reason']}\n{testlog[-4000:]}"
+    assert "*** Success: kmpc users mode" in testlog, testlog[-4000:]
+    logs = out / "tests_t_kmpc_users.logs"
+    kdc_log = (logs / "kdc.log").read_text(errors="replace")
+    # The user's login: the reply under its aes256-cts key (a handle in the
+    # KDB: computed by the cluster), the TGT under the MPC-held krbtgt, the
+    # client offering MIT's default enctypes only (no MPC enctype added).
+    logins = [l for l in kdc_log.splitlines()
+              if "AS_REQ" in l and "ISSUE" in l and "user@KRBTEST.COM for krbtgt/" in l]
+    assert logins, kdc_log[-3000:]
+    for l in logins:
+        assert "rep=aes256-cts-hmac-sha1-96(18)" in l and "tkt=aes256-ctr-mpc" in l, l
+        offered = re.search(r"AS_REQ \(\d+ etypes \{([^}]*)\}", l)
+        assert offered and "aes256-cts-hmac-sha1-96" in offered.group(1), l
+        assert "ctr-mpc" not in offered.group(1), l
+    assert any("TGS_REQ" in l and "ISSUE" in l for l in kdc_log.splitlines()), kdc_log[-3000:]
+
+
+def test_restarted_cluster_keeps_its_server_flags(tmp_path):
+    r, out, testlog = run_k5test_script(tmp_path, "t_kmpc_restart", SCRIPT, "krbtgt",
+                                        {"KMPC_SERVER_FLAGS": "--security=malicious"})
     assert r["passed"], f"{r['reason']}\n{testlog[-4000:]}"
     assert "*** Success: kmpc cluster restart" in testlog, testlog[-4000:]
     assert "MPC servers of KRBTEST.COM restarted" in testlog, testlog[-4000:]
