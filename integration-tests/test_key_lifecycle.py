@@ -190,6 +190,34 @@ def test_keys_cannot_be_extracted(realm):
     kinit_ok(kr, "fay", "Fay-pw-1212")
 
 
+@pytest.mark.parametrize("enctype", ["aes256-cts-hmac-sha1-96", "aes256-ctr-mpc"])
+def test_remote_ktadd_refused_before_any_change(realm, enctype):
+    """kadmin (through kadmind) ktadd of a principal whose only keys are
+    handles: the kadm5 protocol carries key enctypes but no key lengths, so
+    an aes*-cts handle looks like a key there; the server marks the
+    principal (KRB5_TL_MPC_KEY_HANDLES) and ktadd refuses before the
+    randomizing change, as for aes*-ctr-mpc handles. The KDB, read with the
+    master key, still holds the same handles; no keytab entry is written."""
+    kr = realm
+    name = "ivy" if enctype.startswith("aes256-cts") else "jay"
+    if enctype.startswith("aes256-cts"):
+        # Only aes256-cts handles: the key moved as it is into the cluster.
+        kr.kadmin_local(f"addprinc -e {enctype}:normal -pw Ivy-pw-5656 {name}")
+        kr.admin("share", "--from-existing", f"--enctype={enctype}", name)
+    else:
+        kr.kadmin_local(f"addprinc -e {enctype}:normal -pw Jay-pw-5757 {name}")
+    before = assert_only_handles(kr, name)
+    assert {r[1] for r in before} == {enctype}
+    kt = os.path.join(kr.dir, f"{name}-remote.keytab")
+    for opts in ("", "-norandkey "):
+        out = kr.run(["kadmin", "-r", kr.realm, "-p", ADMIN, "-w", ADMIN_PW,
+                      "-q", f"ktadd {opts}-k {kt} {name}"], expected_code=None)
+        if not opts:
+            assert "held by the MPC cluster" in out and "nothing was changed" in out, out
+        assert kr.kdb_keys(name) == before, (opts, out)
+        assert not os.path.exists(kt) or os.path.getsize(kt) <= 2, (opts, out)
+
+
 def test_delprinc_removes_shares(realm):
     kr = realm
     kr.kadmin_local("addprinc -pw Gus-pw-3434 gus")
