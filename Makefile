@@ -14,7 +14,7 @@ export KRB5_PREFIX
 
 .PHONY: all deps krb5 build test test-crypto test-unit test-integration test-mit-kmpc \
         demo demo-stop bench bench-mpc bench-storm bench-soak bench-netns bench-kpasswd \
-        bench-replicas \
+        bench-replicas bench-cts \
         bench-results clean distclean help
 
 all: build
@@ -33,6 +33,7 @@ help:
 	@echo "make bench-netns  kmpc storms across network namespaces (root)"
 	@echo "make bench-kpasswd  kpasswd through the cluster against MIT's kadmind (p50)"
 	@echo "make bench-replicas  storms at a primary and a replica KDC against one cluster"
+	@echo "make bench-cts  users with MPC-held aes256-cts keys: Debian's kinit and storms, both modes"
 
 deps:
 	@bash deploy/install-deps.sh
@@ -40,7 +41,11 @@ deps:
 krb5: deps
 	@JOBS=$(JOBS) bash krb5-patches/build-krb5.sh $(BUILD)
 
-build: deps krb5
+# KRB5_PREFIX=DIR on the command line (a patched krb5 installed elsewhere,
+# e.g. another worktree's build/krb5): build and the targets after it use
+# it and build no krb5 of their own.
+KRB5_DEP := $(if $(filter $(BUILD)/krb5,$(KRB5_PREFIX)),krb5,)
+build: deps $(KRB5_DEP)
 	@cmake -S . -B $(CMAKE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DKRB5_PREFIX=$(KRB5_PREFIX) >/dev/null
 	@cmake --build $(CMAKE_BUILD) -j $(JOBS)
@@ -124,6 +129,16 @@ bench-replicas: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_REPLICAS)
 
+# Users whose aes256-cts-hmac-sha1-96 keys the cluster holds, servers in
+# the default (malicious) mode and in semi-honest: Debian's /usr/bin/kinit,
+# one client, without and with FAST (kinit -T); their login storm beside a
+# storm of users whose keys are in the KDB (krbtgt-only), same realm
+# (build/bench/cts.json; bench_results.py's "cts" section and targets).
+BENCH_CTS_USERS ?= 200
+bench-cts: build
+	@$(BENCH_SNAPSHOT)
+	@$(BENCH_CTS)
+
 # The KDC, the three MPC servers and the clients in their own network
 # namespaces (10.77.0.0/24 inside them only), netem delay and rate.
 NETNS_RTT_MS ?= 0.13
@@ -160,6 +175,7 @@ BENCH_NETNS   = $(BENCH_ENV) $(PYTHON) integration-tests/bench/netns_bench.py --
                 --rate $(NETNS_RATE)
 BENCH_RESULTS = $(PYTHON) integration-tests/bench/bench_results.py
 BENCH_REPLICAS = $(BENCH_ENV) $(PYTHON) integration-tests/bench/replica_bench.py
+BENCH_CTS     = $(BENCH_ENV) $(PYTHON) integration-tests/bench/cts_bench.py --users $(BENCH_CTS_USERS)
 
 # All of it in one go after one build (the same binaries throughout; < 18 min
 # on a 2-core machine, the build not counted), the soak three times in a row
@@ -171,11 +187,13 @@ bench: BENCH_SOAK_RUNS = 3
 bench: build
 	@$(BENCH_SNAPSHOT)
 	@start=$$(date +%s); \
-	rm -f $(BUILD)/bench/soak.json $(BUILD)/bench/netns.json $(BUILD)/bench/results.json; \
+	rm -f $(BUILD)/bench/soak.json $(BUILD)/bench/netns.json $(BUILD)/bench/cts.json \
+	  $(BUILD)/bench/results.json; \
 	$(BENCH_MPC); \
 	$(BENCH_STORM); \
 	$(BENCH_SOAK) || echo "bench: the soak did not pass (above)"; \
 	$(BENCH_REPLICAS) || echo "bench: the replicas step failed (above)"; \
+	$(BENCH_CTS) || echo "bench: the aes256-cts step failed (above)"; \
 	el=$$(( $$(date +%s) - start )); \
 	if [ $$el -lt $(BENCH_NETNS_AFTER_S) ]; then \
 	  $(BENCH_NETNS) || echo "bench: the netns step failed (above)"; \

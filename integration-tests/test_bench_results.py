@@ -248,6 +248,73 @@ def test_malicious_mode_beside_semi_honest(tmp_path):
     assert "malicious" not in res["mpc_microbench"]
 
 
+def cts_mode(p50, fast_p50=None, cts_peak=120.0, kdb_peak=2000.0):
+    """cts_bench.py's section of one mode (fast_p50 None: kinit -T failed)."""
+    fast = ({"n": 20, "p50_ms": fast_p50, "p99_ms": fast_p50 * 1.5, "failed": 0, "errors": []}
+            if fast_p50 else {"n": 0, "p50_ms": None, "p99_ms": None, "failed": 3,
+                              "errors": ["kinit: A service is not available that is "
+                                         "required to process the request"]})
+    storm = {"cts": {"peak_logins_per_s": cts_peak, "cpu_us_per_login": {"krb5kdc": 900.0}},
+             "kdb": {"peak_logins_per_s": kdb_peak, "cpu_us_per_login": {"krb5kdc": 300.0}},
+             "ratio_cts_to_krbtgt_only": round(cts_peak / kdb_peak, 3)}
+    return {"loadavg_before": 1.0, "loadavg_after": 1.5,
+            "one_client": {"cold_first_login": {"ms": 900.0, "ok": True},
+                           "cts": {"n": 40, "p50_ms": p50, "p99_ms": p50 * 1.4, "failed": 0},
+                           "kdb": {"n": 40, "p50_ms": 9.0, "p99_ms": 12.0, "failed": 0},
+                           "fast": fast, "ands_per_login": 342331,
+                           "and_rounds_per_login": 2914},
+            "storm": storm}
+
+
+def test_cts_users_rows(tmp_path):
+    """cts.json (cts_bench.py) becomes results.json's "cts" section and
+    issue 39's rows per mode: kinit p50 against 200 ms malicious / 150 ms
+    semi-honest, with FAST 300 / 250 (a failed kinit -T a miss with its
+    error), the storm ratio against 0.5; the other targets unaffected."""
+    d = str(tmp_path)
+    write_inputs(d)
+    cts = {"when": "2026-11-26T03:00:00+00:00", "machine": {"cores": 2},
+           "modes": {"malicious": cts_mode(190.0, cts_peak=1100.0),
+                     "semi-honest": cts_mode(160.0, fast_p50=240.0)}}
+    with open(os.path.join(d, "cts.json"), "w") as f:
+        json.dump(cts, f)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    m = res["cts"]["modes"]
+    assert m["malicious"]["ands_per_login"] == 342331
+    assert m["malicious"]["and_rounds_per_login"] == 2914
+    assert m["semi-honest"]["storm_ratio"] == pytest.approx(0.06)
+    rows = {t["what"]: t for t in res["targets"] if "aes256-cts" in t["what"]}
+    assert len(rows) == 6, rows
+    got = {w: t["met"] for w, t in rows.items()}
+    assert got == {
+        "aes256-cts user, Debian's kinit, one client (malicious servers): p50 <= 200 ms": True,
+        "aes256-cts user, Debian's kinit, one client (malicious servers): "
+        "p50 with FAST (kinit -T) <= 300 ms": False,
+        "aes256-cts users' storm peak >= 0.5x the krbtgt-only storm's "
+        "(malicious servers, same realm)": True,
+        "aes256-cts user, Debian's kinit, one client (semi-honest servers): p50 <= 150 ms": False,
+        "aes256-cts user, Debian's kinit, one client (semi-honest servers): "
+        "p50 with FAST (kinit -T) <= 250 ms": True,
+        "aes256-cts users' storm peak >= 0.5x the krbtgt-only storm's "
+        "(semi-honest servers, same realm)": False}, got
+    fast_miss = [t for w, t in rows.items() if "malicious" in w and "FAST" in w][0]
+    assert "no FAST login: 3 failed" in fast_miss["measured"]
+    assert "342,331 ANDs, 2,914 AND rounds" in "".join(t["measured"] for t in rows.values())
+    assert res["targets"][0]["met"]  # the storm target is unaffected
+    assert "aes256-cts users (keys in the cluster)" in p.stdout
+    # A mode whose run failed is reported, its rows missed.
+    cts["modes"]["semi-honest"] = {"error": "RealmError: kinit failed"}
+    with open(os.path.join(d, "cts.json"), "w") as f:
+        json.dump(cts, f)
+    assert run_writer(d).returncode == 0
+    res = json.load(open(os.path.join(d, "results.json")))
+    rows = [t for t in res["targets"] if "semi-honest servers" in t["what"]]
+    assert len(rows) == 3 and not any(t["met"] for t in rows)
+    assert "kinit failed" in rows[0]["measured"]
+
+
 def test_stock_swept_before_and_after_kmpc(tmp_path):
     """storm_bench.py --bracket: stock/headline swept again right after
     kmpc/headline; the ratio is taken against the mean of the two stock

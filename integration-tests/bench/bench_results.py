@@ -11,6 +11,9 @@ Reads what the earlier steps wrote into build/bench:
   netns.json  integration-tests/bench/netns_bench.py (the same realm across network
               namespaces), optional
   mpc.json    integration-tests/bench/bench-mpc.sh (MPC micro-benchmark), optional
+  cts.json    integration-tests/bench/cts_bench.py (users with MPC-held aes256-cts
+              keys: Debian's kinit, one client, with and without FAST; their
+              storm against the krbtgt-only storm; both modes), optional
 and writes build/bench/results.json:
   {"kmpc":  {"peak_logins_per_s", "p50_ms_one_client", "p99_ms_at_90pct",
              "errors", ...},
@@ -54,6 +57,12 @@ TARGET_KDC_CPU_RATIO = 1.3
 # kmpc_kdc_exchanges_total).
 TARGET_RUNS_PER_EXCHANGE = 1
 RUNS_KINDS = ("as", "tgs", "renew", "forward")
+# Issue 39: users whose aes256-cts key the cluster holds, Debian's kinit,
+# one client, p50 (ms) by server mode, without and with FAST (kinit -T);
+# their storm's peak against the krbtgt-only storm's, same mode.
+TARGET_CTS_P50_MS = {"semi-honest": 150.0, "malicious": 200.0}
+TARGET_CTS_FAST_P50_MS = {"semi-honest": 250.0, "malicious": 300.0}
+TARGET_CTS_STORM_RATIO = 0.5
 
 
 def load(path):
@@ -254,8 +263,85 @@ def build(bench_dir):
         res["ratio_malicious_to_kmpc"] = (r(pm["peak_logins_per_s"] / base)
                                           if pm["peak_logins_per_s"] is not None and base
                                           else None)
+    cts = load(os.path.join(bench_dir, "cts.json"))
+    if cts:
+        res["cts"] = cts_side(cts)
+        res["generated_from"]["cts"] = True
     res["targets"] = targets(res)
     return res
+
+
+def cts_side(cts):
+    """cts.json (cts_bench.py) -> results' "cts": per mode, the one-client
+    figures with and without FAST, ANDs and AND rounds per login, the two
+    storms' peaks and their ratio."""
+    out = {"when": cts.get("when"), "machine": cts.get("machine"), "modes": {}}
+    for mode, m in (cts.get("modes") or {}).items():
+        if "error" in m:
+            out["modes"][mode] = {"error": m["error"]}
+            continue
+        one = m.get("one_client") or {}
+        st = m.get("storm") or {}
+        peak = {k: (st.get(k) or {}).get("peak_logins_per_s") for k in ("cts", "kdb")}
+        out["modes"][mode] = {
+            "one_client_p50_ms": (one.get("cts") or {}).get("p50_ms"),
+            "one_client_p99_ms": (one.get("cts") or {}).get("p99_ms"),
+            "one_client_failed": (one.get("cts") or {}).get("failed"),
+            "krbtgt_only_one_client_p50_ms": (one.get("kdb") or {}).get("p50_ms"),
+            "fast_p50_ms": (one.get("fast") or {}).get("p50_ms"),
+            "fast_p99_ms": (one.get("fast") or {}).get("p99_ms"),
+            "fast_failed": (one.get("fast") or {}).get("failed"),
+            "fast_errors": (one.get("fast") or {}).get("errors"),
+            "cold_first_login": one.get("cold_first_login"),
+            "ands_per_login": one.get("ands_per_login"),
+            "and_rounds_per_login": one.get("and_rounds_per_login"),
+            "storm_peak_logins_per_s": peak["cts"],
+            "krbtgt_only_storm_peak_logins_per_s": peak["kdb"],
+            "storm_ratio": st.get("ratio_cts_to_krbtgt_only"),
+            "storm_cpu_us_per_login": (st.get("cts") or {}).get("cpu_us_per_login"),
+            "krbtgt_only_storm_cpu_us_per_login": (st.get("kdb") or {}).get("cpu_us_per_login"),
+            "loadavg": [m.get("loadavg_before"), m.get("loadavg_after")],
+        }
+    return out
+
+
+def cts_targets(res):
+    """Issue 39's rows, per mode (malicious first: the default)."""
+    modes = (res.get("cts") or {}).get("modes") or {}
+    out = []
+    for mode in ("malicious", "semi-honest"):
+        m = modes.get(mode) or {}
+        err = m.get("error")
+        what = f"aes256-cts user, Debian's kinit, one client ({mode} servers)"
+        for key, bound, label in (("one_client_p50_ms", TARGET_CTS_P50_MS[mode], "p50"),
+                                  ("fast_p50_ms", TARGET_CTS_FAST_P50_MS[mode],
+                                   "p50 with FAST (kinit -T)")):
+            v = m.get(key)
+            row = bound_row(f"{what}: {label} <= {bound:g} ms", v, bound, ".1f",
+                            "not measured" + (f" ({err[:120]})" if err else ""))
+            if key == "one_client_p50_ms" and v is not None:
+                row["measured"] += (f" (p99 {fmt(m.get('one_client_p99_ms'), '.1f')} ms; "
+                                    f"{fmt(m.get('ands_per_login'), ',.0f')} ANDs, "
+                                    f"{fmt(m.get('and_rounds_per_login'), ',.0f')} AND rounds "
+                                    f"per login; krbtgt-only user "
+                                    f"{fmt(m.get('krbtgt_only_one_client_p50_ms'), '.1f')} ms)")
+            if key == "fast_p50_ms" and v is None and m.get("fast_failed"):
+                row["measured"] = (f"no FAST login: {m['fast_failed']} failed ("
+                                   + "; ".join((m.get("fast_errors") or [])[:1])[-160:] + ")")
+            out.append(row)
+        q = m.get("storm_ratio")
+        out.append({
+            "what": (f"aes256-cts users' storm peak >= {TARGET_CTS_STORM_RATIO:g}x the "
+                     f"krbtgt-only storm's ({mode} servers, same realm)"),
+            "measured": ("not measured" if q is None else
+                         f"{m['storm_peak_logins_per_s']:.0f} vs "
+                         f"{m['krbtgt_only_storm_peak_logins_per_s']:.0f} logins/s = {q:.3f}"),
+            "met": bool(q is not None and q >= TARGET_CTS_STORM_RATIO),
+            "miss_by": (None if q is not None and q >= TARGET_CTS_STORM_RATIO
+                        else "not measured" if q is None
+                        else f"{TARGET_CTS_STORM_RATIO - q:.3f} of the krbtgt-only peak"),
+        })
+    return out
 
 
 def soak_row(run):
@@ -442,6 +528,8 @@ def targets(res):
             "miss_by": None if soak.get("pass") else "see soak.per_run",
         })
     out.insert(1, runs_target(res))
+    if res.get("cts"):
+        out += cts_targets(res)
     return out
 
 
@@ -592,6 +680,21 @@ def print_table(res, out_path):
             if v:
                 p(f"  {label:36s} {v['logins_per_s']:7.0f}/s p50 {v['p50_ms']:8.2f} ms "
                   f"p99 {v['p99_ms']:8.2f} ms failed {v['failed']} dropped {v['dropped']}")
+    cts = (res.get("cts") or {}).get("modes") or {}
+    if cts:
+        p("aes256-cts users (keys in the cluster), Debian's kinit (cts.json):")
+        for mode, m in cts.items():
+            if "error" in m:
+                p(f"  {mode:11s} failed: {m['error'][:200]}")
+                continue
+            p(f"  {mode:11s} one client p50 {fmt(m['one_client_p50_ms'], '.1f', ' ms')} "
+              f"p99 {fmt(m['one_client_p99_ms'], '.1f', ' ms')} (krbtgt-only user "
+              f"{fmt(m['krbtgt_only_one_client_p50_ms'], '.1f', ' ms')}); FAST p50 "
+              f"{fmt(m['fast_p50_ms'], '.1f', ' ms')}; {fmt(m['ands_per_login'], ',.0f')} ANDs, "
+              f"{fmt(m['and_rounds_per_login'], ',.0f')} rounds per login; storm peak "
+              f"{fmt(m['storm_peak_logins_per_s'], '.0f')} vs krbtgt-only "
+              f"{fmt(m['krbtgt_only_storm_peak_logins_per_s'], '.0f')} logins/s = "
+              f"{fmt(m['storm_ratio'], '.3f', 'x')}")
     p("targets:")
     for t in res["targets"]:
         p(f"  [{'met ' if t['met'] else 'MISS'}] {t['what']}: {t['measured']}"

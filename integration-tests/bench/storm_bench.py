@@ -483,6 +483,8 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
         args += ["-t", str(GEN_THREADS)]  # clamped to -c by the tool
     if "-r" in args and "--tick-us" not in args:
         args += ["--tick-us", str(OPEN_LOOP_TICK_US)]
+    if getattr(target, "transport", None) and "--transport" not in args:
+        args += ["--transport", target.transport]
     argv += args
     ports = getattr(target, "udp_ports", [])
     counters = getattr(target, "mpc_counters", None)

@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "prometheus/exposer.h"
+#include "engine/cts_jobs.h"
 #include "engine/engine.h"
 #include "net/tls_ring.h"
 #include "service/auth.h"
@@ -162,6 +163,10 @@ ABSL_FLAG(int, breaker_deviations, 3,
           "STORE_DIR/breaker-open across restarts; 0 = never opens");
 ABSL_FLAG(absl::Duration, breaker_window, absl::Minutes(10),
           "the deviation breaker's window (e.g. 600s, 10m)");
+ABSL_FLAG(bool, cts_precompile, true,
+          "compile in the background at start the aes*-cts programs of the usual "
+          "kinit timestamps and of every shape this server compiled before "
+          "(STORE_DIR/cts-programs), so that first logins do not wait for them");
 ABSL_FLAG(int, verify_words, 0,
           "--security=malicious: AND words per check inside an AES wave (all "
           "three servers must run the same); 0 = the engine's default, 65536");
@@ -481,6 +486,30 @@ absl::StatusOr<kmpc::service::BreakerOptions> BreakerOptionsFromFlags() {
 
 }  // namespace
 
+static bool RequiredFlagMissing() {
+  for (const auto* f : {&FLAGS_cert, &FLAGS_key, &FLAGS_ca, &FLAGS_store_dir,
+                        &FLAGS_ring_prev})
+    if (absl::GetFlag(*f).empty()) return true;
+  return false;
+}
+
+// The aes*-cts programs a first login would otherwise compile inside its
+// batch (engine/cts_jobs.h CtsProgramCache): the usual timestamp shapes and
+// those this server compiled before, recorded in STORE_DIR/cts-programs.
+static void StartCtsPrecompile() {
+  auto& cache = kmpc::engine::CtsProgramCache::Shared();
+  const std::string path = absl::GetFlag(FLAGS_store_dir) + "/cts-programs";
+  std::vector<kmpc::engine::CtsProgramCache::Shape> shapes =
+      kmpc::engine::CtsProgramCache::UsualShapes();
+  for (const auto& s : kmpc::engine::CtsProgramCache::ReadShapes(path)) {
+    if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(s);
+  }
+  cache.RecordShapesTo(path);
+  if (!absl::GetFlag(FLAGS_cts_precompile)) return;
+  KMPC_LOG(INFO) << "compiling " << shapes.size() << " aes*-cts programs in the background";
+  cache.PrecompileInBackground(std::move(shapes));
+}
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("kmpc MPC server (one of three parties)");
   // No lock-graph bookkeeping on every absl::Mutex acquisition (Debian's
@@ -495,10 +524,8 @@ int main(int argc, char** argv) {
       return Fail(why);
   const int party = absl::GetFlag(FLAGS_party);
   if (party < 0 || party > 2) return Fail("--party must be 0, 1 or 2");
-  for (const auto* f : {&FLAGS_cert, &FLAGS_key, &FLAGS_ca, &FLAGS_store_dir,
-                        &FLAGS_ring_prev})
-    if (absl::GetFlag(*f).empty())
-      return Fail("--cert, --key, --ca, --store_dir and --ring_prev are required");
+  if (RequiredFlagMissing())
+    return Fail("--cert, --key, --ca, --store_dir and --ring_prev are required");
   auto engine_options = EngineOptionsFromFlags();
   if (!engine_options.ok()) return Fail(std::string(engine_options.status().message()));
   auto breaker_options = BreakerOptionsFromFlags();
@@ -543,6 +570,7 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(std::string(server.status().message()));
   auto exposer = StartMetricsExposer(metrics);
   if (!exposer.ok()) return Fail(std::string(exposer.status().message()));
+  StartCtsPrecompile();
   scheduler.Start();
   KMPC_LOG(INFO) << "party " << party << " listening on "
                  << absl::GetFlag(FLAGS_listen) << " (port " << port

@@ -222,46 +222,108 @@ struct Scratch {
       for (auto& b : job) share::Wipe(b.data(), 8 * b.size());
     }
     for (auto* a : {&x, &y, &z}) {
-      for (auto& b : *a) share::Wipe(b.data(), 8 * b.size());
+      for (auto& b : *a) share::Wipe(b.data(), 8 * b.capacity());
     }
   }
 };
 
+// b sized n, zero-filled if zero; storage it leaves is wiped first (an AND
+// layer's operands are shares).
+void Fit(std::vector<uint64_t>& b, size_t n, bool zero) {
+  if (n > b.capacity()) {
+    share::Wipe(b.data(), 8 * b.capacity());
+    b.clear();
+    b.reserve(std::max(n, 2 * b.capacity()));
+  }
+  if (zero) {
+    b.assign(n, 0);
+  } else {
+    b.resize(n);
+  }
+}
+
+// Bits of a wire word that a job of few lanes packs per gate into an AND
+// layer's message (Job::lanes): the lanes rounded up to a power of two, so
+// that 64 / width gates share a word; 0 when the job is not packed (wn > 1,
+// or more than 32 lanes: a word per gate is as dense).
+size_t PackWidth(const Job& j) {
+  if (j.wn != 1 || j.lanes == 0 || j.lanes > 32) return 0;
+  size_t w = 1;
+  while (w < j.lanes) w <<= 1;
+  return w;
+}
+
 // AND layer d of every job that has one, as one engine call (one message).
+// The operands of unpacked jobs go as their wn words per gate; those of
+// packed jobs (PackWidth) as `width` bits per gate, 64 / width gates to a
+// word, after them: a login's one lane costs a bit per AND on the ring and
+// in the malicious check's log, not a word. AND is bitwise, so which bit
+// carries which gate changes nothing but the count of words; every party
+// packs alike (the layout depends on the programs and lane counts only).
+// Bits past a job's lanes carry what the lanes above it held: nothing a
+// lane reads (every gate is lane-wise).
 absl::Status RunAndLayer(absl::Span<const Job> jobs, size_t d, Engine& e, Scratch& s) {
   const int comps = e.comps();
-  size_t words = 0;
+  size_t words = 0, packed_gates = 0, width = 0;
   for (const Job& j : jobs) {
-    if (d < j.program->layers.size()) words += j.program->layers[d].ands.size() / 3 * j.wn;
+    if (d >= j.program->layers.size()) continue;
+    const size_t gates = j.program->layers[d].ands.size() / 3;
+    if (PackWidth(j) != 0) {
+      packed_gates += gates;
+      width = std::max(width, PackWidth(j));
+    } else {
+      words += gates * j.wn;
+    }
   }
-  if (words == 0) return absl::OkStatus();
+  const size_t per_word = width ? 64 / width : 1;
+  const uint64_t mask = width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+  const size_t packed_words = (packed_gates + per_word - 1) / per_word;
+  const size_t total = words + packed_words;
+  if (total == 0) return absl::OkStatus();
   for (int c = 0; c < comps; ++c) {
-    s.x[c].resize(words);
-    s.y[c].resize(words);
-    s.z[c].resize(words);
-    size_t at = 0;
+    Fit(s.x[c], total, true);
+    Fit(s.y[c], total, true);
+    Fit(s.z[c], total, false);
+    size_t at = 0, bit = 0;
     for (size_t k = 0; k < jobs.size(); ++k) {
       if (d >= jobs[k].program->layers.size()) continue;
       const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
+      const uint64_t* v = s.v[k][c].data();
       const size_t wn = jobs[k].wn;
+      if (PackWidth(jobs[k]) != 0) {
+        for (size_t g = 0; g < ands.size(); g += 3, ++bit) {
+          const size_t w = words + bit / per_word, sh = (bit % per_word) * width;
+          s.x[c][w] |= (v[ands[g + 1]] & mask) << sh;
+          s.y[c][w] |= (v[ands[g + 2]] & mask) << sh;
+        }
+        continue;
+      }
       for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
-        std::copy_n(&s.v[k][c][ands[g + 1] * wn], wn, &s.x[c][at]);
-        std::copy_n(&s.v[k][c][ands[g + 2] * wn], wn, &s.y[c][at]);
+        std::copy_n(&v[ands[g + 1] * wn], wn, &s.x[c][at]);
+        std::copy_n(&v[ands[g + 2] * wn], wn, &s.y[c][at]);
       }
     }
   }
   const size_t c1 = comps - 1;
   absl::Status st = e.AndLayer({s.x[0].data(), s.x[c1].data()}, {s.y[0].data(), s.y[c1].data()},
-                               {s.z[0].data(), s.z[c1].data()}, words);
+                               {s.z[0].data(), s.z[c1].data()}, total);
   if (!st.ok()) return st;
   for (int c = 0; c < comps; ++c) {
-    size_t at = 0;
+    size_t at = 0, bit = 0;
     for (size_t k = 0; k < jobs.size(); ++k) {
       if (d >= jobs[k].program->layers.size()) continue;
       const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
+      uint64_t* v = s.v[k][c].data();
       const size_t wn = jobs[k].wn;
+      if (PackWidth(jobs[k]) != 0) {
+        for (size_t g = 0; g < ands.size(); g += 3, ++bit) {
+          const size_t w = words + bit / per_word, sh = (bit % per_word) * width;
+          v[ands[g]] = (s.z[c][w] >> sh) & mask;
+        }
+        continue;
+      }
       for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
-        std::copy_n(&s.z[c][at], wn, &s.v[k][c][ands[g] * wn]);
+        std::copy_n(&s.z[c][at], wn, &v[ands[g] * wn]);
       }
     }
   }

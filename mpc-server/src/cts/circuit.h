@@ -172,11 +172,16 @@ absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
 // and the sum of their ANDs; each job has its own lanes (wn words per
 // wire) and shape (a login's timestamp decryption beside its reply's
 // encryption, or logins of different message lengths). Sizes as Evaluate.
+// lanes: how many lanes (bits 0 .. lanes-1 of each word, wn == 1) the job
+// uses; 0 = all of them. A job of at most 32 lanes has its AND operands
+// packed (several gates to a word) on the ring; the outputs' bits past
+// `lanes` are then unspecified.
 struct Job {
   const Program* program;
   size_t wn;
   std::array<absl::Span<const uint64_t>, 2> in;
   std::array<absl::Span<uint64_t>, 2> out;
+  size_t lanes = 0;
 };
 absl::Status EvaluateAll(absl::Span<const Job> jobs, Engine& e);
 

@@ -22,6 +22,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -58,8 +60,33 @@ class CtsProgramCache {
   size_t bytes() const;
   size_t size() const;  // programs held
 
- private:
+  // (job type, nr (0 for CHECKSUM), n), as Get takes them.
   using Shape = std::tuple<int, int, size_t>;
+
+  // A program compiled inside a batch delays the batch by its compile time
+  // (~90 ms for a 300-byte reply on an idle core, seconds on a loaded host:
+  // past the KDC module's deadline_ms), so a server compiles the shapes it
+  // expects before the first batch needs them:
+  // Every shape compiled from now on (by Get or in the background) is
+  // appended to path, one "type nr n" line: public lengths of what the KDC
+  // sent. Empty: none recorded.
+  void RecordShapesTo(const std::string& path);
+  // The most recent distinct shapes of such a file, at most kMaxPrograms / 2,
+  // oldest first; lines that are no shape Get accepts are skipped.
+  static std::vector<Shape> ReadShapes(const std::string& path);
+  // The timestamp DECRYPTs of MIT's and Heimdal's kinit under both key
+  // sizes: PA-ENC-TS-ENC with microseconds of three bytes (from 32,768 on:
+  // ~97% of logins), conf || P of 44 bytes.
+  static std::vector<Shape> UsualShapes();
+  // Compiles each shape not held yet on a thread of its own at nice +10
+  // (behind the batches' threads); returns at once. Get meanwhile works as
+  // before (a shape asked for before its turn is compiled there).
+  void PrecompileInBackground(std::vector<Shape> shapes);
+  // Waits for the background compiles started so far (tests, shutdown).
+  void WaitPrecompiled();
+  ~CtsProgramCache();
+
+ private:
   struct Entry {
     std::shared_ptr<const cts::Program> program;
     size_t bytes;
@@ -70,6 +97,21 @@ class CtsProgramCache {
   std::list<Shape> lru_;  // most recent first
   size_t bytes_ = 0;
   std::atomic<uint64_t> hits_{0}, misses_{0};
+  std::string shapes_path_;  // guarded by mu_
+  std::vector<std::thread> precompilers_;  // guarded by mu_
+
+  // Inserts a compiled program (the first of two racing compiles stays).
+  std::shared_ptr<const cts::Program> Insert(const Shape& shape, cts::Program p);
+};
+
+// The aes*-cts circuits this process evaluated (RunCtsTasks calls that
+// succeeded): ANDs summed over the lanes (each lane a job), AND rounds
+// (each call takes its deepest program's depth) and calls. Public: program
+// sizes and lane counts. service/metrics.h renders them as
+// kmpc_cts_ands_total, kmpc_cts_and_rounds_total, kmpc_cts_evaluations_total.
+struct CtsCircuitCounters {
+  std::atomic<uint64_t> ands{0}, rounds{0}, evaluations{0};
+  static CtsCircuitCounters& Shared();
 };
 
 // Heap bytes of a compiled program's gate lists.

@@ -65,6 +65,16 @@ Metrics::Metrics(int party)
                       "compiles a circuit");
   cts_hits_ = &cts.Add({{"result", "hit"}});
   cts_misses_ = &cts.Add({{"result", "miss"}});
+  cts_ands_ = &counter("kmpc_cts_ands_total",
+                       "AND gates of the aes*-cts circuits evaluated, summed over jobs")
+                   .Add({});
+  cts_rounds_ = &counter("kmpc_cts_and_rounds_total",
+                         "AND rounds of the aes*-cts circuit evaluations (each its "
+                         "deepest program's depth)")
+                     .Add({});
+  cts_evaluations_ = &counter("kmpc_cts_evaluations_total",
+                              "evaluations of aes*-cts circuits (one per batch with such jobs)")
+                         .Add({});
   ring_bytes_ = &counter("kmpc_ring_bytes_sent_total",
                          "bytes this party sent on the ring")
                      .Add({});
@@ -128,6 +138,10 @@ std::string Metrics::Render() const {
   cts_hits_->Increment(std::max(0.0, static_cast<double>(cache.hits()) - cts_hits_->Value()));
   cts_misses_->Increment(
       std::max(0.0, static_cast<double>(cache.misses()) - cts_misses_->Value()));
+  const engine::CtsCircuitCounters& cc = engine::CtsCircuitCounters::Shared();
+  for (auto [c, v] : {std::pair{cts_ands_, cc.ands.load()}, std::pair{cts_rounds_, cc.rounds.load()},
+                      std::pair{cts_evaluations_, cc.evaluations.load()}})
+    c->Increment(std::max(0.0, static_cast<double>(v) - c->Value()));
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (auto& f : process_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);

@@ -85,6 +85,12 @@ class Metrics {
   // process's engine::CtsProgramCache when rendered.
   prometheus::Counter* cts_hits_;
   prometheus::Counter* cts_misses_;
+  // kmpc_cts_ands_total, kmpc_cts_and_rounds_total,
+  // kmpc_cts_evaluations_total: engine::CtsCircuitCounters, brought up
+  // likewise.
+  prometheus::Counter* cts_ands_;
+  prometheus::Counter* cts_rounds_;
+  prometheus::Counter* cts_evaluations_;
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;
   prometheus::Histogram* latency_[kKinds];

@@ -9,11 +9,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
 #include <memory>
 #include <string>
+
+#include <unistd.h>
 
 #include "cts/cts.h"
 #include "cts/dealer.h"
@@ -420,6 +424,46 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
   EXPECT_EQ(cache.misses(), m1 + 1);
   EXPECT_LE(cache.size(), CtsProgramCache::kMaxPrograms);
   EXPECT_LE(cache.bytes(), CtsProgramCache::kMaxBytes);
+}
+
+// A server compiles the shapes it expects before a batch needs them:
+// RecordShapesTo appends every shape compiled (not a hit), ReadShapes reads
+// them back (distinct, oldest first, lines of no valid shape skipped), and
+// PrecompileInBackground compiles them so that the next Get hits.
+TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
+  const std::string path =
+      ::testing::TempDir() + "/cts-programs-" + std::to_string(::getpid());
+  std::remove(path.c_str());
+  {
+    CtsProgramCache cache;
+    cache.RecordShapesTo(path);
+    ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 20).ok());
+    ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 14, 50).ok());
+    ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 20).ok());
+    EXPECT_EQ(cache.hits(), 1u);
+  }
+  {
+    std::ofstream f(path, std::ios::app);
+    f << pb::JOB_DECRYPT << " 12 40\n" << pb::JOB_PAD << " 14 40\n"
+      << pb::JOB_ENCRYPT << " 14 8\n" << pb::JOB_DECRYPT << " 10 20\n";
+  }
+  const std::vector<CtsProgramCache::Shape> shapes = CtsProgramCache::ReadShapes(path);
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(shapes[0], (CtsProgramCache::Shape{pb::JOB_CHECKSUM, 0, 50}));
+  EXPECT_EQ(shapes[1], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 10, 20}));
+  CtsProgramCache fresh;
+  fresh.PrecompileInBackground(shapes);
+  fresh.WaitPrecompiled();
+  EXPECT_EQ(fresh.size(), 2u);
+  ASSERT_TRUE(fresh.Get(pb::JOB_DECRYPT, 10, 20).ok());
+  ASSERT_TRUE(fresh.Get(pb::JOB_CHECKSUM, 0, 50).ok());
+  EXPECT_EQ(fresh.hits(), 2u);
+  EXPECT_EQ(fresh.misses(), 0u);
+  for (const auto& s : CtsProgramCache::UsualShapes()) {
+    EXPECT_EQ(std::get<0>(s), pb::JOB_DECRYPT);
+    EXPECT_TRUE(fresh.Get(pb::JOB_DECRYPT, std::get<1>(s), std::get<2>(s)).ok());
+  }
+  std::remove(path.c_str());
 }
 
 // Review finding (cts_jobs.cc RunCtsTasks): lanes were grouped by the

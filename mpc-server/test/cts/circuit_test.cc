@@ -189,5 +189,51 @@ TEST(Circuit, JobsShareRounds) {
   }
 }
 
+// A job of at most 32 lanes (Job::lanes) sends its AND operands packed,
+// 64 / width gates to a word (width: the lanes rounded up to a power of
+// two): each layer's words as counted, and the outputs as unpacked, in the
+// clear beside an unpacked job and on shares in both modes (the malicious
+// check verifies the packed words).
+TEST(Circuit, FewLanesArePacked) {
+  for (size_t n : {1, 3, 32, 33}) {
+    std::vector<Bytes> lanes;
+    for (size_t l = 0; l < n; ++l) lanes.push_back(::kmpc::testing::Random(2));
+    const RandomCircuit r = MakeRandom(lanes, 20 + static_cast<uint32_t>(n));
+    std::vector<absl::Span<const uint8_t>> sp(lanes.begin(), lanes.end());
+    const size_t wn = (n + 63) / 64;
+    const auto in = PackLanes(sp, wn);
+    std::vector<uint64_t> out(64 * wn);
+    const Job job{&r.p, wn, {in, {}}, {absl::MakeSpan(out), {}}, n};
+    testing::CountingEngine e;
+    ASSERT_TRUE(EvaluateAll(absl::MakeConstSpan(&job, 1), e).ok());
+    size_t width = 1;
+    while (width < n) width <<= 1;
+    size_t want = 0;
+    for (const auto& layer : r.p.layers) {
+      const size_t gates = layer.ands.size() / 3;
+      want += n <= 32 ? (gates * width + 63) / 64 : gates * wn;
+    }
+    EXPECT_EQ(e.layers, r.p.depth) << n;
+    EXPECT_EQ(e.words, want) << n;
+    if (n == 1) EXPECT_LT(e.words * 4, r.p.ands) << "a lane costs a bit per AND, not a word";
+    for (size_t l = 0; l < n; ++l) {
+      for (size_t i = 0; i < 64; ++i) ASSERT_EQ(BitOf(UnpackLane(out, wn, l), i), r.expect[l][i]);
+    }
+    ::kmpc::testing::Rep3Cluster cl;
+    std::vector<testing::Views> views;
+    for (const Bytes& x : lanes) views.push_back(testing::DealViews(x));
+    for (bool malicious : {false, true}) {
+      std::array<absl::Status, 3> st;
+      const auto o = testing::RunShared({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()},
+                                        r.p, views, malicious, &st);
+      for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+      ASSERT_EQ(o.size(), n);
+      for (size_t l = 0; l < n; ++l) {
+        for (size_t i = 0; i < 64; ++i) ASSERT_EQ(BitOf(o[l], i), r.expect[l][i]) << n;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kmpc::cts

@@ -114,7 +114,10 @@ inline absl::Status RunPartyJobs(protocol::Rep3& r, const std::vector<const Prog
       in[j][k] = PackLanes(spans, wn);
       o[j][k].assign(p[j]->outputs * wn, 0);
     }
-    jobs.push_back({p[j], wn, {in[j][0], in[j][1]}, {absl::MakeSpan(o[j][0]), absl::MakeSpan(o[j][1])}});
+    // The lane count, as engine/cts_jobs.cc gives it: jobs of at most 32
+    // lanes run packed (circuit.h Job::lanes).
+    jobs.push_back({p[j], wn, {in[j][0], in[j][1]}, {absl::MakeSpan(o[j][0]), absl::MakeSpan(o[j][1])},
+                    lanes[j].size()});
   }
   r.set_log(log);
   ShareEngine e(r, g_verify_words);

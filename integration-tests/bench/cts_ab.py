@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""A/B of two builds on the aes256-cts users' one-client login
+(cts_bench.py --no-storm): alternated, the order swapped every round, each
+side a fresh realm of its build's binaries (KMPC_CMAKE_BUILD), both server
+modes; prints each round's Debian-kinit p50/p99, the cold first login, the
+ANDs and AND rounds per login and the load average beside them.
+
+Usage: cts_ab.py --a DIR --b DIR [--rounds 2] [--logins 20]
+                 [--modes malicious,semi-honest]
+DIR: a build tree (or a make bench snapshot) holding mpc-server/ and
+kdc-plugin/ binaries.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_side(build, modes, logins, out):
+    env = dict(os.environ, KMPC_CMAKE_BUILD=build,
+               KMPC_MPC_BIN_DIR=os.path.join(build, "mpc-server"),
+               KMPC_STORM=os.path.join(build, "mpc-server", "kmpc-storm"))
+    p = subprocess.run([sys.executable, os.path.join(HERE, "cts_bench.py"), "--no-storm",
+                        "--modes", modes, "--logins", str(logins), "--out", out],
+                       env=env, capture_output=True, text=True, timeout=1800)
+    try:
+        with open(out) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"modes": {}, "error": p.stderr[-2000:]}
+
+
+def row(label, rnd, mode, sec, load):
+    if "error" in sec:
+        return f"{rnd:>5} {label:2s} {mode:11s} error: {sec['error'][:100]}"
+    one = sec["one_client"]
+    c = one["cts"]
+    cold = one["cold_first_login"]
+    return (f"{rnd:>5} {label:2s} {mode:11s} p50 {c['p50_ms']:8.1f} ms  p99 {c['p99_ms']:8.1f} ms"
+            f"  failed {c['failed']:2d}  cold {cold['ms']:7.1f} ms {'ok' if cold['ok'] else 'FAILED'}"
+            f"  ANDs {one.get('ands_per_login', '-')}  rounds "
+            f"{one.get('and_rounds_per_login', '-')}  kdb p50 {one['kdb']['p50_ms']:.1f} ms"
+            f"  load {load:.1f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--a", required=True)
+    ap.add_argument("--b", required=True)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--logins", type=int, default=20)
+    ap.add_argument("--modes", default="malicious,semi-honest")
+    args = ap.parse_args()
+    print(f"A = {args.a}\nB = {args.b}", flush=True)
+    tmp = tempfile.mkdtemp(prefix="cts-ab-")
+    for rnd in range(1, args.rounds + 1):
+        order = (("A", args.a), ("B", args.b)) if rnd % 2 else (("B", args.b), ("A", args.a))
+        for label, build in order:
+            load = os.getloadavg()[0]
+            res = run_side(build, args.modes, args.logins,
+                           os.path.join(tmp, f"{rnd}-{label}.json"))
+            if not res["modes"]:
+                print(f"{rnd:>5} {label:2s} run failed: {res.get('error', '')[-300:]}")
+            for mode, sec in res["modes"].items():
+                print(row(label, rnd, mode, sec, load), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""Logins of users whose aes256-cts-hmac-sha1-96 key the cluster holds
+(issue 39 item 6): Debian's unmodified /usr/bin/kinit, one client, without
+and with FAST (kinit -T), and login storms (kmpc-storm) of such users
+beside a storm of ordinary users (keys in the KDB: only the krbtgt key in
+the cluster) in the same realm, same processes, same mode. Both modes: the
+servers' default (malicious) and --security=semi-honest.
+
+One realm per mode (kmpc_harness.kmpc_realm.KmpcRealm, the real kdcmpc
+module, its default options, metrics on):
+  ctsuser      password user, its aes256-cts key shared out (kmpc-admin
+               share --from-existing --enctype=aes256-cts-hmac-sha1-96):
+               the KDB holds a handle only; the one-client loop's user
+  kdbuser      password user, aes256-cts key in the KDB (krbtgt-only mode):
+               the same loop's baseline, alternated with ctsuser
+  cts0..N-1    random-key users as ctsuser, their keys in cts.keytab (the
+               storm's clients derive nothing: kmpc-storm uses the keytab)
+  kdb0..N-1    random-key users as kdbuser (kdb.keytab)
+  host/armor   a KDB key: the FAST armor ccache (kinit -k) for kinit -T
+The one-client figures are the wall time of /usr/bin/kinit (a process per
+login, as users run it; the kdbuser figure shows what that costs without
+MPC), the first (cold) login of the run apart. ANDs and AND rounds per
+login come from the servers' counters (kmpc_cts_ands_total,
+kmpc_cts_and_rounds_total, read with kmpc-mpc-client metrics; the clear engine's cost of the programs the
+servers ran) over the one-client loop, one login per Run.
+
+The storms use storm_bench.py's sweep (bench_settings: one client, closed
+loop saturation, open-loop sweep and bisection for the peak sustained
+rate), on targets wrapping the one realm, in alternation cts, kdb.
+
+Writes build/bench/cts.json and prints a table; bench_results.py turns it
+into results.json's "cts" section and its targets.
+
+Usage: cts_bench.py [--modes malicious,semi-honest] [--logins 40]
+                    [--users 200] [--quick] [--no-storm] [--out FILE]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from bench import storm_bench  # noqa: E402
+from kmpc_harness import realm as kmpc_realm  # noqa: E402
+
+CTS256 = "aes256-cts-hmac-sha1-96"
+CTS128 = "aes128-cts-hmac-sha1-96"
+ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc", CTS256, CTS128)
+STOCK_KINIT = "/usr/bin/kinit"
+MODES = {"malicious": "", "semi-honest": "--security=semi-honest"}
+ARMOR = "host/armor.kmpc.test"
+BENCH_DIR = storm_bench.BENCH_DIR
+
+# Issue 39's targets: one client with Debian's kinit, p50.
+TARGET_P50_MS = {"semi-honest": 150.0, "malicious": 200.0}
+TARGET_P50_FAST_MS = {"semi-honest": 250.0, "malicious": 300.0}
+TARGET_STORM_RATIO = 0.5  # cts storm peak / krbtgt-only storm peak, same mode
+
+CTS_COUNTERS = re.compile(r'^(kmpc_cts_ands_total|kmpc_cts_and_rounds_total|'
+                          r'kmpc_cts_evaluations_total)\{party="(\d)"\} (\S+)$', re.M)
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+
+
+def cts_counters(realm):
+    """Per server, {series: value} of the aes*-cts circuit counters
+    (kmpc-mpc-client metrics: the Admin.Metrics rendering brings them up
+    to date); None when they cannot be read (a build without them)."""
+    from kmpc_harness import cluster as kmpc_cluster
+    client = kmpc_cluster.find_built("mpc-server/kmpc-mpc-client", required=False)
+    if not client:
+        return None
+    c = realm.cluster
+    try:
+        p = subprocess.run([client, f"--servers={c.servers}", f"--certs={c.certs}",
+                            "metrics"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
+    out = [{}, {}, {}]
+    for name, party, v in CTS_COUNTERS.findall(p.stdout):
+        out[int(party)][name] = float(v)
+    return out if p.returncode == 0 and all(out) else None
+
+
+class Stock:
+    """Debian's MIT kinit with a krb5.conf of the realm's KDC naming only
+    the standard AES enctypes (what an unmodified client offers), a ccache
+    of its own; the environment scrubbed of KRB5*, KMPC*, LD_*."""
+
+    def __init__(self, realm, name):
+        self.realm = realm
+        d = realm.dir
+        self.conf = os.path.join(d, f"{name}-krb5.conf")
+        self.ccache = os.path.join(d, f"{name}.cc")
+        with open(self.conf, "w") as f:
+            f.write(f"[libdefaults]\n    default_realm = {realm.realm}\n"
+                    f"    dns_lookup_kdc = false\n    rdns = false\n"
+                    f"    default_tkt_enctypes = {CTS256} {CTS128}\n"
+                    f"    default_tgs_enctypes = {CTS256} {CTS128}\n"
+                    f"    permitted_enctypes = {CTS256} {CTS128}\n"
+                    f"[realms]\n    {realm.realm} = {{\n"
+                    f"        kdc = 127.0.0.1:{realm.kdc_port}\n    }}\n")
+        self.env = {k: v for k, v in realm.env.items()
+                    if not k.startswith(("KRB5", "KMPC", "LD_"))}
+        self.env.update(KRB5_CONFIG=self.conf, KRB5CCNAME="FILE:" + self.ccache,
+                        LC_ALL="C")
+
+    def timed(self, argv, input=None):
+        """(ms, returncode, output) of one run of /usr/bin/kinit argv."""
+        t0 = time.perf_counter()
+        p = subprocess.run([STOCK_KINIT, *argv], input=input, capture_output=True,
+                           text=True, env=self.env, timeout=60)
+        ms = (time.perf_counter() - t0) * 1e3
+        return ms, p.returncode, (p.stdout + p.stderr).strip()
+
+
+def add_random_users(r, fmt, n, keytab, share):
+    """n random-key users requiring pre-auth with aes256-cts keys, their keys
+    in keytab; share: then moved to the cluster as aes256-cts handles."""
+    names = [fmt.format(i) for i in range(n)]
+    cmds = [f"addprinc +requires_preauth -e {CTS256}:normal -randkey {u}" for u in names]
+    for i in range(0, n, 200):
+        cmds.append(f"ktadd -norandkey -k {keytab} " + " ".join(names[i:i + 200]))
+    out = r.run(["kadmin.local", "-r", r.realm], input="\n".join(cmds) + "\n", timeout=600)
+    if out.count("created.") != n:
+        raise kmpc_realm.RealmError(f"expected {n} principals:\n{out[-2000:]}")
+    os.chmod(keytab, 0o600)
+    for i in range(0, n if share else 0, 500):
+        r.admin("share", "--from-existing", f"--enctype={CTS256}", *names[i:i + 500])
+    return names
+
+
+def bring_up(workdir, mode, n_users):
+    """The mode's realm, KDC running; (realm, {name: password})."""
+    from kmpc_harness.kmpc_realm import KmpcRealm
+    extra = storm_bench.dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
+                                        disable_lockout="true")
+    r = KmpcRealm(workdir, module="real", enctypes=ENCTYPES, metrics=True,
+                  server_flags=MODES[mode], kdc_conf_extra=extra)
+    try:
+        r.create()
+        r.setup_krbtgt()
+        r.setup_warmup()
+        r.add_service(storm_bench.SERVICE)
+        pws = {"ctsuser": "cts-" + secrets.token_hex(12),
+               "kdbuser": "kdb-" + secrets.token_hex(12)}
+        for name, pw in pws.items():
+            r.addprinc(name, pw, enctypes=[CTS256])
+        r.admin("share", "--from-existing", f"--enctype={CTS256}", "ctsuser")
+        r.addprinc(ARMOR, enctypes=[CTS256], flags="")
+        r.armor_keytab = os.path.join(r.dir, "armor.keytab")
+        r.kadmin_local(f"ktadd -norandkey -k {r.armor_keytab} {ARMOR}")
+        r.cts_keytab = os.path.join(r.dir, "cts.keytab")
+        r.kdb_keytab = os.path.join(r.dir, "kdb.keytab")
+        if n_users:
+            add_random_users(r, "cts{}", n_users, r.cts_keytab, share=True)
+            add_random_users(r, "kdb{}", n_users, r.kdb_keytab, share=False)
+        r.start()
+    except BaseException:
+        r.stop()
+        raise
+    return r, pws
+
+
+def summary(lat):
+    return {"n": len(lat), "p50_ms": round(statistics.median(lat), 2) if lat else None,
+            "p99_ms": round(percentile(lat, 0.99), 2) if lat else None,
+            "min_ms": round(min(lat), 2) if lat else None,
+            "max_ms": round(max(lat), 2) if lat else None}
+
+
+def one_client(r, pws, logins, log):
+    """/usr/bin/kinit ctsuser and kdbuser in alternation, logins each,
+    after one cold ctsuser login (the servers' first program compiles);
+    then kinit -T with an armor ccache. Returns the section."""
+    c = Stock(r, "stock")
+    cold_ms, rc, out = c.timed(["ctsuser"], input=pws["ctsuser"] + "\n")
+    cold = {"ms": round(cold_ms, 1), "ok": rc == 0, "error": None if rc == 0 else out,
+            "failed_before_ok": 0}
+    while rc != 0 and cold["failed_before_ok"] < 5:
+        cold["failed_before_ok"] += 1
+        ms, rc, out = c.timed(["ctsuser"], input=pws["ctsuser"] + "\n")
+    if rc != 0:
+        raise kmpc_realm.RealmError(f"kinit ctsuser failed 6 times: {out}\n"
+                                    + r.logs()[-3000:])
+    log(f"  first cts login of the run (cold: the servers compile its programs): "
+        f"{cold_ms:.1f} ms, " + ("ok" if cold["ok"] else
+                                 f"FAILED ({cold['error'].splitlines()[-1]}), "
+                                 f"{cold['failed_before_ok']} failed before one passed"))
+    c0 = cts_counters(r)
+    m0 = storm_bench.mpc_metrics(r.cluster.servers, r.cluster.certs)
+    lat = {"ctsuser": [], "kdbuser": []}
+    fails = {"ctsuser": [], "kdbuser": []}
+    for _ in range(logins):
+        for name in ("ctsuser", "kdbuser"):
+            ms, rc, out = c.timed([name], input=pws[name] + "\n")
+            (lat[name] if rc == 0 else fails[name]).append(ms if rc == 0 else out)
+    c1 = cts_counters(r)
+    m1 = storm_bench.mpc_metrics(r.cluster.servers, r.cluster.certs)
+    sec = {"cold_first_login": cold,
+           "cts": {**summary(lat["ctsuser"]), "failed": len(fails["ctsuser"]),
+                   "errors": sorted(set(fails["ctsuser"]))[:3]},
+           "kdb": {**summary(lat["kdbuser"]), "failed": len(fails["kdbuser"]),
+                   "errors": sorted(set(fails["kdbuser"]))[:3]}}
+    n = len(lat["ctsuser"])
+    if c0 and c1 and n:
+        # Mean over the three parties; kdbuser's logins run no circuit.
+        d = {k: sum(c1[i].get(k, 0) - c0[i].get(k, 0) for i in range(3)) / 3
+             for k in ("kmpc_cts_ands_total", "kmpc_cts_and_rounds_total",
+                       "kmpc_cts_evaluations_total")}
+        sec["ands_per_login"] = round(d["kmpc_cts_ands_total"] / n)
+        sec["and_rounds_per_login"] = round(d["kmpc_cts_and_rounds_total"] / n)
+        sec["cts_evaluations_per_login"] = round(d["kmpc_cts_evaluations_total"] / n, 3)
+        # What the Run's rounds cost: the login's time over the krbtgt-only
+        # user's (the same kinit, KDC and Run but for the circuits), per
+        # AND round.
+        if sec["kdb"]["p50_ms"] is not None and sec["and_rounds_per_login"]:
+            sec["us_per_and_round"] = round(
+                (sec["cts"]["p50_ms"] - sec["kdb"]["p50_ms"]) * 1e3
+                / sec["and_rounds_per_login"], 1)
+    if m0 and m1:
+        per = storm_bench.mpc_per_login(m0, m1, 2 * n)
+        sec["ring_messages_per_login_pair_per_party"] = (
+            per and round(2 * per["ring_messages_per_login_per_party"], 1))
+    # FAST: an armor ccache from the host key, then kinit -T.
+    armor = os.path.join(r.dir, "armor.cc")
+    env = dict(c.env, KRB5CCNAME="FILE:" + armor)
+    p = subprocess.run([STOCK_KINIT, "-k", "-t", r.armor_keytab, ARMOR], env=env,
+                       capture_output=True, text=True, timeout=60)
+    fast, ffail = [], []
+    if p.returncode != 0:
+        ffail.append("armor ccache: " + (p.stdout + p.stderr).strip())
+    else:
+        for _ in range(max(3, logins // 2)):
+            ms, rc, out = c.timed(["-T", armor, "ctsuser"], input=pws["ctsuser"] + "\n")
+            (fast if rc == 0 else ffail).append(ms if rc == 0 else out)
+            if len(ffail) >= 3 and not fast:
+                break  # not served yet (FAST for these users): no point going on
+    sec["fast"] = {**summary(fast), "failed": len(ffail), "errors": sorted(set(ffail))[:3]}
+    cts, kdb, f = sec["cts"], sec["kdb"], sec["fast"]
+    log(f"  one client, /usr/bin/kinit: cts p50 {cts['p50_ms']} ms p99 {cts['p99_ms']} ms "
+        f"(failed {cts['failed']}); kdb p50 {kdb['p50_ms']} ms; FAST (kinit -T) "
+        + (f"p50 {f['p50_ms']} ms p99 {f['p99_ms']} ms" if f["n"] else "no login")
+        + (f", failed {f['failed']}: {f['errors'][:1]}" if f["failed"] else "")
+        + f"; ANDs/login {sec.get('ands_per_login')}, AND rounds/login "
+          f"{sec.get('and_rounds_per_login')}, ~{sec.get('us_per_and_round')} us per round")
+    return sec
+
+
+class SharedTarget(storm_bench.KmpcTarget):
+    """storm_bench's kmpc target on a realm this script owns: the cts users
+    (cts%d, their aes256-cts keys in the cluster) or the krbtgt-only users
+    (kdb%d, keys in the KDB). stop() leaves the realm running."""
+
+    def __init__(self, r, which, n_users, quick):
+        self.realm = r
+        self.metrics_urls = {"krb5kdc": r.kdc_metrics_url,
+                             **{f"mpc-server-{i}": r.cluster.metrics_url(i) for i in range(3)}}
+        self.n_users = n_users
+        self.keytab = r.cts_keytab if which == "cts" else r.kdb_keytab
+        self.principal_fmt = f"{which}%d@" + r.realm
+        self.service = f"{storm_bench.SERVICE}@{r.realm}"
+        self.env = r.env
+        self.watch = {"krb5kdc": r.kdc_proc.pid,
+                      **{f"mpc-server-{i}": r.cluster.pid(i) for i in range(3)}}
+        self.udp_ports = [r.kdc_port]
+        self.enctype = CTS256
+        self.module = r.module
+        self.achieved = "due"
+        self.extra_runs = False
+        self.warmup_s = 2.0
+        self.timeout_s = 10
+        self.point_s = 3 if quick else 5
+        self.min_rate = 2
+        # TCP for both storms: a cts login takes longer than the clients'
+        # 1 s UDP retransmit timer on a loaded host, and every retransmit
+        # fails a sweep point (storm_bench.sustained); the krbtgt-only
+        # storm alike, so that the ratio compares one transport.
+        self.transport = "tcp"
+        if which == "cts":
+            # A cts Run is thousands of AND rounds (hundreds of ms): a login
+            # waits for the Run in flight, then its own.
+            self.p99_bound_ms = 2000.0
+            self.saturation_concurrency = 256
+            self.max_inflight = 1024
+        else:
+            self.p99_bound_ms = 500.0
+            self.saturation_concurrency = 1024
+            self.max_inflight = 4096
+
+    def stop(self):
+        pass
+
+
+def storms(r, mode, n_users, quick, log):
+    """The cts storm and the krbtgt-only storm (same realm, cts first)."""
+    out = {}
+    for which in ("cts", "kdb"):
+        name = f"{which}-{mode}"
+        storm_bench.TARGETS[name] = (
+            lambda w, s, n, which=which: SharedTarget(r, which, n, quick), ("headline",),
+            f"{which} users, servers {mode}")
+        sec, _ = storm_bench.bench_settings(name, "headline", n_users, quick, log)
+        out[which] = {k: sec.get(k) for k in (
+            "one_client", "saturation_closed_loop", "peak_sustained", "peak_logins_per_s",
+            "at_50pct_of_peak", "at_90pct_of_peak", "cpu_us_per_login", "mpc_per_login",
+            "sweep", "elapsed_s", "p99_bound_ms")}
+    a, b = out["cts"]["peak_logins_per_s"] or 0, out["kdb"]["peak_logins_per_s"] or 0
+    # No sustained cts point: a ratio of 0, not "unmeasured".
+    out["ratio_cts_to_krbtgt_only"] = round(a / b, 3) if b else None
+    log(f"  storm peaks, {mode}: cts {a:.0f}/s, krbtgt-only {b:.0f}/s: "
+        f"{out['ratio_cts_to_krbtgt_only']}x (target >= {TARGET_STORM_RATIO})")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--modes", default="malicious,semi-honest")
+    ap.add_argument("--logins", type=int, default=40, help="one-client logins per user")
+    ap.add_argument("--users", type=int, default=200, help="storm users of each kind")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-storm", dest="storm", action="store_false")
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "cts.json"))
+    args = ap.parse_args()
+    os.makedirs(BENCH_DIR, exist_ok=True)
+
+    def log(msg):
+        print(msg, flush=True)
+
+    res = {"when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "machine": {"cores": os.cpu_count(), "loadavg_start": os.getloadavg()},
+           "kinit": STOCK_KINIT, "modes": {}}
+    for mode in [m for m in args.modes.split(",") if m]:
+        log(f"== aes256-cts users, servers {mode}")
+        work = tempfile.mkdtemp(prefix=f"cts-{mode}-", dir=BENCH_DIR)
+        r = None
+        try:
+            r, pws = bring_up(os.path.join(work, "realm"), mode,
+                              args.users if args.storm else 0)
+            sec = {"loadavg_before": os.getloadavg()[0]}
+            sec["one_client"] = one_client(r, pws, args.logins, log)
+            if args.storm:
+                sec["storm"] = storms(r, mode, args.users, args.quick, log)
+            sec["loadavg_after"] = os.getloadavg()[0]
+            if not r.alive():
+                raise kmpc_realm.RealmError("a daemon died:\n" + r.logs()[-3000:])
+            res["modes"][mode] = sec
+        except Exception as e:
+            sys.stderr.write((r.logs()[-4000:] if r else "") + "\n")
+            res["modes"][mode] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+            log(f"  {mode}: FAILED: {e}")
+        finally:
+            if r:
+                r.stop()
+            shutil.rmtree(work, ignore_errors=True)
+    res["machine"]["loadavg_end"] = os.getloadavg()
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    log(f"written: {args.out}")
+    return 0 if all("error" not in s for s in res["modes"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
