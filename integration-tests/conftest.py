@@ -14,6 +14,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cert_pool(tmp_path_factory):
+    """The clusters' certificates generated ahead in the background
+    (cluster.CertPool): each cluster's own, as before, without the wait."""
+    kmpc_cluster.use_cert_pool(str(tmp_path_factory.mktemp("cert-pool")))
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -94,8 +94,9 @@ class KmpcRealm(realm.Realm):
     # ---- set-up -------------------------------------------------------
     def create(self):
         os.makedirs(self.dir, exist_ok=True)
+        # The rings connect while the KDB is made (waited for at the end).
         for cl in self.clusters:
-            cl.start()
+            cl.start(wait=False)
         c = self.cluster
         if self.module == "real":
             so = find_built("kdc-plugin/libkmpc_kdc.so")
@@ -136,6 +137,8 @@ class KmpcRealm(realm.Realm):
             rcvbuf += f"    kdc_udp_max_wait_ms = {int(self.udp_max_wait_ms)}\n"
         self.kdc_conf_extra = rcvbuf + self._plugin_conf + self.kdc_conf_extra
         super().create()
+        for cl in self.clusters:
+            cl.wait_ring()
         if c is None:
             self.save_state()
             return self
