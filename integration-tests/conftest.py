@@ -31,6 +31,26 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + rep.when, rep)
 
 
+def pytest_collection_finish(session):
+    """A test module with a start_in_background() (test_packages.py: its
+    package builds) starts it once the session's tests are known, so that
+    its slow preparation overlaps the other tests (on the CPU time they
+    leave idle)."""
+    if session.config.option.collectonly:
+        return
+    for mod in {getattr(item, "module", None) for item in session.items} - {None}:
+        start = getattr(mod, "start_in_background", None)
+        if start is not None:
+            start()
+
+
+def pytest_sessionfinish(session):
+    for mod in {getattr(item, "module", None) for item in getattr(session, "items", [])} - {None}:
+        stop = getattr(mod, "stop_background", None)
+        if stop is not None:
+            stop()
+
+
 def _dump_on_failure(request, realm):
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
