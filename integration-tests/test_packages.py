@@ -122,10 +122,11 @@ class _Preparation:
             self.error = e
 
     def _promote(self):
-        """The build's processes from SCHED_IDLE to normal scheduling at
-        nice 10 (as the scripts ran before): once the test waits for it, it
-        must not starve behind other work on a busy machine. Their later
-        children inherit it; one forked meanwhile is caught next round."""
+        """The build's processes from SCHED_IDLE to normal scheduling,
+        their nice values kept (the scripts run dpkg-buildpackage at nice 10,
+        as before): once the test waits for it, it must not starve behind
+        other work on a busy machine. Their later children inherit it; one
+        forked meanwhile is caught next round."""
         if self.proc is None or self.proc.poll() is not None:
             return
         for name in os.listdir("/proc"):
@@ -137,7 +138,6 @@ class _Preparation:
                     continue
                 if os.sched_getscheduler(pid) == os.SCHED_IDLE:
                     os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
-                    os.setpriority(os.PRIO_PROCESS, pid, 10)
             except (ProcessLookupError, PermissionError):
                 pass
 
