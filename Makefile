@@ -63,7 +63,7 @@ test-unit: build
 
 test-integration: build
 	@echo "== integration tests (pytest, real processes) =="
-	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) -m pytest -q -ra integration-tests
+	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) -m pytest -q -ra --durations=25 integration-tests
 
 # MIT's own KDC-facing Python tests (src/tests/t_*.py ...) on MIT's k5test
 # harness in its kmpc mode (krb5's k5test kmpc-mode patch): every realm a test creates

@@ -14,6 +14,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
+from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cert_pool(tmp_path_factory):
+    """The clusters' certificates generated ahead in the background
+    (cluster.CertPool): each cluster's own, as before, without the wait."""
+    kmpc_cluster.use_cert_pool(str(tmp_path_factory.mktemp("cert-pool")))
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
@@ -21,6 +29,26 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
+
+
+def pytest_collection_finish(session):
+    """A test module with a start_in_background() (test_packages.py: its
+    package builds) starts it once the session's tests are known, so that
+    its slow preparation overlaps the other tests (on the CPU time they
+    leave idle)."""
+    if session.config.option.collectonly:
+        return
+    for mod in {getattr(item, "module", None) for item in session.items} - {None}:
+        start = getattr(mod, "start_in_background", None)
+        if start is not None:
+            start()
+
+
+def pytest_sessionfinish(session):
+    for mod in {getattr(item, "module", None) for item in getattr(session, "items", [])} - {None}:
+        stop = getattr(mod, "stop_background", None)
+        if stop is not None:
+            stop()
 
 
 def _dump_on_failure(request, realm):

@@ -22,9 +22,11 @@ import time
 
 import pytest
 
+import conftest
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness import heimdal as kmpc_heimdal
 from kmpc_harness import tickets
+from kmpc_harness.kmpc_realm import KmpcRealm
 from test_cts_handles import (COLD_PROGRAMS, CTS128, CTS256, ENCTYPES,
                               assert_only_handles, keys_of)
 from test_metrics import parse, scrape, value
@@ -131,13 +133,12 @@ def assert_refused_as_stock(kr, c, princ, wrong, ordinary, ordinary_wrong):
     assert kr.kdc_alive()
 
 
-@pytest.fixture(params=sorted(MODES))
-def realm(request, kmpc_factory):
+def _cts_realm(make, mode):
     for path in STOCK.values():
         if not os.path.exists(path):
             pytest.fail(f"{path} missing: run deploy/install-deps.sh (krb5-user)")
-    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
-                      module_options=COLD_PROGRAMS, server_flags=MODES[request.param])
+    kr = make(module="real", enctypes=ENCTYPES, metrics=True,
+              module_options=COLD_PROGRAMS, server_flags=MODES[mode])
     kr.setup_krbtgt()
     kr.addprinc(SERVICE, "Svc-pw-90210", enctypes=[CTS256], flags="")
     kr.addprinc("olly", "Olly-pw-1", enctypes=[CTS256, CTS128])
@@ -145,22 +146,46 @@ def realm(request, kmpc_factory):
     return kr
 
 
+@pytest.fixture(params=sorted(MODES))
+def realm(request, kmpc_factory):
+    """A realm of its own (a test that changes the realm's set-up)."""
+    return _cts_realm(kmpc_factory, request.param)
+
+
+@pytest.fixture(scope="module", params=sorted(MODES))
+def _shared_realm(request, tmp_path_factory):
+    gen = conftest._realms(tmp_path_factory.mktemp(f"cts-as-{request.param}"), request,
+                           KmpcRealm, "kmpc")
+    yield _cts_realm(next(gen), request.param)
+    next(gen, None)  # stopped; a daemon that died fails the module's last test
+
+
+@pytest.fixture
+def shared(_shared_realm, request):
+    """One realm per security mode for the tests that only add their own
+    users to it: the servers compile each CBC-CTS program once per realm
+    (the first login of a length), not once per test. Its daemons' logs
+    are printed when a test using it fails."""
+    yield _shared_realm
+    conftest._dump_on_failure(request, _shared_realm)
+
+
 @pytest.mark.parametrize("enctype", [CTS256, CTS128])
-def test_from_existing_user_logs_in(realm, enctype):
-    kr, pw = realm, "Alice-pw-9182"
-    kr.addprinc("alice", pw, enctypes=[enctype])
-    _, out, _ = kr.admin("share", "--from-existing", f"--enctype={enctype}", "alice")
+def test_from_existing_user_logs_in(shared, enctype):
+    kr, pw, alice = shared, "Alice-pw-9182", f"alice-{enctype[3:6]}"
+    kr.addprinc(alice, pw, enctypes=[enctype])
+    _, out, _ = kr.admin("share", "--from-existing", f"--enctype={enctype}", alice)
     assert f"as {enctype} kvno 1" in out, out
-    assert [(r[0], r[1]) for r in assert_only_handles(kr, "alice")] == [("1", enctype)]
+    assert [(r[0], r[1]) for r in assert_only_handles(kr, alice)] == [("1", enctype)]
     c = Stock(kr)
-    k1 = assert_login(kr, c, "alice", pw, enctype)
-    k2 = assert_login(kr, c, "alice", pw, enctype)
+    k1 = assert_login(kr, c, alice, pw, enctype)
+    k2 = assert_login(kr, c, alice, pw, enctype)
     assert k1 != k2  # a fresh session key per login
-    assert_refused_as_stock(kr, c, "alice", "wrong-" + pw, "olly", "wrong-Olly-pw-1")
+    assert_refused_as_stock(kr, c, alice, "wrong-" + pw, "olly", "wrong-Olly-pw-1")
 
 
-def test_password_stdin_user_logs_in(realm):
-    kr, old, new = realm, "Bob-old-5521", "Bob-new-7733"
+def test_password_stdin_user_logs_in(shared):
+    kr, old, new = shared, "Bob-old-5521", "Bob-new-7733"
     kr.addprinc("bob", old, enctypes=[CTS256, CTS128])
     kr.admin("share", "--password-stdin", f"--enctype={CTS256}", "bob", input=new + "\n")
     rows = assert_only_handles(kr, "bob")

@@ -148,11 +148,92 @@ def free_base():
 
 
 def pid_alive(pid):
+    """pid is a running process. A zombie whose threads have all exited is
+    not: a daemon started by a script that exited (mpc-local.sh's servers)
+    is reparented to init, which may reap it only a second or more later;
+    its ports, locks and memory are released by then. (The main thread of
+    a process shows as a zombie while its other threads still exit.)"""
     try:
         os.kill(pid, 0)
-        return True
     except (ProcessLookupError, PermissionError):
         return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # The state follows the command name, which is in parentheses.
+            if f.read().rpartition(")")[2].split()[0] != "Z":
+                return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except (OSError, IndexError):
+        return False
+
+
+class CertPool:
+    """Certificate directories of deploy/gen-certs.sh (no extra client CNs),
+    generated ahead by a background thread while the tests run. Every
+    cluster still gets a CA and keys of its own, generated for it alone and
+    handed out once; only the wait for openssl leaves the set-up. Entries
+    live under root (the caller removes it)."""
+
+    def __init__(self, root, ahead=2):
+        import queue
+        import threading
+        self.root = root
+        self.ready = queue.Queue()
+        self.slots = threading.Semaphore(ahead)
+        self.n = 0
+        os.makedirs(root, exist_ok=True)
+        threading.Thread(target=self._fill, name="cert-pool", daemon=True).start()
+
+    def _env_ok(self):
+        # The variables gen-certs.sh reads: with either set, generate inline.
+        return not (os.environ.get("KMPC_CERT_EXTRA_SAN") or os.environ.get("KMPC_CRL_DAYS"))
+
+    def _fill(self):
+        while True:
+            self.slots.acquire()
+            self.n += 1
+            d = os.path.join(self.root, f"certs-{self.n}")
+            try:
+                subprocess.run(["bash", GEN_CERTS, d], check=True, capture_output=True,
+                               timeout=120)
+            except Exception:  # the cluster then generates its own inline
+                shutil.rmtree(d, ignore_errors=True)
+                d = None
+            self.ready.put(d)
+
+    def take(self, dest):
+        """Move a generated directory to dest (which must not exist); False
+        (nothing moved) when none could be made."""
+        import queue
+        if not self._env_ok() or os.path.exists(dest):
+            return False
+        try:
+            d = self.ready.get(timeout=120)
+        except queue.Empty:
+            return False
+        self.slots.release()
+        if d is None:
+            return False
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.move(d, dest)
+        # ca.cnf names the CA's files by absolute path (gen-certs.sh
+        # rewrites it on each --revoke/--crl; kept right in between).
+        cnf = os.path.join(dest, "ca-private", "ca.cnf")
+        with open(cnf) as f:
+            text = f.read()
+        with open(cnf, "w") as f:
+            f.write(text.replace(d + "/", dest + "/"))
+        return True
+
+
+_cert_pool = None
+
+
+def use_cert_pool(root):
+    """From now on, clusters without extra client CNs take their
+    certificates from a CertPool under root (the test session's)."""
+    global _cert_pool
+    _cert_pool = CertPool(root)
 
 
 def stop_pids(pids, timeout=5.0):
@@ -246,11 +327,15 @@ class MpcCluster:
             return 0
 
     def gen_certs(self):
+        if not self.extra_client_cns and _cert_pool is not None and _cert_pool.take(self.certs):
+            return
         subprocess.run(["bash", GEN_CERTS, self.certs,
                         *self.extra_client_cns], check=True, capture_output=True,
                        timeout=120)
 
-    def start(self):
+    def start(self, wait=True):
+        """Start the three servers; wait=False returns once each is
+        listening, before their ring is up (call wait_ring() then)."""
         os.makedirs(self.dir, exist_ok=True)
         if not os.path.exists(os.path.join(self.certs, "ca.pem")):
             self.gen_certs()
@@ -267,7 +352,8 @@ class MpcCluster:
                                capture_output=True, text=True, env=env, timeout=120)
             if p.returncode == 0:
                 self.servers = p.stdout.strip().splitlines()[-1]
-                self.wait_ring()
+                if wait:
+                    self.wait_ring()
                 return self
             if attempt == 2 or not re.search(r"Address already in use|cannot bind",
                                              p.stderr + self.logs()):

@@ -15,7 +15,8 @@ import time
 from kmpc_harness import realm
 from kmpc_harness.cluster import (ENCTYPES, REAL_MODULE_NAME, SERVICE, SESSION_ENCTYPES,
                                   STATE, MpcCluster, dealer_conf, default_salt,
-                                  find_built, kdcmpc_conf, password, test_module_path)
+                                  find_built, kdcmpc_conf, password, stop_pids,
+                                  test_module_path)
 from kmpc_harness.realm import RealmError
 
 
@@ -94,8 +95,9 @@ class KmpcRealm(realm.Realm):
     # ---- set-up -------------------------------------------------------
     def create(self):
         os.makedirs(self.dir, exist_ok=True)
+        # The rings connect while the KDB is made (waited for at the end).
         for cl in self.clusters:
-            cl.start()
+            cl.start(wait=False)
         c = self.cluster
         if self.module == "real":
             so = find_built("kdc-plugin/libkmpc_kdc.so")
@@ -136,6 +138,8 @@ class KmpcRealm(realm.Realm):
             rcvbuf += f"    kdc_udp_max_wait_ms = {int(self.udp_max_wait_ms)}\n"
         self.kdc_conf_extra = rcvbuf + self._plugin_conf + self.kdc_conf_extra
         super().create()
+        for cl in self.clusters:
+            cl.wait_ring()
         if c is None:
             self.save_state()
             return self
@@ -495,10 +499,27 @@ class KmpcRealm(realm.Realm):
             for n, cl in enumerate(self.clusters))
 
     def stop(self):
-        self.stop_kadmind()
-        self.stop_kdc()
+        """kadmind, the KDC and every MPC server are sent SIGTERM at once and
+        waited for together: the stop takes as long as the slowest (a
+        process with a /metrics exposer takes 1-2 s), not the sum."""
+        procs = [p for p in (self.kadmind_proc, self.kdc_proc)
+                 if p is not None and p.poll() is None]
+        for p in procs:
+            p.terminate()
+        pids = []
         for cl in self.clusters:
-            cl.stop()
+            cl._stopped.update(range(3))
+            pids += [cl.pid(i) for i in range(3)]
+        stop_pids(pids)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.kadmind_proc = self.kdc_proc = None
+        for cl in self.clusters:
+            cl.stop()  # nothing left running: its pid files
         self.stop_ldap()
 
     def save_state(self):

@@ -52,18 +52,32 @@ pick_base() {
   return 1
 }
 
+# A zombie whose threads have all exited is not running: the servers
+# outlive this script, so init reaps them, possibly a second or more later.
+# (The main thread shows as a zombie while the others still exit.)
+running() {
+  kill -0 "$1" 2>/dev/null || return 1
+  local st tasks
+  st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ "${st%% *}" != Z ] && return 0
+  tasks=(/proc/"$1"/task/*)
+  [ "${#tasks[@]}" -gt 1 ]
+}
+
 stop_all() {
+  local pids=() i pidf pid
   for i in 0 1 2; do
     pidf="$dir/party-$i.pid"
     [ -f "$pidf" ] || continue
     pid=$(cat "$pidf")
-    if kill -0 "$pid" 2>/dev/null; then
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$pidf"
+    if running "$pid"; then kill -TERM "$pid" 2>/dev/null || true; pids+=("$pid"); fi
   done
+  # All three stop together: as long as the slowest, not the sum.
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 100); do running "$pid" || break; sleep 0.05; done
+    running "$pid" && kill -KILL "$pid" 2>/dev/null || true
+  done
+  for i in 0 1 2; do rm -f "$dir/party-$i.pid"; done
 }
 
 case "$cmd" in
@@ -97,7 +111,7 @@ case "$cmd" in
     for i in 0 1 2; do
       for _ in $(seq 100); do
         grep -q "listening on" "$dir/party-$i.log" && break
-        kill -0 "$(cat "$dir/party-$i.pid")" 2>/dev/null || { cat "$dir/party-$i.log" >&2; stop_all; exit 1; }
+        running "$(cat "$dir/party-$i.pid")" || { cat "$dir/party-$i.log" >&2; stop_all; exit 1; }
         sleep 0.1
       done
       grep -q "listening on" "$dir/party-$i.log" || { cat "$dir/party-$i.log" >&2; stop_all; exit 1; }
@@ -109,7 +123,7 @@ case "$cmd" in
   status)
     for i in 0 1 2; do
       pidf="$dir/party-$i.pid"
-      if [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; then echo "party $i: running (pid $(cat "$pidf"))"
+      if [ -f "$pidf" ] && running "$(cat "$pidf")"; then echo "party $i: running (pid $(cat "$pidf"))"
       else echo "party $i: stopped"; fi
     done ;;
   *) echo "unknown command $cmd" >&2; exit 2 ;;
