@@ -48,3 +48,10 @@ add_executable(kmpc_cts_jobs_test ${KMPC_CORE_ROOT}/test/core/cts_jobs_test.cc)
 target_include_directories(kmpc_cts_jobs_test PRIVATE ${KMPC_CORE_ROOT}/test/core)
 target_link_libraries(kmpc_cts_jobs_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
 gtest_discover_tests(kmpc_cts_jobs_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)
+
+# No buffer of the aes*-cts jobs is freed holding a share of the dealt
+# material or of a message (free() hooked, as request_wipe_test does).
+add_executable(kmpc_cts_jobs_wipe_test ${KMPC_CORE_ROOT}/test/core/cts_jobs_wipe_test.cc)
+target_include_directories(kmpc_cts_jobs_wipe_test PRIVATE ${KMPC_CORE_ROOT}/test/core)
+target_link_libraries(kmpc_cts_jobs_wipe_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_cts_jobs_wipe_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)

@@ -54,7 +54,12 @@ struct Group {
 // first.
 std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
                                const std::array<uint8_t, 16>& conf) {
-  std::vector<uint8_t> b(t.material->share[c].begin(), t.material->share[c].end());
+  // Sized once: a reallocation would free a copy of the material's share
+  // (the round keys' and HMAC states' component) unwiped.
+  std::vector<uint8_t> b;
+  b.reserve(t.material->share[c].size() + t.public_in.size() + conf.size() +
+            t.shared_in[c].size());
+  b.assign(t.material->share[c].begin(), t.material->share[c].end());
   switch (t.type) {
     case pb::JOB_DECRYPT:
       if (share::HoldsPublicIn(party, c))

@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "aes/aes.h"
@@ -468,6 +470,10 @@ class Engine::Impl {
     size_t nlanes = 0;
     std::vector<bool> pass;  // tag checks that held
     std::vector<CtsTask> cts;  // the live aes*-cts jobs, in job order
+    // The distinct shapes of `cts` and the sum of their n (PlanCtsJob,
+    // EngineOptions::cts_batch_bytes).
+    std::set<std::tuple<int, int, size_t>> cts_shapes;
+    uint64_t cts_shape_bytes = 0;
   };
 
   absl::StatusOr<BatchResult> Run(uint64_t batch_seq,
@@ -632,12 +638,13 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 
 // The header's two digests: the public inputs (with the engine options that
 // shape the rounds: servers whose --security, --small_sbox_min_blocks,
-// --depth3_max_blocks, --chunk_lanes, --wave_lanes or (malicious) --verify_words differ would
+// --depth3_max_blocks, --chunk_lanes, --wave_lanes, (malicious) --verify_words or
+// cts_batch_bytes (which aes*-cts jobs run) differ would
 // run different circuits or message sizes and
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v14";
+  static constexpr char kTag[] = "kmpc-batch-v15";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
@@ -645,6 +652,7 @@ absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
   PutU32(enc, options_.chunk_lanes);
   PutU32(enc, options_.wave_lanes);
   PutU32(enc, options_.malicious ? options_.verify_words : 0);
+  PutU64(enc, options_.cts_batch_bytes);
   PutU64(enc, b.seq);
   PutU32(enc, static_cast<uint32_t>(b.jobs.size()));
   Sha256 inputs, keys;
@@ -891,6 +899,21 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
       t.n = job.length;
       t.shared_in = {job.data_shares[0], job.data_shares[1]};
       break;
+  }
+  // A new shape counts against the batch's bound before it is compiled
+  // (EngineOptions::cts_batch_bytes); the job's shape is public and the
+  // same on every party, so all fail the same jobs.
+  const std::tuple<int, int, size_t> shape{static_cast<int>(job.type), checksum ? 0 : t.nr,
+                                           t.n};
+  if (b.cts_shapes.count(shape) == 0) {
+    if (b.cts_shape_bytes + t.n > options_.cts_batch_bytes) {
+      w.Fail(pb::JOB_MALFORMED,
+             absl::StrCat("this batch's aes*-cts jobs of distinct lengths would pass ",
+                          options_.cts_batch_bytes, " bytes: submit the job in another batch"));
+      return;
+    }
+    b.cts_shapes.insert(shape);
+    b.cts_shape_bytes += t.n;
   }
   absl::StatusOr<std::shared_ptr<const cts::Program>> p =
       CtsProgramCache::Shared().Get(job.type, t.nr, t.n);
@@ -1366,6 +1389,9 @@ absl::Status EngineOptions::Validate() const {
   }
   if (verify_words == 0) {
     return absl::InvalidArgumentError("verify_words must be > 0");
+  }
+  if (cts_batch_bytes == 0) {
+    return absl::InvalidArgumentError("cts_batch_bytes must be > 0");
   }
   // Malicious mode: protocol/verify.h's per-batch soundness (< 2^-40)
   // takes at most kMaxVerifiesPerBatch Verifies. A batch of the largest

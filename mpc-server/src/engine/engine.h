@@ -487,6 +487,19 @@ struct EngineOptions {
   // and the ring a real RTT. All three parties must agree (the agreement
   // digest covers it). > 0.
   uint32_t verify_words = protocol::MulLog::kVerifyWords;
+  // The aes*-cts shapes one batch may compile and run, as the sum of their
+  // message bytes n (conf || P, or a checksum's data; one term per
+  // distinct (type, nr, n), engine/cts_jobs.h). A program and its
+  // evaluation's scratch grow linearly in n (an 8 KiB AES-128 DECRYPT:
+  // about 0.3 GiB of gate lists and more of scratch per party), and the
+  // batch holds all of its shapes' at once whatever the program cache
+  // evicts: without a bound, tens of long distinct lengths in one batch
+  // exhaust a server's memory. A job whose new shape would pass it fails
+  // alone (JOB_MALFORMED) before it is compiled, alike on every party.
+  // All three parties must agree (the agreement digest covers it). The
+  // default lets one job of any length (contract::kMaxCtsBytes) through
+  // beside others; > 0.
+  uint64_t cts_batch_bytes = 2 * contract::kMaxCtsBytes;
 
   // What Engine::Create checks (chunk_lanes a positive multiple of 64,
   // wave_lanes >= chunk_lanes, verify_words > 0; in malicious mode, few

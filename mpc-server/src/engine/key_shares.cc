@@ -175,7 +175,14 @@ absl::Status KeyShares::Validate() const {
 
 std::vector<uint8_t> KeyShares::Serialize() const {
   std::vector<uint8_t> out;
-  out.reserve(kHeader + 2 * round_keys[0].size() + 2 * h_powers[0].size());
+  // Sized once, the material included: a reallocation would free a copy
+  // of the shares unwiped.
+  size_t size = kHeader + 2 * round_keys[0].size() + 2 * h_powers[0].size();
+  if (IsCts(cipher)) {
+    size += 1;  // SerializeCts: the count, then per material 7 bytes and two shares
+    for (const CtsMaterial& m : cts) size += 7 + 2 * m.share[0].size();
+  }
+  out.reserve(size);
   out.insert(out.end(), kMagic, kMagic + 6);
   out.push_back(IsCts(cipher) ? kVersionCts : kVersion);
   out.push_back(static_cast<uint8_t>(party));

@@ -80,6 +80,7 @@ class CtsCluster {
     opt_.malicious = malicious;
     Connect();
   }
+  explicit CtsCluster(const EngineOptions& opt) : opt_(opt) { Connect(); }
   // A fresh ring and engines (as the servers do after a failed batch).
   void Connect() {
     engines_ = {};
@@ -582,6 +583,38 @@ TEST(CtsAgreement, CorruptedMaterialCopyIsCaughtBeforeTheVerdict) {
       ExpectStatus(got, 0, pb::JOB_OK);
     }
   }
+}
+
+// A batch compiles and runs at most EngineOptions::cts_batch_bytes of
+// distinct aes*-cts shapes (the sum of their n): each shape's program and
+// its evaluation's scratch stay alive for the whole batch whatever the
+// cache evicts, and grow linearly in n. Unbounded, one batch of two 8 KiB
+// DECRYPTs of distinct lengths took 7 GB (the three parties' process,
+// review 2026-11-26); a KDC, or clients choosing their reply's length
+// through the addresses of their AS-REQ, could send tens. Here with a
+// small bound: the job whose new shape would pass it fails alone
+// (JOB_MALFORMED, every party alike, nothing compiled for it); a shape
+// already in the batch costs nothing more; the others run.
+TEST(CtsBatchBytes, DistinctShapesPastTheBoundFailAlone) {
+  EngineOptions opt;
+  opt.cts_batch_bytes = 1000;
+  CtsCluster c(opt);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes conf_ts = Random(400);
+  const Bytes ct = ClearEncrypt(key, 1, conf_ts);
+  const uint64_t misses = CtsProgramCache::Shared().misses();
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, false, 1, ct),
+                  CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, Random(416))),
+                  CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, Random(432))),
+                  CtsJob(pb::JOB_DECRYPT, id, false, 1, ct)});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  ExpectStatus(r, 1, pb::JOB_OK);
+  ExpectStatus(r, 2, pb::JOB_MALFORMED);
+  ExpectStatus(r, 3, pb::JOB_OK);
+  EXPECT_EQ(Revealed(r, 3), conf_ts);
+  // Each party asked the shared cache for the two admitted shapes only.
+  EXPECT_LE(CtsProgramCache::Shared().misses() - misses, 2u * 3u);
 }
 
 }  // namespace

@@ -1,0 +1,229 @@
+"""What the MPC servers receive at an aes*-cts user's login holds no
+plaintext of it: no 8-byte window of the PA-ENC-TS-ENC the client
+encrypted, nor of the EncASRepPart the servers encrypted (its session key,
+nonce, times, flags, addresses...), is in any server's recorded KeyOps
+requests (docs/security-model.md, "Users' keys under the standard
+enctypes": the timestamp goes as its public ciphertext, the reply's
+plaintext as fresh XOR shares).
+
+The test is the client: it knows the password, so it builds the AS-REQ
+and its PA-ENC-TIMESTAMP itself (RFC 3962 encryption written here,
+independent of libkrb5 and of the servers' circuits) and decrypts the
+AS-REP's enc-part with the user's key; the KDC accepting the timestamp
+and the reply's HMAC-SHA1-96 verifying here cross-check this RFC 3962
+code against MIT's and the cluster's. A window that a network observer
+sees anyway (in the AS-REQ or the AS-REP as sent) is public and not
+looked for. Control: every server's recording holds this login's
+PA-ENC-TIMESTAMP ciphertext (the DECRYPT reached it, the recorder saw the
+traffic) and the user's key id.
+"""
+import datetime
+import hashlib
+import hmac
+import os
+import secrets
+
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+import ctr_mpc_ref
+import krb_der
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness.cluster import default_salt
+from test_cts_handles import CTS256, COLD_PROGRAMS, ENCTYPES, assert_only_handles
+
+kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
+
+PA_ENC_TIMESTAMP = 2
+WINDOW = 8
+
+
+# --- RFC 3962 (aes*-cts-hmac-sha1-96), RFC 3961 section 5.3 --------------
+
+def _ecb(key, block, decrypt=False):
+    c = Cipher(algorithms.AES(key), modes.ECB())
+    op = c.decryptor() if decrypt else c.encryptor()
+    return op.update(block) + op.finalize()
+
+
+def _xor(a, b):
+    return bytes(x ^ y for x, y in zip(a, b))
+
+
+def _dk(key, usage, tail):
+    return ctr_mpc_ref.derive_random(key, usage.to_bytes(4, "big") + bytes([tail]))
+
+
+def cts_encrypt(ke, p):
+    """CBC-CTS, IV zero, the last two blocks swapped (RFC 3962 section 5)."""
+    if len(p) == 16:
+        return _ecb(ke, p)
+    m = len(p) - 16 * ((len(p) - 1) // 16)
+    padded = p + bytes(16 - m)
+    prev, cb = bytes(16), []
+    for i in range(0, len(padded), 16):
+        prev = _ecb(ke, _xor(padded[i:i + 16], prev))
+        cb.append(prev)
+    return b"".join(cb[:-2]) + cb[-1] + cb[-2][:m]
+
+
+def cts_decrypt(ke, c):
+    if len(c) == 16:
+        return _ecb(ke, c, True)
+    nb = (len(c) + 15) // 16
+    m = len(c) - 16 * (nb - 1)
+    blocks = [c[16 * i:16 * i + 16] for i in range(nb - 2)]
+    x, y = c[16 * (nb - 2):16 * (nb - 1)], c[16 * (nb - 1):]
+    dx = _ecb(ke, x, True)
+    blocks += [y + dx[m:], x]
+    out, prev = b"", bytes(16)
+    for b in blocks[:-1]:
+        out += _xor(_ecb(ke, b, True), prev)
+        prev = b
+    return out + _xor(dx[:m], y)
+
+
+def rfc3962_encrypt(key, usage, plain):
+    conf_p = secrets.token_bytes(16) + plain
+    ki = _dk(key, usage, 0x55)
+    return (cts_encrypt(_dk(key, usage, 0xAA), conf_p)
+            + hmac.new(ki, conf_p, hashlib.sha1).digest()[:12])
+
+
+def rfc3962_decrypt(key, usage, ct):
+    """conf || P; AssertionError if the tag does not verify."""
+    conf_p = cts_decrypt(_dk(key, usage, 0xAA), ct[:-12])
+    tag = hmac.new(_dk(key, usage, 0x55), conf_p, hashlib.sha1).digest()[:12]
+    assert hmac.compare_digest(tag, ct[-12:]), "the reply's HMAC-SHA1-96 does not verify"
+    return conf_p
+
+
+def test_rfc3962_code_against_known_answers():
+    """RFC 3962 appendix B's CTS vectors (AES-128 key "chicken teriyaki"),
+    so that a fault here cannot pass as 'nothing found'."""
+    key = b"chicken teriyaki"
+    pt = b"I would like the General Gau's Chicken, please, and wonton soup."
+    vectors = [
+        (17, "c6353568f2bf8cb4d8a580362da7ff7f97"),
+        (31, "fc00783e0efdb2c1d445d4c8eff7ed2297687268d6ecccc0c07b25e25ecfe5"),
+        (32, "39312523a78662d5be7fcbcc98ebf5a897687268d6ecccc0c07b25e25ecfe584"),
+        (47, "97687268d6ecccc0c07b25e25ecfe584b3fffd940c16a18c1b5549d2f838029e"
+             "39312523a78662d5be7fcbcc98ebf5"),
+        (48, "97687268d6ecccc0c07b25e25ecfe5849dad8bbb96c4cdc03bc103e1a194bbd8"
+             "39312523a78662d5be7fcbcc98ebf5a8"),
+        (64, "97687268d6ecccc0c07b25e25ecfe58439312523a78662d5be7fcbcc98ebf5a8"
+             "4807efe836ee89a526730dbc2f7bc8409dad8bbb96c4cdc03bc103e1a194bbd8"),
+    ]
+    for n, want in vectors:
+        assert cts_encrypt(key, pt[:n]) == bytes.fromhex(want), n
+        assert cts_decrypt(key, bytes.fromhex(want)) == pt[:n], n
+
+
+# --- the login, by hand -----------------------------------------------------
+
+def _pa(pa_type, value):
+    return krb_der.seq(krb_der.ctx(1, krb_der.der_int(pa_type)),
+                       krb_der.ctx(2, krb_der.der(0x04, value)))
+
+
+def _as_req(realm, cname, nonce, padata):
+    """AS-REQ for krbtgt/realm offering aes256-cts only (what a stock
+    client with the standard enctypes offers), with two client addresses
+    so that the reply carries them (caddr)."""
+    addrs = krb_der.seq(*(krb_der.seq(krb_der.ctx(0, krb_der.der_int(2)),
+                                      krb_der.ctx(1, krb_der.der(0x04, os.urandom(4))))
+                          for _ in range(2)))
+    body = krb_der.seq(
+        krb_der.ctx(0, krb_der.der(0x03, b"\x00\x40\x00\x00\x00")),
+        krb_der.ctx(1, krb_der.principal(1, cname)),
+        krb_der.ctx(2, krb_der.gstr(realm)),
+        krb_der.ctx(3, krb_der.principal(2, "krbtgt", realm)),
+        krb_der.ctx(5, krb_der.der(0x18, b"20370913024805Z")),
+        krb_der.ctx(7, krb_der.der_int(nonce)),
+        krb_der.ctx(8, krb_der.seq(krb_der.der_int(18))),
+        krb_der.ctx(9, addrs))
+    return krb_der.der(0x6A, krb_der.seq(
+        krb_der.ctx(1, krb_der.der_int(5)), krb_der.ctx(2, krb_der.der_int(10)),
+        krb_der.ctx(3, krb_der.seq(*padata)), krb_der.ctx(4, body)))
+
+
+def _enc_part_cipher(as_rep):
+    """The cipher of an AS-REP's enc-part ([APPLICATION 11], field [6])."""
+    assert as_rep[:1] == b"\x6b", f"not an AS-REP: {as_rep[:4].hex()}"
+    for tag, _, body in krb_der.children(krb_der.content(krb_der.content(as_rep))):
+        if tag == 0xA6:
+            for t2, _, b2 in krb_der.children(krb_der.content(body)):
+                if t2 == 0xA2:
+                    return krb_der.content(b2)
+    raise AssertionError("no enc-part")
+
+
+def _session_key(enc_kdc_rep_part):
+    """keyvalue of an EncKDCRepPart's key ([0] EncryptionKey)."""
+    fields = krb_der.content(krb_der.content(enc_kdc_rep_part))
+    for tag, _, body in krb_der.children(fields):
+        if tag == 0xA0:
+            for t2, _, b2 in krb_der.children(krb_der.content(body)):
+                if t2 == 0xA1:
+                    return krb_der.content(b2)
+    raise AssertionError("no session key")
+
+
+def _windows(data):
+    return {data[i:i + WINDOW] for i in range(len(data) - WINDOW + 1)}
+
+
+def test_no_window_of_the_timestamp_or_reply_plaintext_reaches_any_server(
+        kmpc_factory, tmp_path, monkeypatch):
+    monkeypatch.setenv("KMPC_TEST_ONLY_RECORD_REQUESTS", "1")
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, module_options=COLD_PROGRAMS,
+                      server_flags=f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin")
+    kr.setup_krbtgt()
+    princ, pw = "wanda", "Wanda-pw-2718"
+    kr.addprinc(princ, pw, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
+    kr.start()
+    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(),
+                                    default_salt(f"{princ}@{kr.realm}").encode())
+
+    logins = []  # (timestamp ct, PA-ENC-TS-ENC, conf || EncASRepPart, public bytes)
+    for _ in range(2):
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d%H%M%SZ")
+        ts_plain = krb_der.seq(krb_der.ctx(0, krb_der.der(0x18, now.encode())),
+                               krb_der.ctx(1, krb_der.der_int(secrets.randbelow(999999))))
+        ts_ct = rfc3962_encrypt(key, 1, ts_plain)
+        enc = krb_der.seq(krb_der.ctx(0, krb_der.der_int(18)),
+                          krb_der.ctx(2, krb_der.der(0x04, ts_ct)))
+        req = _as_req(kr.realm, princ, secrets.randbits(31), [_pa(PA_ENC_TIMESTAMP, enc)])
+        rep = krb_der.send_tcp(kr.kdc_port, req)
+        assert rep[:1] == b"\x6b", (rep[:64].hex(), kr.kdc_log_text()[-3000:])
+        reply_plain = rfc3962_decrypt(key, 3, _enc_part_cipher(rep))
+        # [APPLICATION 25] EncASRepPart, or 26 as MIT encodes AS replies
+        # too (RFC 4120 section 5.4.2 lets a client accept either).
+        assert reply_plain[16:17] in (b"\x79", b"\x7a"), reply_plain[16:20].hex()
+        logins.append((ts_ct, ts_plain, reply_plain, req + rep))
+
+    key_id = bytes.fromhex(assert_only_handles(kr, princ)[0][3])
+    recs = []
+    for i in range(3):
+        with open(os.path.join(tmp_path, f"keyops-{i}.bin"), "rb") as f:
+            recs.append(f.read())
+    for i, rec in enumerate(recs):
+        assert key_id in rec, f"control: party {i} recorded no job under {princ}'s key"
+        for ts_ct, _, _, _ in logins:
+            assert ts_ct in rec, f"control: party {i} did not record the timestamp's DECRYPT"
+
+    for ts_ct, ts_plain, reply_plain, public in logins:
+        seen = _windows(public)
+        checked = set()
+        for what, plain in (("PA-ENC-TS-ENC", ts_plain), ("EncASRepPart", reply_plain)):
+            for w in sorted(_windows(plain) - seen):
+                checked.add(w)
+                for i, rec in enumerate(recs):
+                    assert w not in rec, (
+                        f"party {i} received 8 bytes of the {what} plaintext at offset "
+                        f"{plain.find(w)}: {w.hex()}")
+        # What must never be public was looked for: every window of the
+        # session key and of the time stamp's time.
+        assert _windows(_session_key(reply_plain[16:])) <= checked
+        assert _windows(ts_plain[:21]) <= checked
+        assert len(checked) > 100, len(checked)
