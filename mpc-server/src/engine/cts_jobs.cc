@@ -14,15 +14,25 @@ namespace {
 
 // A task's shape (type, nr, n), as CtsProgramCache keys programs: tasks
 // of one shape run the same program, whatever object each one points to.
-std::tuple<int, int, size_t> TaskShape(const CtsTask& t) {
-  return {static_cast<int>(t.type), t.type == pb::JOB_CHECKSUM ? 0 : t.nr, t.n};
+std::tuple<int, int, size_t, size_t, uint32_t> TaskShape(const CtsTask& t) {
+  return {static_cast<int>(t.type), t.type == pb::JOB_CHECKSUM ? 0 : t.nr, t.n, t.cf2_bytes,
+          t.cf2_bytes != 0 ? t.usage : 0};
 }
 
 void WipeWords(std::vector<uint64_t>& v) {
   OPENSSL_cleanse(v.data(), v.size() * sizeof(uint64_t));
 }
 
-absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n) {
+absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n, size_t cf2_bytes,
+                                     uint32_t usage) {
+  if (cf2_bytes != 0) {
+    switch (type) {
+      case pb::JOB_DECRYPT: return cts::Cf2DecryptProgram(nr, cf2_bytes, usage, n);
+      case pb::JOB_ENCRYPT: return cts::Cf2EncryptProgram(nr, cf2_bytes, usage, n);
+      default:
+        return absl::InvalidArgumentError("a FAST key is for aes*-cts DECRYPT and ENCRYPT only");
+    }
+  }
   switch (type) {
     case pb::JOB_DECRYPT: return cts::DecryptProgram(nr, n);
     case pb::JOB_ENCRYPT: return cts::EncryptProgram(nr, n);
@@ -51,6 +61,13 @@ struct Group {
 std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
                                const std::array<uint8_t, 16>& conf) {
   std::vector<uint8_t> b(t.material->share[c].begin(), t.material->share[c].end());
+  // A FAST key's KDC half, right after K's PRF material (cts.h
+  // Cf2EncryptProgram's inputs); the rest of shared_in is the message.
+  absl::Span<const uint8_t> shared = t.shared_in[c];
+  if (t.cf2_bytes != 0) {
+    b.insert(b.end(), shared.begin(), shared.begin() + t.cf2_bytes);
+    shared.remove_prefix(t.cf2_bytes);
+  }
   switch (t.type) {
     case pb::JOB_DECRYPT:
       if (share::HoldsPublicIn(party, c))
@@ -60,10 +77,10 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
       break;
     case pb::JOB_ENCRYPT:
       b.insert(b.end(), conf.begin(), conf.end());
-      b.insert(b.end(), t.shared_in[c].begin(), t.shared_in[c].end());
+      b.insert(b.end(), shared.begin(), shared.end());
       break;
     default:
-      b.insert(b.end(), t.shared_in[c].begin(), t.shared_in[c].end());
+      b.insert(b.end(), shared.begin(), shared.end());
       break;
   }
   return b;
@@ -145,8 +162,11 @@ size_t CtsProgramCache::size() const {
 }
 
 absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(pb::JobType type,
-                                                                         int nr, size_t n) {
-  const Shape shape{static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n};
+                                                                         int nr, size_t n,
+                                                                         size_t cf2_bytes,
+                                                                         uint32_t usage) {
+  const Shape shape{static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n, cf2_bytes,
+                    cf2_bytes != 0 ? usage : 0};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(shape);
@@ -159,7 +179,7 @@ absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(pb::Job
   ++misses_;
   // Compiled outside the lock: two workers may compile one shape at once;
   // the second insert keeps the first.
-  absl::StatusOr<cts::Program> p = Compile(type, nr, n);
+  absl::StatusOr<cts::Program> p = Compile(type, nr, n, cf2_bytes, usage);
   if (!p.ok()) return p.status();
   auto program = std::make_shared<const cts::Program>(*std::move(p));
   const size_t size = ProgramBytes(*program);
@@ -190,7 +210,8 @@ uint64_t CtsCost::Verifies(uint64_t verify_words) const {
 
 CtsCost CostOf(absl::Span<const CtsTask> tasks) {
   // By shape, as RunCtsTasks groups: decided alike on every party.
-  std::map<std::tuple<int, int, size_t>, std::pair<const cts::Program*, size_t>> lanes;
+  std::map<std::tuple<int, int, size_t, size_t, uint32_t>, std::pair<const cts::Program*, size_t>>
+      lanes;
   for (const CtsTask& t : tasks) {
     auto& l = lanes[TaskShape(t)];
     l.first = t.program.get();
@@ -214,7 +235,7 @@ absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t veri
   // one shape in a batch where the others hold one; grouping by address
   // would pack other lanes there and put the ring out of step.
   std::vector<std::unique_ptr<Group>> groups;
-  std::map<std::tuple<int, int, size_t>, Group*> by_shape;
+  std::map<std::tuple<int, int, size_t, size_t, uint32_t>, Group*> by_shape;
   for (CtsTask& t : tasks) {
     Group*& g = by_shape[TaskShape(t)];
     if (g == nullptr) {

@@ -48,10 +48,13 @@ class CtsProgramCache {
   static CtsProgramCache& Shared();
 
   // The program of an aes*-cts job: DECRYPT (n = len(C)), ENCRYPT (n =
-  // |conf || P|), CHECKSUM (n = |D|; nr unused). INVALID_ARGUMENT for
-  // another type or a shape cts.h refuses.
+  // |conf || P|), CHECKSUM (n = |D|; nr unused); under a FAST key of
+  // cf2_bytes (16, 32; 0: the dealt key) for `usage` (cts.h Cf2*Program;
+  // usage unused otherwise). INVALID_ARGUMENT for another type or a shape
+  // cts.h refuses.
   absl::StatusOr<std::shared_ptr<const cts::Program>> Get(pb::JobType type, int nr,
-                                                          size_t n);
+                                                          size_t n, size_t cf2_bytes = 0,
+                                                          uint32_t usage = 0);
 
   uint64_t hits() const { return hits_.load(); }
   uint64_t misses() const { return misses_.load(); }
@@ -59,7 +62,7 @@ class CtsProgramCache {
   size_t size() const;  // programs held
 
  private:
-  using Shape = std::tuple<int, int, size_t>;
+  using Shape = std::tuple<int, int, size_t, size_t, uint32_t>;
   struct Entry {
     std::shared_ptr<const cts::Program> program;
     size_t bytes;
@@ -88,9 +91,14 @@ struct CtsTask {
   pb::JobType type = pb::JOB_DECRYPT;
   int nr = 0;
   size_t n = 0;
+  uint32_t usage = 0;
+  // Under a FAST key (Job.cts_key): its KDC half's bytes (16, 32), which
+  // lead shared_in; material is then K's PRF material. 0: the dealt key.
+  size_t cf2_bytes = 0;
   const CtsMaterial* material = nullptr;
   absl::Span<const uint8_t> public_in;                 // DECRYPT: C || T
-  std::array<absl::Span<const uint8_t>, 2> shared_in;  // ENCRYPT: P; CHECKSUM: D
+  // ENCRYPT: [X ||] P; CHECKSUM: D; DECRYPT: [X] (X a FAST key's KDC half)
+  std::array<absl::Span<const uint8_t>, 2> shared_in;
   std::shared_ptr<const cts::Program> program;
   std::array<std::vector<uint8_t>, 2> out;
   std::array<uint8_t, 2> mismatch{};
