@@ -17,7 +17,7 @@ The KDC computes such a user's AS exchange in the cluster (test_cts_as.py
 has the details): here the login succeeds with the right password and
 fails as PREAUTH_FAILED with a wrong one, and the keys are in no log. What
 the KDC does not serve under such a handle (a service ticket or TGS-type
-use, FAST: docs/limitations.md) is refused as KDC_ERR_SVC_UNAVAILABLE, with
+use: docs/limitations.md) is refused as KDC_ERR_SVC_UNAVAILABLE, with
 the refusal in the KDC's log; the handle is never used as a key.
 """
 import glob

@@ -75,6 +75,7 @@ const char* JobTypeName(pb::JobType type) {
 JobShape ShapeOf(const pb::Job& job, const MessageShares* shares) {
   JobShape s{job.type(), job.cipher(), job.key_id().size(), job.length(),
              job.data(), job.checksum()};
+  s.cts_key = job.cts_key();
   if (shares != nullptr) {
     s.share_sizes[0] = shares->first.size();
     s.share_sizes[1] = shares->second.size();
@@ -117,9 +118,18 @@ uint64_t SharedBytes(pb::JobType type, uint64_t length) {
   }
 }
 
-uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length) {
+uint64_t CtsKeyBytes(pb::CtsKey key) {
+  switch (key) {
+    case pb::CTS_KEY_CF2_AES128: return 16;
+    case pb::CTS_KEY_CF2_AES256: return 32;
+    default: return 0;
+  }
+}
+
+uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length, pb::CtsKey key) {
   if (!CtsCipher(cipher)) return SharedBytes(type, length);
-  return type == pb::JOB_ENCRYPT || type == pb::JOB_CHECKSUM ? length : 0;
+  const uint64_t half = type == pb::JOB_ENCRYPT || type == pb::JOB_DECRYPT ? CtsKeyBytes(key) : 0;
+  return half + (type == pb::JOB_ENCRYPT || type == pb::JOB_CHECKSUM ? length : 0);
 }
 
 uint64_t SharedBytes(const pb::SignItem& item) {
@@ -131,7 +141,7 @@ std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
   FlatReader r(req.data_shares());
   for (int i = 0; i < req.jobs_size(); ++i) {
     const pb::Job& j = req.jobs(i);
-    if (const uint64_t n = SharedBytes(j.type(), j.cipher(), j.length()); n > 0)
+    if (const uint64_t n = SharedBytes(j.type(), j.cipher(), j.length(), j.cts_key()); n > 0)
       out[i] = r.TakePair(n);
   }
   return out;
@@ -140,7 +150,7 @@ std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
 uint64_t RunShareBytes(const pb::RunRequest& req) {
   uint64_t n = 0;
   for (const pb::Job& j : req.jobs())
-    n += 2 * SharedBytes(j.type(), j.cipher(), j.length());
+    n += 2 * SharedBytes(j.type(), j.cipher(), j.length(), j.cts_key());
   return n;
 }
 
@@ -187,12 +197,18 @@ JobCheck CheckMessageShares(const JobShape& job) {
 // An aes*-cts job (kmpc.proto JobType): DECRYPT of C || T, ENCRYPT of
 // shared P, CHECKSUM of a shared message; conf || P within kMaxCtsBytes.
 JobCheck CheckCtsJob(const JobShape& job) {
-  const uint64_t want = SharedBytes(job.type, job.cipher, job.length);
+  const uint64_t want = SharedBytes(job.type, job.cipher, job.length, job.cts_key);
+  if (job.cts_key != pb::CTS_KEY_DEALT &&
+      (CtsKeyBytes(job.cts_key) == 0 ||
+       (job.type != pb::JOB_DECRYPT && job.type != pb::JOB_ENCRYPT)))
+    return Malformed(absl::StrCat("cts_key ", static_cast<int>(job.cts_key),
+                                  " on an aes*-cts ", JobTypeName(job.type)));
   switch (job.type) {
     case pb::JOB_DECRYPT:
-      if (job.length != 0 || !job.checksum.empty() || job.share_sizes[0] ||
-          job.share_sizes[1])
-        return Malformed("an aes*-cts DECRYPT takes data (C || T) only");
+      if (job.length != 0 || !job.checksum.empty() || job.share_sizes[0] != want ||
+          job.share_sizes[1] != want)
+        return Malformed("an aes*-cts DECRYPT takes data (C || T) and a FAST key's "
+                         "KDC half as shares only");
       if (job.data.size() < kCtsConfounder + kCtsTag)
         return CannotVerify(absl::StrCat("ciphertext of ", job.data.size(),
                                          " bytes is shorter than a block and the tag (28)"));
@@ -233,6 +249,8 @@ JobCheck CheckJob(const JobShape& job) {
         "cipher ", static_cast<int>(job.cipher), " (",
         CipherName(job.cipher), ") is not CIPHER_AES128, CIPHER_AES256 or an aes*-cts cipher"));
   if (CtsCipher(job.cipher)) return CheckCtsJob(job);
+  if (job.cts_key != pb::CTS_KEY_DEALT)
+    return Malformed("cts_key is for aes*-cts DECRYPT and ENCRYPT jobs only");
   const char* name = JobTypeName(job.type);
   switch (job.type) {
     case pb::JOB_ENCRYPT:
@@ -295,7 +313,9 @@ uint64_t JobBlocks(const JobShape& job) {
     const uint64_t n = job.type == pb::JOB_DECRYPT
                            ? (job.data.size() > kCtsTag ? job.data.size() - kCtsTag : 0)
                            : job.length + (job.type == pb::JOB_ENCRYPT ? kCtsConfounder : 0);
-    return 2 * CeilBlocks(n) + 6;
+    // A FAST key (Job.cts_key) is derived first: PRF+ (2 blocks), DK (4),
+    // two key schedules and the two HMAC states (about 12 blocks' ANDs).
+    return 2 * CeilBlocks(n) + 6 + (job.cts_key != pb::CTS_KEY_DEALT ? 18 : 0);
   }
   switch (job.type) {
     case pb::JOB_ENCRYPT:

@@ -40,7 +40,9 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // 6: jobs under the aes*-cts ciphers (CIPHER_AES128_CTS, CIPHER_AES256_CTS),
 // and a linked pad names its slot (Job.pad_slot): up to kPadSlots pads per
 // ENCRYPT, at distinct counters.
-inline constexpr uint32_t kWireVersion = 6;
+// 7: an aes*-cts job may run under a FAST key (Job.cts_key): the KDC's half
+// of KRB-FX-CF2 leads the job's shares.
+inline constexpr uint32_t kWireVersion = 7;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
@@ -139,7 +141,13 @@ struct JobShape {
   // (RunRequest.data_shares); each must equal SharedBytes(type, length).
   // The module checks a job before it deals the shares and sets both so.
   uint64_t share_sizes[2] = {0, 0};
+  // aes*-cts DECRYPT / ENCRYPT (kmpc.proto Job.cts_key): CTS_KEY_DEALT, or
+  // a FAST key whose KDC half (CtsKeyBytes) leads the job's shares.
+  pb::CtsKey cts_key = pb::CTS_KEY_DEALT;
 };
+// Bytes of the KDC's half of a FAST key: 16, 32, or 0 for CTS_KEY_DEALT
+// (and for an unknown value: CheckJob refuses it).
+uint64_t CtsKeyBytes(pb::CtsKey key);
 // One party's two shares of a message, as slices of a request's flat
 // buffer (kmpc.proto RunRequest.data_shares, SignRequest.data_shares).
 struct MessageShares {
@@ -154,7 +162,8 @@ uint64_t SharedBytes(pb::JobType type, uint64_t length);
 // The same for a job under `cipher`: an aes*-cts ENCRYPT's plaintext P
 // (`length`) and CHECKSUM's message are dealt too; VERIFY_CHECKSUM takes
 // none under those ciphers (0: CheckJob refuses it).
-uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length);
+uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length,
+                     pb::CtsKey key = pb::CTS_KEY_DEALT);
 // The same for a Sign item: D, or D || t' for a verify item.
 uint64_t SharedBytes(const pb::SignItem& item);
 // The shape; share_sizes from `shares` (none: 0, 0).

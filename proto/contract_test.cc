@@ -195,6 +195,55 @@ TEST(CheckJob, CtsCiphers) {
   EXPECT_TRUE(SliceMessageShares(run)[1].first.empty());
 }
 
+// FAST keys (kmpc.proto Job.cts_key): the KDC's half leads the job's
+// shares (a DECRYPT's only ones), on aes*-cts DECRYPT and ENCRYPT only.
+TEST(CheckJob, CtsFastKeys) {
+  EXPECT_EQ(CtsKeyBytes(pb::CTS_KEY_DEALT), 0u);
+  EXPECT_EQ(CtsKeyBytes(pb::CTS_KEY_CF2_AES128), 16u);
+  EXPECT_EQ(CtsKeyBytes(pb::CTS_KEY_CF2_AES256), 32u);
+  const pb::Cipher c = pb::CIPHER_AES256_CTS;
+  const std::string ct(44 + kCtsTag, 'c');
+  JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 0, ct, ""};
+  d.cts_key = pb::CTS_KEY_CF2_AES256;
+  EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);  // no half
+  d.share_sizes[0] = d.share_sizes[1] = 32;
+  EXPECT_TRUE(CheckJob(d).ok()) << CheckJob(d).detail;
+  EXPECT_EQ(RevealedBytes(d), 44u);
+  d.share_sizes[1] = 16;
+  EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);
+  JobShape e{pb::JOB_ENCRYPT, c, kKeyIdSize, 300, "", ""};
+  e.cts_key = pb::CTS_KEY_CF2_AES128;
+  EXPECT_EQ(SharedBytes(pb::JOB_ENCRYPT, c, 300, pb::CTS_KEY_CF2_AES128), 316u);
+  e.share_sizes[0] = e.share_sizes[1] = 300;
+  EXPECT_EQ(CheckJob(e).status, pb::JOB_MALFORMED);
+  e.share_sizes[0] = e.share_sizes[1] = 316;
+  EXPECT_TRUE(CheckJob(e).ok()) << CheckJob(e).detail;
+  EXPECT_EQ(RevealedBytes(e), 16u + 300 + 12);
+  JobShape k{pb::JOB_CHECKSUM, c, kKeyIdSize, 20, "", ""};
+  k.share_sizes[0] = k.share_sizes[1] = 20;
+  k.cts_key = pb::CTS_KEY_CF2_AES256;
+  EXPECT_EQ(CheckJob(k).status, pb::JOB_MALFORMED);
+  JobShape ctr{pb::JOB_ENCRYPT, pb::CIPHER_AES256, kKeyIdSize, 32, "", ""};
+  ctr.cts_key = pb::CTS_KEY_CF2_AES256;
+  EXPECT_EQ(CheckJob(ctr).status, pb::JOB_MALFORMED);
+  d.cts_key = static_cast<pb::CtsKey>(9);
+  EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);
+  pb::RunRequest run;
+  pb::Job* j = run.add_jobs();
+  j->set_type(pb::JOB_DECRYPT);
+  j->set_cipher(c);
+  j->set_cts_key(pb::CTS_KEY_CF2_AES128);
+  pb::Job* j2 = run.add_jobs();
+  j2->set_type(pb::JOB_ENCRYPT);
+  j2->set_cipher(c);
+  j2->set_length(7);
+  j2->set_cts_key(pb::CTS_KEY_CF2_AES256);
+  EXPECT_EQ(RunShareBytes(run), 2u * (16 + 39));
+  run.set_data_shares(std::string(2 * (16 + 39), 's'));
+  EXPECT_EQ(SliceMessageShares(run)[0].first.size(), 16u);
+  EXPECT_EQ(SliceMessageShares(run)[1].first.size(), 39u);
+}
+
 TEST(CheckJob, Decrypt) {
   std::string data = Ctr0(7) + std::string(40, 'c') + std::string(16, 't');
   JobShape j{pb::JOB_DECRYPT, pb::CIPHER_AES128, kKeyIdSize, 0, data, ""};

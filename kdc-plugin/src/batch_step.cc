@@ -140,7 +140,9 @@ absl::Status JobFailure(const pb::JobResult& r) {
 // Bytes of each share of what job's dealing carries (contract::SharedBytes):
 // the message, and after it a checksum's presented tag.
 size_t SharedBytes(const Job& job) {
-  return contract::SharedBytes(job.type, job.cipher, job.input.size());
+  return contract::SharedBytes(job.type, job.cipher,
+                               job.type == pb::JOB_DECRYPT ? 0 : job.input.size(),
+                               job.cts_key);
 }
 
 // Deals job's message, and for a VERIFY_CHECKSUM the presented tag t'
@@ -150,6 +152,14 @@ size_t SharedBytes(const Job& job) {
 absl::Status DealShared(const Job& job, client::DealRandom* random,
                         const std::array<std::string*, kParties>& flat) {
   const size_t n = SharedBytes(job);
+  if (!job.cf2_half.empty()) {
+    // A FAST key's KDC half, then an ENCRYPT's plaintext (a DECRYPT's
+    // ciphertext is public: Job.data), as one value (cts_items.h).
+    SecureBytes value(job.cf2_half.begin(), job.cf2_half.end());
+    if (job.type == pb::JOB_ENCRYPT) value.insert(value.end(), job.input.begin(), job.input.end());
+    if (value.size() != n) return absl::InvalidArgumentError("a FAST key's shares of the wrong size");
+    return client::DealFlat(absl::MakeConstSpan(value.data(), n), random->Take(n), flat);
+  }
   if (job.type != pb::JOB_VERIFY_CHECKSUM)
     return client::DealFlat(
         absl::MakeConstSpan(job.input.data(), job.input.size()),
@@ -366,6 +376,11 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
     j->set_cipher(job.cipher);
     j->set_usage(job.usage);
     j->set_type(job.type);
+    if (job.cts_key != pb::CTS_KEY_DEALT) {
+      // A FAST key: its KDC half is dealt below (cts_items.h).
+      j->set_cts_key(job.cts_key);
+      if (job.type == pb::JOB_DECRYPT) shared.push_back(call->req.jobs_size() - 1);
+    }
     switch (job.type) {
       case pb::JOB_ENCRYPT:
         // The plaintext never leaves the KDC: only its length, and under

@@ -20,9 +20,17 @@ absl::Status CtsJobServed(const Job& job) {
 }
 
 std::string CtsItemProblem(const PlanItem& p) {
-  if (p.role != Role::kTimestamp && p.role != Role::kReply)
-    return "an aes*-cts key in a role other than TIMESTAMP or REPLY";
+  if (p.role != Role::kTimestamp && p.role != Role::kReply && p.role != Role::kChallenge &&
+      p.role != Role::kKdcChallenge)
+    return "an aes*-cts key in a role other than TIMESTAMP, CHALLENGE, KDC_CHALLENGE or REPLY";
   if (!p.given) return "an aes*-cts item not given at begin";
+  // The encrypted challenge is under FAST keys only, the timestamp under
+  // the dealt key only (the servers' direction rule, engine.h).
+  if ((p.role == Role::kChallenge || p.role == Role::kKdcChallenge) &&
+      p.cts_key == kmpc::v1::CTS_KEY_DEALT)
+    return "an encrypted challenge item without its FAST key";
+  if (p.role == Role::kTimestamp && p.cts_key != kmpc::v1::CTS_KEY_DEALT)
+    return "a TIMESTAMP under a FAST key";
   if (p.role == Role::kReply && !(p.flags & kItemExact))
     return "an aes*-cts REPLY whose length is not exact";
   return {};
@@ -40,7 +48,8 @@ absl::Status CtsCheckResult(const Job& job, pb::JobStatus status, int k) {
 }
 
 size_t CtsSharedBytes(const Job& job) {
-  return contract::SharedBytes(job.type, job.cipher, job.input.size());
+  return contract::SharedBytes(job.type, job.cipher,
+                               job.type == pb::JOB_DECRYPT ? 0 : job.input.size(), job.cts_key);
 }
 
 absl::Status CtsResult(const Job& job, SecureBytes* value) {

@@ -15,7 +15,7 @@ contract::JobShape ShapeOf(const Job& job) {
     s.length = job.input.size();
     // An aes*-cts ENCRYPT's plaintext goes as shares (cts_items.h).
     s.share_sizes[0] = s.share_sizes[1] =
-        contract::SharedBytes(job.type, job.cipher, s.length);
+        contract::SharedBytes(job.type, job.cipher, s.length, job.cts_key);
   } else if (job.type == pb::JOB_CHECKSUM ||
              job.type == pb::JOB_VERIFY_CHECKSUM) {
     // Sent as shares of the message, each as long as it (kmpc.proto
@@ -28,7 +28,11 @@ contract::JobShape ShapeOf(const Job& job) {
   } else {
     s.data = absl::string_view(reinterpret_cast<const char*>(job.input.data()),
                                job.input.size());
+    // A FAST key's KDC half goes as shares (cts_items.h).
+    s.share_sizes[0] = s.share_sizes[1] =
+        contract::SharedBytes(job.type, job.cipher, 0, job.cts_key);
   }
+  s.cts_key = job.cts_key;
   s.checksum = job.checksum;
   // A VERIFY_CHECKSUM's ctr0 || tag: the wire carries ctr0 in the clear
   // and the tag as shares (kmpc.proto JOB_VERIFY_CHECKSUM). Of another
@@ -40,6 +44,8 @@ contract::JobShape ShapeOf(const Job& job) {
 }
 
 absl::Status CheckJob(const Job& job) {
+  if (job.cf2_half.size() != contract::CtsKeyBytes(job.cts_key))
+    return absl::InvalidArgumentError("a FAST key's KDC half of the wrong size");
   if (job.type == pb::JOB_VERIFY_CHECKSUM &&
       job.checksum.size() != contract::kChecksumSize)
     return absl::DataLossError(absl::StrCat(

@@ -84,6 +84,11 @@ struct Job {
   // PAD (prepared by the planner for a plan's CHECKSUM or VERIFY item,
   // never submitted by the KDC): the longest message the pad may sign.
   uint32_t pad_length = 0;
+  // aes*-cts DECRYPT / ENCRYPT under a FAST key (kmpc.proto Job.cts_key):
+  // the KDC's half of KRB-FX-CF2, PRF+ of a key the KDC holds (secret: it
+  // leaves the KDC only as fresh shares, before an ENCRYPT's plaintext).
+  kmpc::v1::CtsKey cts_key = kmpc::v1::CTS_KEY_DEALT;
+  SecureBytes cf2_half;
 };
 
 // A job from Submit to its Result: queued by the dispatcher, then owned by

@@ -486,6 +486,16 @@ absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
     p.ticket = it.ticket;
     p.ctr0.assign(it.ctr0.data != nullptr ? it.ctr0.data : "", it.ctr0.length);
     p.given = it.input.length > 0;
+    if (it.cf2_half.length > 0) {
+      // A FAST key (kdcmpc_plugin.h cf2_half): given items under aes*-cts
+      // keys only; its size is the output key's (16 or 32 bytes).
+      if (it.cf2_half.data == nullptr || !p.given || !contract::CtsCipher(p.cipher) ||
+          (it.cf2_half.length != 16 && it.cf2_half.length != 32))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plan item ", i, ": a FAST key's half on an item that cannot take one"));
+      p.cts_key = it.cf2_half.length == 16 ? kmpc::v1::CTS_KEY_CF2_AES128
+                                           : kmpc::v1::CTS_KEY_CF2_AES256;
+    }
     if (p.given) {
       krb5_kdcmpc_job job = {it.type, it.enctype, it.key_id, it.usage,
                              it.input, it.checksum};
@@ -496,6 +506,11 @@ absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
         const std::string why = msg != nullptr ? msg : "kdcmpc: malformed job";
         free(msg);
         return absl::InvalidArgumentError(absl::StrCat("plan item ", i, ": ", why));
+      }
+      g.job.cts_key = p.cts_key;
+      if (p.cts_key != kmpc::v1::CTS_KEY_DEALT) {
+        const uint8_t* h = reinterpret_cast<const uint8_t*>(it.cf2_half.data);
+        g.job.cf2_half.assign(h, h + it.cf2_half.length);
       }
       given->push_back(std::move(g));
     }

@@ -21,7 +21,8 @@ enum class ExchangeKind : int {
 enum class Role : int {
   kTimestamp = 1, kArmor, kHeaderTicket, kSecondTicket, kReqChecksum,
   kTicket, kReply, kSigServer, kSigKdc, kCammacKdc, kSigTicket, kCammacSvc,
-  kVerifyServer, kVerifyKdc, kVerifyCammac, kVerifyTicket
+  kVerifyServer, kVerifyKdc, kVerifyCammac, kVerifyTicket,
+  kChallenge, kKdcChallenge
 };
 inline constexpr size_t kMaxPlanItems = 16;   // KRB5_KDCMPC_MAX_ITEMS
 inline constexpr uint32_t kItemExact = 0x1;   // KRB5_KDCMPC_ITEM_EXACT
@@ -40,6 +41,10 @@ struct PlanItem {
   int ticket = -1;       // linked TICKET (signing) or DECRYPT (verifying)
   std::string ctr0;      // VERIFY_* with ticket -1: the signature's counter
   bool given = false;    // its job is given at begin
+  // aes*-cts: the key of the item's job (kmpc.proto Job.cts_key): a FAST
+  // key whose KDC half the given job carries (Job::cf2_half), or the dealt
+  // key.
+  kmpc::v1::CtsKey cts_key = kmpc::v1::CTS_KEY_DEALT;
 };
 
 struct Plan {

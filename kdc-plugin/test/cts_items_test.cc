@@ -133,5 +133,56 @@ TEST(CtsItemsTest, PlannerTakesTheAsTimestampAndReplyOnly) {
   }
 }
 
+// FAST (cts_items.h): the client's encrypted challenge as the gate and the
+// KDC's challenge and the reply under FAST keys; the KDC's half goes as
+// shares (before an ENCRYPT's plaintext; a DECRYPT's only shares), never
+// in the clear; an encrypted challenge without a FAST key, or a
+// TIMESTAMP with one, is refused.
+TEST(CtsItemsTest, FastItemsTakeTheirKeysHalfAsShares) {
+  Job dec = CtsJobOf(pb::JOB_DECRYPT, 16 + 28 + 12);
+  dec.usage = 54;
+  dec.cts_key = pb::CTS_KEY_CF2_AES256;
+  dec.cf2_half.assign(32, 0x5a);
+  EXPECT_EQ(CtsSharedBytes(dec), 32u);
+  contract::JobShape s = ShapeOf(dec);
+  EXPECT_EQ(s.share_sizes[0], 32u);
+  EXPECT_EQ(s.data.size(), 16u + 28 + 12);  // the ciphertext is public
+  EXPECT_TRUE(CheckJob(dec).ok()) << CheckJob(dec);
+  Job enc = CtsJobOf(pb::JOB_ENCRYPT, 200);
+  enc.cts_key = pb::CTS_KEY_CF2_AES128;
+  enc.cf2_half.assign(16, 0x5a);
+  EXPECT_EQ(CtsSharedBytes(enc), 216u);
+  EXPECT_TRUE(CheckJob(enc).ok()) << CheckJob(enc);
+  EXPECT_EQ(contract::RevealedShareBytes(ShapeOf(enc), pb::JOB_OK),
+            contract::kCtsConfounder + 200 + contract::kCtsTag);
+  Job wrong = enc;  // a half of another size than its cts_key says
+  wrong.cf2_half.resize(32);
+  EXPECT_FALSE(CheckJob(wrong).ok());
+
+  Plan plan;
+  plan.kind = ExchangeKind::kAsFast;
+  PlanItem gate = CtsItem(Role::kChallenge, pb::JOB_DECRYPT, 54, true);
+  gate.cts_key = pb::CTS_KEY_CF2_AES256;
+  plan.items.push_back(gate);
+  for (auto [role, usage] : {std::pair{Role::kKdcChallenge, 55u}, std::pair{Role::kReply, 3u}}) {
+    PlanItem it = CtsItem(role, pb::JOB_ENCRYPT, usage, true);
+    it.flags |= kItemGated;
+    it.gate = 0;
+    it.cts_key = pb::CTS_KEY_CF2_AES256;
+    plan.items.push_back(it);
+  }
+  EXPECT_TRUE(Planner::Check(plan).ok()) << Planner::Check(plan);
+  Plan no_key = plan;
+  no_key.items[0].cts_key = pb::CTS_KEY_DEALT;
+  EXPECT_FALSE(Planner::Check(no_key).ok());
+  Plan ts_key = plan;
+  ts_key.items[0].role = Role::kTimestamp;
+  ts_key.items[0].usage = 1;
+  EXPECT_FALSE(Planner::Check(ts_key).ok());
+  Plan usage = plan;  // a role's usage is fixed
+  usage.items[1].usage = 54;
+  EXPECT_FALSE(Planner::Check(usage).ok());
+}
+
 }  // namespace
 }  // namespace kmpc::kdc

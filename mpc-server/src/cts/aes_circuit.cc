@@ -1,5 +1,8 @@
 #include "cts/aes_circuit.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace kmpc::cts {
 namespace {
 
@@ -204,6 +207,41 @@ Bits AesEncryptBlock(Circuit& c, const RoundKeys& k, const Bits& in) {
     s = c.Xor(s, k.Round(r));
   }
   return s;
+}
+
+RoundKeys ExpandKeyCircuit(Circuit& c, const Bits& key) {
+  const int nk = static_cast<int>(key.size() / 32);  // words of the key
+  RoundKeys k;
+  k.nr = nk == 4 ? 10 : 14;
+  const int words = 4 * (k.nr + 1);
+  std::vector<Bits> w(words);
+  for (int i = 0; i < nk; ++i) w[i] = Bits(key.begin() + 32 * i, key.begin() + 32 * (i + 1));
+  uint8_t rcon = 1;
+  for (int i = nk; i < words; ++i) {
+    Bits t = w[i - 1];
+    if (i % nk == 0) {
+      // RotWord, SubWord, then Rcon into the first byte.
+      Bits r(32);
+      for (int b = 0; b < 4; ++b) {
+        const Bits s = SubByte(c, Byte(t, (b + 1) % 4));
+        std::copy(s.begin(), s.end(), r.begin() + 8 * b);
+      }
+      for (int j = 0; j < 8; ++j)
+        if ((rcon >> j) & 1) r[j] = c.Not(r[j]);
+      rcon = static_cast<uint8_t>((rcon << 1) ^ ((rcon & 0x80) ? 0x1b : 0));
+      t = r;
+    } else if (nk > 6 && i % nk == 4) {
+      Bits r(32);
+      for (int b = 0; b < 4; ++b) {
+        const Bits s = SubByte(c, Byte(t, b));
+        std::copy(s.begin(), s.end(), r.begin() + 8 * b);
+      }
+      t = r;
+    }
+    w[i] = c.Xor(w[i - nk], t);
+  }
+  for (const Bits& x : w) k.bits.insert(k.bits.end(), x.begin(), x.end());
+  return k;
 }
 
 // FIPS-197 5.3 (Figure 12), the inverse cipher.

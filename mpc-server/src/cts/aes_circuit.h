@@ -32,6 +32,14 @@ Bits SubByte(Circuit& c, const Bits& x);
 Bits InvSubByte(Circuit& c, const Bits& x);
 
 Bits AesEncryptBlock(Circuit& c, const RoundKeys& k, const Bits& in);
+
+// FIPS-197 section 5.2 key expansion of a key that is itself a circuit
+// value (16 or 32 bytes: nr 10 or 14): the dealer expands the keys it
+// deals in the clear (aes/key_expansion.h), a key derived on shares (the
+// FAST keys, cts.h Cf2*Program) is expanded here. SubWord's S-boxes are
+// the only ANDs: 40 S-boxes for AES-128, 52 for AES-256, in a chain of
+// 10 resp. 13 (AND depth 40 resp. 52).
+RoundKeys ExpandKeyCircuit(Circuit& c, const Bits& key);
 Bits AesDecryptBlock(Circuit& c, const RoundKeys& k, const Bits& in);
 
 }  // namespace kmpc::cts

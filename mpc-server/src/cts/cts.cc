@@ -1,6 +1,11 @@
 #include "cts/cts.h"
 
+#include <openssl/sha.h>
+
+#include <string>
 #include <vector>
+
+#include "cts/dealer.h"
 
 namespace kmpc::cts {
 namespace {
@@ -143,6 +148,113 @@ absl::StatusOr<Program> PrfProgram(int nr) {
   k.nr = nr;
   k.bits = c.Inputs(128 * (nr + 1));
   c.Output(AesEncryptBlock(c, k, c.Inputs(128)));
+  return c.Compile();
+}
+
+std::string_view Cf2Pepper(uint32_t usage) {
+  switch (usage) {
+    case 54:
+    case 55: return "challengelongterm";
+    case 3: return "replykey";
+    default: return {};
+  }
+}
+
+Bits PrfPlus(Circuit& c, const RoundKeys& prf, std::string_view pepper, size_t bytes) {
+  Bits out;
+  for (uint8_t i = 1; out.size() < 8 * bytes; ++i) {
+    std::string in(1, static_cast<char>(i));
+    in.append(pepper);
+    uint8_t md[SHA_DIGEST_LENGTH];
+    SHA1(reinterpret_cast<const uint8_t*>(in.data()), in.size(), md);
+    Append(out, AesEncryptBlock(c, prf, Circuit::Constant(absl::MakeConstSpan(md, kBlock))));
+  }
+  out.resize(8 * bytes);
+  return out;
+}
+
+Bits DeriveKeyCircuit(Circuit& c, const RoundKeys& key, size_t keylen,
+                      absl::Span<const uint8_t> constant) {
+  Bits block = Circuit::Constant(constant.size() == kBlock
+                                     ? std::vector<uint8_t>(constant.begin(), constant.end())
+                                     : NFold(constant, kBlock));
+  Bits out;
+  while (out.size() < 8 * keylen) {
+    block = AesEncryptBlock(c, key, block);
+    Append(out, block);
+  }
+  out.resize(8 * keylen);
+  return out;
+}
+
+namespace {
+
+// The chaining state after one compression of (key || 0...) ^ pad.
+Sha1State PadState(Circuit& c, const Bits& key, uint8_t pad) {
+  Bits block(512);
+  for (size_t i = 0; i < 512; ++i) {
+    const Wire k = i < key.size() ? key[i] : kZero;
+    block[i] = ((pad >> (i % 8)) & 1) ? c.Not(k) : k;
+  }
+  Sha1State iv;
+  for (int w = 0; w < 5; ++w) iv[w] = ConstantWord(kSha1Iv[w]);
+  return Sha1Compress(c, iv, block);
+}
+
+}  // namespace
+
+UsageKeys UsageKeysCircuit(Circuit& c, const Bits& key, uint32_t usage) {
+  const size_t keylen = key.size() / 8;
+  const RoundKeys base = ExpandKeyCircuit(c, key);
+  uint8_t constant[5] = {static_cast<uint8_t>(usage >> 24), static_cast<uint8_t>(usage >> 16),
+                         static_cast<uint8_t>(usage >> 8), static_cast<uint8_t>(usage), 0xAA};
+  UsageKeys k;
+  k.ke = ExpandKeyCircuit(c, DeriveKeyCircuit(c, base, keylen, constant));
+  constant[4] = 0x55;
+  const Bits ki = DeriveKeyCircuit(c, base, keylen, constant);
+  k.ipad = PadState(c, ki, 0x36);
+  k.opad = PadState(c, ki, 0x5c);
+  return k;
+}
+
+namespace {
+
+absl::Status CheckCf2Shape(int nr_k, size_t keylen, uint32_t usage, size_t n) {
+  if (keylen != 16 && keylen != 32)
+    return absl::InvalidArgumentError("cts: a FAST key is 16 or 32 bytes");
+  if (Cf2Pepper(usage).empty())
+    return absl::InvalidArgumentError("cts: not a FAST usage (3, 54, 55)");
+  return CheckShape(nr_k, n);
+}
+
+// The FAST key of a lane: CF2 of the inputs (K's PRF round keys, then X).
+UsageKeys Cf2KeyInputs(Circuit& c, int nr_k, size_t keylen, uint32_t usage) {
+  RoundKeys prf;
+  prf.nr = nr_k;
+  prf.bits = c.Inputs(128 * (nr_k + 1));
+  const Bits x = c.Inputs(8 * keylen);
+  const Bits key = c.Xor(x, PrfPlus(c, prf, Cf2Pepper(usage), keylen));
+  return UsageKeysCircuit(c, key, usage);
+}
+
+}  // namespace
+
+absl::StatusOr<Program> Cf2EncryptProgram(int nr_k, size_t keylen, uint32_t usage, size_t n) {
+  if (absl::Status st = CheckCf2Shape(nr_k, keylen, usage, n); !st.ok()) return st;
+  Circuit c;
+  const UsageKeys k = Cf2KeyInputs(c, nr_k, keylen, usage);
+  c.Output(Rfc3962Encrypt(c, k, c.Inputs(8 * n)));
+  return c.Compile();
+}
+
+absl::StatusOr<Program> Cf2DecryptProgram(int nr_k, size_t keylen, uint32_t usage, size_t n) {
+  if (absl::Status st = CheckCf2Shape(nr_k, keylen, usage, n); !st.ok()) return st;
+  Circuit c;
+  const UsageKeys k = Cf2KeyInputs(c, nr_k, keylen, usage);
+  const Decrypted d = Rfc3962Decrypt(c, k, c.Inputs(8 * (n + kTagBytes)));
+  c.Output(d.conf_plain);
+  c.Output(d.mismatch);
+  for (int j = 1; j < 8; ++j) c.Output(kZero);
   return c.Compile();
 }
 

@@ -16,6 +16,8 @@
 #define KMPC_CTS_CTS_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 
@@ -81,6 +83,48 @@ absl::StatusOr<Program> ChecksumProgram(size_t n);
 // truncate16(SHA-1(s)) the caller hashes in the clear; outputs the 16-byte
 // PRF output.
 absl::StatusOr<Program> PrfProgram(int nr);
+
+// FAST (RFC 6113) keys on shares. KRB-FX-CF2(A, K, pepper_a, pepper_k) =
+// PRF+(A, pepper_a) ^ PRF+(K, pepper_k) (section 5.1; random-to-key is the
+// identity for AES, RFC 3962 section 6), in the enctype and length of A
+// (krb5_c_fx_cf2_simple). A is a key the KDC holds (the armor key, the
+// reply-strengthening key), so the KDC computes X = PRF+(A, pepper_a) and
+// deals it as fresh shares; the servers add PRF+(K, pepper_k) from the
+// dealt DealPrf(K) material (PRF(K, s) = AES(DK(K, "prf"),
+// truncate16(SHA-1(s))), RFC 3962 section 6; PRF+(K, s) = PRF(K, 0x01 ||
+// s) || PRF(K, 0x02 || s) ..., cut to A's key size), and derive the
+// usage's Ke and Ki from the sum on shares. Neither half nor the key ever
+// exists whole anywhere but at the client (PRF+(K, .) is an offline
+// guessing verifier of the password).
+//
+// The long-term pepper of each FAST usage (the usage fixes it: a job
+// cannot pick another):
+//   54 KRB5_KEYUSAGE_ENC_CHALLENGE_CLIENT, 55 ..._KDC: "challengelongterm"
+//      (section 5.4.6, encrypted challenge);
+//   3  the AS reply under the strengthened reply key: "replykey" (5.4.3).
+// Empty for every other usage.
+std::string_view Cf2Pepper(uint32_t usage);
+
+// PRF+(K, pepper) cut to `bytes` (<= 32), from K's DealPrf round keys.
+Bits PrfPlus(Circuit& c, const RoundKeys& prf, std::string_view pepper, size_t bytes);
+// RFC 3961 section 5.1 DK(key, constant) with AES (key 16 or 32 bytes:
+// DR's blocks E(key, n-fold(constant)), E(key, that), ... cut to the key's
+// size). key and the result are circuit values; constant is public.
+Bits DeriveKeyCircuit(Circuit& c, const RoundKeys& key, size_t keylen,
+                      absl::Span<const uint8_t> constant);
+// The usage's material (what dealer.h DealUsage computes in the clear) from
+// a key that is a circuit value: Ke = DK(key, u | 0xAA) expanded, and the
+// chaining states after (Ki ^ ipad) and (Ki ^ opad), Ki = DK(key, u | 0x55).
+UsageKeys UsageKeysCircuit(Circuit& c, const Bits& key, uint32_t usage);
+
+// RFC 3962 encryption / decryption under CF2(A, K) for a FAST usage (a
+// Cf2Pepper). nr_k: K's rounds (10, 14); keylen: A's key size (16, 32),
+// the output key's. Inputs per lane, in order: K's DealPrf round keys
+// ((nr_k + 1) * 16 bytes, shared), X = PRF+(A, pepper_a) (keylen bytes,
+// shared), then what EncryptProgram / DecryptProgram take after the
+// material; outputs as theirs.
+absl::StatusOr<Program> Cf2EncryptProgram(int nr_k, size_t keylen, uint32_t usage, size_t n);
+absl::StatusOr<Program> Cf2DecryptProgram(int nr_k, size_t keylen, uint32_t usage, size_t n);
 
 }  // namespace kmpc::cts
 

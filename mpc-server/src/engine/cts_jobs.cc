@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "cts/cts.h"
@@ -18,15 +19,25 @@ namespace {
 
 // A task's shape (type, nr, n), as CtsProgramCache keys programs: tasks
 // of one shape run the same program, whatever object each one points to.
-std::tuple<int, int, size_t> TaskShape(const CtsTask& t) {
-  return {static_cast<int>(t.type), t.type == pb::JOB_CHECKSUM ? 0 : t.nr, t.n};
+std::tuple<int, int, size_t, size_t, uint32_t> TaskShape(const CtsTask& t) {
+  return {static_cast<int>(t.type), t.type == pb::JOB_CHECKSUM ? 0 : t.nr, t.n, t.cf2_bytes,
+          t.cf2_bytes != 0 ? t.usage : 0};
 }
 
 void WipeWords(std::vector<uint64_t>& v) {
   OPENSSL_cleanse(v.data(), v.size() * sizeof(uint64_t));
 }
 
-absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n) {
+absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n, size_t cf2_bytes,
+                                     uint32_t usage) {
+  if (cf2_bytes != 0) {
+    switch (type) {
+      case pb::JOB_DECRYPT: return cts::Cf2DecryptProgram(nr, cf2_bytes, usage, n);
+      case pb::JOB_ENCRYPT: return cts::Cf2EncryptProgram(nr, cf2_bytes, usage, n);
+      default:
+        return absl::InvalidArgumentError("a FAST key is for aes*-cts DECRYPT and ENCRYPT only");
+    }
+  }
   switch (type) {
     case pb::JOB_DECRYPT: return cts::DecryptProgram(nr, n);
     case pb::JOB_ENCRYPT: return cts::EncryptProgram(nr, n);
@@ -60,6 +71,13 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
   b.reserve(t.material->share[c].size() + t.public_in.size() + conf.size() +
             t.shared_in[c].size());
   b.assign(t.material->share[c].begin(), t.material->share[c].end());
+  // A FAST key's KDC half, right after K's PRF material (cts.h
+  // Cf2EncryptProgram's inputs); the rest of shared_in is the message.
+  absl::Span<const uint8_t> shared = t.shared_in[c];
+  if (t.cf2_bytes != 0) {
+    b.insert(b.end(), shared.begin(), shared.begin() + t.cf2_bytes);
+    shared.remove_prefix(t.cf2_bytes);
+  }
   switch (t.type) {
     case pb::JOB_DECRYPT:
       if (share::HoldsPublicIn(party, c))
@@ -69,10 +87,10 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
       break;
     case pb::JOB_ENCRYPT:
       b.insert(b.end(), conf.begin(), conf.end());
-      b.insert(b.end(), t.shared_in[c].begin(), t.shared_in[c].end());
+      b.insert(b.end(), shared.begin(), shared.end());
       break;
     default:
-      b.insert(b.end(), t.shared_in[c].begin(), t.shared_in[c].end());
+      b.insert(b.end(), shared.begin(), shared.end());
       break;
   }
   return b;
@@ -154,8 +172,11 @@ size_t CtsProgramCache::size() const {
 }
 
 absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(pb::JobType type,
-                                                                         int nr, size_t n) {
-  const Shape shape{static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n};
+                                                                         int nr, size_t n,
+                                                                         size_t cf2_bytes,
+                                                                         uint32_t usage) {
+  const Shape shape{static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n, cf2_bytes,
+                    cf2_bytes != 0 ? usage : 0};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(shape);
@@ -168,7 +189,7 @@ absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(pb::Job
   ++misses_;
   // Compiled outside the lock: two workers may compile one shape at once;
   // the second insert keeps the first.
-  absl::StatusOr<cts::Program> p = Compile(type, nr, n);
+  absl::StatusOr<cts::Program> p = Compile(type, nr, n, cf2_bytes, usage);
   if (!p.ok()) return p.status();
   return Insert(shape, *std::move(p));
 }
@@ -190,7 +211,8 @@ std::shared_ptr<const cts::Program> CtsProgramCache::Insert(const Shape& shape,
   }
   if (!shapes_path_.empty()) {
     std::ofstream f(shapes_path_, std::ios::app);
-    f << std::get<0>(shape) << ' ' << std::get<1>(shape) << ' ' << std::get<2>(shape) << '\n';
+    f << std::get<0>(shape) << ' ' << std::get<1>(shape) << ' ' << std::get<2>(shape) << ' '
+      << std::get<3>(shape) << ' ' << std::get<4>(shape) << '\n';
   }
   return program;
 }
@@ -203,13 +225,20 @@ void CtsProgramCache::RecordShapesTo(const std::string& path) {
 std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::string& path) {
   std::ifstream f(path);
   std::vector<Shape> all;
-  int type = 0, nr = 0;
-  size_t n = 0;
-  while (f >> type >> nr >> n) {
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    int type = 0, nr = 0;
+    size_t n = 0, cf2 = 0;
+    uint32_t usage = 0;
+    if (!(in >> type >> nr >> n >> cf2 >> usage)) continue;
     const bool ok = (type == pb::JOB_DECRYPT || type == pb::JOB_ENCRYPT) ? (nr == 10 || nr == 14)
-                    : type == pb::JOB_CHECKSUM                           ? nr == 0
+                    : type == pb::JOB_CHECKSUM                           ? nr == 0 && cf2 == 0
                                                                          : false;
-    if (ok && n >= 16 && n <= cts::kMaxBytes) all.emplace_back(type, nr, n);
+    const bool key_ok = cf2 == 0 ? usage == 0
+                                 : (cf2 == 16 || cf2 == 32) && (usage == 3 || usage == 54 ||
+                                                                usage == 55);
+    if (ok && key_ok && n >= 16 && n <= cts::kMaxBytes) all.emplace_back(type, nr, n, cf2, usage);
   }
   std::vector<Shape> out;  // newest first, distinct
   for (auto it = all.rbegin(); it != all.rend() && out.size() < kMaxPrograms / 2; ++it) {
@@ -221,7 +250,7 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::strin
 
 std::vector<CtsProgramCache::Shape> CtsProgramCache::UsualShapes() {
   std::vector<Shape> out;
-  for (int nr : {14, 10}) out.emplace_back(static_cast<int>(pb::JOB_DECRYPT), nr, 44);
+  for (int nr : {14, 10}) out.emplace_back(static_cast<int>(pb::JOB_DECRYPT), nr, 44, 0, 0);
   return out;
 }
 
@@ -236,7 +265,8 @@ void CtsProgramCache::PrecompileInBackground(std::vector<Shape> shapes) {
         if (entries_.count(s) != 0) continue;
       }
       const auto type = static_cast<pb::JobType>(std::get<0>(s));
-      absl::StatusOr<cts::Program> p = Compile(type, std::get<1>(s), std::get<2>(s));
+      absl::StatusOr<cts::Program> p = Compile(type, std::get<1>(s), std::get<2>(s), std::get<3>(s),
+                                              std::get<4>(s));
       if (p.ok()) Insert(s, *std::move(p));
     }
   });
@@ -271,7 +301,8 @@ uint64_t CtsCost::Verifies(uint64_t verify_words) const {
 
 CtsCost CostOf(absl::Span<const CtsTask> tasks) {
   // By shape, as RunCtsTasks groups: decided alike on every party.
-  std::map<std::tuple<int, int, size_t>, std::pair<const cts::Program*, size_t>> lanes;
+  std::map<std::tuple<int, int, size_t, size_t, uint32_t>, std::pair<const cts::Program*, size_t>>
+      lanes;
   for (const CtsTask& t : tasks) {
     auto& l = lanes[TaskShape(t)];
     l.first = t.program.get();
@@ -295,7 +326,7 @@ absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t veri
   // one shape in a batch where the others hold one; grouping by address
   // would pack other lanes there and put the ring out of step.
   std::vector<std::unique_ptr<Group>> groups;
-  std::map<std::tuple<int, int, size_t>, Group*> by_shape;
+  std::map<std::tuple<int, int, size_t, size_t, uint32_t>, Group*> by_shape;
   for (CtsTask& t : tasks) {
     Group*& g = by_shape[TaskShape(t)];
     if (g == nullptr) {

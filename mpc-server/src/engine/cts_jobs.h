@@ -50,25 +50,29 @@ class CtsProgramCache {
   static CtsProgramCache& Shared();
 
   // The program of an aes*-cts job: DECRYPT (n = len(C)), ENCRYPT (n =
-  // |conf || P|), CHECKSUM (n = |D|; nr unused). INVALID_ARGUMENT for
-  // another type or a shape cts.h refuses.
+  // |conf || P|), CHECKSUM (n = |D|; nr unused); under a FAST key of
+  // cf2_bytes (16, 32; 0: the dealt key) for `usage` (cts.h Cf2*Program;
+  // usage unused otherwise). INVALID_ARGUMENT for another type or a shape
+  // cts.h refuses.
   absl::StatusOr<std::shared_ptr<const cts::Program>> Get(pb::JobType type, int nr,
-                                                          size_t n);
+                                                          size_t n, size_t cf2_bytes = 0,
+                                                          uint32_t usage = 0);
 
   uint64_t hits() const { return hits_.load(); }
   uint64_t misses() const { return misses_.load(); }
   size_t bytes() const;
   size_t size() const;  // programs held
 
-  // (job type, nr (0 for CHECKSUM), n), as Get takes them.
-  using Shape = std::tuple<int, int, size_t>;
+  // (job type, nr (0 for CHECKSUM), n, cf2_bytes, usage (0 unless cf2_bytes)),
+  // as Get takes them.
+  using Shape = std::tuple<int, int, size_t, size_t, uint32_t>;
 
   // A program compiled inside a batch delays the batch by its compile time
   // (~90 ms for a 300-byte reply on an idle core, seconds on a loaded host:
   // past the KDC module's deadline_ms), so a server compiles the shapes it
   // expects before the first batch needs them:
   // Every shape compiled from now on (by Get or in the background) is
-  // appended to path, one "type nr n" line: public lengths of what the KDC
+  // appended to path, one "type nr n cf2_bytes usage" line: public lengths of what the KDC
   // sent. Empty: none recorded.
   void RecordShapesTo(const std::string& path);
   // The most recent distinct shapes of such a file, at most kMaxPrograms / 2,
@@ -130,9 +134,14 @@ struct CtsTask {
   pb::JobType type = pb::JOB_DECRYPT;
   int nr = 0;
   size_t n = 0;
+  uint32_t usage = 0;
+  // Under a FAST key (Job.cts_key): its KDC half's bytes (16, 32), which
+  // lead shared_in; material is then K's PRF material. 0: the dealt key.
+  size_t cf2_bytes = 0;
   const CtsMaterial* material = nullptr;
   absl::Span<const uint8_t> public_in;                 // DECRYPT: C || T
-  std::array<absl::Span<const uint8_t>, 2> shared_in;  // ENCRYPT: P; CHECKSUM: D
+  // ENCRYPT: [X ||] P; CHECKSUM: D; DECRYPT: [X] (X a FAST key's KDC half)
+  std::array<absl::Span<const uint8_t>, 2> shared_in;
   std::shared_ptr<const cts::Program> program;
   std::array<std::vector<uint8_t>, 2> out;
   std::array<uint8_t, 2> mismatch{};

@@ -237,6 +237,7 @@ contract::JobShape ShapeOf(const Job& job) {
   contract::JobShape s{job.type, job.cipher, job.key_id.size(),
                        ctr_encrypt ? 16 * uint64_t{job.nblocks} : uint64_t{job.length},
                        View(job.data), View(job.checksum)};
+  s.cts_key = job.cts_key;
   s.share_sizes[0] = job.data_shares[0].size();
   s.share_sizes[1] = job.data_shares[1].size();
   return s;
@@ -347,9 +348,10 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   PutU64(out, static_cast<uint64_t>(job.release_if_ok + 1));
   PutU64(out, static_cast<uint64_t>(job.pad_after + 1));
   PutU32(out, job.pad_slot);
-  // No encrypt state (the byte that flagged one when a Run could carry a
-  // FINALIZE): the digest's encoding is unchanged for the jobs there are.
-  out.push_back(0);
+  // The byte that flagged an encrypt state when a Run could carry a
+  // FINALIZE: now the FAST key (0 for every other job, so the digest's
+  // encoding is unchanged for them).
+  out.push_back(static_cast<uint8_t>(job.cts_key));
 }
 
 // Shares of AES_K(c0) and of the keystream of every lane, wiped on
@@ -868,16 +870,25 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   t.job = j;
   t.type = job.type;
   t.nr = NumRounds(w.key->cipher);
+  t.usage = job.usage;
+  t.cf2_bytes = contract::CtsKeyBytes(job.cts_key);
   const bool checksum = job.type == pb::JOB_CHECKSUM;
-  t.material = w.key->FindCts(checksum ? CtsKind::kChecksum : CtsKind::kUsage, job.usage);
+  const bool cf2 = t.cf2_bytes != 0;
+  // A FAST key is computed from K's PRF material (cts.h Cf2EncryptProgram).
+  t.material = cf2 ? w.key->FindCts(CtsKind::kPrf, 0)
+                   : w.key->FindCts(checksum ? CtsKind::kChecksum : CtsKind::kUsage, job.usage);
   auto in = [](absl::Span<const uint32_t> usages, uint32_t u) {
     return std::find(usages.begin(), usages.end(), u) != usages.end();
   };
-  if ((job.type == pb::JOB_DECRYPT && !in(kCtsDecryptUsages, job.usage)) ||
-      (job.type == pb::JOB_ENCRYPT && !in(kCtsEncryptUsages, job.usage))) {
+  const bool dec_ok = in(cf2 ? absl::MakeConstSpan(kCtsCf2DecryptUsages)
+                             : absl::MakeConstSpan(kCtsDecryptUsages), job.usage);
+  const bool enc_ok = in(cf2 ? absl::MakeConstSpan(kCtsCf2EncryptUsages)
+                             : absl::MakeConstSpan(kCtsEncryptUsages), job.usage);
+  if ((job.type == pb::JOB_DECRYPT && !dec_ok) || (job.type == pb::JOB_ENCRYPT && !enc_ok)) {
     w.Fail(pb::JOB_UNKNOWN_USAGE,
            absl::StrCat("usage ", job.usage, " is not dealt for an aes*-cts ",
-                        job.type == pb::JOB_DECRYPT ? "DECRYPT" : "ENCRYPT"));
+                        job.type == pb::JOB_DECRYPT ? "DECRYPT" : "ENCRYPT",
+                        cf2 ? " under a FAST key" : ""));
     return;
   }
   if (t.material == nullptr) {
@@ -890,6 +901,7 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
     case pb::JOB_DECRYPT:
       t.n = job.data.size() - contract::kCtsTag;
       t.public_in = job.data;
+      t.shared_in = {job.data_shares[0], job.data_shares[1]};  // a FAST key's half
       break;
     case pb::JOB_ENCRYPT:
       t.n = contract::kCtsConfounder + job.length;
@@ -916,12 +928,14 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
     b.cts_shape_bytes += t.n;
   }
   absl::StatusOr<std::shared_ptr<const cts::Program>> p =
-      CtsProgramCache::Shared().Get(job.type, t.nr, t.n);
+      CtsProgramCache::Shared().Get(job.type, t.nr, t.n, t.cf2_bytes, t.usage);
   if (!p.ok()) {
     w.Fail(pb::JOB_MALFORMED, std::string(p.status().message()));
     return;
   }
-  const size_t want = checksum ? 40 : cts::UsageMaterialBytes(t.nr);
+  const size_t want = checksum ? 40
+                      : cf2    ? cts::kBlock * (t.nr + 1)
+                               : cts::UsageMaterialBytes(t.nr);
   if (t.material->share[0].size() != want || t.material->share[1].size() != want) {
     w.Fail(pb::JOB_KEY_INCONSISTENT, "the dealt material has the wrong size: re-deal the key");
     return;

@@ -162,6 +162,14 @@ inline constexpr uint32_t kCtsDealtChecksums[] = {56};
 // under 1 mint a user's PA-ENC-TIMESTAMP.
 inline constexpr uint32_t kCtsDecryptUsages[] = {1};
 inline constexpr uint32_t kCtsEncryptUsages[] = {3};
+// The same for the FAST keys (Job.cts_key, cts.h Cf2Pepper: the KDC's half
+// of KRB-FX-CF2 with the dealt key's PRF+): the KDC decrypts the client's
+// encrypted challenge (54), encrypts its own (55) and the reply under the
+// strengthened reply key (3). ENCRYPT under 54 would mint a client's
+// challenge for any armor key the KDC picks, DECRYPT under 55 or 3 open
+// what the KDC sent earlier.
+inline constexpr uint32_t kCtsCf2DecryptUsages[] = {54};
+inline constexpr uint32_t kCtsCf2EncryptUsages[] = {55, 3};
 
 // One party's view of one shared key. Party i holds shares i and i+1 of
 // every value. Secrets are wiped when the object dies.
@@ -404,6 +412,10 @@ struct Job {
   // the agreement digest, as is pad_slot.
   int64_t pad_after = kNoCondition;
   uint32_t pad_slot = 0;
+  // aes*-cts DECRYPT / ENCRYPT: the FAST key (kmpc.proto Job.cts_key);
+  // data_shares then start with the KDC's half of it. Part of the
+  // agreement digest.
+  pb::CtsKey cts_key = pb::CTS_KEY_DEALT;
   std::array<std::vector<uint8_t>, 2> data_shares;
 
   Job() = default;

@@ -142,7 +142,8 @@ engine::Job ToEngineJob(const pb::Job& in, const contract::MessageShares& sh) {
     job.nblocks = static_cast<uint32_t>(contract::CeilBlocks(in.length()));
   else
     job.length = in.length();
-  if (contract::SharedBytes(in.type(), in.cipher(), in.length()) > 0) {
+  job.cts_key = in.cts_key();
+  if (contract::SharedBytes(in.type(), in.cipher(), in.length(), in.cts_key()) > 0) {
     // This server's two shares of the message (kmpc.proto
     // RunRequest.data_shares); the engine::Job wipes its copy, Run wipes
     // the request's.

@@ -7,6 +7,7 @@
 #include "engine/cts_jobs.h"
 
 #include <gtest/gtest.h>
+#include <openssl/sha.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -127,8 +128,10 @@ class CtsCluster {
 
   // Runs jobs whose `data` is a message to deal (ENCRYPT, CHECKSUM: shares
   // of it go to each party, data cleared) or public (DECRYPT).
-  std::array<BatchResult, 3> Run(const std::vector<Job>& jobs) {
-    auto r = RunStatus(jobs);
+  // dealt: DECRYPT jobs whose FAST key half (Job::data_shares) is dealt.
+  std::array<BatchResult, 3> Run(const std::vector<Job>& jobs,
+                                 const std::map<size_t, Bytes>& dealt = {}) {
+    auto r = RunStatus(jobs, dealt);
     std::array<BatchResult, 3> out;
     for (int i = 0; i < 3; ++i) {
       EXPECT_TRUE(r[i].ok()) << r[i].status();
@@ -137,10 +140,18 @@ class CtsCluster {
     return out;
   }
 
-  std::array<absl::StatusOr<BatchResult>, 3> RunStatus(const std::vector<Job>& jobs) {
+  std::array<absl::StatusOr<BatchResult>, 3> RunStatus(
+      const std::vector<Job>& jobs, const std::map<size_t, Bytes>& dealt = {}) {
     std::array<std::vector<Job>, 3> each = {jobs, jobs, jobs};
     for (size_t j = 0; j < jobs.size(); ++j) {
-      if (jobs[j].type == pb::JOB_DECRYPT) continue;
+      if (jobs[j].type == pb::JOB_DECRYPT) {
+        auto d = dealt.find(j);
+        if (d == dealt.end()) continue;
+        auto views = share::Deal(d->second);
+        EXPECT_TRUE(views.ok());
+        for (int i = 0; i < 3; ++i) each[i][j].data_shares = (*views)[i].comp;
+        continue;
+      }
       auto views = share::Deal(jobs[j].data);
       EXPECT_TRUE(views.ok());
       for (int i = 0; i < 3; ++i) {
@@ -360,6 +371,99 @@ TEST_P(CtsJobs, UsageMaterialOnlyInTheKdcsDirection) {
   ExpectStatus(r, 2, pb::JOB_OK);
 }
 
+// PRF+(key, pepper) cut to n bytes, in the clear from the dealer's PRF
+// material (RFC 3962 section 6 PRF, RFC 6113 section 5.1 PRF+).
+Bytes ClearPrfPlus(const Bytes& key, const std::string& pepper, size_t n) {
+  auto m = cts::DealPrf(key);
+  auto p = cts::PrfProgram(Nr(key));
+  EXPECT_TRUE(m.ok() && p.ok());
+  Bytes out;
+  for (uint8_t i = 1; out.size() < n; ++i) {
+    std::string in(1, static_cast<char>(i));
+    in += pepper;
+    uint8_t md[SHA_DIGEST_LENGTH];
+    SHA1(reinterpret_cast<const uint8_t*>(in.data()), in.size(), md);
+    out = Cat(out, Clear(*p, Cat(m->bytes, Bytes(md, md + 16))));
+  }
+  out.resize(n);
+  return out;
+}
+
+Bytes Xor(Bytes a, const Bytes& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] ^= b[i];
+  return a;
+}
+
+Job FastJob(pb::JobType type, const std::string& id, bool aes256, uint32_t usage,
+            const Bytes& half, const Bytes& data) {
+  Job j = CtsJob(type, id, aes256, usage, type == pb::JOB_DECRYPT ? data : Cat(half, data));
+  j.cts_key = half.size() == 16 ? pb::CTS_KEY_CF2_AES128 : pb::CTS_KEY_CF2_AES256;
+  if (type == pb::JOB_ENCRYPT) j.length = static_cast<uint32_t>(data.size());
+  return j;
+}
+
+// A FAST login's jobs (RFC 6113): the client's encrypted challenge
+// decrypted under CF2(armor, K) (usage 54, the gate), the KDC's challenge
+// (55) and the reply under the strengthened key (3) encrypted, gated; each
+// key the KDC's half (shared) ^ PRF+(K, pepper) on shares. Against the
+// clear circuits under the key the client computes; every size of K and of
+// the KDC-held key. A wrong half (a wrong password's challenge) fails the
+// gate and withholds the rest.
+TEST_P(CtsJobs, FastLoginJobsMatchTheClearCircuits) {
+  CtsCluster c(GetParam());
+  for (const size_t klen : {size_t{16}, size_t{32}}) {
+    const Bytes key = Random(klen);
+    const std::string id = c.AddKey(key);
+    for (const size_t alen : {size_t{16}, size_t{32}}) {
+      const Bytes xc = Random(alen), xk = Random(alen), xs = Random(klen);
+      const Bytes ck = Xor(xc, ClearPrfPlus(key, "challengelongterm", alen));
+      const Bytes kk = Xor(xk, ClearPrfPlus(key, "challengelongterm", alen));
+      const Bytes sk = Xor(xs, ClearPrfPlus(key, "replykey", klen));
+      const Bytes conf_ts = Random(16 + 28), kdc_ts = Random(28), reply = Random(150);
+      const Bytes ct = ClearEncrypt(ck, 54, conf_ts);
+      Job kdc = FastJob(pb::JOB_ENCRYPT, id, klen == 32, 55, xk, kdc_ts);
+      Job rep = FastJob(pb::JOB_ENCRYPT, id, klen == 32, 3, xs, reply);
+      kdc.release_if_ok = rep.release_if_ok = 0;
+      auto r = c.Run({FastJob(pb::JOB_DECRYPT, id, klen == 32, 54, xc, ct), kdc, rep},
+                     {{0, xc}});
+      for (size_t j = 0; j < 3; ++j) ExpectStatus(r, j, pb::JOB_OK);
+      EXPECT_EQ(Revealed(r, 0), conf_ts);
+      const Bytes k_back = ClearDecrypt(kk, 55, Revealed(r, 1));
+      EXPECT_EQ(k_back.back() & 1, 0) << klen << " " << alen;
+      EXPECT_EQ(Bytes(k_back.begin() + 16, k_back.end() - 1), kdc_ts);
+      const Bytes r_back = ClearDecrypt(sk, 3, Revealed(r, 2));
+      EXPECT_EQ(r_back.back() & 1, 0) << klen << " " << alen;
+      EXPECT_EQ(Bytes(r_back.begin() + 16, r_back.end() - 1), reply);
+
+      const Bytes other = Random(alen);
+      auto bad = c.Run({FastJob(pb::JOB_DECRYPT, id, klen == 32, 54, other, ct), kdc},
+                       {{0, other}});
+      ExpectStatus(bad, 0, pb::JOB_INTEGRITY_FAILED);
+      ExpectStatus(bad, 1, pb::JOB_WITHHELD);
+    }
+  }
+}
+
+// FAST keys in the KDC's direction only (engine.h kCtsCf2*Usages): no
+// ENCRYPT under 54 (a client's challenge minted for an armor key the KDC
+// picks), no DECRYPT under 55 or 3, no other usage; each fails alone.
+TEST_P(CtsJobs, FastKeysOnlyInTheKdcsDirection) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  const Bytes half = Random(32);
+  const Bytes ct = ClearEncrypt(Xor(half, ClearPrfPlus(key, "challengelongterm", 32)), 54,
+                                Random(44));
+  auto r = c.Run({FastJob(pb::JOB_ENCRYPT, id, true, 54, half, Random(28)),
+                  FastJob(pb::JOB_DECRYPT, id, true, 55, half, ct),
+                  FastJob(pb::JOB_DECRYPT, id, true, 3, half, ct),
+                  FastJob(pb::JOB_ENCRYPT, id, true, 1, half, Random(28)),
+                  FastJob(pb::JOB_DECRYPT, id, true, 54, half, ct)},
+                 {{1, half}, {2, half}, {4, half}});
+  for (size_t j = 0; j < 4; ++j) ExpectStatus(r, j, pb::JOB_UNKNOWN_USAGE);
+  ExpectStatus(r, 4, pb::JOB_OK);
+}
+
 INSTANTIATE_TEST_SUITE_P(Security, CtsJobs, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "Malicious" : "SemiHonest";
@@ -445,20 +549,26 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   }
   {
     std::ofstream f(path, std::ios::app);
-    f << pb::JOB_DECRYPT << " 12 40\n" << pb::JOB_PAD << " 14 40\n"
-      << pb::JOB_ENCRYPT << " 14 8\n" << pb::JOB_DECRYPT << " 10 20\n";
+    // Refused: nr 12, a PAD, n < 16, a FAST key under a usage it never
+    // takes, a FAST key of 24 bytes, a line of three fields.
+    f << pb::JOB_DECRYPT << " 12 40 0 0\n" << pb::JOB_PAD << " 14 40 0 0\n"
+      << pb::JOB_ENCRYPT << " 14 8 0 0\n" << pb::JOB_DECRYPT << " 14 44 32 3\n"
+      << pb::JOB_DECRYPT << " 14 44 24 54\n" << pb::JOB_DECRYPT << " 10 30\n"
+      << pb::JOB_DECRYPT << " 10 20 0 0\n" << pb::JOB_DECRYPT << " 14 44 32 54\n";
   }
   const std::vector<CtsProgramCache::Shape> shapes = CtsProgramCache::ReadShapes(path);
-  ASSERT_EQ(shapes.size(), 2u);
-  EXPECT_EQ(shapes[0], (CtsProgramCache::Shape{pb::JOB_CHECKSUM, 0, 50}));
-  EXPECT_EQ(shapes[1], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 10, 20}));
+  ASSERT_EQ(shapes.size(), 3u);
+  EXPECT_EQ(shapes[0], (CtsProgramCache::Shape{pb::JOB_CHECKSUM, 0, 50, 0, 0}));
+  EXPECT_EQ(shapes[1], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 10, 20, 0, 0}));
+  EXPECT_EQ(shapes[2], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 14, 44, 32, 54}));
   CtsProgramCache fresh;
   fresh.PrecompileInBackground(shapes);
   fresh.WaitPrecompiled();
-  EXPECT_EQ(fresh.size(), 2u);
+  EXPECT_EQ(fresh.size(), 3u);
   ASSERT_TRUE(fresh.Get(pb::JOB_DECRYPT, 10, 20).ok());
   ASSERT_TRUE(fresh.Get(pb::JOB_CHECKSUM, 0, 50).ok());
-  EXPECT_EQ(fresh.hits(), 2u);
+  ASSERT_TRUE(fresh.Get(pb::JOB_DECRYPT, 14, 44, 32, 54).ok());
+  EXPECT_EQ(fresh.hits(), 3u);
   EXPECT_EQ(fresh.misses(), 0u);
   for (const auto& s : CtsProgramCache::UsualShapes()) {
     EXPECT_EQ(std::get<0>(s), pb::JOB_DECRYPT);

@@ -87,6 +87,28 @@ TEST(AesCircuit, MatchesOpensslWithAKeyPerLane) {
   }
 }
 
+// The key schedule on circuit values (the FAST keys are derived on shares)
+// against the dealer's clear expansion (aes/key_expansion.h, itself checked
+// against FIPS-197 appendix A), a key per lane; its S-boxes are its ANDs.
+TEST(AesCircuit, KeyExpansionMatchesTheClearOne) {
+  for (size_t klen : {size_t{16}, size_t{32}}) {
+    Circuit c;
+    const RoundKeys k = ExpandKeyCircuit(c, c.Inputs(8 * klen));
+    c.Output(k.bits);
+    const Program p = c.Compile();
+    std::vector<Bytes> keys;
+    for (int l = 0; l < 70; ++l) keys.push_back(Random(klen));
+    const auto out = testing::RunClear(p, keys);
+    for (size_t l = 0; l < keys.size(); ++l)
+      ASSERT_EQ(out[l], *aes::ExpandKey(keys[l])) << klen << " lane " << l;
+    const size_t sboxes = klen == 16 ? 40 : 52;
+    std::printf("AES-%zu key expansion: %zu ANDs, AND depth %d\n", 8 * klen, p.ands, p.depth);
+    EXPECT_EQ(p.ands, 34 * sboxes);
+    EXPECT_EQ(p.depth, klen == 16 ? 40 : 52);
+    testing::ExpectCounted(p);
+  }
+}
+
 TEST(AesCircuit, Figures) {
   for (int nr : {10, 14}) {
     for (bool decrypt : {false, true}) {

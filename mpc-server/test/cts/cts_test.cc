@@ -349,5 +349,32 @@ TEST(Rfc3962, LoginFigures) {
   EXPECT_EQ(both.ands, dec.ands + enc.ands);
 }
 
+// ANDs and AND depth of a FAST login (RFC 6113): the client's encrypted
+// challenge decrypted (usage 54), the KDC's encrypted (55) and the reply
+// encrypted under the strengthened key (3), each under a key derived on
+// shares (PRF+ of K, key schedule, DK, HMAC states), all in one run.
+TEST(Rfc3962, FastLoginFigures) {
+  const Program dec = *Cf2DecryptProgram(14, 32, 54, kTimestamp);
+  const Program kdc = *Cf2EncryptProgram(14, 32, 55, kTimestamp);
+  const Program enc = *Cf2EncryptProgram(14, 32, 3, kReply);
+  std::printf("aes256 FAST challenge decrypt (%zu bytes): %zu ANDs, AND depth %d\n", kTimestamp,
+              dec.ands, dec.depth);
+  std::printf("aes256 FAST KDC challenge encrypt (%zu bytes): %zu ANDs, AND depth %d\n",
+              kTimestamp, kdc.ands, kdc.depth);
+  std::printf("aes256 FAST reply encrypt (%zu bytes): %zu ANDs, AND depth %d\n", kReply,
+              enc.ands, enc.depth);
+  std::printf("one FAST login (challenge + reply): %zu ANDs, AND depth %d; with the KDC's "
+              "challenge: %zu ANDs\n",
+              dec.ands + enc.ands, std::max(dec.depth, enc.depth),
+              dec.ands + kdc.ands + enc.ands);
+  testing::ExpectCounted(dec);
+  testing::ExpectCounted(enc);
+  const Program plain = *EncryptProgram(14, kReply);
+  EXPECT_GT(enc.ands, plain.ands);
+  // The key costs PRF+, a schedule, two DK blocks, a schedule of Ke and the
+  // two HMAC states (< 1,000 layers) before the reply's own circuit.
+  EXPECT_LE(enc.depth, plain.depth + 1000);
+}
+
 }  // namespace
 }  // namespace kmpc::cts

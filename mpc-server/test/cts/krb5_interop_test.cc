@@ -10,6 +10,9 @@
 #include <krb5.h>
 #include <openssl/sha.h>
 
+#include <cstring>
+#include <string>
+
 #include "cts/cts.h"
 #include "cts/dealer.h"
 #include "cts_testing.h"
@@ -183,6 +186,127 @@ TEST_F(Krb5, ChecksumAndPrfOnSharesAgreeWithKrb5) {
       EXPECT_EQ(ToHex(prf[l]), ToHex(want_prf[l])) << keylen;
     }
   }
+}
+
+// FAST (RFC 6113): the encrypted challenge and the strengthened reply key
+// are KRB-FX-CF2(A, K) with A a key the KDC holds (armor key, strengthen
+// key) and K the client's. The KDC's half X = krb5_c_prfplus(A, pepper_a)
+// in A's size; the circuit adds PRF+(K, pepper_k) from K's dealt PRF
+// material and derives the usage's keys. Against krb5_c_fx_cf2_simple and
+// krb5_c_encrypt / krb5_c_decrypt under the CF2 key, every size of K and A.
+struct FastCase {
+  uint32_t usage;
+  const char* pepper_a;
+  bool decrypt;  // the KDC decrypts the client's (54), else it encrypts
+};
+constexpr FastCase kFastCases[] = {{54, "clientchallengearmor", true},
+                                   {55, "kdcchallengearmor", false},
+                                   {3, "strengthenkey", false}};
+
+class Krb5Fast : public Krb5 {
+ protected:
+  // krb5_c_prfplus(a, pepper) in a's size: the KDC's half.
+  Bytes KdcHalf(const Bytes& a, const char* pepper) {
+    krb5_keyblock kb = Key(a);
+    Bytes out(a.size());
+    krb5_data in{KV5M_DATA, static_cast<unsigned>(strlen(pepper)), const_cast<char*>(pepper)};
+    krb5_data o{KV5M_DATA, static_cast<unsigned>(out.size()), reinterpret_cast<char*>(out.data())};
+    EXPECT_EQ(krb5_c_prfplus(ctx_, &kb, &in, &o), 0);
+    return out;
+  }
+  // krb5_c_fx_cf2_simple(a, pepper_a, k, Cf2Pepper(usage)).
+  Bytes Cf2(const Bytes& a, const char* pepper_a, const Bytes& k, uint32_t usage) {
+    krb5_keyblock ka = Key(a), kk = Key(k), *out = nullptr;
+    const std::string pk(Cf2Pepper(usage));
+    EXPECT_EQ(krb5_c_fx_cf2_simple(ctx_, &ka, pepper_a, &kk, pk.c_str(), &out), 0);
+    Bytes r(out->contents, out->contents + out->length);
+    krb5_free_keyblock(ctx_, out);
+    return r;
+  }
+};
+
+TEST_F(Krb5Fast, FastKeysInTheClearAgreeWithKrb5) {
+  for (size_t klen : {16, 32}) {
+    for (size_t alen : {16, 32}) {
+      for (const FastCase& fc : kFastCases) {
+        const Bytes k = Random(klen), a = Random(alen), pt = Random(fc.usage == 3 ? 200 : 28);
+        const Bytes cf2 = Cf2(a, fc.pepper_a, k, fc.usage);
+        ASSERT_EQ(cf2.size(), alen);
+        const Bytes lane0 = Cat(DealPrf(k)->bytes, KdcHalf(a, fc.pepper_a));
+        const int nr_k = klen == 16 ? 10 : 14;
+        const size_t n = 16 + pt.size();
+        if (fc.decrypt) {
+          const auto p = Cf2DecryptProgram(nr_k, alen, fc.usage, n);
+          ASSERT_TRUE(p.ok()) << p.status();
+          const auto d = testing::RunClear(*p, {Cat(lane0, Encrypt(cf2, fc.usage, pt))});
+          ASSERT_EQ(d[0].size(), n + 1);
+          EXPECT_EQ(d[0][n], 0) << klen << " " << alen;
+          EXPECT_EQ(ToHex(Bytes(d[0].begin() + 16, d[0].begin() + n)), ToHex(pt));
+          // Under K itself (no armor), or another armor key, the tag fails.
+          const Bytes other = Encrypt(Cf2(Random(alen), fc.pepper_a, k, fc.usage), fc.usage, pt);
+          EXPECT_EQ(testing::RunClear(*p, {Cat(lane0, other)})[0][n] & 1, 1);
+        } else {
+          const auto p = Cf2EncryptProgram(nr_k, alen, fc.usage, n);
+          ASSERT_TRUE(p.ok()) << p.status();
+          const auto e = testing::RunClear(*p, {Cat(lane0, Cat(Random(16), pt))});
+          bool ok = false;
+          EXPECT_EQ(ToHex(Decrypt(cf2, fc.usage, e[0], &ok)), ToHex(pt)) << klen << " " << alen;
+          EXPECT_TRUE(ok);
+        }
+      }
+    }
+  }
+  // Not a FAST usage: refused.
+  EXPECT_FALSE(Cf2EncryptProgram(14, 32, 1, 60).ok());
+  EXPECT_FALSE(Cf2DecryptProgram(14, 24, 54, 60).ok());
+}
+
+// One FAST login on shares, malicious mode: the client's challenge (54)
+// decrypted, the KDC's (55) and the reply under the strengthened key (3)
+// encrypted, the three programs in the same rounds, the KDC's halves and
+// the reply as fresh shares, the confounders PRSS shares.
+TEST_F(Krb5Fast, FastLoginOnSharesAgreesWithKrb5) {
+  ::kmpc::testing::Rep3Cluster cl;
+  const std::array<protocol::Rep3*, 3> rep3 = {cl.rep3[0].get(), cl.rep3[1].get(),
+                                               cl.rep3[2].get()};
+  const Bytes k = Random(32), armor = Random(32), strengthen = Random(32);
+  const Bytes ts = Random(28), kdc_ts = Random(28), reply = Random(284);
+  const Views prf = testing::DealViews(DealPrf(k)->bytes);
+  auto conf = [&] {
+    Views v;
+    for (int i = 0; i < 3; ++i) {
+      for (auto& comp : v[i].comp) comp.resize(16);
+      cl.prss[i]->RandomShares(v[i].comp[0].data(), v[i].comp[1].data(), 16);
+    }
+    return v;
+  };
+  const Views dec = testing::Concat(
+      {prf, testing::DealViews(KdcHalf(armor, "clientchallengearmor")),
+       testing::PublicViews(Encrypt(Cf2(armor, "clientchallengearmor", k, 54), 54, ts))});
+  const Views kdc = testing::Concat(
+      {prf, testing::DealViews(KdcHalf(armor, "kdcchallengearmor")), conf(),
+       testing::DealViews(kdc_ts)});
+  const Views rep = testing::Concat(
+      {prf, testing::DealViews(KdcHalf(strengthen, "strengthenkey")), conf(),
+       testing::DealViews(reply)});
+  const auto pd = Cf2DecryptProgram(14, 32, 54, 44);
+  const auto pk = Cf2EncryptProgram(14, 32, 55, 44);
+  const auto pr = Cf2EncryptProgram(14, 32, 3, 300);
+  ASSERT_TRUE(pd.ok() && pk.ok() && pr.ok());
+  std::array<absl::Status, 3> st;
+  const auto out = testing::RunSharedJobs(rep3, {&*pd, &*pk, &*pr}, {{dec}, {kdc}, {rep}},
+                                          true, &st);
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0][0][44], 0);
+  EXPECT_EQ(ToHex(Bytes(out[0][0].begin() + 16, out[0][0].begin() + 44)), ToHex(ts));
+  bool ok = false;
+  EXPECT_EQ(ToHex(Decrypt(Cf2(armor, "kdcchallengearmor", k, 55), 55, out[1][0], &ok)),
+            ToHex(kdc_ts));
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(ToHex(Decrypt(Cf2(strengthen, "strengthenkey", k, 3), 3, out[2][0], &ok)),
+            ToHex(reply));
+  EXPECT_TRUE(ok);
 }
 
 }  // namespace
