@@ -225,6 +225,12 @@ def test_dealer_deals_cts_handles(realm):
     kr.kadmin_local(f"cpw -e {CTS256}:normal -pw Erin-pw-2 erin")
     rows = assert_only_handles(kr, "erin", keys_of(kr, "erin", "Erin-pw-2"))
     assert [(r[0], r[1]) for r in rows] == [("2", CTS256)]
+    # A list naming no AES enctype (des3 is never kept for a protected
+    # principal) gives it one aes256-cts handle, not an aes*-ctr-mpc key its
+    # unmodified clients would not offer.
+    kr.kadmin_local("cpw -e des3-cbc-sha1:normal -pw Erin-pw-3 erin")
+    rows = assert_only_handles(kr, "erin", keys_of(kr, "erin", "Erin-pw-3"))
+    assert [(r[0], r[1]) for r in rows] == [("3", CTS256)]
     # ktadd would randomise a key it cannot extract: refused, nothing changed.
     out = kr.kadmin_local(f"ktadd -k {kr.dir}/erin.keytab erin", expected_code=None)
     assert "held by the MPC cluster" in out, out

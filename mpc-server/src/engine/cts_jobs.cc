@@ -235,9 +235,11 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::strin
     const bool ok = (type == pb::JOB_DECRYPT || type == pb::JOB_ENCRYPT) ? (nr == 10 || nr == 14)
                     : type == pb::JOB_CHECKSUM                           ? nr == 0 && cf2 == 0
                                                                          : false;
+    // A FAST key only in the KDC's direction (engine.h kCtsCf2*Usages).
     const bool key_ok = cf2 == 0 ? usage == 0
-                                 : (cf2 == 16 || cf2 == 32) && (usage == 3 || usage == 54 ||
-                                                                usage == 55);
+                        : cf2 != 16 && cf2 != 32 ? false
+                        : type == pb::JOB_DECRYPT ? usage == 54
+                                                  : usage == 3 || usage == 55;
     if (ok && key_ok && n >= 16 && n <= cts::kMaxBytes) all.emplace_back(type, nr, n, cf2, usage);
   }
   std::vector<Shape> out;  // newest first, distinct
