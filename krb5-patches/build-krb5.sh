@@ -62,6 +62,32 @@ SRC
   mv "$src_root.tmp" "$src_root"
 }
 
+# MIT's make knows a source's headers from the committed `deps` files, which
+# name none of the headers the series adds (kdcmpc_plugin.h, kdc_mpc.h, ...):
+# after a series change that edits such a header, every source including it
+# is touched, so that make rebuilds it instead of linking objects compiled
+# against the old declarations (a struct of another size).
+touch_includers() {
+  local h base names="" more
+  for h in $(git -C "$src_root" diff --name-only "$1" "$2" -- '*.h'); do
+    base=$(basename "$h")
+    grep -rqs --include=deps -F "/$base" "$src_root/src" && continue
+    names="$names $base"
+  done
+  [ -n "$names" ] || return 0
+  # Headers including one of them (kdc_mpc.h includes kdcmpc_plugin.h), to
+  # a fixed point; then every source including any of them.
+  while :; do
+    more=$(cd "$src_root" && for base in $names; do
+             grep -rlsF --include='*.h' "$base" src; done |
+           xargs -r -n1 basename | sort -u | grep -vxF -f <(printf '%s\n' $names) || true)
+    [ -n "$more" ] || break
+    names="$names $more"
+  done
+  (cd "$src_root" && for base in $names; do grep -rlsF --include='*.c' "$base" src; done |
+     sort -u | xargs -r touch)
+}
+
 apply_series() {
   local want have
   want=$( (cat "$here/series"; for p in $(series_list); do cat "$here/$p"; done) |
@@ -86,9 +112,12 @@ apply_series() {
   done
   head=$(git -C "$scratch" rev-parse HEAD)
   git -C "$src_root" worktree remove --force "$scratch"
+  local prev
+  prev=$(git -C "$src_root" rev-parse -q --verify series-applied || true)
   (cd "$src_root" &&
     git am --abort >/dev/null 2>&1 || true
     git checkout -q -f -B series-applied "$head")
+  [ -n "$prev" ] && touch_includers "$prev" "$head"
   if ! git -C "$src_root" rev-parse -q --verify refs/heads/kmpc >/dev/null; then
     git -C "$src_root" branch kmpc series-applied
   elif [ "$(git -C "$src_root" rev-parse 'kmpc^{tree}')" != \
