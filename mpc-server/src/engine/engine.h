@@ -157,9 +157,9 @@ struct CtsMaterial {
 // ticket (2, KRB5_KEYUSAGE_KDC_REP_TICKET) and its PAC's server
 // signature (checksum usage 17, KRB5_KEYUSAGE_APP_DATA_CKSUM, which
 // MIT's krb5_kdc_sign_ticket() uses for every PAC signature); and the
-// PRF for FAST. A key dealt before usages 2 and 17 were added lacks
-// them: those jobs fail alone with JOB_UNKNOWN_USAGE until it is dealt
-// again.
+// PRF for FAST. A key record without a usage's material fails that
+// usage's jobs alone with JOB_UNKNOWN_USAGE (PlanCtsJob); dealing the key
+// again (kmpc-admin share, a password change) gives it all of them.
 inline constexpr uint32_t kCtsDealtUsages[] = {1, 2, 3};
 inline constexpr uint32_t kCtsDealtChecksums[] = {17, 56};
 // The one direction the KDC uses each dealt usage in: it decrypts the

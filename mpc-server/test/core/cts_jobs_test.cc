@@ -334,8 +334,8 @@ TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
 // ticket ENCRYPT under usage 2 and the PAC server signature, CHECKSUM under
 // usage 17, match the clear circuits on the dealer's material; the ticket
 // is never decrypted by the cluster (DECRYPT under 2 is refused, nothing
-// computed). A key dealt before usages 2 and 17 were dealt (its record
-// lacks them) fails those jobs alone with JOB_UNKNOWN_USAGE.
+// computed). A key whose record lacks the material of usages 2 and 17
+// fails those jobs alone with JOB_UNKNOWN_USAGE.
 TEST_P(CtsJobs, ServiceTicketJobsUnderUsages2And17) {
   CtsCluster c(GetParam());
   for (const size_t klen : {size_t{16}, size_t{32}}) {
