@@ -115,6 +115,25 @@ def test_timestamp_decrypts_reply_encrypts_checksum_matches(cluster, keys, krb5_
         assert krb5_tool("dec", str(et), key, "2", reply_ct, ok=False).returncode == 2
 
 
+def test_service_ticket_encrypts_and_pac_checksum_matches(cluster, keys, krb5_tool):
+    """A ticket to the key's principal (a user used as a service): the
+    ENCRYPT under usage 2 decrypts with krb5_c_decrypt under usage 2 (not
+    under 3), the CHECKSUM under usage 17 (the PAC server signature) is
+    krb5_c_make_checksum's; neither needs a gate."""
+    c = cluster
+    ticket = b"EncTicketPart: flags, session key, crealm, cname, times, PAC " * 3
+    for et, (key, kid) in keys.items():
+        pac = os.urandom(300)
+        r = c.jobs([f"cts_encrypt {kid} 2 {ticket.hex()}", f"cts_checksum {kid} 17 {pac.hex()}"])
+        out = lines_of(r)
+        assert out[0].startswith("ok ") and out[1].startswith("ok "), r.stdout
+        ct = out[0].split()[1]
+        assert bytes.fromhex(krb5_tool("dec", str(et), key, "2", ct).stdout.strip()) == ticket
+        assert krb5_tool("dec", str(et), key, "3", ct, ok=False).returncode == 2
+        want = krb5_tool("cksum", str(et), key, "17", pac.hex()).stdout.strip()
+        assert out[1] == f"ok {want}", (out[1], want)
+
+
 def test_flipped_bit_fails_and_releases_nothing(cluster, keys, krb5_tool):
     c = cluster
     key, kid = keys[18]
@@ -136,26 +155,33 @@ def test_usage_without_material_fails_alone(cluster, keys, krb5_tool):
     c = cluster
     key, kid = keys[17]
     ct = krb5_tool("enc", "17", key, "1", TIMESTAMP.hex()).stdout.strip()
-    ct2 = krb5_tool("enc", "17", key, "2", TIMESTAMP.hex()).stdout.strip()
-    out = lines_of(c.jobs([f"cts_decrypt {kid} 2 {ct2}", f"cts_decrypt {kid} 1 {ct}"]))
-    assert out[0] == "status JOB_UNKNOWN_USAGE", out
-    assert out[1].startswith("ok ") and bytes.fromhex(out[1].split()[1])[16:] == TIMESTAMP
-
-
-def test_usage_only_in_the_kdcs_direction(cluster, keys, krb5_tool):
-    """Review: a compromised KDC host must not decrypt AS replies it
-    recorded earlier (DECRYPT under usage 3: past session keys) nor mint a
-    user's timestamp (ENCRYPT under usage 1); the servers refuse both."""
-    c = cluster
-    key, kid = keys[18]
-    reply_ct = krb5_tool("enc", "18", key, "3", REPLY.hex()).stdout.strip()
-    ct = krb5_tool("enc", "18", key, "1", TIMESTAMP.hex()).stdout.strip()
-    out = lines_of(c.jobs([f"cts_decrypt {kid} 3 {reply_ct}",
-                           f"cts_encrypt {kid} 1 {TIMESTAMP.hex()}",
+    out = lines_of(c.jobs([f"cts_checksum {kid} 57 {os.urandom(40).hex()}",
+                           f"cts_encrypt {kid} 4 {TIMESTAMP.hex()}",
                            f"cts_decrypt {kid} 1 {ct}"]))
     assert out[0] == "status JOB_UNKNOWN_USAGE", out
     assert out[1] == "status JOB_UNKNOWN_USAGE", out
     assert out[2].startswith("ok ") and bytes.fromhex(out[2].split()[1])[16:] == TIMESTAMP
+
+
+def test_usage_only_in_the_kdcs_direction(cluster, keys, krb5_tool):
+    """Review: a compromised KDC host must not decrypt AS replies it
+    recorded earlier (DECRYPT under usage 3: past session keys), mint a
+    user's timestamp (ENCRYPT under usage 1) nor decrypt tickets to the
+    user it recorded (DECRYPT under usage 2, dealt for the ENCRYPT of such
+    tickets); the servers refuse all three."""
+    c = cluster
+    key, kid = keys[18]
+    reply_ct = krb5_tool("enc", "18", key, "3", REPLY.hex()).stdout.strip()
+    ticket_ct = krb5_tool("enc", "18", key, "2", REPLY.hex()).stdout.strip()
+    ct = krb5_tool("enc", "18", key, "1", TIMESTAMP.hex()).stdout.strip()
+    out = lines_of(c.jobs([f"cts_decrypt {kid} 3 {reply_ct}",
+                           f"cts_encrypt {kid} 1 {TIMESTAMP.hex()}",
+                           f"cts_decrypt {kid} 2 {ticket_ct}",
+                           f"cts_decrypt {kid} 1 {ct}"]))
+    assert out[0] == "status JOB_UNKNOWN_USAGE", out
+    assert out[1] == "status JOB_UNKNOWN_USAGE", out
+    assert out[2] == "status JOB_UNKNOWN_USAGE", out
+    assert out[3].startswith("ok ") and bytes.fromhex(out[3].split()[1])[16:] == TIMESTAMP
 
 
 def test_servers_never_receive_a_cts_plaintext(own_cluster, tmp_path, krb5_tool):  # noqa: F811

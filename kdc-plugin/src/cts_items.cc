@@ -12,11 +12,17 @@ namespace pb = ::kmpc::v1;
 bool CtsJob(const Job& job) { return contract::CtsCipher(job.cipher); }
 
 absl::Status CtsJobServed(const Job& job) {
-  if (job.type == pb::JOB_DECRYPT || job.type == pb::JOB_ENCRYPT)
+  if (job.type == pb::JOB_DECRYPT || job.type == pb::JOB_ENCRYPT ||
+      job.type == pb::JOB_CHECKSUM)
     return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
       "kdcmpc: ", contract::JobTypeName(job.type),
       " jobs under aes*-cts-hmac-sha1-96 keys are not served"));
+}
+
+bool CtsServedUnplanned(const Job& job) {
+  return (job.type == pb::JOB_ENCRYPT && job.usage == 2) ||
+         (job.type == pb::JOB_CHECKSUM && job.usage == 17);
 }
 
 std::string CtsItemProblem(const PlanItem& p) {
@@ -56,12 +62,13 @@ absl::Status CtsResult(const Job& job, SecureBytes* value) {
   contract::JobShape shape;
   shape.type = job.type;
   shape.cipher = job.cipher;
-  shape.length = job.type == pb::JOB_ENCRYPT ? job.input.size() : 0;
+  shape.length = job.type == pb::JOB_DECRYPT ? 0 : job.input.size();
   if (job.type == pb::JOB_DECRYPT)
     shape.data = absl::string_view(
         reinterpret_cast<const char*>(job.input.data()), job.input.size());
   if (value->size() != contract::RevealedBytes(shape) ||
-      (job.type != pb::JOB_DECRYPT && job.type != pb::JOB_ENCRYPT))
+      (job.type != pb::JOB_DECRYPT && job.type != pb::JOB_ENCRYPT &&
+       job.type != pb::JOB_CHECKSUM))
     return absl::AbortedError("an aes*-cts result of the wrong length");
   if (job.type == pb::JOB_DECRYPT) {
     // RFC 3962 (RFC 3961 simplified profile): the confounder is random

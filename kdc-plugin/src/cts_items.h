@@ -5,13 +5,18 @@
 // docs/design/cts-circuits.md "Jobs").
 //
 // Served: the AS exchange's TIMESTAMP (DECRYPT, usage 1) and REPLY
-// (ENCRYPT, usage 3), both given at begin. A DECRYPT's ciphertext is
+// (ENCRYPT, usage 3), both given at begin; and, outside any plan, the two
+// jobs of a service ticket whose server is the key's principal, made by
+// the TGS exchange's finishing round after the presented tickets were
+// checked: the PAC server signature (CHECKSUM, usage 17) and the ticket
+// (ENCRYPT, usage 2). A DECRYPT's ciphertext is
 // C || T (no ctr0); the servers release conf || P only if the HMAC-SHA1-96
 // tag holds, and the KDC gets P. An ENCRYPT's plaintext goes to the servers
 // only as fresh XOR shares (kmpc.proto RunRequest.data_shares), its
 // confounder is drawn by the servers, and the KDC gets the released value
-// whole: conf' || CBC-CTS || 12-byte tag, what krb5_c_encrypt() gives. No
-// FINALIZE, no keystream.
+// whole: conf' || CBC-CTS || 12-byte tag, what krb5_c_encrypt() gives. A
+// CHECKSUM's message goes the same way, and the KDC gets the 12-byte
+// hmac-sha1-96-aes128/256 value. No FINALIZE, no keystream.
 #ifndef KMPC_KDC_PLUGIN_CTS_ITEMS_H_
 #define KMPC_KDC_PLUGIN_CTS_ITEMS_H_
 
@@ -26,10 +31,19 @@ namespace kmpc::kdc {
 // Whether job is under an aes*-cts cipher.
 bool CtsJob(const Job& job);
 
-// OK for a DECRYPT or ENCRYPT under an aes*-cts cipher; Unavailable (the
-// KDC answers KDC_ERR_SVC_UNAVAILABLE) for the other types, which the
-// module does not serve under those ciphers.
+// OK for a DECRYPT, ENCRYPT or CHECKSUM under an aes*-cts cipher;
+// Unavailable (the KDC answers KDC_ERR_SVC_UNAVAILABLE) for the other
+// types, which the module does not serve under those ciphers.
 absl::Status CtsJobServed(const Job& job);
+
+// Whether job, under an aes*-cts cipher, is served outside an exchange
+// plan: only a service ticket's ENCRYPT under usage 2 and its PAC server
+// signature, a CHECKSUM under usage 17. Neither has a gate to wait for
+// (the KDC submits them once it has checked the request), and neither
+// returns anything a client asking for that ticket cannot test a password
+// against (docs/security-model.md). The AS jobs need their plan (the
+// reply is gated on the timestamp).
+bool CtsServedUnplanned(const Job& job);
 
 // Why plan item p under an aes*-cts cipher is not served (empty: it is):
 // only TIMESTAMP and REPLY, given at begin, and the REPLY exact.
@@ -47,7 +61,8 @@ size_t CtsSharedBytes(const Job& job);
 
 // The result handed to the KDC from the revealed value of a JOB_OK
 // aes*-cts job, in place: a DECRYPT's conf || P becomes P (the confounder
-// wiped); an ENCRYPT's value is already its ciphertext. Aborted if the
+// wiped); an ENCRYPT's value is already its ciphertext, a CHECKSUM's its
+// 12-byte checksum. Aborted if the
 // value has not the length the contract gives (contract::RevealedBytes).
 absl::Status CtsResult(const Job& job, SecureBytes* value);
 

@@ -134,8 +134,9 @@ krb5_error_code JobOfC(const krb5_kdcmpc_job* job, krb5_kdcmpc_done_fn done,
     *msg_out = Dup("kdcmpc: unknown job type");
     return EINVAL;
   }
-  // Under the aes*-cts ciphers the core serves DECRYPT and ENCRYPT only
-  // (cts_items.h); the planner further limits them to the AS exchange.
+  // Under the aes*-cts ciphers the core serves DECRYPT, ENCRYPT and
+  // CHECKSUM only (cts_items.h); the planner and Enqueue further limit
+  // them to the AS exchange's items and a service ticket's two jobs.
   if (contract::CtsCipher(out->cipher)) {
     if (absl::Status st = CtsJobServed(*out); !st.ok()) {
       *msg_out = Dup(std::string(st.message()));
@@ -419,10 +420,12 @@ krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
   if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
     return ret;
   // Outside a plan an aes*-cts job would run without its gate and without
-  // the planner's checks (cts_items.h): refused.
-  if (exch == nullptr && kmpc::kdc::CtsJob(j)) {
+  // the planner's checks (cts_items.h): refused, but for a service
+  // ticket's ENCRYPT and PAC server signature, which have no gate.
+  if (exch == nullptr && kmpc::kdc::CtsJob(j) && !kmpc::kdc::CtsServedUnplanned(j)) {
     *msg_out = kmpc::kdc::Dup("kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are "
-                              "served only as items of an exchange plan");
+                              "served only as items of an exchange plan, but for "
+                              "a service ticket's (ENCRYPT usage 2, CHECKSUM usage 17)");
     return KRB5KDC_ERR_SVC_UNAVAILABLE;
   }
   const uint64_t token = core->next_token++;

@@ -1,6 +1,7 @@
 // Jobs and plan items under the aes*-cts ciphers (cts_items.h): which the
 // module serves (the AS exchange's TIMESTAMP and REPLY, DECRYPT and
-// ENCRYPT), that an ENCRYPT's plaintext goes to the servers as shares only
+// ENCRYPT; outside a plan a service ticket's ENCRYPT under usage 2 and
+// CHECKSUM under usage 17), that an ENCRYPT's plaintext goes to the servers as shares only
 // (the contract's check of its shape), and the results handed to the KDC
 // (P of a DECRYPT's conf || P, an ENCRYPT's whole ciphertext).
 #include "cts_items.h"
@@ -39,13 +40,45 @@ PlanItem CtsItem(Role role, pb::JobType type, uint32_t usage, bool given) {
   return p;
 }
 
-TEST(CtsItemsTest, OnlyDecryptAndEncryptAreServed) {
+TEST(CtsItemsTest, OnlyDecryptEncryptAndChecksumAreServed) {
   EXPECT_TRUE(CtsJobServed(CtsJobOf(pb::JOB_DECRYPT, 60)).ok());
   EXPECT_TRUE(CtsJobServed(CtsJobOf(pb::JOB_ENCRYPT, 60)).ok());
-  for (pb::JobType t : {pb::JOB_CHECKSUM, pb::JOB_VERIFY_CHECKSUM, pb::JOB_PAD}) {
+  EXPECT_TRUE(CtsJobServed(CtsJobOf(pb::JOB_CHECKSUM, 60)).ok());
+  for (pb::JobType t : {pb::JOB_VERIFY_CHECKSUM, pb::JOB_PAD}) {
     absl::Status st = CtsJobServed(CtsJobOf(t, 60));
     EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << t;
   }
+}
+
+// Outside a plan: only a service ticket's two jobs (no gate to wait for);
+// the AS jobs and other usages need their plan.
+TEST(CtsItemsTest, OnlyTheServiceTicketJobsAreServedUnplanned) {
+  Job enc = CtsJobOf(pb::JOB_ENCRYPT, 60), ck = CtsJobOf(pb::JOB_CHECKSUM, 60);
+  EXPECT_FALSE(CtsServedUnplanned(enc));  // usage 3: the AS reply
+  enc.usage = 2;
+  EXPECT_TRUE(CtsServedUnplanned(enc));
+  ck.usage = 56;
+  EXPECT_FALSE(CtsServedUnplanned(ck));
+  ck.usage = 17;
+  EXPECT_TRUE(CtsServedUnplanned(ck));
+  Job dec = CtsJobOf(pb::JOB_DECRYPT, 60);
+  EXPECT_FALSE(CtsServedUnplanned(dec));
+  dec.usage = 2;
+  EXPECT_FALSE(CtsServedUnplanned(dec));
+}
+
+// A CHECKSUM's message goes as shares; its result is the 12-byte value.
+TEST(CtsItemsTest, ChecksumResultIsTheTwelveByteValue) {
+  Job ck = CtsJobOf(pb::JOB_CHECKSUM, 300);
+  ck.usage = 17;
+  EXPECT_EQ(CtsSharedBytes(ck), 300u);
+  EXPECT_TRUE(ShapeOf(ck).data.empty());
+  SecureBytes v(contract::kCtsTag, 9);
+  const SecureBytes want = v;
+  ASSERT_TRUE(CtsResult(ck, &v).ok());
+  EXPECT_EQ(v, want);
+  SecureBytes longer(contract::kCtsTag + 16, 9);
+  EXPECT_FALSE(CtsResult(ck, &longer).ok());
 }
 
 TEST(CtsItemsTest, EncryptPlaintextGoesAsSharesOfItsLength) {

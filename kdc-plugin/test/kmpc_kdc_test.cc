@@ -261,16 +261,19 @@ TEST_F(KmpcKdcTest, SubmitRefusalsCarryTheirMessage) {
   EXPECT_EQ(vt_.submit(ctx_, data_, &rc4, OnDone, &done_), KRB5_BAD_ENCTYPE);
   EXPECT_EQ(Message(KRB5_BAD_ENCTYPE), "kdcmpc: not an MPC enctype");
   // A handle of the standard AES enctypes names a key the cluster holds;
-  // only its DECRYPT and ENCRYPT are served (the AS exchange,
-  // cts_items.h): a checksum under it is an unavailable service, never a
-  // key.
+  // outside a plan only a service ticket's ENCRYPT (usage 2) and PAC
+  // server signature (CHECKSUM, usage 17) are served (cts_items.h): a
+  // checksum under another usage is an unavailable service, never a key.
   for (krb5_enctype e : {ENCTYPE_AES128_CTS_HMAC_SHA1_96, ENCTYPE_AES256_CTS_HMAC_SHA1_96}) {
     krb5_kdcmpc_job cts = Encrypt();
     cts.enctype = e;
     cts.type = KRB5_KDCMPC_CHECKSUM;
+    cts.usage = 56;
     EXPECT_EQ(vt_.submit(ctx_, data_, &cts, OnDone, &done_), KRB5KDC_ERR_SVC_UNAVAILABLE);
     EXPECT_EQ(Message(KRB5KDC_ERR_SVC_UNAVAILABLE),
-              "kdcmpc: CHECKSUM jobs under aes*-cts-hmac-sha1-96 keys are not served");
+              "kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are served only as items of "
+              "an exchange plan, but for a service ticket's (ENCRYPT usage 2, CHECKSUM "
+              "usage 17)");
   }
   krb5_kdcmpc_job no_key = Encrypt();
   no_key.key_id = nullptr;

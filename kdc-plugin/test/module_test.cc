@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -107,24 +108,29 @@ TEST_F(ModuleTest, JobsTheModuleCannotTakeAreRefusedAtSubmit) {
   EXPECT_EQ(Submit(rc4, &msg), KRB5_BAD_ENCTYPE);
   EXPECT_EQ(msg, "kdcmpc: not an MPC enctype");
   // A handle of aes*-cts-hmac-sha1-96 names a key of CIPHER_AES*_CTS, under
-  // which the core serves DECRYPT and ENCRYPT only (cts_items.h): anything
-  // else is refused, as unavailable.
+  // which the core serves DECRYPT, ENCRYPT and CHECKSUM only (cts_items.h):
+  // anything else is refused, as unavailable.
   krb5_kdcmpc_job cts = Encrypt();
-  cts.enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
-  cts.type = KRB5_KDCMPC_CHECKSUM;
-  EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE);
-  EXPECT_EQ(msg, "kdcmpc: CHECKSUM jobs under aes*-cts-hmac-sha1-96 keys are not served");
   cts.enctype = ENCTYPE_AES128_CTS_HMAC_SHA1_96;
   cts.type = KRB5_KDCMPC_VERIFY;
   EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE);
   EXPECT_EQ(msg, "kdcmpc: VERIFY_CHECKSUM jobs under aes*-cts-hmac-sha1-96 keys are not "
                  "served");
-  // Its DECRYPT and ENCRYPT only as plan items (the AS exchange's).
-  for (krb5_kdcmpc_job_type t : {KRB5_KDCMPC_DECRYPT, KRB5_KDCMPC_ENCRYPT}) {
+  // Outside a plan only a service ticket's ENCRYPT (usage 2) and PAC
+  // server signature (CHECKSUM, usage 17); the AS jobs (DECRYPT usage 1,
+  // ENCRYPT usage 3, CHECKSUM usage 56) and a DECRYPT of a ticket (usage
+  // 2) only as plan items, or not at all.
+  cts.enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+  const std::pair<krb5_kdcmpc_job_type, krb5_keyusage> plan_only[] = {
+      {KRB5_KDCMPC_DECRYPT, 1}, {KRB5_KDCMPC_DECRYPT, 2}, {KRB5_KDCMPC_ENCRYPT, 3},
+      {KRB5_KDCMPC_CHECKSUM, 56}, {KRB5_KDCMPC_CHECKSUM, 2}};
+  for (const auto& [t, u] : plan_only) {
     cts.type = t;
-    EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE);
+    cts.usage = u;
+    EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE) << t << " " << u;
     EXPECT_EQ(msg, "kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are served only as "
-                   "items of an exchange plan");
+                   "items of an exchange plan, but for a service ticket's (ENCRYPT "
+                   "usage 2, CHECKSUM usage 17)");
   }
   krb5_kdcmpc_job unknown = Encrypt();
   unknown.type = static_cast<krb5_kdcmpc_job_type>(99);
@@ -135,6 +141,41 @@ TEST_F(ModuleTest, JobsTheModuleCannotTakeAreRefusedAtSubmit) {
     EXPECT_EQ(kmpc_core_next(core_, &c), 0);  // nothing was accepted
   }
   EXPECT_EQ(done_.calls, 0);
+}
+
+// A service ticket to a principal under an aes*-cts handle: its ENCRYPT
+// (usage 2) and PAC server signature (CHECKSUM, usage 17) are taken
+// outside a plan, and complete (here: unavailable, the cluster is
+// unreachable).
+TEST_F(ModuleTest, AServiceTicketsJobsUnderACtsHandleAreTakenOutsideAPlan) {
+  std::string msg;
+  krb5_kdcmpc_job enc = Encrypt();
+  enc.enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+  ASSERT_EQ(Submit(enc, &msg), 0) << msg;
+  krb5_kdcmpc_job ck = enc;
+  ck.type = KRB5_KDCMPC_CHECKSUM;
+  ck.usage = 17;
+  ASSERT_EQ(Submit(ck, &msg), 0) << msg;
+  kmpc_core_kick(core_);
+  int got = 0;
+  for (int i = 0; i < 100 && got < 2; ++i) {
+    pollfd p{kmpc_core_fd(core_), POLLIN, 0};
+    poll(&p, 1, 100);
+    kmpc_core_ack(core_);
+    int level;
+    char* line;
+    while (kmpc_core_next_log(core_, &level, &line)) free(line);
+    kmpc_completion c{};
+    while (kmpc_core_next(core_, &c) != 0) {
+      ++got;
+      EXPECT_EQ(c.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+      EXPECT_EQ(c.output.length, 0u);
+      free(c.message);
+      free(c.output.data);
+      c = {};
+    }
+  }
+  EXPECT_EQ(got, 2) << "no completion within 10 s";
 }
 
 TEST_F(ModuleTest, AnUnreachableClusterCompletesTheJobAsServiceUnavailable) {

@@ -152,16 +152,29 @@ struct CtsMaterial {
 
 // The usages the dealer deals for an aes*-cts key (exchange-plan.md
 // section 2): the PA-ENC-TIMESTAMP (1), the AS reply (3), and the
-// PA-REQ-ENC-PA-REP checksum (56); and the PRF for FAST.
-inline constexpr uint32_t kCtsDealtUsages[] = {1, 3};
-inline constexpr uint32_t kCtsDealtChecksums[] = {56};
+// PA-REQ-ENC-PA-REP checksum (56); for a service ticket whose server is
+// the key's principal (a user used as a service: `kvno user`), the
+// ticket (2, KRB5_KEYUSAGE_KDC_REP_TICKET) and its PAC's server
+// signature (checksum usage 17, KRB5_KEYUSAGE_APP_DATA_CKSUM, which
+// MIT's krb5_kdc_sign_ticket() uses for every PAC signature); and the
+// PRF for FAST. A key record without a usage's material fails that
+// usage's jobs alone with JOB_UNKNOWN_USAGE (PlanCtsJob); dealing the key
+// again (kmpc-admin share, a password change) gives it all of them.
+inline constexpr uint32_t kCtsDealtUsages[] = {1, 2, 3};
+inline constexpr uint32_t kCtsDealtChecksums[] = {17, 56};
 // The one direction the KDC uses each dealt usage in: it decrypts the
-// client's timestamp (1) and encrypts the reply (3). The other direction
-// is refused (JOB_UNKNOWN_USAGE): DECRYPT under 3 would let a compromised
-// KDC host decrypt AS replies recorded before it was compromised, ENCRYPT
-// under 1 mint a user's PA-ENC-TIMESTAMP.
+// client's timestamp (1), encrypts the reply (3) and a service ticket to
+// the principal (2). The other direction is refused (JOB_UNKNOWN_USAGE):
+// DECRYPT under 3 would let a compromised KDC host decrypt AS replies
+// recorded before it was compromised, ENCRYPT under 1 mint a user's
+// PA-ENC-TIMESTAMP, and DECRYPT under 2 decrypt every ticket to the
+// principal it ever issued or recorded (their session keys, hence the
+// user's sessions as a service). The KDC would need DECRYPT under 2 only
+// to read such a ticket presented back to it (renewal or validation of a
+// ticket to the user, S4U2Proxy evidence naming the user as its server):
+// those stay refused (docs/limitations.md). CHECKSUM has one direction.
 inline constexpr uint32_t kCtsDecryptUsages[] = {1};
-inline constexpr uint32_t kCtsEncryptUsages[] = {3};
+inline constexpr uint32_t kCtsEncryptUsages[] = {2, 3};
 // The same for the FAST keys (Job.cts_key, cts.h Cf2Pepper: the KDC's half
 // of KRB-FX-CF2 with the dealt key's PRF+): the KDC decrypts the client's
 // encrypted challenge (54), encrypts its own (55) and the reply under the

@@ -346,6 +346,58 @@ TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
   EXPECT_TRUE(right(c.Run(jobs)));
 }
 
+// A service ticket to the key's principal (a user used as a service): the
+// ticket ENCRYPT under usage 2 and the PAC server signature, CHECKSUM under
+// usage 17, match the clear circuits on the dealer's material; the ticket
+// is never decrypted by the cluster (DECRYPT under 2 is refused, nothing
+// computed). A key whose record lacks the material of usages 2 and 17
+// fails those jobs alone with JOB_UNKNOWN_USAGE.
+TEST_P(CtsJobs, ServiceTicketJobsUnderUsages2And17) {
+  CtsCluster c(GetParam());
+  for (const size_t klen : {size_t{16}, size_t{32}}) {
+    const Bytes key = Random(klen);
+    const std::string id = c.AddKey(key);
+    const Bytes ticket = Random(210), pac = Random(330);
+    auto r = c.Run({CtsJob(pb::JOB_ENCRYPT, id, klen == 32, 2, ticket),
+                    CtsJob(pb::JOB_CHECKSUM, id, klen == 32, 17, pac),
+                    CtsJob(pb::JOB_DECRYPT, id, klen == 32, 2,
+                           ClearEncrypt(key, 2, Random(16 + 40)))});
+    ExpectStatus(r, 0, pb::JOB_OK);
+    ExpectStatus(r, 1, pb::JOB_OK);
+    ExpectStatus(r, 2, pb::JOB_UNKNOWN_USAGE);
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[2].keystream[k].empty());
+    const Bytes out = Revealed(r, 0);
+    ASSERT_EQ(out.size(), 16 + ticket.size() + 12);
+    const Bytes back = ClearDecrypt(key, 2, out);
+    EXPECT_EQ(back.back() & 1, 0) << "the cluster's tag does not verify";
+    EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1), ticket);
+    auto ck = cts::DealChecksum(key, 17);
+    auto cp = cts::ChecksumProgram(pac.size());
+    ASSERT_TRUE(ck.ok() && cp.ok());
+    EXPECT_EQ(Revealed(r, 1), Clear(*cp, Cat(ck->bytes, pac)));
+  }
+  const Bytes key = Random(32);
+  const std::string old = c.AddKey(key);
+  for (int i = 0; i < 3; ++i)
+    c.Tamper(old, i, [](KeyShares& ks) {
+      ks.cts.erase(std::remove_if(ks.cts.begin(), ks.cts.end(),
+                                  [](const CtsMaterial& m) {
+                                    return (m.kind == CtsKind::kUsage && m.usage == 2) ||
+                                           (m.kind == CtsKind::kChecksum && m.usage == 17);
+                                  }),
+                   ks.cts.end());
+    });
+  const Bytes conf_ts = Random(44);
+  auto r = c.Run({CtsJob(pb::JOB_ENCRYPT, old, true, 2, Random(100)),
+                  CtsJob(pb::JOB_CHECKSUM, old, true, 17, Random(100)),
+                  CtsJob(pb::JOB_DECRYPT, old, true, 1, ClearEncrypt(key, 1, conf_ts))});
+  ExpectStatus(r, 0, pb::JOB_UNKNOWN_USAGE);
+  ExpectStatus(r, 1, pb::JOB_UNKNOWN_USAGE);
+  ExpectStatus(r, 2, pb::JOB_OK);
+  EXPECT_EQ(Revealed(r, 2), conf_ts);
+}
+
 // Review finding (engine.cc PlanCtsJob): a job could use a usage's
 // material in either direction. The KDC only ever decrypts usage 1 (the
 // client's PA-ENC-TIMESTAMP) and encrypts usage 3 (the AS reply). With
@@ -479,7 +531,10 @@ TEST(CtsKeyShares, MaterialRoundTripsThroughTheRecord) {
   ASSERT_NE(v.FindCts(CtsKind::kUsage, 3), nullptr);
   ASSERT_NE(v.FindCts(CtsKind::kChecksum, 56), nullptr);
   ASSERT_NE(v.FindCts(CtsKind::kPrf, 0), nullptr);
-  EXPECT_EQ(v.FindCts(CtsKind::kUsage, 2), nullptr);
+  ASSERT_NE(v.FindCts(CtsKind::kUsage, 2), nullptr);
+  ASSERT_NE(v.FindCts(CtsKind::kChecksum, 17), nullptr);
+  EXPECT_EQ(v.FindCts(CtsKind::kUsage, 4), nullptr);
+  EXPECT_EQ(v.FindCts(CtsKind::kChecksum, 2), nullptr);
   EXPECT_EQ(v.FindCts(CtsKind::kUsage, 1)->share[0].size(), cts::UsageMaterialBytes(14));
   const Bytes rec = v.Serialize();
   EXPECT_EQ(rec[6], 2);
