@@ -464,6 +464,94 @@ TEST_P(CtsJobs, FastKeysOnlyInTheKdcsDirection) {
   ExpectStatus(r, 4, pb::JOB_OK);
 }
 
+// The usage fixes K's pepper (cts.h Cf2Pepper): a DECRYPT under 54 of a
+// challenge made under KDC half ^ PRF+(K, "replykey") (the strengthened
+// reply key's pepper) or under the KDC half alone (X = key, K's half
+// dropped) fails its tag, with the same half that opens the right one.
+TEST_P(CtsJobs, FastPepperIsTheUsages) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes half = Random(16), conf_ts = Random(44);
+  const Bytes right = ClearEncrypt(Xor(half, ClearPrfPlus(key, "challengelongterm", 16)), 54,
+                                   conf_ts);
+  const Bytes reply_pepper = ClearEncrypt(Xor(half, ClearPrfPlus(key, "replykey", 16)), 54,
+                                          conf_ts);
+  const Bytes half_only = ClearEncrypt(half, 54, conf_ts);
+  auto r = c.Run({FastJob(pb::JOB_DECRYPT, id, false, 54, half, right),
+                  FastJob(pb::JOB_DECRYPT, id, false, 54, half, reply_pepper),
+                  FastJob(pb::JOB_DECRYPT, id, false, 54, half, half_only)},
+                 {{0, half}, {1, half}, {2, half}});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  EXPECT_EQ(Revealed(r, 0), conf_ts);
+  ExpectStatus(r, 1, pb::JOB_INTEGRITY_FAILED);
+  ExpectStatus(r, 2, pb::JOB_INTEGRITY_FAILED);
+  for (size_t j = 1; j < 3; ++j)
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty());
+}
+
+// --security=malicious, a FAST login's three jobs (the gate under 54, the
+// KDC's challenge under 55 and the reply under 3, gated): a cheating party
+// flips one bit of one of its messages, in the PRF+ / key-schedule / DK
+// layers as well as the RFC 3962 ones. Every flip is caught by an honest
+// party (the batch fails, nothing released) or changes nothing released.
+TEST(CtsMalicious, FastFlippedBitsAreCaughtOrHarmless) {
+  const int cheater = 1;
+  CtsCluster c(true, cheater);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes xc = Random(16), xk = Random(16), xs = Random(16);
+  const Bytes kk = Xor(xk, ClearPrfPlus(key, "challengelongterm", 16));
+  const Bytes sk = Xor(xs, ClearPrfPlus(key, "replykey", 16));
+  const Bytes conf_ts = Random(44), kdc_ts = Random(28), reply = Random(40);
+  const Bytes ct = ClearEncrypt(Xor(xc, ClearPrfPlus(key, "challengelongterm", 16)), 54, conf_ts);
+  Job kdc = FastJob(pb::JOB_ENCRYPT, id, false, 55, xk, kdc_ts);
+  Job rep = FastJob(pb::JOB_ENCRYPT, id, false, 3, xs, reply);
+  kdc.release_if_ok = rep.release_if_ok = 0;
+  const std::vector<Job> jobs = {FastJob(pb::JOB_DECRYPT, id, false, 54, xc, ct), kdc, rep};
+  const std::map<size_t, Bytes> dealt = {{0, xc}};
+  auto opens = [](const Bytes& k, uint32_t usage, const Bytes& out, const Bytes& want) {
+    const Bytes back = ClearDecrypt(k, usage, out);
+    return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == want;
+  };
+  auto right = [&](const std::array<BatchResult, 3>& r) {
+    return Revealed(r, 0) == conf_ts && opens(kk, 55, Revealed(r, 1), kdc_ts) &&
+           opens(sk, 3, Revealed(r, 2), reply);
+  };
+  const uint64_t before = c.cheat().sent();
+  ASSERT_TRUE(right(c.Run(jobs, dealt)));
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  ASSERT_GT(sizes.size(), 100u);
+  std::mt19937_64 rng(0x66617374);
+  int caught = 0, trials = 0;
+  while (trials < 12) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] < 8) continue;
+    ++trials;
+    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
+    auto r = c.RunStatus(jobs, dealt);
+    ASSERT_TRUE(c.cheat().fired());
+    c.cheat().Disarm();
+    bool failed = false;
+    for (int i = 0; i < 3; ++i) {
+      if (i == cheater || r[i].ok()) continue;
+      const auto code = r[i].status().code();
+      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
+        failed = true;
+    }
+    if (failed) {
+      ++caught;
+    } else {
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
+      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
+    }
+    c.Connect();
+  }
+  EXPECT_GE(caught, 6) << "of " << trials;
+  EXPECT_TRUE(right(c.Run(jobs, dealt)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Security, CtsJobs, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "Malicious" : "SemiHonest";
