@@ -140,8 +140,11 @@ class CtsCluster {
     return out;
   }
 
+  // tweak(i, jobs): what party i receives differs (a KDC that sends the
+  // servers different requests).
   std::array<absl::StatusOr<BatchResult>, 3> RunStatus(
-      const std::vector<Job>& jobs, const std::map<size_t, Bytes>& dealt = {}) {
+      const std::vector<Job>& jobs, const std::map<size_t, Bytes>& dealt = {},
+      const std::function<void(int, std::vector<Job>&)>& tweak = nullptr) {
     std::array<std::vector<Job>, 3> each = {jobs, jobs, jobs};
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (jobs[j].type == pb::JOB_DECRYPT) {
@@ -159,6 +162,8 @@ class CtsCluster {
         each[i][j].data_shares = (*views)[i].comp;
       }
     }
+    if (tweak)
+      for (int i = 0; i < 3; ++i) tweak(i, each[i]);
     std::array<absl::StatusOr<BatchResult>, 3> out;
     RunParties([&](int i) -> absl::Status {
       KeyLookup lookup = [this, i](absl::string_view id)
@@ -755,6 +760,44 @@ TEST(CtsAgreement, MaterialThatDiffersOnOneServerFailsItsJobAlike) {
   ExpectStatus(got, 0, pb::JOB_KEY_INCONSISTENT);
   ExpectStatus(got, 1, pb::JOB_OK);
   EXPECT_EQ(Revealed(got, 1), conf_ts);
+}
+
+// Job.cts_key is an open proto enum; the agreement digest carries it in
+// one byte. A KDC that sends one server CTS_KEY_CF2_AES256 (2) and the
+// others 258 (2 mod 256, a value no contract knows, which CheckJob
+// refuses) must not get the servers to plan different batches under one
+// digest (one running the job, the others failing it: the ring out of
+// step, every job of the batch lost, the digest's guarantee gone): the
+// servers refuse the batch alike, or fail the job alike (a job that fails
+// its checks on one server has another key view there, and the key-view
+// exchange fails it on all three, JOB_KEY_INCONSISTENT).
+TEST(CtsAgreement, UnknownFastKeyValuesDoNotSplitThePlans) {
+  const Bytes key = Random(32), other = Random(32), half = Random(32);
+  const Bytes conf_ts = Random(44);
+  const Bytes ct = ClearEncrypt(Xor(half, ClearPrfPlus(key, "challengelongterm", 32)), 54,
+                                conf_ts);
+  for (const int bad : {258, -254, 9}) {
+    CtsCluster c(true, /*cheater=*/2);  // a plain channel, 5 s receive bound
+    const std::string id = c.AddKey(key), id2 = c.AddKey(other);
+    const std::vector<Job> jobs = {
+        FastJob(pb::JOB_DECRYPT, id, true, 54, half, ct),
+        CtsJob(pb::JOB_DECRYPT, id2, true, 1, ClearEncrypt(other, 1, conf_ts))};
+    auto r = c.RunStatus(jobs, {{0, half}}, [bad](int i, std::vector<Job>& js) {
+      if (i != 0) js[0].cts_key = static_cast<pb::CtsKey>(bad);
+    });
+    int ok = 0;
+    for (int i = 0; i < 3; ++i) ok += r[i].ok();
+    ASSERT_TRUE(ok == 0 || ok == 3) << bad << ": " << ok << " of 3 parties ran the batch";
+    if (ok == 0) {
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted)
+            << bad << " party " << i << ": " << r[i].status();
+    } else {
+      std::array<BatchResult, 3> got = {*r[0], *r[1], *r[2]};
+      for (int i = 0; i < 3; ++i) EXPECT_NE(got[i].jobs[0].status, pb::JOB_OK) << bad;
+      ExpectStatus(got, 1, pb::JOB_OK);
+    }
+  }
 }
 
 // A server whose copy of a material component is wrong (same size): in
