@@ -214,3 +214,47 @@ def test_no_password_equivalent_reaches_any_server(kmpc_factory, tmp_path, monke
         for k in keys:
             assert k not in rec and k[:8] not in rec and k[-8:] not in rec, \
                 f"party {i} received a session key"
+
+
+def preauth_log_lines(text, princ):
+    """The KDC log's pre-authentication failure lines of one request, as an
+    operator's log watch reads them: without time, pid, address, and with
+    the principal's name replaced."""
+    out = []
+    for line in text.splitlines():
+        if "verify failure" not in line and "PREAUTH_FAILED" not in line:
+            continue
+        line = line.split("): ", 1)[-1]
+        line = line.split(") 127.0.0.1: ", 1)[-1]
+        out.append(line.replace(princ, "USER"))
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "krb5 patch 0019: kdc_mpc_as.c as_preauth_failed() logs a failed FAST "
+    "challenge as 'preauth (encrypted_timestamp)' (docs/security-model.md, "
+    "'Review of FAST for aes*-cts users (2026-11-26)', finding 1)"))
+def test_failed_challenge_logged_as_stock(realm):
+    """A wrong password under FAST leaves the KDC log lines MIT writes for a
+    KDB-key user in the same realm: 'preauth (encrypted_challenge) verify
+    failure: ...' and the AS_REQ PREAUTH_FAILED line (log watches, e.g.
+    fail2ban filters or SIEM rules, key on both)."""
+    kr, pw = realm, "Erin-pw-5150"
+    share(kr, "erin", pw, CTS256)
+    kr.addprinc("fred", "Fred-pw-1", enctypes=[CTS256, CTS128])
+    c = Stock(kr)
+    armor = armor_ccache(kr, c)
+    lines = {}
+    for princ, wrong in (("fred", "wrong-Fred-pw-1"), ("erin", "wrong-" + pw)):
+        start = len(kr.kdc_log_text())
+        rc, out = fast_kinit(c, armor, princ, wrong)
+        assert rc != 0 and "Password incorrect" in out, out
+        deadline = time.time() + 10  # the KDC logs the request after its reply
+        while (f"PREAUTH_FAILED: {princ}@" not in kr.kdc_log_text()[start:]
+               and time.time() < deadline):
+            time.sleep(0.1)
+        lines[princ] = preauth_log_lines(kr.kdc_log_text()[start:], princ)
+    # Control: the KDB-key user's request is logged as MIT logs it.
+    assert any(x.startswith("preauth (encrypted_challenge) verify failure")
+               for x in lines["fred"]), lines
+    assert lines["erin"] == lines["fred"], lines

@@ -140,8 +140,11 @@ class CtsCluster {
     return out;
   }
 
+  // tweak(i, jobs): what party i receives differs (a KDC that sends the
+  // servers different requests).
   std::array<absl::StatusOr<BatchResult>, 3> RunStatus(
-      const std::vector<Job>& jobs, const std::map<size_t, Bytes>& dealt = {}) {
+      const std::vector<Job>& jobs, const std::map<size_t, Bytes>& dealt = {},
+      const std::function<void(int, std::vector<Job>&)>& tweak = nullptr) {
     std::array<std::vector<Job>, 3> each = {jobs, jobs, jobs};
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (jobs[j].type == pb::JOB_DECRYPT) {
@@ -159,6 +162,8 @@ class CtsCluster {
         each[i][j].data_shares = (*views)[i].comp;
       }
     }
+    if (tweak)
+      for (int i = 0; i < 3; ++i) tweak(i, each[i]);
     std::array<absl::StatusOr<BatchResult>, 3> out;
     RunParties([&](int i) -> absl::Status {
       KeyLookup lookup = [this, i](absl::string_view id)
@@ -516,6 +521,94 @@ TEST_P(CtsJobs, FastKeysOnlyInTheKdcsDirection) {
   ExpectStatus(r, 4, pb::JOB_OK);
 }
 
+// The usage fixes K's pepper (cts.h Cf2Pepper): a DECRYPT under 54 of a
+// challenge made under KDC half ^ PRF+(K, "replykey") (the strengthened
+// reply key's pepper) or under the KDC half alone (X = key, K's half
+// dropped) fails its tag, with the same half that opens the right one.
+TEST_P(CtsJobs, FastPepperIsTheUsages) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes half = Random(16), conf_ts = Random(44);
+  const Bytes right = ClearEncrypt(Xor(half, ClearPrfPlus(key, "challengelongterm", 16)), 54,
+                                   conf_ts);
+  const Bytes reply_pepper = ClearEncrypt(Xor(half, ClearPrfPlus(key, "replykey", 16)), 54,
+                                          conf_ts);
+  const Bytes half_only = ClearEncrypt(half, 54, conf_ts);
+  auto r = c.Run({FastJob(pb::JOB_DECRYPT, id, false, 54, half, right),
+                  FastJob(pb::JOB_DECRYPT, id, false, 54, half, reply_pepper),
+                  FastJob(pb::JOB_DECRYPT, id, false, 54, half, half_only)},
+                 {{0, half}, {1, half}, {2, half}});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  EXPECT_EQ(Revealed(r, 0), conf_ts);
+  ExpectStatus(r, 1, pb::JOB_INTEGRITY_FAILED);
+  ExpectStatus(r, 2, pb::JOB_INTEGRITY_FAILED);
+  for (size_t j = 1; j < 3; ++j)
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty());
+}
+
+// --security=malicious, a FAST login's three jobs (the gate under 54, the
+// KDC's challenge under 55 and the reply under 3, gated): a cheating party
+// flips one bit of one of its messages, in the PRF+ / key-schedule / DK
+// layers as well as the RFC 3962 ones. Every flip is caught by an honest
+// party (the batch fails, nothing released) or changes nothing released.
+TEST(CtsMalicious, FastFlippedBitsAreCaughtOrHarmless) {
+  const int cheater = 1;
+  CtsCluster c(true, cheater);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes xc = Random(16), xk = Random(16), xs = Random(16);
+  const Bytes kk = Xor(xk, ClearPrfPlus(key, "challengelongterm", 16));
+  const Bytes sk = Xor(xs, ClearPrfPlus(key, "replykey", 16));
+  const Bytes conf_ts = Random(44), kdc_ts = Random(28), reply = Random(40);
+  const Bytes ct = ClearEncrypt(Xor(xc, ClearPrfPlus(key, "challengelongterm", 16)), 54, conf_ts);
+  Job kdc = FastJob(pb::JOB_ENCRYPT, id, false, 55, xk, kdc_ts);
+  Job rep = FastJob(pb::JOB_ENCRYPT, id, false, 3, xs, reply);
+  kdc.release_if_ok = rep.release_if_ok = 0;
+  const std::vector<Job> jobs = {FastJob(pb::JOB_DECRYPT, id, false, 54, xc, ct), kdc, rep};
+  const std::map<size_t, Bytes> dealt = {{0, xc}};
+  auto opens = [](const Bytes& k, uint32_t usage, const Bytes& out, const Bytes& want) {
+    const Bytes back = ClearDecrypt(k, usage, out);
+    return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == want;
+  };
+  auto right = [&](const std::array<BatchResult, 3>& r) {
+    return Revealed(r, 0) == conf_ts && opens(kk, 55, Revealed(r, 1), kdc_ts) &&
+           opens(sk, 3, Revealed(r, 2), reply);
+  };
+  const uint64_t before = c.cheat().sent();
+  ASSERT_TRUE(right(c.Run(jobs, dealt)));
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  ASSERT_GT(sizes.size(), 100u);
+  std::mt19937_64 rng(0x66617374);
+  int caught = 0, trials = 0;
+  while (trials < 12) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] < 8) continue;
+    ++trials;
+    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
+    auto r = c.RunStatus(jobs, dealt);
+    ASSERT_TRUE(c.cheat().fired());
+    c.cheat().Disarm();
+    bool failed = false;
+    for (int i = 0; i < 3; ++i) {
+      if (i == cheater || r[i].ok()) continue;
+      const auto code = r[i].status().code();
+      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
+        failed = true;
+    }
+    if (failed) {
+      ++caught;
+    } else {
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
+      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
+    }
+    c.Connect();
+  }
+  EXPECT_GE(caught, 6) << "of " << trials;
+  EXPECT_TRUE(right(c.Run(jobs, dealt)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Security, CtsJobs, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "Malicious" : "SemiHonest";
@@ -722,6 +815,44 @@ TEST(CtsAgreement, MaterialThatDiffersOnOneServerFailsItsJobAlike) {
   ExpectStatus(got, 0, pb::JOB_KEY_INCONSISTENT);
   ExpectStatus(got, 1, pb::JOB_OK);
   EXPECT_EQ(Revealed(got, 1), conf_ts);
+}
+
+// Job.cts_key is an open proto enum; the agreement digest carries it in
+// one byte. A KDC that sends one server CTS_KEY_CF2_AES256 (2) and the
+// others 258 (2 mod 256, a value no contract knows, which CheckJob
+// refuses) must not get the servers to plan different batches under one
+// digest (one running the job, the others failing it: the ring out of
+// step, every job of the batch lost, the digest's guarantee gone): the
+// servers refuse the batch alike, or fail the job alike (a job that fails
+// its checks on one server has another key view there, and the key-view
+// exchange fails it on all three, JOB_KEY_INCONSISTENT).
+TEST(CtsAgreement, UnknownFastKeyValuesDoNotSplitThePlans) {
+  const Bytes key = Random(32), other = Random(32), half = Random(32);
+  const Bytes conf_ts = Random(44);
+  const Bytes ct = ClearEncrypt(Xor(half, ClearPrfPlus(key, "challengelongterm", 32)), 54,
+                                conf_ts);
+  for (const int bad : {258, -254, 9}) {
+    CtsCluster c(true, /*cheater=*/2);  // a plain channel, 5 s receive bound
+    const std::string id = c.AddKey(key), id2 = c.AddKey(other);
+    const std::vector<Job> jobs = {
+        FastJob(pb::JOB_DECRYPT, id, true, 54, half, ct),
+        CtsJob(pb::JOB_DECRYPT, id2, true, 1, ClearEncrypt(other, 1, conf_ts))};
+    auto r = c.RunStatus(jobs, {{0, half}}, [bad](int i, std::vector<Job>& js) {
+      if (i != 0) js[0].cts_key = static_cast<pb::CtsKey>(bad);
+    });
+    int ok = 0;
+    for (int i = 0; i < 3; ++i) ok += r[i].ok();
+    ASSERT_TRUE(ok == 0 || ok == 3) << bad << ": " << ok << " of 3 parties ran the batch";
+    if (ok == 0) {
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted)
+            << bad << " party " << i << ": " << r[i].status();
+    } else {
+      std::array<BatchResult, 3> got = {*r[0], *r[1], *r[2]};
+      for (int i = 0; i < 3; ++i) EXPECT_NE(got[i].jobs[0].status, pb::JOB_OK) << bad;
+      ExpectStatus(got, 1, pb::JOB_OK);
+    }
+  }
 }
 
 // A server whose copy of a material component is wrong (same size): in
