@@ -897,19 +897,18 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
                         job.usage, " of this key"));
     return;
   }
+  // A FAST key's half, then (ENCRYPT, CHECKSUM) the message.
+  t.shared_in = {job.data_shares[0], job.data_shares[1]};
   switch (job.type) {
     case pb::JOB_DECRYPT:
       t.n = job.data.size() - contract::kCtsTag;
       t.public_in = job.data;
-      t.shared_in = {job.data_shares[0], job.data_shares[1]};  // a FAST key's half
       break;
     case pb::JOB_ENCRYPT:
       t.n = contract::kCtsConfounder + job.length;
-      t.shared_in = {job.data_shares[0], job.data_shares[1]};
       break;
     default:
       t.n = job.length;
-      t.shared_in = {job.data_shares[0], job.data_shares[1]};
       break;
   }
   // A new shape counts against the batch's bound before it is compiled
