@@ -17,13 +17,6 @@
 namespace kmpc::engine {
 namespace {
 
-// A task's shape (type, nr, n), as CtsProgramCache keys programs: tasks
-// of one shape run the same program, whatever object each one points to.
-std::tuple<int, int, size_t, size_t, uint32_t> TaskShape(const CtsTask& t) {
-  return {static_cast<int>(t.type), t.type == pb::JOB_CHECKSUM ? 0 : t.nr, t.n, t.cf2_bytes,
-          t.cf2_bytes != 0 ? t.usage : 0};
-}
-
 void WipeWords(std::vector<uint64_t>& v) {
   OPENSSL_cleanse(v.data(), v.size() * sizeof(uint64_t));
 }
@@ -171,12 +164,21 @@ size_t CtsProgramCache::size() const {
   return entries_.size();
 }
 
+CtsProgramCache::Shape CtsProgramCache::MakeShape(pb::JobType type, int nr, size_t n,
+                                                  size_t cf2_bytes, uint32_t usage) {
+  return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n, cf2_bytes,
+          cf2_bytes != 0 ? usage : 0};
+}
+
+CtsProgramCache::Shape ShapeOf(const CtsTask& t) {
+  return CtsProgramCache::MakeShape(t.type, t.nr, t.n, t.cf2_bytes, t.usage);
+}
+
 absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(pb::JobType type,
                                                                          int nr, size_t n,
                                                                          size_t cf2_bytes,
                                                                          uint32_t usage) {
-  const Shape shape{static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n, cf2_bytes,
-                    cf2_bytes != 0 ? usage : 0};
+  const Shape shape = MakeShape(type, nr, n, cf2_bytes, usage);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(shape);
@@ -303,10 +305,10 @@ uint64_t CtsCost::Verifies(uint64_t verify_words) const {
 
 CtsCost CostOf(absl::Span<const CtsTask> tasks) {
   // By shape, as RunCtsTasks groups: decided alike on every party.
-  std::map<std::tuple<int, int, size_t, size_t, uint32_t>, std::pair<const cts::Program*, size_t>>
+  std::map<CtsProgramCache::Shape, std::pair<const cts::Program*, size_t>>
       lanes;
   for (const CtsTask& t : tasks) {
-    auto& l = lanes[TaskShape(t)];
+    auto& l = lanes[ShapeOf(t)];
     l.first = t.program.get();
     ++l.second;
   }
@@ -328,9 +330,9 @@ absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t veri
   // one shape in a batch where the others hold one; grouping by address
   // would pack other lanes there and put the ring out of step.
   std::vector<std::unique_ptr<Group>> groups;
-  std::map<std::tuple<int, int, size_t, size_t, uint32_t>, Group*> by_shape;
+  std::map<CtsProgramCache::Shape, Group*> by_shape;
   for (CtsTask& t : tasks) {
-    Group*& g = by_shape[TaskShape(t)];
+    Group*& g = by_shape[ShapeOf(t)];
     if (g == nullptr) {
       groups.push_back(std::make_unique<Group>());
       g = groups.back().get();

@@ -66,6 +66,9 @@ class CtsProgramCache {
   // (job type, nr (0 for CHECKSUM), n, cf2_bytes, usage (0 unless cf2_bytes)),
   // as Get takes them.
   using Shape = std::tuple<int, int, size_t, size_t, uint32_t>;
+  // The shape Get(type, nr, n, cf2_bytes, usage) keys its program by.
+  static Shape MakeShape(pb::JobType type, int nr, size_t n, size_t cf2_bytes,
+                         uint32_t usage);
 
   // A program compiled inside a batch delays the batch by its compile time
   // (~90 ms for a 300-byte reply on an idle core, seconds on a loaded host:
@@ -162,6 +165,10 @@ struct CtsCost {
   uint64_t Verifies(uint64_t verify_words) const;
 };
 CtsCost CostOf(absl::Span<const CtsTask> tasks);
+
+// A task's shape, as CtsProgramCache keys programs: tasks of one shape run
+// the same program, whatever object each one points to.
+CtsProgramCache::Shape ShapeOf(const CtsTask& t);
 
 // Runs every task in one set of AND rounds (ANDs through `rep3`, logged
 // and checked every verify_words words when it has a log). The parties

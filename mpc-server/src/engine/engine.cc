@@ -474,7 +474,7 @@ class Engine::Impl {
     std::vector<CtsTask> cts;  // the live aes*-cts jobs, in job order
     // The distinct shapes of `cts` and the sum of their n (PlanCtsJob,
     // EngineOptions::cts_batch_bytes).
-    std::set<std::tuple<int, int, size_t>> cts_shapes;
+    std::set<CtsProgramCache::Shape> cts_shapes;
     uint64_t cts_shape_bytes = 0;
   };
 
@@ -914,8 +914,7 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   // A new shape counts against the batch's bound before it is compiled
   // (EngineOptions::cts_batch_bytes); the job's shape is public and the
   // same on every party, so all fail the same jobs.
-  const std::tuple<int, int, size_t> shape{static_cast<int>(job.type), checksum ? 0 : t.nr,
-                                           t.n};
+  const CtsProgramCache::Shape shape = ShapeOf(t);
   if (b.cts_shapes.count(shape) == 0) {
     if (b.cts_shape_bytes + t.n > options_.cts_batch_bytes) {
       w.Fail(pb::JOB_MALFORMED,
