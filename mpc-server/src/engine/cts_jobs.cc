@@ -238,10 +238,12 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::strin
                     : type == pb::JOB_CHECKSUM                           ? nr == 0 && cf2 == 0
                                                                          : false;
     // A FAST key only in the KDC's direction (engine.h kCtsCf2*Usages).
+    const absl::Span<const uint32_t> dir = type == pb::JOB_DECRYPT
+                                               ? absl::MakeConstSpan(kCtsCf2DecryptUsages)
+                                               : absl::MakeConstSpan(kCtsCf2EncryptUsages);
     const bool key_ok = cf2 == 0 ? usage == 0
-                        : cf2 != 16 && cf2 != 32 ? false
-                        : type == pb::JOB_DECRYPT ? usage == 54
-                                                  : usage == 3 || usage == 55;
+                                 : (cf2 == 16 || cf2 == 32) &&
+                                       std::find(dir.begin(), dir.end(), usage) != dir.end();
     if (ok && key_ok && n >= 16 && n <= cts::kMaxBytes) all.emplace_back(type, nr, n, cf2, usage);
   }
   std::vector<Shape> out;  // newest first, distinct
