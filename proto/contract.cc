@@ -76,6 +76,9 @@ JobShape ShapeOf(const pb::Job& job, const MessageShares* shares) {
   JobShape s{job.type(), job.cipher(), job.key_id().size(), job.length(),
              job.data(), job.checksum()};
   s.cts_key = job.cts_key();
+  s.usage = job.usage();
+  s.splice_length = job.splice_length();
+  s.splice_offset = job.splice_offset();
   if (shares != nullptr) {
     s.share_sizes[0] = shares->first.size();
     s.share_sizes[1] = shares->second.size();
@@ -126,10 +129,16 @@ uint64_t CtsKeyBytes(pb::CtsKey key) {
   }
 }
 
-uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length, pb::CtsKey key) {
+uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length, pb::CtsKey key,
+                     uint64_t splice_length) {
   if (!CtsCipher(cipher)) return SharedBytes(type, length);
   const uint64_t half = type == pb::JOB_ENCRYPT || type == pb::JOB_DECRYPT ? CtsKeyBytes(key) : 0;
-  return half + (type == pb::JOB_ENCRYPT || type == pb::JOB_CHECKSUM ? length : 0);
+  const uint64_t spliced = type == pb::JOB_ENCRYPT ? splice_length : 0;
+  return half + (type == pb::JOB_ENCRYPT || type == pb::JOB_CHECKSUM ? length : 0) + spliced;
+}
+
+uint64_t SharedBytes(const pb::Job& j) {
+  return SharedBytes(j.type(), j.cipher(), j.length(), j.cts_key(), j.splice_length());
 }
 
 uint64_t SharedBytes(const pb::SignItem& item) {
@@ -141,7 +150,7 @@ std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
   FlatReader r(req.data_shares());
   for (int i = 0; i < req.jobs_size(); ++i) {
     const pb::Job& j = req.jobs(i);
-    if (const uint64_t n = SharedBytes(j.type(), j.cipher(), j.length(), j.cts_key()); n > 0)
+    if (const uint64_t n = SharedBytes(j); n > 0)
       out[i] = r.TakePair(n);
   }
   return out;
@@ -150,7 +159,7 @@ std::vector<MessageShares> SliceMessageShares(const pb::RunRequest& req) {
 uint64_t RunShareBytes(const pb::RunRequest& req) {
   uint64_t n = 0;
   for (const pb::Job& j : req.jobs())
-    n += 2 * SharedBytes(j.type(), j.cipher(), j.length(), j.cts_key());
+    n += 2 * SharedBytes(j);
   return n;
 }
 
@@ -197,7 +206,22 @@ JobCheck CheckMessageShares(const JobShape& job) {
 // An aes*-cts job (kmpc.proto JobType): DECRYPT of C || T, ENCRYPT of
 // shared P, CHECKSUM of a shared message; conf || P within kMaxCtsBytes.
 JobCheck CheckCtsJob(const JobShape& job) {
-  const uint64_t want = SharedBytes(job.type, job.cipher, job.length, job.cts_key);
+  const uint64_t want =
+      SharedBytes(job.type, job.cipher, job.length, job.cts_key, job.splice_length);
+  if (job.splice_length == 0 && job.splice_offset != 0)
+    return Malformed("splice_offset without splice_length");
+  if (job.splice_length > 0) {
+    if (job.type != pb::JOB_ENCRYPT || job.cts_key != pb::CTS_KEY_DEALT ||
+        job.usage != kSpliceReplyUsage)
+      return Malformed(absl::StrCat("a splice on an aes*-cts ", JobTypeName(job.type),
+                                    " (only a usage-3 ENCRYPT under the dealt key)"));
+    if (job.splice_length > kMaxCtsBytes)
+      return Malformed(absl::StrCat("a spliced message of ", job.splice_length,
+                                    " bytes (at most ", kMaxCtsBytes, ")"));
+    if (job.splice_offset > job.length || job.length - job.splice_offset < kSpliceBytes)
+      return Malformed(absl::StrCat("splice at ", job.splice_offset, " of a ", job.length,
+                                    "-byte plaintext (12 bytes must fit)"));
+  }
   if (job.cts_key != pb::CTS_KEY_DEALT &&
       (CtsKeyBytes(job.cts_key) == 0 ||
        (job.type != pb::JOB_DECRYPT && job.type != pb::JOB_ENCRYPT)))

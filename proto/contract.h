@@ -42,7 +42,9 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // ENCRYPT, at distinct counters.
 // 7: an aes*-cts job may run under a FAST key (Job.cts_key): the KDC's half
 // of KRB-FX-CF2 leads the job's shares.
-inline constexpr uint32_t kWireVersion = 7;
+// 8: an aes*-cts reply ENCRYPT may splice the PA-REQ-ENC-PA-REP checksum of
+// a dealt message into its plaintext (Job.splice_length, splice_offset).
+inline constexpr uint32_t kWireVersion = 8;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
@@ -144,7 +146,18 @@ struct JobShape {
   // aes*-cts DECRYPT / ENCRYPT (kmpc.proto Job.cts_key): CTS_KEY_DEALT, or
   // a FAST key whose KDC half (CtsKeyBytes) leads the job's shares.
   pb::CtsKey cts_key = pb::CTS_KEY_DEALT;
+  // aes*-cts ENCRYPT (kmpc.proto Job.splice_length): the dealt message D
+  // after P in the job's shares, and where its usage-56 checksum goes in P.
+  uint32_t usage = 0;
+  uint64_t splice_length = 0;
+  uint64_t splice_offset = 0;
 };
+// The key usage a splice's checksum is computed under (KRB5_KEYUSAGE_AS_REQ,
+// RFC 6806 section 11: PA-REQ-ENC-PA-REP), and the only usage of the
+// ENCRYPT that carries it (KRB5_KEYUSAGE_AS_REP_ENCPART).
+inline constexpr uint32_t kSpliceChecksumUsage = 56;
+inline constexpr uint32_t kSpliceReplyUsage = 3;
+inline constexpr uint64_t kSpliceBytes = 12;
 // Bytes of the KDC's half of a FAST key: 16, 32, or 0 for CTS_KEY_DEALT
 // (and for an unknown value: CheckJob refuses it).
 uint64_t CtsKeyBytes(pb::CtsKey key);
@@ -163,7 +176,9 @@ uint64_t SharedBytes(pb::JobType type, uint64_t length);
 // (`length`) and CHECKSUM's message are dealt too; VERIFY_CHECKSUM takes
 // none under those ciphers (0: CheckJob refuses it).
 uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length,
-                     pb::CtsKey key = pb::CTS_KEY_DEALT);
+                     pb::CtsKey key = pb::CTS_KEY_DEALT, uint64_t splice_length = 0);
+// The same for a job (its type, cipher, length, cts_key, splice_length).
+uint64_t SharedBytes(const pb::Job& job);
 // The same for a Sign item: D, or D || t' for a verify item.
 uint64_t SharedBytes(const pb::SignItem& item);
 // The shape; share_sizes from `shares` (none: 0, 0).
