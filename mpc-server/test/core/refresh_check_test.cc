@@ -268,7 +268,10 @@ TEST(RefreshCheck, EveryCtsRefreshMessageFlippedFailsTheHonestParties) {
 }
 
 TEST(RefreshCheck, EveryCtsRebuildMessageFlippedFailsTheHonestParties) {
-  for (int cheater : {1, 2, 0}) FlipEveryMessage(0, cheater, true);
+  // The survivors, whose messages carry the material's shares and layout
+  // (the new party's are the same as for a ctr-mpc key but for the check's
+  // sizes, covered above).
+  for (int cheater : {1, 2}) FlipEveryMessage(0, cheater, true);
 }
 
 }  // namespace
