@@ -58,8 +58,6 @@ class Run {
  private:
   // Which servers hold each id (ListKeys on all three).
   absl::Status ListAll();
-  // Fails the aes*-cts keys among targets_ and leaves them out.
-  void LeaveOutCts();
   // Pairs (X, N) an earlier run left behind among `targets_`: finishes them.
   absl::Status Recover();
   // One batch of RefreshKeys + switches; a cluster error stops the run.
@@ -90,7 +88,6 @@ class Run {
   const absl::Time start_;
   RefreshReport report_;
   std::map<std::string, std::array<bool, kParties>> where_;
-  std::set<std::string> cts_;  // ids of aes*-cts keys (CIPHER_AES*_CTS)
   std::vector<std::string> targets_;
   // Old ids to delete and when they may go (switch time + grace).
   struct Old {
@@ -109,32 +106,9 @@ absl::Status Run::ListAll() {
     if (!lists[i].ok()) return lists[i].status();
     for (const auto& k : *lists[i]) {
       where_[k.key_id()][i] = true;
-      if (contract::CtsCipher(k.cipher())) cts_.insert(k.key_id());
     }
   }
   return absl::OkStatus();
-}
-
-// The servers refuse to refresh an aes*-cts key (engine/refresh.cc: the
-// resharing would drop its dealt usage material), so such a key is failed
-// here with what to do instead, and never sent.
-void Run::LeaveOutCts() {
-  std::vector<std::string> kept;
-  for (const std::string& id : targets_) {
-    if (!cts_.count(id)) {
-      kept.push_back(id);
-      continue;
-    }
-    ++report_.total;
-    Fail(id, o_.rebuild_party >= 0
-                 ? "an aes*-cts-hmac-sha1-96 key: its dealt usage material cannot be "
-                   "rebuilt yet, so the new server lacks it; share its principal "
-                   "again (kmpc-admin share --password-stdin or --randkey)"
-                 : "an aes*-cts-hmac-sha1-96 key: refreshing its dealt usage material "
-                   "is not built yet, so it was not refreshed (sharing its principal "
-                   "again gives it fresh shares)");
-  }
-  targets_ = std::move(kept);
 }
 
 absl::Status Run::Recover() {
@@ -352,7 +326,6 @@ absl::StatusOr<RefreshReport> Run::Go() {
     }
   }
   if (absl::Status st = Recover(); !st.ok()) return st;
-  LeaveOutCts();
   report_.total += targets_.size();
   Progress(false);
   for (size_t i = 0; i < targets_.size(); i += o_.batch) {

@@ -24,7 +24,8 @@ namespace {
 // One party's view of one pair, compared among the three parties:
 //   code (1: KeyView, agreement.h; kViewNone for a malformed pair, decided
 //   from the inputs alone) | cipher (1) | deal_id (16) |
-//   SHA-256(public_meta) (32) | new id taken (1)
+//   metadata digest (32, MetaDigest: the public metadata and, for an
+//   aes*-cts key, its material's layout) | new id taken (1)
 constexpr size_t kViewBytes = 51;
 
 struct Digest {
@@ -137,6 +138,105 @@ void DecideRebuild(Plan& w, const std::array<const uint8_t*, 3>& views, int lost
 size_t RoundKeyBytes(Cipher c) { return 16 * static_cast<size_t>(NumRounds(c) + 1); }
 constexpr size_t kHPowerBytes = 16 * static_cast<size_t>(kStoredHPowers);
 
+// The public layout of an aes*-cts key's dealt material (KeyShares::cts):
+// kind, usage and share length of each entry, in the record's order (empty
+// for a ctr-mpc key). It is part of the pair's metadata digest, so the
+// three parties compare it, and survivor A sends it to a rebuilt party
+// with the metadata; every new view keeps it (same entries, same order).
+struct CtsSlot {
+  CtsKind kind;
+  uint32_t usage;
+  size_t len;
+};
+using CtsLayout = std::vector<CtsSlot>;
+
+// Bounds of a layout this resharing takes: the share store's encoding
+// (a count byte, u16 lengths) and at most kMaxCtsMaterialBytes of material
+// per key (a dealing holds ~1.2 KiB: cts/dealer.h), which bounds what a
+// rebuilt party allocates on a survivor's word.
+constexpr size_t kMaxCtsSlots = 255;
+constexpr size_t kMaxCtsMaterialBytes = 16384;
+constexpr size_t kCtsSlotBytes = 7;  // kind (1) | usage (u32 BE) | len (u16 BE)
+
+CtsLayout LayoutOf(const KeyShares& k) {
+  CtsLayout l;
+  l.reserve(k.cts.size());
+  for (const CtsMaterial& m : k.cts) l.push_back({m.kind, m.usage, m.share[0].size()});
+  return l;
+}
+
+size_t MaterialBytes(const CtsLayout& l) {
+  size_t n = 0;
+  for (const CtsSlot& s : l) n += s.len;
+  return n;
+}
+
+// Known kinds, non-empty shares, each (kind, usage) once (as the share
+// store's parser requires), within the bounds above.
+bool UsableLayout(const CtsLayout& l) {
+  if (l.size() > kMaxCtsSlots) return false;
+  size_t total = 0;
+  for (size_t i = 0; i < l.size(); ++i) {
+    const uint8_t kind = static_cast<uint8_t>(l[i].kind);
+    if (kind < static_cast<uint8_t>(CtsKind::kUsage) ||
+        kind > static_cast<uint8_t>(CtsKind::kPrf) || l[i].len == 0 || l[i].len > 0xffff)
+      return false;
+    total += l[i].len;
+    for (size_t k = 0; k < i; ++k)
+      if (l[k].kind == l[i].kind && l[k].usage == l[i].usage) return false;
+  }
+  return total <= kMaxCtsMaterialBytes;
+}
+
+// count (1) | count x (kind (1) | usage (u32 BE) | len (u16 BE)): the share
+// store's material header (engine.h KeyShares::Serialize) without shares.
+void EncodeLayout(const CtsLayout& l, std::vector<uint8_t>& out) {
+  out.push_back(static_cast<uint8_t>(l.size()));
+  for (const CtsSlot& s : l) {
+    out.push_back(static_cast<uint8_t>(s.kind));
+    for (int b = 24; b >= 0; b -= 8) out.push_back(static_cast<uint8_t>(s.usage >> b));
+    out.push_back(static_cast<uint8_t>(s.len >> 8));
+    out.push_back(static_cast<uint8_t>(s.len & 0xff));
+  }
+}
+
+// The layout encoded at msg[pos..] (advancing pos); nullopt when it is
+// truncated or not UsableLayout.
+std::optional<CtsLayout> DecodeLayout(const std::vector<uint8_t>& msg, size_t& pos) {
+  if (pos >= msg.size()) return std::nullopt;
+  const size_t count = msg[pos++];
+  if ((msg.size() - pos) / kCtsSlotBytes < count) return std::nullopt;
+  CtsLayout l(count);
+  for (CtsSlot& s : l) {
+    const uint8_t* p = &msg[pos];
+    s.kind = static_cast<CtsKind>(p[0]);
+    s.usage = (uint32_t{p[1]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 8) | p[4];
+    s.len = (size_t{p[5]} << 8) | p[6];
+    pos += kCtsSlotBytes;
+  }
+  if (!UsableLayout(l)) return std::nullopt;
+  return l;
+}
+
+// A pair's metadata digest (the view's): SHA-256(public_meta) for a
+// ctr-mpc key; for an aes*-cts key SHA-256(tag || u64 |meta| || meta ||
+// EncodeLayout(layout)), so that comparing the views compares the layouts.
+absl::Status MetaDigest(bool cts, const std::string& meta, const CtsLayout& layout,
+                        std::array<uint8_t, 32>& out) {
+  Digest d;
+  if (cts) {
+    static constexpr char kTag[] = "kmpc-refresh-cts-layout-v1";
+    d.Update(kTag, sizeof kTag);
+    d.Str(meta);
+    std::vector<uint8_t> enc;
+    EncodeLayout(layout, enc);
+    d.Update(enc.data(), enc.size());
+  } else {
+    d.Update(meta.data(), meta.size());
+  }
+  return d.Final(out);
+}
+
 // This party's view of pair j (a live plan): sets w.key when usable.
 absl::Status LookUp(int party, const RefreshItem& item, const RefreshLookup& lookup,
                     Plan& w) {
@@ -146,11 +246,7 @@ absl::Status LookUp(int party, const RefreshItem& item, const RefreshLookup& loo
     v[0] = (src.old_key.ok() || absl::IsNotFound(src.old_key.status())) ? kViewMissing
                                                                         : kViewBad;
   } else if (!(*src.old_key)->Validate().ok() || (*src.old_key)->party != party ||
-             IsCts((*src.old_key)->cipher)) {
-    // An aes*-cts key is not refreshed: this resharing covers the round
-    // keys and powers of H only, and would drop its dealt per-usage
-    // material (engine.h KeyShares::cts). It fails as unusable for
-    // refresh on every party alike (the cipher is the dealing's).
+             !UsableLayout(LayoutOf(**src.old_key))) {
     v[0] = kViewBad;
   } else {
     w.key = *src.old_key;
@@ -158,10 +254,11 @@ absl::Status LookUp(int party, const RefreshItem& item, const RefreshLookup& loo
     v[0] = kViewPresent;
     v[1] = static_cast<uint8_t>(w.key->cipher);
     std::memcpy(v + 2, w.key->deal_id.data(), 16);
-    Digest meta;
-    meta.Update(src.public_meta.data(), src.public_meta.size());
     std::array<uint8_t, 32> md;
-    if (absl::Status st = meta.Final(md); !st.ok()) return st;
+    if (absl::Status st =
+            MetaDigest(IsCts(w.key->cipher), src.public_meta, LayoutOf(*w.key), md);
+        !st.ok())
+      return st;
     std::memcpy(v + 18, md.data(), 32);
   }
   v[kViewBytes - 1] = src.new_id_taken ? 1 : 0;
@@ -202,8 +299,19 @@ std::vector<uint8_t> CheckContext(absl::Span<const uint8_t> batch_id, uint64_t s
   return c;
 }
 
+// Component k (0 or 1) of every shared value of `key` in the order every
+// exchange of this file uses: round keys, powers of H, then each aes*-cts
+// material entry's share in the record's order.
+std::vector<const std::vector<uint8_t>*> Components(const KeyShares& key, int k) {
+  std::vector<const std::vector<uint8_t>*> c = {&key.round_keys[k], &key.h_powers[k]};
+  for (const CtsMaterial& m : key.cts) c.push_back(&m.share[k]);
+  return c;
+}
+
 size_t ComponentBytes(const KeyShares& k) {
-  return k.round_keys[0].size() + k.h_powers[0].size();
+  size_t n = 0;
+  for (const auto* c : Components(k, 0)) n += c->size();
+  return n;
 }
 
 // Secret buffers of the exchange, wiped on every way out.
@@ -218,14 +326,27 @@ struct Buffers {
 
 // A new view's components from the exchange's buffers: component 0 from
 // `b.out`, 1 from `b.in`, at `pos` (round keys, rk bytes, then H powers, hp
-// bytes, the layout every exchange of this file uses); advances pos.
-void TakeComponents(const Buffers& b, size_t rk, size_t hp, size_t& pos, KeyShares& ks) {
+// bytes, then the aes*-cts material of `layout`, as Components orders
+// them); advances pos.
+void TakeComponents(const Buffers& b, size_t rk, size_t hp, const CtsLayout& layout,
+                    size_t& pos, KeyShares& ks) {
   ks.round_keys[0].assign(b.out.begin() + pos, b.out.begin() + pos + rk);
   ks.round_keys[1].assign(b.in.begin() + pos, b.in.begin() + pos + rk);
   pos += rk;
   ks.h_powers[0].assign(b.out.begin() + pos, b.out.begin() + pos + hp);
   ks.h_powers[1].assign(b.in.begin() + pos, b.in.begin() + pos + hp);
   pos += hp;
+  ks.cts.clear();
+  ks.cts.reserve(layout.size());
+  for (const CtsSlot& s : layout) {
+    CtsMaterial m;
+    m.kind = s.kind;
+    m.usage = s.usage;
+    m.share[0].assign(b.out.begin() + pos, b.out.begin() + pos + s.len);
+    m.share[1].assign(b.in.begin() + pos, b.in.begin() + pos + s.len);
+    pos += s.len;
+    ks.cts.push_back(std::move(m));
+  }
 }
 
 // len bytes of AES-256-CTR(seed) keystream, counter block `stream` (the
@@ -268,14 +389,16 @@ uint64_t GetU64(const uint8_t* p) {
   return v;
 }
 
-// One live pair of a rebuild: its cipher and old dealing id (from this
-// party's key, or on the lost party from survivor A's view, which B's
-// matched).
+// One live pair of a rebuild: its cipher, old dealing id and aes*-cts
+// layout (from this party's key; on the lost party the cipher and dealing
+// id from survivor A's view, which B's matched, and the layout from A's
+// metadata message, checked against the view's metadata digest).
 struct RebuildPair {
   size_t j;
   Cipher cipher;
   const uint8_t* deal_id;
-  const uint8_t* meta_digest;
+  const uint8_t* meta_digest;  // lost party only
+  CtsLayout layout;
 };
 
 // The public state of one rebuild of party `lost` (refresh.h): survivors A
@@ -288,22 +411,22 @@ struct Rebuild {
   std::vector<RebuildPair> live;
   size_t total = 0;
 
-  // The components of pair l in order: round keys, then H powers. Component
-  // k of this party's view is share (me + k) % 3.
-  std::array<const std::vector<uint8_t>*, 2> Comp(const RebuildPair& l, int k) const {
-    return {&plan[l.j].key->round_keys[k], &plan[l.j].key->h_powers[k]};
-  }
-  // Concatenated share `share` of every live pair (survivors only).
+  // Concatenated share `share` of every live pair (survivors only), each
+  // pair's components in Components' order. Component k of this party's
+  // view is share (me + k) % 3.
   void Gather(int share, std::vector<uint8_t>& dst) const {
     dst.clear();
     dst.reserve(total);
     const int k = (share - me + 3) % 3;  // 0 or 1 on a survivor
     for (const RebuildPair& l : live)
-      for (const auto* c : Comp(l, k)) dst.insert(dst.end(), c->begin(), c->end());
+      for (const auto* c : Components(*plan[l.j].key, k))
+        dst.insert(dst.end(), c->begin(), c->end());
   }
 };
 
 // Fills r.live and r.total from the plan, and every pair's status into out.
+// On the lost party r.total lacks the aes*-cts material until
+// ReadRebuiltMeta has read the layouts.
 absl::Status CollectRebuildPairs(Rebuild& r, const std::vector<uint8_t>& survivor_views,
                                  std::vector<RefreshOutcome>& out) {
   const std::vector<Plan>& plan = r.plan;
@@ -311,7 +434,7 @@ absl::Status CollectRebuildPairs(Rebuild& r, const std::vector<uint8_t>& survivo
     out[j].status = plan[j].status;
     out[j].detail = plan[j].detail;
     if (!plan[j].live()) continue;
-    RebuildPair l{j, Cipher::kAes128, nullptr, nullptr};
+    RebuildPair l{j, Cipher::kAes128, nullptr, nullptr, {}};
     if (r.me == r.lost) {
       if (survivor_views.size() != kViewBytes * plan.size())
         return absl::InternalError("rebuild: the survivors' views are missing");
@@ -324,9 +447,10 @@ absl::Status CollectRebuildPairs(Rebuild& r, const std::vector<uint8_t>& survivo
     } else {
       l.cipher = plan[j].key->cipher;
       l.deal_id = plan[j].key->deal_id.data();
+      l.layout = LayoutOf(*plan[j].key);
     }
-    r.total += RoundKeyBytes(l.cipher) + kHPowerBytes;
-    r.live.push_back(l);
+    r.total += RoundKeyBytes(l.cipher) + kHPowerBytes + MaterialBytes(l.layout);
+    r.live.push_back(std::move(l));
   }
   return absl::OkStatus();
 }
@@ -348,14 +472,16 @@ absl::Status ShareRebuildSeeds(const Rebuild& r, Seed& sigma, Seed& pi) {
   return absl::OkStatus();
 }
 
-// Round 3 on survivor A: A -> L  metadata, x_{L+1} ^ t, x_L ^ s ^ p (x.in
-// holds x_L ^ s ^ p from B; x.out gets x_{L+1}).
-absl::Status SendToLost(const Rebuild& r, const Buffers& t, Buffers& x,
-                        std::vector<uint8_t>& meta_msg) {
+// Round 3 on survivor A: A -> L  metadata (per pair: u64 length | public
+// metadata | for an aes*-cts key EncodeLayout), x_{L+1} ^ t, x_L ^ s ^ p
+// (x.in holds x_L ^ s ^ p from B; x.out gets x_{L+1}).
+absl::Status SendToLost(const Rebuild& r, const Buffers& t, Buffers& x) {
+  std::vector<uint8_t> meta_msg;
   for (const RebuildPair& l : r.live) {
     const std::string& m = r.plan[l.j].public_meta;
     PutU64(meta_msg, m.size());
     meta_msg.insert(meta_msg.end(), m.begin(), m.end());
+    if (IsCts(l.cipher)) EncodeLayout(l.layout, meta_msg);
   }
   std::vector<uint8_t> len;
   PutU64(len, meta_msg.size());
@@ -368,10 +494,10 @@ absl::Status SendToLost(const Rebuild& r, const Buffers& t, Buffers& x,
   return r.channel.SendToPrev(x.mask);
 }
 
-// Rounds 2 and 3. x.out / x.in: shares of the survivors; x.mask: messages
-// (on L, both messages of round 3); meta_msg: the metadata A sends L.
+// Rounds 2 and 3 on the survivors. x.out / x.in: their shares; x.mask:
+// B's message.
 absl::Status SendMaskedShares(const Rebuild& r, const Buffers& s, const Buffers& t,
-                              Buffers& x, std::vector<uint8_t>& meta_msg) {
+                              Buffers& x) {
   net::RingChannel& channel = r.channel;
   const size_t total = r.total;
   if (r.me == r.b) {
@@ -379,25 +505,79 @@ absl::Status SendMaskedShares(const Rebuild& r, const Buffers& s, const Buffers&
     r.Gather(r.lost, x.out);
     x.mask.resize(total);
     for (size_t k = 0; k < total; ++k) x.mask[k] = x.out[k] ^ s.mask[k] ^ t.in[k];
-    if (absl::Status st = channel.SendToPrev(x.mask); !st.ok()) return st;
-  } else if (r.me == r.a) {
-    x.in.resize(total);  // x_L ^ s ^ p from B
-    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(x.in)); !st.ok()) return st;
-    if (absl::Status st = SendToLost(r, t, x, meta_msg); !st.ok()) return st;
-  } else {
-    uint8_t len[8];
-    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(len)); !st.ok()) return st;
-    const uint64_t n = GetU64(len);
-    if (n > 8 * r.live.size() + (uint64_t{1} << 24))
-      return absl::DataLossError("rebuild: the survivors' metadata is too large");
-    meta_msg.resize(n);
-    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(meta_msg)); !st.ok())
-      return st;
-    x.mask.resize(2 * total);
-    if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(x.mask)); !st.ok())
-      return st;
+    return channel.SendToPrev(x.mask);
+  }
+  x.in.resize(total);  // x_L ^ s ^ p from B
+  if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(x.in)); !st.ok()) return st;
+  return SendToLost(r, t, x);
+}
+
+// On the lost party: each live pair's metadata (into out) and, for an
+// aes*-cts key, its layout (into r.live, its material's bytes into r.total)
+// from A's metadata message, checked against the digest the survivors'
+// views agreed on. A mismatch is this party's own failure (`local`: it
+// runs on in step and refuses in the check). An error returned: the
+// message cannot size the share message that follows (a truncated or
+// unusable layout), and the rebuild stops here on this party.
+absl::Status ReadRebuiltMeta(Rebuild& r, const std::vector<uint8_t>& msg,
+                             std::vector<RefreshOutcome>& out, absl::Status& local) {
+  size_t pos = 0;
+  for (size_t i = 0; i < r.live.size(); ++i) {
+    RebuildPair& l = r.live[i];
+    const bool cts = IsCts(l.cipher);
+    std::string m;
+    bool whole = msg.size() - pos >= 8;
+    if (whole) {
+      const uint64_t n = GetU64(&msg[pos]);
+      pos += 8;
+      whole = msg.size() - pos >= n;
+      if (whole) {
+        m.assign(reinterpret_cast<const char*>(&msg[pos]), n);
+        pos += n;
+      }
+    }
+    std::optional<CtsLayout> layout = CtsLayout{};
+    if (whole && cts) layout = DecodeLayout(msg, pos);
+    if (!whole || !layout) {
+      const char* why = whole ? "rebuild: survivor A sent an unusable aes*-cts layout"
+                              : "rebuild: the survivors' metadata is truncated";
+      // The pairs from here on are not located in the message: only
+      // ctr-mpc pairs, whose sizes the cipher gives, leave it in step.
+      for (size_t k = i; k < r.live.size(); ++k)
+        if (IsCts(r.live[k].cipher)) return absl::DataLossError(why);
+      if (local.ok()) local = absl::DataLossError(why);
+      return absl::OkStatus();
+    }
+    std::array<uint8_t, 32> md;
+    if (absl::Status st = MetaDigest(cts, m, *layout, md); !st.ok()) return st;
+    if (std::memcmp(md.data(), l.meta_digest, 32) != 0 && local.ok())
+      local = absl::DataLossError(
+          "rebuild: the metadata survivor A sent does not match the agreed views");
+    r.total += MaterialBytes(*layout);
+    l.layout = *std::move(layout);
+    out[l.j].public_meta = std::move(m);
   }
   return absl::OkStatus();
+}
+
+// Round 3 on the lost party: A's metadata message (ReadRebuiltMeta), then
+// x_{L+1} ^ t and x_L ^ s ^ p into x.mask.
+absl::Status ReceiveFromA(Rebuild& r, Buffers& x, std::vector<RefreshOutcome>& out,
+                          absl::Status& local) {
+  net::RingChannel& channel = r.channel;
+  uint8_t len[8];
+  if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(len)); !st.ok()) return st;
+  const uint64_t n = GetU64(len);
+  uint64_t cts_pairs = 0;
+  for (const RebuildPair& l : r.live) cts_pairs += IsCts(l.cipher) ? 1 : 0;
+  if (n > 8 * r.live.size() + cts_pairs * (1 + kMaxCtsSlots * kCtsSlotBytes) +
+              (uint64_t{1} << 24))
+    return absl::DataLossError("rebuild: the survivors' metadata is too large");
+  std::vector<uint8_t> meta_msg(n);
+  if (absl::Status st = channel.RecvFromNext(absl::MakeSpan(meta_msg)); !st.ok()) return st;
+  if (absl::Status st = ReadRebuiltMeta(r, meta_msg, out, local); !st.ok()) return st;
+  x.mask.resize(2 * r.total);
+  return channel.RecvFromNext(absl::MakeSpan(x.mask));
 }
 
 // New views into views.out / views.in (component 0 and 1). Survivor A:
@@ -429,28 +609,6 @@ void NewRebuildViews(const Rebuild& r, const Buffers& s, const Buffers& t, Buffe
   views.in.swap(c1);
 }
 
-// On the lost party: the next pair's metadata from A's message at mpos,
-// checked against the digest the survivors' views agreed on.
-absl::StatusOr<std::string> TakeRebuiltMeta(const std::vector<uint8_t>& meta_msg,
-                                            size_t& mpos, const uint8_t* meta_digest) {
-  if (meta_msg.size() - mpos < 8)
-    return absl::DataLossError("rebuild: the survivors' metadata is truncated");
-  const uint64_t n = GetU64(&meta_msg[mpos]);
-  mpos += 8;
-  if (meta_msg.size() - mpos < n)
-    return absl::DataLossError("rebuild: the survivors' metadata is truncated");
-  std::string m(reinterpret_cast<const char*>(&meta_msg[mpos]), n);
-  mpos += n;
-  Digest d;
-  d.Update(m.data(), m.size());
-  std::array<uint8_t, 32> md;
-  if (absl::Status st = d.Final(md); !st.ok()) return st;
-  if (std::memcmp(md.data(), meta_digest, 32) != 0)
-    return absl::DataLossError(
-        "rebuild: the metadata survivor A sent does not match the agreed views");
-  return m;
-}
-
 // The rebuild of party `lost` (refresh.h) for the pairs that go ahead.
 // `deviated`: a forwarded agreement message failed its tag on this party,
 // whose verdict in the check then refuses, so neither honest party keeps
@@ -472,17 +630,22 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
     if (absl::Status st = Expand(sigma.b, 1, s.mask, r.total); !st.ok()) return st;
     if (absl::Status st = Expand(sigma.b, 2, t.mask, r.total); !st.ok()) return st;
   }
-  if (me != r.a)
+  if (me == r.b)
     if (absl::Status st = Expand(pi.b, 3, t.in, r.total); !st.ok()) return st;
 
   Buffers x;  // x.out / x.in: shares of the survivors; x.mask: messages
-  std::vector<uint8_t> meta_msg;
-  if (absl::Status st = SendMaskedShares(r, s, t, x, meta_msg); !st.ok()) return st;
+  absl::Status local;  // this party's own failure, reported after the check
+  if (me == lost) {
+    if (absl::Status st = ReceiveFromA(r, x, out, local); !st.ok()) return st;
+    // The pad's length is known once the layouts are.
+    if (absl::Status st = Expand(pi.b, 3, t.in, r.total); !st.ok()) return st;
+  } else if (absl::Status st = SendMaskedShares(r, s, t, x); !st.ok()) {
+    return st;
+  }
   Buffers views;
   NewRebuildViews(r, s, t, x, views);
 
-  size_t pos = 0, mpos = 0;
-  absl::Status local;  // this party's own failure, reported after the check
+  size_t pos = 0;
   for (const RebuildPair& l : r.live) {
     auto ks = std::make_shared<KeyShares>();
     ks->party = me;
@@ -490,15 +653,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
     if (absl::Status st = NewDealId(batch_id, seq, items[l.j], l.deal_id, ks->deal_id);
         !st.ok())
       return st;
-    TakeComponents(views, RoundKeyBytes(l.cipher), kHPowerBytes, pos, *ks);
-    if (me == lost) {
-      absl::StatusOr<std::string> m = TakeRebuiltMeta(meta_msg, mpos, l.meta_digest);
-      if (!m.ok()) {
-        local = m.status();
-        break;
-      }
-      out[l.j].public_meta = *std::move(m);
-    }
+    TakeComponents(views, RoundKeyBytes(l.cipher), kHPowerBytes, l.layout, pos, *ks);
     out[l.j].shares = std::move(ks);
   }
   // The new views' copies checked before anyone reports them (refresh.h;
@@ -642,7 +797,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
   size_t pos = 0;
   for (const Plan& w : plan) {
     if (!w.live()) continue;
-    for (const auto* comp : {&w.key->round_keys[0], &w.key->h_powers[0]}) {
+    for (const auto* comp : Components(*w.key, 0)) {
       for (size_t k = 0; k < comp->size(); ++k)
         buf.out[pos + k] = (*comp)[k] ^ buf.mask[pos + k];
       pos += comp->size();
@@ -661,8 +816,8 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
             NewDealId(batch_id, seq, items[j], w.key->deal_id.data(), ks->deal_id);
         !st.ok())
       return st;
-    TakeComponents(buf, w.key->round_keys[0].size(), w.key->h_powers[0].size(), pos,
-                   *ks);
+    TakeComponents(buf, w.key->round_keys[0].size(), w.key->h_powers[0].size(),
+                   LayoutOf(*w.key), pos, *ks);
     out[j].shares = std::move(ks);
   }
   // The new sharing checked before anyone reports it (refresh.h): copies,
@@ -672,7 +827,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
   delta.out.reserve(total);
   for (const Plan& w : plan)
     if (w.live())
-      for (const auto* comp : {&w.key->round_keys[1], &w.key->h_powers[1]})
+      for (const auto* comp : Components(*w.key, 1))
         delta.out.insert(delta.out.end(), comp->begin(), comp->end());
   for (size_t k = 0; k < total; ++k) delta.out[k] ^= buf.in[k];
   const NewSharing check{buf.out, buf.in, buf.mask, delta.out, !deviated};

@@ -5,8 +5,9 @@
 // CRYPTO 1995, section 3; here in the 2-of-3 replicated form of Araki,
 // Furukawa, Lindell, Nof, Ohara, CCS 2016, section 2.2).
 //
-// Every shared component v = x_0 ^ x_1 ^ x_2 of a key (each round key
-// share, each power of H) is refreshed in one ring round:
+// Every shared component v = x_0 ^ x_1 ^ x_2 of a key (its round keys, its
+// powers of H, and for an aes*-cts key each entry of its dealt material,
+// engine.h KeyShares::cts) is refreshed in one ring round:
 //   party i draws alpha_i with alpha_0 ^ alpha_1 ^ alpha_2 = 0 from PRSS
 //     keys set up afresh for this refresh (prss.h: alpha_i = F(k_i, id) ^
 //     F(k_{i+1}, id), the same zero-sharing the AND gate's resharing uses,
@@ -36,6 +37,13 @@
 //      (tagged the same way), so that every party fails the same pairs;
 //   1  the masked shares of every pair that goes ahead (none in a rebuild,
 //      whose rounds are below).
+// The metadata digest covers the pair's public metadata (RefreshSource::
+// public_meta) and, for an aes*-cts key, the public layout of its dealt
+// material: kind, usage and length of each entry in the record's order.
+// Equal views therefore mean equal layouts on the parties compared (all
+// three in a refresh, the two survivors in a rebuild); a pair whose
+// layouts differ fails on all three as JOB_KEY_INCONSISTENT, and every new
+// view keeps the layout (same entries, same order).
 // A forwarded header or view list whose tag fails: the receiver puts its
 // own in its place (with the honest parties' inputs and stores equal,
 // what the originator sent), runs on in step, and fails the whole refresh
@@ -54,7 +62,14 @@
 //   L -> B  pi (32 bytes): p = AES-256-CTR(pi), a pad B uses to send x_L'
 //           to L through A;
 //   B -> A  x_L ^ s ^ p (A lacks p: it learns nothing of x_L);
-//   A -> L  the public metadata of every pair, x_{L+1} ^ t, x_L ^ s ^ p.
+//   A -> L  the public metadata of every pair (with an aes*-cts key's
+//           layout), x_{L+1} ^ t, x_L ^ s ^ p.
+// L has no store: it takes each pair's cipher and dealing id from A's view
+// (which B's matched) and its metadata and layout from A's message, which
+// must hash to the views' metadata digest; otherwise L refuses in the
+// check (a survivor cannot make L store another layout or metadata than
+// the one both survivors' views carry). The layout sizes the share
+// messages, so a layout L cannot read at all ends the run on L at once.
 // New views: L (x_L', x_{L+1}'), A (x_{L+1}', x_{L+2}'), B (x_{L+2}', x_L').
 // Why nothing combines into v: the lost party's old view (x_L, x_{L+1})
 // with A's new view yields t but not s (nor x_{L+2} ^ s ^ t's mask); with

@@ -14,8 +14,10 @@
 namespace kmpc::engine {
 
 // This party's side of one check. All buffers hold the live pairs'
-// components in the exchange's layout (per pair its round keys, then its
-// powers of H) and have the same size on the three parties.
+// components in the exchange's layout (per pair its round keys, its
+// powers of H, then for an aes*-cts key each dealt material entry's share
+// in the record's order: every shared component of every key, so the check
+// covers all of them) and have the same size on the three parties.
 struct NewSharing {
   // The new view: component 0 (share i) and component 1 (share i+1).
   absl::Span<const uint8_t> new0, new1;

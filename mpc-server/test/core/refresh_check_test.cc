@@ -7,7 +7,9 @@
 // messages (the verdicts), where at least one honest party refuses and an
 // honest party that accepts holds a correct, consistent sharing. In every
 // case the old key id is untouched and computes the key, and the next
-// (honest) refresh of it is served.
+// (honest) refresh of it is served. Run for an aes128 ctr-mpc key and for
+// an aes128-cts key, whose dealt material is part of every message that
+// carries shares (its last bytes are the last entry's) and of the check.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -43,6 +45,29 @@ std::string NewId() {
   return std::string(b.begin(), b.end());
 }
 
+// The value of aes*-cts material entry e (component 0 of each party) and
+// whether the two copies of every share agree and every party holds the
+// same (kind, usage) at e.
+Bytes OpenCts(const Views& v, size_t e, bool* consistent) {
+  for (int i = 0; i < 3; ++i)
+    if (v[i]->cts.size() <= e || v[i]->cts[e].kind != v[0]->cts[e].kind ||
+        v[i]->cts[e].usage != v[0]->cts[e].usage) {
+      *consistent = false;
+      return {};
+    }
+  for (int i = 0; i < 3; ++i)
+    if (v[i]->cts[e].share[1] != v[(i + 1) % 3]->cts[e].share[0]) *consistent = false;
+  Bytes out(v[0]->cts[e].share[0].size());
+  for (int i = 0; i < 3; ++i) {
+    if (v[i]->cts[e].share[0].size() != out.size()) {
+      *consistent = false;
+      return {};
+    }
+    for (size_t k = 0; k < out.size(); ++k) out[k] ^= v[i]->cts[e].share[0][k];
+  }
+  return out;
+}
+
 // The value of a sharing (component 0 of each party) and whether the two
 // copies of every share agree.
 Bytes Open(const Views& v, bool h_powers, bool* consistent) {
@@ -61,9 +86,9 @@ Bytes Open(const Views& v, bool h_powers, bool* consistent) {
 // party behind a CheatingChannel.
 class Fixture {
  public:
-  explicit Fixture(int lost = kNoRebuild) : lost_(lost) {
+  explicit Fixture(int lost = kNoRebuild, bool cts = false) : lost_(lost), cts_(cts) {
     key_ = Random(16);
-    auto views = DealKey(Cipher::kAes128, key_);
+    auto views = DealKey(cts ? Cipher::kAes128Cts : Cipher::kAes128, key_);
     EXPECT_TRUE(views.ok()) << views.status();
     for (int i = 0; i < 3; ++i) old_[i] = std::make_shared<const KeyShares>((*views)[i]);
     old_id_ = NewId();
@@ -107,7 +132,13 @@ class Fixture {
     const Bytes rk = Open(old_, false, &consistent);
     EXPECT_TRUE(consistent);
     EXPECT_EQ(Bytes(rk.begin(), rk.begin() + 16), key_);
-    if (lost_ != kNoRebuild) return;
+    for (size_t e = 0; e < old_[0]->cts.size(); ++e) {
+      OpenCts(old_, e, &consistent);
+      EXPECT_TRUE(consistent) << "material entry " << e;
+    }
+    // An aes*-cts key runs no ENCRYPT job of this kind (its cipher is not
+    // a ctr-mpc one): opened above.
+    if (lost_ != kNoRebuild || cts_) return;
     auto ks = ::kmpc::testing::EncryptOnFreshRing(
         {pb::CIPHER_AES128, pb::CIPHER_AES128, pb::CIPHER_AES128}, old_id_, 1,
         [this](int i) -> KeyLookup {
@@ -138,12 +169,21 @@ class Fixture {
     EXPECT_TRUE(consistent) << "the new copies disagree";
     EXPECT_TRUE(rk == Open(old_, false, &old_consistent)) << "the key changed (round keys)";
     EXPECT_TRUE(hp == Open(old_, true, &old_consistent)) << "the key changed (H powers)";
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(nv[i]->cts.size(), old_[i]->cts.size());
+    for (size_t e = 0; e < old_[0]->cts.size(); ++e) {
+      const Bytes m = OpenCts(nv, e, &consistent);
+      EXPECT_TRUE(consistent) << "the new copies of material entry " << e << " disagree";
+      EXPECT_TRUE(m == OpenCts(old_, e, &old_consistent))
+          << "material entry " << e << " changed";
+    }
+    if (cts_) EXPECT_EQ(nv[0]->cts.size(), 6u);
   }
 
   int lost() const { return lost_; }
 
  private:
   int lost_;
+  bool cts_;
   Bytes key_;
   Views old_;
   std::string old_id_;
@@ -155,9 +195,10 @@ bool Accepted(const absl::StatusOr<std::vector<RefreshOutcome>>& o) {
 
 // The cheater flips a bit in each of its messages in turn (first and last
 // byte); see the file comment for what is expected.
-void FlipEveryMessage(int lost, int cheater) {
-  SCOPED_TRACE(::testing::Message() << "lost " << lost << " cheater " << cheater);
-  Fixture f(lost);
+void FlipEveryMessage(int lost, int cheater, bool cts = false) {
+  SCOPED_TRACE(::testing::Message() << "lost " << lost << " cheater " << cheater
+                                    << (cts ? " aes128-cts" : " aes128"));
+  Fixture f(lost, cts);
   size_t n = 0;
   bool fired = false;
   {
@@ -220,6 +261,17 @@ TEST(RefreshCheck, EveryRefreshMessageFlippedFailsTheHonestParties) {
 TEST(RefreshCheck, EveryRebuildMessageFlippedFailsTheHonestParties) {
   // Party 0 rebuilt; each survivor (A = 1, B = 2) and the new party cheat.
   for (int cheater : {1, 2, 0}) FlipEveryMessage(0, cheater);
+}
+
+TEST(RefreshCheck, EveryCtsRefreshMessageFlippedFailsTheHonestParties) {
+  FlipEveryMessage(kNoRebuild, 1, true);
+}
+
+TEST(RefreshCheck, EveryCtsRebuildMessageFlippedFailsTheHonestParties) {
+  // The survivors, whose messages carry the material's shares and layout
+  // (the new party's are the same as for a ctr-mpc key but for the check's
+  // sizes, covered above).
+  for (int cheater : {1, 2}) FlipEveryMessage(0, cheater, true);
 }
 
 }  // namespace

@@ -1,15 +1,18 @@
 // Share refresh (engine/refresh.h) on three parties in one process over the
 // in-memory ring: the refreshed shares recombine to the same key (checked
-// with an ENCRYPT job against OpenSSL AES and against the key itself), no
-// pre-refresh view of one party combined with a post-refresh view of
-// another gives the key, its round keys or H, and the parties fail the
-// same pairs when their inputs or stores disagree.
+// with an ENCRYPT job against OpenSSL AES and against the key itself; an
+// aes*-cts key's dealt material against the dealer's clear material for
+// the key), no pre-refresh view of one party combined with a post-refresh
+// view of another gives the key, its round keys, H or a material entry,
+// and the parties fail the same pairs when their inputs or stores
+// disagree.
 #include "engine/refresh.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -17,6 +20,7 @@
 #include "../cheat.h"
 #include "absl/strings/str_cat.h"
 #include "contract.h"
+#include "cts/dealer.h"
 #include "engine/agreement.h"
 #include "engine/engine.h"
 #include "net/memory_ring.h"
@@ -94,6 +98,12 @@ class RefreshCluster {
     return f == store_[party].end() ? nullptr : f->second;
   }
   void Drop(int party, const std::string& id) { store_[party].erase(id); }
+  // Replaces party `party`'s view under `id` by a changed copy.
+  void Mutate(int party, const std::string& id, const std::function<void(KeyShares&)>& f) {
+    KeyShares k = *store_[party].at(id);
+    f(k);
+    store_[party][id] = std::make_shared<const KeyShares>(std::move(k));
+  }
   // A lost server replaced by a new one: an empty store.
   void Lose(int party) {
     store_[party].clear();
@@ -266,6 +276,116 @@ void ExpectOldAndNewNeverCombine(const Views& oldv, const Views& newv, const Byt
   }
 }
 
+// The value of aes*-cts material entry e of a sharing (component 0 of each
+// party), after checking that every party holds the same (kind, usage,
+// length) at e and that each share's two copies agree.
+Bytes OpenCts(const Views& v, size_t e) {
+  for (int i = 0; i < 3; ++i) {
+    if (v[i]->cts.size() <= e) {
+      ADD_FAILURE() << "party " << i << " lacks material entry " << e;
+      return {};
+    }
+    const CtsMaterial& m = v[i]->cts[e];
+    EXPECT_EQ(m.kind, v[0]->cts[e].kind) << "entry " << e;
+    EXPECT_EQ(m.usage, v[0]->cts[e].usage) << "entry " << e;
+    EXPECT_EQ(m.share[0].size(), v[0]->cts[e].share[0].size()) << "entry " << e;
+    if (v[(i + 1) % 3]->cts.size() > e)
+      EXPECT_EQ(m.share[1], v[(i + 1) % 3]->cts[e].share[0])
+          << "copies of share " << (i + 1) % 3 << " of entry " << e;
+  }
+  return Xor3(v[0]->cts[e].share[0], v[1]->cts[e].share[0], v[2]->cts[e].share[0]);
+}
+
+// The clear material the dealer computes for (kind, usage) of `key`
+// (cts/dealer.h): what a sharing of that entry must hold.
+Bytes ClearCts(const Bytes& key, CtsKind kind, uint32_t usage) {
+  absl::StatusOr<cts::UsageMaterial> m =
+      kind == CtsKind::kUsage      ? cts::DealUsage(key, usage)
+      : kind == CtsKind::kChecksum ? cts::DealChecksum(key, usage)
+                                   : cts::DealPrf(key);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return {};
+  return m->bytes;
+}
+
+// (kind, usage) of every entry of a view, in order.
+std::vector<std::pair<CtsKind, uint32_t>> Layout(const KeyShares& k) {
+  std::vector<std::pair<CtsKind, uint32_t>> l;
+  for (const CtsMaterial& m : k.cts) l.emplace_back(m.kind, m.usage);
+  return l;
+}
+
+// New views of the same aes*-cts key `key`: the base key as ExpectRedealt;
+// on every party the old layout (same entries, same order, same lengths);
+// every entry's value the dealer's for `key`, as it was; every share of
+// every entry changed; each record survives the share store's encoding.
+void ExpectCtsRedealt(const Views& oldv, const Views& newv, const Bytes& key) {
+  ExpectRedealt(oldv, newv, key);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(newv[i]->cts.size(), oldv[i]->cts.size()) << "party " << i;
+    EXPECT_EQ(Layout(*newv[i]), Layout(*oldv[i])) << "party " << i;
+    for (size_t e = 0; e < newv[i]->cts.size(); ++e) {
+      const CtsMaterial &n = newv[i]->cts[e], &o = oldv[i]->cts[e];
+      EXPECT_EQ(n.share[0].size(), o.share[0].size()) << "party " << i << " entry " << e;
+      EXPECT_NE(n.share[0], o.share[0]) << "party " << i << " entry " << e;
+      EXPECT_NE(n.share[1], o.share[1]) << "party " << i << " entry " << e;
+    }
+    auto parsed = KeyShares::Parse(newv[i]->Serialize());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(Layout(*parsed), Layout(*newv[i]));
+  }
+  for (size_t e = 0; e < oldv[0]->cts.size(); ++e) {
+    const Bytes want = ClearCts(key, oldv[0]->cts[e].kind, oldv[0]->cts[e].usage);
+    EXPECT_EQ(OpenCts(oldv, e), want) << "entry " << e << " (old)";
+    EXPECT_EQ(OpenCts(newv, e), want) << "entry " << e;
+  }
+}
+
+// Old view of party j with the new view of party k != j: no XOR of any of
+// their four copies of an aes*-cts material entry is that entry's value.
+void ExpectCtsOldAndNewNeverCombine(const Views& oldv, const Views& newv) {
+  for (size_t e = 0; e < oldv[0]->cts.size(); ++e) {
+    const Bytes want = OpenCts(oldv, e);
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 3; ++k) {
+        if (j == k) continue;
+        std::array<const Bytes*, 4> comp = {
+            &oldv[j]->cts[e].share[0], &oldv[j]->cts[e].share[1],
+            &newv[k]->cts[e].share[0], &newv[k]->cts[e].share[1]};
+        for (int mask = 1; mask < 16; ++mask) {
+          Bytes x(want.size(), 0);
+          for (int q = 0; q < 4; ++q)
+            if (mask & (1 << q))
+              for (size_t t = 0; t < x.size(); ++t) x[t] ^= (*comp[q])[t];
+          EXPECT_NE(x, want) << "entry " << e << " old " << j << " new " << k
+                             << " subset " << mask;
+        }
+      }
+    }
+  }
+}
+
+// The entries DealKey gives an aes*-cts key (engine.h kCtsDealtUsages,
+// kCtsDealtChecksums, the PRF), in its order.
+std::vector<std::pair<CtsKind, uint32_t>> DealtLayout() {
+  std::vector<std::pair<CtsKind, uint32_t>> l;
+  for (uint32_t u : kCtsDealtUsages) l.emplace_back(CtsKind::kUsage, u);
+  for (uint32_t u : kCtsDealtChecksums) l.emplace_back(CtsKind::kChecksum, u);
+  l.emplace_back(CtsKind::kPrf, 0);
+  return l;
+}
+
+// A key dealt before some usages were: only usage 1, checksum 56 and the
+// PRF, the PRF first (a record's order is whatever its dealing's was).
+void KeepOlderLayout(KeyShares& k) {
+  std::vector<CtsMaterial> kept;
+  for (CtsKind kind : {CtsKind::kPrf, CtsKind::kUsage, CtsKind::kChecksum})
+    for (CtsMaterial& m : k.cts)
+      if (m.kind == kind && (m.usage == 0 || m.usage == 1 || m.usage == 56))
+        kept.push_back(m);
+  k.cts = std::move(kept);
+}
+
 TEST(RefreshTest, NewSharesHoldTheSameKeyAndOldAndNewNeverCombine) {
   RefreshCluster c;
   const Bytes k128 = Random(16), k256 = Random(32);
@@ -337,19 +457,80 @@ TEST(RefreshTest, PartiesFailTheSamePairs) {
   EXPECT_EQ(Open(c.Get(ng), false), Open(c.Get(good), false));
 }
 
-// An aes*-cts key is refused alike on every party (its dealt material is
-// not part of this resharing and would be lost), and the pair beside it is
-// refreshed.
-TEST(RefreshTest, CtsKeyIsRefusedNotStrippedOfItsMaterial) {
+// aes*-cts keys in one batch with ctr-mpc keys: every component of each
+// (the base key's round keys and powers of H, every dealt usage's
+// material) keeps its value while every share changes; the ctr-mpc keys
+// beside them are refreshed as before; a second refresh works too.
+TEST(RefreshTest, CtsKeysAreRefreshedComponentByComponentBesideCtrKeys) {
   RefreshCluster c;
-  const std::string cts = c.AddKey(Random(32), "kvno 3 alice", true);
-  const std::string good = c.AddKey(Random(16));
-  const std::string n0 = NewId(), n1 = NewId();
-  auto r = c.Run({{cts, n0}, {good, n1}});
-  ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[0].status, pb::JOB_KEY_INCONSISTENT) << r[0].detail;
-  EXPECT_EQ(c.Find(0, n0), nullptr);
-  EXPECT_EQ(r[1].status, pb::JOB_OK) << r[1].detail;
+  const Bytes k128 = Random(16), k256 = Random(32), kc128 = Random(16), kc256 = Random(32);
+  const std::string a = c.AddKey(k128), x = c.AddKey(kc256, "18:2:alice@EXAMPLE.COM", true),
+                    b = c.AddKey(k256), y = c.AddKey(kc128, "17:4:bob@EXAMPLE.COM", true);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Layout(*c.Get(x)[i]), DealtLayout());
+    c.Mutate(i, y, KeepOlderLayout);
+  }
+  ASSERT_EQ(c.Get(y)[0]->cts.size(), 3u);
+  const Views olda = c.Get(a), oldb = c.Get(b), oldx = c.Get(x), oldy = c.Get(y);
+  const std::string na = NewId(), nb = NewId(), nx = NewId(), ny = NewId();
+  auto r = c.Run({{a, na}, {x, nx}, {b, nb}, {y, ny}});
+  ASSERT_EQ(r.size(), 4u);
+  for (const RefreshOutcome& o : r) EXPECT_EQ(o.status, pb::JOB_OK) << o.detail;
+
+  for (const auto& [oldv, new_id, key] :
+       {std::tuple{olda, na, k128}, std::tuple{oldb, nb, k256}}) {
+    const Views newv = c.Get(new_id);
+    ExpectRedealt(oldv, newv, key);
+    EXPECT_TRUE(newv[0]->cts.empty());
+    auto [ks, ctr0] = c.Keystream(new_id);
+    EXPECT_EQ(ks, ReferenceKeystream(key, ctr0, 3));
+  }
+  for (const auto& [oldv, new_id, key] :
+       {std::tuple{oldx, nx, kc256}, std::tuple{oldy, ny, kc128}}) {
+    const Views newv = c.Get(new_id);
+    EXPECT_EQ(Open(newv, false), Open(oldv, false));
+    EXPECT_EQ(Open(newv, true), Open(oldv, true));
+    ExpectCtsRedealt(oldv, newv, key);
+    ExpectOldAndNewNeverCombine(oldv, newv, Open(oldv, false), Open(oldv, true), key);
+    ExpectCtsOldAndNewNeverCombine(oldv, newv);
+  }
+  EXPECT_EQ(Layout(*c.Get(ny)[1]), (std::vector<std::pair<CtsKind, uint32_t>>{
+                                       {CtsKind::kPrf, 0},
+                                       {CtsKind::kUsage, 1},
+                                       {CtsKind::kChecksum, 56}}));
+  // A second refresh of the refreshed key.
+  const std::string nx2 = NewId();
+  r = c.Run({{nx, nx2}});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+  ExpectCtsRedealt(c.Get(nx), c.Get(nx2), kc256);
+}
+
+// The parties compare their layouts (in the view's metadata digest): an
+// aes*-cts key whose records differ in their material's layout on one
+// party (an entry missing, another usage, another order) fails on every
+// party as inconsistent, and nothing is stored for it; the pairs beside
+// it go ahead.
+TEST(RefreshTest, CtsLayoutsThatDifferFailThePairOnEveryParty) {
+  RefreshCluster c;
+  const std::string good = c.AddKey(Random(32), "18:2:alice@EXAMPLE.COM", true);
+  const std::string fewer = c.AddKey(Random(32), "18:2:bob@EXAMPLE.COM", true);
+  const std::string usage = c.AddKey(Random(16), "17:2:carol@EXAMPLE.COM", true);
+  const std::string order = c.AddKey(Random(32), "18:2:dave@EXAMPLE.COM", true);
+  const std::string ctr = c.AddKey(Random(16));
+  c.Mutate(2, fewer, [](KeyShares& k) { k.cts.pop_back(); });
+  c.Mutate(0, usage, [](KeyShares& k) { k.cts[2].usage = 4; });
+  c.Mutate(1, order, [](KeyShares& k) { std::swap(k.cts[0], k.cts[1]); });
+  const std::vector<RefreshItem> items = {
+      {good, NewId()}, {fewer, NewId()}, {usage, NewId()}, {order, NewId()}, {ctr, NewId()}};
+  auto r = c.Run(items);
+  ASSERT_EQ(r.size(), items.size());
+  EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+  for (size_t j = 1; j <= 3; ++j) {
+    EXPECT_EQ(r[j].status, pb::JOB_KEY_INCONSISTENT) << j << ": " << r[j].detail;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(c.Find(i, items[j].new_key_id), nullptr);
+  }
+  EXPECT_EQ(r[4].status, pb::JOB_OK) << r[4].detail;
 }
 
 TEST(RefreshTest, DifferentRequestsAbortOnAllPartiesAndTheRingStaysInStep) {
@@ -413,6 +594,70 @@ TEST(RefreshTest, RebuildGivesALostPartyNewSharesWithoutReconstructingTheKey) {
     ASSERT_EQ(r.size(), 1u);
     EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
     ExpectHolds(c.Get(na2), k128);
+  }
+}
+
+// A lost party gets every aes*-cts key's material (its layout learnt from
+// the survivors, the base key and each entry as a fresh view), in a batch
+// with a ctr-mpc key; the three new views hold the same values, every
+// share changed, and the rebuilt keys refresh afterwards. For each L.
+TEST(RefreshTest, RebuildGivesALostPartyEveryCtsMaterialEntry) {
+  for (int lost = 0; lost < 3; ++lost) {
+    SCOPED_TRACE(::testing::Message() << "lost party " << lost);
+    RefreshCluster c;
+    const Bytes k128 = Random(16), kc256 = Random(32), kc128 = Random(16);
+    const std::string a = c.AddKey(k128, "1:3:svc@EXAMPLE.COM"),
+                      x = c.AddKey(kc256, "18:2:alice@EXAMPLE.COM", true),
+                      y = c.AddKey(kc128, "17:5:bob@EXAMPLE.COM", true);
+    for (int i = 0; i < 3; ++i) c.Mutate(i, y, KeepOlderLayout);
+    const Views olda = c.Get(a), oldx = c.Get(x), oldy = c.Get(y);
+    c.Lose(lost);
+    const std::string na = NewId(), nx = NewId(), ny = NewId();
+    auto r = c.Run({{x, nx}, {a, na}, {y, ny}}, lost);
+    ASSERT_EQ(r.size(), 3u);
+    for (const RefreshOutcome& o : r) ASSERT_EQ(o.status, pb::JOB_OK) << o.detail;
+    ExpectRedealt(olda, c.Get(na), k128);
+    EXPECT_TRUE(c.Get(na)[lost]->cts.empty());
+    for (const auto& [oldv, new_id, key] :
+         {std::tuple{oldx, nx, kc256}, std::tuple{oldy, ny, kc128}}) {
+      const Views newv = c.Get(new_id);
+      EXPECT_EQ(Open(newv, false), Open(oldv, false));
+      EXPECT_EQ(Open(newv, true), Open(oldv, true));
+      ExpectCtsRedealt(oldv, newv, key);
+      ExpectOldAndNewNeverCombine(oldv, newv, Open(oldv, false), Open(oldv, true), key);
+      ExpectCtsOldAndNewNeverCombine(oldv, newv);
+    }
+    EXPECT_EQ(Layout(*c.Get(nx)[lost]), DealtLayout());
+    EXPECT_EQ(c.Meta(lost, nx), "18:2:alice@EXAMPLE.COM");
+    EXPECT_EQ(c.Meta(lost, ny), "17:5:bob@EXAMPLE.COM");
+    const std::string ny2 = NewId();
+    r = c.Run({{ny, ny2}});
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+    ExpectCtsRedealt(c.Get(ny), c.Get(ny2), kc128);
+  }
+}
+
+// Survivors whose records of an aes*-cts key differ in layout (one lacks
+// an entry; one names another usage) cannot give the new party one: the
+// pair fails as inconsistent on all three, and the lost party stores
+// nothing for it.
+TEST(RefreshTest, RebuildFailsACtsKeyWhoseSurvivorsHoldDifferentLayouts) {
+  RefreshCluster c;
+  const std::string good = c.AddKey(Random(32), "18:2:alice@EXAMPLE.COM", true);
+  const std::string fewer = c.AddKey(Random(32), "18:2:bob@EXAMPLE.COM", true);
+  const std::string usage = c.AddKey(Random(16), "17:2:carol@EXAMPLE.COM", true);
+  c.Lose(1);
+  c.Mutate(2, fewer, [](KeyShares& k) { k.cts.erase(k.cts.begin()); });
+  c.Mutate(0, usage, [](KeyShares& k) { k.cts[0].usage = 9; });
+  const std::vector<RefreshItem> items = {{good, NewId()}, {fewer, NewId()}, {usage, NewId()}};
+  auto r = c.Run(items, 1);
+  ASSERT_EQ(r.size(), items.size());
+  EXPECT_EQ(r[0].status, pb::JOB_OK) << r[0].detail;
+  EXPECT_EQ(Layout(*c.Get(items[0].new_key_id)[1]), DealtLayout());
+  for (size_t j = 1; j < 3; ++j) {
+    EXPECT_EQ(r[j].status, pb::JOB_KEY_INCONSISTENT) << j << ": " << r[j].detail;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(c.Find(i, items[j].new_key_id), nullptr);
   }
 }
 
@@ -574,6 +819,67 @@ TEST(RefreshTest, ForwardedViewTamperingIsAnIntegrityFailure) {
     ASSERT_EQ(ok.size(), 1u);
     EXPECT_EQ(ok[0].status, pb::JOB_OK) << ok[0].detail;
     ExpectHolds(c.Get(n), key);
+  }
+}
+
+// Survivor A (the party that sends the new party the pairs' public
+// metadata and layouts) sends a layout other than the one both survivors'
+// views agreed on: the new party finds it does not match the agreed
+// digest and refuses in the check, survivor B fails the rebuild as an
+// integrity failure, nothing is stored, and an honest rebuild then works.
+// A's messages in a rebuild: 0 its PRSS key, 1-2 headers, 3-4 views, then
+// 5 the metadata's length, 6 the metadata (per pair: u64 length, metadata,
+// layout: count, then kind | usage (u32 BE) | length (u16 BE) per entry),
+// 7 the shares, then the check's.
+TEST(RefreshTest, ASurvivorSendingAnotherLayoutFailsTheRebuild) {
+  for (int lost = 0; lost < 3; ++lost) {
+    SCOPED_TRACE(::testing::Message() << "lost party " << lost);
+    const int a = (lost + 1) % 3, b = (lost + 2) % 3;
+    RefreshCluster c(a);
+    const Bytes key = Random(32);
+    const std::string meta = "18:2:alice@EXAMPLE.COM";
+    const std::string x = c.AddKey(key, meta, true);
+    const Views oldv = c.Get(x);
+    c.Lose(lost);
+    // The honest message map.
+    const std::vector<RefreshItem> honest_items = {{x, NewId()}};
+    const uint64_t before = c.cheat().sent();
+    auto honest = c.RunEach({honest_items, honest_items, honest_items}, lost);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(honest[i].ok()) << honest[i].status();
+    const std::vector<size_t> sizes(c.cheat().sizes().begin() + before,
+                                    c.cheat().sizes().end());
+    ASSERT_GE(sizes.size(), 8u);
+    ASSERT_EQ(sizes[5], 8u);
+    const size_t layout_at = 8 + meta.size();
+    ASSERT_EQ(sizes[6], layout_at + 1 + 7 * DealtLayout().size());
+    c.Lose(lost);
+    c.Reconnect();
+
+    // The low byte of the first entry's usage: usage 1 becomes 0, a layout
+    // of the same size the new party could store.
+    c.cheat().Arm(6, layout_at + 5, 0x01);
+    const std::vector<RefreshItem> items = {{x, NewId()}};
+    auto r = c.RunEach({items, items, items}, lost);
+    ASSERT_TRUE(c.cheat().fired());
+    ASSERT_FALSE(r[lost].ok());
+    EXPECT_NE(r[lost].status().message().find("does not match the agreed views"),
+              std::string::npos)
+        << r[lost].status();
+    ASSERT_FALSE(r[b].ok());
+    EXPECT_TRUE(protocol::IsIntegrityFailure(r[b].status())) << r[b].status();
+    EXPECT_FALSE(r[a].ok());
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(c.Find(i, items[0].new_key_id), nullptr);
+    EXPECT_EQ(c.Find(a, x), oldv[a]);
+    EXPECT_EQ(c.Find(b, x), oldv[b]);
+
+    c.cheat().Disarm();
+    c.Reconnect();
+    c.Lose(lost);
+    const std::string n = NewId();
+    auto ok = c.Run({{x, n}}, lost);
+    ASSERT_EQ(ok.size(), 1u);
+    EXPECT_EQ(ok[0].status, pb::JOB_OK) << ok[0].detail;
+    ExpectCtsRedealt(oldv, c.Get(n), key);
   }
 }
 
