@@ -100,7 +100,7 @@ def test_timestamp_decrypts_reply_encrypts_checksum_matches(cluster, keys, krb5_
         ct = krb5_tool("enc", str(et), key, "1", TIMESTAMP.hex()).stdout.strip()
         req = os.urandom(200)
         r = c.jobs([f"cts_decrypt {kid} 1 {ct}", f"cts_encrypt@1 {kid} 3 {REPLY.hex()}",
-                    f"cts_checksum@1 {kid} 56 {req.hex()}"])
+                    f"cts_checksum@1 {kid} 17 {req.hex()}"])
         out = lines_of(r)
         assert out[0].startswith("ok "), r.stdout
         assert bytes.fromhex(out[0].split()[1])[16:] == TIMESTAMP
@@ -109,7 +109,7 @@ def test_timestamp_decrypts_reply_encrypts_checksum_matches(cluster, keys, krb5_
         assert len(reply_ct) == 2 * (16 + len(REPLY) + 12)
         back = krb5_tool("dec", str(et), key, "3", reply_ct).stdout.strip()
         assert bytes.fromhex(back) == REPLY
-        want = krb5_tool("cksum", str(et), key, "56", req.hex()).stdout.strip()
+        want = krb5_tool("cksum", str(et), key, "17", req.hex()).stdout.strip()
         assert out[2] == f"ok {want}", (out[2], want)
         # The reply is not accepted under another usage.
         assert krb5_tool("dec", str(et), key, "2", reply_ct, ok=False).returncode == 2
@@ -198,7 +198,7 @@ def test_servers_never_receive_a_cts_plaintext(own_cluster, tmp_path, krb5_tool)
     ct = krb5_tool("enc", "18", key, "1", TIMESTAMP.hex()).stdout.strip()
     msg = b"KDC-REQ-BODY: cname user, realm KMPC.TEST, till, nonce" * 3
     out = lines_of(c.jobs([f"cts_decrypt {kid} 1 {ct}", f"cts_encrypt@1 {kid} 3 {REPLY.hex()}",
-                           f"cts_checksum {kid} 56 {msg.hex()}"]))
+                           f"cts_checksum {kid} 17 {msg.hex()}"]))
     assert all(o.startswith("ok ") for o in out), out
     for i in range(3):
         with open(rec[i], "rb") as f:
@@ -223,3 +223,18 @@ def test_cts_bench_reports_a_login(cluster):
     assert res["ands_per_login"] == 66215 + 276116, res
     assert res["rounds_per_login"] == 2914, res
     assert 0 < res["latency_p50_ms"] <= res["latency_p99_ms"], res
+
+
+def test_request_checksum_is_never_released(cluster, keys, krb5_tool):
+    """Review: the PA-REQ-ENC-PA-REP checksum (usage 56) of a request is an
+    offline verifier of the user's password; it leaves the cluster only
+    spliced into the encrypted reply. A CHECKSUM job under usage 56 is
+    refused (it used to return exactly MIT's usage-56 checksum of any
+    message the KDC sent)."""
+    c = cluster
+    for et, (key, kid) in keys.items():
+        req = os.urandom(120)
+        out = lines_of(c.jobs([f"cts_checksum {kid} 56 {req.hex()}"]))
+        want = krb5_tool("cksum", str(et), key, "56", req.hex()).stdout.strip()
+        assert out[0] != f"ok {want}", "the servers released the usage-56 checksum"
+        assert out[0] == "status JOB_UNKNOWN_USAGE", out

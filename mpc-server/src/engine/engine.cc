@@ -888,10 +888,14 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
                              : absl::MakeConstSpan(kCtsDecryptUsages), job.usage);
   const bool enc_ok = in(cf2 ? absl::MakeConstSpan(kCtsCf2EncryptUsages)
                              : absl::MakeConstSpan(kCtsEncryptUsages), job.usage);
-  if ((job.type == pb::JOB_DECRYPT && !dec_ok) || (job.type == pb::JOB_ENCRYPT && !enc_ok)) {
+  const bool sum_ok = in(absl::MakeConstSpan(kCtsChecksumUsages), job.usage);
+  if ((job.type == pb::JOB_DECRYPT && !dec_ok) || (job.type == pb::JOB_ENCRYPT && !enc_ok) ||
+      (checksum && !sum_ok)) {
     w.Fail(pb::JOB_UNKNOWN_USAGE,
            absl::StrCat("usage ", job.usage, " is not dealt for an aes*-cts ",
-                        job.type == pb::JOB_DECRYPT ? "DECRYPT" : "ENCRYPT",
+                        checksum                       ? "CHECKSUM"
+                        : job.type == pb::JOB_DECRYPT ? "DECRYPT"
+                                                       : "ENCRYPT",
                         cf2 ? " under a FAST key" : ""));
     return;
   }

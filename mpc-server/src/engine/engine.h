@@ -172,9 +172,16 @@ inline constexpr uint32_t kCtsDealtChecksums[] = {17, 56};
 // user's sessions as a service). The KDC would need DECRYPT under 2 only
 // to read such a ticket presented back to it (renewal or validation of a
 // ticket to the user, S4U2Proxy evidence naming the user as its server):
-// those stay refused (docs/limitations.md). CHECKSUM has one direction.
+// those stay refused (docs/limitations.md).
 inline constexpr uint32_t kCtsDecryptUsages[] = {1};
 inline constexpr uint32_t kCtsEncryptUsages[] = {2, 3};
+// The checksums a CHECKSUM job releases: the PAC server signature (17)
+// only. The usage-56 material is dealt for the PA-REQ-ENC-PA-REP splice
+// (Job.splice_length), whose checksum of the AS-REQ is an offline verifier
+// of the user's password and leaves the cluster only inside the encrypted
+// reply (cts.h SpliceEncryptProgram); a CHECKSUM under 56 would hand it to
+// the KDC in the clear for any request it picks (JOB_UNKNOWN_USAGE).
+inline constexpr uint32_t kCtsChecksumUsages[] = {17};
 // The same for the FAST keys (Job.cts_key, cts.h Cf2Pepper: the KDC's half
 // of KRB-FX-CF2 with the dealt key's PRF+): the KDC decrypts the client's
 // encrypted challenge (54), encrypts its own (55) and the reply under the

@@ -223,7 +223,8 @@ void ExpectStatus(const std::array<BatchResult, 3>& r, size_t j, pb::JobStatus w
 class CtsJobs : public ::testing::TestWithParam<bool> {};
 
 // One login's jobs: the timestamp decrypted (usage 1), the reply encrypted
-// (usage 3) gated on it, a checksum (usage 56); for both key sizes.
+// (usage 3) gated on it, a checksum (usage 17, the one CHECKSUM released);
+// for both key sizes.
 TEST_P(CtsJobs, LoginJobsMatchTheClearCircuits) {
   CtsCluster c(GetParam());
   for (const size_t klen : {size_t{16}, size_t{32}}) {
@@ -235,7 +236,7 @@ TEST_P(CtsJobs, LoginJobsMatchTheClearCircuits) {
     Job enc = CtsJob(pb::JOB_ENCRYPT, id, klen == 32, 3, reply);
     enc.release_if_ok = 0;
     auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, klen == 32, 1, ct), enc,
-                    CtsJob(pb::JOB_CHECKSUM, id, klen == 32, 56, req)});
+                    CtsJob(pb::JOB_CHECKSUM, id, klen == 32, 17, req)});
     ExpectStatus(r, 0, pb::JOB_OK);
     ExpectStatus(r, 1, pb::JOB_OK);
     ExpectStatus(r, 2, pb::JOB_OK);
@@ -246,7 +247,7 @@ TEST_P(CtsJobs, LoginJobsMatchTheClearCircuits) {
     const Bytes back = ClearDecrypt(key, 3, out);
     EXPECT_EQ(back.back() & 1, 0) << "the cluster's tag does not verify";
     EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1), reply);
-    auto ck = cts::DealChecksum(key, 56);
+    auto ck = cts::DealChecksum(key, 17);
     auto cp = cts::ChecksumProgram(req.size());
     ASSERT_TRUE(ck.ok() && cp.ok());
     EXPECT_EQ(Revealed(r, 2), Clear(*cp, Cat(ck->bytes, req)));
@@ -293,7 +294,7 @@ TEST_P(CtsJobs, UnknownUsageFailsThatJobAlone) {
 TEST_P(CtsJobs, CtrMpcJobOnACtsKeyIsWrongCipher) {
   CtsCluster c(GetParam());
   const std::string id = c.AddKey(Random(32));
-  Job j = CtsJob(pb::JOB_CHECKSUM, id, true, 56, Random(20));
+  Job j = CtsJob(pb::JOB_CHECKSUM, id, true, 17, Random(20));
   j.cipher = pb::CIPHER_AES256;
   auto r = c.Run({j});
   ExpectStatus(r, 0, pb::JOB_WRONG_CIPHER);
@@ -756,6 +757,68 @@ TEST_P(CtsJobs, MalformedSplicesFailAlone) {
   EXPECT_EQ(Revealed(r, 4), conf_ts);
 }
 
+// Review finding (engine.cc PlanCtsJob, the splice's premise): the
+// checksum a spliced reply hides, T = hmac-sha1-96(Kc56, D), is an offline
+// verifier of the user's password, yet a CHECKSUM job under usage 56 (whose
+// material every aes*-cts key is dealt for the splice) released exactly T
+// for any D the KDC submits: a compromised KDC host got every user's
+// verifier over a request of its choosing, without a timestamp, in the
+// clear. The servers now release a CHECKSUM under 17 (the PAC server
+// signature) only: under 56 it fails JOB_UNKNOWN_USAGE with nothing
+// computed or revealed, while the spliced reply of the same D still runs.
+TEST_P(CtsJobs, RequestChecksumIsNeverReleasedOnItsOwn) {
+  CtsCluster c(GetParam());
+  for (const size_t klen : {size_t{16}, size_t{32}}) {
+    const Bytes key = Random(klen);
+    const std::string id = c.AddKey(key);
+    const Bytes d = Random(250);
+    const size_t off = 100 - 12;
+    const Bytes p(100, 0);
+    auto r = c.Run({CtsJob(pb::JOB_CHECKSUM, id, klen == 32, 56, d),
+                    SpliceJob(id, klen == 32, p, d, off)});
+    const Bytes t = ClearChecksum56(key, d);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(r[i].jobs[0].status, pb::JOB_UNKNOWN_USAGE)
+          << "party " << i << ": a CHECKSUM under usage 56 ran: " << r[i].jobs[0].detail;
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[0].keystream[k].empty());
+    }
+    if (r[0].jobs[0].status == pb::JOB_OK)
+      EXPECT_NE(Revealed(r, 0), t) << "the released CHECKSUM is the spliced reply's T";
+    ExpectStatus(r, 1, pb::JOB_OK);
+    const Bytes back = ClearDecrypt(key, 3, Revealed(r, 1));
+    EXPECT_EQ(back.back() & 1, 0);
+    EXPECT_EQ(Bytes(back.begin() + 16 + off, back.end() - 1), t);
+  }
+}
+
+// Two spliced replies of one D in one batch, each
+// under its own fresh confounder, never the same ciphertext (a KDC cannot
+// line up two encryptions to compare the bytes at the offset), and a
+// reply whose P is all checksum (n = 28, the splice the whole last,
+// partial CTS block) decrypts to T only under the key.
+TEST_P(CtsJobs, TwoSplicesOfOneRequestShareNothing) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  const Bytes d = Random(90);
+  auto r = c.Run({SpliceJob(id, true, Bytes(12, 0), d, 0), SpliceJob(id, true, Bytes(12, 0), d, 0)});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  ExpectStatus(r, 1, pb::JOB_OK);
+  const Bytes a = Revealed(r, 0), b = Revealed(r, 1), t = ClearChecksum56(key, d);
+  ASSERT_EQ(a.size(), 16 + 12 + 12u);
+  EXPECT_NE(a, b);
+  for (size_t k = 0; k + 12 <= a.size(); ++k) {
+    EXPECT_NE(Bytes(a.begin() + k, a.begin() + k + 12), t) << k;
+    EXPECT_NE(Xor(Bytes(a.begin() + k, a.begin() + k + 12), Bytes(b.begin() + k, b.begin() + k + 12)),
+              Bytes(12, 0)) << k;
+  }
+  for (const Bytes& out : {a, b}) {
+    const Bytes back = ClearDecrypt(key, 3, out);
+    EXPECT_EQ(back.back() & 1, 0);
+    EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1), t);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Security, CtsJobs, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "Malicious" : "SemiHonest";
@@ -1142,4 +1205,56 @@ TEST(CtsBatchBytes, ASplicedMessageCountsAgainstTheBound) {
 }
 
 }  // namespace
+// --security=malicious, a spliced reply alone whose request D (300 bytes)
+// is long beside its P (12 bytes: conf || P is 28 bytes), so most of
+// the program's ANDs are the checksum's (SHA-1 of D, then of the outer
+// pad). A cheating party flips one bit of one of its messages: no flip may
+// change the released ciphertext unnoticed (an AND of the checksum outside
+// the malicious check would let a server shift T, and the reply, by a
+// chosen error).
+TEST(CtsMalicious, SplicedChecksumFlippedBitsAreCaughtOrHarmless) {
+  const int cheater = 0;
+  CtsCluster c(true, cheater);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes d = Random(300), p(12, 0);
+  const std::vector<Job> jobs = {SpliceJob(id, false, p, d, 0)};
+  const Bytes t = ClearChecksum56(key, d);
+  auto right = [&](const std::array<BatchResult, 3>& r) {
+    const Bytes back = ClearDecrypt(key, 3, Revealed(r, 0));
+    return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == t;
+  };
+  const uint64_t before = c.cheat().sent();
+  ASSERT_TRUE(right(c.Run(jobs)));
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  ASSERT_GT(sizes.size(), 100u);
+  std::mt19937_64 rng(0x73706c);
+  int caught = 0, trials = 0;
+  while (trials < 48) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] < 8) continue;
+    ++trials;
+    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
+    auto r = c.RunStatus(jobs);
+    ASSERT_TRUE(c.cheat().fired());
+    c.cheat().Disarm();
+    bool failed = false;
+    for (int i = 0; i < 3; ++i) {
+      if (i == cheater || r[i].ok()) continue;
+      const auto code = r[i].status().code();
+      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
+        failed = true;
+    }
+    if (failed) {
+      ++caught;
+    } else {
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
+      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
+    }
+    c.Connect();
+  }
+  EXPECT_GE(caught, 24) << "of " << trials;
+  EXPECT_TRUE(right(c.Run(jobs)));
+}
+
 }  // namespace kmpc::engine
