@@ -315,7 +315,12 @@ TEST(CheckJob, CtsSplice) {
     k.share_sizes[0] = k.share_sizes[1] = 270;
     EXPECT_EQ(CheckJob(k).status, pb::JOB_MALFORMED);
   }
-  // Not on a ctr-mpc job either.
+}
+
+// A splice on a ctr-mpc job is MALFORMED; a request's shares are sliced
+// with D after P (SharedBytes(const Job&)), and ShapeOf carries the splice
+// fields and the usage to the check.
+TEST(CheckJob, CtsSpliceInARequest) {
   JobShape ctr{pb::JOB_ENCRYPT, pb::CIPHER_AES256, kKeyIdSize, 300, "", ""};
   ctr.usage = kSpliceReplyUsage;
   EXPECT_TRUE(CheckJob(ctr).ok());
@@ -324,8 +329,6 @@ TEST(CheckJob, CtsSplice) {
   EXPECT_EQ(CheckJob(ctr).status, pb::JOB_MALFORMED);
   ctr.splice_length = 0;
   EXPECT_EQ(CheckJob(ctr).status, pb::JOB_MALFORMED);
-  // A request's shares are sliced with D after P (SharedBytes(const Job&)),
-  // and ShapeOf carries the splice fields and the usage to the check.
   pb::RunRequest run;
   pb::Job* j = run.add_jobs();
   j->set_type(pb::JOB_ENCRYPT);

@@ -867,20 +867,20 @@ absl::Status Engine::Impl::PlanCts(Batch& b) {
   return absl::OkStatus();
 }
 
-void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
-  const Job& job = b.jobs[j];
-  JobPlan& w = b.plan[j];
-  CtsTask t;
-  t.job = j;
-  t.type = job.type;
-  t.nr = NumRounds(w.key->cipher);
-  t.usage = job.usage;
-  t.cf2_bytes = contract::CtsKeyBytes(job.cts_key);
+namespace {
+
+// The dealt material of an aes*-cts job (t.type, t.cf2_bytes set) into t:
+// its usage's, K's PRF material under a FAST key (cts.h Cf2EncryptProgram),
+// and for a reply's PA-REQ-ENC-PA-REP splice (contract::CheckCtsJob admits
+// it on a dealt-key usage-3 ENCRYPT only) the usage-56 checksum material.
+// Empty, or why the job fails JOB_UNKNOWN_USAGE: a usage in a direction
+// the KDC does not use (engine.h kCts*Usages) or no material dealt for it.
+// Public, and alike on every party (their key views agreed).
+std::string FindCtsMaterial(const Job& job, const KeyShares& key, CtsTask& t) {
   const bool checksum = job.type == pb::JOB_CHECKSUM;
   const bool cf2 = t.cf2_bytes != 0;
-  // A FAST key is computed from K's PRF material (cts.h Cf2EncryptProgram).
-  t.material = cf2 ? w.key->FindCts(CtsKind::kPrf, 0)
-                   : w.key->FindCts(checksum ? CtsKind::kChecksum : CtsKind::kUsage, job.usage);
+  t.material = cf2 ? key.FindCts(CtsKind::kPrf, 0)
+                   : key.FindCts(checksum ? CtsKind::kChecksum : CtsKind::kUsage, job.usage);
   auto in = [](absl::Span<const uint32_t> usages, uint32_t u) {
     return std::find(usages.begin(), usages.end(), u) != usages.end();
   };
@@ -890,29 +890,50 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
                              : absl::MakeConstSpan(kCtsEncryptUsages), job.usage);
   const bool sum_ok = in(absl::MakeConstSpan(kCtsChecksumUsages), job.usage);
   if ((job.type == pb::JOB_DECRYPT && !dec_ok) || (job.type == pb::JOB_ENCRYPT && !enc_ok) ||
-      (checksum && !sum_ok)) {
-    w.Fail(pb::JOB_UNKNOWN_USAGE,
-           absl::StrCat("usage ", job.usage, " is not dealt for an aes*-cts ",
+      (checksum && !sum_ok))
+    return absl::StrCat("usage ", job.usage, " is not dealt for an aes*-cts ",
                         checksum                       ? "CHECKSUM"
                         : job.type == pb::JOB_DECRYPT ? "DECRYPT"
                                                        : "ENCRYPT",
-                        cf2 ? " under a FAST key" : ""));
-    return;
-  }
-  // A reply's PA-REQ-ENC-PA-REP splice (contract::CheckCtsJob admits it
-  // on a dealt-key usage-3 ENCRYPT only) computes its checksum from the
-  // key's checksum material for usage 56.
+                        cf2 ? " under a FAST key" : "");
   if (job.splice_length != 0) {
     t.splice_m = job.splice_length;
     t.splice_off = job.splice_offset;
-    t.splice_material = w.key->FindCts(CtsKind::kChecksum, contract::kSpliceChecksumUsage);
+    t.splice_material = key.FindCts(CtsKind::kChecksum, contract::kSpliceChecksumUsage);
   }
-  if (t.material == nullptr || (t.splice_m != 0 && t.splice_material == nullptr)) {
-    const bool splice = t.material != nullptr;
-    w.Fail(pb::JOB_UNKNOWN_USAGE,
-           absl::StrCat("no material was dealt for ", checksum || splice ? "checksum " : "",
-                        "usage ", splice ? contract::kSpliceChecksumUsage : job.usage,
-                        " of this key", splice ? " (the splice's checksum)" : ""));
+  if (t.material == nullptr)
+    return absl::StrCat("no material was dealt for ", checksum ? "checksum " : "", "usage ",
+                        job.usage, " of this key");
+  if (t.splice_m != 0 && t.splice_material == nullptr)
+    return absl::StrCat("no material was dealt for checksum usage ",
+                        contract::kSpliceChecksumUsage, " of this key (the splice's checksum)");
+  return {};
+}
+
+// Whether t's material has the sizes its program takes.
+bool CtsMaterialSizesOk(const CtsTask& t) {
+  const size_t want = t.type == pb::JOB_CHECKSUM ? 40
+                      : t.cf2_bytes != 0         ? cts::kBlock * (t.nr + 1)
+                                                 : cts::UsageMaterialBytes(t.nr);
+  const auto sized = [](const CtsMaterial* m, size_t n) {
+    return m == nullptr || (m->share[0].size() == n && m->share[1].size() == n);
+  };
+  return t.material != nullptr && sized(t.material, want) && sized(t.splice_material, 40);
+}
+
+}  // namespace
+
+void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
+  const Job& job = b.jobs[j];
+  JobPlan& w = b.plan[j];
+  CtsTask t;
+  t.job = j;
+  t.type = job.type;
+  t.nr = NumRounds(w.key->cipher);
+  t.usage = job.usage;
+  t.cf2_bytes = contract::CtsKeyBytes(job.cts_key);
+  if (std::string why = FindCtsMaterial(job, *w.key, t); !why.empty()) {
+    w.Fail(pb::JOB_UNKNOWN_USAGE, std::move(why));
     return;
   }
   // A FAST key's half, then (ENCRYPT, CHECKSUM) the message.
@@ -950,12 +971,7 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
     w.Fail(pb::JOB_MALFORMED, std::string(p.status().message()));
     return;
   }
-  const size_t want = checksum ? 40
-                      : cf2    ? cts::kBlock * (t.nr + 1)
-                               : cts::UsageMaterialBytes(t.nr);
-  if (t.material->share[0].size() != want || t.material->share[1].size() != want ||
-      (t.splice_material != nullptr && (t.splice_material->share[0].size() != 40 ||
-                                        t.splice_material->share[1].size() != 40))) {
+  if (!CtsMaterialSizesOk(t)) {
     w.Fail(pb::JOB_KEY_INCONSISTENT, "the dealt material has the wrong size: re-deal the key");
     return;
   }
