@@ -701,9 +701,10 @@ def bench_settings(target_name, settings, n_users, quick, log, repeat=""):
                 break
         # The highest rate held (the closed loop under-estimated capacity,
         # e.g. a KDC that batches loses datagrams with 1024 in flight): go
-        # on up until a rate is not sustained.
+        # on up until a rate is not sustained (at most rise_steps steps).
         extra = 0
-        while points and points[max(points)][1] and extra < (2 if short else 4):
+        rise_steps = getattr(target, "rise_steps", 2 if short else 4)
+        while points and points[max(points)][1] and extra < rise_steps:
             point(max(points) * 1.2)
             extra += 1
         if not any(ok for _, ok in points.values()):

@@ -14,7 +14,13 @@ middle of it:
     (self time by symbol, per process) goes to --out-dir.
 Needs perf (linux-perf) and root (the tracepoint). Prints how long it took.
 
+With --cts USERS the storm is cts_bench.py's instead: USERS users whose
+aes256-cts key the cluster holds (cts_bench.bring_up, its SharedTarget "cts":
+TCP, servers malicious unless --semi-honest), or with --cts-kdb the same
+realm's krbtgt-only users (keys in the KDB).
+
 Usage: storm_profile.py [--rate 1000] [--duration 14] [--window 8] [--malicious]
+                        [--cts USERS [--cts-kdb] [--semi-honest]]
                         [--out-dir build/bench/profile]
 """
 
@@ -77,14 +83,32 @@ def main():
                          "the binaries have no frame pointers)")
     ap.add_argument("--malicious", action="store_true",
                     help="the servers in --security=malicious (storm_bench's kmpc-malicious)")
+    ap.add_argument("--cts", type=int, default=0, metavar="USERS",
+                    help="cts_bench.py's realm and storm of USERS aes256-cts users")
+    ap.add_argument("--cts-kdb", action="store_true",
+                    help="with --cts: the same realm's krbtgt-only users")
+    ap.add_argument("--semi-honest", action="store_true", help="with --cts")
+    ap.add_argument("--tcp-max-connections", type=int, default=None,
+                    help="with --cts: the KDC's kdc_tcp_max_connections (0: MIT's 45)")
+    ap.add_argument("--server-flags", default="",
+                    help="with --cts: extra kmpc-mpc-server flags (A/B of a server setting)")
     ap.add_argument("--out-dir", default=os.path.join(storm_bench.BENCH_DIR, "profile"))
     args = ap.parse_args()
     t0 = time.time()
     os.makedirs(args.out_dir, exist_ok=True)
     work = os.path.join(args.out_dir, "realm")
     subprocess.run(["rm", "-rf", work], check=True)
-    cls = storm_bench.KmpcMaliciousTarget if args.malicious else storm_bench.KmpcTarget
-    t = cls(work, "headline", 1000)
+    if args.cts:
+        import cts_bench
+        mode = "semi-honest" if args.semi_honest else "malicious"
+        cts_bench.MODES[mode] = " ".join(f for f in (cts_bench.MODES[mode],
+                                                     args.server_flags) if f)
+        r, _ = cts_bench.bring_up(work, mode, args.cts, args.tcp_max_connections)
+        t = cts_bench.SharedTarget(r, "kdb" if args.cts_kdb else "cts", args.cts, False)
+        t.stop = r.stop
+    else:
+        cls = storm_bench.KmpcMaliciousTarget if args.malicious else storm_bench.KmpcTarget
+        t = cls(work, "headline", 1000)
     try:
         storm_bench.run_storm(t, ["-c", 1, "-d", 1], "warm", args.out_dir)
         box = {}

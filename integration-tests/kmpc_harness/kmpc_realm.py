@@ -20,13 +20,19 @@ from kmpc_harness.cluster import (ENCTYPES, REAL_MODULE_NAME, SERVICE, SESSION_E
 from kmpc_harness.realm import RealmError
 
 
+# [kdcdefaults] kdc_tcp_max_connections of kmpc realms, as in
+# deploy/debian/examples/kdc.conf.example.
+TCP_MAX_CONNECTIONS = 1024
+
+
 class KmpcRealm(realm.Realm):
     """A realm.Realm whose long-term keys live in an MpcCluster."""
 
     def __init__(self, workdir, module="auto", mpc_workers=2, kdc_workers=0,
                  extra_client_cns=(), server_flags="", test_module_delay_ms=5,
                  module_options=None, enctypes=ENCTYPES, realm_extra="",
-                 udp_recv_buffer=4 << 20, udp_max_wait_ms=0, dealer=False,
+                 udp_recv_buffer=4 << 20, udp_max_wait_ms=0,
+                 tcp_max_connections=TCP_MAX_CONNECTIONS, dealer=False,
                  protect=None, metrics=False, clusters=1, **kw):
         """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test
         module) or "auto" (real when built). module_options: extra relations
@@ -42,6 +48,11 @@ class KmpcRealm(realm.Realm):
         gave up under overload, but with a bounded client population it
         makes more logins fail (they wait for their retransmit), so it is
         opt-in.
+        tcp_max_connections: [kdcdefaults] kdc_tcp_max_connections (krb5's
+        TCP connection limit patch; 0 for MIT's fixed 45): every login over
+        TCP holds its connection for the MPC Run's latency, and beyond the
+        limit the KDC closes the oldest idle connection (its client:
+        KRB5_KDC_UNREACH). The default is the deploy templates' value.
         dealer: load kmpc's key dealer (kdc-plugin/dealer/dealer_module.cc)
         into kadmin.local, kadmind and kdb5_util, so that every new key of an
         MPC-protected principal goes to the cluster and only handles reach
@@ -81,6 +92,7 @@ class KmpcRealm(realm.Realm):
         self.module_options = dict(module_options or {})
         self.udp_recv_buffer = udp_recv_buffer
         self.udp_max_wait_ms = udp_max_wait_ms
+        self.tcp_max_connections = tcp_max_connections
         self.admin_conf = os.path.join(self.dir, "kmpc-admin.conf")
         self.test_keyfile = os.path.join(self.dir, "mpc-test-keys")
         self.test_journal = os.path.join(self.dir, "mpc-journal")
@@ -136,6 +148,8 @@ class KmpcRealm(realm.Realm):
                   if self.udp_recv_buffer else "")
         if self.udp_max_wait_ms:
             rcvbuf += f"    kdc_udp_max_wait_ms = {int(self.udp_max_wait_ms)}\n"
+        if self.tcp_max_connections:
+            rcvbuf += f"    kdc_tcp_max_connections = {int(self.tcp_max_connections)}\n"
         self.kdc_conf_extra = rcvbuf + self._plugin_conf + self.kdc_conf_extra
         super().create()
         for cl in self.clusters:

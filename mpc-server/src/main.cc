@@ -122,12 +122,14 @@ ABSL_FLAG(std::string, debug_record_requests, "",
           "is set in the environment too). Off when empty");
 // Spinning on small ring messages: a single block's batch runs ~40 rounds
 // of messages under 3 KiB, each answered within tens of microseconds, so a
-// sleep and wake-up per round would dominate its latency. Batches of >= 2,048
-// blocks (login storms, bulk) send no AND-layer message under 4 KiB, so they
-// spin only in their few small bookkeeping rounds and keep their CPU for the
-// co-located parties. The spin covers one more scheduling slot than a round
-// takes, since with three parties on two cores a round's message often
-// arrives a slot late (docs/bench-log.md has the measurements).
+// sleep and wake-up per round would dominate its latency. Only latency-bound
+// batches spin (at most ~128 AES blocks: one login's; service/scheduler.cc
+// LatencyBound): larger ones (login storms, bulk) sleep in every receive and
+// keep their CPU for the co-located parties, even where their messages are
+// small (a storm's aes*-cts Run: ~2,400 rounds of bit-packed AND layers).
+// The spin covers one more scheduling slot than a round takes, since with
+// three parties on two cores a round's message often arrives a slot late
+// (docs/bench-log.md has the measurements).
 ABSL_FLAG(int, ring_spin_us, 150,
           "busy-poll a ring receive of at most --ring_spin_max_bytes this long "
           "before sleeping (latency of small batches); 0 = never");

@@ -284,6 +284,7 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
     if (spin && ring_->options_.spin_us > 0) {
       // Small messages of a latency-bound batch arrive within tens of
       // microseconds; polling briefly saves a sleep/wake-up per round.
+      spins_.fetch_add(1, std::memory_order_relaxed);
       const absl::Time spin_end =
           absl::Now() + absl::Microseconds(ring_->options_.spin_us);
       while ((rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {
@@ -367,7 +368,7 @@ absl::Status TlsRingChannel::RecvFromNext(absl::Span<uint8_t> out) {
   // The header and a small payload arrive in one TLS record: the wait (and
   // so the spin decision) happens on the header, the payload is then
   // already in OpenSSL's buffer.
-  const bool spin = out.size() <= ring_->options_.spin_max_bytes;
+  const bool spin = spin_data_ && out.size() <= ring_->options_.spin_max_bytes;
   uint8_t hdr[kFrameHeaderSize];
   if (absl::Status st = Pump(hdr, kFrameHeaderSize, deadline, /*wait=*/true, spin);
       !st.ok())

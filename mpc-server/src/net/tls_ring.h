@@ -96,7 +96,9 @@ struct TlsRingOptions {
   // latency-bound batches: the peer's reply comes within tens of
   // microseconds, and a sleep/wake-up per round costs about as much. Large
   // messages (throughput-bound batches) sleep at once, so spinning never
-  // takes CPU from the co-located parties when it is the bottleneck.
+  // takes CPU from the co-located parties when it is the bottleneck; so do
+  // small ones while set_spin_data(false) (a batch that is not
+  // latency-bound, as the scheduler decides).
   int spin_us = 0;
   size_t spin_max_bytes = 3072;
   // Every rejected connection is counted (TlsRing::rejected, on_reject);
@@ -133,12 +135,21 @@ class TlsRingChannel final : public RingChannel {
   absl::StatusOr<std::vector<uint8_t>> RecvControl(uint32_t* seq,
                                                    absl::Time deadline);
   // Whether RecvControl spins like a small data receive (spin_us). The
-  // scheduler sets it for the agreement of a batch small enough that its
-  // data rounds spin too (a latency-bound batch: the next control message
-  // is one or two hops away, and five hops of sleep and wake-up come
-  // before every batch otherwise), and clears it for a large one, whose
-  // parties must not take CPU from each other on a shared machine.
+  // scheduler sets it for the agreement of a latency-bound batch (the next
+  // control message is one or two hops away, and five hops of sleep and
+  // wake-up come before every batch otherwise), and clears it for a large
+  // one, whose parties must not take CPU from each other on a shared
+  // machine.
   void set_spin_control(bool on) { spin_control_ = on; }
+  // Whether data receives of at most spin_max_bytes spin (on until set).
+  // The scheduler sets it with set_spin_control, per batch: message size
+  // alone does not tell a latency-bound batch, since a batch of many
+  // aes*-cts logins sends bit-packed AND layers of a few KiB at most in
+  // each of its ~2,400 rounds; spinning there, with three parties and
+  // other work on two cores, yields the CPU its peers need (sched_yield
+  // was 16% of a server's CPU and a Run took ~1.7x as long in a storm of
+  // 24 logins per Run: docs/bench-log.md).
+  void set_spin_data(bool on) { spin_data_ = on; }
   // Waits until all queued output is written.
   absl::Status Flush(absl::Time deadline);
   // Drops both connections (after a failed batch).
@@ -146,6 +157,8 @@ class TlsRingChannel final : public RingChannel {
   // Payload + framing bytes this channel has written.
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
   uint64_t steps_sent() const { return steps_sent_.load(); }
+  // Waits that busy-polled before sleeping (or instead of it).
+  uint64_t spins() const { return spins_.load(); }
   // Bytes TCP sent to prev on this channel's connections: frames plus TLS
   // record overhead and handshakes (TCP_INFO tcpi_bytes_sent). Worker
   // thread only.
@@ -190,8 +203,10 @@ class TlsRingChannel final : public RingChannel {
   uint32_t recv_step_ = 0;
   absl::Time batch_deadline_ = absl::InfiniteFuture();
   bool spin_control_ = false;
+  bool spin_data_ = true;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> steps_sent_{0};
+  std::atomic<uint64_t> spins_{0};
   std::atomic<bool> up_{false};
   uint64_t generation_ = 0;
   uint64_t tcp_bytes_base_ = 0;  // from connections already closed

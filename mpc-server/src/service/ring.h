@@ -47,9 +47,10 @@ class WorkerRing {
   // `deadline`.
   virtual absl::StatusOr<std::vector<uint8_t>> RecvControl(uint32_t* seq,
                                                            absl::Time deadline) = 0;
-  // Whether RecvControl may busy-poll briefly before it sleeps
-  // (net::TlsRingChannel::set_spin_control); a hint, off by default.
-  virtual void SpinControl(bool on) { (void)on; }
+  // Whether this batch's receives may busy-poll briefly before they sleep:
+  // RecvControl's and the small data ones
+  // (net::TlsRingChannel::set_spin_control, set_spin_data); a hint.
+  virtual void SpinBatch(bool on) { (void)on; }
   // Waits until everything sent has left this party.
   virtual absl::Status Flush(absl::Time deadline) = 0;
   // Drops the link after a failed batch (the neighbours fail fast).

@@ -25,10 +25,11 @@ namespace kmpc::service {
 namespace {
 
 // A batch of at most this many AES blocks (estimated from its jobs) is
-// latency-bound: its ring messages are small enough that the data rounds
-// spin (--ring_spin_max_bytes, 3 KiB by default, is ~140 blocks at the
-// ~21 bytes per block per round measured for a login's Run), and its
-// agreement's control receives spin too (WorkerRing::SpinControl).
+// latency-bound: its receives spin (WorkerRing::SpinBatch), the control
+// ones of its agreement and the data ones of at most --ring_spin_max_bytes
+// (3 KiB by default, ~140 blocks at the ~21 bytes per block per round
+// measured for a login's Run). One aes*-cts login is ~72 blocks; a larger
+// batch sleeps in every receive, however small its messages.
 constexpr uint64_t kSpinControlMaxBlocks = 128;
 
 // A refresh batch (an admin's key reshares: rare, not on a login's path)
@@ -598,7 +599,7 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
           std::min(absl::Now() + options_.connect_timeout, work.deadline));
       !st.ok())
     return absl::UnavailableError(st.message());
-  ch.SpinControl(LatencyBound(work.kind, work.jobs));
+  ch.SpinBatch(LatencyBound(work.kind, work.jobs));
   const absl::Time now = absl::Now();
   if (now >= work.deadline)
     return work.proposals > 0
@@ -834,7 +835,7 @@ absl::Status Scheduler::ForwardProposal(WorkerRing& ch, Session& session, Propos
   fwd.age_ms = Ms(absl::Milliseconds(fwd.age_ms) + held);
   fwd.wait_ms = Ms(absl::Milliseconds(fwd.wait_ms) - held);
   if (!st.ok()) return st;
-  ch.SpinControl(p.work != nullptr && LatencyBound(p.work->kind, p.work->jobs));
+  ch.SpinBatch(p.work != nullptr && LatencyBound(p.work->kind, p.work->jobs));
   if (absl::Status sent = ch.SendControl(p.seq, Encode(fwd)); !sent.ok()) return sent;
   p.forwarded = true;
   uint32_t cseq = 0;

@@ -28,7 +28,10 @@ class TlsWorker final : public WorkerRing {
                                                    absl::Time deadline) override {
     return ch_.RecvControl(seq, deadline);
   }
-  void SpinControl(bool on) override { ch_.set_spin_control(on); }
+  void SpinBatch(bool on) override {
+    ch_.set_spin_control(on);
+    ch_.set_spin_data(on);
+  }
   absl::Status Flush(absl::Time deadline) override { return ch_.Flush(deadline); }
   void Reset() override { ch_.Reset(); }
   Counters counters() const override {

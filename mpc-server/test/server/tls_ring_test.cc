@@ -360,6 +360,43 @@ TEST_F(TlsRingTest, SlowPeerWithSpinningOnStillExchanges) {
   for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
 }
 
+// set_spin_data(false) (a batch that is not latency-bound) makes a small
+// data receive sleep at once: party 0 waits ~50 ms for each of party 1's
+// messages and busy-polls in every such wait with spinning left on, in none
+// with it off; the rounds carry the right data either way.
+TEST_F(TlsRingTest, SpinDataOffSleepsInSmallReceives) {
+  for (int i = 0; i < 3; ++i) {
+    TlsRingOptions o = Options(i, 1);
+    o.spin_us = 100;
+    auto r = TlsRing::Start(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    rings_[i] = std::move(*r);
+  }
+  constexpr int kRounds = 4;
+  std::array<uint64_t, 2> spins{};
+  for (int spin = 1; spin >= 0; --spin) {
+    auto st = OnAll([&](int p) -> absl::Status {
+      TlsRingChannel* ch = rings_[p]->channel(0);
+      if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
+      ch->set_spin_data(spin == 1);
+      ch->BeginBatch(20 + spin);
+      const uint64_t before = ch->spins();
+      for (int r = 0; r < kRounds; ++r) {
+        if (p == 1) absl::SleepFor(absl::Milliseconds(50));
+        uint8_t out[16] = {static_cast<uint8_t>(p), static_cast<uint8_t>(r)};
+        uint8_t in[16];
+        if (auto s = ch->Exchange(out, in); !s.ok()) return s;
+        if (in[0] != (p + 1) % 3 || in[1] != r) return absl::InternalError("wrong data");
+      }
+      if (p == 0) spins[spin] = ch->spins() - before;
+      return absl::OkStatus();
+    });
+    for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_GE(spins[1], kRounds);
+  EXPECT_EQ(spins[0], 0u);
+}
+
 // A TCP connection from loopback address src (127.0.0.0/8) to 127.0.0.1:port;
 // -1 if the socket cannot be made.
 int DialFrom(uint32_t src, int port) {
