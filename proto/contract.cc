@@ -275,6 +275,8 @@ JobCheck CheckJob(const JobShape& job) {
   if (CtsCipher(job.cipher)) return CheckCtsJob(job);
   if (job.cts_key != pb::CTS_KEY_DEALT)
     return Malformed("cts_key is for aes*-cts DECRYPT and ENCRYPT jobs only");
+  if (job.splice_length != 0 || job.splice_offset != 0)
+    return Malformed("a splice is for an aes*-cts ENCRYPT only");
   const char* name = JobTypeName(job.type);
   switch (job.type) {
     case pb::JOB_ENCRYPT:
@@ -339,7 +341,12 @@ uint64_t JobBlocks(const JobShape& job) {
                            : job.length + (job.type == pb::JOB_ENCRYPT ? kCtsConfounder : 0);
     // A FAST key (Job.cts_key) is derived first: PRF+ (2 blocks), DK (4),
     // two key schedules and the two HMAC states (about 12 blocks' ANDs).
-    return 2 * CeilBlocks(n) + 6 + (job.cts_key != pb::CTS_KEY_DEALT ? 18 : 0);
+    // A splice adds the checksum of its message: one block per 16 bytes
+    // and the padding's and outer compressions.
+    const uint64_t splice =
+        job.type == pb::JOB_ENCRYPT && job.splice_length != 0 ? CeilBlocks(job.splice_length) + 8
+                                                               : 0;
+    return 2 * CeilBlocks(n) + 6 + (job.cts_key != pb::CTS_KEY_DEALT ? 18 : 0) + splice;
   }
   switch (job.type) {
     case pb::JOB_ENCRYPT:

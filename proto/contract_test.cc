@@ -244,6 +244,112 @@ TEST(CheckJob, CtsFastKeys) {
   EXPECT_EQ(SliceMessageShares(run)[1].first.size(), 39u);
 }
 
+// The PA-REQ-ENC-PA-REP splice (kmpc.proto Job.splice_length,
+// splice_offset): on a usage-3 aes*-cts ENCRYPT under the dealt key only,
+// D's shares after P's, the 12 bytes inside P; anything else MALFORMED.
+TEST(CheckJob, CtsSplice) {
+  EXPECT_EQ(kWireVersion, 8u);
+  for (pb::Cipher c : {pb::CIPHER_AES128_CTS, pb::CIPHER_AES256_CTS}) {
+    JobShape e{pb::JOB_ENCRYPT, c, kKeyIdSize, 300, "", ""};
+    e.usage = kSpliceReplyUsage;
+    e.splice_length = 250;
+    e.splice_offset = 288;
+    EXPECT_EQ(SharedBytes(pb::JOB_ENCRYPT, c, 300, pb::CTS_KEY_DEALT, 250), 550u);
+    e.share_sizes[0] = e.share_sizes[1] = 300;  // D's shares missing
+    EXPECT_EQ(CheckJob(e).status, pb::JOB_MALFORMED);
+    e.share_sizes[0] = e.share_sizes[1] = 550;
+    EXPECT_TRUE(CheckJob(e).ok()) << CheckJob(e).detail;
+    EXPECT_EQ(RevealedBytes(e), 16u + 300 + 12);  // C || T only
+    const uint64_t spliced_blocks = JobBlocks(e);
+    JobShape plain = e;
+    plain.splice_length = plain.splice_offset = 0;
+    plain.share_sizes[0] = plain.share_sizes[1] = 300;
+    EXPECT_TRUE(CheckJob(plain).ok());
+    EXPECT_GT(spliced_blocks, JobBlocks(plain) + CeilBlocks(250));
+    // The 12 bytes must fit in P: offset 289 of 300 does not.
+    JobShape x = e;
+    x.splice_offset = 289;
+    EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    x.splice_offset = 301;
+    EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    x.splice_offset = 0xffffffffu;
+    EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    x = e;
+    x.length = 11;
+    x.splice_offset = 0;
+    x.share_sizes[0] = x.share_sizes[1] = 11 + 250;
+    EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    x.length = 12;
+    x.share_sizes[0] = x.share_sizes[1] = 12 + 250;
+    EXPECT_TRUE(CheckJob(x).ok()) << CheckJob(x).detail;
+    // An offset without a length.
+    x = plain;
+    x.splice_offset = 4;
+    EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    // Another usage, a FAST key.
+    x = e;
+    x.usage = 2;
+    EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    x = e;
+    x.cts_key = pb::CTS_KEY_CF2_AES256;
+    x.share_sizes[0] = x.share_sizes[1] = 32 + 550;
+    EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    // D over the cap.
+    x = e;
+    x.splice_length = kMaxCtsBytes + 1;
+    x.share_sizes[0] = x.share_sizes[1] = 300 + kMaxCtsBytes + 1;
+    EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    // DECRYPT and CHECKSUM: no splice (and no shares counted for one).
+    JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 0, std::string(44 + kCtsTag, 'c'), ""};
+    d.usage = kSpliceReplyUsage;
+    d.splice_length = 250;
+    EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);
+    EXPECT_EQ(SharedBytes(pb::JOB_DECRYPT, c, 0, pb::CTS_KEY_DEALT, 250), 0u);
+    d.share_sizes[0] = d.share_sizes[1] = 250;
+    EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);
+    JobShape k{pb::JOB_CHECKSUM, c, kKeyIdSize, 20, "", ""};
+    k.usage = kSpliceReplyUsage;
+    k.splice_length = 250;
+    k.share_sizes[0] = k.share_sizes[1] = 20;
+    EXPECT_EQ(CheckJob(k).status, pb::JOB_MALFORMED);
+    k.share_sizes[0] = k.share_sizes[1] = 270;
+    EXPECT_EQ(CheckJob(k).status, pb::JOB_MALFORMED);
+  }
+  // Not on a ctr-mpc job either.
+  JobShape ctr{pb::JOB_ENCRYPT, pb::CIPHER_AES256, kKeyIdSize, 300, "", ""};
+  ctr.usage = kSpliceReplyUsage;
+  EXPECT_TRUE(CheckJob(ctr).ok());
+  ctr.splice_length = 250;
+  ctr.splice_offset = 10;
+  EXPECT_EQ(CheckJob(ctr).status, pb::JOB_MALFORMED);
+  ctr.splice_length = 0;
+  EXPECT_EQ(CheckJob(ctr).status, pb::JOB_MALFORMED);
+  // A request's shares are sliced with D after P (SharedBytes(const Job&)),
+  // and ShapeOf carries the splice fields and the usage to the check.
+  pb::RunRequest run;
+  pb::Job* j = run.add_jobs();
+  j->set_type(pb::JOB_ENCRYPT);
+  j->set_cipher(pb::CIPHER_AES256_CTS);
+  j->set_key_id(std::string(kKeyIdSize, 'k'));
+  j->set_usage(kSpliceReplyUsage);
+  j->set_length(20);
+  j->set_splice_length(9);
+  j->set_splice_offset(8);
+  pb::Job* j2 = run.add_jobs();
+  j2->set_type(pb::JOB_CHECKSUM);
+  j2->set_cipher(pb::CIPHER_AES256_CTS);
+  j2->set_length(5);
+  EXPECT_EQ(SharedBytes(*j), 29u);
+  EXPECT_EQ(RunShareBytes(run), 2u * (29 + 5));
+  run.set_data_shares(std::string(2 * (29 + 5), 's'));
+  const auto sliced = SliceMessageShares(run);
+  EXPECT_EQ(sliced[0].first.size(), 29u);
+  EXPECT_EQ(sliced[1].first.size(), 5u);
+  EXPECT_TRUE(CheckJob(ShapeOf(*j, &sliced[0])).ok()) << CheckJob(ShapeOf(*j, &sliced[0])).detail;
+  j->set_splice_offset(9);
+  EXPECT_EQ(CheckJob(ShapeOf(*j, &sliced[0])).status, pb::JOB_MALFORMED);
+}
+
 TEST(CheckJob, Decrypt) {
   std::string data = Ctr0(7) + std::string(40, 'c') + std::string(16, 't');
   JobShape j{pb::JOB_DECRYPT, pb::CIPHER_AES128, kKeyIdSize, 0, data, ""};

@@ -131,6 +131,25 @@ absl::StatusOr<Program> DecryptProgram(int nr, size_t n) {
   return c.Compile();
 }
 
+absl::StatusOr<Program> SpliceEncryptProgram(int nr, size_t n, size_t m, size_t off) {
+  if (absl::Status st = CheckShape(nr, n); !st.ok()) return st;
+  if (m == 0 || m > kMaxBytes)
+    return absl::InvalidArgumentError("cts: a spliced message is 1 to 65536 bytes");
+  if (off > n - kBlock || n - kBlock - off < kTagBytes)
+    return absl::InvalidArgumentError("cts: the spliced checksum must lie inside P");
+  Circuit c;
+  const UsageKeys k = UsageKeyInputs(c, nr);
+  UsageKeys ck;
+  ck.ipad = StateFromBytes(c.Inputs(160));
+  ck.opad = StateFromBytes(c.Inputs(160));
+  Bits conf_plain = c.Inputs(8 * n);
+  const Bits t = HmacSha1_96(c, ck, c.Inputs(8 * m));
+  const size_t at = 8 * (kBlock + off);
+  for (size_t i = 0; i < t.size(); ++i) conf_plain[at + i] = c.Xor(conf_plain[at + i], t[i]);
+  c.Output(Rfc3962Encrypt(c, k, conf_plain));
+  return c.Compile();
+}
+
 absl::StatusOr<Program> ChecksumProgram(size_t n) {
   if (n > kMaxBytes) return absl::InvalidArgumentError("cts: checksum data over 64 KiB");
   Circuit c;

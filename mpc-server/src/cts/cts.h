@@ -73,6 +73,23 @@ inline constexpr size_t kMaxBytes = 1 << 16;
 absl::StatusOr<Program> EncryptProgram(int nr, size_t n);
 absl::StatusOr<Program> DecryptProgram(int nr, size_t n);
 
+// The PA-REQ-ENC-PA-REP splice (RFC 6806 section 11; kmpc.proto
+// Job.splice_length): the encryption of an AS reply whose plaintext holds
+// T = hmac-sha1-96-aes*(Kc, D), Kc the key's checksum key for usage 56 and
+// D the AS-REQ, at P's bytes [off, off + 12). T is a password verifier, so
+// it exists only as wires: the program XORs it into conf || P (where the
+// KDC left zeros) and encrypts as EncryptProgram(nr, n) does. n = |conf ||
+// P| as there, m = |D| (1 .. kMaxBytes), off + 12 <= n - 16. Inputs per
+// lane, in order: the reply usage's material (UsageMaterialBytes(nr)), the
+// 40 bytes of the checksum's material (dealer.h DealChecksum(K, 56): the
+// ipad state, the opad state), conf || P (n bytes, shared), D (m bytes,
+// shared); outputs: the ciphertext and tag (n + 12 bytes), never T.
+// The checksum's compressions depend on D and its material only, so the
+// as-soon-as-possible schedule runs them beside the reply's CBC blocks and
+// inner compressions before the splice: the depth is about the checksum's
+// plus the reply's work from the spliced block on (cts-circuits.md).
+absl::StatusOr<Program> SpliceEncryptProgram(int nr, size_t n, size_t m, size_t off);
+
 // The checksum hmac-sha1-96-aes* (RFC 3962 section 7) of n bytes: inputs
 // the 40 bytes of dealer.h's DealChecksum, then the data (n bytes, shared
 // or public); outputs the 12-byte checksum. n <= kMaxBytes.

@@ -22,7 +22,13 @@ void WipeWords(std::vector<uint64_t>& v) {
 }
 
 absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n, size_t cf2_bytes,
-                                     uint32_t usage) {
+                                     uint32_t usage, size_t splice_m, size_t splice_off) {
+  if (splice_m != 0 || splice_off != 0) {
+    if (type != pb::JOB_ENCRYPT || cf2_bytes != 0)
+      return absl::InvalidArgumentError(
+          "a splice is for an aes*-cts ENCRYPT under the dealt key only");
+    return cts::SpliceEncryptProgram(nr, n, splice_m, splice_off);
+  }
   if (cf2_bytes != 0) {
     switch (type) {
       case pb::JOB_DECRYPT: return cts::Cf2DecryptProgram(nr, cf2_bytes, usage, n);
@@ -61,9 +67,15 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
   // Sized once: a reallocation would free a copy of the material's share
   // (the round keys' and HMAC states' component) unwiped.
   std::vector<uint8_t> b;
-  b.reserve(t.material->share[c].size() + t.public_in.size() + conf.size() +
-            t.shared_in[c].size());
+  const absl::Span<const uint8_t> splice_material =
+      t.splice_material != nullptr ? absl::MakeConstSpan(t.splice_material->share[c])
+                                   : absl::Span<const uint8_t>();
+  b.reserve(t.material->share[c].size() + splice_material.size() + t.public_in.size() +
+            conf.size() + t.shared_in[c].size());
   b.assign(t.material->share[c].begin(), t.material->share[c].end());
+  // A splice's checksum material follows the reply's (cts.h
+  // SpliceEncryptProgram); P || D follow the confounder as dealt.
+  b.insert(b.end(), splice_material.begin(), splice_material.end());
   // A FAST key's KDC half, right after K's PRF material (cts.h
   // Cf2EncryptProgram's inputs); the rest of shared_in is the message.
   absl::Span<const uint8_t> shared = t.shared_in[c];
@@ -165,20 +177,23 @@ size_t CtsProgramCache::size() const {
 }
 
 CtsProgramCache::Shape CtsProgramCache::MakeShape(pb::JobType type, int nr, size_t n,
-                                                  size_t cf2_bytes, uint32_t usage) {
+                                                  size_t cf2_bytes, uint32_t usage,
+                                                  size_t splice_m, size_t splice_off) {
   return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n, cf2_bytes,
-          cf2_bytes != 0 ? usage : 0};
+          cf2_bytes != 0 ? usage : 0, splice_m, splice_off};
 }
+
+size_t CtsProgramCache::ShapeBytes(const Shape& s) { return std::get<2>(s) + std::get<5>(s); }
 
 CtsProgramCache::Shape ShapeOf(const CtsTask& t) {
-  return CtsProgramCache::MakeShape(t.type, t.nr, t.n, t.cf2_bytes, t.usage);
+  return CtsProgramCache::MakeShape(t.type, t.nr, t.n, t.cf2_bytes, t.usage, t.splice_m,
+                                    t.splice_off);
 }
 
-absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(pb::JobType type,
-                                                                         int nr, size_t n,
-                                                                         size_t cf2_bytes,
-                                                                         uint32_t usage) {
-  const Shape shape = MakeShape(type, nr, n, cf2_bytes, usage);
+absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(
+    pb::JobType type, int nr, size_t n, size_t cf2_bytes, uint32_t usage, size_t splice_m,
+    size_t splice_off) {
+  const Shape shape = MakeShape(type, nr, n, cf2_bytes, usage, splice_m, splice_off);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(shape);
@@ -191,7 +206,7 @@ absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(pb::Job
   ++misses_;
   // Compiled outside the lock: two workers may compile one shape at once;
   // the second insert keeps the first.
-  absl::StatusOr<cts::Program> p = Compile(type, nr, n, cf2_bytes, usage);
+  absl::StatusOr<cts::Program> p = Compile(type, nr, n, cf2_bytes, usage, splice_m, splice_off);
   if (!p.ok()) return p.status();
   return Insert(shape, *std::move(p));
 }
@@ -214,7 +229,8 @@ std::shared_ptr<const cts::Program> CtsProgramCache::Insert(const Shape& shape,
   if (!shapes_path_.empty()) {
     std::ofstream f(shapes_path_, std::ios::app);
     f << std::get<0>(shape) << ' ' << std::get<1>(shape) << ' ' << std::get<2>(shape) << ' '
-      << std::get<3>(shape) << ' ' << std::get<4>(shape) << '\n';
+      << std::get<3>(shape) << ' ' << std::get<4>(shape) << ' ' << std::get<5>(shape) << ' '
+      << std::get<6>(shape) << '\n';
   }
   return program;
 }
@@ -231,9 +247,17 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::strin
   while (std::getline(f, line)) {
     std::istringstream in(line);
     int type = 0, nr = 0;
-    size_t n = 0, cf2 = 0;
+    size_t n = 0, cf2 = 0, splice_m = 0, splice_off = 0;
     uint32_t usage = 0;
     if (!(in >> type >> nr >> n >> cf2 >> usage)) continue;
+    // Two more fields, or none (a line written before the splice).
+    if (!(in >> splice_m)) {
+      in.clear();
+      std::string rest;
+      if (in >> rest) continue;
+    } else if (!(in >> splice_off)) {
+      continue;
+    }
     const bool ok = (type == pb::JOB_DECRYPT || type == pb::JOB_ENCRYPT) ? (nr == 10 || nr == 14)
                     : type == pb::JOB_CHECKSUM                           ? nr == 0 && cf2 == 0
                                                                          : false;
@@ -244,7 +268,14 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::strin
     const bool key_ok = cf2 == 0 ? usage == 0
                                  : (cf2 == 16 || cf2 == 32) &&
                                        std::find(dir.begin(), dir.end(), usage) != dir.end();
-    if (ok && key_ok && n >= 16 && n <= cts::kMaxBytes) all.emplace_back(type, nr, n, cf2, usage);
+    // A splice (cts.h SpliceEncryptProgram): a plain ENCRYPT's, inside P.
+    const bool splice_ok =
+        splice_m == 0 ? splice_off == 0
+                      : type == pb::JOB_ENCRYPT && cf2 == 0 && splice_m <= cts::kMaxBytes &&
+                            n >= cts::kBlock + cts::kTagBytes &&
+                            splice_off <= n - cts::kBlock - cts::kTagBytes;
+    if (ok && key_ok && splice_ok && n >= 16 && n <= cts::kMaxBytes)
+      all.emplace_back(type, nr, n, cf2, usage, splice_m, splice_off);
   }
   std::vector<Shape> out;  // newest first, distinct
   for (auto it = all.rbegin(); it != all.rend() && out.size() < kMaxPrograms / 2; ++it) {
@@ -256,7 +287,8 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::strin
 
 std::vector<CtsProgramCache::Shape> CtsProgramCache::UsualShapes() {
   std::vector<Shape> out;
-  for (int nr : {14, 10}) out.emplace_back(static_cast<int>(pb::JOB_DECRYPT), nr, 44, 0, 0);
+  for (int nr : {14, 10})
+    out.push_back(MakeShape(pb::JOB_DECRYPT, nr, 44, 0, 0));
   return out;
 }
 
@@ -272,7 +304,7 @@ void CtsProgramCache::PrecompileInBackground(std::vector<Shape> shapes) {
       }
       const auto type = static_cast<pb::JobType>(std::get<0>(s));
       absl::StatusOr<cts::Program> p = Compile(type, std::get<1>(s), std::get<2>(s), std::get<3>(s),
-                                              std::get<4>(s));
+                                              std::get<4>(s), std::get<5>(s), std::get<6>(s));
       if (p.ok()) Insert(s, *std::move(p));
     }
   });

@@ -52,34 +52,45 @@ class CtsProgramCache {
   // The program of an aes*-cts job: DECRYPT (n = len(C)), ENCRYPT (n =
   // |conf || P|), CHECKSUM (n = |D|; nr unused); under a FAST key of
   // cf2_bytes (16, 32; 0: the dealt key) for `usage` (cts.h Cf2*Program;
-  // usage unused otherwise). INVALID_ARGUMENT for another type or a shape
+  // usage unused otherwise); an ENCRYPT under the dealt key with
+  // splice_m > 0 the PA-REQ-ENC-PA-REP splice of an m-byte message's
+  // checksum at P's byte splice_off (cts.h SpliceEncryptProgram).
+  // INVALID_ARGUMENT for another type, a splice on another job or a shape
   // cts.h refuses.
   absl::StatusOr<std::shared_ptr<const cts::Program>> Get(pb::JobType type, int nr,
                                                           size_t n, size_t cf2_bytes = 0,
-                                                          uint32_t usage = 0);
+                                                          uint32_t usage = 0,
+                                                          size_t splice_m = 0,
+                                                          size_t splice_off = 0);
 
   uint64_t hits() const { return hits_.load(); }
   uint64_t misses() const { return misses_.load(); }
   size_t bytes() const;
   size_t size() const;  // programs held
 
-  // (job type, nr (0 for CHECKSUM), n, cf2_bytes, usage (0 unless cf2_bytes)),
-  // as Get takes them.
-  using Shape = std::tuple<int, int, size_t, size_t, uint32_t>;
-  // The shape Get(type, nr, n, cf2_bytes, usage) keys its program by.
+  // (job type, nr (0 for CHECKSUM), n, cf2_bytes, usage (0 unless cf2_bytes),
+  // splice_m, splice_off), as Get takes them.
+  using Shape = std::tuple<int, int, size_t, size_t, uint32_t, size_t, size_t>;
+  // The shape Get(type, nr, n, cf2_bytes, usage, splice_m, splice_off)
+  // keys its program by.
   static Shape MakeShape(pb::JobType type, int nr, size_t n, size_t cf2_bytes,
-                         uint32_t usage);
+                         uint32_t usage, size_t splice_m = 0, size_t splice_off = 0);
+  // The sum of n and splice_m: what a shape's program and scratch grow
+  // with (EngineOptions::cts_batch_bytes).
+  static size_t ShapeBytes(const Shape& s);
 
   // A program compiled inside a batch delays the batch by its compile time
   // (~90 ms for a 300-byte reply on an idle core, seconds on a loaded host:
   // past the KDC module's deadline_ms), so a server compiles the shapes it
   // expects before the first batch needs them:
   // Every shape compiled from now on (by Get or in the background) is
-  // appended to path, one "type nr n cf2_bytes usage" line: public lengths of what the KDC
-  // sent. Empty: none recorded.
+  // appended to path, one "type nr n cf2_bytes usage splice_m splice_off"
+  // line: public lengths of what the KDC sent. Empty: none recorded.
   void RecordShapesTo(const std::string& path);
   // The most recent distinct shapes of such a file, at most kMaxPrograms / 2,
-  // oldest first; lines that are no shape Get accepts are skipped.
+  // oldest first; lines that are no shape Get accepts are skipped. A line
+  // of five fields (a file written before the splice) is a shape without
+  // one.
   static std::vector<Shape> ReadShapes(const std::string& path);
   // The timestamp DECRYPTs of MIT's and Heimdal's kinit under both key
   // sizes: PA-ENC-TS-ENC with microseconds of three bytes (from 32,768 on:
@@ -130,7 +141,9 @@ size_t ProgramBytes(const cts::Program& p);
 //   DECRYPT  out = conf || P (n bytes); mismatch = shares of a byte whose
 //            bit 0 is 1 iff the tag is wrong;
 //   ENCRYPT  out = C || T (n + 12 bytes) of conf || P, conf a fresh PRSS
-//            random block (known to nobody);
+//            random block (known to nobody); with a splice, P's bytes
+//            [splice_offset, +12) XORed with the usage-56 checksum of D
+//            (splice_material) first, that checksum never an output;
 //   CHECKSUM out = the 12-byte checksum.
 struct CtsTask {
   size_t job = 0;  // index in the batch
@@ -142,8 +155,15 @@ struct CtsTask {
   // lead shared_in; material is then K's PRF material. 0: the dealt key.
   size_t cf2_bytes = 0;
   const CtsMaterial* material = nullptr;
+  // A usage-3 ENCRYPT's PA-REQ-ENC-PA-REP splice (Job.splice_length,
+  // splice_offset; 0: none): D's length, the checksum's offset in P, and
+  // the key's checksum material for usage 56 (lane input after material).
+  size_t splice_m = 0;
+  size_t splice_off = 0;
+  const CtsMaterial* splice_material = nullptr;
   absl::Span<const uint8_t> public_in;                 // DECRYPT: C || T
-  // ENCRYPT: [X ||] P; CHECKSUM: D; DECRYPT: [X] (X a FAST key's KDC half)
+  // ENCRYPT: [X ||] P [|| D]; CHECKSUM: D; DECRYPT: [X] (X a FAST key's
+  // KDC half, D a splice's message)
   std::array<absl::Span<const uint8_t>, 2> shared_in;
   std::shared_ptr<const cts::Program> program;
   std::array<std::vector<uint8_t>, 2> out;

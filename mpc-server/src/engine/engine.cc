@@ -238,6 +238,9 @@ contract::JobShape ShapeOf(const Job& job) {
                        ctr_encrypt ? 16 * uint64_t{job.nblocks} : uint64_t{job.length},
                        View(job.data), View(job.checksum)};
   s.cts_key = job.cts_key;
+  s.usage = job.usage;
+  s.splice_length = job.splice_length;
+  s.splice_offset = job.splice_offset;
   s.share_sizes[0] = job.data_shares[0].size();
   s.share_sizes[1] = job.data_shares[1].size();
   return s;
@@ -349,9 +352,10 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   PutU64(out, static_cast<uint64_t>(job.pad_after + 1));
   PutU32(out, job.pad_slot);
   // The byte that flagged an encrypt state when a Run could carry a
-  // FINALIZE: now the FAST key (0 for every other job, so the digest's
-  // encoding is unchanged for them).
+  // FINALIZE: now the FAST key (0 for every other job).
   out.push_back(static_cast<uint8_t>(job.cts_key));
+  PutU32(out, job.splice_length);
+  PutU32(out, job.splice_offset);
 }
 
 // Shares of AES_K(c0) and of the keystream of every lane, wiped on
@@ -472,8 +476,8 @@ class Engine::Impl {
     size_t nlanes = 0;
     std::vector<bool> pass;  // tag checks that held
     std::vector<CtsTask> cts;  // the live aes*-cts jobs, in job order
-    // The distinct shapes of `cts` and the sum of their n (PlanCtsJob,
-    // EngineOptions::cts_batch_bytes).
+    // The distinct shapes of `cts` and the sum of their bytes (PlanCtsJob,
+    // CtsProgramCache::ShapeBytes, EngineOptions::cts_batch_bytes).
     std::set<CtsProgramCache::Shape> cts_shapes;
     uint64_t cts_shape_bytes = 0;
   };
@@ -646,7 +650,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v15";
+  static constexpr char kTag[] = "kmpc-batch-v16";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
@@ -891,10 +895,20 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
                         cf2 ? " under a FAST key" : ""));
     return;
   }
-  if (t.material == nullptr) {
+  // A reply's PA-REQ-ENC-PA-REP splice (contract::CheckCtsJob admits it
+  // on a dealt-key usage-3 ENCRYPT only) computes its checksum from the
+  // key's checksum material for usage 56.
+  if (job.splice_length != 0) {
+    t.splice_m = job.splice_length;
+    t.splice_off = job.splice_offset;
+    t.splice_material = w.key->FindCts(CtsKind::kChecksum, contract::kSpliceChecksumUsage);
+  }
+  if (t.material == nullptr || (t.splice_m != 0 && t.splice_material == nullptr)) {
+    const bool splice = t.material != nullptr;
     w.Fail(pb::JOB_UNKNOWN_USAGE,
-           absl::StrCat("no material was dealt for ", checksum ? "checksum " : "", "usage ",
-                        job.usage, " of this key"));
+           absl::StrCat("no material was dealt for ", checksum || splice ? "checksum " : "",
+                        "usage ", splice ? contract::kSpliceChecksumUsage : job.usage,
+                        " of this key", splice ? " (the splice's checksum)" : ""));
     return;
   }
   // A FAST key's half, then (ENCRYPT, CHECKSUM) the message.
@@ -915,18 +929,19 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   // (EngineOptions::cts_batch_bytes); the job's shape is public and the
   // same on every party, so all fail the same jobs.
   const CtsProgramCache::Shape shape = ShapeOf(t);
+  const size_t shape_bytes = CtsProgramCache::ShapeBytes(shape);
   if (b.cts_shapes.count(shape) == 0) {
-    if (b.cts_shape_bytes + t.n > options_.cts_batch_bytes) {
+    if (b.cts_shape_bytes + shape_bytes > options_.cts_batch_bytes) {
       w.Fail(pb::JOB_MALFORMED,
              absl::StrCat("this batch's aes*-cts jobs of distinct lengths would pass ",
                           options_.cts_batch_bytes, " bytes: submit the job in another batch"));
       return;
     }
     b.cts_shapes.insert(shape);
-    b.cts_shape_bytes += t.n;
+    b.cts_shape_bytes += shape_bytes;
   }
-  absl::StatusOr<std::shared_ptr<const cts::Program>> p =
-      CtsProgramCache::Shared().Get(job.type, t.nr, t.n, t.cf2_bytes, t.usage);
+  absl::StatusOr<std::shared_ptr<const cts::Program>> p = CtsProgramCache::Shared().Get(
+      job.type, t.nr, t.n, t.cf2_bytes, t.usage, t.splice_m, t.splice_off);
   if (!p.ok()) {
     w.Fail(pb::JOB_MALFORMED, std::string(p.status().message()));
     return;
@@ -934,7 +949,9 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   const size_t want = checksum ? 40
                       : cf2    ? cts::kBlock * (t.nr + 1)
                                : cts::UsageMaterialBytes(t.nr);
-  if (t.material->share[0].size() != want || t.material->share[1].size() != want) {
+  if (t.material->share[0].size() != want || t.material->share[1].size() != want ||
+      (t.splice_material != nullptr && (t.splice_material->share[0].size() != 40 ||
+                                        t.splice_material->share[1].size() != 40))) {
     w.Fail(pb::JOB_KEY_INCONSISTENT, "the dealt material has the wrong size: re-deal the key");
     return;
   }

@@ -429,6 +429,13 @@ struct Job {
   // data_shares then start with the KDC's half of it. Part of the
   // agreement digest.
   pb::CtsKey cts_key = pb::CTS_KEY_DEALT;
+  // aes*-cts ENCRYPT, usage 3, the dealt key: the PA-REQ-ENC-PA-REP splice
+  // (kmpc.proto Job.splice_length, splice_offset): data_shares hold P then
+  // D (splice_length bytes); the checksum of D under the key's usage-56
+  // checksum material is XORed into P at splice_offset inside the
+  // encryption and never output. 0: none. Part of the agreement digest.
+  uint32_t splice_length = 0;
+  uint32_t splice_offset = 0;
   std::array<std::vector<uint8_t>, 2> data_shares;
 
   Job() = default;
@@ -513,8 +520,9 @@ struct EngineOptions {
   // digest covers it). > 0.
   uint32_t verify_words = protocol::MulLog::kVerifyWords;
   // The aes*-cts shapes one batch may compile and run, as the sum of their
-  // message bytes n (conf || P, or a checksum's data; one term per
-  // distinct (type, nr, n), engine/cts_jobs.h). A program and its
+  // message bytes n (conf || P, plus a spliced message's bytes, or a
+  // checksum's data; one term per distinct shape, engine/cts_jobs.h
+  // CtsProgramCache::ShapeBytes). A program and its
   // evaluation's scratch grow linearly in n (an 8 KiB AES-128 DECRYPT:
   // about 0.3 GiB of gate lists and more of scratch per party), and the
   // batch holds all of its shapes' at once whatever the program cache
@@ -523,7 +531,7 @@ struct EngineOptions {
   // alone (JOB_MALFORMED) before it is compiled, alike on every party.
   // All three parties must agree (the agreement digest covers it). The
   // default lets one job of any length (contract::kMaxCtsBytes) through
-  // beside others; > 0.
+  // beside others, or one spliced reply of the longest P and D alone; > 0.
   uint64_t cts_batch_bytes = 2 * contract::kMaxCtsBytes;
 
   // What Engine::Create checks (chunk_lanes a positive multiple of 64,

@@ -143,7 +143,9 @@ engine::Job ToEngineJob(const pb::Job& in, const contract::MessageShares& sh) {
   else
     job.length = in.length();
   job.cts_key = in.cts_key();
-  if (contract::SharedBytes(in.type(), in.cipher(), in.length(), in.cts_key()) > 0) {
+  job.splice_length = in.splice_length();
+  job.splice_offset = in.splice_offset();
+  if (contract::SharedBytes(in) > 0) {
     // This server's two shares of the message (kmpc.proto
     // RunRequest.data_shares); the engine::Job wipes its copy, Run wipes
     // the request's.

@@ -609,6 +609,153 @@ TEST(CtsMalicious, FastFlippedBitsAreCaughtOrHarmless) {
   EXPECT_TRUE(right(c.Run(jobs, dealt)));
 }
 
+// The PA-REQ-ENC-PA-REP splice (kmpc.proto Job.splice_length): a login's
+// reply ENCRYPT (usage 3, gated on the timestamp) whose shares hold P,
+// with zeros at the offset, then the AS-REQ D. The released reply is C ||
+// T of P with the checksum of D under usage 56 at the offset, that
+// checksum computed in the clear circuits from the dealer's material
+// (cts_test, krb5_interop_test check it against OpenSSL and MIT's
+// krb5_c_make_checksum); no output is longer than C || T and none holds the
+// checksum. Both key sizes; a plain reply in the same batch is unchanged.
+Job SpliceJob(const std::string& id, bool aes256, const Bytes& p, const Bytes& d, size_t off) {
+  Job j = CtsJob(pb::JOB_ENCRYPT, id, aes256, 3, Cat(p, d));
+  j.length = static_cast<uint32_t>(p.size());
+  j.splice_length = static_cast<uint32_t>(d.size());
+  j.splice_offset = static_cast<uint32_t>(off);
+  return j;
+}
+
+Bytes ClearChecksum56(const Bytes& key, const Bytes& d) {
+  auto ck = cts::DealChecksum(key, 56);
+  auto cp = cts::ChecksumProgram(d.size());
+  EXPECT_TRUE(ck.ok() && cp.ok());
+  return Clear(*cp, Cat(ck->bytes, d));
+}
+
+bool Contains(const Bytes& hay, const Bytes& needle) {
+  return std::search(hay.begin(), hay.end(), needle.begin(), needle.end()) != hay.end();
+}
+
+TEST_P(CtsJobs, SplicedReplyHoldsTheRequestChecksum) {
+  CtsCluster c(GetParam());
+  for (const size_t klen : {size_t{16}, size_t{32}}) {
+    const Bytes key = Random(klen);
+    const std::string id = c.AddKey(key);
+    const Bytes conf_ts = Random(16 + 28);
+    const Bytes d = Random(250), d2 = Random(31);
+    Bytes p = Random(300), p2 = Random(12);
+    const size_t off = 300 - 12;
+    std::fill(p.begin() + off, p.end(), 0);
+    std::fill(p2.begin(), p2.end(), 0);
+    const Bytes plain = Random(120);
+    Job enc = SpliceJob(id, klen == 32, p, d, off);
+    enc.release_if_ok = 0;
+    Job enc2 = SpliceJob(id, klen == 32, p2, d2, 0);  // P is the checksum alone
+    Job other = CtsJob(pb::JOB_ENCRYPT, id, klen == 32, 3, plain);
+    auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, klen == 32, 1, ClearEncrypt(key, 1, conf_ts)),
+                    enc, enc2, other});
+    for (size_t j = 0; j < 4; ++j) ExpectStatus(r, j, pb::JOB_OK);
+    EXPECT_EQ(Revealed(r, 0), conf_ts);
+    struct {
+      size_t job;
+      Bytes p, d;
+      size_t off;
+    } cases[] = {{1, p, d, off}, {2, p2, d2, 0}};
+    for (const auto& k : cases) {
+      // Only C || T leaves: n + 12 bytes per share, on every party.
+      for (int i = 0; i < 3; ++i)
+        for (int s = 0; s < 2; ++s)
+          EXPECT_EQ(r[i].jobs[k.job].keystream[s].size(), 16 + k.p.size() + 12);
+      const Bytes out = Revealed(r, k.job);
+      const Bytes back = ClearDecrypt(key, 3, out);
+      EXPECT_EQ(back.back() & 1, 0) << "the cluster's tag does not verify";
+      const Bytes t = ClearChecksum56(key, k.d);
+      Bytes want = k.p;
+      for (size_t b = 0; b < 12; ++b) want[k.off + b] ^= t[b];
+      EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1), want) << klen << " job " << k.job;
+      // The checksum is in no output share nor the released C || T.
+      EXPECT_FALSE(Contains(out, t));
+      for (int i = 0; i < 3; ++i)
+        for (int s = 0; s < 2; ++s) EXPECT_FALSE(Contains(r[i].jobs[k.job].keystream[s], t));
+    }
+    const Bytes back = ClearDecrypt(key, 3, Revealed(r, 3));
+    EXPECT_EQ(back.back() & 1, 0);
+    EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1), plain);
+  }
+}
+
+// A spliced reply whose timestamp fails is withheld like any gated job:
+// nothing of the reply, hence nothing of the checksum, leaves.
+TEST_P(CtsJobs, SplicedReplyIsWithheldWithTheGate) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  Bytes ct = ClearEncrypt(key, 1, Random(44));
+  ct[5] ^= 1;
+  Job enc = SpliceJob(id, true, Bytes(100, 0), Random(90), 40);
+  enc.release_if_ok = 0;
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, true, 1, ct), enc});
+  ExpectStatus(r, 0, pb::JOB_INTEGRITY_FAILED);
+  ExpectStatus(r, 1, pb::JOB_WITHHELD);
+  for (int i = 0; i < 3; ++i)
+    for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[1].keystream[k].empty());
+}
+
+// A key record without the usage-56 checksum material (a key dealt before
+// it was dealt) fails the spliced reply alone with JOB_UNKNOWN_USAGE;
+// the same reply unspliced and the timestamp run.
+TEST_P(CtsJobs, SpliceWithoutChecksumMaterialIsUnknownUsage) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  for (int i = 0; i < 3; ++i)
+    c.Tamper(id, i, [](KeyShares& ks) {
+      ks.cts.erase(std::remove_if(ks.cts.begin(), ks.cts.end(),
+                                  [](const CtsMaterial& m) {
+                                    return m.kind == CtsKind::kChecksum && m.usage == 56;
+                                  }),
+                   ks.cts.end());
+    });
+  const Bytes conf_ts = Random(44), p = Bytes(80, 0);
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, conf_ts)),
+                  SpliceJob(id, false, p, Random(60), 10),
+                  CtsJob(pb::JOB_ENCRYPT, id, false, 3, p)});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  ExpectStatus(r, 1, pb::JOB_UNKNOWN_USAGE);
+  ExpectStatus(r, 2, pb::JOB_OK);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(r[i].jobs[1].detail.find("56"), std::string::npos) << r[i].jobs[1].detail;
+    for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[1].keystream[k].empty());
+  }
+  EXPECT_EQ(Revealed(r, 0), conf_ts);
+}
+
+// A splice the contract refuses (on a DECRYPT, a CHECKSUM, usage 2, past
+// P's end, an offset without a length) fails its job alone, JOB_MALFORMED,
+// nothing computed.
+TEST_P(CtsJobs, MalformedSplicesFailAlone) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  const Bytes conf_ts = Random(44);
+  Job usage2 = SpliceJob(id, true, Bytes(40, 0), Random(20), 0);
+  usage2.usage = 2;
+  Job past = SpliceJob(id, true, Bytes(40, 0), Random(20), 29);
+  Job no_len = CtsJob(pb::JOB_ENCRYPT, id, true, 3, Bytes(40, 0));
+  no_len.splice_offset = 4;
+  Job ck = CtsJob(pb::JOB_CHECKSUM, id, true, 56, Random(40));
+  ck.splice_length = 10;
+  auto r = c.Run({usage2, past, no_len, ck,
+                  CtsJob(pb::JOB_DECRYPT, id, true, 1, ClearEncrypt(key, 1, conf_ts))});
+  for (size_t j = 0; j < 4; ++j) {
+    ExpectStatus(r, j, pb::JOB_MALFORMED);
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty());
+  }
+  ExpectStatus(r, 4, pb::JOB_OK);
+  EXPECT_EQ(Revealed(r, 4), conf_ts);
+}
+
 INSTANTIATE_TEST_SUITE_P(Security, CtsJobs, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "Malicious" : "SemiHonest";
@@ -706,9 +853,9 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   }
   const std::vector<CtsProgramCache::Shape> shapes = CtsProgramCache::ReadShapes(path);
   ASSERT_EQ(shapes.size(), 3u);
-  EXPECT_EQ(shapes[0], (CtsProgramCache::Shape{pb::JOB_CHECKSUM, 0, 50, 0, 0}));
-  EXPECT_EQ(shapes[1], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 10, 20, 0, 0}));
-  EXPECT_EQ(shapes[2], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 14, 44, 32, 54}));
+  EXPECT_EQ(shapes[0], (CtsProgramCache::Shape{pb::JOB_CHECKSUM, 0, 50, 0, 0, 0, 0}));
+  EXPECT_EQ(shapes[1], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 10, 20, 0, 0, 0, 0}));
+  EXPECT_EQ(shapes[2], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 14, 44, 32, 54, 0, 0}));
   CtsProgramCache fresh;
   fresh.PrecompileInBackground(shapes);
   fresh.WaitPrecompiled();
@@ -718,6 +865,38 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   ASSERT_TRUE(fresh.Get(pb::JOB_DECRYPT, 14, 44, 32, 54).ok());
   EXPECT_EQ(fresh.hits(), 3u);
   EXPECT_EQ(fresh.misses(), 0u);
+  {
+    // Spliced replies (seven fields) beside the five-field lines above;
+    // refused: a splice on a DECRYPT or under a FAST key, past P's end, an
+    // offset without a length, six fields.
+    std::ofstream f(path, std::ios::app);
+    f << pb::JOB_DECRYPT << " 14 60 0 0 20 0\n" << pb::JOB_ENCRYPT << " 14 60 32 3 20 0\n"
+      << pb::JOB_ENCRYPT << " 14 60 0 0 20 33\n" << pb::JOB_ENCRYPT << " 14 60 0 0 0 4\n"
+      << pb::JOB_ENCRYPT << " 14 60 0 0 20\n" << pb::JOB_ENCRYPT << " 10 60 0 0 20 32\n";
+  }
+  const auto more = CtsProgramCache::ReadShapes(path);
+  ASSERT_EQ(more.size(), 4u);
+  EXPECT_EQ(more[0], shapes[0]);
+  EXPECT_EQ(more[3], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 60, 0, 0, 20, 32}));
+  {
+    // What Get records for a spliced shape reads back as that shape.
+    std::remove(path.c_str());
+    CtsProgramCache cache;
+    cache.RecordShapesTo(path);
+    ASSERT_TRUE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 32).ok());
+    EXPECT_FALSE(cache.Get(pb::JOB_DECRYPT, 10, 60, 0, 3, 20, 32).ok());
+    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 16, 3, 20, 32).ok());
+    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 33).ok());
+  }
+  const auto spliced = CtsProgramCache::ReadShapes(path);
+  ASSERT_EQ(spliced.size(), 1u);
+  EXPECT_EQ(spliced[0], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 60, 0, 0, 20, 32}));
+  EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 32),
+            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 28));
+  EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 32),
+            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 21, 32));
+  EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 32),
+            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3));
   for (const auto& s : CtsProgramCache::UsualShapes()) {
     EXPECT_EQ(std::get<0>(s), pb::JOB_DECRYPT);
     EXPECT_TRUE(fresh.Get(pb::JOB_DECRYPT, std::get<1>(s), std::get<2>(s)).ok());
@@ -855,6 +1034,37 @@ TEST(CtsAgreement, UnknownFastKeyValuesDoNotSplitThePlans) {
   }
 }
 
+// The agreement digest covers the splice's fields: a KDC that sends one
+// server another splice_length or splice_offset (a checksum at another
+// place, of another message length) gets the batch refused by all three
+// (ABORTED) before any AND, never a reply computed under two plans.
+TEST(CtsAgreement, SpliceFieldsThatDifferRefuseTheBatch) {
+  const Bytes key = Random(32);
+  for (const bool length : {false, true}) {
+    CtsCluster c(true, /*cheater=*/2);  // a plain channel, 5 s receive bound
+    const std::string id = c.AddKey(key);
+    const Bytes p(60, 0), d = Random(40);
+    auto r = c.RunStatus({SpliceJob(id, true, p, d, 20)}, {},
+                         [length](int i, std::vector<Job>& js) {
+                           if (i != 1) return;
+                           if (length) {
+                             // D one byte shorter, P one longer: the same shares.
+                             ++js[0].length;
+                             --js[0].splice_length;
+                           } else {
+                             js[0].splice_offset = 24;
+                           }
+                         });
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_FALSE(r[i].ok()) << (length ? "length" : "offset") << " party " << i;
+      EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << r[i].status();
+    }
+    // The same batch sent alike runs.
+    auto ok = c.Run({SpliceJob(id, true, p, d, 20)});
+    ExpectStatus(ok, 0, pb::JOB_OK);
+  }
+}
+
 // A server whose copy of a material component is wrong (same size): in
 // malicious mode the batch fails on an honest server before the verdict
 // is opened, never a released wrong result nor a verdict on bad material.
@@ -911,6 +1121,24 @@ TEST(CtsBatchBytes, DistinctShapesPastTheBoundFailAlone) {
   EXPECT_EQ(Revealed(r, 3), conf_ts);
   // Each party asked the shared cache for the two admitted shapes only.
   EXPECT_LE(CtsProgramCache::Shared().misses() - misses, 2u * 3u);
+}
+
+// A splice's message counts against the bound with its reply (its program
+// and scratch grow with n + m): a spliced reply whose conf || P alone would
+// fit, but not with D, fails alone; the same reply unspliced runs.
+TEST(CtsBatchBytes, ASplicedMessageCountsAgainstTheBound) {
+  EngineOptions opt;
+  opt.cts_batch_bytes = 600;
+  CtsCluster c(opt);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key);
+  const Bytes p(300, 0);
+  auto r = c.Run({CtsJob(pb::JOB_ENCRYPT, id, false, 3, p),
+                  SpliceJob(id, false, Bytes(200, 0), Random(100), 0)});
+  ExpectStatus(r, 0, pb::JOB_OK);         // 316
+  ExpectStatus(r, 1, pb::JOB_MALFORMED);  // 316 + 216 fits, + 100 does not
+  auto r2 = c.Run({SpliceJob(id, false, Bytes(200, 0), Random(100), 0)});
+  ExpectStatus(r2, 0, pb::JOB_OK);     // 216 + 100
 }
 
 }  // namespace

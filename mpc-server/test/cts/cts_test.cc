@@ -175,6 +175,67 @@ TEST(Rfc3962, ChecksumAndPrfInTheClear) {
 constexpr size_t kTimestamp = 44;  // conf || PA-ENC-TS-ENC: 3 blocks, the last partial
 constexpr size_t kReply = 300;     // conf || EncASRepPart: 19 blocks
 
+// The PA-REQ-ENC-PA-REP splice (RFC 6806 section 11): a lane's inputs
+// (usage-3 material, usage-56 checksum material, conf || P, D) and the
+// reference, OpenSSL's RFC 3962 encryption of conf || P with HMAC-SHA1-96
+// of D under Kc = DK(K, 56 | 0x99) XORed into P at off.
+struct SpliceLane {
+  Bytes in, want, checksum;
+};
+
+SpliceLane MakeSpliceLane(size_t keylen, size_t n, size_t m, size_t off, bool zeros) {
+  const Bytes base = Random(keylen), d = Random(m);
+  Bytes conf_plain = Random(n);
+  if (zeros) std::fill(conf_plain.begin() + 16 + off, conf_plain.begin() + 16 + off + 12, 0);
+  SpliceLane l;
+  l.in = Cat(Cat(Cat(DealUsage(base, 3)->bytes, DealChecksum(base, 56)->bytes), conf_plain), d);
+  const Bytes mac = testing::RefHmac(*DeriveKey(base, Bytes{0, 0, 0, 56, 0x99}), d);
+  l.checksum.assign(mac.begin(), mac.begin() + kTagBytes);
+  for (size_t i = 0; i < kTagBytes; ++i) conf_plain[16 + off + i] ^= mac[i];
+  l.want = testing::RefEncrypt(base, 3, conf_plain);
+  return l;
+}
+
+TEST(Rfc3962, SpliceInTheClear) {
+  struct {
+    size_t n, m, off;
+  } shapes[] = {
+      {28, 1, 0},        // P is the checksum alone
+      {60, 64, 13},      // across a block boundary; D one SHA-1 block
+      {300, 250, 272},   // a reply, the checksum ending P
+      {316, 55, 100},    // mid-P; D fills one compression with its padding
+      {83, 119, 3},      // near P's start
+  };
+  for (size_t keylen : {16, 32}) {
+    const int nr = keylen == 16 ? 10 : 14;
+    for (const auto& sh : shapes) {
+      const auto p = SpliceEncryptProgram(nr, sh.n, sh.m, sh.off);
+      ASSERT_TRUE(p.ok()) << p.status();
+      ASSERT_EQ(p->inputs, 8 * (UsageMaterialBytes(nr) + 40 + sh.n + sh.m));
+      ASSERT_EQ(p->outputs, 8 * (sh.n + kTagBytes));
+      std::vector<SpliceLane> lanes;
+      std::vector<Bytes> in;
+      for (int l = 0; l < 4; ++l) {
+        // Zeros where the checksum goes (as the KDC sends it), and once any
+        // bytes: the checksum is XORed in, not written over.
+        lanes.push_back(MakeSpliceLane(keylen, sh.n, sh.m, sh.off, l != 3));
+        in.push_back(lanes.back().in);
+      }
+      const auto out = testing::RunClear(*p, in);
+      for (size_t l = 0; l < lanes.size(); ++l) {
+        EXPECT_EQ(ToHex(out[l]), ToHex(lanes[l].want))
+            << keylen << " " << sh.n << " " << sh.m << " " << sh.off << " lane " << l;
+      }
+    }
+  }
+  EXPECT_FALSE(SpliceEncryptProgram(14, 300, 0, 0).ok());             // nothing to splice
+  EXPECT_FALSE(SpliceEncryptProgram(14, 300, kMaxBytes + 1, 0).ok());
+  EXPECT_FALSE(SpliceEncryptProgram(14, 300, 250, 273).ok());         // past P's end
+  EXPECT_FALSE(SpliceEncryptProgram(14, 27, 250, 0).ok());            // P shorter than 12
+  EXPECT_FALSE(SpliceEncryptProgram(12, 300, 250, 0).ok());
+  EXPECT_TRUE(SpliceEncryptProgram(10, 28, 1, 0).ok());
+}
+
 // Decryption and encryption of a batch of logins (a base key each) among
 // three parties: outputs reconstruct to the plaintext with a good tag (the
 // mismatch bit set for the one forged tag) and to OpenSSL's ciphertext.
@@ -347,6 +408,41 @@ TEST(Rfc3962, LoginFigures) {
   EXPECT_LE(enc.depth, 6 * 510);
   EXPECT_EQ(both.depth, std::max(dec.depth, enc.depth));
   EXPECT_EQ(both.ands, dec.ands + enc.ands);
+}
+
+// ANDs and AND depth of a reply with the PA-REQ-ENC-PA-REP checksum
+// spliced in (cts.h SpliceEncryptProgram), a realistic shape: a 316-byte
+// conf || EncASRepPart whose last 12 bytes are the checksum (encrypted-
+// pa-data is EncKDCRepPart's last field), a 250-byte AS-REQ; against the
+// plain reply and the checksum alone. The checksum runs beside the reply's
+// work before the splice: the depth is far below the sum of the two.
+TEST(Rfc3962, SpliceFigures) {
+  constexpr size_t kN = 316, kM = 250, kOff = kN - 16 - kTagBytes;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Program sp = *SpliceEncryptProgram(14, kN, kM, kOff);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const Program enc = *EncryptProgram(14, kN);
+  const Program ck = *ChecksumProgram(kM);
+  size_t bytes = 0;
+  for (const auto& l : sp.layers) bytes += 4 * (l.ands.size() + l.xors.size());
+  std::printf("aes256 reply encrypt+HMAC (%zu bytes): %zu ANDs, AND depth %d\n", kN, enc.ands,
+              enc.depth);
+  std::printf("hmac-sha1-96 checksum of a %zu-byte request: %zu ANDs, AND depth %d\n", kM,
+              ck.ands, ck.depth);
+  std::printf("spliced reply (checksum at %zu): %zu ANDs, AND depth %d, %zu slots, "
+              "%.1f MiB of gate lists, compiled in %.0f ms\n",
+              kOff, sp.ands, sp.depth, sp.slots, bytes / 1048576.0, ms);
+  testing::ExpectCounted(sp);
+  // The two circuits' gates, nothing shared between them (different keys).
+  EXPECT_EQ(sp.ands, enc.ands + ck.ands);
+  EXPECT_GT(sp.depth, enc.depth);
+  EXPECT_GT(sp.depth, ck.depth);
+  // After the checksum: at most the last inner compressions and the outer
+  // one (three compressions, the block holding the checksum, the padding's,
+  // the outer) beside the last AES blocks.
+  EXPECT_LE(sp.depth, ck.depth + 3 * 510);
+  EXPECT_LE(sp.depth + 1000, enc.depth + ck.depth);
 }
 
 // ANDs and AND depth of a FAST login (RFC 6113): the client's encrypted

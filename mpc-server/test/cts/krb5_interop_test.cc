@@ -188,6 +188,135 @@ TEST_F(Krb5, ChecksumAndPrfOnSharesAgreeWithKrb5) {
   }
 }
 
+// The PA-REQ-ENC-PA-REP splice (RFC 6806 section 11, cts.h
+// SpliceEncryptProgram) against MIT's code: the reply decrypts with
+// krb5_c_decrypt (usage 3) to P with krb5_c_make_checksum(usage 56, D)
+// at the offset, and krb5_c_verify_checksum accepts those 12 bytes as
+// the checksum of D, as a client's PA-REQ-ENC-PA-REP check does.
+class Krb5Splice : public Krb5 {
+ protected:
+  Bytes Checksum56(const Bytes& key, const Bytes& d) {
+    krb5_keyblock kb = Key(key);
+    krb5_data in{KV5M_DATA, static_cast<unsigned>(d.size()),
+                 reinterpret_cast<char*>(const_cast<uint8_t*>(d.data()))};
+    krb5_checksum ck{};
+    EXPECT_EQ(krb5_c_make_checksum(ctx_, 0, &kb, 56, &in, &ck), 0);
+    Bytes out(ck.contents, ck.contents + ck.length);
+    krb5_free_checksum_contents(ctx_, &ck);
+    return out;
+  }
+  bool Verifies56(const Bytes& key, const Bytes& d, const Bytes& sum) {
+    krb5_keyblock kb = Key(key);
+    krb5_data in{KV5M_DATA, static_cast<unsigned>(d.size()),
+                 reinterpret_cast<char*>(const_cast<uint8_t*>(d.data()))};
+    krb5_checksum ck{};
+    ck.magic = KV5M_CHECKSUM;
+    ck.checksum_type = key.size() == 16 ? CKSUMTYPE_HMAC_SHA1_96_AES128
+                                        : CKSUMTYPE_HMAC_SHA1_96_AES256;
+    ck.length = static_cast<unsigned>(sum.size());
+    ck.contents = const_cast<krb5_octet*>(sum.data());
+    krb5_boolean valid = false;
+    EXPECT_EQ(krb5_c_verify_checksum(ctx_, &kb, 56, &in, &ck, &valid), 0);
+    return valid;
+  }
+  // The spliced plaintext's check: it decrypts, P is `want` but for the
+  // 12 bytes at off, which MIT accepts as D's usage-56 checksum.
+  void ExpectReply(const Bytes& key, const Bytes& out, const Bytes& p, const Bytes& d,
+                   size_t off) {
+    bool ok = false;
+    const Bytes back = Decrypt(key, 3, out, &ok);
+    ASSERT_TRUE(ok) << "krb5_c_decrypt refused the spliced reply";
+    ASSERT_EQ(back.size(), p.size());
+    const Bytes sum(back.begin() + off, back.begin() + off + 12);
+    EXPECT_EQ(ToHex(sum), ToHex(Checksum56(key, d)));
+    EXPECT_TRUE(Verifies56(key, d, sum));
+    Bytes rest = back;
+    std::fill(rest.begin() + off, rest.begin() + off + 12, 0);
+    EXPECT_EQ(ToHex(rest), ToHex(p));
+  }
+};
+
+TEST_F(Krb5Splice, SplicedReplyInTheClearAgreesWithKrb5) {
+  struct {
+    size_t plen, m, off;
+  } shapes[] = {{284, 250, 272}, {12, 1, 0}, {100, 64, 37}, {300, 190, 150}};
+  for (size_t keylen : {16, 32}) {
+    const int nr = keylen == 16 ? 10 : 14;
+    for (const auto& sh : shapes) {
+      const auto prog = SpliceEncryptProgram(nr, 16 + sh.plen, sh.m, sh.off);
+      ASSERT_TRUE(prog.ok()) << prog.status();
+      std::vector<Bytes> keys, ps, ds, in;
+      for (int l = 0; l < 3; ++l) {
+        keys.push_back(Random(keylen));
+        Bytes p = Random(sh.plen);
+        std::fill(p.begin() + sh.off, p.begin() + sh.off + 12, 0);
+        ps.push_back(p);
+        ds.push_back(Random(sh.m));
+        in.push_back(Cat(Cat(DealUsage(keys[l], 3)->bytes, DealChecksum(keys[l], 56)->bytes),
+                         Cat(Cat(Random(16), p), ds[l])));
+      }
+      const auto out = testing::RunClear(*prog, in);
+      for (size_t l = 0; l < keys.size(); ++l) {
+        SCOPED_TRACE(::testing::Message() << keylen << " " << sh.plen << " " << sh.m << " "
+                                          << sh.off << " lane " << l);
+        ASSERT_EQ(out[l].size(), 16 + sh.plen + 12);
+        ExpectReply(keys[l], out[l], ps[l], ds[l], sh.off);
+      }
+    }
+  }
+}
+
+// Three logins' spliced replies on shares, malicious mode, beside a plain
+// reply in the same rounds: the confounders are PRSS shares nobody knows,
+// P and D fresh shares.
+TEST_F(Krb5Splice, SplicedReplyOnSharesAgreesWithKrb5) {
+  ::kmpc::testing::Rep3Cluster cl;
+  const std::array<protocol::Rep3*, 3> rep3 = {cl.rep3[0].get(), cl.rep3[1].get(),
+                                               cl.rep3[2].get()};
+  auto conf = [&] {
+    Views v;
+    for (int i = 0; i < 3; ++i) {
+      for (auto& comp : v[i].comp) comp.resize(16);
+      cl.prss[i]->RandomShares(v[i].comp[0].data(), v[i].comp[1].data(), 16);
+    }
+    return v;
+  };
+  constexpr size_t kP = 284, kM = 250, kOff = kP - 12;
+  std::vector<Bytes> keys, ps, ds;
+  for (int l = 0; l < 3; ++l) {
+    keys.push_back(Random(l == 1 ? 16 : 32));
+    Bytes p = Random(kP);
+    std::fill(p.begin() + kOff, p.end(), 0);
+    ps.push_back(p);
+    ds.push_back(Random(kM));
+  }
+  const Bytes plain_key = Random(32), plain = Random(kP);
+  std::vector<Views> in256, in128;
+  for (int l = 0; l < 3; ++l) {
+    (l == 1 ? in128 : in256)
+        .push_back(testing::Concat({testing::DealViews(DealUsage(keys[l], 3)->bytes),
+                                    testing::DealViews(DealChecksum(keys[l], 56)->bytes), conf(),
+                                    testing::DealViews(ps[l]), testing::DealViews(ds[l])}));
+  }
+  const Views plain_in = testing::Concat(
+      {testing::DealViews(DealUsage(plain_key, 3)->bytes), conf(), testing::DealViews(plain)});
+  const auto s256 = SpliceEncryptProgram(14, 16 + kP, kM, kOff);
+  const auto s128 = SpliceEncryptProgram(10, 16 + kP, kM, kOff);
+  const auto e256 = EncryptProgram(14, 16 + kP);
+  ASSERT_TRUE(s256.ok() && s128.ok() && e256.ok());
+  std::array<absl::Status, 3> st;
+  const auto out = testing::RunSharedJobs(rep3, {&*s256, &*s128, &*e256},
+                                          {in256, in128, {plain_in}}, true, &st);
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(out.size(), 3u);
+  ExpectReply(keys[0], out[0][0], ps[0], ds[0], kOff);
+  ExpectReply(keys[2], out[0][1], ps[2], ds[2], kOff);
+  ExpectReply(keys[1], out[1][0], ps[1], ds[1], kOff);
+  bool ok = false;
+  EXPECT_EQ(ToHex(Decrypt(plain_key, 3, out[2][0], &ok)), ToHex(plain));
+  EXPECT_TRUE(ok);
+}
+
 // FAST (RFC 6113): the encrypted challenge and the strengthened reply key
 // are KRB-FX-CF2(A, K) with A a key the KDC holds (armor key, strengthen
 // key) and K the client's. The KDC's half X = krb5_c_prfplus(A, pepper_a)

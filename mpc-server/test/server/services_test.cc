@@ -473,6 +473,58 @@ TEST_F(ServiceTest, CtsJobsDecryptEncryptAndGate) {
             std::string::npos);
 }
 
+// The PA-REQ-ENC-PA-REP splice through KeyOps.Run (kmpc.proto
+// Job.splice_length, splice_offset): the reply's shares hold P then the
+// request D; the servers return C || T of P with D's usage-56 checksum at
+// the offset, and nothing else for the job.
+TEST_F(ServiceTest, CtsSplicedReplyThroughRun) {
+  const std::string key = Rand(32);
+  const std::string id = PutCtsKey(key);
+  const std::string conf_ts = Rand(44), d = Rand(90);
+  std::string p = Rand(150);
+  const size_t off = 100;
+  p.replace(off, 12, std::string(12, '\0'));
+  const std::string ct = ClearCts(cts::EncryptProgram(14, conf_ts.size()), key, 1, conf_ts);
+  v1::RunRequest req;
+  req.set_batch_id(Rand(16));
+  auto* dj = AddJob(&req, 1, id, v1::JOB_DECRYPT);
+  dj->set_usage(1);
+  dj->set_data(ct);
+  auto* e = AddJob(&req, 2, id, v1::JOB_ENCRYPT);
+  e->set_usage(3);
+  e->set_data(p + d);  // dealt as one message: P || D
+  e->set_release_if_ok(1);
+  e->set_splice_length(static_cast<uint32_t>(d.size()));
+  e->set_splice_offset(static_cast<uint32_t>(off));
+  std::array<v1::RunRequest, 3> reqs = DealMessages(req);
+  for (auto& r : reqs) r.mutable_jobs(1)->set_length(static_cast<uint32_t>(p.size()));
+  std::array<v1::RunResponse, 3> resp;
+  for (auto& st : RunAll(reqs, &resp)) ASSERT_TRUE(st.ok()) << st.error_message();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j)
+      ASSERT_EQ(resp[i].results(j).status(), v1::JOB_OK) << resp[i].results(j).detail();
+  EXPECT_EQ(Combine(resp, 0), conf_ts);
+  const std::string out = Combine(resp, 1);
+  ASSERT_EQ(out.size(), 16 + p.size() + 12);
+  const std::string back = ClearCts(cts::DecryptProgram(14, out.size() - 12), key, 3, out);
+  EXPECT_EQ(back.back() & 1, 0);
+  auto ck = cts::DealChecksum(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()), 56);
+  auto cp = cts::ChecksumProgram(d.size());
+  ASSERT_TRUE(ck.ok() && cp.ok());
+  std::vector<uint8_t> in = ck->bytes;
+  in.insert(in.end(), d.begin(), d.end());
+  std::vector<absl::Span<const uint8_t>> lanes = {in};
+  std::vector<uint64_t> w = cts::PackLanes(lanes, 1), t(cp->outputs);
+  cts::ClearEngine eng;
+  ASSERT_TRUE(cts::Evaluate(*cp, eng, 1, {absl::MakeConstSpan(w), {}}, {absl::MakeSpan(t), {}})
+                  .ok());
+  const std::vector<uint8_t> sum = cts::UnpackLane(t, 1, 0);
+  std::string want = p;
+  for (size_t k = 0; k < 12; ++k) want[off + k] ^= static_cast<char>(sum[k]);
+  EXPECT_EQ(back.substr(16, p.size()), want);
+}
+
 TEST_F(ServiceTest, KeystreamMatchesOpenSslAndCountersAreFresh) {
   std::string k128 = Rand(16), k256 = Rand(32);
   std::string id128 = PutKey(k128), id256 = PutKey(k256);
