@@ -5,7 +5,10 @@
 // docs/design/cts-circuits.md "Jobs").
 //
 // Served: the AS exchange's TIMESTAMP (DECRYPT, usage 1) and REPLY
-// (ENCRYPT, usage 3), both given at begin; and, outside any plan, the two
+// (ENCRYPT, usage 3), both given at begin, the REPLY with the
+// PA-REQ-ENC-PA-REP checksum (REQ_CHECKSUM, usage 56) spliced in
+// (CtsSpliceProblem), FAST's CHALLENGE and KDC_CHALLENGE; and, outside any
+// plan, the two
 // jobs of a service ticket whose server is the key's principal, made by
 // the TGS exchange's finishing round after the presented tickets were
 // checked: the PAC server signature (CHECKSUM, usage 17) and the ticket

@@ -3,7 +3,8 @@
 // ENCRYPT; outside a plan a service ticket's ENCRYPT under usage 2 and
 // CHECKSUM under usage 17), that an ENCRYPT's plaintext goes to the servers as shares only
 // (the contract's check of its shape), and the results handed to the KDC
-// (P of a DECRYPT's conf || P, an ENCRYPT's whole ciphertext).
+// (P of a DECRYPT's conf || P, an ENCRYPT's whole ciphertext); the
+// PA-REQ-ENC-PA-REP splice (P || D as shares, the one plan shape taken).
 #include "cts_items.h"
 
 #include <string>
