@@ -12,8 +12,12 @@ DECRYPT (usage 1), the EncASRepPart their ENCRYPT (usage 3) of XOR shares,
 released only if the timestamp's HMAC-SHA1-96 tag held.
 
 A wrong password must be answered as MIT answers it for a user whose key
-is in the KDB (same kinit message, the failure counted for lockout), and no
-PA-REQ-ENC-PA-REP is made for such a user (docs/limitations.md).
+is in the KDB (same kinit message, the failure counted for lockout). The
+reply carries PA-REQ-ENC-PA-REP (RFC 6806 section 11) with enc-pa-rep, as
+MIT's KDC sends it: its checksum (usage 56 over the request, a password
+verifier) is computed in the cluster and spliced into the reply's plaintext
+before the encryption, in the same Run; so the client records fast_avail
+and a later kinit -T with that ccache uses FAST.
 """
 import os
 import re
@@ -34,6 +38,7 @@ from test_metrics import parse, scrape, value
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
 
 STOCK = {name: f"/usr/bin/{name}" for name in ("kinit", "klist", "kvno", "kdestroy", "kpasswd")}
+TKT_FLG_ENC_PA_REP = 0x00010000  # krb5.h: the reply's enc-pa-rep flag
 SERVICE = "host/svc.kmpc.test"
 MODES = {"semi-honest": "--security=semi-honest", "malicious": ""}
 
@@ -110,13 +115,23 @@ def assert_login(kr, c, princ, password, enctype):
     tgt = [x for x in creds if x["server"][0] == "krbtgt"]
     assert len(tgt) == 1 and len(tgt[0]["key"]) in (16, 32), creds
     assert tgt[0]["key"] != bytes(len(tgt[0]["key"])), "an all-zero session key"
+    # The reply is the servers' aes-cts ENCRYPT with the PA-REQ-ENC-PA-REP
+    # checksum spliced in: enc-pa-rep set, and the client verified the
+    # checksum (else kinit fails) and recorded FAST as available.
+    assert tgt[0]["flags"] & TKT_FLG_ENC_PA_REP, hex(tgt[0]["flags"])
+    assert fast_avail(creds), [x["server"] for x in creds]
     rc, out = c.run("kvno", SERVICE)
     assert rc == 0 and f"{SERVICE}@{kr.realm}: kvno = " in out, out
-    # The reply is the servers' aes-cts ENCRYPT: no enc-pa-rep for it.
     log = kr.kdc_log_text()
     for key in keys_of(kr, princ, password).values():
         assert key.hex() not in log
     return tgt[0]["key"]
+
+
+def fast_avail(creds):
+    """Whether a ccache's credentials hold MIT's fast_avail config entry
+    (written after krb5int_fast_verify_nego() verified PA-REQ-ENC-PA-REP)."""
+    return any(x["server"][:2] == ["krb5_ccache_conf_data", "fast_avail"] for x in creds)
 
 
 def assert_refused_as_stock(kr, c, princ, wrong, ordinary, ordinary_wrong):
@@ -193,6 +208,40 @@ def test_password_stdin_user_logs_in(shared):
     c = Stock(kr)
     assert_login(kr, c, "bob", new, CTS256)
     assert_refused_as_stock(kr, c, "bob", old, "olly", "Olly-pw-0")
+
+
+def test_negotiated_fast_armors_the_next_kinit(shared):
+    """RFC 6806 section 11 with Debian's kinit: the login's reply verifies
+    (the client checks the spliced checksum against its own over the
+    request it sent) and says FAST is available, still in one Run; kinit -T
+    with that ccache then uses FAST for the same user (MIT t_skew's
+    "kinit -T fast_cache"), whose wrong password is still refused."""
+    kr, pw = shared, "Nina-pw-6021"
+    kr.addprinc("nina", pw, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "nina")
+    c = Stock(kr, "nego")
+    c.env["KRB5_TRACE"] = "/dev/stderr"
+    before = kdc_counts(kr)
+    rc, out = c.kinit("nina", pw)
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    assert (one_more_exchange(kr, before)) == (1, 1)
+    assert "FAST negotiation: available" in out, out
+    creds = tickets.ccache_credentials(c.ccache)
+    tgt = [x for x in creds if x["server"][0] == "krbtgt"]
+    assert len(tgt) == 1 and tgt[0]["flags"] & TKT_FLG_ENC_PA_REP, creds
+    assert fast_avail(creds), [x["server"] for x in creds]
+    d = Stock(kr, "armored")
+    d.env["KRB5_TRACE"] = "/dev/stderr"
+    rc, out = d.run("kinit", "-T", "FILE:" + c.ccache, "nina", input=pw + "\n")
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    assert "Using FAST due to armor ccache negotiation result" in out, out
+    assert "Encoding request body and padata into FAST request" in out, out
+    rc, out = d.run("kinit", "-T", "FILE:" + c.ccache, "nina", input="wrong-" + pw + "\n")
+    assert rc != 0 and "Password incorrect" in out, out
+    assert "Using FAST due to armor ccache negotiation result" in out, out
+    rc, out = c.kinit("nina", "wrong-" + pw)
+    assert rc != 0 and "Password incorrect" in out, out
+    assert kr.kdc_alive()
 
 
 def test_no_plaintext_of_the_reply_reaches_any_server(kmpc_factory, tmp_path,

@@ -16,6 +16,15 @@ sees anyway (in the AS-REQ or the AS-REP as sent) is public and not
 looked for. Control: every server's recording holds this login's
 PA-ENC-TIMESTAMP ciphertext (the DECRYPT reached it, the recorder saw the
 traffic) and the user's key id.
+
+The AS-REQ asks for PA-REQ-ENC-PA-REP (RFC 6806 section 11): the reply's
+plaintext then holds the checksum of the request under usage 56, which the
+servers computed on shares of the request and spliced into the reply's
+shares (docs/design/exchange-plan.md section 2). The test checks that
+checksum with its own RFC 3962 code, and that no 8-byte window of the
+request either (dealt as shares like the reply, though public) is in any
+server's recording, outside the timestamp's ciphertext, which is the
+DECRYPT's public input.
 """
 import datetime
 import hashlib
@@ -34,6 +43,8 @@ from test_cts_handles import CTS256, COLD_PROGRAMS, ENCTYPES, assert_only_handle
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
 
 PA_ENC_TIMESTAMP = 2
+PA_REQ_ENC_PA_REP = 149
+HMAC_SHA1_96_AES256 = 16
 WINDOW = 8
 
 
@@ -95,6 +106,12 @@ def rfc3962_decrypt(key, usage, ct):
     tag = hmac.new(_dk(key, usage, 0x55), conf_p, hashlib.sha1).digest()[:12]
     assert hmac.compare_digest(tag, ct[-12:]), "the reply's HMAC-SHA1-96 does not verify"
     return conf_p
+
+
+def rfc3962_checksum(key, usage, msg):
+    """hmac-sha1-96-aes (RFC 3962): HMAC-SHA1 under Kc = DK(key, usage ||
+    0x99), truncated to 12 bytes."""
+    return hmac.new(_dk(key, usage, 0x99), msg, hashlib.sha1).digest()[:12]
 
 
 def test_rfc3962_code_against_known_answers():
@@ -193,14 +210,21 @@ def test_no_window_of_the_timestamp_or_reply_plaintext_reaches_any_server(
         ts_ct = rfc3962_encrypt(key, 1, ts_plain)
         enc = krb_der.seq(krb_der.ctx(0, krb_der.der_int(18)),
                           krb_der.ctx(2, krb_der.der(0x04, ts_ct)))
-        req = _as_req(kr.realm, princ, secrets.randbits(31), [_pa(PA_ENC_TIMESTAMP, enc)])
+        req = _as_req(kr.realm, princ, secrets.randbits(31),
+                      [_pa(PA_ENC_TIMESTAMP, enc), _pa(PA_REQ_ENC_PA_REP, b"")])
         rep = krb_der.send_tcp(kr.kdc_port, req)
         assert rep[:1] == b"\x6b", (rep[:64].hex(), kr.kdc_log_text()[-3000:])
         reply_plain = rfc3962_decrypt(key, 3, _enc_part_cipher(rep))
         # [APPLICATION 25] EncASRepPart, or 26 as MIT encodes AS replies
         # too (RFC 4120 section 5.4.2 lets a client accept either).
         assert reply_plain[16:17] in (b"\x79", b"\x7a"), reply_plain[16:20].hex()
-        logins.append((ts_ct, ts_plain, reply_plain, req + rep))
+        # PA-REQ-ENC-PA-REP: Checksum { cksumtype 16, checksum } over the
+        # request as sent, spliced in by the servers (a zero placeholder
+        # from the KDC would not verify).
+        cksum = krb_der.seq(krb_der.ctx(0, krb_der.der_int(HMAC_SHA1_96_AES256)),
+                            krb_der.ctx(1, krb_der.der(0x04, rfc3962_checksum(key, 56, req))))
+        assert _pa(PA_REQ_ENC_PA_REP, cksum) in reply_plain, reply_plain.hex()
+        logins.append((ts_ct, ts_plain, reply_plain, req + rep, req))
 
     key_id = bytes.fromhex(assert_only_handles(kr, princ)[0][3])
     recs = []
@@ -209,10 +233,21 @@ def test_no_window_of_the_timestamp_or_reply_plaintext_reaches_any_server(
             recs.append(f.read())
     for i, rec in enumerate(recs):
         assert key_id in rec, f"control: party {i} recorded no job under {princ}'s key"
-        for ts_ct, _, _, _ in logins:
+        for ts_ct, _, _, _, _ in logins:
             assert ts_ct in rec, f"control: party {i} did not record the timestamp's DECRYPT"
 
-    for ts_ct, ts_plain, reply_plain, public in logins:
+    for ts_ct, ts_plain, reply_plain, public, req in logins:
+        # The request went as shares of the spliced reply's ENCRYPT: no
+        # window of it outside the timestamp's ciphertext (the DECRYPT's
+        # public input; a window reaching into it may meet its framing).
+        at = req.find(ts_ct)
+        assert at > 0
+        for part in (req[:at], req[at + len(ts_ct):]):
+            for w in sorted(_windows(part)):
+                for i, rec in enumerate(recs):
+                    assert w not in rec, (
+                        f"party {i} received 8 bytes of the AS-REQ at offset "
+                        f"{req.find(w)}: {w.hex()}")
         seen = _windows(public)
         checked = set()
         for what, plain in (("PA-ENC-TS-ENC", ts_plain), ("EncASRepPart", reply_plain)):

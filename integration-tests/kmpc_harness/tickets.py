@@ -10,8 +10,10 @@ from kmpc_harness.cluster import REALM, SERVICE
 
 def ccache_credentials(path):
     """Every credential of a v4 FILE ccache as a dict: server (components),
-    key (the session key's bytes), ticket (offset, length of the ticket's
-    DER in the file)."""
+    key (the session key's bytes), flags (the reply's ticket flags),
+    ticket (offset, length of the ticket's DER in the file). Config entries
+    (krb5_cc_set_config) are credentials too: server
+    ["krb5_ccache_conf_data", name, ...]."""
     with open(path, "rb") as f:
         buf = f.read()
     assert buf[:2] == b"\x05\x04", "not a v4 FILE ccache"
@@ -45,6 +47,7 @@ def ccache_credentials(path):
         server = principal()
         pos += 2                       # keyblock enctype
         ks, kn = data()                # key
+        flags, = struct.unpack_from(">I", buf, pos + 16 + 1)
         pos += 16 + 1 + 4              # times, is_skey, flags
         naddr, = struct.unpack_from(">I", buf, pos)
         pos += 4
@@ -58,7 +61,7 @@ def ccache_credentials(path):
             data()
         tstart, tlen = data()
         data()                         # second ticket
-        creds.append({"server": server, "key": buf[ks:ks + kn],
+        creds.append({"server": server, "key": buf[ks:ks + kn], "flags": flags,
                       "ticket": (tstart, tlen)})
     return creds
 

@@ -138,11 +138,12 @@ absl::Status JobFailure(const pb::JobResult& r) {
 }
 
 // Bytes of each share of what job's dealing carries (contract::SharedBytes):
-// the message, and after it a checksum's presented tag.
+// the message, and after it a checksum's presented tag or an ENCRYPT's
+// spliced message.
 size_t SharedBytes(const Job& job) {
   return contract::SharedBytes(job.type, job.cipher,
                                job.type == pb::JOB_DECRYPT ? 0 : job.input.size(),
-                               job.cts_key);
+                               job.cts_key, job.splice.size());
 }
 
 // Deals job's message, and for a VERIFY_CHECKSUM the presented tag t'
@@ -152,6 +153,16 @@ size_t SharedBytes(const Job& job) {
 absl::Status DealShared(const Job& job, client::DealRandom* random,
                         const std::array<std::string*, kParties>& flat) {
   const size_t n = SharedBytes(job);
+  if (!job.splice.empty()) {
+    // P || D (kmpc.proto Job.splice_length): D is public, dealt as shares
+    // all the same, so the servers see no window of either.
+    if (!job.cf2_half.empty() || job.type != pb::JOB_ENCRYPT)
+      return absl::InvalidArgumentError("a splice on a job that cannot take one");
+    SecureBytes value(job.input.begin(), job.input.end());
+    value.insert(value.end(), job.splice.begin(), job.splice.end());
+    if (value.size() != n) return absl::InvalidArgumentError("a spliced job's shares of the wrong size");
+    return client::DealFlat(absl::MakeConstSpan(value.data(), n), random->Take(n), flat);
+  }
   if (!job.cf2_half.empty()) {
     // A FAST key's KDC half, then an ENCRYPT's plaintext (a DECRYPT's
     // ciphertext is public: Job.data), as one value (cts_items.h).
@@ -386,6 +397,10 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
         // The plaintext never leaves the KDC: only its length, and under
         // an aes*-cts cipher its shares, dealt below (cts_items.h).
         j->set_length(static_cast<uint32_t>(job.input.size()));
+        if (!job.splice.empty()) {
+          j->set_splice_length(static_cast<uint32_t>(job.splice.size()));
+          j->set_splice_offset(job.splice_offset);
+        }
         if (CtsJob(job)) shared.push_back(call->req.jobs_size() - 1);
         break;
       case pb::JOB_CHECKSUM:

@@ -46,8 +46,10 @@ krb5_error_code kmpc_core_submit(kmpc_core *core, const krb5_kdcmpc_job *job,
  * plan (its items given now are queued with what is prepared for the
  * others; their callbacks come through kmpc_core_next), submit a later
  * item's job, end it (its metrics are recorded, its prepared state wiped).
- * CBC-CTS enctypes and the splice are declared by the interface but
- * refused here with EINVAL. */
+ * Items under aes*-cts keys are served as cts_items.h says (the AS
+ * exchange's, a REQ_CHECKSUM only spliced into the REPLY: that item gets
+ * its one callback after the REPLY's, with its code and no output); any
+ * other such item, and any other splice, is refused with EINVAL. */
 krb5_error_code kmpc_core_begin(kmpc_core *core, const krb5_kdcmpc_plan *plan,
                                 krb5_kdcmpc_exchange *exch_out, char **msg_out);
 krb5_error_code kmpc_core_submit_item(kmpc_core *core,

@@ -27,8 +27,9 @@ bool CtsServedUnplanned(const Job& job) {
 
 std::string CtsItemProblem(const PlanItem& p) {
   if (p.role != Role::kTimestamp && p.role != Role::kReply && p.role != Role::kChallenge &&
-      p.role != Role::kKdcChallenge)
-    return "an aes*-cts key in a role other than TIMESTAMP, CHALLENGE, KDC_CHALLENGE or REPLY";
+      p.role != Role::kKdcChallenge && p.role != Role::kReqChecksum)
+    return "an aes*-cts key in a role other than TIMESTAMP, CHALLENGE, KDC_CHALLENGE, "
+           "REQ_CHECKSUM or REPLY";
   if (!p.given) return "an aes*-cts item not given at begin";
   // The encrypted challenge is under FAST keys only, the timestamp under
   // the dealt key only (the servers' direction rule, engine.h).
@@ -39,6 +40,43 @@ std::string CtsItemProblem(const PlanItem& p) {
     return "a TIMESTAMP under a FAST key";
   if (p.role == Role::kReply && !(p.flags & kItemExact))
     return "an aes*-cts REPLY whose length is not exact";
+  return {};
+}
+
+bool SplicedAway(const Plan& plan, size_t i) {
+  for (const PlanItem& p : plan.items)
+    if (p.splice_from >= 0 && static_cast<size_t>(p.splice_from) == i) return true;
+  return false;
+}
+
+std::string CtsSpliceProblem(const Plan& plan, size_t i) {
+  const PlanItem& p = plan.items[i];
+  size_t into = 0;
+  for (const PlanItem& r : plan.items)
+    into += r.splice_from >= 0 && static_cast<size_t>(r.splice_from) == i;
+  if (into > 0 && (p.role != Role::kReqChecksum || into > 1))
+    return "a splice from an item that is no REQ_CHECKSUM, or into two items";
+  if (p.role == Role::kReqChecksum && contract::CtsCipher(p.cipher) && into == 0)
+    return "an aes*-cts REQ_CHECKSUM not spliced into a REPLY (it is never released)";
+  if (p.splice_from < 0) return {};
+  if (static_cast<size_t>(p.splice_from) >= plan.items.size() ||
+      static_cast<size_t>(p.splice_from) == i)
+    return "a splice from outside the plan";
+  const PlanItem& c = plan.items[p.splice_from];
+  if (p.role != Role::kReply || !contract::CtsCipher(p.cipher) || p.type != pb::JOB_ENCRYPT ||
+      p.usage != contract::kSpliceReplyUsage || p.cts_key != pb::CTS_KEY_DEALT || !p.given ||
+      !(p.flags & kItemExact))
+    return "a splice into an item other than a given, exact aes*-cts REPLY under the dealt key";
+  if (c.role != Role::kReqChecksum || c.type != pb::JOB_CHECKSUM ||
+      c.usage != contract::kSpliceChecksumUsage || c.cipher != p.cipher ||
+      c.key_id != p.key_id || !c.given || c.cts_key != pb::CTS_KEY_DEALT)
+    return "a splice from an item other than a given REQ_CHECKSUM of the reply's key";
+  if (c.length == 0 || c.length > contract::kMaxCtsBytes)
+    return absl::StrCat("a spliced message of ", c.length, " bytes (1 to ",
+                        contract::kMaxCtsBytes, ")");
+  if (p.splice_offset > p.length || p.length - p.splice_offset < contract::kSpliceBytes)
+    return absl::StrCat("a splice at ", p.splice_offset, " of a ", p.length,
+                        "-byte plaintext (12 bytes must fit)");
   return {};
 }
 
@@ -55,7 +93,8 @@ absl::Status CtsCheckResult(const Job& job, pb::JobStatus status, int k) {
 
 size_t CtsSharedBytes(const Job& job) {
   return contract::SharedBytes(job.type, job.cipher,
-                               job.type == pb::JOB_DECRYPT ? 0 : job.input.size(), job.cts_key);
+                               job.type == pb::JOB_DECRYPT ? 0 : job.input.size(), job.cts_key,
+                               job.splice.size());
 }
 
 absl::Status CtsResult(const Job& job, SecureBytes* value) {

@@ -5,7 +5,10 @@
 // docs/design/cts-circuits.md "Jobs").
 //
 // Served: the AS exchange's TIMESTAMP (DECRYPT, usage 1) and REPLY
-// (ENCRYPT, usage 3), both given at begin; and, outside any plan, the two
+// (ENCRYPT, usage 3), both given at begin, the REPLY with the
+// PA-REQ-ENC-PA-REP checksum (REQ_CHECKSUM, usage 56) spliced in
+// (CtsSpliceProblem), FAST's CHALLENGE and KDC_CHALLENGE; and, outside any
+// plan, the two
 // jobs of a service ticket whose server is the key's principal, made by
 // the TGS exchange's finishing round after the presented tickets were
 // checked: the PAC server signature (CHECKSUM, usage 17) and the ticket
@@ -46,8 +49,21 @@ absl::Status CtsJobServed(const Job& job);
 bool CtsServedUnplanned(const Job& job);
 
 // Why plan item p under an aes*-cts cipher is not served (empty: it is):
-// only TIMESTAMP and REPLY, given at begin, and the REPLY exact.
+// only TIMESTAMP, REPLY, FAST's CHALLENGE and KDC_CHALLENGE, and
+// REQ_CHECKSUM, given at begin, and the REPLY exact.
 std::string CtsItemProblem(const PlanItem& p);
+
+// Why the splice of item i of plan, or into it, is not served (empty: it
+// is, or there is none). The one splice served (kmpc.proto
+// Job.splice_length, RFC 6806 section 11): a given, exact aes*-cts REPLY
+// (ENCRYPT, usage 3) under the dealt key takes the checksum of a given
+// REQ_CHECKSUM item (CHECKSUM, usage 56) of the same key id and cipher, of
+// a message within contract::kMaxCtsBytes, into its plaintext's bytes
+// [splice_offset, +12). Such a REQ_CHECKSUM is spliced into exactly one
+// REPLY and is never a job of its own (its checksum is a password
+// verifier: never released); an aes*-cts REQ_CHECKSUM that is not spliced
+// is refused.
+std::string CtsSpliceProblem(const Plan& plan, size_t i);
 
 // Whether the agreed public result of request job k under an aes*-cts
 // cipher is well formed: JOB_OK (either type) or JOB_INTEGRITY_FAILED (a

@@ -147,13 +147,14 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
   const absl::Time now = absl::Now();
   std::vector<bool> seen(plan.items.size(), false);
   size_t stated = 0;  // items the plan says are given now
-  for (const PlanItem& p : plan.items) stated += p.given;
+  for (size_t i = 0; i < plan.items.size(); ++i)
+    stated += plan.items[i].given && !SplicedAway(plan, i);
   if (given.size() != stated)
     return absl::InvalidArgumentError(absl::StrCat(
         "the plan gives ", stated, " items now, the call ", given.size()));
   for (ItemJob& g : given) {
     if (g.item < 0 || static_cast<size_t>(g.item) >= plan.items.size() ||
-        !plan.items[g.item].given || seen[g.item])
+        !plan.items[g.item].given || SplicedAway(plan, g.item) || seen[g.item])
       return absl::InvalidArgumentError(
           absl::StrCat("item ", g.item, " is not given in the plan, or twice"));
     seen[g.item] = true;

@@ -11,11 +11,15 @@ contract::JobShape ShapeOf(const Job& job) {
   s.type = job.type;
   s.cipher = job.cipher;
   s.key_id_size = job.key_id.size();
+  s.usage = job.usage;
+  s.splice_length = job.splice.size();
+  s.splice_offset = job.splice_offset;
   if (job.type == pb::JOB_ENCRYPT) {
     s.length = job.input.size();
-    // An aes*-cts ENCRYPT's plaintext goes as shares (cts_items.h).
-    s.share_sizes[0] = s.share_sizes[1] =
-        contract::SharedBytes(job.type, job.cipher, s.length, job.cts_key);
+    // An aes*-cts ENCRYPT's plaintext, and a spliced message after it, go
+    // as shares (cts_items.h).
+    s.share_sizes[0] = s.share_sizes[1] = contract::SharedBytes(
+        job.type, job.cipher, s.length, job.cts_key, s.splice_length);
   } else if (job.type == pb::JOB_CHECKSUM ||
              job.type == pb::JOB_VERIFY_CHECKSUM) {
     // Sent as shares of the message, each as long as it (kmpc.proto

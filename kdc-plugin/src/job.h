@@ -89,6 +89,13 @@ struct Job {
   // leaves the KDC only as fresh shares, before an ENCRYPT's plaintext).
   kmpc::v1::CtsKey cts_key = kmpc::v1::CTS_KEY_DEALT;
   SecureBytes cf2_half;
+  // aes*-cts ENCRYPT under usage 3 and the dealt key (kmpc.proto
+  // Job.splice_length, splice_offset): the message D (the AS-REQ as
+  // received) whose usage-56 checksum the servers XOR into the plaintext's
+  // bytes [splice_offset, +12) before encrypting it. D goes as shares after
+  // the plaintext's, like it; the checksum is never released. Empty: none.
+  SecureBytes splice;
+  uint32_t splice_offset = 0;
 };
 
 // A job from Submit to its Result: queued by the dispatcher, then owned by

@@ -252,8 +252,19 @@ struct kmpc_core {
     krb5_kdcmpc_done_fn done;
     void* arg;
     krb5_kdcmpc_exchange exchange;
+    // A REPLY with a splice: the spliced REQ_CHECKSUM item's callback,
+    // completed after it with its code and no output (cts_items.h).
+    krb5_kdcmpc_done_fn spliced_done = nullptr;
+    void* spliced_arg = nullptr;
   };
   std::unordered_map<uint64_t, Waiting> pending;
+  // Completions owed after the one kmpc_core_next returned (spliced items).
+  struct Owed {
+    krb5_kdcmpc_done_fn done;
+    void* arg;
+    krb5_error_code code;
+  };
+  std::deque<Owed> owed;
   uint64_t next_token = 1;
   uint64_t next_exchange = 1;
   bool kick = false;
@@ -459,9 +470,11 @@ namespace kmpc::kdc {
 namespace {
 
 // The core's plan of a kdcmpc plan, and the jobs of its items given now
-// (tokens not yet assigned). What the core does not serve yet is refused:
-// the splice; items under aes*-cts keys other than the AS exchange's
-// TIMESTAMP and REPLY (Planner::Check, cts_items.h).
+// (tokens not yet assigned). What the core does not serve is refused
+// (Planner::Check, cts_items.h): items under aes*-cts keys other than the
+// AS exchange's, and any splice but a REQ_CHECKSUM's into an aes*-cts
+// REPLY, whose job then carries the checksum's message (Job::splice) and
+// the REQ_CHECKSUM no job of its own.
 absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
                      std::vector<ItemJob>* given) {
   if (in == nullptr || in->n_items < 1 || in->n_items > kMaxPlanItems ||
@@ -471,16 +484,25 @@ absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
     return absl::InvalidArgumentError("unknown exchange kind");
   out->kind = static_cast<ExchangeKind>(in->kind);
   for (size_t i = 0; i < in->n_items; ++i) {
+    const int from = in->items[i].splice_from;
+    if (from != KRB5_KDCMPC_NO_ITEM &&
+        (from < 0 || static_cast<size_t>(from) >= in->n_items ||
+         in->items[from].input.length == 0 || in->items[from].input.data == nullptr))
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan item ", i, ": a splice from no item given now"));
+  }
+  for (size_t i = 0; i < in->n_items; ++i) {
     const krb5_kdcmpc_item& it = in->items[i];
     PlanItem p;
     p.role = static_cast<Role>(it.role);
     p.type = JobTypeOf(it.type);
     p.cipher = CipherOfEnctype(it.enctype);
     if (it.key_id == nullptr || p.cipher == kmpc::v1::CIPHER_UNSPECIFIED ||
-        it.splice_from != KRB5_KDCMPC_NO_ITEM ||
         (it.ctr0.length > 0 && it.ctr0.data == nullptr))
       return absl::InvalidArgumentError(absl::StrCat(
-          "plan item ", i, ": no key id, not an MPC enctype, or a splice"));
+          "plan item ", i, ": no key id, or not an MPC enctype"));
+    p.splice_from = it.splice_from == KRB5_KDCMPC_NO_ITEM ? -1 : it.splice_from;
+    p.splice_offset = it.splice_offset;
     p.key_id.assign(reinterpret_cast<const char*>(it.key_id), KRB5_KDCMPC_KEY_ID_LEN);
     p.usage = static_cast<uint32_t>(it.usage);
     p.flags = it.flags;
@@ -519,6 +541,23 @@ absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
     }
     out->items.push_back(std::move(p));
   }
+  // A spliced item's message goes with the job it is spliced into; it is
+  // no job of its own (Dispatcher::Begin counts it so).
+  std::vector<ItemJob> jobs;
+  for (ItemJob& g : *given) {
+    if (SplicedAway(*out, static_cast<size_t>(g.item))) continue;
+    const int from = out->items[g.item].splice_from;
+    if (from >= 0) {
+      const krb5_data& d = in->items[from].input;
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(d.data);
+      g.job.splice.assign(b, b + d.length);
+      if (out->items[g.item].splice_offset > UINT32_MAX)
+        return absl::InvalidArgumentError("a splice offset over 2^32");
+      g.job.splice_offset = static_cast<uint32_t>(out->items[g.item].splice_offset);
+    }
+    jobs.push_back(std::move(g));
+  }
+  *given = std::move(jobs);
   return absl::OkStatus();
 }
 
@@ -544,9 +583,14 @@ extern "C" krb5_error_code kmpc_core_begin(kmpc_core* core,
     }
     if (st.ok()) st = core->router->Begin(x->id, std::move(p), std::move(given));
     if (!st.ok()) return Refused(core, st, msg_out);
-    for (const auto& [token, item] : tokens)
-      core->pending.emplace(token, kmpc_core::Waiting{plan->items[item].done,
-                                                      plan->items[item].arg, x.get()});
+    for (const auto& [token, item] : tokens) {
+      kmpc_core::Waiting w{plan->items[item].done, plan->items[item].arg, x.get()};
+      if (const int from = plan->items[item].splice_from; from != KRB5_KDCMPC_NO_ITEM) {
+        w.spliced_done = plan->items[from].done;
+        w.spliced_arg = plan->items[from].arg;
+      }
+      core->pending.emplace(token, w);
+    }
     *exch_out = x.release();
     return 0;
   } catch (const std::bad_alloc&) {
@@ -653,6 +697,15 @@ extern "C" int kmpc_core_next_log(kmpc_core* core, int* level_out,
 
 extern "C" int kmpc_core_next(kmpc_core* core, kmpc_completion* out) {
   memset(out, 0, sizeof(*out));
+  if (!core->owed.empty()) {
+    const kmpc_core::Owed o = core->owed.front();
+    core->owed.pop_front();
+    out->done = o.done;
+    out->arg = o.arg;
+    out->code = o.code;
+    out->output.magic = KV5M_DATA;
+    return 1;
+  }
   try {
     kmpc::kdc::Result r;
     for (;;) {
@@ -663,6 +716,9 @@ extern "C" int kmpc_core_next(kmpc_core* core, kmpc_completion* out) {
       out->arg = it->second.arg;
       if (it->second.exchange != nullptr && !r.status.ok())
         it->second.exchange->failed = true;
+      if (it->second.spliced_done != nullptr)
+        core->owed.push_back({it->second.spliced_done, it->second.spliced_arg,
+                              KrbErrorFromStatus(r.status)});
       core->pending.erase(it);
       core->metrics->JobDone(r.status);
       break;

@@ -45,12 +45,20 @@ struct PlanItem {
   // key whose KDC half the given job carries (Job::cf2_half), or the dealt
   // key.
   kmpc::v1::CtsKey cts_key = kmpc::v1::CTS_KEY_DEALT;
+  // An aes*-cts REPLY (krb5_kdcmpc_item.splice_from, splice_offset): the
+  // REQ_CHECKSUM item whose checksum the servers put into its plaintext at
+  // splice_offset (cts_items.h); -1: none.
+  int splice_from = -1;
+  size_t splice_offset = 0;
 };
 
 struct Plan {
   ExchangeKind kind = ExchangeKind::kTgs;
   std::vector<PlanItem> items;
 };
+// Whether item i of plan is spliced into another item (its splice_from):
+// given, yet no job of its own; it completes with that item's job.
+bool SplicedAway(const Plan& plan, size_t i);
 
 // The job of a plan item given at begin, with the caller's token for it.
 struct ItemJob {

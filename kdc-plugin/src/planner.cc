@@ -83,6 +83,7 @@ static std::string ItemProblem(const Plan& plan, size_t i) {
   if (!contract::KnownCipher(p.cipher)) return "an unknown cipher";
   if (contract::CtsCipher(p.cipher))
     if (std::string why = CtsItemProblem(p); !why.empty()) return why;
+  if (std::string why = CtsSpliceProblem(plan, i); !why.empty()) return why;
   if (p.key_id.size() != contract::kKeyIdSize) return "a key id of the wrong size";
   if (p.length > contract::kMaxJobBytes) return "a length over the job limit";
   if ((p.flags & kItemGated) &&

@@ -3,7 +3,8 @@
 // ENCRYPT; outside a plan a service ticket's ENCRYPT under usage 2 and
 // CHECKSUM under usage 17), that an ENCRYPT's plaintext goes to the servers as shares only
 // (the contract's check of its shape), and the results handed to the KDC
-// (P of a DECRYPT's conf || P, an ENCRYPT's whole ciphertext).
+// (P of a DECRYPT's conf || P, an ENCRYPT's whole ciphertext); the
+// PA-REQ-ENC-PA-REP splice (P || D as shares, the one plan shape taken).
 #include "cts_items.h"
 
 #include <string>
@@ -215,6 +216,112 @@ TEST(CtsItemsTest, FastItemsTakeTheirKeysHalfAsShares) {
   Plan usage = plan;  // a role's usage is fixed
   usage.items[1].usage = 54;
   EXPECT_FALSE(Planner::Check(usage).ok());
+}
+
+// The PA-REQ-ENC-PA-REP splice (cts_items.h CtsSpliceProblem, kmpc.proto
+// Job.splice_length): one ENCRYPT whose shares are P then D, the request,
+// dealt like P though it is public; the checksum goes into P inside the
+// cluster and its 12 bytes are never a result of their own.
+TEST(CtsItemsTest, ASplicedReplyDealsItsPlaintextThenTheRequest) {
+  Job enc = CtsJobOf(pb::JOB_ENCRYPT, 250);
+  enc.splice.assign(180, 0x30);
+  enc.splice_offset = 200;
+  EXPECT_EQ(CtsSharedBytes(enc), 250u + 180u);
+  const contract::JobShape s = ShapeOf(enc);
+  EXPECT_TRUE(s.data.empty());
+  EXPECT_EQ(s.share_sizes[0], 430u);
+  EXPECT_EQ(s.splice_length, 180u);
+  EXPECT_EQ(s.splice_offset, 200u);
+  EXPECT_TRUE(CheckJob(enc).ok()) << CheckJob(enc);
+  // The revealed value is the reply's ciphertext only.
+  EXPECT_EQ(contract::RevealedShareBytes(s, pb::JOB_OK),
+            contract::kCtsConfounder + 250 + contract::kCtsTag);
+  Job late = enc;  // 12 bytes must fit in P
+  late.splice_offset = 239;
+  EXPECT_EQ(CheckJob(late).code(), absl::StatusCode::kInvalidArgument);
+  Job ticket = enc;  // a splice into another usage than the AS reply's
+  ticket.usage = 2;
+  EXPECT_EQ(CheckJob(ticket).code(), absl::StatusCode::kInvalidArgument);
+  Job fast = enc;  // nor under a FAST key
+  fast.cts_key = pb::CTS_KEY_CF2_AES256;
+  fast.cf2_half.assign(32, 0x5a);
+  EXPECT_EQ(CheckJob(fast).code(), absl::StatusCode::kInvalidArgument);
+  Job offset_only = CtsJobOf(pb::JOB_ENCRYPT, 250);
+  offset_only.splice_offset = 4;
+  EXPECT_EQ(CheckJob(offset_only).code(), absl::StatusCode::kInvalidArgument);
+}
+
+Plan SplicedAsPlan() {
+  Plan plan;
+  plan.kind = ExchangeKind::kAs;
+  plan.items.push_back(CtsItem(Role::kTimestamp, pb::JOB_DECRYPT, 1, true));
+  PlanItem cksum = CtsItem(Role::kReqChecksum, pb::JOB_CHECKSUM, 56, true);
+  cksum.length = 180;
+  PlanItem reply = CtsItem(Role::kReply, pb::JOB_ENCRYPT, 3, true);
+  reply.length = 250;
+  reply.splice_from = 1;
+  reply.splice_offset = 200;
+  for (PlanItem* p : {&cksum, &reply}) {
+    p->flags |= kItemGated;
+    p->gate = 0;
+  }
+  plan.items.push_back(cksum);
+  plan.items.push_back(reply);
+  return plan;
+}
+
+TEST(CtsItemsTest, PlannerTakesTheRequestChecksumSplicedIntoTheReplyOnly) {
+  const Plan plan = SplicedAsPlan();
+  EXPECT_TRUE(Planner::Check(plan).ok()) << Planner::Check(plan);
+  EXPECT_TRUE(SplicedAway(plan, 1));
+  EXPECT_FALSE(SplicedAway(plan, 2));
+  auto refused = [](const Plan& p, const char* what) {
+    const absl::Status st = Planner::Check(p);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << what;
+  };
+  Plan alone = plan;  // the checksum released on its own: never
+  alone.items[2].splice_from = -1;
+  refused(alone, "a REQ_CHECKSUM not spliced");
+  Plan from_ts = plan;
+  from_ts.items[2].splice_from = 0;
+  refused(from_ts, "a splice from the TIMESTAMP");
+  Plan self = plan;
+  self.items[2].splice_from = 2;
+  refused(self, "a splice from itself");
+  Plan outside = plan;
+  outside.items[2].splice_from = 7;
+  refused(outside, "a splice from outside the plan");
+  Plan other_key = plan;
+  other_key.items[1].key_id = std::string(contract::kKeyIdSize, 'd');
+  refused(other_key, "a checksum under another key");
+  Plan other_cipher = plan;
+  other_cipher.items[1].cipher = pb::CIPHER_AES256_CTS;
+  refused(other_cipher, "a checksum under another cipher");
+  Plan fast = plan;
+  fast.items[2].cts_key = pb::CTS_KEY_CF2_AES128;
+  refused(fast, "a splice into a reply under a FAST key");
+  Plan late = plan;
+  late.items[2].splice_offset = 239;
+  refused(late, "12 bytes past the plaintext");
+  Plan not_given = plan;
+  not_given.items[1].given = false;
+  refused(not_given, "a checksum not given at begin");
+  Plan into_challenge = plan;  // a splice into another item than the REPLY
+  into_challenge.items[2].role = Role::kKdcChallenge;
+  into_challenge.items[2].usage = 55;
+  into_challenge.items[2].cts_key = pb::CTS_KEY_CF2_AES128;
+  refused(into_challenge, "a splice into a KDC_CHALLENGE");
+  Plan twice = plan;  // one checksum into two replies
+  twice.items.push_back(twice.items[2]);
+  refused(twice, "one checksum spliced twice");
+  Plan big = plan;
+  big.items[1].length = contract::kMaxCtsBytes + 1;
+  refused(big, "a request over the aes*-cts limit");
+  // A ctr-mpc plan item takes no splice either.
+  Plan ctr = plan;
+  for (PlanItem& p : ctr.items) p.cipher = pb::CIPHER_AES128;
+  ctr.items[0].length = 16 + 60 + 16;
+  refused(ctr, "a splice under ctr-mpc keys");
 }
 
 }  // namespace

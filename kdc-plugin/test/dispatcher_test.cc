@@ -184,6 +184,59 @@ TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
   EXPECT_EQ(jobs, 3);
 }
 
+// The PA-REQ-ENC-PA-REP splice (kmpc.proto Job.splice_length): an aes*-cts
+// reply ENCRYPT carrying the AS-REQ goes as one job whose shares are P
+// then D, both dealt afresh (D is public, dealt all the same), with the
+// splice's length and offset in the clear; no party sees a window of
+// either in its request.
+TEST_P(FakeBatcherTest, ASplicedReplyGoesAsSharesOfItsPlaintextThenTheRequest) {
+  auto b = Make(BatcherOptions());
+  const std::string plain =
+      "EncASRepPart: session key 0123456789abcdef0123456789abcdef, cksum here.....";
+  const std::string req = "AS-REQ as received: padata, req-body, nonce 4242, till, etypes";
+  Job j;
+  j.type = kmpc::v1::JOB_ENCRYPT;
+  j.cipher = kmpc::v1::CIPHER_AES256_CTS;
+  j.key_id = kKeyId;
+  j.usage = 3;
+  j.input.assign(plain.begin(), plain.end());
+  j.splice.assign(req.begin(), req.end());
+  j.splice_offset = 60;
+  ASSERT_TRUE(b->Submit(1, std::move(j)).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  std::array<kmpc::v1::RunRequest, 3> got;
+  for (int p = 0; p < 3; ++p) {
+    const std::vector<std::string> sent = fake_.received(p);
+    ASSERT_EQ(sent.size(), 1u) << p;
+    const std::string& raw = sent[0];
+    for (size_t at = 0; at + 8 <= plain.size(); at += 4)
+      EXPECT_EQ(raw.find(plain.substr(at, 8)), std::string::npos) << p << " " << at;
+    for (size_t at = 0; at + 8 <= req.size(); at += 4)
+      EXPECT_EQ(raw.find(req.substr(at, 8)), std::string::npos) << p << " " << at;
+    ASSERT_TRUE(got[p].ParseFromString(raw));
+    ASSERT_EQ(got[p].jobs_size(), 1);
+    const kmpc::v1::Job& k = got[p].jobs(0);
+    EXPECT_TRUE(k.data().empty());
+    EXPECT_EQ(k.length(), plain.size());
+    EXPECT_EQ(k.splice_length(), req.size());
+    EXPECT_EQ(k.splice_offset(), 60u);
+    EXPECT_EQ(contract::SharedBytes(k), plain.size() + req.size());
+  }
+  std::array<std::pair<std::string, std::string>, 3> s;
+  for (int p = 0; p < 3; ++p) {
+    const contract::MessageShares m = contract::SliceMessageShares(got[p])[0];
+    s[p] = {std::string(m.first), std::string(m.second)};
+    ASSERT_EQ(s[p].first.size(), plain.size() + req.size());
+  }
+  std::string d = s[0].first;
+  for (int p = 0; p < 3; ++p) {
+    EXPECT_EQ(s[p].second, s[(p + 1) % 3].first);
+    if (p > 0)
+      for (size_t i = 0; i < d.size(); ++i) d[i] ^= s[p].first[i];
+  }
+  EXPECT_EQ(d, plain + req);  // P || D
+}
+
 // Self-clocked batches by default: a lone job goes at once on an idle
 // cluster, not after the window.
 TEST_P(BatcherTest, LoneJobDoesNotWaitForTheWindowByDefault) {

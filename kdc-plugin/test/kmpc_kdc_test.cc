@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/prctl.h>
 
 #include <chrono>
@@ -229,6 +230,80 @@ TEST_F(KmpcKdcTest, PlansAreCheckedAndTheirGivenItemsCompleteThroughTheLoop) {
   ASSERT_EQ(done_.calls, 1) << "no completion within 10 s";
   EXPECT_EQ(done_.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
   EXPECT_EQ(other.calls, 0);
+  vt.end(ctx_, data_, x);
+}
+
+// The PA-REQ-ENC-PA-REP splice as the KDC states it (kdc_mpc_as.c): the
+// REQ_CHECKSUM item given now is no job of its own; it completes once,
+// with no output and the code of the REPLY it is spliced into. Any other
+// splice is refused at begin.
+TEST_F(KmpcKdcTest, ASplicedChecksumCompletesWithItsReplyAndNothingElse) {
+  krb5_kdcmpc_vtable_st vt{};
+  ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 2, reinterpret_cast<krb5_plugin_vtable>(&vt)), 0);
+  ASSERT_EQ(Init(UnreachableCluster()), 0) << Message(0);
+  char ts[16 + 30 + 12] = {0};
+  char req[180];
+  char reply[250];
+  memset(req, 0x30, sizeof(req));
+  memset(reply, 0, sizeof(reply));
+  Done ts_done, cksum_done;
+  krb5_kdcmpc_item items[3] = {};
+  items[0].role = KRB5_KDCMPC_ROLE_TIMESTAMP;
+  items[0].type = KRB5_KDCMPC_DECRYPT;
+  items[0].enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+  items[0].key_id = key_id_;
+  items[0].usage = 1;
+  items[0].flags = KRB5_KDCMPC_ITEM_EXACT;
+  items[0].length = sizeof(ts);
+  items[0].gate = items[0].ticket = items[0].splice_from = KRB5_KDCMPC_NO_ITEM;
+  items[0].input = krb5_data{KV5M_DATA, sizeof(ts), ts};
+  items[0].done = OnDone;
+  items[0].arg = &ts_done;
+  items[1] = items[0];
+  items[1].role = KRB5_KDCMPC_ROLE_REQ_CHECKSUM;
+  items[1].type = KRB5_KDCMPC_CHECKSUM;
+  items[1].usage = 56;
+  items[1].flags = KRB5_KDCMPC_ITEM_EXACT | KRB5_KDCMPC_ITEM_GATED;
+  items[1].gate = 0;
+  items[1].length = sizeof(req);
+  items[1].input = krb5_data{KV5M_DATA, sizeof(req), req};
+  items[1].arg = &cksum_done;
+  items[2] = items[1];
+  items[2].role = KRB5_KDCMPC_ROLE_REPLY;
+  items[2].type = KRB5_KDCMPC_ENCRYPT;
+  items[2].usage = 3;
+  items[2].length = sizeof(reply);
+  items[2].input = krb5_data{KV5M_DATA, sizeof(reply), reply};
+  items[2].arg = &done_;
+  items[2].splice_from = 1;
+  items[2].splice_offset = 200;
+  krb5_kdcmpc_plan plan = {KRB5_KDCMPC_EXCH_AS, 3, items};
+  krb5_kdcmpc_exchange x = nullptr;
+  // Refused: the checksum alone (released to the KDC), a splice from the
+  // timestamp, one whose 12 bytes do not fit, one from no item.
+  items[2].splice_from = KRB5_KDCMPC_NO_ITEM;
+  EXPECT_EQ(vt.begin(ctx_, data_, &plan, &x), EINVAL);
+  items[2].splice_from = 0;
+  EXPECT_EQ(vt.begin(ctx_, data_, &plan, &x), EINVAL);
+  items[2].splice_from = 5;
+  EXPECT_EQ(vt.begin(ctx_, data_, &plan, &x), EINVAL);
+  items[2].splice_from = 1;
+  items[2].splice_offset = sizeof(reply) - 11;
+  EXPECT_EQ(vt.begin(ctx_, data_, &plan, &x), EINVAL);
+  EXPECT_EQ(x, nullptr);
+  items[2].splice_offset = 200;
+  ASSERT_EQ(vt.begin(ctx_, data_, &plan, &x), 0) << Message(0);
+  ASSERT_NE(x, nullptr);
+  RunLoopUntil([&] { return done_.calls && cksum_done.calls && ts_done.calls; });
+  EXPECT_EQ(ts_done.calls, 1);
+  ASSERT_EQ(done_.calls, 1) << "no completion within 10 s";
+  EXPECT_EQ(done_.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+  EXPECT_EQ(cksum_done.calls, 1);
+  EXPECT_EQ(cksum_done.code, done_.code);
+  EXPECT_EQ(cksum_done.output_length, 0u);
+  for (int i = 0; i < 5; ++i) Turn();
+  EXPECT_EQ(cksum_done.calls, 1);
+  EXPECT_EQ(done_.calls, 1);
   vt.end(ctx_, data_, x);
 }
 
