@@ -341,6 +341,42 @@ void BatchStep::StartRun(std::vector<size_t> idx) {
   }
 }
 
+namespace {
+
+// A Run request job's inputs by type (the key, usage and links are set by
+// the caller); true if its message or plaintext is dealt as shares.
+bool SetJobInputs(const Job& job, pb::Job* j) {
+  switch (job.type) {
+    case pb::JOB_ENCRYPT:
+      // The plaintext never leaves the KDC: only its length, and under
+      // an aes*-cts cipher its shares, dealt by DealRunShares (cts_items.h).
+      j->set_length(static_cast<uint32_t>(job.input.size()));
+      if (!job.splice.empty()) {
+        j->set_splice_length(static_cast<uint32_t>(job.splice.size()));
+        j->set_splice_offset(job.splice_offset);
+      }
+      return CtsJob(job);
+    case pb::JOB_CHECKSUM:
+    case pb::JOB_VERIFY_CHECKSUM:
+      // The message only as shares (enctype.md invariant 5); of a checksum
+      // to verify, its ctr0 only: the tag is dealt after the message
+      // (kmpc.proto JOB_VERIFY_CHECKSUM).
+      j->set_length(static_cast<uint32_t>(job.input.size()));
+      if (job.type == pb::JOB_VERIFY_CHECKSUM)
+        j->set_checksum(job.checksum.substr(0, contract::kCtr0Size));
+      return true;
+    case pb::JOB_PAD:
+      j->set_length(static_cast<uint32_t>(job.pad_length));
+      if (!job.checksum.empty()) j->set_checksum(job.checksum);
+      return false;
+    default:  // DECRYPT: the ciphertext
+      j->set_data(job.input.data(), job.input.size());
+      return false;
+  }
+}
+
+}  // namespace
+
 absl::Status BatchStep::BuildRunRequest(RunCall* call) {
   absl::StatusOr<std::string> id = RandomId();
   if (!id.ok()) return id.status();
@@ -392,34 +428,7 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
       j->set_cts_key(job.cts_key);
       if (job.type == pb::JOB_DECRYPT) shared.push_back(call->req.jobs_size() - 1);
     }
-    switch (job.type) {
-      case pb::JOB_ENCRYPT:
-        // The plaintext never leaves the KDC: only its length, and under
-        // an aes*-cts cipher its shares, dealt below (cts_items.h).
-        j->set_length(static_cast<uint32_t>(job.input.size()));
-        if (!job.splice.empty()) {
-          j->set_splice_length(static_cast<uint32_t>(job.splice.size()));
-          j->set_splice_offset(job.splice_offset);
-        }
-        if (CtsJob(job)) shared.push_back(call->req.jobs_size() - 1);
-        break;
-      case pb::JOB_CHECKSUM:
-      case pb::JOB_VERIFY_CHECKSUM:
-        // The message only as shares, dealt below (enctype.md invariant 5);
-        // of a checksum to verify, its ctr0 only: the tag is dealt after
-        // the message (kmpc.proto JOB_VERIFY_CHECKSUM).
-        j->set_length(static_cast<uint32_t>(job.input.size()));
-        if (job.type == pb::JOB_VERIFY_CHECKSUM)
-          j->set_checksum(job.checksum.substr(0, contract::kCtr0Size));
-        shared.push_back(call->req.jobs_size() - 1);
-        break;
-      case pb::JOB_PAD:
-        j->set_length(static_cast<uint32_t>(job.pad_length));
-        if (!job.checksum.empty()) j->set_checksum(job.checksum);
-        break;
-      default:  // DECRYPT: the ciphertext
-        j->set_data(job.input.data(), job.input.size());
-    }
+    if (SetJobInputs(job, j)) shared.push_back(call->req.jobs_size() - 1);
   }
   return DealRunShares(call, shared);
 }

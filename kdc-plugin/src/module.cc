@@ -469,6 +469,41 @@ extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
 namespace kmpc::kdc {
 namespace {
 
+// Every splice_from names an item of the plan given now.
+absl::Status CheckSpliceSources(const krb5_kdcmpc_plan* in) {
+  for (size_t i = 0; i < in->n_items; ++i) {
+    const int from = in->items[i].splice_from;
+    if (from != KRB5_KDCMPC_NO_ITEM &&
+        (from < 0 || static_cast<size_t>(from) >= in->n_items ||
+         in->items[from].input.length == 0 || in->items[from].input.data == nullptr))
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan item ", i, ": a splice from no item given now"));
+  }
+  return absl::OkStatus();
+}
+
+// A spliced item's message goes with the job it is spliced into; it is
+// no job of its own (Dispatcher::Begin counts it so).
+absl::Status AttachSplices(const krb5_kdcmpc_plan* in, const Plan& plan,
+                           std::vector<ItemJob>* given) {
+  std::vector<ItemJob> jobs;
+  for (ItemJob& g : *given) {
+    if (SplicedAway(plan, static_cast<size_t>(g.item))) continue;
+    const int from = plan.items[g.item].splice_from;
+    if (from >= 0) {
+      const krb5_data& d = in->items[from].input;
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(d.data);
+      g.job.splice.assign(b, b + d.length);
+      if (plan.items[g.item].splice_offset > UINT32_MAX)
+        return absl::InvalidArgumentError("a splice offset over 2^32");
+      g.job.splice_offset = static_cast<uint32_t>(plan.items[g.item].splice_offset);
+    }
+    jobs.push_back(std::move(g));
+  }
+  *given = std::move(jobs);
+  return absl::OkStatus();
+}
+
 // The core's plan of a kdcmpc plan, and the jobs of its items given now
 // (tokens not yet assigned). What the core does not serve is refused
 // (Planner::Check, cts_items.h): items under aes*-cts keys other than the
@@ -483,14 +518,7 @@ absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
   if (in->kind < KRB5_KDCMPC_EXCH_AS || in->kind > KRB5_KDCMPC_EXCH_S4U2PROXY)
     return absl::InvalidArgumentError("unknown exchange kind");
   out->kind = static_cast<ExchangeKind>(in->kind);
-  for (size_t i = 0; i < in->n_items; ++i) {
-    const int from = in->items[i].splice_from;
-    if (from != KRB5_KDCMPC_NO_ITEM &&
-        (from < 0 || static_cast<size_t>(from) >= in->n_items ||
-         in->items[from].input.length == 0 || in->items[from].input.data == nullptr))
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan item ", i, ": a splice from no item given now"));
-  }
+  if (absl::Status st = CheckSpliceSources(in); !st.ok()) return st;
   for (size_t i = 0; i < in->n_items; ++i) {
     const krb5_kdcmpc_item& it = in->items[i];
     PlanItem p;
@@ -541,24 +569,7 @@ absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
     }
     out->items.push_back(std::move(p));
   }
-  // A spliced item's message goes with the job it is spliced into; it is
-  // no job of its own (Dispatcher::Begin counts it so).
-  std::vector<ItemJob> jobs;
-  for (ItemJob& g : *given) {
-    if (SplicedAway(*out, static_cast<size_t>(g.item))) continue;
-    const int from = out->items[g.item].splice_from;
-    if (from >= 0) {
-      const krb5_data& d = in->items[from].input;
-      const uint8_t* b = reinterpret_cast<const uint8_t*>(d.data);
-      g.job.splice.assign(b, b + d.length);
-      if (out->items[g.item].splice_offset > UINT32_MAX)
-        return absl::InvalidArgumentError("a splice offset over 2^32");
-      g.job.splice_offset = static_cast<uint32_t>(out->items[g.item].splice_offset);
-    }
-    jobs.push_back(std::move(g));
-  }
-  *given = std::move(jobs);
-  return absl::OkStatus();
+  return AttachSplices(in, *out, given);
 }
 
 }  // namespace
