@@ -87,10 +87,17 @@ def send_tcp(port, msg):
     import struct
     with socket.create_connection(("127.0.0.1", port), 10) as s:
         s.sendall(struct.pack(">I", len(msg)) + msg)
-        buf = b""
-        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return buf[4:]
+        return recv_tcp_reply(s)[4:]
+
+
+def recv_tcp_reply(s):
+    """One length-framed KDC reply read from socket s, with its 4-byte
+    length; what arrived if the KDC closed the connection first."""
+    import struct
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf

@@ -50,12 +50,7 @@ def answers(held, timeout=10):
         s.settimeout(timeout)
         try:
             s.sendall(rest)
-            buf = b""
-            while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
+            buf = krb_der.recv_tcp_reply(s)
         except (ConnectionResetError, BrokenPipeError):
             buf = b""
         finally:
