@@ -355,8 +355,12 @@ class MpcCluster:
                 if wait:
                     self.wait_ring()
                 return self
-            if attempt == 2 or not re.search(r"Address already in use|cannot bind",
-                                             p.stderr + self.logs()):
+            # A port taken between free_base()/free_port_block() and the
+            # bind (civetweb, under --metrics_addr, says "Possible problem
+            # binding to port"): new ports, up to three tries.
+            if attempt == 2 or not re.search(
+                    r"Address already in use|cannot bind|problem binding to port",
+                    p.stderr + self.logs()):
                 raise RealmError(f"mpc-local.sh start failed:\n{p.stderr}\n{self.logs()}")
         return self
 
