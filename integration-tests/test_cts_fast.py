@@ -230,10 +230,6 @@ def preauth_log_lines(text, princ):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "krb5 patch 0019: kdc_mpc_as.c as_preauth_failed() logs a failed FAST "
-    "challenge as 'preauth (encrypted_timestamp)' (docs/security-model.md, "
-    "'Review of FAST for aes*-cts users (2026-11-26)', finding 1)"))
 def test_failed_challenge_logged_as_stock(realm):
     """A wrong password under FAST leaves the KDC log lines MIT writes for a
     KDB-key user in the same realm: 'preauth (encrypted_challenge) verify
