@@ -137,15 +137,6 @@ absl::Status JobFailure(const pb::JobResult& r) {
   }
 }
 
-// Bytes of each share of what job's dealing carries (contract::SharedBytes):
-// the message, and after it a checksum's presented tag or an ENCRYPT's
-// spliced message.
-size_t SharedBytes(const Job& job) {
-  return contract::SharedBytes(job.type, job.cipher,
-                               job.type == pb::JOB_DECRYPT ? 0 : job.input.size(),
-                               job.cts_key, job.splice.size());
-}
-
 // Deals job's message, and for a VERIFY_CHECKSUM the presented tag t'
 // after it, as one value into the parties' flat buffers (kmpc.proto
 // RunRequest.data_shares, SignRequest.data_shares): t' is a PAC

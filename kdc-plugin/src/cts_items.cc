@@ -91,11 +91,6 @@ absl::Status CtsCheckResult(const Job& job, pb::JobStatus status, int k) {
   return absl::OkStatus();
 }
 
-size_t CtsSharedBytes(const Job& job) {
-  return contract::SharedBytes(job.type, job.cipher,
-                               job.type == pb::JOB_DECRYPT ? 0 : job.input.size(), job.cts_key,
-                               job.splice.size());
-}
 
 absl::Status CtsResult(const Job& job, SecureBytes* value) {
   contract::JobShape shape;

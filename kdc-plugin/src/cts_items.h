@@ -71,10 +71,6 @@ std::string CtsSpliceProblem(const Plan& plan, size_t i);
 // Aborted otherwise.
 absl::Status CtsCheckResult(const Job& job, kmpc::v1::JobStatus status, int k);
 
-// The bytes of each share of the dealt value of an aes*-cts job: an
-// ENCRYPT's plaintext (contract::SharedBytes by cipher); 0 for a DECRYPT.
-size_t CtsSharedBytes(const Job& job);
-
 // The result handed to the KDC from the revealed value of a JOB_OK
 // aes*-cts job, in place: a DECRYPT's conf || P becomes P (the confounder
 // wiped); an ENCRYPT's value is already its ciphertext, a CHECKSUM's its

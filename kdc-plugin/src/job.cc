@@ -6,6 +6,12 @@ namespace kmpc::kdc {
 
 namespace pb = ::kmpc::v1;
 
+size_t SharedBytes(const Job& job) {
+  return contract::SharedBytes(job.type, job.cipher,
+                               job.type == pb::JOB_DECRYPT ? 0 : job.input.size(),
+                               job.cts_key, job.splice.size());
+}
+
 contract::JobShape ShapeOf(const Job& job) {
   contract::JobShape s;
   s.type = job.type;
@@ -18,8 +24,7 @@ contract::JobShape ShapeOf(const Job& job) {
     s.length = job.input.size();
     // An aes*-cts ENCRYPT's plaintext, and a spliced message after it, go
     // as shares (cts_items.h).
-    s.share_sizes[0] = s.share_sizes[1] = contract::SharedBytes(
-        job.type, job.cipher, s.length, job.cts_key, s.splice_length);
+    s.share_sizes[0] = s.share_sizes[1] = SharedBytes(job);
   } else if (job.type == pb::JOB_CHECKSUM ||
              job.type == pb::JOB_VERIFY_CHECKSUM) {
     // Sent as shares of the message, each as long as it (kmpc.proto
@@ -33,8 +38,7 @@ contract::JobShape ShapeOf(const Job& job) {
     s.data = absl::string_view(reinterpret_cast<const char*>(job.input.data()),
                                job.input.size());
     // A FAST key's KDC half goes as shares (cts_items.h).
-    s.share_sizes[0] = s.share_sizes[1] =
-        contract::SharedBytes(job.type, job.cipher, 0, job.cts_key);
+    s.share_sizes[0] = s.share_sizes[1] = SharedBytes(job);
   }
   s.cts_key = job.cts_key;
   s.checksum = job.checksum;

@@ -194,6 +194,12 @@ class JobFifo {
 // is its plaintext's length, never its plaintext.
 contract::JobShape ShapeOf(const Job& job);
 
+// Bytes of each share of what the job's dealing carries
+// (contract::SharedBytes): the message, and after it a checksum's
+// presented tag or an aes*-cts ENCRYPT's spliced message; a FAST key's KDC
+// half first; 0 for a ctr-mpc DECRYPT, ENCRYPT or PAD.
+size_t SharedBytes(const Job& job);
+
 // contract::CheckJob as a status with the meanings above: kInvalidArgument
 // for a malformed job (JOB_MALFORMED), kDataLoss for a ciphertext or
 // checksum that cannot verify under any key (JOB_INTEGRITY_FAILED).

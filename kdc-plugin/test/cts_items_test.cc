@@ -72,7 +72,7 @@ TEST(CtsItemsTest, OnlyTheServiceTicketJobsAreServedUnplanned) {
 TEST(CtsItemsTest, ChecksumResultIsTheTwelveByteValue) {
   Job ck = CtsJobOf(pb::JOB_CHECKSUM, 300);
   ck.usage = 17;
-  EXPECT_EQ(CtsSharedBytes(ck), 300u);
+  EXPECT_EQ(SharedBytes(ck), 300u);
   EXPECT_TRUE(ShapeOf(ck).data.empty());
   SecureBytes v(contract::kCtsTag, 9);
   const SecureBytes want = v;
@@ -85,7 +85,7 @@ TEST(CtsItemsTest, ChecksumResultIsTheTwelveByteValue) {
 TEST(CtsItemsTest, EncryptPlaintextGoesAsSharesOfItsLength) {
   const Job enc = CtsJobOf(pb::JOB_ENCRYPT, 250);
   EXPECT_TRUE(CtsJob(enc));
-  EXPECT_EQ(CtsSharedBytes(enc), 250u);
+  EXPECT_EQ(SharedBytes(enc), 250u);
   contract::JobShape s = ShapeOf(enc);
   EXPECT_TRUE(s.data.empty());  // never in the clear
   EXPECT_EQ(s.share_sizes[0], 250u);
@@ -96,7 +96,7 @@ TEST(CtsItemsTest, EncryptPlaintextGoesAsSharesOfItsLength) {
             contract::kCtsConfounder + 250 + contract::kCtsTag);
   // A DECRYPT deals nothing: its ciphertext C || T is public.
   const Job dec = CtsJobOf(pb::JOB_DECRYPT, 16 + 40 + 12);
-  EXPECT_EQ(CtsSharedBytes(dec), 0u);
+  EXPECT_EQ(SharedBytes(dec), 0u);
   EXPECT_TRUE(CheckJob(dec).ok());
   // A ctr-mpc ENCRYPT still deals nothing.
   Job ctr = enc;
@@ -177,7 +177,7 @@ TEST(CtsItemsTest, FastItemsTakeTheirKeysHalfAsShares) {
   dec.usage = 54;
   dec.cts_key = pb::CTS_KEY_CF2_AES256;
   dec.cf2_half.assign(32, 0x5a);
-  EXPECT_EQ(CtsSharedBytes(dec), 32u);
+  EXPECT_EQ(SharedBytes(dec), 32u);
   contract::JobShape s = ShapeOf(dec);
   EXPECT_EQ(s.share_sizes[0], 32u);
   EXPECT_EQ(s.data.size(), 16u + 28 + 12);  // the ciphertext is public
@@ -185,7 +185,7 @@ TEST(CtsItemsTest, FastItemsTakeTheirKeysHalfAsShares) {
   Job enc = CtsJobOf(pb::JOB_ENCRYPT, 200);
   enc.cts_key = pb::CTS_KEY_CF2_AES128;
   enc.cf2_half.assign(16, 0x5a);
-  EXPECT_EQ(CtsSharedBytes(enc), 216u);
+  EXPECT_EQ(SharedBytes(enc), 216u);
   EXPECT_TRUE(CheckJob(enc).ok()) << CheckJob(enc);
   EXPECT_EQ(contract::RevealedShareBytes(ShapeOf(enc), pb::JOB_OK),
             contract::kCtsConfounder + 200 + contract::kCtsTag);
@@ -226,7 +226,7 @@ TEST(CtsItemsTest, ASplicedReplyDealsItsPlaintextThenTheRequest) {
   Job enc = CtsJobOf(pb::JOB_ENCRYPT, 250);
   enc.splice.assign(180, 0x30);
   enc.splice_offset = 200;
-  EXPECT_EQ(CtsSharedBytes(enc), 250u + 180u);
+  EXPECT_EQ(SharedBytes(enc), 250u + 180u);
   const contract::JobShape s = ShapeOf(enc);
   EXPECT_TRUE(s.data.empty());
   EXPECT_EQ(s.share_sizes[0], 430u);
