@@ -131,11 +131,15 @@ absl::StatusOr<Program> DecryptProgram(int nr, size_t n) {
   return c.Compile();
 }
 
+bool SpliceFits(size_t n, size_t m, size_t off) {
+  return m >= 1 && m <= kMaxBytes && n >= kBlock + kTagBytes && off <= n - kBlock - kTagBytes;
+}
+
 absl::StatusOr<Program> SpliceEncryptProgram(int nr, size_t n, size_t m, size_t off) {
   if (absl::Status st = CheckShape(nr, n); !st.ok()) return st;
   if (m == 0 || m > kMaxBytes)
     return absl::InvalidArgumentError("cts: a spliced message is 1 to 65536 bytes");
-  if (off > n - kBlock || n - kBlock - off < kTagBytes)
+  if (!SpliceFits(n, m, off))
     return absl::InvalidArgumentError("cts: the spliced checksum must lie inside P");
   Circuit c;
   const UsageKeys k = UsageKeyInputs(c, nr);

@@ -73,6 +73,11 @@ inline constexpr size_t kMaxBytes = 1 << 16;
 absl::StatusOr<Program> EncryptProgram(int nr, size_t n);
 absl::StatusOr<Program> DecryptProgram(int nr, size_t n);
 
+// Whether an m-byte message's 12-byte checksum at offset off fits inside P
+// of a reply of n = |conf || P| bytes, m within kMaxBytes: the splice shape
+// SpliceEncryptProgram takes (besides nr and n's own rule).
+bool SpliceFits(size_t n, size_t m, size_t off);
+
 // The PA-REQ-ENC-PA-REP splice (RFC 6806 section 11; kmpc.proto
 // Job.splice_length): the encryption of an AS reply whose plaintext holds
 // T = hmac-sha1-96-aes*(Kc, D), Kc the key's checksum key for usage 56 and

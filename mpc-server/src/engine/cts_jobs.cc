@@ -271,9 +271,8 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::strin
     // A splice (cts.h SpliceEncryptProgram): a plain ENCRYPT's, inside P.
     const bool splice_ok =
         splice_m == 0 ? splice_off == 0
-                      : type == pb::JOB_ENCRYPT && cf2 == 0 && splice_m <= cts::kMaxBytes &&
-                            n >= cts::kBlock + cts::kTagBytes &&
-                            splice_off <= n - cts::kBlock - cts::kTagBytes;
+                      : type == pb::JOB_ENCRYPT && cf2 == 0 &&
+                            cts::SpliceFits(n, splice_m, splice_off);
     if (ok && key_ok && splice_ok && n >= 16 && n <= cts::kMaxBytes)
       all.emplace_back(type, nr, n, cf2, usage, splice_m, splice_off);
   }
