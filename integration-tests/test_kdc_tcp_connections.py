@@ -10,10 +10,21 @@ rest and reads the reply. With the option at 200 each gets its reply; with
 the default, the KDC closes all but about 45 of them (the control: the test
 can fail). A value that is not a positive integer is logged and the default
 kept; a limit above the open file limit is logged with the limit needed.
+
+MIT's own [kdcdefaults] kdc_tcp_listen_backlog (default 5) bounds the
+connections the kernel completes before the KDC accepts them; past it a
+client's SYN is dropped and retried a second later. kmpc's deployment
+(deploy/debian/examples/kdc.conf.example) and test realms raise it with the
+connection limit: a storm of TCP logins reconnects for every login, and
+with MIT's 5 a closed loop of 256 clients ran at a fifth of its rate with
+logins failing (docs/bench-log.md, 2026-11-26).
 """
+import os
 import re
 import resource
 import secrets
+import select
+import signal
 import socket
 import struct
 import time
@@ -60,8 +71,10 @@ def answers(held, timeout=10):
     return answered
 
 
-def make_realm(realm_factory, value=None):
+def make_realm(realm_factory, value=None, backlog=None):
     extra = f"    kdc_tcp_max_connections = {value}\n" if value is not None else ""
+    if backlog is not None:
+        extra += f"    kdc_tcp_listen_backlog = {backlog}\n"
     r = realm_factory(kdc_conf_extra=extra)
     r.addprinc("probe")
     r.start_kdc()
@@ -113,3 +126,51 @@ def test_limit_above_open_file_limit_is_logged(realm_factory):
     # A limit well inside the open file limit logs nothing of the kind.
     realm2 = make_realm(realm_factory, 200)
     assert "open file limit" not in read_log(realm2)
+
+
+def handshakes_while_stopped(realm, n, wait=0.5):
+    """How many of n connections the kernel completes while the KDC accepts
+    none (stopped with SIGSTOP): the listen backlog, plus one."""
+    pid = realm.kdc_proc.pid
+    socks = []
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", realm.kdc_port))
+            socks.append(s)
+        time.sleep(wait)
+        _, writable, _ = select.select([], socks, [], 0)
+        return sum(1 for s in writable
+                   if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0)
+    finally:
+        for s in socks:
+            s.close()
+        os.kill(pid, signal.SIGCONT)
+
+
+def deployed_backlog():
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "deploy", "debian", "examples",
+                           "kdc.conf.example")) as f:
+        m = re.search(r"^\s*kdc_tcp_listen_backlog\s*=\s*(\d+)", f.read(), re.M)
+    assert m, "the deployed kdc.conf sets no kdc_tcp_listen_backlog"
+    return int(m.group(1))
+
+
+def test_listen_backlog_queues_a_burst_of_connections(realm_factory):
+    from kmpc_harness.kmpc_realm import TCP_LISTEN_BACKLOG
+    backlog = deployed_backlog()
+    assert TCP_LISTEN_BACKLOG == backlog
+    burst = 200
+    assert backlog > burst
+    realm = make_realm(realm_factory, 1024, backlog)
+    assert handshakes_while_stopped(realm, burst) == burst
+    # The KDC still answers once it runs again.
+    assert krb_der.krb_error_code(
+        krb_der.send_tcp(realm.kdc_port, krb_der.as_req(realm.realm, "probe", 2))) == 25
+    realm.stop()
+    # MIT's default queues about 5: the control (the test can fail).
+    realm = make_realm(realm_factory, 1024)
+    assert handshakes_while_stopped(realm, burst) <= 10

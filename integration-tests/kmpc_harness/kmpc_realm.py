@@ -20,9 +20,10 @@ from kmpc_harness.cluster import (ENCTYPES, REAL_MODULE_NAME, SERVICE, SESSION_E
 from kmpc_harness.realm import RealmError
 
 
-# [kdcdefaults] kdc_tcp_max_connections of kmpc realms, as in
-# deploy/debian/examples/kdc.conf.example.
+# [kdcdefaults] kdc_tcp_max_connections and kdc_tcp_listen_backlog of kmpc
+# realms, as in deploy/debian/examples/kdc.conf.example.
 TCP_MAX_CONNECTIONS = 1024
+TCP_LISTEN_BACKLOG = 1024
 
 
 class KmpcRealm(realm.Realm):
@@ -32,7 +33,8 @@ class KmpcRealm(realm.Realm):
                  extra_client_cns=(), server_flags="", test_module_delay_ms=5,
                  module_options=None, enctypes=ENCTYPES, realm_extra="",
                  udp_recv_buffer=4 << 20, udp_max_wait_ms=0,
-                 tcp_max_connections=TCP_MAX_CONNECTIONS, dealer=False,
+                 tcp_max_connections=TCP_MAX_CONNECTIONS,
+                 tcp_listen_backlog=TCP_LISTEN_BACKLOG, dealer=False,
                  protect=None, metrics=False, clusters=1, **kw):
         """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test
         module) or "auto" (real when built). module_options: extra relations
@@ -93,6 +95,7 @@ class KmpcRealm(realm.Realm):
         self.udp_recv_buffer = udp_recv_buffer
         self.udp_max_wait_ms = udp_max_wait_ms
         self.tcp_max_connections = tcp_max_connections
+        self.tcp_listen_backlog = tcp_listen_backlog
         self.admin_conf = os.path.join(self.dir, "kmpc-admin.conf")
         self.test_keyfile = os.path.join(self.dir, "mpc-test-keys")
         self.test_journal = os.path.join(self.dir, "mpc-journal")
@@ -150,6 +153,8 @@ class KmpcRealm(realm.Realm):
             rcvbuf += f"    kdc_udp_max_wait_ms = {int(self.udp_max_wait_ms)}\n"
         if self.tcp_max_connections:
             rcvbuf += f"    kdc_tcp_max_connections = {int(self.tcp_max_connections)}\n"
+        if self.tcp_listen_backlog:
+            rcvbuf += f"    kdc_tcp_listen_backlog = {int(self.tcp_listen_backlog)}\n"
         self.kdc_conf_extra = rcvbuf + self._plugin_conf + self.kdc_conf_extra
         super().create()
         for cl in self.clusters:

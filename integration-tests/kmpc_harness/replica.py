@@ -52,7 +52,8 @@ if __name__ == "__main__" and not __package__:
     # Run as a script: the package's parent on the path (same as python3 -m).
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
-from kmpc_harness.kmpc_realm import TCP_MAX_CONNECTIONS, KmpcRealm  # noqa: E402
+from kmpc_harness.kmpc_realm import (TCP_LISTEN_BACKLOG, TCP_MAX_CONNECTIONS,  # noqa: E402
+                                     KmpcRealm)
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 from kmpc_harness.realm import RealmError, binpath, libdefaults  # noqa: E402
 
@@ -228,6 +229,7 @@ class ReplicaKdc(kmpc_realm.Realm):
     kdc_tcp_listen = 127.0.0.1:{self.kdc_port}
     kdc_udp_recv_buffer = {4 << 20}
     kdc_tcp_max_connections = {TCP_MAX_CONNECTIONS}
+    kdc_tcp_listen_backlog = {TCP_LISTEN_BACKLOG}
 {module}
 [realms]
     {self.realm} = {{
