@@ -144,15 +144,17 @@ def add_random_users(r, fmt, n, keytab, share):
     return names
 
 
-def bring_up(workdir, mode, n_users, tcp_max_connections=None):
+def bring_up(workdir, mode, n_users, tcp_max_connections=None, module_options=None):
     """The mode's realm, KDC running; (realm, {name: password}).
     tcp_max_connections: the KDC's kdc_tcp_max_connections (None: KmpcRealm's
-    default; 0: MIT's fixed 45)."""
+    default; 0: MIT's fixed 45). module_options: relations of the KDC
+    module's section ({"max_inflight": "1"}: kdc-plugin/src/options.h)."""
     from kmpc_harness.kmpc_realm import TCP_MAX_CONNECTIONS, KmpcRealm
     extra = storm_bench.dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
                                         disable_lockout="true")
     r = KmpcRealm(workdir, module="real", enctypes=ENCTYPES, metrics=True,
                   server_flags=MODES[mode], kdc_conf_extra=extra,
+                  module_options=module_options,
                   tcp_max_connections=(TCP_MAX_CONNECTIONS if tcp_max_connections is None
                                        else tcp_max_connections))
     try:
@@ -178,6 +180,17 @@ def bring_up(workdir, mode, n_users, tcp_max_connections=None):
         r.stop()
         raise
     return r, pws
+
+
+def parse_module_options(items):
+    """{name: value} of --module-option NAME=VALUE arguments."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"--module-option wants NAME=VALUE, not {item!r}")
+        out[name.strip()] = value.strip()
+    return out
 
 
 def summary(lat):
@@ -348,7 +361,11 @@ def main():
                     help="the KDC's kdc_tcp_max_connections (default: KmpcRealm's; 0: MIT's 45)")
     ap.add_argument("--server-flags", default="",
                     help="extra kmpc-mpc-server flags for every mode (A/B of a server setting)")
+    ap.add_argument("--module-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="a relation of the KDC module's section for every mode (A/B of "
+                         "a module setting, e.g. max_inflight=1); repeatable")
     args = ap.parse_args()
+    module_options = parse_module_options(args.module_option)
     for m in MODES:
         MODES[m] = " ".join(f for f in (MODES[m], args.server_flags) if f)
     os.makedirs(BENCH_DIR, exist_ok=True)
@@ -359,14 +376,16 @@ def main():
     res = {"when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "machine": {"cores": os.cpu_count(), "loadavg_start": os.getloadavg()},
            "kinit": STOCK_KINIT, "server_flags": args.server_flags,
-           "kdc_tcp_max_connections": args.tcp_max_connections, "modes": {}}
+           "kdc_tcp_max_connections": args.tcp_max_connections,
+           "module_options": module_options, "modes": {}}
     for mode in [m for m in args.modes.split(",") if m]:
         log(f"== aes256-cts users, servers {mode}")
         work = tempfile.mkdtemp(prefix=f"cts-{mode}-", dir=BENCH_DIR)
         r = None
         try:
             r, pws = bring_up(os.path.join(work, "realm"), mode,
-                              args.users if args.storm else 0, args.tcp_max_connections)
+                              args.users if args.storm else 0, args.tcp_max_connections,
+                              module_options)
             sec = {"loadavg_before": os.getloadavg()[0]}
             sec["one_client"] = one_client(r, pws, args.logins, log)
             if args.storm:

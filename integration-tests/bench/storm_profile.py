@@ -90,6 +90,8 @@ def main():
     ap.add_argument("--semi-honest", action="store_true", help="with --cts")
     ap.add_argument("--tcp-max-connections", type=int, default=None,
                     help="with --cts: the KDC's kdc_tcp_max_connections (0: MIT's 45)")
+    ap.add_argument("--module-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="with --cts: a relation of the KDC module's section; repeatable")
     ap.add_argument("--server-flags", default="",
                     help="with --cts: extra kmpc-mpc-server flags (A/B of a server setting)")
     ap.add_argument("--out-dir", default=os.path.join(storm_bench.BENCH_DIR, "profile"))
@@ -103,7 +105,8 @@ def main():
         mode = "semi-honest" if args.semi_honest else "malicious"
         cts_bench.MODES[mode] = " ".join(f for f in (cts_bench.MODES[mode],
                                                      args.server_flags) if f)
-        r, _ = cts_bench.bring_up(work, mode, args.cts, args.tcp_max_connections)
+        r, _ = cts_bench.bring_up(work, mode, args.cts, args.tcp_max_connections,
+                                  cts_bench.parse_module_options(args.module_option))
         t = cts_bench.SharedTarget(r, "kdb" if args.cts_kdb else "cts", args.cts, False)
         t.stop = r.stop
     else:

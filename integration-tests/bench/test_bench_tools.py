@@ -97,3 +97,13 @@ def test_kdc_cpu_ab_command_line_error(tmp_path):
     assert p.returncode == 2, p.stderr
     assert f"module {tmp_path}/lib.so does not exist" in p.stderr
     print(f"bench tools' tests: {time.monotonic() - T0:.1f} s")
+
+
+def test_cts_bench_module_options_are_name_value_pairs():
+    from bench import cts_bench
+    assert cts_bench.parse_module_options(["max_inflight=1", " batch_window_ms = 400 "]) == {
+        "max_inflight": "1", "batch_window_ms": "400"}
+    assert cts_bench.parse_module_options([]) == {}
+    for bad in ("max_inflight", "=1"):
+        with pytest.raises(SystemExit, match="NAME=VALUE"):
+            cts_bench.parse_module_options([bad])
