@@ -651,14 +651,17 @@ void Dispatcher::GateVerified(uint64_t exchange_id) {
     if (stopping_) return;
     std::vector<PendingJob> release;
     planner_.GateVerified(exchange_id, &release);
-    for (PendingJob& q : release) {
-      std::vector<PendingJob> none;
-      Result unused;  // an ENCRYPT is never chained_done
-      wake |= Route(std::move(q), &none, &unused);
+    if (!release.empty()) {
+      // One group, queued together (its pads link to its ticket's
+      // keystream within one request): NextRun never cuts it.
+      PendingJob first = std::move(release.front());
+      release.erase(release.begin());
+      Result unused;  // no job of it is chained_done
+      wake |= Route(std::move(first), &release, &unused);
+      // No submitter callback follows (SubmitterIdle): the dispatcher
+      // sends them, at once (they waited for their gate's Run already).
+      wake |= NeedsWake(absl::InfinitePast());
     }
-    // No submitter callback follows (SubmitterIdle): the dispatcher sends
-    // them, at once (they waited for their gate's Run already).
-    if (!release.empty()) wake |= NeedsWake(absl::InfinitePast());
   }
   if (wake) cv_.notify_all();
 }

@@ -172,7 +172,6 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
       x.cts_shapes.push_back(shape);
       if (!proven_.Has(shape)) {
         it->gated = false;
-        it->group = 0;
         x.deferred.push_back(std::move(*it));
         it = given->erase(it);
         ++counts_.cts_deferred;
@@ -193,6 +192,18 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     }  // else its slot stays kNone, why kBudget
   }
   for (PendingJob& q : *prepared) q.enqueued = now;
+  // With a job held back, what the later items need goes with it, after
+  // the gate verified (ungated then, still one group: its pads link to its
+  // ticket's keystream): nothing is prepared for a wrong password, and
+  // what is prepared is held from the Run after which the KDC submits the
+  // later items.
+  if (!x.deferred.empty()) {
+    for (PendingJob& q : *prepared) {
+      q.gated = false;
+      x.deferred.push_back(std::move(q));
+    }
+    prepared->clear();
+  }
 }
 
 void Planner::Prepare(uint64_t id, Exchange* x, int item,
@@ -451,7 +462,7 @@ void Planner::GateVerified(uint64_t id, std::vector<PendingJob>* release) {
     const absl::Time now = absl::Now();
     for (PendingJob& q : x.deferred) {
       q.enqueued = now;
-      ++counts_.cts_deferred_sent;
+      if (!q.prepared) ++counts_.cts_deferred_sent;
       release->push_back(std::move(q));
     }
     x.deferred.clear();
@@ -465,9 +476,15 @@ std::vector<PendingJob> Planner::GateFailed(uint64_t id) {
   std::vector<PendingJob> out;
   auto it = exchanges_.find(id);
   if (it == exchanges_.end()) return out;
-  out = std::move(it->second.deferred);
+  std::vector<PendingJob> deferred = std::move(it->second.deferred);
   it->second.deferred.clear();
   it->second.cts_shapes.clear();
+  for (PendingJob& q : deferred) {
+    if (q.prepared)
+      Lost(id, q.item);  // never sent: its item runs alone, if ever submitted
+    else
+      out.push_back(std::move(q));
+  }
   return out;
 }
 
@@ -482,9 +499,15 @@ std::vector<uint64_t> Planner::TakeDeferred(uint64_t id) {
   std::vector<uint64_t> tokens;
   auto it = exchanges_.find(id);
   if (it == exchanges_.end()) return tokens;
-  for (const PendingJob& q : it->second.deferred) tokens.push_back(q.token);
-  it->second.deferred.clear();  // wipes them (SecureBytes)
-  return tokens;
+  std::vector<PendingJob> deferred = std::move(it->second.deferred);
+  it->second.deferred.clear();
+  for (const PendingJob& q : deferred) {
+    if (q.prepared)
+      Lost(id, q.item);
+    else
+      tokens.push_back(q.token);
+  }
+  return tokens;  // `deferred` wipes the inputs (SecureBytes)
 }
 
 void ProvenShapes::Prove(const contract::CtsShape& s) {

@@ -47,10 +47,12 @@
 // gated aes*-cts job (the AS REPLY, spliced or not; FAST's KDC_CHALLENGE)
 // goes into the gate's Run only if its shape is among the kProvenShapes
 // most recently proven, i.e. those of exchanges whose gate verified on
-// this cluster; otherwise Admit holds it back (deferred) and it goes, as
-// an ordinary job of the exchange (ungated: the gate's verdict is known),
-// in a Run of its own once the gate verified (GateVerified), and never if
-// the gate failed (GateFailed: it completes with the gate's verdict). A
+// this cluster; otherwise Admit holds it back (deferred), with the jobs it
+// prepares for the plan's later items, and they go as one group (ungated:
+// the gate's verdict is known) in a Run of their own once the gate
+// verified (GateVerified), and never if the gate failed (GateFailed: the
+// held-back job completes with the gate's verdict, the prepared ones are
+// lost). A
 // wrong password therefore never makes the servers compile a reply's
 // program; a right one of a new shape costs a second Run, and proves the
 // shape. Which jobs the servers admit does not depend on this (they see
@@ -210,7 +212,8 @@ class Planner {
     uint32_t runs = 0;
     std::vector<std::pair<Role, Miss>> misses;
     // The shapes of its given, gated aes*-cts jobs (proven when the gate
-    // verifies), and those of them held back until then.
+    // verifies); those of them held back until then, and with them the
+    // jobs prepared for its later items.
     std::vector<contract::CtsShape> cts_shapes;
     std::vector<PendingJob> deferred;
   };

@@ -31,6 +31,7 @@ struct Sent {
   uint32_t usage;
   uint64_t length, splice_length;
   bool gated;
+  bool pad_after;  // a PAD linked to a ticket ENCRYPT of the request
 };
 
 class CtsScriptTransport : public Transport {
@@ -48,20 +49,25 @@ class CtsScriptTransport : public Transport {
         st[k] = pb::JOB_INTEGRITY_FAILED;
     }
     std::vector<Sent> sent;
-    std::string shares;
+    std::string shares, ctr0s;
     for (int k = 0; k < n; ++k) {
       const pb::Job& j = req.jobs(k);
       if (j.has_release_if_ok() && st[at.at(j.release_if_ok())] != pb::JOB_OK)
         st[k] = pb::JOB_WITHHELD;
-      sent.push_back({j.type(), j.usage(), j.length(), j.splice_length(), j.has_release_if_ok()});
+      sent.push_back({j.type(), j.usage(), j.length(), j.splice_length(), j.has_release_if_ok(),
+                      j.has_pad_after()});
       pb::JobResult* r = resp->add_results();
       r->set_job_id(j.job_id());
       r->set_status(st[k]);
-      shares.append(2 * contract::RevealedShareBytes(contract::ShapeOf(j), st[k]), '\0');
+      const contract::JobShape shape = contract::ShapeOf(j);
+      if (contract::ResultHasCtr0(shape, st[k]))
+        ctr0s.append(contract::kCtr0Size, static_cast<char>(0x10 + k));
+      shares.append(2 * contract::RevealedShareBytes(shape, st[k]), '\0');
     }
     resp->set_wire_version(contract::kWireVersion);
     resp->set_party(party);
     resp->set_batch_id(req.batch_id());
+    resp->set_ctr0s(ctr0s);
     resp->set_shares(shares);
     if (party == 0) {
       std::lock_guard<std::mutex> l(mu_);
@@ -330,6 +336,73 @@ TEST_F(CtsGateTest, FastItemsOfUnprovenShapesWaitForTheirGate) {
   EXPECT_EQ(runs[1].size(), 1u);
   EXPECT_EQ(runs[2].size(), 2u);  // both held-back jobs in one Run
   EXPECT_EQ(fast(), 1u);
+}
+
+// What the plan's later items need (the ticket's keystream under the
+// krbtgt, a PAC signature's pad linked to it) goes with a held-back reply:
+// nothing of it for a wrong password, and for a right one in the reply's
+// Run, ungated, the pad still linked to the ticket's keystream in that
+// request, held from that Run (the KDC submits the later items after it).
+TEST_F(CtsGateTest, PreparedJobsGoWithAHeldBackReply) {
+  const std::string krbtgt(contract::kKeyIdSize, 't');
+  auto as = [&](size_t n) {
+    Plan plan;
+    plan.kind = ExchangeKind::kAs;
+    plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
+    PlanItem reply = CtsItem(Role::kReply, 3, n);
+    reply.flags |= kItemGated;
+    reply.gate = 0;
+    plan.items.push_back(reply);
+    PlanItem ticket;
+    ticket.role = Role::kTicket;
+    ticket.type = pb::JOB_ENCRYPT;
+    ticket.usage = 2;
+    ticket.cipher = pb::CIPHER_AES256;
+    ticket.key_id = krbtgt;
+    ticket.length = 700;
+    ticket.flags = kItemGated;
+    ticket.gate = 0;
+    plan.items.push_back(ticket);
+    PlanItem sig = ticket;
+    sig.role = Role::kSigServer;
+    sig.type = pb::JOB_CHECKSUM;
+    sig.usage = 17;
+    sig.length = 400;
+    sig.ticket = 2;
+    plan.items.push_back(sig);
+    EXPECT_TRUE(Planner::Check(plan).ok()) << Planner::Check(plan);
+    return Run(std::move(plan),
+               {{0, JobOf(plan.items[0], kTimestampBytes)}, {1, JobOf(plan.items[1], n)}});
+  };
+  servers_.password_ok = false;
+  as(250);
+  auto runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].size(), 1u);  // the timestamp alone: nothing prepared
+  EXPECT_EQ(b_->stats().keystreams_held, 0u);
+
+  servers_.password_ok = true;
+  const Exchange x = as(250);
+  ASSERT_TRUE(sink_.Get(x.reply).status.ok()) << sink_.Get(x.reply).status;
+  runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 3u);
+  ASSERT_EQ(runs[1].size(), 1u);
+  ASSERT_EQ(runs[2].size(), 3u);  // the reply, the ticket's keystream, the pad
+  EXPECT_EQ(runs[2][0].type, pb::JOB_ENCRYPT);
+  EXPECT_EQ(runs[2][0].usage, 3u);
+  EXPECT_EQ(runs[2][1].type, pb::JOB_ENCRYPT);
+  EXPECT_EQ(runs[2][1].usage, 2u);
+  EXPECT_EQ(runs[2][2].type, pb::JOB_PAD);
+  EXPECT_TRUE(runs[2][2].pad_after);
+  for (const Sent& j : runs[2]) EXPECT_FALSE(j.gated);
+
+  // Proven: one Run with the gate, everything gated on it.
+  as(250);
+  runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 4u);
+  ASSERT_EQ(runs[3].size(), 4u);
+  EXPECT_EQ(runs[3][0].type, pb::JOB_DECRYPT);
+  for (size_t k = 1; k < 3; ++k) EXPECT_TRUE(runs[3][k].gated) << k;
 }
 
 TEST(ProvenShapesTest, TheLeastRecentlyProvenGoesFirst) {
