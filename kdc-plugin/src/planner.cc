@@ -165,7 +165,8 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
   }
   const absl::Time now = given->empty() ? absl::Now() : given->front().enqueued;
   // A gated aes*-cts job of a shape no verified gate proved waits for this
-  // one's (proven shapes, planner.h): out of the group, ungated then.
+  // one's verdict (proven shapes, planner.h): out of the gate's Run,
+  // ungated then.
   for (auto it = given->begin(); it != given->end();) {
     if (it->gated && CtsJob(it->job)) {
       const contract::CtsShape shape = contract::CtsShapeOf(ShapeOf(it->job));
