@@ -142,13 +142,13 @@ def _pa(pa_type, value):
                        krb_der.ctx(2, krb_der.der(0x04, value)))
 
 
-def _as_req(realm, cname, nonce, padata):
+def _as_req(realm, cname, nonce, padata, addresses=2):
     """AS-REQ for krbtgt/realm offering aes256-cts only (what a stock
-    client with the standard enctypes offers), with two client addresses
-    so that the reply carries them (caddr)."""
+    client with the standard enctypes offers), with `addresses` client
+    addresses (two by default) so that the reply carries them (caddr)."""
     addrs = krb_der.seq(*(krb_der.seq(krb_der.ctx(0, krb_der.der_int(2)),
                                       krb_der.ctx(1, krb_der.der(0x04, os.urandom(4))))
-                          for _ in range(2)))
+                          for _ in range(addresses)))
     body = krb_der.seq(
         krb_der.ctx(0, krb_der.der(0x03, b"\x00\x40\x00\x00\x00")),
         krb_der.ctx(1, krb_der.principal(1, cname)),

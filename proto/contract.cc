@@ -129,6 +129,31 @@ uint64_t CtsKeyBytes(pb::CtsKey key) {
   }
 }
 
+CtsShape MakeCtsShape(pb::JobType type, int nr, uint64_t n, uint64_t cf2_bytes, uint32_t usage,
+                      uint64_t splice_m, uint64_t splice_off) {
+  return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n, cf2_bytes,
+          cf2_bytes != 0 ? usage : 0, splice_m, splice_off};
+}
+
+int CtsRounds(pb::Cipher cipher) {
+  switch (cipher) {
+    case pb::CIPHER_AES128_CTS: return 10;
+    case pb::CIPHER_AES256_CTS: return 14;
+    default: return 0;
+  }
+}
+
+CtsShape CtsShapeOf(const JobShape& s) {
+  uint64_t n = s.length;
+  if (s.type == pb::JOB_DECRYPT)
+    n = s.data.size() > kCtsTag ? s.data.size() - kCtsTag : 0;
+  else if (s.type == pb::JOB_ENCRYPT)
+    n = kCtsConfounder + s.length;
+  return MakeCtsShape(s.type, CtsRounds(s.cipher), n, CtsKeyBytes(s.cts_key), s.usage,
+                      s.type == pb::JOB_ENCRYPT ? s.splice_length : 0,
+                      s.type == pb::JOB_ENCRYPT ? s.splice_offset : 0);
+}
+
 uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length, pb::CtsKey key,
                      uint64_t splice_length) {
   if (!CtsCipher(cipher)) return SharedBytes(type, length);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -161,6 +162,21 @@ inline constexpr uint64_t kSpliceBytes = 12;
 // Bytes of the KDC's half of a FAST key: 16, 32, or 0 for CTS_KEY_DEALT
 // (and for an unknown value: CheckJob refuses it).
 uint64_t CtsKeyBytes(pb::CtsKey key);
+// The program an aes*-cts job runs, as the servers key their compiled
+// programs (mpc-server engine/cts_jobs.h CtsProgramCache) and as the KDC
+// module keys the shapes a passed gate proved (kdc-plugin planner.h): (job
+// type, AES rounds (0 for a CHECKSUM), n, the FAST key's KDC half's bytes
+// (0: the dealt key), the usage (0 unless under a FAST key), a splice's
+// message length and offset (0, 0: none)). n is a DECRYPT's conf || P (its
+// ciphertext without the tag), an ENCRYPT's conf || P, a CHECKSUM's message.
+using CtsShape = std::tuple<int, int, uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>;
+CtsShape MakeCtsShape(pb::JobType type, int nr, uint64_t n, uint64_t cf2_bytes, uint32_t usage,
+                      uint64_t splice_m = 0, uint64_t splice_off = 0);
+// AES rounds of an aes*-cts cipher: 10, 14; 0 for another cipher.
+int CtsRounds(pb::Cipher cipher);
+// The program a job of shape s (an aes*-cts cipher) runs: n from its data
+// (DECRYPT: C || T) or length (ENCRYPT, CHECKSUM).
+CtsShape CtsShapeOf(const JobShape& s);
 // One party's two shares of a message, as slices of a request's flat
 // buffer (kmpc.proto RunRequest.data_shares, SignRequest.data_shares).
 struct MessageShares {

@@ -60,6 +60,10 @@ struct BatcherStats {
   uint64_t chained_used = 0;
   uint64_t pads_wasted = 0;
   size_t pads_held = 0;               // pads held now
+  // Gated aes*-cts jobs of unproven shapes held back from their gate's Run
+  // (planner.h, proven shapes); of them, sent after their gate verified.
+  uint64_t cts_deferred = 0;
+  uint64_t cts_deferred_sent = 0;
   uint64_t sign_rerun = 0;            // sign jobs re-run as CHECKSUM jobs
   // Sign items some server answered with a status other than JOB_OK.
   uint64_t sign_answers_failed = 0;

@@ -1229,6 +1229,8 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
   bool finished, deliver;
   Result r;
   std::vector<std::pair<uint64_t, int>> lost;  // prepared, not held
+  uint64_t failed_gate = 0;  // the exchange whose gate this failed
+  absl::Status gate_status;
   {
     std::lock_guard<std::mutex> l(mu_);
     PendingJob& e = jobs_[i];
@@ -1238,6 +1240,10 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
     finished = --open_ == 0;
     deliver = !e.prepared;
     if (e.prepared) lost.emplace_back(e.exchange_id, e.item);
+    if (!st.ok() && e.gate && e.exchange_id != 0 && e.job.type == pb::JOB_DECRYPT) {
+      failed_gate = e.exchange_id;
+      gate_status = st;
+    }
     r.token = e.token;
     r.status = std::move(st);
     r.output = std::move(out);
@@ -1246,6 +1252,7 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
     host_->Deliver(std::move(r));
   else if (!lost.empty())
     host_->PreparedLost(lost);
+  if (failed_gate != 0) host_->GateFailed(failed_gate, gate_status);
   if (finished) Finish();
 }
 

@@ -99,6 +99,10 @@ class StepHost {
   virtual void PadsWasted(size_t pads) = 0;
   // A planned exchange's gate DECRYPT verified (planner.h).
   virtual void GateVerified(uint64_t exchange_id) = 0;
+  // A planned exchange's gate DECRYPT completed with `why` (not OK): the
+  // jobs held back until it verified (planner.h, proven shapes) complete
+  // now; called after the gate's own Deliver.
+  virtual void GateFailed(uint64_t exchange_id, const absl::Status& why) = 0;
   // Prepared jobs of planned exchanges (exchange id, item) completed
   // without being held (Planner::Lost); once per Run, after HoldKeystreams.
   virtual void PreparedLost(

@@ -534,6 +534,8 @@ BatcherStats Dispatcher::Stats() const {
   out.verify_pads_used = pc.verify_pads_used;
   out.chains_sent = pc.chains_sent;
   out.chained_used = pc.chained_used;
+  out.cts_deferred = pc.cts_deferred;
+  out.cts_deferred_sent = pc.cts_deferred_sent;
   out.pads_wasted = stats_.pads_wasted + pc.pads_wasted;
   out.pads_held = planner_.pads_held();
   return out;
@@ -549,6 +551,10 @@ std::vector<uint64_t> Dispatcher::TakeQueued() {
       lost.push_back(q.exchange_id);
     } else {
       tokens.push_back(q.token);
+      // The jobs held back for this gate go with it (planner.h, proven
+      // shapes): this cluster would never see its verdict.
+      if (q.gate && q.exchange_id != 0)
+        for (uint64_t t : planner_.TakeDeferred(q.exchange_id)) tokens.push_back(t);
     }
   }
   queue_.clear();  // wipes inputs (SecureBytes)
@@ -639,8 +645,41 @@ void Dispatcher::PadsWasted(size_t pads) {
 }
 
 void Dispatcher::GateVerified(uint64_t exchange_id) {
-  std::lock_guard<std::mutex> l(mu_);
-  planner_.GateVerified(exchange_id);
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return;
+    std::vector<PendingJob> release;
+    planner_.GateVerified(exchange_id, &release);
+    if (!release.empty()) {
+      // One group, queued together (its pads link to its ticket's
+      // keystream within one request): NextRun never cuts it.
+      PendingJob first = std::move(release.front());
+      release.erase(release.begin());
+      Result unused;  // no job of it is chained_done
+      wake |= Route(std::move(first), &release, &unused);
+      // No submitter callback follows (SubmitterIdle): the dispatcher
+      // sends them, at once (they waited for their gate's Run already).
+      wake |= NeedsWake(absl::InfinitePast());
+    }
+  }
+  if (wake) cv_.notify_all();
+}
+
+void Dispatcher::GateFailed(uint64_t exchange_id, const absl::Status& why) {
+  std::vector<PendingJob> failed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    failed = planner_.GateFailed(exchange_id);
+  }
+  // Outside mu_, like a step's deliveries; never sent, so never counted.
+  const absl::Status st = Planner::DeferredFailure(why);
+  for (PendingJob& q : failed) {
+    Result r;
+    r.token = q.token;
+    r.status = st;
+    Deliver(std::move(r));
+  }
 }
 
 void Dispatcher::SignRerun(size_t jobs) {

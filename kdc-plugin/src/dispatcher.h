@@ -110,6 +110,7 @@ class Dispatcher : public StepHost,
   void DeviationDetected() override;
   void BreakerSeen(bool open) override;
   void GateVerified(uint64_t exchange_id) override;
+  void GateFailed(uint64_t exchange_id, const absl::Status& why) override;
   void PreparedLost(
       const std::vector<std::pair<uint64_t, int>>& items) override;
   void Sending(StepKind what, size_t items) override;

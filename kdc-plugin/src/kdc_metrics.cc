@@ -99,6 +99,13 @@ constexpr StatsFamily kStatsFamilies[] = {
      "clusters whose last Run a server refused because its deviation breaker is open "
      "(BATCH_BREAKER_OPEN)",
      T::Gauge, Read<&S::breakers_open>},
+    {"kmpc_kdc_cts_deferred_total",
+     "gated aes*-cts jobs (AS replies) of a shape no verified gate proved, held back from "
+     "their gate's Run",
+     T::Counter, Read<&S::cts_deferred>},
+    {"kmpc_kdc_cts_deferred_sent_total",
+     "held-back aes*-cts jobs sent in a Run of their own after their gate verified",
+     T::Counter, Read<&S::cts_deferred_sent>},
     {"kmpc_kdc_failovers_total",
      "jobs submitted again to another MPC cluster after a cluster failure", T::Counter,
      Read<&S::failovers>},

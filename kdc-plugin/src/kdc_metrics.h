@@ -34,6 +34,10 @@
 //                                        "integrity"})
 //   kmpc_kdc_breaker_open                gauge: clusters whose last Run was
 //                                        refused with BATCH_BREAKER_OPEN
+//   kmpc_kdc_cts_deferred_total,         gated aes*-cts jobs of unproven
+//   kmpc_kdc_cts_deferred_sent_total     shapes held back from their gate's
+//                                        Run; of them, sent after it
+//                                        verified (planner.h)
 //   kmpc_kdc_failovers_total             jobs sent again to another MPC
 //                                        cluster (router.h); with several
 //                                        clusters every figure here is

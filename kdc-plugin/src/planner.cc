@@ -164,6 +164,23 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     x.slots[q.item].no_miss = true;
   }
   const absl::Time now = given->empty() ? absl::Now() : given->front().enqueued;
+  // A gated aes*-cts job of a shape no verified gate proved waits for this
+  // one's verdict (proven shapes, planner.h): out of the gate's Run,
+  // ungated then.
+  for (auto it = given->begin(); it != given->end();) {
+    if (it->gated && CtsJob(it->job)) {
+      const contract::CtsShape shape = contract::CtsShapeOf(ShapeOf(it->job));
+      x.cts_shapes.push_back(shape);
+      if (!proven_.Has(shape)) {
+        it->gated = false;
+        x.deferred.push_back(std::move(*it));
+        it = given->erase(it);
+        ++counts_.cts_deferred;
+        continue;
+      }
+    }
+    ++it;
+  }
   const size_t n = Preparable(x);
   bool ok = options_.speculate && held_ + pending_ + n <= options_.speculate_max;
   if (ok && gate >= 0) ok = x.token = budget_.Take(now);
@@ -176,6 +193,18 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     }  // else its slot stays kNone, why kBudget
   }
   for (PendingJob& q : *prepared) q.enqueued = now;
+  // With a job held back, what the later items need goes with it, after
+  // the gate verified (ungated then, still one group: its pads link to its
+  // ticket's keystream): nothing is prepared for a wrong password, and
+  // what is prepared is held from the Run after which the KDC submits the
+  // later items.
+  if (!x.deferred.empty()) {
+    for (PendingJob& q : *prepared) {
+      q.gated = false;
+      x.deferred.push_back(std::move(q));
+    }
+    prepared->clear();
+  }
 }
 
 void Planner::Prepare(uint64_t id, Exchange* x, int item,
@@ -424,11 +453,81 @@ void Planner::KeepChained(ChainedSignature c) {
   if (s.state == State::kChained) s.chained = std::move(c);
 }
 
-void Planner::GateVerified(uint64_t id) {
+void Planner::GateVerified(uint64_t id, std::vector<PendingJob>* release) {
   auto it = exchanges_.find(id);
-  if (it == exchanges_.end() || !it->second.token) return;
-  it->second.token = false;
+  if (it == exchanges_.end()) return;
+  Exchange& x = it->second;
+  for (const contract::CtsShape& shape : x.cts_shapes) proven_.Prove(shape);
+  x.cts_shapes.clear();
+  if (!x.deferred.empty()) {
+    const absl::Time now = absl::Now();
+    for (PendingJob& q : x.deferred) {
+      q.enqueued = now;
+      if (!q.prepared) ++counts_.cts_deferred_sent;
+      release->push_back(std::move(q));
+    }
+    x.deferred.clear();
+  }
+  if (!x.token) return;
+  x.token = false;
   budget_.GiveBack(1);
+}
+
+std::vector<PendingJob> Planner::GateFailed(uint64_t id) {
+  std::vector<PendingJob> out;
+  auto it = exchanges_.find(id);
+  if (it == exchanges_.end()) return out;
+  std::vector<PendingJob> deferred = std::move(it->second.deferred);
+  it->second.deferred.clear();
+  it->second.cts_shapes.clear();
+  for (PendingJob& q : deferred) {
+    if (q.prepared)
+      Lost(id, q.item);  // never sent: its item runs alone, if ever submitted
+    else
+      out.push_back(std::move(q));
+  }
+  return out;
+}
+
+absl::Status Planner::DeferredFailure(const absl::Status& why) {
+  if (absl::IsDataLoss(why))
+    return absl::UnauthenticatedError(
+        "the MPC cluster withheld the result (its gate did not verify: the job was never sent)");
+  return why;
+}
+
+std::vector<uint64_t> Planner::TakeDeferred(uint64_t id) {
+  std::vector<uint64_t> tokens;
+  auto it = exchanges_.find(id);
+  if (it == exchanges_.end()) return tokens;
+  std::vector<PendingJob> deferred = std::move(it->second.deferred);
+  it->second.deferred.clear();
+  for (const PendingJob& q : deferred) {
+    if (q.prepared)
+      Lost(id, q.item);
+    else
+      tokens.push_back(q.token);
+  }
+  return tokens;  // `deferred` wipes the inputs (SecureBytes)
+}
+
+void ProvenShapes::Prove(const contract::CtsShape& s) {
+  auto it = index_.find(s);
+  if (it != index_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return;
+  }
+  lru_.push_front(s);
+  index_.emplace(s, lru_.begin());
+  if (lru_.size() > kProvenShapes) {
+    index_.erase(lru_.back());
+    lru_.pop_back();
+  }
+}
+
+void ProvenShapes::Clear() {
+  lru_.clear();
+  index_.clear();
 }
 
 void Planner::CountRun(uint64_t id) {
@@ -488,7 +587,8 @@ absl::Time Planner::Prune(absl::Time now) {
 }
 
 void Planner::Clear() {
-  exchanges_.clear();  // SecureBytes wipes the keystreams
+  exchanges_.clear();  // SecureBytes wipes the keystreams and deferred jobs
+  proven_.Clear();
   expiry_.clear();
   held_ = held_pads_ = pending_ = 0;
 }

@@ -40,6 +40,24 @@
 // pads kVerifyPadTtl). With BatcherOptions::speculate off nothing is
 // prepared: every later job runs in a Run of its own (a miss, "budget").
 //
+// Proven shapes (docs/security-model.md, "Unauthenticated program
+// churn"): the servers compile a program per aes*-cts shape
+// (contract::CtsShape), and a gated reply's shape follows lengths the
+// client chooses (its request's, and through it the reply's). A given,
+// gated aes*-cts job (the AS REPLY, spliced or not; FAST's KDC_CHALLENGE)
+// goes into the gate's Run only if its shape is among the kProvenShapes
+// most recently proven, i.e. those of exchanges whose gate verified on
+// this cluster; otherwise Admit holds it back (deferred), with the jobs it
+// prepares for the plan's later items, and they go as one group (ungated:
+// the gate's verdict is known) in a Run of their own once the gate
+// verified (GateVerified), and never if the gate failed (GateFailed: the
+// held-back job completes with the gate's verdict, the prepared ones are
+// lost). A
+// wrong password therefore never makes the servers compile a reply's
+// program; a right one of a new shape costs a second Run, and proves the
+// shape. Which jobs the servers admit does not depend on this (they see
+// one ungated ENCRYPT more).
+//
 // A job submitted outside any plan (kdcmpc submit) is an ordinary Run job
 // of its own: nothing is prepared for it, nothing guessed from it.
 //
@@ -51,6 +69,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <list>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -60,11 +80,28 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "batcher.h"
+#include "contract.h"
 #include "job.h"
 #include "plan.h"
 #include "prepared.h"
 
 namespace kmpc::kdc {
+
+// The kProvenShapes aes*-cts shapes most recently proven, least recently
+// proven first out.
+class ProvenShapes {
+ public:
+  static constexpr size_t kProvenShapes = 256;
+  bool Has(const contract::CtsShape& s) const { return index_.count(s) != 0; }
+  // s is proven now (inserted, or moved to the front).
+  void Prove(const contract::CtsShape& s);
+  size_t size() const { return lru_.size(); }
+  void Clear();
+
+ private:
+  std::list<contract::CtsShape> lru_;  // most recent first
+  std::map<contract::CtsShape, std::list<contract::CtsShape>::iterator> index_;
+};
 
 class Planner {
  public:
@@ -110,8 +147,21 @@ class Planner {
   void Hold(HeldKeystream k);
   // A chained signature for the SIG_KDC item c.item of c.exchange_id.
   void KeepChained(ChainedSignature c);
-  // Exchange `id`'s gate decrypted: its budget token is given back.
-  void GateVerified(uint64_t id);
+  // Exchange `id`'s gate decrypted: its budget token is given back, the
+  // shapes of its gated aes*-cts jobs are proven, and its deferred jobs
+  // (ungated now) are appended to *release for the queues.
+  void GateVerified(uint64_t id, std::vector<PendingJob>* release);
+  // Exchange `id`'s gate failed with `why`: its deferred jobs are taken
+  // out, to complete with the gate's verdict (DeferredFailure).
+  std::vector<PendingJob> GateFailed(uint64_t id);
+  // What a deferred job completes with when its gate failed with `why`: a
+  // tag that did not hold (kDataLoss) withholds it as the servers would
+  // (kUnauthenticated, JOB_WITHHELD); another failure is its own.
+  static absl::Status DeferredFailure(const absl::Status& why);
+  // The tokens of exchange `id`'s deferred jobs, taken out (its gate left
+  // this cluster's queue: Dispatcher::TakeQueued).
+  std::vector<uint64_t> TakeDeferred(uint64_t id);
+  const ProvenShapes& proven() const { return proven_; }
   // A Run request carried a job of exchange `id`.
   void CountRun(uint64_t id);
   // A job of exchange `id` went to another cluster (router.h failover).
@@ -135,6 +185,9 @@ class Planner {
     uint64_t keystreams = 0, keystreams_used = 0, keystreams_wasted = 0;
     uint64_t pads_drawn = 0, pads_used = 0, pads_wasted = 0;
     uint64_t verify_pads_used = 0, chains_sent = 0, chained_used = 0;
+    // Gated aes*-cts jobs of unproven shapes held back from the gate's
+    // Run; of them, sent after it verified.
+    uint64_t cts_deferred = 0, cts_deferred_sent = 0;
   };
   const Counts& counts() const { return counts_; }
 
@@ -158,6 +211,11 @@ class Planner {
     bool token = false;  // holds a budget token (its gate not verified)
     uint32_t runs = 0;
     std::vector<std::pair<Role, Miss>> misses;
+    // The shapes of its given, gated aes*-cts jobs (proven when the gate
+    // verifies); those of them held back until then, and with them the
+    // jobs prepared for its later items.
+    std::vector<contract::CtsShape> cts_shapes;
+    std::vector<PendingJob> deferred;
   };
   // How many prepared jobs `x` needs; whether the gate is given now.
   static size_t Preparable(const Exchange& x);
@@ -182,6 +240,7 @@ class Planner {
   size_t held_ = 0, held_pads_ = 0, pending_ = 0;
   Counts counts_;
   Budget budget_;
+  ProvenShapes proven_;
 };
 
 }  // namespace kmpc::kdc

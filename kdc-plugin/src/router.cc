@@ -396,6 +396,8 @@ BatcherStats Router::stats() const {
     s.verify_pads_used += x.verify_pads_used;
     s.chains_sent += x.chains_sent;
     s.chained_used += x.chained_used;
+    s.cts_deferred += x.cts_deferred;
+    s.cts_deferred_sent += x.cts_deferred_sent;
     s.pads_wasted += x.pads_wasted;
     s.pads_held += x.pads_held;
     s.sign_rerun += x.sign_rerun;

@@ -52,6 +52,7 @@ class RecordingHost : public StepHost {
   void FinalizeOnlyRerun(size_t) override {}
   void PadsWasted(size_t) override {}
   void GateVerified(uint64_t) override {}
+  void GateFailed(uint64_t, const absl::Status&) override {}
   void PreparedLost(const std::vector<std::pair<uint64_t, int>>&) override {}
   void SignRerun(size_t) override {}
   void SignAnswersFailed(size_t) override {}

@@ -179,8 +179,7 @@ size_t CtsProgramCache::size() const {
 CtsProgramCache::Shape CtsProgramCache::MakeShape(pb::JobType type, int nr, size_t n,
                                                   size_t cf2_bytes, uint32_t usage,
                                                   size_t splice_m, size_t splice_off) {
-  return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n, cf2_bytes,
-          cf2_bytes != 0 ? usage : 0, splice_m, splice_off};
+  return contract::MakeCtsShape(type, nr, n, cf2_bytes, usage, splice_m, splice_off);
 }
 
 size_t CtsProgramCache::ShapeBytes(const Shape& s) { return std::get<2>(s) + std::get<5>(s); }

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "contract.h"
 #include "cts/circuit.h"
 #include "engine/engine.h"
 #include "protocol/prss.h"
@@ -69,8 +70,9 @@ class CtsProgramCache {
   size_t size() const;  // programs held
 
   // (job type, nr (0 for CHECKSUM), n, cf2_bytes, usage (0 unless cf2_bytes),
-  // splice_m, splice_off), as Get takes them.
-  using Shape = std::tuple<int, int, size_t, size_t, uint32_t, size_t, size_t>;
+  // splice_m, splice_off), as Get takes them: contract::CtsShape, which the
+  // KDC module derives from a job the same way (contract::CtsShapeOf).
+  using Shape = contract::CtsShape;
   // The shape Get(type, nr, n, cf2_bytes, usage, splice_m, splice_off)
   // keys its program by.
   static Shape MakeShape(pb::JobType type, int nr, size_t n, size_t cf2_bytes,

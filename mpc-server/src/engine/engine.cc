@@ -938,18 +938,9 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   }
   // A FAST key's half, then (ENCRYPT, CHECKSUM) the message.
   t.shared_in = {job.data_shares[0], job.data_shares[1]};
-  switch (job.type) {
-    case pb::JOB_DECRYPT:
-      t.n = job.data.size() - contract::kCtsTag;
-      t.public_in = job.data;
-      break;
-    case pb::JOB_ENCRYPT:
-      t.n = contract::kCtsConfounder + job.length;
-      break;
-    default:
-      t.n = job.length;
-      break;
-  }
+  if (job.type == pb::JOB_DECRYPT) t.public_in = job.data;
+  // n as the KDC module derives it (contract::CtsShapeOf).
+  t.n = std::get<2>(contract::CtsShapeOf(ShapeOf(job)));
   // A new shape counts against the batch's bound before it is compiled
   // (EngineOptions::cts_batch_bytes); the job's shape is public and the
   // same on every party, so all fail the same jobs.

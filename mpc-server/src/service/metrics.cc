@@ -16,11 +16,26 @@ const std::vector<double>& Metrics::BucketsSeconds() {
   return kBuckets;
 }
 
+// The registry as the HTTP endpoint serves it: the aes*-cts series, which
+// mirror process-wide counters, brought up to date at each collection.
+class Metrics::Synced : public prometheus::Collectable {
+ public:
+  explicit Synced(const Metrics* m) : m_(m) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    m_->SyncCts();
+    return m_->registry_->Collect();
+  }
+
+ private:
+  const Metrics* const m_;
+};
+
 Metrics::Metrics(int party)
     : party_(std::to_string(party)),
       registry_(std::make_shared<prometheus::Registry>()),
       process_(std::make_shared<util::ProcessMetrics>(
-          std::map<std::string, std::string>{{"party", party_}})) {
+          std::map<std::string, std::string>{{"party", party_}})),
+      synced_(std::make_shared<Synced>(this)) {
   const prometheus::Labels p = {{"party", party_}};
   auto counter = [&](const char* name, const char* help)
       -> prometheus::Family<prometheus::Counter>& {
@@ -133,7 +148,8 @@ uint64_t Metrics::batches_failed() const {
   return static_cast<uint64_t>(failed_[0]->Value() + failed_[1]->Value());
 }
 
-std::string Metrics::Render() const {
+void Metrics::SyncCts() const {
+  std::lock_guard<std::mutex> l(sync_mu_);
   const engine::CtsProgramCache& cache = engine::CtsProgramCache::Shared();
   cts_hits_->Increment(std::max(0.0, static_cast<double>(cache.hits()) - cts_hits_->Value()));
   cts_misses_->Increment(
@@ -142,14 +158,17 @@ std::string Metrics::Render() const {
   for (auto [c, v] : {std::pair{cts_ands_, cc.ands.load()}, std::pair{cts_rounds_, cc.rounds.load()},
                       std::pair{cts_evaluations_, cc.evaluations.load()}})
     c->Increment(std::max(0.0, static_cast<double>(v) - c->Value()));
-  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+}
+
+std::string Metrics::Render() const {
+  std::vector<prometheus::MetricFamily> families = synced_->Collect();
   for (auto& f : process_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }
 
 std::vector<std::weak_ptr<prometheus::Collectable>> Metrics::collectables()
     const {
-  return {registry_, process_};
+  return {synced_, process_};
 }
 
 }  // namespace kmpc::service

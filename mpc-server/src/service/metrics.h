@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -81,8 +82,14 @@ class Metrics {
   prometheus::Counter* integrity_failures_;
   prometheus::Counter* deviations_;
   prometheus::Gauge* breaker_open_;
+  // Brings the aes*-cts series below up to the process's counters; every
+  // collection (Render, and the HTTP endpoint through `synced_`) does so
+  // first.
+  void SyncCts() const;
+  class Synced;
+  std::shared_ptr<prometheus::Collectable> synced_;
   // kmpc_cts_program_cache_total{result="hit"|"miss"}, brought up to the
-  // process's engine::CtsProgramCache when rendered.
+  // process's engine::CtsProgramCache when collected.
   prometheus::Counter* cts_hits_;
   prometheus::Counter* cts_misses_;
   // kmpc_cts_ands_total, kmpc_cts_and_rounds_total,
@@ -91,6 +98,7 @@ class Metrics {
   prometheus::Counter* cts_ands_;
   prometheus::Counter* cts_rounds_;
   prometheus::Counter* cts_evaluations_;
+  mutable std::mutex sync_mu_;  // one SyncCts at a time (it adds differences)
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;
   prometheus::Histogram* latency_[kKinds];

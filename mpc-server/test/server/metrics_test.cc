@@ -7,7 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/cts_jobs.h"
 #include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
 
 namespace kmpc::service {
 namespace {
@@ -44,6 +46,29 @@ TEST(MetricsTest, OneRegistryWithCausesAndParty) {
     EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
   EXPECT_EQ(m.collectables().size(), 2u);
   for (const auto& c : m.collectables()) EXPECT_NE(c.lock(), nullptr);
+}
+
+// The HTTP endpoint collects the collectables itself (prometheus::Exposer),
+// without Render: the aes*-cts series, which mirror process-wide counters,
+// are brought up to date by that collection too.
+TEST(MetricsTest, TheHttpCollectionSeesTheCtsProgramCache) {
+  Metrics m(0);
+  engine::CtsProgramCache& cache = engine::CtsProgramCache::Shared();
+  ASSERT_TRUE(cache.Get(kmpc::v1::JOB_CHECKSUM, 0, 21).ok());
+  ASSERT_TRUE(cache.Get(kmpc::v1::JOB_CHECKSUM, 0, 21).ok());
+  ASSERT_GE(cache.misses(), 1u);
+  ASSERT_GE(cache.hits(), 1u);
+  std::vector<prometheus::MetricFamily> families;
+  for (const auto& w : m.collectables())
+    if (auto c = w.lock())
+      for (auto& f : c->Collect()) families.push_back(std::move(f));
+  const std::string text = prometheus::TextSerializer().Serialize(families);
+  for (const std::string& want :
+       {absl::StrCat("kmpc_cts_program_cache_total{party=\"0\",result=\"miss\"} ",
+                     cache.misses(), "\n"),
+        absl::StrCat("kmpc_cts_program_cache_total{party=\"0\",result=\"hit\"} ",
+                     cache.hits(), "\n")})
+    EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
 }
 
 // A failed batch counts its ring traffic and latency but no jobs or AES

@@ -1,0 +1,457 @@
+// Proven shapes (planner.h; docs/security-model.md, "Unauthenticated
+// program churn"): a gated aes*-cts reply whose shape no verified gate
+// proved is not in its gate's Run; it goes in a Run of its own after the
+// gate verified, never after a failed one; a proven shape goes in the
+// gate's Run (one Run per exchange). The servers are a scripted transport:
+// a DECRYPT's tag holds or not as the test says, a job gated on a failed
+// DECRYPT is JOB_WITHHELD, every revealed value is zeros; what the test
+// reads is what the servers were sent.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "batcher.h"
+#include "batcher_fixture.h"
+#include "contract.h"
+#include "planner.h"
+
+namespace kmpc::kdc {
+namespace {
+
+namespace pb = ::kmpc::v1;
+
+// What a server saw of one Run job.
+struct Sent {
+  pb::JobType type;
+  uint32_t usage;
+  uint64_t length, splice_length;
+  bool gated;
+  bool pad_after;  // a PAD linked to a ticket ENCRYPT of the request
+};
+
+class CtsScriptTransport : public Transport {
+ public:
+  std::atomic<bool> password_ok{true};
+
+  void Run(int party, const pb::RunRequest& req, pb::RunResponse* resp, absl::Time,
+           Done done) override {
+    const int n = req.jobs_size();
+    std::vector<pb::JobStatus> st(n, pb::JOB_OK);
+    std::map<uint64_t, int> at;  // job id -> position
+    for (int k = 0; k < n; ++k) {
+      at[req.jobs(k).job_id()] = k;
+      if (req.jobs(k).type() == pb::JOB_DECRYPT && !password_ok)
+        st[k] = pb::JOB_INTEGRITY_FAILED;
+    }
+    std::vector<Sent> sent;
+    std::string shares, ctr0s;
+    for (int k = 0; k < n; ++k) {
+      const pb::Job& j = req.jobs(k);
+      if (j.has_release_if_ok() && st[at.at(j.release_if_ok())] != pb::JOB_OK)
+        st[k] = pb::JOB_WITHHELD;
+      sent.push_back({j.type(), j.usage(), j.length(), j.splice_length(), j.has_release_if_ok(),
+                      j.has_pad_after()});
+      pb::JobResult* r = resp->add_results();
+      r->set_job_id(j.job_id());
+      r->set_status(st[k]);
+      const contract::JobShape shape = contract::ShapeOf(j);
+      if (contract::ResultHasCtr0(shape, st[k]))
+        ctr0s.append(contract::kCtr0Size, static_cast<char>(0x10 + k));
+      shares.append(2 * contract::RevealedShareBytes(shape, st[k]), '\0');
+    }
+    resp->set_wire_version(contract::kWireVersion);
+    resp->set_party(party);
+    resp->set_batch_id(req.batch_id());
+    resp->set_ctr0s(ctr0s);
+    resp->set_shares(shares);
+    if (party == 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      runs_.push_back(std::move(sent));
+    }
+    done(CallStatus());
+  }
+  void Finalize(int, const pb::FinalizeRequest&, pb::FinalizeResponse*, absl::Time,
+                Done done) override {
+    done(CallStatus(absl::UnimplementedError("no FINALIZE under aes*-cts")));
+  }
+  std::string PartyName(int party) const override { return absl::StrCat("party ", party); }
+
+  std::vector<std::vector<Sent>> runs() {
+    std::lock_guard<std::mutex> l(mu_);
+    return runs_;
+  }
+  // Every ENCRYPT any Run carried.
+  std::vector<Sent> encrypts() {
+    std::vector<Sent> out;
+    for (const auto& r : runs())
+      for (const Sent& s : r)
+        if (s.type == pb::JOB_ENCRYPT) out.push_back(s);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::vector<Sent>> runs_;
+};
+
+const std::string kUser(contract::kKeyIdSize, 'u');
+
+PlanItem CtsItem(Role role, uint32_t usage, size_t length) {
+  RoleInfo info;
+  EXPECT_TRUE(RoleOf(role, &info));
+  PlanItem p;
+  p.role = role;
+  p.type = info.type;
+  p.usage = usage;
+  p.cipher = pb::CIPHER_AES256_CTS;
+  p.key_id = kUser;
+  p.length = length;
+  p.flags = kItemExact;
+  p.given = true;
+  return p;
+}
+
+Job JobOf(const PlanItem& p, size_t bytes) {
+  Job j;
+  j.type = p.type;
+  j.cipher = p.cipher;
+  j.key_id = p.key_id;
+  j.usage = p.usage;
+  j.cts_key = p.cts_key;
+  j.input.assign(bytes, 0x42);
+  if (p.cts_key != pb::CTS_KEY_DEALT) j.cf2_half.assign(contract::CtsKeyBytes(p.cts_key), 0x5a);
+  return j;
+}
+
+constexpr size_t kTimestampBytes = 16 + 28 + 12;  // conf || PA-ENC-TS-ENC || tag
+
+class CtsGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BatcherOptions o;  // self-clocked
+    o.deadline = absl::Seconds(10);
+    b_ = std::make_unique<Batcher>(o, &servers_, &sink_);
+  }
+
+  struct Exchange {
+    uint64_t ts = 0, reply = 0;
+    ExchangeRecord record;
+  };
+  // An AS exchange of the aes*-cts user as the KDC states it (krb5 patch
+  // 0021): the timestamp (the gate), the request's checksum spliced into
+  // the reply (n bytes) at `off`; the request m bytes. Waits for both
+  // results; ends the exchange.
+  Exchange SplicedAs(size_t n, size_t m, size_t off = 100) {
+    Plan plan;
+    plan.kind = ExchangeKind::kAs;
+    plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
+    PlanItem cksum = CtsItem(Role::kReqChecksum, 56, m);
+    PlanItem reply = CtsItem(Role::kReply, 3, n);
+    reply.splice_from = 1;
+    reply.splice_offset = off;
+    for (PlanItem* p : {&cksum, &reply}) {
+      p->flags |= kItemGated;
+      p->gate = 0;
+    }
+    plan.items.push_back(cksum);
+    plan.items.push_back(reply);
+    Job r = JobOf(reply, n);
+    r.splice.assign(m, 0x30);
+    r.splice_offset = static_cast<uint32_t>(off);
+    return Run(std::move(plan), {{0, JobOf(plan.items[0], kTimestampBytes)}, {2, std::move(r)}});
+  }
+  // The same without PA-REQ-ENC-PA-REP: timestamp and reply only.
+  Exchange PlainAs(size_t n) {
+    Plan plan;
+    plan.kind = ExchangeKind::kAs;
+    plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
+    PlanItem reply = CtsItem(Role::kReply, 3, n);
+    reply.flags |= kItemGated;
+    reply.gate = 0;
+    plan.items.push_back(reply);
+    return Run(std::move(plan),
+               {{0, JobOf(plan.items[0], kTimestampBytes)}, {1, JobOf(plan.items[1], n)}});
+  }
+  Exchange Run(Plan plan, std::vector<std::pair<int, Job>> jobs) {
+    const uint64_t id = next_id_++;
+    std::vector<ItemJob> given;
+    Exchange x;
+    for (auto& [item, job] : jobs) {
+      const uint64_t t = next_token_++;
+      (item == 0 ? x.ts : x.reply) = t;
+      given.push_back({item, t, std::move(job)});
+    }
+    const size_t n0 = sink_.counts().size();
+    EXPECT_TRUE(b_->Begin(id, std::move(plan), std::move(given)).ok());
+    b_->SubmitterIdle();
+    EXPECT_TRUE(sink_.WaitFor(n0 + 2));
+    std::optional<ExchangeRecord> r = b_->End(id);
+    EXPECT_TRUE(r.has_value());
+    if (r) x.record = *r;
+    return x;
+  }
+
+  CtsScriptTransport servers_;
+  CollectingSink sink_;
+  std::unique_ptr<Batcher> b_;
+  uint64_t next_id_ = 1, next_token_ = 1;
+};
+
+// The attack: AS-REQs of ever new lengths with a wrong password. No reply
+// (no ENCRYPT, no program of a reply's shape) reaches the servers; each
+// exchange is its timestamp's Run alone, and the reply completes with the
+// gate's verdict as a withheld one would.
+TEST_F(CtsGateTest, AFailedGateNeverSendsAnUnprovenReply) {
+  servers_.password_ok = false;
+  for (size_t m : {180u, 181u, 233u, 600u}) {
+    const Exchange x = SplicedAs(300, m);
+    EXPECT_TRUE(absl::IsDataLoss(sink_.Get(x.ts).status)) << sink_.Get(x.ts).status;
+    EXPECT_TRUE(absl::IsUnauthenticated(sink_.Get(x.reply).status)) << sink_.Get(x.reply).status;
+    EXPECT_TRUE(sink_.Get(x.reply).output.empty());
+    EXPECT_EQ(x.record.runs, 1u);
+  }
+  const Exchange plain = PlainAs(250);
+  EXPECT_TRUE(absl::IsUnauthenticated(sink_.Get(plain.reply).status));
+  EXPECT_TRUE(servers_.encrypts().empty());
+  ASSERT_EQ(servers_.runs().size(), 5u);
+  for (const auto& r : servers_.runs()) {
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].type, pb::JOB_DECRYPT);
+  }
+  const BatcherStats s = b_->stats();
+  EXPECT_EQ(s.cts_deferred, 5u);
+  EXPECT_EQ(s.cts_deferred_sent, 0u);
+  // Every callback exactly once.
+  for (const auto& [token, count] : sink_.counts()) EXPECT_EQ(count, 1) << token;
+}
+
+// A right password of a new shape: the gate's Run, then the reply alone,
+// ungated (the verdict is known); the next login of that shape is one Run,
+// the reply gated in it; another request length is new again.
+TEST_F(CtsGateTest, APassedGateSendsTheReplyAfterItThenItsShapeIsOneRun) {
+  const Exchange first = SplicedAs(300, 180);
+  EXPECT_TRUE(sink_.Get(first.ts).status.ok()) << sink_.Get(first.ts).status;
+  ASSERT_TRUE(sink_.Get(first.reply).status.ok()) << sink_.Get(first.reply).status;
+  EXPECT_EQ(sink_.Get(first.reply).output.size(),
+            contract::kCtsConfounder + 300 + contract::kCtsTag);
+  EXPECT_EQ(first.record.runs, 2u);
+  auto runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 2u);
+  ASSERT_EQ(runs[0].size(), 1u);
+  EXPECT_EQ(runs[0][0].type, pb::JOB_DECRYPT);
+  ASSERT_EQ(runs[1].size(), 1u);
+  EXPECT_EQ(runs[1][0].type, pb::JOB_ENCRYPT);
+  EXPECT_EQ(runs[1][0].length, 300u);
+  EXPECT_EQ(runs[1][0].splice_length, 180u);
+  EXPECT_FALSE(runs[1][0].gated);
+
+  const Exchange again = SplicedAs(300, 180);
+  ASSERT_TRUE(sink_.Get(again.reply).status.ok()) << sink_.Get(again.reply).status;
+  EXPECT_EQ(again.record.runs, 1u);
+  runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 3u);
+  ASSERT_EQ(runs[2].size(), 2u);
+  EXPECT_EQ(runs[2][0].type, pb::JOB_DECRYPT);
+  EXPECT_EQ(runs[2][1].type, pb::JOB_ENCRYPT);
+  EXPECT_TRUE(runs[2][1].gated);
+
+  // Another request length, another splice offset, another reply length:
+  // each a shape of its own.
+  EXPECT_EQ(SplicedAs(300, 181).record.runs, 2u);
+  EXPECT_EQ(SplicedAs(300, 180, 101).record.runs, 2u);
+  EXPECT_EQ(SplicedAs(301, 180).record.runs, 2u);
+  EXPECT_EQ(SplicedAs(300, 181).record.runs, 1u);
+  const BatcherStats s = b_->stats();
+  EXPECT_EQ(s.cts_deferred, 4u);
+  EXPECT_EQ(s.cts_deferred_sent, 4u);
+}
+
+// A proven shape with a wrong password: one Run, and the servers withhold
+// the reply (its gate is in the Run).
+TEST_F(CtsGateTest, AProvenShapeWithAWrongPasswordIsWithheldByTheServers) {
+  EXPECT_EQ(SplicedAs(300, 180).record.runs, 2u);
+  servers_.password_ok = false;
+  const Exchange x = SplicedAs(300, 180);
+  EXPECT_EQ(x.record.runs, 1u);
+  EXPECT_TRUE(absl::IsUnauthenticated(sink_.Get(x.reply).status)) << sink_.Get(x.reply).status;
+  const auto runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 3u);
+  ASSERT_EQ(runs[2].size(), 2u);
+  EXPECT_TRUE(runs[2][1].gated);
+}
+
+// A failed login proves nothing: the next right one of that shape is still
+// two Runs. A plain (unspliced) reply is deferred likewise.
+TEST_F(CtsGateTest, AFailedGateProvesNothing) {
+  servers_.password_ok = false;
+  SplicedAs(300, 180);
+  PlainAs(250);
+  servers_.password_ok = true;
+  EXPECT_EQ(SplicedAs(300, 180).record.runs, 2u);
+  EXPECT_EQ(PlainAs(250).record.runs, 2u);
+  EXPECT_EQ(PlainAs(250).record.runs, 1u);
+}
+
+// FAST (kdcmpc plan of kdc_mpc_plan_fast()): the KDC's challenge and the
+// reply, both gated ENCRYPTs under the FAST key, wait for the client's
+// challenge alike.
+TEST_F(CtsGateTest, FastItemsOfUnprovenShapesWaitForTheirGate) {
+  auto fast = [&] {
+    Plan plan;
+    plan.kind = ExchangeKind::kAsFast;
+    PlanItem gate = CtsItem(Role::kChallenge, 54, kTimestampBytes);
+    gate.cts_key = pb::CTS_KEY_CF2_AES256;
+    plan.items.push_back(gate);
+    for (auto [role, usage, n] : {std::tuple{Role::kKdcChallenge, 55u, size_t{30}},
+                                  std::tuple{Role::kReply, 3u, size_t{280}}}) {
+      PlanItem it = CtsItem(role, usage, n);
+      it.flags |= kItemGated;
+      it.gate = 0;
+      it.cts_key = pb::CTS_KEY_CF2_AES256;
+      plan.items.push_back(it);
+    }
+    std::vector<ItemJob> given;
+    for (int i = 0; i < 3; ++i)
+      given.push_back({i, next_token_++,
+                       JobOf(plan.items[i], i == 0 ? kTimestampBytes : plan.items[i].length)});
+    const uint64_t id = next_id_++;
+    const size_t n0 = sink_.counts().size();
+    EXPECT_TRUE(b_->Begin(id, plan, std::move(given)).ok());
+    b_->SubmitterIdle();
+    EXPECT_TRUE(sink_.WaitFor(n0 + 3));
+    return b_->End(id)->runs;
+  };
+  servers_.password_ok = false;
+  EXPECT_EQ(fast(), 1u);
+  EXPECT_TRUE(servers_.encrypts().empty());
+  servers_.password_ok = true;
+  EXPECT_EQ(fast(), 2u);
+  const auto runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[1].size(), 1u);
+  EXPECT_EQ(runs[2].size(), 2u);  // both held-back jobs in one Run
+  EXPECT_EQ(fast(), 1u);
+}
+
+// What the plan's later items need (the ticket's keystream under the
+// krbtgt, a PAC signature's pad linked to it) goes with a held-back reply:
+// nothing of it for a wrong password, and for a right one in the reply's
+// Run, ungated, the pad still linked to the ticket's keystream in that
+// request, held from that Run (the KDC submits the later items after it).
+TEST_F(CtsGateTest, PreparedJobsGoWithAHeldBackReply) {
+  const std::string krbtgt(contract::kKeyIdSize, 't');
+  auto as = [&](size_t n) {
+    Plan plan;
+    plan.kind = ExchangeKind::kAs;
+    plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
+    PlanItem reply = CtsItem(Role::kReply, 3, n);
+    reply.flags |= kItemGated;
+    reply.gate = 0;
+    plan.items.push_back(reply);
+    PlanItem ticket;
+    ticket.role = Role::kTicket;
+    ticket.type = pb::JOB_ENCRYPT;
+    ticket.usage = 2;
+    ticket.cipher = pb::CIPHER_AES256;
+    ticket.key_id = krbtgt;
+    ticket.length = 700;
+    ticket.flags = kItemGated;
+    ticket.gate = 0;
+    plan.items.push_back(ticket);
+    PlanItem sig = ticket;
+    sig.role = Role::kSigServer;
+    sig.type = pb::JOB_CHECKSUM;
+    sig.usage = 17;
+    sig.length = 400;
+    sig.ticket = 2;
+    plan.items.push_back(sig);
+    EXPECT_TRUE(Planner::Check(plan).ok()) << Planner::Check(plan);
+    return Run(std::move(plan),
+               {{0, JobOf(plan.items[0], kTimestampBytes)}, {1, JobOf(plan.items[1], n)}});
+  };
+  servers_.password_ok = false;
+  as(250);
+  auto runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].size(), 1u);  // the timestamp alone: nothing prepared
+  EXPECT_EQ(b_->stats().keystreams_held, 0u);
+
+  servers_.password_ok = true;
+  const Exchange x = as(250);
+  ASSERT_TRUE(sink_.Get(x.reply).status.ok()) << sink_.Get(x.reply).status;
+  runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 3u);
+  ASSERT_EQ(runs[1].size(), 1u);
+  ASSERT_EQ(runs[2].size(), 3u);  // the reply, the ticket's keystream, the pad
+  EXPECT_EQ(runs[2][0].type, pb::JOB_ENCRYPT);
+  EXPECT_EQ(runs[2][0].usage, 3u);
+  EXPECT_EQ(runs[2][1].type, pb::JOB_ENCRYPT);
+  EXPECT_EQ(runs[2][1].usage, 2u);
+  EXPECT_EQ(runs[2][2].type, pb::JOB_PAD);
+  EXPECT_TRUE(runs[2][2].pad_after);
+  for (const Sent& j : runs[2]) EXPECT_FALSE(j.gated);
+
+  // Proven: one Run with the gate, everything gated on it.
+  as(250);
+  runs = servers_.runs();
+  ASSERT_EQ(runs.size(), 4u);
+  ASSERT_EQ(runs[3].size(), 4u);
+  EXPECT_EQ(runs[3][0].type, pb::JOB_DECRYPT);
+  for (size_t k = 1; k < 3; ++k) EXPECT_TRUE(runs[3][k].gated) << k;
+}
+
+TEST(ProvenShapesTest, TheLeastRecentlyProvenGoesFirst) {
+  ProvenShapes p;
+  auto shape = [](uint64_t m) {
+    return contract::MakeCtsShape(pb::JOB_ENCRYPT, 14, 316, 0, 3, m, 100);
+  };
+  for (uint64_t m = 1; m <= ProvenShapes::kProvenShapes; ++m) p.Prove(shape(m));
+  EXPECT_EQ(p.size(), ProvenShapes::kProvenShapes);
+  p.Prove(shape(1));  // proven again: the most recent
+  p.Prove(shape(ProvenShapes::kProvenShapes + 1));
+  EXPECT_EQ(p.size(), ProvenShapes::kProvenShapes);
+  EXPECT_TRUE(p.Has(shape(1)));
+  EXPECT_FALSE(p.Has(shape(2)));
+  EXPECT_TRUE(p.Has(shape(3)));
+  EXPECT_TRUE(p.Has(shape(ProvenShapes::kProvenShapes + 1)));
+}
+
+// The module keys shapes as the servers key programs: the usage counts
+// only under a FAST key, the splice only on an ENCRYPT, n is conf || P.
+TEST(ProvenShapesTest, AJobsShapeIsTheServersProgramKey) {
+  Job reply;
+  reply.type = pb::JOB_ENCRYPT;
+  reply.cipher = pb::CIPHER_AES128_CTS;
+  reply.key_id = kUser;
+  reply.usage = 3;
+  reply.input.assign(250, 1);
+  reply.splice.assign(180, 2);
+  reply.splice_offset = 200;
+  EXPECT_EQ(contract::CtsShapeOf(ShapeOf(reply)),
+            contract::MakeCtsShape(pb::JOB_ENCRYPT, 10, 16 + 250, 0, 0, 180, 200));
+  Job ts = reply;
+  ts.type = pb::JOB_DECRYPT;
+  ts.cipher = pb::CIPHER_AES256_CTS;
+  ts.usage = 1;
+  ts.splice.clear();
+  ts.splice_offset = 0;
+  ts.input.assign(kTimestampBytes, 3);
+  EXPECT_EQ(contract::CtsShapeOf(ShapeOf(ts)),
+            contract::MakeCtsShape(pb::JOB_DECRYPT, 14, kTimestampBytes - 12, 0, 0));
+  Job kdc_challenge = reply;
+  kdc_challenge.usage = 55;
+  kdc_challenge.splice.clear();
+  kdc_challenge.splice_offset = 0;
+  kdc_challenge.cts_key = pb::CTS_KEY_CF2_AES128;
+  kdc_challenge.cf2_half.assign(16, 4);
+  EXPECT_EQ(contract::CtsShapeOf(ShapeOf(kdc_challenge)),
+            contract::MakeCtsShape(pb::JOB_ENCRYPT, 10, 16 + 250, 16, 55));
+}
+
+}  // namespace
+}  // namespace kmpc::kdc
