@@ -89,6 +89,27 @@ TEST(Circuit, PackUnpackRoundTrip) {
   for (size_t l = 0; l < lanes.size(); ++l) EXPECT_EQ(UnpackLane(w, 3, l), lanes[l]);
 }
 
+// PackLanes against its definition, bit by bit: wire i, lane l at bit
+// l % 64 of word i * wn + l / 64, zero past the lanes; lane counts that
+// leave a partial group of eight, and spare words (wn past the lanes').
+TEST(Circuit, PackLanesIsTheTransposition) {
+  for (size_t n : {1, 7, 9, 64, 65, 130, 200}) {
+    for (size_t wn : {(n + 63) / 64, (n + 63) / 64 + 1}) {
+      std::vector<Bytes> lanes;
+      for (size_t l = 0; l < n; ++l) lanes.push_back(::kmpc::testing::Random(3));
+      std::vector<absl::Span<const uint8_t>> spans(lanes.begin(), lanes.end());
+      const auto w = PackLanes(spans, wn);
+      ASSERT_EQ(w.size(), 24 * wn);
+      for (size_t i = 0; i < 24; ++i) {
+        for (size_t l = 0; l < 64 * wn; ++l) {
+          const uint64_t want = l < n ? (lanes[l][i / 8] >> (i % 8)) & 1 : 0;
+          ASSERT_EQ((w[i * wn + l / 64] >> (l % 64)) & 1, want) << n << " " << wn << " " << l;
+        }
+      }
+    }
+  }
+}
+
 // A random circuit of XOR, NOT and AND over 16 input bits, its value
 // computed directly beside it.
 struct RandomCircuit {
