@@ -326,6 +326,15 @@ struct Walk {
     }
   }
 
+  // wn words from s to d.
+  static void Copy(uint64_t* d, const uint64_t* s, size_t wn_rt) {
+    if constexpr (WN != 0) {
+      CopyWords<WN>(d, s);
+    } else {
+      std::copy_n(s, wn_rt, d);
+    }
+  }
+
   // The XOR gates, in order (a gate may read an earlier one's slot; its
   // own slot is neither operand: Compile takes it before releasing them).
   static void Xors(const std::vector<uint32_t>& xors, uint64_t* v, size_t wn_rt) {
@@ -463,12 +472,16 @@ absl::Status Load(absl::Span<const Job> jobs, Engine& e, Scratch& s) {
     }
     const size_t wn = j.wn, cw = comps * wn;
     s.v[k].assign(p.slots * cw, 0);
+    uint64_t* v = s.v[k].data();
     for (int c = 0; c < comps; ++c) {
-      std::fill_n(&s.v[k][(comps + c) * wn], wn, e.OneWord(c));
-      for (size_t i = 0; i < p.inputs; ++i) {
-        if (p.input_slot[i] == kNoSlot) continue;
-        std::copy_n(&j.in[c][i * wn], wn, &s.v[k][p.input_slot[i] * cw + c * wn]);
-      }
+      std::fill_n(v + (comps + c) * wn, wn, e.OneWord(c));
+      const uint64_t* in = j.in[c].data();
+      WithWalk(comps, wn, [&](auto walk) {
+        for (size_t i = 0; i < p.inputs; ++i) {
+          if (p.input_slot[i] == kNoSlot) continue;
+          walk.Copy(v + p.input_slot[i] * cw + c * wn, in + i * wn, wn);
+        }
+      });
     }
   }
   return absl::OkStatus();
@@ -495,10 +508,13 @@ absl::Status EvaluateAll(absl::Span<const Job> jobs, Engine& e) {
   for (size_t k = 0; k < jobs.size(); ++k) {
     const Job& j = jobs[k];
     const size_t wn = j.wn, cw = comps * wn;
+    const uint64_t* v = s.v[k].data();
     for (int c = 0; c < comps; ++c) {
-      for (size_t i = 0; i < j.program->outputs; ++i) {
-        std::copy_n(&s.v[k][j.program->output_slot[i] * cw + c * wn], wn, &j.out[c][i * wn]);
-      }
+      uint64_t* out = j.out[c].data();
+      WithWalk(comps, wn, [&](auto walk) {
+        for (size_t i = 0; i < j.program->outputs; ++i)
+          walk.Copy(out + i * wn, v + j.program->output_slot[i] * cw + c * wn, wn);
+      });
     }
   }
   return absl::OkStatus();
