@@ -228,15 +228,16 @@ struct Scratch {
   }
 };
 
-// b sized n (contents unspecified); storage it leaves is wiped first (an
-// AND layer's operands are shares).
+// b holding at least n words (contents unspecified; its size is its
+// capacity, so a layer larger than the last is no zero-fill); storage it
+// leaves is wiped first (an AND layer's operands are shares).
 void Fit(std::vector<uint64_t>& b, size_t n) {
   if (n > b.capacity()) {
     share::Wipe(b.data(), 8 * b.capacity());
     b.clear();
     b.reserve(std::max(n, 2 * b.capacity()));
   }
-  b.resize(n);
+  if (b.size() < n) b.resize(b.capacity());
 }
 
 // Bits of a wire word that a job of few lanes packs per gate into an AND
@@ -352,8 +353,8 @@ struct Walk {
   }
 };
 
-// Runs F<C, WN>::... through the Walk specialised on the job's wn (1..8;
-// run time past that).
+// Calls f with the Walk specialised on the job's wn (1..8; the run-time
+// one past that) and components (2 on shares, 1 in the clear).
 template <int C, typename F>
 void WithWalk(size_t wn, F&& f) {
   switch (wn) {
@@ -411,8 +412,8 @@ absl::Status RunAndLayer(absl::Span<const Job> jobs, size_t d, Engine& e, Scratc
     Fit(s.y[c], total);
     Fit(s.z[c], total);
     // Packed words are OR-ed together; unpacked ones are all written.
-    std::fill(s.x[c].begin() + words, s.x[c].end(), 0);
-    std::fill(s.y[c].begin() + words, s.y[c].end(), 0);
+    std::fill(s.x[c].begin() + words, s.x[c].begin() + total, 0);
+    std::fill(s.y[c].begin() + words, s.y[c].begin() + total, 0);
   }
   const std::array<uint64_t*, 2> x = {s.x[0].data(), s.x[c1].data()};
   const std::array<uint64_t*, 2> y = {s.y[0].data(), s.y[c1].data()};
