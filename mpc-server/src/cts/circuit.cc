@@ -1,6 +1,7 @@
 #include "cts/circuit.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "protocol/verify.h"
@@ -213,33 +214,30 @@ absl::Status ShareEngine::AndLayer(std::array<const uint64_t*, 2> x,
 namespace {
 
 // Scratch of one evaluation: every job's slot values and an AND layer's
-// operands, per component; wiped on destruction (they hold shares).
+// operands; wiped on destruction (they hold shares). A job's slot s holds
+// its comps x wn words contiguously, component c at [(s * comps + c) * wn,
+// + wn), so one pass over a gate list serves both components.
 struct Scratch {
-  std::vector<std::array<std::vector<uint64_t>, 2>> v;
+  std::vector<std::vector<uint64_t>> v;
   std::array<std::vector<uint64_t>, 2> x, y, z;
   ~Scratch() {
-    for (auto& job : v) {
-      for (auto& b : job) share::Wipe(b.data(), 8 * b.size());
-    }
+    for (auto& b : v) share::Wipe(b.data(), 8 * b.size());
     for (auto* a : {&x, &y, &z}) {
       for (auto& b : *a) share::Wipe(b.data(), 8 * b.capacity());
     }
   }
 };
 
-// b sized n, zero-filled if zero; storage it leaves is wiped first (an AND
-// layer's operands are shares).
-void Fit(std::vector<uint64_t>& b, size_t n, bool zero) {
+// b holding at least n words (contents unspecified; its size is its
+// capacity, so a layer larger than the last is no zero-fill); storage it
+// leaves is wiped first (an AND layer's operands are shares).
+void Fit(std::vector<uint64_t>& b, size_t n) {
   if (n > b.capacity()) {
     share::Wipe(b.data(), 8 * b.capacity());
     b.clear();
     b.reserve(std::max(n, 2 * b.capacity()));
   }
-  if (zero) {
-    b.assign(n, 0);
-  } else {
-    b.resize(n);
-  }
+  if (b.size() < n) b.resize(b.capacity());
 }
 
 // Bits of a wire word that a job of few lanes packs per gate into an AND
@@ -251,6 +249,134 @@ size_t PackWidth(const Job& j) {
   size_t w = 1;
   while (w < j.lanes) w <<= 1;
   return w;
+}
+
+// Two words as one register (SSE2, NEON: the GCC / Clang vector
+// extension); memcpy in and out, so no alignment is assumed.
+typedef uint64_t Words2 __attribute__((vector_size(16)));
+
+// N words from s to d (distinct), N known at compile time.
+template <size_t N>
+inline void CopyWords(uint64_t* d, const uint64_t* s) {
+  if constexpr (N >= 2) {
+    Words2 t;
+    std::memcpy(&t, s, 16);
+    std::memcpy(d, &t, 16);
+    CopyWords<N - 2>(d + 2, s + 2);
+  } else if constexpr (N == 1) {
+    d[0] = s[0];
+  }
+}
+
+// d = a ^ b over N words (d is a, b or neither, never a partial overlap).
+template <size_t N>
+inline void XorWords(uint64_t* d, const uint64_t* a, const uint64_t* b) {
+  if constexpr (N >= 2) {
+    Words2 x, y;
+    std::memcpy(&x, a, 16);
+    std::memcpy(&y, b, 16);
+    x ^= y;
+    std::memcpy(d, &x, 16);
+    XorWords<N - 2>(d + 2, a + 2, b + 2);
+  } else if constexpr (N == 1) {
+    d[0] = a[0] ^ b[0];
+  }
+}
+
+// The gate walks of an unpacked job, with C components of WN words per
+// slot known at compile time, so a gate's words move as a few register
+// loads and stores rather than a library call per gate; WN = 0: wn given
+// at run time, plain loops.
+template <int C, size_t WN>
+struct Walk {
+  // Operands of the AND gates (dst, a, b triples) into x[c] / y[c] from
+  // word `at` on, wn words per gate.
+  static void Gather(const std::vector<uint32_t>& ands, const uint64_t* v, size_t wn_rt,
+                     std::array<uint64_t*, 2> x, std::array<uint64_t*, 2> y, size_t at) {
+    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn;
+    for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+      const uint64_t* a = v + ands[g + 1] * cw;
+      const uint64_t* b = v + ands[g + 2] * cw;
+      for (int c = 0; c < C; ++c) {
+        if constexpr (WN != 0) {
+          CopyWords<WN>(x[c] + at, a + c * WN);
+          CopyWords<WN>(y[c] + at, b + c * WN);
+        } else {
+          for (size_t w = 0; w < wn; ++w) {
+            x[c][at + w] = a[c * wn + w];
+            y[c][at + w] = b[c * wn + w];
+          }
+        }
+      }
+    }
+  }
+
+  // The products from z[c] (word `at` on) into the gates' slots.
+  static void Scatter(const std::vector<uint32_t>& ands, uint64_t* v, size_t wn_rt,
+                      std::array<const uint64_t*, 2> z, size_t at) {
+    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn;
+    for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+      uint64_t* d = v + ands[g] * cw;
+      for (int c = 0; c < C; ++c) {
+        if constexpr (WN != 0) {
+          CopyWords<WN>(d + c * WN, z[c] + at);
+        } else {
+          for (size_t w = 0; w < wn; ++w) d[c * wn + w] = z[c][at + w];
+        }
+      }
+    }
+  }
+
+  // wn words from s to d.
+  static void Copy(uint64_t* d, const uint64_t* s, size_t wn_rt) {
+    if constexpr (WN != 0) {
+      CopyWords<WN>(d, s);
+    } else {
+      std::copy_n(s, wn_rt, d);
+    }
+  }
+
+  // The XOR gates, in order (a gate may read an earlier one's slot; its
+  // own slot is neither operand: Compile takes it before releasing them).
+  static void Xors(const std::vector<uint32_t>& xors, uint64_t* v, size_t wn_rt) {
+    const size_t cw = C * (WN != 0 ? WN : wn_rt);
+    for (size_t k = 0; k < xors.size(); k += 3) {
+      uint64_t* d = v + xors[k] * cw;
+      const uint64_t* a = v + xors[k + 1] * cw;
+      const uint64_t* b = v + xors[k + 2] * cw;
+      if constexpr (WN != 0) {
+        XorWords<C * WN>(d, a, b);
+      } else {
+        for (size_t w = 0; w < cw; ++w) d[w] = a[w] ^ b[w];
+      }
+    }
+  }
+};
+
+// Calls f with the Walk specialised on the job's wn (1..8; the run-time
+// one past that) and components (2 on shares, 1 in the clear).
+template <int C, typename F>
+void WithWalk(size_t wn, F&& f) {
+  switch (wn) {
+    case 1: return f(Walk<C, 1>());
+    case 2: return f(Walk<C, 2>());
+    case 3: return f(Walk<C, 3>());
+    case 4: return f(Walk<C, 4>());
+    case 5: return f(Walk<C, 5>());
+    case 6: return f(Walk<C, 6>());
+    case 7: return f(Walk<C, 7>());
+    case 8: return f(Walk<C, 8>());
+    default: return f(Walk<C, 0>());
+  }
+}
+
+template <typename F>
+void WithWalk(int comps, size_t wn, F&& f) {
+  if (comps == 2) {
+    WithWalk<2>(wn, f);
+  } else {
+    WithWalk<1>(wn, f);
+  }
 }
 
 // AND layer d of every job that has one, as one engine call (one message).
@@ -280,63 +406,57 @@ absl::Status RunAndLayer(absl::Span<const Job> jobs, size_t d, Engine& e, Scratc
   const size_t packed_words = (packed_gates + per_word - 1) / per_word;
   const size_t total = words + packed_words;
   if (total == 0) return absl::OkStatus();
-  for (int c = 0; c < comps; ++c) {
-    Fit(s.x[c], total, true);
-    Fit(s.y[c], total, true);
-    Fit(s.z[c], total, false);
-    size_t at = 0, bit = 0;
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      if (d >= jobs[k].program->layers.size()) continue;
-      const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
-      const uint64_t* v = s.v[k][c].data();
-      const size_t wn = jobs[k].wn;
-      if (PackWidth(jobs[k]) != 0) {
-        for (size_t g = 0; g < ands.size(); g += 3, ++bit) {
-          const size_t w = words + bit / per_word, sh = (bit % per_word) * width;
-          s.x[c][w] |= (v[ands[g + 1]] & mask) << sh;
-          s.y[c][w] |= (v[ands[g + 2]] & mask) << sh;
-        }
-        continue;
-      }
-      for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
-        std::copy_n(&v[ands[g + 1] * wn], wn, &s.x[c][at]);
-        std::copy_n(&v[ands[g + 2] * wn], wn, &s.y[c][at]);
-      }
-    }
-  }
   const size_t c1 = comps - 1;
-  absl::Status st = e.AndLayer({s.x[0].data(), s.x[c1].data()}, {s.y[0].data(), s.y[c1].data()},
-                               {s.z[0].data(), s.z[c1].data()}, total);
-  if (!st.ok()) return st;
   for (int c = 0; c < comps; ++c) {
-    size_t at = 0, bit = 0;
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      if (d >= jobs[k].program->layers.size()) continue;
-      const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
-      uint64_t* v = s.v[k][c].data();
-      const size_t wn = jobs[k].wn;
-      if (PackWidth(jobs[k]) != 0) {
-        for (size_t g = 0; g < ands.size(); g += 3, ++bit) {
-          const size_t w = words + bit / per_word, sh = (bit % per_word) * width;
-          v[ands[g]] = (s.z[c][w] >> sh) & mask;
+    Fit(s.x[c], total);
+    Fit(s.y[c], total);
+    Fit(s.z[c], total);
+    // Packed words are OR-ed together; unpacked ones are all written.
+    std::fill(s.x[c].begin() + words, s.x[c].begin() + total, 0);
+    std::fill(s.y[c].begin() + words, s.y[c].begin() + total, 0);
+  }
+  const std::array<uint64_t*, 2> x = {s.x[0].data(), s.x[c1].data()};
+  const std::array<uint64_t*, 2> y = {s.y[0].data(), s.y[c1].data()};
+  const std::array<uint64_t*, 2> z = {s.z[0].data(), s.z[c1].data()};
+  size_t at = 0, bit = 0;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    if (d >= jobs[k].program->layers.size()) continue;
+    const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
+    const uint64_t* v = s.v[k].data();
+    const size_t wn = jobs[k].wn;
+    if (PackWidth(jobs[k]) != 0) {
+      for (size_t g = 0; g < ands.size(); g += 3, ++bit) {
+        const size_t w = words + bit / per_word, sh = (bit % per_word) * width;
+        for (int c = 0; c < comps; ++c) {
+          x[c][w] |= (v[ands[g + 1] * comps + c] & mask) << sh;
+          y[c][w] |= (v[ands[g + 2] * comps + c] & mask) << sh;
         }
-        continue;
       }
-      for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
-        std::copy_n(&s.z[c][at], wn, &v[ands[g] * wn]);
-      }
+      continue;
     }
+    WithWalk(comps, wn, [&](auto walk) { walk.Gather(ands, v, wn, x, y, at); });
+    at += ands.size() / 3 * wn;
+  }
+  absl::Status st = e.AndLayer({x[0], x[1]}, {y[0], y[1]}, z, total);
+  if (!st.ok()) return st;
+  at = 0;
+  bit = 0;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    if (d >= jobs[k].program->layers.size()) continue;
+    const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
+    uint64_t* v = s.v[k].data();
+    const size_t wn = jobs[k].wn;
+    if (PackWidth(jobs[k]) != 0) {
+      for (size_t g = 0; g < ands.size(); g += 3, ++bit) {
+        const size_t w = words + bit / per_word, sh = (bit % per_word) * width;
+        for (int c = 0; c < comps; ++c) v[ands[g] * comps + c] = (z[c][w] >> sh) & mask;
+      }
+      continue;
+    }
+    WithWalk(comps, wn, [&](auto walk) { walk.Scatter(ands, v, wn, {z[0], z[1]}, at); });
+    at += ands.size() / 3 * wn;
   }
   return absl::OkStatus();
-}
-
-void RunXors(const std::vector<uint32_t>& xors, size_t wn, uint64_t* v) {
-  for (size_t k = 0; k < xors.size(); k += 3) {
-    uint64_t* d = v + xors[k] * wn;
-    const uint64_t* a = v + xors[k + 1] * wn;
-    const uint64_t* b = v + xors[k + 2] * wn;
-    for (size_t w = 0; w < wn; ++w) d[w] = a[w] ^ b[w];
-  }
 }
 
 // Sizes checked; the constants and inputs in their slots.
@@ -350,12 +470,19 @@ absl::Status Load(absl::Span<const Job> jobs, Engine& e, Scratch& s) {
       if (j.in[c].size() != p.inputs * j.wn || j.out[c].size() != p.outputs * j.wn) {
         return absl::InvalidArgumentError("cts::Evaluate: wrong input or output size");
       }
-      s.v[k][c].assign(p.slots * j.wn, 0);
-      std::fill_n(&s.v[k][c][j.wn], j.wn, e.OneWord(c));
-      for (size_t i = 0; i < p.inputs; ++i) {
-        if (p.input_slot[i] == kNoSlot) continue;
-        std::copy_n(&j.in[c][i * j.wn], j.wn, &s.v[k][c][p.input_slot[i] * j.wn]);
-      }
+    }
+    const size_t wn = j.wn, cw = comps * wn;
+    s.v[k].assign(p.slots * cw, 0);
+    uint64_t* v = s.v[k].data();
+    for (int c = 0; c < comps; ++c) {
+      std::fill_n(v + (comps + c) * wn, wn, e.OneWord(c));
+      const uint64_t* in = j.in[c].data();
+      WithWalk(comps, wn, [&](auto walk) {
+        for (size_t i = 0; i < p.inputs; ++i) {
+          if (p.input_slot[i] == kNoSlot) continue;
+          walk.Copy(v + p.input_slot[i] * cw + c * wn, in + i * wn, wn);
+        }
+      });
     }
   }
   return absl::OkStatus();
@@ -366,23 +493,29 @@ absl::Status Load(absl::Span<const Job> jobs, Engine& e, Scratch& s) {
 absl::Status EvaluateAll(absl::Span<const Job> jobs, Engine& e) {
   Scratch s;
   if (absl::Status st = Load(jobs, e, s); !st.ok()) return st;
+  const int comps = e.comps();
   size_t layers = 0;
   for (const Job& j : jobs) layers = std::max(layers, j.program->layers.size());
   for (size_t d = 0; d < layers; ++d) {
     if (absl::Status st = RunAndLayer(jobs, d, e, s); !st.ok()) return st;
     for (size_t k = 0; k < jobs.size(); ++k) {
       if (d >= jobs[k].program->layers.size()) continue;
-      for (int c = 0; c < e.comps(); ++c) {
-        RunXors(jobs[k].program->layers[d].xors, jobs[k].wn, s.v[k][c].data());
-      }
+      const std::vector<uint32_t>& xors = jobs[k].program->layers[d].xors;
+      uint64_t* v = s.v[k].data();
+      const size_t wn = jobs[k].wn;
+      WithWalk(comps, wn, [&](auto walk) { walk.Xors(xors, v, wn); });
     }
   }
   for (size_t k = 0; k < jobs.size(); ++k) {
     const Job& j = jobs[k];
-    for (int c = 0; c < e.comps(); ++c) {
-      for (size_t i = 0; i < j.program->outputs; ++i) {
-        std::copy_n(&s.v[k][c][j.program->output_slot[i] * j.wn], j.wn, &j.out[c][i * j.wn]);
-      }
+    const size_t wn = j.wn, cw = comps * wn;
+    const uint64_t* v = s.v[k].data();
+    for (int c = 0; c < comps; ++c) {
+      uint64_t* out = j.out[c].data();
+      WithWalk(comps, wn, [&](auto walk) {
+        for (size_t i = 0; i < j.program->outputs; ++i)
+          walk.Copy(out + i * wn, v + j.program->output_slot[i] * cw + c * wn, wn);
+      });
     }
   }
   return absl::OkStatus();
@@ -395,14 +528,37 @@ absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
   return EvaluateAll(absl::MakeConstSpan(&job, 1), e);
 }
 
+namespace {
+
+// The 8 x 8 bit matrix of x (row i = byte i, column j = bit j) transposed
+// (Hacker's Delight 7-3): byte j of the result holds bit j of every byte.
+uint64_t Transpose8(uint64_t x) {
+  uint64_t t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
+  x ^= t ^ (t << 7);
+  t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
+  x ^= t ^ (t << 14);
+  t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
+  x ^= t ^ (t << 28);
+  return x;
+}
+
+}  // namespace
+
+// Eight lanes at a time (a group of 8 never straddles a word): byte k of
+// each as one 8 x 8 bit matrix, transposed into wires 8k .. 8k + 7.
 std::vector<uint64_t> PackLanes(absl::Span<const absl::Span<const uint8_t>> lanes,
                                 size_t wn) {
   const size_t n = lanes.empty() ? 0 : lanes[0].size();
   std::vector<uint64_t> words(8 * n * wn, 0);
-  for (size_t l = 0; l < lanes.size(); ++l) {
-    for (size_t i = 0; i < 8 * n; ++i) {
-      const uint64_t bit = (lanes[l][i / 8] >> (i % 8)) & 1;
-      words[i * wn + l / 64] |= bit << (l % 64);
+  for (size_t l0 = 0; l0 < lanes.size(); l0 += 8) {
+    const size_t m = std::min<size_t>(8, lanes.size() - l0);
+    uint64_t* base = words.data() + l0 / 64;
+    const size_t sh = l0 % 64;
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t x = 0;
+      for (size_t i = 0; i < m; ++i) x |= uint64_t{lanes[l0 + i][k]} << (8 * i);
+      x = Transpose8(x);
+      for (size_t j = 0; j < 8; ++j) base[(8 * k + j) * wn] |= ((x >> (8 * j)) & 0xff) << sh;
     }
   }
   return words;

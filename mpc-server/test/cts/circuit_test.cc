@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <random>
 
 #include "cts_testing.h"
@@ -85,6 +87,27 @@ TEST(Circuit, PackUnpackRoundTrip) {
   const auto w = PackLanes(spans, 3);
   ASSERT_EQ(w.size(), 40u * 3);
   for (size_t l = 0; l < lanes.size(); ++l) EXPECT_EQ(UnpackLane(w, 3, l), lanes[l]);
+}
+
+// PackLanes against its definition, bit by bit: wire i, lane l at bit
+// l % 64 of word i * wn + l / 64, zero past the lanes; lane counts that
+// leave a partial group of eight, and spare words (wn past the lanes').
+TEST(Circuit, PackLanesIsTheTransposition) {
+  for (size_t n : {1, 7, 9, 64, 65, 130, 200}) {
+    for (size_t wn : {(n + 63) / 64, (n + 63) / 64 + 1}) {
+      std::vector<Bytes> lanes;
+      for (size_t l = 0; l < n; ++l) lanes.push_back(::kmpc::testing::Random(3));
+      std::vector<absl::Span<const uint8_t>> spans(lanes.begin(), lanes.end());
+      const auto w = PackLanes(spans, wn);
+      ASSERT_EQ(w.size(), 24 * wn);
+      for (size_t i = 0; i < 24; ++i) {
+        for (size_t l = 0; l < 64 * wn; ++l) {
+          const uint64_t want = l < n ? (lanes[l][i / 8] >> (i % 8)) & 1 : 0;
+          ASSERT_EQ((w[i * wn + l / 64] >> (l % 64)) & 1, want) << n << " " << wn << " " << l;
+        }
+      }
+    }
+  }
 }
 
 // A random circuit of XOR, NOT and AND over 16 input bits, its value
@@ -230,6 +253,269 @@ TEST(Circuit, FewLanesArePacked) {
       ASSERT_EQ(o.size(), n);
       for (size_t l = 0; l < n; ++l) {
         for (size_t i = 0; i < 64; ++i) ASSERT_EQ(BitOf(o[l], i), r.expect[l][i]) << n;
+      }
+    }
+  }
+}
+
+// An engine whose two components are independent clear evaluations (the
+// constant 1 in both, z[c] = x[c] & y[c]), recording every layer's
+// operands: a mix-up of components, lanes or words shows in the outputs,
+// and the recorded words are what a ring would carry.
+class TwoClearEngine : public Engine {
+ public:
+  int comps() const override { return 2; }
+  uint64_t OneWord(int) const override { return ~uint64_t{0}; }
+  absl::Status AndLayer(std::array<const uint64_t*, 2> x, std::array<const uint64_t*, 2> y,
+                        std::array<uint64_t*, 2> z, size_t n) override {
+    for (int c = 0; c < 2; ++c) {
+      xs[c].emplace_back(x[c], x[c] + n);
+      ys[c].emplace_back(y[c], y[c] + n);
+      for (size_t i = 0; i < n; ++i) z[c][i] = x[c][i] & y[c][i];
+    }
+    return absl::OkStatus();
+  }
+  std::array<std::vector<std::vector<uint64_t>>, 2> xs, ys;
+};
+
+// The message layout of circuit.h EvaluateAll, written out plainly: per
+// AND layer, the unpacked jobs' operands (wn words per gate, in job and
+// gate order), then the packed jobs' (Job::lanes <= 32, wn 1: `width`
+// bits per gate, the lanes rounded up to a power of two, 64 / width gates
+// to a word from bit 0 up); each component evaluated on its own as
+// TwoClearEngine does.
+struct Reference {
+  std::array<std::vector<std::vector<uint64_t>>, 2> xs, ys;
+  std::vector<std::array<std::vector<uint64_t>, 2>> out;
+};
+
+Reference RefEvaluate(const std::vector<Job>& jobs) {
+  Reference r;
+  auto width_of = [](const Job& j) -> size_t {
+    if (j.wn != 1 || j.lanes == 0 || j.lanes > 32) return 0;
+    size_t w = 1;
+    while (w < j.lanes) w <<= 1;
+    return w;
+  };
+  size_t layers = 0;
+  for (const Job& j : jobs) layers = std::max(layers, j.program->layers.size());
+  for (int c = 0; c < 2; ++c) {
+    std::vector<std::vector<uint64_t>> v;
+    for (const Job& j : jobs) {
+      v.emplace_back(j.program->slots * j.wn, 0);
+      for (size_t w = 0; w < j.wn; ++w) v.back()[j.wn + w] = ~uint64_t{0};
+      for (size_t i = 0; i < j.program->inputs; ++i) {
+        if (j.program->input_slot[i] == std::numeric_limits<uint32_t>::max()) continue;
+        for (size_t w = 0; w < j.wn; ++w)
+          v.back()[j.program->input_slot[i] * j.wn + w] = j.in[c][i * j.wn + w];
+      }
+    }
+    for (size_t d = 0; d < layers; ++d) {
+      std::vector<uint64_t> x, y, px, py;
+      size_t width = 0, bit = 0;
+      for (const Job& j : jobs) {
+        if (d < j.program->layers.size() && width_of(j) != 0)
+          width = std::max(width, width_of(j));
+      }
+      const size_t per_word = width ? 64 / width : 1;
+      const uint64_t mask = width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+      for (size_t k = 0; k < jobs.size(); ++k) {
+        if (d >= jobs[k].program->layers.size()) continue;
+        const auto& ands = jobs[k].program->layers[d].ands;
+        for (size_t g = 0; g < ands.size(); g += 3) {
+          if (width_of(jobs[k]) != 0) {
+            if (bit % per_word == 0) {
+              px.push_back(0);
+              py.push_back(0);
+            }
+            px.back() |= (v[k][ands[g + 1]] & mask) << (bit % per_word * width);
+            py.back() |= (v[k][ands[g + 2]] & mask) << (bit % per_word * width);
+            ++bit;
+            continue;
+          }
+          for (size_t w = 0; w < jobs[k].wn; ++w) {
+            x.push_back(v[k][ands[g + 1] * jobs[k].wn + w]);
+            y.push_back(v[k][ands[g + 2] * jobs[k].wn + w]);
+          }
+        }
+      }
+      const size_t words = x.size();
+      x.insert(x.end(), px.begin(), px.end());
+      y.insert(y.end(), py.begin(), py.end());
+      if (!x.empty()) {
+        r.xs[c].push_back(x);
+        r.ys[c].push_back(y);
+      }
+      bit = 0;
+      size_t at = 0;
+      for (size_t k = 0; k < jobs.size(); ++k) {
+        if (d >= jobs[k].program->layers.size()) continue;
+        const size_t wn = jobs[k].wn;
+        const auto& ands = jobs[k].program->layers[d].ands;
+        for (size_t g = 0; g < ands.size(); g += 3) {
+          if (width_of(jobs[k]) != 0) {
+            const size_t w = words + bit / per_word, sh = bit % per_word * width;
+            v[k][ands[g]] = ((x[w] & y[w]) >> sh) & mask;
+            ++bit;
+            continue;
+          }
+          for (size_t w = 0; w < wn; ++w, ++at) v[k][ands[g] * wn + w] = x[at] & y[at];
+        }
+        const auto& xors = jobs[k].program->layers[d].xors;
+        for (size_t g = 0; g < xors.size(); g += 3) {
+          for (size_t w = 0; w < wn; ++w)
+            v[k][xors[g] * wn + w] = v[k][xors[g + 1] * wn + w] ^ v[k][xors[g + 2] * wn + w];
+        }
+      }
+    }
+    r.out.resize(jobs.size());
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      for (uint32_t o : jobs[k].program->output_slot) {
+        for (size_t w = 0; w < jobs[k].wn; ++w) r.out[k][c].push_back(v[k][o * jobs[k].wn + w]);
+      }
+    }
+  }
+  return r;
+}
+
+// Every words-per-wire count the evaluator specialises and one it does not
+// (wn 1, 2, 3, 5; 9 past the specialised 1..8), at lane counts below, at
+// and past a word (1, 33, 64, 130), alone and all in one run: each lane's
+// outputs as computed directly, in the clear, on two independent
+// components, and on shares in both modes; the layers' words as the
+// plainly written layout (RefEvaluate).
+TEST(Circuit, WordsPerWireAndLaneCounts) {
+  struct Case {
+    size_t wn, lanes;
+  };
+  std::vector<Case> cases;
+  for (size_t wn : {1, 2, 3, 5, 9}) {
+    for (size_t lanes : {1, 33, 64, 130}) {
+      if (lanes <= 64 * wn) cases.push_back({wn, lanes});
+    }
+  }
+  struct Data {
+    std::vector<Bytes> lanes, flipped;
+    RandomCircuit r;
+    std::array<std::vector<uint64_t>, 2> in, out;
+  };
+  std::vector<Data> data(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Data& dt = data[i];
+    for (size_t l = 0; l < cases[i].lanes; ++l) {
+      dt.lanes.push_back(::kmpc::testing::Random(2));
+      dt.flipped.push_back({static_cast<uint8_t>(~dt.lanes.back()[0]),
+                            static_cast<uint8_t>(~dt.lanes.back()[1])});
+    }
+    dt.r = MakeRandom(dt.lanes, 100 + static_cast<uint32_t>(i));
+    std::vector<absl::Span<const uint8_t>> s0(dt.lanes.begin(), dt.lanes.end()),
+        s1(dt.flipped.begin(), dt.flipped.end());
+    dt.in = {PackLanes(s0, cases[i].wn), PackLanes(s1, cases[i].wn)};
+  }
+  // The clear value of lane l's inputs `bytes` (the second component's
+  // inputs are the complements: a different evaluation).
+  auto expect_bits = [](const Program& p, const Bytes& bytes) {
+    return testing::RunClear(p, {bytes})[0];
+  };
+  auto check = [&](const std::vector<size_t>& which) {
+    std::vector<Job> jobs;
+    for (size_t i : which) {
+      Data& dt = data[i];
+      for (auto& o : dt.out) o.assign(dt.r.p.outputs * cases[i].wn, 0);
+      jobs.push_back({&dt.r.p, cases[i].wn, {dt.in[0], dt.in[1]},
+                      {absl::MakeSpan(dt.out[0]), absl::MakeSpan(dt.out[1])}, cases[i].lanes});
+    }
+    const Reference ref = RefEvaluate(jobs);
+    TwoClearEngine e;
+    ASSERT_TRUE(EvaluateAll(jobs, e).ok());
+    for (int c = 0; c < 2; ++c) {
+      ASSERT_EQ(e.xs[c].size(), ref.xs[c].size());
+      for (size_t d = 0; d < ref.xs[c].size(); ++d) {
+        ASSERT_EQ(e.xs[c][d], ref.xs[c][d]) << "layer " << d;
+        ASSERT_EQ(e.ys[c][d], ref.ys[c][d]) << "layer " << d;
+      }
+    }
+    for (size_t k = 0; k < which.size(); ++k) {
+      const size_t i = which[k], wn = cases[i].wn;
+      const Data& dt = data[i];
+      for (size_t l = 0; l < cases[i].lanes; ++l) {
+        const Bytes o0 = UnpackLane(dt.out[0], wn, l), o1 = UnpackLane(dt.out[1], wn, l);
+        ASSERT_EQ(o0, UnpackLane(ref.out[k][0], wn, l));
+        ASSERT_EQ(o1, UnpackLane(ref.out[k][1], wn, l));
+        for (size_t b = 0; b < 64; ++b)
+          ASSERT_EQ(BitOf(o0, b), dt.r.expect[l][b]) << "wn " << wn << " lane " << l;
+        ASSERT_EQ(o1, expect_bits(dt.r.p, dt.flipped[l])) << "wn " << wn << " lane " << l;
+      }
+    }
+    // In the clear (one component).
+    for (size_t i : which) {
+      Data& dt = data[i];
+      const size_t wn = cases[i].wn;
+      std::vector<uint64_t> out(dt.r.p.outputs * wn);
+      const Job job{&dt.r.p, wn, {dt.in[0], {}}, {absl::MakeSpan(out), {}}, cases[i].lanes};
+      ClearEngine ce;
+      ASSERT_TRUE(EvaluateAll(absl::MakeConstSpan(&job, 1), ce).ok());
+      for (size_t l = 0; l < cases[i].lanes; ++l) {
+        const Bytes o = UnpackLane(out, wn, l);
+        for (size_t b = 0; b < 64; ++b)
+          ASSERT_EQ(BitOf(o, b), dt.r.expect[l][b]) << "wn " << wn << " lane " << l;
+      }
+    }
+  };
+  std::vector<size_t> all;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    check({i});
+    all.push_back(i);
+  }
+  check(all);
+
+  // On shares, all cases in one run, each with its own words per wire.
+  ::kmpc::testing::Rep3Cluster cl;
+  std::vector<std::vector<testing::Views>> views(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (const Bytes& b : data[i].lanes) views[i].push_back(testing::DealViews(b));
+  }
+  for (bool malicious : {false, true}) {
+    std::array<std::vector<std::array<std::vector<uint64_t>, 2>>, 3> outs;
+    std::array<protocol::MulLog, 3> logs;
+    const auto st = ::kmpc::testing::RunParties([&](int party) -> absl::Status {
+      std::vector<std::array<std::vector<uint64_t>, 2>> in(cases.size());
+      outs[party].assign(cases.size(), {});
+      std::vector<Job> jobs;
+      for (size_t i = 0; i < cases.size(); ++i) {
+        std::array<std::vector<Bytes>, 2> comp;
+        for (const testing::Views& v : views[i]) {
+          for (int c = 0; c < 2; ++c) comp[c].push_back(v[party].comp[c]);
+        }
+        for (int c = 0; c < 2; ++c) {
+          std::vector<absl::Span<const uint8_t>> sp(comp[c].begin(), comp[c].end());
+          in[i][c] = PackLanes(sp, cases[i].wn);
+          outs[party][i][c].assign(data[i].r.p.outputs * cases[i].wn, 0);
+        }
+        jobs.push_back({&data[i].r.p, cases[i].wn, {in[i][0], in[i][1]},
+                        {absl::MakeSpan(outs[party][i][0]), absl::MakeSpan(outs[party][i][1])},
+                        cases[i].lanes});
+      }
+      cl.rep3[party]->set_log(malicious ? &logs[party] : nullptr);
+      ShareEngine e(*cl.rep3[party]);
+      absl::Status s = EvaluateAll(jobs, e);
+      if (s.ok() && malicious) s = protocol::Verifier::Verify(*cl.rep3[party], logs[party]);
+      cl.rep3[party]->set_log(nullptr);
+      return s;
+    });
+    for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      for (size_t l = 0; l < cases[i].lanes; ++l) {
+        testing::Views v;
+        for (int party = 0; party < 3; ++party) {
+          for (int c = 0; c < 2; ++c)
+            v[party].comp[c] = UnpackLane(outs[party][i][c], cases[i].wn, l);
+        }
+        const Bytes o = ::kmpc::testing::Open3(v);
+        ASSERT_EQ(o.size(), 8u);
+        for (size_t b = 0; b < 64; ++b)
+          ASSERT_EQ(BitOf(o, b), data[i].r.expect[l][b])
+              << "wn " << cases[i].wn << " lane " << l << (malicious ? " malicious" : "");
       }
     }
   }
