@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -59,12 +60,28 @@ class TlsRingTest : public ::testing::Test {
     return o;
   }
 
+  // The three rings on the ports SetUp chose; a port another process took
+  // since (FreeLoopbackPort only finds one free at that moment) is chosen
+  // anew, a few times. Call as ASSERT_NO_FATAL_FAILURE(StartAll()).
   void StartAll(int workers = 1) {
-    for (int i = 0; i < 3; ++i) {
-      auto r = TlsRing::Start(Options(i, workers));
-      ASSERT_TRUE(r.ok()) << r.status();
-      rings_[i] = std::move(*r);
+    absl::Status last;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      bool in_use = false;
+      for (int i = 0; i < 3 && !in_use; ++i) {
+        auto r = TlsRing::Start(Options(i, workers));
+        if (!r.ok()) {
+          last = r.status();
+          in_use = absl::StrContains(r.status().message(), "Address already in use");
+          ASSERT_TRUE(in_use) << r.status();
+          break;
+        }
+        rings_[i] = std::move(*r);
+      }
+      if (!in_use) return;
+      for (auto& r : rings_) r.reset();
+      for (int i = 0; i < 3; ++i) ports_[i] = FreeLoopbackPort();
     }
+    FAIL() << last;
   }
 
   // Runs f(party) on three threads and collects the statuses.
@@ -88,7 +105,7 @@ std::string* TlsRingTest::certs_ = nullptr;
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
 TEST_F(TlsRingTest, LargeSimultaneousExchangeDoesNotDeadlock) {
-  StartAll();
+  ASSERT_NO_FATAL_FAILURE(StartAll());
   const size_t n = 8 << 20;  // far above the socket buffers
   auto st = OnAll([&](int p) -> absl::Status {
     TlsRingChannel* ch = rings_[p]->channel(0);
@@ -113,7 +130,7 @@ TEST_F(TlsRingTest, LargeSimultaneousExchangeDoesNotDeadlock) {
 TEST_F(TlsRingTest, QueuedSendsBeyondSocketBuffersThenReceive) {
   // The engine sends every chunk of an AND layer before its first receive:
   // SendToPrev must queue what the kernel cannot take, never fail or block.
-  StartAll();
+  ASSERT_NO_FATAL_FAILURE(StartAll());
   const size_t n = 3 << 20;
   const int k = 6;  // 18 MiB queued per party
   auto st = OnAll([&](int p) -> absl::Status {
@@ -136,7 +153,7 @@ TEST_F(TlsRingTest, QueuedSendsBeyondSocketBuffersThenReceive) {
 }
 
 TEST_F(TlsRingTest, ManySmallRoundsAndSeparateWorkers) {
-  StartAll(2);
+  ASSERT_NO_FATAL_FAILURE(StartAll(2));
   auto st = OnAll([&](int p) -> absl::Status {
     for (int w = 0; w < 2; ++w) {
       TlsRingChannel* ch = rings_[p]->channel(w);
@@ -170,7 +187,7 @@ TEST_F(TlsRingTest, MessagesAroundRecordBoundariesArriveIntact) {
   // socket BIO (many per read(), many per send()). Every byte of messages
   // just around those boundaries, sent back to back, must arrive in order,
   // with control frames in between.
-  StartAll();
+  ASSERT_NO_FATAL_FAILURE(StartAll());
   const std::vector<size_t> sizes = {1,     15,    16,    16367, 16368, 16369,
                                      16383, 16384, 16385, 32752, 32753,
                                      65536, 262143, 262144, 262145, 1 << 20};
@@ -211,7 +228,7 @@ TEST_F(TlsRingTest, MessagesAroundRecordBoundariesArriveIntact) {
 }
 
 TEST_F(TlsRingTest, MismatchedFramesAreDataLoss) {
-  StartAll();
+  ASSERT_NO_FATAL_FAILURE(StartAll());
   auto st = OnAll([&](int p) -> absl::Status {
     TlsRingChannel* ch = rings_[p]->channel(0);
     if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
@@ -243,7 +260,7 @@ TEST_F(TlsRingTest, MismatchedFramesAreDataLoss) {
 }
 
 TEST_F(TlsRingTest, DeadPeerIsUnavailableWithinDeadlineThenRejoins) {
-  StartAll();
+  ASSERT_NO_FATAL_FAILURE(StartAll());
   auto st = OnAll([&](int p) -> absl::Status {
     return rings_[p]->channel(0)->Connect(In(absl::Seconds(5)));
   });
@@ -274,7 +291,7 @@ TEST_F(TlsRingTest, DeadPeerIsUnavailableWithinDeadlineThenRejoins) {
 }
 
 TEST_F(TlsRingTest, KilledPeerMidExchangeFailsFast) {
-  StartAll();
+  ASSERT_NO_FATAL_FAILURE(StartAll());
   auto st = OnAll([&](int p) -> absl::Status {
     return rings_[p]->channel(0)->Connect(In(absl::Seconds(5)));
   });
@@ -313,7 +330,7 @@ TEST_F(TlsRingTest, WrongPeerIdentityIsRejected) {
 // reads the queue): the channel empties it before its TLS calls, also where
 // it skips the clear on an already empty queue.
 TEST_F(TlsRingTest, StaleOpenSslErrorDoesNotFailARound) {
-  StartAll(1);
+  ASSERT_NO_FATAL_FAILURE(StartAll(1));
   auto st = OnAll([&](int p) -> absl::Status {
     TlsRingChannel* ch = rings_[p]->channel(0);
     if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
@@ -515,7 +532,7 @@ TEST_F(TlsRingTest, PeerRejoinsDespiteHandshakeFlood) {
   // closed would otherwise end the test with SIGPIPE in the handshake.
   signal(SIGPIPE, SIG_IGN);
   reserve_next_ = false;
-  StartAll();
+  ASSERT_NO_FATAL_FAILURE(StartAll());
   ExpectRejoinDuringFlood(rings_, ports_[0], {kLoopback2}, 24);
 }
 
@@ -523,7 +540,7 @@ TEST_F(TlsRingTest, PeerRejoinsDespiteHandshakeFlood) {
 // the neighbour's address (next_host, 127.0.0.1) has slots of its own.
 TEST_F(TlsRingTest, PeerRejoinsDespiteFloodFromManyAddresses) {
   signal(SIGPIPE, SIG_IGN);
-  StartAll();
+  ASSERT_NO_FATAL_FAILURE(StartAll());
   std::vector<uint32_t> srcs;
   for (uint32_t a = 0; a < 8; ++a) srcs.push_back(kLoopback2 + a);
   ExpectRejoinDuringFlood(rings_, ports_[0], srcs, 6);
@@ -565,12 +582,17 @@ TEST_F(TlsRingTest, RejectedConnectionsAreCountedAndTheirLogLinesBounded) {
     ASSERT_TRUE(ring.ok()) << ring.status();
     const absl::Time start = absl::Now();
     for (int i = 0; i < kFlood; ++i) SendGarbage(kLoopback2, ports_[0]);
+    // The flood lasts until the listener has rejected all of it (on a
+    // loaded host well after the last send), and the pause starts then.
+    absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while ((*ring)->rejected(RingReject::kTls) < kFlood && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(5));
     flood_time = absl::Now() - start;
     // After a quiet interval the next rejection is logged, with the count
     // of those not logged before it.
     absl::SleepFor(interval + absl::Milliseconds(100));
     SendGarbage(kLoopback2, ports_[0]);
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    deadline = absl::Now() + absl::Seconds(10);
     while ((*ring)->rejected(RingReject::kTls) < kFlood + 1 && absl::Now() < deadline)
       absl::SleepFor(absl::Milliseconds(10));
     EXPECT_EQ((*ring)->rejected(RingReject::kTls), uint64_t{kFlood + 1});
@@ -605,7 +627,7 @@ TEST_F(TlsRingTest, RejectedConnectionsAreCountedAndTheirLogLinesBounded) {
 TEST_F(TlsRingTest, StalledPrevFailsTheBatchWithinTheQueueCap) {
   signal(SIGPIPE, SIG_IGN);
   max_queued_ = size_t{4} << 20;
-  StartAll();
+  ASSERT_NO_FATAL_FAILURE(StartAll());
   auto st = OnAll([&](int p) -> absl::Status {
     return rings_[p]->channel(0)->Connect(In(absl::Seconds(5)));
   });
