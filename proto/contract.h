@@ -114,6 +114,11 @@ bool CtsCipher(pb::Cipher cipher);
 // EncASRepPart is a few hundred bytes; the bound keeps one job's circuit
 // (compiled per length, engine/cts_jobs.h) and its malicious checks small.
 inline constexpr uint64_t kMaxCtsBytes = 8192;
+
+// How many compiled aes*-cts programs a server keeps (engine/cts_jobs.h
+// CtsProgramCache); the KDC module proves fewer reply shapes than this
+// (kdc-plugin planner.h ProvenShapes), so that a proven shape is compiled.
+inline constexpr size_t kCtsProgramsKept = 32;
 // RFC 3962: the confounder block and the HMAC-SHA1-96 tag.
 inline constexpr size_t kCtsConfounder = 16;
 inline constexpr size_t kCtsTag = 12;

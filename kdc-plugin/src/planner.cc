@@ -479,6 +479,7 @@ std::vector<PendingJob> Planner::GateFailed(uint64_t id) {
   if (it == exchanges_.end()) return out;
   std::vector<PendingJob> deferred = std::move(it->second.deferred);
   it->second.deferred.clear();
+  for (const contract::CtsShape& shape : it->second.cts_shapes) proven_.Forget(shape);
   it->second.cts_shapes.clear();
   for (PendingJob& q : deferred) {
     if (q.prepared)
@@ -523,6 +524,13 @@ void ProvenShapes::Prove(const contract::CtsShape& s) {
     index_.erase(lru_.back());
     lru_.pop_back();
   }
+}
+
+void ProvenShapes::Forget(const contract::CtsShape& s) {
+  auto it = index_.find(s);
+  if (it == index_.end()) return;
+  lru_.erase(it->second);
+  index_.erase(it);
 }
 
 void ProvenShapes::Clear() {

@@ -88,13 +88,21 @@
 namespace kmpc::kdc {
 
 // The kProvenShapes aes*-cts shapes most recently proven, least recently
-// proven first out.
+// proven first out. Fewer than a server keeps compiled
+// (contract::kCtsProgramsKept, beside the timestamps' few), so that
+// a proven shape's program is still compiled when a wrong password uses
+// it; a failed gate forgets its shapes (Planner::GateFailed), so that one
+// that was evicted all the same (another KDC's logins, FAST programs) is
+// compiled for a wrong password at most once per login that proved it.
 class ProvenShapes {
  public:
-  static constexpr size_t kProvenShapes = 256;
+  static constexpr size_t kProvenShapes = 24;
+  static_assert(kProvenShapes < contract::kCtsProgramsKept);
   bool Has(const contract::CtsShape& s) const { return index_.count(s) != 0; }
   // s is proven now (inserted, or moved to the front).
   void Prove(const contract::CtsShape& s);
+  // s is no longer proven.
+  void Forget(const contract::CtsShape& s);
   size_t size() const { return lru_.size(); }
   void Clear();
 

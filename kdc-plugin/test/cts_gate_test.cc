@@ -297,6 +297,37 @@ TEST_F(CtsGateTest, AFailedGateProvesNothing) {
   EXPECT_EQ(PlainAs(250).record.runs, 1u);
 }
 
+// A failed gate forgets its shape (review3 finding C): a wrong password of
+// a proven shape goes in the gate's Run once (the servers withhold the
+// reply); the next wrong one of that shape is held back, so a shape the
+// servers evicted all the same is compiled for a wrong password at most
+// once per login that proved it.
+TEST_F(CtsGateTest, AFailedGateForgetsItsShapes) {
+  EXPECT_EQ(SplicedAs(300, 180).record.runs, 2u);
+  servers_.password_ok = false;
+  EXPECT_EQ(SplicedAs(300, 180).record.runs, 1u);
+  const size_t encrypts = servers_.encrypts().size();
+  const Exchange x = SplicedAs(300, 180);
+  EXPECT_EQ(x.record.runs, 1u);
+  EXPECT_TRUE(absl::IsUnauthenticated(sink_.Get(x.reply).status)) << sink_.Get(x.reply).status;
+  EXPECT_EQ(servers_.encrypts().size(), encrypts);  // the reply was held back, never sent
+  servers_.password_ok = true;
+  EXPECT_EQ(SplicedAs(300, 180).record.runs, 2u);
+  EXPECT_EQ(SplicedAs(300, 180).record.runs, 1u);
+}
+
+TEST(ProvenShapesTest, FewerThanAServerKeepsCompiledAndForgettable) {
+  ProvenShapes p;
+  const auto s = contract::MakeCtsShape(pb::JOB_ENCRYPT, 14, 316, 0, 3, 250, 100);
+  p.Prove(s);
+  EXPECT_TRUE(p.Has(s));
+  p.Forget(s);
+  EXPECT_FALSE(p.Has(s));
+  EXPECT_EQ(p.size(), 0u);
+  p.Forget(s);  // forgetting an unknown shape is a no-op
+  EXPECT_EQ(p.size(), 0u);
+}
+
 // FAST (kdcmpc plan of kdc_mpc_plan_fast()): the KDC's challenge and the
 // reply, both gated ENCRYPTs under the FAST key, wait for the client's
 // challenge alike.

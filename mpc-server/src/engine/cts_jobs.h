@@ -44,7 +44,7 @@ namespace kmpc::engine {
 // within kMaxPrograms programs and kMaxBytes of gate lists.
 class CtsProgramCache {
  public:
-  static constexpr size_t kMaxPrograms = 32;
+  static constexpr size_t kMaxPrograms = contract::kCtsProgramsKept;
   static constexpr size_t kMaxBytes = size_t{512} << 20;
 
   // The process's one cache (the servers' workers share it).
