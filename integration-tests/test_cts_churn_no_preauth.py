@@ -1,0 +1,142 @@
+"""Review of the proven-shapes fix (kdc-plugin/src/planner.h, "Proven
+shapes"; docs/security-model.md, review of the splice, item 2): what a
+client without the password can still make the MPC servers compile, and
+what the KDC module's metrics say of the jobs it holds back. Each test
+states the secure behaviour and is marked xfail(strict=True) with its
+finding while main fails it.
+
+- Finding A: an AS exchange with no timestamp has no gate. MIT answers a
+  request without pre-authentication with the AS-REP for a principal
+  without requires_preauth (MIT's default for addprinc: kdc.conf
+  default_principal_flags has no +preauth), so kdc_mpc_as.c plans the
+  reply given and ungated, and the module puts it into a Run whatever its
+  shape: a client who knows only the user's name makes every server
+  compile a spliced reply program per request by varying the AS-REQ's
+  length (here its number of client addresses, which the reply's caddr
+  carries too).
+- Finding C: a shape stays proven however many failed gates use it, and
+  the module keeps 256 proven shapes per cluster while each server keeps
+  32 programs (engine/cts_jobs.h kMaxPrograms): logins of one account with
+  33 or more shapes, once, let wrong passwords (of any aes*-cts user)
+  compile a program per request in the timestamp's Run.
+- Finding D: the keystreams and pads prepared for an exchange whose reply
+  is held back are counted as sent when the exchange is admitted, though
+  after a failed gate they never reach the servers.
+
+Real processes as test_cts_churn.py; the test is the client.
+"""
+import secrets
+
+import pytest
+
+import ctr_mpc_ref
+import krb_der
+from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness.cluster import default_salt
+from test_cts_churn import KDC_ERR_PREAUTH_FAILED, _kdc, _login, _misses, _since
+from test_cts_handles import COLD_PROGRAMS, CTS256, ENCTYPES
+from test_cts_server_view import (PA_REQ_ENC_PA_REP, _as_req, _enc_part_cipher, _pa,
+                                  rfc3962_decrypt)
+from test_metrics import parse, scrape, value
+
+kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
+
+
+def _no_timestamp(kr, princ, addresses):
+    """An AS-REQ without PA-ENC-TIMESTAMP (PA-REQ-ENC-PA-REP only, as MIT's
+    kinit sends its first request); the KDC's answer."""
+    req = _as_req(kr.realm, princ, (1 << 30) | secrets.randbits(30),
+                  [_pa(PA_REQ_ENC_PA_REP, b"")], addresses=addresses)
+    return krb_der.send_tcp(kr.kdc_port, req)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "review3 finding A: an AS exchange without a timestamp has no gate, so the "
+    "module sends an unproven reply shape at once; a client without the password "
+    "makes every server compile a program per request length for a cts user "
+    "without requires_preauth"))
+def test_no_password_compiles_no_reply_program_without_requires_preauth(kmpc_factory):
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      module_options=COLD_PROGRAMS)
+    kr.setup_krbtgt()
+    princ, pw = "dora", "Dora-pw-4242"
+    kr.addprinc(princ, pw, enctypes=[CTS256], flags="")  # MIT's default flags
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
+    kr.start()
+    salt = default_salt(f"{princ}@{kr.realm}").encode()
+    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(), salt)
+
+    # Control: the KDC answers a request without a timestamp with the
+    # user's AS-REP (as MIT does for such a principal), computed by the
+    # cluster under the user's key.
+    rep = _no_timestamp(kr, princ, 1)
+    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    assert rfc3962_decrypt(key, 3, _enc_part_cipher(rep))[16:17] in (b"\x79", b"\x7a")
+
+    misses0 = _misses(kr)
+    for addresses in (2, 3, 4, 5, 7):
+        rep = _no_timestamp(kr, princ, addresses)
+        assert rep[:1] == b"\x6b", rep[:8].hex()
+    assert _misses(kr) == misses0, (
+        "requests without the password made the servers compile programs",
+        misses0, _misses(kr))
+    assert kr.kdc_alive()
+
+
+def _prepared_sent(kr):
+    """(prepared keystreams, pads) the KDC module counts as sent."""
+    m = parse(scrape(kr.kdc_metrics_url))
+    return (value(m, "kmpc_kdc_speculative_encrypts_total", missing=0),
+            value(m, "kmpc_kdc_pads_drawn_total", missing=0))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "review3 finding D: the jobs prepared for an exchange whose reply is held "
+    "back are counted as sent (kmpc_kdc_speculative_encrypts_total, "
+    "kmpc_kdc_pads_drawn_total) when admitted, though a failed gate means they "
+    "never reach the servers"))
+def test_prepared_jobs_of_a_held_back_reply_count_as_sent_only_when_sent(kmpc_factory):
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      module_options=COLD_PROGRAMS)
+    kr.setup_krbtgt()
+    princ, pw = "cleo", "Cleo-pw-4242"
+    kr.addprinc(princ, pw, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
+    kr.start()
+    salt = default_salt(f"{princ}@{kr.realm}").encode()
+    wrong = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", b"wrong-" + pw.encode(), salt)
+
+    before, kdc0 = _prepared_sent(kr), _kdc(kr)
+    for addresses in (2, 3, 4):
+        rep = _login(kr, princ, wrong, addresses)
+        assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_FAILED, rep[:8].hex()
+    d = _since(kr, kdc0)
+    assert d[2] == 3 and d[3] == 0, d  # control: every reply held back, none sent
+    # Nothing but the timestamps reached the servers: no keystream, no pad.
+    assert _prepared_sent(kr) == before, (before, _prepared_sent(kr))
+
+
+def test_proven_shapes_do_not_let_wrong_passwords_compile(kmpc_factory):
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      module_options=COLD_PROGRAMS)
+    kr.setup_krbtgt()
+    princ, pw = "cleo", "Cleo-pw-4242"
+    kr.addprinc(princ, pw, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
+    kr.start()
+    salt = default_salt(f"{princ}@{kr.realm}").encode()
+    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(), salt)
+    wrong = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", b"wrong-" + pw.encode(), salt)
+
+    # One account logs in with 34 reply shapes (1..34 addresses): each is
+    # proven, and each server's 32-program cache has evicted the first ones.
+    for addresses in range(1, 35):
+        rep = _login(kr, princ, key, addresses)
+        assert rep[:1] == b"\x6b", (addresses, rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    misses0 = _misses(kr)
+    # Wrong passwords of the earliest proven shapes.
+    for addresses in (1, 2, 3):
+        rep = _login(kr, princ, wrong, addresses)
+        assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_FAILED, rep[:8].hex()
+    assert _misses(kr) == misses0, (
+        "wrong passwords made the servers compile programs", misses0, _misses(kr))
