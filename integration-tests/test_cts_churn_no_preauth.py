@@ -2,8 +2,8 @@
 shapes"; docs/security-model.md, review of the splice, item 2): what a
 client without the password can still make the MPC servers compile, and
 what the KDC module's metrics say of the jobs it holds back. Each test
-states the secure behaviour and is marked xfail(strict=True) with its
-finding while main fails it.
+states the secure behaviour; finding A's is marked xfail(strict=True) while
+the module fails it (C and D are fixed).
 
 - Finding A: an AS exchange with no timestamp has no gate. MIT answers a
   request without pre-authentication with the AS-REP for a principal
@@ -90,11 +90,6 @@ def _prepared_sent(kr):
             value(m, "kmpc_kdc_pads_drawn_total", missing=0))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "review3 finding D: the jobs prepared for an exchange whose reply is held "
-    "back are counted as sent (kmpc_kdc_speculative_encrypts_total, "
-    "kmpc_kdc_pads_drawn_total) when admitted, though a failed gate means they "
-    "never reach the servers"))
 def test_prepared_jobs_of_a_held_back_reply_count_as_sent_only_when_sent(kmpc_factory):
     kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
                       module_options=COLD_PROGRAMS)

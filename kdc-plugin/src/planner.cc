@@ -205,6 +205,9 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     }
     prepared->clear();
   }
+  // Counted as sent when they go: now, or with the held-back job after its
+  // gate verified (GateVerified), never after a failed one.
+  for (const PendingJob& q : *prepared) CountSent(q);
 }
 
 void Planner::Prepare(uint64_t id, Exchange* x, int item,
@@ -246,11 +249,14 @@ void Planner::Prepare(uint64_t id, Exchange* x, int item,
   job.item = item;
   s.state = State::kInFlight;
   ++pending_;
-  if (type == pb::JOB_PAD)
+  prepared->push_back(std::move(job));
+}
+
+void Planner::CountSent(const PendingJob& q) {
+  if (q.job.type == pb::JOB_PAD)
     ++counts_.pads_drawn;
   else
     ++counts_.keystreams;
-  prepared->push_back(std::move(job));
 }
 
 absl::Status Planner::Match(uint64_t id, int item, const Job& job) const {
@@ -463,7 +469,10 @@ void Planner::GateVerified(uint64_t id, std::vector<PendingJob>* release) {
     const absl::Time now = absl::Now();
     for (PendingJob& q : x.deferred) {
       q.enqueued = now;
-      if (!q.prepared) ++counts_.cts_deferred_sent;
+      if (q.prepared)
+        CountSent(q);
+      else
+        ++counts_.cts_deferred_sent;
       release->push_back(std::move(q));
     }
     x.deferred.clear();

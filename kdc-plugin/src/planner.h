@@ -227,6 +227,8 @@ class Planner {
   };
   // How many prepared jobs `x` needs; whether the gate is given now.
   static size_t Preparable(const Exchange& x);
+  // One more prepared job (keystream or pad) counted as sent.
+  void CountSent(const PendingJob& q);
   void Prepare(uint64_t id, Exchange* x, int item,
                const std::vector<PendingJob>& given,
                std::vector<PendingJob>* prepared);
