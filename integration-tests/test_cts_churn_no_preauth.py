@@ -60,7 +60,7 @@ def test_no_password_compiles_no_reply_program_without_requires_preauth(kmpc_fac
                       module_options=COLD_PROGRAMS)
     kr.setup_krbtgt()
     princ, pw = "dora", "Dora-pw-4242"
-    kr.addprinc(princ, pw, enctypes=[CTS256], flags="")  # MIT's default flags
+    kr.addprinc(princ, pw, enctypes=[CTS256], flags="-requires_preauth")  # MIT's default
     kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
     kr.start()
     salt = default_salt(f"{princ}@{kr.realm}").encode()
