@@ -102,6 +102,8 @@ def test_prepared_jobs_of_a_held_back_reply_count_as_sent_only_when_sent(kmpc_fa
     wrong = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", b"wrong-" + pw.encode(), salt)
 
     before, kdc0 = _prepared_sent(kr), _kdc(kr)
+    wasted0 = value(parse(scrape(kr.kdc_metrics_url)), "kmpc_kdc_speculative_wasted_total",
+                    missing=0)
     for addresses in (2, 3, 4):
         rep = _login(kr, princ, wrong, addresses)
         assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_FAILED, rep[:8].hex()
@@ -109,6 +111,9 @@ def test_prepared_jobs_of_a_held_back_reply_count_as_sent_only_when_sent(kmpc_fa
     assert d[2] == 3 and d[3] == 0, d  # control: every reply held back, none sent
     # Nothing but the timestamps reached the servers: no keystream, no pad.
     assert _prepared_sent(kr) == before, (before, _prepared_sent(kr))
+    # And none counts as wasted either: it was never sent.
+    m = parse(scrape(kr.kdc_metrics_url))
+    assert value(m, "kmpc_kdc_speculative_wasted_total", missing=0) == wasted0, m
 
 
 def test_proven_shapes_do_not_let_wrong_passwords_compile(kmpc_factory):

@@ -308,14 +308,14 @@ void Planner::Unpark(uint64_t id, std::vector<PendingJob>* ready) {
   }
 }
 
-void Planner::Lost(uint64_t id, int item) {
+void Planner::Lost(uint64_t id, int item, bool sent) {
   auto it = exchanges_.find(id);
   if (it == exchanges_.end() || item < 0 ||
       static_cast<size_t>(item) >= it->second.plan.items.size())
     return;
   Slot& s = it->second.slots[item];
   if (s.state != State::kInFlight) return;  // held already
-  if (it->second.plan.items[item].type == pb::JOB_ENCRYPT)
+  if (sent && it->second.plan.items[item].type == pb::JOB_ENCRYPT)
     ++counts_.keystreams_wasted;
   --pending_;
   s.state = State::kNone;
@@ -492,7 +492,7 @@ std::vector<PendingJob> Planner::GateFailed(uint64_t id) {
   it->second.cts_shapes.clear();
   for (PendingJob& q : deferred) {
     if (q.prepared)
-      Lost(id, q.item);  // never sent: its item runs alone, if ever submitted
+      Lost(id, q.item, /*sent=*/false);  // its item runs alone, if ever submitted
     else
       out.push_back(std::move(q));
   }
@@ -514,7 +514,7 @@ std::vector<uint64_t> Planner::TakeDeferred(uint64_t id) {
   it->second.deferred.clear();
   for (const PendingJob& q : deferred) {
     if (q.prepared)
-      Lost(id, q.item);
+      Lost(id, q.item, /*sent=*/false);
     else
       tokens.push_back(q.token);
   }

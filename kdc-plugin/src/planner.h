@@ -148,8 +148,10 @@ class Planner {
   // A prepared job of `item` of exchange `id` completed without being held
   // (its Run failed, or its gate did; it was dropped from a failed
   // cluster's queue): the item's job runs as an ordinary one (a miss,
-  // reason failover). Nothing for an item held already.
-  void Lost(uint64_t id, int item);
+  // reason failover). Nothing for an item held already. `sent`: it reached
+  // the servers (a keystream lost after that counts as wasted; one held
+  // back with its gate's reply and dropped with it was never sent).
+  void Lost(uint64_t id, int item, bool sent = true);
 
   // A Run's prepared jobs came back (HeldKeystream::exchange_id set).
   void Hold(HeldKeystream k);
