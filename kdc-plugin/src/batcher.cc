@@ -44,8 +44,8 @@ void Batcher::CountMiss(uint64_t id, int item, Miss why) {
 
 void Batcher::SubmitterIdle() { dispatcher_->SubmitterIdle(); }
 
-std::vector<uint64_t> Batcher::TakeQueued() {
-  return dispatcher_->TakeQueued();
+std::vector<uint64_t> Batcher::TakeQueued(std::vector<uint64_t>* held_back) {
+  return dispatcher_->TakeQueued(held_back);
 }
 
 void Batcher::Stop() {

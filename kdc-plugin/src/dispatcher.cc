@@ -541,7 +541,7 @@ BatcherStats Dispatcher::Stats() const {
   return out;
 }
 
-std::vector<uint64_t> Dispatcher::TakeQueued() {
+std::vector<uint64_t> Dispatcher::TakeQueued(std::vector<uint64_t>* held_back) {
   std::vector<uint64_t> tokens;
   std::lock_guard<std::mutex> l(mu_);
   std::vector<uint64_t> lost;  // exchanges whose prepared jobs go here
@@ -551,10 +551,11 @@ std::vector<uint64_t> Dispatcher::TakeQueued() {
       lost.push_back(q.exchange_id);
     } else {
       tokens.push_back(q.token);
-      // The jobs held back for this gate go with it (planner.h, proven
+      // The jobs held back for this gate leave with it (planner.h, proven
       // shapes): this cluster would never see its verdict.
       if (q.gate && q.exchange_id != 0)
-        for (uint64_t t : planner_.TakeDeferred(q.exchange_id)) tokens.push_back(t);
+        for (uint64_t t : planner_.TakeDeferred(q.exchange_id))
+          (held_back ? *held_back : tokens).push_back(t);
     }
   }
   queue_.clear();  // wipes inputs (SecureBytes)

@@ -503,7 +503,17 @@ absl::Status Planner::DeferredFailure(const absl::Status& why) {
   if (absl::IsDataLoss(why))
     return absl::UnauthenticatedError(
         "the MPC cluster withheld the result (its gate did not verify: the job was never sent)");
-  return why;
+  // Not a status the router fails over (router.cc ClusterFailure): on
+  // another cluster the job would run as an ordinary one, without its gate.
+  return HeldBackFailure(why.message());
+}
+
+// kCancelled: the KDC answers KRB5KDC_ERR_SVC_UNAVAILABLE as for the
+// gate's own cluster failure (module.cc), and the router does not resend it.
+absl::Status Planner::HeldBackFailure(absl::string_view why) {
+  return absl::CancelledError(absl::StrCat(
+      "its gate did not complete on this MPC cluster (", why,
+      "): a job held back for it is not sent elsewhere without it"));
 }
 
 std::vector<uint64_t> Planner::TakeDeferred(uint64_t id) {

@@ -78,6 +78,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "batcher.h"
 #include "contract.h"
@@ -168,6 +169,9 @@ class Planner {
   // tag that did not hold (kDataLoss) withholds it as the servers would
   // (kUnauthenticated, JOB_WITHHELD); another failure is its own.
   static absl::Status DeferredFailure(const absl::Status& why);
+  // What a held-back job completes with when its gate's Run failed on its
+  // cluster or left it (failover): never a status the router retries.
+  static absl::Status HeldBackFailure(absl::string_view why);
   // The tokens of exchange `id`'s deferred jobs, taken out (its gate left
   // this cluster's queue: Dispatcher::TakeQueued).
   std::vector<uint64_t> TakeDeferred(uint64_t id);

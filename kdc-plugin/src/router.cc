@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "planner.h"
 
 namespace kmpc::kdc {
 namespace {
@@ -250,13 +251,25 @@ void Router::OnResult(size_t cluster, Result r) {
     // Here, before the failed batch's step ends and its dispatcher can
     // start the next batch (the sink is told of every job of a step before
     // it ends). Under the dispatcher's sink gate, outside mu_.
-    std::vector<uint64_t> moved = batchers_[cluster]->TakeQueued();
-    std::lock_guard<std::mutex> l(mu_);
-    for (uint64_t t : moved)
-      retries_.push_back({t, absl::UnavailableError(absl::StrCat(
-                                 "queued on MPC cluster ", cluster + 1,
-                                 " when it failed a batch"))});
-    if (!moved.empty()) cv_.notify_one();
+    std::vector<uint64_t> held_back;
+    std::vector<uint64_t> moved = batchers_[cluster]->TakeQueued(&held_back);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (uint64_t t : moved)
+        retries_.push_back({t, absl::UnavailableError(absl::StrCat(
+                                   "queued on MPC cluster ", cluster + 1,
+                                   " when it failed a batch"))});
+      if (!moved.empty()) cv_.notify_one();
+    }
+    // A job held back for a gate does not follow it: it would run on the
+    // other cluster without its gate (planner.h, proven shapes).
+    for (uint64_t t : held_back) {
+      Result f;
+      f.token = t;
+      f.status = Planner::HeldBackFailure(absl::StrCat(
+          "its gate was queued on MPC cluster ", cluster + 1, " when it failed a batch"));
+      Deliver(std::move(f));
+    }
   }
   {
     std::lock_guard<std::mutex> l(mu_);

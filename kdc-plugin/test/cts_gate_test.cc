@@ -449,10 +449,10 @@ TEST_F(CtsGateTest, PreparedJobsGoWithAHeldBackReply) {
 // the second. A wrong password must still release no reply and make no
 // server compute one: the held-back reply may not go there as an ordinary,
 // ungated job (released and compiled whatever the timestamp's verdict).
-// DISABLED: review3 finding B, fails on main (Dispatcher::GateFailed hands
-// the reply to the router with the gate's UNAVAILABLE, which fails it over
-// as an ordinary job; Dispatcher::TakeQueued moves it likewise).
-TEST(CtsGateRouterTest, DISABLED_AFailedOverGateTakesNoUngatedReplyAlong) {
+// (review3 finding B: Dispatcher::GateFailed handed the reply to the
+// router with the gate's UNAVAILABLE, which failed it over as an ordinary
+// job; Dispatcher::TakeQueued moved it likewise.)
+TEST(CtsGateRouterTest, AFailedOverGateTakesNoUngatedReplyAlong) {
   CtsScriptTransport one, two;
   one.failing = true;
   one.password_ok = false;
