@@ -39,6 +39,22 @@ kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server"
 KDC_ERR_PREAUTH_FAILED = 24
 
 
+def cts_user_realm(kmpc_factory, princ="cleo", pw="Cleo-pw-4242", flags=None):
+    """A realm (cold programs, metrics) with one user whose aes256-cts key is
+    in the cluster, KDC running; (realm, the user's key, a wrong key)."""
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      module_options=COLD_PROGRAMS)
+    kr.setup_krbtgt()
+    kr.addprinc(princ, pw, enctypes=[CTS256], **({} if flags is None else {"flags": flags}))
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
+    kr.start()
+    salt = default_salt(f"{princ}@{kr.realm}").encode()
+    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(), salt)
+    wrong = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", b"wrong-" + pw.encode(), salt)
+    assert wrong != key
+    return kr, key, wrong
+
+
 def _login(kr, princ, key, addresses):
     """One AS-REQ with PA-ENC-TIMESTAMP under key and PA-REQ-ENC-PA-REP;
     the KDC's answer."""
@@ -81,17 +97,8 @@ def _since(kr, before, exchanges=0):
 
 
 def test_a_wrong_password_compiles_no_reply_program(kmpc_factory):
-    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
-                      module_options=COLD_PROGRAMS)
-    kr.setup_krbtgt()
-    princ, pw = "cleo", "Cleo-pw-4242"
-    kr.addprinc(princ, pw, enctypes=[CTS256])
-    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
-    kr.start()
-    salt = default_salt(f"{princ}@{kr.realm}").encode()
-    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(), salt)
-    wrong = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", b"wrong-" + pw.encode(), salt)
-    assert wrong != key
+    princ = "cleo"
+    kr, key, wrong = cts_user_realm(kmpc_factory, princ)
 
     # The timestamp's own program (its DECRYPT's shape is the same for every
     # request here) is compiled by the first attempt.

@@ -29,12 +29,10 @@ import secrets
 
 import pytest
 
-import ctr_mpc_ref
 import krb_der
 from kmpc_harness import cluster as kmpc_cluster
-from kmpc_harness.cluster import default_salt
-from test_cts_churn import KDC_ERR_PREAUTH_FAILED, _kdc, _login, _misses, _since
-from test_cts_handles import COLD_PROGRAMS, CTS256, ENCTYPES
+from test_cts_churn import (KDC_ERR_PREAUTH_FAILED, _kdc, _login, _misses, _since,
+                             cts_user_realm)
 from test_cts_server_view import (PA_REQ_ENC_PA_REP, _as_req, _enc_part_cipher, _pa,
                                   rfc3962_decrypt)
 from test_metrics import parse, scrape, value
@@ -56,15 +54,9 @@ def _no_timestamp(kr, princ, addresses):
     "makes every server compile a program per request length for a cts user "
     "without requires_preauth"))
 def test_no_password_compiles_no_reply_program_without_requires_preauth(kmpc_factory):
-    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
-                      module_options=COLD_PROGRAMS)
-    kr.setup_krbtgt()
-    princ, pw = "dora", "Dora-pw-4242"
-    kr.addprinc(princ, pw, enctypes=[CTS256], flags="-requires_preauth")  # MIT's default
-    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
-    kr.start()
-    salt = default_salt(f"{princ}@{kr.realm}").encode()
-    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(), salt)
+    princ = "dora"
+    kr, key, _ = cts_user_realm(kmpc_factory, princ, "Dora-pw-4242",
+                                flags="-requires_preauth")  # MIT's default
 
     # Control: the KDC answers a request without a timestamp with the
     # user's AS-REP (as MIT does for such a principal), computed by the
@@ -91,15 +83,8 @@ def _prepared_sent(kr):
 
 
 def test_prepared_jobs_of_a_held_back_reply_count_as_sent_only_when_sent(kmpc_factory):
-    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
-                      module_options=COLD_PROGRAMS)
-    kr.setup_krbtgt()
-    princ, pw = "cleo", "Cleo-pw-4242"
-    kr.addprinc(princ, pw, enctypes=[CTS256])
-    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
-    kr.start()
-    salt = default_salt(f"{princ}@{kr.realm}").encode()
-    wrong = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", b"wrong-" + pw.encode(), salt)
+    princ = "cleo"
+    kr, _, wrong = cts_user_realm(kmpc_factory, princ)
 
     before, kdc0 = _prepared_sent(kr), _kdc(kr)
     wasted0 = value(parse(scrape(kr.kdc_metrics_url)), "kmpc_kdc_speculative_wasted_total",
@@ -117,16 +102,8 @@ def test_prepared_jobs_of_a_held_back_reply_count_as_sent_only_when_sent(kmpc_fa
 
 
 def test_proven_shapes_do_not_let_wrong_passwords_compile(kmpc_factory):
-    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
-                      module_options=COLD_PROGRAMS)
-    kr.setup_krbtgt()
-    princ, pw = "cleo", "Cleo-pw-4242"
-    kr.addprinc(princ, pw, enctypes=[CTS256])
-    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
-    kr.start()
-    salt = default_salt(f"{princ}@{kr.realm}").encode()
-    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(), salt)
-    wrong = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", b"wrong-" + pw.encode(), salt)
+    princ = "cleo"
+    kr, key, wrong = cts_user_realm(kmpc_factory, princ)
 
     # One account logs in with 34 reply shapes (1..34 addresses): each is
     # proven, and each server's 32-program cache has evicted the first ones.
