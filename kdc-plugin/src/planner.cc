@@ -482,21 +482,25 @@ void Planner::GateVerified(uint64_t id, std::vector<PendingJob>* release) {
   budget_.GiveBack(1);
 }
 
-std::vector<PendingJob> Planner::GateFailed(uint64_t id) {
+std::vector<PendingJob> Planner::DropDeferred(uint64_t id, Exchange* x) {
+  std::vector<PendingJob> deferred = std::move(x->deferred);
+  x->deferred.clear();
   std::vector<PendingJob> out;
-  auto it = exchanges_.find(id);
-  if (it == exchanges_.end()) return out;
-  std::vector<PendingJob> deferred = std::move(it->second.deferred);
-  it->second.deferred.clear();
-  for (const contract::CtsShape& shape : it->second.cts_shapes) proven_.Forget(shape);
-  it->second.cts_shapes.clear();
   for (PendingJob& q : deferred) {
     if (q.prepared)
       Lost(id, q.item, /*sent=*/false);  // its item runs alone, if ever submitted
     else
       out.push_back(std::move(q));
   }
-  return out;
+  return out;  // `deferred` wipes the prepared ones' inputs (SecureBytes)
+}
+
+std::vector<PendingJob> Planner::GateFailed(uint64_t id) {
+  auto it = exchanges_.find(id);
+  if (it == exchanges_.end()) return {};
+  for (const contract::CtsShape& shape : it->second.cts_shapes) proven_.Forget(shape);
+  it->second.cts_shapes.clear();
+  return DropDeferred(id, &it->second);
 }
 
 absl::Status Planner::DeferredFailure(const absl::Status& why) {
@@ -520,15 +524,8 @@ std::vector<uint64_t> Planner::TakeDeferred(uint64_t id) {
   std::vector<uint64_t> tokens;
   auto it = exchanges_.find(id);
   if (it == exchanges_.end()) return tokens;
-  std::vector<PendingJob> deferred = std::move(it->second.deferred);
-  it->second.deferred.clear();
-  for (const PendingJob& q : deferred) {
-    if (q.prepared)
-      Lost(id, q.item, /*sent=*/false);
-    else
-      tokens.push_back(q.token);
-  }
-  return tokens;  // `deferred` wipes the inputs (SecureBytes)
+  for (const PendingJob& q : DropDeferred(id, &it->second)) tokens.push_back(q.token);
+  return tokens;  // the jobs wipe their inputs (SecureBytes)
 }
 
 void ProvenShapes::Prove(const contract::CtsShape& s) {

@@ -233,6 +233,9 @@ class Planner {
   };
   // How many prepared jobs `x` needs; whether the gate is given now.
   static size_t Preparable(const Exchange& x);
+  // Exchange id's held-back jobs, taken out: the prepared ones dropped
+  // (never sent: Lost), the others returned.
+  std::vector<PendingJob> DropDeferred(uint64_t id, Exchange* x);
   // One more prepared job (keystream or pad) counted as sent.
   void CountSent(const PendingJob& q);
   void Prepare(uint64_t id, Exchange* x, int item,
