@@ -6,6 +6,7 @@
 
 #include "protocol/verify.h"
 #include "share/replicated.h"
+#include "util/transpose.h"
 
 namespace kmpc::cts {
 namespace {
@@ -528,22 +529,6 @@ absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
   return EvaluateAll(absl::MakeConstSpan(&job, 1), e);
 }
 
-namespace {
-
-// The 8 x 8 bit matrix of x (row i = byte i, column j = bit j) transposed
-// (Hacker's Delight 7-3): byte j of the result holds bit j of every byte.
-uint64_t Transpose8(uint64_t x) {
-  uint64_t t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
-  x ^= t ^ (t << 7);
-  t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
-  x ^= t ^ (t << 14);
-  t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
-  x ^= t ^ (t << 28);
-  return x;
-}
-
-}  // namespace
-
 // Eight lanes at a time (a group of 8 never straddles a word): byte k of
 // each as one 8 x 8 bit matrix, transposed into wires 8k .. 8k + 7.
 std::vector<uint64_t> PackLanes(absl::Span<const absl::Span<const uint8_t>> lanes,
@@ -557,7 +542,7 @@ std::vector<uint64_t> PackLanes(absl::Span<const absl::Span<const uint8_t>> lane
     for (size_t k = 0; k < n; ++k) {
       uint64_t x = 0;
       for (size_t i = 0; i < m; ++i) x |= uint64_t{lanes[l0 + i][k]} << (8 * i);
-      x = Transpose8(x);
+      x = util::Transpose8(x);
       for (size_t j = 0; j < 8; ++j) base[(8 * k + j) * wn] |= ((x >> (8 * j)) & 0xff) << sh;
     }
   }

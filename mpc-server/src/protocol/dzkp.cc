@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "share/replicated.h"
+#include "util/transpose.h"
 
 namespace kmpc::protocol::dzkp {
 
@@ -56,18 +57,6 @@ const E* Denominators(int n) {
   return t.data();
 }
 
-// 8 x 8 bit matrix transpose (Hacker's Delight, 7-3): byte i bit j ->
-// byte j bit i.
-inline uint64_t Transpose8(uint64_t x) {
-  uint64_t t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
-  x ^= t ^ (t << 7);
-  t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
-  x ^= t ^ (t << 14);
-  t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
-  x ^= t ^ (t << 28);
-  return x;
-}
-
 // The words of a group -> per lane l the kGroupWords-bit pattern whose
 // bit j is lane l of word j.
 template <int G>
@@ -81,7 +70,7 @@ void TransposeGroup(const uint64_t* w, PatternT<G> out[64]) {
     for (int k = 0; k < 8; ++k) {
       uint64_t m = 0;
       for (int j = 0; j < 8; ++j) m |= ((w[8 * h + j] >> (8 * k)) & 0xff) << (8 * j);
-      m = Transpose8(m);
+      m = util::Transpose8(m);
       for (int l = 0; l < 8; ++l) {
         out[8 * k + l] |= static_cast<Pattern>((m >> (8 * l)) & 0xff) << (8 * h);
       }
@@ -306,7 +295,7 @@ struct BitMatrices {
       for (int b = 0; b < 8; ++b) {
         uint64_t q = 0;  // byte t = byte b of c_{8h+t}
         for (int t = 0; t < 8; ++t) q |= uint64_t{bytes[8 * h + t][b]} << (8 * t);
-        m[h][b] = __builtin_bswap64(Transpose8(q));
+        m[h][b] = __builtin_bswap64(util::Transpose8(q));
       }
     }
   }
