@@ -124,6 +124,19 @@ PlanItem CtsItem(Role role, uint32_t usage, size_t length) {
   return p;
 }
 
+// An AS plan of the aes*-cts user: the timestamp (the gate), then the
+// reply of n bytes gated on it.
+Plan PlainAsPlan(size_t n) {
+  Plan plan;
+  plan.kind = ExchangeKind::kAs;
+  plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
+  PlanItem reply = CtsItem(Role::kReply, 3, n);
+  reply.flags |= kItemGated;
+  reply.gate = 0;
+  plan.items.push_back(reply);
+  return plan;
+}
+
 Job JobOf(const PlanItem& p, size_t bytes) {
   Job j;
   j.type = p.type;
@@ -175,13 +188,7 @@ class CtsGateTest : public ::testing::Test {
   }
   // The same without PA-REQ-ENC-PA-REP: timestamp and reply only.
   Exchange PlainAs(size_t n) {
-    Plan plan;
-    plan.kind = ExchangeKind::kAs;
-    plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
-    PlanItem reply = CtsItem(Role::kReply, 3, n);
-    reply.flags |= kItemGated;
-    reply.gate = 0;
-    plan.items.push_back(reply);
+    Plan plan = PlainAsPlan(n);
     return Run(std::move(plan),
                {{0, JobOf(plan.items[0], kTimestampBytes)}, {1, JobOf(plan.items[1], n)}});
   }
@@ -385,13 +392,7 @@ TEST_F(CtsGateTest, FastItemsOfUnprovenShapesWaitForTheirGate) {
 TEST_F(CtsGateTest, PreparedJobsGoWithAHeldBackReply) {
   const std::string krbtgt(contract::kKeyIdSize, 't');
   auto as = [&](size_t n) {
-    Plan plan;
-    plan.kind = ExchangeKind::kAs;
-    plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
-    PlanItem reply = CtsItem(Role::kReply, 3, n);
-    reply.flags |= kItemGated;
-    reply.gate = 0;
-    plan.items.push_back(reply);
+    Plan plan = PlainAsPlan(n);
     PlanItem ticket;
     ticket.role = Role::kTicket;
     ticket.type = pb::JOB_ENCRYPT;
@@ -461,13 +462,7 @@ TEST(CtsGateRouterTest, AFailedOverGateTakesNoUngatedReplyAlong) {
   o.deadline = absl::Seconds(10);
   CollectingSink sink;
   Router r(o, {&one, &two}, &sink);
-  Plan plan;
-  plan.kind = ExchangeKind::kAs;
-  plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
-  PlanItem reply = CtsItem(Role::kReply, 3, 250);
-  reply.flags |= kItemGated;
-  reply.gate = 0;
-  plan.items.push_back(reply);
+  Plan plan = PlainAsPlan(250);
   std::vector<ItemJob> given;
   given.push_back({0, 1, JobOf(plan.items[0], kTimestampBytes)});
   given.push_back({1, 2, JobOf(plan.items[1], 250)});
