@@ -124,19 +124,6 @@ PlanItem CtsItem(Role role, uint32_t usage, size_t length) {
   return p;
 }
 
-// An AS plan of the aes*-cts user: the timestamp (the gate), then the
-// reply of n bytes gated on it.
-Plan PlainAsPlan(size_t n) {
-  Plan plan;
-  plan.kind = ExchangeKind::kAs;
-  plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
-  PlanItem reply = CtsItem(Role::kReply, 3, n);
-  reply.flags |= kItemGated;
-  reply.gate = 0;
-  plan.items.push_back(reply);
-  return plan;
-}
-
 Job JobOf(const PlanItem& p, size_t bytes) {
   Job j;
   j.type = p.type;
@@ -150,6 +137,19 @@ Job JobOf(const PlanItem& p, size_t bytes) {
 }
 
 constexpr size_t kTimestampBytes = 16 + 28 + 12;  // conf || PA-ENC-TS-ENC || tag
+
+// An AS plan of the aes*-cts user: the timestamp (the gate), then the
+// reply of n bytes gated on it.
+Plan PlainAsPlan(size_t n) {
+  Plan plan;
+  plan.kind = ExchangeKind::kAs;
+  plan.items.push_back(CtsItem(Role::kTimestamp, 1, kTimestampBytes));
+  PlanItem reply = CtsItem(Role::kReply, 3, n);
+  reply.flags |= kItemGated;
+  reply.gate = 0;
+  plan.items.push_back(reply);
+  return plan;
+}
 
 class CtsGateTest : public ::testing::Test {
  protected:
