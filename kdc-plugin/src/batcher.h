@@ -193,10 +193,10 @@ class Batcher {
   // sink will hear nothing of them; returns their tokens. The router
   // (router.h) calls it, from inside the sink, when this cluster failed a
   // batch, so that those jobs go to another cluster now rather than into
-  // this one's next batch. *held_back (if given) receives the tokens of
-  // jobs held back for a gate among them (planner.h, proven shapes): they
-  // must not go elsewhere without their gate, and the caller fails them.
-  std::vector<uint64_t> TakeQueued(std::vector<uint64_t>* held_back = nullptr);
+  // this one's next batch. *held_back receives the tokens of jobs held
+  // back for a gate among them (planner.h, proven shapes): they must not go
+  // elsewhere without their gate, and the caller fails them.
+  std::vector<uint64_t> TakeQueued(std::vector<uint64_t>* held_back);
 
   // Stops the dispatcher thread and abandons queued and in-flight jobs: the
   // sink receives nothing once Stop has returned. The transport must stay

@@ -91,7 +91,6 @@ absl::Status CtsCheckResult(const Job& job, pb::JobStatus status, int k) {
   return absl::OkStatus();
 }
 
-
 absl::Status CtsResult(const Job& job, SecureBytes* value) {
   contract::JobShape shape;
   shape.type = job.type;

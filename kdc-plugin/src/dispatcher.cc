@@ -554,8 +554,7 @@ std::vector<uint64_t> Dispatcher::TakeQueued(std::vector<uint64_t>* held_back) {
       // The jobs held back for this gate leave with it (planner.h, proven
       // shapes): this cluster would never see its verdict.
       if (q.gate && q.exchange_id != 0)
-        for (uint64_t t : planner_.TakeDeferred(q.exchange_id))
-          (held_back ? *held_back : tokens).push_back(t);
+        for (uint64_t t : planner_.TakeDeferred(q.exchange_id)) held_back->push_back(t);
     }
   }
   queue_.clear();  // wipes inputs (SecureBytes)

@@ -86,9 +86,9 @@ class Dispatcher : public StepHost,
   // prepared jobs queued with them, whose items' jobs then run as
   // ordinary ones (their tokens too, if they were waiting: Planner::Lost).
   // The jobs held back for a queued gate (planner.h, proven shapes) are
-  // taken out too, into *held_back (if given; else with the others).
+  // taken out too, into *held_back, never with the others.
   // Takes mu_ only: callable from inside the sink.
-  std::vector<uint64_t> TakeQueued(std::vector<uint64_t>* held_back = nullptr);
+  std::vector<uint64_t> TakeQueued(std::vector<uint64_t>* held_back);
   // The dispatcher thread's body: returns once RequestStop was called.
   void RunUntilStopped();
   void RequestStop();

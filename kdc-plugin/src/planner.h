@@ -52,9 +52,8 @@
 // the gate's verdict is known) in a Run of their own once the gate
 // verified (GateVerified), and never if the gate failed (GateFailed: the
 // held-back job completes with the gate's verdict, the prepared ones are
-// lost). A
-// wrong password therefore never makes the servers compile a reply's
-// program; a right one of a new shape costs a second Run, and proves the
+// lost). A wrong password therefore never makes the servers compile a
+// reply's program; a right one of a new shape costs a second Run, and proves the
 // shape. Which jobs the servers admit does not depend on this (they see
 // one ungated ENCRYPT more).
 //
@@ -167,7 +166,7 @@ class Planner {
   std::vector<PendingJob> GateFailed(uint64_t id);
   // What a deferred job completes with when its gate failed with `why`: a
   // tag that did not hold (kDataLoss) withholds it as the servers would
-  // (kUnauthenticated, JOB_WITHHELD); another failure is its own.
+  // (kUnauthenticated, JOB_WITHHELD); another failure is HeldBackFailure.
   static absl::Status DeferredFailure(const absl::Status& why);
   // What a held-back job completes with when its gate's Run failed on its
   // cluster or left it (failover): never a status the router retries.
