@@ -328,14 +328,23 @@ class SharedTarget(storm_bench.KmpcTarget):
         pass
 
 
-def storms(r, mode, n_users, quick, log):
-    """The cts storm and the krbtgt-only storm (same realm, cts first)."""
-    out = {}
+def register_targets(r, mode, quick):
+    """storm_bench.TARGETS entries for the realm's storms, cts first:
+    {which: target name} (bench_settings calls each factory as
+    factory(workdir, settings, n_users); test_bench_targets.py too)."""
+    names = {}
     for which in ("cts", "kdb"):
-        name = f"{which}-{mode}"
+        name = names[which] = f"{which}-{mode}"
         storm_bench.TARGETS[name] = (
             lambda w, s, n, which=which: SharedTarget(r, which, n, quick), ("headline",),
             f"{which} users, servers {mode}")
+    return names
+
+
+def storms(r, mode, n_users, quick, log):
+    """The cts storm and the krbtgt-only storm (same realm, cts first)."""
+    out = {}
+    for which, name in register_targets(r, mode, quick).items():
         sec, _ = storm_bench.bench_settings(name, "headline", n_users, quick, log)
         out[which] = {k: sec.get(k) for k in (
             "one_client", "saturation_closed_loop", "peak_sustained", "peak_logins_per_s",
@@ -349,7 +358,7 @@ def storms(r, mode, n_users, quick, log):
     return out
 
 
-def main():
+def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--modes", default="malicious,semi-honest")
     ap.add_argument("--logins", type=int, default=40, help="one-client logins per user")
@@ -364,7 +373,11 @@ def main():
     ap.add_argument("--module-option", action="append", default=[], metavar="NAME=VALUE",
                     help="a relation of the KDC module's section for every mode (A/B of "
                          "a module setting, e.g. max_inflight=1); repeatable")
-    args = ap.parse_args()
+    return ap
+
+
+def main():
+    args = parser().parse_args()
     module_options = parse_module_options(args.module_option)
     for m in MODES:
         MODES[m] = " ".join(f for f in (MODES[m], args.server_flags) if f)

@@ -392,8 +392,8 @@ class KmpcMaliciousTarget(KmpcTarget):
     server_flags = "--security=malicious"
     extra_runs = False
 
-    def __init__(self, workdir, settings, n_users):
-        super().__init__(workdir, settings, n_users)
+    def __init__(self, workdir, settings, n_users, metrics=False):
+        super().__init__(workdir, settings, n_users, metrics=metrics)
         self.saturation_concurrency = 256
         self.max_inflight = 1024
         # Its peak may be tens of logins/s: the sweep goes further down.
