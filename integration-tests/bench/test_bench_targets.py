@@ -22,7 +22,7 @@ import threading
 
 import pytest
 
-from bench import (cts_bench, kdc_cpu_ab, kdc_profile, kpasswd_bench, netns_bench,
+from bench import (cts_bench, cts_realm, kdc_cpu_ab, kdc_profile, kpasswd_bench, netns_bench,
                    one_client_ab, replica_bench, storm_ab, storm_bench, storm_profile,
                    storm_soak)
 from kmpc_harness import cluster, kmpc_realm, netns, realm, replica
@@ -79,7 +79,8 @@ def realm_create(self):
     os.makedirs(self.dir, exist_ok=True)
     self.kdc_port = next(_port)
     self.kadmin_port, self.kpasswd_port = self.kdc_port + 1, self.kdc_port + 2
-    for path, text in ((self.krb5_conf, f"kdc = 127.0.0.1:{self.kdc_port}\n"),
+    for path, text in ((self.krb5_conf, f"[libdefaults]\n    default_realm = {self.realm}\n"
+                                         f"[realms]\n    kdc = 127.0.0.1:{self.kdc_port}\n"),
                        (self.kdc_conf, f"kdc_listen = 127.0.0.1:{self.kdc_port}\n")):
         with open(path, "w") as f:
             f.write(text)
@@ -202,7 +203,7 @@ def check_target(t, n_users):
     """storm_bench's target interface (its docstring), as run_storm and
     bench_settings read it."""
     for attr in STORM_TARGET:
-        assert getattr(t, attr) is not None, attr
+        assert getattr(t, attr) is not None or attr == "principal_fmt", attr
     assert t.n_users == n_users
     assert t.principal_fmt is None or t.principal_fmt.count("%d") == 1
     assert all(isinstance(p, int) and p > 0 for p in t.watch.values()), t.watch
@@ -266,6 +267,16 @@ def test_cts_bench_targets(dry, tmp_path, mode):
         factory, settings, _doc = storm_bench.TARGETS[name]
         for s in settings:
             check_target(factory(str(tmp_path / name / "realm"), s, args.users), args.users)
+    # The realm phases' storms (cts_realm.phase), each population's groups.
+    stock = cts_bench.Stock(r, "realm-stock")
+    confs = cts_realm.client_confs(r, stock.conf)
+    for label, pop in r.populations.items():
+        targets = cts_realm.pop_targets(r, pop, confs)
+        assert set(targets) == {"plain", "addr"}
+        for group, t in targets.items():
+            check_target(t, len(pop.groups[group]))
+            assert os.path.exists(t.keytab)
+    assert "noaddresses = false" in open(confs["addr"]).read()
 
 
 def test_kpasswd_bench_realms(dry, tmp_path):
