@@ -242,6 +242,23 @@ def shape_figures(before, after):
             "distinct_shapes_ever": len({tuple(s) for s in after[0]})}
 
 
+KINIT_TIMEOUT_S = 20
+# Seconds of one-at-a-time logins per client at most (a collapsed realm's
+# logins take up to KINIT_TIMEOUT_S each).
+SAMPLE_BUDGET_S = 60
+
+
+def kinit(argv, user, env):
+    """(exit code, output) of one kinit process; a kinit still running
+    after KINIT_TIMEOUT_S is killed and counts as failed."""
+    try:
+        p = subprocess.run([*argv, user], capture_output=True, text=True, env=env,
+                           timeout=KINIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return -1, f"{user}: no answer in {KINIT_TIMEOUT_S} s"
+    return p.returncode, (p.stdout + p.stderr).strip()
+
+
 class HeimdalLoop(threading.Thread):
     """Heimdal's kinit (a process per login, its keytab option), one login
     after another over the users until stop(): Heimdal's request shape in
@@ -262,16 +279,15 @@ class HeimdalLoop(threading.Thread):
             u = self.users[i % len(self.users)]
             i += 1
             t0 = time.perf_counter()
-            p = subprocess.run([*self.argv, u], capture_output=True, text=True,
-                               env=self.env, timeout=60)
+            rc, out = kinit(self.argv, u, self.env)
             ms = (time.perf_counter() - t0) * 1e3
             if self.mark_t is None or t0 < self.mark_t:
                 continue
-            if p.returncode == 0:
+            if rc == 0:
                 self.ok.append(ms)
             else:
                 self.failed += 1
-                self.errors.append((p.stdout + p.stderr).strip()[-200:])
+                self.errors.append(out[-200:])
 
     def mark(self):
         self.mark_t = time.perf_counter()
@@ -440,7 +456,8 @@ def client_confs(r, stock_conf):
 def sample(r, pop, n, stock_env, confs, heimdal, seed=9):
     """One login at a time by n users of pop for each client: Debian's MIT
     kinit with the population's keytab, without and with addresses, and
-    Heimdal's kinit: {client: p50, max, failed, errors}."""
+    Heimdal's kinit, each for SAMPLE_BUDGET_S at most: {client: p50, max,
+    failed, errors}."""
     rng = random.Random(seed)
     users = [rng.choice(pop.names) for _ in range(n)]
     clients = {"mit": ("/usr/bin/kinit", confs["stock"], stock_env),
@@ -448,19 +465,21 @@ def sample(r, pop, n, stock_env, confs, heimdal, seed=9):
     if heimdal:
         clients["heimdal"] = (heimdal["kinit"], confs["stock"], heimdal["env"])
     out = {}
-    for name, (kinit, conf, env) in clients.items():
+    for name, (prog, conf, env) in clients.items():
         env = dict(env, KRB5_CONFIG=conf,
                    KRB5CCNAME="FILE:" + os.path.join(r.dir, f"sample-{name}.cc"))
         lat, errors = [], []
+        end = time.time() + SAMPLE_BUDGET_S
         for u in users:
+            if time.time() > end:
+                break
             t0 = time.perf_counter()
-            p = subprocess.run([kinit, "-k", "-t", pop.keytabs["all"], f"{u}@{r.realm}"],
-                               capture_output=True, text=True, env=env, timeout=60)
+            rc, text = kinit([prog, "-k", "-t", pop.keytabs["all"]], f"{u}@{r.realm}", env)
             ms = (time.perf_counter() - t0) * 1e3
-            if p.returncode == 0:
+            if rc == 0:
                 lat.append(ms)
             else:
-                errors.append(f"{u}: " + (p.stdout + p.stderr).strip()[-160:])
+                errors.append(f"{u}: " + text[-160:])
         out[name] = {"n": len(lat), "p50_ms": round(statistics.median(lat), 1) if lat else None,
                      "max_ms": round(max(lat), 1) if lat else None,
                      "failed": len(errors), "errors": errors[:3]}
