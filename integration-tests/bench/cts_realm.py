@@ -233,12 +233,17 @@ def shape_figures(before, after):
     the distinct shapes by kind (the servers see the same jobs: party 0's)."""
     new = [a[len(b):] for b, a in zip(before, after)]
     kinds = {}
-    for s in {tuple(x) for x in new[0]}:
+    seen = {tuple(x) for x in new[0]}
+    for s in seen:
         k = SHAPE_KINDS.get(s[0], s[0])
         kinds[k] = kinds.get(k, 0) + 1
+    # A reply's ENCRYPT: n its length, splice_m the request spliced in.
+    enc = [s for s in seen if s[0] == "1" and len(s) >= 7]
     return {"compiles_recorded": [len(x) for x in new],
             "distinct_shapes": [len({tuple(s) for s in x}) for x in new],
             "distinct_shapes_by_kind": kinds,
+            "distinct_reply_lengths": len({s[2] for s in enc}),
+            "distinct_request_lengths": len({s[5] for s in enc if s[5] != "0"}),
             "distinct_shapes_ever": len({tuple(s) for s in after[0]})}
 
 
@@ -417,7 +422,9 @@ def phase_figures(pop, conc, res, loop, s0, s1, seconds, log):
         f"{out['name_lengths'][1]} characters): {out['logins_per_s']} logins/s, "
         f"{out['failed_logins']} failed of {made}; Runs per 1,000 logins "
         f"{out['runs_per_1000_logins']}; compiles (misses) per server {pc.get('miss')}; "
-        f"distinct shapes {out['shapes']['distinct_shapes_by_kind']}; CPU ms/login "
+        f"distinct shapes {out['shapes']['distinct_shapes_by_kind']} (reply lengths "
+        f"{out['shapes']['distinct_reply_lengths']}, spliced request lengths "
+        f"{out['shapes']['distinct_request_lengths']}); CPU ms/login "
         + ", ".join(f"{n} {v}" for n, v in out["cpu_ms_per_login"].items()))
     return out
 

@@ -57,6 +57,7 @@ def test_shape_figures_and_runs():
     assert f["compiles_recorded"] == [4, 4, 4]
     assert f["distinct_shapes"] == [3, 3, 3]
     assert f["distinct_shapes_by_kind"] == {"encrypt": 2, "checksum": 1}
+    assert f["distinct_reply_lengths"] == 2 and f["distinct_request_lengths"] == 2
     assert f["distinct_shapes_ever"] == 4
     c0 = {("kmpc_kdc_exchange_runs_total", "as", "ok"): 5.0,
           ("kmpc_kdc_exchanges_total", "as", "ok"): 5.0}
