@@ -315,6 +315,43 @@ def test_cts_users_rows(tmp_path):
     assert "kinit failed" in rows[0]["measured"]
 
 
+
+def realm_pop(rate, failed=0, runs_per_1000=1000.0, misses=(2, 2, 2)):
+    """cts_realm.phase()'s figures of one population."""
+    return {"users": 100, "name_lengths": [2, 40], "logins_per_s": rate,
+            "failed_logins": failed, "runs_per_1000_logins": runs_per_1000,
+            "program_cache": {"miss": list(misses), "hit": [900, 900, 900]},
+            "shapes": {"distinct_shapes_by_kind": {"encrypt": 3, "checksum": 3}},
+            "cpu_ms_per_login": {"krb5kdc": 0.4, "mpc-server-0": 1.1}, "heimdal": "not run"}
+
+
+def test_cts_realm_rows(tmp_path):
+    """cts.json's directory-like realm (issue 48 item 9) becomes a row per
+    mode: met only with the ratio >= 0.9, no failed login and <= 1.05 Runs
+    per login; its figures are in results.json and the printed table."""
+    d = str(tmp_path)
+    write_inputs(d)
+    good = {"varied": realm_pop(190.0), "uniform": realm_pop(200.0),
+            "ratio_varied_to_uniform": 0.95, "samples": {}}
+    bad = {"varied": realm_pop(5.1, failed=70, runs_per_1000=1900.0, misses=(290,) * 3),
+           "uniform": realm_pop(220.0), "ratio_varied_to_uniform": 0.023, "samples": {}}
+    cts = {"when": "2026-11-26T15:00:00+00:00", "machine": {"cores": 2},
+           "modes": {"malicious": {**cts_mode(190.0), "realm": bad},
+                     "semi-honest": {**cts_mode(160.0), "realm": good}}}
+    with open(os.path.join(d, "cts.json"), "w") as f:
+        json.dump(cts, f)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    rows = {t["what"]: t for t in res["targets"] if "named as in a directory" in t["what"]}
+    assert [t["met"] for w, t in sorted(rows.items())] == [False, True], rows
+    miss = [t for w, t in rows.items() if "malicious" in w][0]
+    assert "failed 70" in miss["miss_by"] and "1.9 Runs" in miss["measured"]
+    realm = res["cts"]["modes"]["malicious"]["realm"]
+    assert realm["varied"]["program_cache"]["miss"] == [290, 290, 290]
+    assert "varied / uniform 0.023x" in p.stdout
+
+
 def test_stock_swept_before_and_after_kmpc(tmp_path):
     """storm_bench.py --bracket: stock/headline swept again right after
     kmpc/headline; the ratio is taken against the mean of the two stock

@@ -63,6 +63,11 @@ RUNS_KINDS = ("as", "tgs", "renew", "forward")
 TARGET_CTS_P50_MS = {"semi-honest": 150.0, "malicious": 200.0}
 TARGET_CTS_FAST_P50_MS = {"semi-honest": 250.0, "malicious": 300.0}
 TARGET_CTS_STORM_RATIO = 0.5
+# Issue 48: the directory-like realm's closed-loop storm (cts_realm.py)
+# against the same realm's uniform names: logins/s ratio, no failed
+# login, Runs per login.
+TARGET_REALM_RATIO = 0.9
+TARGET_REALM_RUNS_PER_LOGIN = 1.05
 
 
 def load(path):
@@ -300,17 +305,57 @@ def cts_side(cts):
             "storm_ratio": st.get("ratio_cts_to_krbtgt_only"),
             "storm_cpu_us_per_login": (st.get("cts") or {}).get("cpu_us_per_login"),
             "krbtgt_only_storm_cpu_us_per_login": (st.get("kdb") or {}).get("cpu_us_per_login"),
+            "realm": realm_side(m.get("realm")),
             "loadavg": [m.get("loadavg_before"), m.get("loadavg_after")],
         }
     return out
 
 
+def realm_side(rl):
+    """cts.json's directory-like realm of one mode -> its figures: per
+    population logins/s, failed, Runs per 1,000 logins, compiles, distinct
+    shapes, CPU per login; the ratio; the one-at-a-time samples."""
+    if not rl:
+        return None
+    keep = ("users", "name_lengths", "logins_per_s", "failed_logins", "runs_per_1000_logins",
+            "program_cache", "shapes", "cpu_ms_per_login", "heimdal")
+    return {**{p: {k: (rl.get(p) or {}).get(k) for k in keep} for p in ("varied", "uniform")},
+            "ratio_varied_to_uniform": rl.get("ratio_varied_to_uniform"),
+            "samples": rl.get("samples")}
+
+
+def realm_target(mode, rl):
+    """Issue 48's row: the directory-like realm's storm against uniform
+    names, zero failed logins, Runs per login."""
+    v = (rl or {}).get("varied") or {}
+    q = (rl or {}).get("ratio_varied_to_uniform")
+    rpl = (v["runs_per_1000_logins"] / 1000 if v.get("runs_per_1000_logins") is not None
+           else None)
+    met = bool(q is not None and q >= TARGET_REALM_RATIO and v.get("failed_logins") == 0
+               and rpl is not None and rpl <= TARGET_REALM_RUNS_PER_LOGIN)
+    return {
+        "what": (f"aes256-cts users named as in a directory ({mode} servers): closed-loop "
+                 f">= {TARGET_REALM_RATIO:g}x the logins/s of uniform names, 0 failed, "
+                 f"<= {TARGET_REALM_RUNS_PER_LOGIN:g} Runs per login"),
+        "measured": ("not measured" if q is None else
+                     f"{v.get('logins_per_s')} vs {rl['uniform'].get('logins_per_s')} logins/s "
+                     f"= {q:.3f}; {v.get('failed_logins')} failed; {rpl} Runs per login"),
+        "met": met,
+        "miss_by": None if met else ("not measured" if q is None else
+                                     f"ratio {q:.3f}, failed {v.get('failed_logins')}, "
+                                     f"Runs per login {rpl}"),
+    }
+
+
 def cts_targets(res):
-    """Issue 39's rows, per mode (malicious first: the default)."""
+    """Issue 39's rows and issue 48's realm row, per mode (malicious
+    first: the default)."""
     modes = (res.get("cts") or {}).get("modes") or {}
     out = []
     for mode in ("malicious", "semi-honest"):
         m = modes.get(mode) or {}
+        if m.get("realm"):
+            out.append(realm_target(mode, m["realm"]))
         err = m.get("error")
         what = f"aes256-cts user, Debian's kinit, one client ({mode} servers)"
         for key, bound, label in (("one_client_p50_ms", TARGET_CTS_P50_MS[mode], "p50"),
@@ -695,6 +740,18 @@ def print_table(res, out_path):
               f"{fmt(m['storm_peak_logins_per_s'], '.0f')} vs krbtgt-only "
               f"{fmt(m['krbtgt_only_storm_peak_logins_per_s'], '.0f')} logins/s = "
               f"{fmt(m['storm_ratio'], '.3f', 'x')}")
+            rl = m.get("realm") or {}
+            for pop in ("varied", "uniform"):
+                v = rl.get(pop)
+                if v:
+                    p(f"    {pop:8s} {v['users']} users, names {v['name_lengths']}: "
+                      f"{fmt(v['logins_per_s'], '.1f')} logins/s, {v['failed_logins']} failed, "
+                      f"{fmt(v['runs_per_1000_logins'], '.0f')} Runs per 1,000 logins, "
+                      f"compiles {(v['program_cache'] or {}).get('miss')}, shapes "
+                      f"{(v['shapes'] or {}).get('distinct_shapes_by_kind')}, CPU ms/login "
+                      f"{v['cpu_ms_per_login']}")
+            if rl:
+                p(f"    varied / uniform {fmt(rl.get('ratio_varied_to_uniform'), '.3f', 'x')}")
     p("targets:")
     for t in res["targets"]:
         p(f"  [{'met ' if t['met'] else 'MISS'}] {t['what']}: {t['measured']}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A/B of two builds on the aes256-cts users' one-client login
-(cts_bench.py --no-storm): alternated, the order swapped every round, each
+(cts_bench.py --no-storm --no-realm): alternated, the order swapped every round, each
 side a fresh realm of its build's binaries (KMPC_CMAKE_BUILD), both server
 modes; prints each round's Debian-kinit p50/p99, the cold first login, the
 ANDs and AND rounds per login and the load average beside them.
@@ -25,7 +25,7 @@ def run_side(build, modes, logins, out):
                KMPC_MPC_BIN_DIR=os.path.join(build, "mpc-server"),
                KMPC_STORM=os.path.join(build, "mpc-server", "kmpc-storm"))
     p = subprocess.run([sys.executable, os.path.join(HERE, "cts_bench.py"), "--no-storm",
-                        "--modes", modes, "--logins", str(logins), "--out", out],
+                        "--no-realm", "--modes", modes, "--logins", str(logins), "--out", out],
                        env=env, capture_output=True, text=True, timeout=1800)
     try:
         with open(out) as f:

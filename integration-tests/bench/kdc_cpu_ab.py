@@ -59,6 +59,13 @@ def storm(target, args, label, outdir):
     return res, logins
 
 
+def make_target(kind, wd, users):
+    """kind "stock" or kmpc, in wd (test_bench_targets.py builds it this way)."""
+    if kind == "stock":
+        return storm_bench.stock_factory(wd, "headline", users)
+    return storm_bench.kmpc_factory(wd, "headline", users, metrics=True)
+
+
 def one(kind, build, users, conc, secs, outdir, label, mix=False):
     """One target: {'rate', 'kdc_us', ...per-login counters}. With mix, the
     closed-loop mix of make bench (storm_bench.MIX, the sync engine, a thread
@@ -70,10 +77,7 @@ def one(kind, build, users, conc, secs, outdir, label, mix=False):
         os.environ.pop("KMPC_KDC_MODULE", None)
         os.environ["KMPC_CMAKE_BUILD"] = build
     wd = tempfile.mkdtemp(prefix=f"ab-{label}-", dir=outdir)
-    if kind == "stock":
-        t = storm_bench.stock_factory(wd, "headline", users)
-    else:
-        t = storm_bench.kmpc_factory(wd, "headline", users, metrics=True)
+    t = make_target(kind, wd, users)
     c = conc or (storm_bench.MIX_CONCURRENCY if mix else t.saturation_concurrency)
     wu = getattr(t, "warmup_s", 1.0)
     extra = ["--ramp", wu] if c > 64 else []

@@ -120,12 +120,18 @@ def attribute(stacks, logins):
     return res
 
 
+def make_target(kind, wd, users):
+    """kind "stock" or kmpc, in wd (test_bench_targets.py builds it this way)."""
+    from bench import storm_bench
+    return (storm_bench.stock_factory(wd, "headline", users) if kind == "stock"
+            else storm_bench.kmpc_factory(wd, "headline", users))
+
+
 def profile_one(kind, users, secs, outdir, label):
     """Bring up the target, warm it, perf-record its KDC over the storm."""
     from bench import storm_bench
     wd = tempfile.mkdtemp(prefix=f"prof-{label}-", dir=outdir)
-    t = (storm_bench.stock_factory(wd, "headline", users) if kind == "stock"
-         else storm_bench.kmpc_factory(wd, "headline", users))
+    t = make_target(kind, wd, users)
     c = t.saturation_concurrency
     wu = getattr(t, "warmup_s", 1.0)
     ramp = ["--ramp", wu] if c > 64 else []

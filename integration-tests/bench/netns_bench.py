@@ -264,6 +264,12 @@ def figures(res):
             "cpu": res["cpu"], "mpc": res.get("mpc")}
 
 
+def netns_target(lan, work, users):
+    """The storm's target in the Lan's namespaces, its realm in work
+    (test_bench_targets.py builds it this way)."""
+    return NetnsKmpc(lan, os.path.join(work, "realm"), users)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cmd", nargs="?", default="run", choices=("run", "cleanup"))
@@ -322,7 +328,7 @@ def main():
         log(f"== netns LAN: {lan.note}")
         log(f"   UDP echo RTT (median of 200, Python both ends) kdc->p0 "
             f"{out['udp_rtt_ms_kdc_p0']} ms, p0->p1 {out['udp_rtt_ms_p0_p1']} ms")
-        target = NetnsKmpc(lan, os.path.join(work, "realm"), args.users)
+        target = netns_target(lan, work, args.users)
         out["setup_s"] = round(time.time() - t0, 1)
         d = args.duration
         storm_bench.run_storm(target, ["-c", 1, "-d", 1], "warm", outdir)

@@ -37,10 +37,19 @@ def one(target, label, outdir, dur):
     return out
 
 
+def kmpc_target(wd, users):
+    """A variant's realm (test_bench_targets.py builds it this way)."""
+    return sb.KmpcTarget(wd, "default", users)
+
+
+def stock_target(wd, users):
+    return sb.StockTarget(wd, "default", users)
+
+
 def run_variant(name, build, outdir, users, dur):
     os.environ["KMPC_CMAKE_BUILD"] = os.path.abspath(build)
     wd = tempfile.mkdtemp(prefix=f"ab-{name}-", dir=outdir)
-    t = sb.KmpcTarget(wd, "default", users)
+    t = kmpc_target(wd, users)
     try:
         return one(t, f"{name}-{int(time.time())}", outdir, dur)
     finally:
@@ -70,7 +79,7 @@ def main():
                 flush=True)
         if not args.no_stock:
             wd = tempfile.mkdtemp(prefix="ab-stock-", dir=outdir)
-            st = sb.StockTarget(wd, "default", args.users)
+            st = stock_target(wd, args.users)
             try:
                 rows["stock"].append(one(st, f"stock-{r}", outdir, args.duration))
             finally:

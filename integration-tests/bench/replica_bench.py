@@ -169,6 +169,20 @@ def bring_up(work, users, kdc_conf_extra, attempts=2):
     raise AssertionError("unreachable")
 
 
+def headline_extra():
+    return storm_bench.dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
+                                       disable_lockout="true")
+
+
+def sides(rs, users):
+    """The storms' sides: all users at the primary; half at the primary
+    and half at the replica (test_bench_targets.py builds them this way)."""
+    r = rs.replicas[0]
+    half = users // 2
+    return (Side(rs, rs.primary, 0, users), Side(rs, rs.primary, 0, half),
+            Side(rs, r, half, users - half))
+
+
 def table(res):
     rows = ["| phase | KDCs | in flight per KDC | logins/s (per KDC) | p50 / p99 ms | failed "
             "| logins per Run batch | server CPU µs/login (KDCs + MPC) |",
@@ -207,14 +221,9 @@ def main():
     outdir = os.path.join(BENCH_DIR, "replicas")
     os.makedirs(outdir, exist_ok=True)
     t0 = time.time()
-    extra = storm_bench.dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
-                                        disable_lockout="true")
-    rs = bring_up(work, args.users, extra)
+    rs = bring_up(work, args.users, headline_extra())
     try:
-        r = rs.replicas[0]
-        half = args.users // 2
-        p_all = Side(rs, rs.primary, 0, args.users)
-        p_half, r_half = Side(rs, rs.primary, 0, half), Side(rs, r, half, args.users - half)
+        p_all, p_half, r_half = sides(rs, args.users)
         phases = []
         for c in concs:
             h = c // 2

@@ -35,13 +35,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
+def make_target(storm_bench, target, work):
+    """The target's realm in work, as the sweep makes it (test_bench_targets.py
+    builds it this way)."""
+    return storm_bench.TARGETS[target][0](os.path.join(work, "realm"), "headline", 1000)
+
+
 def fixed_point(storm_bench, target, rate, dur=8):
     """In the child: one open-loop point at RATE in a realm of its own, as
     storm_bench's sweep runs its points; the section's at_90pct_of_peak
     fields (so summary() reads it the same way) and the batch figures."""
     import tempfile
     work = tempfile.mkdtemp(prefix=f"storm-ab-{target}-", dir=storm_bench.BENCH_DIR)
-    t = storm_bench.TARGETS[target][0](os.path.join(work, "realm"), "headline", 1000)
+    t = make_target(storm_bench, target, work)
     try:
         storm_bench.run_storm(t, ["-c", 1, "-d", 1], "warm", work)
         res = storm_bench.run_storm(

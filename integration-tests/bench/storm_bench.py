@@ -15,7 +15,8 @@ integration-tests/bench/plot_storm.py draws latency against throughput (the CCS 
 Figure 5) into build/bench/storm_latency_throughput.png.
 
 A *target* is what the storm logs in to: a factory returns an object with
-  env (KRB5_CONFIG ... for kmpc-storm), keytab, principal_fmt, n_users,
+  env (KRB5_CONFIG ... for kmpc-storm), keytab, principal_fmt (None: the
+  keytab's client principals), n_users,
   service, watch {name: pid} (every server-side process: its CPU is summed
   per login), p99_bound_ms, max_inflight and saturation_concurrency (a KDC
   that batches for 100 ms needs thousands of logins in flight), alive(),
@@ -392,8 +393,8 @@ class KmpcMaliciousTarget(KmpcTarget):
     server_flags = "--security=malicious"
     extra_runs = False
 
-    def __init__(self, workdir, settings, n_users):
-        super().__init__(workdir, settings, n_users)
+    def __init__(self, workdir, settings, n_users, metrics=False):
+        super().__init__(workdir, settings, n_users, metrics=metrics)
         self.saturation_concurrency = 256
         self.max_inflight = 1024
         # Its peak may be tens of logins/s: the sweep goes further down.
@@ -473,7 +474,10 @@ def run_storm(target, args, label, outdir, check=False, timeout=None):
     storm = find_storm()
     js = os.path.join(outdir, label + ".json")
     cs = os.path.join(outdir, label + ".csv")
-    argv = [*getattr(target, "exec_prefix", ()), storm, "--keytab", target.keytab, "--principals", target.principal_fmt,
+    # principal_fmt None: the keytab's client principals (names of any
+    # form, e.g. cts_bench's directory-like realm).
+    fmt = ["--principals", target.principal_fmt] if target.principal_fmt else []
+    argv = [*getattr(target, "exec_prefix", ()), storm, "--keytab", target.keytab, *fmt,
             "--users", str(target.n_users), "--json", js, "--csv", cs, "--no-progress",
             "-q"]
     for pid in target.watch.values():

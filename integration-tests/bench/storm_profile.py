@@ -33,8 +33,9 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import storm_bench  # noqa: E402
+# integration-tests/ (kmpc_harness, bench) on the path when run as a script.
+sys.path.insert(0, os.path.dirname(HERE))
+from bench import cts_bench, storm_bench  # noqa: E402
 
 EVENTS = "task-clock,context-switches,cpu-migrations,raw_syscalls:sys_enter"
 
@@ -72,7 +73,23 @@ def report(data, out, pids, sort="symbol", top=40):
     return lines[:top]
 
 
-def main():
+def profile_target(args, work):
+    """The storm's target for these arguments, its realm running in work
+    (test_bench_targets.py builds it this way)."""
+    if args.cts:
+        mode = "semi-honest" if args.semi_honest else "malicious"
+        cts_bench.MODES[mode] = " ".join(f for f in (cts_bench.MODES[mode],
+                                                     args.server_flags) if f)
+        r, _ = cts_bench.bring_up(work, mode, args.cts, args.tcp_max_connections,
+                                  cts_bench.parse_module_options(args.module_option))
+        t = cts_bench.SharedTarget(r, "kdb" if args.cts_kdb else "cts", args.cts, False)
+        t.stop = r.stop
+        return t
+    cls = storm_bench.KmpcMaliciousTarget if args.malicious else storm_bench.KmpcTarget
+    return cls(work, "headline", 1000)
+
+
+def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--duration", type=float, default=14)
@@ -95,23 +112,16 @@ def main():
     ap.add_argument("--server-flags", default="",
                     help="with --cts: extra kmpc-mpc-server flags (A/B of a server setting)")
     ap.add_argument("--out-dir", default=os.path.join(storm_bench.BENCH_DIR, "profile"))
-    args = ap.parse_args()
+    return ap
+
+
+def main():
+    args = parser().parse_args()
     t0 = time.time()
     os.makedirs(args.out_dir, exist_ok=True)
     work = os.path.join(args.out_dir, "realm")
     subprocess.run(["rm", "-rf", work], check=True)
-    if args.cts:
-        import cts_bench
-        mode = "semi-honest" if args.semi_honest else "malicious"
-        cts_bench.MODES[mode] = " ".join(f for f in (cts_bench.MODES[mode],
-                                                     args.server_flags) if f)
-        r, _ = cts_bench.bring_up(work, mode, args.cts, args.tcp_max_connections,
-                                  cts_bench.parse_module_options(args.module_option))
-        t = cts_bench.SharedTarget(r, "kdb" if args.cts_kdb else "cts", args.cts, False)
-        t.stop = r.stop
-    else:
-        cls = storm_bench.KmpcMaliciousTarget if args.malicious else storm_bench.KmpcTarget
-        t = cls(work, "headline", 1000)
+    t = profile_target(args, work)
     try:
         storm_bench.run_storm(t, ["-c", 1, "-d", 1], "warm", args.out_dir)
         box = {}

@@ -697,6 +697,13 @@ def peak_from_storm_json(path):
         return None
 
 
+def soak_target(work, users):
+    """The soaks' realm: storm_bench's kmpc target (semi-honest), headline
+    settings, /metrics served (test_bench_targets.py builds it this way)."""
+    return storm_bench.kmpc_factory(os.path.join(work, "realm"), "headline", users,
+                                    metrics=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=60.0, help="measured soak seconds")
@@ -746,8 +753,7 @@ def main():
         f"{out['rate_basis']}; load average {os.getloadavg()[0]:.2f}")
     target = None
     try:
-        target = storm_bench.kmpc_factory(os.path.join(work, "realm"), "headline", args.users,
-                                          metrics=True)
+        target = soak_target(work, args.users)
         out["setup_s"] = round(time.time() - t0, 1)
         one = one_client(target, "one-client-window100", outdir, args.one_client_s)
         out["one_client_window_100ms"] = one
