@@ -344,3 +344,31 @@ def test_refresh_in_a_realm_with_the_dealer(realm):
     assert len(after) == len(before) and not set(after) & set(before), (before, after)
     kinit_ok(kr, "sam", "Sam-pw-5151")
     status_ok(kr)
+
+
+def test_no_real_key_in_the_password_history(realm):
+    """A principal under a policy with a password history (history 3), its
+    keys real until the dealer moves it into the cluster at a password
+    change: afterwards its kadm5 history (read with the kadmin/history key
+    from the KDB) holds no key of an earlier password, nor after its next
+    change. On a kmpc without the fix the history kept both earlier
+    passwords' real keys."""
+    kr = realm
+    kr.kadmin_local("addpol -history 3 hist3")
+    ets = "aes256-cts-hmac-sha1-96:normal"  # no MPC enctype: not protected
+    kr.kadmin_local(f"addprinc -policy hist3 -e {ets} -pw Ida-pw-1111 ida")
+    kr.kadmin_local(f"cpw -e {ets} -pw Ida-pw-2222 ida")
+    first = derived("ida", "Ida-pw-1111", kr.realm)["aes256-ctr-mpc"]
+    # Control: a real key of the first password is in the history.
+    hist = kr.kdb_history("ida")
+    assert hashlib.sha256(first).hexdigest() in {r[4] for r in hist if r[3] == "key"}, hist
+
+    kr.kadmin_local("cpw -pw Ida-pw-3333 ida")  # the realm's enctypes: protected
+    assert_only_handles(kr, "ida", "Ida-pw-3333")
+    assert kr.kdb_history("ida") == []
+    kr.kadmin_local("cpw -pw Ida-pw-4444 ida")
+    assert kr.kdb_history("ida") == []
+    # The reuse check is off for protected principals (docs/admin-guide.md).
+    kr.kadmin_local("cpw -pw Ida-pw-3333 ida")
+    kinit_ok(kr, "ida", "Ida-pw-3333")
+    status_ok(kr)
