@@ -231,6 +231,30 @@ def test_share_from_existing(kr):
     assert "keys: 3 on all three servers, 0 incomplete" in st, st
 
 
+def test_share_from_existing_leaves_no_password_history(kr):
+    """A user under a policy with a password history (history 3) moved into
+    the cluster with share --from-existing as aes*-cts: the KDB's kadm5
+    history (read with the kadmin/history key from the KDB) no longer holds
+    the real keys of its earlier password. On a kmpc without the fix it
+    kept them: an offline verifier of an old password, often the next one's
+    neighbour."""
+    kr.kadmin_local("addpol -history 3 hist3")
+    ets = "aes256-cts-hmac-sha1-96:normal,aes128-cts-hmac-sha1-96:normal"
+    kr.kadmin_local(f"addprinc -policy hist3 -e {ets} -pw Dan-pw-1111 dan")
+    kr.kadmin_local(f"cpw -e {ets} -pw Dan-pw-2222 dan")
+    salt = salt_of(f"dan@{REALM}")
+    old = {hashlib.sha256(ref.string_to_key(e, b"Dan-pw-1111", salt)).hexdigest()
+           for e in ("aes256-ctr-mpc", "aes128-ctr-mpc")}
+    hist = kr.kdb_history("dan")
+    # Control: both keys of the first password are in the history.
+    assert old <= {r[4] for r in hist if r[3] == "key"}, hist
+    _, out, _ = kr.admin("share", "--from-existing", "--enctype=aes256-cts-hmac-sha1-96",
+                         "dan")
+    assert "shared" in out, out
+    assert kr.kdb_history("dan") == []
+    assert {r[2] for r in kr.kdb_keys("dan")} == {"handle"}
+
+
 def _read_syscall_nr():
     import platform
     return {"x86_64": 0, "aarch64": 63}.get(platform.machine())

@@ -2,18 +2,19 @@
 shapes"; docs/security-model.md, review of the splice, item 2): what a
 client without the password can still make the MPC servers compile, and
 what the KDC module's metrics say of the jobs it holds back. Each test
-states the secure behaviour; finding A's is marked xfail(strict=True) while
-the module fails it (C and D are fixed).
+states the secure behaviour (A, C and D are fixed).
 
-- Finding A: an AS exchange with no timestamp has no gate. MIT answers a
+- Finding A: an AS exchange with no timestamp had no gate. MIT answers a
   request without pre-authentication with the AS-REP for a principal
   without requires_preauth (MIT's default for addprinc: kdc.conf
-  default_principal_flags has no +preauth), so kdc_mpc_as.c plans the
-  reply given and ungated, and the module puts it into a Run whatever its
-  shape: a client who knows only the user's name makes every server
+  default_principal_flags has no +preauth), so kdc_mpc_as.c planned the
+  reply given and ungated, and the module put it into a Run whatever its
+  shape: a client who knew only the user's name made every server
   compile a spliced reply program per request by varying the AS-REQ's
   length (here its number of client addresses, which the reply's caddr
-  carries too).
+  carries too), and got an offline verifier of the password. Now the KDC
+  demands pre-authentication of any client whose reply key is an aes*-cts
+  handle, whatever its flags (krb5 patch 0022, kdc_mpc_missing_preauth).
 - Finding C: a shape stays proven however many failed gates use it, and
   the module keeps 256 proven shapes per cluster while each server keeps
   32 programs (engine/cts_jobs.h kMaxPrograms): logins of one account with
@@ -27,7 +28,6 @@ Real processes as test_cts_churn.py; the test is the client.
 """
 import secrets
 
-import pytest
 
 import krb_der
 from kmpc_harness import cluster as kmpc_cluster
@@ -48,30 +48,32 @@ def _no_timestamp(kr, princ, addresses):
     return krb_der.send_tcp(kr.kdc_port, req)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "review3 finding A: an AS exchange without a timestamp has no gate, so the "
-    "module sends an unproven reply shape at once; a client without the password "
-    "makes every server compile a program per request length for a cts user "
-    "without requires_preauth"))
+KDC_ERR_PREAUTH_REQUIRED = 25
+
+
 def test_no_password_compiles_no_reply_program_without_requires_preauth(kmpc_factory):
     princ = "dora"
     kr, key, _ = cts_user_realm(kmpc_factory, princ, "Dora-pw-4242",
                                 flags="-requires_preauth")  # MIT's default
+    assert "REQUIRES_PRE_AUTH" not in kr.kadmin_local(f"getprinc {princ}")
 
-    # Control: the KDC answers a request without a timestamp with the
-    # user's AS-REP (as MIT does for such a principal), computed by the
-    # cluster under the user's key.
-    rep = _no_timestamp(kr, princ, 1)
-    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
-    assert rfc3962_decrypt(key, 3, _enc_part_cipher(rep))[16:17] in (b"\x79", b"\x7a")
-
+    # A request without a timestamp gets PREAUTH_REQUIRED with the hint list
+    # (ETYPE-INFO2 naming the user's enctype), as for +requires_preauth: no
+    # AS-REP, no offline verifier, nothing planned for the cluster.
     misses0 = _misses(kr)
-    for addresses in (2, 3, 4, 5, 7):
+    for addresses in (1, 2, 3, 4, 5, 7):
         rep = _no_timestamp(kr, princ, addresses)
-        assert rep[:1] == b"\x6b", rep[:8].hex()
+        assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_REQUIRED, (
+            addresses, rep[:8].hex(), kr.kdc_log_text()[-3000:])
     assert _misses(kr) == misses0, (
         "requests without the password made the servers compile programs",
         misses0, _misses(kr))
+    assert "NEEDED_PREAUTH" in kr.kdc_log_text()
+
+    # Control: with the password the user logs in, under its aes256-cts key.
+    rep = _login(kr, princ, key, 1)
+    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    assert rfc3962_decrypt(key, 3, _enc_part_cipher(rep))[16:17] in (b"\x79", b"\x7a")
     assert kr.kdc_alive()
 
 

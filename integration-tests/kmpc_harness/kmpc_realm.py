@@ -269,6 +269,14 @@ class KmpcRealm(realm.Realm):
         out = self.kdb_handle("keys", princ)
         return [tuple(line.split()) for line in out.splitlines()]
 
+    def kdb_history(self, princ):
+        """princ's kadm5 password history as the KDB holds it, decrypted
+        with the kadmin/history key read with the master key (kmpc-kdb-handle
+        history): [(entry, kvno, enctype, kind, value)] as kdb_keys, [] for
+        an empty history."""
+        out = self.kdb_handle("history", princ)
+        return [tuple(line.split()) for line in out.splitlines()]
+
     def kdb_handle(self, *args):
         """kmpc-kdb-handle on the realm's KDB (keys, get-key, set): its
         stdout; RealmError with its stderr when it fails."""

@@ -23,7 +23,9 @@
 // (kadm5_hook_kmpc_initvt, same .so) and decides by reading the KDB entry
 // itself: what it references stays, the rest of what this process dealt or
 // replaced goes. Outside kadm5 (kdb5_util), the same check runs when the
-// KDB is closed.
+// KDB is closed. kadm5_purgekeys calls no kadm5_hook and deals nothing, so
+// the shares of the kvnos it removes stay: `kmpc-admin status --kdb`
+// reports them and `kmpc-admin purge-unreferenced` removes them.
 //
 // Configuration (kdc.conf):
 //   [plugins]

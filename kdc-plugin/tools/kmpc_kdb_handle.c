@@ -23,6 +23,14 @@
  *       SHA-256 of its bytes, never the bytes), for tests that check that
  *       no real key of an MPC-protected principal is in the KDB.
  *
+ *   kmpc-kdb-handle [-r REALM] history PRINC
+ *       PRINC's kadm5 password history (the old keys of its
+ *       KRB5_TL_KADM_DATA entry, which kadm5 encrypts in the kadmin/history
+ *       key), decrypted with that key as read from the KDB with the master
+ *       key: one line per key, "ENTRY KVNO ENCTYPE handle KEYID_HEX" or
+ *       "ENTRY KVNO ENCTYPE key SHA256_HEX" as for keys; nothing for an
+ *       empty history.
+ *
  * The handle is written through kadm5_setkey_principal_4(), which encrypts
  * the key data contents (40 bytes) in the master key like any other key:
  * neither it nor krb5_dbe_encrypt_key_data() checks contents against the
@@ -51,13 +59,34 @@
 
 static const char *progname = "kmpc-kdb-handle";
 
+/* kadm5's principal record (lib/kadm5/server_internal.h, not installed),
+ * XDR-encoded in the KRB5_TL_KADM_DATA tl_data entry; libkadm5srv exports
+ * its XDR function. */
+typedef struct {
+    int n_key_data;
+    krb5_key_data *key_data;
+} kmpc_hist_ent;
+
+typedef struct {
+    int version;
+    char *policy;
+    long aux_attributes;
+    unsigned int old_key_len;
+    unsigned int old_key_next;
+    krb5_kvno admin_history_kvno;
+    kmpc_hist_ent *old_keys;
+} kmpc_adb_ent;
+
+bool_t xdr_osa_princ_ent_rec(XDR *xdrs, kmpc_adb_ent *objp);
+
 static void
 usage(void)
 {
     fprintf(stderr, "usage: %s [-r REALM] set PRINC ENCTYPE KEYID_HEX\n"
             "       %s [-r REALM] get-key PRINC ENCTYPE\n"
-            "       %s [-r REALM] keys PRINC\n",
-            progname, progname, progname);
+            "       %s [-r REALM] keys PRINC\n"
+            "       %s [-r REALM] history PRINC\n",
+            progname, progname, progname, progname);
     exit(2);
 }
 
@@ -188,15 +217,41 @@ cleanup:
     return ret;
 }
 
+/* Print "KVNO ENCTYPE handle KEYID_HEX" or "KVNO ENCTYPE key SHA256_HEX"
+ * for kb (never its bytes) and a newline. */
+static void
+kmpc_print_key(int kvno, const krb5_keyblock *kb)
+{
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen, j;
+    char etname[64];
+
+    if (krb5_enctype_to_name(kb->enctype, FALSE, etname, sizeof(etname)))
+        snprintf(etname, sizeof(etname), "%d", (int)kb->enctype);
+    printf("%d %s ", kvno, etname);
+    if (kb->length == HANDLE_LEN &&
+        memcmp(kb->contents, HANDLE_MAGIC, HANDLE_MAGIC_LEN) == 0) {
+        printf("handle ");
+        for (j = HANDLE_MAGIC_LEN; j < HANDLE_LEN; j++)
+            printf("%02x", kb->contents[j]);
+    } else {
+        dlen = 0;
+        if (!EVP_Digest(kb->contents, kb->length, digest, &dlen,
+                        EVP_sha256(), NULL))
+            dlen = 0;
+        printf("key ");
+        for (j = 0; j < dlen; j++)
+            printf("%02x", digest[j]);
+    }
+    printf("\n");
+}
+
 static krb5_error_code
 kmpc_list_keys(krb5_context context, krb5_principal princ)
 {
     krb5_error_code ret;
     krb5_db_entry *ent = NULL;
     krb5_keyblock kb;
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int dlen, j;
-    char etname[64];
     int i;
 
     ret = krb5_db_get_principal(context, princ, 0, &ent);
@@ -212,30 +267,119 @@ kmpc_list_keys(krb5_context context, krb5_principal princ)
             com_err(progname, ret, "while decrypting key data");
             goto cleanup;
         }
-        if (krb5_enctype_to_name(kb.enctype, FALSE, etname, sizeof(etname)))
-            snprintf(etname, sizeof(etname), "%d", (int)kb.enctype);
-        printf("%d %s ", ent->key_data[i].key_data_kvno, etname);
-        if (kb.length == HANDLE_LEN &&
-            memcmp(kb.contents, HANDLE_MAGIC, HANDLE_MAGIC_LEN) == 0) {
-            printf("handle ");
-            for (j = HANDLE_MAGIC_LEN; j < HANDLE_LEN; j++)
-                printf("%02x", kb.contents[j]);
-        } else {
-            dlen = 0;
-            if (!EVP_Digest(kb.contents, kb.length, digest, &dlen,
-                            EVP_sha256(), NULL))
-                dlen = 0;
-            printf("key ");
-            for (j = 0; j < dlen; j++)
-                printf("%02x", digest[j]);
-        }
-        printf("\n");
+        kmpc_print_key(ent->key_data[i].key_data_kvno, &kb);
         krb5_free_keyblock_contents(context, &kb);
     }
     if (fflush(stdout) != 0)
         ret = errno;
 
 cleanup:
+    krb5_db_free_principal(context, ent);
+    return ret;
+}
+
+/* The kadmin/history keys (*keys, *n), read with the master key. */
+static krb5_error_code
+kmpc_hist_keys(krb5_context context, krb5_keyblock **keys, int *n)
+{
+    krb5_error_code ret;
+    krb5_principal hist = NULL;
+    krb5_db_entry *ent = NULL;
+    int i;
+
+    *keys = NULL;
+    *n = 0;
+    ret = krb5_parse_name(context, KADM5_HIST_PRINCIPAL, &hist);
+    if (!ret)
+        ret = krb5_db_get_principal(context, hist, 0, &ent);
+    krb5_free_principal(context, hist);
+    if (ret)
+        return ret;
+    *keys = calloc(ent->n_key_data + 1, sizeof(**keys));
+    if (*keys == NULL)
+        ret = ENOMEM;
+    for (i = 0; !ret && i < ent->n_key_data; i++) {
+        ret = krb5_dbe_decrypt_key_data(context, NULL, &ent->key_data[i],
+                                        &(*keys)[i], NULL);
+        if (!ret)
+            *n = i + 1;
+    }
+    krb5_db_free_principal(context, ent);
+    return ret;
+}
+
+/* Print one history entry (number e) decrypted with the first of the n
+ * history keys that decrypts it. */
+static void
+kmpc_print_hist_ent(krb5_context context, unsigned int e,
+                    const kmpc_hist_ent *h, krb5_keyblock *keys, int n)
+{
+    krb5_keyblock kb;
+    int i, k;
+
+    for (i = 0; i < h->n_key_data; i++) {
+        for (k = 0; k < n; k++) {
+            memset(&kb, 0, sizeof(kb));
+            if (krb5_dbe_decrypt_key_data(context, &keys[k], &h->key_data[i],
+                                          &kb, NULL) == 0)
+                break;
+        }
+        printf("%u ", e);
+        if (k == n) {
+            printf("%d %d undecryptable\n", h->key_data[i].key_data_kvno,
+                   h->key_data[i].key_data_type[0]);
+            continue;
+        }
+        kmpc_print_key(h->key_data[i].key_data_kvno, &kb);
+        krb5_free_keyblock_contents(context, &kb);
+    }
+}
+
+static krb5_error_code
+kmpc_list_history(krb5_context context, krb5_principal princ)
+{
+    krb5_error_code ret;
+    krb5_db_entry *ent = NULL;
+    krb5_tl_data tl;
+    krb5_keyblock *keys = NULL;
+    kmpc_adb_ent adb;
+    XDR xdrs;
+    int i, n = 0;
+    unsigned int e;
+
+    memset(&adb, 0, sizeof(adb));
+    ret = krb5_db_get_principal(context, princ, 0, &ent);
+    if (ret) {
+        com_err(progname, ret, "while reading the principal's entry");
+        return ret;
+    }
+    tl.tl_data_type = KRB5_TL_KADM_DATA;
+    ret = krb5_dbe_lookup_tl_data(context, ent, &tl);
+    if (ret || tl.tl_data_length == 0)
+        goto cleanup;  /* no kadm5 record: no history */
+    ret = kmpc_hist_keys(context, &keys, &n);
+    if (ret) {
+        com_err(progname, ret, "while reading the kadmin/history key");
+        goto cleanup;
+    }
+    xdrmem_create(&xdrs, (caddr_t)tl.tl_data_contents, tl.tl_data_length,
+                  XDR_DECODE);
+    if (!xdr_osa_princ_ent_rec(&xdrs, &adb)) {
+        fprintf(stderr, "%s: cannot decode the kadm5 record\n", progname);
+        ret = EINVAL;
+    }
+    xdr_destroy(&xdrs);
+    for (e = 0; !ret && e < adb.old_key_len; e++)
+        kmpc_print_hist_ent(context, e, &adb.old_keys[e], keys, n);
+    xdrs.x_op = XDR_FREE;
+    xdr_osa_princ_ent_rec(&xdrs, &adb);
+    if (!ret && fflush(stdout) != 0)
+        ret = errno;
+
+cleanup:
+    for (i = 0; i < n; i++)
+        krb5_free_keyblock_contents(context, &keys[i]);
+    free(keys);
     krb5_db_free_principal(context, ent);
     return ret;
 }
@@ -249,7 +393,7 @@ command_nargs(const char *cmd)
         return 4;
     if (strcmp(cmd, "get-key") == 0)
         return 3;
-    if (strcmp(cmd, "keys") == 0)
+    if (strcmp(cmd, "keys") == 0 || strcmp(cmd, "history") == 0)
         return 2;
     usage();
     return 0;
@@ -320,6 +464,8 @@ main(int argc, char **argv)
         ret = kmpc_set(context, handle, princ, enctype, argv[3]);
     else if (strcmp(cmd, "keys") == 0)
         ret = kmpc_list_keys(context, princ);
+    else if (strcmp(cmd, "history") == 0)
+        ret = kmpc_list_history(context, princ);
     else
         ret = kmpc_get_key(context, handle, princ, enctype);
 

@@ -5,6 +5,7 @@
 //                         aes128-cts-hmac-sha1-96] [--keepold] [--force]
 //              PRINC...
 //   kmpc-admin [OPTIONS] status [--kdb]
+//   kmpc-admin [OPTIONS] purge-unreferenced [--dry-run] [--yes] [--grace-ms=N]
 //   kmpc-admin [OPTIONS] breaker-reset [--cluster=N]
 //
 // share: for each principal, get its key (derived from a password read from
@@ -59,6 +60,17 @@
 //   breaker (service/breaker.h): an open one is a problem ("breaker: OPEN").
 //   Exit 0 only when all is well.
 //
+// purge-unreferenced (on the KDC host): removes from every server the
+//   shares of the keys no KDB handle refers to (what status --kdb reports
+//   as unreferenced: the keys of kvnos `kadmin purgekeys` removed, of a
+//   principal changed without the key dealer). It lists them first; with
+//   --dry-run that is all, else it asks for confirmation (y) on stdin
+//   unless --yes is given. A key dealt or refreshed meanwhile is on the
+//   servers before the KDB names it, so a key is removed only when neither
+//   of two looks at the KDB and the servers, --grace-ms apart (10 s by
+//   default, as refresh's grace), found a reference to it; a refresh's new
+//   copy of a key still on the servers is left to kmpc-admin refresh.
+//
 // breaker-reset: closes the deviation breaker of every server of the
 //   cluster (--cluster=N, default every cluster), through the authenticated
 //   Admin.ResetBreaker; prints what each cleared. Rotate the keys first
@@ -92,6 +104,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "admin/cluster.h"
 #include "admin/config.h"
 #include "admin/kdb.h"
@@ -109,6 +123,9 @@ constexpr char kUsage[] =
     "                  [--keepold] [--force]\n"
     "                  PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
+    "       kmpc-admin [OPTIONS] purge-unreferenced [--dry-run] [--yes] [--grace-ms=N]\n"
+    "           remove the shares of keys no KDB handle refers to (after kadmin\n"
+    "           purgekeys); lists them, then asks unless --yes\n"
     "       kmpc-admin [OPTIONS] refresh (--all | KEYID_HEX...)  (admin/refresh.h)\n"
     "       kmpc-admin [OPTIONS] breaker-reset [--cluster=N]\n"
     "           close the servers' deviation breakers (after rotating the keys:\n"
@@ -146,6 +163,9 @@ struct Args {
   bool kdb = false;
   bool quiet = false;
   bool all = false;  // refresh --all
+  bool dry_run = false;  // purge-unreferenced
+  bool yes = false;      // purge-unreferenced: no question
+  std::string grace_ms;  // purge-unreferenced: between its two looks
   std::string enctype;  // share --enctype; empty: aes256-ctr-mpc
   // --cluster=N: rebuild-party's (1 when not given), breaker-reset's
   // (every cluster when not given).
@@ -155,7 +175,7 @@ struct Args {
 Args ParseArgs(int argc, char** argv) {
   static const std::set<std::string> kValued = {
       "config", "servers", "ca", "cert", "key", "realm", "timeout-ms", "enctype",
-      "servers2", "ca2", "cert2", "key2", "cluster"};
+      "servers2", "ca2", "cert2", "key2", "cluster", "grace-ms"};
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -189,6 +209,7 @@ Args ParseArgs(int argc, char** argv) {
         else if (name == "enctype") a.enctype = value;
         else if (name == "timeout-ms") a.settings["timeout_ms"] = value;
         else if (name == "cluster") a.cluster = value;
+        else if (name == "grace-ms") a.grace_ms = value;
         else a.settings[name] = value;
         continue;
       }
@@ -200,6 +221,8 @@ Args ParseArgs(int argc, char** argv) {
       else if (name == "force") a.force = true;
       else if (name == "kdb") a.kdb = true;
       else if (name == "all") a.all = true;
+      else if (name == "dry-run") a.dry_run = true;
+      else if (name == "yes") a.yes = true;
       else Usage("unknown option " + s);
       continue;
     }
@@ -667,7 +690,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
     ++unreferenced;
     ok = false;
     std::printf("kdb: key %s (%s, kvno %u) is on the servers but no KDB handle "
-                "refers to it\n",
+                "refers to it (kmpc-admin purge-unreferenced removes it)\n",
                 Hex(id).c_str(), infos[id].label().c_str(), infos[id].kvno());
   }
   std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu exposed, "
@@ -856,6 +879,140 @@ int Status(const Args& a, const Config& cfg) {
   return ok ? 0 : 1;
 }
 
+// purge-unreferenced: one look at what the servers hold and what the KDB
+// refers to.
+struct PurgeLook {
+  std::map<std::string, kmpc::v1::KeyInfo> listed;  // on any server
+  std::set<std::string> referenced;                 // by a KDB handle
+};
+
+absl::StatusOr<PurgeLook> LookForPurge(Clusters& clusters, Kdb& kdb) {
+  PurgeLook look;
+  for (size_t c = 0; c < clusters.size(); ++c) {
+    auto lists = clusters.at(c).ListKeys();
+    for (int i = 0; i < 3; ++i) {
+      // A server that does not list its keys may hold any: nothing is
+      // decided without every list.
+      if (!lists[i].ok())
+        return absl::Status(lists[i].status().code(),
+                            absl::StrCat(clusters.Prefix(c), lists[i].status().message(),
+                                         "; nothing was removed"));
+      for (const auto& k : *lists[i]) look.listed.emplace(k.key_id(), k);
+    }
+  }
+  auto names = kdb.ListPrincipals();
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
+    auto info = kdb.Lookup(name);
+    if (!info.ok()) {
+      if (absl::IsNotFound(info.status())) continue;  // deleted meanwhile
+      return info.status();
+    }
+    for (const KeyEntry& e : info->keys)
+      if (e.is_handle) look.referenced.insert(e.key_id);
+  }
+  return look;
+}
+
+// The ids of look no handle refers to, less a refresh's new copy of a key
+// that is still on the servers (refresh.h: kmpc-admin refresh finishes or
+// removes it); *in_refresh counts those.
+std::vector<std::string> Unreferenced(const PurgeLook& look, size_t* in_refresh) {
+  std::vector<std::string> out;
+  *in_refresh = 0;
+  for (const auto& [id, info] : look.listed) {
+    if (look.referenced.count(id)) continue;
+    bool copy = false;
+    for (const auto& [old, old_info] : look.listed)
+      if (old != id && IsRefreshOf(id, old)) copy = true;
+    if (copy) {
+      ++*in_refresh;
+      continue;
+    }
+    out.push_back(id);
+  }
+  return out;
+}
+
+// Asks on stdin; true for "y" or "yes".
+bool Confirmed(size_t n) {
+  std::printf("Remove the shares of these %zu keys from every server? Nothing "
+              "can log in under them afterwards. [y/N] ",
+              n);
+  std::fflush(stdout);
+  std::string line;
+  if (!std::getline(std::cin, line)) return false;
+  return line == "y" || line == "Y" || line == "yes";
+}
+
+// Removes the ids both looks found unreferenced; the exit code.
+int RemoveUnreferenced(Clusters& clusters, const std::vector<std::string>& first,
+                       const PurgeLook& second, const std::set<std::string>& now) {
+  size_t removed = 0, kept = 0, failed = 0;
+  for (const std::string& id : first) {
+    const kmpc::v1::KeyInfo& info = second.listed.count(id) ? second.listed.at(id)
+                                                            : kmpc::v1::KeyInfo();
+    if (!now.count(id)) {
+      ++kept;
+      std::printf("key %s: referenced (or gone) at the second look: kept\n",
+                  Hex(id).c_str());
+      continue;
+    }
+    absl::Status st = clusters.DeleteKey(id);
+    if (!st.ok()) {
+      ++failed;
+      std::printf("key %s (%s, kvno %u): NOT removed: %s\n", Hex(id).c_str(),
+                  info.label().c_str(), info.kvno(), std::string(st.message()).c_str());
+      continue;
+    }
+    ++removed;
+    std::printf("key %s (%s, kvno %u): removed from every server\n", Hex(id).c_str(),
+                info.label().c_str(), info.kvno());
+  }
+  std::printf("purge-unreferenced: %zu removed, %zu kept, %zu failed\n", removed, kept,
+              failed);
+  return failed == 0 ? 0 : 1;
+}
+
+int PurgeUnreferenced(const Args& a, const Config& cfg) {
+  int grace_ms = 10000;  // refresh's grace (RefreshOptions::grace)
+  if (!a.grace_ms.empty() && (!absl::SimpleAtoi(a.grace_ms, &grace_ms) || grace_ms < 0))
+    Usage("--grace-ms must be a number of milliseconds");
+  auto clusters = Clusters::Connect(cfg);
+  if (!clusters.ok()) return Fail(clusters.status());
+  auto kdb = Kdb::Open(cfg.realm);
+  if (!kdb.ok()) return Fail(kdb.status());
+  auto first = LookForPurge(**clusters, **kdb);
+  if (!first.ok()) return Fail(first.status());
+  size_t in_refresh = 0;
+  const std::vector<std::string> ids = Unreferenced(*first, &in_refresh);
+  for (const std::string& id : ids)
+    std::printf("key %s (%s, kvno %u): no KDB handle refers to it\n", Hex(id).c_str(),
+                first->listed[id].label().c_str(), first->listed[id].kvno());
+  if (in_refresh > 0)
+    std::printf("%zu unreferenced new copies of a refresh in progress or interrupted "
+                "left as they are (kmpc-admin refresh finishes it)\n",
+                in_refresh);
+  if (ids.empty()) {
+    std::printf("purge-unreferenced: no unreferenced key\n");
+    return 0;
+  }
+  if (a.dry_run) {
+    std::printf("purge-unreferenced: dry run, %zu keys would be removed\n", ids.size());
+    return 0;
+  }
+  if (!a.yes && !Confirmed(ids.size())) {
+    std::printf("purge-unreferenced: nothing was removed\n");
+    return 1;
+  }
+  absl::SleepFor(absl::Milliseconds(grace_ms));
+  auto second = LookForPurge(**clusters, **kdb);
+  if (!second.ok()) return Fail(second.status());
+  std::vector<std::string> again = Unreferenced(*second, &in_refresh);
+  return RemoveUnreferenced(**clusters, ids, *second,
+                            std::set<std::string>(again.begin(), again.end()));
+}
+
 }  // namespace
 }  // namespace kmpc::admin
 
@@ -897,6 +1054,10 @@ int main(int argc, char** argv) {
                              a.principals[0][0] - '0', c - 1);
   }
   if (a.command == "breaker-reset") return BreakerReset(a, *cfg);
+  if (a.command == "purge-unreferenced") {
+    if (!a.principals.empty()) Usage("purge-unreferenced takes no arguments");
+    return PurgeUnreferenced(a, *cfg);
+  }
   if (a.command == "status") {
     if (!a.principals.empty()) Usage("status takes no principals");
     return Status(a, *cfg);
