@@ -28,7 +28,7 @@
 //                                                       integrity_failed
 //                     cts_encrypt  KEYID USAGE P     -> ok C||T
 //                     cts_checksum KEYID USAGE DATA  -> ok CKSUM
-//                   P and DATA dealt as shares; other outcomes print
+//                   C||T, P and DATA dealt as shares; other outcomes print
 //                   "status NAME" (JOB_WITHHELD, JOB_UNKNOWN_USAGE).
 //                   OP@N (any job): released only if job N (1-based)
 //                   ends JOB_OK (Job.release_if_ok).
@@ -637,7 +637,8 @@ void ParseJobArguments(const std::vector<std::string>& f, ParsedJob* p) {
   } else if (p->op == "cts_decrypt") {
     if (!FromHex(f[3], &a)) Die("bad hex: " + f[3]);
     p->job.set_type(pb::JOB_DECRYPT);
-    p->job.set_data(a);
+    p->job.set_length(static_cast<uint32_t>(a.size()));
+    p->message = a;  // C || T: dealt as shares, never sent (kmpc.proto JobType)
   } else if (p->op == "cts_encrypt" || p->op == "cts_checksum") {
     if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
     p->job.set_type(p->op == "cts_encrypt" ? pb::JOB_ENCRYPT : pb::JOB_CHECKSUM);
@@ -1330,11 +1331,10 @@ int CtsBench(Cluster& c) {
       job->set_cipher(aes128 ? pb::CIPHER_AES128_CTS : pb::CIPHER_AES256_CTS);
       job->set_type(j == 0 ? pb::JOB_DECRYPT : pb::JOB_ENCRYPT);
       job->set_usage(j == 0 ? 1 : 3);
-      if (j == 0) job->set_data(ct);
-      if (j == 1) job->set_length(reply);
+      job->set_length(j == 0 ? ct.size() : reply);
       if (j == 1) job->set_release_if_ok(1);
     }
-    std::array<pb::RunRequest, 3> reqs = DealRequests(req, {Bytes(), RandomBytes(reply)});
+    std::array<pb::RunRequest, 3> reqs = DealRequests(req, {ct, RandomBytes(reply)});
     std::array<pb::RunResponse, 3> resp;
     const absl::Time t0 = absl::Now();
     CheckRpcs(RunOnAll(c, reqs, &resp));

@@ -936,9 +936,8 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
     w.Fail(pb::JOB_UNKNOWN_USAGE, std::move(why));
     return;
   }
-  // A FAST key's half, then (ENCRYPT, CHECKSUM) the message.
+  // A FAST key's half, then the message (a DECRYPT's C || T).
   t.shared_in = {job.data_shares[0], job.data_shares[1]};
-  if (job.type == pb::JOB_DECRYPT) t.public_in = job.data;
   // n as the KDC module derives it (contract::CtsShapeOf).
   t.n = std::get<2>(contract::CtsShapeOf(ShapeOf(job)));
   // A new shape counts against the batch's bound before it is compiled

@@ -400,10 +400,11 @@ struct Job {
   uint32_t usage = 0;
   uint32_t nblocks = 0;           // JOB_ENCRYPT only
   // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: len(D); JOB_PAD: the longest message
-  // it may sign. Public and part of the agreement digest (the shares are
-  // not: engine.cc EncodeJob).
+  // it may sign; an aes*-cts job: its dealt input's (a DECRYPT's C || T).
+  // Public and part of the agreement digest (the shares are not: engine.cc
+  // EncodeJob).
   uint32_t length = 0;
-  std::vector<uint8_t> data;      // JOB_DECRYPT: ctr0||C||T
+  std::vector<uint8_t> data;      // a ctr-mpc JOB_DECRYPT: ctr0||C||T
   // JOB_VERIFY_CHECKSUM: the checksum's ctr0 (16 bytes); a verification
   // JOB_PAD: its counter.
   std::vector<uint8_t> checksum;

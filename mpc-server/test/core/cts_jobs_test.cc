@@ -127,8 +127,9 @@ class CtsCluster {
   }
 
   // Runs jobs whose `data` is a message to deal (ENCRYPT, CHECKSUM: shares
-  // of it go to each party, data cleared) or public (DECRYPT).
-  // dealt: DECRYPT jobs whose FAST key half (Job::data_shares) is dealt.
+  // of it go to each party, data cleared; DECRYPT: its C || T, dealt the
+  // same way, wire version 9).
+  // dealt: DECRYPT jobs whose FAST key half is dealt before C || T.
   std::array<BatchResult, 3> Run(const std::vector<Job>& jobs,
                                  const std::map<size_t, Bytes>& dealt = {}) {
     auto r = RunStatus(jobs, dealt);
@@ -147,15 +148,11 @@ class CtsCluster {
       const std::function<void(int, std::vector<Job>&)>& tweak = nullptr) {
     std::array<std::vector<Job>, 3> each = {jobs, jobs, jobs};
     for (size_t j = 0; j < jobs.size(); ++j) {
-      if (jobs[j].type == pb::JOB_DECRYPT) {
-        auto d = dealt.find(j);
-        if (d == dealt.end()) continue;
-        auto views = share::Deal(d->second);
-        EXPECT_TRUE(views.ok());
-        for (int i = 0; i < 3; ++i) each[i][j].data_shares = (*views)[i].comp;
-        continue;
-      }
-      auto views = share::Deal(jobs[j].data);
+      Bytes value;
+      if (auto d = dealt.find(j); jobs[j].type == pb::JOB_DECRYPT && d != dealt.end())
+        value = d->second;
+      value.insert(value.end(), jobs[j].data.begin(), jobs[j].data.end());
+      auto views = share::Deal(value);
       EXPECT_TRUE(views.ok());
       for (int i = 0; i < 3; ++i) {
         each[i][j].data.clear();
@@ -197,7 +194,7 @@ Job CtsJob(pb::JobType type, const std::string& id, bool aes256, uint32_t usage,
   j.cipher = aes256 ? pb::CIPHER_AES256_CTS : pb::CIPHER_AES128_CTS;
   j.key_id = id;
   j.usage = usage;
-  if (type != pb::JOB_DECRYPT) j.length = static_cast<uint32_t>(data.size());
+  j.length = static_cast<uint32_t>(data.size());
   j.data = std::move(data);
   return j;
 }
@@ -456,7 +453,7 @@ Job FastJob(pb::JobType type, const std::string& id, bool aes256, uint32_t usage
             const Bytes& half, const Bytes& data) {
   Job j = CtsJob(type, id, aes256, usage, type == pb::JOB_DECRYPT ? data : Cat(half, data));
   j.cts_key = half.size() == 16 ? pb::CTS_KEY_CF2_AES128 : pb::CTS_KEY_CF2_AES256;
-  if (type == pb::JOB_ENCRYPT) j.length = static_cast<uint32_t>(data.size());
+  j.length = static_cast<uint32_t>(data.size());
   return j;
 }
 
