@@ -383,10 +383,11 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
   // group may hold two DECRYPTs, u2u: its gate is the one marked so): its
   // jobs marked gated are released by the servers only if it holds
   // (kmpc.proto Job.release_if_ok).
+  // A held-back Run's gate is a copy of it (PendingJob::regate).
   std::map<uint64_t, size_t> group_decrypt;
   for (size_t i : call->idx)
-    if (jobs_[i].group != 0 && !jobs_[i].prepared &&
-        jobs_[i].job.type == pb::JOB_DECRYPT && jobs_[i].gate)
+    if (jobs_[i].group != 0 && jobs_[i].job.type == pb::JOB_DECRYPT &&
+        ((jobs_[i].gate && !jobs_[i].prepared) || jobs_[i].regate))
       group_decrypt[jobs_[i].group] = i;
   // The prepared ticket ENCRYPT of each group in this request: a linked
   // PAD of the group takes its counter from it (Job.pad_after).
@@ -676,6 +677,10 @@ void BatchStep::HoldPrepared(const RunCall& call) {
     const size_t i = call.idx[k];
     PendingJob& e = jobs_[i];
     if (!e.prepared) continue;
+    if (e.regate) {  // a gate's copy: nothing to keep or deliver
+      prepared_idx.push_back(i);
+      continue;
+    }
     const pb::JobResult& r = call.resp[0].results(k);
     // Kept for the job of its plan item, unless the exchange's gate failed
     // (the servers drop the state after their TTL).
