@@ -926,10 +926,6 @@ bool CtsMaterialSizesOk(const CtsTask& t) {
   return t.material != nullptr && sized(t.material, want) && sized(t.splice_material, 40);
 }
 
-}  // namespace
-
-namespace {
-
 // Empty if job j may run under its key's kind, else why not. A
 // password-derived key's AS reply (an aes*-cts ENCRYPT under usage 3,
 // the dealt key or a FAST reply key) is an offline password verifier
@@ -938,8 +934,9 @@ namespace {
 // proves the client knows the key, the PA-ENC-TIMESTAMP (usage 1, the
 // dealt key) or the FAST challenge (usage 54, a FAST key). So a KDC host
 // that is compromised gets a user's reply only for a login that user
-// makes meanwhile (docs/security-model.md, "A compromised KDC"). Public,
-// and alike on every party (their key views, with the kind, agreed).
+// makes meanwhile (docs/security-model.md, "The servers enforce the
+// gate"). Public, and alike on every party (their key views, with the
+// kind, agreed).
 std::string CheckUserGate(absl::Span<const Job> jobs, size_t j, const KeyShares& key) {
   const Job& job = jobs[j];
   if (!PasswordDerived(key.kind) || job.type != pb::JOB_ENCRYPT ||
