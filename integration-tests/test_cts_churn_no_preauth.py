@@ -14,7 +14,10 @@ states the secure behaviour (A, C and D are fixed).
   length (here its number of client addresses, which the reply's caddr
   carries too), and got an offline verifier of the password. Now the KDC
   demands pre-authentication of any client whose reply key is an aes*-cts
-  handle, whatever its flags (krb5 patch 0022, kdc_mpc_missing_preauth).
+  handle, whatever its flags (krb5 patch 0022, kdc_mpc_missing_preauth),
+  and the servers compute a user key's reply only on its timestamp or
+  challenge (kmpc.proto KeyKind), so a KDC that planned one ungated would
+  get nothing either.
 - Finding C: a shape stays proven however many failed gates use it, and
   the module keeps 256 proven shapes per cluster while each server keeps
   32 programs (engine/cts_jobs.h kMaxPrograms): logins of one account with
@@ -33,8 +36,7 @@ import krb_der
 from kmpc_harness import cluster as kmpc_cluster
 from test_cts_churn import (KDC_ERR_PREAUTH_FAILED, _kdc, _login, _misses, _since,
                              cts_user_realm)
-from test_cts_server_view import (PA_REQ_ENC_PA_REP, _as_req, _enc_part_cipher, _pa,
-                                  rfc3962_decrypt)
+from test_cts_server_view import PA_REQ_ENC_PA_REP, _as_req, _pa
 from test_metrics import parse, scrape, value
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")

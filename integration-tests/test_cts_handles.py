@@ -244,6 +244,34 @@ def test_dealer_deals_cts_handles(realm):
     assert kr.kdc_alive()
 
 
+def test_dealer_deals_the_kind_the_principal_names(realm):
+    """kadmind's key dealer deals a user's key (kmpc.proto KeyKind: no
+    ticket or PAC material) unless the principal's string attribute
+    kmpc_key_kind names another kind: a password-derived service key dealt
+    then as "user+service" serves tickets to it."""
+    kr = realm
+    svc = "host/dealt.kmpc.test"
+    kr.protect = ["host/*"]
+    kr.enable_dealer()
+    kr.kadmin_local(f"addprinc -e {CTS256}:normal -pw Svc-pw-1 {svc}")
+    kr.addprinc("hank", "Hank-pw-1", enctypes=[CTS256])  # its key in the KDB
+    rc, out = stock_kinit(kr, "hank", "Hank-pw-1")
+    assert rc == 0, out
+    conf = os.path.join(kr.dir, "stock-krb5.conf")
+    env = {k: v for k, v in kr.env.items() if not k.startswith(("KRB5", "KMPC"))}
+    env.update(KRB5_CONFIG=conf, LC_ALL="C",
+               KRB5CCNAME="FILE:" + os.path.join(kr.dir, "stock.cc"))
+    p = subprocess.run([binpath("kvno"), svc], capture_output=True, text=True,
+                       env=env, timeout=90)
+    assert p.returncode != 0, p.stdout + p.stderr  # a user's key: no ticket to it
+    kr.kadmin_local(f"setstr {svc} kmpc_key_kind user+service")
+    kr.kadmin_local(f"cpw -e {CTS256}:normal -pw Svc-pw-2 {svc}")
+    p = subprocess.run([binpath("kvno"), svc], capture_output=True, text=True,
+                       env=env, timeout=90)
+    assert p.returncode == 0 and "kvno = 2" in p.stdout, p.stdout + p.stderr + \
+        kr.kdc_log_text()[-3000:]
+
+
 def test_kdc_refuses_an_as_ticket_to_a_service_under_a_cts_handle(realm):
     """A service whose key is an aes256-cts handle: from the TGS its ticket
     is the servers' ENCRYPT under usage 2 (test_cts_service.py checks it);
@@ -256,7 +284,8 @@ def test_kdc_refuses_an_as_ticket_to_a_service_under_a_cts_handle(realm):
     kr = realm
     svc = "host/ctssvc.kmpc.test"
     kr.addprinc(svc, "Svc-pw-1", enctypes=[CTS256], flags="")
-    kr.admin("share", "--from-existing", f"--enctype={CTS256}", svc)
+    # A password-derived key that is a service's (kmpc.proto KeyKind).
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "--also-service", svc)
     kr.addprinc("hank", "Hank-pw-1", enctypes=[CTS256])
     kr.admin("share", "--from-existing", f"--enctype={CTS256}", "hank")
     rc, out = stock_kinit(kr, "hank", "Hank-pw-1")

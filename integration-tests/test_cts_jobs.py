@@ -72,9 +72,12 @@ def _wait_ring(c):
         time.sleep(0.1)
 
 
-def put_cts_key(c, key_hex):
+def put_cts_key(c, key_hex, kind=None):
+    """kind: kmpc.proto KeyKind ("user", the default: no ticket or PAC
+    material, the AS reply gated; "service"; "user+service")."""
     cipher = "aes128-cts" if len(key_hex) == 32 else "aes256-cts"
-    r = c.client("put-key", f"--key_hex={key_hex}", f"--cipher={cipher}")
+    extra = [f"--key_kind={kind}"] if kind else []
+    r = c.client("put-key", f"--key_hex={key_hex}", f"--cipher={cipher}", *extra)
     assert r.returncode == 0, r.stdout + r.stderr
     kid = r.stdout.strip()
     c.ciphers[kid] = cipher
@@ -90,8 +93,44 @@ def keys(cluster, krb5_tool):
     out = {}
     for et in (18, 17):
         key = krb5_tool("s2k", str(et), "password", "KMPC.TESTuser").stdout.strip()
-        out[et] = (key, put_cts_key(cluster, key))
+        out[et] = (key, put_cts_key(cluster, key, "user+service"))
     return out
+
+
+def test_compromised_kdc_gets_no_ungated_user_reply(cluster, krb5_tool):
+    """Issue 48, finding 4: a compromised KDC host (the KDC's certificate,
+    KeyOps straight to the servers) asks for a user's AS reply ENCRYPT
+    (usage 3) with no gate, or gated on another user's timestamp: it
+    would get C || T of a plaintext it chose under the user's
+    password-derived key, an offline password verifier for every user,
+    whether they log in or not. The servers refuse both (JOB_MALFORMED,
+    which kmpc-mpc-client prints as "error 3 ...");
+    on the timestamp of that very user, in the same Run, it is computed.
+    The user key has no ticket (2) or PAC (17) material either."""
+    c = cluster
+    key = krb5_tool("s2k", "18", "password", "KMPC.TESTvictim").stdout.strip()
+    other = krb5_tool("s2k", "18", "password", "KMPC.TESTmallory").stdout.strip()
+    kid, oid = put_cts_key(c, key), put_cts_key(c, other)
+    ts = krb5_tool("enc", "18", other, "1", TIMESTAMP.hex()).stdout.strip()
+    out = lines_of(c.jobs([f"cts_encrypt {kid} 3 {REPLY.hex()}",
+                           f"cts_decrypt {oid} 1 {ts}",
+                           f"cts_encrypt@2 {kid} 3 {REPLY.hex()}",
+                           f"cts_encrypt {kid} 2 {REPLY.hex()}",
+                           f"cts_checksum {kid} 17 {REPLY.hex()}"]))
+    refused = "error 3 a user key's AS reply"  # JOB_MALFORMED, INVALID_ARGUMENT
+    assert out[0].startswith(refused), out
+    assert out[1].startswith("ok "), out
+    assert out[2].startswith(refused), out
+    assert out[3] == "status JOB_UNKNOWN_USAGE", out
+    assert out[4] == "status JOB_UNKNOWN_USAGE", out
+    mine = krb5_tool("enc", "18", key, "1", TIMESTAMP.hex()).stdout.strip()
+    out = lines_of(c.jobs([f"cts_decrypt {kid} 1 {mine}", f"cts_encrypt@1 {kid} 3 {REPLY.hex()}"]))
+    assert out[1].startswith("ok "), out
+    reply_ct = out[1].split()[1]
+    assert bytes.fromhex(krb5_tool("dec", "18", key, "3", reply_ct).stdout.strip()) == REPLY
+    # A service's random key: no gate asked.
+    svc = put_cts_key(c, os.urandom(32).hex(), "service")
+    assert lines_of(c.jobs([f"cts_encrypt {svc} 3 {REPLY.hex()}"]))[0].startswith("ok ")
 
 
 def test_timestamp_decrypts_reply_encrypts_checksum_matches(cluster, keys, krb5_tool):
@@ -185,16 +224,16 @@ def test_usage_only_in_the_kdcs_direction(cluster, keys, krb5_tool):
 
 
 def test_servers_never_receive_a_cts_plaintext(own_cluster, tmp_path, krb5_tool):  # noqa: F811
-    """--debug_record_requests: the reply an ENCRYPT encrypts and a
-    CHECKSUM's message reach the servers as shares only, and a DECRYPT's
-    plaintext not at all (only its ciphertext), while the records hold
-    the requests' public parts."""
+    """--debug_record_requests: the reply an ENCRYPT encrypts, a
+    CHECKSUM's message and a DECRYPT's C || T reach the servers as shares
+    only, and a DECRYPT's plaintext not at all, while the records hold the
+    requests' public parts."""
     rec = [str(tmp_path / f"requests-{i}") for i in range(3)]
     c = own_cluster(flags=[[f"--debug_record_requests={rec[i]}"] for i in range(3)],
                     envs=[{RECORD_ENV: "1"}] * 3)
     _wait_ring(c)
     key = krb5_tool("s2k", "18", "password", "KMPC.TESTuser").stdout.strip()
-    kid = put_cts_key(c, key)
+    kid = put_cts_key(c, key, "user+service")
     ct = krb5_tool("enc", "18", key, "1", TIMESTAMP.hex()).stdout.strip()
     msg = b"KDC-REQ-BODY: cname user, realm KMPC.TEST, till, nonce" * 3
     out = lines_of(c.jobs([f"cts_decrypt {kid} 1 {ct}", f"cts_encrypt@1 {kid} 3 {REPLY.hex()}",
@@ -204,8 +243,9 @@ def test_servers_never_receive_a_cts_plaintext(own_cluster, tmp_path, krb5_tool)
         with open(rec[i], "rb") as f:
             data = f.read()
         assert b"Run " in data
-        assert bytes.fromhex(kid) in data and bytes.fromhex(ct) in data
-        for secret in (REPLY, msg, TIMESTAMP):
+        assert bytes.fromhex(kid) in data
+        # C || T too (an offline password verifier whole: dealt as shares).
+        for secret in (REPLY, msg, TIMESTAMP, bytes.fromhex(ct)):
             for k in range(0, len(secret) - 8, 4):
                 assert secret[k:k + 8] not in data, (i, secret[k:k + 8])
 

@@ -1,10 +1,13 @@
 """What the MPC servers receive at an aes*-cts user's login holds no
-plaintext of it: no 8-byte window of the PA-ENC-TS-ENC the client
-encrypted, nor of the EncASRepPart the servers encrypted (its session key,
-nonce, times, flags, addresses...), is in any server's recorded KeyOps
-requests (docs/security-model.md, "Users' keys under the standard
-enctypes": the timestamp goes as its public ciphertext, the reply's
-plaintext as fresh XOR shares).
+plaintext of it and no password verifier: no 8-byte window of the
+PA-ENC-TS-ENC the client encrypted, of its ciphertext and tag, nor of the
+EncASRepPart the servers encrypted (its session key, nonce, times, flags,
+addresses...), is in any server's recorded KeyOps requests; under FAST,
+none of the encrypted challenge's ciphertext and tag either
+(docs/security-model.md, "Users' keys under the standard enctypes": the
+timestamp's and the challenge's C || T and the reply's plaintext go as
+fresh XOR shares; whole, C || T lets whoever holds it test password
+guesses offline).
 
 The test is the client: it knows the password, so it builds the AS-REQ
 and its PA-ENC-TIMESTAMP itself (RFC 3962 encryption written here,
@@ -13,9 +16,10 @@ AS-REP's enc-part with the user's key; the KDC accepting the timestamp
 and the reply's HMAC-SHA1-96 verifying here cross-check this RFC 3962
 code against MIT's and the cluster's. A window that a network observer
 sees anyway (in the AS-REQ or the AS-REP as sent) is public and not
-looked for. Control: every server's recording holds this login's
-PA-ENC-TIMESTAMP ciphertext (the DECRYPT reached it, the recorder saw the
-traffic) and the user's key id.
+looked for. Control: every server's recording holds the user's key id,
+and the three recordings together rebuild this login's PA-ENC-TIMESTAMP
+ciphertext (keyops_records: the DECRYPT reached the servers, the recorder
+saw the traffic) as no one of them can.
 
 The AS-REQ asks for PA-REQ-ENC-PA-REP (RFC 6806 section 11): the reply's
 plaintext then holds the checksum of the request under usage 56, which the
@@ -23,8 +27,7 @@ servers computed on shares of the request and spliced into the reply's
 shares (docs/design/exchange-plan.md section 2). The test checks that
 checksum with its own RFC 3962 code, and that no 8-byte window of the
 request either (dealt as shares like the reply, though public) is in any
-server's recording, outside the timestamp's ciphertext, which is the
-DECRYPT's public input.
+server's recording.
 """
 import datetime
 import hashlib
@@ -35,10 +38,11 @@ import secrets
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 import ctr_mpc_ref
+import keyops_records
 import krb_der
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness.cluster import default_salt
-from test_cts_handles import CTS256, COLD_PROGRAMS, ENCTYPES, assert_only_handles
+from test_cts_handles import CTS128, CTS256, COLD_PROGRAMS, ENCTYPES, assert_only_handles
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
 
@@ -189,6 +193,37 @@ def _windows(data):
     return {data[i:i + WINDOW] for i in range(len(data) - WINDOW + 1)}
 
 
+def _recordings(tmp_path):
+    recs = []
+    for i in range(3):
+        with open(os.path.join(tmp_path, f"keyops-{i}.bin"), "rb") as f:
+            recs.append(f.read())
+    return recs
+
+
+def _gate_ciphertexts(tmp_path, usage):
+    """(FAST key's KDC half, C || T) of every aes*-cts DECRYPT under usage
+    the servers ran: C || T from Job.data if a KDC sent it in the clear,
+    else rebuilt from the three servers' recorded shares (after the half,
+    kmpc.proto Job.cts_key)."""
+    paths = [os.path.join(tmp_path, f"keyops-{i}.bin") for i in range(3)]
+    out = []
+    for job, value in keyops_records.dealt_values(
+            paths, lambda j: (j.get("type") == keyops_records.JOB_DECRYPT
+                              and j.get("cipher") in keyops_records.CTS_CIPHERS
+                              and j.get("usage") == usage)):
+        half = keyops_records.CF2_HALF[job.get("cts_key", 0)]
+        out.append((value[:half], job.get("data") or value[half:]))
+    return out
+
+
+def _assert_no_window(recs, what, data):
+    for w in sorted(_windows(data)):
+        for i, rec in enumerate(recs):
+            assert w not in rec, (
+                f"party {i} received 8 bytes of the {what} at offset {data.find(w)}: {w.hex()}")
+
+
 def test_no_window_of_the_timestamp_or_reply_plaintext_reaches_any_server(
         kmpc_factory, tmp_path, monkeypatch):
     monkeypatch.setenv("KMPC_TEST_ONLY_RECORD_REQUESTS", "1")
@@ -227,27 +262,17 @@ def test_no_window_of_the_timestamp_or_reply_plaintext_reaches_any_server(
         logins.append((ts_ct, ts_plain, reply_plain, req + rep, req))
 
     key_id = bytes.fromhex(assert_only_handles(kr, princ)[0][3])
-    recs = []
-    for i in range(3):
-        with open(os.path.join(tmp_path, f"keyops-{i}.bin"), "rb") as f:
-            recs.append(f.read())
+    recs = _recordings(tmp_path)
     for i, rec in enumerate(recs):
         assert key_id in rec, f"control: party {i} recorded no job under {princ}'s key"
-        for ts_ct, _, _, _, _ in logins:
-            assert ts_ct in rec, f"control: party {i} did not record the timestamp's DECRYPT"
+    gates = _gate_ciphertexts(tmp_path, usage=1)
+    for ts_ct, _, _, _, _ in logins:
+        assert ts_ct in [ct for _, ct in gates], "control: the timestamp's DECRYPT not found"
 
     for ts_ct, ts_plain, reply_plain, public, req in logins:
-        # The request went as shares of the spliced reply's ENCRYPT: no
-        # window of it outside the timestamp's ciphertext (the DECRYPT's
-        # public input; a window reaching into it may meet its framing).
-        at = req.find(ts_ct)
-        assert at > 0
-        for part in (req[:at], req[at + len(ts_ct):]):
-            for w in sorted(_windows(part)):
-                for i, rec in enumerate(recs):
-                    assert w not in rec, (
-                        f"party {i} received 8 bytes of the AS-REQ at offset "
-                        f"{req.find(w)}: {w.hex()}")
+        _assert_no_window(recs, "PA-ENC-TIMESTAMP ciphertext and tag", ts_ct)
+        # The request went as shares of the spliced reply's ENCRYPT.
+        _assert_no_window(recs, "AS-REQ", req)
         seen = _windows(public)
         checked = set()
         for what, plain in (("PA-ENC-TS-ENC", ts_plain), ("EncASRepPart", reply_plain)):
@@ -262,3 +287,38 @@ def test_no_window_of_the_timestamp_or_reply_plaintext_reaches_any_server(
         assert _windows(_session_key(reply_plain[16:])) <= checked
         assert _windows(ts_plain[:21]) <= checked
         assert len(checked) > 100, len(checked)
+
+
+def test_no_window_of_the_fast_challenge_reaches_any_server(kmpc_factory, tmp_path, monkeypatch):
+    """kinit -T (RFC 6113 encrypted challenge, usage 54 under
+    KRB-FX-CF2(armor key, K)): the challenge's C || T reaches no server
+    whole. The three recordings together rebuild the KDC's half X and
+    C || T; the test decrypts C || T under X ^ PRF+(K,
+    "challengelongterm") with its own RFC 3962 code (control: it is the
+    client's challenge, a PA-ENC-TS-ENC), and looks for every 8-byte
+    window of it in each server's recording."""
+    from test_cts_fast import Stock, armor_ccache, fast_kinit, prf_plus, share
+    monkeypatch.setenv("KMPC_TEST_ONLY_RECORD_REQUESTS", "1")
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, module_options=COLD_PROGRAMS,
+                      server_flags=f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin")
+    kr.setup_krbtgt()
+    kr.addprinc("olly", "Olly-pw-1", enctypes=[CTS256, CTS128])
+    princ, pw = "fay", "Fay-pw-6022"
+    share(kr, princ, pw, CTS256)
+    kr.start()
+    c = Stock(kr)
+    armor = armor_ccache(kr, c)
+    for _ in range(2):
+        rc, out = fast_kinit(c, armor, princ, pw)
+        assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(),
+                                    default_salt(f"{princ}@{kr.realm}").encode())
+    challenges = _gate_ciphertexts(tmp_path, usage=54)
+    assert len(challenges) >= 2, f"control: {len(challenges)} challenge DECRYPTs found"
+    recs = _recordings(tmp_path)
+    for half, ct in challenges:
+        assert len(half) in (16, 32), len(half)
+        cf2 = _xor(half, prf_plus(key, b"challengelongterm", len(half)))
+        plain = rfc3962_decrypt(cf2, 54, ct)[16:]
+        assert plain[:1] == b"\x30" and b"\xa0\x11\x18\x0f" in plain[:8], plain.hex()
+        _assert_no_window(recs, "encrypted challenge's ciphertext and tag", ct)

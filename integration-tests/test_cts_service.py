@@ -39,7 +39,9 @@ HMAC_SHA1_96_AES256 = 16
 KTUTIL = "/usr/bin/ktutil"
 
 
-def make_realm(kmpc_factory, **kw):
+def make_realm(kmpc_factory, also_service=True, **kw):
+    """The user shared as also a service (kmpc-admin share --also-service:
+    its ticket and PAC material dealt; without it, a user's key gets none)."""
     for path in list(STOCK.values()) + [KTUTIL]:
         if not os.path.exists(path):
             pytest.fail(f"{path} missing: run deploy/install-deps.sh (krb5-user)")
@@ -48,7 +50,8 @@ def make_realm(kmpc_factory, **kw):
     kr.setup_krbtgt()
     kr.addprinc(CLIENT, CLIENT_PW, enctypes=[CTS256])  # its key in the KDB
     kr.addprinc(USER, USER_PW, enctypes=[CTS256])
-    kr.admin("share", "--from-existing", f"--enctype={CTS256}", USER)
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}",
+             *(["--also-service"] if also_service else []), USER)
     assert [(r[1], r[2]) for r in assert_only_handles(kr, USER)] == [(CTS256, "handle")]
     kr.start()
     return kr
@@ -183,6 +186,22 @@ def test_kvno_user_gets_a_ticket_under_the_users_key(kmpc_factory, krb5_tool, mo
     assert "finishing the issued ticket failed" not in log, log[-3000:]
     for key in keys_of(kr, USER, USER_PW).values():
         assert key.hex() not in log
+    assert kr.kdc_alive()
+
+
+def test_a_user_not_marked_as_a_service_gets_no_ticket(kmpc_factory):
+    """A user's key shared without --also-service: the servers hold no
+    ticket (usage 2) or PAC signature (17) material for it, so no ticket
+    to the user is issued (each would be an offline password verifier for
+    whoever asks); the user still logs in."""
+    kr = make_realm(kmpc_factory, also_service=False)
+    c = Stock(kr)
+    rc, out = c.kinit(CLIENT, CLIENT_PW)
+    assert rc == 0, out
+    rc, out = c.run("kvno", USER)
+    assert rc != 0, out
+    rc, out = c.kinit(USER, USER_PW)
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
     assert kr.kdc_alive()
 
 

@@ -59,15 +59,15 @@ def read_stores(realm):
 
 def records(data, label):
     """Every share record labelled `label` in an LMDB file (share_store.cc:
-    "KMS1" cipher u8 kvno u32 label_len u16 label shares_len u32 shares;
+    "KMS2" cipher u8 kind u8 kvno u32 label_len u16 label shares_len u32 shares;
     engine KeyShares: "KMPCKS" 0x01 party cipher hpowers u16be deal_id[16]
     rk0 rk1 hp0 hp1) as dicts."""
     lab = label.encode()
     found = []
     pos = data.find(lab)
     while pos >= 0:
-        hdr = pos - 11
-        if (hdr >= 0 and data[hdr:hdr + 4] == b"KMS1"
+        hdr = pos - 12
+        if (hdr >= 0 and data[hdr:hdr + 4] == b"KMS2"
                 and int.from_bytes(data[pos - 2:pos], "little") == len(lab)):
             off = pos + len(lab)
             n = int.from_bytes(data[off:off + 4], "little")

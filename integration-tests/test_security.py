@@ -273,11 +273,11 @@ def test_pinned_fingerprint_mismatch_refused(cluster):
 
 def _record_shares(data, label):
     """The shares bytes of the record with this label in an LMDB file
-    (share_store.cc layout: "KMS1" cipher kvno u32 label_len u16 label
+    (share_store.cc layout: "KMS2" cipher kind kvno u32 label_len u16 label
     shares_len u32 shares)."""
     lab = label.encode()
     pos = data.find(lab)
-    assert pos >= 11 and data[pos - 11:pos - 7] == b"KMS1", "record not found"
+    assert pos >= 12 and data[pos - 12:pos - 8] == b"KMS2", "record not found"
     assert int.from_bytes(data[pos - 2:pos], "little") == len(lab)
     off = pos + len(lab)
     n = int.from_bytes(data[off:off + 4], "little")

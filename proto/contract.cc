@@ -146,7 +146,7 @@ int CtsRounds(pb::Cipher cipher) {
 CtsShape CtsShapeOf(const JobShape& s) {
   uint64_t n = s.length;
   if (s.type == pb::JOB_DECRYPT)
-    n = s.data.size() > kCtsTag ? s.data.size() - kCtsTag : 0;
+    n = s.length > kCtsTag ? s.length - kCtsTag : 0;
   else if (s.type == pb::JOB_ENCRYPT)
     n = kCtsConfounder + s.length;
   return MakeCtsShape(s.type, CtsRounds(s.cipher), n, CtsKeyBytes(s.cts_key), s.usage,
@@ -157,9 +157,12 @@ CtsShape CtsShapeOf(const JobShape& s) {
 uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length, pb::CtsKey key,
                      uint64_t splice_length) {
   if (!CtsCipher(cipher)) return SharedBytes(type, length);
-  const uint64_t half = type == pb::JOB_ENCRYPT || type == pb::JOB_DECRYPT ? CtsKeyBytes(key) : 0;
+  const bool keyed = type == pb::JOB_ENCRYPT || type == pb::JOB_DECRYPT;
+  const uint64_t half = keyed ? CtsKeyBytes(key) : 0;
   const uint64_t spliced = type == pb::JOB_ENCRYPT ? splice_length : 0;
-  return half + (type == pb::JOB_ENCRYPT || type == pb::JOB_CHECKSUM ? length : 0) + spliced;
+  // Every input is dealt: a DECRYPT's C || T too (a password verifier to
+  // whoever holds it whole, docs/security-model.md).
+  return half + (keyed || type == pb::JOB_CHECKSUM ? length : 0) + spliced;
 }
 
 uint64_t SharedBytes(const pb::Job& j) {
@@ -254,14 +257,16 @@ JobCheck CheckCtsJob(const JobShape& job) {
                                   " on an aes*-cts ", JobTypeName(job.type)));
   switch (job.type) {
     case pb::JOB_DECRYPT:
-      if (job.length != 0 || !job.checksum.empty() || job.share_sizes[0] != want ||
+      // C || T is an offline password verifier for a user's key: it goes
+      // as shares only, its length in the clear (wire version 9).
+      if (!job.data.empty() || !job.checksum.empty() || job.share_sizes[0] != want ||
           job.share_sizes[1] != want)
-        return Malformed("an aes*-cts DECRYPT takes data (C || T) and a FAST key's "
-                         "KDC half as shares only");
-      if (job.data.size() < kCtsConfounder + kCtsTag)
-        return CannotVerify(absl::StrCat("ciphertext of ", job.data.size(),
+        return Malformed("an aes*-cts DECRYPT takes its length, and C || T (after a FAST "
+                         "key's KDC half) as shares only, never data in the clear");
+      if (job.length < kCtsConfounder + kCtsTag)
+        return CannotVerify(absl::StrCat("ciphertext of ", job.length,
                                          " bytes is shorter than a block and the tag (28)"));
-      if (job.data.size() - kCtsTag > kMaxCtsBytes)
+      if (job.length - kCtsTag > kMaxCtsBytes)
         return Malformed(absl::StrCat("an aes*-cts ciphertext is at most ",
                                       kMaxCtsBytes + kCtsTag, " bytes"));
       return {};
@@ -362,7 +367,7 @@ uint64_t JobBlocks(const JobShape& job) {
     // AES blocks of the CBC-CTS pass; the HMAC's compressions (about four
     // AES blocks' ANDs each per 64 bytes) are counted as one block per 16.
     const uint64_t n = job.type == pb::JOB_DECRYPT
-                           ? (job.data.size() > kCtsTag ? job.data.size() - kCtsTag : 0)
+                           ? (job.length > kCtsTag ? job.length - kCtsTag : 0)
                            : job.length + (job.type == pb::JOB_ENCRYPT ? kCtsConfounder : 0);
     // A FAST key (Job.cts_key) is derived first: PRF+ (2 blocks), DK (4),
     // two key schedules and the two HMAC states (about 12 blocks' ANDs).
@@ -399,7 +404,7 @@ uint64_t RevealedBytes(const JobShape& job) {
     switch (job.type) {
       case pb::JOB_ENCRYPT: return kCtsConfounder + job.length + kCtsTag;
       case pb::JOB_DECRYPT:
-        return job.data.size() >= kCtsConfounder + kCtsTag ? job.data.size() - kCtsTag : 0;
+        return job.length >= kCtsConfounder + kCtsTag ? job.length - kCtsTag : 0;
       case pb::JOB_CHECKSUM: return kCtsTag;
       default: return 0;
     }

@@ -45,7 +45,10 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // of KRB-FX-CF2 leads the job's shares.
 // 8: an aes*-cts reply ENCRYPT may splice the PA-REQ-ENC-PA-REP checksum of
 // a dealt message into its plaintext (Job.splice_length, splice_offset).
-inline constexpr uint32_t kWireVersion = 8;
+// 9: an aes*-cts DECRYPT's C || T goes as shares (RunRequest.data_shares,
+// after a FAST key's KDC half), its length in Job.length; Job.data is
+// refused under those ciphers.
+inline constexpr uint32_t kWireVersion = 9;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
@@ -139,9 +142,10 @@ struct JobShape {
   pb::Cipher cipher = pb::CIPHER_UNSPECIFIED;
   size_t key_id_size = 0;
   // ENCRYPT: plaintext bytes; CHECKSUM, VERIFY_CHECKSUM: message bytes;
-  // PAD: the longest message the pad may sign.
+  // PAD: the longest message the pad may sign; an aes*-cts DECRYPT: the
+  // bytes of C || T (dealt as shares).
   uint64_t length = 0;
-  absl::string_view data;       // DECRYPT only: ctr0||C||T
+  absl::string_view data;       // a ctr-mpc DECRYPT only: ctr0||C||T
   // VERIFY_CHECKSUM: the checksum's ctr0 (16 bytes); its tag goes as
   // shares (SharedBytes), never in the clear.
   absl::string_view checksum;
@@ -179,8 +183,8 @@ CtsShape MakeCtsShape(pb::JobType type, int nr, uint64_t n, uint64_t cf2_bytes, 
                       uint64_t splice_m = 0, uint64_t splice_off = 0);
 // AES rounds of an aes*-cts cipher: 10, 14; 0 for another cipher.
 int CtsRounds(pb::Cipher cipher);
-// The program a job of shape s (an aes*-cts cipher) runs: n from its data
-// (DECRYPT: C || T) or length (ENCRYPT, CHECKSUM).
+// The program a job of shape s (an aes*-cts cipher) runs: n from its
+// length (DECRYPT: of C || T; ENCRYPT: of P; CHECKSUM: of D).
 CtsShape CtsShapeOf(const JobShape& s);
 // One party's two shares of a message, as slices of a request's flat
 // buffer (kmpc.proto RunRequest.data_shares, SignRequest.data_shares).
@@ -194,8 +198,10 @@ struct MessageShares {
 // shares too); 0 for the other types.
 uint64_t SharedBytes(pb::JobType type, uint64_t length);
 // The same for a job under `cipher`: an aes*-cts ENCRYPT's plaintext P
-// (`length`) and CHECKSUM's message are dealt too; VERIFY_CHECKSUM takes
-// none under those ciphers (0: CheckJob refuses it).
+// (`length`), DECRYPT's C || T (`length`: an offline password verifier
+// whole) and CHECKSUM's message are dealt too, after a FAST key's KDC
+// half; VERIFY_CHECKSUM takes none under those ciphers (0: CheckJob
+// refuses it).
 uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length,
                      pb::CtsKey key = pb::CTS_KEY_DEALT, uint64_t splice_length = 0);
 // The same for a job (its type, cipher, length, cts_key, splice_length).

@@ -148,18 +148,31 @@ TEST(CheckJob, CipherIsRequiredAndKnown) {
   EXPECT_TRUE(CheckJob(ShapeOf(job)).ok());
 }
 
-// The aes*-cts jobs (kmpc.proto JobType): DECRYPT of C || T in the clear,
-// ENCRYPT and CHECKSUM of a message dealt as shares, nothing else; what
-// they take and reveal.
+// The aes*-cts jobs (kmpc.proto JobType): DECRYPT of C || T, ENCRYPT and
+// CHECKSUM of a message, each dealt as shares, nothing else; what they
+// take and reveal.
 TEST(CheckJob, CtsCiphers) {
   for (pb::Cipher c : {pb::CIPHER_AES128_CTS, pb::CIPHER_AES256_CTS}) {
     EXPECT_TRUE(KnownCipher(c) && CtsCipher(c));
-    const std::string ct(44 + kCtsTag, 'c');
-    JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 0, ct, ""};
+    JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 44 + kCtsTag, "", ""};
+    EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);  // no shares
+    EXPECT_EQ(SharedBytes(pb::JOB_DECRYPT, c, 44 + kCtsTag), 44u + kCtsTag);
+    d.share_sizes[0] = d.share_sizes[1] = 44 + kCtsTag;
     EXPECT_TRUE(CheckJob(d).ok()) << CheckJob(d).detail;
     EXPECT_EQ(RevealedBytes(d), 44u);
+    EXPECT_EQ(std::get<2>(CtsShapeOf(d)), 44u);
     EXPECT_FALSE(ResultHasCtr0(d, pb::JOB_OK));
-    JobShape shortd{pb::JOB_DECRYPT, c, kKeyIdSize, 0, std::string(27, 'c'), ""};
+    // C || T in the clear (wire version 8's form): a password verifier
+    // for every server, refused whatever the shares.
+    const std::string ct(44 + kCtsTag, 'c');
+    JobShape clear = d;
+    clear.data = ct;
+    EXPECT_EQ(CheckJob(clear).status, pb::JOB_MALFORMED);
+    clear.length = 0;
+    clear.share_sizes[0] = clear.share_sizes[1] = 0;
+    EXPECT_EQ(CheckJob(clear).status, pb::JOB_MALFORMED);
+    JobShape shortd{pb::JOB_DECRYPT, c, kKeyIdSize, 27, "", ""};
+    shortd.share_sizes[0] = shortd.share_sizes[1] = 27;
     EXPECT_EQ(CheckJob(shortd).status, pb::JOB_INTEGRITY_FAILED);
     JobShape e{pb::JOB_ENCRYPT, c, kKeyIdSize, 300, "", ""};
     EXPECT_EQ(CheckJob(e).status, pb::JOB_MALFORMED);  // no shares
@@ -202,11 +215,11 @@ TEST(CheckJob, CtsFastKeys) {
   EXPECT_EQ(CtsKeyBytes(pb::CTS_KEY_CF2_AES128), 16u);
   EXPECT_EQ(CtsKeyBytes(pb::CTS_KEY_CF2_AES256), 32u);
   const pb::Cipher c = pb::CIPHER_AES256_CTS;
-  const std::string ct(44 + kCtsTag, 'c');
-  JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 0, ct, ""};
+  JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 44 + kCtsTag, "", ""};
   d.cts_key = pb::CTS_KEY_CF2_AES256;
+  d.share_sizes[0] = d.share_sizes[1] = 44 + kCtsTag;
   EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);  // no half
-  d.share_sizes[0] = d.share_sizes[1] = 32;
+  d.share_sizes[0] = d.share_sizes[1] = 32 + 44 + kCtsTag;
   EXPECT_TRUE(CheckJob(d).ok()) << CheckJob(d).detail;
   EXPECT_EQ(RevealedBytes(d), 44u);
   d.share_sizes[1] = 16;
@@ -233,14 +246,15 @@ TEST(CheckJob, CtsFastKeys) {
   j->set_type(pb::JOB_DECRYPT);
   j->set_cipher(c);
   j->set_cts_key(pb::CTS_KEY_CF2_AES128);
+  j->set_length(30);
   pb::Job* j2 = run.add_jobs();
   j2->set_type(pb::JOB_ENCRYPT);
   j2->set_cipher(c);
   j2->set_length(7);
   j2->set_cts_key(pb::CTS_KEY_CF2_AES256);
-  EXPECT_EQ(RunShareBytes(run), 2u * (16 + 39));
-  run.set_data_shares(std::string(2 * (16 + 39), 's'));
-  EXPECT_EQ(SliceMessageShares(run)[0].first.size(), 16u);
+  EXPECT_EQ(RunShareBytes(run), 2u * (16 + 30 + 39));
+  run.set_data_shares(std::string(2 * (16 + 30 + 39), 's'));
+  EXPECT_EQ(SliceMessageShares(run)[0].first.size(), 46u);
   EXPECT_EQ(SliceMessageShares(run)[1].first.size(), 39u);
 }
 
@@ -248,7 +262,7 @@ TEST(CheckJob, CtsFastKeys) {
 // splice_offset): on a usage-3 aes*-cts ENCRYPT under the dealt key only,
 // D's shares after P's, the 12 bytes inside P; anything else MALFORMED.
 TEST(CheckJob, CtsSplice) {
-  EXPECT_EQ(kWireVersion, 8u);
+  EXPECT_EQ(kWireVersion, 9u);
   for (pb::Cipher c : {pb::CIPHER_AES128_CTS, pb::CIPHER_AES256_CTS}) {
     JobShape e{pb::JOB_ENCRYPT, c, kKeyIdSize, 300, "", ""};
     e.usage = kSpliceReplyUsage;
@@ -300,12 +314,14 @@ TEST(CheckJob, CtsSplice) {
     x.share_sizes[0] = x.share_sizes[1] = 300 + kMaxCtsBytes + 1;
     EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
     // DECRYPT and CHECKSUM: no splice (and no shares counted for one).
-    JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 0, std::string(44 + kCtsTag, 'c'), ""};
+    JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 44 + kCtsTag, "", ""};
     d.usage = kSpliceReplyUsage;
     d.splice_length = 250;
+    d.share_sizes[0] = d.share_sizes[1] = 44 + kCtsTag;
     EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);
-    EXPECT_EQ(SharedBytes(pb::JOB_DECRYPT, c, 0, pb::CTS_KEY_DEALT, 250), 0u);
-    d.share_sizes[0] = d.share_sizes[1] = 250;
+    EXPECT_EQ(SharedBytes(pb::JOB_DECRYPT, c, 44 + kCtsTag, pb::CTS_KEY_DEALT, 250),
+              44u + kCtsTag);
+    d.share_sizes[0] = d.share_sizes[1] = 44 + kCtsTag + 250;
     EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);
     JobShape k{pb::JOB_CHECKSUM, c, kKeyIdSize, 20, "", ""};
     k.usage = kSpliceReplyUsage;

@@ -80,6 +80,10 @@ namespace kmpc::admin {
 namespace {
 
 constexpr char kModuleName[] = "kmpc";
+// The principal string attribute (kadmin setstr) naming the kind of the
+// keys dealt for it: "service" (a random key) or "user+service" (a
+// password-derived key also used as a service); none: a user's key.
+constexpr char kKindAttribute[] = "kmpc_key_kind";
 // A dealt key that no entry references this long after it was dealt belongs
 // to a change that failed (kadm5 changes take milliseconds).
 constexpr time_t kAbandonedAfterS = 120;
@@ -128,8 +132,9 @@ class Dealer {
     if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
                    contract::kKeyIdSize) != 1)
       return absl::InternalError("no randomness for a key id");
-    st = cluster_->PutKey(*cipher, absl::MakeConstSpan(key.contents, key.length),
-                          {key_id, kvno, name});
+    client::KeyMeta meta{key_id, kvno, name};
+    meta.kind = KindOf(ctx, name);
+    st = cluster_->PutKey(*cipher, absl::MakeConstSpan(key.contents, key.length), meta);
     if (!st.ok()) return st;
     Pending& p = pending_[name];
     p.principal = name;
@@ -208,6 +213,30 @@ class Dealer {
  public:
   // The key ids of the handles `name`'s KDB entry holds; false if it could
   // not be read (an absent principal holds none: true).
+  // The kind of a new key of `name` (kmpc.proto KeyKind): the principal's
+  // string attribute kKindAttribute (kadmin setstr), "service" or
+  // "user+service"; else a user's password-derived key, whose AS reply the
+  // servers gate and which gets no ticket or PAC material (a principal
+  // added right now has no attributes yet: a user's key until the admin
+  // sets one and changes the key).
+  static KeyKind KindOf(krb5_context ctx, const std::string& name) {
+    krb5_principal princ = nullptr;
+    if (krb5_parse_name(ctx, name.c_str(), &princ) != 0) return KeyKind::kUser;
+    krb5_db_entry* ent = nullptr;
+    krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &ent);
+    krb5_free_principal(ctx, princ);
+    if (ret != 0) return KeyKind::kUser;
+    char* value = nullptr;
+    KeyKind kind = KeyKind::kUser;
+    if (krb5_dbe_get_string(ctx, ent, kKindAttribute, &value) == 0 && value != nullptr) {
+      if (std::strcmp(value, "service") == 0) kind = KeyKind::kService;
+      else if (std::strcmp(value, "user+service") == 0) kind = KeyKind::kUserService;
+      krb5_dbe_free_string(ctx, value);
+    }
+    krb5_db_free_principal(ctx, ent);
+    return kind;
+  }
+
   static bool ReadHandles(krb5_context ctx, const std::string& name,
                           std::set<std::string>* out) {
     krb5_principal princ = nullptr;

@@ -155,10 +155,10 @@ absl::Status DealShared(const Job& job, client::DealRandom* random,
     return client::DealFlat(absl::MakeConstSpan(value.data(), n), random->Take(n), flat);
   }
   if (!job.cf2_half.empty()) {
-    // A FAST key's KDC half, then an ENCRYPT's plaintext (a DECRYPT's
-    // ciphertext is public: Job.data), as one value (cts_items.h).
+    // A FAST key's KDC half, then an ENCRYPT's plaintext or a DECRYPT's
+    // C || T, as one value (cts_items.h).
     SecureBytes value(job.cf2_half.begin(), job.cf2_half.end());
-    if (job.type == pb::JOB_ENCRYPT) value.insert(value.end(), job.input.begin(), job.input.end());
+    value.insert(value.end(), job.input.begin(), job.input.end());
     if (value.size() != n) return absl::InvalidArgumentError("a FAST key's shares of the wrong size");
     return client::DealFlat(absl::MakeConstSpan(value.data(), n), random->Take(n), flat);
   }
@@ -361,6 +361,11 @@ bool SetJobInputs(const Job& job, pb::Job* j) {
       if (!job.checksum.empty()) j->set_checksum(job.checksum);
       return false;
     default:  // DECRYPT: the ciphertext
+      if (CtsJob(job)) {
+        // C || T as shares, its length in the clear (cts_items.h).
+        j->set_length(static_cast<uint32_t>(job.input.size()));
+        return true;
+      }
       j->set_data(job.input.data(), job.input.size());
       return false;
   }
@@ -378,10 +383,11 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
   // group may hold two DECRYPTs, u2u: its gate is the one marked so): its
   // jobs marked gated are released by the servers only if it holds
   // (kmpc.proto Job.release_if_ok).
+  // A held-back Run's gate is a copy of it (PendingJob::regate).
   std::map<uint64_t, size_t> group_decrypt;
   for (size_t i : call->idx)
-    if (jobs_[i].group != 0 && !jobs_[i].prepared &&
-        jobs_[i].job.type == pb::JOB_DECRYPT && jobs_[i].gate)
+    if (jobs_[i].group != 0 && jobs_[i].job.type == pb::JOB_DECRYPT &&
+        ((jobs_[i].gate && !jobs_[i].prepared) || jobs_[i].regate))
       group_decrypt[jobs_[i].group] = i;
   // The prepared ticket ENCRYPT of each group in this request: a linked
   // PAD of the group takes its counter from it (Job.pad_after).
@@ -414,11 +420,9 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
     j->set_cipher(job.cipher);
     j->set_usage(job.usage);
     j->set_type(job.type);
-    if (job.cts_key != pb::CTS_KEY_DEALT) {
-      // A FAST key: its KDC half is dealt below (cts_items.h).
-      j->set_cts_key(job.cts_key);
-      if (job.type == pb::JOB_DECRYPT) shared.push_back(call->req.jobs_size() - 1);
-    }
+    // A FAST key: its KDC half is dealt below with the job's input
+    // (cts_items.h).
+    if (job.cts_key != pb::CTS_KEY_DEALT) j->set_cts_key(job.cts_key);
     if (SetJobInputs(job, j)) shared.push_back(call->req.jobs_size() - 1);
   }
   return DealRunShares(call, shared);
@@ -673,6 +677,10 @@ void BatchStep::HoldPrepared(const RunCall& call) {
     const size_t i = call.idx[k];
     PendingJob& e = jobs_[i];
     if (!e.prepared) continue;
+    if (e.regate) {  // a gate's copy: nothing to keep or deliver
+      prepared_idx.push_back(i);
+      continue;
+    }
     const pb::JobResult& r = call.resp[0].results(k);
     // Kept for the job of its plan item, unless the exchange's gate failed
     // (the servers drop the state after their TTL).

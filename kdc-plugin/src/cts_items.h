@@ -13,7 +13,9 @@
 // the TGS exchange's finishing round after the presented tickets were
 // checked: the PAC server signature (CHECKSUM, usage 17) and the ticket
 // (ENCRYPT, usage 2). A DECRYPT's ciphertext is
-// C || T (no ctr0); the servers release conf || P only if the HMAC-SHA1-96
+// C || T (no ctr0), dealt as fresh XOR shares like a plaintext (whole, it
+// is an offline password verifier: kmpc.proto JobType); the servers
+// release conf || P only if the HMAC-SHA1-96
 // tag holds, and the KDC gets P. An ENCRYPT's plaintext goes to the servers
 // only as fresh XOR shares (kmpc.proto RunRequest.data_shares), its
 // confounder is drawn by the servers, and the KDC gets the released value

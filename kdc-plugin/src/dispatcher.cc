@@ -546,6 +546,7 @@ std::vector<uint64_t> Dispatcher::TakeQueued(std::vector<uint64_t>* held_back) {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<uint64_t> lost;  // exchanges whose prepared jobs go here
   for (PendingJob& q : queue_) {
+    if (q.regate) continue;  // its gated jobs leave without it
     if (q.prepared) {
       planner_.Lost(q.exchange_id, q.item);
       lost.push_back(q.exchange_id);

@@ -7,9 +7,8 @@ namespace kmpc::kdc {
 namespace pb = ::kmpc::v1;
 
 size_t SharedBytes(const Job& job) {
-  return contract::SharedBytes(job.type, job.cipher,
-                               job.type == pb::JOB_DECRYPT ? 0 : job.input.size(),
-                               job.cts_key, job.splice.size());
+  return contract::SharedBytes(job.type, job.cipher, job.input.size(), job.cts_key,
+                               job.splice.size());
 }
 
 contract::JobShape ShapeOf(const Job& job) {
@@ -34,11 +33,14 @@ contract::JobShape ShapeOf(const Job& job) {
         contract::SharedBytes(job.type, s.length);
   } else if (job.type == pb::JOB_PAD) {
     s.length = job.pad_length;
+  } else if (contract::CtsCipher(job.cipher)) {
+    // An aes*-cts DECRYPT: a FAST key's KDC half and C || T go as shares,
+    // the length in the clear (cts_items.h).
+    s.length = job.input.size();
+    s.share_sizes[0] = s.share_sizes[1] = SharedBytes(job);
   } else {
     s.data = absl::string_view(reinterpret_cast<const char*>(job.input.data()),
                                job.input.size());
-    // A FAST key's KDC half goes as shares (cts_items.h).
-    s.share_sizes[0] = s.share_sizes[1] = SharedBytes(job);
   }
   s.cts_key = job.cts_key;
   s.checksum = job.checksum;

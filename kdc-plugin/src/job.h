@@ -147,6 +147,12 @@ struct PendingJob {
   int item = -1;
   bool gate = false;
   bool gated = false;
+  // A copy of an exchange's gate DECRYPT sent again, with the jobs held
+  // back until the gate verified (planner.h, proven shapes), as their gate
+  // in that later Run: the servers compute a user key's AS reply only when
+  // released on its timestamp or challenge in the same Run (kmpc.proto
+  // KeyKind). Also `prepared` (nothing is delivered for it), item -1.
+  bool regate = false;
   // sign with a chain: the plan item (SIG_KDC) the chained answer is for.
   int chain_item = -1;
   // The value under construction, wiped when it goes: ENCRYPT ctr0 || C ||

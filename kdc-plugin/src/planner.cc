@@ -165,14 +165,13 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
   }
   const absl::Time now = given->empty() ? absl::Now() : given->front().enqueued;
   // A gated aes*-cts job of a shape no verified gate proved waits for this
-  // one's verdict (proven shapes, planner.h): out of the gate's Run,
-  // ungated then.
+  // one's verdict (proven shapes, planner.h): out of the gate's Run, and
+  // gated again in the later one on a copy of the gate (regate).
   for (auto it = given->begin(); it != given->end();) {
     if (it->gated && CtsJob(it->job)) {
       const contract::CtsShape shape = contract::CtsShapeOf(ShapeOf(it->job));
       x.cts_shapes.push_back(shape);
       if (!proven_.Has(shape)) {
-        it->gated = false;
         x.deferred.push_back(std::move(*it));
         it = given->erase(it);
         ++counts_.cts_deferred;
@@ -194,16 +193,15 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
   }
   for (PendingJob& q : *prepared) q.enqueued = now;
   // With a job held back, what the later items need goes with it, after
-  // the gate verified (ungated then, still one group: its pads link to its
-  // ticket's keystream): nothing is prepared for a wrong password, and
-  // what is prepared is held from the Run after which the KDC submits the
-  // later items.
+  // the gate verified (gated again on the gate's copy, still one group: its
+  // pads link to its ticket's keystream): nothing is prepared for a wrong
+  // password, and what is prepared is held from the Run after which the
+  // KDC submits the later items.
   if (!x.deferred.empty()) {
-    for (PendingJob& q : *prepared) {
-      q.gated = false;
-      x.deferred.push_back(std::move(q));
-    }
+    for (PendingJob& q : *prepared) x.deferred.push_back(std::move(q));
     prepared->clear();
+    for (const PendingJob& q : *given)
+      if (q.gate) x.regate = Regate(q);
   }
   // Counted as sent when they go: now, or with the held-back job after its
   // gate verified (GateVerified), never after a failed one.
@@ -459,6 +457,17 @@ void Planner::KeepChained(ChainedSignature c) {
   if (s.state == State::kChained) s.chained = std::move(c);
 }
 
+PendingJob Planner::Regate(const PendingJob& gate) {
+  PendingJob r;
+  r.job = gate.job;  // the same ciphertext, dealt afresh when it goes
+  r.blocks = gate.blocks;
+  r.group = gate.group;
+  r.exchange_id = gate.exchange_id;
+  r.prepared = true;
+  r.regate = true;
+  return r;
+}
+
 void Planner::GateVerified(uint64_t id, std::vector<PendingJob>* release) {
   auto it = exchanges_.find(id);
   if (it == exchanges_.end()) return;
@@ -467,6 +476,12 @@ void Planner::GateVerified(uint64_t id, std::vector<PendingJob>* release) {
   x.cts_shapes.clear();
   if (!x.deferred.empty()) {
     const absl::Time now = absl::Now();
+    if (x.regate) {
+      // First: the group's gate in the later Run (BuildRunRequest).
+      x.regate->enqueued = now;
+      release->push_back(std::move(*x.regate));
+      x.regate.reset();
+    }
     for (PendingJob& q : x.deferred) {
       q.enqueued = now;
       if (q.prepared)
@@ -485,6 +500,7 @@ void Planner::GateVerified(uint64_t id, std::vector<PendingJob>* release) {
 std::vector<PendingJob> Planner::DropDeferred(uint64_t id, Exchange* x) {
   std::vector<PendingJob> deferred = std::move(x->deferred);
   x->deferred.clear();
+  x->regate.reset();
   std::vector<PendingJob> out;
   for (PendingJob& q : deferred) {
     if (q.prepared)

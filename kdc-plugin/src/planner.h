@@ -229,6 +229,9 @@ class Planner {
     // jobs prepared for its later items.
     std::vector<contract::CtsShape> cts_shapes;
     std::vector<PendingJob> deferred;
+    // With deferred jobs: their gate again (PendingJob::regate), sent
+    // first with them (GateVerified).
+    std::optional<PendingJob> regate;
   };
   // How many prepared jobs `x` needs; whether the gate is given now.
   static size_t Preparable(const Exchange& x);
@@ -237,6 +240,9 @@ class Planner {
   std::vector<PendingJob> DropDeferred(uint64_t id, Exchange* x);
   // One more prepared job (keystream or pad) counted as sent.
   void CountSent(const PendingJob& q);
+  // A copy of the given gate DECRYPT `gate` to send again with the
+  // deferred jobs (PendingJob::regate).
+  static PendingJob Regate(const PendingJob& gate);
   void Prepare(uint64_t id, Exchange* x, int item,
                const std::vector<PendingJob>& given,
                std::vector<PendingJob>* prepared);

@@ -245,9 +245,11 @@ TEST_F(CtsGateTest, AFailedGateNeverSendsAnUnprovenReply) {
   for (const auto& [token, count] : sink_.counts()) EXPECT_EQ(count, 1) << token;
 }
 
-// A right password of a new shape: the gate's Run, then the reply alone,
-// ungated (the verdict is known); the next login of that shape is one Run,
-// the reply gated in it; another request length is new again.
+// A right password of a new shape: the gate's Run, then the reply in a
+// Run of its own, gated again on a copy of the gate (the servers compute
+// a user key's reply only on its timestamp in the same Run, kmpc.proto
+// KeyKind); the next login of that shape is one Run, the reply gated in
+// it; another request length is new again.
 TEST_F(CtsGateTest, APassedGateSendsTheReplyAfterItThenItsShapeIsOneRun) {
   const Exchange first = SplicedAs(300, 180);
   EXPECT_TRUE(sink_.Get(first.ts).status.ok()) << sink_.Get(first.ts).status;
@@ -259,11 +261,14 @@ TEST_F(CtsGateTest, APassedGateSendsTheReplyAfterItThenItsShapeIsOneRun) {
   ASSERT_EQ(runs.size(), 2u);
   ASSERT_EQ(runs[0].size(), 1u);
   EXPECT_EQ(runs[0][0].type, pb::JOB_DECRYPT);
-  ASSERT_EQ(runs[1].size(), 1u);
-  EXPECT_EQ(runs[1][0].type, pb::JOB_ENCRYPT);
-  EXPECT_EQ(runs[1][0].length, 300u);
-  EXPECT_EQ(runs[1][0].splice_length, 180u);
-  EXPECT_FALSE(runs[1][0].gated);
+  ASSERT_EQ(runs[1].size(), 2u);
+  EXPECT_EQ(runs[1][0].type, pb::JOB_DECRYPT);  // the gate again
+  EXPECT_EQ(runs[1][0].usage, 1u);
+  EXPECT_EQ(runs[1][0].length, runs[0][0].length);
+  EXPECT_EQ(runs[1][1].type, pb::JOB_ENCRYPT);
+  EXPECT_EQ(runs[1][1].length, 300u);
+  EXPECT_EQ(runs[1][1].splice_length, 180u);
+  EXPECT_TRUE(runs[1][1].gated);
 
   const Exchange again = SplicedAs(300, 180);
   ASSERT_TRUE(sink_.Get(again.reply).status.ok()) << sink_.Get(again.reply).status;
@@ -380,15 +385,19 @@ TEST_F(CtsGateTest, FastItemsOfUnprovenShapesWaitForTheirGate) {
   const auto runs = servers_.runs();
   ASSERT_EQ(runs.size(), 3u);
   EXPECT_EQ(runs[1].size(), 1u);
-  EXPECT_EQ(runs[2].size(), 2u);  // both held-back jobs in one Run
+  ASSERT_EQ(runs[2].size(), 3u);  // the gate again, both held-back jobs in one Run
+  EXPECT_EQ(runs[2][0].type, pb::JOB_DECRYPT);
+  EXPECT_EQ(runs[2][0].usage, 54u);
+  EXPECT_TRUE(runs[2][1].gated && runs[2][2].gated);
   EXPECT_EQ(fast(), 1u);
 }
 
 // What the plan's later items need (the ticket's keystream under the
 // krbtgt, a PAC signature's pad linked to it) goes with a held-back reply:
 // nothing of it for a wrong password, and for a right one in the reply's
-// Run, ungated, the pad still linked to the ticket's keystream in that
-// request, held from that Run (the KDC submits the later items after it).
+// Run, gated again on the gate's copy, the pad still linked to the
+// ticket's keystream in that request, held from that Run (the KDC submits
+// the later items after it).
 TEST_F(CtsGateTest, PreparedJobsGoWithAHeldBackReply) {
   const std::string krbtgt(contract::kKeyIdSize, 't');
   auto as = [&](size_t n) {
@@ -427,14 +436,17 @@ TEST_F(CtsGateTest, PreparedJobsGoWithAHeldBackReply) {
   runs = servers_.runs();
   ASSERT_EQ(runs.size(), 3u);
   ASSERT_EQ(runs[1].size(), 1u);
-  ASSERT_EQ(runs[2].size(), 3u);  // the reply, the ticket's keystream, the pad
-  EXPECT_EQ(runs[2][0].type, pb::JOB_ENCRYPT);
-  EXPECT_EQ(runs[2][0].usage, 3u);
+  // The gate again, the reply, the ticket's keystream, the pad.
+  ASSERT_EQ(runs[2].size(), 4u);
+  EXPECT_EQ(runs[2][0].type, pb::JOB_DECRYPT);
   EXPECT_EQ(runs[2][1].type, pb::JOB_ENCRYPT);
-  EXPECT_EQ(runs[2][1].usage, 2u);
-  EXPECT_EQ(runs[2][2].type, pb::JOB_PAD);
-  EXPECT_TRUE(runs[2][2].pad_after);
-  for (const Sent& j : runs[2]) EXPECT_FALSE(j.gated);
+  EXPECT_EQ(runs[2][1].usage, 3u);
+  EXPECT_EQ(runs[2][2].type, pb::JOB_ENCRYPT);
+  EXPECT_EQ(runs[2][2].usage, 2u);
+  EXPECT_EQ(runs[2][3].type, pb::JOB_PAD);
+  EXPECT_TRUE(runs[2][3].pad_after);
+  EXPECT_TRUE(runs[2][1].gated && runs[2][2].gated);
+  EXPECT_FALSE(runs[2][3].gated);  // a signing pad reveals nothing
 
   // Proven: one Run with the gate, everything gated on it.
   as(250);

@@ -94,9 +94,12 @@ TEST(CtsItemsTest, EncryptPlaintextGoesAsSharesOfItsLength) {
   EXPECT_FALSE(contract::ResultHasCtr0(s, pb::JOB_OK));
   EXPECT_EQ(contract::RevealedShareBytes(s, pb::JOB_OK),
             contract::kCtsConfounder + 250 + contract::kCtsTag);
-  // A DECRYPT deals nothing: its ciphertext C || T is public.
+  // A DECRYPT deals its C || T (whole, an offline password verifier):
+  // its length in the clear, never the bytes.
   const Job dec = CtsJobOf(pb::JOB_DECRYPT, 16 + 40 + 12);
-  EXPECT_EQ(SharedBytes(dec), 0u);
+  EXPECT_EQ(SharedBytes(dec), 16u + 40 + 12);
+  EXPECT_TRUE(ShapeOf(dec).data.empty());
+  EXPECT_EQ(ShapeOf(dec).length, 16u + 40 + 12);
   EXPECT_TRUE(CheckJob(dec).ok());
   // A ctr-mpc ENCRYPT still deals nothing.
   Job ctr = enc;
@@ -169,18 +172,18 @@ TEST(CtsItemsTest, PlannerTakesTheAsTimestampAndReplyOnly) {
 
 // FAST (cts_items.h): the client's encrypted challenge as the gate and the
 // KDC's challenge and the reply under FAST keys; the KDC's half goes as
-// shares (before an ENCRYPT's plaintext; a DECRYPT's only shares), never
-// in the clear; an encrypted challenge without a FAST key, or a
-// TIMESTAMP with one, is refused.
+// shares (before an ENCRYPT's plaintext or a DECRYPT's C || T), never in
+// the clear; an encrypted challenge without a FAST key, or a TIMESTAMP
+// with one, is refused.
 TEST(CtsItemsTest, FastItemsTakeTheirKeysHalfAsShares) {
   Job dec = CtsJobOf(pb::JOB_DECRYPT, 16 + 28 + 12);
   dec.usage = 54;
   dec.cts_key = pb::CTS_KEY_CF2_AES256;
   dec.cf2_half.assign(32, 0x5a);
-  EXPECT_EQ(SharedBytes(dec), 32u);
+  EXPECT_EQ(SharedBytes(dec), 32u + 16 + 28 + 12);
   contract::JobShape s = ShapeOf(dec);
-  EXPECT_EQ(s.share_sizes[0], 32u);
-  EXPECT_EQ(s.data.size(), 16u + 28 + 12);  // the ciphertext is public
+  EXPECT_EQ(s.share_sizes[0], 32u + 16 + 28 + 12);
+  EXPECT_TRUE(s.data.empty());  // the ciphertext goes as shares too
   EXPECT_TRUE(CheckJob(dec).ok()) << CheckJob(dec);
   Job enc = CtsJobOf(pb::JOB_ENCRYPT, 200);
   enc.cts_key = pb::CTS_KEY_CF2_AES128;

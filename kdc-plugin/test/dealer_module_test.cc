@@ -225,6 +225,9 @@ TEST_F(DealerModuleTest, AnAes128CtsKeyIsDealtWithItsUsageMaterial) {
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(servers_[i]->Has(id)) << i;
     EXPECT_EQ(servers_[i]->last_cipher(), kmpc::v1::CIPHER_AES128_CTS) << i;
+    // No kmpc_key_kind string attribute (no KDB entry here): a user's
+    // password-derived key, dealt without ticket or PAC material.
+    EXPECT_EQ(servers_[i]->last_kind(), kmpc::v1::KEY_KIND_USER) << i;
     cts_size[i] = servers_[i]->last_shares_size();
   }
   // The same key as aes128-ctr-mpc: its record lacks the aes*-cts usage

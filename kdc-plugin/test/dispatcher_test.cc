@@ -237,6 +237,48 @@ TEST_P(FakeBatcherTest, ASplicedReplyGoesAsSharesOfItsPlaintextThenTheRequest) {
   EXPECT_EQ(d, plain + req);  // P || D
 }
 
+// An aes*-cts DECRYPT (a PA-ENC-TIMESTAMP; under FAST the encrypted
+// challenge, after the KDC's half): C || T, an offline password verifier
+// whole, goes as fresh shares, its length in the clear, never Job.data
+// (wire version 9); no party sees a window of it in its request.
+TEST_P(FakeBatcherTest, AGateCiphertextGoesAsShares) {
+  auto b = Make(BatcherOptions());
+  const std::string ct = "conf-block-of-16PA-ENC-TS-ENC 20261126143000Z usec.. and its tag 12";
+  const std::string half(32, 'X');
+  for (const bool fast : {false, true}) {
+    Job j;
+    j.type = kmpc::v1::JOB_DECRYPT;
+    j.cipher = kmpc::v1::CIPHER_AES256_CTS;
+    j.key_id = kKeyId;
+    j.usage = fast ? 54 : 1;
+    j.input.assign(ct.begin(), ct.end());
+    if (fast) {
+      j.cts_key = kmpc::v1::CTS_KEY_CF2_AES256;
+      j.cf2_half.assign(half.begin(), half.end());
+    }
+    ASSERT_TRUE(b->Submit(fast ? 3 : 2, std::move(j)).ok());
+    ASSERT_TRUE(sink_.WaitFor(fast ? 2 : 1));
+    std::array<kmpc::v1::RunRequest, 3> got;
+    std::string v;
+    for (int p = 0; p < 3; ++p) {
+      const std::vector<std::string> sent = fake_.received(p);
+      ASSERT_EQ(sent.size(), fast ? 2u : 1u) << p;
+      for (size_t at = 0; at + 8 <= ct.size(); ++at)
+        EXPECT_EQ(sent.back().find(ct.substr(at, 8)), std::string::npos) << p << " " << at;
+      ASSERT_TRUE(got[p].ParseFromString(sent.back()));
+      const kmpc::v1::Job& k = got[p].jobs(0);
+      EXPECT_TRUE(k.data().empty());
+      EXPECT_EQ(k.length(), ct.size());
+      const contract::MessageShares m = contract::SliceMessageShares(got[p])[0];
+      ASSERT_EQ(m.first.size(), (fast ? half.size() : 0) + ct.size());
+      if (p == 0) v = std::string(m.first);
+      else
+        for (size_t i = 0; i < v.size(); ++i) v[i] ^= m.first[i];
+    }
+    EXPECT_EQ(v, (fast ? half : "") + ct);
+  }
+}
+
 // Self-clocked batches by default: a lone job goes at once on an idle
 // cluster, not after the window.
 TEST_P(BatcherTest, LoneJobDoesNotWaitForTheWindowByDefault) {

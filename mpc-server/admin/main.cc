@@ -31,6 +31,16 @@
 //   kmpc's key dealer). Migrated keys are labelled as such on the servers;
 //   status reports them until the next password change.
 //
+//   The key's kind, dealt with it (kmpc.proto KeyKind) and checked by the
+//   servers: a user's password-derived key by default (--password-stdin,
+//   --from-existing), a service's random key with --randkey. --service: a
+//   random key (the admin vouches for it with --from-existing). A user
+//   key's aes*-cts AS reply is computed only when gated on its timestamp
+//   or FAST challenge in the same Run, and it gets no ticket (usage 2) or
+//   PAC signature (usage 17) material, unless --also-service: a user who
+//   is also the server of tickets (kvno user), each of which is an offline
+//   password verifier for whoever asks (docs/security-model.md).
+//
 //   --enctype=aes256-cts-hmac-sha1-96 / aes128-cts-hmac-sha1-96: the handle
 //   keeps MIT's standard enctype, which unmodified clients negotiate (the
 //   servers deal the key's per-usage material with it, engine::DealKey; the
@@ -120,7 +130,7 @@ constexpr char kUsage[] =
     "usage: kmpc-admin [OPTIONS] share (--password-stdin | --from-existing | --randkey)\n"
     "                  [--enctype=aes256-ctr-mpc|aes128-ctr-mpc|\n"
     "                             aes256-cts-hmac-sha1-96|aes128-cts-hmac-sha1-96]\n"
-    "                  [--keepold] [--force]\n"
+    "                  [--keepold] [--force] [--service | --also-service]\n"
     "                  PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
     "       kmpc-admin [OPTIONS] purge-unreferenced [--dry-run] [--yes] [--grace-ms=N]\n"
@@ -166,6 +176,7 @@ struct Args {
   bool dry_run = false;  // purge-unreferenced
   bool yes = false;      // purge-unreferenced: no question
   std::string grace_ms;  // purge-unreferenced: between its two looks
+  bool service = false, also_service = false;  // share's key kind
   std::string enctype;  // share --enctype; empty: aes256-ctr-mpc
   // --cluster=N: rebuild-party's (1 when not given), breaker-reset's
   // (every cluster when not given).
@@ -223,6 +234,8 @@ Args ParseArgs(int argc, char** argv) {
       else if (name == "all") a.all = true;
       else if (name == "dry-run") a.dry_run = true;
       else if (name == "yes") a.yes = true;
+      else if (name == "service") a.service = true;
+      else if (name == "also-service") a.also_service = true;
       else Usage("unknown option " + s);
       continue;
     }
@@ -450,6 +463,13 @@ std::string Unput(Clusters& cluster, const std::vector<KeyToShare>& keys) {
   return failed.empty() ? "the shares were removed again" : failed;
 }
 
+// The kind of the keys share deals (the file comment).
+KeyKind ShareKind(const Args& a) {
+  if (a.also_service) return KeyKind::kUserService;
+  if (a.service || a.randkey) return KeyKind::kService;
+  return KeyKind::kUser;
+}
+
 // Puts one key under a fresh key id (k.key_id) and wipes it.
 absl::Status PutOne(Clusters& cluster, const Args& a, const std::string& canon,
                     KeyToShare& k) {
@@ -467,8 +487,10 @@ absl::Status PutOne(Clusters& cluster, const Args& a, const std::string& canon,
   // The label says where the key came from: status reports migrated keys
   // (older copies of the KDB hold them) until the next password change.
   std::string label = a.from_existing ? absl::StrCat(canon, kMigratedSuffix) : canon;
+  client::KeyMeta meta{key_id, k.kvno, label};
+  meta.kind = ShareKind(a);
   absl::Status st = cluster.PutKey(*cipher, absl::MakeConstSpan(k.key.data(), k.key.size()),
-                                   {key_id, k.kvno, label});
+                                   meta);
   k.key.Wipe();
   if (st.ok()) k.key_id = key_id;
   return st;
@@ -547,6 +569,8 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
 int Share(const Args& a, const Config& cfg) {
   if (a.password_stdin + a.from_existing + a.randkey != 1)
     Usage("share needs exactly one of --password-stdin, --from-existing and --randkey");
+  if (a.service && a.also_service)
+    Usage("share takes --service or --also-service, not both");
   if (a.keepold && a.from_existing)
     Usage("--keepold applies to --password-stdin and --randkey (a migrated key "
           "replaces the key it was)");

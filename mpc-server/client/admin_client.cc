@@ -133,7 +133,7 @@ absl::Status AdminClient::PutKey(engine::Cipher cipher,
   if (meta.key_id.size() != contract::kKeyIdSize)
     return absl::InvalidArgumentError(absl::StrCat(
         "a key id has ", contract::kKeyIdSize, " bytes, not ", meta.key_id.size()));
-  auto views = engine::DealKey(cipher, key);
+  auto views = engine::DealKey(cipher, key, meta.kind);
   if (!views.ok())
     return absl::InternalError(absl::StrCat("dealer: ", views.status().message()));
   std::array<pb::PutKeyRequest, kParties> reqs;
@@ -143,6 +143,7 @@ absl::Status AdminClient::PutKey(engine::Cipher cipher,
     info->set_cipher(engine::ToProto(cipher));
     info->set_kvno(meta.kvno);
     info->set_label(meta.label);
+    info->set_kind(static_cast<pb::KeyKind>(meta.kind));
     reqs[i].set_party(i);
     std::vector<uint8_t> ser = (*views)[i].Serialize();
     reqs[i].set_shares(ser.data(), ser.size());

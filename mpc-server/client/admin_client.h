@@ -29,6 +29,9 @@ struct KeyMeta {
   // Overwrite an id the server holds (servers refuse it unless they allow
   // key replacement).
   bool replace = false;
+  // kmpc.proto KeyKind: a password-derived user's key by default (its AS
+  // reply gated, no ticket or PAC material: engine.h kCtsServiceUsages).
+  KeyKind kind = KeyKind::kUser;
 };
 
 class AdminClient {

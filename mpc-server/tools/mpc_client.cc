@@ -4,7 +4,7 @@
 //   kmpc-mpc-client --servers=H:P0,H:P1,H:P2 --certs=DIR <command> [args]
 //
 // commands
-//   put-key --key_hex=.. [--key_id_hex=..] [--kvno --label --replace]
+//   put-key --key_hex=.. [--key_id_hex=..] [--kvno --label --replace --key_kind]
 //       [--cipher=aes128-cts|aes256-cts: an aes*-cts key, with the material
 //       the dealer computes per usage]
 //       deals the key (engine::DealKey) and stores party i's view on server
@@ -28,7 +28,7 @@
 //                                                       integrity_failed
 //                     cts_encrypt  KEYID USAGE P     -> ok C||T
 //                     cts_checksum KEYID USAGE DATA  -> ok CKSUM
-//                   P and DATA dealt as shares; other outcomes print
+//                   C||T, P and DATA dealt as shares; other outcomes print
 //                   "status NAME" (JOB_WITHHELD, JOB_UNKNOWN_USAGE).
 //                   OP@N (any job): released only if job N (1-based)
 //                   ends JOB_OK (Job.release_if_ok).
@@ -112,6 +112,9 @@ ABSL_FLAG(std::string, key_id_hex, "", "key id (32 bytes hex)");
 ABSL_FLAG(int, kvno, 1, "put-key: kvno");
 ABSL_FLAG(std::string, label, "", "put-key: label");
 ABSL_FLAG(bool, replace, false, "put-key: overwrite an existing id");
+ABSL_FLAG(std::string, key_kind, "user",
+          "put-key: user (password-derived: its aes*-cts AS reply gated, no ticket or PAC "
+          "material), service (a random key) or user+service (kmpc.proto KeyKind)");
 ABSL_FLAG(int, only_party, -1,
           "delete-key: delete on this party's server only (tests: a key "
           "store out of step); jobs: send the batch's Run to this party "
@@ -395,11 +398,15 @@ int PutKey(Cluster& c) {
                     ? (cts ? kmpc::engine::Cipher::kAes128Cts : kmpc::engine::Cipher::kAes128)
                     : (cts ? kmpc::engine::Cipher::kAes256Cts : kmpc::engine::Cipher::kAes256);
   std::array<absl::Status, 3> each;
+  kmpc::client::KeyMeta meta{id, static_cast<uint32_t>(absl::GetFlag(FLAGS_kvno)),
+                             absl::GetFlag(FLAGS_label), absl::GetFlag(FLAGS_replace)};
+  const std::string kind = absl::GetFlag(FLAGS_key_kind);
+  if (kind == "service") meta.kind = kmpc::KeyKind::kService;
+  else if (kind == "user+service") meta.kind = kmpc::KeyKind::kUserService;
+  else if (kind != "user") Die("--key_kind must be user, service or user+service");
   absl::Status st = c.admin.PutKey(
       cipher,
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
-      {id, static_cast<uint32_t>(absl::GetFlag(FLAGS_kvno)),
-       absl::GetFlag(FLAGS_label), absl::GetFlag(FLAGS_replace)},
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()), meta,
       &each);
   OPENSSL_cleanse(key.data(), key.size());
   if (!st.ok()) {
@@ -637,7 +644,8 @@ void ParseJobArguments(const std::vector<std::string>& f, ParsedJob* p) {
   } else if (p->op == "cts_decrypt") {
     if (!FromHex(f[3], &a)) Die("bad hex: " + f[3]);
     p->job.set_type(pb::JOB_DECRYPT);
-    p->job.set_data(a);
+    p->job.set_length(static_cast<uint32_t>(a.size()));
+    p->message = a;  // C || T: dealt as shares, never sent (kmpc.proto JobType)
   } else if (p->op == "cts_encrypt" || p->op == "cts_checksum") {
     if (!FromHex(f[3] == "-" ? "" : f[3], &a)) Die("bad hex: " + f[3]);
     p->job.set_type(p->op == "cts_encrypt" ? pb::JOB_ENCRYPT : pb::JOB_CHECKSUM);
@@ -1330,11 +1338,10 @@ int CtsBench(Cluster& c) {
       job->set_cipher(aes128 ? pb::CIPHER_AES128_CTS : pb::CIPHER_AES256_CTS);
       job->set_type(j == 0 ? pb::JOB_DECRYPT : pb::JOB_ENCRYPT);
       job->set_usage(j == 0 ? 1 : 3);
-      if (j == 0) job->set_data(ct);
-      if (j == 1) job->set_length(reply);
+      job->set_length(j == 0 ? ct.size() : reply);
       if (j == 1) job->set_release_if_ok(1);
     }
-    std::array<pb::RunRequest, 3> reqs = DealRequests(req, {Bytes(), RandomBytes(reply)});
+    std::array<pb::RunRequest, 3> reqs = DealRequests(req, {ct, RandomBytes(reply)});
     std::array<pb::RunResponse, 3> resp;
     const absl::Time t0 = absl::Now();
     CheckRpcs(RunOnAll(c, reqs, &resp));

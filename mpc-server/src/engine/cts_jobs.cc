@@ -59,19 +59,17 @@ struct Group {
 };
 
 // Lane bytes of component c of a task: its material's share, then its
-// data (engine/cts_jobs.h CtsTask; the DECRYPT's public C || T as the
-// sharing (x, 0, 0): share::HoldsPublicIn), the ENCRYPT's confounder
+// dealt inputs (engine/cts_jobs.h CtsTask), the ENCRYPT's confounder
 // first.
-std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
-                               const std::array<uint8_t, 16>& conf) {
+std::vector<uint8_t> LaneBytes(const CtsTask& t, int c, const std::array<uint8_t, 16>& conf) {
   // Sized once: a reallocation would free a copy of the material's share
   // (the round keys' and HMAC states' component) unwiped.
   std::vector<uint8_t> b;
   const absl::Span<const uint8_t> splice_material =
       t.splice_material != nullptr ? absl::MakeConstSpan(t.splice_material->share[c])
                                    : absl::Span<const uint8_t>();
-  b.reserve(t.material->share[c].size() + splice_material.size() + t.public_in.size() +
-            conf.size() + t.shared_in[c].size());
+  b.reserve(t.material->share[c].size() + splice_material.size() + conf.size() +
+            t.shared_in[c].size());
   b.assign(t.material->share[c].begin(), t.material->share[c].end());
   // A splice's checksum material follows the reply's (cts.h
   // SpliceEncryptProgram); P || D follow the confounder as dealt.
@@ -83,21 +81,8 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
     b.insert(b.end(), shared.begin(), shared.begin() + t.cf2_bytes);
     shared.remove_prefix(t.cf2_bytes);
   }
-  switch (t.type) {
-    case pb::JOB_DECRYPT:
-      if (share::HoldsPublicIn(party, c))
-        b.insert(b.end(), t.public_in.begin(), t.public_in.end());
-      else
-        b.resize(b.size() + t.public_in.size(), 0);
-      break;
-    case pb::JOB_ENCRYPT:
-      b.insert(b.end(), conf.begin(), conf.end());
-      b.insert(b.end(), shared.begin(), shared.end());
-      break;
-    default:
-      b.insert(b.end(), shared.begin(), shared.end());
-      break;
-  }
+  if (t.type == pb::JOB_ENCRYPT) b.insert(b.end(), conf.begin(), conf.end());
+  b.insert(b.end(), shared.begin(), shared.end());
   return b;
 }
 
@@ -119,7 +104,7 @@ absl::Status PackGroup(Group& g, protocol::Prss& prss) {
       std::array<uint8_t, 16> mine = conf[0];
       if (c == 1 && t->type == pb::JOB_ENCRYPT)
         std::copy(t->out[0].begin(), t->out[0].end(), mine.begin());
-      bytes.push_back(LaneBytes(*t, prss.party(), c, mine));
+      bytes.push_back(LaneBytes(*t, c, mine));
       OPENSSL_cleanse(mine.data(), mine.size());
       if (bytes.back().size() * 8 != p.inputs) {
         for (auto& v : bytes) share::Wipe(v);

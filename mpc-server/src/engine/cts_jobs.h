@@ -163,9 +163,9 @@ struct CtsTask {
   size_t splice_m = 0;
   size_t splice_off = 0;
   const CtsMaterial* splice_material = nullptr;
-  absl::Span<const uint8_t> public_in;                 // DECRYPT: C || T
-  // ENCRYPT: [X ||] P [|| D]; CHECKSUM: D; DECRYPT: [X] (X a FAST key's
-  // KDC half, D a splice's message)
+  // ENCRYPT: [X ||] P [|| D]; CHECKSUM: D; DECRYPT: [X ||] C || T (X a
+  // FAST key's KDC half, D a splice's message): all dealt by the KDC
+  // module, none in the clear.
   std::array<absl::Span<const uint8_t>, 2> shared_in;
   std::shared_ptr<const cts::Program> program;
   std::array<std::vector<uint8_t>, 2> out;

@@ -185,10 +185,15 @@ void EncodeKeyView(const JobPlan& w, uint8_t* out) {
                           static_cast<uint8_t>(m.share[0].size() >> 8),
                           static_cast<uint8_t>(m.share[0].size())});
       std::sort(layout.begin(), layout.end());
-      static constexpr char kTag[] = "kmpc-cts-key-view-v1";
+      // The key's kind too (KeyKind: whether its AS reply is gated), so
+      // that a server whose record says otherwise fails the key's jobs
+      // alike instead of one server computing what the others refuse.
+      static constexpr char kTag[] = "kmpc-cts-key-view-v2";
       Sha256 h;
       h.Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(kTag), sizeof kTag));
       h.Update(absl::MakeConstSpan(w.key->deal_id.data(), 16));
+      const uint8_t kind = static_cast<uint8_t>(w.key->kind);
+      h.Update(absl::MakeConstSpan(&kind, 1));
       for (const auto& l : layout) h.Update(l);
       std::array<uint8_t, 32> d;
       if (h.Final(d).ok()) std::memcpy(out + 2, d.data(), 16);
@@ -921,11 +926,44 @@ bool CtsMaterialSizesOk(const CtsTask& t) {
   return t.material != nullptr && sized(t.material, want) && sized(t.splice_material, 40);
 }
 
+// Empty if job j may run under its key's kind, else why not. A
+// password-derived key's AS reply (an aes*-cts ENCRYPT under usage 3,
+// the dealt key or a FAST reply key) is an offline password verifier
+// under a key the KDC chose or knows the plaintext of: it is computed only
+// when released on a DECRYPT of the same batch under the same key id that
+// proves the client knows the key, the PA-ENC-TIMESTAMP (usage 1, the
+// dealt key) or the FAST challenge (usage 54, a FAST key). So a KDC host
+// that is compromised gets a user's reply only for a login that user
+// makes meanwhile (docs/security-model.md, "The servers enforce the
+// gate"). Public, and alike on every party (their key views, with the
+// kind, agreed).
+std::string CheckUserGate(absl::Span<const Job> jobs, size_t j, const KeyShares& key) {
+  const Job& job = jobs[j];
+  if (!PasswordDerived(key.kind) || job.type != pb::JOB_ENCRYPT ||
+      job.usage != contract::kSpliceReplyUsage)
+    return {};
+  const int64_t g = job.release_if_ok;
+  if (g != Job::kNoCondition && static_cast<size_t>(g) < jobs.size()) {
+    const Job& gate = jobs[g];
+    const bool dealt = gate.cts_key == pb::CTS_KEY_DEALT;
+    if (gate.type == pb::JOB_DECRYPT && gate.key_id == job.key_id &&
+        gate.cipher == job.cipher && (dealt ? gate.usage == 1 : gate.usage == 54))
+      return {};
+  }
+  return "a user key's AS reply (usage 3) is computed only when released on the "
+         "DECRYPT of a PA-ENC-TIMESTAMP (usage 1) or FAST challenge (usage 54) under "
+         "the same key in the same batch (release_if_ok)";
+}
+
 }  // namespace
 
 void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   const Job& job = b.jobs[j];
   JobPlan& w = b.plan[j];
+  if (std::string why = CheckUserGate(b.jobs, j, *w.key); !why.empty()) {
+    w.Fail(pb::JOB_MALFORMED, std::move(why));
+    return;
+  }
   CtsTask t;
   t.job = j;
   t.type = job.type;
@@ -936,9 +974,8 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
     w.Fail(pb::JOB_UNKNOWN_USAGE, std::move(why));
     return;
   }
-  // A FAST key's half, then (ENCRYPT, CHECKSUM) the message.
+  // A FAST key's half, then the message (a DECRYPT's C || T).
   t.shared_in = {job.data_shares[0], job.data_shares[1]};
-  if (job.type == pb::JOB_DECRYPT) t.public_in = job.data;
   // n as the KDC module derives it (contract::CtsShapeOf).
   t.n = std::get<2>(contract::CtsShapeOf(ShapeOf(job)));
   // A new shape counts against the batch's bound before it is compiled

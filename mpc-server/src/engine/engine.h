@@ -162,6 +162,16 @@ struct CtsMaterial {
 // again (kmpc-admin share, a password change) gives it all of them.
 inline constexpr uint32_t kCtsDealtUsages[] = {1, 2, 3};
 inline constexpr uint32_t kCtsDealtChecksums[] = {17, 56};
+// Of those, what only a key that is (also) a service gets (KeyKind): the
+// ticket (2) and the PAC server signature (17), each an offline verifier
+// for whoever asks for a ticket to it. A user's key (KeyKind::kUser) is
+// dealt without them.
+inline constexpr uint32_t kCtsServiceUsages[] = {2, 17};
+// Whether a kind of key gets kCtsServiceUsages' material.
+constexpr bool DealsServiceUsages(KeyKind k) { return k != KeyKind::kUser; }
+// Whether a key of this kind is password-derived: its aes*-cts AS reply
+// is gated (engine.cc CheckUserGate).
+constexpr bool PasswordDerived(KeyKind k) { return k != KeyKind::kService; }
 // The one direction the KDC uses each dealt usage in: it decrypts the
 // client's timestamp (1), encrypts the reply (3) and a service ticket to
 // the principal (2). The other direction is refused (JOB_UNKNOWN_USAGE):
@@ -196,6 +206,9 @@ inline constexpr uint32_t kCtsCf2EncryptUsages[] = {55, 3};
 struct KeyShares {
   int party = -1;  // 0, 1, 2: which party's view this is
   Cipher cipher = Cipher::kAes128;
+  // From the key's record (store::KeyMeta::kind), not this encoding: the
+  // key lookup sets it. Part of the key view the parties compare.
+  KeyKind kind = KeyKind::kUser;
   // Random id the dealer gives the three views of one dealing (not
   // secret). The parties compare it before using a key, so a re-dealt key
   // present on only some servers fails cleanly instead of computing junk.
@@ -245,8 +258,11 @@ struct KeyShares {
 // DealUsage(K, u) for kCtsDealtUsages, DealChecksum(K, u) for
 // kCtsDealtChecksums and DealPrf(K) (cts/dealer.h), and deals each as
 // fresh shares (KeyShares::cts); the clear material is wiped.
+// `kind`: a user's key (KeyKind::kUser) gets no kCtsServiceUsages
+// material; the views carry the kind (the caller stores it with them).
 absl::StatusOr<std::array<KeyShares, 3>> DealKey(Cipher cipher,
-                                                 absl::Span<const uint8_t> key);
+                                                 absl::Span<const uint8_t> key,
+                                                 KeyKind kind = KeyKind::kService);
 
 // What one tag under one counter needs (one party's view): shares of
 // AES_K(c0) and of the powers of H the tag's GHASH needs. Wiped on
@@ -400,10 +416,11 @@ struct Job {
   uint32_t usage = 0;
   uint32_t nblocks = 0;           // JOB_ENCRYPT only
   // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: len(D); JOB_PAD: the longest message
-  // it may sign. Public and part of the agreement digest (the shares are
-  // not: engine.cc EncodeJob).
+  // it may sign; an aes*-cts job: its dealt input's (a DECRYPT's C || T).
+  // Public and part of the agreement digest (the shares are not: engine.cc
+  // EncodeJob).
   uint32_t length = 0;
-  std::vector<uint8_t> data;      // JOB_DECRYPT: ctr0||C||T
+  std::vector<uint8_t> data;      // a ctr-mpc JOB_DECRYPT: ctr0||C||T
   // JOB_VERIFY_CHECKSUM: the checksum's ctr0 (16 bytes); a verification
   // JOB_PAD: its counter.
   std::vector<uint8_t> checksum;

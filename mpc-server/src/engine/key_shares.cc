@@ -87,14 +87,23 @@ absl::Status DealMaterial(CtsKind kind, uint32_t usage,
 }
 
 // The aes*-cts material of `key` (engine.h, DealKey), dealt into out.
-absl::Status DealCts(absl::Span<const uint8_t> key, std::array<KeyShares, 3>& out) {
-  for (uint32_t u : kCtsDealtUsages)
-    if (absl::Status st = DealMaterial(CtsKind::kUsage, u, cts::DealUsage(key, u), out); !st.ok())
-      return st;
-  for (uint32_t u : kCtsDealtChecksums)
-    if (absl::Status st = DealMaterial(CtsKind::kChecksum, u, cts::DealChecksum(key, u), out);
-        !st.ok())
-      return st;
+absl::Status DealCts(absl::Span<const uint8_t> key, KeyKind kind,
+                     std::array<KeyShares, 3>& out) {
+  const auto dealt = [kind](uint32_t u) {
+    for (uint32_t s : kCtsServiceUsages)
+      if (u == s) return DealsServiceUsages(kind);
+    return true;
+  };
+  for (uint32_t u : kCtsDealtUsages) {
+    if (!dealt(u)) continue;
+    absl::Status st = DealMaterial(CtsKind::kUsage, u, cts::DealUsage(key, u), out);
+    if (!st.ok()) return st;
+  }
+  for (uint32_t u : kCtsDealtChecksums) {
+    if (!dealt(u)) continue;
+    absl::Status st = DealMaterial(CtsKind::kChecksum, u, cts::DealChecksum(key, u), out);
+    if (!st.ok()) return st;
+  }
   return DealMaterial(CtsKind::kPrf, 0, cts::DealPrf(key), out);
 }
 
@@ -250,7 +259,7 @@ absl::StatusOr<KeyShares> KeyShares::Parse(absl::Span<const uint8_t> b) {
 }
 
 absl::StatusOr<std::array<KeyShares, 3>> DealKey(
-    Cipher cipher, absl::Span<const uint8_t> key) {
+    Cipher cipher, absl::Span<const uint8_t> key, KeyKind kind) {
   if (!KnownCipher(cipher)) {
     return absl::InvalidArgumentError("DealKey: unknown cipher");
   }
@@ -301,6 +310,7 @@ absl::StatusOr<std::array<KeyShares, 3>> DealKey(
   for (int i = 0; i < 3; ++i) {
     out[i].party = i;
     out[i].cipher = cipher;
+    out[i].kind = kind;
     out[i].deal_id = deal_id;
     for (int k = 0; k < 2; ++k) {
       out[i].round_keys[k] = std::move((*rk_views)[i].comp[k]);
@@ -308,7 +318,7 @@ absl::StatusOr<std::array<KeyShares, 3>> DealKey(
     }
   }
   if (IsCts(cipher)) {
-    if (st = DealCts(key, out); !st.ok()) return st;  // out's views wipe themselves
+    if (st = DealCts(key, kind, out); !st.ok()) return st;  // out's views wipe themselves
   }
   return out;
 }

@@ -47,6 +47,7 @@ absl::StatusOr<std::shared_ptr<const engine::KeyShares>> KeyCache::Load(
     return absl::FailedPreconditionError(absl::StrCat(
         "stored shares of key ", store::KeyIdHex(*id), " belong to party ",
         ks->party, " or another cipher"));
+  ks->kind = rec->meta.kind;  // the record's, not the shares' encoding
   return std::shared_ptr<const engine::KeyShares>(
       std::make_shared<const engine::KeyShares>(std::move(*ks)));
 }

@@ -720,7 +720,10 @@ absl::Status AdminService::DoPutKey(const kmpc::v1::PutKeyRequest& req) {
   if (ks->party != options_.party || ks->cipher != *cipher)
     return absl::InvalidArgumentError(
         "shares' party or cipher differ from the request's");
-  store::KeyMeta meta{*id, *cipher, info.kvno(), info.label()};
+  if (info.kind() < 0 || info.kind() >= kKeyKinds)
+    return absl::InvalidArgumentError(absl::StrCat("unknown key kind ", info.kind()));
+  store::KeyMeta meta{*id, *cipher, info.kvno(), info.label(),
+                      static_cast<KeyKind>(info.kind())};
   absl::Status st = store_->Put(
       meta,
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(req.shares().data()),
@@ -772,6 +775,7 @@ grpc::Status AdminService::ListKeys(grpc::ServerContext* ctx,
     k->set_cipher(engine::ToProto(m.cipher));
     k->set_kvno(m.kvno);
     k->set_label(m.label);
+    k->set_kind(static_cast<pb::KeyKind>(m.kind));
   }
   return grpc::Status::OK;
 }
@@ -822,7 +826,8 @@ namespace {
 // What a refreshed record copies from the old one and the three servers
 // compare (refresh.h, RefreshSource::public_meta).
 std::string PublicMeta(const store::KeyMeta& m) {
-  return absl::StrCat(static_cast<int>(m.cipher), ":", m.kvno, ":", m.label);
+  return absl::StrCat(static_cast<int>(m.cipher), ":", m.kvno, ":", static_cast<int>(m.kind),
+                      ":", m.label);
 }
 
 // The inverse of PublicMeta, for a rebuilt party's new records (the label
@@ -830,16 +835,19 @@ std::string PublicMeta(const store::KeyMeta& m) {
 absl::StatusOr<store::KeyMeta> ParsePublicMeta(absl::string_view s) {
   const size_t c1 = s.find(':');
   const size_t c2 = c1 == absl::string_view::npos ? c1 : s.find(':', c1 + 1);
-  int cipher = 0;
+  const size_t c3 = c2 == absl::string_view::npos ? c2 : s.find(':', c2 + 1);
+  int cipher = 0, kind = 0;
   uint32_t kvno = 0;
-  if (c2 == absl::string_view::npos || !absl::SimpleAtoi(s.substr(0, c1), &cipher) ||
+  if (c3 == absl::string_view::npos || !absl::SimpleAtoi(s.substr(0, c1), &cipher) ||
       !absl::SimpleAtoi(s.substr(c1 + 1, c2 - c1 - 1), &kvno) ||
-      !engine::CipherFromProto(cipher))
+      !absl::SimpleAtoi(s.substr(c2 + 1, c3 - c2 - 1), &kind) ||
+      !engine::CipherFromProto(cipher) || kind < 0 || kind >= kKeyKinds)
     return absl::DataLossError("malformed key metadata from the surviving servers");
   store::KeyMeta m;
   m.cipher = *engine::CipherFromProto(cipher);
   m.kvno = kvno;
-  m.label = std::string(s.substr(c2 + 1));
+  m.kind = static_cast<KeyKind>(kind);
+  m.label = std::string(s.substr(c3 + 1));
   return m;
 }
 
@@ -884,6 +892,7 @@ engine::RefreshSource LookupRefreshSource(
     src.old_key = absl::DataLossError("stored shares do not fit their record");
     return src;
   }
+  ks->kind = rec->meta.kind;
   src.old_key = std::make_shared<const engine::KeyShares>(std::move(*ks));
   src.public_meta = PublicMeta(rec->meta);
   store::KeyMeta m = rec->meta;

@@ -16,6 +16,16 @@ namespace kmpc {
 // krb5 enctypes; their records carry the dealt per-usage material too.
 enum class Cipher : uint8_t { kAes128 = 1, kAes256 = 2, kAes128Cts = 17, kAes256Cts = 18 };
 
+// What kind of key a record holds (kmpc.proto KeyKind, same values): a
+// password-derived user's (the default, and every record stored before
+// the kind was), a random service key, or a user's also used as a
+// service. The store persists it with the key's metadata; the engine
+// gates a user key's AS reply and the dealer leaves out the ticket and
+// PAC material of a user key that is not also a service.
+enum class KeyKind : uint8_t { kUser = 0, kService = 1, kUserService = 2 };
+// KeyKind values are 0 .. kKeyKinds - 1; any other is refused.
+inline constexpr int kKeyKinds = 3;
+
 }  // namespace kmpc
 
 #endif  // KMPC_STORE_CIPHER_H_

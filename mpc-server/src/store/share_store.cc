@@ -21,12 +21,15 @@ namespace kmpc::store {
 namespace {
 
 // Record layout (little endian):
-//   "KMS1" | cipher u8 | kvno u32 | label_len u16 | label | shares_len u32 |
-//   shares
-// cipher is a store/cipher.h value (1, 2; 17, 18 for aes*-cts); the shares
-// are a versioned KeyShares encoding (engine.h: version 2 adds the aes*-cts
-// material), so records written before those ciphers load unchanged.
-constexpr uint8_t kMagic[4] = {'K', 'M', 'S', '1'};
+//   "KMS2" | cipher u8 | kind u8 | kvno u32 | label_len u16 | label |
+//   shares_len u32 | shares
+// cipher is a store/cipher.h value (1, 2; 17, 18 for aes*-cts), kind a
+// KeyKind; the shares are a versioned KeyShares encoding (engine.h: version
+// 2 adds the aes*-cts material), so records written before those ciphers
+// load unchanged. A "KMS1" record (no kind byte, written before it) loads
+// as a user key (KeyKind::kUser).
+constexpr uint8_t kMagic[4] = {'K', 'M', 'S', '2'};
+constexpr uint8_t kMagicV1[4] = {'K', 'M', 'S', '1'};
 // A deleted id's value while key ids are immutable (set_immutable_ids).
 constexpr uint8_t kTombstone[4] = {'K', 'M', 'T', '1'};
 
@@ -105,6 +108,7 @@ std::vector<uint8_t> EncodeRecord(const KeyMeta& meta,
                                   absl::Span<const uint8_t> shares) {
   std::vector<uint8_t> out(kMagic, kMagic + 4);
   out.push_back(static_cast<uint8_t>(meta.cipher));
+  out.push_back(static_cast<uint8_t>(meta.kind));
   PutU32(out, meta.kvno);
   out.push_back(static_cast<uint8_t>(meta.label.size()));
   out.push_back(static_cast<uint8_t>(meta.label.size() >> 8));
@@ -128,14 +132,21 @@ absl::StatusOr<KeyRecord> DecodeRecord(const KeyId& id,
     pos += 4;
     return x;
   };
-  if (!need(4) || std::memcmp(v.data(), kMagic, 4) != 0) return corrupt("magic");
+  if (!need(4)) return corrupt("magic");
+  const bool v1 = std::memcmp(v.data(), kMagicV1, 4) == 0;
+  if (!v1 && std::memcmp(v.data(), kMagic, 4) != 0) return corrupt("magic");
   pos = 4;
-  if (!need(1 + 4 + 2)) return corrupt("truncated header");
+  if (!need(1 + (v1 ? 0 : 1) + 4 + 2)) return corrupt("truncated header");
   KeyRecord rec;
   rec.meta.key_id = id;
   uint8_t c = v[pos++];
   if (c != 1 && c != 2 && c != 17 && c != 18) return corrupt("cipher");
   rec.meta.cipher = static_cast<Cipher>(c);
+  if (!v1) {
+    const uint8_t k = v[pos++];
+    if (k >= kKeyKinds) return corrupt("kind");
+    rec.meta.kind = static_cast<KeyKind>(k);
+  }
   rec.meta.kvno = u32();
   size_t label_len = v[pos] | (size_t{v[pos + 1]} << 8);
   pos += 2;

@@ -1,7 +1,7 @@
 // The share store: one LMDB environment per MPC server, keyed by the 32-byte
 // key id the KDC's key handles carry (enctype.md, "Inside the KDC").
 //
-// A record holds public metadata (cipher, kvno, label) and this server's
+// A record holds public metadata (cipher, kvno, label, kind) and this server's
 // serialized KeyShares: its two replicated shares of every round key and of
 // the powers of H. One server's store alone reveals no key (enctype.md,
 // "Security invariants", 1): the third share lives only on the other two
@@ -41,6 +41,7 @@ struct KeyMeta {
   Cipher cipher = Cipher::kAes128;
   uint32_t kvno = 0;
   std::string label;
+  KeyKind kind = KeyKind::kUser;
 };
 
 // Serialized shares; wiped on destruction.

@@ -101,17 +101,19 @@ class CtsCluster {
   }
   ::kmpc::testing::CheatingChannel& cheat() { return *cheat_; }
 
-  // Deals `key` as an aes*-cts key; the views go through the store's
-  // encoding (KeyShares::Serialize / Parse) as on a server.
-  std::string AddKey(const Bytes& key) {
+  // Deals `key` as an aes*-cts key of `kind`; the views go through the
+  // store's encoding (KeyShares::Serialize / Parse) as on a server, the
+  // kind through the record's metadata (service/key_cache.cc).
+  std::string AddKey(const Bytes& key, KeyKind kind = KeyKind::kService) {
     const Cipher c = key.size() == 16 ? Cipher::kAes128Cts : Cipher::kAes256Cts;
-    auto views = DealKey(c, key);
+    auto views = DealKey(c, key, kind);
     EXPECT_TRUE(views.ok()) << views.status();
     std::string id = "cts-" + std::to_string(next_++);
     id.resize(contract::kKeyIdSize, '.');
     for (int i = 0; i < 3; ++i) {
       auto parsed = KeyShares::Parse((*views)[i].Serialize());
       EXPECT_TRUE(parsed.ok()) << parsed.status();
+      if (parsed.ok()) parsed->kind = kind;
       store_[i][id] = std::make_shared<const KeyShares>(std::move(*parsed));
     }
     return id;
@@ -127,8 +129,9 @@ class CtsCluster {
   }
 
   // Runs jobs whose `data` is a message to deal (ENCRYPT, CHECKSUM: shares
-  // of it go to each party, data cleared) or public (DECRYPT).
-  // dealt: DECRYPT jobs whose FAST key half (Job::data_shares) is dealt.
+  // of it go to each party, data cleared; DECRYPT: its C || T, dealt the
+  // same way, wire version 9).
+  // dealt: DECRYPT jobs whose FAST key half is dealt before C || T.
   std::array<BatchResult, 3> Run(const std::vector<Job>& jobs,
                                  const std::map<size_t, Bytes>& dealt = {}) {
     auto r = RunStatus(jobs, dealt);
@@ -147,15 +150,11 @@ class CtsCluster {
       const std::function<void(int, std::vector<Job>&)>& tweak = nullptr) {
     std::array<std::vector<Job>, 3> each = {jobs, jobs, jobs};
     for (size_t j = 0; j < jobs.size(); ++j) {
-      if (jobs[j].type == pb::JOB_DECRYPT) {
-        auto d = dealt.find(j);
-        if (d == dealt.end()) continue;
-        auto views = share::Deal(d->second);
-        EXPECT_TRUE(views.ok());
-        for (int i = 0; i < 3; ++i) each[i][j].data_shares = (*views)[i].comp;
-        continue;
-      }
-      auto views = share::Deal(jobs[j].data);
+      Bytes value;
+      if (auto d = dealt.find(j); jobs[j].type == pb::JOB_DECRYPT && d != dealt.end())
+        value = d->second;
+      value.insert(value.end(), jobs[j].data.begin(), jobs[j].data.end());
+      auto views = share::Deal(value);
       EXPECT_TRUE(views.ok());
       for (int i = 0; i < 3; ++i) {
         each[i][j].data.clear();
@@ -197,7 +196,7 @@ Job CtsJob(pb::JobType type, const std::string& id, bool aes256, uint32_t usage,
   j.cipher = aes256 ? pb::CIPHER_AES256_CTS : pb::CIPHER_AES128_CTS;
   j.key_id = id;
   j.usage = usage;
-  if (type != pb::JOB_DECRYPT) j.length = static_cast<uint32_t>(data.size());
+  j.length = static_cast<uint32_t>(data.size());
   j.data = std::move(data);
   return j;
 }
@@ -456,7 +455,7 @@ Job FastJob(pb::JobType type, const std::string& id, bool aes256, uint32_t usage
             const Bytes& half, const Bytes& data) {
   Job j = CtsJob(type, id, aes256, usage, type == pb::JOB_DECRYPT ? data : Cat(half, data));
   j.cts_key = half.size() == 16 ? pb::CTS_KEY_CF2_AES128 : pb::CTS_KEY_CF2_AES256;
-  if (type == pb::JOB_ENCRYPT) j.length = static_cast<uint32_t>(data.size());
+  j.length = static_cast<uint32_t>(data.size());
   return j;
 }
 
@@ -547,6 +546,61 @@ TEST_P(CtsJobs, FastPepperIsTheUsages) {
   for (size_t j = 1; j < 3; ++j)
     for (int i = 0; i < 3; ++i)
       for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty());
+}
+
+// A user's password-derived key (KeyKind::kUser): its AS reply (usage 3,
+// under the dealt key or a FAST reply key) is computed only when released
+// on the DECRYPT of its timestamp (1) or challenge (54) under the same key
+// in the same batch; ungated, or gated on another key's timestamp, it
+// fails JOB_MALFORMED with nothing computed (a compromised KDC's request
+// for a user's keystream, issue 48). It gets no ticket (2) or PAC
+// signature (17) material. A service key's reply needs no gate.
+TEST_P(CtsJobs, UserKeysAsReplyOnlyOnItsGate) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32), other = Random(32), svc = Random(32);
+  const std::string id = c.AddKey(key, KeyKind::kUser);
+  const std::string id2 = c.AddKey(other, KeyKind::kUser);
+  const std::string sid = c.AddKey(svc, KeyKind::kService);
+  const Bytes conf_ts = Random(44), reply = Random(120);
+  Job ungated = CtsJob(pb::JOB_ENCRYPT, id, true, 3, reply);
+  Job gated = ungated;
+  gated.release_if_ok = 0;
+  Job wrong_gate = ungated;
+  wrong_gate.release_if_ok = 3;
+  Job on_itself = ungated;  // gated on another ENCRYPT: refused as before
+  on_itself.release_if_ok = 1;
+  Job service = CtsJob(pb::JOB_ENCRYPT, sid, true, 3, reply);
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, true, 1, ClearEncrypt(key, 1, conf_ts)), ungated,
+                  gated, CtsJob(pb::JOB_DECRYPT, id2, true, 1, ClearEncrypt(other, 1, conf_ts)),
+                  wrong_gate, CtsJob(pb::JOB_ENCRYPT, id, true, 2, reply),
+                  CtsJob(pb::JOB_CHECKSUM, id, true, 17, reply), service, on_itself});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  ExpectStatus(r, 1, pb::JOB_MALFORMED);
+  ExpectStatus(r, 2, pb::JOB_OK);
+  const Bytes back = ClearDecrypt(key, 3, Revealed(r, 2));
+  EXPECT_EQ(back.back() & 1, 0);
+  EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1), reply);
+  ExpectStatus(r, 3, pb::JOB_OK);
+  ExpectStatus(r, 4, pb::JOB_MALFORMED);
+  ExpectStatus(r, 5, pb::JOB_UNKNOWN_USAGE);
+  ExpectStatus(r, 6, pb::JOB_UNKNOWN_USAGE);
+  ExpectStatus(r, 7, pb::JOB_OK);
+  ExpectStatus(r, 8, pb::JOB_MALFORMED);
+  for (size_t j : {1, 4, 8})
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty()) << j;
+
+  // FAST: the reply under the strengthened key on the challenge (54).
+  const Bytes xc = Random(32), xs = Random(32);
+  const Bytes ct = ClearEncrypt(Xor(xc, ClearPrfPlus(key, "challengelongterm", 32)), 54,
+                                conf_ts);
+  Job rep = FastJob(pb::JOB_ENCRYPT, id, true, 3, xs, reply);
+  Job rep_ungated = rep;
+  rep.release_if_ok = 0;
+  auto f = c.Run({FastJob(pb::JOB_DECRYPT, id, true, 54, xc, ct), rep, rep_ungated}, {{0, xc}});
+  ExpectStatus(f, 0, pb::JOB_OK);
+  ExpectStatus(f, 1, pb::JOB_OK);
+  ExpectStatus(f, 2, pb::JOB_MALFORMED);
 }
 
 // --security=malicious, a FAST login's three jobs (the gate under 54, the

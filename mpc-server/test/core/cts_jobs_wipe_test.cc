@@ -26,7 +26,7 @@ namespace {
 
 constexpr unsigned char kMarker[8] = {0xC3, 0x5A, 0x96, 0x3C, 0xE1, 0x7B, 0x0F, 0xA4};
 // Component k of a value with tag t is kMarker with each byte XOR (16 t + k).
-constexpr int kVariants = 48;
+constexpr int kVariants = 64;  // tags 0 to 3
 // Or, for values made elsewhere (the dealer's random shares): up to
 // kMaxNeedles 8-byte pieces of them, set while disarmed.
 constexpr int kMaxNeedles = 64;
@@ -84,20 +84,20 @@ TEST(CtsJobsWipe, NoFreedBlockHoldsMaterialOrMessageShares) {
   auto enc = CtsProgramCache::Shared().Get(pb::JOB_ENCRYPT, nr, n_enc);
   ASSERT_TRUE(dec.ok() && enc.ok());
   std::array<std::array<CtsMaterial, 2>, 3> material;
-  std::array<std::array<std::vector<uint8_t>, 2>, 3> plain;
-  const std::vector<uint8_t> ct(n_dec + cts::kTagBytes, 0x11);
+  std::array<std::array<std::vector<uint8_t>, 2>, 3> plain, ct;
   std::array<std::vector<CtsTask>, 3> tasks;
   for (int p = 0; p < 3; ++p) {
     material[p][0].share = View(mbytes, 0, p);
     material[p][1].share = View(mbytes, 1, p);
     plain[p] = View(n_enc - 16, 2, p);
+    ct[p] = View(n_dec + cts::kTagBytes, 3, p);
     CtsTask d;
     d.job = 0;
     d.type = pb::JOB_DECRYPT;
     d.nr = nr;
     d.n = n_dec;
     d.material = &material[p][0];
-    d.public_in = ct;
+    d.shared_in = {ct[p][0], ct[p][1]};
     d.program = *dec;
     CtsTask e;
     e.job = 1;

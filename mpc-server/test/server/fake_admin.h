@@ -76,6 +76,11 @@ class FakeAdmin {
     std::lock_guard<std::mutex> l(svc_.mu);
     return svc_.last_shares_size;
   }
+  // The key kind of the last PutKey (kmpc.proto KeyKind).
+  kmpc::v1::KeyKind last_kind() {
+    std::lock_guard<std::mutex> l(svc_.mu);
+    return svc_.last_kind;
+  }
 
  private:
   struct Svc : kmpc::v1::Admin::Service {
@@ -95,6 +100,7 @@ class FakeAdmin {
         last_label = req->info().label();
         last_kvno = req->info().kvno();
         last_cipher = req->info().cipher();
+        last_kind = req->info().kind();
         last_shares_size = req->shares().size();
         if (keys.count(id) && !req->replace())
           return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "already stored");
@@ -125,6 +131,7 @@ class FakeAdmin {
     std::string last_label;
     uint32_t last_kvno = 0;
     kmpc::v1::Cipher last_cipher = kmpc::v1::CIPHER_UNSPECIFIED;
+    kmpc::v1::KeyKind last_kind = kmpc::v1::KEY_KIND_USER;
     size_t last_shares_size = 0;
   };
   Svc svc_;

@@ -947,7 +947,7 @@ TEST_F(ServiceTest, AnotherWireVersionIsRefusedByName) {
                                   absl::StrCat("version ", contract::kWireVersion)))
         << st.error_message();
   };
-  // kWireVersion - 1: the version before FAST keys (Job.cts_key).
+  // kWireVersion - 1: the version before this one.
   for (uint32_t v : {0u, 1u, contract::kWireVersion - 1, contract::kWireVersion + 1}) {
     run.set_wire_version(v);
     fin.set_wire_version(v);

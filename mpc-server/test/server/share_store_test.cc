@@ -82,6 +82,39 @@ TEST(ShareStoreTest, DecodeHostileRecords) {
   }
 }
 
+// The key's kind (kmpc.proto KeyKind) is stored with its metadata; a
+// record written before it ("KMS1", no kind byte) loads as a user's key,
+// the gated kind; an unknown kind does not load.
+TEST(ShareStoreTest, KindRoundTripsAndOldRecordsAreUserKeys) {
+  std::vector<uint8_t> shares(40, 7);
+  for (KeyKind k : {KeyKind::kUser, KeyKind::kService, KeyKind::kUserService}) {
+    KeyMeta meta{Id(2), Cipher::kAes256Cts, 4, "bob@R"};
+    meta.kind = k;
+    auto rec = DecodeRecord(Id(2), EncodeRecord(meta, shares));
+    ASSERT_TRUE(rec.ok()) << rec.status();
+    EXPECT_EQ(rec->meta.kind, k);
+    EXPECT_EQ(rec->meta.label, "bob@R");
+  }
+  std::vector<uint8_t> v1 = {'K', 'M', 'S', '1', 18, 4, 0, 0, 0, 5, 0, 'b', 'o', 'b', '@', 'R',
+                             40, 0, 0, 0};
+  v1.insert(v1.end(), shares.begin(), shares.end());
+  auto old = DecodeRecord(Id(2), v1);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->meta.kind, KeyKind::kUser);
+  EXPECT_EQ(old->meta.cipher, Cipher::kAes256Cts);
+  EXPECT_EQ(old->meta.kvno, 4u);
+  KeyMeta meta{Id(2), Cipher::kAes256Cts, 4, "bob@R"};
+  std::vector<uint8_t> bad = EncodeRecord(meta, shares);
+  bad[5] = 3;  // the kind byte
+  EXPECT_FALSE(DecodeRecord(Id(2), bad).ok());
+  auto store = ShareStore::Open(TempDir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  meta.kind = KeyKind::kService;
+  ASSERT_TRUE((*store)->Put(meta, shares, false).ok());
+  EXPECT_EQ((*store)->Get(Id(2))->meta.kind, KeyKind::kService);
+  EXPECT_EQ((*(*store)->List())[0].kind, KeyKind::kService);
+}
+
 std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<uint8_t> v(n);
