@@ -121,6 +121,19 @@ uint64_t SharedBytes(pb::JobType type, uint64_t length) {
   }
 }
 
+uint64_t SpliceDealtBytes(uint64_t m) {
+  // 64 + m + 1 + 8 bytes rounded up to whole blocks, less the pad block.
+  return (64 + m + 9 + 63) / 64 * 64 - 64;
+}
+
+std::string SplicePadding(uint64_t m) {
+  std::string pad(SpliceDealtBytes(m) - m, '\0');
+  pad[0] = static_cast<char>(0x80);
+  const uint64_t bits = 8 * (64 + m);
+  for (int k = 0; k < 8; ++k) pad[pad.size() - 1 - k] = static_cast<char>(bits >> (8 * k));
+  return pad;
+}
+
 uint64_t CtsKeyBytes(pb::CtsKey key) {
   switch (key) {
     case pb::CTS_KEY_CF2_AES128: return 16;
@@ -231,8 +244,27 @@ JobCheck CheckMessageShares(const JobShape& job) {
   return {};
 }
 
+}  // namespace
+
+std::string CtsLengthProblem(const JobShape& job) {
+  if (!CtsCipher(job.cipher)) return {};
+  if (job.type == pb::JOB_ENCRYPT && job.splice_length > kMaxCtsSpliceBytes)
+    return absl::StrCat("a spliced request dealt as ", job.splice_length, " bytes (at most ",
+                        kMaxCtsSpliceBytes, ": an AS-REQ of ", kMaxCtsSpliceBytes - 9, ")");
+  if (job.type == pb::JOB_DECRYPT && job.length > kMaxCtsDecryptBytes + kCtsTag)
+    return absl::StrCat("an aes*-cts DECRYPT's ciphertext of ", job.length,
+                        " bytes (at most ", kMaxCtsDecryptBytes + kCtsTag, ")");
+  const uint64_t limit = job.type == pb::JOB_ENCRYPT ? kMaxCtsBytes - kCtsConfounder : kMaxCtsBytes;
+  if ((job.type == pb::JOB_ENCRYPT || job.type == pb::JOB_CHECKSUM) && job.length > limit)
+    return absl::StrCat("an aes*-cts ", JobTypeName(job.type), " of ", job.length,
+                        " bytes (at most ", limit, ")");
+  return {};
+}
+
+namespace {
+
 // An aes*-cts job (kmpc.proto JobType): DECRYPT of C || T, ENCRYPT of
-// shared P, CHECKSUM of a shared message; conf || P within kMaxCtsBytes.
+// shared P, CHECKSUM of a shared message; lengths within CtsLengthProblem.
 JobCheck CheckCtsJob(const JobShape& job) {
   const uint64_t want =
       SharedBytes(job.type, job.cipher, job.length, job.cts_key, job.splice_length);
@@ -243,13 +275,14 @@ JobCheck CheckCtsJob(const JobShape& job) {
         job.usage != kSpliceReplyUsage)
       return Malformed(absl::StrCat("a splice on an aes*-cts ", JobTypeName(job.type),
                                     " (only a usage-3 ENCRYPT under the dealt key)"));
-    if (job.splice_length > kMaxCtsBytes)
-      return Malformed(absl::StrCat("a spliced message of ", job.splice_length,
-                                    " bytes (at most ", kMaxCtsBytes, ")"));
+    if (job.splice_length % 64 != 0)
+      return Malformed(absl::StrCat("a spliced message dealt as ", job.splice_length,
+                                    " bytes (with its SHA-1 padding: a multiple of 64)"));
     if (job.splice_offset > job.length || job.length - job.splice_offset < kSpliceBytes)
       return Malformed(absl::StrCat("splice at ", job.splice_offset, " of a ", job.length,
                                     "-byte plaintext (12 bytes must fit)"));
   }
+  if (std::string why = CtsLengthProblem(job); !why.empty()) return Malformed(std::move(why));
   if (job.cts_key != pb::CTS_KEY_DEALT &&
       (CtsKeyBytes(job.cts_key) == 0 ||
        (job.type != pb::JOB_DECRYPT && job.type != pb::JOB_ENCRYPT)))
@@ -266,20 +299,12 @@ JobCheck CheckCtsJob(const JobShape& job) {
       if (job.length < kCtsConfounder + kCtsTag)
         return CannotVerify(absl::StrCat("ciphertext of ", job.length,
                                          " bytes is shorter than a block and the tag (28)"));
-      if (job.length - kCtsTag > kMaxCtsBytes)
-        return Malformed(absl::StrCat("an aes*-cts ciphertext is at most ",
-                                      kMaxCtsBytes + kCtsTag, " bytes"));
       return {};
     case pb::JOB_ENCRYPT:
     case pb::JOB_CHECKSUM: {
       if (!job.data.empty() || !job.checksum.empty())
         return Malformed(absl::StrCat(JobTypeName(job.type),
                                       " takes its message as shares (data_shares) only"));
-      const uint64_t limit =
-          job.type == pb::JOB_ENCRYPT ? kMaxCtsBytes - kCtsConfounder : kMaxCtsBytes;
-      if (job.length > limit)
-        return Malformed(absl::StrCat("an aes*-cts ", JobTypeName(job.type),
-                                      " covers at most ", limit, " bytes"));
       if (job.share_sizes[0] != want || job.share_sizes[1] != want)
         return Malformed(absl::StrCat(JobTypeName(job.type), " shares of ",
                                       job.share_sizes[0], " and ", job.share_sizes[1],

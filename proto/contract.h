@@ -48,7 +48,9 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // 9: an aes*-cts DECRYPT's C || T goes as shares (RunRequest.data_shares,
 // after a FAST key's KDC half), its length in Job.length; Job.data is
 // refused under those ciphers.
-inline constexpr uint32_t kWireVersion = 9;
+// 10: a splice's message is dealt with its HMAC inner padding
+// (SpliceDealtBytes): splice_length is a multiple of 64.
+inline constexpr uint32_t kWireVersion = 10;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
@@ -113,10 +115,24 @@ const char* CipherName(pb::Cipher cipher);
 bool KnownCipher(pb::Cipher cipher);
 // CIPHER_AES128_CTS or CIPHER_AES256_CTS (RFC 3962; kmpc.proto JobType).
 bool CtsCipher(pb::Cipher cipher);
-// The largest conf || P an aes*-cts job may cover: an AS reply's
-// EncASRepPart is a few hundred bytes; the bound keeps one job's circuit
-// (compiled per length, engine/cts_jobs.h) and its malicious checks small.
-inline constexpr uint64_t kMaxCtsBytes = 8192;
+// Bounded depth (docs/design/cts-circuits.md, "Length caps"): a batch
+// waits for its deepest program, and an aes*-cts program's AND depth
+// grows with its length (CBC and SHA-1 are sequential), so each job kind
+// is capped at what real exchanges need with a wide margin, not at what
+// the protocol allows (docs/design/cts-circuits.md, "Length caps": the
+// AS-REQ with PA-ENC-TIMESTAMP of names of 2-40 characters is 232-274
+// bytes from Debian's MIT kinit, 234-276 from Heimdal's, 210-245 from
+// OpenJDK 17's Krb5LoginModule, ~50 more with the host's addresses; a
+// PA-ENC-TS-ENC is 49-56 bytes of ciphertext and tag).
+// The largest conf || P of an aes*-cts ENCRYPT and the largest message of
+// a CHECKSUM (an AS reply, a ticket with its PAC, a PAC's checksum).
+inline constexpr uint64_t kMaxCtsBytes = 2048;
+// The largest conf || P of an aes*-cts DECRYPT (a timestamp or a FAST
+// challenge: the KDC refuses any longer before it asks, krb5 patch 0020).
+inline constexpr uint64_t kMaxCtsDecryptBytes = 256;
+// The largest splice message as dealt (SpliceDealtBytes: the AS-REQ and
+// its HMAC inner padding): 16 SHA-1 blocks, an AS-REQ of up to 1015 bytes.
+inline constexpr uint64_t kMaxCtsSpliceBytes = 1024;
 
 // How many compiled aes*-cts programs a server keeps (engine/cts_jobs.h
 // CtsProgramCache); the KDC module proves fewer reply shapes than this
@@ -168,6 +184,14 @@ struct JobShape {
 inline constexpr uint32_t kSpliceChecksumUsage = 56;
 inline constexpr uint32_t kSpliceReplyUsage = 3;
 inline constexpr uint64_t kSpliceBytes = 12;
+// The splice's message as dealt (kmpc.proto Job.splice_length): D, then
+// the padding SHA-1 appends to the HMAC inner hash's input (Ki ^ ipad) ||
+// D (FIPS 180-4 section 5.1.1: 0x80, zeros, the 64-bit big-endian bit
+// length of 64 + |D|), so that the servers' program depends on the
+// number of SHA-1 blocks only, not on |D| (cts/cts.h
+// SpliceEncryptProgram). The padding is public given |D|.
+uint64_t SpliceDealtBytes(uint64_t m);  // m + the padding: a multiple of 64
+std::string SplicePadding(uint64_t m);
 // Bytes of the KDC's half of a FAST key: 16, 32, or 0 for CTS_KEY_DEALT
 // (and for an unknown value: CheckJob refuses it).
 uint64_t CtsKeyBytes(pb::CtsKey key);
@@ -249,6 +273,13 @@ bool ResultHasCtr0(const JobShape& job, pb::JobStatus status);
 // RunResponse.shares: RevealedBytes for a JOB_OK ENCRYPT, DECRYPT or
 // CHECKSUM, else 0.
 uint64_t RevealedShareBytes(const JobShape& job, pb::JobStatus status);
+
+// Why an aes*-cts job is longer than its kind's cap (kMaxCtsBytes,
+// kMaxCtsDecryptBytes, kMaxCtsSpliceBytes), in public terms; empty if it
+// is not (or is no aes*-cts job). CheckJob fails such a job
+// JOB_MALFORMED; the KDC module refuses it before it is queued, with
+// SVC_UNAVAILABLE, so that it never shares a batch with others' logins.
+std::string CtsLengthProblem(const JobShape& job);
 
 // The outcome of CheckJob: JOB_OK, JOB_MALFORMED (also for a cipher that is
 // not CIPHER_AES128 or CIPHER_AES256), or JOB_INTEGRITY_FAILED

@@ -266,12 +266,12 @@ TEST(CheckJob, CtsSplice) {
   for (pb::Cipher c : {pb::CIPHER_AES128_CTS, pb::CIPHER_AES256_CTS}) {
     JobShape e{pb::JOB_ENCRYPT, c, kKeyIdSize, 300, "", ""};
     e.usage = kSpliceReplyUsage;
-    e.splice_length = 250;
+    e.splice_length = 320;  // a 250-byte AS-REQ with its padding
     e.splice_offset = 288;
-    EXPECT_EQ(SharedBytes(pb::JOB_ENCRYPT, c, 300, pb::CTS_KEY_DEALT, 250), 550u);
+    EXPECT_EQ(SharedBytes(pb::JOB_ENCRYPT, c, 300, pb::CTS_KEY_DEALT, 320), 620u);
     e.share_sizes[0] = e.share_sizes[1] = 300;  // D's shares missing
     EXPECT_EQ(CheckJob(e).status, pb::JOB_MALFORMED);
-    e.share_sizes[0] = e.share_sizes[1] = 550;
+    e.share_sizes[0] = e.share_sizes[1] = 620;
     EXPECT_TRUE(CheckJob(e).ok()) << CheckJob(e).detail;
     EXPECT_EQ(RevealedBytes(e), 16u + 300 + 12);  // C || T only
     const uint64_t spliced_blocks = JobBlocks(e);
@@ -291,10 +291,10 @@ TEST(CheckJob, CtsSplice) {
     x = e;
     x.length = 11;
     x.splice_offset = 0;
-    x.share_sizes[0] = x.share_sizes[1] = 11 + 250;
+    x.share_sizes[0] = x.share_sizes[1] = 11 + 320;
     EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
     x.length = 12;
-    x.share_sizes[0] = x.share_sizes[1] = 12 + 250;
+    x.share_sizes[0] = x.share_sizes[1] = 12 + 320;
     EXPECT_TRUE(CheckJob(x).ok()) << CheckJob(x).detail;
     // An offset without a length.
     x = plain;
@@ -306,13 +306,21 @@ TEST(CheckJob, CtsSplice) {
     EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
     x = e;
     x.cts_key = pb::CTS_KEY_CF2_AES256;
-    x.share_sizes[0] = x.share_sizes[1] = 32 + 550;
+    x.share_sizes[0] = x.share_sizes[1] = 32 + 620;
     EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
-    // D over the cap.
+    // D over the cap, D not dealt padded (not a multiple of 64).
     x = e;
-    x.splice_length = kMaxCtsBytes + 1;
-    x.share_sizes[0] = x.share_sizes[1] = 300 + kMaxCtsBytes + 1;
+    x.splice_length = kMaxCtsSpliceBytes + 64;
+    x.share_sizes[0] = x.share_sizes[1] = 300 + kMaxCtsSpliceBytes + 64;
     EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    EXPECT_NE(CtsLengthProblem(x), "");
+    x.splice_length = kMaxCtsSpliceBytes;
+    x.share_sizes[0] = x.share_sizes[1] = 300 + kMaxCtsSpliceBytes;
+    EXPECT_TRUE(CheckJob(x).ok()) << CheckJob(x).detail;
+    x.splice_length = 250;
+    x.share_sizes[0] = x.share_sizes[1] = 550;
+    EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+    EXPECT_EQ(CtsLengthProblem(x), "");
     // DECRYPT and CHECKSUM: no splice (and no shares counted for one).
     JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 44 + kCtsTag, "", ""};
     d.usage = kSpliceReplyUsage;
@@ -352,21 +360,50 @@ TEST(CheckJob, CtsSpliceInARequest) {
   j->set_key_id(std::string(kKeyIdSize, 'k'));
   j->set_usage(kSpliceReplyUsage);
   j->set_length(20);
-  j->set_splice_length(9);
+  j->set_splice_length(64);
   j->set_splice_offset(8);
   pb::Job* j2 = run.add_jobs();
   j2->set_type(pb::JOB_CHECKSUM);
   j2->set_cipher(pb::CIPHER_AES256_CTS);
   j2->set_length(5);
-  EXPECT_EQ(SharedBytes(*j), 29u);
-  EXPECT_EQ(RunShareBytes(run), 2u * (29 + 5));
-  run.set_data_shares(std::string(2 * (29 + 5), 's'));
+  EXPECT_EQ(SharedBytes(*j), 84u);
+  EXPECT_EQ(RunShareBytes(run), 2u * (84 + 5));
+  run.set_data_shares(std::string(2 * (84 + 5), 's'));
   const auto sliced = SliceMessageShares(run);
-  EXPECT_EQ(sliced[0].first.size(), 29u);
+  EXPECT_EQ(sliced[0].first.size(), 84u);
   EXPECT_EQ(sliced[1].first.size(), 5u);
   EXPECT_TRUE(CheckJob(ShapeOf(*j, &sliced[0])).ok()) << CheckJob(ShapeOf(*j, &sliced[0])).detail;
   j->set_splice_offset(9);
   EXPECT_EQ(CheckJob(ShapeOf(*j, &sliced[0])).status, pb::JOB_MALFORMED);
+}
+
+// Bounded depth (contract.h kMaxCtsBytes): each aes*-cts job kind is
+// capped at what real exchanges need; the cap is CtsLengthProblem's, and
+// CheckJob fails a job over it JOB_MALFORMED with that detail.
+TEST(CheckJob, CtsLengthCaps) {
+  const pb::Cipher c = pb::CIPHER_AES256_CTS;
+  JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 0, std::string(kMaxCtsDecryptBytes + kCtsTag, 'c'), ""};
+  EXPECT_TRUE(CheckJob(d).ok()) << CheckJob(d).detail;
+  const std::string longer(kMaxCtsDecryptBytes + kCtsTag + 1, 'c');
+  d.data = longer;
+  EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);
+  EXPECT_EQ(CheckJob(d).detail, CtsLengthProblem(d));
+  EXPECT_NE(CtsLengthProblem(d).find("at most 268"), std::string::npos) << CtsLengthProblem(d);
+  JobShape e{pb::JOB_ENCRYPT, c, kKeyIdSize, kMaxCtsBytes - kCtsConfounder, "", ""};
+  e.usage = 2;
+  e.share_sizes[0] = e.share_sizes[1] = e.length;
+  EXPECT_TRUE(CheckJob(e).ok()) << CheckJob(e).detail;
+  e.length += 1;
+  e.share_sizes[0] = e.share_sizes[1] = e.length;
+  EXPECT_EQ(CheckJob(e).status, pb::JOB_MALFORMED);
+  EXPECT_NE(CtsLengthProblem(e), "");
+  JobShape k{pb::JOB_CHECKSUM, c, kKeyIdSize, kMaxCtsBytes + 1, "", ""};
+  k.usage = 17;
+  k.share_sizes[0] = k.share_sizes[1] = k.length;
+  EXPECT_EQ(CheckJob(k).status, pb::JOB_MALFORMED);
+  EXPECT_NE(CtsLengthProblem(k), "");
+  JobShape ctr{pb::JOB_ENCRYPT, pb::CIPHER_AES256, kKeyIdSize, 100000, "", ""};
+  EXPECT_EQ(CtsLengthProblem(ctr), "");  // ctr-mpc jobs: kMaxJobBytes
 }
 
 TEST(CheckJob, Decrypt) {

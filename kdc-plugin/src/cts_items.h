@@ -60,7 +60,7 @@ std::string CtsItemProblem(const PlanItem& p);
 // Job.splice_length, RFC 6806 section 11): a given, exact aes*-cts REPLY
 // (ENCRYPT, usage 3) under the dealt key takes the checksum of a given
 // REQ_CHECKSUM item (CHECKSUM, usage 56) of the same key id and cipher, of
-// a message within contract::kMaxCtsBytes, into its plaintext's bytes
+// a nonempty message, into its plaintext's bytes
 // [splice_offset, +12). Such a REQ_CHECKSUM is spliced into exactly one
 // REPLY and is never a job of its own (its checksum is a password
 // verifier: never released); an aes*-cts REQ_CHECKSUM that is not spliced

@@ -61,6 +61,10 @@ absl::Status CheckJob(const Job& job) {
     return absl::DataLossError(absl::StrCat(
         "checksum must be ", contract::kChecksumSize,
         " bytes (ctr0 || tag), got ", job.checksum.size()));
+  // Bounded depth (contract.h kMaxCtsBytes): a job longer than real
+  // exchanges need is refused here, never batched beside others' logins.
+  if (std::string why = contract::CtsLengthProblem(ShapeOf(job)); !why.empty())
+    return absl::OutOfRangeError(absl::StrCat("over the aes*-cts length cap: ", why));
   contract::JobCheck c = contract::CheckJob(ShapeOf(job));
   switch (c.status) {
     case pb::JOB_OK:

@@ -10,6 +10,9 @@
 //                       a share's two copies disagreed, the servers hold
 //                       inconsistent shares of the key: JOB_KEY_INCONSISTENT)
 //                                              -> KRB5KDC_ERR_SVC_UNAVAILABLE
+//   kOutOfRange         an aes*-cts job longer than real exchanges need
+//                       (contract.h CtsLengthProblem), refused before it
+//                       is queued          -> KRB5KDC_ERR_SVC_UNAVAILABLE
 //   kNotFound           no shares exist for the key id (JOB_UNKNOWN_KEY)
 //                                                      -> KRB5_KT_NOTFOUND
 //   kDataLoss           the tag or checksum did not verify, or a ciphertext
@@ -92,8 +95,10 @@ struct Job {
   // aes*-cts ENCRYPT under usage 3 and the dealt key (kmpc.proto
   // Job.splice_length, splice_offset): the message D (the AS-REQ as
   // received) whose usage-56 checksum the servers XOR into the plaintext's
-  // bytes [splice_offset, +12) before encrypting it. D goes as shares after
-  // the plaintext's, like it; the checksum is never released. Empty: none.
+  // bytes [splice_offset, +12) before encrypting it, followed by its HMAC
+  // inner hash's SHA-1 padding (contract::SplicePadding: the servers'
+  // program follows D's block count). D goes as shares after the
+  // plaintext's, like it; the checksum is never released. Empty: none.
   SecureBytes splice;
   uint32_t splice_offset = 0;
 };
@@ -206,7 +211,8 @@ contract::JobShape ShapeOf(const Job& job);
 // half first; 0 for a ctr-mpc DECRYPT, ENCRYPT or PAD.
 size_t SharedBytes(const Job& job);
 
-// contract::CheckJob as a status with the meanings above: kInvalidArgument
+// contract::CheckJob as a status with the meanings above: kOutOfRange
+// for an aes*-cts job over its length cap, kInvalidArgument
 // for a malformed job (JOB_MALFORMED), kDataLoss for a ciphertext or
 // checksum that cannot verify under any key (JOB_INTEGRITY_FAILED).
 absl::Status CheckJob(const Job& job);

@@ -264,6 +264,7 @@ const char* KdcMetrics::CauseOf(const absl::Status& s) {
     case absl::StatusCode::kUnavailable: return "unavailable";
     case absl::StatusCode::kDeadlineExceeded: return "deadline";
     case absl::StatusCode::kResourceExhausted: return "overloaded";
+    case absl::StatusCode::kOutOfRange: return "too_long";
     case absl::StatusCode::kAborted: return "aborted";
     case absl::StatusCode::kCancelled: return "cancelled";
     case absl::StatusCode::kNotFound: return "unknown_key";

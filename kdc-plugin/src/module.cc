@@ -45,6 +45,7 @@ krb5_error_code KrbErrorFromStatus(const absl::Status& s) {
     case absl::StatusCode::kAborted:
     case absl::StatusCode::kResourceExhausted:
     case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kOutOfRange:  // over an aes*-cts length cap
       return KRB5KDC_ERR_SVC_UNAVAILABLE;
     case absl::StatusCode::kNotFound:
       return KRB5_KT_NOTFOUND;
@@ -493,7 +494,11 @@ absl::Status AttachSplices(const krb5_kdcmpc_plan* in, const Plan& plan,
     if (from >= 0) {
       const krb5_data& d = in->items[from].input;
       const uint8_t* b = reinterpret_cast<const uint8_t*>(d.data);
+      // D and its HMAC inner padding (kmpc.proto Job.splice_length): the
+      // servers' program follows D's SHA-1 block count, not its length.
+      const std::string pad = contract::SplicePadding(d.length);
       g.job.splice.assign(b, b + d.length);
+      g.job.splice.insert(g.job.splice.end(), pad.begin(), pad.end());
       if (plan.items[g.item].splice_offset > UINT32_MAX)
         return absl::InvalidArgumentError("a splice offset over 2^32");
       g.job.splice_offset = static_cast<uint32_t>(plan.items[g.item].splice_offset);

@@ -514,7 +514,8 @@ std::vector<PendingJob> Planner::DropDeferred(uint64_t id, Exchange* x) {
 std::vector<PendingJob> Planner::GateFailed(uint64_t id) {
   auto it = exchanges_.find(id);
   if (it == exchanges_.end()) return {};
-  for (const contract::CtsShape& shape : it->second.cts_shapes) proven_.Forget(shape);
+  // Its shapes stay proven (planner.h ProvenShapes): a wrong password
+  // must not push the next honest login of a shape to two Runs.
   it->second.cts_shapes.clear();
   return DropDeferred(id, &it->second);
 }

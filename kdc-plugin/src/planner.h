@@ -91,9 +91,13 @@ namespace kmpc::kdc {
 // proven first out. Fewer than a server keeps compiled
 // (contract::kCtsProgramsKept, beside the timestamps' few), so that
 // a proven shape's program is still compiled when a wrong password uses
-// it; a failed gate forgets its shapes (Planner::GateFailed), so that one
-// that was evicted all the same (another KDC's logins, FAST programs) is
-// compiled for a wrong password at most once per login that proved it.
+// it. A failed gate leaves its shapes proven (a wrong password would
+// otherwise push the next honest login of the shape to two Runs): a
+// proven program the servers evicted all the same (another KDC's logins,
+// FAST programs, tickets) was evicted by a compile, so wrong passwords
+// cause at most one compile per eviction (docs/security-model.md, review3
+// finding C). Since the request is dealt padded (contract.h
+// SpliceDealtBytes) a realm's logins have few shapes.
 class ProvenShapes {
  public:
   static constexpr size_t kProvenShapes = 24;

@@ -17,6 +17,7 @@ namespace {
 TEST(KdcMetricsTest, CountsAndRenders) {
   KdcMetrics m;
   EXPECT_STREQ(KdcMetrics::CauseOf(absl::DataLossError("tag")), "integrity");
+  EXPECT_STREQ(KdcMetrics::CauseOf(absl::OutOfRangeError("cap")), "too_long");
   // A gated job withheld because its gate failed (batch_step.cc).
   EXPECT_STREQ(KdcMetrics::CauseOf(absl::UnauthenticatedError("withheld")), "withheld");
   EXPECT_STREQ(KdcMetrics::CauseOf(absl::UnavailableError("down")),

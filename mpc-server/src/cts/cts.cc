@@ -132,13 +132,15 @@ absl::StatusOr<Program> DecryptProgram(int nr, size_t n) {
 }
 
 bool SpliceFits(size_t n, size_t m, size_t off) {
-  return m >= 1 && m <= kMaxBytes && n >= kBlock + kTagBytes && off <= n - kBlock - kTagBytes;
+  return m >= 64 && m % 64 == 0 && m <= kMaxBytes && n >= kBlock + kTagBytes &&
+         off <= n - kBlock - kTagBytes;
 }
 
 absl::StatusOr<Program> SpliceEncryptProgram(int nr, size_t n, size_t m, size_t off) {
   if (absl::Status st = CheckShape(nr, n); !st.ok()) return st;
-  if (m == 0 || m > kMaxBytes)
-    return absl::InvalidArgumentError("cts: a spliced message is 1 to 65536 bytes");
+  if (m == 0 || m % 64 != 0 || m > kMaxBytes)
+    return absl::InvalidArgumentError(
+        "cts: a spliced message is dealt padded: a multiple of 64 bytes, at most 65536");
   if (!SpliceFits(n, m, off))
     return absl::InvalidArgumentError("cts: the spliced checksum must lie inside P");
   Circuit c;
@@ -147,7 +149,8 @@ absl::StatusOr<Program> SpliceEncryptProgram(int nr, size_t n, size_t m, size_t 
   ck.ipad = StateFromBytes(c.Inputs(160));
   ck.opad = StateFromBytes(c.Inputs(160));
   Bits conf_plain = c.Inputs(8 * n);
-  const Bits t = HmacSha1_96(c, ck, c.Inputs(8 * m));
+  const Bits mac = HmacSha1Padded(c, ck.ipad, ck.opad, c.Inputs(8 * m));
+  const Bits t(mac.begin(), mac.begin() + 8 * kTagBytes);
   const size_t at = 8 * (kBlock + off);
   for (size_t i = 0; i < t.size(); ++i) conf_plain[at + i] = c.Xor(conf_plain[at + i], t[i]);
   c.Output(Rfc3962Encrypt(c, k, conf_plain));

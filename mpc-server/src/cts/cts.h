@@ -73,9 +73,10 @@ inline constexpr size_t kMaxBytes = 1 << 16;
 absl::StatusOr<Program> EncryptProgram(int nr, size_t n);
 absl::StatusOr<Program> DecryptProgram(int nr, size_t n);
 
-// Whether an m-byte message's 12-byte checksum at offset off fits inside P
-// of a reply of n = |conf || P| bytes, m within kMaxBytes: the splice shape
-// SpliceEncryptProgram takes (besides nr and n's own rule).
+// Whether a splice of a message dealt as m bytes (its SHA-1 padding
+// included: a multiple of 64 within kMaxBytes) whose 12-byte checksum goes
+// at offset off fits inside P of a reply of n = |conf || P| bytes: the
+// splice shape SpliceEncryptProgram takes (besides nr and n's own rule).
 bool SpliceFits(size_t n, size_t m, size_t off);
 
 // The PA-REQ-ENC-PA-REP splice (RFC 6806 section 11; kmpc.proto
@@ -84,11 +85,15 @@ bool SpliceFits(size_t n, size_t m, size_t off);
 // D the AS-REQ, at P's bytes [off, off + 12). T is a password verifier, so
 // it exists only as wires: the program XORs it into conf || P (where the
 // KDC left zeros) and encrypts as EncryptProgram(nr, n) does. n = |conf ||
-// P| as there, m = |D| (1 .. kMaxBytes), off + 12 <= n - 16. Inputs per
-// lane, in order: the reply usage's material (UsageMaterialBytes(nr)), the
-// 40 bytes of the checksum's material (dealer.h DealChecksum(K, 56): the
-// ipad state, the opad state), conf || P (n bytes, shared), D (m bytes,
-// shared); outputs: the ciphertext and tag (n + 12 bytes), never T.
+// P| as there; D is dealt already padded for the HMAC's inner hash
+// (contract::SpliceDealtBytes: D || 0x80 || zeros || the bit length of 64
+// + |D|), m bytes, a multiple of 64 (64 .. kMaxBytes), so one program
+// serves every AS-REQ of the same SHA-1 block count (sha1.h
+// HmacSha1Padded). off + 12 <= n - 16. Inputs per lane, in order: the
+// reply usage's material (UsageMaterialBytes(nr)), the 40 bytes of the
+// checksum's material (dealer.h DealChecksum(K, 56): the ipad state, the
+// opad state), conf || P (n bytes, shared), D padded (m bytes, shared);
+// outputs: the ciphertext and tag (n + 12 bytes), never T.
 // The checksum's compressions depend on D and its material only, so the
 // as-soon-as-possible schedule runs them beside the reply's CBC blocks and
 // inner compressions before the splice: the depth is about the checksum's

@@ -165,6 +165,16 @@ Bits HmacSha1(Circuit& c, const Sha1State& ipad_state,
   return Sha1From(c, opad_state, 64, inner);
 }
 
+Bits HmacSha1Padded(Circuit& c, const Sha1State& ipad_state,
+                    const Sha1State& opad_state, const Bits& padded) {
+  Sha1State s = ipad_state;
+  for (size_t off = 0; off + 512 <= padded.size(); off += 512)
+    s = Sha1Compress(c, s, Bits(padded.begin() + off, padded.begin() + off + 512));
+  Bits inner;
+  for (const Word& x : s) AppendBigEndian(x, inner);
+  return Sha1From(c, opad_state, 64, inner);
+}
+
 void Sha1CompressClear(std::array<uint32_t, 5>& h, const uint8_t* block) {
   uint32_t w[80];
   for (int t = 0; t < 16; ++t) {

@@ -59,6 +59,15 @@ Bits Sha1From(Circuit& c, const Sha1State& h, size_t prefix_bytes,
 Bits HmacSha1(Circuit& c, const Sha1State& ipad_state,
               const Sha1State& opad_state, const Bits& msg);
 
+// The same from a message dealt already padded: `padded` is msg || the
+// inner hash's padding for 64 + |msg| bytes, a multiple of 64 bytes, so
+// the inner hash is its compressions alone and the circuit depends on the
+// block count, not on |msg|. Padding that is not SHA-1's gives another
+// keyed function of the same key, no value of HMAC of a message the
+// caller did not choose (only the outer hash's output leaves).
+Bits HmacSha1Padded(Circuit& c, const Sha1State& ipad_state,
+                    const Sha1State& opad_state, const Bits& padded);
+
 // A chaining state from 20 big-endian bytes (the dealt form) and back.
 Sha1State StateFromBytes(const Bits& b);
 

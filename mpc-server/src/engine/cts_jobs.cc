@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -184,6 +185,8 @@ absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(
     if (it != entries_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       ++hits_;
+      const uint64_t uses = ++it->second.uses;
+      if ((uses & (uses - 1)) == 0) LogShapeLocked(shape);  // a power of two
       return it->second.program;
     }
   }
@@ -210,36 +213,90 @@ std::shared_ptr<const cts::Program> CtsProgramCache::Insert(const Shape& shape,
     entries_.erase(victim);
     lru_.pop_back();
   }
-  if (!shapes_path_.empty()) {
-    std::ofstream f(shapes_path_, std::ios::app);
-    f << std::get<0>(shape) << ' ' << std::get<1>(shape) << ' ' << std::get<2>(shape) << ' '
-      << std::get<3>(shape) << ' ' << std::get<4>(shape) << ' ' << std::get<5>(shape) << ' '
-      << std::get<6>(shape) << '\n';
-  }
+  LogShapeLocked(shape);
   return program;
+}
+
+namespace {
+
+void WriteShape(std::ostream& f, const CtsProgramCache::Shape& s, uint64_t weight) {
+  f << std::get<0>(s) << ' ' << std::get<1>(s) << ' ' << std::get<2>(s) << ' ' << std::get<3>(s)
+    << ' ' << std::get<4>(s) << ' ' << std::get<5>(s) << ' ' << std::get<6>(s);
+  if (weight != 1) f << ' ' << weight;
+  f << '\n';
+}
+
+struct Weighted {
+  CtsProgramCache::Shape shape;
+  uint64_t weight = 0;
+  size_t last = 0;  // its last line's index
+};
+
+}  // namespace
+
+void CtsProgramCache::LogShapeLocked(const Shape& shape) {
+  if (shapes_path_.empty()) return;
+  if (++log_lines_ > kMaxLogLines) {
+    // Rewritten as ReadShapes reads it: the heaviest kMaxPrograms / 2.
+    const std::string tmp = shapes_path_ + ".new";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      for (const auto& [s, w] : ReadWeightedShapes(shapes_path_)) WriteShape(f, s, w);
+      WriteShape(f, shape, 1);
+    }
+    std::rename(tmp.c_str(), shapes_path_.c_str());
+    log_lines_ = 0;
+    return;
+  }
+  std::ofstream f(shapes_path_, std::ios::app);
+  WriteShape(f, shape, 1);
 }
 
 void CtsProgramCache::RecordShapesTo(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   shapes_path_ = path;
+  log_lines_ = 0;
+  if (path.empty()) return;
+  const std::string tmp = path + ".new";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    for (const auto& [s, w] : ReadWeightedShapes(path)) WriteShape(f, s, w);
+  }
+  std::rename(tmp.c_str(), path.c_str());
 }
 
 std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::string& path) {
+  std::vector<Shape> out;
+  for (const auto& [s, w] : ReadWeightedShapes(path)) out.push_back(s);
+  return out;
+}
+
+std::vector<std::pair<CtsProgramCache::Shape, uint64_t>> CtsProgramCache::ReadWeightedShapes(
+    const std::string& path) {
   std::ifstream f(path);
-  std::vector<Shape> all;
+  std::map<Shape, Weighted> by_shape;
   std::string line;
-  while (std::getline(f, line)) {
+  for (size_t index = 0; std::getline(f, line); ++index) {
     std::istringstream in(line);
     int type = 0, nr = 0;
     size_t n = 0, cf2 = 0, splice_m = 0, splice_off = 0;
     uint32_t usage = 0;
+    uint64_t weight = 1;
     if (!(in >> type >> nr >> n >> cf2 >> usage)) continue;
-    // Two more fields, or none (a line written before the splice).
+    // Two more fields and a weight, two more, or none (a line written
+    // before the splice).
     if (!(in >> splice_m)) {
       in.clear();
       std::string rest;
       if (in >> rest) continue;
     } else if (!(in >> splice_off)) {
+      continue;
+    } else if (!(in >> weight)) {
+      in.clear();
+      std::string rest;
+      if (in >> rest) continue;
+      weight = 1;
+    } else if (weight == 0 || weight > (uint64_t{1} << 32)) {
       continue;
     }
     const bool ok = (type == pb::JOB_DECRYPT || type == pb::JOB_ENCRYPT) ? (nr == 10 || nr == 14)
@@ -257,14 +314,26 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::ReadShapes(const std::strin
         splice_m == 0 ? splice_off == 0
                       : type == pb::JOB_ENCRYPT && cf2 == 0 &&
                             cts::SpliceFits(n, splice_m, splice_off);
-    if (ok && key_ok && splice_ok && n >= 16 && n <= cts::kMaxBytes)
-      all.emplace_back(type, nr, n, cf2, usage, splice_m, splice_off);
+    if (!(ok && key_ok && splice_ok && n >= 16 && n <= cts::kMaxBytes)) continue;
+    const Shape s(type, nr, n, cf2, usage, splice_m, splice_off);
+    Weighted& w = by_shape[s];
+    w.shape = s;
+    w.weight += weight;
+    w.last = index;
   }
-  std::vector<Shape> out;  // newest first, distinct
-  for (auto it = all.rbegin(); it != all.rend() && out.size() < kMaxPrograms / 2; ++it) {
-    if (std::find(out.begin(), out.end(), *it) == out.end()) out.push_back(*it);
-  }
-  std::reverse(out.begin(), out.end());
+  std::vector<Weighted> all;
+  for (const auto& [s, w] : by_shape) all.push_back(w);
+  // The heaviest kMaxPrograms / 2 (ties: the most recent) ...
+  std::sort(all.begin(), all.end(), [](const Weighted& a, const Weighted& b) {
+    return a.weight != b.weight ? a.weight > b.weight : a.last > b.last;
+  });
+  if (all.size() > kMaxPrograms / 2) all.resize(kMaxPrograms / 2);
+  // ... heaviest first (ties: oldest first).
+  std::sort(all.begin(), all.end(), [](const Weighted& a, const Weighted& b) {
+    return a.weight != b.weight ? a.weight > b.weight : a.last < b.last;
+  });
+  std::vector<std::pair<Shape, uint64_t>> out;
+  for (const Weighted& w : all) out.emplace_back(w.shape, w.weight);
   return out;
 }
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -84,15 +85,22 @@ class CtsProgramCache {
   // A program compiled inside a batch delays the batch by its compile time
   // (~90 ms for a 300-byte reply on an idle core, seconds on a loaded host:
   // past the KDC module's deadline_ms), so a server compiles the shapes it
-  // expects before the first batch needs them:
-  // Every shape compiled from now on (by Get or in the background) is
-  // appended to path, one "type nr n cf2_bytes usage splice_m splice_off"
-  // line: public lengths of what the KDC sent. Empty: none recorded.
+  // expects before the first batch needs them, the common ones first.
+  // The shape log at `path` (public lengths of what the KDC sent): one
+  // "type nr n cf2_bytes usage splice_m splice_off [weight]" line per
+  // shape compiled, and one more each time a shape's uses reach a power of
+  // two (2, 4, 8, ...), so a shape's weight grows with the log of its
+  // uses. RecordShapesTo first rewrites the file as ReadShapes reads it
+  // (each kept shape once, with its weight), and again whenever
+  // kMaxLogLines lines were appended since: the file stays bounded
+  // whatever the KDC sends. Empty path: none recorded.
+  static constexpr size_t kMaxLogLines = 8 * kMaxPrograms;
   void RecordShapesTo(const std::string& path);
-  // The most recent distinct shapes of such a file, at most kMaxPrograms / 2,
-  // oldest first; lines that are no shape Get accepts are skipped. A line
-  // of five fields (a file written before the splice) is a shape without
-  // one.
+  // The shapes of such a file, at most kMaxPrograms / 2: the heaviest
+  // (ties: the most recent), heaviest first (ties: oldest first); lines
+  // that are no shape Get accepts are skipped. A line of five fields (a
+  // file written before the splice) is a shape without one; a missing
+  // weight is 1.
   static std::vector<Shape> ReadShapes(const std::string& path);
   // The timestamp DECRYPTs of MIT's and Heimdal's kinit under both key
   // sizes: PA-ENC-TS-ENC with microseconds of three bytes (from 32,768 on:
@@ -111,6 +119,7 @@ class CtsProgramCache {
     std::shared_ptr<const cts::Program> program;
     size_t bytes;
     std::list<Shape>::iterator lru;
+    uint64_t uses = 1;
   };
   mutable std::mutex mu_;
   std::map<Shape, Entry> entries_;
@@ -118,8 +127,13 @@ class CtsProgramCache {
   size_t bytes_ = 0;
   std::atomic<uint64_t> hits_{0}, misses_{0};
   std::string shapes_path_;  // guarded by mu_
+  size_t log_lines_ = 0;     // appended since the last rewrite; mu_
   std::vector<std::thread> precompilers_;  // guarded by mu_
 
+  // ReadShapes with each shape's summed weight.
+  static std::vector<std::pair<Shape, uint64_t>> ReadWeightedShapes(const std::string& path);
+  // Appends shape to the log (mu_ held), rewriting it past kMaxLogLines.
+  void LogShapeLocked(const Shape& shape);
   // Inserts a compiled program (the first of two racing compiles stays).
   std::shared_ptr<const cts::Program> Insert(const Shape& shape, cts::Program p);
 };
@@ -158,7 +172,8 @@ struct CtsTask {
   size_t cf2_bytes = 0;
   const CtsMaterial* material = nullptr;
   // A usage-3 ENCRYPT's PA-REQ-ENC-PA-REP splice (Job.splice_length,
-  // splice_offset; 0: none): D's length, the checksum's offset in P, and
+  // splice_offset; 0: none): D's bytes as dealt (with its HMAC inner
+  // padding, a multiple of 64), the checksum's offset in P, and
   // the key's checksum material for usage 56 (lane input after material).
   size_t splice_m = 0;
   size_t splice_off = 0;

@@ -673,9 +673,11 @@ TEST(CtsMalicious, FastFlippedBitsAreCaughtOrHarmless) {
 // krb5_c_make_checksum); no output is longer than C || T and none holds the
 // checksum. Both key sizes; a plain reply in the same batch is unchanged.
 Job SpliceJob(const std::string& id, bool aes256, const Bytes& p, const Bytes& d, size_t off) {
-  Job j = CtsJob(pb::JOB_ENCRYPT, id, aes256, 3, Cat(p, d));
+  // D dealt with its HMAC inner padding, as the KDC module deals it.
+  const std::string pad = contract::SplicePadding(d.size());
+  Job j = CtsJob(pb::JOB_ENCRYPT, id, aes256, 3, Cat(Cat(p, d), Bytes(pad.begin(), pad.end())));
   j.length = static_cast<uint32_t>(p.size());
-  j.splice_length = static_cast<uint32_t>(d.size());
+  j.splice_length = static_cast<uint32_t>(d.size() + pad.size());
   j.splice_offset = static_cast<uint32_t>(off);
   return j;
 }
@@ -957,8 +959,9 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
 }
 
 // A server compiles the shapes it expects before a batch needs them:
-// RecordShapesTo appends every shape compiled (not a hit), ReadShapes reads
-// them back (distinct, oldest first, lines of no valid shape skipped), and
+// RecordShapesTo appends every shape compiled and a line more at its 2nd,
+// 4th, ... use, ReadShapes reads them back (distinct, heaviest first, ties
+// oldest first, lines of no valid shape skipped), and
 // PrecompileInBackground compiles them so that the next Get hits.
 TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   const std::string path =
@@ -983,8 +986,9 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   }
   const std::vector<CtsProgramCache::Shape> shapes = CtsProgramCache::ReadShapes(path);
   ASSERT_EQ(shapes.size(), 3u);
-  EXPECT_EQ(shapes[0], (CtsProgramCache::Shape{pb::JOB_CHECKSUM, 0, 50, 0, 0, 0, 0}));
-  EXPECT_EQ(shapes[1], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 10, 20, 0, 0, 0, 0}));
+  // DECRYPT 10 20: compiled, its second use, the line appended above.
+  EXPECT_EQ(shapes[0], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 10, 20, 0, 0, 0, 0}));
+  EXPECT_EQ(shapes[1], (CtsProgramCache::Shape{pb::JOB_CHECKSUM, 0, 50, 0, 0, 0, 0}));
   EXPECT_EQ(shapes[2], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 14, 44, 32, 54, 0, 0}));
   CtsProgramCache fresh;
   fresh.PrecompileInBackground(shapes);
@@ -998,39 +1002,82 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   {
     // Spliced replies (seven fields) beside the five-field lines above;
     // refused: a splice on a DECRYPT or under a FAST key, past P's end, an
-    // offset without a length, six fields.
+    // offset without a length, six fields, a message not dealt padded.
     std::ofstream f(path, std::ios::app);
-    f << pb::JOB_DECRYPT << " 14 60 0 0 20 0\n" << pb::JOB_ENCRYPT << " 14 60 32 3 20 0\n"
-      << pb::JOB_ENCRYPT << " 14 60 0 0 20 33\n" << pb::JOB_ENCRYPT << " 14 60 0 0 0 4\n"
-      << pb::JOB_ENCRYPT << " 14 60 0 0 20\n" << pb::JOB_ENCRYPT << " 10 60 0 0 20 32\n";
+    f << pb::JOB_ENCRYPT << " 14 60 0 0 20 32\n";
+    f << pb::JOB_DECRYPT << " 14 60 0 0 64 0\n" << pb::JOB_ENCRYPT << " 14 60 32 3 64 0\n"
+      << pb::JOB_ENCRYPT << " 14 60 0 0 64 33\n" << pb::JOB_ENCRYPT << " 14 60 0 0 0 4\n"
+      << pb::JOB_ENCRYPT << " 14 60 0 0 64\n" << pb::JOB_ENCRYPT << " 10 60 0 0 64 32\n";
   }
   const auto more = CtsProgramCache::ReadShapes(path);
   ASSERT_EQ(more.size(), 4u);
   EXPECT_EQ(more[0], shapes[0]);
-  EXPECT_EQ(more[3], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 60, 0, 0, 20, 32}));
+  EXPECT_EQ(more[3], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 60, 0, 0, 64, 32}));
   {
     // What Get records for a spliced shape reads back as that shape.
     std::remove(path.c_str());
     CtsProgramCache cache;
     cache.RecordShapesTo(path);
-    ASSERT_TRUE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 32).ok());
-    EXPECT_FALSE(cache.Get(pb::JOB_DECRYPT, 10, 60, 0, 3, 20, 32).ok());
-    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 16, 3, 20, 32).ok());
-    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 33).ok());
+    ASSERT_TRUE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32).ok());
+    EXPECT_FALSE(cache.Get(pb::JOB_DECRYPT, 10, 60, 0, 3, 64, 32).ok());
+    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 16, 3, 64, 32).ok());
+    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 33).ok());
   }
   const auto spliced = CtsProgramCache::ReadShapes(path);
   ASSERT_EQ(spliced.size(), 1u);
-  EXPECT_EQ(spliced[0], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 60, 0, 0, 20, 32}));
-  EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 32),
-            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 28));
-  EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 32),
-            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 21, 32));
-  EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 20, 32),
+  EXPECT_EQ(spliced[0], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 60, 0, 0, 64, 32}));
+  EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32),
+            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 28));
+  EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32),
+            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 128, 32));
+  EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32),
             CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3));
   for (const auto& s : CtsProgramCache::UsualShapes()) {
     EXPECT_EQ(std::get<0>(s), pb::JOB_DECRYPT);
     EXPECT_TRUE(fresh.Get(pb::JOB_DECRYPT, std::get<1>(s), std::get<2>(s)).ok());
   }
+  std::remove(path.c_str());
+}
+
+// The shape log stays bounded whatever the KDC sends (issue 48: it grew by
+// a line per compile): shapes cycled through more than a server keeps
+// are compiled again and again, yet the file never holds more than
+// kMaxLogLines + kMaxPrograms / 2 lines, and the common shape (a use per
+// round) leads what a restarted server precompiles.
+TEST(CtsProgramCache, TheShapeLogIsBoundedAndLedByTheCommonShapes) {
+  const std::string path =
+      ::testing::TempDir() + "/cts-programs-bounded-" + std::to_string(::getpid());
+  std::remove(path.c_str());
+  auto lines = [&] {
+    std::ifstream f(path);
+    size_t n = 0;
+    for (std::string l; std::getline(f, l);) ++n;
+    return n;
+  };
+  size_t most = 0;
+  {
+    CtsProgramCache cache;
+    cache.RecordShapesTo(path);
+    const size_t distinct = CtsProgramCache::kMaxPrograms + 8;
+    for (int round = 0; round < 8; ++round) {
+      for (size_t i = 0; i < distinct; ++i) {
+        ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 0, i).ok());
+        for (int k = 0; k < 8; ++k) ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());
+      }
+      most = std::max(most, lines());
+    }
+    EXPECT_GE(cache.misses(), 8 * distinct);
+  }
+  EXPECT_LE(most, CtsProgramCache::kMaxLogLines + CtsProgramCache::kMaxPrograms / 2);
+  const auto shapes = CtsProgramCache::ReadShapes(path);
+  ASSERT_FALSE(shapes.empty());
+  EXPECT_LE(shapes.size(), CtsProgramCache::kMaxPrograms / 2);
+  EXPECT_EQ(shapes[0], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 10, 44, 0, 0, 0, 0}));
+  // A restart reads and rewrites it: one line per kept shape.
+  CtsProgramCache restarted;
+  restarted.RecordShapesTo(path);
+  EXPECT_EQ(lines(), shapes.size());
+  EXPECT_EQ(CtsProgramCache::ReadShapes(path), shapes);
   std::remove(path.c_str());
 }
 

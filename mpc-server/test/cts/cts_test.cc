@@ -15,6 +15,7 @@
 
 #include "aes/key_expansion.h"
 #include "cheat_ring.h"
+#include "contract.h"
 #include "cts/dealer.h"
 #include "cts_testing.h"
 #include "rep3_cluster.h"
@@ -188,7 +189,10 @@ SpliceLane MakeSpliceLane(size_t keylen, size_t n, size_t m, size_t off, bool ze
   Bytes conf_plain = Random(n);
   if (zeros) std::fill(conf_plain.begin() + 16 + off, conf_plain.begin() + 16 + off + 12, 0);
   SpliceLane l;
-  l.in = Cat(Cat(Cat(DealUsage(base, 3)->bytes, DealChecksum(base, 56)->bytes), conf_plain), d);
+  // D as the KDC module deals it: with its HMAC inner padding.
+  const std::string pad = contract::SplicePadding(m);
+  l.in = Cat(Cat(Cat(Cat(DealUsage(base, 3)->bytes, DealChecksum(base, 56)->bytes), conf_plain), d),
+             Bytes(pad.begin(), pad.end()));
   const Bytes mac = testing::RefHmac(*DeriveKey(base, Bytes{0, 0, 0, 56, 0x99}), d);
   l.checksum.assign(mac.begin(), mac.begin() + kTagBytes);
   for (size_t i = 0; i < kTagBytes; ++i) conf_plain[16 + off + i] ^= mac[i];
@@ -209,9 +213,10 @@ TEST(Rfc3962, SpliceInTheClear) {
   for (size_t keylen : {16, 32}) {
     const int nr = keylen == 16 ? 10 : 14;
     for (const auto& sh : shapes) {
-      const auto p = SpliceEncryptProgram(nr, sh.n, sh.m, sh.off);
+      const size_t dealt = contract::SpliceDealtBytes(sh.m);
+      const auto p = SpliceEncryptProgram(nr, sh.n, dealt, sh.off);
       ASSERT_TRUE(p.ok()) << p.status();
-      ASSERT_EQ(p->inputs, 8 * (UsageMaterialBytes(nr) + 40 + sh.n + sh.m));
+      ASSERT_EQ(p->inputs, 8 * (UsageMaterialBytes(nr) + 40 + sh.n + dealt));
       ASSERT_EQ(p->outputs, 8 * (sh.n + kTagBytes));
       std::vector<SpliceLane> lanes;
       std::vector<Bytes> in;
@@ -229,11 +234,57 @@ TEST(Rfc3962, SpliceInTheClear) {
     }
   }
   EXPECT_FALSE(SpliceEncryptProgram(14, 300, 0, 0).ok());             // nothing to splice
-  EXPECT_FALSE(SpliceEncryptProgram(14, 300, kMaxBytes + 1, 0).ok());
-  EXPECT_FALSE(SpliceEncryptProgram(14, 300, 250, 273).ok());         // past P's end
-  EXPECT_FALSE(SpliceEncryptProgram(14, 27, 250, 0).ok());            // P shorter than 12
-  EXPECT_FALSE(SpliceEncryptProgram(12, 300, 250, 0).ok());
-  EXPECT_TRUE(SpliceEncryptProgram(10, 28, 1, 0).ok());
+  EXPECT_FALSE(SpliceEncryptProgram(14, 300, kMaxBytes + 64, 0).ok());
+  EXPECT_FALSE(SpliceEncryptProgram(14, 300, 250, 0).ok());           // not dealt padded
+  EXPECT_FALSE(SpliceEncryptProgram(14, 300, 256, 273).ok());         // past P's end
+  EXPECT_FALSE(SpliceEncryptProgram(14, 27, 256, 0).ok());            // P shorter than 12
+  EXPECT_FALSE(SpliceEncryptProgram(12, 300, 256, 0).ok());
+  EXPECT_TRUE(SpliceEncryptProgram(10, 28, 64, 0).ok());
+}
+
+// The inner padding as FIPS 180-4 section 5.1.1 pads the 64 + m bytes of
+// (Ki ^ ipad) || D: 0x80, zeros, the bit length; the dealt bytes a
+// multiple of 64 and as few as hold D and 9 more bytes.
+TEST(Rfc3962, SplicePaddingIsSha1s) {
+  for (size_t m : {size_t{1}, size_t{54}, size_t{55}, size_t{56}, size_t{119}, size_t{120},
+                   size_t{250}, size_t{1015}}) {
+    const std::string pad = contract::SplicePadding(m);
+    const size_t dealt = contract::SpliceDealtBytes(m);
+    EXPECT_EQ(dealt % 64, 0u) << m;
+    EXPECT_EQ(dealt, m + pad.size()) << m;
+    EXPECT_GE(pad.size(), 9u) << m;
+    EXPECT_LT(pad.size(), 73u) << m;
+    EXPECT_EQ(static_cast<uint8_t>(pad[0]), 0x80) << m;
+    uint64_t bits = 0;
+    for (size_t i = pad.size() - 8; i < pad.size(); ++i) bits = bits << 8 | static_cast<uint8_t>(pad[i]);
+    EXPECT_EQ(bits, 8 * (64 + m)) << m;
+  }
+  EXPECT_EQ(contract::SpliceDealtBytes(55), 64u);
+  EXPECT_EQ(contract::SpliceDealtBytes(56), 128u);
+  EXPECT_EQ(contract::SpliceDealtBytes(119), 128u);
+  EXPECT_EQ(contract::SpliceDealtBytes(120), 192u);
+}
+
+// Requests of every length with one SHA-1 block count run through ONE
+// program (the program a server compiles per shape: the request's length
+// is not in it), each lane's reply holding its own request's checksum by
+// OpenSSL's HMAC (the reference).
+TEST(Rfc3962, SpliceProgramServesEveryLengthOfItsBlockCount) {
+  for (size_t keylen : {16, 32}) {
+    const int nr = keylen == 16 ? 10 : 14;
+    const auto p = SpliceEncryptProgram(nr, 300, 192, 272);
+    ASSERT_TRUE(p.ok()) << p.status();
+    std::vector<SpliceLane> lanes;
+    std::vector<Bytes> in;
+    for (size_t m : {size_t{120}, size_t{150}, size_t{183}}) {
+      ASSERT_EQ(contract::SpliceDealtBytes(m), 192u);
+      lanes.push_back(MakeSpliceLane(keylen, 300, m, 272, true));
+      in.push_back(lanes.back().in);
+    }
+    const auto out = testing::RunClear(*p, in);
+    for (size_t l = 0; l < lanes.size(); ++l)
+      EXPECT_EQ(ToHex(out[l]), ToHex(lanes[l].want)) << keylen << " lane " << l;
+  }
 }
 
 // Decryption and encryption of a batch of logins (a base key each) among
@@ -419,7 +470,7 @@ TEST(Rfc3962, LoginFigures) {
 TEST(Rfc3962, SpliceFigures) {
   constexpr size_t kN = 316, kM = 250, kOff = kN - 16 - kTagBytes;
   const auto t0 = std::chrono::steady_clock::now();
-  const Program sp = *SpliceEncryptProgram(14, kN, kM, kOff);
+  const Program sp = *SpliceEncryptProgram(14, kN, contract::SpliceDealtBytes(kM), kOff);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const Program enc = *EncryptProgram(14, kN);

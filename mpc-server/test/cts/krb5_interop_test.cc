@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cts/cts.h"
+#include "contract.h"
 #include "cts/dealer.h"
 #include "cts_testing.h"
 #include "rep3_cluster.h"
@@ -195,6 +196,11 @@ TEST_F(Krb5, ChecksumAndPrfOnSharesAgreeWithKrb5) {
 // the checksum of D, as a client's PA-REQ-ENC-PA-REP check does.
 class Krb5Splice : public Krb5 {
  protected:
+  // D as the KDC module deals it: with its HMAC inner padding.
+  static Bytes Padded(const Bytes& d) {
+    const std::string pad = contract::SplicePadding(d.size());
+    return Cat(d, Bytes(pad.begin(), pad.end()));
+  }
   Bytes Checksum56(const Bytes& key, const Bytes& d) {
     krb5_keyblock kb = Key(key);
     krb5_data in{KV5M_DATA, static_cast<unsigned>(d.size()),
@@ -243,7 +249,8 @@ TEST_F(Krb5Splice, SplicedReplyInTheClearAgreesWithKrb5) {
   for (size_t keylen : {16, 32}) {
     const int nr = keylen == 16 ? 10 : 14;
     for (const auto& sh : shapes) {
-      const auto prog = SpliceEncryptProgram(nr, 16 + sh.plen, sh.m, sh.off);
+      const auto prog =
+          SpliceEncryptProgram(nr, 16 + sh.plen, contract::SpliceDealtBytes(sh.m), sh.off);
       ASSERT_TRUE(prog.ok()) << prog.status();
       std::vector<Bytes> keys, ps, ds, in;
       for (int l = 0; l < 3; ++l) {
@@ -253,7 +260,7 @@ TEST_F(Krb5Splice, SplicedReplyInTheClearAgreesWithKrb5) {
         ps.push_back(p);
         ds.push_back(Random(sh.m));
         in.push_back(Cat(Cat(DealUsage(keys[l], 3)->bytes, DealChecksum(keys[l], 56)->bytes),
-                         Cat(Cat(Random(16), p), ds[l])));
+                         Cat(Cat(Random(16), p), Padded(ds[l]))));
       }
       const auto out = testing::RunClear(*prog, in);
       for (size_t l = 0; l < keys.size(); ++l) {
@@ -268,7 +275,9 @@ TEST_F(Krb5Splice, SplicedReplyInTheClearAgreesWithKrb5) {
 
 // Three logins' spliced replies on shares, malicious mode, beside a plain
 // reply in the same rounds: the confounders are PRSS shares nobody knows,
-// P and D fresh shares.
+// P and D fresh shares. The requests' lengths differ (250, 280, 311
+// bytes) within one SHA-1 block count, and one program per key size
+// serves them all.
 TEST_F(Krb5Splice, SplicedReplyOnSharesAgreesWithKrb5) {
   ::kmpc::testing::Rep3Cluster cl;
   const std::array<protocol::Rep3*, 3> rep3 = {cl.rep3[0].get(), cl.rep3[1].get(),
@@ -281,14 +290,17 @@ TEST_F(Krb5Splice, SplicedReplyOnSharesAgreesWithKrb5) {
     }
     return v;
   };
-  constexpr size_t kP = 284, kM = 250, kOff = kP - 12;
+  constexpr size_t kP = 284, kOff = kP - 12;
+  constexpr size_t kM[3] = {250, 280, 311};
+  const size_t dealt = contract::SpliceDealtBytes(kM[0]);
+  for (size_t m : kM) ASSERT_EQ(contract::SpliceDealtBytes(m), dealt);
   std::vector<Bytes> keys, ps, ds;
   for (int l = 0; l < 3; ++l) {
     keys.push_back(Random(l == 1 ? 16 : 32));
     Bytes p = Random(kP);
     std::fill(p.begin() + kOff, p.end(), 0);
     ps.push_back(p);
-    ds.push_back(Random(kM));
+    ds.push_back(Random(kM[l]));
   }
   const Bytes plain_key = Random(32), plain = Random(kP);
   std::vector<Views> in256, in128;
@@ -296,12 +308,12 @@ TEST_F(Krb5Splice, SplicedReplyOnSharesAgreesWithKrb5) {
     (l == 1 ? in128 : in256)
         .push_back(testing::Concat({testing::DealViews(DealUsage(keys[l], 3)->bytes),
                                     testing::DealViews(DealChecksum(keys[l], 56)->bytes), conf(),
-                                    testing::DealViews(ps[l]), testing::DealViews(ds[l])}));
+                                    testing::DealViews(ps[l]), testing::DealViews(Padded(ds[l]))}));
   }
   const Views plain_in = testing::Concat(
       {testing::DealViews(DealUsage(plain_key, 3)->bytes), conf(), testing::DealViews(plain)});
-  const auto s256 = SpliceEncryptProgram(14, 16 + kP, kM, kOff);
-  const auto s128 = SpliceEncryptProgram(10, 16 + kP, kM, kOff);
+  const auto s256 = SpliceEncryptProgram(14, 16 + kP, dealt, kOff);
+  const auto s128 = SpliceEncryptProgram(10, 16 + kP, dealt, kOff);
   const auto e256 = EncryptProgram(14, 16 + kP);
   ASSERT_TRUE(s256.ok() && s128.ok() && e256.ok());
   std::array<absl::Status, 3> st;

@@ -475,7 +475,8 @@ TEST_F(ServiceTest, CtsJobsDecryptEncryptAndGate) {
 
 // The PA-REQ-ENC-PA-REP splice through KeyOps.Run (kmpc.proto
 // Job.splice_length, splice_offset): the reply's shares hold P then the
-// request D; the servers return C || T of P with D's usage-56 checksum at
+// request D with its HMAC inner padding (contract::SplicePadding); the
+// servers return C || T of P with D's usage-56 checksum at
 // the offset, and nothing else for the job.
 TEST_F(ServiceTest, CtsSplicedReplyThroughRun) {
   const std::string key = Rand(32);
@@ -492,9 +493,10 @@ TEST_F(ServiceTest, CtsSplicedReplyThroughRun) {
   dj->set_data(ct);
   auto* e = AddJob(&req, 2, id, v1::JOB_ENCRYPT);
   e->set_usage(3);
-  e->set_data(p + d);  // dealt as one message: P || D
+  const std::string pad = contract::SplicePadding(d.size());
+  e->set_data(p + d + pad);  // dealt as one message: P || D || padding
   e->set_release_if_ok(1);
-  e->set_splice_length(static_cast<uint32_t>(d.size()));
+  e->set_splice_length(static_cast<uint32_t>(d.size() + pad.size()));
   e->set_splice_offset(static_cast<uint32_t>(off));
   std::array<v1::RunRequest, 3> reqs = DealMessages(req);
   for (auto& r : reqs) r.mutable_jobs(1)->set_length(static_cast<uint32_t>(p.size()));
