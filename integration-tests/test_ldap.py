@@ -234,6 +234,16 @@ def test_delprinc_and_status_on_ldap(kr):
     assert_no_key_in_kdb(kr, kr.tgs)
 
 
+def test_history_and_purgekeys_on_ldap(kr):
+    """test_key_lifecycle's password history (the history emptied once the
+    dealer protects the user: the LDAP back end deletes krbPwdHistory) and
+    purgekeys with purge-unreferenced, on the LDAP KDB."""
+    kl.test_no_real_key_in_the_password_history(kr)
+    assert_no_key_in_kdb(kr, "ida", ["Ida-pw-3333", "Ida-pw-4444"])
+    kl.test_purgekeys_shares_removed_by_purge_unreferenced(kr)
+    assert kr.slapd.alive()
+
+
 def test_share_and_status_on_ldap(ldap_factory):
     """test_admin's share from a password (no trace of the key anywhere in
     the realm's files, slapd's database included) and status --kdb."""
