@@ -227,13 +227,15 @@ TEST(CtsItemsTest, FastItemsTakeTheirKeysHalfAsShares) {
 // cluster and its 12 bytes are never a result of their own.
 TEST(CtsItemsTest, ASplicedReplyDealsItsPlaintextThenTheRequest) {
   Job enc = CtsJobOf(pb::JOB_ENCRYPT, 250);
-  enc.splice.assign(180, 0x30);
+  enc.splice.assign(180, 0x30);  // D, then its HMAC inner padding
+  const std::string pad = contract::SplicePadding(180);
+  enc.splice.insert(enc.splice.end(), pad.begin(), pad.end());
   enc.splice_offset = 200;
-  EXPECT_EQ(SharedBytes(enc), 250u + 180u);
+  EXPECT_EQ(SharedBytes(enc), 250u + 192u);
   const contract::JobShape s = ShapeOf(enc);
   EXPECT_TRUE(s.data.empty());
-  EXPECT_EQ(s.share_sizes[0], 430u);
-  EXPECT_EQ(s.splice_length, 180u);
+  EXPECT_EQ(s.share_sizes[0], 442u);
+  EXPECT_EQ(s.splice_length, 192u);
   EXPECT_EQ(s.splice_offset, 200u);
   EXPECT_TRUE(CheckJob(enc).ok()) << CheckJob(enc);
   // The revealed value is the reply's ciphertext only.
@@ -249,6 +251,14 @@ TEST(CtsItemsTest, ASplicedReplyDealsItsPlaintextThenTheRequest) {
   fast.cts_key = pb::CTS_KEY_CF2_AES256;
   fast.cf2_half.assign(32, 0x5a);
   EXPECT_EQ(CheckJob(fast).code(), absl::StatusCode::kInvalidArgument);
+  Job unpadded = enc;  // D not dealt padded: no multiple of 64
+  unpadded.splice.resize(180);
+  EXPECT_EQ(CheckJob(unpadded).code(), absl::StatusCode::kInvalidArgument);
+  Job longest = enc;  // the cap: an AS-REQ of 1015 bytes, padded to 1024
+  longest.splice.assign(contract::kMaxCtsSpliceBytes, 0x30);
+  EXPECT_TRUE(CheckJob(longest).ok()) << CheckJob(longest);
+  longest.splice.resize(contract::kMaxCtsSpliceBytes + 64, 0);
+  EXPECT_EQ(CheckJob(longest).code(), absl::StatusCode::kOutOfRange);
   Job offset_only = CtsJobOf(pb::JOB_ENCRYPT, 250);
   offset_only.splice_offset = 4;
   EXPECT_EQ(CheckJob(offset_only).code(), absl::StatusCode::kInvalidArgument);

@@ -201,6 +201,8 @@ TEST_P(FakeBatcherTest, ASplicedReplyGoesAsSharesOfItsPlaintextThenTheRequest) {
   j.usage = 3;
   j.input.assign(plain.begin(), plain.end());
   j.splice.assign(req.begin(), req.end());
+  const std::string pad = contract::SplicePadding(req.size());  // as module.cc deals it
+  j.splice.insert(j.splice.end(), pad.begin(), pad.end());
   j.splice_offset = 60;
   ASSERT_TRUE(b->Submit(1, std::move(j)).ok());
   ASSERT_TRUE(sink_.WaitFor(1));
@@ -218,15 +220,15 @@ TEST_P(FakeBatcherTest, ASplicedReplyGoesAsSharesOfItsPlaintextThenTheRequest) {
     const kmpc::v1::Job& k = got[p].jobs(0);
     EXPECT_TRUE(k.data().empty());
     EXPECT_EQ(k.length(), plain.size());
-    EXPECT_EQ(k.splice_length(), req.size());
+    EXPECT_EQ(k.splice_length(), req.size() + pad.size());
     EXPECT_EQ(k.splice_offset(), 60u);
-    EXPECT_EQ(contract::SharedBytes(k), plain.size() + req.size());
+    EXPECT_EQ(contract::SharedBytes(k), plain.size() + req.size() + pad.size());
   }
   std::array<std::pair<std::string, std::string>, 3> s;
   for (int p = 0; p < 3; ++p) {
     const contract::MessageShares m = contract::SliceMessageShares(got[p])[0];
     s[p] = {std::string(m.first), std::string(m.second)};
-    ASSERT_EQ(s[p].first.size(), plain.size() + req.size());
+    ASSERT_EQ(s[p].first.size(), plain.size() + req.size() + pad.size());
   }
   std::string d = s[0].first;
   for (int p = 0; p < 3; ++p) {
@@ -234,7 +236,7 @@ TEST_P(FakeBatcherTest, ASplicedReplyGoesAsSharesOfItsPlaintextThenTheRequest) {
     if (p > 0)
       for (size_t i = 0; i < d.size(); ++i) d[i] ^= s[p].first[i];
   }
-  EXPECT_EQ(d, plain + req);  // P || D
+  EXPECT_EQ(d, plain + req + pad);  // P || D || its padding
 }
 
 // An aes*-cts DECRYPT (a PA-ENC-TIMESTAMP; under FAST the encrypted

@@ -1280,16 +1280,16 @@ TEST(CtsAgreement, CorruptedMaterialCopyIsCaughtBeforeTheVerdict) {
 // already in the batch costs nothing more; the others run.
 TEST(CtsBatchBytes, DistinctShapesPastTheBoundFailAlone) {
   EngineOptions opt;
-  opt.cts_batch_bytes = 1000;
+  opt.cts_batch_bytes = 430;
   CtsCluster c(opt);
   const Bytes key = Random(16);
   const std::string id = c.AddKey(key);
-  const Bytes conf_ts = Random(400);
+  const Bytes conf_ts = Random(200);
   const Bytes ct = ClearEncrypt(key, 1, conf_ts);
   const uint64_t misses = CtsProgramCache::Shared().misses();
   auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, false, 1, ct),
-                  CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, Random(416))),
-                  CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, Random(432))),
+                  CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, Random(216))),
+                  CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, Random(232))),
                   CtsJob(pb::JOB_DECRYPT, id, false, 1, ct)});
   ExpectStatus(r, 0, pb::JOB_OK);
   ExpectStatus(r, 1, pb::JOB_OK);
