@@ -53,7 +53,7 @@ LENGTHS = (2, 40)
 ADDRESS_SHARE = 0.25
 EXTRA_ADDRESSES = ("192.0.2.17", "198.51.100.4")
 CACHE_SERIES = re.compile(r'^(kmpc_cts_\w+)\{([^}]*)\} (\S+)$', re.M)
-# cts-programs lines: "type nr n cf2 usage splice_m splice_off" (type 1
+# cts-programs lines: "type nr n cf2 usage splice_m splice_off [weight]" (type 1
 # ENCRYPT: replies; 2 DECRYPT: timestamps, challenges; 3 CHECKSUM: requests).
 SHAPE_KINDS = {"1": "encrypt", "2": "decrypt", "3": "checksum"}
 
@@ -222,7 +222,9 @@ def shape_lines(r):
     for i in range(3):
         try:
             with open(os.path.join(r.cluster.store_dir(i), "cts-programs")) as f:
-                out.append([ln.split() for ln in f if ln.strip()])
+                # The shape's seven fields; a weight may follow (a line
+                # the server rewrote when it compacted its log).
+                out.append([ln.split()[:7] for ln in f if ln.strip()])
         except OSError:
             out.append([])
     return out
