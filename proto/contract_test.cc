@@ -262,7 +262,7 @@ TEST(CheckJob, CtsFastKeys) {
 // splice_offset): on a usage-3 aes*-cts ENCRYPT under the dealt key only,
 // D's shares after P's, the 12 bytes inside P; anything else MALFORMED.
 TEST(CheckJob, CtsSplice) {
-  EXPECT_EQ(kWireVersion, 9u);
+  EXPECT_EQ(kWireVersion, 10u);
   for (pb::Cipher c : {pb::CIPHER_AES128_CTS, pb::CIPHER_AES256_CTS}) {
     JobShape e{pb::JOB_ENCRYPT, c, kKeyIdSize, 300, "", ""};
     e.usage = kSpliceReplyUsage;
@@ -382,10 +382,12 @@ TEST(CheckJob, CtsSpliceInARequest) {
 // CheckJob fails a job over it JOB_MALFORMED with that detail.
 TEST(CheckJob, CtsLengthCaps) {
   const pb::Cipher c = pb::CIPHER_AES256_CTS;
-  JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, 0, std::string(kMaxCtsDecryptBytes + kCtsTag, 'c'), ""};
+  // A DECRYPT's C || T goes as shares, its length in the clear.
+  JobShape d{pb::JOB_DECRYPT, c, kKeyIdSize, kMaxCtsDecryptBytes + kCtsTag, "", ""};
+  d.share_sizes[0] = d.share_sizes[1] = d.length;
   EXPECT_TRUE(CheckJob(d).ok()) << CheckJob(d).detail;
-  const std::string longer(kMaxCtsDecryptBytes + kCtsTag + 1, 'c');
-  d.data = longer;
+  d.length += 1;
+  d.share_sizes[0] = d.share_sizes[1] = d.length;
   EXPECT_EQ(CheckJob(d).status, pb::JOB_MALFORMED);
   EXPECT_EQ(CheckJob(d).detail, CtsLengthProblem(d));
   EXPECT_NE(CtsLengthProblem(d).find("at most 268"), std::string::npos) << CtsLengthProblem(d);

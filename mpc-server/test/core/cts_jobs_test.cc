@@ -124,6 +124,8 @@ class CtsCluster {
   void Tamper(const std::string& id, int i, const std::function<void(KeyShares&)>& change) {
     auto copy = KeyShares::Parse(store_[i][id]->Serialize());
     ASSERT_TRUE(copy.ok()) << copy.status();
+    // The kind is stored beside the shares' record, not in it.
+    copy->kind = store_[i][id]->kind;
     change(*copy);
     store_[i][id] = std::make_shared<const KeyShares>(std::move(*copy));
   }
