@@ -48,14 +48,15 @@
 // goes into the gate's Run only if its shape is among the kProvenShapes
 // most recently proven, i.e. those of exchanges whose gate verified on
 // this cluster; otherwise Admit holds it back (deferred), with the jobs it
-// prepares for the plan's later items, and they go as one group (ungated:
-// the gate's verdict is known) in a Run of their own once the gate
-// verified (GateVerified), and never if the gate failed (GateFailed: the
-// held-back job completes with the gate's verdict, the prepared ones are
-// lost). A wrong password therefore never makes the servers compile a
-// reply's program; a right one of a new shape costs a second Run, and proves the
-// shape. Which jobs the servers admit does not depend on this (they see
-// one ungated ENCRYPT more).
+// prepares for the plan's later items, and they go as one group in a Run
+// of their own once the gate verified (GateVerified), led by a copy of the
+// gate's DECRYPT (Regate) on which they stay gated, since the servers
+// compute a user key's reply only on its gate in the same Run; never if
+// the gate failed (GateFailed: the held-back job completes with the gate's
+// verdict, the prepared ones are lost). A wrong password therefore never
+// makes the servers compile a reply's program; a right one of a new shape
+// costs a second Run, and proves the shape; a failed gate does not
+// un-prove it.
 //
 // A job submitted outside any plan (kdcmpc submit) is an ordinary Run job
 // of its own: nothing is prepared for it, nothing guessed from it.
@@ -163,7 +164,7 @@ class Planner {
   void KeepChained(ChainedSignature c);
   // Exchange `id`'s gate decrypted: its budget token is given back, the
   // shapes of its gated aes*-cts jobs are proven, and its deferred jobs
-  // (ungated now) are appended to *release for the queues.
+  // (behind a copy of the gate, Regate) are appended to *release.
   void GateVerified(uint64_t id, std::vector<PendingJob>* release);
   // Exchange `id`'s gate failed with `why`: its deferred jobs are taken
   // out, to complete with the gate's verdict (DeferredFailure).

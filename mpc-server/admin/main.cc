@@ -77,9 +77,12 @@
 //   --dry-run that is all, else it asks for confirmation (y) on stdin
 //   unless --yes is given. A key dealt or refreshed meanwhile is on the
 //   servers before the KDB names it, so a key is removed only when neither
-//   of two looks at the KDB and the servers, --grace-ms apart (10 s by
-//   default, as refresh's grace), found a reference to it; a refresh's new
-//   copy of a key still on the servers is left to kmpc-admin refresh.
+//   of two looks at the KDB and the servers, --grace-ms apart (120 s by
+//   default, the key dealer's limit for one dealing), found a reference
+//   to it; a refresh's new copy of a key still on the servers is left to
+//   kmpc-admin refresh. Run it on the primary KDC of the one realm whose
+//   keys the clusters hold: a replica's KDB lags the primary's, and
+//   another realm's keys are referenced by no handle of this KDB.
 //
 // breaker-reset: closes the deviation breaker of every server of the
 //   cluster (--cluster=N, default every cluster), through the authenticated
@@ -999,7 +1002,10 @@ int RemoveUnreferenced(Clusters& clusters, const std::vector<std::string>& first
 }
 
 int PurgeUnreferenced(const Args& a, const Config& cfg) {
-  int grace_ms = 10000;  // refresh's grace (RefreshOptions::grace)
+  // The key dealer gives up on a dealing after 120 s: a key dealt just
+  // before the first look and written to the KDB up to then is still
+  // referenced at the second look.
+  int grace_ms = 120000;
   if (!a.grace_ms.empty() && (!absl::SimpleAtoi(a.grace_ms, &grace_ms) || grace_ms < 0))
     Usage("--grace-ms must be a number of milliseconds");
   auto clusters = Clusters::Connect(cfg);
@@ -1029,6 +1035,8 @@ int PurgeUnreferenced(const Args& a, const Config& cfg) {
     std::printf("purge-unreferenced: nothing was removed\n");
     return 1;
   }
+  std::printf("purge-unreferenced: looking again in %d s (--grace-ms)\n", grace_ms / 1000);
+  std::fflush(stdout);
   absl::SleepFor(absl::Milliseconds(grace_ms));
   auto second = LookForPurge(**clusters, **kdb);
   if (!second.ok()) return Fail(second.status());

@@ -935,24 +935,29 @@ bool CtsMaterialSizesOk(const CtsTask& t) {
 // dealt key) or the FAST challenge (usage 54, a FAST key). So a KDC host
 // that is compromised gets a user's reply only for a login that user
 // makes meanwhile (docs/security-model.md, "The servers enforce the
-// gate"). Public, and alike on every party (their key views, with the
-// kind, agreed).
+// gate"). The KDC's own FAST challenge (an ENCRYPT under usage 55, a FAST
+// key) is one too: its key PRF+(X) ^ PRF+(K, "challengelongterm") has the
+// KDC's half X, so it is released only on the client's challenge (usage
+// 54, a FAST key). Public, and alike on every party (their key views, with
+// the kind, agreed).
 std::string CheckUserGate(absl::Span<const Job> jobs, size_t j, const KeyShares& key) {
   const Job& job = jobs[j];
-  if (!PasswordDerived(key.kind) || job.type != pb::JOB_ENCRYPT ||
-      job.usage != contract::kSpliceReplyUsage)
-    return {};
+  if (!PasswordDerived(key.kind) || job.type != pb::JOB_ENCRYPT) return {};
+  const bool kdc_challenge = job.cts_key != pb::CTS_KEY_DEALT && job.usage == 55;
+  if (job.usage != contract::kSpliceReplyUsage && !kdc_challenge) return {};
   const int64_t g = job.release_if_ok;
   if (g != Job::kNoCondition && static_cast<size_t>(g) < jobs.size()) {
     const Job& gate = jobs[g];
     const bool dealt = gate.cts_key == pb::CTS_KEY_DEALT;
     if (gate.type == pb::JOB_DECRYPT && gate.key_id == job.key_id &&
-        gate.cipher == job.cipher && (dealt ? gate.usage == 1 : gate.usage == 54))
+        gate.cipher == job.cipher && (dealt ? gate.usage == 1 : gate.usage == 54) &&
+        !(kdc_challenge && dealt))
       return {};
   }
-  return "a user key's AS reply (usage 3) is computed only when released on the "
-         "DECRYPT of a PA-ENC-TIMESTAMP (usage 1) or FAST challenge (usage 54) under "
-         "the same key in the same batch (release_if_ok)";
+  return "a user key's AS reply (usage 3) or KDC challenge (usage 55) is computed only "
+         "when released on the DECRYPT of a PA-ENC-TIMESTAMP (usage 1) or FAST challenge "
+         "(usage 54; the KDC challenge: only this) under the same key in the same batch "
+         "(release_if_ok)";
 }
 
 }  // namespace

@@ -1320,6 +1320,35 @@ TEST(CtsBatchBytes, ASplicedMessageCountsAgainstTheBound) {
   ExpectStatus(r2, 0, pb::JOB_OK);     // 216 + 100
 }
 
+// A compromised KDC asks, with no gate, for the KDC-challenge ENCRYPT
+// (usage 55) under CF2(X, K) of a user's key, X its own: PRF+(K,
+// "challengelongterm") is the half the client's challenge uses, and the
+// KDC knows X and the plaintext, so the result would be an offline
+// password verifier of a user who never logs in (review of the key kinds,
+// finding 1). Refused unless released on the client's challenge (usage 54
+// under a FAST key), never on a timestamp.
+TEST_P(CtsJobs, UngatedKdcChallengeUnderAUserKeyIsRefused) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key, KeyKind::kUser);
+  const Bytes x = Random(32), known = Random(28);
+  auto r = c.Run({FastJob(pb::JOB_ENCRYPT, id, true, 55, x, known)}, {});
+  if (r[0].jobs[0].status == pb::JOB_OK) {
+    // What an offline attacker does with a password guess (the right one).
+    const Bytes kk = Xor(x, ClearPrfPlus(key, "challengelongterm", 32));
+    const Bytes back = ClearDecrypt(kk, 55, Revealed(r, 0));
+    EXPECT_NE(Bytes(back.begin() + 16, back.end() - 1), known) << "the verifier opens";
+  }
+  EXPECT_EQ(r[0].jobs[0].status, pb::JOB_MALFORMED);
+  EXPECT_NE(r[0].jobs[0].detail.find("usage 55"), std::string::npos) << r[0].jobs[0].detail;
+  // Gated on a timestamp (usage 1, the dealt key): refused as well.
+  Job kdc = FastJob(pb::JOB_ENCRYPT, id, true, 55, x, known);
+  kdc.release_if_ok = 0;
+  auto g = c.Run({CtsJob(pb::JOB_DECRYPT, id, true, 1, ClearEncrypt(key, 1, Random(44))), kdc},
+                 {});
+  EXPECT_EQ(g[0].jobs[1].status, pb::JOB_MALFORMED);
+}
+
 }  // namespace
 // --security=malicious, a spliced reply alone whose request D (300 bytes)
 // is long beside its P (12 bytes: conf || P is 28 bytes), so most of
