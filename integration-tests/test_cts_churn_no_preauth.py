@@ -36,7 +36,8 @@ import krb_der
 from kmpc_harness import cluster as kmpc_cluster
 from test_cts_churn import (KDC_ERR_PREAUTH_FAILED, _kdc, _login, _misses, _since,
                              cts_user_realm)
-from test_cts_server_view import PA_REQ_ENC_PA_REP, _as_req, _pa
+from test_cts_server_view import (PA_REQ_ENC_PA_REP, _as_req, _enc_part_cipher, _pa,
+                                  rfc3962_decrypt)
 from test_metrics import parse, scrape, value
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
