@@ -145,6 +145,15 @@ def realm(kmpc_factory):
     return kr
 
 
+def _stock_env(kr):
+    """The environment of Debian's unmodified clients (stock_kinit's
+    krb5.conf and ccache), without kmpc's variables."""
+    env = {k: v for k, v in kr.env.items() if not k.startswith(("KRB5", "KMPC"))}
+    env.update(KRB5_CONFIG=os.path.join(kr.dir, "stock-krb5.conf"), LC_ALL="C",
+               KRB5CCNAME="FILE:" + os.path.join(kr.dir, "stock.cc"))
+    return env
+
+
 def test_from_existing_moves_both_aes_keys_as_they_are(realm):
     kr, pw = realm, "Alice-pw-9182"
     kr.addprinc("alice", pw, enctypes=[CTS256, CTS128])
@@ -257,10 +266,7 @@ def test_dealer_deals_the_kind_the_principal_names(realm):
     kr.addprinc("hank", "Hank-pw-1", enctypes=[CTS256])  # its key in the KDB
     rc, out = stock_kinit(kr, "hank", "Hank-pw-1")
     assert rc == 0, out
-    conf = os.path.join(kr.dir, "stock-krb5.conf")
-    env = {k: v for k, v in kr.env.items() if not k.startswith(("KRB5", "KMPC"))}
-    env.update(KRB5_CONFIG=conf, LC_ALL="C",
-               KRB5CCNAME="FILE:" + os.path.join(kr.dir, "stock.cc"))
+    env = _stock_env(kr)
     p = subprocess.run([binpath("kvno"), svc], capture_output=True, text=True,
                        env=env, timeout=90)
     assert p.returncode != 0, p.stdout + p.stderr  # a user's key: no ticket to it
@@ -290,10 +296,7 @@ def test_kdc_refuses_an_as_ticket_to_a_service_under_a_cts_handle(realm):
     kr.admin("share", "--from-existing", f"--enctype={CTS256}", "hank")
     rc, out = stock_kinit(kr, "hank", "Hank-pw-1")
     assert rc == 0, out
-    conf = os.path.join(kr.dir, "stock-krb5.conf")
-    env = {k: v for k, v in kr.env.items() if not k.startswith(("KRB5", "KMPC"))}
-    env.update(KRB5_CONFIG=conf, LC_ALL="C",
-               KRB5CCNAME="FILE:" + os.path.join(kr.dir, "stock.cc"))
+    env = _stock_env(kr)
     # From the TGS, with hank's TGT: issued.
     p = subprocess.run([binpath("kvno"), svc], capture_output=True, text=True,
                        env=env, timeout=90)
