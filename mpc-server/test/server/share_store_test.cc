@@ -95,9 +95,14 @@ TEST(ShareStoreTest, KindRoundTripsAndOldRecordsAreUserKeys) {
     EXPECT_EQ(rec->meta.kind, k);
     EXPECT_EQ(rec->meta.label, "bob@R");
   }
-  std::vector<uint8_t> v1 = {'K', 'M', 'S', '1', 18, 4, 0, 0, 0, 5, 0, 'b', 'o', 'b', '@', 'R',
-                             40, 0, 0, 0};
-  v1.insert(v1.end(), shares.begin(), shares.end());
+  // A record of the format before key kinds ("KMS1"). Byte by byte: GCC
+  // 12 reads a range insert here as a read past the initializer list
+  // (-Wstringop-overread, a false positive).
+  const uint8_t v1_header[] = {'K', 'M', 'S', '1', 18, 4,   0,   0,   0,   5,
+                               0,   'b', 'o', 'b', '@', 'R', 40, 0,   0,   0};
+  std::vector<uint8_t> v1;
+  for (uint8_t b : v1_header) v1.push_back(b);
+  for (uint8_t b : shares) v1.push_back(b);
   auto old = DecodeRecord(Id(2), v1);
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->meta.kind, KeyKind::kUser);
