@@ -50,7 +50,10 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // refused under those ciphers.
 // 10: a splice's message is dealt with its HMAC inner padding
 // (SpliceDealtBytes): splice_length is a multiple of 64.
-inline constexpr uint32_t kWireVersion = 10;
+// 11: a Run carries the KDC's clock (RunRequest.now_unix), against which
+// the servers check an aes*-cts DECRYPT's timestamp on shares (the gate's
+// freshness); JOB_RATE_LIMITED.
+inline constexpr uint32_t kWireVersion = 11;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);

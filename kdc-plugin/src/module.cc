@@ -28,6 +28,7 @@
 #include "router.h"
 #include "core.h"
 #include "grpc_transport.h"
+#include "freshness.h"
 #include "kdc_metrics.h"
 #include "options.h"
 #include "prometheus/exposer.h"
@@ -395,6 +396,11 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     *msg_out = kmpc::kdc::Dup("kdcmpc: internal error during start-up");
     return KRB5_CRYPTO_INTERNAL;
   }
+}
+
+extern "C" void kmpc_core_set_clockskew(kmpc_core* core, int seconds) {
+  (void)core;  // the freshness cache is the module's, across clusters
+  if (seconds > 0) kmpc::kdc::GateFreshness::Shared().set_skew(absl::Seconds(seconds));
 }
 
 extern "C" int kmpc_core_fd(kmpc_core* core) { return core->efd; }
