@@ -856,7 +856,9 @@ absl::Status Engine::Impl::CheckDealing(const Batch& b) {
 }
 
 // SHA-256 over a domain tag, the pair's key, the batch number and every
-// job's copy of component (party + comp) % 3, each with its length.
+// live job's copy of component (party + comp) % 3, each with its index and
+// length. A job failed by now (its check, its key view: decided alike on
+// the three parties) is never computed on, so its copies are left out.
 absl::Status Engine::Impl::DealtCopyDigest(const Batch& b, int comp, const uint8_t key[16],
                                            std::array<uint8_t, 32>& out) {
   static constexpr char kTag[] = "kmpc-dealt-copy-v1";
@@ -867,12 +869,17 @@ absl::Status Engine::Impl::DealtCopyDigest(const Batch& b, int comp, const uint8
   Sha256 h;
   h.Update(enc);
   share::Wipe(enc);
-  for (const Job& job : b.jobs) {
-    uint8_t len[4];
-    const uint32_t n = static_cast<uint32_t>(job.data_shares[comp].size());
-    for (int k = 0; k < 4; ++k) len[k] = static_cast<uint8_t>(n >> (24 - 8 * k));
+  for (size_t j = 0; j < b.jobs.size(); ++j) {
+    if (!b.plan[j].live()) continue;
+    const std::vector<uint8_t>& copy = b.jobs[j].data_shares[comp];
+    uint8_t len[8];
+    const uint32_t idx = static_cast<uint32_t>(j), n = static_cast<uint32_t>(copy.size());
+    for (int k = 0; k < 4; ++k) {
+      len[k] = static_cast<uint8_t>(idx >> (24 - 8 * k));
+      len[4 + k] = static_cast<uint8_t>(n >> (24 - 8 * k));
+    }
     h.Update(len);
-    h.Update(job.data_shares[comp]);
+    h.Update(copy);
   }
   return h.Final(out);
 }
