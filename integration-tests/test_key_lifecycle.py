@@ -388,22 +388,50 @@ def test_purgekeys_shares_removed_by_purge_unreferenced(realm):
 
     _, out, _ = kr.admin("purge-unreferenced", "--dry-run")
     assert _unreferenced(out) == ids[1] and "dry run" in out, out
-    rc, out, _ = kr.admin("purge-unreferenced", input="n\n", expected_code=1)
+    rc, out, _ = kr.admin("purge-unreferenced", "--i-am-primary", input="n\n",
+                          expected_code=1)
     assert "nothing was removed" in out, out
     rc, out, _ = kr.admin("status", "--kdb", expected_code=1)
     assert _unreferenced(out) == ids[1], out
 
     kr.kadmin_local("purgekeys hal")  # every kvno but the current one
     assert sorted(_kvno_ids(kr, "hal")) == [3]
-    _, out, _ = kr.admin("purge-unreferenced", "--grace-ms=300", input="y\n")
+    _, out, _ = kr.admin("purge-unreferenced", "--i-am-primary", "--grace-ms=300",
+                         input="y\n")
     assert _unreferenced(out) == ids[1] | ids[2], out
     for i in ids[1] | ids[2]:
         assert f"key {i} " in out and "removed from every server" in out, out
     assert "purge-unreferenced: %d removed, 0 kept, 0 failed" % len(ids[1] | ids[2]) in out
     status_ok(kr)
     kinit_ok(kr, "hal", "Hal-pw-3333")
-    _, out, _ = kr.admin("purge-unreferenced", "--yes")
+    _, out, _ = kr.admin("purge-unreferenced", "--i-am-primary", "--yes")
     assert "no unreferenced key" in out, out
+
+
+def test_purge_unreferenced_keeps_other_realms_and_needs_the_primary(realm):
+    """Clusters shared by realms: a key labelled with another realm's
+    principal (or with no realm) is referenced by no handle of this KDB, yet
+    purge-unreferenced lists and removes only this realm's unreferenced key
+    and leaves the others on every server. Without --i-am-primary (the
+    admin's word that this is the primary KDC, whose KDB a replica's lags)
+    it removes nothing and exits 2; --dry-run needs no such word. Fails on
+    a kmpc without the realm filter (the other realm's keys were removed)."""
+    kr = realm
+    ours, theirs, bare = (os.urandom(32).hex() for _ in range(3))
+    for key_id, label in ((ours, f"gone@{kr.realm}"), (theirs, "bob@OTHER.EXAMPLE"),
+                          (bare, "no-realm-label")):
+        kr.cluster.client("put-key", f"--key_hex={os.urandom(32).hex()}",
+                          f"--key_id_hex={key_id}", f"--label={label}")
+    rc, _, err = kr.admin("purge-unreferenced", "--yes", expected_code=2)
+    assert "--i-am-primary" in err, err
+    _, out, _ = kr.admin("purge-unreferenced", "--dry-run")
+    assert _unreferenced(out) == {ours}, out
+    assert "2 keys whose label names no realm or another realm" in out, out
+    _, out, _ = kr.admin("purge-unreferenced", "--i-am-primary", "--yes",
+                         "--grace-ms=100")
+    assert "purge-unreferenced: 1 removed, 0 kept, 0 failed" in out, out
+    listed = kr.cluster.client("list-keys")
+    assert ours not in listed and theirs in listed and bare in listed, listed
 
 
 def test_no_real_key_in_the_password_history(realm):

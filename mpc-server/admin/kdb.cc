@@ -666,4 +666,19 @@ absl::Status Kdb::SwitchKeyId(const std::string& name, const std::string& old_id
   return PutKeyData(ent, name);
 }
 
+std::string LabelRealm(const std::string& label) {
+  std::string s = label;
+  const std::string suffix = kMigratedSuffix;
+  if (s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
+    s.resize(s.size() - suffix.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      ++i;  // the escaped character
+    } else if (s[i] == '@') {
+      return s.substr(i + 1);
+    }
+  }
+  return "";
+}
+
 }  // namespace kmpc::admin

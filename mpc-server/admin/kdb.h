@@ -161,6 +161,15 @@ bool IsWeakEnctype(int32_t enctype);
 // The enctype a share --enctype value names (MIT's names; 0 if none).
 int32_t EnctypeOfName(const std::string& name);
 
+// What kmpc-admin share and the key dealer append to the label of a key
+// migrated from the KDB (the label is otherwise the principal's canonical
+// name, with its realm: krb5_unparse_name).
+inline constexpr char kMigratedSuffix[] = " (migrated from the KDB)";
+// The realm a key's label names: the text after the principal's first
+// unescaped '@' (krb5_unparse_name escapes an '@' inside a component as
+// "\@"), without kMigratedSuffix. Empty when the label names no realm.
+std::string LabelRealm(const std::string& label);
+
 }  // namespace kmpc::admin
 
 #endif  // KMPC_ADMIN_KDB_H_

@@ -17,6 +17,19 @@
 namespace kmpc::admin {
 namespace {
 
+// purge-unreferenced's realm filter: a label is the principal's canonical
+// name (krb5_unparse_name), maybe with the migrated suffix.
+TEST(KdbTest, LabelRealmIsAfterTheFirstUnescapedAt) {
+  EXPECT_EQ(LabelRealm("alice@EXAMPLE.ORG"), "EXAMPLE.ORG");
+  EXPECT_EQ(LabelRealm("HTTP/www.example.org@EXAMPLE.ORG"), "EXAMPLE.ORG");
+  EXPECT_EQ(LabelRealm("krbtgt/OTHER.ORG@EXAMPLE.ORG"), "EXAMPLE.ORG");
+  EXPECT_EQ(LabelRealm(std::string("bob@EXAMPLE.ORG") + kMigratedSuffix), "EXAMPLE.ORG");
+  EXPECT_EQ(LabelRealm("odd\\@name@OTHER.ORG"), "OTHER.ORG");  // an escaped '@'
+  EXPECT_EQ(LabelRealm("no-realm"), "");
+  EXPECT_EQ(LabelRealm("trailing\\@"), "");
+  EXPECT_EQ(LabelRealm(""), "");
+}
+
 TEST(KdbTest, EachAesEnctypeHasItsMpcCounterpart) {
   EXPECT_EQ(MpcEnctypeFor(kEnctypeAes128Cts), kEnctypeAes128Mpc);
   EXPECT_EQ(MpcEnctypeFor(kEnctypeAes256Cts), kEnctypeAes256Mpc);

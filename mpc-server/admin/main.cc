@@ -5,7 +5,8 @@
 //                         aes128-cts-hmac-sha1-96] [--keepold] [--force]
 //              PRINC...
 //   kmpc-admin [OPTIONS] status [--kdb]
-//   kmpc-admin [OPTIONS] purge-unreferenced [--dry-run] [--yes] [--grace-ms=N]
+//   kmpc-admin [OPTIONS] purge-unreferenced (--dry-run | --i-am-primary) [--yes]
+//              [--grace-ms=N]
 //   kmpc-admin [OPTIONS] breaker-reset [--cluster=N]
 //
 // share: for each principal, get its key (derived from a password read from
@@ -80,9 +81,15 @@
 //   of two looks at the KDB and the servers, --grace-ms apart (120 s by
 //   default, the key dealer's limit for one dealing), found a reference
 //   to it; a refresh's new copy of a key still on the servers is left to
-//   kmpc-admin refresh. Run it on the primary KDC of the one realm whose
-//   keys the clusters hold: a replica's KDB lags the primary's, and
-//   another realm's keys are referenced by no handle of this KDB.
+//   kmpc-admin refresh. Only keys whose label names this KDB's realm are
+//   considered: clusters shared by realms hold other realms' keys, which
+//   no handle of this KDB refers to; a key whose label names no realm is
+//   listed and left. It removes nothing without --i-am-primary, the
+//   admin's word that this is the realm's primary KDC: a replica's KDB
+//   lags the primary's (a key dealt since its last kprop or iprop update
+//   looks unreferenced), and MIT's KDB records no role a check could
+//   trust (kpropd.acl and the iprop settings are on both roles where the
+//   two can switch, docs/admin-guide.md).
 //
 // breaker-reset: closes the deviation breaker of every server of the
 //   cluster (--cluster=N, default every cluster), through the authenticated
@@ -136,9 +143,11 @@ constexpr char kUsage[] =
     "                  [--keepold] [--force] [--service | --also-service]\n"
     "                  PRINC...\n"
     "       kmpc-admin [OPTIONS] status [--kdb]\n"
-    "       kmpc-admin [OPTIONS] purge-unreferenced [--dry-run] [--yes] [--grace-ms=N]\n"
-    "           remove the shares of keys no KDB handle refers to (after kadmin\n"
-    "           purgekeys); lists them, then asks unless --yes\n"
+    "       kmpc-admin [OPTIONS] purge-unreferenced (--dry-run | --i-am-primary)\n"
+    "                  [--yes] [--grace-ms=N]\n"
+    "           remove the shares of this realm's keys no KDB handle refers to\n"
+    "           (after kadmin purgekeys); lists them, then asks unless --yes; only\n"
+    "           on the realm's primary KDC, which --i-am-primary confirms\n"
     "       kmpc-admin [OPTIONS] refresh (--all | KEYID_HEX...)  (admin/refresh.h)\n"
     "       kmpc-admin [OPTIONS] breaker-reset [--cluster=N]\n"
     "           close the servers' deviation breakers (after rotating the keys:\n"
@@ -178,6 +187,7 @@ struct Args {
   bool all = false;  // refresh --all
   bool dry_run = false;  // purge-unreferenced
   bool yes = false;      // purge-unreferenced: no question
+  bool i_am_primary = false;  // purge-unreferenced: the admin's word
   std::string grace_ms;  // purge-unreferenced: between its two looks
   bool service = false, also_service = false;  // share's key kind
   std::string enctype;  // share --enctype; empty: aes256-ctr-mpc
@@ -237,6 +247,7 @@ Args ParseArgs(int argc, char** argv) {
       else if (name == "all") a.all = true;
       else if (name == "dry-run") a.dry_run = true;
       else if (name == "yes") a.yes = true;
+      else if (name == "i-am-primary") a.i_am_primary = true;
       else if (name == "service") a.service = true;
       else if (name == "also-service") a.also_service = true;
       else Usage("unknown option " + s);
@@ -270,9 +281,6 @@ absl::StatusOr<Config> LoadConfig(const Args& a) {
 }
 
 std::string Hex(const std::string& b) { return absl::BytesToHexString(b); }
-
-// Label suffix of a key that share --from-existing moved from the KDB.
-constexpr char kMigratedSuffix[] = " (migrated from the KDB)";
 
 // Principals whose keys daemons need in the clear: never shared.
 bool Unshareable(const std::string& canon) {
@@ -909,8 +917,9 @@ int Status(const Args& a, const Config& cfg) {
 // purge-unreferenced: one look at what the servers hold and what the KDB
 // refers to.
 struct PurgeLook {
-  std::map<std::string, kmpc::v1::KeyInfo> listed;  // on any server
+  std::map<std::string, kmpc::v1::KeyInfo> listed;  // on any server, this realm's
   std::set<std::string> referenced;                 // by a KDB handle
+  std::map<std::string, kmpc::v1::KeyInfo> elsewhere;  // labelled with no or another realm
 };
 
 absl::StatusOr<PurgeLook> LookForPurge(Clusters& clusters, Kdb& kdb) {
@@ -924,7 +933,10 @@ absl::StatusOr<PurgeLook> LookForPurge(Clusters& clusters, Kdb& kdb) {
         return absl::Status(lists[i].status().code(),
                             absl::StrCat(clusters.Prefix(c), lists[i].status().message(),
                                          "; nothing was removed"));
-      for (const auto& k : *lists[i]) look.listed.emplace(k.key_id(), k);
+      for (const auto& k : *lists[i]) {
+        if (LabelRealm(k.label()) == kdb.realm()) look.listed.emplace(k.key_id(), k);
+        else look.elsewhere.emplace(k.key_id(), k);
+      }
     }
   }
   auto names = kdb.ListPrincipals();
@@ -1002,6 +1014,10 @@ int RemoveUnreferenced(Clusters& clusters, const std::vector<std::string>& first
 }
 
 int PurgeUnreferenced(const Args& a, const Config& cfg) {
+  if (!a.dry_run && !a.i_am_primary)
+    Usage("purge-unreferenced removes keys only on the realm's primary KDC: run it "
+          "there with --i-am-primary (a replica's KDB lags the primary's, so keys "
+          "dealt since its last update look unreferenced), or with --dry-run");
   // The key dealer gives up on a dealing after 120 s: a key dealt just
   // before the first look and written to the KDB up to then is still
   // referenced at the second look.
@@ -1014,6 +1030,10 @@ int PurgeUnreferenced(const Args& a, const Config& cfg) {
   if (!kdb.ok()) return Fail(kdb.status());
   auto first = LookForPurge(**clusters, **kdb);
   if (!first.ok()) return Fail(first.status());
+  if (!first->elsewhere.empty())
+    std::printf("%zu keys whose label names no realm or another realm than %s left as "
+                "they are\n",
+                first->elsewhere.size(), (*kdb)->realm().c_str());
   size_t in_refresh = 0;
   const std::vector<std::string> ids = Unreferenced(*first, &in_refresh);
   for (const std::string& id : ids)

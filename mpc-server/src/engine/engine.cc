@@ -12,6 +12,7 @@
 // engine.h and docs/design/enctype.md.
 #include "engine/engine.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -539,6 +540,9 @@ class Engine::Impl {
   absl::Status AgreeOnBatch(Batch& b);
   absl::Status DigestBatch(const Batch& b, AgreementHeader& h);
   absl::Status ExchangeKeyViews(Batch& b);
+  absl::Status CheckDealing(const Batch& b);
+  absl::Status DealtCopyDigest(const Batch& b, int comp, const uint8_t key[16],
+                               std::array<uint8_t, 32>& out);
   absl::Status DrawCounters(Batch& b);
   void LinkPads(Batch& b);
   absl::Status PlanCts(Batch& b);
@@ -610,6 +614,9 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
     }
   } scope(rep3_, log_, options_.malicious);
   if (absl::Status s = AgreeOnBatch(b); !s.ok()) return s;
+  if (!options_.malicious) {
+    if (absl::Status s = CheckDealing(b); !s.ok()) return s;
+  }
   if (deviated_) {
     // A forwarded header or view failed its tag: the headers this party
     // decided on may not be its peers' (an honest successor whose key view
@@ -706,7 +713,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v17";
+  static constexpr char kTag[] = "kmpc-batch-v18";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
@@ -850,6 +857,83 @@ absl::Status Engine::Impl::ExchangeKeyViews(Batch& b) {
     DecideKey(b.plan[j], views);
   }
   return absl::OkStatus();
+}
+
+// The dealt inputs (Job::data_shares) are the one input that differs
+// between the parties: the KDC deals each component to the two parties that
+// hold it, and nothing else ties the two copies together. In
+// --security=semi-honest a KDC that deals them inconsistently makes the
+// parties compute on values that differ between them, which can pass the
+// servers' gate on a bogus timestamp (docs/security-model.md, "Review of
+// key kinds", finding 2). So, before any AND, each pair compares its copies
+// of the one component it shares: party i sends party i-1 a digest of its
+// component 0 (component i, which party i-1 holds as its component 1) and
+// checks party i+1's digest against its own component 1. The digest goes
+// to the one party that holds the same bytes and is never forwarded: party
+// i+1, which holds the other two components, could test guesses of a
+// low-entropy secret (a timestamp) against a digest of the third. It is
+// keyed by a fresh PRSS value that only the pair holds (ForwardTagKeys:
+// party i's k0 is party i-1's k1), so that no one else can test such
+// guesses either. Two one-byte rounds then tell every party every pair's
+// verdict, and all three refuse the batch alike (ABORTED, in step) before
+// anything is computed on the copies. --security=malicious needs none of
+// this: every AND on an inconsistent input fails the product check
+// against the copies the neighbours hold (protocol/verify.h), and every
+// opened value is compared, before anything is released.
+absl::Status Engine::Impl::CheckDealing(const Batch& b) {
+  const ForwardTagKeys keys(prss_);
+  std::array<uint8_t, 32> mine, want, next;
+  if (absl::Status s = DealtCopyDigest(b, 0, keys.k0, mine); !s.ok()) return s;
+  if (absl::Status s = DealtCopyDigest(b, 1, keys.k1, want); !s.ok()) return s;
+  if (absl::Status st = channel_.Exchange(mine, absl::MakeSpan(next)); !st.ok()) return st;
+  // Bit 0: the pair (i, i+1) differs; from round 2 on, also (i+1, i+2).
+  uint8_t bad = CRYPTO_memcmp(want.data(), next.data(), want.size()) != 0 ? 1 : 0;
+  uint8_t in = 0;
+  if (absl::Status st = channel_.Exchange(absl::MakeConstSpan(&bad, 1),
+                                          absl::MakeSpan(&in, 1));
+      !st.ok())
+    return st;
+  bad |= in;
+  if (absl::Status st = channel_.Exchange(absl::MakeConstSpan(&bad, 1),
+                                          absl::MakeSpan(&in, 1));
+      !st.ok())
+    return st;
+  if ((bad | in) != 0) {
+    return absl::AbortedError(
+        "batch refused: the two MPC servers that hold one component of a "
+        "dealt input received different copies of it (the KDC dealt "
+        "inconsistent shares)");
+  }
+  return absl::OkStatus();
+}
+
+// SHA-256 over a domain tag, the pair's key, the batch number and every
+// live job's copy of component (party + comp) % 3, each with its index and
+// length. A job failed by now (its check, its key view: decided alike on
+// the three parties) is never computed on, so its copies are left out.
+absl::Status Engine::Impl::DealtCopyDigest(const Batch& b, int comp, const uint8_t key[16],
+                                           std::array<uint8_t, 32>& out) {
+  static constexpr char kTag[] = "kmpc-dealt-copy-v1";
+  std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
+  enc.insert(enc.end(), key, key + 16);
+  PutU64(enc, b.seq);
+  PutU32(enc, static_cast<uint32_t>(b.jobs.size()));
+  Sha256 h;
+  h.Update(enc);
+  share::Wipe(enc);
+  for (size_t j = 0; j < b.jobs.size(); ++j) {
+    if (!b.plan[j].live()) continue;
+    const std::vector<uint8_t>& copy = b.jobs[j].data_shares[comp];
+    uint8_t len[8];
+    const uint32_t idx = static_cast<uint32_t>(j), n = static_cast<uint32_t>(copy.size());
+    for (int k = 0; k < 4; ++k) {
+      len[k] = static_cast<uint8_t>(idx >> (24 - 8 * k));
+      len[4 + k] = static_cast<uint8_t>(n >> (24 - 8 * k));
+    }
+    h.Update(len);
+    h.Update(copy);
+  }
+  return h.Final(out);
 }
 
 // ctr0 for ENCRYPT and CHECKSUM: a fresh PRSS random value revealed among

@@ -1478,6 +1478,46 @@ TEST_P(CtsJobs, UngatedKdcChallengeUnderAUserKeyIsRefused) {
   EXPECT_EQ(g[0].jobs[1].status, pb::JOB_MALFORMED);
 }
 
+// A compromised KDC deals a bogus timestamp (random C || T) under a user's
+// key, flips one bit of one party's copy of one component, and asks for
+// the reply gated on it. Without the dealing check, semi-honest servers
+// computed on copies that differ and released the reply, an offline
+// password verifier, on about a third of such tries. Now every try is
+// refused on all three parties before anything is computed
+// (semi-honest: engine.cc CheckDealing) or fails the product check
+// (malicious), and nothing is released on any party.
+TEST_P(CtsJobs, InconsistentlyDealtTimestampDoesNotPassTheGate) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key, KeyKind::kUser);
+  Job reply = CtsJob(pb::JOB_ENCRYPT, id, true, 3, Random(120));
+  reply.release_if_ok = 0;
+  const std::vector<Job> jobs = {CtsJob(pb::JOB_DECRYPT, id, true, 1, Random(56)), reply};
+  std::mt19937_64 rng(0x6465616c);
+  int released = 0;
+  for (int t = 0; t < 32; ++t) {
+    const int who = static_cast<int>(rng() % 3), comp = static_cast<int>(rng() % 2);
+    const size_t bit = rng() % (8 * 56);
+    auto r = c.RunStatus(jobs, {}, [&](int i, std::vector<Job>& each) {
+      if (i == who) each[0].data_shares[comp][bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    });
+    int ok = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (!r[i].ok()) continue;
+      if (r[i]->jobs[1].status == pb::JOB_OK) ++ok;
+      if (!GetParam()) {
+        ADD_FAILURE() << "try " << t << ": party " << i << " ran the batch";
+      }
+    }
+    if (ok >= 2) ++released;
+    for (int i = 0; i < 3; ++i) {
+      if (!GetParam() && !r[i].ok()) EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted);
+    }
+    c.Connect();
+  }
+  EXPECT_EQ(released, 0) << "of 32 tries, the gated reply was released by two parties";
+}
+
 }  // namespace
 // --security=malicious, a spliced reply alone whose request D (300 bytes)
 // is long beside its P (12 bytes: conf || P is 28 bytes), so most of
