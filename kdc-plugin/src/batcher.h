@@ -102,6 +102,15 @@ struct BatcherOptions {
   // A failed or hung batch takes its logins with it (all of them until
   // `deadline`).
   int max_inflight = 2;
+  // A batch waits for its deepest program, and an aes*-cts program's AND
+  // rounds grow with its lengths (contract::CtsDepthBound: a login's
+  // reply with its spliced request ~6,000, the length caps' longest
+  // ~25,000). A job above deep_rounds goes, with its exchange's group, in
+  // a Run batch of its own (at most one in flight, never past
+  // max_inflight), so one client's long request (many addresses, large
+  // padata) never delays others' logins; it waits only for other deep
+  // work. 0: off (every job shares batches).
+  uint64_t deep_rounds = 8000;
   // Jobs waiting beyond this are refused at submit (kUnavailable): an
   // overloaded or slow cluster must not grow the KDC without bound.
   size_t max_queue = 65536;
