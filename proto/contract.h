@@ -50,7 +50,10 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // refused under those ciphers.
 // 10: a splice's message is dealt with its HMAC inner padding
 // (SpliceDealtBytes): splice_length is a multiple of 64.
-inline constexpr uint32_t kWireVersion = 10;
+// 11: an aes*-cts ENCRYPT or CHECKSUM runs its length class's program
+// (contract::CtsClassMax): the KDC's requests are unchanged, but the
+// servers' rings carry other programs' layers, so the three must agree.
+inline constexpr uint32_t kWireVersion = 11;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);

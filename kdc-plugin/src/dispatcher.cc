@@ -170,6 +170,10 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
     if (absl::Status st = RoomLocked(); !st.ok()) return st;
     if (planner_.Known(id))
       return absl::InvalidArgumentError("the exchange was begun already");
+    if (!planner_.TakeUnprovenGates(jobs, now))
+      return absl::ResourceExhaustedError(
+          "over the compile budget: an aes*-cts timestamp or challenge of a length no "
+          "login proved yet (cts_unproven_per_minute)");
     std::vector<PendingJob> prepared;
     planner_.Admit(id, std::move(plan), &jobs, &prepared);
     // One group, queued together: NextRun never cuts it.
@@ -461,11 +465,12 @@ bool Dispatcher::Deep(const Job& job) const {
 std::shared_ptr<BatchStep> Dispatcher::NextDeep(absl::Time now) {
   if (deep_queue_.empty() || deep_inflight_ > 0 || inflight_ >= options_.max_inflight)
     return nullptr;
+  // Every deep group queued, up to max_jobs (whole groups): deep work
+  // shares a batch only with deep work.
   std::vector<PendingJob> batch;
-  batch.push_back(std::move(deep_queue_.front()));
-  deep_queue_.pop_front();
-  while (!deep_queue_.empty() && batch.back().group != 0 &&
-         deep_queue_.front().group == batch.back().group) {
+  while (!deep_queue_.empty() &&
+         (batch.size() < options_.max_jobs ||
+          (batch.back().group != 0 && deep_queue_.front().group == batch.back().group))) {
     batch.push_back(std::move(deep_queue_.front()));
     deep_queue_.pop_front();
   }
@@ -573,6 +578,7 @@ BatcherStats Dispatcher::Stats() const {
   out.chained_used = pc.chained_used;
   out.cts_deferred = pc.cts_deferred;
   out.cts_deferred_sent = pc.cts_deferred_sent;
+  out.cts_unproven_refused = pc.cts_unproven_refused;
   out.pads_wasted = stats_.pads_wasted + pc.pads_wasted;
   out.pads_held = planner_.pads_held();
   return out;

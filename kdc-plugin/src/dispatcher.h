@@ -15,8 +15,9 @@
 //    never calls back.
 //  - queued_blocks_ is the sum of `blocks` over queue_.
 //  - deep_queue_ holds the groups with a job deeper than deep_rounds
-//    (whole groups): NextDeep sends each alone, at most one in flight and
-//    never past max_inflight, before the Run queue's next batch.
+//    (whole groups): NextDeep sends them (up to max_jobs, groups whole)
+//    in a Run of their own, at most one in flight and never past
+//    max_inflight, before the Run queue's next batch.
 //  - flush_now_: the submitter went idle (SubmitterIdle) with early_flush
 //    and jobs queued: an idle cluster takes them without the coalesce
 //    delay (SubmitterIdle starts that Run batch itself, on the submitter's
@@ -180,9 +181,9 @@ class Dispatcher : public StepHost,
   JobFifo queue_;
   uint64_t queued_blocks_ = 0;
   int inflight_ = 0;  // Run batches, deep ones included
-  // Groups with a job deeper than BatcherOptions::deep_rounds: each goes
-  // in a Run batch of its own, at most one in flight, so that one
-  // client's long request never delays others' logins.
+  // Groups with a job deeper than BatcherOptions::deep_rounds: they go in
+  // Run batches of their own, at most one in flight, so that one client's
+  // long request never delays others' logins.
   JobFifo deep_queue_;
   int deep_inflight_ = 0;
   std::set<const BatchStep*> deep_steps_;
