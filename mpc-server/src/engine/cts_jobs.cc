@@ -342,6 +342,9 @@ std::vector<std::pair<CtsProgramCache::Shape, uint64_t>> CtsProgramCache::ReadWe
     } else if (weight == 0 || weight > (uint64_t{1} << 32)) {
       continue;
     }
+    // A length no job has (read before the class names it).
+    const bool n_ok = type == pb::JOB_CHECKSUM ? n <= cts::kMaxBytes - 64
+                                               : n >= 16 && n <= cts::kMaxBytes - 64;
     // Named by its class (a line of an exact length reads as its class).
     const Shape s = MakeShape(static_cast<pb::JobType>(type), nr, n, cf2, usage, splice_m,
                               splice_off);
@@ -362,8 +365,6 @@ std::vector<std::pair<CtsProgramCache::Shape, uint64_t>> CtsProgramCache::ReadWe
         splice_m == 0 ? splice_off == 0
                       : type == pb::JOB_ENCRYPT && cf2 == 0 &&
                             cts::SpliceClassFits(n, splice_m, splice_off);
-    const bool n_ok = type == pb::JOB_CHECKSUM ? n <= cts::kMaxBytes - 64
-                                               : n >= 16 && n <= cts::kMaxBytes - 64;
     if (!(ok && key_ok && splice_ok && n_ok)) continue;
     Weighted& w = by_shape[s];
     w.shape = s;
