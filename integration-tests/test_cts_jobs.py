@@ -8,6 +8,7 @@ cluster's reply (usage 3) accepted by krb5_c_decrypt; the usage-56
 checksum equal to krb5_c_make_checksum's; in both security modes. And no
 server's recorded requests hold a plaintext byte of these jobs.
 """
+import datetime
 import json
 import os
 import subprocess
@@ -20,8 +21,12 @@ from test_mpc_cluster import Cluster, RECORD_ENV, certs, own_cluster  # noqa: F4
 
 KRB5_PREFIX = os.environ.get("KRB5_PREFIX", os.path.join(tmc.ROOT, "build", "krb5"))
 HELPER = os.path.join(tmc.ROOT, "mpc-server", "test", "cts", "cts_krb5_tool.c")
-# A PA-ENC-TS-ENC (RFC 4120 5.2.7.2) of a fixed time, DER.
-TIMESTAMP = bytes.fromhex("301aa011180f32303236313132353230313530305aa10502030c3500")
+# A PA-ENC-TS-ENC (RFC 4120 5.2.7.2) of the time the tests start, DER: a
+# user key's gate releases its reply only within the servers' clock skew
+# (docs/security-model.md, "Freshness of the gate").
+TIMESTAMP = (bytes.fromhex("301aa011180f")
+             + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d%H%M%SZ").encode()
+             + bytes.fromhex("a10502030c3500"))
 REPLY = (b"EncASRepPart: session key 00112233445566778899aabbccddeeff, "
          b"nonce, flags, authtime, srealm KMPC.TEST, sname krbtgt") * 2
 

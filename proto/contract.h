@@ -50,10 +50,13 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // refused under those ciphers.
 // 10: a splice's message is dealt with its HMAC inner padding
 // (SpliceDealtBytes): splice_length is a multiple of 64.
-// 11: an aes*-cts ENCRYPT or CHECKSUM runs its length class's program
+// 11: a Run carries the KDC's clock (RunRequest.now_unix), against which
+// the servers check an aes*-cts DECRYPT's timestamp on shares (the gate's
+// freshness); JOB_RATE_LIMITED.
+// 12: an aes*-cts ENCRYPT or CHECKSUM runs its length class's program
 // (contract::CtsClassMax): the KDC's requests are unchanged, but the
 // servers' rings carry other programs' layers, so the three must agree.
-inline constexpr uint32_t kWireVersion = 11;
+inline constexpr uint32_t kWireVersion = 12;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);

@@ -64,7 +64,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from bench import cts_realm, storm_bench  # noqa: E402
+from bench import cts_realm, deep_attempts, storm_bench  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 CTS256 = "aes256-cts-hmac-sha1-96"
@@ -390,6 +390,23 @@ def realm_section(r, args, heimdal, log):
     return sec
 
 
+def deep_section(r, args, log):
+    """deep_attempts.py in the realm: one varied user attacks (400-address
+    logins, a captured timestamp replayed, 8 KiB padata) while the others
+    log in one at a time with Debian's kinit."""
+    pop = r.populations["varied"]
+    stock = Stock(r, "deep-stock")
+    at = lambda u: f"{u}@{r.realm}"  # noqa: E731
+    honest = [at(u) for u in pop.names[2:]]
+    return deep_attempts.run(
+        r.kdc_port, stock.conf, stock.env,
+        {"attacker": pop.keytabs["all"], "victim": pop.keytabs["all"],
+         "honest": pop.keytabs["all"]},
+        {"attacker": at(pop.names[0]), "victim": at(pop.names[1]), "honest": honest},
+        args.deep_seconds or (10 if args.quick else 30),
+        os.path.join(r.dir, "deep"), log)
+
+
 def register_targets(r, mode, quick):
     """storm_bench.TARGETS entries for the realm's storms, cts first:
     {which: target name} (bench_settings calls each factory as
@@ -434,6 +451,11 @@ def parser():
                     help="measured seconds of each realm phase (default 15; --quick 6)")
     ap.add_argument("--realm-concurrency", type=int, default=64,
                     help="logins in flight in the realm phases (a quarter with addresses)")
+    ap.add_argument("--no-deep", dest="deep", action="store_false",
+                    help="no deep attempts (deep_attempts.py) beside one-at-a-time logins")
+    ap.add_argument("--deep-seconds", type=float, default=None,
+                    help="seconds of one-at-a-time logins beside the attacks (default 30; "
+                         "--quick 10)")
     ap.add_argument("--samples", type=int, default=12,
                     help="one-at-a-time logins of varied users per client (MIT, MIT with "
                          "addresses, Heimdal)")
@@ -478,6 +500,8 @@ def main():
             sec["one_client"] = one_client(r, pws, args.logins, log)
             if args.realm:
                 sec["realm"] = realm_section(r, args, heimdal, log)
+            if args.realm and args.deep:
+                sec["deep_attempts"] = deep_section(r, args, log)
             if args.storm:
                 sec["storm"] = storms(r, mode, args.users, args.quick, log)
             sec["loadavg_after"] = os.getloadavg()[0]

@@ -376,6 +376,10 @@ class MpcCluster:
                 f"--cert={c}/party-{i}.pem", f"--key={c}/party-{i}.key",
                 f"--ca={c}/ca.pem", f"--store_dir={self.store_dir(i)}",
                 f"--workers={self.workers}",
+                # Storms log one user in far more often than a person
+                # does: no release bound unless a test's server_flags set
+                # one (they come last, and the last value wins).
+                "--cts_releases_per_minute=0",
                 *([f"--crl={c}/crl.pem"] if os.path.exists(f"{c}/crl.pem") else []),
                 *([f"--metrics_addr=127.0.0.1:{self.metrics_base + i}"]
                   if self.metrics_base is not None else []),

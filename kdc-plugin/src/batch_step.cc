@@ -19,6 +19,7 @@
 #include "client/reveal.h"
 #include "contract.h"
 #include "cts_items.h"
+#include "freshness.h"
 
 namespace kmpc::kdc {
 
@@ -123,6 +124,12 @@ absl::Status JobFailure(const pb::JobResult& r) {
       return absl::UnavailableError(absl::StrCat(
           "the MPC cluster holds no dealt material for this key usage "
           "(JOB_UNKNOWN_USAGE: ",
+          detail, ")"));
+    case pb::JOB_RATE_LIMITED:
+      // Not a cluster failure (no failover: the other cluster counts its
+      // own releases): KRB5KDC_ERR_SVC_UNAVAILABLE for this login.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the MPC cluster bounds this user's AS replies per minute (JOB_RATE_LIMITED: ",
           detail, ")"));
     case pb::JOB_WITHHELD:
       // A gated job whose gate did not verify, nothing revealed: the
@@ -378,6 +385,10 @@ absl::Status BatchStep::BuildRunRequest(RunCall* call) {
   if (!id.ok()) return id.status();
   call->req.set_batch_id(*std::move(id));
   call->req.set_wire_version(contract::kWireVersion);
+  // The servers check an aes*-cts gate's timestamp against this clock
+  // (kmpc.proto RunRequest.now_unix), the KDC's, which MIT's own skew
+  // check uses too.
+  call->req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   call->req.mutable_jobs()->Reserve(static_cast<int>(call->idx.size()));
   // The gate DECRYPT of each planned exchange's group in this request (a
   // group may hold two DECRYPTs, u2u: its gate is the one marked so): its
@@ -774,10 +785,35 @@ void BatchStep::CompleteCts(size_t i, bool verified) {
     Complete(i, absl::DataLossError("ciphertext tag did not verify"), {});
     return;
   }
-  if (e.job.type == pb::JOB_DECRYPT && e.gate && e.exchange_id != 0)
-    host_->GateVerified(e.exchange_id);
   absl::Status st = CtsResult(e.job, &e.output);
+  if (st.ok() && e.job.type == pb::JOB_DECRYPT && e.gate && e.exchange_id != 0)
+    st = GateFresh(e);
   Complete(i, st, st.ok() ? std::move(e.output) : SecureBytes{});
+}
+
+// A verified aes*-cts gate proves its exchange's shapes and releases what
+// was held back for it only if fresh (freshness.h): a skewed one completes
+// (MIT's check then answers KRB_AP_ERR_SKEW), a replayed one fails as a
+// wrong password does (KDC_ERR_PREAUTH_FAILED), logged without secrets.
+absl::Status BatchStep::GateFresh(const PendingJob& e) {
+  using V = GateFreshness::Verdict;
+  const V v = GateFreshness::Shared().Check(
+      e.job.key_id, absl::MakeConstSpan(e.job.input.data(), e.job.input.size()),
+      absl::MakeConstSpan(e.output.data(), e.output.size()), absl::Now());
+  if (v == V::kFresh) {
+    host_->GateVerified(e.exchange_id);
+    return absl::OkStatus();
+  }
+  if (v == V::kSkewed) {
+    host_->GateFailed(e.exchange_id,
+                      absl::DataLossError("its timestamp is outside the KDC's clock skew"));
+    return absl::OkStatus();
+  }
+  host_->Log(LOG_NOTICE, absl::StrCat("kdcmpc: batch #", seq_, ": a replayed aes*-cts ",
+                                      e.job.usage == 54 ? "FAST challenge" : "PA-ENC-TIMESTAMP",
+                                      " (verified before within the clock skew) refused"));
+  return absl::DataLossError(
+      "a replayed timestamp: this ciphertext verified before within the clock skew");
 }
 
 void BatchStep::ScrubRun(RunCall* call) {

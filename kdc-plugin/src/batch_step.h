@@ -167,6 +167,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   void HoldPrepared(const RunCall& call);
   void CompleteRun(const RunCall& call, FinalizeCall* fin);
   void CompleteCts(size_t i, bool verified);
+  // A verified aes*-cts gate's freshness (freshness.h): GateVerified only
+  // if fresh; the status its DECRYPT completes with.
+  absl::Status GateFresh(const PendingJob& e);
   static void ScrubRun(RunCall* call);
 
   // Finalize step.

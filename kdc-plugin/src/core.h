@@ -34,6 +34,10 @@ typedef struct {
 krb5_error_code kmpc_core_create(const char *const *options,
                                  kmpc_core **core_out, char **msg_out);
 
+/* The KDC's clock skew in seconds (krb5.conf / kdc.conf clockskew): a gate
+ * proves its shapes only if its timestamp is within it (freshness.h). */
+void kmpc_core_set_clockskew(kmpc_core *core, int seconds);
+
 /* The eventfd that becomes readable when completions or log lines wait. */
 int kmpc_core_fd(kmpc_core *core);
 

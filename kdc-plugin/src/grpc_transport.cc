@@ -267,49 +267,41 @@ void GrpcTransport::Attempt(int party, absl::Time deadline,
   });
 }
 
-void GrpcTransport::Run(int party, const kmpc::v1::RunRequest& req,
-                        kmpc::v1::RunResponse* resp, absl::Time deadline,
-                        Done done) {
+template <class Req, class Resp>
+void GrpcTransport::Call(int party, const Req& req, Resp* resp, absl::Time deadline,
+                         Done done, Prepare<Req, Resp> prepare) {
   auto issue = std::make_shared<const Issue>(
-      [stub = stubs_[party].get(), cq = cq_.get(), req = &req, resp](
+      [stub = stubs_[party].get(), cq = cq_.get(), req = &req, resp, prepare](
           grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
         StartOnQueue(ctx, cq, resp, std::move(cb),
-                     [stub, req](grpc::ClientContext* c, grpc::CompletionQueue* q) {
-                       return stub->PrepareAsyncRun(c, *req, q);
+                     [stub, req, prepare](grpc::ClientContext* c,
+                                          grpc::CompletionQueue* q) {
+                       return (stub->*prepare)(c, *req, q);
                      });
       });
   Attempt(party, deadline, std::move(issue), std::move(done),
           absl::OkStatus());
+}
+
+void GrpcTransport::Run(int party, const kmpc::v1::RunRequest& req,
+                        kmpc::v1::RunResponse* resp, absl::Time deadline,
+                        Done done) {
+  Call(party, req, resp, deadline, std::move(done),
+       &kmpc::v1::KeyOps::Stub::PrepareAsyncRun);
 }
 
 void GrpcTransport::Finalize(int party, const kmpc::v1::FinalizeRequest& req,
                              kmpc::v1::FinalizeResponse* resp,
                              absl::Time deadline, Done done) {
-  auto issue = std::make_shared<const Issue>(
-      [stub = stubs_[party].get(), cq = cq_.get(), req = &req, resp](
-          grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
-        StartOnQueue(ctx, cq, resp, std::move(cb),
-                     [stub, req](grpc::ClientContext* c, grpc::CompletionQueue* q) {
-                       return stub->PrepareAsyncFinalize(c, *req, q);
-                     });
-      });
-  Attempt(party, deadline, std::move(issue), std::move(done),
-          absl::OkStatus());
+  Call(party, req, resp, deadline, std::move(done),
+       &kmpc::v1::KeyOps::Stub::PrepareAsyncFinalize);
 }
 
 void GrpcTransport::Sign(int party, const kmpc::v1::SignRequest& req,
                          kmpc::v1::SignResponse* resp, absl::Time deadline,
                          Done done) {
-  auto issue = std::make_shared<const Issue>(
-      [stub = stubs_[party].get(), cq = cq_.get(), req = &req, resp](
-          grpc::ClientContext* ctx, std::function<void(grpc::Status)> cb) {
-        StartOnQueue(ctx, cq, resp, std::move(cb),
-                     [stub, req](grpc::ClientContext* c, grpc::CompletionQueue* q) {
-                       return stub->PrepareAsyncSign(c, *req, q);
-                     });
-      });
-  Attempt(party, deadline, std::move(issue), std::move(done),
-          absl::OkStatus());
+  Call(party, req, resp, deadline, std::move(done),
+       &kmpc::v1::KeyOps::Stub::PrepareAsyncSign);
 }
 
 void GrpcTransport::Shutdown() {

@@ -89,6 +89,15 @@ class GrpcTransport : public Transport {
   // completion-queue thread).
   using Issue = std::function<void(grpc::ClientContext*,
                                    std::function<void(grpc::Status)>)>;
+  // A KeyOps stub's PrepareAsync<Method>.
+  template <class Req, class Resp>
+  using Prepare = std::unique_ptr<grpc::ClientAsyncResponseReader<Resp>> (
+      kmpc::v1::KeyOps::Stub::*)(grpc::ClientContext*, const Req&,
+                                 grpc::CompletionQueue*);
+  // Run, Finalize and Sign: one unary call to party through prepare.
+  template <class Req, class Resp>
+  void Call(int party, const Req& req, Resp* resp, absl::Time deadline,
+            Done done, Prepare<Req, Resp> prepare);
   // The completion-queue thread: runs each finished call's callback.
   void Poll();
   // One attempt of a call: fail fast (first_failure OK), or, after that

@@ -1,26 +1,39 @@
-// Jobs of the kdcmpc module's C++ core, and the one place where an
-// absl::Status becomes a krb5_error_code (KrbErrorFromStatus, module.cc).
+// Jobs of the kdcmpc module's C++ core. An absl::Status becomes a
+// krb5_error_code in one place (KrbErrorFromStatus, module.cc), by the
+// table every side of kmpc classifies statuses with (proto/status_class.h:
+// also the metric's cause label and whether the cluster, not the job,
+// failed).
 //
 // Status codes inside the core carry a fixed meaning, so that the boundary
 // mapping is a table and not a guess:
 //
 //   kUnavailable        the MPC cluster cannot serve the job (a party is
-//                       unreachable or refused the batch, the batch
-//                       deadline passed, a party answered inconsistently or
-//                       a share's two copies disagreed, the servers hold
-//                       inconsistent shares of the key: JOB_KEY_INCONSISTENT)
+//                       unreachable or refused the batch, a party answered
+//                       inconsistently or a share's two copies disagreed,
+//                       the servers hold inconsistent shares of the key:
+//                       JOB_KEY_INCONSISTENT; a detected deviation)
 //                                              -> KRB5KDC_ERR_SVC_UNAVAILABLE
+//   kDeadlineExceeded   the batch's deadline passed        -> the same
+//   kAborted            a server's answer does not fit the batch (wire
+//                       version, party order, results out of order or
+//                       disagreeing)                        -> the same
+//   kResourceExhausted  the module's queue is full          -> the same
+//   kCancelled          the call was cancelled (the module shutting down,
+//                       a plan abandoned)                    -> the same
 //   kOutOfRange         an aes*-cts job longer than real exchanges need
 //                       (contract.h CtsLengthProblem), refused before it
-//                       is queued          -> KRB5KDC_ERR_SVC_UNAVAILABLE
+//                       is queued                           -> the same
 //   kNotFound           no shares exist for the key id (JOB_UNKNOWN_KEY)
 //                                                      -> KRB5_KT_NOTFOUND
 //   kDataLoss           the tag or checksum did not verify, or a ciphertext
 //                       cannot be one of these enctypes at all
 //                                              -> KRB5KRB_AP_ERR_BAD_INTEGRITY
+//   kUnauthenticated    withheld: the job's gate (release_if_ok) failed
+//                                                             -> the same
 //   kPermissionDenied   the key id was dealt for the other cipher than the
 //                       job's enctype (JOB_WRONG_CIPHER)     -> KRB5_BAD_ENCTYPE
-//   kInvalidArgument    a malformed job (JOB_MALFORMED)          -> EINVAL
+//   kInvalidArgument,   a malformed job (JOB_MALFORMED), a job the plan
+//   kFailedPrecondition does not allow                          -> EINVAL
 //   anything else       an internal failure              -> KRB5_CRYPTO_INTERNAL
 #ifndef KMPC_KDC_PLUGIN_JOB_H_
 #define KMPC_KDC_PLUGIN_JOB_H_

@@ -1,6 +1,7 @@
 #include "kdc_metrics.h"
 
 #include "prometheus/text_serializer.h"
+#include "status_class.h"
 #include "transport.h"
 #include "util/process_metrics.h"
 
@@ -264,24 +265,9 @@ void KdcMetrics::BatchDone(bool finalize_only, size_t jobs, uint64_t blocks,
 }
 
 const char* KdcMetrics::CauseOf(const absl::Status& s) {
-  // The meanings are job.h's (and KrbErrorFromStatus's in module.cc).
+  // The meanings are job.h's; the labels contract::ClassOf's.
   if (IsDeviation(s)) return "deviation";  // kUnavailable, a security event
-  switch (s.code()) {
-    case absl::StatusCode::kOk: return "ok";
-    case absl::StatusCode::kUnavailable: return "unavailable";
-    case absl::StatusCode::kDeadlineExceeded: return "deadline";
-    case absl::StatusCode::kResourceExhausted: return "overloaded";
-    case absl::StatusCode::kOutOfRange: return "too_long";
-    case absl::StatusCode::kAborted: return "aborted";
-    case absl::StatusCode::kCancelled: return "cancelled";
-    case absl::StatusCode::kNotFound: return "unknown_key";
-    case absl::StatusCode::kPermissionDenied: return "wrong_cipher";
-    case absl::StatusCode::kDataLoss: return "integrity";
-    case absl::StatusCode::kUnauthenticated: return "withheld";
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition: return "invalid";
-    default: return "internal";
-  }
+  return contract::ClassOf(s.code()).cause;
 }
 
 void KdcMetrics::JobDone(const absl::Status& status) {

@@ -27,6 +27,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <krb5/krb5.h>
+#include <profile.h>
 #include <krb5/kdcmpc_plugin.h>
 #include <verto.h>
 #include "core.h"
@@ -130,6 +131,24 @@ kmpc_fini(krb5_context context, krb5_kdcmpc_moddata data)
     free(data);
 }
 
+/* The clock skew the KDC's own checks use (krb5_check_clockskew: the
+ * context's [libdefaults] clockskew, kdc.conf included for krb5kdc, MIT's
+ * default 300 s), for the module's freshness check of a gate (freshness.h). */
+static int
+kmpc_clockskew(krb5_context context)
+{
+    profile_t profile = NULL;
+    int skew = 300;
+
+    if (krb5_get_profile(context, &profile) == 0) {
+        if (profile_get_integer(profile, "libdefaults", "clockskew", NULL, 300,
+                                &skew) != 0 || skew <= 0)
+            skew = 300;
+        profile_release(profile);
+    }
+    return skew;
+}
+
 static krb5_error_code
 kmpc_init(krb5_context context, struct verto_ctx *vctx,
           const char *const *options, krb5_kdcmpc_moddata *data_out)
@@ -167,6 +186,7 @@ kmpc_init(krb5_context context, struct verto_ctx *vctx,
                                msg != NULL ? msg : "kdcmpc: start-up failed");
         goto cleanup;
     }
+    kmpc_core_set_clockskew(data->core, kmpc_clockskew(context));
     data->ev = verto_add_io(vctx, VERTO_EV_FLAG_PERSIST | VERTO_EV_FLAG_IO_READ,
                             kmpc_on_ready, kmpc_core_fd(data->core));
     if (data->ev == NULL) {

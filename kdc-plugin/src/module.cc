@@ -28,38 +28,27 @@
 #include "router.h"
 #include "core.h"
 #include "grpc_transport.h"
+#include "freshness.h"
 #include "kdc_metrics.h"
 #include "options.h"
 #include "prometheus/exposer.h"
+#include "status_class.h"
 
 namespace kmpc::kdc {
 
 // The one mapping from the core's statuses to krb5 error codes (the
 // meanings are fixed in job.h).
 krb5_error_code KrbErrorFromStatus(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kOk:
-      return 0;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kOutOfRange:  // over an aes*-cts length cap
-      return KRB5KDC_ERR_SVC_UNAVAILABLE;
-    case absl::StatusCode::kNotFound:
-      return KRB5_KT_NOTFOUND;
-    case absl::StatusCode::kPermissionDenied:
-      return KRB5_BAD_ENCTYPE;
-    case absl::StatusCode::kDataLoss:
-    case absl::StatusCode::kUnauthenticated:  // withheld: its gate failed
-      return KRB5KRB_AP_ERR_BAD_INTEGRITY;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-      return EINVAL;
-    default:
-      return KRB5_CRYPTO_INTERNAL;
+  switch (contract::ClassOf(s.code()).krb) {
+    case contract::KrbClass::kNone: return 0;
+    case contract::KrbClass::kSvcUnavailable: return KRB5KDC_ERR_SVC_UNAVAILABLE;
+    case contract::KrbClass::kUnknownKey: return KRB5_KT_NOTFOUND;
+    case contract::KrbClass::kWrongCipher: return KRB5_BAD_ENCTYPE;
+    case contract::KrbClass::kBadIntegrity: return KRB5KRB_AP_ERR_BAD_INTEGRITY;
+    case contract::KrbClass::kInvalid: return EINVAL;
+    case contract::KrbClass::kInternal: break;
   }
+  return KRB5_CRYPTO_INTERNAL;
 }
 
 // The one mapping from the krb5 patch's job types (kdcmpc_plugin.h:
@@ -407,6 +396,11 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     *msg_out = kmpc::kdc::Dup("kdcmpc: internal error during start-up");
     return KRB5_CRYPTO_INTERNAL;
   }
+}
+
+extern "C" void kmpc_core_set_clockskew(kmpc_core* core, int seconds) {
+  (void)core;  // the freshness cache is the module's, across clusters
+  if (seconds > 0) kmpc::kdc::GateFreshness::Shared().set_skew(absl::Seconds(seconds));
 }
 
 extern "C" int kmpc_core_fd(kmpc_core* core) { return core->efd; }

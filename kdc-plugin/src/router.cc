@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "planner.h"
+#include "status_class.h"
 
 namespace kmpc::kdc {
 namespace {
@@ -14,15 +15,7 @@ namespace {
 // A failure that says nothing about the job, only about the cluster (or
 // that the cluster lacks the key id): another cluster may well succeed.
 bool ClusterFailure(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kNotFound:
-      return true;
-    default:
-      return false;
-  }
+  return contract::ClassOf(s.code()).kdc_cluster_failure;
 }
 
 }  // namespace

@@ -35,6 +35,19 @@ struct Sent {
   bool pad_after;  // a PAD linked to a ticket ENCRYPT of the request
 };
 
+// conf || PA-ENC-TS-ENC of now (zeros after the time), len bytes.
+std::string FreshTimestamp(size_t len) {
+  std::string v(len, '\0');
+  if (len < 37) return v;
+  const std::string t =
+      absl::FormatTime("%Y%m%d%H%M%SZ", absl::Now(), absl::UTCTimeZone());
+  const char header[] = {0x30, static_cast<char>(len - 18), static_cast<char>(0xA0), 0x11, 0x18,
+                         0x0F};
+  v.replace(16, sizeof header, header, sizeof header);
+  v.replace(22, t.size(), t);
+  return v;
+}
+
 class CtsScriptTransport : public Transport {
  public:
   std::atomic<bool> password_ok{true};
@@ -66,7 +79,15 @@ class CtsScriptTransport : public Transport {
       const contract::JobShape shape = contract::ShapeOf(j);
       if (contract::ResultHasCtr0(shape, st[k]))
         ctr0s.append(contract::kCtr0Size, static_cast<char>(0x10 + k));
-      shares.append(2 * contract::RevealedShareBytes(shape, st[k]), '\0');
+      const size_t len = contract::RevealedShareBytes(shape, st[k]);
+      if (j.type() == pb::JOB_DECRYPT && len > 0) {
+        // A fresh PA-ENC-TS-ENC (freshness.h), shared as (v, 0, 0).
+        const std::string v = FreshTimestamp(len);
+        shares.append(party == 0 ? v : std::string(len, '\0'));
+        shares.append(party == 2 ? v : std::string(len, '\0'));
+      } else {
+        shares.append(2 * len, '\0');
+      }
     }
     resp->set_wire_version(contract::kWireVersion);
     resp->set_party(party);
@@ -131,7 +152,12 @@ Job JobOf(const PlanItem& p, size_t bytes) {
   j.key_id = p.key_id;
   j.usage = p.usage;
   j.cts_key = p.cts_key;
+  // Each gate's ciphertext its own (freshness.h: one seen twice is a
+  // replay).
+  static std::atomic<uint64_t> serial{0};
   j.input.assign(bytes, 0x42);
+  const uint64_t n = ++serial;
+  for (size_t i = 0; i < 8 && i < bytes; ++i) j.input[i] = static_cast<uint8_t>(n >> (8 * i));
   if (p.cts_key != pb::CTS_KEY_DEALT) j.cf2_half.assign(contract::CtsKeyBytes(p.cts_key), 0x5a);
   return j;
 }

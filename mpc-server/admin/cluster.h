@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "admin/config.h"
 #include "client/admin_client.h"
+#include "status_class.h"
 
 namespace kmpc::admin {
 
@@ -40,15 +41,7 @@ absl::StatusOr<std::unique_ptr<client::AdminClient>> ConnectCluster(
 // A failure of the whole cluster (a server down, our certificate refused):
 // the next principal or batch would fail the same way, so a run stops.
 inline bool IsClusterError(const absl::Status& st) {
-  switch (st.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kUnauthenticated:
-      return true;
-    default:
-      return false;
-  }
+  return contract::ClassOf(st.code()).admin_cluster_error;
 }
 
 // Every configured cluster, in order (cluster 1 first).

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "contract.h"
+#include "status_class.h"
 
 namespace kmpc::client {
 namespace pb = kmpc::v1;
@@ -34,17 +35,8 @@ bool IdTakenThere(const grpc::Status& st) {
 
 // The PutKey certainly stored nothing: refused before or by the server.
 bool CertainlyNotStored(const grpc::Status& st) {
-  switch (st.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::UNAUTHENTICATED:
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::ALREADY_EXISTS:
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return true;
-    default:
-      return false;
-  }
+  return contract::ClassOf(static_cast<absl::StatusCode>(st.error_code()))
+      .put_not_stored;
 }
 
 }  // namespace

@@ -169,6 +169,20 @@ ABSL_FLAG(bool, cts_precompile, true,
           "compile in the background at start the aes*-cts programs of the usual "
           "kinit timestamps and of every shape this server compiled before "
           "(STORE_DIR/cts-programs), so that first logins do not wait for them");
+ABSL_FLAG(int, cts_skew_s, static_cast<int>(kmpc::engine::EngineOptions{}.cts_skew_s),
+          "the clock skew of a user's timestamp or FAST challenge (the gate of "
+          "its aes*-cts AS reply), checked on shares against the KDC's clock: "
+          "outside it nothing gated on it is released (MIT's clockskew; all "
+          "three servers must run the same)");
+ABSL_FLAG(int, cts_clock_tolerance_s, 5,
+          "how far the KDC's clock in a Run (RunRequest.now_unix) may be from "
+          "this server's before its aes*-cts DECRYPTs fail (JOB_MALFORMED): "
+          "the clocks' offset plus a request's age (the module's 3 s deadline)");
+ABSL_FLAG(int, cts_releases_per_minute,
+          static_cast<int>(kmpc::engine::EngineOptions{}.cts_releases_per_minute),
+          "gated AS replies per minute of one password-derived aes*-cts key (a "
+          "token bucket of this size, refilled over a minute); past it the "
+          "reply fails alone (JOB_RATE_LIMITED); 0 = no bound");
 ABSL_FLAG(int, verify_words, 0,
           "--security=malicious: AND words per check inside an AES wave (all "
           "three servers must run the same); 0 = the engine's default, 65536");
@@ -194,6 +208,19 @@ int Fail(const std::string& msg) {
 bool DisableCoreDumps() {
   struct rlimit none = {0, 0};
   return setrlimit(RLIMIT_CORE, &none) == 0 && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
+}
+
+// The aes*-cts gate's settings of the flags (engine.h cts_skew_s,
+// cts_releases_per_minute).
+absl::Status CtsOptionsFromFlags(kmpc::engine::EngineOptions* o) {
+  const int skew = absl::GetFlag(FLAGS_cts_skew_s);
+  const int rate = absl::GetFlag(FLAGS_cts_releases_per_minute);
+  if (skew <= 0 || skew > 86400)
+    return absl::InvalidArgumentError("--cts_skew_s must be 1 to 86400");
+  if (rate < 0) return absl::InvalidArgumentError("--cts_releases_per_minute must be >= 0");
+  o->cts_skew_s = static_cast<uint32_t>(skew);
+  o->cts_releases_per_minute = static_cast<uint32_t>(rate);
+  return absl::OkStatus();
 }
 
 // The engine settings of the flags. They are checked now, not at the first
@@ -229,6 +256,7 @@ absl::StatusOr<kmpc::engine::EngineOptions> EngineOptionsFromFlags() {
                   : (engine_options.malicious
                          ? 0
                          : kmpc::engine::EngineOptions::kDepth3MaxBlocksSemiHonest);
+  if (absl::Status s = CtsOptionsFromFlags(&engine_options); !s.ok()) return s;
   if (absl::Status s = engine_options.Validate(); !s.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("--chunk_lanes / --wave_lanes: ", s.message()));
@@ -345,6 +373,9 @@ absl::StatusOr<kmpc::service::ServiceOptions> ServiceOptionsFromFlags(
                                     &svc.max_pending_pad_bytes);
       !s.ok())
     return s;
+  if (absl::GetFlag(FLAGS_cts_clock_tolerance_s) <= 0)
+    return absl::InvalidArgumentError("--cts_clock_tolerance_s must be > 0");
+  svc.cts_clock_tolerance = absl::Seconds(absl::GetFlag(FLAGS_cts_clock_tolerance_s));
   svc.debug_record_requests = absl::GetFlag(FLAGS_debug_record_requests);
   if (!svc.debug_record_requests.empty()) {
     // Fail at start, not silently at the first request.

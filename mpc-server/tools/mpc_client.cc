@@ -877,6 +877,7 @@ void SignPads(Cluster& c, AfterRun* a, const std::array<RunView, 3>& u,
 int Jobs(Cluster& c) {
   std::vector<ParsedJob> jobs = ReadJobs();
   pb::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(RandomBytes(16));
   req.set_wire_version(kmpc::contract::kWireVersion);
   std::vector<Bytes> messages;
@@ -1023,6 +1024,7 @@ void FuzzRandomBodies(Cluster& c, int server, Fuzzer* z) {
 void FuzzRun(Cluster& c, int server, Fuzzer* z) {
   auto& rng = z->rng;
   pb::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   int kind = static_cast<int>(rng() % 9);
   req.set_wire_version(kmpc::contract::kWireVersion);
   req.set_batch_id(kind == 0 ? z->RandomBytes(rng() % 15) : z->RandomBytes(16));
@@ -1146,6 +1148,7 @@ Bytes PutBenchKey(size_t key_len) {
 pb::RunRequest BenchRequest(const Bytes& kid, size_t key_len, int n) {
   const int job_blocks = std::max(1, absl::GetFlag(FLAGS_job_blocks));
   pb::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   uint64_t id = 0;
   for (int left = n; left > 0; left -= job_blocks) {
     pb::Job* j = req.add_jobs();
@@ -1320,7 +1323,12 @@ int CtsBench(Cluster& c) {
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
       {kid, 0, "cts-bench", false}, &each);
   if (!st.ok()) Die(std::string(st.message()));
-  const Bytes ct = ClearCtsEncrypt(key, 1, RandomBytes(44));
+  // conf || a PA-ENC-TS-ENC of now (with pausec: 44 bytes): a user key's
+  // gate releases its reply only within the servers' --cts_skew_s.
+  Bytes ts = RandomBytes(16) + std::string("\x30\x1a\xa0\x11\x18\x0f", 6) +
+             absl::FormatTime("%Y%m%d%H%M%SZ", absl::Now(), absl::UTCTimeZone()) +
+             std::string("\xa1\x05\x02\x03\x01\x86\xa0", 7);
+  const Bytes ct = ClearCtsEncrypt(key, 1, ts);
   OPENSSL_cleanse(key.data(), key.size());
   const int nr = aes128 ? 10 : 14;
   auto dp = kmpc::cts::DecryptProgram(nr, 44);
@@ -1329,6 +1337,7 @@ int CtsBench(Cluster& c) {
   std::vector<double> lat;
   for (int k = 0; k <= iters; ++k) {  // k = 0: warm-up (program compiles)
     pb::RunRequest req;
+    req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
     req.set_batch_id(RandomBytes(16));
     req.set_wire_version(kmpc::contract::kWireVersion);
     for (int j = 0; j < 2; ++j) {

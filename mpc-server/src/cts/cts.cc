@@ -122,14 +122,76 @@ absl::StatusOr<Program> EncryptProgram(int nr, size_t n) {
   return c.Compile();
 }
 
-absl::StatusOr<Program> DecryptProgram(int nr, size_t n) {
+namespace {
+
+// MAJ(a, b, d) in one AND: the borrow (carry) of a ripple subtraction.
+Wire Maj(Circuit& c, Wire a, Wire b, Wire d) {
+  return c.Xor(c.And(c.Xor(a, d), c.Xor(b, d)), d);
+}
+
+// The AND of all of `bits` (a balanced tree).
+Wire AllOf(Circuit& c, Bits bits) {
+  while (bits.size() > 1) {
+    Bits next;
+    for (size_t i = 0; i + 1 < bits.size(); i += 2) next.push_back(c.And(bits[i], bits[i + 1]));
+    if (bits.size() % 2) next.push_back(bits.back());
+    bits = next;
+  }
+  return bits.empty() ? kOne : bits[0];
+}
+
+// A decryption's outputs: conf || P, then a byte whose bit 0 is the tag
+// mismatch and bit 1 `stale`.
+void OutputDecrypted(Circuit& c, const Decrypted& d, Wire stale) {
+  c.Output(d.conf_plain);
+  c.Output(d.mismatch);
+  c.Output(stale);
+  for (int j = 2; j < 8; ++j) c.Output(kZero);
+}
+
+}  // namespace
+
+Wire StaleTimestamp(Circuit& c, const Bits& conf_plain, const Bits& window) {
+  const size_t n = conf_plain.size() / 8;
+  if (n < kTsEnd || n - kBlock - 2 > 0x7f || window.size() != 8 * kWindowBytes) return kOne;
+  Bits ok;
+  // Byte `at` of conf || P has the public value v on bits [from, 8).
+  const auto expect = [&](size_t at, uint8_t v, int from) {
+    for (int j = from; j < 8; ++j) {
+      const Wire x = conf_plain[8 * at + j];
+      ok.push_back((v >> j) & 1 ? x : c.Not(x));
+    }
+  };
+  // SEQUENCE of the rest, [0] of 17 bytes, GeneralizedTime of 15 (DER).
+  const uint8_t header[] = {0x30, static_cast<uint8_t>(n - kBlock - 2), 0xA0, 0x11, 0x18, 0x0F};
+  for (size_t i = 0; i < sizeof header; ++i) expect(kBlock + i, header[i], 0);
+  expect(kTsEnd - 1, 'Z', 0);
+  // Each of YYYYMMDDHHMMSS is '0' .. '9' (0x30 .. 0x39): its high nibble 3
+  // here, its low nibble a decimal digit, compared below.
+  for (size_t k = 0; k < kTsDigits; ++k) expect(kTsHeaderEnd + k, 0x30, 4);
+  // lo <= t and t <= hi on the 14 digits' low nibbles, most significant
+  // first: a ripple borrow of t - lo and of hi - t, one AND a bit.
+  Wire below = kZero, above = kZero;
+  for (size_t k = kTsDigits; k-- > 0;) {
+    for (int j = 0; j < 4; ++j) {
+      const Wire t = conf_plain[8 * (kTsHeaderEnd + k) + j];
+      const Wire lo = window[8 * k + j], hi = window[8 * (kTsDigits + k) + j];
+      below = Maj(c, c.Not(t), lo, below);
+      above = Maj(c, c.Not(hi), t, above);
+    }
+  }
+  ok.push_back(c.Not(below));
+  ok.push_back(c.Not(above));
+  return c.Not(AllOf(c, ok));
+}
+
+absl::StatusOr<Program> DecryptProgram(int nr, size_t n, bool window) {
   if (absl::Status st = CheckShape(nr, n); !st.ok()) return st;
   Circuit c;
   const UsageKeys k = UsageKeyInputs(c, nr);
   const Decrypted d = Rfc3962Decrypt(c, k, c.Inputs(8 * (n + kTagBytes)));
-  c.Output(d.conf_plain);
-  c.Output(d.mismatch);
-  for (int j = 1; j < 8; ++j) c.Output(kZero);
+  OutputDecrypted(c, d, window ? StaleTimestamp(c, d.conf_plain, c.Inputs(8 * kWindowBytes))
+                               : kZero);
   return c.Compile();
 }
 
@@ -436,14 +498,14 @@ absl::StatusOr<Program> Cf2EncryptClassProgram(int nr_k, size_t keylen, uint32_t
   return c.Compile();
 }
 
-absl::StatusOr<Program> Cf2DecryptProgram(int nr_k, size_t keylen, uint32_t usage, size_t n) {
+absl::StatusOr<Program> Cf2DecryptProgram(int nr_k, size_t keylen, uint32_t usage, size_t n,
+                                          bool window) {
   if (absl::Status st = CheckCf2Shape(nr_k, keylen, usage, n); !st.ok()) return st;
   Circuit c;
   const UsageKeys k = Cf2KeyInputs(c, nr_k, keylen, usage);
   const Decrypted d = Rfc3962Decrypt(c, k, c.Inputs(8 * (n + kTagBytes)));
-  c.Output(d.conf_plain);
-  c.Output(d.mismatch);
-  for (int j = 1; j < 8; ++j) c.Output(kZero);
+  OutputDecrypted(c, d, window ? StaleTimestamp(c, d.conf_plain, c.Inputs(8 * kWindowBytes))
+                               : kZero);
   return c.Compile();
 }
 

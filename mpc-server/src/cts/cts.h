@@ -60,19 +60,39 @@ struct Decrypted {
 };
 Decrypted Rfc3962Decrypt(Circuit& c, const UsageKeys& k, const Bits& cipher_tag);
 
+// Freshness of a decrypted PA-ENC-TS-ENC (RFC 4120 section 5.2.7.2; the
+// FAST encrypted challenge is one too, RFC 6113 section 5.4.6), on
+// shares: conf || P is the 16-byte confounder, then `30 LL A0 11 18 0F`
+// (LL = n - 18), the KerberosTime's 15 characters YYYYMMDDHHMMSSZ (RFC
+// 4120 section 5.2.3), then an optional [1] pausec. `window` is lo || hi,
+// 14 ASCII digits each (the servers' now -/+ their skew, public, shared
+// as (c, 0, 0)). The result is 0 iff the header bytes and 'Z' are those,
+// the 14 characters are in '0' .. '?' (high nibble 3) and lo <= t <= hi
+// compared on their low nibbles (exact for decimal digits, which are all
+// a KerberosTime holds; a plaintext whose tag holds comes from a client
+// that knows the key, never from the KDC): 1 otherwise, and for n < 37.
+// About 225 ANDs: 112 for the two comparisons (a ripple borrow, one AND
+// a bit, depth 56), 113 for the AND of the 114 checks.
+inline constexpr size_t kTsDigits = 14;
+inline constexpr size_t kWindowBytes = 2 * kTsDigits;
+inline constexpr size_t kTsHeaderEnd = kBlock + 6;           // the first digit
+inline constexpr size_t kTsEnd = kTsHeaderEnd + kTsDigits + 1;  // after 'Z'
+Wire StaleTimestamp(Circuit& c, const Bits& conf_plain, const Bits& window);
+
 // Whole programs for lanes of one shape (nr; n = |conf || P| bytes, n >=
 // 16). Inputs per lane, in order: the usage's material
 // (UsageMaterialBytes(nr) bytes, shared), then
 //  - encryption: conf || P (n bytes, shared); outputs: the ciphertext and
 //    tag (n + 12 bytes);
-//  - decryption: ciphertext || tag (n + 12 bytes, public: shared as (c, 0,
-//    0)); outputs: conf || P (n bytes), then one byte: bit 0 the tag
-//    mismatch, the other bits zero.
+//  - decryption: ciphertext || tag (n + 12 bytes, dealt as shares), with
+//    `window` then lo || hi (kWindowBytes, StaleTimestamp); outputs:
+//    conf || P (n bytes), then one byte: bit 0 the tag mismatch, bit 1
+//    StaleTimestamp (0 without `window`), the other bits zero.
 // Refused: nr other than 10 or 14, n < 16 (RFC 3962 section 5 needs a
 // whole block; the confounder alone is one), n over kMaxBytes.
 inline constexpr size_t kMaxBytes = 1 << 16;
 absl::StatusOr<Program> EncryptProgram(int nr, size_t n);
-absl::StatusOr<Program> DecryptProgram(int nr, size_t n);
+absl::StatusOr<Program> DecryptProgram(int nr, size_t n, bool window = false);
 
 // Whether a splice of a message dealt as m bytes (its SHA-1 padding
 // included: a multiple of 64 within kMaxBytes) whose 12-byte checksum goes
@@ -202,7 +222,8 @@ UsageKeys UsageKeysCircuit(Circuit& c, const Bits& key, uint32_t usage);
 // shared), then what EncryptProgram / DecryptProgram take after the
 // material; outputs as theirs.
 absl::StatusOr<Program> Cf2EncryptProgram(int nr_k, size_t keylen, uint32_t usage, size_t n);
-absl::StatusOr<Program> Cf2DecryptProgram(int nr_k, size_t keylen, uint32_t usage, size_t n);
+absl::StatusOr<Program> Cf2DecryptProgram(int nr_k, size_t keylen, uint32_t usage, size_t n,
+                                          bool window = false);
 
 }  // namespace kmpc::cts
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -34,14 +35,14 @@ absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n, size_t 
   // length of it n is.
   if (cf2_bytes != 0) {
     switch (type) {
-      case pb::JOB_DECRYPT: return cts::Cf2DecryptProgram(nr, cf2_bytes, usage, n);
+      case pb::JOB_DECRYPT: return cts::Cf2DecryptProgram(nr, cf2_bytes, usage, n, true);
       case pb::JOB_ENCRYPT: return cts::Cf2EncryptClassProgram(nr, cf2_bytes, usage, n);
       default:
         return absl::InvalidArgumentError("a FAST key is for aes*-cts DECRYPT and ENCRYPT only");
     }
   }
   switch (type) {
-    case pb::JOB_DECRYPT: return cts::DecryptProgram(nr, n);
+    case pb::JOB_DECRYPT: return cts::DecryptProgram(nr, n, true);
     case pb::JOB_ENCRYPT: return cts::EncryptClassProgram(nr, n);
     case pb::JOB_CHECKSUM: return cts::ChecksumClassProgram(n);
     default:
@@ -94,7 +95,8 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
                                    : absl::Span<const uint8_t>();
   const bool classed = t.type == pb::JOB_ENCRYPT || t.type == pb::JOB_CHECKSUM;
   b.reserve(t.material->share[c].size() + splice_material.size() + conf.size() +
-            t.shared_in[c].size() + (classed ? ClassTailBytes(t.n) : 0) + 2);
+            t.shared_in[c].size() + t.window[c].size() + (classed ? ClassTailBytes(t.n) : 0) +
+            2);
   b.assign(t.material->share[c].begin(), t.material->share[c].end());
   // A splice's checksum material follows the reply's (cts.h
   // SpliceEncryptProgram); P || D follow the confounder as dealt.
@@ -109,6 +111,8 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
   if (t.type == pb::JOB_ENCRYPT) b.insert(b.end(), conf.begin(), conf.end());
   if (!classed) {
     b.insert(b.end(), shared.begin(), shared.end());
+    // A DECRYPT's freshness window after C || T (cts.h DecryptProgram).
+    if (t.type == pb::JOB_DECRYPT) b.insert(b.end(), t.window[c].begin(), t.window[c].end());
     return b;
   }
   // P (or a CHECKSUM's D), then the zeros past n and the padding, then a
@@ -426,6 +430,63 @@ CtsProgramCache::~CtsProgramCache() { WaitPrecompiled(); }
 CtsCircuitCounters& CtsCircuitCounters::Shared() {
   static CtsCircuitCounters* counters = new CtsCircuitCounters();
   return *counters;
+}
+
+std::string CtsTimeWindow(int64_t now, uint32_t skew_s) {
+  constexpr int64_t kLast = 253402300799;  // 9999-12-31T23:59:59Z
+  std::string out;
+  for (int64_t t : {now - int64_t{skew_s}, now + int64_t{skew_s}}) {
+    const time_t clamped = static_cast<time_t>(std::clamp<int64_t>(t, 0, kLast));
+    struct tm tm;
+    gmtime_r(&clamped, &tm);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%04d%02d%02d%02d%02d%02d", tm.tm_year + 1900, tm.tm_mon + 1,
+                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    out.append(buf, cts::kTsDigits);
+  }
+  return out;
+}
+
+CtsReleaseLimiter& CtsReleaseLimiter::Shared(int party) {
+  static CtsReleaseLimiter* limiters = new CtsReleaseLimiter[3];
+  return limiters[party % 3];
+}
+
+void CtsReleaseLimiter::Refill(Bucket& b, uint32_t limit, absl::Time now) {
+  const double add = absl::ToDoubleSeconds(now - b.at) * limit / 60.0;
+  if (add > 0) {
+    b.tokens = std::min<double>(limit, b.tokens + add);
+    b.at = now;
+  }
+}
+
+bool CtsReleaseLimiter::Over(const std::string& key_id, uint32_t limit, absl::Time now) {
+  if (limit == 0) return false;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = buckets_.find(key_id);
+  if (it == buckets_.end()) return false;
+  Refill(it->second, limit, now);
+  return it->second.tokens < 1;
+}
+
+void CtsReleaseLimiter::Count(const std::string& key_id, uint32_t limit, absl::Time now) {
+  if (limit == 0) return;
+  std::lock_guard<std::mutex> l(mu_);
+  auto [it, added] = buckets_.try_emplace(key_id, Bucket{static_cast<double>(limit), now});
+  Refill(it->second, limit, now);
+  it->second.tokens = std::max(0.0, it->second.tokens - 1);
+  if (added && buckets_.size() > kMaxKeys) {
+    // A full bucket is as good as none.
+    for (auto b = buckets_.begin(); b != buckets_.end();) {
+      Refill(b->second, limit, now);
+      b = b->second.tokens >= limit ? buckets_.erase(b) : std::next(b);
+    }
+  }
+}
+
+void CtsReleaseLimiter::Clear() {
+  std::lock_guard<std::mutex> l(mu_);
+  buckets_.clear();
 }
 
 CtsTask::~CtsTask() {

@@ -30,9 +30,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "contract.h"
 #include "cts/circuit.h"
+#include "cts/cts.h"
 #include "engine/engine.h"
 #include "protocol/prss.h"
 #include "protocol/rep3.h"
@@ -157,7 +159,8 @@ size_t ProgramBytes(const cts::Program& p);
 // key (alive for the batch); outputs are this party's two shares, wiped
 // when the task dies:
 //   DECRYPT  out = conf || P (n bytes); mismatch = shares of a byte whose
-//            bit 0 is 1 iff the tag is wrong;
+//            bit 0 is 1 iff the tag is wrong, bit 1 iff the timestamp is
+//            outside the window (cts.h StaleTimestamp);
 //   ENCRYPT  out = C || T (n + 12 bytes) of conf || P, conf a fresh PRSS
 //            random block (known to nobody); with a splice, P's bytes
 //            [splice_offset, +12) XORed with the usage-56 checksum of D
@@ -184,6 +187,9 @@ struct CtsTask {
   // FAST key's KDC half, D a splice's message): all dealt by the KDC
   // module, none in the clear.
   std::array<absl::Span<const uint8_t>, 2> shared_in;
+  // DECRYPT: this party's two components of the public freshness window
+  // (CtsTimeWindow; cts.h StaleTimestamp), the lane's last input.
+  std::array<std::array<uint8_t, cts::kWindowBytes>, 2> window{};
   std::shared_ptr<const cts::Program> program;
   std::array<std::vector<uint8_t>, 2> out;
   std::array<uint8_t, 2> mismatch{};
@@ -192,6 +198,41 @@ struct CtsTask {
   CtsTask(CtsTask&&) = default;
   CtsTask& operator=(CtsTask&&) = default;
   ~CtsTask();
+};
+
+// The freshness window of a DECRYPT (cts.h StaleTimestamp): the UTC
+// times now - skew_s and now + skew_s as 14 ASCII digits each
+// (YYYYMMDDHHMMSS, RFC 4120 section 5.2.3's KerberosTime without its Z),
+// clamped to the years 0000 .. 9999.
+std::string CtsTimeWindow(int64_t now, uint32_t skew_s);
+
+// How many gated AS replies of a password-derived key the servers
+// released lately (EngineOptions::cts_releases_per_minute), shared by the
+// workers: a token bucket per key id of `limit` tokens, refilled at
+// limit per minute. Keys whose bucket is full again are forgotten once
+// kMaxKeys are held, so memory stays bounded by the keys active within a
+// minute. Public counts of key ids the KDC names.
+class CtsReleaseLimiter {
+ public:
+  static constexpr size_t kMaxKeys = size_t{1} << 16;
+  // The process's one per party (a server is one party; tests run three
+  // in one process, each counting as its own server does).
+  static CtsReleaseLimiter& Shared(int party);
+  // Whether key_id has no token left (limit 0: never).
+  bool Over(const std::string& key_id, uint32_t limit, absl::Time now);
+  // One release of key_id.
+  void Count(const std::string& key_id, uint32_t limit, absl::Time now);
+  void Clear();
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    absl::Time at;
+  };
+  // Refills b up to limit at limit per minute.
+  static void Refill(Bucket& b, uint32_t limit, absl::Time now);
+  std::mutex mu_;
+  std::map<std::string, Bucket> buckets_;
 };
 
 // What the tasks cost: AND words over all shapes (ANDs x words per wire)

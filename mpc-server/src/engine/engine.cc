@@ -138,6 +138,15 @@ struct JobPlan {
   bool cts = false;
   int64_t cts_task = -1;
   bool aes() const { return live() && !cts; }
+  // A password-derived key's gated AS reply (GatedUserReply): counted in
+  // the key's releases when released; over_rate: this party's
+  // CtsReleaseLimiter says the key is past its bound (in the key view).
+  bool gated_reply = false;
+  bool over_rate = false;
+  // Under a password-derived key (KeyKind): a job gated on a stale
+  // timestamp is withheld (Collect). A random key's reply is no verifier,
+  // and the servers compute it ungated anyway (CheckUserGate).
+  bool user_key = false;
 };
 
 // One job's secret shares inside RunBatch; wiped when the batch ends.
@@ -164,11 +173,26 @@ const uint8_t* PowersOf(const JobPlan& p, const JobSecrets& s, int comp) {
                                                    : p.key->h_powers[comp].data();
 }
 
+// A password-derived key's AS reply released on its gate (an aes*-cts
+// ENCRYPT under usage 3, the dealt key or a FAST reply key, with
+// release_if_ok; CheckUserGate refuses one without): what the servers'
+// release bound counts (EngineOptions::cts_releases_per_minute).
+bool GatedUserReply(const Job& job, const KeyShares& key) {
+  return PasswordDerived(key.kind) && contract::CtsCipher(job.cipher) &&
+         job.type == pb::JOB_ENCRYPT && job.usage == contract::kSpliceReplyUsage &&
+         job.release_if_ok != Job::kNoCondition;
+}
+
+// Bit 7 of a present view's cipher byte: this party's release bound for
+// the key is reached (JobPlan::over_rate). Ciphers are below 0x80.
+constexpr uint8_t kViewOverRate = 0x80;
+
 void EncodeKeyView(const JobPlan& w, uint8_t* out) {
   std::memset(out, 0, kKeyViewBytes);
   out[0] = w.key_view;
   if (w.key_view == kViewPresent && w.key != nullptr) {
     out[1] = static_cast<uint8_t>(w.key->cipher);
+    if (w.over_rate) out[1] |= kViewOverRate;
     std::memcpy(out + 2, w.key->deal_id.data(), 16);
     if (IsCts(w.key->cipher)) {
       // An aes*-cts key: which material this server holds (kind, usage,
@@ -207,14 +231,31 @@ void EncodeKeyView(const JobPlan& w, uint8_t* out) {
 // same three views. Only a job whose key is present with the same cipher
 // and dealing on all three parties, and dealt for the job's cipher, is
 // computed; the others fail alone.
-void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& views) {
-  if (views[0][0] == kViewNone && views[1][0] == kViewNone &&
-      views[2][0] == kViewNone) {
+void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& raw) {
+  if (raw[0][0] == kViewNone && raw[1][0] == kViewNone && raw[2][0] == kViewNone) {
     return;  // failed its check: status already set alike
+  }
+  // Any party's release bound fails the job on all (the parties' counts
+  // may differ by a batch in flight, or a restart): compared without it.
+  std::array<std::array<uint8_t, kKeyViewBytes>, 3> copy;
+  std::array<const uint8_t*, 3> views;
+  bool over = false;
+  for (int p = 0; p < 3; ++p) {
+    std::memcpy(copy[p].data(), raw[p], kKeyViewBytes);
+    if (copy[p][0] == kViewPresent && (copy[p][1] & kViewOverRate) != 0) {
+      over = true;
+      copy[p][1] &= static_cast<uint8_t>(~kViewOverRate);
+    }
+    views[p] = copy[p].data();
   }
   bool same = true;
   for (int p = 0; p < 3; ++p)
     if (std::memcmp(views[p], views[0], kKeyViewBytes) != 0) same = false;
+  if (same && views[0][0] == kViewPresent && over) {
+    w.Fail(pb::JOB_RATE_LIMITED,
+           "this user key's AS replies are over the MPC servers' --cts_releases_per_minute");
+    return;
+  }
   if (same && views[0][0] == kViewPresent) {
     // The agreed view's cipher byte (EncodeKeyView) against the job's: the
     // inputs digest covers the job's cipher, so every party decides alike.
@@ -361,6 +402,7 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   out.push_back(static_cast<uint8_t>(job.cts_key));
   PutU32(out, job.splice_length);
   PutU32(out, job.splice_offset);
+  PutU64(out, static_cast<uint64_t>(job.now));
 }
 
 // Shares of AES_K(c0) and of the keystream of every lane, wiped on
@@ -480,6 +522,9 @@ class Engine::Impl {
     AesOutput aes;
     size_t nlanes = 0;
     std::vector<bool> pass;  // tag checks that held
+    // aes*-cts DECRYPTs whose timestamp is outside the skew (StaleTimestamp):
+    // released themselves if their tag held, never the jobs gated on them.
+    std::vector<bool> stale;
     std::vector<CtsTask> cts;  // the live aes*-cts jobs, in job order
     // The distinct shapes of `cts` and the sum of their bytes (PlanCtsJob,
     // CtsProgramCache::ShapeBytes, EngineOptions::cts_batch_bytes).
@@ -644,6 +689,12 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
     }
     w.key = *key;
     w.key_view = kViewPresent;
+    w.user_key = PasswordDerived((*key)->kind);
+    if (GatedUserReply(job, **key)) {
+      w.gated_reply = true;
+      w.over_rate = CtsReleaseLimiter::Shared(party()).Over(
+          job.key_id, options_.cts_releases_per_minute, absl::Now());
+    }
   }
 }
 
@@ -655,7 +706,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
 // lose the ring's framing, so they refuse every batch instead) and this
 // party's key views.
 absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
-  static constexpr char kTag[] = "kmpc-batch-v16";
+  static constexpr char kTag[] = "kmpc-batch-v17";
   std::vector<uint8_t> enc(kTag, kTag + sizeof kTag);
   PutU32(enc, options_.malicious ? 1 : 0);
   PutU32(enc, options_.small_sbox_min_blocks);
@@ -664,6 +715,7 @@ absl::Status Engine::Impl::DigestBatch(const Batch& b, AgreementHeader& h) {
   PutU32(enc, options_.wave_lanes);
   PutU32(enc, options_.malicious ? options_.verify_words : 0);
   PutU64(enc, options_.cts_batch_bytes);
+  PutU32(enc, options_.cts_skew_s);
   PutU64(enc, b.seq);
   PutU32(enc, static_cast<uint32_t>(b.jobs.size()));
   Sha256 inputs, keys;
@@ -981,6 +1033,13 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   }
   // A FAST key's half, then the message (a DECRYPT's C || T).
   t.shared_in = {job.data_shares[0], job.data_shares[1]};
+  if (job.type == pb::JOB_DECRYPT) {
+    // The freshness window, public: shared as (c, 0, 0) (cts.h
+    // StaleTimestamp).
+    const std::string w = CtsTimeWindow(job.now, options_.cts_skew_s);
+    for (int c = 0; c < 2; ++c)
+      if (share::HoldsPublicIn(party(), c)) std::memcpy(t.window[c].data(), w.data(), w.size());
+  }
   // n before its class (contract::CtsLengthOf): what the output is cut to.
   t.n = contract::CtsLengthOf(ShapeOf(job));
   // A new shape counts against the batch's bound before it is compiled
@@ -1037,7 +1096,11 @@ absl::Status Engine::Impl::OpenCtsVerdicts(Batch& b) {
   share::Wipe(m0);
   share::Wipe(m1);
   if (!st.ok()) return st;
-  for (size_t i = 0; i < jobs.size(); ++i) b.pass[jobs[i]] = (open[i] & 1) == 0;
+  b.stale.assign(b.jobs.size(), false);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    b.pass[jobs[i]] = (open[i] & 1) == 0;
+    b.stale[jobs[i]] = (open[i] & 2) != 0;
+  }
   return absl::OkStatus();
 }
 
@@ -1354,7 +1417,15 @@ BatchResult Engine::Impl::Collect(Batch& b) {
   for (size_t j = 0; j < b.jobs.size(); ++j) {
     const int64_t c = b.jobs[j].release_if_ok;
     JobResult& r = result.jobs[j];
-    if (c == Job::kNoCondition || !r.ok() || result.jobs[c].ok()) continue;
+    if (c == Job::kNoCondition || !r.ok()) continue;
+    const bool stale =
+        b.plan[j].user_key && static_cast<size_t>(c) < b.stale.size() && b.stale[c];
+    if (result.jobs[c].ok() && !stale) {
+      if (b.plan[j].gated_reply)
+        CtsReleaseLimiter::Shared(party()).Count(
+            b.jobs[j].key_id, options_.cts_releases_per_minute, absl::Now());
+      continue;
+    }
     for (auto& ks : r.keystream) {
       share::Wipe(ks);
       ks.clear();
@@ -1364,7 +1435,9 @@ BatchResult Engine::Impl::Collect(Batch& b) {
     r.pad.reset();
     r.ctr0 = {};
     r.status = pb::JOB_WITHHELD;
-    r.detail = "withheld: the job it is released on did not verify";
+    r.detail = stale ? "withheld: the timestamp it is released on is outside the MPC "
+                       "servers' clock skew (--cts_skew_s)"
+                     : "withheld: the job it is released on did not verify";
   }
   return result;
 }
@@ -1474,6 +1547,9 @@ absl::Status EngineOptions::Validate() const {
   }
   if (cts_batch_bytes == 0) {
     return absl::InvalidArgumentError("cts_batch_bytes must be > 0");
+  }
+  if (cts_skew_s == 0 || cts_skew_s > 86400) {
+    return absl::InvalidArgumentError("cts_skew_s must be 1 to 86400 seconds");
   }
   // Malicious mode: protocol/verify.h's per-batch soundness (< 2^-40)
   // takes at most kMaxVerifiesPerBatch Verifies. A batch of the largest

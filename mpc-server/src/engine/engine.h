@@ -460,6 +460,11 @@ struct Job {
   // encryption and never output. 0: none. Part of the agreement digest.
   uint32_t splice_length = 0;
   uint32_t splice_offset = 0;
+  // The KDC's clock, seconds since the Unix epoch (kmpc.proto
+  // RunRequest.now_unix): an aes*-cts DECRYPT's freshness window is
+  // [now - cts_skew_s, now + cts_skew_s] (EngineOptions). Part of the
+  // agreement digest.
+  int64_t now = 0;
   std::array<std::vector<uint8_t>, 2> data_shares;
 
   Job() = default;
@@ -557,6 +562,22 @@ struct EngineOptions {
   // default lets one job of any length (contract::kMaxCtsBytes) through
   // beside others, or one spliced reply of the longest P and D alone; > 0.
   uint64_t cts_batch_bytes = 2 * contract::kMaxCtsBytes;
+  // The freshness of a gate (docs/security-model.md, "Freshness of the
+  // gate"): an aes*-cts DECRYPT (a PA-ENC-TIMESTAMP, a FAST challenge)
+  // releases the jobs gated on it only if its patimestamp lies within
+  // cts_skew_s of the batch's Job::now (the KDC's clock, checked against
+  // the server's own by the service), compared on shares (cts.h
+  // StaleTimestamp). MIT's default clockskew, 300 s. All three parties
+  // must agree (the agreement digest covers it).
+  uint32_t cts_skew_s = 300;
+  // A password-derived key's gated AS replies (an aes*-cts ENCRYPT under
+  // usage 3 released on its gate) released per minute, a token bucket of
+  // this size refilled over a minute per key (cts_jobs.h
+  // CtsReleaseLimiter): past it the job fails alone (JOB_RATE_LIMITED),
+  // alike on every party (a party's "over" is in its key view, and any
+  // party's fails the job). Bounds what a compromised KDC gets from a
+  // timestamp it replays within the skew. 0: no bound.
+  uint32_t cts_releases_per_minute = 30;
 
   // What Engine::Create checks (chunk_lanes a positive multiple of 64,
   // wave_lanes >= chunk_lanes, verify_words > 0; in malicious mode, few

@@ -130,14 +130,31 @@ void FillStats(pb::BatchStats* s, const BatchOutcome& o, uint64_t aes) {
 // The engine's job for a request job. A job that breaks the contract is
 // passed on with its failed check: all three servers find the same
 // failure, agree on the batch digest and report it alike.
-engine::Job ToEngineJob(const pb::Job& in, const contract::MessageShares& sh) {
+engine::Job ToEngineJob(const pb::Job& in, const contract::MessageShares& sh,
+                        const pb::RunRequest& req, absl::Duration tolerance) {
   engine::Job job;
   job.type = in.type();
   job.cipher = in.cipher();
   job.key_id = in.key_id();
   job.usage = in.usage();
+  job.now = req.now_unix();
   job.precheck = contract::CheckJob(contract::ShapeOf(in, &sh));
   if (!job.precheck.ok()) return job;
+  if (in.type() == pb::JOB_DECRYPT && contract::CtsCipher(in.cipher())) {
+    // The gate's freshness window is the KDC's clock's (engine.h
+    // EngineOptions::cts_skew_s); a server whose clock differs by more
+    // fails the job, and the digests then fail the batch alike.
+    const absl::Duration off = absl::Now() - absl::FromUnixSeconds(req.now_unix());
+    if (absl::AbsDuration(off) > tolerance) {
+      // The same detail on every server (the offset goes to the log).
+      KMPC_LOG(WARNING) << "an aes*-cts DECRYPT's Run carries a KDC clock "
+                        << absl::FormatDuration(off) << " from this server's";
+      job.precheck = {pb::JOB_MALFORMED,
+                      "the KDC's clock (RunRequest.now_unix) is further than "
+                      "--cts_clock_tolerance_s from the MPC servers': check the hosts' NTP"};
+      return job;
+    }
+  }
   if (in.type() == pb::JOB_ENCRYPT && !contract::CtsCipher(in.cipher()))
     job.nblocks = static_cast<uint32_t>(contract::CeilBlocks(in.length()));
   else
@@ -239,7 +256,7 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
     const contract::JobShape shape = contract::ShapeOf(in, &shares[i]);
     aes_blocks += contract::JobBlocks(shape);
     cost += contract::JobCost(shape);
-    jobs.push_back(ToEngineJob(in, shares[i]));
+    jobs.push_back(ToEngineJob(in, shares[i], req, options_.cts_clock_tolerance));
   }
   // Conditions by position (engine.h, Job::release_if_ok); one naming no
   // job of the batch becomes an index the engine refuses (JOB_MALFORMED).

@@ -50,6 +50,13 @@ struct ServiceOptions {
   size_t max_pending_pad_bytes = size_t{256} << 20;
   // Items one Sign request may carry.
   size_t max_sign_items = 100000;
+  // An aes*-cts DECRYPT (a gate) is failed (JOB_MALFORMED) when the KDC's
+  // clock in its request (kmpc.proto RunRequest.now_unix) is further than
+  // this from the server's: the KDC cannot move the freshness window
+  // (engine.h EngineOptions::cts_skew_s) by more. It covers the hosts'
+  // clock offsets (NTP keeps them within milliseconds) and the request's
+  // age when it arrives (the KDC module's deadline, 3 s).
+  absl::Duration cts_clock_tolerance = absl::Seconds(5);
   // Test-only (--debug_record_requests): every KeyOps request is appended
   // here, serialized, before it is processed. Empty: off.
   std::string debug_record_requests;

@@ -581,6 +581,55 @@ TEST(Rfc3962, LoginFigures) {
   EXPECT_EQ(both.ands, dec.ands + enc.ands);
 }
 
+// The gate's freshness on shares (StaleTimestamp), in the clear: the
+// timestamp DECRYPT's bit 1 is 0 only for a PA-ENC-TS-ENC whose time lies
+// within [lo, hi] (inclusive) and whose header is a PA-ENC-TS-ENC's; what
+// it costs the usage-1 DECRYPT (ANDs, and no AND round).
+TEST(Rfc3962, TimestampFreshnessOnShares) {
+  const Bytes key = Random(32);
+  const auto m = DealUsage(key, 1);
+  ASSERT_TRUE(m.ok());
+  const Program plain = *DecryptProgram(14, kTimestamp);
+  const Program gated = *DecryptProgram(14, kTimestamp, true);
+  const Program enc = *EncryptProgram(14, kTimestamp);
+  // conf || 30 1A A0 11 18 0F <time> [1] pausec.
+  const auto plaintext = [](const std::string& time) {
+    Bytes b = Random(16);
+    for (uint8_t x : {0x30, 0x1A, 0xA0, 0x11, 0x18, 0x0F}) b.push_back(x);
+    b.insert(b.end(), time.begin(), time.end());
+    for (uint8_t x : {0xA1, 0x05, 0x02, 0x03, 0x01, 0x86, 0xA0}) b.push_back(x);
+    return b;
+  };
+  const std::string lo = "20261126175500", hi = "20261126180500";
+  struct Case {
+    std::string time;
+    int stale;
+  };
+  const Case cases[] = {{"20261126180000Z", 0}, {"20261126175500Z", 0}, {"20261126180500Z", 0},
+                        {"20261126175459Z", 1}, {"20261126180501Z", 1}, {"20251126180000Z", 1},
+                        {"20261126180000X", 1}, {"202611261800a0Z", 1}, {"20261126180000 ", 1},
+                        // '0' .. '?' compare by their low nibble (a KerberosTime
+                        // holds digits only): ':' is 10.
+                        {"2026112618000:Z", 0}, {"2026112618:000Z", 1}};
+  for (const Case& k : cases) {
+    const Bytes conf_p = plaintext(k.time);
+    Bytes in = m->bytes;
+    const Bytes ct = testing::RunClear(enc, {Cat(m->bytes, conf_p)})[0];
+    in.insert(in.end(), ct.begin(), ct.end());
+    in.insert(in.end(), lo.begin(), lo.end());
+    in.insert(in.end(), hi.begin(), hi.end());
+    const Bytes out = testing::RunClear(gated, {in})[0];
+    EXPECT_EQ(Bytes(out.begin(), out.end() - 1), conf_p);
+    EXPECT_EQ(out.back(), k.stale << 1) << k.time;
+  }
+  std::printf("aes256 timestamp DECRYPT (%zu bytes): %zu ANDs, depth %d; with the freshness "
+              "check: %zu ANDs (+%zu), depth %d\n",
+              kTimestamp, plain.ands, plain.depth, gated.ands, gated.ands - plain.ands,
+              gated.depth);
+  EXPECT_LE(gated.ands - plain.ands, 240u);
+  EXPECT_EQ(gated.depth, plain.depth);
+}
+
 // ANDs and AND depth of a reply with the PA-REQ-ENC-PA-REP checksum
 // spliced in (cts.h SpliceEncryptProgram), a realistic shape: a 316-byte
 // conf || EncASRepPart whose last 12 bytes are the checksum (encrypted-

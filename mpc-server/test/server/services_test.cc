@@ -188,6 +188,7 @@ struct Values {
 };
 Values Vals(const v1::RunResponse& r, int job) {
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   {
     std::lock_guard<std::mutex> l(g_requests_mu);
     req = (*g_requests)[r.batch_id()];
@@ -433,6 +434,41 @@ std::string ClearCts(const absl::StatusOr<cts::Program>& p, const std::string& k
   return std::string(o.begin(), o.end());
 }
 
+// conf || PA-ENC-TS-ENC of now (44 bytes): a user key's gate releases its
+// reply only within the servers' skew (cts.h StaleTimestamp).
+std::string FreshTimestamp() {
+  std::string b = Rand(16) + std::string("\x30\x1a\xa0\x11\x18\x0f", 6);
+  b += absl::FormatTime("%Y%m%d%H%M%SZ", absl::Now(), absl::UTCTimeZone());
+  return b + std::string("\xa1\x05\x02\x03\x01\x86\xa0", 7);
+}
+
+// The gate's window is the KDC's clock (RunRequest.now_unix): a Run whose
+// clock is further than --cts_clock_tolerance_s (5 s) from the servers'
+// fails its aes*-cts DECRYPTs alike (JOB_MALFORMED), and the jobs gated
+// on them are withheld; so a compromised KDC cannot move the window.
+TEST_F(ServiceTest, CtsGateFailsWhenTheKdcsClockIsOff) {
+  const std::string key = Rand(32);
+  const std::string id = PutCtsKey(key);
+  const std::string ct = ClearCts(cts::EncryptProgram(14, 44), key, 1, Rand(44));
+  for (const int64_t off : {-3600, 3600}) {
+    v1::RunRequest req;
+    req.set_now_unix(absl::ToUnixSeconds(absl::Now()) + off);
+    req.set_batch_id(Rand(16));
+    auto* d = AddJob(&req, 1, id, v1::JOB_DECRYPT);
+    d->set_usage(1);
+    d->set_data(ct);
+    auto* e = AddJob(&req, 2, id, v1::JOB_ENCRYPT);
+    e->set_usage(3);
+    e->set_data(Rand(120));
+    e->set_release_if_ok(1);
+    const v1::JobStatus want[] = {v1::JOB_MALFORMED, v1::JOB_WITHHELD};
+    std::array<v1::RunResponse, 3> resp;
+    ASSERT_NO_FATAL_FAILURE(RunExpecting(req, want, &resp));
+    EXPECT_NE(resp[0].results(0).detail().find("cts_clock_tolerance_s"), std::string::npos)
+        << resp[0].results(0).detail();
+  }
+}
+
 // aes*-cts jobs through KeyOps.Run: a timestamp's DECRYPT (usage 1), the
 // reply's ENCRYPT (usage 3, its plaintext dealt as shares) gated on it, an
 // undealt usage failing alone; a flipped bit fails the DECRYPT with nothing
@@ -440,10 +476,11 @@ std::string ClearCts(const absl::StatusOr<cts::Program>& p, const std::string& k
 TEST_F(ServiceTest, CtsJobsDecryptEncryptAndGate) {
   const std::string key = Rand(32);
   const std::string id = PutCtsKey(key);
-  const std::string conf_ts = Rand(44), reply = Rand(120);
+  const std::string conf_ts = FreshTimestamp(), reply = Rand(120);
   const std::string ct = ClearCts(cts::EncryptProgram(14, conf_ts.size()), key, 1, conf_ts);
   for (bool flip : {false, true}) {
     v1::RunRequest req;
+    req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
     req.set_batch_id(Rand(16));
     auto* d = AddJob(&req, 1, id, v1::JOB_DECRYPT);
     d->set_usage(1);
@@ -481,12 +518,13 @@ TEST_F(ServiceTest, CtsJobsDecryptEncryptAndGate) {
 TEST_F(ServiceTest, CtsSplicedReplyThroughRun) {
   const std::string key = Rand(32);
   const std::string id = PutCtsKey(key);
-  const std::string conf_ts = Rand(44), d = Rand(90);
+  const std::string conf_ts = FreshTimestamp(), d = Rand(90);
   std::string p = Rand(150);
   const size_t off = 100;
   p.replace(off, 12, std::string(12, '\0'));
   const std::string ct = ClearCts(cts::EncryptProgram(14, conf_ts.size()), key, 1, conf_ts);
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   auto* dj = AddJob(&req, 1, id, v1::JOB_DECRYPT);
   dj->set_usage(1);
@@ -531,6 +569,7 @@ TEST_F(ServiceTest, KeystreamMatchesOpenSslAndCountersAreFresh) {
   std::string k128 = Rand(16), k256 = Rand(32);
   std::string id128 = PutKey(k128), id256 = PutKey(k256);
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   for (int j = 0; j < 6; ++j) {
     auto* job = AddJob(&req, j, j % 2 ? id256 : id128, v1::JOB_ENCRYPT);
@@ -556,6 +595,7 @@ TEST_F(ServiceTest, KeystreamMatchesOpenSslAndCountersAreFresh) {
 TEST_F(ServiceTest, BatchMissingOnOnePartyIsUnavailableAndRingRecovers) {
   std::string id = PutKey(Rand(16));
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   auto* job = AddJob(&req, 0, id, v1::JOB_ENCRYPT);
   job->set_length(16);
@@ -583,6 +623,7 @@ TEST_F(ServiceTest, BatchMissingOnOnePartyIsUnavailableAndRingRecovers) {
 TEST_F(ServiceTest, DifferentInputsOnOnePartyAbort) {
   std::string id = PutKey(Rand(16));
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   auto* job = AddJob(&req, 0, id, v1::JOB_CHECKSUM);
   job->set_data("hello");
@@ -617,6 +658,7 @@ TEST_F(ServiceTest, ChecksumOverSharesMatchesTheEnctypeAndVerifies) {
     const std::string id = PutKey(key);
     const std::string msg = Rand(100);
     v1::RunRequest req;
+    req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
     req.set_batch_id(Rand(16));
     auto* job = AddJob(&req, 1, id, v1::JOB_CHECKSUM);
     job->set_usage(23);
@@ -674,6 +716,7 @@ TEST_F(ServiceTest, KeyMissingOrStaleOnOnePartyFailsOnlyItsJobs) {
     parties_[2].keys->Invalidate(stale);
   }
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   const std::string ids[4] = {good, gone, Rand(32), stale};
   for (int j = 0; j < 8; ++j) {
     auto* job = AddJob(&req, 100 + j, ids[j % 4], v1::JOB_ENCRYPT);
@@ -808,6 +851,7 @@ TEST_F(ServiceTest, FinalizeOnceAndRequestErrors) {
   std::string key = Rand(16);
   std::string id = PutKey(key);
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   auto* job = AddJob(&req, 42, id, v1::JOB_ENCRYPT);
   job->set_length(20);
@@ -982,6 +1026,7 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
   const std::string key = Rand(16);
   const std::string id = PutKey(key);
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   auto add = [&](v1::JobType type) {
     auto* job = AddJob(&req, (req.jobs_size() + 1) * 10, id, type);
@@ -1038,6 +1083,7 @@ TEST_F(ServiceTest, MixedBatchPerJobResultsIdenticalOnTheThreeServers) {
 TEST_F(ServiceTest, RunShareBufferOfTheWrongSizeIsRefused) {
   const std::string id = PutKey(Rand(16));
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   for (int j = 0; j < 3; ++j) {
     auto* job = AddJob(&req, j + 1, id, j == 1 ? v1::JOB_ENCRYPT : v1::JOB_CHECKSUM);
@@ -1076,6 +1122,7 @@ TEST_F(ServiceTest, JobCipherMustBeTheKeysCipher) {
   const std::string k128 = Rand(16), k256 = Rand(32);
   const std::string id128 = PutKey(k128), id256 = PutKey(k256);
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   auto add = [&](const std::string& id, v1::Cipher cipher) {
     auto* job = AddJob(&req, req.jobs_size() + 1, id, v1::JOB_ENCRYPT);
@@ -1137,6 +1184,7 @@ class SignTest : public ServiceTest {
   std::pair<std::string, std::vector<std::string>> DrawPads(
       const std::string& id, uint32_t usage, const std::vector<uint32_t>& lens) {
     v1::RunRequest req;
+    req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
     req.set_batch_id(Rand(16));
     for (size_t j = 0; j < lens.size(); ++j) {
       auto* job = AddJob(&req, j + 1, id, v1::JOB_PAD);
@@ -1471,6 +1519,7 @@ TEST_F(SignTest, PadsAndEncryptStatesDoNotMix) {
   const std::string key = Rand(16);
   const std::string id = PutKey(key);
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   auto* enc = AddJob(&req, 1, id, v1::JOB_ENCRYPT);
   enc->set_length(16);
@@ -1515,6 +1564,7 @@ TEST_F(SignTest, LinkedPadFollowsItsEncrypt) {
   const std::string key = Rand(32);
   const std::string id = PutKey(key);
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   auto* enc = AddJob(&req, 7, id, v1::JOB_ENCRYPT);
   enc->set_usage(2);
@@ -1567,6 +1617,7 @@ TEST_F(SignTest, LinkedPadsOfOneEncryptTakeDistinctSlots) {
   const std::string key = Rand(32);
   const std::string id = PutKey(key);
   v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
   req.set_batch_id(Rand(16));
   auto* enc = AddJob(&req, 7, id, v1::JOB_ENCRYPT);
   enc->set_usage(2);
@@ -1630,6 +1681,7 @@ TEST_F(SignTest, VerificationPadVerifiesOnceAndNeverSigns) {
   ASSERT_EQ(tag, RefChecksumTag(key, 17, sc[0], msg));
   auto draw = [&](int n) {
     v1::RunRequest req;
+    req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
     req.set_batch_id(Rand(16));
     for (int j = 1; j <= n; ++j) {
       auto* p = AddJob(&req, j, id, v1::JOB_PAD);

@@ -1,0 +1,80 @@
+// The freshness of an aes*-cts gate in the module: a decrypted
+// PA-ENC-TIMESTAMP (usage 1) or FAST encrypted challenge (usage 54, a
+// PA-ENC-TS-ENC too: RFC 6113 section 5.4.6) proves its exchange's shapes
+// (planner.h, proven shapes) and releases the jobs held back for it only
+// if its patimestamp is within the KDC's clock skew (krb5.conf / kdc.conf
+// [libdefaults] clockskew, as krb5_check_clockskew uses it) and its
+// ciphertext was not verified before under the same key within that skew
+// (a replay cache, as MIT keeps for AP-REQs: RFC 4120 section 3.2.3; MIT
+// keeps none for encrypted timestamps).
+//
+// A replayed gate fails (batch_step.cc: kDataLoss, which the KDC reports
+// as KDC_ERR_PREAUTH_FAILED, as for a wrong password); a skewed one
+// completes and MIT's own check then answers KRB_AP_ERR_SKEW with the
+// KDC's time (the client may retry with its clock corrected); neither
+// proves a shape. The servers check the skew again on shares (cts.h
+// StaleTimestamp), since they see the ciphertext only as shares and
+// cannot keep such a cache.
+#ifndef KMPC_KDC_PLUGIN_FRESHNESS_H_
+#define KMPC_KDC_PLUGIN_FRESHNESS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace kmpc::kdc {
+
+// The patimestamp of a DER PA-ENC-TS-ENC (RFC 4120 section 5.2.7.2) as
+// MIT and Heimdal encode it: 30 LL A0 11 18 0F YYYYMMDDHHMMSSZ [A1 ...],
+// LL the rest's length; nullopt for anything else.
+std::optional<absl::Time> PaTimestamp(absl::Span<const uint8_t> pa_enc_ts);
+
+class GateFreshness {
+ public:
+  // Verified gates remembered within the skew: past this many, those
+  // nearest their expiry are forgotten first (~100 bytes each).
+  static constexpr size_t kMaxEntries = size_t{1} << 19;
+  enum class Verdict { kFresh, kSkewed, kReplayed };
+
+  explicit GateFreshness(absl::Duration skew = absl::Seconds(300),
+                         size_t max_entries = kMaxEntries)
+      : skew_(skew), max_entries_(max_entries) {}
+  // The module's one cache (shared by the clusters' batch steps, so a
+  // replay to another cluster is caught too).
+  static GateFreshness& Shared();
+  void set_skew(absl::Duration skew);
+  absl::Duration skew() const;
+
+  // The gate under key_id whose ciphertext is `ciphertext` (its job's
+  // input) decrypted to `pa_enc_ts` (the confounder removed): kSkewed if
+  // its time is unreadable or further than the skew from now, kReplayed if
+  // the same key and ciphertext were kFresh within the skew, else kFresh
+  // (and remembered until its time + skew).
+  Verdict Check(const std::string& key_id, absl::Span<const uint8_t> ciphertext,
+                absl::Span<const uint8_t> pa_enc_ts, absl::Time now);
+  size_t size() const;
+  void Clear();
+
+ private:
+  void ExpireLocked(absl::Time now);
+  mutable std::mutex mu_;
+  absl::Duration skew_;
+  const size_t max_entries_;
+  // SHA-256(key_id || ciphertext) -> expiry; (expiry, digest), soonest first.
+  std::unordered_map<std::string, absl::Time> seen_;
+  using Entry = std::pair<absl::Time, std::string>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> expiry_;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_FRESHNESS_H_
