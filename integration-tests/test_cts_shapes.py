@@ -11,14 +11,21 @@
 - Bounded depth: an AS-REQ longer than any real client sends (kinit with
   many client addresses) is refused by the KDC module with
   KDC_ERR_SVC_UNAVAILABLE and a logged reason before any Run: the servers
-  never see it, so it never shares a batch with other logins.
+  never see it, so it never shares a batch with other logins. One within
+  the caps but deep (40 addresses) goes in a batch of deep work only
+  (kdc-plugin batcher.h deep_rounds): another user's logins beside a loop
+  of them succeed, and their times are printed.
 
 Real processes: krb5kdc with the real kdcmpc module, three
 kmpc-mpc-server (malicious security).
 """
 import re
+import statistics
 import string
+import threading
 import time
+
+import pytest
 
 from kmpc_harness import cluster as kmpc_cluster
 from test_cts_as import Stock, kdc_counts
@@ -155,3 +162,70 @@ def test_an_oversized_request_is_refused_before_any_run(kmpc_factory):
     assert kdc_counts(kr) == k0
     assert "over the aes*-cts length cap" in kr.kdc_log_text(), kr.kdc_log_text()[-3000:]
     assert kr.kdc_alive()
+
+
+def address_client(kr, name, addresses):
+    """Debian's kinit sending `addresses` client addresses (krb5.conf
+    noaddresses = false, extra_addresses)."""
+    c = Stock(kr, name)
+    extra = ",".join(f"10.{i // 250}.{i % 250}.1" for i in range(addresses))
+    with open(c.conf) as f:
+        conf = f.read()
+    conf = conf.replace("[libdefaults]\n",
+                        f"[libdefaults]\n    noaddresses = false\n"
+                        f"    extra_addresses = {extra}\n")
+    with open(c.conf, "w") as f:
+        f.write(conf)
+    return c
+
+
+@pytest.mark.parametrize("deep_rounds", [12000, 0])
+def test_a_deep_request_goes_in_a_batch_of_its_own(kmpc_factory, deep_rounds):
+    """deep_rounds = 0 is the control: the deep lane off (today's batching
+    before it), every job in the shared batches."""
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      module_options={"deep_rounds": str(deep_rounds), **COLD_PROGRAMS})
+    kr.setup_krbtgt()
+    for u, pw in (("ada", "Ada-pw-5150"), ("bob", "Bob-pw-5151")):
+        kr.addprinc(u, pw, enctypes=[CTS256])
+        kr.admin("share", "--from-existing", f"--enctype={CTS256}", u)
+    kr.start()
+    deep = address_client(kr, "deep", 40)
+    plain = Stock(kr, "plain")
+
+    def timed(n):
+        out = []
+        for _ in range(n):
+            t0 = time.time()
+            rc, text = plain.kinit("bob", "Bob-pw-5151")
+            assert rc == 0, text + kr.kdc_log_text()[-3000:]
+            out.append(time.time() - t0)
+        return out
+
+    rc, out = deep.kinit("ada", "Ada-pw-5150")  # compiles its programs
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    timed(2)  # and bob's
+    alone = timed(6)
+    stop, deep_rcs = threading.Event(), []
+
+    def loop():
+        while not stop.is_set():
+            deep_rcs.append(deep.kinit("ada", "Ada-pw-5150")[0])
+
+    loops = [threading.Thread(target=loop) for _ in range(3)]
+    for t in loops:
+        t.start()
+    try:
+        time.sleep(1)
+        beside = timed(6)
+    finally:
+        stop.set()
+        for t in loops:
+            t.join()
+    batches = value(parse(scrape(kr.kdc_metrics_url)), "kmpc_kdc_deep_batches_total", missing=0)
+    print(f"\ndeep_rounds {deep_rounds}: bob's kinit p50 alone {statistics.median(alone) * 1000:.0f} ms, beside three "
+          f"loops of 40-address kinit {statistics.median(beside) * 1000:.0f} ms "
+          f"(max {max(beside) * 1000:.0f} ms); deep logins {len(deep_rcs)} "
+          f"({deep_rcs.count(0)} ok), deep batches {batches:.0f}")
+    assert batches >= 1 if deep_rounds else batches == 0
+    assert deep_rcs and deep_rcs.count(0) >= 1, deep_rcs

@@ -1,5 +1,7 @@
 #include "contract.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace kmpc::contract {
@@ -142,10 +144,27 @@ uint64_t CtsKeyBytes(pb::CtsKey key) {
   }
 }
 
+uint64_t CtsHashBlocks(uint64_t n) { return (n + 9 + 63) / 64; }
+
+uint64_t CtsClassMax(pb::JobType type, uint64_t n) {
+  const uint64_t hash_max = 64 * CtsHashBlocks(n) - 9;
+  switch (type) {
+    case pb::JOB_ENCRYPT: return std::min(16 * ((n + 15) / 16), hash_max);
+    case pb::JOB_CHECKSUM: return hash_max;
+    default: return n;
+  }
+}
+
+uint64_t CtsSpliceWindow(uint64_t off) {
+  const uint64_t end = kCtsConfounder + off + kSpliceBytes;
+  return 16 * ((end + 15) / 16) - kCtsConfounder - kSpliceBytes;
+}
+
 CtsShape MakeCtsShape(pb::JobType type, int nr, uint64_t n, uint64_t cf2_bytes, uint32_t usage,
                       uint64_t splice_m, uint64_t splice_off) {
-  return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, n, cf2_bytes,
-          cf2_bytes != 0 ? usage : 0, splice_m, splice_off};
+  return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, CtsClassMax(type, n),
+          cf2_bytes, cf2_bytes != 0 ? usage : 0, splice_m,
+          splice_m != 0 ? CtsSpliceWindow(splice_off) : splice_off};
 }
 
 int CtsRounds(pb::Cipher cipher) {
@@ -156,13 +175,14 @@ int CtsRounds(pb::Cipher cipher) {
   }
 }
 
+uint64_t CtsLengthOf(const JobShape& s) {
+  if (s.type == pb::JOB_DECRYPT) return s.length > kCtsTag ? s.length - kCtsTag : 0;
+  if (s.type == pb::JOB_ENCRYPT) return kCtsConfounder + s.length;
+  return s.length;
+}
+
 CtsShape CtsShapeOf(const JobShape& s) {
-  uint64_t n = s.length;
-  if (s.type == pb::JOB_DECRYPT)
-    n = s.length > kCtsTag ? s.length - kCtsTag : 0;
-  else if (s.type == pb::JOB_ENCRYPT)
-    n = kCtsConfounder + s.length;
-  return MakeCtsShape(s.type, CtsRounds(s.cipher), n, CtsKeyBytes(s.cts_key), s.usage,
+  return MakeCtsShape(s.type, CtsRounds(s.cipher), CtsLengthOf(s), CtsKeyBytes(s.cts_key), s.usage,
                       s.type == pb::JOB_ENCRYPT ? s.splice_length : 0,
                       s.type == pb::JOB_ENCRYPT ? s.splice_offset : 0);
 }
@@ -412,6 +432,26 @@ uint64_t JobBlocks(const JobShape& job) {
                  : 1;
     default:
       return 1;
+  }
+}
+
+uint64_t CtsDepthBound(const JobShape& job) {
+  if (!CtsCipher(job.cipher)) return 0;
+  constexpr uint64_t kCompression = 487, kCf2Key = 630;
+  const uint64_t aes = CtsRounds(job.cipher) == 14 ? 56 : 40;
+  const uint64_t n = CtsLengthOf(job);
+  const uint64_t key = job.cts_key != pb::CTS_KEY_DEALT ? kCf2Key : 0;
+  // The inner compressions after the key block, then the outer one.
+  const uint64_t hash = (CtsHashBlocks(n) + 1) * kCompression;
+  switch (job.type) {
+    case pb::JOB_ENCRYPT: {
+      const uint64_t splice =
+          job.splice_length != 0 ? (job.splice_length / 64 + 1) * kCompression : 0;
+      return key + std::max((n + 15) / 16 * aes, hash) + splice;
+    }
+    case pb::JOB_DECRYPT: return key + 2 * aes + hash + 7;
+    case pb::JOB_CHECKSUM: return hash;
+    default: return 0;
   }
 }
 

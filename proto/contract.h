@@ -53,7 +53,10 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // 11: a Run carries the KDC's clock (RunRequest.now_unix), against which
 // the servers check an aes*-cts DECRYPT's timestamp on shares (the gate's
 // freshness); JOB_RATE_LIMITED.
-inline constexpr uint32_t kWireVersion = 11;
+// 12: an aes*-cts ENCRYPT or CHECKSUM runs its length class's program
+// (contract::CtsClassMax): the KDC's requests are unchanged, but the
+// servers' rings carry other programs' layers, so the three must agree.
+inline constexpr uint32_t kWireVersion = 12;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
@@ -198,13 +201,27 @@ std::string SplicePadding(uint64_t m);
 // Bytes of the KDC's half of a FAST key: 16, 32, or 0 for CTS_KEY_DEALT
 // (and for an unknown value: CheckJob refuses it).
 uint64_t CtsKeyBytes(pb::CtsKey key);
+// Length classes (docs/design/cts-circuits.md, "Length classes"): an
+// ENCRYPT's program serves every n = |conf || P| of one CBC block count
+// and one SHA-1 block count of its HMAC's padded inner input (64 + n + 9
+// bytes and up), a CHECKSUM's every message length of one SHA-1 block
+// count; the servers fill in the zeros and SHA-1's padding past n (public
+// given n) and cut the output to n's ciphertext. CtsClassMax names n's
+// class by its largest length (n itself for a DECRYPT), as mpc-server
+// cts/cts.h EncryptClassMax and ChecksumClassMax do. A splice's offset is
+// named by its window of 16 (the CBC block where the 12-byte checksum
+// ends in conf || P): CtsSpliceWindow, the window's last offset.
+uint64_t CtsHashBlocks(uint64_t n);
+uint64_t CtsClassMax(pb::JobType type, uint64_t n);
+uint64_t CtsSpliceWindow(uint64_t off);
 // The program an aes*-cts job runs, as the servers key their compiled
 // programs (mpc-server engine/cts_jobs.h CtsProgramCache) and as the KDC
 // module keys the shapes a passed gate proved (kdc-plugin planner.h): (job
-// type, AES rounds (0 for a CHECKSUM), n, the FAST key's KDC half's bytes
-// (0: the dealt key), the usage (0 unless under a FAST key), a splice's
-// message length and offset (0, 0: none)). n is a DECRYPT's conf || P (its
-// ciphertext without the tag), an ENCRYPT's conf || P, a CHECKSUM's message.
+// type, AES rounds (0 for a CHECKSUM), n's class (CtsClassMax), the FAST
+// key's KDC half's bytes (0: the dealt key), the usage (0 unless under a
+// FAST key), a splice's message length and offset window (0, 0: none)).
+// n is a DECRYPT's conf || P (its ciphertext without the tag), an
+// ENCRYPT's conf || P, a CHECKSUM's message (CtsLengthOf).
 using CtsShape = std::tuple<int, int, uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>;
 CtsShape MakeCtsShape(pb::JobType type, int nr, uint64_t n, uint64_t cf2_bytes, uint32_t usage,
                       uint64_t splice_m = 0, uint64_t splice_off = 0);
@@ -213,6 +230,8 @@ int CtsRounds(pb::Cipher cipher);
 // The program a job of shape s (an aes*-cts cipher) runs: n from its
 // length (DECRYPT: of C || T; ENCRYPT: of P; CHECKSUM: of D).
 CtsShape CtsShapeOf(const JobShape& s);
+// n of an aes*-cts job, before its class: what its output is cut to.
+uint64_t CtsLengthOf(const JobShape& s);
 // One party's two shares of a message, as slices of a request's flat
 // buffer (kmpc.proto RunRequest.data_shares, SignRequest.data_shares).
 struct MessageShares {
@@ -298,6 +317,14 @@ struct JobCheck {
 // The one check of a Run job (FINALIZE is checked by the server against
 // the ENCRYPT it finalizes).
 JobCheck CheckJob(const JobShape& job);
+
+// An upper bound on the AND rounds (ring round trips) of an aes*-cts job's
+// program (docs/design/cts-circuits.md, "Cost"), from its public shape:
+// CBC's AES blocks in sequence beside the HMAC's SHA-1 compressions (487
+// rounds each), a splice's checksum before its reply's last ones, a FAST
+// key's derivation (~630) first; 0 for another cipher. The KDC module
+// sends a job far above a login's in a batch of its own.
+uint64_t CtsDepthBound(const JobShape& job);
 
 // AES blocks the job costs the cluster, as counted against kMaxBatchBlocks
 // and a server's batch limits: ENCRYPT ceil(length/16) + 1 (the tag mask

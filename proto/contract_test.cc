@@ -258,6 +258,50 @@ TEST(CheckJob, CtsFastKeys) {
   EXPECT_EQ(SliceMessageShares(run)[1].first.size(), 39u);
 }
 
+// Length classes (cts-circuits.md): an ENCRYPT's shape names n's class
+// (one CBC and one SHA-1 block count) by its largest length, a
+// CHECKSUM's its SHA-1 block count's, a splice's offset its window of 16;
+// a DECRYPT keeps its length.
+TEST(CtsShape, NamesTheLengthClass) {
+  EXPECT_EQ(CtsClassMax(pb::JOB_ENCRYPT, 16), 16u);
+  EXPECT_EQ(CtsClassMax(pb::JOB_ENCRYPT, 17), 32u);
+  EXPECT_EQ(CtsClassMax(pb::JOB_ENCRYPT, 49), 55u);   // 49..55: one SHA-1 block
+  EXPECT_EQ(CtsClassMax(pb::JOB_ENCRYPT, 56), 64u);   // 56..64: two
+  EXPECT_EQ(CtsClassMax(pb::JOB_ENCRYPT, 305), 311u);
+  EXPECT_EQ(CtsClassMax(pb::JOB_ENCRYPT, 312), 320u);
+  EXPECT_EQ(CtsClassMax(pb::JOB_CHECKSUM, 0), 55u);
+  EXPECT_EQ(CtsClassMax(pb::JOB_CHECKSUM, 56), 119u);
+  EXPECT_EQ(CtsClassMax(pb::JOB_DECRYPT, 44), 44u);
+  for (uint64_t n = 16; n <= 2048; ++n)
+    EXPECT_EQ(CtsClassMax(pb::JOB_ENCRYPT, CtsClassMax(pb::JOB_ENCRYPT, n)),
+              CtsClassMax(pb::JOB_ENCRYPT, n)) << n;
+  EXPECT_EQ(CtsSpliceWindow(288), 292u);  // the checksum ends byte 316 of conf || P
+  EXPECT_EQ(CtsSpliceWindow(292), 292u);
+  EXPECT_EQ(CtsSpliceWindow(293), 308u);
+  EXPECT_EQ(MakeCtsShape(pb::JOB_ENCRYPT, 14, 316, 0, 0, 320, 288),
+            MakeCtsShape(pb::JOB_ENCRYPT, 14, 312, 0, 0, 320, 284));
+  EXPECT_NE(MakeCtsShape(pb::JOB_ENCRYPT, 14, 311, 0, 0), MakeCtsShape(pb::JOB_ENCRYPT, 14, 312, 0, 0));
+}
+
+// The depth bound the KDC module's deep lane reads: a login's spliced
+// reply well below deep_rounds' default (8,000), the caps' longest far
+// above; only aes*-cts jobs have one.
+TEST(CtsShape, DepthBound) {
+  JobShape reply{pb::JOB_ENCRYPT, pb::CIPHER_AES256_CTS, kKeyIdSize, 300, "", ""};
+  reply.splice_length = 320;
+  EXPECT_GT(CtsDepthBound(reply), 4301u);  // cts_test SpliceFigures' depth
+  EXPECT_LT(CtsDepthBound(reply), 12000u);
+  JobShape deep = reply;
+  deep.length = kMaxCtsBytes - kCtsConfounder;
+  deep.splice_length = kMaxCtsSpliceBytes;
+  EXPECT_GT(CtsDepthBound(deep), 20000u);
+  JobShape ts{pb::JOB_DECRYPT, pb::CIPHER_AES256_CTS, kKeyIdSize, 56, "", ""};
+  EXPECT_GT(CtsDepthBound(ts), 1069u);  // cts_test LoginFigures
+  EXPECT_LT(CtsDepthBound(ts), 2000u);
+  JobShape ctr{pb::JOB_ENCRYPT, pb::CIPHER_AES256, kKeyIdSize, 300, "", ""};
+  EXPECT_EQ(CtsDepthBound(ctr), 0u);
+}
+
 // The PA-REQ-ENC-PA-REP splice (kmpc.proto Job.splice_length,
 // splice_offset): on a usage-3 aes*-cts ENCRYPT under the dealt key only,
 // D's shares after P's, the 12 bytes inside P; anything else MALFORMED.

@@ -102,6 +102,23 @@ struct BatcherOptions {
   // A failed or hung batch takes its logins with it (all of them until
   // `deadline`).
   int max_inflight = 2;
+  // A batch waits for its deepest program, and an aes*-cts program's AND
+  // rounds grow with its lengths (contract::CtsDepthBound: a login's
+  // reply with its spliced request ~6,300, ~7,300 with a few client
+  // addresses, the length caps' longest ~25,000). A job above deep_rounds
+  // goes, with its exchange's group, in a Run batch of deep work only (at
+  // most one in flight, never past max_inflight), so one client's long
+  // request (many addresses, large padata) never delays others' logins;
+  // it waits only for other deep work. 0: off (every job shares batches).
+  uint64_t deep_rounds = 12000;
+  // The compile budget (planner.h TakeUnprovenGates): exchanges per minute
+  // (and at most this many at once) whose aes*-cts gate (a timestamp's or
+  // FAST challenge's DECRYPT) has a shape no verified login proved, so
+  // that unauthenticated requests of varied lengths cannot make the
+  // servers compile programs at will; beyond it such an exchange is
+  // refused (kResourceExhausted: SVC_UNAVAILABLE, the client retries).
+  // The usual timestamps' shapes are proven from the start. 0: no limit.
+  uint64_t cts_unproven_per_minute = 30;
   // Jobs waiting beyond this are refused at submit (kUnavailable): an
   // overloaded or slow cluster must not grow the KDC without bound.
   size_t max_queue = 65536;

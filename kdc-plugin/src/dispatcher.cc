@@ -92,7 +92,8 @@ bool Dispatcher::Route(PendingJob q, std::vector<PendingJob>* group_jobs,
     sign_queue_.push_back(std::move(q));
     return !kicked && first && NeedsWake(due);
   }
-  const bool kicked_here = kicked && (q.finalize_only || options_.early_flush);
+  const bool kicked_here = kicked && (q.finalize_only || options_.early_flush) &&
+                           !(options_.deep_rounds > 0 && Deep(q.job));
   return Enqueue(std::move(q), group_jobs) && !kicked_here &&
          NeedsWake(absl::InfinitePast());
 }
@@ -169,6 +170,10 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
     if (absl::Status st = RoomLocked(); !st.ok()) return st;
     if (planner_.Known(id))
       return absl::InvalidArgumentError("the exchange was begun already");
+    if (!planner_.TakeUnprovenGates(jobs, now))
+      return absl::ResourceExhaustedError(
+          "over the compile budget: an aes*-cts timestamp or challenge of a length no "
+          "login proved yet (cts_unproven_per_minute)");
     std::vector<PendingJob> prepared;
     planner_.Admit(id, std::move(plan), &jobs, &prepared);
     // One group, queued together: NextRun never cuts it.
@@ -254,6 +259,16 @@ bool Dispatcher::Enqueue(PendingJob q, std::vector<PendingJob>* group_jobs) {
     finalize_only_queue_.push_back(std::move(q));
     return first;
   }
+  // Deep work goes in a batch of its own (BatcherOptions::deep_rounds):
+  // the whole group, so that nothing of it is cut from its gate.
+  bool deep = Deep(q.job);
+  for (const PendingJob& x : *group_jobs) deep = deep || Deep(x.job);
+  if (deep) {
+    const bool first = deep_queue_.empty();
+    deep_queue_.push_back(std::move(q));
+    for (PendingJob& x : *group_jobs) deep_queue_.push_back(std::move(x));
+    return first;
+  }
   const bool was_empty = queue_.empty();
   const uint64_t blocks_before = queued_blocks_;
   const size_t size_before = queue_.size();
@@ -287,6 +302,7 @@ void Dispatcher::SubmitterIdle() {
     // Up to the in-flight limit; the rest go as those end (StepFinished
     // wakes the dispatcher, which sees finalize_only_now_).
     while (auto s = NextFinalizeOnly(now, &unused)) steps.push_back(s);
+    if (auto s = NextDeep(now)) steps.push_back(s);
     if (options_.early_flush && !queue_.empty()) {
       flush_now_ = true;
       // An idle cluster takes the queue now, from this thread: waking the
@@ -442,9 +458,34 @@ bool Dispatcher::StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk) {
   return StartUnlocked(NextRun(now, wake), lk);
 }
 
+bool Dispatcher::Deep(const Job& job) const {
+  return options_.deep_rounds > 0 && JobDepth(job) > options_.deep_rounds;
+}
+
+std::shared_ptr<BatchStep> Dispatcher::NextDeep(absl::Time now) {
+  if (deep_queue_.empty() || deep_inflight_ > 0 || inflight_ >= options_.max_inflight)
+    return nullptr;
+  // Every deep group queued, up to max_jobs (whole groups): deep work
+  // shares a batch only with deep work.
+  std::vector<PendingJob> batch;
+  while (!deep_queue_.empty() &&
+         (batch.size() < options_.max_jobs ||
+          (batch.back().group != 0 && deep_queue_.front().group == batch.back().group))) {
+    batch.push_back(std::move(deep_queue_.front()));
+    deep_queue_.pop_front();
+  }
+  ++inflight_;
+  ++deep_inflight_;
+  ++stats_.deep_batches;
+  std::shared_ptr<BatchStep> step = MakeStep(std::move(batch), StepKind::kRun, now);
+  deep_steps_.insert(step.get());
+  return step;
+}
+
 std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
                                                absl::Time* wake) {
   const BatcherOptions& o = options_;
+  if (auto deep = NextDeep(now)) return deep;
   if (queue_.empty() || inflight_ >= o.max_inflight) return nullptr;
   absl::Time flush_at;
   if (queue_.size() >= o.max_jobs || queued_blocks_ >= o.max_blocks)
@@ -508,6 +549,7 @@ void Dispatcher::Close() {
   // stopping_ is set: no SubmitterIdle makes another step.
   started_cv_.wait(l, [this] { return starting_ == 0; });
   queue_.clear();
+  deep_queue_.clear();
   finalize_only_queue_.clear();
   sign_queue_.clear();
   queued_blocks_ = 0;
@@ -518,8 +560,8 @@ BatcherStats Dispatcher::Stats() const {
   std::lock_guard<std::mutex> l(mu_);
   BatcherStats out = stats_;
   out.inflight = inflight_ + finalize_only_inflight_ + sign_inflight_;
-  out.queued_jobs =
-      queue_.size() + finalize_only_queue_.size() + sign_queue_.size();
+  out.queued_jobs = queue_.size() + deep_queue_.size() + finalize_only_queue_.size() +
+                    sign_queue_.size();
   const Planner::Counts& pc = planner_.counts();
   out.keystreams_held = planner_.held() - planner_.pads_held();
   out.speculative_encrypts = pc.keystreams;
@@ -536,6 +578,7 @@ BatcherStats Dispatcher::Stats() const {
   out.chained_used = pc.chained_used;
   out.cts_deferred = pc.cts_deferred;
   out.cts_deferred_sent = pc.cts_deferred_sent;
+  out.cts_unproven_refused = pc.cts_unproven_refused;
   out.pads_wasted = stats_.pads_wasted + pc.pads_wasted;
   out.pads_held = planner_.pads_held();
   return out;
@@ -545,20 +588,23 @@ std::vector<uint64_t> Dispatcher::TakeQueued(std::vector<uint64_t>* held_back) {
   std::vector<uint64_t> tokens;
   std::lock_guard<std::mutex> l(mu_);
   std::vector<uint64_t> lost;  // exchanges whose prepared jobs go here
-  for (PendingJob& q : queue_) {
-    if (q.regate) continue;  // its gated jobs leave without it
-    if (q.prepared) {
-      planner_.Lost(q.exchange_id, q.item);
-      lost.push_back(q.exchange_id);
-    } else {
-      tokens.push_back(q.token);
-      // The jobs held back for this gate leave with it (planner.h, proven
-      // shapes): this cluster would never see its verdict.
-      if (q.gate && q.exchange_id != 0)
-        for (uint64_t t : planner_.TakeDeferred(q.exchange_id)) held_back->push_back(t);
+  for (JobFifo* fifo : {&queue_, &deep_queue_}) {
+    for (PendingJob& q : *fifo) {
+      if (q.regate) continue;  // its gated jobs leave without it
+      if (q.prepared) {
+        planner_.Lost(q.exchange_id, q.item);
+        lost.push_back(q.exchange_id);
+      } else {
+        tokens.push_back(q.token);
+        // The jobs held back for this gate leave with it (planner.h, proven
+        // shapes): this cluster would never see its verdict.
+        if (q.gate && q.exchange_id != 0)
+          for (uint64_t t : planner_.TakeDeferred(q.exchange_id)) held_back->push_back(t);
+      }
     }
   }
   queue_.clear();  // wipes inputs (SecureBytes)
+  deep_queue_.clear();
   queued_blocks_ = 0;
   flush_now_ = false;
   // Jobs parked for those prepared jobs move with the queue.
@@ -732,6 +778,7 @@ void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
     switch (kind) {
       case StepKind::kRun:
         --inflight_;
+        if (deep_steps_.erase(step.get()) != 0) --deep_inflight_;
         // Only a batch that succeeded measures the cluster's pace: a failed
         // one may have run to its deadline. The hold never exceeds the
         // window, the wait a queue behind a batch in flight is promised.
@@ -752,7 +799,7 @@ void Dispatcher::StepFinished(const std::shared_ptr<BatchStep>& step,
     // queue start (the in-flight limits, early flush); nothing waits for
     // a Sign's.
     const bool waiting =
-        (kind == StepKind::kRun && !queue_.empty()) ||
+        (kind == StepKind::kRun && (!queue_.empty() || !deep_queue_.empty())) ||
         (kind == StepKind::kFinalizeOnly && !finalize_only_queue_.empty());
     wake = waiting && NeedsWake(absl::InfinitePast());
   }

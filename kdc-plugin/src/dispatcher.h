@@ -14,6 +14,10 @@
 //    StepFinished, so the deadline watchdog fails it even if a transport
 //    never calls back.
 //  - queued_blocks_ is the sum of `blocks` over queue_.
+//  - deep_queue_ holds the groups with a job deeper than deep_rounds
+//    (whole groups): NextDeep sends them (up to max_jobs, groups whole)
+//    in a Run of their own, at most one in flight and never past
+//    max_inflight, before the Run queue's next batch.
 //  - flush_now_: the submitter went idle (SubmitterIdle) with early_flush
 //    and jobs queued: an idle cluster takes them without the coalesce
 //    delay (SubmitterIdle starts that Run batch itself, on the submitter's
@@ -158,6 +162,11 @@ class Dispatcher : public StepHost,
   // `force` or the first waited kSignMaxWait, else null (*wake lowered).
   std::shared_ptr<BatchStep> NextSign(absl::Time now, absl::Time* wake,
                                       bool force);
+  // Whether the job's AND rounds pass deep_rounds (JobDepth).
+  bool Deep(const Job& job) const;
+  // Under mu_: the next deep group's batch, registered, or null (none
+  // queued, one in flight, or max_inflight reached).
+  std::shared_ptr<BatchStep> NextDeep(absl::Time now);
   // Under mu_: whether a sleeping dispatcher must be woken to act at `at`;
   // if so it counts as awake from now on.
   bool NeedsWake(absl::Time at);
@@ -171,7 +180,13 @@ class Dispatcher : public StepHost,
   bool stopping_ = false;
   JobFifo queue_;
   uint64_t queued_blocks_ = 0;
-  int inflight_ = 0;
+  int inflight_ = 0;  // Run batches, deep ones included
+  // Groups with a job deeper than BatcherOptions::deep_rounds: they go in
+  // Run batches of their own, at most one in flight, so that one client's
+  // long request never delays others' logins.
+  JobFifo deep_queue_;
+  int deep_inflight_ = 0;
+  std::set<const BatchStep*> deep_steps_;
   bool flush_now_ = false;
   // ENCRYPT jobs whose keystream a prepared job gave: FINALIZE only, no
   // ring work, so they do not wait for the Run batches in flight.

@@ -80,4 +80,6 @@ uint64_t JobBlocks(const Job& job) { return contract::JobBlocks(ShapeOf(job)); }
 
 uint64_t JobCost(const Job& job) { return contract::JobCost(ShapeOf(job)); }
 
+uint64_t JobDepth(const Job& job) { return contract::CtsDepthBound(ShapeOf(job)); }
+
 }  // namespace kmpc::kdc

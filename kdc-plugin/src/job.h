@@ -234,6 +234,9 @@ absl::Status CheckJob(const Job& job);
 uint64_t JobBlocks(const Job& job);
 // contract::JobCost: what the job counts in the batch limits.
 uint64_t JobCost(const Job& job);
+// contract::CtsDepthBound: the AND rounds an aes*-cts job may take (0 for
+// the others: the ctr-mpc AES of any batch is ~50 rounds).
+uint64_t JobDepth(const Job& job);
 
 }  // namespace kmpc::kdc
 

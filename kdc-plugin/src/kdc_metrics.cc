@@ -35,6 +35,13 @@ constexpr StatsFamily kStatsFamilies[] = {
     {"kmpc_kdc_batches_total", "batches started", T::Counter, Read<&S::batches>},
     {"kmpc_kdc_batches_failed_total", "batches with a failed job", T::Counter,
      Read<&S::failed_batches>},
+    {"kmpc_kdc_deep_batches_total",
+     "batches of one exchange's jobs deeper than deep_rounds, sent alone", T::Counter,
+     Read<&S::deep_batches>},
+    {"kmpc_kdc_cts_unproven_refused_total",
+     "exchanges refused: their aes*-cts gate's shape is unproven and the compile budget "
+     "(cts_unproven_per_minute) spent",
+     T::Counter, Read<&S::cts_unproven_refused>},
     {"kmpc_kdc_jobs_sent_total", "jobs sent in batches (prepared ones included)",
      T::Counter, Read<&S::jobs>},
     {"kmpc_kdc_aes_blocks_total", "AES blocks the servers reported", T::Counter,

@@ -129,7 +129,33 @@ Planner::Planner(const BatcherOptions& options)
     : options_(options),
       budget_{static_cast<double>(options.speculate_max / 2),
               static_cast<double>(options.speculate_max / 2),
-              kBudgetRefillPerSec, absl::Time()} {}
+              kBudgetRefillPerSec, absl::Time()},
+      unproven_budget_{static_cast<double>(options.cts_unproven_per_minute),
+                       static_cast<double>(options.cts_unproven_per_minute),
+                       options.cts_unproven_per_minute / 60.0, absl::Time()} {
+  ProveUsualGates();
+}
+
+// The timestamps of MIT's and Heimdal's kinit (conf || PA-ENC-TS-ENC of 42
+// to 44 bytes: microseconds of one to three bytes) under both key sizes,
+// which the servers compile at start (mpc-server cts_jobs.h UsualShapes).
+void Planner::ProveUsualGates() {
+  for (int nr : {10, 14})
+    for (uint64_t n : {42, 43, 44}) proven_.Prove(contract::MakeCtsShape(pb::JOB_DECRYPT, nr, n, 0, 0));
+}
+
+bool Planner::TakeUnprovenGates(const std::vector<PendingJob>& given, absl::Time now) {
+  if (options_.cts_unproven_per_minute == 0) return true;
+  for (const PendingJob& q : given) {
+    if (q.job.type != pb::JOB_DECRYPT || !CtsJob(q.job)) continue;
+    if (proven_.Has(contract::CtsShapeOf(ShapeOf(q.job)))) continue;
+    if (!unproven_budget_.Take(now)) {
+      ++counts_.cts_unproven_refused;
+      return false;
+    }
+  }
+  return true;
+}
 
 size_t Planner::Preparable(const Exchange& x) {
   size_t n = 0;
@@ -157,6 +183,10 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     q.exchange_id = id;
     q.group = x.group;
     q.gate = q.item == gate;
+    // The gate's own shape is proven with the rest when it verifies
+    // (TakeUnprovenGates).
+    if (q.gate && q.job.type == pb::JOB_DECRYPT && CtsJob(q.job))
+      x.cts_shapes.push_back(contract::CtsShapeOf(ShapeOf(q.job)));
     // The servers release only an ENCRYPT or CHECKSUM on a condition
     // (kmpc.proto Job.release_if_ok): a given DECRYPT is never gated.
     q.gated = (x.plan.items[q.item].flags & kItemGated) &&
@@ -630,6 +660,7 @@ absl::Time Planner::Prune(absl::Time now) {
 void Planner::Clear() {
   exchanges_.clear();  // SecureBytes wipes the keystreams and deferred jobs
   proven_.Clear();
+  ProveUsualGates();
   expiry_.clear();
   held_ = held_pads_ = pending_ = 0;
 }

@@ -133,6 +133,17 @@ class Planner {
   // appended to *prepared, to be queued right after them as one group.
   void Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
              std::vector<PendingJob>* prepared);
+  // The compile budget (BatcherOptions::cts_unproven_per_minute): whether
+  // the given jobs of a new exchange may go, taking a token for each
+  // aes*-cts DECRYPT (a gate: a timestamp or FAST challenge, whose length
+  // the client chooses) of a shape no verified gate proved. The servers
+  // compile a program per such shape, so unauthenticated requests of
+  // varied lengths could otherwise make them compile at will; a shape is
+  // proven when its gate verifies (GateVerified), and the usual
+  // timestamps' shapes (the servers' precompiled ones) from the start.
+  // False (and counted) when the budget is spent: the caller refuses the
+  // exchange. A budget of 0: no limit.
+  bool TakeUnprovenGates(const std::vector<PendingJob>& given, absl::Time now);
   // Whether exchange `id` was admitted and not yet ended.
   bool Known(uint64_t id) const { return exchanges_.count(id) != 0; }
   // Checks job q (`item` of `id`) against its plan item: kInvalidArgument
@@ -206,6 +217,8 @@ class Planner {
     // Gated aes*-cts jobs of unproven shapes held back from the gate's
     // Run; of them, sent after it verified.
     uint64_t cts_deferred = 0, cts_deferred_sent = 0;
+    // Exchanges refused by the compile budget (TakeUnprovenGates).
+    uint64_t cts_unproven_refused = 0;
   };
   const Counts& counts() const { return counts_; }
 
@@ -270,6 +283,8 @@ class Planner {
   Counts counts_;
   Budget budget_;
   ProvenShapes proven_;
+  Budget unproven_budget_;  // TakeUnprovenGates
+  void ProveUsualGates();
 };
 
 }  // namespace kmpc::kdc

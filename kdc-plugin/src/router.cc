@@ -386,6 +386,8 @@ BatcherStats Router::stats() const {
     s.jobs += x.jobs;
     s.blocks += x.blocks;
     s.failed_batches += x.failed_batches;
+    s.deep_batches += x.deep_batches;
+    s.cts_unproven_refused += x.cts_unproven_refused;
     s.speculative_encrypts += x.speculative_encrypts;
     s.speculative_used += x.speculative_used;
     s.finalize_only_rerun += x.finalize_only_rerun;

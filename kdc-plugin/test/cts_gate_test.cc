@@ -309,13 +309,17 @@ TEST_F(CtsGateTest, APassedGateSendsTheReplyAfterItThenItsShapeIsOneRun) {
   EXPECT_TRUE(runs[2][1].gated);
 
   // Another request length of the same SHA-1 block count is the same
-  // shape (the request is dealt padded); another block count, another
-  // splice offset, another reply length: each a shape of its own.
+  // shape (the request is dealt padded), and so is another reply length
+  // of the same class (conf || P of 312 to 320 bytes) and another offset
+  // of the same window; another block count, another offset window,
+  // another reply class: each a shape of its own.
   EXPECT_EQ(SplicedAs(300, 181).record.runs, 1u);
   EXPECT_EQ(SplicedAs(300, 183).record.runs, 1u);
+  EXPECT_EQ(SplicedAs(304, 180).record.runs, 1u);
+  EXPECT_EQ(SplicedAs(300, 180, 99).record.runs, 1u);
   EXPECT_EQ(SplicedAs(300, 250).record.runs, 2u);
   EXPECT_EQ(SplicedAs(300, 180, 101).record.runs, 2u);
-  EXPECT_EQ(SplicedAs(301, 180).record.runs, 2u);
+  EXPECT_EQ(SplicedAs(305, 180).record.runs, 2u);
   EXPECT_EQ(SplicedAs(300, 250).record.runs, 1u);
   const BatcherStats s = b_->stats();
   EXPECT_EQ(s.cts_deferred, 4u);
@@ -366,6 +370,51 @@ TEST_F(CtsGateTest, AFailedGateKeepsItsShapesProven) {
   }
   servers_.password_ok = true;
   EXPECT_EQ(SplicedAs(300, 180).record.runs, 1u);
+}
+
+// The compile budget (issue 48 items 4, 5): timestamps of lengths no login
+// proved make the servers compile a DECRYPT program each; past
+// cts_unproven_per_minute such exchanges are refused at Begin
+// (kResourceExhausted: SVC_UNAVAILABLE) before anything is queued, and
+// counted. The usual timestamp (44 bytes of conf || P) and a length a
+// verified login proved still go. Before the budget every one of them
+// was sent (the servers compiled a program per length).
+TEST_F(CtsGateTest, UnprovenGateLengthsArePastABudgetRefused) {
+  BatcherOptions o;
+  o.deadline = absl::Seconds(10);
+  o.cts_unproven_per_minute = 3;
+  b_ = std::make_unique<Batcher>(o, &servers_, &sink_);
+  auto begin = [&](size_t ts_bytes) {
+    Plan plan = PlainAsPlan(250);
+    plan.items[0].length = ts_bytes;
+    std::vector<ItemJob> given;
+    given.push_back({0, next_token_++, JobOf(plan.items[0], ts_bytes)});
+    given.push_back({1, next_token_++, JobOf(plan.items[1], 250)});
+    const uint64_t id = next_id_++;
+    const size_t n0 = sink_.counts().size();
+    absl::Status st = b_->Begin(id, std::move(plan), std::move(given));
+    if (st.ok()) {
+      b_->SubmitterIdle();
+      EXPECT_TRUE(sink_.WaitFor(n0 + 2));
+    }
+    b_->End(id);
+    return st;
+  };
+  servers_.password_ok = false;  // unauthenticated: wrong passwords
+  for (size_t len : {80, 81, 82}) EXPECT_TRUE(begin(len).ok()) << len;
+  const size_t runs = servers_.runs().size();
+  const absl::Status over = begin(83);
+  EXPECT_TRUE(absl::IsResourceExhausted(over)) << over;
+  EXPECT_TRUE(absl::IsResourceExhausted(begin(80)));  // a wrong password proved nothing
+  EXPECT_EQ(servers_.runs().size(), runs);           // nothing of them sent
+  EXPECT_EQ(b_->stats().cts_unproven_refused, 2u);
+  EXPECT_TRUE(begin(kTimestampBytes).ok());          // the usual timestamp
+  servers_.password_ok = true;
+  o.cts_unproven_per_minute = 1;
+  b_ = std::make_unique<Batcher>(o, &servers_, &sink_);
+  EXPECT_TRUE(begin(90).ok());   // the budget's one token; the login proves 90
+  EXPECT_TRUE(begin(90).ok());   // proven: no token needed
+  EXPECT_FALSE(begin(91).ok());  // a new length: over the budget
 }
 
 // Bounded depth (issue 48 item 4): a spliced request longer than any real

@@ -2,7 +2,9 @@
 
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cts/dealer.h"
@@ -219,6 +221,155 @@ absl::StatusOr<Program> SpliceEncryptProgram(int nr, size_t n, size_t m, size_t 
   return c.Compile();
 }
 
+size_t HashBlocks(size_t n) { return (n + 9 + 63) / 64; }
+
+size_t EncryptClassMax(size_t n) {
+  return std::min(kBlock * BlockCount(n), 64 * HashBlocks(n) - 9);
+}
+
+size_t ChecksumClassMax(size_t n) { return 64 * HashBlocks(n) - 9; }
+
+// The padding's 0x80 lands at n >= 64 (hb - 1) - 8 for every n of a class.
+size_t PaddingFrom(size_t n) {
+  const size_t end = 64 * HashBlocks(n);
+  return end > 72 ? end - 72 : 0;
+}
+
+std::vector<uint8_t> PaddingBytes(size_t n) {
+  const size_t from = PaddingFrom(n);
+  std::vector<uint8_t> q(64 * HashBlocks(n) - from, 0);
+  q[n - from] = 0x80;
+  const uint64_t bits = 8 * (uint64_t{64} + n);  // the key block, then n bytes
+  for (size_t i = 0; i < 8; ++i) q[q.size() - 1 - i] = static_cast<uint8_t>(bits >> (8 * i));
+  return q;
+}
+
+size_t SpliceWindowOffset(size_t off) {
+  const size_t end = kBlock + off + kTagBytes;
+  return kBlock * BlockCount(end) - kBlock - kTagBytes;
+}
+
+std::vector<uint8_t> SpliceSelector(size_t off) {
+  const size_t bit = (kBlock + off + kTagBytes - 1) % kBlock;
+  std::vector<uint8_t> sel(2, 0);
+  sel[bit / 8] = static_cast<uint8_t>(1u << (bit % 8));
+  return sel;
+}
+
+bool SpliceClassFits(size_t cm, size_t m, size_t off) {
+  // The window's first end (off + 28 - 15) must lie inside conf || P.
+  return m >= 64 && m % 64 == 0 && m <= kMaxBytes && cm >= kBlock + kTagBytes &&
+         off == SpliceWindowOffset(off) && off + kBlock + kTagBytes - (kBlock - 1) <= cm;
+}
+
+namespace {
+
+// conf || P || zeros (64 hb bytes) and the lane's padding vector: every
+// CBC block in chain order (the zeros past n are CTS's padding of the last
+// block, RFC 3962 section 5), then the tag of the padded message.
+Bits ClassEncrypt(Circuit& c, const UsageKeys& k, size_t cm, const Bits& x, const Bits& q) {
+  const size_t nb = BlockCount(cm), from = PaddingFrom(cm);
+  Bits out, prev(128, kZero);
+  for (size_t i = 0; i < nb; ++i) {
+    prev = AesEncryptBlock(c, k.ke, c.Xor(Slice(x, kBlock * i, kBlock), prev));
+    Append(out, prev);
+  }
+  Bits msg = x;
+  for (size_t i = 0; i < q.size(); ++i) msg[8 * from + i] = c.Xor(msg[8 * from + i], q[i]);
+  const Bits mac = HmacSha1Padded(c, k.ipad, k.opad, msg);
+  Append(out, Slice(mac, 0, kTagBytes));
+  return out;
+}
+
+absl::Status CheckClass(int nr, size_t cm) {
+  if (absl::Status st = CheckShape(nr, cm); !st.ok()) return st;
+  if (64 * HashBlocks(cm) > kMaxBytes)
+    return absl::InvalidArgumentError("cts: confounder || plaintext over 64 KiB padded");
+  return absl::OkStatus();
+}
+
+// conf || P || zeros and the padding vector of a class (inputs).
+std::pair<Bits, Bits> ClassInputs(Circuit& c, size_t cm) {
+  Bits x = c.Inputs(8 * 64 * HashBlocks(cm));
+  Bits q = c.Inputs(8 * (64 * HashBlocks(cm) - PaddingFrom(cm)));
+  return {std::move(x), std::move(q)};
+}
+
+}  // namespace
+
+absl::StatusOr<Program> EncryptClassProgram(int nr, size_t cm) {
+  if (absl::Status st = CheckClass(nr, cm); !st.ok()) return st;
+  cm = EncryptClassMax(cm);
+  Circuit c;
+  const UsageKeys k = UsageKeyInputs(c, nr);
+  const auto [x, q] = ClassInputs(c, cm);
+  c.Output(ClassEncrypt(c, k, cm, x, q));
+  return c.Compile();
+}
+
+// The checksum T of D goes where the selector's one bit says: each of the
+// window's 16 ends gets T ANDed with its selector bit (16 x 96 ANDs of
+// depth 1); ends outside conf || P's class are skipped.
+absl::StatusOr<Program> SpliceEncryptClassProgram(int nr, size_t cm, size_t m, size_t off) {
+  if (absl::Status st = CheckClass(nr, cm); !st.ok()) return st;
+  cm = EncryptClassMax(cm);
+  off = SpliceWindowOffset(off);
+  if (!SpliceClassFits(cm, m, off))
+    return absl::InvalidArgumentError(
+        "cts: a spliced message is dealt padded (a multiple of 64 bytes, at most 65536) and "
+        "its checksum lies inside P");
+  Circuit c;
+  const UsageKeys k = UsageKeyInputs(c, nr);
+  UsageKeys ck;
+  ck.ipad = StateFromBytes(c.Inputs(160));
+  ck.opad = StateFromBytes(c.Inputs(160));
+  auto [x, q] = ClassInputs(c, cm);
+  const Bits mac = HmacSha1Padded(c, ck.ipad, ck.opad, c.Inputs(8 * m));
+  const Bits sel = c.Inputs(16);
+  const size_t last_end = kBlock + off + kTagBytes;  // the window's last end
+  for (size_t j = 0; j < kBlock; ++j) {
+    const size_t end = last_end - (kBlock - 1) + j;
+    if (end > cm || end < kBlock + kTagBytes) continue;
+    const size_t at = 8 * (end - kTagBytes);
+    for (size_t i = 0; i < 8 * kTagBytes; ++i) x[at + i] = c.Xor(x[at + i], c.And(sel[j], mac[i]));
+  }
+  c.Output(ClassEncrypt(c, k, cm, x, q));
+  return c.Compile();
+}
+
+absl::StatusOr<Program> ChecksumClassProgram(size_t cm) {
+  if (64 * HashBlocks(cm) > kMaxBytes)
+    return absl::InvalidArgumentError("cts: checksum data over 64 KiB");
+  cm = ChecksumClassMax(cm);
+  Circuit c;
+  UsageKeys k;
+  k.ipad = StateFromBytes(c.Inputs(160));
+  k.opad = StateFromBytes(c.Inputs(160));
+  auto [x, q] = ClassInputs(c, cm);
+  const size_t from = PaddingFrom(cm);
+  for (size_t i = 0; i < q.size(); ++i) x[8 * from + i] = c.Xor(x[8 * from + i], q[i]);
+  c.Output(Slice(HmacSha1Padded(c, k.ipad, k.opad, x), 0, kTagBytes));
+  return c.Compile();
+}
+
+std::vector<uint8_t> CutClassOutput(size_t n, absl::Span<const uint8_t> out) {
+  const size_t nb = BlockCount(n), r = LastBytes(n);
+  const auto take = [&](std::vector<uint8_t>& v, size_t from, size_t bytes) {
+    v.insert(v.end(), out.begin() + from, out.begin() + from + bytes);
+  };
+  std::vector<uint8_t> cut;
+  cut.reserve(n + kTagBytes);
+  if (nb == 1) {
+    take(cut, 0, kBlock);
+  } else {
+    take(cut, 0, kBlock * (nb - 2));
+    take(cut, kBlock * (nb - 1), kBlock);  // C_nb
+    take(cut, kBlock * (nb - 2), r);       // C_{nb-1}, stolen
+  }
+  take(cut, kBlock * nb, kTagBytes);
+  return cut;
+}
+
 absl::StatusOr<Program> ChecksumProgram(size_t n) {
   if (n > kMaxBytes) return absl::InvalidArgumentError("cts: checksum data over 64 KiB");
   Circuit c;
@@ -332,6 +483,18 @@ absl::StatusOr<Program> Cf2EncryptProgram(int nr_k, size_t keylen, uint32_t usag
   Circuit c;
   const UsageKeys k = Cf2KeyInputs(c, nr_k, keylen, usage);
   c.Output(Rfc3962Encrypt(c, k, c.Inputs(8 * n)));
+  return c.Compile();
+}
+
+absl::StatusOr<Program> Cf2EncryptClassProgram(int nr_k, size_t keylen, uint32_t usage,
+                                               size_t cm) {
+  if (absl::Status st = CheckCf2Shape(nr_k, keylen, usage, cm); !st.ok()) return st;
+  if (absl::Status st = CheckClass(nr_k, cm); !st.ok()) return st;
+  cm = EncryptClassMax(cm);
+  Circuit c;
+  const UsageKeys k = Cf2KeyInputs(c, nr_k, keylen, usage);
+  const auto [x, q] = ClassInputs(c, cm);
+  c.Output(ClassEncrypt(c, k, cm, x, q));
   return c.Compile();
 }
 

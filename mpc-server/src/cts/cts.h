@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -119,6 +120,56 @@ bool SpliceFits(size_t n, size_t m, size_t off);
 // inner compressions before the splice: the depth is about the checksum's
 // plus the reply's work from the spliced block on (cts-circuits.md).
 absl::StatusOr<Program> SpliceEncryptProgram(int nr, size_t n, size_t m, size_t off);
+
+// Length classes (cts-circuits.md, "Reply length classes"). A program
+// serves every length of a class, so a realm's varied names and options
+// compile a few programs, not one per length. An ENCRYPT's class is the
+// lengths n = |conf || P| of one CBC block count and one SHA-1 block
+// count of the HMAC's inner input (Ki ^ ipad) || conf || P with its
+// padding (FIPS 180-4 section 5.1.1); a CHECKSUM's, the lengths of one
+// such SHA-1 block count. ClassMax is the class's largest length: it
+// names the class (the program key).
+size_t HashBlocks(size_t n);  // SHA-1 blocks of the inner input after Ki ^ ipad
+size_t EncryptClassMax(size_t n);
+size_t ChecksumClassMax(size_t n);
+// Where the padding of a length of n's class can start, and the lane's
+// padding vector: zeros below n, then 0x80, zeros and the 64-bit
+// big-endian bit length of 64 + n, over bytes [PaddingFrom(n), 64 *
+// HashBlocks(n)). Public given n: each server fills it in itself.
+size_t PaddingFrom(size_t n);
+std::vector<uint8_t> PaddingBytes(size_t n);
+// A splice's offsets in P fall in windows of 16, by the CBC block where
+// the checksum ends (end = 16 + off + 12 in conf || P): SpliceWindowOffset
+// is the window's last offset (the checksum ending a block: the program
+// key), SpliceSelector the lane's one-hot selector (2 bytes, bit (end -
+// 1) % 16: public, filled in by each server).
+size_t SpliceWindowOffset(size_t off);
+std::vector<uint8_t> SpliceSelector(size_t off);
+// Whether a class program of largest length cm can hold a splice of an
+// m-byte dealt message in the window of offset off (a SpliceWindowOffset).
+bool SpliceClassFits(size_t cm, size_t m, size_t off);
+
+// The class programs. Inputs per lane, in order: the material (as
+// EncryptProgram's; a FAST key's as Cf2EncryptProgram's), [the splice's
+// checksum material (40 bytes)], conf || P || zeros (64 * HashBlocks(n)
+// bytes: the zeros past n filled in by each server, not dealt), the
+// padding vector (PaddingBytes), [D padded (m bytes), the selector (2
+// bytes)]. Outputs: every CBC block C_1 .. C_nb in chain order, then the
+// 12-byte tag: 16 nb + 12 bytes. CutClassOutput makes RFC 3962's
+// ciphertext of n bytes of it (C_1 .. C_{nb-2}, C_nb, the first r bytes of
+// C_{nb-1}), a local permutation of the shares: the bytes it drops never
+// leave the server. cm is the class's largest length (any length of it
+// is accepted and names the same program); off a SpliceWindowOffset.
+absl::StatusOr<Program> EncryptClassProgram(int nr, size_t cm);
+absl::StatusOr<Program> SpliceEncryptClassProgram(int nr, size_t cm, size_t m, size_t off);
+absl::StatusOr<Program> Cf2EncryptClassProgram(int nr_k, size_t keylen, uint32_t usage,
+                                               size_t cm);
+// Inputs: the 40 bytes of DealChecksum, D || zeros (64 * HashBlocks(n)),
+// the padding vector; outputs the 12-byte checksum.
+absl::StatusOr<Program> ChecksumClassProgram(size_t cm);
+// A class program's output for a lane of length n (one share component):
+// RFC 3962's C || T, n + 12 bytes. `out` holds 16 ceil(n / 16) + 12.
+std::vector<uint8_t> CutClassOutput(size_t n, absl::Span<const uint8_t> out);
 
 // The checksum hmac-sha1-96-aes* (RFC 3962 section 7) of n bytes: inputs
 // the 40 bytes of dealer.h's DealChecksum, then the data (n bytes, shared

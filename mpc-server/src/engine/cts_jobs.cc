@@ -29,20 +29,22 @@ absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n, size_t 
     if (type != pb::JOB_ENCRYPT || cf2_bytes != 0)
       return absl::InvalidArgumentError(
           "a splice is for an aes*-cts ENCRYPT under the dealt key only");
-    return cts::SpliceEncryptProgram(nr, n, splice_m, splice_off);
+    return cts::SpliceEncryptClassProgram(nr, n, splice_m, splice_off);
   }
+  // ENCRYPT and CHECKSUM: a program per length class (cts.h), whichever
+  // length of it n is.
   if (cf2_bytes != 0) {
     switch (type) {
       case pb::JOB_DECRYPT: return cts::Cf2DecryptProgram(nr, cf2_bytes, usage, n, true);
-      case pb::JOB_ENCRYPT: return cts::Cf2EncryptProgram(nr, cf2_bytes, usage, n);
+      case pb::JOB_ENCRYPT: return cts::Cf2EncryptClassProgram(nr, cf2_bytes, usage, n);
       default:
         return absl::InvalidArgumentError("a FAST key is for aes*-cts DECRYPT and ENCRYPT only");
     }
   }
   switch (type) {
     case pb::JOB_DECRYPT: return cts::DecryptProgram(nr, n, true);
-    case pb::JOB_ENCRYPT: return cts::EncryptProgram(nr, n);
-    case pb::JOB_CHECKSUM: return cts::ChecksumProgram(n);
+    case pb::JOB_ENCRYPT: return cts::EncryptClassProgram(nr, n);
+    case pb::JOB_CHECKSUM: return cts::ChecksumClassProgram(n);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("no aes*-cts program for job type ", static_cast<int>(type)));
@@ -60,18 +62,41 @@ struct Group {
   }
 };
 
+// Bytes a public value of a lane takes in component c of this party's
+// shares: the value where the party holds it (share/replicated.h
+// HoldsPublicIn), zeros elsewhere, so the three parties' components sum
+// to it.
+void AppendPublic(std::vector<uint8_t>& b, int party, int c, const std::vector<uint8_t>& v) {
+  if (share::HoldsPublicIn(party, c))
+    b.insert(b.end(), v.begin(), v.end());
+  else
+    b.insert(b.end(), v.size(), 0);
+}
+
+// The public lane inputs of a class program after the dealt message (cts.h
+// EncryptClassProgram): zeros up to 64 * HashBlocks(n), the SHA-1
+// padding; a splice's selector goes after D. Each server fills them in
+// from the job's public length: the KDC deals none of them, so it cannot
+// choose other padding.
+size_t ClassTailBytes(size_t n) {
+  return 64 * cts::HashBlocks(n) - n + cts::PaddingBytes(n).size();
+}
+
 // Lane bytes of component c of a task: its material's share, then its
 // dealt inputs (engine/cts_jobs.h CtsTask), the ENCRYPT's confounder
-// first.
-std::vector<uint8_t> LaneBytes(const CtsTask& t, int c, const std::array<uint8_t, 16>& conf) {
+// first, and a class program's public inputs.
+std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
+                               const std::array<uint8_t, 16>& conf) {
   // Sized once: a reallocation would free a copy of the material's share
   // (the round keys' and HMAC states' component) unwiped.
   std::vector<uint8_t> b;
   const absl::Span<const uint8_t> splice_material =
       t.splice_material != nullptr ? absl::MakeConstSpan(t.splice_material->share[c])
                                    : absl::Span<const uint8_t>();
+  const bool classed = t.type == pb::JOB_ENCRYPT || t.type == pb::JOB_CHECKSUM;
   b.reserve(t.material->share[c].size() + splice_material.size() + conf.size() +
-            t.shared_in[c].size() + t.window[c].size());
+            t.shared_in[c].size() + t.window[c].size() + (classed ? ClassTailBytes(t.n) : 0) +
+            2);
   b.assign(t.material->share[c].begin(), t.material->share[c].end());
   // A splice's checksum material follows the reply's (cts.h
   // SpliceEncryptProgram); P || D follow the confounder as dealt.
@@ -84,15 +109,27 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int c, const std::array<uint8_t
     shared.remove_prefix(t.cf2_bytes);
   }
   if (t.type == pb::JOB_ENCRYPT) b.insert(b.end(), conf.begin(), conf.end());
-  b.insert(b.end(), shared.begin(), shared.end());
-  // A DECRYPT's freshness window after C || T (cts.h DecryptProgram).
-  if (t.type == pb::JOB_DECRYPT) b.insert(b.end(), t.window[c].begin(), t.window[c].end());
+  if (!classed) {
+    b.insert(b.end(), shared.begin(), shared.end());
+    // A DECRYPT's freshness window after C || T (cts.h DecryptProgram).
+    if (t.type == pb::JOB_DECRYPT) b.insert(b.end(), t.window[c].begin(), t.window[c].end());
+    return b;
+  }
+  // P (or a CHECKSUM's D), then the zeros past n and the padding, then a
+  // splice's D and its selector.
+  const size_t msg = t.type == pb::JOB_ENCRYPT ? t.n - cts::kBlock : t.n;
+  b.insert(b.end(), shared.begin(), shared.begin() + msg);
+  b.insert(b.end(), 64 * cts::HashBlocks(t.n) - t.n, 0);
+  AppendPublic(b, party, c, cts::PaddingBytes(t.n));
+  b.insert(b.end(), shared.begin() + msg, shared.end());
+  if (t.splice_m != 0) AppendPublic(b, party, c, cts::SpliceSelector(t.splice_off));
   return b;
 }
 
 // Packs a group's inputs; every ENCRYPT draws its confounder here, in the
 // order of `tasks` (the same on the three parties).
 absl::Status PackGroup(Group& g, protocol::Prss& prss) {
+  const int party = prss.party();
   const cts::Program& p = *g.tasks[0]->program;
   g.wn = (g.tasks.size() + 63) / 64;
   for (int c = 0; c < 2; ++c) {
@@ -108,7 +145,7 @@ absl::Status PackGroup(Group& g, protocol::Prss& prss) {
       std::array<uint8_t, 16> mine = conf[0];
       if (c == 1 && t->type == pb::JOB_ENCRYPT)
         std::copy(t->out[0].begin(), t->out[0].end(), mine.begin());
-      bytes.push_back(LaneBytes(*t, c, mine));
+      bytes.push_back(LaneBytes(*t, party, c, mine));
       OPENSSL_cleanse(mine.data(), mine.size());
       if (bytes.back().size() * 8 != p.inputs) {
         for (auto& v : bytes) share::Wipe(v);
@@ -126,12 +163,19 @@ absl::Status PackGroup(Group& g, protocol::Prss& prss) {
 }
 
 // Each lane's outputs into its task (CtsTask: out, and a DECRYPT's
-// mismatch byte).
+// mismatch byte). An ENCRYPT's class program outputs every CBC block: cut
+// to its own n (cts.h CutClassOutput) here, on each share component alike,
+// so the bytes it drops (the stolen block's tail) never leave the server.
 void UnpackGroup(Group& g) {
   for (size_t l = 0; l < g.tasks.size(); ++l) {
     CtsTask& t = *g.tasks[l];
     for (int c = 0; c < 2; ++c) {
       t.out[c] = cts::UnpackLane(g.out[c], g.wn, l);
+      if (t.type == pb::JOB_ENCRYPT) {
+        std::vector<uint8_t> all = std::move(t.out[c]);
+        t.out[c] = cts::CutClassOutput(t.n, all);
+        share::Wipe(all);
+      }
       if (t.type == pb::JOB_DECRYPT) {
         t.mismatch[c] = t.out[c].back();
         t.out[c].back() = 0;  // past size() after the pop: Wipe would miss it
@@ -302,6 +346,14 @@ std::vector<std::pair<CtsProgramCache::Shape, uint64_t>> CtsProgramCache::ReadWe
     } else if (weight == 0 || weight > (uint64_t{1} << 32)) {
       continue;
     }
+    // A length no job has (read before the class names it).
+    const bool n_ok = type == pb::JOB_CHECKSUM ? n <= cts::kMaxBytes - 64
+                                               : n >= 16 && n <= cts::kMaxBytes - 64;
+    // Named by its class (a line of an exact length reads as its class).
+    const Shape s = MakeShape(static_cast<pb::JobType>(type), nr, n, cf2, usage, splice_m,
+                              splice_off);
+    n = std::get<2>(s);
+    splice_off = std::get<6>(s);
     const bool ok = (type == pb::JOB_DECRYPT || type == pb::JOB_ENCRYPT) ? (nr == 10 || nr == 14)
                     : type == pb::JOB_CHECKSUM                           ? nr == 0 && cf2 == 0
                                                                          : false;
@@ -316,9 +368,8 @@ std::vector<std::pair<CtsProgramCache::Shape, uint64_t>> CtsProgramCache::ReadWe
     const bool splice_ok =
         splice_m == 0 ? splice_off == 0
                       : type == pb::JOB_ENCRYPT && cf2 == 0 &&
-                            cts::SpliceFits(n, splice_m, splice_off);
-    if (!(ok && key_ok && splice_ok && n >= 16 && n <= cts::kMaxBytes)) continue;
-    const Shape s(type, nr, n, cf2, usage, splice_m, splice_off);
+                            cts::SpliceClassFits(n, splice_m, splice_off);
+    if (!(ok && key_ok && splice_ok && n_ok)) continue;
     Weighted& w = by_shape[s];
     w.shape = s;
     w.weight += weight;

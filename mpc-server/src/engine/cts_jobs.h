@@ -54,7 +54,9 @@ class CtsProgramCache {
   static CtsProgramCache& Shared();
 
   // The program of an aes*-cts job: DECRYPT (n = len(C)), ENCRYPT (n =
-  // |conf || P|), CHECKSUM (n = |D|; nr unused); under a FAST key of
+  // |conf || P|), CHECKSUM (n = |D|; nr unused); an ENCRYPT's and a
+  // CHECKSUM's program serves n's length class (cts.h EncryptClassProgram,
+  // ChecksumClassProgram; the shape names the class); under a FAST key of
   // cf2_bytes (16, 32; 0: the dealt key) for `usage` (cts.h Cf2*Program;
   // usage unused otherwise); an ENCRYPT under the dealt key with
   // splice_m > 0 the PA-REQ-ENC-PA-REP splice of an m-byte message's
@@ -168,7 +170,7 @@ struct CtsTask {
   size_t job = 0;  // index in the batch
   pb::JobType type = pb::JOB_DECRYPT;
   int nr = 0;
-  size_t n = 0;
+  size_t n = 0;  // the job's own (contract::CtsLengthOf), not its class's
   uint32_t usage = 0;
   // Under a FAST key (Job.cts_key): its KDC half's bytes (16, 32), which
   // lead shared_in; material is then K's PRF material. 0: the dealt key.

@@ -1124,8 +1124,8 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
     for (int c = 0; c < 2; ++c)
       if (share::HoldsPublicIn(party(), c)) std::memcpy(t.window[c].data(), w.data(), w.size());
   }
-  // n as the KDC module derives it (contract::CtsShapeOf).
-  t.n = std::get<2>(contract::CtsShapeOf(ShapeOf(job)));
+  // n before its class (contract::CtsLengthOf): what the output is cut to.
+  t.n = contract::CtsLengthOf(ShapeOf(job));
   // A new shape counts against the batch's bound before it is compiled
   // (EngineOptions::cts_batch_bytes); the job's shape is public and the
   // same on every party, so all fail the same jobs.

@@ -1078,10 +1078,14 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
   EXPECT_EQ(cache.hits(), h0 + 1);
   EXPECT_GT(cache.bytes(), 0u);
   EXPECT_FALSE(cache.Get(pb::JOB_PAD, 14, 100).ok());
+  // Another length of its class is the same program.
+  const uint64_t before = cache.misses();
+  ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 0, 320).ok());  // 312..375
+  EXPECT_EQ(cache.misses(), before);
   // Past kMaxPrograms shapes the least recently used goes: 333 compiles
   // again, and the cache holds no more than the bound.
   for (size_t n = 1; n <= CtsProgramCache::kMaxPrograms; ++n)
-    ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 0, 1000 + n).ok());
+    ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 100 + n).ok());
   const uint64_t m1 = cache.misses();
   ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 0, 333).ok());
   EXPECT_EQ(cache.misses(), m1 + 1);
@@ -1119,7 +1123,8 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   ASSERT_EQ(shapes.size(), 3u);
   // DECRYPT 10 20: compiled, its second use, the line appended above.
   EXPECT_EQ(shapes[0], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 10, 20, 0, 0, 0, 0}));
-  EXPECT_EQ(shapes[1], (CtsProgramCache::Shape{pb::JOB_CHECKSUM, 0, 50, 0, 0, 0, 0}));
+  // The checksum's class (one SHA-1 block: up to 55 bytes).
+  EXPECT_EQ(shapes[1], (CtsProgramCache::Shape{pb::JOB_CHECKSUM, 0, 55, 0, 0, 0, 0}));
   EXPECT_EQ(shapes[2], (CtsProgramCache::Shape{pb::JOB_DECRYPT, 14, 44, 32, 54, 0, 0}));
   CtsProgramCache fresh;
   fresh.PrecompileInBackground(shapes);
@@ -1131,19 +1136,21 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   EXPECT_EQ(fresh.hits(), 3u);
   EXPECT_EQ(fresh.misses(), 0u);
   {
-    // Spliced replies (seven fields) beside the five-field lines above;
-    // refused: a splice on a DECRYPT or under a FAST key, past P's end, an
-    // offset without a length, six fields, a message not dealt padded.
+    // Spliced replies (seven fields) beside the five-field lines above,
+    // read as their class (conf || P of 56 to 64 bytes) and offset window
+    // (the checksum ending bytes 49 to 64); refused: a splice on a DECRYPT
+    // or under a FAST key, past the class's end, an offset without a
+    // length, six fields, a message not dealt padded.
     std::ofstream f(path, std::ios::app);
     f << pb::JOB_ENCRYPT << " 14 60 0 0 20 32\n";
     f << pb::JOB_DECRYPT << " 14 60 0 0 64 0\n" << pb::JOB_ENCRYPT << " 14 60 32 3 64 0\n"
-      << pb::JOB_ENCRYPT << " 14 60 0 0 64 33\n" << pb::JOB_ENCRYPT << " 14 60 0 0 0 4\n"
+      << pb::JOB_ENCRYPT << " 14 60 0 0 64 53\n" << pb::JOB_ENCRYPT << " 14 60 0 0 0 4\n"
       << pb::JOB_ENCRYPT << " 14 60 0 0 64\n" << pb::JOB_ENCRYPT << " 10 60 0 0 64 32\n";
   }
   const auto more = CtsProgramCache::ReadShapes(path);
   ASSERT_EQ(more.size(), 4u);
   EXPECT_EQ(more[0], shapes[0]);
-  EXPECT_EQ(more[3], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 60, 0, 0, 64, 32}));
+  EXPECT_EQ(more[3], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 64, 0, 0, 64, 36}));
   {
     // What Get records for a spliced shape reads back as that shape.
     std::remove(path.c_str());
@@ -1152,13 +1159,15 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
     ASSERT_TRUE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32).ok());
     EXPECT_FALSE(cache.Get(pb::JOB_DECRYPT, 10, 60, 0, 3, 64, 32).ok());
     EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 16, 3, 64, 32).ok());
-    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 33).ok());
+    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 53).ok());
   }
   const auto spliced = CtsProgramCache::ReadShapes(path);
   ASSERT_EQ(spliced.size(), 1u);
-  EXPECT_EQ(spliced[0], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 60, 0, 0, 64, 32}));
+  EXPECT_EQ(spliced[0], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 10, 64, 0, 0, 64, 36}));
+  EXPECT_EQ(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32),
+            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 57, 0, 3, 64, 21));
   EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32),
-            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 28));
+            CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 20));
   EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32),
             CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 128, 32));
   EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32),
@@ -1192,7 +1201,7 @@ TEST(CtsProgramCache, TheShapeLogIsBoundedAndLedByTheCommonShapes) {
     const size_t distinct = CtsProgramCache::kMaxPrograms + 8;
     for (int round = 0; round < 8; ++round) {
       for (size_t i = 0; i < distinct; ++i) {
-        ASSERT_TRUE(cache.Get(pb::JOB_CHECKSUM, 0, i).ok());
+        ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 14, 16 + i).ok());
         for (int k = 0; k < 8; ++k) ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());
       }
       most = std::max(most, lines());
@@ -1228,7 +1237,7 @@ TEST(CtsJobsGrouping, SameShapeWithDistinctProgramObjectsStaysInStep) {
   const Bytes key = Random(16);
   auto views = DealKey(Cipher::kAes128Cts, key);
   ASSERT_TRUE(views.ok());
-  const Bytes a1 = Random(20), b = Random(40), a2 = Random(20);
+  const Bytes a1 = Random(20), b = Random(100), a2 = Random(30);  // classes 55, 119, 55
   const std::vector<Bytes> msgs = {a1, b, a2};
   std::array<std::array<share::View, 3>, 3> dealt;  // [task][party]
   for (size_t t = 0; t < 3; ++t) {
@@ -1236,8 +1245,8 @@ TEST(CtsJobsGrouping, SameShapeWithDistinctProgramObjectsStaysInStep) {
     ASSERT_TRUE(d.ok());
     dealt[t] = *d;
   }
-  auto pa = cts::ChecksumProgram(20), pa_again = cts::ChecksumProgram(20),
-       pb_ = cts::ChecksumProgram(40);
+  auto pa = cts::ChecksumClassProgram(20), pa_again = cts::ChecksumClassProgram(20),
+       pb_ = cts::ChecksumClassProgram(100);
   ASSERT_TRUE(pa.ok() && pa_again.ok() && pb_.ok());
   auto shared_a = std::make_shared<const cts::Program>(*std::move(pa));
   auto other_a = std::make_shared<const cts::Program>(*std::move(pa_again));

@@ -11,7 +11,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "aes/key_expansion.h"
 #include "cheat_ring.h"
@@ -287,6 +289,124 @@ TEST(Rfc3962, SpliceProgramServesEveryLengthOfItsBlockCount) {
   }
 }
 
+// A class lane's tail after conf || P (or a checksum's D): the zeros a
+// server fills in up to 64 * HashBlocks(n), then the padding vector.
+Bytes ClassTail(size_t n) {
+  Bytes t(64 * HashBlocks(n) - n, 0);
+  return Cat(t, PaddingBytes(n));
+}
+
+// Every length of a class runs through ONE program (the classes' largest
+// length names it) and, cut by its own length, gives OpenSSL's RFC 3962
+// ciphertext and tag byte for byte: every length from 16 to 160, and
+// around a 300-byte reply, both key sizes.
+TEST(Rfc3962, ClassProgramServesEveryLengthOfItsClass) {
+  std::vector<size_t> lengths;
+  for (size_t n = 16; n <= 160; ++n) lengths.push_back(n);
+  for (size_t n = 290; n <= 330; ++n) lengths.push_back(n);
+  for (size_t keylen : {16, 32}) {
+    const int nr = keylen == 16 ? 10 : 14;
+    std::map<size_t, std::vector<size_t>> classes;
+    for (size_t n : lengths) classes[EncryptClassMax(n)].push_back(n);
+    for (const auto& [cm, ns] : classes) {
+      const auto p = EncryptClassProgram(nr, ns.front());  // any length names it
+      ASSERT_TRUE(p.ok()) << p.status();
+      ASSERT_EQ(p->outputs, 8 * (16 * ((cm + 15) / 16) + kTagBytes)) << cm;
+      std::vector<Lane> lanes;
+      std::vector<Bytes> in;
+      for (size_t n : ns) {
+        lanes.push_back(MakeLane(keylen, 3, n));
+        in.push_back(Cat(Cat(lanes.back().material, lanes.back().conf_plain), ClassTail(n)));
+        ASSERT_EQ(in.back().size() * 8, p->inputs) << n;
+      }
+      const auto out = testing::RunClear(*p, in);
+      for (size_t l = 0; l < ns.size(); ++l)
+        ASSERT_EQ(ToHex(CutClassOutput(ns[l], out[l])), ToHex(lanes[l].cipher))
+            << keylen << " n " << ns[l] << " class " << cm;
+    }
+  }
+  // Classes: one CBC block count and one SHA-1 block count.
+  EXPECT_EQ(EncryptClassMax(16), 16u);
+  EXPECT_EQ(EncryptClassMax(49), 55u);
+  EXPECT_EQ(EncryptClassMax(56), 64u);
+  EXPECT_EQ(EncryptClassMax(300), 304u);
+  EXPECT_EQ(EncryptClassMax(311), 311u);
+  EXPECT_EQ(EncryptClassMax(312), 320u);
+  EXPECT_EQ(ChecksumClassMax(0), 55u);
+  EXPECT_EQ(ChecksumClassMax(56), 119u);
+  EXPECT_FALSE(EncryptClassProgram(14, 15).ok());
+  EXPECT_FALSE(EncryptClassProgram(12, 300).ok());
+}
+
+// The splice in a class program: one program per (class, D's block count,
+// window of 16 offsets), the checksum placed by the lane's selector.
+// Replies of every length of a class with the checksum ending P (as the
+// KDC sends it), and offsets mid-P, against OpenSSL.
+TEST(Rfc3962, SpliceClassProgramPlacesTheChecksumBySelector) {
+  struct Case {
+    size_t n, m, off;
+  };
+  std::vector<Case> cases;
+  for (size_t n = 290; n <= 304; ++n) cases.push_back({n, 250, n - 28});  // one class
+  for (size_t off = 261; off <= 276; ++off) cases.push_back({304, 183, off});  // one window
+  for (size_t off = 101; off <= 116; ++off) cases.push_back({300, 183, off});  // mid-P
+  for (size_t keylen : {16, 32}) {
+    const int nr = keylen == 16 ? 10 : 14;
+    std::map<std::tuple<size_t, size_t, size_t>, std::vector<Case>> programs;
+    for (const Case& c : cases)
+      programs[{EncryptClassMax(c.n), contract::SpliceDealtBytes(c.m), SpliceWindowOffset(c.off)}]
+          .push_back(c);
+    EXPECT_EQ(programs.size(), 3u);
+    for (const auto& [key, cs] : programs) {
+      const auto p =
+          SpliceEncryptClassProgram(nr, cs[0].n, contract::SpliceDealtBytes(cs[0].m), cs[0].off);
+      ASSERT_TRUE(p.ok()) << p.status();
+      std::vector<SpliceLane> lanes;
+      std::vector<Bytes> in;
+      for (const Case& c : cs) {
+        lanes.push_back(MakeSpliceLane(keylen, c.n, c.m, c.off, true));
+        // The lane as a server lays it out: the materials, conf || P,
+        // zeros and padding, then D padded and the selector.
+        Bytes& l = lanes.back().in;
+        const size_t head = UsageMaterialBytes(nr) + 40 + c.n;
+        Bytes lane(l.begin(), l.begin() + head);
+        lane = Cat(Cat(lane, ClassTail(c.n)), Bytes(l.begin() + head, l.end()));
+        in.push_back(Cat(lane, SpliceSelector(c.off)));
+        ASSERT_EQ(in.back().size() * 8, p->inputs);
+      }
+      const auto out = testing::RunClear(*p, in);
+      for (size_t l = 0; l < cs.size(); ++l)
+        EXPECT_EQ(ToHex(CutClassOutput(cs[l].n, out[l])), ToHex(lanes[l].want))
+            << keylen << " n " << cs[l].n << " off " << cs[l].off;
+    }
+  }
+  EXPECT_FALSE(SpliceEncryptClassProgram(14, 300, 250, 272).ok());  // not dealt padded
+  EXPECT_FALSE(SpliceEncryptClassProgram(14, 16, 256, 0).ok());     // no P: no room
+  EXPECT_TRUE(SpliceEncryptClassProgram(10, 28, 64, 0).ok());
+}
+
+// The usage-17 checksum per SHA-1 block count: every message length of a
+// class through one program, against OpenSSL's HMAC.
+TEST(Rfc3962, ChecksumClassProgramServesEveryLengthOfItsClass) {
+  const Bytes base = Random(32);
+  const Bytes material = DealChecksum(base, 17)->bytes;
+  const Bytes kc = *DeriveKey(base, Bytes{0, 0, 0, 17, 0x99});
+  for (size_t cm : {size_t{55}, size_t{119}, size_t{695}}) {
+    const auto p = ChecksumClassProgram(cm);
+    ASSERT_TRUE(p.ok()) << p.status();
+    std::vector<Bytes> data, in;
+    for (size_t n = cm - 63; n <= cm; n += 7) {
+      data.push_back(Random(n));
+      in.push_back(Cat(Cat(material, data.back()), ClassTail(n)));
+    }
+    const auto out = testing::RunClear(*p, in);
+    for (size_t l = 0; l < data.size(); ++l) {
+      const Bytes mac = testing::RefHmac(kc, data[l]);
+      EXPECT_EQ(out[l], Bytes(mac.begin(), mac.begin() + kTagBytes)) << data[l].size();
+    }
+  }
+}
+
 // Decryption and encryption of a batch of logins (a base key each) among
 // three parties: outputs reconstruct to the plaintext with a good tag (the
 // mismatch bit set for the one forged tag) and to OpenSSL's ciphertext.
@@ -547,6 +667,31 @@ TEST(Rfc3962, SpliceFigures) {
   // the outer) beside the last AES blocks.
   EXPECT_LE(sp.depth, ck.depth + 3 * 510);
   EXPECT_LE(sp.depth + 1000, enc.depth + ck.depth);
+}
+
+// What a class costs against the exact length's program: the zeros and
+// SHA-1 padding past n are wires (filled in by the servers), not folded
+// constants, and the splice goes at 16 offsets under the selector.
+TEST(Rfc3962, ClassFigures) {
+  constexpr size_t kN = 316, kM = 320, kOff = kN - 16 - kTagBytes;
+  const Program enc = *EncryptProgram(14, kN), cls = *EncryptClassProgram(14, kN);
+  const Program sp = *SpliceEncryptProgram(14, kN, kM, kOff);
+  const Program spc = *SpliceEncryptClassProgram(14, kN, kM, kOff);
+  std::printf("aes256 reply (%zu bytes): exact %zu ANDs depth %d; class (%zu..%zu) %zu ANDs "
+              "depth %d\n",
+              kN, enc.ands, enc.depth, size_t{312}, EncryptClassMax(kN), cls.ands, cls.depth);
+  EXPECT_EQ(EncryptClassMax(311), 311u);  // the class below
+  EXPECT_EQ(EncryptClassMax(312), 320u);
+  std::printf("spliced reply: exact %zu ANDs depth %d; class %zu ANDs depth %d\n", sp.ands,
+              sp.depth, spc.ands, spc.depth);
+  testing::ExpectCounted(cls);
+  testing::ExpectCounted(spc);
+  // A block more of AES at most (the class's largest length), the
+  // padding's wires, and 16 x 96 selector ANDs.
+  EXPECT_LE(cls.ands, enc.ands + 7616 + 8000);
+  EXPECT_LE(spc.ands, sp.ands + 7616 + 8000 + 16 * 96);
+  EXPECT_LE(cls.depth, enc.depth + 100);
+  EXPECT_LE(spc.depth, sp.depth + 100);
 }
 
 // ANDs and AND depth of a FAST login (RFC 6113): the client's encrypted
