@@ -198,18 +198,36 @@ uint64_t ShareEngine::OneWord(int c) const {
   return share::HoldsPublicIn(ctx_.party(), c) ? ~uint64_t{0} : 0;
 }
 
+bool ShareEngine::Stage(size_t n, absl::Span<const LiveRange> partial, Operands* out) {
+  protocol::MulLog* log = ctx_.log();
+  if (log == nullptr) return false;
+  uint64_t* w[5];
+  const size_t at = log->AppendAnd(n, 64, w);
+  for (const LiveRange& r : partial) log->SetLive(at + r.first, r.count, r.live);
+  *out = Operands{{w[0], w[1]}, {w[2], w[3]}, {w[4], log->AndZ1At(at)}};
+  staged_ = true;
+  return true;
+}
+
 absl::Status ShareEngine::AndLayer(std::array<const uint64_t*, 2> x,
                                    std::array<const uint64_t*, 2> y,
                                    std::array<uint64_t*, 2> z, size_t n) {
-  absl::Status st =
-      ctx_.And(absl::MakeConstSpan(x[0], n), absl::MakeConstSpan(x[1], n),
-               absl::MakeConstSpan(y[0], n), absl::MakeConstSpan(y[1], n),
-               absl::MakeSpan(z[0], n), absl::MakeSpan(z[1], n));
-  protocol::MulLog* log = ctx_.log();
-  if (st.ok() && log != nullptr && log->and_words() >= verify_words_) {
-    st = protocol::Verifier::Verify(ctx_, *log);
+  if (staged_) {
+    staged_ = false;
+    return ctx_.AndUnlogged(x[0], x[1], y[0], y[1], z[0], z[1], n);
   }
-  return st;
+  return ctx_.And(absl::MakeConstSpan(x[0], n), absl::MakeConstSpan(x[1], n),
+                  absl::MakeConstSpan(y[0], n), absl::MakeConstSpan(y[1], n),
+                  absl::MakeSpan(z[0], n), absl::MakeSpan(z[1], n));
+}
+
+// After the products were read: the check packs live lanes in place.
+absl::Status ShareEngine::EndLayer() {
+  protocol::MulLog* log = ctx_.log();
+  if (log != nullptr && log->and_words() >= verify_words_) {
+    return protocol::Verifier::Verify(ctx_, *log);
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -221,6 +239,7 @@ namespace {
 struct Scratch {
   std::vector<std::vector<uint64_t>> v;
   std::array<std::vector<uint64_t>, 2> x, y, z;
+  std::vector<LiveRange> live;
   ~Scratch() {
     for (auto& b : v) share::Wipe(b.data(), 8 * b.size());
     for (auto* a : {&x, &y, &z}) {
@@ -291,39 +310,32 @@ inline void XorWords(uint64_t* d, const uint64_t* a, const uint64_t* b) {
 template <int C, size_t WN>
 struct Walk {
   // Operands of the AND gates (dst, a, b triples) into x[c] / y[c] from
-  // word `at` on, wn words per gate.
+  // word `at` on, word-major: word w of gate g at at + w * gates + g, so
+  // that a job's last, partly live word of every gate forms one run
+  // (LiveRange).
   static void Gather(const std::vector<uint32_t>& ands, const uint64_t* v, size_t wn_rt,
                      std::array<uint64_t*, 2> x, std::array<uint64_t*, 2> y, size_t at) {
-    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn;
-    for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn, gates = ands.size() / 3;
+    for (size_t g = 0; g < ands.size(); g += 3, ++at) {
       const uint64_t* a = v + ands[g + 1] * cw;
       const uint64_t* b = v + ands[g + 2] * cw;
       for (int c = 0; c < C; ++c) {
-        if constexpr (WN != 0) {
-          CopyWords<WN>(x[c] + at, a + c * WN);
-          CopyWords<WN>(y[c] + at, b + c * WN);
-        } else {
-          for (size_t w = 0; w < wn; ++w) {
-            x[c][at + w] = a[c * wn + w];
-            y[c][at + w] = b[c * wn + w];
-          }
+        for (size_t w = 0; w < wn; ++w) {
+          x[c][at + w * gates] = a[c * wn + w];
+          y[c][at + w * gates] = b[c * wn + w];
         }
       }
     }
   }
 
-  // The products from z[c] (word `at` on) into the gates' slots.
+  // The products from z[c] (word `at` on, as Gather) into the gates' slots.
   static void Scatter(const std::vector<uint32_t>& ands, uint64_t* v, size_t wn_rt,
                       std::array<const uint64_t*, 2> z, size_t at) {
-    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn;
-    for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn, gates = ands.size() / 3;
+    for (size_t g = 0; g < ands.size(); g += 3, ++at) {
       uint64_t* d = v + ands[g] * cw;
       for (int c = 0; c < C; ++c) {
-        if constexpr (WN != 0) {
-          CopyWords<WN>(d + c * WN, z[c] + at);
-        } else {
-          for (size_t w = 0; w < wn; ++w) d[c * wn + w] = z[c][at + w];
-        }
+        for (size_t w = 0; w < wn; ++w) d[c * wn + w] = z[c][at + w * gates];
       }
     }
   }
@@ -380,6 +392,24 @@ void WithWalk(int comps, size_t wn, F&& f) {
   }
 }
 
+// The runs of layer d's unpacked words (laid out as RunAndLayer does) whose
+// lanes a job does not fill: the last word of each gate of a job whose
+// lanes are not a multiple of 64, into `out` (reused across layers).
+absl::Span<const LiveRange> LiveRanges(absl::Span<const Job> jobs, size_t d,
+                                       std::vector<LiveRange>& out) {
+  out.clear();
+  size_t at = 0;
+  for (const Job& j : jobs) {
+    if (d >= j.program->layers.size() || PackWidth(j) != 0) continue;
+    const size_t gates = j.program->layers[d].ands.size() / 3;
+    const size_t tail = j.lanes % 64;
+    if (j.lanes != 0 && tail != 0 && j.lanes > 64 * (j.wn - 1) && gates != 0)
+      out.push_back({at + (j.wn - 1) * gates, gates, static_cast<int>(tail)});
+    at += gates * j.wn;
+  }
+  return out;
+}
+
 // AND layer d of every job that has one, as one engine call (one message).
 // The operands of unpacked jobs go as their wn words per gate; those of
 // packed jobs (PackWidth) as `width` bits per gate, 64 / width gates to a
@@ -408,17 +438,23 @@ absl::Status RunAndLayer(absl::Span<const Job> jobs, size_t d, Engine& e, Scratc
   const size_t total = words + packed_words;
   if (total == 0) return absl::OkStatus();
   const size_t c1 = comps - 1;
-  for (int c = 0; c < comps; ++c) {
-    Fit(s.x[c], total);
-    Fit(s.y[c], total);
-    Fit(s.z[c], total);
-    // Packed words are OR-ed together; unpacked ones are all written.
-    std::fill(s.x[c].begin() + words, s.x[c].begin() + total, 0);
-    std::fill(s.y[c].begin() + words, s.y[c].begin() + total, 0);
+  Operands ops;
+  if (!e.Stage(total, LiveRanges(jobs, d, s.live), &ops)) {
+    for (int c = 0; c < comps; ++c) {
+      Fit(s.x[c], total);
+      Fit(s.y[c], total);
+      Fit(s.z[c], total);
+    }
+    ops = Operands{{s.x[0].data(), s.x[c1].data()},
+                   {s.y[0].data(), s.y[c1].data()},
+                   {s.z[0].data(), s.z[c1].data()}};
   }
-  const std::array<uint64_t*, 2> x = {s.x[0].data(), s.x[c1].data()};
-  const std::array<uint64_t*, 2> y = {s.y[0].data(), s.y[c1].data()};
-  const std::array<uint64_t*, 2> z = {s.z[0].data(), s.z[c1].data()};
+  // Packed words are OR-ed together; unpacked ones are all written.
+  for (int c = 0; c < comps; ++c) {
+    std::fill(ops.x[c] + words, ops.x[c] + total, 0);
+    std::fill(ops.y[c] + words, ops.y[c] + total, 0);
+  }
+  const std::array<uint64_t*, 2> x = ops.x, y = ops.y, z = ops.z;
   size_t at = 0, bit = 0;
   for (size_t k = 0; k < jobs.size(); ++k) {
     if (d >= jobs[k].program->layers.size()) continue;
@@ -457,7 +493,7 @@ absl::Status RunAndLayer(absl::Span<const Job> jobs, size_t d, Engine& e, Scratc
     WithWalk(comps, wn, [&](auto walk) { walk.Scatter(ands, v, wn, {z[0], z[1]}, at); });
     at += ands.size() / 3 * wn;
   }
-  return absl::OkStatus();
+  return e.EndLayer();
 }
 
 // Sizes checked; the constants and inputs in their slots.

@@ -266,6 +266,10 @@ class TwoClearEngine : public Engine {
  public:
   int comps() const override { return 2; }
   uint64_t OneWord(int) const override { return ~uint64_t{0}; }
+  bool Stage(size_t, absl::Span<const LiveRange> partial, Operands*) override {
+    live.emplace_back(partial.begin(), partial.end());
+    return false;
+  }
   absl::Status AndLayer(std::array<const uint64_t*, 2> x, std::array<const uint64_t*, 2> y,
                         std::array<uint64_t*, 2> z, size_t n) override {
     for (int c = 0; c < 2; ++c) {
@@ -276,16 +280,19 @@ class TwoClearEngine : public Engine {
     return absl::OkStatus();
   }
   std::array<std::vector<std::vector<uint64_t>>, 2> xs, ys;
+  std::vector<std::vector<LiveRange>> live;
 };
 
 // The message layout of circuit.h EvaluateAll, written out plainly: per
-// AND layer, the unpacked jobs' operands (wn words per gate, in job and
-// gate order), then the packed jobs' (Job::lanes <= 32, wn 1: `width`
-// bits per gate, the lanes rounded up to a power of two, 64 / width gates
-// to a word from bit 0 up); each component evaluated on its own as
+// AND layer, the unpacked jobs' operands (in job order; per job word 0 of
+// every gate, then word 1, ...; a job's last word, when its lanes do not
+// fill it, a LiveRange), then the packed jobs' (Job::lanes <= 32, wn 1:
+// `width` bits per gate, the lanes rounded up to a power of two, 64 /
+// width gates to a word from bit 0 up); each component evaluated on its own as
 // TwoClearEngine does.
 struct Reference {
   std::array<std::vector<std::vector<uint64_t>>, 2> xs, ys;
+  std::vector<std::vector<LiveRange>> live;  // per layer, as Engine::Stage gets them
   std::vector<std::array<std::vector<uint64_t>, 2>> out;
 };
 
@@ -312,6 +319,7 @@ Reference RefEvaluate(const std::vector<Job>& jobs) {
     }
     for (size_t d = 0; d < layers; ++d) {
       std::vector<uint64_t> x, y, px, py;
+      std::vector<LiveRange> live;
       size_t width = 0, bit = 0;
       for (const Job& j : jobs) {
         if (d < j.program->layers.size() && width_of(j) != 0)
@@ -333,9 +341,19 @@ Reference RefEvaluate(const std::vector<Job>& jobs) {
             ++bit;
             continue;
           }
-          for (size_t w = 0; w < jobs[k].wn; ++w) {
-            x.push_back(v[k][ands[g + 1] * jobs[k].wn + w]);
-            y.push_back(v[k][ands[g + 2] * jobs[k].wn + w]);
+        }
+        if (width_of(jobs[k]) != 0) continue;
+        // Word-major: word w of every gate, then word w + 1.
+        const size_t wn = jobs[k].wn, gates = ands.size() / 3;
+        // (A job of more words than its lanes need checks them all.)
+        if (jobs[k].lanes % 64 != 0 && jobs[k].lanes > 64 * (wn - 1) && gates != 0) {
+          live.push_back({x.size() + (wn - 1) * gates, gates,
+                          static_cast<int>(jobs[k].lanes % 64)});
+        }
+        for (size_t w = 0; w < wn; ++w) {
+          for (size_t g = 0; g < ands.size(); g += 3) {
+            x.push_back(v[k][ands[g + 1] * wn + w]);
+            y.push_back(v[k][ands[g + 2] * wn + w]);
           }
         }
       }
@@ -345,6 +363,7 @@ Reference RefEvaluate(const std::vector<Job>& jobs) {
       if (!x.empty()) {
         r.xs[c].push_back(x);
         r.ys[c].push_back(y);
+        if (c == 0) r.live.push_back(live);
       }
       bit = 0;
       size_t at = 0;
@@ -352,6 +371,7 @@ Reference RefEvaluate(const std::vector<Job>& jobs) {
         if (d >= jobs[k].program->layers.size()) continue;
         const size_t wn = jobs[k].wn;
         const auto& ands = jobs[k].program->layers[d].ands;
+        const size_t gates = ands.size() / 3;
         for (size_t g = 0; g < ands.size(); g += 3) {
           if (width_of(jobs[k]) != 0) {
             const size_t w = words + bit / per_word, sh = bit % per_word * width;
@@ -359,8 +379,12 @@ Reference RefEvaluate(const std::vector<Job>& jobs) {
             ++bit;
             continue;
           }
-          for (size_t w = 0; w < wn; ++w, ++at) v[k][ands[g] * wn + w] = x[at] & y[at];
+          for (size_t w = 0; w < wn; ++w) {
+            const size_t i = at + w * gates + g / 3;
+            v[k][ands[g] * wn + w] = x[i] & y[i];
+          }
         }
+        if (width_of(jobs[k]) == 0) at += gates * wn;
         const auto& xors = jobs[k].program->layers[d].xors;
         for (size_t g = 0; g < xors.size(); g += 3) {
           for (size_t w = 0; w < wn; ++w)
@@ -433,6 +457,15 @@ TEST(Circuit, WordsPerWireAndLaneCounts) {
       for (size_t d = 0; d < ref.xs[c].size(); ++d) {
         ASSERT_EQ(e.xs[c][d], ref.xs[c][d]) << "layer " << d;
         ASSERT_EQ(e.ys[c][d], ref.ys[c][d]) << "layer " << d;
+      }
+    }
+    ASSERT_EQ(e.live.size(), ref.live.size());
+    for (size_t d = 0; d < ref.live.size(); ++d) {
+      ASSERT_EQ(e.live[d].size(), ref.live[d].size()) << "layer " << d;
+      for (size_t i = 0; i < ref.live[d].size(); ++i) {
+        EXPECT_EQ(e.live[d][i].first, ref.live[d][i].first) << "layer " << d;
+        EXPECT_EQ(e.live[d][i].count, ref.live[d][i].count) << "layer " << d;
+        EXPECT_EQ(e.live[d][i].live, ref.live[d][i].live) << "layer " << d;
       }
     }
     for (size_t k = 0; k < which.size(); ++k) {
