@@ -112,16 +112,6 @@ class Circuit {
   size_t inputs_ = 0;
 };
 
-// Words [first, first + count) of an AND layer whose lanes from `live` on
-// no output reads (a job's last word when its lanes do not fill it: every
-// gate is lane-wise), so the malicious check may leave them out
-// (protocol::MulLog::AddAnd's live).
-struct LiveRange {
-  size_t first = 0;
-  size_t count = 0;
-  int live = 64;
-};
-
 // An AND layer's operand and product words, per share component.
 struct Operands {
   std::array<uint64_t*, 2> x, y, z;
@@ -137,12 +127,10 @@ class Engine {
   virtual int comps() const = 0;
   // The words of the public constant 1 in component c.
   virtual uint64_t OneWord(int c) const = 0;
-  // Room of the engine's own for the next layer's n words (ascending
-  // `partial`, as LiveRange), so that the operands are written once where
-  // the engine keeps them; false: the caller's buffers.
-  virtual bool Stage(size_t n, absl::Span<const LiveRange> partial, Operands* out) {
-    return false;
-  }
+  // Room of the engine's own for the next layer's n words, so that the
+  // operands are written once where the engine keeps them; false: the
+  // caller's buffers.
+  virtual bool Stage(size_t n, Operands* out) { return false; }
   // One AND layer over n words: z[c] = the products of x and y.
   virtual absl::Status AndLayer(std::array<const uint64_t*, 2> x,
                                 std::array<const uint64_t*, 2> y,
@@ -164,7 +152,7 @@ class ClearEngine : public Engine {
 // ctx.log() when one is set (malicious security, protocol/verify.h). With
 // a log, a layer's operands are staged in the log itself (MulLog
 // ::AppendAnd) and its products computed and received there, so no word
-// is copied into it; a LiveRange's dead lanes are left out of the check.
+// is copied into it.
 // Once the log holds verify_words AND words after a layer, the products so
 // far are verified (Verifier::Verify; every party decides alike: they log
 // the same words), as the AES kernel does (aes.h SharedOptions), so a long
@@ -178,7 +166,7 @@ class ShareEngine : public Engine {
       : ctx_(ctx), verify_words_(verify_words) {}
   int comps() const override { return 2; }
   uint64_t OneWord(int c) const override;
-  bool Stage(size_t n, absl::Span<const LiveRange> partial, Operands* out) override;
+  bool Stage(size_t n, Operands* out) override;
   absl::Status AndLayer(std::array<const uint64_t*, 2> x,
                         std::array<const uint64_t*, 2> y,
                         std::array<uint64_t*, 2> z, size_t n) override;
@@ -204,9 +192,9 @@ absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
 // wire) and shape (a login's timestamp decryption beside its reply's
 // encryption, or logins of different message lengths). Sizes as Evaluate.
 // lanes: how many lanes (bits 0 .. lanes-1 of each word, wn == 1) the job
-// uses; 0 = all of them. A job of at most 32 lanes has its AND operands
-// packed (several gates to a word) on the ring; the outputs' bits past
-// `lanes` are then unspecified.
+// uses; 0 = all of them. When they do not fill the job's last word, that
+// word's AND operands go packed (its lanes' bits per gate, several gates to
+// a word) on the ring; the outputs' bits past `lanes` are then unspecified.
 struct Job {
   const Program* program;
   size_t wn;

@@ -113,20 +113,17 @@ void MulLog::ReleaseExcess() {
   if (retained_bytes() > kMaxRetainedBytes) FreeAll();
 }
 
-void MulLog::SetLive(size_t first, size_t n, int live) {
-  if (live >= 64 || n == 0) return;
-  auto& last = partial_;
-  if (!last.empty() && last.back()[0] + last.back()[1] == first &&
-      last.back()[2] == static_cast<size_t>(live)) {
-    last.back()[1] += n;
-  } else {
-    last.push_back({first, n, static_cast<size_t>(live)});
-  }
-}
-
 size_t MulLog::AppendAnd(size_t n, int live, uint64_t* out[5]) {
   const size_t at = and_n_;
-  SetLive(at, n, live);
+  if (live < 64 && n > 0) {
+    auto& last = partial_;
+    if (!last.empty() && last.back()[0] + last.back()[1] == at &&
+        last.back()[2] == static_cast<size_t>(live)) {
+      last.back()[1] += n;
+    } else {
+      last.push_back({at, n, static_cast<size_t>(live)});
+    }
+  }
   // The buffers' size is their capacity (and_n_ the words in use), so
   // that an append is no call to resize (one per AES tile and component).
   if (at + n > and_[0].size()) {

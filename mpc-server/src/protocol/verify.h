@@ -290,10 +290,6 @@ class MulLog {
   // receives them there instead of calling SetAndZ1). Valid until the next
   // append.
   uint64_t* AndZ1At(size_t at) { return and_[5].data() + at; }
-  // Words [first, first + n) of those appended (AppendAnd with live = 64)
-  // carry live lanes 0 .. live-1 only, as AddAnd's live: the caller marks
-  // the words of a layer in ascending order, layer after layer.
-  void SetLive(size_t first, size_t n, int live);
   // n GF(2^128) products, 16 bytes each.
   void AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
              const uint8_t* y1, const uint8_t* z0, const uint8_t* z1,

@@ -433,11 +433,10 @@ TEST(Rfc3962, AdditiveErrorOnOneAndIsCaught) {
   testing::g_verify_words = protocol::MulLog::kVerifyWords;
 }
 
-// A job of 40 lanes fills 40 of its words' 64 (circuit.cc LiveRange): the
-// check leaves the 24 dead lanes out, and an error on its last live lane
-// (bit 39 of a gate's word) is still caught, in the run's checks and in
-// the last one.
-TEST(Rfc3962, AdditiveErrorOnTheLastLiveLaneIsCaught) {
+// A job of 40 lanes goes packed, 40 bits per gate (circuit.cc TailBits):
+// an error on any bit of its packed words is still caught, in the run's
+// checks and in the last one.
+TEST(Rfc3962, AdditiveErrorOnAPackedGateIsCaught) {
   const Program p = *DecryptProgram(14, kTimestamp);
   std::vector<Views> in;
   for (int l = 0; l < 40; ++l) {
