@@ -198,18 +198,35 @@ uint64_t ShareEngine::OneWord(int c) const {
   return share::HoldsPublicIn(ctx_.party(), c) ? ~uint64_t{0} : 0;
 }
 
+bool ShareEngine::Stage(size_t n, Operands* out) {
+  protocol::MulLog* log = ctx_.log();
+  if (log == nullptr) return false;
+  uint64_t* w[5];
+  const size_t at = log->AppendAnd(n, 64, w);
+  *out = Operands{{w[0], w[1]}, {w[2], w[3]}, {w[4], log->AndZ1At(at)}};
+  staged_ = true;
+  return true;
+}
+
 absl::Status ShareEngine::AndLayer(std::array<const uint64_t*, 2> x,
                                    std::array<const uint64_t*, 2> y,
                                    std::array<uint64_t*, 2> z, size_t n) {
-  absl::Status st =
-      ctx_.And(absl::MakeConstSpan(x[0], n), absl::MakeConstSpan(x[1], n),
-               absl::MakeConstSpan(y[0], n), absl::MakeConstSpan(y[1], n),
-               absl::MakeSpan(z[0], n), absl::MakeSpan(z[1], n));
-  protocol::MulLog* log = ctx_.log();
-  if (st.ok() && log != nullptr && log->and_words() >= verify_words_) {
-    st = protocol::Verifier::Verify(ctx_, *log);
+  if (staged_) {
+    staged_ = false;
+    return ctx_.AndUnlogged(x[0], x[1], y[0], y[1], z[0], z[1], n);
   }
-  return st;
+  return ctx_.And(absl::MakeConstSpan(x[0], n), absl::MakeConstSpan(x[1], n),
+                  absl::MakeConstSpan(y[0], n), absl::MakeConstSpan(y[1], n),
+                  absl::MakeSpan(z[0], n), absl::MakeSpan(z[1], n));
+}
+
+// After the products were read (a check rewinds the log).
+absl::Status ShareEngine::EndLayer() {
+  protocol::MulLog* log = ctx_.log();
+  if (log != nullptr && log->and_words() >= verify_words_) {
+    return protocol::Verifier::Verify(ctx_, *log);
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -241,15 +258,34 @@ void Fit(std::vector<uint64_t>& b, size_t n) {
   if (b.size() < n) b.resize(b.capacity());
 }
 
-// Bits of a wire word that a job of few lanes packs per gate into an AND
-// layer's message (Job::lanes): the lanes rounded up to a power of two, so
-// that 64 / width gates share a word; 0 when the job is not packed (wn > 1,
-// or more than 32 lanes: a word per gate is as dense).
-size_t PackWidth(const Job& j) {
-  if (j.wn != 1 || j.lanes == 0 || j.lanes > 32) return 0;
-  size_t w = 1;
-  while (w < j.lanes) w <<= 1;
-  return w;
+// Lanes of a job's last word when they do not fill it (a shape of 40
+// logins: 40; of 100: 36), else 0. That word of each gate goes into the
+// layer's packed bit string as that many bits, gate after gate, a gate
+// straddling two words where it falls: on the ring and in the malicious
+// check's log a lane costs a bit per AND, and no dead lane is sent or
+// checked (a batch of shapes of 30, 11 and 3 logins: 44 bits per three
+// gates, not three words).
+size_t TailBits(const Job& j) {
+  const size_t tail = j.lanes % 64;
+  if (j.lanes == 0 || tail == 0 || j.wn == 0 || j.lanes <= 64 * (j.wn - 1)) return 0;
+  return tail;
+}
+
+// The low `width` (1..63) bits of v OR-ed into the bit string w at bit
+// `at` (w zeroed beforehand; a gate may straddle two words).
+inline void PutBits(uint64_t* w, size_t at, size_t width, uint64_t v) {
+  v &= (uint64_t{1} << width) - 1;
+  const size_t i = at / 64, sh = at % 64;
+  w[i] |= v << sh;
+  if (sh + width > 64) w[i + 1] |= v >> (64 - sh);
+}
+
+// The `width` (1..63) bits of the bit string w at bit `at`.
+inline uint64_t GetBits(const uint64_t* w, size_t at, size_t width) {
+  const size_t i = at / 64, sh = at % 64;
+  uint64_t v = w[i] >> sh;
+  if (sh + width > 64) v |= w[i + 1] << (64 - sh);
+  return v & ((uint64_t{1} << width) - 1);
 }
 
 // Two words as one register (SSE2, NEON: the GCC / Clang vector
@@ -291,19 +327,26 @@ inline void XorWords(uint64_t* d, const uint64_t* a, const uint64_t* b) {
 template <int C, size_t WN>
 struct Walk {
   // Operands of the AND gates (dst, a, b triples) into x[c] / y[c] from
-  // word `at` on, wn words per gate.
+  // word `at` on: each gate's full words (all wn, or the first wn - 1
+  // when `tail`: the last goes into the packed string, TailBits).
   static void Gather(const std::vector<uint32_t>& ands, const uint64_t* v, size_t wn_rt,
-                     std::array<uint64_t*, 2> x, std::array<uint64_t*, 2> y, size_t at) {
-    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn;
-    for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+                     bool tail, std::array<uint64_t*, 2> x, std::array<uint64_t*, 2> y,
+                     size_t at) {
+    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn, full = wn - tail;
+    for (size_t g = 0; g < ands.size(); g += 3, at += full) {
       const uint64_t* a = v + ands[g + 1] * cw;
       const uint64_t* b = v + ands[g + 2] * cw;
       for (int c = 0; c < C; ++c) {
         if constexpr (WN != 0) {
-          CopyWords<WN>(x[c] + at, a + c * WN);
-          CopyWords<WN>(y[c] + at, b + c * WN);
+          if (tail) {
+            CopyWords<WN - 1>(x[c] + at, a + c * WN);
+            CopyWords<WN - 1>(y[c] + at, b + c * WN);
+          } else {
+            CopyWords<WN>(x[c] + at, a + c * WN);
+            CopyWords<WN>(y[c] + at, b + c * WN);
+          }
         } else {
-          for (size_t w = 0; w < wn; ++w) {
+          for (size_t w = 0; w < full; ++w) {
             x[c][at + w] = a[c * wn + w];
             y[c][at + w] = b[c * wn + w];
           }
@@ -312,17 +355,21 @@ struct Walk {
     }
   }
 
-  // The products from z[c] (word `at` on) into the gates' slots.
+  // The products from z[c] (word `at` on, as Gather) into the gates' slots.
   static void Scatter(const std::vector<uint32_t>& ands, uint64_t* v, size_t wn_rt,
-                      std::array<const uint64_t*, 2> z, size_t at) {
-    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn;
-    for (size_t g = 0; g < ands.size(); g += 3, at += wn) {
+                      bool tail, std::array<const uint64_t*, 2> z, size_t at) {
+    const size_t wn = WN != 0 ? WN : wn_rt, cw = C * wn, full = wn - tail;
+    for (size_t g = 0; g < ands.size(); g += 3, at += full) {
       uint64_t* d = v + ands[g] * cw;
       for (int c = 0; c < C; ++c) {
         if constexpr (WN != 0) {
-          CopyWords<WN>(d + c * WN, z[c] + at);
+          if (tail) {
+            CopyWords<WN - 1>(d + c * WN, z[c] + at);
+          } else {
+            CopyWords<WN>(d + c * WN, z[c] + at);
+          }
         } else {
-          for (size_t w = 0; w < wn; ++w) d[c * wn + w] = z[c][at + w];
+          for (size_t w = 0; w < full; ++w) d[c * wn + w] = z[c][at + w];
         }
       }
     }
@@ -380,63 +427,56 @@ void WithWalk(int comps, size_t wn, F&& f) {
   }
 }
 
-// AND layer d of every job that has one, as one engine call (one message).
-// The operands of unpacked jobs go as their wn words per gate; those of
-// packed jobs (PackWidth) as `width` bits per gate, 64 / width gates to a
-// word, after them: a login's one lane costs a bit per AND on the ring and
-// in the malicious check's log, not a word. AND is bitwise, so which bit
-// carries which gate changes nothing but the count of words; every party
-// packs alike (the layout depends on the programs and lane counts only).
-// Bits past a job's lanes carry what the lanes above it held: nothing a
-// lane reads (every gate is lane-wise).
+// AND layer d of every job that has one, as one engine call (one message):
+// the jobs' full words (wn per gate, or wn - 1 with a TailBits word), in
+// job and gate order, then the packed bit string of their last words
+// (TailBits bits per gate), zero past its end. AND is bitwise, so which
+// bit carries which gate changes nothing but the count of words; every
+// party lays it out alike (from the programs and lane counts only).
 absl::Status RunAndLayer(absl::Span<const Job> jobs, size_t d, Engine& e, Scratch& s) {
   const int comps = e.comps();
-  size_t words = 0, packed_gates = 0, width = 0;
+  size_t words = 0, packed_bits = 0;
   for (const Job& j : jobs) {
     if (d >= j.program->layers.size()) continue;
-    const size_t gates = j.program->layers[d].ands.size() / 3;
-    if (PackWidth(j) != 0) {
-      packed_gates += gates;
-      width = std::max(width, PackWidth(j));
-    } else {
-      words += gates * j.wn;
-    }
+    const size_t gates = j.program->layers[d].ands.size() / 3, tail = TailBits(j);
+    words += gates * (j.wn - (tail != 0));
+    packed_bits += gates * tail;
   }
-  const size_t per_word = width ? 64 / width : 1;
-  const uint64_t mask = width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
-  const size_t packed_words = (packed_gates + per_word - 1) / per_word;
-  const size_t total = words + packed_words;
+  const size_t total = words + (packed_bits + 63) / 64;
   if (total == 0) return absl::OkStatus();
   const size_t c1 = comps - 1;
-  for (int c = 0; c < comps; ++c) {
-    Fit(s.x[c], total);
-    Fit(s.y[c], total);
-    Fit(s.z[c], total);
-    // Packed words are OR-ed together; unpacked ones are all written.
-    std::fill(s.x[c].begin() + words, s.x[c].begin() + total, 0);
-    std::fill(s.y[c].begin() + words, s.y[c].begin() + total, 0);
+  Operands ops;
+  if (!e.Stage(total, &ops)) {
+    for (int c = 0; c < comps; ++c) {
+      Fit(s.x[c], total);
+      Fit(s.y[c], total);
+      Fit(s.z[c], total);
+    }
+    ops = Operands{{s.x[0].data(), s.x[c1].data()},
+                   {s.y[0].data(), s.y[c1].data()},
+                   {s.z[0].data(), s.z[c1].data()}};
   }
-  const std::array<uint64_t*, 2> x = {s.x[0].data(), s.x[c1].data()};
-  const std::array<uint64_t*, 2> y = {s.y[0].data(), s.y[c1].data()};
-  const std::array<uint64_t*, 2> z = {s.z[0].data(), s.z[c1].data()};
+  // Packed words are OR-ed together; full ones are all written.
+  for (int c = 0; c < comps; ++c) {
+    std::fill(ops.x[c] + words, ops.x[c] + total, 0);
+    std::fill(ops.y[c] + words, ops.y[c] + total, 0);
+  }
+  const std::array<uint64_t*, 2> x = ops.x, y = ops.y, z = ops.z;
   size_t at = 0, bit = 0;
   for (size_t k = 0; k < jobs.size(); ++k) {
     if (d >= jobs[k].program->layers.size()) continue;
     const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
     const uint64_t* v = s.v[k].data();
-    const size_t wn = jobs[k].wn;
-    if (PackWidth(jobs[k]) != 0) {
-      for (size_t g = 0; g < ands.size(); g += 3, ++bit) {
-        const size_t w = words + bit / per_word, sh = (bit % per_word) * width;
-        for (int c = 0; c < comps; ++c) {
-          x[c][w] |= (v[ands[g + 1] * comps + c] & mask) << sh;
-          y[c][w] |= (v[ands[g + 2] * comps + c] & mask) << sh;
-        }
+    const size_t wn = jobs[k].wn, cw = comps * wn, tail = TailBits(jobs[k]);
+    WithWalk(comps, wn, [&](auto walk) { walk.Gather(ands, v, wn, tail != 0, x, y, at); });
+    at += ands.size() / 3 * (wn - (tail != 0));
+    if (tail == 0) continue;
+    for (size_t g = 0; g < ands.size(); g += 3, bit += tail) {
+      for (int c = 0; c < comps; ++c) {
+        PutBits(x[c] + words, bit, tail, v[ands[g + 1] * cw + c * wn + wn - 1]);
+        PutBits(y[c] + words, bit, tail, v[ands[g + 2] * cw + c * wn + wn - 1]);
       }
-      continue;
     }
-    WithWalk(comps, wn, [&](auto walk) { walk.Gather(ands, v, wn, x, y, at); });
-    at += ands.size() / 3 * wn;
   }
   absl::Status st = e.AndLayer({x[0], x[1]}, {y[0], y[1]}, z, total);
   if (!st.ok()) return st;
@@ -446,18 +486,17 @@ absl::Status RunAndLayer(absl::Span<const Job> jobs, size_t d, Engine& e, Scratc
     if (d >= jobs[k].program->layers.size()) continue;
     const std::vector<uint32_t>& ands = jobs[k].program->layers[d].ands;
     uint64_t* v = s.v[k].data();
-    const size_t wn = jobs[k].wn;
-    if (PackWidth(jobs[k]) != 0) {
-      for (size_t g = 0; g < ands.size(); g += 3, ++bit) {
-        const size_t w = words + bit / per_word, sh = (bit % per_word) * width;
-        for (int c = 0; c < comps; ++c) v[ands[g] * comps + c] = (z[c][w] >> sh) & mask;
-      }
-      continue;
+    const size_t wn = jobs[k].wn, cw = comps * wn, tail = TailBits(jobs[k]);
+    WithWalk(comps, wn,
+             [&](auto walk) { walk.Scatter(ands, v, wn, tail != 0, {z[0], z[1]}, at); });
+    at += ands.size() / 3 * (wn - (tail != 0));
+    if (tail == 0) continue;
+    for (size_t g = 0; g < ands.size(); g += 3, bit += tail) {
+      for (int c = 0; c < comps; ++c)
+        v[ands[g] * cw + c * wn + wn - 1] = GetBits(z[c] + words, bit, tail);
     }
-    WithWalk(comps, wn, [&](auto walk) { walk.Scatter(ands, v, wn, {z[0], z[1]}, at); });
-    at += ands.size() / 3 * wn;
   }
-  return absl::OkStatus();
+  return e.EndLayer();
 }
 
 // Sizes checked; the constants and inputs in their slots.

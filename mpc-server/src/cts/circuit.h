@@ -112,18 +112,31 @@ class Circuit {
   size_t inputs_ = 0;
 };
 
+// An AND layer's operand and product words, per share component.
+struct Operands {
+  std::array<uint64_t*, 2> x, y, z;
+};
+
 // The AND engine the evaluator runs on: kComps share components per wire
-// (1 in the clear, 2 on replicated shares).
+// (1 in the clear, 2 on replicated shares). Per layer the evaluator calls
+// Stage, writes the operands, calls AndLayer, reads the products, then
+// calls EndLayer.
 class Engine {
  public:
   virtual ~Engine() = default;
   virtual int comps() const = 0;
   // The words of the public constant 1 in component c.
   virtual uint64_t OneWord(int c) const = 0;
+  // Room of the engine's own for the next layer's n words, so that the
+  // operands are written once where the engine keeps them; false: the
+  // caller's buffers.
+  virtual bool Stage(size_t n, Operands* out) { return false; }
   // One AND layer over n words: z[c] = the products of x and y.
   virtual absl::Status AndLayer(std::array<const uint64_t*, 2> x,
                                 std::array<const uint64_t*, 2> y,
                                 std::array<uint64_t*, 2> z, size_t n) = 0;
+  // The layer's products have been read: the staged words may move.
+  virtual absl::Status EndLayer() { return absl::OkStatus(); }
 };
 
 class ClearEngine : public Engine {
@@ -135,8 +148,11 @@ class ClearEngine : public Engine {
                         std::array<uint64_t*, 2> z, size_t n) override;
 };
 
-// One party of three: ANDs through Rep3::And, so every AND word is logged
-// in ctx.log() when one is set (malicious security, protocol/verify.h).
+// One party of three: ANDs as Rep3::And, every AND word logged in
+// ctx.log() when one is set (malicious security, protocol/verify.h). With
+// a log, a layer's operands are staged in the log itself (MulLog
+// ::AppendAnd) and its products computed and received there, so no word
+// is copied into it.
 // Once the log holds verify_words AND words after a layer, the products so
 // far are verified (Verifier::Verify; every party decides alike: they log
 // the same words), as the AES kernel does (aes.h SharedOptions), so a long
@@ -150,13 +166,16 @@ class ShareEngine : public Engine {
       : ctx_(ctx), verify_words_(verify_words) {}
   int comps() const override { return 2; }
   uint64_t OneWord(int c) const override;
+  bool Stage(size_t n, Operands* out) override;
   absl::Status AndLayer(std::array<const uint64_t*, 2> x,
                         std::array<const uint64_t*, 2> y,
                         std::array<uint64_t*, 2> z, size_t n) override;
+  absl::Status EndLayer() override;
 
  private:
   protocol::Rep3& ctx_;
   size_t verify_words_;
+  bool staged_ = false;  // the next AndLayer's operands are in the log
 };
 
 // Runs p on wn words per wire: in[c] holds p.inputs * wn words (input i at
@@ -173,9 +192,9 @@ absl::Status Evaluate(const Program& p, Engine& e, size_t wn,
 // wire) and shape (a login's timestamp decryption beside its reply's
 // encryption, or logins of different message lengths). Sizes as Evaluate.
 // lanes: how many lanes (bits 0 .. lanes-1 of each word, wn == 1) the job
-// uses; 0 = all of them. A job of at most 32 lanes has its AND operands
-// packed (several gates to a word) on the ring; the outputs' bits past
-// `lanes` are then unspecified.
+// uses; 0 = all of them. When they do not fill the job's last word, that
+// word's AND operands go packed (its lanes' bits per gate, several gates to
+// a word) on the ring; the outputs' bits past `lanes` are then unspecified.
 struct Job {
   const Program* program;
   size_t wn;

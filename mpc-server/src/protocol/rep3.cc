@@ -17,15 +17,8 @@ absl::Status Rep3::And(absl::Span<const uint64_t> x0,
       z1.size() != n) {
     return absl::InvalidArgumentError("And: operand sizes differ");
   }
-  // t_i straight into z0, the reply into z1 (no scratch: Verify calls this
-  // for millions of triple words).
-  prss_.ZeroShare(reinterpret_cast<uint8_t*>(z0.data()), n * 8);
-  for (size_t j = 0; j < n; ++j) {
-    z0[j] ^= (x0[j] & y0[j]) ^ (x0[j] & y1[j]) ^ (x1[j] & y0[j]);
-  }
-  absl::Status st = channel_.Exchange(
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(z0.data()), n * 8),
-      absl::MakeSpan(reinterpret_cast<uint8_t*>(z1.data()), n * 8));
+  absl::Status st = AndUnlogged(x0.data(), x1.data(), y0.data(), y1.data(),
+                                z0.data(), z1.data(), n);
   if (!st.ok()) return st;
   if (log_ != nullptr) {
     const size_t at =
@@ -33,6 +26,20 @@ absl::Status Rep3::And(absl::Span<const uint64_t> x0,
     log_->SetAndZ1(at, z1.data(), n);
   }
   return absl::OkStatus();
+}
+
+absl::Status Rep3::AndUnlogged(const uint64_t* x0, const uint64_t* x1,
+                               const uint64_t* y0, const uint64_t* y1,
+                               uint64_t* z0, uint64_t* z1, size_t n) {
+  // t_i straight into z0, the reply into z1 (no scratch: Verify calls this
+  // for millions of triple words).
+  prss_.ZeroShare(reinterpret_cast<uint8_t*>(z0), n * 8);
+  for (size_t j = 0; j < n; ++j) {
+    z0[j] ^= (x0[j] & y0[j]) ^ (x0[j] & y1[j]) ^ (x1[j] & y0[j]);
+  }
+  return channel_.Exchange(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(z0), n * 8),
+      absl::MakeSpan(reinterpret_cast<uint8_t*>(z1), n * 8));
 }
 
 absl::Status Rep3::GfMul(absl::Span<const uint8_t> x0,

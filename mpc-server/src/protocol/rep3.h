@@ -40,6 +40,12 @@ class Rep3 {
                    absl::Span<const uint64_t> y0, absl::Span<const uint64_t> y1,
                    absl::Span<uint64_t> z0, absl::Span<uint64_t> z1);
 
+  // And's products of n words without logging them: the caller logged
+  // (or staged in the log, MulLog::AppendAnd) the operands already. z0
+  // and z1 must not alias the inputs.
+  absl::Status AndUnlogged(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
+                           const uint64_t* y1, uint64_t* z0, uint64_t* z1, size_t n);
+
   // n = x0.size()/16 shared GF(2^128) products in one round. Outputs must
   // not alias inputs.
   absl::Status GfMul(absl::Span<const uint8_t> x0, absl::Span<const uint8_t> x1,

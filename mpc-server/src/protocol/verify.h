@@ -286,6 +286,10 @@ class MulLog {
   // caller writes at out[0 .. 5) before the next call.
   size_t AppendAnd(size_t n, int live, uint64_t* out[5]);
   void SetAndZ1(size_t at, const uint64_t* z1, size_t n);
+  // Where the z1 words of AppendAnd's words from `at` go (the caller
+  // receives them there instead of calling SetAndZ1). Valid until the next
+  // append.
+  uint64_t* AndZ1At(size_t at) { return and_[5].data() + at; }
   // n GF(2^128) products, 16 bytes each.
   void AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
              const uint8_t* y1, const uint8_t* z0, const uint8_t* z1,

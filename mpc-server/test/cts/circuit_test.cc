@@ -212,13 +212,13 @@ TEST(Circuit, JobsShareRounds) {
   }
 }
 
-// A job of at most 32 lanes (Job::lanes) sends its AND operands packed,
-// 64 / width gates to a word (width: the lanes rounded up to a power of
-// two): each layer's words as counted, and the outputs as unpacked, in the
+// A job of fewer than 64 lanes (Job::lanes) sends its AND operands packed,
+// its lanes' bits per gate, gate after gate across word boundaries: each
+// layer's words as counted, and the outputs as unpacked, in the
 // clear beside an unpacked job and on shares in both modes (the malicious
 // check verifies the packed words).
 TEST(Circuit, FewLanesArePacked) {
-  for (size_t n : {1, 3, 32, 33}) {
+  for (size_t n : {1, 3, 12, 20, 32, 33, 63, 64}) {
     std::vector<Bytes> lanes;
     for (size_t l = 0; l < n; ++l) lanes.push_back(::kmpc::testing::Random(2));
     const RandomCircuit r = MakeRandom(lanes, 20 + static_cast<uint32_t>(n));
@@ -229,12 +229,10 @@ TEST(Circuit, FewLanesArePacked) {
     const Job job{&r.p, wn, {in, {}}, {absl::MakeSpan(out), {}}, n};
     testing::CountingEngine e;
     ASSERT_TRUE(EvaluateAll(absl::MakeConstSpan(&job, 1), e).ok());
-    size_t width = 1;
-    while (width < n) width <<= 1;
     size_t want = 0;
     for (const auto& layer : r.p.layers) {
       const size_t gates = layer.ands.size() / 3;
-      want += n <= 32 ? (gates * width + 63) / 64 : gates * wn;
+      want += n < 64 ? (gates * n + 63) / 64 : gates * wn;
     }
     EXPECT_EQ(e.layers, r.p.depth) << n;
     EXPECT_EQ(e.words, want) << n;
@@ -279,10 +277,10 @@ class TwoClearEngine : public Engine {
 };
 
 // The message layout of circuit.h EvaluateAll, written out plainly: per
-// AND layer, the unpacked jobs' operands (wn words per gate, in job and
-// gate order), then the packed jobs' (Job::lanes <= 32, wn 1: `width`
-// bits per gate, the lanes rounded up to a power of two, 64 / width gates
-// to a word from bit 0 up); each component evaluated on its own as
+// AND layer, the jobs' full words (wn per gate, in job and gate order;
+// wn - 1 when the lanes do not fill the last word), then those last words
+// packed (each gate's lanes in that word as that many bits, one bit string
+// over the words from bit 0 up); each component evaluated on its own as
 // TwoClearEngine does.
 struct Reference {
   std::array<std::vector<std::vector<uint64_t>>, 2> xs, ys;
@@ -291,11 +289,10 @@ struct Reference {
 
 Reference RefEvaluate(const std::vector<Job>& jobs) {
   Reference r;
-  auto width_of = [](const Job& j) -> size_t {
-    if (j.wn != 1 || j.lanes == 0 || j.lanes > 32) return 0;
-    size_t w = 1;
-    while (w < j.lanes) w <<= 1;
-    return w;
+  // Lanes of a job's last word that do not fill it, else 0.
+  auto tail_of = [](const Job& j) -> size_t {
+    if (j.lanes == 0 || j.lanes % 64 == 0 || j.lanes <= 64 * (j.wn - 1)) return 0;
+    return j.lanes % 64;
   };
   size_t layers = 0;
   for (const Job& j : jobs) layers = std::max(layers, j.program->layers.size());
@@ -312,32 +309,27 @@ Reference RefEvaluate(const std::vector<Job>& jobs) {
     }
     for (size_t d = 0; d < layers; ++d) {
       std::vector<uint64_t> x, y, px, py;
-      size_t width = 0, bit = 0;
-      for (const Job& j : jobs) {
-        if (d < j.program->layers.size() && width_of(j) != 0)
-          width = std::max(width, width_of(j));
-      }
-      const size_t per_word = width ? 64 / width : 1;
-      const uint64_t mask = width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+      std::vector<bool> xbits, ybits;  // the last words' lanes, in order
       for (size_t k = 0; k < jobs.size(); ++k) {
         if (d >= jobs[k].program->layers.size()) continue;
         const auto& ands = jobs[k].program->layers[d].ands;
+        const size_t wn = jobs[k].wn, tail = tail_of(jobs[k]), full = wn - (tail != 0);
         for (size_t g = 0; g < ands.size(); g += 3) {
-          if (width_of(jobs[k]) != 0) {
-            if (bit % per_word == 0) {
-              px.push_back(0);
-              py.push_back(0);
-            }
-            px.back() |= (v[k][ands[g + 1]] & mask) << (bit % per_word * width);
-            py.back() |= (v[k][ands[g + 2]] & mask) << (bit % per_word * width);
-            ++bit;
-            continue;
+          for (size_t w = 0; w < full; ++w) {
+            x.push_back(v[k][ands[g + 1] * wn + w]);
+            y.push_back(v[k][ands[g + 2] * wn + w]);
           }
-          for (size_t w = 0; w < jobs[k].wn; ++w) {
-            x.push_back(v[k][ands[g + 1] * jobs[k].wn + w]);
-            y.push_back(v[k][ands[g + 2] * jobs[k].wn + w]);
+          for (size_t l = 0; l < tail; ++l) {
+            xbits.push_back((v[k][ands[g + 1] * wn + wn - 1] >> l) & 1);
+            ybits.push_back((v[k][ands[g + 2] * wn + wn - 1] >> l) & 1);
           }
         }
+      }
+      px.assign((xbits.size() + 63) / 64, 0);
+      py.assign(px.size(), 0);
+      for (size_t i = 0; i < xbits.size(); ++i) {
+        px[i / 64] |= uint64_t{xbits[i]} << (i % 64);
+        py[i / 64] |= uint64_t{ybits[i]} << (i % 64);
       }
       const size_t words = x.size();
       x.insert(x.end(), px.begin(), px.end());
@@ -346,20 +338,20 @@ Reference RefEvaluate(const std::vector<Job>& jobs) {
         r.xs[c].push_back(x);
         r.ys[c].push_back(y);
       }
-      bit = 0;
-      size_t at = 0;
+      size_t at = 0, bit = 0;
       for (size_t k = 0; k < jobs.size(); ++k) {
         if (d >= jobs[k].program->layers.size()) continue;
-        const size_t wn = jobs[k].wn;
+        const size_t wn = jobs[k].wn, tail = tail_of(jobs[k]), full = wn - (tail != 0);
         const auto& ands = jobs[k].program->layers[d].ands;
         for (size_t g = 0; g < ands.size(); g += 3) {
-          if (width_of(jobs[k]) != 0) {
-            const size_t w = words + bit / per_word, sh = bit % per_word * width;
-            v[k][ands[g]] = ((x[w] & y[w]) >> sh) & mask;
-            ++bit;
-            continue;
+          for (size_t w = 0; w < full; ++w, ++at) v[k][ands[g] * wn + w] = x[at] & y[at];
+          if (tail == 0) continue;
+          uint64_t& o = v[k][ands[g] * wn + wn - 1];
+          o = 0;
+          for (size_t l = 0; l < tail; ++l, ++bit) {
+            const size_t w = words + bit / 64;
+            o |= ((x[w] & y[w]) >> (bit % 64) & 1) << l;
           }
-          for (size_t w = 0; w < wn; ++w, ++at) v[k][ands[g] * wn + w] = x[at] & y[at];
         }
         const auto& xors = jobs[k].program->layers[d].xors;
         for (size_t g = 0; g < xors.size(); g += 3) {

@@ -553,6 +553,38 @@ TEST(Rfc3962, AdditiveErrorOnOneAndIsCaught) {
   testing::g_verify_words = protocol::MulLog::kVerifyWords;
 }
 
+// A job of 40 lanes goes packed, 40 bits per gate (circuit.cc TailBits):
+// an error on any bit of its packed words is still caught, in the run's
+// checks and in the last one.
+TEST(Rfc3962, AdditiveErrorOnAPackedGateIsCaught) {
+  const Program p = *DecryptProgram(14, kTimestamp);
+  std::vector<Views> in;
+  for (int l = 0; l < 40; ++l) {
+    const Lane lane = MakeLane(32, 1, kTimestamp);
+    in.push_back(testing::Concat(
+        {testing::DealViews(lane.material), testing::PublicViews(lane.cipher)}));
+  }
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    CheatCluster cl(cheater);
+    testing::g_verify_words = cheater == 1 ? 20000 : protocol::MulLog::kVerifyWords;
+    std::array<absl::Status, 3> st;
+    testing::RunShared(cl.rep3(), p, in, true, &st);
+    for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    for (int layer : {3, p.depth / 2, p.depth - 2}) {
+      cl.cheat().Arm(layer, 8 * (layer % 7) + 4, 0x80);
+      testing::RunShared(cl.rep3(), p, in, true, &st, /*cheated=*/true);
+      ASSERT_TRUE(cl.cheat().fired());
+      cl.cheat().Disarm();
+      int caught = 0;
+      for (int i = 0; i < 3; ++i) {
+        if (i != cheater && protocol::IsIntegrityFailure(st[i])) ++caught;
+      }
+      EXPECT_GE(caught, 1) << "cheater " << cheater << " layer " << layer;
+    }
+  }
+  testing::g_verify_words = protocol::MulLog::kVerifyWords;
+}
+
 // ANDs and AND depth (ring rounds) of one login's parts and of both in one
 // run (they run side by side: the depth is the longer one's).
 TEST(Rfc3962, LoginFigures) {
