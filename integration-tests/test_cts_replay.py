@@ -181,3 +181,30 @@ def test_replays_the_module_refuses_do_not_spend_the_users_bound(kmpc_factory):
     assert rep[:1] == b"\x6b", (
         "the user's own login failed after refused replays",
         krb_der.krb_error_code(rep) if rep[:1] == b"\x7e" else rep[:8].hex())
+
+
+def test_a_replay_over_udp_or_with_reordered_padata_is_refused(kmpc_factory):
+    """Review (review5) regression: the module's cache is keyed on the key
+    and C || T, not on the transport or the rest of the request: a
+    timestamp that logged in over TCP, sent again over UDP with a new
+    nonce, or over TCP with its padata in the other order, is refused
+    (MIT's lookaside cache, keyed on the request's bytes, misses both)."""
+    princ = "cleo"
+    kr, key, _ = cts_user_realm(kmpc_factory, princ)
+    captured = _timestamp(key, _now())
+    rep = _send(kr, princ, captured, 1)
+    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    req = _as_req(kr.realm, princ, (1 << 30) | secrets.randbits(30),
+                  [_pa(PA_ENC_TIMESTAMP, captured), _pa(PA_REQ_ENC_PA_REP, b"")],
+                  addresses=1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(60)
+        s.sendto(req, ("127.0.0.1", kr.kdc_port))
+        rep = s.recv(65536)
+    assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_FAILED, rep[:8].hex()
+    req = _as_req(kr.realm, princ, (1 << 30) | secrets.randbits(30),
+                  [_pa(PA_REQ_ENC_PA_REP, b""), _pa(PA_ENC_TIMESTAMP, captured)],
+                  addresses=1)
+    rep = krb_der.send_tcp(kr.kdc_port, req)
+    assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_FAILED, rep[:8].hex()
+    assert kr.kdc_alive()
