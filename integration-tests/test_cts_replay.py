@@ -208,3 +208,37 @@ def test_a_replay_over_udp_or_with_reordered_padata_is_refused(kmpc_factory):
     rep = krb_der.send_tcp(kr.kdc_port, req)
     assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_FAILED, rep[:8].hex()
     assert kr.kdc_alive()
+
+
+def test_a_heimdal_client_with_a_wrong_clock_retries_after_skew(kmpc_factory, tmp_path):
+    """Review (review5) ATTACK on availability, FAILS on 65a7b17: Debian's
+    Heimdal kinit dates its first timestamp by its own (wrong) clock and
+    retries with the KDC's time only on KRB_AP_ERR_SKEW. Once its
+    request's shape is proven (a login with a right clock first), the
+    reply ENCRYPT rides in the gate's Run, the servers withhold it as
+    stale, and that failure makes the KDC answer KDC_ERR_PREAUTH_FAILED
+    instead of SKEW: Heimdal gives up (and the failure counts toward
+    lockout). With a cold shape the reply is held back and SKEW comes
+    through. Secure behaviour: SKEW whenever the timestamp is skewed."""
+    import subprocess
+    import pytest
+    from kmpc_harness import heimdal as kmpc_heimdal
+    from test_cts_as import Stock
+    try:
+        progs = kmpc_heimdal.prepare()
+    except kmpc_heimdal.HeimdalError as e:
+        pytest.fail(f"Debian's Heimdal clients could not be prepared: {e}")
+    src, so = tmp_path / "shift.c", tmp_path / "shift.so"
+    src.write_text(_TIME_SHIFT_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
+    princ = "cleo"
+    kr, _, _ = cts_user_realm(kmpc_factory, princ)
+    c = Stock(kr, "heimdal")
+    for shift in (0, 600, -900):
+        env = dict(kmpc_heimdal.env(c.env), LD_PRELOAD=str(so), KMPC_TIME_SHIFT=str(shift))
+        p = subprocess.run([progs["kinit"], "--password-file=STDIN", princ],
+                           input="Cleo-pw-4242\n", capture_output=True, text=True,
+                           env=env, timeout=90)
+        assert p.returncode == 0, (shift, p.stdout + p.stderr, kr.kdc_log_text()[-3000:])
+    assert "Clock skew too great" in kr.kdc_log_text() or "SKEW" in kr.kdc_log_text()
+    assert kr.kdc_alive()
