@@ -843,6 +843,29 @@ TEST_P(CtsJobs, KdcClockDifferentPerServerFailsTheBatch) {
   }
 }
 
+// Review (review5) regression, refused today: a compromised KDC holding a
+// stale timestamp deals its C || T inconsistently (one party's copy of a
+// share differs, in every byte position tried) against malicious
+// servers: the gated reply is never released.
+TEST(CtsMalicious, InconsistentlyDealtStaleTimestampReleasesNothing) {
+  EngineOptions opt;
+  opt.malicious = true;
+  CtsCluster c(opt);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key, KeyKind::kUser);
+  const Bytes ct = ClearEncrypt(key, 1, TimestampPlain(absl::Now() - absl::Hours(1)));
+  for (size_t at : {size_t{0}, size_t{5}, size_t{17}, size_t{23}, size_t{30}, ct.size() - 1}) {
+    Job reply = CtsJob(pb::JOB_ENCRYPT, id, false, 3, Random(80));
+    reply.release_if_ok = 0;
+    auto r = c.RunStatus({CtsJob(pb::JOB_DECRYPT, id, false, 1, ct), reply}, {},
+                         [at](int i, std::vector<Job>& jobs) {
+                           if (i == 0) jobs[0].data_shares[1][at] ^= 0x01;
+                         });
+    for (int i = 0; i < 3; ++i)
+      if (r[i].ok()) EXPECT_NE(r[i]->jobs[1].status, pb::JOB_OK) << at;
+  }
+}
+
 // --security=malicious, a FAST login's three jobs (the gate under 54, the
 // KDC's challenge under 55 and the reply under 3, gated): a cheating party
 // flips one bit of one of its messages, in the PRF+ / key-schedule / DK
