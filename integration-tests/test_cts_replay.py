@@ -97,3 +97,153 @@ def test_a_timestamp_outside_the_skew_proves_no_shape(kmpc_factory):
     rep = _send(kr, princ, _timestamp(key, _now()), 4)
     assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
     assert _since(kr, before, 1) == (1, 2, 1, 1)
+
+
+# A clock moved by KMPC_TIME_SHIFT seconds for the process it is preloaded
+# into (gettimeofday, clock_gettime's CLOCK_REALTIME, time): a client whose
+# clock is wrong, without touching the host's.
+_TIME_SHIFT_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+static long shift(void) { const char *s = getenv("KMPC_TIME_SHIFT"); return s ? atol(s) : 0; }
+int gettimeofday(struct timeval *tv, void *tz) {
+  int (*real)(struct timeval *, void *) = dlsym(RTLD_NEXT, "gettimeofday");
+  int r = real(tv, tz);
+  if (r == 0 && tv) tv->tv_sec += shift();
+  return r;
+}
+int clock_gettime(clockid_t id, struct timespec *ts) {
+  int (*real)(clockid_t, struct timespec *) = dlsym(RTLD_NEXT, "clock_gettime");
+  int r = real(id, ts);
+  if (r == 0 && ts && id == CLOCK_REALTIME) ts->tv_sec += shift();
+  return r;
+}
+time_t time(time_t *t) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  if (t) *t = tv.tv_sec;
+  return tv.tv_sec;
+}
+"""
+
+
+def test_a_client_with_a_wrong_clock_still_logs_in(kmpc_factory, tmp_path):
+    """Review (review5) regression: an honest MIT kinit whose clock is 10
+    or 15 minutes off logs in (it dates its timestamp by the KDC's time
+    from the PREAUTH_REQUIRED error, get_in_tkt.c note_req_timestamp), so
+    the module's and the servers' skew checks, both against the KDC's
+    clock, refuse nothing an honest client sends."""
+    import subprocess
+    src, so = tmp_path / "shift.c", tmp_path / "shift.so"
+    src.write_text(_TIME_SHIFT_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
+    princ = "cleo"
+    kr, _, _ = cts_user_realm(kmpc_factory, princ)
+    for shift in (600, -900):
+        env = dict(kr.env, LD_PRELOAD=str(so), KMPC_TIME_SHIFT=str(shift),
+                   KRB5CCNAME=f"FILE:{tmp_path}/cc{shift}")
+        kr.kinit(princ, "Cleo-pw-4242", env=env)
+    assert kr.kdc_alive()
+
+
+def test_replays_the_module_refuses_do_not_spend_the_users_bound(kmpc_factory):
+    """Review (review5) ATTACK, fails on 65a7b17: the module checks its
+    replay cache only after the Run, so a replayed timestamp of a proven
+    shape has its reply computed, released and counted by the servers'
+    --cts_releases_per_minute before the KDC answers PREAUTH_FAILED. Anyone
+    who saw one login on the network spends that user's bound and the
+    user's own next login fails (KDC_ERR_SVC_UNAVAILABLE). Secure
+    behaviour: a replay the module refuses costs the user nothing (check
+    the cache on C || T, which the KDC holds, before submitting)."""
+    import ctr_mpc_ref
+    from kmpc_harness.cluster import default_salt
+    from test_cts_handles import COLD_PROGRAMS, CTS256, ENCTYPES
+    princ, pw = "cleo", "Cleo-pw-4242"
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      module_options=COLD_PROGRAMS,
+                      server_flags="--cts_releases_per_minute=3")
+    kr.setup_krbtgt()
+    kr.addprinc(princ, pw, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
+    kr.start()
+    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(),
+                                    default_salt(f"{princ}@{kr.realm}").encode())
+    captured = _timestamp(key, _now())
+    rep = _send(kr, princ, captured, 1)
+    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    for _ in range(4):  # the network attacker's replays, new nonces
+        rep = _send(kr, princ, captured, 1)
+        assert rep[:1] != b"\x6b", "a replayed timestamp logged in"
+    rep = _send(kr, princ, _timestamp(key, _now()), 1)
+    assert rep[:1] == b"\x6b", (
+        "the user's own login failed after refused replays",
+        krb_der.krb_error_code(rep) if rep[:1] == b"\x7e" else rep[:8].hex())
+
+
+def test_a_replay_over_udp_or_with_reordered_padata_is_refused(kmpc_factory):
+    """Review (review5) regression: the module's cache is keyed on the key
+    and C || T, not on the transport or the rest of the request: a
+    timestamp that logged in over TCP, sent again over UDP with a new
+    nonce, or over TCP with its padata in the other order, is refused
+    (MIT's lookaside cache, keyed on the request's bytes, misses both)."""
+    princ = "cleo"
+    kr, key, _ = cts_user_realm(kmpc_factory, princ)
+    captured = _timestamp(key, _now())
+    rep = _send(kr, princ, captured, 1)
+    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    req = _as_req(kr.realm, princ, (1 << 30) | secrets.randbits(30),
+                  [_pa(PA_ENC_TIMESTAMP, captured), _pa(PA_REQ_ENC_PA_REP, b"")],
+                  addresses=1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(60)
+        s.sendto(req, ("127.0.0.1", kr.kdc_port))
+        rep = s.recv(65536)
+    assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_FAILED, rep[:8].hex()
+    req = _as_req(kr.realm, princ, (1 << 30) | secrets.randbits(30),
+                  [_pa(PA_REQ_ENC_PA_REP, b""), _pa(PA_ENC_TIMESTAMP, captured)],
+                  addresses=1)
+    rep = krb_der.send_tcp(kr.kdc_port, req)
+    assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_FAILED, rep[:8].hex()
+    assert kr.kdc_alive()
+
+
+def test_a_heimdal_client_with_a_wrong_clock_fares_as_with_a_stock_key(kmpc_factory, tmp_path):
+    """Review (review5) regression: Debian's Heimdal kinit dates its first
+    timestamp by its own (wrong) clock and retries with the KDC's time on
+    KRB_AP_ERR_SKEW. With its clock 600 s ahead or 900 s behind, after a
+    login that proved its request's shape (so the reply rides in the
+    gate's Run and the servers withhold it as stale), a user whose key is
+    in the cluster fares exactly as a user with an ordinary KDB key: 600 s
+    ahead logs in on the retry; 900 s behind fails for both (Heimdal 7.8
+    answers PREAUTH_FAILED itself, not kmpc)."""
+    import subprocess
+    import pytest
+    from kmpc_harness import heimdal as kmpc_heimdal
+    from test_cts_as import Stock
+    from test_cts_handles import CTS256
+    try:
+        progs = kmpc_heimdal.prepare()
+    except kmpc_heimdal.HeimdalError as e:
+        pytest.fail(f"Debian's Heimdal clients could not be prepared: {e}")
+    src, so = tmp_path / "shift.c", tmp_path / "shift.so"
+    src.write_text(_TIME_SHIFT_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
+    kr, _, _ = cts_user_realm(kmpc_factory, "cleo")
+    kr.addprinc("olly", "Olly-pw-1", enctypes=[CTS256])  # an ordinary KDB key
+    c = Stock(kr, "heimdal")
+
+    def kinit(princ, pw, shift):
+        env = dict(kmpc_heimdal.env(c.env), LD_PRELOAD=str(so), KMPC_TIME_SHIFT=str(shift))
+        p = subprocess.run([progs["kinit"], "--password-file=STDIN", princ], input=pw + "\n",
+                           capture_output=True, text=True, env=env, timeout=90)
+        return p.returncode, p.stderr.replace(princ, "USER")
+
+    for shift in (0, 600, -900):
+        stock = kinit("olly", "Olly-pw-1", shift)
+        assert kinit("cleo", "Cleo-pw-4242", shift) == stock, (shift, stock)
+        if shift != -900:
+            assert stock[0] == 0, (shift, stock)
+    assert kr.kdc_alive()

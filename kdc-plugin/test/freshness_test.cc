@@ -84,5 +84,28 @@ TEST(GateFreshness, MemoryIsBounded) {
   EXPECT_LE(f.size(), 100u);
 }
 
+// Review (review5) ATTACK (low), fails on 65a7b17: when the cache is full
+// it forgets the entries nearest their expiry first, so a user who floods
+// it with fresh gates of its own key dated up to the skew ahead (its own
+// password: timestamps it may date as it likes) pushes out a victim's
+// just-verified timestamp, which a network attacker then replays. Today
+// this needs 2^19 verified gates within ~600 s (~870 a second, over the
+// module's clusters together). Secure behaviour: a victim's entry stays
+// until its expiry (refuse, or bound per key, the flood instead).
+TEST(GateFreshness, AFloodOfOneKeysGatesDoesNotEvictAnothersEntry) {
+  GateFreshness f(absl::Seconds(300), 100);
+  const Bytes victim(56, 7), ts = PaEncTs(kNow);
+  EXPECT_EQ(f.Check(kOther, victim, ts, kNow), GateFreshness::Verdict::kFresh);
+  for (int i = 0; i < 100; ++i) {
+    Bytes ct(56, 0);
+    ct[0] = static_cast<uint8_t>(i);
+    EXPECT_EQ(f.Check(kKey, ct, PaEncTs(kNow + absl::Seconds(299)), kNow),
+              GateFreshness::Verdict::kFresh);
+  }
+  EXPECT_EQ(f.Check(kOther, victim, ts, kNow + absl::Seconds(1)),
+            GateFreshness::Verdict::kReplayed)
+      << "the victim's timestamp was forgotten and replays";
+}
+
 }  // namespace
 }  // namespace kmpc::kdc

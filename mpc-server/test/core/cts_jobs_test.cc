@@ -734,6 +734,138 @@ TEST_P(CtsJobs, ReplayWithinTheSkewIsRateBounded) {
   for (int p = 0; p < 3; ++p) CtsReleaseLimiter::Shared(p).Clear();
 }
 
+// Review (review5) ATTACK, fails on 65a7b17: the release bound is read in
+// LookupKeys before the batch and counted in Collect after it, so every
+// gated reply of one Run sees the bucket as it was before the Run. A
+// compromised KDC puts many usage-3 replies, all gated on one replayed
+// timestamp, into one Run: each is released (10 of 10 with a bound of 3),
+// and the bucket, clamped at 0 tokens, refills within seconds for the next
+// such Run. Secure behaviour: at most the bound per key per minute.
+TEST_P(CtsJobs, RepliesOnOneGateInOneRunAreRateBounded) {
+  for (int p = 0; p < 3; ++p) CtsReleaseLimiter::Shared(p).Clear();
+  EngineOptions opt;
+  opt.malicious = GetParam();
+  opt.cts_releases_per_minute = 3;
+  CtsCluster c(opt);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key, KeyKind::kUser);
+  const Bytes captured = ClearEncrypt(key, 1, TimestampPlain(absl::Now()));
+  int released = 0;
+  for (int run = 0; run < 2; ++run) {
+    std::vector<Job> jobs = {CtsJob(pb::JOB_DECRYPT, id, false, 1, captured)};
+    for (int n = 0; n < 10; ++n) {
+      Job reply = CtsJob(pb::JOB_ENCRYPT, id, false, 3, Random(80));
+      reply.release_if_ok = 0;
+      jobs.push_back(reply);
+    }
+    auto r = c.Run(jobs);
+    ExpectStatus(r, 0, pb::JOB_OK);
+    for (size_t j = 1; j < jobs.size(); ++j) released += r[0].jobs[j].status == pb::JOB_OK;
+  }
+  EXPECT_LE(released, 3) << "gated replies released past --cts_releases_per_minute";
+  for (int p = 0; p < 3; ++p) CtsReleaseLimiter::Shared(p).Clear();
+}
+
+// Review (review5) ATTACK, fails on 65a7b17: the bound counts only usage-3
+// replies (GatedUserReply). The KDC's FAST challenge (usage 55 under
+// CF2(A, K), A the KDC's own armor half, the plaintext the KDC's) is as
+// much a chosen-plaintext verifier of the password, and a compromised KDC
+// replaying one captured client challenge (usage 54) within the skew gets
+// one per Run, unbounded. Secure behaviour: counted like a reply.
+TEST_P(CtsJobs, KdcChallengesOnAReplayedFastGateAreRateBounded) {
+  for (int p = 0; p < 3; ++p) CtsReleaseLimiter::Shared(p).Clear();
+  EngineOptions opt;
+  opt.malicious = GetParam();
+  opt.cts_releases_per_minute = 2;
+  CtsCluster c(opt);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key, KeyKind::kUser);
+  const Bytes xc = Random(16);
+  const Bytes ct = ClearEncrypt(Xor(xc, ClearPrfPlus(key, "challengelongterm", 16)), 54,
+                                TimestampPlain(absl::Now()));
+  int released = 0;
+  for (int n = 0; n < 5; ++n) {
+    Job kdc = FastJob(pb::JOB_ENCRYPT, id, false, 55, Random(16), Random(28));
+    kdc.release_if_ok = 0;
+    auto r = c.Run({FastJob(pb::JOB_DECRYPT, id, false, 54, xc, ct), kdc}, {{0, xc}});
+    ExpectStatus(r, 0, pb::JOB_OK);
+    released += r[0].jobs[1].status == pb::JOB_OK;
+  }
+  EXPECT_LE(released, 2) << "KDC challenges released past --cts_releases_per_minute";
+  for (int p = 0; p < 3; ++p) CtsReleaseLimiter::Shared(p).Clear();
+}
+
+// Review (review5) regression, refused today: a fresh gate opens only its
+// own key's reply (another user's is refused before any AND), and a stale
+// FAST challenge (usage 54) used as the gate of a dealt-key usage-3 reply
+// withholds it as a stale timestamp does.
+TEST_P(CtsJobs, FreshGateOfAnotherKeyOrStaleChallengeReleasesNothing) {
+  CtsCluster c(GetParam());
+  const Bytes ka = Random(16), kb = Random(16);
+  const std::string a = c.AddKey(ka, KeyKind::kUser), b = c.AddKey(kb, KeyKind::kUser);
+  Job other = CtsJob(pb::JOB_ENCRYPT, b, false, 3, Random(80));
+  other.release_if_ok = 0;
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, a, false, 1,
+                         ClearEncrypt(ka, 1, TimestampPlain(absl::Now()))),
+                  other});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  ExpectStatus(r, 1, pb::JOB_MALFORMED);
+  const Bytes xc = Random(16);
+  const Bytes ct = ClearEncrypt(Xor(xc, ClearPrfPlus(ka, "challengelongterm", 16)), 54,
+                                TimestampPlain(absl::Now() - absl::Seconds(400)));
+  Job reply = CtsJob(pb::JOB_ENCRYPT, a, false, 3, Random(80));
+  reply.release_if_ok = 0;
+  auto f = c.Run({FastJob(pb::JOB_DECRYPT, a, false, 54, xc, ct), reply}, {{0, xc}});
+  ExpectStatus(f, 0, pb::JOB_OK);
+  ExpectStatus(f, 1, pb::JOB_WITHHELD);
+}
+
+// Review (review5) regression, refused today: a KDC that tells each
+// server a different clock (each within that server's tolerance) to widen
+// the window fails the batch on every party (Job::now is in the
+// agreement digest); nothing is released.
+TEST_P(CtsJobs, KdcClockDifferentPerServerFailsTheBatch) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key, KeyKind::kUser);
+  Job reply = CtsJob(pb::JOB_ENCRYPT, id, false, 3, Random(80));
+  reply.release_if_ok = 0;
+  auto r = c.RunStatus(
+      {CtsJob(pb::JOB_DECRYPT, id, false, 1,
+              ClearEncrypt(key, 1, TimestampPlain(absl::Now() - absl::Seconds(303)))),
+       reply},
+      {}, [](int i, std::vector<Job>& jobs) {
+        for (Job& j : jobs) j.now += i == 0 ? -4 : 4;
+      });
+  for (int i = 0; i < 3; ++i) {
+    if (!r[i].ok()) continue;
+    for (const auto& j : r[i]->jobs) EXPECT_TRUE(j.keystream[0].empty() && j.keystream[1].empty());
+  }
+}
+
+// Review (review5) regression, refused today: a compromised KDC holding a
+// stale timestamp deals its C || T inconsistently (one party's copy of a
+// share differs, in every byte position tried) against malicious
+// servers: the gated reply is never released.
+TEST(CtsMalicious, InconsistentlyDealtStaleTimestampReleasesNothing) {
+  EngineOptions opt;
+  opt.malicious = true;
+  CtsCluster c(opt);
+  const Bytes key = Random(16);
+  const std::string id = c.AddKey(key, KeyKind::kUser);
+  const Bytes ct = ClearEncrypt(key, 1, TimestampPlain(absl::Now() - absl::Hours(1)));
+  for (size_t at : {size_t{0}, size_t{5}, size_t{17}, size_t{23}, size_t{30}, ct.size() - 1}) {
+    Job reply = CtsJob(pb::JOB_ENCRYPT, id, false, 3, Random(80));
+    reply.release_if_ok = 0;
+    auto r = c.RunStatus({CtsJob(pb::JOB_DECRYPT, id, false, 1, ct), reply}, {},
+                         [at](int i, std::vector<Job>& jobs) {
+                           if (i == 0) jobs[0].data_shares[1][at] ^= 0x01;
+                         });
+    for (int i = 0; i < 3; ++i)
+      if (r[i].ok()) EXPECT_NE(r[i]->jobs[1].status, pb::JOB_OK) << at;
+  }
+}
+
 // --security=malicious, a FAST login's three jobs (the gate under 54, the
 // KDC's challenge under 55 and the reply under 3, gated): a cheating party
 // flips one bit of one of its messages, in the PRF+ / key-schedule / DK
