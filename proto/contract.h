@@ -189,6 +189,8 @@ struct JobShape {
 // ENCRYPT that carries it (KRB5_KEYUSAGE_AS_REP_ENCPART).
 inline constexpr uint32_t kSpliceChecksumUsage = 56;
 inline constexpr uint32_t kSpliceReplyUsage = 3;
+// The KDC's FAST challenge (RFC 6113 5.4.6: KEY_USAGE_ENC_CHALLENGE_KDC).
+inline constexpr uint32_t kKdcChallengeUsage = 55;
 inline constexpr uint64_t kSpliceBytes = 12;
 // The splice's message as dealt (kmpc.proto Job.splice_length): D, then
 // the padding SHA-1 appends to the HMAC inner hash's input (Ki ^ ipad) ||

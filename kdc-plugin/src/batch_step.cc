@@ -809,6 +809,12 @@ absl::Status BatchStep::GateFresh(const PendingJob& e) {
                       absl::DataLossError("its timestamp is outside the KDC's clock skew"));
     return absl::OkStatus();
   }
+  if (v == V::kFull) {
+    host_->Log(LOG_WARNING, absl::StrCat("kdcmpc: batch #", seq_, ": the aes*-cts replay "
+                                         "cache is full (", GateFreshness::kMaxEntries,
+                                         " gates within the clock skew): login refused"));
+    return absl::UnavailableError("the aes*-cts gates' replay cache is full");
+  }
   host_->Log(LOG_NOTICE, absl::StrCat("kdcmpc: batch #", seq_, ": a replayed aes*-cts ",
                                       e.job.usage == 54 ? "FAST challenge" : "PA-ENC-TIMESTAMP",
                                       " (verified before within the clock skew) refused"));

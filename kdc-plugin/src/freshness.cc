@@ -81,11 +81,19 @@ void GateFreshness::Clear() {
 }
 
 void GateFreshness::ExpireLocked(absl::Time now) {
-  while (!expiry_.empty() && (expiry_.top().first < now || seen_.size() > max_entries_)) {
+  while (!expiry_.empty() && expiry_.top().first < now) {
     auto it = seen_.find(expiry_.top().second);
     if (it != seen_.end() && it->second == expiry_.top().first) seen_.erase(it);
     expiry_.pop();
   }
+}
+
+bool GateFreshness::Seen(const std::string& key_id, absl::Span<const uint8_t> ciphertext,
+                         absl::Time now) {
+  const std::string d = Digest(key_id, ciphertext);
+  std::lock_guard<std::mutex> l(mu_);
+  ExpireLocked(now);
+  return seen_.count(d) > 0;
 }
 
 GateFreshness::Verdict GateFreshness::Check(const std::string& key_id,
@@ -98,10 +106,10 @@ GateFreshness::Verdict GateFreshness::Check(const std::string& key_id,
   ExpireLocked(now);
   std::string d = Digest(key_id, ciphertext);
   const absl::Time until = *t + skew_;
-  auto [it, added] = seen_.try_emplace(d, until);
-  if (!added) return Verdict::kReplayed;
+  if (seen_.count(d) > 0) return Verdict::kReplayed;
+  if (seen_.size() >= max_entries_) return Verdict::kFull;
+  seen_.emplace(d, until);
   expiry_.emplace(until, std::move(d));
-  ExpireLocked(now);
   return Verdict::kFresh;
 }
 

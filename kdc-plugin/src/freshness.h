@@ -8,8 +8,9 @@
 // (a replay cache, as MIT keeps for AP-REQs: RFC 4120 section 3.2.3; MIT
 // keeps none for encrypted timestamps).
 //
-// A replayed gate fails (batch_step.cc: kDataLoss, which the KDC reports
-// as KDC_ERR_PREAUTH_FAILED, as for a wrong password); a skewed one
+// A replayed gate is refused before any Run (module.cc RefuseReplayedGate;
+// one whose first copy was still in flight fails when verified,
+// batch_step.cc, as a wrong password does); a skewed one
 // completes and MIT's own check then answers KRB_AP_ERR_SKEW with the
 // KDC's time (the client may retry with its clock corrected); neither
 // proves a shape. The servers check the skew again on shares (cts.h
@@ -40,10 +41,12 @@ std::optional<absl::Time> PaTimestamp(absl::Span<const uint8_t> pa_enc_ts);
 
 class GateFreshness {
  public:
-  // Verified gates remembered within the skew: past this many, those
-  // nearest their expiry are forgotten first (~100 bytes each).
+  // Verified gates remembered within the skew (~100 bytes each). A full
+  // cache forgets nothing before its expiry: a new gate is then kFull
+  // (refused as the cluster being unavailable), so that no one's flood of
+  // fresh gates of their own key can push out another's entry to replay it.
   static constexpr size_t kMaxEntries = size_t{1} << 19;
-  enum class Verdict { kFresh, kSkewed, kReplayed };
+  enum class Verdict { kFresh, kSkewed, kReplayed, kFull };
 
   explicit GateFreshness(absl::Duration skew = absl::Seconds(300),
                          size_t max_entries = kMaxEntries)
@@ -58,9 +61,14 @@ class GateFreshness {
   // input) decrypted to `pa_enc_ts` (the confounder removed): kSkewed if
   // its time is unreadable or further than the skew from now, kReplayed if
   // the same key and ciphertext were kFresh within the skew, else kFresh
-  // (and remembered until its time + skew).
+  // (and remembered until its time + skew), or kFull (not remembered).
   Verdict Check(const std::string& key_id, absl::Span<const uint8_t> ciphertext,
                 absl::Span<const uint8_t> pa_enc_ts, absl::Time now);
+  // Whether key_id's `ciphertext` was kFresh within the skew: a replay,
+  // refused before any Run (module.cc), so that it spends nothing of the
+  // user's release bound on the servers.
+  bool Seen(const std::string& key_id, absl::Span<const uint8_t> ciphertext,
+            absl::Time now);
   size_t size() const;
   void Clear();
 

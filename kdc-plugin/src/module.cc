@@ -416,6 +416,22 @@ krb5_error_code Refused(kmpc_core* core, const absl::Status& st,
   return KrbErrorFromStatus(st);
 }
 
+// A gate's DECRYPT (an aes*-cts PA-ENC-TIMESTAMP or FAST challenge) whose
+// ciphertext verified before under the same key within the clock skew
+// (freshness.h) is refused before any Run, as a wrong password: a replay
+// reaches no server, so it spends nothing of the user's release bound
+// there (EngineOptions::cts_releases_per_minute).
+absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
+  if (job.type != kmpc::v1::JOB_DECRYPT || !kmpc::contract::CtsCipher(job.cipher) ||
+      (job.usage != 1 && job.usage != 54) ||
+      !kmpc::kdc::GateFreshness::Shared().Seen(
+          job.key_id, absl::MakeConstSpan(job.input.data(), job.input.size()),
+          absl::Now()))
+    return absl::OkStatus();
+  return absl::DataLossError(
+      "a replayed timestamp: this ciphertext verified before within the clock skew");
+}
+
 // Converts `job`, hands it to `send(token, job)` under a fresh token and
 // records who waits for it (`exch`: null outside an exchange).
 template <typename Send>
@@ -434,6 +450,7 @@ krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
                               "a service ticket's (ENCRYPT usage 2, CHECKSUM usage 17)");
     return KRB5KDC_ERR_SVC_UNAVAILABLE;
   }
+  if (absl::Status st = RefuseReplayedGate(j); !st.ok()) return Refused(core, st, msg_out);
   const uint64_t token = core->next_token++;
   absl::Status st = send(token, std::move(j));
   if (!st.ok()) return Refused(core, st, msg_out);
@@ -560,6 +577,7 @@ absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
         return absl::InvalidArgumentError(absl::StrCat("plan item ", i, ": ", why));
       }
       g.job.cts_key = p.cts_key;
+      if (absl::Status st = RefuseReplayedGate(g.job); !st.ok()) return st;
       if (p.cts_key != kmpc::v1::CTS_KEY_DEALT) {
         const uint8_t* h = reinterpret_cast<const uint8_t*>(it.cf2_half.data);
         g.job.cf2_half.assign(h, h + it.cf2_half.length);

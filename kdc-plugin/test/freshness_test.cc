@@ -79,9 +79,15 @@ TEST(GateFreshness, MemoryIsBounded) {
     Bytes ct(56, 0);
     ct[0] = static_cast<uint8_t>(i);
     ct[1] = static_cast<uint8_t>(i >> 8);
-    EXPECT_EQ(f.Check(kKey, ct, PaEncTs(kNow), kNow), GateFreshness::Verdict::kFresh);
+    EXPECT_EQ(f.Check(kKey, ct, PaEncTs(kNow), kNow),
+              i < 100 ? GateFreshness::Verdict::kFresh : GateFreshness::Verdict::kFull);
   }
-  EXPECT_LE(f.size(), 100u);
+  EXPECT_EQ(f.size(), 100u);
+  // Past the skew every entry has expired: room again.
+  EXPECT_EQ(f.Check(kKey, Bytes(56, 9), PaEncTs(kNow + absl::Seconds(700)),
+                    kNow + absl::Seconds(700)),
+            GateFreshness::Verdict::kFresh);
+  EXPECT_EQ(f.size(), 1u);
 }
 
 // Review (review5) ATTACK (low), fails on 65a7b17: when the cache is full
@@ -100,7 +106,7 @@ TEST(GateFreshness, AFloodOfOneKeysGatesDoesNotEvictAnothersEntry) {
     Bytes ct(56, 0);
     ct[0] = static_cast<uint8_t>(i);
     EXPECT_EQ(f.Check(kKey, ct, PaEncTs(kNow + absl::Seconds(299)), kNow),
-              GateFreshness::Verdict::kFresh);
+              i < 99 ? GateFreshness::Verdict::kFresh : GateFreshness::Verdict::kFull);
   }
   EXPECT_EQ(f.Check(kOther, victim, ts, kNow + absl::Seconds(1)),
             GateFreshness::Verdict::kReplayed)

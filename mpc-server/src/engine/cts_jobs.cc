@@ -460,28 +460,30 @@ void CtsReleaseLimiter::Refill(Bucket& b, uint32_t limit, absl::Time now) {
   }
 }
 
-bool CtsReleaseLimiter::Over(const std::string& key_id, uint32_t limit, absl::Time now) {
-  if (limit == 0) return false;
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = buckets_.find(key_id);
-  if (it == buckets_.end()) return false;
-  Refill(it->second, limit, now);
-  return it->second.tokens < 1;
-}
-
-void CtsReleaseLimiter::Count(const std::string& key_id, uint32_t limit, absl::Time now) {
-  if (limit == 0) return;
+bool CtsReleaseLimiter::Take(const std::string& key_id, uint32_t limit, absl::Time now) {
+  if (limit == 0) return true;
   std::lock_guard<std::mutex> l(mu_);
   auto [it, added] = buckets_.try_emplace(key_id, Bucket{static_cast<double>(limit), now});
   Refill(it->second, limit, now);
-  it->second.tokens = std::max(0.0, it->second.tokens - 1);
+  if (it->second.tokens < 1) return false;
+  it->second.tokens -= 1;
   if (added && buckets_.size() > kMaxKeys) {
-    // A full bucket is as good as none.
+    // A full bucket is as good as none (never the one just taken from).
     for (auto b = buckets_.begin(); b != buckets_.end();) {
       Refill(b->second, limit, now);
       b = b->second.tokens >= limit ? buckets_.erase(b) : std::next(b);
     }
   }
+  return true;
+}
+
+void CtsReleaseLimiter::GiveBack(const std::string& key_id, uint32_t limit, absl::Time now) {
+  if (limit == 0) return;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = buckets_.find(key_id);
+  if (it == buckets_.end()) return;  // forgotten full: nothing to return
+  Refill(it->second, limit, now);
+  it->second.tokens = std::min<double>(limit, it->second.tokens + 1);
 }
 
 void CtsReleaseLimiter::Clear() {

@@ -218,10 +218,11 @@ class CtsReleaseLimiter {
   // The process's one per party (a server is one party; tests run three
   // in one process, each counting as its own server does).
   static CtsReleaseLimiter& Shared(int party);
-  // Whether key_id has no token left (limit 0: never).
-  bool Over(const std::string& key_id, uint32_t limit, absl::Time now);
-  // One release of key_id.
-  void Count(const std::string& key_id, uint32_t limit, absl::Time now);
+  // Takes one of key_id's tokens for a release; false when none is left
+  // (limit 0: always true, nothing counted).
+  bool Take(const std::string& key_id, uint32_t limit, absl::Time now);
+  // Returns a token Take gave for a release that did not happen.
+  void GiveBack(const std::string& key_id, uint32_t limit, absl::Time now);
   void Clear();
 
  private:

@@ -174,13 +174,18 @@ const uint8_t* PowersOf(const JobPlan& p, const JobSecrets& s, int comp) {
                                                    : p.key->h_powers[comp].data();
 }
 
-// A password-derived key's AS reply released on its gate (an aes*-cts
-// ENCRYPT under usage 3, the dealt key or a FAST reply key, with
-// release_if_ok; CheckUserGate refuses one without): what the servers'
-// release bound counts (EngineOptions::cts_releases_per_minute).
+// A password-derived key's verifier released on its gate: an aes*-cts
+// ENCRYPT with release_if_ok (CheckUserGate refuses one without) under
+// usage 3 (the AS reply, the dealt key or a FAST reply key) or usage 55
+// (the KDC's FAST challenge): what the servers' release bound counts
+// (EngineOptions::cts_releases_per_minute). Each takes its token when its
+// key is looked up (CtsReleaseLimiter::Take), so the replies of one Run,
+// and of Runs in flight together, count against each other.
 bool GatedUserReply(const Job& job, const KeyShares& key) {
   return PasswordDerived(key.kind) && contract::CtsCipher(job.cipher) &&
-         job.type == pb::JOB_ENCRYPT && job.usage == contract::kSpliceReplyUsage &&
+         job.type == pb::JOB_ENCRYPT &&
+         (job.usage == contract::kSpliceReplyUsage ||
+          job.usage == contract::kKdcChallengeUsage) &&
          job.release_if_ok != Job::kNoCondition;
 }
 
@@ -699,7 +704,7 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
     w.user_key = PasswordDerived((*key)->kind);
     if (GatedUserReply(job, **key)) {
       w.gated_reply = true;
-      w.over_rate = CtsReleaseLimiter::Shared(party()).Over(
+      w.over_rate = !CtsReleaseLimiter::Shared(party()).Take(
           job.key_id, options_.cts_releases_per_minute, absl::Now());
     }
   }
@@ -1501,15 +1506,22 @@ BatchResult Engine::Impl::Collect(Batch& b) {
   for (size_t j = 0; j < b.jobs.size(); ++j) {
     const int64_t c = b.jobs[j].release_if_ok;
     JobResult& r = result.jobs[j];
-    if (c == Job::kNoCondition || !r.ok()) continue;
-    const bool stale =
-        b.plan[j].user_key && static_cast<size_t>(c) < b.stale.size() && b.stale[c];
-    if (result.jobs[c].ok() && !stale) {
-      if (b.plan[j].gated_reply)
-        CtsReleaseLimiter::Shared(party()).Count(
+    if (c == Job::kNoCondition) continue;
+    // A verifier that took its token and is not released gives it back.
+    const bool took = b.plan[j].gated_reply && !b.plan[j].over_rate;
+    auto give_back = [&] {
+      if (took)
+        CtsReleaseLimiter::Shared(party()).GiveBack(
             b.jobs[j].key_id, options_.cts_releases_per_minute, absl::Now());
+    };
+    if (!r.ok()) {
+      give_back();
       continue;
     }
+    const bool stale =
+        b.plan[j].user_key && static_cast<size_t>(c) < b.stale.size() && b.stale[c];
+    if (result.jobs[c].ok() && !stale) continue;  // released: its token spent
+    give_back();
     for (auto& ks : r.keystream) {
       share::Wipe(ks);
       ks.clear();

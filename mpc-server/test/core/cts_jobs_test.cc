@@ -723,7 +723,7 @@ TEST_P(CtsJobs, ReplayWithinTheSkewIsRateBounded) {
   const Bytes k3 = Random(32);
   const std::string id3 = c.AddKey(k3, KeyKind::kUser);
   for (int n = 0; n < 5; ++n)
-    CtsReleaseLimiter::Shared(1).Count(id3, 5, absl::Now());
+    EXPECT_TRUE(CtsReleaseLimiter::Shared(1).Take(id3, 5, absl::Now()));
   Job reply = CtsJob(pb::JOB_ENCRYPT, id3, true, 3, Random(120));
   reply.release_if_ok = 0;
   auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id3, true, 1,
