@@ -546,6 +546,7 @@ class Engine::Impl {
   absl::Status DigestBatch(const Batch& b, AgreementHeader& h);
   absl::Status ExchangeKeyViews(Batch& b);
   absl::Status CheckDealing(const Batch& b);
+  static bool AnyDealt(const Batch& b);
   absl::Status DealtCopyDigest(const Batch& b, int comp, const uint8_t key[16],
                                std::array<uint8_t, 32>& out);
   absl::Status DrawCounters(Batch& b);
@@ -619,7 +620,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
     }
   } scope(rep3_, log_, options_.malicious);
   if (absl::Status s = AgreeOnBatch(b); !s.ok()) return s;
-  if (!options_.malicious) {
+  if (!options_.malicious && AnyDealt(b)) {
     if (absl::Status s = CheckDealing(b); !s.ok()) return s;
   }
   if (deviated_) {
@@ -885,6 +886,19 @@ absl::Status Engine::Impl::ExchangeKeyViews(Batch& b) {
 // this: every AND on an inconsistent input fails the product check
 // against the copies the neighbours hold (protocol/verify.h), and every
 // opened value is compared, before anything is released.
+// Whether a live job of b has dealt shares (Job::data_shares): public and
+// agreed (the shares' lengths follow the jobs' shapes, which are in the
+// agreement's digest; liveness is decided alike), so every party runs the
+// dealing check's rounds, or none of them (a batch of keystream or ctr0
+// jobs only has nothing dealt to compare).
+bool Engine::Impl::AnyDealt(const Batch& b) {
+  for (size_t j = 0; j < b.jobs.size(); ++j)
+    if (b.plan[j].live() &&
+        (!b.jobs[j].data_shares[0].empty() || !b.jobs[j].data_shares[1].empty()))
+      return true;
+  return false;
+}
+
 absl::Status Engine::Impl::CheckDealing(const Batch& b) {
   const ForwardTagKeys keys(prss_);
   std::array<uint8_t, 32> mine, want, next;
