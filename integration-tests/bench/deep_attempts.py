@@ -27,10 +27,11 @@ the KDC or the servers.
 import os
 import socket
 import statistics
-import struct
 import subprocess
 import threading
 import time
+
+import krb_der
 
 ADDRESS_LOOPS = 6
 ADDRESSES = 400
@@ -41,57 +42,34 @@ AS_REP, KRB_ERROR = 0x6B, 0x7E
 PA_ENC_TIMESTAMP, PA_REQ_ENC_PA_REP = 2, 149  # RFC 4120 7.5.2, RFC 6806 11
 
 
-# -- DER, only what an AS-REQ needs: one-byte tags, definite lengths.
+# -- The AS-REQ's fields, through krb_der (the tests' DER).
 
-def der_len(n):
-    if n < 0x80:
-        return bytes([n])
-    b = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes([0x80 | len(b)]) + b
-
-
-def tlv(tag, value):
-    return bytes([tag]) + der_len(len(value)) + value
-
-
-def der_int(v):
-    return tlv(0x02, v.to_bytes(max(1, (v.bit_length() + 8) // 8), "big", signed=True))
-
-
-def read_tlv(buf, i=0):
-    """(tag, value, end) of the TLV at buf[i]."""
-    tag, n = buf[i], buf[i + 1]
-    i += 2
-    if n & 0x80:
-        k = n & 0x7F
-        if not 1 <= k <= 4:
-            raise ValueError("DER: unsupported length form")
-        n, i = int.from_bytes(buf[i:i + k], "big"), i + k
-    if i + n > len(buf):
+def _fields(buf):
+    """[(tag, content)] of a DER sequence body, which it must fill exactly
+    (krb_der.children reads what it is given; a truncated buffer is an
+    error here)."""
+    try:
+        kids = krb_der.children(buf)
+    except IndexError:
+        raise ValueError("DER: truncated") from None
+    # A child cut short by the buffer's end no longer encodes as read.
+    if any(krb_der.der(tag, body) != whole for tag, whole, body in kids):
         raise ValueError("DER: truncated")
-    return tag, buf[i:i + n], i + n
-
-
-def children(value):
-    out, i = [], 0
-    while i < len(value):
-        tag, v, i = read_tlv(value, i)
-        out.append((tag, v))
-    return out
+    return [(tag, body) for tag, _, body in kids]
 
 
 def _as_req_fields(req):
-    tag, body, _ = read_tlv(req)
+    (tag, body), = _fields(req)
     if tag != 0x6A:
         raise ValueError(f"not an AS-REQ (tag {tag:#x})")
-    tag, seq, _ = read_tlv(body)
+    (tag, seq), = _fields(body)
     if tag != 0x30:
         raise ValueError("AS-REQ: no SEQUENCE")
-    return children(seq)
+    return _fields(seq)
 
 
 def _as_req(fields):
-    return tlv(0x6A, tlv(0x30, b"".join(tlv(t, v) for t, v in fields)))
+    return krb_der.der(0x6A, krb_der.seq(*(krb_der.der(t, v) for t, v in fields)))
 
 
 def with_nonce(req, nonce):
@@ -99,23 +77,19 @@ def with_nonce(req, nonce):
     out = []
     for t, v in _as_req_fields(req):
         if t == 0xA4:
-            _, body, _ = read_tlv(v)
-            v = tlv(0x30, b"".join(tlv(bt, der_int(nonce) if bt == 0xA7 else bv)
-                                   for bt, bv in children(body)))
+            v = krb_der.seq(*(krb_der.ctx(7, krb_der.der_int(nonce)) if bt == 0xA7
+                              else krb_der.der(bt, bv)
+                              for bt, bv in _fields(krb_der.content(v))))
         out.append((t, v))
     return _as_req(out)
 
 
 def with_padata(req, pa_type, pa_value):
     """req with one more PA-DATA { [1] type, [2] value } in its padata [3]."""
-    pa = tlv(0x30, tlv(0xA1, der_int(pa_type)) + tlv(0xA2, tlv(0x04, pa_value)))
-    out = []
-    for t, v in _as_req_fields(req):
-        if t == 0xA3:
-            _, seq, _ = read_tlv(v)
-            v = tlv(0x30, seq + pa)
-        out.append((t, v))
-    return _as_req(out)
+    pa = krb_der.seq(krb_der.ctx(1, krb_der.der_int(pa_type)),
+                     krb_der.ctx(2, krb_der.der(0x04, pa_value)))
+    return _as_req([(t, krb_der.der(0x30, krb_der.content(v) + pa) if t == 0xA3 else v)
+                    for t, v in _as_req_fields(req)])
 
 
 def padata_types(req):
@@ -123,11 +97,10 @@ def padata_types(req):
     out = []
     for t, v in _as_req_fields(req):
         if t == 0xA3:
-            _, seq, _ = read_tlv(v)
-            for _, pa in children(seq):
-                for pt, pv in children(pa):
+            for _, pa in _fields(krb_der.content(v)):
+                for pt, pv in _fields(pa):
                     if pt == 0xA1:
-                        out.append(int.from_bytes(read_tlv(pv)[1], "big", signed=True))
+                        out.append(int.from_bytes(krb_der.content(pv), "big", signed=True))
     return out
 
 
@@ -143,23 +116,6 @@ def udp_exchange(port, req, timeout=5.0):
         s.settimeout(timeout)
         s.sendto(req, ("127.0.0.1", port))
         return s.recv(65536)
-
-
-def tcp_exchange(port, req, timeout=10.0):
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(struct.pack(">I", len(req)) + req)
-        head = _recv_exact(s, 4)
-        return _recv_exact(s, struct.unpack(">I", head)[0])
-
-
-def _recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("KDC closed the connection")
-        buf += chunk
-    return buf
 
 
 class Capture(threading.Thread):
@@ -302,7 +258,7 @@ def attackers(kdc_port, conf, env, attacker_keytab, attacker, captured, workdir)
         padded = with_padata(padded, PA_REQ_ENC_PA_REP, b"")
     padded = with_padata(padded, UNKNOWN_PADATA, os.urandom(PADATA_BYTES))
     loops.append(Loop("padata", lambda i: reply_kind(
-        tcp_exchange(kdc_port, with_nonce(padded, base + (1 << 24) + i)))))
+        krb_der.send_tcp(kdc_port, with_nonce(padded, base + (1 << 24) + i)))))
     return loops
 
 

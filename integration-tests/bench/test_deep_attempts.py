@@ -8,25 +8,26 @@ import os
 
 import pytest
 
+import krb_der as kd
 from bench import deep_attempts as da
 from kmpc_harness import cluster as kmpc_cluster
 
 
 def pa(pa_type, value):
-    return da.tlv(0x30, da.tlv(0xA1, da.der_int(pa_type)) + da.tlv(0xA2, da.tlv(0x04, value)))
+    return kd.seq(kd.ctx(1, kd.der_int(pa_type)), kd.ctx(2, kd.der(0x04, value)))
 
 
 def request(padata, nonce=7, pad=0):
-    body = da.tlv(0x30, da.tlv(0xA0, da.tlv(0x03, b"\x00\x00\x00\x00\x00"))
-                  + da.tlv(0xA2, da.tlv(0x1B, b"KMPC.TEST" + b"X" * pad))
-                  + da.tlv(0xA7, da.der_int(nonce)))
-    return da._as_req([(0xA1, da.der_int(5)), (0xA2, da.der_int(10)),
-                       (0xA3, da.tlv(0x30, b"".join(padata))), (0xA4, body)])
+    body = kd.seq(kd.ctx(0, kd.der(0x03, b"\x00\x00\x00\x00\x00")),
+                  kd.ctx(2, kd.der(0x1B, b"KMPC.TEST" + b"X" * pad)),
+                  kd.ctx(7, kd.der_int(nonce)))
+    return da._as_req([(0xA1, kd.der_int(5)), (0xA2, kd.der_int(10)),
+                       (0xA3, kd.seq(*padata)), (0xA4, body)])
 
 
 def nonce_of(req):
     body = dict(da._as_req_fields(req))[0xA4]
-    return int.from_bytes(dict(da.children(da.read_tlv(body)[1]))[0xA7][2:], "big",
+    return int.from_bytes(kd.content(dict(da._fields(kd.content(body)))[0xA7]), "big",
                           signed=True)
 
 
@@ -42,14 +43,14 @@ def test_der_edits(pad):
         assert da.with_nonce(out, 7) == req
     big = da.with_padata(req, da.UNKNOWN_PADATA, b"\xAA" * da.PADATA_BYTES)
     assert len(big) > len(req) + da.PADATA_BYTES
-    pas = da.children(da.read_tlv(dict(da._as_req_fields(big))[0xA3])[1])
-    assert len(pas) == 2 and pas[0] == (0x30, da.read_tlv(pa(2, b"C||T" * 13))[1])
+    pas = da._fields(kd.content(dict(da._as_req_fields(big))[0xA3]))
+    assert len(pas) == 2 and pas[0] == (0x30, kd.content(pa(2, b"C||T" * 13)))
     assert da.has_enc_timestamp(big)
     assert da.padata_types(big) == [2, da.UNKNOWN_PADATA]
     with pytest.raises(ValueError):
         da._as_req_fields(b"\x6b" + req[1:])
     with pytest.raises(ValueError):
-        da.read_tlv(req[:len(req) // 2])
+        da._as_req_fields(req[:len(req) // 2])
 
 
 def test_addresses_conf(tmp_path):
