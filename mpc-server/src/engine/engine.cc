@@ -865,6 +865,19 @@ absl::Status Engine::Impl::ExchangeKeyViews(Batch& b) {
   return absl::OkStatus();
 }
 
+// Whether a live job of b has dealt shares (Job::data_shares): public and
+// agreed (the shares' lengths follow the jobs' shapes, which are in the
+// agreement's digest; liveness is decided alike), so every party runs the
+// dealing check's rounds, or none of them (a batch of keystream or ctr0
+// jobs only has nothing dealt to compare).
+bool Engine::Impl::AnyDealt(const Batch& b) {
+  for (size_t j = 0; j < b.jobs.size(); ++j)
+    if (b.plan[j].live() &&
+        (!b.jobs[j].data_shares[0].empty() || !b.jobs[j].data_shares[1].empty()))
+      return true;
+  return false;
+}
+
 // The dealt inputs (Job::data_shares) are the one input that differs
 // between the parties: the KDC deals each component to the two parties that
 // hold it, and nothing else ties the two copies together. In
@@ -886,19 +899,6 @@ absl::Status Engine::Impl::ExchangeKeyViews(Batch& b) {
 // this: every AND on an inconsistent input fails the product check
 // against the copies the neighbours hold (protocol/verify.h), and every
 // opened value is compared, before anything is released.
-// Whether a live job of b has dealt shares (Job::data_shares): public and
-// agreed (the shares' lengths follow the jobs' shapes, which are in the
-// agreement's digest; liveness is decided alike), so every party runs the
-// dealing check's rounds, or none of them (a batch of keystream or ctr0
-// jobs only has nothing dealt to compare).
-bool Engine::Impl::AnyDealt(const Batch& b) {
-  for (size_t j = 0; j < b.jobs.size(); ++j)
-    if (b.plan[j].live() &&
-        (!b.jobs[j].data_shares[0].empty() || !b.jobs[j].data_shares[1].empty()))
-      return true;
-  return false;
-}
-
 absl::Status Engine::Impl::CheckDealing(const Batch& b) {
   const ForwardTagKeys keys(prss_);
   std::array<uint8_t, 32> mine, want, next;
@@ -940,16 +940,14 @@ absl::Status Engine::Impl::DealtCopyDigest(const Batch& b, int comp, const uint8
   Sha256 h;
   h.Update(enc);
   share::Wipe(enc);
+  std::vector<uint8_t> head;  // a job's index and its copy's length
   for (size_t j = 0; j < b.jobs.size(); ++j) {
     if (!b.plan[j].live()) continue;
     const std::vector<uint8_t>& copy = b.jobs[j].data_shares[comp];
-    uint8_t len[8];
-    const uint32_t idx = static_cast<uint32_t>(j), n = static_cast<uint32_t>(copy.size());
-    for (int k = 0; k < 4; ++k) {
-      len[k] = static_cast<uint8_t>(idx >> (24 - 8 * k));
-      len[4 + k] = static_cast<uint8_t>(n >> (24 - 8 * k));
-    }
-    h.Update(len);
+    head.clear();
+    PutU32(head, static_cast<uint32_t>(j));
+    PutU32(head, static_cast<uint32_t>(copy.size()));
+    h.Update(head);
     h.Update(copy);
   }
   return h.Final(out);
