@@ -92,8 +92,8 @@ bool Dispatcher::Route(PendingJob q, std::vector<PendingJob>* group_jobs,
     sign_queue_.push_back(std::move(q));
     return !kicked && first && NeedsWake(due);
   }
-  const bool kicked_here = kicked && (q.finalize_only || options_.early_flush) &&
-                           !(options_.deep_rounds > 0 && Deep(q.job));
+  const bool kicked_here =
+      kicked && (q.finalize_only || options_.early_flush) && !Deep(q.job);
   return Enqueue(std::move(q), group_jobs) && !kicked_here &&
          NeedsWake(absl::InfinitePast());
 }
