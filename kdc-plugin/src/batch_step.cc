@@ -676,7 +676,13 @@ void BatchStep::HoldPrepared(const RunCall& call) {
   }
   std::vector<HeldKeystream> held;
   size_t pads_lost = 0;
-  const absl::Time expires = call.started + host_->options().speculate_ttl;
+  // Counted from the answer, not from the Run's start: a Run slowed by a
+  // compile (or a loaded host) must not outlive what it prepared. Safe
+  // against the servers' TTLs (--encrypt_state_ttl_ms 10 s, --pad_ttl_ms
+  // 30 s), which start when each server stored the state, before it
+  // answered; a stale keystream only costs a re-run (batcher.h).
+  const absl::Time answered = absl::Now();
+  const absl::Time expires = answered + host_->options().speculate_ttl;
   size_t prepared = 0;
   for (int k = 0; k < n; ++k) prepared += jobs_[call.idx[k]].prepared;
   // Room for the prepared jobs only: a HeldKeystream per job of a large
@@ -708,7 +714,7 @@ void BatchStep::HoldPrepared(const RunCall& call) {
       h.run_job_id = i;
       h.ctr0 = std::string(Ctr0(call, k));
       h.keystream = std::move(e.output);
-      h.expires = h.verify ? std::min(expires, call.started + kVerifyPadTtl)
+      h.expires = h.verify ? std::min(expires, answered + kVerifyPadTtl)
                            : expires;
       h.exchange_id = e.exchange_id;
       h.item = e.item;

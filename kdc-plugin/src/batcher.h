@@ -134,8 +134,8 @@ struct BatcherOptions {
   // SubmitterIdle() without waiting for the Run batches in flight; a
   // signature under a held pad is one ring-free Sign request. So an
   // exchange is one MPC Run, idle or under load. Prepared work not used
-  // within speculate_ttl (counted from its Run) is dropped and wiped, by
-  // the dispatcher even while idle; one whose gate failed is dropped at
+  // within speculate_ttl (counted from its Run's answer) is dropped and
+  // wiped, by the dispatcher even while idle; one whose gate failed is dropped at
   // once, and such waste draws on a budget (planner.h) so that bad
   // timestamps or forged tickets cannot make the cluster do this work at
   // will. speculate_ttl must stay well below the servers' ENCRYPT-state

@@ -871,6 +871,34 @@ TEST_P(PreparedTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
+// The prepared TTL runs from the Run's answer: a Run slower than
+// speculate_ttl (a compile inside it, a loaded host) still leaves its
+// keystreams usable, and the later items need no Run of their own.
+TEST_P(PreparedTest, ARunSlowerThanTheTtlKeepsWhatItPrepared) {
+  BatcherOptions o = Opts();
+  o.speculate_ttl = absl::Milliseconds(400);
+  auto b = Make(o);
+  const std::string ts = Encrypted(b.get(), kKeyId, 1, "a timestamp");
+  const Plan plan = AsPlan(ts.size(), false);
+  cluster_.set_run_delay(absl::Milliseconds(900));
+  BeginAs(b.get(), 1, plan, ts);
+  cluster_.set_run_delay(absl::ZeroDuration());
+  ASSERT_EQ(b->stats().keystreams_held, 2u);
+  const int runs0 = RunCalls();
+  const size_t n0 = sink_.counts().size();
+  SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
+  SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
+  b->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(n0 + 2));
+  EXPECT_EQ(b->stats().speculative_used, 2u);
+  EXPECT_EQ(RunCalls(), runs0);  // FINALIZE only
+  ExpectEncrypted(5, tgt_id_, 2, ticket_);
+  ExpectEncrypted(6, kKeyId, 3, reply_);
+  const std::optional<ExchangeRecord> r = b->End(1);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->misses.empty());
+}
+
 // Only one server forgot the states and the two others are slow to answer
 // the FINALIZE: the jobs are re-run as soon as the first failure arrives,
 // not after the slow answers, and the late answers re-run nothing twice.
