@@ -251,7 +251,7 @@ def test_a_heimdal_client_with_a_wrong_clock_fares_as_with_a_stock_key(kmpc_fact
 
 
 def test_copies_of_an_inflight_timestamp_lock_no_one_out(kmpc_factory):
-    """ATTACK (fails on 73e8e5e): copies of one PA-ENC-TIMESTAMP that reach
+    """ATTACK (fails on 819daad): copies of one PA-ENC-TIMESTAMP that reach
     the KDC while the first is still in its Run (a network attacker racing
     the user's login, or the user's own UDP retransmissions once a flood
     has pushed MIT's lookaside entry out) all pass the module's replay
