@@ -252,12 +252,21 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
         return Fail(absl::UnavailableError(absl::StrCat(
             "ring: lost connection to party ", Prev(party_))));
     }
+    // With no output left to write and no spin asked for, the read itself
+    // sleeps until bytes come (one slice at most: TlsConn::UseBlockingReads),
+    // saving a read() that finds nothing and a poll() per round. Near the
+    // deadline, while aborting, or with output to drain meanwhile, poll.
+    const bool read_waits =
+        reading && !spin && (out_ == nullptr || out_->out_buffered() == 0) &&
+        !ring_->aborting() && RemainingMs(deadline) > kAbortSliceMs;
     bool want_in = false;
     while (n > 0) {
       if (in_ == nullptr)
         return Fail(absl::UnavailableError(absl::StrCat(
             "ring: no connection from party ", Next(party_))));
+      in_->set_read_wait(read_waits);
       int rc = SSL_read(in_->ssl(), p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+      in_->set_read_wait(false);
       if (rc > 0) {
         p += rc;
         n -= rc;
@@ -276,6 +285,8 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
     // An opportunistic flush (SendToPrev) leaves what the kernel does not
     // take now for the next receive or Flush.
     if (!reading && !wait) return absl::OkStatus();
+    // A waiting read that ran out its slice: decide again (abort, deadline).
+    if (read_waits && in_ != nullptr && in_->blocking_reads()) continue;
     pollfd fds[2];
     int nfds = 0;
     if (out_blocked) fds[nfds++] = {out_->fd(), POLLOUT, 0};
@@ -671,6 +682,8 @@ void TlsRing::HandleAccepted(int fd, const std::string& source) {
   KMPC_VLOG(1) << "ring: party " << next << " connected (worker "
           << int{hello[5]} << ")";
   (*conn)->UseBufferedIo(options_.max_queued_bytes);
+  if (options_.wait_in_read)
+    (*conn)->UseBlockingReads(absl::Milliseconds(kAbortSliceMs));
   channels_[hello[5]]->OfferIncoming(std::move(*conn));
 }
 
