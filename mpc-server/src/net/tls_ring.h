@@ -189,6 +189,11 @@ class TlsRingChannel final : public RingChannel {
   // what the kernel takes now (!wait). spin: busy-poll before sleeping.
   absl::Status Pump(uint8_t* p, size_t n, absl::Time deadline, bool wait = true,
                     bool spin = false);
+  // Pump's wait in poll() for the fds it needs (output room, input),
+  // spinning first if asked; OK when one is ready or on EINTR, a failure
+  // (channel dropped) at the deadline or on Abort().
+  absl::Status PollWait(bool out_blocked, bool want_in, bool reading,
+                        bool spin, absl::Time deadline);
   absl::Status Fail(absl::Status st);
   void AdoptIncoming();
   void DropOut();
