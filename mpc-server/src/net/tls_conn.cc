@@ -135,6 +135,12 @@ int BsRead(BIO* b, char* data, size_t len, size_t* readbytes) {
       r = recv(s->fd, s->in.data(), s->in.size(),
                s->blocking && s->wait ? 0 : MSG_DONTWAIT);
     } while (r < 0 && errno == EINTR);
+    // One wait per set_read_wait: OpenSSL reads a record's bytes in a
+    // loop of its own, with no deadline, so a peer trickling a record
+    // byte by byte would hold a reader that waited for every byte. The
+    // rest of the record is then read without waiting; its caller
+    // (TlsRingChannel::Pump) checks the deadline before it waits again.
+    s->wait = false;
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_read(b);
       return 0;

@@ -142,8 +142,10 @@ class TlsConn {
   // nothing, a poll() and a second read(): at a ring round's size the
   // syscalls are much of its cost (docs/bench-log.md).
   void UseBlockingReads(absl::Duration slice);
-  // Whether the socket reads OpenSSL makes next may wait (up to the slice;
-  // then they fail as EAGAIN would). A no-op without UseBlockingReads.
+  // Whether the next socket read OpenSSL makes may wait (up to the slice;
+  // then it fails as EAGAIN would); it clears the permission, so a record
+  // trickled in byte by byte cannot hold one SSL_read for more than one
+  // slice. A no-op without UseBlockingReads.
   void set_read_wait(bool on);
   // Whether UseBlockingReads took effect.
   bool blocking_reads() const;

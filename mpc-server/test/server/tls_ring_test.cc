@@ -457,6 +457,56 @@ TEST_F(TlsRingTest, WaitingReadSpansSlicesAndStopsOnAbort) {
   EXPECT_LT(waited, absl::Milliseconds(1000));
 }
 
+// A next party (here a stand-in with party 2's certificate) that trickles
+// a frame's TLS record in byte by byte cannot hold a waiting receive past
+// its batch's deadline: a read waits once per check of the deadline, not
+// once per byte inside OpenSSL's record loop.
+TEST_F(TlsRingTest, TrickledRecordDoesNotOutlastTheDeadline) {
+  for (int i = 0; i < 2; ++i) {
+    auto r = TlsRing::Start(Options(i));
+    ASSERT_TRUE(r.ok()) << r.status();
+    rings_[i] = std::move(*r);
+  }
+  auto ctx = TlsContext::Create(Options(2).tls, /*server=*/false);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto conn = TlsConn::Dial(**ctx, absl::StrCat("127.0.0.1:", ports_[1]),
+                            PartyIdentity(1), In(absl::Seconds(5)));
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  const uint8_t hello[8] = {'K', 'R', 'H', '1', 2, 0, 0, 0};
+  ASSERT_TRUE((*conn)->WriteAll(hello, sizeof hello, In(absl::Seconds(5))).ok());
+  TlsRingChannel* ch = rings_[1]->channel(0);
+  ASSERT_TRUE(ch->Connect(In(absl::Seconds(5))).ok());
+
+  // One data frame (seq 50, step 0, 16 bytes) as TLS ciphertext, taken
+  // from a memory BIO instead of the socket.
+  uint8_t frame[kFrameHeaderSize + 16] = {};
+  EncodeFrameHeader({FrameType::kData, 50, 0, 16}, frame);
+  BIO* mem = BIO_new(BIO_s_mem());
+  SSL_set0_wbio((*conn)->ssl(), mem);
+  ASSERT_EQ(SSL_write((*conn)->ssl(), frame, sizeof frame), int{sizeof frame});
+  std::vector<uint8_t> record(BIO_ctrl_pending(mem));
+  ASSERT_EQ(BIO_read(mem, record.data(), static_cast<int>(record.size())),
+            static_cast<int>(record.size()));
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {  // ~50 bytes at 1 per 40 ms: ~2.2 s
+    for (uint8_t b : record) {
+      if (stop) return;
+      if (send((*conn)->fd(), &b, 1, MSG_NOSIGNAL) != 1) return;
+      absl::SleepFor(absl::Milliseconds(40));
+    }
+  });
+  ch->set_spin_data(false);
+  ch->BeginBatch(50, In(absl::Seconds(1)));
+  const absl::Time t0 = absl::Now();
+  uint8_t in[16];
+  absl::Status s = ch->RecvFromNext(in);
+  const absl::Duration took = absl::Now() - t0;
+  stop = true;
+  trickle.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(took, absl::Milliseconds(1600));
+}
+
 // Not a test: the process CPU (all three parties) per ring round of 2 KB
 // messages, the rounds of a cts batch's AND layers, with each of the
 // receive's options off and on, alternated. Run with
