@@ -901,21 +901,29 @@ int SetKind(const Args& a, const Config& cfg) {
   auto clusters = Clusters::Connect(cfg);
   if (!clusters.ok()) return Fail(clusters.status());
   size_t failed = 0;
-  for (const auto& [id, what] : *targets)
+  bool stop = false;  // a server down or refusing us: the next keys would fail too
+  for (const auto& [id, what] : *targets) {
+    if (stop) {
+      std::printf("%s: NOT changed: stopped after a cluster error\n", what.c_str());
+      ++failed;
+      continue;
+    }
     for (size_t c = 0; c < (*clusters)->size(); ++c) {
       AdminClient& cluster = (*clusters)->at(c);
       auto r = cluster.SetKeyKind(id, kind, a.force);
-      for (int i = 0; i < 3; ++i)
+      for (int i = 0; i < 3; ++i) {
         if (!ReportSetKind(r[i], (*clusters)->Prefix(c) + cluster.Describe(i), what, kind))
           ++failed;
+        if (!r[i].ok() && IsClusterError(r[i].status())) stop = true;
+      }
     }
+  }
   if (failed == 0) {
     std::printf("set-kind: %zu keys are %s on every server\n", targets->size(), a.kind.c_str());
     return 0;
   }
-  std::printf("set-kind: %zu servers' records NOT changed: until every server holds the same "
-              "kind, the key's jobs fail (JOB_KEY_INCONSISTENT); run the same command "
-              "again\n",
+  std::printf("set-kind: %zu records NOT changed: until every server holds the same kind, "
+              "a key's jobs fail (JOB_KEY_INCONSISTENT); run the same command again\n",
               failed);
   return 1;
 }
