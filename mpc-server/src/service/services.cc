@@ -1067,13 +1067,14 @@ grpc::Status AdminService::DeleteKeys(grpc::ServerContext* ctx,
 
 // A record's edit for SetKeyKind: what it was goes to *resp; to a user's
 // kind its kCtsServiceUsages material goes (DropServiceMaterial), and a
-// password-derived key loses its gate only on the admin's explicit word.
+// password-derived aes*-cts key loses its gate only on the admin's
+// explicit word (an aes*-ctr-mpc key has no gate to lose).
 static absl::StatusOr<bool> EditKind(store::KeyRecord& rec, KeyKind want, bool allow_ungate,
                                      pb::SetKeyKindResponse* resp) {
   resp->set_previous_kind(static_cast<pb::KeyKind>(rec.meta.kind));
   resp->set_was_unrecorded(rec.meta.kind_unrecorded);
   if (want == KeyKind::kService && engine::PasswordDerived(rec.meta.kind) &&
-      !allow_ungate)
+      engine::IsCts(rec.meta.cipher) && !allow_ungate)
     return absl::FailedPreconditionError(absl::StrCat(
         "key ", store::KeyIdHex(rec.meta.key_id), " is a password-derived key",
         rec.meta.kind_unrecorded ? " (stored before key kinds, loaded as a user's)" : "",
