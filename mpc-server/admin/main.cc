@@ -130,6 +130,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 #include <cstdio>
 #include <cstdlib>
@@ -834,11 +835,15 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> SetKindTargets(
   std::vector<std::pair<std::string, std::string>> out;
   if (a.key_ids) {
     for (const std::string& hex : a.principals) {
-      std::string id;
-      if (!absl::HexStringToBytes(hex, &id) || id.size() != contract::kKeyIdSize)
+      const bool ok = hex.size() == 2 * contract::kKeyIdSize &&
+                      std::all_of(hex.begin(), hex.end(), [](char c) {
+                        return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+                      });
+      if (!ok)
         return absl::InvalidArgumentError(
             absl::StrCat(hex, ": not a key id (", 2 * contract::kKeyIdSize, " hex digits)"));
-      out.emplace_back(id, absl::StrCat("key ", absl::AsciiStrToLower(hex)));
+      out.emplace_back(absl::HexStringToBytes(hex),
+                       absl::StrCat("key ", absl::AsciiStrToLower(hex)));
     }
     return out;
   }

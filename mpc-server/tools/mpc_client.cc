@@ -455,7 +455,8 @@ int SetKind(Cluster& c) {
   if (only >= 0) r[only] = c.admin.SetKeyKindOn(only, id, k, ungate);
   else r = c.admin.SetKeyKind(id, k, ungate);
   std::array<absl::Status, 3> st;
-  for (int i = 0; i < 3; ++i) st[i] = r[i].status();
+  for (int i = 0; i < 3; ++i)
+    if (only < 0 || i == only) st[i] = r[i].status();
   CheckEach(st);
   for (int i = 0; i < 3; ++i)
     if (only < 0 || i == only)

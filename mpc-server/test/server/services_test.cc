@@ -243,6 +243,10 @@ struct Party {
   std::unique_ptr<KeyOpsService> keyops;
 };
 
+std::string ClearCts(const absl::StatusOr<cts::Program>& p, const std::string& key,
+                     uint32_t usage, const std::string& in);
+std::string FreshTimestamp();
+
 class ServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
