@@ -14,7 +14,6 @@ import re
 
 from kmpc_harness.realm import RealmError
 from test_cts_as import Stock
-from test_cts_jobs import krb5_tool  # noqa: F401
 from test_cts_service import CLIENT, CLIENT_PW, USER, USER_PW, make_realm
 
 PERMISSION_DENIED = 7
