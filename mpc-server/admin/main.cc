@@ -871,26 +871,28 @@ const char* KindName(kmpc::v1::KeyKind k) {
   }
 }
 
-// One server's answer to set-kind, printed; false on an error.
-bool ReportSetKind(const absl::StatusOr<kmpc::v1::SetKeyKindResponse>& r,
+// One server's answer to set-kind, printed: 0 done, 1 refused (a service's
+// kind for a password-derived key without --force: nothing changed), 2
+// another error.
+int ReportSetKind(const absl::StatusOr<kmpc::v1::SetKeyKindResponse>& r,
                    const std::string& who, const std::string& what, KeyKind kind) {
   const char* want = KindName(static_cast<kmpc::v1::KeyKind>(kind));
   if (!r.ok()) {
     std::printf("%s: %s: NOT changed: %s%s\n", who.c_str(), what.c_str(),
                 std::string(r.status().message()).c_str(),
                 absl::IsFailedPrecondition(r.status()) ? " (--force)" : "");
-    return false;
+    return absl::IsFailedPrecondition(r.status()) ? 1 : 2;
   }
   std::string from = KindName(r->previous_kind());
   if (r->was_unrecorded()) from = "unrecorded (loaded as user)";
-  std::printf("%s: %s: %s%s -> %s", who.c_str(), what.c_str(),
-              r->changed() ? "" : "already ", r->changed() ? from.c_str() : "", want);
+  if (r->changed()) std::printf("%s: %s: %s -> %s", who.c_str(), what.c_str(), from.c_str(), want);
+  else std::printf("%s: %s: already %s", who.c_str(), what.c_str(), want);
   if (r->dropped_materials() > 0)
     std::printf(", %u ticket/PAC materials removed", r->dropped_materials());
   if (kind != KeyKind::kUser && !r->holds_ticket_material())
     std::printf(" (holds no ticket material: tickets to it fail until its next key)");
   std::printf("\n");
-  return true;
+  return 0;
 }
 
 // set-kind: Admin.SetKeyKind for every target on every server.
@@ -905,7 +907,7 @@ int SetKind(const Args& a, const Config& cfg) {
   if (!targets.ok()) return Fail(targets.status());
   auto clusters = Clusters::Connect(cfg);
   if (!clusters.ok()) return Fail(clusters.status());
-  size_t failed = 0;
+  size_t failed = 0, refused = 0;
   bool stop = false;  // a server down or refusing us: the next keys would fail too
   for (const auto& [id, what] : *targets) {
     if (stop) {
@@ -917,16 +919,23 @@ int SetKind(const Args& a, const Config& cfg) {
       AdminClient& cluster = (*clusters)->at(c);
       auto r = cluster.SetKeyKind(id, kind, a.force);
       for (int i = 0; i < 3; ++i) {
-        if (!ReportSetKind(r[i], (*clusters)->Prefix(c) + cluster.Describe(i), what, kind))
-          ++failed;
+        const int got = ReportSetKind(r[i], (*clusters)->Prefix(c) + cluster.Describe(i),
+                                      what, kind);
+        refused += got == 1;
+        failed += got == 2;
         if (!r[i].ok() && IsClusterError(r[i].status())) stop = true;
       }
     }
   }
-  if (failed == 0) {
+  if (failed == 0 && refused == 0) {
     std::printf("set-kind: %zu keys are %s on every server\n", targets->size(), a.kind.c_str());
     return 0;
   }
+  if (refused > 0)
+    std::printf("set-kind: %zu answers refused the service's kind for a password-derived "
+                "key (no gate on its AS reply): --force if that is meant\n",
+                refused);
+  if (failed == 0) return 1;
   std::printf("set-kind: %zu records NOT changed: until every server holds the same kind, "
               "a key's jobs fail (JOB_KEY_INCONSISTENT); run the same command again\n",
               failed);
