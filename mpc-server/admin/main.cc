@@ -942,6 +942,18 @@ int SetKind(const Args& a, const Config& cfg) {
   return 1;
 }
 
+// status: the keys stored before key kinds (as some server listed them).
+// Not a problem by itself (they load as users' keys), but those holding
+// ticket and PAC material keep it until set-kind or a new key.
+void ReportUnrecorded(const std::map<std::string, kmpc::v1::KeyInfo>& infos) {
+  size_t unrecorded = 0;
+  for (const auto& [id, info] : infos)
+    if (info.kind_unrecorded()) ++unrecorded;
+  if (unrecorded > 0)
+    std::printf("keys: %zu stored before key kinds (kind unrecorded): kmpc-admin set-kind\n",
+                unrecorded);
+}
+
 // One cluster's part of status: each server's health, and every key id
 // on all three; prints with `prefix` ("cluster 2: " or ""). Adds what it
 // lists to *where (key id -> on which servers) and *infos; false when there
@@ -1012,14 +1024,6 @@ bool ClusterStatus(AdminClient& cluster, const std::string& prefix,
   if (mine_ok)
     std::printf("%skeys: %zu on all three servers, %zu incomplete\n", pre,
                 complete, mine.size() - complete);
-  // Not a problem by itself (they load as users' keys), but those that
-  // hold ticket and PAC material keep it until set-kind or a new key.
-  size_t unrecorded = 0;
-  for (const auto& [id, on] : mine)
-    if ((*infos)[id].kind_unrecorded()) ++unrecorded;
-  if (unrecorded > 0)
-    std::printf("%skeys: %zu stored before key kinds (kind unrecorded): kmpc-admin set-kind\n",
-                pre, unrecorded);
   else
     std::printf("%skeys: cannot compare, not every server answered\n", pre);
   *lists_ok = *lists_ok && mine_ok;
@@ -1052,6 +1056,7 @@ int Status(const Args& a, const Config& cfg) {
       for (auto& [id, on] : where)
         if (!before.count(id)) on = {false, false, false};
   }
+  ReportUnrecorded(infos);
   if (a.kdb) {
     auto kdb = Kdb::Open(cfg.realm);
     if (!kdb.ok()) return Fail(kdb.status());
