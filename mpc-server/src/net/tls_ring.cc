@@ -294,18 +294,19 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
         return Fail(absl::UnavailableError(absl::StrCat(
             "ring: lost connection to party ", Prev(party_))));
     }
-    // With no output left to write and no spin asked for, the read itself
-    // sleeps until bytes come (one slice at most: TlsConn::UseBlockingReads),
-    // saving a read() that finds nothing and a poll() per round. Near the
-    // deadline, while aborting, or with output to drain meanwhile, poll.
-    const bool read_waits =
-        reading && !spin && (out_ == nullptr || out_->out_buffered() == 0) &&
-        !ring_->aborting() && RemainingMs(deadline) > kAbortSliceMs;
-    bool want_in = false;
+    bool want_in = false, read_waits = false;
     while (n > 0) {
       if (in_ == nullptr)
         return Fail(absl::UnavailableError(absl::StrCat(
             "ring: no connection from party ", Next(party_))));
+      // With no output left to write and no spin asked for, the read itself
+      // sleeps until bytes come (one slice at most: UseBlockingReads),
+      // saving a read() that finds nothing and a poll() per round. Decided
+      // before every SSL_read: a next party sending one small record per
+      // slice must not hold the receive past its deadline or Abort(). Near
+      // the deadline, while aborting, or with output to drain, poll.
+      read_waits = !spin && (out_ == nullptr || out_->out_buffered() == 0) &&
+                   !ring_->aborting() && RemainingMs(deadline) > kAbortSliceMs;
       in_->set_read_wait(read_waits);
       int rc = SSL_read(in_->ssl(), p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
       in_->set_read_wait(false);

@@ -507,6 +507,108 @@ TEST_F(TlsRingTest, TrickledRecordDoesNotOutlastTheDeadline) {
   EXPECT_LT(took, absl::Milliseconds(1600));
 }
 
+// A next party (a stand-in with party 2's certificate) that sends a frame's
+// payload as many one-byte TLS records, each just inside an abort slice,
+// cannot hold a waiting receive past its deadline nor past Abort(): every
+// SSL_read that returns a byte is a complete read, so a wait permission per
+// SSL_read (not per check of the deadline) would let the receive run for
+// (payload bytes) x (record interval). Returns the receive's status and time.
+class TlsRingTrickleTest : public TlsRingTest {
+ protected:
+  void RecvTrickledRecords(absl::Time batch_deadline, absl::Duration abort_after,
+                           absl::Status* s, absl::Duration* took,
+                           bool wait_in_read = true) {
+    for (int i = 0; i < 2; ++i) {
+      TlsRingOptions o = Options(i);
+      o.wait_in_read = wait_in_read;
+      auto r = TlsRing::Start(o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      rings_[i] = std::move(*r);
+    }
+    auto ctx = TlsContext::Create(Options(2).tls, /*server=*/false);
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    auto conn = TlsConn::Dial(**ctx, absl::StrCat("127.0.0.1:", ports_[1]),
+                              PartyIdentity(1), In(absl::Seconds(5)));
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    const uint8_t hello[8] = {'K', 'R', 'H', '1', 2, 0, 0, 0};
+    ASSERT_TRUE((*conn)->WriteAll(hello, sizeof hello, In(absl::Seconds(5))).ok());
+    TlsRingChannel* ch = rings_[1]->channel(0);
+    ASSERT_TRUE(ch->Connect(In(absl::Seconds(5))).ok());
+
+    // The frame's header in one record, then its 64-byte payload one byte
+    // per record: 65 records, each taken from a memory BIO.
+    constexpr size_t kPayload = 64;
+    uint8_t frame[kFrameHeaderSize + kPayload] = {};
+    EncodeFrameHeader({FrameType::kData, 60, 0, kPayload}, frame);
+    BIO* mem = BIO_new(BIO_s_mem());
+    SSL_set0_wbio((*conn)->ssl(), mem);
+    std::vector<std::vector<uint8_t>> records;
+    auto seal = [&](const uint8_t* p, int n) {
+      ASSERT_EQ(SSL_write((*conn)->ssl(), p, n), n);
+      std::vector<uint8_t> rec(BIO_ctrl_pending(mem));
+      ASSERT_EQ(BIO_read(mem, rec.data(), static_cast<int>(rec.size())),
+                static_cast<int>(rec.size()));
+      records.push_back(std::move(rec));
+    };
+    ASSERT_NO_FATAL_FAILURE(seal(frame, kFrameHeaderSize));
+    for (size_t i = 0; i < kPayload; ++i)
+      ASSERT_NO_FATAL_FAILURE(seal(frame + kFrameHeaderSize + i, 1));
+    std::atomic<bool> stop{false};
+    std::thread trickle([&] {  // 64 records at one per 80 ms: ~5 s
+      for (const auto& rec : records) {
+        if (stop) return;
+        if (send((*conn)->fd(), rec.data(), rec.size(), MSG_NOSIGNAL) !=
+            static_cast<ssize_t>(rec.size()))
+          return;
+        absl::SleepFor(absl::Milliseconds(80));
+      }
+    });
+    std::thread aborter([&] {
+      const absl::Time at = absl::Now() + abort_after;
+      while (!stop && absl::Now() < at) absl::SleepFor(absl::Milliseconds(10));
+      if (!stop) rings_[1]->Abort();
+    });
+    ch->set_spin_data(false);
+    ch->BeginBatch(60, batch_deadline);
+    const absl::Time t0 = absl::Now();
+    uint8_t in[kPayload];
+    *s = ch->RecvFromNext(in);
+    *took = absl::Now() - t0;
+    stop = true;
+    trickle.join();
+    aborter.join();
+  }
+};
+
+TEST_F(TlsRingTrickleTest, TrickledRecordsDoNotOutlastTheDeadline) {
+  absl::Status s;
+  absl::Duration took;
+  ASSERT_NO_FATAL_FAILURE(RecvTrickledRecords(In(absl::Seconds(1)),
+                                              absl::Seconds(30), &s, &took));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(took, absl::Milliseconds(1600));
+}
+
+// The control: the poll path (wait_in_read off) checks the deadline after
+// every SSL_read that would block, so the same trickle fails in time.
+TEST_F(TlsRingTrickleTest, TrickledRecordsDoNotOutlastTheDeadlineWhenPolling) {
+  absl::Status s;
+  absl::Duration took;
+  ASSERT_NO_FATAL_FAILURE(RecvTrickledRecords(
+      In(absl::Seconds(1)), absl::Seconds(30), &s, &took, /*wait_in_read=*/false));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(took, absl::Milliseconds(1600));
+}
+
+TEST_F(TlsRingTrickleTest, TrickledRecordsDoNotOutlastAbort) {
+  absl::Status s;
+  absl::Duration took;
+  ASSERT_NO_FATAL_FAILURE(RecvTrickledRecords(In(absl::Seconds(30)),
+                                              absl::Milliseconds(300), &s, &took));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(took, absl::Milliseconds(1000));
+}
+
 // Not a test: the process CPU (all three parties) per ring round of 2 KB
 // messages, the rounds of a cts batch's AND layers, with each of the
 // receive's options off and on, alternated. Run with
