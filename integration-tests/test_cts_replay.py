@@ -288,3 +288,54 @@ def test_copies_of_an_inflight_timestamp_lock_no_one_out(kmpc_factory):
     rep = _send(kr, princ, _timestamp(key, _now()), 1)
     assert rep[:1] == b"\x6b", ("the user is locked out after copies of their logins",
                                 krb_der.krb_error_code(rep) if rep[:1] == b"\x7e" else "")
+
+
+def test_copies_of_an_inflight_timestamp_do_not_spend_the_users_bound(kmpc_factory):
+    """Review (review6) ATTACK, fails on b04c6a3: copies of one
+    PA-ENC-TIMESTAMP sent while the first is in its Run pass the module's
+    replay cache (nothing verified yet), so every copy's gated reply is
+    computed, released and counted by the servers' --cts_releases_per_
+    minute before the module refuses the copy after the Run (998276b made
+    that refusal SVC_UNAVAILABLE, not PREAUTH_FAILED, but the bound is
+    already spent). A network attacker who sees a login sends a burst of
+    copies and the user's next logins fail (KDC_ERR_SVC_UNAVAILABLE) for
+    up to a minute, each time. Secure behaviour: copies of an in-flight
+    gate cost the user nothing (e.g. hold a copy whose C || T is in flight
+    until the first is verified, then refuse it before its Run)."""
+    import ctr_mpc_ref
+    from kmpc_harness.cluster import default_salt
+    from test_cts_handles import COLD_PROGRAMS, CTS256, ENCTYPES
+    princ, pw = "cleo", "Cleo-pw-4242"
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      module_options=COLD_PROGRAMS,
+                      server_flags="--cts_releases_per_minute=4")
+    kr.setup_krbtgt()
+    kr.addprinc(princ, pw, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
+    kr.start()
+    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(),
+                                    default_salt(f"{princ}@{kr.realm}").encode())
+    # The user's first login proves the shape, so every copy goes into the
+    # gate's Run with its reply.
+    rep = _send(kr, princ, _timestamp(key, _now()), 1)
+    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    captured = _timestamp(key, _now())  # the user's second login ...
+    socks = []
+    for _ in range(8):  # ... and the attacker's copies, before any answer
+        req = _as_req(kr.realm, princ, (1 << 30) | secrets.randbits(30),
+                      [_pa(PA_ENC_TIMESTAMP, captured), _pa(PA_REQ_ENC_PA_REP, b"")],
+                      addresses=1)
+        s = socket.create_connection(("127.0.0.1", kr.kdc_port), 60)
+        s.sendall(struct.pack(">I", len(req)) + req)
+        socks.append(s)
+    codes = []
+    for s in socks:
+        with s:
+            rep = krb_der.recv_tcp_reply(s)[4:]
+        codes.append("AS-REP" if rep[:1] == b"\x6b" else krb_der.krb_error_code(rep))
+    assert codes.count("AS-REP") <= 1, codes
+    # The user's third login within the minute: 3 of a bound of 4.
+    rep = _send(kr, princ, _timestamp(key, _now()), 1)
+    assert rep[:1] == b"\x6b", (
+        "the user's own login failed after copies of their login", codes,
+        krb_der.krb_error_code(rep) if rep[:1] == b"\x7e" else rep[:8].hex())
