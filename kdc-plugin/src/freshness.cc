@@ -78,6 +78,24 @@ void GateFreshness::Clear() {
   std::lock_guard<std::mutex> l(mu_);
   seen_.clear();
   expiry_ = {};
+  in_flight_.clear();
+}
+
+bool GateFreshness::Claim(const std::string& key_id, absl::Span<const uint8_t> ciphertext) {
+  std::string d = Digest(key_id, ciphertext);
+  std::lock_guard<std::mutex> l(mu_);
+  return in_flight_.insert(std::move(d)).second;
+}
+
+void GateFreshness::Unclaim(const std::string& key_id, absl::Span<const uint8_t> ciphertext) {
+  const std::string d = Digest(key_id, ciphertext);
+  std::lock_guard<std::mutex> l(mu_);
+  in_flight_.erase(d);
+}
+
+size_t GateFreshness::in_flight() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return in_flight_.size();
 }
 
 void GateFreshness::ExpireLocked(absl::Time now) {

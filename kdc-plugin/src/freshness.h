@@ -27,6 +27,7 @@
 #include <queue>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -70,6 +71,16 @@ class GateFreshness {
   // user's release bound on the servers.
   bool Seen(const std::string& key_id, absl::Span<const uint8_t> ciphertext,
             absl::Time now);
+  // A gate's copy that reaches the KDC while another copy of it is in a
+  // Run (a racing network attacker, a retransmission MIT's lookaside no
+  // longer drops) would have its reply computed, released and counted
+  // against the user's bound by the servers before its verdict: such a
+  // copy is refused before any Run. Claim: false if the same key id and
+  // ciphertext are in flight, else recorded until Unclaim (the gate's job
+  // completed, or its exchange was refused).
+  bool Claim(const std::string& key_id, absl::Span<const uint8_t> ciphertext);
+  void Unclaim(const std::string& key_id, absl::Span<const uint8_t> ciphertext);
+  size_t in_flight() const;
   size_t size() const;
   void Clear();
 
@@ -82,6 +93,8 @@ class GateFreshness {
   std::unordered_map<std::string, absl::Time> seen_;
   using Entry = std::pair<absl::Time, std::string>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> expiry_;
+  // Digests of gates in flight (Claim).
+  std::unordered_set<std::string> in_flight_;
 };
 
 }  // namespace kmpc::kdc

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -246,6 +247,9 @@ struct kmpc_core {
     // completed after it with its code and no output (cts_items.h).
     krb5_kdcmpc_done_fn spliced_done = nullptr;
     void* spliced_arg = nullptr;
+    // A gate's key id and ciphertext, claimed in flight until it completes
+    // (GateFreshness::Claim).
+    std::shared_ptr<const std::pair<std::string, std::vector<uint8_t>>> claimed;
   };
   std::unordered_map<uint64_t, Waiting> pending;
   // Completions owed after the one kmpc_core_next returned (spliced items).
@@ -421,9 +425,13 @@ krb5_error_code Refused(kmpc_core* core, const absl::Status& st,
 // (freshness.h) is refused before any Run, as a wrong password: a replay
 // reaches no server, so it spends nothing of the user's release bound
 // there (EngineOptions::cts_releases_per_minute).
+bool IsCtsGate(const kmpc::kdc::Job& job) {
+  return job.type == kmpc::v1::JOB_DECRYPT && kmpc::contract::CtsCipher(job.cipher) &&
+         (job.usage == 1 || job.usage == 54);
+}
+
 absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
-  if (job.type != kmpc::v1::JOB_DECRYPT || !kmpc::contract::CtsCipher(job.cipher) ||
-      (job.usage != 1 && job.usage != 54) ||
+  if (!IsCtsGate(job) ||
       !kmpc::kdc::GateFreshness::Shared().Seen(
           job.key_id, absl::MakeConstSpan(job.input.data(), job.input.size()),
           absl::Now()))
@@ -431,6 +439,46 @@ absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
   return absl::DataLossError(
       "a replayed timestamp: this ciphertext verified before within the clock skew");
 }
+
+// The gates among an exchange's given jobs, claimed in flight
+// (GateFreshness::Claim): a copy of a gate already in a Run is refused
+// before any Run, as a replay is (KDC_ERR_SVC_UNAVAILABLE: no lockout
+// count, nothing computed or released for it). Claims not kept for a
+// waiting job (the exchange refused) are given back when this ends.
+class GateClaims {
+ public:
+  using Claimed = std::pair<std::string, std::vector<uint8_t>>;
+  GateClaims() = default;
+  GateClaims(const GateClaims&) = delete;
+  GateClaims& operator=(const GateClaims&) = delete;
+  ~GateClaims() {
+    for (const auto& [item, c] : taken_)
+      if (c) kmpc::kdc::GateFreshness::Shared().Unclaim(c->first, c->second);
+  }
+  absl::Status Take(const std::vector<kmpc::kdc::ItemJob>& given) {
+    for (const kmpc::kdc::ItemJob& g : given) {
+      if (!IsCtsGate(g.job)) continue;
+      auto c = std::make_shared<Claimed>(g.job.key_id, std::vector<uint8_t>(
+                                                           g.job.input.begin(), g.job.input.end()));
+      if (!kmpc::kdc::GateFreshness::Shared().Claim(c->first, c->second))
+        return absl::ResourceExhaustedError(
+            "a copy of a timestamp whose first copy is still being verified");
+      taken_.emplace(g.item, std::move(c));
+    }
+    return absl::OkStatus();
+  }
+  // The claim of `item`'s gate, now the waiting job's to give back.
+  std::shared_ptr<const Claimed> Keep(int item) {
+    auto it = taken_.find(item);
+    if (it == taken_.end()) return nullptr;
+    std::shared_ptr<const Claimed> c = std::move(it->second);
+    taken_.erase(it);
+    return c;
+  }
+
+ private:
+  std::map<int, std::shared_ptr<Claimed>> taken_;
+};
 
 // Converts `job`, hands it to `send(token, job)` under a fresh token and
 // records who waits for it (`exch`: null outside an exchange).
@@ -609,10 +657,13 @@ extern "C" krb5_error_code kmpc_core_begin(kmpc_core* core,
       g.token = core->next_token++;
       tokens.emplace_back(g.token, g.item);
     }
+    GateClaims claims;
+    if (st.ok()) st = claims.Take(given);
     if (st.ok()) st = core->router->Begin(x->id, std::move(p), std::move(given));
     if (!st.ok()) return Refused(core, st, msg_out);
     for (const auto& [token, item] : tokens) {
       kmpc_core::Waiting w{plan->items[item].done, plan->items[item].arg, x.get()};
+      w.claimed = claims.Keep(item);
       if (const int from = plan->items[item].splice_from; from != KRB5_KDCMPC_NO_ITEM) {
         w.spliced_done = plan->items[from].done;
         w.spliced_arg = plan->items[from].arg;
@@ -744,6 +795,8 @@ extern "C" int kmpc_core_next(kmpc_core* core, kmpc_completion* out) {
       out->arg = it->second.arg;
       if (it->second.exchange != nullptr && !r.status.ok())
         it->second.exchange->failed = true;
+      if (const auto& c = it->second.claimed)
+        kmpc::kdc::GateFreshness::Shared().Unclaim(c->first, c->second);
       if (it->second.spliced_done != nullptr)
         core->owed.push_back({it->second.spliced_done, it->second.spliced_arg,
                               KrbErrorFromStatus(r.status)});

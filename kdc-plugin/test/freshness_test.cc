@@ -73,6 +73,24 @@ TEST(GateFreshness, AReplayIsRefusedWithinTheSkew) {
   EXPECT_EQ(f.size(), 1u);
 }
 
+// A gate in flight is claimed once: a copy (same key, same bytes) is not
+// claimable until the first is given back; other keys or bytes are.
+TEST(GateFreshness, AGateInFlightIsClaimedOnce) {
+  GateFreshness f;
+  const Bytes ct(56, 7);
+  EXPECT_TRUE(f.Claim(kKey, ct));
+  EXPECT_FALSE(f.Claim(kKey, ct));
+  EXPECT_TRUE(f.Claim(kOther, ct));
+  EXPECT_TRUE(f.Claim(kKey, Bytes(56, 8)));
+  EXPECT_EQ(f.in_flight(), 3u);
+  f.Unclaim(kKey, ct);
+  EXPECT_TRUE(f.Claim(kKey, ct));
+  f.Unclaim(kKey, ct);
+  f.Unclaim(kOther, ct);
+  f.Unclaim(kKey, Bytes(56, 8));
+  EXPECT_EQ(f.in_flight(), 0u);
+}
+
 TEST(GateFreshness, MemoryIsBounded) {
   GateFreshness f(absl::Seconds(300), 100);
   for (int i = 0; i < 1000; ++i) {
