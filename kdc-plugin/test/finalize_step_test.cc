@@ -65,8 +65,9 @@ TEST_F(FinalizeStepTest, AFinalizeOnlyJobTheServersCannotFinalizeIsRunAgain) {
   dec.push_back(Pending(2, pb::JOB_DECRYPT, r.output));
   Step(2, std::move(dec))->Start();
   ASSERT_TRUE(host_->WaitFinished(2));
-  ASSERT_TRUE(host_->Get(2).status.ok()) << host_->Get(2).status;
-  EXPECT_EQ(std::string(host_->Get(2).output.begin(), host_->Get(2).output.end()), plaintext);
+  const Result d = host_->Get(2);
+  ASSERT_TRUE(d.status.ok()) << d.status;
+  EXPECT_EQ(std::string(d.output.begin(), d.output.end()), plaintext);
 }
 
 }  // namespace
