@@ -248,3 +248,43 @@ def test_a_heimdal_client_with_a_wrong_clock_fares_as_with_a_stock_key(kmpc_fact
         if shift != -900:
             assert stock[0] == 0, (shift, stock)
     assert kr.kdc_alive()
+
+
+def test_copies_of_an_inflight_timestamp_lock_no_one_out(kmpc_factory):
+    """ATTACK (fails on 819daad): copies of one PA-ENC-TIMESTAMP that reach
+    the KDC while the first is still in its Run (a network attacker racing
+    the user's login, or the user's own UDP retransmissions once a flood
+    has pushed MIT's lookaside entry out) all pass the module's replay
+    cache before any Run; all but the first then failed when their gate
+    verified as a wrong password does (KDC_ERR_PREAUTH_FAILED), which MIT's
+    lockout counts: an attacker who sees a login on the network locks its
+    user out (policy maxfailure). Secure: such a copy is answered
+    KDC_ERR_SVC_UNAVAILABLE, which lockout does not count and MIT's
+    clients skip while they wait for the first copy's answer."""
+    princ = "cleo"
+    kr, key, _ = cts_user_realm(kmpc_factory, princ)
+    kr.kadmin_local("addpol -maxfailure 2 -failurecountinterval 0 -lockoutduration 600 lock")
+    kr.kadmin_local(f"modprinc -policy lock {princ}")
+    # The shape proven first, so that every copy goes into the gate's Run.
+    rep = _send(kr, princ, _timestamp(key, _now()), 1)
+    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    codes = []
+    for _ in range(3):
+        captured = _timestamp(key, _now())
+        socks = []
+        for _ in range(4):  # the copies, new nonces, sent before any answer
+            req = _as_req(kr.realm, princ, (1 << 30) | secrets.randbits(30),
+                          [_pa(PA_ENC_TIMESTAMP, captured), _pa(PA_REQ_ENC_PA_REP, b"")],
+                          addresses=1)
+            s = socket.create_connection(("127.0.0.1", kr.kdc_port), 60)
+            s.sendall(struct.pack(">I", len(req)) + req)
+            socks.append(s)
+        for s in socks:
+            with s:
+                rep = krb_der.recv_tcp_reply(s)[4:]
+            codes.append("AS-REP" if rep[:1] == b"\x6b" else krb_der.krb_error_code(rep))
+    assert codes.count("AS-REP") == 3, codes  # each timestamp logs in once
+    assert set(codes) <= {"AS-REP", KDC_ERR_SVC_UNAVAILABLE}, codes
+    rep = _send(kr, princ, _timestamp(key, _now()), 1)
+    assert rep[:1] == b"\x6b", ("the user is locked out after copies of their logins",
+                                krb_der.krb_error_code(rep) if rep[:1] == b"\x7e" else "")

@@ -492,8 +492,13 @@ void RunStep::CompleteCts(size_t i, bool verified) {
 
 // A verified aes*-cts gate proves its exchange's shapes and releases what
 // was held back for it only if fresh (freshness.h): a skewed one completes
-// (MIT's check then answers KRB_AP_ERR_SKEW), a replayed one fails as a
-// wrong password does (KDC_ERR_PREAUTH_FAILED), logged without secrets.
+// (MIT's check then answers KRB_AP_ERR_SKEW); a replayed one (a copy that
+// passed the cache while its first was in flight: a racing attacker, or
+// the user's own retransmission once MIT's lookaside forgot it) fails as
+// kResourceExhausted, which the KDC answers KDC_ERR_SVC_UNAVAILABLE: never
+// as a wrong password (MIT's lockout counts KDC_ERR_PREAUTH_FAILED, so a
+// copy of someone's login would lock them out), and never as a cluster
+// failure (status_class.h: not counted toward the router's failover).
 absl::Status RunStep::GateFresh(const PendingJob& e) {
   using V = GateFreshness::Verdict;
   const V v = GateFreshness::Shared().Check(
@@ -512,12 +517,12 @@ absl::Status RunStep::GateFresh(const PendingJob& e) {
     b_.host().Log(LOG_WARNING, absl::StrCat("kdcmpc: batch #", b_.seq(), ": the aes*-cts replay "
                                          "cache is full (", GateFreshness::kMaxEntries,
                                          " gates within the clock skew): login refused"));
-    return absl::UnavailableError("the aes*-cts gates' replay cache is full");
+    return absl::ResourceExhaustedError("the aes*-cts gates' replay cache is full");
   }
   b_.host().Log(LOG_NOTICE, absl::StrCat("kdcmpc: batch #", b_.seq(), ": a replayed aes*-cts ",
                                       e.job.usage == 54 ? "FAST challenge" : "PA-ENC-TIMESTAMP",
                                       " (verified before within the clock skew) refused"));
-  return absl::DataLossError(
+  return absl::ResourceExhaustedError(
       "a replayed timestamp: this ciphertext verified before within the clock skew");
 }
 

@@ -11,6 +11,10 @@
 //       i; all-or-nothing (client::AdminClient::PutKey): a failure removes
 //       what was or may have been stored. Prints the id.
 //   delete-key --key_id_hex=.. [--only_party=I]   list-keys   health   metrics
+//   set-kind --key_id_hex=.. --key_kind=user|service|user+service
+//       [--allow_ungate] [--only_party=I]   Admin.SetKeyKind; prints
+//       "party I previous KIND unrecorded B dropped N changed B tickets B"
+//       per server
 //   jobs [--only_party=I]  one batch from stdin, one job per line (hex arguments):
 //                     encrypt  KEYID USAGE PLAINTEXT   -> ok CTR0||C||T
 //                     keystream KEYID USAGE NBYTES     -> ok CTR0 KEYSTREAM
@@ -115,6 +119,9 @@ ABSL_FLAG(bool, replace, false, "put-key: overwrite an existing id");
 ABSL_FLAG(std::string, key_kind, "user",
           "put-key: user (password-derived: its aes*-cts AS reply gated, no ticket or PAC "
           "material), service (a random key) or user+service (kmpc.proto KeyKind)");
+ABSL_FLAG(bool, allow_ungate, false,
+          "set-kind: allow a password-derived key to become a service's "
+          "(SetKeyKindRequest.allow_ungate)");
 ABSL_FLAG(int, only_party, -1,
           "delete-key: delete on this party's server only (tests: a key "
           "store out of step); jobs: send the batch's Run to this party "
@@ -430,6 +437,32 @@ int DeleteKey(Cluster& c) {
   else st = c.admin.DeleteKeyEach(id);
   CheckEach(st);
   std::printf("deleted\n");
+  return 0;
+}
+
+int SetKind(Cluster& c) {
+  Bytes id;
+  if (!FromHex(absl::GetFlag(FLAGS_key_id_hex), &id)) Die("bad --key_id_hex");
+  const int only = absl::GetFlag(FLAGS_only_party);
+  if (only < -1 || only > 2) Die("--only_party must be 0, 1 or 2");
+  const std::string kind = absl::GetFlag(FLAGS_key_kind);
+  kmpc::KeyKind k = kmpc::KeyKind::kUser;
+  if (kind == "service") k = kmpc::KeyKind::kService;
+  else if (kind == "user+service") k = kmpc::KeyKind::kUserService;
+  else if (kind != "user") Die("--key_kind must be user, service or user+service");
+  const bool ungate = absl::GetFlag(FLAGS_allow_ungate);
+  std::array<absl::StatusOr<pb::SetKeyKindResponse>, 3> r;
+  if (only >= 0) r[only] = c.admin.SetKeyKindOn(only, id, k, ungate);
+  else r = c.admin.SetKeyKind(id, k, ungate);
+  std::array<absl::Status, 3> st;
+  for (int i = 0; i < 3; ++i)
+    if (only < 0 || i == only) st[i] = r[i].status();
+  CheckEach(st);
+  for (int i = 0; i < 3; ++i)
+    if (only < 0 || i == only)
+      std::printf("party %d previous %s unrecorded %d dropped %u changed %d tickets %d\n", i,
+                  pb::KeyKind_Name(r[i]->previous_kind()).c_str(), r[i]->was_unrecorded(),
+                  r[i]->dropped_materials(), r[i]->changed(), r[i]->holds_ticket_material());
   return 0;
 }
 
@@ -1378,9 +1411,10 @@ int main(int argc, char** argv) {
   if (rest.size() != 2) Die("usage: kmpc-mpc-client [flags] COMMAND (see source header)");
   std::string cmd = rest[1];
   if (cmd == "put-key" || cmd == "delete-key" || cmd == "list-keys" ||
-      cmd == "health" || cmd == "metrics") {
+      cmd == "health" || cmd == "metrics" || cmd == "set-kind") {
     Cluster c(OpenChannels(ConfigFor("admin")));
     if (cmd == "put-key") return PutKey(c);
+    if (cmd == "set-kind") return SetKind(c);
     if (cmd == "delete-key") return DeleteKey(c);
     return AdminQuery(c, cmd);
   }
