@@ -10,7 +10,7 @@
 //
 // A replayed gate is refused before any Run (module.cc RefuseReplayedGate;
 // one whose first copy was still in flight fails when verified,
-// batch_step.cc, as the cluster being unavailable, never as a wrong
+// run_step.cc, as the cluster being unavailable, never as a wrong
 // password, which MIT's lockout would count); a skewed one
 // completes and MIT's own check then answers KRB_AP_ERR_SKEW with the
 // KDC's time (the client may retry with its clock corrected); neither
