@@ -81,16 +81,17 @@ void GateFreshness::Clear() {
   in_flight_.clear();
 }
 
-bool GateFreshness::Claim(const std::string& key_id, absl::Span<const uint8_t> ciphertext) {
+std::optional<std::string> GateFreshness::Claim(const std::string& key_id,
+                                                absl::Span<const uint8_t> ciphertext) {
   std::string d = Digest(key_id, ciphertext);
   std::lock_guard<std::mutex> l(mu_);
-  return in_flight_.insert(std::move(d)).second;
+  if (!in_flight_.insert(d).second) return std::nullopt;
+  return d;
 }
 
-void GateFreshness::Unclaim(const std::string& key_id, absl::Span<const uint8_t> ciphertext) {
-  const std::string d = Digest(key_id, ciphertext);
+void GateFreshness::Unclaim(const std::string& digest) {
   std::lock_guard<std::mutex> l(mu_);
-  in_flight_.erase(d);
+  in_flight_.erase(digest);
 }
 
 size_t GateFreshness::in_flight() const {

@@ -75,11 +75,12 @@ class GateFreshness {
   // Run (a racing network attacker, a retransmission MIT's lookaside no
   // longer drops) would have its reply computed, released and counted
   // against the user's bound by the servers before its verdict: such a
-  // copy is refused before any Run. Claim: false if the same key id and
-  // ciphertext are in flight, else recorded until Unclaim (the gate's job
-  // completed, or its exchange was refused).
-  bool Claim(const std::string& key_id, absl::Span<const uint8_t> ciphertext);
-  void Unclaim(const std::string& key_id, absl::Span<const uint8_t> ciphertext);
+  // copy is refused before any Run. Claim: nullopt if the same key id and
+  // ciphertext are in flight, else the claim's digest, recorded until
+  // Unclaim(digest) (the gate's job completed, or its exchange was refused).
+  std::optional<std::string> Claim(const std::string& key_id,
+                                   absl::Span<const uint8_t> ciphertext);
+  void Unclaim(const std::string& digest);
   size_t in_flight() const;
   size_t size() const;
   void Clear();

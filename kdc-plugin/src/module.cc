@@ -247,9 +247,9 @@ struct kmpc_core {
     // completed after it with its code and no output (cts_items.h).
     krb5_kdcmpc_done_fn spliced_done = nullptr;
     void* spliced_arg = nullptr;
-    // A gate's key id and ciphertext, claimed in flight until it completes
-    // (GateFreshness::Claim).
-    std::shared_ptr<const std::pair<std::string, std::vector<uint8_t>>> claimed;
+    // The digest of a gate claimed in flight until it completes
+    // (GateFreshness::Claim); empty for any other job.
+    std::string claimed;
   };
   std::unordered_map<uint64_t, Waiting> pending;
   // Completions owed after the one kmpc_core_next returned (spliced items).
@@ -447,37 +447,36 @@ absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
 // waiting job (the exchange refused) are given back when this ends.
 class GateClaims {
  public:
-  using Claimed = std::pair<std::string, std::vector<uint8_t>>;
   GateClaims() = default;
   GateClaims(const GateClaims&) = delete;
   GateClaims& operator=(const GateClaims&) = delete;
   ~GateClaims() {
-    for (const auto& [item, c] : taken_)
-      if (c) kmpc::kdc::GateFreshness::Shared().Unclaim(c->first, c->second);
+    for (const auto& [item, d] : taken_) kmpc::kdc::GateFreshness::Shared().Unclaim(d);
   }
   absl::Status Take(const std::vector<kmpc::kdc::ItemJob>& given) {
     for (const kmpc::kdc::ItemJob& g : given) {
       if (!IsCtsGate(g.job)) continue;
-      auto c = std::make_shared<Claimed>(g.job.key_id, std::vector<uint8_t>(
-                                                           g.job.input.begin(), g.job.input.end()));
-      if (!kmpc::kdc::GateFreshness::Shared().Claim(c->first, c->second))
+      std::optional<std::string> d = kmpc::kdc::GateFreshness::Shared().Claim(
+          g.job.key_id, absl::MakeConstSpan(g.job.input.data(), g.job.input.size()));
+      if (!d)
         return absl::ResourceExhaustedError(
             "a copy of a timestamp whose first copy is still being verified");
-      taken_.emplace(g.item, std::move(c));
+      taken_.emplace(g.item, std::move(*d));
     }
     return absl::OkStatus();
   }
-  // The claim of `item`'s gate, now the waiting job's to give back.
-  std::shared_ptr<const Claimed> Keep(int item) {
+  // The digest of `item`'s claimed gate (empty: none), now the waiting
+  // job's to give back.
+  std::string Keep(int item) {
     auto it = taken_.find(item);
-    if (it == taken_.end()) return nullptr;
-    std::shared_ptr<const Claimed> c = std::move(it->second);
+    if (it == taken_.end()) return {};
+    std::string d = std::move(it->second);
     taken_.erase(it);
-    return c;
+    return d;
   }
 
  private:
-  std::map<int, std::shared_ptr<Claimed>> taken_;
+  std::map<int, std::string> taken_;
 };
 
 // Converts `job`, hands it to `send(token, job)` under a fresh token and
@@ -795,8 +794,8 @@ extern "C" int kmpc_core_next(kmpc_core* core, kmpc_completion* out) {
       out->arg = it->second.arg;
       if (it->second.exchange != nullptr && !r.status.ok())
         it->second.exchange->failed = true;
-      if (const auto& c = it->second.claimed)
-        kmpc::kdc::GateFreshness::Shared().Unclaim(c->first, c->second);
+      if (!it->second.claimed.empty())
+        kmpc::kdc::GateFreshness::Shared().Unclaim(it->second.claimed);
       if (it->second.spliced_done != nullptr)
         core->owed.push_back({it->second.spliced_done, it->second.spliced_arg,
                               KrbErrorFromStatus(r.status)});

@@ -78,16 +78,19 @@ TEST(GateFreshness, AReplayIsRefusedWithinTheSkew) {
 TEST(GateFreshness, AGateInFlightIsClaimedOnce) {
   GateFreshness f;
   const Bytes ct(56, 7);
-  EXPECT_TRUE(f.Claim(kKey, ct));
-  EXPECT_FALSE(f.Claim(kKey, ct));
-  EXPECT_TRUE(f.Claim(kOther, ct));
-  EXPECT_TRUE(f.Claim(kKey, Bytes(56, 8)));
+  const std::optional<std::string> a = f.Claim(kKey, ct);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_FALSE(f.Claim(kKey, ct).has_value());
+  const std::optional<std::string> b = f.Claim(kOther, ct), c = f.Claim(kKey, Bytes(56, 8));
+  ASSERT_TRUE(b.has_value());
+  ASSERT_TRUE(c.has_value());
   EXPECT_EQ(f.in_flight(), 3u);
-  f.Unclaim(kKey, ct);
-  EXPECT_TRUE(f.Claim(kKey, ct));
-  f.Unclaim(kKey, ct);
-  f.Unclaim(kOther, ct);
-  f.Unclaim(kKey, Bytes(56, 8));
+  f.Unclaim(*a);
+  const std::optional<std::string> again = f.Claim(kKey, ct);
+  ASSERT_TRUE(again.has_value());
+  f.Unclaim(*again);
+  f.Unclaim(*b);
+  f.Unclaim(*c);
   EXPECT_EQ(f.in_flight(), 0u);
 }
 
