@@ -75,14 +75,6 @@ PART_OF = {
     "mpc-server/src/aes/kernel_impl.inc": (
         "aes_test.cc", "aes.cc's kernel body, compiled once per ISA "
         "(kernel_avx2.cc, kernel_avx512.cc); aes_test.cc runs each kernel"),
-    "mpc-server/src/service/encrypt_states.h": (
-        "one_use_states_test.cc", "OneUseStates (one_use_states.h) under the "
-        "ENCRYPT jobs' name; its one body, the constructor naming the store in "
-        "errors, runs in one_use_states_test.cc (EntryBudget checks the name)"),
-    "mpc-server/src/service/pad_states.h": (
-        "one_use_states_test.cc", "OneUseStates (one_use_states.h) under the PAD "
-        "jobs' name; its one body, the constructor naming the store in errors, "
-        "runs in one_use_states_test.cc (TakeAllIsAllOrNothing checks the name)"),
     "mpc-server/src/service/ring.h": (
         "scheduler_test.cc", "the scheduler's ring interface; its one body, "
         "the default SpinControl (a no-op hint), is what the in-memory "

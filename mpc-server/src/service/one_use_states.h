@@ -2,11 +2,12 @@
 // job leaves for its FINALIZE (enctype.md, invariant 2: at most one
 // FINALIZE per ENCRYPT) and what a PAD job leaves for one Sign item
 // (invariant 6: one tag per pad). The two kinds live in separate stores
-// (EncryptStates in encrypt_states.h, PadStates in pad_states.h), so a pad
-// can never be finalized and an ENCRYPT state never signed.
+// of distinct types (EncryptStates, PadStates, below), so a pad can never
+// be finalized and an ENCRYPT state never signed.
 #ifndef KMPC_SERVICE_ONE_USE_STATES_H_
 #define KMPC_SERVICE_ONE_USE_STATES_H_
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,19 @@ class OneUseStates {
 
 extern template class OneUseStates<engine::EncryptState>;
 extern template class OneUseStates<engine::PadState>;
+
+// The two stores; `what` names each in its errors.
+class EncryptStates : public OneUseStates<engine::EncryptState> {
+ public:
+  EncryptStates(absl::Duration ttl, size_t max_entries, size_t max_bytes)
+      : OneUseStates(ttl, max_entries, max_bytes, "ENCRYPT jobs awaiting FINALIZE") {}
+};
+
+class PadStates : public OneUseStates<engine::PadState> {
+ public:
+  PadStates(absl::Duration ttl, size_t max_entries, size_t max_bytes)
+      : OneUseStates(ttl, max_entries, max_bytes, "PAD jobs awaiting Sign") {}
+};
 
 }  // namespace kmpc::service
 

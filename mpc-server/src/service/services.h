@@ -20,10 +20,9 @@
 #include "engine/engine.h"
 #include "kmpc.grpc.pb.h"
 #include "service/auth.h"
-#include "service/encrypt_states.h"
 #include "service/key_cache.h"
 #include "service/metrics.h"
-#include "service/pad_states.h"
+#include "service/one_use_states.h"
 #include "service/scheduler.h"
 #include "store/share_store.h"
 

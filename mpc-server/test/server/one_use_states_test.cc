@@ -1,5 +1,5 @@
-// service/one_use_states.h, through its two kinds (encrypt_states.h,
-// pad_states.h): the one-use states held between two KeyOps calls (an
+// service/one_use_states.h, through its two kinds (EncryptStates,
+// PadStates): the one-use states held between two KeyOps calls (an
 // ENCRYPT's state for its FINALIZE, a pad for its Sign). Each is
 // taken at most once (enctype.md invariants 2 and 6), never after its TTL,
 // TakeAll is all-or-nothing, and the entry and memory budgets hold, with
@@ -11,9 +11,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include "service/encrypt_states.h"
-#include "service/pad_states.h"
 
 namespace kmpc::service {
 namespace {
