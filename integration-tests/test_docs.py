@@ -277,9 +277,10 @@ def path_candidates(line, doc):
             tok = _clean(tok)
             if not PATH_CHARS.match(tok) or tok.startswith(("-", "/")):
                 continue
+            first = _expand(tok)[0]
             looks = ("/" in tok and (tok.split("/")[0] in TOP_DIRS + ("src",) or
-                                     tok.endswith("/") or tok.endswith(SOURCE_EXTS)))
-            if looks or ("/" not in tok and tok.endswith(SOURCE_EXTS)):
+                                     first.endswith("/") or first.endswith(SOURCE_EXTS)))
+            if looks or ("/" not in tok and first.endswith(SOURCE_EXTS)):
                 out.append((tok, False))
     unquoted = re.sub(r"`[^`]*`|\]\([^)]*\)", " ", line)
     out += [(_clean(m), False) for m in BARE_TOP.findall(unquoted)]
