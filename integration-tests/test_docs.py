@@ -565,3 +565,115 @@ def test_no_issue_numbers():
 
 def test_design_index_and_folder_table():
     _report(design_index_gaps(ROOT) + folder_table_gaps(ROOT) + readme_too_long(ROOT))
+
+
+# ---- each check on a small tree, clean and with a planted stale reference --
+
+def _write(root, path, text):
+    full = os.path.join(root, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w") as f:
+        f.write(text)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A tree every check passes: two patches, a flag, a metric, a target,
+    the design index and the folder table."""
+    root = str(tmp_path)
+    files = {
+        "krb5-patches/series": "# header\n0001-Stop-contacting-a-KDC.patch\n"
+                               "0002-KDC-make-the-UDP-receive-buffer-size-configurab.patch\n",
+        "Makefile": ".PHONY: demo\ndemo: build\n\t@true\nJOBS ?= 2\n",
+        "mpc-server/src/main.cc": 'ABSL_FLAG(bool, early_flush, false, "x");\n'
+                                  'ABSL_FLAG(std::string, listen, "", "x");\n',
+        "mpc-server/src/aes/aes.cc": 'auto& c = counter("kmpc_aes_blocks_total", "x");\n',
+        "kdc-plugin/src/router.cc": "int x;\n",
+        "README.md": "# kmpc\n\n`make demo` runs `mpc-server/src/main.cc` with `--listen`.\n",
+        "docs/krb5-patches.md": "# Patches\n\nTwo patches:\n\n| # | Patch |\n|---|---|\n"
+                                "| 0001 | Stop contacting a KDC |\n"
+                                "| 0002 | KDC: make the UDP receive buffer size configurable |\n",
+        "docs/guide.md": "Patch `0002-KDC-make-the-UDP` (`router.cc`, `do_as_req.c`), metric "
+                         "`kmpc_aes_blocks_total`, `--noearly_flush`, [design](design/README.md).\n",
+        "docs/design/README.md": "[architecture](architecture.md)\n",
+        "docs/design/architecture.md": "| folder | what |\n|---|---|\n"
+                                       "| `kdc-plugin/` | the module |\n"
+                                       "| `mpc-server/` | the server (`src/`: `aes/`) |\n",
+    }
+    for path, text in files.items():
+        _write(root, path, text)
+    subprocess.run(["git", "init", "-q", root], check=True)
+    return root
+
+
+KRB5_FAKE = {"src/", "src/kdc/", "src/kdc/do_as_req.c"}
+
+
+def _all_checks(root):
+    docs = product_docs(root)
+    return (stale_patch_refs(root, docs) + patch_table_drift(root) +
+            missing_paths(root, docs) + missing_paths(root, docs, KRB5_FAKE) +
+            unknown_options(root, docs, defined_options(root)) +
+            unknown_make_targets(root, docs) +
+            unknown_metrics(root, docs, defined_metrics(root)) + issue_numbers(root, docs) +
+            design_index_gaps(root) + folder_table_gaps(root) + readme_too_long(root))
+
+
+def test_checks_pass_a_clean_tree(tree):
+    assert _all_checks(tree) == []
+
+
+@pytest.mark.parametrize("planted, expected", [
+    ("patch 0002 alone", "docs/planted.md:2: patch number 0002 without its name"),
+    ("`0001-KDC-make-the-UDP`", "docs/planted.md:2: KDC-make-the-UDP is 0002-"),
+    ("`0003-KDC-drop-stale`", "docs/planted.md:2: no patch in krb5-patches/series is "
+                              "named KDC-drop-stale"),
+    ("`kdc-plugin/src/speculator.cc`", "docs/planted.md:2: kdc-plugin/src/speculator.cc: "
+                                       "no such file or folder in the repository"),
+    ("`planner.{h,cc}`", "docs/planted.md:2: planner.h: no such file"),
+    ("`src/kdc/do_tgs_req.c`", "docs/planted.md:2: src/kdc/do_tgs_req.c: no such file or "
+                               "folder in the patched krb5 tree"),
+    ("[log](bench-log.md)", "docs/planted.md:2: the link bench-log.md leads nowhere"),
+    ("`--speculate_max`", "docs/planted.md:2: --speculate_max: no kmpc program"),
+    ("`make bench-all`", "docs/planted.md:2: make bench-all: no such target"),
+    ("`kmpc_kdc_speculative_used_total`",
+     "docs/planted.md:2: kmpc_kdc_speculative_used_total: no metric"),
+    ("(issue 48)", "docs/planted.md:2: names an issue (issue 48)"),
+])
+def test_checks_catch_a_planted_stale_reference(tree, planted, expected):
+    _write(tree, "docs/planted.md", f"# Planted\n{planted}\n")
+    found = _all_checks(tree)
+    assert any(f.startswith(expected) for f in found), found
+    assert all(f.startswith("docs/planted.md:2: ") for f in found), found
+
+
+def test_patch_renumbering_fails_the_old_numbers(tree):
+    """A patch inserted in the series: the docs' citations of the patches
+    after it fail, naming the new number."""
+    _write(tree, "krb5-patches/series", "0001-Add-a-fix.patch\n0002-Stop-contacting-a-KDC.patch\n"
+           "0003-KDC-make-the-UDP-receive-buffer-size-configurab.patch\n")
+    found = stale_patch_refs(tree, product_docs(tree))
+    assert "docs/guide.md:1: KDC-make-the-UDP is 0003-KDC-make-the-UDP-receive-buffer-size-" \
+        "configurab.patch in krb5-patches/series, not 0002" in found, found
+    assert any(f.startswith("docs/krb5-patches.md:7: Stop-contacting-a-KDC is 0002-") for f in found)
+    assert patch_table_drift(tree) == [
+        "docs/krb5-patches.md: the table lists 2 patches, the series 3; missing ['0003'], "
+        "not in the series none",
+        "docs/krb5-patches.md:3: says Two patches, the series has 3"]
+
+
+def test_index_folder_table_and_length_gaps(tree):
+    _write(tree, "docs/design/new.md", "# New\n")
+    os.makedirs(os.path.join(tree, "mpc-server/src/cts"))
+    _write(tree, "README.md", "x\n" * (README_MAX_LINES + 1))
+    assert design_index_gaps(tree) == ["docs/design/README.md: does not list new.md"]
+    assert folder_table_gaps(tree) == [
+        "docs/design/architecture.md:4: the folder table's `mpc-server/` row does not name src/cts/"]
+    assert readme_too_long(tree) == [f"README.md: {README_MAX_LINES + 1} lines, more than "
+                                     f"{README_MAX_LINES}"]
+
+
+def test_logs_are_not_checked(tree):
+    _write(tree, "docs/bench-log.md", "patch 0009 (issue 7), `--gone`\n")
+    assert "docs/bench-log.md" not in product_docs(tree)
+    assert _all_checks(tree) == []
