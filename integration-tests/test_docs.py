@@ -245,8 +245,8 @@ def patch_table_drift(root, doc="docs/krb5-patches.md"):
 
 # ---- paths ------------------------------------------------------------------
 
-PATH_CHARS = re.compile(r"^[\w.*{},+/-]+$")
-BARE_TOP = re.compile(r"(?<![\w/.`-])((?:%s)/[\w./*{},+-]*)" % "|".join(TOP_DIRS))
+PATH_CHARS = re.compile(r"^[\w.*{},+@/-]+$")
+BARE_TOP = re.compile(r"(?<![\w/.`-])((?:%s)/[\w./*{},+@-]*)" % "|".join(TOP_DIRS))
 
 
 def _expand(path):
