@@ -20,6 +20,7 @@ import struct
 import krb_der
 from kmpc_harness import cluster as kmpc_cluster
 from test_cts_churn import _kdc, _misses, _since, cts_user_realm
+from test_metrics import parse, scrape, value
 from test_cts_server_view import (PA_ENC_TIMESTAMP, PA_REQ_ENC_PA_REP, _as_req, _pa,
                                   rfc3962_decrypt, _enc_part_cipher, rfc3962_encrypt)
 
@@ -109,6 +110,11 @@ def test_a_replayed_timestamp_is_refused_and_proves_no_shape(kmpc_factory):
     assert d[0] == 0 and d[3] == 0, d  # no login, nothing held back was sent
     assert _misses(kr) == misses0, "a replay made the servers compile a reply"
     assert "a replayed timestamp: this ciphertext verified before" in kr.kdc_log_text()
+    # Counted as a replay, not as a wrong password or an overloaded cluster.
+    m = parse(scrape(kr.kdc_metrics_url))
+    assert value(m, "kmpc_kdc_jobs_refused_total", missing=0, cause="replayed") == 2, m
+    for cause in ("overloaded", "integrity"):
+        assert value(m, "kmpc_kdc_jobs_refused_total", missing=0, cause=cause) == 0, m
 
     # The replay proved nothing: the user's own first login of that shape
     # still takes two Runs (its reply waits for its timestamp).

@@ -5,7 +5,20 @@
 #include <ctime>
 #include <functional>
 
+#include "absl/strings/cord.h"
+
 namespace kmpc::kdc {
+
+absl::Status ReplayedGateError(absl::string_view why) {
+  absl::Status st = absl::ResourceExhaustedError(why);
+  st.SetPayload(kReplayedPayload, absl::Cord("1"));
+  return st;
+}
+
+bool IsReplayedGate(const absl::Status& st) {
+  return !st.ok() && st.GetPayload(kReplayedPayload).has_value();
+}
+
 namespace {
 
 // The digest a gate is remembered by: of the key id (length-prefixed) and

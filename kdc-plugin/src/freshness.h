@@ -31,10 +31,23 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
 namespace kmpc::kdc {
+
+// A gate refused as a copy of one verified, or still in flight, within the
+// skew: kResourceExhausted (the KDC answers KDC_ERR_SVC_UNAVAILABLE, which
+// MIT's lockout does not count and the router does not count toward
+// failover) marked with kReplayedPayload, so that the module's metrics
+// count it as cause="replayed": replays (an attacker's, or a client's own
+// retransmissions) are neither a capacity alarm ("overloaded") nor a
+// wrong password ("integrity").
+inline constexpr char kReplayedPayload[] = "kmpc.kdc/replayed";
+absl::Status ReplayedGateError(absl::string_view why);
+bool IsReplayedGate(const absl::Status& st);
 
 // The patimestamp of a DER PA-ENC-TS-ENC (RFC 4120 section 5.2.7.2) as
 // MIT and Heimdal encode it: 30 LL A0 11 18 0F YYYYMMDDHHMMSSZ [A1 ...],

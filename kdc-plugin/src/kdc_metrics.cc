@@ -1,5 +1,6 @@
 #include "kdc_metrics.h"
 
+#include "freshness.h"
 #include "prometheus/text_serializer.h"
 #include "status_class.h"
 #include "transport.h"
@@ -267,6 +268,7 @@ void KdcMetrics::BatchDone(bool finalize_only, size_t jobs, uint64_t blocks,
 const char* KdcMetrics::CauseOf(const absl::Status& s) {
   // The meanings are job.h's; the labels contract::ClassOf's.
   if (IsDeviation(s)) return "deviation";  // kUnavailable, a security event
+  if (IsReplayedGate(s)) return "replayed";  // kResourceExhausted, freshness.h
   return contract::ClassOf(s.code()).cause;
 }
 

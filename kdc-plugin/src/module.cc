@@ -422,9 +422,10 @@ krb5_error_code Refused(kmpc_core* core, const absl::Status& st,
 
 // A gate's DECRYPT (an aes*-cts PA-ENC-TIMESTAMP or FAST challenge) whose
 // ciphertext verified before under the same key within the clock skew
-// (freshness.h) is refused before any Run, as a wrong password: a replay
-// reaches no server, so it spends nothing of the user's release bound
-// there (EngineOptions::cts_releases_per_minute).
+// (freshness.h) is refused before any Run (ReplayedGateError: never as a
+// wrong password, which MIT's lockout would count): a replay reaches no
+// server, so it spends nothing of the user's release bound there
+// (EngineOptions::cts_releases_per_minute).
 bool IsCtsGate(const kmpc::kdc::Job& job) {
   return job.type == kmpc::v1::JOB_DECRYPT && kmpc::contract::CtsCipher(job.cipher) &&
          (job.usage == 1 || job.usage == 54);
@@ -436,7 +437,7 @@ absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
           job.key_id, absl::MakeConstSpan(job.input.data(), job.input.size()),
           absl::Now()))
     return absl::OkStatus();
-  return absl::DataLossError(
+  return kmpc::kdc::ReplayedGateError(
       "a replayed timestamp: this ciphertext verified before within the clock skew");
 }
 
@@ -459,7 +460,7 @@ class GateClaims {
       std::optional<std::string> d = kmpc::kdc::GateFreshness::Shared().Claim(
           g.job.key_id, absl::MakeConstSpan(g.job.input.data(), g.job.input.size()));
       if (!d)
-        return absl::ResourceExhaustedError(
+        return kmpc::kdc::ReplayedGateError(
             "a copy of a timestamp whose first copy is still being verified");
       taken_.emplace(g.item, std::move(*d));
     }

@@ -522,7 +522,7 @@ absl::Status RunStep::GateFresh(const PendingJob& e) {
   b_.host().Log(LOG_NOTICE, absl::StrCat("kdcmpc: batch #", b_.seq(), ": a replayed aes*-cts ",
                                       e.job.usage == 54 ? "FAST challenge" : "PA-ENC-TIMESTAMP",
                                       " (verified before within the clock skew) refused"));
-  return absl::ResourceExhaustedError(
+  return ReplayedGateError(
       "a replayed timestamp: this ciphertext verified before within the clock skew");
 }
 

@@ -1,5 +1,6 @@
 // The module's Prometheus metrics (kdc_metrics.h).
 #include "kdc_metrics.h"
+#include "freshness.h"
 #include "transport.h"
 
 #include <string>
@@ -24,6 +25,11 @@ TEST(KdcMetricsTest, CountsAndRenders) {
                "unavailable");
   EXPECT_STREQ(KdcMetrics::CauseOf(MarkDeviation(absl::UnavailableError("x"))),
                "deviation");
+  // A replayed gate is kResourceExhausted, as an overloaded cluster is,
+  // but counted apart: replays are not a capacity alarm (freshness.h).
+  EXPECT_STREQ(KdcMetrics::CauseOf(absl::ResourceExhaustedError("queue")), "overloaded");
+  EXPECT_STREQ(KdcMetrics::CauseOf(ReplayedGateError("copy")), "replayed");
+  EXPECT_EQ(ReplayedGateError("copy").code(), absl::StatusCode::kResourceExhausted);
   m.JobDone(absl::OkStatus());
   m.JobDone(absl::OkStatus());
   m.JobDone(absl::DataLossError("tag"));
