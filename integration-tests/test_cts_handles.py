@@ -278,6 +278,41 @@ def test_dealer_deals_the_kind_the_principal_names(realm):
         kr.kdc_log_text()[-3000:]
 
 
+def test_dealer_deals_the_kind_its_patterns_name(realm):
+    """The dealer's `service` pattern (kdc.conf) protects a service from
+    its first key on and deals it as a service's: a ticket to it is issued
+    with no string attribute set; a user only `protect` names is a user's
+    key (no ticket to it); kmpc_key_kind "user" on a principal a pattern
+    names wins over the pattern."""
+    kr = realm
+    svc, other = "host/patterned.kmpc.test", "host/marked.kmpc.test"
+    kr.dealer_kinds = [("service", "host/*")]
+    kr.protect = ["ivy"]
+    kr.enable_dealer()
+    kr.kadmin_local(f"addprinc -e {CTS256}:normal -randkey {svc}")
+    assert [(r[1], r[2]) for r in kr.kdb_keys(svc)] == [(CTS256, "handle")]
+    kr.kadmin_local(f"addprinc -e {CTS256}:normal -randkey {other}")
+    kr.kadmin_local(f"setstr {other} kmpc_key_kind user")
+    kr.kadmin_local(f"cpw -e {CTS256}:normal -randkey {other}")
+    kr.kadmin_local(f"addprinc -e {CTS256}:normal -pw Ivy-pw-1 ivy")
+    assert [(r[1], r[2]) for r in kr.kdb_keys("ivy")] == [(CTS256, "handle")]
+    kr.addprinc("hank", "Hank-pw-1", enctypes=[CTS256])  # its key in the KDB
+    rc, out = stock_kinit(kr, "hank", "Hank-pw-1")
+    assert rc == 0, out
+    env = _stock_env(kr)
+
+    def kvno(name):
+        return subprocess.run([binpath("kvno"), name], capture_output=True, text=True,
+                              env=env, timeout=90)
+    p = kvno(svc)
+    assert p.returncode == 0 and "kvno = 1" in p.stdout, p.stdout + p.stderr + \
+        kr.kdc_log_text()[-3000:]
+    for name in (other, "ivy"):  # users' keys: no ticket to them
+        p = kvno(name)
+        assert p.returncode != 0, (name, p.stdout + p.stderr)
+    assert kr.kdc_alive()
+
+
 def test_kdc_refuses_an_as_ticket_to_a_service_under_a_cts_handle(realm):
     """A service whose key is an aes256-cts handle: from the TGS its ticket
     is the servers' ENCRYPT under usage 2 (test_cts_service.py checks it);

@@ -121,10 +121,12 @@ def kdcmpc_conf(name, so, options):
             f"[kdcmpc]\n    {name} = {{\n{body}    }}\n")
 
 
-def dealer_conf(so, admin_conf, protect=()):
+def dealer_conf(so, admin_conf, protect=(), kinds=()):
     """kdc.conf text loading kmpc's key dealer (mpcdealer and kadm5_hook
-    interfaces, one .so) with kmpc-admin's config file admin_conf."""
+    interfaces, one .so) with kmpc-admin's config file admin_conf; kinds:
+    (relation, pattern) pairs, relation "service" or "user_service"."""
     prot = "".join(f"        protect = {p}\n" for p in protect)
+    prot += "".join(f"        {rel} = {p}\n" for rel, p in kinds)
     return (f"[plugins]\n    mpcdealer = {{\n        module = kmpc:{so}\n    }}\n"
             f"    kadm5_hook = {{\n        module = kmpc:{so}\n    }}\n"
             f"[mpcdealer]\n    kmpc = {{\n        config = {admin_conf}\n{prot}    }}\n")

@@ -104,6 +104,8 @@ class KmpcRealm(realm.Realm):
         self._plugin_conf = ""
         self.dealer = dealer
         self.protect = list(protect or [])
+        # The dealer's kind patterns: ("service" | "user_service", pattern).
+        self.dealer_kinds = []
         # Users' passwords (add_users), in memory only: for logging them in.
         self.passwords = {}
 
@@ -176,7 +178,7 @@ class KmpcRealm(realm.Realm):
 
     def _dealer_conf(self):
         return dealer_conf(find_built("mpc-server/libkmpc_dealer.so"), self.admin_conf,
-                           self.protect)
+                           self.protect, self.dealer_kinds)
 
     def enable_dealer(self):
         """Load the key dealer from now on (kdc.conf is read by every new

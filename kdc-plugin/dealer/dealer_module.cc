@@ -35,11 +35,18 @@
 //       kmpc = {
 //           config = /etc/kmpc/admin.conf   # kmpc-admin's file (config.h)
 //           protect = krbtgt/*              # fnmatch patterns; repeatable
+//           service = host/*                # protected, keys of kind service
+//           user_service = svc-*            # protected, kind user+service
 //       }
 // `protect` names principals whose keys must be held by the cluster even
 // before they hold a handle (default: krbtgt/*); a principal that holds a
 // key of an MPC enctype, or whose change asks for one (kadmin -e), is
-// protected anyway (krb5/mpcdealer_plugin.h).
+// protected anyway (krb5/mpcdealer_plugin.h). `service` and
+// `user_service` protect too, and name the kind of the keys dealt for the
+// principals they match (kmpc.proto KeyKind, which the servers check): a
+// principal's kmpc_key_kind string attribute (kadmin setstr) wins over
+// them, and a principal none names is a user (a password-derived key whose
+// AS reply the servers gate, with no ticket or PAC material).
 //
 // No key, share or password is ever logged or put in a message.
 #include <fnmatch.h>
@@ -81,8 +88,9 @@ namespace {
 
 constexpr char kModuleName[] = "kmpc";
 // The principal string attribute (kadmin setstr) naming the kind of the
-// keys dealt for it: "service" (a random key) or "user+service" (a
-// password-derived key also used as a service); none: a user's key.
+// keys dealt for it: "service" (a random key), "user+service" (a
+// password-derived key also used as a service) or "user"; none: the
+// dealer's patterns decide.
 constexpr char kKindAttribute[] = "kmpc_key_kind";
 // A dealt key that no entry references this long after it was dealt belongs
 // to a change that failed (kadm5 changes take milliseconds).
@@ -96,21 +104,34 @@ struct Pending {
   time_t since = 0;
 };
 
+// The dealer's patterns (kdc.conf [mpcdealer] kmpc, above).
+struct Patterns {
+  std::vector<std::string> protect;
+  std::vector<std::string> service;
+  std::vector<std::string> user_service;
+};
+
+// Whether one of `patterns` matches `name` (unparsed, with realm); a
+// pattern without a realm matches the name without its realm.
+bool Matches(const std::vector<std::string>& patterns, const std::string& name) {
+  const size_t at = name.rfind('@');
+  for (const std::string& p : patterns) {
+    if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+    if (p.find('@') == std::string::npos && at != std::string::npos &&
+        fnmatch(p.c_str(), name.substr(0, at).c_str(), 0) == 0)
+      return true;
+  }
+  return false;
+}
+
 class Dealer {
  public:
-  Dealer(std::string config_path, std::vector<std::string> protect)
-      : config_path_(std::move(config_path)), protect_(std::move(protect)) {}
+  Dealer(std::string config_path, Patterns patterns)
+      : config_path_(std::move(config_path)), patterns_(std::move(patterns)) {}
 
   bool Protects(const std::string& name) const {
-    for (const std::string& p : protect_) {
-      if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
-      // A pattern without a realm matches the name without its realm.
-      size_t at = name.rfind('@');
-      if (p.find('@') == std::string::npos && at != std::string::npos &&
-          fnmatch(p.c_str(), name.substr(0, at).c_str(), 0) == 0)
-        return true;
-    }
-    return false;
+    return Matches(patterns_.protect, name) || Matches(patterns_.service, name) ||
+           Matches(patterns_.user_service, name);
   }
 
   // Deals key; returns the key id. Messages name servers, never secrets.
@@ -211,32 +232,42 @@ class Dealer {
   }
 
  public:
-  // The key ids of the handles `name`'s KDB entry holds; false if it could
-  // not be read (an absent principal holds none: true).
   // The kind of a new key of `name` (kmpc.proto KeyKind): the principal's
-  // string attribute kKindAttribute (kadmin setstr), "service" or
-  // "user+service"; else a user's password-derived key, whose AS reply the
-  // servers gate and which gets no ticket or PAC material (a principal
-  // added right now has no attributes yet: a user's key until the admin
-  // sets one and changes the key).
-  static KeyKind KindOf(krb5_context ctx, const std::string& name) {
+  // string attribute kKindAttribute (kadmin setstr), else the first of the
+  // user_service and service patterns that matches, else a user's
+  // password-derived key, whose AS reply the servers gate and which gets no
+  // ticket or PAC material (a principal added right now has no attributes
+  // yet: its patterns decide until the admin sets one and changes the key).
+  KeyKind KindOf(krb5_context ctx, const std::string& name) const {
+    if (std::optional<KeyKind> k = AttributeKind(ctx, name)) return *k;
+    if (Matches(patterns_.user_service, name)) return KeyKind::kUserService;
+    if (Matches(patterns_.service, name)) return KeyKind::kService;
+    return KeyKind::kUser;
+  }
+
+  // The kind kKindAttribute names on `name`'s KDB entry; nullopt if the
+  // entry or the attribute is absent or names no kind.
+  static std::optional<KeyKind> AttributeKind(krb5_context ctx, const std::string& name) {
     krb5_principal princ = nullptr;
-    if (krb5_parse_name(ctx, name.c_str(), &princ) != 0) return KeyKind::kUser;
+    if (krb5_parse_name(ctx, name.c_str(), &princ) != 0) return std::nullopt;
     krb5_db_entry* ent = nullptr;
     krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &ent);
     krb5_free_principal(ctx, princ);
-    if (ret != 0) return KeyKind::kUser;
+    if (ret != 0) return std::nullopt;
     char* value = nullptr;
-    KeyKind kind = KeyKind::kUser;
+    std::optional<KeyKind> kind;
     if (krb5_dbe_get_string(ctx, ent, kKindAttribute, &value) == 0 && value != nullptr) {
       if (std::strcmp(value, "service") == 0) kind = KeyKind::kService;
       else if (std::strcmp(value, "user+service") == 0) kind = KeyKind::kUserService;
+      else if (std::strcmp(value, "user") == 0) kind = KeyKind::kUser;
       krb5_dbe_free_string(ctx, value);
     }
     krb5_db_free_principal(ctx, ent);
     return kind;
   }
 
+  // The key ids of the handles `name`'s KDB entry holds; false if it could
+  // not be read (an absent principal holds none: true).
   static bool ReadHandles(krb5_context ctx, const std::string& name,
                           std::set<std::string>* out) {
     krb5_principal princ = nullptr;
@@ -271,7 +302,7 @@ class Dealer {
 
  private:
   const std::string config_path_;
-  const std::vector<std::string> protect_;
+  const Patterns patterns_;
   std::mutex mu_;
   std::unique_ptr<Clusters> cluster_;  // every configured cluster
   std::map<std::string, Pending> pending_;
@@ -301,10 +332,11 @@ krb5_error_code Acquire(krb5_context ctx) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_dealer == nullptr) {
     std::vector<std::string> config = ProfileValues(ctx, "config");
-    std::vector<std::string> protect = ProfileValues(ctx, "protect");
-    if (protect.empty()) protect.push_back("krbtgt/*");
+    Patterns patterns{ProfileValues(ctx, "protect"), ProfileValues(ctx, "service"),
+                      ProfileValues(ctx, "user_service")};
+    if (patterns.protect.empty()) patterns.protect.push_back("krbtgt/*");
     try {
-      g_dealer = new Dealer(config.empty() ? "" : config.back(), protect);
+      g_dealer = new Dealer(config.empty() ? "" : config.back(), std::move(patterns));
     } catch (...) {
       return ENOMEM;
     }

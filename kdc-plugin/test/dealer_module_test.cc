@@ -167,6 +167,33 @@ TEST_F(DealerModuleTest, ProtectPatternsWithAndWithoutARealm) {
   EXPECT_FALSE(Protects("krbtgt/KMPC.TEST@KMPC.TEST"));  // not the default now
 }
 
+// `service` and `user_service` patterns protect their principals and
+// name the kind their keys are dealt with (no KDB entry here, so no
+// kmpc_key_kind attribute overrides them); a name neither matches is a
+// user's.
+TEST_F(DealerModuleTest, ServicePatternsProtectAndNameTheKind) {
+  Init("    config = " + StartServers() + "\n    service = host/*\n"
+       "    user_service = svc-*@KMPC.TEST\n");
+  EXPECT_TRUE(Protects("host/a.example@KMPC.TEST"));
+  EXPECT_TRUE(Protects("svc-build@KMPC.TEST"));
+  EXPECT_FALSE(Protects("svc-build@OTHER.TEST"));
+  EXPECT_TRUE(Protects("krbtgt/KMPC.TEST@KMPC.TEST"));  // protect's default stays
+  EXPECT_FALSE(Protects("alice@KMPC.TEST"));
+  const struct {
+    const char* name;
+    kmpc::v1::KeyKind kind;
+  } cases[] = {{"host/a.example@KMPC.TEST", kmpc::v1::KEY_KIND_SERVICE},
+               {"svc-build@KMPC.TEST", kmpc::v1::KEY_KIND_USER_SERVICE},
+               {"alice@KMPC.TEST", kmpc::v1::KEY_KIND_USER}};
+  for (const auto& c : cases) {
+    krb5_keyblock handle{};
+    std::string msg;
+    ASSERT_EQ(Deal(c.name, ENCTYPE_AES128_CTS_HMAC_SHA1_96, &handle, &msg), 0) << msg;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(servers_[i]->last_kind(), c.kind) << c.name;
+    krb5_free_keyblock_contents(ctx_, &handle);
+  }
+}
+
 TEST_F(DealerModuleTest, BothVtablesShareOneDealer) {
   Init("    protect = host/*\n");
   kadm5_hook_vftable_1 h{};
