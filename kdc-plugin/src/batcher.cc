@@ -1,11 +1,9 @@
 // The Batcher (batcher.h): the dispatcher (dispatcher.h) on a thread of its
-// own, behind the public face the KDC module and the router use.
+// own; the router and the tests reach the queue through dispatcher().
 #include "batcher.h"
 
 #include <memory>
 #include <thread>
-#include <utility>
-#include <vector>
 
 #include "dispatcher.h"
 
@@ -19,34 +17,6 @@ Batcher::Batcher(BatcherOptions options, Transport* transport, Sink* sink,
 }
 
 Batcher::~Batcher() { Stop(); }
-
-absl::Status Batcher::Submit(uint64_t token, Job job) {
-  return dispatcher_->Submit(token, std::move(job));
-}
-
-absl::Status Batcher::Begin(uint64_t id, Plan plan,
-                            std::vector<ItemJob> given) {
-  return dispatcher_->Begin(id, std::move(plan), std::move(given));
-}
-
-absl::Status Batcher::SubmitItem(uint64_t id, int item, uint64_t token,
-                                 Job job) {
-  return dispatcher_->SubmitItem(id, item, token, std::move(job));
-}
-
-std::optional<ExchangeRecord> Batcher::End(uint64_t id) {
-  return dispatcher_->End(id);
-}
-
-void Batcher::CountMiss(uint64_t id, int item, Miss why) {
-  dispatcher_->CountMiss(id, item, why);
-}
-
-void Batcher::SubmitterIdle() { dispatcher_->SubmitterIdle(); }
-
-std::vector<uint64_t> Batcher::TakeQueued(std::vector<uint64_t>* held_back) {
-  return dispatcher_->TakeQueued(held_back);
-}
 
 void Batcher::Stop() {
   dispatcher_->RequestStop();

@@ -181,39 +181,10 @@ class Batcher {
           BatchObserver* observer = nullptr);
   ~Batcher();  // Stop()
 
-  // Queues a job. A malformed job is refused here (the sink never hears of
-  // it); token is the caller's name for the job in its Result.
-  absl::Status Submit(uint64_t token, Job job);
-
-  // Planned exchanges (planner.h). Begin: exchange `id` (nonzero, unique
-  // among those not ended) with `plan`; `given` are the jobs of its items
-  // given now, each delivered once as by Submit. An invalid plan or job is
-  // refused here (kInvalidArgument). SubmitItem: the job of `item`,
-  // completed from what was prepared or else run as an ordinary job (a
-  // miss). End: the exchange is over; its record, or nullopt if unknown.
-  absl::Status Begin(uint64_t id, Plan plan, std::vector<ItemJob> given);
-  absl::Status SubmitItem(uint64_t id, int item, uint64_t token, Job job);
-  std::optional<ExchangeRecord> End(uint64_t id);
-  // A job of exchange `id` ran elsewhere (the router's failover).
-  void CountMiss(uint64_t id, int item, Miss why);
-
-  // The submitter has no more jobs for now (the KDC's event loop finished
-  // the callback that submitted them): the signatures under held pads
-  // queued since the last call go as one Sign request per server and the
-  // finalize_only jobs as Finalize requests, both started on the calling
-  // thread (gRPC async calls: it does not wait for them); with early_flush
-  // an idle cluster gets the queued jobs at once instead of after
-  // `coalesce`. May be called from any thread; not from inside the sink.
-  void SubmitterIdle();
-
-  // Takes every job still waiting for a batch (none in flight) back: the
-  // sink will hear nothing of them; returns their tokens. The router
-  // (router.h) calls it, from inside the sink, when this cluster failed a
-  // batch, so that those jobs go to another cluster now rather than into
-  // this one's next batch. *held_back receives the tokens of jobs held
-  // back for a gate among them (planner.h, proven shapes): they must not go
-  // elsewhere without their gate, and the caller fails them.
-  std::vector<uint64_t> TakeQueued(std::vector<uint64_t>* held_back);
+  // The queue (dispatcher.h): Submit, the planned exchanges (Begin,
+  // SubmitItem, End, CountMiss), SubmitterIdle and TakeQueued, served by
+  // this batcher's thread until Stop().
+  Dispatcher& dispatcher() const { return *dispatcher_; }
 
   // Stops the dispatcher thread and abandons queued and in-flight jobs: the
   // sink receives nothing once Stop has returned. The transport must stay

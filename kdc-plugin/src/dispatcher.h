@@ -78,21 +78,45 @@ class Dispatcher : public StepHost,
   Dispatcher(BatcherOptions options, Transport* transport, Sink* sink,
              BatchObserver* observer = nullptr);
 
+  // The queue's interface, reached through Batcher::dispatcher().
+  // Queues a job. A malformed job is refused here (the sink never hears of
+  // it); token is the caller's name for the job in its Result.
   absl::Status Submit(uint64_t token, Job job);
-  // Planned exchanges (planner.h; Batcher::Begin, SubmitItem, End).
+
+  // Planned exchanges (planner.h). Begin: exchange `id` (nonzero, unique
+  // among those not ended) with `plan`; `given` are the jobs of its items
+  // given now, each delivered once as by Submit. An invalid plan or job is
+  // refused here (kInvalidArgument). SubmitItem: the job of `item`,
+  // completed from what was prepared or else run as an ordinary job (a
+  // miss). End: the exchange is over; its record, or nullopt if unknown.
   absl::Status Begin(uint64_t id, Plan plan, std::vector<ItemJob> given);
   absl::Status SubmitItem(uint64_t id, int item, uint64_t token, Job job);
   std::optional<ExchangeRecord> End(uint64_t id);
+  // A job of exchange `id` ran elsewhere (the router's failover).
   void CountMiss(uint64_t id, int item, Miss why);
+
+  // The submitter has no more jobs for now (the KDC's event loop finished
+  // the callback that submitted them): the signatures under held pads
+  // queued since the last call go as one Sign request per server and the
+  // finalize_only jobs as Finalize requests, both started on the calling
+  // thread (gRPC async calls: it does not wait for them); with early_flush
+  // an idle cluster gets the queued jobs at once instead of after
+  // `coalesce`. May be called from any thread; not from inside the sink.
   void SubmitterIdle();
+
   // Takes every job waiting in the Run queue (not yet in a batch) out of
-  // it and returns their tokens (nothing is delivered for them); drops the
-  // prepared jobs queued with them, whose items' jobs then run as
-  // ordinary ones (their tokens too, if they were waiting: Planner::Lost).
-  // The jobs held back for a queued gate (planner.h, proven shapes) are
-  // taken out too, into *held_back, never with the others.
-  // Takes mu_ only: callable from inside the sink.
+  // it and returns their tokens: the sink will hear nothing of them. The
+  // router (router.h) calls it, from inside the sink, when this cluster
+  // failed a batch, so that those jobs go to another cluster now rather
+  // than into this one's next batch. Drops the prepared jobs queued with
+  // them, whose items' jobs then run as ordinary ones (their tokens too,
+  // if they were waiting: Planner::Lost). The jobs held back for a queued
+  // gate (planner.h, proven shapes) are taken out too, into *held_back,
+  // never with the others: they must not go elsewhere without their gate,
+  // and the caller fails them. Takes mu_ only: callable from inside the
+  // sink.
   std::vector<uint64_t> TakeQueued(std::vector<uint64_t>* held_back);
+
   // The dispatcher thread's body: returns once RequestStop was called.
   void RunUntilStopped();
   void RequestStop();

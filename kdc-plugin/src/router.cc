@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cts_gate.h"
+#include "dispatcher.h"
 #include "status_class.h"
 
 namespace kmpc::kdc {
@@ -119,7 +120,7 @@ bool Router::ClusterAnswered(size_t c, uint64_t token, bool failed,
 
 absl::Status Router::Submit(uint64_t token, Job job) {
   if (transports_.size() == 1)
-    return batchers_[0]->Submit(token, std::move(job));
+    return batchers_[0]->dispatcher().Submit(token, std::move(job));
   const absl::Time now = absl::Now();
   int c;
   {
@@ -133,7 +134,7 @@ absl::Status Router::Submit(uint64_t token, Job job) {
     p.submitted = now;
     p.tried = 1u << c;
   }
-  absl::Status st = batchers_[c]->Submit(token, std::move(job));
+  absl::Status st = batchers_[c]->dispatcher().Submit(token, std::move(job));
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
     pending_.erase(token);
@@ -176,7 +177,8 @@ absl::Status Router::Begin(uint64_t id, Plan plan, std::vector<ItemJob> given) {
     }
     pinned_[id] = c;
   }
-  absl::Status st = batchers_[c]->Begin(id, std::move(plan), std::move(given));
+  absl::Status st =
+      batchers_[c]->dispatcher().Begin(id, std::move(plan), std::move(given));
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
     Unregister(tokens, c);
@@ -204,10 +206,10 @@ absl::Status Router::SubmitItem(uint64_t id, int item, uint64_t token, Job job) 
   }
   absl::Status st;
   if (to == c) {
-    st = batchers_[c]->SubmitItem(id, item, token, std::move(job));
+    st = batchers_[c]->dispatcher().SubmitItem(id, item, token, std::move(job));
   } else {
-    batchers_[c]->CountMiss(id, item, Miss::kFailover);
-    st = batchers_[to]->Submit(token, std::move(job));
+    batchers_[c]->dispatcher().CountMiss(id, item, Miss::kFailover);
+    st = batchers_[to]->dispatcher().Submit(token, std::move(job));
   }
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
@@ -225,7 +227,7 @@ std::optional<ExchangeRecord> Router::End(uint64_t id) {
     c = it->second;
     pinned_.erase(it);
   }
-  return batchers_[c]->End(id);
+  return batchers_[c]->dispatcher().End(id);
 }
 
 void Router::OnResult(size_t cluster, Result r) {
@@ -245,7 +247,8 @@ void Router::OnResult(size_t cluster, Result r) {
     // start the next batch (the sink is told of every job of a step before
     // it ends). Under the dispatcher's sink gate, outside mu_.
     std::vector<uint64_t> held_back;
-    std::vector<uint64_t> moved = batchers_[cluster]->TakeQueued(&held_back);
+    std::vector<uint64_t> moved =
+        batchers_[cluster]->dispatcher().TakeQueued(&held_back);
     {
       std::lock_guard<std::mutex> l(mu_);
       for (uint64_t t : moved)
@@ -319,7 +322,7 @@ void Router::RetryLoop() {
       // (BatcherOptions::submitter_kicks), once for all it just submitted.
       lk.unlock();
       for (size_t c = 0; c < batchers_.size(); ++c)
-        if (submitted & (1u << c)) batchers_[c]->SubmitterIdle();
+        if (submitted & (1u << c)) batchers_[c]->dispatcher().SubmitterIdle();
       submitted = 0;
       lk.lock();
       continue;
@@ -351,7 +354,8 @@ void Router::RetryLoop() {
                  absl::StrCat("kdcmpc: jobs go to cluster ", c + 1,
                               " after failing elsewhere (", r.first.message(),
                               "); ", total, " jobs failed over so far"));
-    absl::Status st = batchers_[c]->Submit(r.token, std::move(job));
+    absl::Status st =
+        batchers_[c]->dispatcher().Submit(r.token, std::move(job));
     if (!st.ok())
       Deliver(Result{r.token, std::move(st), {}});
     else
@@ -361,7 +365,7 @@ void Router::RetryLoop() {
 }
 
 void Router::SubmitterIdle() {
-  for (auto& b : batchers_) b->SubmitterIdle();
+  for (auto& b : batchers_) b->dispatcher().SubmitterIdle();
 }
 
 void Router::Stop() {

@@ -98,9 +98,9 @@ class Router {
          Sink* sink, BatchObserver* observer = nullptr);
   ~Router();  // Stop()
 
-  // As Batcher::Submit; the job goes to a healthy cluster.
+  // As Dispatcher::Submit; the job goes to a healthy cluster.
   absl::Status Submit(uint64_t token, Job job);
-  // Planned exchanges (Batcher::Begin, SubmitItem, End), pinned to one
+  // Planned exchanges (Dispatcher::Begin, SubmitItem, End), pinned to one
   // cluster: Begin picks it as Submit would, because the exchange's
   // prepared keystreams and pads live on its servers, and every later
   // item goes there. An item whose pinned cluster failed since goes where

@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "batcher.h"
+#include "dispatcher.h"
 #include "fake_cluster.h"
 #include "gtest/gtest.h"
 #include "real_cluster.h"

@@ -4,6 +4,7 @@
 // sink silent, even for a batch in flight whose transport calls back late.
 // The flush policy itself is the dispatcher's (dispatcher_test.cc).
 #include "batcher.h"
+#include "dispatcher.h"
 
 #include <algorithm>
 #include <memory>
@@ -82,14 +83,14 @@ std::vector<std::vector<uint64_t>> DeepAndLogins(HoldingTransport& holding, Coll
   Batcher b(o, &holding, &sink);
   EXPECT_GT(JobDepth(CtsEncrypt(1900)), o.deep_rounds);
   EXPECT_LT(JobDepth(CtsEncrypt(284)), 12000u);
-  EXPECT_TRUE(b.Submit(1, CtsEncrypt(1900)).ok());
-  EXPECT_TRUE(b.Submit(2, CtsEncrypt(284)).ok());
-  EXPECT_TRUE(b.Submit(3, CtsEncrypt(290)).ok());
+  EXPECT_TRUE(b.dispatcher().Submit(1, CtsEncrypt(1900)).ok());
+  EXPECT_TRUE(b.dispatcher().Submit(2, CtsEncrypt(284)).ok());
+  EXPECT_TRUE(b.dispatcher().Submit(3, CtsEncrypt(290)).ok());
   for (int i = 0; i < 1000 && holding.runs().size() < runs; ++i)
     absl::SleepFor(absl::Milliseconds(5));
   if (deep_rounds != 0) {
     // A second deep job waits for the first (one deep batch in flight).
-    EXPECT_TRUE(b.Submit(4, CtsEncrypt(1800)).ok());
+    EXPECT_TRUE(b.dispatcher().Submit(4, CtsEncrypt(1800)).ok());
     absl::SleepFor(absl::Milliseconds(100));
     EXPECT_EQ(b.stats().deep_batches, 1u);
     EXPECT_EQ(b.stats().queued_jobs, 1u);
@@ -102,7 +103,7 @@ std::vector<std::vector<uint64_t>> DeepAndLogins(HoldingTransport& holding, Coll
 
 TEST_P(BatcherTest, EveryJobCompletesOnceAndIsCounted) {
   auto b = Make(WindowFlushed(absl::Milliseconds(20)));
-  for (uint64_t t = 1; t <= 3; ++t) ASSERT_TRUE(b->Submit(t, Encrypt("ticket")).ok());
+  for (uint64_t t = 1; t <= 3; ++t) ASSERT_TRUE(b->dispatcher().Submit(t, Encrypt("ticket")).ok());
   ASSERT_TRUE(sink_.WaitFor(3));
   for (uint64_t t = 1; t <= 3; ++t) EXPECT_TRUE(sink_.Get(t).status.ok()) << t;
   b->Stop();
@@ -113,14 +114,14 @@ TEST_P(BatcherTest, EveryJobCompletesOnceAndIsCounted) {
 
 TEST_P(BatcherTest, TakeQueuedHandsBackWaitingJobsUnheard) {
   auto b = Make(WindowFlushed(absl::Seconds(30)));
-  ASSERT_TRUE(b->Submit(7, Encrypt("a")).ok());
-  ASSERT_TRUE(b->Submit(9, Encrypt("b")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(7, Encrypt("a")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(9, Encrypt("b")).ok());
   std::vector<uint64_t> held_back;
-  std::vector<uint64_t> tokens = b->TakeQueued(&held_back);
+  std::vector<uint64_t> tokens = b->dispatcher().TakeQueued(&held_back);
   std::sort(tokens.begin(), tokens.end());
   EXPECT_EQ(tokens, (std::vector<uint64_t>{7, 9}));
   EXPECT_TRUE(held_back.empty());  // no planned exchange held a job back
-  EXPECT_TRUE(b->TakeQueued(&held_back).empty());
+  EXPECT_TRUE(b->dispatcher().TakeQueued(&held_back).empty());
   b->Stop();
   EXPECT_TRUE(sink_.counts().empty());
   EXPECT_EQ(RunCalls(), 0);
@@ -131,7 +132,7 @@ TEST_P(BatcherTest, StopSilencesTheSinkForABatchInFlight) {
   BatcherOptions o;
   o.deadline = absl::Seconds(30);
   auto b = std::make_unique<Batcher>(o, &holding, &sink_);
-  ASSERT_TRUE(b->Submit(1, Encrypt("in flight")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("in flight")).ok());
   for (int i = 0; i < 1000 && holding.held() < 3; ++i) absl::SleepFor(absl::Milliseconds(5));
   ASSERT_EQ(holding.held(), 3u);  // one Run per party
   b->Stop();
@@ -166,7 +167,7 @@ TEST_P(BatcherTest, DeepLaneOffSharesTheBatch) {
 TEST_P(BatcherTest, DestructorStopsWithJobsQueued) {
   {
     auto b = Make(WindowFlushed(absl::Seconds(30)));
-    ASSERT_TRUE(b->Submit(1, Encrypt("never sent")).ok());
+    ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("never sent")).ok());
   }
   EXPECT_TRUE(sink_.counts().empty());
   EXPECT_EQ(RunCalls(), 0);

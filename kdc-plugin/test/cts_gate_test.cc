@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "batcher.h"
+#include "dispatcher.h"
 #include "batcher_fixture.h"
 #include "contract.h"
 #include "cts_gate.h"
@@ -232,10 +233,10 @@ class CtsGateTest : public ::testing::Test {
       given.push_back({item, t, std::move(job)});
     }
     const size_t n0 = sink_.counts().size();
-    EXPECT_TRUE(b_->Begin(id, std::move(plan), std::move(given)).ok());
-    b_->SubmitterIdle();
+    EXPECT_TRUE(b_->dispatcher().Begin(id, std::move(plan), std::move(given)).ok());
+    b_->dispatcher().SubmitterIdle();
     EXPECT_TRUE(sink_.WaitFor(n0 + 2));
-    std::optional<ExchangeRecord> r = b_->End(id);
+    std::optional<ExchangeRecord> r = b_->dispatcher().End(id);
     EXPECT_TRUE(r.has_value());
     if (r) x.record = *r;
     return x;
@@ -394,12 +395,12 @@ TEST_F(CtsGateTest, UnprovenGateLengthsArePastABudgetRefused) {
     given.push_back({1, next_token_++, JobOf(plan.items[1], 250)});
     const uint64_t id = next_id_++;
     const size_t n0 = sink_.counts().size();
-    absl::Status st = b_->Begin(id, std::move(plan), std::move(given));
+    absl::Status st = b_->dispatcher().Begin(id, std::move(plan), std::move(given));
     if (st.ok()) {
-      b_->SubmitterIdle();
+      b_->dispatcher().SubmitterIdle();
       EXPECT_TRUE(sink_.WaitFor(n0 + 2));
     }
-    b_->End(id);
+    b_->dispatcher().End(id);
     return st;
   };
   servers_.password_ok = false;  // unauthenticated: wrong passwords
@@ -447,10 +448,10 @@ TEST_F(CtsGateTest, AnOversizedRequestIsRefusedBeforeAnyBatch) {
   std::vector<ItemJob> given;
   given.push_back({0, next_token_++, JobOf(plan.items[0], kTimestampBytes)});
   given.push_back({2, next_token_++, std::move(r)});
-  const absl::Status st = b_->Begin(next_id_++, std::move(plan), std::move(given));
+  const absl::Status st = b_->dispatcher().Begin(next_id_++, std::move(plan), std::move(given));
   EXPECT_TRUE(absl::IsOutOfRange(st)) << st;
   EXPECT_NE(st.message().find("length cap"), absl::string_view::npos) << st;
-  b_->SubmitterIdle();
+  b_->dispatcher().SubmitterIdle();
   EXPECT_TRUE(servers_.runs().empty());
   EXPECT_EQ(SplicedAs(300, longest).record.runs, 2u);
   ASSERT_EQ(servers_.runs().size(), 2u);
@@ -496,10 +497,10 @@ TEST_F(CtsGateTest, FastItemsOfUnprovenShapesWaitForTheirGate) {
                        JobOf(plan.items[i], i == 0 ? kTimestampBytes : plan.items[i].length)});
     const uint64_t id = next_id_++;
     const size_t n0 = sink_.counts().size();
-    EXPECT_TRUE(b_->Begin(id, plan, std::move(given)).ok());
-    b_->SubmitterIdle();
+    EXPECT_TRUE(b_->dispatcher().Begin(id, plan, std::move(given)).ok());
+    b_->dispatcher().SubmitterIdle();
     EXPECT_TRUE(sink_.WaitFor(n0 + 3));
-    return b_->End(id)->runs;
+    return b_->dispatcher().End(id)->runs;
   };
   servers_.password_ok = false;
   EXPECT_EQ(fast(), 1u);

@@ -44,14 +44,14 @@ TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   BatcherOptions o = WindowFlushed(absl::Milliseconds(10));
   auto b = Make(o);
   const std::string pt = "an EncTicketPart of some 150 bytes, give or take";
-  ASSERT_TRUE(b->Submit(1, Encrypt(pt)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt(pt)).ok());
   Job ck;
   ck.type = kmpc::v1::JOB_CHECKSUM;
   ck.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
   ck.key_id = kKeyId;
   ck.usage = 56;
   ck.input.assign(pt.begin(), pt.end());
-  ASSERT_TRUE(b->Submit(2, std::move(ck)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, std::move(ck)).ok());
   ASSERT_TRUE(sink_.WaitFor(2));
   Result enc = sink_.Get(1);
   ASSERT_TRUE(enc.status.ok()) << enc.status;
@@ -63,10 +63,10 @@ TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   for (size_t i = 0; i < pt.size(); ++i) EXPECT_EQ(c[i] ^ ks[i], pt[i]);
   EXPECT_EQ(out.substr(16 + pt.size()), cluster_.Tag(kKey, 2, ctr0, c, false));
 
-  ASSERT_TRUE(b->Submit(3, Decrypt(enc.output)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(3, Decrypt(enc.output)).ok());
   SecureBytes bad = enc.output;
   bad[20] ^= 1;
-  ASSERT_TRUE(b->Submit(4, Decrypt(bad)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(4, Decrypt(bad)).ok());
   Result ckr = sink_.Get(2);
   ASSERT_TRUE(ckr.status.ok());
   ASSERT_EQ(ckr.output.size(), 32u);
@@ -82,8 +82,8 @@ TEST_P(BatcherTest, EncryptDecryptChecksumVerifyRoundTrip) {
   v.checksum = Str(ckr.output);
   Job v2 = v;
   v2.checksum[31] ^= 1;
-  ASSERT_TRUE(b->Submit(5, std::move(v)).ok());
-  ASSERT_TRUE(b->Submit(6, std::move(v2)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(5, std::move(v)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(6, std::move(v2)).ok());
   ASSERT_TRUE(sink_.WaitFor(6));
   EXPECT_EQ(Str(sink_.Get(3).output), pt);
   EXPECT_TRUE(absl::IsDataLoss(sink_.Get(4).status)) << sink_.Get(4).status;
@@ -105,8 +105,8 @@ TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
   auto b = Make(o);
   const std::string msg =
       "EncTicketPart: session key 0123456789abcdef0123456789abcdef, PAC";
-  ASSERT_TRUE(b->Submit(1, Checksum(msg)).ok());
-  ASSERT_TRUE(b->Submit(2, Checksum(msg)).ok());  // the same message again
+  ASSERT_TRUE(b->dispatcher().Submit(1, Checksum(msg)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Checksum(msg)).ok());  // the same message again
   ASSERT_TRUE(sink_.WaitFor(2));
   const std::string sum = Str(sink_.Get(1).output);
   ASSERT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
@@ -118,7 +118,7 @@ TEST_P(FakeBatcherTest, ChecksumMessageReachesEachPartyOnlyAsShares) {
   v.usage = 17;
   v.input.assign(msg.begin(), msg.end());
   v.checksum = sum;
-  ASSERT_TRUE(b->Submit(3, std::move(v)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(3, std::move(v)).ok());
   ASSERT_TRUE(sink_.WaitFor(3));
   EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
 
@@ -204,7 +204,7 @@ TEST_P(FakeBatcherTest, ASplicedReplyGoesAsSharesOfItsPlaintextThenTheRequest) {
   const std::string pad = contract::SplicePadding(req.size());  // as module.cc deals it
   j.splice.insert(j.splice.end(), pad.begin(), pad.end());
   j.splice_offset = 60;
-  ASSERT_TRUE(b->Submit(1, std::move(j)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, std::move(j)).ok());
   ASSERT_TRUE(sink_.WaitFor(1));
   std::array<kmpc::v1::RunRequest, 3> got;
   for (int p = 0; p < 3; ++p) {
@@ -258,7 +258,7 @@ TEST_P(FakeBatcherTest, AGateCiphertextGoesAsShares) {
       j.cts_key = kmpc::v1::CTS_KEY_CF2_AES256;
       j.cf2_half.assign(half.begin(), half.end());
     }
-    ASSERT_TRUE(b->Submit(fast ? 3 : 2, std::move(j)).ok());
+    ASSERT_TRUE(b->dispatcher().Submit(fast ? 3 : 2, std::move(j)).ok());
     ASSERT_TRUE(sink_.WaitFor(fast ? 2 : 1));
     std::array<kmpc::v1::RunRequest, 3> got;
     std::string v;
@@ -289,7 +289,7 @@ TEST_P(BatcherTest, LoneJobDoesNotWaitForTheWindowByDefault) {
   o.window = absl::Seconds(30);  // would be unmistakable
   auto b = Make(o);
   const absl::Time t0 = absl::Now();
-  ASSERT_TRUE(b->Submit(1, Encrypt("a lone ticket")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("a lone ticket")).ok());
   ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(10)));
   EXPECT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
   EXPECT_LT(sink_.At(1) - t0, absl::Seconds(5));
@@ -300,19 +300,19 @@ TEST_P(BatcherTest, MalformedJobsAreRefusedAtSubmit) {
   auto b = Make({});
   Job j = Encrypt("x");
   j.key_id = "short";
-  EXPECT_TRUE(absl::IsInvalidArgument(b->Submit(1, std::move(j))));
+  EXPECT_TRUE(absl::IsInvalidArgument(b->dispatcher().Submit(1, std::move(j))));
   SecureBytes tiny(31, 1);
-  EXPECT_TRUE(absl::IsDataLoss(b->Submit(2, Decrypt(tiny))));
+  EXPECT_TRUE(absl::IsDataLoss(b->dispatcher().Submit(2, Decrypt(tiny))));
   SecureBytes zero_ctr(48, 0);  // ctr0 == 0 touches the all-zero block
-  EXPECT_TRUE(absl::IsDataLoss(b->Submit(3, Decrypt(zero_ctr))));
+  EXPECT_TRUE(absl::IsDataLoss(b->dispatcher().Submit(3, Decrypt(zero_ctr))));
   SecureBytes wrap(48, 0xff);  // ctr0 + 1 wraps past 2^128 - 1
-  EXPECT_TRUE(absl::IsDataLoss(b->Submit(4, Decrypt(wrap))));
+  EXPECT_TRUE(absl::IsDataLoss(b->dispatcher().Submit(4, Decrypt(wrap))));
   Job v;
   v.type = kmpc::v1::JOB_VERIFY_CHECKSUM;
   v.cipher = kmpc::v1::CIPHER_AES256;  // kKey is 32 bytes
   v.key_id = kKeyId;
   v.checksum = std::string(31, 'c');
-  EXPECT_TRUE(absl::IsDataLoss(b->Submit(5, std::move(v))));
+  EXPECT_TRUE(absl::IsDataLoss(b->dispatcher().Submit(5, std::move(v))));
   b->Stop();
   EXPECT_TRUE(sink_.counts().empty());
 }
@@ -333,8 +333,8 @@ TEST_P(BatcherTest, MalformedJobFailsAloneAtTheServers) {
   Job bad = Encrypt("x");
   bad.key_id = marked;
   const std::string pt = "the other job";
-  ASSERT_TRUE(b.Submit(1, std::move(bad)).ok());
-  ASSERT_TRUE(b.Submit(2, Encrypt(pt)).ok());
+  ASSERT_TRUE(b.dispatcher().Submit(1, std::move(bad)).ok());
+  ASSERT_TRUE(b.dispatcher().Submit(2, Encrypt(pt)).ok());
   ASSERT_TRUE(sink_.WaitFor(2));
   const Result r1 = sink_.Get(1);
   EXPECT_TRUE(absl::IsInvalidArgument(r1.status)) << r1.status;
@@ -356,7 +356,7 @@ TEST_P(BatcherTest, WindowCollectsJobsIntoOneBatch) {
   auto b = Make(o);
   absl::Time t0 = absl::Now();
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(b->Submit(i, Encrypt("ticket")).ok());
+    ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("ticket")).ok());
     absl::SleepFor(absl::Milliseconds(10));
   }
   ASSERT_TRUE(sink_.WaitFor(5));
@@ -388,7 +388,7 @@ TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
   o.backlog_jobs = 4;  // no bigger batches for a backlog (next test)
   auto b = Make(o);
   absl::Time t0 = absl::Now();
-  for (int i = 0; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("t")).ok());
   ASSERT_TRUE(sink_.WaitFor(8, absl::Seconds(5)));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
   auto calls = cluster_.calls();
@@ -410,9 +410,9 @@ TEST_P(BatcherTest, BacklogGoesOutInOneBiggerBatch) {
   o.max_inflight = 1;
   cluster_.set_latency(absl::Milliseconds(150));
   auto b = Make(o);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("t")).ok());
   WaitRunCalls(1);  // batch 1 is in flight (150 ms)
-  for (int i = 4; i < 22; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  for (int i = 4; i < 22; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("t")).ok());
   ASSERT_TRUE(sink_.WaitFor(22, absl::Seconds(5)));
   // 4; then 10 of the 18 that waited (the cap); then the other 8 at once
   // (still >= max_jobs): not in batches of 4, and nothing waits for 30 s.
@@ -432,9 +432,9 @@ TEST_P(BatcherTest, BacklogBatchIsCappedByBlocks) {
   o.max_inflight = 1;
   cluster_.set_latency(absl::Milliseconds(100));
   auto b = Make(o);
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("t")).ok());
   WaitRunCalls(1);
-  for (int i = 2; i < 9; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("t")).ok());
+  for (int i = 2; i < 9; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("t")).ok());
   ASSERT_TRUE(sink_.WaitFor(8, absl::Seconds(5)));
   const std::vector<int> sizes = RunSizes();
   ASSERT_GE(sizes.size(), 3u);
@@ -448,9 +448,9 @@ TEST_P(BatcherTest, BlockLimitFlushesAtOnce) {
   o.max_blocks = 20;  // each job: 8 keystream blocks + 1
   o.backlog_blocks = 20;
   auto b = Make(o);
-  ASSERT_TRUE(b->Submit(1, Encrypt(std::string(128, 'a'))).ok());
-  ASSERT_TRUE(b->Submit(2, Encrypt(std::string(128, 'b'))).ok());
-  ASSERT_TRUE(b->Submit(3, Encrypt(std::string(128, 'c'))).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt(std::string(128, 'a'))).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt(std::string(128, 'b'))).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(3, Encrypt(std::string(128, 'c'))).ok());
   ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
   EXPECT_EQ(cluster_.calls()[0].jobs, 2);
 }
@@ -463,11 +463,11 @@ TEST_P(BatcherTest, EarlyFlushWhenIdleThenBatchesUnderLoad) {
   cluster_.set_latency(absl::Milliseconds(150));
   auto b = Make(o);
   absl::Time t0 = absl::Now();
-  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
-  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());  // back to back: same batch
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt("b")).ok());  // back to back: same batch
   WaitRunCalls(1);  // batch 1 went out (after the 20 ms coalescing)
   // The servers are busy with batch 1 (150 ms): these wait, then go together.
-  for (int i = 3; i < 7; ++i) ASSERT_TRUE(b->Submit(i, Decrypt(SecureBytes(40, 7))).ok());
+  for (int i = 3; i < 7; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Decrypt(SecureBytes(40, 7))).ok());
   ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(5)));
   EXPECT_LT(sink_.At(1) - t0, absl::Seconds(1));  // not the 30 s window
   const std::vector<int> sizes = RunSizes();
@@ -486,20 +486,20 @@ TEST_P(BatcherTest, SubmitterIdleFlushesAnIdleQueueWithoutTheCoalesceDelay) {
   o.coalesce = absl::Seconds(20);
   auto b = Make(o);
   absl::Time t0 = absl::Now();
-  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
-  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt("b")).ok());
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(RunCalls(), 0);  // the coalesce delay holds them
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
   EXPECT_LT(sink_.At(2) - t0, absl::Seconds(5));
   EXPECT_EQ(RunCalls(), 1);  // both in one batch
   // A kick with nothing queued changes nothing; the next jobs wait again.
-  b->SubmitterIdle();
-  ASSERT_TRUE(b->Submit(3, Encrypt("c")).ok());
+  b->dispatcher().SubmitterIdle();
+  ASSERT_TRUE(b->dispatcher().Submit(3, Encrypt("c")).ok());
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(RunCalls(), 1);
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(5)));
   EXPECT_EQ(RunCalls(), 2);
 }
@@ -508,8 +508,8 @@ TEST_P(BatcherTest, SubmitterIdleWithoutEarlyFlushKeepsTheWindow) {
   BatcherOptions o = WindowFlushed(absl::Milliseconds(300));
   auto b = Make(o);
   absl::Time t0 = absl::Now();
-  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
-  b->SubmitterIdle();
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("a")).ok());
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
   EXPECT_GE(sink_.At(1) - t0, absl::Milliseconds(290));
 }
@@ -522,15 +522,15 @@ TEST_P(BatcherTest, SubmitterKicksLeaveTheQueueToSubmitterIdle) {
   cluster_.set_latency(absl::Milliseconds(100));
   auto b = Make(o);
   const absl::Time t0 = absl::Now();
-  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
-  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt("b")).ok());
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(RunCalls(), 0);
-  b->SubmitterIdle();  // starts batch 1 (both jobs) on this thread
+  b->dispatcher().SubmitterIdle();  // starts batch 1 (both jobs) on this thread
   EXPECT_EQ(RunCalls(), 1);
   // Behind batch 1: these go when it ends, not after 20 s.
-  for (int i = 3; i < 6; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("c")).ok());
-  b->SubmitterIdle();
+  for (int i = 3; i < 6; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("c")).ok());
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(5, absl::Seconds(10)));
   EXPECT_LT(sink_.At(5) - t0, absl::Seconds(5));
   const std::vector<int> sizes = RunSizes();
@@ -568,13 +568,13 @@ TEST_P(FakeBatcherTest, SubmitterIdleLeavesABacklogToTheDispatcher) {
   BatcherOptions o = SubmitterKicked(absl::Seconds(30));
   ThreadRecordingTransport t(&cluster_);
   auto b = std::make_unique<Batcher>(o, &t, &sink_);
-  for (int i = 1; i <= 64; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());
-  b->SubmitterIdle();
+  for (int i = 1; i <= 64; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("a")).ok());
+  b->dispatcher().SubmitterIdle();
   ASSERT_EQ(t.threads().size(), 1u);  // started inline
   EXPECT_EQ(t.threads()[0], std::this_thread::get_id());
   ASSERT_TRUE(sink_.WaitFor(64, absl::Seconds(10)));
-  for (int i = 101; i <= 165; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("b")).ok());
-  b->SubmitterIdle();
+  for (int i = 101; i <= 165; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("b")).ok());
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(129, absl::Seconds(10)));  // not after 20 s
   ASSERT_EQ(t.threads().size(), 2u);
   EXPECT_NE(t.threads()[1], std::this_thread::get_id());
@@ -605,19 +605,19 @@ TEST_P(BatcherTest, HoldGathersTheNextBatchUnderLoadOnly) {
       absl::SleepFor(absl::Milliseconds(1));
     return b->stats().inflight == 0;
   };
-  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());
-  b->SubmitterIdle();  // batch 1: three jobs
-  ASSERT_TRUE(b->Submit(4, Encrypt("b")).ok());
-  b->SubmitterIdle();  // waits behind batch 1
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("a")).ok());
+  b->dispatcher().SubmitterIdle();  // batch 1: three jobs
+  ASSERT_TRUE(b->dispatcher().Submit(4, Encrypt("b")).ok());
+  b->dispatcher().SubmitterIdle();  // waits behind batch 1
   ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(10)));
   ASSERT_TRUE(wait_ended());
   // Held: one job of three after batch 1's end; two more arrive within
   // the hold and go with it at once (the queue reached three).
   absl::SleepFor(absl::Milliseconds(30));
   EXPECT_EQ(RunCalls(), 1);
-  ASSERT_TRUE(b->Submit(5, Encrypt("c")).ok());
-  ASSERT_TRUE(b->Submit(6, Encrypt("d")).ok());
-  b->SubmitterIdle();
+  ASSERT_TRUE(b->dispatcher().Submit(5, Encrypt("c")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(6, Encrypt("d")).ok());
+  b->dispatcher().SubmitterIdle();
   EXPECT_EQ(RunCalls(), 2);
   ASSERT_TRUE(sink_.WaitFor(6, absl::Seconds(10)));
   ASSERT_TRUE(wait_ended());
@@ -626,8 +626,8 @@ TEST_P(BatcherTest, HoldGathersTheNextBatchUnderLoadOnly) {
   EXPECT_EQ(sizes[1], 3);
   // Nothing waited at batch 2's end (and batch 1's hold, still running,
   // was used by batch 2): a lone job goes at once.
-  ASSERT_TRUE(b->Submit(7, Encrypt("e")).ok());
-  b->SubmitterIdle();
+  ASSERT_TRUE(b->dispatcher().Submit(7, Encrypt("e")).ok());
+  b->dispatcher().SubmitterIdle();
   EXPECT_EQ(RunCalls(), 3);
   ASSERT_TRUE(sink_.WaitFor(7, absl::Seconds(10)));
   sizes = RunSizes();
@@ -647,12 +647,12 @@ TEST_P(FakeBatcherTest, FailedBatchSetsNoHold) {
   o.hold_pct = 1000;
   fake_.set_hang(1, true);
   auto b = Make(o);
-  ASSERT_TRUE(b->Submit(1, Encrypt("a")).ok());
-  ASSERT_TRUE(b->Submit(2, Encrypt("b")).ok());
-  b->SubmitterIdle();  // batch 1: jobs 1 and 2, started on this thread
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("a")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt("b")).ok());
+  b->dispatcher().SubmitterIdle();  // batch 1: jobs 1 and 2, started on this thread
   ASSERT_EQ(RunCalls(), 1);
-  ASSERT_TRUE(b->Submit(3, Encrypt("c")).ok());  // waits behind batch 1
-  b->SubmitterIdle();
+  ASSERT_TRUE(b->dispatcher().Submit(3, Encrypt("c")).ok());  // waits behind batch 1
+  b->dispatcher().SubmitterIdle();
   // Party 0's call is not party 1's: the hang is read when party 1's call
   // arrives (FakeCluster::Answer), which on a loaded machine may be after
   // this thread saw party 0's. Unhung only once party 1 took batch 1's
@@ -692,11 +692,11 @@ TEST_P(FakeBatcherTest, HoldIsCappedAtTheWindow) {
   o.max_inflight = 1;  // job 4 waits behind batch 1
   fake_.set_latency(absl::Milliseconds(200));
   auto b = Make(o);
-  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("a")).ok());
-  b->SubmitterIdle();  // batch 1: jobs 1 to 3, started on this thread
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("a")).ok());
+  b->dispatcher().SubmitterIdle();  // batch 1: jobs 1 to 3, started on this thread
   ASSERT_EQ(RunCalls(), 1);
-  ASSERT_TRUE(b->Submit(4, Encrypt("b")).ok());  // waits behind batch 1
-  b->SubmitterIdle();  // the hold applies: batch 1 is in flight
+  ASSERT_TRUE(b->dispatcher().Submit(4, Encrypt("b")).ok());  // waits behind batch 1
+  b->dispatcher().SubmitterIdle();  // the hold applies: batch 1 is in flight
   ASSERT_TRUE(sink_.WaitFor(4, absl::Seconds(20)));
   const absl::Time end1 = sink_.At(3);
   EXPECT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
@@ -717,7 +717,7 @@ TEST_P(FakeBatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
   fake_.set_hang(1, true);
   auto b = Make(o);
   absl::Time t0 = absl::Now();
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(3, absl::Seconds(5)));
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(absl::IsUnavailable(sink_.Get(i).status)) << sink_.Get(i).status;
@@ -726,7 +726,7 @@ TEST_P(FakeBatcherTest, HangingServerFailsEveryJobAtTheDeadline) {
   }
   // The batcher keeps serving once the server is back.
   fake_.set_hang(1, false);
-  ASSERT_TRUE(b->Submit(10, Encrypt("y")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(10, Encrypt("y")).ok());
   ASSERT_TRUE(sink_.WaitFor(4));
   EXPECT_TRUE(sink_.Get(10).status.ok());
   for (auto& [t, n] : sink_.counts()) EXPECT_EQ(n, 1) << "token " << t;
@@ -739,13 +739,13 @@ TEST_P(FakeBatcherTest, UnreachableServerFailsFast) {
   fake_.set_down(2, true);
   auto b = Make(o);
   absl::Time t0 = absl::Now();
-  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
   EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status));
   EXPECT_TRUE(absl::StrContains(sink_.Get(1).status.message(), "party 2"));
   fake_.set_down(2, false);
-  ASSERT_TRUE(b->Submit(2, Encrypt("x")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(2));
   EXPECT_TRUE(sink_.Get(2).status.ok());
 }
@@ -775,7 +775,7 @@ TEST_P(BatcherTest, KnownDownPartyFailsTheBatchWithoutSendingIt) {
   t.set_down(1, true);
   auto b = std::make_unique<Batcher>(o, &t, &sink_);
   const absl::Time t0 = absl::Now();
-  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(5)));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
   EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status));
@@ -783,7 +783,7 @@ TEST_P(BatcherTest, KnownDownPartyFailsTheBatchWithoutSendingIt) {
       << sink_.Get(1).status;
   EXPECT_TRUE(cluster_.calls().empty());
   t.set_down(1, false);
-  ASSERT_TRUE(b->Submit(2, Encrypt("x")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(2));
   EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
   b.reset();  // before t
@@ -799,8 +799,8 @@ TEST_P(FakeBatcherTest, TypedRefusalFailsTheBatchAtOnce) {
   fake_.set_refuse(1, kmpc::v1::BATCH_OVERLOADED);
   auto b = Make(o);
   const absl::Time t0 = absl::Now();
-  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
-  ASSERT_TRUE(b->Submit(2, Decrypt(SecureBytes(40, 7))).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Decrypt(SecureBytes(40, 7))).ok());
   ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(5)));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
   for (int t : {1, 2}) {
@@ -812,7 +812,7 @@ TEST_P(FakeBatcherTest, TypedRefusalFailsTheBatchAtOnce) {
   }
   EXPECT_EQ(RunCalls(), 1);
   fake_.set_refuse(1, kmpc::v1::BATCH_ERROR_UNSPECIFIED);
-  ASSERT_TRUE(b->Submit(3, Encrypt("y")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(3, Encrypt("y")).ok());
   ASSERT_TRUE(sink_.WaitFor(3));
   EXPECT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
 }
@@ -822,12 +822,12 @@ TEST_P(FakeBatcherTest, ShareCopyDisagreementRejectsTheBatch) {
   BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   auto b = Make(o);
   // Warm up a ciphertext to decrypt.
-  ASSERT_TRUE(b->Submit(1, Encrypt("the plaintext")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("the plaintext")).ok());
   ASSERT_TRUE(sink_.WaitFor(1));
   SecureBytes ct = sink_.Get(1).output;
   fake_.set_corrupt(1, true);
-  ASSERT_TRUE(b->Submit(2, Decrypt(ct)).ok());
-  ASSERT_TRUE(b->Submit(3, Encrypt("other")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Decrypt(ct)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(3, Encrypt("other")).ok());
   ASSERT_TRUE(sink_.WaitFor(3));
   for (int t : {2, 3}) {
     EXPECT_TRUE(absl::IsUnavailable(sink_.Get(t).status)) << sink_.Get(t).status;
@@ -838,7 +838,7 @@ TEST_P(FakeBatcherTest, ShareCopyDisagreementRejectsTheBatch) {
   // No plaintext in any log line.
   for (const auto& l : sink_.logs()) EXPECT_FALSE(absl::StrContains(l, "plaintext"));
   fake_.set_corrupt(1, false);
-  ASSERT_TRUE(b->Submit(4, Decrypt(ct)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(4, Decrypt(ct)).ok());
   ASSERT_TRUE(sink_.WaitFor(4));
   EXPECT_EQ(Str(sink_.Get(4).output), "the plaintext");
 }
@@ -852,18 +852,18 @@ TEST_P(FakeBatcherTest, CorruptTagShareInFinalizeOnlyMakesThatTagWrong) {
   BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   fake_.set_corrupt_finalize(0, true);
   auto b = Make(o);
-  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(1));
   ASSERT_TRUE(sink_.Get(1).status.ok()) << sink_.Get(1).status;
   const SecureBytes bad = sink_.Get(1).output;
   fake_.set_corrupt_finalize(0, false);
-  ASSERT_TRUE(b->Submit(2, Decrypt(bad)).ok());
-  ASSERT_TRUE(b->Submit(3, Encrypt("y")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Decrypt(bad)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(3, Encrypt("y")).ok());
   ASSERT_TRUE(sink_.WaitFor(3));
   EXPECT_TRUE(absl::IsDataLoss(sink_.Get(2).status)) << sink_.Get(2).status;
   EXPECT_TRUE(sink_.Get(2).output.empty());
   ASSERT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
-  ASSERT_TRUE(b->Submit(4, Decrypt(sink_.Get(3).output)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(4, Decrypt(sink_.Get(3).output)).ok());
   ASSERT_TRUE(sink_.WaitFor(4));
   EXPECT_EQ(Str(sink_.Get(4).output), "y");
 }
@@ -876,7 +876,7 @@ TEST_P(FakeBatcherTest, AServerOfAnotherWireVersionFailsTheBatchByName) {
   BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   fake_.set_old_wire(2, true);
   auto b = Make(o);
-  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(1));
   const absl::Status st = sink_.Get(1).status;
   EXPECT_TRUE(absl::IsUnavailable(st)) << st;
@@ -887,7 +887,7 @@ TEST_P(FakeBatcherTest, AServerOfAnotherWireVersionFailsTheBatchByName) {
       << ::testing::PrintToString(sink_.logs());
   // The same cluster at the current version: the job goes through.
   fake_.set_old_wire(2, false);
-  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt("y")).ok());
   ASSERT_TRUE(sink_.WaitFor(2));
   EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
 }
@@ -897,7 +897,7 @@ TEST_P(FakeBatcherTest, InvalidCounterFromTheClusterIsRejected) {
   BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   fake_.set_zero_ctr0(true);
   auto b = Make(o);
-  ASSERT_TRUE(b->Submit(1, Encrypt("x")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, Encrypt("x")).ok());
   ASSERT_TRUE(sink_.WaitFor(1));
   EXPECT_TRUE(absl::IsUnavailable(sink_.Get(1).status)) << sink_.Get(1).status;
   // Nothing was finalized: no tag exists for that counter.
@@ -909,8 +909,8 @@ TEST_P(BatcherTest, UnknownKeyFailsOnlyItsJobs) {
   auto b = Make(o);
   Job j = Encrypt("x");
   j.key_id = std::string(32, 'u');
-  ASSERT_TRUE(b->Submit(1, std::move(j)).ok());
-  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, std::move(j)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt("y")).ok());
   ASSERT_TRUE(sink_.WaitFor(2));
   EXPECT_TRUE(absl::IsNotFound(sink_.Get(1).status)) << sink_.Get(1).status;
   EXPECT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
@@ -930,10 +930,10 @@ TEST_P(BatcherTest, PerJobKeyErrorsFailOnlyThoseJobs) {
   unknown.key_id = std::string(32, 'u');
   Job stale = Encrypt("z");
   stale.key_id = bad;
-  ASSERT_TRUE(b->Submit(1, std::move(unknown)).ok());
-  ASSERT_TRUE(b->Submit(2, Encrypt("y")).ok());
-  ASSERT_TRUE(b->Submit(3, std::move(stale)).ok());
-  ASSERT_TRUE(b->Submit(4, Encrypt("w")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, std::move(unknown)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, Encrypt("y")).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(3, std::move(stale)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(4, Encrypt("w")).ok());
   ASSERT_TRUE(sink_.WaitFor(4));
   EXPECT_TRUE(absl::IsNotFound(sink_.Get(1).status)) << sink_.Get(1).status;
   EXPECT_TRUE(absl::StrContains(sink_.Get(1).status.message(), "no shares"))
@@ -966,13 +966,13 @@ TEST_P(BatcherTest, WrongCipherFailsOnlyThatJob) {
   Job as128 = Encrypt("w");
   as128.key_id = id128;
   as128.cipher = kmpc::v1::CIPHER_AES128;
-  ASSERT_TRUE(b->Submit(1, std::move(as256)).ok());
-  ASSERT_TRUE(b->Submit(2, std::move(wrong256)).ok());
-  ASSERT_TRUE(b->Submit(3, std::move(wrong128)).ok());
-  ASSERT_TRUE(b->Submit(4, std::move(as128)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(1, std::move(as256)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(2, std::move(wrong256)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(3, std::move(wrong128)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(4, std::move(as128)).ok());
   Job none = Encrypt("v");
   none.cipher = kmpc::v1::CIPHER_UNSPECIFIED;
-  absl::Status refused = b->Submit(5, std::move(none));
+  absl::Status refused = b->dispatcher().Submit(5, std::move(none));
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_TRUE(absl::StrContains(refused.message(), "cipher")) << refused;
   ASSERT_TRUE(sink_.WaitFor(4));
@@ -1017,7 +1017,7 @@ TEST_P(FakeBatcherTest, EveryJobCompletesExactlyOnceUnderChaos) {
     if (i == 350) fake_.set_down(1, false);
     if (i == 400) fake_.set_corrupt(2, true);
     if (i == 450) fake_.set_corrupt(2, false);
-    ASSERT_TRUE(b->Submit(i, Encrypt(std::string(1 + i % 70, 'p'))).ok());
+    ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt(std::string(1 + i % 70, 'p'))).ok());
     if (i % 10 == 0) absl::SleepFor(absl::Milliseconds(2));
   }
   ASSERT_TRUE(sink_.WaitFor(n, absl::Seconds(30)));
@@ -1036,21 +1036,21 @@ TEST_P(BatcherTest, FullQueueRefusesJobs) {
   BatcherOptions o = WindowFlushed(absl::Seconds(30));
   o.max_queue = 3;
   auto b = Make(o);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
-  EXPECT_TRUE(absl::IsUnavailable(b->Submit(3, Encrypt("x"))));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("x")).ok());
+  EXPECT_TRUE(absl::IsUnavailable(b->dispatcher().Submit(3, Encrypt("x"))));
 }
 
 TEST_P(BatcherTest, StopAbandonsPendingJobsAndNothingArrivesAfter) {
   BatcherOptions o = WindowFlushed(absl::Milliseconds(5));
   cluster_.set_latency(absl::Milliseconds(200));
   auto b = Make(o);
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(b->Submit(i, Encrypt("x")).ok());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(b->dispatcher().Submit(i, Encrypt("x")).ok());
   absl::SleepFor(absl::Milliseconds(50));  // in flight
   b->Stop();
   size_t at_stop = sink_.counts().size();
   absl::SleepFor(absl::Milliseconds(400));
   EXPECT_EQ(sink_.counts().size(), at_stop);
-  EXPECT_FALSE(b->Submit(99, Encrypt("x")).ok());
+  EXPECT_FALSE(b->dispatcher().Submit(99, Encrypt("x")).ok());
 }
 
 }  // namespace

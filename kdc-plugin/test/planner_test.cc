@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "batcher.h"
+#include "dispatcher.h"
 #include "batcher_fixture.h"
 #include "contract.h"
 #include "planner.h"
@@ -177,8 +178,8 @@ class PlannerTest : public BatcherTest {
       given.push_back({item, tokens[item], JobOf(plan.items[item], in)});
     }
     const size_t n0 = sink_.counts().size();
-    EXPECT_TRUE(b->Begin(id, plan, std::move(given)).ok());
-    b->SubmitterIdle();
+    EXPECT_TRUE(b->dispatcher().Begin(id, plan, std::move(given)).ok());
+    b->dispatcher().SubmitterIdle();
     EXPECT_TRUE(sink_.WaitFor(n0 + tokens.size()));
     return tokens;
   }
@@ -190,9 +191,9 @@ class PlannerTest : public BatcherTest {
     std::vector<uint64_t> tokens;
     for (auto& [item, j] : jobs) {
       tokens.push_back(token_++);
-      EXPECT_TRUE(b->SubmitItem(id, item, tokens.back(), std::move(j)).ok());
+      EXPECT_TRUE(b->dispatcher().SubmitItem(id, item, tokens.back(), std::move(j)).ok());
     }
-    b->SubmitterIdle();
+    b->dispatcher().SubmitterIdle();
     EXPECT_TRUE(sink_.WaitFor(n0 + tokens.size()));
     return tokens;
   }
@@ -204,8 +205,8 @@ class PlannerTest : public BatcherTest {
     j.key_id = key_id;
     const uint64_t t = token_++;
     const size_t n0 = sink_.counts().size();
-    EXPECT_TRUE(b->Submit(t, std::move(j)).ok());
-    b->SubmitterIdle();
+    EXPECT_TRUE(b->dispatcher().Submit(t, std::move(j)).ok());
+    b->dispatcher().SubmitterIdle();
     EXPECT_TRUE(sink_.WaitFor(n0 + 1));
     WaitIdle(b);
     EXPECT_TRUE(sink_.Get(t).status.ok()) << sink_.Get(t).status;
@@ -242,7 +243,7 @@ class PlannerTest : public BatcherTest {
   size_t Signs() { return static_cast<FakeCluster&>(cluster_).received_signs(0).size(); }
   // The record of exchange id, ended: one Run, no miss.
   void ExpectOneRunNoMiss(Batcher* b, uint64_t id) {
-    const std::optional<ExchangeRecord> r = b->End(id);
+    const std::optional<ExchangeRecord> r = b->dispatcher().End(id);
     ASSERT_TRUE(r.has_value());
     std::string logs;  // the module's reasons, if a job ran again
     for (const std::string& l : sink_.logs()) logs += l + "\n";
@@ -405,21 +406,21 @@ TEST_P(PlannerTest, LaterJobsWaitForTheRunPreparingThem) {
     plan.kind = ExchangeKind::kAs;
     plan.items = {Item(Role::kTicket, tgt_id_, kTgtPlainBytes, kItemExact),
                   Item(Role::kSigServer, tgt_id_, kPacBytes, kItemExact, -1, 0)};
-    ASSERT_TRUE(b->Begin(1, plan, {}).ok());
-    b->SubmitterIdle();
+    ASSERT_TRUE(b->dispatcher().Begin(1, plan, {}).ok());
+    b->dispatcher().SubmitterIdle();
     for (int i = 0; i < 500 && t.held() < 3; ++i) absl::SleepFor(absl::Milliseconds(2));
     ASSERT_EQ(t.held(), 3u);  // the Run, at each party
     const size_t n0 = sink_.counts().size();
     const uint64_t tok = token_++;
-    ASSERT_TRUE(b->SubmitItem(1, 1, tok, JobOf(plan.items[1], Pac('w'))).ok());
-    b->SubmitterIdle();
+    ASSERT_TRUE(b->dispatcher().SubmitItem(1, 1, tok, JobOf(plan.items[1], Pac('w'))).ok());
+    b->dispatcher().SubmitterIdle();
     absl::SleepFor(absl::Milliseconds(50));
     EXPECT_EQ(sink_.counts().size(), n0);  // parked: no answer, no request
     t.Release(fail);
     ASSERT_TRUE(sink_.WaitFor(n0 + 1));
     ExpectSigned(tok, tgt_id_, 17, Pac('w'));
     WaitIdle(b.get());
-    const std::optional<ExchangeRecord> r = b->End(1);
+    const std::optional<ExchangeRecord> r = b->dispatcher().End(1);
     ASSERT_TRUE(r.has_value());
     if (!fail) {
       EXPECT_EQ(r->runs, 1u);
@@ -602,9 +603,9 @@ TEST_P(PlannerTest, SixtyFourInterleavedRenewalsEachOneRun) {
   for (uint64_t id = kFirst; id < kFirst + kN; ++id) {
     std::vector<ItemJob> given;
     given.push_back({0, token_++, JobOf(plan.items[0], tgt.ct)});
-    ASSERT_TRUE(b->Begin(id, plan, std::move(given)).ok());
+    ASSERT_TRUE(b->dispatcher().Begin(id, plan, std::move(given)).ok());
   }
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n0 + kN));
   WaitIdle(b.get());
   std::vector<std::pair<uint64_t, int>> order;
@@ -617,9 +618,9 @@ TEST_P(PlannerTest, SixtyFourInterleavedRenewalsEachOneRun) {
     tok[{id, item}] = token_;
     Job j = item == 1 ? JobOf(plan.items[1], tgt.pac, tgt.server_sig)
                       : JobOf(plan.items[3], Pac(static_cast<char>(id)));
-    ASSERT_TRUE(b->SubmitItem(id, item, token_++, std::move(j)).ok());
+    ASSERT_TRUE(b->dispatcher().SubmitItem(id, item, token_++, std::move(j)).ok());
   }
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n1 + order.size()));
   const size_t n2 = sink_.counts().size();
   std::map<uint64_t, std::string> plain;
@@ -629,9 +630,9 @@ TEST_P(PlannerTest, SixtyFourInterleavedRenewalsEachOneRun) {
                                          Pac(static_cast<char>(id)));
     plain[id] = TicketPlain(lh + 21, sig);
     tok[{id, 2}] = token_;
-    ASSERT_TRUE(b->SubmitItem(id, 2, token_++, JobOf(plan.items[2], plain[id])).ok());
+    ASSERT_TRUE(b->dispatcher().SubmitItem(id, 2, token_++, JobOf(plan.items[2], plain[id])).ok());
   }
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n2 + kN));
   WaitIdle(b.get());
   for (uint64_t id = kFirst; id < kFirst + kN; ++id) {
@@ -664,7 +665,7 @@ TEST_P(PlannerTest, GateFailureReleasesNothing) {
   const std::vector<pb::JobStatus> st = t.statuses();
   EXPECT_EQ(st.size(), 3u);  // the ticket and reply keystreams, the checksum
   for (pb::JobStatus s : st) EXPECT_EQ(s, pb::JOB_WITHHELD);
-  const std::optional<ExchangeRecord> r = b->End(1);
+  const std::optional<ExchangeRecord> r = b->dispatcher().End(1);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->runs, 1u);
   EXPECT_TRUE(r->misses.empty());
@@ -687,7 +688,7 @@ TEST_P(PlannerTest, InputOverItsBoundCostsOneRunAndOneMiss) {
   ExpectEncrypted(e[0], tgt_id_, 2, long_ticket);
   WaitIdle(b.get());
   EXPECT_EQ(RunCalls() - before, 2);
-  const std::optional<ExchangeRecord> r = b->End(2);
+  const std::optional<ExchangeRecord> r = b->dispatcher().End(2);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->runs, 2u);
   ASSERT_EQ(r->misses.size(), 1u);
@@ -712,9 +713,9 @@ TEST_P(PlannerTest, BudgetRefusedPlanRunsTheGateAlone) {
   for (uint64_t id : {2, 3}) {
     std::vector<ItemJob> given;
     given.push_back({0, token_++, JobOf(plan.items[0], tgt.ct)});
-    ASSERT_TRUE(b->Begin(id, plan, std::move(given)).ok());
+    ASSERT_TRUE(b->dispatcher().Begin(id, plan, std::move(given)).ok());
   }
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n0 + 2));
   WaitIdle(b.get());
   const std::string t(650, 'n');
@@ -723,7 +724,7 @@ TEST_P(PlannerTest, BudgetRefusedPlanRunsTheGateAlone) {
     ExpectEncrypted(e[0], tgt_id_, 2, t);
   }
   WaitIdle(b.get());
-  std::optional<ExchangeRecord> first = b->End(2), second = b->End(3);
+  std::optional<ExchangeRecord> first = b->dispatcher().End(2), second = b->dispatcher().End(3);
   ASSERT_TRUE(first && second);
   EXPECT_TRUE(first->misses.empty());
   EXPECT_EQ(first->runs, 1u);
@@ -747,32 +748,32 @@ TEST_P(PlannerTest, BadPlansAndJobsAreRefused) {
   PlanItem wrong = Item(Role::kTicket, tgt_id_, 100);
   wrong.usage = 3;
   bad.items = {wrong};
-  absl::Status st = b->Begin(1, bad, {});
+  absl::Status st = b->dispatcher().Begin(1, bad, {});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("usage"), std::string::npos) << st;
   bad.items = {Item(Role::kSigServer, tgt_id_, 100, 0, -1, 5)};
-  EXPECT_EQ(b->Begin(1, bad, {}).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(b->Begin(1, Plan(), {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->dispatcher().Begin(1, bad, {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->dispatcher().Begin(1, Plan(), {}).code(), absl::StatusCode::kInvalidArgument);
   Plan gate;  // a given item without its job
   gate.kind = ExchangeKind::kTgs;
   gate.items = {Given(Item(Role::kHeaderTicket, tgt_id_, 80))};
-  EXPECT_EQ(b->Begin(1, gate, {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->dispatcher().Begin(1, gate, {}).code(), absl::StatusCode::kInvalidArgument);
   Plan ok;
   ok.kind = ExchangeKind::kAs;
   ok.items = {Item(Role::kTicket, tgt_id_, 100, kItemExact)};
-  ASSERT_TRUE(b->Begin(2, ok, {}).ok());
-  EXPECT_EQ(b->Begin(2, ok, {}).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(b->SubmitItem(2, 0, 1, JobOf(ok.items[0], std::string(99, 'x'))).code(),
+  ASSERT_TRUE(b->dispatcher().Begin(2, ok, {}).ok());
+  EXPECT_EQ(b->dispatcher().Begin(2, ok, {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->dispatcher().SubmitItem(2, 0, 1, JobOf(ok.items[0], std::string(99, 'x'))).code(),
             absl::StatusCode::kInvalidArgument);  // exact: 100 bytes
   Job other = JobOf(ok.items[0], std::string(100, 'x'));
   other.key_id = kKeyId;
-  EXPECT_EQ(b->SubmitItem(2, 0, 1, std::move(other)).code(),
+  EXPECT_EQ(b->dispatcher().SubmitItem(2, 0, 1, std::move(other)).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(b->SubmitItem(3, 0, 1, JobOf(ok.items[0], std::string(100, 'x'))).code(),
+  EXPECT_EQ(b->dispatcher().SubmitItem(3, 0, 1, JobOf(ok.items[0], std::string(100, 'x'))).code(),
             absl::StatusCode::kInvalidArgument);  // no such exchange
   WaitIdle(b.get());
-  EXPECT_TRUE(b->End(2).has_value());
-  EXPECT_FALSE(b->End(2).has_value());
+  EXPECT_TRUE(b->dispatcher().End(2).has_value());
+  EXPECT_FALSE(b->dispatcher().End(2).has_value());
 }
 
 
@@ -814,7 +815,7 @@ class PreparedTest : public PlannerTest {
   }
   // Submits job j as item `item` of exchange `id` under `token`.
   void SubmitItemJob(Batcher* b, uint64_t id, int item, uint64_t token, Job j) {
-    ASSERT_TRUE(b->SubmitItem(id, item, token, std::move(j)).ok());
+    ASSERT_TRUE(b->dispatcher().SubmitItem(id, item, token, std::move(j)).ok());
   }
   // Every pad named in party p's Sign requests (a chained item's two).
   std::vector<std::pair<std::string, uint64_t>> SignedPads(int p) {
@@ -857,8 +858,8 @@ TEST_P(PreparedTest, ForgottenKeystreamIsReRunAndOtherJobsSucceed) {
   const size_t n0 = sink_.counts().size();
   SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
   SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
-  ASSERT_TRUE(b->Submit(7, Encrypt(std::string(100, 'o'), 7)).ok());  // ordinary
-  b->SubmitterIdle();
+  ASSERT_TRUE(b->dispatcher().Submit(7, Encrypt(std::string(100, 'o'), 7)).ok());  // ordinary
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n0 + 3));
   EXPECT_EQ(b->stats().speculative_used, 2u);
   EXPECT_EQ(b->stats().finalize_only_rerun, 2u);
@@ -888,13 +889,13 @@ TEST_P(PreparedTest, ARunSlowerThanTheTtlKeepsWhatItPrepared) {
   const size_t n0 = sink_.counts().size();
   SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
   SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n0 + 2));
   EXPECT_EQ(b->stats().speculative_used, 2u);
   EXPECT_EQ(RunCalls(), runs0);  // FINALIZE only
   ExpectEncrypted(5, tgt_id_, 2, ticket_);
   ExpectEncrypted(6, kKeyId, 3, reply_);
-  const std::optional<ExchangeRecord> r = b->End(1);
+  const std::optional<ExchangeRecord> r = b->dispatcher().End(1);
   ASSERT_TRUE(r.has_value());
   EXPECT_TRUE(r->misses.empty());
 }
@@ -920,7 +921,7 @@ TEST_P(PreparedTest, OnePartyForgotReRunsWithoutWaitingForTheOthers) {
   const absl::Time t0 = absl::Now();
   SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
   SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n0 + 2, absl::Seconds(5)));
   for (uint64_t t : {5, 6}) EXPECT_LT(sink_.At(t) - t0, slow) << t;
   ExpectEncrypted(5, tgt_id_, 2, ticket_);
@@ -950,8 +951,8 @@ TEST_P(PreparedTest, UnknownKeyRunJobBesideFinalizeOnlyJobs) {
   SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
   Job unknown = Encrypt(std::string(20, 'u'), 7);
   unknown.key_id = std::string(32, 'u');
-  ASSERT_TRUE(b->Submit(7, std::move(unknown)).ok());
-  b->SubmitterIdle();
+  ASSERT_TRUE(b->dispatcher().Submit(7, std::move(unknown)).ok());
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n0 + 3));
   EXPECT_TRUE(absl::IsNotFound(sink_.Get(7).status)) << sink_.Get(7).status;
   ExpectEncrypted(5, tgt_id_, 2, ticket_);
@@ -977,9 +978,9 @@ TEST_P(PreparedTest, ABatchCutNeverSplitsAnExchangesFirstRun) {
   const size_t runs0 = Runs().size(), n0 = sink_.counts().size();
   for (uint64_t i = 0; i < 5; ++i) {
     std::vector<ItemJob> given{{0, 10 + i, JobOf(plan.items[0], ts)}};
-    ASSERT_TRUE(b->Begin(1 + i, plan, std::move(given)).ok());
+    ASSERT_TRUE(b->dispatcher().Begin(1 + i, plan, std::move(given)).ok());
   }
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n0 + 5));
   for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(sink_.Get(10 + i).status.ok()) << i;
   const std::vector<int> sizes = RunSizes();
@@ -1002,12 +1003,12 @@ TEST_P(PreparedTest, UnderLoadTheFinalizeDoesNotWaitForTheRunInFlight) {
   cluster_.set_run_delay(absl::Seconds(2));  // another login's batch
   const int runs0 = RunCalls();
   const size_t n0 = sink_.counts().size();
-  ASSERT_TRUE(b->Submit(10, Encrypt(std::string(100, 'o'), 7)).ok());
+  ASSERT_TRUE(b->dispatcher().Submit(10, Encrypt(std::string(100, 'o'), 7)).ok());
   WaitRunCalls(runs0 + 1);
   const absl::Time t0 = absl::Now();
   SubmitItemJob(b.get(), 1, 1, 5, JobOf(plan.items[1], ticket_));
   SubmitItemJob(b.get(), 1, 2, 6, JobOf(plan.items[2], reply_));
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n0 + 2));
   EXPECT_LT(sink_.At(6) - t0, absl::Seconds(1));
   ExpectEncrypted(5, tgt_id_, 2, ticket_);
@@ -1057,7 +1058,7 @@ TEST_P(PreparedTest, FailedGatesUseUpTheBudget) {
   const size_t n0 = sink_.counts().size();
   for (uint64_t i = 0; i < 400; ++i) {
     std::vector<ItemJob> given{{0, 2000 + i, JobOf(plan.items[0], bad)}};
-    ASSERT_TRUE(b->Begin(1 + i, plan, std::move(given)).ok());
+    ASSERT_TRUE(b->dispatcher().Begin(1 + i, plan, std::move(given)).ok());
   }
   const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
   ASSERT_TRUE(sink_.WaitFor(n0 + 400));
@@ -1089,7 +1090,7 @@ TEST_P(PreparedTest, WithoutPreparationLaterJobsRunAlone) {
   ExpectEncrypted(e[0], tgt_id_, 2, ticket_);
   ExpectEncrypted(e[1], kKeyId, 3, reply_);
   WaitIdle(b.get());
-  const std::optional<ExchangeRecord> r = b->End(1);
+  const std::optional<ExchangeRecord> r = b->dispatcher().End(1);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->runs, 2u);
   ASSERT_EQ(r->misses.size(), 2u);
@@ -1109,7 +1110,7 @@ TEST_P(PreparedPadTest, SignaturesOfOneCallbackShareOneRequest) {
   const size_t n0 = sink_.counts().size();
   SubmitItemJob(b.get(), 1, 3, 5, JobOf(plan.items[3], Pac('a')));
   SubmitItemJob(b.get(), 2, 3, 6, JobOf(plan.items[3], Pac('b')));
-  b->SubmitterIdle();
+  b->dispatcher().SubmitterIdle();
   ASSERT_TRUE(sink_.WaitFor(n0 + 2));
   ExpectSigned(5, tgt_id_, 17, Pac('a'));
   ExpectSigned(6, tgt_id_, 17, Pac('b'));
@@ -1301,8 +1302,8 @@ TEST_P(PreparedPadTest, SignDoesNotWaitForTheRunInFlightOrTheWindow) {
   cluster_.set_run_delay(absl::Seconds(2));
   const int runs0 = RunCalls();
   const size_t n0 = sink_.counts().size();
-  ASSERT_TRUE(b->Submit(9000, Encrypt(std::string(100, 'x'), 7)).ok());
-  b->SubmitterIdle();
+  ASSERT_TRUE(b->dispatcher().Submit(9000, Encrypt(std::string(100, 'x'), 7)).ok());
+  b->dispatcher().SubmitterIdle();
   WaitRunCalls(runs0 + 1);
   const absl::Time t0 = absl::Now();
   SubmitItemJob(b.get(), 1, 3, 9001, JobOf(plan.items[3], Pac('q')));
@@ -1334,7 +1335,7 @@ TEST_P(PreparedPadTest, UnusedPadsExpire) {
   ExpectSigned(t[0], tgt_id_, 17, Pac('e'));
   EXPECT_EQ(b->stats().sign_requests, s0.sign_requests);
   EXPECT_EQ(b->stats().run_requests, s0.run_requests + 1);
-  const std::optional<ExchangeRecord> r = b->End(1);
+  const std::optional<ExchangeRecord> r = b->dispatcher().End(1);
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->misses.size(), 1u);
   EXPECT_EQ(r->misses[0].second, Miss::kExpired);

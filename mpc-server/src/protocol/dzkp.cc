@@ -128,7 +128,7 @@ struct Wide4 {
   __m512i lo, hi;
 };
 
-KMPC_DZKP_512 inline void MulAcc4(Wide4& w, __m512i a, __m512i b) {
+KMPC_DZKP_512 inline void MulAcc512(Wide4& w, __m512i a, __m512i b) {
   const __m512i t0 = _mm512_clmulepi64_epi128(a, b, 0x00);
   const __m512i t1 = _mm512_clmulepi64_epi128(a, b, 0x11);
   const __m512i t2 = _mm512_xor_si512(_mm512_clmulepi64_epi128(a, b, 0x10),
@@ -147,7 +147,7 @@ KMPC_DZKP_512 inline __m512i Reduce4(const Wide4& w) {
 
 KMPC_DZKP_512 inline __m512i Mul4(__m512i a, __m512i b) {
   Wide4 w{_mm512_setzero_si512(), _mm512_setzero_si512()};
-  MulAcc4(w, a, b);
+  MulAcc512(w, a, b);
   return Reduce4(w);
 }
 
@@ -162,7 +162,7 @@ KMPC_DZKP_512 inline __m512i Load4(const Fe* p) { return _mm512_loadu_si512(p); 
 KMPC_DZKP_512 inline void Store4(Fe* p, __m512i v) { _mm512_storeu_si512(p, v); }
 
 // The four 128-bit lanes of w, reduced and added.
-KMPC_DZKP_512 inline Fe Sum4(const Wide4& w) {
+KMPC_DZKP_512 inline Fe Sum512(const Wide4& w) {
   alignas(64) Fe v[4];
   _mm512_store_si512(v, Reduce4(w));
   return Add(Add(v[0], v[1]), Add(v[2], v[3]));
@@ -201,13 +201,13 @@ KMPC_DZKP_512 inline __m512i Mul8(__m512i a, __m512i b) {
 }
 
 // acc += a[i] * b[i] unreduced: four 128-bit sums.
-KMPC_DZKP_512 inline void MulAcc8(__m512i& acc, __m512i a, __m512i b) {
+KMPC_DZKP_512 inline void MulAcc512(__m512i& acc, __m512i a, __m512i b) {
   acc = _mm512_ternarylogic_epi64(acc, _mm512_clmulepi64_epi128(a, b, 0x00),
                                   _mm512_clmulepi64_epi128(a, b, 0x11), 0x96);
 }
 
 // The four 128-bit sums of acc, added and reduced.
-KMPC_DZKP_512 inline F64 Sum8(__m512i acc) {
+KMPC_DZKP_512 inline F64 Sum512(__m512i acc) {
   const __m256i h = _mm256_xor_si256(_mm512_castsi512_si256(acc),
                                      _mm512_extracti64x4_epi64(acc, 1));
   Wide64 w;
@@ -221,11 +221,44 @@ KMPC_DZKP_512 inline __m512i MulX8(__m512i a) {
 }
 
 // Elements 0, 2, .., 14 and 1, 3, .., 15 of p[0 .. 16).
-KMPC_DZKP_512 inline void Deinterleave8(const F64* p, __m512i& even, __m512i& odd) {
+KMPC_DZKP_512 inline void Deinterleave(const F64* p, __m512i& even, __m512i& odd) {
   const __m512i lo = Load8(p), hi = Load8(p + 8);
   even = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), hi);
   odd = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15), hi);
 }
+
+// Pairs per iteration of the 512-bit halving loops: one register of
+// elements (four of GF(2^128), eight of GF(2^64)).
+template <class E>
+constexpr size_t kPairs512 = 64 / sizeof(E);
+
+// Element k's qword indices in the even and odd registers of Deinterleave
+// (E: one or two qwords), for _mm512_permutex2var_epi64.
+template <class E>
+KMPC_DZKP_512 inline __m512i PairIndex(int64_t odd) {
+  constexpr int64_t w = sizeof(E) / 8;
+  const auto ix = [odd](int64_t k) { return k / w * 2 * w + k % w + odd * w; };
+  return _mm512_setr_epi64(ix(0), ix(1), ix(2), ix(3), ix(4), ix(5), ix(6), ix(7));
+}
+
+// What differs between the fields in the 512-bit halving loops
+// (HalveH512, HalveFold512, HalveFoldH512); the rest is overloaded.
+template <class E>
+struct Ops512;
+template <>
+struct Ops512<Fe> {
+  using Acc = Wide4;  // unreduced sums, per 128-bit lane
+  KMPC_DZKP_512 static __m512i Splat(Fe r) { return _mm512_broadcast_i32x4(r); }
+  KMPC_DZKP_512 static __m512i Mul(__m512i a, __m512i b) { return Mul4(a, b); }
+  KMPC_DZKP_512 static __m512i MulX(__m512i a) { return MulX4(a); }
+};
+template <>
+struct Ops512<F64> {
+  using Acc = __m512i;
+  KMPC_DZKP_512 static __m512i Splat(F64 r) { return _mm512_set1_epi64(static_cast<int64_t>(r.v)); }
+  KMPC_DZKP_512 static __m512i Mul(__m512i a, __m512i b) { return Mul8(a, b); }
+  KMPC_DZKP_512 static __m512i MulX(__m512i a) { return MulX8(a); }
+};
 
 // mu[l] = nu * x^l for l < 64 (x^l is the element 1 << l).
 KMPC_DZKP_512 void LaneWeights512(uint64_t nu, F64 mu[64]) {
@@ -410,71 +443,44 @@ void TransposeFor(const uint64_t* w, PatternT<G> out[64], bool v512) {
   }
 }
 
-// HalveH over pairs [0, 4 * q): the weak shares of h(1), h(x).
-KMPC_DZKP_512 void HalveH512(const Fe* const f[2], const Fe* const g[2], size_t q,
-                             Fe* h1, Fe* h2) {
-  Wide4 w1{_mm512_setzero_si512(), _mm512_setzero_si512()}, w2 = w1;
+// HalveH over pairs [0, kPairs512<E> * q): the weak shares of h(1), h(x).
+template <class E>
+KMPC_DZKP_512 void HalveH512(const E* const f[2], const E* const g[2], size_t q,
+                             E* h1, E* h2) {
+  using O = Ops512<E>;
+  constexpr size_t kIn = 2 * kPairs512<E>;  // elements read per iteration
+  typename O::Acc w1{}, w2{};
   for (size_t i = 0; i < q; ++i) {
     __m512i a0, b0, a1, b1, c0, d0, c1, d1;
-    Deinterleave(f[0] + 8 * i, a0, b0);
-    Deinterleave(f[1] + 8 * i, a1, b1);
-    Deinterleave(g[0] + 8 * i, c0, d0);
-    Deinterleave(g[1] + 8 * i, c1, d1);
-    MulAcc4(w1, b0, _mm512_xor_si512(d0, d1));
-    MulAcc4(w1, b1, d0);
-    const __m512i fa0 = _mm512_xor_si512(a0, MulX4(_mm512_xor_si512(a0, b0)));
-    const __m512i fa1 = _mm512_xor_si512(a1, MulX4(_mm512_xor_si512(a1, b1)));
-    const __m512i ga0 = _mm512_xor_si512(c0, MulX4(_mm512_xor_si512(c0, d0)));
-    const __m512i ga1 = _mm512_xor_si512(c1, MulX4(_mm512_xor_si512(c1, d1)));
-    MulAcc4(w2, fa0, _mm512_xor_si512(ga0, ga1));
-    MulAcc4(w2, fa1, ga0);
+    Deinterleave(f[0] + kIn * i, a0, b0);
+    Deinterleave(f[1] + kIn * i, a1, b1);
+    Deinterleave(g[0] + kIn * i, c0, d0);
+    Deinterleave(g[1] + kIn * i, c1, d1);
+    MulAcc512(w1, b0, _mm512_xor_si512(d0, d1));
+    MulAcc512(w1, b1, d0);
+    const __m512i fa0 = _mm512_xor_si512(a0, O::MulX(_mm512_xor_si512(a0, b0)));
+    const __m512i fa1 = _mm512_xor_si512(a1, O::MulX(_mm512_xor_si512(a1, b1)));
+    const __m512i ga0 = _mm512_xor_si512(c0, O::MulX(_mm512_xor_si512(c0, d0)));
+    const __m512i ga1 = _mm512_xor_si512(c1, O::MulX(_mm512_xor_si512(c1, d1)));
+    MulAcc512(w2, fa0, _mm512_xor_si512(ga0, ga1));
+    MulAcc512(w2, fa1, ga0);
   }
-  *h1 = Sum4(w1);
-  *h2 = Sum4(w2);
+  *h1 = Sum512(w1);
+  *h2 = Sum512(w2);
 }
 
-// HalveFold over pairs [0, 4 * q), in place.
-KMPC_DZKP_512 void HalveFold512(Fe* const v[4], size_t q, Fe r) {
-  const __m512i rv = _mm512_broadcast_i32x4(r);
+// HalveFold over pairs [0, kPairs512<E> * q), in place.
+template <class E>
+KMPC_DZKP_512 void HalveFold512(E* const v[4], size_t q, E r) {
+  using O = Ops512<E>;
+  constexpr size_t kOut = kPairs512<E>;  // elements written per iteration
+  const __m512i rv = O::Splat(r);
   for (int c = 0; c < 4; ++c) {
     for (size_t i = 0; i < q; ++i) {
       __m512i a, b;
-      Deinterleave(v[c] + 8 * i, a, b);
-      Store4(v[c] + 4 * i, _mm512_xor_si512(a, Mul4(rv, _mm512_xor_si512(a, b))));
-    }
-  }
-}
-
-// The same in GF(2^64), over pairs [0, 8 * q).
-KMPC_DZKP_512 void HalveH512(const F64* const f[2], const F64* const g[2], size_t q,
-                             F64* h1, F64* h2) {
-  __m512i w1 = _mm512_setzero_si512(), w2 = w1;
-  for (size_t i = 0; i < q; ++i) {
-    __m512i a0, b0, a1, b1, c0, d0, c1, d1;
-    Deinterleave8(f[0] + 16 * i, a0, b0);
-    Deinterleave8(f[1] + 16 * i, a1, b1);
-    Deinterleave8(g[0] + 16 * i, c0, d0);
-    Deinterleave8(g[1] + 16 * i, c1, d1);
-    MulAcc8(w1, b0, _mm512_xor_si512(d0, d1));
-    MulAcc8(w1, b1, d0);
-    const __m512i fa0 = _mm512_xor_si512(a0, MulX8(_mm512_xor_si512(a0, b0)));
-    const __m512i fa1 = _mm512_xor_si512(a1, MulX8(_mm512_xor_si512(a1, b1)));
-    const __m512i ga0 = _mm512_xor_si512(c0, MulX8(_mm512_xor_si512(c0, d0)));
-    const __m512i ga1 = _mm512_xor_si512(c1, MulX8(_mm512_xor_si512(c1, d1)));
-    MulAcc8(w2, fa0, _mm512_xor_si512(ga0, ga1));
-    MulAcc8(w2, fa1, ga0);
-  }
-  *h1 = Sum8(w1);
-  *h2 = Sum8(w2);
-}
-
-KMPC_DZKP_512 void HalveFold512(F64* const v[4], size_t q, F64 r) {
-  const __m512i rv = _mm512_set1_epi64(static_cast<int64_t>(r.v));
-  for (int c = 0; c < 4; ++c) {
-    for (size_t i = 0; i < q; ++i) {
-      __m512i a, b;
-      Deinterleave8(v[c] + 16 * i, a, b);
-      Store8(v[c] + 8 * i, _mm512_xor_si512(a, Mul8(rv, _mm512_xor_si512(a, b))));
+      Deinterleave(v[c] + 2 * kOut * i, a, b);
+      _mm512_storeu_si512(v[c] + kOut * i,
+                          _mm512_xor_si512(a, O::Mul(rv, _mm512_xor_si512(a, b))));
     }
   }
 }
@@ -803,8 +809,8 @@ F64 Dot(const F64* lag, const F64* row, int j0) {
 template <int G>
 KMPC_DZKP_512 F64 Dot512(const F64* lag, const F64* row, int j0) {
   __m512i w = _mm512_setzero_si512();
-  for (int j = j0; j < G; j += 8) MulAcc8(w, Load8(lag + j), Load8(row + j));
-  return Sum8(w);
+  for (int j = j0; j < G; j += 8) MulAcc512(w, Load8(lag + j), Load8(row + j));
+  return Sum512(w);
 }
 
 
@@ -1041,73 +1047,41 @@ void HalveFoldTail(E* const f[2], E* const g[2], size_t k0, size_t n, E r) {
   }
 }
 
-// HalveFold512 over pairs [0, 8 * q) and HalveH512 over the pairs of the
-// folded elements [0, 8 * q): each block of 16 elements is read once.
-KMPC_DZKP_512 void HalveFoldH512(Fe* const v[4], size_t q, Fe r, Fe* h1, Fe* h2) {
-  const __m512i rv = _mm512_broadcast_i32x4(r);
-  const __m512i ie = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
-  const __m512i io = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
-  Wide4 w1{_mm512_setzero_si512(), _mm512_setzero_si512()}, w2 = w1;
+// HalveFold512 over pairs [0, 2 * kPairs512<E> * q) and HalveH512 over the
+// pairs of the folded elements [0, 2 * kPairs512<E> * q): each block of
+// 4 * kPairs512<E> elements is read once.
+template <class E>
+KMPC_DZKP_512 void HalveFoldH512(E* const v[4], size_t q, E r, E* h1, E* h2) {
+  using O = Ops512<E>;
+  constexpr size_t P = kPairs512<E>;
+  const __m512i rv = O::Splat(r);
+  const __m512i ie = PairIndex<E>(0);
+  const __m512i io = PairIndex<E>(1);
+  typename O::Acc w1{}, w2{};
   for (size_t i = 0; i < q; ++i) {
     __m512i ev[4], od[4];  // the folded elements' pairs: even and odd
     for (int c = 0; c < 4; ++c) {
       __m512i a, b, a2, b2;
-      Deinterleave(v[c] + 16 * i, a, b);
-      Deinterleave(v[c] + 16 * i + 8, a2, b2);
-      const __m512i n1 = _mm512_xor_si512(a, Mul4(rv, _mm512_xor_si512(a, b)));
-      const __m512i n2 = _mm512_xor_si512(a2, Mul4(rv, _mm512_xor_si512(a2, b2)));
-      Store4(v[c] + 8 * i, n1);
-      Store4(v[c] + 8 * i + 4, n2);
+      Deinterleave(v[c] + 4 * P * i, a, b);
+      Deinterleave(v[c] + 4 * P * i + 2 * P, a2, b2);
+      const __m512i n1 = _mm512_xor_si512(a, O::Mul(rv, _mm512_xor_si512(a, b)));
+      const __m512i n2 = _mm512_xor_si512(a2, O::Mul(rv, _mm512_xor_si512(a2, b2)));
+      _mm512_storeu_si512(v[c] + 2 * P * i, n1);
+      _mm512_storeu_si512(v[c] + 2 * P * i + P, n2);
       ev[c] = _mm512_permutex2var_epi64(n1, ie, n2);
       od[c] = _mm512_permutex2var_epi64(n1, io, n2);
     }
     // As HalveH512: f = (ev[0], ev[1]) / (od[0], od[1]), g = c = 2, 3.
-    MulAcc4(w1, od[0], _mm512_xor_si512(od[2], od[3]));
-    MulAcc4(w1, od[1], od[2]);
+    MulAcc512(w1, od[0], _mm512_xor_si512(od[2], od[3]));
+    MulAcc512(w1, od[1], od[2]);
     __m512i e2[4];
-    for (int c = 0; c < 4; ++c) e2[c] = _mm512_xor_si512(ev[c], MulX4(_mm512_xor_si512(ev[c], od[c])));
-    MulAcc4(w2, e2[0], _mm512_xor_si512(e2[2], e2[3]));
-    MulAcc4(w2, e2[1], e2[2]);
+    for (int c = 0; c < 4; ++c) e2[c] = _mm512_xor_si512(ev[c], O::MulX(_mm512_xor_si512(ev[c], od[c])));
+    MulAcc512(w2, e2[0], _mm512_xor_si512(e2[2], e2[3]));
+    MulAcc512(w2, e2[1], e2[2]);
   }
-  *h1 = Sum4(w1);
-  *h2 = Sum4(w2);
+  *h1 = Sum512(w1);
+  *h2 = Sum512(w2);
 }
-
-// The same in GF(2^64): pairs [0, 16 * q) folded, the h of the pairs of
-// the folded elements [0, 16 * q); blocks of 32 elements.
-KMPC_DZKP_512 void HalveFoldH512(F64* const v[4], size_t q, F64 r, F64* h1, F64* h2) {
-  const __m512i rv = _mm512_set1_epi64(static_cast<int64_t>(r.v));
-  const __m512i ie = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
-  const __m512i io = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
-  __m512i w1 = _mm512_setzero_si512(), w2 = w1;
-  for (size_t i = 0; i < q; ++i) {
-    __m512i ev[4], od[4];
-    for (int c = 0; c < 4; ++c) {
-      __m512i a, b, a2, b2;
-      Deinterleave8(v[c] + 32 * i, a, b);
-      Deinterleave8(v[c] + 32 * i + 16, a2, b2);
-      const __m512i n1 = _mm512_xor_si512(a, Mul8(rv, _mm512_xor_si512(a, b)));
-      const __m512i n2 = _mm512_xor_si512(a2, Mul8(rv, _mm512_xor_si512(a2, b2)));
-      Store8(v[c] + 16 * i, n1);
-      Store8(v[c] + 16 * i + 8, n2);
-      ev[c] = _mm512_permutex2var_epi64(n1, ie, n2);
-      od[c] = _mm512_permutex2var_epi64(n1, io, n2);
-    }
-    MulAcc8(w1, od[0], _mm512_xor_si512(od[2], od[3]));
-    MulAcc8(w1, od[1], od[2]);
-    __m512i e2[4];
-    for (int c = 0; c < 4; ++c) e2[c] = _mm512_xor_si512(ev[c], MulX8(_mm512_xor_si512(ev[c], od[c])));
-    MulAcc8(w2, e2[0], _mm512_xor_si512(e2[2], e2[3]));
-    MulAcc8(w2, e2[1], e2[2]);
-  }
-  *h1 = Sum8(w1);
-  *h2 = Sum8(w2);
-}
-
-// Pairs per iteration of the 512-bit halving loops: one register of
-// elements (four of GF(2^128), eight of GF(2^64)).
-template <class E>
-constexpr size_t kPairs512 = 64 / sizeof(E);
 
 }  // namespace
 
@@ -1209,8 +1183,8 @@ KMPC_DZKP_512 void StepH512(const F64* const f[2], const F64* const g[2], size_t
     for (int j = 0; j < K; ++j) gs[j] = _mm512_xor_si512(gs[j], g0[j]);
     for (int j = 0; j < K; ++j) {
       for (int j2 = 0; j2 < K; ++j2) {
-        MulAcc8(m[j][j2], f0[j], gs[j2]);
-        MulAcc8(m[j][j2], f1[j], g0[j2]);
+        MulAcc512(m[j][j2], f0[j], gs[j2]);
+        MulAcc512(m[j][j2], f1[j], g0[j2]);
       }
     }
   }
@@ -1220,7 +1194,7 @@ KMPC_DZKP_512 void StepH512(const F64* const f[2], const F64* const g[2], size_t
   share::Wipe(gs, sizeof gs);
   F64 s[K][K];
   for (int j = 0; j < K; ++j)
-    for (int j2 = 0; j2 < K; ++j2) s[j][j2] = Sum8(m[j][j2]);
+    for (int j2 = 0; j2 < K; ++j2) s[j][j2] = Sum512(m[j][j2]);
   share::Wipe(m, sizeof m);
   for (int p = 1; p < K; ++p) out[p - 1] = s[p][p];
   for (int p = K; p < 2 * K - 1; ++p) {
