@@ -56,7 +56,9 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // 12: an aes*-cts ENCRYPT or CHECKSUM runs its length class's program
 // (contract::CtsClassMax): the KDC's requests are unchanged, but the
 // servers' rings carry other programs' layers, so the three must agree.
-inline constexpr uint32_t kWireVersion = 12;
+// 13: the aes*-cts programs' SHA-1 Maj and CBC encryption S-boxes take
+// fewer ANDs (cts-circuits.md): other layers on the ring again.
+inline constexpr uint32_t kWireVersion = 13;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);

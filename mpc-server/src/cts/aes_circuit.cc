@@ -74,6 +74,23 @@ std::array<Wire, 4> Inv4(Circuit& c, const std::array<Wire, 4>& t) {
   return {X(t22, m29), X(t24, m30), X(m35, m36), X(m32, m33)};
 }
 
+// Boyar and Peralta's earlier inversion in GF(2^4) ("A new combinational
+// logic minimization technique with applications to cryptology", SEA
+// 2010, the 32-AND S-box): 5 ANDs, AND depth 4; the same outputs as Inv4.
+std::array<Wire, 4> Inv4FewerAnds(Circuit& c, const std::array<Wire, 4>& t) {
+  auto X = [&c](Wire a, Wire b) { return c.Xor(a, b); };
+  auto A = [&c](Wire a, Wire b) { return c.And(a, b); };
+  const Wire t21 = t[0], t22 = t[1], t23 = t[2], t24 = t[3];
+  const Wire t25 = X(t21, t22), t26 = A(t21, t23), t27 = X(t24, t26);
+  const Wire t28 = A(t25, t27), t29 = X(t28, t22), t30 = X(t23, t24),
+             t31 = X(t22, t26);
+  const Wire t32 = A(t31, t30), t33 = X(t32, t24), t34 = X(t23, t33),
+             t35 = X(t27, t33);
+  const Wire t36 = A(t24, t35), t37 = X(t36, t34), t38 = X(t27, t36);
+  const Wire t39 = A(t29, t38), t40 = X(t25, t39);
+  return {t29, t33, t37, t40};
+}
+
 // The 18 output ANDs and the bottom linear layer (with the affine
 // constant 0x63 as four complements); returns s0..s7 (s0 the most
 // significant bit).
@@ -173,21 +190,23 @@ Bits ShiftRows(const Bits& s, bool inverse) {
   return out;
 }
 
-Bits SubBytes(Circuit& c, const Bits& s, bool inverse) {
+Bits SubBytes(Circuit& c, const Bits& s, bool inverse, Sbox v) {
   Bits out(128);
   for (int p = 0; p < 16; ++p) {
-    PutByte(out, p, inverse ? InvSubByte(c, Byte(s, p)) : SubByte(c, Byte(s, p)));
+    PutByte(out, p, inverse ? InvSubByte(c, Byte(s, p)) : SubByte(c, Byte(s, p), v));
   }
   return out;
 }
 
 }  // namespace
 
-Bits SubByte(Circuit& c, const Bits& x) {
+Bits SubByte(Circuit& c, const Bits& x, Sbox v) {
   Wire xs[8];
   for (int k = 0; k < 8; ++k) xs[k] = x[7 - k];
   const Top y = TopLinear(c, xs);
-  const std::array<Wire, 8> s = Bottom(c, y, Inv4(c, MiddleIn(c, y)));
+  const std::array<Wire, 4> mid = MiddleIn(c, y);
+  const std::array<Wire, 8> s =
+      Bottom(c, y, v == Sbox::kFewerAnds ? Inv4FewerAnds(c, mid) : Inv4(c, mid));
   Bits out(8);
   for (int k = 0; k < 8; ++k) out[7 - k] = s[k];
   return out;
@@ -198,11 +217,11 @@ Bits InvSubByte(Circuit& c, const Bits& x) {
 }
 
 // FIPS-197 5.1 (Figure 5).
-Bits AesEncryptBlock(Circuit& c, const RoundKeys& k, const Bits& in) {
+Bits AesEncryptBlock(Circuit& c, const RoundKeys& k, const Bits& in, Sbox v) {
   static constexpr int kMix[4] = {2, 3, 1, 1};
   Bits s = c.Xor(in, k.Round(0));
   for (int r = 1; r <= k.nr; ++r) {
-    s = ShiftRows(SubBytes(c, s, false), false);
+    s = ShiftRows(SubBytes(c, s, false, v), false);
     if (r < k.nr) s = MixColumnsWith(c, s, kMix);
     s = c.Xor(s, k.Round(r));
   }
@@ -249,7 +268,7 @@ Bits AesDecryptBlock(Circuit& c, const RoundKeys& k, const Bits& in) {
   static constexpr int kInvMix[4] = {14, 11, 13, 9};
   Bits s = c.Xor(in, k.Round(k.nr));
   for (int r = k.nr - 1; r >= 0; --r) {
-    s = SubBytes(c, ShiftRows(s, true), true);
+    s = SubBytes(c, ShiftRows(s, true), true, Sbox::kDepth4);
     s = c.Xor(s, k.Round(r));
     if (r > 0) s = MixColumnsWith(c, s, kInvMix);
   }

@@ -44,7 +44,7 @@ Bits CtsEncrypt(Circuit& c, const RoundKeys& k, const Bits& plain) {
   for (size_t i = 0; i < nb; ++i) {
     Bits p = Slice(plain, kBlock * i, i + 1 < nb ? kBlock : m);
     p.resize(128, kZero);
-    cb[i] = AesEncryptBlock(c, k, c.Xor(p, prev));
+    cb[i] = AesEncryptBlock(c, k, c.Xor(p, prev), Sbox::kFewerAnds);
     prev = cb[i];
   }
   if (nb == 1) return cb[0];
@@ -271,7 +271,8 @@ Bits ClassEncrypt(Circuit& c, const UsageKeys& k, size_t cm, const Bits& x, cons
   const size_t nb = BlockCount(cm), from = PaddingFrom(cm);
   Bits out, prev(128, kZero);
   for (size_t i = 0; i < nb; ++i) {
-    prev = AesEncryptBlock(c, k.ke, c.Xor(Slice(x, kBlock * i, kBlock), prev));
+    prev = AesEncryptBlock(c, k.ke, c.Xor(Slice(x, kBlock * i, kBlock), prev),
+                           Sbox::kFewerAnds);
     Append(out, prev);
   }
   Bits msg = x;

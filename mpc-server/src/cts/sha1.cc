@@ -30,8 +30,9 @@ std::pair<Word, Word> CarrySave(Circuit& c, const Word& a, const Word& b, const 
   return {sum, carry};
 }
 
-// f_t (FIPS 180-4 section 4.1.1) with one AND layer: Ch = d ^ (b & (c ^
-// d)), Maj = (b & (c ^ d)) ^ (c & d), Parity = b ^ c ^ d.
+// f_t (FIPS 180-4 section 4.1.1) with one AND layer and at most one AND a
+// bit: Ch = d ^ (b & (c ^ d)), Maj = ((b ^ d) & (c ^ d)) ^ d (the carry
+// of a full adder, as CarrySave), Parity = b ^ c ^ d.
 Word StepF(Circuit& c, int t, const Word& b, const Word& cw, const Word& d) {
   Word f;
   for (int i = 0; i < 32; ++i) {
@@ -39,7 +40,7 @@ Word StepF(Circuit& c, int t, const Word& b, const Word& cw, const Word& d) {
     if (t < 20) {
       f[i] = c.Xor(d[i], c.And(b[i], m));
     } else if (t >= 40 && t < 60) {
-      f[i] = c.Xor(c.And(b[i], m), c.And(cw[i], d[i]));
+      f[i] = c.Xor(c.And(c.Xor(b[i], d[i]), m), d[i]);
     } else {
       f[i] = c.Xor(b[i], m);
     }

@@ -38,14 +38,27 @@ TEST(AesCircuit, SboxAndInverseOnAllInputs) {
   }
 }
 
+// The 32-AND S-box (SEA 2010) the CBC encryptions take: the same table.
+TEST(AesCircuit, FewerAndsSboxOnAllInputs) {
+  Circuit c;
+  c.Output(SubByte(c, c.Inputs(8), Sbox::kFewerAnds));
+  const Program p = c.Compile();
+  EXPECT_EQ(p.depth, 6);
+  EXPECT_EQ(p.ands, 32u);
+  std::vector<Bytes> lanes;
+  for (int v = 0; v < 256; ++v) lanes.push_back({static_cast<uint8_t>(v)});
+  const auto out = testing::RunClear(p, lanes);
+  for (int v = 0; v < 256; ++v) ASSERT_EQ(out[v][0], aes::kSbox[v]) << v;
+}
+
 // Inputs: round keys || block; outputs the block.
-Program BlockProgram(int nr, bool decrypt) {
+Program BlockProgram(int nr, bool decrypt, Sbox v = Sbox::kDepth4) {
   Circuit c;
   RoundKeys k;
   k.nr = nr;
   k.bits = c.Inputs(128 * (nr + 1));
   const Bits in = c.Inputs(128);
-  c.Output(decrypt ? AesDecryptBlock(c, k, in) : AesEncryptBlock(c, k, in));
+  c.Output(decrypt ? AesDecryptBlock(c, k, in) : AesEncryptBlock(c, k, in, v));
   return c.Compile();
 }
 
@@ -63,6 +76,10 @@ TEST(AesCircuit, Fips197AppendixC) {
   const Bytes c256 = Hex("8ea2b7ca516745bfeafc49904b496089");
   EXPECT_EQ(testing::RunClear(BlockProgram(10, false), {Lane(k128, pt)})[0], c128);
   EXPECT_EQ(testing::RunClear(BlockProgram(14, false), {Lane(k256, pt)})[0], c256);
+  EXPECT_EQ(testing::RunClear(BlockProgram(10, false, Sbox::kFewerAnds), {Lane(k128, pt)})[0],
+            c128);
+  EXPECT_EQ(testing::RunClear(BlockProgram(14, false, Sbox::kFewerAnds), {Lane(k256, pt)})[0],
+            c256);
   EXPECT_EQ(testing::RunClear(BlockProgram(10, true), {Lane(k128, c128)})[0], pt);
   EXPECT_EQ(testing::RunClear(BlockProgram(14, true), {Lane(k256, c256)})[0], pt);
 }
@@ -119,6 +136,12 @@ TEST(AesCircuit, Figures) {
       EXPECT_EQ(p.depth, 4 * nr);
       EXPECT_EQ(p.ands, size_t{16} * 34 * nr);
     }
+    const Program f = BlockProgram(nr, false, Sbox::kFewerAnds);
+    std::printf("AES-%d encryption block, 32-AND S-box: %zu ANDs, AND depth %d\n",
+                nr == 10 ? 128 : 256, f.ands, f.depth);
+    testing::ExpectCounted(f);
+    EXPECT_EQ(f.depth, 6 * nr);
+    EXPECT_EQ(f.ands, size_t{16} * 32 * nr);
   }
 }
 
