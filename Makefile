@@ -21,7 +21,7 @@ all: build
 
 help:
 	@echo "make deps     install the Debian packages kmpc needs (apt-get)"
-	@echo "make krb5     fetch, patch and build MIT krb5 1.20.1 into build/krb5"
+	@echo "make krb5     fetch, patch and build MIT krb5 1.21.3 into build/krb5"
 	@echo "make build    build the C++ parts (CMake, build/cmake)"
 	@echo "make test     everything above, then all tests"
 	@echo "make test-mit-kmpc [MODE=krbtgt|users|users-ctr-mpc|stock] [MIT_TESTS=\"tests/t_renew ...\"]"
