@@ -59,7 +59,7 @@ SRC
       echo "error: Debian no longer serves the krb5 $debian_version source package"
       echo "  (deb-src trixie, trixie-updates; now served:" \
         "$(apt-cache "${opts[@]}" showsrc krb5 2>/dev/null |
-           awk '/^Version:/ {printf "%s ", $2}'))."
+           awk '/^Version:/ {printf "%s%s", sep, $2; sep = " "}'))."
       echo "  kmpc's series is made against $debian_version: move it to a served"
       echo "  revision (debian_version in krb5-patches/build-krb5.sh), then run"
       echo "  'make krb5-series' and MIT's tests (docs/krb5-patches.md)."
