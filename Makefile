@@ -163,7 +163,7 @@ bench-results:
 KMPC_BENCH_BUILD ?= $(BUILD)/bench/bin
 BENCH_SNAPSHOT = rm -rf $(BUILD)/bench/bin && \
 	mkdir -p $(BUILD)/bench/bin/mpc-server $(BUILD)/bench/bin/kdc-plugin && \
-	cp -p $(addprefix $(CMAKE_BUILD)/mpc-server/,kmpc-mpc-server kmpc-admin kmpc-mpc-client \
+	cp -p $(addprefix $(CMAKE_BUILD)/mpc-server/,kmpc-mpc-server kmpc-admin kmpc-mpc-client kmpc-mpc-bench \
 	  kmpc-storm) $(BUILD)/bench/bin/mpc-server/ && \
 	cp -p $(CMAKE_BUILD)/kdc-plugin/libkmpc_kdc.so $(BUILD)/bench/bin/kdc-plugin/ && \
 	{ cp -p $(CMAKE_BUILD)/kdc-plugin/kmpc-kdb-handle $(BUILD)/bench/bin/kdc-plugin/ \

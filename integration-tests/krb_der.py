@@ -80,12 +80,15 @@ def krb_error_code(reply):
     raise AssertionError("no error-code")
 
 
-def send_tcp(port, msg):
+def send_tcp(port, msg, timeout=40):
     """msg to a KDC on 127.0.0.1:port over TCP (RFC 4120 section 7.2.2: a
-    4-byte big-endian length, then the message); its reply, unframed."""
+    4-byte big-endian length, then the message); its reply, unframed.
+    timeout: above the module's longest deadline in the tests (30 s for
+    cold programs), so that a slow answer is the KDC's, not the client's
+    patience running out."""
     import socket
     import struct
-    with socket.create_connection(("127.0.0.1", port), 10) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout) as s:
         s.sendall(struct.pack(">I", len(msg)) + msg)
         return recv_tcp_reply(s)[4:]
 

@@ -54,6 +54,43 @@ def _now():
     return datetime.datetime.now(datetime.timezone.utc)
 
 
+def _bound_realm(kmpc_factory, princ, bound):
+    """A realm like cts_user_realm's whose servers release at most `bound`
+    replies per key and minute; (realm, the user's key)."""
+    import ctr_mpc_ref
+    from kmpc_harness.cluster import default_salt
+    from test_cts_handles import COLD_PROGRAMS, CTS256, ENCTYPES
+    pw = "Cleo-pw-4242"
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
+                      module_options=COLD_PROGRAMS,
+                      server_flags=f"--cts_releases_per_minute={bound}")
+    kr.setup_krbtgt()
+    kr.addprinc(princ, pw, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
+    kr.start()
+    return kr, ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(),
+                                         default_salt(f"{princ}@{kr.realm}").encode())
+
+
+def _copies(kr, princ, captured, n):
+    """n AS-REQs carrying the padata value `captured`, new nonces, all sent
+    over TCP before any answer is read; "AS-REP" or the error code of each."""
+    socks = []
+    for _ in range(n):
+        req = _as_req(kr.realm, princ, (1 << 30) | secrets.randbits(30),
+                      [_pa(PA_ENC_TIMESTAMP, captured), _pa(PA_REQ_ENC_PA_REP, b"")],
+                      addresses=1)
+        s = socket.create_connection(("127.0.0.1", kr.kdc_port), 60)
+        s.sendall(struct.pack(">I", len(req)) + req)
+        socks.append(s)
+    codes = []
+    for s in socks:
+        with s:
+            rep = krb_der.recv_tcp_reply(s)[4:]
+        codes.append("AS-REP" if rep[:1] == b"\x6b" else krb_der.krb_error_code(rep))
+    return codes
+
+
 def test_a_replayed_timestamp_is_refused_and_proves_no_shape(kmpc_factory):
     princ = "cleo"
     kr, key, _ = cts_user_realm(kmpc_factory, princ)
@@ -159,19 +196,8 @@ def test_replays_the_module_refuses_do_not_spend_the_users_bound(kmpc_factory):
     user's own next login fails (KDC_ERR_SVC_UNAVAILABLE). Secure
     behaviour: a replay the module refuses costs the user nothing (check
     the cache on C || T, which the KDC holds, before submitting)."""
-    import ctr_mpc_ref
-    from kmpc_harness.cluster import default_salt
-    from test_cts_handles import COLD_PROGRAMS, CTS256, ENCTYPES
-    princ, pw = "cleo", "Cleo-pw-4242"
-    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True,
-                      module_options=COLD_PROGRAMS,
-                      server_flags="--cts_releases_per_minute=3")
-    kr.setup_krbtgt()
-    kr.addprinc(princ, pw, enctypes=[CTS256])
-    kr.admin("share", "--from-existing", f"--enctype={CTS256}", princ)
-    kr.start()
-    key = ctr_mpc_ref.string_to_key("aes256-ctr-mpc", pw.encode(),
-                                    default_salt(f"{princ}@{kr.realm}").encode())
+    princ = "cleo"
+    kr, key = _bound_realm(kmpc_factory, princ, 3)
     captured = _timestamp(key, _now())
     rep = _send(kr, princ, captured, 1)
     assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
@@ -248,3 +274,60 @@ def test_a_heimdal_client_with_a_wrong_clock_fares_as_with_a_stock_key(kmpc_fact
         if shift != -900:
             assert stock[0] == 0, (shift, stock)
     assert kr.kdc_alive()
+
+
+def test_copies_of_an_inflight_timestamp_lock_no_one_out(kmpc_factory):
+    """ATTACK (fails on 819daad): copies of one PA-ENC-TIMESTAMP that reach
+    the KDC while the first is still in its Run (a network attacker racing
+    the user's login, or the user's own UDP retransmissions once a flood
+    has pushed MIT's lookaside entry out) all pass the module's replay
+    cache before any Run; all but the first then failed when their gate
+    verified as a wrong password does (KDC_ERR_PREAUTH_FAILED), which MIT's
+    lockout counts: an attacker who sees a login on the network locks its
+    user out (policy maxfailure). Secure: such a copy is answered
+    KDC_ERR_SVC_UNAVAILABLE, which lockout does not count and MIT's
+    clients skip while they wait for the first copy's answer."""
+    princ = "cleo"
+    kr, key, _ = cts_user_realm(kmpc_factory, princ)
+    kr.kadmin_local("addpol -maxfailure 2 -failurecountinterval 0 -lockoutduration 600 lock")
+    kr.kadmin_local(f"modprinc -policy lock {princ}")
+    # The shape proven first, so that every copy goes into the gate's Run.
+    rep = _send(kr, princ, _timestamp(key, _now()), 1)
+    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    codes = []
+    for _ in range(3):
+        captured = _timestamp(key, _now())
+        codes += _copies(kr, princ, captured, 4)
+    assert codes.count("AS-REP") == 3, codes  # each timestamp logs in once
+    assert set(codes) <= {"AS-REP", KDC_ERR_SVC_UNAVAILABLE}, codes
+    rep = _send(kr, princ, _timestamp(key, _now()), 1)
+    assert rep[:1] == b"\x6b", ("the user is locked out after copies of their logins",
+                                krb_der.krb_error_code(rep) if rep[:1] == b"\x7e" else "")
+
+
+def test_copies_of_an_inflight_timestamp_do_not_spend_the_users_bound(kmpc_factory):
+    """Review (review6) ATTACK, fails on b04c6a3: copies of one
+    PA-ENC-TIMESTAMP sent while the first is in its Run pass the module's
+    replay cache (nothing verified yet), so every copy's gated reply is
+    computed, released and counted by the servers' --cts_releases_per_
+    minute before the module refuses the copy after the Run (998276b made
+    that refusal SVC_UNAVAILABLE, not PREAUTH_FAILED, but the bound is
+    already spent). A network attacker who sees a login sends a burst of
+    copies and the user's next logins fail (KDC_ERR_SVC_UNAVAILABLE) for
+    up to a minute, each time. Secure behaviour: copies of an in-flight
+    gate cost the user nothing (e.g. hold a copy whose C || T is in flight
+    until the first is verified, then refuse it before its Run)."""
+    princ = "cleo"
+    kr, key = _bound_realm(kmpc_factory, princ, 4)
+    # The user's first login proves the shape, so every copy goes into the
+    # gate's Run with its reply.
+    rep = _send(kr, princ, _timestamp(key, _now()), 1)
+    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
+    captured = _timestamp(key, _now())  # the user's second login ...
+    codes = _copies(kr, princ, captured, 8)  # ... and the attacker's copies
+    assert codes.count("AS-REP") <= 1, codes
+    # The user's third login within the minute: 3 of a bound of 4.
+    rep = _send(kr, princ, _timestamp(key, _now()), 1)
+    assert rep[:1] == b"\x6b", (
+        "the user's own login failed after copies of their login", codes,
+        krb_der.krb_error_code(rep) if rep[:1] == b"\x7e" else rep[:8].hex())

@@ -41,14 +41,14 @@ def _bin_dir():
         server = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server", required=False)
         d = os.path.dirname(server) if server else ""
     if d and all(os.access(os.path.join(d, b), os.X_OK)
-                 for b in ("kmpc-mpc-server", "kmpc-mpc-client")):
+                 for b in ("kmpc-mpc-server", "kmpc-mpc-client", "kmpc-mpc-bench")):
         return d
     return None
 
 
 BIN = _bin_dir()
 if BIN is None:  # a missing binary fails the run, it does not skip it
-    raise kmpc_cluster.RealmError("kmpc-mpc-server / kmpc-mpc-client not built (make build)")
+    raise kmpc_cluster.RealmError("kmpc-mpc-server / -client / -bench not built (make build)")
 
 
 # The server refuses --debug_record_requests unless this is "1" too.
@@ -172,8 +172,11 @@ class Cluster:
         return "\n".join(out)
 
     # ---- client
-    def client(self, *args, stdin=None, client=None, timeout=120):
-        cmd = [os.path.join(BIN, "kmpc-mpc-client"), f"--servers={self.servers}",
+    def client(self, *args, stdin=None, client=None, timeout=120,
+               binary="kmpc-mpc-client"):
+        """Runs kmpc-mpc-client (or `binary`, e.g. kmpc-mpc-bench) against
+        the three servers."""
+        cmd = [os.path.join(BIN, binary), f"--servers={self.servers}",
                f"--certs={self.certs}"]
         if client:
             cmd.append(f"--client={client}")

@@ -174,9 +174,11 @@ def kill_and_restart(r, kt, users, party, rate, before_s, down_s, after_s, tmp):
 
 def check(fig, party):
     where = f"party {party}: {fig}"
-    # Logins due while the party was down failed, cleanly and at once.
+    # Logins due while the party was down failed, cleanly and at once: no
+    # slower than half a second, or than a normal login before the kill on
+    # a machine loaded beyond that (seen at load 20: p50 1.7 s, p99 0.9 s).
     assert fig["down_failed"] > 0 and fig["down_codes"] == [SVC_UNAVAILABLE], where
-    assert fig["down_fail_p99_s"] < 0.5, where
+    assert fig["down_fail_p99_s"] < max(0.5, fig["before_p50_s"]), where
     assert fig["down_max_s"] < MODULE_DEADLINE_S, where
     # Serving within a second of its listening line: no login due later
     # than that failed, and the first one due after the line took no longer

@@ -21,8 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 
 GEN_CERTS = os.path.join(ROOT, "deploy", "gen-certs.sh")
-SERVER, CLIENT = kmpc_cluster.require_built("mpc-server/kmpc-mpc-server",
-                                            "mpc-server/kmpc-mpc-client")
+SERVER, CLIENT, BENCH = kmpc_cluster.require_built("mpc-server/kmpc-mpc-server",
+                                                   "mpc-server/kmpc-mpc-client",
+                                                   "mpc-server/kmpc-mpc-bench")
 
 UNAUTHENTICATED, PERMISSION_DENIED, FAILED_PRECONDITION = 16, 7, 9
 
@@ -212,8 +213,8 @@ def test_sigterm_ends_a_batch_in_flight_at_once(tmp_path):
     for the ring timeout (here 10 s); the other two stay up."""
     with own_servers(tmp_path, "--ring_timeout_ms=10000") as s:
         bench = subprocess.Popen(
-            [CLIENT, f"--servers={s.servers}", f"--certs={s.certs}", "--timeout_ms=60000",
-             "bench", "--cipher=aes256", "--blocks=400000", "--threads=1", "--iters=3"],
+            [BENCH, f"--servers={s.servers}", f"--certs={s.certs}", "--timeout_ms=60000",
+             "keystream", "--cipher=aes256", "--blocks=400000", "--threads=1", "--iters=3"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         p = s.procs[1]
 

@@ -3,7 +3,8 @@
 # kadmin.local: it links the patched krb5 of the private prefix (kadm5 server
 # API, libkdb5, libk5crypto for string-to-key) with a RUNPATH to it, never
 # the system's krb5, plus the cluster client library (client.cmake:
-# kmpc_cluster_admin, the dealer and the Admin service).
+# kmpc_cluster_admin, the dealing and the Admin service). The key dealer
+# in kadmind (kdc-plugin/dealer/CMakeLists.txt) links kmpc_admin_cluster.
 if(TARGET kmpc_cluster_admin)
   set(KMPC_ADMIN_KRB5_LIBDIR "${KRB5_PREFIX}/lib")
   # kadmin's server library and what it needs, for kmpc-admin and its tests.
@@ -58,61 +59,6 @@ if(TARGET kmpc_cluster_admin)
     BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     INSTALL_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     SKIP_BUILD_RPATH OFF LINK_FLAGS "-Wl,--enable-new-dtags")
-
-  # libkmpc_dealer.so: the mpcdealer and kadm5_hook module "kmpc" that
-  # kadmind, kadmin.local and kdb5_util load. Its source is a krb5 plugin
-  # and lives with the KDC module (kdc-plugin/dealer/); it is built here, on
-  # kmpc-admin's cluster library (kmpc_admin_cluster). Like the KDC module
-  # it exports only its initvt functions, keeps its static libraries local,
-  # binds to itself and is never unloaded (gRPC threads).
-  set(KMPC_DEALER_DIR "${CMAKE_SOURCE_DIR}/kdc-plugin/dealer")
-  add_library(kmpc_dealer MODULE ${KMPC_DEALER_DIR}/dealer_module.cc)
-  target_include_directories(kmpc_dealer PRIVATE "${KRB5_PREFIX}/include")
-  target_compile_options(kmpc_dealer PRIVATE -Wall -Wextra -Wno-unused-parameter)
-  target_link_libraries(kmpc_dealer PRIVATE
-    kmpc_admin_cluster kmpc_cluster_admin absl::strings absl::status absl::statusor OpenSSL::Crypto
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so")
-  set_target_properties(kmpc_dealer PROPERTIES
-    OUTPUT_NAME kmpc_dealer PREFIX "lib"
-    C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
-    VISIBILITY_INLINES_HIDDEN ON
-    BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" INSTALL_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
-    SKIP_BUILD_RPATH OFF
-    LINK_DEPENDS "${KMPC_DEALER_DIR}/dealer_module.exports")
-  target_link_options(kmpc_dealer PRIVATE
-    "-Wl,--version-script=${KMPC_DEALER_DIR}/dealer_module.exports"
-    "-Wl,--exclude-libs,ALL" "-Wl,-Bsymbolic" "-Wl,-z,nodelete"
-    "-Wl,-z,defs" "-Wl,--enable-new-dtags" "-Wl,--as-needed")
-
-  # The dealer exports its version script's initvt functions and nothing
-  # else, and brings no symbol krb5 also defines (as the KDC module).
-  add_test(NAME kmpc_dealer_exports
-    COMMAND bash "${CMAKE_SOURCE_DIR}/kdc-plugin/test/check_symbols.sh"
-            $<TARGET_FILE:kmpc_dealer> "${KRB5_PREFIX}"
-            "${KMPC_DEALER_DIR}/dealer_module.exports")
-  set_tests_properties(kmpc_dealer_exports PROPERTIES TIMEOUT 30)
-
-  # The dealer's two vtables with in-process Admin servers over mTLS
-  # (mpc-server/test/server/fake_admin.h): versions, protect patterns,
-  # refusals, a dealt key's handle, no key byte in any message.
-  add_executable(kmpc_dealer_module_test
-    "${CMAKE_SOURCE_DIR}/kdc-plugin/test/dealer_module_test.cc"
-    ${KMPC_DEALER_DIR}/dealer_module.cc)
-  target_include_directories(kmpc_dealer_module_test PRIVATE
-    "${CMAKE_CURRENT_LIST_DIR}/test/server" "${KRB5_PREFIX}/include")
-  target_compile_definitions(kmpc_dealer_module_test PRIVATE
-    KMPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  target_link_libraries(kmpc_dealer_module_test PRIVATE
-    kmpc_admin_cluster GTest::gtest_main OpenSSL::Crypto
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkdb5.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5.so"
-    "${KMPC_ADMIN_KRB5_LIBDIR}/libcom_err.so")
-  set_target_properties(kmpc_dealer_module_test PROPERTIES
-    BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" SKIP_BUILD_RPATH OFF)
-  add_test(NAME kmpc_dealer_module_test COMMAND kmpc_dealer_module_test)
-  set_tests_properties(kmpc_dealer_module_test PROPERTIES TIMEOUT 120)
 
   # kmpc-admin's pieces without a cluster or a KDB: its clusters against
   # in-process Admin servers over mTLS (mpc-server/test/server/

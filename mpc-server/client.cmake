@@ -9,8 +9,8 @@
 #                          a failed call (gRPC; the KDC module's transport);
 #   kmpc_cluster_admin     the Admin service: Health, ListKeys, Metrics,
 #                          DeleteKey, and the all-or-nothing deal + PutKey
-#                          (the dealer of kmpc_core; kmpc-admin and
-#                          kmpc-mpc-client).
+#                          (the dealing of kmpc_deal; kmpc-admin, the key
+#                          dealer, kmpc-mpc-client and kmpc-mpc-bench).
 add_library(kmpc_cluster_client STATIC
   ${CMAKE_CURRENT_LIST_DIR}/client/reveal.cc
 )
@@ -33,11 +33,13 @@ if(TARGET kmpc_proto)
   target_compile_options(kmpc_cluster_channels PRIVATE -Wall -Wextra)
 endif()
 
-if(TARGET kmpc_proto AND TARGET kmpc_core AND TARGET kmpc_contract)
+if(TARGET kmpc_proto AND TARGET kmpc_deal AND TARGET kmpc_contract)
+  # The dealing of PutKey is kmpc_deal's (core.cmake), not kmpc_core's: the
+  # key dealer in kadmind links this library and no MPC engine.
   add_library(kmpc_cluster_admin STATIC
     ${CMAKE_CURRENT_LIST_DIR}/client/admin_client.cc)
   target_link_libraries(kmpc_cluster_admin PUBLIC kmpc_cluster_channels
-    kmpc_core kmpc_contract absl::status absl::statusor absl::strings)
+    kmpc_deal kmpc_contract absl::status absl::statusor absl::strings)
   target_compile_options(kmpc_cluster_admin PRIVATE -Wall -Wextra)
 
   # In-process servers over mTLS (deploy/gen-certs.sh's certificates,

@@ -1,23 +1,43 @@
+# kmpc_deal: what dealing a key takes, in the clear, and nothing else:
+# randomness and replicated sharing, AES key expansion, GF(2^128)
+# products (H's powers), the aes*-cts per-usage material with the clear
+# SHA-1 compression (cts/dealer.h, cts/sha1_clear.h), and the key views'
+# encoding (engine/key_shares.h). The key dealer inside kadmind
+# (kdc-plugin/dealer/) and the admin tools link it through the Admin
+# client (client.cmake); no AND engine, proof (DZKP) or AES kernel is in
+# it (kdc-plugin/test/check_dealer_links.sh checks the dealer's .so).
 # kmpc_core: shares, PRSS, AND layers, GF(2^128), bitsliced AES, the job
-# engine and the in-memory ring. Pure computation, no gRPC.
+# engine and the in-memory ring over kmpc_deal. Pure computation, no gRPC.
 find_package(PkgConfig REQUIRED)
 
 set(KMPC_CORE_ROOT "${CMAKE_CURRENT_LIST_DIR}")
 set(KMPC_CORE_DIR "${KMPC_CORE_ROOT}/src")
 
-add_library(kmpc_core STATIC
+add_library(kmpc_deal STATIC
   ${KMPC_CORE_ROOT}/src/share/replicated.cc
   ${KMPC_CORE_ROOT}/src/protocol/gf128.cc
+  ${KMPC_CORE_ROOT}/src/aes/key_expansion.cc
+  ${KMPC_CORE_ROOT}/src/cts/dealer.cc
+  ${KMPC_CORE_ROOT}/src/cts/sha1_clear.cc
+  ${KMPC_CORE_ROOT}/src/engine/key_shares.cc
+)
+target_include_directories(kmpc_deal PUBLIC "${KMPC_CORE_DIR}")
+target_compile_options(kmpc_deal PRIVATE -Wall -Wextra -Wno-unused-parameter)
+# Baseline: AES-NI, PCLMULQDQ, SSSE3/SSE4.1 (every x86-64 of the last
+# decade; gf128.h's products use PCLMULQDQ).
+target_compile_options(kmpc_deal PUBLIC -maes -mpclmul -mssse3 -msse4.1)
+target_link_libraries(kmpc_deal PUBLIC kmpc_proto_msgs kmpc_contract
+  absl::status absl::statusor absl::strings absl::span OpenSSL::Crypto)
+
+add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/protocol/prf.cc
   ${KMPC_CORE_ROOT}/src/protocol/prss.cc
   ${KMPC_CORE_ROOT}/src/protocol/rep3.cc
   ${KMPC_CORE_ROOT}/src/protocol/dzkp.cc
   ${KMPC_CORE_ROOT}/src/protocol/verify.cc
-  ${KMPC_CORE_ROOT}/src/aes/key_expansion.cc
   ${KMPC_CORE_ROOT}/src/aes/aes.cc
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx512.cc
-  ${KMPC_CORE_ROOT}/src/engine/key_shares.cc
   ${KMPC_CORE_ROOT}/src/engine/agreement.cc
   ${KMPC_CORE_ROOT}/src/engine/engine.cc
   ${KMPC_CORE_ROOT}/src/engine/refresh.cc
@@ -53,7 +73,7 @@ set_source_files_properties(${KMPC_CORE_ROOT}/src/aes/kernel_avx512.cc PROPERTIE
   COMPILE_OPTIONS "-mavx2;-mbmi2;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mprefer-vector-width=512;-O3;${KMPC_AVX512_HEADER_WARNINGS}")
 # The job types and the job contract (proto/contract.h): protobuf messages
 # only, no gRPC.
-target_link_libraries(kmpc_core PUBLIC kmpc_proto_msgs kmpc_contract
+target_link_libraries(kmpc_core PUBLIC kmpc_deal kmpc_proto_msgs kmpc_contract
   absl::status absl::statusor absl::strings absl::cord absl::span absl::str_format
   OpenSSL::Crypto Threads::Threads)
 

@@ -10,7 +10,6 @@ target_sources(kmpc_core PRIVATE
   ${KMPC_CORE_ROOT}/src/cts/sha1.cc
   ${KMPC_CORE_ROOT}/src/cts/aes_circuit.cc
   ${KMPC_CORE_ROOT}/src/cts/cts.cc
-  ${KMPC_CORE_ROOT}/src/cts/dealer.cc
   ${KMPC_CORE_ROOT}/src/engine/cts_jobs.cc
 )
 add_library(kmpc_cts INTERFACE)
@@ -23,6 +22,12 @@ foreach(t circuit_test sha1_test aes_circuit_test cts_test dealer_test)
   target_link_libraries(kmpc_cts_${t} PRIVATE kmpc_cts GTest::gtest GTest::gtest_main)
   gtest_discover_tests(kmpc_cts_${t} TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)
 endforeach()
+
+# The dealer's clear SHA-1 compression, on kmpc_deal alone (what the key
+# dealer links).
+add_executable(kmpc_cts_sha1_clear_test ${KMPC_CORE_ROOT}/test/cts/sha1_clear_test.cc)
+target_link_libraries(kmpc_cts_sha1_clear_test PRIVATE kmpc_deal GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_cts_sha1_clear_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)
 
 # MIT krb5's own aes*-cts-hmac-sha1-96 (the patched prefix's libk5crypto)
 # against the circuits: krb5_c_decrypt of the circuits' ciphertexts, the

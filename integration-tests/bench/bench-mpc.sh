@@ -26,11 +26,11 @@ trap cleanup EXIT
 bin=${KMPC_MPC_BIN_DIR:-}
 if [ -z "$bin" ]; then  # the most recently built candidate
   for d in "$build/cmake/mpc-server" "$root/build/cmake-c/mpc-server"; do
-    [ -x "$d/kmpc-mpc-client" ] || continue
+    [ -x "$d/kmpc-mpc-bench" ] || continue
     if [ -z "$bin" ] || [ "$d/kmpc-mpc-server" -nt "$bin/kmpc-mpc-server" ]; then bin=$d; fi
   done
 fi
-[ -n "$bin" ] || { echo "bench-mpc: kmpc-mpc-client not built" >&2; exit 1; }
+[ -n "$bin" ] || { echo "bench-mpc: kmpc-mpc-bench not built" >&2; exit 1; }
 export KMPC_MPC_BIN_DIR=$bin
 
 iters_for() {  # SECURITY BLOCKS: enough batches for a stable figure, bounded in time
@@ -69,8 +69,8 @@ for security in ${BENCH_MPC_SECURITY:-semi-honest malicious}; do
         iters=$(iters_for "$security" "$blocks")
         warm=$(warmup_for "$security" "$blocks")
         c0=$(cpu_ticks)
-        line=$(timeout 900 "$bin/kmpc-mpc-client" --servers="$servers" --certs="$work/certs" \
-                 bench --cipher="$cipher" --blocks="$blocks" --threads="$threads" \
+        line=$(timeout 900 "$bin/kmpc-mpc-bench" --servers="$servers" --certs="$work/certs" \
+                 keystream --cipher="$cipher" --blocks="$blocks" --threads="$threads" \
                  --iters="$iters" --warmup_blocks="$warm") || {
           echo "bench-mpc: $security $cipher $blocks blocks x$threads failed" >&2
           for i in 0 1 2; do tail -n 20 "$work/party-$i.log" >&2; done

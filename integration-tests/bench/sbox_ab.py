@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/B of the S-box circuits by batch size (the engine's depth3_max_blocks
 rule): three real servers on loopback over mutual TLS, one worker each,
-ENCRYPT batches of N AES blocks through `kmpc-mpc-client bench`, once with
+ENCRYPT batches of N AES blocks through `kmpc-mpc-bench keystream`, once with
 every batch on the depth-3 S-box (--depth3_max_blocks=1000000) and once on
 the depth-4 one (--depth3_max_blocks=0), both clusters up at once and
 measured alternately (the machine may be shared: alternation keeps drift
@@ -29,8 +29,8 @@ HZ = os.sysconf("SC_CLK_TCK")
 def bin_dir():
     d = os.environ.get("KMPC_MPC_BIN_DIR") or os.path.join(
         os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build")), "cmake", "mpc-server")
-    if not os.access(os.path.join(d, "kmpc-mpc-client"), os.X_OK):
-        sys.exit(f"sbox_ab: {d}/kmpc-mpc-client not built")
+    if not os.access(os.path.join(d, "kmpc-mpc-bench"), os.X_OK):
+        sys.exit(f"sbox_ab: {d}/kmpc-mpc-bench not built")
     return d
 
 
@@ -53,8 +53,8 @@ def iters_for(security, blocks):
 def measure(bindir, work, servers, cipher, blocks, security):
     iters = iters_for(security, blocks)
     c0 = cpu_ticks(work)
-    p = subprocess.run([os.path.join(bindir, "kmpc-mpc-client"), f"--servers={servers}",
-                        f"--certs={work}/certs", "bench", f"--cipher={cipher}",
+    p = subprocess.run([os.path.join(bindir, "kmpc-mpc-bench"), f"--servers={servers}",
+                        f"--certs={work}/certs", "keystream", f"--cipher={cipher}",
                         f"--blocks={blocks}", "--threads=1", f"--iters={iters}"],
                        capture_output=True, text=True, timeout=900)
     c1 = cpu_ticks(work)

@@ -380,6 +380,8 @@ class MpcCluster:
                 # does: no release bound unless a test's server_flags set
                 # one (they come last, and the last value wins).
                 "--cts_releases_per_minute=0",
+                # An A/B against a build older than the bound ignores it.
+                "--undefok=cts_releases_per_minute",
                 *([f"--crl={c}/crl.pem"] if os.path.exists(f"{c}/crl.pem") else []),
                 *([f"--metrics_addr=127.0.0.1:{self.metrics_base + i}"]
                   if self.metrics_base is not None else []),

@@ -70,7 +70,7 @@ struct BatcherStats {
   // Sign items some server answered with a status other than JOB_OK.
   uint64_t sign_answers_failed = 0;
   // Security events: a ring-free verify item refused a signature that the
-  // Run's VERIFY_CHECKSUM then accepted (batch_step.h, "Verify items").
+  // Run's VERIFY_CHECKSUM then accepted (sign_step.h, "Verify items").
   uint64_t verify_disagreed = 0;
   // Security events: Run requests a server refused with
   // BATCH_INTEGRITY_CHECK_FAILED (a server of the cluster deviated; not a

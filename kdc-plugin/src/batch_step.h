@@ -1,36 +1,24 @@
-// One batch on its way through the cluster: the Run step (one RunRequest
-// to all three servers, their three answers checked and revealed), then
-// for its ENCRYPT jobs the Finalize step (one FinalizeRequest per server,
-// the tags revealed), and the jobs' completion. finalize_only jobs (their
-// keystream came from a prepared ENCRYPT) go straight to a Finalize
-// step of their own; `sign` jobs (a CHECKSUM a pad of an earlier Run
-// signs) to a Sign step of their own: one ring-free SignRequest per
-// server, the message dealt as shares afresh, the tag the XOR of the
-// three servers' additive shares (client::CombineAdditive). A sign job
-// whose pad is unavailable (JOB_PAD_UNAVAILABLE: expired, used, a server
-// restarted), or whose Sign fails otherwise, is re-run at once as an
-// ordinary CHECKSUM (a fresh ctr0 and pad, fresh shares): no tag was
-// revealed under the pad, since no tag is combined unless all three
-// servers answered JOB_OK.
-//
-// Verify items: a VERIFY_CHECKSUM under a verification pad is a Sign item
-// whose answers XOR to zero iff the presented tag holds. Any one server
-// can make them nonzero (it adds an error to its additive share), so a
-// nonzero answer is never final: the signature is checked again at once
-// by an ordinary VERIFY_CHECKSUM in a Run, whose verdict decides. A Run
-// that accepts is a security event (logged at warning, counted by
-// VerifyDisagreed): the ring-free answers were wrong. The re-check
-// reveals nothing more: whether it happens is the deviating server's
-// choice, and its verdict is what accepting or refusing the ticket tells
-// anyway (docs/security-model.md, "Ring-free verification").
+// One batch on its way through the cluster, and its jobs' completion. Each
+// kind of step is a class of its own over the batch: the Run step
+// (run_step.h: one RunRequest to all three servers, their answers checked
+// and revealed), for its ENCRYPT jobs then the Finalize step
+// (finalize_step.h: one FinalizeRequest per server, the tags combined);
+// finalize_only jobs (their keystream came from a prepared ENCRYPT) go
+// straight to a Finalize step of their own, and `sign` jobs (a CHECKSUM a
+// pad of an earlier Run signs) to a Sign step of their own (sign_step.h).
+// All three check the servers' answers through one check (CheckAnswer
+// below). BatchStep holds the batch's jobs and completes them; the host
+// (the dispatcher) hears of what the steps did through a few calls and
+// one counter (StepHost::Count).
 //
 // Invariants:
 //  - Every job completes exactly once (Complete checks `done`), through
 //    the host, unless the host is stopped; a prepared job delivers
 //    nothing (its keystream or pad goes to the planner).
 //  - One server failing or refusing a step fails that step's open jobs at
-//    once (kUnavailable): the step needs all three answers. The deadline
-//    fails every job still open (Expire).
+//    once (kUnavailable): the step needs all three answers (a finalize_only
+//    or Sign step re-runs them instead: finalize_step.h, sign_step.h). The
+//    deadline fails every job still open (Expire).
 //  - The public parts of the three answers (party, batch id, job ids,
 //    statuses, ctr0) must agree, and every revealed value's share copies
 //    must agree (client::Reveal), before any job of the step completes;
@@ -39,29 +27,31 @@
 //    JOB_MALFORMED kInvalidArgument, JOB_KEY_INCONSISTENT kUnavailable,
 //    JOB_WRONG_CIPHER kPermissionDenied, JOB_INTEGRITY_FAILED kDataLoss
 //    (job.h).
-//  - Shares are wiped (Scrub*) before a step's arena goes; revealed values
-//    live only in SecureBytes.
-//  - A finalize_only step that fails on any server re-runs its jobs as
-//    ordinary ENCRYPT jobs at once (the servers take a FinalizeRequest's
-//    states all or nothing, so no tag was revealed); other steps of the
-//    batch never depend on it.
+//  - Shares are wiped (each step's Scrub) before a step's arena goes;
+//    revealed values live only in SecureBytes.
+//  - Other steps of the batch never depend on a finalize_only step.
 #ifndef KMPC_KDC_PLUGIN_BATCH_STEP_H_
 #define KMPC_KDC_PLUGIN_BATCH_STEP_H_
 
 #include <array>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <google/protobuf/arena.h>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "batch_stats.h"
-#include "client/reveal.h"
 #include "batcher.h"
+#include "client/reveal.h"
+#include "contract.h"
 #include "job.h"
 #include "prepared.h"
 #include "transport.h"
@@ -79,6 +69,31 @@ std::string SafeDetail(absl::string_view detail);
 // prepared keystreams only, or Sign of pad-signed checksums.
 enum class StepKind { kRun, kFinalizeOnly, kSign };
 
+// What the steps tell the host to count (BatcherStats). n: how many.
+enum class StepEvent {
+  // A request of n items is about to go to the three servers: a Run, a
+  // Finalize (after a Run as well), a Sign.
+  kRunSent, kFinalizeSent, kSignSent,
+  // n finalize_only jobs re-run as ordinary ENCRYPT jobs (their FINALIZE
+  // failed), n Sign jobs re-run as ordinary CHECKSUM jobs.
+  kFinalizeOnlyRerun, kSignRerun,
+  // n pads drawn that will never be used (their Run failed, or their chain).
+  kPadsWasted,
+  // n Sign items that some server answered other than JOB_OK.
+  kSignAnswersFailed,
+  // A security event: a verify item refused a signature that the Run's
+  // VERIFY_CHECKSUM accepted (a server deviated in the verify item).
+  kVerifyDisagreed,
+  // A security event: a server refused a Run with
+  // BATCH_INTEGRITY_CHECK_FAILED (its check found that a server of the
+  // cluster deviated); once per Run request, whichever servers refused.
+  kDeviation,
+  // The cluster's deviation breaker as the last Run saw it: open when a
+  // server refused it with BATCH_BREAKER_OPEN, closed when all three
+  // answered it.
+  kBreakerOpen, kBreakerClosed,
+};
+
 // What a batch needs from the dispatcher. Thread-safe; outlives its steps
 // (shared_ptr).
 class StepHost {
@@ -94,38 +109,16 @@ class StepHost {
   // A chained Sign item's second checksum, for the CHECKSUM of its first
   // (planner.h, chained signatures).
   virtual void KeepChained(ChainedSignature c) = 0;
-  virtual void FinalizeOnlyRerun(size_t jobs) = 0;
-  // Pads drawn that will never be used (their Run failed, or their chain).
-  virtual void PadsWasted(size_t pads) = 0;
-  // A planned exchange's gate DECRYPT verified (planner.h).
-  virtual void GateVerified(uint64_t exchange_id) = 0;
-  // A planned exchange's gate DECRYPT completed with `why` (not OK): the
-  // jobs held back until it verified (planner.h, proven shapes) complete
-  // now; called after the gate's own Deliver.
-  virtual void GateFailed(uint64_t exchange_id, const absl::Status& why) = 0;
   // Prepared jobs of planned exchanges (exchange id, item) completed
   // without being held (Planner::Lost); once per Run, after HoldKeystreams.
   virtual void PreparedLost(
       const std::vector<std::pair<uint64_t, int>>& items) = 0;
-  // Sign jobs re-run as ordinary CHECKSUM jobs.
-  virtual void SignRerun(size_t jobs) = 0;
-  // Sign items that some server answered other than JOB_OK.
-  virtual void SignAnswersFailed(size_t items) = 0;
-  // A security event: a verify item refused a signature that the Run's
-  // VERIFY_CHECKSUM accepted (a server deviated in the verify item).
-  virtual void VerifyDisagreed() = 0;
-  // A security event: a server refused a Run with
-  // BATCH_INTEGRITY_CHECK_FAILED (its check found that a server of the
-  // cluster deviated); once per Run request, whichever servers refused.
-  virtual void DeviationDetected() = 0;
-  // Whether the cluster's deviation breaker is open, as the last Run saw:
-  // true when a server refused it with BATCH_BREAKER_OPEN, false when all
-  // three answered it.
-  virtual void BreakerSeen(bool open) = 0;
-  // A request of `items` jobs is about to go to the three servers
-  // (statistics): a Run request (kRun), a Finalize request (kFinalizeOnly:
-  // after a Run as well), a Sign request (kSign).
-  virtual void Sending(StepKind what, size_t items) = 0;
+  // A planned exchange's gate DECRYPT verified (`verdict` OK), or
+  // completed with `verdict` (not OK): the jobs held back until it
+  // verified (cts_gate.h) go, or complete now (called after the gate's own
+  // Deliver then).
+  virtual void GateDone(uint64_t exchange_id, const absl::Status& verdict) = 0;
+  virtual void Count(StepEvent event, size_t n) = 0;
   virtual void StepFinished(const std::shared_ptr<BatchStep>& step,
                             StepKind kind, uint64_t blocks, bool failed) = 0;
 };
@@ -142,70 +135,35 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   // The deadline passed: every job still open fails.
   void Expire();
 
-  struct RunCall;
-  struct FinalizeCall;
-  struct SignCall;
-
- private:
+  // For the step kinds (run_step.h, finalize_step.h, sign_step.h).
+  StepHost& host() const { return *host_; }
+  uint64_t seq() const { return seq_; }
+  PendingJob& job(size_t i) { return jobs_[i]; }
+  StepFigures& figures() { return figures_; }
   std::string Party(int p) const;
-  absl::Status PartyOrderError(int p, uint32_t answered) const;
-
-  // Run step.
-  void StartRun(std::vector<size_t> idx);
-  // Fills the request(s); a checksum's message is dealt as shares, one
-  // request per party then. INTERNAL if the random generator fails.
-  absl::Status BuildRunRequest(RunCall* call);
-  // The messages of call->req's jobs at positions `shared` (CHECKSUM and
-  // VERIFY_CHECKSUM), dealt afresh into the three parties' requests.
-  absl::Status DealRunShares(RunCall* call, const std::vector<int>& shared);
-  void OnRun(const std::shared_ptr<RunCall>& call);
-  absl::Status CheckRunAnswers(RunCall& call) const;
-  absl::Status LayOut(RunCall* call) const;
-  static absl::string_view Ctr0(const RunCall& call, int k);
-  absl::Status CheckJobResult(const RunCall& call, int k) const;
-  absl::Status RevealRun(RunCall* call);
-  void HoldPrepared(const RunCall& call);
-  void CompleteRun(const RunCall& call, FinalizeCall* fin);
-  void CompleteCts(size_t i, bool verified);
-  // A verified aes*-cts gate's freshness (freshness.h): GateVerified only
-  // if fresh; the status its DECRYPT completes with.
-  absl::Status GateFresh(const PendingJob& e);
-  static void ScrubRun(RunCall* call);
-
-  // Finalize step.
-  void StartFinalize(const std::shared_ptr<FinalizeCall>& fin);
-  void OnFinalize(const std::shared_ptr<FinalizeCall>& fin);
-  absl::Status CheckFinalizeAnswers(const FinalizeCall& fin) const;
-  void RerunFinalizeOnly(const FinalizeCall& fin, int party,
-                         const CallStatus& first);
-  static void ScrubFinalize(FinalizeCall* fin);
-
-  // Sign step.
-  void StartSign();
-  void OnSign(const std::shared_ptr<SignCall>& call);
-  // Re-runs sign jobs as ordinary CHECKSUM (or VERIFY_CHECKSUM) jobs in
-  // one Run: `rerun` failed (`why`: logged), `recheck` are verify items
-  // whose answers refused the tag.
-  void RerunSign(std::vector<size_t> rerun, const std::string& why,
-                 std::vector<size_t> recheck);
-  absl::Status CheckVerifyAnswer(const SignCall& call, int k) const;
-  void VerifyDisagreed();
-  std::string TagSharesProblem(const SignCall& call, int p) const;
-  bool ChainedItem(const SignCall& call, int k) const;
-  absl::Status CombineSigned(const SignCall& call, int k, const client::PartyNamer& namer);
-  void SliceTagShares(SignCall* call, int p) const;
-  static void ScrubSign(SignCall* call);
-
-  // Completion.
+  client::PartyNamer Namer() const;
+  // recheck(i): job i is a verify item that the servers' ring-free answers
+  // refused, re-checked in a Run (sign_step.h).
+  bool recheck(size_t i) const { return recheck_[i] != 0; }
+  void set_recheck(size_t i) { recheck_[i] = 1; }
+  // A party known to be down (Transport::Reachable) fails the jobs `idx`
+  // before anything is sent. True if so.
   bool FailIfPartyDown(const std::vector<size_t>& idx);
+  // Party p's call failed with `s`: the open jobs among `idx` fail.
   void PartyFailed(int p, const CallStatus& s, const std::vector<size_t>& idx);
+  // The answers failed the checks (`bad`, logged): the open jobs among
+  // `idx` fail (kUnavailable).
   void Reject(const absl::Status& bad, const std::vector<size_t>& idx);
   void Complete(size_t i, absl::Status st, SecureBytes out);
   // Completes the prepared jobs `idx` that are still open (they deliver
   // nothing): one lock of the step and one call to the host for all.
   void CompletePrepared(const std::vector<size_t>& idx);
   bool IsDone(size_t i);
+  // Fails the open jobs among `only` (every open job when null); the first
+  // failure of the batch is logged.
   void FailOpen(const absl::Status& st, const std::vector<size_t>* only);
+
+ private:
   void Finish();
 
   const std::shared_ptr<StepHost> host_;
@@ -219,10 +177,115 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   size_t failed_ = 0;
   bool failure_logged_ = false;
   StepFigures figures_;
-  // recheck_[i]: job i is a verify item that the servers' ring-free
-  // answers refused, re-checked in a Run (see "Verify items" above).
   std::vector<char> recheck_;
 };
+
+// ---- What the step kinds share (batch_step.cc) ----------------------------
+
+constexpr int kParties = client::kParties;
+
+// A fresh batch or request id. The servers key their one-use states by
+// it (ENCRYPT states, pads): an id that repeats would meet a state of an
+// earlier batch, so there is no fallback (a counter repeats across KDC
+// worker processes and restarts); INTERNAL fails the step instead.
+absl::StatusOr<std::string> RandomId();
+
+// A step's request and its three responses live on one protobuf arena: a
+// response holds a share pair per job (hundreds of small strings), and
+// allocating and freeing them one by one, on the gRPC threads, among the
+// KDC's own allocations costs the KDC CPU per login under load (glibc's
+// bins and consolidation). Blocks stay below 64 KB, glibc's threshold for
+// consolidating on free. The shares are wiped (Scrub*) before the arena
+// goes.
+google::protobuf::ArenaOptions StepArenaOptions();
+
+// kParties messages on an arena, used like std::array<M, kParties>.
+template <class M>
+class OnArena {
+ public:
+  explicit OnArena(google::protobuf::Arena* arena) {
+    for (auto& m : p_) m = google::protobuf::Arena::CreateMessage<M>(arena);
+  }
+  M& operator[](size_t i) { return *p_[i]; }
+  const M& operator[](size_t i) const { return *p_[i]; }
+  M* const* begin() const { return p_.data(); }
+  M* const* end() const { return p_.data() + p_.size(); }
+
+ private:
+  std::array<M*, kParties> p_;
+};
+
+// "UNAVAILABLE: connection refused", or the refusal "BATCH_...: detail"
+// (the server's text through SafeDetail).
+std::string Describe(const CallStatus& s);
+
+// A per-job failure the three servers agreed on; OK for JOB_OK and
+// JOB_INTEGRITY_FAILED (the job's type decides what those mean).
+absl::Status JobFailure(const kmpc::v1::JobResult& r);
+
+// Deals job's message, and for a VERIFY_CHECKSUM the presented tag t'
+// after it, as one value into the parties' flat buffers (kmpc.proto
+// RunRequest.data_shares, SignRequest.data_shares): t' is a PAC
+// signature, bytes of a ticket's plaintext, so no server sees it whole.
+absl::Status DealShared(const Job& job, client::DealRandom* random,
+                        const std::array<std::string*, kParties>& flat);
+
+// "keystream of job 3", without a heap allocation per job.
+struct What {
+  char text[48];
+  What(const char* value, int k);
+};
+
+// The id an answer names its request by (a Sign answer names none).
+inline const std::string& AnsweredId(const kmpc::v1::RunResponse& r) { return r.batch_id(); }
+inline const std::string& AnsweredId(const kmpc::v1::FinalizeResponse& r) { return r.batch_id(); }
+inline const std::string& AnsweredId(const kmpc::v1::SignResponse&) {
+  static const std::string* const kNone = new std::string();
+  return *kNone;
+}
+
+// The one check of a server's answer to any step's request (Run, Finalize,
+// Sign), before anything in it is used: party p's answer `r` is of this
+// wire version, from party p (the servers are listed in party order), for
+// the request `id` (empty: the answers name none), and has exactly `n`
+// results (`items` names them in the error), result k for request item k
+// (same(result, k)). Names the parties, never a share; kAborted otherwise.
+template <class Response, class SameItem>
+absl::Status CheckAnswer(const BatchStep& step, int p, const Response& r,
+                         absl::string_view id, int n, const char* items,
+                         SameItem same) {
+  if (std::string v = contract::WireVersionProblem(r.wire_version(), step.Party(p));
+      !v.empty())
+    return absl::AbortedError(v);
+  if (r.party() != static_cast<uint32_t>(p))
+    return absl::AbortedError(absl::StrCat(
+        "the server listed as party ", p, " (", step.Party(p),
+        ") answered as party ", r.party(), ": list the servers in party order"));
+  if (!id.empty() && AnsweredId(r) != id)
+    return absl::AbortedError(
+        absl::StrCat(step.Party(p), " answered for another batch"));
+  if (r.results_size() != n)
+    return absl::AbortedError(absl::StrCat(step.Party(p), " returned ",
+                                           r.results_size(), " results for ",
+                                           n, " ", items));
+  for (int k = 0; k < n; ++k)
+    if (!same(r.results(k), k))
+      return absl::AbortedError(
+          absl::StrCat(step.Party(p), " returned results out of order"));
+  return absl::OkStatus();
+}
+
+// CheckAnswer on all three answers, party 0 first.
+template <class Response, class SameItem>
+absl::Status CheckAnswers(const BatchStep& step, const OnArena<Response>& resp,
+                          absl::string_view id, int n, const char* items,
+                          SameItem same) {
+  for (int p = 0; p < kParties; ++p)
+    if (absl::Status st = CheckAnswer(step, p, resp[p], id, n, items, same);
+        !st.ok())
+      return st;
+  return absl::OkStatus();
+}
 
 }  // namespace kmpc::kdc
 

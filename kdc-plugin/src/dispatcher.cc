@@ -170,7 +170,7 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
     if (absl::Status st = RoomLocked(); !st.ok()) return st;
     if (planner_.Known(id))
       return absl::InvalidArgumentError("the exchange was begun already");
-    if (!planner_.TakeUnprovenGates(jobs, now))
+    if (!planner_.gate().TakeUnproven(jobs, now))
       return absl::ResourceExhaustedError(
           "over the compile budget: an aes*-cts timestamp or challenge of a length no "
           "login proved yet (cts_unproven_per_minute)");
@@ -576,9 +576,10 @@ BatcherStats Dispatcher::Stats() const {
   out.verify_pads_used = pc.verify_pads_used;
   out.chains_sent = pc.chains_sent;
   out.chained_used = pc.chained_used;
-  out.cts_deferred = pc.cts_deferred;
-  out.cts_deferred_sent = pc.cts_deferred_sent;
-  out.cts_unproven_refused = pc.cts_unproven_refused;
+  const CtsGate::Counts& gc = planner_.gate().counts();
+  out.cts_deferred = gc.deferred;
+  out.cts_deferred_sent = gc.deferred_sent;
+  out.cts_unproven_refused = gc.unproven_refused;
   out.pads_wasted = stats_.pads_wasted + pc.pads_wasted;
   out.pads_held = planner_.pads_held();
   return out;
@@ -681,16 +682,6 @@ void Dispatcher::KeepChained(ChainedSignature c) {
   if (wake) cv_.notify_all();
 }
 
-void Dispatcher::FinalizeOnlyRerun(size_t jobs) {
-  std::lock_guard<std::mutex> l(mu_);
-  stats_.finalize_only_rerun += jobs;
-}
-
-void Dispatcher::PadsWasted(size_t pads) {
-  std::lock_guard<std::mutex> l(mu_);
-  stats_.pads_wasted += pads;
-}
-
 void Dispatcher::GateVerified(uint64_t exchange_id) {
   bool wake = false;
   {
@@ -720,7 +711,7 @@ void Dispatcher::GateFailed(uint64_t exchange_id, const absl::Status& why) {
     failed = planner_.GateFailed(exchange_id);
   }
   // Outside mu_, like a step's deliveries; never sent, so never counted.
-  const absl::Status st = Planner::DeferredFailure(why);
+  const absl::Status st = CtsGate::DeferredFailure(why);
   for (PendingJob& q : failed) {
     Result r;
     r.token = q.token;
@@ -729,43 +720,39 @@ void Dispatcher::GateFailed(uint64_t exchange_id, const absl::Status& why) {
   }
 }
 
-void Dispatcher::SignRerun(size_t jobs) {
-  std::lock_guard<std::mutex> l(mu_);
-  stats_.sign_rerun += jobs;
+void Dispatcher::GateDone(uint64_t exchange_id, const absl::Status& verdict) {
+  if (verdict.ok())
+    GateVerified(exchange_id);
+  else
+    GateFailed(exchange_id, verdict);
 }
 
-void Dispatcher::SignAnswersFailed(size_t items) {
-  std::lock_guard<std::mutex> l(mu_);
-  stats_.sign_answers_failed += items;
-}
-
-void Dispatcher::VerifyDisagreed() {
-  std::lock_guard<std::mutex> l(mu_);
-  ++stats_.verify_disagreed;
-}
-
-void Dispatcher::DeviationDetected() {
-  std::lock_guard<std::mutex> l(mu_);
-  ++stats_.deviations;
-}
-
-void Dispatcher::BreakerSeen(bool open) {
-  std::lock_guard<std::mutex> l(mu_);
-  stats_.breakers_open = open ? 1 : 0;
-}
-
-void Dispatcher::Sending(StepKind what, size_t items) {
-  switch (what) {
-    case StepKind::kRun:
+void Dispatcher::Count(StepEvent event, size_t n) {
+  switch (event) {
+    case StepEvent::kRunSent:
       run_requests_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case StepKind::kFinalizeOnly:
+      return;
+    case StepEvent::kFinalizeSent:
       finalize_requests_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case StepKind::kSign:
+      return;
+    case StepEvent::kSignSent:
       sign_batches_.fetch_add(1, std::memory_order_relaxed);
-      sign_requests_.fetch_add(items, std::memory_order_relaxed);
+      sign_requests_.fetch_add(n, std::memory_order_relaxed);
+      return;
+    default:
       break;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  switch (event) {
+    case StepEvent::kFinalizeOnlyRerun: stats_.finalize_only_rerun += n; break;
+    case StepEvent::kSignRerun: stats_.sign_rerun += n; break;
+    case StepEvent::kPadsWasted: stats_.pads_wasted += n; break;
+    case StepEvent::kSignAnswersFailed: stats_.sign_answers_failed += n; break;
+    case StepEvent::kVerifyDisagreed: stats_.verify_disagreed += n; break;
+    case StepEvent::kDeviation: stats_.deviations += n; break;
+    case StepEvent::kBreakerOpen: stats_.breakers_open = 1; break;
+    case StepEvent::kBreakerClosed: stats_.breakers_open = 0; break;
+    default: break;
   }
 }
 

@@ -108,18 +108,10 @@ class Dispatcher : public StepHost,
   void Log(int level, std::string line) override;
   void HoldKeystreams(std::vector<HeldKeystream> keystreams) override;
   void KeepChained(ChainedSignature c) override;
-  void FinalizeOnlyRerun(size_t jobs) override;
-  void PadsWasted(size_t pads) override;
-  void SignRerun(size_t jobs) override;
-  void SignAnswersFailed(size_t items) override;
-  void VerifyDisagreed() override;
-  void DeviationDetected() override;
-  void BreakerSeen(bool open) override;
-  void GateVerified(uint64_t exchange_id) override;
-  void GateFailed(uint64_t exchange_id, const absl::Status& why) override;
   void PreparedLost(
       const std::vector<std::pair<uint64_t, int>>& items) override;
-  void Sending(StepKind what, size_t items) override;
+  void GateDone(uint64_t exchange_id, const absl::Status& verdict) override;
+  void Count(StepEvent event, size_t n) override;
   void StepFinished(const std::shared_ptr<BatchStep>& step, StepKind kind,
                     uint64_t blocks, bool failed) override;
 
@@ -170,6 +162,10 @@ class Dispatcher : public StepHost,
   // Under mu_: whether a sleeping dispatcher must be woken to act at `at`;
   // if so it counts as awake from now on.
   bool NeedsWake(absl::Time at);
+  // A planned exchange's gate verified: what was held back for it goes
+  // (cts_gate.h). Failed with `why`: that completes now.
+  void GateVerified(uint64_t exchange_id);
+  void GateFailed(uint64_t exchange_id, const absl::Status& why);
 
   const BatcherOptions options_;
   Transport* const transport_;

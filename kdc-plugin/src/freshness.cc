@@ -78,6 +78,25 @@ void GateFreshness::Clear() {
   std::lock_guard<std::mutex> l(mu_);
   seen_.clear();
   expiry_ = {};
+  in_flight_.clear();
+}
+
+std::optional<std::string> GateFreshness::Claim(const std::string& key_id,
+                                                absl::Span<const uint8_t> ciphertext) {
+  std::string d = Digest(key_id, ciphertext);
+  std::lock_guard<std::mutex> l(mu_);
+  if (!in_flight_.insert(d).second) return std::nullopt;
+  return d;
+}
+
+void GateFreshness::Unclaim(const std::string& digest) {
+  std::lock_guard<std::mutex> l(mu_);
+  in_flight_.erase(digest);
+}
+
+size_t GateFreshness::in_flight() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return in_flight_.size();
 }
 
 void GateFreshness::ExpireLocked(absl::Time now) {

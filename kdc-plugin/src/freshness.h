@@ -10,7 +10,8 @@
 //
 // A replayed gate is refused before any Run (module.cc RefuseReplayedGate;
 // one whose first copy was still in flight fails when verified,
-// batch_step.cc, as a wrong password does); a skewed one
+// run_step.cc, as the cluster being unavailable, never as a wrong
+// password, which MIT's lockout would count); a skewed one
 // completes and MIT's own check then answers KRB_AP_ERR_SKEW with the
 // KDC's time (the client may retry with its clock corrected); neither
 // proves a shape. The servers check the skew again on shares (cts.h
@@ -26,6 +27,7 @@
 #include <queue>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -69,6 +71,17 @@ class GateFreshness {
   // user's release bound on the servers.
   bool Seen(const std::string& key_id, absl::Span<const uint8_t> ciphertext,
             absl::Time now);
+  // A gate's copy that reaches the KDC while another copy of it is in a
+  // Run (a racing network attacker, a retransmission MIT's lookaside no
+  // longer drops) would have its reply computed, released and counted
+  // against the user's bound by the servers before its verdict: such a
+  // copy is refused before any Run. Claim: nullopt if the same key id and
+  // ciphertext are in flight, else the claim's digest, recorded until
+  // Unclaim(digest) (the gate's job completed, or its exchange was refused).
+  std::optional<std::string> Claim(const std::string& key_id,
+                                   absl::Span<const uint8_t> ciphertext);
+  void Unclaim(const std::string& digest);
+  size_t in_flight() const;
   size_t size() const;
   void Clear();
 
@@ -81,6 +94,8 @@ class GateFreshness {
   std::unordered_map<std::string, absl::Time> seen_;
   using Entry = std::pair<absl::Time, std::string>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> expiry_;
+  // Digests of gates in flight (Claim).
+  std::unordered_set<std::string> in_flight_;
 };
 
 }  // namespace kmpc::kdc

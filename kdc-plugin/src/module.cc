@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -246,6 +247,9 @@ struct kmpc_core {
     // completed after it with its code and no output (cts_items.h).
     krb5_kdcmpc_done_fn spliced_done = nullptr;
     void* spliced_arg = nullptr;
+    // The digest of a gate claimed in flight until it completes
+    // (GateFreshness::Claim); empty for any other job.
+    std::string claimed;
   };
   std::unordered_map<uint64_t, Waiting> pending;
   // Completions owed after the one kmpc_core_next returned (spliced items).
@@ -421,9 +425,13 @@ krb5_error_code Refused(kmpc_core* core, const absl::Status& st,
 // (freshness.h) is refused before any Run, as a wrong password: a replay
 // reaches no server, so it spends nothing of the user's release bound
 // there (EngineOptions::cts_releases_per_minute).
+bool IsCtsGate(const kmpc::kdc::Job& job) {
+  return job.type == kmpc::v1::JOB_DECRYPT && kmpc::contract::CtsCipher(job.cipher) &&
+         (job.usage == 1 || job.usage == 54);
+}
+
 absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
-  if (job.type != kmpc::v1::JOB_DECRYPT || !kmpc::contract::CtsCipher(job.cipher) ||
-      (job.usage != 1 && job.usage != 54) ||
+  if (!IsCtsGate(job) ||
       !kmpc::kdc::GateFreshness::Shared().Seen(
           job.key_id, absl::MakeConstSpan(job.input.data(), job.input.size()),
           absl::Now()))
@@ -431,6 +439,45 @@ absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
   return absl::DataLossError(
       "a replayed timestamp: this ciphertext verified before within the clock skew");
 }
+
+// The gates among an exchange's given jobs, claimed in flight
+// (GateFreshness::Claim): a copy of a gate already in a Run is refused
+// before any Run, as a replay is (KDC_ERR_SVC_UNAVAILABLE: no lockout
+// count, nothing computed or released for it). Claims not kept for a
+// waiting job (the exchange refused) are given back when this ends.
+class GateClaims {
+ public:
+  GateClaims() = default;
+  GateClaims(const GateClaims&) = delete;
+  GateClaims& operator=(const GateClaims&) = delete;
+  ~GateClaims() {
+    for (const auto& [item, d] : taken_) kmpc::kdc::GateFreshness::Shared().Unclaim(d);
+  }
+  absl::Status Take(const std::vector<kmpc::kdc::ItemJob>& given) {
+    for (const kmpc::kdc::ItemJob& g : given) {
+      if (!IsCtsGate(g.job)) continue;
+      std::optional<std::string> d = kmpc::kdc::GateFreshness::Shared().Claim(
+          g.job.key_id, absl::MakeConstSpan(g.job.input.data(), g.job.input.size()));
+      if (!d)
+        return absl::ResourceExhaustedError(
+            "a copy of a timestamp whose first copy is still being verified");
+      taken_.emplace(g.item, std::move(*d));
+    }
+    return absl::OkStatus();
+  }
+  // The digest of `item`'s claimed gate (empty: none), now the waiting
+  // job's to give back.
+  std::string Keep(int item) {
+    auto it = taken_.find(item);
+    if (it == taken_.end()) return {};
+    std::string d = std::move(it->second);
+    taken_.erase(it);
+    return d;
+  }
+
+ private:
+  std::map<int, std::string> taken_;
+};
 
 // Converts `job`, hands it to `send(token, job)` under a fresh token and
 // records who waits for it (`exch`: null outside an exchange).
@@ -609,10 +656,13 @@ extern "C" krb5_error_code kmpc_core_begin(kmpc_core* core,
       g.token = core->next_token++;
       tokens.emplace_back(g.token, g.item);
     }
+    GateClaims claims;
+    if (st.ok()) st = claims.Take(given);
     if (st.ok()) st = core->router->Begin(x->id, std::move(p), std::move(given));
     if (!st.ok()) return Refused(core, st, msg_out);
     for (const auto& [token, item] : tokens) {
       kmpc_core::Waiting w{plan->items[item].done, plan->items[item].arg, x.get()};
+      w.claimed = claims.Keep(item);
       if (const int from = plan->items[item].splice_from; from != KRB5_KDCMPC_NO_ITEM) {
         w.spliced_done = plan->items[from].done;
         w.spliced_arg = plan->items[from].arg;
@@ -744,6 +794,8 @@ extern "C" int kmpc_core_next(kmpc_core* core, kmpc_completion* out) {
       out->arg = it->second.arg;
       if (it->second.exchange != nullptr && !r.status.ok())
         it->second.exchange->failed = true;
+      if (!it->second.claimed.empty())
+        kmpc::kdc::GateFreshness::Shared().Unclaim(it->second.claimed);
       if (it->second.spliced_done != nullptr)
         core->owed.push_back({it->second.spliced_done, it->second.spliced_arg,
                               KrbErrorFromStatus(r.status)});

@@ -132,32 +132,7 @@ Planner::Planner(const BatcherOptions& options)
       budget_{static_cast<double>(options.speculate_max / 2),
               static_cast<double>(options.speculate_max / 2),
               kBudgetRefillPerSec, absl::Time()},
-      unproven_budget_{static_cast<double>(options.cts_unproven_per_minute),
-                       static_cast<double>(options.cts_unproven_per_minute),
-                       options.cts_unproven_per_minute / 60.0, absl::Time()} {
-  ProveUsualGates();
-}
-
-// The timestamps of MIT's and Heimdal's kinit (conf || PA-ENC-TS-ENC of 42
-// to 44 bytes: microseconds of one to three bytes) under both key sizes,
-// which the servers compile at start (mpc-server cts_jobs.h UsualShapes).
-void Planner::ProveUsualGates() {
-  for (int nr : {10, 14})
-    for (uint64_t n : {42, 43, 44}) proven_.Prove(contract::MakeCtsShape(pb::JOB_DECRYPT, nr, n, 0, 0));
-}
-
-bool Planner::TakeUnprovenGates(const std::vector<PendingJob>& given, absl::Time now) {
-  if (options_.cts_unproven_per_minute == 0) return true;
-  for (const PendingJob& q : given) {
-    if (q.job.type != pb::JOB_DECRYPT || !CtsJob(q.job)) continue;
-    if (proven_.Has(contract::CtsShapeOf(ShapeOf(q.job)))) continue;
-    if (!unproven_budget_.Take(now)) {
-      ++counts_.cts_unproven_refused;
-      return false;
-    }
-  }
-  return true;
-}
+      gate_(options.cts_unproven_per_minute) {}
 
 size_t Planner::Preparable(const Exchange& x) {
   size_t n = 0;
@@ -185,10 +160,6 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     q.exchange_id = id;
     q.group = x.group;
     q.gate = q.item == gate;
-    // The gate's own shape is proven with the rest when it verifies
-    // (TakeUnprovenGates).
-    if (q.gate && q.job.type == pb::JOB_DECRYPT && CtsJob(q.job))
-      x.cts_shapes.push_back(contract::CtsShapeOf(ShapeOf(q.job)));
     // The servers release only an ENCRYPT or CHECKSUM on a condition
     // (kmpc.proto Job.release_if_ok): a given DECRYPT is never gated.
     q.gated = (x.plan.items[q.item].flags & kItemGated) &&
@@ -196,22 +167,7 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     x.slots[q.item].no_miss = true;
   }
   const absl::Time now = given->empty() ? absl::Now() : given->front().enqueued;
-  // A gated aes*-cts job of a shape no verified gate proved waits for this
-  // one's verdict (proven shapes, planner.h): out of the gate's Run, and
-  // gated again in the later one on a copy of the gate (regate).
-  for (auto it = given->begin(); it != given->end();) {
-    if (it->gated && CtsJob(it->job)) {
-      const contract::CtsShape shape = contract::CtsShapeOf(ShapeOf(it->job));
-      x.cts_shapes.push_back(shape);
-      if (!proven_.Has(shape)) {
-        x.deferred.push_back(std::move(*it));
-        it = given->erase(it);
-        ++counts_.cts_deferred;
-        continue;
-      }
-    }
-    ++it;
-  }
+  gate_.HoldBack(id, given);  // proven shapes (cts_gate.h)
   const size_t n = Preparable(x);
   bool ok = options_.speculate && held_ + pending_ + n <= options_.speculate_max;
   if (ok && gate >= 0) ok = x.token = budget_.Take(now);
@@ -224,17 +180,7 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     }  // else its slot stays kNone, why kBudget
   }
   for (PendingJob& q : *prepared) q.enqueued = now;
-  // With a job held back, what the later items need goes with it, after
-  // the gate verified (gated again on the gate's copy, still one group: its
-  // pads link to its ticket's keystream): nothing is prepared for a wrong
-  // password, and what is prepared is held from the Run after which the
-  // KDC submits the later items.
-  if (!x.deferred.empty()) {
-    for (PendingJob& q : *prepared) x.deferred.push_back(std::move(q));
-    prepared->clear();
-    for (const PendingJob& q : *given)
-      if (q.gate) x.regate = Regate(q);
-  }
+  gate_.HoldPrepared(id, *given, prepared);
   // Counted as sent when they go: now, or with the held-back job after its
   // gate verified (GateVerified), never after a failed one.
   for (const PendingJob& q : *prepared) CountSent(q);
@@ -489,50 +435,23 @@ void Planner::KeepChained(ChainedSignature c) {
   if (s.state == State::kChained) s.chained = std::move(c);
 }
 
-PendingJob Planner::Regate(const PendingJob& gate) {
-  PendingJob r;
-  r.job = gate.job;  // the same ciphertext, dealt afresh when it goes
-  r.blocks = gate.blocks;
-  r.group = gate.group;
-  r.exchange_id = gate.exchange_id;
-  r.prepared = true;
-  r.regate = true;
-  return r;
-}
-
 void Planner::GateVerified(uint64_t id, std::vector<PendingJob>* release) {
   auto it = exchanges_.find(id);
   if (it == exchanges_.end()) return;
+  const size_t first = release->size();
+  gate_.Verified(id, release);
+  // The prepared jobs held back with the reply count as sent now (not the
+  // gate's copy: no keystream nor pad).
+  for (size_t i = first; i < release->size(); ++i)
+    if ((*release)[i].prepared && !(*release)[i].regate) CountSent((*release)[i]);
   Exchange& x = it->second;
-  for (const contract::CtsShape& shape : x.cts_shapes) proven_.Prove(shape);
-  x.cts_shapes.clear();
-  if (!x.deferred.empty()) {
-    const absl::Time now = absl::Now();
-    if (x.regate) {
-      // First: the group's gate in the later Run (BuildRunRequest).
-      x.regate->enqueued = now;
-      release->push_back(std::move(*x.regate));
-      x.regate.reset();
-    }
-    for (PendingJob& q : x.deferred) {
-      q.enqueued = now;
-      if (q.prepared)
-        CountSent(q);
-      else
-        ++counts_.cts_deferred_sent;
-      release->push_back(std::move(q));
-    }
-    x.deferred.clear();
-  }
   if (!x.token) return;
   x.token = false;
   budget_.GiveBack(1);
 }
 
-std::vector<PendingJob> Planner::DropDeferred(uint64_t id, Exchange* x) {
-  std::vector<PendingJob> deferred = std::move(x->deferred);
-  x->deferred.clear();
-  x->regate.reset();
+std::vector<PendingJob> Planner::DropDeferred(uint64_t id,
+                                              std::vector<PendingJob> deferred) {
   std::vector<PendingJob> out;
   for (PendingJob& q : deferred) {
     if (q.prepared)
@@ -544,63 +463,15 @@ std::vector<PendingJob> Planner::DropDeferred(uint64_t id, Exchange* x) {
 }
 
 std::vector<PendingJob> Planner::GateFailed(uint64_t id) {
-  auto it = exchanges_.find(id);
-  if (it == exchanges_.end()) return {};
-  // Its shapes stay proven (planner.h ProvenShapes): a wrong password
-  // must not push the next honest login of a shape to two Runs.
-  it->second.cts_shapes.clear();
-  return DropDeferred(id, &it->second);
-}
-
-absl::Status Planner::DeferredFailure(const absl::Status& why) {
-  if (absl::IsDataLoss(why))
-    return absl::UnauthenticatedError(
-        "the MPC cluster withheld the result (its gate did not verify: the job was never sent)");
-  // Not a status the router fails over (router.cc ClusterFailure): on
-  // another cluster the job would run as an ordinary one, without its gate.
-  return HeldBackFailure(why.message());
-}
-
-// kCancelled: the KDC answers KRB5KDC_ERR_SVC_UNAVAILABLE as for the
-// gate's own cluster failure (module.cc), and the router does not resend it.
-absl::Status Planner::HeldBackFailure(absl::string_view why) {
-  return absl::CancelledError(absl::StrCat(
-      "its gate did not complete on this MPC cluster (", why,
-      "): a job held back for it is not sent elsewhere without it"));
+  if (!Known(id)) return {};
+  return DropDeferred(id, gate_.Failed(id));
 }
 
 std::vector<uint64_t> Planner::TakeDeferred(uint64_t id) {
   std::vector<uint64_t> tokens;
-  auto it = exchanges_.find(id);
-  if (it == exchanges_.end()) return tokens;
-  for (const PendingJob& q : DropDeferred(id, &it->second)) tokens.push_back(q.token);
+  if (!Known(id)) return tokens;
+  for (const PendingJob& q : DropDeferred(id, gate_.Drop(id))) tokens.push_back(q.token);
   return tokens;  // the jobs wipe their inputs (SecureBytes)
-}
-
-void ProvenShapes::Prove(const contract::CtsShape& s) {
-  auto it = index_.find(s);
-  if (it != index_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return;
-  }
-  lru_.push_front(s);
-  index_.emplace(s, lru_.begin());
-  if (lru_.size() > kProvenShapes) {
-    index_.erase(lru_.back());
-    lru_.pop_back();
-  }
-}
-
-void ProvenShapes::Forget(const contract::CtsShape& s) {
-  auto it = index_.find(s);
-  if (it == index_.end()) return;
-  lru_.erase(it->second);
-  index_.erase(it);
-}
-
-void ProvenShapes::Clear() {
-  lru_.clear();
-  index_.clear();
 }
 
 void Planner::CountRun(uint64_t id) {
@@ -642,6 +513,7 @@ ExchangeRecord Planner::End(uint64_t id) {
   r.misses = std::move(x.misses);
   for (Slot& s : x.slots) Wipe(&s);
   exchanges_.erase(it);
+  gate_.End(id);
   return r;
 }
 
@@ -660,9 +532,8 @@ absl::Time Planner::Prune(absl::Time now) {
 }
 
 void Planner::Clear() {
-  exchanges_.clear();  // SecureBytes wipes the keystreams and deferred jobs
-  proven_.Clear();
-  ProveUsualGates();
+  exchanges_.clear();  // SecureBytes wipes the keystreams
+  gate_.Clear();
   expiry_.clear();
   held_ = held_pads_ = pending_ = 0;
 }

@@ -56,7 +56,9 @@
 // verdict, the prepared ones are lost). A wrong password therefore never
 // makes the servers compile a reply's program; a right one of a new shape
 // costs a second Run, and proves the shape; a failed gate does not
-// un-prove it.
+// un-prove it. That state (proven shapes, the compile budget, the jobs
+// held back) is the CtsGate's (cts_gate.h), which Admit and the gate's
+// verdict ask.
 //
 // A job submitted outside any plan (kdcmpc submit) is an ordinary Run job
 // of its own: nothing is prepared for it, nothing guessed from it.
@@ -82,39 +84,12 @@
 #include "absl/time/time.h"
 #include "batcher.h"
 #include "contract.h"
+#include "cts_gate.h"
 #include "job.h"
 #include "plan.h"
 #include "prepared.h"
 
 namespace kmpc::kdc {
-
-// The kProvenShapes aes*-cts shapes most recently proven, least recently
-// proven first out. Fewer than a server keeps compiled
-// (contract::kCtsProgramsKept, beside the timestamps' few), so that
-// a proven shape's program is still compiled when a wrong password uses
-// it. A failed gate leaves its shapes proven (a wrong password would
-// otherwise push the next honest login of the shape to two Runs): a
-// proven program the servers evicted all the same (another KDC's logins,
-// FAST programs, tickets) was evicted by a compile, so wrong passwords
-// cause at most one compile per eviction (docs/security-model.md, review3
-// finding C). Since the request is dealt padded (contract.h
-// SpliceDealtBytes) a realm's logins have few shapes.
-class ProvenShapes {
- public:
-  static constexpr size_t kProvenShapes = 24;
-  static_assert(kProvenShapes < contract::kCtsProgramsKept);
-  bool Has(const contract::CtsShape& s) const { return index_.count(s) != 0; }
-  // s is proven now (inserted, or moved to the front).
-  void Prove(const contract::CtsShape& s);
-  // s is no longer proven.
-  void Forget(const contract::CtsShape& s);
-  size_t size() const { return lru_.size(); }
-  void Clear();
-
- private:
-  std::list<contract::CtsShape> lru_;  // most recent first
-  std::map<contract::CtsShape, std::list<contract::CtsShape>::iterator> index_;
-};
 
 class Planner {
  public:
@@ -133,17 +108,10 @@ class Planner {
   // appended to *prepared, to be queued right after them as one group.
   void Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
              std::vector<PendingJob>* prepared);
-  // The compile budget (BatcherOptions::cts_unproven_per_minute): whether
-  // the given jobs of a new exchange may go, taking a token for each
-  // aes*-cts DECRYPT (a gate: a timestamp or FAST challenge, whose length
-  // the client chooses) of a shape no verified gate proved. The servers
-  // compile a program per such shape, so unauthenticated requests of
-  // varied lengths could otherwise make them compile at will; a shape is
-  // proven when its gate verifies (GateVerified), and the usual
-  // timestamps' shapes (the servers' precompiled ones) from the start.
-  // False (and counted) when the budget is spent: the caller refuses the
-  // exchange. A budget of 0: no limit.
-  bool TakeUnprovenGates(const std::vector<PendingJob>& given, absl::Time now);
+  // The aes*-cts gate state (proven shapes, the compile budget, the jobs
+  // held back), which Admit, GateVerified and GateFailed ask too.
+  CtsGate& gate() { return gate_; }
+  const CtsGate& gate() const { return gate_; }
   // Whether exchange `id` was admitted and not yet ended.
   bool Known(uint64_t id) const { return exchanges_.count(id) != 0; }
   // Checks job q (`item` of `id`) against its plan item: kInvalidArgument
@@ -174,23 +142,16 @@ class Planner {
   // A chained signature for the SIG_KDC item c.item of c.exchange_id.
   void KeepChained(ChainedSignature c);
   // Exchange `id`'s gate decrypted: its budget token is given back, the
-  // shapes of its gated aes*-cts jobs are proven, and its deferred jobs
-  // (behind a copy of the gate, Regate) are appended to *release.
+  // shapes of its gated aes*-cts jobs are proven, and its held-back jobs
+  // (behind a copy of the gate, CtsGate::Verified) are appended to
+  // *release.
   void GateVerified(uint64_t id, std::vector<PendingJob>* release);
-  // Exchange `id`'s gate failed with `why`: its deferred jobs are taken
-  // out, to complete with the gate's verdict (DeferredFailure).
+  // Exchange `id`'s gate failed: its held-back jobs are taken out, to
+  // complete with the gate's verdict (CtsGate::DeferredFailure).
   std::vector<PendingJob> GateFailed(uint64_t id);
-  // What a deferred job completes with when its gate failed with `why`: a
-  // tag that did not hold (kDataLoss) withholds it as the servers would
-  // (kUnauthenticated, JOB_WITHHELD); another failure is HeldBackFailure.
-  static absl::Status DeferredFailure(const absl::Status& why);
-  // What a held-back job completes with when its gate's Run failed on its
-  // cluster or left it (failover): never a status the router retries.
-  static absl::Status HeldBackFailure(absl::string_view why);
-  // The tokens of exchange `id`'s deferred jobs, taken out (its gate left
+  // The tokens of exchange `id`'s held-back jobs, taken out (its gate left
   // this cluster's queue: Dispatcher::TakeQueued).
   std::vector<uint64_t> TakeDeferred(uint64_t id);
-  const ProvenShapes& proven() const { return proven_; }
   // A Run request carried a job of exchange `id`.
   void CountRun(uint64_t id);
   // A job of exchange `id` went to another cluster (router.h failover).
@@ -214,11 +175,6 @@ class Planner {
     uint64_t keystreams = 0, keystreams_used = 0, keystreams_wasted = 0;
     uint64_t pads_drawn = 0, pads_used = 0, pads_wasted = 0;
     uint64_t verify_pads_used = 0, chains_sent = 0, chained_used = 0;
-    // Gated aes*-cts jobs of unproven shapes held back from the gate's
-    // Run; of them, sent after it verified.
-    uint64_t cts_deferred = 0, cts_deferred_sent = 0;
-    // Exchanges refused by the compile budget (TakeUnprovenGates).
-    uint64_t cts_unproven_refused = 0;
   };
   const Counts& counts() const { return counts_; }
 
@@ -242,25 +198,15 @@ class Planner {
     bool token = false;  // holds a budget token (its gate not verified)
     uint32_t runs = 0;
     std::vector<std::pair<Role, Miss>> misses;
-    // The shapes of its given, gated aes*-cts jobs (proven when the gate
-    // verifies); those of them held back until then, and with them the
-    // jobs prepared for its later items.
-    std::vector<contract::CtsShape> cts_shapes;
-    std::vector<PendingJob> deferred;
-    // With deferred jobs: their gate again (PendingJob::regate), sent
-    // first with them (GateVerified).
-    std::optional<PendingJob> regate;
   };
   // How many prepared jobs `x` needs; whether the gate is given now.
   static size_t Preparable(const Exchange& x);
-  // Exchange id's held-back jobs, taken out: the prepared ones dropped
-  // (never sent: Lost), the others returned.
-  std::vector<PendingJob> DropDeferred(uint64_t id, Exchange* x);
+  // Held-back jobs taken out of the gate: the prepared ones dropped (never
+  // sent: Lost), the others returned.
+  std::vector<PendingJob> DropDeferred(uint64_t id,
+                                       std::vector<PendingJob> deferred);
   // One more prepared job (keystream or pad) counted as sent.
   void CountSent(const PendingJob& q);
-  // A copy of the given gate DECRYPT `gate` to send again with the
-  // deferred jobs (PendingJob::regate).
-  static PendingJob Regate(const PendingJob& gate);
   void Prepare(uint64_t id, Exchange* x, int item,
                const std::vector<PendingJob>& given,
                std::vector<PendingJob>* prepared);
@@ -282,9 +228,7 @@ class Planner {
   size_t held_ = 0, held_pads_ = 0, pending_ = 0;
   Counts counts_;
   Budget budget_;
-  ProvenShapes proven_;
-  Budget unproven_budget_;  // TakeUnprovenGates
-  void ProveUsualGates();
+  CtsGate gate_;
 };
 
 }  // namespace kmpc::kdc

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "planner.h"
+#include "cts_gate.h"
 #include "status_class.h"
 
 namespace kmpc::kdc {
@@ -255,11 +255,11 @@ void Router::OnResult(size_t cluster, Result r) {
       if (!moved.empty()) cv_.notify_one();
     }
     // A job held back for a gate does not follow it: it would run on the
-    // other cluster without its gate (planner.h, proven shapes).
+    // other cluster without its gate (cts_gate.h).
     for (uint64_t t : held_back) {
       Result f;
       f.token = t;
-      f.status = Planner::HeldBackFailure(absl::StrCat(
+      f.status = CtsGate::HeldBackFailure(absl::StrCat(
           "its gate was queued on MPC cluster ", cluster + 1, " when it failed a batch"));
       Deliver(std::move(f));
     }

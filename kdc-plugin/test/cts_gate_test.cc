@@ -1,5 +1,6 @@
-// Proven shapes (planner.h; docs/security-model.md, "Unauthenticated
-// program churn"): a gated aes*-cts reply whose shape no verified gate
+// The aes*-cts gate (cts_gate.h; planner.h, "Proven shapes";
+// docs/security-model.md, "Unauthenticated program churn"), on its own
+// (CtsGate, ProvenShapes) and through the batcher: a gated aes*-cts reply whose shape no verified gate
 // proved is not in its gate's Run; it goes in a Run of its own after the
 // gate verified, never after a failed one; a proven shape goes in the
 // gate's Run (one Run per exchange). The servers are a scripted transport:
@@ -18,6 +19,7 @@
 #include "batcher.h"
 #include "batcher_fixture.h"
 #include "contract.h"
+#include "cts_gate.h"
 #include "planner.h"
 #include "router.h"
 
@@ -660,6 +662,121 @@ TEST(ProvenShapesTest, AJobsShapeIsTheServersProgramKey) {
   kdc_challenge.cf2_half.assign(16, 4);
   EXPECT_EQ(contract::CtsShapeOf(ShapeOf(kdc_challenge)),
             contract::MakeCtsShape(pb::JOB_ENCRYPT, 10, 16 + 250, 16, 55));
+}
+
+// CtsGate on its own: a given, gated aes*-cts job of an unproven shape is
+// held back with what was prepared for the exchange, and released behind a
+// copy of the gate once it verified, proving its shape; after a failed
+// gate it is handed back, its shape still unproven.
+PendingJob GateJob(uint64_t id) {
+  PendingJob g;
+  g.token = 1;
+  g.job.type = pb::JOB_DECRYPT;
+  g.job.cipher = pb::CIPHER_AES256_CTS;
+  g.job.key_id = kUser;
+  g.job.usage = 1;
+  g.job.input.assign(kTimestampBytes, 3);
+  g.exchange_id = id;
+  g.group = (uint64_t{1} << 63) | id;
+  g.gate = true;
+  return g;
+}
+
+PendingJob ReplyJob(uint64_t id, size_t len) {
+  PendingJob r = GateJob(id);
+  r.token = 2;
+  r.job.type = pb::JOB_ENCRYPT;
+  r.job.usage = 3;
+  r.job.input.assign(len, 1);
+  r.gate = false;
+  r.gated = true;
+  return r;
+}
+
+TEST(CtsGateClassTest, AnUnprovenReplyWaitsForItsGateThenProvesItsShape) {
+  CtsGate gate(30);
+  std::vector<PendingJob> given;
+  given.push_back(GateJob(7));
+  given.push_back(ReplyJob(7, 250));
+  const auto shape = contract::CtsShapeOf(ShapeOf(given[1].job));
+  ASSERT_FALSE(gate.proven().Has(shape));
+  gate.HoldBack(7, &given);
+  ASSERT_EQ(given.size(), 1u);  // the gate alone goes now
+  EXPECT_TRUE(given[0].gate);
+  EXPECT_EQ(gate.counts().deferred, 1u);
+  std::vector<PendingJob> prepared(1);
+  prepared[0].prepared = true;
+  prepared[0].item = 5;
+  gate.HoldPrepared(7, given, &prepared);
+  EXPECT_TRUE(prepared.empty());  // held back with the reply
+  std::vector<PendingJob> release;
+  gate.Verified(7, &release);
+  ASSERT_EQ(release.size(), 3u);
+  EXPECT_TRUE(release[0].regate);  // the gate's copy leads
+  EXPECT_EQ(release[0].job.input, given[0].job.input);
+  EXPECT_EQ(release[1].token, 2u);
+  EXPECT_TRUE(release[2].prepared);
+  EXPECT_EQ(gate.counts().deferred_sent, 1u);
+  EXPECT_TRUE(gate.proven().Has(shape));
+  // Proven now: the next exchange's reply of that shape is not held back.
+  std::vector<PendingJob> next;
+  next.push_back(GateJob(8));
+  next.push_back(ReplyJob(8, 250));
+  gate.HoldBack(8, &next);
+  EXPECT_EQ(next.size(), 2u);
+  release.clear();
+  gate.Verified(8, &release);
+  EXPECT_TRUE(release.empty());
+}
+
+TEST(CtsGateClassTest, AFailedOrDroppedGateHandsTheHeldBackJobsBack) {
+  CtsGate gate(30);
+  std::vector<PendingJob> given;
+  given.push_back(GateJob(7));
+  given.push_back(ReplyJob(7, 251));
+  const auto shape = contract::CtsShapeOf(ShapeOf(given[1].job));
+  gate.HoldBack(7, &given);
+  std::vector<PendingJob> failed = gate.Failed(7);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].token, 2u);
+  EXPECT_FALSE(gate.proven().Has(shape));
+  std::vector<PendingJob> release;
+  gate.Verified(7, &release);  // too late: nothing left to send
+  EXPECT_TRUE(release.empty());
+  std::vector<PendingJob> again;
+  again.push_back(GateJob(9));
+  again.push_back(ReplyJob(9, 251));
+  gate.HoldBack(9, &again);
+  EXPECT_EQ(gate.Drop(9).size(), 1u);  // its gate left the queue
+  EXPECT_TRUE(gate.Drop(9).empty());
+  gate.End(9);
+  EXPECT_EQ(gate.counts().deferred_sent, 0u);
+  // What they complete with: never a status the router fails over.
+  EXPECT_EQ(CtsGate::DeferredFailure(absl::DataLossError("x")).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(CtsGate::DeferredFailure(absl::UnavailableError("x")).code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(CtsGate::HeldBackFailure("x").code(), absl::StatusCode::kCancelled);
+}
+
+TEST(CtsGateClassTest, TheCompileBudgetCountsUnprovenGatesOnly) {
+  CtsGate gate(1);
+  std::vector<PendingJob> usual;
+  usual.push_back(GateJob(1));  // a usual timestamp: proven from the start
+  std::vector<PendingJob> odd;
+  odd.push_back(GateJob(2));
+  odd[0].job.input.assign(kTimestampBytes + 9, 3);
+  const absl::Time now = absl::Now();
+  EXPECT_TRUE(gate.TakeUnproven(usual, now));
+  EXPECT_TRUE(gate.TakeUnproven(odd, now));  // the one token
+  EXPECT_FALSE(gate.TakeUnproven(odd, now));
+  EXPECT_TRUE(gate.TakeUnproven(usual, now));
+  EXPECT_EQ(gate.counts().unproven_refused, 1u);
+  CtsGate unlimited(0);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(unlimited.TakeUnproven(odd, now));
+  // Clear keeps the usual timestamps proven.
+  gate.Clear();
+  EXPECT_TRUE(gate.proven().Has(contract::CtsShapeOf(ShapeOf(usual[0].job))));
 }
 
 }  // namespace

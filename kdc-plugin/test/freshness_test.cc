@@ -73,6 +73,27 @@ TEST(GateFreshness, AReplayIsRefusedWithinTheSkew) {
   EXPECT_EQ(f.size(), 1u);
 }
 
+// A gate in flight is claimed once: a copy (same key, same bytes) is not
+// claimable until the first is given back; other keys or bytes are.
+TEST(GateFreshness, AGateInFlightIsClaimedOnce) {
+  GateFreshness f;
+  const Bytes ct(56, 7);
+  const std::optional<std::string> a = f.Claim(kKey, ct);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_FALSE(f.Claim(kKey, ct).has_value());
+  const std::optional<std::string> b = f.Claim(kOther, ct), c = f.Claim(kKey, Bytes(56, 8));
+  ASSERT_TRUE(b.has_value());
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(f.in_flight(), 3u);
+  f.Unclaim(*a);
+  const std::optional<std::string> again = f.Claim(kKey, ct);
+  ASSERT_TRUE(again.has_value());
+  f.Unclaim(*again);
+  f.Unclaim(*b);
+  f.Unclaim(*c);
+  EXPECT_EQ(f.in_flight(), 0u);
+}
+
 TEST(GateFreshness, MemoryIsBounded) {
   GateFreshness f(absl::Seconds(300), 100);
   for (int i = 0; i < 1000; ++i) {

@@ -8,6 +8,8 @@
 //   kmpc-admin [OPTIONS] purge-unreferenced (--dry-run | --i-am-primary) [--yes]
 //              [--grace-ms=N]
 //   kmpc-admin [OPTIONS] breaker-reset [--cluster=N]
+//   kmpc-admin [OPTIONS] set-kind --kind=user|service|user+service [--force]
+//              (PRINC... | --key-ids KEYID_HEX...)
 //
 // share: for each principal, get its key (derived from a password read from
 //   stdin, one line per principal, with the principal's normal salt as
@@ -96,6 +98,24 @@
 //   Admin.ResetBreaker; prints what each cleared. Rotate the keys first
 //   (docs/admin-guide.md, "A detected deviation").
 //
+// set-kind: re-marks the kind of keys already on the servers, without
+//   dealing them again (Admin.SetKeyKind): every key handle of each named
+//   principal in the KDB (on the KDC host), or the given key ids. Meant for
+//   keys stored before key kinds (status and list-keys show them as
+//   "kind unrecorded"), which load as a user's but keep the ticket (usage
+//   2) and PAC (17) material they were dealt with: --kind=user makes each
+//   server rewrite the record with the kind and remove that material (it
+//   cannot be given back short of a new key). --kind=service drops the
+//   gate on a password-derived key's AS reply (an offline verifier for
+//   whoever asks the KDC): refused for such a key unless --force.
+//   Reports per server; exit 0 only when every server of every cluster
+//   holds the kind. A server not reached keeps the old record, and the
+//   servers compare the kind and the material in every job's key view, so
+//   the key's jobs fail on all three (JOB_KEY_INCONSISTENT) until the same
+//   command is run again, which changes nothing where it was done
+//   already. It does not change the principal's kmpc_key_kind string
+//   attribute, from which the kadmind key dealer takes the next key's kind.
+//
 // OPTIONS (or the config file, see config.h):
 //   --config=FILE --servers=H:P,H:P,H:P --ca=PEM --cert=PEM --key=PEM
 //   -r REALM | --realm=REALM   --timeout-ms=N   -q | --quiet
@@ -110,6 +130,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 #include <cstdio>
 #include <cstdlib>
@@ -119,6 +140,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -152,6 +174,10 @@ constexpr char kUsage[] =
     "       kmpc-admin [OPTIONS] breaker-reset [--cluster=N]\n"
     "           close the servers' deviation breakers (after rotating the keys:\n"
     "           docs/admin-guide.md, a detected deviation)\n"
+    "       kmpc-admin [OPTIONS] set-kind --kind=user|service|user+service [--force]\n"
+    "                  (PRINC... | --key-ids KEYID_HEX...)\n"
+    "           re-mark keys already on the servers (keys stored before key kinds);\n"
+    "           --kind=user removes their ticket and PAC material\n"
     "       kmpc-admin [OPTIONS] rebuild-party [--cluster=N] 0|1|2\n"
     "           give a replaced (new, empty) server its shares of every key from\n"
     "           the two others; no key is reconstructed (docs/admin-guide.md: replacing a lost server)\n"
@@ -190,6 +216,8 @@ struct Args {
   bool i_am_primary = false;  // purge-unreferenced: the admin's word
   std::string grace_ms;  // purge-unreferenced: between its two looks
   bool service = false, also_service = false;  // share's key kind
+  std::string kind;       // set-kind --kind
+  bool key_ids = false;   // set-kind: the arguments are key ids
   std::string enctype;  // share --enctype; empty: aes256-ctr-mpc
   // --cluster=N: rebuild-party's (1 when not given), breaker-reset's
   // (every cluster when not given).
@@ -199,7 +227,7 @@ struct Args {
 Args ParseArgs(int argc, char** argv) {
   static const std::set<std::string> kValued = {
       "config", "servers", "ca", "cert", "key", "realm", "timeout-ms", "enctype",
-      "servers2", "ca2", "cert2", "key2", "cluster", "grace-ms"};
+      "servers2", "ca2", "cert2", "key2", "cluster", "grace-ms", "kind"};
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -234,6 +262,7 @@ Args ParseArgs(int argc, char** argv) {
         else if (name == "timeout-ms") a.settings["timeout_ms"] = value;
         else if (name == "cluster") a.cluster = value;
         else if (name == "grace-ms") a.grace_ms = value;
+        else if (name == "kind") a.kind = value;
         else a.settings[name] = value;
         continue;
       }
@@ -250,6 +279,7 @@ Args ParseArgs(int argc, char** argv) {
       else if (name == "i-am-primary") a.i_am_primary = true;
       else if (name == "service") a.service = true;
       else if (name == "also-service") a.also_service = true;
+      else if (name == "key-ids") a.key_ids = true;
       else Usage("unknown option " + s);
       continue;
     }
@@ -799,6 +829,131 @@ int BreakerReset(const Args& a, const Config& cfg) {
   return ok ? 0 : 1;
 }
 
+// set-kind's keys: (key id, what to call it in the report).
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> SetKindTargets(
+    const Args& a, const Config& cfg) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (a.key_ids) {
+    for (const std::string& hex : a.principals) {
+      const bool ok = hex.size() == 2 * contract::kKeyIdSize &&
+                      std::all_of(hex.begin(), hex.end(), [](char c) {
+                        return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+                      });
+      if (!ok)
+        return absl::InvalidArgumentError(
+            absl::StrCat(hex, ": not a key id (", 2 * contract::kKeyIdSize, " hex digits)"));
+      out.emplace_back(absl::HexStringToBytes(hex),
+                       absl::StrCat("key ", absl::AsciiStrToLower(hex)));
+    }
+    return out;
+  }
+  auto kdb = Kdb::Open(cfg.realm);
+  if (!kdb.ok()) return kdb.status();
+  for (const std::string& name : a.principals) {
+    auto info = (*kdb)->Lookup(name);
+    if (!info.ok()) return info.status();
+    const KdbKeyFacts f = FactsOf(*info);
+    if (f.old_ids.empty())
+      return absl::FailedPreconditionError(absl::StrCat(
+          info->name, ": holds no key handle (its keys are not in the cluster)"));
+    for (const std::string& id : f.old_ids)
+      out.emplace_back(id, absl::StrCat("key ", Hex(id), " of ", info->name));
+  }
+  return out;
+}
+
+const char* KindName(kmpc::v1::KeyKind k) {
+  switch (k) {
+    case kmpc::v1::KEY_KIND_USER: return "user";
+    case kmpc::v1::KEY_KIND_SERVICE: return "service";
+    case kmpc::v1::KEY_KIND_USER_SERVICE: return "user+service";
+    default: return "unknown";
+  }
+}
+
+// One server's answer to set-kind, printed: 0 done, 1 refused (a service's
+// kind for a password-derived key without --force: nothing changed), 2
+// another error.
+int ReportSetKind(const absl::StatusOr<kmpc::v1::SetKeyKindResponse>& r,
+                   const std::string& who, const std::string& what, KeyKind kind) {
+  const char* want = KindName(static_cast<kmpc::v1::KeyKind>(kind));
+  if (!r.ok()) {
+    std::printf("%s: %s: NOT changed: %s%s\n", who.c_str(), what.c_str(),
+                std::string(r.status().message()).c_str(),
+                absl::IsFailedPrecondition(r.status()) ? " (--force)" : "");
+    return absl::IsFailedPrecondition(r.status()) ? 1 : 2;
+  }
+  std::string from = KindName(r->previous_kind());
+  if (r->was_unrecorded()) from = "unrecorded (loaded as user)";
+  if (r->changed()) std::printf("%s: %s: %s -> %s", who.c_str(), what.c_str(), from.c_str(), want);
+  else std::printf("%s: %s: already %s", who.c_str(), what.c_str(), want);
+  if (r->dropped_materials() > 0)
+    std::printf(", %u ticket/PAC materials removed", r->dropped_materials());
+  if (kind != KeyKind::kUser && !r->holds_ticket_material())
+    std::printf(" (holds no ticket material: tickets to it fail until its next key)");
+  std::printf("\n");
+  return 0;
+}
+
+// set-kind: Admin.SetKeyKind for every target on every server.
+int SetKind(const Args& a, const Config& cfg) {
+  KeyKind kind;
+  if (a.kind == "user") kind = KeyKind::kUser;
+  else if (a.kind == "service") kind = KeyKind::kService;
+  else if (a.kind == "user+service") kind = KeyKind::kUserService;
+  else Usage("set-kind needs --kind=user, --kind=service or --kind=user+service");
+  if (a.principals.empty()) Usage("set-kind needs principals (or --key-ids and key ids)");
+  auto targets = SetKindTargets(a, cfg);
+  if (!targets.ok()) return Fail(targets.status());
+  auto clusters = Clusters::Connect(cfg);
+  if (!clusters.ok()) return Fail(clusters.status());
+  size_t failed = 0, refused = 0;
+  bool stop = false;  // a server down or refusing us: the next keys would fail too
+  for (const auto& [id, what] : *targets) {
+    if (stop) {
+      std::printf("%s: NOT changed: stopped after a cluster error\n", what.c_str());
+      ++failed;
+      continue;
+    }
+    for (size_t c = 0; c < (*clusters)->size(); ++c) {
+      AdminClient& cluster = (*clusters)->at(c);
+      auto r = cluster.SetKeyKind(id, kind, a.force);
+      for (int i = 0; i < 3; ++i) {
+        const int got = ReportSetKind(r[i], (*clusters)->Prefix(c) + cluster.Describe(i),
+                                      what, kind);
+        refused += got == 1;
+        failed += got == 2;
+        if (!r[i].ok() && IsClusterError(r[i].status())) stop = true;
+      }
+    }
+  }
+  if (failed == 0 && refused == 0) {
+    std::printf("set-kind: %zu keys are %s on every server\n", targets->size(), a.kind.c_str());
+    return 0;
+  }
+  if (refused > 0)
+    std::printf("set-kind: %zu answers refused the service's kind for a password-derived "
+                "key (no gate on its AS reply): --force if that is meant\n",
+                refused);
+  if (failed == 0) return 1;
+  std::printf("set-kind: %zu records NOT changed: until every server holds the same kind, "
+              "a key's jobs fail (JOB_KEY_INCONSISTENT); run the same command again\n",
+              failed);
+  return 1;
+}
+
+// status: the keys stored before key kinds (as some server listed them).
+// Not a problem by itself (they load as users' keys), but those holding
+// ticket and PAC material keep it until set-kind or a new key.
+void ReportUnrecorded(const std::map<std::string, kmpc::v1::KeyInfo>& infos) {
+  size_t unrecorded = 0;
+  for (const auto& [id, info] : infos)
+    if (info.kind_unrecorded()) ++unrecorded;
+  if (unrecorded > 0)
+    std::printf("keys: %zu stored before key kinds (kind unrecorded): kmpc-admin set-kind\n",
+                unrecorded);
+}
+
 // One cluster's part of status: each server's health, and every key id
 // on all three; prints with `prefix` ("cluster 2: " or ""). Adds what it
 // lists to *where (key id -> on which servers) and *infos; false when there
@@ -901,6 +1056,7 @@ int Status(const Args& a, const Config& cfg) {
       for (auto& [id, on] : where)
         if (!before.count(id)) on = {false, false, false};
   }
+  ReportUnrecorded(infos);
   if (a.kdb) {
     auto kdb = Kdb::Open(cfg.realm);
     if (!kdb.ok()) return Fail(kdb.status());
@@ -1106,6 +1262,7 @@ int main(int argc, char** argv) {
                              a.principals[0][0] - '0', c - 1);
   }
   if (a.command == "breaker-reset") return BreakerReset(a, *cfg);
+  if (a.command == "set-kind") return SetKind(a, *cfg);
   if (a.command == "purge-unreferenced") {
     if (!a.principals.empty()) Usage("purge-unreferenced takes no arguments");
     return PurgeUnreferenced(a, *cfg);

@@ -106,6 +106,27 @@ AdminClient::ResetBreaker() {
   });
 }
 
+absl::StatusOr<pb::SetKeyKindResponse> AdminClient::SetKeyKindOn(int party,
+                                                                 const std::string& key_id,
+                                                                 KeyKind kind,
+                                                                 bool allow_ungate) {
+  pb::SetKeyKindRequest req;
+  req.set_key_id(key_id);
+  req.set_kind(static_cast<pb::KeyKind>(kind));
+  req.set_allow_ungate(allow_ungate);
+  grpc::ClientContext ctx;
+  channels_.SetDeadline(&ctx);
+  pb::SetKeyKindResponse r;
+  grpc::Status st = stubs_[party]->SetKeyKind(&ctx, req, &r);
+  if (!st.ok()) return Error(party, "SetKeyKind", st);
+  return r;
+}
+
+std::array<absl::StatusOr<pb::SetKeyKindResponse>, kParties> AdminClient::SetKeyKind(
+    const std::string& key_id, KeyKind kind, bool allow_ungate) {
+  return OnAll([&](int i) { return SetKeyKindOn(i, key_id, kind, allow_ungate); });
+}
+
 absl::Status AdminClient::CheckReachable() {
   auto h = Health();
   for (int i = 0; i < kParties; ++i)

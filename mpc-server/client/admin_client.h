@@ -52,6 +52,15 @@ class AdminClient {
   // deviation breaker. Per server: what it cleared, or the error.
   std::array<absl::StatusOr<kmpc::v1::ResetBreakerResponse>, kParties> ResetBreaker();
 
+  // Admin.SetKeyKind on each server (kmpc.proto SetKeyKindRequest), in
+  // parallel. Per server: what it did, or the error naming the server.
+  std::array<absl::StatusOr<kmpc::v1::SetKeyKindResponse>, kParties> SetKeyKind(
+      const std::string& key_id, KeyKind kind, bool allow_ungate);
+  // On one server only (tests: a cluster re-marked part of the way).
+  absl::StatusOr<kmpc::v1::SetKeyKindResponse> SetKeyKindOn(int party,
+                                                            const std::string& key_id,
+                                                            KeyKind kind, bool allow_ungate);
+
   // Fails (naming the first unreachable or refusing server) unless all
   // three answer Health, each as the party of its position.
   absl::Status CheckReachable();

@@ -1,5 +1,7 @@
 // kmpc-mpc-client: talks to the three MPC servers the way the KDC does, plus
-// the admin operations. Used by the tests and the benchmark.
+// the admin operations. Used by the tests, the harness and administrators;
+// the benchmarks through the same servers are kmpc-mpc-bench's
+// (mpc_bench.cc), the code both share tools/cluster_tool.h.
 //
 //   kmpc-mpc-client --servers=H:P0,H:P1,H:P2 --certs=DIR <command> [args]
 //
@@ -11,6 +13,10 @@
 //       i; all-or-nothing (client::AdminClient::PutKey): a failure removes
 //       what was or may have been stored. Prints the id.
 //   delete-key --key_id_hex=.. [--only_party=I]   list-keys   health   metrics
+//   set-kind --key_id_hex=.. --key_kind=user|service|user+service
+//       [--allow_ungate] [--only_party=I]   Admin.SetKeyKind; prints
+//       "party I previous KIND unrecorded B dropped N changed B tickets B"
+//       per server
 //   jobs [--only_party=I]  one batch from stdin, one job per line (hex arguments):
 //                     encrypt  KEYID USAGE PLAINTEXT   -> ok CTR0||C||T
 //                     keystream KEYID USAGE NBYTES     -> ok CTR0 KEYSTREAM
@@ -57,35 +63,19 @@
 //                   print "share_mismatch" (the reason on stderr), exit 4.
 //   fuzz --count=N --seed=S   malformed requests; every one must fail with
 //                   a clean status and the servers must stay healthy.
-//   bench --blocks=N --threads=T --iters=K --cipher=aes128|aes256
-//         [--warmup_blocks=W]
-//                   ENCRYPT batches of N keystream blocks, T in flight,
-//                   after one warm-up batch (of W blocks) whose keystream
-//                   shares are checked;
-//                   prints a JSON record line prefixed "RESULT ".
-//   cts-bench --iters=K --cipher=aes128-cts|aes256-cts [--reply_bytes=N]
-//                   K logins of an aes*-cts user, one Run each (timestamp
-//                   DECRYPT, gated reply ENCRYPT); prints "RESULT {...}"
-//                   with ANDs and rounds per login and latency p50/p99.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 
-#include <algorithm>
 #include <array>
 #include <cstdio>
-#include <fstream>
 #include <future>
 #include <iostream>
 #include <map>
 #include <random>
-#include <sstream>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -94,19 +84,12 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/admin_client.h"
-#include "cts/cts.h"
-#include "cts/dealer.h"
-#include "client/channels.h"
 #include "client/reveal.h"
 #include "contract.h"
 #include "engine/engine.h"
 #include "kmpc.grpc.pb.h"
+#include "tools/cluster_tool.h"
 
-ABSL_FLAG(std::string, servers, "", "gRPC addresses of parties 0,1,2");
-ABSL_FLAG(std::string, certs, "", "directory from deploy/gen-certs.sh");
-ABSL_FLAG(std::string, client, "",
-          "client certificate name in --certs (default: kdc for jobs/bench, "
-          "admin for admin commands)");
 ABSL_FLAG(std::string, key_hex, "", "put-key: the key");
 ABSL_FLAG(std::string, key_id_hex, "", "key id (32 bytes hex)");
 ABSL_FLAG(int, kvno, 1, "put-key: kvno");
@@ -115,6 +98,9 @@ ABSL_FLAG(bool, replace, false, "put-key: overwrite an existing id");
 ABSL_FLAG(std::string, key_kind, "user",
           "put-key: user (password-derived: its aes*-cts AS reply gated, no ticket or PAC "
           "material), service (a random key) or user+service (kmpc.proto KeyKind)");
+ABSL_FLAG(bool, allow_ungate, false,
+          "set-kind: allow a password-derived key to become a service's "
+          "(SetKeyKindRequest.allow_ungate)");
 ABSL_FLAG(int, only_party, -1,
           "delete-key: delete on this party's server only (tests: a key "
           "store out of step); jobs: send the batch's Run to this party "
@@ -122,17 +108,6 @@ ABSL_FLAG(int, only_party, -1,
           "print \"sent\" when it succeeds");
 ABSL_FLAG(int, count, 200, "fuzz: requests per kind");
 ABSL_FLAG(int, seed, 1, "fuzz: seed");
-ABSL_FLAG(int, blocks, 128, "bench: keystream blocks per batch");
-ABSL_FLAG(int, threads, 1, "bench: batches in flight");
-ABSL_FLAG(int, iters, 5, "bench: batches per thread");
-ABSL_FLAG(int, job_blocks, 1024, "bench: largest ENCRYPT job in blocks");
-ABSL_FLAG(int, warmup_blocks, 0,
-          "bench: blocks of the warm-up batch (0: --blocks); a small one saves a "
-          "long batch where each takes seconds (--security=malicious)");
-ABSL_FLAG(int, chunk_lanes, 4096, "bench: the servers' --chunk_lanes (for rounds)");
-ABSL_FLAG(std::string, cipher, "aes128",
-          "bench: the key's cipher; jobs: the cipher of a job line without "
-          "one (aes128 or aes256)");
 ABSL_FLAG(bool, finalize_twice, false, "jobs: try every FINALIZE a second time");
 ABSL_FLAG(bool, sign_twice, false, "jobs: try every Sign a second time");
 ABSL_FLAG(std::string, run_batch_id_hex, "", "sign: the batch id of the PAD job");
@@ -141,243 +116,10 @@ ABSL_FLAG(uint32_t, usage, 0, "sign: the key usage");
 ABSL_FLAG(std::string, data_hex, "", "sign: the message (hex)");
 ABSL_FLAG(std::string, verify_tag_hex, "",
           "sign: verify this 16-byte tag under a verification pad instead");
-ABSL_FLAG(int, timeout_ms, 30000, "deadline of each RPC");
-ABSL_FLAG(int, reply_bytes, 300, "cts-bench: the reply's plaintext bytes");
 
 namespace {
 
-namespace pb = kmpc::v1;
-using Bytes = std::string;
-
-[[noreturn]] void Die(const std::string& msg, int code = 2) {
-  std::fprintf(stderr, "kmpc-mpc-client: %s\n", msg.c_str());
-  std::exit(code);
-}
-
-bool FromHex(absl::string_view hex, Bytes* out) {
-  if (hex.size() % 2 != 0) return false;
-  for (char c : hex)
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
-  *out = absl::HexStringToBytes(hex);
-  return true;
-}
-std::string ToHex(absl::string_view b) { return absl::BytesToHexString(b); }
-
-Bytes RandomBytes(size_t n) {
-  Bytes b(n, '\0');
-  RAND_bytes(reinterpret_cast<unsigned char*>(b.data()), n);
-  return b;
-}
-
-// The three servers' pinned channels (client/channels.h) with the client
-// certificate `name` of --certs (default: `default_client`).
-kmpc::client::ClusterConfig ConfigFor(const std::string& default_client) {
-  std::vector<std::string> servers =
-      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',');
-  if (servers.size() != 3) Die("--servers needs three addresses");
-  std::string dir = absl::GetFlag(FLAGS_certs);
-  if (dir.empty()) Die("--certs is required");
-  std::string name = absl::GetFlag(FLAGS_client);
-  if (name.empty()) name = default_client;
-  kmpc::client::ClusterConfig cfg;
-  for (int i = 0; i < 3; ++i) cfg.servers[i] = servers[i];
-  cfg.ca = dir + "/ca.pem";
-  cfg.cert = dir + "/" + name + ".pem";
-  cfg.key = dir + "/" + name + ".key";
-  cfg.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  return cfg;
-}
-
-kmpc::client::ClusterChannels OpenChannels(const kmpc::client::ClusterConfig& cfg) {
-  kmpc::client::ChannelOptions o;
-  // Up to 3 s for the three connections before the first call (see
-  // ChannelOptions::connect_wait: a transient failure of the first
-  // connection is retried instead of failing the command; a party that is
-  // down, or refuses us, still fails the call, after this wait).
-  o.connect_wait = absl::Milliseconds(
-      std::min<int64_t>(3000, absl::GetFlag(FLAGS_timeout_ms)));
-  auto ch = kmpc::client::ClusterChannels::Open(cfg, o);
-  if (!ch.ok()) Die(std::string(ch.status().message()));
-  return std::move(*ch);
-}
-
-struct Cluster {
-  explicit Cluster(kmpc::client::ClusterChannels ch) : admin(ch) {
-    for (int i = 0; i < 3; ++i) {
-      channel[i] = ch.channel(i);
-      keyops[i] = pb::KeyOps::NewStub(channel[i]);
-    }
-  }
-  std::array<std::shared_ptr<grpc::Channel>, 3> channel;
-  std::array<std::unique_ptr<pb::KeyOps::Stub>, 3> keyops;
-  kmpc::client::AdminClient admin;
-};
-
-void SetDeadline(grpc::ClientContext* ctx) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
-}
-
-// Runs f(i) for the three servers in parallel.
-template <typename F>
-std::array<grpc::Status, 3> OnAll(F f) {
-  std::array<std::future<grpc::Status>, 3> fs;
-  for (int i = 0; i < 3; ++i) fs[i] = std::async(std::launch::async, f, i);
-  std::array<grpc::Status, 3> st;
-  for (int i = 0; i < 3; ++i) st[i] = fs[i].get();
-  return st;
-}
-
-// Run on the three servers at once through the async API (no thread per
-// call: this is on the latency path the benchmark measures).
-// Party i gets reqs[i] (the copies differ in the message shares only).
-std::array<grpc::Status, 3> RunOnAll(Cluster& c,
-                                     const std::array<pb::RunRequest, 3>& reqs,
-                                     std::array<pb::RunResponse, 3>* resp) {
-  grpc::CompletionQueue cq;
-  std::array<grpc::ClientContext, 3> ctx;
-  std::array<grpc::Status, 3> st;
-  std::array<std::unique_ptr<grpc::ClientAsyncResponseReader<pb::RunResponse>>, 3> rpc;
-  // Followers first: party 0 proposes the batch as soon as its copy
-  // arrives, and the followers then need theirs already.
-  for (int i : {2, 1, 0}) {
-    SetDeadline(&ctx[i]);
-    rpc[i] = c.keyops[i]->AsyncRun(&ctx[i], reqs[i], &cq);
-    rpc[i]->Finish(&(*resp)[i], &st[i], reinterpret_cast<void*>(intptr_t{i}));
-  }
-  for (int n = 0; n < 3; ++n) {
-    void* tag;
-    bool ok;
-    if (!cq.Next(&tag, &ok)) break;
-  }
-  return st;
-}
-
-std::array<grpc::Status, 3> RunOnAll(Cluster& c, const pb::RunRequest& req,
-                                     std::array<pb::RunResponse, 3>* resp) {
-  return RunOnAll(c, {req, req, req}, resp);
-}
-
-// Deals `data` afresh (client::DealRandom, DealFlat) into the three
-// parties' flat share buffers (kmpc.proto, "Shares travel flat").
-void DealInto(const Bytes& data, const std::array<std::string*, 3>& flat) {
-  kmpc::client::DealRandom r;
-  absl::Status st = r.Draw(data.size());
-  if (st.ok())
-    st = kmpc::client::DealFlat(
-        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()),
-        r.Take(data.size()), flat);
-  if (!st.ok()) Die(std::string(st.message()));
-}
-
-// The three servers' copies of a request: a CHECKSUM or VERIFY_CHECKSUM
-// job's message (`messages[k]` for job k) dealt afresh as replicated shares
-// (DealInto), so no server receives it (enctype.md, invariant 5).
-std::array<pb::RunRequest, 3> DealRequests(const pb::RunRequest& req,
-                                           const std::vector<Bytes>& messages) {
-  std::array<pb::RunRequest, 3> out = {req, req, req};
-  for (int k = 0; k < req.jobs_size(); ++k) {
-    const pb::Job& j = req.jobs(k);
-    if (kmpc::contract::SharedBytes(j.type(), j.cipher(), j.length()) == 0) continue;
-    DealInto(messages[k], {out[0].mutable_data_shares(), out[1].mutable_data_shares(),
-                           out[2].mutable_data_shares()});
-  }
-  return out;
-}
-
-void WipeRequests(std::array<pb::RunRequest, 3>& reqs) {
-  for (auto& r : reqs) {
-    std::string* f = r.mutable_data_shares();
-    OPENSSL_cleanse(f->data(), f->size());
-  }
-}
-
-// One party's Run response read back per result from its flat buffers
-// (kmpc.proto RunResponse.ctr0s, .shares): result k's ctr0 (empty: none)
-// and its two shares, as views into the response (which must outlive the
-// view). `extra`: bytes beyond what the results take (a value the server
-// should not have sent, e.g. a failed DECRYPT's keystream).
-struct RunView {
-  std::vector<Bytes> ctr0;
-  std::vector<kmpc::client::ShareView> value;
-  bool extra = false;
-};
-RunView ViewRun(const pb::RunRequest& req, const pb::RunResponse& r) {
-  RunView v;
-  const int n = std::min(req.jobs_size(), r.results_size());
-  v.ctr0.resize(n);
-  v.value.resize(n);
-  kmpc::contract::FlatReader c(r.ctr0s()), s(r.shares());
-  for (int k = 0; k < n; ++k) {
-    const pb::Job& j = req.jobs(k);
-    const pb::JobStatus st = r.results(k).status();
-    if (kmpc::contract::ResultHasCtr0(kmpc::contract::ShapeOf(j), st))
-      v.ctr0[k] = Bytes(c.Take(16));
-    const uint64_t len = kmpc::contract::RevealedShareBytes(kmpc::contract::ShapeOf(j), st);
-    if (len == 0) continue;
-    const kmpc::contract::MessageShares m = s.TakePair(len);
-    v.value[k] = {m.first, m.second};
-  }
-  v.extra = c.left() > 0 || s.left() > 0;
-  return v;
-}
-
-// Wipes the keystream and tag shares of the three Run responses (the
-// RunViews into them are dead after this).
-void WipeRunShares(std::array<pb::RunResponse, 3>& resp) {
-  for (auto& r : resp) {
-    std::string* s = r.mutable_shares();
-    OPENSSL_cleanse(s->data(), s->size());
-  }
-}
-
-// Item n's additive tag share of a Finalize response (kmpc.proto
-// FinalizeResponse.tags: 16 bytes per item), a view into the response.
-absl::string_view FinalizeTag(const pb::FinalizeResponse& r, size_t n) {
-  return absl::string_view(r.tags()).substr(16 * n, 16);
-}
-
-[[noreturn]] void RpcError(int party, int code, absl::string_view message) {
-  std::printf("rpc_error %d %d %.*s\n", party, code,
-              static_cast<int>(message.size()), message.data());
-  std::fflush(stdout);
-  std::exit(3);
-}
-
-void CheckRpcs(const std::array<grpc::Status, 3>& st) {
-  for (int i = 0; i < 3; ++i)
-    if (!st[i].ok()) RpcError(i, st[i].error_code(), st[i].error_message());
-}
-
-// The library's statuses (grpc::StatusCode and absl::StatusCode share
-// their values).
-void CheckEach(const std::array<absl::Status, 3>& st) {
-  for (int i = 0; i < 3; ++i)
-    if (!st[i].ok()) RpcError(i, static_cast<int>(st[i].code()), st[i].message());
-}
-
-[[noreturn]] void ShareMismatch(const absl::Status& why) {
-  std::fprintf(stderr, "kmpc-mpc-client: %s\n", std::string(why.message()).c_str());
-  std::printf("share_mismatch\n");
-  std::fflush(stdout);
-  std::exit(4);
-}
-
-// The value the three servers' share pairs reveal (client::Reveal: both
-// copies of every share must agree); exits with share_mismatch otherwise.
-Bytes RevealOrDie(const std::array<kmpc::client::ShareView, 3>& s, absl::string_view what) {
-  Bytes v(s[0].first.size(), '\0');
-  absl::Status st = kmpc::client::Reveal(
-      s, absl::MakeSpan(reinterpret_cast<uint8_t*>(v.data()), v.size()), what);
-  if (!st.ok()) ShareMismatch(st);
-  return v;
-}
-
-Bytes Xor(absl::string_view a, absl::string_view b) {
-  Bytes o(a);
-  for (size_t i = 0; i < o.size() && i < b.size(); ++i) o[i] ^= b[i];
-  return o;
-}
+using namespace ::kmpc::tools;  // NOLINT: the tools' shared helpers
 
 // ------------------------------------------------------------------ admin
 
@@ -433,6 +175,32 @@ int DeleteKey(Cluster& c) {
   return 0;
 }
 
+int SetKind(Cluster& c) {
+  Bytes id;
+  if (!FromHex(absl::GetFlag(FLAGS_key_id_hex), &id)) Die("bad --key_id_hex");
+  const int only = absl::GetFlag(FLAGS_only_party);
+  if (only < -1 || only > 2) Die("--only_party must be 0, 1 or 2");
+  const std::string kind = absl::GetFlag(FLAGS_key_kind);
+  kmpc::KeyKind k = kmpc::KeyKind::kUser;
+  if (kind == "service") k = kmpc::KeyKind::kService;
+  else if (kind == "user+service") k = kmpc::KeyKind::kUserService;
+  else if (kind != "user") Die("--key_kind must be user, service or user+service");
+  const bool ungate = absl::GetFlag(FLAGS_allow_ungate);
+  std::array<absl::StatusOr<pb::SetKeyKindResponse>, 3> r;
+  if (only >= 0) r[only] = c.admin.SetKeyKindOn(only, id, k, ungate);
+  else r = c.admin.SetKeyKind(id, k, ungate);
+  std::array<absl::Status, 3> st;
+  for (int i = 0; i < 3; ++i)
+    if (only < 0 || i == only) st[i] = r[i].status();
+  CheckEach(st);
+  for (int i = 0; i < 3; ++i)
+    if (only < 0 || i == only)
+      std::printf("party %d previous %s unrecorded %d dropped %u changed %d tickets %d\n", i,
+                  pb::KeyKind_Name(r[i]->previous_kind()).c_str(), r[i]->was_unrecorded(),
+                  r[i]->dropped_materials(), r[i]->changed(), r[i]->holds_ticket_material());
+  return 0;
+}
+
 int AdminQuery(Cluster& c, const std::string& cmd) {
   std::array<std::string, 3> out;
   std::array<absl::Status, 3> st;
@@ -472,6 +240,12 @@ int AdminQuery(Cluster& c, const std::string& cmd) {
 }
 
 // ------------------------------------------------------------------ jobs
+
+// Item n's additive tag share of a Finalize response (kmpc.proto
+// FinalizeResponse.tags: 16 bytes per item), a view into the response.
+absl::string_view FinalizeTag(const pb::FinalizeResponse& r, size_t n) {
+  return absl::string_view(r.tags()).substr(16 * n, 16);
+}
 
 // A failed job's code in "error CODE MESSAGE" (0: not failed): the status
 // code of its JobStatus (UNKNOWN_KEY: NOT_FOUND, MALFORMED:
@@ -1121,274 +895,25 @@ int Fuzz(Cluster& c) {
   return z.bad == 0 ? 0 : 1;
 }
 
-// ------------------------------------------------------------------ bench
-
-// The benchmark's key: a fresh random key of `key_len` bytes put on the
-// three servers with the admin certificate; returns its id.
-Bytes PutBenchKey(size_t key_len) {
-  Bytes key = RandomBytes(key_len);
-  auto cid = key_len == 16 ? kmpc::engine::Cipher::kAes128 : kmpc::engine::Cipher::kAes256;
-  Bytes kid = RandomBytes(kmpc::contract::kKeyIdSize);
-  // Admin path with the admin certificate.
-  kmpc::client::AdminClient admin(OpenChannels(ConfigFor("admin")));
-  std::array<absl::Status, 3> each;
-  absl::Status st = admin.PutKey(
-      cid, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
-      {kid, 0, "", false}, &each);
-  OPENSSL_cleanse(key.data(), key.size());
-  if (!st.ok()) {
-    CheckEach(each);
-    Die(std::string(st.message()));
-  }
-  return kid;
-}
-
-// A Run of ENCRYPT jobs under key `kid` for n keystream blocks, in jobs of
-// at most --job_blocks blocks.
-pb::RunRequest BenchRequest(const Bytes& kid, size_t key_len, int n) {
-  const int job_blocks = std::max(1, absl::GetFlag(FLAGS_job_blocks));
-  pb::RunRequest req;
-  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
-  uint64_t id = 0;
-  for (int left = n; left > 0; left -= job_blocks) {
-    pb::Job* j = req.add_jobs();
-    j->set_job_id(id++);
-    j->set_key_id(kid);
-    j->set_cipher(key_len == 16 ? pb::CIPHER_AES128 : pb::CIPHER_AES256);
-    j->set_type(pb::JOB_ENCRYPT);
-    j->set_usage(1);
-    j->set_length(16 * std::min(left, job_blocks));
-  }
-  return req;
-}
-
-// One benchmark batch's figures.
-struct BenchSample {
-  double latency_ms;
-  double server_ms;  // party 0: scheduling handshake + MPC
-  std::array<uint64_t, 3> bytes, tcp, msgs;
-};
-
-// Runs one batch of `proto` (a fresh batch id); with `check`, reveals its
-// keystream shares (share_mismatch unless they agree).
-BenchSample BenchBatch(Cluster& c, const pb::RunRequest& proto, bool check) {
-  pb::RunRequest req = proto;
-  req.set_batch_id(RandomBytes(16));
-  req.set_wire_version(kmpc::contract::kWireVersion);
-  std::array<pb::RunResponse, 3> resp;
-  absl::Time t0 = absl::Now();
-  CheckRpcs(RunOnAll(c, req, &resp));
-  BenchSample s;
-  s.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
-  s.server_ms = resp[0].stats().compute_us() / 1000.0;
-  for (int i = 0; i < 3; ++i) {
-    s.bytes[i] = resp[i].stats().ring_bytes_sent();
-    s.tcp[i] = resp[i].stats().tcp_bytes_sent();
-    s.msgs[i] = resp[i].stats().ring_messages();
-  }
-  if (check) {
-    std::array<RunView, 3> u = {ViewRun(req, resp[0]), ViewRun(req, resp[1]),
-                                ViewRun(req, resp[2])};
-    for (int k = 0; k < req.jobs_size(); ++k) {
-      Bytes v = RevealOrDie({u[0].value[k], u[1].value[k], u[2].value[k]},
-                            absl::StrCat("keystream of job ", k));
-      OPENSSL_cleanse(v.data(), v.size());
-    }
-    WipeRunShares(resp);
-  }
-  return s;
-}
-
-// Prints the "RESULT {...}" line of the samples, taken over `secs`.
-void PrintBenchResult(const std::vector<std::vector<BenchSample>>& samples, double secs,
-                      const std::string& cipher, int blocks, int threads, int jobs_per_batch) {
-  std::vector<double> lat;
-  std::array<double, 3> bytes{};
-  std::array<double, 3> msgs{}, tcp{};
-  double server_ms = 0;
-  for (auto& v : samples)
-    for (auto& s : v) {
-      lat.push_back(s.latency_ms);
-      server_ms += s.server_ms;
-      for (int i = 0; i < 3; ++i) {
-        bytes[i] += s.bytes[i];
-        tcp[i] += s.tcp[i];
-        msgs[i] += s.msgs[i];
-      }
-    }
-  std::sort(lat.begin(), lat.end());
-  double n = lat.size();
-  double mean = 0;
-  for (double l : lat) mean += l;
-  mean /= n;
-  // Bytes: the busiest party, all ring traffic of the batch (payload, frame
-  // headers, the scheduling handshake) divided by the keystream blocks.
-  double max_bytes = 0;
-  double max_tcp = 0;
-  for (int i = 0; i < 3; ++i) {
-    max_bytes = std::max(max_bytes, bytes[i] / n / blocks);
-    max_tcp = std::max(max_tcp, tcp[i] / n / blocks);
-  }
-  // Party 1 sends one control frame per batch (the forwarded proposal); the
-  // rest are protocol rounds. The engine sends one message per AND layer per
-  // chunk of --chunk_lanes AES blocks (engine.h: EngineOptions), plus about
-  // three batch-wide rounds (digest agreement, ctr0), so the rounds one AES
-  // evaluation goes through are about (messages - 3) / chunks + 3.
-  const int aes_blocks = blocks + jobs_per_batch;
-  const double messages = msgs[1] / n - 1;
-  const int lanes = absl::GetFlag(FLAGS_chunk_lanes);
-  const int chunks = (aes_blocks + lanes - 1) / lanes;
-  const double rounds = chunks <= 1 ? messages : (messages - 3) / chunks + 3;
-  std::printf(
-      "RESULT {\"cipher\": \"%s\", \"blocks\": %d, \"threads\": %d, "
-      "\"blocks_per_s\": %.0f, \"latency_ms\": %.3f, \"latency_p50_ms\": %.3f, "
-      "\"latency_p10_ms\": %.3f, "
-      "\"server_ms\": %.3f, \"bytes_per_block_per_party\": %.1f, "
-      "\"tls_bytes_per_block_per_party\": %.1f, \"rounds\": %.1f, "
-      "\"messages_per_batch\": %.1f, \"batches\": %d, \"jobs_per_batch\": %d, "
-      "\"aes_blocks_per_batch\": %d}\n",
-      cipher.c_str(), blocks, threads, n * blocks / secs, mean, lat[lat.size() / 2],
-      lat[lat.size() / 10],
-      server_ms / n, max_bytes, max_tcp, rounds, messages, static_cast<int>(n),
-      jobs_per_batch, aes_blocks);
-}
-
-int Bench(Cluster& c) {
-  const int blocks = absl::GetFlag(FLAGS_blocks);
-  const int threads = absl::GetFlag(FLAGS_threads);
-  const int iters = absl::GetFlag(FLAGS_iters);
-  const std::string cipher = absl::GetFlag(FLAGS_cipher);
-  if (blocks < 1 || threads < 1 || iters < 1) Die("bad bench parameters");
-  const size_t key_len = cipher == "aes256" ? 32 : 16;
-  const Bytes kid = PutBenchKey(key_len);
-  const pb::RunRequest proto_req = BenchRequest(kid, key_len, blocks);
-  const int warmup_blocks = absl::GetFlag(FLAGS_warmup_blocks);
-  const pb::RunRequest warmup_req = warmup_blocks > 0 && warmup_blocks != blocks
-                                        ? BenchRequest(kid, key_len, warmup_blocks)
-                                        : proto_req;
-  BenchBatch(c, warmup_req, true);  // warm-up: connections, PRSS sessions, key cache
-  std::vector<std::vector<BenchSample>> samples(threads);
-  absl::Time t0 = absl::Now();
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] {
-      for (int k = 0; k < iters; ++k) samples[t].push_back(BenchBatch(c, proto_req, false));
-    });
-  for (auto& t : ts) t.join();
-  double secs = absl::ToDoubleSeconds(absl::Now() - t0);
-  PrintBenchResult(samples, secs, cipher, blocks, threads, proto_req.jobs_size());
-  // Leave no key behind.
-  return 0;
-}
-
-// The RFC 3962 encryption of conf || p under `key` and `usage` in the
-// clear (the circuit of cts/cts.h on the dealer's material: what a client
-// sends as its PA-ENC-TIMESTAMP).
-Bytes ClearCtsEncrypt(const Bytes& key, uint32_t usage, const Bytes& conf_p) {
-  auto u8 = [](const Bytes& b) {
-    return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b.data()), b.size());
-  };
-  absl::StatusOr<kmpc::cts::UsageMaterial> m = kmpc::cts::DealUsage(u8(key), usage);
-  absl::StatusOr<kmpc::cts::Program> p =
-      kmpc::cts::EncryptProgram(key.size() == 16 ? 10 : 14, conf_p.size());
-  if (!m.ok() || !p.ok()) Die("cts-bench: cannot build the timestamp");
-  std::vector<uint8_t> in = m->bytes;
-  in.insert(in.end(), conf_p.begin(), conf_p.end());
-  std::vector<absl::Span<const uint8_t>> lanes = {in};
-  std::vector<uint64_t> w = kmpc::cts::PackLanes(lanes, 1), out(p->outputs);
-  kmpc::cts::ClearEngine e;
-  if (!kmpc::cts::Evaluate(*p, e, 1, {absl::MakeConstSpan(w), {}}, {absl::MakeSpan(out), {}})
-           .ok())
-    Die("cts-bench: cannot build the timestamp");
-  OPENSSL_cleanse(in.data(), in.size());
-  std::vector<uint8_t> o = kmpc::cts::UnpackLane(out, 1, 0);
-  return Bytes(o.begin(), o.end());
-}
-
-// cts-bench: --iters logins of an aes*-cts user through KeyOps.Run, one
-// Run each: the timestamp's DECRYPT (usage 1, 44 bytes) and the reply's
-// ENCRYPT (usage 3, --reply_bytes of plaintext) gated on it. Prints the
-// circuits' ANDs and AND depth per login and the latencies.
-int CtsBench(Cluster& c) {
-  const bool aes128 = absl::GetFlag(FLAGS_cipher) == "aes128-cts";
-  const int iters = std::max(1, absl::GetFlag(FLAGS_iters));
-  const int reply = absl::GetFlag(FLAGS_reply_bytes);
-  Bytes key = RandomBytes(aes128 ? 16 : 32);
-  const Bytes kid = RandomBytes(kmpc::contract::kKeyIdSize);
-  std::array<absl::Status, 3> each;
-  // Admin path with the admin certificate.
-  kmpc::client::AdminClient admin(OpenChannels(ConfigFor("admin")));
-  absl::Status st = admin.PutKey(
-      aes128 ? kmpc::engine::Cipher::kAes128Cts : kmpc::engine::Cipher::kAes256Cts,
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
-      {kid, 0, "cts-bench", false}, &each);
-  if (!st.ok()) Die(std::string(st.message()));
-  // conf || a PA-ENC-TS-ENC of now (with pausec: 44 bytes): a user key's
-  // gate releases its reply only within the servers' --cts_skew_s.
-  Bytes ts = RandomBytes(16) + std::string("\x30\x1a\xa0\x11\x18\x0f", 6) +
-             absl::FormatTime("%Y%m%d%H%M%SZ", absl::Now(), absl::UTCTimeZone()) +
-             std::string("\xa1\x05\x02\x03\x01\x86\xa0", 7);
-  const Bytes ct = ClearCtsEncrypt(key, 1, ts);
-  OPENSSL_cleanse(key.data(), key.size());
-  const int nr = aes128 ? 10 : 14;
-  auto dp = kmpc::cts::DecryptProgram(nr, 44);
-  auto ep = kmpc::cts::EncryptProgram(nr, 16 + reply);
-  if (!dp.ok() || !ep.ok()) Die("cts-bench: bad --reply_bytes");
-  std::vector<double> lat;
-  for (int k = 0; k <= iters; ++k) {  // k = 0: warm-up (program compiles)
-    pb::RunRequest req;
-    req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
-    req.set_batch_id(RandomBytes(16));
-    req.set_wire_version(kmpc::contract::kWireVersion);
-    for (int j = 0; j < 2; ++j) {
-      pb::Job* job = req.add_jobs();
-      job->set_job_id(j + 1);
-      job->set_key_id(kid);
-      job->set_cipher(aes128 ? pb::CIPHER_AES128_CTS : pb::CIPHER_AES256_CTS);
-      job->set_type(j == 0 ? pb::JOB_DECRYPT : pb::JOB_ENCRYPT);
-      job->set_usage(j == 0 ? 1 : 3);
-      job->set_length(j == 0 ? ct.size() : reply);
-      if (j == 1) job->set_release_if_ok(1);
-    }
-    std::array<pb::RunRequest, 3> reqs = DealRequests(req, {ct, RandomBytes(reply)});
-    std::array<pb::RunResponse, 3> resp;
-    const absl::Time t0 = absl::Now();
-    CheckRpcs(RunOnAll(c, reqs, &resp));
-    if (k > 0) lat.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
-    WipeRequests(reqs);
-    for (int i = 0; i < 3; ++i)
-      for (const pb::JobResult& r : resp[i].results())
-        if (r.status() != pb::JOB_OK) Die("cts-bench: a login failed: " + r.detail());
-    WipeRunShares(resp);
-  }
-  std::sort(lat.begin(), lat.end());
-  std::printf(
-      "RESULT {\"cipher\": \"%s\", \"reply_bytes\": %d, \"ands_per_login\": %zu, "
-      "\"rounds_per_login\": %d, \"latency_p50_ms\": %.3f, \"latency_p99_ms\": %.3f}\n",
-      aes128 ? "aes128-cts" : "aes256-cts", reply, dp->ands + ep->ands,
-      std::max(dp->depth, ep->depth), lat[lat.size() / 2],
-      lat[std::min(lat.size() - 1, lat.size() * 99 / 100)]);
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  SetProgramName("kmpc-mpc-client");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() != 2) Die("usage: kmpc-mpc-client [flags] COMMAND (see source header)");
   std::string cmd = rest[1];
   if (cmd == "put-key" || cmd == "delete-key" || cmd == "list-keys" ||
-      cmd == "health" || cmd == "metrics") {
+      cmd == "health" || cmd == "metrics" || cmd == "set-kind") {
     Cluster c(OpenChannels(ConfigFor("admin")));
     if (cmd == "put-key") return PutKey(c);
+    if (cmd == "set-kind") return SetKind(c);
     if (cmd == "delete-key") return DeleteKey(c);
     return AdminQuery(c, cmd);
   }
+  if (cmd == "bench" || cmd == "cts-bench") Die(cmd + " is kmpc-mpc-bench's (mpc_bench.cc)");
   Cluster c(OpenChannels(ConfigFor("kdc")));
   if (cmd == "jobs") return Jobs(c);
   if (cmd == "sign") return SignCommand(c);
   if (cmd == "fuzz") return Fuzz(c);
-  if (cmd == "bench") return Bench(c);
-  if (cmd == "cts-bench") return CtsBench(c);
   Die("unknown command " + cmd);
 }

@@ -130,7 +130,7 @@ class Engine {
   // Room of the engine's own for the next layer's n words, so that the
   // operands are written once where the engine keeps them; false: the
   // caller's buffers.
-  virtual bool Stage(size_t n, Operands* out) { return false; }
+  virtual bool Stage(size_t /*n*/, Operands* /*out*/) { return false; }
   // One AND layer over n words: z[c] = the products of x and y.
   virtual absl::Status AndLayer(std::array<const uint64_t*, 2> x,
                                 std::array<const uint64_t*, 2> y,
@@ -142,7 +142,7 @@ class Engine {
 class ClearEngine : public Engine {
  public:
   int comps() const override { return 1; }
-  uint64_t OneWord(int c) const override { return ~uint64_t{0}; }
+  uint64_t OneWord(int /*c*/) const override { return ~uint64_t{0}; }
   absl::Status AndLayer(std::array<const uint64_t*, 2> x,
                         std::array<const uint64_t*, 2> y,
                         std::array<uint64_t*, 2> z, size_t n) override;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "aes/key_expansion.h"
-#include "cts/sha1.h"
+#include "cts/sha1_clear.h"
 #include "share/replicated.h"
 
 namespace kmpc::cts {

@@ -3,13 +3,8 @@
 #include <utility>
 #include <vector>
 
-#include "share/replicated.h"
-
 namespace kmpc::cts {
 namespace {
-
-// FIPS 180-4 section 4.2.1.
-constexpr uint32_t kK[4] = {0x5A827999, 0x6ED9EBA1, 0x8F1BBCDC, 0xCA62C1D6};
 
 Word Rotl(const Word& w, int n) {
   Word r;
@@ -128,7 +123,7 @@ Sha1State Sha1Compress(Circuit& c, const Sha1State& h, const Bits& block) {
   }
   Word a = h[0], b = h[1], cw = h[2], d = h[3], e = h[4];
   for (int t = 0; t < 80; ++t) {
-    const Word next = StepSum(c, t, a, b, cw, d, e, w[t], kK[t / 20]);
+    const Word next = StepSum(c, t, a, b, cw, d, e, w[t], kSha1K[t / 20]);
     e = d;
     d = cw;
     cw = Rotl(b, 30);
@@ -173,42 +168,6 @@ Bits HmacSha1Padded(Circuit& c, const Sha1State& ipad_state,
   Bits inner;
   for (const Word& x : s) AppendBigEndian(x, inner);
   return Sha1From(c, opad_state, 64, inner);
-}
-
-void Sha1CompressClear(std::array<uint32_t, 5>& h, const uint8_t* block) {
-  uint32_t w[80];
-  for (int t = 0; t < 16; ++t) {
-    w[t] = uint32_t{block[4 * t]} << 24 | uint32_t{block[4 * t + 1]} << 16 |
-           uint32_t{block[4 * t + 2]} << 8 | block[4 * t + 3];
-  }
-  auto rotl = [](uint32_t x, int n) { return (x << n) | (x >> (32 - n)); };
-  for (int t = 16; t < 80; ++t) {
-    w[t] = rotl(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16], 1);
-  }
-  uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-  for (int t = 0; t < 80; ++t) {
-    uint32_t f;
-    if (t < 20) {
-      f = (b & c) | (~b & d);
-    } else if (t >= 40 && t < 60) {
-      f = (b & c) | (b & d) | (c & d);
-    } else {
-      f = b ^ c ^ d;
-    }
-    const uint32_t tmp = rotl(a, 5) + f + e + kK[t / 20] + w[t];
-    e = d;
-    d = c;
-    c = rotl(b, 30);
-    b = a;
-    a = tmp;
-  }
-  h[0] += a;
-  h[1] += b;
-  h[2] += c;
-  h[3] += d;
-  h[4] += e;
-  // w held the message schedule of a secret block (the HMAC key pads).
-  share::Wipe(w, sizeof w);
 }
 
 }  // namespace kmpc::cts

@@ -1,6 +1,6 @@
 // SHA-1 (FIPS 180-4 section 6.1) as a circuit with a low AND depth, HMAC
-// (RFC 2104) from dealt chaining states, and the clear compression the
-// dealer uses to compute those states.
+// (RFC 2104) from dealt chaining states (the dealer computes them with
+// the clear compression, cts/sha1_clear.h).
 //
 // Depth. Step t computes T = ROTL5(A) + S_t with S_t = f_t(B, C, D) + E +
 // K_t + W_t. S_t depends on B = the previous A and older words only, so
@@ -22,6 +22,7 @@
 
 #include "absl/types/span.h"
 #include "cts/circuit.h"
+#include "cts/sha1_clear.h"
 
 namespace kmpc::cts {
 
@@ -70,11 +71,6 @@ Bits HmacSha1Padded(Circuit& c, const Sha1State& ipad_state,
 
 // A chaining state from 20 big-endian bytes (the dealt form) and back.
 Sha1State StateFromBytes(const Bits& b);
-
-// The clear compression (dealer side): h updated by one 64-byte block.
-void Sha1CompressClear(std::array<uint32_t, 5>& h, const uint8_t* block);
-inline constexpr std::array<uint32_t, 5> kSha1Iv = {
-    0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
 
 }  // namespace kmpc::cts
 

@@ -250,6 +250,14 @@ struct KeyShares {
   static absl::StatusOr<KeyShares> Parse(absl::Span<const uint8_t> bytes);
 };
 
+// Removes from `key` the material a user's key must not hold
+// (kCtsServiceUsages: the ticket's usage 2, the PAC signature's checksum
+// usage 17), wiping it: what Admin.SetKeyKind does to a key re-marked as a
+// user's (a record dealt before key kinds holds it). Returns how many
+// materials it removed. Nothing else changes: the rest of the dealing, and
+// its deal_id, stay as they were.
+size_t DropServiceMaterial(KeyShares& key);
+
 // The dealer (admin path, tests): expands `key` (16 or 32 bytes matching
 // `cipher`), computes H = AES_K(0) and H^1..H^kStoredHPowers in the clear,
 // and splits everything into three party views with fresh randomness.

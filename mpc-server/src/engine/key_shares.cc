@@ -147,6 +147,23 @@ KeyShares::~KeyShares() {
     for (auto& v : m.share) share::Wipe(v);
 }
 
+size_t DropServiceMaterial(KeyShares& key) {
+  const auto service = [](const CtsMaterial& m) {
+    if (m.kind == CtsKind::kPrf) return false;
+    for (uint32_t s : kCtsServiceUsages)
+      if (m.usage == s) return true;
+    return false;
+  };
+  size_t dropped = 0;
+  for (CtsMaterial& m : key.cts)
+    if (service(m)) {
+      for (auto& v : m.share) share::Wipe(v);
+      ++dropped;
+    }
+  key.cts.erase(std::remove_if(key.cts.begin(), key.cts.end(), service), key.cts.end());
+  return dropped;
+}
+
 const CtsMaterial* KeyShares::FindCts(CtsKind kind, uint32_t usage) const {
   for (const CtsMaterial& m : cts)
     if (m.kind == kind && m.usage == usage) return &m;

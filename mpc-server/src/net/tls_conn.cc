@@ -10,6 +10,7 @@
 #include <openssl/x509.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,6 +74,10 @@ struct BufferedSocket {
   // the SSL_write, nothing throws through OpenSSL's C frames.
   size_t max_out = SIZE_MAX;
   bool overflow = false;
+  // UseBlockingReads: the socket is blocking; a read waits only while
+  // `wait` is set, every other socket call passes MSG_DONTWAIT.
+  bool blocking = false;
+  bool wait = false;
 
   bool Append(const void* data, size_t len) {
     if (len > max_out - (out_len - out_pos)) {
@@ -127,8 +132,15 @@ int BsRead(BIO* b, char* data, size_t len, size_t* readbytes) {
     s->in_pos = s->in_end = 0;
     ssize_t r;
     do {
-      r = read(s->fd, s->in.data(), s->in.size());
+      r = recv(s->fd, s->in.data(), s->in.size(),
+               s->blocking && s->wait ? 0 : MSG_DONTWAIT);
     } while (r < 0 && errno == EINTR);
+    // One wait per set_read_wait: OpenSSL reads a record's bytes in a
+    // loop of its own, with no deadline, so a peer trickling a record
+    // byte by byte would hold a reader that waited for every byte. The
+    // rest of the record is then read without waiting; its caller
+    // (TlsRingChannel::Pump) checks the deadline before it waits again.
+    s->wait = false;
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_read(b);
       return 0;
@@ -221,7 +233,7 @@ absl::Status TlsConn::FlushOut(bool* blocked) {
   BufferedSocket& s = *io_;
   while (s.out_pos < s.out_len) {
     ssize_t r = send(fd_, s.out.get() + s.out_pos, s.out_len - s.out_pos,
-                     MSG_NOSIGNAL);
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
     if (r > 0) {
       s.out_pos += static_cast<size_t>(r);
       continue;
@@ -237,6 +249,23 @@ absl::Status TlsConn::FlushOut(bool* blocked) {
   if (s.out_pos == s.out_len) s.out_pos = s.out_len = 0;
   return absl::OkStatus();
 }
+
+void TlsConn::UseBlockingReads(absl::Duration slice) {
+  if (io_ == nullptr || io_->blocking) return;
+  timeval tv = absl::ToTimeval(slice);
+  const int flags = fcntl(fd_, F_GETFL, 0);
+  if (flags < 0 ||
+      setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+    return;  // stays non-blocking: reads never wait, as before
+  if (fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) != 0) return;
+  io_->blocking = true;
+}
+
+void TlsConn::set_read_wait(bool on) {
+  if (io_ != nullptr) io_->wait = on;
+}
+
+bool TlsConn::blocking_reads() const { return io_ != nullptr && io_->blocking; }
 
 size_t TlsConn::out_buffered() const {
   return io_ == nullptr ? 0 : io_->out_len - io_->out_pos;

@@ -134,6 +134,21 @@ class TlsConn {
   bool out_overflowed() const;
   // Input read from the socket that OpenSSL has not consumed yet.
   bool in_buffered() const;
+  // After UseBufferedIo, for a connection this end only reads: the socket
+  // turns blocking for reads that set_read_wait allows, each waiting up to
+  // `slice` (SO_RCVTIMEO); every other read and every write stays
+  // non-blocking (MSG_DONTWAIT). A receive that must wait then costs one
+  // recv() that sleeps in the kernel instead of a read() that finds
+  // nothing, a poll() and a second read(): at a ring round's size the
+  // syscalls are much of its cost (docs/bench-log.md).
+  void UseBlockingReads(absl::Duration slice);
+  // Whether the next socket read OpenSSL makes may wait (up to the slice;
+  // then it fails as EAGAIN would); it clears the permission, so a record
+  // trickled in byte by byte cannot hold one SSL_read for more than one
+  // slice. A no-op without UseBlockingReads.
+  void set_read_wait(bool on);
+  // Whether UseBlockingReads took effect.
+  bool blocking_reads() const;
 
  private:
   TlsConn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}

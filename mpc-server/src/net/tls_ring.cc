@@ -236,6 +236,48 @@ void TlsRingChannel::BeginBatch(uint32_t seq, absl::Time deadline) {
   recv_step_ = 0;
 }
 
+absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
+                                      bool reading, bool spin,
+                                      absl::Time deadline) {
+  pollfd fds[2];
+  int nfds = 0;
+  if (out_blocked) fds[nfds++] = {out_->fd(), POLLOUT, 0};
+  if (want_in) fds[nfds++] = {in_->fd(), POLLIN, 0};
+  int rc = 0;
+  if (spin && ring_->options_.spin_us > 0) {
+    // Small messages of a latency-bound batch arrive within tens of
+    // microseconds; polling briefly saves a sleep/wake-up per round.
+    spins_.fetch_add(1, std::memory_order_relaxed);
+    const absl::Time spin_end =
+        absl::Now() + absl::Microseconds(ring_->options_.spin_us);
+    while ((rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {
+      sched_yield();  // let a co-located party run (3 parties, 2 cores)
+    }
+  }
+  // In slices, so that a shutting-down server (TlsRing::Abort) does not
+  // wait out the timeout.
+  while (rc == 0) {
+    if (ring_->aborting())
+      return Fail(ShuttingDown());
+    const int left = RemainingMs(deadline);
+    rc = poll(fds, nfds, std::min(left, kAbortSliceMs));
+    if (rc != 0 || left <= kAbortSliceMs) break;
+  }
+  if (rc == 0) {
+    return Fail(absl::UnavailableError(absl::StrCat(
+        "ring: party ", reading ? Next(party_) : Prev(party_),
+        " did not respond ",
+        deadline == batch_deadline_
+            ? std::string("before the batch's deadline")
+            : absl::StrCat("within ", absl::FormatDuration(
+                                          ring_->options_.recv_timeout)))));
+  }
+  if (rc < 0 && errno != EINTR)
+    return Fail(absl::UnavailableError(
+        absl::StrCat("ring: poll: ", strerror(errno))));
+  return absl::OkStatus();
+}
+
 absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
                                   bool wait, bool spin) {
   // A read returns as soon as its bytes are in, even with output still
@@ -252,12 +294,22 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
         return Fail(absl::UnavailableError(absl::StrCat(
             "ring: lost connection to party ", Prev(party_))));
     }
-    bool want_in = false;
+    bool want_in = false, read_waits = false;
     while (n > 0) {
       if (in_ == nullptr)
         return Fail(absl::UnavailableError(absl::StrCat(
             "ring: no connection from party ", Next(party_))));
+      // With no output left to write and no spin asked for, the read itself
+      // sleeps until bytes come (one slice at most: UseBlockingReads),
+      // saving a read() that finds nothing and a poll() per round. Decided
+      // before every SSL_read: a next party sending one small record per
+      // slice must not hold the receive past its deadline or Abort(). Near
+      // the deadline, while aborting, or with output to drain, poll.
+      read_waits = !spin && (out_ == nullptr || out_->out_buffered() == 0) &&
+                   !ring_->aborting() && RemainingMs(deadline) > kAbortSliceMs;
+      in_->set_read_wait(read_waits);
       int rc = SSL_read(in_->ssl(), p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+      in_->set_read_wait(false);
       if (rc > 0) {
         p += rc;
         n -= rc;
@@ -276,42 +328,11 @@ absl::Status TlsRingChannel::Pump(uint8_t* p, size_t n, absl::Time deadline,
     // An opportunistic flush (SendToPrev) leaves what the kernel does not
     // take now for the next receive or Flush.
     if (!reading && !wait) return absl::OkStatus();
-    pollfd fds[2];
-    int nfds = 0;
-    if (out_blocked) fds[nfds++] = {out_->fd(), POLLOUT, 0};
-    if (want_in) fds[nfds++] = {in_->fd(), POLLIN, 0};
-    int rc = 0;
-    if (spin && ring_->options_.spin_us > 0) {
-      // Small messages of a latency-bound batch arrive within tens of
-      // microseconds; polling briefly saves a sleep/wake-up per round.
-      spins_.fetch_add(1, std::memory_order_relaxed);
-      const absl::Time spin_end =
-          absl::Now() + absl::Microseconds(ring_->options_.spin_us);
-      while ((rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {
-        sched_yield();  // let a co-located party run (3 parties, 2 cores)
-      }
-    }
-    // In slices, so that a shutting-down server (TlsRing::Abort) does not
-    // wait out the timeout.
-    while (rc == 0) {
-      if (ring_->aborting())
-        return Fail(ShuttingDown());
-      const int left = RemainingMs(deadline);
-      rc = poll(fds, nfds, std::min(left, kAbortSliceMs));
-      if (rc != 0 || left <= kAbortSliceMs) break;
-    }
-    if (rc == 0) {
-      return Fail(absl::UnavailableError(absl::StrCat(
-          "ring: party ", n > 0 ? Next(party_) : Prev(party_),
-          " did not respond ",
-          deadline == batch_deadline_
-              ? std::string("before the batch's deadline")
-              : absl::StrCat("within ", absl::FormatDuration(
-                                            ring_->options_.recv_timeout)))));
-    }
-    if (rc < 0 && errno != EINTR)
-      return Fail(absl::UnavailableError(
-          absl::StrCat("ring: poll: ", strerror(errno))));
+    // A waiting read that ran out its slice: decide again (abort, deadline).
+    if (read_waits && in_ != nullptr && in_->blocking_reads()) continue;
+    if (absl::Status st = PollWait(out_blocked, want_in, reading, spin, deadline);
+        !st.ok())
+      return st;
   }
 }
 
@@ -671,6 +692,8 @@ void TlsRing::HandleAccepted(int fd, const std::string& source) {
   KMPC_VLOG(1) << "ring: party " << next << " connected (worker "
           << int{hello[5]} << ")";
   (*conn)->UseBufferedIo(options_.max_queued_bytes);
+  if (options_.wait_in_read)
+    (*conn)->UseBlockingReads(absl::Milliseconds(kAbortSliceMs));
   channels_[hello[5]]->OfferIncoming(std::move(*conn));
 }
 

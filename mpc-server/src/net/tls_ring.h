@@ -10,7 +10,8 @@
 // the kernel takes; while a receive waits, buffered output keeps flowing;
 // Flush() (end of batch) drains the rest. No party ever blocks in a send
 // while it should be reading, so three parties sending large messages at
-// once cannot deadlock.
+// once cannot deadlock. A receive with no output left to write sleeps in
+// the socket read itself (wait_in_read), one syscall per wait.
 //
 // Failure model: any I/O error, timeout or malformed frame drops both of the
 // channel's connections (so the neighbours fail fast too) and returns
@@ -101,6 +102,10 @@ struct TlsRingOptions {
   // latency-bound, as the scheduler decides).
   int spin_us = 0;
   size_t spin_max_bytes = 3072;
+  // A receive with no output to drain waits in the socket read itself
+  // (TlsConn::UseBlockingReads) rather than in poll(); false: poll, as a
+  // control for benchmarks.
+  bool wait_in_read = true;
   // Every rejected connection is counted (TlsRing::rejected, on_reject);
   // it is logged (WARNING) at most once per reason per reject_log_interval,
   // that line giving how many were not logged since the previous one. A
@@ -184,6 +189,11 @@ class TlsRingChannel final : public RingChannel {
   // what the kernel takes now (!wait). spin: busy-poll before sleeping.
   absl::Status Pump(uint8_t* p, size_t n, absl::Time deadline, bool wait = true,
                     bool spin = false);
+  // Pump's wait in poll() for the fds it needs (output room, input),
+  // spinning first if asked; OK when one is ready or on EINTR, a failure
+  // (channel dropped) at the deadline or on Abort().
+  absl::Status PollWait(bool out_blocked, bool want_in, bool reading,
+                        bool spin, absl::Time deadline);
   absl::Status Fail(absl::Status st);
   void AdoptIncoming();
   void DropOut();

@@ -186,6 +186,7 @@ std::unique_ptr<grpc::Service> WipingAdmin(pb::Admin::Service* svc) {
   w->AddUnary("/kmpc.v1.Admin/RefreshKeys", static_cast<S*>(svc), &S::RefreshKeys);
   w->AddUnary("/kmpc.v1.Admin/DeleteKeys", static_cast<S*>(svc), &S::DeleteKeys);
   w->AddUnary("/kmpc.v1.Admin/ResetBreaker", static_cast<S*>(svc), &S::ResetBreaker);
+  w->AddUnary("/kmpc.v1.Admin/SetKeyKind", static_cast<S*>(svc), &S::SetKeyKind);
   w->RequireEveryMethodOf("kmpc.v1.Admin");
   return w;
 }

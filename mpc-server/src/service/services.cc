@@ -20,6 +20,7 @@
 #include "engine/refresh.h"
 #include "protocol/gf128.h"
 #include "service/wipe_interceptor.h"
+#include "share/replicated.h"
 #include "util/log.h"
 
 namespace kmpc::service {
@@ -793,6 +794,7 @@ grpc::Status AdminService::ListKeys(grpc::ServerContext* ctx,
     k->set_kvno(m.kvno);
     k->set_label(m.label);
     k->set_kind(static_cast<pb::KeyKind>(m.kind));
+    k->set_kind_unrecorded(m.kind_unrecorded);
   }
   return grpc::Status::OK;
 }
@@ -1061,6 +1063,74 @@ grpc::Status AdminService::DeleteKeys(grpc::ServerContext* ctx,
   grpc::Status st = DoDeleteKeys(*req, resp);
   if (!st.ok()) resp->Clear();
   return st;
+}
+
+// A record's edit for SetKeyKind: what it was goes to *resp; to a user's
+// kind its kCtsServiceUsages material goes (DropServiceMaterial), and a
+// password-derived aes*-cts key loses its gate only on the admin's
+// explicit word (an aes*-ctr-mpc key has no gate to lose).
+static absl::StatusOr<bool> EditKind(store::KeyRecord& rec, KeyKind want, bool allow_ungate,
+                                     pb::SetKeyKindResponse* resp) {
+  resp->set_previous_kind(static_cast<pb::KeyKind>(rec.meta.kind));
+  resp->set_was_unrecorded(rec.meta.kind_unrecorded);
+  if (want == KeyKind::kService && engine::PasswordDerived(rec.meta.kind) &&
+      engine::IsCts(rec.meta.cipher) && !allow_ungate)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key ", store::KeyIdHex(rec.meta.key_id), " is a password-derived key",
+        rec.meta.kind_unrecorded ? " (stored before key kinds, loaded as a user's)" : "",
+        ": making it a service's drops the gate on its AS reply, so that whoever "
+        "asks the KDC gets an offline password verifier; only with allow_ungate"));
+  auto ks = engine::KeyShares::Parse(rec.shares.span());
+  if (!ks.ok())
+    return absl::DataLossError(absl::StrCat("stored shares of key ",
+                                            store::KeyIdHex(rec.meta.key_id),
+                                            " do not parse: ", ks.status().message()));
+  size_t dropped = 0;
+  if (!engine::DealsServiceUsages(want)) dropped = engine::DropServiceMaterial(*ks);
+  resp->set_dropped_materials(static_cast<uint32_t>(dropped));
+  resp->set_holds_ticket_material(ks->FindCts(engine::CtsKind::kUsage, 2) != nullptr);
+  if (dropped == 0 && rec.meta.kind == want && !rec.meta.kind_unrecorded) return false;
+  if (dropped > 0) {
+    std::vector<uint8_t> bytes = ks->Serialize();
+    rec.shares = store::SecretBytes(bytes);
+    share::Wipe(bytes);
+  }
+  rec.meta.kind = want;
+  return true;
+}
+
+absl::Status AdminService::DoSetKeyKind(const pb::SetKeyKindRequest& req,
+                                        pb::SetKeyKindResponse* resp) {
+  auto id = store::KeyIdFromBytes(absl::MakeConstSpan(
+      reinterpret_cast<const uint8_t*>(req.key_id().data()), req.key_id().size()));
+  if (!id.ok()) return id.status();
+  if (req.kind() < 0 || req.kind() >= kKeyKinds)
+    return absl::InvalidArgumentError(absl::StrCat("unknown key kind ", req.kind()));
+  const KeyKind want = static_cast<KeyKind>(req.kind());
+  absl::StatusOr<bool> changed = store_->Edit(*id, [&](store::KeyRecord& rec) {
+    return EditKind(rec, want, req.allow_ungate(), resp);
+  });
+  // Before the answer: no Run after it may use the old view.
+  keys_->Invalidate(req.key_id());
+  if (!changed.ok()) return changed.status();
+  resp->set_changed(*changed);
+  // Public metadata only (the kinds and counts), as PutKey's log line.
+  KMPC_LOG(WARNING) << "Admin.SetKeyKind: key " << store::KeyIdHex(*id) << " kind "
+                    << resp->previous_kind() << (resp->was_unrecorded() ? " (unrecorded)" : "")
+                    << " -> " << req.kind()
+                    << (*changed ? "" : ", unchanged") << ", "
+                    << resp->dropped_materials() << " ticket/PAC materials removed";
+  return absl::OkStatus();
+}
+
+grpc::Status AdminService::SetKeyKind(grpc::ServerContext* ctx,
+                                      const pb::SetKeyKindRequest* req,
+                                      pb::SetKeyKindResponse* resp) {
+  if (absl::Status st = Authorize(ctx, options_.admin_clients, "Admin"); !st.ok())
+    return ToGrpcStatus(st);
+  absl::Status st = DoSetKeyKind(*req, resp);
+  if (!st.ok()) resp->Clear();
+  return ToGrpcStatus(st);
 }
 
 grpc::Status AdminService::Metrics(grpc::ServerContext* ctx,

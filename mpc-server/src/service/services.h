@@ -198,6 +198,10 @@ class AdminService final : public kmpc::v1::Admin::Service {
   grpc::Status ResetBreaker(grpc::ServerContext* ctx,
                             const kmpc::v1::ResetBreakerRequest* req,
                             kmpc::v1::ResetBreakerResponse* resp) override;
+  // Re-marks a stored key's kind (kmpc.proto SetKeyKindRequest).
+  grpc::Status SetKeyKind(grpc::ServerContext* ctx,
+                          const kmpc::v1::SetKeyKindRequest* req,
+                          kmpc::v1::SetKeyKindResponse* resp) override;
 
   // Without authorization (tests). RefreshKeys: the pairs run on the ring
   // (Scheduler::SubmitRefresh, engine/refresh.h); the new shares of every
@@ -208,6 +212,10 @@ class AdminService final : public kmpc::v1::Admin::Service {
   grpc::Status DoDeleteKeys(const kmpc::v1::DeleteKeysRequest& req,
                             kmpc::v1::DeleteKeysResponse* resp);
   grpc::Status DoResetBreaker(kmpc::v1::ResetBreakerResponse* resp);
+  // SetKeyKind's work: the record is edited in one store transaction
+  // (ShareStore::Edit) and the key cache forgets the old view.
+  absl::Status DoSetKeyKind(const kmpc::v1::SetKeyKindRequest& req,
+                            kmpc::v1::SetKeyKindResponse* resp);
 
  private:
   absl::Status DoPutKey(const kmpc::v1::PutKeyRequest& req);

@@ -147,6 +147,7 @@ absl::StatusOr<KeyRecord> DecodeRecord(const KeyId& id,
     if (k >= kKeyKinds) return corrupt("kind");
     rec.meta.kind = static_cast<KeyKind>(k);
   }
+  rec.meta.kind_unrecorded = v1;
   rec.meta.kvno = u32();
   size_t label_len = v[pos] | (size_t{v[pos + 1]} << 8);
   pos += 2;
@@ -460,6 +461,21 @@ void ShareStore::close_env_for_test() {
   env_->Close();
 }
 
+absl::Status ShareStore::put_raw_for_test(const KeyId& id, absl::Span<const uint8_t> value) {
+  std::unique_lock lock(env_->mu);
+  auto begun = env_->BeginWrite();
+  if (!begun.ok()) return begun.status();
+  MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
+  MDB_val v{value.size(), const_cast<uint8_t*>(value.data())};
+  int rc = mdb_put(*begun, env_->dbi, &k, &v, 0);
+  if (rc != 0) {
+    mdb_txn_abort(*begun);
+    return LmdbError("put", rc);
+  }
+  if ((rc = mdb_txn_commit(*begun)) != 0) return LmdbError("commit", rc);
+  return absl::OkStatus();
+}
+
 absl::Status ShareStore::Put(const KeyMeta& meta,
                              absl::Span<const uint8_t> shares, bool replace) {
   if (absl::Status st = CheckRecord(meta, shares); !st.ok()) return st;
@@ -623,6 +639,55 @@ absl::Status ShareStore::DeleteAll(absl::Span<const KeyId> ids,
   if (deleted == 0) return absl::OkStatus();
   return FinishChange(lock, absl::OkStatus(), true,
                       absl::StrCat(deleted, " keys were deleted"));
+}
+
+absl::StatusOr<bool> ShareStore::Edit(const KeyId& id, const RecordEdit& edit) {
+  std::unique_lock lock(env_->mu);
+  auto begun = env_->BeginWrite();
+  if (!begun.ok()) return begun.status();
+  MDB_txn* txn = *begun;
+  MDB_val v;
+  int rc = env_->GetRaw(txn, id, &v);
+  if (rc == MDB_NOTFOUND || (rc == 0 && IsTombstone(v))) {
+    mdb_txn_abort(txn);
+    return absl::NotFoundError(absl::StrCat("unknown key id ", KeyIdHex(id)));
+  }
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return LmdbError("get", rc);
+  }
+  auto rec = DecodeRecord(
+      id, absl::MakeConstSpan(static_cast<const uint8_t*>(v.mv_data), v.mv_size));
+  if (!rec.ok()) {
+    mdb_txn_abort(txn);
+    return rec.status();
+  }
+  const KeyMeta before = rec->meta;
+  absl::StatusOr<bool> changed = edit(*rec);
+  absl::Status st = changed.ok() ? CheckRecord(rec->meta, rec->shares.span())
+                                 : changed.status();
+  if (st.ok() && (rec->meta.key_id != id || rec->meta.cipher != before.cipher ||
+                  rec->meta.kvno != before.kvno || rec->meta.label != before.label))
+    st = absl::InternalError("a record edit may change only the kind and the shares");
+  if (!st.ok() || !*changed) {
+    mdb_txn_abort(txn);
+    if (!st.ok()) return st;
+    return false;
+  }
+  std::vector<uint8_t> value = EncodeRecord(rec->meta, rec->shares.span());
+  MDB_val k{kKeyIdSize, const_cast<uint8_t*>(id.data())};
+  MDB_val nv{value.size(), value.data()};
+  rc = mdb_put(txn, env_->dbi, &k, &nv, 0);
+  OPENSSL_cleanse(value.data(), value.size());
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return LmdbError("put", rc);
+  }
+  if ((rc = mdb_txn_commit(txn)) != 0) return LmdbError("commit", rc);
+  st = FinishChange(lock, absl::OkStatus(), true,
+                    absl::StrCat("key ", KeyIdHex(id), " was rewritten"));
+  if (!st.ok()) return st;
+  return true;
 }
 
 absl::StatusOr<bool> ShareStore::Taken(const KeyId& id) const {

@@ -42,6 +42,10 @@ struct KeyMeta {
   uint32_t kvno = 0;
   std::string label;
   KeyKind kind = KeyKind::kUser;
+  // Decoded from a record stored before key kinds ("KMS1"): `kind` is the
+  // default it loads as, not a recorded one. Never written: EncodeRecord
+  // writes the current format.
+  bool kind_unrecorded = false;
 };
 
 // Serialized shares; wiped on destruction.
@@ -88,6 +92,17 @@ class ShareStore {
   absl::Status Delete(const KeyId& id);
   absl::StatusOr<std::vector<KeyMeta>> List() const;
 
+  // Rewrites the stored record of `id` in the current format, in one
+  // write transaction: `edit` gets the decoded record and may change its
+  // kind and its shares (never its id, cipher, kvno or label), returning
+  // whether it changed anything. A changed record replaces the old one even
+  // with immutable ids (the new record is this server's own record edited,
+  // not shares from outside) and the old one is scrubbed from the file
+  // before this returns. NOT_FOUND for an unknown or deleted id; edit's
+  // error aborts the transaction. Returns whether the record changed.
+  using RecordEdit = std::function<absl::StatusOr<bool>(KeyRecord&)>;
+  absl::StatusOr<bool> Edit(const KeyId& id, const RecordEdit& edit);
+
   // Many new records in one transaction (share refresh): all are stored or
   // none. Never replaces: an id stored or deleted before fails the whole
   // call (ALREADY_EXISTS, or FAILED_PRECONDITION with immutable ids).
@@ -122,6 +137,9 @@ class ShareStore {
   // reopen after a compaction.
   void set_before_zero_hook_for_test(std::function<void()> f);
   void close_env_for_test();
+  // Tests: stores `value` under `id` as it is (a record of an older
+  // format, a corrupt one), replacing whatever is there.
+  absl::Status put_raw_for_test(const KeyId& id, absl::Span<const uint8_t> value);
 
  private:
   struct Env;

@@ -149,6 +149,37 @@ TEST(KeySharesTest, ParseNeverAcceptsJunk) {
   }
 }
 
+// What Admin.SetKeyKind takes from a key re-marked as a user's: the
+// ticket (usage 2) and PAC signature (checksum usage 17) material, the
+// rest of the dealing as it was; a user's key dealt as such has none.
+TEST(KeySharesTest, DropServiceMaterialLeavesTheRestOfTheDealing) {
+  const Bytes key = Random(32);
+  auto all = DealKey(Cipher::kAes256Cts, key, KeyKind::kService);
+  auto user = DealKey(Cipher::kAes256Cts, key, KeyKind::kUser);
+  ASSERT_TRUE(all.ok() && user.ok());
+  for (int i = 0; i < 3; ++i) {
+    KeyShares& ks = (*all)[i];
+    const auto deal_id = ks.deal_id;
+    const size_t before = ks.cts.size();
+    const Bytes usage1 = ks.FindCts(CtsKind::kUsage, 1)->share[0];
+    EXPECT_EQ(DropServiceMaterial(ks), 2u);
+    EXPECT_EQ(ks.cts.size(), before - 2);
+    EXPECT_EQ(ks.FindCts(CtsKind::kUsage, 2), nullptr);
+    EXPECT_EQ(ks.FindCts(CtsKind::kChecksum, 17), nullptr);
+    ASSERT_NE(ks.FindCts(CtsKind::kUsage, 3), nullptr);
+    ASSERT_NE(ks.FindCts(CtsKind::kChecksum, 56), nullptr);
+    ASSERT_NE(ks.FindCts(CtsKind::kPrf, 0), nullptr);
+    EXPECT_EQ(ks.FindCts(CtsKind::kUsage, 1)->share[0], usage1);
+    EXPECT_EQ(ks.deal_id, deal_id);
+    EXPECT_TRUE(ks.Validate().ok());
+    auto back = KeyShares::Parse(ks.Serialize());
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->cts.size(), ks.cts.size());
+    EXPECT_EQ(DropServiceMaterial(ks), 0u);
+    EXPECT_EQ(DropServiceMaterial((*user)[i]), 0u);
+  }
+}
+
 TEST(KeySharesTest, SerializeParseStrict) {
   auto v = DealKey(Cipher::kAes256, Random(32));
   ASSERT_TRUE(v.ok());

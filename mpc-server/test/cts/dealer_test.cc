@@ -9,7 +9,7 @@
 #include <string>
 
 #include "aes/key_expansion.h"
-#include "cts/sha1.h"
+#include "cts/sha1_clear.h"
 #include "cts_testing.h"
 
 namespace kmpc::cts {

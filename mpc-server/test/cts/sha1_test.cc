@@ -55,22 +55,6 @@ TEST(Sha1, Fips180Examples) {
   EXPECT_EQ(ToHex(ClearDigest(Bytes{})), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
 }
 
-// The dealer's clear compression, against OpenSSL through the padding.
-TEST(Sha1, ClearCompressionMatchesOpenssl) {
-  for (size_t n : {0, 55, 56, 64, 119, 200}) {
-    const Bytes m = Random(n);
-    Bytes padded = m;
-    padded.push_back(0x80);
-    while (padded.size() % 64 != 56) padded.push_back(0);
-    for (int k = 7; k >= 0; --k) padded.push_back(static_cast<uint8_t>((8 * n) >> (8 * k)));
-    std::array<uint32_t, 5> h = kSha1Iv;
-    for (size_t off = 0; off < padded.size(); off += 64) Sha1CompressClear(h, &padded[off]);
-    Bytes want(20);
-    SHA1(m.data(), m.size(), want.data());
-    EXPECT_EQ(StateBytes(h), want) << n;
-  }
-}
-
 // Many lanes, one length each round, random messages vs OpenSSL.
 TEST(Sha1, CircuitMatchesOpensslAcrossLanes) {
   for (size_t n : {1, 55, 56, 64, 100, 128}) {

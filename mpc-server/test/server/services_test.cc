@@ -243,6 +243,10 @@ struct Party {
   std::unique_ptr<KeyOpsService> keyops;
 };
 
+std::string ClearCts(const absl::StatusOr<cts::Program>& p, const std::string& key,
+                     uint32_t usage, const std::string& in);
+std::string FreshTimestamp();
+
 class ServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -331,6 +335,73 @@ class ServiceTest : public ::testing::Test {
       EXPECT_TRUE(parties_[i].store->Put(meta, ser, false).ok());
     }
     return id;
+  }
+
+  // An aes*-cts key as servers stored it before key kinds: every usage's
+  // material dealt (the ticket's 2 and the PAC signature's 17 too) and a
+  // "KMS1" record without a kind, which loads as a user's key.
+  std::string PutOldFormatCtsKey(const std::string& key) {
+    auto views = engine::DealKey(
+        engine::Cipher::kAes256Cts,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
+        KeyKind::kService);
+    EXPECT_TRUE(views.ok());
+    std::string id = Rand(32);
+    ciphers_[id] = engine::ToProto(engine::Cipher::kAes256Cts);
+    for (int i = 0; i < 3; ++i) {
+      store::KeyMeta meta;
+      std::memcpy(meta.key_id.data(), id.data(), 32);
+      meta.cipher = engine::Cipher::kAes256Cts;
+      meta.label = "olduser@R";
+      std::vector<uint8_t> v = store::EncodeRecord(meta, (*views)[i].Serialize());
+      v[3] = '1';
+      v.erase(v.begin() + 5);  // the kind byte
+      EXPECT_TRUE(parties_[i].store->put_raw_for_test(meta.key_id, v).ok());
+    }
+    return id;
+  }
+
+  // Admin.SetKeyKind on party i's server (without gRPC's authorization,
+  // which the integration tests cover).
+  absl::StatusOr<v1::SetKeyKindResponse> SetKind(int i, const std::string& id, v1::KeyKind k,
+                                                 bool allow_ungate = false) {
+    ServiceOptions svc;
+    svc.party = i;
+    AdminService admin(svc, parties_[i].store.get(), parties_[i].keys.get(),
+                       parties_[i].scheduler.get(), &parties_[i].metrics);
+    v1::SetKeyKindRequest req;
+    req.set_key_id(id);
+    req.set_kind(k);
+    req.set_allow_ungate(allow_ungate);
+    v1::SetKeyKindResponse resp;
+    absl::Status st = admin.DoSetKeyKind(req, &resp);
+    if (!st.ok()) return st;
+    return resp;
+  }
+
+  // A login under `id` and a ticket to it: the PA-ENC-TIMESTAMP's DECRYPT
+  // (usage 1), the AS reply released on it (usage 3), and an ungated
+  // ENCRYPT under the ticket usage (2): an offline verifier of the
+  // password for whoever gets it.
+  void LoginAndTicket(const std::string& id, const std::string& key,
+                      const v1::JobStatus (&want)[3]) {
+    const std::string ct =
+        ClearCts(cts::EncryptProgram(14, 44), key, 1, FreshTimestamp());
+    v1::RunRequest req;
+    req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
+    req.set_batch_id(Rand(16));
+    auto* d = AddJob(&req, 1, id, v1::JOB_DECRYPT);
+    d->set_usage(1);
+    d->set_data(ct);
+    auto* e = AddJob(&req, 2, id, v1::JOB_ENCRYPT);
+    e->set_usage(3);
+    e->set_data(Rand(120));
+    e->set_release_if_ok(1);
+    auto* t = AddJob(&req, 3, id, v1::JOB_ENCRYPT);
+    t->set_usage(2);
+    t->set_data(Rand(200));
+    std::array<v1::RunResponse, 3> resp;
+    ASSERT_NO_FATAL_FAILURE(RunExpecting(req, want, &resp));
   }
 
   // Runs req on the three servers, each of which must accept the batch,
@@ -508,6 +579,74 @@ TEST_F(ServiceTest, CtsJobsDecryptEncryptAndGate) {
   }
   EXPECT_NE(parties_[0].metrics.Render().find("kmpc_cts_program_cache_total{"),
             std::string::npos);
+}
+
+// A key stored before key kinds loads as a user's but keeps its ticket
+// material: a ticket to it (usage 2) is computed, an offline verifier of
+// the password for whoever asks the KDC for one. Before Admin.SetKeyKind
+// nothing could take that material away short of a new key (the stores
+// refuse to replace a record: ShareStore.EditRewritesAnOldFormatRecord...).
+// Re-marked a user's on the three servers, the key still logs in, and the
+// ticket is refused; again changes nothing; making it a service's (no
+// gate on its AS reply) needs allow_ungate.
+TEST_F(ServiceTest, SetKeyKindUserTakesAnOldKeysTicketMaterial) {
+  const std::string key = Rand(32);
+  const std::string id = PutOldFormatCtsKey(key);
+  ASSERT_NO_FATAL_FAILURE(LoginAndTicket(id, key, {v1::JOB_OK, v1::JOB_OK, v1::JOB_OK}));
+  for (int i = 0; i < 3; ++i) {
+    auto r = SetKind(i, id, v1::KEY_KIND_USER);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->was_unrecorded());
+    EXPECT_EQ(r->previous_kind(), v1::KEY_KIND_USER);
+    EXPECT_EQ(r->dropped_materials(), 2u);  // usage 2, checksum usage 17
+    EXPECT_TRUE(r->changed());
+    EXPECT_FALSE(r->holds_ticket_material());
+    auto list = parties_[i].store->List();
+    ASSERT_TRUE(list.ok());
+    EXPECT_FALSE((*list)[0].kind_unrecorded);
+  }
+  ASSERT_NO_FATAL_FAILURE(
+      LoginAndTicket(id, key, {v1::JOB_OK, v1::JOB_OK, v1::JOB_UNKNOWN_USAGE}));
+  for (int i = 0; i < 3; ++i) {
+    auto again = SetKind(i, id, v1::KEY_KIND_USER);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_FALSE(again->changed());
+    EXPECT_FALSE(again->was_unrecorded());
+    EXPECT_EQ(again->dropped_materials(), 0u);
+  }
+  auto ungate = SetKind(0, id, v1::KEY_KIND_SERVICE);
+  EXPECT_EQ(ungate.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(parties_[0].store->Get(*store::KeyIdFromBytes(absl::MakeConstSpan(
+                reinterpret_cast<const uint8_t*>(id.data()), id.size())))->meta.kind,
+            KeyKind::kUser);
+  EXPECT_EQ(SetKind(0, Rand(32), v1::KEY_KIND_USER).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(SetKind(0, id, static_cast<v1::KeyKind>(7)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The servers do not re-mark a key together: each does on its own Admin
+// call. A key re-marked on some servers only fails its jobs on all three
+// alike (the kind and the material held are in the key view they
+// compare), so no server computes what another refuses; re-marking the
+// rest repairs it. Likewise a service's kind on one server only.
+TEST_F(ServiceTest, SetKeyKindOnSomeServersFailsTheKeysJobsUntilAll) {
+  const std::string key = Rand(32);
+  const std::string id = PutOldFormatCtsKey(key);
+  ASSERT_TRUE(SetKind(1, id, v1::KEY_KIND_USER).ok());
+  constexpr v1::JobStatus kBad = v1::JOB_KEY_INCONSISTENT;
+  ASSERT_NO_FATAL_FAILURE(LoginAndTicket(id, key, {kBad, kBad, kBad}));
+  for (int i : {0, 2}) ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_USER).ok());
+  ASSERT_NO_FATAL_FAILURE(
+      LoginAndTicket(id, key, {v1::JOB_OK, v1::JOB_OK, v1::JOB_UNKNOWN_USAGE}));
+  ASSERT_TRUE(SetKind(2, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true).ok());
+  ASSERT_NO_FATAL_FAILURE(LoginAndTicket(id, key, {kBad, kBad, kBad}));
+  for (int i : {0, 1})
+    ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true).ok());
+  // A service's key: its reply needs no gate, and no ticket material came
+  // back (the dealt key alone could give it).
+  ASSERT_NO_FATAL_FAILURE(
+      LoginAndTicket(id, key, {v1::JOB_OK, v1::JOB_OK, v1::JOB_UNKNOWN_USAGE}));
 }
 
 // The PA-REQ-ENC-PA-REP splice through KeyOps.Run (kmpc.proto

@@ -146,6 +146,90 @@ int PiecesInFile(const std::string& path, const std::vector<uint8_t>& secret) {
   return found;
 }
 
+// A record of the format before key kinds ("KMS1": no kind byte), as the
+// servers of that time wrote it.
+std::vector<uint8_t> OldFormatRecord(const KeyMeta& meta, const std::vector<uint8_t>& shares) {
+  std::vector<uint8_t> v = EncodeRecord(meta, shares);
+  v[3] = '1';
+  v.erase(v.begin() + 5);  // the kind byte
+  return v;
+}
+
+// Re-marking a stored key's kind (Admin.SetKeyKind): with immutable ids,
+// the servers' default, Put cannot replace a record, so a key stored
+// before key kinds could not be given one (nor lose material) short of a
+// new key; Edit rewrites it in the current format and scrubs the old
+// record from the file.
+TEST(ShareStoreTest, EditRewritesAnOldFormatRecordUnderImmutableIds) {
+  auto store = ShareStore::Open(TempDir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  (*store)->set_immutable_ids(true);
+  const std::vector<uint8_t> shares = RandomBytes(3000, 11);
+  KeyMeta meta{Id(4), Cipher::kAes256Cts, 2, "carol@R"};
+  ASSERT_TRUE((*store)->put_raw_for_test(Id(4), OldFormatRecord(meta, shares)).ok());
+  auto old = (*store)->Get(Id(4));
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_TRUE(old->meta.kind_unrecorded);
+  EXPECT_EQ(old->meta.kind, KeyKind::kUser);
+  EXPECT_TRUE((*(*store)->List())[0].kind_unrecorded);
+  // The only way before Edit: refused.
+  meta.kind = KeyKind::kUser;
+  EXPECT_EQ((*store)->Put(meta, shares, true).code(), absl::StatusCode::kFailedPrecondition);
+
+  const std::vector<uint8_t> smaller(shares.begin(), shares.begin() + 1000);
+  auto changed = (*store)->Edit(Id(4), [&](KeyRecord& rec) -> absl::StatusOr<bool> {
+    EXPECT_TRUE(rec.meta.kind_unrecorded);
+    rec.meta.kind = KeyKind::kUser;
+    rec.shares = SecretBytes(smaller);
+    return true;
+  });
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  auto now = (*store)->Get(Id(4));
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_FALSE(now->meta.kind_unrecorded);
+  EXPECT_EQ(now->meta.kind, KeyKind::kUser);
+  EXPECT_EQ(now->meta.label, "carol@R");
+  EXPECT_EQ(now->meta.kvno, 2u);
+  EXPECT_EQ(std::vector<uint8_t>(now->shares.span().begin(), now->shares.span().end()),
+            smaller);
+  // What the edit removed is gone from the file (scrubbed), what it kept
+  // is there.
+  const std::vector<uint8_t> removed(shares.begin() + 1000, shares.end());
+  EXPECT_EQ(PiecesInFile((*store)->data_file(), removed), 0);
+  EXPECT_GT(PiecesInFile((*store)->data_file(), smaller), 0);
+}
+
+TEST(ShareStoreTest, EditOfNothingChangesNothingAndErrorsAbort) {
+  auto store = ShareStore::Open(TempDir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  (*store)->set_immutable_ids(true);
+  const std::vector<uint8_t> shares(64, 9);
+  KeyMeta meta{Id(5), Cipher::kAes128Cts, 1, "dave@R"};
+  ASSERT_TRUE((*store)->Put(meta, shares, false).ok());
+  auto same = (*store)->Edit(Id(5), [](KeyRecord&) -> absl::StatusOr<bool> { return false; });
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(*same);
+  auto refused = (*store)->Edit(Id(5), [](KeyRecord& rec) -> absl::StatusOr<bool> {
+    rec.meta.kind = KeyKind::kService;
+    return absl::FailedPreconditionError("no");
+  });
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*store)->Get(Id(5))->meta.kind, KeyKind::kUser);
+  // Only the kind and the shares may change.
+  auto relabel = (*store)->Edit(Id(5), [](KeyRecord& rec) -> absl::StatusOr<bool> {
+    rec.meta.label = "eve@R";
+    return true;
+  });
+  EXPECT_FALSE(relabel.ok());
+  EXPECT_EQ((*store)->Get(Id(5))->meta.label, "dave@R");
+  auto none = (*store)->Edit(Id(6), [](KeyRecord&) -> absl::StatusOr<bool> { return true; });
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*store)->Delete(Id(5)).ok());  // a tombstone (immutable ids)
+  auto gone = (*store)->Edit(Id(5), [](KeyRecord&) -> absl::StatusOr<bool> { return true; });
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+}
+
 std::vector<uint8_t> SharesOf(ShareStore& s, const KeyId& id) {
   auto rec = s.Get(id);
   EXPECT_TRUE(rec.ok()) << rec.status();

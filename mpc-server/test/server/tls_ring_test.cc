@@ -7,8 +7,11 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <future>
 #include <random>
 #include <thread>
@@ -63,12 +67,15 @@ class TlsRingTest : public ::testing::Test {
   // The three rings on the ports SetUp chose; a port another process took
   // since (FreeLoopbackPort only finds one free at that moment) is chosen
   // anew, a few times. Call as ASSERT_NO_FATAL_FAILURE(StartAll()).
-  void StartAll(int workers = 1) {
+  void StartAll(int workers = 1,
+                std::function<void(TlsRingOptions&)> adjust = nullptr) {
     absl::Status last;
     for (int attempt = 0; attempt < 5; ++attempt) {
       bool in_use = false;
       for (int i = 0; i < 3 && !in_use; ++i) {
-        auto r = TlsRing::Start(Options(i, workers));
+        TlsRingOptions o = Options(i, workers);
+        if (adjust) adjust(o);
+        auto r = TlsRing::Start(o);
         if (!r.ok()) {
           last = r.status();
           in_use = absl::StrContains(r.status().message(), "Address already in use");
@@ -412,6 +419,251 @@ TEST_F(TlsRingTest, SpinDataOffSleepsInSmallReceives) {
   }
   EXPECT_GE(spins[1], kRounds);
   EXPECT_EQ(spins[0], 0u);
+}
+
+// A receive with nothing to send meanwhile sleeps in the socket read itself,
+// one abort slice (100 ms) at a time: a message that comes after several
+// slices still arrives whole, and an Abort() during such a wait ends it
+// within about a slice.
+TEST_F(TlsRingTest, WaitingReadSpansSlicesAndStopsOnAbort) {
+  ASSERT_NO_FATAL_FAILURE(StartAll());
+  auto st = OnAll([&](int p) -> absl::Status {
+    TlsRingChannel* ch = rings_[p]->channel(0);
+    if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
+    ch->set_spin_data(false);
+    ch->BeginBatch(30);
+    std::vector<uint8_t> out(3000, static_cast<uint8_t>(p)), in(3000);
+    if (p == 2) absl::SleepFor(absl::Milliseconds(350));
+    if (auto s = ch->Exchange(out, absl::MakeSpan(in)); !s.ok()) return s;
+    for (uint8_t b : in)
+      if (b != (p + 1) % 3) return absl::InternalError("wrong data");
+    return absl::OkStatus();
+  });
+  for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+
+  TlsRingChannel* ch = rings_[1]->channel(0);
+  ch->BeginBatch(31);
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(250));
+    rings_[1]->Abort();
+  });
+  const absl::Time t0 = absl::Now();
+  uint8_t in[16];
+  absl::Status s = ch->RecvFromNext(in);  // party 2 sends nothing
+  const absl::Duration waited = absl::Now() - t0;
+  aborter.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_GE(waited, absl::Milliseconds(240));
+  EXPECT_LT(waited, absl::Milliseconds(1000));
+}
+
+// A next party (here a stand-in with party 2's certificate) that trickles
+// a frame's TLS record in byte by byte cannot hold a waiting receive past
+// its batch's deadline: a read waits once per check of the deadline, not
+// once per byte inside OpenSSL's record loop.
+TEST_F(TlsRingTest, TrickledRecordDoesNotOutlastTheDeadline) {
+  for (int i = 0; i < 2; ++i) {
+    auto r = TlsRing::Start(Options(i));
+    ASSERT_TRUE(r.ok()) << r.status();
+    rings_[i] = std::move(*r);
+  }
+  auto ctx = TlsContext::Create(Options(2).tls, /*server=*/false);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto conn = TlsConn::Dial(**ctx, absl::StrCat("127.0.0.1:", ports_[1]),
+                            PartyIdentity(1), In(absl::Seconds(5)));
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  const uint8_t hello[8] = {'K', 'R', 'H', '1', 2, 0, 0, 0};
+  ASSERT_TRUE((*conn)->WriteAll(hello, sizeof hello, In(absl::Seconds(5))).ok());
+  TlsRingChannel* ch = rings_[1]->channel(0);
+  ASSERT_TRUE(ch->Connect(In(absl::Seconds(5))).ok());
+
+  // One data frame (seq 50, step 0, 16 bytes) as TLS ciphertext, taken
+  // from a memory BIO instead of the socket.
+  uint8_t frame[kFrameHeaderSize + 16] = {};
+  EncodeFrameHeader({FrameType::kData, 50, 0, 16}, frame);
+  BIO* mem = BIO_new(BIO_s_mem());
+  SSL_set0_wbio((*conn)->ssl(), mem);
+  ASSERT_EQ(SSL_write((*conn)->ssl(), frame, sizeof frame), int{sizeof frame});
+  std::vector<uint8_t> record(BIO_ctrl_pending(mem));
+  ASSERT_EQ(BIO_read(mem, record.data(), static_cast<int>(record.size())),
+            static_cast<int>(record.size()));
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {  // ~50 bytes at 1 per 40 ms: ~2.2 s
+    for (uint8_t b : record) {
+      if (stop) return;
+      if (send((*conn)->fd(), &b, 1, MSG_NOSIGNAL) != 1) return;
+      absl::SleepFor(absl::Milliseconds(40));
+    }
+  });
+  ch->set_spin_data(false);
+  ch->BeginBatch(50, In(absl::Seconds(1)));
+  const absl::Time t0 = absl::Now();
+  uint8_t in[16];
+  absl::Status s = ch->RecvFromNext(in);
+  const absl::Duration took = absl::Now() - t0;
+  stop = true;
+  trickle.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(took, absl::Milliseconds(1600));
+}
+
+// A next party (a stand-in with party 2's certificate) that sends a frame's
+// payload as many one-byte TLS records, each just inside an abort slice,
+// cannot hold a waiting receive past its deadline nor past Abort(): every
+// SSL_read that returns a byte is a complete read, so a wait permission per
+// SSL_read (not per check of the deadline) would let the receive run for
+// (payload bytes) x (record interval). Returns the receive's status and time.
+class TlsRingTrickleTest : public TlsRingTest {
+ protected:
+  void RecvTrickledRecords(absl::Time batch_deadline, absl::Duration abort_after,
+                           absl::Status* s, absl::Duration* took,
+                           bool wait_in_read = true) {
+    for (int i = 0; i < 2; ++i) {
+      TlsRingOptions o = Options(i);
+      o.wait_in_read = wait_in_read;
+      auto r = TlsRing::Start(o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      rings_[i] = std::move(*r);
+    }
+    auto ctx = TlsContext::Create(Options(2).tls, /*server=*/false);
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    auto conn = TlsConn::Dial(**ctx, absl::StrCat("127.0.0.1:", ports_[1]),
+                              PartyIdentity(1), In(absl::Seconds(5)));
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    const uint8_t hello[8] = {'K', 'R', 'H', '1', 2, 0, 0, 0};
+    ASSERT_TRUE((*conn)->WriteAll(hello, sizeof hello, In(absl::Seconds(5))).ok());
+    TlsRingChannel* ch = rings_[1]->channel(0);
+    ASSERT_TRUE(ch->Connect(In(absl::Seconds(5))).ok());
+
+    // The frame's header in one record, then its 64-byte payload one byte
+    // per record: 65 records, each taken from a memory BIO.
+    constexpr size_t kPayload = 64;
+    uint8_t frame[kFrameHeaderSize + kPayload] = {};
+    EncodeFrameHeader({FrameType::kData, 60, 0, kPayload}, frame);
+    BIO* mem = BIO_new(BIO_s_mem());
+    SSL_set0_wbio((*conn)->ssl(), mem);
+    std::vector<std::vector<uint8_t>> records;
+    auto seal = [&](const uint8_t* p, int n) {
+      ASSERT_EQ(SSL_write((*conn)->ssl(), p, n), n);
+      std::vector<uint8_t> rec(BIO_ctrl_pending(mem));
+      ASSERT_EQ(BIO_read(mem, rec.data(), static_cast<int>(rec.size())),
+                static_cast<int>(rec.size()));
+      records.push_back(std::move(rec));
+    };
+    ASSERT_NO_FATAL_FAILURE(seal(frame, kFrameHeaderSize));
+    for (size_t i = 0; i < kPayload; ++i)
+      ASSERT_NO_FATAL_FAILURE(seal(frame + kFrameHeaderSize + i, 1));
+    std::atomic<bool> stop{false};
+    std::thread trickle([&] {  // 64 records at one per 80 ms: ~5 s
+      for (const auto& rec : records) {
+        if (stop) return;
+        if (send((*conn)->fd(), rec.data(), rec.size(), MSG_NOSIGNAL) !=
+            static_cast<ssize_t>(rec.size()))
+          return;
+        absl::SleepFor(absl::Milliseconds(80));
+      }
+    });
+    std::thread aborter([&] {
+      const absl::Time at = absl::Now() + abort_after;
+      while (!stop && absl::Now() < at) absl::SleepFor(absl::Milliseconds(10));
+      if (!stop) rings_[1]->Abort();
+    });
+    ch->set_spin_data(false);
+    ch->BeginBatch(60, batch_deadline);
+    const absl::Time t0 = absl::Now();
+    uint8_t in[kPayload];
+    *s = ch->RecvFromNext(in);
+    *took = absl::Now() - t0;
+    stop = true;
+    trickle.join();
+    aborter.join();
+  }
+};
+
+TEST_F(TlsRingTrickleTest, TrickledRecordsDoNotOutlastTheDeadline) {
+  absl::Status s;
+  absl::Duration took;
+  ASSERT_NO_FATAL_FAILURE(RecvTrickledRecords(In(absl::Seconds(1)),
+                                              absl::Seconds(30), &s, &took));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(took, absl::Milliseconds(1600));
+}
+
+// The control: the poll path (wait_in_read off) checks the deadline after
+// every SSL_read that would block, so the same trickle fails in time.
+TEST_F(TlsRingTrickleTest, TrickledRecordsDoNotOutlastTheDeadlineWhenPolling) {
+  absl::Status s;
+  absl::Duration took;
+  ASSERT_NO_FATAL_FAILURE(RecvTrickledRecords(
+      In(absl::Seconds(1)), absl::Seconds(30), &s, &took, /*wait_in_read=*/false));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(took, absl::Milliseconds(1600));
+}
+
+TEST_F(TlsRingTrickleTest, TrickledRecordsDoNotOutlastAbort) {
+  absl::Status s;
+  absl::Duration took;
+  ASSERT_NO_FATAL_FAILURE(RecvTrickledRecords(In(absl::Seconds(30)),
+                                              absl::Milliseconds(300), &s, &took));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(took, absl::Milliseconds(1000));
+}
+
+// Not a test: the process CPU (all three parties) per ring round of 2 KB
+// messages, the rounds of a cts batch's AND layers, with each of the
+// receive's options off and on, alternated. Run with
+// --gtest_also_run_disabled_tests --gtest_filter=*RoundCost*.
+TEST_F(TlsRingTest, DISABLED_RoundCostByOption) {
+  struct Config {
+    const char* name;
+    bool wait_in_read, batch_policy;
+  };
+  const Config configs[] = {{"poll", false, false},
+                            {"wait in read", true, false},
+                            {"wait in read, SCHED_BATCH", true, true}};
+  constexpr int kRounds = 20000;
+  for (int rep = 0; rep < 3; ++rep) {
+    for (const Config& c : configs) {
+      for (auto& r : rings_) r.reset();
+      for (int i = 0; i < 3; ++i) ports_[i] = FreeLoopbackPort();
+      ASSERT_NO_FATAL_FAILURE(StartAll(1, [&](TlsRingOptions& o) {
+        o.wait_in_read = c.wait_in_read;
+      }));
+      rusage u0, u1;
+      absl::Time t0;
+      std::atomic<int> ready{0};
+      auto st = OnAll([&](int p) -> absl::Status {
+        if (c.batch_policy) {
+          sched_param sp{};
+          pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+        }
+        TlsRingChannel* ch = rings_[p]->channel(0);
+        if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
+        ch->set_spin_data(false);
+        ch->BeginBatch(40);
+        if (++ready == 3) {
+          getrusage(RUSAGE_SELF, &u0);
+          t0 = absl::Now();
+        }
+        std::vector<uint8_t> out(2048, static_cast<uint8_t>(p)), in(2048);
+        for (int r = 0; r < kRounds; ++r)
+          if (auto s = ch->Exchange(out, absl::MakeSpan(in)); !s.ok()) return s;
+        return absl::OkStatus();
+      });
+      getrusage(RUSAGE_SELF, &u1);
+      const absl::Duration wall = absl::Now() - t0;
+      for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+      auto us = [](const timeval& a, const timeval& b) {
+        return (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_usec - a.tv_usec);
+      };
+      const double user = us(u0.ru_utime, u1.ru_utime) / kRounds;
+      const double sys = us(u0.ru_stime, u1.ru_stime) / kRounds;
+      printf("%-28s CPU per round %6.2f us (user %5.2f, sys %5.2f), wall %5.2f us\n",
+             c.name, user + sys, user, sys,
+             absl::ToDoubleMicroseconds(wall) / kRounds);
+      fflush(stdout);
+    }
+  }
 }
 
 // A TCP connection from loopback address src (127.0.0.0/8) to 127.0.0.1:port;
