@@ -385,7 +385,11 @@ def test_packaged_units_verify(packages, tmp_path):
              "kmpc-krb5kdc.service": "/usr/sbin/krb5kdc",
              "kmpc-kpropd.service": "/usr/sbin/kpropd"}
     for unit, exe in units.items():
-        text = (tree / "lib/systemd/system" / unit).read_text()
+        # /lib on Debian 12, /usr/lib from 13 on (deploy/debian/rules).
+        units = tree / "lib/systemd/system"
+        if not (units / unit).exists():
+            units = tree / "usr/lib/systemd/system"
+        text = (units / unit).read_text()
         source = open(os.path.join(REPO, "deploy/systemd", unit)).read()
         assert "/usr/local" not in text and "/opt/kmpc" not in text, unit
         assert re.search(rf"^ExecStart={re.escape(exe)} ", text, flags=re.M), unit
