@@ -386,10 +386,10 @@ def test_packaged_units_verify(packages, tmp_path):
              "kmpc-kpropd.service": "/usr/sbin/kpropd"}
     for unit, exe in units.items():
         # /lib on Debian 12, /usr/lib from 13 on (deploy/debian/rules).
-        units = tree / "lib/systemd/system"
-        if not (units / unit).exists():
-            units = tree / "usr/lib/systemd/system"
-        text = (units / unit).read_text()
+        unit_dir = tree / "lib/systemd/system"
+        if not (unit_dir / unit).exists():
+            unit_dir = tree / "usr/lib/systemd/system"
+        text = (unit_dir / unit).read_text()
         source = open(os.path.join(REPO, "deploy/systemd", unit)).read()
         assert "/usr/local" not in text and "/opt/kmpc" not in text, unit
         assert re.search(rf"^ExecStart={re.escape(exe)} ", text, flags=re.M), unit
