@@ -180,7 +180,11 @@ class DebianRoot:
         for deb in debs:
             shutil.copy(deb, d)
         names = [f"/var/cache/kmpc-test-debs/{os.path.basename(x)}" for x in debs]
-        self.run(["dpkg", "-i", *names], env={"DEBIAN_FRONTEND": "noninteractive"})
+        # --auto-deconfigure, as apt passes it: 1.21's libkadm5srv-mit12 and
+        # libkadm5clnt-mit12 Break Debian 12's krb5-kdc, krb5-admin-server
+        # and krb5-user (<< 1.21), which this same transaction upgrades.
+        self.run(["dpkg", "-i", "--auto-deconfigure", *names],
+                 env={"DEBIAN_FRONTEND": "noninteractive"})
 
     def version(self, pkg):
         return self.run(["dpkg-query", "-W", "-f=${Version}", pkg]).stdout.strip()
