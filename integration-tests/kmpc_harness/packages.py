@@ -54,7 +54,9 @@ RELEASE = {"bookworm": "Debian 12", "trixie": "Debian 13"}.get(SUITE, SUITE)
 INCLUDE = ("adduser,krb5-kdc,krb5-user,krb5-admin-server,libkrb5-3,liblmdb0,libsodium23,"
            "libverto1,libverto-libev1" if SUITE == "bookworm" else
            "adduser,krb5-kdc,krb5-user,krb5-admin-server,libkrb5-3,liblmdb0,libsodium23,"
-           "heimdal-clients")
+           "heimdal-clients,libre2-11")
+# (libre2-11: trixie's libgrpc29t64 depends on the virtual
+# libre2-11-absl20240722, which debootstrap's resolver cannot follow.)
 SUBNET = "10.77.9"
 HOSTS = {"kdc": f"{SUBNET}.1", "p0": f"{SUBNET}.11", "p1": f"{SUBNET}.12",
          "p2": f"{SUBNET}.13", "cl": f"{SUBNET}.100"}
