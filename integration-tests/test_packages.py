@@ -344,13 +344,15 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
 
 
 def _heimdal_login(client, pw):
-    """Heimdal's kinit, kgetcred and klist (heimdal-clients of the
+    """Heimdal's kinit, kgetcred and heimtools klist (heimdal-clients of the
     release, in the client root): a TGT and a service ticket from the kmpc
     KDC."""
     client.run("kinit.heimdal", "--password-file=STDIN", "alice", input=pw + "\n",
                ccache="cc-heimdal")
     client.run("kgetcred", f"{SERVICE}@{REALM}", ccache="cc-heimdal")
-    out = client.run("klist.heimdal", ccache="cc-heimdal").stdout
+    # (klist.heimdal is a link to heimtools, which takes the command as
+    # its first argument, not from its own name.)
+    out = client.run("heimtools", "klist", ccache="cc-heimdal").stdout
     assert f"krbtgt/{REALM}@{REALM}" in out and f"{SERVICE}@{REALM}" in out, out
 
 
