@@ -21,12 +21,13 @@ all: build
 
 help:
 	@echo "make deps     install the Debian packages kmpc needs (apt-get)"
-	@echo "make krb5     fetch, patch and build MIT krb5 1.20.1 into build/krb5"
+	@echo "make krb5     fetch, patch and build MIT krb5 1.21.3 into build/krb5"
 	@echo "make build    build the C++ parts (CMake, build/cmake)"
 	@echo "make test     everything above, then all tests"
 	@echo "make test-mit-kmpc [MODE=krbtgt|users|users-ctr-mpc|stock] [MIT_TESTS=\"tests/t_renew ...\"]"
 	@echo "              MIT krb5's own KDC tests with their realms' keys in MPC clusters"
-	@echo "make deb      Debian packages: patched krb5 and kmpc's (build/deb)"
+	@echo "make deb [DIST=trixie|bookworm]  Debian packages: patched krb5 and kmpc's"
+	@echo "make test-packages [DIST=trixie|bookworm]  install them in a clean root and log in"
 	@echo "make demo     a realm on loopback, a login, a short storm"
 	@echo "make demo-stop  stop the demo's KDC and MPC servers"
 	@echo "make bench    benchmarks that print figures (build/bench/results.json)"
@@ -207,13 +208,24 @@ bench: build
 	$(BENCH_RESULTS); \
 	echo "make bench: $$(( $$(date +%s) - start )) s (after the build)"
 
-# Debian packages (README.md, "Packages"): the kmpc build of Debian's krb5
-# (Debian's source package with krb5-patches/series as quilt patches,
-# version +kmpcN) and kmpc-mpc-server, kmpc-kdc, kmpc-admin, in build/deb;
-# lintian on kmpc's. integration-tests/test_packages.py installs them.
-.PHONY: deb
+# Debian packages (README.md, "Packages"): the kmpc build of Debian 13's
+# krb5 1.21.3 source package (krb5-patches/series as quilt patches, version
+# +kmpcN, "~deb12" on Debian 12: deploy/deb/build-krb5-debs.sh) and
+# kmpc-mpc-server, kmpc-kdc, kmpc-admin, for the host's release in
+# build/deb; lintian on kmpc's. DIST=trixie (or bookworm) builds them in a
+# debootstrapped root of that release instead (build/DIST/deb, root kept in
+# build/DIST/buildroot). integration-tests/test_packages.py installs them:
+# `make test` for the host's release, `make test-packages DIST=...` for one.
+HOST_DIST := $(shell . /etc/os-release && echo $$VERSION_CODENAME)
+DIST      ?= $(HOST_DIST)
+.PHONY: deb test-packages
 deb: deps
-	@bash deploy/deb/make-deb.sh $(BUILD)
+	@if [ "$(DIST)" = "$(HOST_DIST)" ]; then bash deploy/deb/make-deb.sh $(BUILD); \
+	else bash deploy/deb/make-deb-dist.sh $(DIST) $(BUILD); fi
+
+test-packages: deps
+	@$(if $(filter $(HOST_DIST),$(DIST)),,$(MAKE) -s --no-print-directory deb DIST=$(DIST) &&) \
+	  KMPC_PKG_DIST=$(DIST) $(PYTHON) -m pytest -q -ra --durations=10 integration-tests/test_packages.py
 
 # krb5-patches/ regenerated from the kmpc branch of build/krb5-src, then
 # checked (docs/krb5-patches.md): no patch may remove a line an earlier one

@@ -5,8 +5,11 @@ altered ones.
 Formats: Ticket and EncTicketPart (RFC 4120 5.3), AuthorizationData with
 AD-IF-RELEVANT (RFC 4120 5.2.6), the PAC ([MS-PAC] 2.3-2.4) and its
 signatures ([MS-PAC] 2.8): ticket signature over the EncTicketPart with the
-PAC replaced by one zero byte, server signature over the PAC with both
-signature values zeroed, KDC signature over the server signature value.
+PAC replaced by one zero byte, the full-PAC (extended KDC) signature of MIT
+1.21 over the PAC with the full, server and KDC signature values zeroed (in
+the tickets that have a ticket signature), server signature over the PAC
+with the server and KDC signature values zeroed, KDC signature over the
+server signature value.
 Every signature here is gmac-aes*-mpc (enctype.md) with key usage 17
 (KRB5_KEYUSAGE_APP_DATA_CKSUM), as the KDC makes them with MPC-held keys.
 """
@@ -23,6 +26,7 @@ AD_WIN2K_PAC = 128
 PAC_SERVER_CHECKSUM = 6
 PAC_PRIVSVR_CHECKSUM = 7
 PAC_TICKET_CHECKSUM = 16
+PAC_FULL_CHECKSUM = 19
 GMAC_AES256_MPC = -29102
 
 
@@ -109,10 +113,11 @@ def signature(pac, btype):
     return ctype, off + 4, pac[off + 4:off + n]
 
 
-def zeroed(pac):
-    """The PAC with the server and KDC signature values zeroed."""
+def zeroed(pac, types=(PAC_SERVER_CHECKSUM, PAC_PRIVSVR_CHECKSUM)):
+    """The PAC with the server and KDC signature values (or those of types)
+    zeroed."""
     b = bytearray(pac)
-    for t in (PAC_SERVER_CHECKSUM, PAC_PRIVSVR_CHECKSUM):
+    for t in types:
         _, off, val = signature(pac, t)
         b[off:off + len(val)] = bytes(len(val))
     return bytes(b)
@@ -130,6 +135,14 @@ def check_signatures(etp, server_key, krbtgt_key, ticket_sig):
         data = etp.encode(b"\0")
         assert ctr_mpc_ref.verify_checksum(krbtgt_key, USAGE_PAC, data, val), \
             "ticket signature"
+    # MIT 1.21 signs the whole PAC under the privsvr key beside the ticket
+    # signature (and requires it when it verifies such a ticket).
+    assert (PAC_FULL_CHECKSUM in types) == ticket_sig, types
+    if ticket_sig:
+        ctype, _, val = signature(pac, PAC_FULL_CHECKSUM)
+        assert ctype == GMAC_AES256_MPC, ctype
+        assert ctr_mpc_ref.verify_checksum(krbtgt_key, USAGE_PAC, zeroed(pac, FULL_ZEROED),
+                                           val), "full-PAC signature"
     ctype, _, sval = signature(pac, PAC_SERVER_CHECKSUM)
     assert ctype == GMAC_AES256_MPC, ctype
     assert ctr_mpc_ref.verify_checksum(server_key, USAGE_PAC, zeroed(pac), sval), \
@@ -148,9 +161,19 @@ def flip(pac, btype, bit=0):
     return bytes(b)
 
 
+FULL_ZEROED = (PAC_FULL_CHECKSUM, PAC_SERVER_CHECKSUM, PAC_PRIVSVR_CHECKSUM)
+
+
 def resign(pac, server_key, krbtgt_key):
-    """The PAC with server and KDC signatures made again with these keys."""
+    """The PAC with full-PAC (if it has one), server and KDC signatures made
+    again with these keys."""
     b = bytearray(pac)
+    if PAC_FULL_CHECKSUM in pac_buffers(pac):
+        _, foff, _ = signature(pac, PAC_FULL_CHECKSUM)
+        f = ctr_mpc_ref.checksum(krbtgt_key, USAGE_PAC, zeroed(pac, FULL_ZEROED),
+                                 os.urandom(16))
+        b[foff:foff + len(f)] = f
+        pac = bytes(b)
     _, soff, sval = signature(pac, PAC_SERVER_CHECKSUM)
     s = ctr_mpc_ref.checksum(server_key, USAGE_PAC, zeroed(pac), os.urandom(16))
     b[soff:soff + len(s)] = s

@@ -263,6 +263,38 @@ def test_negotiated_fast_armors_the_next_kinit(shared):
     assert kr.kdc_alive()
 
 
+def test_request_over_the_splice_cap_goes_without_the_checksum(shared):
+    """An AS-REQ longer than the cluster hashes inside MPC (1,015 bytes: 16
+    SHA-1 blocks with HMAC's padding, contract.h kMaxCtsSpliceBytes) that
+    asks for PA-REQ-ENC-PA-REP is answered, without that checksum and
+    without enc-pa-rep, as MIT's client accepts (it records no
+    fast_avail). With the KDC's cap for an early checksum (8 KiB) in place
+    of the splice's, requests of 1,016 bytes to 8 KiB were planned as a
+    splice the servers refuse: KDC_ERR_SVC_UNAVAILABLE."""
+    kr, pw = shared, "Lena-pw-4417"
+    kr.addprinc("lena", pw, enctypes=[CTS256])
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "lena")
+    c = Stock(kr, "big")
+    # kinit -a puts the host's and these addresses (~15 bytes of DER each)
+    # into the request body, and the KDC copies them into the reply.
+    extra = ",".join(f"10.9.{i}.1" for i in range(60))
+    with open(c.conf) as f:
+        conf = f.read()
+    with open(c.conf, "w") as f:
+        f.write(conf.replace("[libdefaults]\n", "[libdefaults]\n"
+                             f"    noaddresses = false\n    extra_addresses = {extra}\n"))
+    c.env["KRB5_TRACE"] = "/dev/stderr"
+    rc, out = c.run("kinit", "-a", "lena", input=pw + "\n")
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    sizes = [int(n) for n in re.findall(r"Sending request \((\d+) bytes\)", out)]
+    assert sizes and 1015 < sizes[-1] <= 8192, sizes
+    creds = tickets.ccache_credentials(c.ccache)
+    tgt = [x for x in creds if x["server"][0] == "krbtgt"]
+    assert len(tgt) == 1 and not tgt[0]["flags"] & TKT_FLG_ENC_PA_REP, creds
+    assert not fast_avail(creds), [x["server"] for x in creds]
+    assert kr.kdc_alive()
+
+
 def test_no_plaintext_of_the_reply_reaches_any_server(kmpc_factory, tmp_path,
                                                       monkeypatch):
     """The servers record every KeyOps request as they receive it

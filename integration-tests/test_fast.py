@@ -224,10 +224,11 @@ def test_auth_indicator_reaches_service_tickets(ec, tmp_path):
     out = ec.run(["kvno", SERVICE])
     assert "kvno = 1" in out, out
     # TGT; VERIFY of its PAC server signature and CAMMAC KDC verifier with
-    # the new ticket's CAMMAC KDC verifier; ticket signature; KDC signature.
+    # the new ticket's CAMMAC KDC verifier; ticket signature; full-PAC
+    # signature (MIT 1.21); KDC signature.
     assert _rounds(_events(ec, before)) == [
         ["DECRYPT 2"], ["CHECKSUM 64", "VERIFY 17", "VERIFY 64"],
-        ["CHECKSUM 17"], ["CHECKSUM 17"]], _events(ec, before)
+        ["CHECKSUM 17"], ["CHECKSUM 17"], ["CHECKSUM 17"]], _events(ec, before)
 
     out = ec.run(["kvno", MPC_SERVICE])
     assert "kvno = " in out, out

@@ -383,26 +383,28 @@ def test_tgt_carries_a_pac_signed_through_the_module(mpc):
 def test_tgs_with_a_pac(mpc):
     """A TGS-REQ with a TGT carrying a PAC: the TGT's server signature is a
     VERIFY job in the same round as the new ticket's first signature; the
-    ticket of an ordinary service gets a ticket signature and a KDC
-    signature (krbtgt handle), its server signature is made locally."""
+    ticket of an ordinary service gets a ticket signature, MIT 1.21's
+    full-PAC signature and a KDC signature (krbtgt handle), its server
+    signature is made locally."""
     _kinit(mpc)
     before = len(mpc.journal_lines())
     out = mpc.run(["kvno", SERVICE])
     assert "kvno = 1" in out, out
     assert _rounds(_events(mpc, before)) == [
-        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"]], \
-        _events(mpc, before)
+        ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"],
+        ["CHECKSUM 17"]], _events(mpc, before)
 
 
 def _check_mpc_service_ticket(m, svc, before):
     """A TGS exchange for the MPC-keyed service svc since journal line
-    `before`: five rounds (the TGT's DECRYPT; its PAC VERIFY beside the
-    ticket signature; server and KDC signatures; the ticket's ENCRYPT), and
+    `before`: six rounds (the TGT's DECRYPT; its PAC VERIFY beside the
+    ticket signature; the full-PAC, server and KDC signatures; the ticket's
+    ENCRYPT), and
     the ticket's PAC, signed under the service and krbtgt keys, names
     alice."""
     assert _rounds(_events(m, before)) == [
         ["DECRYPT 2"], ["CHECKSUM 17", "VERIFY 17"], ["CHECKSUM 17"],
-        ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(m, before)
+        ["CHECKSUM 17"], ["CHECKSUM 17"], ["ENCRYPT 2"]], _events(m, before)
     _, _, der_t = _ticket(m, ["host", "mpc.kmpc.test"])
     etp = pac_ref.EncTicketPart(pac_ref.Ticket(der_t, _key(m, svc)).plain)
     pac_ref.check_signatures(etp, _key(m, svc), _key(m, TGS), ticket_sig=True)
@@ -423,8 +425,9 @@ def _mpc_service_realm(kmpc_factory):
 
 
 def test_tgs_with_a_pac_for_an_mpc_keyed_service(kmpc_factory):
-    """A service whose key is in the cluster: all three signatures of its
-    ticket's PAC are CHECKSUM jobs (ticket, server, KDC, in that order), the
+    """A service whose key is in the cluster: all four signatures of its
+    ticket's PAC are CHECKSUM jobs (ticket, full-PAC, server, KDC, in that
+    order), the
     ticket is encrypted after them, and every signature verifies."""
     m, svc, pw = _mpc_service_realm(kmpc_factory)
     _kinit(m)

@@ -4,7 +4,7 @@
   (krb5-patches/check-series.py, which blames every removed line);
 * the checker does fail on a series where a later patch undoes an earlier
   one, and passes the same series cut cleanly;
-* it fails on a patch changing more than 1,000 lines outside test files, and
+* it fails on a patch changing more than 1,000 lines, tests included, and
   on a "kmpc-local:" patch (kmpc's own test support) before a patch meant for
   upstream; the export marks the local patches in `series`;
 * krb5-patches/ is exactly what export-series.sh (make krb5-series) writes
@@ -120,10 +120,11 @@ def lines(n):
 @pytest.mark.parametrize("n,ok", [(999, True), (1001, False)],
                          ids=["999-lines", "1001-lines"])
 def test_checker_limits_a_patch_to_1000_changed_lines(tmp_path, n, ok):
-    # a.c: 1 removed + n added; the test program t_big.c does not count.
+    # a.c: 1 removed + n added; a test program counts as any file does, so
+    # tests over the limit go into a patch of their own (t_big.c: 999).
     repo, out = linear_repo(tmp_path, [
         ("a.c", lines(n), "Big change"),
-        ("t_big.c", lines(2000), "Add a test program")])
+        ("t_big.c", lines(999), "Add a test program")])
     p = run("/usr/bin/python3", CHECK, "--src", repo, "--patches", str(out),
             check=False)
     if ok:
@@ -131,9 +132,22 @@ def test_checker_limits_a_patch_to_1000_changed_lines(tmp_path, n, ok):
         assert "none changes more than 1000 lines" in p.stdout
     else:
         assert p.returncode == 1, p.stdout + p.stderr
-        assert ("0001-Big-change.patch changes 1002 lines outside tests, more "
-                "than 1000") in p.stdout
+        assert ("0001-Big-change.patch changes 1002 lines, more than 1000"
+                in p.stdout)
         assert "0002-Add-a-test-program.patch" not in p.stdout
+
+
+def test_checker_counts_test_files_too(tmp_path):
+    # MIT-style test programs (t_*.c) count as any file does: a patch's
+    # tests over the limit go into a patch of their own.
+    repo, out = linear_repo(tmp_path, [
+        ("a.c", lines(10), "Small change"),
+        ("t_big.c", lines(1001), "Add a test program")])
+    p = run("/usr/bin/python3", CHECK, "--src", repo, "--patches", str(out),
+            check=False)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert ("0002-Add-a-test-program.patch changes 1001 lines, more than 1000"
+            in p.stdout)
 
 
 @pytest.mark.parametrize("local_first", [True, False],

@@ -1,8 +1,10 @@
-"""Debian packages (make deb): the kmpc build of Debian's krb5 and kmpc's
-own packages installed into a clean Debian 12 root over Debian's krb5, a
-realm on four emulated hosts from the installed units and files
-(kmpc_harness/packages.py, deploy/THREE-HOSTS.md's steps), logins with
-Debian's unmodified clients; then newer packages installed over them, and
+"""Debian packages (make deb): the kmpc build of Debian 13's krb5 1.21.3
+and kmpc's own packages installed into a clean Debian root of the host's
+release (or of KMPC_PKG_DIST's: make test-packages DIST=trixie) over
+Debian's krb5, a realm on four emulated hosts from the installed units and
+files (kmpc_harness/packages.py, deploy/THREE-HOSTS.md's steps), logins
+with Debian's unmodified clients (the machine's; for another release, that
+release's own MIT and Heimdal clients in a second clean root); then newer packages installed over them, and
 the keys survive: the KDB's handles and the servers' key ids are the same,
 a TGT issued before the upgrade still gets service tickets (the krbtgt key
 in the cluster is unchanged), and a new login works.
@@ -31,7 +33,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from kmpc_harness import packages as ph  # noqa: E402
 
 BUILD = os.environ.get("KMPC_BUILD", os.path.join(REPO, "build"))
-DEBS = os.path.join(BUILD, "deb")
+# Another release's packages are built in a root of it (make deb DIST=...,
+# deploy/deb/make-deb-dist.sh) into build/DIST/deb.
+OTHER_DIST = ph.SUITE != ph.HOST_SUITE
+DIST_BUILD = os.path.join(BUILD, ph.SUITE) if OTHER_DIST else BUILD
+DEBS = os.path.join(DIST_BUILD, "deb")
 NEXT = os.path.join(DEBS, "next")
 NEXT_KMPC_VERSION = "0.1.0-1.1"
 KMPC_PKGS = ("kmpc-mpc-server", "kmpc-kdc", "kmpc-admin")
@@ -50,9 +56,11 @@ def _say(capsys, msg):
 
 
 def _bump(version):
-    m = re.match(r"^(.*\+kmpc)(\d+)$", version)
+    """+kmpcN -> +kmpcN+1, the release suffix kept (1.21.3-5+deb13u1+kmpc1
+    on Debian 13, ...+kmpc1~deb12 on Debian 12: deploy/deb/build-krb5-debs.sh)."""
+    m = re.match(r"^(.*\+kmpc)(\d+)((?:~deb\d+)?)$", version)
     assert m, f"not a kmpc krb5 version: {version}"
-    return f"{m.group(1)}{int(m.group(2)) + 1}"
+    return f"{m.group(1)}{int(m.group(2)) + 1}{m.group(3)}"
 
 
 def _repack(deb, old, new, out_dir):
@@ -110,14 +118,21 @@ class _Preparation:
 
     def _run(self):
         try:
-            self._sh(["bash", os.path.join(REPO, "deploy/deb/make-deb.sh"), BUILD])
             shutil.rmtree(NEXT, ignore_errors=True)
             os.makedirs(NEXT)
-            env = dict(os.environ, KMPC_DEB_VERSION=NEXT_KMPC_VERSION, KMPC_KRB5_DEBS=DEBS)
-            self._sh(["bash", os.path.join(REPO, "deploy/deb/build-kmpc-debs.sh"), BUILD,
-                      NEXT], env=env)
+            if OTHER_DIST:
+                # Built in the release's root; the newer kmpc packages too.
+                script = os.path.join(REPO, "deploy/deb/make-deb-dist.sh")
+                self._sh(["bash", script, ph.SUITE, BUILD])
+                env = dict(os.environ, KMPC_DEB_NEXT=NEXT_KMPC_VERSION)
+                self._sh(["bash", script, ph.SUITE, BUILD], env=env)
+            else:
+                self._sh(["bash", os.path.join(REPO, "deploy/deb/make-deb.sh"), BUILD])
+                env = dict(os.environ, KMPC_DEB_VERSION=NEXT_KMPC_VERSION, KMPC_KRB5_DEBS=DEBS)
+                self._sh(["bash", os.path.join(REPO, "deploy/deb/build-kmpc-debs.sh"),
+                          DIST_BUILD, NEXT], env=env)
             self.done_at = time.time()
-            ph.root_tarball(os.path.join(DEBS, "cache"))
+            ph.root_tarball(os.path.join(DEBS, "cache"), _include())
         except BaseException as e:  # reported by wait()
             self.error = e
 
@@ -207,10 +222,20 @@ def _debs(root, d, krb5_version, kmpc_version):
     return debs
 
 
+def _include():
+    """The root's packages: Debian's krb5 and what kmpc's packages need."""
+    return ph.include_for(glob.glob(os.path.join(DEBS, f"kmpc-*_*_{ARCH}.deb")))
+
+
 @pytest.fixture
 def hosts(packages, tmp_path, request):
     t = time.time()
-    root = ph.DebianRoot(str(tmp_path), ph.root_tarball(os.path.join(DEBS, "cache")))
+    tarball = ph.root_tarball(os.path.join(DEBS, "cache"), _include())
+    root = ph.DebianRoot(str(tmp_path), tarball)
+    # Another release's clients: a second clean root of it, never given
+    # kmpc's packages.
+    client_root = ph.DebianRoot(str(tmp_path), tarball, tag="cl") if OTHER_DIST else None
+    packages["client_root"] = client_root
     lan = None
     realm = None
     try:
@@ -227,6 +252,8 @@ def hosts(packages, tmp_path, request):
         if lan:
             lan.down()
         root.close()
+        if client_root:
+            client_root.close()
 
 
 def _tgt_etype(client, ccache):
@@ -258,9 +285,11 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
     root, lan, realm = hosts
     _say(capsys, f"packages built (make deb and the newer kmpc) in {packages['build_s']:.0f} s "
                  f"in the background ({packages['wait_s']:.0f} s waited for them and the root "
-                 f"tarball), clean Debian 12 root and namespaces in {packages['root_s']:.0f} s")
-    stock = ph.sh(["dpkg-query", "-W", "-f=${Version}", "krb5-user"]).stdout
-    assert "kmpc" not in stock, f"the machine's clients must be Debian's, not {stock}"
+                 f"tarball), clean {ph.RELEASE} root and namespaces in {packages['root_s']:.0f} s")
+    croot = packages["client_root"]
+    q = ["dpkg-query", "-W", "-f=${Version}", "krb5-user"]
+    stock = (croot.run(q) if croot else ph.sh(q)).stdout
+    assert "kmpc" not in stock, f"the clients must be Debian's, not {stock}"
     # Debian's krb5 does not satisfy the KDC module's package (it depends on
     # the krb5-kdc-kmpc & co. that only the kmpc build provides).
     kdc_deb = os.path.join(DEBS, f"kmpc-kdc_{packages['kmpc']}_{ARCH}.deb")
@@ -281,8 +310,10 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
     pw = os.urandom(12).hex()
     realm.create({"alice": pw}, [SERVICE, LATER_SERVICE])
     realm.start_kdc()
-    client = ph.StockClient(lan, str(tmp_path), REALM)
+    client = ph.StockClient(lan, str(tmp_path), REALM, root=croot)
     _login(client, pw, "cc-before")
+    if croot:
+        _heimdal_login(client, pw)
     handles = realm.handles(realm.tgs)
     assert handles and all(" handle " in l for l in handles if l.strip()), handles
     code, out = realm.status()
@@ -310,6 +341,19 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
     assert _server_keys(out) == stored, out
     _say(capsys, f"upgraded, keys kept, logins work ({time.time() - t:.1f} s)")
     _dealer(realm, client, stored)
+
+
+def _heimdal_login(client, pw):
+    """Heimdal's kinit, kgetcred and heimtools klist (heimdal-clients of the
+    release, in the client root): a TGT and a service ticket from the kmpc
+    KDC."""
+    client.run("kinit.heimdal", "--password-file=STDIN", "alice", input=pw + "\n",
+               ccache="cc-heimdal")
+    client.run("kgetcred", f"{SERVICE}@{REALM}", ccache="cc-heimdal")
+    # (klist.heimdal is a link to heimtools, which takes the command as
+    # its first argument, not from its own name.)
+    out = client.run("heimtools", "klist", ccache="cc-heimdal").stdout
+    assert f"krbtgt/{REALM}@{REALM}" in out and f"{SERVICE}@{REALM}" in out, out
 
 
 def _dealer(realm, client, stored):
@@ -343,7 +387,11 @@ def test_packaged_units_verify(packages, tmp_path):
              "kmpc-krb5kdc.service": "/usr/sbin/krb5kdc",
              "kmpc-kpropd.service": "/usr/sbin/kpropd"}
     for unit, exe in units.items():
-        text = (tree / "lib/systemd/system" / unit).read_text()
+        # /lib on Debian 12, /usr/lib from 13 on (deploy/debian/rules).
+        unit_dir = tree / "lib/systemd/system"
+        if not (unit_dir / unit).exists():
+            unit_dir = tree / "usr/lib/systemd/system"
+        text = (unit_dir / unit).read_text()
         source = open(os.path.join(REPO, "deploy/systemd", unit)).read()
         assert "/usr/local" not in text and "/opt/kmpc" not in text, unit
         assert re.search(rf"^ExecStart={re.escape(exe)} ", text, flags=re.M), unit

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fetch Debian's krb5 1.20.1 source package, apply Debian's patch series and
-# then ours (krb5-patches/series), build and install into a private prefix.
+# Fetch Debian 13's krb5 1.21.3 source package (one pinned revision), apply
+# Debian's patch series and then ours (krb5-patches/series), build and
+# install into a private prefix.
 #
 #   build-krb5.sh BUILD_DIR
 #
@@ -14,7 +15,13 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(mkdir -p "$1" && cd "$1" && pwd)
-upstream_version=1.20.1
+upstream_version=1.21.3
+# The Debian revision the series is made against: trixie's point release
+# (trixie-updates serves it too).  Pinned, so that a new revision is taken
+# on purpose (re-run check-series.py and MIT's tests on it), never by chance;
+# trixie-security is not listed: its newer revision's debian tarball was not
+# served (404) when the series moved here.
+debian_version=${upstream_version}-5+deb13u1
 src_root=$build/krb5-src           # dpkg-source tree (git repo)
 prefix=$build/krb5                 # private install prefix
 objdir=$build/krb5-obj             # out-of-tree build directory
@@ -35,22 +42,28 @@ series_list() { awk '!/^#/ && NF {print $1}' "$here/series"; }
 fetch_source() {
   mkdir -p "$aptdir"/{etc,state/lists/partial,cache/archives/partial,dl}
   cat >"$aptdir/etc/sources.list" <<SRC
-deb-src http://deb.debian.org/debian bookworm main
-deb-src http://deb.debian.org/debian bookworm-updates main
-deb-src http://deb.debian.org/debian-security bookworm-security main
+deb-src http://deb.debian.org/debian trixie main
+deb-src http://deb.debian.org/debian trixie-updates main
 SRC
   local opts=(-o "Dir::Etc::SourceList=$aptdir/etc/sources.list"
               -o "Dir::Etc::SourceParts=/dev/null"
               -o "Dir::State=$aptdir/state" -o "Dir::Cache=$aptdir/cache"
               -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root" -qq)
-  log "fetching Debian krb5 $upstream_version source package (private apt state in $aptdir)"
+  log "fetching Debian krb5 $debian_version source package (private apt state in $aptdir)"
   apt-get "${opts[@]}" update
-  (cd "$aptdir/dl" && rm -rf ./* && apt-get "${opts[@]}" source --download-only krb5)
-  local dsc
-  dsc=$(ls "$aptdir"/dl/krb5_${upstream_version}-*.dsc 2>/dev/null | head -n1)
-  if [ -z "$dsc" ]; then
-    echo "error: Debian no longer serves a krb5 $upstream_version source package" >&2
-    ls "$aptdir/dl" >&2
+  local dsc=$aptdir/dl/krb5_${debian_version}.dsc
+  if ! (cd "$aptdir/dl" && rm -rf ./* &&
+        apt-get "${opts[@]}" source --download-only "krb5=$debian_version") ||
+     [ ! -f "$dsc" ]; then
+    {
+      echo "error: Debian no longer serves the krb5 $debian_version source package"
+      echo "  (deb-src trixie, trixie-updates; now served:" \
+        "$(apt-cache "${opts[@]}" showsrc krb5 2>/dev/null |
+           awk '/^Version:/ {printf "%s%s", sep, $2; sep = " "}'))."
+      echo "  kmpc's series is made against $debian_version: move it to a served"
+      echo "  revision (debian_version in krb5-patches/build-krb5.sh), then run"
+      echo "  'make krb5-series' and MIT's tests (docs/krb5-patches.md)."
+    } >&2
     exit 1
   fi
   log "unpacking $(basename "$dsc") with Debian's patch series"
@@ -169,6 +182,16 @@ sync_tree() {
   done
 }
 
+# A source tree of another Debian revision (an earlier base of the series)
+# is moved aside, with any branch edited in it, and the pinned one fetched.
+if [ -d "$src_root/.git" ] &&
+   [ "$(git -C "$src_root" log -1 --format=%s refs/tags/debian 2>/dev/null)" != \
+     "Debian krb5 krb5_$debian_version" ]; then
+  old=$src_root.$(date +%Y%m%d%H%M%S)
+  log "$src_root is not Debian krb5 $debian_version: moved to $old"
+  mv "$src_root" "$old"
+  rm -rf "$objdir" "$build/.krb5-series" "$build/.krb5-configured"
+fi
 [ -d "$src_root/.git" ] || fetch_source
 apply_series
 configure_tree

@@ -58,7 +58,9 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // servers' rings carry other programs' layers, so the three must agree.
 // 13: the aes*-cts programs' SHA-1 Maj and CBC encryption S-boxes take
 // fewer ANDs (cts-circuits.md): other layers on the ring again.
-inline constexpr uint32_t kWireVersion = 13;
+// 14: a fifth linked pad slot (kPadSlots), the full-PAC signature's of MIT
+// 1.21: servers of 13 refuse pad_slot 4.
+inline constexpr uint32_t kWireVersion = 14;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
@@ -100,9 +102,11 @@ bool CounterRangeOk(absl::string_view ctr0, uint64_t n);
 inline constexpr uint64_t kLinkedPadOffset = uint64_t{1} << 17;
 static_assert(kLinkedPadOffset > kMaxJobBlocks);
 // Slots of the pads linked to one ENCRYPT (Job.pad_slot): a ticket's PAC
-// server signature (0), KDC signature (1), CAMMAC KDC verifier (2) and
-// ticket signature (3). Every slot's counter lies past the ENCRYPT's own.
-inline constexpr uint32_t kPadSlots = 4;
+// server signature (0), KDC signature (1), CAMMAC KDC verifier (2), ticket
+// signature (3) and full-PAC signature (4, MIT 1.21's extended KDC
+// checksum, [MS-PAC] 2.8.5). Every slot's counter lies past the ENCRYPT's
+// own.
+inline constexpr uint32_t kPadSlots = 5;
 static_assert(kLinkedPadOffset > kMaxJobBlocks + kPadSlots);
 
 // *out = ctr0 + kLinkedPadOffset + slot (16 bytes, big-endian); false (out

@@ -32,9 +32,15 @@ krb5_dev() {
   [ -n "$dev" ] || { echo "error: no kmpc krb5-multidev package in $krb5dir (make deb builds it)" >&2; exit 1; }
   ver=$(dpkg-deb -f "$dev" Version)
   rm -rf "$r" "$pfx"; mkdir -p "$r" "$pfx/lib"
+  # (libgssrpc4 and libkdb5-10 are libgssrpc4t64 and libkdb5-10t64 in the
+  # Debian 13 build: trixie's 64-bit time_t renames.)
+  local arch deb
+  arch=$(dpkg --print-architecture)
   for p in krb5-multidev libkrb5-dev libkrb5-3 libk5crypto3 libkrb5support0 libgssapi-krb5-2 \
            libgssrpc4 libkadm5srv-mit12 libkadm5clnt-mit12 libkdb5-10; do
-    dpkg-deb -x "$krb5dir/${p}_${ver}_$(dpkg --print-architecture).deb" "$r"
+    deb=$krb5dir/${p}_${ver}_$arch.deb
+    [ -f "$deb" ] || deb=$krb5dir/${p}t64_${ver}_$arch.deb
+    dpkg-deb -x "$deb" "$r"
   done
   ln -s "$r/usr/include/mit-krb5" "$pfx/include"
   for f in "$r/usr/lib/$ma/mit-krb5"/*.so; do ln -s "$f" "$pfx/lib/"; done
@@ -55,7 +61,7 @@ stage_source() {
      tar --null -T - -cf -) | tar -xf - -C "$src"
   cp -a "$root/deploy/debian" "$src/debian"
   if [ -n "${KMPC_DEB_VERSION:-}" ]; then
-    { echo "kmpc ($KMPC_DEB_VERSION) bookworm; urgency=medium"; echo
+    { echo "kmpc ($KMPC_DEB_VERSION) $(. /etc/os-release; echo "$VERSION_CODENAME"); urgency=medium"; echo
       echo "  * Rebuild as $KMPC_DEB_VERSION."; echo
       echo " -- kmpc maintainers <kmpc@example.org>  $(date -R -u)"; echo
       cat "$root/deploy/debian/changelog"; } >"$src/debian/changelog"

@@ -5,8 +5,10 @@ other users log in one at a time beside it:
 
   addresses  six loops of Debian's kinit by a user who knows only his own
              password, each request with 400 client addresses
-             (krb5.conf extra_addresses): an AS-REQ of ~7 KiB whose
-             PA-REQ-ENC-PA-REP splice would be ~63,000 AND rounds deep;
+             (krb5.conf extra_addresses): an AS-REQ of ~7 KiB, over the
+             PA-REQ-ENC-PA-REP splice's cap (1,015 bytes), whose reply
+             carries the 400 addresses: an aes*-cts ENCRYPT over
+             contract.h's cap, refused before any Run;
   replay     one captured PA-ENC-TIMESTAMP of another user sent again and
              again, each time with a fresh nonce in the request body (the
              timestamp does not cover it, and the KDC's lookaside cache
@@ -14,8 +16,8 @@ other users log in one at a time beside it:
   padata     the same captured request with 8 KiB of unknown padata added
              (RFC 4120 5.2.7: a KDC ignores padata types it does not know,
              but the PA-REQ-ENC-PA-REP checksum covers them; the patched
-             KDC answers a request over 8 KiB without that checksum, and
-             the KDC module refuses a splice over contract.h's cap).
+             KDC answers a request over 1,015 bytes without that
+             checksum, KDC_MPC_MAX_CTS_SPLICE_BYTES).
 
 The honest logins are Debian's MIT kinit with the users' keytabs, one
 process at a time; the figures are their latency (p50, max), how many took

@@ -66,7 +66,7 @@ def test_addresses_conf(tmp_path):
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server")
 CTS256 = "aes256-cts-hmac-sha1-96"
-# What deep_attempts counts when the KDC module refuses a request over the cap.
+# What deep_attempts counts when the KDC module refuses a job over a cap.
 REFUSED = "svc-unavailable"
 USERS = ("mallory", "victim", "ann", "bartholomew.wojciechowski", "li/admin",
          "isabella.castellanos")
@@ -94,7 +94,7 @@ def test_deep_attempts_in_a_realm(kmpc_factory):
     for k in range(da.ADDRESS_LOOPS):
         assert set(att[f"addresses-{k}"]) == {REFUSED}, att
     # The captured request asked for PA-REQ-ENC-PA-REP: with 8 KiB more the
-    # KDC would answer without it (over KDC_MPC_MAX_EARLY_CKSUM_BYTES), so
+    # KDC would answer without it (over KDC_MPC_MAX_CTS_SPLICE_BYTES), so
     # nothing deep is computed for it; and its timestamp is a replay.
     assert da.PA_REQ_ENC_PA_REP in out["captured"]["padata"], out["captured"]
     # A captured timestamp is good once (the module's replay cache,

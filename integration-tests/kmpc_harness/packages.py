@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """kmpc's Debian packages on four emulated hosts, the way
-deploy/THREE-HOSTS.md installs them: a clean Debian 12 root (debootstrap
-bookworm, minbase) with the packages installed by dpkg, and network
+deploy/THREE-HOSTS.md installs them: a clean Debian root (debootstrap
+minbase of the host's release, or of KMPC_PKG_DIST's) with the packages installed by dpkg, and network
 namespaces joined by a bridge as the hosts (kmpc_harness/netns.py's
 layout, on 10.77.9.0/24, which exists only inside these namespaces):
 
@@ -31,14 +31,32 @@ from kmpc_harness import netns
 from kmpc_harness.deploy_tool import kmpc_deploy
 
 MIRROR = "http://deb.debian.org/debian"
-SUITE = "bookworm"
+
+
+def _host_suite():
+    with open("/etc/os-release") as f:
+        for line in f:
+            if line.startswith("VERSION_CODENAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    return "bookworm"
+
+
+HOST_SUITE = _host_suite()
+# The release the packages are for (make test-packages DIST=...): the
+# host's unless KMPC_PKG_DIST names another.
+SUITE = os.environ.get("KMPC_PKG_DIST") or HOST_SUITE
+RELEASE = {"bookworm": "Debian 12", "trixie": "Debian 13"}.get(SUITE, SUITE)
 # Debian's krb5 (replaced by the kmpc build, as on a real host) and the
 # run-time libraries of kmpc's packages, so that installing the packages
-# needs no network: the cached tarball holds them all.
-INCLUDE = ("adduser,krb5-kdc,krb5-user,krb5-admin-server,libkrb5-3,libgrpc++1.51,"
-           "libprotobuf32,libabsl20220623,libssl3,liblmdb0,libsodium23,"
-           "libprometheus-cpp-pull1.0,libprometheus-cpp-core1.0,libcivetweb1,libverto1,"
-           "libverto-libev1")
+# needs no network: the cached tarball holds them all (root_tarball adds
+# what the built packages depend on). heimdal-clients: Heimdal's kinit
+# and kvno for the client host of a release other than the host's.
+INCLUDE = ("adduser,krb5-kdc,krb5-user,krb5-admin-server,libkrb5-3,liblmdb0,libsodium23,"
+           "libverto1,libverto-libev1" if SUITE == "bookworm" else
+           "adduser,krb5-kdc,krb5-user,krb5-admin-server,libkrb5-3,liblmdb0,libsodium23,"
+           "heimdal-clients,libre2-11")
+# (libre2-11: trixie's libgrpc29t64 depends on the virtual
+# libre2-11-absl20240722, which debootstrap's resolver cannot follow.)
 SUBNET = "10.77.9"
 HOSTS = {"kdc": f"{SUBNET}.1", "p0": f"{SUBNET}.11", "p1": f"{SUBNET}.12",
          "p2": f"{SUBNET}.13", "cl": f"{SUBNET}.100"}
@@ -58,17 +76,44 @@ def sh(argv, check=True, timeout=300, **kw):
     return p
 
 
-def root_tarball(cache_dir):
-    """debootstrap's download of bookworm minbase plus INCLUDE, made once
-    from Debian's mirror and kept in cache_dir (make deb's build/deb/cache)."""
-    tgz = os.path.join(cache_dir, f"{SUITE}-minbase.tgz")
+def runtime_depends(debs):
+    """The Debian packages debs depend on (first alternatives, versions
+    dropped), without the krb5 packages' own names and the "-kmpc" names
+    only the kmpc krb5 build provides."""
+    own = {sh(["dpkg-deb", "-f", d, "Package"]).stdout.strip() for d in debs}
+    names = set()
+    for d in debs:
+        dep = sh(["dpkg-deb", "-f", d, "Depends"]).stdout
+        for rel in filter(None, (r.strip() for r in dep.split(","))):
+            name = re.split(r"[\s(:]", rel.split("|")[0].strip())[0]
+            if name and name not in own and not name.endswith("-kmpc") and "$" not in name:
+                names.add(name)
+    return sorted(names)
+
+
+def include_for(debs):
+    """INCLUDE plus what the packages to be installed need."""
+    extra = [n for n in runtime_depends(debs) if n not in INCLUDE.split(",")]
+    return ",".join([INCLUDE, *extra])
+
+
+def root_tarball(cache_dir, include=None):
+    """debootstrap's download of SUITE minbase plus include (default
+    INCLUDE), made once from Debian's mirror and kept in cache_dir (make
+    deb's build/deb/cache), one tarball per package list."""
+    include = include or INCLUDE
+    import hashlib
+    tag = hashlib.sha256(include.encode()).hexdigest()[:10]
+    tgz = os.path.join(cache_dir, f"{SUITE}-minbase-{tag}.tgz")
     if not os.path.exists(tgz):
         os.makedirs(cache_dir, exist_ok=True)
         tmp = os.path.join(cache_dir, "debootstrap-tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        sh(["debootstrap", "--variant=minbase", f"--include={INCLUDE}",
+        sh(["debootstrap", "--variant=minbase", f"--include={include}",
             f"--make-tarball={tgz}.part", SUITE, tmp, MIRROR], timeout=1200)
         shutil.rmtree(tmp, ignore_errors=True)
+        with open(tgz + ".include", "w") as f:
+            f.write(include)
         os.rename(tgz + ".part", tgz)
     return tgz
 
@@ -83,19 +128,23 @@ def unmount_stale():
     with open("/proc/mounts") as f:
         points = [line.split()[1] for line in f]
     for point in points:
-        m = re.search(rf"/{ROOT_MARK}(\d+)/proc$", point)
+        m = re.search(rf"/{ROOT_MARK}(\d+)[a-z]*/proc$", point)
         if m and not kmpc_cluster.pid_alive(int(m.group(1))):
             sh(["umount", "-l", point], check=False)
 
 
 class DebianRoot:
-    """A clean Debian 12 root made from the cached tarball (no network),
-    in parent/kmpc-pkgroot-<pid>."""
+    """A clean Debian root of SUITE made from the cached tarball (no
+    network), in parent/kmpc-pkgroot-<pid><tag>."""
 
-    def __init__(self, parent, tarball):
+    def __init__(self, parent, tarball, tag=""):
         unmount_stale()
-        self.path = path = os.path.join(parent, f"{ROOT_MARK}{os.getpid()}")
-        sh(["debootstrap", "--variant=minbase", f"--include={INCLUDE}",
+        self.path = path = os.path.join(parent, f"{ROOT_MARK}{os.getpid()}{tag}")
+        include = INCLUDE
+        if os.path.exists(tarball + ".include"):
+            with open(tarball + ".include") as f:
+                include = f.read().strip()
+        sh(["debootstrap", "--variant=minbase", f"--include={include}",
             f"--unpack-tarball={tarball}", SUITE, path, MIRROR], timeout=900)
         # Packages' maintainer scripts must not start daemons here
         # (invoke-rc.d's policy layer, Debian Policy 9.3.3.1).
@@ -133,7 +182,11 @@ class DebianRoot:
         for deb in debs:
             shutil.copy(deb, d)
         names = [f"/var/cache/kmpc-test-debs/{os.path.basename(x)}" for x in debs]
-        self.run(["dpkg", "-i", *names], env={"DEBIAN_FRONTEND": "noninteractive"})
+        # --auto-deconfigure, as apt passes it: 1.21's libkadm5srv-mit12 and
+        # libkadm5clnt-mit12 Break Debian 12's krb5-kdc, krb5-admin-server
+        # and krb5-user (<< 1.21), which this same transaction upgrades.
+        self.run(["dpkg", "-i", "--auto-deconfigure", *names],
+                 env={"DEBIAN_FRONTEND": "noninteractive"})
 
     def version(self, pkg):
         return self.run(["dpkg-query", "-W", "-f=${Version}", pkg]).stdout.strip()
@@ -383,19 +436,27 @@ class PackagedDeployment:
 
 
 class StockClient:
-    """The machine's own Debian krb5-user programs (unmodified: not from
-    the kmpc packages) on the client host."""
+    """Debian's own, unmodified client programs (not from the kmpc
+    packages) on the client host: the machine's krb5-user, or, with root
+    (a clean root of the release under test, its Debian krb5-user and
+    heimdal-clients), that root's, chrooted into."""
 
-    def __init__(self, lan, workdir, realm):
-        self.lan, self.dir = lan, workdir
-        self.conf = os.path.join(workdir, "client-krb5.conf")
-        with open(self.conf, "w") as f:
+    def __init__(self, lan, workdir, realm, root=None):
+        self.lan, self.root = lan, root
+        # inside: the directory as the programs see it; self.dir: on the host.
+        self.inside = "/tmp/kmpc-client" if root else workdir
+        self.dir = root.p(self.inside) if root else workdir
+        os.makedirs(self.dir, exist_ok=True)
+        with open(os.path.join(self.dir, "client-krb5.conf"), "w") as f:
             f.write(f"[libdefaults]\n    default_realm = {realm}\n    dns_lookup_kdc = false\n"
                     f"    dns_lookup_realm = false\n    rdns = false\n"
                     f"[realms]\n    {realm} = {{\n        kdc = {HOSTS['kdc']}\n    }}\n")
 
     def run(self, prog, *args, ccache="cc", input=None, check=True):
-        env = {"PATH": PATH, "KRB5_CONFIG": self.conf,
-               "KRB5CCNAME": "FILE:" + os.path.join(self.dir, ccache)}
-        return sh([*self.lan.prefix("cl"), f"/usr/bin/{prog}", *args], env=env, input=input,
-                  check=check, timeout=60)
+        """prog: a program in /usr/bin ("kinit", "klist", or Heimdal's
+        "kinit.heimdal" and the like)."""
+        env = {"PATH": PATH, "KRB5_CONFIG": os.path.join(self.inside, "client-krb5.conf"),
+               "KRB5CCNAME": "FILE:" + os.path.join(self.inside, ccache)}
+        chroot = ["chroot", self.root.path] if self.root else []
+        return sh([*self.lan.prefix("cl"), *chroot, f"/usr/bin/{prog}", *args], env=env,
+                  input=input, check=check, timeout=60)

@@ -22,7 +22,10 @@ enum class Role : int {
   kTimestamp = 1, kArmor, kHeaderTicket, kSecondTicket, kReqChecksum,
   kTicket, kReply, kSigServer, kSigKdc, kCammacKdc, kSigTicket, kCammacSvc,
   kVerifyServer, kVerifyKdc, kVerifyCammac, kVerifyTicket,
-  kChallenge, kKdcChallenge
+  kChallenge, kKdcChallenge,
+  // MIT 1.21's extended KDC (full PAC) signature, made and checked with
+  // the ticket signature ([MS-PAC] 2.8.5).
+  kSigFull, kVerifyFull
 };
 inline constexpr size_t kMaxPlanItems = 16;   // KRB5_KDCMPC_MAX_ITEMS
 inline constexpr uint32_t kItemExact = 0x1;   // KRB5_KDCMPC_ITEM_EXACT

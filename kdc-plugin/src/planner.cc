@@ -35,7 +35,9 @@ bool RoleOf(Role role, RoleInfo* out) {
       {pb::JOB_VERIFY_CHECKSUM, 64, 2},  {pb::JOB_VERIFY_CHECKSUM, 17, 3},
       // FAST's encrypted challenge (RFC 6113 5.4.6): the client's (the
       // gate of a FAST AS exchange) and the KDC's.
-      {pb::JOB_DECRYPT, 54, -1},         {pb::JOB_ENCRYPT, 55, -1}};
+      {pb::JOB_DECRYPT, 54, -1},         {pb::JOB_ENCRYPT, 55, -1},
+      // The full-PAC signature (MIT 1.21), made and checked at slot 4.
+      {pb::JOB_CHECKSUM, 17, 4},         {pb::JOB_VERIFY_CHECKSUM, 17, 4}};
   const int r = static_cast<int>(role);
   if (r < 1 || r > static_cast<int>(std::size(kRoles))) return false;
   *out = kRoles[r - 1];
@@ -66,7 +68,7 @@ const char* RoleName(Role r) {
       "req_checksum", "ticket",   "reply",         "sig_server",
       "sig_kdc",    "cammac_kdc", "sig_ticket",    "cammac_svc",
       "verify_server", "verify_kdc", "verify_cammac", "verify_ticket",
-      "challenge",  "kdc_challenge"};
+      "challenge",  "kdc_challenge", "sig_full", "verify_full"};
   const int i = static_cast<int>(r);
   return i >= 1 && i <= static_cast<int>(std::size(kNames)) ? kNames[i - 1] : "unknown";
 }

@@ -1369,5 +1369,25 @@ TEST_P(PreparedPadTest, SignFailuresCompleteTheJobOnce) {
   for (const auto& [token, n] : sink_.counts()) EXPECT_EQ(n, 1) << token;
 }
 
+// MIT 1.21's full-PAC (extended KDC) signature ([MS-PAC] 2.8.5): made and
+// checked as the other PAC signatures are, usage 17, at a linked-pad slot of
+// its own, the fifth (contract::kPadSlots).
+TEST(PlanRoles, FullPacSignatureHasSlotFour) {
+  RoleInfo sig, verify;
+  ASSERT_TRUE(RoleOf(Role::kSigFull, &sig));
+  ASSERT_TRUE(RoleOf(Role::kVerifyFull, &verify));
+  EXPECT_EQ(sig.type, pb::JOB_CHECKSUM);
+  EXPECT_EQ(verify.type, pb::JOB_VERIFY_CHECKSUM);
+  EXPECT_EQ(sig.usage, 17u);
+  EXPECT_EQ(verify.usage, 17u);
+  EXPECT_EQ(sig.slot, 4);
+  EXPECT_EQ(verify.slot, 4);
+  EXPECT_LT(4u, contract::kPadSlots);
+  EXPECT_STREQ(RoleName(Role::kSigFull), "sig_full");
+  EXPECT_STREQ(RoleName(Role::kVerifyFull), "verify_full");
+  RoleInfo none;
+  EXPECT_FALSE(RoleOf(static_cast<Role>(21), &none));
+}
+
 }  // namespace
 }  // namespace kmpc::kdc

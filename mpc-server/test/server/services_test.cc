@@ -1748,7 +1748,8 @@ TEST_F(SignTest, LinkedPadFollowsItsEncrypt) {
   ASSERT_NO_FATAL_FAILURE(RunExpecting(failed, both, &failed_resp));
 }
 
-// Slotted linked pads (Job.pad_slot, wire version 6): four PADs name one
+// Slotted linked pads (Job.pad_slot, wire version 6; five slots since 13):
+// kPadSlots PADs name one
 // ENCRYPT at ctr0 + 2^17 + slot and each signs at its own counter; a slot
 // taken twice, a slot past kPadSlots or a slot without pad_after fail as
 // JOB_MALFORMED on every server.
@@ -1772,10 +1773,9 @@ TEST_F(SignTest, LinkedPadsOfOneEncryptTakeDistinctSlots) {
     pad->set_pad_after(7);
     pad->set_pad_slot(slot);
   }
-  const v1::JobStatus ok[] = {v1::JOB_OK, v1::JOB_OK, v1::JOB_OK, v1::JOB_OK,
-                              v1::JOB_OK};
+  const std::vector<v1::JobStatus> ok(1 + contract::kPadSlots, v1::JOB_OK);
   std::array<v1::RunResponse, 3> resp;
-  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, ok, &resp));
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, ok.data(), &resp));
   for (uint32_t slot = 0; slot < contract::kPadSlots; ++slot) {
     std::string want;
     ASSERT_TRUE(contract::LinkedPadCtr0(Vals(resp[0], 0).ctr0, slot, &want));
@@ -1800,11 +1800,14 @@ TEST_F(SignTest, LinkedPadsOfOneEncryptTakeDistinctSlots) {
   unlinked->set_job_id(32);
   unlinked->clear_pad_after();
   unlinked->set_pad_slot(2);
-  const v1::JobStatus mixed[] = {
-      v1::JOB_OK,        v1::JOB_MALFORMED, v1::JOB_OK,        v1::JOB_OK,
-      v1::JOB_OK,        v1::JOB_MALFORMED, v1::JOB_MALFORMED, v1::JOB_MALFORMED};
+  // The ENCRYPT and slots 1 .. kPadSlots-1 hold; slot 0, named twice, the
+  // slot past the last and the unlinked slot are malformed.
+  std::vector<v1::JobStatus> mixed(1 + contract::kPadSlots + 3, v1::JOB_OK);
+  mixed[1] = v1::JOB_MALFORMED;
+  for (size_t j = 1 + contract::kPadSlots; j < mixed.size(); ++j)
+    mixed[j] = v1::JOB_MALFORMED;
   std::array<v1::RunResponse, 3> bad_resp;
-  ASSERT_NO_FATAL_FAILURE(RunExpecting(bad, mixed, &bad_resp));
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(bad, mixed.data(), &bad_resp));
 }
 
 // A verification pad (a PAD with a counter) at a signature's ctr0: a
