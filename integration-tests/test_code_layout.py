@@ -459,3 +459,90 @@ def test_one_realm_class():
     found = realm_classes(ROOT)
     assert found - set(NOT_A_REALM) == REALM_CLASSES, sorted(found)
     assert set(NOT_A_REALM) <= found, "NOT_A_REALM names a class that is gone"
+
+
+# ---- the KDC module's files and classes stay small ---------------------------
+# A newcomer should not have to live in a 1,300-line file or a class of 50
+# public methods (the module's step classes were split for this).
+KDC_FILE_LINES = 850
+KDC_CLASS_PUBLIC_METHODS = 26
+
+
+def _strip_cxx_comments(text):
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+
+
+def public_methods(text):
+    """{class or struct name: public member functions declared or defined
+    at its top level} of C++ source text (a heuristic: a declaration with a
+    parameter list in a public section; deleted functions, using and
+    friend declarations not counted)."""
+    text = _strip_cxx_comments(text)
+    out = {}
+    for m in re.finditer(r"\b(class|struct)\s+(\w+)(\s+final)?\s*(:[^{;]*)?\{", text):
+        access = "public" if m.group(1) == "struct" else "private"
+        i, depth, n, stmt = m.end(), 1, 0, ""
+        while i < len(text) and depth > 0:
+            c = text[i]
+            if c == "{":
+                if depth == 1 and access == "public" and re.search(r"\w\s*\(", stmt):
+                    n += 1
+                stmt = "" if depth == 1 else stmt
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                stmt = ""
+            elif depth == 1 and c == ";":
+                s = stmt.strip()
+                if (access == "public" and re.search(r"\w\s*\(", s)
+                        and not re.match(r"(using|typedef|friend|static_assert)\b", s)
+                        and not re.search(r"=\s*delete$", s)):
+                    n += 1
+                stmt = ""
+            elif depth == 1:
+                stmt += c
+                a = re.search(r"(?<!:)\b(public|private|protected)\s*:(?!:)\s*$", stmt)
+                if a:
+                    access, stmt = a.group(1), ""
+            i += 1
+        out[m.group(2)] = max(n, out.get(m.group(2), 0))
+    return out
+
+
+def kdc_size_offences(root):
+    found = []
+    for path in source_files(root, ["kdc-plugin/src"]):
+        rel = os.path.relpath(path, root)
+        text = _read(path)
+        lines = text.count("\n")
+        if lines > KDC_FILE_LINES:
+            found.append(f"{rel}: {lines} lines (at most {KDC_FILE_LINES})")
+        for name, n in public_methods(text).items():
+            if n > KDC_CLASS_PUBLIC_METHODS:
+                found.append(f"{rel}: class {name} has {n} public methods "
+                             f"(at most {KDC_CLASS_PUBLIC_METHODS})")
+    return found
+
+
+def test_kdc_module_files_and_classes_are_small():
+    assert kdc_size_offences(ROOT) == []
+
+
+def test_kdc_size_check_catches_a_big_file_and_a_wide_class(tmp_path):
+    src = tmp_path / "kdc-plugin" / "src"
+    src.mkdir(parents=True)
+    methods = "".join(f"  int M{i}(int x) const;\n" for i in range(30))
+    (src / "wide.h").write_text(
+        "class Wide {\n public:\n  Wide() = default;\n  Wide(const Wide&) = delete;\n"
+        f"{methods}  void Inline() {{ if (true) {{ }} }}\n private:\n"
+        "  int Hidden(int);\n};\n")
+    (src / "narrow.h").write_text(
+        "class Narrow {\n public:\n  void A();\n  void B() { }\n"
+        " private:\n  void C();\n};\n")
+    (src / "big.cc").write_text("int x;\n" * (KDC_FILE_LINES + 1))
+    assert public_methods((src / "wide.h").read_text()) == {"Wide": 32}
+    assert public_methods((src / "narrow.h").read_text()) == {"Narrow": 2}
+    found = kdc_size_offences(str(tmp_path))
+    assert len(found) == 2, found
+    assert any("big.cc" in f for f in found) and any("class Wide has 32" in f for f in found)
