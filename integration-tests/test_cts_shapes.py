@@ -8,10 +8,12 @@
   the whole realm, not one per name length; a second round of logins
   compiles nothing and runs each login in one Run. The figures (distinct
   request lengths, their block counts, programs compiled) are printed.
-- Bounded depth: an AS-REQ longer than any real client sends (kinit with
-  many client addresses) is refused by the KDC module with
-  KDC_ERR_SVC_UNAVAILABLE and a logged reason before any Run: the servers
-  never see it, so it never shares a batch with other logins. One within
+- Bounded depth: an AS-REQ whose reply would be longer than any real
+  client's (kinit with many client addresses, which the KDC copies into
+  the reply) is refused by the KDC module with KDC_ERR_SVC_UNAVAILABLE
+  and a logged reason before any Run: the servers never see it, so it
+  never shares a batch with other logins. (A request over the splice's
+  cap alone is answered without PA-REQ-ENC-PA-REP: test_cts_as.py.) One within
   the caps but deep (40 addresses) goes in a batch of deep work only
   (kdc-plugin batcher.h deep_rounds): another user's logins beside a loop
   of them succeed, and their times are printed.
@@ -152,7 +154,10 @@ def test_an_oversized_request_is_refused_before_any_run(kmpc_factory):
     assert request_sizes(out)[-1] <= MAX_REQUEST, out
 
     evals0, k0 = server_counts(kr, "kmpc_cts_evaluations_total"), kdc_counts(kr)
-    rc, out = client("many", 80).kinit("ada", "Ada-pw-5150")
+    # 160 addresses: the request is over the splice's cap (so the KDC asks
+    # for no checksum) and the reply, which copies them, over the cts cap
+    # (contract.h kMaxCtsBytes).
+    rc, out = client("many", 160).kinit("ada", "Ada-pw-5150")
     assert rc != 0, out
     assert request_sizes(out)[-1] > MAX_REQUEST, out
     assert "A service is not available" in out, out

@@ -159,17 +159,18 @@ def test_run_batches_per_exchange(kmpc_factory, tmp_path):
     # Every PAC signature under the MPC-held krbtgt went out as a Sign of a
     # pad drawn in the exchange's first Run: the TGT's server signature
     # with its KDC signature chained in the same item (AS, renewal:
-    # planner.h, a SIG_SERVER and a SIG_KDC of one key), the service ticket's ticket and
-    # KDC signatures (TGS: its server signature is under the service's
-    # own key, so its KDC signature cannot chain); and the presented TGT's
+    # planner.h, a SIG_SERVER and a SIG_KDC of one key), the service ticket's ticket,
+    # KDC and full-PAC signatures (TGS: MIT 1.21 adds the full-PAC checksum
+    # to tickets for services other than a TGS; its server signature is
+    # under the service's own key, so its KDC signature cannot chain); and the presented TGT's
     # server signature was verified under a verification pad (TGS,
     # renewal: one Sign item more).
     assert verifies == {"AS": 0, "TGS": 1, "renewal": 1,
                         "TGS after renewal": 1}, verifies
     assert chained == {"AS": 1, "TGS": 0, "renewal": 1,
                        "TGS after renewal": 0}, chained
-    assert signs == {"AS": 1, "TGS": 3, "renewal": 2,
-                     "TGS after renewal": 3}, signs
+    assert signs == {"AS": 1, "TGS": 4, "renewal": 2,
+                     "TGS after renewal": 4}, signs
     # A signature's message waits for the one before (the KDC signature
     # covers the server signature): the chained KDC signature needs no
     # request of its own, one Sign request fewer than unchained (AS 2,
