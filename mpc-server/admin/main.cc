@@ -710,6 +710,34 @@ std::optional<std::string> WhyRealKeysStay(const std::string& canon,
   return std::nullopt;
 }
 
+// status --kdb's line for a principal holding real keys (real: their
+// enctypes and kvnos; should: the dealer protects it), counted in staying
+// (a "kdb note:" line), exposed or other_real. True when it is a problem.
+bool ReportRealKeys(const std::string& name, const std::string& realm,
+                       const std::vector<std::string>& real, bool should,
+                       size_t* staying, size_t* exposed, size_t* other_real) {
+  const std::string keys = absl::StrJoin(real, ", ");
+  if (const std::optional<std::string> stays = WhyRealKeysStay(name, realm)) {
+    if (!stays->empty())
+      std::printf("kdb note: %s keeps real keys in the KDB (%s): %s\n", name.c_str(),
+                  stays->c_str(), keys.c_str());
+    ++*staying;
+    return false;
+  }
+  if (should) {
+    std::printf("kdb: %s should be MPC-protected but holds real keys in the KDB: %s\n",
+                name.c_str(), keys.c_str());
+    ++*exposed;
+    return true;
+  }
+  std::printf("kdb: %s holds real keys in the KDB: %s (whoever reads the KDB with "
+              "its master key has them; kmpc-admin share --from-existing or "
+              "--randkey moves them into the cluster)\n",
+              name.c_str(), keys.c_str());
+  ++*other_real;
+  return true;
+}
+
 // status --kdb: compares the KDB with the servers' key lists (where: key id
 // -> which servers hold it; infos: its metadata). Prints one line per
 // problem, naming the principal or key (every principal holding a real key
@@ -761,26 +789,9 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
     if (real.empty()) continue;
     bool should = has_handle || has_mpc_key;
     for (const std::string& p : protect) should = should || MatchesProtect(p, info->name);
-    const std::optional<std::string> stays = WhyRealKeysStay(info->name, kdb.realm());
-    if (stays) {
-      ++staying;
-      if (!stays->empty())
-        std::printf("kdb note: %s keeps real keys in the KDB (%s): %s\n",
-                    info->name.c_str(), stays->c_str(), absl::StrJoin(real, ", ").c_str());
-    } else if (should) {
-      ++exposed;
+    if (ReportRealKeys(info->name, kdb.realm(), real, should, &staying, &exposed,
+                       &other_real))
       ok = false;
-      std::printf("kdb: %s should be MPC-protected but holds real keys in the KDB: "
-                  "%s\n",
-                  info->name.c_str(), absl::StrJoin(real, ", ").c_str());
-    } else {
-      ++other_real;
-      ok = false;
-      std::printf("kdb: %s holds real keys in the KDB: %s (whoever reads the KDB "
-                  "with its master key has them; kmpc-admin share --from-existing "
-                  "or --randkey moves them into the cluster)\n",
-                  info->name.c_str(), absl::StrJoin(real, ", ").c_str());
-    }
   }
   if (!lists_ok) {
     std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu "
