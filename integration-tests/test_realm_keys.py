@@ -117,6 +117,8 @@ def test_ktadd_gives_the_keytab_the_key_and_the_kdb_a_handle(realm):
                   "-q", f"ktadd -e {CTS256}:normal -k {kt2} {SVC}"])
     assert "added to keytab" in out, out
     assert [(r[0], r[2]) for r in kr.kdb_keys(SVC)] == [("4", "handle")]
+    rc, out = stock_kinit(kr, USER, USER_PW, stock=True)  # a ccache without kvno 2's
+    assert rc == 0, out
     rc, out = stock_kvno_k(kr, kt2, SVC)
     assert rc == 0 and "kvno = 4" in out and "keytab entry valid" in out, out
     # ktadd -norandkey still extracts no handle; a krbtgt's key never leaves.
