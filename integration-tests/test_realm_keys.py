@@ -18,6 +18,7 @@ krb5kdc with the real kdcmpc module, and Debian's own /usr/bin/kinit and
   0. A service with a real key makes both name it (status exits 1).
 """
 import os
+import re
 import subprocess
 
 import pytest
@@ -156,6 +157,17 @@ def test_the_kdb_holds_no_other_real_key(realm):
     with a real key makes both name it."""
     kr = realm
     kr.kadmin_local(f"addprinc -e {CTS256}:normal -randkey {SVC}")
+    # A service no pattern names, given a new key in the cluster by
+    # kmpc-admin (a service's kind), which prints no key.
+    rand = "nfs/rand.kmpc.test"
+    kr.kadmin_local(f"addprinc -e {CTS256}:normal -randkey {rand}")
+    _, out, err = kr.admin("share", "--randkey", f"--enctype={CTS256}", "--service", rand)
+    rows = kr.kdb_keys(rand)
+    assert {r[2] for r in rows} == {"handle"}
+    printed = out + err
+    for r in rows:  # the key ids are no secret
+        printed = printed.replace(r[3], "")
+    assert not re.search(r"[0-9a-fA-F]{32}", printed), out + err
     found = kdb_real_keys(kr)
     assert unexpected(found) == {}, found
     assert any(n.startswith("K/M@") for n in found), found
