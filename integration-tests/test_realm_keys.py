@@ -7,8 +7,8 @@ krb5kdc with the real kdcmpc module, and Debian's own /usr/bin/kinit and
 /usr/bin/kvno.
 
 - ktadd of a service the dealer protects (kadmin.local and, through
-  kadmind, kadmin) gives the admin client the new random key for the
-  keytab, while only a handle reaches the KDB: Debian's `kvno -k` with
+  kadmind, kadmin: this build's and Debian's unmodified /usr/bin/kadmin)
+  gives the admin client the new random key for the keytab, while only a handle reaches the KDB: Debian's `kvno -k` with
   that keytab validates a ticket to the service.
 - A service moved with `kmpc-admin share --from-existing --service` keeps
   its old keytab working.
@@ -122,6 +122,19 @@ def test_ktadd_gives_the_keytab_the_key_and_the_kdb_a_handle(realm):
     assert rc == 0, out
     rc, out = stock_kvno_k(kr, kt2, SVC)
     assert rc == 0 and "kvno = 4" in out and "keytab entry valid" in out, out
+    # Debian's unmodified kadmin, through kadmind, likewise.
+    kt3 = os.path.join(kr.dir, "svc-debian.keytab")
+    env = {k: v for k, v in kr.env.items() if not k.startswith("LD_")}
+    p = subprocess.run(["/usr/bin/kadmin", "-r", kr.realm, "-p", ADMIN, "-w", ADMIN_PW,
+                        "-q", f"ktadd -e {CTS256}:normal -k {kt3} {SVC}"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0 and "added to keytab" in p.stdout + p.stderr, \
+        p.stdout + p.stderr
+    assert [(r[0], r[2]) for r in kr.kdb_keys(SVC)] == [("5", "handle")]
+    rc, out = stock_kinit(kr, USER, USER_PW, stock=True)
+    assert rc == 0, out
+    rc, out = stock_kvno_k(kr, kt3, SVC)
+    assert rc == 0 and "kvno = 5" in out and "keytab entry valid" in out, out
     # ktadd -norandkey still extracts no handle; a krbtgt's key never leaves.
     out = kr.kadmin_local(f"ktadd -norandkey -k {kt2} {SVC}", expected_code=None)
     assert "held by the MPC cluster" in out, out
