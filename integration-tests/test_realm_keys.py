@@ -12,6 +12,7 @@ krb5kdc with the real kdcmpc module, and Debian's own /usr/bin/kinit and
   that keytab validates a ticket to the service.
 - A service moved with `kmpc-admin share --from-existing --service` keeps
   its old keytab working.
+- status --kdb notes cross-realm and kadmind's keys, which stay by design.
 - The KDB is read by kdb_dump_ref.py (the stash file and `kdb5_util
   dump`, decrypted by its own RFC 3962 code, nothing of kmpc's): no real
   key but EXPECTED_REAL_KEYS'; `kmpc-admin status --kdb` agrees and exits
@@ -195,3 +196,22 @@ def test_the_kdb_holds_no_other_real_key(realm):
     assert rc == 1 and len(problems) == 1, out
     assert problems[0].startswith(f"kdb: {real}@{kr.realm} holds real keys in the KDB"), out
     assert " 1 others with real keys" in out, out
+
+
+def test_status_notes_the_keys_that_stay(kmpc_factory):
+    """Cross-realm keys (the partner realm's KDB holds the same key) and
+    kadmind's stay in the KDB by design: status --kdb names them on "kdb
+    note:" lines, which are no problem; K/M is not named."""
+    kr = kmpc_factory(module="test")
+    for p in ("krbtgt/OTHER.TEST", "krbtgt/KMPC.TEST@OTHER.TEST"):
+        kr.kadmin_local(f"addprinc -e {CTS256}:normal -pw Cross-pw-5150 {p}")
+    rc, problems, out = status_kdb(kr)
+    notes = [l for l in out.splitlines() if l.startswith("kdb note: ")]
+    for p in ("krbtgt/OTHER.TEST@KMPC.TEST", "krbtgt/KMPC.TEST@OTHER.TEST"):
+        assert any(l.startswith(f"kdb note: {p} keeps real keys in the KDB (a cross-realm "
+                                "key") for l in notes), out
+    assert any(l.startswith(f"kdb note: kadmin/admin@{kr.realm} ") for l in notes), out
+    assert not any("K/M@" in l for l in notes + problems), out
+    # The local krbtgt still holds the key kdb5_util made: the one problem.
+    assert rc == 1 and [l.split(" should be")[0] for l in problems] == [
+        f"kdb: {kr.tgs}"], out
