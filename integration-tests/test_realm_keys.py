@@ -8,8 +8,9 @@ krb5kdc with the real kdcmpc module, and Debian's own /usr/bin/kinit and
 
 - ktadd of a service the dealer protects (kadmin.local and, through
   kadmind, kadmin: this build's and Debian's unmodified /usr/bin/kadmin)
-  gives the admin client the new random key for the keytab, while only a handle reaches the KDB: Debian's `kvno -k` with
-  that keytab validates a ticket to the service.
+  gives the admin client the new random key for the keytab, while only a
+  handle reaches the KDB: Debian's `kvno -k` with that keytab validates a
+  ticket to the service.
 - A service moved with `kmpc-admin share --from-existing --service` keeps
   its old keytab working.
 - status --kdb notes cross-realm and kadmind's keys, which stay by design.
