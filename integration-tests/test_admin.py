@@ -592,7 +592,7 @@ def test_kdb_refusal_removes_the_shares(kr):
     assert "kim@KMPC.TEST: the KDB refused the key handle, the KDB is unchanged" in err, err
     assert "the shares were removed again" in err, err
     assert keys_of(kr, "kim") == before
-    st = status_kdb(kr, EXPOSED_TGT)
+    st = status_kdb(kr, EXPOSED_TGT, "kdb: kim@KMPC.TEST holds real keys in the KDB")
     assert "keys: 0 on all three servers, 0 incomplete" in st, st
 
 
@@ -636,10 +636,11 @@ def test_krbtgt_rotation_with_keepold(kmpc_factory):
     _, out, _ = r.admin("share", "--randkey", "--force", r.tgs)
     assert "kvno 4" in out, out
     assert keys_of(r, r.tgs) == [("4", "aes256-ctr-mpc")]
-    # mike still holds the real keys addprinc made; the warm-up principal's
-    # key was migrated from the KDB.
+    # mike still holds the real keys addprinc made, and so does the service;
+    # the warm-up principal's key was migrated from the KDB.
     st = status_kdb(r, "kdb: mike@KMPC.TEST should be MPC-protected",
-                    migrated("kmpc/warmup") + " 1: migrated from the KDB")
+                    migrated("kmpc/warmup") + " 1: migrated from the KDB",
+                    f"kdb: {kmpc_cluster.SERVICE}@KMPC.TEST holds real keys in the KDB")
     # krbtgt (1 key), warm-up, lena: the two old krbtgt keys are gone.
     assert "keys: 3 on all three servers, 0 incomplete" in st, st
     assert "0 unreferenced keys" in st, st

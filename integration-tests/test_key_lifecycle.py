@@ -100,9 +100,17 @@ def kinit_fails(kr, princ, password):
     assert "Password incorrect" in out or "Preauthentication failed" in out, out
 
 
-def status_ok(kr):
+def status_ok(kr, also=()):
+    """status --kdb finds nothing wrong but the real keys the realm keeps
+    on purpose: ADMIN's, so that kadmin works while the cluster is down,
+    and those of the principals in also (status names every principal
+    holding real keys)."""
     rc, out, err = kr.admin("status", "--kdb", expected_code=None)
-    assert rc == 0, out + err
+    problems = [l for l in out.splitlines()
+                if l.startswith("kdb: ") and not l.startswith("kdb: realm ")]
+    allowed = [f"kdb: {p}@{kr.realm} holds real keys in the KDB" for p in (ADMIN, *also)]
+    assert all(l.startswith(tuple(allowed)) for l in problems), out + err
+    assert rc == (1 if problems else 0), out + err
     assert "unreferenced" not in out or " 0 unreferenced" in out, out
     return out
 
@@ -179,27 +187,30 @@ def test_password_change_through_kadmind(realm, how, flags, says):
 
 
 def test_keys_cannot_be_extracted(realm):
+    """ktadd -norandkey extracts no handle; ktadd (a new random key) gives
+    the keytab the key dealt, while the KDB holds its handle only."""
     kr = realm
     kr.kadmin_local("addprinc -pw Fay-pw-1212 fay")
     before = kr.kdb_keys("fay")
     kt = os.path.join(kr.dir, "fay.keytab")
     out = kr.kadmin_local(f"ktadd -norandkey -k {kt} fay", expected_code=None)
     assert "held by the MPC cluster" in out, out
-    out = kr.kadmin_local(f"ktadd -k {kt} fay", expected_code=None)
-    assert "held by the MPC cluster" in out, out
     assert not os.path.exists(kt) or os.path.getsize(kt) <= 2
     assert kr.kdb_keys("fay") == before
     kinit_ok(kr, "fay", "Fay-pw-1212")
+    out = kr.kadmin_local(f"ktadd -k {kt} fay")
+    assert "added to keytab" in out, out
+    assert {r[0] for r in kr.kdb_keys("fay")} == {"2"}
+    assert_only_handles(kr, "fay")
+    kr.run(["kinit", "-k", "-t", kt, "fay"])
 
 
 @pytest.mark.parametrize("enctype", ["aes256-cts-hmac-sha1-96", "aes256-ctr-mpc"])
-def test_remote_ktadd_refused_before_any_change(realm, enctype):
+def test_remote_ktadd_gets_the_new_key_the_kdb_a_handle(realm, enctype):
     """kadmin (through kadmind) ktadd of a principal whose only keys are
-    handles: the kadm5 protocol carries key enctypes but no key lengths, so
-    an aes*-cts handle looks like a key there; the server marks the
-    principal (KRB5_TL_MPC_KEY_HANDLES) and ktadd refuses before the
-    randomizing change, as for aes*-ctr-mpc handles. The KDB, read with the
-    master key, still holds the same handles; no keytab entry is written."""
+    handles: the new random keys, dealt to the cluster, reach the remote
+    client's keytab, and the KDB, read with the master key, holds only
+    their handles. -norandkey extracts nothing and changes nothing."""
     kr = realm
     name = "ivy" if enctype.startswith("aes256-cts") else "jay"
     if enctype.startswith("aes256-cts"):
@@ -211,13 +222,17 @@ def test_remote_ktadd_refused_before_any_change(realm, enctype):
     before = assert_only_handles(kr, name)
     assert {r[1] for r in before} == {enctype}
     kt = os.path.join(kr.dir, f"{name}-remote.keytab")
-    for opts in ("", "-norandkey "):
-        out = kr.run(["kadmin", "-r", kr.realm, "-p", ADMIN, "-w", ADMIN_PW,
-                      "-q", f"ktadd {opts}-k {kt} {name}"], expected_code=None)
-        if not opts:
-            assert "held by the MPC cluster" in out and "nothing was changed" in out, out
-        assert kr.kdb_keys(name) == before, (opts, out)
-        assert not os.path.exists(kt) or os.path.getsize(kt) <= 2, (opts, out)
+    out = kr.run(["kadmin", "-r", kr.realm, "-p", ADMIN, "-w", ADMIN_PW,
+                  "-q", f"ktadd -norandkey -k {kt} {name}"], expected_code=None)
+    assert kr.kdb_keys(name) == before, out
+    assert not os.path.exists(kt) or os.path.getsize(kt) <= 2, out
+    out = kr.run(["kadmin", "-r", kr.realm, "-p", ADMIN, "-w", ADMIN_PW,
+                  "-q", f"ktadd -e {enctype}:normal -k {kt} {name}"])
+    assert "added to keytab" in out, out
+    after = assert_only_handles(kr, name)
+    assert {(r[0], r[1]) for r in after} == {
+        (str(int(before[0][0]) + 1), enctype)}, (before, after)
+    kr.run(["kinit", "-k", "-t", kt, name])
 
 
 def test_delprinc_removes_shares(realm):

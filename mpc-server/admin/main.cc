@@ -64,10 +64,12 @@
 //   clients get new tickets).
 //
 // status: each server's health and whether every key id is on all three;
-//   with --kdb (on the KDC host) also, by name: every principal that should
-//   be MPC-protected (it holds a handle or an aes*-ctr-mpc key, or matches
-//   the key dealer's protect patterns in kdc.conf, krbtgt/* by default) but
-//   holds real keys in the KDB; every handle without its shares on all three
+//   with --kdb (on the KDC host) also, by name: every principal holding real
+//   keys in the KDB (said apart: one that should be MPC-protected, as it
+//   holds a handle or an aes*-ctr-mpc key, or matches the key dealer's
+//   patterns in kdc.conf, krbtgt/* by default), except, on "kdb note:"
+//   lines that are no problem, those whose keys stay there by design
+//   (kadmind's and kpropd's, cross-realm keys; K/M's is not named); every handle without its shares on all three
 //   servers; every key migrated from the KDB (older backups hold it); every
 //   key on the servers that no handle refers to. Each server's deviation
 //   breaker (service/breaker.h): an open one is a problem ("breaker: OPEN").
@@ -688,9 +690,59 @@ bool MatchesProtect(const std::string& pattern, const std::string& name) {
          fnmatch(pattern.c_str(), name.substr(0, at).c_str(), 0) == 0;
 }
 
+// Why a principal's real keys stay in the KDB by design, or nullopt when
+// they should be in the cluster. K/M's is the master key itself (an empty
+// reason: not named at all); kadmind's and kpropd's keys (Unshareable:
+// share refuses them) are read by those daemons through the KDB; a
+// cross-realm key (krbtgt/OTHER@REALM or krbtgt/REALM@OTHER) is shared with
+// the partner realm, whose KDB holds the same key (docs/admin-guide.md).
+std::optional<std::string> WhyRealKeysStay(const std::string& canon,
+                                           const std::string& realm) {
+  if (absl::StartsWith(canon, "K/M@")) return std::string();
+  if (Unshareable(canon))
+    return std::string("kadmind's or kpropd's own key, read through the KDB");
+  const size_t at = canon.rfind('@');
+  if (absl::StartsWith(canon, "krbtgt/") && at != std::string::npos) {
+    const std::string second = canon.substr(7, at - 7);
+    if (second != realm || canon.substr(at + 1) != realm)
+      return std::string("a cross-realm key: the partner realm's KDB holds it too");
+  }
+  return std::nullopt;
+}
+
+// status --kdb's line for a principal holding real keys (real: their
+// enctypes and kvnos; should: the dealer protects it), counted in staying
+// (a "kdb note:" line), exposed or other_real. True when it is a problem.
+bool ReportRealKeys(const std::string& name, const std::string& realm,
+                       const std::vector<std::string>& real, bool should,
+                       size_t* staying, size_t* exposed, size_t* other_real) {
+  const std::string keys = absl::StrJoin(real, ", ");
+  if (const std::optional<std::string> stays = WhyRealKeysStay(name, realm)) {
+    if (!stays->empty())
+      std::printf("kdb note: %s keeps real keys in the KDB (%s): %s\n", name.c_str(),
+                  stays->c_str(), keys.c_str());
+    ++*staying;
+    return false;
+  }
+  if (should) {
+    std::printf("kdb: %s should be MPC-protected but holds real keys in the KDB: %s\n",
+                name.c_str(), keys.c_str());
+    ++*exposed;
+    return true;
+  }
+  std::printf("kdb: %s holds real keys in the KDB: %s (whoever reads the KDB with "
+              "its master key has them; kmpc-admin share --from-existing or "
+              "--randkey moves them into the cluster)\n",
+              name.c_str(), keys.c_str());
+  ++*other_real;
+  return true;
+}
+
 // status --kdb: compares the KDB with the servers' key lists (where: key id
 // -> which servers hold it; infos: its metadata). Prints one line per
-// problem, naming the principal or key; returns true when there is none.
+// problem, naming the principal or key (every principal holding a real key
+// is one, unless WhyRealKeysStay says why it stays: a "kdb note:" line);
+// returns true when there is none.
 bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where,
                std::map<std::string, kmpc::v1::KeyInfo>& infos, bool lists_ok) {
   auto names = kdb.ListPrincipals();
@@ -701,6 +753,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
   const std::vector<std::string> protect = kdb.ProtectPatterns();
   bool ok = true;
   size_t with_handles = 0, missing = 0, exposed = 0, migrated = 0;
+  size_t other_real = 0, staying = 0;
   std::set<std::string> referenced;
   for (const std::string& name : *names) {
     auto info = kdb.Lookup(name);
@@ -733,20 +786,18 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
       }
     }
     if (has_handle) ++with_handles;
+    if (real.empty()) continue;
     bool should = has_handle || has_mpc_key;
     for (const std::string& p : protect) should = should || MatchesProtect(p, info->name);
-    if (should && !real.empty() && !Unshareable(info->name)) {
-      ++exposed;
+    if (ReportRealKeys(info->name, kdb.realm(), real, should, &staying, &exposed,
+                       &other_real))
       ok = false;
-      std::printf("kdb: %s should be MPC-protected but holds real keys in the KDB: "
-                  "%s\n",
-                  info->name.c_str(), absl::StrJoin(real, ", ").c_str());
-    }
   }
   if (!lists_ok) {
     std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu "
-                "exposed (shares not checked: not every server answered)\n",
-                kdb.realm().c_str(), names->size(), with_handles, exposed);
+                "exposed, %zu others with real keys (shares not checked: not "
+                "every server answered)\n",
+                kdb.realm().c_str(), names->size(), with_handles, exposed, other_real);
     return false;
   }
   size_t unreferenced = 0;
@@ -760,9 +811,10 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
   }
   std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu exposed, "
               "%zu handles without shares, %zu migrated, %zu unreferenced keys on "
-              "the servers\n",
+              "the servers, %zu others with real keys, %zu keeping them by design "
+              "(K/M included)\n",
               kdb.realm().c_str(), names->size(), with_handles, exposed, missing,
-              migrated, unreferenced);
+              migrated, unreferenced, other_real, staying);
   return ok;
 }
 
