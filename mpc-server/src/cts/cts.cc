@@ -340,53 +340,16 @@ absl::StatusOr<Program> SpliceEncryptClassProgram(int nr, size_t cm, size_t m, s
 
 namespace {
 
-// A w-byte value spliced into conf || P at one of a window's 16 offsets:
-// those whose value ends in the same CBC block. The window's last offset
-// (the value ending the block) names it; the selector's bit (end - 1) % 16
-// picks the lane's.
-size_t WindowOffset(size_t off, size_t w) {
-  return kBlock * BlockCount(kBlock + off + w) - kBlock - w;
-}
-
-std::vector<uint8_t> WindowSelector(size_t off, size_t w) {
-  const size_t bit = (kBlock + off + w - 1) % kBlock;
-  std::vector<uint8_t> sel(2, 0);
-  sel[bit / 8] = static_cast<uint8_t>(1u << (bit % 8));
-  return sel;
-}
-
-bool WindowFits(size_t cm, size_t off, size_t w) {
-  return cm >= kBlock + w && off == WindowOffset(off, w) && off + kBlock + w - (kBlock - 1) <= cm;
-}
-
-// x ^= value at the selected end of the window of last offset off: w x 8
-// ANDs per end inside conf || P's class (depth 1).
-void SpliceBySelector(Circuit& c, Bits& x, size_t cm, const Bits& sel, const Bits& value,
-                      size_t off) {
-  const size_t w = value.size() / 8, last_end = kBlock + off + w;
-  for (size_t j = 0; j < kBlock; ++j) {
-    const size_t end = last_end - (kBlock - 1) + j;
-    if (end > cm || end < kBlock + w) continue;
-    const size_t at = 8 * (end - w);
-    for (size_t i = 0; i < value.size(); ++i) x[at + i] = c.Xor(x[at + i], c.And(sel[j], value[i]));
-  }
-}
-
 // Coefficient j of x^j in a 16-byte string (SP 800-38D 6.3: the first
 // bit is the most significant of byte 0) as a circuit index.
 size_t GcmBit(size_t j) { return 8 * (j / 8) + 7 - j % 8; }
 
 }  // namespace
 
-size_t SignatureWindowOffset(size_t off) { return WindowOffset(off, kKdcSignatureBytes); }
-
-std::vector<uint8_t> SignatureSelector(size_t off) {
-  return WindowSelector(off, kKdcSignatureBytes);
-}
-
-bool TicketClassFits(size_t cm, size_t m, size_t off_s, size_t off_k) {
-  return m >= 64 && m % 64 == 0 && m <= kMaxBytes && SpliceClassFits(cm, m, off_s) &&
-         WindowFits(cm, off_k, kKdcSignatureBytes);
+bool TicketClassFits(size_t cm, size_t m, size_t off, size_t gap) {
+  // The window's first position must hold both values inside conf || P.
+  const size_t first_end = kBlock + off + kTagBytes - (kBlock - 1);
+  return SpliceClassFits(cm, m, off) && first_end + gap + kKdcSignatureBytes - kTagBytes <= cm;
 }
 
 // V_0 = h, V_{i+1} = V_i x: a shift towards the higher coefficients and,
@@ -408,13 +371,12 @@ Bits GfMulCircuit(Circuit& c, const Bits& d, size_t bits, const Bits& h) {
   return out;
 }
 
-absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t off_s,
-                                           size_t off_k) {
+absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t off,
+                                           size_t gap) {
   if (absl::Status st = CheckClass(nr, cm); !st.ok()) return st;
   cm = EncryptClassMax(cm);
-  off_s = SpliceWindowOffset(off_s);
-  off_k = SignatureWindowOffset(off_k);
-  if (!TicketClassFits(cm, m, off_s, off_k))
+  off = SpliceWindowOffset(off);
+  if (!TicketClassFits(cm, m, off, gap))
     return absl::InvalidArgumentError(
         "cts: a PAC is dealt padded (a multiple of 64 bytes, at most 65536) and both "
         "signatures lie inside P");
@@ -425,15 +387,26 @@ absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t o
   ck.opad = StateFromBytes(c.Inputs(160));
   auto [x, q] = ClassInputs(c, cm);
   const Bits mac = HmacSha1Padded(c, ck.ipad, ck.opad, c.Inputs(8 * m));
-  const Bits sel_s = c.Inputs(16), sel_k = c.Inputs(16);
+  const Bits sel = c.Inputs(16);
   const Bits ctr0 = c.Inputs(128), h2 = c.Inputs(128), l = c.Inputs(128);
   const Bits t_s(mac.begin(), mac.begin() + 8 * kTagBytes);
   Bits t_s_block = t_s;
   t_s_block.resize(128, kZero);
   Bits sig = ctr0;
   Append(sig, c.Xor(l, GfMulCircuit(c, t_s_block, 8 * kTagBytes, h2)));
-  SpliceBySelector(c, x, cm, sel_s, t_s, off_s);
-  SpliceBySelector(c, x, cm, sel_k, sig, off_k);
+  // Each of the window's ends gets T_s, and the KDC signature gap bytes
+  // after T_s's start, ANDed with its selector bit: 16 x (96 + 256) ANDs
+  // of depth 1; a position whose values do not both fit is skipped.
+  const size_t last_end = kBlock + off + kTagBytes;
+  for (size_t j = 0; j < kBlock; ++j) {
+    const size_t end = last_end - (kBlock - 1) + j;
+    const size_t at_s = end - kTagBytes, at_k = at_s + gap;
+    if (end < kBlock + kTagBytes || at_k + kKdcSignatureBytes > cm) continue;
+    for (size_t i = 0; i < t_s.size(); ++i)
+      x[8 * at_s + i] = c.Xor(x[8 * at_s + i], c.And(sel[j], t_s[i]));
+    for (size_t i = 0; i < sig.size(); ++i)
+      x[8 * at_k + i] = c.Xor(x[8 * at_k + i], c.And(sel[j], sig[i]));
+  }
   c.Output(ClassEncrypt(c, k, cm, x, q));
   return c.Compile();
 }

@@ -180,27 +180,24 @@ absl::StatusOr<Program> Cf2EncryptClassProgram(int nr_k, size_t keylen, uint32_t
 // pad16(T_s) * H^2 = XOR_i T_s[i] AND (H^2 x^i) over T_s's 96 bits (GCM's
 // bit order, SP 800-38D 6.3): H^2 x^i is linear in H^2, so the product is
 // one layer of 96 x 128 ANDs. T_s is spliced into conf || P at its
-// offset's window (the 16 offsets whose 12 bytes end in one CBC block), the
-// 32-byte KDC signature ctr0 || tag at its own window, each by a one-hot
-// selector, then conf || P is encrypted as EncryptClassProgram does.
-// Neither signature is an output.
+// offset's window (the 16 offsets whose 12 bytes end in one CBC block, by
+// a one-hot selector as SpliceEncryptClassProgram's), the 32-byte KDC
+// signature ctr0 || tag `gap` bytes after T_s's start (MIT's PAC holds the
+// KDC signature's buffer right after the server signature's:
+// contract::kTicketSignatureGap), then conf || P is encrypted as
+// EncryptClassProgram does. Neither signature is an output.
 //
 // Inputs per lane, in order: the ticket usage's material
 // (UsageMaterialBytes(nr), usage 2), the 40 bytes of DealChecksum(K, 17),
 // conf || P || zeros and the padding vector (as EncryptClassProgram's),
 // the PAC padded for the HMAC's inner hash (m bytes, a multiple of 64:
-// contract::SpliceDealtBytes), the server signature's selector (2 bytes,
-// SpliceSelector(off_s)), the KDC signature's selector (2 bytes,
-// SignatureSelector(off_k)), ctr0 (16 bytes, public), H^2 (16 bytes) and
-// L (16 bytes) of the krbtgt, GCM's byte order. Outputs as
-// EncryptClassProgram's. off_s is a SpliceWindowOffset, off_k a
-// SignatureWindowOffset.
+// contract::SpliceDealtBytes), the selector (2 bytes, SpliceSelector(off)),
+// ctr0 (16 bytes, public), H^2 (16 bytes) and L (16 bytes) of the
+// krbtgt, GCM's byte order. Outputs as EncryptClassProgram's. off is T_s's
+// offset in P (any of its window: the window names the program).
 inline constexpr size_t kKdcSignatureBytes = 32;  // gmac-aes*-mpc: ctr0 || tag
-size_t SignatureWindowOffset(size_t off);
-std::vector<uint8_t> SignatureSelector(size_t off);
-bool TicketClassFits(size_t cm, size_t m, size_t off_s, size_t off_k);
-absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t off_s,
-                                           size_t off_k);
+bool TicketClassFits(size_t cm, size_t m, size_t off, size_t gap);
+absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t off, size_t gap);
 // The product pad16(d) * h in GF(2^128) (GCM's bit order) of a shared
 // block d whose first `bits` coefficients alone may be non-zero and a
 // shared h: `bits` x 128 ANDs in one layer. Both in the circuit's byte

@@ -765,7 +765,8 @@ struct TicketLane {
   Bytes in, want;
 };
 
-TicketLane MakeTicketLane(int nr, size_t n, size_t m, size_t off_s, size_t off_k) {
+TicketLane MakeTicketLane(int nr, size_t n, size_t m, size_t off_s, size_t gap) {
+  const size_t off_k = off_s + gap;
   const size_t keylen = nr == 10 ? 16 : 32;
   const Bytes base = Random(keylen), pac = Random(m), ctr0 = Random(16), pad = Random(16);
   const Bytes hb = Random(16);
@@ -789,7 +790,7 @@ TicketLane MakeTicketLane(int nr, size_t n, size_t m, size_t off_s, size_t off_k
   const std::string pp = contract::SplicePadding(m);
   Bytes lane = Cat(Cat(DealUsage(base, 2)->bytes, DealChecksum(base, 17)->bytes), conf_plain);
   lane = Cat(Cat(Cat(lane, ClassTail(n)), pac), Bytes(pp.begin(), pp.end()));
-  lane = Cat(Cat(lane, SpliceSelector(off_s)), SignatureSelector(off_k));
+  lane = Cat(lane, SpliceSelector(off_s));
   t.in = Cat(Cat(Cat(lane, ctr0), Bytes(h2.begin(), h2.end())), l);
   for (size_t i = 0; i < 12; ++i) conf_plain[16 + off_s + i] ^= t_s[i];
   for (size_t i = 0; i < 32; ++i) conf_plain[16 + off_k + i] ^= sig[i];
@@ -823,55 +824,58 @@ TEST(Rfc3962, GfMulCircuitIsGcms) {
 }
 
 // Tickets of every length of a class and signatures at every offset of
-// their windows through one program each, both key sizes, in the clear.
+// their windows through one program each, both key sizes, in the clear;
+// the KDC signature right after the server signature's buffer (MIT's
+// layout, gap 16) and further on.
 TEST(Rfc3962, TicketClassProgramSignsAndSplices) {
   struct Case {
-    size_t n, m, off_s, off_k;
+    size_t n, m, off, gap;
   };
   std::vector<Case> cases;
-  for (size_t n = 561; n <= 576; ++n) cases.push_back({n, 330, 200, n - 16 - 40});
-  for (size_t o = 97; o <= 112; ++o) cases.push_back({576, 330, o, 300});
-  for (size_t o = 289; o <= 304; ++o) cases.push_back({576, 330, 200, o});
+  for (size_t n = 561; n <= 576; ++n) cases.push_back({n, 330, n - 64, 16});  // sigs end P
+  for (size_t o = 97; o <= 112; ++o) cases.push_back({576, 330, o, 16});      // one window
+  for (size_t o = 97; o <= 112; ++o) cases.push_back({576, 100, o, 200});
   for (int nr : {10, 14}) {
     std::map<std::tuple<size_t, size_t, size_t, size_t>, std::vector<Case>> programs;
     for (const Case& c : cases)
-      programs[{EncryptClassMax(c.n), contract::SpliceDealtBytes(c.m), SpliceWindowOffset(c.off_s),
-                SignatureWindowOffset(c.off_k)}]
+      programs[{EncryptClassMax(c.n), contract::SpliceDealtBytes(c.m), SpliceWindowOffset(c.off),
+                c.gap}]
           .push_back(c);
-    EXPECT_EQ(programs.size(), 6u);  // classes x windows the cases cross
+    EXPECT_EQ(programs.size(), 7u);  // the classes and windows the cases cross
     for (const auto& [key, cs] : programs) {
       const auto p = TicketClassProgram(nr, cs[0].n, contract::SpliceDealtBytes(cs[0].m),
-                                        cs[0].off_s, cs[0].off_k);
+                                        cs[0].off, cs[0].gap);
       ASSERT_TRUE(p.ok()) << p.status();
       std::vector<TicketLane> lanes;
       std::vector<Bytes> in;
       for (const Case& c : cs) {
-        lanes.push_back(MakeTicketLane(nr, c.n, c.m, c.off_s, c.off_k));
+        lanes.push_back(MakeTicketLane(nr, c.n, c.m, c.off, c.gap));
         in.push_back(lanes.back().in);
         ASSERT_EQ(in.back().size() * 8, p->inputs);
       }
       const auto out = testing::RunClear(*p, in);
       for (size_t l = 0; l < cs.size(); ++l)
         EXPECT_EQ(ToHex(CutClassOutput(cs[l].n, out[l])), ToHex(lanes[l].want))
-            << nr << " n " << cs[l].n << " " << cs[l].off_s << " " << cs[l].off_k;
+            << nr << " n " << cs[l].n << " " << cs[l].off << " " << cs[l].gap;
     }
   }
-  EXPECT_FALSE(TicketClassProgram(14, 576, 330, 200, 300).ok());  // PAC not dealt padded
-  EXPECT_FALSE(TicketClassProgram(14, 30, 64, 0, 0).ok());        // no room for 32 bytes
-  EXPECT_FALSE(TicketClassProgram(12, 576, 384, 200, 300).ok());
-  EXPECT_TRUE(TicketClassProgram(10, 64, 64, 0, 12).ok());
+  EXPECT_FALSE(TicketClassProgram(14, 576, 330, 200, 16).ok());  // PAC not dealt padded
+  EXPECT_FALSE(TicketClassProgram(14, 47, 64, 0, 16).ok());      // no room for both
+  EXPECT_FALSE(TicketClassProgram(14, 576, 384, 530, 16).ok());  // past P's end
+  EXPECT_FALSE(TicketClassProgram(12, 576, 384, 200, 16).ok());
+  EXPECT_TRUE(TicketClassProgram(10, 64, 64, 0, 16).ok());
 }
 
 // The same on shares among three parties, malicious (every AND checked).
 TEST(Rfc3962, TicketClassProgramOnSharesMalicious) {
   ::kmpc::testing::Rep3Cluster cl;
-  const size_t n = 576, m = 330, off_s = 200, off_k = 300;
-  const auto p = TicketClassProgram(14, n, contract::SpliceDealtBytes(m), off_s, off_k);
+  const size_t n = 576, m = 330, off = 200, gap = 16;
+  const auto p = TicketClassProgram(14, n, contract::SpliceDealtBytes(m), off, gap);
   ASSERT_TRUE(p.ok()) << p.status();
   std::vector<TicketLane> lanes;
   std::vector<Views> in;
   for (int l = 0; l < 3; ++l) {
-    lanes.push_back(MakeTicketLane(14, n, m, off_s, off_k));
+    lanes.push_back(MakeTicketLane(14, n, m, off, gap));
     in.push_back(testing::DealViews(lanes.back().in));
   }
   std::array<absl::Status, 3> st;
@@ -885,12 +889,12 @@ TEST(Rfc3962, TicketClassProgramOnSharesMalicious) {
 
 // ANDs and AND depth of a ticket to a service under aes256-cts (item 6 of
 // issue 50): a 576-byte conf || EncTicketPart with MIT's PAC (330 bytes)
-// and both signatures near its end; against the plain ticket's class
+// and both signatures in its last blocks; against the plain ticket's class
 // program and the PAC's checksum alone. The KDC signature costs one layer
 // of 96 x 128 ANDs after the checksum.
 TEST(Rfc3962, TicketFigures) {
-  constexpr size_t kN = 576, kM = 330, kOffS = 420, kOffK = 528;
-  const Program tk = *TicketClassProgram(14, kN, contract::SpliceDealtBytes(kM), kOffS, kOffK);
+  constexpr size_t kN = 576, kM = 330, kOff = 420, kGap = 16;
+  const Program tk = *TicketClassProgram(14, kN, contract::SpliceDealtBytes(kM), kOff, kGap);
   const Program enc = *EncryptClassProgram(14, kN);
   const Program ck = *ChecksumClassProgram(kM);
   std::printf("aes256 ticket class (%zu bytes): %zu ANDs, AND depth %d\n", kN, enc.ands,
