@@ -1688,6 +1688,29 @@ TEST(CtsAgreement, SpliceFieldsThatDifferRefuseTheBatch) {
   }
 }
 
+// The digest covers sign_pad: a KDC that names one server another pad
+// (or none) for a ticket gets the batch refused by all three before any
+// AND, never a ticket signed under two pads.
+TEST(CtsAgreement, SignPadThatDiffersRefusesTheBatch) {
+  for (const bool none : {false, true}) {
+    CtsCluster c(true, /*cheater=*/2);
+    const std::string krbtgt = c.AddCtrKey(Random(32));
+    const std::string id = c.AddKey(Random(32));
+    const Bytes p(200, 0), pac = Random(100);
+    const std::vector<Job> jobs = {PadJob(krbtgt, 12), PadJob(krbtgt, 12),
+                                   TicketJob(id, true, p, pac, 100, 0)};
+    auto r = c.RunStatus(jobs, {}, [none](int i, std::vector<Job>& js) {
+      if (i == 1) js[2].sign_pad = none ? Job::kNoCondition : 1;
+    });
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_FALSE(r[i].ok()) << (none ? "none" : "other") << " party " << i;
+      EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << r[i].status();
+    }
+    auto ok = c.Run(jobs);
+    ExpectStatus(ok, 2, pb::JOB_OK);
+  }
+}
+
 // A server whose copy of a material component is wrong (same size): in
 // malicious mode the batch fails on an honest server before the verdict
 // is opened, never a released wrong result nor a verdict on bad material.
