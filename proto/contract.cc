@@ -81,6 +81,7 @@ JobShape ShapeOf(const pb::Job& job, const MessageShares* shares) {
   s.usage = job.usage();
   s.splice_length = job.splice_length();
   s.splice_offset = job.splice_offset();
+  s.sign_pad = job.has_sign_pad();
   if (shares != nullptr) {
     s.share_sizes[0] = shares->first.size();
     s.share_sizes[1] = shares->second.size();
@@ -164,7 +165,10 @@ CtsShape MakeCtsShape(pb::JobType type, int nr, uint64_t n, uint64_t cf2_bytes, 
                       uint64_t splice_m, uint64_t splice_off) {
   return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, CtsClassMax(type, n),
           cf2_bytes,
-          cf2_bytes != 0 || (type == pb::JOB_DECRYPT && usage == kTicketUsage) ? usage : 0,
+          cf2_bytes != 0 || (type == pb::JOB_DECRYPT && usage == kTicketUsage) ||
+                  (splice_m != 0 && usage == kTicketUsage)
+              ? usage
+              : 0,
           splice_m,
           splice_m != 0 ? CtsSpliceWindow(splice_off) : splice_off};
 }
@@ -296,11 +300,18 @@ JobCheck CheckCtsJob(const JobShape& job) {
       SharedBytes(job.type, job.cipher, job.length, job.cts_key, job.splice_length);
   if (job.splice_length == 0 && job.splice_offset != 0)
     return Malformed("splice_offset without splice_length");
+  if (job.sign_pad && (job.splice_length == 0 || job.usage != kTicketUsage))
+    return Malformed("sign_pad without a usage-2 ENCRYPT's splice (the ticket's PAC)");
   if (job.splice_length > 0) {
     if (job.type != pb::JOB_ENCRYPT || job.cts_key != pb::CTS_KEY_DEALT ||
-        job.usage != kSpliceReplyUsage)
+        job.usage != (job.sign_pad ? kTicketUsage : kSpliceReplyUsage))
       return Malformed(absl::StrCat("a splice on an aes*-cts ", JobTypeName(job.type),
-                                    " (only a usage-3 ENCRYPT under the dealt key)"));
+                                    " (only a usage-3 ENCRYPT under the dealt key, or a "
+                                    "usage-2 one with sign_pad)"));
+    if (job.sign_pad && (job.splice_offset > job.length ||
+                         job.length - job.splice_offset < kTicketSignatureGap + kKdcSignatureBytes))
+      return Malformed(absl::StrCat("a ticket's signatures at ", job.splice_offset, " of a ",
+                                    job.length, "-byte plaintext (48 bytes must fit)"));
     if (job.splice_length % 64 != 0)
       return Malformed(absl::StrCat("a spliced message dealt as ", job.splice_length,
                                     " bytes (with its SHA-1 padding: a multiple of 64)"));
@@ -356,8 +367,8 @@ JobCheck CheckJob(const JobShape& job) {
   if (CtsCipher(job.cipher)) return CheckCtsJob(job);
   if (job.cts_key != pb::CTS_KEY_DEALT)
     return Malformed("cts_key is for aes*-cts DECRYPT and ENCRYPT jobs only");
-  if (job.splice_length != 0 || job.splice_offset != 0)
-    return Malformed("a splice is for an aes*-cts ENCRYPT only");
+  if (job.splice_length != 0 || job.splice_offset != 0 || job.sign_pad)
+    return Malformed("a splice (and sign_pad) is for an aes*-cts ENCRYPT only");
   const char* name = JobTypeName(job.type);
   switch (job.type) {
     case pb::JOB_ENCRYPT:

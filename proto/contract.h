@@ -60,7 +60,10 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // fewer ANDs (cts-circuits.md): other layers on the ring again.
 // 14: a fifth linked pad slot (kPadSlots), the full-PAC signature's of MIT
 // 1.21: servers of 13 refuse pad_slot 4.
-inline constexpr uint32_t kWireVersion = 14;
+// 15: an aes*-cts ticket ENCRYPT (usage 2) may sign its PAC in the cluster
+// (Job.sign_pad): the server signature and the KDC signature under a PAD
+// of the krbtgt, both spliced into the ticket.
+inline constexpr uint32_t kWireVersion = 15;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
@@ -190,6 +193,9 @@ struct JobShape {
   uint32_t usage = 0;
   uint64_t splice_length = 0;
   uint64_t splice_offset = 0;
+  // aes*-cts ENCRYPT (kmpc.proto Job.sign_pad): the splice is a ticket's
+  // PAC, signed under usage 17 and by a PAD of the batch.
+  bool sign_pad = false;
 };
 // The key usage a splice's checksum is computed under (KRB5_KEYUSAGE_AS_REQ,
 // RFC 6806 section 11: PA-REQ-ENC-PA-REP), and the only usage of the
@@ -200,11 +206,23 @@ inline constexpr uint32_t kSpliceReplyUsage = 3;
 // plain aes*-cts DECRYPT usage besides the timestamp's (1), for a
 // service's key only (mpc-server engine.h kCtsServiceDecryptUsages). Its
 // program has no freshness window, so it is a shape of its own
-// (MakeCtsShape keeps the usage of a DECRYPT under it).
+// (MakeCtsShape keeps the usage of a DECRYPT under it); also the usage of
+// a ticket ENCRYPT signed in the cluster (Job.sign_pad, below), whose
+// shape keeps it too.
 inline constexpr uint32_t kTicketUsage = 2;
 // The KDC's FAST challenge (RFC 6113 5.4.6: KEY_USAGE_ENC_CHALLENGE_KDC).
 inline constexpr uint32_t kKdcChallengeUsage = 55;
 inline constexpr uint64_t kSpliceBytes = 12;
+// A ticket to an aes*-cts key's principal signed in the cluster
+// (kmpc.proto Job.sign_pad): the PAC signatures' usage
+// (KRB5_KEYUSAGE_APP_DATA_CKSUM), and where the KDC signature
+// (gmac-aes*-mpc: ctr0 || tag) starts after the server signature's start:
+// MIT appends the KDC signature's PAC buffer right after the server
+// signature's (4 + 12 bytes, 8-byte aligned) and the signature follows
+// its 4-byte type.
+inline constexpr uint32_t kTicketChecksumUsage = 17;
+inline constexpr uint64_t kTicketSignatureGap = 16;
+inline constexpr uint64_t kKdcSignatureBytes = 32;
 // The splice's message as dealt (kmpc.proto Job.splice_length): D, then
 // the padding SHA-1 appends to the HMAC inner hash's input (Ki ^ ipad) ||
 // D (FIPS 180-4 section 5.1.1: 0x80, zeros, the 64-bit big-endian bit
@@ -234,7 +252,8 @@ uint64_t CtsSpliceWindow(uint64_t off);
 // module keys the shapes a passed gate proved (kdc-plugin planner.h): (job
 // type, AES rounds (0 for a CHECKSUM), n's class (CtsClassMax), the FAST
 // key's KDC half's bytes (0: the dealt key), the usage (0 unless under a
-// FAST key or a ticket's DECRYPT, kTicketUsage), a splice's message length and offset window (0, 0: none)).
+// FAST key, a ticket's DECRYPT or a signed ticket's ENCRYPT: kTicketUsage),
+// a splice's message length and offset window (0, 0: none)).
 // n is a DECRYPT's conf || P (its ciphertext without the tag), an
 // ENCRYPT's conf || P, a CHECKSUM's message (CtsLengthOf).
 using CtsShape = std::tuple<int, int, uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>;

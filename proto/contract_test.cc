@@ -385,6 +385,58 @@ TEST(CheckJob, CtsSplice) {
   }
 }
 
+// A ticket signed in the cluster (kmpc.proto Job.sign_pad): the PAC
+// spliced into a usage-2 ENCRYPT, room for both signatures (the KDC's
+// kTicketSignatureGap after the server's), its shape its own (the usage
+// kept) and not the reply splice's; sign_pad on anything else MALFORMED.
+TEST(CheckJob, CtsTicketSignatures) {
+  EXPECT_GE(kWireVersion, 15u);
+  JobShape t{pb::JOB_ENCRYPT, pb::CIPHER_AES256_CTS, kKeyIdSize, 560, "", ""};
+  t.usage = kTicketUsage;
+  t.splice_length = 384;  // a 330-byte PAC with its padding
+  t.splice_offset = 480;
+  t.sign_pad = true;
+  t.share_sizes[0] = t.share_sizes[1] = 560 + 384;
+  EXPECT_TRUE(CheckJob(t).ok()) << CheckJob(t).detail;
+  EXPECT_EQ(RevealedBytes(t), 16u + 560 + 12);
+  JobShape r = t;
+  r.usage = kSpliceReplyUsage;
+  r.sign_pad = false;
+  EXPECT_TRUE(CheckJob(r).ok());
+  EXPECT_NE(CtsShapeOf(t), CtsShapeOf(r));
+  EXPECT_EQ(std::get<4>(CtsShapeOf(t)), kTicketUsage);
+  // 12 + 4 + 32 bytes from the offset must fit in P.
+  JobShape x = t;
+  x.splice_offset = 560 - 48;
+  EXPECT_TRUE(CheckJob(x).ok());
+  x.splice_offset = 560 - 47;
+  EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+  // A usage-2 splice without sign_pad, sign_pad without a splice or on
+  // another usage, type or cipher.
+  x = t;
+  x.sign_pad = false;
+  EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+  x = r;
+  x.sign_pad = true;
+  EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+  x = t;
+  x.splice_length = x.splice_offset = 0;
+  x.share_sizes[0] = x.share_sizes[1] = 560;
+  EXPECT_EQ(CheckJob(x).status, pb::JOB_MALFORMED);
+  JobShape k{pb::JOB_CHECKSUM, pb::CIPHER_AES256_CTS, kKeyIdSize, 20, "", ""};
+  k.usage = kTicketChecksumUsage;
+  k.sign_pad = true;
+  k.share_sizes[0] = k.share_sizes[1] = 20;
+  EXPECT_EQ(CheckJob(k).status, pb::JOB_MALFORMED);
+  JobShape ctr{pb::JOB_ENCRYPT, pb::CIPHER_AES256, kKeyIdSize, 560, "", ""};
+  ctr.usage = kTicketUsage;
+  ctr.sign_pad = true;
+  EXPECT_EQ(CheckJob(ctr).status, pb::JOB_MALFORMED);
+  pb::Job j;
+  j.set_sign_pad(7);
+  EXPECT_TRUE(ShapeOf(j).sign_pad);
+}
+
 // A splice on a ctr-mpc job is MALFORMED; a request's shares are sliced
 // with D after P (SharedBytes(const Job&)), and ShapeOf carries the splice
 // fields and the usage to the check.

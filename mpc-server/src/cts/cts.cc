@@ -338,6 +338,79 @@ absl::StatusOr<Program> SpliceEncryptClassProgram(int nr, size_t cm, size_t m, s
   return c.Compile();
 }
 
+namespace {
+
+// Coefficient j of x^j in a 16-byte string (SP 800-38D 6.3: the first
+// bit is the most significant of byte 0) as a circuit index.
+size_t GcmBit(size_t j) { return 8 * (j / 8) + 7 - j % 8; }
+
+}  // namespace
+
+bool TicketClassFits(size_t cm, size_t m, size_t off, size_t gap) {
+  // The window's first position must hold both values inside conf || P.
+  const size_t first_end = kBlock + off + kTagBytes - (kBlock - 1);
+  return SpliceClassFits(cm, m, off) && first_end + gap + kKdcSignatureBytes - kTagBytes <= cm;
+}
+
+// V_0 = h, V_{i+1} = V_i x: a shift towards the higher coefficients and,
+// for the coefficient of x^127 shifted out, x^128 = x^7 + x^2 + x + 1.
+// XORs only; the ANDs are d_i AND V_i.
+Bits GfMulCircuit(Circuit& c, const Bits& d, size_t bits, const Bits& h) {
+  std::vector<Wire> v(128), acc(128, kZero);
+  for (size_t j = 0; j < 128; ++j) v[j] = h[GcmBit(j)];
+  for (size_t i = 0; i < bits; ++i) {
+    const Wire di = d[GcmBit(i)];
+    for (size_t j = 0; j < 128; ++j) acc[j] = c.Xor(acc[j], c.And(di, v[j]));
+    const Wire top = v[127];
+    for (size_t j = 127; j > 0; --j) v[j] = v[j - 1];
+    v[0] = top;
+    for (size_t j : {1, 2, 7}) v[j] = c.Xor(v[j], top);
+  }
+  Bits out(128);
+  for (size_t j = 0; j < 128; ++j) out[GcmBit(j)] = acc[j];
+  return out;
+}
+
+absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t off,
+                                           size_t gap) {
+  if (absl::Status st = CheckClass(nr, cm); !st.ok()) return st;
+  cm = EncryptClassMax(cm);
+  off = SpliceWindowOffset(off);
+  if (!TicketClassFits(cm, m, off, gap))
+    return absl::InvalidArgumentError(
+        "cts: a PAC is dealt padded (a multiple of 64 bytes, at most 65536) and both "
+        "signatures lie inside P");
+  Circuit c;
+  const UsageKeys k = UsageKeyInputs(c, nr);
+  UsageKeys ck;
+  ck.ipad = StateFromBytes(c.Inputs(160));
+  ck.opad = StateFromBytes(c.Inputs(160));
+  auto [x, q] = ClassInputs(c, cm);
+  const Bits mac = HmacSha1Padded(c, ck.ipad, ck.opad, c.Inputs(8 * m));
+  const Bits sel = c.Inputs(16);
+  const Bits ctr0 = c.Inputs(128), h2 = c.Inputs(128), l = c.Inputs(128);
+  const Bits t_s(mac.begin(), mac.begin() + 8 * kTagBytes);
+  Bits t_s_block = t_s;
+  t_s_block.resize(128, kZero);
+  Bits sig = ctr0;
+  Append(sig, c.Xor(l, GfMulCircuit(c, t_s_block, 8 * kTagBytes, h2)));
+  // Each of the window's ends gets T_s, and the KDC signature gap bytes
+  // after T_s's start, ANDed with its selector bit: 16 x (96 + 256) ANDs
+  // of depth 1; a position whose values do not both fit is skipped.
+  const size_t last_end = kBlock + off + kTagBytes;
+  for (size_t j = 0; j < kBlock; ++j) {
+    const size_t end = last_end - (kBlock - 1) + j;
+    const size_t at_s = end - kTagBytes, at_k = at_s + gap;
+    if (end < kBlock + kTagBytes || at_k + kKdcSignatureBytes > cm) continue;
+    for (size_t i = 0; i < t_s.size(); ++i)
+      x[8 * at_s + i] = c.Xor(x[8 * at_s + i], c.And(sel[j], t_s[i]));
+    for (size_t i = 0; i < sig.size(); ++i)
+      x[8 * at_k + i] = c.Xor(x[8 * at_k + i], c.And(sel[j], sig[i]));
+  }
+  c.Output(ClassEncrypt(c, k, cm, x, q));
+  return c.Compile();
+}
+
 absl::StatusOr<Program> ChecksumClassProgram(size_t cm) {
   if (64 * HashBlocks(cm) > kMaxBytes)
     return absl::InvalidArgumentError("cts: checksum data over 64 KiB");

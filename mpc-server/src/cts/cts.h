@@ -164,6 +164,46 @@ absl::StatusOr<Program> EncryptClassProgram(int nr, size_t cm);
 absl::StatusOr<Program> SpliceEncryptClassProgram(int nr, size_t cm, size_t m, size_t off);
 absl::StatusOr<Program> Cf2EncryptClassProgram(int nr_k, size_t keylen, uint32_t usage,
                                                size_t cm);
+// A ticket to a principal whose key the cluster holds under aes*-cts,
+// signed and encrypted in one program (exchange-plan.md, "Tickets to such
+// a principal"). MIT's KDC (1.21, pac_sign.c sign_pac) signs a service
+// ticket's PAC in this order: the ticket and full-PAC signatures under the
+// krbtgt (independent of the server's key: Sign items before this
+// program), the server signature T_s = hmac-sha1-96-aes*(Kc17, PAC with
+// the server and KDC signatures zeroed), then the KDC signature over T_s's
+// 12 bytes under the krbtgt, gmac-aes*-mpc (enctype.md "Keyed checksum"):
+//
+//   ctr0 || L ^ pad16(T_s) * H^2,  L = A' H^3 ^ lens H ^ AES_Kt(c0)
+//
+// where L is linear in the krbtgt's shared H^3, H and pad (computed by the
+// servers without a ring round and input here as replicated shares), and
+// pad16(T_s) * H^2 = XOR_i T_s[i] AND (H^2 x^i) over T_s's 96 bits (GCM's
+// bit order, SP 800-38D 6.3): H^2 x^i is linear in H^2, so the product is
+// one layer of 96 x 128 ANDs. T_s is spliced into conf || P at its
+// offset's window (the 16 offsets whose 12 bytes end in one CBC block, by
+// a one-hot selector as SpliceEncryptClassProgram's), the 32-byte KDC
+// signature ctr0 || tag `gap` bytes after T_s's start (MIT's PAC holds the
+// KDC signature's buffer right after the server signature's:
+// contract::kTicketSignatureGap), then conf || P is encrypted as
+// EncryptClassProgram does. Neither signature is an output.
+//
+// Inputs per lane, in order: the ticket usage's material
+// (UsageMaterialBytes(nr), usage 2), the 40 bytes of DealChecksum(K, 17),
+// conf || P || zeros and the padding vector (as EncryptClassProgram's),
+// the PAC padded for the HMAC's inner hash (m bytes, a multiple of 64:
+// contract::SpliceDealtBytes), the selector (2 bytes, SpliceSelector(off)),
+// ctr0 (16 bytes, public), H^2 (16 bytes) and L (16 bytes) of the
+// krbtgt, GCM's byte order. Outputs as EncryptClassProgram's. off is T_s's
+// offset in P (any of its window: the window names the program).
+inline constexpr size_t kKdcSignatureBytes = 32;  // gmac-aes*-mpc: ctr0 || tag
+bool TicketClassFits(size_t cm, size_t m, size_t off, size_t gap);
+absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t off, size_t gap);
+// The product pad16(d) * h in GF(2^128) (GCM's bit order) of a shared
+// block d whose first `bits` coefficients alone may be non-zero and a
+// shared h: `bits` x 128 ANDs in one layer. Both in the circuit's byte
+// order (a 16-byte string, bit i of the string byte i / 8, bit i % 8).
+Bits GfMulCircuit(Circuit& c, const Bits& d, size_t bits, const Bits& h);
+
 // Inputs: the 40 bytes of DealChecksum, D || zeros (64 * HashBlocks(n)),
 // the padding vector; outputs the 12-byte checksum.
 absl::StatusOr<Program> ChecksumClassProgram(size_t cm);

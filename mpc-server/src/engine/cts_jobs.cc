@@ -29,6 +29,8 @@ absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n, size_t 
     if (type != pb::JOB_ENCRYPT || cf2_bytes != 0)
       return absl::InvalidArgumentError(
           "a splice is for an aes*-cts ENCRYPT under the dealt key only");
+    if (usage == contract::kTicketUsage)
+      return cts::TicketClassProgram(nr, n, splice_m, splice_off, contract::kTicketSignatureGap);
     return cts::SpliceEncryptClassProgram(nr, n, splice_m, splice_off);
   }
   // ENCRYPT and CHECKSUM: a program per length class (cts.h), whichever
@@ -96,7 +98,7 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
   const bool classed = t.type == pb::JOB_ENCRYPT || t.type == pb::JOB_CHECKSUM;
   b.reserve(t.material->share[c].size() + splice_material.size() + conf.size() +
             t.shared_in[c].size() + t.window[c].size() + (classed ? ClassTailBytes(t.n) : 0) +
-            2);
+            2 + t.sign[c].size());
   b.assign(t.material->share[c].begin(), t.material->share[c].end());
   // A splice's checksum material follows the reply's (cts.h
   // SpliceEncryptProgram); P || D follow the confounder as dealt.
@@ -124,6 +126,7 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
   AppendPublic(b, party, c, cts::PaddingBytes(t.n));
   b.insert(b.end(), shared.begin() + msg, shared.end());
   if (t.splice_m != 0) AppendPublic(b, party, c, cts::SpliceSelector(t.splice_off));
+  if (t.ticket) b.insert(b.end(), t.sign[c].begin(), t.sign[c].end());
   return b;
 }
 
@@ -362,15 +365,20 @@ std::vector<std::pair<CtsProgramCache::Shape, uint64_t>> CtsProgramCache::ReadWe
     const absl::Span<const uint32_t> dir = type == pb::JOB_DECRYPT
                                                ? absl::MakeConstSpan(kCtsCf2DecryptUsages)
                                                : absl::MakeConstSpan(kCtsCf2EncryptUsages);
-    const bool key_ok = cf2 == 0 ? usage == 0 || (type == pb::JOB_DECRYPT &&
-                                                  usage == contract::kTicketUsage)
+    // A ticket's DECRYPT (back50) and a ticket signed in the cluster
+    // (cts.h TicketClassProgram) keep their usage, 2.
+    const bool ticket = cf2 == 0 && usage == contract::kTicketUsage && splice_m != 0;
+    const bool key_ok = cf2 == 0 ? usage == 0 || ticket ||
+                                       (type == pb::JOB_DECRYPT && usage == contract::kTicketUsage)
                                  : (cf2 == 16 || cf2 == 32) &&
                                        std::find(dir.begin(), dir.end(), usage) != dir.end();
     // A splice (cts.h SpliceEncryptProgram): a plain ENCRYPT's, inside P.
     const bool splice_ok =
         splice_m == 0 ? splice_off == 0
                       : type == pb::JOB_ENCRYPT && cf2 == 0 &&
-                            cts::SpliceClassFits(n, splice_m, splice_off);
+                            (ticket ? cts::TicketClassFits(n, splice_m, splice_off,
+                                                           contract::kTicketSignatureGap)
+                                    : cts::SpliceClassFits(n, splice_m, splice_off));
     if (!(ok && key_ok && splice_ok && n_ok)) continue;
     Weighted& w = by_shape[s];
     w.shape = s;
@@ -500,6 +508,7 @@ void CtsReleaseLimiter::Clear() {
 CtsTask::~CtsTask() {
   for (auto& v : out) share::Wipe(v);
   OPENSSL_cleanse(mismatch.data(), mismatch.size());
+  OPENSSL_cleanse(sign.data(), sizeof(sign));
 }
 
 uint64_t CtsCost::Verifies(uint64_t verify_words) const {

@@ -183,6 +183,12 @@ struct CtsTask {
   size_t splice_m = 0;
   size_t splice_off = 0;
   const CtsMaterial* splice_material = nullptr;
+  // A usage-2 ENCRYPT that signs its ticket's PAC (Job::sign_pad; the
+  // splice's material is then the key's usage-17 checksum's): the lane's
+  // inputs after the selector (cts.h TicketClassProgram), this party's two
+  // components of ctr0 (public) || H^2 || L of the pad.
+  bool ticket = false;
+  std::array<std::array<uint8_t, 48>, 2> sign{};
   // ENCRYPT: [X ||] P [|| D]; CHECKSUM: D; DECRYPT: [X ||] C || T (X a
   // FAST key's KDC half, D a splice's message): all dealt by the KDC
   // module, none in the clear.

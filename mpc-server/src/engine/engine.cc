@@ -293,6 +293,7 @@ contract::JobShape ShapeOf(const Job& job) {
   s.usage = job.usage;
   s.splice_length = job.splice_length;
   s.splice_offset = job.splice_offset;
+  s.sign_pad = job.sign_pad != Job::kNoCondition;
   s.share_sizes[0] = job.data_shares[0].size();
   s.share_sizes[1] = job.data_shares[1].size();
   return s;
@@ -326,6 +327,33 @@ std::string CheckPadAfter(absl::Span<const Job> jobs, size_t j) {
     if (k != j && jobs[k].pad_after == c && jobs[k].pad_slot == jobs[j].pad_slot)
       return "two PADs name the same ENCRYPT and slot (pad_after, pad_slot)";
   return {};
+}
+
+// Job::sign_pad of job j: empty if none or well-formed, else why not. The
+// pad must be a signing PAD of the batch under a ctr-mpc key (the
+// krbtgt), for usage 17 (the PAC's KDC signature), long enough for the
+// 12-byte server signature, with its own drawn counter, and named by no
+// other ticket: it makes one tag (enctype.md, invariant 6). Public:
+// decided alike on every party.
+std::string CheckSignPad(absl::Span<const Job> jobs, size_t j) {
+  const int64_t p = jobs[j].sign_pad;
+  if (p == Job::kNoCondition) return {};
+  if (p < 0 || static_cast<size_t>(p) >= jobs.size() || jobs[p].type != pb::JOB_PAD ||
+      contract::CtsCipher(jobs[p].cipher) || !jobs[p].checksum.empty() ||
+      jobs[p].usage != contract::kTicketChecksumUsage ||
+      jobs[p].length < contract::kSpliceBytes)
+    return "sign_pad must name a signing PAD of the batch under a ctr-mpc key, usage 17, for "
+           "12 bytes or more";
+  for (size_t k = 0; k < jobs.size(); ++k)
+    if (k != j && jobs[k].sign_pad == p) return "two tickets name the same sign_pad";
+  return {};
+}
+
+// Whether job p is a PAD a ticket of the batch spends (Job::sign_pad).
+bool SpentBySignature(absl::Span<const Job> jobs, size_t p) {
+  for (const Job& job : jobs)
+    if (job.sign_pad == static_cast<int64_t>(p)) return true;
+  return false;
 }
 
 // The public plan of a job that passed CheckJob.
@@ -408,6 +436,7 @@ void EncodeJob(const Job& job, std::vector<uint8_t>& out) {
   out.push_back(static_cast<uint8_t>(job.cts_key));
   PutU32(out, job.splice_length);
   PutU32(out, job.splice_offset);
+  PutU64(out, static_cast<uint64_t>(job.sign_pad + 1));
   PutU64(out, static_cast<uint64_t>(job.now));
 }
 
@@ -553,6 +582,7 @@ class Engine::Impl {
   void LinkPads(Batch& b);
   absl::Status PlanCts(Batch& b);
   void PlanCtsJob(Batch& b, size_t j);
+  void FillTicketSignatures(Batch& b);
   absl::Status OpenCtsVerdicts(Batch& b);
   void CollectCts(Batch& b, size_t j, JobResult& r);
   absl::Status RunAes(Batch& b);
@@ -639,6 +669,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   if (absl::Status s = PlanCts(b); !s.ok()) return s;
   if (absl::Status s = RunAes(b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(b); !s.ok()) return s;
+  FillTicketSignatures(b);
   if (absl::Status s = RunCtsTasks(rep3_, prss_, options_.verify_words, absl::MakeSpan(b.cts));
       !s.ok())
     return s;
@@ -678,6 +709,10 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
       }
     }
     if (std::string why = CheckPadAfter(b.jobs, j); !why.empty()) {
+      w.Fail(pb::JOB_MALFORMED, std::move(why));
+      continue;
+    }
+    if (std::string why = CheckSignPad(b.jobs, j); !why.empty()) {
       w.Fail(pb::JOB_MALFORMED, std::move(why));
       continue;
     }
@@ -1061,17 +1096,22 @@ std::string FindCtsMaterial(const Job& job, const KeyShares& key, CtsTask& t) {
                         : job.type == pb::JOB_DECRYPT ? "DECRYPT"
                                                        : "ENCRYPT",
                         cf2 ? " under a FAST key" : "");
+  // A ticket's PAC is signed under usage 17, a reply's request under 56.
+  const uint32_t splice_usage = job.sign_pad != Job::kNoCondition
+                                    ? contract::kTicketChecksumUsage
+                                    : contract::kSpliceChecksumUsage;
   if (job.splice_length != 0) {
     t.splice_m = job.splice_length;
     t.splice_off = job.splice_offset;
-    t.splice_material = key.FindCts(CtsKind::kChecksum, contract::kSpliceChecksumUsage);
+    t.splice_material = key.FindCts(CtsKind::kChecksum, splice_usage);
+    t.ticket = job.sign_pad != Job::kNoCondition;
   }
   if (t.material == nullptr)
     return absl::StrCat("no material was dealt for ", checksum ? "checksum " : "", "usage ",
                         job.usage, " of this key");
   if (t.splice_m != 0 && t.splice_material == nullptr)
-    return absl::StrCat("no material was dealt for checksum usage ",
-                        contract::kSpliceChecksumUsage, " of this key (the splice's checksum)");
+    return absl::StrCat("no material was dealt for checksum usage ", splice_usage,
+                        " of this key (the splice's checksum)");
   return {};
 }
 
@@ -1129,6 +1169,12 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
     w.Fail(pb::JOB_MALFORMED, std::move(why));
     return;
   }
+  // A ticket's KDC signature needs its pad (known alike on every party
+  // once the batch is agreed).
+  if (job.sign_pad != Job::kNoCondition && !b.plan[job.sign_pad].live()) {
+    w.Fail(pb::JOB_WITHHELD, "the ticket's signing PAD (sign_pad) failed");
+    return;
+  }
   CtsTask t;
   t.job = j;
   t.type = job.type;
@@ -1178,6 +1224,39 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   t.program = *std::move(p);
   w.cts_task = static_cast<int64_t>(b.cts.size());
   b.cts.push_back(std::move(t));
+}
+
+// The KDC signature's inputs of every ticket task (cts.h
+// TicketClassProgram): the pad's ctr0 (public, in the component that holds
+// it), H^2, and L = A' H^3 ^ lens H ^ AES_K(c0) for the 12-byte server
+// signature (enctype.md "Keyed checksum"): GHASH with the signature's
+// block zero, linear in the powers, so each component is computed from
+// this party's components alone; the signature's block times H^2 is the
+// circuit's.
+void Engine::Impl::FillTicketSignatures(Batch& b) {
+  for (CtsTask& t : b.cts) {
+    if (!t.ticket) continue;
+    const size_t p = static_cast<size_t>(b.jobs[t.job].sign_pad);
+    PadState pad;
+    const JobPlan& w = b.plan[p];
+    pad.key = w.key;
+    pad.ctr0 = w.ctr0;
+    for (int k = 0; k < 2; ++k) {
+      std::memcpy(pad.mask[k].data(), b.aes.Lane(k, w.lane0), 16);
+      if (w.m > static_cast<size_t>(kStoredHPowers)) pad.h_powers[k] = b.secrets[p].powers[k];
+    }
+    const std::array<uint8_t, 5> a = ChecksumAad(b.jobs[p].usage);
+    const std::vector<uint8_t> x =
+        protocol::GhashInput(a, std::vector<uint8_t>(contract::kSpliceBytes, 0));
+    for (int k = 0; k < 2; ++k) {
+      std::array<uint8_t, 48>& s = t.sign[k];
+      s.fill(0);
+      if (share::HoldsPublicIn(party(), k)) std::memcpy(s.data(), pad.ctr0.data(), 16);
+      std::memcpy(s.data() + 16, pad.Powers(k) + 16, 16);  // H^2
+      protocol::GhashWithPowers(x, pad.Powers(k), s.data() + 32);
+      for (size_t i = 0; i < 16; ++i) s[32 + i] ^= pad.mask[k][i];
+    }
+  }
 }
 
 // The aes*-cts DECRYPTs' mismatch bits, opened among the servers only
@@ -1637,6 +1716,8 @@ void Engine::Impl::CollectJob(Batch& b, size_t j, JobResult& r) {
       return;
     case pb::JOB_PAD:
       CollectPad(b, j, r);
+      // Spent on a ticket's KDC signature inside the circuit: only ctr0.
+      if (SpentBySignature(b.jobs, j)) r.pad.reset();
       return;
     default:
       return;

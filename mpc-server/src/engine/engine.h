@@ -475,6 +475,13 @@ struct Job {
   // encryption and never output. 0: none. Part of the agreement digest.
   uint32_t splice_length = 0;
   uint32_t splice_offset = 0;
+  // aes*-cts ENCRYPT, usage 2, with a splice: index in the batch of the
+  // signing PAD (a ctr-mpc key, usage 17) whose pad makes the ticket's KDC
+  // signature over the PAC's server signature, both computed and spliced
+  // in the circuit (kmpc.proto Job.sign_pad; cts.h TicketClassProgram).
+  // The pad is spent: its result carries ctr0 and no PadState. kNoCondition:
+  // none. Part of the agreement digest.
+  int64_t sign_pad = kNoCondition;
   // The KDC's clock, seconds since the Unix epoch (kmpc.proto
   // RunRequest.now_unix): an aes*-cts DECRYPT's freshness window is
   // [now - cts_skew_s, now + cts_skew_s] (EngineOptions). Part of the

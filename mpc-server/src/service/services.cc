@@ -272,6 +272,10 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
       jobs[i].pad_after = it == index.end() ? static_cast<int64_t>(n) : it->second;
     }
     jobs[i].pad_slot = in.pad_slot();  // checked with pad_after (engine.cc)
+    if (in.has_sign_pad()) {  // likewise (engine.h, Job::sign_pad)
+      auto it = index.find(in.sign_pad());
+      jobs[i].sign_pad = it == index.end() ? static_cast<int64_t>(n) : it->second;
+    }
   }
   if (cost > contract::kMaxBatchBlocks)
     return Refuse(pb::BATCH_TOO_LARGE,
@@ -355,8 +359,9 @@ grpc::Status KeyOpsService::FillRunResults(const pb::RunRequest& req,
         AppendTag(shares, r.tag);
         break;
       case pb::JOB_PAD: {
-        // Only ctr0 leaves; the pad waits for its one Sign item.
+        // Only ctr0 leaves; the pad waits for its one Sign item (none: spent).
         ctr0s->append(reinterpret_cast<const char*>(r.ctr0.data()), 16);
+        if (r.pad == nullptr) break;
         std::string key = StateKey(req.batch_id(), in.job_id());
         absl::Status st = pads_.Put(key, {r.pad, in.length(), now});
         if (st.ok()) kept_pads.push_back(std::move(key));

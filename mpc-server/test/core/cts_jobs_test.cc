@@ -28,6 +28,7 @@
 #include "net/memory_ring.h"
 #include "share/replicated.h"
 #include "../cheat.h"
+#include "enctype_reference.h"
 #include "rep3_cluster.h"
 #include "test_util.h"
 
@@ -118,6 +119,17 @@ class CtsCluster {
       if (parsed.ok()) parsed->kind = kind;
       store_[i][id] = std::make_shared<const KeyShares>(std::move(*parsed));
     }
+    return id;
+  }
+
+  // Deals `key` as an aes*-ctr-mpc key (a krbtgt's).
+  std::string AddCtrKey(const Bytes& key) {
+    auto views = DealKey(key.size() == 16 ? Cipher::kAes128 : Cipher::kAes256, key);
+    EXPECT_TRUE(views.ok()) << views.status();
+    std::string id = "ctr-" + std::to_string(next_++);
+    id.resize(contract::kKeyIdSize, '.');
+    for (int i = 0; i < 3; ++i)
+      store_[i][id] = std::make_shared<const KeyShares>(std::move((*views)[i]));
     return id;
   }
 
@@ -1042,6 +1054,116 @@ TEST_P(CtsJobs, SplicedReplyHoldsTheRequestChecksum) {
   }
 }
 
+// A ticket to a service under an aes*-cts key signed in the cluster
+// (kmpc.proto Job.sign_pad, cts.h TicketClassProgram): the usage-2
+// ENCRYPT's shares hold the EncTicketPart P (zeros at both signatures)
+// and the PAC padded; the released C || T decrypts to P with the PAC's
+// server signature (hmac-sha1-96, usage 17, the clear circuit) at the
+// offset and the KDC signature over it under the krbtgt's pad (the
+// reference gmac-aes*-mpc at the pad's released ctr0) 16 bytes on. The
+// pad leaves no state for a Sign item; neither signature is in any output.
+Job TicketJob(const std::string& id, bool aes256, const Bytes& p, const Bytes& pac, size_t off,
+              int64_t pad) {
+  Job j = SpliceJob(id, aes256, p, pac, off);
+  j.usage = contract::kTicketUsage;
+  j.sign_pad = pad;
+  return j;
+}
+
+Job PadJob(const std::string& krbtgt, uint32_t length) {
+  Job j;
+  j.type = pb::JOB_PAD;
+  j.cipher = pb::CIPHER_AES256;
+  j.key_id = krbtgt;
+  j.usage = contract::kTicketChecksumUsage;
+  j.length = length;
+  return j;
+}
+
+TEST_P(CtsJobs, TicketSignedAndSplicedInOneRun) {
+  CtsCluster c(GetParam());
+  const Bytes kt = Random(32);
+  const std::string krbtgt = c.AddCtrKey(kt);
+  for (const size_t klen : {size_t{16}, size_t{32}}) {
+    const Bytes key = Random(klen);
+    const std::string id = c.AddKey(key);
+    const Bytes pac = Random(330);
+    Bytes p = Random(560);
+    const size_t off = 480;
+    std::fill(p.begin() + off, p.begin() + off + 12, 0);
+    std::fill(p.begin() + off + 16, p.begin() + off + 48, 0);
+    auto r = c.Run({PadJob(krbtgt, 12), TicketJob(id, klen == 32, p, pac, off, 0)});
+    ExpectStatus(r, 0, pb::JOB_OK);
+    ExpectStatus(r, 1, pb::JOB_OK);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(r[i].jobs[0].pad, nullptr) << "a spent pad must not sign again";
+      EXPECT_EQ(r[i].jobs[0].ctr0, r[0].jobs[0].ctr0);
+      for (int s = 0; s < 2; ++s)
+        EXPECT_EQ(r[i].jobs[1].keystream[s].size(), 16 + p.size() + 12);
+    }
+    const Bytes out = Revealed(r, 1);
+    const Bytes back = ClearDecrypt(key, 2, out);
+    ASSERT_EQ(back.back() & 1, 0) << "the cluster's tag does not verify";
+    auto ck = cts::DealChecksum(key, 17);
+    auto cp = cts::ChecksumProgram(pac.size());
+    ASSERT_TRUE(ck.ok() && cp.ok());
+    const Bytes t_s = Clear(*cp, Cat(ck->bytes, pac));
+    const Bytes ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
+    const Bytes sig = reference::RefChecksum(kt, 17, ctr0, t_s);
+    Bytes want = p;
+    for (size_t b = 0; b < 12; ++b) want[off + b] ^= t_s[b];
+    for (size_t b = 0; b < 32; ++b) want[off + 16 + b] ^= sig[b];
+    EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1), want) << klen;
+    EXPECT_FALSE(Contains(out, t_s));
+    for (int i = 0; i < 3; ++i)
+      for (int s = 0; s < 2; ++s) {
+        EXPECT_FALSE(Contains(r[i].jobs[1].keystream[s], t_s));
+        EXPECT_FALSE(Contains(r[i].jobs[1].keystream[s], Bytes(sig.begin() + 16, sig.end())));
+      }
+  }
+}
+
+// What the servers refuse: sign_pad naming no PAD, a verification pad, a
+// PAD under another usage or too short, a PAD two tickets name (two tags
+// from one pad, enctype.md invariant 6), a ticket whose key holds no
+// usage-17 material; a failed PAD withholds its ticket. Each fails alone.
+TEST_P(CtsJobs, TicketSignaturePadsAreCheckedAlone) {
+  CtsCluster c(GetParam());
+  const std::string krbtgt = c.AddCtrKey(Random(32));
+  const Bytes key = Random(32);
+  const std::string id = c.AddKey(key);
+  const Bytes pac = Random(100), p = Random(200);
+  Job verify = PadJob(krbtgt, 12);
+  verify.checksum = Random(16);
+  Job usage3 = PadJob(krbtgt, 12);
+  usage3.usage = 3;
+  auto r = c.Run({PadJob(krbtgt, 12), TicketJob(id, true, p, pac, 100, 0),
+                  TicketJob(id, true, p, pac, 100, 0), TicketJob(id, true, p, pac, 100, 1),
+                  verify, TicketJob(id, true, p, pac, 100, 4), usage3,
+                  TicketJob(id, true, p, pac, 100, 6), PadJob(krbtgt, 11),
+                  TicketJob(id, true, p, pac, 100, 8)});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  for (size_t j : {1, 2, 3, 5, 7, 9}) ExpectStatus(r, j, pb::JOB_MALFORMED);
+  // An unknown krbtgt fails the PAD, and the ticket is withheld; without
+  // usage-17 material the ticket is JOB_UNKNOWN_USAGE.
+  Job lost = PadJob(krbtgt, 12);
+  lost.key_id = std::string(contract::kKeyIdSize, 'x');
+  const std::string bare = c.AddKey(Random(32));
+  for (int i = 0; i < 3; ++i)
+    c.Tamper(bare, i, [](KeyShares& ks) {
+      ks.cts.erase(std::remove_if(ks.cts.begin(), ks.cts.end(),
+                                  [](const CtsMaterial& m) {
+                                    return m.kind == CtsKind::kChecksum && m.usage == 17;
+                                  }),
+                   ks.cts.end());
+    });
+  r = c.Run({lost, TicketJob(id, true, p, pac, 100, 0), PadJob(krbtgt, 12),
+             TicketJob(bare, true, p, pac, 100, 2)});
+  ExpectStatus(r, 0, pb::JOB_UNKNOWN_KEY);
+  ExpectStatus(r, 1, pb::JOB_WITHHELD);
+  ExpectStatus(r, 3, pb::JOB_UNKNOWN_USAGE);
+}
+
 // A spliced reply whose timestamp fails is withheld like any gated job:
 // nothing of the reply, hence nothing of the checksum, leaves.
 TEST_P(CtsJobs, SplicedReplyIsWithheldWithTheGate) {
@@ -1342,6 +1464,20 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
             CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 128, 32));
   EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3, 64, 32),
             CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 10, 60, 0, 3));
+  {
+    // A ticket's (usage 2 kept: cts.h TicketClassProgram) reads back as
+    // itself, apart from the reply splice of the same class and window.
+    std::remove(path.c_str());
+    CtsProgramCache cache;
+    cache.RecordShapesTo(path);
+    ASSERT_TRUE(cache.Get(pb::JOB_ENCRYPT, 14, 576, 0, 2, 384, 500).ok());
+    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 14, 576, 0, 2, 384, 530).ok());  // KDC sig past P
+    EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 14, 576, 0, 2, 384, 500),
+              CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 14, 576, 0, 3, 384, 500));
+  }
+  const auto ticket = CtsProgramCache::ReadShapes(path);
+  ASSERT_EQ(ticket.size(), 1u);
+  EXPECT_EQ(ticket[0], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 14, 576, 0, 2, 384, 500}));
   for (const auto& s : CtsProgramCache::UsualShapes()) {
     EXPECT_EQ(std::get<0>(s), pb::JOB_DECRYPT);
     EXPECT_TRUE(fresh.Get(pb::JOB_DECRYPT, std::get<1>(s), std::get<2>(s)).ok());
@@ -1549,6 +1685,29 @@ TEST(CtsAgreement, SpliceFieldsThatDifferRefuseTheBatch) {
     // The same batch sent alike runs.
     auto ok = c.Run({SpliceJob(id, true, p, d, 20)});
     ExpectStatus(ok, 0, pb::JOB_OK);
+  }
+}
+
+// The digest covers sign_pad: a KDC that names one server another pad
+// (or none) for a ticket gets the batch refused by all three before any
+// AND, never a ticket signed under two pads.
+TEST(CtsAgreement, SignPadThatDiffersRefusesTheBatch) {
+  for (const bool none : {false, true}) {
+    CtsCluster c(true, /*cheater=*/2);
+    const std::string krbtgt = c.AddCtrKey(Random(32));
+    const std::string id = c.AddKey(Random(32));
+    const Bytes p(200, 0), pac = Random(100);
+    const std::vector<Job> jobs = {PadJob(krbtgt, 12), PadJob(krbtgt, 12),
+                                   TicketJob(id, true, p, pac, 100, 0)};
+    auto r = c.RunStatus(jobs, {}, [none](int i, std::vector<Job>& js) {
+      if (i == 1) js[2].sign_pad = none ? Job::kNoCondition : 1;
+    });
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_FALSE(r[i].ok()) << (none ? "none" : "other") << " party " << i;
+      EXPECT_EQ(r[i].status().code(), absl::StatusCode::kAborted) << r[i].status();
+    }
+    auto ok = c.Run(jobs);
+    ExpectStatus(ok, 2, pb::JOB_OK);
   }
 }
 

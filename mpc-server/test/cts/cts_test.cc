@@ -20,6 +20,7 @@
 #include "contract.h"
 #include "cts/dealer.h"
 #include "cts_testing.h"
+#include "protocol/gf128.h"
 #include "rep3_cluster.h"
 
 namespace kmpc::cts {
@@ -751,6 +752,162 @@ TEST(Rfc3962, FastLoginFigures) {
   // The key costs PRF+, a schedule, two DK blocks, a schedule of Ke and the
   // two HMAC states (< 1,000 layers) before the reply's own circuit.
   EXPECT_LE(enc.depth, plain.depth + 1000);
+}
+
+// A ticket to a service under an aes*-cts key in one program (cts.h
+// TicketClassProgram): the reference is MIT's order in the clear, with
+// OpenSSL for RFC 3962 and SP 800-38D's bit-by-bit multiplication for
+// GHASH: T_s = HMAC-SHA1-96 under DK(K, 17 | 0x99) of the PAC, then the
+// KDC signature ctr0 || GHASH_H(pad16(A') || pad16(T_s) || lens) ^ E(c0)
+// over T_s (enctype.md "Keyed checksum", A' = 00 00 00 11 99), both XORed
+// into P where the KDC left zeros, then the ticket under usage 2.
+struct TicketLane {
+  Bytes in, want;
+};
+
+TicketLane MakeTicketLane(int nr, size_t n, size_t m, size_t off_s, size_t gap) {
+  const size_t off_k = off_s + gap;
+  const size_t keylen = nr == 10 ? 16 : 32;
+  const Bytes base = Random(keylen), pac = Random(m), ctr0 = Random(16), pad = Random(16);
+  const Bytes hb = Random(16);
+  Bytes conf_plain = Random(n);
+  std::fill(conf_plain.begin() + 16 + off_s, conf_plain.begin() + 16 + off_s + 12, 0);
+  std::fill(conf_plain.begin() + 16 + off_k, conf_plain.begin() + 16 + off_k + 32, 0);
+  const Bytes mac = testing::RefHmac(*DeriveKey(base, Bytes{0, 0, 0, 17, 0x99}), pac);
+  const Bytes t_s(mac.begin(), mac.begin() + kTagBytes);
+  protocol::Block h;
+  std::copy(hb.begin(), hb.end(), h.begin());
+  const Bytes aad = {0, 0, 0, 17, 0x99};
+  const protocol::Block g = protocol::Ghash(h, protocol::GhashInput(aad, t_s));
+  const protocol::Block g0 = protocol::Ghash(h, protocol::GhashInput(aad, Bytes(12, 0)));
+  const protocol::Block h2 = protocol::GfMulReference(h, h);
+  Bytes sig = ctr0, l(16);
+  for (size_t i = 0; i < 16; ++i) {
+    sig.push_back(g[i] ^ pad[i]);
+    l[i] = g0[i] ^ pad[i];  // A' H^3 ^ lens H ^ E(c0): what the servers hold
+  }
+  TicketLane t;
+  const std::string pp = contract::SplicePadding(m);
+  Bytes lane = Cat(Cat(DealUsage(base, 2)->bytes, DealChecksum(base, 17)->bytes), conf_plain);
+  lane = Cat(Cat(Cat(lane, ClassTail(n)), pac), Bytes(pp.begin(), pp.end()));
+  lane = Cat(lane, SpliceSelector(off_s));
+  t.in = Cat(Cat(Cat(lane, ctr0), Bytes(h2.begin(), h2.end())), l);
+  for (size_t i = 0; i < 12; ++i) conf_plain[16 + off_s + i] ^= t_s[i];
+  for (size_t i = 0; i < 32; ++i) conf_plain[16 + off_k + i] ^= sig[i];
+  t.want = testing::RefEncrypt(base, 2, conf_plain);
+  return t;
+}
+
+// The multiplication on its own: a block with only its first 96
+// coefficients by h, against SP 800-38D Algorithm 1.
+TEST(Rfc3962, GfMulCircuitIsGcms) {
+  Circuit c;
+  const Bits d = c.Inputs(128), h = c.Inputs(128);
+  c.Output(GfMulCircuit(c, d, 96, h));
+  const Program p = c.Compile();
+  EXPECT_EQ(p.ands, 96u * 128u);
+  EXPECT_EQ(p.depth, 1);
+  std::vector<Bytes> in, want;
+  for (int l = 0; l < 70; ++l) {
+    Bytes a = Random(16), b = Random(16);
+    std::fill(a.begin() + 12, a.end(), 0);
+    if (l == 0) a = Bytes(16, 0), a[0] = 0x80;  // x^0: the identity
+    protocol::Block x, y;
+    std::copy(a.begin(), a.end(), x.begin());
+    std::copy(b.begin(), b.end(), y.begin());
+    const protocol::Block z = protocol::GfMulReference(x, y);
+    in.push_back(Cat(a, b));
+    want.push_back(Bytes(z.begin(), z.end()));
+  }
+  const auto out = testing::RunClear(p, in);
+  for (size_t l = 0; l < in.size(); ++l) EXPECT_EQ(ToHex(out[l]), ToHex(want[l])) << l;
+}
+
+// Tickets of every length of a class and signatures at every offset of
+// their windows through one program each, both key sizes, in the clear;
+// the KDC signature right after the server signature's buffer (MIT's
+// layout, gap 16) and further on.
+TEST(Rfc3962, TicketClassProgramSignsAndSplices) {
+  struct Case {
+    size_t n, m, off, gap;
+  };
+  std::vector<Case> cases;
+  for (size_t n = 561; n <= 576; ++n) cases.push_back({n, 330, n - 64, 16});  // sigs end P
+  for (size_t o = 97; o <= 112; ++o) cases.push_back({576, 330, o, 16});      // one window
+  for (size_t o = 97; o <= 112; ++o) cases.push_back({576, 100, o, 200});
+  for (int nr : {10, 14}) {
+    std::map<std::tuple<size_t, size_t, size_t, size_t>, std::vector<Case>> programs;
+    for (const Case& c : cases)
+      programs[{EncryptClassMax(c.n), contract::SpliceDealtBytes(c.m), SpliceWindowOffset(c.off),
+                c.gap}]
+          .push_back(c);
+    EXPECT_EQ(programs.size(), 7u);  // the classes and windows the cases cross
+    for (const auto& [key, cs] : programs) {
+      const auto p = TicketClassProgram(nr, cs[0].n, contract::SpliceDealtBytes(cs[0].m),
+                                        cs[0].off, cs[0].gap);
+      ASSERT_TRUE(p.ok()) << p.status();
+      std::vector<TicketLane> lanes;
+      std::vector<Bytes> in;
+      for (const Case& c : cs) {
+        lanes.push_back(MakeTicketLane(nr, c.n, c.m, c.off, c.gap));
+        in.push_back(lanes.back().in);
+        ASSERT_EQ(in.back().size() * 8, p->inputs);
+      }
+      const auto out = testing::RunClear(*p, in);
+      for (size_t l = 0; l < cs.size(); ++l)
+        EXPECT_EQ(ToHex(CutClassOutput(cs[l].n, out[l])), ToHex(lanes[l].want))
+            << nr << " n " << cs[l].n << " " << cs[l].off << " " << cs[l].gap;
+    }
+  }
+  EXPECT_FALSE(TicketClassProgram(14, 576, 330, 200, 16).ok());  // PAC not dealt padded
+  EXPECT_FALSE(TicketClassProgram(14, 47, 64, 0, 16).ok());      // no room for both
+  EXPECT_FALSE(TicketClassProgram(14, 576, 384, 530, 16).ok());  // past P's end
+  EXPECT_FALSE(TicketClassProgram(12, 576, 384, 200, 16).ok());
+  EXPECT_TRUE(TicketClassProgram(10, 64, 64, 0, 16).ok());
+}
+
+// The same on shares among three parties, malicious (every AND checked).
+TEST(Rfc3962, TicketClassProgramOnSharesMalicious) {
+  ::kmpc::testing::Rep3Cluster cl;
+  const size_t n = 576, m = 330, off = 200, gap = 16;
+  const auto p = TicketClassProgram(14, n, contract::SpliceDealtBytes(m), off, gap);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<TicketLane> lanes;
+  std::vector<Views> in;
+  for (int l = 0; l < 3; ++l) {
+    lanes.push_back(MakeTicketLane(14, n, m, off, gap));
+    in.push_back(testing::DealViews(lanes.back().in));
+  }
+  std::array<absl::Status, 3> st;
+  const auto out =
+      testing::RunShared({cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()}, *p, in, true, &st);
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(out.size(), lanes.size());
+  for (size_t l = 0; l < lanes.size(); ++l)
+    EXPECT_EQ(ToHex(CutClassOutput(n, out[l])), ToHex(lanes[l].want)) << l;
+}
+
+// ANDs and AND depth of a ticket to a service under aes256-cts (item 6 of
+// issue 50): a 576-byte conf || EncTicketPart with MIT's PAC (330 bytes)
+// and both signatures in its last blocks; against the plain ticket's class
+// program and the PAC's checksum alone. The KDC signature costs one layer
+// of 96 x 128 ANDs after the checksum.
+TEST(Rfc3962, TicketFigures) {
+  constexpr size_t kN = 576, kM = 330, kOff = 420, kGap = 16;
+  const Program tk = *TicketClassProgram(14, kN, contract::SpliceDealtBytes(kM), kOff, kGap);
+  const Program enc = *EncryptClassProgram(14, kN);
+  const Program ck = *ChecksumClassProgram(kM);
+  std::printf("aes256 ticket class (%zu bytes): %zu ANDs, AND depth %d\n", kN, enc.ands,
+              enc.depth);
+  std::printf("usage-17 checksum of a %zu-byte PAC: %zu ANDs, AND depth %d\n", kM, ck.ands,
+              ck.depth);
+  std::printf("signed and spliced ticket: %zu ANDs, AND depth %d; sum of the two Runs' "
+              "programs %zu ANDs, depth %d\n",
+              tk.ands, tk.depth, enc.ands + ck.ands, enc.depth + ck.depth);
+  testing::ExpectCounted(tk);
+  EXPECT_GE(tk.ands, enc.ands + ck.ands + 96 * 128);
+  EXPECT_LE(tk.ands, enc.ands + ck.ands + 96 * 128 + 16 * (96 + 256) + 4000);
+  EXPECT_LT(tk.depth, enc.depth + ck.depth);
 }
 
 }  // namespace
