@@ -7,7 +7,7 @@
 // (proto/kmpc.proto JobType; docs/design/cts-circuits.md). The servers run
 // it only for keys dealt as KEY_KIND_SERVICE.
 //
-// libkrb5 calls this through the hook of krb5 patch 0025
+// libkrb5 calls this through the hook of krb5 patch 0025-Decrypt-tickets
 // (krb5_mpc_set_ticket_decrypt, krb5/mpcdealer_plugin.h), which the dealer
 // module registers when kadmind loads its kadm5_hook interface.
 //
