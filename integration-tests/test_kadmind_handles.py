@@ -4,9 +4,9 @@ Moved with `kmpc-admin share --from-existing --service
 --enctype=aes256-cts-hmac-sha1-96` (key, kvno and salt kept), the KDB holds
 a 40-byte handle for each, which libk5crypto refuses. kadmind reads them
 through the KDB: keytab and accepts AP-REQs all the same: krb5 patch
-0025-Decrypt-tickets hands the ticket to the key dealer module, which has the servers DECRYPT it
-under key usage 2 (kdc-plugin/dealer/ticket_decrypt.h), the EncTicketPart
-revealed only if its tag holds.
+0025-Decrypt-tickets hands the ticket to the key dealer module, which has
+the servers DECRYPT it under key usage 2 (kdc-plugin/dealer/
+ticket_decrypt.h), the EncTicketPart revealed only if its tag holds.
 
 Real processes only: three kmpc-mpc-server, krb5kdc with the real module,
 kadmind with kmpc's key dealer, and Debian's own /usr/bin/kadmin (remote,

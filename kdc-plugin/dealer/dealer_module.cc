@@ -490,9 +490,9 @@ std::optional<client::ClusterConfig> TicketClusterConfig(krb5_context ctx) {
 }
 
 // The hook of krb5 patch 0025-Decrypt-tickets (krb5_mpc_set_ticket_decrypt):
-// libkrb5 calls it for a ticket whose service key libk5crypto refused; it decrypts those
-// whose key is an aes*-cts handle in the cluster and refuses the rest as
-// libk5crypto did.
+// libkrb5 calls it for a ticket whose service key libk5crypto refused; it
+// decrypts those whose key is an aes*-cts handle in the cluster and refuses
+// the rest as libk5crypto did.
 krb5_error_code DecryptTicket(krb5_context ctx, void*, const krb5_keyblock* key,
                               const krb5_enc_data* enc, krb5_data* output) {
   if (key->length != KRB5_KDCMPC_HANDLE_LEN ||

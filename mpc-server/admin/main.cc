@@ -321,7 +321,8 @@ bool Unshareable(const std::string& canon) {
 
 // kadmind's own service principals: it accepts tickets to them by
 // decrypting them in the cluster (krb5 patch 0025-Decrypt-tickets,
-// kdc-plugin/dealer/ticket_decrypt.h), which the servers do for a service's keys only.
+// kdc-plugin/dealer/ticket_decrypt.h), which the servers do for a
+// service's keys only.
 bool KadmindService(const std::string& canon) {
   return absl::StartsWith(canon, "kadmin/") || absl::StartsWith(canon, "kiprop/");
 }
