@@ -52,6 +52,9 @@ def kr(kmpc_factory):
     # clients negotiate them.
     kr.kadmin_local(f"addprinc -e {CTS256}:normal -pw {ADMIN_PW} {ADMIN}")
     kr.kadmin_local(f"addprinc -e {CTS256}:normal -pw {USER_PW} {USER}")
+    # kadmind's keys as in a stock realm: a real aes256-cts key each.
+    for p in KADMIND:
+        kr.kadmin_local(f"cpw -randkey -e {CTS256}:normal {p}")
     return kr
 
 
