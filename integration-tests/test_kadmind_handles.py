@@ -21,6 +21,7 @@ handle decrypts nothing.
 """
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -152,3 +153,60 @@ def test_kadmind_accepts_tickets_under_handles(kr, krb5_tool):  # noqa: F811
 def kadmind_log(kr):
     path = os.path.join(kr.dir, "kadmind.log")
     return open(path).read()[-4000:] if os.path.exists(path) else ""
+
+
+def kadmin_with_ccache(kr, c, query):
+    """Debian's kadmin with the kadmin/admin ticket already in c's ccache."""
+    p = subprocess.run([STOCK_KADMIN, "-r", kr.realm, "-c", c.ccache, "-q", query],
+                       capture_output=True, text=True, env=c.env, timeout=90)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_kadmind_asks_the_cluster_and_refuses_what_does_not_verify(kr):
+    """The AP-REQ's ticket is decrypted in the cluster, nowhere else: with a
+    server down kadmind cannot accept a ticket the KDC issued before, and
+    says why; a ticket whose ciphertext was changed is refused by the
+    cluster's tag check."""
+    c = Stock(kr)
+    kr.start()
+    kr.admin("share", "--from-existing", "--service", f"--enctype={CTS256}", *KADMIND)
+    kr.start_kadmind()
+    rc, out = c.run("kinit", "-S", "kadmin/admin", ADMIN, input=ADMIN_PW + "\n")
+    assert rc == 0, out
+    kr.cluster.stop_party(1)
+    rc, out = kadmin_with_ccache(kr, c, f"getprinc {USER}")
+    assert rc != 0, out
+    assert "kmpc: a ticket under an MPC-held key" in kadmind_log(kr), kadmind_log(kr)
+    kr.cluster.start_party(1)
+    kr.cluster.wait_ring()
+    # Each ring worker reconnects on its next batch: retry a little.
+    deadline = time.monotonic() + 60
+    while True:
+        rc, out = kadmin_with_ccache(kr, c, f"getprinc {USER}")
+        if rc == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert rc == 0 and f"Principal: {USER}@{kr.realm}" in out, out + kadmind_log(kr)
+
+    # One bit of the ticket's ciphertext flipped in the ccache.
+    creds = [x for x in tickets.ccache_credentials(c.ccache)
+             if "/".join(x["server"]) == "kadmin/admin"]
+    start, length = creds[0]["ticket"]
+    with open(c.ccache, "r+b") as f:
+        f.seek(start + length - 20)
+        b = f.read(1)
+        f.seek(start + length - 20)
+        f.write(bytes([b[0] ^ 1]))
+    seen = len(full_kadmind_log(kr))
+    rc, out = kadmin_with_ccache(kr, c, f"getprinc {USER}")
+    assert rc != 0, out
+    # KRB5KRB_AP_ERR_BAD_INTEGRITY from the cluster's tag check, which
+    # krb5_rd_req words as for any key that does not decrypt the ticket.
+    after = full_kadmind_log(kr)[seen:]
+    assert "Cannot decrypt ticket for kadmin/admin" in after, after
+    assert "unreachable" not in after, after
+
+
+def full_kadmind_log(kr):
+    with open(os.path.join(kr.dir, "kadmind.log")) as f:
+        return f.read()
