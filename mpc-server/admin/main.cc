@@ -751,7 +751,8 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
     if (has_handle) ++with_handles;
     bool should = has_handle || has_mpc_key;
     for (const std::string& p : protect) should = should || MatchesProtect(p, info->name);
-    if (should && !real.empty() && !Unshareable(info->name)) {
+    if (should && !real.empty() && !Unshareable(info->name) &&
+        !KadmindService(info->name)) {
       ++exposed;
       ok = false;
       std::printf("kdb: %s should be MPC-protected but holds real keys in the KDB: "
