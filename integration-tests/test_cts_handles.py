@@ -313,15 +313,14 @@ def test_dealer_deals_the_kind_its_patterns_name(realm):
     assert kr.kdc_alive()
 
 
-def test_kdc_refuses_an_as_ticket_to_a_service_under_a_cts_handle(realm):
-    """A service whose key is an aes256-cts handle: from the TGS its ticket
-    is the servers' ENCRYPT under usage 2 (test_cts_service.py checks it);
-    straight from the AS it would need jobs under that key the AS plan
-    does not take (the ticket's ENCRYPT, its PAC signature): refused as
-    KDC_ERR_SVC_UNAVAILABLE with the KDC's "refusing a job" line, no
-    ticket issued, the KDC still up, and the user (under an aes256-cts
-    handle) still logs in. The AS refuses before any MPC work on the
-    ticket (test_as_plan_review.py checks a wrong password there)."""
+def test_kdc_issues_an_as_ticket_to_a_service_under_a_cts_handle(realm):
+    """A service whose key is an aes256-cts handle: from the TGS, and
+    straight from the AS (kpasswd and kadmin ask for kadmin/changepw and
+    kadmin/admin that way: krb5 patch 0027-KDC-AS-tickets-to-services), its
+    ticket is the servers' ENCRYPT under usage 2 (test_cts_service.py and
+    test_kadmind_handles.py check the ticket). Under a user's key, which
+    holds no ticket material, the servers refuse it: KDC_ERR_SVC_UNAVAILABLE,
+    no ticket issued, the KDC still up, and the user still logs in."""
     kr = realm
     svc = "host/ctssvc.kmpc.test"
     kr.addprinc(svc, "Svc-pw-1", enctypes=[CTS256], flags="")
@@ -336,15 +335,23 @@ def test_kdc_refuses_an_as_ticket_to_a_service_under_a_cts_handle(realm):
     p = subprocess.run([binpath("kvno"), svc], capture_output=True, text=True,
                        env=env, timeout=90)
     assert p.returncode == 0 and "kvno = 1" in p.stdout, p.stdout + p.stderr
-    # Straight from the AS.
+    # Straight from the AS: issued, under the service's aes256-cts key.
     env["KRB5CCNAME"] = "FILE:" + os.path.join(kr.dir, "svc.cc")
     p = subprocess.run([binpath("kinit"), "-S", svc, "hank"], input="Hank-pw-1\n",
                        capture_output=True, text=True, env=env, timeout=90)
+    assert p.returncode == 0, p.stdout + p.stderr + kr.kdc_log_text()[-3000:]
+    p = subprocess.run([binpath("klist"), "-e"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert f"{svc}@{kr.realm}" in p.stdout and "aes256-cts-hmac-sha1-96" in p.stdout, p.stdout
+    # A user's key as the service: the servers hold no ticket material.
+    env["KRB5CCNAME"] = "FILE:" + os.path.join(kr.dir, "user-as-svc.cc")
+    p = subprocess.run([binpath("kinit"), "-S", f"hank@{kr.realm}", "hank"],
+                       input="Hank-pw-1\n", capture_output=True, text=True, env=env,
+                       timeout=90)
     assert p.returncode != 0, p.stdout + p.stderr
     assert "service is not available" in p.stdout + p.stderr, p.stdout + p.stderr
     log = kr.kdc_log_text()
-    assert not re.search(rf"AS_REQ .*ISSUE: .* for {svc}@", log), log[-3000:]
-    assert "kdcmpc: refusing a job (" in log, log[-3000:]
+    assert not re.search(rf"AS_REQ .*ISSUE: .* hank@{kr.realm} for hank@", log), log[-3000:]
     rc, out = stock_kinit(kr, "hank", "Hank-pw-1")
     assert rc == 0, out
     assert kr.kdc_alive()

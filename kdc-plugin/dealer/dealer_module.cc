@@ -72,6 +72,7 @@
 #include "admin/config.h"
 #include "client/admin_client.h"
 #include "contract.h"
+#include "ticket_decrypt.h"
 
 extern "C" {
 #include <kadm5/admin.h>
@@ -426,14 +427,145 @@ krb5_error_code DealerDeal(krb5_context ctx, krb5_mpcdealer_moddata,
   }
 }
 
-// ---- kadm5_hook vtable: commits ---------------------------------------------
+// ---- tickets under handles (kadmind's own keys) -----------------------------
 
-kadm5_ret_t HookInit(krb5_context ctx, kadm5_hook_modinfo** modinfo) {
-  *modinfo = nullptr;
-  return Acquire(ctx);
+// The cluster kadmind runs ticket DECRYPTs on (ticket_decrypt.h): the KDC's
+// ([kdcmpc] kmpc in kdc.conf: servers, certs = DIR or ca / cert / key, as
+// kdc-plugin/src/options.h reads them), else kmpc-admin's (`config`).
+// Read when kadm5 loads the hook: the krb5 contexts GSS-API makes to
+// accept a ticket see krb5.conf only, not kdc.conf.
+std::optional<client::ClusterConfig> g_ticket_cfg;
+std::unique_ptr<TicketDecrypter> g_decrypter;  // made on first use, under g_mu
+
+std::vector<std::string> KdcValues(krb5_context ctx, const char* name) {
+  std::vector<std::string> out;
+  profile_t profile = nullptr;
+  if (krb5_get_profile(ctx, &profile) != 0) return out;
+  const char* path[] = {"kdcmpc", kModuleName, name, nullptr};
+  char** values = nullptr;
+  if (profile_get_values(profile, path, &values) == 0) {
+    for (char** v = values; *v != nullptr; ++v) out.emplace_back(*v);
+    profile_free_list(values);
+  }
+  profile_release(profile);
+  return out;
 }
 
-void HookFini(krb5_context ctx, kadm5_hook_modinfo*) { Release(ctx); }
+std::optional<client::ClusterConfig> TicketClusterConfig(krb5_context ctx) {
+  client::ClusterConfig cfg;
+  std::vector<std::string> servers = KdcValues(ctx, "servers");
+  if (servers.size() == 1) {
+    std::vector<std::string> split;
+    size_t at = 0;
+    for (size_t comma; (comma = servers[0].find(',', at)) != std::string::npos;
+         at = comma + 1)
+      split.push_back(servers[0].substr(at, comma - at));
+    split.push_back(servers[0].substr(at));
+    servers = split;
+  }
+  if (servers.size() == client::kParties) {
+    for (int i = 0; i < client::kParties; ++i) cfg.servers[i] = servers[i];
+    std::vector<std::string> dir = KdcValues(ctx, "certs");
+    if (!dir.empty()) {
+      cfg.ca = dir.back() + "/ca.pem";
+      cfg.cert = dir.back() + "/kdc.pem";
+      cfg.key = dir.back() + "/kdc.key";
+    }
+    for (auto [name, field] : {std::pair{"ca", &cfg.ca}, std::pair{"cert", &cfg.cert},
+                               std::pair{"key", &cfg.key}})
+      if (std::vector<std::string> v = KdcValues(ctx, name); !v.empty()) *field = v.back();
+    return cfg;
+  }
+  std::vector<std::string> config = ProfileValues(ctx, "config");
+  if (config.empty()) return std::nullopt;
+  auto settings = ReadConfigFile(config.back());
+  Config admin;
+  if (!settings.ok() || !ApplySettings(*settings, &admin).ok()) return std::nullopt;
+  cfg.servers = admin.servers;
+  cfg.ca = admin.ca;
+  cfg.cert = admin.cert;
+  cfg.key = admin.key;
+  cfg.rpc_timeout = absl::Milliseconds(admin.timeout_ms);
+  return cfg;
+}
+
+// The hook of krb5 patch 0026-Decrypt-tickets (krb5_mpc_set_ticket_decrypt):
+// libkrb5 calls it for a ticket whose service key libk5crypto refused; it
+// decrypts those whose key is an aes*-cts handle in the cluster and refuses
+// the rest as libk5crypto did.
+krb5_error_code DecryptTicket(krb5_context ctx, void*, const krb5_keyblock* key,
+                              const krb5_enc_data* enc, krb5_data* output) {
+  if (key->length != KRB5_KDCMPC_HANDLE_LEN ||
+      std::memcmp(key->contents, KRB5_KDCMPC_HANDLE_MAGIC,
+                  KRB5_KDCMPC_HANDLE_MAGIC_LEN) != 0 ||
+      (key->enctype != ENCTYPE_AES128_CTS_HMAC_SHA1_96 &&
+       key->enctype != ENCTYPE_AES256_CTS_HMAC_SHA1_96))
+    return KRB5_BAD_KEYSIZE;
+  const std::string key_id(
+      reinterpret_cast<const char*>(key->contents) + KRB5_KDCMPC_HANDLE_MAGIC_LEN,
+      KRB5_KDCMPC_KEY_ID_LEN);
+  absl::Status st;
+  size_t len = 0;
+  try {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_ticket_cfg) {
+      st = absl::FailedPreconditionError(
+          "no cluster configuration ([kdcmpc] kmpc or [mpcdealer] kmpc config)");
+    } else if (!g_decrypter) {
+      auto d = TicketDecrypter::Open(*g_ticket_cfg);
+      if (d.ok()) g_decrypter = std::move(*d);
+      else st = d.status();
+    }
+    if (st.ok())
+      st = g_decrypter->Decrypt(
+          static_cast<kmpc::v1::Cipher>(key->enctype), key_id,
+          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(enc->ciphertext.data),
+                              enc->ciphertext.length),
+          absl::MakeSpan(reinterpret_cast<uint8_t*>(output->data), output->length),
+          &len);
+  } catch (...) {
+    st = absl::ResourceExhaustedError("out of memory");
+  }
+  if (st.ok()) {
+    output->length = len;
+    return 0;
+  }
+  const krb5_error_code code = st.code() == absl::StatusCode::kUnauthenticated
+                                   ? KRB5KRB_AP_ERR_BAD_INTEGRITY
+                                   : KRB5KRB_AP_ERR_NOKEY;
+  krb5_set_error_message(ctx, code, "kmpc: a ticket under an MPC-held key: %s",
+                         std::string(st.message()).c_str());
+  return code;
+}
+
+// ---- kadm5_hook vtable: commits ---------------------------------------------
+
+// kadmind (and kadmin.local) load the kadm5_hook interface when kadm5
+// starts: the ticket decrypter is registered then, process-wide, for the
+// AP-REQs kadmind accepts under its own keys.
+kadm5_ret_t HookInit(krb5_context ctx, kadm5_hook_modinfo** modinfo) {
+  *modinfo = nullptr;
+  if (kadm5_ret_t ret = Acquire(ctx); ret != 0) return ret;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    try {
+      g_ticket_cfg = TicketClusterConfig(ctx);
+    } catch (...) {
+      g_ticket_cfg.reset();
+    }
+  }
+  krb5_mpc_set_ticket_decrypt(DecryptTicket, nullptr);
+  return 0;
+}
+
+void HookFini(krb5_context ctx, kadm5_hook_modinfo*) {
+  krb5_mpc_set_ticket_decrypt(nullptr, nullptr);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_decrypter.reset();
+  }
+  Release(ctx);
+}
 
 void Committed(krb5_context ctx, krb5_const_principal princ) {
   if (g_dealer == nullptr || princ == nullptr) return;

@@ -314,10 +314,19 @@ absl::StatusOr<Config> LoadConfig(const Args& a) {
 
 std::string Hex(const std::string& b) { return absl::BytesToHexString(b); }
 
-// Principals whose keys daemons need in the clear: never shared.
+// Principals whose keys daemons need in the clear: never shared. The
+// master key encrypts the KDB; kadmin/history's key encrypts the password
+// history kadm5 keeps (krb5_c_encrypt in kadmind).
 bool Unshareable(const std::string& canon) {
-  return absl::StartsWith(canon, "K/M@") || absl::StartsWith(canon, "kadmin/") ||
-         absl::StartsWith(canon, "kiprop/");
+  return absl::StartsWith(canon, "K/M@") || absl::StartsWith(canon, "kadmin/history@");
+}
+
+// kadmind's own service principals: it accepts tickets to them by
+// decrypting them in the cluster (krb5 patch 0026-Decrypt-tickets,
+// kdc-plugin/dealer/ticket_decrypt.h), which the servers do for a
+// service's keys only.
+bool KadmindService(const std::string& canon) {
+  return absl::StartsWith(canon, "kadmin/") || absl::StartsWith(canon, "kiprop/");
 }
 
 struct ShareOutcome {
@@ -350,13 +359,20 @@ KdbKeyFacts FactsOf(const PrincipalInfo& info) {
   return f;
 }
 
+KeyKind ShareKind(const Args& a);
+
 // The refusals of share for canon before anything changes.
 absl::Status CheckShareAllowed(const Args& a, const std::string& canon,
                                const KdbKeyFacts& f) {
   if (Unshareable(canon))
     return absl::FailedPreconditionError(absl::StrCat(
-        canon, ": K/M, kadmin/* and kiprop/* keys are used by the KDC's own "
+        canon, ": the K/M and kadmin/history keys are used by the KDC's own "
                "daemons and cannot be shared"));
+  if (KadmindService(canon) && ShareKind(a) != KeyKind::kService)
+    return absl::FailedPreconditionError(absl::StrCat(
+        canon, ": kadmind decrypts tickets to it in the cluster, which the "
+               "servers do under a service's key only: give --service (with "
+               "--from-existing) or --randkey. Nothing was changed"));
   // A new krbtgt key without the old one: every outstanding TGT (and
   // cross-realm ticket) stops working at once. Only on request.
   if (!a.from_existing && !a.keepold && !a.force &&
@@ -700,7 +716,10 @@ std::optional<std::string> WhyRealKeysStay(const std::string& canon,
                                            const std::string& realm) {
   if (absl::StartsWith(canon, "K/M@")) return std::string();
   if (Unshareable(canon))
-    return std::string("kadmind's or kpropd's own key, read through the KDB");
+    return std::string("kadm5 encrypts the password history under it");
+  if (KadmindService(canon))
+    return std::string("kadmind's own key: `kmpc-admin share --randkey --service` moves it "
+                       "into the cluster");
   const size_t at = canon.rfind('@');
   if (absl::StartsWith(canon, "krbtgt/") && at != std::string::npos) {
     const std::string second = canon.substr(7, at - 7);
