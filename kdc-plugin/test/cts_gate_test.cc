@@ -760,6 +760,46 @@ TEST(CtsGateClassTest, AFailedOrDroppedGateHandsTheHeldBackJobsBack) {
   EXPECT_EQ(CtsGate::HeldBackFailure("x").code(), absl::StatusCode::kCancelled);
 }
 
+// A ticket presented back (an S4U2Proxy evidence ticket under a service's
+// key, given with its exchange's gate): a length no exchange proved takes
+// a token of the compile budget, and once the gate verified its shape is
+// proven, so that the next evidence ticket of that length takes none.
+TEST(CtsGateClassTest, AnEvidenceTicketsLengthTakesATokenUntilProven) {
+  CtsGate gate(1);
+  auto exchange = [](uint64_t id) {
+    std::vector<PendingJob> given;
+    given.push_back(GateJob(id));
+    given[0].job.usage = 2;
+    given[0].job.input.assign(900, 3);  // the header ticket
+    PendingJob evidence = GateJob(id);
+    evidence.token = 2;
+    evidence.gate = false;
+    evidence.job.usage = 2;
+    evidence.job.key_id = std::string(contract::kKeyIdSize, 's');
+    evidence.job.input.assign(1100, 4);
+    given.push_back(std::move(evidence));
+    return given;
+  };
+  const absl::Time now = absl::Now();
+  std::vector<PendingJob> first = exchange(1);
+  const auto shape = contract::CtsShapeOf(ShapeOf(first[1].job));
+  EXPECT_FALSE(gate.TakeUnproven(first, now));  // two unproven, one token
+  CtsGate roomy(2);
+  EXPECT_TRUE(roomy.TakeUnproven(first, now));
+  roomy.HoldBack(1, &first);
+  EXPECT_EQ(first.size(), 2u);  // a given DECRYPT is never held back
+  std::vector<PendingJob> release;
+  roomy.Verified(1, &release);
+  EXPECT_TRUE(release.empty());
+  EXPECT_TRUE(roomy.proven().Has(shape));
+  std::vector<PendingJob> second = exchange(2);
+  EXPECT_TRUE(roomy.TakeUnproven(second, now));  // both proven: no token
+  std::vector<PendingJob> longer = exchange(3);
+  longer[1].job.input.assign(1101, 4);  // a new length: a token again
+  EXPECT_FALSE(roomy.TakeUnproven(longer, now));
+  EXPECT_EQ(roomy.counts().unproven_refused, 1u);
+}
+
 TEST(CtsGateClassTest, TheCompileBudgetCountsUnprovenGatesOnly) {
   CtsGate gate(1);
   std::vector<PendingJob> usual;
