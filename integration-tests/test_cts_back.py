@@ -19,6 +19,7 @@ import pytest
 from kmpc_harness import cluster as kmpc_cluster
 from test_cts_as import Stock
 from test_cts_handles import COLD_PROGRAMS, CTS256, ENCTYPES, assert_only_handles
+from test_cts_service import tgs_counts
 import test_ldap
 from test_ldap import ldap_factory  # noqa: F401
 import test_unmodified_clients as tu
@@ -49,12 +50,14 @@ def make_realm(kmpc_factory, kind_flag, name, password=None):
 def renew(kr, c, name):
     """Stock kinit -r as CLIENT, kvno name, then kinit -R -S name (MIT's
     krb5_get_renewed_creds: a TGS-REQ whose header ticket is the ticket to
-    name). (returncode, output) of the renewal."""
+    name). (returncode, output, the servers' Runs of the renewal)."""
     rc, out = c.run("kinit", "-r", "1d", CLIENT, input=CLIENT_PW + "\n")
     assert rc == 0, out
     rc, out = c.run("kvno", name)
     assert rc == 0 and f"{name}@{kr.realm}: kvno = 1" in out, out + kr.kdc_log_text()[-3000:]
-    return c.run("kinit", "-R", "-S", name)
+    before = tgs_counts(kr)[1]
+    rc, out = c.run("kinit", "-R", "-S", name)
+    return rc, out, tgs_counts(kr)[1] - before
 
 
 def tgs_lines(kr, name):
@@ -65,8 +68,13 @@ def tgs_lines(kr, name):
 def test_renewal_of_a_ticket_to_a_service_key_in_the_cluster(kmpc_factory):
     kr, kt = make_realm(kmpc_factory, "--service", SVC)
     c = Stock(kr)
-    rc, out = renew(kr, c, SVC)
+    rc, out, runs = renew(kr, c, SVC)
     assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    # The header ticket's Run (with the new ticket's KDC signature pads),
+    # the finishing round's (the presented PAC's signatures, the new
+    # server signature), the new ticket's (docs/design/exchange-plan.md
+    # section 2, "Tickets presented back").
+    assert runs == 3, runs
     lines = tgs_lines(kr, SVC)
     assert len(lines) == 2 and all(": ISSUE: " in l for l in lines), lines
     # The ccache holds the renewed ticket alone; the service's old keytab
@@ -92,7 +100,7 @@ def test_renewal_of_a_ticket_to_a_user_key_is_refused(kmpc_factory):
     new ticket to the user is still issued."""
     kr, _ = make_realm(kmpc_factory, "--also-service", USER, USER_PW)
     c = Stock(kr)
-    rc, out = renew(kr, c, USER)
+    rc, out, _ = renew(kr, c, USER)
     assert rc != 0, out
     lines = tgs_lines(kr, USER)
     assert len(lines) == 2 and ": ISSUE: " not in lines[-1], lines

@@ -271,9 +271,11 @@ std::string CtsLengthProblem(const JobShape& job) {
   if (job.type == pb::JOB_ENCRYPT && job.splice_length > kMaxCtsSpliceBytes)
     return absl::StrCat("a spliced request dealt as ", job.splice_length, " bytes (at most ",
                         kMaxCtsSpliceBytes, ": an AS-REQ of ", kMaxCtsSpliceBytes - 9, ")");
-  if (job.type == pb::JOB_DECRYPT && job.length > kMaxCtsDecryptBytes + kCtsTag)
-    return absl::StrCat("an aes*-cts DECRYPT's ciphertext of ", job.length,
-                        " bytes (at most ", kMaxCtsDecryptBytes + kCtsTag, ")");
+  const uint64_t decrypt_cap =
+      (job.usage == kCtsTicketUsage ? kMaxCtsBytes : kMaxCtsDecryptBytes) + kCtsTag;
+  if (job.type == pb::JOB_DECRYPT && job.length > decrypt_cap)
+    return absl::StrCat("an aes*-cts DECRYPT's ciphertext of ", job.length, " bytes (at most ",
+                        decrypt_cap, job.usage == kCtsTicketUsage ? ", a ticket" : "", ")");
   const uint64_t limit = job.type == pb::JOB_ENCRYPT ? kMaxCtsBytes - kCtsConfounder : kMaxCtsBytes;
   if ((job.type == pb::JOB_ENCRYPT || job.type == pb::JOB_CHECKSUM) && job.length > limit)
     return absl::StrCat("an aes*-cts ", JobTypeName(job.type), " of ", job.length,

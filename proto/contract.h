@@ -142,6 +142,11 @@ inline constexpr uint64_t kMaxCtsBytes = 2048;
 // The largest conf || P of an aes*-cts DECRYPT (a timestamp or a FAST
 // challenge: the KDC refuses any longer before it asks, krb5 patch 0020).
 inline constexpr uint64_t kMaxCtsDecryptBytes = 256;
+// A ticket's key usage (RFC 4120 section 7.5.1): a DECRYPT under it is a
+// ticket to a service presented back (a renewal's header ticket, an
+// S4U2Proxy evidence ticket), capped as a ticket the KDC issues is: its
+// conf || P at kMaxCtsBytes.
+inline constexpr uint32_t kCtsTicketUsage = 2;
 // The largest splice message as dealt (SpliceDealtBytes: the AS-REQ and
 // its HMAC inner padding): 16 SHA-1 blocks, an AS-REQ of up to 1015 bytes.
 inline constexpr uint64_t kMaxCtsSpliceBytes = 1024;

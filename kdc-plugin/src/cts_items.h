@@ -37,10 +37,6 @@
 
 namespace kmpc::kdc {
 
-// A ticket's key usage (RFC 4120 section 7.5.1: KDC-REP ticket): a
-// service ticket's ENCRYPT, and the DECRYPT of one presented back.
-inline constexpr uint32_t kCtsTicketUsage = 2;
-
 // Whether job is under an aes*-cts cipher.
 bool CtsJob(const Job& job);
 

@@ -329,6 +329,50 @@ TEST_F(CtsGateTest, APassedGateSendsTheReplyAfterItThenItsShapeIsOneRun) {
   EXPECT_EQ(s.cts_deferred_sent, 4u);
 }
 
+// A renewal's header ticket under a service's aes*-cts key (usage 2, the
+// exchange's gate; cts_items.h): a length no exchange proved takes the
+// compile budget's token, and its verified tag proves the shape without a
+// timestamp's freshness check (it carries none), so the next ticket of
+// that length takes none; a ticket of another length, past the budget, is
+// refused before any Run.
+TEST(CtsGateTicketTest, APresentedTicketsVerifiedTagProvesItsLength) {
+  CtsScriptTransport servers;
+  CollectingSink sink;
+  BatcherOptions o;
+  o.deadline = absl::Seconds(10);
+  o.cts_unproven_per_minute = 1;
+  Batcher b(o, &servers, &sink);
+  uint64_t token = 1;
+  auto renew = [&](uint64_t id, size_t bytes) {
+    Plan plan;
+    plan.kind = ExchangeKind::kRenew;
+    plan.items.push_back(CtsItem(Role::kHeaderTicket, 2, bytes));
+    std::vector<ItemJob> given;
+    given.push_back({0, token++, JobOf(plan.items[0], bytes)});
+    const size_t n0 = sink.counts().size();
+    absl::Status st = b.dispatcher().Begin(id, std::move(plan), std::move(given));
+    if (st.ok()) {
+      b.dispatcher().SubmitterIdle();
+      EXPECT_TRUE(sink.WaitFor(n0 + 1));
+      EXPECT_TRUE(sink.Get(token - 1).status.ok()) << sink.Get(token - 1).status;
+      EXPECT_EQ(sink.Get(token - 1).output.size(), bytes - contract::kCtsConfounder -
+                                                       contract::kCtsTag);
+      b.dispatcher().End(id);
+    }
+    return st;
+  };
+  EXPECT_TRUE(renew(1, 900).ok());  // the one token
+  EXPECT_TRUE(renew(2, 900).ok());  // proven: no token
+  absl::Status other = renew(3, 901);
+  EXPECT_TRUE(absl::IsResourceExhausted(other)) << other;
+  EXPECT_EQ(servers.runs().size(), 2u);
+  for (const auto& r : servers.runs()) {
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].type, pb::JOB_DECRYPT);
+    EXPECT_EQ(r[0].usage, 2u);
+  }
+}
+
 // A proven shape with a wrong password: one Run, and the servers withhold
 // the reply (its gate is in the Run).
 TEST_F(CtsGateTest, AProvenShapeWithAWrongPasswordIsWithheldByTheServers) {
