@@ -163,7 +163,9 @@ uint64_t CtsSpliceWindow(uint64_t off) {
 CtsShape MakeCtsShape(pb::JobType type, int nr, uint64_t n, uint64_t cf2_bytes, uint32_t usage,
                       uint64_t splice_m, uint64_t splice_off) {
   return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, CtsClassMax(type, n),
-          cf2_bytes, cf2_bytes != 0 ? usage : 0, splice_m,
+          cf2_bytes,
+          cf2_bytes != 0 || (type == pb::JOB_DECRYPT && usage == kTicketUsage) ? usage : 0,
+          splice_m,
           splice_m != 0 ? CtsSpliceWindow(splice_off) : splice_off};
 }
 
@@ -271,11 +273,13 @@ std::string CtsLengthProblem(const JobShape& job) {
   if (job.type == pb::JOB_ENCRYPT && job.splice_length > kMaxCtsSpliceBytes)
     return absl::StrCat("a spliced request dealt as ", job.splice_length, " bytes (at most ",
                         kMaxCtsSpliceBytes, ": an AS-REQ of ", kMaxCtsSpliceBytes - 9, ")");
-  const uint64_t decrypt_cap =
-      (job.usage == kCtsTicketUsage ? kMaxCtsBytes : kMaxCtsDecryptBytes) + kCtsTag;
-  if (job.type == pb::JOB_DECRYPT && job.length > decrypt_cap)
+  // A ticket's DECRYPT (kTicketUsage, the dealt key) is capped as a
+  // ticket's ENCRYPT is; a timestamp's or a challenge's much lower.
+  const bool ticket = job.usage == kTicketUsage && job.cts_key == pb::CTS_KEY_DEALT;
+  const uint64_t dec_limit = (ticket ? kMaxCtsBytes : kMaxCtsDecryptBytes) + kCtsTag;
+  if (job.type == pb::JOB_DECRYPT && job.length > dec_limit)
     return absl::StrCat("an aes*-cts DECRYPT's ciphertext of ", job.length, " bytes (at most ",
-                        decrypt_cap, job.usage == kCtsTicketUsage ? ", a ticket" : "", ")");
+                        dec_limit, ")");
   const uint64_t limit = job.type == pb::JOB_ENCRYPT ? kMaxCtsBytes - kCtsConfounder : kMaxCtsBytes;
   if ((job.type == pb::JOB_ENCRYPT || job.type == pb::JOB_CHECKSUM) && job.length > limit)
     return absl::StrCat("an aes*-cts ", JobTypeName(job.type), " of ", job.length,

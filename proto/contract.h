@@ -139,14 +139,10 @@ bool CtsCipher(pb::Cipher cipher);
 // The largest conf || P of an aes*-cts ENCRYPT and the largest message of
 // a CHECKSUM (an AS reply, a ticket with its PAC, a PAC's checksum).
 inline constexpr uint64_t kMaxCtsBytes = 2048;
-// The largest conf || P of an aes*-cts DECRYPT (a timestamp or a FAST
-// challenge: the KDC refuses any longer before it asks, krb5 patch 0020).
+// The largest conf || P of an aes*-cts DECRYPT of a timestamp or a FAST
+// challenge (the KDC refuses any longer before it asks); a ticket's
+// (kTicketUsage) is capped at kMaxCtsBytes.
 inline constexpr uint64_t kMaxCtsDecryptBytes = 256;
-// A ticket's key usage (RFC 4120 section 7.5.1): a DECRYPT under it is a
-// ticket to a service presented back (a renewal's header ticket, an
-// S4U2Proxy evidence ticket), capped as a ticket the KDC issues is: its
-// conf || P at kMaxCtsBytes.
-inline constexpr uint32_t kCtsTicketUsage = 2;
 // The largest splice message as dealt (SpliceDealtBytes: the AS-REQ and
 // its HMAC inner padding): 16 SHA-1 blocks, an AS-REQ of up to 1015 bytes.
 inline constexpr uint64_t kMaxCtsSpliceBytes = 1024;
@@ -200,6 +196,12 @@ struct JobShape {
 // ENCRYPT that carries it (KRB5_KEYUSAGE_AS_REP_ENCPART).
 inline constexpr uint32_t kSpliceChecksumUsage = 56;
 inline constexpr uint32_t kSpliceReplyUsage = 3;
+// A ticket (RFC 4120 section 7.5.1, KRB5_KEYUSAGE_KDC_REP_TICKET): the one
+// plain aes*-cts DECRYPT usage besides the timestamp's (1), for a
+// service's key only (mpc-server engine.h kCtsServiceDecryptUsages). Its
+// program has no freshness window, so it is a shape of its own
+// (MakeCtsShape keeps the usage of a DECRYPT under it).
+inline constexpr uint32_t kTicketUsage = 2;
 // The KDC's FAST challenge (RFC 6113 5.4.6: KEY_USAGE_ENC_CHALLENGE_KDC).
 inline constexpr uint32_t kKdcChallengeUsage = 55;
 inline constexpr uint64_t kSpliceBytes = 12;
@@ -232,7 +234,7 @@ uint64_t CtsSpliceWindow(uint64_t off);
 // module keys the shapes a passed gate proved (kdc-plugin planner.h): (job
 // type, AES rounds (0 for a CHECKSUM), n's class (CtsClassMax), the FAST
 // key's KDC half's bytes (0: the dealt key), the usage (0 unless under a
-// FAST key), a splice's message length and offset window (0, 0: none)).
+// FAST key or a ticket's DECRYPT, kTicketUsage), a splice's message length and offset window (0, 0: none)).
 // n is a DECRYPT's conf || P (its ciphertext without the tag), an
 // ENCRYPT's conf || P, a CHECKSUM's message (CtsLengthOf).
 using CtsShape = std::tuple<int, int, uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>;

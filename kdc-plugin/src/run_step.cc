@@ -489,7 +489,7 @@ void RunStep::CompleteCts(size_t i, bool verified) {
     // A ticket presented back (usage 2, cts_items.h) carries no timestamp
     // to check here: the KDC checks its times and authenticator (MIT's
     // kdc_rd_ap_req) as for any ticket.
-    if (e.job.usage == contract::kCtsTicketUsage)
+    if (e.job.usage == contract::kTicketUsage)
       b_.host().GateDone(e.exchange_id, absl::OkStatus());
     else
       st = GateFresh(e);

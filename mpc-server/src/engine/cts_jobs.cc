@@ -42,7 +42,7 @@ absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n, size_t 
     }
   }
   switch (type) {
-    case pb::JOB_DECRYPT: return cts::DecryptProgram(nr, n, true);
+    case pb::JOB_DECRYPT: return cts::DecryptProgram(nr, n, CtsHasWindow(type, 0, usage));
     case pb::JOB_ENCRYPT: return cts::EncryptClassProgram(nr, n);
     case pb::JOB_CHECKSUM: return cts::ChecksumClassProgram(n);
     default:
@@ -112,7 +112,8 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
   if (!classed) {
     b.insert(b.end(), shared.begin(), shared.end());
     // A DECRYPT's freshness window after C || T (cts.h DecryptProgram).
-    if (t.type == pb::JOB_DECRYPT) b.insert(b.end(), t.window[c].begin(), t.window[c].end());
+    if (CtsHasWindow(t.type, t.cf2_bytes, t.usage))
+      b.insert(b.end(), t.window[c].begin(), t.window[c].end());
     return b;
   }
   // P (or a CHECKSUM's D), then the zeros past n and the padding, then a
@@ -361,7 +362,8 @@ std::vector<std::pair<CtsProgramCache::Shape, uint64_t>> CtsProgramCache::ReadWe
     const absl::Span<const uint32_t> dir = type == pb::JOB_DECRYPT
                                                ? absl::MakeConstSpan(kCtsCf2DecryptUsages)
                                                : absl::MakeConstSpan(kCtsCf2EncryptUsages);
-    const bool key_ok = cf2 == 0 ? usage == 0
+    const bool key_ok = cf2 == 0 ? usage == 0 || (type == pb::JOB_DECRYPT &&
+                                                  usage == contract::kTicketUsage)
                                  : (cf2 == 16 || cf2 == 32) &&
                                        std::find(dir.begin(), dir.end(), usage) != dir.end();
     // A splice (cts.h SpliceEncryptProgram): a plain ENCRYPT's, inside P.
@@ -430,6 +432,10 @@ CtsProgramCache::~CtsProgramCache() { WaitPrecompiled(); }
 CtsCircuitCounters& CtsCircuitCounters::Shared() {
   static CtsCircuitCounters* counters = new CtsCircuitCounters();
   return *counters;
+}
+
+bool CtsHasWindow(pb::JobType type, size_t cf2_bytes, uint32_t usage) {
+  return type == pb::JOB_DECRYPT && (cf2_bytes != 0 || usage != contract::kTicketUsage);
 }
 
 std::string CtsTimeWindow(int64_t now, uint32_t skew_s) {

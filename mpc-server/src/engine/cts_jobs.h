@@ -205,6 +205,11 @@ struct CtsTask {
 // (YYYYMMDDHHMMSS, RFC 4120 section 5.2.3's KerberosTime without its Z),
 // clamped to the years 0000 .. 9999.
 std::string CtsTimeWindow(int64_t now, uint32_t skew_s);
+// Whether a job's program checks a freshness window (cts.h DecryptProgram
+// `window`): every DECRYPT (a PA-ENC-TIMESTAMP, a FAST challenge) but a
+// ticket's under the dealt key (contract::kTicketUsage), whose plaintext
+// is an EncTicketPart, not a PA-ENC-TS-ENC.
+bool CtsHasWindow(pb::JobType type, size_t cf2_bytes, uint32_t usage);
 
 // How many gated AS replies of a password-derived key the servers
 // released lately (EngineOptions::cts_releases_per_minute), shared by the

@@ -1043,7 +1043,14 @@ std::string FindCtsMaterial(const Job& job, const KeyShares& key, CtsTask& t) {
     return std::find(usages.begin(), usages.end(), u) != usages.end();
   };
   const bool dec_ok = in(cf2 ? absl::MakeConstSpan(kCtsCf2DecryptUsages)
-                             : absl::MakeConstSpan(kCtsDecryptUsages), job.usage);
+                             : absl::MakeConstSpan(kCtsDecryptUsages), job.usage) ||
+                      (!cf2 && key.kind == KeyKind::kService &&
+                       in(absl::MakeConstSpan(kCtsServiceDecryptUsages), job.usage));
+  if (job.type == pb::JOB_DECRYPT && !cf2 && !dec_ok &&
+      in(absl::MakeConstSpan(kCtsServiceDecryptUsages), job.usage))
+    return absl::StrCat("a DECRYPT under usage ", job.usage,
+                        " (a ticket) is computed under a service's key only (KEY_KIND_SERVICE): "
+                        "this key is password-derived");
   const bool enc_ok = in(cf2 ? absl::MakeConstSpan(kCtsCf2EncryptUsages)
                              : absl::MakeConstSpan(kCtsEncryptUsages), job.usage);
   const bool sum_ok = in(absl::MakeConstSpan(kCtsChecksumUsages), job.usage);
@@ -1134,7 +1141,7 @@ void Engine::Impl::PlanCtsJob(Batch& b, size_t j) {
   }
   // A FAST key's half, then the message (a DECRYPT's C || T).
   t.shared_in = {job.data_shares[0], job.data_shares[1]};
-  if (job.type == pb::JOB_DECRYPT) {
+  if (CtsHasWindow(job.type, t.cf2_bytes, job.usage)) {
     // The freshness window, public: shared as (c, 0, 0) (cts.h
     // StaleTimestamp).
     const std::string w = CtsTimeWindow(job.now, options_.cts_skew_s);

@@ -179,11 +179,18 @@ constexpr bool PasswordDerived(KeyKind k) { return k != KeyKind::kService; }
 // recorded before it was compromised, ENCRYPT under 1 mint a user's
 // PA-ENC-TIMESTAMP, and DECRYPT under 2 decrypt every ticket to the
 // principal it ever issued or recorded (their session keys, hence the
-// user's sessions as a service). The KDC would need DECRYPT under 2 only
-// to read such a ticket presented back to it (renewal or validation of a
-// ticket to the user, S4U2Proxy evidence naming the user as its server):
-// those stay refused (docs/limitations.md).
+// user's sessions as a service). The KDC needs DECRYPT under 2 to read a
+// ticket presented back to it (renewal or validation, S4U2Proxy evidence,
+// a user-to-user second ticket; kadmind's AP-REQs): allowed under a
+// service's random key only (kCtsServiceDecryptUsages), refused under a
+// password-derived one (docs/limitations.md).
 inline constexpr uint32_t kCtsDecryptUsages[] = {1};
+// What a key of KeyKind::kService alone is also decrypted under: a ticket
+// (2, contract::kTicketUsage), released to the KDC only if its HMAC holds.
+// A random key's ticket is no password verifier; what a KDC host that is
+// compromised gains by it (the tickets to that service presented or
+// recorded meanwhile) is in docs/security-model.md.
+inline constexpr uint32_t kCtsServiceDecryptUsages[] = {contract::kTicketUsage};
 inline constexpr uint32_t kCtsEncryptUsages[] = {2, 3};
 // The checksums a CHECKSUM job releases: the PAC server signature (17)
 // only. The usage-56 material is dealt for the PA-REQ-ENC-PA-REP splice

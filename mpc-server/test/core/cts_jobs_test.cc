@@ -296,7 +296,7 @@ TEST_P(CtsJobs, UnknownUsageFailsThatJobAlone) {
   const Bytes key = Random(16);
   const std::string id = c.AddKey(key);
   const Bytes conf_ts = Random(40);
-  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, false, 2, ClearEncrypt(key, 1, conf_ts)),
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, id, false, 4, ClearEncrypt(key, 1, conf_ts)),
                   CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, conf_ts)),
                   CtsJob(pb::JOB_CHECKSUM, id, false, 57, Random(20))});
   ExpectStatus(r, 0, pb::JOB_UNKNOWN_USAGE);
@@ -369,25 +369,23 @@ TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
 
 // A service ticket to the key's principal (a user used as a service): the
 // ticket ENCRYPT under usage 2 and the PAC server signature, CHECKSUM under
-// usage 17, match the clear circuits on the dealer's material; the ticket
-// is never decrypted by the cluster (DECRYPT under 2 is refused, nothing
-// computed). A key whose record lacks the material of usages 2 and 17
-// fails those jobs alone with JOB_UNKNOWN_USAGE.
+// usage 17, match the clear circuits on the dealer's material, and a
+// ticket presented back is decrypted (DECRYPT under 2, a service's key).
+// A key whose record lacks the material of usages 2 and 17 fails those
+// jobs alone with JOB_UNKNOWN_USAGE.
 TEST_P(CtsJobs, ServiceTicketJobsUnderUsages2And17) {
   CtsCluster c(GetParam());
   for (const size_t klen : {size_t{16}, size_t{32}}) {
     const Bytes key = Random(klen);
     const std::string id = c.AddKey(key);
-    const Bytes ticket = Random(210), pac = Random(330);
+    const Bytes ticket = Random(210), pac = Random(330), presented = Random(16 + 40);
     auto r = c.Run({CtsJob(pb::JOB_ENCRYPT, id, klen == 32, 2, ticket),
                     CtsJob(pb::JOB_CHECKSUM, id, klen == 32, 17, pac),
-                    CtsJob(pb::JOB_DECRYPT, id, klen == 32, 2,
-                           ClearEncrypt(key, 2, Random(16 + 40)))});
+                    CtsJob(pb::JOB_DECRYPT, id, klen == 32, 2, ClearEncrypt(key, 2, presented))});
     ExpectStatus(r, 0, pb::JOB_OK);
     ExpectStatus(r, 1, pb::JOB_OK);
-    ExpectStatus(r, 2, pb::JOB_UNKNOWN_USAGE);
-    for (int i = 0; i < 3; ++i)
-      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[2].keystream[k].empty());
+    ExpectStatus(r, 2, pb::JOB_OK);
+    EXPECT_EQ(Revealed(r, 2), presented);
     const Bytes out = Revealed(r, 0);
     ASSERT_EQ(out.size(), 16 + ticket.size() + 12);
     const Bytes back = ClearDecrypt(key, 2, out);
@@ -417,6 +415,46 @@ TEST_P(CtsJobs, ServiceTicketJobsUnderUsages2And17) {
   ExpectStatus(r, 1, pb::JOB_UNKNOWN_USAGE);
   ExpectStatus(r, 2, pb::JOB_OK);
   EXPECT_EQ(Revealed(r, 2), conf_ts);
+}
+
+// A ticket presented back (renewal, validation, S4U2Proxy evidence, a
+// second ticket, kadmind's AP-REQ) is decrypted under a service's random
+// key only: its EncTicketPart (any bytes: no freshness window) is released
+// when its HMAC holds, nothing when it does not. Under a password-derived
+// key (a user's, or a user's that is also a service) the DECRYPT is
+// refused with nothing computed: it would open every ticket to that user
+// ever issued or recorded (engine.h kCtsServiceDecryptUsages). Checked to
+// fail without the kind test in engine.cc FindCtsMaterial (the
+// user-service key's job then comes out JOB_OK).
+TEST_P(CtsJobs, TicketDecryptOnlyUnderAServiceKey) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string svc = c.AddKey(key, KeyKind::kService);
+  const std::string user = c.AddKey(key, KeyKind::kUser);
+  const std::string both = c.AddKey(key, KeyKind::kUserService);
+  const Bytes enc_part = Random(16 + 700);
+  const Bytes ct = ClearEncrypt(key, 2, enc_part);
+  Bytes bad = ct;
+  bad[40] ^= 0x01;
+  // Released on the ticket: had its program a freshness window, the
+  // EncTicketPart (no PA-ENC-TS-ENC) would read as stale and withhold it.
+  Job gated = CtsJob(pb::JOB_ENCRYPT, svc, true, 2, Random(100));
+  gated.release_if_ok = 0;
+  auto r = c.Run({CtsJob(pb::JOB_DECRYPT, svc, true, 2, ct),
+                  CtsJob(pb::JOB_DECRYPT, svc, true, 2, bad),
+                  CtsJob(pb::JOB_DECRYPT, user, true, 2, ct),
+                  CtsJob(pb::JOB_DECRYPT, both, true, 2, ct), gated});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  EXPECT_EQ(Revealed(r, 0), enc_part);
+  ExpectStatus(r, 1, pb::JOB_INTEGRITY_FAILED);
+  ExpectStatus(r, 2, pb::JOB_UNKNOWN_USAGE);
+  ExpectStatus(r, 3, pb::JOB_UNKNOWN_USAGE);
+  for (size_t j = 1; j < 4; ++j)
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty()) << j;
+  ExpectStatus(r, 4, pb::JOB_OK);
+  EXPECT_NE(r[0].jobs[2].detail.find("service's key only"), std::string::npos)
+      << r[0].jobs[2].detail;
 }
 
 // Review finding (engine.cc PlanCtsJob): a job could use a usage's
