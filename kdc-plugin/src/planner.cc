@@ -220,6 +220,14 @@ void Planner::Prepare(uint64_t id, Exchange* x, int item,
     std::string ctr0 = p.ctr0;
     if (p.ticket >= 0) {
       const PendingJob* d = GivenJob(given, p.ticket);
+      // A CBC-CTS ticket (under a service's aes*-cts key) has no counter:
+      // its KDC signatures were made with unlinked pads, whose ctr0 is in
+      // its PAC. No pad at a counter taken from its first block, which
+      // the client chose and no tag has checked yet.
+      if (d != nullptr && CtsJob(d->job)) {
+        s.why = Miss::kCtr0;
+        return;
+      }
       if (d == nullptr || d->job.input.size() < contract::kCiphertextOverhead ||
           !contract::LinkedPadCtr0(
               absl::string_view(reinterpret_cast<const char*>(d->job.input.data()),

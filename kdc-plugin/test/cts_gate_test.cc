@@ -373,6 +373,48 @@ TEST(CtsGateTicketTest, APresentedTicketsVerifiedTagProvesItsLength) {
   }
 }
 
+// S4U2Proxy with an evidence ticket under a service's aes*-cts key: the
+// plan's verification pads linked to the evidence ticket's DECRYPT are not
+// drawn (a CBC-CTS ciphertext has no ctr0; its first block is the
+// client's choice): the Run carries the two DECRYPTs only.
+TEST(CtsGateTicketTest, NoVerificationPadIsLinkedToACtsEvidenceTicket) {
+  CtsScriptTransport servers;
+  CollectingSink sink;
+  BatcherOptions o;
+  o.deadline = absl::Seconds(10);
+  Batcher b(o, &servers, &sink);
+  Plan plan;
+  plan.kind = ExchangeKind::kS4u2Proxy;
+  plan.items.push_back(CtsItem(Role::kHeaderTicket, 2, 900));
+  plan.items.push_back(CtsItem(Role::kSecondTicket, 2, 1000));
+  PlanItem verify;
+  verify.role = Role::kVerifyKdc;
+  RoleInfo info;
+  ASSERT_TRUE(RoleOf(verify.role, &info));
+  verify.type = info.type;
+  verify.usage = info.usage;
+  verify.cipher = pb::CIPHER_AES256;
+  verify.key_id = std::string(contract::kKeyIdSize, 't');
+  verify.length = 1000;
+  verify.flags = kItemGated;
+  verify.gate = 0;
+  verify.ticket = 1;
+  plan.items.push_back(verify);
+  ASSERT_TRUE(Planner::Check(plan).ok()) << Planner::Check(plan);
+  std::vector<ItemJob> given;
+  given.push_back({0, 1, JobOf(plan.items[0], 900)});
+  given.push_back({1, 2, JobOf(plan.items[1], 1000)});
+  ASSERT_TRUE(b.dispatcher().Begin(1, std::move(plan), std::move(given)).ok());
+  b.dispatcher().SubmitterIdle();
+  ASSERT_TRUE(sink.WaitFor(2));
+  EXPECT_TRUE(sink.Get(2).status.ok()) << sink.Get(2).status;
+  b.dispatcher().End(1);
+  const auto runs = servers.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_EQ(runs[0].size(), 2u);
+  for (const Sent& s : runs[0]) EXPECT_EQ(s.type, pb::JOB_DECRYPT);
+}
+
 // A proven shape with a wrong password: one Run, and the servers withhold
 // the reply (its gate is in the Run).
 TEST_F(CtsGateTest, AProvenShapeWithAWrongPasswordIsWithheldByTheServers) {
