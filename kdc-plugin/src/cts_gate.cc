@@ -41,9 +41,12 @@ bool CtsGate::TakeUnproven(const std::vector<PendingJob>& given, absl::Time now)
 void CtsGate::HoldBack(uint64_t id, std::vector<PendingJob>* given) {
   Exchange x;
   // The gate's own shape is proven with the rest when it verifies
-  // (TakeUnproven).
+  // (TakeUnproven), and so is a second ticket's given with it (an
+  // S4U2Proxy evidence ticket, gated by its header ticket): its compile was
+  // paid for by a token, and the exchange's client holds a ticket that
+  // verified.
   for (const PendingJob& q : *given)
-    if (q.gate && q.job.type == pb::JOB_DECRYPT && CtsJob(q.job))
+    if (q.job.type == pb::JOB_DECRYPT && CtsJob(q.job))
       x.shapes.push_back(contract::CtsShapeOf(ShapeOf(q.job)));
   // A gated aes*-cts job of a shape no verified gate proved waits for this
   // one's verdict: out of the gate's Run, and gated again in the later one

@@ -75,9 +75,10 @@ class CtsGate {
   explicit CtsGate(uint64_t unproven_per_minute);
 
   // The compile budget: whether the given jobs of a new exchange may go,
-  // taking a token for each aes*-cts DECRYPT (a gate: a timestamp or FAST
-  // challenge, whose length the client chooses) of a shape no verified
-  // gate proved. The servers compile a program per such shape, so
+  // taking a token for each aes*-cts DECRYPT (a timestamp or FAST
+  // challenge, or a ticket presented back: the header ticket of a renewal,
+  // an S4U2Proxy evidence ticket; each of a length the client chooses) of
+  // a shape no verified gate proved. The servers compile a program per such shape, so
   // unauthenticated requests of varied lengths could otherwise make them
   // compile at will; a shape is proven when its gate verifies (Verified),
   // and the usual timestamps' shapes (the servers' precompiled ones) from

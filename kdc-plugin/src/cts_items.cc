@@ -27,17 +27,20 @@ bool CtsServedUnplanned(const Job& job) {
 
 std::string CtsItemProblem(const PlanItem& p) {
   if (p.role != Role::kTimestamp && p.role != Role::kReply && p.role != Role::kChallenge &&
-      p.role != Role::kKdcChallenge && p.role != Role::kReqChecksum)
+      p.role != Role::kKdcChallenge && p.role != Role::kReqChecksum &&
+      p.role != Role::kHeaderTicket && p.role != Role::kSecondTicket)
     return "an aes*-cts key in a role other than TIMESTAMP, CHALLENGE, KDC_CHALLENGE, "
-           "REQ_CHECKSUM or REPLY";
+           "REQ_CHECKSUM, REPLY, HEADER_TICKET or SECOND_TICKET";
   if (!p.given) return "an aes*-cts item not given at begin";
   // The encrypted challenge is under FAST keys only, the timestamp under
   // the dealt key only (the servers' direction rule, engine.h).
   if ((p.role == Role::kChallenge || p.role == Role::kKdcChallenge) &&
       p.cts_key == kmpc::v1::CTS_KEY_DEALT)
     return "an encrypted challenge item without its FAST key";
-  if (p.role == Role::kTimestamp && p.cts_key != kmpc::v1::CTS_KEY_DEALT)
-    return "a TIMESTAMP under a FAST key";
+  if ((p.role == Role::kTimestamp || p.role == Role::kHeaderTicket ||
+       p.role == Role::kSecondTicket) &&
+      p.cts_key != kmpc::v1::CTS_KEY_DEALT)
+    return "a TIMESTAMP or ticket under a FAST key";
   if (p.role == Role::kReply && !(p.flags & kItemExact))
     return "an aes*-cts REPLY whose length is not exact";
   return {};

@@ -12,7 +12,11 @@
 // jobs of a service ticket whose server is the key's principal, made by
 // the TGS exchange's finishing round after the presented tickets were
 // checked: the PAC server signature (CHECKSUM, usage 17) and the ticket
-// (ENCRYPT, usage 2). A DECRYPT's ciphertext is
+// (ENCRYPT, usage 2). And a ticket to such a service presented back: the
+// TGS header ticket of a renewal or validation (the exchange's gate) and
+// an S4U2Proxy evidence ticket (SECOND_TICKET), each a DECRYPT under
+// usage 2 given at begin; the servers compute it for a key of the service
+// kind only (kmpc.proto KeyKind). A DECRYPT's ciphertext is
 // C || T (no ctr0), dealt as fresh XOR shares like a plaintext (whole, it
 // is an offline password verifier: kmpc.proto JobType); the servers
 // release conf || P only if the HMAC-SHA1-96
@@ -51,8 +55,8 @@ absl::Status CtsJobServed(const Job& job);
 bool CtsServedUnplanned(const Job& job);
 
 // Why plan item p under an aes*-cts cipher is not served (empty: it is):
-// only TIMESTAMP, REPLY, FAST's CHALLENGE and KDC_CHALLENGE, and
-// REQ_CHECKSUM, given at begin, and the REPLY exact.
+// only TIMESTAMP, REPLY, FAST's CHALLENGE and KDC_CHALLENGE, REQ_CHECKSUM,
+// HEADER_TICKET and SECOND_TICKET, given at begin, and the REPLY exact.
 std::string CtsItemProblem(const PlanItem& p);
 
 // Why the splice of item i of plan, or into it, is not served (empty: it

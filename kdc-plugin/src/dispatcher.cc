@@ -172,8 +172,9 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
       return absl::InvalidArgumentError("the exchange was begun already");
     if (!planner_.gate().TakeUnproven(jobs, now))
       return absl::ResourceExhaustedError(
-          "over the compile budget: an aes*-cts timestamp or challenge of a length no "
-          "login proved yet (cts_unproven_per_minute)");
+          "over the compile budget: an aes*-cts timestamp, challenge or presented "
+          "ticket of a length no verified exchange proved yet "
+          "(cts_unproven_per_minute)");
     std::vector<PendingJob> prepared;
     planner_.Admit(id, std::move(plan), &jobs, &prepared);
     // One group, queued together: NextRun never cuts it.

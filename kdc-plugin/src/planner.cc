@@ -148,6 +148,19 @@ const PendingJob* Planner::GivenJob(const std::vector<PendingJob>& given,
   return nullptr;
 }
 
+// The gate of a plan that gates nothing: its aes*-cts HEADER_TICKET (a
+// renewal of a ticket to a service whose key is a handle, the krbtgt in
+// the KDB), whose verified tag proves the shapes given with it
+// (cts_gate.h); -1 if there is none.
+static int UngatedCtsGate(const Plan& plan) {
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const PlanItem& p = plan.items[i];
+    if (p.role == Role::kHeaderTicket && p.given && contract::CtsCipher(p.cipher))
+      return static_cast<int>(i);
+  }
+  return -1;
+}
+
 void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
                     std::vector<PendingJob>* prepared) {
   Exchange& x = exchanges_[id];
@@ -156,10 +169,11 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
   int gate = -1;
   for (const PlanItem& p : x.plan.items)
     if (p.flags & kItemGated) gate = p.gate;
+  const int verdict = gate >= 0 ? gate : UngatedCtsGate(x.plan);
   for (PendingJob& q : *given) {
     q.exchange_id = id;
     q.group = x.group;
-    q.gate = q.item == gate;
+    q.gate = q.item == verdict;
     // The servers release only an ENCRYPT or CHECKSUM on a condition
     // (kmpc.proto Job.release_if_ok): a given DECRYPT is never gated.
     q.gated = (x.plan.items[q.item].flags & kItemGated) &&
@@ -206,6 +220,14 @@ void Planner::Prepare(uint64_t id, Exchange* x, int item,
     std::string ctr0 = p.ctr0;
     if (p.ticket >= 0) {
       const PendingJob* d = GivenJob(given, p.ticket);
+      // A CBC-CTS ticket (under a service's aes*-cts key) has no counter:
+      // its KDC signatures were made with unlinked pads, whose ctr0 is in
+      // its PAC. No pad at a counter taken from its first block, which
+      // the client chose and no tag has checked yet.
+      if (d != nullptr && CtsJob(d->job)) {
+        s.why = Miss::kCtr0;
+        return;
+      }
       if (d == nullptr || d->job.input.size() < contract::kCiphertextOverhead ||
           !contract::LinkedPadCtr0(
               absl::string_view(reinterpret_cast<const char*>(d->job.input.data()),

@@ -329,6 +329,92 @@ TEST_F(CtsGateTest, APassedGateSendsTheReplyAfterItThenItsShapeIsOneRun) {
   EXPECT_EQ(s.cts_deferred_sent, 4u);
 }
 
+// A renewal's header ticket under a service's aes*-cts key (usage 2, the
+// exchange's gate; cts_items.h): a length no exchange proved takes the
+// compile budget's token, and its verified tag proves the shape without a
+// timestamp's freshness check (it carries none), so the next ticket of
+// that length takes none; a ticket of another length, past the budget, is
+// refused before any Run.
+TEST(CtsGateTicketTest, APresentedTicketsVerifiedTagProvesItsLength) {
+  CtsScriptTransport servers;
+  CollectingSink sink;
+  BatcherOptions o;
+  o.deadline = absl::Seconds(10);
+  o.cts_unproven_per_minute = 1;
+  Batcher b(o, &servers, &sink);
+  uint64_t token = 1;
+  auto renew = [&](uint64_t id, size_t bytes) {
+    Plan plan;
+    plan.kind = ExchangeKind::kRenew;
+    plan.items.push_back(CtsItem(Role::kHeaderTicket, 2, bytes));
+    std::vector<ItemJob> given;
+    given.push_back({0, token++, JobOf(plan.items[0], bytes)});
+    const size_t n0 = sink.counts().size();
+    absl::Status st = b.dispatcher().Begin(id, std::move(plan), std::move(given));
+    if (st.ok()) {
+      b.dispatcher().SubmitterIdle();
+      EXPECT_TRUE(sink.WaitFor(n0 + 1));
+      EXPECT_TRUE(sink.Get(token - 1).status.ok()) << sink.Get(token - 1).status;
+      EXPECT_EQ(sink.Get(token - 1).output.size(), bytes - contract::kCtsConfounder -
+                                                       contract::kCtsTag);
+      b.dispatcher().End(id);
+    }
+    return st;
+  };
+  EXPECT_TRUE(renew(1, 900).ok());  // the one token
+  EXPECT_TRUE(renew(2, 900).ok());  // proven: no token
+  absl::Status other = renew(3, 901);
+  EXPECT_TRUE(absl::IsResourceExhausted(other)) << other;
+  EXPECT_EQ(servers.runs().size(), 2u);
+  for (const auto& r : servers.runs()) {
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].type, pb::JOB_DECRYPT);
+    EXPECT_EQ(r[0].usage, 2u);
+  }
+}
+
+// S4U2Proxy with an evidence ticket under a service's aes*-cts key: the
+// plan's verification pads linked to the evidence ticket's DECRYPT are not
+// drawn (a CBC-CTS ciphertext has no ctr0; its first block is the
+// client's choice): the Run carries the two DECRYPTs only.
+TEST(CtsGateTicketTest, NoVerificationPadIsLinkedToACtsEvidenceTicket) {
+  CtsScriptTransport servers;
+  CollectingSink sink;
+  BatcherOptions o;
+  o.deadline = absl::Seconds(10);
+  Batcher b(o, &servers, &sink);
+  Plan plan;
+  plan.kind = ExchangeKind::kS4u2Proxy;
+  plan.items.push_back(CtsItem(Role::kHeaderTicket, 2, 900));
+  plan.items.push_back(CtsItem(Role::kSecondTicket, 2, 1000));
+  PlanItem verify;
+  verify.role = Role::kVerifyKdc;
+  RoleInfo info;
+  ASSERT_TRUE(RoleOf(verify.role, &info));
+  verify.type = info.type;
+  verify.usage = info.usage;
+  verify.cipher = pb::CIPHER_AES256;
+  verify.key_id = std::string(contract::kKeyIdSize, 't');
+  verify.length = 1000;
+  verify.flags = kItemGated;
+  verify.gate = 0;
+  verify.ticket = 1;
+  plan.items.push_back(verify);
+  ASSERT_TRUE(Planner::Check(plan).ok()) << Planner::Check(plan);
+  std::vector<ItemJob> given;
+  given.push_back({0, 1, JobOf(plan.items[0], 900)});
+  given.push_back({1, 2, JobOf(plan.items[1], 1000)});
+  ASSERT_TRUE(b.dispatcher().Begin(1, std::move(plan), std::move(given)).ok());
+  b.dispatcher().SubmitterIdle();
+  ASSERT_TRUE(sink.WaitFor(2));
+  EXPECT_TRUE(sink.Get(2).status.ok()) << sink.Get(2).status;
+  b.dispatcher().End(1);
+  const auto runs = servers.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_EQ(runs[0].size(), 2u);
+  for (const Sent& s : runs[0]) EXPECT_EQ(s.type, pb::JOB_DECRYPT);
+}
+
 // A proven shape with a wrong password: one Run, and the servers withhold
 // the reply (its gate is in the Run).
 TEST_F(CtsGateTest, AProvenShapeWithAWrongPasswordIsWithheldByTheServers) {
@@ -758,6 +844,46 @@ TEST(CtsGateClassTest, AFailedOrDroppedGateHandsTheHeldBackJobsBack) {
   EXPECT_EQ(CtsGate::DeferredFailure(absl::UnavailableError("x")).code(),
             absl::StatusCode::kCancelled);
   EXPECT_EQ(CtsGate::HeldBackFailure("x").code(), absl::StatusCode::kCancelled);
+}
+
+// A ticket presented back (an S4U2Proxy evidence ticket under a service's
+// key, given with its exchange's gate): a length no exchange proved takes
+// a token of the compile budget, and once the gate verified its shape is
+// proven, so that the next evidence ticket of that length takes none.
+TEST(CtsGateClassTest, AnEvidenceTicketsLengthTakesATokenUntilProven) {
+  CtsGate gate(1);
+  auto exchange = [](uint64_t id) {
+    std::vector<PendingJob> given;
+    given.push_back(GateJob(id));
+    given[0].job.usage = 2;
+    given[0].job.input.assign(900, 3);  // the header ticket
+    PendingJob evidence = GateJob(id);
+    evidence.token = 2;
+    evidence.gate = false;
+    evidence.job.usage = 2;
+    evidence.job.key_id = std::string(contract::kKeyIdSize, 's');
+    evidence.job.input.assign(1100, 4);
+    given.push_back(std::move(evidence));
+    return given;
+  };
+  const absl::Time now = absl::Now();
+  std::vector<PendingJob> first = exchange(1);
+  const auto shape = contract::CtsShapeOf(ShapeOf(first[1].job));
+  EXPECT_FALSE(gate.TakeUnproven(first, now));  // two unproven, one token
+  CtsGate roomy(2);
+  EXPECT_TRUE(roomy.TakeUnproven(first, now));
+  roomy.HoldBack(1, &first);
+  EXPECT_EQ(first.size(), 2u);  // a given DECRYPT is never held back
+  std::vector<PendingJob> release;
+  roomy.Verified(1, &release);
+  EXPECT_TRUE(release.empty());
+  EXPECT_TRUE(roomy.proven().Has(shape));
+  std::vector<PendingJob> second = exchange(2);
+  EXPECT_TRUE(roomy.TakeUnproven(second, now));  // both proven: no token
+  std::vector<PendingJob> longer = exchange(3);
+  longer[1].job.input.assign(1101, 4);  // a new length: a token again
+  EXPECT_FALSE(roomy.TakeUnproven(longer, now));
+  EXPECT_EQ(roomy.counts().unproven_refused, 1u);
 }
 
 TEST(CtsGateClassTest, TheCompileBudgetCountsUnprovenGatesOnly) {

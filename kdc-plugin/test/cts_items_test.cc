@@ -156,11 +156,10 @@ TEST(CtsItemsTest, PlannerTakesTheAsTimestampAndReplyOnly) {
   Plan bound = plan;  // a length that is only a bound
   bound.items[1].flags &= ~kItemExact;
   EXPECT_FALSE(Planner::Check(bound).ok());
-  // The roles not served under such a key: a ticket (a service's key), a
-  // TGS header ticket, the PA-REQ-ENC-PA-REP checksum.
+  // The roles not served under such a key: a ticket (a service's key:
+  // outside a plan), the PA-REQ-ENC-PA-REP checksum unspliced.
   for (auto [role, type, usage] :
        {std::tuple{Role::kTicket, pb::JOB_ENCRYPT, 2u},
-        std::tuple{Role::kHeaderTicket, pb::JOB_DECRYPT, 2u},
         std::tuple{Role::kReqChecksum, pb::JOB_CHECKSUM, 56u}}) {
     Plan p = plan;
     p.items.push_back(CtsItem(role, type, usage, true));
@@ -168,6 +167,34 @@ TEST(CtsItemsTest, PlannerTakesTheAsTimestampAndReplyOnly) {
     EXPECT_FALSE(st.ok()) << RoleName(role);
     EXPECT_NE(st.message().find("aes*-cts"), std::string::npos) << st;
   }
+}
+
+// A ticket to a service presented back (cts_items.h): the header ticket of
+// a renewal (the gate) and an S4U2Proxy evidence ticket, DECRYPTs under
+// usage 2 given at begin under the dealt key; not given, or under a FAST
+// key, they are refused.
+TEST(CtsItemsTest, PlannerTakesTicketsPresentedBackGivenAtBegin) {
+  Plan plan;
+  plan.kind = ExchangeKind::kS4u2Proxy;
+  plan.items.push_back(CtsItem(Role::kHeaderTicket, pb::JOB_DECRYPT, 2, true));
+  PlanItem evidence = CtsItem(Role::kSecondTicket, pb::JOB_DECRYPT, 2, true);
+  evidence.flags |= kItemGated;
+  evidence.gate = 0;
+  plan.items.push_back(evidence);
+  EXPECT_TRUE(Planner::Check(plan).ok()) << Planner::Check(plan);
+  Plan alone;  // the evidence ticket alone (the header under a local key)
+  alone.kind = ExchangeKind::kS4u2Proxy;
+  alone.items.push_back(CtsItem(Role::kSecondTicket, pb::JOB_DECRYPT, 2, true));
+  EXPECT_TRUE(Planner::Check(alone).ok()) << Planner::Check(alone);
+  Plan later = plan;
+  later.items[1].given = false;
+  EXPECT_FALSE(Planner::Check(later).ok());
+  Plan fast = plan;
+  fast.items[0].cts_key = pb::CTS_KEY_CF2_AES128;
+  EXPECT_FALSE(Planner::Check(fast).ok());
+  Plan wrong = plan;  // the role's usage is 2: another is refused
+  wrong.items[0].usage = 1;
+  EXPECT_FALSE(Planner::Check(wrong).ok());
 }
 
 // FAST (cts_items.h): the client's encrypted challenge as the gate and the
