@@ -9,8 +9,7 @@ the new key to their keytab while the KDB gets its handle; the krbtgt key
 (kadmin.local cpw -randkey; no KDB ever held it); alice with kadmin.local
 addprinc. The KDB, read with the master key by kdb_dump_ref.py (the stash
 and a dump, its own RFC 3962 decryption), holds no real key but K/M's and
-kadmind's (KADMIND_KEYS_IN_CLUSTER moves those in one step once kadmind
-computes with them in the cluster). The patched KDC with the kdcmpc module
+kadmin/history's (kadmind's others are moved: KADMIND_KEYS_IN_CLUSTER). The patched KDC with the kdcmpc module
 and kadmind start; alice logs in with Debian's unmodified kinit, Debian's
 kvno validates a ticket to host/svc with its keytab, alice changes her
 password with kpasswd through kadmind (the new key goes to the cluster),
@@ -36,10 +35,10 @@ from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 STORM_USERS = 50
 # kadmind's principals whose keys the demo moves into the cluster (kmpc-admin
-# share --randkey --service), once kadmind computes with them there (issue
-# 50, item 4); until then their keys stay in the KDB, the only real keys but
-# K/M's, and kmpc-admin status --kdb notes them as such.
-KADMIND_KEYS_IN_CLUSTER = ()
+# share --randkey --service): kadmind has the cluster decrypt the tickets to
+# them (krb5 patch 0026-Decrypt-tickets). kadmin/history stays in the KDB
+# (kadm5 encrypts the password history under it).
+KADMIND_KEYS_IN_CLUSTER = ("kadmin/admin", "kadmin/changepw")
 STOCK_KINIT, STOCK_KVNO = "/usr/bin/kinit", "/usr/bin/kvno"
 CTS = "aes256-cts-hmac-sha1-96 aes128-cts-hmac-sha1-96"
 
@@ -154,7 +153,8 @@ def run(r, workdir):
                             f"{kmpc_cluster.SERVICE}"))
         for p in KADMIND_KEYS_IN_CLUSTER:
             step(f"kmpc-admin share --randkey --service {p}: kadmind's key in the cluster")
-            show(r.admin("share", "--randkey", "--service", p)[1])
+            show(r.admin("share", "--randkey", "--service",
+                         "--enctype=aes256-cts-hmac-sha1-96", p)[1])
         r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
         step(f"kadmin.local cpw -randkey {r.tgs}: the krbtgt key made in the "
              "cluster; no KDB, dump or backup ever held it")
@@ -192,7 +192,8 @@ def run(r, workdir):
         others = [n for n in real if not n.startswith(stay)]
         if others:
             raise kmpc_realm.RealmError(f"real keys in the KDB: {others}")
-        print("  (K/M's, and kadmind's until KADMIND_KEYS_IN_CLUSTER names them)")
+        print("  (K/M's and kadmin/history's stay, and kadmind's others unless "
+              "KADMIND_KEYS_IN_CLUSTER names them)")
 
     step("starting krb5kdc with the kdcmpc module")
     r.start()

@@ -188,6 +188,22 @@ def test_share_from_password(kr):
     assert kid not in st
 
 
+def test_share_refuses_a_password_as_a_service_key(kr):
+    """A password-derived key must not be dealt as KEY_KIND_SERVICE by a
+    bare --service flag: the servers would then DECRYPT tickets (usage 2)
+    under it and release its AS reply without a gate, an offline password
+    verifier (engine.h kCtsServiceDecryptUsages). set-kind asks for
+    allow_ungate for the same change; share must refuse it outright."""
+    pw = "pw-" + secrets.token_hex(8)
+    kr.addprinc("alice", pw, enctypes=["aes256-cts-hmac-sha1-96"])
+    rc, out, err = kr.admin("share", "--password-stdin", "--service",
+                            "--enctype=aes256-cts-hmac-sha1-96", "alice",
+                            input=pw + "\n", expected_code=None)
+    assert rc == 2, (rc, out, err)
+    assert "--service" in err, err
+    assert pw not in out + err
+
+
 def test_share_from_existing(kr):
     kr.addprinc("bob", enctypes=["aes256-cts-hmac-sha1-96", "aes128-cts-hmac-sha1-96"])
     kr.addprinc("carol", enctypes=["aes256-ctr-mpc", "aes128-ctr-mpc"])

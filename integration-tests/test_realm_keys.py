@@ -13,7 +13,7 @@ krb5kdc with the real kdcmpc module, and Debian's own /usr/bin/kinit and
   ticket to the service.
 - A service moved with `kmpc-admin share --from-existing --service` keeps
   its old keytab working.
-- status --kdb notes cross-realm and kadmind's keys, which stay by design.
+- status --kdb notes cross-realm keys and kadmind's while they stay.
 - The KDB is read by kdb_dump_ref.py (the stash file and `kdb5_util
   dump`, decrypted by its own RFC 3962 code, nothing of kmpc's): no real
   key but EXPECTED_REAL_KEYS'; `kmpc-admin status --kdb` agrees and exits
@@ -34,9 +34,10 @@ kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server"
                            "mpc-server/libkmpc_dealer.so")
 
 # The principals whose real keys stay in the KDB (name prefixes): the master
-# key, and kadmind's keys until kadmind computes with them in the cluster
-# (issue 50, item 4: then only "K/M@" stays).
-EXPECTED_REAL_KEYS = ("K/M@", "kadmin/")
+# key, and kadmin/history's (kadm5 encrypts the password history under it)
+# where the realm has one. kadmind's own keys move (KADMIND_KEYS).
+EXPECTED_REAL_KEYS = ("K/M@", "kadmin/history@")
+KADMIND_KEYS = ("kadmin/admin", "kadmin/changepw")
 
 STOCK_KVNO = "/usr/bin/kvno"
 ADMIN, ADMIN_PW = "root/admin", "admin-Pw-5150"
@@ -183,6 +184,10 @@ def test_the_kdb_holds_no_other_real_key(realm):
     for r in rows:  # the key ids are no secret
         printed = printed.replace(r[3], "")
     assert not re.search(r"[0-9a-fA-F]{32}", printed), out + err
+    # kadmind's keys: new random keys in the cluster, of a service's kind
+    # (kadmind has the cluster decrypt the tickets to them).
+    for p in KADMIND_KEYS:
+        kr.admin("share", "--randkey", f"--enctype={CTS256}", "--service", p)
     found = kdb_real_keys(kr)
     assert unexpected(found) == {}, found
     assert any(n.startswith("K/M@") for n in found), found

@@ -37,7 +37,8 @@
 //   The key's kind, dealt with it (kmpc.proto KeyKind) and checked by the
 //   servers: a user's password-derived key by default (--password-stdin,
 //   --from-existing), a service's random key with --randkey. --service: a
-//   random key (the admin vouches for it with --from-existing). A user
+//   random key (the admin vouches for it with --from-existing; refused
+//   with --password-stdin). A user
 //   key's aes*-cts AS reply is computed only when gated on its timestamp
 //   or FAST challenge in the same Run, and it gets no ticket (usage 2) or
 //   PAC signature (usage 17) material, unless --also-service: a user who
@@ -630,6 +631,14 @@ int Share(const Args& a, const Config& cfg) {
     Usage("share needs exactly one of --password-stdin, --from-existing and --randkey");
   if (a.service && a.also_service)
     Usage("share takes --service or --also-service, not both");
+  // A password-derived key dealt as a service's would have its tickets
+  // decrypted by the servers (DECRYPT under usage 2) and its AS reply
+  // computed ungated: offline verifiers of the password for whoever runs
+  // the KDC. A user who is also a service is --also-service (gated).
+  if (a.password_stdin && a.service)
+    Usage("--service is for a random key (--randkey, or --from-existing of a "
+          "service's random key): a key from a password is a user's; give "
+          "--also-service for a user who is also the server of tickets");
   if (a.keepold && a.from_existing)
     Usage("--keepold applies to --password-stdin and --randkey (a migrated key "
           "replaces the key it was)");
