@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <vector>
@@ -83,16 +84,46 @@ absl::Status FailedJob(pb::JobStatus status, const std::string& detail) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TicketDecrypter>> TicketDecrypter::Open(
-    const client::ClusterConfig& cfg) {
+    const client::ClusterConfig& cfg, uint64_t unproven_per_minute) {
   auto ch = client::ClusterChannels::Open(cfg);
   if (!ch.ok()) return ch.status();
-  return std::unique_ptr<TicketDecrypter>(new TicketDecrypter(std::move(*ch)));
+  return std::unique_ptr<TicketDecrypter>(
+      new TicketDecrypter(std::move(*ch), unproven_per_minute));
 }
 
-TicketDecrypter::TicketDecrypter(client::ClusterChannels channels)
-    : channels_(std::move(channels)) {
+TicketDecrypter::TicketDecrypter(client::ClusterChannels channels,
+                                 uint64_t unproven_per_minute)
+    : channels_(std::move(channels)),
+      per_minute_(static_cast<double>(unproven_per_minute)),
+      tokens_(per_minute_),
+      at_(std::chrono::steady_clock::now()) {
   for (int i = 0; i < client::kParties; ++i)
     stubs_[i] = pb::KeyOps::NewStub(channels_.channel(i));
+}
+
+bool TicketDecrypter::Admit(const Length& len) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (per_minute_ == 0) return true;
+  for (const Length& p : proven_)
+    if (p == len) return true;
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - at_).count();
+  tokens_ = std::min(per_minute_, tokens_ + per_minute_ * dt / 60);
+  at_ = now;
+  if (tokens_ < 1) return false;
+  tokens_ -= 1;
+  return true;
+}
+
+void TicketDecrypter::Prove(const Length& len) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto it = proven_.begin(); it != proven_.end(); ++it)
+    if (*it == len) {
+      proven_.erase(it);
+      break;
+    }
+  proven_.push_front(len);
+  if (proven_.size() > kProvenLengths) proven_.pop_back();
 }
 
 absl::Status TicketDecrypter::RunOnAll(
@@ -129,6 +160,11 @@ absl::Status TicketDecrypter::Decrypt(pb::Cipher cipher, const std::string& key_
   const size_t overhead = contract::kCtsConfounder + contract::kCtsTag;
   if (ct.size() < overhead || out.size() < ct.size())
     return absl::InvalidArgumentError("a ticket ciphertext too short to decrypt");
+  const Length len{static_cast<int>(cipher), ct.size()};
+  if (!Admit(len))
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "over the compile budget: tickets of lengths no ticket verified at recently, "
+        "at most ", static_cast<uint64_t>(per_minute_), " a minute"));
   std::array<pb::RunRequest, client::kParties> reqs;
   std::array<pb::RunResponse, client::kParties> resp;
   absl::Status st = BuildRequests(cipher, key_id, ct, &reqs);
@@ -165,6 +201,7 @@ absl::Status TicketDecrypter::Decrypt(pb::Cipher cipher, const std::string& key_
     if (st.ok()) {
       std::copy(plain.begin() + contract::kCtsConfounder, plain.end(), out.begin());
       *out_len = clen - contract::kCtsConfounder;
+      Prove(len);
     }
     OPENSSL_cleanse(plain.data(), plain.size());
   }

@@ -21,9 +21,13 @@
 #define KMPC_DEALER_TICKET_DECRYPT_H_
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,8 +39,17 @@ namespace kmpc::admin {
 
 class TicketDecrypter {
  public:
+  // The compile budget (docs/design/exchange-plan.md, "The compile
+  // budget"): the servers compile a DECRYPT program per ciphertext length,
+  // which whoever sends kadmind an AP-REQ chooses, valid ticket or not. A
+  // length that no ticket verified under recently (the kProvenLengths most
+  // recent per cipher) takes a token of a bucket of `unproven_per_minute`
+  // refilled over a minute (0: no limit); without one Decrypt refuses
+  // (kResourceExhausted) before anything is sent.
+  static constexpr uint64_t kUnprovenPerMinute = 30;
+  static constexpr size_t kProvenLengths = 16;
   static absl::StatusOr<std::unique_ptr<TicketDecrypter>> Open(
-      const client::ClusterConfig& cfg);
+      const client::ClusterConfig& cfg, uint64_t unproven_per_minute = kUnprovenPerMinute);
 
   // Decrypts the RFC 3962 ciphertext `ct` (C || T) of a ticket under the
   // aes*-cts key `key_id` (cipher CIPHER_AES128_CTS or _AES256_CTS) and
@@ -52,11 +65,20 @@ class TicketDecrypter {
                        size_t* out_len);
 
  private:
-  explicit TicketDecrypter(client::ClusterChannels channels);
+  TicketDecrypter(client::ClusterChannels channels, uint64_t unproven_per_minute);
+  using Length = std::pair<int, size_t>;  // cipher, len(C || T)
+  // Whether `len` may go: proven, or a token taken.
+  bool Admit(const Length& len);
+  void Prove(const Length& len);
   absl::Status RunOnAll(const std::array<kmpc::v1::RunRequest, client::kParties>& reqs,
                         std::array<kmpc::v1::RunResponse, client::kParties>* resp);
 
   client::ClusterChannels channels_;
+  const double per_minute_;
+  std::mutex mu_;  // guards what follows
+  std::deque<Length> proven_;  // most recent first
+  double tokens_;
+  std::chrono::steady_clock::time_point at_;
   std::array<std::unique_ptr<kmpc::v1::KeyOps::Stub>, client::kParties> stubs_;
 };
 

@@ -84,6 +84,7 @@ class TicketDecryptTest : public ::testing::Test {
     cfg.ca = dir_ + "/certs/ca.pem";
     cfg.cert = dir_ + "/certs/kdc.pem";
     cfg.key = dir_ + "/certs/kdc.key";
+    cfg_ = cfg;
     auto d = kmpc::admin::TicketDecrypter::Open(cfg);
     ASSERT_TRUE(d.ok()) << d.status();
     decrypter_ = std::move(*d);
@@ -109,6 +110,7 @@ class TicketDecryptTest : public ::testing::Test {
   }
 
   std::string dir_;
+  kmpc::client::ClusterConfig cfg_;
   Reveal reveal_;
   std::array<std::unique_ptr<FakeKeyOps>, 3> fakes_;
   std::array<std::unique_ptr<grpc::Server>, 3> servers_;
@@ -177,6 +179,33 @@ TEST_F(TicketDecryptTest, ATooShortCiphertextIsRefusedBeforeAnyRun) {
   EXPECT_EQ(Decrypt(std::string(27, 'x'), &got).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(fakes_[0]->got().jobs_size(), 0);
+}
+
+// Review finding (non-author, 2026-11-27): any client could send kadmind
+// AP-REQs of every length up to the cap, each making the three servers
+// compile a DECRYPT program (evicting the KDC's logins' programs), with no
+// valid ticket. A length no ticket verified at takes a token; without one
+// nothing is sent. Checked to fail without Admit (the third length ran).
+TEST_F(TicketDecryptTest, UnprovenLengthsTakeFromTheCompileBudget) {
+  auto d = kmpc::admin::TicketDecrypter::Open(cfg_, 2);
+  ASSERT_TRUE(d.ok()) << d.status();
+  decrypter_ = std::move(*d);
+  std::string got;
+  WillReveal(std::string(16, 'c') + std::string(72, 'p'));
+  ASSERT_TRUE(Decrypt(std::string(100, 'x'), &got).ok());  // token 1, proven
+  reveal_.status = pb::JOB_INTEGRITY_FAILED;
+  EXPECT_EQ(Decrypt(std::string(101, 'x'), &got).code(),
+            absl::StatusCode::kUnauthenticated);  // token 2, not proven
+  for (size_t len : {size_t{101}, size_t{102}}) {
+    absl::Status st = Decrypt(std::string(len, 'x'), &got);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+    EXPECT_NE(st.message().find("compile budget"), std::string::npos) << st;
+    EXPECT_EQ(fakes_[0]->got().jobs(0).length(), 101u) << "sent: " << len;
+  }
+  // The proven length still goes.
+  reveal_.status = pb::JOB_OK;
+  EXPECT_TRUE(Decrypt(std::string(100, 'x'), &got).ok());
+  EXPECT_EQ(fakes_[0]->got().jobs(0).length(), 100u);
 }
 
 }  // namespace
