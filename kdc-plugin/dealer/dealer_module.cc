@@ -315,11 +315,13 @@ std::mutex g_mu;
 Dealer* g_dealer = nullptr;
 int g_refs = 0;
 
-std::vector<std::string> ProfileValues(krb5_context ctx, const char* name) {
+// The values of [section] kmpc = { name = ... } in the process's profile.
+std::vector<std::string> ProfileValues(krb5_context ctx, const char* name,
+                                       const char* section = "mpcdealer") {
   std::vector<std::string> out;
   profile_t profile = nullptr;
   if (krb5_get_profile(ctx, &profile) != 0) return out;
-  const char* path[] = {"mpcdealer", kModuleName, name, nullptr};
+  const char* path[] = {section, kModuleName, name, nullptr};
   char** values = nullptr;
   if (profile_get_values(profile, path, &values) == 0) {
     for (char** v = values; *v != nullptr; ++v) out.emplace_back(*v);
@@ -438,17 +440,7 @@ std::optional<client::ClusterConfig> g_ticket_cfg;
 std::unique_ptr<TicketDecrypter> g_decrypter;  // made on first use, under g_mu
 
 std::vector<std::string> KdcValues(krb5_context ctx, const char* name) {
-  std::vector<std::string> out;
-  profile_t profile = nullptr;
-  if (krb5_get_profile(ctx, &profile) != 0) return out;
-  const char* path[] = {"kdcmpc", kModuleName, name, nullptr};
-  char** values = nullptr;
-  if (profile_get_values(profile, path, &values) == 0) {
-    for (char** v = values; *v != nullptr; ++v) out.emplace_back(*v);
-    profile_free_list(values);
-  }
-  profile_release(profile);
-  return out;
+  return ProfileValues(ctx, name, "kdcmpc");
 }
 
 std::optional<client::ClusterConfig> TicketClusterConfig(krb5_context ctx) {

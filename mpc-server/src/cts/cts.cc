@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -298,6 +299,31 @@ std::pair<Bits, Bits> ClassInputs(Circuit& c, size_t cm) {
 
 }  // namespace
 
+namespace {
+
+// The inputs a spliced ENCRYPT reads, in order (cts.h SpliceEncryptProgram,
+// TicketClassProgram): the reply's usage keys, the checksum key's ipad and
+// opad states, conf || P's class inputs, the message D (hashed here into
+// mac), the window's selector.
+struct SplicedInputs {
+  UsageKeys k;
+  Bits x, q, mac, sel;
+};
+
+SplicedInputs ReadSplicedInputs(Circuit& c, int nr, size_t cm, size_t m) {
+  SplicedInputs in;
+  in.k = UsageKeyInputs(c, nr);
+  UsageKeys ck;
+  ck.ipad = StateFromBytes(c.Inputs(160));
+  ck.opad = StateFromBytes(c.Inputs(160));
+  std::tie(in.x, in.q) = ClassInputs(c, cm);
+  in.mac = HmacSha1Padded(c, ck.ipad, ck.opad, c.Inputs(8 * m));
+  in.sel = c.Inputs(16);
+  return in;
+}
+
+}  // namespace
+
 absl::StatusOr<Program> EncryptClassProgram(int nr, size_t cm) {
   if (absl::Status st = CheckClass(nr, cm); !st.ok()) return st;
   cm = EncryptClassMax(cm);
@@ -320,13 +346,10 @@ absl::StatusOr<Program> SpliceEncryptClassProgram(int nr, size_t cm, size_t m, s
         "cts: a spliced message is dealt padded (a multiple of 64 bytes, at most 65536) and "
         "its checksum lies inside P");
   Circuit c;
-  const UsageKeys k = UsageKeyInputs(c, nr);
-  UsageKeys ck;
-  ck.ipad = StateFromBytes(c.Inputs(160));
-  ck.opad = StateFromBytes(c.Inputs(160));
-  auto [x, q] = ClassInputs(c, cm);
-  const Bits mac = HmacSha1Padded(c, ck.ipad, ck.opad, c.Inputs(8 * m));
-  const Bits sel = c.Inputs(16);
+  SplicedInputs in = ReadSplicedInputs(c, nr, cm, m);
+  const UsageKeys& k = in.k;
+  Bits& x = in.x;
+  const Bits &q = in.q, &mac = in.mac, &sel = in.sel;
   const size_t last_end = kBlock + off + kTagBytes;  // the window's last end
   for (size_t j = 0; j < kBlock; ++j) {
     const size_t end = last_end - (kBlock - 1) + j;
@@ -381,13 +404,10 @@ absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t o
         "cts: a PAC is dealt padded (a multiple of 64 bytes, at most 65536) and both "
         "signatures lie inside P");
   Circuit c;
-  const UsageKeys k = UsageKeyInputs(c, nr);
-  UsageKeys ck;
-  ck.ipad = StateFromBytes(c.Inputs(160));
-  ck.opad = StateFromBytes(c.Inputs(160));
-  auto [x, q] = ClassInputs(c, cm);
-  const Bits mac = HmacSha1Padded(c, ck.ipad, ck.opad, c.Inputs(8 * m));
-  const Bits sel = c.Inputs(16);
+  SplicedInputs in = ReadSplicedInputs(c, nr, cm, m);
+  const UsageKeys& k = in.k;
+  Bits& x = in.x;
+  const Bits &q = in.q, &mac = in.mac, &sel = in.sel;
   const Bits ctr0 = c.Inputs(128), h2 = c.Inputs(128), l = c.Inputs(128);
   const Bits t_s(mac.begin(), mac.begin() + 8 * kTagBytes);
   Bits t_s_block = t_s;
