@@ -234,7 +234,7 @@ kmpc_submit(krb5_context context, krb5_kdcmpc_moddata data,
             const krb5_kdcmpc_job *job, krb5_kdcmpc_done_fn done, void *arg)
 {
     char *msg = NULL;
-    krb5_error_code ret = kmpc_core_submit(data->core, job, done, arg, &msg);
+    krb5_error_code ret = kmpc_core_submit(data->core, job, done, arg, 0, &msg);
 
     return kmpc_queued(context, data, ret, msg);
 }
@@ -246,8 +246,7 @@ kmpc_submit_ticket(krb5_context context, krb5_kdcmpc_moddata data,
                    void *arg)
 {
     char *msg = NULL;
-    krb5_error_code ret = kmpc_core_submit_ticket(data->core, job, done, arg,
-                                                  &msg);
+    krb5_error_code ret = kmpc_core_submit(data->core, job, done, arg, 1, &msg);
 
     return kmpc_queued(context, data, ret, msg);
 }

@@ -144,37 +144,6 @@ krb5_error_code JobOfC(const krb5_kdcmpc_job* job, krb5_kdcmpc_done_fn done,
   return 0;
 }
 
-// A ticket ENCRYPT's minor version 3 fields (kdcmpc_plugin.h submit_ticket)
-// into `out`, converted by JobOfC: the PAC as the splice, with its HMAC
-// inner padding (kmpc.proto Job.splice_length), and the krbtgt whose pad
-// makes the KDC signature; 0, or an error code with *msg_out set. The
-// servers check the rest (contract::CheckJob, engine.cc CheckSignPad).
-krb5_error_code TicketJobOfC(const krb5_kdcmpc_job* job, Job* out, char** msg_out) {
-  if (job->pac.length == 0 || job->pac.data == nullptr || job->sign_key_id == nullptr ||
-      job->pac_sig_offset > UINT32_MAX) {
-    *msg_out = Dup("kdcmpc: malformed ticket job (no PAC or signing key)");
-    return EINVAL;
-  }
-  if (!contract::CtsCipher(out->cipher) || out->type != kmpc::v1::JOB_ENCRYPT ||
-      out->usage != contract::kTicketUsage) {
-    *msg_out = Dup("kdcmpc: a ticket signed in the cluster is an aes*-cts ENCRYPT, usage 2");
-    return EINVAL;
-  }
-  out->sign_cipher = CipherOfEnctype(job->sign_enctype);
-  if (out->sign_cipher == kmpc::v1::CIPHER_UNSPECIFIED || contract::CtsCipher(out->sign_cipher)) {
-    *msg_out = Dup("kdcmpc: a ticket's KDC signature is under an aes*-ctr-mpc key");
-    return KRB5_BAD_ENCTYPE;
-  }
-  out->sign_key_id.assign(reinterpret_cast<const char*>(job->sign_key_id),
-                          KRB5_KDCMPC_KEY_ID_LEN);
-  const uint8_t* b = reinterpret_cast<const uint8_t*>(job->pac.data);
-  const std::string pad = contract::SplicePadding(job->pac.length);
-  out->splice.assign(b, b + job->pac.length);
-  out->splice.insert(out->splice.end(), pad.begin(), pad.end());
-  out->splice_offset = static_cast<uint32_t>(job->pac_sig_offset);
-  return 0;
-}
-
 namespace {
 
 // Collects results and log lines from any thread; wakes the loop through
@@ -513,6 +482,7 @@ class GateClaims {
 
 // Converts `job`, hands it to `send(token, job)` under a fresh token and
 // records who waits for it (`exch`: null outside an exchange).
+// A `ticket` (submit_ticket) is signed in the cluster (cts_items.h).
 template <typename Send>
 krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
                         krb5_kdcmpc_done_fn done, void* arg,
@@ -522,7 +492,12 @@ krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
   if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
     return ret;
   if (ticket)
-    if (krb5_error_code ret = kmpc::kdc::TicketJobOfC(job, &j, msg_out)) return ret;
+    if (absl::Status st = kmpc::kdc::SignTicketInCluster(
+            &j, {reinterpret_cast<const uint8_t*>(job->pac.data), job->pac.length,
+                 job->pac_sig_offset, kmpc::kdc::CipherOfEnctype(job->sign_enctype),
+                 job->sign_key_id});
+        !st.ok())
+      return Refused(core, st, msg_out);
   // Outside a plan an aes*-cts job would run without its gate and without
   // the planner's checks (cts_items.h): refused, but for a service
   // ticket's ENCRYPT and PAC server signature, which have no gate.
@@ -545,33 +520,13 @@ krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
 extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
                                             const krb5_kdcmpc_job* job,
                                             krb5_kdcmpc_done_fn done,
-                                            void* arg, char** msg_out) {
+                                            void* arg, int ticket, char** msg_out) {
   *msg_out = nullptr;
   try {
     return Enqueue(core, job, done, arg, nullptr, msg_out,
                    [core](uint64_t token, kmpc::kdc::Job j) {
                      return core->router->Submit(token, std::move(j));
-                   });
-  } catch (const std::bad_alloc&) {
-    return ENOMEM;
-  } catch (...) {
-    *msg_out = kmpc::kdc::Dup("kdcmpc: internal error");
-    return KRB5_CRYPTO_INTERNAL;
-  }
-}
-
-extern "C" krb5_error_code kmpc_core_submit_ticket(kmpc_core* core,
-                                                   const krb5_kdcmpc_job* job,
-                                                   krb5_kdcmpc_done_fn done,
-                                                   void* arg, char** msg_out) {
-  *msg_out = nullptr;
-  try {
-    return Enqueue(
-        core, job, done, arg, nullptr, msg_out,
-        [core](uint64_t token, kmpc::kdc::Job j) {
-          return core->router->Submit(token, std::move(j));
-        },
-        /*ticket=*/true);
+                   }, ticket != 0);
   } catch (const std::bad_alloc&) {
     return ENOMEM;
   } catch (...) {
