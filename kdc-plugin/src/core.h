@@ -41,10 +41,13 @@ void kmpc_core_set_clockskew(kmpc_core *core, int seconds);
 /* The eventfd that becomes readable when completions or log lines wait. */
 int kmpc_core_fd(kmpc_core *core);
 
-/* Queue a job (copied); done will be called through kmpc_core_next. */
+/* Queue a job (copied); done will be called through kmpc_core_next.  With
+ * ticket (kdcmpc minor version 3, submit_ticket): a ticket's ENCRYPT under
+ * an aes*-cts key whose PAC server and KDC signatures are made in its Run
+ * (kmpc.proto Job.sign_pad), queued with a signing PAD of the krbtgt. */
 krb5_error_code kmpc_core_submit(kmpc_core *core, const krb5_kdcmpc_job *job,
                                  krb5_kdcmpc_done_fn done, void *arg,
-                                 char **msg_out);
+                                 int ticket, char **msg_out);
 
 /* kdcmpc minor version 2 (krb5/kdcmpc_plugin.h): begin an exchange with its
  * plan (its items given now are queued with what is prepared for the

@@ -25,6 +25,24 @@ bool CtsServedUnplanned(const Job& job) {
          (job.type == pb::JOB_CHECKSUM && job.usage == 17);
 }
 
+absl::Status SignTicketInCluster(Job* job, const TicketSigning& t) {
+  if (t.pac_length == 0 || t.pac == nullptr || t.sign_key_id == nullptr ||
+      t.sig_offset > UINT32_MAX)
+    return absl::InvalidArgumentError("malformed ticket job (no PAC or signing key)");
+  if (!CtsJob(*job) || job->type != pb::JOB_ENCRYPT || job->usage != contract::kTicketUsage)
+    return absl::InvalidArgumentError(
+        "a ticket signed in the cluster is an aes*-cts ENCRYPT, usage 2");
+  if (t.sign_cipher == pb::CIPHER_UNSPECIFIED || contract::CtsCipher(t.sign_cipher))
+    return absl::InvalidArgumentError("a ticket's KDC signature is under an aes*-ctr-mpc key");
+  const std::string pad = contract::SplicePadding(t.pac_length);
+  job->splice.assign(t.pac, t.pac + t.pac_length);
+  job->splice.insert(job->splice.end(), pad.begin(), pad.end());
+  job->splice_offset = static_cast<uint32_t>(t.sig_offset);
+  job->sign_cipher = t.sign_cipher;
+  job->sign_key_id.assign(reinterpret_cast<const char*>(t.sign_key_id), contract::kKeyIdSize);
+  return absl::OkStatus();
+}
+
 std::string CtsItemProblem(const PlanItem& p) {
   if (p.role != Role::kTimestamp && p.role != Role::kReply && p.role != Role::kChallenge &&
       p.role != Role::kKdcChallenge && p.role != Role::kReqChecksum &&

@@ -29,6 +29,7 @@
 #ifndef KMPC_KDC_PLUGIN_CTS_ITEMS_H_
 #define KMPC_KDC_PLUGIN_CTS_ITEMS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -53,6 +54,24 @@ absl::Status CtsJobServed(const Job& job);
 // against (docs/security-model.md). The AS jobs need their plan (the
 // reply is gated on the timestamp).
 bool CtsServedUnplanned(const Job& job);
+
+// A ticket signed in the cluster, as the KDC states it (kdcmpc_plugin.h
+// submit_ticket's job fields; sign_cipher converted by module.cc).
+struct TicketSigning {
+  const uint8_t* pac = nullptr;  // the PAC, both signatures zeroed
+  size_t pac_length = 0;
+  uint64_t sig_offset = 0;  // the server signature's, in the ticket
+  kmpc::v1::Cipher sign_cipher = kmpc::v1::CIPHER_UNSPECIFIED;  // the krbtgt's
+  const unsigned char* sign_key_id = nullptr;  // contract::kKeyIdSize bytes
+};
+
+// kmpc.proto Job.sign_pad: `job`, an aes*-cts ENCRYPT under usage 2, takes
+// the PAC and its HMAC inner padding as its splice, the server signature's
+// offset as splice_offset, and the aes*-ctr-mpc krbtgt whose PAD makes
+// the KDC signature (queued with it: dispatcher.cc Submit).
+// InvalidArgument if it is no such ticket; the servers check the rest
+// (contract::CheckJob, engine.cc CheckSignPad).
+absl::Status SignTicketInCluster(Job* job, const TicketSigning& t);
 
 // Why plan item p under an aes*-cts cipher is not served (empty: it is):
 // only TIMESTAMP, REPLY, FAST's CHALLENGE and KDC_CHALLENGE, REQ_CHECKSUM,

@@ -54,13 +54,21 @@ absl::Status Dispatcher::Submit(uint64_t token, Job job) {
     return absl::InvalidArgumentError("PAD jobs are not submitted");
   if (absl::Status st = CheckJob(job); !st.ok()) return st;
   // A job outside any plan: a Run job of its own, nothing prepared for it
-  // or taken along.
+  // or taken along; but for a ticket signed in the cluster, whose KDC
+  // signature's PAD (the krbtgt's) goes with it, one group (kmpc.proto
+  // Job.sign_pad: a PAD of the same batch).
   PendingJob q = Pending(token, std::move(job), absl::Now());
   std::vector<PendingJob> none;
+  if (!q.job.sign_key_id.empty()) {
+    none.push_back(PreparedJob(q, kmpc::v1::JOB_PAD, q.job.sign_key_id, q.job.sign_cipher,
+                               contract::kTicketChecksumUsage, contract::kSpliceBytes));
+    none.back().ticket_pad = true;
+  }
   bool wake = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (absl::Status st = RoomLocked(); !st.ok()) return st;
+    if (!none.empty()) q.group = none.back().group = kTicketGroupBit | ++ticket_groups_;
     Result unused;
     wake = Route(std::move(q), &none, &unused);
   }

@@ -200,6 +200,10 @@ class Dispatcher : public StepHost,
   bool stopping_ = false;
   JobFifo queue_;
   uint64_t queued_blocks_ = 0;
+  // Groups of a ticket and its signing PAD (Submit): kTicketGroupBit | n,
+  // apart from the planner's exchange groups (planner.cc kPlanGroupBit).
+  static constexpr uint64_t kTicketGroupBit = uint64_t{1} << 62;
+  uint64_t ticket_groups_ = 0;
   int inflight_ = 0;  // Run batches, deep ones included
   // Groups with a job deeper than BatcherOptions::deep_rounds: they go in
   // Run batches of their own, at most one in flight, so that one client's

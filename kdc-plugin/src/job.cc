@@ -19,6 +19,7 @@ contract::JobShape ShapeOf(const Job& job) {
   s.usage = job.usage;
   s.splice_length = job.splice.size();
   s.splice_offset = job.splice_offset;
+  s.sign_pad = !job.sign_key_id.empty();
   if (job.type == pb::JOB_ENCRYPT) {
     s.length = job.input.size();
     // An aes*-cts ENCRYPT's plaintext, and a spliced message after it, go

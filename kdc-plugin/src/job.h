@@ -114,6 +114,14 @@ struct Job {
   // plaintext's, like it; the checksum is never released. Empty: none.
   SecureBytes splice;
   uint32_t splice_offset = 0;
+  // aes*-cts ENCRYPT under usage 2, a ticket signed in the cluster
+  // (kdcmpc_plugin.h submit_ticket, kmpc.proto Job.sign_pad): `splice`
+  // holds the ticket's PAC (both signatures zeroed) and its HMAC inner
+  // padding, splice_offset the server signature's place in the ticket; the
+  // KDC signature is made under a signing PAD of this key (the krbtgt's),
+  // queued with the job in one group (dispatcher.cc Submit). Empty: none.
+  std::string sign_key_id;
+  kmpc::v1::Cipher sign_cipher = kmpc::v1::CIPHER_UNSPECIFIED;
 };
 
 // A job from Submit to its Result: queued by the dispatcher, then owned by
@@ -152,6 +160,9 @@ struct PendingJob {
   // A CHECKSUM completed when submitted, from a chained answer kept for
   // its message (planner.h): `output` holds ctr0 || tag, no request.
   bool chained_done = false;
+  // The signing PAD a ticket ENCRYPT of its group spends (Job.sign_key_id):
+  // prepared, nothing held or delivered (its result is a ctr0 only).
+  bool ticket_pad = false;
   // A prepared signing PAD linked to its group's prepared ticket ENCRYPT
   // (kmpc.proto Job.pad_after) when both go in one Run, at that ticket's
   // ctr0 + kLinkedPadOffset + pad_slot (Job.pad_slot, contract::kPadSlots).

@@ -234,7 +234,19 @@ kmpc_submit(krb5_context context, krb5_kdcmpc_moddata data,
             const krb5_kdcmpc_job *job, krb5_kdcmpc_done_fn done, void *arg)
 {
     char *msg = NULL;
-    krb5_error_code ret = kmpc_core_submit(data->core, job, done, arg, &msg);
+    krb5_error_code ret = kmpc_core_submit(data->core, job, done, arg, 0, &msg);
+
+    return kmpc_queued(context, data, ret, msg);
+}
+
+/* Minor version 3: a ticket signed in the cluster (core.h). */
+static krb5_error_code
+kmpc_submit_ticket(krb5_context context, krb5_kdcmpc_moddata data,
+                   const krb5_kdcmpc_job *job, krb5_kdcmpc_done_fn done,
+                   void *arg)
+{
+    char *msg = NULL;
+    krb5_error_code ret = kmpc_core_submit(data->core, job, done, arg, 1, &msg);
 
     return kmpc_queued(context, data, ret, msg);
 }
@@ -296,5 +308,7 @@ kdcmpc_kmpc_initvt(krb5_context context, int maj_ver, int min_ver,
     vt->begin = kmpc_begin;
     vt->submit_item = kmpc_submit_item;
     vt->end = kmpc_end;
+    if (min_ver >= 3)
+        vt->submit_ticket = kmpc_submit_ticket;
     return 0;
 }

@@ -482,13 +482,22 @@ class GateClaims {
 
 // Converts `job`, hands it to `send(token, job)` under a fresh token and
 // records who waits for it (`exch`: null outside an exchange).
+// A `ticket` (submit_ticket) is signed in the cluster (cts_items.h).
 template <typename Send>
 krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
                         krb5_kdcmpc_done_fn done, void* arg,
-                        krb5_kdcmpc_exchange exch, char** msg_out, Send send) {
+                        krb5_kdcmpc_exchange exch, char** msg_out, Send send,
+                        bool ticket = false) {
   kmpc::kdc::Job j;
   if (krb5_error_code ret = kmpc::kdc::JobOfC(job, done, &j, msg_out))
     return ret;
+  if (ticket)
+    if (absl::Status st = kmpc::kdc::SignTicketInCluster(
+            &j, {reinterpret_cast<const uint8_t*>(job->pac.data), job->pac.length,
+                 job->pac_sig_offset, kmpc::kdc::CipherOfEnctype(job->sign_enctype),
+                 job->sign_key_id});
+        !st.ok())
+      return Refused(core, st, msg_out);
   // Outside a plan an aes*-cts job would run without its gate and without
   // the planner's checks (cts_items.h): refused, but for a service
   // ticket's ENCRYPT and PAC server signature, which have no gate.
@@ -511,13 +520,13 @@ krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
 extern "C" krb5_error_code kmpc_core_submit(kmpc_core* core,
                                             const krb5_kdcmpc_job* job,
                                             krb5_kdcmpc_done_fn done,
-                                            void* arg, char** msg_out) {
+                                            void* arg, int ticket, char** msg_out) {
   *msg_out = nullptr;
   try {
     return Enqueue(core, job, done, arg, nullptr, msg_out,
                    [core](uint64_t token, kmpc::kdc::Job j) {
                      return core->router->Submit(token, std::move(j));
-                   });
+                   }, ticket != 0);
   } catch (const std::bad_alloc&) {
     return ENOMEM;
   } catch (...) {

@@ -127,6 +127,11 @@ absl::Status RunStep::Build() {
     if (b_.job(i).prepared && b_.job(i).group != 0 &&
         b_.job(i).job.type == pb::JOB_ENCRYPT && b_.job(i).job.usage == 2)
       group_ticket[b_.job(i).group] = i;
+  // The signing PAD of each ticket signed in the cluster in this request
+  // (dispatcher.cc Submit): the ticket names it (Job.sign_pad).
+  std::map<uint64_t, size_t> group_sign_pad;
+  for (size_t i : idx_)
+    if (b_.job(i).ticket_pad) group_sign_pad[b_.job(i).group] = i;
   std::vector<int> shared;  // request jobs whose message is dealt
   for (size_t i : idx_) {
     const Job& job = b_.job(i).job;
@@ -146,6 +151,14 @@ absl::Status RunStep::Build() {
         j->set_pad_after(t->second);
         j->set_pad_slot(b_.job(i).pad_slot);
       }
+    }
+    if (!job.sign_key_id.empty()) {
+      auto s = group_sign_pad.find(b_.job(i).group);
+      // A ticket never goes without its PAD (one group; a re-run of the
+      // ticket alone fails closed).
+      if (s == group_sign_pad.end())
+        return absl::InternalError("a ticket signed in the cluster without its PAD in the Run");
+      j->set_sign_pad(s->second);
     }
     j->set_key_id(job.key_id);
     j->set_cipher(job.cipher);
@@ -391,7 +404,7 @@ void RunStep::HoldPrepared() {
     const size_t i = idx_[k];
     PendingJob& e = b_.job(i);
     if (!e.prepared) continue;
-    if (e.regate) {  // a gate's copy: nothing to keep or deliver
+    if (e.regate || e.ticket_pad) {  // a gate's copy, a spent pad: nothing to keep
       prepared_idx.push_back(i);
       continue;
     }

@@ -239,6 +239,51 @@ TEST_P(FakeBatcherTest, ASplicedReplyGoesAsSharesOfItsPlaintextThenTheRequest) {
   EXPECT_EQ(d, plain + req + pad);  // P || D || its padding
 }
 
+// A ticket signed in the cluster (module.cc kmpc_core_submit_ticket):
+// the ENCRYPT and a signing PAD of the krbtgt go in one Run, the ticket
+// naming the PAD (kmpc.proto Job.sign_pad); its PAC goes as shares after
+// the plaintext, as a splice's message.
+TEST_P(FakeBatcherTest, ATicketSignedInTheClusterGoesWithItsKrbtgtPadInOneRun) {
+  auto b = Make(BatcherOptions());
+  const std::string plain(200, 'T');
+  const std::string pac = "a PAC: client info, UPN, attributes, four signatures";
+  Job j;
+  j.type = kmpc::v1::JOB_ENCRYPT;
+  j.cipher = kmpc::v1::CIPHER_AES256_CTS;
+  j.key_id = std::string(contract::kKeyIdSize, 's');
+  j.usage = 2;
+  j.input.assign(plain.begin(), plain.end());
+  j.splice.assign(pac.begin(), pac.end());
+  const std::string pad = contract::SplicePadding(pac.size());
+  j.splice.insert(j.splice.end(), pad.begin(), pad.end());
+  j.splice_offset = 100;
+  j.sign_key_id = kKeyId;
+  j.sign_cipher = kmpc::v1::CIPHER_AES256;
+  ASSERT_TRUE(b->dispatcher().Submit(1, std::move(j)).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  for (int p = 0; p < 3; ++p) {
+    const std::vector<std::string> sent = fake_.received(p);
+    ASSERT_EQ(sent.size(), 1u) << p;
+    for (size_t at = 0; at + 8 <= pac.size(); at += 4)
+      EXPECT_EQ(sent[0].find(pac.substr(at, 8)), std::string::npos) << p << " " << at;
+    kmpc::v1::RunRequest got;
+    ASSERT_TRUE(got.ParseFromString(sent[0]));
+    ASSERT_EQ(got.jobs_size(), 2) << p;
+    const kmpc::v1::Job& t = got.jobs(0);
+    const kmpc::v1::Job& k = got.jobs(1);
+    EXPECT_EQ(t.type(), kmpc::v1::JOB_ENCRYPT);
+    ASSERT_TRUE(t.has_sign_pad());
+    EXPECT_EQ(t.sign_pad(), k.job_id());
+    EXPECT_EQ(t.splice_length(), pac.size() + pad.size());
+    EXPECT_EQ(t.splice_offset(), 100u);
+    EXPECT_EQ(k.type(), kmpc::v1::JOB_PAD);
+    EXPECT_EQ(k.key_id(), kKeyId);
+    EXPECT_EQ(k.cipher(), kmpc::v1::CIPHER_AES256);
+    EXPECT_EQ(k.usage(), contract::kTicketChecksumUsage);
+    EXPECT_EQ(k.length(), contract::kSpliceBytes);
+  }
+}
+
 // An aes*-cts DECRYPT (a PA-ENC-TIMESTAMP; under FAST the encrypted
 // challenge, after the KDC's half): C || T, an offline password verifier
 // whole, goes as fresh shares, its length in the clear, never Job.data

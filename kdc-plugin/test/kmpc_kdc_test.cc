@@ -363,6 +363,62 @@ TEST_F(KmpcKdcTest, SubmitRefusalsCarryTheirMessage) {
   EXPECT_EQ(done_.calls, 0);  // a refused job never completes
 }
 
+// Minor version 3 (a KDC that asks for it after 1.2) adds submit_ticket:
+// a service ticket's ENCRYPT whose PAC server and KDC signatures the
+// cluster makes (kdcmpc_plugin.h). A KDC of 1.2 gets none, and makes the
+// signatures by CHECKSUM jobs.
+TEST_F(KmpcKdcTest, MinorVersionThreeAddsTheTicketSignedInTheCluster) {
+  krb5_kdcmpc_vtable_st two{};
+  ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 2, reinterpret_cast<krb5_plugin_vtable>(&two)), 0);
+  EXPECT_EQ(two.submit_ticket, nullptr);
+  krb5_kdcmpc_vtable_st three{};
+  ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 3, reinterpret_cast<krb5_plugin_vtable>(&three)), 0);
+  EXPECT_NE(three.submit_ticket, nullptr);
+  EXPECT_NE(three.begin, nullptr);
+}
+
+// submit_ticket takes an aes*-cts ticket ENCRYPT (usage 2) with its PAC
+// and an aes*-ctr-mpc krbtgt: anything else is refused with its message
+// and never completes; a well-formed one completes through the loop.
+TEST_F(KmpcKdcTest, ATicketSignedInTheClusterIsCheckedThenQueued) {
+  krb5_kdcmpc_vtable_st vt{};
+  ASSERT_EQ(kdcmpc_kmpc_initvt(ctx_, 1, 3, reinterpret_cast<krb5_plugin_vtable>(&vt)), 0);
+  ASSERT_EQ(Init(UnreachableCluster()), 0) << Message(0);
+  char plain[200] = {0};
+  char pac[64];
+  memset(plain, 'T', sizeof(plain));
+  memset(pac, 'P', sizeof(pac));
+  unsigned char krbtgt[KRB5_KDCMPC_KEY_ID_LEN] = {2};
+  krb5_kdcmpc_job t = Encrypt();
+  t.enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+  t.input = krb5_data{KV5M_DATA, sizeof(plain), plain};
+  t.pac = krb5_data{KV5M_DATA, sizeof(pac), pac};
+  t.pac_sig_offset = 100;
+  t.sign_enctype = KRB5_KDCMPC_ENCTYPE_AES256;
+  t.sign_key_id = krbtgt;
+  Done refused;
+  krb5_kdcmpc_job no_pac = t;
+  no_pac.pac = krb5_data{KV5M_DATA, 0, nullptr};
+  EXPECT_EQ(vt.submit_ticket(ctx_, data_, &no_pac, OnDone, &refused), EINVAL);
+  EXPECT_TRUE(absl::StrContains(Message(EINVAL), "no PAC")) << Message(EINVAL);
+  krb5_kdcmpc_job reply = t;
+  reply.usage = 3;
+  EXPECT_EQ(vt.submit_ticket(ctx_, data_, &reply, OnDone, &refused), EINVAL);
+  EXPECT_TRUE(absl::StrContains(Message(EINVAL), "usage 2")) << Message(EINVAL);
+  krb5_kdcmpc_job ctr = t;
+  ctr.enctype = KRB5_KDCMPC_ENCTYPE_AES256;
+  EXPECT_EQ(vt.submit_ticket(ctx_, data_, &ctr, OnDone, &refused), EINVAL);
+  krb5_kdcmpc_job cts_krbtgt = t;
+  cts_krbtgt.sign_enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+  EXPECT_EQ(vt.submit_ticket(ctx_, data_, &cts_krbtgt, OnDone, &refused), EINVAL);
+  EXPECT_TRUE(absl::StrContains(Message(EINVAL), "aes*-ctr-mpc")) << Message(EINVAL);
+  ASSERT_EQ(vt.submit_ticket(ctx_, data_, &t, OnDone, &done_), 0) << Message(0);
+  RunLoopUntilDone();
+  ASSERT_EQ(done_.calls, 1) << "no completion within 10 s";
+  EXPECT_EQ(done_.code, KRB5KDC_ERR_SVC_UNAVAILABLE);
+  EXPECT_EQ(refused.calls, 0);
+}
+
 TEST_F(KmpcKdcTest, AJobCompletesThroughTheLoopWithItsKrb5Error) {
   ASSERT_EQ(Init(UnreachableCluster()), 0) << Message(0);
   const krb5_kdcmpc_job job = Encrypt();

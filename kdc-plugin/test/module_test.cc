@@ -81,7 +81,7 @@ class ModuleTest : public ::testing::Test {
   }
   krb5_error_code Submit(const krb5_kdcmpc_job& job, std::string* msg) {
     char* m = nullptr;
-    krb5_error_code code = kmpc_core_submit(core_, &job, OnDone, &done_, &m);
+    krb5_error_code code = kmpc_core_submit(core_, &job, OnDone, &done_, 0, &m);
     *msg = m ? m : "";
     free(m);
     return code;
