@@ -81,11 +81,10 @@ def test_renewal_of_a_ticket_to_a_service_key_in_the_cluster(kmpc_factory):
     assert rc == 0, out + kr.kdc_log_text()[-3000:]
     # The header ticket's Run (with the new ticket's KDC signature pads);
     # the presented PAC's signatures (its server signature's CHECKSUM, its
-    # krbtgt signatures' VERIFYs); the new server signature, submitted once
-    # the new ticket's krbtgt signatures completed from their pads; the new
-    # ticket's ENCRYPT (docs/design/exchange-plan.md section 2, "Tickets
-    # presented back").
-    assert runs == 4, runs
+    # krbtgt signatures' VERIFYs); the new ticket's ENCRYPT with its server
+    # and KDC signatures made and spliced in the cluster
+    # (docs/design/exchange-plan.md section 2, "Tickets presented back").
+    assert runs == 3, runs
     lines = tgs_lines(kr, SVC)
     assert len(lines) == 2 and all(": ISSUE: " in l for l in lines), lines
     # The ccache holds the renewed ticket alone; the service's old keytab
