@@ -152,6 +152,20 @@ PY
   # Every patch must apply: quilt stops at the first that does not.
   (cd "$tree" && QUILT_PATCHES=debian/patches quilt push -aq >/dev/null) || {
     echo "error: the quilt series (Debian's + kmpc's) does not apply" >&2; exit 1; }
+  add_symbols "$tree/debian/libkrb5-3.symbols" "$ver" krb5_mpc_set_ticket_decrypt
+}
+
+# The functions the kmpc series adds to a library's exports, in its
+# Debian symbols file (dpkg-gensymbols fails the build on a new symbol the
+# file does not list), since version $2 of the package.
+add_symbols() {
+  local file=$1 since=$2 sym
+  shift 2
+  [ -f "$file" ] || { echo "error: $file missing from Debian's packaging" >&2; exit 1; }
+  for sym in "$@"; do
+    grep -q "^ $sym@" "$file" ||
+      printf ' %s@krb5_3_MIT %s\n' "$sym" "$since" >>"$file"
+  done
 }
 
 dsc=$(fetch_dsc)
