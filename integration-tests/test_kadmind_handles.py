@@ -27,10 +27,10 @@ import pytest
 
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness import tickets
-from krb_der import children, content
 from test_cts_as import Stock
 from test_cts_handles import COLD_PROGRAMS, CTS256, ENCTYPES, assert_only_handles
 from test_cts_jobs import krb5_tool  # noqa: F401
+from test_cts_service import user_ticket
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server",
                            "mpc-server/libkmpc_dealer.so")
@@ -61,16 +61,8 @@ def kr(kmpc_factory):
 
 def ticket_of(ccache, server):
     """(etype, ciphertext) of the ccache's ticket for server."""
-    creds = [c for c in tickets.ccache_credentials(ccache)
-             if "/".join(c["server"]) == server]
-    assert len(creds) == 1, tickets.ccache_credentials(ccache)
-    start, length = creds[0]["ticket"]
-    with open(ccache, "rb") as f:
-        f.seek(start)
-        der = f.read(length)
-    fields = {t & 0x1F: b for t, _, b in children(content(content(der)))}
-    enc = {t & 0x1F: b for t, _, b in children(content(fields[3]))}
-    return int.from_bytes(content(enc[0]), "big", signed=True), bytes(content(enc[2]))
+    _, etype, _, ciphertext, _ = user_ticket(ccache, tuple(server.split("/")))
+    return etype, ciphertext
 
 
 def stolen_key(kr, princ):
