@@ -340,10 +340,11 @@ std::string CheckSignPad(absl::Span<const Job> jobs, size_t j) {
   if (p == Job::kNoCondition) return {};
   if (p < 0 || static_cast<size_t>(p) >= jobs.size() || jobs[p].type != pb::JOB_PAD ||
       contract::CtsCipher(jobs[p].cipher) || !jobs[p].checksum.empty() ||
+      jobs[p].pad_after != Job::kNoCondition ||
       jobs[p].usage != contract::kTicketChecksumUsage ||
       jobs[p].length < contract::kSpliceBytes)
-    return "sign_pad must name a signing PAD of the batch under a ctr-mpc key, usage 17, for "
-           "12 bytes or more";
+    return "sign_pad must name a signing PAD of the batch with its own drawn counter under a "
+           "ctr-mpc key, usage 17, for 12 bytes or more";
   for (size_t k = 0; k < jobs.size(); ++k)
     if (k != j && jobs[k].sign_pad == p) return "two tickets name the same sign_pad";
   return {};

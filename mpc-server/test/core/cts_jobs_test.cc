@@ -1162,6 +1162,22 @@ TEST_P(CtsJobs, TicketSignaturePadsAreCheckedAlone) {
   ExpectStatus(r, 0, pb::JOB_UNKNOWN_KEY);
   ExpectStatus(r, 1, pb::JOB_WITHHELD);
   ExpectStatus(r, 3, pb::JOB_UNKNOWN_USAGE);
+  // A PAD linked to an ENCRYPT of the krbtgt (its counter that ENCRYPT's
+  // ctr0 + 2^17, pad_after) is not the ticket's: the ticket's pad draws
+  // its own (review finding, non-author: checked to fail without it).
+  Job tgt;
+  tgt.type = pb::JOB_ENCRYPT;
+  tgt.cipher = pb::CIPHER_AES256;
+  tgt.key_id = krbtgt;
+  tgt.usage = 2;
+  tgt.length = 32;
+  tgt.nblocks = 2;
+  Job linked = PadJob(krbtgt, 12);
+  linked.pad_after = 0;
+  r = c.Run({tgt, linked, TicketJob(id, true, p, pac, 100, 1)});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  ExpectStatus(r, 1, pb::JOB_OK);
+  ExpectStatus(r, 2, pb::JOB_MALFORMED);
 }
 
 // A spliced reply whose timestamp fails is withheld like any gated job:
