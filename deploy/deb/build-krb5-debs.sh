@@ -152,7 +152,10 @@ PY
   # Every patch must apply: quilt stops at the first that does not.
   (cd "$tree" && QUILT_PATCHES=debian/patches quilt push -aq >/dev/null) || {
     echo "error: the quilt series (Debian's + kmpc's) does not apply" >&2; exit 1; }
-  add_symbols "$tree/debian/libkrb5-3.symbols" "$ver" krb5_mpc_set_ticket_decrypt
+  # Since the first kmpc revision of this Debian version, "~" postfixed
+  # (lintian: no current Debian revision in a symbols file), below both
+  # releases' packages (...+kmpcN, ...+kmpcN~deb12).
+  add_symbols "$tree/debian/libkrb5-3.symbols" "$debver+kmpc$rev~" krb5_mpc_set_ticket_decrypt
 }
 
 # The functions the kmpc series adds to a library's exports, in its
