@@ -347,17 +347,15 @@ absl::StatusOr<Program> SpliceEncryptClassProgram(int nr, size_t cm, size_t m, s
         "its checksum lies inside P");
   Circuit c;
   SplicedInputs in = ReadSplicedInputs(c, nr, cm, m);
-  const UsageKeys& k = in.k;
-  Bits& x = in.x;
-  const Bits &q = in.q, &mac = in.mac, &sel = in.sel;
   const size_t last_end = kBlock + off + kTagBytes;  // the window's last end
   for (size_t j = 0; j < kBlock; ++j) {
     const size_t end = last_end - (kBlock - 1) + j;
     if (end > cm || end < kBlock + kTagBytes) continue;
     const size_t at = 8 * (end - kTagBytes);
-    for (size_t i = 0; i < 8 * kTagBytes; ++i) x[at + i] = c.Xor(x[at + i], c.And(sel[j], mac[i]));
+    for (size_t i = 0; i < 8 * kTagBytes; ++i)
+      in.x[at + i] = c.Xor(in.x[at + i], c.And(in.sel[j], in.mac[i]));
   }
-  c.Output(ClassEncrypt(c, k, cm, x, q));
+  c.Output(ClassEncrypt(c, in.k, cm, in.x, in.q));
   return c.Compile();
 }
 
@@ -405,11 +403,8 @@ absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t o
         "signatures lie inside P");
   Circuit c;
   SplicedInputs in = ReadSplicedInputs(c, nr, cm, m);
-  const UsageKeys& k = in.k;
-  Bits& x = in.x;
-  const Bits &q = in.q, &mac = in.mac, &sel = in.sel;
   const Bits ctr0 = c.Inputs(128), h2 = c.Inputs(128), l = c.Inputs(128);
-  const Bits t_s(mac.begin(), mac.begin() + 8 * kTagBytes);
+  const Bits t_s(in.mac.begin(), in.mac.begin() + 8 * kTagBytes);
   Bits t_s_block = t_s;
   t_s_block.resize(128, kZero);
   Bits sig = ctr0;
@@ -423,11 +418,11 @@ absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t o
     const size_t at_s = end - kTagBytes, at_k = at_s + gap;
     if (end < kBlock + kTagBytes || at_k + kKdcSignatureBytes > cm) continue;
     for (size_t i = 0; i < t_s.size(); ++i)
-      x[8 * at_s + i] = c.Xor(x[8 * at_s + i], c.And(sel[j], t_s[i]));
+      in.x[8 * at_s + i] = c.Xor(in.x[8 * at_s + i], c.And(in.sel[j], t_s[i]));
     for (size_t i = 0; i < sig.size(); ++i)
-      x[8 * at_k + i] = c.Xor(x[8 * at_k + i], c.And(sel[j], sig[i]));
+      in.x[8 * at_k + i] = c.Xor(in.x[8 * at_k + i], c.And(in.sel[j], sig[i]));
   }
-  c.Output(ClassEncrypt(c, k, cm, x, q));
+  c.Output(ClassEncrypt(c, in.k, cm, in.x, in.q));
   return c.Compile();
 }
 
