@@ -134,6 +134,10 @@ kmpc_server_test(kmpc_log_test 30
 kmpc_server_test(kmpc_atomic_file_test 30
   SOURCES test/server/atomic_file_test.cc LIBS kmpc_net_tls)
 
+# Hex decoding that refuses bad input (util/hex.h).
+kmpc_server_test(kmpc_hex_test 30
+  SOURCES test/server/hex_test.cc LIBS kmpc_net_tls)
+
 # The process memory gauges (util/process_metrics.cc).
 kmpc_server_test(kmpc_process_metrics_test 30
   SOURCES test/server/process_metrics_test.cc LIBS kmpc_process_metrics)

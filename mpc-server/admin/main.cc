@@ -157,6 +157,7 @@
 #include "admin/refresh.h"
 #include "client/admin_client.h"
 #include "contract.h"
+#include "util/hex.h"
 
 namespace kmpc::admin {
 namespace {
@@ -915,14 +916,11 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> SetKindTargets(
   std::vector<std::pair<std::string, std::string>> out;
   if (a.key_ids) {
     for (const std::string& hex : a.principals) {
-      const bool ok = hex.size() == 2 * contract::kKeyIdSize &&
-                      std::all_of(hex.begin(), hex.end(), [](char c) {
-                        return std::isxdigit(static_cast<unsigned char>(c)) != 0;
-                      });
-      if (!ok)
+      std::string id;
+      if (hex.size() != 2 * contract::kKeyIdSize || !util::HexToBytes(hex, &id))
         return absl::InvalidArgumentError(
             absl::StrCat(hex, ": not a key id (", 2 * contract::kKeyIdSize, " hex digits)"));
-      out.emplace_back(absl::HexStringToBytes(hex),
+      out.emplace_back(std::move(id),
                        absl::StrCat("key ", absl::AsciiStrToLower(hex)));
     }
     return out;

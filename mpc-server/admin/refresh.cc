@@ -18,6 +18,7 @@
 #include "admin/cluster.h"
 #include "admin/kdb.h"
 #include "contract.h"
+#include "util/hex.h"
 
 namespace kmpc::admin {
 namespace {
@@ -457,16 +458,13 @@ int ParseRefreshArgs(const std::vector<std::string>& args, bool all, int rebuild
     return 2;
   }
   for (const std::string& h : args) {
-    const bool hex = h.size() == 2 * contract::kKeyIdSize &&
-                     std::all_of(h.begin(), h.end(), [](char c) {
-                       return std::isxdigit(static_cast<unsigned char>(c)) != 0;
-                     });
-    if (!hex) {
+    std::string id;
+    if (h.size() != 2 * contract::kKeyIdSize || !util::HexToBytes(h, &id)) {
       std::fprintf(stderr, "kmpc-admin: refresh: %s is not a key id (%zu hex digits)\n",
                    h.c_str(), 2 * contract::kKeyIdSize);
       return 2;
     }
-    o->key_ids.push_back(absl::HexStringToBytes(h));
+    o->key_ids.push_back(std::move(id));
   }
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "contract.h"
+#include "util/hex.h"
 
 ABSL_FLAG(std::string, servers, "", "gRPC addresses of parties 0,1,2");
 ABSL_FLAG(std::string, certs, "", "directory from deploy/gen-certs.sh");
@@ -37,11 +38,7 @@ void Die(const std::string& msg, int code) {
 }
 
 bool FromHex(absl::string_view hex, Bytes* out) {
-  if (hex.size() % 2 != 0) return false;
-  for (char c : hex)
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
-  *out = absl::HexStringToBytes(hex);
-  return true;
+  return kmpc::util::HexToBytes(hex, out);
 }
 std::string ToHex(absl::string_view b) { return absl::BytesToHexString(b); }
 

@@ -29,6 +29,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "util/hex.h"
 
 namespace kmpc::net {
 namespace {
@@ -290,10 +291,8 @@ std::optional<std::array<uint8_t, 32>> ParseSha256Hex(absl::string_view entry,
                                                       absl::string_view prefix) {
   if (!absl::StartsWithIgnoreCase(entry, prefix)) return std::nullopt;
   const std::string hex = absl::StrReplaceAll(entry.substr(prefix.size()), {{":", ""}});
-  bool ok = hex.size() == 64;
-  for (char c : hex) ok = ok && absl::ascii_isxdigit(static_cast<unsigned char>(c));
-  if (!ok) return std::nullopt;
-  const std::string raw = absl::HexStringToBytes(hex);
+  std::string raw;
+  if (hex.size() != 64 || !util::HexToBytes(hex, &raw)) return std::nullopt;
   std::array<uint8_t, 32> out;
   std::memcpy(out.data(), raw.data(), out.size());
   return out;

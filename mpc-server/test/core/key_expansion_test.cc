@@ -8,12 +8,14 @@
 
 #include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
+#include "util/hex.h"
 
 namespace kmpc::aes {
 namespace {
 
 std::vector<uint8_t> Hex(const std::string& h) {
-  std::string b = absl::HexStringToBytes(h);
+  std::string b;
+  EXPECT_TRUE(util::HexToBytes(h, &b)) << h;
   return std::vector<uint8_t>(b.begin(), b.end());
 }
 
