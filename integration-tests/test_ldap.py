@@ -82,12 +82,14 @@ def ldap_factory(kmpc_factory):
 def kr(ldap_factory):
     """test_key_lifecycle's realm on LDAP: the dealer protecting krbtgt/*
     and every principal with an MPC enctype, the krbtgt key made in the
-    cluster, an administrator with an ordinary key, KDC and kadmind up."""
+    cluster, an administrator with an ordinary key, kadmind's keys in the
+    cluster, KDC and kadmind up."""
     r = ldap_factory(dealer=True)
     r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
     r.kadmin_local(f"cpw -randkey {r.tgs}")
     r.kadmin_local(f"addprinc -e aes256-cts-hmac-sha1-96:normal -pw {kl.ADMIN_PW} "
                    f"{kl.ADMIN}")
+    r.move_kadmind_keys()
     r.start()
     r.start_kadmind()
     return r
