@@ -14,8 +14,11 @@ password logs in and the old one does not; after every admin operation and
 every propagation, each KDB, read with the master key (kmpc-kdb-handle
 keys), holds only handles for the protected principals and none of the keys
 derived independently from their passwords (RFC 3962 string-to-key,
-ctr_mpc_ref.py); a krbtgt rotated with -keepold leaves the replica issuing
-until iprop brings the new kvno; a client listing both KDCs logs in with
+ctr_mpc_ref.py); with kiprop/HOST and kadmind's keys moved into the
+cluster, kpropd authenticates through it (kadmind has the cluster decrypt
+its AP-REQ) and iprop carries a user added through kadmind, whose key the
+dealer deals, to the replica, where the user logs in; a krbtgt rotated
+with -keepold leaves the replica issuing until iprop brings the new kvno; a client listing both KDCs logs in with
 either one down; only the pinned per-KDC certificates do MPC work, and
 revoking the replica's stops its MPC work and not the primary's.
 (deploy/systemd/kmpc-kpropd.service is verified with the other units, in
