@@ -488,8 +488,9 @@ def test_status(kr):
     kr.addprinc("hank")
     kr.admin("share", "--from-existing", "hank")
     out = status_kdb(kr, migrated("hank") + " 1: migrated from the KDB", EXPOSED_TGT)
+    # Exposed: the krbtgt and kadmind's two keys (of the realm's MPC enctypes).
     assert re.search(r"kdb: realm KMPC.TEST, \d+ principals, 1 with key handles, "
-                     r"1 exposed, 0 handles without shares, 1 migrated", out), out
+                     r"3 exposed, 0 handles without shares, 1 migrated", out), out
     kr.cluster.stop_party(1)
     rc, out, _ = kr.admin("--timeout-ms=3000", "status", "--kdb", expected_code=1)
     assert re.search(r"ERROR: server 1 \(127\.0\.0\.1:\d+\) is unreachable",
