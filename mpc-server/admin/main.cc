@@ -69,9 +69,9 @@
 //   keys in the KDB (said apart: one that should be MPC-protected, as it
 //   holds a handle or an aes*-ctr-mpc key, or matches the key dealer's
 //   patterns in kdc.conf, krbtgt/* by default; kadmind's own kadmin/* and
-//   kiprop/* too), except, on "kdb note:" lines that are no problem, those
-//   whose keys stay there by design (kadmin/history's, cross-realm keys;
-//   K/M's is not named); every handle without its shares on all three
+//   kiprop/* with how to move them), except, on "kdb note:" lines that are
+//   no problem, those whose keys stay there by design (kadmin/history's,
+//   cross-realm keys; K/M's is not named); every handle without its shares on all three
 //   servers; every key migrated from the KDB (older backups hold it); every
 //   key on the servers that no handle refers to. Each server's deviation
 //   breaker (service/breaker.h): an open one is a problem ("breaker: OPEN").
@@ -823,7 +823,9 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
     }
     if (has_handle) ++with_handles;
     if (real.empty()) continue;
-    bool should = has_handle || has_mpc_key;
+    // kdb5_util create gives kadmind's principals a key of every supported
+    // enctype: an aes*-ctr-mpc one among them is no sign of protection.
+    bool should = has_handle || (has_mpc_key && !KadmindService(info->name));
     for (const std::string& p : protect) should = should || MatchesProtect(p, info->name);
     if (ReportRealKeys(info->name, kdb.realm(), real, should, &staying, &exposed,
                        &other_real))
