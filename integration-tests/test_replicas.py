@@ -269,7 +269,8 @@ def test_iprop_with_kadminds_and_kipropd_keys_in_the_cluster(st):
     0026-Decrypt-tickets). The moves reach the replica by iprop; then a user
     added through kadmind (remote kadmin with a password: an AP-REQ to
     kadmin/admin), whose key the dealer deals, and a kpasswd change reach it
-    too, and the user logs in through the replica's KDC."""
+    too, and the user logs in through the replica's KDC; so does a refresh
+    of the user's key ids (same kvno, new ids)."""
     rs, r = st.rs, st.replica
     p = rs.primary
     kiprop = f"kiprop/{rs.host}"
@@ -308,6 +309,16 @@ def test_iprop_with_kadminds_and_kipropd_keys_in_the_cluster(st):
     same_keys(p, r, "dora")
     kinit_ok(r, "dora", e2)
     kinit_fails(r, "dora", e1)
+    # A refresh switches dora's handles to new key ids under the same kvno:
+    # iprop carries that too (krb5 patch 0030-Log-key-data-changes).
+    before = {v for _, _, _, v in p.kdb_keys("dora")}
+    p.admin("refresh", *sorted(before), timeout=300)
+    after = {v for _, _, _, v in p.kdb_keys("dora")}
+    assert after and not after & before, (before, after)
+    kind, _ = r.iprop_poll()
+    assert kind == "incremental", kind
+    same_keys(p, r, "dora")
+    kinit_ok(r, "dora", e2)
     # Only real keys left that are no kadmind's: status names none of these.
     _, out, _ = p.admin("status", "--kdb", expected_code=None)
     assert not any(princ in line for princ in moved for line in out.splitlines()
