@@ -70,7 +70,10 @@ class State:
 @pytest.fixture(scope="module")
 def st(tmp_path_factory, request):
     t0 = time.monotonic()
-    rs = kmpc_replica.ReplicaSet(str(tmp_path_factory.mktemp("replicas")))
+    # The primary's first tickets under kiprop's and kadmind's keys in the
+    # cluster compile CBC-CTS programs (test_cts_handles.COLD_PROGRAMS).
+    rs = kmpc_replica.ReplicaSet(str(tmp_path_factory.mktemp("replicas")),
+                                 module_options={"deadline_ms": "30000"})
     s = State(rs)
     try:
         rs.create().start()
