@@ -80,7 +80,9 @@ def handle_ids(rows):
 
 @pytest.fixture
 def realm(kmpc_factory):
-    kr = kmpc_factory(dealer=True)
+    # kadmind's keys in the cluster (below): the first ticket to each
+    # compiles a CBC-CTS program on the servers (test_cts_handles.COLD_PROGRAMS).
+    kr = kmpc_factory(dealer=True, module_options={"deadline_ms": "30000"})
     # The krbtgt key that kdb5_util create made is replaced by one made in
     # the cluster (protect = krbtgt/* by default): no KDB ever held it.
     kr.kadmin_local(f"setstr {kr.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
