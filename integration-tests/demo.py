@@ -151,10 +151,9 @@ def run(r, workdir):
         r.kadmin_local(f"addprinc -nokey {kmpc_cluster.SERVICE}")
         show(r.kadmin_local(f"ktadd -e aes256-cts-hmac-sha1-96:normal -k {svc_keytab} "
                             f"{kmpc_cluster.SERVICE}"))
-        for p in KADMIND_KEYS_IN_CLUSTER:
-            step(f"kmpc-admin share --randkey --service {p}: kadmind's key in the cluster")
-            show(r.admin("share", "--randkey", "--service",
-                         "--enctype=aes256-cts-hmac-sha1-96", p)[1])
+        step(f"kmpc-admin share --randkey --service {' '.join(KADMIND_KEYS_IN_CLUSTER)}: "
+             "kadmind's keys in the cluster")
+        show(r.move_kadmind_keys(KADMIND_KEYS_IN_CLUSTER))
         r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
         step(f"kadmin.local cpw -randkey {r.tgs}: the krbtgt key made in the "
              "cluster; no KDB, dump or backup ever held it")

@@ -48,15 +48,18 @@ realm.run([kadminl, 'ktadd', '-k', os.path.join(realm.testdir, 'ukt'),
           expected_msg='held by the MPC cluster')
 # The KDB read through the master key: the user, user/admin and the
 # krbtgt hold handles whose shares are on all three servers, no principal
-# that should be protected holds a real key, and the host's key, which
-# nothing protects here, is named as a real key (status exits 1).
+# that should be protected holds a real key, and the host's key and
+# kadmind's, which this mode leaves in the KDB, are named as real keys
+# (status exits 1).
 out = realm.run([realm._kmpc.admin, '--config=' + realm._kmpc.admin_conf,
                  'status', '--kdb'], expected_code=1,
                 expected_msg='3 with key handles, 0 exposed, '
                 '0 handles without shares')
-if 'kdb: %s holds real keys in the KDB' % realm.host_princ not in out:
-    fail('status --kdb does not name the host key: ' + out)
-if ' 1 others with real keys' not in out:
+for p in (realm.host_princ, 'kadmin/admin@' + realm.realm,
+          'kadmin/changepw@' + realm.realm):
+    if 'kdb: %s holds real keys in the KDB' % p not in out:
+        fail('status --kdb does not name %s: %s' % (p, out))
+if ' 3 others with real keys' not in out:
     fail('status --kdb counts other real keys: ' + out)
 realm.klist(realm.user_princ)
 realm.run([kvno, realm.host_princ])

@@ -15,14 +15,16 @@ hash is in the KDB or in any log.
 """
 import hashlib
 import os
-
 import re
+import subprocess
+import time
 
 import pytest
 
 import ctr_mpc_ref
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness.cluster import default_salt
+from kmpc_harness.realm import binpath as realm_binpath
 
 ADMIN = "root/admin"
 ADMIN_PW = "admin-Pw-4821"
@@ -78,7 +80,9 @@ def handle_ids(rows):
 
 @pytest.fixture
 def realm(kmpc_factory):
-    kr = kmpc_factory(dealer=True)
+    # kadmind's keys in the cluster (below): the first ticket to each
+    # compiles a CBC-CTS program on the servers (test_cts_handles.COLD_PROGRAMS).
+    kr = kmpc_factory(dealer=True, module_options={"deadline_ms": "30000"})
     # The krbtgt key that kdb5_util create made is replaced by one made in
     # the cluster (protect = krbtgt/* by default): no KDB ever held it.
     kr.kadmin_local(f"setstr {kr.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
@@ -86,6 +90,8 @@ def realm(kmpc_factory):
     # The administrator keeps an ordinary key (not protected: no MPC enctype,
     # no protect pattern), so kadmin works while the cluster is down.
     kr.kadmin_local(f"addprinc -e aes256-cts-hmac-sha1-96:normal -pw {ADMIN_PW} {ADMIN}")
+    # kadmind's own keys in the cluster, as an administrator moves them.
+    kr.move_kadmind_keys()
     kr.start()
     kr.start_kadmind()
     return kr
@@ -102,9 +108,9 @@ def kinit_fails(kr, princ, password):
 
 def status_ok(kr, also=()):
     """status --kdb finds nothing wrong but the real keys the realm keeps
-    on purpose: ADMIN's, so that kadmin works while the cluster is down,
-    and those of the principals in also (status names every principal
-    holding real keys)."""
+    on purpose: ADMIN's, so that kadmin.local's admin can still log in
+    while the cluster is down, and those of the principals in also
+    (status names every principal holding real keys, kadmind's too)."""
     rc, out, err = kr.admin("status", "--kdb", expected_code=None)
     problems = [l for l in out.splitlines()
                 if l.startswith("kdb: ") and not l.startswith("kdb: realm ")]
@@ -247,6 +253,34 @@ def test_delprinc_removes_shares(realm):
     status_ok(kr)
 
 
+class KadminSession:
+    """A remote kadmin session (kadm5 RPC to kadmind) opened now, as ADMIN,
+    and authenticated by a first request; finish(query) sends one more
+    request through the same RPCSEC_GSS context (no new AP-REQ) and ends
+    the session, returning kadmin's output."""
+
+    def __init__(self, kr):
+        log = os.path.join(kr.dir, "kadmind.log")
+        seen = os.path.getsize(log)
+        self.proc = subprocess.Popen(
+            [realm_binpath("kadmin"), "-r", kr.realm, "-p", ADMIN, "-w", ADMIN_PW],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, env=kr.env)
+        self.proc.stdin.write(f"getprinc {ADMIN}\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + 60
+        while "kadm5_get_principal" not in open(log).read()[seen:]:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.proc.kill()
+                raise AssertionError("kadmin's first request did not reach kadmind:\n"
+                                     + self.proc.communicate()[0])
+            time.sleep(0.05)
+
+    def finish(self, query):
+        out, _ = self.proc.communicate(f"{query}\nquit\n", timeout=90)
+        return out
+
+
 @pytest.mark.parametrize("how", ["kadmin.local", "kadmin", "addprinc", "kpasswd"])
 def test_change_refused_with_a_server_down(realm, how):
     kr = realm
@@ -255,18 +289,15 @@ def test_change_refused_with_a_server_down(realm, how):
     rows = kr.kdb_keys("hal")
     _, listing, _ = kr.admin("status", expected_code=0)
     if how == "kadmin":
-        # Every ticket carries a PAC whose KDC signature is made with the
-        # krbtgt key in the cluster (krb5's key-operation layer patch), so the kadmin ticket
-        # is obtained while the cluster is whole.
-        kadmin_cc = "FILE:" + os.path.join(kr.dir, "kadmin.cc")
-        kr.run(["kinit", "-c", kadmin_cc, "-S", "kadmin/admin", ADMIN],
-               input=ADMIN_PW + "\n")
+        # kadmind has the cluster decrypt the ticket to kadmin/admin (its
+        # key is in the cluster), so the kadmin session is opened while the
+        # cluster is whole; the change comes through it afterwards.
+        session = KadminSession(kr)
     kr.cluster.stop_party(1)
     if how == "kadmin.local":
         out = kr.kadmin_local("cpw -pw Hal-new-7878 hal", expected_code=None)
     elif how == "kadmin":
-        out = kr.run(["kadmin", "-r", kr.realm, "-c", kadmin_cc,
-                      "-q", "cpw -pw Hal-new-7878 hal"], expected_code=None)
+        out = session.finish("cpw -pw Hal-new-7878 hal")
     elif how == "kpasswd":
         # hal's own key is in the cluster: kpasswd cannot even authenticate.
         out = kr.run(["kpasswd", "hal"], input="Hal-old-5656\nHal-new-7878\nHal-new-7878\n",
@@ -306,6 +337,7 @@ def test_status_names_what_is_exposed(kmpc_factory):
     referred to, now unreferenced on the servers."""
     kr = kmpc_factory()
     kr.setup_krbtgt()
+    kr.move_kadmind_keys()
     kr.addprinc("user5", "User5-old-11", enctypes=["aes256-ctr-mpc"])
     kr.share_passwords([("user5", "User5-old-11")])
     rc, out, _ = kr.admin("status", "--kdb", expected_code=None)

@@ -82,12 +82,16 @@ def ldap_factory(kmpc_factory):
 def kr(ldap_factory):
     """test_key_lifecycle's realm on LDAP: the dealer protecting krbtgt/*
     and every principal with an MPC enctype, the krbtgt key made in the
-    cluster, an administrator with an ordinary key, KDC and kadmind up."""
-    r = ldap_factory(dealer=True)
+    cluster, an administrator with an ordinary key, kadmind's keys in the
+    cluster, KDC and kadmind up."""
+    # kadmind's keys in the cluster: the first ticket to each compiles a
+    # CBC-CTS program on the servers (test_cts_handles.COLD_PROGRAMS).
+    r = ldap_factory(dealer=True, module_options={"deadline_ms": "30000"})
     r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
     r.kadmin_local(f"cpw -randkey {r.tgs}")
     r.kadmin_local(f"addprinc -e aes256-cts-hmac-sha1-96:normal -pw {kl.ADMIN_PW} "
                    f"{kl.ADMIN}")
+    r.move_kadmind_keys()
     r.start()
     r.start_kadmind()
     return r

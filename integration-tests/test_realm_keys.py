@@ -13,7 +13,8 @@ krb5kdc with the real kdcmpc module, and Debian's own /usr/bin/kinit and
   ticket to the service.
 - A service moved with `kmpc-admin share --from-existing --service` keeps
   its old keytab working.
-- status --kdb notes cross-realm keys and kadmind's while they stay.
+- status --kdb names kadmind's keys while they are in the KDB (exit 1),
+  and notes cross-realm keys, whose partner realm's KDB holds them too.
 - The KDB is read by kdb_dump_ref.py (the stash file and `kdb5_util
   dump`, decrypted by its own RFC 3962 code, nothing of kmpc's): no real
   key but EXPECTED_REAL_KEYS'; `kmpc-admin status --kdb` agrees and exits
@@ -27,6 +28,7 @@ import pytest
 
 import kdb_dump_ref
 from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness.kmpc_realm import KADMIND_KEYS
 from kmpc_harness.realm import binpath
 from test_cts_handles import CTS256, COLD_PROGRAMS, ENCTYPES, _stock_env, stock_kinit
 
@@ -35,9 +37,8 @@ kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server"
 
 # The principals whose real keys stay in the KDB (name prefixes): the master
 # key, and kadmin/history's (kadm5 encrypts the password history under it)
-# where the realm has one. kadmind's own keys move (KADMIND_KEYS).
+# where the realm has one. kadmind's own keys move (KmpcRealm.move_kadmind_keys).
 EXPECTED_REAL_KEYS = ("K/M@", "kadmin/history@")
-KADMIND_KEYS = ("kadmin/admin", "kadmin/changepw")
 
 STOCK_KVNO = "/usr/bin/kvno"
 ADMIN, ADMIN_PW = "root/admin", "admin-Pw-5150"
@@ -184,10 +185,14 @@ def test_the_kdb_holds_no_other_real_key(realm):
     for r in rows:  # the key ids are no secret
         printed = printed.replace(r[3], "")
     assert not re.search(r"[0-9a-fA-F]{32}", printed), out + err
-    # kadmind's keys: new random keys in the cluster, of a service's kind
-    # (kadmind has the cluster decrypt the tickets to them).
-    for p in KADMIND_KEYS:
-        kr.admin("share", "--randkey", f"--enctype={CTS256}", "--service", p)
+    # kadmind's keys: status names them while they are in the KDB; then new
+    # random keys in the cluster, of a service's kind (kadmind has the
+    # cluster decrypt the tickets to them).
+    rc, problems, out = status_kdb(kr)
+    assert rc == 1 and sorted(l.split()[1] for l in problems) == [
+        f"{p}@{kr.realm}" for p in KADMIND_KEYS], out
+    assert all("(kadmind's own key: " in l for l in problems), out
+    kr.move_kadmind_keys()
     found = kdb_real_keys(kr)
     assert unexpected(found) == {}, found
     assert any(n.startswith("K/M@") for n in found), found
@@ -204,20 +209,33 @@ def test_the_kdb_holds_no_other_real_key(realm):
     assert " 1 others with real keys" in out, out
 
 
-def test_status_notes_the_keys_that_stay(kmpc_factory):
-    """Cross-realm keys (the partner realm's KDB holds the same key) and
-    kadmind's stay in the KDB by design: status --kdb names them on "kdb
-    note:" lines, which are no problem; K/M is not named."""
+def test_status_names_kadminds_keys_and_notes_cross_realm_keys(kmpc_factory):
+    """kadmind's keys in the KDB are problems (exit 1): with kadmin/changepw
+    a thief forges INITIAL tickets to kpasswd. Cross-realm keys stay by
+    design (the partner realm's KDB holds the same key): status --kdb names
+    them on "kdb note:" lines, which are no problem; K/M is not named."""
     kr = kmpc_factory(module="test")
     for p in ("krbtgt/OTHER.TEST", "krbtgt/KMPC.TEST@OTHER.TEST"):
         kr.kadmin_local(f"addprinc -e {CTS256}:normal -pw Cross-pw-5150 {p}")
     rc, problems, out = status_kdb(kr)
     notes = [l for l in out.splitlines() if l.startswith("kdb note: ")]
+    assert len(notes) == 2, out
     for p in ("krbtgt/OTHER.TEST@KMPC.TEST", "krbtgt/KMPC.TEST@OTHER.TEST"):
         assert any(l.startswith(f"kdb note: {p} keeps real keys in the KDB (a cross-realm "
                                 "key") for l in notes), out
-    assert any(l.startswith(f"kdb note: kadmin/admin@{kr.realm} ") for l in notes), out
     assert not any("K/M@" in l for l in notes + problems), out
-    # The local krbtgt still holds the key kdb5_util made: the one problem.
+    # The local krbtgt still holds the key kdb5_util made, and kadmind's
+    # keys theirs (an aes*-ctr-mpc one among them, as kdb5_util create gives
+    # every supported enctype: not "should be MPC-protected" for that).
+    assert rc == 1 and len(problems) == 3, out
+    assert any(l.startswith(f"kdb: {kr.tgs} should be MPC-protected") for l in problems), out
+    for p in KADMIND_KEYS:
+        assert any(l.startswith(f"kdb: {p}@{kr.realm} holds real keys in the KDB: ")
+                   and "(kadmind's own key: " in l for l in problems), out
+    assert (" 1 exposed, " in out and " 2 others with real keys, 3 keeping them by design "
+            "(K/M included)" in out), out
+    # Moved into the cluster: the krbtgt is the one problem left.
+    kr.move_kadmind_keys()
+    rc, problems, out = status_kdb(kr)
     assert rc == 1 and [l.split(" should be")[0] for l in problems] == [
         f"kdb: {kr.tgs}"], out

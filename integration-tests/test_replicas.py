@@ -14,8 +14,11 @@ password logs in and the old one does not; after every admin operation and
 every propagation, each KDB, read with the master key (kmpc-kdb-handle
 keys), holds only handles for the protected principals and none of the keys
 derived independently from their passwords (RFC 3962 string-to-key,
-ctr_mpc_ref.py); a krbtgt rotated with -keepold leaves the replica issuing
-until iprop brings the new kvno; a client listing both KDCs logs in with
+ctr_mpc_ref.py); with kiprop/HOST and kadmind's keys moved into the
+cluster, kpropd authenticates through it (kadmind has the cluster decrypt
+its AP-REQ) and iprop carries a user added through kadmind, whose key the
+dealer deals, to the replica, where the user logs in; a krbtgt rotated
+with -keepold leaves the replica issuing until iprop brings the new kvno; a client listing both KDCs logs in with
 either one down; only the pinned per-KDC certificates do MPC work, and
 revoking the replica's stops its MPC work and not the primary's.
 (deploy/systemd/kmpc-kpropd.service is verified with the other units, in
@@ -44,6 +47,7 @@ MPC_ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc")
 # The realm's supported_enctypes names aes256-cts too, so the key dealer
 # also gives a protected user a handle of it (docs/design/enctype.md).
 HANDLE_ENCTYPES = MPC_ENCTYPES + ("aes256-cts-hmac-sha1-96", "aes128-cts-hmac-sha1-96")
+CTS256 = "aes256-cts-hmac-sha1-96"
 
 
 def pw(tag):
@@ -66,7 +70,10 @@ class State:
 @pytest.fixture(scope="module")
 def st(tmp_path_factory, request):
     t0 = time.monotonic()
-    rs = kmpc_replica.ReplicaSet(str(tmp_path_factory.mktemp("replicas")))
+    # The primary's first tickets under kiprop's and kadmind's keys in the
+    # cluster compile CBC-CTS programs (test_cts_handles.COLD_PROGRAMS).
+    rs = kmpc_replica.ReplicaSet(str(tmp_path_factory.mktemp("replicas")),
+                                 module_options={"deadline_ms": "30000"})
     s = State(rs)
     try:
         rs.create().start()
@@ -252,6 +259,85 @@ def test_iprop_incremental_carries_password_change_and_new_principal(st):
     kinit_ok(r, "alice", a3)
     kinit_fails(r, "alice", a2)
     kinit_ok(r, "carol", c1)
+
+
+def test_iprop_with_kadminds_and_kipropd_keys_in_the_cluster(st):
+    """kiprop/HOST (kpropd's client and kadmind's iprop service) and
+    kadmind's kadmin/admin and kadmin/changepw moved into the cluster
+    (docs/admin-guide.md, "Moving kadmind's keys"): kiprop's with
+    --from-existing (the keytabs of kpropd and of the primary keep working),
+    kadmind's with --randkey. kpropd, restarted, authenticates anew: its AS
+    exchange under the kiprop handle (client and server) goes through the
+    cluster, and kadmind has the cluster decrypt its AP-REQ (krb5 patch
+    0026-Decrypt-tickets). The moves reach the replica by iprop; then a user
+    added through kadmind (remote kadmin with a password: an AP-REQ to
+    kadmin/admin), whose key the dealer deals, and a kpasswd change reach it
+    too, and the user logs in through the replica's KDC; so does a refresh
+    of the user's key ids (same kvno, new ids)."""
+    rs, r = st.rs, st.replica
+    p = rs.primary
+    kiprop = f"kiprop/{rs.host}"
+    p.admin("share", "--from-existing", "--service", f"--enctype={CTS256}", kiprop)
+    p.move_kadmind_keys()
+    moved = (kiprop, "kadmin/admin", "kadmin/changepw")
+    for princ in moved:
+        assert {(e, kind) for _, e, kind, _ in p.kdb_keys(princ)} == {(CTS256, "handle")}
+    kind, _ = r.iprop_poll()
+    assert kind == "incremental", kind
+    for princ in moved:
+        same_keys(p, r, princ)
+
+    # A new iprop session: kpropd's credentials and AP-REQ under the handle.
+    r.stop_kpropd()
+    seen = kadmind_log_size(p)
+    r.start_kpropd(iprop=True)
+    kind, log = r.iprop_wait(r.kpropd.offset)
+    assert kind in ("synchronized", "incremental"), kind
+    assert "Cannot decrypt" not in kadmind_log(p, seen), kadmind_log(p, seen)
+
+    d1, e1, e2 = pw("dora1"), pw("dora2"), pw("dora3")
+    rs.add_principal("dora", d1)
+    st.passwords["dora"] = [d1]
+    out = rs.change_password("dora", d1, e1, how="kpasswd")
+    assert "Password changed" in out, out
+    st.passwords["dora"].append(e1)
+    out = rs.change_password("dora", e1, e2, how="kadmin")
+    assert "changed" in out, out
+    st.passwords["dora"].append(e2)
+    check_kdbs(st, not_yet={"dora"})
+    kind, _ = r.iprop_poll()
+    assert kind == "incremental", kind
+    assert "Update principal : dora@" in r.run(["kproplog"])
+    check_kdbs(st)
+    same_keys(p, r, "dora")
+    kinit_ok(r, "dora", e2)
+    kinit_fails(r, "dora", e1)
+    # A refresh switches dora's aes256-ctr-mpc handle to a new key id under
+    # the same kvno: iprop carries that too (krb5 patch
+    # 0030-Log-key-data-changes).
+    (old,) = [v for _, e, _, v in p.kdb_keys("dora") if e == MPC_ENCTYPES[0]]
+    p.admin("refresh", old, timeout=300)
+    (new,) = [v for _, e, _, v in p.kdb_keys("dora") if e == MPC_ENCTYPES[0]]
+    assert new != old
+    kind, _ = r.iprop_poll()
+    assert kind == "incremental", kind
+    same_keys(p, r, "dora")
+    kinit_ok(r, "dora", e2)
+    # Only real keys left that are no kadmind's: status names none of these.
+    _, out, _ = p.admin("status", "--kdb", expected_code=None)
+    assert not any(princ in line for princ in moved for line in out.splitlines()
+                   if "real keys" in line), out
+
+
+def kadmind_log_size(kdc):
+    path = os.path.join(kdc.dir, "kadmind.log")
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def kadmind_log(kdc, since=0):
+    with open(os.path.join(kdc.dir, "kadmind.log"), errors="replace") as f:
+        f.seek(since)
+        return f.read()
 
 
 def tgt_kvno(kdc):

@@ -146,6 +146,7 @@ def test_dealing_is_all_or_nothing_across_clusters(kmpc_factory, tmp_path):
     r = kmpc_factory(module="real", clusters=2, dealer=True)
     r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
     r.kadmin_local(f"cpw -randkey {r.tgs}")
+    r.move_kadmind_keys()  # to both clusters
     c1, c2 = r.clusters
     r.addprinc("alice", "Alice-old-1234", enctypes=["aes256-ctr-mpc"])
     rows = r.kdb_keys("alice")

@@ -20,6 +20,12 @@ from kmpc_harness.cluster import (ENCTYPES, REAL_MODULE_NAME, SERVICE, SESSION_E
 from kmpc_harness.realm import RealmError
 
 
+# kadmind's own keys, which kdb5_util create makes (kadm5_create.c), and
+# the enctype they take in the cluster (MIT's default, which unmodified
+# kadmin and kpasswd clients negotiate).
+KADMIND_KEYS = ("kadmin/admin", "kadmin/changepw")
+CTS256 = "aes256-cts-hmac-sha1-96"
+
 # [kdcdefaults] kdc_tcp_max_connections and kdc_tcp_listen_backlog of kmpc
 # realms, as in deploy/debian/examples/kdc.conf.example.
 TCP_MAX_CONNECTIONS = 1024
@@ -316,6 +322,21 @@ class KmpcRealm(realm.Realm):
         # Nothing was issued under the realm's first krbtgt key: replacing it
         # invalidates no ticket (hence --force).
         _, out, _ = self.admin("share", "--randkey", "--force", self.tgs)
+        return out
+
+    def move_kadmind_keys(self, princs=KADMIND_KEYS):
+        """kadmind's own keys into the cluster as an administrator moves them
+        (docs/admin-guide.md, "Moving kadmind's keys"): a new random
+        aes256-cts key of each, of a service's kind, made in the cluster
+        (share --randkey --service: no KDB ever held it, so status --kdb
+        reports nothing migrated), the KDB holding only the handle. kadmind
+        then has the cluster decrypt each ticket to them (krb5 patch
+        0026-Decrypt-tickets); with the cluster down remote kadmin and
+        kpasswd fail (kadmin.local does not). The test module cannot
+        compute with these keys: remote kadmin and kpasswd need the real
+        one. Returns kmpc-admin's output."""
+        _, out, _ = self.admin("share", "--randkey", "--service", f"--enctype={CTS256}",
+                               *princs)
         return out
 
     def add_service(self, name=SERVICE):

@@ -29,6 +29,7 @@ import time
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness import netns
 from kmpc_harness.deploy_tool import kmpc_deploy
+from kmpc_harness.kmpc_realm import KADMIND_KEYS
 
 MIRROR = "http://deb.debian.org/debian"
 
@@ -337,7 +338,8 @@ class PackagedDeployment:
 
     def create(self, users, services):
         """Step 9: the KDB, users with ordinary password keys (Debian's
-        clients know no MPC enctype), the krbtgt key made in the cluster."""
+        clients know no MPC enctype), the krbtgt key and kadmind's made in
+        the cluster."""
         master = os.urandom(18).hex()
         self.kdc_run(["kdb5_util", "create", "-s", "-r", self.realm],
                      input=f"{master}\n{master}\n")
@@ -349,6 +351,10 @@ class PackagedDeployment:
             self.kdc_run(["kadmin.local", "-r", self.realm, "-q",
                           f"addprinc -randkey -e aes256-cts-hmac-sha1-96:normal {service}"])
         self.kdc_run([*self.admin, "share", "--randkey", "--force", self.tgs])
+        # kadmind's own keys, which kdb5_util create made: new ones in the
+        # cluster, as step 9 moves them.
+        self.kdc_run([*self.admin, "share", "--randkey", "--service",
+                      "--enctype=aes256-cts-hmac-sha1-96", *KADMIND_KEYS])
         self.root.run(["chown", "-R", "kmpc-kdc:kmpc-kdc", "/var/lib/kmpc-kdc"])
 
     @property

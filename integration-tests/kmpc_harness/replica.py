@@ -393,7 +393,8 @@ class ReplicaSet:
             realm_extra=realm_extra + realm_kw.pop("realm_extra", ""),
             krb5_conf_extra=KRB5_LIBDEFAULTS,
             module_options={"cert": f"{certs}/kdc-{PRIMARY}.pem",
-                            "key": f"{certs}/kdc-{PRIMARY}.key"}, **realm_kw)
+                            "key": f"{certs}/kdc-{PRIMARY}.key",
+                            **realm_kw.pop("module_options", {})}, **realm_kw)
         self.primary.stash = os.path.join(self.primary.dir, "stash")
         self.primary.iprop_port = self.iprop_port
         self.replicas = [ReplicaKdc(self.primary, n, port,

@@ -287,6 +287,13 @@ absl::StatusOr<std::unique_ptr<Kdb>> Kdb::Open(const std::string& realm) {
                                  KADM5_STRUCT_VERSION, KADM5_API_VERSION_4,
                                  nullptr, &db->handle_);
   if (ret) return db->Error(ret, "opening the KDB of realm " + r);
+  // As kadmin.local does (kadmin/cli/kadmin.c): with iprop enabled, map the
+  // update log. libkdb5 logs a put only while it is mapped, so without it
+  // a key kmpc-admin moves or refreshes would reach kpropd on the replicas
+  // only with the next full resync, and a refreshed key's old id, deleted
+  // after its grace period, would stop their logins.
+  ret = kadm5_init_iprop(db->handle_, nullptr);
+  if (ret) return db->Error(ret, "mapping the iprop update log of realm " + r);
   return db;
 }
 

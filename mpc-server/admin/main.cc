@@ -68,9 +68,10 @@
 //   with --kdb (on the KDC host) also, by name: every principal holding real
 //   keys in the KDB (said apart: one that should be MPC-protected, as it
 //   holds a handle or an aes*-ctr-mpc key, or matches the key dealer's
-//   patterns in kdc.conf, krbtgt/* by default), except, on "kdb note:"
-//   lines that are no problem, those whose keys stay there by design
-//   (kadmind's and kpropd's, cross-realm keys; K/M's is not named); every handle without its shares on all three
+//   patterns in kdc.conf, krbtgt/* by default; kadmind's own kadmin/* and
+//   kiprop/* with how to move them), except, on "kdb note:" lines that are
+//   no problem, those whose keys stay there by design (kadmin/history's,
+//   cross-realm keys; K/M's is not named); every handle without its shares on all three
 //   servers; every key migrated from the KDB (older backups hold it); every
 //   key on the servers that no handle refers to. Each server's deviation
 //   breaker (service/breaker.h): an open one is a problem ("breaker: OPEN").
@@ -718,18 +719,19 @@ bool MatchesProtect(const std::string& pattern, const std::string& name) {
 
 // Why a principal's real keys stay in the KDB by design, or nullopt when
 // they should be in the cluster. K/M's is the master key itself (an empty
-// reason: not named at all); kadmind's and kpropd's keys (Unshareable:
-// share refuses them) are read by those daemons through the KDB; a
-// cross-realm key (krbtgt/OTHER@REALM or krbtgt/REALM@OTHER) is shared with
-// the partner realm, whose KDB holds the same key (docs/admin-guide.md).
+// reason: not named at all); kadmin/history's (Unshareable: share refuses
+// it) encrypts only the password history, whose entries are handles once
+// the keys they record are in the cluster; a cross-realm key
+// (krbtgt/OTHER@REALM or krbtgt/REALM@OTHER) is shared with the partner
+// realm, whose KDB holds the same key: the cluster cannot make it secret
+// (docs/admin-guide.md). kadmind's own keys (kadmin/admin, kadmin/changepw,
+// kiprop/*) do not stay: with kadmin/changepw a thief forges INITIAL
+// tickets to kpasswd and sets any user's password.
 std::optional<std::string> WhyRealKeysStay(const std::string& canon,
                                            const std::string& realm) {
   if (absl::StartsWith(canon, "K/M@")) return std::string();
   if (Unshareable(canon))
     return std::string("kadm5 encrypts the password history under it");
-  if (KadmindService(canon))
-    return std::string("kadmind's own key: `kmpc-admin share --randkey --service` moves it "
-                       "into the cluster");
   const size_t at = canon.rfind('@');
   if (absl::StartsWith(canon, "krbtgt/") && at != std::string::npos) {
     const std::string second = canon.substr(7, at - 7);
@@ -753,16 +755,22 @@ bool ReportRealKeys(const std::string& name, const std::string& realm,
     ++*staying;
     return false;
   }
+  const char* why = KadmindService(name)
+      ? " (kadmind's own key: whoever reads the KDB with its master key forges "
+        "tickets to kadmind; kmpc-admin share --randkey --service "
+        "--enctype=aes256-cts-hmac-sha1-96 moves it into the cluster)"
+      : nullptr;
   if (should) {
-    std::printf("kdb: %s should be MPC-protected but holds real keys in the KDB: %s\n",
-                name.c_str(), keys.c_str());
+    std::printf("kdb: %s should be MPC-protected but holds real keys in the KDB: %s%s\n",
+                name.c_str(), keys.c_str(), why ? why : "");
     ++*exposed;
     return true;
   }
-  std::printf("kdb: %s holds real keys in the KDB: %s (whoever reads the KDB with "
-              "its master key has them; kmpc-admin share --from-existing or "
-              "--randkey moves them into the cluster)\n",
-              name.c_str(), keys.c_str());
+  std::printf("kdb: %s holds real keys in the KDB: %s%s\n", name.c_str(), keys.c_str(),
+              why ? why
+                  : " (whoever reads the KDB with its master key has them; "
+                    "kmpc-admin share --from-existing or --randkey moves them "
+                    "into the cluster)");
   ++*other_real;
   return true;
 }
@@ -816,7 +824,9 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
     }
     if (has_handle) ++with_handles;
     if (real.empty()) continue;
-    bool should = has_handle || has_mpc_key;
+    // kdb5_util create gives kadmind's principals a key of every supported
+    // enctype: an aes*-ctr-mpc one among them is no sign of protection.
+    bool should = has_handle || (has_mpc_key && !KadmindService(info->name));
     for (const std::string& p : protect) should = should || MatchesProtect(p, info->name);
     if (ReportRealKeys(info->name, kdb.realm(), real, should, &staying, &exposed,
                        &other_real))
