@@ -427,7 +427,9 @@ def tgs_side(tgs):
             "us_per_and_round": one.get("us_per_and_round"),
             "mix": {w: {k: (mx.get(w) or {}).get(k) for k in (
                 "ops_per_s", "failed", "step_p50_ms", "cpu_us_per_op", "server_runs_per_op",
-                "runs_per_exchange")} for w in ("cts", "kdb") if mx.get(w)} or None,
+                "runs_per_exchange", "module_errors")} for w in ("cts", "kdb") if mx.get(w)}
+            or None,
+            "mix_warm_up": mx.get("warm_up"),
             "mix_ratio_cts_to_kdb": mx.get("ratio_cts_to_kdb_ops"),
             "mix_extra_cpu_us_per_cts_tgs": mx.get("extra_cpu_us_per_cts_tgs"),
             "loadavg": [m.get("loadavg_before"), m.get("loadavg_after")],
