@@ -153,7 +153,7 @@ bench-cts: build
 # name lengths in turn; cold first tickets apart), beside a service whose
 # key is in the KDB; Runs, ANDs, AND rounds and each server's CPU per TGS;
 # the login+TGS mix with either service (build/bench/tgs.json, targets
-# judged here and in results.json; about 3 minutes).
+# judged here and in results.json; 4-5 minutes on a loaded host).
 bench-tgs: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_TGS)

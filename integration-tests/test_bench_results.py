@@ -316,7 +316,7 @@ def test_cts_users_rows(tmp_path):
 
 
 
-def tgs_mode(p50, runs=80, n=40, failed=0):
+def tgs_mode(p50, runs=80, n=40, failed=0, mix_failed=0):
     """tgs_bench.py's section of one mode."""
     return {"loadavg_before": 1.0, "loadavg_after": 1.2,
             "one_client": {
@@ -330,7 +330,8 @@ def tgs_mode(p50, runs=80, n=40, failed=0):
                             "servers_disagreed_on_runs": 0, "ands_per_tgs": 600000,
                             "and_rounds_per_tgs": 5775,
                             "cpu_ms_per_tgs": {"krb5kdc": 0.5, "mpc-server-0": 23.0}}},
-            "mix": {"cts": {"ops_per_s": 40.0, "failed": 0, "cpu_us_per_op": {}},
+            "mix": {"cts": {"ops_per_s": 40.0, "failed": mix_failed, "cpu_us_per_op": {},
+                            "module_errors": {"kdcmpc: JOB_MALFORMED": mix_failed}},
                     "kdb": {"ops_per_s": 50.0, "failed": 0, "cpu_us_per_op": {}},
                     "ratio_cts_to_kdb_ops": 0.8}}
 
@@ -344,7 +345,7 @@ def test_tgs_rows(tmp_path):
     write_inputs(d)
     tgs = {"when": "2026-11-27T09:00:00+00:00", "machine": {"cores": 2},
            "modes": {"malicious": tgs_mode(140.0),
-                     "semi-honest": tgs_mode(125.0, runs=120)}}
+                     "semi-honest": tgs_mode(125.0, runs=120, mix_failed=3)}}
     with open(os.path.join(d, "tgs.json"), "w") as f:
         json.dump(tgs, f)
     p = run_writer(d)
@@ -363,8 +364,14 @@ def test_tgs_rows(tmp_path):
         "TGS to a service in the cluster (aes256-cts), Debian's kvno, one client "
         "(semi-honest servers): p50 <= 120 ms": False,
         "MPC Runs per TGS to a service in the cluster == 2 (semi-honest servers; the "
-        "servers' Run count, one client)": False}, got
+        "servers' Run count, one client)": False,
+        "login + TGS + renewal + forwarding mix at 16 clients, TGS to the service in the "
+        "cluster, zero failed (malicious servers)": True,
+        "login + TGS + renewal + forwarding mix at 16 clients, TGS to the service in the "
+        "cluster, zero failed (semi-honest servers)": False}, got
     assert "120/40 = 3" in "".join(t["measured"] for t in rows.values())
+    assert "3 failed: {'kdcmpc: JOB_MALFORMED': 3}" in "".join(
+        t["measured"] for t in rows.values())
     assert "TGS to a service whose aes256-cts key" in p.stdout
     # A failed kvno misses the p50 row however fast the others were.
     tgs["modes"]["malicious"] = tgs_mode(100.0, failed=1)
@@ -374,8 +381,8 @@ def test_tgs_rows(tmp_path):
     assert run_writer(d).returncode == 0
     res = json.load(open(os.path.join(d, "results.json")))
     rows = [t for t in res["targets"] if "service in the cluster" in t["what"]]
-    assert [t["met"] for t in rows] == [False, True, False, False]
-    assert "kvno failed" in rows[2]["measured"]
+    assert [t["met"] for t in rows] == [False, True, True, False, False]
+    assert "kvno failed" in rows[3]["measured"]
 
 
 def realm_pop(rate, failed=0, runs_per_1000=1000.0, misses=(2, 2, 2)):

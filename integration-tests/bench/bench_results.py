@@ -475,6 +475,18 @@ def tgs_targets(res):
             "miss_by": None if ok else ("not measured" if not n or runs is None
                                         else f"{m.get('runs_per_tgs'):g} Runs per TGS"),
         })
+        mx = (m.get("mix") or {}).get("cts")
+        if mx:
+            out.append({
+                "what": (f"login + TGS + renewal + forwarding mix at 16 clients, TGS to the "
+                         f"service in the cluster, zero failed ({mode} servers)"),
+                "measured": (f"{mx.get('ops_per_s')} ops/s ("
+                             f"{fmt(m.get('mix_ratio_cts_to_kdb'), '.3f', 'x')} the mix with "
+                             f"a KDB-key service), {mx.get('failed')} failed"
+                             + (f": {mx.get('module_errors')}" if mx.get("failed") else "")),
+                "met": mx.get("failed") == 0,
+                "miss_by": None if mx.get("failed") == 0 else f"{mx.get('failed')} failed",
+            })
     return out
 
 
