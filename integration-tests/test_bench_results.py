@@ -316,6 +316,75 @@ def test_cts_users_rows(tmp_path):
 
 
 
+def tgs_mode(p50, runs=80, n=40, failed=0, mix_failed=0):
+    """tgs_bench.py's section of one mode."""
+    return {"loadavg_before": 1.0, "loadavg_after": 1.2,
+            "one_client": {
+                "cold_first_tickets": [{"client_name_length": 2, "ms": 900.0,
+                                        "failed_before_ok": 0}],
+                "cts": {"n": n, "p50_ms": p50, "p99_ms": p50 * 2, "failed": failed,
+                        "errors": ["KDC_ERR_X"] if failed else []},
+                "kdb": {"n": n, "p50_ms": 14.0, "p99_ms": 20.0, "failed": 0, "errors": []},
+                "per_tgs": {"tgs_exchanges": n, "server_runs": runs,
+                            "runs_per_tgs": runs / n, "module_runs_per_tgs": 1.0,
+                            "servers_disagreed_on_runs": 0, "ands_per_tgs": 600000,
+                            "and_rounds_per_tgs": 5775,
+                            "cpu_ms_per_tgs": {"krb5kdc": 0.5, "mpc-server-0": 23.0}}},
+            "mix": {"cts": {"ops_per_s": 40.0, "failed": mix_failed, "cpu_us_per_op": {},
+                            "module_errors": {"kdcmpc: JOB_MALFORMED": mix_failed}},
+                    "kdb": {"ops_per_s": 50.0, "failed": 0, "cpu_us_per_op": {}},
+                    "ratio_cts_to_kdb_ops": 0.8}}
+
+
+def test_tgs_rows(tmp_path):
+    """tgs.json (tgs_bench.py) becomes results.json's "tgs" section and
+    issue 50's rows per mode: kvno p50 against 150 ms malicious / 120 ms
+    semi-honest (a failed kvno a miss), and exactly two Runs per TGS by
+    the servers' count (three a miss)."""
+    d = str(tmp_path)
+    write_inputs(d)
+    tgs = {"when": "2026-11-27T09:00:00+00:00", "machine": {"cores": 2},
+           "modes": {"malicious": tgs_mode(140.0),
+                     "semi-honest": tgs_mode(125.0, runs=120, mix_failed=3)}}
+    with open(os.path.join(d, "tgs.json"), "w") as f:
+        json.dump(tgs, f)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    m = res["tgs"]["modes"]
+    assert m["malicious"]["and_rounds_per_tgs"] == 5775
+    assert m["malicious"]["mix_ratio_cts_to_kdb"] == 0.8
+    rows = {t["what"]: t for t in res["targets"] if "service in the cluster" in t["what"]}
+    got = {w: t["met"] for w, t in rows.items()}
+    assert got == {
+        "TGS to a service in the cluster (aes256-cts), Debian's kvno, one client "
+        "(malicious servers): p50 <= 150 ms": True,
+        "MPC Runs per TGS to a service in the cluster == 2 (malicious servers; the "
+        "servers' Run count, one client)": True,
+        "TGS to a service in the cluster (aes256-cts), Debian's kvno, one client "
+        "(semi-honest servers): p50 <= 120 ms": False,
+        "MPC Runs per TGS to a service in the cluster == 2 (semi-honest servers; the "
+        "servers' Run count, one client)": False,
+        "login + TGS + renewal + forwarding mix at 16 clients, TGS to the service in the "
+        "cluster, zero failed (malicious servers)": True,
+        "login + TGS + renewal + forwarding mix at 16 clients, TGS to the service in the "
+        "cluster, zero failed (semi-honest servers)": False}, got
+    assert "120/40 = 3" in "".join(t["measured"] for t in rows.values())
+    assert "3 failed: {'kdcmpc: JOB_MALFORMED': 3}" in "".join(
+        t["measured"] for t in rows.values())
+    assert "TGS to a service whose aes256-cts key" in p.stdout
+    # A failed kvno misses the p50 row however fast the others were.
+    tgs["modes"]["malicious"] = tgs_mode(100.0, failed=1)
+    tgs["modes"]["semi-honest"] = {"error": "RealmError: kvno failed"}
+    with open(os.path.join(d, "tgs.json"), "w") as f:
+        json.dump(tgs, f)
+    assert run_writer(d).returncode == 0
+    res = json.load(open(os.path.join(d, "results.json")))
+    rows = [t for t in res["targets"] if "service in the cluster" in t["what"]]
+    assert [t["met"] for t in rows] == [False, True, True, False, False]
+    assert "kvno failed" in rows[3]["measured"]
+
+
 def realm_pop(rate, failed=0, runs_per_1000=1000.0, misses=(2, 2, 2)):
     """cts_realm.phase()'s figures of one population."""
     return {"users": 100, "name_lengths": [2, 40], "logins_per_s": rate,

@@ -14,6 +14,10 @@ Reads what the earlier steps wrote into build/bench:
   cts.json    integration-tests/bench/cts_bench.py (users with MPC-held aes256-cts
               keys: Debian's kinit, one client, with and without FAST; their
               storm against the krbtgt-only storm; both modes), optional
+  tgs.json    integration-tests/bench/tgs_bench.py (TGS to a service whose
+              aes256-cts key the cluster holds: Debian's kvno, one client;
+              Runs, ANDs, AND rounds and each server's CPU per TGS; the
+              login+TGS mix; both modes), optional
 and writes build/bench/results.json:
   {"kmpc":  {"peak_logins_per_s", "p50_ms_one_client", "p99_ms_at_90pct",
              "errors", ...},
@@ -68,6 +72,10 @@ TARGET_CTS_STORM_RATIO = 0.5
 # login, Runs per login.
 TARGET_REALM_RATIO = 0.9
 TARGET_REALM_RUNS_PER_LOGIN = 1.05
+# Issue 50: a TGS to a service whose aes*-cts key the cluster holds,
+# Debian's kvno, one client; the TGT's Run and the ticket's.
+TARGET_TGS_P50_MS = {"malicious": 150.0, "semi-honest": 120.0}
+TARGET_TGS_RUNS = 2
 
 
 def load(path):
@@ -272,6 +280,10 @@ def build(bench_dir):
     if cts:
         res["cts"] = cts_side(cts)
         res["generated_from"]["cts"] = True
+    tgs = load(os.path.join(bench_dir, "tgs.json"))
+    if tgs:
+        res["tgs"] = tgs_side(tgs)
+        res["generated_from"]["tgs"] = True
     res["targets"] = targets(res)
     return res
 
@@ -386,6 +398,95 @@ def cts_targets(res):
                         else "not measured" if q is None
                         else f"{TARGET_CTS_STORM_RATIO - q:.3f} of the krbtgt-only peak"),
         })
+    return out
+
+
+def tgs_side(tgs):
+    """tgs.json (tgs_bench.py) -> results' "tgs": per mode, Debian's kvno
+    to the cts service and to the KDB one (p50/p99), the cold tickets, Runs,
+    ANDs, AND rounds and CPU per TGS, the mix's figures."""
+    out = {"when": tgs.get("when"), "machine": tgs.get("machine"), "modes": {}}
+    for mode, m in (tgs.get("modes") or {}).items():
+        if "error" in m:
+            out["modes"][mode] = {"error": m["error"]}
+            continue
+        one = m.get("one_client") or {}
+        cts, kdb, per = one.get("cts") or {}, one.get("kdb") or {}, one.get("per_tgs") or {}
+        mx = m.get("mix") or {}
+        out["modes"][mode] = {
+            "one_client_p50_ms": cts.get("p50_ms"), "one_client_p99_ms": cts.get("p99_ms"),
+            "one_client_n": cts.get("n"), "one_client_failed": cts.get("failed"),
+            "one_client_errors": cts.get("errors"),
+            "kdb_service_p50_ms": kdb.get("p50_ms"), "kdb_service_p99_ms": kdb.get("p99_ms"),
+            "cold_first_tickets_ms": [c.get("ms") for c in one.get("cold_first_tickets") or []],
+            "heimdal_kgetcred": one.get("heimdal_kgetcred"),
+            **{k: per.get(k) for k in ("tgs_exchanges", "runs_per_tgs", "server_runs",
+                                       "module_runs_per_tgs", "servers_disagreed_on_runs",
+                                       "ands_per_tgs", "and_rounds_per_tgs",
+                                       "cpu_ms_per_tgs")},
+            "us_per_and_round": one.get("us_per_and_round"),
+            "mix": {w: {k: (mx.get(w) or {}).get(k) for k in (
+                "ops_per_s", "failed", "step_p50_ms", "cpu_us_per_op", "server_runs_per_op",
+                "runs_per_exchange", "module_errors")} for w in ("cts", "kdb") if mx.get(w)}
+            or None,
+            "mix_warm_up": mx.get("warm_up"),
+            "mix_ratio_cts_to_kdb": mx.get("ratio_cts_to_kdb_ops"),
+            "mix_extra_cpu_us_per_cts_tgs": mx.get("extra_cpu_us_per_cts_tgs"),
+            "loadavg": [m.get("loadavg_before"), m.get("loadavg_after")],
+        }
+    return out
+
+
+def tgs_targets(res):
+    """Issue 50's rows per mode (malicious first: the default): Debian's
+    kvno p50 to a service in the cluster, and exactly two Runs per TGS by
+    the servers' count."""
+    modes = (res.get("tgs") or {}).get("modes") or {}
+    out = []
+    for mode in ("malicious", "semi-honest"):
+        if mode not in modes:
+            continue
+        m = modes[mode]
+        err = m.get("error")
+        bound = TARGET_TGS_P50_MS[mode]
+        v = m.get("one_client_p50_ms")
+        row = bound_row(f"TGS to a service in the cluster (aes256-cts), Debian's kvno, one "
+                        f"client ({mode} servers): p50 <= {bound:g} ms", v, bound, ".1f",
+                        "not measured" + (f" ({err[:120]})" if err else ""))
+        if v is not None:
+            row["measured"] += (f" (p99 {fmt(m.get('one_client_p99_ms'), '.1f')} ms, "
+                                f"{m.get('one_client_failed')} failed; KDB-key service "
+                                f"{fmt(m.get('kdb_service_p50_ms'), '.1f')} ms; "
+                                f"{fmt(m.get('and_rounds_per_tgs'), ',.0f')} AND rounds per TGS)")
+            if m.get("one_client_failed"):
+                row["met"] = False
+                row["miss_by"] = (row.get("miss_by") or "") + \
+                    f" {m['one_client_failed']} failed"
+        out.append(row)
+        n, runs = m.get("tgs_exchanges"), m.get("server_runs")
+        ok = bool(n and runs == TARGET_TGS_RUNS * n and not m.get("servers_disagreed_on_runs"))
+        out.append({
+            "what": (f"MPC Runs per TGS to a service in the cluster == {TARGET_TGS_RUNS} "
+                     f"({mode} servers; the servers' Run count, one client)"),
+            "measured": ("not measured" if not n or runs is None else
+                         f"{runs}/{n} = {m.get('runs_per_tgs'):g}"
+                         f" (the KDC module's count {m.get('module_runs_per_tgs')})"),
+            "met": ok,
+            "miss_by": None if ok else ("not measured" if not n or runs is None
+                                        else f"{m.get('runs_per_tgs'):g} Runs per TGS"),
+        })
+        mx = (m.get("mix") or {}).get("cts")
+        if mx:
+            out.append({
+                "what": (f"login + TGS + renewal + forwarding mix at 16 clients, TGS to the "
+                         f"service in the cluster, zero failed ({mode} servers)"),
+                "measured": (f"{mx.get('ops_per_s')} ops/s ("
+                             f"{fmt(m.get('mix_ratio_cts_to_kdb'), '.3f', 'x')} the mix with "
+                             f"a KDB-key service), {mx.get('failed')} failed"
+                             + (f": {mx.get('module_errors')}" if mx.get("failed") else "")),
+                "met": mx.get("failed") == 0,
+                "miss_by": None if mx.get("failed") == 0 else f"{mx.get('failed')} failed",
+            })
     return out
 
 
@@ -575,6 +676,8 @@ def targets(res):
     out.insert(1, runs_target(res))
     if res.get("cts"):
         out += cts_targets(res)
+    if res.get("tgs"):
+        out += tgs_targets(res)
     return out
 
 
@@ -752,11 +855,34 @@ def print_table(res, out_path):
                       f"{v['cpu_ms_per_login']}")
             if rl:
                 p(f"    varied / uniform {fmt(rl.get('ratio_varied_to_uniform'), '.3f', 'x')}")
+    print_tgs(res)
     p("targets:")
     for t in res["targets"]:
         p(f"  [{'met ' if t['met'] else 'MISS'}] {t['what']}: {t['measured']}"
           + (f"; missed by {t['miss_by']}" if t.get("miss_by") else ""))
     p(f"written: {out_path}")
+
+
+def print_tgs(res):
+    """tgs.json's lines of the table."""
+    modes = (res.get("tgs") or {}).get("modes") or {}
+    if modes:
+        print("TGS to a service whose aes256-cts key the cluster holds, Debian's kvno (tgs.json):")
+    for mode, m in modes.items():
+        if "error" in m:
+            print(f"  {mode:11s} failed: {m['error'][:200]}")
+            continue
+        print(f"  {mode:11s} one client p50 {fmt(m['one_client_p50_ms'], '.1f', ' ms')} p99 "
+              f"{fmt(m['one_client_p99_ms'], '.1f', ' ms')} (KDB-key service "
+              f"{fmt(m['kdb_service_p50_ms'], '.1f', ' ms')}); cold "
+              f"{m['cold_first_tickets_ms']} ms; Runs per TGS {m['runs_per_tgs']}; "
+              f"{fmt(m['ands_per_tgs'], ',.0f')} ANDs, {fmt(m['and_rounds_per_tgs'], ',.0f')} "
+              f"rounds per TGS; CPU ms per TGS {m['cpu_ms_per_tgs']}")
+        mx = m.get("mix") or {}
+        if mx:
+            print(f"    mix {fmt((mx.get('cts') or {}).get('ops_per_s'), '.1f')} ops/s with the "
+                  f"cts service, {fmt((mx.get('kdb') or {}).get('ops_per_s'), '.1f')} with the "
+                  f"KDB one: {fmt(m.get('mix_ratio_cts_to_kdb'), '.3f', 'x')}")
 
 
 def main():

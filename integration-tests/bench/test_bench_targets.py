@@ -24,7 +24,7 @@ import pytest
 
 from bench import (cts_bench, cts_realm, kdc_cpu_ab, kdc_profile, kpasswd_bench, netns_bench,
                    one_client_ab, replica_bench, storm_ab, storm_bench, storm_profile,
-                   storm_soak)
+                   storm_soak, tgs_bench)
 from kmpc_harness import cluster, kmpc_realm, netns, realm, replica
 
 # Methods kept as they are: they run no process themselves (ReplicaSet's
@@ -277,6 +277,25 @@ def test_cts_bench_targets(dry, tmp_path, mode):
             check_target(t, len(pop.groups[group]))
             assert os.path.exists(t.keytab)
     assert "noaddresses = false" in open(confs["addr"]).read()
+
+
+@pytest.mark.parametrize("mode", sorted(tgs_bench.MODES))
+def test_tgs_bench_realm_and_mix_targets(dry, tmp_path, mode):
+    """tgs_bench: its realm as main brings it up (both services' keytabs,
+    the cts one shared as a service key) and the mix's targets."""
+    calls = dry
+    args = tgs_bench.parser().parse_args(["--users", "6", "--module-option", "deadline_ms=9"])
+    r = tgs_bench.bring_up(str(tmp_path / "realm"), mode, args.users,
+                           cts_bench.parse_module_options(args.module_option), args.server_flags)
+    assert set(r.service_keytabs) == {"cts", "kdb"}
+    assert all(os.path.exists(kt) for kt in r.service_keytabs.values())
+    shares = [a for _c, n, a, _kw in calls if n == "admin" and a[:1] == ("share",)]
+    assert ("share", "--from-existing", f"--enctype={tgs_bench.CTS256}", "--service",
+            tgs_bench.SERVICES["cts"]) in shares
+    assert not any(tgs_bench.SERVICES["kdb"] in a for a in shares)
+    assert ("--security=semi-honest" in r.cluster.server_flags) == (mode == "semi-honest")
+    for which in ("cts", "kdb"):
+        check_target(tgs_bench.MixTarget(r, which), args.users)
 
 
 def test_kpasswd_bench_realms(dry, tmp_path):

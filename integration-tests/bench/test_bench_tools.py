@@ -107,3 +107,34 @@ def test_cts_bench_module_options_are_name_value_pairs():
     for bad in ("max_inflight", "=1"):
         with pytest.raises(SystemExit, match="NAME=VALUE"):
             cts_bench.parse_module_options([bad])
+
+
+def test_tgs_bench_clients_and_per_tgs_figures():
+    """tgs_bench: clients spread over the name lengths; a block's counters
+    become Runs, rounds and CPU per TGS (the servers' largest Run count,
+    their disagreement noted)."""
+    from bench import tgs_bench
+    names = [f"{'x' * n}" for n in range(2, 41)]
+    picked = tgs_bench.pick_clients(names, 4)
+    assert [len(n) for n in picked] == [2, 15, 27, 40]
+    assert tgs_bench.pick_clients(names[:3], 8) == names[:3]
+    t = tgs_bench.Totals()
+    kdc = lambda ex, runs: {("kmpc_kdc_exchanges_total", "tgs", "ok"): ex,  # noqa: E731
+                            ("kmpc_kdc_exchange_runs_total", "tgs", "ok"): runs}
+    mpc = lambda runs: {i: {"kmpc_batches_run_ok_total": runs[i]} for i in range(3)}  # noqa: E731
+    cts = lambda r: [{"kmpc_cts_ands_total": 10 * r, "kmpc_cts_and_rounds_total": r}  # noqa: E731
+                     for _ in range(3)]
+    t.block({"kdc": kdc(5, 5), "mpc": mpc([7, 7, 7]), "cts": cts(0)},
+            {"kdc": kdc(15, 15), "mpc": mpc([27, 27, 27]), "cts": cts(100)},
+            {"mpc-server-0": 1.0}, {"mpc-server-0": 1.2})
+    p = tgs_bench.per_tgs(t)
+    assert p["runs_per_tgs"] == 2 and p["module_runs_per_tgs"] == 1
+    assert p["and_rounds_per_tgs"] == 10 and p["ands_per_tgs"] == 100
+    assert p["cpu_ms_per_tgs"] == {"mpc-server-0": 20.0}
+    assert p["servers_disagreed_on_runs"] == 0
+    t.block({"kdc": kdc(0, 0), "mpc": mpc([0, 0, 0]), "cts": None},
+            {"kdc": kdc(10, 10), "mpc": mpc([20, 21, 20]), "cts": None},
+            {"mpc-server-0": 0.0}, {"mpc-server-0": 0.0})
+    p = tgs_bench.per_tgs(t)
+    assert p["server_runs"] == 41 and p["servers_disagreed_on_runs"] == 1
+    assert tgs_bench.per_tgs(tgs_bench.Totals()) == {"tgs_exchanges": 0}
