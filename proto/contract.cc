@@ -193,6 +193,8 @@ CtsShape CtsShapeOf(const JobShape& s) {
                       s.type == pb::JOB_ENCRYPT ? s.splice_offset : 0);
 }
 
+uint64_t CtsShapeBytes(const CtsShape& s) { return std::get<2>(s) + std::get<5>(s); }
+
 uint64_t SharedBytes(pb::JobType type, pb::Cipher cipher, uint64_t length, pb::CtsKey key,
                      uint64_t splice_length) {
   if (!CtsCipher(cipher)) return SharedBytes(type, length);

@@ -264,6 +264,16 @@ int CtsRounds(pb::Cipher cipher);
 // The program a job of shape s (an aes*-cts cipher) runs: n from its
 // length (DECRYPT: of C || T; ENCRYPT: of P; CHECKSUM: of D).
 CtsShape CtsShapeOf(const JobShape& s);
+// What a shape's compiled program and scratch grow with: n's class and a
+// splice's message length. A server keeps every program of a batch until
+// the batch ends, so one batch's distinct shapes sum to at most
+// kCtsBatchBytes of it (mpc-server EngineOptions::cts_batch_bytes); a job
+// whose new shape would pass it fails (JOB_MALFORMED), and the KDC module
+// never puts such a job in a batch beside others (kdc-plugin job.h
+// CtsBatchShapes). The bound lets one job of any length through beside
+// others, or one spliced reply of the longest P and D alone.
+uint64_t CtsShapeBytes(const CtsShape& s);
+inline constexpr uint64_t kCtsBatchBytes = 2 * kMaxCtsBytes;
 // n of an aes*-cts job, before its class: what its output is cut to.
 uint64_t CtsLengthOf(const JobShape& s);
 // One party's two shares of a message, as slices of a request's flat

@@ -24,6 +24,9 @@ struct BatcherStats {
   uint64_t blocks = 0;           // AES blocks the servers reported (party 0)
   uint64_t failed_batches = 0;
   uint64_t deep_batches = 0;     // batches of one deep group (deep_rounds)
+  uint64_t cts_shape_cuts = 0;   // batches ended early: the next job's
+                                 // aes*-cts programs would pass the
+                                 // servers' bound (contract::kCtsBatchBytes)
   uint64_t cts_unproven_refused = 0;  // exchanges over the compile budget
   uint64_t speculative_encrypts = 0;  // prepared ENCRYPT jobs sent
   uint64_t speculative_used = 0;      // ... whose keystream a later job used

@@ -477,18 +477,45 @@ std::shared_ptr<BatchStep> Dispatcher::NextDeep(absl::Time now) {
   // Every deep group queued, up to max_jobs (whole groups): deep work
   // shares a batch only with deep work.
   std::vector<PendingJob> batch;
-  while (!deep_queue_.empty() &&
-         (batch.size() < options_.max_jobs ||
-          (batch.back().group != 0 && deep_queue_.front().group == batch.back().group))) {
-    batch.push_back(std::move(deep_queue_.front()));
-    deep_queue_.pop_front();
-  }
+  TakeUnits(&deep_queue_, options_.max_jobs, UINT64_MAX, &batch);
   ++inflight_;
   ++deep_inflight_;
   ++stats_.deep_batches;
   std::shared_ptr<BatchStep> step = MakeStep(std::move(batch), StepKind::kRun, now);
   deep_steps_.insert(step.get());
   return step;
+}
+
+// A planned exchange's first-Run group (its given jobs and the prepared
+// ones, queued together: Enqueue) is never cut: BatchStep gates the
+// prepared jobs on the gate DECRYPT (release_if_ok) and links pads to the
+// ticket ENCRYPT (pad_after) only within one request, so the part past a
+// cut would go out ungated (BatchStep refuses to send it: fail closed).
+// So units (a job, or a whole group) go while the batch holds fewer than
+// max_jobs and, past the first, the unit's first job fits in max_blocks
+// and its new aes*-cts programs fit beside the batch's (CtsBatchShapes:
+// a server would fail the jobs past that bound, JOB_MALFORMED).
+uint64_t Dispatcher::TakeUnits(JobFifo* q, size_t max_jobs, uint64_t max_blocks,
+                               std::vector<PendingJob>* batch) {
+  CtsBatchShapes shapes;
+  uint64_t blocks = 0;
+  while (!q->empty() && batch->size() < max_jobs) {
+    const JobFifo::iterator first = q->begin();
+    JobFifo::iterator last = first + 1;
+    while (first->group != 0 && last != q->end() && last->group == first->group) ++last;
+    if (!batch->empty() && blocks + first->blocks > max_blocks) break;
+    if (!batch->empty() && !shapes.Fits(first, last)) {
+      ++stats_.cts_shape_cuts;
+      break;
+    }
+    shapes.Take(first, last);
+    for (auto n = last - first; n > 0; --n) {
+      blocks += q->front().blocks;
+      batch->push_back(std::move(q->front()));
+      q->pop_front();
+    }
+  }
+  return blocks;
 }
 
 std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
@@ -514,28 +541,10 @@ std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
   // goes, a later end with nothing waiting leaves no hold behind.
   hold_until_ = absl::InfinitePast();
   std::vector<PendingJob> batch;
-  uint64_t blocks = 0;
   const size_t take_jobs = std::max(o.max_jobs, o.backlog_jobs);
-  const uint64_t take_blocks = std::max(o.max_blocks, o.backlog_blocks);
   batch.reserve(std::min(take_jobs, queue_.size()));
-  while (!queue_.empty() && batch.size() < take_jobs &&
-         (batch.empty() || blocks + queue_.front().blocks <= take_blocks)) {
-    blocks += queue_.front().blocks;
-    queued_blocks_ -= queue_.front().blocks;
-    batch.push_back(std::move(queue_.front()));
-    queue_.pop_front();
-  }
-  // A planned exchange's first-Run group (its given jobs and the prepared
-  // ones, queued together: Enqueue) is never cut: BatchStep gates the
-  // prepared jobs on the gate DECRYPT (release_if_ok) and links pads to the
-  // ticket ENCRYPT (pad_after) only within one request, so the part past a
-  // cut would go out ungated (BatchStep refuses to send it: fail closed).
-  while (!queue_.empty() && batch.back().group != 0 &&
-         queue_.front().group == batch.back().group) {
-    queued_blocks_ -= queue_.front().blocks;
-    batch.push_back(std::move(queue_.front()));
-    queue_.pop_front();
-  }
+  queued_blocks_ -= TakeUnits(&queue_, take_jobs,
+                              std::max(o.max_blocks, o.backlog_blocks), &batch);
   if (queue_.empty()) flush_now_ = false;
   ++inflight_;
   return MakeStep(std::move(batch), StepKind::kRun, now);

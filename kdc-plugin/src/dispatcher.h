@@ -183,6 +183,11 @@ class Dispatcher : public StepHost,
   // Under mu_: the next deep group's batch, registered, or null (none
   // queued, one in flight, or max_inflight reached).
   std::shared_ptr<BatchStep> NextDeep(absl::Time now);
+  // Under mu_: moves whole units (a job, or a group) from q into *batch
+  // within max_jobs, max_blocks and the servers' bound on distinct aes*-cts
+  // programs (dispatcher.cc); returns their blocks.
+  uint64_t TakeUnits(JobFifo* q, size_t max_jobs, uint64_t max_blocks,
+                     std::vector<PendingJob>* batch);
   // Under mu_: whether a sleeping dispatcher must be woken to act at `at`;
   // if so it counts as awake from now on.
   bool NeedsWake(absl::Time at);

@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -223,6 +224,25 @@ class JobFifo {
   static constexpr size_t kCompactAt = 256;
   std::vector<PendingJob> v_;
   size_t head_ = 0;
+};
+
+// The distinct aes*-cts programs of one Run batch against the servers'
+// bound on them (contract::kCtsBatchBytes): a server fails a job whose new
+// program would pass it, so the dispatcher starts another batch instead
+// (dispatcher.cc TakeUnits). Jobs of other ciphers count nothing.
+class CtsBatchShapes {
+ public:
+  // Whether the jobs [first, last) fit beside those taken.
+  bool Fits(JobFifo::iterator first, JobFifo::iterator last) const;
+  void Take(JobFifo::iterator first, JobFifo::iterator last);
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  // The shapes of [first, last) not taken yet, and their bytes.
+  uint64_t NewBytes(JobFifo::iterator first, JobFifo::iterator last,
+                    std::set<contract::CtsShape>* fresh) const;
+  std::set<contract::CtsShape> shapes_;
+  uint64_t bytes_ = 0;
 };
 
 // The job's public shape for the contract (proto/contract.h): an ENCRYPT

@@ -39,6 +39,10 @@ constexpr StatsFamily kStatsFamilies[] = {
     {"kmpc_kdc_deep_batches_total",
      "batches of one exchange's jobs deeper than deep_rounds, sent alone", T::Counter,
      Read<&S::deep_batches>},
+    {"kmpc_kdc_cts_shape_cuts_total",
+     "batches ended before the next job: its aes*-cts programs would pass the servers' "
+     "bound on one batch's distinct programs (kCtsBatchBytes)",
+     T::Counter, Read<&S::cts_shape_cuts>},
     {"kmpc_kdc_cts_unproven_refused_total",
      "exchanges refused: their aes*-cts gate's shape is unproven and the compile budget "
      "(cts_unproven_per_minute) spent",

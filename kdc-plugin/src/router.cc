@@ -391,6 +391,7 @@ BatcherStats Router::stats() const {
     s.blocks += x.blocks;
     s.failed_batches += x.failed_batches;
     s.deep_batches += x.deep_batches;
+    s.cts_shape_cuts += x.cts_shape_cuts;
     s.cts_unproven_refused += x.cts_unproven_refused;
     s.speculative_encrypts += x.speculative_encrypts;
     s.speculative_used += x.speculative_used;

@@ -427,6 +427,44 @@ TEST_P(BatcherTest, WindowCollectsJobsIntoOneBatch) {
   EXPECT_EQ(b->stats().jobs, 5u);
 }
 
+// A server keeps every aes*-cts program of a batch until it ends and fails
+// a job whose new program would pass contract::kCtsBatchBytes (JOB_MALFORMED,
+// the exchange lost). Users of varied name lengths make such batches: the
+// dispatcher starts another batch instead; a length already in the batch
+// counts once.
+TEST_P(FakeBatcherTest, AesCtsProgramsOfOneBatchStayWithinTheServersBound) {
+  BatcherOptions o = WindowFlushed(absl::Milliseconds(400));
+  o.max_blocks = o.backlog_blocks = uint64_t{1} << 40;  // the bound alone cuts
+  auto b = Make(o);
+  const auto cts = [](size_t n) {
+    Job j;
+    j.type = kmpc::v1::JOB_ENCRYPT;
+    j.cipher = kmpc::v1::CIPHER_AES256_CTS;
+    j.key_id = std::string(contract::kKeyIdSize, 'u');
+    j.usage = 3;
+    j.input.assign(n, 'R');
+    return j;
+  };
+  // None deeper than deep_rounds (those go in batches of their own).
+  const std::vector<size_t> lengths = {400, 700, 1000, 1000, 1300, 1200, 400};
+  uint64_t all = 0;
+  std::set<contract::CtsShape> distinct;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    Job j = cts(lengths[i]);
+    const contract::CtsShape s = contract::CtsShapeOf(ShapeOf(j));
+    if (distinct.insert(s).second) all += contract::CtsShapeBytes(s);
+    ASSERT_LE(JobDepth(j), o.deep_rounds) << lengths[i];
+    ASSERT_TRUE(b->dispatcher().Submit(i, std::move(j)).ok());
+  }
+  ASSERT_GT(all, contract::kCtsBatchBytes);  // one batch would fail a job
+  // (The fake computes no aes*-cts job: each fails alone, unknown key.)
+  ASSERT_TRUE(sink_.WaitFor(lengths.size(), absl::Seconds(5)));
+  // In order: 400 + 700 + 1000 + 1000 (one program) + 1300 fit; 1200
+  // would pass the bound, so it and the last 400 go in a second batch.
+  EXPECT_EQ(RunSizes(), (std::vector<int>{5, 2}));
+  EXPECT_EQ(b->stats().cts_shape_cuts, 1u);
+}
+
 TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
   BatcherOptions o = WindowFlushed(absl::Seconds(30));
   o.max_jobs = 4;

@@ -219,7 +219,7 @@ CtsProgramCache::Shape CtsProgramCache::MakeShape(pb::JobType type, int nr, size
   return contract::MakeCtsShape(type, nr, n, cf2_bytes, usage, splice_m, splice_off);
 }
 
-size_t CtsProgramCache::ShapeBytes(const Shape& s) { return std::get<2>(s) + std::get<5>(s); }
+size_t CtsProgramCache::ShapeBytes(const Shape& s) { return contract::CtsShapeBytes(s); }
 
 CtsProgramCache::Shape ShapeOf(const CtsTask& t) {
   return CtsProgramCache::MakeShape(t.type, t.nr, t.n, t.cf2_bytes, t.usage, t.splice_m,

@@ -82,8 +82,8 @@ class CtsProgramCache {
   // keys its program by.
   static Shape MakeShape(pb::JobType type, int nr, size_t n, size_t cf2_bytes,
                          uint32_t usage, size_t splice_m = 0, size_t splice_off = 0);
-  // The sum of n and splice_m: what a shape's program and scratch grow
-  // with (EngineOptions::cts_batch_bytes).
+  // contract::CtsShapeBytes: what a shape's program and scratch grow with
+  // (EngineOptions::cts_batch_bytes).
   static size_t ShapeBytes(const Shape& s);
 
   // A program compiled inside a batch delays the batch by its compile time

@@ -583,7 +583,8 @@ struct EngineOptions {
   // All three parties must agree (the agreement digest covers it). The
   // default lets one job of any length (contract::kMaxCtsBytes) through
   // beside others, or one spliced reply of the longest P and D alone; > 0.
-  uint64_t cts_batch_bytes = 2 * contract::kMaxCtsBytes;
+  // The KDC module packs batches to the default (contract::kCtsBatchBytes).
+  uint64_t cts_batch_bytes = contract::kCtsBatchBytes;
   // The freshness of a gate (docs/security-model.md, "Freshness of the
   // gate"): an aes*-cts DECRYPT (a PA-ENC-TIMESTAMP, a FAST challenge)
   // releases the jobs gated on it only if its patimestamp lies within
