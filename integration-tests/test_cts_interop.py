@@ -239,7 +239,10 @@ def test_s4u2self_and_s4u2proxy_with_both_keys_in_the_cluster(realm):
     is issued by the LDAP policy and decrypts with the target's old
     keytab."""
     r, pws, keytabs, c = realm
+    runs = server_runs(r)
     c.run("kinit", "-f", "-k", "-t", keytabs[SERVICE], SERVICE)
+    # The AS reply under the proxy's key, the TGT: one Run.
+    assert server_runs(r) - runs == 1
     tu._tgt_is_mpc_keyed(c)
     runs = server_runs(r)
     out = c.run("kvno", "-U", "alice", "-k", keytabs[SERVICE], SERVICE)
@@ -254,7 +257,10 @@ def test_s4u2self_and_s4u2proxy_with_both_keys_in_the_cluster(realm):
     word, delegated = test_ldap._last_s4u2proxy_status(r, TARGET)
     assert word == "ISSUE" and delegated, word
     test_ldap._delegated_ticket_ok(c, out_cc, TARGET)
-    print("S4U2Self + S4U2Proxy Runs:", server_runs(r) - runs)
+    # The login (1), S4U2Self (2) and S4U2Proxy: 3 measured, as many as a
+    # renewal's (the evidence ticket presented back, its PAC checked, the
+    # delegated ticket made under the target's key with its signatures).
+    assert server_runs(r) - runs == 1 + 2 + 3
     assert_issued(r, TARGET)
     assert r.alive()
 
@@ -268,14 +274,17 @@ def test_validation_of_a_postdated_ticket_to_a_service(realm):
     c.run("kinit", "-s", "3s", "-S", SERVICE, "alice", input=pws["alice"] + "\n")
     tickets, out = c.tickets()
     flags = tickets[f"{SERVICE}@{r.realm}"][0]
-    assert "d" in flags and "I" in flags, out
+    assert "d" in flags and "i" in flags, out   # postdated, invalid
     time.sleep(3.5)
     runs = server_runs(r)
     c.run("kinit", "-v", "-S", SERVICE)
-    print("validation Runs:", server_runs(r) - runs)
+    # As a renewal (test_cts_back): the header ticket's Run (its DECRYPT),
+    # the presented PAC's signatures checked, the new ticket's ENCRYPT with
+    # its signatures made and spliced in.
+    assert server_runs(r) - runs == 3
     tickets, out = c.tickets()
     flags = tickets[f"{SERVICE}@{r.realm}"][0]
-    assert "I" not in flags and "d" in flags, out
+    assert "i" not in flags and "d" in flags, out
     out = c.run("kvno", "-k", keytabs[SERVICE], SERVICE)
     assert "keytab entry valid" in out, out
     assert_issued(r, SERVICE)
