@@ -183,14 +183,18 @@ def test_curl_negotiate_to_apache_mod_auth_gssapi(realm, tmp_path):
     accepts alice's SPNEGO token (REMOTE_USER alice@REALM in its access
     log); the ticket took two Runs. Without a ticket: 401."""
     r, pws, keytabs, c = realm
-    owner = subprocess.run(["dpkg", "-S", CURL], capture_output=True, text=True).stdout
-    assert owner.startswith("curl:"), owner
+    for path, pkg in ((CURL, "curl"), (kmpc_apache.APACHE, "apache2-bin"),
+                      (kmpc_apache.GSSAPI, "libapache2-mod-auth-gssapi")):
+        owner = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True)
+        assert owner.stdout.startswith(pkg + ":"), \
+            f"{path}: {owner.stdout}{owner.stderr} (deploy/install-deps.sh installs {pkg})"
     try:
-        web = kmpc_apache.Apache(str(tmp_path), WWW_HOST, keytabs[WWW], c.conf).start()
+        web = kmpc_apache.Apache(str(tmp_path), WWW_HOST, keytabs[WWW], c.conf)
     except kmpc_apache.ApacheError as e:
         pytest.fail(str(e))
     resolve = f"{WWW_HOST}:{web.port}:127.0.0.1"
     try:
+        web.start()
         code, _ = curl(c, web.url, resolve, ccache=str(tmp_path / "none.cc"))
         assert code == 401, web.logs()
         c.kinit("alice", pws["alice"])

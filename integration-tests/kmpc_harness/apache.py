@@ -26,6 +26,7 @@ from kmpc_harness import realm as kmpc_realm
 APACHE = "/usr/sbin/apache2"
 MODULES = "/usr/lib/apache2/modules"
 LOADED = ("mpm_prefork", "authn_core", "authz_core", "authz_user", "auth_gssapi")
+GSSAPI = os.path.join(MODULES, "mod_auth_gssapi.so")
 
 
 class ApacheError(Exception):
@@ -100,10 +101,10 @@ class Apache:
         kw = {}
         if self.user:
             kw = dict(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[])
-        self.proc = subprocess.Popen([APACHE, "-f", self.conf, "-DFOREGROUND"],
-                                     env=env, cwd=self.root, stdout=subprocess.DEVNULL,
-                                     stderr=open(os.path.join(self.root, "stderr.log"), "w"),
-                                     **kw)
+        with open(os.path.join(self.root, "stderr.log"), "w") as err:
+            self.proc = subprocess.Popen([APACHE, "-f", self.conf, "-DFOREGROUND"],
+                                         env=env, cwd=self.root,
+                                         stdout=subprocess.DEVNULL, stderr=err, **kw)
         deadline = time.time() + timeout
         while True:
             try:
@@ -129,7 +130,8 @@ class Apache:
 
     def stop(self):
         """SIGTERM to the parent, which stops its children (Apache's
-        'stop'); then the directory made for `nobody` goes."""
+        'stop'); then the directory made for `nobody` goes (a caller
+        wanting the logs reads them first)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
