@@ -13,15 +13,18 @@ or service side:
 - Debian's gss-client -d / gss-server (krb5-gss-samples): delegation;
 - Debian's curl --negotiate to Debian's Apache with mod_auth_gssapi on
   loopback (kmpc_harness.apache: its own config dir, never the system
-  service; missing packages fail the test);
+  service, run as `nobody` when the tests run as root, as Apache refuses
+  to serve as root; missing packages fail the test);
 - Debian's Heimdal kinit and kgetcred (kmpc_harness.heimdal, unpacked);
 - Debian's kvno -U (S4U2Self) and kvno -U -P (S4U2Proxy) with the proxy's
   and the target's keys in the cluster;
 - Debian's kinit -s (a postdated, invalid ticket to the service) and
   kinit -v (its validation, a TGS-REQ presenting it back).
 Every ticket is checked by the service's OLD keytab (Debian's kvno -k, or
-the service itself), and where the servers' counters show it, a TGS to a
-service in the cluster takes two Runs (the TGT's, the ticket's).
+the service itself), and the servers' Runs are counted: a TGS to a
+service in the cluster takes two (the TGT's, the ticket's); a validation
+and an S4U2Proxy three. The fixture first gets each kind of ticket once,
+so that the counts are those of programs already compiled.
 """
 import os
 import re
