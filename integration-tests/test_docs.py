@@ -77,6 +77,7 @@ EXTERNAL_OPTIONS = {
     "--vmodule": "abseil's logging",
     "--minloglevel": "abseil's logging",
     "--stderrthreshold": "abseil's logging",
+    "--negotiate": "curl (SPNEGO)",
 }
 # Targets of krb5's own makefiles the docs name: {target: where}.
 KRB5_MAKE_TARGETS = {

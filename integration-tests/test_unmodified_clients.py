@@ -200,25 +200,46 @@ def test_forwarding_and_gss_delegation(kmpc, tmp_path):
     c.kinit("alice", pws["alice"], "-f")
     tgt = _tgt_is_mpc_keyed(c)
     assert "F" in tgt[0], tgt
+    gss_delegation(c, r.keytab, str(tmp_path))
+    kdc = open(r.kdc_log).read()
+    assert re.search(rf"TGS_REQ .*ISSUE: .*tkt=aes256-ctr-mpc.*alice@{REALM} for "
+                     rf"krbtgt/{REALM}@{REALM}", kdc), kdc[-3000:]
+
+
+def gss_delegation(c, keytab, workdir):
+    """gss-client -d to gss-server (-once, its keytab `keytab`) on
+    loopback, with c's ccache (a forwardable TGT): the server reports the
+    delegation and the message; the client's trace shows the forwarded TGT
+    it got from the KDC. (server log, client trace)."""
+    realm = c.r.realm
     port = kmpc_realm.free_ports(1)[0]
-    log = str(tmp_path / "gss-server.log")
+    log = os.path.join(workdir, "gss-server.log")
     srv = subprocess.Popen([STOCK["gss-server"], "-port", str(port), "-once",
-                            "-verbose", "-logfile", log, "-keytab", r.keytab,
+                            "-verbose", "-logfile", log, "-keytab", keytab,
                             GSS_SERVICE],
                            env=c.env(), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 20
-        trace = str(tmp_path / "gss-client.trace")
+        trace = os.path.join(workdir, "gss-client.trace")
+        outs = []
         while True:
             p = subprocess.run([STOCK["gss-client"], "-port", str(port), "-d",
                                 "127.0.0.1", GSS_SERVICE, "delegated hello"],
                                capture_output=True, text=True, timeout=60,
                                env=c.env(KRB5_TRACE=trace))
-            if p.returncode == 0 or time.time() > deadline:
+            outs.append(p.stdout + p.stderr)
+            if p.returncode == 0 or "Connection refused" not in outs[-1] \
+                    or time.time() > deadline:
                 break
             time.sleep(0.2)   # the server may not listen yet
-        assert p.returncode == 0, p.stdout + p.stderr
+        if p.returncode != 0:
+            srv.kill()
+            slog = srv.communicate()[0]
+            if os.path.exists(log):
+                with open(log) as f:
+                    slog += f.read()
+            pytest.fail("gss-client: " + "\n".join(outs) + "\ngss-server: " + slog)
         srv.wait(timeout=30)
     finally:
         if srv.poll() is None:
@@ -231,10 +252,8 @@ def test_forwarding_and_gss_delegation(kmpc, tmp_path):
     with open(trace) as f:
         ctrace = f.read()
     # The client got a forwarded TGT from the KDC for the delegation.
-    assert f"TGS reply is for alice@{REALM} -> krbtgt/{REALM}@{REALM}" in ctrace, ctrace
-    kdc = open(r.kdc_log).read()
-    assert re.search(rf"TGS_REQ .*ISSUE: .*tkt=aes256-ctr-mpc.*alice@{REALM} for "
-                     rf"krbtgt/{REALM}@{REALM}", kdc), kdc[-3000:]
+    assert f"TGS reply is for alice@{realm} -> krbtgt/{realm}@{realm}" in ctrace, ctrace
+    return slog, ctrace
 
 
 def test_s4u2self(kmpc):
