@@ -202,3 +202,55 @@ def test_kadmind_asks_the_cluster_and_refuses_what_does_not_verify(kr):
 def full_kadmind_log(kr):
     with open(os.path.join(kr.dir, "kadmind.log")) as f:
         return f.read()
+
+
+def keytab_key(c, keytab, princ):
+    """The hex of princ's newest aes256-cts key in keytab (Debian's klist
+    -k -K)."""
+    rc, out = c.run("klist", "-k", "-K", "-e", keytab)
+    assert rc == 0, out
+    rows = [line.split() for line in out.splitlines() if f"{princ}@" in line and CTS256 in line]
+    kvno, key = max((int(r[0]), r[-1].strip("()")) for r in rows)
+    return key[2:] if key.startswith("0x") else key
+
+
+def test_kadmind_keys_stay_in_the_cluster_through_randkey_and_ktadd(kr, krb5_tool):  # noqa: F811
+    """Once in the cluster, kadmind's keys are protected services: cpw
+    -randkey (kadmin.local, Debian's kadmin through kadmind) deals a new
+    random key there, and kadmin.local's ktadd (Debian's usual ktadd -k
+    kadm5.keytab) returns a new key to the keytab while the KDB gets its
+    handle. Before, both wrote real keys back to the KDB and dropped the
+    handles. (kadmind itself returns no key of kadmin/* to a remote ktadd:
+    MIT's lockdown_keys, which kdb5_util create sets on them.)"""
+    c = Stock(kr)
+    kr.start()
+    kr.admin("share", "--from-existing", "--service", f"--enctype={CTS256}", *KADMIND)
+    before = {r[0] for r in kr.kdb_keys("kadmin/admin")}
+    kr.kadmin_local(f"cpw -randkey -e {CTS256}:normal kadmin/admin")
+    rows = assert_only_handles(kr, "kadmin/admin")
+    assert {r[1] for r in rows} == {CTS256} and not {r[0] for r in rows} & before, rows
+    kr.start_kadmind()
+    # kadmind accepts tickets under the new kadmin/admin key (a service's).
+    rc, out = stock_kadmin(kr, c, f"getprinc {USER}")
+    assert rc == 0 and f"Principal: {USER}@{kr.realm}" in out, out + kadmind_log(kr)
+    # cpw -randkey through kadmind, by Debian's kadmin.
+    before = {r[0] for r in kr.kdb_keys("kadmin/changepw")}
+    rc, out = stock_kadmin(kr, c, f"cpw -randkey -e {CTS256}:normal kadmin/changepw")
+    assert rc == 0 and "randomized" in out, out + kadmind_log(kr)
+    rows = assert_only_handles(kr, "kadmin/changepw")
+    assert not {r[0] for r in rows} & before, rows
+    # kadmin.local ktadd: the keytab holds the key the cluster holds; it
+    # decrypts a fresh kpasswd ticket, and kpasswd through kadmind works.
+    kt = os.path.join(kr.dir, "kadm5.keytab")
+    out = kr.kadmin_local(f"ktadd -e {CTS256}:normal -k {kt} kadmin/changepw")
+    assert "added to keytab" in out, out
+    assert_only_handles(kr, "kadmin/changepw")
+    etype, cipher = recorded_changepw_ticket(kr, c)
+    key = keytab_key(c, kt, "kadmin/changepw")
+    assert krb5_tool("dec", "18", key, "2", cipher.hex(), ok=False).returncode == 0
+    rc, out = c.run("kpasswd", USER, input=f"{USER_PW}\n{USER_NEW}\n{USER_NEW}\n")
+    assert rc == 0 and "Password changed" in out, out + kadmind_log(kr)
+    # A password is no key for kadmind's principals in the cluster.
+    out = kr.kadmin_local("cpw -pw Kadmin-pw-1 kadmin/admin", expected_code=None)
+    assert "never a password" in out, out
+    assert_only_handles(kr, "kadmin/admin")
