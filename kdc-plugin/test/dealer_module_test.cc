@@ -32,6 +32,10 @@ extern "C" {
 
 krb5_error_code mpcdealer_kmpc_initvt(krb5_context, int, int, krb5_plugin_vtable);
 krb5_error_code kadm5_hook_kmpc_initvt(krb5_context, int, int, krb5_plugin_vtable);
+// libkrb5's ticket decryption (exported; declared in MIT's private
+// k5-int.h), which every AP-REQ path calls and which calls the hook.
+krb5_error_code KRB5_CALLCONV krb5_decrypt_tkt_part(krb5_context, const krb5_keyblock*,
+                                                    krb5_ticket*);
 }
 
 namespace {
