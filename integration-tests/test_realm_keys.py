@@ -239,3 +239,30 @@ def test_status_names_kadminds_keys_and_notes_cross_realm_keys(kmpc_factory):
     rc, problems, out = status_kdb(kr)
     assert rc == 1 and [l.split(" should be")[0] for l in problems] == [
         f"kdb: {kr.tgs}"], out
+
+
+def server_kinds(kr, princ, kind):
+    """How many of the servers' records of princ's current keys already
+    are of `kind`, read from their stores (kmpc-admin set-kind to the same
+    kind answers "already KIND" and changes nothing)."""
+    _, out, err = kr.admin("set-kind", f"--kind={kind}", princ, expected_code=None)
+    return out.count(f"already {kind}"), out + err
+
+
+def test_a_password_on_a_service_pattern_principal_is_no_service_key(realm):
+    """The attack: with the dealer's `service` pattern on, a password set
+    with kadmin.local (addprinc or cpw -pw) was dealt as a random service
+    key: the servers release its AS reply ungated and decrypt tickets under
+    it, an offline verifier of the password. It is dealt as user+service
+    now (libkdb5 tells the dealer a random key from a password's); a random
+    key of the same principal still is a service's."""
+    kr = realm
+    svc = "host/pw.kmpc.test"
+    kr.kadmin_local(f"addprinc -e {CTS256}:normal -pw Svc-pw-1 {svc}")
+    assert server_kinds(kr, svc, "user+service")[0] == 3
+    kr.kadmin_local(f"cpw -e {CTS256}:normal -pw Svc-pw-2 {svc}")
+    n, out = server_kinds(kr, svc, "user+service")
+    assert n == 3, out
+    kr.kadmin_local(f"cpw -e {CTS256}:normal -randkey {svc}")
+    n, out = server_kinds(kr, svc, "service")
+    assert n == 3, out

@@ -46,7 +46,11 @@
 // principals they match (kmpc.proto KeyKind, which the servers check): a
 // principal's kmpc_key_kind string attribute (kadmin setstr) wins over
 // them, and a principal none names is a user (a password-derived key whose
-// AS reply the servers gate, with no ticket or PAC material).
+// AS reply the servers gate, with no ticket or PAC material). A password
+// set on a principal of kind service is dealt as user+service: only a
+// random key gets a service key's powers (KindOf below). kadmind's own
+// principals (kadmin/*, kiprop/*), once in the cluster, get random service
+// keys only (libkdb5 deals their keys only once they hold a handle).
 //
 // No key, share or password is ever logged or put in a message.
 #include <fnmatch.h>
@@ -64,6 +68,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -125,6 +130,28 @@ bool Matches(const std::vector<std::string>& patterns, const std::string& name) 
   return false;
 }
 
+bool ComponentIs(const krb5_data& d, std::string_view s) {
+  return d.length == s.size() && std::memcmp(d.data, s.data(), s.size()) == 0;
+}
+
+// kadmind's and kpropd's own service principals, whose tickets kadmind
+// decrypts in the cluster: kadmin/admin, kadmin/changepw, the host-based
+// kadmin/<fqdn>, and kiprop/<fqdn>; not kadmin/history, whose key
+// encrypts kadm5's password history and is never dealt.
+bool KadmindService(krb5_const_principal p) {
+  if (p == nullptr || p->length != 2) return false;
+  if (ComponentIs(p->data[0], "kiprop")) return true;
+  return ComponentIs(p->data[0], "kadmin") && !ComponentIs(p->data[1], "history");
+}
+
+bool KadmindService(krb5_context ctx, const std::string& name) {
+  krb5_principal p = nullptr;
+  if (krb5_parse_name(ctx, name.c_str(), &p) != 0) return false;
+  const bool yes = KadmindService(p);
+  krb5_free_principal(ctx, p);
+  return yes;
+}
+
 class Dealer {
  public:
   Dealer(std::string config_path, Patterns patterns)
@@ -135,10 +162,11 @@ class Dealer {
            Matches(patterns_.user_service, name);
   }
 
-  // Deals key; returns the key id. Messages name servers, never secrets.
+  // Deals key (a random one if `random`, else possibly derived from a
+  // password); returns the key id. Messages name servers, never secrets.
   absl::StatusOr<std::string> Deal(krb5_context ctx, const std::string& name,
                                    krb5_kvno kvno, const krb5_keyblock& key,
-                                   std::set<std::string> replaced) {
+                                   bool random, std::set<std::string> replaced) {
     std::lock_guard<std::mutex> lock(mu_);
     SettleAbandoned(ctx);
     absl::Status st = ConnectLocked();
@@ -150,12 +178,14 @@ class Dealer {
       return absl::InvalidArgumentError(absl::StrCat(
           "enctype ", key.enctype, " is not one the cluster holds (aes*-ctr-mpc, "
           "aes128/aes256-cts-hmac-sha1-96)"));
+    absl::StatusOr<KeyKind> kind = KindOf(ctx, name, random);
+    if (!kind.ok()) return kind.status();
     std::string key_id(contract::kKeyIdSize, '\0');
     if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
                    contract::kKeyIdSize) != 1)
       return absl::InternalError("no randomness for a key id");
     client::KeyMeta meta{key_id, kvno, name};
-    meta.kind = KindOf(ctx, name);
+    meta.kind = *kind;
     st = cluster_->PutKey(*cipher, absl::MakeConstSpan(key.contents, key.length), meta);
     if (!st.ok()) return st;
     Pending& p = pending_[name];
@@ -239,11 +269,28 @@ class Dealer {
   // password-derived key, whose AS reply the servers gate and which gets no
   // ticket or PAC material (a principal added right now has no attributes
   // yet: its patterns decide until the admin sets one and changes the key).
-  KeyKind KindOf(krb5_context ctx, const std::string& name) const {
-    if (std::optional<KeyKind> k = AttributeKind(ctx, name)) return *k;
-    if (Matches(patterns_.user_service, name)) return KeyKind::kUserService;
-    if (Matches(patterns_.service, name)) return KeyKind::kService;
-    return KeyKind::kUser;
+  // A service key is a random key: the servers release its AS reply without
+  // a gate and decrypt tickets under it, which for a password-derived key
+  // would hand out a verifier to guess the password against offline
+  // (docs/security-model.md). So a key that may come from a password is
+  // dealt as user+service where the name says service, and kadmind's
+  // principals, whose tickets kadmind decrypts in the cluster, take random
+  // keys only.
+  absl::StatusOr<KeyKind> KindOf(krb5_context ctx, const std::string& name,
+                                 bool random) const {
+    if (KadmindService(ctx, name)) {
+      if (!random)
+        return absl::FailedPreconditionError(
+            "kadmind's keys in the cluster are random keys (cpw -randkey or "
+            "ktadd), never a password");
+      return KeyKind::kService;
+    }
+    KeyKind kind = KeyKind::kUser;
+    if (std::optional<KeyKind> k = AttributeKind(ctx, name)) kind = *k;
+    else if (Matches(patterns_.user_service, name)) kind = KeyKind::kUserService;
+    else if (Matches(patterns_.service, name)) kind = KeyKind::kService;
+    if (kind == KeyKind::kService && !random) return KeyKind::kUserService;
+    return kind;
   }
 
   // The kind kKindAttribute names on `name`'s KDB entry; nullopt if the
@@ -394,16 +441,16 @@ krb5_boolean DealerProtects(krb5_context ctx, krb5_mpcdealer_moddata,
   return !name.empty() && g_dealer != nullptr && g_dealer->Protects(name);
 }
 
-krb5_error_code DealerDeal(krb5_context ctx, krb5_mpcdealer_moddata,
-                           krb5_const_principal princ, krb5_kvno kvno,
-                           const krb5_keyblock* key, krb5_keyblock* handle_out) {
+krb5_error_code DealKey(krb5_context ctx, krb5_const_principal princ, krb5_kvno kvno,
+                        const krb5_keyblock* key, bool random,
+                        krb5_keyblock* handle_out) {
   std::memset(handle_out, 0, sizeof(*handle_out));
   std::string name = Unparse(ctx, princ);
   if (name.empty() || g_dealer == nullptr) return ENOMEM;
   try {
     std::set<std::string> replaced;
     (void)Dealer::ReadHandles(ctx, name, &replaced);
-    auto id = g_dealer->Deal(ctx, name, kvno, *key, std::move(replaced));
+    auto id = g_dealer->Deal(ctx, name, kvno, *key, random, std::move(replaced));
     if (!id.ok()) {
       krb5_error_code code = KADM5_MPC_DEAL_FAILED;
       krb5_set_error_message(
@@ -429,6 +476,23 @@ krb5_error_code DealerDeal(krb5_context ctx, krb5_mpcdealer_moddata,
   }
 }
 
+// libkdb5 says whether key is random (mpcdealer minor version 2).
+krb5_error_code DealerDealOrigin(krb5_context ctx, krb5_mpcdealer_moddata,
+                                 krb5_const_principal princ, krb5_kvno kvno,
+                                 const krb5_keyblock* key, krb5_flags flags,
+                                 krb5_keyblock* handle_out) {
+  return DealKey(ctx, princ, kvno, key, (flags & KRB5_MPCDEALER_RANDOM_KEY) != 0,
+                 handle_out);
+}
+
+// A libkdb5 of minor version 1 does not say where key came from: it may be
+// a password's, so it never gets a random key's powers.
+krb5_error_code DealerDeal(krb5_context ctx, krb5_mpcdealer_moddata,
+                           krb5_const_principal princ, krb5_kvno kvno,
+                           const krb5_keyblock* key, krb5_keyblock* handle_out) {
+  return DealKey(ctx, princ, kvno, key, /*random=*/false, handle_out);
+}
+
 // ---- tickets under handles (kadmind's own keys) -----------------------------
 
 // The cluster kadmind runs ticket DECRYPTs on (ticket_decrypt.h): the KDC's
@@ -437,6 +501,7 @@ krb5_error_code DealerDeal(krb5_context ctx, krb5_mpcdealer_moddata,
 // Read when kadm5 loads the hook: the krb5 contexts GSS-API makes to
 // accept a ticket see krb5.conf only, not kdc.conf.
 std::optional<client::ClusterConfig> g_ticket_cfg;
+std::string g_realm;  // kadmind's realm (kadm5 makes it the default realm)
 std::unique_ptr<TicketDecrypter> g_decrypter;  // made on first use, under g_mu
 
 std::vector<std::string> KdcValues(krb5_context ctx, const char* name) {
@@ -481,12 +546,30 @@ std::optional<client::ClusterConfig> TicketClusterConfig(krb5_context ctx) {
   return cfg;
 }
 
+// Whether kadmind may have a ticket to `server` decrypted in the cluster:
+// only a ticket to one of its own principals of its realm. The KDB: keytab
+// kadmind reads hands it any principal's key, so without this an AP-REQ
+// carrying a ticket to any service in the cluster (host/, HTTP/) would be
+// decrypted through it.
+bool KadmindMayDecrypt(krb5_const_principal server) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return server != nullptr && !g_realm.empty() && ComponentIs(server->realm, g_realm) &&
+         KadmindService(server);
+}
+
 // The hook of krb5 patch 0026-Decrypt-tickets (krb5_mpc_set_ticket_decrypt):
 // libkrb5 calls it for a ticket whose service key libk5crypto refused; it
-// decrypts those whose key is an aes*-cts handle in the cluster and refuses
-// the rest as libk5crypto did.
-krb5_error_code DecryptTicket(krb5_context ctx, void*, const krb5_keyblock* key,
-                              const krb5_enc_data* enc, krb5_data* output) {
+// decrypts those to kadmind's own principals whose key is an aes*-cts
+// handle in the cluster and refuses the rest as libk5crypto did.
+krb5_error_code DecryptTicket(krb5_context ctx, void*, krb5_const_principal server,
+                              const krb5_keyblock* key, const krb5_enc_data* enc,
+                              krb5_data* output) {
+  if (!KadmindMayDecrypt(server)) {
+    krb5_set_error_message(ctx, KRB5KRB_AP_ERR_NOKEY,
+                           "kmpc: kadmind decrypts tickets to its own principals "
+                           "only, in the cluster");
+    return KRB5KRB_AP_ERR_NOKEY;
+  }
   if (key->length != KRB5_KDCMPC_HANDLE_LEN ||
       std::memcmp(key->contents, KRB5_KDCMPC_HANDLE_MAGIC,
                   KRB5_KDCMPC_HANDLE_MAGIC_LEN) != 0 ||
@@ -542,6 +625,12 @@ kadm5_ret_t HookInit(krb5_context ctx, kadm5_hook_modinfo** modinfo) {
     std::lock_guard<std::mutex> lock(g_mu);
     try {
       g_ticket_cfg = TicketClusterConfig(ctx);
+      char* realm = nullptr;
+      g_realm.clear();
+      if (krb5_get_default_realm(ctx, &realm) == 0) {
+        g_realm = realm;
+        krb5_free_default_realm(ctx, realm);
+      }
     } catch (...) {
       g_ticket_cfg.reset();
     }
@@ -605,7 +694,7 @@ kadm5_ret_t HookRemove(krb5_context ctx, kadm5_hook_modinfo*, int stage,
 extern "C" {
 
 __attribute__((visibility("default"))) krb5_error_code
-mpcdealer_kmpc_initvt(krb5_context, int maj_ver, int, krb5_plugin_vtable vtable) {
+mpcdealer_kmpc_initvt(krb5_context, int maj_ver, int min_ver, krb5_plugin_vtable vtable) {
   if (maj_ver != 1) return KRB5_PLUGIN_VER_NOTSUPP;
   auto* vt = reinterpret_cast<krb5_mpcdealer_vtable>(vtable);
   vt->name = kmpc::admin::kModuleName;
@@ -613,6 +702,8 @@ mpcdealer_kmpc_initvt(krb5_context, int maj_ver, int, krb5_plugin_vtable vtable)
   vt->fini = kmpc::admin::DealerFini;
   vt->protects = kmpc::admin::DealerProtects;
   vt->deal = kmpc::admin::DealerDeal;
+  // deal_origin is beyond a minor-1 caller's vtable.
+  if (min_ver >= 2) vt->deal_origin = kmpc::admin::DealerDealOrigin;
   return 0;
 }
 

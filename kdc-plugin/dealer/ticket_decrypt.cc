@@ -4,7 +4,6 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
-#include <chrono>
 #include <ctime>
 #include <vector>
 
@@ -95,35 +94,20 @@ TicketDecrypter::TicketDecrypter(client::ClusterChannels channels,
                                  uint64_t unproven_per_minute)
     : channels_(std::move(channels)),
       per_minute_(static_cast<double>(unproven_per_minute)),
-      tokens_(per_minute_),
-      at_(std::chrono::steady_clock::now()) {
+      budget_{per_minute_, per_minute_, per_minute_ / 60, absl::Time()} {
   for (int i = 0; i < client::kParties; ++i)
     stubs_[i] = pb::KeyOps::NewStub(channels_.channel(i));
 }
 
 bool TicketDecrypter::Admit(const Length& len) {
   std::lock_guard<std::mutex> l(mu_);
-  if (per_minute_ == 0) return true;
-  for (const Length& p : proven_)
-    if (p == len) return true;
-  const auto now = std::chrono::steady_clock::now();
-  const double dt = std::chrono::duration<double>(now - at_).count();
-  tokens_ = std::min(per_minute_, tokens_ + per_minute_ * dt / 60);
-  at_ = now;
-  if (tokens_ < 1) return false;
-  tokens_ -= 1;
-  return true;
+  if (per_minute_ == 0 || proven_.Has(len)) return true;
+  return budget_.Take(absl::Now());
 }
 
 void TicketDecrypter::Prove(const Length& len) {
   std::lock_guard<std::mutex> l(mu_);
-  for (auto it = proven_.begin(); it != proven_.end(); ++it)
-    if (*it == len) {
-      proven_.erase(it);
-      break;
-    }
-  proven_.push_front(len);
-  if (proven_.size() > kProvenLengths) proven_.pop_back();
+  proven_.Prove(len);
 }
 
 absl::Status TicketDecrypter::RunOnAll(

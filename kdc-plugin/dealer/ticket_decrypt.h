@@ -21,9 +21,7 @@
 #define KMPC_DEALER_TICKET_DECRYPT_H_
 
 #include <array>
-#include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +32,8 @@
 #include "absl/types/span.h"
 #include "client/channels.h"
 #include "kmpc.grpc.pb.h"
+// Header-only: the KDC module's compile budget, not its sources.
+#include "../src/compile_budget.h"
 
 namespace kmpc::admin {
 
@@ -76,9 +76,8 @@ class TicketDecrypter {
   client::ClusterChannels channels_;
   const double per_minute_;
   std::mutex mu_;  // guards what follows
-  std::deque<Length> proven_;  // most recent first
-  double tokens_;
-  std::chrono::steady_clock::time_point at_;
+  kdc::RecentlyProven<Length, kProvenLengths> proven_;
+  kdc::Budget budget_;
   std::array<std::unique_ptr<kmpc::v1::KeyOps::Stub>, client::kParties> stubs_;
 };
 

@@ -155,30 +155,4 @@ absl::Status CtsGate::HeldBackFailure(absl::string_view why) {
       "): a job held back for it is not sent elsewhere without it"));
 }
 
-void ProvenShapes::Prove(const contract::CtsShape& s) {
-  auto it = index_.find(s);
-  if (it != index_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return;
-  }
-  lru_.push_front(s);
-  index_.emplace(s, lru_.begin());
-  if (lru_.size() > kProvenShapes) {
-    index_.erase(lru_.back());
-    lru_.pop_back();
-  }
-}
-
-void ProvenShapes::Forget(const contract::CtsShape& s) {
-  auto it = index_.find(s);
-  if (it == index_.end()) return;
-  lru_.erase(it->second);
-  index_.erase(it);
-}
-
-void ProvenShapes::Clear() {
-  lru_.clear();
-  index_.clear();
-}
-
 }  // namespace kmpc::kdc

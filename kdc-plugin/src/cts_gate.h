@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "compile_budget.h"
 #include "contract.h"
 #include "job.h"
 #include "prepared.h"
@@ -52,21 +53,10 @@ namespace kmpc::kdc {
 // cause at most one compile per eviction (docs/security-model.md, review3
 // finding C). Since the request is dealt padded (contract.h
 // SpliceDealtBytes) a realm's logins have few shapes.
-class ProvenShapes {
+class ProvenShapes : public RecentlyProven<contract::CtsShape, 24> {
  public:
-  static constexpr size_t kProvenShapes = 24;
+  static constexpr size_t kProvenShapes = kCapacity;
   static_assert(kProvenShapes < contract::kCtsProgramsKept);
-  bool Has(const contract::CtsShape& s) const { return index_.count(s) != 0; }
-  // s is proven now (inserted, or moved to the front).
-  void Prove(const contract::CtsShape& s);
-  // s is no longer proven.
-  void Forget(const contract::CtsShape& s);
-  size_t size() const { return lru_.size(); }
-  void Clear();
-
- private:
-  std::list<contract::CtsShape> lru_;  // most recent first
-  std::map<contract::CtsShape, std::list<contract::CtsShape>::iterator> index_;
 };
 
 class CtsGate {

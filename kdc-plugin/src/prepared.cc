@@ -6,16 +6,6 @@ namespace kmpc::kdc {
 
 namespace pb = ::kmpc::v1;
 
-bool Budget::Take(absl::Time now) {
-  // A wall-clock step backwards refills nothing (and takes nothing).
-  const double dt = std::max(0.0, absl::ToDoubleSeconds(now - at));
-  if (at != absl::Time()) tokens = std::min(burst, tokens + per_sec * dt);
-  at = now;
-  if (tokens < 1) return false;
-  tokens -= 1;
-  return true;
-}
-
 PendingJob PreparedJob(const PendingJob& cause, pb::JobType type,
                        const std::string& key_id, pb::Cipher cipher,
                        uint32_t usage, size_t length) {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "compile_budget.h"  // Budget
 #include "job.h"
 
 namespace kmpc::kdc {
@@ -72,14 +73,6 @@ struct HeldKeystream {
   // The exchange and plan item it was made for (planner.h).
   uint64_t exchange_id = 0;
   int item = -1;
-};
-
-// A token bucket: `burst` tokens at most, refilled at `per_sec`.
-struct Budget {
-  double tokens, burst, per_sec;
-  absl::Time at;
-  bool Take(absl::Time now);
-  void GiveBack(double t) { tokens = std::min(burst, tokens + t); }
 };
 
 // A prepared job taken along in `cause`'s group: an ENCRYPT of `length`

@@ -32,6 +32,10 @@ extern "C" {
 
 krb5_error_code mpcdealer_kmpc_initvt(krb5_context, int, int, krb5_plugin_vtable);
 krb5_error_code kadm5_hook_kmpc_initvt(krb5_context, int, int, krb5_plugin_vtable);
+// libkrb5's ticket decryption (exported; declared in MIT's private
+// k5-int.h), which every AP-REQ path calls and which calls the hook.
+krb5_error_code KRB5_CALLCONV krb5_decrypt_tkt_part(krb5_context, const krb5_keyblock*,
+                                                    krb5_ticket*);
 }
 
 namespace {
@@ -83,11 +87,18 @@ class DealerModuleTest : public ::testing::Test {
         << "[mpcdealer]\n  kmpc = {\n" << mpcdealer << "  }\n";
     setenv("KRB5_CONFIG", path.c_str(), 1);
     ASSERT_EQ(krb5_init_context(&ctx_), 0);
-    ASSERT_EQ(mpcdealer_kmpc_initvt(ctx_, 1, 1,
+    ASSERT_EQ(mpcdealer_kmpc_initvt(ctx_, 1, 2,
                                     reinterpret_cast<krb5_plugin_vtable>(&dealer_)),
               0);
     ASSERT_EQ(dealer_.init(ctx_, &data_), 0);
     dealer_up_ = true;
+  }
+
+  // The kadm5_hook vtable, initialised as kadm5 does in kadmind (which
+  // registers the ticket hook).
+  void InitHook(kadm5_hook_vftable_1* h, kadm5_hook_modinfo** info) {
+    ASSERT_EQ(kadm5_hook_kmpc_initvt(ctx_, 1, 2, reinterpret_cast<krb5_plugin_vtable>(h)), 0);
+    ASSERT_EQ(h->init(ctx_, info), 0);
   }
 
   bool Protects(const char* name) {
@@ -98,9 +109,11 @@ class DealerModuleTest : public ::testing::Test {
     return yes;
   }
 
-  // Deals `key` of `enctype` for `name`; the error's message in *msg.
+  // Deals `key` of `enctype` for `name` as libkdb5 does (deal_origin with
+  // `flags`; deal, the minor-1 method, if `v1`); the error's message in *msg.
   krb5_error_code Deal(const char* name, krb5_enctype enctype,
-                       krb5_keyblock* handle, std::string* msg) {
+                       krb5_keyblock* handle, std::string* msg,
+                       krb5_flags flags = KRB5_MPCDEALER_RANDOM_KEY, bool v1 = false) {
     krb5_principal p = nullptr;
     EXPECT_EQ(krb5_parse_name(ctx_, name, &p), 0);
     krb5_keyblock key{};
@@ -110,7 +123,9 @@ class DealerModuleTest : public ::testing::Test {
     key.contents = const_cast<krb5_octet*>(kKey.data());
     handle->contents = reinterpret_cast<krb5_octet*>(1);  // must be cleared
     handle->length = 7;
-    const krb5_error_code ret = dealer_.deal(ctx_, data_, p, 5, &key, handle);
+    const krb5_error_code ret =
+        v1 ? dealer_.deal(ctx_, data_, p, 5, &key, handle)
+           : dealer_.deal_origin(ctx_, data_, p, 5, &key, flags, handle);
     krb5_free_principal(ctx_, p);
     const char* m = krb5_get_error_message(ctx_, ret);
     *msg = m;
@@ -146,10 +161,12 @@ TEST_F(DealerModuleTest, InitvtRefusesOtherMajorVersions) {
   EXPECT_EQ(kadm5_hook_kmpc_initvt(ctx_, 2, 1, hv), KRB5_PLUGIN_VER_NOTSUPP);
   EXPECT_EQ(d.name, nullptr);
   ASSERT_EQ(mpcdealer_kmpc_initvt(ctx_, 1, 1, dv), 0);
+  EXPECT_EQ(d.deal_origin, nullptr);  // beyond a minor-1 caller's vtable
+  ASSERT_EQ(mpcdealer_kmpc_initvt(ctx_, 1, 2, dv), 0);
   ASSERT_EQ(kadm5_hook_kmpc_initvt(ctx_, 1, 2, hv), 0);
   EXPECT_STREQ(d.name, "kmpc");
   EXPECT_STREQ(h.name, "kmpc");
-  EXPECT_TRUE(d.init && d.fini && d.protects && d.deal);
+  EXPECT_TRUE(d.init && d.fini && d.protects && d.deal && d.deal_origin);
   EXPECT_TRUE(h.init && h.fini && h.chpass && h.create && h.remove);
 }
 
@@ -194,17 +211,120 @@ TEST_F(DealerModuleTest, ServicePatternsProtectAndNameTheKind) {
   }
 }
 
+// The attack: a password set on a principal the `service` pattern (or its
+// kmpc_key_kind attribute) names (kadmin.local cpw -pw X host/...) was
+// dealt as a random service key, whose AS reply the servers release
+// ungated and under which they decrypt tickets: an offline verifier of the
+// password. A key libkdb5 does not mark random (a password's, or any key
+// from a minor-1 libkdb5) is dealt as user+service.
+TEST_F(DealerModuleTest, APasswordIsNeverDealtAsAServiceKey) {
+  Init("    config = " + StartServers() + "\n    service = host/*\n"
+       "    user_service = svc-*@KMPC.TEST\n");
+  const struct {
+    const char* name;
+    krb5_flags flags;
+    bool v1;
+    kmpc::v1::KeyKind kind;
+  } cases[] = {
+      {"host/a.example@KMPC.TEST", 0, false, kmpc::v1::KEY_KIND_USER_SERVICE},
+      {"host/a.example@KMPC.TEST", 0, true, kmpc::v1::KEY_KIND_USER_SERVICE},
+      {"host/a.example@KMPC.TEST", KRB5_MPCDEALER_RANDOM_KEY, false,
+       kmpc::v1::KEY_KIND_SERVICE},
+      {"svc-build@KMPC.TEST", 0, false, kmpc::v1::KEY_KIND_USER_SERVICE},
+      {"alice@KMPC.TEST", 0, false, kmpc::v1::KEY_KIND_USER},
+      {"alice@KMPC.TEST", KRB5_MPCDEALER_RANDOM_KEY, false, kmpc::v1::KEY_KIND_USER},
+  };
+  for (const auto& c : cases) {
+    krb5_keyblock handle{};
+    std::string msg;
+    ASSERT_EQ(Deal(c.name, ENCTYPE_AES128_CTS_HMAC_SHA1_96, &handle, &msg, c.flags, c.v1), 0)
+        << msg;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(servers_[i]->last_kind(), c.kind) << c.name << " flags " << c.flags;
+    krb5_free_keyblock_contents(ctx_, &handle);
+  }
+}
+
+// kadmind's own principals, once libkdb5 deals their keys (they hold a
+// handle), get random service keys, under which the servers decrypt the
+// tickets kadmind accepts; a password on one is refused, as is any key of
+// a minor-1 libkdb5, which does not say it is random.
+TEST_F(DealerModuleTest, KadmindsPrincipalsGetRandomServiceKeysOnly) {
+  Init("    config = " + StartServers() + "\n");
+  for (const char* name : {"kadmin/admin@KMPC.TEST", "kadmin/changepw@KMPC.TEST",
+                           "kadmin/kdc.kmpc.test@KMPC.TEST", "kiprop/kdc.kmpc.test@KMPC.TEST"}) {
+    krb5_keyblock handle{};
+    std::string msg;
+    ASSERT_EQ(Deal(name, ENCTYPE_AES128_CTS_HMAC_SHA1_96, &handle, &msg), 0) << msg;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(servers_[i]->last_kind(), kmpc::v1::KEY_KIND_SERVICE);
+    krb5_free_keyblock_contents(ctx_, &handle);
+    EXPECT_EQ(Deal(name, ENCTYPE_AES128_CTS_HMAC_SHA1_96, &handle, &msg, 0),
+              KADM5_MPC_DEAL_FAILED) << name;
+    EXPECT_NE(msg.find("never a password"), std::string::npos) << msg;
+    EXPECT_EQ(Deal(name, ENCTYPE_AES128_CTS_HMAC_SHA1_96, &handle, &msg, 0, true),
+              KADM5_MPC_DEAL_FAILED) << name;
+  }
+}
+
 TEST_F(DealerModuleTest, BothVtablesShareOneDealer) {
   Init("    protect = host/*\n");
   kadm5_hook_vftable_1 h{};
-  ASSERT_EQ(kadm5_hook_kmpc_initvt(ctx_, 1, 2, reinterpret_cast<krb5_plugin_vtable>(&h)), 0);
   kadm5_hook_modinfo* info = nullptr;
-  ASSERT_EQ(h.init(ctx_, &info), 0);
+  ASSERT_NO_FATAL_FAILURE(InitHook(&h, &info));
   dealer_.fini(ctx_, data_);
   dealer_up_ = false;
   EXPECT_TRUE(Protects("host/a@KMPC.TEST"));  // the hook still holds it
   h.fini(ctx_, info);
   EXPECT_FALSE(Protects("host/a@KMPC.TEST"));  // gone with the last holder
+}
+
+// What kadmind's ticket hook (krb5_mpc_set_ticket_decrypt, registered by
+// the kadm5_hook's init) answers for a ticket to `server` under an aes256-cts
+// handle, through libkrb5's krb5_decrypt_tkt_part as an AP-REQ does; the
+// message in *msg. No cluster is configured here: a ticket the hook takes
+// fails only when it looks for one.
+krb5_error_code HookDecrypt(krb5_context ctx, const char* server, std::string* msg) {
+  std::array<krb5_octet, KRB5_KDCMPC_HANDLE_LEN> handle_bytes{};
+  std::memcpy(handle_bytes.data(), KRB5_KDCMPC_HANDLE_MAGIC, KRB5_KDCMPC_HANDLE_MAGIC_LEN);
+  krb5_keyblock handle{KV5M_KEYBLOCK, ENCTYPE_AES256_CTS_HMAC_SHA1_96,
+                       KRB5_KDCMPC_HANDLE_LEN, handle_bytes.data()};
+  std::array<char, 96> cipher{};
+  krb5_ticket ticket{};
+  EXPECT_EQ(krb5_parse_name(ctx, server, &ticket.server), 0);
+  ticket.enc_part.enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
+  ticket.enc_part.ciphertext =
+      krb5_data{KV5M_DATA, static_cast<unsigned int>(cipher.size()), cipher.data()};
+  const krb5_error_code ret = krb5_decrypt_tkt_part(ctx, &handle, &ticket);
+  krb5_free_principal(ctx, ticket.server);
+  const char* m = krb5_get_error_message(ctx, ret);
+  *msg = m;
+  krb5_free_error_message(ctx, m);
+  return ret;
+}
+
+// The attack: the KDB: keytab hands kadmind any principal's key, so an
+// AP-REQ to kadmind carrying a ticket to another service in the cluster
+// (host/...) was decrypted through the cluster. The hook now refuses any
+// ticket but one to kadmind's own principals of its realm, before it asks
+// the cluster for anything.
+TEST_F(DealerModuleTest, KadmindsHookDecryptsTicketsToItsOwnPrincipalsOnly) {
+  Init("");
+  kadm5_hook_vftable_1 h{};
+  kadm5_hook_modinfo* info = nullptr;
+  ASSERT_NO_FATAL_FAILURE(InitHook(&h, &info));
+  std::string msg;
+  for (const char* other : {"host/svc.kmpc.test@KMPC.TEST", "alice@KMPC.TEST",
+                            "kadmin/history@KMPC.TEST", "kadmin/admin@OTHER.TEST",
+                            "krbtgt/KMPC.TEST@KMPC.TEST"}) {
+    EXPECT_EQ(HookDecrypt(ctx_, other, &msg), KRB5KRB_AP_ERR_NOKEY) << other;
+    EXPECT_NE(msg.find("its own principals only"), std::string::npos) << other << ": " << msg;
+  }
+  for (const char* own : {"kadmin/admin@KMPC.TEST", "kadmin/changepw@KMPC.TEST",
+                          "kadmin/kdc.kmpc.test@KMPC.TEST", "kiprop/kdc.kmpc.test@KMPC.TEST"}) {
+    EXPECT_EQ(HookDecrypt(ctx_, own, &msg), KRB5KRB_AP_ERR_NOKEY) << own;
+    EXPECT_NE(msg.find("no cluster configuration"), std::string::npos) << own << ": " << msg;
+  }
+  h.fini(ctx_, info);
 }
 
 TEST_F(DealerModuleTest, ADealWithoutAConfigurationIsRefused) {

@@ -11,20 +11,6 @@ namespace {
 
 namespace pb = ::kmpc::v1;
 
-// Two tokens to start with, one per second back, never above the burst,
-// and nothing from a clock that steps backwards.
-TEST(Budget, TakesRefillsAndCaps) {
-  const absl::Time t0 = absl::FromUnixSeconds(1000);
-  Budget b{2, 2, 1, absl::Time()};
-  EXPECT_TRUE(b.Take(t0));
-  EXPECT_TRUE(b.Take(t0));
-  EXPECT_FALSE(b.Take(t0));
-  EXPECT_FALSE(b.Take(t0 - absl::Seconds(5)));
-  EXPECT_TRUE(b.Take(t0 + absl::Seconds(1)));
-  b.GiveBack(10);
-  EXPECT_EQ(b.tokens, 2);
-}
-
 HeldKeystream Held(const std::string& ctr0, const std::string& ks) {
   HeldKeystream k;
   k.ctr0 = ctr0;
