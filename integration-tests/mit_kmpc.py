@@ -42,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,6 +69,24 @@ def build_lock():
     f = open(os.path.join(BUILD, ".krb5.lock"), "a")
     fcntl.flock(f, fcntl.LOCK_EX)
     return f
+
+
+def run_lock(obj):
+    """The locks a run of MIT's scripts holds: the build tree's (fixed
+    test directories in it) and the machine's, since k5test's realms listen
+    on fixed ports (61000 up) whichever tree they run from; two realms on
+    the same port share its UDP traffic (the KDC sets SO_REUSEADDR), so a
+    client's request can reach another run's KDC. A run in a network
+    namespace of its own names another machine lock in
+    KMPC_K5TEST_PORTS_LOCK."""
+    locks = []
+    for path in (os.path.join(obj, ".mit-kmpc.lock"),
+                 os.environ.get("KMPC_K5TEST_PORTS_LOCK") or
+                 os.path.join(tempfile.gettempdir(), "kmpc-k5test-ports.lock")):
+        f = open(path, "a")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        locks.append(f)
+    return locks
 
 
 def prepare(obj, dirs, out):
@@ -289,9 +308,8 @@ def main():
     out = os.path.join(os.path.abspath(args.out), args.mode)
     os.makedirs(out, exist_ok=True)
     # MIT's tests use fixed directories in the build tree (testdir) and
-    # fixed ports (61000 up): one run at a time per build tree.
-    run_lock = open(os.path.join(obj, ".mit-kmpc.lock"), "a")
-    fcntl.flock(run_lock, fcntl.LOCK_EX)
+    # fixed ports (61000 up): one run at a time per build tree and machine.
+    locks = run_lock(obj)  # noqa: F841 (held until exit)
     prepare(obj, sorted({os.path.dirname(t) for t in tests}), out)
 
     certs = None
