@@ -24,7 +24,7 @@ help:
 	@echo "make krb5     fetch, patch and build MIT krb5 1.21.3 into build/krb5"
 	@echo "make build    build the C++ parts (CMake, build/cmake)"
 	@echo "make test     everything above, then all tests"
-	@echo "make test-mit-kmpc [MODE=krbtgt|users|users-ctr-mpc|stock] [MIT_TESTS=\"tests/t_renew ...\"]"
+	@echo "make test-mit-kmpc [MODE=krbtgt|users|users-ctr-mpc|all|stock] [MIT_TESTS=\"tests/t_renew ...\"]"
 	@echo "              MIT krb5's own KDC tests with their realms' keys in MPC clusters"
 	@echo "make deb [DIST=trixie|bookworm]  Debian packages: patched krb5 and kmpc's"
 	@echo "make test-packages [DIST=trixie|bookworm]  install them in a clean root and log in"
@@ -72,6 +72,7 @@ test-integration: build
 # gets three MPC servers and its krbtgt key (MODE=krbtgt), or also its
 # password principals' keys (MODE=users: as aes*-cts-hmac-sha1-96 handles,
 # clients unchanged; MODE=users-ctr-mpc: as aes*-ctr-mpc keys), in them;
+# MODE=all: every key but K/M's (services' and kadmind's too);
 # MODE=stock runs them unchanged. Logs and summary in build/mit-kmpc/MODE.
 # MIT_TESTS: a subset ("tests/t_renew tests/t_u2u"); MIT_OUT: another log
 # directory; MIT_NO_BUILD=1: use the trees as they are (the pytest in

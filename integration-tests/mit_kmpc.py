@@ -17,6 +17,10 @@ switched on by K5TEST_KMPC:
   users-ctr-mpc
           as users, but those principals get aes*-ctr-mpc keys (clients
           offer the MPC enctypes)
+  all     as users, and every other key but K/M's too: the key dealer
+          deals every new random key (services, host/) as a service's,
+          keytabs are written by ktadd (a new key), and kadmind's keys move
+          with kmpc-admin share --from-existing --service
   stock   MIT's own mode (no kmpc): the baseline on this machine
 
 Each test's output goes to build/mit-kmpc/MODE/<name>.log, k5test's command
@@ -25,7 +29,7 @@ the realms it left in its test directory to <name>.logs/. Prints one line per te
 `N passed, M failed` and each failure with the first reason k5test gave.
 Exit status 0 only if every test passed.
 
-  mit_kmpc.py [--mode krbtgt|users|users-ctr-mpc|stock] [--tests "tests/t_renew ..."]
+  mit_kmpc.py [--mode krbtgt|users|users-ctr-mpc|all|stock] [--tests "tests/t_renew ..."]
 """
 
 import argparse
@@ -38,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +69,24 @@ def build_lock():
     f = open(os.path.join(BUILD, ".krb5.lock"), "a")
     fcntl.flock(f, fcntl.LOCK_EX)
     return f
+
+
+def run_lock(obj):
+    """The locks a run of MIT's scripts holds: the build tree's (fixed
+    test directories in it) and the machine's, since k5test's realms listen
+    on fixed ports (61000 up) whichever tree they run from; two realms on
+    the same port share its UDP traffic (the KDC sets SO_REUSEADDR), so a
+    client's request can reach another run's KDC. A run in a network
+    namespace of its own names another machine lock in
+    KMPC_K5TEST_PORTS_LOCK."""
+    locks = []
+    for path in (os.path.join(obj, ".mit-kmpc.lock"),
+                 os.environ.get("KMPC_K5TEST_PORTS_LOCK") or
+                 os.path.join(tempfile.gettempdir(), "kmpc-k5test-ports.lock")):
+        f = open(path, "a")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        locks.append(f)
+    return locks
 
 
 def prepare(obj, dirs, out):
@@ -118,6 +141,50 @@ def kmpc_coverage(testlog):
     return realms, shared
 
 
+def kadmind_coverage(testlog):
+    """Realms whose kadmind keys (kadmin/changepw, with kadmin/admin) went
+    into the cluster (mode all: kmpc-admin share --service)."""
+    return len(re.findall(r"^\[\d+/\d+\] kadmin/changepw(@\S+)?: shared from",
+                          testlog, re.M))
+
+
+# Real keys that stay in a KDB in mode all, by design: the master key and
+# kadmin/history's (kadm5 encrypts the password history under it).
+KDB_KEYS_THAT_STAY = ("K/M@", "kadmin/history@")
+
+
+def kdb_real_keys(obj, cwd):
+    """{realm directory: [principal holding a real key, K/M and
+    kadmin/history aside] or an error string} for each realm a test left in
+    its test directory with a KDB and a stash: `kdb5_util dump`, read by
+    kdb_dump_ref.py (the stash and the dump, decrypted by its own RFC 3962
+    code, nothing of kmpc's)."""
+    sys.path.insert(0, os.path.join(ROOT, "integration-tests"))
+    import kdb_dump_ref
+    found = {}
+    for stash in sorted(glob.glob(os.path.join(cwd, "testdir", "**", "stash"),
+                                  recursive=True)):
+        d = os.path.dirname(stash)
+        rel = os.path.relpath(d, cwd)
+        try:
+            with open(os.path.join(d, "krb5.conf")) as f:
+                realm = re.search(r"default_realm\s*=\s*(\S+)", f.read()).group(1)
+            dump = os.path.join(d, "kmpc-check.dump")
+            env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(obj, "lib"),
+                       KRB5_CONFIG=os.path.join(d, "krb5.conf"),
+                       KRB5_KDC_PROFILE=os.path.join(d, "kdc.conf"))
+            subprocess.run([os.path.join(obj, "kadmin", "dbutil", "kdb5_util"), "-r",
+                            realm, "dump", dump], env=env, check=True,
+                           capture_output=True, timeout=120)
+            with open(dump) as f:
+                keys = kdb_dump_ref.real_keys(stash, f.read())
+            os.unlink(dump)
+            found[rel] = sorted(n for n in keys if not n.startswith(KDB_KEYS_THAT_STAY))
+        except Exception as e:  # a test's own KDB (LDAP, des3 master): not read
+            found[rel] = f"not read: {type(e).__name__}: {str(e)[:120]}"
+    return found
+
+
 def leaked_servers(cwd):
     """MPC servers a test left running (their pid files under its testdir):
     killed here by pid; their pids are returned."""
@@ -169,6 +236,7 @@ def run_test(name, mode, src, obj, out, env, timeout):
         with open(os.path.join(cwd, "testlog"), errors="replace") as f:
             testlog = f.read()
     realms, shared = kmpc_coverage(testlog)
+    kdb = kdb_real_keys(obj, cwd) if mode == "all" else None
     ok = code == 0 and not timed_out and not leaked
     reason = None
     if not ok:
@@ -183,7 +251,21 @@ def run_test(name, mode, src, obj, out, env, timeout):
         os.makedirs(os.path.dirname(os.path.join(keep, rel)), exist_ok=True)
         shutil.copy(lf, os.path.join(keep, rel))
     return {"test": name, "passed": ok, "seconds": round(elapsed, 1), "reason": reason,
-            "realms": realms, "krbtgt_in_cluster": shared}
+            "realms": realms, "krbtgt_in_cluster": shared,
+            "kadmind_in_cluster": kadmind_coverage(testlog), "kdb_real_keys": kdb}
+
+
+def kdb_summary(r):
+    """What the KDBs a test left hold besides K/M's (and kadmin/history's)
+    key, in words."""
+    if not r["kdb_real_keys"]:
+        return "no KDB left to read"
+    parts = []
+    for d, v in r["kdb_real_keys"].items():
+        parts.append(f"{d}: " + (v if isinstance(v, str) else
+                                 ("no other real key" if not v else
+                                  "real keys of " + ", ".join(v))))
+    return "; ".join(parts)
 
 
 def test_env(src, mode, certs):
@@ -204,7 +286,7 @@ def test_env(src, mode, certs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", default="krbtgt", choices=("krbtgt", "users", "users-ctr-mpc", "stock"))
+    ap.add_argument("--mode", default="krbtgt", choices=("krbtgt", "users", "users-ctr-mpc", "all", "stock"))
     ap.add_argument("--tests", default="",
                     help="space-separated <dir>/<script> names (default: issue 15's list)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per test")
@@ -226,9 +308,8 @@ def main():
     out = os.path.join(os.path.abspath(args.out), args.mode)
     os.makedirs(out, exist_ok=True)
     # MIT's tests use fixed directories in the build tree (testdir) and
-    # fixed ports (61000 up): one run at a time per build tree.
-    run_lock = open(os.path.join(obj, ".mit-kmpc.lock"), "a")
-    fcntl.flock(run_lock, fcntl.LOCK_EX)
+    # fixed ports (61000 up): one run at a time per build tree and machine.
+    locks = run_lock(obj)  # noqa: F841 (held until exit)
     prepare(obj, sorted({os.path.dirname(t) for t in tests}), out)
 
     certs = None
@@ -245,6 +326,8 @@ def main():
         results.append(r)
         cov = (f", krbtgt in the cluster in {r['krbtgt_in_cluster']} of {r['realms']} realms"
                if args.mode != "stock" else "")
+        if args.mode == "all":
+            cov += f", kadmind's keys in {r['kadmind_in_cluster']}; {kdb_summary(r)}"
         log(f"{'PASS' if r['passed'] else 'FAIL'} {t} ({r['seconds']} s{cov})"
             + (f": {r['reason']}" if r["reason"] else ""))
     failed = [r for r in results if not r["passed"]]

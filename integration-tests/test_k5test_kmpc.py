@@ -9,9 +9,15 @@ not go on against semi-honest servers without saying so.
 K5TEST_KMPC=users (MODE=users): the harness's password principals hold
 aes256/aes128-cts-hmac-sha1-96 key handles, dealt by the key dealer, and
 no real key; the clients' enctype lists are MIT's own; the user logs in
-(an AS exchange computed by the cluster) and gets a service ticket."""
+(an AS exchange computed by the cluster) and gets a service ticket.
 
-import fcntl
+K5TEST_KMPC=all (MODE=all): every key but K/M's is in the cluster: the
+host's (dealt as a service's, its keytab written by ktadd) and kadmind's
+(moved with kmpc-admin share --from-existing --service); the KDB, read by
+kdb_dump_ref.py through the stash, holds no other real key and `kmpc-admin
+status --kdb` agrees; the host keytab validates a ticket, and remote
+kadmin with a password and kpasswd work through kadmind."""
+
 import glob
 import os
 import re
@@ -66,6 +72,36 @@ realm.run([kvno, realm.host_princ])
 success('kmpc users mode')
 """
 
+ALL_SCRIPT = """
+from k5test import *
+realm = K5Realm(create_host=True, start_kadmind=True)
+# The host's key was dealt as a service's; ktadd wrote a new one (kvno 2)
+# to the keytab, which validates a ticket to it.
+out = realm.run([kadminl, 'getprinc', realm.host_princ])
+if 'Key: vno 2, aes256-cts-hmac-sha1-96' not in out:
+    fail('host: no kvno 2 aes256-cts key: ' + out)
+realm.run([kvno, '-k', realm.keytab, realm.host_princ],
+          expected_msg='keytab entry valid')
+out = realm.run([realm._kmpc.admin, '--config=' + realm._kmpc.admin_conf,
+                 'status', '--kdb'], expected_msg='status: OK')
+if ' 0 exposed' not in out or ' 0 others with real keys' not in out:
+    fail('status --kdb: ' + out)
+# kadmind's keys are in the cluster: remote kadmin with a password, kpasswd.
+realm.run([kadmin, '-p', realm.admin_princ, '-w', password('admin'),
+           'getprinc', realm.user_princ], expected_msg='Principal: user@')
+realm.run([kpasswd, realm.user_princ],
+          input=password('user') + '\\nnew-pw-5150\\nnew-pw-5150\\n',
+          expected_msg='Password changed')
+realm.kinit(realm.user_princ, 'new-pw-5150')
+# A kiprop/ key given to a keytab (ktadd: a real key, which the dealer does
+# not protect) moves with share --from-existing: the keytab keeps working.
+kiprop = 'kiprop/' + hostname
+realm.addprinc(kiprop)
+realm.extract_keytab(kiprop, realm.keytab)
+realm.run([kvno, '-k', realm.keytab, kiprop], expected_msg='keytab entry valid')
+success('kmpc all mode')
+"""
+
 
 def run_k5test_script(tmp_path, name, text, mode, extra_env):
     """Runs text as MIT's scripts are run, in k5test's kmpc mode `mode`;
@@ -90,13 +126,16 @@ def run_k5test_script(tmp_path, name, text, mode, extra_env):
     env = mit_kmpc.test_env(src, mode, str(certs))
     env.pop("KMPC_MPC_FLAGS", None)
     env.update(K5TEST_KMPC_WORKERS="1", **extra_env)
-    with open(os.path.join(obj, ".mit-kmpc.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    locks = mit_kmpc.run_lock(obj)
+    try:
         mit_kmpc.prepare(obj, ["tests"], str(out))
         # Run as MIT's own scripts are (its own process group, stopped at
         # the timeout; servers it leaves running are killed and fail it;
         # its testlog and daemon logs copied to out).
         r = mit_kmpc.run_test(f"tests/{name}", mode, str(fake_src), obj, str(out), env, 600)
+    finally:
+        for lock in locks:
+            lock.close()
     testlog = (out / f"tests_{name}.testlog").read_text(errors="replace")
     return r, out, testlog
 
@@ -119,6 +158,20 @@ def test_users_mode_gives_standard_enctype_handles(tmp_path):
         assert offered and "aes256-cts-hmac-sha1-96" in offered.group(1), l
         assert "ctr-mpc" not in offered.group(1), l
     assert any("TGS_REQ" in l and "ISSUE" in l for l in kdc_log.splitlines()), kdc_log[-3000:]
+
+
+def test_all_mode_leaves_only_the_master_key(tmp_path):
+    r, out, testlog = run_k5test_script(tmp_path, "t_kmpc_all", ALL_SCRIPT, "all", {})
+    assert r["passed"], f"{r['reason']}\n{testlog[-4000:]}"
+    assert "*** Success: kmpc all mode" in testlog, testlog[-4000:]
+    assert r["kadmind_in_cluster"] == r["realms"] == 1, r
+    # kdb_dump_ref.py's reading of the realm's KDB: K/M's key alone.
+    assert r["kdb_real_keys"] == {"testdir": []}, r["kdb_real_keys"]
+    # kadmind's keys: new ones in the cluster; kiprop's moved after its ktadd.
+    assert re.search(r"kadmin/changepw(@\S+)?: shared from a random key as "
+                     r"aes256-cts-hmac-sha1-96", testlog), testlog[-4000:]
+    assert re.search(r"kiprop/\S+: shared from its aes256-cts-hmac-sha1-96 key kvno 3",
+                     testlog), testlog[-4000:]
 
 
 def test_restarted_cluster_keeps_its_server_flags(tmp_path):
