@@ -22,7 +22,8 @@ absl::Status CtsJobServed(const Job& job) {
 
 bool CtsServedUnplanned(const Job& job) {
   return (job.type == pb::JOB_ENCRYPT && job.usage == 2) ||
-         (job.type == pb::JOB_CHECKSUM && job.usage == 17);
+         (job.type == pb::JOB_CHECKSUM &&
+          (job.usage == 17 || job.usage == contract::kCammacUsage));
 }
 
 absl::Status SignTicketInCluster(Job* job, const TicketSigning& t) {
