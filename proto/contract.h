@@ -210,12 +210,6 @@ inline constexpr uint32_t kSpliceReplyUsage = 3;
 // a ticket ENCRYPT signed in the cluster (Job.sign_pad, below), whose
 // shape keeps it too.
 inline constexpr uint32_t kTicketUsage = 2;
-// A CAMMAC's service verifier (RFC 7751 section 3, KRB5_KEYUSAGE_CAMMAC):
-// the checksum of a ticket's authorization data under the service's key,
-// which MIT's KDC puts into every ticket carrying authentication
-// indicators. A CHECKSUM under it is served under a service's random key
-// only (mpc-server engine.h kCtsServiceKeyChecksums).
-inline constexpr uint32_t kCammacUsage = 64;
 // The KDC's FAST challenge (RFC 6113 5.4.6: KEY_USAGE_ENC_CHALLENGE_KDC).
 inline constexpr uint32_t kKdcChallengeUsage = 55;
 inline constexpr uint64_t kSpliceBytes = 12;

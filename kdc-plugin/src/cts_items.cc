@@ -23,7 +23,7 @@ absl::Status CtsJobServed(const Job& job) {
 bool CtsServedUnplanned(const Job& job) {
   return (job.type == pb::JOB_ENCRYPT && job.usage == 2) ||
          (job.type == pb::JOB_CHECKSUM &&
-          (job.usage == 17 || job.usage == contract::kCammacUsage));
+          (job.usage == 17 || job.usage == 64));  // 64: a CAMMAC's (RFC 7751)
 }
 
 absl::Status SignTicketInCluster(Job* job, const TicketSigning& t) {
