@@ -352,7 +352,7 @@ TEST_F(KmpcKdcTest, SubmitRefusalsCarryTheirMessage) {
     EXPECT_EQ(Message(KRB5KDC_ERR_SVC_UNAVAILABLE),
               "kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are served only as items of "
               "an exchange plan, but for a service ticket's (ENCRYPT usage 2, CHECKSUM "
-              "usage 17)");
+              "usage 17 or 64)");
   }
   krb5_kdcmpc_job no_key = Encrypt();
   no_key.key_id = nullptr;
