@@ -73,6 +73,15 @@ def tgs_counts(kr):
                  result="ok"), runs[0]
 
 
+def unspent_pads(kr):
+    """PAD jobs the KDC module drew, less those a Sign or verification
+    spent (kmpc_kdc_pads_drawn_total - pads_used - verify_pads_used)."""
+    m = parse(scrape(kr.kdc_metrics_url))
+    return (value(m, "kmpc_kdc_pads_drawn_total", missing=0)
+            - value(m, "kmpc_kdc_pads_used_total", missing=0)
+            - value(m, "kmpc_kdc_verify_pads_used_total", missing=0))
+
+
 def tgs_delta(kr, before):
     """(TGS exchanges, Runs) since `before`, once the exchange is counted
     (when the KDC releases it)."""
@@ -259,15 +268,71 @@ def test_a_moved_service_keeps_its_keytab_and_gets_tickets_in_two_runs(
     for _ in range(2):
         rc, out = c.kinit(CLIENT, CLIENT_PW)
         assert rc == 0, out
-        before = tgs_counts(kr)
+        before, pads = tgs_counts(kr), unspent_pads(kr)
         rc, out = c.run("kvno", "-k", kt, SERVICE)
         assert rc == 0 and "keytab entry valid" in out, out + kr.kdc_log_text()[-3000:]
         ex, runs = tgs_delta(kr, before)
         assert ex == 1 and runs == 2, (ex, runs)
+        # One pad unspent by a Sign: the ticket's own (Job.sign_pad),
+        # spent inside its Run. None was drawn for the KDC signature in
+        # the TGT's Run, which no job would spend (two before krb5 patch
+        # 0030-KDC-two-Run-TGS-tickets, checked).
+        assert unspent_pads(kr) - pads == 1, (unspent_pads(kr), pads)
         # The PAC's server signature checked under the service's key (kvno
         # -k alone would take a ticket whose PAC MIT discards).
         check_ticket(kr, krb5_tool, user_ticket(c.ccache, SERVICE.split("/")), key)
         c.run("kdestroy")
     log = kr.kdc_log_text()
     assert "finishing the issued ticket failed" not in log, log[-3000:]
+    assert kr.kdc_alive()
+
+
+INDICATOR = "ec-ind"
+
+
+def test_a_ticket_with_auth_indicators_to_a_moved_service_and_its_renewal(
+        kmpc_factory, krb5_tool):  # noqa: F811
+    """CLIENT logs in with encrypted challenge (FAST armored), which adds
+    an auth indicator: the ticket to a service moved into the cluster
+    carries a CAMMAC whose service verifier (RFC 7751, usage 64) the
+    cluster makes under the service's key. Debian's kvno -k with the old
+    keytab validates it, the verifier is MIT's checksum under that key,
+    the exchange is three Runs (the TGT's, the verifier's, the ticket's);
+    the ticket renews (kinit -R -S) and the renewed one validates too."""
+    kr = make_realm(kmpc_factory, realm_extra=(
+        f"        encrypted_challenge_indicator = {INDICATOR}\n"))
+    kt = os.path.join(kr.dir, "moved.keytab")
+    kr.kadmin_local(f"addprinc -e {CTS256}:normal -randkey {SERVICE}")
+    kr.kadmin_local(f"ktadd -norandkey -k {kt} {SERVICE}")
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "--service", SERVICE)
+    [key] = [bytes.fromhex(k) for k in keytab_keys(kr, kt)]
+    c = Stock(kr)
+    armor = "FILE:" + os.path.join(kr.dir, "armor.cc")
+    rc, out = c.run("kinit", "-c", armor, CLIENT, input=CLIENT_PW + "\n")
+    assert rc == 0, out
+    rc, out = c.run("kinit", "-T", armor, "-r", "1d", CLIENT, input=CLIENT_PW + "\n")
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    before = tgs_counts(kr)
+    rc, out = c.run("kvno", "-k", kt, SERVICE)
+    assert rc == 0 and "keytab entry valid" in out, out + kr.kdc_log_text()[-3000:]
+    ex, runs = tgs_delta(kr, before)
+    assert ex == 1 and runs == 3, (ex, runs)
+
+    def check_cammac():
+        plain, _ = check_ticket(kr, krb5_tool, user_ticket(c.ccache, SERVICE.split("/")), key)
+        [cm] = pac_ref.cammacs(plain)
+        assert cm.indicators() == [INDICATOR], cm.indicators()
+        ctype, val = cm.svc
+        assert ctype == HMAC_SHA1_96_AES256 and len(val) == 12, (ctype, val.hex())
+        want = krb5_tool("cksum", "18", key.hex(), "64", bytes(cm.elements).hex())
+        assert bytes.fromhex(want.stdout.strip()) == val, "CAMMAC service verifier"
+
+    check_cammac()
+    rc, out = c.run("kinit", "-R", "-S", SERVICE)
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    rc, out = c.run("kvno", "-k", kt, SERVICE)
+    assert rc == 0 and "keytab entry valid" in out, out
+    check_cammac()
+    log = kr.kdc_log_text()
+    assert "refusing a job" not in log and "did not verify" not in log, log[-3000:]
     assert kr.kdc_alive()

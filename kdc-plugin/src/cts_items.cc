@@ -22,7 +22,8 @@ absl::Status CtsJobServed(const Job& job) {
 
 bool CtsServedUnplanned(const Job& job) {
   return (job.type == pb::JOB_ENCRYPT && job.usage == 2) ||
-         (job.type == pb::JOB_CHECKSUM && job.usage == 17);
+         (job.type == pb::JOB_CHECKSUM &&
+          (job.usage == 17 || job.usage == 64));  // 64: a CAMMAC's (RFC 7751)
 }
 
 absl::Status SignTicketInCluster(Job* job, const TicketSigning& t) {
@@ -34,6 +35,21 @@ absl::Status SignTicketInCluster(Job* job, const TicketSigning& t) {
         "a ticket signed in the cluster is an aes*-cts ENCRYPT, usage 2");
   if (t.sign_cipher == pb::CIPHER_UNSPECIFIED || contract::CtsCipher(t.sign_cipher))
     return absl::InvalidArgumentError("a ticket's KDC signature is under an aes*-ctr-mpc key");
+  // The servers XOR both signatures into the plaintext's shares at their
+  // slots (12 bytes at the offset, 32 the gap after it): anything but
+  // zeros there would give a ticket with wrong signatures.
+  const uint64_t end = t.sig_offset + contract::kTicketSignatureGap +
+                       contract::kKdcSignatureBytes;
+  if (end > job->input.size())
+    return absl::InvalidArgumentError("a ticket's signature slots past its end");
+  const auto zero = [&](uint64_t from, uint64_t n) {
+    for (uint64_t k = from; k < from + n; ++k)
+      if (job->input[k] != 0) return false;
+    return true;
+  };
+  if (!zero(t.sig_offset, contract::kSpliceBytes) ||
+      !zero(t.sig_offset + contract::kTicketSignatureGap, contract::kKdcSignatureBytes))
+    return absl::InvalidArgumentError("a ticket's signature slots are not zeros");
   const std::string pad = contract::SplicePadding(t.pac_length);
   job->splice.assign(t.pac, t.pac + t.pac_length);
   job->splice.insert(job->splice.end(), pad.begin(), pad.end());

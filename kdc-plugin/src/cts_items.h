@@ -47,10 +47,12 @@ bool CtsJob(const Job& job);
 absl::Status CtsJobServed(const Job& job);
 
 // Whether job, under an aes*-cts cipher, is served outside an exchange
-// plan: only a service ticket's ENCRYPT under usage 2 and its PAC server
-// signature, a CHECKSUM under usage 17. Neither has a gate to wait for
-// (the KDC submits them once it has checked the request), and neither
-// returns anything a client asking for that ticket cannot test a password
+// plan: only a service ticket's ENCRYPT under usage 2, its PAC server
+// signature, a CHECKSUM under usage 17, and its CAMMAC service verifier,
+// a CHECKSUM under usage 64 (RFC 7751; the servers compute it under a
+// service's random key only). None has a gate to wait for (the KDC
+// submits them once it has checked the request), and none returns
+// anything a client asking for that ticket cannot test a password
 // against (docs/security-model.md). The AS jobs need their plan (the
 // reply is gated on the timestamp).
 bool CtsServedUnplanned(const Job& job);

@@ -500,11 +500,12 @@ krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
       return Refused(core, st, msg_out);
   // Outside a plan an aes*-cts job would run without its gate and without
   // the planner's checks (cts_items.h): refused, but for a service
-  // ticket's ENCRYPT and PAC server signature, which have no gate.
+  // ticket's ENCRYPT, PAC server signature and CAMMAC service verifier,
+  // which have no gate.
   if (exch == nullptr && kmpc::kdc::CtsJob(j) && !kmpc::kdc::CtsServedUnplanned(j)) {
     *msg_out = kmpc::kdc::Dup("kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are "
                               "served only as items of an exchange plan, but for "
-                              "a service ticket's (ENCRYPT usage 2, CHECKSUM usage 17)");
+                              "a service ticket's (ENCRYPT usage 2, CHECKSUM usage 17 or 64)");
     return KRB5KDC_ERR_SVC_UNAVAILABLE;
   }
   if (absl::Status st = RefuseReplayedGate(j); !st.ok()) return Refused(core, st, msg_out);

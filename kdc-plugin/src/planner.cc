@@ -150,13 +150,20 @@ const PendingJob* Planner::GivenJob(const std::vector<PendingJob>& given,
 
 // The gate of a plan that gates nothing: its aes*-cts HEADER_TICKET (a
 // renewal of a ticket to a service whose key is a handle, the krbtgt in
-// the KDB), whose verified tag proves the shapes given with it
-// (cts_gate.h); -1 if there is none.
+// the KDB) or, with no header ticket in the plan, its aes*-cts
+// SECOND_TICKET (an S4U2Proxy evidence ticket or a user-to-user second
+// ticket whose header ticket the KDC decrypted itself: kdc_mpc_back.c).
+// Its verified tag proves the shapes given with it, its own among them
+// (cts_gate.h): a ticket of that length verified under the service's key,
+// so the next one takes no compile token. -1 if there is none.
 static int UngatedCtsGate(const Plan& plan) {
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    const PlanItem& p = plan.items[i];
-    if (p.role == Role::kHeaderTicket && p.given && contract::CtsCipher(p.cipher))
-      return static_cast<int>(i);
+  for (const Role role : {Role::kHeaderTicket, Role::kSecondTicket}) {
+    for (size_t i = 0; i < plan.items.size(); ++i) {
+      const PlanItem& p = plan.items[i];
+      if (p.role == Role::kHeaderTicket && role == Role::kSecondTicket) return -1;
+      if (p.role == role && p.given && contract::CtsCipher(p.cipher))
+        return static_cast<int>(i);
+    }
   }
   return -1;
 }

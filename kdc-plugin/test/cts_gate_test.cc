@@ -373,6 +373,43 @@ TEST(CtsGateTicketTest, APresentedTicketsVerifiedTagProvesItsLength) {
   }
 }
 
+// An S4U2Proxy evidence ticket under a service's aes*-cts key whose
+// header ticket the KDC decrypted itself (a plan of the SECOND_TICKET
+// alone, kdc_mpc_back.c): its verified tag proves its own length, so the
+// next evidence ticket of that length takes no compile token; another
+// length, past the budget, is refused before any Run.
+TEST(CtsGateTicketTest, AnEvidenceTicketsVerifiedTagProvesItsLength) {
+  CtsScriptTransport servers;
+  CollectingSink sink;
+  BatcherOptions o;
+  o.deadline = absl::Seconds(10);
+  o.cts_unproven_per_minute = 1;
+  Batcher b(o, &servers, &sink);
+  uint64_t token = 1;
+  auto proxy = [&](uint64_t id, size_t bytes) {
+    Plan plan;
+    plan.kind = ExchangeKind::kS4u2Proxy;
+    plan.items.push_back(CtsItem(Role::kSecondTicket, 2, bytes));
+    std::vector<ItemJob> given;
+    given.push_back({0, token++, JobOf(plan.items[0], bytes)});
+    const size_t n0 = sink.counts().size();
+    absl::Status st = b.dispatcher().Begin(id, std::move(plan), std::move(given));
+    if (st.ok()) {
+      b.dispatcher().SubmitterIdle();
+      EXPECT_TRUE(sink.WaitFor(n0 + 1));
+      EXPECT_TRUE(sink.Get(token - 1).status.ok()) << sink.Get(token - 1).status;
+      b.dispatcher().End(id);
+    }
+    return st;
+  };
+  EXPECT_TRUE(proxy(1, 1000).ok());  // the one token
+  const absl::Status again = proxy(2, 1000);
+  EXPECT_TRUE(again.ok()) << again;  // proven: no token
+  const absl::Status other = proxy(3, 1001);
+  EXPECT_TRUE(absl::IsResourceExhausted(other)) << other;
+  EXPECT_EQ(servers.runs().size(), 2u);
+}
+
 // S4U2Proxy with an evidence ticket under a service's aes*-cts key: the
 // plan's verification pads linked to the evidence ticket's DECRYPT are not
 // drawn (a CBC-CTS ciphertext has no ctr0; its first block is the

@@ -51,8 +51,9 @@ TEST(CtsItemsTest, OnlyDecryptEncryptAndChecksumAreServed) {
   }
 }
 
-// Outside a plan: only a service ticket's two jobs (no gate to wait for);
-// the AS jobs and other usages need their plan.
+// Outside a plan: only a service ticket's jobs (no gate to wait for): its
+// ENCRYPT, its PAC server signature and its CAMMAC service verifier; the
+// AS jobs and other usages need their plan.
 TEST(CtsItemsTest, OnlyTheServiceTicketJobsAreServedUnplanned) {
   Job enc = CtsJobOf(pb::JOB_ENCRYPT, 60), ck = CtsJobOf(pb::JOB_CHECKSUM, 60);
   EXPECT_FALSE(CtsServedUnplanned(enc));  // usage 3: the AS reply
@@ -61,6 +62,8 @@ TEST(CtsItemsTest, OnlyTheServiceTicketJobsAreServedUnplanned) {
   ck.usage = 56;
   EXPECT_FALSE(CtsServedUnplanned(ck));
   ck.usage = 17;
+  EXPECT_TRUE(CtsServedUnplanned(ck));
+  ck.usage = 64;  // RFC 7751's CAMMAC service verifier
   EXPECT_TRUE(CtsServedUnplanned(ck));
   Job dec = CtsJobOf(pb::JOB_DECRYPT, 60);
   EXPECT_FALSE(CtsServedUnplanned(dec));

@@ -352,7 +352,7 @@ TEST_F(KmpcKdcTest, SubmitRefusalsCarryTheirMessage) {
     EXPECT_EQ(Message(KRB5KDC_ERR_SVC_UNAVAILABLE),
               "kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are served only as items of "
               "an exchange plan, but for a service ticket's (ENCRYPT usage 2, CHECKSUM "
-              "usage 17)");
+              "usage 17 or 64)");
   }
   krb5_kdcmpc_job no_key = Encrypt();
   no_key.key_id = nullptr;
@@ -387,6 +387,8 @@ TEST_F(KmpcKdcTest, ATicketSignedInTheClusterIsCheckedThenQueued) {
   char plain[200] = {0};
   char pac[64];
   memset(plain, 'T', sizeof(plain));
+  memset(plain + 100, 0, 12);  // the server signature's slot
+  memset(plain + 116, 0, 32);  // the KDC signature's, 16 bytes after it
   memset(pac, 'P', sizeof(pac));
   unsigned char krbtgt[KRB5_KDCMPC_KEY_ID_LEN] = {2};
   krb5_kdcmpc_job t = Encrypt();
@@ -412,6 +414,18 @@ TEST_F(KmpcKdcTest, ATicketSignedInTheClusterIsCheckedThenQueued) {
   cts_krbtgt.sign_enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
   EXPECT_EQ(vt.submit_ticket(ctx_, data_, &cts_krbtgt, OnDone, &refused), EINVAL);
   EXPECT_TRUE(absl::StrContains(Message(EINVAL), "aes*-ctr-mpc")) << Message(EINVAL);
+  // Anything but zeros in either slot (the servers XOR the signatures in),
+  // or a slot past the ticket's end, is refused.
+  for (const size_t at : {100, 111, 116, 147}) {
+    plain[at] = 'X';
+    EXPECT_EQ(vt.submit_ticket(ctx_, data_, &t, OnDone, &refused), EINVAL) << at;
+    EXPECT_TRUE(absl::StrContains(Message(EINVAL), "not zeros")) << Message(EINVAL);
+    plain[at] = 0;
+  }
+  krb5_kdcmpc_job past = t;
+  past.pac_sig_offset = sizeof(plain) - 47;
+  EXPECT_EQ(vt.submit_ticket(ctx_, data_, &past, OnDone, &refused), EINVAL);
+  EXPECT_TRUE(absl::StrContains(Message(EINVAL), "past its end")) << Message(EINVAL);
   ASSERT_EQ(vt.submit_ticket(ctx_, data_, &t, OnDone, &done_), 0) << Message(0);
   RunLoopUntilDone();
   ASSERT_EQ(done_.calls, 1) << "no completion within 10 s";

@@ -116,8 +116,9 @@ TEST_F(ModuleTest, JobsTheModuleCannotTakeAreRefusedAtSubmit) {
   EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE);
   EXPECT_EQ(msg, "kdcmpc: VERIFY_CHECKSUM jobs under aes*-cts-hmac-sha1-96 keys are not "
                  "served");
-  // Outside a plan only a service ticket's ENCRYPT (usage 2) and PAC
-  // server signature (CHECKSUM, usage 17); the AS jobs (DECRYPT usage 1,
+  // Outside a plan only a service ticket's ENCRYPT (usage 2), PAC server
+  // signature (CHECKSUM, usage 17) and CAMMAC service verifier (CHECKSUM,
+  // usage 64); the AS jobs (DECRYPT usage 1,
   // ENCRYPT usage 3, CHECKSUM usage 56) and a DECRYPT of a ticket (usage
   // 2) only as plan items, or not at all.
   cts.enctype = ENCTYPE_AES256_CTS_HMAC_SHA1_96;
@@ -130,7 +131,7 @@ TEST_F(ModuleTest, JobsTheModuleCannotTakeAreRefusedAtSubmit) {
     EXPECT_EQ(Submit(cts, &msg), KRB5KDC_ERR_SVC_UNAVAILABLE) << t << " " << u;
     EXPECT_EQ(msg, "kdcmpc: jobs under aes*-cts-hmac-sha1-96 keys are served only as "
                    "items of an exchange plan, but for a service ticket's (ENCRYPT "
-                   "usage 2, CHECKSUM usage 17)");
+                   "usage 2, CHECKSUM usage 17 or 64)");
   }
   krb5_kdcmpc_job unknown = Encrypt();
   unknown.type = static_cast<krb5_kdcmpc_job_type>(99);

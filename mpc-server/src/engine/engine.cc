@@ -1089,7 +1089,12 @@ std::string FindCtsMaterial(const Job& job, const KeyShares& key, CtsTask& t) {
                         "this key is password-derived");
   const bool enc_ok = in(cf2 ? absl::MakeConstSpan(kCtsCf2EncryptUsages)
                              : absl::MakeConstSpan(kCtsEncryptUsages), job.usage);
-  const bool sum_ok = in(absl::MakeConstSpan(kCtsChecksumUsages), job.usage);
+  const bool service_sum = in(absl::MakeConstSpan(kCtsServiceKeyChecksums), job.usage);
+  if (checksum && service_sum && key.kind != KeyKind::kService)
+    return absl::StrCat("a CHECKSUM under usage ", job.usage,
+                        " (a CAMMAC service verifier) is computed under a service's random key "
+                        "only (KEY_KIND_SERVICE): this key is password-derived");
+  const bool sum_ok = in(absl::MakeConstSpan(kCtsChecksumUsages), job.usage) || service_sum;
   if ((job.type == pb::JOB_DECRYPT && !dec_ok) || (job.type == pb::JOB_ENCRYPT && !enc_ok) ||
       (checksum && !sum_ok))
     return absl::StrCat("usage ", job.usage, " is not dealt for an aes*-cts ",

@@ -161,7 +161,7 @@ struct CtsMaterial {
 // usage's jobs alone with JOB_UNKNOWN_USAGE (PlanCtsJob); dealing the key
 // again (kmpc-admin share, a password change) gives it all of them.
 inline constexpr uint32_t kCtsDealtUsages[] = {1, 2, 3};
-inline constexpr uint32_t kCtsDealtChecksums[] = {17, 56};
+inline constexpr uint32_t kCtsDealtChecksums[] = {17, 56, 64};
 // Of those, what only a key that is (also) a service gets (KeyKind): the
 // ticket (2) and the PAC server signature (17), each an offline verifier
 // for whoever asks for a ticket to it. A user's key (KeyKind::kUser) is
@@ -169,6 +169,14 @@ inline constexpr uint32_t kCtsDealtChecksums[] = {17, 56};
 inline constexpr uint32_t kCtsServiceUsages[] = {2, 17};
 // Whether a kind of key gets kCtsServiceUsages' material.
 constexpr bool DealsServiceUsages(KeyKind k) { return k != KeyKind::kUser; }
+// Of kCtsDealtChecksums, what a service's random key (KeyKind::kService)
+// alone gets, and alone is computed under: the CAMMAC service verifier
+// (usage 64, KRB5_KEYUSAGE_CAMMAC, RFC 7751), which the KDC makes for a ticket
+// carrying authentication indicators. Under a password-derived key
+// (a user, or a user used as a service) it would be one more offline
+// password verifier released to the KDC in the clear, for any
+// authorization data it picks: refused (JOB_UNKNOWN_USAGE), never dealt.
+inline constexpr uint32_t kCtsServiceKeyChecksums[] = {64};
 // Whether a key of this kind is password-derived: its aes*-cts AS reply
 // is gated (engine.cc CheckUserGate).
 constexpr bool PasswordDerived(KeyKind k) { return k != KeyKind::kService; }
@@ -199,6 +207,7 @@ inline constexpr uint32_t kCtsEncryptUsages[] = {2, 3};
 // reply (cts.h SpliceEncryptProgram); a CHECKSUM under 56 would hand it to
 // the KDC in the clear for any request it picks (JOB_UNKNOWN_USAGE).
 inline constexpr uint32_t kCtsChecksumUsages[] = {17};
+// (And kCtsServiceKeyChecksums, under a KeyKind::kService key only.)
 // The same for the FAST keys (Job.cts_key, cts.h Cf2Pepper: the KDC's half
 // of KRB-FX-CF2 with the dealt key's PRF+): the KDC decrypts the client's
 // encrypted challenge (54), encrypts its own (55) and the reply under the

@@ -92,6 +92,8 @@ absl::Status DealCts(absl::Span<const uint8_t> key, KeyKind kind,
   const auto dealt = [kind](uint32_t u) {
     for (uint32_t s : kCtsServiceUsages)
       if (u == s) return DealsServiceUsages(kind);
+    for (uint32_t s : kCtsServiceKeyChecksums)
+      if (u == s) return kind == KeyKind::kService;
     return true;
   };
   for (uint32_t u : kCtsDealtUsages) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <random>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <unistd.h>
@@ -107,7 +108,10 @@ class CtsCluster {
   // Deals `key` as an aes*-cts key of `kind`; the views go through the
   // store's encoding (KeyShares::Serialize / Parse) as on a server, the
   // kind through the record's metadata (service/key_cache.cc).
-  std::string AddKey(const Bytes& key, KeyKind kind = KeyKind::kService) {
+  // Dealt as `kind`'s; stored as `marked`'s if given (a record re-marked
+  // by Admin.SetKeyKind, which keeps what it does not drop).
+  std::string AddKey(const Bytes& key, KeyKind kind = KeyKind::kService,
+                     std::optional<KeyKind> marked = std::nullopt) {
     const Cipher c = key.size() == 16 ? Cipher::kAes128Cts : Cipher::kAes256Cts;
     auto views = DealKey(c, key, kind);
     EXPECT_TRUE(views.ok()) << views.status();
@@ -116,7 +120,7 @@ class CtsCluster {
     for (int i = 0; i < 3; ++i) {
       auto parsed = KeyShares::Parse((*views)[i].Serialize());
       EXPECT_TRUE(parsed.ok()) << parsed.status();
-      if (parsed.ok()) parsed->kind = kind;
+      if (parsed.ok()) parsed->kind = marked.value_or(kind);
       store_[i][id] = std::make_shared<const KeyShares>(std::move(*parsed));
     }
     return id;
@@ -467,6 +471,40 @@ TEST_P(CtsJobs, TicketDecryptOnlyUnderAServiceKey) {
   ExpectStatus(r, 4, pb::JOB_OK);
   EXPECT_NE(r[0].jobs[2].detail.find("service's key only"), std::string::npos)
       << r[0].jobs[2].detail;
+}
+
+// A CAMMAC service verifier (CHECKSUM, usage 64, RFC 7751) is computed
+// under a service's random key only, and is MIT's (hmac-sha1-96-aes under
+// Kc of usage 64: the clear circuit). Under a user's key, or a user's used
+// as a service, it is refused (JOB_UNKNOWN_USAGE) with nothing released:
+// it would be an offline password verifier over any authorization data
+// the KDC picks. A key dealt as a service's and re-marked a user's
+// (Admin.SetKeyKind keeps its usage-64 material) is refused by its kind
+// alone: checked to come out JOB_OK without the kind test in engine.cc
+// FindCtsMaterial.
+TEST_P(CtsJobs, CammacVerifierOnlyUnderAServiceKey) {
+  CtsCluster c(GetParam());
+  const Bytes key = Random(32);
+  const std::string svc = c.AddKey(key, KeyKind::kService);
+  const std::string user = c.AddKey(key, KeyKind::kUser);
+  const std::string both = c.AddKey(key, KeyKind::kUserService);
+  const std::string remarked = c.AddKey(key, KeyKind::kService, KeyKind::kUserService);
+  const Bytes ad = Random(120);
+  auto r = c.Run({CtsJob(pb::JOB_CHECKSUM, svc, true, 64, ad),
+                  CtsJob(pb::JOB_CHECKSUM, user, true, 64, ad),
+                  CtsJob(pb::JOB_CHECKSUM, both, true, 64, ad),
+                  CtsJob(pb::JOB_CHECKSUM, remarked, true, 64, ad)});
+  ExpectStatus(r, 0, pb::JOB_OK);
+  auto ck = cts::DealChecksum(key, 64);
+  auto cp = cts::ChecksumProgram(ad.size());
+  ASSERT_TRUE(ck.ok() && cp.ok());
+  EXPECT_EQ(Revealed(r, 0), Clear(*cp, Cat(ck->bytes, ad)));
+  for (size_t j = 1; j < 4; ++j) {
+    ExpectStatus(r, j, pb::JOB_UNKNOWN_USAGE);
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 2; ++k) EXPECT_TRUE(r[i].jobs[j].keystream[k].empty()) << j;
+  }
+  EXPECT_NE(r[0].jobs[3].detail.find("CAMMAC"), std::string::npos) << r[0].jobs[3].detail;
 }
 
 // Review finding (engine.cc PlanCtsJob): a job could use a usage's

@@ -176,7 +176,8 @@ class Fixture {
       EXPECT_TRUE(m == OpenCts(old_, e, &old_consistent))
           << "material entry " << e << " changed";
     }
-    if (cts_) EXPECT_EQ(nv[0]->cts.size(), 6u);
+    // A service key: usages 1, 2, 3; checksums 17, 56, 64; the PRF.
+    if (cts_) EXPECT_EQ(nv[0]->cts.size(), 7u);
   }
 
   int lost() const { return lost_; }
