@@ -16,10 +16,10 @@ import time
 
 import pytest
 
+import kmpc_harness.realm as realm_mod
 import test_mpc_cluster as tmc
 from test_mpc_cluster import Cluster, RECORD_ENV, certs, own_cluster  # noqa: F401
 
-KRB5_PREFIX = os.environ.get("KRB5_PREFIX", os.path.join(tmc.ROOT, "build", "krb5"))
 HELPER = os.path.join(tmc.ROOT, "mpc-server", "test", "cts", "cts_krb5_tool.c")
 
 
@@ -48,11 +48,8 @@ def _fresh_timestamp():
 @pytest.fixture(scope="module")
 def krb5_tool(tmp_path_factory):
     """The helper built against the patched prefix's libk5crypto."""
-    out = str(tmp_path_factory.mktemp("cts-tool") / "cts_krb5_tool")
-    lib = os.path.join(KRB5_PREFIX, "lib")
-    subprocess.run(["gcc", "-O1", "-o", out, HELPER, f"-I{KRB5_PREFIX}/include",
-                    f"-L{lib}", f"-Wl,-rpath,{lib}", "-lkrb5", "-lk5crypto", "-lcom_err"],
-                   check=True, capture_output=True)
+    out = realm_mod.build_c(HELPER, tmp_path_factory.mktemp("cts-tool") / "cts_krb5_tool",
+                            cflags=("-O1",))
 
     def run(*args, ok=True):
         r = subprocess.run([out] + [a if a else "-" for a in args],

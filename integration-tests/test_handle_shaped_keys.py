@@ -16,7 +16,6 @@ refuse the request (KDC_ERR_POLICY, logged) and submit no job; without the
 check it submitted an ENCRYPT job under the service's key id and issued the
 ticket.
 """
-import os
 import subprocess
 
 import kmpc_harness.realm as realm_mod
@@ -126,12 +125,7 @@ def _build_forger(tmp_path):
     src = tmp_path / "forge_u2u.c"
     exe = tmp_path / "forge_u2u"
     src.write_text(FORGE_U2U)
-    lib = os.path.join(realm_mod.PREFIX, "lib")
-    subprocess.run(["cc", "-o", str(exe), str(src),
-                    "-I" + os.path.join(realm_mod.PREFIX, "include"),
-                    "-L" + lib, "-Wl,-rpath," + lib, "-lkrb5", "-lk5crypto",
-                    "-lcom_err"], check=True)
-    return str(exe)
+    return realm_mod.build_c(src, exe)
 
 
 def _forge(m, exe, keytab, *args):

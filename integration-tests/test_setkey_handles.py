@@ -27,7 +27,6 @@ key. The realm uses krb5's test kdcmpc module (clusters=0), which holds
 the service's key in DIR/mpc-test-keys; the test reads it only to build a
 keytab and never prints it.
 """
-import os
 import struct
 import subprocess
 import time
@@ -102,12 +101,7 @@ def _build(tmp_path):
     src = tmp_path / "setkey_remote.c"
     exe = tmp_path / "setkey_remote"
     src.write_text(SETKEY_REMOTE)
-    lib = os.path.join(realm_mod.PREFIX, "lib")
-    subprocess.run(["cc", "-o", str(exe), str(src),
-                    "-I" + os.path.join(realm_mod.PREFIX, "include"),
-                    "-L" + lib, "-Wl,-rpath," + lib, "-lkadm5clnt_mit", "-lkrb5",
-                    "-lk5crypto", "-lcom_err"], check=True)
-    return str(exe)
+    return realm_mod.build_c(src, exe, libs=("kadm5clnt_mit", "krb5", "k5crypto", "com_err"))
 
 
 def _keytab(path, princ, realm, enctype, key, kvnos):

@@ -105,6 +105,18 @@ def free_ports(n):
     return ports
 
 
+def build_c(source, out, libs=("krb5", "k5crypto", "com_err"), cflags=()):
+    """Compiles the C file `source` into `out` against the patched prefix
+    (its headers, its libraries, found at run time through an rpath), as a
+    test's own client of libkrb5 or libkadm5; returns out."""
+    lib = os.path.join(PREFIX, "lib")
+    subprocess.run(["cc", *cflags, "-o", str(out), str(source),
+                    "-I" + os.path.join(PREFIX, "include"), "-L" + lib,
+                    "-Wl,-rpath," + lib, *("-l" + l for l in libs)],
+                   check=True, capture_output=True)
+    return str(out)
+
+
 def binpath(name):
     for sub in ("bin", "sbin"):
         p = os.path.join(PREFIX, sub, name)
