@@ -504,11 +504,10 @@ uint64_t Dispatcher::TakeUnits(JobFifo* q, size_t max_jobs, uint64_t max_blocks,
     JobFifo::iterator last = first + 1;
     while (first->group != 0 && last != q->end() && last->group == first->group) ++last;
     if (!batch->empty() && blocks + first->blocks > max_blocks) break;
-    if (!batch->empty() && !shapes.Fits(first, last)) {
+    if (!shapes.TakeIfFits(first, last, /*always=*/batch->empty())) {
       ++stats_.cts_shape_cuts;
       break;
     }
-    shapes.Take(first, last);
     for (auto n = last - first; n > 0; --n) {
       blocks += q->front().blocks;
       batch->push_back(std::move(q->front()));

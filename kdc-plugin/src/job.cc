@@ -77,26 +77,19 @@ absl::Status CheckJob(const Job& job) {
   }
 }
 
-uint64_t CtsBatchShapes::NewBytes(JobFifo::iterator first, JobFifo::iterator last,
-                                  std::set<contract::CtsShape>* fresh) const {
+bool CtsBatchShapes::TakeIfFits(JobFifo::iterator first, JobFifo::iterator last,
+                                bool always) {
+  std::set<contract::CtsShape> fresh;  // the unit's programs not taken yet
   uint64_t bytes = 0;
   for (auto it = first; it != last; ++it) {
     if (!contract::CtsCipher(it->job.cipher)) continue;
     const contract::CtsShape s = contract::CtsShapeOf(ShapeOf(it->job));
-    if (shapes_.count(s) == 0 && fresh->insert(s).second) bytes += contract::CtsShapeBytes(s);
+    if (shapes_.count(s) == 0 && fresh.insert(s).second) bytes += contract::CtsShapeBytes(s);
   }
-  return bytes;
-}
-
-bool CtsBatchShapes::Fits(JobFifo::iterator first, JobFifo::iterator last) const {
-  std::set<contract::CtsShape> fresh;
-  return bytes_ + NewBytes(first, last, &fresh) <= contract::kCtsBatchBytes;
-}
-
-void CtsBatchShapes::Take(JobFifo::iterator first, JobFifo::iterator last) {
-  std::set<contract::CtsShape> fresh;
-  bytes_ += NewBytes(first, last, &fresh);
+  if (!always && bytes_ + bytes > contract::kCtsBatchBytes) return false;
+  bytes_ += bytes;
   shapes_.merge(fresh);
+  return true;
 }
 
 uint64_t JobBlocks(const Job& job) { return contract::JobBlocks(ShapeOf(job)); }

@@ -232,15 +232,12 @@ class JobFifo {
 // (dispatcher.cc TakeUnits). Jobs of other ciphers count nothing.
 class CtsBatchShapes {
  public:
-  // Whether the jobs [first, last) fit beside those taken.
-  bool Fits(JobFifo::iterator first, JobFifo::iterator last) const;
-  void Take(JobFifo::iterator first, JobFifo::iterator last);
+  // Takes the programs of the jobs [first, last) if they fit beside those
+  // taken, or `always`; whether it took them.
+  bool TakeIfFits(JobFifo::iterator first, JobFifo::iterator last, bool always);
   uint64_t bytes() const { return bytes_; }
 
  private:
-  // The shapes of [first, last) not taken yet, and their bytes.
-  uint64_t NewBytes(JobFifo::iterator first, JobFifo::iterator last,
-                    std::set<contract::CtsShape>* fresh) const;
   std::set<contract::CtsShape> shapes_;
   uint64_t bytes_ = 0;
 };
