@@ -491,6 +491,22 @@ def issue_numbers(root, docs):
             for doc, n, line in doc_lines(root, docs) for m in ISSUE_REF.finditer(line)]
 
 
+SERIES_BASE = re.compile(r"series (?:against|on) (?:Debian(?: \d+)?'s )?(?:MIT )?krb5 "
+                         r"(\d+\.\d+(?:\.\d+)?)")
+
+
+def series_base_drift(root, docs):
+    """Docs naming the krb5 release the series applies to: it must be the one
+    krb5-patches/build-krb5.sh fetches (its upstream_version)."""
+    m = re.search(r"^upstream_version=(\S+)$",
+                  _read(os.path.join(root, "krb5-patches/build-krb5.sh")), re.M)
+    base = m.group(1) if m else "(no upstream_version in build-krb5.sh)"
+    return [f"{doc}:{n}: says the series is on krb5 {v.group(1)}; build-krb5.sh "
+            f"fetches {base}"
+            for doc, n, line in doc_lines(root, docs)
+            for v in SERIES_BASE.finditer(line) if v.group(1) != base]
+
+
 def design_index_gaps(root, index="docs/design/README.md"):
     path = os.path.join(root, index)
     if not os.path.exists(path):
@@ -564,6 +580,10 @@ def test_no_issue_numbers():
     _report(issue_numbers(ROOT, DOCS))
 
 
+def test_series_base_named_right():
+    _report(series_base_drift(ROOT, DOCS))
+
+
 def test_design_index_and_folder_table():
     _report(design_index_gaps(ROOT) + folder_table_gaps(ROOT) + readme_too_long(ROOT))
 
@@ -585,6 +605,7 @@ def tree(tmp_path):
     files = {
         "krb5-patches/series": "# header\n0001-Stop-contacting-a-KDC.patch\n"
                                "0002-KDC-make-the-UDP-receive-buffer-size-configurab.patch\n",
+        "krb5-patches/build-krb5.sh": "#!/bin/bash\nupstream_version=1.21.3\n",
         "Makefile": ".PHONY: demo\ndemo: build\n\t@true\nJOBS ?= 2\n",
         "mpc-server/src/main.cc": 'ABSL_FLAG(bool, early_flush, false, "x");\n'
                                   'ABSL_FLAG(std::string, listen, "", "x");\n',
@@ -617,6 +638,7 @@ def _all_checks(root):
             unknown_options(root, docs, defined_options(root)) +
             unknown_make_targets(root, docs) +
             unknown_metrics(root, docs, defined_metrics(root)) + issue_numbers(root, docs) +
+            series_base_drift(root, docs) +
             design_index_gaps(root) + folder_table_gaps(root) + readme_too_long(root))
 
 
@@ -640,6 +662,8 @@ def test_checks_pass_a_clean_tree(tree):
     ("`kmpc_kdc_speculative_used_total`",
      "docs/planted.md:2: kmpc_kdc_speculative_used_total: no metric"),
     ("(issue 48)", "docs/planted.md:2: names an issue (issue 48)"),
+    ("the patch series against Debian's krb5 1.20.1",
+     "docs/planted.md:2: says the series is on krb5 1.20.1; build-krb5.sh fetches 1.21.3"),
 ])
 def test_checks_catch_a_planted_stale_reference(tree, planted, expected):
     _write(tree, "docs/planted.md", f"# Planted\n{planted}\n")
