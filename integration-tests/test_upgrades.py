@@ -178,8 +178,9 @@ def _old_realm(root, realm, users):
     realm.configure(REPO)
     realm.start_servers()
     realm.create(users, [SERVICE, LATER_SERVICE], kadmind_keys=False)
-    realm.kdc_run([*realm.admin, "share", "--from-existing", *users])
-    realm.kdc_run([*realm.admin, "share", "--from-existing", "--service", SERVICE])
+    cts = "--enctype=aes256-cts-hmac-sha1-96"  # Debian's clients' enctype, kept
+    realm.kdc_run([*realm.admin, "share", "--from-existing", cts, *users])
+    realm.kdc_run([*realm.admin, "share", "--from-existing", cts, "--service", SERVICE])
     realm.root.run(["chown", "-R", "kmpc-kdc:kmpc-kdc", "/var/lib/kmpc-kdc"])
     realm.start_kdc()
 
