@@ -262,6 +262,9 @@ def two_roots(debs, tmp_path, request):
     try:
         for tag in ("p", "r"):
             roots.append(ph.DebianRoot(str(tmp_path), debs["tarball"], tag=tag))
+            # netbase's service names (kprop, kpropd and kadm5 look up
+            # krb5_prop and kerberos-adm), as on any installed host.
+            shutil.copy("/etc/services", roots[-1].p("/etc/services"))
             with open(roots[-1].p("/etc/hosts"), "a") as f:
                 f.write(f"{ph.REPLICA_HOSTS['kdc']} {PRIMARY}\n"
                         f"{ph.REPLICA_HOSTS['kdc2']} {REPLICA}\n")
@@ -315,7 +318,8 @@ def _old_primary_and_replica(debs, roots, realms, users):
     r.configure(REPO, certs_from=roots[0].p("/etc/kmpc/certs"))
     _iprop_conf(p, False)
     _iprop_conf(r, True)
-    for svc in (f"host/{PRIMARY}", f"host/{REPLICA}", f"kiprop/{REPLICA}"):
+    # kiprop/<primary>: the service kpropd asks kadmind's iprop for.
+    for svc in (f"host/{PRIMARY}", f"host/{REPLICA}", f"kiprop/{PRIMARY}", f"kiprop/{REPLICA}"):
         p.kdc_run(["kadmin.local", "-r", REALM, "-q",
                    f"addprinc -randkey -e aes256-cts-hmac-sha1-96:normal {svc}"])
     p.kdc_run(["kadmin.local", "-r", REALM, "-q", f"ktadd -k /etc/krb5.keytab host/{PRIMARY}"])
