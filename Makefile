@@ -28,6 +28,7 @@ help:
 	@echo "              MIT krb5's own KDC tests with their realms' keys in MPC clusters"
 	@echo "make deb [DIST=trixie|bookworm]  Debian packages: patched krb5 and kmpc's"
 	@echo "make test-packages [DIST=trixie|bookworm]  install them in a clean root and log in"
+	@echo "make test-upgrades  from the 1.20.1-based packages: in place, and rolling through iprop"
 	@echo "make demo     a realm on loopback, a login, a short storm"
 	@echo "make demo-stop  stop the demo's KDC and MPC servers"
 	@echo "make bench    benchmarks that print figures (build/bench/results.json)"
@@ -241,6 +242,32 @@ deb: deps
 test-packages: deps
 	@$(if $(filter $(HOST_DIST),$(DIST)),,$(MAKE) -s --no-print-directory deb DIST=$(DIST) &&) \
 	  KMPC_PKG_DIST=$(DIST) $(PYTHON) -m pytest -q -ra --durations=10 integration-tests/test_packages.py
+
+# Upgrades from the 1.20.1-based packages (docs/admin-guide.md, "Upgrades";
+# integration-tests/test_upgrades.py, root): in place, and rolling through
+# iprop. The old packages are make deb's of UPG_FROM, the last 1.20.1-based
+# main, built from git history (a clone of this repository checked out at
+# it, in build/upgrade-from) once, into UPG_OLD_DEBS (any directory: keep it
+# outside the tree to share it between checkouts). Not part of `make test`:
+# the old build takes as long as a `make deb`.
+UPG_FROM     ?= eae4f5c
+UPG_OLD_DEBS ?= $(BUILD)/upgrade-from/debs
+.PHONY: upgrade-old-debs test-upgrades
+upgrade-old-debs: deps
+	@if ls $(UPG_OLD_DEBS)/kmpc-kdc_*.deb $(UPG_OLD_DEBS)/krb5-kdc_1.20.1-*.deb >/dev/null 2>&1; then \
+	  echo "[upgrades] 1.20.1-based packages of $(UPG_FROM) in $(UPG_OLD_DEBS)"; else \
+	  git cat-file -e $(UPG_FROM)^{commit} 2>/dev/null || { echo "error: commit $(UPG_FROM) is not in" \
+	    "this clone's history (git fetch --unshallow)" >&2; exit 1; }; \
+	  rm -rf $(BUILD)/upgrade-from/src && mkdir -p $(BUILD)/upgrade-from $(UPG_OLD_DEBS) && \
+	  git clone -q --no-checkout $(ROOT) $(BUILD)/upgrade-from/src && \
+	  git -C $(BUILD)/upgrade-from/src checkout -q --detach $(UPG_FROM) && \
+	  t0=$$(date +%s) && bash $(BUILD)/upgrade-from/src/deploy/deb/make-deb.sh $(BUILD)/upgrade-from/build && \
+	  cp $$(ls $(BUILD)/upgrade-from/build/deb/*.deb | grep -v -- -dbgsym_) $(UPG_OLD_DEBS)/ && \
+	  echo "[upgrades] built the packages of $(UPG_FROM) in $$(( $$(date +%s) - t0 )) s: $(UPG_OLD_DEBS)"; fi
+
+test-upgrades: deps deb upgrade-old-debs
+	@KMPC_UPG_OLD_DEBS=$(UPG_OLD_DEBS) $(PYTHON) -m pytest -q -ra --durations=10 \
+	  integration-tests/test_upgrades.py
 
 # krb5-patches/ regenerated from the kmpc branch of build/krb5-src, then
 # checked (docs/krb5-patches.md): no patch may remove a line an earlier one

@@ -17,6 +17,7 @@ H_i:RING_PORT, and dials party i-1's H_{i-1}:RING_PORT
 
 import argparse
 import os
+import re
 import shlex
 import sys
 
@@ -87,7 +88,9 @@ def unit_exec_start(unit_path, instance=None, env=None):
     ${VAR} / $VAR by env (systemd's own expansion rules for whole words).
     Raises ValueError when the unit has no single ExecStart."""
     with open(unit_path) as f:
-        lines = [l.strip() for l in f if l.strip().startswith("ExecStart=")]
+        # A line ending in a backslash continues on the next (systemd.syntax).
+        text = re.sub(r"\\\n", " ", f.read())
+    lines = [l.strip() for l in text.splitlines() if l.strip().startswith("ExecStart=")]
     if len(lines) != 1:
         raise ValueError(f"{unit_path}: expected one ExecStart=, found {len(lines)}")
     cmd = lines[0][len("ExecStart="):]

@@ -31,6 +31,17 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + rep.when, rep)
 
 
+def pytest_ignore_collect(collection_path, config):
+    """test_upgrades.py needs the 1.20.1-based packages (make
+    test-upgrades builds them and sets KMPC_UPG_OLD_DEBS): left out of a
+    run of the whole directory (make test) unless they are given; named on
+    the command line, it runs, and fails without them."""
+    if collection_path.name != "test_upgrades.py" or os.environ.get("KMPC_UPG_OLD_DEBS"):
+        return None
+    named = {os.path.realpath(a.split("::")[0]) for a in config.args}
+    return True if str(collection_path) not in named else None
+
+
 def pytest_collection_finish(session):
     """A test module with a start_in_background() (test_packages.py: its
     package builds) starts it once the session's tests are known, so that

@@ -77,6 +77,10 @@ def test_execstart_and_flags():
     assert kdc == ["/opt/kmpc/krb5/sbin/krb5kdc", "-n", "-r", "EX.ORG"]
     with pytest.raises(ValueError):
         kmpc_deploy.unit_exec_start(kmpc_deploy.KDC_UNIT)  # no realm given
+    # kpropd's ExecStart= continues over three lines (backslashes).
+    kpropd = kmpc_deploy.unit_exec_start(kmpc_deploy.KPROPD_UNIT, env={"KMPC_REALM": "EX.ORG"})
+    assert kpropd[:4] == ["/opt/kmpc/krb5/sbin/kpropd", "-D", "-r", "EX.ORG"], kpropd
+    assert kpropd[-2:] == ["-p", "/opt/kmpc/krb5/sbin/kdb5_util"], kpropd
     text = kmpc_deploy.server_flags(0, ["10.0.0.11", "10.0.0.12", "10.0.0.13"])
     assert "--ring_prev=10.0.0.13:7100\n" in text  # party 0 dials party 2
     assert "--ring_next=10.0.0.12\n" in text  # party 1 dials party 0

@@ -39,7 +39,7 @@ OTHER_DIST = ph.SUITE != ph.HOST_SUITE
 DIST_BUILD = os.path.join(BUILD, ph.SUITE) if OTHER_DIST else BUILD
 DEBS = os.path.join(DIST_BUILD, "deb")
 NEXT = os.path.join(DEBS, "next")
-NEXT_KMPC_VERSION = "0.1.0-1.1"
+NEXT_KMPC_VERSION = "0.2.0-1.1"
 KMPC_PKGS = ("kmpc-mpc-server", "kmpc-kdc", "kmpc-admin")
 REALM = "PKG.KMPC.TEST"
 SERVICE = "host/svc.pkg.kmpc.test"
@@ -202,7 +202,7 @@ def packages():
     krb5 = sorted(glob.glob(os.path.join(DEBS, f"krb5-kdc_*+kmpc*_{ARCH}.deb")))
     assert len(krb5) == 1, krb5
     version = krb5[0].split("_")[1]
-    return {"krb5": version, "krb5_next": _bump(version), "kmpc": "0.1.0-1",
+    return {"krb5": version, "krb5_next": _bump(version), "kmpc": "0.2.0-1",
             "kmpc_next": NEXT_KMPC_VERSION, "build_s": build_s, "wait_s": time.time() - t}
 
 

@@ -8,6 +8,7 @@ layout, on 10.77.9.0/24, which exists only inside these namespaces):
     ns <tag>-kdc   10.77.9.1    krb5kdc (kmpc-krb5kdc.service), kmpc-admin
     ns <tag>-p<i>  10.77.9.1<i> kmpc-mpc-server@<i>.service
     ns <tag>-cl    10.77.9.100  Debian's unmodified clients (the machine's)
+    ns <tag>-kdc2  10.77.9.2    a replica KDC (test_upgrades.py: REPLICA_HOSTS)
 
 The four hosts share the one root (its /etc/kmpc holds every host's files,
 each readable only by its own service user). Daemons run from the
@@ -16,7 +17,11 @@ installed, chrooted into the root (no systemd runs here); the KDC host's
 namespace lets unprivileged processes bind port 88, standing in for the
 unit's AmbientCapabilities=CAP_NET_BIND_SERVICE.
 
-Used by integration-tests/test_packages.py.
+A host may have a name of its own (Lan's names: a UTS namespace per
+command, as kprop and kpropd name themselves host/<gethostname()>), and a
+deployment's KDC may be the replica's (PackagedDeployment's host) with its
+kpropd and the primary's kadmind. Used by integration-tests/test_packages.py
+and test_upgrades.py.
 """
 
 import os
@@ -61,6 +66,8 @@ INCLUDE = ("adduser,krb5-kdc,krb5-user,krb5-admin-server,libkrb5-3,liblmdb0,libs
 SUBNET = "10.77.9"
 HOSTS = {"kdc": f"{SUBNET}.1", "p0": f"{SUBNET}.11", "p1": f"{SUBNET}.12",
          "p2": f"{SUBNET}.13", "cl": f"{SUBNET}.100"}
+# The same with a replica KDC host.
+REPLICA_HOSTS = {**HOSTS, "kdc2": f"{SUBNET}.2"}
 NS_PREFIX = "kmpcpkg"
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -189,6 +196,35 @@ class DebianRoot:
         self.run(["dpkg", "-i", "--auto-deconfigure", *names],
                  env={"DEBIAN_FRONTEND": "noninteractive"})
 
+    def apt_install(self, debs):
+        """apt-get install ./<package>.deb... as the admin guide upgrades
+        (no network here: every dependency must be installed or among
+        debs; Recommends left out, as they would come from a mirror)."""
+        d = self.p("/var/cache/kmpc-test-debs")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        for deb in debs:
+            shutil.copy(deb, d)
+        names = [f"/var/cache/kmpc-test-debs/{os.path.basename(x)}" for x in debs]
+        return self.run(["apt-get", "install", "-y", "--no-install-recommends",
+                         "-o", "Dpkg::Options::=--force-confold", *names],
+                        env={"DEBIAN_FRONTEND": "noninteractive"})
+
+    def sha256s(self, *dirs):
+        """{path: sha256} of every file under dirs (the root's paths):
+        what an upgrade must leave as it is."""
+        import hashlib
+        out = {}
+        for d in dirs:
+            for top, _, files in os.walk(self.p(d)):
+                for name in files:
+                    path = os.path.join(top, name)
+                    if os.path.islink(path):
+                        continue
+                    with open(path, "rb") as f:
+                        out[os.path.relpath(path, self.path)] = hashlib.sha256(f.read()).hexdigest()
+        return out
+
     def version(self, pkg):
         return self.run(["dpkg-query", "-W", "-f=${Version}", pkg]).stdout.strip()
 
@@ -225,22 +261,34 @@ class Lan:
     """The hosts' namespaces on one bridge (netns.Lan's layout,
     without traffic shaping)."""
 
-    def __init__(self):
+    def __init__(self, hosts=None, names=None):
+        """hosts: {host: address} (HOSTS); names: {host: host name} for
+        the hosts that need one (each command on them runs in a UTS
+        namespace of its own with that name)."""
         self.tag = f"{NS_PREFIX}{os.getpid()}"
+        self.hosts = hosts or HOSTS
+        self.names = names or {}
         cleanup_stale()
 
     def ns(self, host):
         return f"{self.tag}-{host}"
 
     def prefix(self, host):
-        return ["ip", "netns", "exec", self.ns(host)]
+        name = self.names.get(host)
+        uts = (["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name]
+               if name else [])
+        return ["ip", "netns", "exec", self.ns(host), *uts]
 
     def up(self):
         # down() finds the namespaces by their tag, not by this list.
-        netns.bridged_hosts(self.ns, HOSTS, [], run=sh)
+        netns.bridged_hosts(self.ns, self.hosts, [], run=sh)
         # The KDC unit's AmbientCapabilities=CAP_NET_BIND_SERVICE: krb5kdc
-        # runs as kmpc-kdc and binds port 88 (a per-namespace sysctl).
-        sh([*self.prefix("kdc"), "sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=88"])
+        # runs as kmpc-kdc and binds port 88 (kpropd 754; a per-namespace
+        # sysctl).
+        for host in self.hosts:
+            if host.startswith("kdc"):
+                sh(["ip", "netns", "exec", self.ns(host), "sysctl", "-q", "-w",
+                    "net.ipv4.ip_unprivileged_port_start=88"])
         return self
 
     def down(self):
@@ -270,22 +318,31 @@ class PackagedDeployment:
     its daemons in the Lan's namespaces. Secrets (the master password,
     users' passwords) are passed on stdin or in files, never logged."""
 
-    def __init__(self, root, lan, workdir, realm):
+    def __init__(self, root, lan, workdir, realm, host="kdc", tag=""):
+        """host: the KDC's host (kdc, or a replica's); tag: a prefix of
+        this deployment's log files (two deployments in one workdir)."""
         self.root, self.lan, self.dir, self.realm = root, lan, workdir, realm
+        self.host, self.tag = host, tag
         self.servers = {}
         self.kdc = None
+        self.kadmind = None
+        self.kpropd = None
         self.env = {"KRB5_CONFIG": "/etc/kmpc/krb5.conf", "KRB5_KDC_PROFILE": "/etc/kmpc/kdc.conf"}
         self.admin = ["kmpc-admin", "--config=/etc/kmpc/admin.conf"]
 
-    def configure(self, repo_root):
-        """Step 4-5 and 8: certificates, flag files, krb5.conf, kdc.conf,
-        kdc.env and admin.conf from the packages' examples."""
+    def configure(self, repo_root, certs_from=None):
+        """Step 4-5 and 8: certificates (new ones, or certs_from's: another
+        deployment's /etc/kmpc/certs on the host), flag files, krb5.conf,
+        kdc.conf, kdc.env and admin.conf from the packages' examples."""
         r = self.root
         certs = r.p("/etc/kmpc/certs")
-        env = dict(os.environ, KMPC_CERT_EXTRA_SAN=",".join(
-            f"IP:{HOSTS[f'p{i}']}" for i in range(3)))
-        sh(["bash", os.path.join(repo_root, "deploy/gen-certs.sh"), certs], env=env)
-        shutil.rmtree(os.path.join(certs, "ca-private"))  # the CA key stays offline
+        if certs_from:
+            shutil.copytree(certs_from, certs, dirs_exist_ok=True)
+        else:
+            env = dict(os.environ, KMPC_CERT_EXTRA_SAN=",".join(
+                f"IP:{HOSTS[f'p{i}']}" for i in range(3)))
+            sh(["bash", os.path.join(repo_root, "deploy/gen-certs.sh"), certs], env=env)
+            shutil.rmtree(os.path.join(certs, "ca-private"))  # the CA key stays offline
         os.chmod(certs, 0o755)
         for i in range(3):
             r.run(["chown", "root:kmpc", f"/etc/kmpc/certs/party-{i}.key"])
@@ -333,13 +390,14 @@ class PackagedDeployment:
 
     def kdc_run(self, argv, input=None, check=True):
         """A command on the KDC host as root (kadmin.local, kmpc-admin)."""
-        return self.root.run(argv, env=self.env, prefix=self.lan.prefix("kdc"),
+        return self.root.run(argv, env=self.env, prefix=self.lan.prefix(self.host),
                              input=input, check=check)
 
-    def create(self, users, services):
+    def create(self, users, services, kadmind_keys=True):
         """Step 9: the KDB, users with ordinary password keys (Debian's
         clients know no MPC enctype), the krbtgt key and kadmind's made in
-        the cluster."""
+        the cluster (kadmind's left in the KDB without kadmind_keys: the
+        1.20.1-based packages' kadmind cannot use keys in the cluster)."""
         master = os.urandom(18).hex()
         self.kdc_run(["kdb5_util", "create", "-s", "-r", self.realm],
                      input=f"{master}\n{master}\n")
@@ -353,8 +411,9 @@ class PackagedDeployment:
         self.kdc_run([*self.admin, "share", "--randkey", "--force", self.tgs])
         # kadmind's own keys, which kdb5_util create made: new ones in the
         # cluster, as step 9 moves them.
-        self.kdc_run([*self.admin, "share", "--randkey", "--service",
-                      "--enctype=aes256-cts-hmac-sha1-96", *KADMIND_KEYS])
+        if kadmind_keys:
+            self.kdc_run([*self.admin, "share", "--randkey", "--service",
+                          "--enctype=aes256-cts-hmac-sha1-96", *KADMIND_KEYS])
         self.root.run(["chown", "-R", "kmpc-kdc:kmpc-kdc", "/var/lib/kmpc-kdc"])
 
     @property
@@ -370,10 +429,11 @@ class PackagedDeployment:
         p = self.kdc_run([*self.admin, "status", "--kdb"], check=False)
         return p.returncode, p.stdout + p.stderr
 
-    def _spawn(self, host, unit, instance=None, env_vars=None, log=None):
+    def _spawn(self, host, unit, instance=None, env_vars=None, log=None, extra=()):
         argv, user, env = unit_command(self.root, unit, instance, env_vars)
+        argv = [*argv, *extra]
         uid, gid = self.root.ids(user)
-        out = open(os.path.join(self.dir, log), "ab")
+        out = open(os.path.join(self.dir, self.tag + log), "ab")
         try:
             return subprocess.Popen(
                 [*self.lan.prefix(host), "chroot", f"--userspec={uid}:{gid}", f"--groups={gid}",
@@ -383,12 +443,13 @@ class PackagedDeployment:
         finally:
             out.close()
 
-    def start_servers(self, timeout=30):
-        """Step 7: kmpc-mpc-server@<i>.service on host p<i>, then the ring
-        (three "ring up" from the KDC host)."""
+    def start_servers(self, timeout=30, suffix=""):
+        """Step 7: kmpc-mpc-server@<i>.service on host p<i> (instance
+        <i><suffix>: flags /etc/kmpc/party<i><suffix>.flags), then the
+        ring (three "ring up" from the KDC host, at admin.conf's servers)."""
         for i in range(3):
-            self.servers[i] = self._spawn(f"p{i}", "kmpc-mpc-server@.service", instance=i,
-                                          log=f"party-{i}.log")
+            self.servers[i] = self._spawn(f"p{i}", "kmpc-mpc-server@.service",
+                                          instance=f"{i}{suffix}", log=f"party-{i}.log")
         deadline = time.time() + timeout
         out = ""
         while time.time() < deadline:
@@ -401,13 +462,16 @@ class PackagedDeployment:
             time.sleep(0.3)
         raise PackageError(f"the MPC ring did not come up:\n{out}\n{self.logs()}")
 
+    def _kdc_env(self):
+        return dict(line.strip().split("=", 1) for line in
+                    open(self.root.p("/etc/kmpc/kdc.env")) if "=" in line)
+
     def start_kdc(self, timeout=20):
         """Step 10: kmpc-krb5kdc.service on the KDC host."""
         log = self.root.p("/var/log/kmpc-kdc/krb5kdc.log")
         offset = os.path.getsize(log) if os.path.exists(log) else 0
-        env_vars = dict(line.strip().split("=", 1) for line in
-                        open(self.root.p("/etc/kmpc/kdc.env")) if "=" in line)
-        self.kdc = self._spawn("kdc", "kmpc-krb5kdc.service", env_vars=env_vars, log="krb5kdc.out")
+        self.kdc = self._spawn(self.host, "kmpc-krb5kdc.service", env_vars=self._kdc_env(),
+                               log="krb5kdc.out")
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.kdc.poll() is not None:
@@ -420,24 +484,82 @@ class PackagedDeployment:
             time.sleep(0.1)
         raise PackageError(f"krb5kdc did not start:\n{self.logs()}")
 
-    def stop(self):
-        procs = [p for p in [self.kdc, *self.servers.values()] if p and p.poll() is None]
+    def _wait_log(self, proc, path, offset, what, timeout):
+        deadline = time.time() + timeout
+        while time.time() < deadline and proc.poll() is None:
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    f.seek(offset)
+                    if what in f.read():
+                        return
+            time.sleep(0.1)
+        raise PackageError(f"{what!r} not in {path}:\n{self.logs()}")
+
+    def start_kadmind(self, timeout=30):
+        """Debian's kadmind of the root (krb5-admin-server) as root on the
+        KDC host, with /etc/kmpc's kdc.conf (its dealer, if enabled, and
+        iprop: a full resync dumps with kdb5_util and runs kprop with
+        /etc/krb5.keytab's host key)."""
+        log = self.root.p("/var/log/kmpc-kdc/kadmind.log")
+        offset = os.path.getsize(log) if os.path.exists(log) else 0
+        argv = ["chroot", self.root.path, "/usr/sbin/kadmind", "-nofork", "-r", self.realm,
+                "-p", "/usr/sbin/kdb5_util", "-K", "/usr/sbin/kprop",
+                "-F", "/var/lib/kmpc-kdc/iprop-dump"]
+        with open(os.path.join(self.dir, self.tag + "kadmind.out"), "ab") as out:
+            self.kadmind = subprocess.Popen(
+                [*self.lan.prefix(self.host), *argv], stdout=out, stderr=subprocess.STDOUT,
+                env={"PATH": PATH, "LANG": "C.UTF-8", **self.env})
+        self._wait_log(self.kadmind, log, offset, "starting", timeout)
+
+    def start_kpropd(self, timeout=30):
+        """kmpc-kpropd.service on the KDC host (a replica's), with -d: its
+        progress in kpropd.log."""
+        log = os.path.join(self.dir, self.tag + "kpropd.log")
+        offset = os.path.getsize(log) if os.path.exists(log) else 0
+        self.kpropd = self._spawn(self.host, "kmpc-kpropd.service", env_vars=self._kdc_env(),
+                                  log="kpropd.log", extra=["-d"])
+        self._wait_log(self.kpropd, log, offset, "ready", timeout)
+
+    def stop(self, which=("kdc", "kadmind", "kpropd", "servers")):
+        procs = [getattr(self, w) for w in which if w != "servers"]
+        if "servers" in which:
+            procs += list(self.servers.values())
+            self.servers = {}
+        procs = [p for p in procs if p and p.poll() is None]
         kmpc_cluster.stop_pids([p.pid for p in procs], timeout=15)
         for p in procs:
             p.wait(timeout=5)
-        self.kdc, self.servers = None, {}
+        if "kpropd" in which:
+            self._stop_kpropd_children()
+        for w in which:
+            if w != "servers":
+                setattr(self, w, None)
+
+    def _stop_kpropd_children(self):
+        """kpropd in iprop mode forks a listener for full dumps, which
+        outlives it: every kpropd left in the host's namespace."""
+        out = sh(["ip", "netns", "pids", self.lan.ns(self.host)], check=False).stdout
+        for pid in out.split():
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() == "kpropd":
+                        kmpc_cluster.stop_pid(int(pid), timeout=5)
+            except OSError:
+                pass
 
     def logs(self):
         text = []
-        for name in ["krb5kdc.out", *(f"party-{i}.log" for i in range(3))]:
-            path = os.path.join(self.dir, name)
+        for name in ["krb5kdc.out", "kadmind.out", "kpropd.log",
+                     *(f"party-{i}.log" for i in range(3))]:
+            path = os.path.join(self.dir, self.tag + name)
             if os.path.exists(path):
                 with open(path, errors="replace") as f:
                     text.append(f"--- {name}\n" + f.read()[-3000:])
-        log = self.root.p("/var/log/kmpc-kdc/krb5kdc.log")
-        if os.path.exists(log):
-            with open(log, errors="replace") as f:
-                text.append("--- krb5kdc.log\n" + f.read()[-3000:])
+        for name in ("krb5kdc.log", "kadmind.log"):
+            log = self.root.p(f"/var/log/kmpc-kdc/{name}")
+            if os.path.exists(log):
+                with open(log, errors="replace") as f:
+                    text.append(f"--- {self.tag}{name}\n" + f.read()[-3000:])
         return "\n".join(text)
 
 
@@ -448,7 +570,7 @@ class StockClient:
     heimdal-clients), that root's, chrooted into."""
 
     def __init__(self, lan, workdir, realm, root=None):
-        self.lan, self.root = lan, root
+        self.lan, self.root, self.realm = lan, root, realm
         # inside: the directory as the programs see it; self.dir: on the host.
         self.inside = "/tmp/kmpc-client" if root else workdir
         self.dir = root.p(self.inside) if root else workdir
@@ -458,10 +580,21 @@ class StockClient:
                     f"    dns_lookup_realm = false\n    rdns = false\n"
                     f"[realms]\n    {realm} = {{\n        kdc = {HOSTS['kdc']}\n    }}\n")
 
-    def run(self, prog, *args, ccache="cc", input=None, check=True):
+    def write_conf(self, name, kdcs, admin_server=None):
+        """Another krb5.conf for run(conf=name): the KDCs of kdcs (hosts'
+        addresses, tried in order), kadmind's address for kpasswd."""
+        admin = (f"        admin_server = {admin_server}\n"
+                 f"        kpasswd_server = {admin_server}\n" if admin_server else "")
+        lines = "".join(f"        kdc = {k}\n" for k in kdcs)
+        with open(os.path.join(self.dir, name), "w") as f:
+            f.write(f"[libdefaults]\n    default_realm = {self.realm}\n"
+                    f"    dns_lookup_kdc = false\n    dns_lookup_realm = false\n"
+                    f"    rdns = false\n[realms]\n    {self.realm} = {{\n{lines}{admin}    }}\n")
+
+    def run(self, prog, *args, ccache="cc", input=None, check=True, conf="client-krb5.conf"):
         """prog: a program in /usr/bin ("kinit", "klist", or Heimdal's
         "kinit.heimdal" and the like)."""
-        env = {"PATH": PATH, "KRB5_CONFIG": os.path.join(self.inside, "client-krb5.conf"),
+        env = {"PATH": PATH, "KRB5_CONFIG": os.path.join(self.inside, conf),
                "KRB5CCNAME": "FILE:" + os.path.join(self.inside, ccache)}
         chroot = ["chroot", self.root.path] if self.root else []
         return sh([*self.lan.prefix("cl"), *chroot, f"/usr/bin/{prog}", *args], env=env,
