@@ -202,8 +202,21 @@ def packages():
     krb5 = sorted(glob.glob(os.path.join(DEBS, f"krb5-kdc_*+kmpc*_{ARCH}.deb")))
     assert len(krb5) == 1, krb5
     version = krb5[0].split("_")[1]
-    return {"krb5": version, "krb5_next": _bump(version), "kmpc": "0.2.0-1",
-            "kmpc_next": NEXT_KMPC_VERSION, "build_s": build_s, "wait_s": time.time() - t}
+    kmpc = {k: _kmpc_version(d) for k, d in (("kmpc", DEBS), ("kmpc_next", NEXT))}
+    # Debian 12's builds carry ~deb12, so Debian 13's same version sorts
+    # above them (a dist-upgrade moves kmpc's packages with the release).
+    suffix = "~deb12" if ph.SUITE == "bookworm" else ""
+    assert kmpc["kmpc_next"] == NEXT_KMPC_VERSION + suffix, kmpc
+    assert kmpc["kmpc"].endswith(suffix) and ("~" in kmpc["kmpc"]) == bool(suffix), kmpc
+    return {"krb5": version, "krb5_next": _bump(version), **kmpc,
+            "build_s": build_s, "wait_s": time.time() - t}
+
+
+def _kmpc_version(d):
+    """The version of the kmpc-kdc package built into d (one only)."""
+    found = sorted(glob.glob(os.path.join(d, f"kmpc-kdc_*_{ARCH}.deb")))
+    assert len(found) == 1, found
+    return os.path.basename(found[0]).split("_")[1]
 
 
 def _debs(root, d, krb5_version, kmpc_version):

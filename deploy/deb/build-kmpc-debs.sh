@@ -6,7 +6,10 @@
 #   build-kmpc-debs.sh BUILD_DIR OUT_DIR
 #
 # KMPC_DEB_VERSION: build this version (a changelog entry above
-# deploy/debian/changelog's; default: that file's version). The source
+# deploy/debian/changelog's; default: that file's version). On Debian 12
+# the version takes "~deb12" (as the kmpc krb5 packages' backport does):
+# the Debian 13 build of the same version sorts above it, so a dist-upgrade
+# moves kmpc's packages to trixie's with the krb5 ones. The source
 # tree is staged in BUILD_DIR/deb/kmpc/src (this checkout's tracked and
 # new files, timestamps kept) and CMake builds in BUILD_DIR/deb/kmpc/obj,
 # kept between runs: a rebuild recompiles only what changed.
@@ -60,9 +63,14 @@ stage_source() {
   (cd "$root" && git ls-files -co --exclude-standard -z | grep -zv '^deploy/debian/' |
      tar --null -T - -cf -) | tar -xf - -C "$src"
   cp -a "$root/deploy/debian" "$src/debian"
-  if [ -n "${KMPC_DEB_VERSION:-}" ]; then
-    { echo "kmpc ($KMPC_DEB_VERSION) $(. /etc/os-release; echo "$VERSION_CODENAME"); urgency=medium"; echo
-      echo "  * Rebuild as $KMPC_DEB_VERSION."; echo
+  local codename base want
+  codename=$(. /etc/os-release; echo "$VERSION_CODENAME")
+  base=$(dpkg-parsechangelog -l "$root/deploy/debian/changelog" -S Version)
+  want=${KMPC_DEB_VERSION:-$base}
+  if [ "$codename" = bookworm ] && [[ "$want" != *"~deb12" ]]; then want="$want~deb12"; fi
+  if [ "$want" != "$base" ]; then
+    { echo "kmpc ($want) $codename; urgency=medium"; echo
+      echo "  * Build of $want for $codename."; echo
       echo " -- kmpc maintainers <kmpc@example.org>  $(date -R -u)"; echo
       cat "$root/deploy/debian/changelog"; } >"$src/debian/changelog"
   fi
