@@ -182,14 +182,19 @@ class DebianRoot:
                     return int(fields[2]), int(fields[3])
         raise PackageError(f"no user {user} in the root (did the package's postinst run?)")
 
-    def install(self, debs):
-        """dpkg -i the packages in one transaction, as an administrator would."""
+    def _stage_debs(self, debs):
+        """The packages copied into the root's /var/cache/kmpc-test-debs
+        (emptied first); their paths inside the root."""
         d = self.p("/var/cache/kmpc-test-debs")
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         for deb in debs:
             shutil.copy(deb, d)
-        names = [f"/var/cache/kmpc-test-debs/{os.path.basename(x)}" for x in debs]
+        return [f"/var/cache/kmpc-test-debs/{os.path.basename(x)}" for x in debs]
+
+    def install(self, debs):
+        """dpkg -i the packages in one transaction, as an administrator would."""
+        names = self._stage_debs(debs)
         # --auto-deconfigure, as apt passes it: 1.21's libkadm5srv-mit12 and
         # libkadm5clnt-mit12 Break Debian 12's krb5-kdc, krb5-admin-server
         # and krb5-user (<< 1.21), which this same transaction upgrades.
@@ -200,12 +205,7 @@ class DebianRoot:
         """apt-get install ./<package>.deb... as the admin guide upgrades
         (no network here: every dependency must be installed or among
         debs; Recommends left out, as they would come from a mirror)."""
-        d = self.p("/var/cache/kmpc-test-debs")
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
-        for deb in debs:
-            shutil.copy(deb, d)
-        names = [f"/var/cache/kmpc-test-debs/{os.path.basename(x)}" for x in debs]
+        names = self._stage_debs(debs)
         return self.run(["apt-get", "install", "-y", "--no-install-recommends",
                          "-o", "Dpkg::Options::=--force-confold", *names],
                         env={"DEBIAN_FRONTEND": "noninteractive"})
