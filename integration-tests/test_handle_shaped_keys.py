@@ -122,10 +122,7 @@ main(int argc, char **argv)
 
 
 def _build_forger(tmp_path):
-    src = tmp_path / "forge_u2u.c"
-    exe = tmp_path / "forge_u2u"
-    src.write_text(FORGE_U2U)
-    return realm_mod.build_c(src, exe)
+    return realm_mod.build_c_text(FORGE_U2U, tmp_path, "forge_u2u")
 
 
 def _forge(m, exe, keytab, *args):

@@ -46,8 +46,7 @@ SERVICE = "host/svc.pkg.kmpc.test"
 LATER_SERVICE = "host/later.pkg.kmpc.test"  # first asked for after the upgrade
 DEALT_SERVICE = "host/dealt.pkg.kmpc.test"  # made through the key dealer
 MPC_ETYPE = "-29002"  # aes256-ctr-mpc, as Debian's klist prints an unknown enctype
-ARCH = subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
-                      text=True).stdout.strip()
+ARCH = ph.ARCH
 
 
 def _say(capsys, msg):
@@ -199,10 +198,8 @@ def packages():
     start_in_background()
     t = time.time()
     build_s = _preparation.wait()
-    krb5 = sorted(glob.glob(os.path.join(DEBS, f"krb5-kdc_*+kmpc*_{ARCH}.deb")))
-    assert len(krb5) == 1, krb5
-    version = krb5[0].split("_")[1]
-    kmpc = {k: _kmpc_version(d) for k, d in (("kmpc", DEBS), ("kmpc_next", NEXT))}
+    version = ph.deb_version(DEBS, "krb5-kdc", "*+kmpc*")
+    kmpc = {k: ph.deb_version(d, "kmpc-kdc") for k, d in (("kmpc", DEBS), ("kmpc_next", NEXT))}
     # Debian 12's builds carry ~deb12, so Debian 13's same version sorts
     # above them (a dist-upgrade moves kmpc's packages with the release).
     suffix = "~deb12" if ph.SUITE == "bookworm" else ""
@@ -212,18 +209,11 @@ def packages():
             "build_s": build_s, "wait_s": time.time() - t}
 
 
-def _kmpc_version(d):
-    """The version of the kmpc-kdc package built into d (one only)."""
-    found = sorted(glob.glob(os.path.join(d, f"kmpc-kdc_*_{ARCH}.deb")))
-    assert len(found) == 1, found
-    return os.path.basename(found[0]).split("_")[1]
-
 
 def _debs(root, d, krb5_version, kmpc_version):
     """The krb5 packages the root has (Debian's, to be replaced) in
     krb5_version from d, and kmpc's three in kmpc_version."""
-    have = root.run(["dpkg-query", "-W", "-f=${Package} ${Status}\\n"]).stdout
-    installed = {l.split()[0] for l in have.splitlines() if l.endswith("install ok installed")}
+    installed = root.installed()
     debs = []
     for path in glob.glob(os.path.join(DEBS, f"*_{krb5_version}_{ARCH}.deb")):
         if os.path.basename(path).split("_")[0] in installed:

@@ -98,10 +98,8 @@ main(int argc, char **argv)
 
 
 def _build(tmp_path):
-    src = tmp_path / "setkey_remote.c"
-    exe = tmp_path / "setkey_remote"
-    src.write_text(SETKEY_REMOTE)
-    return realm_mod.build_c(src, exe, libs=("kadm5clnt_mit", "krb5", "k5crypto", "com_err"))
+    return realm_mod.build_c_text(SETKEY_REMOTE, tmp_path, "setkey_remote",
+                                  libs=("kadm5clnt_mit", "krb5", "k5crypto", "com_err"))
 
 
 def _keytab(path, princ, realm, enctype, key, kvnos):

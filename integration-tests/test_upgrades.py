@@ -45,19 +45,12 @@ LATER_SERVICE = "host/later.upg.kmpc.test"  # first asked for after the upgrade
 PRIMARY, REPLICA = "kdc.upg.kmpc.test", "kdc2.upg.kmpc.test"
 NEXT = "-next"  # the new-version server instances: kmpc-mpc-server@<i>-next
 NEXT_STORES = "/var/lib/kmpc/next"  # their stores
-ARCH = subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
-                      text=True).stdout.strip()
+ARCH = ph.ARCH
 
 
 def _say(capsys, msg):
     with capsys.disabled():
         print(f"\n[test_upgrades] {msg}", flush=True)
-
-
-def _version(d, pkg, pattern="*"):
-    found = sorted(glob.glob(os.path.join(d, f"{pkg}_{pattern}_{ARCH}.deb")))
-    assert len(found) == 1, f"{pkg} in {d}: {found}"
-    return os.path.basename(found[0]).split("_")[1]
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +64,9 @@ def debs():
                     f"{OLD_DEBS!r}: `make test-upgrades` builds them from git history")
     if not glob.glob(os.path.join(NEW_DEBS, "kmpc-kdc_*.deb")):
         pytest.fail(f"no packages in {NEW_DEBS}: `make deb` (make test-upgrades runs it)")
-    v = {"old_krb5": _version(OLD_DEBS, "krb5-kdc", "1.20.1-*"),
-         "new_krb5": _version(NEW_DEBS, "krb5-kdc", "1.21.3-*"),
-         "old_kmpc": _version(OLD_DEBS, "kmpc-kdc"), "new_kmpc": _version(NEW_DEBS, "kmpc-kdc")}
+    v = {"old_krb5": ph.deb_version(OLD_DEBS, "krb5-kdc", "1.20.1-*"),
+         "new_krb5": ph.deb_version(NEW_DEBS, "krb5-kdc", "1.21.3-*"),
+         "old_kmpc": ph.deb_version(OLD_DEBS, "kmpc-kdc"), "new_kmpc": ph.deb_version(NEW_DEBS, "kmpc-kdc")}
     # apt-get install of a kmpc package upgrades only to a higher version.
     assert subprocess.run(["dpkg", "--compare-versions", v["new_kmpc"], "gt",
                            v["old_kmpc"]]).returncode == 0, v
@@ -87,10 +80,9 @@ def _debs(root, d, krb5_version, kmpc_version, extra=()):
     """The kmpc krb5 packages of krb5_version in d for every krb5 package
     the root has (Debian's or an older kmpc build's) plus extra, and kmpc's
     three of kmpc_version."""
-    have = root.run(["dpkg-query", "-W", "-f=${Package} ${Status}\\n"]).stdout
-    installed = {ln.split()[0] for ln in have.splitlines() if ln.endswith("install ok installed")}
+    want = root.installed() | set(extra)
     out = [path for path in glob.glob(os.path.join(d, f"*_{krb5_version}_{ARCH}.deb"))
-           if os.path.basename(path).split("_")[0] in installed | set(extra)]
+           if os.path.basename(path).split("_")[0] in want]
     assert any("/krb5-kdc_" in x for x in out), out
     return out + [os.path.join(d, f"{p}_{kmpc_version}_{ARCH}.deb") for p in KMPC_PKGS]
 

@@ -24,6 +24,7 @@ kpropd and the primary's kadmind. Used by integration-tests/test_packages.py
 and test_upgrades.py.
 """
 
+import glob
 import os
 import re
 import shlex
@@ -70,6 +71,16 @@ HOSTS = {"kdc": f"{SUBNET}.1", "p0": f"{SUBNET}.11", "p1": f"{SUBNET}.12",
 REPLICA_HOSTS = {**HOSTS, "kdc2": f"{SUBNET}.2"}
 NS_PREFIX = "kmpcpkg"
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+ARCH = subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
+                      text=True).stdout.strip()
+
+
+def deb_version(d, pkg, pattern="*"):
+    """The version of the one package pkg (this architecture's) in d whose
+    version matches pattern."""
+    found = sorted(glob.glob(os.path.join(d, f"{pkg}_{pattern}_{ARCH}.deb")))
+    assert len(found) == 1, f"{pkg} in {d}: {found}"
+    return os.path.basename(found[0]).split("_")[1]
 
 
 class PackageError(Exception):
@@ -227,6 +238,11 @@ class DebianRoot:
 
     def version(self, pkg):
         return self.run(["dpkg-query", "-W", "-f=${Version}", pkg]).stdout.strip()
+
+    def installed(self):
+        """The names of the packages installed in the root."""
+        have = self.run(["dpkg-query", "-W", "-f=${Package} ${Status}\\n"]).stdout
+        return {ln.split()[0] for ln in have.splitlines() if ln.endswith("install ok installed")}
 
     def close(self):
         """Unmount /proc and delete the root (only once nothing is mounted

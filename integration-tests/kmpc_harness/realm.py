@@ -117,6 +117,15 @@ def build_c(source, out, libs=("krb5", "k5crypto", "com_err"), cflags=()):
     return str(out)
 
 
+def build_c_text(text, workdir, name, libs=("krb5", "k5crypto", "com_err")):
+    """build_c of the C program `text`, written to workdir/name.c; returns
+    the path of workdir/name."""
+    src = os.path.join(str(workdir), name + ".c")
+    with open(src, "w") as f:
+        f.write(text)
+    return build_c(src, os.path.join(str(workdir), name), libs=libs)
+
+
 def binpath(name):
     for sub in ("bin", "sbin"):
         p = os.path.join(PREFIX, sub, name)
