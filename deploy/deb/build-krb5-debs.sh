@@ -192,7 +192,7 @@ t0=$(date +%s)
 (cd "$tree" && DEB_BUILD_OPTIONS="nocheck nodoc parallel=${DEB_PARALLEL:-2}" \
    nice -n 10 dpkg-buildpackage -B -uc -us >"$work/build.log" 2>&1) || {
   tail -n 60 "$work/build.log" >&2; echo "error: krb5 package build failed" >&2; exit 1; }
-rm -f "$out"/*_*+kmpc*.deb  # every earlier kmpc krb5 build (kmpc's own are 0.1.0-N)
+rm -f "$out"/*_*+kmpc*.deb  # every earlier kmpc krb5 build (kmpc's own carry no +kmpc)
 for f in "$work"/*_"$ver"_*.deb; do mv "$f" "$out/"; done
 rm -f "$work"/*.buildinfo "$work"/*.changes
 # lintian once per build, report in krb5-lintian.txt. Errors fail the build
