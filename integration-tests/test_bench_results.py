@@ -584,3 +584,28 @@ def test_cts_server_cpu_at_the_peak_and_issue48_kinit_rows(tmp_path):
     assert res["cts"]["modes"]["malicious"]["storm_cpu_us_per_login_at_peak"][
         "mpc-server-2"] == 610.0
     assert "CPU us per cts login at the storm's peak (300 logins per Run)" in p.stdout
+
+
+def test_cts_rows_alone(tmp_path):
+    """--cts-rows (make bench-cts): cts.json without storm.json prints its
+    section and target rows and writes nothing; without cts.json, exit 2."""
+    d = str(tmp_path)
+    cts = {"when": "t", "machine": {"cores": 2},
+           "modes": {"malicious": cts_mode(190.0, fast_p50=250.0, cts_peak=1100.0)}}
+    cts["modes"]["malicious"]["storm"]["cts"] = cts_storm(1100.0, [650.0, 640.0, 655.0], 90.0)
+    with open(os.path.join(d, "cts.json"), "w") as f:
+        json.dump(cts, f)
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_results.py"), "--dir", d,
+                        "--cts-rows"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert not os.path.exists(os.path.join(d, "results.json"))
+    assert "aes256-cts users (keys in the cluster)" in p.stdout
+    assert ("[MISS] each MPC server's CPU per aes256-cts login at the cts storm's peak "
+            "<= 0.6 ms (malicious servers): 0.64-0.66 ms at 1100 logins/s "
+            "(90 logins per Run); missed by 0.06 ms") in p.stdout, p.stdout
+    assert "[met ] aes256-cts user, Debian's kinit, one client (malicious servers): " \
+           "p50 <= 200 ms" in p.stdout
+    os.remove(os.path.join(d, "cts.json"))
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_results.py"), "--dir", d,
+                        "--cts-rows"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "no " in p.stderr

@@ -31,7 +31,10 @@ and writes build/bench/results.json:
 and prints the table.  Exit status 0 whether or not targets are met (the
 table says which were missed); 2 when storm.json lacks a stock or kmpc run.
 
-Usage: bench_results.py [--dir build/bench] [--out FILE]
+With --cts-rows only cts.json is read: its section of the table and its
+target rows are printed, nothing is written (make bench-cts).
+
+Usage: bench_results.py [--dir build/bench] [--out FILE] [--cts-rows]
 """
 
 import argparse
@@ -881,6 +884,22 @@ def print_table(res, out_path):
             if v:
                 p(f"  {label:36s} {v['logins_per_s']:7.0f}/s p50 {v['p50_ms']:8.2f} ms "
                   f"p99 {v['p99_ms']:8.2f} ms failed {v['failed']} dropped {v['dropped']}")
+    print_cts(res)
+    print_tgs(res)
+    print_targets(res["targets"])
+    p(f"written: {out_path}")
+
+
+def print_targets(rows):
+    print("targets:")
+    for t in rows:
+        print(f"  [{'met ' if t['met'] else 'MISS'}] {t['what']}: {t['measured']}"
+              + (f"; missed by {t['miss_by']}" if t.get("miss_by") else ""))
+
+
+def print_cts(res):
+    """The aes256-cts section of the table (cts.json)."""
+    p = print
     cts = (res.get("cts") or {}).get("modes") or {}
     if cts:
         p("aes256-cts users (keys in the cluster), Debian's kinit (cts.json):")
@@ -913,12 +932,6 @@ def print_table(res, out_path):
                       f"{v['cpu_ms_per_login']}")
             if rl:
                 p(f"    varied / uniform {fmt(rl.get('ratio_varied_to_uniform'), '.3f', 'x')}")
-    print_tgs(res)
-    p("targets:")
-    for t in res["targets"]:
-        p(f"  [{'met ' if t['met'] else 'MISS'}] {t['what']}: {t['measured']}"
-          + (f"; missed by {t['miss_by']}" if t.get("miss_by") else ""))
-    p(f"written: {out_path}")
 
 
 def print_tgs(res):
@@ -947,7 +960,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default=os.path.join(BUILD, "bench"))
     ap.add_argument("--out", default=None, help="default DIR/results.json")
+    ap.add_argument("--cts-rows", action="store_true",
+                    help="only DIR/cts.json: print its section and target rows, "
+                         "write nothing (make bench-cts)")
     args = ap.parse_args()
+    if args.cts_rows:
+        cts = load(os.path.join(args.dir, "cts.json"))
+        if not cts:
+            sys.stderr.write(f"bench_results: no {args.dir}/cts.json\n")
+            return 2
+        res = {"cts": cts_side(cts)}
+        print_cts(res)
+        print_targets(cts_targets(res))
+        return 0
     out = args.out or os.path.join(args.dir, "results.json")
     try:
         res = build(args.dir)
