@@ -9,7 +9,8 @@
 // a batch in flight makes the queue wait, so the next batch grows with
 // what arrived meanwhile: it goes when a batch ends, or (with fewer than
 // max_inflight in flight) when it reaches max_jobs / max_blocks or its
-// oldest job has waited `window` (the bound under load). `window` is the
+// oldest job has waited `window` (the bound under load; `cts_window` when
+// every queued exchange has an aes*-cts job). `window` is the
 // whole policy with early_flush = false: the queue is flushed when its
 // oldest job has waited `window`. In both modes a queue reaching
 // max_jobs / max_blocks goes at once. At most max_inflight Run batches
@@ -53,6 +54,16 @@ class Dispatcher;
 
 struct BatcherOptions {
   absl::Duration window = absl::Milliseconds(100);
+  // With early_flush, behind a Run in flight: how long a queue whose every
+  // unit (a planned exchange's group, or a lone job) holds an aes*-cts job
+  // may wait for that Run to end, instead of `window`. Such a Run takes
+  // ~4,300 AND rounds, and each costs every server the same CPU for one
+  // login or hundreds, so starting a second one for what arrived in the
+  // last 100 ms keeps the servers busy at any load; held, those logins
+  // join the next Run when the one in flight ends (docs/bench-log.md,
+  // 2026-11-27). Any other unit queued keeps `window` from its own
+  // arrival. Values below `window` act as `window`.
+  absl::Duration cts_window = absl::Milliseconds(1000);
   size_t max_jobs = 256;
   uint64_t max_blocks = 16384;
   // A batch takes every queued job up to these caps (raised to max_jobs /

@@ -279,15 +279,22 @@ bool Dispatcher::Enqueue(PendingJob q, std::vector<PendingJob>* group_jobs) {
     return first;
   }
   const bool was_empty = queue_.empty();
+  const bool had_other = !other_enqueued_.empty();
   const uint64_t blocks_before = queued_blocks_;
   const size_t size_before = queue_.size();
-  queued_blocks_ += q.blocks;
-  queue_.push_back(std::move(q));
-  for (PendingJob& x : *group_jobs) {
+  bool cts = contract::CtsCipher(q.job.cipher);
+  for (const PendingJob& x : *group_jobs) cts = cts || contract::CtsCipher(x.job.cipher);
+  auto push = [&](PendingJob&& x) {
+    x.cts_unit = cts;
+    if (!cts) other_enqueued_.push_back(x.enqueued);
     queued_blocks_ += x.blocks;
     queue_.push_back(std::move(x));
-  }
-  return was_empty ||
+  };
+  push(std::move(q));
+  for (PendingJob& x : *group_jobs) push(std::move(x));
+  // The first other unit behind held aes*-cts units may bring the flush
+  // forward (its window runs from its own arrival).
+  return was_empty || (!cts && !had_other) ||
          (size_before < options_.max_jobs &&
           queue_.size() >= options_.max_jobs) ||
          (blocks_before < options_.max_blocks &&
@@ -530,8 +537,16 @@ std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
     flush_at = hold_until_;
   else if (o.early_flush && inflight_ == 0)
     flush_at = flush_now_ ? now : queue_.front().enqueued + o.coalesce;
-  else
+  else if (o.early_flush && o.cts_window > o.window && queue_.front().cts_unit) {
+    // Behind a Run in flight: held aes*-cts units wait until none is in
+    // flight (early flush then takes them), the queue fills (above) or
+    // cts_window passes; another unit queued keeps its own window.
+    flush_at = queue_.front().enqueued + o.cts_window;
+    if (!other_enqueued_.empty())
+      flush_at = std::min(flush_at, other_enqueued_.front() + o.window);
+  } else {
     flush_at = queue_.front().enqueued + o.window;
+  }
   if (flush_at > now) {
     *wake = std::min(*wake, flush_at);
     return nullptr;
@@ -544,6 +559,8 @@ std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
   batch.reserve(std::min(take_jobs, queue_.size()));
   queued_blocks_ -= TakeUnits(&queue_, take_jobs,
                               std::max(o.max_blocks, o.backlog_blocks), &batch);
+  for (const PendingJob& x : batch)
+    if (!x.cts_unit) other_enqueued_.pop_front();
   if (queue_.empty()) flush_now_ = false;
   ++inflight_;
   return MakeStep(std::move(batch), StepKind::kRun, now);
@@ -566,6 +583,7 @@ void Dispatcher::Close() {
   // stopping_ is set: no SubmitterIdle makes another step.
   started_cv_.wait(l, [this] { return starting_ == 0; });
   queue_.clear();
+  other_enqueued_.clear();
   deep_queue_.clear();
   finalize_only_queue_.clear();
   sign_queue_.clear();
@@ -622,6 +640,7 @@ std::vector<uint64_t> Dispatcher::TakeQueued(std::vector<uint64_t>* held_back) {
     }
   }
   queue_.clear();  // wipes inputs (SecureBytes)
+  other_enqueued_.clear();
   deep_queue_.clear();
   queued_blocks_ = 0;
   flush_now_ = false;

@@ -13,7 +13,9 @@
 //    finalize_only batches are in flight; `active_` holds each until its
 //    StepFinished, so the deadline watchdog fails it even if a transport
 //    never calls back.
-//  - queued_blocks_ is the sum of `blocks` over queue_.
+//  - queued_blocks_ is the sum of `blocks` over queue_; other_enqueued_
+//    holds the `enqueued` of every job in queue_ without cts_unit, in
+//    queue order.
 //  - deep_queue_ holds the groups with a job deeper than deep_rounds
 //    (whole groups): NextDeep sends them (up to max_jobs, groups whole)
 //    in a Run of their own, at most one in flight and never past
@@ -205,6 +207,9 @@ class Dispatcher : public StepHost,
   bool stopping_ = false;
   JobFifo queue_;
   uint64_t queued_blocks_ = 0;
+  // The arrival of each job in queue_ without cts_unit, oldest first (the
+  // queue is FIFO, so its front is the oldest such job still queued).
+  std::deque<absl::Time> other_enqueued_;
   // Groups of a ticket and its signing PAD (Submit): kTicketGroupBit | n,
   // apart from the planner's exchange groups (planner.cc kPlanGroupBit).
   static constexpr uint64_t kTicketGroupBit = uint64_t{1} << 62;

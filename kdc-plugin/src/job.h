@@ -132,6 +132,9 @@ struct PendingJob {
   Job job;
   uint64_t blocks = 0;  // JobCost; 0 for a finalize_only job
   absl::Time enqueued;
+  // Queued in a unit (its group, or itself) with an aes*-cts job: behind a
+  // Run in flight it waits up to BatcherOptions::cts_window, not window.
+  bool cts_unit = false;
   // A job the planner prepared for a later plan item (planner.h): an
   // ENCRYPT of a length only, whose keystream is held for the item's
   // ENCRYPT, or a PAD; no caller, nothing is delivered.

@@ -56,6 +56,8 @@ struct BoolOption {
 constexpr IntOption kIntOptions[] = {
     {"batch_window_ms", 0, 60000,
      [](BatcherOptions& b, int64_t n) { b.window = absl::Milliseconds(n); }},
+    {"cts_batch_window_ms", 0, 60000,
+     [](BatcherOptions& b, int64_t n) { b.cts_window = absl::Milliseconds(n); }},
     {"max_batch_jobs", 1, 100000,
      [](BatcherOptions& b, int64_t n) { b.max_jobs = n; }},
     {"max_batch_blocks", 1, 1 << 20,

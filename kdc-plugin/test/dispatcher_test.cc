@@ -465,6 +465,61 @@ TEST_P(FakeBatcherTest, AesCtsProgramsOfOneBatchStayWithinTheServersBound) {
   EXPECT_EQ(b->stats().cts_shape_cuts, 1u);
 }
 
+// cts_window: behind a Run in flight, a queue of aes*-cts exchanges waits
+// for no Run to be in flight (then early flush takes it at once), not for
+// the 100 ms window: a second ~4,300-round Run for what arrived meanwhile
+// would cost every server a Run's CPU. Another job queued behind them
+// keeps its own window and takes them along. (The fake computes no
+// aes*-cts job, each fails alone: only the batches are looked at.)
+TEST_P(FakeBatcherTest, AesCtsExchangesWaitForTheRunInFlightOthersForTheWindow) {
+  BatcherOptions o = SubmitterKicked(absl::Milliseconds(100));
+  o.cts_window = absl::Seconds(30);  // unmistakable
+  cluster_.set_latency(absl::Milliseconds(600));
+  auto b = Make(o);
+  const auto cts = [] {
+    Job j;
+    j.type = kmpc::v1::JOB_ENCRYPT;
+    j.cipher = kmpc::v1::CIPHER_AES256_CTS;
+    j.key_id = std::string(contract::kKeyIdSize, 'u');
+    j.usage = 3;
+    j.input.assign(300, 'R');
+    return j;
+  };
+  ASSERT_TRUE(b->dispatcher().Submit(1, cts()).ok());
+  b->dispatcher().SubmitterIdle();  // Run 1, at once: nothing in flight
+  EXPECT_EQ(RunCalls(), 1);
+  const absl::Time t1 = absl::Now();
+  ASSERT_TRUE(b->dispatcher().Submit(2, cts()).ok());
+  b->dispatcher().SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(10)));
+  // Job 2 waited for Run 1's end (600 ms), not the 100 ms window...
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(10)));
+  std::vector<TestCluster::Call> runs = Runs();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_GE(runs[1].at - t1, absl::Milliseconds(450));
+  // ...and not the 30 s cts_window: it went when Run 1 ended.
+  EXPECT_LT(runs[1].at - t1, absl::Seconds(10));
+  WaitIdle(b.get());
+  // Run 3 in flight; a cts job, then a krbtgt-only one behind it: the
+  // latter's window (100 ms from its arrival) sends both in Run 4, with
+  // Run 3 still in flight.
+  ASSERT_TRUE(b->dispatcher().Submit(3, cts()).ok());
+  b->dispatcher().SubmitterIdle();
+  WaitRunCalls(3);
+  ASSERT_TRUE(b->dispatcher().Submit(4, cts()).ok());
+  b->dispatcher().SubmitterIdle();
+  const absl::Time t5 = absl::Now();
+  ASSERT_TRUE(b->dispatcher().Submit(5, Encrypt("ticket")).ok());
+  b->dispatcher().SubmitterIdle();
+  WaitRunCalls(4);
+  runs = Runs();
+  EXPECT_LT(runs[3].at - runs[2].at, absl::Milliseconds(600));  // Run 3 in flight
+  EXPECT_GE(runs[3].at - t5, absl::Milliseconds(90));
+  EXPECT_EQ(runs[3].jobs, 2);  // job 4 went along with job 5
+  ASSERT_TRUE(sink_.WaitFor(5, absl::Seconds(10)));
+  EXPECT_TRUE(sink_.Get(5).status.ok()) << sink_.Get(5).status;
+}
+
 TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
   BatcherOptions o = WindowFlushed(absl::Seconds(30));
   o.max_jobs = 4;

@@ -18,6 +18,7 @@ TEST(OptionsTest, ParsesAndRejects) {
   EXPECT_TRUE(d->batcher.early_flush);
   EXPECT_EQ(d->batcher.max_inflight, 2);
   EXPECT_EQ(d->batcher.window, absl::Milliseconds(100));
+  EXPECT_EQ(d->batcher.cts_window, absl::Seconds(1));
   auto off = ParseOptions({"servers = h:1,h:2,h:3", "certs=/c", "early_flush=no"});
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_FALSE(off->batcher.early_flush);
@@ -28,7 +29,8 @@ TEST(OptionsTest, ParsesAndRejects) {
                          "max_queue_jobs=7", "speculate=off",
                          "speculate_ttl_ms=1500", "speculate_max=100",
                          "backlog_batch_jobs=33",
-                         "backlog_batch_blocks=444", "max_inflight=3"});
+                         "backlog_batch_blocks=444", "max_inflight=3",
+                         "cts_batch_window_ms=250"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_FALSE(o->batcher.speculate);
   EXPECT_EQ(o->batcher.speculate_ttl, absl::Milliseconds(1500));
@@ -41,6 +43,7 @@ TEST(OptionsTest, ParsesAndRejects) {
   EXPECT_EQ(o->cert, "/c/kdc.pem");
   EXPECT_EQ(o->key, "/c/kdc.key");
   EXPECT_EQ(o->batcher.window, absl::Milliseconds(50));
+  EXPECT_EQ(o->batcher.cts_window, absl::Milliseconds(250));
   EXPECT_TRUE(o->batcher.early_flush);
   EXPECT_EQ(o->batcher.deadline, absl::Milliseconds(1500));
   EXPECT_EQ(o->batcher.max_jobs, 9u);
