@@ -130,8 +130,9 @@ bool Dispatcher::RouteUnparked(std::vector<uint64_t> ids,
     wake |= Route(std::move(q), &none, &c);
     if (!c.output.empty()) chained->push_back(std::move(c));
   }
-  // No submitter callback follows (SubmitterIdle): the dispatcher sends
-  // them, at once (they waited for this Run already).
+  // No submitter callback follows (SubmitterIdle): the dispatcher looks
+  // at once (they waited for this Run already; aes*-cts ones may still
+  // wait for a Run in flight, BatcherOptions::cts_window).
   if (!ready.empty()) wake |= NeedsWake(absl::InfinitePast());
   return wake;
 }
@@ -332,7 +333,7 @@ void Dispatcher::SubmitterIdle() {
       // dispatcher thread instead: building and dealing it would stall the
       // event loop.
       if (inflight_ < options_.max_inflight && queue_.size() > kMaxInlineRunJobs) {
-        wake = NeedsWake(absl::InfinitePast());  // it sees flush_now_
+        wake = NeedsWake(RunFlushAt(now));  // it sees flush_now_
       } else if (inflight_ < options_.max_inflight) {
         absl::Time run_at = absl::InfiniteFuture();
         if (auto s = NextRun(now, &run_at))
@@ -524,29 +525,32 @@ uint64_t Dispatcher::TakeUnits(JobFifo* q, size_t max_jobs, uint64_t max_blocks,
   return blocks;
 }
 
+absl::Time Dispatcher::RunFlushAt(absl::Time now) const {
+  const BatcherOptions& o = options_;
+  if (queue_.size() >= o.max_jobs || queued_blocks_ >= o.max_blocks) return now;
+  if (o.early_flush && inflight_ == 0 && now < hold_until_ && queue_.size() < hold_jobs_)
+    return hold_until_;
+  if (o.early_flush && inflight_ == 0)
+    return flush_now_ ? now : queue_.front().enqueued + o.coalesce;
+  if (o.early_flush && o.cts_window > o.window && inflight_ > deep_inflight_ &&
+      queue_.front().cts_unit) {
+    // Behind a Run in flight (not deep work's: that one never delays
+    // others' logins): held aes*-cts units wait until none is in flight
+    // (early flush then takes them), the queue fills (above) or cts_window
+    // passes; another unit queued keeps its own window.
+    absl::Time at = queue_.front().enqueued + o.cts_window;
+    if (!other_enqueued_.empty()) at = std::min(at, other_enqueued_.front() + o.window);
+    return at;
+  }
+  return queue_.front().enqueued + o.window;
+}
+
 std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
                                                absl::Time* wake) {
   const BatcherOptions& o = options_;
   if (auto deep = NextDeep(now)) return deep;
   if (queue_.empty() || inflight_ >= o.max_inflight) return nullptr;
-  absl::Time flush_at;
-  if (queue_.size() >= o.max_jobs || queued_blocks_ >= o.max_blocks)
-    flush_at = now;
-  else if (o.early_flush && inflight_ == 0 && now < hold_until_ &&
-           queue_.size() < hold_jobs_)
-    flush_at = hold_until_;
-  else if (o.early_flush && inflight_ == 0)
-    flush_at = flush_now_ ? now : queue_.front().enqueued + o.coalesce;
-  else if (o.early_flush && o.cts_window > o.window && queue_.front().cts_unit) {
-    // Behind a Run in flight: held aes*-cts units wait until none is in
-    // flight (early flush then takes them), the queue fills (above) or
-    // cts_window passes; another unit queued keeps its own window.
-    flush_at = queue_.front().enqueued + o.cts_window;
-    if (!other_enqueued_.empty())
-      flush_at = std::min(flush_at, other_enqueued_.front() + o.window);
-  } else {
-    flush_at = queue_.front().enqueued + o.window;
-  }
+  const absl::Time flush_at = RunFlushAt(now);
   if (flush_at > now) {
     *wake = std::min(*wake, flush_at);
     return nullptr;
@@ -560,8 +564,11 @@ std::shared_ptr<BatchStep> Dispatcher::NextRun(absl::Time now,
   queued_blocks_ -= TakeUnits(&queue_, take_jobs,
                               std::max(o.max_blocks, o.backlog_blocks), &batch);
   for (const PendingJob& x : batch)
-    if (!x.cts_unit) other_enqueued_.pop_front();
-  if (queue_.empty()) flush_now_ = false;
+    if (!x.cts_unit && !other_enqueued_.empty()) other_enqueued_.pop_front();
+  if (queue_.empty()) {
+    flush_now_ = false;
+    other_enqueued_.clear();
+  }
   ++inflight_;
   return MakeStep(std::move(batch), StepKind::kRun, now);
 }
@@ -733,7 +740,8 @@ void Dispatcher::GateVerified(uint64_t exchange_id) {
       Result unused;  // no job of it is chained_done
       wake |= Route(std::move(first), &release, &unused);
       // No submitter callback follows (SubmitterIdle): the dispatcher
-      // sends them, at once (they waited for their gate's Run already).
+      // looks at once (they waited for their gate's Run already; they may
+      // still wait for a Run in flight, BatcherOptions::cts_window).
       wake |= NeedsWake(absl::InfinitePast());
     }
   }

@@ -166,6 +166,9 @@ class Dispatcher : public StepHost,
   // one may go by `now` (the flush policy, batcher.h), else null (then
   // *wake is lowered to when one may).
   std::shared_ptr<BatchStep> NextRun(absl::Time now, absl::Time* wake);
+  // Under mu_, queue_ not empty: when the Run queue is due (now or
+  // earlier: at once), given the Runs in flight.
+  absl::Time RunFlushAt(absl::Time now) const;
   bool StartSigns(absl::Time now, absl::Time* wake, Lock* lk);
   // Under mu_: a registered step of `kind` for `jobs` (the caller starts
   // it after releasing mu_); notifies the dispatcher if it sleeps past the

@@ -469,55 +469,67 @@ TEST_P(FakeBatcherTest, AesCtsProgramsOfOneBatchStayWithinTheServersBound) {
 // for no Run to be in flight (then early flush takes it at once), not for
 // the 100 ms window: a second ~4,300-round Run for what arrived meanwhile
 // would cost every server a Run's CPU. Another job queued behind them
-// keeps its own window and takes them along. (The fake computes no
-// aes*-cts job, each fails alone: only the batches are looked at.)
+// keeps its own window, from its own arrival, and takes them along; a
+// deep Run in flight holds nothing back (deep_rounds). (The fake computes
+// no aes*-cts job, each fails alone: only the batches are looked at.)
 TEST_P(FakeBatcherTest, AesCtsExchangesWaitForTheRunInFlightOthersForTheWindow) {
   BatcherOptions o = SubmitterKicked(absl::Milliseconds(100));
   o.cts_window = absl::Seconds(30);  // unmistakable
-  cluster_.set_latency(absl::Milliseconds(600));
-  auto b = Make(o);
-  const auto cts = [] {
+  const auto cts = [](size_t n) {
     Job j;
     j.type = kmpc::v1::JOB_ENCRYPT;
     j.cipher = kmpc::v1::CIPHER_AES256_CTS;
     j.key_id = std::string(contract::kKeyIdSize, 'u');
     j.usage = 3;
-    j.input.assign(300, 'R');
+    j.input.assign(n, 'R');
     return j;
   };
-  ASSERT_TRUE(b->dispatcher().Submit(1, cts()).ok());
-  b->dispatcher().SubmitterIdle();  // Run 1, at once: nothing in flight
+  o.deep_rounds = JobDepth(cts(300));  // a 300-byte reply shares, 1,300 is deep
+  ASSERT_GT(JobDepth(cts(1300)), o.deep_rounds);
+  cluster_.set_latency(absl::Milliseconds(1000));
+  auto b = Make(o);
+  auto submit = [&b](uint64_t token, Job j) {
+    ASSERT_TRUE(b->dispatcher().Submit(token, std::move(j)).ok());
+    b->dispatcher().SubmitterIdle();
+  };
+  submit(1, cts(300));  // Run 1, at once: nothing in flight
   EXPECT_EQ(RunCalls(), 1);
-  const absl::Time t1 = absl::Now();
-  ASSERT_TRUE(b->dispatcher().Submit(2, cts()).ok());
-  b->dispatcher().SubmitterIdle();
-  ASSERT_TRUE(sink_.WaitFor(1, absl::Seconds(10)));
-  // Job 2 waited for Run 1's end (600 ms), not the 100 ms window...
+  submit(2, cts(300));
+  // Job 2 waited for Run 1's end (1 s), not the 100 ms window, nor the
+  // 30 s cts_window.
   ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(10)));
   std::vector<TestCluster::Call> runs = Runs();
   ASSERT_EQ(runs.size(), 2u);
-  EXPECT_GE(runs[1].at - t1, absl::Milliseconds(450));
-  // ...and not the 30 s cts_window: it went when Run 1 ended.
-  EXPECT_LT(runs[1].at - t1, absl::Seconds(10));
+  EXPECT_GE(runs[1].at - runs[0].at, absl::Milliseconds(900));
+  EXPECT_LT(runs[1].at - runs[0].at, absl::Seconds(10));
   WaitIdle(b.get());
-  // Run 3 in flight; a cts job, then a krbtgt-only one behind it: the
-  // latter's window (100 ms from its arrival) sends both in Run 4, with
+  // Run 3 in flight; a cts job, 300 ms later a krbtgt-only one: the
+  // latter's window (100 ms from its own arrival) sends both in Run 4,
   // Run 3 still in flight.
-  ASSERT_TRUE(b->dispatcher().Submit(3, cts()).ok());
-  b->dispatcher().SubmitterIdle();
+  submit(3, cts(300));
   WaitRunCalls(3);
-  ASSERT_TRUE(b->dispatcher().Submit(4, cts()).ok());
-  b->dispatcher().SubmitterIdle();
+  submit(4, cts(300));
+  absl::SleepFor(absl::Milliseconds(300));
   const absl::Time t5 = absl::Now();
-  ASSERT_TRUE(b->dispatcher().Submit(5, Encrypt("ticket")).ok());
-  b->dispatcher().SubmitterIdle();
+  submit(5, Encrypt("ticket"));
   WaitRunCalls(4);
   runs = Runs();
-  EXPECT_LT(runs[3].at - runs[2].at, absl::Milliseconds(600));  // Run 3 in flight
   EXPECT_GE(runs[3].at - t5, absl::Milliseconds(90));
+  EXPECT_LT(runs[3].at - t5, absl::Milliseconds(500));  // Run 3 ends ~700 ms after t5
   EXPECT_EQ(runs[3].jobs, 2);  // job 4 went along with job 5
   ASSERT_TRUE(sink_.WaitFor(5, absl::Seconds(10)));
   EXPECT_TRUE(sink_.Get(5).status.ok()) << sink_.Get(5).status;
+  WaitIdle(b.get());
+  // A deep Run in flight (its own batch) holds no other login back: job 7
+  // goes at its window, not at the deep Run's end.
+  submit(6, cts(1300));
+  WaitRunCalls(5);
+  const absl::Time t7 = absl::Now();
+  submit(7, cts(300));
+  WaitRunCalls(6);
+  runs = Runs();
+  EXPECT_LT(runs[5].at - t7, absl::Milliseconds(700));  // the deep Run: 1 s
+  ASSERT_TRUE(sink_.WaitFor(7, absl::Seconds(10)));
 }
 
 TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
