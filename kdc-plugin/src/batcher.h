@@ -62,7 +62,8 @@ struct BatcherOptions {
   // last 100 ms keeps the servers busy at any load; held, those logins
   // join the next Run when the one in flight ends (docs/bench-log.md,
   // 2026-11-27). Any other unit queued keeps `window` from its own
-  // arrival. Values below `window` act as `window`.
+  // arrival, and a deep Run in flight (deep_rounds) holds nothing back.
+  // Values below `window` act as `window`.
   absl::Duration cts_window = absl::Milliseconds(1000);
   size_t max_jobs = 256;
   uint64_t max_blocks = 16384;

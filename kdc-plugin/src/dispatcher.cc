@@ -287,9 +287,13 @@ bool Dispatcher::Enqueue(PendingJob q, std::vector<PendingJob>* group_jobs) {
   for (const PendingJob& x : *group_jobs) cts = cts || contract::CtsCipher(x.job.cipher);
   auto push = [&](PendingJob&& x) {
     x.cts_unit = cts;
-    if (!cts) other_enqueued_.push_back(x.enqueued);
-    queued_blocks_ += x.blocks;
+    const absl::Time at = x.enqueued;
+    const uint64_t blocks = x.blocks;
     queue_.push_back(std::move(x));
+    queued_blocks_ += blocks;
+    // After the queue's push: a failure here leaves an entry missing (a
+    // flush later by at most cts_window), never one too many.
+    if (!cts) other_enqueued_.push_back(at);
   };
   push(std::move(q));
   for (PendingJob& x : *group_jobs) push(std::move(x));

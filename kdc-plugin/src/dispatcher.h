@@ -210,8 +210,8 @@ class Dispatcher : public StepHost,
   bool stopping_ = false;
   JobFifo queue_;
   uint64_t queued_blocks_ = 0;
-  // The arrival of each job in queue_ without cts_unit, oldest first (the
-  // queue is FIFO, so its front is the oldest such job still queued).
+  // The `enqueued` of each job in queue_ without cts_unit, in queue order
+  // (the front is the first such job in the queue).
   std::deque<absl::Time> other_enqueued_;
   // Groups of a ticket and its signing PAD (Submit): kTicketGroupBit | n,
   // apart from the planner's exchange groups (planner.cc kPlanGroupBit).

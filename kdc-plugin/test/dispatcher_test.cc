@@ -486,7 +486,8 @@ TEST_P(FakeBatcherTest, AesCtsExchangesWaitForTheRunInFlightOthersForTheWindow) 
   };
   o.deep_rounds = JobDepth(cts(300));  // a 300-byte reply shares, 1,300 is deep
   ASSERT_GT(JobDepth(cts(1300)), o.deep_rounds);
-  cluster_.set_latency(absl::Milliseconds(1000));
+  o.deadline = absl::Seconds(20);  // a Run and its Finalize take 1.5 s each
+  cluster_.set_latency(absl::Milliseconds(1500));
   auto b = Make(o);
   auto submit = [&b](uint64_t token, Job j) {
     ASSERT_TRUE(b->dispatcher().Submit(token, std::move(j)).ok());
@@ -495,12 +496,12 @@ TEST_P(FakeBatcherTest, AesCtsExchangesWaitForTheRunInFlightOthersForTheWindow) 
   submit(1, cts(300));  // Run 1, at once: nothing in flight
   EXPECT_EQ(RunCalls(), 1);
   submit(2, cts(300));
-  // Job 2 waited for Run 1's end (1 s), not the 100 ms window, nor the
+  // Job 2 waited for Run 1's end (1.5 s), not the 100 ms window, nor the
   // 30 s cts_window.
   ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(10)));
   std::vector<TestCluster::Call> runs = Runs();
   ASSERT_EQ(runs.size(), 2u);
-  EXPECT_GE(runs[1].at - runs[0].at, absl::Milliseconds(900));
+  EXPECT_GE(runs[1].at - runs[0].at, absl::Milliseconds(1400));
   EXPECT_LT(runs[1].at - runs[0].at, absl::Seconds(10));
   WaitIdle(b.get());
   // Run 3 in flight; a cts job, 300 ms later a krbtgt-only one: the
@@ -515,7 +516,7 @@ TEST_P(FakeBatcherTest, AesCtsExchangesWaitForTheRunInFlightOthersForTheWindow) 
   WaitRunCalls(4);
   runs = Runs();
   EXPECT_GE(runs[3].at - t5, absl::Milliseconds(90));
-  EXPECT_LT(runs[3].at - t5, absl::Milliseconds(500));  // Run 3 ends ~700 ms after t5
+  EXPECT_LT(runs[3].at - t5, absl::Milliseconds(800));  // Run 3 ends ~1.2 s after t5
   EXPECT_EQ(runs[3].jobs, 2);  // job 4 went along with job 5
   ASSERT_TRUE(sink_.WaitFor(5, absl::Seconds(10)));
   EXPECT_TRUE(sink_.Get(5).status.ok()) << sink_.Get(5).status;
@@ -528,7 +529,7 @@ TEST_P(FakeBatcherTest, AesCtsExchangesWaitForTheRunInFlightOthersForTheWindow) 
   submit(7, cts(300));
   WaitRunCalls(6);
   runs = Runs();
-  EXPECT_LT(runs[5].at - t7, absl::Milliseconds(700));  // the deep Run: 1 s
+  EXPECT_LT(runs[5].at - t7, absl::Milliseconds(1000));  // the deep Run: 1.5 s
   ASSERT_TRUE(sink_.WaitFor(7, absl::Seconds(10)));
 }
 
