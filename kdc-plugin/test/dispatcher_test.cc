@@ -427,6 +427,18 @@ TEST_P(BatcherTest, WindowCollectsJobsIntoOneBatch) {
   EXPECT_EQ(b->stats().jobs, 5u);
 }
 
+// An aes*-cts ENCRYPT of an n-byte AS reply under a user's dealt key (the
+// fake computes none: such a job fails alone, unknown key).
+Job CtsReply(size_t n) {
+  Job j;
+  j.type = kmpc::v1::JOB_ENCRYPT;
+  j.cipher = kmpc::v1::CIPHER_AES256_CTS;
+  j.key_id = std::string(contract::kKeyIdSize, 'u');
+  j.usage = 3;
+  j.input.assign(n, 'R');
+  return j;
+}
+
 // A server keeps every aes*-cts program of a batch until it ends and fails
 // a job whose new program would pass contract::kCtsBatchBytes (JOB_MALFORMED,
 // the exchange lost). Users of varied name lengths make such batches: the
@@ -436,15 +448,7 @@ TEST_P(FakeBatcherTest, AesCtsProgramsOfOneBatchStayWithinTheServersBound) {
   BatcherOptions o = WindowFlushed(absl::Milliseconds(400));
   o.max_blocks = o.backlog_blocks = uint64_t{1} << 40;  // the bound alone cuts
   auto b = Make(o);
-  const auto cts = [](size_t n) {
-    Job j;
-    j.type = kmpc::v1::JOB_ENCRYPT;
-    j.cipher = kmpc::v1::CIPHER_AES256_CTS;
-    j.key_id = std::string(contract::kKeyIdSize, 'u');
-    j.usage = 3;
-    j.input.assign(n, 'R');
-    return j;
-  };
+  const auto cts = CtsReply;
   // None deeper than deep_rounds (those go in batches of their own).
   const std::vector<size_t> lengths = {400, 700, 1000, 1000, 1300, 1200, 400};
   uint64_t all = 0;
@@ -475,15 +479,7 @@ TEST_P(FakeBatcherTest, AesCtsProgramsOfOneBatchStayWithinTheServersBound) {
 TEST_P(FakeBatcherTest, AesCtsExchangesWaitForTheRunInFlightOthersForTheWindow) {
   BatcherOptions o = SubmitterKicked(absl::Milliseconds(100));
   o.cts_window = absl::Seconds(30);  // unmistakable
-  const auto cts = [](size_t n) {
-    Job j;
-    j.type = kmpc::v1::JOB_ENCRYPT;
-    j.cipher = kmpc::v1::CIPHER_AES256_CTS;
-    j.key_id = std::string(contract::kKeyIdSize, 'u');
-    j.usage = 3;
-    j.input.assign(n, 'R');
-    return j;
-  };
+  const auto cts = CtsReply;
   o.deep_rounds = JobDepth(cts(300));  // a 300-byte reply shares, 1,300 is deep
   ASSERT_GT(JobDepth(cts(1300)), o.deep_rounds);
   o.deadline = absl::Seconds(20);  // a Run and its Finalize take 1.5 s each
