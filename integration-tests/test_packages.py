@@ -209,7 +209,6 @@ def packages():
             "build_s": build_s, "wait_s": time.time() - t}
 
 
-
 def _debs(root, d, krb5_version, kmpc_version):
     """The krb5 packages the root has (Debian's, to be replaced) in
     krb5_version from d, and kmpc's three in kmpc_version."""

@@ -308,6 +308,7 @@ def cts_side(cts):
         one = m.get("one_client") or {}
         st = m.get("storm") or {}
         peak = {k: (st.get(k) or {}).get("peak_logins_per_s") for k in ("cts", "kdb")}
+        cts_peak = (st.get("cts") or {}).get("peak_sustained") or {}
         out["modes"][mode] = {
             "one_client_p50_ms": (one.get("cts") or {}).get("p50_ms"),
             "one_client_p99_ms": (one.get("cts") or {}).get("p99_ms"),
@@ -324,10 +325,9 @@ def cts_side(cts):
             "krbtgt_only_storm_peak_logins_per_s": peak["kdb"],
             "storm_ratio": st.get("ratio_cts_to_krbtgt_only"),
             "storm_cpu_us_per_login": (st.get("cts") or {}).get("cpu_us_per_login"),
-            "storm_cpu_us_per_login_at_peak": cpu_at_peak(st.get("cts")),
-            "storm_logins_per_run_at_peak": (((st.get("cts") or {}).get("peak_sustained")
-                                              or {}).get("mpc") or {}).get(
-                                                  "logins_per_run_batch"),
+            "storm_cpu_us_per_login_at_peak": cpu_at_peak(cts_peak),
+            "storm_logins_per_run_at_peak": (cts_peak.get("mpc") or {}).get(
+                "logins_per_run_batch"),
             "krbtgt_only_storm_cpu_us_per_login": (st.get("kdb") or {}).get("cpu_us_per_login"),
             "realm": realm_side(m.get("realm")),
             "loadavg": [m.get("loadavg_before"), m.get("loadavg_after")],
@@ -335,10 +335,9 @@ def cts_side(cts):
     return out
 
 
-def cpu_at_peak(storm):
-    """A storm section's peak sustained point -> {process: us per login}
-    (None without a sustained point)."""
-    peak = (storm or {}).get("peak_sustained") or {}
+def cpu_at_peak(peak):
+    """A storm section's peak sustained point ({} without one) ->
+    {process: us per login}, or None."""
     cpu = peak.get("cpu")
     if not cpu:
         return None

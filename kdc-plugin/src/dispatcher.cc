@@ -538,10 +538,10 @@ absl::Time Dispatcher::RunFlushAt(absl::Time now) const {
     return flush_now_ ? now : queue_.front().enqueued + o.coalesce;
   if (o.early_flush && o.cts_window > o.window && inflight_ > deep_inflight_ &&
       queue_.front().cts_unit) {
-    // Behind a Run in flight (not deep work's: that one never delays
-    // others' logins): held aes*-cts units wait until none is in flight
-    // (early flush then takes them), the queue fills (above) or cts_window
-    // passes; another unit queued keeps its own window.
+    // Behind a Run in flight (not deep work's: behind that one the queue
+    // keeps `window`, deep_rounds): held aes*-cts units wait until none is
+    // in flight (early flush then takes them), the queue fills (above) or
+    // cts_window passes; another unit queued keeps its own window.
     absl::Time at = queue_.front().enqueued + o.cts_window;
     if (!other_enqueued_.empty()) at = std::min(at, other_enqueued_.front() + o.window);
     return at;
