@@ -63,8 +63,12 @@ struct BatcherOptions {
   // join the next Run when the one in flight ends (docs/bench-log.md,
   // 2026-11-27). Any other unit queued keeps `window` from its own
   // arrival, and a deep Run in flight (deep_rounds) holds nothing back.
-  // Values below `window` act as `window`.
-  absl::Duration cts_window = absl::Milliseconds(1000);
+  // Values below `window` act as `window`. Off by default: with one
+  // aes*-cts Run in flight at a time a closed loop of clients (each waits
+  // for its login before the next) completes 11-29% fewer logins, so the
+  // CPU it saves at moderate open-loop load costs a realm's throughput
+  // (docs/bench-log.md, 2026-11-27 20:12).
+  absl::Duration cts_window = absl::ZeroDuration();
   size_t max_jobs = 256;
   uint64_t max_blocks = 16384;
   // A batch takes every queued job up to these caps (raised to max_jobs /

@@ -18,7 +18,7 @@ TEST(OptionsTest, ParsesAndRejects) {
   EXPECT_TRUE(d->batcher.early_flush);
   EXPECT_EQ(d->batcher.max_inflight, 2);
   EXPECT_EQ(d->batcher.window, absl::Milliseconds(100));
-  EXPECT_EQ(d->batcher.cts_window, absl::Seconds(1));
+  EXPECT_EQ(d->batcher.cts_window, absl::ZeroDuration());  // the hold is opt-in
   auto off = ParseOptions({"servers = h:1,h:2,h:3", "certs=/c", "early_flush=no"});
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_FALSE(off->batcher.early_flush);
