@@ -9,8 +9,8 @@
 // a batch in flight makes the queue wait, so the next batch grows with
 // what arrived meanwhile: it goes when a batch ends, or (with fewer than
 // max_inflight in flight) when it reaches max_jobs / max_blocks or its
-// oldest job has waited `window` (the bound under load; `cts_window` when
-// every queued exchange has an aes*-cts job). `window` is the
+// oldest job has waited `window` (the bound under load; the opt-in
+// `cts_window` when every queued exchange has an aes*-cts job). `window` is the
 // whole policy with early_flush = false: the queue is flushed when its
 // oldest job has waited `window`. In both modes a queue reaching
 // max_jobs / max_blocks goes at once. At most max_inflight Run batches
