@@ -65,7 +65,7 @@ struct BatcherOptions {
   // arrival, and a deep Run in flight (deep_rounds) holds nothing back.
   // Values below `window` act as `window`. Off by default: with one
   // aes*-cts Run in flight at a time a closed loop of clients (each waits
-  // for its login before the next) completes 11-29% fewer logins, so the
+  // for its login before the next) completes 11-30% fewer logins, so the
   // CPU it saves at moderate open-loop load costs a realm's throughput
   // (docs/bench-log.md, 2026-11-27 20:12).
   absl::Duration cts_window = absl::ZeroDuration();

@@ -299,7 +299,7 @@ bool Dispatcher::Enqueue(PendingJob q, std::vector<PendingJob>* group_jobs) {
   for (PendingJob& x : *group_jobs) push(std::move(x));
   // The first other unit behind held aes*-cts units may bring the flush
   // forward (its window runs from its own arrival).
-  return was_empty || (!cts && !had_other) ||
+  return was_empty || (CtsHold() && !cts && !had_other) ||
          (size_before < options_.max_jobs &&
           queue_.size() >= options_.max_jobs) ||
          (blocks_before < options_.max_blocks &&
@@ -536,8 +536,7 @@ absl::Time Dispatcher::RunFlushAt(absl::Time now) const {
     return hold_until_;
   if (o.early_flush && inflight_ == 0)
     return flush_now_ ? now : queue_.front().enqueued + o.coalesce;
-  if (o.early_flush && o.cts_window > o.window && inflight_ > deep_inflight_ &&
-      queue_.front().cts_unit) {
+  if (CtsHold() && inflight_ > deep_inflight_ && queue_.front().cts_unit) {
     // Behind a Run in flight (not deep work's: behind that one the queue
     // keeps `window`, deep_rounds): held aes*-cts units wait until none is
     // in flight (early flush then takes them), the queue fills (above) or

@@ -185,6 +185,11 @@ class Dispatcher : public StepHost,
                                       bool force);
   // Whether the job's AND rounds pass deep_rounds (JobDepth).
   bool Deep(const Job& job) const;
+  // Whether held aes*-cts units may wait past `window` behind a Run in
+  // flight (BatcherOptions::cts_window; off by default).
+  bool CtsHold() const {
+    return options_.early_flush && options_.cts_window > options_.window;
+  }
   // Under mu_: the next deep group's batch, registered, or null (none
   // queued, one in flight, or max_inflight reached).
   std::shared_ptr<BatchStep> NextDeep(absl::Time now);
