@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "contract.h"
 #include "kdc_metrics.h"
+#include "options.h"
 #include "gtest/gtest.h"
 
 namespace kmpc::kdc {
@@ -527,6 +528,38 @@ TEST_P(FakeBatcherTest, AesCtsExchangesWaitForTheRunInFlightOthersForTheWindow) 
   runs = Runs();
   EXPECT_LT(runs[5].at - t7, absl::Milliseconds(1000));  // the deep Run: 1.5 s
   ASSERT_TRUE(sink_.WaitFor(7, absl::Seconds(10)));
+}
+
+// With the module's default options (cts_batch_window_ms unset: the hold
+// is off) an aes*-cts exchange queued behind a Run in flight goes at the
+// 100 ms window, in a second Run beside the first: a closed loop of
+// clients completes more logins that way (docs/bench-log.md, the 20:12
+// entry of 2026-11-27). Fails if the hold comes back on by default.
+TEST_P(FakeBatcherTest, AesCtsExchangesGoAtTheWindowBehindARunByDefault) {
+  auto parsed = ParseOptions({"servers = h:1,h:2,h:3", "certs=/c"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  BatcherOptions o = parsed->batcher;
+  ASSERT_TRUE(o.early_flush);
+  ASSERT_EQ(o.window, absl::Milliseconds(100));
+  o.submitter_kicks = true;        // as the KDC's module sets it
+  o.deadline = absl::Seconds(20);  // a Run and its Finalize take 1.5 s each
+  cluster_.set_latency(absl::Milliseconds(1500));
+  auto b = Make(o);
+  auto submit = [&b](uint64_t token, Job j) {
+    ASSERT_TRUE(b->dispatcher().Submit(token, std::move(j)).ok());
+    b->dispatcher().SubmitterIdle();
+  };
+  ASSERT_LE(JobDepth(CtsReply(300)), o.deep_rounds);  // not deep work
+  submit(1, CtsReply(300));  // Run 1, at once: nothing in flight
+  WaitRunCalls(1);
+  const absl::Time t2 = absl::Now();
+  submit(2, CtsReply(300));
+  WaitRunCalls(2);
+  const std::vector<TestCluster::Call> runs = Runs();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_GE(runs[1].at - t2, absl::Milliseconds(90));   // its window
+  EXPECT_LT(runs[1].at - t2, absl::Milliseconds(1000)); // not Run 1's end
+  ASSERT_TRUE(sink_.WaitFor(2, absl::Seconds(10)));
 }
 
 TEST_P(BatcherTest, SizeLimitFlushesAtOnce) {
