@@ -470,6 +470,13 @@ TEST_P(FakeBatcherTest, AesCtsProgramsOfOneBatchStayWithinTheServersBound) {
   EXPECT_EQ(b->stats().cts_shape_cuts, 1u);
 }
 
+// Submits a job as the KDC's event loop does: the job, then SubmitterIdle
+// (the callback that submitted it returned).
+void SubmitThenIdle(Batcher* b, uint64_t token, Job j) {
+  ASSERT_TRUE(b->dispatcher().Submit(token, std::move(j)).ok());
+  b->dispatcher().SubmitterIdle();
+}
+
 // cts_window: behind a Run in flight, a queue of aes*-cts exchanges waits
 // for no Run to be in flight (then early flush takes it at once), not for
 // the 100 ms window: a second ~4,300-round Run for what arrived meanwhile
@@ -486,10 +493,7 @@ TEST_P(FakeBatcherTest, AesCtsExchangesWaitForTheRunInFlightOthersForTheWindow) 
   o.deadline = absl::Seconds(20);  // a Run and its Finalize take 1.5 s each
   cluster_.set_latency(absl::Milliseconds(1500));
   auto b = Make(o);
-  auto submit = [&b](uint64_t token, Job j) {
-    ASSERT_TRUE(b->dispatcher().Submit(token, std::move(j)).ok());
-    b->dispatcher().SubmitterIdle();
-  };
+  auto submit = [&b](uint64_t token, Job j) { SubmitThenIdle(b.get(), token, std::move(j)); };
   submit(1, cts(300));  // Run 1, at once: nothing in flight
   EXPECT_EQ(RunCalls(), 1);
   submit(2, cts(300));
@@ -545,10 +549,7 @@ TEST_P(FakeBatcherTest, AesCtsExchangesGoAtTheWindowBehindARunByDefault) {
   o.deadline = absl::Seconds(20);  // a Run and its Finalize take 1.5 s each
   cluster_.set_latency(absl::Milliseconds(1500));
   auto b = Make(o);
-  auto submit = [&b](uint64_t token, Job j) {
-    ASSERT_TRUE(b->dispatcher().Submit(token, std::move(j)).ok());
-    b->dispatcher().SubmitterIdle();
-  };
+  auto submit = [&b](uint64_t token, Job j) { SubmitThenIdle(b.get(), token, std::move(j)); };
   ASSERT_LE(JobDepth(CtsReply(300)), o.deep_rounds);  // not deep work
   submit(1, CtsReply(300));  // Run 1, at once: nothing in flight
   WaitRunCalls(1);
