@@ -490,12 +490,9 @@ std::shared_ptr<BatchStep> Dispatcher::NextDeep(absl::Time now) {
   // shares a batch only with deep work.
   std::vector<PendingJob> batch;
   TakeUnits(&deep_queue_, options_.max_jobs, UINT64_MAX, &batch);
-  // Each count is raised only once what StepFinished lowers it for exists
-  // (the registered step; its deep_steps_ entry): a throw from MakeStep
-  // or the insert (memory; RunUntilStopped retries) must not leave
-  // deep_inflight_ at 1 with nothing to end it, which would stall every
-  // later deep group. A step registered but not started fails at its
-  // deadline (ExpireOverdue).
+  // Counts rise only once what StepFinished lowers them for exists: a
+  // throw (memory) must not leave deep_inflight_ at 1 for good, stalling
+  // every later deep group.
   std::shared_ptr<BatchStep> step = MakeStep(std::move(batch), StepKind::kRun, now);
   ++inflight_;
   deep_steps_.insert(step.get());
