@@ -666,6 +666,81 @@ TEST_F(TlsRingTest, DISABLED_RoundCostByOption) {
   }
 }
 
+// Not a test: the premise of merging the Runs in flight into one ring
+// message per round. All three parties' process CPU per round of all Runs
+// with two (four) workers exchanging `bytes` each in parallel, against one
+// worker exchanging 2 (4) * bytes (the Runs' layers in one message) and one
+// worker exchanging `bytes` (one Run alone), the receive's spin off and on.
+// Run with --gtest_also_run_disabled_tests --gtest_filter=*RoundCostMerged*.
+TEST_F(TlsRingTest, DISABLED_RoundCostMerged) {
+  struct Config {
+    const char* name;
+    int workers;
+    size_t bytes;
+  };
+  const size_t kBytes = 1280;  // an AND layer of ~226 lanes: ~44 ANDs x 29 B
+  const Config configs[] = {{"2 workers x 1 layer", 2, kBytes},
+                            {"1 worker x 2 layers", 1, 2 * kBytes},
+                            {"4 workers x 1 layer", 4, kBytes},
+                            {"1 worker x 4 layers", 1, 4 * kBytes},
+                            {"1 worker x 1 layer", 1, kBytes}};
+  constexpr int kRounds = 20000;
+  for (int spin : {0, 150}) {
+    for (int rep = 0; rep < 3; ++rep) {
+      for (const Config& c : configs) {
+        for (auto& r : rings_) r.reset();
+        for (int i = 0; i < 3; ++i) ports_[i] = FreeLoopbackPort();
+        ASSERT_NO_FATAL_FAILURE(StartAll(c.workers, [&](TlsRingOptions& o) {
+          o.spin_us = spin;
+        }));
+        rusage u0, u1;
+        absl::Time t0;
+        std::atomic<int> ready{0};
+        const int total = 3 * c.workers;
+        auto one = [&](int p, int w) -> absl::Status {
+          TlsRingChannel* ch = rings_[p]->channel(w);
+          if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
+          ch->set_spin_data(spin > 0);
+          ch->BeginBatch(40);
+          if (++ready == total) {
+            getrusage(RUSAGE_SELF, &u0);
+            t0 = absl::Now();
+          }
+          while (ready < total) {
+          }
+          std::vector<uint8_t> out(c.bytes, static_cast<uint8_t>(p)), in(c.bytes);
+          for (int r = 0; r < kRounds; ++r)
+            if (auto s = ch->Exchange(out, absl::MakeSpan(in)); !s.ok()) return s;
+          return ch->Flush(In(absl::Seconds(5)));
+        };
+        auto st = OnAll([&](int p) -> absl::Status {
+          std::vector<absl::Status> s(c.workers);
+          std::vector<std::thread> t;
+          for (int w = 1; w < c.workers; ++w) t.emplace_back([&, w] { s[w] = one(p, w); });
+          s[0] = one(p, 0);
+          for (auto& th : t) th.join();
+          for (auto& x : s)
+            if (!x.ok()) return x;
+          return absl::OkStatus();
+        });
+        getrusage(RUSAGE_SELF, &u1);
+        const absl::Duration wall = absl::Now() - t0;
+        for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+        auto us = [](const timeval& a, const timeval& b) {
+          return (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_usec - a.tv_usec);
+        };
+        const double user = us(u0.ru_utime, u1.ru_utime) / kRounds;
+        const double sys = us(u0.ru_stime, u1.ru_stime) / kRounds;
+        printf("spin %3d %-22s CPU per round, 3 parties %6.2f us (user %5.2f, sys %5.2f),"
+               " wall %5.2f us\n",
+               spin, c.name, user + sys, user, sys,
+               absl::ToDoubleMicroseconds(wall) / kRounds);
+        fflush(stdout);
+      }
+    }
+  }
+}
+
 // A TCP connection from loopback address src (127.0.0.0/8) to 127.0.0.1:port;
 // -1 if the socket cannot be made.
 int DialFrom(uint32_t src, int port) {
