@@ -12,6 +12,11 @@
 // (CLOCK_PROCESS_CPUTIME_ID, the three parties together) and wall time of
 // a Run, medians of R runs (default 5) after a warm-up, and the CPU per
 // login and party.
+// With --walk[=R]: the gate walk alone of the spliced reply at the --lanes
+// given (default 226 and 256): one thread, two share components as a
+// server holds, every AND layer's products computed locally (no ring, no
+// check), so the figure is the walk's own CPU per Run (gather, the packed
+// last words, scatter, the XORs); medians of R runs (default 9).
 // With --ticket[=R]: one TGS ticket to a service under aes256-cts per Run
 // (cts.h TicketClassProgram: a 576-byte conf || EncTicketPart, a 330-byte
 // PAC, both signatures spliced), against its two programs of before (the
@@ -121,6 +126,54 @@ int CpuMain(std::vector<size_t> lanes, int rounds) {
   return 0;
 }
 
+// --walk's engine: a server's two components, each AND word's products
+// computed in place of the ring (x & y per component: not a sharing, only
+// the walk's memory traffic matters here).
+class LocalEngine : public Engine {
+ public:
+  int comps() const override { return 2; }
+  uint64_t OneWord(int c) const override { return c == 0 ? ~uint64_t{0} : 0; }
+  absl::Status AndLayer(std::array<const uint64_t*, 2> x, std::array<const uint64_t*, 2> y,
+                        std::array<uint64_t*, 2> z, size_t n) override {
+    for (int c = 0; c < 2; ++c)
+      for (size_t i = 0; i < n; ++i) z[c][i] = x[c][i] & y[c][i];
+    return absl::OkStatus();
+  }
+};
+
+double ThreadCpuMs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
+}
+
+// --walk (see the head of this file).
+int WalkMain(std::vector<size_t> lanes, int rounds) {
+  if (lanes.empty()) lanes = {226, 256};
+  const Program spliced = *SpliceEncryptProgram(14, kN, kM, kOff);
+  LocalEngine e;
+  for (size_t n : lanes) {
+    const size_t wn = (n + 63) / 64;
+    const Bytes bytes = ::kmpc::testing::Random(8 * spliced.inputs * wn);
+    std::vector<uint64_t> in(spliced.inputs * wn);
+    std::memcpy(in.data(), bytes.data(), bytes.size());
+    std::vector<uint64_t> out0(spliced.outputs * wn), out1(out0.size());
+    const Job job{&spliced, wn, {in, in}, {absl::MakeSpan(out0), absl::MakeSpan(out1)}, n};
+    std::vector<double> cpu;
+    for (int r = 0; r <= rounds; ++r) {  // the first is a warm-up
+      const double c0 = ThreadCpuMs();
+      if (absl::Status st = EvaluateAll(absl::MakeConstSpan(&job, 1), e); !st.ok()) {
+        std::fprintf(stderr, "walk failed: %s\n", st.ToString().c_str());
+        return 1;
+      }
+      if (r > 0) cpu.push_back(ThreadCpuMs() - c0);
+    }
+    std::printf("walk %zu lanes (wn=%zu): %.2f ms CPU/Run (one party), %.1f us per login\n", n,
+                wn, Median(cpu), 1000 * Median(cpu) / static_cast<double>(n));
+  }
+  return 0;
+}
+
 // --ticket: one ticket per Run (see the head of this file). Lanes hold
 // random material of the right sizes: the cost does not depend on values.
 std::vector<Views> RandomLanes(const Program& p) {
@@ -162,7 +215,7 @@ int TicketMain(int rounds) {
 int Main(int argc, char** argv) {
   std::vector<size_t> lanes = {1, 64};
   bool lanes_given = false;
-  int cpu_rounds = 0;
+  int cpu_rounds = 0, walk_rounds = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--lanes=", 8) == 0) {
       if (!lanes_given) lanes.clear();
@@ -171,10 +224,13 @@ int Main(int argc, char** argv) {
     }
     if (std::strcmp(argv[i], "--cpu") == 0) cpu_rounds = 5;
     if (std::strncmp(argv[i], "--cpu=", 6) == 0) cpu_rounds = std::max(1, std::stoi(argv[i] + 6));
+    if (std::strcmp(argv[i], "--walk") == 0) walk_rounds = 9;
+    if (std::strncmp(argv[i], "--walk=", 7) == 0) walk_rounds = std::max(1, std::stoi(argv[i] + 7));
     if (std::strcmp(argv[i], "--ticket") == 0) return TicketMain(5);
     if (std::strncmp(argv[i], "--ticket=", 9) == 0)
       return TicketMain(std::max(1, std::stoi(argv[i] + 9)));
   }
+  if (walk_rounds > 0) return WalkMain(lanes_given ? lanes : std::vector<size_t>{}, walk_rounds);
   if (cpu_rounds > 0) return CpuMain(lanes_given ? lanes : std::vector<size_t>{}, cpu_rounds);
   const auto c0 = std::chrono::steady_clock::now();
   const Program dec = *DecryptProgram(14, 44);
