@@ -22,6 +22,7 @@
 #include <functional>
 #include <future>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -609,6 +610,20 @@ TEST_F(TlsRingTrickleTest, TrickledRecordsDoNotOutlastAbort) {
   EXPECT_LT(took, absl::Milliseconds(1000));
 }
 
+// The process CPU (user, sys) and wall time per round between two
+// getrusage readings, for the DISABLED_RoundCost* measurements below.
+void PrintRoundCost(const std::string& label, const rusage& u0, const rusage& u1,
+                    absl::Duration wall, int rounds) {
+  auto us = [](const timeval& a, const timeval& b) {
+    return (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_usec - a.tv_usec);
+  };
+  const double user = us(u0.ru_utime, u1.ru_utime) / rounds;
+  const double sys = us(u0.ru_stime, u1.ru_stime) / rounds;
+  printf("%-44s CPU per round %6.2f us (user %5.2f, sys %5.2f), wall %5.2f us\n", label.c_str(),
+         user + sys, user, sys, absl::ToDoubleMicroseconds(wall) / rounds);
+  fflush(stdout);
+}
+
 // Not a test: the process CPU (all three parties) per ring round of 2 KB
 // messages, the rounds of a cts batch's AND layers, with each of the
 // receive's options off and on, alternated. Run with
@@ -653,15 +668,7 @@ TEST_F(TlsRingTest, DISABLED_RoundCostByOption) {
       getrusage(RUSAGE_SELF, &u1);
       const absl::Duration wall = absl::Now() - t0;
       for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
-      auto us = [](const timeval& a, const timeval& b) {
-        return (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_usec - a.tv_usec);
-      };
-      const double user = us(u0.ru_utime, u1.ru_utime) / kRounds;
-      const double sys = us(u0.ru_stime, u1.ru_stime) / kRounds;
-      printf("%-28s CPU per round %6.2f us (user %5.2f, sys %5.2f), wall %5.2f us\n",
-             c.name, user + sys, user, sys,
-             absl::ToDoubleMicroseconds(wall) / kRounds);
-      fflush(stdout);
+      PrintRoundCost(c.name, u0, u1, wall, kRounds);
     }
   }
 }
@@ -726,16 +733,8 @@ TEST_F(TlsRingTest, DISABLED_RoundCostMerged) {
         getrusage(RUSAGE_SELF, &u1);
         const absl::Duration wall = absl::Now() - t0;
         for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
-        auto us = [](const timeval& a, const timeval& b) {
-          return (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_usec - a.tv_usec);
-        };
-        const double user = us(u0.ru_utime, u1.ru_utime) / kRounds;
-        const double sys = us(u0.ru_stime, u1.ru_stime) / kRounds;
-        printf("spin %3d %-22s CPU per round, 3 parties %6.2f us (user %5.2f, sys %5.2f),"
-               " wall %5.2f us\n",
-               spin, c.name, user + sys, user, sys,
-               absl::ToDoubleMicroseconds(wall) / kRounds);
-        fflush(stdout);
+        PrintRoundCost(absl::StrCat("spin ", spin, ", ", c.name, ", 3 parties:"), u0, u1, wall,
+                       kRounds);
       }
     }
   }
