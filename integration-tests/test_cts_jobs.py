@@ -149,6 +149,29 @@ def test_compromised_kdc_gets_no_ungated_user_reply(cluster, krb5_tool):
     assert lines_of(c.jobs([f"cts_encrypt {svc} 3 {REPLY.hex()}"]))[0].startswith("ok ")
 
 
+def test_admin_certificate_alone_cannot_ungate_a_user_key(cluster, krb5_tool):
+    """The Admin certificate is on the KDC host (kmpc-admin and kadmind's
+    dealer run there), so a compromised KDC host holds it beside the KDC's.
+    With it, it would ask each server to make a user's password-derived
+    key a service's (Admin.SetKeyKind with allow_ungate, as kmpc-admin
+    set-kind --force does), then get the user's AS reply with no gate: an
+    offline verifier of a password the user never typed while the host was
+    compromised. Each server refuses (FAILED_PRECONDITION, 9) unless its
+    own operator listed the key in --allow_ungate_keys, so the key stays a
+    user's and the ungated reply is still refused."""
+    c = cluster
+    key = krb5_tool("s2k", "18", "password", "KMPC.TESTdormant").stdout.strip()
+    kid = put_cts_key(c, key)
+    for i in range(3):
+        r = c.client("set-kind", f"--key_id_hex={kid}", "--key_kind=service",
+                     "--allow_ungate", f"--only_party={i}")
+        assert r.returncode != 0, r.stdout + r.stderr
+        assert f"rpc_error {i} 9 " in r.stdout + r.stderr, r.stdout + r.stderr
+        assert "--allow_ungate_keys" in r.stdout + r.stderr, r.stdout + r.stderr
+    out = lines_of(c.jobs([f"cts_encrypt {kid} 3 {REPLY.hex()}"]))
+    assert out[0].startswith("error 3 a user key's AS reply"), out
+
+
 def test_timestamp_decrypts_reply_encrypts_checksum_matches(cluster, keys, krb5_tool):
     c = cluster
     for et, (key, kid) in keys.items():

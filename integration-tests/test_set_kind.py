@@ -50,9 +50,48 @@ def test_set_kind_user_takes_the_ticket_material(kmpc_factory):
     assert out.count("already user") == 3, out
     rc, out, _ = kr.admin("set-kind", "--kind=service", USER, expected_code=1)
     assert out.count("NOT changed: ") == 3 and "(--force)" in out, out
-    assert "--force if that is meant" in out and "JOB_KEY_INCONSISTENT" not in out, out
+    assert "--force, and each server's operator" in out and "JOB_KEY_INCONSISTENT" not in out, out
     _, out, _ = kr.admin("status")
     assert "kind unrecorded" not in out, out
+    assert kr.kdc_alive()
+
+
+def test_ungating_a_user_key_needs_every_servers_operator(kmpc_factory):
+    """The Admin certificate is on the KDC host, so --force alone (the
+    request's allow_ungate) must not drop a user's gate: each server
+    refuses until its operator lists the key id in --allow_ungate_keys
+    (test_cts_jobs.py::test_admin_certificate_alone_cannot_ungate_a_user_key
+    is the attack). Listed on two servers, the third still refuses and the
+    key keeps its kind everywhere (its jobs would otherwise fail as
+    inconsistent); listed on all three, the change goes through."""
+    kr = make_realm(kmpc_factory, also_service=False)
+    kid = kr.key_id(USER)
+    rc, out, _ = kr.admin("set-kind", "--kind=service", "--force", USER, expected_code=1)
+    assert out.count("NOT changed: ") == 3 and out.count("--allow_ungate_keys") >= 3, out
+    assert "(--force)" not in out, out
+    c = Stock(kr)
+    for listed in ((0, 1), (0, 1, 2)):
+        kr.cluster.server_flags = " ".join(
+            f for f in kr.cluster.server_flags.split() if "allow_ungate_keys" not in f)
+        for i in listed:
+            kr.cluster.stop_party(i)
+        # Only the listed parties restart with the flag; the others keep
+        # their running process (and no list).
+        kr.cluster.server_flags += f" --allow_ungate_keys={kid}"
+        for i in listed:
+            kr.cluster.start_party(i)
+        kr.cluster.wait_ring()
+        rc, out, _ = kr.admin("set-kind", "--kind=service", "--force", USER,
+                              expected_code=None)
+        if len(listed) == 2:
+            assert rc == 1 and out.count("user -> service") == 2, out
+            assert out.count("NOT changed: ") == 1 and "--allow_ungate_keys" in out, out
+            kr.admin("set-kind", "--kind=user", USER)  # back, on the two
+        else:
+            assert rc == 0 and out.count("user -> service") == 3, out
+    c.run("kdestroy")
+    rc, out = c.kinit(USER, USER_PW)
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
     assert kr.kdc_alive()
 
 

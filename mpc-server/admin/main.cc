@@ -966,9 +966,10 @@ int ReportSetKind(const absl::StatusOr<kmpc::v1::SetKeyKindResponse>& r,
                    const std::string& who, const std::string& what, KeyKind kind) {
   const char* want = KindName(static_cast<kmpc::v1::KeyKind>(kind));
   if (!r.ok()) {
-    std::printf("%s: %s: NOT changed: %s%s\n", who.c_str(), what.c_str(),
-                std::string(r.status().message()).c_str(),
-                absl::IsFailedPrecondition(r.status()) ? " (--force)" : "");
+    const std::string why(r.status().message());
+    const bool unlisted = absl::StrContains(why, "--allow_ungate_keys");
+    std::printf("%s: %s: NOT changed: %s%s\n", who.c_str(), what.c_str(), why.c_str(),
+                absl::IsFailedPrecondition(r.status()) && !unlisted ? " (--force)" : "");
     return absl::IsFailedPrecondition(r.status()) ? 1 : 2;
   }
   std::string from = KindName(r->previous_kind());
@@ -1021,7 +1022,8 @@ int SetKind(const Args& a, const Config& cfg) {
   }
   if (refused > 0)
     std::printf("set-kind: %zu answers refused the service's kind for a password-derived "
-                "key (no gate on its AS reply): --force if that is meant\n",
+                "key (no gate on its AS reply): if that is meant, --force, and each "
+                "server's operator lists the key id in its --allow_ungate_keys\n",
                 refused);
   if (failed == 0) return 1;
   std::printf("set-kind: %zu records NOT changed: until every server holds the same kind, "

@@ -23,11 +23,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -97,6 +100,12 @@ ABSL_FLAG(bool, allow_key_replace, false,
           "let PutKey replace stored shares and reuse deleted key ids (tests, "
           "recovery); by default ids are immutable, so an Admin certificate "
           "cannot swap the shares of a key the KDB refers to");
+ABSL_FLAG(std::string, allow_ungate_keys, "",
+          "comma-separated key ids (hex, as kmpc-admin prints them) whose "
+          "password-derived aes*-cts key Admin.SetKeyKind may make a "
+          "service's (kmpc-admin set-kind --kind=service --force), dropping "
+          "the gate on its AS reply; empty: none. The Admin certificate "
+          "alone, which the KDC host holds, cannot");
 ABSL_FLAG(std::string, metrics_addr, "",
           "HOST:PORT for Prometheus /metrics over plain HTTP (the same "
           "figures as Admin.Metrics, plus process memory); empty = off. "
@@ -356,6 +365,22 @@ absl::Status TtlAndBudget(const absl::Flag<int>& ttl_ms, const absl::Flag<int>& 
   return absl::OkStatus();
 }
 
+// --allow_ungate_keys: raw key ids.
+absl::StatusOr<std::set<std::string>> UngateKeysFromFlag() {
+  std::set<std::string> ids;
+  for (absl::string_view hex :
+       absl::StrSplit(absl::GetFlag(FLAGS_allow_ungate_keys), ',', absl::SkipWhitespace())) {
+    hex = absl::StripAsciiWhitespace(hex);
+    if (hex.size() != 2 * kmpc::store::kKeyIdSize ||
+        !std::all_of(hex.begin(), hex.end(), [](char c) { return absl::ascii_isxdigit(c); }))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--allow_ungate_keys: \"", hex, "\" is not a key id (", 2 * kmpc::store::kKeyIdSize,
+          " hex digits)"));
+    ids.insert(absl::HexStringToBytes(hex));
+  }
+  return ids;
+}
+
 // The services' options; moves the client policies out of *auth.
 absl::StatusOr<kmpc::service::ServiceOptions> ServiceOptionsFromFlags(
     int party, ClientAuthorization* auth) {
@@ -363,6 +388,9 @@ absl::StatusOr<kmpc::service::ServiceOptions> ServiceOptionsFromFlags(
   svc.party = party;
   svc.keyops_clients = std::move(auth->keyops_clients);
   svc.admin_clients = std::move(auth->admin_clients);
+  auto ungate = UngateKeysFromFlag();
+  if (!ungate.ok()) return ungate.status();
+  svc.ungate_keys = *std::move(ungate);
   if (absl::Status s = TtlAndBudget(FLAGS_encrypt_state_ttl_ms, FLAGS_max_pending_encrypt_mb,
                                     "--encrypt_state_ttl_ms and --max_pending_encrypt_mb",
                                     &svc.encrypt_state_ttl, &svc.max_pending_encrypt_bytes);

@@ -1073,18 +1073,21 @@ grpc::Status AdminService::DeleteKeys(grpc::ServerContext* ctx,
 // A record's edit for SetKeyKind: what it was goes to *resp; to a user's
 // kind its kCtsServiceUsages material goes (DropServiceMaterial), and a
 // password-derived aes*-cts key loses its gate only on the admin's
-// explicit word (an aes*-ctr-mpc key has no gate to lose).
+// explicit word (allow_ungate) for a key this server's operator listed
+// (ServiceOptions::ungate_keys); an aes*-ctr-mpc key has no gate to lose.
 static absl::StatusOr<bool> EditKind(store::KeyRecord& rec, KeyKind want, bool allow_ungate,
-                                     pb::SetKeyKindResponse* resp) {
+                                     bool listed, pb::SetKeyKindResponse* resp) {
   resp->set_previous_kind(static_cast<pb::KeyKind>(rec.meta.kind));
   resp->set_was_unrecorded(rec.meta.kind_unrecorded);
   if (want == KeyKind::kService && engine::PasswordDerived(rec.meta.kind) &&
-      engine::IsCts(rec.meta.cipher) && !allow_ungate)
+      engine::IsCts(rec.meta.cipher) && !(allow_ungate && listed))
     return absl::FailedPreconditionError(absl::StrCat(
         "key ", store::KeyIdHex(rec.meta.key_id), " is a password-derived key",
         rec.meta.kind_unrecorded ? " (stored before key kinds, loaded as a user's)" : "",
         ": making it a service's drops the gate on its AS reply, so that whoever "
-        "asks the KDC gets an offline password verifier; only with allow_ungate"));
+        "asks the KDC gets an offline password verifier; only with allow_ungate",
+        allow_ungate ? " and the key in this server's --allow_ungate_keys (its operator's)"
+                     : ""));
   auto ks = engine::KeyShares::Parse(rec.shares.span());
   if (!ks.ok())
     return absl::DataLossError(absl::StrCat("stored shares of key ",
@@ -1113,7 +1116,8 @@ absl::Status AdminService::DoSetKeyKind(const pb::SetKeyKindRequest& req,
     return absl::InvalidArgumentError(absl::StrCat("unknown key kind ", req.kind()));
   const KeyKind want = static_cast<KeyKind>(req.kind());
   absl::StatusOr<bool> changed = store_->Edit(*id, [&](store::KeyRecord& rec) {
-    return EditKind(rec, want, req.allow_ungate(), resp);
+    return EditKind(rec, want, req.allow_ungate(), options_.ungate_keys.count(req.key_id()) > 0,
+                    resp);
   });
   // Before the answer: no Run after it may use the old view.
   keys_->Invalidate(req.key_id());

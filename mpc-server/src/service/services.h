@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct ServiceOptions {
   int party = 0;
   ClientPolicy keyops_clients{{"kmpc-kdc"}};
   ClientPolicy admin_clients{{"kmpc-admin"}};
+  // Key ids (raw bytes) whose password-derived aes*-cts key SetKeyKind may
+  // make a service's, dropping the gate on its AS reply (--allow_ungate_keys).
+  // The Admin certificate is on the KDC host (kmpc-admin, kadmind's
+  // dealer), so the request's allow_ungate alone would let a compromised
+  // KDC host ungate any user and get offline verifiers of passwords never
+  // used while it is compromised: each server's operator must list the key.
+  std::set<std::string> ungate_keys;
   // How long an ENCRYPT job's state waits for its FINALIZE (the KDC sends
   // it right after the Run answers, within milliseconds).
   absl::Duration encrypt_state_ttl = absl::Seconds(10);

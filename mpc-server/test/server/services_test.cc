@@ -362,11 +362,14 @@ class ServiceTest : public ::testing::Test {
   }
 
   // Admin.SetKeyKind on party i's server (without gRPC's authorization,
-  // which the integration tests cover).
+  // which the integration tests cover); `listed`: the key id the server's
+  // operator lists in --allow_ungate_keys (empty: none).
   absl::StatusOr<v1::SetKeyKindResponse> SetKind(int i, const std::string& id, v1::KeyKind k,
-                                                 bool allow_ungate = false) {
+                                                 bool allow_ungate = false,
+                                                 const std::string& listed = "") {
     ServiceOptions svc;
     svc.party = i;
+    if (!listed.empty()) svc.ungate_keys.insert(listed);
     AdminService admin(svc, parties_[i].store.get(), parties_[i].keys.get(),
                        parties_[i].scheduler.get(), &parties_[i].metrics);
     v1::SetKeyKindRequest req;
@@ -625,6 +628,40 @@ TEST_F(ServiceTest, SetKeyKindUserTakesAnOldKeysTicketMaterial) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The attack: the Admin certificate is on the KDC host (kmpc-admin and
+// kadmind's dealer run there), so a compromised KDC host could ask every
+// server to make a user's password-derived key a service's, with
+// allow_ungate, and then have the AS reply computed without the user's
+// timestamp: an offline verifier of a password the user never typed while
+// the host was compromised. Each server refuses unless its own operator
+// listed the key (--allow_ungate_keys); the key stays a user's, its reply
+// gated, on every server.
+TEST_F(ServiceTest, SetKeyKindServiceNeedsTheKeyListedByEachServersOperator) {
+  const std::string key = Rand(32);
+  const std::string id = PutOldFormatCtsKey(key);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_USER).ok());
+  const store::KeyId kid = *store::KeyIdFromBytes(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(id.data()), id.size()));
+  for (int i = 0; i < 3; ++i) {
+    auto r = SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "--allow_ungate_keys")) << r.status();
+    // Another key listed does not open this one.
+    auto other = SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, /*listed=*/Rand(32));
+    EXPECT_FALSE(other.ok());
+    EXPECT_EQ(parties_[i].store->Get(kid)->meta.kind, KeyKind::kUser);
+  }
+  // Still a user's key on all three: it logs in (its reply released on
+  // its timestamp) and gets no ticket.
+  ASSERT_NO_FATAL_FAILURE(
+      LoginAndTicket(id, key, {v1::JOB_OK, v1::JOB_OK, v1::JOB_UNKNOWN_USAGE}));
+  // Listed by the operator but without the admin's allow_ungate: refused.
+  EXPECT_EQ(SetKind(0, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/false, /*listed=*/id)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 // The servers do not re-mark a key together: each does on its own Admin
 // call. A key re-marked on some servers only fails its jobs on all three
 // alike (the kind and the material held are in the key view they
@@ -639,10 +676,10 @@ TEST_F(ServiceTest, SetKeyKindOnSomeServersFailsTheKeysJobsUntilAll) {
   for (int i : {0, 2}) ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_USER).ok());
   ASSERT_NO_FATAL_FAILURE(
       LoginAndTicket(id, key, {v1::JOB_OK, v1::JOB_OK, v1::JOB_UNKNOWN_USAGE}));
-  ASSERT_TRUE(SetKind(2, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true).ok());
+  ASSERT_TRUE(SetKind(2, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, /*listed=*/id).ok());
   ASSERT_NO_FATAL_FAILURE(LoginAndTicket(id, key, {kBad, kBad, kBad}));
   for (int i : {0, 1})
-    ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true).ok());
+    ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, /*listed=*/id).ok());
   // A service's key: its reply needs no gate, and no ticket material came
   // back (the dealt key alone could give it).
   ASSERT_NO_FATAL_FAILURE(
