@@ -330,11 +330,9 @@ def test_change_refused_with_a_server_down(realm, how):
     status_ok(kr)
 
 
-def test_status_names_what_is_exposed(kmpc_factory):
-    """Without the dealer (a realm set up before it, or a KDC host where it
-    is not configured), kadmin.local cpw writes real keys again: status
-    --kdb exits non-zero and names the principal, and the key its handle
-    referred to, now unreferenced on the servers."""
+def realm_with_user5(kmpc_factory):
+    """The krbtgt, kadmind's keys and user5's key in the cluster, status
+    --kdb OK."""
     kr = kmpc_factory()
     kr.setup_krbtgt()
     kr.move_kadmind_keys()
@@ -342,12 +340,44 @@ def test_status_names_what_is_exposed(kmpc_factory):
     kr.share_passwords([("user5", "User5-old-11")])
     rc, out, _ = kr.admin("status", "--kdb", expected_code=None)
     assert rc == 0, out
+    return kr
+
+
+def test_status_names_what_is_exposed(kmpc_factory):
+    """Without the dealer (a realm set up before it, or a KDC host where it
+    is not configured), kadmin.local cpw writes real keys again: status
+    --kdb exits non-zero and names the principal, and the key its handle
+    referred to, now unreferenced on the servers."""
+    kr = realm_with_user5(kmpc_factory)
     kr.kadmin_local("cpw -pw User5-new-22 user5")
     assert "key" in {row[2] for row in kr.kdb_keys("user5")}
     rc, out, _ = kr.admin("status", "--kdb", expected_code=None)
     assert rc == 1, out
     assert "kdb: user5@KMPC.TEST should be MPC-protected but holds real keys" in out, out
     assert "(user5@KMPC.TEST, kvno 2) is on the servers but no KDB handle refers" in out, out
+    assert "status: PROBLEMS" in out, out
+
+
+def test_status_names_a_key_id_held_by_two_principals(kmpc_factory):
+    """Whoever writes the KDB locally (root on the KDC host, kadmin.local,
+    a KDB load, a replica fed a crafted dump) can copy a principal's key
+    handle into another entry: the KDC then issues tickets to that entry
+    under the first principal's key, a silver ticket once the sname is
+    rewritten, and nothing on the servers binds a key id to a principal.
+    kmpc deals every key under an id of its own, so status --kdb names a
+    key id that two principals refer to and exits 1 (on the code before,
+    it exited 0: a non-author review, 2026-11-28)."""
+    kr = realm_with_user5(kmpc_factory)
+    kid = kr.key_id("user5")
+    kr.addprinc("evil/x", enctypes=["aes256-ctr-mpc"])
+    tool = kmpc_cluster.find_built("kdc-plugin/kmpc-kdb-handle")
+    subprocess.run([tool, "-r", kr.realm, "set", "evil/x", "aes256-ctr-mpc", kid],
+                   env=kr.env, timeout=60, check=True, capture_output=True)
+    rc, out, _ = kr.admin("status", "--kdb", expected_code=None)
+    assert rc == 1, out
+    line = [x for x in out.splitlines() if f"key id {kid} is referred to by" in x]
+    assert len(line) == 1, out
+    assert "user5@KMPC.TEST" in line[0] and "evil/x@KMPC.TEST" in line[0], out
     assert "status: PROBLEMS" in out, out
 
 

@@ -777,6 +777,21 @@ bool ReportRealKeys(const std::string& name, const std::string& realm,
 
 // status --kdb: compares the KDB with the servers' key lists (where: key id
 // -> which servers hold it; infos: its metadata). Prints one line per
+// Notes that `name` refers to key id `id`; false, with a problem line, when
+// another principal refers to it already. kmpc deals every key under an id
+// of its own, so a shared id is a handle copied from another principal's
+// entry (written locally: kadmin.local, a KDB load, a replica fed a crafted
+// dump): the KDC then issues tickets to `name` under the other's key.
+bool NoteHolder(std::map<std::string, std::string>& holder, const std::string& id,
+                const std::string& name) {
+  auto [it, first] = holder.emplace(id, name);
+  if (first || it->second == name) return true;
+  std::printf("kdb: key id %s is referred to by %s and by %s: a handle copied from "
+              "another principal's entry; remove the copy, then roll that key\n",
+              Hex(id).c_str(), it->second.c_str(), name.c_str());
+  return false;
+}
+
 // problem, naming the principal or key (every principal holding a real key
 // is one, unless WhyRealKeysStay says why it stays: a "kdb note:" line);
 // returns true when there is none.
@@ -791,7 +806,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
   bool ok = true;
   size_t with_handles = 0, missing = 0, exposed = 0, migrated = 0;
   size_t other_real = 0, staying = 0;
-  std::set<std::string> referenced;
+  std::map<std::string, std::string> holder;  // key id -> its first principal
   for (const std::string& name : *names) {
     auto info = kdb.Lookup(name);
     if (!info.ok()) continue;  // deleted meanwhile
@@ -805,7 +820,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
         continue;
       }
       has_handle = true;
-      referenced.insert(e.key_id);
+      ok = NoteHolder(holder, e.key_id, info->name) && ok;
       if (!lists_ok) continue;
       auto it = where.find(e.key_id);
       if (it == where.end() || !(it->second[0] && it->second[1] && it->second[2])) {
@@ -841,7 +856,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
   }
   size_t unreferenced = 0;
   for (const auto& [id, on] : where) {
-    if (referenced.count(id)) continue;
+    if (holder.count(id)) continue;
     ++unreferenced;
     ok = false;
     std::printf("kdb: key %s (%s, kvno %u) is on the servers but no KDB handle "
