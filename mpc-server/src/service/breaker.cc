@@ -64,7 +64,8 @@ absl::Status Breaker::Load() {
                          ": ", text.empty() ? "unreadable" : Printable(text), ")");
   if (metrics_ != nullptr) metrics_->SetBreakerOpen(true);
   KMPC_LOG(ERROR) << "deviation breaker " << detail_
-                  << "; every batch is refused until kmpc-admin breaker-reset";
+                  << "; every batch is refused until this server's operator removes that "
+                     "file and kmpc-admin breaker-reset runs";
   return st;
 }
 
@@ -95,8 +96,9 @@ void Breaker::Trip(absl::Time now, const std::string& why) {
   if (metrics_ != nullptr) metrics_->SetBreakerOpen(true);
   KMPC_LOG(ERROR) << "deviation breaker " << detail_
                   << ": a server of this ring deviated from the protocol; every "
-                     "batch is refused (BATCH_BREAKER_OPEN) until kmpc-admin "
-                     "breaker-reset. Rotate the keys first (docs/admin-guide.md)";
+                     "batch is refused (BATCH_BREAKER_OPEN) until this server's "
+                     "operator removes the trip's file and kmpc-admin breaker-reset "
+                     "runs. Rotate the keys first (docs/admin-guide.md)";
   if (options_.state_file.empty()) return;
   absl::Status st = util::WriteFileAtomically(options_.state_file, detail_ + "\n");
   if (!st.ok())
@@ -121,10 +123,11 @@ uint64_t Breaker::deviations() const {
 
 absl::StatusOr<std::string> Breaker::Reset() {
   absl::MutexLock lock(&mu_);
-  if (!options_.state_file.empty() && ::unlink(options_.state_file.c_str()) != 0 &&
-      errno != ENOENT)
-    return absl::InternalError(absl::StrCat(
-        Errno("cannot remove", options_.state_file), "; the breaker stays open"));
+  if (!options_.state_file.empty() && ::access(options_.state_file.c_str(), F_OK) == 0)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the trip is recorded in ", options_.state_file,
+        ": this server's operator removes that file on its host first (the "
+        "breaker stays open until then), then kmpc-admin breaker-reset"));
   std::string cleared = open_ ? detail_ : std::string();
   open_ = false;
   detail_.clear();
@@ -139,8 +142,8 @@ absl::Status Breaker::RefusalStatus() const {
   const std::string detail = Detail();
   absl::Status st = absl::FailedPreconditionError(absl::StrCat(
       "this server's deviation breaker is ", detail.empty() ? "open" : detail,
-      ": it serves no batch until an operator rotates the keys and runs "
-      "kmpc-admin breaker-reset"));
+      ": it serves no batch until an operator rotates the keys, removes the "
+      "trip's file on this server's host and runs kmpc-admin breaker-reset"));
   st.SetPayload(kBreakerPayload, absl::Cord("1"));
   return st;
 }
@@ -148,7 +151,8 @@ absl::Status Breaker::RefusalStatus() const {
 absl::Status Breaker::PeerRefusal(int party) {
   absl::Status st = absl::FailedPreconditionError(absl::StrCat(
       "party ", party, "'s deviation breaker is open: it serves no batch until "
-      "an operator rotates the keys and runs kmpc-admin breaker-reset"));
+      "an operator rotates the keys, removes the trip's file on that server's "
+      "host and runs kmpc-admin breaker-reset"));
   st.SetPayload(kBreakerPayload, absl::Cord("1"));
   return st;
 }

@@ -23,8 +23,12 @@
 //    written there (a new file renamed into place, fsync'd) as it opens; a
 //    failed write is logged and the breaker stays open in memory. Load()
 //    at start-up reopens a breaker whose file exists, so a restart does
-//    not clear it silently; Reset() removes the file first and stays open
-//    if it cannot.
+//    not clear it silently.
+//  - Only the server's operator clears a persisted trip: Reset() refuses
+//    while the file exists, so the operator removes it on the server's
+//    host first. The Admin certificate (Admin.ResetBreaker) is on the KDC
+//    host: from it alone, an intruder there who also runs a deviating
+//    server could reset the bound as often as it liked.
 //  - Only public figures: counts and times, never anything of a batch.
 // Thread-safe.
 #ifndef KMPC_SERVICE_BREAKER_H_
@@ -75,8 +79,9 @@ class Breaker {
   uint64_t deviations() const;
 
   // Closes the breaker and forgets the deviations in the window. Returns
-  // the Detail() it cleared (empty: it was closed). Fails, and stays open,
-  // if the persisted trip cannot be removed.
+  // the Detail() it cleared (empty: it was closed). FAILED_PRECONDITION,
+  // and it stays open, while `state_file` exists (the operator's to
+  // remove).
   absl::StatusOr<std::string> Reset();
 
   // The status a refused batch fails with (FAILED_PRECONDITION, carrying

@@ -85,12 +85,18 @@ TEST(Breaker, RefusalIsTyped) {
   EXPECT_FALSE(Breaker::IsRefusal(absl::OkStatus()));
 }
 
-// A restart does not clear a trip: the state file reopens it at Load(),
-// and only Reset() removes it.
-TEST(Breaker, TripSurvivesARestartUntilReset) {
+// A fresh directory for a breaker's state file (removed by the test).
+std::string TripFileDir() {
   char dir[] = "/tmp/kmpc_breaker_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string file = std::string(dir) + "/breaker-open";
+  return mkdtemp(dir) != nullptr ? std::string(dir) : std::string();
+}
+
+// A restart does not clear a trip: the state file reopens it at Load();
+// the server's operator removes the file, then Reset() closes it.
+TEST(Breaker, TripSurvivesARestartUntilReset) {
+  const std::string dir = TripFileDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string file = dir + "/breaker-open";
   {
     Breaker b({1, absl::Minutes(10), file});
     ASSERT_TRUE(b.Load().ok());
@@ -105,13 +111,40 @@ TEST(Breaker, TripSurvivesARestartUntilReset) {
     EXPECT_TRUE(b.open());
     EXPECT_TRUE(absl::StrContains(b.Detail(), "before this restart")) << b.Detail();
     EXPECT_TRUE(absl::StrContains(b.Detail(), "1 deviations within 10m")) << b.Detail();
+    ASSERT_EQ(unlink(file.c_str()), 0);
     ASSERT_TRUE(b.Reset().ok());
-    EXPECT_NE(access(file.c_str(), F_OK), 0);
+    EXPECT_FALSE(b.open());
   }
   Breaker b({1, absl::Minutes(10), file});
   ASSERT_TRUE(b.Load().ok());
   EXPECT_FALSE(b.open());
-  rmdir(dir);
+  rmdir(dir.c_str());
+}
+
+// The attack: Admin.ResetBreaker needs only the Admin certificate, which
+// is on the KDC host, so an intruder there who also runs a deviating
+// server would reset the bound on its aborts at will. A persisted trip
+// closes only once this server's operator removed its file: Reset()
+// refuses before (FAILED_PRECONDITION naming the file) and the breaker
+// stays open; after, it closes.
+TEST(Breaker, ResetNeedsTheOperatorToRemoveTheTripFile) {
+  const std::string dir = TripFileDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string file = dir + "/breaker-open";
+  Breaker b({1, absl::Minutes(10), file});
+  ASSERT_TRUE(b.Load().ok());
+  EXPECT_TRUE(b.RecordDeviation(kT0));
+  absl::StatusOr<std::string> r = b.Reset();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), file)) << r.status();
+  EXPECT_TRUE(b.open());
+  EXPECT_EQ(access(file.c_str(), F_OK), 0);
+  ASSERT_EQ(unlink(file.c_str()), 0);
+  r = b.Reset();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->empty());
+  EXPECT_FALSE(b.open());
+  rmdir(dir.c_str());
 }
 
 // kmpc_deviations_total and kmpc_breaker_open; kmpc_integrity_failures_total
