@@ -381,6 +381,37 @@ def test_status_names_a_key_id_held_by_two_principals(kmpc_factory):
     assert "status: PROBLEMS" in out, out
 
 
+def test_a_dealer_that_does_not_load_writes_no_real_key(realm):
+    """kdc.conf names the key dealer, but its module does not load (a wrong
+    path, a library missing after an upgrade): libkrb5 skips such a plugin
+    module with a trace line only, and libkdb5 then wrote a protected
+    principal's next keys as ordinary ones, a real key in the KDB (on the
+    code before: a non-author review, 2026-11-28). Now the change is
+    refused and the principal keeps its handles; an administrator who
+    means to write real keys takes the dealer out of kdc.conf."""
+    kr = realm
+    kr.kadmin_local("addprinc -e aes256-ctr-mpc:normal -pw Dora-old-3131 dora")
+    assert_only_handles(kr, "dora")
+    before = kr.kdb_keys("dora")
+    with open(kr.kdc_conf) as f:
+        conf = f.read()
+    broken = re.sub(r"(mpcdealer = \{\s*module = kmpc:)\S+", r"\1/nonexistent/libkmpc_dealer.so",
+                    conf)
+    assert broken != conf
+    try:
+        with open(kr.kdc_conf, "w") as f:
+            f.write(broken)
+        out = kr.kadmin_local("cpw -pw Dora-new-4242 dora", expected_code=None)
+        assert "did not load" in out, out
+        assert kr.kdb_keys("dora") == before
+        assert_only_handles(kr, "dora", "Dora-new-4242")
+    finally:
+        with open(kr.kdc_conf, "w") as f:
+            f.write(conf)
+    kr.kadmin_local("cpw -pw Dora-new-4242 dora")
+    assert_only_handles(kr, "dora", "Dora-new-4242")
+
+
 def test_renewal_forwarded_tgt_and_u2u_through_the_cluster(realm):
     """With the krbtgt in the cluster (made there): kinit -R renews the TGT
     (decrypted and encrypted again by the three servers), a TGS-REQ for the
