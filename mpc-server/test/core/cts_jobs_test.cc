@@ -331,6 +331,46 @@ TEST_P(CtsJobs, CtrMpcJobOnACtsKeyIsWrongCipher) {
   ExpectStatus(r, 0, pb::JOB_WRONG_CIPHER);
 }
 
+// The loop of the CtsMalicious tests below: `trials` flips of one bit
+// (bit 0 of a 64-bit word: lane 0) of random messages of the cheater's,
+// each caught (an honest party fails with DATA_LOSS or ABORTED: nothing
+// released) or harmless (the results still `right`); at least `min_caught`
+// caught, and a clean Run right again after.
+template <typename Clean, typename Cheated, typename Right>
+void FlipsAreCaughtOrHarmless(CtsCluster& c, int cheater, Clean clean, Cheated cheated,
+                              Right right, uint64_t seed, int trials, int min_caught) {
+  const uint64_t before = c.cheat().sent();
+  ASSERT_TRUE(right(clean()));
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  ASSERT_GT(sizes.size(), 100u);
+  std::mt19937_64 rng(seed);
+  int caught = 0, done = 0;
+  while (done < trials) {
+    const uint64_t step = rng() % sizes.size();
+    if (sizes[step] < 8) continue;
+    ++done;
+    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
+    auto r = cheated();
+    ASSERT_TRUE(c.cheat().fired());
+    c.cheat().Disarm();
+    bool failed = false;  // an honest party's check caught it
+    for (int i = 0; i < 3; ++i) {
+      if (i == cheater || r[i].ok()) continue;
+      const auto code = r[i].status().code();
+      failed = failed || code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted;
+    }
+    if (failed) {
+      ++caught;
+    } else {
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
+      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
+    }
+    c.Connect();
+  }
+  EXPECT_GE(caught, min_caught) << "of " << trials;
+  EXPECT_TRUE(right(clean()));
+}
+
 // --security=malicious: a cheating party flips one live-lane bit (bit 0 of
 // a 64-bit word: one job per shape, so lane 0) of one of its messages. No
 // flip that changes an output goes unnoticed: the batch fails on an honest
@@ -350,37 +390,9 @@ TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
     const Bytes back = ClearDecrypt(key, 3, Revealed(r, 1));
     return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == reply;
   };
-  const uint64_t before = c.cheat().sent();
-  ASSERT_TRUE(right(c.Run(jobs)));
-  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
-  ASSERT_GT(sizes.size(), 100u);
-  std::mt19937_64 rng(0x637473);
-  int caught = 0, trials = 0;
-  while (trials < 16) {
-    const uint64_t step = rng() % sizes.size();
-    if (sizes[step] < 8) continue;
-    ++trials;
-    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
-    auto r = c.RunStatus(jobs);
-    ASSERT_TRUE(c.cheat().fired());
-    c.cheat().Disarm();
-    bool failed = false;  // an honest party's check caught it
-    for (int i = 0; i < 3; ++i) {
-      if (i == cheater || r[i].ok()) continue;
-      const auto code = r[i].status().code();
-      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
-        failed = true;
-    }
-    if (failed) {
-      ++caught;
-    } else {
-      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
-      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
-    }
-    c.Connect();
-  }
-  EXPECT_GE(caught, 8) << "of " << trials;
-  EXPECT_TRUE(right(c.Run(jobs)));
+  FlipsAreCaughtOrHarmless(
+      c, cheater, [&] { return c.Run(jobs); }, [&] { return c.RunStatus(jobs); }, right,
+      0x637473, 16, 8);
 }
 
 // A service ticket to the key's principal (a user used as a service): the
@@ -982,37 +994,9 @@ TEST(CtsMalicious, FastFlippedBitsAreCaughtOrHarmless) {
     return Revealed(r, 0) == conf_ts && opens(kk, 55, Revealed(r, 1), kdc_ts) &&
            opens(sk, 3, Revealed(r, 2), reply);
   };
-  const uint64_t before = c.cheat().sent();
-  ASSERT_TRUE(right(c.Run(jobs, dealt)));
-  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
-  ASSERT_GT(sizes.size(), 100u);
-  std::mt19937_64 rng(0x66617374);
-  int caught = 0, trials = 0;
-  while (trials < 12) {
-    const uint64_t step = rng() % sizes.size();
-    if (sizes[step] < 8) continue;
-    ++trials;
-    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
-    auto r = c.RunStatus(jobs, dealt);
-    ASSERT_TRUE(c.cheat().fired());
-    c.cheat().Disarm();
-    bool failed = false;
-    for (int i = 0; i < 3; ++i) {
-      if (i == cheater || r[i].ok()) continue;
-      const auto code = r[i].status().code();
-      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
-        failed = true;
-    }
-    if (failed) {
-      ++caught;
-    } else {
-      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
-      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
-    }
-    c.Connect();
-  }
-  EXPECT_GE(caught, 6) << "of " << trials;
-  EXPECT_TRUE(right(c.Run(jobs, dealt)));
+  FlipsAreCaughtOrHarmless(
+      c, cheater, [&] { return c.Run(jobs, dealt); }, [&] { return c.RunStatus(jobs, dealt); }, right,
+      0x66617374, 12, 6);
 }
 
 // The PA-REQ-ENC-PA-REP splice (kmpc.proto Job.splice_length): a login's
@@ -1118,6 +1102,24 @@ Job PadJob(const std::string& krbtgt, uint32_t length) {
   return j;
 }
 
+// What a ticket signed in the cluster decrypts to: P with T_s (the PAC's
+// usage-17 checksum under key, the clear circuit) at off and the KDC
+// signature over T_s (reference gmac-aes*-mpc under the krbtgt kt, at the
+// pad's ctr0) 16 bytes on; T_s and the signature in *t_s and *sig.
+Bytes SignedTicketPlain(const Bytes& key, const Bytes& kt, const Bytes& p, const Bytes& pac,
+                        size_t off, const Bytes& ctr0, Bytes* t_s, Bytes* sig) {
+  auto ck = cts::DealChecksum(key, 17);
+  auto cp = cts::ChecksumProgram(pac.size());
+  EXPECT_TRUE(ck.ok() && cp.ok());
+  if (!ck.ok() || !cp.ok()) return {};
+  *t_s = Clear(*cp, Cat(ck->bytes, pac));
+  *sig = reference::RefChecksum(kt, 17, ctr0, *t_s);
+  Bytes want = p;
+  for (size_t b = 0; b < 12; ++b) want[off + b] ^= (*t_s)[b];
+  for (size_t b = 0; b < 32; ++b) want[off + 16 + b] ^= (*sig)[b];
+  return want;
+}
+
 TEST_P(CtsJobs, TicketSignedAndSplicedInOneRun) {
   CtsCluster c(GetParam());
   const Bytes kt = Random(32);
@@ -1142,16 +1144,11 @@ TEST_P(CtsJobs, TicketSignedAndSplicedInOneRun) {
     const Bytes out = Revealed(r, 1);
     const Bytes back = ClearDecrypt(key, 2, out);
     ASSERT_EQ(back.back() & 1, 0) << "the cluster's tag does not verify";
-    auto ck = cts::DealChecksum(key, 17);
-    auto cp = cts::ChecksumProgram(pac.size());
-    ASSERT_TRUE(ck.ok() && cp.ok());
-    const Bytes t_s = Clear(*cp, Cat(ck->bytes, pac));
+    Bytes t_s, sig;
     const Bytes ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
-    const Bytes sig = reference::RefChecksum(kt, 17, ctr0, t_s);
-    Bytes want = p;
-    for (size_t b = 0; b < 12; ++b) want[off + b] ^= t_s[b];
-    for (size_t b = 0; b < 32; ++b) want[off + 16 + b] ^= sig[b];
-    EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1), want) << klen;
+    EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1),
+              SignedTicketPlain(key, kt, p, pac, off, ctr0, &t_s, &sig))
+        << klen;
     EXPECT_FALSE(Contains(out, t_s));
     for (int i = 0; i < 3; ++i)
       for (int s = 0; s < 2; ++s) {
@@ -1159,6 +1156,35 @@ TEST_P(CtsJobs, TicketSignedAndSplicedInOneRun) {
         EXPECT_FALSE(Contains(r[i].jobs[1].keystream[s], Bytes(sig.begin() + 16, sig.end())));
       }
   }
+}
+
+// --security=malicious, a cheating party and the one-Run ticket (the PAD
+// under the krbtgt, the usage-2 ENCRYPT with T_s and the KDC signature
+// spliced in): each server enters the signature's L and H^2 as its own
+// components, so only the product check binds them. A flipped bit of any
+// of the cheater's ring messages is caught (the batch fails on an honest
+// party, nothing released) or changes nothing: the ticket still decrypts,
+// its tag verifies and it holds the right T_s and KDC signature.
+TEST(CtsMalicious, TicketSignatureFlippedBitsAreCaughtOrHarmless) {
+  const int cheater = 1;
+  CtsCluster c(true, cheater);
+  const Bytes kt = Random(32), key = Random(32), pac = Random(330);
+  const std::string krbtgt = c.AddCtrKey(kt), id = c.AddKey(key);
+  Bytes p = Random(560);
+  const size_t off = 480;
+  std::fill(p.begin() + off, p.begin() + off + 12, 0);
+  std::fill(p.begin() + off + 16, p.begin() + off + 48, 0);
+  const std::vector<Job> jobs = {PadJob(krbtgt, 12), TicketJob(id, true, p, pac, off, 0)};
+  auto right = [&](const std::array<BatchResult, 3>& r) {
+    const Bytes back = ClearDecrypt(key, 2, Revealed(r, 1));
+    Bytes t_s, sig;
+    const Bytes ctr0(r[0].jobs[0].ctr0.begin(), r[0].jobs[0].ctr0.end());
+    return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) ==
+                                         SignedTicketPlain(key, kt, p, pac, off, ctr0, &t_s, &sig);
+  };
+  FlipsAreCaughtOrHarmless(
+      c, cheater, [&] { return c.Run(jobs); }, [&] { return c.RunStatus(jobs); }, right,
+      0x7469636b, 10, 4);
 }
 
 // What the servers refuse: sign_pad naming no PAD, a verification pad, a
@@ -1930,37 +1956,9 @@ TEST(CtsMalicious, SplicedChecksumFlippedBitsAreCaughtOrHarmless) {
     const Bytes back = ClearDecrypt(key, 3, Revealed(r, 0));
     return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == t;
   };
-  const uint64_t before = c.cheat().sent();
-  ASSERT_TRUE(right(c.Run(jobs)));
-  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
-  ASSERT_GT(sizes.size(), 100u);
-  std::mt19937_64 rng(0x73706c);
-  int caught = 0, trials = 0;
-  while (trials < 48) {
-    const uint64_t step = rng() % sizes.size();
-    if (sizes[step] < 8) continue;
-    ++trials;
-    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
-    auto r = c.RunStatus(jobs);
-    ASSERT_TRUE(c.cheat().fired());
-    c.cheat().Disarm();
-    bool failed = false;
-    for (int i = 0; i < 3; ++i) {
-      if (i == cheater || r[i].ok()) continue;
-      const auto code = r[i].status().code();
-      if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
-        failed = true;
-    }
-    if (failed) {
-      ++caught;
-    } else {
-      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
-      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
-    }
-    c.Connect();
-  }
-  EXPECT_GE(caught, 24) << "of " << trials;
-  EXPECT_TRUE(right(c.Run(jobs)));
+  FlipsAreCaughtOrHarmless(
+      c, cheater, [&] { return c.Run(jobs); }, [&] { return c.RunStatus(jobs); }, right,
+      0x73706c, 48, 24);
 }
 
 }  // namespace kmpc::engine
