@@ -61,9 +61,11 @@ def test_ungating_a_user_key_needs_every_servers_operator(kmpc_factory):
     request's allow_ungate) must not drop a user's gate: each server
     refuses until its operator lists the key id in --allow_ungate_keys
     (test_cts_jobs.py::test_admin_certificate_alone_cannot_ungate_a_user_key
-    is the attack). Listed on two servers, the third still refuses and the
-    key keeps its kind everywhere (its jobs would otherwise fail as
-    inconsistent); listed on all three, the change goes through."""
+    is the attack). Listed on two servers, those two re-mark it and the
+    third refuses (until all agree its jobs fail as inconsistent:
+    ServiceTest.SetKeyKindOnSomeServersFailsTheKeysJobsUntilAll), and
+    set-kind --kind=user takes the two back; listed on all three, the
+    change goes through."""
     kr = make_realm(kmpc_factory, also_service=False)
     kid = kr.key_id(USER)
     rc, out, _ = kr.admin("set-kind", "--kind=service", "--force", USER, expected_code=1)

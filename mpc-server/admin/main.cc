@@ -775,8 +775,6 @@ bool ReportRealKeys(const std::string& name, const std::string& realm,
   return true;
 }
 
-// status --kdb: compares the KDB with the servers' key lists (where: key id
-// -> which servers hold it; infos: its metadata). Prints one line per
 // Notes that `name` refers to key id `id`; false, with a problem line, when
 // another principal refers to it already. kmpc deals every key under an id
 // of its own, so a shared id is a handle copied from another principal's
@@ -792,6 +790,8 @@ bool NoteHolder(std::map<std::string, std::string>& holder, const std::string& i
   return false;
 }
 
+// status --kdb: compares the KDB with the servers' key lists (where: key id
+// -> which servers hold it; infos: its metadata). Prints one line per
 // problem, naming the principal or key (every principal holding a real key
 // is one, unless WhyRealKeysStay says why it stays: a "kdb note:" line);
 // returns true when there is none.
@@ -975,16 +975,17 @@ const char* KindName(kmpc::v1::KeyKind k) {
 }
 
 // One server's answer to set-kind, printed: 0 done, 1 refused (a service's
-// kind for a password-derived key without --force: nothing changed), 2
-// another error.
+// kind for a password-derived key without --force, or not in that server's
+// --allow_ungate_keys: nothing changed), 2 another error.
 int ReportSetKind(const absl::StatusOr<kmpc::v1::SetKeyKindResponse>& r,
-                   const std::string& who, const std::string& what, KeyKind kind) {
+                   const std::string& who, const std::string& what, KeyKind kind, bool force) {
   const char* want = KindName(static_cast<kmpc::v1::KeyKind>(kind));
   if (!r.ok()) {
-    const std::string why(r.status().message());
-    const bool unlisted = absl::StrContains(why, "--allow_ungate_keys");
-    std::printf("%s: %s: NOT changed: %s%s\n", who.c_str(), what.c_str(), why.c_str(),
-                absl::IsFailedPrecondition(r.status()) && !unlisted ? " (--force)" : "");
+    // With --force sent, a refusal is the server operator's list's, which
+    // the message names.
+    std::printf("%s: %s: NOT changed: %s%s\n", who.c_str(), what.c_str(),
+                std::string(r.status().message()).c_str(),
+                absl::IsFailedPrecondition(r.status()) && !force ? " (--force)" : "");
     return absl::IsFailedPrecondition(r.status()) ? 1 : 2;
   }
   std::string from = KindName(r->previous_kind());
@@ -1024,7 +1025,7 @@ int SetKind(const Args& a, const Config& cfg) {
       auto r = cluster.SetKeyKind(id, kind, a.force);
       for (int i = 0; i < 3; ++i) {
         const int got = ReportSetKind(r[i], (*clusters)->Prefix(c) + cluster.Describe(i),
-                                      what, kind);
+                                      what, kind, a.force);
         refused += got == 1;
         failed += got == 2;
         if (!r[i].ok() && IsClusterError(r[i].status())) stop = true;

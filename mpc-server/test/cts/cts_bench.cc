@@ -56,9 +56,11 @@ double TimeRun(::kmpc::testing::Rep3Cluster& cl, const Program& p,
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
-double CpuMs() {
+// CPU time so far, in ms: the process's (the three parties'), or with
+// CLOCK_THREAD_CPUTIME_ID the calling thread's.
+double CpuMs(clockid_t clock = CLOCK_PROCESS_CPUTIME_ID) {
   timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  clock_gettime(clock, &t);
   return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
 }
 
@@ -141,12 +143,6 @@ class LocalEngine : public Engine {
   }
 };
 
-double ThreadCpuMs() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
-}
-
 // --walk (see the head of this file).
 int WalkMain(std::vector<size_t> lanes, int rounds) {
   if (lanes.empty()) lanes = {226, 256};
@@ -161,12 +157,12 @@ int WalkMain(std::vector<size_t> lanes, int rounds) {
     const Job job{&spliced, wn, {in, in}, {absl::MakeSpan(out0), absl::MakeSpan(out1)}, n};
     std::vector<double> cpu;
     for (int r = 0; r <= rounds; ++r) {  // the first is a warm-up
-      const double c0 = ThreadCpuMs();
+      const double c0 = CpuMs(CLOCK_THREAD_CPUTIME_ID);
       if (absl::Status st = EvaluateAll(absl::MakeConstSpan(&job, 1), e); !st.ok()) {
         std::fprintf(stderr, "walk failed: %s\n", st.ToString().c_str());
         return 1;
       }
-      if (r > 0) cpu.push_back(ThreadCpuMs() - c0);
+      if (r > 0) cpu.push_back(CpuMs(CLOCK_THREAD_CPUTIME_ID) - c0);
     }
     std::printf("walk %zu lanes (wn=%zu): %.2f ms CPU/Run (one party), %.1f us per login\n", n,
                 wn, Median(cpu), 1000 * Median(cpu) / static_cast<double>(n));
