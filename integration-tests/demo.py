@@ -34,6 +34,7 @@ from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 STORM_USERS = 50
+USER_ENCTYPES = ("aes256-cts-hmac-sha1-96", "aes128-cts-hmac-sha1-96")
 # kadmind's principals whose keys the demo moves into the cluster (kmpc-admin
 # share --randkey --service): kadmind has the cluster decrypt the tickets to
 # them (krb5 patch 0026-Decrypt-tickets). kadmin/history stays in the KDB
@@ -112,7 +113,18 @@ def main():
 
     step("three MPC servers on 127.0.0.1 (certificates from deploy/gen-certs.sh)")
     # Prometheus /metrics over HTTP from each server and the KDC module.
-    r = KmpcRealm(workdir, metrics=True)
+    # Users' keys (addprinc, kpasswd: supported_enctypes) under the standard
+    # enctypes only, which unmodified clients use and whose logins the
+    # servers gate on shares; the krbtgt's is made under aes256-ctr-mpc
+    # explicitly. kmpc-admin and the dealer refuse a password's
+    # aes*-ctr-mpc copy (user_ctr_mpc off, as in a product realm; krb5's
+    # test module, used when the real one is not built, knows aes*-ctr-mpc
+    # keys only).
+    # protect = *: with the MPC enctypes out of supported_enctypes, the
+    # dealer's pattern is what puts every new key (alice's) in the cluster.
+    r = KmpcRealm(workdir, metrics=True, supported_enctypes=USER_ENCTYPES,
+                  user_ctr_mpc=False, protect=["*"])
+    r.user_ctr_mpc = r.module == "test"
     try:
         return run(r, workdir)
     except BaseException:
@@ -133,8 +145,8 @@ def run(r, workdir):
     dealer = r.module == "real"
     if dealer:
         step("kmpc's key dealer on (kdc.conf [plugins] mpcdealer, kadm5_hook; "
-             "[mpcdealer] service = host/*): MIT's tools put every new key of a "
-             "protected principal into the cluster")
+             "[mpcdealer] protect = *, service = host/*): MIT's tools put every "
+             "new key into the cluster, users' under aes*-cts only")
         r.dealer_kinds = [("service", "host/*")]
         r.enable_dealer()
         step(f"kadmin.local ktadd: {STORM_USERS} load-test users and the warm-up "
@@ -155,9 +167,9 @@ def run(r, workdir):
              "kadmind's keys in the cluster")
         show(r.move_kadmind_keys(KADMIND_KEYS_IN_CLUSTER))
         r.kadmin_local(f"setstr {r.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
-        step(f"kadmin.local cpw -randkey {r.tgs}: the krbtgt key made in the "
-             "cluster; no KDB, dump or backup ever held it")
-        show(r.kadmin_local(f"cpw -randkey {r.tgs}"))
+        step(f"kadmin.local cpw -randkey -e aes256-ctr-mpc:normal {r.tgs}: the "
+             "krbtgt key made in the cluster; no KDB, dump or backup ever held it")
+        show(r.kadmin_local(f"cpw -randkey -e aes256-ctr-mpc:normal {r.tgs}"))
     else:
         r.setup_warmup()
         r.add_service()
@@ -169,7 +181,7 @@ def run(r, workdir):
 
     password = "demo-" + secrets.token_hex(8)
     if dealer:
-        step("kadmin.local addprinc alice: her key goes to the cluster")
+        step("kadmin.local addprinc alice: her aes*-cts keys go to the cluster")
         show(r.kadmin_local(f"addprinc +requires_preauth -pw {password} alice"))
     else:
         step("kmpc-admin: alice's key from her password")

@@ -41,7 +41,7 @@ class KmpcRealm(realm.Realm):
                  udp_recv_buffer=4 << 20, udp_max_wait_ms=0,
                  tcp_max_connections=TCP_MAX_CONNECTIONS,
                  tcp_listen_backlog=TCP_LISTEN_BACKLOG, dealer=False,
-                 protect=None, metrics=False, clusters=1, **kw):
+                 protect=None, metrics=False, clusters=1, user_ctr_mpc=True, **kw):
         """module: "real" (kdc-plugin's libkmpc_kdc.so), "test" (krb5's test
         module) or "auto" (real when built). module_options: extra relations
         for the real module's [kdcmpc] -> kmpc section (e.g. {"early_flush":
@@ -114,6 +114,11 @@ class KmpcRealm(realm.Realm):
         self.dealer_kinds = []
         # Users' passwords (add_users), in memory only: for logging them in.
         self.passwords = {}
+        # kmpc-admin's user_ctr_mpc (mpc-server/admin/config.h), which the
+        # dealer reads too: most tests deal users' keys under aes*-ctr-mpc
+        # as well (their patched clients); a product realm (the demo) and
+        # the tests of the refusal leave it off: users under aes*-cts only.
+        self.user_ctr_mpc = user_ctr_mpc
 
     # ---- set-up -------------------------------------------------------
     def create(self):
@@ -174,7 +179,8 @@ class KmpcRealm(realm.Realm):
             f.write(f"# kmpc-admin for realm {self.realm} (generated)\n"
                     f"servers = {c.servers}\nca = {c.certs}/ca.pem\n"
                     f"cert = {c.certs}/admin.pem\nkey = {c.certs}/admin.key\n"
-                    f"realm = {self.realm}\n")
+                    f"realm = {self.realm}\n"
+                    f"user_ctr_mpc = {'true' if self.user_ctr_mpc else 'false'}\n")
             for n, cl in enumerate(self.clusters[1:], start=2):
                 f.write(f"servers{n} = {cl.servers}\nca{n} = {cl.certs}/ca.pem\n"
                         f"cert{n} = {cl.certs}/admin.pem\nkey{n} = {cl.certs}/admin.key\n")

@@ -156,13 +156,17 @@ class Realm:
 
     def __init__(self, workdir, enctypes=DEFAULT_ENCTYPES, kdc_conf_extra="",
                  krb5_conf_extra="", realm=REALM, realm_extra="",
-                 session_enctypes=DEFAULT_SESSION_ENCTYPES, ldap=False):
+                 session_enctypes=DEFAULT_SESSION_ENCTYPES, ldap=False,
+                 supported_enctypes=None):
         """ldap: keep the KDB in OpenLDAP (MIT's kldap module) on a slapd
         of the realm's own, started by create() and stopped by stop()
-        (integration-tests/kmpc_harness/ldap.py) instead of a db2 file."""
+        (integration-tests/kmpc_harness/ldap.py) instead of a db2 file.
+        supported_enctypes: kdc.conf's (the enctypes of new keys: addprinc,
+        cpw, kpasswd) when they differ from enctypes (krb5.conf's lists)."""
         self.dir = os.path.abspath(workdir)
         self.realm = realm
         self.enctypes = list(enctypes)
+        self.supported_enctypes = list(supported_enctypes or enctypes)
         # Offered and permitted on the client side after enctypes, but no
         # principal gets keys of them unless asked to.
         self.session_enctypes = [e for e in session_enctypes
@@ -190,7 +194,7 @@ class Realm:
         os.makedirs(self.dir, exist_ok=True)
         self.kdc_port, self.kadmin_port, self.kpasswd_port = free_ports(3)
         ets = " ".join(self.enctypes + self.session_enctypes)
-        supported = " ".join(f"{e}:normal" for e in self.enctypes)
+        supported = " ".join(f"{e}:normal" for e in self.supported_enctypes)
         kdb_conf = self._start_ldap() if self.ldap else ""
         with open(self.krb5_conf, "w") as f:
             f.write(f"""{libdefaults(self.realm, ets, self.krb5_conf_extra)}

@@ -180,6 +180,7 @@ class Dealer {
           "aes128/aes256-cts-hmac-sha1-96)"));
     absl::StatusOr<KeyKind> kind = KindOf(ctx, name, random);
     if (!kind.ok()) return kind.status();
+    if (absl::Status one = OneDoorPerPassword(*cipher, *kind, random); !one.ok()) return one;
     std::string key_id(contract::kKeyIdSize, '\0');
     if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
                    contract::kKeyIdSize) != 1)
@@ -194,6 +195,25 @@ class Dealer {
     p.replaced.insert(replaced.begin(), replaced.end());
     p.since = std::time(nullptr);
     return key_id;
+  }
+
+  // A key that may come from a password (KindOf: a user kind, not marked
+  // random) is dealt only under aes128/aes256-cts-hmac-sha1-96, whose login
+  // the servers compute on shares of the timestamp and reply and gate
+  // (docs/security-model.md, "The servers enforce the gate"). An
+  // aes*-ctr-mpc copy of the same password (the same RFC 3962 string-to-key
+  // bytes) would be a second door: its timestamp and reply reach every
+  // server whole. Only `user_ctr_mpc = true` in kmpc-admin's config file
+  // (config.h: a fleet of patched clients, the tests) deals one.
+  absl::Status OneDoorPerPassword(engine::Cipher cipher, KeyKind kind, bool random) const {
+    if (random || kind == KeyKind::kService || engine::IsCts(cipher) || user_ctr_mpc_)
+      return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        "kmpc: a password-derived key is held in the cluster under "
+        "aes256/aes128-cts-hmac-sha1-96 only; drop aes*-ctr-mpc from this "
+        "principal's enctypes (supported_enctypes, or kadmin -e), or set "
+        "user_ctr_mpc = true in kmpc-admin's config file (docs/admin-guide.md). "
+        "Nothing was changed");
   }
 
   // A principal is about to be deleted: its handles go once it is gone.
@@ -234,6 +254,7 @@ class Dealer {
     auto cl = Clusters::Connect(cfg);
     if (!cl.ok()) return cl.status();
     cluster_ = std::move(*cl);
+    user_ctr_mpc_ = cfg.user_ctr_mpc;
     return absl::OkStatus();
   }
 
@@ -353,6 +374,7 @@ class Dealer {
   const Patterns patterns_;
   std::mutex mu_;
   std::unique_ptr<Clusters> cluster_;  // every configured cluster
+  bool user_ctr_mpc_ = false;          // config.h user_ctr_mpc
   std::map<std::string, Pending> pending_;
 };
 

@@ -245,6 +245,55 @@ TEST_F(DealerModuleTest, APasswordIsNeverDealtAsAServiceKey) {
   }
 }
 
+// One door per password: a key that may come from a password (not marked
+// random) of a user kind is dealt under aes*-cts only, whose login the
+// servers gate on shares; an aes*-ctr-mpc copy of it (the same RFC 3962
+// key) would reach every server whole at each login. Refused before any
+// server is asked, unless kmpc-admin's config opts in (user_ctr_mpc); a
+// random key, and a service's, are dealt under any cipher.
+TEST_F(DealerModuleTest, APasswordIsDealtUnderAesCtsOnly) {
+  Init("    config = " + StartServers() + "\n    service = host/*\n");
+  const struct {
+    const char* name;
+    krb5_enctype enctype;
+    krb5_flags flags;
+    bool dealt;
+  } cases[] = {
+      {"alice@KMPC.TEST", ENCTYPE_AES128_CTS_HMAC_SHA1_96, 0, true},  // connects first
+      {"alice@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, 0, false},
+      {"host/a.example@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, 0, false},  // user+service
+      {"alice@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, KRB5_MPCDEALER_RANDOM_KEY, true},
+      {"host/a.example@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, KRB5_MPCDEALER_RANDOM_KEY,
+       true},
+  };
+  for (const auto& c : cases) {
+    const int before = servers_[0]->calls();
+    krb5_keyblock handle{};
+    std::string msg;
+    const krb5_error_code ret = Deal(c.name, c.enctype, &handle, &msg, c.flags);
+    if (c.dealt) {
+      EXPECT_EQ(ret, 0) << c.name << " " << c.enctype << ": " << msg;
+      krb5_free_keyblock_contents(ctx_, &handle);
+    } else {
+      EXPECT_NE(ret, 0) << c.name << " " << c.enctype;
+      EXPECT_NE(msg.find("aes256/aes128-cts-hmac-sha1-96 only"), std::string::npos) << msg;
+      EXPECT_EQ(servers_[0]->calls(), before) << "a server was asked";
+      ExpectNoKeyIn(msg);
+    }
+  }
+}
+
+TEST_F(DealerModuleTest, UserCtrMpcDealsAPasswordUnderCtrMpcOnRequest) {
+  const std::string conf = StartServers();
+  std::ofstream(conf, std::ios::app) << "user_ctr_mpc = true\n";
+  Init("    config = " + conf + "\n");
+  krb5_keyblock handle{};
+  std::string msg;
+  ASSERT_EQ(Deal("alice@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, &handle, &msg, 0), 0) << msg;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(servers_[i]->last_kind(), kmpc::v1::KEY_KIND_USER);
+  krb5_free_keyblock_contents(ctx_, &handle);
+}
+
 // kadmind's own principals, once libkdb5 deals their keys (they hold a
 // handle), get random service keys, under which the servers decrypt the
 // tickets kadmind accepts; a password on one is refused, as is any key of

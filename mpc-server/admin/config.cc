@@ -15,7 +15,7 @@ namespace {
 const std::set<std::string>& KnownNames() {
   static const std::set<std::string> names = [] {
     std::set<std::string> n = {"servers", "ca", "cert", "key", "realm",
-                               "timeout_ms"};
+                               "timeout_ms", "user_ctr_mpc"};
     for (int c = 2; c <= kMaxClusters; ++c)
       for (const char* base : {"servers", "ca", "cert", "key"})
         n.insert(absl::StrCat(base, c));
@@ -110,6 +110,10 @@ absl::Status ApplySettings(const std::map<std::string, std::string>& settings,
       if (!absl::SimpleAtoi(value, &v) || v <= 0)
         return absl::InvalidArgumentError("timeout_ms must be a positive integer");
       cfg->timeout_ms = v;
+    } else if (name == "user_ctr_mpc") {
+      if (value != "true" && value != "false")
+        return absl::InvalidArgumentError("user_ctr_mpc must be true or false");
+      cfg->user_ctr_mpc = value == "true";
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown setting ", name));
     }

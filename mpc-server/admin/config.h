@@ -9,6 +9,12 @@
 //   key        = PATH   its private key
 //   realm      = REALM  (default: the default realm of KRB5_CONFIG)
 //   timeout_ms = N      deadline of each RPC (default 10000)
+//   user_ctr_mpc = true|false   (default false) whether a password-derived
+//                        key (a user's) may be dealt under aes*-ctr-mpc
+//                        too, by kmpc-admin share and kadmind's dealer: a
+//                        second door to the password, whose timestamp and
+//                        reply reach every server whole; for fleets of
+//                        patched clients and tests (docs/admin-guide.md)
 //   servers2 = HOST:PORT,HOST:PORT,HOST:PORT   a second MPC cluster: every
 //   ca2 / cert2 / key2 = PATH                  key is dealt to each cluster
 //                        under the same key id, all or nothing (cluster.h);
@@ -47,6 +53,7 @@ struct Config {
   std::string key;
   std::string realm;
   int timeout_ms = 10000;
+  bool user_ctr_mpc = false;  // the file comment
   std::vector<MoreCluster> more;  // more[0] is cluster 2
 };
 

@@ -418,11 +418,26 @@ int32_t ShareEnctype(const Args& a) {
 // The refusals that depend on the enctypes: a krbtgt key encrypts tickets,
 // which the KDC does only under aes*-ctr-mpc keys; RC4 and DES keys (an RC4
 // key is the NT hash, a password equivalent) never stay beside a shared key.
-absl::Status CheckKeysAllowed(const Args& a, const PrincipalInfo& info) {
-  if (IsCtsEnctype(ShareEnctype(a)) && absl::StartsWith(info.name, "krbtgt/"))
+// A user's key (ShareKind: not a service's random key) is shared under
+// aes*-cts only unless the config file says user_ctr_mpc = true: an
+// aes*-ctr-mpc copy of a password-derived key is a second door to the
+// password whose timestamp and reply reach every server whole
+// (docs/security-model.md); the dealer refuses it likewise.
+absl::Status CheckKeysAllowed(const Args& a, const PrincipalInfo& info, bool user_ctr_mpc) {
+  const bool tgs = absl::StartsWith(info.name, "krbtgt/");
+  if (IsCtsEnctype(ShareEnctype(a)) && tgs)
     return absl::FailedPreconditionError(absl::StrCat(
         info.name, ": a ticket-granting key is shared as aes256-ctr-mpc or "
                    "aes128-ctr-mpc only (the KDC encrypts tickets under those). "
+                   "Nothing was changed"));
+  if (!tgs && !user_ctr_mpc && ShareKind(a) != KeyKind::kService &&
+      !IsCtsEnctype(ShareEnctype(a)))
+    return absl::FailedPreconditionError(absl::StrCat(
+        info.name, ": a user's key is shared under aes256/aes128-cts-hmac-sha1-96 "
+                   "only (--enctype=aes256-cts-hmac-sha1-96; with --from-existing its "
+                   "aes*-cts keys keep their enctype), or as a service's random key "
+                   "(--randkey, --service). An aes*-ctr-mpc copy of a password is a "
+                   "second door to it (user_ctr_mpc in the config file allows one). "
                    "Nothing was changed"));
   if (!a.from_existing) return absl::OkStatus();  // every old key is replaced
   std::vector<std::string> weak;
@@ -550,7 +565,8 @@ absl::Status PutOne(Clusters& cluster, const Args& a, const std::string& canon,
   // (older copies of the KDB hold them) until the next password change.
   std::string label = a.from_existing ? absl::StrCat(canon, kMigratedSuffix) : canon;
   client::KeyMeta meta{key_id, k.kvno, label};
-  meta.kind = ShareKind(a);
+  // A ticket-granting key is random and decrypts tickets: a service's.
+  meta.kind = absl::StartsWith(canon, "krbtgt/") ? KeyKind::kService : ShareKind(a);
   absl::Status st = cluster.PutKey(*cipher, absl::MakeConstSpan(k.key.data(), k.key.size()),
                                    meta);
   k.key.Wipe();
@@ -606,12 +622,12 @@ std::string DropOldShares(Clusters& cluster, const Args& a,
 
 absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
                                       const Args& a, const std::string& name,
-                                      std::string* password) {
+                                      std::string* password, bool user_ctr_mpc) {
   auto info = kdb.Lookup(name);
   if (!info.ok()) return info.status();
   const KdbKeyFacts facts = FactsOf(*info);
   if (absl::Status st = CheckShareAllowed(a, info->name, facts); !st.ok()) return st;
-  if (absl::Status st = CheckKeysAllowed(a, *info); !st.ok()) return st;
+  if (absl::Status st = CheckKeysAllowed(a, *info, user_ctr_mpc); !st.ok()) return st;
   if (a.from_existing && facts.current_is_handle)
     return ShareOutcome{ShareOutcome::kSkipped, "already shared"};
   auto keys = MakeKeysToShare(kdb, a, *info, password);
@@ -682,7 +698,7 @@ int Share(const Args& a, const Config& cfg) {
         continue;
       }
     }
-    auto r = ShareOne(**kdb, **cluster, a, name, &password);
+    auto r = ShareOne(**kdb, **cluster, a, name, &password, cfg.user_ctr_mpc);
     OPENSSL_cleanse(password.data(), password.size());
     if (!r.ok()) {
       ++failed;
