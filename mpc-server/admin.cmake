@@ -35,6 +35,7 @@ if(TARGET kmpc_cluster_admin)
   add_executable(kmpc-admin
     ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_rewrite.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc)
   target_include_directories(kmpc-admin PRIVATE
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
@@ -48,9 +49,15 @@ if(TARGET kmpc_cluster_admin)
   if(NOT DEFINED KMPC_DEFAULT_KRB5_CONFIG)
     set(KMPC_DEFAULT_KRB5_CONFIG "/etc/krb5.conf:${KRB5_PREFIX}/etc/krb5.conf")
   endif()
+  # The kdb5_util that rewrites the KDB after a move (admin/kdb_rewrite.h):
+  # the prefix's, whose libkdb5 is the one kmpc-admin links.
+  if(NOT DEFINED KMPC_DEFAULT_KDB5_UTIL)
+    set(KMPC_DEFAULT_KDB5_UTIL "${KRB5_PREFIX}/sbin/kdb5_util")
+  endif()
   target_compile_definitions(kmpc-admin PRIVATE
     KMPC_DEFAULT_KDC_PROFILE="${KMPC_DEFAULT_KDC_PROFILE}"
-    KMPC_DEFAULT_KRB5_CONFIG="${KMPC_DEFAULT_KRB5_CONFIG}")
+    KMPC_DEFAULT_KRB5_CONFIG="${KMPC_DEFAULT_KRB5_CONFIG}"
+    KMPC_DEFAULT_KDB5_UTIL="${KMPC_DEFAULT_KDB5_UTIL}")
   target_link_libraries(kmpc-admin PRIVATE
     kmpc_admin_cluster kmpc_cluster_admin absl::strings absl::str_format absl::status
     absl::statusor OpenSSL::Crypto

@@ -9,6 +9,8 @@
  *       (aes128-ctr-mpc, aes256-ctr-mpc or aes128/aes256-cts-hmac-sha1-96)
  *       whose contents are the handle
  *       "kmpc-key" || KEYID (32 bytes, 64 hex digits), at kvno + 1.
+ *       The replaced keys' bytes stay in the KDB's files (free space, the
+ *       update log) until `kmpc-admin rewrite-kdb`, which it says.
  *
  *   kmpc-kdb-handle [-r REALM] get-key PRINC ENCTYPE
  *       Print PRINC's current key of ENCTYPE (aes*-cts-hmac-sha1-96 or
@@ -165,6 +167,11 @@ kmpc_set(krb5_context context, void *handle, krb5_principal princ,
     ret = kadm5_setkey_principal_4(handle, princ, FALSE, &kd, 1);
     if (ret)
         com_err(progname, ret, "while setting the handle key");
+    else
+        fprintf(stderr, "%s: the KDB's files (the db2 file's free space, the "
+                "iprop update log) may still hold the replaced keys: run "
+                "kmpc-admin rewrite-kdb (docs/admin-guide.md, \"Old keys after a "
+                "move\")\n", progname);
     return ret;
 }
 

@@ -8,6 +8,7 @@
 //   kmpc-admin [OPTIONS] purge-unreferenced (--dry-run | --i-am-primary) [--yes]
 //              [--grace-ms=N]
 //   kmpc-admin [OPTIONS] breaker-reset [--cluster=N]
+//   kmpc-admin [OPTIONS] rewrite-kdb
 //   kmpc-admin [OPTIONS] set-kind --kind=user|service|user+service [--force]
 //              (PRINC... | --key-ids KEYID_HEX...)
 //
@@ -63,6 +64,17 @@
 //   next kvno, because tickets issued under it are aes-cts tickets that
 //   nothing can decrypt any more (clean "wrong kvno" errors, and the
 //   clients get new tickets).
+//
+//   A share that replaced real keys in the KDB (--from-existing, or any
+//   mode for a principal that held real keys) ends by rewriting the KDB
+//   into fresh files (admin/kdb_rewrite.h: kdb5_util dump and load, the
+//   iprop update log's old entries zeroed), since the db2 module leaves
+//   old records in the file's free space; with an LDAP KDB it says what
+//   the admin must do instead (docs/admin-guide.md, "Old keys after a
+//   move").
+//
+// rewrite-kdb (on the KDC host): that rewrite alone, e.g. after
+//   kmpc-kdb-handle set or kadmin changes that replaced real keys.
 //
 // status: each server's health and whether every key id is on all three;
 //   with --kdb (on the KDC host) also, by name: every principal holding real
@@ -155,6 +167,7 @@
 #include "admin/cluster.h"
 #include "admin/config.h"
 #include "admin/kdb.h"
+#include "admin/kdb_rewrite.h"
 #include "admin/refresh.h"
 #include "client/admin_client.h"
 #include "contract.h"
@@ -176,6 +189,9 @@ constexpr char kUsage[] =
     "           (after kadmin purgekeys); lists them, then asks unless --yes; only\n"
     "           on the realm's primary KDC, which --i-am-primary confirms\n"
     "       kmpc-admin [OPTIONS] refresh (--all | KEYID_HEX...)  (admin/refresh.h)\n"
+    "       kmpc-admin [OPTIONS] rewrite-kdb\n"
+    "           rewrite the KDB into fresh files (kdb5_util dump and load), so\n"
+    "           that no file holds keys replaced by handles (share does it itself)\n"
     "       kmpc-admin [OPTIONS] breaker-reset [--cluster=N]\n"
     "           close the servers' deviation breakers (after rotating the keys:\n"
     "           docs/admin-guide.md, a detected deviation)\n"
@@ -335,6 +351,7 @@ bool KadmindService(const std::string& canon) {
 struct ShareOutcome {
   enum { kShared, kSkipped } what = kShared;
   std::string detail;
+  bool replaced_real = false;  // real keys in the KDB replaced by handles
 };
 
 // What the KDB holds for a principal, as share needs to know it.
@@ -641,7 +658,7 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
     absl::StrAppend(&detail, i ? "; " : " ", k.source, " as ", EnctypeName(k.enctype),
                     " kvno ", k.kvno, ", key id ", Hex(k.key_id));
   }
-  return ShareOutcome{ShareOutcome::kShared, detail + note};
+  return ShareOutcome{ShareOutcome::kShared, detail + note, !facts.all_handles};
 }
 
 int Share(const Args& a, const Config& cfg) {
@@ -677,7 +694,7 @@ int Share(const Args& a, const Config& cfg) {
     return Fail(absl::Status(st.code(), absl::StrCat(st.message(),
                                                      "; nothing was shared")));
   const size_t n = a.principals.size();
-  size_t shared = 0, skipped = 0, failed = 0;
+  size_t shared = 0, skipped = 0, failed = 0, replaced = 0;
   for (size_t i = 0; i < n; ++i) {
     const std::string& name = a.principals[i];
     std::string password;
@@ -707,12 +724,13 @@ int Share(const Args& a, const Config& cfg) {
       if (IsClusterError(r.status())) {
         std::fprintf(stderr, "kmpc-admin: stopping: %zu shared, %zu not attempted\n",
                      shared, n - i - 1);
-        return 1;
+        return RewriteAfterShare(std::move(*kdb), replaced, 1);
       }
       continue;
     }
     if (r->what == ShareOutcome::kSkipped) ++skipped;
     else ++shared;
+    replaced += r->replaced_real;
     if (!a.quiet || n == 1)
       std::printf("[%zu/%zu] %s: %s\n", i + 1, n, name.c_str(), r->detail.c_str());
     std::fflush(stdout);
@@ -720,7 +738,7 @@ int Share(const Args& a, const Config& cfg) {
   if (n > 1 || failed > 0 || skipped > 0)
     std::printf("kmpc-admin: %zu shared, %zu already shared, %zu failed\n", shared,
                 skipped, failed);
-  return failed == 0 ? 0 : 1;
+  return RewriteAfterShare(std::move(*kdb), replaced, failed == 0 ? 0 : 1);
 }
 
 // Matches name ("user@REALM") against a dealer protect pattern, as the
@@ -1384,6 +1402,12 @@ int main(int argc, char** argv) {
                              a.principals[0][0] - '0', c - 1);
   }
   if (a.command == "breaker-reset") return BreakerReset(a, *cfg);
+  if (a.command == "rewrite-kdb") {
+    if (!a.principals.empty()) Usage("rewrite-kdb takes no arguments");
+    auto kdb = Kdb::Open(cfg->realm);
+    if (!kdb.ok()) return Fail(kdb.status());
+    return RewriteKdbAfterMove(std::move(*kdb), "rewrite-kdb") ? 0 : 1;
+  }
   if (a.command == "set-kind") return SetKind(a, *cfg);
   if (a.command == "purge-unreferenced") {
     if (!a.principals.empty()) Usage("purge-unreferenced takes no arguments");
