@@ -26,7 +26,8 @@ of a 62-byte blob is found).
 A rewrite that fails (kdb5_util load cannot make its temporary database)
 loses nothing: share exits 1 saying so, the handles are written and the KDB
 works; `kmpc-admin rewrite-kdb` finishes the job, as it does after the older
-handle tool (kmpc-kdb-handle set), which says to run it.
+handle tool (kmpc-kdb-handle set), which says to run it. An LDAP KDB
+is not rewritten: the move says what the admin must do instead.
 """
 import os
 
@@ -177,3 +178,19 @@ def test_the_handle_tool_points_to_rewrite_kdb(realm):
     assert REWROTE in err, out + err
     assert not blobs_found(kr, blobs)
     assert [(r[2], r[3]) for r in kr.kdb_keys("user0")] == [("handle", "ab" * 32)]
+
+
+def test_an_ldap_kdb_is_not_rewritten_and_the_admin_is_told(kmpc_factory):
+    """kmpc-admin rewrites db2 KDBs only: on MIT's kldap module a move
+    says what the admin must do instead (docs/admin-guide.md, "Old keys
+    after a move") and succeeds; no db2 file appears."""
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, module_options=COLD_PROGRAMS,
+                      ldap=True)
+    add_cts_users(kr, 1)
+    rc, out, err = kr.admin("share", "--from-existing", f"--enctype={CTS256}", "user0")
+    assert "user0: shared from its " in out, out + err
+    assert "the KDB is not rewritten, its module is kldap" in err, err
+    assert "copy the directory's database into a fresh file" in err, err
+    assert REWROTE not in err
+    assert not os.path.exists(os.path.join(kr.dir, "principal"))
+    assert {r[2] for r in kr.kdb_keys("user0")} == {"handle"}
