@@ -13,8 +13,9 @@ states the secure behaviour (A, C and D are fixed).
   compile a spliced reply program per request by varying the AS-REQ's
   length (here its number of client addresses, which the reply's caddr
   carries too), and got an offline verifier of the password. Now the KDC
-  demands pre-authentication of any client whose reply key is an aes*-cts
-  handle, whatever its flags (krb5 patch 0022, kdc_mpc_missing_preauth),
+  demands pre-authentication of any client holding a key handle that is
+  not a service, whatever its flags (krb5 patch 0024,
+  kdc_mpc_missing_preauth; test_preauth_handles.py for every enctype),
   and the servers compute a user key's reply only on its timestamp or
   challenge (kmpc.proto KeyKind), so a KDC that planned one ungated would
   get nothing either.
@@ -58,6 +59,8 @@ def test_no_password_compiles_no_reply_program_without_requires_preauth(kmpc_fac
     princ = "dora"
     kr, key, _ = cts_user_realm(kmpc_factory, princ, "Dora-pw-4242",
                                 flags="-requires_preauth")  # MIT's default
+    # share sets +requires_preauth on a user; an admin may clear it again.
+    kr.kadmin_local(f"modprinc -requires_preauth {princ}")
     assert "REQUIRES_PRE_AUTH" not in kr.kadmin_local(f"getprinc {princ}")
 
     # A request without a timestamp gets PREAUTH_REQUIRED with the hint list

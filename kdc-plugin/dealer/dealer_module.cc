@@ -106,6 +106,7 @@ constexpr time_t kAbandonedAfterS = 120;
 struct Pending {
   std::string principal;              // unparsed, with realm
   std::set<std::string> dealt;        // key ids dealt for the change
+  std::set<std::string> dealt_user;   // those of a user kind (not kService)
   std::set<std::string> replaced;     // key ids the entry held before it
   time_t since = 0;
 };
@@ -192,6 +193,7 @@ class Dealer {
     Pending& p = pending_[name];
     p.principal = name;
     p.dealt.insert(key_id);
+    if (*kind != KeyKind::kService) p.dealt_user.insert(key_id);
     p.replaced.insert(replaced.begin(), replaced.end());
     p.since = std::time(nullptr);
     return key_id;
@@ -226,12 +228,16 @@ class Dealer {
   }
 
   // A change of `name` was committed (or, at close, every change is over).
-  void Settle(krb5_context ctx, const std::string& name) {
+  // True when the entry now holds a key this process dealt as a user kind
+  // (KEY_KIND_USER or KEY_KIND_USER_SERVICE: a password-derived key, or a
+  // random one that no pattern or attribute names a service's).
+  bool Settle(krb5_context ctx, const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(name);
-    if (it == pending_.end()) return;
-    SettleOne(ctx, it->second);
+    if (it == pending_.end()) return false;
+    const bool user = SettleOne(ctx, it->second);
     pending_.erase(it);
+    return user;
   }
 
   void SettleAll(krb5_context ctx) {
@@ -273,14 +279,18 @@ class Dealer {
   // Deletes from the servers what `p` dealt or replaced and the entry does
   // not reference now. If the entry cannot be read for another reason than
   // its absence, nothing is deleted (kmpc-admin status reports leftovers).
-  void SettleOne(krb5_context ctx, const Pending& p) {
+  // True when the entry references a key `p` dealt as a user kind.
+  bool SettleOne(krb5_context ctx, const Pending& p) {
     std::set<std::string> referenced;
-    if (!ReadHandles(ctx, p.principal, &referenced)) return;
+    if (!ReadHandles(ctx, p.principal, &referenced)) return false;
     if (ConnectLocked().ok()) {
       for (const std::set<std::string>* ids : {&p.dealt, &p.replaced})
         for (const std::string& id : *ids)
           if (!referenced.count(id)) (void)cluster_->DeleteKey(id);
     }
+    for (const std::string& id : p.dealt_user)
+      if (referenced.count(id)) return true;
+    return false;
   }
 
  public:
@@ -670,10 +680,30 @@ void HookFini(krb5_context ctx, kadm5_hook_modinfo*) {
   Release(ctx);
 }
 
+// Sets +requires_preauth (KRB5_KDB_REQUIRES_PRE_AUTH) on princ's entry, in
+// a write of its own after kadm5's (a kadm5_hook cannot change the entry
+// kadm5 commits). An AS reply under a user's key is an offline verifier of
+// its password: MIT gives one to anyone who asks unless the principal
+// requires pre-authentication, and addprinc's default flags do not. The
+// patched KDC demands it of every client holding a handle that is not a
+// service (krb5 patch 0024-KDC-demand-pre-authentication) from the commit
+// on; the flag says so to every KDC and tool reading the entry. A failure
+// leaves the entry as kadm5 wrote it: kmpc-admin status --kdb names it.
+void RequirePreauth(krb5_context ctx, krb5_const_principal princ) {
+  krb5_db_entry* ent = nullptr;
+  if (krb5_db_get_principal(ctx, princ, 0, &ent) != 0) return;
+  if (!(ent->attributes & KRB5_KDB_REQUIRES_PRE_AUTH)) {
+    ent->attributes |= KRB5_KDB_REQUIRES_PRE_AUTH;
+    ent->mask = KADM5_ATTRIBUTES;  // what an LDAP KDB writes
+    (void)krb5_db_put_principal(ctx, ent);
+  }
+  krb5_db_free_principal(ctx, ent);
+}
+
 void Committed(krb5_context ctx, krb5_const_principal princ) {
   if (g_dealer == nullptr || princ == nullptr) return;
   try {
-    g_dealer->Settle(ctx, Unparse(ctx, princ));
+    if (g_dealer->Settle(ctx, Unparse(ctx, princ))) RequirePreauth(ctx, princ);
   } catch (...) {
   }
 }

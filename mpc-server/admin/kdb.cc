@@ -327,6 +327,21 @@ std::vector<std::string> Kdb::ProtectPatterns() {
   return out;
 }
 
+// info's flags and kind attribute, from princ's KDB entry.
+static krb5_error_code ReadAttributes(krb5_context ctx, krb5_const_principal princ,
+                                      PrincipalInfo* info) {
+  DbEntry entry{ctx};
+  krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &entry.e);
+  if (ret) return ret;
+  info->requires_preauth = (entry.e->attributes & KRB5_KDB_REQUIRES_PRE_AUTH) != 0;
+  char* kind = nullptr;
+  if (krb5_dbe_get_string(ctx, entry.e, "kmpc_key_kind", &kind) == 0 && kind != nullptr) {
+    info->key_kind = kind;
+    krb5_dbe_free_string(ctx, kind);
+  }
+  return 0;
+}
+
 absl::StatusOr<PrincipalInfo> Kdb::Lookup(const std::string& name) {
   krb5_context ctx = Ctx(context_);
   Principal p{ctx};
@@ -359,7 +374,27 @@ absl::StatusOr<PrincipalInfo> Kdb::Lookup(const std::string& name) {
     if (e.kvno > info.kvno) info.kvno = e.kvno;
     info.keys.push_back(std::move(e));
   }
+  ret = ReadAttributes(ctx, p.p, &info);
+  if (ret) return Error(ret, "reading the attributes of " + info.name);
   return info;
+}
+
+absl::Status Kdb::RequirePreauth(const std::string& name) {
+  krb5_context ctx = Ctx(context_);
+  Principal p{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &p.p);
+  if (ret) return Error(ret, "parsing principal name " + name);
+  kadm5_principal_ent_rec ent;
+  std::memset(&ent, 0, sizeof(ent));
+  ret = kadm5_get_principal(handle_, p.p, &ent, KADM5_PRINCIPAL | KADM5_ATTRIBUTES);
+  if (ret) return Error(ret, "reading " + name);
+  if (!(ent.attributes & KRB5_KDB_REQUIRES_PRE_AUTH)) {
+    ent.attributes |= KRB5_KDB_REQUIRES_PRE_AUTH;
+    ret = kadm5_modify_principal(handle_, &ent, KADM5_ATTRIBUTES);
+  }
+  kadm5_free_principal_ent(handle_, &ent);
+  if (ret) return Error(ret, "setting +requires_preauth on " + name);
+  return absl::OkStatus();
 }
 
 // Every key of the principal NAME (decrypted: kd wipes them) and its

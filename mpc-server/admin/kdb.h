@@ -54,6 +54,8 @@ struct PrincipalInfo {
   std::string name;  // canonical, with realm
   uint32_t kvno = 0;  // highest kvno
   std::vector<KeyEntry> keys;
+  bool requires_preauth = false;  // +requires_preauth (KRB5_KDB_REQUIRES_PRE_AUTH)
+  std::string key_kind;           // its kmpc_key_kind string attribute ("": none)
 };
 
 // The key --from-existing moves into the cluster.
@@ -112,6 +114,11 @@ class Kdb {
     std::string salt;
   };
   absl::Status SetHandles(const std::string& name, const std::vector<Handle>& handles);
+
+  // Sets +requires_preauth on the principal (kadm5_modify_principal, as
+  // kadmin's modprinc): a user's AS reply is an offline verifier of its
+  // password, which MIT's KDC gives without pre-authentication otherwise.
+  absl::Status RequirePreauth(const std::string& name);
 
   // A fresh random key of the enctype (krb5_c_make_random_key, as kadmin's
   // randkey).

@@ -649,6 +649,10 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
     return ShareOutcome{ShareOutcome::kSkipped, "already shared"};
   auto keys = MakeKeysToShare(kdb, a, *info, password);
   if (!keys.ok()) return keys.status();
+  // A user kind's entry gets +requires_preauth before its handles, as the
+  // dealer's (kdc-plugin/dealer/dealer_module.cc, RequirePreauth).
+  if (ShareKind(a) != KeyKind::kService && !absl::StartsWith(info->name, "krbtgt/"))
+    if (absl::Status st = kdb.RequirePreauth(info->name); !st.ok()) return st;
   if (absl::Status st = PutAndSetHandles(kdb, cluster, a, info->name, *keys); !st.ok())
     return st;
   const std::string note = DropOldShares(cluster, a, facts.old_ids);
@@ -824,6 +828,35 @@ bool NoteHolder(std::map<std::string, std::string>& holder, const std::string& i
   return false;
 }
 
+// status --kdb's line for a principal holding handles of a user's key
+// without +requires_preauth; true when there is none to print. A user's: a
+// handle whose key the servers list as KEY_KIND_USER or KEY_KIND_USER_SERVICE
+// (or do not list), on a principal that is not ticket-granting and whose
+// kmpc_key_kind attribute does not say "service". MIT's KDC answers an AS
+// request without pre-authentication for such a principal with a reply
+// under the key, an offline verifier of its password; kmpc's KDC demands
+// pre-authentication anyway (krb5 patch 0024-KDC-demand-pre-authentication),
+// and the dealer and share set the flag (a kadmin modprinc can clear it).
+bool ReportNoPreauth(const PrincipalInfo& info,
+                     const std::map<std::string, kmpc::v1::KeyInfo>& infos) {
+  if (info.requires_preauth || info.key_kind == "service" ||
+      absl::StartsWith(info.name, "krbtgt/"))
+    return true;
+  bool user = false;
+  for (const KeyEntry& e : info.keys) {
+    if (!e.is_handle) continue;
+    auto it = infos.find(e.key_id);
+    user = user || it == infos.end() || it->second.kind() != kmpc::v1::KEY_KIND_SERVICE;
+  }
+  if (!user) return true;
+  std::printf("kdb: %s holds a user's key in the cluster but not +requires_preauth: "
+              "a KDC without kmpc's patches would answer anyone's AS request for it "
+              "with an offline verifier of its password (kadmin modprinc "
+              "+requires_preauth %s)\n",
+              info.name.c_str(), info.name.c_str());
+  return false;
+}
+
 // status --kdb: compares the KDB with the servers' key lists (where: key id
 // -> which servers hold it; infos: its metadata). Prints one line per
 // problem, naming the principal or key (every principal holding a real key
@@ -872,6 +905,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
       }
     }
     if (has_handle) ++with_handles;
+    if (has_handle && !ReportNoPreauth(*info, infos)) ok = false;
     if (real.empty()) continue;
     // kdb5_util create gives kadmind's principals a key of every supported
     // enctype: an aes*-ctr-mpc one among them is no sign of protection.
