@@ -133,21 +133,25 @@ def test_unauthenticated_as_req_naming_any_enctype_gets_preauth_required(realm):
 
 
 def test_a_service_gets_mits_answer(realm):
-    """A service (kmpc_key_kind "service": a random key) without
-    +requires_preauth gets its AS-REP without pre-authentication, as from
-    MIT's KDC; with +requires_preauth, PREAUTH_REQUIRED."""
-    kr, svc = realm, "host/roastsvc.kmpc.test"
-    kr.kadmin_local(f"addprinc -nokey {svc}")
-    kr.kadmin_local(f"setstr {svc} kmpc_key_kind service")
-    kr.kadmin_local(f"cpw -randkey -e aes256-ctr-mpc:normal {svc}")
-    assert [(r[1], r[2]) for r in kr.kdb_keys(svc)] == [("aes256-ctr-mpc", "handle")]
-    assert "REQUIRES_PRE_AUTH" not in getprinc(kr, svc)
-    rep = krb_der.send_tcp(kr.kdc_port, as_req(kr.realm, svc, MPC_FIRST))
-    assert rep[:1] == b"\x6b", (rep[:8].hex(), kr.kdc_log_text()[-3000:])
-    assert enc_part(rep)[0] == ETYPE["aes256-ctr-mpc"]
-    kr.kadmin_local(f"modprinc +requires_preauth {svc}")
-    rep = krb_der.send_tcp(kr.kdc_port, as_req(kr.realm, svc, MPC_FIRST))
-    assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_REQUIRED, rep[:8].hex()
+    """A service (kmpc_key_kind "service": a random key), its key an
+    aes256-ctr-mpc or an aes256-cts handle, without +requires_preauth gets
+    its AS-REP without pre-authentication, as from MIT's KDC (`kinit -k`
+    asks so first); with +requires_preauth, PREAUTH_REQUIRED."""
+    kr = realm
+    for svc, enctype in (("host/roastsvc.kmpc.test", "aes256-ctr-mpc"),
+                         ("host/dealtcts.kmpc.test", CTS256)):
+        kr.kadmin_local(f"addprinc -nokey {svc}")
+        kr.kadmin_local(f"setstr {svc} kmpc_key_kind service")
+        kr.kadmin_local(f"cpw -randkey -e {enctype}:normal {svc}")
+        assert [(r[1], r[2]) for r in kr.kdb_keys(svc)] == [(enctype, "handle")]
+        assert "REQUIRES_PRE_AUTH" not in getprinc(kr, svc)
+        etypes = [ETYPE[enctype], ETYPE[CTS256]]
+        rep = krb_der.send_tcp(kr.kdc_port, as_req(kr.realm, svc, etypes))
+        assert rep[:1] == b"\x6b", (svc, rep[:8].hex(), kr.kdc_log_text()[-3000:])
+        assert enc_part(rep)[0] == ETYPE[enctype]
+        kr.kadmin_local(f"modprinc +requires_preauth {svc}")
+        rep = krb_der.send_tcp(kr.kdc_port, as_req(kr.realm, svc, etypes))
+        assert krb_der.krb_error_code(rep) == KDC_ERR_PREAUTH_REQUIRED, (svc, rep[:8].hex())
     assert kr.kdc_alive()
 
 
