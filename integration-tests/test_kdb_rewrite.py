@@ -194,3 +194,20 @@ def test_an_ldap_kdb_is_not_rewritten_and_the_admin_is_told(kmpc_factory):
     assert REWROTE not in err
     assert not os.path.exists(os.path.join(kr.dir, "principal"))
     assert {r[2] for r in kr.kdb_keys("user0")} == {"handle"}
+
+
+def test_without_iprop_a_left_update_log_is_named(kmpc_factory):
+    """With iprop off only the database is rewritten (no update log is
+    in use); an update log left from when iprop was on is named for
+    deletion, since its entries keep the key data they logged."""
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, module_options=COLD_PROGRAMS)
+    pws = add_cts_users(kr, 1)
+    blobs = stored_keys(kr, pws)
+    ulog = os.path.join(kr.dir, "principal.ulog")
+    assert not os.path.exists(ulog)
+    with open(ulog, "wb") as f:
+        f.write(blobs["user0"])  # as an old log's entry would hold it
+    _, out, err = kr.admin("share", "--from-existing", f"--enctype={CTS256}", "user0")
+    assert REWROTE in err and "principal.ulog reset" not in err, err
+    assert f"WARNING: {ulog} is left from when iprop was on" in err, err
+    assert blobs_found(kr, blobs) == {"user0": ["principal.ulog"]}

@@ -403,6 +403,11 @@ absl::StatusOr<std::string> RewriteKdb(const KdbFiles& f, size_t principals) {
                                                  " still holds old entries: ", s.message()));
     absl::StrAppend(&ulog_note, "; ", f.ulog, " reset (replicas get a full resync) and its "
                              "old entries zeroed");
+  } else if (struct stat us; !f.ulog.empty() && stat(f.ulog.c_str(), &us) == 0) {
+    // Left by iprop once on: nothing maps it, and its entries hold the
+    // key data of every change logged then.
+    absl::StrAppend(&ulog_note, "; WARNING: ", f.ulog, " is left from when iprop was on "
+                    "and still holds the key data it logged: delete it");
   }
   return absl::StrCat("rewrote the KDB into fresh files (kdb5_util dump and load of ",
                       *dumped, " principals, ", f.dbname, ulog_note, ")");

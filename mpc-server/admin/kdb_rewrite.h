@@ -14,7 +14,8 @@
 // leaves the old entries' bytes in the log's blocks (lib/kdb/kdb_log.c
 // reset_ulog writes the header and one dummy entry header only), so every
 // byte of the log that no live entry uses is zeroed here, under the log's
-// lock. The replaced database file is zeroed through a descriptor opened
+// lock (with iprop off, a log left from when it was on is named for
+// deletion). The replaced database file is zeroed through a descriptor opened
 // before the load (once the load renamed the new one over it, no process
 // reads it: db2 reopens the file by name under each lock, ctx_lock), which
 // overwrites its blocks in place where the filesystem does; its disk
