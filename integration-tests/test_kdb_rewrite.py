@@ -211,3 +211,23 @@ def test_without_iprop_a_left_update_log_is_named(kmpc_factory):
     assert REWROTE in err and "principal.ulog reset" not in err, err
     assert f"WARNING: {ulog} is left from when iprop was on" in err, err
     assert blobs_found(kr, blobs) == {"user0": ["principal.ulog"]}
+
+
+def test_the_fresh_files_keep_the_old_owner_and_mode(realm):
+    """kdb5_util load, run by kmpc-admin as root, makes its files root's,
+    mode 0600; the KDC and kadmind may run as another user
+    (deploy/THREE-HOSTS.md: kmpc-kdc), so the fresh database and policy
+    files get the replaced ones' owner and mode."""
+    kr = realm
+    add_cts_users(kr, 1)
+    paths = [os.path.join(kr.dir, n) for n in ("principal", "principal.kadm5")]
+    for p in paths:
+        os.chown(p, 65534, 65534)
+        os.chmod(p, 0o640)
+    before = [os.stat(p) for p in paths]
+    _, out, err = kr.admin("share", "--from-existing", f"--enctype={CTS256}", "user0")
+    assert REWROTE in err, out + err
+    for p, old in zip(paths, before):
+        new = os.stat(p)
+        assert new.st_ino != old.st_ino, f"{p} was not replaced"
+        assert (new.st_uid, new.st_gid, new.st_mode & 0o7777) == (65534, 65534, 0o640), p

@@ -185,7 +185,10 @@ class Cluster:
                               timeout=timeout)
 
     def put_key(self, key_hex, key_id_hex=None):
-        args = ["put-key", f"--key_hex={key_hex}"]
+        """A service's key (kmpc.proto KeyKind): the tests run any job under
+        it; under a user's the servers run an AS exchange only
+        (mpc-server/src/engine/user_key_rule.h)."""
+        args = ["put-key", f"--key_hex={key_hex}", "--key_kind=service"]
         if key_id_hex:
             args.append(f"--key_id_hex={key_id_hex}")
         r = self.client(*args)

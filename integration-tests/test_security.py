@@ -133,7 +133,7 @@ def codes(r):
 
 def test_revoked_certificates_refused_fresh_ones_work(cluster):
     kid = cluster.client("put-key", f"--key_hex={secrets.token_hex(16)}",
-                         client="admin-b").stdout.strip()
+                         "--key_kind=service", client="admin-b").stdout.strip()
     assert re.fullmatch(r"[0-9a-f]{64}", kid), kid
     job = f"keystream {kid} 1 16\n"
     assert cluster.client("list-keys", client="admin-a").returncode == 0
@@ -185,7 +185,8 @@ def test_revoked_party_leaves_the_live_ring(tmp_path):
     batches fail instead of running with the revoked party."""
     with own_servers(tmp_path, "--crl={certs}/crl.pem") as s:
         certs = s.certs
-        kid = s.client("put-key", f"--key_hex={secrets.token_hex(16)}").stdout.strip()
+        kid = s.client("put-key", f"--key_hex={secrets.token_hex(16)}",
+                       "--key_kind=service").stdout.strip()
         assert re.fullmatch(r"[0-9a-f]{64}", kid), kid
         job = f"keystream {kid} 1 16\n"
         assert s.client("jobs", stdin=job).stdout.startswith("ok ")  # ring in use

@@ -316,6 +316,10 @@ class Dealer {
             "ktadd), never a password");
       return KeyKind::kService;
     }
+    // A ticket-granting key decrypts tickets: a service's, as kmpc-admin
+    // share deals it (admin/main.cc PutOne); the servers run only an AS
+    // exchange under a user's key (mpc-server engine/user_key_rule.h).
+    if (name.rfind("krbtgt/", 0) == 0) return KeyKind::kService;
     KeyKind kind = KeyKind::kUser;
     if (std::optional<KeyKind> k = AttributeKind(ctx, name)) kind = *k;
     else if (Matches(patterns_.user_service, name)) kind = KeyKind::kUserService;

@@ -117,6 +117,11 @@ class CtsGate {
   };
   const Counts& counts() const { return counts_; }
 
+  // A copy of the given gate DECRYPT `gate` to send again with jobs gated
+  // on it in a later Run (PendingJob::regate): the deferred jobs, and an
+  // item that runs alone after a miss (Planner::Take).
+  static PendingJob Regate(const PendingJob& gate);
+
  private:
   struct Exchange {
     // The shapes of its given, gated aes*-cts jobs and its gate's (proven
@@ -128,9 +133,6 @@ class CtsGate {
     // first with them.
     std::optional<PendingJob> regate;
   };
-  // A copy of the given gate DECRYPT `gate` to send again with the
-  // deferred jobs (PendingJob::regate).
-  static PendingJob Regate(const PendingJob& gate);
   void ProveUsualGates();
 
   const uint64_t unproven_per_minute_;

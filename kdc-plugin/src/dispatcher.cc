@@ -212,11 +212,11 @@ absl::Status Dispatcher::SubmitItem(uint64_t id, int item, uint64_t token,
       return absl::InvalidArgumentError("no such exchange (begin, or ended)");
     if (absl::Status st = planner_.Match(id, item, q.job); !st.ok()) return st;
     bool parked = false;
-    const std::optional<Miss> miss = planner_.Take(id, item, &q, &parked);
+    std::vector<PendingJob> none;  // q's group: its gate's copy if regated (Planner::Take)
+    const std::optional<Miss> miss = planner_.Take(id, item, &q, &parked, &none);
     if (miss)
       miss_line = absl::StrCat("kdcmpc: plan item ", item, " runs alone (",
                                MissName(*miss), ")");
-    std::vector<PendingJob> none;
     if (!parked) wake = Route(std::move(q), &none, &chained);
   }
   if (wake) cv_.notify_one();

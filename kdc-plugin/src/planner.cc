@@ -168,6 +168,16 @@ static int UngatedCtsGate(const Plan& plan) {
   return -1;
 }
 
+// Whether item i of `plan` may run alone gated on the plan's gate, as
+// Planner::Take regates it: not given, gated, under the gate's key id and an
+// aes*-ctr-mpc cipher (a ctr-mpc user's AS reply). Plan checked.
+static bool RegatedAlone(const Plan& plan, size_t i) {
+  const PlanItem& p = plan.items[i];
+  if (p.given || !(p.flags & kItemGated) || contract::CtsCipher(p.cipher)) return false;
+  const PlanItem& g = plan.items[p.gate];
+  return g.key_id == p.key_id && g.cipher == p.cipher;
+}
+
 void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
                     std::vector<PendingJob>* prepared) {
   Exchange& x = exchanges_[id];
@@ -186,6 +196,9 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     q.gated = (x.plan.items[q.item].flags & kItemGated) &&
               q.job.type != pb::JOB_DECRYPT;
     x.slots[q.item].no_miss = true;
+    if (gate >= 0 && q.item == gate && q.job.type == pb::JOB_DECRYPT)
+      for (size_t i = 0; i < x.plan.items.size() && !x.gate_copy; ++i)
+        if (RegatedAlone(x.plan, i)) x.gate_copy = CtsGate::Regate(q);
   }
   const absl::Time now = given->empty() ? absl::Now() : given->front().enqueued;
   gate_.HoldBack(id, given);  // proven shapes (cts_gate.h)
@@ -286,7 +299,7 @@ absl::Status Planner::Match(uint64_t id, int item, const Job& job) const {
 }
 
 std::optional<Miss> Planner::Take(uint64_t id, int item, PendingJob* q,
-                                  bool* parked) {
+                                  bool* parked, std::vector<PendingJob>* group) {
   Exchange& x = exchanges_.at(id);
   Slot& s = x.slots[item];
   q->exchange_id = id;
@@ -296,7 +309,14 @@ std::optional<Miss> Planner::Take(uint64_t id, int item, PendingJob* q,
     s.parked = std::move(*q);
     return std::nullopt;
   }
-  return TakeSlot(&x, item, q);
+  std::optional<Miss> why = TakeSlot(&x, item, q);
+  if (why && x.gate_copy && RegatedAlone(x.plan, static_cast<size_t>(item))) {
+    group->push_back(CtsGate::Regate(*x.gate_copy));
+    group->back().enqueued = q->enqueued;
+    q->group = x.group;
+    q->gated = true;
+  }
+  return why;
 }
 
 void Planner::Unpark(uint64_t id, std::vector<PendingJob>* ready) {

@@ -123,8 +123,15 @@ class Planner {
   // preparing the item is still out (a plan with nothing given at begin:
   // the KDC goes on at once), q is parked in its slot instead (*parked set,
   // q moved from): Unpark hands it back once that Run is back.
+  // A miss of an item gated on the plan's gate under the gate's key id and
+  // an aes*-ctr-mpc cipher (a ctr-mpc user's AS reply whose keystream was
+  // not prepared, or is gone) gates q again on a copy of the gate DECRYPT,
+  // appended to *group to go with q as one group (CtsGate::Regate): the servers
+  // compute such a reply only when released on its timestamp in the same
+  // batch (mpc-server engine/user_key_rule.h). A parked job is not regated
+  // by Unpark: it misses only when its Run, the gate's, failed.
   std::optional<Miss> Take(uint64_t id, int item, PendingJob* q,
-                           bool* parked);
+                           bool* parked, std::vector<PendingJob>* group);
   // The parked jobs of exchange `id` whose items' Runs are back, each
   // taken as Take would (using what was prepared, or ordinary with its
   // miss counted), appended to *ready for the queues.
@@ -198,6 +205,9 @@ class Planner {
     bool token = false;  // holds a budget token (its gate not verified)
     uint32_t runs = 0;
     std::vector<std::pair<Role, Miss>> misses;
+    // A copy of the gate DECRYPT (CtsGate::Regate) when an item gated on it
+    // under its key may run alone after a miss (Take).
+    std::optional<PendingJob> gate_copy;
   };
   // How many prepared jobs `x` needs; whether the gate is given now.
   static size_t Preparable(const Exchange& x);

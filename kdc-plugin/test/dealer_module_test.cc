@@ -245,6 +245,22 @@ TEST_F(DealerModuleTest, APasswordIsNeverDealtAsAServiceKey) {
   }
 }
 
+// A krbtgt's key decrypts tickets: a service's, whatever the patterns say,
+// as kmpc-admin share deals it (kadmin.local cpw -randkey krbtgt/REALM, the
+// admin guide's "A krbtgt no KDB ever held"). Of a user's kind, the
+// servers would run no ticket under it (mpc-server engine/user_key_rule.h).
+TEST_F(DealerModuleTest, AKrbtgtKeyIsDealtAsAServicesKey) {
+  Init("    config = " + StartServers() + "\n");
+  krb5_keyblock handle{};
+  std::string msg;
+  ASSERT_EQ(Deal("krbtgt/KMPC.TEST@KMPC.TEST", KRB5_KDCMPC_ENCTYPE_AES128, &handle, &msg,
+                 KRB5_MPCDEALER_RANDOM_KEY),
+            0)
+      << msg;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(servers_[i]->last_kind(), kmpc::v1::KEY_KIND_SERVICE);
+  krb5_free_keyblock_contents(ctx_, &handle);
+}
+
 // One door per password: a key that may come from a password (not marked
 // random) of a user kind is dealt under aes*-cts only, whose login the
 // servers gate on shares; an aes*-ctr-mpc copy of it (the same RFC 3962

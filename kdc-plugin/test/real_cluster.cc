@@ -130,6 +130,7 @@ void RealCluster::Store(const std::string& key_id,
   std::memcpy(meta.key_id.data(), key_id.data(), meta.key_id.size());
   meta.cipher = view.cipher == engine::Cipher::kAes128 ? store::Cipher::kAes128
                                                        : store::Cipher::kAes256;
+  meta.kind = view.kind;  // DealKey's: a service's unless dealt otherwise
   const std::vector<uint8_t> ser = view.Serialize();
   absl::Status st = p.store->Put(meta, ser, /*replace=*/true);
   if (!st.ok()) {

@@ -320,6 +320,33 @@ absl::StatusOr<size_t> DumpInto(const KdbFiles& f, int fd) {
   return lines.count;
 }
 
+// `kdb5_util load` of the dump in fd. The files it puts in place (the
+// principal database and its policy database, plugins/kdb/db2 ctx_promote)
+// are its own user's, mode 0600: they get the replaced files' owner and mode
+// back, so that a KDC and kadmind running as another user read them. The
+// replaced database file is zeroed once no name refers to it (*zeroed).
+absl::Status LoadDump(const KdbFiles& f, int fd, bool* zeroed) {
+  const std::string files[2] = {f.dbname, f.dbname + ".kadm5"};
+  struct stat before[2];
+  bool had[2];
+  for (int i = 0; i < 2; ++i) had[i] = stat(files[i].c_str(), &before[i]) == 0;
+  const int old_db = open(f.dbname.c_str(), O_RDWR | O_CLOEXEC);
+  PrincLines unused;
+  std::string msgs;
+  absl::Status st = RunKdb5Util(f.realm, {"load", "/dev/stdin"}, fd, -1, &unused, &msgs);
+  struct stat sb;
+  *zeroed = st.ok() && old_db >= 0 && fstat(old_db, &sb) == 0 && sb.st_nlink == 0 &&
+            ZeroRange(old_db, 0, sb.st_size) && fsync(old_db) == 0;
+  if (old_db >= 0) close(old_db);
+  if (!st.ok()) return st;
+  for (int i = 0; i < 2; ++i)
+    if (had[i] && (chown(files[i].c_str(), before[i].st_uid, before[i].st_gid) != 0 ||
+                   chmod(files[i].c_str(), before[i].st_mode & 07777) != 0))
+      return absl::InternalError(Errno(absl::StrCat(
+          "the KDB was rewritten, but giving ", files[i], " its old owner and mode")));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<KdbFiles> FindKdbFiles(const std::string& realm) {
@@ -382,19 +409,9 @@ absl::StatusOr<std::string> RewriteKdb(const KdbFiles& f, size_t principals) {
   if (st.ok() && *after != *before)
     st = absl::AbortedError("the KDB changed while it was dumped (the update log moved)");
   if (st.ok() && lseek(*fd, 0, SEEK_SET) != 0) st = absl::InternalError(Errno("rewinding"));
-  const int old_db = open(f.dbname.c_str(), O_RDWR | O_CLOEXEC);
-  if (st.ok()) {
-    PrincLines unused;
-    std::string msgs;
-    st = RunKdb5Util(f.realm, {"load", "/dev/stdin"}, *fd, -1, &unused, &msgs);
-  }
+  bool old_zeroed = false;
+  if (st.ok()) st = LoadDump(f, *fd, &old_zeroed);
   WipeAndClose(*fd);
-  // Zeroed only once no name refers to it: the load replaced it.
-  struct stat sb;
-  const bool old_zeroed = st.ok() && old_db >= 0 && fstat(old_db, &sb) == 0 &&
-                          sb.st_nlink == 0 && ZeroRange(old_db, 0, sb.st_size) &&
-                          fsync(old_db) == 0;
-  if (old_db >= 0) close(old_db);
   if (!st.ok()) return st;
   std::string ulog_note = old_zeroed ? "; the replaced file zeroed" : "";
   if (f.iprop) {

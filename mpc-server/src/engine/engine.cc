@@ -1,7 +1,8 @@
 // The job engine: one batch runs as named phases (Engine::Impl::Run):
 //   LookupKeys    contract check, this party's key for every job;
 //   AgreeOnBatch  digests of the public inputs and key views compared on the
-//                 ring (agreement.h), first ctr0 draw riding along;
+//                 ring (agreement.h), first ctr0 draw riding along; then
+//                 what a user's key may not run fails (user_key_rule.h);
 //   DrawCounters  ctr0 for jobs the agreement drew none for (one reveal);
 //   RunAes        one bitsliced AES pass over every block of every job;
 //   ComputeTags   H-power extension and T' = GHASH ^ AES_K(c0) on shares;
@@ -24,6 +25,7 @@
 #include "aes/aes.h"
 #include "engine/agreement.h"
 #include "engine/cts_jobs.h"
+#include "engine/user_key_rule.h"
 #include "cts/cts.h"
 #include "protocol/gf128.h"
 #include "protocol/prss.h"
@@ -174,21 +176,6 @@ const uint8_t* PowersOf(const JobPlan& p, const JobSecrets& s, int comp) {
                                                    : p.key->h_powers[comp].data();
 }
 
-// A password-derived key's verifier released on its gate: an aes*-cts
-// ENCRYPT with release_if_ok (CheckUserGate refuses one without) under
-// usage 3 (the AS reply, the dealt key or a FAST reply key) or usage 55
-// (the KDC's FAST challenge): what the servers' release bound counts
-// (EngineOptions::cts_releases_per_minute). Each takes its token when its
-// key is looked up (CtsReleaseLimiter::Take), so the replies of one Run,
-// and of Runs in flight together, count against each other.
-bool GatedUserReply(const Job& job, const KeyShares& key) {
-  return PasswordDerived(key.kind) && contract::CtsCipher(job.cipher) &&
-         job.type == pb::JOB_ENCRYPT &&
-         (job.usage == contract::kSpliceReplyUsage ||
-          job.usage == contract::kKdcChallengeUsage) &&
-         job.release_if_ok != Job::kNoCondition;
-}
-
 // Bit 7 of a present view's cipher byte: this party's release bound for
 // the key is reached (JobPlan::over_rate). Ciphers are below 0x80.
 constexpr uint8_t kViewOverRate = 0x80;
@@ -199,36 +186,33 @@ void EncodeKeyView(const JobPlan& w, uint8_t* out) {
   if (w.key_view == kViewPresent && w.key != nullptr) {
     out[1] = static_cast<uint8_t>(w.key->cipher);
     if (w.over_rate) out[1] |= kViewOverRate;
-    std::memcpy(out + 2, w.key->deal_id.data(), 16);
-    if (IsCts(w.key->cipher)) {
-      // An aes*-cts key: which material this server holds (kind, usage,
-      // size; public, no share byte) goes into the view with the dealing,
-      // so that a record that differs on one server fails the key's jobs
-      // alike on all three (JOB_KEY_INCONSISTENT) instead of one server
-      // skipping a job the others run (PlanCtsJob), which would put the
-      // ring out of step for the whole batch.
-      std::vector<std::array<uint8_t, 7>> layout;
-      for (const CtsMaterial& m : w.key->cts)
-        layout.push_back({static_cast<uint8_t>(m.kind), static_cast<uint8_t>(m.usage >> 24),
-                          static_cast<uint8_t>(m.usage >> 16),
-                          static_cast<uint8_t>(m.usage >> 8), static_cast<uint8_t>(m.usage),
-                          static_cast<uint8_t>(m.share[0].size() >> 8),
-                          static_cast<uint8_t>(m.share[0].size())});
-      std::sort(layout.begin(), layout.end());
-      // The key's kind too (KeyKind: whether its AS reply is gated), so
-      // that a server whose record says otherwise fails the key's jobs
-      // alike instead of one server computing what the others refuse.
-      static constexpr char kTag[] = "kmpc-cts-key-view-v2";
-      Sha256 h;
-      h.Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(kTag), sizeof kTag));
-      h.Update(absl::MakeConstSpan(w.key->deal_id.data(), 16));
-      const uint8_t kind = static_cast<uint8_t>(w.key->kind);
-      h.Update(absl::MakeConstSpan(&kind, 1));
-      for (const auto& l : layout) h.Update(l);
-      std::array<uint8_t, 32> d;
-      if (h.Final(d).ok()) std::memcpy(out + 2, d.data(), 16);
-      else std::memset(out + 2, 0xff, 16);  // never equal to a good view
-    }
+    // The dealing and the key's kind (KeyKind: what it may run,
+    // user_key_rule.h), so that a server whose record says otherwise fails
+    // the key's jobs alike instead of one server computing what the others
+    // refuse; for an aes*-cts key also which material this server holds
+    // (kind, usage, size; public, no share byte), so that a record that
+    // differs on one server fails the key's jobs alike on all three
+    // (JOB_KEY_INCONSISTENT) instead of one server skipping a job the
+    // others run (PlanCtsJob), which would put the ring out of step for
+    // the whole batch.
+    std::vector<std::array<uint8_t, 7>> layout;
+    for (const CtsMaterial& m : w.key->cts)
+      layout.push_back({static_cast<uint8_t>(m.kind), static_cast<uint8_t>(m.usage >> 24),
+                        static_cast<uint8_t>(m.usage >> 16),
+                        static_cast<uint8_t>(m.usage >> 8), static_cast<uint8_t>(m.usage),
+                        static_cast<uint8_t>(m.share[0].size() >> 8),
+                        static_cast<uint8_t>(m.share[0].size())});
+    std::sort(layout.begin(), layout.end());
+    static constexpr char kTag[] = "kmpc-cts-key-view-v2";
+    Sha256 h;
+    h.Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(kTag), sizeof kTag));
+    h.Update(absl::MakeConstSpan(w.key->deal_id.data(), 16));
+    const uint8_t kind = static_cast<uint8_t>(w.key->kind);
+    h.Update(absl::MakeConstSpan(&kind, 1));
+    for (const auto& l : layout) h.Update(l);
+    std::array<uint8_t, 32> d;
+    if (h.Final(d).ok()) std::memcpy(out + 2, d.data(), 16);
+    else std::memset(out + 2, 0xff, 16);  // never equal to a good view
   }
 }
 
@@ -651,6 +635,12 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
     }
   } scope(rep3_, log_, options_.malicious);
   if (absl::Status s = AgreeOnBatch(b); !s.ok()) return s;
+  // On the agreed key views (their kind): what a user's aes*-ctr-mpc key
+  // may not run fails alike on every party before any AND.
+  for (size_t j = 0; j < b.jobs.size(); ++j)
+    if (b.plan[j].live())
+      if (std::string why = CheckCtrUserKey(b.jobs, j, b.plan[j].key->kind); !why.empty())
+        b.plan[j].Fail(pb::JOB_MALFORMED, std::move(why));
   if (!options_.malicious && AnyDealt(b)) {
     if (absl::Status s = CheckDealing(b); !s.ok()) return s;
   }
@@ -1130,40 +1120,6 @@ bool CtsMaterialSizesOk(const CtsTask& t) {
     return m == nullptr || (m->share[0].size() == n && m->share[1].size() == n);
   };
   return t.material != nullptr && sized(t.material, want) && sized(t.splice_material, 40);
-}
-
-// Empty if job j may run under its key's kind, else why not. A
-// password-derived key's AS reply (an aes*-cts ENCRYPT under usage 3,
-// the dealt key or a FAST reply key) is an offline password verifier
-// under a key the KDC chose or knows the plaintext of: it is computed only
-// when released on a DECRYPT of the same batch under the same key id that
-// proves the client knows the key, the PA-ENC-TIMESTAMP (usage 1, the
-// dealt key) or the FAST challenge (usage 54, a FAST key). So a KDC host
-// that is compromised gets a user's reply only for a login that user
-// makes meanwhile (docs/security-model.md, "The servers enforce the
-// gate"). The KDC's own FAST challenge (an ENCRYPT under usage 55, a FAST
-// key) is one too: its key PRF+(X) ^ PRF+(K, "challengelongterm") has the
-// KDC's half X, so it is released only on the client's challenge (usage
-// 54, a FAST key). Public, and alike on every party (their key views, with
-// the kind, agreed).
-std::string CheckUserGate(absl::Span<const Job> jobs, size_t j, const KeyShares& key) {
-  const Job& job = jobs[j];
-  if (!PasswordDerived(key.kind) || job.type != pb::JOB_ENCRYPT) return {};
-  const bool kdc_challenge = job.cts_key != pb::CTS_KEY_DEALT && job.usage == 55;
-  if (job.usage != contract::kSpliceReplyUsage && !kdc_challenge) return {};
-  const int64_t g = job.release_if_ok;
-  if (g != Job::kNoCondition && static_cast<size_t>(g) < jobs.size()) {
-    const Job& gate = jobs[g];
-    const bool dealt = gate.cts_key == pb::CTS_KEY_DEALT;
-    if (gate.type == pb::JOB_DECRYPT && gate.key_id == job.key_id &&
-        gate.cipher == job.cipher && (dealt ? gate.usage == 1 : gate.usage == 54) &&
-        !(kdc_challenge && dealt))
-      return {};
-  }
-  return "a user key's AS reply (usage 3) or KDC challenge (usage 55) is computed only "
-         "when released on the DECRYPT of a PA-ENC-TIMESTAMP (usage 1) or FAST challenge "
-         "(usage 54; the KDC challenge: only this) under the same key in the same batch "
-         "(release_if_ok)";
 }
 
 }  // namespace

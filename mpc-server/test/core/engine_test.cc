@@ -144,9 +144,12 @@ class Cluster {
                      std::to_string(next_id_++);
     id.resize(contract::kKeyIdSize, '.');
     for (int i = 0; i < 3; ++i) {
-      // Store round trip, as the LMDB store would.
+      // Store round trip, as the LMDB store would; the kind from the
+      // record (a service's random key: what DealKey dealt), as the key
+      // lookup sets it (service/key_cache.cc).
       auto parsed = KeyShares::Parse((*views)[i].Serialize());
       EXPECT_TRUE(parsed.ok()) << parsed.status();
+      if (parsed.ok()) parsed->kind = (*views)[i].kind;
       store_[i][id] = std::make_shared<const KeyShares>(std::move(*parsed));
     }
     return id;

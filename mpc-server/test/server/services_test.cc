@@ -312,6 +312,9 @@ class ServiceTest : public ::testing::Test {
       store::KeyMeta meta;
       std::memcpy(meta.key_id.data(), id.data(), 32);
       meta.cipher = key.size() == 16 ? store::Cipher::kAes128 : store::Cipher::kAes256;
+      // A service's random key, as DealKey dealt it: a user's ctr-mpc key
+      // runs an AS exchange only (engine/user_key_rule.h).
+      meta.kind = KeyKind::kService;
       auto ser = (*views)[i].Serialize();
       EXPECT_TRUE(parties_[i].store->Put(meta, ser, false).ok());
     }
