@@ -170,6 +170,10 @@ def run(r, workdir):
         step(f"kadmin.local cpw -randkey -e aes256-ctr-mpc:normal {r.tgs}: the "
              "krbtgt key made in the cluster; no KDB, dump or backup ever held it")
         show(r.kadmin_local(f"cpw -randkey -e aes256-ctr-mpc:normal {r.tgs}"))
+        step("kmpc-admin rewrite-kdb: the KDB rewritten into fresh files, so that no "
+             "file keeps the real keys the dealer replaced (the krbtgt's first) in "
+             "its free space (docs/admin-guide.md, \"Old keys after a move\")")
+        show(r.admin("rewrite-kdb")[2])
     else:
         r.setup_warmup()
         r.add_service()
