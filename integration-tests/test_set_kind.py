@@ -59,7 +59,8 @@ def test_set_kind_user_takes_the_ticket_material(kmpc_factory):
 def test_ungating_a_user_key_needs_every_servers_operator(kmpc_factory):
     """The Admin certificate is on the KDC host, so --force alone (the
     request's allow_ungate) must not drop a user's gate: each server
-    refuses until its operator lists the key id in --allow_ungate_keys
+    refuses until its operator lists the key with its dealing in
+    --allow_ungate_keys (KEYID:DEALID; the refusal names the dealing held)
     (test_cts_jobs.py::test_admin_certificate_alone_cannot_ungate_a_user_key
     is the attack). Listed on two servers, those two re-mark it and the
     third refuses (until all agree its jobs fail as inconsistent:
@@ -71,6 +72,10 @@ def test_ungating_a_user_key_needs_every_servers_operator(kmpc_factory):
     rc, out, _ = kr.admin("set-kind", "--kind=service", "--force", USER, expected_code=1)
     assert out.count("NOT changed: ") == 3 and out.count("--allow_ungate_keys") >= 3, out
     assert "(--force)" not in out, out
+    deal = re.search(kid + r":([0-9a-f]{32})", out)
+    assert deal, out
+    # What each operator lists: the key id and the dealing its shares hold.
+    entry = f"{kid}:{deal.group(1)}"
     c = Stock(kr)
     for listed in ((0, 1), (0, 1, 2)):
         kr.cluster.server_flags = " ".join(
@@ -79,7 +84,7 @@ def test_ungating_a_user_key_needs_every_servers_operator(kmpc_factory):
             kr.cluster.stop_party(i)
         # Only the listed parties restart with the flag; the others keep
         # their running process (and no list).
-        kr.cluster.server_flags += f" --allow_ungate_keys={kid}"
+        kr.cluster.server_flags += f" --allow_ungate_keys={entry}"
         for i in listed:
             kr.cluster.start_party(i)
         kr.cluster.wait_ring()

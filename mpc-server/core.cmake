@@ -40,6 +40,7 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx512.cc
   ${KMPC_CORE_ROOT}/src/engine/agreement.cc
   ${KMPC_CORE_ROOT}/src/engine/engine.cc
+  ${KMPC_CORE_ROOT}/src/engine/gate_budget.cc
   ${KMPC_CORE_ROOT}/src/engine/refresh.cc
   ${KMPC_CORE_ROOT}/src/engine/refresh_check.cc
   ${KMPC_CORE_ROOT}/src/engine/sign.cc
@@ -86,7 +87,7 @@ set(KMPC_VECTORS "${CMAKE_SOURCE_DIR}/krb5-patches/tests/enctype-vectors.json")
 
 foreach(t replicated_test gf128_test dzkp_test verify_test prss_test prf_test rep3_test
     memory_ring_test aes_test agreement_test key_shares_test sign_test engine_test
-    refresh_test refresh_check_test key_expansion_test transpose_test user_key_rule_test)
+    refresh_test refresh_check_test key_expansion_test transpose_test user_key_rule_test gate_budget_test)
   add_executable(kmpc_core_${t} ${KMPC_CORE_ROOT}/test/core/${t}.cc)
   target_link_libraries(kmpc_core_${t} PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
   target_compile_definitions(kmpc_core_${t} PRIVATE

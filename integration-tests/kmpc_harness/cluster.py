@@ -379,11 +379,13 @@ class MpcCluster:
                 f"--ca={c}/ca.pem", f"--store_dir={self.store_dir(i)}",
                 f"--workers={self.workers}",
                 # Storms log one user in far more often than a person
-                # does: no release bound unless a test's server_flags set
-                # one (they come last, and the last value wins).
-                "--cts_releases_per_minute=0",
-                # An A/B against a build older than the bound ignores it.
-                "--undefok=cts_releases_per_minute",
+                # does, many times in one Run: no release bound and no
+                # per-Run cap of gate DECRYPTs unless a test's
+                # server_flags set one (they come last, and the last value
+                # wins).
+                "--cts_releases_per_minute=0", "--gate_decrypts_per_run=0",
+                # An A/B against a build older than the bounds ignores them.
+                "--undefok=cts_releases_per_minute,gate_decrypts_per_run",
                 *([f"--crl={c}/crl.pem"] if os.path.exists(f"{c}/crl.pem") else []),
                 *([f"--metrics_addr=127.0.0.1:{self.metrics_base + i}"]
                   if self.metrics_base is not None else []),

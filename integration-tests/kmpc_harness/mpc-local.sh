@@ -105,7 +105,7 @@ case "$cmd" in
         --ring_next=127.0.0.1 \
         --cert="$dir/certs/party-$i.pem" --key="$dir/certs/party-$i.key" \
         --ca="$dir/certs/ca.pem" --store_dir="$dir/store-$i" \
-        --workers="$workers" --cts_releases_per_minute=0 "${crl[@]}" "${metrics[@]}" ${mpc_flags//\{party\}/$i} >>"$dir/party-$i.log" 2>&1 &
+        --workers="$workers" --cts_releases_per_minute=0 --gate_decrypts_per_run=0 "${crl[@]}" "${metrics[@]}" ${mpc_flags//\{party\}/$i} >>"$dir/party-$i.log" 2>&1 &
       echo $! > "$dir/party-$i.pid"
     done
     for i in 0 1 2; do

@@ -38,6 +38,7 @@
 #include "prometheus/exposer.h"
 #include "engine/cts_jobs.h"
 #include "engine/engine.h"
+#include "engine/gate_budget.h"
 #include "net/tls_ring.h"
 #include "service/auth.h"
 #include "service/breaker.h"
@@ -101,8 +102,9 @@ ABSL_FLAG(bool, allow_key_replace, false,
           "recovery); by default ids are immutable, so an Admin certificate "
           "cannot swap the shares of a key the KDB refers to");
 ABSL_FLAG(std::string, allow_ungate_keys, "",
-          "comma-separated key ids (hex, as kmpc-admin prints them) whose "
-          "password-derived aes*-cts key Admin.SetKeyKind may make a "
+          "comma-separated KEYID:DEALID (hex: the key id as kmpc-admin prints "
+          "it, the deal id of its shares as this server's refusal names it) "
+          "whose password-derived aes*-cts key Admin.SetKeyKind may make a "
           "service's (kmpc-admin set-kind --kind=service --force), dropping "
           "the gate on its AS reply; empty: none. The Admin certificate "
           "alone, which the KDC host holds, cannot");
@@ -192,6 +194,21 @@ ABSL_FLAG(int, cts_releases_per_minute,
           "gated AS replies per minute of one password-derived aes*-cts key (a "
           "token bucket of this size, refilled over a minute); past it the "
           "reply fails alone (JOB_RATE_LIMITED); 0 = no bound");
+ABSL_FLAG(int, gate_decrypts_per_run,
+          static_cast<int>(kmpc::engine::GateBudgetOptions{}.per_run),
+          "gate DECRYPTs (a user's PA-ENC-TIMESTAMP, usage 1, or FAST challenge, "
+          "usage 54) of one key's dealing in one Run; the rest fail "
+          "(JOB_RATE_LIMITED) uncomputed; 0 = no cap");
+ABSL_FLAG(int, gate_failures_per_window,
+          static_cast<int>(kmpc::engine::GateBudgetOptions{}.failures_per_window),
+          "failed gate DECRYPTs of one key's dealing (its RefreshKeys copies "
+          "with it) per --gate_failure_window_s; once reached, its gate "
+          "DECRYPTs fail (JOB_RATE_LIMITED) uncomputed until the window ends. "
+          "Counted in STORE_DIR/gate-failures across restarts; 0 = no bound");
+ABSL_FLAG(int, gate_failure_window_s,
+          static_cast<int>(absl::ToInt64Seconds(kmpc::engine::GateBudgetOptions{}.window)),
+          "the window of --gate_failures_per_window, from its first failure "
+          "(seconds)");
 ABSL_FLAG(int, verify_words, 0,
           "--security=malicious: AND words per check inside an AES wave (all "
           "three servers must run the same); 0 = the engine's default, 65536");
@@ -219,6 +236,25 @@ bool DisableCoreDumps() {
   return setrlimit(RLIMIT_CORE, &none) == 0 && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
 }
 
+// --gate_decrypts_per_run, --gate_failures_per_window,
+// --gate_failure_window_s (engine/gate_budget.h), persisted in
+// STORE_DIR/gate-failures.
+absl::StatusOr<kmpc::engine::GateBudgetOptions> GateBudgetOptionsFromFlags() {
+  kmpc::engine::GateBudgetOptions g;
+  const int per_run = absl::GetFlag(FLAGS_gate_decrypts_per_run);
+  const int failures = absl::GetFlag(FLAGS_gate_failures_per_window);
+  const int window = absl::GetFlag(FLAGS_gate_failure_window_s);
+  if (per_run < 0 || failures < 0 || window <= 0)
+    return absl::InvalidArgumentError(
+        "--gate_decrypts_per_run and --gate_failures_per_window must be >= 0, "
+        "--gate_failure_window_s positive");
+  g.per_run = static_cast<uint32_t>(per_run);
+  g.failures_per_window = static_cast<uint32_t>(failures);
+  g.window = absl::Seconds(window);
+  g.state_file = absl::GetFlag(FLAGS_store_dir) + "/gate-failures";
+  return g;
+}
+
 // The aes*-cts gate's settings of the flags (engine.h cts_skew_s,
 // cts_releases_per_minute).
 absl::Status CtsOptionsFromFlags(kmpc::engine::EngineOptions* o) {
@@ -229,6 +265,13 @@ absl::Status CtsOptionsFromFlags(kmpc::engine::EngineOptions* o) {
   if (rate < 0) return absl::InvalidArgumentError("--cts_releases_per_minute must be >= 0");
   o->cts_skew_s = static_cast<uint32_t>(skew);
   o->cts_releases_per_minute = static_cast<uint32_t>(rate);
+  // This server's per-deal bounds, shared by its workers (engine.h
+  // EngineOptions); main loads the budget's counts once it holds the
+  // store's lock (the file is in its directory).
+  auto gate = GateBudgetOptionsFromFlags();
+  if (!gate.ok()) return gate.status();
+  o->release_limiter = std::make_shared<kmpc::engine::CtsReleaseLimiter>();
+  o->gate_budget = std::make_shared<kmpc::engine::GateBudget>(*gate);
   return absl::OkStatus();
 }
 
@@ -365,20 +408,25 @@ absl::Status TtlAndBudget(const absl::Flag<int>& ttl_ms, const absl::Flag<int>& 
   return absl::OkStatus();
 }
 
-// --allow_ungate_keys: raw key ids.
+// --allow_ungate_keys: raw key id || deal id per entry
+// (ServiceOptions::ungate_keys).
 absl::StatusOr<std::set<std::string>> UngateKeysFromFlag() {
-  std::set<std::string> ids;
-  for (absl::string_view hex :
+  std::set<std::string> keys;
+  const auto hex = [](absl::string_view h, size_t bytes) {
+    return h.size() == 2 * bytes &&
+           std::all_of(h.begin(), h.end(), [](char c) { return absl::ascii_isxdigit(c); });
+  };
+  for (absl::string_view entry :
        absl::StrSplit(absl::GetFlag(FLAGS_allow_ungate_keys), ',', absl::SkipWhitespace())) {
-    hex = absl::StripAsciiWhitespace(hex);
-    if (hex.size() != 2 * kmpc::store::kKeyIdSize ||
-        !std::all_of(hex.begin(), hex.end(), [](char c) { return absl::ascii_isxdigit(c); }))
+    entry = absl::StripAsciiWhitespace(entry);
+    const std::vector<absl::string_view> f = absl::StrSplit(entry, ':');
+    if (f.size() != 2 || !hex(f[0], kmpc::store::kKeyIdSize) || !hex(f[1], 16))
       return absl::InvalidArgumentError(absl::StrCat(
-          "--allow_ungate_keys: \"", hex, "\" is not a key id (", 2 * kmpc::store::kKeyIdSize,
-          " hex digits)"));
-    ids.insert(absl::HexStringToBytes(hex));
+          "--allow_ungate_keys: \"", entry, "\" is not KEYID:DEALID (", 2 * kmpc::store::kKeyIdSize,
+          " and 32 hex digits: the key and its dealing)"));
+    keys.insert(absl::HexStringToBytes(f[0]) + absl::HexStringToBytes(f[1]));
   }
-  return ids;
+  return keys;
 }
 
 // The services' options; moves the client policies out of *auth.
@@ -547,6 +595,13 @@ absl::StatusOr<kmpc::service::BreakerOptions> BreakerOptionsFromFlags() {
 
 }  // namespace
 
+// The failure budget's counts from before a restart (engine/gate_budget.h),
+// read once main holds the store's lock; empty, or why the server stops.
+static std::string LoadGateBudget(const kmpc::engine::EngineOptions& o) {
+  absl::Status st = o.gate_budget->Load();
+  return st.ok() ? "" : absl::StrCat("--gate_failures_per_window: ", st.message());
+}
+
 static bool RequiredFlagMissing() {
   for (const auto* f : {&FLAGS_cert, &FLAGS_key, &FLAGS_ca, &FLAGS_store_dir,
                         &FLAGS_ring_prev})
@@ -598,6 +653,7 @@ int main(int argc, char** argv) {
   auto store = kmpc::store::ShareStore::Open(absl::GetFlag(FLAGS_store_dir));
   if (!store.ok()) return Fail(std::string(store.status().message()));
   (*store)->set_immutable_ids(!absl::GetFlag(FLAGS_allow_key_replace));
+  if (std::string why = LoadGateBudget(*engine_options); !why.empty()) return Fail(why);
   auto auth = ClientAuthorizationFromFlags();
   if (!auth.ok()) return Fail(std::string(auth.status().message()));
   const std::shared_ptr<kmpc::service::RevocationList> crl = auth->crl;

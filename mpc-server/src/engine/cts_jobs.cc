@@ -461,11 +461,6 @@ std::string CtsTimeWindow(int64_t now, uint32_t skew_s) {
   return out;
 }
 
-CtsReleaseLimiter& CtsReleaseLimiter::Shared(int party) {
-  static CtsReleaseLimiter* limiters = new CtsReleaseLimiter[3];
-  return limiters[party % 3];
-}
-
 void CtsReleaseLimiter::Refill(Bucket& b, uint32_t limit, absl::Time now) {
   const double add = absl::ToDoubleSeconds(now - b.at) * limit / 60.0;
   if (add > 0) {
@@ -474,10 +469,10 @@ void CtsReleaseLimiter::Refill(Bucket& b, uint32_t limit, absl::Time now) {
   }
 }
 
-bool CtsReleaseLimiter::Take(const std::string& key_id, uint32_t limit, absl::Time now) {
+bool CtsReleaseLimiter::Take(const std::string& deal, uint32_t limit, absl::Time now) {
   if (limit == 0) return true;
   std::lock_guard<std::mutex> l(mu_);
-  auto [it, added] = buckets_.try_emplace(key_id, Bucket{static_cast<double>(limit), now});
+  auto [it, added] = buckets_.try_emplace(deal, Bucket{static_cast<double>(limit), now});
   Refill(it->second, limit, now);
   if (it->second.tokens < 1) return false;
   it->second.tokens -= 1;
@@ -491,10 +486,10 @@ bool CtsReleaseLimiter::Take(const std::string& key_id, uint32_t limit, absl::Ti
   return true;
 }
 
-void CtsReleaseLimiter::GiveBack(const std::string& key_id, uint32_t limit, absl::Time now) {
+void CtsReleaseLimiter::GiveBack(const std::string& deal, uint32_t limit, absl::Time now) {
   if (limit == 0) return;
   std::lock_guard<std::mutex> l(mu_);
-  auto it = buckets_.find(key_id);
+  auto it = buckets_.find(deal);
   if (it == buckets_.end()) return;  // forgotten full: nothing to return
   Refill(it->second, limit, now);
   it->second.tokens = std::min<double>(limit, it->second.tokens + 1);

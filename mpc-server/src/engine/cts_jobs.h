@@ -219,21 +219,20 @@ bool CtsHasWindow(pb::JobType type, size_t cf2_bytes, uint32_t usage);
 
 // How many gated AS replies of a password-derived key the servers
 // released lately (EngineOptions::cts_releases_per_minute), shared by the
-// workers: a token bucket per key id of `limit` tokens, refilled at
-// limit per minute. Keys whose bucket is full again are forgotten once
-// kMaxKeys are held, so memory stays bounded by the keys active within a
-// minute. Public counts of key ids the KDC names.
+// workers of one server (EngineOptions::release_limiter): a token bucket
+// per deal (the key's KeyShares::Origin, so a RefreshKeys copy shares its
+// original's bucket) of `limit` tokens, refilled at limit per minute.
+// Deals whose bucket is full again are forgotten once kMaxKeys are held,
+// so memory stays bounded by the keys active within a minute. Public
+// counts of deal ids.
 class CtsReleaseLimiter {
  public:
   static constexpr size_t kMaxKeys = size_t{1} << 16;
-  // The process's one per party (a server is one party; tests run three
-  // in one process, each counting as its own server does).
-  static CtsReleaseLimiter& Shared(int party);
-  // Takes one of key_id's tokens for a release; false when none is left
-  // (limit 0: always true, nothing counted).
-  bool Take(const std::string& key_id, uint32_t limit, absl::Time now);
+  // Takes one of the deal's tokens for a release; false when none is left
+  // (limit 0: always true, nothing counted). `deal`: its 16 bytes.
+  bool Take(const std::string& deal, uint32_t limit, absl::Time now);
   // Returns a token Take gave for a release that did not happen.
-  void GiveBack(const std::string& key_id, uint32_t limit, absl::Time now);
+  void GiveBack(const std::string& deal, uint32_t limit, absl::Time now);
   void Clear();
 
  private:

@@ -25,6 +25,7 @@
 #include "aes/aes.h"
 #include "engine/agreement.h"
 #include "engine/cts_jobs.h"
+#include "engine/gate_budget.h"
 #include "engine/user_key_rule.h"
 #include "cts/cts.h"
 #include "protocol/gf128.h"
@@ -143,9 +144,13 @@ struct JobPlan {
   bool aes() const { return live() && !cts; }
   // A password-derived key's gated AS reply (GatedUserReply): counted in
   // the key's releases when released; over_rate: this party's
-  // CtsReleaseLimiter says the key is past its bound (in the key view).
+  // CtsReleaseLimiter says the key is past its bound; over_budget: a gate
+  // DECRYPT this party's GateRun refused (both in the key view). deal:
+  // the key's KeyShares::Origin, what both count by.
   bool gated_reply = false;
   bool over_rate = false;
+  bool over_budget = false;
+  DealId deal{};
   // Under a password-derived key (KeyKind): a job gated on a stale
   // timestamp is withheld (Collect). A random key's reply is no verifier,
   // and the servers compute it ungated anyway (CheckUserGate).
@@ -176,9 +181,10 @@ const uint8_t* PowersOf(const JobPlan& p, const JobSecrets& s, int comp) {
                                                    : p.key->h_powers[comp].data();
 }
 
-// Bit 7 of a present view's cipher byte: this party's release bound for
-// the key is reached (JobPlan::over_rate). Ciphers are below 0x80.
-constexpr uint8_t kViewOverRate = 0x80;
+// Bits 7 and 6 of a present view's cipher byte: this party's release
+// bound for the key is reached (JobPlan::over_rate), its failure budget
+// refused the gate DECRYPT (over_budget). Ciphers are below 0x40.
+constexpr uint8_t kViewOverRate = 0x80, kViewOverBudget = 0x40;
 
 void EncodeKeyView(const JobPlan& w, uint8_t* out) {
   std::memset(out, 0, kKeyViewBytes);
@@ -186,6 +192,7 @@ void EncodeKeyView(const JobPlan& w, uint8_t* out) {
   if (w.key_view == kViewPresent && w.key != nullptr) {
     out[1] = static_cast<uint8_t>(w.key->cipher);
     if (w.over_rate) out[1] |= kViewOverRate;
+    if (w.over_budget) out[1] |= kViewOverBudget;
     // The dealing and the key's kind (KeyKind: what it may run,
     // user_key_rule.h), so that a server whose record says otherwise fails
     // the key's jobs alike instead of one server computing what the others
@@ -225,25 +232,30 @@ void DecideKey(JobPlan& w, const std::array<const uint8_t*, 3>& raw) {
   if (raw[0][0] == kViewNone && raw[1][0] == kViewNone && raw[2][0] == kViewNone) {
     return;  // failed its check: status already set alike
   }
-  // Any party's release bound fails the job on all (the parties' counts
-  // may differ by a batch in flight, or a restart): compared without it.
+  // Any party's release bound or failure budget fails the job on all (the
+  // parties' counts may differ by a batch in flight, or a restart):
+  // compared without them.
   std::array<std::array<uint8_t, kKeyViewBytes>, 3> copy;
   std::array<const uint8_t*, 3> views;
-  bool over = false;
+  uint8_t over = 0;
   for (int p = 0; p < 3; ++p) {
     std::memcpy(copy[p].data(), raw[p], kKeyViewBytes);
-    if (copy[p][0] == kViewPresent && (copy[p][1] & kViewOverRate) != 0) {
-      over = true;
-      copy[p][1] &= static_cast<uint8_t>(~kViewOverRate);
+    if (copy[p][0] == kViewPresent) {
+      over |= copy[p][1] & (kViewOverRate | kViewOverBudget);
+      copy[p][1] &= static_cast<uint8_t>(~(kViewOverRate | kViewOverBudget));
     }
     views[p] = copy[p].data();
   }
   bool same = true;
   for (int p = 0; p < 3; ++p)
     if (std::memcmp(views[p], views[0], kKeyViewBytes) != 0) same = false;
-  if (same && views[0][0] == kViewPresent && over) {
+  if (same && views[0][0] == kViewPresent && over != 0) {
     w.Fail(pb::JOB_RATE_LIMITED,
-           "this user key's AS replies are over the MPC servers' --cts_releases_per_minute");
+           (over & kViewOverBudget) != 0
+               ? "refused: this user key's gate is over the MPC servers' failure budget "
+                 "(--gate_decrypts_per_run, --gate_failures_per_window)"
+               : "this user key's AS replies are over the MPC servers' "
+                 "--cts_releases_per_minute");
     return;
   }
   if (same && views[0][0] == kViewPresent) {
@@ -501,7 +513,11 @@ class Engine::Impl {
       : channel_(channel),
         prss_(std::move(prss)),
         rep3_(channel_, prss_),
-        options_(options) {}
+        options_(options),
+        limiter_(options_.release_limiter != nullptr ? options_.release_limiter
+                                                     : std::make_shared<CtsReleaseLimiter>()),
+        budget_(options_.gate_budget != nullptr ? options_.gate_budget
+                                                : std::make_shared<GateBudget>()) {}
 
   int party() const { return prss_.party(); }
   size_t verify_retained_bytes() const { return log_.retained_bytes(); }
@@ -550,6 +566,7 @@ class Engine::Impl {
     // CtsProgramCache::ShapeBytes, EngineOptions::cts_batch_bytes).
     std::set<CtsProgramCache::Shape> cts_shapes;
     uint64_t cts_shape_bytes = 0;
+    std::unique_ptr<GateRun> gates;  // the gate DECRYPTs' reservations
   };
 
   absl::StatusOr<BatchResult> Run(uint64_t batch_seq,
@@ -569,6 +586,7 @@ class Engine::Impl {
   void PlanCtsJob(Batch& b, size_t j);
   void FillTicketSignatures(Batch& b);
   absl::Status OpenCtsVerdicts(Batch& b);
+  void SettleGates(Batch& b);
   void CollectCts(Batch& b, size_t j, JobResult& r);
   absl::Status RunAes(Batch& b);
   absl::Status ExtendPowers(Batch& b);
@@ -591,6 +609,10 @@ class Engine::Impl {
   protocol::Prss prss_;
   protocol::Rep3 rep3_;
   EngineOptions options_;
+  // The server's per-deal bounds (EngineOptions::release_limiter,
+  // gate_budget), or this engine's own.
+  std::shared_ptr<CtsReleaseLimiter> limiter_;
+  std::shared_ptr<GateBudget> budget_;
   aes::Workspace workspace_;
   protocol::MulLog log_;
   // Set after a channel failure: the parties may be out of step (PRSS
@@ -618,6 +640,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
   b.jobs = jobs;
   b.plan.resize(jobs.size());
   b.secrets.resize(jobs.size());
+  b.gates = std::make_unique<GateRun>(budget_.get());
   LookupKeys(b, lookup);
   // Malicious security (protocol/verify.h): every product and opening from
   // here on is logged and verified before a value depending on it is
@@ -666,6 +689,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(uint64_t batch_seq,
     return s;
   if (absl::Status s = CheckTags(b); !s.ok()) return s;
   if (absl::Status s = OpenCtsVerdicts(b); !s.ok()) return s;
+  SettleGates(b);
   DrawPadZeros(b);
   if (rep3_.log() != nullptr && !log_.empty()) {
     if (absl::Status s = protocol::Verifier::Verify(rep3_, log_); !s.ok()) return s;
@@ -729,11 +753,13 @@ void Engine::Impl::LookupKeys(Batch& b, const KeyLookup& lookup) {
     w.key = *key;
     w.key_view = kViewPresent;
     w.user_key = PasswordDerived((*key)->kind);
+    w.deal = (*key)->Origin();
     if (GatedUserReply(job, **key)) {
       w.gated_reply = true;
-      w.over_rate = !CtsReleaseLimiter::Shared(party()).Take(
-          job.key_id, options_.cts_releases_per_minute, absl::Now());
+      w.over_rate = !limiter_->Take(std::string(w.deal.begin(), w.deal.end()),
+                                    options_.cts_releases_per_minute, absl::Now());
     }
+    if (GateDecrypt(job, **key)) w.over_budget = !b.gates->Take(j, w.deal);
   }
 }
 
@@ -1248,9 +1274,19 @@ absl::Status Engine::Impl::OpenCtsVerdicts(Batch& b) {
   b.stale.assign(b.jobs.size(), false);
   for (size_t i = 0; i < jobs.size(); ++i) {
     b.pass[jobs[i]] = (open[i] & 1) == 0;
-    b.stale[jobs[i]] = (open[i] & 2) != 0;
+    // A failed tag's stale bit is of junk: never in an answer, which says
+    // pass or fail only (the gated jobs' JOB_WITHHELD detail).
+    b.stale[jobs[i]] = b.pass[jobs[i]] && (open[i] & 2) != 0;
   }
   return absl::OkStatus();
+}
+
+// Every gate DECRYPT's verdict (GateDecrypt), opened alike on every party
+// by now (CheckTags, OpenCtsVerdicts), counted into this server's failure
+// budget before any result leaves it (gate_budget.h).
+void Engine::Impl::SettleGates(Batch& b) {
+  for (size_t j = 0; j < b.jobs.size(); ++j)
+    if (b.plan[j].live() && b.jobs[j].type == pb::JOB_DECRYPT) b.gates->Settle(j, b.pass[j]);
 }
 
 // An aes*-cts result: its output shares (JobResult::keystream carries
@@ -1571,8 +1607,8 @@ BatchResult Engine::Impl::Collect(Batch& b) {
     const bool took = b.plan[j].gated_reply && !b.plan[j].over_rate;
     auto give_back = [&] {
       if (took)
-        CtsReleaseLimiter::Shared(party()).GiveBack(
-            b.jobs[j].key_id, options_.cts_releases_per_minute, absl::Now());
+        limiter_->GiveBack(std::string(b.plan[j].deal.begin(), b.plan[j].deal.end()),
+                           options_.cts_releases_per_minute, absl::Now());
     };
     if (!r.ok()) {
       give_back();

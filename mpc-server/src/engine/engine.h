@@ -229,6 +229,13 @@ struct KeyShares {
   // secret). The parties compare it before using a key, so a re-dealt key
   // present on only some servers fails cleanly instead of computing junk.
   std::array<uint8_t, 16> deal_id{};
+  // The deal_id of the dealing these shares descend from: deal_id itself
+  // for a dealt key, the old key's origin for a RefreshKeys copy (refresh.h:
+  // the copy's own deal_id is new). What a server's per-key bounds are
+  // keyed by (gate_budget.h, CtsReleaseLimiter), so copies share them.
+  std::array<uint8_t, 16> origin_deal_id{};
+  // origin_deal_id, or deal_id where it is unset (all zero).
+  const std::array<uint8_t, 16>& Origin() const;
   // round_keys[k] = share (party+k)%3 of the expanded key schedule,
   // (NumRounds+1)*16 bytes, round 0 first, FIPS-197 byte order.
   std::array<std::vector<uint8_t>, 2> round_keys;
@@ -260,7 +267,10 @@ struct KeyShares {
   // and for an aes*-cts key version 0x02, the same followed by
   //   count (1) | count x (kind (1) | usage (u32 BE) | len (u16 BE) |
   //   share[0] (len) | share[1] (len)).
-  // Version 1 records (every ctr-mpc key) load unchanged.
+  // Version 1 records (every ctr-mpc key) load unchanged. A key whose
+  // origin_deal_id differs from its deal_id (a refresh's copy) is written
+  // as version 3 (of 1) or 4 (of 2): the origin (16) follows deal_id; a
+  // version 1 or 2 record's origin is its deal_id.
   std::vector<uint8_t> Serialize() const;
   // Strict inverse of Serialize: exact length, known version/cipher/party.
   static absl::StatusOr<KeyShares> Parse(absl::Span<const uint8_t> bytes);
@@ -536,6 +546,9 @@ struct BatchResult {
 using KeyLookup = std::function<absl::StatusOr<std::shared_ptr<const KeyShares>>(
     absl::string_view key_id)>;
 
+class CtsReleaseLimiter;  // cts_jobs.h
+class GateBudget;         // gate_budget.h
+
 struct EngineOptions {
   // Lanes (AES blocks) per pipeline chunk: while one chunk's AND-layer
   // message is in flight the next chunk computes. Multiple of 64. 4096:
@@ -610,6 +623,13 @@ struct EngineOptions {
   // party's fails the job). Bounds what a compromised KDC gets from a
   // timestamp it replays within the skew. 0: no bound.
   uint32_t cts_releases_per_minute = 30;
+  // The server's per-deal state, shared by its workers and owned by the
+  // server (main.cc): the release bound's buckets (cts_jobs.h
+  // CtsReleaseLimiter) and the gate DECRYPTs' failure budget
+  // (gate_budget.h). Null: the engine keeps its own (tests; each party of
+  // an in-process ring counts apart, as a server does).
+  std::shared_ptr<CtsReleaseLimiter> release_limiter;
+  std::shared_ptr<GateBudget> gate_budget;
 
   // What Engine::Create checks (chunk_lanes a positive multiple of 64,
   // wave_lanes >= chunk_lanes, verify_words > 0; in malicious mode, few

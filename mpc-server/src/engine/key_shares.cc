@@ -17,6 +17,9 @@ namespace {
 constexpr char kMagic[6] = {'K', 'M', 'P', 'C', 'K', 'S'};
 constexpr uint8_t kVersion = 1;
 constexpr uint8_t kVersionCts = 2;  // version 1 plus the aes*-cts material
+// Versions 1 and 2 with the origin deal id after deal_id (engine.h).
+constexpr uint8_t kVersionOrigin = 3, kVersionCtsOrigin = 4;
+constexpr size_t kOriginBytes = 16;
 constexpr size_t kHeader = 6 + 1 + 1 + 1 + 2 + 16;
 
 bool KnownCipher(Cipher c) {
@@ -166,6 +169,12 @@ size_t DropServiceMaterial(KeyShares& key) {
   return dropped;
 }
 
+const std::array<uint8_t, 16>& KeyShares::Origin() const {
+  for (uint8_t b : origin_deal_id)
+    if (b != 0) return origin_deal_id;
+  return deal_id;
+}
+
 const CtsMaterial* KeyShares::FindCts(CtsKind kind, uint32_t usage) const {
   for (const CtsMaterial& m : cts)
     if (m.kind == kind && m.usage == usage) return &m;
@@ -205,7 +214,9 @@ std::vector<uint8_t> KeyShares::Serialize() const {
   std::vector<uint8_t> out;
   // Sized once, the material included: a reallocation would free a copy
   // of the shares unwiped.
-  size_t size = kHeader + 2 * round_keys[0].size() + 2 * h_powers[0].size();
+  const bool origin = Origin() != deal_id;
+  size_t size = kHeader + (origin ? kOriginBytes : 0) + 2 * round_keys[0].size() +
+                2 * h_powers[0].size();
   if (IsCts(cipher)) {
     size += 1;  // SerializeCts: the count, then per material 7 bytes and two shares
     for (const CtsMaterial& m : cts) size += 7 + 2 * m.share[0].size();
@@ -215,12 +226,14 @@ std::vector<uint8_t> KeyShares::Serialize() const {
   // reserved but empty vector as a write into a region of size 0
   // (-Wstringop-overflow, a false positive).
   for (char c : kMagic) out.push_back(static_cast<uint8_t>(c));
-  out.push_back(IsCts(cipher) ? kVersionCts : kVersion);
+  out.push_back(IsCts(cipher) ? (origin ? kVersionCtsOrigin : kVersionCts)
+                              : (origin ? kVersionOrigin : kVersion));
   out.push_back(static_cast<uint8_t>(party));
   out.push_back(static_cast<uint8_t>(cipher));
   out.push_back(static_cast<uint8_t>(kStoredHPowers >> 8));
   out.push_back(static_cast<uint8_t>(kStoredHPowers & 0xff));
   out.insert(out.end(), deal_id.begin(), deal_id.end());
+  if (origin) out.insert(out.end(), Origin().begin(), Origin().end());
   for (int k = 0; k < 2; ++k) {
     out.insert(out.end(), round_keys[k].begin(), round_keys[k].end());
   }
@@ -240,17 +253,20 @@ absl::StatusOr<KeyShares> KeyShares::Parse(absl::Span<const uint8_t> b) {
   if (std::memcmp(b.data(), kMagic, 6) != 0) {
     return absl::InvalidArgumentError("key shares: bad magic");
   }
-  if (b[6] != kVersion && b[6] != kVersionCts) {
+  if (b[6] < kVersion || b[6] > kVersionCtsOrigin) {
     return absl::InvalidArgumentError(
         absl::StrCat("key shares: unsupported version ", b[6]));
   }
+  const bool cts_version = b[6] == kVersionCts || b[6] == kVersionCtsOrigin;
+  const size_t header =
+      kHeader + (b[6] == kVersionOrigin || b[6] == kVersionCtsOrigin ? kOriginBytes : 0);
   KeyShares ks;
   if (b[7] > 2) {
     return absl::InvalidArgumentError("key shares: party index out of range");
   }
   ks.party = b[7];
   ks.cipher = static_cast<Cipher>(b[8]);
-  if (!KnownCipher(ks.cipher) || IsCts(ks.cipher) != (b[6] == kVersionCts)) {
+  if (!KnownCipher(ks.cipher) || IsCts(ks.cipher) != cts_version) {
     return absl::InvalidArgumentError(
         absl::StrCat("key shares: unknown cipher ", b[8], " for version ", b[6]));
   }
@@ -261,12 +277,18 @@ absl::StatusOr<KeyShares> KeyShares::Parse(absl::Span<const uint8_t> b) {
   }
   std::memcpy(ks.deal_id.data(), b.data() + 11, 16);
   const size_t rk = 16 * static_cast<size_t>(NumRounds(ks.cipher) + 1);
-  const size_t want = kHeader + 2 * rk + 2 * 16 * hp;
+  const size_t want = header + 2 * rk + 2 * 16 * hp;
   if (IsCts(ks.cipher) ? b.size() <= want : b.size() != want) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key shares: ", b.size(), " bytes, want ", want));
   }
-  const uint8_t* p = b.data() + kHeader;
+  ks.origin_deal_id = ks.deal_id;
+  if (header != kHeader) {
+    std::memcpy(ks.origin_deal_id.data(), b.data() + kHeader, kOriginBytes);
+    if (ks.origin_deal_id == ks.deal_id)  // Serialize writes version 1 or 2
+      return absl::InvalidArgumentError("key shares: origin equal to deal_id in version 3/4");
+  }
+  const uint8_t* p = b.data() + header;
   for (int k = 0; k < 2; ++k, p += rk) ks.round_keys[k].assign(p, p + rk);
   for (int k = 0; k < 2; ++k, p += 16 * hp) {
     ks.h_powers[k].assign(p, p + 16 * hp);
@@ -331,6 +353,7 @@ absl::StatusOr<std::array<KeyShares, 3>> DealKey(
     out[i].cipher = cipher;
     out[i].kind = kind;
     out[i].deal_id = deal_id;
+    out[i].origin_deal_id = deal_id;
     for (int k = 0; k < 2; ++k) {
       out[i].round_keys[k] = std::move((*rk_views)[i].comp[k]);
       out[i].h_powers[k] = std::move((*hp_views)[i].comp[k]);

@@ -25,8 +25,10 @@ namespace {
 //   code (1: KeyView, agreement.h; kViewNone for a malformed pair, decided
 //   from the inputs alone) | cipher (1) | deal_id (16) |
 //   metadata digest (32, MetaDigest: the public metadata and, for an
-//   aes*-cts key, its material's layout) | new id taken (1)
-constexpr size_t kViewBytes = 51;
+//   aes*-cts key, its material's layout) | origin deal id (16,
+//   KeyShares::Origin: the new key's origin) | new id taken (1)
+constexpr size_t kViewBytes = 67;
+constexpr size_t kViewOrigin = 50;
 
 struct Digest {
   Digest() : ctx(EVP_MD_CTX_new()) {
@@ -260,6 +262,7 @@ absl::Status LookUp(int party, const RefreshItem& item, const RefreshLookup& loo
         !st.ok())
       return st;
     std::memcpy(v + 18, md.data(), 32);
+    std::memcpy(v + kViewOrigin, w.key->Origin().data(), 16);
   }
   v[kViewBytes - 1] = src.new_id_taken ? 1 : 0;
   return absl::OkStatus();
@@ -397,6 +400,7 @@ struct RebuildPair {
   size_t j;
   Cipher cipher;
   const uint8_t* deal_id;
+  const uint8_t* origin;       // KeyShares::Origin, kept by the new key
   const uint8_t* meta_digest;  // lost party only
   CtsLayout layout;
 };
@@ -434,7 +438,7 @@ absl::Status CollectRebuildPairs(Rebuild& r, const std::vector<uint8_t>& survivo
     out[j].status = plan[j].status;
     out[j].detail = plan[j].detail;
     if (!plan[j].live()) continue;
-    RebuildPair l{j, Cipher::kAes128, nullptr, nullptr, {}};
+    RebuildPair l{j, Cipher::kAes128, nullptr, nullptr, nullptr, {}};
     if (r.me == r.lost) {
       if (survivor_views.size() != kViewBytes * plan.size())
         return absl::InternalError("rebuild: the survivors' views are missing");
@@ -443,10 +447,12 @@ absl::Status CollectRebuildPairs(Rebuild& r, const std::vector<uint8_t>& survivo
       if (!cipher) return absl::DataLossError("rebuild: a survivor named an unknown cipher");
       l.cipher = *cipher;
       l.deal_id = v + 2;
+      l.origin = v + kViewOrigin;
       l.meta_digest = v + 18;
     } else {
       l.cipher = plan[j].key->cipher;
       l.deal_id = plan[j].key->deal_id.data();
+      l.origin = plan[j].key->Origin().data();
       l.layout = LayoutOf(*plan[j].key);
     }
     r.total += RoundKeyBytes(l.cipher) + kHPowerBytes + MaterialBytes(l.layout);
@@ -653,6 +659,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RebuildExchange(
     if (absl::Status st = NewDealId(batch_id, seq, items[l.j], l.deal_id, ks->deal_id);
         !st.ok())
       return st;
+    std::memcpy(ks->origin_deal_id.data(), l.origin, 16);
     TakeComponents(views, RoundKeyBytes(l.cipher), kHPowerBytes, l.layout, pos, *ks);
     out[l.j].shares = std::move(ks);
   }
@@ -816,6 +823,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
             NewDealId(batch_id, seq, items[j], w.key->deal_id.data(), ks->deal_id);
         !st.ok())
       return st;
+    ks->origin_deal_id = w.key->Origin();
     TakeComponents(buf, w.key->round_keys[0].size(), w.key->h_powers[0].size(),
                    LayoutOf(*w.key), pos, *ks);
     out[j].shares = std::move(ks);

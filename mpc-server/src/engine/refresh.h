@@ -29,7 +29,7 @@
 //   1  PRSS key set-up (fresh keys for this refresh only, Prss::Setup);
 //   2  agreement: SHA-256 of the public inputs (batch id, sequence number,
 //      (old, new) pairs) and of the party's per-pair views (old key present?
-//      cipher, dealing id, metadata digest; new id free?), sent and
+//      cipher, dealing id, metadata digest, origin deal id; new id free?), sent and
 //      forwarded, as engine.h's agreement: what a party forwards carries
 //      its originator's tag under a key of this refresh's PRSS that the
 //      forwarder lacks (agreement.h ForwardTag);
@@ -64,8 +64,8 @@
 //   B -> A  x_L ^ s ^ p (A lacks p: it learns nothing of x_L);
 //   A -> L  the public metadata of every pair (with an aes*-cts key's
 //           layout), x_{L+1} ^ t, x_L ^ s ^ p.
-// L has no store: it takes each pair's cipher and dealing id from A's view
-// (which B's matched) and its metadata and layout from A's message, which
+// L has no store: it takes each pair's cipher, dealing id and origin from
+// A's view (which B's matched) and its metadata and layout from A's message, which
 // must hash to the views' metadata digest; otherwise L refuses in the
 // check (a survivor cannot make L store another layout or metadata than
 // the one both survivors' views carry). The layout sizes the share
@@ -184,7 +184,8 @@ struct RefreshOutcome {
   pb::JobStatus status = pb::JOB_OK;
   std::string detail;
   // JOB_OK: this party's new view (party, cipher as before, a new dealing
-  // id common to the three parties).
+  // id common to the three parties, the old key's origin deal id: a copy
+  // shares its original's per-deal bounds, gate_budget.h).
   std::shared_ptr<const KeyShares> shares;
   // JOB_OK in a rebuild, on the rebuilt party only: the pair's public
   // metadata as the survivors hold it (RefreshSource::public_meta), checked

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "batch_error.h"
@@ -1074,25 +1075,33 @@ grpc::Status AdminService::DeleteKeys(grpc::ServerContext* ctx,
 // kind its kCtsServiceUsages material goes (DropServiceMaterial), and a
 // password-derived aes*-cts key loses its gate only on the admin's
 // explicit word (allow_ungate) for a key this server's operator listed
-// (ServiceOptions::ungate_keys); an aes*-ctr-mpc key has no gate to lose.
+// with its dealing (ServiceOptions::ungate_keys: the key id and the
+// shares' deal_id, so that shares put under a listed id later are not
+// taken for the listed key); an aes*-ctr-mpc key has no gate to lose.
 static absl::StatusOr<bool> EditKind(store::KeyRecord& rec, KeyKind want, bool allow_ungate,
-                                     bool listed, pb::SetKeyKindResponse* resp) {
+                                     const std::set<std::string>& ungate,
+                                     pb::SetKeyKindResponse* resp) {
   resp->set_previous_kind(static_cast<pb::KeyKind>(rec.meta.kind));
   resp->set_was_unrecorded(rec.meta.kind_unrecorded);
-  if (want == KeyKind::kService && engine::PasswordDerived(rec.meta.kind) &&
-      engine::IsCts(rec.meta.cipher) && !(allow_ungate && listed))
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key ", store::KeyIdHex(rec.meta.key_id), " is a password-derived key",
-        rec.meta.kind_unrecorded ? " (stored before key kinds, loaded as a user's)" : "",
-        ": making it a service's drops the gate on its AS reply, so that whoever "
-        "asks the KDC gets an offline password verifier; only with allow_ungate",
-        allow_ungate ? " and the key in this server's --allow_ungate_keys (its operator's)"
-                     : ""));
   auto ks = engine::KeyShares::Parse(rec.shares.span());
   if (!ks.ok())
     return absl::DataLossError(absl::StrCat("stored shares of key ",
                                             store::KeyIdHex(rec.meta.key_id),
                                             " do not parse: ", ks.status().message()));
+  const std::string deal(ks->deal_id.begin(), ks->deal_id.end());
+  const std::string id(rec.meta.key_id.begin(), rec.meta.key_id.end());
+  if (want == KeyKind::kService && engine::PasswordDerived(rec.meta.kind) &&
+      engine::IsCts(rec.meta.cipher) && !(allow_ungate && ungate.count(id + deal) > 0))
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key ", store::KeyIdHex(rec.meta.key_id), " is a password-derived key",
+        rec.meta.kind_unrecorded ? " (stored before key kinds, loaded as a user's)" : "",
+        ": making it a service's drops the gate on its AS reply, so that whoever "
+        "asks the KDC gets an offline password verifier; only with allow_ungate",
+        allow_ungate ? absl::StrCat(" and the key with its dealing in this server's "
+                                    "--allow_ungate_keys (its operator's): ",
+                                    store::KeyIdHex(rec.meta.key_id), ":",
+                                    absl::BytesToHexString(deal))
+                     : ""));
   size_t dropped = 0;
   if (!engine::DealsServiceUsages(want)) dropped = engine::DropServiceMaterial(*ks);
   resp->set_dropped_materials(static_cast<uint32_t>(dropped));
@@ -1116,8 +1125,7 @@ absl::Status AdminService::DoSetKeyKind(const pb::SetKeyKindRequest& req,
     return absl::InvalidArgumentError(absl::StrCat("unknown key kind ", req.kind()));
   const KeyKind want = static_cast<KeyKind>(req.kind());
   absl::StatusOr<bool> changed = store_->Edit(*id, [&](store::KeyRecord& rec) {
-    return EditKind(rec, want, req.allow_ungate(), options_.ungate_keys.count(req.key_id()) > 0,
-                    resp);
+    return EditKind(rec, want, req.allow_ungate(), options_.ungate_keys, resp);
   });
   // Before the answer: no Run after it may use the old view.
   keys_->Invalidate(req.key_id());

@@ -33,8 +33,11 @@ struct ServiceOptions {
   int party = 0;
   ClientPolicy keyops_clients{{"kmpc-kdc"}};
   ClientPolicy admin_clients{{"kmpc-admin"}};
-  // Key ids (raw bytes) whose password-derived aes*-cts key SetKeyKind may
-  // make a service's, dropping the gate on its AS reply (--allow_ungate_keys).
+  // Keys whose password-derived aes*-cts key SetKeyKind may make a
+  // service's, dropping the gate on its AS reply (--allow_ungate_keys),
+  // each as its key id (32 raw bytes) followed by the deal_id of its shares
+  // (16 raw bytes, engine.h KeyShares): shares put under a listed id later
+  // (--allow_key_replace) are another dealing, not the listed key.
   // The Admin certificate is on the KDC host (kmpc-admin, kadmind's
   // dealer), so the request's allow_ungate alone would let a compromised
   // KDC host ungate any user and get offline verifiers of passwords never

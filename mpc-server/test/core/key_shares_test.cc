@@ -6,6 +6,7 @@
 // Parse is the strict inverse of Serialize.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "engine/engine.h"
@@ -216,6 +217,40 @@ TEST(KeySharesTest, SerializeParseStrict) {
   }
   EXPECT_EQ(rk0, key);
   for (int i = 0; i < 3; ++i) EXPECT_EQ((*w)[i].round_keys[1], (*w)[(i + 1) % 3].round_keys[0]);
+}
+
+// The origin deal id (KeyShares::Origin, what the per-deal bounds count
+// by): a dealt key's is its deal_id, written as before (versions 1, 2); a
+// RefreshKeys copy's differs and is written after deal_id (versions 3, 4);
+// a version 3 or 4 record naming its own deal_id as origin is refused
+// (one encoding per key).
+TEST(KeySharesTest, OriginDealIdRoundTrips) {
+  for (const Cipher c : {Cipher::kAes128, Cipher::kAes128Cts}) {
+    auto v = DealKey(c, Random(16), KeyKind::kUser);
+    ASSERT_TRUE(v.ok()) << v.status();
+    KeyShares k = (*v)[1];
+    EXPECT_EQ(k.Origin(), k.deal_id);
+    const Bytes dealt = k.Serialize();
+    EXPECT_EQ(dealt[6], IsCts(c) ? 2 : 1);
+    const auto origin = k.deal_id;
+    k.deal_id[0] ^= 0x5a;  // a copy's new dealing
+    const Bytes copy = k.Serialize();
+    EXPECT_EQ(copy[6], IsCts(c) ? 4 : 3);
+    EXPECT_EQ(copy.size(), dealt.size() + 16);
+    auto back = KeyShares::Parse(copy);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->Origin(), origin);
+    EXPECT_EQ(back->deal_id, k.deal_id);
+    EXPECT_EQ(back->round_keys, k.round_keys);
+    EXPECT_EQ(back->Serialize(), copy);
+    Bytes own = copy;
+    std::copy(own.begin() + 11, own.begin() + 27, own.begin() + 27);  // origin = deal_id
+    EXPECT_FALSE(KeyShares::Parse(own).ok());
+    // Unset (all zero): the deal_id.
+    k.origin_deal_id = {};
+    EXPECT_EQ(k.Origin(), k.deal_id);
+    EXPECT_EQ(k.Serialize()[6], IsCts(c) ? 2 : 1);
+  }
 }
 
 }  // namespace

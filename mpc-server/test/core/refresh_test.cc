@@ -144,7 +144,11 @@ class RefreshCluster {
       if (!out[i].ok()) continue;
       for (size_t j = 0; j < out[i]->size(); ++j)
         if ((*out[i])[j].status == pb::JOB_OK) {
-          store_[i][items[i][j].new_key_id] = (*out[i])[j].shares;
+          // With the old record's kind, as the service stores the copy
+          // (its metadata copied; a rebuilt party's from a survivor's).
+          auto ks = std::make_shared<KeyShares>(*(*out[i])[j].shares);
+          ks->kind = store_[i == rebuild ? (rebuild + 1) % 3 : i][items[i][j].old_key_id]->kind;
+          store_[i][items[i][j].new_key_id] = std::move(ks);
           meta_[i][items[i][j].new_key_id] = i == rebuild
                                                  ? (*out[i])[j].public_meta
                                                  : meta_[i][items[i][j].old_key_id];
@@ -420,6 +424,39 @@ TEST(RefreshTest, NewSharesHoldTheSameKeyAndOldAndNewNeverCombine) {
   ExpectHolds(c.Get(na2), k128);
   auto [ks, ctr0] = c.Keystream(na2);
   EXPECT_EQ(ks, ReferenceKeystream(k128, ctr0, 3));
+}
+
+// A refreshed key keeps its original's origin deal id (KeyShares::Origin)
+// under a new deal_id, through a refresh of a refresh and a rebuild, and
+// the store's encoding keeps it: what a server's per-deal bounds count by
+// (engine/gate_budget.h, CtsReleaseLimiter), so a copy never has a failure
+// budget or release bucket of its own. Parties whose origins differ fail
+// the pair alike.
+TEST(RefreshTest, CopiesKeepTheOriginalsOriginDealId) {
+  RefreshCluster c;
+  const std::string a = c.AddKey(Random(32), "kvno 1 user", /*cts=*/true);
+  const auto origin = c.Find(0, a)->Origin();
+  EXPECT_EQ(origin, c.Find(0, a)->deal_id);
+  const std::string b = NewId(), d = NewId();
+  ASSERT_EQ(c.Run({{a, b}})[0].status, pb::JOB_OK);
+  ASSERT_EQ(c.Run({{b, d}})[0].status, pb::JOB_OK);
+  const std::string e = NewId();
+  c.Lose(1);  // party 1 replaced: rebuilt from the survivors' views
+  ASSERT_EQ(c.Run({{d, e}}, /*rebuild=*/1)[0].status, pb::JOB_OK);
+  for (int i = 0; i < 3; ++i)
+    for (const std::string& id : {b, d, e}) {
+      if (i == 1 && id != e) continue;  // lost with its store
+      auto k = c.Find(i, id);
+      ASSERT_NE(k, nullptr);
+      EXPECT_NE(k->deal_id, origin) << "party " << i;
+      EXPECT_EQ(k->Origin(), origin) << "party " << i;
+      auto back = KeyShares::Parse(k->Serialize());
+      ASSERT_TRUE(back.ok()) << back.status();
+      EXPECT_EQ(back->Origin(), origin);
+      EXPECT_EQ(back->deal_id, k->deal_id);
+    }
+  c.Mutate(2, e, [](KeyShares& k) { k.origin_deal_id[0] ^= 1; });
+  EXPECT_EQ(c.Run({{e, NewId()}})[0].status, pb::JOB_KEY_INCONSISTENT);
 }
 
 TEST(RefreshTest, PartiesFailTheSamePairs) {
@@ -788,7 +825,7 @@ TEST(RefreshTest, ForwardedViewTamperingIsAnIntegrityFailure) {
     auto items = [&] { return std::vector<RefreshItem>{{a, NewId()}, {gone, NewId()}}; };
     const std::vector<size_t> sizes = tamper::HonestSizes(c, items());
     ASSERT_GE(sizes.size(), 5u);
-    ASSERT_EQ(sizes[3], 2 * 51 + kForwardTagSize);  // two pairs' views, tagged
+    ASSERT_EQ(sizes[3], 2 * 67 + kForwardTagSize);  // two pairs' views, tagged
     ASSERT_EQ(sizes[4], sizes[3]);
     const std::string what = absl::StrCat("cheater ", cheater, " forwarded views");
     c.cheat().Arm(4, 1, 0x02);

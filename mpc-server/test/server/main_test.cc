@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -187,6 +188,32 @@ TEST_F(MainTest, ServiceLimitsMustBePositive) {
                 "--encrypt_state_ttl_ms and --max_pending_encrypt_mb must be positive");
   ExpectRefused(Flags({"--max_pending_pad_mb=0"}),
                 "--pad_ttl_ms and --max_pending_pad_mb must be positive");
+}
+
+// --allow_ungate_keys names keys with their dealing (KEYID:DEALID): a bare
+// key id, a short id or a non-hex deal id is refused before serving.
+TEST_F(MainTest, UngateEntriesNameTheKeyAndItsDealing) {
+  const std::string kid(64, 'a'), deal(32, '0');
+  for (const std::string& bad : {kid, kid + ":", kid + ":" + deal.substr(2),
+                                 kid.substr(2) + ":" + deal, kid + ":" + deal + ":" + deal,
+                                 kid + ":" + std::string(32, 'g')})
+    ExpectRefused(Flags({"--allow_ungate_keys=" + bad}), "--allow_ungate_keys: \"");
+  Server s(Flags({"--allow_ungate_keys=" + kid + ":" + deal + ", " + kid + ":" + deal}));
+  ASSERT_TRUE(s.ReadUntil("listening on", 15000)) << s.output;
+}
+
+// The failure budget's flags (engine/gate_budget.h), and its file: a
+// STORE_DIR/gate-failures that cannot be read stops the server.
+TEST_F(MainTest, GateBudgetFlagsAndFile) {
+  const std::string why =
+      "--gate_decrypts_per_run and --gate_failures_per_window must be >= 0, "
+      "--gate_failure_window_s positive";
+  ExpectRefused(Flags({"--gate_decrypts_per_run=-1"}), why);
+  ExpectRefused(Flags({"--gate_failures_per_window=-1"}), why);
+  ExpectRefused(Flags({"--gate_failure_window_s=0"}), why);
+  std::vector<std::string> flags = Flags();
+  ASSERT_EQ(mkdir((store_ + "/gate-failures").c_str(), 0700), 0);  // a directory
+  ExpectRefused(flags, "--gate_failures_per_window: ");
 }
 
 // The ring loads the certificate and key first (net/tls_conn.cc).

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "batch_error.h"
@@ -365,8 +366,8 @@ class ServiceTest : public ::testing::Test {
   }
 
   // Admin.SetKeyKind on party i's server (without gRPC's authorization,
-  // which the integration tests cover); `listed`: the key id the server's
-  // operator lists in --allow_ungate_keys (empty: none).
+  // which the integration tests cover); `listed`: the entry the server's
+  // operator lists in --allow_ungate_keys (Listed; empty: none).
   absl::StatusOr<v1::SetKeyKindResponse> SetKind(int i, const std::string& id, v1::KeyKind k,
                                                  bool allow_ungate = false,
                                                  const std::string& listed = "") {
@@ -383,6 +384,19 @@ class ServiceTest : public ::testing::Test {
     absl::Status st = admin.DoSetKeyKind(req, &resp);
     if (!st.ok()) return st;
     return resp;
+  }
+
+  // An --allow_ungate_keys entry of party i's key `id` as ServiceOptions
+  // holds it: the key id, then the deal_id of its stored shares.
+  std::string Listed(int i, const std::string& id) {
+    auto rec = parties_[i].store->Get(*store::KeyIdFromBytes(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(id.data()), id.size())));
+    EXPECT_TRUE(rec.ok()) << rec.status();
+    if (!rec.ok()) return id;
+    auto ks = engine::KeyShares::Parse(rec->shares.span());
+    EXPECT_TRUE(ks.ok()) << ks.status();
+    if (!ks.ok()) return id;
+    return id + std::string(ks->deal_id.begin(), ks->deal_id.end());
   }
 
   // A login under `id` and a ticket to it: the PA-ENC-TIMESTAMP's DECRYPT
@@ -650,8 +664,19 @@ TEST_F(ServiceTest, SetKeyKindServiceNeedsTheKeyListedByEachServersOperator) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
     EXPECT_TRUE(absl::StrContains(r.status().message(), "--allow_ungate_keys")) << r.status();
     // Another key listed does not open this one.
-    auto other = SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, /*listed=*/Rand(32));
+    auto other = SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, /*listed=*/Rand(48));
     EXPECT_FALSE(other.ok());
+    // This key id listed with another dealing (shares put under the id
+    // after the operator listed it) does not open it either; the refusal
+    // names the dealing held, for the operator to compare.
+    std::string stale = Listed(i, id);
+    stale.back() ^= 1;
+    auto replaced = SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, stale);
+    EXPECT_EQ(replaced.status().code(), absl::StatusCode::kFailedPrecondition);
+    const std::string held = Listed(i, id).substr(32);
+    EXPECT_TRUE(absl::StrContains(replaced.status().message(),
+                                  absl::StrCat(":", absl::BytesToHexString(held))))
+        << replaced.status();
     EXPECT_EQ(parties_[i].store->Get(kid)->meta.kind, KeyKind::kUser);
   }
   // Still a user's key on all three: it logs in (its reply released on
@@ -659,7 +684,7 @@ TEST_F(ServiceTest, SetKeyKindServiceNeedsTheKeyListedByEachServersOperator) {
   ASSERT_NO_FATAL_FAILURE(
       LoginAndTicket(id, key, {v1::JOB_OK, v1::JOB_OK, v1::JOB_UNKNOWN_USAGE}));
   // Listed by the operator but without the admin's allow_ungate: refused.
-  EXPECT_EQ(SetKind(0, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/false, /*listed=*/id)
+  EXPECT_EQ(SetKind(0, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/false, Listed(0, id))
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
@@ -679,10 +704,10 @@ TEST_F(ServiceTest, SetKeyKindOnSomeServersFailsTheKeysJobsUntilAll) {
   for (int i : {0, 2}) ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_USER).ok());
   ASSERT_NO_FATAL_FAILURE(
       LoginAndTicket(id, key, {v1::JOB_OK, v1::JOB_OK, v1::JOB_UNKNOWN_USAGE}));
-  ASSERT_TRUE(SetKind(2, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, /*listed=*/id).ok());
+  ASSERT_TRUE(SetKind(2, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, Listed(2, id)).ok());
   ASSERT_NO_FATAL_FAILURE(LoginAndTicket(id, key, {kBad, kBad, kBad}));
   for (int i : {0, 1})
-    ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, /*listed=*/id).ok());
+    ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, Listed(i, id)).ok());
   // A service's key: its reply needs no gate, and no ticket material came
   // back (the dealt key alone could give it).
   ASSERT_NO_FATAL_FAILURE(

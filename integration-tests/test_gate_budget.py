@@ -1,0 +1,80 @@
+"""The servers' failure budget (issue 62, finding 5;
+mpc-server/src/engine/gate_budget.h) on three real kmpc-mpc-server
+processes, with the KDC's client certificate and raw jobs (kmpc-mpc-client
+jobs): PA-ENC-TIMESTAMPs made under guessed passwords, decrypted under a
+user's aes*-cts key, get at most --gate_decrypts_per_run verdicts a Run
+and --gate_failures_per_window failures a window; past it the gate DECRYPT
+is refused uncomputed (JOB_RATE_LIMITED), the right password's too, until
+the window passes. The count survives a restart of every server
+(STORE_DIR/gate-failures). RefreshKeys copies share it:
+GateBudget's and RefreshTest's C++ tests.
+"""
+import datetime
+import time
+
+import pytest
+
+from test_cts_jobs import _wait_ring, krb5_tool, lines_of, put_cts_key  # noqa: F401
+from test_mpc_cluster import Cluster, certs  # noqa: F401
+
+PER_RUN = 4
+PER_WINDOW = 6
+WINDOW_S = 30
+
+
+def _timestamp():
+    return (bytes.fromhex("301aa011180f")
+            + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d%H%M%SZ").encode()
+            + bytes.fromhex("a10502030c3500"))
+
+
+@pytest.fixture
+def cluster(tmp_path, certs):  # noqa: F811
+    flags = [f"--gate_decrypts_per_run={PER_RUN}",
+             f"--gate_failures_per_window={PER_WINDOW}",
+             f"--gate_failure_window_s={WINDOW_S}", "--security=semi-honest"]
+    c = Cluster(str(tmp_path / "gate-cluster"), certs, flags=[flags] * 3).start()
+    _wait_ring(c)
+    yield c
+    c.stop()
+
+
+def _guesses(c, krb5_tool, kid, n):  # noqa: F811
+    """n gate DECRYPTs of timestamps under guessed passwords, one Run."""
+    lines = []
+    for g in range(n):
+        key = krb5_tool("s2k", "18", f"guess{g}", "KMPC.TESTvictim").stdout.strip()
+        ct = krb5_tool("enc", "18", key, "1", _timestamp().hex()).stdout.strip()
+        lines.append(f"cts_decrypt {kid} 1 {ct}")
+    return lines_of(c.jobs(lines))
+
+
+def test_password_guesses_get_the_budgets_verdicts_only(cluster, krb5_tool):  # noqa: F811
+    """The attack: a compromised KDC host sends 64 guesses a Run under one
+    user's key. Each server answers at most PER_RUN a Run and PER_WINDOW a
+    window; the rest, and then the right password, are refused until the
+    window ends, across a restart of every server."""
+    c = cluster
+    key = krb5_tool("s2k", "18", "password", "KMPC.TESTvictim").stdout.strip()
+    kid = put_cts_key(c, key)
+    start = time.monotonic()
+    verdicts = 0
+    for _ in range(2):
+        out = _guesses(c, krb5_tool, kid, 64)
+        assert len(out) == 64, out
+        verdicts += out.count("integrity_failed")
+        assert out.count("integrity_failed") + out.count("status JOB_RATE_LIMITED") == 64, out
+    assert verdicts == PER_WINDOW
+    c.stop()
+    c.start()
+    _wait_ring(c)
+    right = krb5_tool("enc", "18", key, "1", _timestamp().hex()).stdout.strip()
+    assert lines_of(c.jobs([f"cts_decrypt {kid} 1 {right}"])) == ["status JOB_RATE_LIMITED"]
+    for i in range(3):
+        with open(f"{c.store_dir(i)}/gate-failures") as f:
+            assert f.read().split()[-1] == str(PER_WINDOW)
+    assert time.monotonic() - start < WINDOW_S, "too slow to test the window"
+    time.sleep(WINDOW_S - (time.monotonic() - start) + 1)
+    right = krb5_tool("enc", "18", key, "1", _timestamp().hex()).stdout.strip()
+    out = lines_of(c.jobs([f"cts_decrypt {kid} 1 {right}"]))
+    assert out[0].startswith("ok "), out
