@@ -35,6 +35,7 @@ import time
 import pytest
 
 import ctr_mpc_ref
+import test_kdb_rewrite as kdb_rewrite
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness import replica as kmpc_replica
 from kmpc_harness.cluster import default_salt
@@ -331,6 +332,45 @@ def test_iprop_with_kadminds_and_kipropd_keys_in_the_cluster(st):
     _, out, _ = p.admin("status", "--kdb", expected_code=None)
     assert not any(princ in line for princ in moved for line in out.splitlines()
                    if "real keys" in line), out
+
+
+def test_a_moved_key_is_in_no_file_of_either_kdc(st):
+    """docs/admin-guide.md, "Old keys after a move": frank, with an
+    ordinary aes256-cts key, reaches the replica incrementally (its update
+    log's entry holds the key data, encrypted in the master key as in the
+    primary's files); then he is moved with share --from-existing. The
+    primary rewrites its KDB (no file of it holds the old key) and the
+    replica gets a full resync, whose load resets its update log's header
+    only: the old entry's bytes stay there until kmpc-admin rewrite-kdb on
+    the replica (kpropd stopped), after which no file of it holds the key
+    either, kpropd gets a full resync and frank logs in at the replica."""
+    rs, r = st.rs, st.replica
+    p = rs.primary
+    f1 = pw("frank1")
+    p.addprinc("frank", f1, enctypes=[CTS256])
+    kind, _ = r.iprop_poll()
+    assert kind == "incremental", kind
+    blobs = kdb_rewrite.stored_keys(p, ["frank"])
+    assert set(kdb_rewrite.blobs_found(r, blobs)) == {"frank"}
+    _, out, err = p.admin("share", "--from-existing", f"--enctype={CTS256}", "frank")
+    assert kdb_rewrite.REWROTE in err, out + err
+    assert not kdb_rewrite.blobs_found(p, blobs)
+    kind, _ = r.iprop_poll()
+    assert kind == "full", kind
+    same_keys(p, r, "frank")
+    assert kdb_rewrite.blobs_found(r, blobs) == {"frank": ["principal.ulog"]}
+    r.stop_kpropd()
+    proc = subprocess.run([kmpc_cluster.find_built("mpc-server/kmpc-admin"), "rewrite-kdb"],
+                          capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in r.env.items() if k != "KMPC_ADMIN_CONFIG"})
+    assert proc.returncode == 0 and kdb_rewrite.REWROTE in proc.stderr, \
+        proc.stdout + proc.stderr
+    assert not kdb_rewrite.blobs_found(r, blobs)
+    r.start_kpropd(iprop=True)
+    kind, _ = r.iprop_wait(r.kpropd.offset)
+    assert kind in ("full", "synchronized", "incremental"), kind
+    same_keys(p, r, "frank")
+    kinit_ok(r, "frank", f1)
 
 
 def kadmind_log_size(kdc):
