@@ -174,6 +174,22 @@ def test_dealer_sets_requires_preauth_on_users_only(realm):
     assert "REQUIRES_PRE_AUTH" not in getprinc(kr, svc)
 
 
+def test_kpasswd_through_kadmind_sets_requires_preauth(realm):
+    """kadmind's dealer (kpasswd: a password change through kadmind, the
+    dealer's kadm5_hook post-commit there) marks the user again after an
+    admin cleared the flag."""
+    kr = realm
+    kr.kadmin_local("addprinc -pw Kiki-pw-1 kiki")
+    kr.kadmin_local("modprinc -requires_preauth kiki")
+    assert "REQUIRES_PRE_AUTH" not in getprinc(kr, "kiki")
+    kr.start_kadmind()
+    out = kr.run(["kpasswd", "kiki"], input="Kiki-pw-1\nKiki-pw-2\nKiki-pw-2\n")
+    assert "Password changed" in out, out
+    assert "REQUIRES_PRE_AUTH" in getprinc(kr, "kiki")
+    assert {r[2] for r in kr.kdb_keys("kiki")} == {"handle"}
+    kr.kinit("kiki", "Kiki-pw-2")
+
+
 def test_share_sets_requires_preauth_and_status_names_users_without_it(realm):
     """kmpc-admin share marks a user it moves into the cluster
     +requires_preauth (not a service: --randkey --service); status --kdb
