@@ -236,3 +236,21 @@ def test_kdc_demands_preauth_for_a_ctr_mpc_handle_without_the_servers(kmpc_facto
     assert not [j for j in kr.journal_lines()[before:] if j.startswith("submit")], \
         kr.journal_lines()[before:]
     kr.login("mila")  # control: with the password (pre-authenticated)
+
+
+def test_dealer_and_share_set_requires_preauth_on_ldap(kmpc_factory):
+    """On an LDAP KDB, whose back end writes only the fields an entry's mask
+    names: the dealer's write (KADM5_ATTRIBUTES) and share's modify set the
+    flag there too."""
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, module_options=COLD_PROGRAMS,
+                      ldap=True)
+    kr.setup_krbtgt()
+    kr.enable_dealer()
+    kr.kadmin_local("addprinc -pw Lara-pw-1 lara")
+    assert "REQUIRES_PRE_AUTH" in getprinc(kr, "lara")
+    kr.kadmin_local("modprinc -requires_preauth lara")
+    kr.kadmin_local("cpw -pw Lara-pw-2 lara")
+    assert "REQUIRES_PRE_AUTH" in getprinc(kr, "lara")
+    kr.addprinc("otto", "Otto-pw-1", enctypes=[CTS256], flags="-requires_preauth")
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "otto")
+    assert "REQUIRES_PRE_AUTH" in getprinc(kr, "otto")
