@@ -169,11 +169,14 @@ static int UngatedCtsGate(const Plan& plan) {
 }
 
 // Whether item i of `plan` may run alone gated on the plan's gate, as
-// Planner::Take regates it: not given, gated, under the gate's key id and an
-// aes*-ctr-mpc cipher (a ctr-mpc user's AS reply). Plan checked.
+// Planner::Take regates it: the AS reply or its PA-REQ-ENC-PA-REP checksum,
+// not given, gated, under the gate's key id and an aes*-ctr-mpc cipher (a
+// ctr-mpc user's, which the servers compute only so). Plan checked.
 static bool RegatedAlone(const Plan& plan, size_t i) {
   const PlanItem& p = plan.items[i];
-  if (p.given || !(p.flags & kItemGated) || contract::CtsCipher(p.cipher)) return false;
+  if ((p.role != Role::kReply && p.role != Role::kReqChecksum) || p.given ||
+      !(p.flags & kItemGated) || contract::CtsCipher(p.cipher))
+    return false;
   const PlanItem& g = plan.items[p.gate];
   return g.key_id == p.key_id && g.cipher == p.cipher;
 }
