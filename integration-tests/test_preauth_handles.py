@@ -193,8 +193,8 @@ def test_kpasswd_through_kadmind_sets_requires_preauth(realm):
 def test_share_sets_requires_preauth_and_status_names_users_without_it(realm):
     """kmpc-admin share marks a user it moves into the cluster
     +requires_preauth (not a service: --randkey --service); status --kdb
-    names a user in the cluster whose flag an admin cleared, and not the
-    service."""
+    names a principal holding a user's key (the servers' kind) whose flag
+    an admin cleared, and not the service."""
     kr = realm
     kr.addprinc("erin", "Erin-pw-1", enctypes=[CTS256], flags="-requires_preauth")
     kr.admin("share", "--from-existing", f"--enctype={CTS256}", "erin")
@@ -204,13 +204,25 @@ def test_share_sets_requires_preauth_and_status_names_users_without_it(realm):
     kr.admin("share", "--randkey", "--service", f"--enctype={CTS256}", svc)
     assert "REQUIRES_PRE_AUTH" not in getprinc(kr, svc)
 
-    kr.kadmin_local("modprinc -requires_preauth erin")
+    # A password set on a principal marked "service" is dealt as
+    # user+service (the dealer's KindOf): the KDC exempts it from
+    # pre-authentication by the attribute, so status names it by its key.
+    pwsvc = "host/pwsvc.kmpc.test"
+    kr.kadmin_local(f"addprinc -nokey {pwsvc}")
+    kr.kadmin_local(f"setstr {pwsvc} kmpc_key_kind service")
+    kr.kadmin_local(f"cpw -e aes256-ctr-mpc:normal,{CTS256}:normal -pw Pwsvc-pw-1 {pwsvc}")
+    assert "REQUIRES_PRE_AUTH" in getprinc(kr, pwsvc)
+
+    for p in ("erin", pwsvc):
+        kr.kadmin_local(f"modprinc -requires_preauth {p}")
     rc, out, _ = kr.admin("status", "--kdb", expected_code=None)
-    line = f"kdb: erin@{kr.realm} holds a user's key in the cluster but not +requires_preauth"
-    assert line in out, out
+    for p in ("erin", pwsvc):
+        line = f"kdb: {p}@{kr.realm} holds a user's key in the cluster but not +requires_preauth"
+        assert line in out, out
     assert rc == 1, out
     assert f"{svc}@{kr.realm} holds a user's key" not in out, out
-    kr.kadmin_local("modprinc +requires_preauth erin")
+    for p in ("erin", pwsvc):
+        kr.kadmin_local(f"modprinc +requires_preauth {p}")
     rc, out, _ = kr.admin("status", "--kdb", expected_code=None)
     assert "not +requires_preauth" not in out, out
 

@@ -327,18 +327,13 @@ std::vector<std::string> Kdb::ProtectPatterns() {
   return out;
 }
 
-// info's flags and kind attribute, from princ's KDB entry.
+// info's flags, from princ's KDB entry.
 static krb5_error_code ReadAttributes(krb5_context ctx, krb5_const_principal princ,
                                       PrincipalInfo* info) {
   DbEntry entry{ctx};
   krb5_error_code ret = krb5_db_get_principal(ctx, princ, 0, &entry.e);
   if (ret) return ret;
   info->requires_preauth = (entry.e->attributes & KRB5_KDB_REQUIRES_PRE_AUTH) != 0;
-  char* kind = nullptr;
-  if (krb5_dbe_get_string(ctx, entry.e, "kmpc_key_kind", &kind) == 0 && kind != nullptr) {
-    info->key_kind = kind;
-    krb5_dbe_free_string(ctx, kind);
-  }
   return 0;
 }
 

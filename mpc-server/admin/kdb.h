@@ -55,7 +55,6 @@ struct PrincipalInfo {
   uint32_t kvno = 0;  // highest kvno
   std::vector<KeyEntry> keys;
   bool requires_preauth = false;  // +requires_preauth (KRB5_KDB_REQUIRES_PRE_AUTH)
-  std::string key_kind;           // its kmpc_key_kind string attribute ("": none)
 };
 
 // The key --from-existing moves into the cluster.

@@ -831,17 +831,17 @@ bool NoteHolder(std::map<std::string, std::string>& holder, const std::string& i
 // status --kdb's line for a principal holding handles of a user's key
 // without +requires_preauth; true when there is none to print. A user's: a
 // handle whose key the servers list as KEY_KIND_USER or KEY_KIND_USER_SERVICE
-// (or do not list), on a principal that is not ticket-granting and whose
-// kmpc_key_kind attribute does not say "service". MIT's KDC answers an AS
+// (or do not list), on a principal that is not ticket-granting, whatever
+// its kmpc_key_kind attribute says (a password set on a principal marked
+// "service" is dealt as user+service, and the KDC exempts it from
+// pre-authentication by that attribute alone). MIT's KDC answers an AS
 // request without pre-authentication for such a principal with a reply
 // under the key, an offline verifier of its password; kmpc's KDC demands
 // pre-authentication anyway (krb5 patch 0024-KDC-demand-pre-authentication),
 // and the dealer and share set the flag (a kadmin modprinc can clear it).
 bool ReportNoPreauth(const PrincipalInfo& info,
                      const std::map<std::string, kmpc::v1::KeyInfo>& infos) {
-  if (info.requires_preauth || info.key_kind == "service" ||
-      absl::StartsWith(info.name, "krbtgt/"))
-    return true;
+  if (info.requires_preauth || absl::StartsWith(info.name, "krbtgt/")) return true;
   bool user = false;
   for (const KeyEntry& e : info.keys) {
     if (!e.is_handle) continue;
