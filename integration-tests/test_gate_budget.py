@@ -78,3 +78,45 @@ def test_password_guesses_get_the_budgets_verdicts_only(cluster, krb5_tool):  # 
     right = krb5_tool("enc", "18", key, "1", _timestamp().hex()).stdout.strip()
     out = lines_of(c.jobs([f"cts_decrypt {kid} 1 {right}"]))
     assert out[0].startswith("ok "), out
+
+
+def _server_failures(kr):
+    """Each server's count of failed gate DECRYPTs (STORE_DIR/gate-failures,
+    the last line of the one dealing that failed; 0 without the file)."""
+    counts = []
+    for i in range(3):
+        try:
+            with open(f"{kr.cluster.store_dir(i)}/gate-failures") as f:
+                lines = f.read().split("\n")
+        except FileNotFoundError:
+            counts.append(0)
+            continue
+        lines = [ln for ln in lines if ln.strip()]
+        counts.append(int(lines[-1].split()[2]) if lines else 0)
+    return counts
+
+
+def test_wrong_passwords_through_the_kdc_never_reach_the_servers_bound(kmpc_factory):
+    """Issue 62's acceptance: an outsider's wrong passwords through the KDC,
+    as fast as it answers, never exhaust a user's budget on the servers.
+    The module stops the key after kdc.conf's gate_failures (10) failures
+    in its window (kdc-plugin/src/gate_failures.h: KDC_ERR_SVC_UNAVAILABLE
+    before any Run), below the servers' bound (here 12), so the user is
+    not locked out of the cluster: another KDC process (a restart here)
+    logs them in with the right password. Without the module's bound
+    (gate_failures = 0) all 15 reach the servers, past their 12."""
+    from test_cts_as import Stock
+    from test_cts_service import USER, USER_PW, make_realm
+    kr = make_realm(kmpc_factory, also_service=False,
+                    server_flags="--gate_failures_per_window=12")
+    c = Stock(kr)
+    for _ in range(15):
+        rc, out = c.kinit(USER, "not the password")
+        assert rc != 0, out
+    counts = _server_failures(kr)
+    assert counts == [10, 10, 10], counts
+    kr.stop_kdc()
+    kr.start_kdc()
+    rc, out = c.kinit(USER, USER_PW)
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]
+    assert _server_failures(kr) == [10, 10, 10]

@@ -12,6 +12,7 @@
 #include "contract.h"
 #include "cts_items.h"
 #include "finalize_step.h"
+#include "gate_failures.h"
 #include "run_step.h"
 #include "sign_step.h"
 
@@ -248,6 +249,9 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
       failed_gate = e.exchange_id;
       gate_status = st;
     }
+    // A wrong password (a gate DECRYPT whose tag did not hold), counted
+    // toward the module's failure bound (gate_failures.h).
+    if (absl::IsDataLoss(st)) GateFailures::Shared().Failed(e.job, absl::Now());
     r.token = e.token;
     r.status = std::move(st);
     r.output = std::move(out);

@@ -135,6 +135,12 @@ struct BatcherOptions {
   // refused (kResourceExhausted: SVC_UNAVAILABLE, the client retries).
   // The usual timestamps' shapes are proven from the start. 0: no limit.
   uint64_t cts_unproven_per_minute = 30;
+  // The module's failure bound (gate_failures.h, set by module.cc): gate
+  // DECRYPTs under one key id that may fail within gate_failure_window
+  // before the next is refused; keep it x workers x KDCs below the
+  // servers' --gate_failures_per_window. 0: no bound.
+  uint64_t gate_failures = 10;
+  absl::Duration gate_failure_window = absl::Hours(1);
   // Jobs waiting beyond this are refused at submit (kUnavailable): an
   // overloaded or slow cluster must not grow the KDC without bound.
   size_t max_queue = 65536;

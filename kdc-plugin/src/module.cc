@@ -30,6 +30,7 @@
 #include "core.h"
 #include "grpc_transport.h"
 #include "freshness.h"
+#include "gate_failures.h"
 #include "kdc_metrics.h"
 #include "options.h"
 #include "prometheus/exposer.h"
@@ -392,6 +393,7 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
         mo->batcher, std::move(transports), core->sink.get(),
         core->metrics.get());
     if (!mo->metrics_addr.empty()) StartExposer(core.get(), mo->metrics_addr);
+    kmpc::kdc::GateFailures::Shared().Configure(mo->batcher);
     *core_out = core.release();
     return 0;
   } catch (const std::bad_alloc&) {
@@ -424,14 +426,15 @@ krb5_error_code Refused(kmpc_core* core, const absl::Status& st,
 // ciphertext verified before under the same key within the clock skew
 // (freshness.h) is refused before any Run (ReplayedGateError: never as a
 // wrong password, which MIT's lockout would count): a replay reaches no
-// server, so it spends nothing of the user's release bound there
-// (EngineOptions::cts_releases_per_minute).
+// server, nor spends the user's release bound; so is any gate DECRYPT
+// under a key past the module's failure bound (gate_failures.h).
 bool IsCtsGate(const kmpc::kdc::Job& job) {
   return job.type == kmpc::v1::JOB_DECRYPT && kmpc::contract::CtsCipher(job.cipher) &&
          (job.usage == 1 || job.usage == 54);
 }
 
 absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
+  if (auto st = kmpc::kdc::GateFailures::Shared().Admit(job, absl::Now()); !st.ok()) return st;
   if (!IsCtsGate(job) ||
       !kmpc::kdc::GateFreshness::Shared().Seen(
           job.key_id, absl::MakeConstSpan(job.input.data(), job.input.size()),

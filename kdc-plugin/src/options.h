@@ -30,6 +30,10 @@
 //   backlog_batch_jobs = 2048  a batch takes every waiting job up to this
 //   backlog_batch_blocks = 65536   many jobs / AES blocks (batcher.h)
 //   max_inflight = 2           batches in flight at once
+//   gate_failures = 10         failed pre-authentications (gate DECRYPTs)
+//   gate_failure_window_s = 3600   under one key id per window, past which
+//                              its logins are refused until the window
+//                              ends (gate_failures.h); 0: no bound
 //   max_queue_jobs = 65536     jobs allowed to wait; more are refused
 //                              (KRB5KDC_ERR_SVC_UNAVAILABLE)
 //   deadline_ms = 3000         a batch not done by then fails (every job

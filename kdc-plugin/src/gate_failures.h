@@ -1,0 +1,76 @@
+// The module's own bound on wrong passwords (docs/security-model.md, "The
+// servers' failure budget"): the MPC servers refuse a user key's gate
+// DECRYPTs once --gate_failures_per_window of them failed within their
+// window (mpc-server/src/engine/gate_budget.h), the right password's too.
+// So that outsiders guessing through the KDC never reach that bound (and
+// lock the user out of the cluster), the module stops a key first: once
+// `limit` gate DECRYPTs under a key id failed (a tag that did not hold)
+// within `window` (from the window's first failure), every new gate
+// DECRYPT under it is refused before any Run (kResourceExhausted: the KDC
+// answers KDC_ERR_SVC_UNAVAILABLE, which MIT's lockout does not count)
+// until the window ends. MIT's own lockout (a policy's max_failure) stops
+// a principal earlier where the realm sets one.
+//
+// A gate DECRYPT here: a PA-ENC-TIMESTAMP (usage 1) or a FAST challenge
+// (usage 54), under any cipher. Per process: each krb5kdc worker (-w) and
+// each KDC counts its own, so keep limit x workers x KDCs below the
+// servers' --gate_failures_per_window (kdc.conf [kdcmpc] gate_failures).
+// Public figures only (key ids, times, counts). Thread-safe.
+#ifndef KMPC_KDC_PLUGIN_GATE_FAILURES_H_
+#define KMPC_KDC_PLUGIN_GATE_FAILURES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "batcher.h"
+#include "job.h"
+
+namespace kmpc::kdc {
+
+class GateFailures {
+ public:
+  // Keys with failures in their window held at most; past it the oldest
+  // windows are forgotten first (a flood of wrong passwords over many
+  // names loses track of some: those keys then meet the servers' bound).
+  static constexpr size_t kMaxKeys = size_t{1} << 18;
+
+  explicit GateFailures(uint64_t limit = 10, absl::Duration window = absl::Hours(1))
+      : limit_(limit), window_(window) {}
+  // The module's one (kdc.conf [kdcmpc] gate_failures,
+  // gate_failure_window_s; module.cc).
+  static GateFailures& Shared();
+  // BatcherOptions::gate_failures (0: no bound), gate_failure_window.
+  void Configure(const BatcherOptions& o);
+
+  // Whether `job` is a gate DECRYPT (usage 1 or 54).
+  static bool IsGate(const Job& job);
+  // OK, or why a gate DECRYPT under job's key may not go now
+  // (kResourceExhausted); OK for any other job.
+  absl::Status Admit(const Job& job, absl::Time now);
+  // A gate DECRYPT whose tag did not hold: counted in its key's window.
+  void Failed(const Job& job, absl::Time now);
+  // Failures counted for `key_id` at `now`.
+  uint64_t Failures(const std::string& key_id, absl::Time now) const;
+
+ private:
+  struct Window {
+    absl::Time start;
+    uint64_t failures = 0;
+  };
+  bool Expired(const Window& w, absl::Time now) const { return now - w.start >= window_; }
+  void PruneLocked(absl::Time now);
+
+  mutable std::mutex mu_;
+  uint64_t limit_;
+  absl::Duration window_;
+  std::unordered_map<std::string, Window> keys_;
+};
+
+}  // namespace kmpc::kdc
+
+#endif  // KMPC_KDC_PLUGIN_GATE_FAILURES_H_

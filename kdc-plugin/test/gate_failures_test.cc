@@ -1,0 +1,103 @@
+// The module's failure bound (gate_failures.h): which jobs are gates, the
+// window from its first failure, other keys unaffected, no bound at 0, the
+// table's size bounded; and the kdc.conf relations that set it.
+#include "gate_failures.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "options.h"
+
+namespace kmpc::kdc {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1800000000);
+
+Job Gate(const std::string& key, uint32_t usage = 1) {
+  Job j;
+  j.type = kmpc::v1::JOB_DECRYPT;
+  j.cipher = kmpc::v1::CIPHER_AES256_CTS;
+  j.key_id = key;
+  j.usage = usage;
+  if (usage == 54) j.cts_key = kmpc::v1::CTS_KEY_CF2_AES256;
+  return j;
+}
+
+TEST(GateFailures, GatesAreTimestampsAndFastChallenges) {
+  EXPECT_TRUE(GateFailures::IsGate(Gate("k")));
+  EXPECT_TRUE(GateFailures::IsGate(Gate("k", 54)));
+  Job ctr = Gate("k");
+  ctr.cipher = kmpc::v1::CIPHER_AES256;  // a ctr-mpc user's timestamp too
+  EXPECT_TRUE(GateFailures::IsGate(ctr));
+  EXPECT_FALSE(GateFailures::IsGate(Gate("k", 2)));  // a ticket presented back
+  Job enc = Gate("k");
+  enc.type = kmpc::v1::JOB_ENCRYPT;
+  EXPECT_FALSE(GateFailures::IsGate(enc));
+}
+
+// An outsider's wrong passwords for one user: `limit` of them fail, then
+// the key's gates are refused before any Run until the window ends; the
+// refusal is kResourceExhausted (KDC_ERR_SVC_UNAVAILABLE, not counted by
+// MIT's lockout, never a failover); another key is unaffected.
+TEST(GateFailures, AKeyIsStoppedAfterItsLimitUntilTheWindowEnds) {
+  GateFailures g(3, absl::Seconds(100));
+  const Job victim = Gate(std::string(32, 'v')), other = Gate(std::string(32, 'o'));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(g.Admit(victim, kT0 + absl::Seconds(i)).ok());
+    g.Failed(victim, kT0 + absl::Seconds(i));
+  }
+  EXPECT_EQ(g.Failures(victim.key_id, kT0 + absl::Seconds(5)), 3u);
+  const absl::Status st = g.Admit(victim, kT0 + absl::Seconds(99));
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("gate_failures = 3"), absl::string_view::npos) << st;
+  EXPECT_TRUE(g.Admit(Gate(victim.key_id, 54), kT0 + absl::Seconds(99)).code() ==
+              absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(g.Admit(other, kT0 + absl::Seconds(99)).ok());
+  Job ticket = Gate(victim.key_id, 2);
+  EXPECT_TRUE(g.Admit(ticket, kT0 + absl::Seconds(99)).ok());  // not a gate
+  EXPECT_TRUE(g.Admit(victim, kT0 + absl::Seconds(100)).ok());
+  g.Failed(victim, kT0 + absl::Seconds(100));
+  EXPECT_EQ(g.Failures(victim.key_id, kT0 + absl::Seconds(100)), 1u);
+}
+
+TEST(GateFailures, ZeroIsNoBound) {
+  GateFailures g(0, absl::Hours(1));
+  const Job j = Gate(std::string(32, 'z'));
+  for (int i = 0; i < 100; ++i) g.Failed(j, kT0);
+  EXPECT_TRUE(g.Admit(j, kT0).ok());
+}
+
+TEST(GateFailures, TheTableStaysBounded) {
+  GateFailures g(2, absl::Hours(1));
+  for (size_t i = 0; i < GateFailures::kMaxKeys + 10; ++i)
+    g.Failed(Gate("key-" + std::to_string(i)), kT0 + absl::Milliseconds(i));
+  // The newest are held, the oldest forgotten.
+  EXPECT_EQ(g.Failures("key-" + std::to_string(GateFailures::kMaxKeys + 9),
+                       kT0 + absl::Seconds(1000)),
+            1u);
+  EXPECT_EQ(g.Failures("key-0", kT0 + absl::Seconds(1000)), 0u);
+}
+
+TEST(GateFailures, KdcConfRelations) {
+  auto o = ParseOptions({"servers=a:1,b:2,c:3", "certs=/x", "gate_failures=4",
+                         "gate_failure_window_s=60"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->batcher.gate_failures, 4u);
+  EXPECT_EQ(o->batcher.gate_failure_window, absl::Seconds(60));
+  GateFailures g;
+  g.Configure(o->batcher);
+  const Job j = Gate(std::string(32, 'c'));
+  for (int i = 0; i < 4; ++i) g.Failed(j, kT0);
+  EXPECT_FALSE(g.Admit(j, kT0 + absl::Seconds(59)).ok());
+  EXPECT_TRUE(g.Admit(j, kT0 + absl::Seconds(60)).ok());
+  EXPECT_FALSE(ParseOptions({"servers=a:1,b:2,c:3", "certs=/x", "gate_failure_window_s=0"}).ok());
+  auto d = ParseOptions({"servers=a:1,b:2,c:3", "certs=/x"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->batcher.gate_failures, 10u);
+  EXPECT_EQ(d->batcher.gate_failure_window, absl::Hours(1));
+}
+
+}  // namespace
+}  // namespace kmpc::kdc
