@@ -87,4 +87,18 @@ def test_compromised_kdc_gets_no_verifier_under_a_ctr_mpc_user_key(kmpc_factory,
         log = f.read()
     # Without preparation the reply ran alone (on its timestamp's copy).
     assert ("runs alone" in log) == (not speculate), log[-3000:]
+    # The Admin certificate is on the KDC host too: re-marking the key a
+    # service's or a user+service's (each would compute a keystream on
+    # demand) is refused by every server whose operator did not list it
+    # (FAILED_PRECONDITION, 9; on the code before, an aes*-ctr-mpc key had
+    # "no gate to lose" and both were done).
+    for kind in ("service", "user+service"):
+        for i in range(3):
+            p = subprocess.run([find_built("mpc-server/kmpc-mpc-client"),
+                                f"--servers={r.cluster.servers}", f"--certs={r.cluster.certs}",
+                                "set-kind", f"--key_id_hex={kid}", f"--key_kind={kind}",
+                                "--allow_ungate", f"--only_party={i}"],
+                               capture_output=True, text=True, timeout=120)
+            assert f"rpc_error {i} 9 " in p.stdout + p.stderr, (kind, p.stdout + p.stderr)
+    assert _jobs(r, [attacks["ENCRYPT, usage 2"]])[0].startswith(REFUSED)
     assert r.alive()

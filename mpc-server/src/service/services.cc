@@ -1073,11 +1073,14 @@ grpc::Status AdminService::DeleteKeys(grpc::ServerContext* ctx,
 
 // A record's edit for SetKeyKind: what it was goes to *resp; to a user's
 // kind its kCtsServiceUsages material goes (DropServiceMaterial), and a
-// password-derived aes*-cts key loses its gate only on the admin's
-// explicit word (allow_ungate) for a key this server's operator listed
-// with its dealing (ServiceOptions::ungate_keys: the key id and the
-// shares' deal_id, so that shares put under a listed id later are not
-// taken for the listed key); an aes*-ctr-mpc key has no gate to lose.
+// password-derived key loses its gate only on the admin's explicit word
+// (allow_ungate) for a key this server's operator listed with its dealing
+// (ServiceOptions::ungate_keys: the key id and the shares' deal_id, so
+// that shares put under a listed id later are not taken for the listed
+// key). Under an aes*-ctr-mpc cipher a user's key runs an AS exchange only
+// and a user+service's also tickets (engine/user_key_rule.h), whose
+// keystream is the same for every usage: from a user's, either other kind
+// is an ungating.
 static absl::StatusOr<bool> EditKind(store::KeyRecord& rec, KeyKind want, bool allow_ungate,
                                      const std::set<std::string>& ungate,
                                      pb::SetKeyKindResponse* resp) {
@@ -1090,13 +1093,17 @@ static absl::StatusOr<bool> EditKind(store::KeyRecord& rec, KeyKind want, bool a
                                             " do not parse: ", ks.status().message()));
   const std::string deal(ks->deal_id.begin(), ks->deal_id.end());
   const std::string id(rec.meta.key_id.begin(), rec.meta.key_id.end());
-  if (want == KeyKind::kService && engine::PasswordDerived(rec.meta.kind) &&
-      engine::IsCts(rec.meta.cipher) && !(allow_ungate && ungate.count(id + deal) > 0))
+  const bool ungates =
+      engine::PasswordDerived(rec.meta.kind) &&
+      (want == KeyKind::kService || (!engine::IsCts(rec.meta.cipher) &&
+                                     rec.meta.kind == KeyKind::kUser && want != KeyKind::kUser));
+  if (ungates && !(allow_ungate && ungate.count(id + deal) > 0))
     return absl::FailedPreconditionError(absl::StrCat(
         "key ", store::KeyIdHex(rec.meta.key_id), " is a password-derived key",
         rec.meta.kind_unrecorded ? " (stored before key kinds, loaded as a user's)" : "",
-        ": making it a service's drops the gate on its AS reply, so that whoever "
-        "asks the KDC gets an offline password verifier; only with allow_ungate",
+        ": making it a service's (or, an aes*-ctr-mpc user's, a user+service's) drops "
+        "the gate on its AS reply or keystream, so that whoever asks the KDC gets an "
+        "offline password verifier; only with allow_ungate",
         allow_ungate ? absl::StrCat(" and the key with its dealing in this server's "
                                     "--allow_ungate_keys (its operator's): ",
                                     store::KeyIdHex(rec.meta.key_id), ":",

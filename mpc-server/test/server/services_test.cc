@@ -690,6 +690,38 @@ TEST_F(ServiceTest, SetKeyKindServiceNeedsTheKeyListedByEachServersOperator) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// Under an aes*-ctr-mpc cipher a user's key runs an AS exchange only, a
+// user+service's also tickets (engine/user_key_rule.h), and the keystream
+// is the same for every usage: re-marked a service's or a user+service's,
+// a user's ctr-mpc key would give whoever asks the KDC a keystream, an
+// offline password verifier, on demand. The Admin certificate is on the
+// KDC host, so each server refuses either unless its own operator listed
+// the key with its dealing (on the code before, both were re-marked and
+// the ENCRYPT below computed).
+TEST_F(ServiceTest, SetKeyKindOfACtrUserKeyNeedsTheOperatorsList) {
+  const std::string id = PutKey(Rand(32));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_USER).ok());
+  v1::RunRequest req;
+  req.set_now_unix(absl::ToUnixSeconds(absl::Now()));
+  AddJob(&req, 1, id, v1::JOB_ENCRYPT)->set_length(32);  // usage 0: no AS job's
+  const v1::JobStatus refused[] = {v1::JOB_MALFORMED}, computed[] = {v1::JOB_OK};
+  std::array<v1::RunResponse, 3> before, after, listed;
+  req.set_batch_id(Rand(16));
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, refused, &before));
+  for (v1::KeyKind k : {v1::KEY_KIND_SERVICE, v1::KEY_KIND_USER_SERVICE})
+    for (int i = 0; i < 3; ++i) {
+      auto r = SetKind(i, id, k, /*allow_ungate=*/true);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    }
+  req.set_batch_id(Rand(16));
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, refused, &after));
+  // Listed by every server's operator: the admin's explicit act.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(SetKind(i, id, v1::KEY_KIND_SERVICE, /*allow_ungate=*/true, Listed(i, id)).ok());
+  req.set_batch_id(Rand(16));
+  ASSERT_NO_FATAL_FAILURE(RunExpecting(req, computed, &listed));
+}
+
 // The servers do not re-mark a key together: each does on its own Admin
 // call. A key re-marked on some servers only fails its jobs on all three
 // alike (the kind and the material held are in the key view they
