@@ -48,22 +48,17 @@ Dispatcher::Dispatcher(BatcherOptions options, Transport* transport,
       planner_(options_),
       sink_(sink) {}
 
-absl::Status Dispatcher::Submit(uint64_t token, Job job) {
+absl::Status Dispatcher::Submit(uint64_t token, Job job, const Job* gate) {
   // PAD jobs are the planner's own (planner.h), never the KDC's.
   if (job.type == kmpc::v1::JOB_PAD)
     return absl::InvalidArgumentError("PAD jobs are not submitted");
   if (absl::Status st = CheckJob(job); !st.ok()) return st;
-  // A job outside any plan: a Run job of its own, nothing prepared for it
-  // or taken along; but for a ticket signed in the cluster, whose KDC
-  // signature's PAD (the krbtgt's) goes with it, one group (kmpc.proto
-  // Job.sign_pad: a PAD of the same batch).
+  // A job outside any plan: a Run job of its own, nothing prepared for it;
+  // but for a ticket signed in the cluster, whose KDC signature's PAD (the
+  // krbtgt's) goes with it, or a job gated on a copy of its gate, one
+  // group (GroupOf; kmpc.proto Job.sign_pad, Job.release_if_ok).
   PendingJob q = Pending(token, std::move(job), absl::Now());
-  std::vector<PendingJob> none;
-  if (!q.job.sign_key_id.empty()) {
-    none.push_back(PreparedJob(q, kmpc::v1::JOB_PAD, q.job.sign_key_id, q.job.sign_cipher,
-                               contract::kTicketChecksumUsage, contract::kSpliceBytes));
-    none.back().ticket_pad = true;
-  }
+  std::vector<PendingJob> none = GroupOf(&q, gate);
   bool wake = false;
   {
     std::lock_guard<std::mutex> l(mu_);

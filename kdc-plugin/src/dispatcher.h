@@ -82,8 +82,9 @@ class Dispatcher : public StepHost,
 
   // The queue's interface, reached through Batcher::dispatcher().
   // Queues a job. A malformed job is refused here (the sink never hears of
-  // it); token is the caller's name for the job in its Result.
-  absl::Status Submit(uint64_t token, Job job);
+  // it); token is the caller's name for the job in its Result. `gate`: the
+  // DECRYPT it goes gated on, a copy in its Run (prepared.h GroupOf).
+  absl::Status Submit(uint64_t token, Job job, const Job* gate = nullptr);
 
   // Planned exchanges (planner.h). Begin: exchange `id` (nonzero, unique
   // among those not ended) with `plan`; `given` are the jobs of its items
@@ -218,8 +219,9 @@ class Dispatcher : public StepHost,
   // The `enqueued` of each job in queue_ without cts_unit, in queue order
   // (the front is the first such job in the queue).
   std::deque<absl::Time> other_enqueued_;
-  // Groups of a ticket and its signing PAD (Submit): kTicketGroupBit | n,
-  // apart from the planner's exchange groups (planner.cc kPlanGroupBit).
+  // Groups of a ticket and its signing PAD, or of a job and its gate's copy
+  // (Submit, GroupOf): kTicketGroupBit | n, apart from the planner's
+  // exchange groups (planner.cc kPlanGroupBit).
   static constexpr uint64_t kTicketGroupBit = uint64_t{1} << 62;
   uint64_t ticket_groups_ = 0;
   int inflight_ = 0;  // Run batches, deep ones included

@@ -168,17 +168,19 @@ static int UngatedCtsGate(const Plan& plan) {
   return -1;
 }
 
-// Whether item i of `plan` may run alone gated on the plan's gate, as
-// Planner::Take regates it: the AS reply or its PA-REQ-ENC-PA-REP checksum,
-// not given, gated, under the gate's key id and an aes*-ctr-mpc cipher (a
-// ctr-mpc user's, which the servers compute only so). Plan checked.
-static bool RegatedAlone(const Plan& plan, size_t i) {
+bool GatedOnItsTimestamp(const Plan& plan, size_t i) {
   const PlanItem& p = plan.items[i];
-  if ((p.role != Role::kReply && p.role != Role::kReqChecksum) || p.given ||
+  if ((p.role != Role::kReply && p.role != Role::kReqChecksum) ||
       !(p.flags & kItemGated) || contract::CtsCipher(p.cipher))
     return false;
   const PlanItem& g = plan.items[p.gate];
   return g.key_id == p.key_id && g.cipher == p.cipher;
+}
+
+// Whether item i may run alone after a miss, gated on a copy of the gate
+// (Planner::Take): not given, and GatedOnItsTimestamp.
+static bool RegatedAlone(const Plan& plan, size_t i) {
+  return !plan.items[i].given && GatedOnItsTimestamp(plan, i);
 }
 
 void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,

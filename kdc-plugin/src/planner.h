@@ -91,6 +91,14 @@
 
 namespace kmpc::kdc {
 
+// Whether item i of a checked plan is a ctr-mpc user's AS reply or its
+// PA-REQ-ENC-PA-REP checksum, gated on the plan's gate under the gate's
+// key id: the servers compute it only when released on that gate's DECRYPT
+// in the same batch (mpc-server engine/user_key_rule.h), so wherever it
+// runs apart from the gate's Run a copy of the gate goes with it
+// (Planner::Take, Router's failover).
+bool GatedOnItsTimestamp(const Plan& plan, size_t i);
+
 class Planner {
  public:
   explicit Planner(const BatcherOptions& options);

@@ -25,6 +25,24 @@ PendingJob PreparedJob(const PendingJob& cause, pb::JobType type,
   return x;
 }
 
+std::vector<PendingJob> GroupOf(PendingJob* q, const Job* gate) {
+  std::vector<PendingJob> g;
+  if (!q->job.sign_key_id.empty()) {
+    g.push_back(PreparedJob(*q, pb::JOB_PAD, q->job.sign_key_id, q->job.sign_cipher,
+                            contract::kTicketChecksumUsage, contract::kSpliceBytes));
+    g.back().ticket_pad = true;
+  } else if (gate != nullptr) {
+    PendingJob r;
+    r.job = *gate;  // the same ciphertext, dealt afresh when it goes
+    r.blocks = JobCost(r.job);
+    r.enqueued = q->enqueued;
+    r.prepared = r.regate = true;
+    g.push_back(std::move(r));
+    q->gated = true;
+  }
+  return g;
+}
+
 void FinalizeWith(PendingJob* q, HeldKeystream k) {
   const size_t len = q->job.input.size();
   q->output.resize(contract::kCiphertextOverhead + len);

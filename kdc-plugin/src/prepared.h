@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "compile_budget.h"  // Budget
@@ -81,6 +82,15 @@ struct HeldKeystream {
 PendingJob PreparedJob(const PendingJob& cause, kmpc::v1::JobType type,
                        const std::string& key_id, kmpc::v1::Cipher cipher,
                        uint32_t usage, size_t length);
+
+// The jobs that go with ordinary job q as its group, into q's Run
+// (Dispatcher::Submit): for a ticket signed in the cluster, the krbtgt's
+// signing PAD (kmpc.proto Job.sign_pad); given `gate`, a copy of the
+// DECRYPT q is released on (PendingJob::regate), q then gated on it: a
+// ctr-mpc user's AS reply or request checksum run apart from its
+// exchange's Run (router.h failover), which the servers compute only on
+// its timestamp in the same batch (mpc-server engine/user_key_rule.h).
+std::vector<PendingJob> GroupOf(PendingJob* q, const Job* gate);
 
 // Whether a pad of `pad_length` signing a message of `message_bytes` can
 // chain a second signature (kmpc.proto SignItem.chain): its powers of H

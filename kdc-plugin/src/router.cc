@@ -144,12 +144,28 @@ absl::Status Router::Submit(uint64_t token, Job job) {
 }
 
 // Under mu_: registers a copy of `job` for a retry elsewhere (2+ clusters).
-void Router::Register(uint64_t token, const Job& job, absl::Time now, int c) {
+void Router::Register(uint64_t token, const Job& job, absl::Time now, int c,
+                      std::shared_ptr<const Job> gate) {
   if (transports_.size() == 1) return;
   Pending& p = pending_[token];
   p.job = job;
   p.submitted = now;
   p.tried = 1u << c;
+  p.gate = std::move(gate);
+}
+
+// The gate's copy for `plan`'s items that need it apart from the gate's
+// Run (planner.h GatedOnItsTimestamp): a failover's retry of one given
+// now, or a later one sent to another cluster.
+Router::Gate Router::GateOf(const Plan& plan, const std::vector<ItemJob>& given) {
+  Gate g;
+  g.items.resize(plan.items.size());
+  int gate = -1;
+  for (size_t i = 0; i < plan.items.size(); ++i)
+    if ((g.items[i] = GatedOnItsTimestamp(plan, i))) gate = plan.items[i].gate;
+  for (const ItemJob& j : given)
+    if (gate >= 0 && j.item == gate) g.job = std::make_shared<const Job>(j.job);
+  return g;
 }
 
 // Under mu_: forgets jobs the batcher refused.
@@ -170,11 +186,18 @@ absl::Status Router::Begin(uint64_t id, Plan plan, std::vector<ItemJob> given) {
       return absl::UnavailableError("the kdcmpc module is shutting down");
     if (pinned_.count(id))
       return absl::InvalidArgumentError("the exchange was begun already");
-    if (transports_.size() > 1) c = Pick(0, now, given.empty() ? 0 : given[0].token);
+    Gate gate;
+    if (transports_.size() > 1) {
+      c = Pick(0, now, given.empty() ? 0 : given[0].token);
+      gate = GateOf(plan, given);
+    }
     for (const ItemJob& g : given) {
       tokens.push_back(g.token);
-      Register(g.token, g.job, now, c);  // before the batcher has it
+      const bool gated = gate.job && gate.items[g.item];
+      // Before the batcher has it.
+      Register(g.token, g.job, now, c, gated ? gate.job : nullptr);
     }
+    if (gate.job) gates_[id] = std::move(gate);
     pinned_[id] = c;
   }
   absl::Status st =
@@ -183,6 +206,7 @@ absl::Status Router::Begin(uint64_t id, Plan plan, std::vector<ItemJob> given) {
     std::lock_guard<std::mutex> l(mu_);
     Unregister(tokens, c);
     pinned_.erase(id);
+    gates_.erase(id);
   }
   return st;
 }
@@ -190,6 +214,7 @@ absl::Status Router::Begin(uint64_t id, Plan plan, std::vector<ItemJob> given) {
 absl::Status Router::SubmitItem(uint64_t id, int item, uint64_t token, Job job) {
   const absl::Time now = absl::Now();
   int c, to;
+  std::shared_ptr<const Job> gate;  // its gate's copy goes with it elsewhere
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_)
@@ -202,14 +227,18 @@ absl::Status Router::SubmitItem(uint64_t id, int item, uint64_t token, Job job) 
       const int d = Pick(1u << c, now, token);
       if (d >= 0) to = d;
     }
-    Register(token, job, now, to);
+    auto g = gates_.find(id);
+    if (g != gates_.end() && item >= 0 && static_cast<size_t>(item) < g->second.items.size() &&
+        g->second.items[item])
+      gate = g->second.job;
+    Register(token, job, now, to, gate);
   }
   absl::Status st;
   if (to == c) {
     st = batchers_[c]->dispatcher().SubmitItem(id, item, token, std::move(job));
   } else {
     batchers_[c]->dispatcher().CountMiss(id, item, Miss::kFailover);
-    st = batchers_[to]->dispatcher().Submit(token, std::move(job));
+    st = batchers_[to]->dispatcher().Submit(token, std::move(job), gate.get());
   }
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
@@ -226,6 +255,7 @@ std::optional<ExchangeRecord> Router::End(uint64_t id) {
     if (it == pinned_.end()) return std::nullopt;
     c = it->second;
     pinned_.erase(it);
+    gates_.erase(id);
   }
   return batchers_[c]->dispatcher().End(id);
 }
@@ -342,6 +372,7 @@ void Router::RetryLoop() {
     }
     it->second.tried |= 1u << c;
     Job job = it->second.job;
+    const std::shared_ptr<const Job> gate = it->second.gate;
     ++failovers_;
     // One line a second at most: a cluster going down fails a whole batch.
     const absl::Time now = absl::Now();
@@ -355,7 +386,7 @@ void Router::RetryLoop() {
                               " after failing elsewhere (", r.first.message(),
                               "); ", total, " jobs failed over so far"));
     absl::Status st =
-        batchers_[c]->dispatcher().Submit(r.token, std::move(job));
+        batchers_[c]->dispatcher().Submit(r.token, std::move(job), gate.get());
     if (!st.ok())
       Deliver(Result{r.token, std::move(st), {}});
     else

@@ -123,6 +123,9 @@ class Router {
     Job job;  // a copy, for a retry elsewhere; wiped when it goes
     absl::Time submitted;
     uint32_t tried = 0;  // bit c: cluster c had it
+    // The DECRYPT it is released on, whose copy goes with it elsewhere
+    // (planner.h GatedOnItsTimestamp); none when null.
+    std::shared_ptr<const Job> gate;
   };
   struct Retry {
     uint64_t token;
@@ -130,7 +133,16 @@ class Router {
   };
 
   void OnResult(size_t cluster, Result r);
-  void Register(uint64_t token, const Job& job, absl::Time now, int c);
+  void Register(uint64_t token, const Job& job, absl::Time now, int c,
+                std::shared_ptr<const Job> gate = nullptr);
+  // Of a planned exchange, with 2+ clusters: its gate's job when items go
+  // gated on a copy of it elsewhere (planner.h GatedOnItsTimestamp), and
+  // which items. Under mu_.
+  struct Gate {
+    std::shared_ptr<const Job> job;
+    std::vector<bool> items;
+  };
+  static Gate GateOf(const Plan& plan, const std::vector<ItemJob>& given);
   void Unregister(const std::vector<uint64_t>& tokens, int c);
   // The cluster for job `token`, not tried on the clusters in `tried`:
   // the first healthy one (or a cluster that failed before and whose
@@ -163,6 +175,7 @@ class Router {
   bool stopping_ = false;
   std::unordered_map<uint64_t, Pending> pending_;  // only with 2+ clusters
   std::unordered_map<uint64_t, int> pinned_;       // exchange -> cluster
+  std::unordered_map<uint64_t, Gate> gates_;       // exchange -> its gate (GateOf)
   std::deque<Retry> retries_;
   std::vector<absl::Time> down_until_;
   std::vector<int> failures_;      // cluster failures in a row

@@ -103,6 +103,82 @@ TEST_F(RouterTest, AnExchangeIsPinnedToItsClusterAndFailsOverAsAMiss) {
   EXPECT_FALSE(r->End(2).has_value());
 }
 
+// A ctr-mpc user's login (exchange-plan.md 1.5 "AS") whose cluster fails
+// under it: its PA-REQ-ENC-PA-REP checksum, given gated on the timestamp,
+// fails over, and its reply, submitted after the failure, runs on the
+// other cluster as an ordinary job. The servers compute either only when
+// released on that timestamp's DECRYPT in the same batch (mpc-server
+// engine/user_key_rule.h), so each goes there with a copy of the gate and
+// gated on it (planner.h GatedOnItsTimestamp); before, both went alone,
+// ungated, and the servers now refuse that.
+TEST_F(RouterTest, ACtrUsersLoginFailsOverWithItsTimestamp) {
+  namespace pb = ::kmpc::v1;
+  auto r = Make();
+  const std::string ts_plain = "a timestamp, 30 bytes long....";
+  ASSERT_TRUE(r->Submit(1, Encrypt(ts_plain, 1)).ok());
+  ASSERT_TRUE(sink_.WaitFor(1));
+  const SecureBytes ts = sink_.Get(1).output;
+  auto item = [](Role role, size_t length, bool given) {
+    RoleInfo info;
+    EXPECT_TRUE(RoleOf(role, &info));
+    PlanItem p;
+    p.role = role;
+    p.type = info.type;
+    p.usage = info.usage;
+    p.cipher = pb::CIPHER_AES256;
+    p.key_id = kKeyId;
+    p.length = length;
+    p.given = given;
+    p.flags = given ? kItemExact : 0;
+    if (role != Role::kTimestamp) {
+      p.flags |= kItemGated;
+      p.gate = 0;
+    }
+    return p;
+  };
+  const std::string req = "the AS-REQ", reply(120, 'r');
+  Plan plan;
+  plan.kind = ExchangeKind::kAs;
+  plan.items = {item(Role::kTimestamp, ts.size(), true), item(Role::kReqChecksum, 10, true),
+                item(Role::kReply, reply.size(), false)};
+  plan.items[2].flags |= kItemExact;
+  std::vector<ItemJob> given;
+  given.push_back({0, 2, Decrypt(ts, 1)});
+  given.push_back({1, 3, Checksum(req, 56)});
+  clusters_[0].set_down(1, true);
+  ASSERT_TRUE(r->Begin(1, plan, std::move(given)).ok());
+  r->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(3));
+  ASSERT_TRUE(sink_.Get(2).status.ok()) << sink_.Get(2).status;
+  EXPECT_EQ(Str(sink_.Get(2).output), ts_plain);
+  ASSERT_TRUE(sink_.Get(3).status.ok()) << sink_.Get(3).status;
+  ASSERT_TRUE(r->SubmitItem(1, 2, 4, Encrypt(reply, 3)).ok());
+  r->SubmitterIdle();
+  ASSERT_TRUE(sink_.WaitFor(4));
+  ASSERT_TRUE(sink_.Get(4).status.ok()) << sink_.Get(4).status;
+  r->End(1);
+  // On cluster 2, each CHECKSUM 56 and ENCRYPT 3 was released on a usage-1
+  // DECRYPT of its own request.
+  int gated = 0;
+  for (const std::string& raw : clusters_[1].received(0)) {
+    pb::RunRequest rq;
+    ASSERT_TRUE(rq.ParseFromString(raw));
+    std::map<uint64_t, const pb::Job*> by_id;
+    for (const pb::Job& j : rq.jobs()) by_id[j.job_id()] = &j;
+    for (const pb::Job& j : rq.jobs()) {
+      if (!((j.type() == pb::JOB_CHECKSUM && j.usage() == 56) ||
+            (j.type() == pb::JOB_ENCRYPT && j.usage() == 3)))
+        continue;
+      ASSERT_TRUE(j.has_release_if_ok()) << j.type() << " usage " << j.usage();
+      ASSERT_TRUE(by_id.count(j.release_if_ok()));
+      EXPECT_EQ(by_id[j.release_if_ok()]->type(), pb::JOB_DECRYPT);
+      EXPECT_EQ(by_id[j.release_if_ok()]->usage(), 1u);
+      ++gated;
+    }
+  }
+  EXPECT_EQ(gated, 2);
+}
+
 TEST_F(RouterTest, PrimaryTakesEverythingWhileHealthy) {
   auto r = Make();
   for (uint64_t t = 1; t <= 20; ++t) ASSERT_TRUE(r->Submit(t, Encrypt("x")).ok());
