@@ -159,6 +159,7 @@ void Router::Register(uint64_t token, const Job& job, absl::Time now, int c,
 // now, or a later one sent to another cluster.
 Router::Gate Router::GateOf(const Plan& plan, const std::vector<ItemJob>& given) {
   Gate g;
+  if (!Planner::Check(plan).ok()) return g;  // the dispatcher's Begin refuses it
   g.items.resize(plan.items.size());
   int gate = -1;
   for (size_t i = 0; i < plan.items.size(); ++i)
@@ -193,7 +194,8 @@ absl::Status Router::Begin(uint64_t id, Plan plan, std::vector<ItemJob> given) {
     }
     for (const ItemJob& g : given) {
       tokens.push_back(g.token);
-      const bool gated = gate.job && gate.items[g.item];
+      const bool gated = gate.job && g.item >= 0 &&
+                         static_cast<size_t>(g.item) < gate.items.size() && gate.items[g.item];
       // Before the batcher has it.
       Register(g.token, g.job, now, c, gated ? gate.job : nullptr);
     }
