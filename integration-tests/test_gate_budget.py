@@ -120,3 +120,28 @@ def test_wrong_passwords_through_the_kdc_never_reach_the_servers_bound(kmpc_fact
     rc, out = c.kinit(USER, USER_PW)
     assert rc == 0, out + kr.kdc_log_text()[-3000:]
     assert _server_failures(kr) == [10, 10, 10]
+
+
+def test_a_burst_of_wrong_passwords_stops_at_the_modules_bound(kmpc_factory):
+    """The same, with the wrong passwords sent all at once (40 stock kinits
+    together, no credentials): the module holds a slot for each gate in
+    flight (gate_failures.h), so no more than its bound (10) of them reach
+    the servers. A non-author review found that, counting only verdicts
+    already back, the module let a whole burst through: the servers
+    counted 30 of 30 (or 12 of 12, their bound) and the right password was
+    refused by the cluster for the servers' window, across KDC restarts."""
+    import concurrent.futures
+    from test_cts_as import Stock
+    from test_cts_service import USER, USER_PW, make_realm
+    kr = make_realm(kmpc_factory, also_service=False,
+                    server_flags="--gate_failures_per_window=30 --gate_decrypts_per_run=0")
+    clients = [Stock(kr, name=f"s{i}") for i in range(40)]
+    with concurrent.futures.ThreadPoolExecutor(40) as ex:
+        outs = list(ex.map(lambda c: c.kinit(USER, "not the password"), clients))
+    assert all(rc != 0 for rc, _ in outs), outs
+    counts = _server_failures(kr)
+    assert max(counts) <= 10, counts
+    kr.stop_kdc()
+    kr.start_kdc()
+    rc, out = clients[0].kinit(USER, USER_PW)
+    assert rc == 0, out + kr.kdc_log_text()[-3000:]

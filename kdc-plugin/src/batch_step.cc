@@ -249,9 +249,10 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
       failed_gate = e.exchange_id;
       gate_status = st;
     }
-    // A wrong password (a gate DECRYPT whose tag did not hold), counted
-    // toward the module's failure bound (gate_failures.h).
-    if (absl::IsDataLoss(st)) GateFailures::Shared().Failed(e.job, absl::Now());
+    // A gate's verdict: its slot released, a wrong password (a tag that
+    // did not hold) counted toward the module's failure bound
+    // (gate_failures.h).
+    GateFailures::Shared().Done(e.job, absl::IsDataLoss(st), absl::Now());
     r.token = e.token;
     r.status = std::move(st);
     r.output = std::move(out);

@@ -11,6 +11,12 @@
 // until the window ends. MIT's own lockout (a policy's max_failure) stops
 // a principal earlier where the realm sets one.
 //
+// Gates in flight count too: Admit reserves a slot per gate it lets go and
+// Done releases it, so that a burst of wrong passwords sent at once (none
+// of whose verdicts is back yet) is stopped at the limit, not after it.
+// A slot whose gate never reports back (a job dropped before a Run) lapses
+// after kReservationTtl, longer than any gate's life in the module.
+//
 // A gate DECRYPT here: a PA-ENC-TIMESTAMP (usage 1) or a FAST challenge
 // (usage 54), under any cipher. Per process: each krb5kdc worker (-w) and
 // each KDC counts its own, so keep limit x workers x KDCs below the
@@ -24,6 +30,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -38,6 +45,8 @@ class GateFailures {
   // windows are forgotten first (a flood of wrong passwords over many
   // names loses track of some: those keys then meet the servers' bound).
   static constexpr size_t kMaxKeys = size_t{1} << 18;
+  // How long an admitted gate holds its slot without reporting back.
+  static constexpr absl::Duration kReservationTtl = absl::Seconds(60);
 
   explicit GateFailures(uint64_t limit = 10, absl::Duration window = absl::Hours(1))
       : limit_(limit), window_(window) {}
@@ -50,20 +59,31 @@ class GateFailures {
   // Whether `job` is a gate DECRYPT (usage 1 or 54).
   static bool IsGate(const Job& job);
   // OK, or why a gate DECRYPT under job's key may not go now
-  // (kResourceExhausted); OK for any other job.
+  // (kResourceExhausted: its failures in the window and its gates in
+  // flight reach the limit); OK for any other job. An admitted gate holds
+  // a slot until Done (or kReservationTtl).
   absl::Status Admit(const Job& job, absl::Time now);
-  // A gate DECRYPT whose tag did not hold: counted in its key's window.
-  void Failed(const Job& job, absl::Time now);
+  // An admitted gate DECRYPT's verdict is back: its slot is released, and
+  // `failed` (its tag did not hold) counts in its key's window.
+  void Done(const Job& job, bool failed, absl::Time now);
+  void Failed(const Job& job, absl::Time now) { Done(job, true, now); }
   // Failures counted for `key_id` at `now`.
   uint64_t Failures(const std::string& key_id, absl::Time now) const;
+  // Gates admitted under `key_id` and not yet Done at `now`.
+  size_t InFlight(const std::string& key_id, absl::Time now) const;
 
  private:
   struct Window {
     absl::Time start;
     uint64_t failures = 0;
+    std::vector<absl::Time> in_flight;  // admission times, oldest first
   };
   bool Expired(const Window& w, absl::Time now) const { return now - w.start >= window_; }
   void PruneLocked(absl::Time now);
+  static void LapseLocked(Window& w, absl::Time now);
+  uint64_t FailuresLocked(const Window& w, absl::Time now) const {
+    return w.failures == 0 || Expired(w, now) ? 0 : w.failures;
+  }
 
   mutable std::mutex mu_;
   uint64_t limit_;

@@ -434,14 +434,14 @@ bool IsCtsGate(const kmpc::kdc::Job& job) {
 }
 
 absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
-  if (auto st = kmpc::kdc::GateFailures::Shared().Admit(job, absl::Now()); !st.ok()) return st;
-  if (!IsCtsGate(job) ||
-      !kmpc::kdc::GateFreshness::Shared().Seen(
-          job.key_id, absl::MakeConstSpan(job.input.data(), job.input.size()),
-          absl::Now()))
-    return absl::OkStatus();
-  return kmpc::kdc::ReplayedGateError(
-      "a replayed timestamp: this ciphertext verified before within the clock skew");
+  if (IsCtsGate(job) &&
+      kmpc::kdc::GateFreshness::Shared().Seen(
+          job.key_id, absl::MakeConstSpan(job.input.data(), job.input.size()), absl::Now()))
+    return kmpc::kdc::ReplayedGateError(
+        "a replayed timestamp: this ciphertext verified before within the clock skew");
+  // Last: an admitted gate holds a slot of the failure bound until its
+  // verdict (gate_failures.h).
+  return kmpc::kdc::GateFailures::Shared().Admit(job, absl::Now());
 }
 
 // The gates among an exchange's given jobs, claimed in flight

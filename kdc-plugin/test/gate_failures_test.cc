@@ -1,6 +1,7 @@
 // The module's failure bound (gate_failures.h): which jobs are gates, the
-// window from its first failure, other keys unaffected, no bound at 0, the
-// table's size bounded; and the kdc.conf relations that set it.
+// window from its first failure, gates in flight held to it, other keys
+// unaffected, no bound at 0, the table's size bounded; and the kdc.conf
+// relations that set it.
 #include "gate_failures.h"
 
 #include <gtest/gtest.h>
@@ -60,6 +61,44 @@ TEST(GateFailures, AKeyIsStoppedAfterItsLimitUntilTheWindowEnds) {
   EXPECT_TRUE(g.Admit(victim, kT0 + absl::Seconds(100)).ok());
   g.Failed(victim, kT0 + absl::Seconds(100));
   EXPECT_EQ(g.Failures(victim.key_id, kT0 + absl::Seconds(100)), 1u);
+}
+
+// Wrong passwords sent all at once (an outsider's burst of kinits): no
+// verdict is back when the next arrives, so the gates in flight count
+// toward the limit, or the whole burst would reach the servers and spend
+// the user's budget there (a lockout at the cluster). Before slots were
+// held, every one of a burst was admitted.
+TEST(GateFailures, ABurstInFlightStopsAtTheLimit) {
+  GateFailures g(3, absl::Hours(1));
+  const Job victim = Gate(std::string(32, 'b'));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(g.Admit(victim, kT0).ok()) << i;
+  const absl::Status st = g.Admit(victim, kT0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("in flight"), absl::string_view::npos) << st;
+  EXPECT_EQ(g.InFlight(victim.key_id, kT0), 3u);
+  // A right password's verdict frees its slot; a wrong one's turns into a
+  // failure, which keeps the slot's place.
+  g.Done(victim, /*failed=*/false, kT0 + absl::Seconds(1));
+  EXPECT_TRUE(g.Admit(victim, kT0 + absl::Seconds(1)).ok());
+  g.Done(victim, /*failed=*/true, kT0 + absl::Seconds(2));
+  EXPECT_FALSE(g.Admit(victim, kT0 + absl::Seconds(2)).ok());
+  EXPECT_EQ(g.Failures(victim.key_id, kT0 + absl::Seconds(2)), 1u);
+  // A gate that never reports back holds its slot kReservationTtl only.
+  EXPECT_EQ(g.InFlight(victim.key_id, kT0 + GateFailures::kReservationTtl), 1u);
+  EXPECT_TRUE(g.Admit(victim, kT0 + GateFailures::kReservationTtl).ok());
+}
+
+TEST(GateFailures, ALoginLeavesNoEntry) {
+  GateFailures g(3, absl::Hours(1));
+  const Job user = Gate(std::string(32, 'u'));
+  ASSERT_TRUE(g.Admit(user, kT0).ok());
+  g.Done(user, /*failed=*/false, kT0);
+  EXPECT_EQ(g.InFlight(user.key_id, kT0), 0u);
+  EXPECT_EQ(g.Failures(user.key_id, kT0), 0u);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(g.Admit(user, kT0).ok()) << i;
+    g.Done(user, /*failed=*/false, kT0);
+  }
 }
 
 TEST(GateFailures, ZeroIsNoBound) {
