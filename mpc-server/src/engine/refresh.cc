@@ -824,6 +824,7 @@ absl::StatusOr<std::vector<RefreshOutcome>> RefreshExchange(
         !st.ok())
       return st;
     ks->origin_deal_id = w.key->Origin();
+    ks->kind = w.key->kind;  // a copy is the same kind of key (the record's)
     TakeComponents(buf, w.key->round_keys[0].size(), w.key->h_powers[0].size(),
                    LayoutOf(*w.key), pos, *ks);
     out[j].shares = std::move(ks);
