@@ -205,33 +205,52 @@ def _rss_kib(pid):
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
 
+# The module's failure bound (kdc-plugin/src/gate_failures.h, kdc.conf
+# [kdcmpc] gate_failures): the realm's default, which the flood below keeps
+# under per user.
+GATE_FAILURES = 10
+FLOOD_USERS = 32
+
+
 def test_wrong_password_flood_leaves_honest_logins_working(kmpc_factory):
     """What held (real module and cluster): a flood of AS-REQs with wrong
-    timestamps for a handle user spends the planner's budget (speculate_max
-    8: four exchanges, then 32 a second), and an honest login still
-    succeeds during and after it; the KDC's memory does not grow with the
-    flood."""
+    timestamps for other handle users spends the planner's budget
+    (speculate_max 8: four exchanges, then 32 a second), and alice's honest
+    login still succeeds during and after it; the KDC's memory does not
+    grow with the flood.
+
+    The flood's users are not alice: wrong passwords for one key stop that
+    key's logins at the module's failure bound (GATE_FAILURES in its window,
+    gate_failures.h), the right password's too, as MIT's lockout would;
+    test_gate_budget.py has that. A flood at one user would meet the bound
+    after GATE_FAILURES requests and reach the planner no more, so the 320
+    wrong timestamps are spread over FLOOD_USERS users, GATE_FAILURES each:
+    every one of them reaches the planner. Each user's next wrong password
+    is then refused by the module's bound, before any Run."""
     import concurrent.futures
     from test_metrics import parse, scrape
     r = kmpc_factory(module="real", metrics=True,
                      module_options={"speculate_max": 8})
     r.setup_krbtgt()
-    r.add_users({"alice": _password()})
+    targets = [f"flood{i}" for i in range(FLOOD_USERS)]
+    r.add_users({"alice": _password(), **{t: _password() for t in targets}})
     r.start()
     r.login("alice")
     pid = r.kdc_proc.pid
     rss0 = _rss_kib(pid)
 
-    def flood(n):
+    def flood(users):
         codes = []
-        for _ in range(n):
-            codes.append(krb_der.krb_error_code(_kdc_tcp(r, _as_req("alice", _wrong_enc_ts()))))
+        for _ in range(GATE_FAILURES):
+            for u in users:
+                codes.append(krb_der.krb_error_code(_kdc_tcp(r, _as_req(u, _wrong_enc_ts()))))
         return codes
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        jobs = [pool.submit(flood, 40) for _ in range(8)]
+        jobs = [pool.submit(flood, targets[i::8]) for i in range(8)]
         r.login("alice", timeout=60)  # during the flood
         codes = [c for j in jobs for c in j.result()]
+    assert len(codes) == FLOOD_USERS * GATE_FAILURES
     # Wrong passwords, or a cluster too busy to tell: never a login.
     assert set(codes) <= {PREAUTH_FAILED, 29}, sorted(set(codes))  # 29: SVC_UNAVAILABLE
     assert codes.count(PREAUTH_FAILED) > 0
@@ -241,6 +260,14 @@ def test_wrong_password_flood_leaves_honest_logins_working(kmpc_factory):
     print(f"flood: {len(codes)} wrong timestamps, {codes.count(29)} refused as "
           f"busy; plan misses for lack of budget: {budget:.0f}")
     r.login("alice", timeout=60)  # after it
+    # Each flooded key is at its bound now: one more wrong password is
+    # refused by the module, not tried.
+    since = len(r.kdc_log_text())
+    for t in targets[:2]:
+        code = krb_der.krb_error_code(_kdc_tcp(r, _as_req(t, _wrong_enc_ts())))
+        assert code == 29, (t, code)
+    refused = r.kdc_log_text()[since:]
+    assert refused.count(f"(gate_failures = {GATE_FAILURES})") == 2, refused[-3000:]
     assert _rss_kib(pid) - rss0 < 64 * 1024, (rss0, _rss_kib(pid))
     assert r.alive()
 
