@@ -14,8 +14,11 @@
 // Gates in flight count too: Admit reserves a slot per gate it lets go and
 // Done releases it, so that a burst of wrong passwords sent at once (none
 // of whose verdicts is back yet) is stopped at the limit, not after it.
-// A slot whose gate never reports back (a job dropped before a Run) lapses
-// after kReservationTtl, longer than any gate's life in the module.
+// A slot whose gate never reports back (an exchange refused after its
+// gate was admitted: planner capacity, the compile budget) lapses after
+// kReservationTtl, longer than a gate's life in the module (deadline_ms,
+// 3 s, and a held-back reply's regate within speculate_ttl_ms, 4 s) and
+// short enough that such refusals keep a user out for seconds only.
 //
 // A gate DECRYPT here: a PA-ENC-TIMESTAMP (usage 1) or a FAST challenge
 // (usage 54), under any cipher. Per process: each krb5kdc worker (-w) and
@@ -46,7 +49,7 @@ class GateFailures {
   // names loses track of some: those keys then meet the servers' bound).
   static constexpr size_t kMaxKeys = size_t{1} << 18;
   // How long an admitted gate holds its slot without reporting back.
-  static constexpr absl::Duration kReservationTtl = absl::Seconds(60);
+  static constexpr absl::Duration kReservationTtl = absl::Seconds(15);
 
   explicit GateFailures(uint64_t limit = 10, absl::Duration window = absl::Hours(1))
       : limit_(limit), window_(window) {}
