@@ -57,30 +57,76 @@ def read_stores(realm):
     return out
 
 
+# share_store.cc record header before the label: "KMS2" cipher u8 kind u8
+# kvno u32 label_len u16 (12 bytes); "KMS1" has no kind byte (11 bytes).
+_STORE_HEADERS = ((b"KMS2", 12), (b"KMS1", 11))
+# store/cipher.h Cipher: the number of AES round keys of each.
+_ROUND_KEYS = {1: 11, 2: 15, 17: 11, 18: 15}
+# KeyShares versions (key_shares.cc): 1 plain, 2 with the aes*-cts material;
+# 3 and 4 are 1 and 2 with the origin deal id (16) after deal_id, written
+# only when the origin differs from deal_id (a refresh's or rebuild's copy).
+_CTS_VERSIONS, _ORIGIN_VERSIONS = (2, 4), (3, 4)
+
+
+def parse_shares(ks):
+    """A KeyShares encoding (engine.h, key_shares.cc KeyShares::Serialize):
+    "KMPCKS" version party cipher hpowers u16be deal_id[16] [origin[16]]
+    rk0 rk1 hp0 hp1 [material], as a dict; "origin" is deal_id in a version
+    without one. Strict like KeyShares::Parse: an unknown version or a size
+    that does not add up fails here, so a new format is never silently
+    skipped."""
+    assert ks[:6] == b"KMPCKS", "share record magic"
+    version, party, cipher = ks[6], ks[7], ks[8]
+    assert version in (1, 2, 3, 4), f"KeyShares version {version} unknown to this reader"
+    assert party <= 2 and cipher in _ROUND_KEYS, (party, cipher)
+    assert (cipher >= 17) == (version in _CTS_VERSIONS), (version, cipher)
+    rk = _ROUND_KEYS[cipher] * 16
+    hp = int.from_bytes(ks[9:11], "big") * 16
+    deal, at = ks[11:27], 27
+    origin = deal
+    if version in _ORIGIN_VERSIONS:
+        origin, at = ks[27:43], 43
+        assert origin != deal, "origin equal to deal_id in version 3/4"
+    body = ks[at:at + 2 * rk + 2 * hp]
+    assert len(body) == 2 * rk + 2 * hp, "share record size"
+    rest = ks[at + len(body):]
+    cts = []
+    if version in _CTS_VERSIONS:  # key_shares.cc SerializeCts
+        assert rest, "no material count"
+        pos = 1
+        for _ in range(rest[0]):
+            kind, usage = rest[pos], int.from_bytes(rest[pos + 1:pos + 5], "big")
+            n = int.from_bytes(rest[pos + 5:pos + 7], "big")
+            pos += 7
+            assert n and len(rest) - pos >= 2 * n, "truncated material"
+            cts.append({"kind": kind, "usage": usage,
+                        "share": (rest[pos:pos + n], rest[pos + n:pos + 2 * n])})
+            pos += 2 * n
+        rest = rest[pos:]
+    assert rest == b"", "bytes after the share record"
+    return {"version": version, "party": party, "cipher": cipher, "deal": deal,
+            "origin": origin, "rk": (body[:rk], body[rk:2 * rk]),
+            "hp": (body[2 * rk:2 * rk + hp], body[2 * rk + hp:]), "cts": cts}
+
+
 def records(data, label):
     """Every share record labelled `label` in an LMDB file (share_store.cc:
-    "KMS2" cipher u8 kind u8 kvno u32 label_len u16 label shares_len u32 shares;
-    engine KeyShares: "KMPCKS" 0x01 party cipher hpowers u16be deal_id[16]
-    rk0 rk1 hp0 hp1) as dicts."""
+    header (_STORE_HEADERS) label shares_len u32 shares) as parse_shares
+    dicts. A record whose shares do not parse fails the test."""
     lab = label.encode()
     found = []
     pos = data.find(lab)
     while pos >= 0:
-        hdr = pos - 12
-        if (hdr >= 0 and data[hdr:hdr + 4] == b"KMS2"
-                and int.from_bytes(data[pos - 2:pos], "little") == len(lab)):
-            off = pos + len(lab)
-            n = int.from_bytes(data[off:off + 4], "little")
-            ks = data[off + 4:off + 4 + n]
-            if len(ks) == n and ks[:7] == b"KMPCKS\x01":
-                cipher = ks[8]
-                rk = (11 if cipher == 1 else 15) * 16
-                hp = int.from_bytes(ks[9:11], "big") * 16
-                body = ks[27:]
-                assert len(body) == 2 * rk + 2 * hp, "share record size"
-                found.append({"party": ks[7], "deal": ks[11:27],
-                              "rk": (body[:rk], body[rk:2 * rk]),
-                              "hp": (body[2 * rk:2 * rk + hp], body[2 * rk + hp:])})
+        for magic, hlen in _STORE_HEADERS:
+            hdr = pos - hlen
+            if (hdr >= 0 and data[hdr:hdr + 4] == magic
+                    and int.from_bytes(data[pos - 2:pos], "little") == len(lab)):
+                off = pos + len(lab)
+                n = int.from_bytes(data[off:off + 4], "little")
+                ks = data[off + 4:off + 4 + n]
+                assert len(ks) == n, f"share record of {label} truncated"
+                found.append(parse_shares(ks))
+                break
         pos = data.find(lab, pos + 1)
     return found
 
@@ -110,6 +156,8 @@ def check_combines(views, key):
     for i in range(3):  # each share's two copies agree
         assert views[i]["rk"][1] == views[(i + 1) % 3]["rk"][0]
         assert views[i]["party"] == i
+        # One dealing: the three views name the same deal and origin.
+        assert (views[i]["deal"], views[i]["origin"]) == (views[0]["deal"], views[0]["origin"])
     assert xor(*(v["rk"][0] for v in views)) == rk
     assert xor(*(v["hp"][0] for v in views))[:16] == h
 
@@ -133,13 +181,15 @@ def check_never_combine(old, new, key):
 
 def check_redealt(after, old, keys):
     """The stores after a refresh (or a rebuild) against the views `old`
-    from before: every key recombines, under a new dealing, and no old
-    view of one party with a new view of another (either way round) gives
-    it. Returns the new views."""
+    from before: every key recombines, under a new dealing that keeps the
+    old one's origin (the servers' per-deal bounds follow the key:
+    gate_budget.h, refresh.h), and no old view of one party with a new view
+    of another (either way round) gives it. Returns the new views."""
     new = {p: [one_record(after[i], p) for i in range(3)] for p in keys}
     for p, k in keys.items():
         check_combines(new[p], k)
         assert new[p][0]["deal"] != old[p][0]["deal"]
+        assert new[p][0]["origin"] == old[p][0]["origin"], f"{p}: the copy lost its origin"
         check_never_combine(old[p], new[p], k)
         check_never_combine(new[p], old[p], k)
     return new
