@@ -626,8 +626,16 @@ def storm_realm(make, users, tmp, **kw):
     krbtgt and `users` password users user0.. in the cluster(s), a service,
     the KDC running; and tmp/storm.keytab for kmpc-storm, holding the keys
     the users' clients derive (kvno 2: sharing took the next kvno).
-    Returns (realm, {user: password}, keytab)."""
+    Returns (realm, {user: password}, keytab).
+
+    A storm logs each user in many times at once (rate / users per second,
+    each for as long as the loaded KDC takes), and the module holds each
+    user key to gate_failures pre-authentications failed or in flight
+    (kdc-plugin/src/gate_failures.h): its realm runs gate_failures = 0, as
+    its servers run no per-Run gate bound (cluster.py); test_gate_budget
+    and test_as_plan_review test the bound."""
     from bench import storm_bench  # the benchmarks build on this module
+    kw["module_options"] = {"gate_failures": "0", **(kw.get("module_options") or {})}
     pws = {f"user{i}": "pw-" + secrets.token_hex(8) for i in range(users)}
     r = ready(make(module="real", **kw), pws)
     kt = os.path.join(str(tmp), "storm.keytab")
