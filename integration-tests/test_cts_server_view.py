@@ -28,12 +28,21 @@ shares (docs/design/exchange-plan.md section 2). The test checks that
 checksum with its own RFC 3962 code, and that no 8-byte window of the
 request either (dealt as shares like the reply, though public) is in any
 server's recording.
+
+The demo's realm (demo.py's configuration: users' keys under aes*-cts
+only, made by `kadmin.local addprinc -pw` through kmpc's key dealer)
+with real clients: the patched kinit and Debian's /usr/bin/kinit log in
+over TCP through a relay in the test that keeps every byte each way, so
+that each login's PA-ENC-TIMESTAMP cipher and AS-REP enc-part cipher, as
+sent, are known; no 8-byte window of either is in any server's recording.
 """
 import datetime
 import hashlib
 import hmac
 import os
 import secrets
+import socket
+import threading
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
@@ -322,3 +331,159 @@ def test_no_window_of_the_fast_challenge_reaches_any_server(kmpc_factory, tmp_pa
         plain = rfc3962_decrypt(cf2, 54, ct)[16:]
         assert plain[:1] == b"\x30" and b"\xa0\x11\x18\x0f" in plain[:8], plain.hex()
         _assert_no_window(recs, "encrypted challenge's ciphertext and tag", ct)
+
+
+# --- the demo's realm, real clients through a recording relay ---------------
+
+class KdcRelay:
+    """A TCP relay on 127.0.0.1 between Kerberos clients and the KDC: every
+    byte each way of every connection is kept (before it is forwarded, so a
+    client that has its reply has it recorded). RFC 4120 section 7.2.2
+    framing: a 4-byte big-endian length, then the message."""
+
+    def __init__(self, kdc_port):
+        self.kdc_port = kdc_port
+        self.streams = []  # [(client -> KDC bytearray, KDC -> client bytearray)]
+        self.sockets = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            kdc = socket.create_connection(("127.0.0.1", self.kdc_port))
+            self.sockets += [client, kdc]
+            up, down = bytearray(), bytearray()
+            self.streams.append((up, down))
+            for src, dst, buf in ((client, kdc, up), (kdc, client, down)):
+                threading.Thread(target=self._pump, args=(src, dst, buf),
+                                 daemon=True).start()
+
+    def _pump(self, src, dst, buf):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                buf += data
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self):
+        self.listener.close()
+        for s in self.sockets:
+            s.close()
+
+    @staticmethod
+    def _frames(stream):
+        stream, out = bytes(stream), []
+        while len(stream) >= 4:
+            n = int.from_bytes(stream[:4], "big")
+            if len(stream) < 4 + n:
+                break
+            out.append(stream[4:4 + n])
+            stream = stream[4 + n:]
+        return out
+
+    def messages(self, first=0):
+        """(requests, replies) of the connections from the first-th on,
+        unframed."""
+        reqs, reps = [], []
+        for up, down in self.streams[first:]:
+            reqs += self._frames(up)
+            reps += self._frames(down)
+        return reqs, reps
+
+
+def _timestamp_ciphers(as_req):
+    """The cipher of each PA-ENC-TIMESTAMP (padata type 2: EncryptedData
+    { [0] etype, [1] kvno OPTIONAL, [2] cipher }) of an AS-REQ."""
+    out = []
+    if as_req[:1] != b"\x6a":
+        return out
+    for tag, _, body in krb_der.children(krb_der.content(krb_der.content(as_req))):
+        if tag != 0xA3:
+            continue
+        for _, pa, _ in krb_der.children(krb_der.content(body)):
+            fields = {t: b for t, _, b in krb_der.children(krb_der.content(pa))}
+            if int.from_bytes(krb_der.content(fields[0xA1]), "big") != PA_ENC_TIMESTAMP:
+                continue
+            enc = {t: b for t, _, b in krb_der.children(
+                krb_der.content(krb_der.content(fields[0xA2])))}
+            out.append(krb_der.content(enc[0xA2]))
+    return out
+
+
+def test_demo_realm_logins_leave_no_window_of_timestamp_or_reply_cipher(
+        kmpc_factory, tmp_path, monkeypatch):
+    """The demo's configuration (demo.py): supported_enctypes the standard
+    AES ones, user_ctr_mpc off, the dealer on with protect = *, krb5.conf
+    the harness's (aes256-ctr-mpc first for the patched kinit). A user
+    made by `kadmin.local addprinc -pw` logs in with the patched kinit and
+    with Debian's /usr/bin/kinit, both over TCP through KdcRelay, which
+    sees each login's PA-ENC-TIMESTAMP cipher and AS-REP enc-part cipher
+    as sent. No 8-byte window of either is in any server's recording."""
+    from test_cts_as import Stock
+    monkeypatch.setenv("KMPC_TEST_ONLY_RECORD_REQUESTS", "1")
+    kr = kmpc_factory(module="real", dealer=True, protect=["*"], user_ctr_mpc=False,
+                      supported_enctypes=(CTS256, CTS128), module_options=COLD_PROGRAMS,
+                      server_flags=f"--debug_record_requests={tmp_path}/keyops-{{party}}.bin")
+    kr.kadmin_local(f"setstr {kr.tgs} session_enctypes {kmpc_cluster.SESSION_ENCTYPES}")
+    kr.kadmin_local(f"cpw -randkey -e aes256-ctr-mpc:normal {kr.tgs}")
+    assert [(r[1], r[2]) for r in kr.kdb_keys(kr.tgs)] == [("aes256-ctr-mpc", "handle")]
+    princ, pw = "alice", "Alice-pw-" + secrets.token_hex(6)
+    out = kr.kadmin_local(f"addprinc +requires_preauth -pw {pw} {princ}")
+    assert "created" in out, out
+    rows = assert_only_handles(kr, princ)
+    assert sorted(r[1] for r in rows) == sorted([CTS256, CTS128]), rows
+    kr.start()
+    assert "aes256-ctr-mpc" in open(kr.krb5_conf).read()
+
+    relay = KdcRelay(kr.kdc_port)
+    try:
+        patched_conf = os.path.join(kr.dir, "relay-krb5.conf")
+        with open(kr.krb5_conf) as f:
+            text = f.read()
+        kdc_line = f"kdc = 127.0.0.1:{kr.kdc_port}"
+        assert kdc_line in text and "udp_preference_limit = 1" in text
+        with open(patched_conf, "w") as f:
+            f.write(text.replace(kdc_line, f"kdc = 127.0.0.1:{relay.port}"))
+        stock = Stock(kr)
+        with open(stock.conf) as f:
+            text = f.read()
+        assert kdc_line in text
+        with open(stock.conf, "w") as f:
+            f.write(text.replace(kdc_line, f"kdc = 127.0.0.1:{relay.port}").replace(
+                "[libdefaults]\n", "[libdefaults]\n    udp_preference_limit = 1\n"))
+
+        captured = {}
+        for client in ("patched", "debian"):
+            seen = len(relay.streams)
+            if client == "patched":
+                kr.kinit(princ, pw, env=dict(kr.env, KRB5_CONFIG=patched_conf), timeout=180)
+            else:
+                rc, out = stock.kinit(princ, pw)
+                assert rc == 0, out + kr.kdc_log_text()[-3000:]
+            reqs, reps = relay.messages(seen)
+            ts = [c for r in reqs for c in _timestamp_ciphers(r)]
+            replies = [_enc_part_cipher(r) for r in reps if r[:1] == b"\x6b"]
+            assert ts and replies, (client, len(reqs), [r[:1].hex() for r in reps])
+            captured[client] = (ts, replies)
+    finally:
+        relay.close()
+
+    recs = _recordings(tmp_path)
+    key_id = bytes.fromhex(next(r[3] for r in rows if r[1] == CTS256))
+    for i, rec in enumerate(recs):
+        assert key_id in rec, f"control: party {i} recorded no job under {princ}'s key"
+    for client, (ts, replies) in captured.items():
+        for c in ts:
+            _assert_no_window(recs, f"{client} kinit's PA-ENC-TIMESTAMP cipher", c)
+        for c in replies:
+            _assert_no_window(recs, f"{client} kinit's AS-REP enc-part cipher", c)
