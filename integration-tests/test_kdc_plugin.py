@@ -230,7 +230,11 @@ def test_key_deleted_on_one_server_fails_only_that_user(kmpc_factory, tmp_path):
     logins fail at once with a clear error, while alice's concurrent logins,
     batched with bob's, succeed (the servers agree per job which keys they
     all hold; one inconsistent key fails only its own jobs)."""
-    r = kmpc(kmpc_factory, users=("alice", "bob"), batch_window_ms=100)
+    # 20 of alice's logins in flight at once: past the module's bound on
+    # one key's pre-authentications in flight (gate_failures, 10;
+    # docs/limitations.md), which the harness's servers' per-Run bound is
+    # off for likewise (--gate_decrypts_per_run=0).
+    r = kmpc(kmpc_factory, users=("alice", "bob"), batch_window_ms=100, gate_failures=0)
     kinit(r, "bob")
     r.cluster.client("delete-key", f"--key_id_hex={r.key_id('bob')}",
                      "--only_party=1")
