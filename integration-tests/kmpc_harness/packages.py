@@ -397,9 +397,10 @@ class PackagedDeployment:
         with open(path) as f:
             text = f.read()
         keep = (r"mpcdealer = \{|kadm5_hook = \{|    module = kmpc:.*/mpcdealer/.*|\}|"
-                r"\[mpcdealer\]|    kmpc = \{|        config = .*|        protect = .*|    \}")
+                r"\[mpcdealer\]|    kmpc = \{|        config = .*|        protect = .*|"
+                r"        service = .*|    \}")
         text, n = re.subn(rf"^(\s*)# ({keep})$", r"\1\2", text, flags=re.M)
-        if n != 11:
+        if n != 12:
             raise PackageError(f"kdc.conf.example's dealer block changed ({n} lines)")
         with open(path, "w") as f:
             f.write(text)
