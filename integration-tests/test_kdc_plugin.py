@@ -335,7 +335,10 @@ def test_swapped_servers_are_refused(kmpc_factory):
 @pytest.mark.parametrize("early_flush", [False, True])
 def test_200_concurrent_logins(kmpc_factory, tmp_path, early_flush):
     users = [f"user{i}" for i in range(10)]
-    r = kmpc(kmpc_factory, users=users, max_batch_jobs=512,
+    # 20 logins of each user at once: past the module's bound on one key's
+    # pre-authentications in flight (gate_failures; docs/limitations.md),
+    # off here as the harness's servers' per-Run bound is.
+    r = kmpc(kmpc_factory, users=users, max_batch_jobs=512, gate_failures=0,
              early_flush="true" if early_flush else "false")
     n = 200
     t0 = time.monotonic()
