@@ -215,11 +215,18 @@ def test_dealer_deals_cts_handles(realm):
     assert sorted(r[1] for r in rows) == sorted(ENCTYPES)
     assert {r[0] for r in rows} == {"1"}
     # RC4 in the list is dropped (never kept for a protected principal); a
-    # principal holding aes*-ctr-mpc keys, changed with a list of aes*-cts
-    # enctypes only, keeps an aes*-ctr-mpc key (the KDC computes with those).
+    # password is dealt under the list's aes*-cts enctypes even for a
+    # principal holding aes*-ctr-mpc keys (one door per password: the
+    # servers see an aes*-cts login's timestamp as shares only).
     kr.kadmin_local(f"cpw -e {CTS256}:normal,arcfour-hmac:normal -pw Dealt-pw-2 dealt1")
     rows = assert_only_handles(kr, "dealt1", keys_of(kr, "dealt1", "Dealt-pw-2"))
-    assert [(r[0], r[1]) for r in rows] == [("2", "aes256-ctr-mpc")]
+    assert [(r[0], r[1]) for r in rows] == [("2", CTS256)]
+    # A random key of a principal holding aes*-ctr-mpc keys, changed with a
+    # list of aes*-cts enctypes only, stays an aes*-ctr-mpc key.
+    kr.kadmin_local("addprinc -randkey -e aes256-ctr-mpc:normal dealt3")
+    kr.kadmin_local(f"cpw -randkey -e {CTS256}:normal dealt3")
+    assert [(r[0], r[1], r[2]) for r in kr.kdb_keys("dealt3")] == [
+        ("2", "aes256-ctr-mpc", "handle")]
     # A new protected principal with such a list gets aes*-cts handles.
     kr.kadmin_local(f"addprinc +requires_preauth -e {CTS256}:normal,arcfour-hmac:normal,"
                     f"{CTS128}:normal -pw Dealt-pw-3 dealt2")
