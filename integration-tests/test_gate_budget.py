@@ -145,3 +145,66 @@ def test_a_burst_of_wrong_passwords_stops_at_the_modules_bound(kmpc_factory):
     kr.start_kdc()
     rc, out = clients[0].kinit(USER, USER_PW)
     assert rc == 0, out + kr.kdc_log_text()[-3000:]
+
+
+def _failures_by_deal(kr, i):
+    """Server i's failed gate DECRYPTs per deal (STORE_DIR/gate-failures:
+    the last line of a deal wins)."""
+    by_deal = {}
+    with open(f"{kr.cluster.store_dir(i)}/gate-failures") as f:
+        for line in f.read().split("\n"):
+            if line.strip():
+                deal, _, n = line.split()
+                by_deal[deal] = int(n)
+    return by_deal
+
+
+def test_one_passwords_keys_share_one_budget(kmpc_factory, krb5_tool):  # noqa: F811
+    """A password is one door whatever enctypes hold it: the aes256-cts and
+    aes128-cts keys the dealer deals for `addprinc -pw` (carol), and the
+    two kmpc-admin share --from-existing moves (dave), count their failed
+    gates under one deal on the servers. The attack: a compromised KDC
+    host (its client certificate, raw jobs) sends 3 guesses under each
+    key; before, each key was a deal of its own with a budget of its own
+    (two deals of 3 failures: twice the guesses per password)."""
+    import subprocess
+    from kmpc_harness.cluster import find_built
+    CTS256, CTS128 = "aes256-cts-hmac-sha1-96", "aes128-cts-hmac-sha1-96"
+    kr = kmpc_factory(module="real", dealer=True, protect=["carol"], user_ctr_mpc=False,
+                      supported_enctypes=(CTS256, CTS128))
+    kr.kadmin_local("addprinc -pw Carol-pw-31 carol")
+    # dave's keys made in the KDB (the dealer protects carol only), then
+    # moved into the cluster.
+    kr.addprinc("dave", "Dave-pw-42", enctypes=[CTS256, CTS128])
+    assert {k[2] for k in kr.kdb_keys("dave")} == {"key"}
+    kr.admin("share", "--from-existing", f"--enctype={CTS256}", "dave")
+    etype = {CTS256: ("18", "aes256-cts"), CTS128: ("17", "aes128-cts")}
+    for user in ("carol", "dave"):
+        handles = {k[1]: k[3] for k in kr.kdb_keys(user) if k[2] == "handle"}
+        assert sorted(handles) == [CTS128, CTS256], kr.kdb_keys(user)
+        before = [_failures_by_deal_or_empty(kr, i) for i in range(3)]
+        lines = []
+        for enctype, kid in handles.items():
+            et, cipher = etype[enctype]
+            for g in range(3):
+                key = krb5_tool("s2k", et, f"guess{g}", f"{kr.realm}{user}").stdout.strip()
+                ct = krb5_tool("enc", et, key, "1", _timestamp().hex()).stdout.strip()
+                lines.append(f"cts_decrypt:{cipher} {kid} 1 {ct}")
+        p = subprocess.run([find_built("mpc-server/kmpc-mpc-client"),
+                            f"--servers={kr.cluster.servers}", f"--certs={kr.cluster.certs}",
+                            "jobs"], input="\n".join(lines) + "\n", capture_output=True,
+                           text=True, timeout=120)
+        out = p.stdout.strip().split("\n")
+        assert out.count("integrity_failed") == 6, (p.stdout, p.stderr)
+        for i in range(3):
+            after = _failures_by_deal(kr, i)
+            new = {d: n - before[i].get(d, 0) for d, n in after.items()
+                   if before[i].get(d) != n}
+            assert list(new.values()) == [6], (user, i, new)
+
+
+def _failures_by_deal_or_empty(kr, i):
+    try:
+        return _failures_by_deal(kr, i)
+    except FileNotFoundError:
+        return {}

@@ -59,6 +59,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -108,6 +109,10 @@ struct Pending {
   std::set<std::string> dealt;        // key ids dealt for the change
   std::set<std::string> dealt_user;   // those of a user kind (not kService)
   std::set<std::string> replaced;     // key ids the entry held before it
+  // The deal the change's user-kind keys count under on the servers
+  // (client::KeyMeta::origin): one password's aes256 and aes128 keys share
+  // one failure budget.
+  std::optional<std::array<uint8_t, 16>> user_origin = std::nullopt;
   time_t since = 0;
 };
 
@@ -188,14 +193,23 @@ class Dealer {
       return absl::InternalError("no randomness for a key id");
     client::KeyMeta meta{key_id, kvno, name};
     meta.kind = *kind;
-    st = cluster_->PutKey(*cipher, absl::MakeConstSpan(key.contents, key.length), meta);
-    if (!st.ok()) return st;
     Pending& p = pending_[name];
     p.principal = name;
+    p.since = std::time(nullptr);
+    if (*kind != KeyKind::kService && !random) {
+      if (!p.user_origin) {
+        std::array<uint8_t, 16> origin;
+        if (RAND_bytes(origin.data(), static_cast<int>(origin.size())) != 1)
+          return absl::InternalError("no randomness for a deal id");
+        p.user_origin = origin;
+      }
+      meta.origin = p.user_origin;
+    }
+    st = cluster_->PutKey(*cipher, absl::MakeConstSpan(key.contents, key.length), meta);
+    if (!st.ok()) return st;
     p.dealt.insert(key_id);
     if (*kind != KeyKind::kService) p.dealt_user.insert(key_id);
     p.replaced.insert(replaced.begin(), replaced.end());
-    p.since = std::time(nullptr);
     return key_id;
   }
 
@@ -316,10 +330,7 @@ class Dealer {
             "ktadd), never a password");
       return KeyKind::kService;
     }
-    // A ticket-granting key decrypts tickets: a service's, as kmpc-admin
-    // share deals it (admin/main.cc PutOne); the servers run only an AS
-    // exchange under a user's key (mpc-server engine/user_key_rule.h).
-    if (name.rfind("krbtgt/", 0) == 0) return KeyKind::kService;
+    if (TicketGranting(name)) return KeyKind::kService;
     KeyKind kind = KeyKind::kUser;
     if (std::optional<KeyKind> k = AttributeKind(ctx, name)) kind = *k;
     else if (Matches(patterns_.user_service, name)) kind = KeyKind::kUserService;

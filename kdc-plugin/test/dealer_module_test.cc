@@ -299,6 +299,35 @@ TEST_F(DealerModuleTest, APasswordIsDealtUnderAesCtsOnly) {
   }
 }
 
+// A password is one door whatever enctypes hold it: the aes256 and aes128
+// keys libkdb5 deals for one change of a user's password count their
+// gate's failures under one deal on the servers (client::KeyMeta::origin,
+// engine/gate_budget.h), so naming the other enctype buys a guesser no
+// second budget. Another principal's password, and a random key, are
+// deals of their own.
+TEST_F(DealerModuleTest, OnePasswordsKeysCountAsOneDeal) {
+  Init("    config = " + StartServers() + "\n");
+  auto origin_of = [&](const char* name, krb5_enctype enctype, krb5_flags flags) {
+    krb5_keyblock handle{};
+    std::string msg;
+    EXPECT_EQ(Deal(name, enctype, &handle, &msg, flags), 0) << msg;
+    krb5_free_keyblock_contents(ctx_, &handle);
+    const std::string o = servers_[0]->last_origin();
+    for (int i = 1; i < 3; ++i) EXPECT_EQ(servers_[i]->last_origin(), o);
+    EXPECT_EQ(o.size(), 32u);
+    return o;
+  };
+  // Two keys of one change (kKey is an AES-128 key: the fixture deals
+  // aes128-cts twice, as a key/salt list with two salts would).
+  const std::string first = origin_of("alice@KMPC.TEST", ENCTYPE_AES128_CTS_HMAC_SHA1_96, 0);
+  const std::string second = origin_of("alice@KMPC.TEST", ENCTYPE_AES128_CTS_HMAC_SHA1_96, 0);
+  EXPECT_EQ(first, second);
+  EXPECT_NE(origin_of("bob@KMPC.TEST", ENCTYPE_AES128_CTS_HMAC_SHA1_96, 0), first);
+  EXPECT_NE(origin_of("carol@KMPC.TEST", ENCTYPE_AES128_CTS_HMAC_SHA1_96,
+                      KRB5_MPCDEALER_RANDOM_KEY),
+            first);
+}
+
 TEST_F(DealerModuleTest, UserCtrMpcDealsAPasswordUnderCtrMpcOnRequest) {
   const std::string conf = StartServers();
   std::ofstream(conf, std::ios::app) << "user_ctr_mpc = true\n";

@@ -7,6 +7,8 @@
 
 namespace kmpc::admin {
 
+bool TicketGranting(const std::string& canon) { return canon.rfind("krbtgt/", 0) == 0; }
+
 std::optional<engine::Cipher> CipherOfEnctype(int32_t enctype) {
   switch (enctype) {
     case kEnctypeAes128Mpc: return engine::Cipher::kAes128;

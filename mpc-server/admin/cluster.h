@@ -33,6 +33,13 @@ namespace kmpc::admin {
 // enctypes; nullopt for every other enctype (RC4, DES, ...).
 std::optional<engine::Cipher> CipherOfEnctype(int32_t enctype);
 
+// Whether `canon` (a principal name, with or without its realm) is a
+// ticket-granting principal (krbtgt/...): its key is random and decrypts
+// tickets, so kmpc-admin share and the key dealer always deal it as a
+// service's (the servers run only an AS exchange under a user's key:
+// mpc-server engine/user_key_rule.h).
+bool TicketGranting(const std::string& canon);
+
 // Cluster 1 only (kmpc-admin status --kdb and refresh take the others from
 // Clusters).
 absl::StatusOr<std::unique_ptr<client::AdminClient>> ConnectCluster(

@@ -146,6 +146,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <optional>
 #include <cstdio>
@@ -441,7 +442,7 @@ int32_t ShareEnctype(const Args& a) {
 // password whose timestamp and reply reach every server whole
 // (docs/security-model.md); the dealer refuses it likewise.
 absl::Status CheckKeysAllowed(const Args& a, const PrincipalInfo& info, bool user_ctr_mpc) {
-  const bool tgs = absl::StartsWith(info.name, "krbtgt/");
+  const bool tgs = TicketGranting(info.name);
   if (IsCtsEnctype(ShareEnctype(a)) && tgs)
     return absl::FailedPreconditionError(absl::StrCat(
         info.name, ": a ticket-granting key is shared as aes256-ctr-mpc or "
@@ -564,9 +565,16 @@ KeyKind ShareKind(const Args& a) {
   return KeyKind::kUser;
 }
 
-// Puts one key under a fresh key id (k.key_id) and wipes it.
+// The kind of the keys share deals for `canon`: a ticket-granting key is
+// random and decrypts tickets, a service's.
+KeyKind ShareKindOf(const Args& a, const std::string& canon) {
+  return TicketGranting(canon) ? KeyKind::kService : ShareKind(a);
+}
+
+// Puts one key under a fresh key id (k.key_id) and wipes it; `origin`:
+// the deal its per-key bounds count under (client::KeyMeta::origin).
 absl::Status PutOne(Clusters& cluster, const Args& a, const std::string& canon,
-                    KeyToShare& k) {
+                    KeyToShare& k, const std::optional<std::array<uint8_t, 16>>& origin) {
   std::string key_id(contract::kKeyIdSize, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(key_id.data()),
                  contract::kKeyIdSize) != 1) {
@@ -582,8 +590,8 @@ absl::Status PutOne(Clusters& cluster, const Args& a, const std::string& canon,
   // (older copies of the KDB hold them) until the next password change.
   std::string label = a.from_existing ? absl::StrCat(canon, kMigratedSuffix) : canon;
   client::KeyMeta meta{key_id, k.kvno, label};
-  // A ticket-granting key is random and decrypts tickets: a service's.
-  meta.kind = absl::StartsWith(canon, "krbtgt/") ? KeyKind::kService : ShareKind(a);
+  meta.kind = ShareKindOf(a, canon);
+  meta.origin = origin;
   absl::Status st = cluster.PutKey(*cipher, absl::MakeConstSpan(k.key.data(), k.key.size()),
                                    meta);
   k.key.Wipe();
@@ -595,8 +603,18 @@ absl::Status PutOne(Clusters& cluster, const Args& a, const std::string& canon,
 // one write; on any failure the shares already stored are removed again.
 absl::Status PutAndSetHandles(Kdb& kdb, Clusters& cluster, const Args& a,
                               const std::string& canon, std::vector<KeyToShare>& keys) {
+  // A user's keys of one password (aes256 and aes128 of --from-existing)
+  // are one door: the servers count their gate's failures together.
+  std::optional<std::array<uint8_t, 16>> origin;
+  if (keys.size() > 1 && ShareKindOf(a, canon) != KeyKind::kService) {
+    origin.emplace();
+    if (RAND_bytes(origin->data(), static_cast<int>(origin->size())) != 1) {
+      for (KeyToShare& k : keys) k.key.Wipe();
+      return absl::InternalError("no randomness for the keys' deal id");
+    }
+  }
   for (KeyToShare& k : keys) {
-    absl::Status st = PutOne(cluster, a, canon, k);
+    absl::Status st = PutOne(cluster, a, canon, k, origin);
     if (!st.ok()) {
       for (KeyToShare& rest : keys) rest.key.Wipe();
       const std::string undo = Unput(cluster, keys);
@@ -651,7 +669,7 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
   if (!keys.ok()) return keys.status();
   // A user kind's entry gets +requires_preauth before its handles, as the
   // dealer's (kdc-plugin/dealer/dealer_module.cc, RequirePreauth).
-  if (ShareKind(a) != KeyKind::kService && !absl::StartsWith(info->name, "krbtgt/"))
+  if (ShareKindOf(a, info->name) != KeyKind::kService)
     if (absl::Status st = kdb.RequirePreauth(info->name); !st.ok()) return st;
   if (absl::Status st = PutAndSetHandles(kdb, cluster, a, info->name, *keys); !st.ok())
     return st;

@@ -149,6 +149,8 @@ absl::Status AdminClient::PutKey(engine::Cipher cipher,
   auto views = engine::DealKey(cipher, key, meta.kind);
   if (!views.ok())
     return absl::InternalError(absl::StrCat("dealer: ", views.status().message()));
+  if (meta.origin)
+    for (engine::KeyShares& v : *views) v.origin_deal_id = *meta.origin;
   std::array<pb::PutKeyRequest, kParties> reqs;
   for (int i = 0; i < kParties; ++i) {
     pb::KeyInfo* info = reqs[i].mutable_info();

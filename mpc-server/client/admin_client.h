@@ -7,6 +7,7 @@
 #define KMPC_CLIENT_ADMIN_CLIENT_H_
 
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,6 +33,11 @@ struct KeyMeta {
   // kmpc.proto KeyKind: a password-derived user's key by default (its AS
   // reply gated, no ticket or PAC material: engine.h kCtsServiceUsages).
   KeyKind kind = KeyKind::kUser;
+  // The deal the key's per-key bounds are counted under (engine.h
+  // KeyShares::origin_deal_id: the gate's failure budget, the release
+  // limiter); unset: its own deal. The keys of one password under several
+  // enctypes (aes256 and aes128) are one door and share one budget.
+  std::optional<std::array<uint8_t, 16>> origin = std::nullopt;
 };
 
 class AdminClient {

@@ -17,6 +17,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/escaping.h"
+#include "absl/types/span.h"
+#include "engine/engine.h"
 #include "kmpc.grpc.pb.h"
 #include "party_server.h"
 
@@ -77,6 +80,12 @@ class FakeAdmin {
     return svc_.last_shares_size;
   }
   // The key kind of the last PutKey (kmpc.proto KeyKind).
+  // The deal the last PutKey's shares count under (engine.h
+  // KeyShares::Origin), hex; empty if they did not parse.
+  std::string last_origin() {
+    std::lock_guard<std::mutex> l(svc_.mu);
+    return svc_.last_origin;
+  }
   kmpc::v1::KeyKind last_kind() {
     std::lock_guard<std::mutex> l(svc_.mu);
     return svc_.last_kind;
@@ -102,6 +111,11 @@ class FakeAdmin {
         last_cipher = req->info().cipher();
         last_kind = req->info().kind();
         last_shares_size = req->shares().size();
+        auto ks = kmpc::engine::KeyShares::Parse(absl::MakeConstSpan(
+            reinterpret_cast<const uint8_t*>(req->shares().data()), req->shares().size()));
+        last_origin = ks.ok() ? absl::BytesToHexString(absl::string_view(
+                                    reinterpret_cast<const char*>(ks->Origin().data()), 16))
+                              : "";
         if (keys.count(id) && !req->replace())
           return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "already stored");
         if (put == PutBehaviour::kFail)
@@ -133,6 +147,7 @@ class FakeAdmin {
     kmpc::v1::Cipher last_cipher = kmpc::v1::CIPHER_UNSPECIFIED;
     kmpc::v1::KeyKind last_kind = kmpc::v1::KEY_KIND_USER;
     size_t last_shares_size = 0;
+    std::string last_origin;
   };
   Svc svc_;
   std::unique_ptr<grpc::Server> server_;
