@@ -74,3 +74,86 @@ def test_user_ctr_mpc_allows_the_copy_on_request(kmpc_factory):
     out = kr.kadmin_local("addprinc -pw Carol-pw-3 carol")
     assert "created" in out, out
     assert {k[1] for k in kr.kdb_keys("carol")} >= set(CTR)
+
+
+CTS128 = "aes128-cts-hmac-sha1-96"
+COPY_LINE = "holds an aes*-ctr-mpc copy of a user's key"
+
+
+def _forbid_user_ctr_mpc(kr):
+    """The admin turns user_ctr_mpc off in kmpc-admin's config, which the
+    key dealer reads too, after users were made with it on (a realm set up
+    before the rule)."""
+    with open(kr.admin_conf) as f:
+        text = f.read()
+    assert "user_ctr_mpc = true" in text, text
+    with open(kr.admin_conf, "w") as f:
+        f.write(text.replace("user_ctr_mpc = true", "user_ctr_mpc = false"))
+
+
+def test_a_new_password_of_a_ctr_mpc_holder_is_dealt_under_aes_cts(kmpc_factory):
+    """A user holding only an aes*-ctr-mpc copy changes password with a
+    list of aes*-cts enctypes. libkdb5 (krb5 patch 0020) deals a password
+    under aes*-cts whatever the principal held. Before, it turned the list
+    into the aes*-ctr-mpc counterparts for a principal holding such keys,
+    so the copy was dealt again (with user_ctr_mpc on) or the dealer
+    refused the change (with it off): no way out for the user."""
+    kr = kmpc_factory(module="real", dealer=True, enctypes=OLD_GUIDE, user_ctr_mpc=True)
+    kr.kadmin_local("addprinc -e aes256-ctr-mpc:normal -pw Dave-pw-1 dave")
+    assert [(k[1], k[2]) for k in kr.kdb_keys("dave")] == [("aes256-ctr-mpc", "handle")]
+    _forbid_user_ctr_mpc(kr)
+    out = kr.kadmin_local(f"cpw -e {CTS256}:normal,{CTS128}:normal -pw Dave-pw-2 dave",
+                          expected_code=None)
+    keys = kr.kdb_keys("dave")
+    assert sorted((k[1], k[2]) for k in keys) == [(CTS128, "handle"), (CTS256, "handle")], \
+        (out, keys)
+
+
+def test_drop_user_ctr_removes_the_copies_existing_users_hold(kmpc_factory):
+    """Users made while the admin guide listed aes*-ctr-mpc for users hold
+    aes*-ctr-mpc copies of their passwords beside the aes256-cts handle
+    (erin), or a copy alone (finn, made with -e aes256-ctr-mpc). status
+    --kdb names both; drop-user-ctr removes erin's copies from her entry and
+    from the servers (her aes*-cts handle and Debian's kinit keep working)
+    and leaves finn's, naming the new password he needs; after it, his
+    copy goes too. Before, no tool named or removed them."""
+    from test_cts_as import Stock
+    kr = kmpc_factory(module="real", dealer=True, enctypes=OLD_GUIDE, user_ctr_mpc=True,
+                      module_options={"deadline_ms": "30000"})
+    kr.setup_krbtgt()
+    kr.kadmin_local("addprinc -pw Erin-pw-1 erin")
+    kr.kadmin_local("addprinc -e aes256-ctr-mpc:normal -pw Finn-pw-1 finn")
+    erin = kr.kdb_keys("erin")
+    assert sorted(k[1] for k in erin) == sorted(OLD_GUIDE), erin
+    erin_copies = {k[3] for k in erin if k[1] in CTR}
+    finn = kr.kdb_keys("finn")
+    kr.start()
+    _forbid_user_ctr_mpc(kr)
+
+    _, out, _ = kr.admin("status", "--kdb", expected_code=1)
+    named = sorted(ln.split()[1] for ln in out.splitlines() if COPY_LINE in ln)
+    assert named == [f"erin@{kr.realm}", f"finn@{kr.realm}"], out
+
+    _, out, _ = kr.admin("drop-user-ctr", "--all", "--dry-run", expected_code=1)
+    assert f"erin@{kr.realm}: would drop 2 aes*-ctr-mpc copies" in out, out
+    assert f"finn@{kr.realm}: LEFT, has no aes*-cts handle" in out, out
+    assert kr.kdb_keys("erin") == erin and kr.kdb_keys("finn") == finn
+
+    _, out, _ = kr.admin("drop-user-ctr", "--all", "--grace-ms=0", expected_code=1)
+    assert f"erin@{kr.realm}: dropped 2 aes*-ctr-mpc copies" in out, out
+    assert "1 principals dropped their copies, 1 left with copies, 0 failures" in out, out
+    assert [(k[1], k[2]) for k in kr.kdb_keys("erin")] == [(CTS256, "handle")]
+    assert kr.kdb_keys("finn") == finn
+    _, out, _ = kr.admin("status", "--kdb", expected_code=1)
+    assert [ln for ln in out.splitlines() if COPY_LINE in ln and "erin@" in ln] == [], out
+    for kid in erin_copies:
+        assert kid not in out, f"erin's copy {kid} is still on the servers:\n{out}"
+    rc, log = Stock(kr).kinit("erin", "Erin-pw-1")
+    assert rc == 0, log + kr.kdc_log_text()[-3000:]
+
+    kr.kadmin_local(f"cpw -e {CTS256}:normal -pw Finn-pw-2 finn")
+    assert [(k[1], k[2]) for k in kr.kdb_keys("finn")] == [(CTS256, "handle")]
+    _, out, _ = kr.admin("drop-user-ctr", "--all", expected_code=0)
+    assert "0 principals dropped their copies, 0 left with copies, 0 failures" in out, out
+    _, out, _ = kr.admin("status", "--kdb", expected_code=None)
+    assert COPY_LINE not in out and "no KDB handle refers to it" not in out, out

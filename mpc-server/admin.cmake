@@ -36,7 +36,8 @@ if(TARGET kmpc_cluster_admin)
     ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_rewrite.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/user_ctr.cc)
   target_include_directories(kmpc-admin PRIVATE
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
   target_compile_options(kmpc-admin PRIVATE -Wall -Wextra -Wno-unused-parameter)

@@ -703,6 +703,48 @@ absl::Status Kdb::SwitchKeyId(const std::string& name, const std::string& old_id
   return PutKeyData(ent, name);
 }
 
+// As SwitchKeyId: the key data entries that are handles naming one of
+// `ids` leave the entry, the others stay as they are (same encryption,
+// kvno and salt), one put. FAILED_PRECONDITION when that would leave the
+// entry without keys.
+absl::StatusOr<size_t> Kdb::RemoveHandles(const std::string& name,
+                                          const std::set<std::string>& ids) {
+  krb5_context ctx = Ctx(context_);
+  Principal princ{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &princ.p);
+  if (ret) return Error(ret, "parsing principal name " + name);
+  DbEntry entry{ctx};
+  ret = krb5_db_get_principal(ctx, princ.p, 0, &entry.e);
+  if (ret) return Error(ret, "reading the KDB entry of " + name);
+  krb5_db_entry* ent = entry.e;
+  std::vector<bool> drop(ent->n_key_data, false);
+  size_t dropped = 0;
+  for (int i = 0; i < ent->n_key_data; ++i) {
+    krb5_keyblock kb = {};
+    ret = krb5_dbe_decrypt_key_data(ctx, nullptr, &ent->key_data[i], &kb, nullptr);
+    if (ret) return Error(ret, "decrypting the key data of " + name);
+    drop[i] = kb.length == kHandleLen &&
+              std::memcmp(kb.contents, kHandleMagic, kHandleMagicLen) == 0 &&
+              ids.count(std::string(reinterpret_cast<const char*>(kb.contents) +
+                                        kHandleMagicLen,
+                                    kKeyIdBytes)) > 0;
+    krb5_free_keyblock_contents(ctx, &kb);
+    if (drop[i]) ++dropped;
+  }
+  if (dropped == 0) return size_t{0};
+  if (dropped == static_cast<size_t>(ent->n_key_data))
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, ": removing those handles would leave it no key"));
+  int kept = 0;
+  for (int i = 0; i < ent->n_key_data; ++i) {
+    if (drop[i]) krb5_dbe_free_key_data_contents(ctx, &ent->key_data[i]);
+    else ent->key_data[kept++] = ent->key_data[i];
+  }
+  ent->n_key_data = kept;
+  if (absl::Status st = PutKeyData(ent, name); !st.ok()) return st;
+  return dropped;
+}
+
 std::string LabelRealm(const std::string& label) {
   std::string s = label;
   const std::string suffix = kMigratedSuffix;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,13 @@ class Kdb {
   // or holds no handle naming old_id.
   absl::Status SwitchKeyId(const std::string& name, const std::string& old_id,
                            const std::string& new_id);
+
+  // In principal `name`, the key handles naming one of `ids` (32-byte key
+  // ids) are removed; every other key data entry stays as it is. One
+  // krb5_db_put_principal. The number removed (0: none named; nothing
+  // written); FAILED_PRECONDITION when no key would be left.
+  absl::StatusOr<size_t> RemoveHandles(const std::string& name,
+                                       const std::set<std::string>& ids);
 
   // The key dealer's protect patterns (kdc.conf [mpcdealer] kmpc = {
   // protect = ... }; krbtgt/* when none is given, as the dealer does).

@@ -9,6 +9,8 @@
 //              [--grace-ms=N]
 //   kmpc-admin [OPTIONS] breaker-reset [--cluster=N]
 //   kmpc-admin [OPTIONS] rewrite-kdb
+//   kmpc-admin [OPTIONS] drop-user-ctr (--all | PRINC...) [--dry-run]
+//              [--grace-ms=N]   (admin/user_ctr.h)
 //   kmpc-admin [OPTIONS] set-kind --kind=user|service|user+service [--force]
 //              (PRINC... | --key-ids KEYID_HEX...)
 //
@@ -87,6 +89,8 @@
 //   servers; every key migrated from the KDB (older backups hold it); every
 //   key on the servers that no handle refers to. Each server's deviation
 //   breaker (service/breaker.h): an open one is a problem ("breaker: OPEN").
+//   Unless the config file says user_ctr_mpc = true, a user's aes*-ctr-mpc
+//   key handle is one too (admin/user_ctr.h: drop-user-ctr removes it).
 //   Exit 0 only when all is well.
 //
 // purge-unreferenced (on the KDC host): removes from every server the
@@ -170,6 +174,7 @@
 #include "admin/kdb.h"
 #include "admin/kdb_rewrite.h"
 #include "admin/refresh.h"
+#include "admin/user_ctr.h"
 #include "client/admin_client.h"
 #include "contract.h"
 #include "util/hex.h"
@@ -193,6 +198,10 @@ constexpr char kUsage[] =
     "       kmpc-admin [OPTIONS] rewrite-kdb\n"
     "           rewrite the KDB into fresh files (kdb5_util dump and load), so\n"
     "           that no file holds keys replaced by handles (share does it itself)\n"
+    "       kmpc-admin [OPTIONS] drop-user-ctr (--all | PRINC...) [--dry-run]\n"
+    "                  [--grace-ms=N]\n"
+    "           remove users' aes*-ctr-mpc key handles where an aes*-cts handle\n"
+    "           of the same password is held; name those that need a new password\n"
     "       kmpc-admin [OPTIONS] breaker-reset [--cluster=N]\n"
     "           close the servers' deviation breakers (after rotating the keys:\n"
     "           docs/admin-guide.md, a detected deviation)\n"
@@ -881,7 +890,8 @@ bool ReportNoPreauth(const PrincipalInfo& info,
 // is one, unless WhyRealKeysStay says why it stays: a "kdb note:" line);
 // returns true when there is none.
 bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where,
-               std::map<std::string, kmpc::v1::KeyInfo>& infos, bool lists_ok) {
+               std::map<std::string, kmpc::v1::KeyInfo>& infos, bool lists_ok,
+               bool user_ctr_mpc) {
   auto names = kdb.ListPrincipals();
   if (!names.ok()) {
     std::printf("ERROR: %s\n", std::string(names.status().message()).c_str());
@@ -924,6 +934,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
     }
     if (has_handle) ++with_handles;
     if (has_handle && !ReportNoPreauth(*info, infos)) ok = false;
+    if (has_handle && !user_ctr_mpc && !ReportUserCtr(*info, infos)) ok = false;
     if (real.empty()) continue;
     // kdb5_util create gives kadmind's principals a key of every supported
     // enctype: an aes*-ctr-mpc one among them is no sign of protection.
@@ -1252,7 +1263,7 @@ int Status(const Args& a, const Config& cfg) {
   if (a.kdb) {
     auto kdb = Kdb::Open(cfg.realm);
     if (!kdb.ok()) return Fail(kdb.status());
-    if (!KdbStatus(**kdb, where, infos, lists_ok)) ok = false;
+    if (!KdbStatus(**kdb, where, infos, lists_ok, cfg.user_ctr_mpc)) ok = false;
     if (!lists_ok) {
       std::printf("status: PROBLEMS (see above)\n");
       return 1;
@@ -1413,6 +1424,24 @@ int PurgeUnreferenced(const Args& a, const Config& cfg) {
                             std::set<std::string>(again.begin(), again.end()));
 }
 
+int DropUserCtrCommand(const Args& a, const Config& cfg) {
+  if (a.all == !a.principals.empty()) Usage("drop-user-ctr takes --all or principals");
+  DropUserCtrOptions o;
+  o.all = a.all;
+  o.principals = a.principals;
+  o.dry_run = a.dry_run;
+  if (!a.grace_ms.empty()) {
+    int ms = 0;
+    if (!absl::SimpleAtoi(a.grace_ms, &ms) || ms < 0) Usage("--grace-ms needs a number");
+    o.grace = absl::Milliseconds(ms);
+  }
+  auto clusters = Clusters::Connect(cfg);
+  if (!clusters.ok()) return Fail(clusters.status());
+  auto kdb = Kdb::Open(cfg.realm);
+  if (!kdb.ok()) return Fail(kdb.status());
+  return DropUserCtr(**clusters, **kdb, o);
+}
+
 }  // namespace
 }  // namespace kmpc::admin
 
@@ -1461,6 +1490,7 @@ int main(int argc, char** argv) {
     return RewriteKdbAfterMove(std::move(*kdb), "rewrite-kdb") ? 0 : 1;
   }
   if (a.command == "set-kind") return SetKind(a, *cfg);
+  if (a.command == "drop-user-ctr") return DropUserCtrCommand(a, *cfg);
   if (a.command == "purge-unreferenced") {
     if (!a.principals.empty()) Usage("purge-unreferenced takes no arguments");
     return PurgeUnreferenced(a, *cfg);
