@@ -8,14 +8,15 @@ namespace {
 // The PA-ENC-TIMESTAMP's usage (RFC 4120 7.5.1), the gate of an AS reply.
 constexpr uint32_t kTimestampUsage = 1;
 
-// Whether `job` is released only on a DECRYPT of its batch under usage 1,
-// the same key id and cipher (Job::release_if_ok).
-bool GatedOnTimestamp(absl::Span<const Job> jobs, const Job& job) {
+// The DECRYPT `job` is released on (Job::release_if_ok): a job of its
+// batch under the same key id and cipher; nullptr if there is none.
+const Job* GateOf(absl::Span<const Job> jobs, const Job& job) {
   const int64_t g = job.release_if_ok;
-  if (g == Job::kNoCondition || g < 0 || static_cast<size_t>(g) >= jobs.size()) return false;
+  if (g == Job::kNoCondition || g < 0 || static_cast<size_t>(g) >= jobs.size()) return nullptr;
   const Job& gate = jobs[g];
-  return gate.type == pb::JOB_DECRYPT && gate.usage == kTimestampUsage &&
-         gate.key_id == job.key_id && gate.cipher == job.cipher;
+  if (gate.type != pb::JOB_DECRYPT || gate.key_id != job.key_id || gate.cipher != job.cipher)
+    return nullptr;
+  return &gate;
 }
 
 }  // namespace
@@ -33,12 +34,9 @@ std::string CheckUserGate(absl::Span<const Job> jobs, size_t j, const KeyShares&
   if (!PasswordDerived(key.kind) || job.type != pb::JOB_ENCRYPT) return {};
   const bool kdc_challenge = job.cts_key != pb::CTS_KEY_DEALT && job.usage == 55;
   if (job.usage != contract::kSpliceReplyUsage && !kdc_challenge) return {};
-  const int64_t g = job.release_if_ok;
-  if (g != Job::kNoCondition && static_cast<size_t>(g) < jobs.size()) {
-    const Job& gate = jobs[g];
-    const bool dealt = gate.cts_key == pb::CTS_KEY_DEALT;
-    if (gate.type == pb::JOB_DECRYPT && gate.key_id == job.key_id &&
-        gate.cipher == job.cipher && (dealt ? gate.usage == 1 : gate.usage == 54) &&
+  if (const Job* gate = GateOf(jobs, job)) {
+    const bool dealt = gate->cts_key == pb::CTS_KEY_DEALT;
+    if ((dealt ? gate->usage == kTimestampUsage : gate->usage == 54) &&
         !(kdc_challenge && dealt))
       return {};
   }
@@ -72,7 +70,8 @@ std::string CheckCtrUserKey(absl::Span<const Job> jobs, size_t j, KeyKind kind) 
     default:
       break;
   }
-  if (ok || (gated && GatedOnTimestamp(jobs, job))) return {};
+  const Job* gate = gated ? GateOf(jobs, job) : nullptr;
+  if (ok || (gate != nullptr && gate->usage == kTimestampUsage)) return {};
   if (gated)
     return absl::StrCat(
         "under a user's password-derived aes*-ctr-mpc key, ", contract::JobTypeName(job.type),
