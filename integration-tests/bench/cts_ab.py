@@ -10,7 +10,9 @@ only, --users of them), its logins/s and each process's CPU per login.
 Usage: cts_ab.py --a DIR --b DIR [--rounds 2] [--logins 20]
                  [--modes malicious,semi-honest] [--realm S --users N]
 DIR: a build tree (or a make bench snapshot) holding mpc-server/ and
-kdc-plugin/ binaries.
+kdc-plugin/ binaries; DIR@TREE: driven by TREE's integration-tests/ (the
+harness and cts_bench.py of the checkout the build came from, for a build
+whose tools take other settings than this tree's).
 """
 import argparse
 import json
@@ -23,12 +25,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_side(build, modes, logins, out, realm_s=0, users=200):
+    build, _, tree = build.partition("@")
+    bench_dir = os.path.join(tree, "integration-tests", "bench") if tree else HERE
     env = dict(os.environ, KMPC_CMAKE_BUILD=build,
                KMPC_MPC_BIN_DIR=os.path.join(build, "mpc-server"),
                KMPC_STORM=os.path.join(build, "mpc-server", "kmpc-storm"))
     realm = (["--realm-seconds", str(realm_s), "--users", str(users), "--no-deep",
               "--samples", "0"] if realm_s else ["--no-realm"])
-    p = subprocess.run([sys.executable, os.path.join(HERE, "cts_bench.py"), "--no-storm",
+    p = subprocess.run([sys.executable, os.path.join(bench_dir, "cts_bench.py"), "--no-storm",
                         *realm, "--modes", modes, "--logins", str(logins), "--out", out],
                        env=env, capture_output=True, text=True, timeout=3600)
     try:

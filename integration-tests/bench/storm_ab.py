@@ -8,11 +8,13 @@ closed-loop saturation, the sweep around it, bisection, then the points at
 the targets rotates from round to round so that neither build always runs
 first on a shared machine whose speed drifts.
 
-A build is NAME=CMAKE_BUILD[:KRB5_PREFIX]: the directory holding
+A build is NAME=CMAKE_BUILD[:KRB5_PREFIX][@TREE]: the directory holding
 mpc-server/kmpc-mpc-server and kdc-plugin/libkmpc_kdc.so (a cmake build
 tree or a `make bench` snapshot), and the krb5 prefix its KDC module was
 built against (the krb5 patches can differ between commits; default
-$KRB5_PREFIX). Every target uses one kmpc-storm ($KMPC_STORM or the first
+$KRB5_PREFIX); TREE: the checkout whose integration-tests/ (harness and
+bench scripts) drives that build, for a build whose tools take other
+settings than this tree's (default: this tree). Every target uses one kmpc-storm ($KMPC_STORM or the first
 build's), so the generator is the same throughout.
 
 Each target runs in a child process (the harness reads KRB5_PREFIX and the
@@ -107,6 +109,9 @@ def summary(sec):
 def run_target(name, spec, storm, workdir, fixed_rate=None):
     """One sweep in a child process with SPEC's build; its summary."""
     env = dict(os.environ)
+    spec, _, tree = spec.partition("@")
+    script = (os.path.join(tree, "integration-tests", "bench", "storm_ab.py") if tree
+              else __file__)
     if spec:
         build, _, prefix = spec.partition(":")
         env["KMPC_CMAKE_BUILD"] = build
@@ -116,7 +121,7 @@ def run_target(name, spec, storm, workdir, fixed_rate=None):
     env["KMPC_STORM"] = storm
     out = os.path.join(workdir, f"{name}-{time.time():.0f}.json")
     target = "kmpc" if spec else "stock"
-    argv = [sys.executable, __file__, "--worker", target, "--worker-out", out]
+    argv = [sys.executable, script, "--worker", target, "--worker-out", out]
     if fixed_rate:
         argv += ["--fixed-rate", str(fixed_rate)]
     p = subprocess.run(argv,
@@ -131,7 +136,7 @@ def run_target(name, spec, storm, workdir, fixed_rate=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", action="append", default=[],
-                    help="NAME=CMAKE_BUILD[:KRB5_PREFIX] (two or more)")
+                    help="NAME=CMAKE_BUILD[:KRB5_PREFIX][@TREE] (two or more)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-stock", dest="stock", action="store_false")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench", "storm_ab.json"))
@@ -146,14 +151,15 @@ def main():
     builds = []
     for b in args.build:
         name, eq, spec = b.partition("=")
-        if not eq or not os.path.isfile(os.path.join(spec.partition(":")[0], "kdc-plugin",
-                                                     "libkmpc_kdc.so")):
-            ap.error(f"--build {b}: want NAME=DIR[:PREFIX] with DIR/kdc-plugin/libkmpc_kdc.so")
+        build_dir = spec.partition("@")[0].partition(":")[0]
+        if not eq or not os.path.isfile(os.path.join(build_dir, "kdc-plugin", "libkmpc_kdc.so")):
+            ap.error(f"--build {b}: want NAME=DIR[:PREFIX][@TREE] with "
+                     "DIR/kdc-plugin/libkmpc_kdc.so")
         builds.append((name, spec))
     if len(builds) < 1:
         ap.error("at least one --build")
     storm = os.environ.get("KMPC_STORM") or os.path.join(
-        builds[0][1].partition(":")[0], "mpc-server", "kmpc-storm")
+        builds[0][1].partition("@")[0].partition(":")[0], "mpc-server", "kmpc-storm")
     targets = builds + ([("stock", "")] if args.stock else [])
     workdir = os.path.join(os.path.dirname(os.path.abspath(args.out)), "storm_ab")
     os.makedirs(workdir, exist_ok=True)
