@@ -651,6 +651,16 @@ absl::StatusOr<std::vector<std::string>> Kdb::ListPrincipals() {
   return out;
 }
 
+absl::Status Kdb::ReadEntry(const std::string& name, void* entry_out) {
+  krb5_context ctx = Ctx(context_);
+  Principal princ{ctx};
+  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &princ.p);
+  if (ret) return Error(ret, "parsing principal name " + name);
+  ret = krb5_db_get_principal(ctx, princ.p, 0, static_cast<krb5_db_entry**>(entry_out));
+  if (ret) return Error(ret, "reading the KDB entry of " + name);
+  return absl::OkStatus();
+}
+
 // libkdb5 as kadm5 does (and Kdb::AddHandleKeepOld): read the entry,
 // decrypt each key data entry with its master key, re-encrypt the changed
 // handles under the entry's master key with the same kvno and salt, record
@@ -660,15 +670,11 @@ absl::Status Kdb::SwitchKeyId(const std::string& name, const std::string& old_id
   if (old_id.size() != kKeyIdBytes || new_id.size() != kKeyIdBytes)
     return absl::InvalidArgumentError("bad key id");
   krb5_context ctx = Ctx(context_);
-  Principal princ{ctx};
-  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &princ.p);
-  if (ret) return Error(ret, "parsing principal name " + name);
   DbEntry entry{ctx};
-  ret = krb5_db_get_principal(ctx, princ.p, 0, &entry.e);
-  if (ret) return Error(ret, "reading the KDB entry of " + name);
+  if (absl::Status st = ReadEntry(name, &entry.e); !st.ok()) return st;
   krb5_db_entry* ent = entry.e;
   krb5_keyblock* mkey = nullptr;
-  ret = krb5_dbe_find_mkey(ctx, ent, &mkey);
+  krb5_error_code ret = krb5_dbe_find_mkey(ctx, ent, &mkey);
   if (ret) return Error(ret, "finding the master key of " + name);
   int switched = 0;
   for (int i = 0; i < ent->n_key_data; ++i) {
@@ -710,18 +716,14 @@ absl::Status Kdb::SwitchKeyId(const std::string& name, const std::string& old_id
 absl::StatusOr<size_t> Kdb::RemoveHandles(const std::string& name,
                                           const std::set<std::string>& ids) {
   krb5_context ctx = Ctx(context_);
-  Principal princ{ctx};
-  krb5_error_code ret = krb5_parse_name(ctx, name.c_str(), &princ.p);
-  if (ret) return Error(ret, "parsing principal name " + name);
   DbEntry entry{ctx};
-  ret = krb5_db_get_principal(ctx, princ.p, 0, &entry.e);
-  if (ret) return Error(ret, "reading the KDB entry of " + name);
+  if (absl::Status st = ReadEntry(name, &entry.e); !st.ok()) return st;
   krb5_db_entry* ent = entry.e;
   std::vector<bool> drop(ent->n_key_data, false);
   size_t dropped = 0;
   for (int i = 0; i < ent->n_key_data; ++i) {
     krb5_keyblock kb = {};
-    ret = krb5_dbe_decrypt_key_data(ctx, nullptr, &ent->key_data[i], &kb, nullptr);
+    krb5_error_code ret = krb5_dbe_decrypt_key_data(ctx, nullptr, &ent->key_data[i], &kb, nullptr);
     if (ret) return Error(ret, "decrypting the key data of " + name);
     drop[i] = kb.length == kHandleLen &&
               std::memcmp(kb.contents, kHandleMagic, kHandleMagicLen) == 0 &&

@@ -156,6 +156,9 @@ class Kdb {
   // SetHandle with keepold (krb5_principal, const kadm5_key_data*).
   absl::Status AddHandleKeepOld(void* princ, const std::string& name,
                                 const void* kd);
+  // Reads `name`'s KDB entry into *entry_out (a krb5_db_entry**; the
+  // caller frees it).
+  absl::Status ReadEntry(const std::string& name, void* entry_out);
   // ent: a krb5_db_entry* whose key data changed.
   absl::Status PutKeyData(void* ent, const std::string& name);
 
