@@ -231,3 +231,33 @@ def test_the_fresh_files_keep_the_old_owner_and_mode(realm):
         new = os.stat(p)
         assert new.st_ino != old.st_ino, f"{p} was not replaced"
         assert (new.st_uid, new.st_gid, new.st_mode & 0o7777) == (65534, 65534, 0o640), p
+
+
+def test_a_kadmin_change_that_replaced_real_keys_is_named_until_rewrite_kdb(kmpc_factory):
+    """kadmind's key dealer replacing real keys by handles (here kadmin
+    cpw of principals not yet in the cluster, naming an MPC enctype) cannot
+    rewrite the KDB itself: a dump and load would lose a change kadmind
+    makes meanwhile. It notes each principal beside the database
+    (mpc-server/admin/rewrite_due.h); status --kdb names them while the db2
+    file still holds their old key data, and rewrite-kdb removes both.
+    Before, nothing told the admin the old keys were still in the files."""
+    port = free_ports(1)[0]
+    kr = kmpc_factory(module="real", dealer=True, enctypes=ENCTYPES,
+                      module_options=COLD_PROGRAMS,
+                      realm_extra=f"        iprop_enable = true\n"
+                                  f"        iprop_port = {port}\n")
+    pws = add_cts_users(kr, 3)
+    blobs = stored_keys(kr, pws)
+    for u in pws:
+        kr.kadmin_local(f"cpw -randkey -e aes256-ctr-mpc:normal {u}")
+        assert {k[2] for k in kr.kdb_keys(u)} == {"handle"}, kr.kdb_keys(u)
+    assert sorted(blobs_found(kr, blobs)) == sorted(pws), "control: the old keys are in the files"
+    _, out, _ = kr.admin("status", "--kdb", expected_code=1)
+    line = [ln for ln in out.splitlines() if "kadmin replaced the real keys" in ln]
+    assert len(line) == 1 and "of 3 principal(s)" in line[0], out
+    assert all(f"{u}@{kr.realm}" in line[0] for u in pws), line
+    kr.admin("rewrite-kdb")
+    found = blobs_found(kr, blobs)
+    assert not found, summary(found)
+    _, out, _ = kr.admin("status", "--kdb", expected_code=None)
+    assert "kadmin replaced the real keys" not in out, out

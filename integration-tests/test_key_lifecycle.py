@@ -567,4 +567,9 @@ def test_no_real_key_in_the_password_history(realm):
     # The reuse check is off for protected principals (docs/admin-guide.md).
     kr.kadmin_local("cpw -pw Ida-pw-3333 ida")
     kinit_ok(kr, "ida", "Ida-pw-3333")
+    # The change that protected ida replaced her real keys: status names
+    # her until the KDB files are rewritten (admin/rewrite_due.h).
+    _, out, _ = kr.admin("status", "--kdb", expected_code=1)
+    assert f"since the KDB was last rewritten (ida@{kr.realm})" in out, out
+    kr.admin("rewrite-kdb")
     status_ok(kr)

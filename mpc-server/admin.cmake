@@ -17,13 +17,15 @@ if(TARGET kmpc_cluster_admin)
     "${KMPC_ADMIN_KRB5_LIBDIR}/libkrb5support.so")
   # kmpc_admin_cluster: what kmpc-admin and the key dealer share, the
   # admin config file (admin/config.cc) and the clusters it names
-  # (admin/cluster.cc: connect, PutKey and DeleteKey on every cluster). No
+  # (admin/cluster.cc: connect, PutKey and DeleteKey on every cluster), the
+  # record of KDB rewrites due (admin/rewrite_due.cc). No
   # krb5 library: position-independent and with hidden visibility, so that
   # the dealer, a krb5 plugin, links it like its other static libraries
   # (local to the module, --exclude-libs).
   add_library(kmpc_admin_cluster STATIC
     ${CMAKE_CURRENT_LIST_DIR}/admin/cluster.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/admin/config.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/rewrite_due.cc)
   target_include_directories(kmpc_admin_cluster PUBLIC "${CMAKE_CURRENT_LIST_DIR}")
   target_compile_options(kmpc_admin_cluster PRIVATE -Wall -Wextra -Wno-unused-parameter)
   target_link_libraries(kmpc_admin_cluster PUBLIC

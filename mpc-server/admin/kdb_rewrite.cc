@@ -29,6 +29,8 @@ extern "C" {
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "admin/rewrite_due.h"
 
 extern char** environ;
 
@@ -451,6 +453,9 @@ bool RewriteKdbAfterMove(std::unique_ptr<Kdb> kdb, const std::string& why) {
                      : "rewrite it with that module's own tools");
     return true;
   }
+  // Key changes kadmind's dealer noted (admin/rewrite_due.h): those noted
+  // before the dump are in the fresh files' count.
+  const uint64_t due = files.ok() ? RewriteDueSize(files->dbname) : 0;
   absl::StatusOr<std::string> done =
       files.ok() ? RewriteKdb(*files, names->size()) : files.status();
   if (!done.ok()) {
@@ -462,6 +467,8 @@ bool RewriteKdbAfterMove(std::unique_ptr<Kdb> kdb, const std::string& why) {
                  w, std::string(done.status().message()).c_str());
     return false;
   }
+  if (absl::Status st = ClearRewriteDue(files->dbname, due); !st.ok())
+    std::fprintf(stderr, "kmpc-admin: %s: %s\n", w, std::string(st.message()).c_str());
   std::fprintf(stderr,
                "kmpc-admin: %s: %s\n"
                "kmpc-admin: the old files' disk blocks are freed, not erased, and dumps, "
@@ -469,6 +476,25 @@ bool RewriteKdbAfterMove(std::unique_ptr<Kdb> kdb, const std::string& why) {
                "(docs/admin-guide.md, \"Old keys after a move\")\n",
                w, done->c_str());
   return true;
+}
+
+bool ReportRewritesDue(const std::string& realm) {
+  absl::StatusOr<KdbFiles> files = FindKdbFiles(realm);
+  if (!files.ok() || files->library != "db2") return true;
+  absl::StatusOr<std::vector<std::string>> due = RewritesDue(files->dbname);
+  if (!due.ok()) {
+    std::printf("kdb: %s\n", std::string(due.status().message()).c_str());
+    return false;
+  }
+  if (due->empty()) return true;
+  const size_t shown = std::min<size_t>(due->size(), 10);
+  std::printf("kdb: kadmin replaced the real keys of %zu principal(s) by key handles "
+              "since the KDB was last rewritten (%s%s): its files keep the old keys in "
+              "their free space until kmpc-admin rewrite-kdb\n",
+              due->size(),
+              absl::StrJoin(due->begin(), due->begin() + shown, ", ").c_str(),
+              due->size() > shown ? ", ..." : "");
+  return false;
 }
 
 int RewriteAfterShare(std::unique_ptr<Kdb> kdb, size_t replaced, int rc) {

@@ -64,6 +64,10 @@ absl::StatusOr<std::string> RewriteKdb(const KdbFiles& files, size_t principals)
 // the KDB works, with the handles).
 bool RewriteKdbAfterMove(std::unique_ptr<Kdb> kdb, const std::string& why);
 
+// status --kdb's line for key changes kadmind's dealer noted since the
+// KDB was last rewritten (admin/rewrite_due.h); true when there is none.
+bool ReportRewritesDue(const std::string& realm);
+
 // share's exit code: rc, after RewriteKdbAfterMove when it replaced the
 // real keys of `replaced` principals (1 if that failed).
 int RewriteAfterShare(std::unique_ptr<Kdb> kdb, size_t replaced, int rc);

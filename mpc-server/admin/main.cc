@@ -90,7 +90,9 @@
 //   key on the servers that no handle refers to. Each server's deviation
 //   breaker (service/breaker.h): an open one is a problem ("breaker: OPEN").
 //   Unless the config file says user_ctr_mpc = true, a user's aes*-ctr-mpc
-//   key handle is one too (admin/user_ctr.h: drop-user-ctr removes it).
+//   key handle is one too (admin/user_ctr.h: drop-user-ctr removes it), as
+//   are kadmin changes that replaced real keys since the KDB was last
+//   rewritten (admin/rewrite_due.h: rewrite-kdb clears them).
 //   Exit 0 only when all is well.
 //
 // purge-unreferenced (on the KDC host): removes from every server the
@@ -944,6 +946,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
                        &other_real))
       ok = false;
   }
+  if (!ReportRewritesDue(kdb.realm())) ok = false;
   if (!lists_ok) {
     std::printf("kdb: realm %s, %zu principals, %zu with key handles, %zu "
                 "exposed, %zu others with real keys (shares not checked: not "
