@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 
 #include "absl/time/time.h"
@@ -61,6 +62,27 @@ TEST(GateFailures, AKeyIsStoppedAfterItsLimitUntilTheWindowEnds) {
   EXPECT_TRUE(g.Admit(victim, kT0 + absl::Seconds(100)).ok());
   g.Failed(victim, kT0 + absl::Seconds(100));
   EXPECT_EQ(g.Failures(victim.key_id, kT0 + absl::Seconds(100)), 1u);
+}
+
+// Issue 62's acceptance, the module's side: a realm whose users each type
+// a wrong password 5 times an hour (never more than 5 within 60 minutes:
+// 12 minutes or more apart), each time followed by the right one, is never
+// stopped at the defaults (10 failures an hour), over two days.
+TEST(GateFailures, UsersWithFiveWrongPasswordsAnHourAreNeverStopped) {
+  GateFailures g;
+  std::mt19937 rng(62);
+  for (int u = 0; u < 50; ++u) {
+    const Job user = Gate(std::string(31, 'u') + static_cast<char>('A' + u));
+    absl::Time t = kT0 + absl::Seconds(rng() % 3600);
+    for (int k = 0; k < 48 * 5; ++k) {
+      ASSERT_TRUE(g.Admit(user, t).ok()) << "user " << u << ", typo " << k;
+      g.Done(user, /*failed=*/true, t + absl::Milliseconds(200));
+      const absl::Time right = t + absl::Seconds(8);
+      ASSERT_TRUE(g.Admit(user, right).ok()) << "user " << u << ", login " << k;
+      g.Done(user, /*failed=*/false, right + absl::Milliseconds(200));
+      t += absl::Minutes(12) + absl::Seconds(rng() % 900);
+    }
+  }
 }
 
 // Wrong passwords sent all at once (an outsider's burst of kinits): no

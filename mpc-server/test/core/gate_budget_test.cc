@@ -10,6 +10,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <random>
 #include <string>
 
 #include "absl/time/time.h"
@@ -83,6 +84,28 @@ TEST(GateBudget, FailuresUpToTheBoundThenRefusedUntilTheWindowEnds) {
   EXPECT_TRUE(b.Reserve(d, kT0 + absl::Seconds(60)));
   b.Settle(d, true, kT0 + absl::Seconds(60));
   EXPECT_EQ(b.Failures(d, kT0 + absl::Seconds(61)), 1u);
+}
+
+// Issue 62's acceptance, the servers' side: a realm whose users each type a
+// wrong password 5 times an hour (12 minutes or more apart), each followed
+// by the right one, in Runs of their own, never meets the default budget
+// (100 failures a window of an hour), over two days; the honest typos of
+// a day are far below it.
+TEST(GateBudget, UsersWithFiveWrongPasswordsAnHourNeverMeetTheBudget) {
+  GateBudget b{GateBudgetOptions{}};
+  std::mt19937 rng(62);
+  for (int u = 0; u < 50; ++u) {
+    const DealId d = Deal(static_cast<uint8_t>(100 + u));
+    absl::Time t = kT0 + absl::Seconds(rng() % 3600);
+    for (int k = 0; k < 48 * 5; ++k) {
+      ASSERT_TRUE(b.Reserve(d, t)) << "user " << u << ", typo " << k;
+      b.Settle(d, /*failed=*/true, t);
+      ASSERT_TRUE(b.Reserve(d, t + absl::Seconds(8))) << "user " << u << ", login " << k;
+      b.Settle(d, /*failed=*/false, t + absl::Seconds(8));
+      EXPECT_LE(b.Failures(d, t + absl::Seconds(8)), 10u);
+      t += absl::Minutes(12) + absl::Seconds(rng() % 900);
+    }
+  }
 }
 
 TEST(GateBudget, PassesAreNotCountedAndReservationsInFlightAre) {
