@@ -567,9 +567,11 @@ def test_no_real_key_in_the_password_history(realm):
     # The reuse check is off for protected principals (docs/admin-guide.md).
     kr.kadmin_local("cpw -pw Ida-pw-3333 ida")
     kinit_ok(kr, "ida", "Ida-pw-3333")
-    # The change that protected ida replaced her real keys: status names
-    # her until the KDB files are rewritten (admin/rewrite_due.h).
-    _, out, _ = kr.admin("status", "--kdb", expected_code=1)
-    assert f"since the KDB was last rewritten (ida@{kr.realm})" in out, out
-    kr.admin("rewrite-kdb")
+    # The change that protected ida replaced her real keys: with a db2 KDB
+    # status names her until its files are rewritten (admin/rewrite_due.h;
+    # an LDAP KDB, test_ldap.py, is the directory's to rewrite).
+    if not kr.ldap:
+        _, out, _ = kr.admin("status", "--kdb", expected_code=1)
+        assert f"since the KDB was last rewritten (ida@{kr.realm})" in out, out
+        kr.admin("rewrite-kdb")
     status_ok(kr)
