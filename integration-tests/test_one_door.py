@@ -14,7 +14,10 @@ aes*-ctr-mpc handles beside the aes256-cts one, and `kmpc-admin share
 Real processes: three kmpc-mpc-server, kadmin.local with kmpc's key dealer,
 kmpc-admin; the KDB read with the master key (kmpc-kdb-handle keys).
 """
+import subprocess
+
 from kmpc_harness import cluster as kmpc_cluster
+from kmpc_harness.cluster import find_built
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "mpc-server/kmpc-mpc-server",
                            "mpc-server/libkmpc_dealer.so")
@@ -123,6 +126,18 @@ def test_drop_user_ctr_removes_the_copies_existing_users_hold(kmpc_factory):
     kr.setup_krbtgt()
     kr.kadmin_local("addprinc -pw Erin-pw-1 erin")
     kr.kadmin_local("addprinc -e aes256-ctr-mpc:normal -pw Finn-pw-1 finn")
+    # gail's aes256-cts handle names shares no server holds any more, so
+    # her copies are all she logs in with (a non-author review found
+    # drop-user-ctr dropping them).
+    kr.kadmin_local("addprinc -pw Gail-pw-1 gail")
+    gail = kr.kdb_keys("gail")
+    lost = [k[3] for k in gail if k[1] == CTS256][0]
+    for i in range(3):
+        p = subprocess.run([find_built("mpc-server/kmpc-mpc-client"),
+                            f"--servers={kr.cluster.servers}", f"--certs={kr.cluster.certs}",
+                            "delete-key", f"--key_id_hex={lost}",
+                            f"--only_party={i}"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
     erin = kr.kdb_keys("erin")
     assert sorted(k[1] for k in erin) == sorted(OLD_GUIDE), erin
     erin_copies = {k[3] for k in erin if k[1] in CTR}
@@ -132,7 +147,7 @@ def test_drop_user_ctr_removes_the_copies_existing_users_hold(kmpc_factory):
 
     _, out, _ = kr.admin("status", "--kdb", expected_code=1)
     named = sorted(ln.split()[1] for ln in out.splitlines() if COPY_LINE in ln)
-    assert named == [f"erin@{kr.realm}", f"finn@{kr.realm}"], out
+    assert named == [f"erin@{kr.realm}", f"finn@{kr.realm}", f"gail@{kr.realm}"], out
 
     _, out, _ = kr.admin("drop-user-ctr", "--all", "--dry-run", expected_code=1)
     assert f"erin@{kr.realm}: would drop 2 aes*-ctr-mpc copies" in out, out
@@ -141,9 +156,11 @@ def test_drop_user_ctr_removes_the_copies_existing_users_hold(kmpc_factory):
 
     _, out, _ = kr.admin("drop-user-ctr", "--all", "--grace-ms=0", expected_code=1)
     assert f"erin@{kr.realm}: dropped 2 aes*-ctr-mpc copies" in out, out
-    assert "1 principals dropped their copies, 1 left with copies, 0 failures" in out, out
+    assert f"gail@{kr.realm}: LEFT, has no aes*-cts handle of a user's key" in out, out
+    assert "1 principals dropped their copies, 2 left with copies, 0 failures" in out, out
     assert [(k[1], k[2]) for k in kr.kdb_keys("erin")] == [(CTS256, "handle")]
     assert kr.kdb_keys("finn") == finn
+    assert kr.kdb_keys("gail") == gail
     _, out, _ = kr.admin("status", "--kdb", expected_code=1)
     assert [ln for ln in out.splitlines() if COPY_LINE in ln and "erin@" in ln] == [], out
     for kid in erin_copies:
@@ -151,9 +168,33 @@ def test_drop_user_ctr_removes_the_copies_existing_users_hold(kmpc_factory):
     rc, log = Stock(kr).kinit("erin", "Erin-pw-1")
     assert rc == 0, log + kr.kdc_log_text()[-3000:]
 
-    kr.kadmin_local(f"cpw -e {CTS256}:normal -pw Finn-pw-2 finn")
-    assert [(k[1], k[2]) for k in kr.kdb_keys("finn")] == [(CTS256, "handle")]
+    for u in ("finn", "gail"):
+        kr.kadmin_local(f"cpw -e {CTS256}:normal -pw {u.title()}-pw-2 {u}")
+        assert [(k[1], k[2]) for k in kr.kdb_keys(u)] == [(CTS256, "handle")]
     _, out, _ = kr.admin("drop-user-ctr", "--all", expected_code=0)
     assert "0 principals dropped their copies, 0 left with copies, 0 failures" in out, out
     _, out, _ = kr.admin("status", "--kdb", expected_code=None)
     assert COPY_LINE not in out and "no KDB handle refers to it" not in out, out
+
+
+def test_a_ticket_granting_key_is_never_a_password(kmpc_factory):
+    """A password set on krbtgt/REALM would be dealt as a service's key,
+    whose AS reply the servers release ungated (an offline verifier): the
+    dealer refuses it, and kmpc-admin share --password-stdin too. A
+    three-component krbtgt/A/B is no ticket-granting principal (libkdb5's
+    rule): a user's key. Found by a non-author review."""
+    kr = kmpc_factory(module="real", dealer=True, enctypes=OLD_GUIDE, user_ctr_mpc=False,
+                      supported_enctypes=(CTS256,))
+    kr.setup_krbtgt()
+    before = kr.kdb_keys(kr.tgs)
+    out = kr.kadmin_local(f"cpw -pw Tgs-pw-1 {kr.tgs}", expected_code=None)
+    assert "never a password" in out, out
+    assert kr.kdb_keys(kr.tgs) == before
+    rc, out, err = kr.admin("share", "--password-stdin", "--keepold", kr.tgs,
+                            input="Tgs-pw-1\n", expected_code=None)
+    assert rc == 1 and "never a password" in err, out + err
+    assert kr.kdb_keys(kr.tgs) == before
+    # Refused above as ticket-granting, krbtgt/A/B's password would be too.
+    out = kr.kadmin_local("addprinc -pw Odd-pw-1 krbtgt/A/B")
+    assert "created" in out, out
+    assert [(k[1], k[2]) for k in kr.kdb_keys("krbtgt/A/B")] == [(CTS256, "handle")]

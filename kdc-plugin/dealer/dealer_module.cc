@@ -56,6 +56,7 @@
 #include <fnmatch.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <syslog.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
@@ -329,7 +330,12 @@ class Dealer {
     const size_t at = name.rfind('@');
     if (at == std::string::npos) return;
     const std::string dbname = DbName(ctx, name.substr(at + 1));
-    if (!dbname.empty()) (void)NoteRewriteDue(dbname, name);
+    if (dbname.empty() || !NoteRewriteDue(dbname, name).ok())
+      syslog(LOG_WARNING,
+             "kmpc: %s: its real keys were replaced by key handles, but no note "
+             "could be written beside the KDB (database_name in kdc.conf): run "
+             "kmpc-admin rewrite-kdb",
+             name.c_str());
   }
 
   // The db2 database file of `realm`'s KDB as libkdb5's db2 module names it
@@ -387,7 +393,16 @@ class Dealer {
             "ktadd), never a password");
       return KeyKind::kService;
     }
-    if (TicketGranting(name)) return KeyKind::kService;
+    // A ticket-granting key decrypts tickets: a service's, and random
+    // (libkdb5 deals one only for cpw -randkey; a password would give its
+    // AS reply, ungated, as an offline verifier).
+    if (TicketGranting(name)) {
+      if (!random)
+        return absl::FailedPreconditionError(
+            "a ticket-granting key in the cluster is a random key (cpw -randkey), "
+            "never a password");
+      return KeyKind::kService;
+    }
     KeyKind kind = KeyKind::kUser;
     if (std::optional<KeyKind> k = AttributeKind(ctx, name)) kind = *k;
     else if (Matches(patterns_.user_service, name)) kind = KeyKind::kUserService;

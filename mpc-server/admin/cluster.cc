@@ -7,7 +7,17 @@
 
 namespace kmpc::admin {
 
-bool TicketGranting(const std::string& canon) { return canon.rfind("krbtgt/", 0) == 0; }
+bool TicketGranting(const std::string& canon) {
+  if (canon.rfind("krbtgt/", 0) != 0) return false;
+  // Exactly two components (libkdb5's tgs_principal): no unescaped '/'
+  // between "krbtgt/" and the realm's unescaped '@'.
+  for (size_t i = 7; i < canon.size(); ++i) {
+    if (canon[i] == '\\') ++i;
+    else if (canon[i] == '@') return true;
+    else if (canon[i] == '/') return false;
+  }
+  return true;
+}
 
 std::optional<engine::Cipher> CipherOfEnctype(int32_t enctype) {
   switch (enctype) {

@@ -34,7 +34,8 @@ namespace kmpc::admin {
 std::optional<engine::Cipher> CipherOfEnctype(int32_t enctype);
 
 // Whether `canon` (a principal name, with or without its realm) is a
-// ticket-granting principal (krbtgt/...): its key is random and decrypts
+// ticket-granting principal (krbtgt/REALM, two components, as libkdb5's
+// tgs_principal tells it): its key is random and decrypts
 // tickets, so kmpc-admin share and the key dealer always deal it as a
 // service's (the servers run only an AS exchange under a user's key:
 // mpc-server engine/user_key_rule.h).

@@ -713,27 +713,30 @@ absl::Status Kdb::SwitchKeyId(const std::string& name, const std::string& old_id
 // `ids` leave the entry, the others stay as they are (same encryption,
 // kvno and salt), one put. FAILED_PRECONDITION when that would leave the
 // entry without keys.
-absl::StatusOr<size_t> Kdb::RemoveHandles(const std::string& name,
-                                          const std::set<std::string>& ids) {
+absl::StatusOr<std::set<std::string>> Kdb::RemoveHandles(const std::string& name,
+                                                         const std::set<std::string>& ids) {
   krb5_context ctx = Ctx(context_);
   DbEntry entry{ctx};
   if (absl::Status st = ReadEntry(name, &entry.e); !st.ok()) return st;
   krb5_db_entry* ent = entry.e;
   std::vector<bool> drop(ent->n_key_data, false);
+  std::set<std::string> removed;
   size_t dropped = 0;
   for (int i = 0; i < ent->n_key_data; ++i) {
     krb5_keyblock kb = {};
     krb5_error_code ret = krb5_dbe_decrypt_key_data(ctx, nullptr, &ent->key_data[i], &kb, nullptr);
     if (ret) return Error(ret, "decrypting the key data of " + name);
-    drop[i] = kb.length == kHandleLen &&
-              std::memcmp(kb.contents, kHandleMagic, kHandleMagicLen) == 0 &&
-              ids.count(std::string(reinterpret_cast<const char*>(kb.contents) +
-                                        kHandleMagicLen,
-                                    kKeyIdBytes)) > 0;
+    if (kb.length == kHandleLen &&
+        std::memcmp(kb.contents, kHandleMagic, kHandleMagicLen) == 0) {
+      std::string id(reinterpret_cast<const char*>(kb.contents) + kHandleMagicLen,
+                     kKeyIdBytes);
+      drop[i] = ids.count(id) > 0;
+      if (drop[i]) removed.insert(std::move(id));
+    }
     krb5_free_keyblock_contents(ctx, &kb);
     if (drop[i]) ++dropped;
   }
-  if (dropped == 0) return size_t{0};
+  if (dropped == 0) return removed;
   if (dropped == static_cast<size_t>(ent->n_key_data))
     return absl::FailedPreconditionError(
         absl::StrCat(name, ": removing those handles would leave it no key"));
@@ -744,7 +747,7 @@ absl::StatusOr<size_t> Kdb::RemoveHandles(const std::string& name,
   }
   ent->n_key_data = kept;
   if (absl::Status st = PutKeyData(ent, name); !st.ok()) return st;
-  return dropped;
+  return removed;
 }
 
 std::string LabelRealm(const std::string& label) {

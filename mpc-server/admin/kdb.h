@@ -137,10 +137,10 @@ class Kdb {
 
   // In principal `name`, the key handles naming one of `ids` (32-byte key
   // ids) are removed; every other key data entry stays as it is. One
-  // krb5_db_put_principal. The number removed (0: none named; nothing
+  // krb5_db_put_principal. The ids removed (none named: empty, nothing
   // written); FAILED_PRECONDITION when no key would be left.
-  absl::StatusOr<size_t> RemoveHandles(const std::string& name,
-                                       const std::set<std::string>& ids);
+  absl::StatusOr<std::set<std::string>> RemoveHandles(const std::string& name,
+                                                      const std::set<std::string>& ids);
 
   // The key dealer's protect patterns (kdc.conf [mpcdealer] kmpc = {
   // protect = ... }; krbtgt/* when none is given, as the dealer does).

@@ -405,6 +405,10 @@ absl::Status CheckShareAllowed(const Args& a, const std::string& canon,
         canon, ": kadmind decrypts tickets to it in the cluster, which the "
                "servers do under a service's key only: give --service (with "
                "--from-existing) or --randkey. Nothing was changed"));
+  if (a.password_stdin && TicketGranting(canon))
+    return absl::FailedPreconditionError(absl::StrCat(
+        canon, ": a ticket-granting key is a random key (--randkey), never a "
+               "password: its AS reply is not gated. Nothing was changed"));
   // A new krbtgt key without the old one: every outstanding TGT (and
   // cross-realm ticket) stops working at once. Only on request.
   if (!a.from_existing && !a.keepold && !a.force &&

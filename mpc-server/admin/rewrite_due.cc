@@ -31,7 +31,7 @@ absl::Status NoteRewriteDue(const std::string& dbname, const std::string& princi
   if (principal.find('\n') != std::string::npos)
     return absl::InvalidArgumentError("a principal name with a newline");
   const std::string path = RewriteDuePath(dbname);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Errno("opening", path);
   const std::string line =
       absl::StrCat(static_cast<long long>(std::time(nullptr)), " ", principal, "\n");

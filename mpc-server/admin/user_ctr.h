@@ -47,7 +47,10 @@ using KeyInfos = std::map<std::string, kmpc::v1::KeyInfo>;
 // ticket-granting, whose key the servers list with a kind other than
 // KEY_KIND_SERVICE (user, user+service, or none recorded: a record
 // without a kind loads as a user's). A handle the servers do not list is
-// not one (status --kdb reports it missing).
+// not one (status --kdb reports it missing). Neither the KDB nor the
+// servers record whether a key was random: a random key the dealer dealt
+// as a user's kind (no pattern or kmpc_key_kind names the principal a
+// service) counts as one; mark such principals service first.
 bool IsUserCtrCopy(const std::string& canon, const KeyEntry& e, const KeyInfos& infos);
 
 // status --kdb's line for a principal holding such copies, when kmpc-admin's
