@@ -393,11 +393,12 @@ class Dealer {
             "ktadd), never a password");
       return KeyKind::kService;
     }
-    // A ticket-granting key decrypts tickets: a service's, and random
-    // (libkdb5 deals one only for cpw -randkey; a password would give its
-    // AS reply, ungated, as an offline verifier).
+    // A ticket-granting key decrypts tickets: a service's. The realm's own
+    // is random (a password would give its AS reply, ungated, as an
+    // offline verifier); a cross-realm one may come from the password the
+    // two realms share (MIT's practice; docs/limitations.md).
     if (TicketGranting(name)) {
-      if (!random)
+      if (!random && LocalTicketGranting(name))
         return absl::FailedPreconditionError(
             "a ticket-granting key in the cluster is a random key (cpw -randkey), "
             "never a password");

@@ -7,6 +7,12 @@
 
 namespace kmpc::admin {
 
+bool LocalTicketGranting(const std::string& canon) {
+  if (!TicketGranting(canon)) return false;
+  const size_t at = canon.find('@', 7);
+  return at != std::string::npos && canon.compare(7, at - 7, canon, at + 1) == 0;
+}
+
 bool TicketGranting(const std::string& canon) {
   if (canon.rfind("krbtgt/", 0) != 0) return false;
   // Exactly two components (libkdb5's tgs_principal): no unescaped '/'

@@ -40,6 +40,10 @@ std::optional<engine::Cipher> CipherOfEnctype(int32_t enctype);
 // service's (the servers run only an AS exchange under a user's key:
 // mpc-server engine/user_key_rule.h).
 bool TicketGranting(const std::string& canon);
+// krbtgt/REALM@REALM: the realm's own ticket-granting principal, whose key
+// is random (a cross-realm one, krbtgt/OTHER@REALM or krbtgt/REALM@OTHER,
+// is often set from a password both realms share).
+bool LocalTicketGranting(const std::string& canon);
 
 // Cluster 1 only (kmpc-admin status --kdb and refresh take the others from
 // Clusters).

@@ -405,7 +405,7 @@ absl::Status CheckShareAllowed(const Args& a, const std::string& canon,
         canon, ": kadmind decrypts tickets to it in the cluster, which the "
                "servers do under a service's key only: give --service (with "
                "--from-existing) or --randkey. Nothing was changed"));
-  if (a.password_stdin && TicketGranting(canon))
+  if (a.password_stdin && LocalTicketGranting(canon))
     return absl::FailedPreconditionError(absl::StrCat(
         canon, ": a ticket-granting key is a random key (--randkey), never a "
                "password: its AS reply is not gated. Nothing was changed"));
