@@ -92,6 +92,8 @@ extern "C" {
 #include <profile.h>
 }
 
+#include "admin/kdb_profile.h"  // after <profile.h>
+
 namespace kmpc::admin {
 namespace {
 
@@ -346,27 +348,22 @@ class Dealer {
   static std::string DbName(krb5_context ctx, const std::string& realm) {
     profile_t prof = nullptr;
     if (krb5_get_profile(ctx, &prof) != 0) return "";
-    char *module = nullptr, *lib = nullptr, *name = nullptr;
-    profile_get_string(prof, "realms", realm.c_str(), "database_module", realm.c_str(),
-                       &module);
-    profile_get_string(prof, "dbmodules", module, "db_library", "db2", &lib);
-    profile_get_string(prof, "dbmodules", module, "database_name", nullptr, &name);
-    if (name == nullptr)
+    const KdbModuleSettings m = ReadKdbModuleSettings(prof, realm);
+    std::string out = m.database_name;
+    if (out.empty()) {
+      char* name = nullptr;
       profile_get_string(prof, "realms", realm.c_str(), "database_name", nullptr, &name);
-    std::string out;
-    if (lib != nullptr && std::strcmp(lib, "db2") == 0) {
-      if (name != nullptr) {
-        out = name;
-      } else if (const char* kdc = std::getenv("KRB5_KDC_PROFILE"); kdc != nullptr) {
+      if (name != nullptr) out = name;
+      profile_release_string(name);
+    }
+    profile_release(prof);
+    if (m.library != "db2") return "";
+    if (out.empty())
+      if (const char* kdc = std::getenv("KRB5_KDC_PROFILE"); kdc != nullptr) {
         const std::string conf = kdc;
         const size_t slash = conf.rfind('/');
         if (slash != std::string::npos) out = conf.substr(0, slash) + "/principal";
       }
-    }
-    profile_release_string(module);
-    profile_release_string(lib);
-    profile_release_string(name);
-    profile_release(prof);
     return out;
   }
 

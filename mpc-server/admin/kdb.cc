@@ -127,6 +127,10 @@ bool IsCtsEnctype(int32_t enctype) {
   return enctype == kEnctypeAes128Cts || enctype == kEnctypeAes256Cts;
 }
 
+bool IsMpcEnctype(int32_t enctype) {
+  return enctype == kEnctypeAes128Mpc || enctype == kEnctypeAes256Mpc;
+}
+
 // MIT's numbers (krb5.h): DES 1-7 (5-7 raw and old DES3 forms), DES3 16,
 // RC4 23 and 24.
 bool IsWeakEnctype(int32_t enctype) {

@@ -172,6 +172,8 @@ const char* EnctypeName(int32_t enctype);
 int32_t MpcEnctypeFor(int32_t enctype);
 // aes128/aes256-cts-hmac-sha1-96.
 bool IsCtsEnctype(int32_t enctype);
+// aes128/aes256-ctr-mpc (the MPC enctypes).
+bool IsMpcEnctype(int32_t enctype);
 // RC4 (its key is the NT hash: a password equivalent) and single and triple
 // DES: keys the cluster never holds and a protected principal never keeps.
 bool IsWeakEnctype(int32_t enctype);

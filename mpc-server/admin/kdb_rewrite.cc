@@ -30,6 +30,7 @@ extern "C" {
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "admin/kdb_profile.h"
 #include "admin/rewrite_due.h"
 
 extern char** environ;
@@ -375,18 +376,10 @@ absl::StatusOr<KdbFiles> FindKdbFiles(const std::string& realm) {
   profile_t prof = nullptr;
   if (ret == 0) ret = krb5_get_profile(ctx, &prof);
   if (ret == 0) {
-    // libkdb5's kdb_get_library_name and the db2 module's configure_context:
-    // the module's database_name before the realm's.
-    char *module = nullptr, *lib = nullptr, *name = nullptr;
-    profile_get_string(prof, "realms", realm.c_str(), "database_module", realm.c_str(),
-                       &module);
-    profile_get_string(prof, "dbmodules", module, "db_library", "db2", &lib);
-    profile_get_string(prof, "dbmodules", module, "database_name", nullptr, &name);
-    f.library = lib != nullptr ? lib : "db2";
-    if (name != nullptr) f.dbname = name;
-    profile_release_string(module);
-    profile_release_string(lib);
-    profile_release_string(name);
+    // The module's database_name before the realm's (kadm5's, above).
+    const KdbModuleSettings m = ReadKdbModuleSettings(prof, realm);
+    f.library = m.library;
+    if (!m.database_name.empty()) f.dbname = m.database_name;
     profile_release(prof);
   }
   std::string err = ret ? error_message(ret) : "";

@@ -379,9 +379,7 @@ KdbKeyFacts FactsOf(const PrincipalInfo& info) {
   for (const KeyEntry& e : info.keys) {
     if (!e.is_handle) {
       f.all_handles = false;
-      if (e.kvno == info.kvno &&
-          (e.enctype == kEnctypeAes128Mpc || e.enctype == kEnctypeAes256Mpc))
-        f.current_is_mpc_key = true;
+      if (e.kvno == info.kvno && IsMpcEnctype(e.enctype)) f.current_is_mpc_key = true;
       continue;
     }
     if (std::find(f.old_ids.begin(), f.old_ids.end(), e.key_id) == f.old_ids.end())
@@ -916,7 +914,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
     for (const KeyEntry& e : info->keys) {
       if (!e.is_handle) {
         real.push_back(absl::StrCat(EnctypeName(e.enctype), " kvno ", e.kvno));
-        if (e.enctype == kEnctypeAes128Mpc || e.enctype == kEnctypeAes256Mpc)
+        if (IsMpcEnctype(e.enctype))
           has_mpc_key = true;
         continue;
       }

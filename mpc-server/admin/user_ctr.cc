@@ -15,10 +15,6 @@
 namespace kmpc::admin {
 namespace {
 
-bool IsMpcEnctype(int32_t enctype) {
-  return enctype == kEnctypeAes128Mpc || enctype == kEnctypeAes256Mpc;
-}
-
 // What the servers list of every key id (a key's record is the same on
 // all of them: status compares), and the ids every server of every
 // cluster lists.
