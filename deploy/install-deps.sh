@@ -20,6 +20,9 @@ pkgs=(
   # Debian's own, unpatched MIT clients (test_unmodified_clients.py): kinit,
   # kvno, klist, kdestroy; gss-client and gss-server for delegation
   krb5-user krb5-gss-samples
+  # Debian's PKINIT plugin for those clients (test_pkinit.py): kinit -n,
+  # certificate logins
+  krb5-pkinit
   # curl --negotiate to Apache's mod_auth_gssapi (test_cts_interop.py): run
   # by the test on loopback as the test's user, never as the system service
   curl apache2 libapache2-mod-auth-gssapi

@@ -55,7 +55,7 @@ DEFAULT_TESTS = [
     "tests/t_u2u", "tests/t_crossrealm", "tests/t_referral", "tests/t_keyrollover",
     "tests/t_preauth", "tests/t_skew", "tests/t_sesskeynego", "tests/t_etype_info",
     "tests/t_changepw", "tests/t_kadmin", "tests/t_dump", "tests/gssapi/t_s4u",
-    "tests/gssapi/t_gssapi", "appl/user_user/t_user2user",
+    "tests/gssapi/t_gssapi", "appl/user_user/t_user2user", "tests/t_pkinit",
 ]
 
 

@@ -145,7 +145,7 @@ apply_series() {
 
 configure_tree() {
   # Reconfigure only when configure.ac or our options changed.
-  local opts="--prefix=$prefix --with-crypto-impl=builtin --disable-pkinit \
+  local opts="--prefix=$prefix --with-crypto-impl=builtin \
 --with-ldap --disable-nls --without-keyutils --with-lmdb=no \
 --without-system-verto --enable-shared --disable-static"
   local key

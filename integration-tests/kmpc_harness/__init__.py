@@ -12,6 +12,8 @@
   heimdal   Debian's Heimdal clients, unpacked under build/heimdal (not
             installed)
   deploy_tool  deploy/kmpc_deploy.py, the administrator's tool, as a module
+  pkinit    PKINIT certificates (deploy/gen-pkinit-certs.sh), their kdc.conf
+            and krb5.conf relations, the anonymous principal
 
 conftest.py puts integration-tests/ on sys.path; scripts outside it (the
 benchmarks, demo.py) do the same before importing.
