@@ -38,6 +38,7 @@ def heimdal():
     except kmpc_heimdal.HeimdalError as e:
         pytest.fail(f"Debian's Heimdal clients could not be prepared: {e}")
     pkgs = kmpc_heimdal.packages()
+    # Heimdal's libraries are unpacked whatever the host has installed
     assert pkgs[0] == "heimdal-clients" and "libkrb5-26-heimdal" in pkgs, pkgs
     return progs
 
@@ -70,7 +71,8 @@ class HeimdalClients:
 
 def test_binaries_are_debians(heimdal):
     """Each program is the unpacked Debian one and loads Heimdal's libkrb5
-    from the unpacked tree, neither the host's MIT one nor this build's."""
+    from the unpacked tree, neither the host's MIT one nor this build's,
+    and no library of a Heimdal package the host may have installed."""
     libdirs = kmpc_heimdal.lib_dirs()
     for name, path in heimdal.items():
         real = os.path.realpath(path)
@@ -80,6 +82,22 @@ def test_binaries_are_debians(heimdal):
         m = re.search(r"libkrb5\.so\.26 => (\S+)", libs)
         assert m and any(m.group(1).startswith(d + "/") for d in libdirs), libs
         assert "libkrb5.so.3" not in libs and kmpc_realm.PREFIX not in libs, libs
+        assert kmpc_heimdal.host_heimdal_libraries(libs) == [], libs
+
+
+def test_resolution_ignores_the_hosts_heimdal(heimdal):
+    """The packages resolved for a host that has installed every package
+    the fixture unpacked (Heimdal's libraries, heimdal-clients itself) are
+    all those of them built from Heimdal's source: what is unpacked from
+    Heimdal does not depend on what the host has.  Only the installed set
+    is made up; apt answers for the rest."""
+    pkgs = kmpc_heimdal.packages()
+    src = kmpc_heimdal.sources(pkgs)
+    own = [p for p in pkgs if src[p][0] == kmpc_heimdal.SOURCE]
+    assert "libkrb5-26-heimdal" in own, src
+    installed = set(kmpc_heimdal.host_packages()) | set(pkgs)
+    got = kmpc_heimdal.resolve(installed=installed)
+    assert got[0] == "heimdal-clients" and sorted(got) == sorted(own), (got, own)
 
 
 def test_heimdal_login_service_renew(heimdal, kmpc_factory, tmp_path):
