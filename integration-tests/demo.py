@@ -13,7 +13,10 @@ kadmin/history's (kadmind's others are moved: KADMIND_KEYS_IN_CLUSTER). The patc
 and kadmind start; alice logs in with Debian's unmodified kinit, Debian's
 kvno validates a ticket to host/svc with its keytab, alice changes her
 password with kpasswd through kadmind (the new key goes to the cluster),
-logs in with it, kmpc-admin status --kdb (OK), and a short login storm
+logs in with it; PKINIT with Debian's krb5-pkinit: an anonymous TGT
+(kinit -n) armors alice's login (kinit -T), and carol, who has no key,
+logs in with her certificate (deploy/gen-pkinit-certs.sh made the CA, the
+KDC's and her certificate); kmpc-admin status --kdb (OK), and a short login storm
 when kmpc-storm is built. Everything stays running afterwards; the last
 lines say where the logs are and how to stop it.
 
@@ -32,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 from kmpc_harness.kmpc_realm import KmpcRealm  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
+from kmpc_harness import pkinit  # noqa: E402
 
 STORM_USERS = 50
 USER_ENCTYPES = ("aes256-cts-hmac-sha1-96", "aes128-cts-hmac-sha1-96")
@@ -41,6 +45,8 @@ USER_ENCTYPES = ("aes256-cts-hmac-sha1-96", "aes128-cts-hmac-sha1-96")
 # (kadm5 encrypts the password history under it).
 KADMIND_KEYS_IN_CLUSTER = ("kadmin/admin", "kadmin/changepw")
 STOCK_KINIT, STOCK_KVNO = "/usr/bin/kinit", "/usr/bin/kvno"
+STOCK_PKINIT = "/usr/lib/x86_64-linux-gnu/krb5/plugins/preauth/pkinit.so"
+CERT_USER = "carol"  # logs in with a certificate only: she has no key
 CTS = "aes256-cts-hmac-sha1-96 aes128-cts-hmac-sha1-96"
 
 
@@ -56,14 +62,15 @@ def show(text):
 
 def stock_env(r, workdir):
     """The environment of Debian's unmodified clients: a krb5.conf naming
-    only the standard AES enctypes, none of kmpc's variables."""
+    only the standard AES enctypes and the realm's PKINIT anchor, none of
+    kmpc's variables."""
     conf = os.path.join(workdir, "stock-krb5.conf")
     with open(conf, "w") as f:
         f.write(f"[libdefaults]\n    default_realm = {r.realm}\n"
                 f"    dns_lookup_kdc = false\n    rdns = false\n"
                 f"    default_tkt_enctypes = {CTS}\n    permitted_enctypes = {CTS}\n"
                 f"[realms]\n    {r.realm} = {{\n        kdc = 127.0.0.1:{r.kdc_port}\n"
-                f"    }}\n")
+                + pkinit.client_relation(r.pkinit_certs) + "    }\n")
     env = {k: v for k, v in r.env.items()
            if not k.startswith(("KRB5", "KMPC", "LD_"))}
     env.update(KRB5_CONFIG=conf, LC_ALL="C",
@@ -83,6 +90,33 @@ def dealt_keytab(r, names, keytab, enctype):
         raise kmpc_realm.RealmError(f"ktadd wrote {out.count('added to keytab')} of "
                                     f"{len(names)} keys:\n{out[-3000:]}")
     os.chmod(keytab, 0o600)
+
+
+def pkinit_logins(r, workdir, password):
+    """Debian's kinit with Debian's krb5-pkinit: anonymous PKINIT, its ticket
+    as FAST armor for alice's password login, a certificate login."""
+    env = stock_env(r, workdir)
+    armor = "FILE:" + os.path.join(workdir, "anonymous.ccache")
+    steps = [
+        ("anonymous PKINIT: Debian's kinit -n; a TGT for WELLKNOWN/ANONYMOUS "
+         "under the MPC-held krbtgt (the reply key from the DH exchange)",
+         [STOCK_KINIT, "-n", f"@{r.realm}"], None, armor),
+        ("its ccache as FAST armor: Debian's kinit -T for alice (encrypted "
+         "challenge under her key, checked in the cluster)",
+         [STOCK_KINIT, "-T", armor, "alice"], password + "\n", None),
+        (f"a certificate login: Debian's kinit -X X509_user_identity=... "
+         f"{CERT_USER} (freshness token checked by the KDC)",
+         [STOCK_KINIT, "-X",
+          f"X509_user_identity={pkinit.identity(r.pkinit_certs, CERT_USER)}",
+          CERT_USER], None, None),
+        ("klist", ["/usr/bin/klist"], None, None)]
+    for title, argv, stdin, ccache in steps:
+        step(title)
+        p = subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                           timeout=180, env=dict(env, KRB5CCNAME=ccache or env["KRB5CCNAME"]))
+        show(p.stdout + p.stderr)
+        if p.returncode != 0:
+            raise kmpc_realm.RealmError(f"{' '.join(argv[:2])} exited {p.returncode}")
 
 
 def real_keys_in_kdb(r, workdir):
@@ -122,9 +156,16 @@ def main():
     # keys only).
     # protect = *: with the MPC enctypes out of supported_enctypes, the
     # dealer's pattern is what puts every new key (alice's) in the cluster.
+    # PKINIT: the realm's CA and KDC certificate, and a client certificate
+    # for carol (deploy/gen-pkinit-certs.sh); docs/admin-guide.md "PKINIT".
+    certs = pkinit.make_certs(os.path.join(workdir, "pkinit"), kmpc_realm.REALM,
+                              [CERT_USER])
     r = KmpcRealm(workdir, metrics=True, supported_enctypes=USER_ENCTYPES,
-                  user_ctr_mpc=False, protect=["*"])
+                  user_ctr_mpc=False, protect=["*"],
+                  realm_extra=pkinit.kdc_relations(certs),
+                  krb5_conf_extra=pkinit.client_relation(certs))
     r.user_ctr_mpc = r.module == "test"
+    r.pkinit_certs = certs
     try:
         return run(r, workdir)
     except BaseException:
@@ -145,9 +186,15 @@ def run(r, workdir):
     dealer = r.module == "real"
     if dealer:
         step("kmpc's key dealer on (kdc.conf [plugins] mpcdealer, kadm5_hook; "
-             "[mpcdealer] protect = *, service = host/*): MIT's tools put every "
-             "new key into the cluster, users' under aes*-cts only")
-        r.dealer_kinds = [("service", "host/*")]
+             "[mpcdealer] protect = *, service = host/*, user*, kmpc/warmup): MIT's "
+             "tools put every new key into the cluster, users' under aes*-cts only")
+        # The load-test users and the warm-up principal log in with random
+        # keys from keytabs, no password: dealt as services' keys (no gate:
+        # a random key is no password verifier), so that status --kdb,
+        # which names a user's kind under aes*-ctr-mpc as a password's
+        # copy, finds nothing to report.
+        r.dealer_kinds = [("service", "host/*"), ("service", "user*"),
+                          ("service", r.WARMUP)]
         r.enable_dealer()
         step(f"kadmin.local ktadd: {STORM_USERS} load-test users and the warm-up "
              "principal get random keys made in the cluster; ktadd writes them to "
@@ -191,6 +238,10 @@ def run(r, workdir):
         step("kmpc-admin: alice's key from her password")
         r.addprinc("alice", password, enctypes=["aes256-ctr-mpc"])
         show(r.share_passwords([("alice", password)]))
+    step(f"kadmin.local addprinc -nokey {pkinit.ANONYMOUS} and {CERT_USER}: "
+         "anonymous PKINIT and a certificate-only user need no key")
+    pkinit.add_anonymous(r)
+    show(r.kadmin_local(f"addprinc +requires_preauth -nokey {CERT_USER}"))
     print("the KDB holds key handles (read with the master key: "
           "kmpc-kdb-handle keys):")
     for princ in ("alice", r.tgs, kmpc_cluster.SERVICE):
@@ -251,6 +302,9 @@ def run(r, workdir):
         show(r.kinit("alice", new_password))
         out = r.kinit("alice", password, expected_code=1)
         show(out.splitlines()[-1] if out else "")
+
+    if dealer and os.path.exists(STOCK_KINIT) and os.path.exists(STOCK_PKINIT):
+        pkinit_logins(r, workdir, new_password)
 
     step("kmpc-admin status --kdb")
     rc, out, err = r.admin("status", "--kdb", expected_code=None)
