@@ -65,3 +65,27 @@ def test_mit_tests_krbtgt_mode(tmp_path):
     s4u_logs = "".join(p.read_text() for p in (logs / "tests_gssapi_t_s4u.logs").glob("*/kdc.log"))
     assert "CONSTRAINED-DELEGATION s4u-client=user@A" in s4u_logs
     assert "kdcmpc: a PAC signature" not in s4u_logs  # every VERIFY held
+
+
+def test_mit_pkinit_with_every_key_in_the_cluster(tmp_path):
+    """MIT's t_pkinit in MODE=all (every key but K/M's in the cluster):
+    certificate logins from PEM, PKCS#12, a directory and a PKCS#11 token,
+    anonymous PKINIT and FAST armored with it, required freshness tokens
+    (krb5 patch 0033-KDC-PKINIT-freshness-tokens); each of its realms had
+    its krbtgt in the cluster, and its anonymous TGTs were issued under it."""
+    argv = ["make", "-s", "--no-print-directory", "-C", ROOT, "test-mit-kmpc",
+            "MIT_NO_BUILD=1", "MODE=all", "MIT_TESTS=tests/t_pkinit",
+            f"MIT_OUT={tmp_path}", f"BUILD={BUILD}"]
+    if os.environ.get("KMPC_CMAKE_BUILD"):
+        argv.append(f"CMAKE_BUILD={os.environ['KMPC_CMAKE_BUILD']}")
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and "1 passed, 0 failed (mode all)" in out, out
+    r, = json.loads((tmp_path / "all" / "summary.json").read_text())["results"]
+    assert r["passed"] and r["krbtgt_in_cluster"] == r["realms"] == 2, r
+    assert r["kdb_real_keys"] == {"testdir": []}, r
+    kdc_log = (tmp_path / "all" / "tests_t_pkinit.logs" / "kdc.log").read_text()
+    assert "PKINIT: freshness token received from user@KRBTEST.COM" in kdc_log
+    anon = [l for l in kdc_log.splitlines() if "ISSUE:" in l and
+            "WELLKNOWN/ANONYMOUS@KRBTEST.COM for krbtgt/KRBTEST.COM@KRBTEST.COM" in l]
+    assert anon and all("tkt=aes256-ctr-mpc" in l for l in anon), anon
