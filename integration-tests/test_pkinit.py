@@ -15,7 +15,8 @@ says (without keys). What is checked:
   Run, then a service ticket; the token the KDC sends is checksummed under
   PRF+ of the master key (an independent implementation checks it);
 - a certificate login of a user whose password key is in the cluster
-  submits no job under that key (PKINIT replaced the reply key);
+  submits no job under that key (PKINIT replaced the reply key); the same
+  login inside FAST with the anonymous armor;
 - no principal of the realm has a real key in the KDB.
 """
 import os
@@ -174,6 +175,28 @@ def test_certificate_login_with_freshness_then_a_service(realm):
         assert rc == 0 and f"{SERVICE}@{kr.realm}: kvno = " in out, out
     log = kr.kdc_log_text()
     assert "PKINIT: freshness token received from carol@KMPC.TEST" in log, log[-3000:]
+
+
+def test_certificate_login_under_anonymous_armor(realm):
+    """kinit -T with an anonymous armor ccache and a certificate (PKINIT
+    inside FAST, as SSSD does for smart cards): each of the two requests
+    opens the armor in a Run, the login's ticket is one more; the reply is
+    under the PKINIT reply key strengthened with the armor's (no job under
+    the user's key, which carol has in the cluster and erin does not)."""
+    kr = realm
+    c = PkinitClient(kr, kr.pkinit_certs, "fastpk")
+    armor = "FILE:" + os.path.join(kr.dir, "fastpk-armor.cc")
+    rc, out = c.run("kinit", "-n", f"@{kr.realm}", ccache=armor)
+    assert rc == 0, out
+    for user in CERT_USERS:
+        before = fast_counts(kr)
+        rc, out = c.run("kinit", "-T", armor, "-X",
+                        f"X509_user_identity={pkinit.identity(kr.pkinit_certs, user)}",
+                        user)
+        assert rc == 0, out + kr.kdc_log_text()[-3000:]
+        assert settled(fast_counts, kr, before, 3) == (3, 3)
+        rc, out = c.run("klist")
+        assert rc == 0 and f"Default principal: {user}@{kr.realm}" in out, out
 
 
 def _master_key(kr):
