@@ -546,3 +546,34 @@ def test_kdc_size_check_catches_a_big_file_and_a_wide_class(tmp_path):
     found = kdc_size_offences(str(tmp_path))
     assert len(found) == 2, found
     assert any("big.cc" in f for f in found) and any("class Wide has 32" in f for f in found)
+
+
+def harness_bench_imports(harness_dir):
+    """Imports of a benchmark module (integration-tests/bench/) by the test
+    harness: the benchmarks build on the harness, never the reverse."""
+    import ast
+    found = []
+    for name in sorted(os.listdir(harness_dir)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(harness_dir, name)) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{name}: imports {m}" for m in mods
+                      if m == "bench" or m.startswith("bench.")]
+    return found
+
+
+def test_harness_imports_no_bench_module():
+    found = harness_bench_imports(os.path.join(ROOT, "integration-tests", "kmpc_harness"))
+    assert not found, "\n".join(found)
+
+
+def test_harness_import_check_catches_a_bench_import(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    from bench import storm_bench\n")
+    (tmp_path / "b.py").write_text("import bench.cts_bench as c\nimport benchmark\n")
+    (tmp_path / "c.py").write_text("from kmpc_harness import storm_users\n")
+    assert harness_bench_imports(str(tmp_path)) == [
+        "a.py: imports bench", "b.py: imports bench.cts_bench"]

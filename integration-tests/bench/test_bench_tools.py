@@ -13,6 +13,7 @@ import time
 import pytest
 
 from bench import kdc_cpu_ab, storm_bench
+from kmpc_harness import storm_users
 
 T0 = time.monotonic()
 
@@ -35,7 +36,7 @@ def builds(tmp_path, monkeypatch):
     build = tmp_path / "build"
     newest = executable(str(build / "cmake" / "mpc-server" / "kmpc-storm"))
     own = executable(str(build / "cmake-own" / "mpc-server" / "kmpc-storm"), age_s=3600)
-    monkeypatch.setattr(storm_bench, "BUILD", str(build))
+    monkeypatch.setattr(storm_users, "BUILD", str(build))
     monkeypatch.delenv("KMPC_STORM", raising=False)
     monkeypatch.delenv("KMPC_CMAKE_BUILD", raising=False)
     return newest, own
@@ -138,3 +139,29 @@ def test_tgs_bench_clients_and_per_tgs_figures():
     p = tgs_bench.per_tgs(t)
     assert p["server_runs"] == 41 and p["servers_disagreed_on_runs"] == 1
     assert tgs_bench.per_tgs(tgs_bench.Totals()) == {"tgs_exchanges": 0}
+
+
+def test_pkinit_bench_runs_and_results_rows(capsys):
+    """pkinit_bench: the module's per-login counts become Runs per login,
+    their distribution and whether each was expected; bench_results reads
+    pkinit.json into its "pkinit" section and prints a row per side."""
+    from bench import bench_results, pkinit_bench
+    per = [{"exchanges": 3, "runs": 3}] * 3 + [{"exchanges": 3, "runs": 4}]
+    sec = pkinit_bench.runs_section("armored_password", per)
+    assert sec["runs_per_login"] == 3.25 and sec["runs_distribution"] == {"3": 3, "4": 1}
+    assert sec["exchanges_per_login"] == {"3": 4} and sec["as_expected"]
+    assert not pkinit_bench.runs_section("certificate", per)["as_expected"]
+    assert pkinit_bench.runs_section("anonymous", []) is None
+    side = {"n": 4, "p50_ms": 10.0, "p99_ms": 12.0, "min_ms": 9.0, "max_ms": 12.0, "failed": 0}
+    pk = {"logins": 4, "servers": "malicious",
+          "kinds": {"armored_password": {"stock": side, "kmpc": dict(side, p50_ms=30.0),
+                                         "ratio_p50": 3.0, "kmpc_runs": sec,
+                                         "cold": {"stock": {"ms": 20.0}}}}}
+    res = {"pkinit": bench_results.pkinit_side(pk)}
+    row = res["pkinit"]["kinds"]["armored_password"]
+    assert row["kmpc"]["p50_ms"] == 30.0 and row["kmpc_runs_per_login"] == 3.25
+    bench_results.print_pkinit(res)
+    out = capsys.readouterr().out
+    assert "password, anonymous armor (kinit -T)" in out and "3.00x stock's p50" in out
+    bench_results.print_pkinit({"pkinit": bench_results.pkinit_side({"error": "boom"})})
+    assert "failed: boom" in capsys.readouterr().out

@@ -12,6 +12,8 @@
   heimdal   Debian's Heimdal clients, unpacked under build/heimdal (not
             installed)
   deploy_tool  deploy/kmpc_deploy.py, the administrator's tool, as a module
+  storm_users  a storm's users, keytabs and kmpc-storm binary (the harness
+            and the benchmarks share it; the harness imports no bench module)
   pkinit    PKINIT certificates (deploy/gen-pkinit-certs.sh), their kdc.conf
             and krb5.conf relations, the anonymous principal
 

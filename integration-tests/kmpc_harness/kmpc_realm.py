@@ -634,11 +634,11 @@ def storm_realm(make, users, tmp, **kw):
     (kdc-plugin/src/gate_failures.h): its realm runs gate_failures = 0, as
     its servers run no per-Run gate bound (cluster.py); test_gate_budget
     and test_as_plan_review test the bound."""
-    from bench import storm_bench  # the benchmarks build on this module
+    from kmpc_harness import storm_users
     kw["module_options"] = {"gate_failures": "0", **(kw.get("module_options") or {})}
     pws = {f"user{i}": "pw-" + secrets.token_hex(8) for i in range(users)}
     r = ready(make(module="real", **kw), pws)
     kt = os.path.join(str(tmp), "storm.keytab")
-    storm_bench.client_keytab_from_passwords(
+    storm_users.client_keytab_from_passwords(
         r.env, {f"{u}@{r.realm}": pw for u, pw in pws.items()}, [STORM_ENCTYPE], kt, kvno=2)
     return r, pws, kt

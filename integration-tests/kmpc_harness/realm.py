@@ -453,11 +453,11 @@ class Realm:
 def storm_users_realm(make, enctype, users, service=True):
     """A realm from make(enctypes=[enctype]) (realm_factory) with `users`
     random-key users user0.. requiring pre-auth and their keytab
-    (bench/storm_bench.populate_users), the storm's service principal
-    unless service=False; the KDC started."""
-    from bench import storm_bench  # the benchmarks build on this module
+    (storm_users.populate_users), the storm's service principal unless
+    service=False; the KDC started."""
+    from kmpc_harness import storm_users  # it imports this module
     r = make(enctypes=[enctype])
-    storm_bench.populate_users(r, users, service=storm_bench.SERVICE if service else None)
+    storm_users.populate_users(r, users, service=storm_users.SERVICE if service else None)
     r.start_kdc()
     return r
 
