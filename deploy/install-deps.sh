@@ -12,6 +12,7 @@ pkgs=(
   prometheus-cpp-dev  # HTTP /metrics of the servers and the KDC module
   # tests, demo and benchmarks
   python3 python3-pytest python3-cryptography python3-matplotlib python3-grpcio
+  python3-protobuf  # the tests decode kmpc.proto messages with protoc's classes
   openssl iproute2 procps
   python3-pip  # test_code_layout.py: pip install --target build/pydeps lizard
   gdb  # bench-soak: heap bytes in use (malloc_info) of each process

@@ -1,49 +1,19 @@
 """The KeyOps Run requests a kmpc-mpc-server recorded
 (--debug_record_requests: "METHOD SIZE\\n" then the serialized request and
-"\\n"), read with just enough protobuf wire format (proto/kmpc.proto) to
-find each job's public fields and its slice of RunRequest.data_shares
-(proto/contract.cc SharedBytes), so that a test that holds all three
-servers' recordings can rebuild a dealt value the way no one server can.
+"\\n"), decoded with Python classes protoc generates from proto/kmpc.proto
+(kmpc_harness.proto), to find each job's public fields and its slice of
+RunRequest.data_shares (proto/contract.cc SharedBytes), so that a test
+that holds all three servers' recordings can rebuild a dealt value the way
+no one server can.
 """
+from kmpc_harness.proto import kmpc_pb2
 
-JOB_ENCRYPT, JOB_DECRYPT, JOB_CHECKSUM, JOB_VERIFY_CHECKSUM = 1, 2, 3, 4
-CTS_CIPHERS = (17, 18)
-CF2_HALF = {0: 0, 1: 16, 2: 32}
-JOB_FIELDS = {1: "job_id", 2: "key_id", 3: "type", 4: "usage", 5: "length", 6: "data",
-              7: "checksum", 8: "release_if_ok", 9: "cipher", 13: "cts_key",
-              14: "splice_length", 15: "splice_offset"}
-
-
-def _varint(buf, at):
-    v, shift = 0, 0
-    while True:
-        b = buf[at]
-        at += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return v, at
-
-
-def fields(buf):
-    """(field number, value) of a message: int for varints, bytes else."""
-    at, out = 0, []
-    while at < len(buf):
-        key, at = _varint(buf, at)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, at = _varint(buf, at)
-        elif wt == 2:
-            n, at = _varint(buf, at)
-            v, at = buf[at:at + n], at + n
-        elif wt == 1:
-            v, at = buf[at:at + 8], at + 8
-        elif wt == 5:
-            v, at = buf[at:at + 4], at + 4
-        else:
-            raise ValueError(f"wire type {wt}")
-        out.append((num, v))
-    return out
+pb = kmpc_pb2()
+JOB_ENCRYPT, JOB_DECRYPT = pb.JOB_ENCRYPT, pb.JOB_DECRYPT
+JOB_CHECKSUM, JOB_VERIFY_CHECKSUM = pb.JOB_CHECKSUM, pb.JOB_VERIFY_CHECKSUM
+CTS_CIPHERS = (pb.CIPHER_AES128_CTS, pb.CIPHER_AES256_CTS)
+# Bytes of the dealt KRB-FX-CF2 half an aes*-cts job carries, by Job.cts_key.
+CF2_HALF = {pb.CTS_KEY_DEALT: 0, pb.CTS_KEY_CF2_AES128: 16, pb.CTS_KEY_CF2_AES256: 32}
 
 
 def shared_bytes(job):
@@ -70,14 +40,11 @@ def runs(path):
         at = nl + 1 + int(size) + 1
         if method != "Run":
             continue
-        req = {"batch_id": b"", "jobs": [], "data_shares": b""}
-        for num, v in fields(body):
-            if num == 1:
-                req["batch_id"] = v
-            elif num == 2:
-                req["jobs"].append({JOB_FIELDS[k]: x for k, x in fields(v) if k in JOB_FIELDS})
-            elif num == 4:
-                req["data_shares"] = v
+        msg = pb.RunRequest.FromString(body)
+        # Each job as {field name: value} of the fields it sets (proto3:
+        # an absent field reads as its default, as job.get(name, 0) does).
+        req = {"batch_id": msg.batch_id, "data_shares": msg.data_shares,
+               "jobs": [{f.name: v for f, v in job.ListFields()} for job in msg.jobs]}
         pos = 0
         for job in req["jobs"]:
             n = shared_bytes(job)

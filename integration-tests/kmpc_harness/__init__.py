@@ -14,6 +14,7 @@
   deploy_tool  deploy/kmpc_deploy.py, the administrator's tool, as a module
   storm_users  a storm's users, keytabs and kmpc-storm binary (the harness
             and the benchmarks share it; the harness imports no bench module)
+  proto     Python classes of proto/kmpc.proto (protoc, into build/pyproto)
   pkinit    PKINIT certificates (deploy/gen-pkinit-certs.sh), their kdc.conf
             and krb5.conf relations, the anonymous principal
 
