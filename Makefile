@@ -14,7 +14,7 @@ export KRB5_PREFIX
 
 .PHONY: all deps krb5 build test test-crypto test-unit test-integration test-mit-kmpc \
         demo demo-stop bench bench-mpc bench-storm bench-soak bench-netns bench-kpasswd \
-        bench-replicas bench-cts bench-tgs \
+        bench-replicas bench-cts bench-tgs bench-pkinit \
         bench-results clean distclean help
 
 all: build
@@ -37,6 +37,7 @@ help:
 	@echo "make bench-replicas  storms at a primary and a replica KDC against one cluster"
 	@echo "make bench-cts  users with MPC-held aes256-cts keys: Debian's kinit and storms, both modes"
 	@echo "make bench-tgs  Debian's kvno to a service whose aes256-cts key the cluster holds, both modes"
+	@echo "make bench-pkinit  certificate, anonymous and anonymously armored logins: kmpc beside stock"
 
 deps:
 	@bash deploy/install-deps.sh
@@ -161,6 +162,17 @@ bench-tgs: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_TGS)
 
+# PKINIT with Debian's kinit and krb5-pkinit, one client: a certificate
+# login (kinit -X), anonymous PKINIT (kinit -n) and a password login armored
+# with an anonymous ccache (kinit -T), stock MIT's KDC (every key in the
+# KDB) beside a kmpc realm (servers malicious, krbtgt and users' aes256-cts
+# keys in the cluster) in the same run, alternated; the module's Runs per
+# login (build/bench/pkinit.json, bench_results.py's "pkinit" section;
+# under 3 minutes).
+bench-pkinit: build
+	@$(BENCH_SNAPSHOT)
+	@$(BENCH_PKINIT)
+
 # The KDC, the three MPC servers and the clients in their own network
 # namespaces (10.77.0.0/24 inside them only), netem delay and rate.
 NETNS_RTT_MS ?= 0.13
@@ -199,6 +211,7 @@ BENCH_RESULTS = $(PYTHON) integration-tests/bench/bench_results.py
 BENCH_REPLICAS = $(BENCH_ENV) $(PYTHON) integration-tests/bench/replica_bench.py
 BENCH_CTS     = $(BENCH_ENV) $(PYTHON) integration-tests/bench/cts_bench.py --users $(BENCH_CTS_USERS)
 BENCH_TGS     = $(BENCH_ENV) $(PYTHON) integration-tests/bench/tgs_bench.py
+BENCH_PKINIT  = $(BENCH_ENV) $(PYTHON) integration-tests/bench/pkinit_bench.py
 
 # All of it in one go after one build (the same binaries throughout; ~35 min
 # on a 2-core machine, the build not counted), the soak three times in a row
@@ -212,13 +225,14 @@ bench: build
 	@$(BENCH_SNAPSHOT)
 	@start=$$(date +%s); \
 	rm -f $(BUILD)/bench/soak.json $(BUILD)/bench/netns.json $(BUILD)/bench/cts.json \
-	  $(BUILD)/bench/tgs.json $(BUILD)/bench/results.json; \
+	  $(BUILD)/bench/tgs.json $(BUILD)/bench/pkinit.json $(BUILD)/bench/results.json; \
 	$(BENCH_MPC); \
 	$(BENCH_STORM); \
 	$(BENCH_SOAK) || echo "bench: the soak did not pass (above)"; \
 	$(BENCH_REPLICAS) || echo "bench: the replicas step failed (above)"; \
 	$(BENCH_CTS) || echo "bench: the aes256-cts step failed (above)"; \
 	$(BENCH_TGS) || echo "bench: the TGS-to-a-cts-service step failed (above)"; \
+	$(BENCH_PKINIT) || echo "bench: the PKINIT step failed (above)"; \
 	el=$$(( $$(date +%s) - start )); \
 	if [ $$el -lt $(BENCH_NETNS_AFTER_S) ]; then \
 	  $(BENCH_NETNS) || echo "bench: the netns step failed (above)"; \

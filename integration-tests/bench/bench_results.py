@@ -18,6 +18,10 @@ Reads what the earlier steps wrote into build/bench:
               aes256-cts key the cluster holds: Debian's kvno, one client;
               Runs, ANDs, AND rounds and each server's CPU per TGS; the
               login+TGS mix; both modes), optional
+  pkinit.json integration-tests/bench/pkinit_bench.py (certificate, anonymous
+              and anonymously armored password logins with Debian's kinit,
+              one client, stock MIT's KDC beside kmpc; the module's Runs
+              per login), optional
 and writes build/bench/results.json:
   {"kmpc":  {"peak_logins_per_s", "p50_ms_one_client", "p99_ms_at_90pct",
              "errors", ...},
@@ -292,6 +296,10 @@ def build(bench_dir):
     if tgs:
         res["tgs"] = tgs_side(tgs)
         res["generated_from"]["tgs"] = True
+    pk = load(os.path.join(bench_dir, "pkinit.json"))
+    if pk:
+        res["pkinit"] = pkinit_side(pk)
+        res["generated_from"]["pkinit"] = True
     res["targets"] = targets(res)
     return res
 
@@ -490,6 +498,59 @@ def tgs_side(tgs):
             "loadavg": [m.get("loadavg_before"), m.get("loadavg_after")],
         }
     return out
+
+
+PKINIT_KINDS = {"certificate": "certificate (kinit -X)",
+                "anonymous": "anonymous PKINIT (kinit -n)",
+                "armored_password": "password, anonymous armor (kinit -T)"}
+
+
+def pkinit_side(pk):
+    """pkinit.json (pkinit_bench.py) -> results' "pkinit": per login kind,
+    stock's and kmpc's p50/p99/min/max and failures, kmpc/stock at p50,
+    the module's Runs per kmpc login."""
+    out = {k: pk.get(k) for k in ("when", "machine", "logins", "servers", "error")
+           if pk.get(k) is not None}
+    out["kinds"] = {}
+    for kind, sec in (pk.get("kinds") or {}).items():
+        row = {side: {k: (sec.get(side) or {}).get(k) for k in (
+            "n", "p50_ms", "p99_ms", "min_ms", "max_ms", "failed")} for side in ("stock", "kmpc")}
+        runs = sec.get("kmpc_runs") or {}
+        row.update({"ratio_p50": sec.get("ratio_p50"),
+                    "cold_ms": {side: (c or {}).get("ms")
+                                for side, c in (sec.get("cold") or {}).items()},
+                    "kmpc_runs_per_login": runs.get("runs_per_login"),
+                    "kmpc_runs_distribution": runs.get("runs_distribution"),
+                    "kmpc_runs_expected": runs.get("expected_runs"),
+                    "kmpc_runs_as_expected": runs.get("as_expected")})
+        out["kinds"][kind] = row
+    return out
+
+
+def print_pkinit(res):
+    """pkinit.json's lines of the table: per login kind a stock row and a
+    kmpc row (ms), kmpc's with its ratio at p50 and the module's Runs."""
+    pk = res.get("pkinit")
+    if not pk:
+        return
+    print(f"PKINIT, Debian's kinit, one client, {pk.get('logins')} logins each, stock MIT "
+          f"beside kmpc ({pk.get('servers')} servers) (pkinit.json):")
+    if pk.get("error"):
+        print(f"  failed: {pk['error'][:300]}")
+    print(f"  {'login':38s} {'':5s} {'p50':>7s} {'p99':>7s} {'min':>7s} {'max':>7s} "
+          f"{'failed':>6s}")
+    for kind, m in (pk.get("kinds") or {}).items():
+        for side in ("stock", "kmpc"):
+            v = m[side]
+            line = (f"  {PKINIT_KINDS.get(kind, kind) if side == 'stock' else '':38s} "
+                    f"{side:5s} " + " ".join(f"{fmt(v[k], '.1f'):>7s}" for k in (
+                        "p50_ms", "p99_ms", "min_ms", "max_ms")) + f" {v['failed']!s:>6s}")
+            if side == "kmpc":
+                line += (f"  {fmt(m['ratio_p50'], '.2f', 'x')} stock's p50; Runs per login "
+                         f"{fmt(m['kmpc_runs_per_login'], '.2f')} "
+                         f"{m['kmpc_runs_distribution'] or ''} (expected "
+                         f"{m['kmpc_runs_expected']})")
+            print(line)
 
 
 def tgs_targets(res):
@@ -885,6 +946,7 @@ def print_table(res, out_path):
                   f"p99 {v['p99_ms']:8.2f} ms failed {v['failed']} dropped {v['dropped']}")
     print_cts(res)
     print_tgs(res)
+    print_pkinit(res)
     print_targets(res["targets"])
     p(f"written: {out_path}")
 

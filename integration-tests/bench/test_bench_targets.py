@@ -23,8 +23,8 @@ import threading
 import pytest
 
 from bench import (cts_bench, cts_realm, kdc_cpu_ab, kdc_profile, kpasswd_bench, netns_bench,
-                   one_client_ab, replica_bench, storm_ab, storm_bench, storm_profile,
-                   storm_soak, tgs_bench)
+                   one_client_ab, pkinit_bench, replica_bench, storm_ab, storm_bench,
+                   storm_profile, storm_soak, tgs_bench)
 from kmpc_harness import cluster, kmpc_realm, netns, realm, replica
 
 # Methods kept as they are: they run no process themselves (ReplicaSet's
@@ -296,6 +296,30 @@ def test_tgs_bench_realm_and_mix_targets(dry, tmp_path, mode):
     assert ("--security=semi-honest" in r.cluster.server_flags) == (mode == "semi-honest")
     for which in ("cts", "kdb"):
         check_target(tgs_bench.MixTarget(r, which), args.users)
+
+
+def test_pkinit_bench_realms(dry, tmp_path):
+    """pkinit_bench: both realms as main brings them up (PKINIT on, the
+    anonymous principal without keys, the users' keys shared in kmpc's
+    only) and its clients' krb5.conf with the anchor."""
+    calls = dry
+    certs = str(tmp_path / "pkinit")
+    realms = {side: pkinit_bench.bring_up(str(tmp_path / side), side, certs, "pw")
+              for side in pkinit_bench.SIDES}
+    assert not isinstance(realms["stock"], kmpc_realm.KmpcRealm)
+    assert realms["kmpc"].metrics and realms["kmpc"].module == "real"
+    assert all("pkinit_identity = FILE:" in r.realm_extra for r in realms.values())
+    shares = [a for _c, n, a, _kw in calls if n == "admin" and a[:1] == ("share",)]
+    assert shares == [("share", "--from-existing", f"--enctype={pkinit_bench.CTS256}",
+                       pkinit_bench.CERT_USER, pkinit_bench.PASSWORD_USER)]
+    anon = [a for _c, n, a, _kw in calls if n == "kadmin_local" and "WELLKNOWN/ANONYMOUS" in a[0]]
+    assert len(anon) == 2 and all("-nokey" in a[0] for a in anon)
+    for name, r in realms.items():
+        c = pkinit_bench.Client(r, f"c-{name}", certs)
+        assert f"pkinit_anchors = FILE:{certs}/ca.pem" in open(c.conf).read()
+        argv = {k: pkinit_bench.login_argv(k, r, certs, "/armor.cc") for k in pkinit_bench.KINDS}
+        assert argv["anonymous"] == ["-n", f"@{r.realm}"]
+        assert argv["armored_password"][:2] == ["-T", "/armor.cc"]
 
 
 def test_kpasswd_bench_realms(dry, tmp_path):
