@@ -1,6 +1,6 @@
 """A client without the password cannot make the MPC servers compile
-programs (docs/security-model.md, review of the PA-REQ-ENC-PA-REP splice,
-item 2, "Unauthenticated program churn through the request's length").
+programs (docs/reviews/2026-11-26-splice-and-cts-refresh.md, item 2,
+"Unauthenticated program churn through the request's length").
 
 The servers compile an aes*-cts program per shape (engine/cts_jobs.h
 CtsProgramCache: the reply's length, the request's length, the checksum's

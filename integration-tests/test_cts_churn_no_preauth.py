@@ -1,5 +1,5 @@
 """Review of the proven-shapes fix (kdc-plugin/src/planner.h, "Proven
-shapes"; docs/security-model.md, review of the splice, item 2): what a
+shapes"; docs/reviews/2026-11-26-splice-and-cts-refresh.md, item 2): what a
 client without the password can still make the MPC servers compile, and
 what the KDC module's metrics say of the jobs it holds back. Each test
 states the secure behaviour (A, C and D are fixed).

@@ -1,7 +1,7 @@
 """Pre-authentication of aes*-cts users whose key is in the cluster, with
 requests no MIT client sends, answered as MIT answers them for a user whose
-key is in the KDB (docs/security-model.md, "Review of FAST for aes*-cts
-users", findings 4 and 5).
+key is in the KDB (docs/reviews/2026-11-26-fast-for-aes-cts-users.md,
+findings 4 and 5).
 
 - Program churn (finding 4): the servers compile a CBC-CTS program per
   ciphertext length, so a PA-ENC-TIMESTAMP or a FAST PA-ENCRYPTED-CHALLENGE

@@ -17,7 +17,8 @@ Malicious: the batch fails at the client with the integrity error, an
 honest server logs it, no pad is kept, and the next pad verifies the right
 tag and refuses a wrong one. Semi-honest control: the batch completes and
 its pad refuses the right tag (the deviation is real, and in semi-honest
-mode undetected: docs/security-model.md, "Signed and verified contents").
+mode undetected: docs/security/deviating-servers.md, "Signed and verified
+contents, in the semi-honest mode").
 """
 import re
 import time

@@ -1,5 +1,5 @@
-// The aes*-cts gate (docs/security-model.md, "Unauthenticated program
-// churn"; planner.h, "Proven shapes"): the servers compile a program per
+// The aes*-cts gate (docs/reviews/2026-11-26-splice-and-cts-refresh.md,
+// "Unauthenticated program churn"; planner.h, "Proven shapes"): the servers compile a program per
 // aes*-cts shape (contract::CtsShape), and a gated reply's shape follows
 // lengths the client chooses. This class holds all of the KDC module's
 // state about it, per cluster: the shapes proven by verified gates, the
@@ -50,8 +50,8 @@ namespace kmpc::kdc {
 // otherwise push the next honest login of the shape to two Runs): a
 // proven program the servers evicted all the same (another KDC's logins,
 // FAST programs, tickets) was evicted by a compile, so wrong passwords
-// cause at most one compile per eviction (docs/security-model.md, review3
-// finding C). Since the request is dealt padded (contract.h
+// cause at most one compile per eviction (docs/reviews/2026-11-26-splice-
+// and-cts-refresh.md, review3 finding C). Since the request is dealt padded (contract.h
 // SpliceDealtBytes) a realm's logins have few shapes.
 class ProvenShapes : public RecentlyProven<contract::CtsShape, 24> {
  public:

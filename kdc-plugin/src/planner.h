@@ -40,8 +40,8 @@
 // pads kVerifyPadTtl). With BatcherOptions::speculate off nothing is
 // prepared: every later job runs in a Run of its own (a miss, "budget").
 //
-// Proven shapes (docs/security-model.md, "Unauthenticated program
-// churn"): the servers compile a program per aes*-cts shape
+// Proven shapes (docs/reviews/2026-11-26-splice-and-cts-refresh.md,
+// "Unauthenticated program churn"): the servers compile a program per aes*-cts shape
 // (contract::CtsShape), and a gated reply's shape follows lengths the
 // client chooses (its request's, and through it the reply's). A given,
 // gated aes*-cts job (the AS REPLY, spliced or not; FAST's KDC_CHALLENGE)

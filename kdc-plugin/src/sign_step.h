@@ -17,7 +17,8 @@
 // StepEvent::kVerifyDisagreed): the ring-free answers were wrong. The
 // re-check reveals nothing more: whether it happens is the deviating
 // server's choice, and its verdict is what accepting or refusing the
-// ticket tells anyway (docs/security-model.md, "Ring-free verification").
+// ticket tells anyway (docs/security/server-view.md, "Ring-free
+// verification").
 //
 // Invariants:
 //  - Every server's answer passes CheckAnswers and carries exactly one

@@ -1,5 +1,6 @@
 // The aes*-cts gate (cts_gate.h; planner.h, "Proven shapes";
-// docs/security-model.md, "Unauthenticated program churn"), on its own
+// docs/reviews/2026-11-26-splice-and-cts-refresh.md, "Unauthenticated
+// program churn"), on its own
 // (CtsGate, ProvenShapes) and through the batcher: a gated aes*-cts reply whose shape no verified gate
 // proved is not in its gate's Run; it goes in a Run of its own after the
 // gate verified, never after a failed one; a proven shape goes in the
@@ -485,7 +486,8 @@ TEST_F(CtsGateTest, AFailedGateProvesNothing) {
 // What bounds the servers' compiles for wrong passwords is that the
 // module proves fewer shapes than a server keeps (ProvenShapes) and that
 // a proven program evicted on the servers was evicted by a compile
-// someone else paid for (docs/security-model.md, review3 finding C).
+// someone else paid for (docs/reviews/2026-11-26-splice-and-cts-refresh.md,
+// review3 finding C).
 TEST_F(CtsGateTest, AFailedGateKeepsItsShapesProven) {
   EXPECT_EQ(SplicedAs(300, 180).record.runs, 2u);
   servers_.password_ok = false;

@@ -1,6 +1,6 @@
 // Wipes what a received request held once its handler is done: the bytes
-// gRPC received and the strings of the parsed message (docs/
-// security-model.md, "What stays in memory").
+// gRPC received and the strings of the parsed message (docs/security/
+// channels-and-memory.md, "What stays in memory").
 //
 // A KeyOps request carries shares (RunRequest.data_shares and
 // SignRequest.data_shares: the dealt shares of checksum inputs and of a

@@ -1,5 +1,6 @@
 // Wipes the keystream and tag shares a KeyOps response carried once gRPC
-// has serialized it (docs/security-model.md, "What stays in memory").
+// has serialized it (docs/security/channels-and-memory.md, "What stays in
+// memory").
 //
 // The sync server owns a unary response (grpc::internal::RpcMethodHandler::
 // RunHandler, gRPC 1.51 support/method_handler.h: `ResponseType rsp` on its

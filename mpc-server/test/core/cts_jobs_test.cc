@@ -1559,8 +1559,8 @@ TEST_P(CtsJobs, TwoSplicesOfOneRequestShareNothing) {
   }
 }
 
-// Unauthenticated program churn (docs/security-model.md, review of the
-// PA-REQ-ENC-PA-REP splice, item 2): a spliced reply's program is keyed by
+// Unauthenticated program churn (docs/reviews/2026-11-26-splice-and-cts-
+// refresh.md, item 2): a spliced reply's program is keyed by
 // its shape (n, m, off), which an AS-REQ's length sets, and a server
 // compiles a job's shape when its batch comes, whatever the verdict of the
 // DECRYPT it is gated on: which jobs a server admits and compiles must not
