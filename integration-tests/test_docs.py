@@ -1,8 +1,10 @@
 """The product docs name only what exists, checked instead of claimed.
 
-The product docs are README.md, docs/*.md and docs/design/*.md; the bench
-log (docs/bench-log.md) and its archive (docs/bench-archive/) record past
-runs as they were and are not checked. In the product docs:
+The product docs are README.md, kdc-plugin/README.md, deploy/THREE-HOSTS.md,
+docs/*.md, docs/design/*.md and docs/security/*.md; the bench log
+(docs/bench-log.md), its archive (docs/bench-archive/) and the dated
+reviews (docs/reviews/) record the past as it was and are not checked. In
+the product docs:
 
 - krb5 patches: every patch number (0001-0099) comes with its name, either
   as the start of its file name in krb5-patches/series (`0006-Add-aes128`,
@@ -19,22 +21,36 @@ runs as they were and are not checked. In the product docs:
   `do_as_req.c`) must exist in the patched tree `make krb5` leaves in
   build/krb5-src (skipped when it is absent).
 - Options: every `--option` is defined by one of kmpc's programs (ABSL_FLAG,
-  getopt_long tables, argparse add_argument, kmpc-admin's parser, shell
-  case labels), or is another program's, listed in EXTERNAL_OPTIONS.
+  getopt_long tables, argparse add_argument, kmpc-admin's parser or CLI11's
+  add_option/add_flag, shell case labels), or is another program's, listed
+  in EXTERNAL_OPTIONS.
 - Make targets: every backticked or fenced `make TARGET` is a target of
   the Makefile (or krb5's, in KRB5_MAKE_TARGETS).
 - Metrics: every `kmpc_*` name that is not a file, module or library is a
   Prometheus metric the servers or the KDC module define (a metric's
   histogram series and `kmpc_foo_*` families included).
 - No issue numbers (the docs say what is, the tracker how it came to be).
+- Sections: a doc named with a quoted section (`docs/security-model.md,
+  "Freshness of the gate"`, `admin-guide.md ("After a compromise")`) has a
+  heading, or a paragraph's or item's bold lead, holding that text.
 - docs/design/README.md lists every design doc; docs/design/architecture.md's
   folder table names every folder of kdc-plugin/src and mpc-server/src.
-- README.md has at most README_MAX_LINES lines.
+- README.md has at most README_MAX_LINES lines, and docs/security-model.md
+  at most SECURITY_MODEL_MAX_LINES (the mechanisms live in docs/security/).
+- Figures: README.md's figures table and docs/benchmarks.md's tables of
+  today's figures name the bench results they come from (a results JSON
+  kept in docs/bench-archive/), and every figure in them is that JSON's
+  value, rounded as the doc rounds it. Each row is keyed by its first cell
+  in FIGURES, which gives the JSON value behind each figure of each value
+  column in order (target columns are not figures); a row the JSON does not
+  hold is in UNCHECKED_FIGURE_ROWS with the reason. A row in neither fails.
 
 Each check is a function on a tree, also run here on a small tree with a
 planted stale reference, so a check that passes everything is caught.
 """
+import fnmatch
 import glob
+import json
 import os
 import re
 import subprocess
@@ -44,19 +60,29 @@ import pytest
 from kmpc_paths import BUILD, ROOT
 
 README_MAX_LINES = 250
+SECURITY_MODEL_MAX_LINES = 600
 KRB5_SRC = os.environ.get("KMPC_KRB5_SRC", os.path.join(BUILD, "krb5-src"))
 # Docs that record the past as it was: {path or folder: why}.
 LOGS = {
     "docs/bench-log.md": "the log of benchmark runs: the patch numbers, "
     "options and files of each run's day",
     "docs/bench-archive": "earlier runs of the bench log, verbatim",
+    "docs/reviews": "dated security reviews, kept as written on their day",
 }
+# The product docs: these files and every match of these patterns.
+PRODUCT_DOCS = ("README.md", "kdc-plugin/README.md", "deploy/THREE-HOSTS.md")
+PRODUCT_DOC_GLOBS = ("docs/*.md", "docs/design/*.md", "docs/security/*.md")
 TOP_DIRS = ("krb5-patches", "kdc-plugin", "mpc-server", "proto", "deploy",
             "integration-tests", "docs")
 # Paths the docs name that are neither the repository's nor krb5's: {path: whose}.
 EXTERNAL_PATHS = {
     "debian/patches/kmpc/": "inside Debian's krb5 source package that `make deb` builds",
     "src/core/tsi/ssl_transport_security.cc": "gRPC's source",
+    "kmpc/": "a folder `make deb` leaves in build/deb/ (deploy/THREE-HOSTS.md)",
+    "krb5-work/": "a folder `make deb` leaves in build/deb/",
+    "cache/": "a folder `make deb` leaves in build/deb/",
+    "next/": "a folder `make deb` leaves in build/deb/",
+    "ca-private/": "the PKINIT CA's folder deploy/gen-pkinit-certs.sh writes",
 }
 # Options of programs that are not kmpc's: {option: whose}.
 EXTERNAL_OPTIONS = {
@@ -78,6 +104,14 @@ EXTERNAL_OPTIONS = {
     "--minloglevel": "abseil's logging",
     "--stderrthreshold": "abseil's logging",
     "--negotiate": "curl (SPNEGO)",
+    "--exclude-libs": "GNU ld (kdc-plugin/README.md)",
+    "--now": "systemctl enable",
+    "--no-install-recommends": "apt-get install",
+    "--system": "adduser",
+    "--group": "adduser",
+    "--no-create-home": "adduser",
+    "--home": "adduser",
+    "--name": "abseil's flag file form, `--name=value`",
 }
 # Targets of krb5's own makefiles the docs name: {target: where}.
 KRB5_MAKE_TARGETS = {
@@ -107,9 +141,9 @@ def _read(path):
 
 
 def product_docs(root):
-    """README.md, docs/*.md and docs/design/*.md but the logs, relative."""
-    out = ["README.md"] + sorted(
-        os.path.relpath(p, root) for pat in ("docs/*.md", "docs/design/*.md")
+    """PRODUCT_DOCS and PRODUCT_DOC_GLOBS' files but the logs, relative."""
+    out = list(PRODUCT_DOCS) + sorted(
+        os.path.relpath(p, root) for pat in PRODUCT_DOC_GLOBS
         for p in glob.glob(os.path.join(root, pat)))
     return [p for p in out if os.path.exists(os.path.join(root, p))
             and not any(p == log or p.startswith(log + "/") for log in LOGS)]
@@ -311,6 +345,15 @@ def krb5_tree(src=KRB5_SRC):
     return with_dirs(out.stdout.splitlines()) if out.returncode == 0 else None
 
 
+def _in_home(doc, path, repo):
+    """Whether path names a file or folder of doc's own component folder
+    (`src/router.h` in kdc-plugin/README.md); docs/ is no component."""
+    home = os.path.dirname(doc)
+    if home.split("/")[0] not in TOP_DIRS or home.split("/")[0] == "docs":
+        return False
+    return _exists(home + "/" + path, repo, None)
+
+
 def missing_paths(root, docs, krb5=None):
     """'doc:line: path ...' for every path named in docs that does not
     exist. krb5=None: links and paths under a top-level folder of the
@@ -330,7 +373,7 @@ def missing_paths(root, docs, krb5=None):
                 continue
             for p in _expand(path):
                 top = p.split("/")[0] in TOP_DIRS
-                if top != (krb5 is None) or p in EXTERNAL_PATHS:
+                if top != (krb5 is None) or p in EXTERNAL_PATHS or _in_home(doc, p, repo):
                     continue
                 if not _exists(p, repo, krb5):
                     where = ("the patched krb5 tree" if p.startswith("src/") else
@@ -347,6 +390,7 @@ OPTION_DEFS = (
     (r'add_argument\(([^)]*)\)', (".py",)),
     (r'\bname == "([a-z][\w-]*)"', (".cc",)),
     (r'kValued = \{([^}]*)\}', (".cc",)),
+    (r'\badd_(?:option|flag)\(\s*"([^"]+)"', (".cc",)),
     (r'^\s*(--[a-z][\w-]*)(?:=\*)?(?:\|[^)]*)?\)', (".sh",)),
 )
 
@@ -369,6 +413,8 @@ def defined_options(root):
                         out.add("--no" + m.group(2))
                 elif rx.startswith("add_arg"):
                     out.update(re.findall(r'"(--[\w-]+)"', m.group(1)))
+                elif rx.startswith(r"\badd_"):
+                    out.update(re.findall(r"--[\w-]+", m.group(1)))
                 elif rx.startswith("kValued"):
                     out.update("--" + v for v in re.findall(r'"([\w-]+)"', m.group(1)))
                 elif rx.startswith("^"):
@@ -411,12 +457,15 @@ def unknown_make_targets(root, docs):
     targets = make_targets(root)
     found = []
     for doc in docs:
-        fenced = False
+        fenced = span_open = False
         for n, line in enumerate(_read(os.path.join(root, doc)).splitlines(), 1):
             if line.lstrip().startswith("```"):
                 fenced = not fenced
                 continue
-            texts = [line] if fenced else code_spans(line)
+            # A span that a line break cuts goes on from the line before.
+            text = "`" + line if span_open and not fenced else line
+            span_open = not fenced and text.count("`") % 2 == 1
+            texts = [line] if fenced else code_spans(text)
             for text in texts:
                 for t in re.findall(r"(?:^|[\s;&(])make\s+(?:[A-Z_]+=\S*\s+)*([a-z][\w-]*)",
                                     text):
@@ -480,6 +529,266 @@ def unknown_metrics(root, docs, metrics):
     return found
 
 
+# ---- sections ---------------------------------------------------------------
+
+SECTION_REF = re.compile(r"((?:\.\./)*(?:[\w.-]+/)*[\w.-]+\.md)`?\)?(?:,| ?\(| )\s*\(?\"([^\"]{3,}?)\"")
+
+
+def _sections(path):
+    """A doc's headings and the bold leads of its paragraphs and items."""
+    lines = _read(path).splitlines()
+    out = [re.sub(r"^#+\s*", "", line) for line in lines if line.startswith("#")]
+    out += [m.group(1) for line in lines
+            for m in [re.match(r"\s*(?:[-*]\s+|\d+\.\s+)?\*\*([^*]+)\*\*", line)] if m]
+    return [re.sub(r"\s+", " ", s).strip().lower() for s in out]
+
+
+def stale_section_refs(root, docs):
+    """'doc:line: ...' for every `x.md, "Section"` whose doc has no such
+    section (the doc found relative to the citing doc, to the repository,
+    or as the end of one repository path)."""
+    files = tracked(root)
+    found = []
+    for doc in docs:
+        # The lines joined, so that a reference may wrap; where each starts.
+        flat, starts = "", []
+        for line in _read(os.path.join(root, doc)).splitlines():
+            starts.append(len(flat))
+            flat += re.sub(r"^\s*(?:[-*>] )?", "", line) + " "
+        for m in SECTION_REF.finditer(flat):
+            ref, title = m.group(1), m.group(2)
+            n = sum(1 for s in starts if s <= m.start())
+            cands = [os.path.normpath(os.path.join(os.path.dirname(doc), ref)),
+                     os.path.normpath(ref)]
+            cands += [p for p in files if "/" not in ref and p.endswith("/" + ref)]
+            target = next((c for c in cands if os.path.isfile(os.path.join(root, c))), None)
+            if target is None:
+                continue  # a doc that does not exist is missing_paths' to report
+            want = re.sub(r"\s+", " ", title).strip().lower().rstrip(".")
+            if not any(want in s for s in _sections(os.path.join(root, target))):
+                found.append(f'{doc}:{n}: {ref}, "{title}": no such section in {target}')
+    return found
+
+
+# ---- figures ----------------------------------------------------------------
+
+# The docs whose figures tables are checked: {doc: the header a table starts
+# with}. A table runs to its first line that is not a row.
+FIGURE_TABLES = {
+    "README.md": "| figure (servers malicious) |",
+    "docs/benchmarks.md": "| figure |",
+}
+RESULTS_REF = re.compile(r"docs/bench-archive/results-[\w.-]+\.json")
+# {doc: {row's first cell: [[spec of each figure] of each value column]}}.
+# A spec is a JSON path (dots; a step with '*' takes every key or item it
+# matches: each value must show as the figure), optionally after words:
+# 'ms' (microseconds shown as milliseconds), 'min' or 'max' (of the values);
+# or 'PATH / PATH', a ratio.
+_RUNS = "mix.kmpc.runs_per_exchange"
+_CTS = "cts.modes.%s."
+_TGS = "tgs.modes.%s."
+
+
+def _cts_rows(m):
+    c, t = _CTS % m, _TGS % m
+    return {
+        "kinit p50 / p99, one client": [c + "one_client_p50_ms", c + "one_client_p99_ms",
+                                        c + "krbtgt_only_one_client_p50_ms"],
+        "kinit -T (FAST) p50 / p99": [c + "fast_p50_ms", c + "fast_p99_ms"],
+        "ANDs, AND rounds per login (this realm's reply and request)":
+            [c + "ands_per_login", c + "and_rounds_per_login", c + "us_per_and_round*"],
+        "cold first login (fresh cluster; two Runs: the reply's shape is proven by the "
+        "gate first)": [c + "cold_first_login.ms"],
+        "storm peak over TCP, cts / krbtgt-only users":
+            [c + "storm_peak_logins_per_s", c + "krbtgt_only_storm_peak_logins_per_s",
+             c + "storm_ratio"],
+        "CPU per login at the cts storm's saturation (c=256): each server; the KDC":
+            ([f"min ms {c}storm_cpu_us_per_login.mpc-server*",
+              f"max ms {c}storm_cpu_us_per_login.mpc-server*"] if m == "malicious" else
+             [f"ms {c}storm_cpu_us_per_login.mpc-server*"]) +
+            [f"ms {c}storm_cpu_us_per_login.krb5kdc",
+             f"ms {c}krbtgt_only_storm_cpu_us_per_login.mpc-server*",
+             f"ms {c}krbtgt_only_storm_cpu_us_per_login.krb5kdc"],
+        "kvno p50 / p99, one client (40 tickets, 8 clients of 2-40 characters in turn)":
+            [t + "one_client_p50_ms", t + "one_client_p99_ms", t + "kdb_service_p50_ms"],
+        "MPC Runs per TGS (the servers' count; the module's own count: 1)":
+            [t + "runs_per_tgs", t + "server_runs", t + "tgs_exchanges"],
+        "ANDs, AND rounds per TGS": [t + "ands_per_tgs", t + "and_rounds_per_tgs",
+                                     t + "us_per_and_round"],
+        "CPU per TGS, one client: each server; the KDC (`/proc`)":
+            [f"min {t}cpu_ms_per_tgs.mpc-server*", f"max {t}cpu_ms_per_tgs.mpc-server*",
+             t + "cpu_ms_per_tgs.krb5kdc"],
+        "cold first ticket per client name length (a compile)":
+            [f"min {t}cold_first_tickets_ms*.*", f"max {t}cold_first_tickets_ms*.*",
+             t + "cold_first_tickets_failed"],
+        "Heimdal's kgetcred, p50 of 8": [t + "heimdal_kgetcred.p50_ms"],
+        "mix at 16 clients, TGS to the moved / the KDB-key service":
+            [t + "mix.cts.ops_per_s", t + "mix.kdb.ops_per_s", t + "mix_ratio_cts_to_kdb",
+             t + "mix.*.failed"],
+        "extra CPU of each server per TGS to the moved service, in the mix":
+            [f"min ms {t}mix_extra_cpu_us_per_cts_tgs.mpc-server*",
+             f"max ms {t}mix_extra_cpu_us_per_cts_tgs.mpc-server*"],
+    }
+
+
+def _two_modes():
+    mal, semi = _cts_rows("malicious"), _cts_rows("semi-honest")
+    return {row: [mal[row], semi[row]] for row in mal}
+
+
+FIGURES = {
+    "README.md": {
+        "MPC Runs per exchange: login, TGS, renewal, forwarding":
+            [[_RUNS + ".*.runs_per_exchange"], []],
+        "login-storm peak, krbtgt in the cluster":
+            [["kmpc_malicious.peak_logins_per_s"], ["stock.peak_logins_per_s"]],
+        "users' aes256-cts keys in the cluster: Debian's kinit p50, one client":
+            [[_CTS % "malicious" + "one_client_p50_ms", _CTS % "malicious" + "fast_p50_ms"],
+             [_CTS % "malicious" + "krbtgt_only_one_client_p50_ms"]],
+        "the same users: storm peak over TCP; each server's CPU per login, closed loop of 256":
+            [[_CTS % "malicious" + "storm_peak_logins_per_s",
+              "ms " + _CTS % "malicious" + "storm_cpu_us_per_login.mpc-server*"], []],
+        "a directory-like realm (names of 2-40 characters) / one name length":
+            [[_CTS % "malicious" + "realm.ratio_varied_to_uniform",
+              _CTS % "malicious" + "realm.*.failed_logins"], []],
+        "a service's aes256-cts key in the cluster: Debian's kvno p50, one client; "
+        "Runs per TGS":
+            [[_TGS % "malicious" + "one_client_p50_ms", _TGS % "malicious" + "runs_per_tgs"],
+             [_TGS % "malicious" + "kdb_service_p50_ms"]],
+    },
+    "docs/benchmarks.md": {
+        "one client p50 / p99: login (AS with PAC), TGS-REQ, renewal":
+            [[f"ms mix_one_client.{side}.by_op.{op}.step_{q}_us"
+              for side, op, q in [("kmpc", op, q) for op in ("login", "tgs", "renew")
+                                  for q in ("p50", "p99")] +
+              [("stock", op, "p50") for op in ("login", "tgs", "renew")]]],
+        "MPC Runs per exchange, the KDC module's count in the 16-client mix":
+            [[f"{_RUNS}.{k}.runs_per_exchange" for k in ("as", "tgs", "renew", "forward")] +
+             [f"{_RUNS}.{k}.exchanges" for k in ("as", "tgs", "renew", "forward")] +
+             [_RUNS + ".*.plan_misses"]],
+        "login-storm peak, kmpc / stock":
+            [["kmpc.peak_logins_per_s", "stock.peak_logins_per_s",
+              "stock.peak_logins_per_s_before_kmpc", "stock.peak_logins_per_s_after_kmpc",
+              "ratio"]],
+        "login + TGS + renewal + forwarding mix, 16 / 64 clients, kmpc / stock":
+            [["mix.kmpc.ops_per_s", "mix.stock.ops_per_s", "mix.ratio",
+              "mix_closed_loop_64.kmpc.ops_per_s", "mix_closed_loop_64.stock.ops_per_s",
+              "mix_closed_loop_64.ratio", "mix*.*.failed"]],
+        "KDC CPU per login at saturation, kmpc / stock":
+            [["kmpc.cpu_us_per_login_at_saturation.krb5kdc",
+              "stock.cpu_us_per_login_at_saturation.krb5kdc",
+              "kmpc.cpu_us_per_login_at_saturation.krb5kdc / "
+              "stock.cpu_us_per_login_at_saturation.krb5kdc"]],
+        "p99 at 90% of the peak": [["kmpc.p99_ms_at_90pct"]],
+        "MPC AES-128, 100,000-block batch":
+            [["mpc_microbench.aes128_100k_blocks_per_s_best",
+              "mpc_microbench.aes128_bytes_per_block_per_party",
+              "mpc_microbench.aes128_single_block_p50_ms"]],
+        "malicious / semi-honest: AES-128 100,000 blocks":
+            [["mpc_microbench.malicious.ratio_100k_blocks_per_s",
+              "mpc_microbench.malicious.aes128_100k_blocks_per_s_best",
+              "mpc_microbench.malicious.ratio_bytes_per_block*"]],
+        "malicious / semi-honest: one block p50; login-storm peak":
+            [["mpc_microbench.malicious.ratio_single_block_p50",
+              "mpc_microbench.malicious.aes128_single_block_p50_ms",
+              "mpc_microbench.aes128_single_block_p50_ms", "ratio_malicious_to_kmpc",
+              "kmpc_malicious.peak_logins_per_s", "kmpc.peak_logins_per_s"]],
+        **_two_modes(),
+    },
+}
+# Rows of those tables whose figures results.json does not hold: {(doc, row): why}.
+UNCHECKED_FIGURE_ROWS = {
+    ("docs/benchmarks.md", "soak, 3 x 60 s at 90% of the peak (2,678/s)"):
+        "the soak's per-run memory judgement is in build/bench/soak.json's samples",
+    ("docs/benchmarks.md", "two KDCs (primary + replica) against one cluster, peak"):
+        "build/bench/replicas.json, which results.json does not carry",
+}
+FIGURE = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?!\d)")
+
+
+def _json_values(data, path):
+    """The numbers at a dotted path of data ('*' steps match keys or items)."""
+    nodes = [data]
+    for step in path.split("."):
+        nxt = []
+        for node in nodes:
+            if "*" in step:
+                items = (node.items() if isinstance(node, dict) else
+                         enumerate(node) if isinstance(node, list) else ())
+                nxt += [v for k, v in items if fnmatch.fnmatch(str(k), step)]
+            elif isinstance(node, dict) and step in node:
+                nxt.append(node[step])
+        nodes = nxt
+    return [v for v in nodes if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def _spec_values(data, spec):
+    """The values a spec gives (each must show as the figure)."""
+    if " / " in spec:
+        a, b = (_json_values(data, s.strip()) for s in spec.split(" / "))
+        return [a[0] / b[0]] if len(a) == 1 and len(b) == 1 and b[0] else []
+    *words, path = spec.split()
+    vals = [v / 1000 if "ms" in words else v for v in _json_values(data, path)]
+    if vals and "min" in words:
+        return [min(vals)]
+    if vals and "max" in words:
+        return [max(vals)]
+    return vals
+
+
+def _figure_tables(text, header):
+    """(line number, row's cells) of the rows of every table whose header
+    line starts with header, and the value columns' indexes per table."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith(header):
+            continue
+        heads = [c.strip().lower() for c in line.strip().strip("|").split("|")]
+        cols = [j for j, h in enumerate(heads) if j > 0 and not h.startswith("target")]
+        for n in range(i + 2, len(lines)):
+            if not lines[n].startswith("|"):
+                break
+            yield n + 1, [c.strip() for c in lines[n].strip().strip("|").split("|")], cols
+
+
+def wrong_figures(root, docs=FIGURE_TABLES):
+    """'doc:line: ...' for every figure of docs' figures tables that is not
+    the value of the results JSON the doc names, rounded as the doc shows it."""
+    found = []
+    for doc, header in docs.items():
+        text = _read(os.path.join(root, doc))
+        refs = sorted(set(RESULTS_REF.findall(text)))
+        if len(refs) != 1:
+            found.append(f"{doc}: names {len(refs)} results JSON files in docs/bench-archive/ "
+                         f"({', '.join(refs) or 'none'}): name the one its figures are from")
+            continue
+        with open(os.path.join(root, refs[0])) as f:
+            data = json.load(f)
+        rows = FIGURES.get(doc, {})
+        for n, cells, cols in _figure_tables(text, header):
+            key = re.sub(r"\*\*", "", cells[0])
+            if (doc, key) in UNCHECKED_FIGURE_ROWS:
+                continue
+            if key not in rows:
+                found.append(f"{doc}:{n}: the row '{key}' has no JSON path in FIGURES "
+                             f"(integration-tests/test_docs.py)")
+                continue
+            for col, specs in zip(cols, rows[key]):
+                shown = FIGURE.findall(cells[col]) if col < len(cells) else []
+                if len(shown) != len(specs):
+                    found.append(f"{doc}:{n}: '{key}', column {col + 1}: {len(shown)} figures, "
+                                 f"FIGURES maps {len(specs)}")
+                    continue
+                for (whole, frac), spec in zip(shown, specs):
+                    figure = whole.replace(",", "") + frac
+                    vals = _spec_values(data, spec)
+                    want = [f"{v:.{max(len(frac) - 1, 0)}f}" for v in vals]
+                    if not vals or any(w != figure for w in want):
+                        found.append(f"{doc}:{n}: '{key}': {whole + frac} where {refs[0]} has "
+                                     f"{', '.join(want) or 'nothing'} ({spec})")
+    return found
+
+
 # ---- issue numbers, indexes, length -----------------------------------------
 
 ISSUE_REF = re.compile(r"\b[Ii]ssues?\s+#?\d+|(?<![\w&/.#])#\d+\b")
@@ -536,8 +845,14 @@ def folder_table_gaps(root, doc="docs/design/architecture.md"):
 
 
 def readme_too_long(root):
-    n = len(_read(os.path.join(root, "README.md")).splitlines())
-    return [f"README.md: {n} lines, more than {README_MAX_LINES}"] if n > README_MAX_LINES else []
+    found = []
+    for doc, most in (("README.md", README_MAX_LINES),
+                      ("docs/security-model.md", SECURITY_MODEL_MAX_LINES)):
+        path = os.path.join(root, doc)
+        n = len(_read(path).splitlines()) if os.path.exists(path) else 0
+        if n > most:
+            found.append(f"{doc}: {n} lines, more than {most}")
+    return found
 
 
 # ---- the checks on this tree ------------------------------------------------
@@ -586,6 +901,14 @@ def test_series_base_named_right():
 
 def test_design_index_and_folder_table():
     _report(design_index_gaps(ROOT) + folder_table_gaps(ROOT) + readme_too_long(ROOT))
+
+
+def test_cited_sections_exist():
+    _report(stale_section_refs(ROOT, DOCS))
+
+
+def test_figures_are_the_bench_results():
+    _report(wrong_figures(ROOT))
 
 
 # ---- each check on a small tree, clean and with a planted stale reference --
@@ -638,7 +961,7 @@ def _all_checks(root):
             unknown_options(root, docs, defined_options(root)) +
             unknown_make_targets(root, docs) +
             unknown_metrics(root, docs, defined_metrics(root)) + issue_numbers(root, docs) +
-            series_base_drift(root, docs) +
+            series_base_drift(root, docs) + stale_section_refs(root, docs) +
             design_index_gaps(root) + folder_table_gaps(root) + readme_too_long(root))
 
 
@@ -664,6 +987,8 @@ def test_checks_pass_a_clean_tree(tree):
     ("(issue 48)", "docs/planted.md:2: names an issue (issue 48)"),
     ("the patch series against Debian's krb5 1.20.1",
      "docs/planted.md:2: says the series is on krb5 1.20.1; build-krb5.sh fetches 1.21.3"),
+    ('see guide.md, "Freshness of the\ngate"',
+     'docs/planted.md:2: guide.md, "Freshness of the gate": no such section in docs/guide.md'),
 ])
 def test_checks_catch_a_planted_stale_reference(tree, planted, expected):
     _write(tree, "docs/planted.md", f"# Planted\n{planted}\n")
@@ -696,6 +1021,61 @@ def test_index_folder_table_and_length_gaps(tree):
         "docs/design/architecture.md:4: the folder table's `mpc-server/` row does not name src/cts/"]
     assert readme_too_long(tree) == [f"README.md: {README_MAX_LINES + 1} lines, more than "
                                      f"{README_MAX_LINES}"]
+
+
+def _figures_tree(tmp_path):
+    """README.md, docs/benchmarks.md and the results they name, copied."""
+    root = str(tmp_path)
+    paths = ["README.md", "docs/benchmarks.md"]
+    for doc in list(paths):
+        paths += RESULTS_REF.findall(_read(os.path.join(ROOT, doc)))
+    for path in set(paths):
+        _write(root, path, _read(os.path.join(ROOT, path)))
+    return root
+
+
+def _plant(root, doc, old, new):
+    text = _read(os.path.join(root, doc))
+    assert text.count(old) == 1, (doc, old)
+    _write(root, doc, text.replace(old, new))
+
+
+@pytest.mark.parametrize("doc, old, new, expected", [
+    ("README.md", "| 1,547 logins/s | 6,820 |", "| 1,574 logins/s | 6,820 |",
+     "'login-storm peak, krbtgt in the cluster': 1,574 where docs/bench-archive/"),
+    ("README.md", "98 ms (FAST 98 ms) | 14 ms", "98 ms (FAST 98 ms) | 41 ms",
+     "'users' aes256-cts keys in the cluster: Debian's kinit p50, one client': 41 where"),
+    ("README.md", "840 logins/s; 1.2 ms", "840 logins/s; 1.3 ms",
+     "'the same users: storm peak over TCP; each server's CPU per login, closed loop "
+     "of 256': 1.3 where"),
+    ("docs/benchmarks.md", "**97.8** / 125.4 ms", "**97.8** / 152.4 ms",
+     "'kinit p50 / p99, one client': 152.4 where"),
+    ("docs/benchmarks.md", "| 75.8 ms |", "| 57.8 ms |", "'p99 at 90% of the peak': 57.8 where"),
+    ("docs/benchmarks.md", "| p99 at 90% of the peak |", "| p99 at 95% of the peak |",
+     "the row 'p99 at 95% of the peak' has no JSON path in FIGURES"),
+    ("docs/benchmarks.md", "| 75.8 ms |", "| 75.8 ms, 2 runs |",
+     "'p99 at 90% of the peak', column 2: 2 figures, FIGURES maps 1"),
+])
+def test_a_planted_wrong_figure_fails(tmp_path, doc, old, new, expected):
+    """A figure of README's figures table or of benchmarks.md's tables that
+    is not the results JSON's value, a row without a JSON path and a figure
+    too many each fail the check, naming the doc's line."""
+    root = _figures_tree(tmp_path)
+    assert wrong_figures(root) == []
+    _plant(root, doc, old, new)
+    found = wrong_figures(root)
+    assert len(found) == 1 and found[0].startswith(doc + ":") and expected in found[0], found
+
+
+def test_figures_need_the_results_they_come_from(tmp_path):
+    """A doc that names no results JSON (or two) fails: its figures cannot be
+    checked."""
+    root = _figures_tree(tmp_path)
+    ref = RESULTS_REF.findall(_read(os.path.join(root, "README.md")))[0]
+    _plant(root, "README.md", "[" + ref + "](" + ref + ")", "the bench's results")
+    assert wrong_figures(root) == [
+        "README.md: names 0 results JSON files in docs/bench-archive/ (none): name the one "
+        "its figures are from"]
 
 
 def test_logs_are_not_checked(tree):
