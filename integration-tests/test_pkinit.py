@@ -37,7 +37,7 @@ from test_cts_server_view import rfc3962_checksum
 PA_AS_FRESHNESS = 150
 KEYUSAGE_PA_AS_FRESHNESS = 514
 FRESHNESS_LABEL = b"kmpc-pkinit-freshness-token"
-CERT_USERS = ("carol", "erin")
+CERT_USERS = ("carol", "erin", "frank")
 
 
 class PkinitClient:
@@ -99,8 +99,9 @@ def realm(kmpc_factory, tmp_path):
     for user, pw in (("alice", "Alice-pw-9182"), ("carol", "Carol-pw-7302")):
         kr.addprinc(user, pw, enctypes=[CTS256])
         kr.admin("share", "--from-existing", f"--enctype={CTS256}", user)
-    kr.addprinc("erin", None, enctypes=[CTS256])  # a certificate-only user
+    kr.addprinc("erin", None, enctypes=[CTS256])  # a random key in the cluster
     kr.admin("share", "--from-existing", f"--enctype={CTS256}", "erin")
+    kr.kadmin_local("addprinc +requires_preauth -nokey frank")  # no key at all
     kr.start()
     kr.pkinit_certs = certs
     return kr
@@ -155,10 +156,28 @@ def test_anonymous_armor_for_a_cts_user_then_a_service(realm):
     assert_no_real_key(kr)
 
 
+def test_anonymous_tickets_only_to_the_realms_tgs(realm):
+    """restrict_anonymous_to_tgt (the admin guide's set-up): an anonymous
+    TGT gets no ticket to a service in the cluster (no Kerberoasting by
+    anyone who reaches the KDC), nor does an anonymous AS request for one;
+    the TGS of the realm it still reaches (FAST armor and its renewal)."""
+    kr = realm
+    c = PkinitClient(kr, kr.pkinit_certs, "anonly")
+    rc, out = c.run("kinit", "-n", f"@{kr.realm}")
+    assert rc == 0, out
+    rc, out = c.run("kvno", SERVICE)
+    assert rc != 0 and "KDC policy rejects request" in out, out
+    rc, out = c.run("kvno", kr.tgs)
+    assert rc == 0 and f"{kr.tgs}: kvno = " in out, out
+    rc, out = c.run("kinit", "-n", "-S", SERVICE, f"@{kr.realm}")
+    assert rc != 0 and "KDC policy rejects request" in out, out
+    assert "ANONYMOUS NOT ALLOWED" in kr.kdc_log_text()
+
+
 def test_certificate_login_with_freshness_then_a_service(realm):
     """carol logs in with her certificate (freshness token required by the
     KDC): one Run; then kvno to the service in the cluster; erin, who has
-    no password anyone knows, likewise."""
+    no password anyone knows, and frank, who has no key, likewise."""
     kr = realm
     for user in CERT_USERS:
         c = PkinitClient(kr, kr.pkinit_certs, user)
@@ -182,7 +201,8 @@ def test_certificate_login_under_anonymous_armor(realm):
     inside FAST, as SSSD does for smart cards): each of the two requests
     opens the armor in a Run, the login's ticket is one more; the reply is
     under the PKINIT reply key strengthened with the armor's (no job under
-    the user's key, which carol has in the cluster and erin does not)."""
+    the user's key, which carol has in the cluster; erin's is random,
+    frank has none)."""
     kr = realm
     c = PkinitClient(kr, kr.pkinit_certs, "fastpk")
     armor = "FILE:" + os.path.join(kr.dir, "fastpk-armor.cc")

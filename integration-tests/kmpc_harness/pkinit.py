@@ -29,11 +29,14 @@ def identity(certs, principal):
     return f"FILE:{stem}.pem,{stem}.key"
 
 
-def kdc_relations(certs, require_freshness=False):
+def kdc_relations(certs, require_freshness=False, restrict_anonymous=True):
     """kdc.conf relations of the realm's block: the KDC's identity and the
-    anchors it checks client certificates against."""
+    anchors it checks client certificates against; anonymous tickets only
+    to the realm's TGS (FAST armor), unless restrict_anonymous=False."""
     out = (f"        pkinit_identity = FILE:{certs}/kdc.pem,{certs}/kdc.key\n"
            f"        pkinit_anchors = FILE:{certs}/ca.pem\n")
+    if restrict_anonymous:
+        out += "        restrict_anonymous_to_tgt = true\n"
     if require_freshness:
         out += "        pkinit_require_freshness = true\n"
     return out
