@@ -16,7 +16,9 @@
 #                            kinit -X X509_user_identity=FILE:<p>.pem,<p>.key
 #
 # A principal with instance components (host/web) gets files named with "_"
-# for "/". Keys are RSA 2048 (what smart cards and Windows clients use), made
+# for "/". The KDC's certificate is valid KMPC_PKINIT_KDC_DAYS (365) days,
+# clients' KMPC_PKINIT_CLIENT_DAYS (825); an existing kdc.pem is kept:
+# remove it to renew it. Keys are RSA 2048 (what smart cards and Windows clients use), made
 # here at run time and never committed; private keys are mode 0600.
 #
 # Anonymous PKINIT (kinit -n, FAST armor) needs only ca.pem on the client and
@@ -82,8 +84,8 @@ if [ ! -f "$dir/ca.pem" ]; then
   chmod 0644 "$dir/ca.pem"
 fi
 
-issue() {  # file-stem eku components...
-  local stem=$1 eku=$2; shift 2
+issue() {  # days file-stem eku components...
+  local days=$1 stem=$2 eku=$3; shift 3
   local section
   section=$(printf '%s' "$stem" | tr -c 'A-Za-z0-9\n' '_')
   write_conf "$eku" "p_$section" "$@"
@@ -91,7 +93,7 @@ issue() {  # file-stem eku components...
     -out "$dir/$stem.csr" -config "$conf" 2>/dev/null
   openssl x509 -req -in "$dir/$stem.csr" -CA "$dir/ca.pem" \
     -CAkey "$dir/ca-private/ca.key" -CAserial "$dir/ca-private/ca.srl" \
-    -CAcreateserial -days 825 -sha256 \
+    -CAcreateserial -days "$days" -sha256 \
     -extfile "$conf" -extensions ext -out "$dir/$stem.pem" 2>/dev/null
   chmod 0644 "$dir/$stem.pem"
   chmod 0600 "$dir/$stem.key"
@@ -99,8 +101,8 @@ issue() {  # file-stem eku components...
 }
 
 # id-pkinit-KPKdc 1.3.6.1.5.2.3.5, id-pkinit-KPClientAuth 1.3.6.1.5.2.3.4
-[ -f "$dir/kdc.pem" ] || issue kdc 1.3.6.1.5.2.3.5 krbtgt "$realm" >/dev/null
+[ -f "$dir/kdc.pem" ] || issue "${KMPC_PKINIT_KDC_DAYS:-365}" kdc 1.3.6.1.5.2.3.5 krbtgt "$realm" >/dev/null
 for p in "$@"; do
   IFS=/ read -r -a parts <<<"$p"
-  issue "${p//\//_}" 1.3.6.1.5.2.3.4 "${parts[@]}" >/dev/null
+  issue "${KMPC_PKINIT_CLIENT_DAYS:-825}" "${p//\//_}" 1.3.6.1.5.2.3.4 "${parts[@]}" >/dev/null
 done
