@@ -10,6 +10,7 @@ pkgs=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libssl-dev libsodium-dev liblmdb-dev libgtest-dev libgmock-dev
   prometheus-cpp-dev  # HTTP /metrics of the servers and the KDC module
+  libcli11-dev  # kmpc-admin's command line (header-only)
   # tests, demo and benchmarks
   python3 python3-pytest python3-cryptography python3-matplotlib python3-grpcio
   python3-protobuf  # the tests decode kmpc.proto messages with protoc's classes

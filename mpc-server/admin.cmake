@@ -34,15 +34,35 @@ if(TARGET kmpc_cluster_admin)
     POSITION_INDEPENDENT_CODE ON
     CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
 
-  add_executable(kmpc-admin
-    ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc
+  # kmpc-admin's command line: CLI11, header-only (Debian's libcli11-dev).
+  find_path(KMPC_CLI11_INCLUDE_DIR CLI/CLI.hpp)
+  if(NOT KMPC_CLI11_INCLUDE_DIR)
+    message(FATAL_ERROR "kmpc-admin needs CLI11's headers (Debian: libcli11-dev)")
+  endif()
+
+  # kmpc_admin_tool: kmpc-admin but its main(): the dispatcher
+  # (admin/dispatch.cc), the table of subcommands (admin/cmd_*.cc, one file
+  # each) and the KDB side; kmpc-admin and its dispatcher's test link it.
+  add_library(kmpc_admin_tool STATIC
+    ${CMAKE_CURRENT_LIST_DIR}/admin/command.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/dispatch.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_share.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_status.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_purge_unreferenced.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_refresh.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_rewrite_kdb.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_drop_user_ctr.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_breaker_reset.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_set_kind.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_rebuild_party.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_rewrite.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/user_ctr.cc)
-  target_include_directories(kmpc-admin PRIVATE
+  target_include_directories(kmpc_admin_tool PUBLIC
     "${CMAKE_CURRENT_LIST_DIR}" "${KRB5_PREFIX}/include")
-  target_compile_options(kmpc-admin PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_include_directories(kmpc_admin_tool SYSTEM PRIVATE "${KMPC_CLI11_INCLUDE_DIR}")
+  target_compile_options(kmpc_admin_tool PRIVATE -Wall -Wextra -Wno-unused-parameter)
   # kdc.conf's place when KRB5_KDC_PROFILE is unset (MIT's default for
   # the prefix; admin/kdb.cc). The Debian packages (deploy/debian/rules)
   # set Debian's /etc/krb5kdc/kdc.conf and /etc/krb5.conf.
@@ -57,18 +77,33 @@ if(TARGET kmpc_cluster_admin)
   if(NOT DEFINED KMPC_DEFAULT_KDB5_UTIL)
     set(KMPC_DEFAULT_KDB5_UTIL "${KRB5_PREFIX}/sbin/kdb5_util")
   endif()
-  target_compile_definitions(kmpc-admin PRIVATE
+  target_compile_definitions(kmpc_admin_tool PRIVATE
     KMPC_DEFAULT_KDC_PROFILE="${KMPC_DEFAULT_KDC_PROFILE}"
     KMPC_DEFAULT_KRB5_CONFIG="${KMPC_DEFAULT_KRB5_CONFIG}"
     KMPC_DEFAULT_KDB5_UTIL="${KMPC_DEFAULT_KDB5_UTIL}")
-  target_link_libraries(kmpc-admin PRIVATE
+  target_link_libraries(kmpc_admin_tool PUBLIC
     kmpc_admin_cluster kmpc_cluster_admin absl::strings absl::str_format absl::status
     absl::statusor OpenSSL::Crypto
     ${KMPC_ADMIN_KRB5_LIBS})
+
+  add_executable(kmpc-admin ${CMAKE_CURRENT_LIST_DIR}/admin/main.cc)
+  target_compile_options(kmpc-admin PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_link_libraries(kmpc-admin PRIVATE kmpc_admin_tool)
   set_target_properties(kmpc-admin PROPERTIES
     BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     INSTALL_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}"
     SKIP_BUILD_RPATH OFF LINK_FLAGS "-Wl,--enable-new-dtags")
+
+  # The dispatcher without a cluster or a KDB: every subcommand refuses
+  # the options of the others, before anything runs.
+  add_executable(kmpc_admin_dispatch_test
+    ${CMAKE_CURRENT_LIST_DIR}/admin/dispatch_test.cc)
+  target_link_libraries(kmpc_admin_dispatch_test PRIVATE
+    kmpc_admin_tool GTest::gtest_main)
+  set_target_properties(kmpc_admin_dispatch_test PROPERTIES
+    BUILD_RPATH "${KMPC_ADMIN_KRB5_LIBDIR}" SKIP_BUILD_RPATH OFF)
+  gtest_discover_tests(kmpc_admin_dispatch_test TEST_PREFIX "admin."
+    DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 60)
 
   # kmpc-admin's pieces without a cluster or a KDB: its clusters against
   # in-process Admin servers over mTLS (mpc-server/test/server/
