@@ -86,6 +86,9 @@ std::string ErrorMessage(CLI::App& app, const CLI::ParseError& e) {
     const std::string opt = r.substr(0, r.find('='));
     const std::vector<std::string> owners = OwnersOf(opt);
     if (owners.empty()) return absl::StrCat(name, ": unknown option ", opt);
+    // Its own option, left over: it came before the subcommand's name.
+    if (std::find(owners.begin(), owners.end(), name) != owners.end())
+      return absl::StrCat(name, ": ", opt, " goes after the subcommand's name");
     return absl::StrCat(name, ": ", opt, " is an option of ", Listed(owners),
                         ", not of ", name);
   }

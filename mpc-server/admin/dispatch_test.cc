@@ -104,6 +104,14 @@ TEST(DispatchTest, ShareRefusesDryRun) {
   }
 }
 
+TEST(DispatchTest, OwnOptionsGoAfterTheSubcommand) {
+  Invocation inv = Parse({"--kdb", "status"});
+  EXPECT_EQ(inv.outcome, Invocation::Outcome::kUsage);
+  EXPECT_EQ(inv.error, "status: --kdb goes after the subcommand's name");
+  inv = Parse({"--dry-run", "purge-unreferenced"});
+  EXPECT_EQ(inv.error, "purge-unreferenced: --dry-run goes after the subcommand's name");
+}
+
 TEST(DispatchTest, UnknownOptionsCommandsAndArguments) {
   Invocation inv = Parse({"share", "--frobnicate", "--randkey", "alice"});
   EXPECT_EQ(inv.outcome, Invocation::Outcome::kUsage);
