@@ -509,6 +509,52 @@ def test_usage_and_config_errors(kr, tmp_path):
     assert "unknown setting" in err, err
 
 
+
+# Each subcommand with an option of another subcommand (and otherwise a
+# command line it accepts): (subcommand, its arguments, the foreign option).
+FOREIGN_OPTIONS = [
+    ("share", ["--dry-run", "--randkey", "alice"], "--dry-run"),
+    ("status", ["--kdb", "--all"], "--all"),
+    ("purge-unreferenced", ["--dry-run", "--kdb"], "--kdb"),
+    ("refresh", ["--all", "--yes"], "--yes"),
+    ("rewrite-kdb", ["--force"], "--force"),
+    ("drop-user-ctr", ["--all", "--i-am-primary"], "--i-am-primary"),
+    ("breaker-reset", ["--kind=user"], "--kind"),
+    ("set-kind", ["--kind=user", "--randkey", "alice"], "--randkey"),
+    ("rebuild-party", ["--all", "1"], "--all"),
+]
+
+
+def test_each_subcommand_refuses_options_not_its_own(kr):
+    """Every subcommand accepts its own options only: another subcommand's
+    is a usage error (exit 2) naming whose it is, and nothing is done.
+    `share --dry-run --randkey alice` (--dry-run is purge-unreferenced's)
+    leaves alice's key in the KDB as it was and puts no key on the servers."""
+    kr.addprinc("alice", "pw-" + secrets.token_hex(8),
+                enctypes=["aes256-cts-hmac-sha1-96"])
+    before = kr.kdb_keys("alice")
+    assert [kind for _, _, kind, _ in before] == ["key"], before
+    assert sorted(c for c, _, _ in FOREIGN_OPTIONS) == sorted(
+        ["share", "status", "purge-unreferenced", "refresh", "rewrite-kdb",
+         "drop-user-ctr", "breaker-reset", "set-kind", "rebuild-party"])
+    for command, args, foreign in FOREIGN_OPTIONS:
+        _, out, err = kr.admin(command, *args, expected_code=2)
+        assert f"kmpc-admin: {command}: {foreign} is an option of " in err, err
+        assert f", not of {command}\n" in err, err
+        assert out == "", out
+    _, out, err = kr.admin("share", "--dry-run", "--randkey", "alice", expected_code=2)
+    assert ("share: --dry-run is an option of purge-unreferenced and drop-user-ctr, "
+            "not of share") in err, err
+    assert kr.kdb_keys("alice") == before
+    _, out, _ = kr.admin("status")
+    assert server_key_counts(out) == {0: 0, 1: 0, 2: 0}, out
+    # Global options go before or after the subcommand, as --opt=value or
+    # --opt value; its own options only after its name.
+    kr.admin("--timeout-ms", "5000", "status", "--kdb", "-r", REALM, expected_code=1)
+    _, _, err = kr.admin("--kdb", "status", expected_code=2)
+    assert "status: --kdb goes after the subcommand's name" in err, err
+
+
 # ---- through the KDC ----------------------------------------------------
 
 def _etypes(realm):
