@@ -18,39 +18,42 @@ constexpr char kGlobalUsage[] =
     "         --servers2=H:P,H:P,H:P --ca2=PEM --cert2=PEM --key2=PEM (a second cluster)\n"
     "         -r REALM | --realm=REALM  --timeout-ms=N  -q | --quiet\n";
 
+// The options that set the config file's settings: (setting, option).
+using SettingOptions = std::vector<std::pair<std::string, CLI::Option*>>;
+
 // The global options, valid before and after the subcommand's name.
-void AddGlobalOptions(CLI::App& app, GlobalOptions* g) {
+SettingOptions AddGlobalOptions(CLI::App& app, GlobalOptions* g) {
   app.add_option("--config", g->config);
-  // Each flag -> its setting, named as in the config file.
-  static const std::pair<const char*, const char*> kSettings[] = {
-      {"--servers", "servers"},   {"--ca", "ca"},     {"--cert", "cert"},
-      {"--key", "key"},           {"--servers2", "servers2"},
-      {"--ca2", "ca2"},           {"--cert2", "cert2"}, {"--key2", "key2"},
-      {"-r,--realm", "realm"},    {"--timeout-ms", "timeout_ms"}};
-  for (const auto& [flag, setting] : kSettings) {
-    const std::string name = setting;
-    app.add_option_function<std::string>(
-        flag, [g, name](const std::string& v) { g->settings[name] = v; });
-  }
   app.add_flag("-q,--quiet", g->quiet);
+  return {{"servers", app.add_option("--servers")},
+          {"ca", app.add_option("--ca")},
+          {"cert", app.add_option("--cert")},
+          {"key", app.add_option("--key")},
+          {"servers2", app.add_option("--servers2")},
+          {"ca2", app.add_option("--ca2")},
+          {"cert2", app.add_option("--cert2")},
+          {"key2", app.add_option("--key2")},
+          {"realm", app.add_option("-r,--realm")},
+          {"timeout_ms", app.add_option("--timeout-ms")}};
 }
 
 // The global options and every subcommand of the table with its own:
 // (*commands)[i] holds the options of the table's i-th subcommand.
-void BuildApp(CLI::App& app, GlobalOptions* g,
-              std::vector<std::unique_ptr<Command>>* commands) {
+SettingOptions BuildApp(CLI::App& app, GlobalOptions* g,
+                        std::vector<std::unique_ptr<Command>>* commands) {
   // Of an option given twice, the last counts.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   // Exactly one subcommand: once it is named, no argument names another
   // (a principal called "status" is share's argument).
   app.require_subcommand(1);
-  AddGlobalOptions(app, g);
+  SettingOptions settings = AddGlobalOptions(app, g);
   for (const CommandSpec* spec : CommandTable()) {
     CLI::App* sub = app.add_subcommand(spec->name);
     sub->fallthrough();  // the global options after the subcommand's name too
     commands->push_back(spec->make());
     commands->back()->Register(*sub);
   }
+  return settings;
 }
 
 // "a", "a and b", "a, b and c".
@@ -70,6 +73,18 @@ std::vector<std::string> OwnersOf(const std::string& opt) {
   return out;
 }
 
+// CLI11's message for an error of an option, but "--x needs a value" for
+// an option given without one ("--x: 1 required TEXT missing").
+std::string OptionError(const CLI::ParseError& e) {
+  const std::string what = e.what();
+  const size_t colon = what.find(':');
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr &&
+      colon != std::string::npos && absl::StartsWith(what, "-") &&
+      absl::StrContains(what, " required") && absl::EndsWith(what, " missing"))
+    return absl::StrCat(what.substr(0, colon), " needs a value");
+  return what;
+}
+
 // What was wrong with the command line, for the usage error; "" when no
 // subcommand was given.
 std::string ErrorMessage(CLI::App& app, const CLI::ParseError& e) {
@@ -78,7 +93,7 @@ std::string ErrorMessage(CLI::App& app, const CLI::ParseError& e) {
   if (subs.empty()) {
     for (const std::string& r : rest)
       if (!absl::StartsWith(r, "-")) return absl::StrCat("unknown command ", r);
-    return dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ? "" : e.what();
+    return dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ? "" : OptionError(e);
   }
   const std::string name = subs[0]->get_name();
   for (const std::string& r : rest) {
@@ -94,7 +109,7 @@ std::string ErrorMessage(CLI::App& app, const CLI::ParseError& e) {
   }
   if (!rest.empty())
     return absl::StrCat(name, " takes no arguments (", absl::StrJoin(rest, " "), ")");
-  return absl::StrCat(name, ": ", e.what());
+  return absl::StrCat(name, ": ", OptionError(e));
 }
 
 }  // namespace
@@ -111,7 +126,7 @@ Invocation ParseCommandLine(int argc, const char* const* argv) {
   Invocation inv;
   CLI::App app("kmpc-admin");
   std::vector<std::unique_ptr<Command>> commands;
-  BuildApp(app, &inv.global, &commands);
+  const SettingOptions settings = BuildApp(app, &inv.global, &commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -121,6 +136,8 @@ Invocation ParseCommandLine(int argc, const char* const* argv) {
     inv.error = ErrorMessage(app, e);
     return inv;
   }
+  for (const auto& [name, option] : settings)
+    if (option->count() > 0) inv.global.settings[name] = option->as<std::string>();
   const std::string name = app.get_subcommands().front()->get_name();
   for (size_t i = 0; i < CommandTable().size(); ++i) {
     if (name != CommandTable()[i]->name) continue;

@@ -135,7 +135,13 @@ TEST(DispatchTest, UnknownOptionsCommandsAndArguments) {
   }
   inv = Parse({"share", "--randkey", "alice", "--enctype"});
   EXPECT_EQ(inv.outcome, Invocation::Outcome::kUsage);
-  EXPECT_NE(inv.error.find("--enctype"), std::string::npos) << inv.error;
+  EXPECT_EQ(inv.error, "share: --enctype needs a value");
+  inv = Parse({"status", "--servers"});
+  EXPECT_EQ(inv.outcome, Invocation::Outcome::kUsage);
+  EXPECT_EQ(inv.error, "status: --servers needs a value");
+  inv = Parse({"--timeout-ms"});
+  EXPECT_EQ(inv.outcome, Invocation::Outcome::kUsage);
+  EXPECT_EQ(inv.error, "--timeout-ms needs a value");
 }
 
 TEST(DispatchTest, GlobalOptionsBeforeAndAfterTheSubcommand) {
