@@ -67,16 +67,16 @@
 
 #include "absl/status/statusor.h"
 #include "batcher.h"
+#include "client/cluster_config.h"
 
 namespace kmpc::kdc {
 
 // At most this many clusters (servers, servers2, ... servers4).
-inline constexpr size_t kMaxClusters = 4;
+using client::kMaxClusters;
 
-struct ClusterOptions {
-  std::array<std::string, 3> servers;
-  std::string ca, cert, key;  // paths
-};
+// One cluster: its servers in party order and the module's mTLS files
+// (paths), as kmpc-admin's config names its clusters too.
+using ClusterOptions = client::ClusterConfig;
 
 struct ModuleOptions {
   // Cluster 1's (clusters[0]), as before there were several.

@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<Clusters>> Clusters::Connect(const Config& cfg) {
   if (!first.ok()) return first.status();
   all.push_back(std::move(*first));
   for (size_t c = 0; c < cfg.more.size(); ++c) {
-    const MoreCluster& m = cfg.more[c];
+    const client::ClusterConfig& m = cfg.more[c];
     // A cluster without mTLS files of its own uses cluster 1's (config.h).
     const bool own = !m.ca.empty() || !m.cert.empty() || !m.key.empty();
     auto cl = admin::Connect(m.servers, own ? m.ca : cfg.ca,

@@ -69,7 +69,7 @@ class ClustersTest : public ::testing::Test {
     cfg.ca = Certs() + "/ca.pem";
     cfg.cert = Certs() + "/admin.pem";
     cfg.key = Certs() + "/admin.key";
-    MoreCluster two;  // no PEM files of its own: cluster 1's
+    client::ClusterConfig two;  // no PEM files of its own: cluster 1's
     two.servers = StartCluster(1);
     cfg.more.push_back(two);
     return cfg;

@@ -16,7 +16,7 @@ const std::set<std::string>& KnownNames() {
   static const std::set<std::string> names = [] {
     std::set<std::string> n = {"servers", "ca", "cert", "key", "realm",
                                "timeout_ms", "user_ctr_mpc"};
-    for (int c = 2; c <= kMaxClusters; ++c)
+    for (size_t c = 2; c <= client::kMaxClusters; ++c)
       for (const char* base : {"servers", "ca", "cert", "key"})
         n.insert(absl::StrCat(base, c));
     return n;
@@ -34,7 +34,8 @@ int ClusterOf(const std::string& name, std::string* base) {
       *base = b;
       return 1;
     }
-    if (rest.size() == 1 && rest[0] >= '2' && rest[0] <= '0' + kMaxClusters) {
+    if (rest.size() == 1 && rest[0] >= '2' &&
+        rest[0] <= '0' + static_cast<int>(client::kMaxClusters)) {
       *base = b;
       return rest[0] - '0';
     }
@@ -87,7 +88,7 @@ absl::Status ApplySettings(const std::map<std::string, std::string>& settings,
     std::string base;
     if (int c = ClusterOf(name, &base); c >= 2) {
       if (cfg->more.size() < static_cast<size_t>(c - 1)) cfg->more.resize(c - 1);
-      MoreCluster& m = cfg->more[c - 2];
+      client::ClusterConfig& m = cfg->more[c - 2];
       if (base == "servers") {
         if (absl::Status st = ParseServers(name, value, &m.servers); !st.ok())
           return st;

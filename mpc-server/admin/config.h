@@ -32,19 +32,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/cluster_config.h"
 
 namespace kmpc::admin {
-
-// At most this many clusters (servers, servers2, ... servers4).
-inline constexpr int kMaxClusters = 4;
-
-// Clusters 2.. (config names with the cluster's number appended).
-struct MoreCluster {
-  std::array<std::string, 3> servers;
-  std::string ca;
-  std::string cert;
-  std::string key;
-};
 
 struct Config {
   std::array<std::string, 3> servers;
@@ -54,7 +44,10 @@ struct Config {
   std::string realm;
   int timeout_ms = 10000;
   bool user_ctr_mpc = false;  // the file comment
-  std::vector<MoreCluster> more;  // more[0] is cluster 2
+  // Clusters 2.. (client::kMaxClusters at most; config names with the
+  // cluster's number appended): more[0] is cluster 2. Their rpc_timeout is
+  // unused: timeout_ms is every cluster's.
+  std::vector<client::ClusterConfig> more;
 };
 
 // Reads a config file into name -> value pairs (strict: unknown names,

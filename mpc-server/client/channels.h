@@ -28,19 +28,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/cluster_config.h"  // ClusterConfig
 #include "client/reveal.h"  // kParties
 
 namespace kmpc::client {
-
-// Where the three servers are and how this client authenticates.
-struct ClusterConfig {
-  std::array<std::string, kParties> servers;  // party 0, 1, 2: "HOST:PORT"
-  std::string ca;    // PEM: the CA the servers' certificates chain to
-  std::string cert;  // PEM: this client's certificate
-  std::string key;   // PEM: its private key (unencrypted)
-  // Deadline of each RPC the library makes (AdminClient).
-  absl::Duration rpc_timeout = absl::Seconds(10);
-};
 
 // The TLS name only party i's certificate carries: "kmpc-party-<i>".
 std::string PartyTlsName(int party);
