@@ -4,10 +4,14 @@ release (or of KMPC_PKG_DIST's: make test-packages DIST=trixie) over
 Debian's krb5, a realm on four emulated hosts from the installed units and
 files (kmpc_harness/packages.py, deploy/THREE-HOSTS.md's steps), logins
 with Debian's unmodified clients (the machine's; for another release, that
-release's own MIT and Heimdal clients in a second clean root); then newer packages installed over them, and
+release's own MIT and Heimdal clients in a second clean root); PKINIT with
+kmpc's krb5-pkinit on the KDC host and the release's Debian krb5-pkinit on
+the client (anonymous PKINIT, its ccache as FAST armor for a user whose key
+the cluster holds, a certificate login, each TGT under the krbtgt in the
+cluster, then a service ticket); then newer packages installed over them, and
 the keys survive: the KDB's handles and the servers' key ids are the same,
 a TGT issued before the upgrade still gets service tickets (the krbtgt key
-in the cluster is unchanged), and a new login works.
+in the cluster is unchanged), and new logins, PKINIT ones too, work.
 
 Root and network namespaces needed (the suite runs as root). The packages
 are built by deploy/deb/make-deb.sh (the same as `make deb`; krb5 rebuilt
@@ -31,6 +35,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from kmpc_harness import packages as ph  # noqa: E402
+from kmpc_harness import pkinit  # noqa: E402
 
 BUILD = os.environ.get("KMPC_BUILD", os.path.join(REPO, "build"))
 # Another release's packages are built in a root of it (make deb DIST=...,
@@ -46,6 +51,17 @@ SERVICE = "host/svc.pkg.kmpc.test"
 LATER_SERVICE = "host/later.pkg.kmpc.test"  # first asked for after the upgrade
 DEALT_SERVICE = "host/dealt.pkg.kmpc.test"  # made through the key dealer
 MPC_ETYPE = "-29002"  # aes256-ctr-mpc, as Debian's klist prints an unknown enctype
+# PKINIT (THREE-HOSTS.md, "PKINIT"): a user whose password key the cluster
+# holds (aes256-cts), logging in under anonymous PKINIT armor; a
+# certificate-only user (no key at all); a service whose aes256-cts key the
+# cluster holds.
+ARMORED_USER = "bob"
+CERT_USER = "carol"
+PK_SERVICE = "host/pk.pkg.kmpc.test"
+CTS256 = "aes256-cts-hmac-sha1-96"
+PKINIT_CONF = "pkinit-krb5.conf"
+# MIT's trace line of a FAST login's encrypted challenge (RFC 6113).
+EC_USED = "encrypted_challenge (138) (real) returned: 0/Success"
 ARCH = ph.ARCH
 
 
@@ -218,6 +234,7 @@ def _debs(root, d, krb5_version, kmpc_version):
         if os.path.basename(path).split("_")[0] in installed:
             debs.append(path)
     assert any("/libkrb5-3_" in x for x in debs) and any("/krb5-kdc_" in x for x in debs), debs
+    assert any("/krb5-pkinit_" in x for x in debs), debs
     if d != DEBS:
         debs = [_repack(x, krb5_version, _bump(krb5_version), d) for x in debs]
     debs += [os.path.join(d, f"{p}_{kmpc_version}_{ARCH}.deb") for p in KMPC_PKGS]
@@ -225,8 +242,11 @@ def _debs(root, d, krb5_version, kmpc_version):
 
 
 def _include():
-    """The root's packages: Debian's krb5 and what kmpc's packages need."""
-    return ph.include_for(glob.glob(os.path.join(DEBS, f"kmpc-*_*_{ARCH}.deb")))
+    """The root's packages: Debian's krb5 (with krb5-pkinit, which the KDC
+    host gets kmpc's build of and the client host keeps Debian's) and what
+    kmpc's packages need."""
+    return ",".join([ph.include_for(glob.glob(os.path.join(DEBS, f"kmpc-*_*_{ARCH}.deb"))),
+                     "krb5-pkinit"])
 
 
 @pytest.fixture
@@ -289,9 +309,10 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
                  f"in the background ({packages['wait_s']:.0f} s waited for them and the root "
                  f"tarball), clean {ph.RELEASE} root and namespaces in {packages['root_s']:.0f} s")
     croot = packages["client_root"]
-    q = ["dpkg-query", "-W", "-f=${Version}", "krb5-user"]
-    stock = (croot.run(q) if croot else ph.sh(q)).stdout
-    assert "kmpc" not in stock, f"the clients must be Debian's, not {stock}"
+    for pkg in ("krb5-user", "krb5-pkinit"):
+        q = ["dpkg-query", "-W", "-f=${Version}", pkg]
+        stock = (croot.run(q, check=False) if croot else ph.sh(q, check=False)).stdout
+        assert stock and "kmpc" not in stock, f"the clients' {pkg} must be Debian's, not {stock!r}"
     # Debian's krb5 does not satisfy the KDC module's package (it depends on
     # the krb5-kdc-kmpc & co. that only the kmpc build provides).
     kdc_deb = os.path.join(DEBS, f"kmpc-kdc_{packages['kmpc']}_{ARCH}.deb")
@@ -302,27 +323,35 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
     root.install(_debs(root, DEBS, packages["krb5"], packages["kmpc"]))
     assert root.version("libkrb5-3") == packages["krb5"]
     assert root.version("krb5-kdc") == packages["krb5"]
+    assert root.version("krb5-pkinit") == packages["krb5"]
     for p in KMPC_PKGS:
         assert root.version(p) == packages["kmpc"]
     _say(capsys, f"installed over Debian's krb5 in {time.time() - t:.1f} s")
 
     t = time.time()
     realm.configure(REPO)
+    certs = realm.configure_pkinit([CERT_USER])
     realm.start_servers()
     pw = os.urandom(12).hex()
     realm.create({"alice": pw}, [SERVICE, LATER_SERVICE])
+    armored_pw = _pkinit_principals(realm)
     realm.start_kdc()
     client = ph.StockClient(lan, str(tmp_path), REALM, root=croot)
     _login(client, pw, "cc-before")
     if croot:
         _heimdal_login(client, pw)
+    _say(capsys, f"three hosts up, realm made, Debian's kinit/kvno logged in "
+                 f"({time.time() - t:.1f} s)")
+    t = time.time()
+    _pkinit_client(client, certs)
+    _pkinit_logins(realm, client, armored_pw, "before")
+    _say(capsys, f"PKINIT: anonymous, as FAST armor, a certificate login "
+                 f"({time.time() - t:.1f} s)")
     handles = realm.handles(realm.tgs)
     assert handles and all(" handle " in l for l in handles if l.strip()), handles
     code, out = realm.status()
     _status_ok(code, out)
     stored = _server_keys(out)
-    _say(capsys, f"three hosts up, realm made, Debian's kinit/kvno logged in "
-                 f"({time.time() - t:.1f} s)")
 
     t = time.time()
     realm.stop()
@@ -337,12 +366,90 @@ def test_install_login_upgrade(packages, hosts, tmp_path, capsys):
     out = client.run("kvno", LATER_SERVICE, ccache="cc-before").stdout
     assert re.search(rf"{re.escape(LATER_SERVICE)}@{re.escape(REALM)}: kvno = \d+", out), out
     _login(client, pw, "cc-after")
+    _pkinit_logins(realm, client, armored_pw, "after")
     assert realm.handles(realm.tgs) == handles
     code, out = realm.status()
     _status_ok(code, out)
     assert _server_keys(out) == stored, out
     _say(capsys, f"upgraded, keys kept, logins work ({time.time() - t:.1f} s)")
     _dealer(realm, client, stored)
+
+
+def _pkinit_principals(realm):
+    """THREE-HOSTS.md's PKINIT principals: WELLKNOWN/ANONYMOUS and the
+    certificate-only user without keys, the armored user's password key
+    and the service's random key made in the cluster (aes256-cts, which
+    Debian's clients know). The armored user's password."""
+    realm.add_anonymous()
+    kadmin = ["kadmin.local", "-r", REALM, "-q"]
+    realm.kdc_run([*kadmin, f"addprinc +requires_preauth -nokey {CERT_USER}"])
+    pw = os.urandom(12).hex()
+    realm.kdc_run([*kadmin, f"addprinc -e {CTS256}:normal -randkey {ARMORED_USER}"])
+    realm.kdc_run([*realm.admin, "share", "--password-stdin", f"--enctype={CTS256}",
+                   ARMORED_USER], input=pw + "\n")
+    realm.kdc_run([*kadmin, f"addprinc -e {CTS256}:normal -randkey {PK_SERVICE}"])
+    realm.kdc_run([*realm.admin, "share", "--randkey", "--service", f"--enctype={CTS256}",
+                   PK_SERVICE])
+    for princ in (ARMORED_USER, PK_SERVICE):
+        rows = [l for l in realm.handles(princ) if l.strip()]
+        assert rows and all(" handle " in l for l in rows), (princ, rows)
+    for princ in (pkinit.ANONYMOUS, CERT_USER):
+        out = realm.kdc_run([*kadmin, f"getprinc {princ}"]).stdout
+        assert "Number of keys: 0" in out, out
+    realm.root.run(["chown", "-R", "kmpc-kdc:kmpc-kdc", "/var/lib/kmpc-kdc"])  # as step 9
+    return pw
+
+
+def _pkinit_client(client, certs):
+    """The client host: the realm's PKINIT CA as its anchor (krb5.conf's
+    pkinit_anchors), the certificate user's certificate and key."""
+    client.put(os.path.join(certs, "ca.pem"), "pkinit-ca.pem")
+    client.write_conf(PKINIT_CONF, [ph.HOSTS["kdc"]], pkinit_anchors="pkinit-ca.pem")
+    client.put(os.path.join(certs, f"{CERT_USER}.pem"), f"{CERT_USER}.pem")
+    client.put(os.path.join(certs, f"{CERT_USER}.key"), f"{CERT_USER}.key", 0o600)
+
+
+def _assert_mpc_tgt(client, ccache, principal):
+    out = client.run("klist", ccache=ccache, conf=PKINIT_CONF).stdout
+    assert f"Default principal: {principal}" in out, out
+    assert re.search(rf"(^|\W)etype {MPC_ETYPE}$", _tgt_etype(client, ccache)), ccache
+
+
+def _kvno(client, service, ccache):
+    out = client.run("kvno", service, ccache=ccache, conf=PKINIT_CONF).stdout
+    assert re.search(rf"{re.escape(service)}@{re.escape(REALM)}: kvno = \d+", out), out
+
+
+def _pkinit_logins(realm, client, pw, tag):
+    """Debian's kinit with the release's Debian krb5-pkinit: anonymous
+    PKINIT gets a TGT under the krbtgt in the cluster; that ccache armors
+    (FAST) the password login of a user whose key the cluster holds (the
+    encrypted challenge); a certificate login with the KDC's freshness
+    token; each TGT's ticket under the MPC enctype, then a service ticket
+    to a service whose key the cluster holds."""
+    armor = f"cc-{tag}-anon"
+    client.run("kinit", "-n", f"@{REALM}", ccache=armor, conf=PKINIT_CONF, input="")
+    _assert_mpc_tgt(client, armor, pkinit.ANONYMOUS_CLIENT)
+
+    cc = f"cc-{tag}-armored"
+    p = client.run("kinit", "-T", client.path(armor), ARMORED_USER, input=pw + "\n",
+                   ccache=cc, conf=PKINIT_CONF, trace=True)
+    assert EC_USED in p.stderr, p.stderr[-3000:]
+    _assert_mpc_tgt(client, cc, f"{ARMORED_USER}@{REALM}")
+    _kvno(client, PK_SERVICE, cc)
+
+    log = realm.root.p("/var/log/kmpc-kdc/krb5kdc.log")
+    offset = os.path.getsize(log)
+    cc = f"cc-{tag}-cert"
+    ident = f"FILE:{client.path(CERT_USER + '.pem')},{client.path(CERT_USER + '.key')}"
+    client.run("kinit", "-X", f"X509_user_identity={ident}", CERT_USER, ccache=cc,
+               conf=PKINIT_CONF, input="")
+    _assert_mpc_tgt(client, cc, f"{CERT_USER}@{REALM}")
+    _kvno(client, PK_SERVICE, cc)
+    with open(log, errors="replace") as f:
+        f.seek(offset)
+        text = f.read()
+    assert f"PKINIT: freshness token received from {CERT_USER}@{REALM}" in text, text[-3000:]
 
 
 def _status_ok(code, out):

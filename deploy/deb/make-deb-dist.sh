@@ -52,7 +52,9 @@ cp /etc/resolv.conf "$broot/etc/resolv.conf" 2>/dev/null || true
 in_root() { chroot "$broot" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
   DEBIAN_FRONTEND=noninteractive "$@"; }
 
-if [ ! -f "$broot/.kmpc-ready" ]; then
+# Redone when deploy/debian/control changes (a new build dependency).
+ready=$(sha256sum "$root_dir/deploy/debian/control" | cut -d' ' -f1)
+if [ "$(cat "$broot/.kmpc-ready" 2>/dev/null)" != "$ready" ]; then
   log "the root's build tools and kmpc's build dependencies (deploy/debian/control)"
   # No daemons start inside (Debian Policy 9.3.3.1).
   printf '#!/bin/sh\nexit 101\n' >"$broot/usr/sbin/policy-rc.d"; chmod 755 "$broot/usr/sbin/policy-rc.d"
@@ -65,7 +67,7 @@ if [ ! -f "$broot/.kmpc-ready" ]; then
     tmp=$broot/tmp/kmpc-control; rm -rf "$tmp"; mkdir -p "$tmp/debian"
     cp "$root_dir/deploy/debian/control" "$tmp/debian/"
     in_root apt-get build-dep -y -qq /tmp/kmpc-control >/dev/null; }
-  touch "$broot/.kmpc-ready"
+  echo "$ready" >"$broot/.kmpc-ready"
 fi
 git config --file "$broot/root/.gitconfig" --replace-all safe.directory '*' || true
 

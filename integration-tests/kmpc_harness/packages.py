@@ -34,6 +34,7 @@ import time
 
 from kmpc_harness import cluster as kmpc_cluster
 from kmpc_harness import netns
+from kmpc_harness import pkinit
 from kmpc_harness.deploy_tool import kmpc_deploy
 from kmpc_harness.kmpc_realm import KADMIND_KEYS
 
@@ -405,6 +406,43 @@ class PackagedDeployment:
         with open(path, "w") as f:
             f.write(text)
 
+    PKINIT_DIR = "/etc/kmpc/pkinit"
+
+    def configure_pkinit(self, principals=(), require_freshness=True):
+        """THREE-HOSTS.md's PKINIT steps on the KDC host: a PKINIT CA, the
+        KDC's certificate and principals' client certificates made by
+        deploy/gen-pkinit-certs.sh on the admin machine (here: this
+        deployment's directory, which keeps the CA key), the CA and the
+        KDC's certificate and key copied to PKINIT_DIR (the key 0640
+        root:kmpc-kdc), pkinit_identity and pkinit_anchors (and freshness
+        tokens required) in kdc.conf's realm block. Returns the admin
+        machine's directory (ca.pem and the clients' certificates)."""
+        certs = pkinit.make_certs(os.path.join(self.dir, self.tag + "pkinit"), self.realm,
+                                  principals)
+        d = self.root.p(self.PKINIT_DIR)
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o755)
+        for name, mode in (("ca.pem", 0o644), ("kdc.pem", 0o644), ("kdc.key", 0o640)):
+            shutil.copy(os.path.join(certs, name), os.path.join(d, name))
+            os.chmod(os.path.join(d, name), mode)
+        self.root.run(["chown", "root:kmpc-kdc", f"{self.PKINIT_DIR}/kdc.key"])
+        path = self.root.p("/etc/kmpc/kdc.conf")
+        with open(path) as f:
+            text = f.read()
+        block = f"    {self.realm} = {{\n"
+        if text.count(block) != 1:
+            raise PackageError(f"no realm block {self.realm} in kdc.conf")
+        text = text.replace(block, block + pkinit.kdc_relations(
+            self.PKINIT_DIR, require_freshness=require_freshness))
+        with open(path, "w") as f:
+            f.write(text)
+        return certs
+
+    def add_anonymous(self):
+        """WELLKNOWN/ANONYMOUS for anonymous PKINIT, without keys."""
+        self.kdc_run(["kadmin.local", "-r", self.realm, "-q",
+                      f"addprinc -nokey {pkinit.ANONYMOUS}"])
+
     def kdc_run(self, argv, input=None, check=True):
         """A command on the KDC host as root (kadmin.local, kmpc-admin)."""
         return self.root.run(argv, env=self.env, prefix=self.lan.prefix(self.host),
@@ -597,22 +635,38 @@ class StockClient:
                     f"    dns_lookup_realm = false\n    rdns = false\n"
                     f"[realms]\n    {realm} = {{\n        kdc = {HOSTS['kdc']}\n    }}\n")
 
-    def write_conf(self, name, kdcs, admin_server=None):
+    def write_conf(self, name, kdcs, admin_server=None, pkinit_anchors=None):
         """Another krb5.conf for run(conf=name): the KDCs of kdcs (hosts'
-        addresses, tried in order), kadmind's address for kpasswd."""
+        addresses, tried in order), kadmind's address for kpasswd, the
+        realm's PKINIT anchors (a file given to put())."""
         admin = (f"        admin_server = {admin_server}\n"
                  f"        kpasswd_server = {admin_server}\n" if admin_server else "")
+        if pkinit_anchors:
+            admin += f"        pkinit_anchors = FILE:{self.path(pkinit_anchors)}\n"
         lines = "".join(f"        kdc = {k}\n" for k in kdcs)
         with open(os.path.join(self.dir, name), "w") as f:
             f.write(f"[libdefaults]\n    default_realm = {self.realm}\n"
                     f"    dns_lookup_kdc = false\n    dns_lookup_realm = false\n"
                     f"    rdns = false\n[realms]\n    {self.realm} = {{\n{lines}{admin}    }}\n")
 
-    def run(self, prog, *args, ccache="cc", input=None, check=True, conf="client-krb5.conf"):
+    def path(self, name):
+        """A file of the client's directory as its programs see it."""
+        return os.path.join(self.inside, name)
+
+    def put(self, src, name, mode=0o644):
+        """Copy src (a host path) into the client's directory as name."""
+        shutil.copy(src, os.path.join(self.dir, name))
+        os.chmod(os.path.join(self.dir, name), mode)
+        return self.path(name)
+
+    def run(self, prog, *args, ccache="cc", input=None, check=True, conf="client-krb5.conf",
+            trace=False):
         """prog: a program in /usr/bin ("kinit", "klist", or Heimdal's
-        "kinit.heimdal" and the like)."""
+        "kinit.heimdal" and the like). trace: MIT's KRB5_TRACE on stderr."""
         env = {"PATH": PATH, "KRB5_CONFIG": os.path.join(self.inside, conf),
                "KRB5CCNAME": "FILE:" + os.path.join(self.inside, ccache)}
+        if trace:
+            env["KRB5_TRACE"] = "/dev/stderr"
         chroot = ["chroot", self.root.path] if self.root else []
         return sh([*self.lan.prefix("cl"), *chroot, f"/usr/bin/{prog}", *args], env=env,
                   input=input, check=check, timeout=60)
