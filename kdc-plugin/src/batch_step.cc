@@ -12,7 +12,6 @@
 #include "contract.h"
 #include "cts_items.h"
 #include "finalize_step.h"
-#include "gate_failures.h"
 #include "run_step.h"
 #include "sign_step.h"
 
@@ -234,36 +233,52 @@ void BatchStep::Complete(size_t i, absl::Status st, SecureBytes out) {
   bool finished, deliver;
   Result r;
   std::vector<std::pair<uint64_t, int>> lost;  // prepared, not held
-  uint64_t failed_gate = 0;  // the exchange whose gate this failed
-  absl::Status gate_status;
+  GateBook::Outcome gate;  // what a gate's verdict releases or fails
   {
     std::lock_guard<std::mutex> l(mu_);
     PendingJob& e = jobs_[i];
     if (e.done) return;
     e.done = true;
+    // Every job to the gate book, once: a gate's verdict (a replayed
+    // timestamp fails here, its plaintext wiped).
+    gate = host_->gates().Verdict(e, &st, out, absl::Now());
+    if (!st.ok()) out = SecureBytes();
     if (!st.ok() && !e.prepared) ++failed_;
     finished = --open_ == 0;
     deliver = !e.prepared;
     if (e.prepared) lost.emplace_back(e.exchange_id, e.item);
-    if (!st.ok() && e.gate && e.exchange_id != 0 && e.job.type == pb::JOB_DECRYPT) {
-      failed_gate = e.exchange_id;
-      gate_status = st;
-    }
-    // A gate's verdict: its slot released, a wrong password (a tag that
-    // did not hold) counted toward the module's failure bound
-    // (gate_failures.h).
-    GateFailures::Shared().Done(e.job, absl::IsDataLoss(st), absl::Now());
     r.token = e.token;
     r.status = std::move(st);
     r.output = std::move(out);
   }
+  if (!gate.log.empty())
+    host_->Log(gate.log_level, absl::StrCat("kdcmpc: batch #", seq_, ": ", gate.log));
+  // A verified gate's released jobs are queued before its result goes; a
+  // failed gate's held-back jobs complete after it.
+  const bool verified = r.status.ok();
+  if (verified) Settle(std::move(gate));
   if (deliver)
     host_->Deliver(std::move(r));
   else if (!lost.empty())
-    host_->PreparedLost(lost);
-  if (failed_gate != 0) host_->GateDone(failed_gate, gate_status);
+    host_->PreparedLost(lost, /*sent=*/true);
+  if (!verified) Settle(std::move(gate));
   if (finished) Finish();
 }
+
+void BatchStep::Settle(GateBook::Outcome gate) {
+  if (!gate.release.empty()) host_->Release(std::move(gate.release));
+  std::vector<std::pair<uint64_t, int>> lost;  // never sent
+  for (const PendingJob& q : gate.fail)
+    if (q.prepared) lost.emplace_back(q.exchange_id, q.item);
+  if (!lost.empty()) host_->PreparedLost(lost, /*sent=*/false);
+  for (const PendingJob& q : gate.fail) {
+    if (q.prepared) continue;
+    Result r;
+    r.token = q.token;
+    r.status = gate.why;
+    host_->Deliver(std::move(r));
+  }
+}  // `gate` wipes the failed jobs' inputs (SecureBytes)
 
 void BatchStep::CompletePrepared(const std::vector<size_t>& idx) {
   bool finished = false;
@@ -279,7 +294,7 @@ void BatchStep::CompletePrepared(const std::vector<size_t>& idx) {
       finished = --open_ == 0;
     }
   }
-  if (!lost.empty()) host_->PreparedLost(lost);
+  if (!lost.empty()) host_->PreparedLost(lost, /*sent=*/true);
   if (finished) Finish();
 }
 

@@ -7,7 +7,8 @@
 // straight to a Finalize step of their own, and `sign` jobs (a CHECKSUM a
 // pad of an earlier Run signs) to a Sign step of their own (sign_step.h).
 // All three check the servers' answers through one check (CheckAnswer
-// below). BatchStep holds the batch's jobs and completes them; the host
+// below). BatchStep holds the batch's jobs and completes them, reporting
+// each to the module's gate book (gate_book.h: a gate's verdict); the host
 // (the dispatcher) hears of what the steps did through a few calls and
 // one counter (StepHost::Count).
 //
@@ -52,6 +53,7 @@
 #include "batcher.h"
 #include "client/reveal.h"
 #include "contract.h"
+#include "gate_book.h"
 #include "job.h"
 #include "prepared.h"
 #include "transport.h"
@@ -101,6 +103,9 @@ class StepHost {
   virtual ~StepHost() = default;
   virtual const BatcherOptions& options() const = 0;
   virtual Transport* transport() const = 0;
+  // The module's gate book, to which the steps report every job they
+  // complete (GateBook::Verdict).
+  virtual GateBook& gates() const = 0;
   // Nothing reaches the sink once the host stopped.
   virtual void Deliver(Result result) = 0;
   virtual void Log(int level, std::string line) = 0;
@@ -111,13 +116,13 @@ class StepHost {
   virtual void KeepChained(ChainedSignature c) = 0;
   // Prepared jobs of planned exchanges (exchange id, item) completed
   // without being held (Planner::Lost); once per Run, after HoldKeystreams.
-  virtual void PreparedLost(
-      const std::vector<std::pair<uint64_t, int>>& items) = 0;
-  // A planned exchange's gate DECRYPT verified (`verdict` OK), or
-  // completed with `verdict` (not OK): the jobs held back until it
-  // verified (cts_gate.h) go, or complete now (called after the gate's own
-  // Deliver then).
-  virtual void GateDone(uint64_t exchange_id, const absl::Status& verdict) = 0;
+  // `sent`: they reached the servers (not: held back for a gate that
+  // failed).
+  virtual void PreparedLost(const std::vector<std::pair<uint64_t, int>>& items,
+                            bool sent) = 0;
+  // Jobs a gate's verdict released (GateBook::Outcome::release), to queue
+  // as one group; before the gate's own Deliver.
+  virtual void Release(std::vector<PendingJob> group) = 0;
   virtual void Count(StepEvent event, size_t n) = 0;
   virtual void StepFinished(const std::shared_ptr<BatchStep>& step,
                             StepKind kind, uint64_t blocks, bool failed) = 0;
@@ -165,6 +170,9 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
 
  private:
   void Finish();
+  // What a gate's verdict released goes to the host's queue; what it
+  // failed completes (a prepared job: lost, never sent).
+  void Settle(GateBook::Outcome gate);
 
   const std::shared_ptr<StepHost> host_;
   const uint64_t seq_;

@@ -4,15 +4,16 @@
 
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "dispatcher.h"
 
 namespace kmpc::kdc {
 
 Batcher::Batcher(BatcherOptions options, Transport* transport, Sink* sink,
-                 BatchObserver* observer)
-    : dispatcher_(
-          std::make_shared<Dispatcher>(options, transport, sink, observer)) {
+                 BatchObserver* observer, std::shared_ptr<GateBook> gates, size_t cluster)
+    : dispatcher_(std::make_shared<Dispatcher>(options, transport, sink, observer,
+                                               std::move(gates), cluster)) {
   thread_ = std::thread([d = dispatcher_.get()] { d->RunUntilStopped(); });
 }
 

@@ -51,6 +51,7 @@
 namespace kmpc::kdc {
 
 class Dispatcher;
+class GateBook;
 
 struct BatcherOptions {
   absl::Duration window = absl::Milliseconds(100);
@@ -127,7 +128,7 @@ struct BatcherOptions {
   // request (many addresses, large padata) never delays others' logins;
   // it waits only for other deep work. 0: off (every job shares batches).
   uint64_t deep_rounds = 12000;
-  // The compile budget (planner.h TakeUnprovenGates): exchanges per minute
+  // The compile budget (gate_book.h GateBook::Admit): exchanges per minute
   // (and at most this many at once) whose aes*-cts gate (a timestamp's or
   // FAST challenge's DECRYPT) has a shape no verified login proved, so
   // that unauthenticated requests of varied lengths cannot make the
@@ -135,7 +136,7 @@ struct BatcherOptions {
   // refused (kResourceExhausted: SVC_UNAVAILABLE, the client retries).
   // The usual timestamps' shapes are proven from the start. 0: no limit.
   uint64_t cts_unproven_per_minute = 30;
-  // The module's failure bound (gate_failures.h, set by module.cc): gate
+  // The module's failure bound (gate_failures.h, in its gate book): gate
   // DECRYPTs under one key id that may fail within gate_failure_window
   // before the next is refused; keep it x workers x KDCs below the
   // servers' --gate_failures_per_window. 0: no bound.
@@ -198,9 +199,12 @@ class Sink {
 
 class Batcher {
  public:
-  // observer (may be null) must outlive the Batcher.
+  // observer (may be null) must outlive the Batcher. gates: the module's
+  // gate book (gate_book.h) and this batcher's cluster in it (null: a book
+  // of its own).
   Batcher(BatcherOptions options, Transport* transport, Sink* sink,
-          BatchObserver* observer = nullptr);
+          BatchObserver* observer = nullptr, std::shared_ptr<GateBook> gates = nullptr,
+          size_t cluster = 0);
   ~Batcher();  // Stop()
 
   // The queue (dispatcher.h): Submit, the planned exchanges (Begin,

@@ -2,7 +2,7 @@
 // compile budget"): a token bucket, and the set of the most recently proven
 // program shapes, which need no token. The servers compile an aes*-cts
 // program per shape (a ciphertext length its sender chooses), so the KDC
-// module (cts_gate.h, planner.h) and kadmind's ticket decrypter
+// module (gate_book.h) and kadmind's ticket decrypter
 // (kdc-plugin/dealer/ticket_decrypt.h) bound how many new shapes a minute
 // unauthenticated senders make them compile. Header-only: the dealer
 // library includes it without linking the module's sources.

@@ -28,11 +28,13 @@ constexpr absl::Duration kSignMaxWait = absl::Milliseconds(5);
 // to deal and serialize) goes from the dispatcher thread instead.
 constexpr size_t kMaxInlineRunJobs = 64;
 
-// A queue entry for `job` from the submitter of `token`, enqueued at `now`.
-PendingJob Pending(uint64_t token, Job job, absl::Time now) {
+// A queue entry for `job` (of figures `f`, CheckJob) from the submitter of
+// `token`, enqueued at `now`.
+PendingJob Pending(uint64_t token, Job job, const JobFigures& f, absl::Time now) {
   PendingJob q;
   q.token = token;
-  q.blocks = JobCost(job);
+  q.figures = f;
+  q.blocks = f.cost;
   q.job = std::move(job);
   q.enqueued = now;
   return q;
@@ -41,23 +43,28 @@ PendingJob Pending(uint64_t token, Job job, absl::Time now) {
 }  // namespace
 
 Dispatcher::Dispatcher(BatcherOptions options, Transport* transport,
-                       Sink* sink, BatchObserver* observer)
+                       Sink* sink, BatchObserver* observer,
+                       std::shared_ptr<GateBook> gates, size_t cluster)
     : options_(options),
       transport_(transport),
       observer_(observer),
-      planner_(options_),
+      gates_(gates != nullptr ? std::move(gates)
+                              : std::make_shared<GateBook>(options_, cluster + 1)),
+      cluster_(cluster),
+      planner_(options_, gates_.get(), cluster_),
       sink_(sink) {}
 
 absl::Status Dispatcher::Submit(uint64_t token, Job job, const Job* gate) {
   // PAD jobs are the planner's own (planner.h), never the KDC's.
   if (job.type == kmpc::v1::JOB_PAD)
     return absl::InvalidArgumentError("PAD jobs are not submitted");
-  if (absl::Status st = CheckJob(job); !st.ok()) return st;
+  JobFigures f;
+  if (absl::Status st = CheckJob(job, &f); !st.ok()) return st;
   // A job outside any plan: a Run job of its own, nothing prepared for it;
   // but for a ticket signed in the cluster, whose KDC signature's PAD (the
   // krbtgt's) goes with it, or a job gated on a copy of its gate, one
   // group (GroupOf; kmpc.proto Job.sign_pad, Job.release_if_ok).
-  PendingJob q = Pending(token, std::move(job), absl::Now());
+  PendingJob q = Pending(token, std::move(job), f, absl::Now());
   std::vector<PendingJob> none = GroupOf(&q, gate);
   bool wake = false;
   {
@@ -96,7 +103,7 @@ bool Dispatcher::Route(PendingJob q, std::vector<PendingJob>* group_jobs,
     return !kicked && first && NeedsWake(due);
   }
   const bool kicked_here =
-      kicked && (q.finalize_only || options_.early_flush) && !Deep(q.job);
+      kicked && (q.finalize_only || options_.early_flush) && !Deep(q);
   return Enqueue(std::move(q), group_jobs) && !kicked_here &&
          NeedsWake(absl::InfinitePast());
 }
@@ -163,8 +170,9 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
       return absl::InvalidArgumentError(
           absl::StrCat("item ", g.item, " is not given in the plan, or twice"));
     seen[g.item] = true;
-    if (absl::Status st = CheckJob(g.job); !st.ok()) return st;
-    PendingJob q = Pending(g.token, std::move(g.job), now);
+    JobFigures f;
+    if (absl::Status st = CheckJob(g.job, &f); !st.ok()) return st;
+    PendingJob q = Pending(g.token, std::move(g.job), f, now);
     q.item = g.item;
     jobs.push_back(std::move(q));
   }
@@ -174,13 +182,9 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
     if (absl::Status st = RoomLocked(); !st.ok()) return st;
     if (planner_.Known(id))
       return absl::InvalidArgumentError("the exchange was begun already");
-    if (!planner_.gate().TakeUnproven(jobs, now))
-      return absl::ResourceExhaustedError(
-          "over the compile budget: an aes*-cts timestamp, challenge or presented "
-          "ticket of a length no verified exchange proved yet "
-          "(cts_unproven_per_minute)");
     std::vector<PendingJob> prepared;
-    planner_.Admit(id, std::move(plan), &jobs, &prepared);
+    if (absl::Status st = planner_.Admit(id, std::move(plan), &jobs, &prepared); !st.ok())
+      return st;
     // One group, queued together: NextRun never cuts it.
     for (PendingJob& x : prepared) jobs.push_back(std::move(x));
     if (jobs.empty()) return absl::OkStatus();
@@ -195,8 +199,9 @@ absl::Status Dispatcher::Begin(uint64_t id, Plan plan,
 
 absl::Status Dispatcher::SubmitItem(uint64_t id, int item, uint64_t token,
                                     Job job) {
-  if (absl::Status st = CheckJob(job); !st.ok()) return st;
-  PendingJob q = Pending(token, std::move(job), absl::Now());
+  JobFigures f;
+  if (absl::Status st = CheckJob(job, &f); !st.ok()) return st;
+  PendingJob q = Pending(token, std::move(job), f, absl::Now());
   bool wake = false;
   Result chained;
   std::string miss_line;
@@ -266,8 +271,8 @@ bool Dispatcher::Enqueue(PendingJob q, std::vector<PendingJob>* group_jobs) {
   }
   // Deep work goes in a batch of its own (BatcherOptions::deep_rounds):
   // the whole group, so that nothing of it is cut from its gate.
-  bool deep = Deep(q.job);
-  for (const PendingJob& x : *group_jobs) deep = deep || Deep(x.job);
+  bool deep = Deep(q);
+  for (const PendingJob& x : *group_jobs) deep = deep || Deep(x);
   if (deep) {
     const bool first = deep_queue_.empty();
     deep_queue_.push_back(std::move(q));
@@ -474,8 +479,8 @@ bool Dispatcher::StartRunBatch(absl::Time now, absl::Time* wake, Lock* lk) {
   return StartUnlocked(NextRun(now, wake), lk);
 }
 
-bool Dispatcher::Deep(const Job& job) const {
-  return options_.deep_rounds > 0 && JobDepth(job) > options_.deep_rounds;
+bool Dispatcher::Deep(const PendingJob& q) const {
+  return options_.deep_rounds > 0 && q.figures.depth > options_.deep_rounds;
 }
 
 std::shared_ptr<BatchStep> Dispatcher::NextDeep(absl::Time now) {
@@ -620,7 +625,7 @@ BatcherStats Dispatcher::Stats() const {
   out.verify_pads_used = pc.verify_pads_used;
   out.chains_sent = pc.chains_sent;
   out.chained_used = pc.chained_used;
-  const CtsGate::Counts& gc = planner_.gate().counts();
+  const GateBook::Counts gc = gates_->counts(cluster_);
   out.cts_deferred = gc.deferred;
   out.cts_deferred_sent = gc.deferred_sent;
   out.cts_unproven_refused = gc.unproven_refused;
@@ -641,10 +646,9 @@ std::vector<uint64_t> Dispatcher::TakeQueued(std::vector<uint64_t>* held_back) {
         lost.push_back(q.exchange_id);
       } else {
         tokens.push_back(q.token);
-        // The jobs held back for this gate leave with it (planner.h, proven
-        // shapes): this cluster would never see its verdict.
-        if (q.gate && q.exchange_id != 0)
-          for (uint64_t t : planner_.TakeDeferred(q.exchange_id)) held_back->push_back(t);
+        // The jobs held back for this gate leave with it (gate_book.h):
+        // this cluster would never see its verdict.
+        if (q.gate && q.exchange_id != 0) TakeHeldBack(q.exchange_id, held_back);
       }
     }
   }
@@ -661,6 +665,17 @@ std::vector<uint64_t> Dispatcher::TakeQueued(std::vector<uint64_t>* held_back) {
   for (const PendingJob& q : ready) tokens.push_back(q.token);
   return tokens;
 }
+
+void Dispatcher::TakeHeldBack(uint64_t id, std::vector<uint64_t>* held_back) {
+  const GateBook::Outcome o = gates_->Verdict(
+      id, absl::CancelledError("its gate left this cluster's queue"), absl::Now());
+  for (const PendingJob& h : o.fail) {
+    if (h.prepared)
+      planner_.Lost(id, h.item, /*sent=*/false);  // its item runs alone, if ever submitted
+    else
+      held_back->push_back(h.token);
+  }
+}  // `o` wipes the jobs' inputs (SecureBytes)
 
 void Dispatcher::Deliver(Result r) {
   std::lock_guard<std::mutex> l(sink_mu_);
@@ -697,8 +712,8 @@ void Dispatcher::HoldKeystreams(std::vector<HeldKeystream> keystreams) {
   for (Result& c : chained) Deliver(std::move(c));
 }
 
-void Dispatcher::PreparedLost(
-    const std::vector<std::pair<uint64_t, int>>& items) {
+void Dispatcher::PreparedLost(const std::vector<std::pair<uint64_t, int>>& items,
+                              bool sent) {
   std::vector<Result> chained;
   bool wake;
   {
@@ -706,7 +721,7 @@ void Dispatcher::PreparedLost(
     if (stopping_) return;
     std::vector<uint64_t> ids;
     for (const auto& [id, item] : items) {
-      planner_.Lost(id, item);
+      planner_.Lost(id, item, sent);
       ids.push_back(id);
     }
     wake = RouteUnparked(std::move(ids), &chained);
@@ -727,50 +742,27 @@ void Dispatcher::KeepChained(ChainedSignature c) {
   if (wake) cv_.notify_all();
 }
 
-void Dispatcher::GateVerified(uint64_t exchange_id) {
-  bool wake = false;
+void Dispatcher::Release(std::vector<PendingJob> group) {
+  bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stopping_) return;
-    std::vector<PendingJob> release;
-    planner_.GateVerified(exchange_id, &release);
-    if (!release.empty()) {
-      // One group, queued together (its pads link to its ticket's
-      // keystream within one request): NextRun never cuts it.
-      PendingJob first = std::move(release.front());
-      release.erase(release.begin());
-      Result unused;  // no job of it is chained_done
-      wake |= Route(std::move(first), &release, &unused);
-      // No submitter callback follows (SubmitterIdle): the dispatcher
-      // looks at once (they waited for their gate's Run already; they may
-      // still wait for a Run in flight, BatcherOptions::cts_window).
-      wake |= NeedsWake(absl::InfinitePast());
-    }
+    if (stopping_ || group.empty()) return;  // `group` is wiped as it goes
+    // The prepared jobs held back with the reply count as sent now (not the
+    // gate's copy: no keystream nor pad).
+    for (const PendingJob& q : group)
+      if (q.prepared && !q.regate) planner_.CountSent(q);
+    // One group, queued together (its pads link to its ticket's keystream
+    // within one request): NextRun never cuts it.
+    PendingJob first = std::move(group.front());
+    group.erase(group.begin());
+    Result unused;  // no job of it is chained_done
+    wake = Route(std::move(first), &group, &unused);
+    // No submitter callback follows (SubmitterIdle): the dispatcher looks
+    // at once (they waited for their gate's Run already; they may still
+    // wait for a Run in flight, BatcherOptions::cts_window).
+    wake |= NeedsWake(absl::InfinitePast());
   }
   if (wake) cv_.notify_all();
-}
-
-void Dispatcher::GateFailed(uint64_t exchange_id, const absl::Status& why) {
-  std::vector<PendingJob> failed;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    failed = planner_.GateFailed(exchange_id);
-  }
-  // Outside mu_, like a step's deliveries; never sent, so never counted.
-  const absl::Status st = CtsGate::DeferredFailure(why);
-  for (PendingJob& q : failed) {
-    Result r;
-    r.token = q.token;
-    r.status = st;
-    Deliver(std::move(r));
-  }
-}
-
-void Dispatcher::GateDone(uint64_t exchange_id, const absl::Status& verdict) {
-  if (verdict.ok())
-    GateVerified(exchange_id);
-  else
-    GateFailed(exchange_id, verdict);
 }
 
 void Dispatcher::Count(StepEvent event, size_t n) {

@@ -1,8 +1,9 @@
 // The dispatcher: the queue, the flush policy and the batches in flight
 // (batcher.h describes the policy). It owns the planner (planner.h,
-// exchanges planned by the KDC) and is the host of every BatchStep it
-// starts. batcher.h's Batcher runs it on a thread of
-// its own (batcher.cc).
+// exchanges planned by the KDC), shares the module's gate book
+// (gate_book.h: one per module, this dispatcher's cluster in it) with its
+// steps, and is the host of every BatchStep it starts. batcher.h's Batcher
+// runs it on a thread of its own (batcher.cc).
 //
 // Invariants:
 //  - mu_ guards everything but the sink gate; the dispatcher thread is the
@@ -77,8 +78,11 @@ namespace kmpc::kdc {
 class Dispatcher : public StepHost,
                    public std::enable_shared_from_this<Dispatcher> {
  public:
+  // gates: the module's gate book and this dispatcher's cluster in it
+  // (null: a book of its own, one cluster).
   Dispatcher(BatcherOptions options, Transport* transport, Sink* sink,
-             BatchObserver* observer = nullptr);
+             BatchObserver* observer = nullptr,
+             std::shared_ptr<GateBook> gates = nullptr, size_t cluster = 0);
 
   // The queue's interface, reached through Batcher::dispatcher().
   // Queues a job. A malformed job is refused here (the sink never hears of
@@ -114,10 +118,10 @@ class Dispatcher : public StepHost,
   // than into this one's next batch. Drops the prepared jobs queued with
   // them, whose items' jobs then run as ordinary ones (their tokens too,
   // if they were waiting: Planner::Lost). The jobs held back for a queued
-  // gate (planner.h, proven shapes) are taken out too, into *held_back,
-  // never with the others: they must not go elsewhere without their gate,
-  // and the caller fails them. Takes mu_ only: callable from inside the
-  // sink.
+  // gate (gate_book.h) are taken out too, into *held_back, never with the
+  // others: they must not go elsewhere without their gate, and the caller
+  // fails them. Takes mu_ (and the gate book's) only: callable from
+  // inside the sink.
   std::vector<uint64_t> TakeQueued(std::vector<uint64_t>* held_back);
 
   // The dispatcher thread's body: returns once RequestStop was called.
@@ -131,13 +135,14 @@ class Dispatcher : public StepHost,
   // StepHost.
   const BatcherOptions& options() const override { return options_; }
   Transport* transport() const override { return transport_; }
+  GateBook& gates() const override { return *gates_; }
   void Deliver(Result result) override;
   void Log(int level, std::string line) override;
   void HoldKeystreams(std::vector<HeldKeystream> keystreams) override;
   void KeepChained(ChainedSignature c) override;
-  void PreparedLost(
-      const std::vector<std::pair<uint64_t, int>>& items) override;
-  void GateDone(uint64_t exchange_id, const absl::Status& verdict) override;
+  void PreparedLost(const std::vector<std::pair<uint64_t, int>>& items,
+                    bool sent) override;
+  void Release(std::vector<PendingJob> group) override;
   void Count(StepEvent event, size_t n) override;
   void StepFinished(const std::shared_ptr<BatchStep>& step, StepKind kind,
                     uint64_t blocks, bool failed) override;
@@ -184,8 +189,8 @@ class Dispatcher : public StepHost,
   // `force` or the first waited kSignMaxWait, else null (*wake lowered).
   std::shared_ptr<BatchStep> NextSign(absl::Time now, absl::Time* wake,
                                       bool force);
-  // Whether the job's AND rounds pass deep_rounds (JobDepth).
-  bool Deep(const Job& job) const;
+  // Whether the job's AND rounds pass deep_rounds (its figures' depth).
+  bool Deep(const PendingJob& q) const;
   // Whether held aes*-cts units may wait past `window` behind a Run in
   // flight (BatcherOptions::cts_window; off by default).
   bool CtsHold() const {
@@ -202,14 +207,16 @@ class Dispatcher : public StepHost,
   // Under mu_: whether a sleeping dispatcher must be woken to act at `at`;
   // if so it counts as awake from now on.
   bool NeedsWake(absl::Time at);
-  // A planned exchange's gate verified: what was held back for it goes
-  // (cts_gate.h). Failed with `why`: that completes now.
-  void GateVerified(uint64_t exchange_id);
-  void GateFailed(uint64_t exchange_id, const absl::Status& why);
+  // Under mu_: the jobs held back for exchange `id`'s gate, which left the
+  // queue (TakeQueued): their tokens into *held_back, the prepared ones
+  // lost (never sent).
+  void TakeHeldBack(uint64_t id, std::vector<uint64_t>* held_back);
 
   const BatcherOptions options_;
   Transport* const transport_;
   BatchObserver* const observer_;  // may be null
+  const std::shared_ptr<GateBook> gates_;  // before planner_, which uses it
+  const size_t cluster_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -67,11 +67,6 @@ std::optional<absl::Time> PaTimestamp(absl::Span<const uint8_t> p) {
   return absl::FromTimeT(timegm(&tm));
 }
 
-GateFreshness& GateFreshness::Shared() {
-  static GateFreshness* cache = new GateFreshness();
-  return *cache;
-}
-
 void GateFreshness::set_skew(absl::Duration skew) {
   std::lock_guard<std::mutex> l(mu_);
   skew_ = skew;

@@ -8,15 +8,18 @@
 // (a replay cache, as MIT keeps for AP-REQs: RFC 4120 section 3.2.3; MIT
 // keeps none for encrypted timestamps).
 //
-// A replayed gate is refused before any Run (module.cc RefuseReplayedGate;
-// one whose first copy was still in flight fails when verified,
-// run_step.cc, as the cluster being unavailable, never as a wrong
-// password, which MIT's lockout would count); a skewed one
-// completes and MIT's own check then answers KRB_AP_ERR_SKEW with the
-// KDC's time (the client may retry with its clock corrected); neither
-// proves a shape. The servers check the skew again on shares (cts.h
-// StaleTimestamp), since they see the ciphertext only as shares and
-// cannot keep such a cache.
+// A replayed gate is refused before any Run (GateBook::Admit; one whose
+// first copy was still in flight fails when verified, GateBook::Verdict,
+// as the cluster being unavailable, never as a wrong password, which
+// MIT's lockout would count); a skewed one completes and MIT's own check
+// then answers KRB_AP_ERR_SKEW with the KDC's time (the client may retry
+// with its clock corrected); neither proves a shape. The servers check
+// the skew again on shares (cts.h StaleTimestamp), since they see the
+// ciphertext only as shares and cannot keep such a cache.
+//
+// One cache per module, made by the module and handed to its gate book
+// (gate_book.h), which serves all of the module's clusters: a copy of a
+// gate verified on one cluster is caught on another too.
 #ifndef KMPC_KDC_PLUGIN_FRESHNESS_H_
 #define KMPC_KDC_PLUGIN_FRESHNESS_H_
 
@@ -66,9 +69,6 @@ class GateFreshness {
   explicit GateFreshness(absl::Duration skew = absl::Seconds(300),
                          size_t max_entries = kMaxEntries)
       : skew_(skew), max_entries_(max_entries) {}
-  // The module's one cache (shared by the clusters' batch steps, so a
-  // replay to another cluster is caught too).
-  static GateFreshness& Shared();
   void set_skew(absl::Duration skew);
   absl::Duration skew() const;
 
@@ -80,8 +80,8 @@ class GateFreshness {
   Verdict Check(const std::string& key_id, absl::Span<const uint8_t> ciphertext,
                 absl::Span<const uint8_t> pa_enc_ts, absl::Time now);
   // Whether key_id's `ciphertext` was kFresh within the skew: a replay,
-  // refused before any Run (module.cc), so that it spends nothing of the
-  // user's release bound on the servers.
+  // refused before any Run (GateBook::Admit), so that it spends nothing of
+  // the user's release bound on the servers.
   bool Seen(const std::string& key_id, absl::Span<const uint8_t> ciphertext,
             absl::Time now);
   // A gate's copy that reaches the KDC while another copy of it is in a

@@ -9,20 +9,10 @@
 
 namespace kmpc::kdc {
 
-GateFailures& GateFailures::Shared() {
-  static GateFailures* shared = new GateFailures();
-  return *shared;
-}
-
-void GateFailures::Configure(const BatcherOptions& o) {
-  std::lock_guard<std::mutex> l(mu_);
-  limit_ = o.gate_failures;
-  window_ = o.gate_failure_window;
-}
-
 bool GateFailures::IsGate(const Job& job) {
   if (job.type != kmpc::v1::JOB_DECRYPT) return false;
-  return job.cts_key == kmpc::v1::CTS_KEY_DEALT ? job.usage == 1 : job.usage == 54;
+  return job.cts_key == kmpc::v1::CTS_KEY_DEALT ? job.usage == kTimestampUsage
+                                                 : job.usage == kChallengeUsage;
 }
 
 // Drops the slots of gates admitted longer than kReservationTtl ago.

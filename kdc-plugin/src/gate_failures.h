@@ -21,8 +21,9 @@
 // short enough that such refusals keep a user out for seconds only.
 //
 // A gate DECRYPT here: a PA-ENC-TIMESTAMP (usage 1) or a FAST challenge
-// (usage 54), under any cipher. Per process: each krb5kdc worker (-w) and
-// each KDC counts its own, so keep limit x workers x KDCs below the
+// (usage 54), under any cipher. One per module, in its gate book
+// (gate_book.h: Admit reserves, Verdict reports): each krb5kdc worker (-w)
+// and each KDC counts its own, so keep limit x workers x KDCs below the
 // servers' --gate_failures_per_window (kdc.conf [kdcmpc] gate_failures).
 // Public figures only (key ids, times, counts). Thread-safe.
 #ifndef KMPC_KDC_PLUGIN_GATE_FAILURES_H_
@@ -37,10 +38,16 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "batcher.h"
 #include "job.h"
 
 namespace kmpc::kdc {
+
+// The gate DECRYPTs' key usages, each over a PA-ENC-TS-ENC: a
+// PA-ENC-TIMESTAMP's (RFC 4120 section 5.2.7.2, KRB5_KEYUSAGE_AS_REQ_PA_ENC_TS)
+// and the client's FAST encrypted challenge's (RFC 6113 section 5.4.6,
+// KEY_USAGE_ENC_CHALLENGE_CLIENT).
+inline constexpr uint32_t kTimestampUsage = 1;
+inline constexpr uint32_t kChallengeUsage = 54;
 
 class GateFailures {
  public:
@@ -51,13 +58,11 @@ class GateFailures {
   // How long an admitted gate holds its slot without reporting back.
   static constexpr absl::Duration kReservationTtl = absl::Seconds(15);
 
+  // limit, window: kdc.conf [kdcmpc] gate_failures (0: no bound),
+  // gate_failure_window_s (BatcherOptions::gate_failures,
+  // gate_failure_window).
   explicit GateFailures(uint64_t limit = 10, absl::Duration window = absl::Hours(1))
       : limit_(limit), window_(window) {}
-  // The module's one (kdc.conf [kdcmpc] gate_failures,
-  // gate_failure_window_s; module.cc).
-  static GateFailures& Shared();
-  // BatcherOptions::gate_failures (0: no bound), gate_failure_window.
-  void Configure(const BatcherOptions& o);
 
   // Whether `job` is a gate DECRYPT (usage 1 or 54).
   static bool IsGate(const Job& job);
@@ -89,8 +94,8 @@ class GateFailures {
   }
 
   mutable std::mutex mu_;
-  uint64_t limit_;
-  absl::Duration window_;
+  const uint64_t limit_;
+  const absl::Duration window_;
   std::unordered_map<std::string, Window> keys_;
 };
 

@@ -54,7 +54,22 @@ contract::JobShape ShapeOf(const Job& job) {
   return s;
 }
 
-absl::Status CheckJob(const Job& job) {
+namespace {
+
+JobFigures FiguresOfShape(const contract::JobShape& s) {
+  JobFigures f;
+  f.cost = contract::JobCost(s);
+  f.depth = contract::CtsDepthBound(s);
+  f.cts = contract::CtsCipher(s.cipher);
+  if (f.cts) f.program = contract::CtsShapeOf(s);
+  return f;
+}
+
+}  // namespace
+
+JobFigures FiguresOf(const Job& job) { return FiguresOfShape(ShapeOf(job)); }
+
+absl::Status CheckJob(const Job& job, JobFigures* figures) {
   if (job.cf2_half.size() != contract::CtsKeyBytes(job.cts_key))
     return absl::InvalidArgumentError("a FAST key's KDC half of the wrong size");
   if (job.type == pb::JOB_VERIFY_CHECKSUM &&
@@ -62,13 +77,15 @@ absl::Status CheckJob(const Job& job) {
     return absl::DataLossError(absl::StrCat(
         "checksum must be ", contract::kChecksumSize,
         " bytes (ctr0 || tag), got ", job.checksum.size()));
+  const contract::JobShape shape = ShapeOf(job);
   // Bounded depth (contract.h kMaxCtsBytes): a job longer than real
   // exchanges need is refused here, never batched beside others' logins.
-  if (std::string why = contract::CtsLengthProblem(ShapeOf(job)); !why.empty())
+  if (std::string why = contract::CtsLengthProblem(shape); !why.empty())
     return absl::OutOfRangeError(absl::StrCat("over the aes*-cts length cap: ", why));
-  contract::JobCheck c = contract::CheckJob(ShapeOf(job));
+  contract::JobCheck c = contract::CheckJob(shape);
   switch (c.status) {
     case pb::JOB_OK:
+      if (figures != nullptr) *figures = FiguresOfShape(shape);
       return absl::OkStatus();
     case pb::JOB_INTEGRITY_FAILED:
       return absl::DataLossError(c.detail);
@@ -82,8 +99,8 @@ bool CtsBatchShapes::TakeIfFits(JobFifo::iterator first, JobFifo::iterator last,
   std::set<contract::CtsShape> fresh;  // the unit's programs not taken yet
   uint64_t bytes = 0;
   for (auto it = first; it != last; ++it) {
-    if (!contract::CtsCipher(it->job.cipher)) continue;
-    const contract::CtsShape s = contract::CtsShapeOf(ShapeOf(it->job));
+    if (!it->figures.cts) continue;
+    const contract::CtsShape& s = it->figures.program;
     if (shapes_.count(s) == 0 && fresh.insert(s).second) bytes += contract::CtsShapeBytes(s);
   }
   if (!always && bytes_ + bytes > contract::kCtsBatchBytes) return false;

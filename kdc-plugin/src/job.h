@@ -125,12 +125,27 @@ struct Job {
   kmpc::v1::Cipher sign_cipher = kmpc::v1::CIPHER_UNSPECIFIED;
 };
 
+// A job's public figures, from its shape (ShapeOf) computed once, when
+// the job is checked (CheckJob) or made (PreparedJob, a gate's copy): what
+// the batch limits, the deep queue, the batch's bound on aes*-cts programs
+// and the gate's proven shapes ask of it (gate_book.h).
+struct JobFigures {
+  uint64_t cost = 0;   // contract::JobCost
+  uint64_t depth = 0;  // contract::CtsDepthBound: 0 but for aes*-cts jobs
+  // An aes*-cts job: `program` is the servers' key of its program
+  // (contract::CtsShapeOf).
+  bool cts = false;
+  contract::CtsShape program{};
+};
+JobFigures FiguresOf(const Job& job);
+
 // A job from Submit to its Result: queued by the dispatcher, then owned by
 // the BatchStep that carries it (moved, never copied).
 struct PendingJob {
   uint64_t token = 0;  // the caller's name for it in its Result
   Job job;
-  uint64_t blocks = 0;  // JobCost; 0 for a finalize_only job
+  JobFigures figures;  // of `job`, set where the job is made
+  uint64_t blocks = 0;  // figures.cost; 0 for a finalize_only or sign job
   absl::Time enqueued;
   // Queued in a unit (its group, or itself) with an aes*-cts job: behind a
   // Run in flight it waits up to BatcherOptions::cts_window, not window.
@@ -232,7 +247,8 @@ class JobFifo {
 // The distinct aes*-cts programs of one Run batch against the servers'
 // bound on them (contract::kCtsBatchBytes): a server fails a job whose new
 // program would pass it, so the dispatcher starts another batch instead
-// (dispatcher.cc TakeUnits). Jobs of other ciphers count nothing.
+// (dispatcher.cc TakeUnits). Jobs of other ciphers count nothing; a job's
+// program is its figures'.
 class CtsBatchShapes {
  public:
   // Takes the programs of the jobs [first, last) if they fit beside those
@@ -258,8 +274,9 @@ size_t SharedBytes(const Job& job);
 // contract::CheckJob as a status with the meanings above: kOutOfRange
 // for an aes*-cts job over its length cap, kInvalidArgument
 // for a malformed job (JOB_MALFORMED), kDataLoss for a ciphertext or
-// checksum that cannot verify under any key (JOB_INTEGRITY_FAILED).
-absl::Status CheckJob(const Job& job);
+// checksum that cannot verify under any key (JOB_INTEGRITY_FAILED). The
+// job's figures, from the same shape, into *figures when given.
+absl::Status CheckJob(const Job& job, JobFigures* figures = nullptr);
 
 // contract::JobBlocks: the AES blocks the job needs (statistics).
 uint64_t JobBlocks(const Job& job);

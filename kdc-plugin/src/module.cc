@@ -1,6 +1,7 @@
 // The C++ side of the kmpc kdcmpc module (core.h): options, the gRPC
-// transports, the router (a batcher per cluster, router.h) and the eventfd
-// bridge to the KDC's event loop.
+// transports, the router (a batcher per cluster, router.h), the module's
+// gate book (gate_book.h: every job is admitted by it before any cluster)
+// and the eventfd bridge to the KDC's event loop.
 #include <errno.h>
 #include <netdb.h>
 #include <stdlib.h>
@@ -28,9 +29,8 @@
 #include "batcher.h"
 #include "router.h"
 #include "core.h"
+#include "gate_book.h"
 #include "grpc_transport.h"
-#include "freshness.h"
-#include "gate_failures.h"
 #include "kdc_metrics.h"
 #include "options.h"
 #include "prometheus/exposer.h"
@@ -237,6 +237,8 @@ struct kmpc_core {
   std::unique_ptr<prometheus::Exposer> exposer;
   // One per cluster (options.h), in order.
   std::vector<std::unique_ptr<kmpc::kdc::GrpcTransport>> transports;
+  // The module's one, shared by the clusters' batchers.
+  std::shared_ptr<kmpc::kdc::GateBook> gates;
   std::unique_ptr<kmpc::kdc::Router> router;
   // Touched only on the KDC's event loop thread (submit and next): each
   // job's callback, and its exchange (minor version 2) or null.
@@ -248,9 +250,9 @@ struct kmpc_core {
     // completed after it with its code and no output (cts_items.h).
     krb5_kdcmpc_done_fn spliced_done = nullptr;
     void* spliced_arg = nullptr;
-    // The digest of a gate claimed in flight until it completes
-    // (GateFreshness::Claim); empty for any other job.
-    std::string claimed;
+    // A gate claimed in flight until it completes (GateBook::Claim,
+    // given back as this goes); none for any other job.
+    kmpc::kdc::GateBook::Claim claimed;
   };
   std::unordered_map<uint64_t, Waiting> pending;
   // Completions owed after the one kmpc_core_next returned (spliced items).
@@ -389,11 +391,13 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
     // submit whenever core->kick is set.
     mo->batcher.submitter_kicks = core->kick;
     core->metrics = std::make_unique<kmpc::kdc::KdcMetrics>();
+    // The freshness cache, the module's one (freshness.h), into its book.
+    core->gates = std::make_shared<kmpc::kdc::GateBook>(
+        mo->batcher, transports.size(), std::make_shared<kmpc::kdc::GateFreshness>());
     core->router = std::make_unique<kmpc::kdc::Router>(
         mo->batcher, std::move(transports), core->sink.get(),
-        core->metrics.get());
+        core->metrics.get(), core->gates);
     if (!mo->metrics_addr.empty()) StartExposer(core.get(), mo->metrics_addr);
-    kmpc::kdc::GateFailures::Shared().Configure(mo->batcher);
     *core_out = core.release();
     return 0;
   } catch (const std::bad_alloc&) {
@@ -405,8 +409,7 @@ extern "C" krb5_error_code kmpc_core_create(const char* const* options,
 }
 
 extern "C" void kmpc_core_set_clockskew(kmpc_core* core, int seconds) {
-  (void)core;  // the freshness cache is the module's, across clusters
-  if (seconds > 0) kmpc::kdc::GateFreshness::Shared().set_skew(absl::Seconds(seconds));
+  if (seconds > 0) core->gates->set_skew(absl::Seconds(seconds));
 }
 
 extern "C" int kmpc_core_fd(kmpc_core* core) { return core->efd; }
@@ -421,67 +424,6 @@ krb5_error_code Refused(kmpc_core* core, const absl::Status& st,
   *msg_out = kmpc::kdc::Dup(absl::StrCat("kdcmpc: ", st.message()));
   return KrbErrorFromStatus(st);
 }
-
-// A gate's DECRYPT (an aes*-cts PA-ENC-TIMESTAMP or FAST challenge) whose
-// ciphertext verified before under the same key within the clock skew
-// (freshness.h) is refused before any Run (ReplayedGateError: never as a
-// wrong password, which MIT's lockout would count): a replay reaches no
-// server, nor spends the user's release bound; so is any gate DECRYPT
-// under a key past the module's failure bound (gate_failures.h).
-bool IsCtsGate(const kmpc::kdc::Job& job) {
-  return job.type == kmpc::v1::JOB_DECRYPT && kmpc::contract::CtsCipher(job.cipher) &&
-         (job.usage == 1 || job.usage == 54);
-}
-
-absl::Status RefuseReplayedGate(const kmpc::kdc::Job& job) {
-  if (IsCtsGate(job) &&
-      kmpc::kdc::GateFreshness::Shared().Seen(
-          job.key_id, absl::MakeConstSpan(job.input.data(), job.input.size()), absl::Now()))
-    return kmpc::kdc::ReplayedGateError(
-        "a replayed timestamp: this ciphertext verified before within the clock skew");
-  // Last: an admitted gate holds a slot of the failure bound until its
-  // verdict (gate_failures.h).
-  return kmpc::kdc::GateFailures::Shared().Admit(job, absl::Now());
-}
-
-// The gates among an exchange's given jobs, claimed in flight
-// (GateFreshness::Claim): a copy of a gate already in a Run is refused
-// before any Run, as a replay is (KDC_ERR_SVC_UNAVAILABLE: no lockout
-// count, nothing computed or released for it). Claims not kept for a
-// waiting job (the exchange refused) are given back when this ends.
-class GateClaims {
- public:
-  GateClaims() = default;
-  GateClaims(const GateClaims&) = delete;
-  GateClaims& operator=(const GateClaims&) = delete;
-  ~GateClaims() {
-    for (const auto& [item, d] : taken_) kmpc::kdc::GateFreshness::Shared().Unclaim(d);
-  }
-  absl::Status Take(const std::vector<kmpc::kdc::ItemJob>& given) {
-    for (const kmpc::kdc::ItemJob& g : given) {
-      if (!IsCtsGate(g.job)) continue;
-      std::optional<std::string> d = kmpc::kdc::GateFreshness::Shared().Claim(
-          g.job.key_id, absl::MakeConstSpan(g.job.input.data(), g.job.input.size()));
-      if (!d)
-        return kmpc::kdc::ReplayedGateError(
-            "a copy of a timestamp whose first copy is still being verified");
-      taken_.emplace(g.item, std::move(*d));
-    }
-    return absl::OkStatus();
-  }
-  // The digest of `item`'s claimed gate (empty: none), now the waiting
-  // job's to give back.
-  std::string Keep(int item) {
-    auto it = taken_.find(item);
-    if (it == taken_.end()) return {};
-    std::string d = std::move(it->second);
-    taken_.erase(it);
-    return d;
-  }
-
- private:
-  std::map<int, std::string> taken_;
-};
 
 // Converts `job`, hands it to `send(token, job)` under a fresh token and
 // records who waits for it (`exch`: null outside an exchange).
@@ -511,7 +453,10 @@ krb5_error_code Enqueue(kmpc_core* core, const krb5_kdcmpc_job* job,
                               "a service ticket's (ENCRYPT usage 2, CHECKSUM usage 17 or 64)");
     return KRB5KDC_ERR_SVC_UNAVAILABLE;
   }
-  if (absl::Status st = RefuseReplayedGate(j); !st.ok()) return Refused(core, st, msg_out);
+  // A gate replayed, or past the failure bound (gate_book.h).
+  if (const kmpc::kdc::GateBook::Admission a = core->gates->Admit(j, absl::Now());
+      a.decision == kmpc::kdc::GateBook::Decision::kRefuse)
+    return Refused(core, a.why, msg_out);
   const uint64_t token = core->next_token++;
   absl::Status st = send(token, std::move(j));
   if (!st.ok()) return Refused(core, st, msg_out);
@@ -582,13 +527,14 @@ absl::Status AttachSplices(const krb5_kdcmpc_plan* in, const Plan& plan,
 }
 
 // The core's plan of a kdcmpc plan, and the jobs of its items given now
-// (tokens not yet assigned). What the core does not serve is refused
-// (Planner::Check, cts_items.h): items under aes*-cts keys other than the
-// AS exchange's, and any splice but a REQ_CHECKSUM's into an aes*-cts
-// REPLY, whose job then carries the checksum's message (Job::splice) and
-// the REQ_CHECKSUM no job of its own.
-absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
-                     std::vector<ItemJob>* given) {
+// (tokens not yet assigned), each admitted by the gate book (`gates`; a
+// gate's claim into *claims by item). What the core does not serve is
+// refused (Planner::Check, cts_items.h): items under aes*-cts keys other
+// than the AS exchange's, and any splice but a REQ_CHECKSUM's into an
+// aes*-cts REPLY, whose job then carries the checksum's message
+// (Job::splice) and the REQ_CHECKSUM no job of its own.
+absl::Status PlanOfC(const krb5_kdcmpc_plan* in, GateBook& gates, Plan* out,
+                     std::vector<ItemJob>* given, std::map<int, GateBook::Claim>* claims) {
   if (in == nullptr || in->n_items < 1 || in->n_items > kMaxPlanItems ||
       in->items == nullptr)
     return absl::InvalidArgumentError("a plan has 1 to 16 items");
@@ -638,7 +584,10 @@ absl::Status PlanOfC(const krb5_kdcmpc_plan* in, Plan* out,
         return absl::InvalidArgumentError(absl::StrCat("plan item ", i, ": ", why));
       }
       g.job.cts_key = p.cts_key;
-      if (absl::Status st = RefuseReplayedGate(g.job); !st.ok()) return st;
+      GateBook::Claim& claim = (*claims)[static_cast<int>(i)];
+      if (GateBook::Admission a = gates.Admit(g.job, absl::Now(), &claim);
+          a.decision == GateBook::Decision::kRefuse)
+        return a.why;
       if (p.cts_key != kmpc::v1::CTS_KEY_DEALT) {
         const uint8_t* h = reinterpret_cast<const uint8_t*>(it.cf2_half.data);
         g.job.cf2_half.assign(h, h + it.cf2_half.length);
@@ -662,7 +611,9 @@ extern "C" krb5_error_code kmpc_core_begin(kmpc_core* core,
   try {
     kmpc::kdc::Plan p;
     std::vector<kmpc::kdc::ItemJob> given;
-    absl::Status st = kmpc::kdc::PlanOfC(plan, &p, &given);
+    // Given back unless kept by a waiting job (the exchange refused).
+    std::map<int, kmpc::kdc::GateBook::Claim> claims;
+    absl::Status st = kmpc::kdc::PlanOfC(plan, *core->gates, &p, &given, &claims);
     auto x = std::make_unique<krb5_kdcmpc_exchange_st>();
     x->id = core->next_exchange++;
     std::vector<std::pair<uint64_t, int>> tokens;  // (token, item)
@@ -670,18 +621,16 @@ extern "C" krb5_error_code kmpc_core_begin(kmpc_core* core,
       g.token = core->next_token++;
       tokens.emplace_back(g.token, g.item);
     }
-    GateClaims claims;
-    if (st.ok()) st = claims.Take(given);
     if (st.ok()) st = core->router->Begin(x->id, std::move(p), std::move(given));
     if (!st.ok()) return Refused(core, st, msg_out);
     for (const auto& [token, item] : tokens) {
       kmpc_core::Waiting w{plan->items[item].done, plan->items[item].arg, x.get()};
-      w.claimed = claims.Keep(item);
+      w.claimed = std::move(claims[item]);
       if (const int from = plan->items[item].splice_from; from != KRB5_KDCMPC_NO_ITEM) {
         w.spliced_done = plan->items[from].done;
         w.spliced_arg = plan->items[from].arg;
       }
-      core->pending.emplace(token, w);
+      core->pending.emplace(token, std::move(w));
     }
     *exch_out = x.release();
     return 0;
@@ -808,8 +757,6 @@ extern "C" int kmpc_core_next(kmpc_core* core, kmpc_completion* out) {
       out->arg = it->second.arg;
       if (it->second.exchange != nullptr && !r.status.ok())
         it->second.exchange->failed = true;
-      if (!it->second.claimed.empty())
-        kmpc::kdc::GateFreshness::Shared().Unclaim(it->second.claimed);
       if (it->second.spliced_done != nullptr)
         core->owed.push_back({it->second.spliced_done, it->second.spliced_arg,
                               KrbErrorFromStatus(r.status)});

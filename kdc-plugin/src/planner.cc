@@ -127,12 +127,8 @@ absl::Status Planner::Check(const Plan& plan) {
   return absl::OkStatus();
 }
 
-Planner::Planner(const BatcherOptions& options)
-    : options_(options),
-      budget_{static_cast<double>(options.speculate_max / 2),
-              static_cast<double>(options.speculate_max / 2),
-              kBudgetRefillPerSec, absl::Time()},
-      gate_(options.cts_unproven_per_minute) {}
+Planner::Planner(const BatcherOptions& options, GateBook* gates, size_t cluster)
+    : options_(options), gates_(*gates), cluster_(cluster) {}
 
 size_t Planner::Preparable(const Exchange& x) {
   size_t n = 0;
@@ -154,7 +150,7 @@ const PendingJob* Planner::GivenJob(const std::vector<PendingJob>& given,
 // SECOND_TICKET (an S4U2Proxy evidence ticket or a user-to-user second
 // ticket whose header ticket the KDC decrypted itself: kdc_mpc_back.c).
 // Its verified tag proves the shapes given with it, its own among them
-// (cts_gate.h): a ticket of that length verified under the service's key,
+// (gate_book.h): a ticket of that length verified under the service's key,
 // so the next one takes no compile token. -1 if there is none.
 static int UngatedCtsGate(const Plan& plan) {
   for (const Role role : {Role::kHeaderTicket, Role::kSecondTicket}) {
@@ -183,8 +179,8 @@ static bool RegatedAlone(const Plan& plan, size_t i) {
   return !plan.items[i].given && GatedOnItsTimestamp(plan, i);
 }
 
-void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
-                    std::vector<PendingJob>* prepared) {
+absl::Status Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
+                            std::vector<PendingJob>* prepared) {
   Exchange& x = exchanges_[id];
   x.plan = std::move(plan);
   x.group = kPlanGroupBit | id;
@@ -203,13 +199,19 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     x.slots[q.item].no_miss = true;
     if (gate >= 0 && q.item == gate && q.job.type == pb::JOB_DECRYPT)
       for (size_t i = 0; i < x.plan.items.size() && !x.gate_copy; ++i)
-        if (RegatedAlone(x.plan, i)) x.gate_copy = CtsGate::Regate(q);
+        if (RegatedAlone(x.plan, i)) x.gate_copy = GateBook::Regate(q);
   }
   const absl::Time now = given->empty() ? absl::Now() : given->front().enqueued;
-  gate_.HoldBack(id, given);  // proven shapes (cts_gate.h)
   const size_t n = Preparable(x);
   bool ok = options_.speculate && held_ + pending_ + n <= options_.speculate_max;
-  if (ok && gate >= 0) ok = x.token = budget_.Take(now);
+  // The compile budget, the proven shapes (what is held back) and, for a
+  // plan with a gate, the budget token (gate_book.h).
+  const GateBook::Admission a = gates_.Admit(cluster_, id, given, ok && gate >= 0, now);
+  if (a.decision == GateBook::Decision::kRefuse) {
+    exchanges_.erase(id);
+    return a.why;
+  }
+  if (ok && gate >= 0) ok = a.token;
   for (size_t i = 0; i < x.plan.items.size(); ++i) {
     const PlanItem& p = x.plan.items[i];
     if (p.given || p.type == pb::JOB_DECRYPT) {
@@ -219,10 +221,11 @@ void Planner::Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
     }  // else its slot stays kNone, why kBudget
   }
   for (PendingJob& q : *prepared) q.enqueued = now;
-  gate_.HoldPrepared(id, *given, prepared);
+  gates_.Admit(cluster_, id, prepared, /*token=*/false, now);
   // Counted as sent when they go: now, or with the held-back job after its
-  // gate verified (GateVerified), never after a failed one.
+  // gate verified (Dispatcher::Release), never after a failed one.
   for (const PendingJob& q : *prepared) CountSent(q);
+  return absl::OkStatus();
 }
 
 void Planner::Prepare(uint64_t id, Exchange* x, int item,
@@ -316,7 +319,7 @@ std::optional<Miss> Planner::Take(uint64_t id, int item, PendingJob* q,
   }
   std::optional<Miss> why = TakeSlot(&x, item, q);
   if (why && x.gate_copy && RegatedAlone(x.plan, static_cast<size_t>(item))) {
-    group->push_back(CtsGate::Regate(*x.gate_copy));
+    group->push_back(GateBook::Regate(*x.gate_copy));
     group->back().enqueued = q->enqueued;
     q->group = x.group;
     q->gated = true;
@@ -489,45 +492,6 @@ void Planner::KeepChained(ChainedSignature c) {
   if (s.state == State::kChained) s.chained = std::move(c);
 }
 
-void Planner::GateVerified(uint64_t id, std::vector<PendingJob>* release) {
-  auto it = exchanges_.find(id);
-  if (it == exchanges_.end()) return;
-  const size_t first = release->size();
-  gate_.Verified(id, release);
-  // The prepared jobs held back with the reply count as sent now (not the
-  // gate's copy: no keystream nor pad).
-  for (size_t i = first; i < release->size(); ++i)
-    if ((*release)[i].prepared && !(*release)[i].regate) CountSent((*release)[i]);
-  Exchange& x = it->second;
-  if (!x.token) return;
-  x.token = false;
-  budget_.GiveBack(1);
-}
-
-std::vector<PendingJob> Planner::DropDeferred(uint64_t id,
-                                              std::vector<PendingJob> deferred) {
-  std::vector<PendingJob> out;
-  for (PendingJob& q : deferred) {
-    if (q.prepared)
-      Lost(id, q.item, /*sent=*/false);  // its item runs alone, if ever submitted
-    else
-      out.push_back(std::move(q));
-  }
-  return out;  // `deferred` wipes the prepared ones' inputs (SecureBytes)
-}
-
-std::vector<PendingJob> Planner::GateFailed(uint64_t id) {
-  if (!Known(id)) return {};
-  return DropDeferred(id, gate_.Failed(id));
-}
-
-std::vector<uint64_t> Planner::TakeDeferred(uint64_t id) {
-  std::vector<uint64_t> tokens;
-  if (!Known(id)) return tokens;
-  for (const PendingJob& q : DropDeferred(id, gate_.Drop(id))) tokens.push_back(q.token);
-  return tokens;  // the jobs wipe their inputs (SecureBytes)
-}
-
 void Planner::CountRun(uint64_t id) {
   auto it = exchanges_.find(id);
   if (it != exchanges_.end()) ++it->second.runs;
@@ -567,7 +531,7 @@ ExchangeRecord Planner::End(uint64_t id) {
   r.misses = std::move(x.misses);
   for (Slot& s : x.slots) Wipe(&s);
   exchanges_.erase(it);
-  gate_.End(id);
+  gates_.End(id);
   return r;
 }
 
@@ -587,7 +551,7 @@ absl::Time Planner::Prune(absl::Time now) {
 
 void Planner::Clear() {
   exchanges_.clear();  // SecureBytes wipes the keystreams
-  gate_.Clear();
+  gates_.Clear(cluster_);
   expiry_.clear();
   held_ = held_pads_ = pending_ = 0;
 }

@@ -33,9 +33,10 @@
 // Runs it appeared in, misses) returned for the metrics (kdc_metrics.h).
 //
 // Limits (prepared.h, batcher.h): the budget (one token per plan with a
-// gate, given back when the gate verifies: a flood of bad timestamps or
-// forged tickets gets at most speculate_max / 2 exchanges' prepared work
-// plus the refill of kBudgetRefillPerSec), the cap on held and pending
+// gate, the gate book's (gate_book.h), given back when the gate verifies:
+// a flood of bad timestamps or forged tickets gets at most speculate_max /
+// 2 exchanges' prepared work plus the refill of kBudgetRefillPerSec), the
+// cap on held and pending
 // prepared state (speculate_max) and its TTL (speculate_ttl; verification
 // pads kVerifyPadTtl). With BatcherOptions::speculate off nothing is
 // prepared: every later job runs in a Run of its own (a miss, "budget").
@@ -49,16 +50,17 @@
 // most recently proven, i.e. those of exchanges whose gate verified on
 // this cluster; otherwise Admit holds it back (deferred), with the jobs it
 // prepares for the plan's later items, and they go as one group in a Run
-// of their own once the gate verified (GateVerified), led by a copy of the
-// gate's DECRYPT (Regate) on which they stay gated, since the servers
-// compute a user key's reply only on its gate in the same Run; never if
-// the gate failed (GateFailed: the held-back job completes with the gate's
-// verdict, the prepared ones are lost). A wrong password therefore never
-// makes the servers compile a reply's program; a right one of a new shape
-// costs a second Run, and proves the shape; a failed gate does not
-// un-prove it. That state (proven shapes, the compile budget, the jobs
-// held back) is the CtsGate's (cts_gate.h), which Admit and the gate's
-// verdict ask.
+// of their own once the gate verified, led by a copy of the gate's DECRYPT
+// (GateBook::Regate) on which they stay gated, since the servers compute a
+// user key's reply only on its gate in the same Run; never if the gate
+// failed (the held-back job completes with the gate's verdict, the
+// prepared ones are lost). A wrong password therefore never makes the
+// servers compile a reply's program; a right one of a new shape costs a
+// second Run, and proves the shape; a failed gate does not un-prove it.
+// That state (proven shapes, the compile budget, the budget token, the
+// jobs held back) is the gate book's (gate_book.h): Admit asks it, the
+// step that completes the gate reports the verdict to it, and what it
+// releases is queued by the dispatcher (Dispatcher::Release).
 //
 // A job submitted outside any plan (kdcmpc submit) is an ordinary Run job
 // of its own: nothing is prepared for it, nothing guessed from it.
@@ -84,7 +86,7 @@
 #include "absl/time/time.h"
 #include "batcher.h"
 #include "contract.h"
-#include "cts_gate.h"
+#include "gate_book.h"
 #include "job.h"
 #include "plan.h"
 #include "prepared.h"
@@ -101,7 +103,9 @@ bool GatedOnItsTimestamp(const Plan& plan, size_t i);
 
 class Planner {
  public:
-  explicit Planner(const BatcherOptions& options);
+  // gates: the module's gate book, which outlives the planner; cluster:
+  // the planner's in it.
+  Planner(const BatcherOptions& options, GateBook* gates, size_t cluster);
 
   // A plan the planner accepts: 1..kMaxPlanItems items, each matching its
   // role (type, usage), a known cipher, a key id of contract::kKeyIdSize,
@@ -113,13 +117,12 @@ class Planner {
   // Starts exchange `id` (unique, nonzero) with `plan` (checked). `given`:
   // the jobs of the items given now, in plan order (their `item` set); they
   // are marked with the exchange and its group here, and the prepared jobs
-  // appended to *prepared, to be queued right after them as one group.
-  void Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
-             std::vector<PendingJob>* prepared);
-  // The aes*-cts gate state (proven shapes, the compile budget, the jobs
-  // held back), which Admit, GateVerified and GateFailed ask too.
-  CtsGate& gate() { return gate_; }
-  const CtsGate& gate() const { return gate_; }
+  // appended to *prepared, to be queued right after them as one group. The
+  // gate book admits both (GateBook::Admit): the jobs it holds back are
+  // taken out; refused (the compile budget), the exchange is not started
+  // and nothing is kept.
+  absl::Status Admit(uint64_t id, Plan plan, std::vector<PendingJob>* given,
+                     std::vector<PendingJob>* prepared);
   // Whether exchange `id` was admitted and not yet ended.
   bool Known(uint64_t id) const { return exchanges_.count(id) != 0; }
   // Checks job q (`item` of `id`) against its plan item: kInvalidArgument
@@ -134,7 +137,7 @@ class Planner {
   // A miss of an item gated on the plan's gate under the gate's key id and
   // an aes*-ctr-mpc cipher (a ctr-mpc user's AS reply whose keystream was
   // not prepared, or is gone) gates q again on a copy of the gate DECRYPT,
-  // appended to *group to go with q as one group (CtsGate::Regate): the servers
+  // appended to *group to go with q as one group (GateBook::Regate): the servers
   // compute such a reply only when released on its timestamp in the same
   // batch (mpc-server engine/user_key_rule.h). A parked job is not regated
   // by Unpark: it misses only when its Run, the gate's, failed.
@@ -151,32 +154,26 @@ class Planner {
   // the servers (a keystream lost after that counts as wasted; one held
   // back with its gate's reply and dropped with it was never sent).
   void Lost(uint64_t id, int item, bool sent = true);
+  // A prepared job went to the servers: at Admit, or held back with its
+  // gate's reply and released after the gate verified (Dispatcher::Release).
+  void CountSent(const PendingJob& q);
 
   // A Run's prepared jobs came back (HeldKeystream::exchange_id set).
   void Hold(HeldKeystream k);
   // A chained signature for the SIG_KDC item c.item of c.exchange_id.
   void KeepChained(ChainedSignature c);
-  // Exchange `id`'s gate decrypted: its budget token is given back, the
-  // shapes of its gated aes*-cts jobs are proven, and its held-back jobs
-  // (behind a copy of the gate, CtsGate::Verified) are appended to
-  // *release.
-  void GateVerified(uint64_t id, std::vector<PendingJob>* release);
-  // Exchange `id`'s gate failed: its held-back jobs are taken out, to
-  // complete with the gate's verdict (CtsGate::DeferredFailure).
-  std::vector<PendingJob> GateFailed(uint64_t id);
-  // The tokens of exchange `id`'s held-back jobs, taken out (its gate left
-  // this cluster's queue: Dispatcher::TakeQueued).
-  std::vector<uint64_t> TakeDeferred(uint64_t id);
   // A Run request carried a job of exchange `id`.
   void CountRun(uint64_t id);
   // A job of exchange `id` went to another cluster (router.h failover).
   void CountMiss(uint64_t id, int item, Miss why);
-  // The exchange is over: its unused prepared state is wiped.
+  // The exchange is over: its unused prepared state is wiped, and what
+  // the gate book held back for it.
   ExchangeRecord End(uint64_t id);
 
   // Drops prepared state past its TTL; returns the next expiry
   // (InfiniteFuture: none held).
   absl::Time Prune(absl::Time now);
+  // Forgets every exchange (and the gate book this cluster's).
   void Clear();
 
   size_t held() const { return held_; }
@@ -210,21 +207,14 @@ class Planner {
     Plan plan;
     std::array<Slot, kMaxPlanItems> slots;
     uint64_t group = 0;
-    bool token = false;  // holds a budget token (its gate not verified)
     uint32_t runs = 0;
     std::vector<std::pair<Role, Miss>> misses;
-    // A copy of the gate DECRYPT (CtsGate::Regate) when an item gated on it
+    // A copy of the gate DECRYPT (GateBook::Regate) when an item gated on it
     // under its key may run alone after a miss (Take).
     std::optional<PendingJob> gate_copy;
   };
   // How many prepared jobs `x` needs; whether the gate is given now.
   static size_t Preparable(const Exchange& x);
-  // Held-back jobs taken out of the gate: the prepared ones dropped (never
-  // sent: Lost), the others returned.
-  std::vector<PendingJob> DropDeferred(uint64_t id,
-                                       std::vector<PendingJob> deferred);
-  // One more prepared job (keystream or pad) counted as sent.
-  void CountSent(const PendingJob& q);
   void Prepare(uint64_t id, Exchange* x, int item,
                const std::vector<PendingJob>& given,
                std::vector<PendingJob>* prepared);
@@ -245,8 +235,8 @@ class Planner {
   std::deque<std::pair<absl::Time, std::pair<uint64_t, int>>> expiry_;
   size_t held_ = 0, held_pads_ = 0, pending_ = 0;
   Counts counts_;
-  Budget budget_;
-  CtsGate gate_;
+  GateBook& gates_;
+  const size_t cluster_;
 };
 
 }  // namespace kmpc::kdc

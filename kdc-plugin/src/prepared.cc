@@ -20,7 +20,8 @@ PendingJob PreparedJob(const PendingJob& cause, pb::JobType type,
     x.job.pad_length = static_cast<uint32_t>(length);
   else
     x.job.input.assign(length, 0);
-  x.blocks = JobCost(x.job);
+  x.figures = FiguresOf(x.job);
+  x.blocks = x.figures.cost;
   x.enqueued = cause.enqueued;
   return x;
 }
@@ -34,7 +35,8 @@ std::vector<PendingJob> GroupOf(PendingJob* q, const Job* gate) {
   } else if (gate != nullptr) {
     PendingJob r;
     r.job = *gate;  // the same ciphertext, dealt afresh when it goes
-    r.blocks = JobCost(r.job);
+    r.figures = FiguresOf(r.job);
+    r.blocks = r.figures.cost;
     r.enqueued = q->enqueued;
     r.prepared = r.regate = true;
     g.push_back(std::move(r));

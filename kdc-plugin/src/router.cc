@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "cts_gate.h"
 #include "dispatcher.h"
+#include "gate_book.h"
 #include "status_class.h"
 
 namespace kmpc::kdc {
@@ -40,7 +40,7 @@ class Router::ClusterSink : public Sink {
 };
 
 Router::Router(BatcherOptions options, std::vector<Transport*> transports,
-               Sink* sink, BatchObserver* observer)
+               Sink* sink, BatchObserver* observer, std::shared_ptr<GateBook> gates)
     : options_(options),
       transports_(std::move(transports)),
       sink_(sink),
@@ -49,6 +49,8 @@ Router::Router(BatcherOptions options, std::vector<Transport*> transports,
       probe_(transports_.size(), 0),
       reach_checked_(transports_.size(), absl::InfinitePast()),
       reach_ok_(transports_.size(), true) {
+  // One gate book for all clusters: a gate replayed to another is caught.
+  if (gates == nullptr) gates = std::make_shared<GateBook>(options, transports_.size());
   for (size_t c = 0; c < transports_.size(); ++c) {
     // One cluster: its batcher delivers straight to the sink, as before
     // there were several.
@@ -58,7 +60,7 @@ Router::Router(BatcherOptions options, std::vector<Transport*> transports,
       s = sinks_.back().get();
     }
     batchers_.push_back(
-        std::make_unique<Batcher>(options, transports_[c], s, observer));
+        std::make_unique<Batcher>(options, transports_[c], s, observer, gates, c));
   }
   if (transports_.size() > 1)
     retry_thread_ = std::thread([this] { RetryLoop(); });
@@ -290,11 +292,11 @@ void Router::OnResult(size_t cluster, Result r) {
       if (!moved.empty()) cv_.notify_one();
     }
     // A job held back for a gate does not follow it: it would run on the
-    // other cluster without its gate (cts_gate.h).
+    // other cluster without its gate (gate_book.h).
     for (uint64_t t : held_back) {
       Result f;
       f.token = t;
-      f.status = CtsGate::HeldBackFailure(absl::StrCat(
+      f.status = GateBook::HeldBackFailure(absl::StrCat(
           "its gate was queued on MPC cluster ", cluster + 1, " when it failed a batch"));
       Deliver(std::move(f));
     }

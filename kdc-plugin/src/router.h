@@ -81,6 +81,8 @@
 
 namespace kmpc::kdc {
 
+class GateBook;
+
 class Router {
  public:
   // After a cluster failure, new jobs avoid that cluster this long (then
@@ -93,9 +95,11 @@ class Router {
 
   // transports: one per cluster, in order (the first is the primary); each
   // must outlive Stop(). observer (may be null) sees every cluster's
-  // batches.
+  // batches. gates: the module's gate book, cluster c of it the batcher of
+  // transports[c]'s (gate_book.h; null: one of the router's own).
   Router(BatcherOptions options, std::vector<Transport*> transports,
-         Sink* sink, BatchObserver* observer = nullptr);
+         Sink* sink, BatchObserver* observer = nullptr,
+         std::shared_ptr<GateBook> gates = nullptr);
   ~Router();  // Stop()
 
   // As Dispatcher::Submit; the job goes to a healthy cluster.

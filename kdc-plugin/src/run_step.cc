@@ -14,7 +14,6 @@
 #include "contract.h"
 #include "cts_items.h"
 #include "finalize_step.h"
-#include "freshness.h"
 
 namespace kmpc::kdc {
 
@@ -468,7 +467,6 @@ void RunStep::CompleteJobs(FinalizeStep* fin) {
           b_.Complete(i, absl::DataLossError("ciphertext tag did not verify"), {});
           break;
         }
-        if (e.gate && e.exchange_id != 0) b_.host().GateDone(e.exchange_id, absl::OkStatus());
         const uint8_t* c = e.job.input.data() + contract::kCtr0Size;
         for (size_t b = 0; b < e.output.size(); ++b) e.output[b] ^= c[b];
         b_.Complete(i, absl::OkStatus(), std::move(e.output));
@@ -489,7 +487,8 @@ void RunStep::CompleteJobs(FinalizeStep* fin) {
 }
 
 // An aes*-cts job of the Run (cts_items.h): no FINALIZE; a DECRYPT's tag
-// that did not hold fails it as a ctr-mpc one does.
+// that did not hold fails it as a ctr-mpc one does. A gate's freshness is
+// the gate book's, when the job completes (GateBook::Verdict).
 void RunStep::CompleteCts(size_t i, bool verified) {
   PendingJob& e = b_.job(i);
   if (b_.IsDone(i)) return;  // the batch already failed (deadline)
@@ -498,52 +497,7 @@ void RunStep::CompleteCts(size_t i, bool verified) {
     return;
   }
   absl::Status st = CtsResult(e.job, &e.output);
-  if (st.ok() && e.job.type == pb::JOB_DECRYPT && e.gate && e.exchange_id != 0) {
-    // A ticket presented back (usage 2, cts_items.h) carries no timestamp
-    // to check here: the KDC checks its times and authenticator (MIT's
-    // kdc_rd_ap_req) as for any ticket.
-    if (e.job.usage == contract::kTicketUsage)
-      b_.host().GateDone(e.exchange_id, absl::OkStatus());
-    else
-      st = GateFresh(e);
-  }
   b_.Complete(i, st, st.ok() ? std::move(e.output) : SecureBytes{});
-}
-
-// A verified aes*-cts gate proves its exchange's shapes and releases what
-// was held back for it only if fresh (freshness.h): a skewed one completes
-// (MIT's check then answers KRB_AP_ERR_SKEW); a replayed one (a copy that
-// passed the cache while its first was in flight: a racing attacker, or
-// the user's own retransmission once MIT's lookaside forgot it) fails as
-// kResourceExhausted, which the KDC answers KDC_ERR_SVC_UNAVAILABLE: never
-// as a wrong password (MIT's lockout counts KDC_ERR_PREAUTH_FAILED, so a
-// copy of someone's login would lock them out), and never as a cluster
-// failure (status_class.h: not counted toward the router's failover).
-absl::Status RunStep::GateFresh(const PendingJob& e) {
-  using V = GateFreshness::Verdict;
-  const V v = GateFreshness::Shared().Check(
-      e.job.key_id, absl::MakeConstSpan(e.job.input.data(), e.job.input.size()),
-      absl::MakeConstSpan(e.output.data(), e.output.size()), absl::Now());
-  if (v == V::kFresh) {
-    b_.host().GateDone(e.exchange_id, absl::OkStatus());
-    return absl::OkStatus();
-  }
-  if (v == V::kSkewed) {
-    b_.host().GateDone(e.exchange_id,
-                      absl::DataLossError("its timestamp is outside the KDC's clock skew"));
-    return absl::OkStatus();
-  }
-  if (v == V::kFull) {
-    b_.host().Log(LOG_WARNING, absl::StrCat("kdcmpc: batch #", b_.seq(), ": the aes*-cts replay "
-                                         "cache is full (", GateFreshness::kMaxEntries,
-                                         " gates within the clock skew): login refused"));
-    return absl::ResourceExhaustedError("the aes*-cts gates' replay cache is full");
-  }
-  b_.host().Log(LOG_NOTICE, absl::StrCat("kdcmpc: batch #", b_.seq(), ": a replayed aes*-cts ",
-                                      e.job.usage == 54 ? "FAST challenge" : "PA-ENC-TIMESTAMP",
-                                      " (verified before within the clock skew) refused"));
-  return ReplayedGateError(
-      "a replayed timestamp: this ciphertext verified before within the clock skew");
 }
 
 void RunStep::Scrub() {

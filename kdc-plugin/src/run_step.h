@@ -61,9 +61,6 @@ class RunStep : public std::enable_shared_from_this<RunStep> {
   void HoldPrepared();
   void CompleteJobs(FinalizeStep* fin);
   void CompleteCts(size_t i, bool verified);
-  // A verified aes*-cts gate's freshness (freshness.h): its verdict for
-  // the host; the status its DECRYPT completes with.
-  absl::Status GateFresh(const PendingJob& e);
   void VerifyDisagreed();
   void Scrub();
 

@@ -1,5 +1,5 @@
 // compile_budget.h: the token bucket and the recently proven set that the
-// KDC module's compile budget (cts_gate.h, planner.h) and kadmind's ticket
+// KDC module's compile budget (gate_book.h) and kadmind's ticket
 // decrypter (kdc-plugin/dealer/ticket_decrypt.h) share.
 #include "compile_budget.h"
 

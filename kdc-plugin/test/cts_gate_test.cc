@@ -1,10 +1,10 @@
-// The aes*-cts gate (cts_gate.h; planner.h, "Proven shapes";
+// The aes*-cts gate (gate_book.h; planner.h, "Proven shapes";
 // docs/reviews/2026-11-26-splice-and-cts-refresh.md, "Unauthenticated
-// program churn"), on its own
-// (CtsGate, ProvenShapes) and through the batcher: a gated aes*-cts reply whose shape no verified gate
-// proved is not in its gate's Run; it goes in a Run of its own after the
-// gate verified, never after a failed one; a proven shape goes in the
-// gate's Run (one Run per exchange). The servers are a scripted transport:
+// program churn") through the batcher and the router (the gate book on
+// its own: gate_book_test.cc), and ProvenShapes: a gated aes*-cts reply
+// whose shape no verified gate proved is not in its gate's Run; it goes in
+// a Run of its own after the gate verified, never after a failed one; a
+// proven shape goes in the gate's Run (one Run per exchange). The servers are a scripted transport:
 // a DECRYPT's tag holds or not as the test says, a job gated on a failed
 // DECRYPT is JOB_WITHHELD, every revealed value is zeros; what the test
 // reads is what the servers were sent.
@@ -21,7 +21,7 @@
 #include "dispatcher.h"
 #include "batcher_fixture.h"
 #include "contract.h"
-#include "cts_gate.h"
+#include "gate_book.h"
 #include "planner.h"
 #include "router.h"
 
@@ -788,161 +788,6 @@ TEST(ProvenShapesTest, AJobsShapeIsTheServersProgramKey) {
   kdc_challenge.cf2_half.assign(16, 4);
   EXPECT_EQ(contract::CtsShapeOf(ShapeOf(kdc_challenge)),
             contract::MakeCtsShape(pb::JOB_ENCRYPT, 10, 16 + 250, 16, 55));
-}
-
-// CtsGate on its own: a given, gated aes*-cts job of an unproven shape is
-// held back with what was prepared for the exchange, and released behind a
-// copy of the gate once it verified, proving its shape; after a failed
-// gate it is handed back, its shape still unproven.
-PendingJob GateJob(uint64_t id) {
-  PendingJob g;
-  g.token = 1;
-  g.job.type = pb::JOB_DECRYPT;
-  g.job.cipher = pb::CIPHER_AES256_CTS;
-  g.job.key_id = kUser;
-  g.job.usage = 1;
-  g.job.input.assign(kTimestampBytes, 3);
-  g.exchange_id = id;
-  g.group = (uint64_t{1} << 63) | id;
-  g.gate = true;
-  return g;
-}
-
-PendingJob ReplyJob(uint64_t id, size_t len) {
-  PendingJob r = GateJob(id);
-  r.token = 2;
-  r.job.type = pb::JOB_ENCRYPT;
-  r.job.usage = 3;
-  r.job.input.assign(len, 1);
-  r.gate = false;
-  r.gated = true;
-  return r;
-}
-
-TEST(CtsGateClassTest, AnUnprovenReplyWaitsForItsGateThenProvesItsShape) {
-  CtsGate gate(30);
-  std::vector<PendingJob> given;
-  given.push_back(GateJob(7));
-  given.push_back(ReplyJob(7, 250));
-  const auto shape = contract::CtsShapeOf(ShapeOf(given[1].job));
-  ASSERT_FALSE(gate.proven().Has(shape));
-  gate.HoldBack(7, &given);
-  ASSERT_EQ(given.size(), 1u);  // the gate alone goes now
-  EXPECT_TRUE(given[0].gate);
-  EXPECT_EQ(gate.counts().deferred, 1u);
-  std::vector<PendingJob> prepared(1);
-  prepared[0].prepared = true;
-  prepared[0].item = 5;
-  gate.HoldPrepared(7, given, &prepared);
-  EXPECT_TRUE(prepared.empty());  // held back with the reply
-  std::vector<PendingJob> release;
-  gate.Verified(7, &release);
-  ASSERT_EQ(release.size(), 3u);
-  EXPECT_TRUE(release[0].regate);  // the gate's copy leads
-  EXPECT_EQ(release[0].job.input, given[0].job.input);
-  EXPECT_EQ(release[1].token, 2u);
-  EXPECT_TRUE(release[2].prepared);
-  EXPECT_EQ(gate.counts().deferred_sent, 1u);
-  EXPECT_TRUE(gate.proven().Has(shape));
-  // Proven now: the next exchange's reply of that shape is not held back.
-  std::vector<PendingJob> next;
-  next.push_back(GateJob(8));
-  next.push_back(ReplyJob(8, 250));
-  gate.HoldBack(8, &next);
-  EXPECT_EQ(next.size(), 2u);
-  release.clear();
-  gate.Verified(8, &release);
-  EXPECT_TRUE(release.empty());
-}
-
-TEST(CtsGateClassTest, AFailedOrDroppedGateHandsTheHeldBackJobsBack) {
-  CtsGate gate(30);
-  std::vector<PendingJob> given;
-  given.push_back(GateJob(7));
-  given.push_back(ReplyJob(7, 251));
-  const auto shape = contract::CtsShapeOf(ShapeOf(given[1].job));
-  gate.HoldBack(7, &given);
-  std::vector<PendingJob> failed = gate.Failed(7);
-  ASSERT_EQ(failed.size(), 1u);
-  EXPECT_EQ(failed[0].token, 2u);
-  EXPECT_FALSE(gate.proven().Has(shape));
-  std::vector<PendingJob> release;
-  gate.Verified(7, &release);  // too late: nothing left to send
-  EXPECT_TRUE(release.empty());
-  std::vector<PendingJob> again;
-  again.push_back(GateJob(9));
-  again.push_back(ReplyJob(9, 251));
-  gate.HoldBack(9, &again);
-  EXPECT_EQ(gate.Drop(9).size(), 1u);  // its gate left the queue
-  EXPECT_TRUE(gate.Drop(9).empty());
-  gate.End(9);
-  EXPECT_EQ(gate.counts().deferred_sent, 0u);
-  // What they complete with: never a status the router fails over.
-  EXPECT_EQ(CtsGate::DeferredFailure(absl::DataLossError("x")).code(),
-            absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(CtsGate::DeferredFailure(absl::UnavailableError("x")).code(),
-            absl::StatusCode::kCancelled);
-  EXPECT_EQ(CtsGate::HeldBackFailure("x").code(), absl::StatusCode::kCancelled);
-}
-
-// A ticket presented back (an S4U2Proxy evidence ticket under a service's
-// key, given with its exchange's gate): a length no exchange proved takes
-// a token of the compile budget, and once the gate verified its shape is
-// proven, so that the next evidence ticket of that length takes none.
-TEST(CtsGateClassTest, AnEvidenceTicketsLengthTakesATokenUntilProven) {
-  CtsGate gate(1);
-  auto exchange = [](uint64_t id) {
-    std::vector<PendingJob> given;
-    given.push_back(GateJob(id));
-    given[0].job.usage = 2;
-    given[0].job.input.assign(900, 3);  // the header ticket
-    PendingJob evidence = GateJob(id);
-    evidence.token = 2;
-    evidence.gate = false;
-    evidence.job.usage = 2;
-    evidence.job.key_id = std::string(contract::kKeyIdSize, 's');
-    evidence.job.input.assign(1100, 4);
-    given.push_back(std::move(evidence));
-    return given;
-  };
-  const absl::Time now = absl::Now();
-  std::vector<PendingJob> first = exchange(1);
-  const auto shape = contract::CtsShapeOf(ShapeOf(first[1].job));
-  EXPECT_FALSE(gate.TakeUnproven(first, now));  // two unproven, one token
-  CtsGate roomy(2);
-  EXPECT_TRUE(roomy.TakeUnproven(first, now));
-  roomy.HoldBack(1, &first);
-  EXPECT_EQ(first.size(), 2u);  // a given DECRYPT is never held back
-  std::vector<PendingJob> release;
-  roomy.Verified(1, &release);
-  EXPECT_TRUE(release.empty());
-  EXPECT_TRUE(roomy.proven().Has(shape));
-  std::vector<PendingJob> second = exchange(2);
-  EXPECT_TRUE(roomy.TakeUnproven(second, now));  // both proven: no token
-  std::vector<PendingJob> longer = exchange(3);
-  longer[1].job.input.assign(1101, 4);  // a new length: a token again
-  EXPECT_FALSE(roomy.TakeUnproven(longer, now));
-  EXPECT_EQ(roomy.counts().unproven_refused, 1u);
-}
-
-TEST(CtsGateClassTest, TheCompileBudgetCountsUnprovenGatesOnly) {
-  CtsGate gate(1);
-  std::vector<PendingJob> usual;
-  usual.push_back(GateJob(1));  // a usual timestamp: proven from the start
-  std::vector<PendingJob> odd;
-  odd.push_back(GateJob(2));
-  odd[0].job.input.assign(kTimestampBytes + 9, 3);
-  const absl::Time now = absl::Now();
-  EXPECT_TRUE(gate.TakeUnproven(usual, now));
-  EXPECT_TRUE(gate.TakeUnproven(odd, now));  // the one token
-  EXPECT_FALSE(gate.TakeUnproven(odd, now));
-  EXPECT_TRUE(gate.TakeUnproven(usual, now));
-  EXPECT_EQ(gate.counts().unproven_refused, 1u);
-  CtsGate unlimited(0);
-  for (int i = 0; i < 5; ++i) EXPECT_TRUE(unlimited.TakeUnproven(odd, now));
-  // Clear keeps the usual timestamps proven.
-  gate.Clear();
-  EXPECT_TRUE(gate.proven().Has(contract::CtsShapeOf(ShapeOf(usual[0].job))));
 }
 
 }  // namespace

@@ -147,8 +147,7 @@ TEST(GateFailures, KdcConfRelations) {
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->batcher.gate_failures, 4u);
   EXPECT_EQ(o->batcher.gate_failure_window, absl::Seconds(60));
-  GateFailures g;
-  g.Configure(o->batcher);
+  GateFailures g(o->batcher.gate_failures, o->batcher.gate_failure_window);
   const Job j = Gate(std::string(32, 'c'));
   for (int i = 0; i < 4; ++i) g.Failed(j, kT0);
   EXPECT_FALSE(g.Admit(j, kT0 + absl::Seconds(59)).ok());

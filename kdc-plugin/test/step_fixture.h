@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "batch_step.h"
 #include "contract.h"
+#include "gate_book.h"
 #include "fake_cluster.h"
 #include "gtest/gtest.h"
 
@@ -28,11 +29,12 @@ inline const std::string kKey(32, 'K');
 
 class RecordingHost : public StepHost {
  public:
-  explicit RecordingHost(Transport* t) : transport_(t) {
+  explicit RecordingHost(Transport* t) : transport_(t), gates_(options_) {
     options_.deadline = absl::Milliseconds(2000);
   }
   const BatcherOptions& options() const override { return options_; }
   Transport* transport() const override { return transport_; }
+  GateBook& gates() const override { return gates_; }
   void Deliver(Result r) override {
     std::lock_guard<std::mutex> l(mu_);
     ++delivered_[r.token];
@@ -48,8 +50,8 @@ class RecordingHost : public StepHost {
     for (HeldKeystream& h : k) held_.push_back(std::move(h));
   }
   void KeepChained(ChainedSignature) override {}
-  void PreparedLost(const std::vector<std::pair<uint64_t, int>>&) override {}
-  void GateDone(uint64_t, const absl::Status&) override {}
+  void PreparedLost(const std::vector<std::pair<uint64_t, int>>&, bool) override {}
+  void Release(std::vector<PendingJob>) override {}
   // The requests sent, as (the step kind that sends them, items).
   void Count(StepEvent e, size_t n) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -105,6 +107,7 @@ class RecordingHost : public StepHost {
  private:
   BatcherOptions options_;
   Transport* transport_;
+  mutable GateBook gates_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, Result> results_;
