@@ -8,7 +8,9 @@ pkgs=(
   dpkg-dev git ca-certificates
   # C++ dependencies
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libabsl-dev libssl-dev libsodium-dev liblmdb-dev libgtest-dev libgmock-dev
+  libabsl-dev libssl-dev liblmdb-dev libgtest-dev libgmock-dev
+  # (no libsodium: key shares live in SecretBytes, wiped with explicit_bzero,
+  # in processes that dump no core; nothing here links it)
   prometheus-cpp-dev  # HTTP /metrics of the servers and the KDC module
   libcli11-dev  # kmpc-admin's command line (header-only)
   # tests, demo and benchmarks
