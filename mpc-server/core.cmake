@@ -39,6 +39,14 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx512.cc
   ${KMPC_CORE_ROOT}/src/engine/agreement.cc
+  ${KMPC_CORE_ROOT}/src/engine/batch_state.cc
+  ${KMPC_CORE_ROOT}/src/engine/keys.cc
+  ${KMPC_CORE_ROOT}/src/engine/batch_agreement.cc
+  ${KMPC_CORE_ROOT}/src/engine/pads.cc
+  ${KMPC_CORE_ROOT}/src/engine/cts_plan.cc
+  ${KMPC_CORE_ROOT}/src/engine/aes_phase.cc
+  ${KMPC_CORE_ROOT}/src/engine/tags.cc
+  ${KMPC_CORE_ROOT}/src/engine/collect.cc
   ${KMPC_CORE_ROOT}/src/engine/engine.cc
   ${KMPC_CORE_ROOT}/src/engine/gate_budget.cc
   ${KMPC_CORE_ROOT}/src/engine/refresh.cc
@@ -87,7 +95,9 @@ set(KMPC_VECTORS "${CMAKE_SOURCE_DIR}/krb5-patches/tests/enctype-vectors.json")
 
 foreach(t replicated_test gf128_test dzkp_test verify_test prss_test prf_test rep3_test
     memory_ring_test aes_test agreement_test key_shares_test sign_test engine_test
-    refresh_test refresh_check_test key_expansion_test transpose_test user_key_rule_test gate_budget_test)
+    refresh_test refresh_check_test key_expansion_test transpose_test user_key_rule_test gate_budget_test
+    batch_state_test keys_test batch_agreement_test pads_test cts_plan_test aes_phase_test
+    tags_test collect_test)
   add_executable(kmpc_core_${t} ${KMPC_CORE_ROOT}/test/core/${t}.cc)
   target_link_libraries(kmpc_core_${t} PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
   target_compile_definitions(kmpc_core_${t} PRIVATE

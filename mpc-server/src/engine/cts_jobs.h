@@ -10,7 +10,7 @@
 //
 // Nothing here opens a value: the outputs stay shares. The engine opens a
 // DECRYPT's mismatch bit only after the batch's checks so far passed
-// (engine.cc OpenCtsVerdicts), and releases outputs only after the last.
+// (tags.cc OpenCtsVerdicts), and releases outputs only after the last.
 #ifndef KMPC_ENGINE_CTS_JOBS_H_
 #define KMPC_ENGINE_CTS_JOBS_H_
 

@@ -12,7 +12,7 @@
 //      alters it fails the batch as an integrity failure, in step; the
 //      second round also reveals ctr0 for ENCRYPT/CHECKSUM/PAD jobs (PRSS
 //      random values; a range that would touch the all-zero block is moved
-//      by a local, deterministic fix-up, engine.cc FixCounter, no round);
+//      by a local, deterministic fix-up, pads.h FixCounter, no round);
 //   2+1  only if the key views differ: the per-job views are exchanged and
 //      forwarded, the jobs whose key is missing (JOB_UNKNOWN_KEY) or
 //      differently dealt / unusable (JOB_KEY_INCONSISTENT) on any party fail
@@ -178,7 +178,7 @@ constexpr bool DealsServiceUsages(KeyKind k) { return k != KeyKind::kUser; }
 // authorization data it picks: refused (JOB_UNKNOWN_USAGE), never dealt.
 inline constexpr uint32_t kCtsServiceKeyChecksums[] = {64};
 // Whether a key of this kind is password-derived: its aes*-cts AS reply
-// is gated (engine.cc CheckUserGate).
+// is gated (user_key_rule.h CheckUserGate).
 constexpr bool PasswordDerived(KeyKind k) { return k != KeyKind::kService; }
 // The one direction the KDC uses each dealt usage in: it decrypts the
 // client's timestamp (1), encrypts the reply (3) and a service ticket to
@@ -354,7 +354,7 @@ struct PadState : TagState {
   // KDC chose would break invariant 6.
   bool verify_only = false;
   // A verification pad holds shares of r*H^k and r*AES_K(c0) in h_powers
-  // and mask (Engine's MaskVerifyPads), and of r here.
+  // and mask (pads.h, the verification pads), and of r here.
   std::array<std::array<uint8_t, 16>, 2> r{};
   std::array<uint8_t, 16> zero{};  // z_party
 
@@ -451,8 +451,8 @@ struct Job {
   uint32_t nblocks = 0;           // JOB_ENCRYPT only
   // JOB_CHECKSUM, JOB_VERIFY_CHECKSUM: len(D); JOB_PAD: the longest message
   // it may sign; an aes*-cts job: its dealt input's (a DECRYPT's C || T).
-  // Public and part of the agreement digest (the shares are not: engine.cc
-  // EncodeJob).
+  // Public and part of the agreement digest (the shares are not:
+  // batch_agreement.cc EncodeJob).
   uint32_t length = 0;
   std::vector<uint8_t> data;      // a ctr-mpc JOB_DECRYPT: ctr0||C||T
   // JOB_VERIFY_CHECKSUM: the checksum's ctr0 (16 bytes); a verification

@@ -15,7 +15,7 @@
 // A refused gate DECRYPT is not computed: the job fails JOB_RATE_LIMITED
 // before any round, alike on every party (the engine puts this party's
 // "refused" into its key view, and any party's refusal fails the job on
-// all three, engine.cc DecideKey). A failure is counted only after the
+// all three, keys.h DecideKey). A failure is counted only after the
 // verdict is opened among the servers, and before any result leaves them.
 //
 // Invariants:
@@ -111,7 +111,7 @@ class GateBudget {
   absl::Status write_status_;
 };
 
-// One batch's gate DECRYPTs (engine.cc): takes each one's reservation,
+// One batch's gate DECRYPTs (batch_state.h): takes each one's reservation,
 // counts the batch's per deal against per_run, and settles each with its
 // verdict; reservations never settled (the job failed before its verdict,
 // or the batch before the verdicts) are dropped when it dies.

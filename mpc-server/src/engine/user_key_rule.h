@@ -4,7 +4,7 @@
 // on its gate (docs/security-model.md, "The servers enforce the gate").
 // Every decision here is public and alike on the three parties: it reads
 // the jobs (in the agreement's inputs digest) and the key's kind (in the
-// agreed key view, engine.cc EncodeKeyView), nothing secret.
+// agreed key view, keys.h EncodeKeyView), nothing secret.
 #ifndef KMPC_ENGINE_USER_KEY_RULE_H_
 #define KMPC_ENGINE_USER_KEY_RULE_H_
 
@@ -32,7 +32,7 @@ bool GatedUserReply(const Job& job, const KeyShares& key);
 // DECRYPT of the same batch under the same key id that proves the client
 // knows the key: the PA-ENC-TIMESTAMP (usage 1, the dealt key) or the FAST
 // challenge (usage 54, a FAST key; the KDC challenge: only this). Which
-// usages each direction takes at all is FindCtsMaterial's (engine.cc).
+// usages each direction takes at all is FindCtsMaterial's (cts_plan.h).
 std::string CheckUserGate(absl::Span<const Job> jobs, size_t j, const KeyShares& key);
 
 // Empty if aes*-ctr-mpc job j of `jobs` may run under a key of `kind`,

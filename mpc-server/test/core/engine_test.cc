@@ -1935,7 +1935,7 @@ INSTANTIATE_TEST_SUITE_P(Sbox, MaliciousCircuit, ::testing::Bool(),
                          });
 
 // The agreement against a cheater that tampers with what it forwards or
-// opens (engine.cc AgreeOnBatch, DrawCounters). Party i forwards party
+// opens (batch_agreement.h AgreeOnBatch, pads.h DrawCounters). Party i forwards party
 // i+1's header to party i-1, and its share of the first ctr0 draw rides
 // in the same message; what party i-1 decides from them must not put it
 // out of step with party i+1, which heard none of it: the batch fails as

@@ -7,7 +7,7 @@
 // Setting (the Verify level: three parties in one process over an
 // InMemoryRing with fixed PRSS keys; no engine). A dealer shares H^1 ..
 // H^64 (the stored powers of a key, engine.h kStoredHPowers) and the
-// parties extend them to H^m as Engine::ExtendPowers does (engine.cc:
+// parties extend them to H^m as the engine's ExtendPowers does (tags.h:
 // rounds of H^(a+1 .. a+c) = H^a * H^(1 .. c) by Rep3::GfMul, logged),
 // then run Verifier::Verify on that log alone: proof B holds only the
 // powers-of-H products (no DECRYPT/VERIFY job, so no tag check and no
@@ -113,7 +113,7 @@ Fe FeAt(const std::vector<uint8_t>& m, size_t k) { return dzkp::Load(m.data() + 
 
 using Tap = ::kmpc::testing::TapChannel;
 
-// ExtendPowers' plan (engine.cc) for a job of m blocks: rounds of
+// ExtendPowers' plan (tags.cc) for a job of m blocks: rounds of
 // H^(a+1 .. a+c) = H^a * H^(1 .. c), c = min(a, m - a).
 struct Round {
   int a, c;
@@ -203,7 +203,7 @@ Batch RunBatch(const Dealt& dealt, int m, int cheater, uint64_t run) {
     r.set_log(&log);
     std::array<std::vector<uint8_t>, 2> pw{dealt.s[i], dealt.s[(i + 1) % 3]};
     absl::Status st;
-    for (const Round& rd : plan) {  // Engine::ExtendPowers, one job
+    for (const Round& rd : plan) {  // ExtendPowers (tags.cc), one job
       const size_t n = 16 * rd.c;
       std::array<std::vector<uint8_t>, 6> t;
       for (auto& u : t) u.resize(n);
