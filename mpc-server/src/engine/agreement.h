@@ -85,7 +85,8 @@ bool ForwardedOrMine(const uint8_t k0[16], absl::Span<uint8_t> fwd,
                      absl::Span<const uint8_t> mine);
 
 // The first byte of one party's view of a key, compared among the three
-// parties (a batch's jobs in engine.cc, a refresh's pairs in refresh.cc).
+// parties (a batch's jobs in keys.cc, a refresh's pairs in
+// refresh_agreement.cc).
 enum KeyView : uint8_t {
   kViewNone = 0,     // no key needed, or the item already failed alike
   kViewMissing = 1,  // the store has no shares for the key id

@@ -1,6 +1,7 @@
 // The check of a refresh's or a rebuild's new sharing before any party
 // reports it (engine/refresh.h, "Checking the new sharing"): internal to
-// refresh.cc, in its own file so that the exchange code stays short.
+// refresh.cc and rebuild.cc, in its own file so that the exchange code
+// stays short.
 #ifndef KMPC_ENGINE_REFRESH_CHECK_H_
 #define KMPC_ENGINE_REFRESH_CHECK_H_
 

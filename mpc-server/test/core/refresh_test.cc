@@ -727,7 +727,7 @@ TEST(RefreshTest, RebuildOfAPartyThatStillHoldsTheKeyIsRefused) {
 }
 
 // The refresh's agreement against a cheater that alters what it forwards
-// (refresh.cc AgreeOnRefresh, ExchangeViews). Party i forwards party
+// (refresh_agreement.cc AgreeOnRefresh, ExchangeViews). Party i forwards party
 // i+1's header (and, when the views differ, its views) to party i-1, each
 // tagged by its originator under a key of the refresh's PRSS that party i
 // lacks. The messages the cheater sends: 0 its PRSS key, 1 its header and
