@@ -29,6 +29,10 @@
 - The harness has one realm class: kmpc_harness.realm.Realm (the patched
   KDC alone) and its kmpc form kmpc_harness.kmpc_realm.KmpcRealm; no other
   class named *Realm or derived from one, but the two in NOT_A_REALM.
+- The KDC module's layers: kdc-plugin/README.md's "Layers" table, read
+  here, puts every file of kdc-plugin/src in a layer (a source in its
+  header's), and no file includes a header of kdc-plugin/src of a higher
+  layer than its own.
 
 Each check is a function on a tree, tested here on a small tree made to
 fail it, so a check that silently passes everything is caught too.
@@ -577,3 +581,129 @@ def test_harness_import_check_catches_a_bench_import(tmp_path):
     (tmp_path / "c.py").write_text("from kmpc_harness import storm_users\n")
     assert harness_bench_imports(str(tmp_path)) == [
         "a.py: imports bench", "b.py: imports bench.cts_bench"]
+
+
+# ---- the KDC module's layers -------------------------------------------------
+# kdc-plugin/README.md's "Layers" table is the one statement of the order:
+# this check reads it, so the doc and the check cannot drift apart.
+KDC_SRC = "kdc-plugin/src"
+KDC_README = "kdc-plugin/README.md"
+LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def kdc_layers(readme_text):
+    """{file name: layer} from the '## Layers' section's table, whose rows
+    are `| N | what | \\`a.h\\`, \\`b.cc\\` |`, numbered 1, 2, ... from the
+    lowest layer up. ValueError on a table missing, misnumbered, or naming
+    a file twice."""
+    m = re.search(r"^## Layers\n(.*?)(?=^## |\Z)", readme_text, re.M | re.S)
+    if not m:
+        raise ValueError('no "## Layers" section')
+    layers, number = {}, 0
+    for line in m.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or not cells[0].isdigit():
+            continue
+        number += 1
+        if int(cells[0]) != number:
+            raise ValueError(f"layer {cells[0]} where layer {number} was due")
+        for name in re.findall(r"`([^`]+)`", cells[-1]):
+            if name in layers:
+                raise ValueError(f"{name} is in layers {layers[name]} and {number}")
+            layers[name] = number
+    if not layers:
+        raise ValueError('the "Layers" section has no table of layers')
+    return layers
+
+
+def layer_offences(root, src=KDC_SRC, readme=KDC_README):
+    """'file:line: why' for every file of root/src in no layer of root/readme's
+    table, every quoted include of a header of src from a higher layer, and
+    every name of the table that is no file of src. A source (.cc, .c) is in
+    the layer of its header of the same name; one without is listed itself."""
+    try:
+        layers = kdc_layers(_read(os.path.join(root, readme)))
+    except ValueError as e:
+        return [f"{readme}: {e}"]
+    files = [os.path.relpath(p, os.path.join(root, src))
+             for p in source_files(root, [src])]
+    found = []
+
+    def layer_of(name):
+        stem, ext = os.path.splitext(name)
+        own_header = ext != ".h" and stem + ".h" in files
+        return layers.get(stem + ".h") if own_header else layers.get(name)
+
+    for name in files:
+        stem, ext = os.path.splitext(name)
+        if ext != ".h" and stem + ".h" in files and name in layers:
+            found.append(f"{readme}: {name} is listed apart from its header {stem}.h")
+        own = layer_of(name)
+        if own is None:
+            found.append(f"{src}/{name}: in no layer ({readme}, \"Layers\")")
+            continue
+        here = os.path.dirname(name)
+        for n, line in enumerate(_read(os.path.join(root, src, name)).splitlines(), 1):
+            m = LOCAL_INCLUDE.match(line)
+            if not m:
+                continue
+            inc = next((c for c in (os.path.normpath(os.path.join(here, m.group(1))),
+                                    m.group(1)) if c in files), None)
+            if inc is None:
+                continue        # not a header of src (proto/, mpc-server/, ...)
+            theirs = layer_of(inc)
+            if theirs is not None and theirs > own:
+                found.append(f"{src}/{name}:{n}: includes {inc} (layer {theirs}) "
+                             f"from layer {own}")
+    found += [f"{readme}: \"Layers\" names {name}, which is no file of {src}"
+              for name in sorted(set(layers) - set(files))]
+    return found
+
+
+def test_kdc_module_includes_follow_its_layers():
+    layers = kdc_layers(_read(os.path.join(ROOT, KDC_README)))
+    # The order the table states, where it matters most: the step base
+    # under the step kinds, the kinds under what starts them and the host.
+    assert (layers["batcher.h"] < layers["batch_step.h"] < layers["finalize_step.h"]
+            < layers["run_step.h"] < layers["sign_step.h"] < layers["start_step.h"]
+            < layers["dispatcher.h"] < layers["batcher_thread.h"]), layers
+    found = layer_offences(ROOT)
+    assert not found, "\n".join(found)
+
+
+def test_layer_check_catches_an_upward_include(tmp_path):
+    src = tmp_path / "kdc-plugin" / "src"
+    src.mkdir(parents=True)
+    (tmp_path / "kdc-plugin" / "README.md").write_text(
+        "# m\n\n## Layers\n\n| layer | what | files |\n|---|---|---|\n"
+        "| 1 | the base (`Base`) | `low.h` |\n| 2 | above it | `high.h`, `main.cc`, `gone.h` |\n"
+        "\n## Next\n\n| 3 | not a layer | `orphan.h` |\n")
+    (src / "low.h").write_text('#include "contract.h"\n')
+    (src / "low.cc").write_text('#include "low.h"\n\n#include "high.h"\n')
+    (src / "high.h").write_text('#include "low.h"\n')
+    (src / "high.cc").write_text('#include "high.h"\n#include "low.h"\n')
+    (src / "main.cc").write_text('#include "high.h"\n#include <vector>\n')
+    (src / "orphan.h").write_text('#include "high.h"\n')
+    assert layer_offences(str(tmp_path)) == [
+        "kdc-plugin/src/low.cc:3: includes high.h (layer 2) from layer 1",
+        'kdc-plugin/src/orphan.h: in no layer (kdc-plugin/README.md, "Layers")',
+        'kdc-plugin/README.md: "Layers" names gone.h, which is no file of kdc-plugin/src']
+    # A source is in its header's layer, never listed apart from it.
+    (tmp_path / "kdc-plugin" / "README.md").write_text(
+        "## Layers\n\n| 1 | base | `low.h`, `orphan.h` |\n| 2 | above | `high.h`, `high.cc`, "
+        "`main.cc` |\n")
+    (src / "low.cc").write_text('#include "low.h"\n')
+    assert layer_offences(str(tmp_path)) == [
+        "kdc-plugin/README.md: high.cc is listed apart from its header high.h",
+        "kdc-plugin/src/orphan.h:1: includes high.h (layer 2) from layer 1"]
+
+
+def test_layer_table_is_numbered_from_the_bottom_once_each():
+    table = "## Layers\n\n| 1 | a | `a.h` |\n| {} | b | `{}` |\n"
+    assert kdc_layers(table.format(2, "b.h")) == {"a.h": 1, "b.h": 2}
+    with pytest.raises(ValueError, match="layer 3 where layer 2 was due"):
+        kdc_layers(table.format(3, "b.h"))
+    with pytest.raises(ValueError, match="a.h is in layers 1 and 2"):
+        kdc_layers(table.format(2, "a.h"))
+    with pytest.raises(ValueError, match="no .## Layers. section"):
+        kdc_layers("## Other\n\n| 1 | a | `a.h` |\n")

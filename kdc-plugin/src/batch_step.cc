@@ -11,9 +11,6 @@
 #include "absl/strings/str_format.h"
 #include "contract.h"
 #include "cts_items.h"
-#include "finalize_step.h"
-#include "run_step.h"
-#include "sign_step.h"
 
 namespace kmpc::kdc {
 
@@ -164,29 +161,6 @@ std::string BatchStep::Party(int p) const {
 
 client::PartyNamer BatchStep::Namer() const {
   return [this](int p) { return Party(p); };
-}
-
-// A Sign step takes every job; otherwise the finalize_only jobs go in a
-// Finalize step of their own and the rest in a Run step.
-void BatchStep::Start() {
-  auto self = shared_from_this();
-  if (kind_ == StepKind::kSign) {
-    SignStep::Start(self);
-    return;
-  }
-  std::vector<size_t> run;
-  auto fin = std::make_shared<FinalizeStep>(self, /*finalize_only=*/true);
-  for (size_t i = 0; i < jobs_.size(); ++i) {
-    const PendingJob& e = jobs_[i];
-    if (!e.finalize_only) {
-      run.push_back(i);
-      continue;
-    }
-    fin->Add(i, e.run_batch_id, e.run_job_id, e.output.data() + contract::kCtr0Size,
-             e.job.input.size());
-  }
-  FinalizeStep::Start(fin);
-  if (!run.empty()) RunStep::Start(self, std::move(run));
 }
 
 void BatchStep::Expire() {

@@ -1,16 +1,18 @@
 // One batch on its way through the cluster, and its jobs' completion. Each
-// kind of step is a class of its own over the batch: the Run step
-// (run_step.h: one RunRequest to all three servers, their answers checked
-// and revealed), for its ENCRYPT jobs then the Finalize step
-// (finalize_step.h: one FinalizeRequest per server, the tags combined);
-// finalize_only jobs (their keystream came from a prepared ENCRYPT) go
-// straight to a Finalize step of their own, and `sign` jobs (a CHECKSUM a
-// pad of an earlier Run signs) to a Sign step of their own (sign_step.h).
-// All three check the servers' answers through one check (CheckAnswer
-// below). BatchStep holds the batch's jobs and completes them, reporting
-// each to the module's gate book (gate_book.h: a gate's verdict); the host
-// (the dispatcher) hears of what the steps did through a few calls and
-// one counter (StepHost::Count).
+// kind of step is a class of its own over the batch, in a layer above this
+// one (kdc-plugin/README.md, "Layers"): the Run step (run_step.h: one
+// RunRequest to all three servers, their answers checked and revealed),
+// for its ENCRYPT jobs then the Finalize step (finalize_step.h: one
+// FinalizeRequest per server, the tags combined); finalize_only jobs
+// (their keystream came from a prepared ENCRYPT) go straight to a Finalize
+// step of their own, and `sign` jobs (a CHECKSUM a pad of an earlier Run
+// signs) to a Sign step of their own (sign_step.h). StartStep
+// (start_step.h) starts a batch by its kind. All three check the servers'
+// answers through one check (CheckAnswer below). BatchStep holds the
+// batch's jobs and completes them, reporting each to the module's gate
+// book (gate_book.h: a gate's verdict); the host (the dispatcher) hears of
+// what the steps did through a few calls and one counter
+// (StepHost::Count).
 //
 // Invariants:
 //  - Every job completes exactly once (Complete checks `done`), through
@@ -136,11 +138,12 @@ class BatchStep : public std::enable_shared_from_this<BatchStep> {
   absl::Time deadline() const { return deadline_; }
   absl::Time start() const { return start_; }
   size_t size() const { return jobs_.size(); }
-  void Start();
+  StepKind kind() const { return kind_; }
   // The deadline passed: every job still open fails.
   void Expire();
 
-  // For the step kinds (run_step.h, finalize_step.h, sign_step.h).
+  // For the step kinds (start_step.h, run_step.h, finalize_step.h,
+  // sign_step.h).
   StepHost& host() const { return *host_; }
   uint64_t seq() const { return seq_; }
   PendingJob& job(size_t i) { return jobs_[i]; }

@@ -31,27 +31,25 @@
 // Every accepted job completes exactly once through the sink, unless Stop()
 // abandons it first. A batch not answered by its deadline fails every job
 // still open with kUnavailable.
+//
+// This header is the batcher's interface, which the gate book, the steps,
+// the planner and the module share: its options (the policy above), a
+// job's completion (Result) and where it goes (Sink). It includes nothing
+// above job.h (kdc-plugin/README.md, "Layers"); the batcher itself, a
+// cluster's dispatcher (dispatcher.h) on a thread of its own, is
+// batcher_thread.h.
 #ifndef KMPC_KDC_PLUGIN_BATCHER_H_
 #define KMPC_KDC_PLUGIN_BATCHER_H_
 
+#include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <optional>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "batch_stats.h"
 #include "job.h"
-#include "plan.h"
-#include "transport.h"
 
 namespace kmpc::kdc {
-
-class Dispatcher;
-class GateBook;
 
 struct BatcherOptions {
   absl::Duration window = absl::Milliseconds(100);
@@ -195,34 +193,6 @@ class Sink {
   virtual void Deliver(Result result) = 0;
   // level: syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG).
   virtual void Log(int level, std::string line) = 0;
-};
-
-class Batcher {
- public:
-  // observer (may be null) must outlive the Batcher. gates: the module's
-  // gate book (gate_book.h) and this batcher's cluster in it (null: a book
-  // of its own).
-  Batcher(BatcherOptions options, Transport* transport, Sink* sink,
-          BatchObserver* observer = nullptr, std::shared_ptr<GateBook> gates = nullptr,
-          size_t cluster = 0);
-  ~Batcher();  // Stop()
-
-  // The queue (dispatcher.h): Submit, the planned exchanges (Begin,
-  // SubmitItem, End, CountMiss), SubmitterIdle and TakeQueued, served by
-  // this batcher's thread until Stop().
-  Dispatcher& dispatcher() const { return *dispatcher_; }
-
-  // Stops the dispatcher thread and abandons queued and in-flight jobs: the
-  // sink receives nothing once Stop has returned. The transport must stay
-  // usable until Stop returns; late transport callbacks after that are
-  // harmless.
-  void Stop();
-
-  BatcherStats stats() const;
-
- private:
-  std::shared_ptr<Dispatcher> dispatcher_;  // shared with batches in flight
-  std::thread thread_;
 };
 
 }  // namespace kmpc::kdc

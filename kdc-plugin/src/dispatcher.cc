@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "start_step.h"
 
 namespace kmpc::kdc {
 
@@ -351,7 +352,7 @@ void Dispatcher::SubmitterIdle() {
   if (wake) cv_.notify_one();
   if (steps.empty()) return;
   const int n = static_cast<int>(steps.size());
-  for (auto& s : steps) s->Start();
+  for (auto& s : steps) StartStep(s);
   steps.clear();
   std::lock_guard<std::mutex> l(mu_);
   if ((starting_ -= n) == 0) started_cv_.notify_all();
@@ -414,12 +415,12 @@ bool Dispatcher::ExpireOverdue(absl::Time now, absl::Time* wake, Lock* lk) {
   return true;
 }
 
-// Starts `step` (if any) with the mutex released: Start and the step's
+// Starts `step` (if any) with the mutex released: StartStep and the step's
 // last reference may call back into the dispatcher.
 bool Dispatcher::StartUnlocked(std::shared_ptr<BatchStep> step, Lock* lk) {
   if (!step) return false;
   lk->unlock();
-  step->Start();
+  StartStep(step);
   step.reset();
   lk->lock();
   return true;

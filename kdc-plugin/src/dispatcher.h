@@ -2,8 +2,9 @@
 // (batcher.h describes the policy). It owns the planner (planner.h,
 // exchanges planned by the KDC), shares the module's gate book
 // (gate_book.h: one per module, this dispatcher's cluster in it) with its
-// steps, and is the host of every BatchStep it starts. batcher.h's Batcher
-// runs it on a thread of its own (batcher.cc).
+// steps, and is the host of every BatchStep it starts (start_step.h starts
+// each by its kind). batcher_thread.h's Batcher runs it on a thread of its
+// own.
 //
 // Invariants:
 //  - mu_ guards everything but the sink gate; the dispatcher thread is the

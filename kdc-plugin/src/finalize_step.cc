@@ -9,16 +9,15 @@
 #include "absl/strings/str_cat.h"
 #include "client/reveal.h"
 #include "contract.h"
-#include "run_step.h"
 
 namespace kmpc::kdc {
 
 namespace pb = ::kmpc::v1;
 
-FinalizeStep::FinalizeStep(std::shared_ptr<BatchStep> batch, bool finalize_only)
+FinalizeStep::FinalizeStep(std::shared_ptr<BatchStep> batch, RerunJobs rerun)
     : batch_(std::move(batch)),
       b_(*batch_),
-      finalize_only_(finalize_only),
+      rerun_jobs_(rerun),
       arena_(StepArenaOptions()),
       req_(*google::protobuf::Arena::CreateMessage<pb::FinalizeRequest>(&arena_)),
       resp_(&arena_) {}
@@ -55,7 +54,7 @@ void FinalizeStep::Start(std::shared_ptr<FinalizeStep> step) {
 void FinalizeStep::OnCall(int p, const CallStatus& s) {
   st_[p] = s.status;
   if (!s.ok()) {
-    if (!finalize_only_)
+    if (rerun_jobs_ == nullptr)
       b_.PartyFailed(p, s, idx_);
     else if (!rerun_.exchange(true, std::memory_order_acq_rel))
       Rerun(p, s);
@@ -151,7 +150,7 @@ void FinalizeStep::Rerun(int party, const CallStatus& first) {
                              again.size(), " prepared keystream(s) failed on "
                              "MPC ", b_.Party(party), " (", Describe(first),
                              "); re-running them"));
-  RunStep::Start(batch_, std::move(again));
+  rerun_jobs_(batch_, std::move(again));
 }
 
 void FinalizeStep::Scrub() {

@@ -8,10 +8,14 @@
 //  - After a Run, one server failing or refusing fails the step's open
 //    jobs at once (kUnavailable).
 //  - A finalize_only step that fails on any server re-runs its jobs as
-//    ordinary ENCRYPT jobs at once (run_step.h), from the first failing
+//    ordinary ENCRYPT jobs at once (through the RerunJobs it was made
+//    with: start_step.cc gives RunStep::Start), from the first failing
 //    server's answer: the servers take a FinalizeRequest's states all or
 //    nothing, so no tag was revealed. Not on a cluster that reported a
 //    deviation or whose breaker is open: the jobs fail there.
+//  - This step names no other step kind: it is the lowest of them
+//    (kdc-plugin/README.md, "Layers"; the Run step continues into it), so
+//    a re-run goes through the RerunJobs the step was made with.
 //  - Tag shares are wiped (Scrub) before the step's arena goes.
 #ifndef KMPC_KDC_PLUGIN_FINALIZE_STEP_H_
 #define KMPC_KDC_PLUGIN_FINALIZE_STEP_H_
@@ -33,9 +37,16 @@
 
 namespace kmpc::kdc {
 
+// Runs the jobs `idx` of `batch` again as ordinary jobs, in a Run of
+// their own (RunStep::Start).
+using RerunJobs = void (*)(std::shared_ptr<BatchStep> batch,
+                           std::vector<size_t> idx);
+
 class FinalizeStep : public std::enable_shared_from_this<FinalizeStep> {
  public:
-  FinalizeStep(std::shared_ptr<BatchStep> batch, bool finalize_only);
+  // After the batch's Run: `rerun` null, a failing server fails the jobs.
+  // finalize_only (the keystreams a planner held): `rerun` re-runs them.
+  FinalizeStep(std::shared_ptr<BatchStep> batch, RerunJobs rerun);
 
   // The batch's job i: the ciphertext c of `len` bytes under the ENCRYPT
   // state (run_batch_id, job_id) the servers keep.
@@ -56,7 +67,7 @@ class FinalizeStep : public std::enable_shared_from_this<FinalizeStep> {
 
   const std::shared_ptr<BatchStep> batch_;
   BatchStep& b_;
-  const bool finalize_only_;
+  const RerunJobs rerun_jobs_;  // non-null: a finalize_only step
   google::protobuf::Arena arena_;
   kmpc::v1::FinalizeRequest& req_;
   OnArena<kmpc::v1::FinalizeResponse> resp_;

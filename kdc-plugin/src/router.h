@@ -56,7 +56,7 @@
 // Threading: batchers deliver on their own threads; retries are submitted
 // from the router's own thread, never from inside a batcher's delivery.
 // The one call into a batcher from inside its delivery is TakeQueued
-// (batcher.h), made while the failed step still has jobs to complete, so
+// (dispatcher.h), made while the failed step still has jobs to complete, so
 // before its dispatcher can start another batch; it takes only the
 // dispatcher's queue lock, which is never held while delivering.
 #ifndef KMPC_KDC_PLUGIN_ROUTER_H_
@@ -75,8 +75,11 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "batch_stats.h"
 #include "batcher.h"
+#include "batcher_thread.h"
 #include "job.h"
+#include "plan.h"
 #include "transport.h"
 
 namespace kmpc::kdc {

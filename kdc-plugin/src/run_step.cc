@@ -227,7 +227,7 @@ void RunStep::OnAnswers() {
   // Prepared keystreams and pads first: the KDC may submit the jobs they
   // are for as soon as it has the gate DECRYPT's result.
   HoldPrepared();
-  auto fin = std::make_shared<FinalizeStep>(batch_, /*finalize_only=*/false);
+  auto fin = std::make_shared<FinalizeStep>(batch_, /*rerun=*/nullptr);
   CompleteJobs(fin.get());
   Scrub();
   FinalizeStep::Start(fin);

@@ -21,7 +21,7 @@ TEST_F(BatchStepTest, APartyDownFailsEveryJobOnceAsUnavailable) {
   std::vector<PendingJob> jobs;
   jobs.push_back(Pending(1, pb::JOB_ENCRYPT, Bytes("one")));
   jobs.push_back(Pending(2, pb::JOB_ENCRYPT, Bytes("two")));
-  Step(1, std::move(jobs))->Start();
+  StartStep(Step(1, std::move(jobs)));
   ASSERT_TRUE(host_->WaitFinished(1));
   for (uint64_t t : {1, 2}) {
     EXPECT_EQ(host_->Get(t).status.code(), absl::StatusCode::kUnavailable);
@@ -39,7 +39,7 @@ TEST_F(BatchStepTest, ExpireFailsOpenJobsOnceAndNothingAfter) {
   std::vector<PendingJob> jobs;
   jobs.push_back(Pending(1, pb::JOB_ENCRYPT, Bytes("one")));
   auto step = Step(1, std::move(jobs));
-  step->Start();
+  StartStep(step);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_TRUE(host_->delivered().empty());  // still waiting for party 0
   step->Expire();
@@ -91,7 +91,7 @@ TEST_F(BatchStepTest, NoFreshBatchIdFailsTheStepAndSendsNothing) {
     std::vector<PendingJob> jobs;
     jobs.push_back(Pending(1, pb::JOB_ENCRYPT, Bytes("one")));
     jobs.push_back(Pending(2, pb::JOB_DECRYPT, Bytes(std::string(48, 'c'))));
-    Step(1, std::move(jobs))->Start();
+    StartStep(Step(1, std::move(jobs)));
     ASSERT_TRUE(host_->WaitFinished(1));
   }
   for (uint64_t t : {1, 2}) {
@@ -104,7 +104,7 @@ TEST_F(BatchStepTest, NoFreshBatchIdFailsTheStepAndSendsNothing) {
   // The generator back: a step goes out as usual.
   std::vector<PendingJob> jobs;
   jobs.push_back(Pending(3, pb::JOB_ENCRYPT, Bytes("three")));
-  Step(2, std::move(jobs))->Start();
+  StartStep(Step(2, std::move(jobs)));
   ASSERT_TRUE(host_->WaitFinished(2));
   EXPECT_TRUE(host_->Get(3).status.ok()) << host_->Get(3).status;
 }

@@ -8,6 +8,7 @@
 #ifndef KMPC_KDC_TEST_BATCHER_FIXTURE_H_
 #define KMPC_KDC_TEST_BATCHER_FIXTURE_H_
 
+#include <algorithm>
 #include <condition_variable>
 #include <functional>
 #include <initializer_list>
@@ -15,12 +16,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
-#include "batcher.h"
+#include "batcher_thread.h"
 #include "dispatcher.h"
 #include "fake_cluster.h"
 #include "gtest/gtest.h"
@@ -187,6 +189,46 @@ class EditingTransport : public ForwardingTransport {
 
  private:
   std::function<void(kmpc::v1::RunRequest*)> edit_;
+};
+
+// A transport that answers nothing until told: it keeps every Run's
+// callback.
+class HoldingTransport : public ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  void Run(int party, const kmpc::v1::RunRequest& req, kmpc::v1::RunResponse* /*resp*/,
+           absl::Time /*deadline*/, Done done) override {
+    std::lock_guard<std::mutex> l(mu_);
+    held_.push_back(std::move(done));
+    if (party != 0) return;
+    std::vector<uint64_t> lengths;
+    for (const auto& j : req.jobs()) lengths.push_back(j.length());
+    std::sort(lengths.begin(), lengths.end());
+    runs_.push_back(std::move(lengths));
+  }
+  // Party 0's Run requests: each one's job lengths, sorted.
+  std::vector<std::vector<uint64_t>> runs() {
+    std::lock_guard<std::mutex> l(mu_);
+    return runs_;
+  }
+  size_t held() {
+    std::lock_guard<std::mutex> l(mu_);
+    return held_.size();
+  }
+  // Calls every held callback with a failure (a transport's late answer).
+  void ReleaseAll() {
+    std::vector<Done> held;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      held.swap(held_);
+    }
+    for (Done& d : held) d(CallStatus(absl::UnavailableError("late")));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Done> held_;
+  std::vector<std::vector<uint64_t>> runs_;
 };
 
 // The cluster is made in the constructor, so the references below are

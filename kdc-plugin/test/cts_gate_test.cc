@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "batcher.h"
+#include "batcher_thread.h"
 #include "dispatcher.h"
 #include "batcher_fixture.h"
 #include "contract.h"

@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "batcher.h"
+#include "batcher_thread.h"
 #include "dispatcher.h"
 #include "batcher_fixture.h"
 #include "contract.h"

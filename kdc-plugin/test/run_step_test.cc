@@ -18,7 +18,7 @@ TEST_F(RunStepTest, ShareCopiesThatDisagreeFailTheWholeStep) {
   std::vector<PendingJob> jobs;
   jobs.push_back(Pending(1, pb::JOB_ENCRYPT, Bytes("one")));
   jobs.push_back(Pending(2, pb::JOB_ENCRYPT, Bytes("two")));
-  Step(1, std::move(jobs))->Start();
+  StartStep(Step(1, std::move(jobs)));
   ASSERT_TRUE(host_->WaitFinished(1));
   for (uint64_t t : {1, 2})
     EXPECT_EQ(host_->Get(t).status.code(), absl::StatusCode::kUnavailable);
@@ -32,7 +32,7 @@ TEST_F(RunStepTest, AServersDetailReachesTheErrorOnlyMadeSafe) {
   PendingJob unknown = Pending(1, pb::JOB_ENCRYPT, Bytes("one"));
   unknown.job.key_id = std::string(contract::kKeyIdSize, 'u');  // not dealt
   jobs.push_back(std::move(unknown));
-  Step(1, std::move(jobs))->Start();
+  StartStep(Step(1, std::move(jobs)));
   ASSERT_TRUE(host_->WaitFinished(1));
   const Result r = host_->Get(1);
   EXPECT_EQ(r.status.code(), absl::StatusCode::kNotFound) << r.status;
@@ -56,7 +56,7 @@ TEST_F(RunStepTest, AGatedJobWithoutItsGateInTheRequestIsNeverSent) {
   enc.exchange_id = 7;
   enc.gated = true;
   jobs.push_back(std::move(enc));
-  Step(1, std::move(jobs))->Start();
+  StartStep(Step(1, std::move(jobs)));
   ASSERT_TRUE(host_->WaitFinished(1));
   EXPECT_FALSE(host_->Get(1).status.ok());
   EXPECT_TRUE(host_->Get(1).output.empty());
@@ -98,7 +98,7 @@ std::vector<PendingJob> SignedTicket(bool with_pad) {
 // by job id; the PAD's result is spent inside the ticket's program, so
 // nothing of it is held for a later Sign item.
 TEST_F(RunStepTest, ATicketSignedInTheClusterNamesItsPadOfTheSameRun) {
-  Step(1, SignedTicket(/*with_pad=*/true))->Start();
+  StartStep(Step(1, SignedTicket(/*with_pad=*/true)));
   ASSERT_TRUE(host_->WaitFinished(1));
   const std::vector<std::string> got = cluster_.received(0);
   ASSERT_EQ(got.size(), 1u);
@@ -124,7 +124,7 @@ TEST_F(RunStepTest, ATicketSignedInTheClusterNamesItsPadOfTheSameRun) {
 // another bug) would be malformed at the servers: the step fails closed
 // and sends nothing.
 TEST_F(RunStepTest, ATicketSignedInTheClusterNeverGoesWithoutItsPad) {
-  Step(1, SignedTicket(/*with_pad=*/false))->Start();
+  StartStep(Step(1, SignedTicket(/*with_pad=*/false)));
   ASSERT_TRUE(host_->WaitFinished(1));
   EXPECT_FALSE(host_->Get(1).status.ok());
   EXPECT_TRUE(host_->Get(1).output.empty());

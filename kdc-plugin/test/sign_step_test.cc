@@ -30,7 +30,7 @@ class SignStepTest : public StepTest {
     v.job.checksum.assign(sum.begin(), sum.end());
     std::vector<PendingJob> jobs;
     jobs.push_back(std::move(v));
-    Step(seq, std::move(jobs))->Start();
+    StartStep(Step(seq, std::move(jobs)));
     if (!host_->WaitFinished(seq)) return absl::DeadlineExceededError("no answer");
     return host_->Get(token).status;
   }
@@ -43,14 +43,14 @@ TEST_F(SignStepTest, APadsChecksumIsSignedRingFreeAndVerifies) {
   pad.job.pad_length = message.size();
   std::vector<PendingJob> jobs;
   jobs.push_back(std::move(pad));
-  Step(1, std::move(jobs))->Start();
+  StartStep(Step(1, std::move(jobs)));
   ASSERT_TRUE(host_->WaitFinished(1));
   const std::vector<HeldKeystream> held = host_->held();
   ASSERT_EQ(held.size(), 1u);
   ASSERT_TRUE(held[0].pad);
   jobs.clear();
   jobs.push_back(SignJob(2, message, held[0].run_batch_id, held[0].run_job_id, held[0].ctr0));
-  Step(2, std::move(jobs), StepKind::kSign)->Start();
+  StartStep(Step(2, std::move(jobs), StepKind::kSign));
   ASSERT_TRUE(host_->WaitFinished(2));
   const Result r = host_->Get(2);
   ASSERT_TRUE(r.status.ok()) << r.status;
@@ -69,7 +69,7 @@ TEST_F(SignStepTest, AnUnavailablePadRunsTheChecksumAtOnce) {
   std::vector<PendingJob> jobs;
   jobs.push_back(SignJob(1, message, std::string(contract::kBatchIdSize, 'x'), 0,
                          std::string(contract::kCtr0Size, '\x01')));
-  Step(1, std::move(jobs), StepKind::kSign)->Start();
+  StartStep(Step(1, std::move(jobs), StepKind::kSign));
   ASSERT_TRUE(host_->WaitFinished(1));
   const Result r = host_->Get(1);
   ASSERT_TRUE(r.status.ok()) << r.status;

@@ -1,4 +1,4 @@
-// What the step tests share (batch_step_test, run_step_test,
+// What the step tests share (batch_step_test, start_step_test, run_step_test,
 // finalize_step_test, sign_step_test): a recording StepHost in place of
 // the dispatcher, with the fake cluster as transport, and jobs to give it.
 #ifndef KMPC_KDC_PLUGIN_TEST_STEP_FIXTURE_H_
@@ -14,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "batch_step.h"
+#include "start_step.h"
 #include "contract.h"
 #include "gate_book.h"
 #include "fake_cluster.h"

@@ -1,6 +1,6 @@
-// The Batcher (batcher.h): the dispatcher (dispatcher.h) on a thread of its
-// own; the router and the tests reach the queue through dispatcher().
-#include "batcher.h"
+// The Batcher (batcher_thread.h): the dispatcher (dispatcher.h) on a thread
+// of its own; the router and the tests reach the queue through dispatcher().
+#include "batcher_thread.h"
 
 #include <memory>
 #include <thread>
