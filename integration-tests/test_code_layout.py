@@ -707,3 +707,61 @@ def test_layer_table_is_numbered_from_the_bottom_once_each():
         kdc_layers(table.format(2, "a.h"))
     with pytest.raises(ValueError, match="no .## Layers. section"):
         kdc_layers("## Other\n\n| 1 | a | `a.h` |\n")
+
+
+# ---- no source file near the length limit ------------------------------------
+
+# Design rule: no non-test source file of the servers, the KDC module or
+# proto/ is over FILE_HARD_LIMIT (1,000) lines, and none is over
+# FILE_HEADROOM (850): a file that grows near the limit is split along its
+# design (one service, one phase, one prover step per file), never trimmed
+# to pass (a shortened comment, joined lines). The headroom is what lets
+# the next change land without a split under pressure.
+FILE_HARD_LIMIT = 1000
+FILE_HEADROOM = 850
+FILE_TREES = ("mpc-server", "kdc-plugin", "proto")
+
+
+def long_source_files(root, trees=FILE_TREES, limit=FILE_HEADROOM):
+    """'file: N lines' for every non-test C++ source (.cc or .h: not a
+    *_test.cc, not under a test/ folder) of trees over limit lines."""
+    found = []
+    for tree in trees:
+        for path in source_files(root, [tree], exts=(".cc", ".h")):
+            rel = os.path.relpath(path, root)
+            if rel.endswith("_test.cc") or "test" in rel.split(os.sep)[:-1]:
+                continue
+            with open(path, encoding="utf-8", errors="replace") as f:
+                n = sum(1 for _ in f)
+            if n > limit:
+                found.append(f"{rel}: {n} lines")
+    return found
+
+
+def test_no_source_file_over_the_hard_limit():
+    """RULE: at most FILE_HARD_LIMIT (1,000) lines per source file."""
+    assert long_source_files(ROOT, limit=FILE_HARD_LIMIT) == []
+
+
+def test_no_source_file_over_the_headroom():
+    """RULE: at most FILE_HEADROOM (850) lines: a file near the limit is
+    split along its design, not trimmed."""
+    assert long_source_files(ROOT) == [], (
+        f"over {FILE_HEADROOM} lines (split along the file's design):")
+
+
+def test_file_length_check_catches_a_long_source(tmp_path):
+    for tree in FILE_TREES:
+        (tmp_path / tree / "src").mkdir(parents=True)
+        (tmp_path / tree / "test").mkdir()
+    line = "int x;\n"
+    (tmp_path / "mpc-server" / "src" / "big.cc").write_text(line * (FILE_HEADROOM + 1))
+    (tmp_path / "mpc-server" / "src" / "huge.h").write_text(line * (FILE_HARD_LIMIT + 1))
+    (tmp_path / "proto" / "src" / "at_limit.cc").write_text(line * FILE_HEADROOM)
+    (tmp_path / "kdc-plugin" / "src" / "big_test.cc").write_text(line * 2000)
+    (tmp_path / "kdc-plugin" / "test" / "fixture.h").write_text(line * 2000)
+    assert long_source_files(str(tmp_path)) == [
+        f"mpc-server/src/big.cc: {FILE_HEADROOM + 1} lines",
+        f"mpc-server/src/huge.h: {FILE_HARD_LIMIT + 1} lines"]
+    assert long_source_files(str(tmp_path), limit=FILE_HARD_LIMIT) == [
+        f"mpc-server/src/huge.h: {FILE_HARD_LIMIT + 1} lines"]
