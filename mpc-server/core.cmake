@@ -34,6 +34,8 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/protocol/prss.cc
   ${KMPC_CORE_ROOT}/src/protocol/rep3.cc
   ${KMPC_CORE_ROOT}/src/protocol/dzkp.cc
+  ${KMPC_CORE_ROOT}/src/protocol/dzkp_first_level.cc
+  ${KMPC_CORE_ROOT}/src/protocol/dzkp_rounds.cc
   ${KMPC_CORE_ROOT}/src/protocol/verify.cc
   ${KMPC_CORE_ROOT}/src/aes/aes.cc
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc
@@ -74,9 +76,11 @@ target_compile_options(kmpc_core PUBLIC -maes -mpclmul -mssse3 -msse4.1)
 set(KMPC_AVX512_HEADER_WARNINGS "-Wno-maybe-uninitialized;-Wno-uninitialized")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/gf128.cc PROPERTIES
   COMPILE_OPTIONS "-O3")
-# dzkp.cc: VPCLMULQDQ paths in target("avx512f,...") functions, picked at
-# run time.
-set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/dzkp.cc PROPERTIES
+# dzkp*.cc: VPCLMULQDQ paths in target("avx512f,...") functions
+# (dzkp_simd.h), picked at run time.
+set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/dzkp.cc
+  ${KMPC_CORE_ROOT}/src/protocol/dzkp_first_level.cc
+  ${KMPC_CORE_ROOT}/src/protocol/dzkp_rounds.cc PROPERTIES
   COMPILE_OPTIONS "-O3;${KMPC_AVX512_HEADER_WARNINGS}")
 set_source_files_properties(${KMPC_CORE_ROOT}/src/protocol/prf.cc PROPERTIES
   COMPILE_OPTIONS "-O3;${KMPC_AVX512_HEADER_WARNINGS}")
@@ -96,7 +100,8 @@ include(GoogleTest)
 # (integration-tests/test_enctype.py checks it matches the shared original).
 set(KMPC_VECTORS "${CMAKE_SOURCE_DIR}/krb5-patches/tests/enctype-vectors.json")
 
-foreach(t replicated_test gf128_test dzkp_test verify_test prss_test prf_test rep3_test
+foreach(t replicated_test gf128_test dzkp_test dzkp_simd_test dzkp_first_level_test
+    dzkp_rounds_test verify_test prss_test prf_test rep3_test
     memory_ring_test aes_test agreement_test key_shares_test sign_test engine_test
     refresh_test refresh_check_test key_expansion_test transpose_test user_key_rule_test gate_budget_test
     batch_state_test keys_test batch_agreement_test pads_test cts_plan_test aes_phase_test
