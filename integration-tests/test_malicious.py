@@ -9,7 +9,7 @@ the sizes of the messages it sent in each batch ("cheat harness: batch S
 sent N ring messages, sizes a,b,..."): the steps are picked from that map.
 
 Message map of one batch (0-based steps; one worker, so one session):
-  0, 1        the agreement (engine.cc AgreeOnBatch): headers with their
+  0, 1        the agreement (batch_agreement.cc AgreeOnBatch): headers with their
               forwarding tags (AgreementHeader::kSize = 68 + kForwardTagSize
               = 16 bytes), then the headers and tags seen, forwarded, with
               the first ctr0 draw's shares riding along (an opening: bytes
@@ -163,7 +163,7 @@ def maps(clusters, batch=None, right=None, sbox="depth3"):
         c.expected_dead = {0, 1, 2}
     semi, mal = out["semi-honest"], out["malicious"]
     # Semi-honest only, when the batch has dealt shares: the dealing check
-    # after the agreement (engine.cc CheckDealing: a 32-byte digest to the
+    # after the agreement (batch_agreement.cc CheckDealing: a 32-byte digest to the
     # predecessor, then two 1-byte verdicts); the malicious check covers
     # what it checks. Left out, the maps agree up to the malicious check.
     maps.dealing = semi[2:5] == DEALING_CHECK and mal[2:5] != DEALING_CHECK
@@ -354,7 +354,7 @@ def test_mixed_security_refuses_every_batch(clusters):
 # ---- The GF(2^128) proof (proof B of protocol/verify.h) in real processes.
 #
 # A CHECKSUM job logs GF(2^128) products (each block of its shared
-# message times its power of H: engine.cc AddSharedProducts; the powers
+# message times its power of H: tags.cc AddSharedProducts; the powers
 # come with the key's shares), so its batch's check runs both proofs in the
 # same messages: B's part follows A's in each reshare and in the opening.
 # Message map after A (verify.cc), GF_BLOCKS = 300 shared blocks (B's

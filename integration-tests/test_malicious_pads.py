@@ -6,7 +6,7 @@ kmpc-mpc-server-cheat, which XORs an error into one of its ring messages.
 The batch here draws one verification pad (a JOB_PAD at a checksum's
 counter, kmpc.proto): the servers compute E_K(c) and multiply a fresh
 shared r into it and into the powers of H, one GF(2^128) product each, in
-one ring message after the AES layers (engine.cc CheckTags,
+one ring message after the AES layers (tags.cc CheckTags,
 FillVerifyPads). The cheater adds an error to the share of the product
 r*H^2 it sends in that message (bytes 16..31: r*H^1 comes first), found
 as the last message of the semi-honest map of the same batch (the two

@@ -252,7 +252,7 @@ bool KdbStatus(Kdb& kdb, const std::map<std::string, std::array<bool, 3>>& where
 // False, with a line saying so, when the servers that answered report
 // different --security modes ("unknown": a server older than the Health
 // field). They compare their engine options before every batch and refuse
-// each other's while these differ (engine.cc, the agreement).
+// each other's while these differ (batch_agreement.cc, the agreement).
 bool SameSecurity(const std::set<std::string>& modes, const char* pre) {
   if (modes.size() <= 1) return true;
   std::printf("%ssecurity: MISMATCH, the servers run %s: they refuse each other's "

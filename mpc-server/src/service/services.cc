@@ -272,7 +272,7 @@ grpc::Status KeyOpsService::DoRun(const pb::RunRequest& req, pb::RunResponse* re
       auto it = index.find(in.pad_after());
       jobs[i].pad_after = it == index.end() ? static_cast<int64_t>(n) : it->second;
     }
-    jobs[i].pad_slot = in.pad_slot();  // checked with pad_after (engine.cc)
+    jobs[i].pad_slot = in.pad_slot();  // checked with pad_after (pads.cc)
     if (in.has_sign_pad()) {  // likewise (engine.h, Job::sign_pad)
       auto it = index.find(in.sign_pad());
       jobs[i].sign_pad = it == index.end() ? static_cast<int64_t>(n) : it->second;

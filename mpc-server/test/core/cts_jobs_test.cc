@@ -497,7 +497,7 @@ TEST_P(CtsJobs, ServiceTicketJobsUnderUsages2And17) {
 // key (a user's, or a user's that is also a service) the DECRYPT is
 // refused with nothing computed: it would open every ticket to that user
 // ever issued or recorded (engine.h kCtsServiceDecryptUsages). Checked to
-// fail without the kind test in engine.cc FindCtsMaterial (the
+// fail without the kind test in cts_plan.cc FindCtsMaterial (the
 // user-service key's job then comes out JOB_OK).
 TEST_P(CtsJobs, TicketDecryptOnlyUnderAServiceKey) {
   CtsCluster c(GetParam());
@@ -537,7 +537,7 @@ TEST_P(CtsJobs, TicketDecryptOnlyUnderAServiceKey) {
 // it would be an offline password verifier over any authorization data
 // the KDC picks. A key dealt as a service's and re-marked a user's
 // (Admin.SetKeyKind keeps its usage-64 material) is refused by its kind
-// alone: checked to come out JOB_OK without the kind test in engine.cc
+// alone: checked to come out JOB_OK without the kind test in cts_plan.cc
 // FindCtsMaterial.
 TEST_P(CtsJobs, CammacVerifierOnlyUnderAServiceKey) {
   CtsCluster c(GetParam());
@@ -564,7 +564,7 @@ TEST_P(CtsJobs, CammacVerifierOnlyUnderAServiceKey) {
   EXPECT_NE(r[0].jobs[3].detail.find("CAMMAC"), std::string::npos) << r[0].jobs[3].detail;
 }
 
-// Review finding (engine.cc PlanCtsJob): a job could use a usage's
+// Review finding (cts_plan.cc PlanCtsJob): a job could use a usage's
 // material in either direction. The KDC only ever decrypts usage 1 (the
 // client's PA-ENC-TIMESTAMP) and encrypts usage 3 (the AS reply). With
 // DECRYPT under usage 3 a compromised KDC host decrypts AS replies it
@@ -1497,7 +1497,7 @@ TEST_P(CtsJobs, MalformedSplicesFailAlone) {
   EXPECT_EQ(Revealed(r, 4), conf_ts);
 }
 
-// Review finding (engine.cc PlanCtsJob, the splice's premise): the
+// Review finding (cts_plan.cc PlanCtsJob, the splice's premise): the
 // checksum a spliced reply hides, T = hmac-sha1-96(Kc56, D), is an offline
 // verifier of the user's password, yet a CHECKSUM job under usage 56 (whose
 // material every aes*-cts key is dealt for the splice) released exactly T
@@ -1851,7 +1851,7 @@ TEST(CtsJobsGrouping, SameShapeWithDistinctProgramObjectsStaysInStep) {
   }
 }
 
-// Review finding (engine.cc PlanCtsJob, EncodeKeyView): which material a
+// Review finding (cts_plan.cc PlanCtsJob, EncodeKeyView): which material a
 // server holds for a key was not part of the key views the servers agree
 // on, only (cipher, deal_id). A server whose record lacks a usage's
 // material (or holds it at another size) failed that job alone, locally,
@@ -2083,7 +2083,7 @@ TEST_P(CtsJobs, UngatedKdcChallengeUnderAUserKeyIsRefused) {
 // computed on copies that differ and released the reply, an offline
 // password verifier, on about a third of such tries. Now every try is
 // refused on all three parties before anything is computed
-// (semi-honest: engine.cc CheckDealing) or fails the product check
+// (semi-honest: batch_agreement.cc CheckDealing) or fails the product check
 // (malicious), and nothing is released on any party.
 TEST_P(CtsJobs, InconsistentlyDealtTimestampDoesNotPassTheGate) {
   CtsCluster c(GetParam());
