@@ -29,9 +29,9 @@ import pytest
 
 import krb_der
 from kmpc_harness import pkinit
-from test_cts_as import STOCK, SERVICE, kdc_counts
+from test_cts_as import STOCK, SERVICE, Stock, kdc_counts
 from test_cts_fast import EC_USED, fast_counts, prf_plus
-from test_cts_handles import CTS128, CTS256, COLD_PROGRAMS, ENCTYPES, assert_only_handles
+from test_cts_handles import CTS256, COLD_PROGRAMS, ENCTYPES, assert_only_handles
 from test_cts_server_view import rfc3962_checksum
 
 PA_AS_FRESHNESS = 150
@@ -40,30 +40,23 @@ FRESHNESS_LABEL = b"kmpc-pkinit-freshness-token"
 CERT_USERS = ("carol", "erin", "frank")
 
 
-class PkinitClient:
-    """Debian's clients with the realm's KDC and its PKINIT anchor, and a
-    ccache of their own."""
+class PkinitClient(Stock):
+    """Debian's clients (test_cts_as.Stock: the realm's KDC, the standard
+    AES enctypes, a ccache of their own) with the realm's PKINIT anchor,
+    tracing to stderr."""
 
     def __init__(self, kr, certs, name):
-        self.kr = kr
-        self.conf = os.path.join(kr.dir, f"{name}-krb5.conf")
-        self.ccache = "FILE:" + os.path.join(kr.dir, f"{name}.cc")
+        super().__init__(kr, name)
+        kdc = f"        kdc = 127.0.0.1:{kr.kdc_port}\n"
+        with open(self.conf) as f:
+            text = f.read()
+        assert kdc in text, text
         with open(self.conf, "w") as f:
-            f.write(f"[libdefaults]\n    default_realm = {kr.realm}\n"
-                    f"    dns_lookup_kdc = false\n    rdns = false\n"
-                    f"    default_tkt_enctypes = {CTS256} {CTS128}\n"
-                    f"    default_tgs_enctypes = {CTS256} {CTS128}\n"
-                    f"    permitted_enctypes = {CTS256} {CTS128}\n"
-                    f"[realms]\n    {kr.realm} = {{\n"
-                    f"        kdc = 127.0.0.1:{kr.kdc_port}\n"
-                    + pkinit.client_relation(certs) + "    }\n")
-        self.env = {k: v for k, v in kr.env.items()
-                    if not k.startswith(("KRB5", "KMPC", "LD_"))}
-        self.env.update(KRB5_CONFIG=self.conf, KRB5CCNAME=self.ccache, LC_ALL="C",
-                        KRB5_TRACE="/dev/stderr")
+            f.write(text.replace(kdc, kdc + pkinit.client_relation(certs)))
+        self.env["KRB5_TRACE"] = "/dev/stderr"
 
     def run(self, name, *args, input=None, ccache=None):
-        env = dict(self.env, KRB5CCNAME=ccache or self.ccache)
+        env = dict(self.env, KRB5CCNAME=ccache or self.env["KRB5CCNAME"])
         p = subprocess.run([STOCK[name], *args], input=input, capture_output=True,
                            text=True, env=env, timeout=90)
         return p.returncode, p.stdout + p.stderr
