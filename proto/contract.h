@@ -99,7 +99,7 @@ bool CounterRangeOk(absl::string_view ctr0, uint64_t n);
 // ENCRYPT's ctr0 + kLinkedPadOffset + slot. 2^17 > kMaxJobBlocks: never one of that
 // encryption's own counters c0 .. c0 + kMaxJobBlocks; any other counter
 // is a fresh 128-bit draw (uniform but for the engine's fix-up of counters
-// whose range would touch the all-zero block, engine.cc FixCounter, which
+// whose range would touch the all-zero block, pads.cc FixCounter, which
 // at most doubles the weight of a few values), equal to it with probability
 // at most 2^-127.
 inline constexpr uint64_t kLinkedPadOffset = uint64_t{1} << 17;

@@ -72,7 +72,7 @@ struct TicketSigning {
 // offset as splice_offset, and the aes*-ctr-mpc krbtgt whose PAD makes
 // the KDC signature (queued with it: dispatcher.cc Submit).
 // InvalidArgument if it is no such ticket; the servers check the rest
-// (contract::CheckJob, engine.cc CheckSignPad).
+// (contract::CheckJob, keys.cc CheckSignPad).
 absl::Status SignTicketInCluster(Job* job, const TicketSigning& t);
 
 // Why plan item p under an aes*-cts cipher is not served (empty: it is):

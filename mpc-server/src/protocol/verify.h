@@ -147,7 +147,7 @@
 // verify_words)) Verifies (cts::ShareEngine checks at the first AND-layer
 // boundary past verify_words words), one before their verdicts' opening
 // and the last; the engine counts them with the AES part's before any AND
-// (engine.cc PlanCts) and refuses a batch whose total could exceed 2^14,
+// (cts_plan.cc PlanCts) and refuses a batch whose total could exceed 2^14,
 // so the per-batch bound above holds for every batch it runs. The coins are expanded with
 // the AES-128 PRF (prf.h), which stands in for uniform randomness. Lanes
 // past a word's live ones are not checked: bitsliced lanes never mix, and
@@ -241,7 +241,7 @@ class Rep3;
 inline constexpr char kIntegrityPayload[] = "kmpc.v1/integrity-check-failed";
 bool IsIntegrityFailure(const absl::Status& st);
 // The status of a batch in which a deviation was detected (DATA_LOSS with
-// kIntegrityPayload): the check's, and the agreement's (engine.cc).
+// kIntegrityPayload): the check's, and the agreement's (batch_agreement.cc).
 absl::Status IntegrityFailure();
 
 // Streaming SHA-256 (OpenSSL EVP).
@@ -295,7 +295,7 @@ class MulLog {
              const uint8_t* y1, const uint8_t* z0, const uint8_t* z1,
              size_t n);
   void AddOpened(absl::Span<const uint8_t> v);
-  // This party saw a deviation outside the log (engine.cc CheckForwarded:
+  // This party saw a deviation outside the log (batch_agreement.cc CheckForwarded:
   // a forwarded message whose tag failed): its next compare fails whatever
   // its successor's hash says (the cheater knows every value this party
   // opened, so it could send back this party's own hash). Until Clear.
