@@ -100,15 +100,20 @@ def assert_runs(kr, ex, runs, d0):
     assert ex == 1 and d in (0, 1) and runs == 1 + d, (ex, runs, d)
 
 
-def one_more_exchange(kr, before):
-    """(exchanges, Runs) since `before`, once the module counted the login
-    (an exchange is counted when the KDC releases it, after its reply)."""
+def settled(counts, kr, before, n):
+    """counts(kr) minus before, once the module counted n exchanges (it
+    counts an exchange when the KDC released it, after its reply)."""
     deadline = time.time() + 5
     while True:
-        ex, runs = (a - b for a, b in zip(kdc_counts(kr), before))
-        if ex >= 1 or time.time() > deadline:
-            return ex, runs
+        d = tuple(a - b for a, b in zip(counts(kr), before))
+        if d[0] >= n or time.time() > deadline:
+            return d
         time.sleep(0.05)
+
+
+def one_more_exchange(kr, before):
+    """(exchanges, Runs) since `before`, once the module counted the login."""
+    return settled(kdc_counts, kr, before, 1)
 
 
 def failed_attempts(kr, princ):

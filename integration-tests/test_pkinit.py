@@ -29,7 +29,7 @@ import pytest
 
 import krb_der
 from kmpc_harness import pkinit
-from test_cts_as import STOCK, SERVICE, Stock, kdc_counts
+from test_cts_as import STOCK, SERVICE, Stock, kdc_counts, settled
 from test_cts_fast import EC_USED, fast_counts, prf_plus
 from test_cts_handles import CTS256, COLD_PROGRAMS, ENCTYPES, assert_only_handles
 from test_cts_server_view import rfc3962_checksum
@@ -60,17 +60,6 @@ class PkinitClient(Stock):
         p = subprocess.run([STOCK[name], *args], input=input, capture_output=True,
                            text=True, env=env, timeout=90)
         return p.returncode, p.stdout + p.stderr
-
-
-def settled(counts, kr, before, n):
-    """counts(kr) minus before, once the module counted n exchanges (it
-    counts an exchange when the KDC released it, after its reply)."""
-    deadline = time.time() + 5
-    while True:
-        d = tuple(a - b for a, b in zip(counts(kr), before))
-        if d[0] >= n or time.time() > deadline:
-            return d
-        time.sleep(0.05)
 
 
 @pytest.fixture
