@@ -32,7 +32,7 @@ help:
 	@echo "make demo     a realm on loopback, a login, a short storm"
 	@echo "make demo-stop  stop the demo's KDC and MPC servers"
 	@echo "make bench    benchmarks that print figures (build/bench/results.json)"
-	@echo "make bench-netns  kmpc storms across network namespaces (root)"
+	@echo "make bench-netns  kmpc storms across network namespaces, then kinit at 0.1-2 ms between servers (root)"
 	@echo "make bench-kpasswd  kpasswd through the cluster against MIT's kadmind (p50)"
 	@echo "make bench-replicas  storms at a primary and a replica KDC against one cluster"
 	@echo "make bench-cts  users with MPC-held aes256-cts keys: Debian's kinit and storms, both modes"
@@ -174,9 +174,16 @@ bench-pkinit: build
 	@$(BENCH_PKINIT)
 
 # The KDC, the three MPC servers and the clients in their own network
-# namespaces (10.77.0.0/24 inside them only), netem delay and rate.
+# namespaces (10.77.0.0/24 inside them only), netem delay and rate; then
+# Debian's kinit, one client, NETNS_DELAY_LOGINS logins of an aes256-cts
+# user and of a krbtgt-only user at each one-way delay of NETNS_RING_DELAYS
+# (ms) between the MPC servers (netem, or a delaying relay on the ring's
+# links where the kernel has no netem), beside rounds x delay
+# (integration-tests/bench/ring_delay.py; NETNS_RING_DELAYS= skips it).
 NETNS_RTT_MS ?= 0.13
 NETNS_RATE   ?= 10gbit
+NETNS_RING_DELAYS  ?= 0.1,0.5,2
+NETNS_DELAY_LOGINS ?= 15
 bench-netns: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_NETNS)
@@ -206,7 +213,8 @@ BENCH_STORM   = $(BENCH_ENV) $(PYTHON) integration-tests/bench/storm_bench.py --
 BENCH_SOAK    = $(BENCH_ENV) $(PYTHON) integration-tests/bench/storm_soak.py --duration $(BENCH_SOAK_S) \
                 --runs $(BENCH_SOAK_RUNS) $(if $(BENCH_SOAK_RATE),--rate $(BENCH_SOAK_RATE))
 BENCH_NETNS   = $(BENCH_ENV) $(PYTHON) integration-tests/bench/netns_bench.py --rtt-ms $(NETNS_RTT_MS) \
-                --rate $(NETNS_RATE)
+                --rate $(NETNS_RATE) --ring-delays "$(NETNS_RING_DELAYS)" \
+                --delay-logins $(NETNS_DELAY_LOGINS)
 BENCH_RESULTS = $(PYTHON) integration-tests/bench/bench_results.py
 BENCH_REPLICAS = $(BENCH_ENV) $(PYTHON) integration-tests/bench/replica_bench.py
 BENCH_CTS     = $(BENCH_ENV) $(PYTHON) integration-tests/bench/cts_bench.py --users $(BENCH_CTS_USERS)

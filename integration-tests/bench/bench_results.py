@@ -31,7 +31,8 @@ and writes build/bench/results.json:
    "default_settings": {"kmpc": ..., "stock": ..., "ratio": ...},
    "mix": {"kmpc": {"ops_per_s", "failed", "by_op", ...}, "stock": ...,
            "ratio": ...} (login + TGS + renewal + forwarding, headline),
-   "soak": ..., "netns": ..., "mpc_microbench": ..., "targets": [...]}
+   "soak": ..., "netns": ..., "ring_delay": ... (netns.json's ring delay
+   sweep: ring_cost.results_section), "mpc_microbench": ..., "targets": [...]}
 and prints the table.  Exit status 0 whether or not targets are met (the
 table says which were missed); 2 when storm.json lacks a stock or kmpc run.
 
@@ -47,6 +48,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from bench import ring_cost  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))  # integration-tests/bench -> the repository
 BUILD = os.environ.get("KMPC_BUILD", os.path.join(ROOT, "build"))
 
@@ -253,6 +256,7 @@ def build(bench_dir):
         res["soak"] = so
     if netns:
         res["netns"] = {k: v for k, v in netns.items()}
+        res["ring_delay"] = ring_cost.results_section(netns.get("ring_delay"))
     if mpc:
         def figures(security):
             # Records from before the security modes carry no "security":
@@ -329,6 +333,7 @@ def cts_side(cts):
             "cold_first_login": one.get("cold_first_login"),
             "ands_per_login": one.get("ands_per_login"),
             "and_rounds_per_login": one.get("and_rounds_per_login"),
+            "ring_per_login": ring_cost.login_row(one.get("ring_per_login")),
             "storm_peak_logins_per_s": peak["cts"],
             "krbtgt_only_storm_peak_logins_per_s": peak["kdb"],
             "storm_ratio": st.get("ratio_cts_to_krbtgt_only"),
@@ -490,7 +495,8 @@ def tgs_side(tgs):
             "us_per_and_round": one.get("us_per_and_round"),
             "mix": {w: {k: (mx.get(w) or {}).get(k) for k in (
                 "ops_per_s", "failed", "step_p50_ms", "cpu_us_per_op", "server_runs_per_op",
-                "runs_per_exchange", "module_errors")} for w in ("cts", "kdb") if mx.get(w)}
+                "runs_per_exchange", "module_errors", "batches")}
+                for w in ("cts", "kdb") if mx.get(w)}
             or None,
             "mix_warm_up": mx.get("warm_up"),
             "mix_ratio_cts_to_kdb": mx.get("ratio_cts_to_kdb_ops"),
@@ -944,6 +950,7 @@ def print_table(res, out_path):
             if v:
                 p(f"  {label:36s} {v['logins_per_s']:7.0f}/s p50 {v['p50_ms']:8.2f} ms "
                   f"p99 {v['p99_ms']:8.2f} ms failed {v['failed']} dropped {v['dropped']}")
+    ring_cost.print_delay(res.get("ring_delay"), p)
     print_cts(res)
     print_tgs(res)
     print_pkinit(res)
@@ -976,6 +983,8 @@ def print_cts(res):
               f"{fmt(m['storm_peak_logins_per_s'], '.0f')} vs krbtgt-only "
               f"{fmt(m['krbtgt_only_storm_peak_logins_per_s'], '.0f')} logins/s = "
               f"{fmt(m['storm_ratio'], '.3f', 'x')}")
+            if m.get("ring_per_login"):
+                p("    " + ring_cost.login_line(m["ring_per_login"]))
             cpu = m.get("storm_cpu_us_per_login_at_peak")
             if cpu:
                 p("    CPU us per cts login at the storm's peak ("
@@ -1015,6 +1024,12 @@ def print_tgs(res):
             print(f"    mix {fmt((mx.get('cts') or {}).get('ops_per_s'), '.1f')} ops/s with the "
                   f"cts service, {fmt((mx.get('kdb') or {}).get('ops_per_s'), '.1f')} with the "
                   f"KDB one: {fmt(m.get('mix_ratio_cts_to_kdb'), '.3f', 'x')}")
+            for w in ("cts", "kdb"):
+                b = (mx.get(w) or {}).get("batches")
+                if b:
+                    print(f"      TGS to the {w} service: {b.get('tickets_per_run')} tickets per "
+                          f"Run, {b['cts_shape_cuts']} of {b['module_runs']} Runs cut by the "
+                          f"cts shape bound")
 
 
 def main():

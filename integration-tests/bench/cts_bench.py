@@ -64,7 +64,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from bench import cts_realm, deep_attempts, storm_bench  # noqa: E402
+from bench import cts_realm, deep_attempts, ring_cost, storm_bench  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 CTS256 = "aes256-cts-hmac-sha1-96"
@@ -261,26 +261,48 @@ def one_client(r, pws, logins, log):
            "kdb": {**summary(lat["kdbuser"]), "failed": len(fails["kdbuser"]),
                    "errors": sorted(set(fails["kdbuser"]))[:3]}}
     n = len(lat["ctsuser"])
-    if c0 and c1 and n:
-        # Mean over the three parties; kdbuser's logins run no circuit.
-        d = {k: sum(c1[i].get(k, 0) - c0[i].get(k, 0) for i in range(3)) / 3
-             for k in ("kmpc_cts_ands_total", "kmpc_cts_and_rounds_total",
-                       "kmpc_cts_evaluations_total")}
-        sec["ands_per_login"] = round(d["kmpc_cts_ands_total"] / n)
-        sec["and_rounds_per_login"] = round(d["kmpc_cts_and_rounds_total"] / n)
-        sec["cts_evaluations_per_login"] = round(d["kmpc_cts_evaluations_total"] / n, 3)
-        # What the Run's rounds cost: the login's time over the krbtgt-only
-        # user's (the same kinit, KDC and Run but for the circuits), per
-        # AND round.
-        if sec["kdb"]["p50_ms"] is not None and sec["and_rounds_per_login"]:
-            sec["us_per_and_round"] = round(
-                (sec["cts"]["p50_ms"] - sec["kdb"]["p50_ms"]) * 1e3
-                / sec["and_rounds_per_login"], 1)
+    circuit_figures(sec, c0, c1, n)
     if m0 and m1:
         per = storm_bench.mpc_per_login(m0, m1, 2 * n)
         sec["ring_messages_per_login_pair_per_party"] = (
             per and round(2 * per["ring_messages_per_login_per_party"], 1))
-    # FAST: an armor ccache from the host key, then kinit -T.
+    sec["ring_per_login"] = ring_blocks(r, c, pws, max(5, logins // 4))
+    sec["fast"] = fast_logins(r, c, pws, logins)
+    cts, kdb, f = sec["cts"], sec["kdb"], sec["fast"]
+    log(f"  one client, /usr/bin/kinit: cts p50 {cts['p50_ms']} ms p99 {cts['p99_ms']} ms "
+        f"(failed {cts['failed']}); kdb p50 {kdb['p50_ms']} ms; FAST (kinit -T) "
+        + (f"p50 {f['p50_ms']} ms p99 {f['p99_ms']} ms" if f["n"] else "no login")
+        + (f", failed {f['failed']}: {f['errors'][:1]}" if f["failed"] else "")
+        + f"; ANDs/login {sec.get('ands_per_login')}, AND rounds/login "
+          f"{sec.get('and_rounds_per_login')}, ~{sec.get('us_per_and_round')} us per round")
+    log(ring_line(sec["ring_per_login"]))
+    return sec
+
+
+def circuit_figures(sec, c0, c1, n):
+    """ANDs, AND rounds and evaluations per login into sec, from the cts
+    counters around n ctsuser logins (kdbuser's run no circuit)."""
+    if not (c0 and c1 and n):
+        return
+    # Mean over the three parties.
+    d = {k: sum(c1[i].get(k, 0) - c0[i].get(k, 0) for i in range(3)) / 3
+         for k in ("kmpc_cts_ands_total", "kmpc_cts_and_rounds_total",
+                   "kmpc_cts_evaluations_total")}
+    sec["ands_per_login"] = round(d["kmpc_cts_ands_total"] / n)
+    sec["and_rounds_per_login"] = round(d["kmpc_cts_and_rounds_total"] / n)
+    sec["cts_evaluations_per_login"] = round(d["kmpc_cts_evaluations_total"] / n, 3)
+    # What the Run's rounds cost: the login's time over the krbtgt-only
+    # user's (the same kinit, KDC and Run but for the circuits), per AND
+    # round.
+    if sec["kdb"]["p50_ms"] is not None and sec["and_rounds_per_login"]:
+        sec["us_per_and_round"] = round(
+            (sec["cts"]["p50_ms"] - sec["kdb"]["p50_ms"]) * 1e3
+            / sec["and_rounds_per_login"], 1)
+
+
+def fast_logins(r, c, pws, logins):
+    """kinit -T ctsuser with an armor ccache from the host key: the "fast"
+    section."""
     armor = os.path.join(r.dir, "armor.cc")
     env = dict(c.env, KRB5CCNAME="FILE:" + armor)
     p = subprocess.run([STOCK_KINIT, "-k", "-t", r.armor_keytab, ARMOR], env=env,
@@ -294,15 +316,34 @@ def one_client(r, pws, logins, log):
             (fast if rc == 0 else ffail).append(ms if rc == 0 else out)
             if len(ffail) >= 3 and not fast:
                 break  # not served yet (FAST for these users): no point going on
-    sec["fast"] = {**summary(fast), "failed": len(ffail), "errors": sorted(set(ffail))[:3]}
-    cts, kdb, f = sec["cts"], sec["kdb"], sec["fast"]
-    log(f"  one client, /usr/bin/kinit: cts p50 {cts['p50_ms']} ms p99 {cts['p99_ms']} ms "
-        f"(failed {cts['failed']}); kdb p50 {kdb['p50_ms']} ms; FAST (kinit -T) "
-        + (f"p50 {f['p50_ms']} ms p99 {f['p99_ms']} ms" if f["n"] else "no login")
-        + (f", failed {f['failed']}: {f['errors'][:1]}" if f["failed"] else "")
-        + f"; ANDs/login {sec.get('ands_per_login')}, AND rounds/login "
-          f"{sec.get('and_rounds_per_login')}, ~{sec.get('us_per_and_round')} us per round")
-    return sec
+    return {**summary(fast), "failed": len(ffail), "errors": sorted(set(ffail))[:3]}
+
+
+def ring_blocks(r, c, pws, n):
+    """What each server sends on the ring per login: n logins of ctsuser,
+    then n of kdbuser, each block between two readings of the servers'
+    counters ({"logins": n, "cts": ring_cost.per_server(), "kdb": ...,
+    "cts_failed", "kdb_failed"}; a failed login's partial Run counts too)."""
+    out = {"logins": n}
+    for who, name in (("cts", "ctsuser"), ("kdb", "kdbuser")):
+        m0 = storm_bench.mpc_metrics(r.cluster.servers, r.cluster.certs)
+        failed = sum(c.timed([name], input=pws[name] + "\n")[1] != 0 for _ in range(n))
+        m1 = storm_bench.mpc_metrics(r.cluster.servers, r.cluster.certs)
+        out[who] = ring_cost.per_server(m0, m1, n)
+        out[f"{who}_failed"] = failed
+    return out
+
+
+def ring_line(rp):
+    """The one-client log's line of ring_blocks()."""
+    def side(who):
+        srv = rp.get(who)
+        if not srv:
+            return "unmeasured"
+        return ("/".join(f"{v['ring_bytes_per_login']:,.0f}" for v in srv.values())
+                + f" bytes, {ring_cost.mean_of(srv, 'ring_messages_per_login'):,.0f} messages")
+    return (f"  ring, each server per login ({rp['logins']} logins a user): "
+            f"cts {side('cts')}; krbtgt-only {side('kdb')}")
 
 
 class SharedTarget(storm_bench.KmpcTarget):

@@ -31,13 +31,20 @@ Measured (kmpc-storm from the client namespace, headline settings):
   one client with batch_window_ms = 100, open-loop points at 50% and 90% of
   the loopback peak (build/bench/storm.json, else --rate), closed-loop
   saturation; then the KDC restarted with early_flush = true: one client.
+Then ring_delay.py's sweep (--ring-delays, default 0.1, 0.5 and 2 ms one way
+between the MPC servers; netem's where the kernel has it, else a delaying
+relay on each server's ring link): Debian's kinit p50, one client, for a
+user whose key is an aes256-cts handle and for a krbtgt-only user, beside
+rounds x delay from the servers' own counters.
 Writes build/bench/netns.json.  The namespaces and every process are removed
 at the end, also on failure or SIGTERM/SIGINT; namespaces left by a run
 that was killed (-9) are removed by the next run (their tag holds the dead
 run's PID) or by `netns_bench.py cleanup`.
 
 Usage: netns_bench.py [--rtt-ms 0.13] [--rate 10gbit] [--users 1000]
-                        [--duration 4] [--quick]
+                        [--duration 4] [--quick] [--ring-delays 0.1,0.5,2]
+                        [--delay-logins 15] [--ring-delay-via auto|relay|netem]
+                        [--ring-delay-only]
        netns_bench.py cleanup
 """
 
@@ -55,7 +62,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 # integration-tests/ (kmpc_harness, bench) on the path when run as a script.
 sys.path.insert(0, os.path.dirname(HERE))
-from bench import storm_bench  # noqa: E402
+from bench import ring_delay, storm_bench  # noqa: E402
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 from kmpc_harness.kmpc_realm import bring_up  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
@@ -69,7 +76,9 @@ class NetnsKmpc:
     """A storm target (storm_bench's interface) whose KDC and servers run in
     the Lan's namespaces."""
 
-    def __init__(self, lan, workdir, n_users, headline=True):
+    def __init__(self, lan, workdir, n_users, headline=True, delay_users=False):
+        """delay_users: also ring_delay.py's two users (ring_delay.add_users),
+        their passwords in delay_passwords."""
         self.lan = lan
         extra = ""
         if headline:
@@ -82,7 +91,10 @@ class NetnsKmpc:
         finally:
             os.environ.pop("KMPC_CERT_EXTRA_SAN", None)
         r = self.realm
+        self.delay_passwords = ring_delay.add_users(r) if delay_users else {}
         self.server_procs = {}
+        # Party i's --ring_prev over its flag file's (a relay), if any.
+        self.ring_prev = {}
         self.n_users = n_users
         self.keytab = r.users_keytab
         self.principal_fmt = "user%d@" + r.realm
@@ -137,6 +149,9 @@ class NetnsKmpc:
             i, hosts, port=[base + j for j in range(3)],
             ring_port=[base + 10 + j for j in range(3)], certs=c.certs, store=c.dir,
             workers=c.workers, crl=os.path.exists(os.path.join(c.certs, "crl.pem")))
+        if i in self.ring_prev:
+            text = re.sub(r"^--ring_prev=.*$", f"--ring_prev={self.ring_prev[i]}", text,
+                          flags=re.M)
         with open(os.path.join(etc, f"party{i}.flags"), "w") as f:
             f.write(text)
         server = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server")
@@ -224,6 +239,15 @@ class NetnsKmpc:
         self._start_kdc()
         self.watch["krb5kdc"] = r.kdc_proc.pid
 
+    def restart_servers(self, ring_prev=None):
+        """The three servers stopped and started again, party i dialling
+        ring_prev[i] for its predecessor where given (else the flag file's)."""
+        for p in self.server_procs.values():
+            kmpc_cluster.stop_pid(p.pid)
+        self.ring_prev = dict(ring_prev or {})
+        self._start_servers()
+        self.watch.update({f"mpc-server-{i}": self.server_procs[i].pid for i in range(3)})
+
     def mpc_counters(self):
         return storm_bench.mpc_metrics(self.servers, self.realm.cluster.certs,
                                        prefix=self.lan.exec_prefix("kdc"))
@@ -264,13 +288,13 @@ def figures(res):
             "cpu": res["cpu"], "mpc": res.get("mpc")}
 
 
-def netns_target(lan, work, users):
+def netns_target(lan, work, users, delay_users=False):
     """The storm's target in the Lan's namespaces, its realm in work
     (test_bench_targets.py builds it this way)."""
-    return NetnsKmpc(lan, os.path.join(work, "realm"), users)
+    return NetnsKmpc(lan, os.path.join(work, "realm"), users, delay_users=delay_users)
 
 
-def main():
+def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cmd", nargs="?", default="run", choices=("run", "cleanup"))
     ap.add_argument("--rtt-ms", type=float, default=0.13, help="round trip between hosts")
@@ -282,8 +306,69 @@ def main():
                          "(default: kmpc/headline peak in storm.json, else 1000)")
     ap.add_argument("--storm-json", default=os.path.join(BENCH_DIR, "storm.json"))
     ap.add_argument("--quick", action="store_true", help="one-client points only")
+    ap.add_argument("--ring-delays", default="0.1,0.5,2",
+                    help="one-way delays (ms) between the MPC servers for ring_delay.py's "
+                         "sweep, comma-separated; empty: no sweep")
+    ap.add_argument("--delay-logins", type=int, default=15,
+                    help="sequential kinit logins of each user per delay")
+    ap.add_argument("--ring-delay-via", default="auto", choices=("auto", "relay", "netem"),
+                    help="how the delay is made (auto: netem where the kernel has it)")
+    ap.add_argument("--ring-delay-only", action="store_true",
+                    help="no storms: the ring delay sweep alone")
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "netns.json"))
-    args = ap.parse_args()
+    return ap
+
+
+def storms(target, args, peak, outdir, out, log):
+    """The storm points (module docstring) into out."""
+    d = args.duration
+    storm_bench.run_storm(target, ["-c", 1, "-d", 1], "warm", outdir)
+    one = storm_bench.run_storm(target, ["-c", 1, "-d", d, "-w", 0.5], "one-client",
+                                outdir, check=True)
+    out["one_client_window_100ms"] = figures(one)
+    log(f"  one client, window 100 ms: {storm_bench.brief(one)}")
+    if not args.quick:
+        for name, fr in (("at_50pct_of_peak", 0.5), ("at_90pct_of_peak", 0.9)):
+            rate = round(peak * fr)
+            res = storm_bench.run_storm(
+                target, ["-r", rate, "-d", d, "-w", target.warmup_s, "--timeout",
+                         target.timeout_s, "--max-inflight", target.max_inflight,
+                         "--max-errors", 1000000], f"open-{rate}", outdir)
+            out[name] = {"offered": rate, **figures(res)}
+            log(f"  open loop {rate}/s ({int(fr * 100)}% of loopback peak): "
+                f"{storm_bench.brief(res)}")
+        sat = storm_bench.run_storm(
+            target, ["-c", target.saturation_concurrency, "-d", d, "-w", target.warmup_s,
+                     "--ramp", target.warmup_s, "--max-errors", 1000000],
+            "saturation", outdir)
+        out["saturation_closed_loop"] = {"concurrency": target.saturation_concurrency,
+                                         **figures(sat)}
+        log(f"  saturation (closed loop, c={target.saturation_concurrency}): "
+            f"{storm_bench.brief(sat)}")
+    target.restart_kdc({"early_flush": "true"})
+    storm_bench.run_storm(target, ["-c", 1, "-d", 1], "warm-ef", outdir)
+    one = storm_bench.run_storm(target, ["-c", 1, "-d", d, "-w", 0.5],
+                                "one-client-early-flush", outdir, check=True)
+    out["one_client_early_flush"] = figures(one)
+    log(f"  one client, early flush: {storm_bench.brief(one)}")
+
+
+def delay_sweep(target, args, work, log):
+    """ring_delay.py's sweep, or {"error"} (the storms' figures stand)."""
+    delays = [float(x) for x in args.ring_delays.split(",") if x.strip()]
+    log(f"== ring delay between the MPC servers: {delays} ms one way, "
+        f"{args.delay_logins} logins of each user a point")
+    try:
+        return ring_delay.sweep(target, delays, args.delay_logins, args.ring_delay_via,
+                                work, log)
+    except Exception as e:  # noqa: BLE001 -- reported in netns.json
+        log(f"  ring delay sweep FAILED: {e}")
+        sys.stderr.write(target.logs()[-5000:] + "\n")
+        return {"error": f"{type(e).__name__}: {e}"[:2000]}
+
+
+def main():
+    args = parser().parse_args()
 
     def log(msg):
         print(msg, flush=True)
@@ -328,38 +413,12 @@ def main():
         log(f"== netns LAN: {lan.note}")
         log(f"   UDP echo RTT (median of 200, Python both ends) kdc->p0 "
             f"{out['udp_rtt_ms_kdc_p0']} ms, p0->p1 {out['udp_rtt_ms_p0_p1']} ms")
-        target = netns_target(lan, work, args.users)
+        target = netns_target(lan, work, args.users, delay_users=bool(args.ring_delays))
         out["setup_s"] = round(time.time() - t0, 1)
-        d = args.duration
-        storm_bench.run_storm(target, ["-c", 1, "-d", 1], "warm", outdir)
-        one = storm_bench.run_storm(target, ["-c", 1, "-d", d, "-w", 0.5], "one-client",
-                                    outdir, check=True)
-        out["one_client_window_100ms"] = figures(one)
-        log(f"  one client, window 100 ms: {storm_bench.brief(one)}")
-        if not args.quick:
-            for name, fr in (("at_50pct_of_peak", 0.5), ("at_90pct_of_peak", 0.9)):
-                rate = round(peak * fr)
-                res = storm_bench.run_storm(
-                    target, ["-r", rate, "-d", d, "-w", target.warmup_s, "--timeout",
-                             target.timeout_s, "--max-inflight", target.max_inflight,
-                             "--max-errors", 1000000], f"open-{rate}", outdir)
-                out[name] = {"offered": rate, **figures(res)}
-                log(f"  open loop {rate}/s ({int(fr * 100)}% of loopback peak): "
-                    f"{storm_bench.brief(res)}")
-            sat = storm_bench.run_storm(
-                target, ["-c", target.saturation_concurrency, "-d", d, "-w", target.warmup_s,
-                         "--ramp", target.warmup_s, "--max-errors", 1000000],
-                "saturation", outdir)
-            out["saturation_closed_loop"] = {"concurrency": target.saturation_concurrency,
-                                             **figures(sat)}
-            log(f"  saturation (closed loop, c={target.saturation_concurrency}): "
-                f"{storm_bench.brief(sat)}")
-        target.restart_kdc({"early_flush": "true"})
-        storm_bench.run_storm(target, ["-c", 1, "-d", 1], "warm-ef", outdir)
-        one = storm_bench.run_storm(target, ["-c", 1, "-d", d, "-w", 0.5],
-                                    "one-client-early-flush", outdir, check=True)
-        out["one_client_early_flush"] = figures(one)
-        log(f"  one client, early flush: {storm_bench.brief(one)}")
+        if not args.ring_delay_only:
+            storms(target, args, peak, outdir, out, log)
+        if args.ring_delays:
+            out["ring_delay"] = delay_sweep(target, args, work, log)
     except BaseException:
         if target is not None:
             sys.stderr.write(target.logs()[-5000:] + "\n")

@@ -23,7 +23,7 @@ import threading
 import pytest
 
 from bench import (cts_bench, cts_realm, kdc_cpu_ab, kdc_profile, kpasswd_bench, netns_bench,
-                   one_client_ab, pkinit_bench, replica_bench, storm_ab, storm_bench,
+                   one_client_ab, pkinit_bench, replica_bench, ring_delay, storm_ab, storm_bench,
                    storm_profile, storm_soak, tgs_bench)
 from kmpc_harness import cluster, kmpc_realm, netns, realm, replica
 
@@ -355,3 +355,24 @@ def test_a_wrong_signature_fails(dry, tmp_path, monkeypatch):
     assert any(n == "add_users" and kw.get("n_random") == 4 for _c, n, _a, kw in calls)
     with pytest.raises(TypeError):
         realm.Realm.addprinc(object.__new__(realm.Realm), "alice", no_such_kw=1)
+
+
+def test_netns_ring_delay_target(dry, tmp_path):
+    """netns_bench's target with ring_delay.py's users, its servers
+    restarted through the relays: each party's flag file dials its relay
+    (127.0.0.1 in its namespace), each relay its predecessor's ring."""
+    calls = dry
+    lan = object.__new__(netns.Lan)
+    t = netns_bench.netns_target(lan, str(tmp_path), 8, delay_users=True)
+    assert set(t.delay_passwords) == set(ring_delay.USERS)
+    shares = [a for _c, n, a, _kw in calls if n == "admin" and a[:1] == ("share",)]
+    assert ("share", "--from-existing", f"--enctype={ring_delay.CTS256}", "ctsuser") in shares
+    base = t.realm.cluster.base
+    ring = ring_delay.RelayRing(lan, base, str(tmp_path))
+    assert ring.upstream[0] == f"{netns.HOSTS['p2']}:{base + 12}"
+    t.restart_servers(ring.ring_prev())
+    t.server_argv(1)  # what _start_servers runs: writes party 1's flag file
+    flags = open(os.path.join(t.realm.dir, "etc-kmpc", "party1.flags")).read()
+    assert f"--ring_prev=127.0.0.1:{base + ring_delay.RELAY_PORT_OFFSET + 1}\n" in flags
+    assert flags.count("--ring_prev=") == 1
+    check_target(t, 8)

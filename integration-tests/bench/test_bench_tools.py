@@ -165,3 +165,170 @@ def test_pkinit_bench_runs_and_results_rows(capsys):
     assert "password, anonymous armor (kinit -T)" in out and "3.00x stock's p50" in out
     bench_results.print_pkinit({"pkinit": bench_results.pkinit_side({"error": "boom"})})
     assert "failed: boom" in capsys.readouterr().out
+
+
+def snapshots(per_login, logins, base=1000):
+    """Two mpc_metrics()-shaped snapshots `logins` logins apart: party i
+    sent per_login[i] bytes and 40 messages a login, ran 1 Run a login."""
+    m0 = {i: {"kmpc_ring_bytes_sent_total": base, "kmpc_ring_messages_sent_total": base,
+              "kmpc_batches_run_ok_total": 7} for i in range(3)}
+    m1 = {i: {"kmpc_ring_bytes_sent_total": base + per_login[i] * logins,
+              "kmpc_ring_messages_sent_total": base + 40 * logins,
+              "kmpc_batches_run_ok_total": 7 + logins,
+              "kmpc_cts_and_rounds_total": 30 * logins} for i in range(3)}
+    return m0, m1
+
+
+def test_ring_cost_bytes_per_login_per_server(capsys):
+    """ring_cost: each server's ring bytes per login between two readings
+    of its counters; cts_bench's ring_per_login into results.json and the
+    table (bench_results)."""
+    from bench import bench_results, ring_cost
+    m0, m1 = snapshots([205000, 205010, 204990], 10)
+    srv = ring_cost.per_server(m0, m1, 10)
+    assert srv["mpc-server-1"] == {"ring_bytes_per_login": 205010.0,
+                                   "ring_messages_per_login": 40.0,
+                                   "and_rounds_per_login": 30.0, "ands_per_login": 0.0,
+                                   "runs_per_login": 1.0}
+    assert ring_cost.bytes_row(srv) == {
+        "by_server": {"mpc-server-0": 205000.0, "mpc-server-1": 205010.0,
+                      "mpc-server-2": 204990.0}, "mean": 205000.0, "spread": 20.0}
+    assert ring_cost.per_server(m0, {0: m1[0], 1: m1[1]}, 10) is None
+    assert ring_cost.per_server(m0, m1, 0) is None
+    k0, k1 = snapshots([65000] * 3, 10)
+    rp = {"logins": 10, "cts": srv, "kdb": ring_cost.per_server(k0, k1, 10),
+          "cts_failed": 0, "kdb_failed": 1}
+    cts = {"when": "t", "modes": {"malicious": {"one_client": {"ring_per_login": rp}}}}
+    row = bench_results.cts_side(cts)["modes"]["malicious"]["ring_per_login"]
+    assert row["cts"]["bytes"]["mean"] == 205000.0 and row["kdb"]["failed"] == 1
+    assert row["kdb"]["ring_messages_per_login"] == 40.0
+    assert ring_cost.login_line(row).startswith(
+        "ring per login, each server (10 logins a user): aes256-cts user "
+        "205,000 / 205,010 / 204,990 bytes (servers 0 / 1 / 2), 40 messages")
+
+
+def delay_point(label, via, delay_ms, cts_ms, kdb_ms, rounds=(4400, 77), lateness=None):
+    side = lambda ms, r: {  # noqa: E731
+        "p50_ms": ms, "failed": 0,
+        "servers": {f"mpc-server-{i}": {"ring_messages_per_login": r} for i in range(3)}}
+    return {"label": label, "via": via, "delay_ms": delay_ms,
+            "cts": side(cts_ms, rounds[0]), "kdb": side(kdb_ms, rounds[1]),
+            "relay": lateness and [{"lateness": {"p50_us": x}} for x in lateness]}
+
+
+def test_ring_delay_summary_against_rounds_times_delay():
+    """ring_cost.delay_summary: each delay's added p50 over the relay's
+    0 ms control against rounds x delay, the relay's cost against the
+    servers dialling directly, the drift of the last 0 ms point; the
+    results section and its lines (bench_results)."""
+    from bench import bench_results, ring_cost
+    points = [delay_point("direct", "direct", 0, 100.0, 15.0),
+              delay_point("relay 0 ms", "relay", 0, 122.0, 15.5, lateness=[15, 16, 17]),
+              delay_point("relay 0.5 ms", "relay", 0.5, 2322.0, 54.0),
+              delay_point("relay 2 ms", "relay", 2, 8922.0, 170.0, lateness=[20, 21, 22]),
+              delay_point("relay 0 ms again", "relay", 0, 125.0, 15.0)]
+    s = ring_cost.delay_summary(points)
+    assert s["control"] == "relay 0 ms"
+    assert s["relay_overhead"]["cts"] == {"ms_per_login": 22.0, "us_per_round": 5.0}
+    assert s["drift_ms"] == {"cts": 3.0, "kdb": -0.5}
+    half, two = s["by_delay"]
+    assert half["cts"] == {"p50_ms": 2322.0, "failed": 0, "rounds": 4400.0,
+                           "predicted_added_ms": 2200.0, "predicted_p50_ms": 2322.0,
+                           "added_ms": 2200.0, "ratio": 1.0}
+    assert two["cts"]["ratio"] == 1.0 and two["relay_lateness_p50_us"] == [20, 21, 22]
+    assert two["kdb"]["predicted_added_ms"] == 154.0 and two["kdb"]["added_ms"] == 154.5
+    assert "relay_lateness_p50_us" not in half
+    netns = {"ring_delay": {"via": "relay", "logins": 15, "points": points, "summary": s}}
+    sec = ring_cost.results_section(netns["ring_delay"])
+    assert [p["cts_p50_ms"] for p in sec["points"]] == [100.0, 122.0, 2322.0, 8922.0, 125.0]
+    lines = ring_cost.delay_lines(sec)
+    assert lines[7].startswith(
+        "  2 ms one way: cts +8800.0 ms against 4400 rounds x 2 = +8800.0 ms (1.00x); kdb ")
+    assert ring_cost.results_section({"error": "boom"}) == {"error": "boom"}
+    # A netem sweep has no direct point and no relay: no overhead row.
+    s = ring_cost.delay_summary([p for p in points if p["via"] != "direct"])
+    assert "relay_overhead" not in s and len(s["by_delay"]) == 2
+    assert ring_cost.delay_summary([points[0]]) == {"control": None, "by_delay": []}
+    bench_results.ring_cost.print_delay(sec, lambda line: None)
+
+
+def test_ring_relay_delays_both_ways_in_order(tmp_path):
+    """ring_relay.Relay: every chunk waits the configured delay each way,
+    lowering the delay mid-stream keeps the order, "stats" reports the
+    chunks and resets."""
+    import json
+    import socket
+    import threading
+    from bench import ring_relay
+    echo = socket.create_server(("127.0.0.1", 0))
+
+    def serve_echo():
+        c, _ = echo.accept()
+        with c:
+            while data := c.recv(65536):
+                c.sendall(data)
+    threading.Thread(target=serve_echo, daemon=True).start()
+    ctl = str(tmp_path / "ctl.sock")
+    relay = ring_relay.Relay(("127.0.0.1", 0), echo.getsockname(), ctl, 0.030)
+    stop = threading.Event()
+    threading.Thread(target=lambda: [relay.step() for _ in iter(stop.is_set, True)],
+                     daemon=True).start()
+
+    def command(line):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(ctl)
+            s.sendall(line.encode() + b"\n")
+            return s.makefile().readline().strip()
+    def receive(c, n):
+        got = b""
+        while len(got) < n:
+            got += c.recv(65536)
+        return got
+    with socket.create_connection(relay.lsock.getsockname()) as c:
+        t0 = time.monotonic()
+        c.sendall(b"x")
+        assert receive(c, 1) == b"x"
+        assert time.monotonic() - t0 >= 0.058  # 30 ms out, 30 ms back
+        t0 = time.monotonic()
+        c.sendall(b"a" * 1000)
+        while sum(d.queued for p in relay.pairs for d in p) < 1000:  # "a" read
+            time.sleep(0.001)
+        assert command("delay 0") == "ok 0"  # the queued chunk keeps its due time
+        c.sendall(b"b" * 1000)
+        assert receive(c, 2000) == b"a" * 1000 + b"b" * 1000
+        assert 0.025 <= time.monotonic() - t0 < 1.0
+    stats = json.loads(command("stats"))
+    assert stats["chunks"] >= 4 and stats["bytes"] == 4002 and stats["delay_ms"] == 0
+    assert json.loads(command("stats"))["chunks"] == 0
+    assert command("nonsense").startswith("error")
+    stop.set()
+    with socket.socket(socket.AF_UNIX) as s:  # wakes the loop to see stop
+        s.connect(ctl)
+
+
+def test_tgs_bench_tickets_per_run_and_shape_cuts():
+    """tgs_bench: the module's /metrics text into its batch counters, and
+    a mix's tickets per server Run and Runs cut at the cts shape bound."""
+    from bench import tgs_bench
+    text = ("# HELP kmpc_kdc_batches_total batches started\n"
+            "kmpc_kdc_batches_total 120\n"
+            "kmpc_kdc_cts_shape_cuts_total 6\n"
+            'kmpc_kdc_batch_jobs_sum{kind="run"} 2400\n'
+            'kmpc_kdc_batch_jobs_count{kind="run"} 120\n'
+            'kmpc_kdc_batch_jobs_sum{kind="finalize_only"} 99\n'
+            'kmpc_kdc_exchanges_total{exchange="tgs",result="ok"} 500\n'
+            'kmpc_kdc_exchanges_total{exchange="as",result="ok"} 700\n'
+            'kmpc_kdc_exchanges_total{exchange="as",result="failed"} 3\n')
+    k1 = tgs_bench.parse_batch_counters(text)
+    assert k1 == {"tickets": 1200.0, "module_runs": 120.0, "cuts": 6.0, "run_jobs": 2400.0,
+                  "run_batches": 120.0}
+    k0 = {"tickets": 200.0, "module_runs": 20.0, "cuts": 1.0, "run_jobs": 400.0,
+          "run_batches": 20.0}
+    mpc = lambda runs: {i: {"kmpc_batches_run_ok_total": runs[i]} for i in range(3)}  # noqa: E731
+    b = tgs_bench.batch_figures(k0, k1, mpc([5, 5, 5]), mpc([105, 105, 104]))
+    assert b == {"tickets": 1000, "module_runs": 100, "module_jobs_per_run": 20.0,
+                 "cts_shape_cuts": 5, "cut_fraction": 0.05, "server_runs": 100,
+                 "tickets_per_run": 10.0}
+    assert tgs_bench.batch_figures(None, k1, None, None) is None
+    assert "10.0 tickets per Run" in tgs_bench.batch_line(b)

@@ -28,8 +28,11 @@ semi-honest, one realm per mode, same processes for every figure of a mode:
                (names of 2-40 characters, keys in the cluster) with --tgs the
                cts service, then with --tgs the KDB-key service: ops/s and
                their ratio, each exchange's p50, failures, the module's Runs
-               per exchange kind, the servers' Runs per operation and the
-               CPU per operation of each process.
+               per exchange kind, the servers' Runs per operation, tickets
+               per Run (batch_figures: the module's exchanges ended ok
+               against each server's Runs), the module's jobs per Run and
+               the Runs it cut at the servers' bound on one Run's aes*-cts
+               programs, and the CPU per operation of each process.
 
 The service was a KDB service first: its keytab is extracted, then its key
 moved with `kmpc-admin share --from-existing --service` (as
@@ -379,6 +382,73 @@ class MixTarget:
         pass
 
 
+# The KDC module's batch counters (kdc-plugin/src/kdc_metrics.cc): Runs it
+# started, those it ended before the next job because that job's aes*-cts
+# programs would pass the servers' bound on one Run's distinct programs
+# (contract::kCtsBatchBytes), and its histogram of jobs per Run batch.
+BATCH_SERIES = {"module_runs": "kmpc_kdc_batches_total",
+                "cuts": "kmpc_kdc_cts_shape_cuts_total",
+                "run_jobs": 'kmpc_kdc_batch_jobs_sum{kind="run"}',
+                "run_batches": 'kmpc_kdc_batch_jobs_count{kind="run"}'}
+
+
+def parse_batch_counters(text):
+    """{key: value} of BATCH_SERIES in the module's /metrics text, and
+    "tickets": its exchanges ended ok, every kind (each issued a ticket)."""
+    out = {"tickets": 0.0}
+    for line in text.splitlines():
+        series, _, val = line.rpartition(" ")
+        if not series or line.startswith("#"):
+            continue
+        for key, want in BATCH_SERIES.items():
+            if series == want:
+                out[key] = float(val)
+        if series.startswith("kmpc_kdc_exchanges_total{") and 'result="ok"' in series:
+            out["tickets"] += float(val)
+    return out
+
+
+def batch_counters(url):
+    """parse_batch_counters() of the KDC's /metrics; None when unreadable."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return parse_batch_counters(resp.read().decode())
+    except (OSError, ValueError):
+        return None
+
+
+def batch_figures(k0, k1, m0, m1):
+    """Tickets per Run over one mix, and the Runs the shape bound cut:
+    tickets (the module's exchanges ended ok) per server Run (each server's
+    kmpc_batches_total{kind="run",result="ok"}, the largest of the three),
+    the module's jobs per Run batch, and its cuts against its Runs. None
+    without the module's counters."""
+    if not k0 or not k1:
+        return None
+    d = {k: k1.get(k, 0) - k0.get(k, 0) for k in (*BATCH_SERIES, "tickets")}
+    out = {"tickets": int(d["tickets"]), "module_runs": int(d["module_runs"]),
+           "module_jobs_per_run": (round(d["run_jobs"] / d["run_batches"], 2)
+                                   if d["run_batches"] else None),
+           "cts_shape_cuts": int(d["cuts"]),
+           "cut_fraction": round(d["cuts"] / d["module_runs"], 4) if d["module_runs"] else None}
+    if m0 and m1:
+        runs = [m1[i].get("kmpc_batches_run_ok_total", 0)
+                - m0[i].get("kmpc_batches_run_ok_total", 0) for i in range(3)]
+        out["server_runs"] = max(runs)
+        out["tickets_per_run"] = round(d["tickets"] / max(runs), 2) if max(runs) else None
+    return out
+
+
+def batch_line(b):
+    if not b:
+        return "tickets per Run: the KDC's counters unreadable"
+    return (f"{b['tickets']} tickets in {b.get('server_runs')} server Runs: "
+            f"{b.get('tickets_per_run')} tickets per Run; the module's "
+            f"{b['module_jobs_per_run']} jobs per Run; {b['cts_shape_cuts']} of its "
+            f"{b['module_runs']} Runs cut by the cts shape bound")
+
+
 def kdc_errors(r, start):
     """The module's error lines in the KDC's log after offset start, by
     message with numbers blanked: {message: count}, the five commonest."""
@@ -431,10 +501,12 @@ def mix(r, seconds, log):
     for which in ("cts", "kdb"):
         t = MixTarget(r, which)
         at = log_size(r)
+        k0, m0 = batch_counters(r.kdc_metrics_url), t.mpc_counters()
         res = storm_bench.run_storm(
             t, ["-c", storm_bench.MIX_CONCURRENCY, "-d", seconds, "-w", 3, "--engine", "sync",
                 "--mix", storm_bench.MIX, "--tgs", t.service],
             f"mix-{which}", outdir, timeout=seconds + 300)
+        batches = batch_figures(k0, batch_counters(r.kdc_metrics_url), m0, t.mpc_counters())
         by_op = res.get("mix") or {}
         out[which] = {
             "service": t.service, "ops": storm_bench.MIX,
@@ -447,11 +519,13 @@ def mix(r, seconds, log):
             "by_op": by_op,
             "cpu_us_per_op": {n: round(v["us_per_login"], 1) for n, v in res["cpu"].items()},
             "server_runs_per_op": (res.get("mpc") or {}).get("run_batches_per_login"),
-            "runs_per_exchange": res.get("exchanges"), "module_errors": kdc_errors(r, at)}
+            "runs_per_exchange": res.get("exchanges"), "module_errors": kdc_errors(r, at),
+            "batches": batches}
         m = out[which]
         log(f"  mix {storm_bench.MIX} c={storm_bench.MIX_CONCURRENCY}, TGS to the {which} "
             f"service: {m['ops_per_s']:.1f} ops/s, failed {m['failed']}, step p50 "
             f"{m['step_p50_ms']}, CPU us/op {m['cpu_us_per_op']}")
+        log(f"    {batch_line(batches)}")
     a, b = out["cts"]["ops_per_s"], out["kdb"]["ops_per_s"]
     out["ratio_cts_to_kdb_ops"] = round(a / b, 3) if b else None
     # What a TGS to the cts service costs each process beyond one to the
