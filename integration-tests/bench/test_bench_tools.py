@@ -312,7 +312,7 @@ def test_tgs_bench_tickets_per_run_and_shape_cuts():
     a mix's tickets per server Run and Runs cut at the cts shape bound."""
     from bench import tgs_bench
     text = ("# HELP kmpc_kdc_batches_total batches started\n"
-            "kmpc_kdc_batches_total 120\n"
+            "kmpc_kdc_batches_total 240\n"
             "kmpc_kdc_cts_shape_cuts_total 6\n"
             'kmpc_kdc_batch_jobs_sum{kind="run"} 2400\n'
             'kmpc_kdc_batch_jobs_count{kind="run"} 120\n'
@@ -321,13 +321,14 @@ def test_tgs_bench_tickets_per_run_and_shape_cuts():
             'kmpc_kdc_exchanges_total{exchange="as",result="ok"} 700\n'
             'kmpc_kdc_exchanges_total{exchange="as",result="failed"} 3\n')
     k1 = tgs_bench.parse_batch_counters(text)
-    assert k1 == {"tickets": 1200.0, "module_runs": 120.0, "cuts": 6.0, "run_jobs": 2400.0,
+    assert k1 == {"tickets": 1200.0, "module_steps": 240.0, "cuts": 6.0, "run_jobs": 2400.0,
                   "run_batches": 120.0}
-    k0 = {"tickets": 200.0, "module_runs": 20.0, "cuts": 1.0, "run_jobs": 400.0,
+    k0 = {"tickets": 200.0, "module_steps": 40.0, "cuts": 1.0, "run_jobs": 400.0,
           "run_batches": 20.0}
     mpc = lambda runs: {i: {"kmpc_batches_run_ok_total": runs[i]} for i in range(3)}  # noqa: E731
     b = tgs_bench.batch_figures(k0, k1, mpc([5, 5, 5]), mpc([105, 105, 104]))
-    assert b == {"tickets": 1000, "module_runs": 100, "module_jobs_per_run": 20.0,
+    assert b == {"tickets": 1000, "module_runs": 100, "module_steps": 200,
+                 "module_jobs_per_run": 20.0,
                  "cts_shape_cuts": 5, "cut_fraction": 0.05, "server_runs": 100,
                  "tickets_per_run": 10.0}
     assert tgs_bench.batch_figures(None, k1, None, None) is None

@@ -382,11 +382,12 @@ class MixTarget:
         pass
 
 
-# The KDC module's batch counters (kdc-plugin/src/kdc_metrics.cc): Runs it
-# started, those it ended before the next job because that job's aes*-cts
-# programs would pass the servers' bound on one Run's distinct programs
-# (contract::kCtsBatchBytes), and its histogram of jobs per Run batch.
-BATCH_SERIES = {"module_runs": "kmpc_kdc_batches_total",
+# The KDC module's batch counters (kdc-plugin/src/kdc_metrics.cc): the Run
+# and Finalize steps it started, the Runs it ended before the next job
+# because that job's aes*-cts programs would pass the servers' bound on one
+# Run's distinct programs (contract::kCtsBatchBytes), and its histogram of
+# jobs per Run batch (its count: the Runs).
+BATCH_SERIES = {"module_steps": "kmpc_kdc_batches_total",
                 "cuts": "kmpc_kdc_cts_shape_cuts_total",
                 "run_jobs": 'kmpc_kdc_batch_jobs_sum{kind="run"}',
                 "run_batches": 'kmpc_kdc_batch_jobs_count{kind="run"}'}
@@ -427,11 +428,12 @@ def batch_figures(k0, k1, m0, m1):
     if not k0 or not k1:
         return None
     d = {k: k1.get(k, 0) - k0.get(k, 0) for k in (*BATCH_SERIES, "tickets")}
-    out = {"tickets": int(d["tickets"]), "module_runs": int(d["module_runs"]),
-           "module_jobs_per_run": (round(d["run_jobs"] / d["run_batches"], 2)
-                                   if d["run_batches"] else None),
+    runs = d["run_batches"]
+    out = {"tickets": int(d["tickets"]), "module_runs": int(runs),
+           "module_steps": int(d["module_steps"]),
+           "module_jobs_per_run": round(d["run_jobs"] / runs, 2) if runs else None,
            "cts_shape_cuts": int(d["cuts"]),
-           "cut_fraction": round(d["cuts"] / d["module_runs"], 4) if d["module_runs"] else None}
+           "cut_fraction": round(d["cuts"] / runs, 4) if runs else None}
     if m0 and m1:
         runs = [m1[i].get("kmpc_batches_run_ok_total", 0)
                 - m0[i].get("kmpc_batches_run_ok_total", 0) for i in range(3)]
