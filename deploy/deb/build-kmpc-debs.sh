@@ -58,9 +58,10 @@ krb5_dev() {
 
 stage_source() {
   # Tracked and untracked-but-not-ignored files with their timestamps (tar
-  # keeps mtimes), so the kept CMake tree sees only real changes.
+  # keeps mtimes), so the kept CMake tree sees only real changes;
+  # deploy/debian too (CMake's install rules install its examples).
   rm -rf "$src"; mkdir -p "$src"
-  (cd "$root" && git ls-files -co --exclude-standard -z | grep -zv '^deploy/debian/' |
+  (cd "$root" && git ls-files -co --exclude-standard -z |
      tar --null -T - -cf -) | tar -xf - -C "$src"
   cp -a "$root/deploy/debian" "$src/debian"
   local codename base want
