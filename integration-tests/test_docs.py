@@ -89,6 +89,8 @@ EXTERNAL_OPTIONS = {
     "--with-ldap": "krb5's configure (kldap)",
     "--output-on-failure": "ctest",
     "--build": "cmake",
+    "--install": "cmake",
+    "--component": "cmake --install",
     "--target": "pip install",
     "--require-hashes": "pip install",
     "--no-deps": "pip install",
