@@ -1,6 +1,6 @@
 """Three real kmpc-mpc-server processes on loopback over mutual TLS.
 
-Driven through the C++ client (tools/mpc_client.cc): no python gRPC here.
+Driven through the C++ client (tools/mpc_client/): no python gRPC here.
 Results are checked against an independent implementation of the enctypes
 (ctr_mpc_ref.py: python3-cryptography's AES, which is OpenSSL, plus its own
 GHASH) and the shared vectors. Any server that dies fails the test; every

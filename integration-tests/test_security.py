@@ -3,7 +3,7 @@ the share store leaving no deleted or replaced shares in its file.
 
 Three real kmpc-mpc-server processes on loopback started with
 --crl=DIR/crl.pem and an Admin allow-list with certificate pins; driven by
-kmpc-mpc-client (tools/mpc_client.cc); certificates revoked with
+kmpc-mpc-client (tools/mpc_client/); certificates revoked with
 `deploy/gen-certs.sh DIR --revoke`, as an administrator would.
 """
 import contextlib

@@ -75,14 +75,16 @@ target_link_libraries(kmpc-mpc-server-cheat PRIVATE
   kmpc_service_cheat ${KMPC_SERVER_MAIN_LIBS})
 
 # The command-line tools on the cluster client library: kmpc-mpc-client
-# (admin commands, job batches, Sign, the fuzzer) and kmpc-mpc-bench (the
-# keystream and aes*-cts benchmarks, which evaluate the RFC 3962 circuits
-# in the clear: kmpc_core), over what both share (tools/cluster_tool.h).
+# (tools/mpc_client/, a file per command: admin commands, job batches,
+# Sign, the fuzzer) and kmpc-mpc-bench (the keystream and aes*-cts
+# benchmarks, which evaluate the RFC 3962 circuits in the clear:
+# kmpc_core), over what both share (tools/cluster_tool.h).
 add_library(kmpc_cluster_tool STATIC tools/cluster_tool.cc)
 target_link_libraries(kmpc_cluster_tool PUBLIC
   kmpc_cluster_admin absl::flags absl::strings absl::time OpenSSL::Crypto)
 target_compile_options(kmpc_cluster_tool PRIVATE -Wall -Wextra)
-add_executable(kmpc-mpc-client tools/mpc_client.cc)
+add_executable(kmpc-mpc-client tools/mpc_client/main.cc tools/mpc_client/cmd_keys.cc
+  tools/mpc_client/cmd_jobs.cc tools/mpc_client/cmd_sign.cc tools/mpc_client/cmd_fuzz.cc)
 target_link_libraries(kmpc-mpc-client PRIVATE
   kmpc_cluster_tool absl::flags absl::flags_parse absl::str_format)
 target_compile_options(kmpc-mpc-client PRIVATE -Wall -Wextra)

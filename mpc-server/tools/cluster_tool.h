@@ -1,4 +1,4 @@
-// What kmpc-mpc-client (mpc_client.cc) and kmpc-mpc-bench (mpc_bench.cc)
+// What kmpc-mpc-client (mpc_client/) and kmpc-mpc-bench (mpc_bench.cc)
 // share: the flags that name the cluster, the three servers' channels and
 // stubs, a Run dealt, sent to the three servers and read back, and the
 // checks whose failure ends the program with its documented exit code
@@ -91,9 +91,9 @@ std::array<pb::RunRequest, 3> DealRequests(const pb::RunRequest& req,
                                            const std::vector<Bytes>& messages);
 void WipeRequests(std::array<pb::RunRequest, 3>& reqs);
 
-// One party's Run response read back per result (mpc_client.cc's jobs,
-// mpc_bench.cc's keystream check): result k's ctr0 (empty: none) and its
-// two shares, views into the response (which must outlive the view).
+// One party's Run response read back per result (mpc_client/cmd_jobs.cc's
+// jobs, mpc_bench.cc's keystream check): result k's ctr0 (empty: none) and
+// its two shares, views into the response (which must outlive the view).
 // `extra`: bytes beyond what the results take.
 struct RunView {
   std::vector<Bytes> ctr0;
