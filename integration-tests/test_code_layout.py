@@ -748,8 +748,6 @@ SPLIT_PENDING = {
     "mpc-server/src/protocol/verify.cc": (951, "SHA-256 and the multiplication log "
                                           "apart from the check"),
     "mpc-server/src/service/scheduler.cc": (915, "queueing apart from admission"),
-    "kdc-plugin/dealer/dealer_module.cc": (866, "the mpcdealer, ticket and kadm5_hook "
-                                           "vtables apart"),
 }
 
 

@@ -209,7 +209,7 @@ def test_kprop_full_carries_password_change_and_new_principal(st):
     check_kdbs(st, not_yet={"bob"})
     # Not propagated yet: the replica still has alice's old handle, whose
     # shares the dealer removed from the cluster when the change committed
-    # (kdc-plugin/dealer/dealer_module.cc). So until the next propagation
+    # (kdc-plugin/dealer/dealer.cc). So until the next propagation
     # neither password logs in there (docs/admin-guide.md, "Replica KDCs").
     since = log_size(r)
     kinit_unavailable(r, "alice", a2)

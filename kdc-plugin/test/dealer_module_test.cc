@@ -1,4 +1,4 @@
-// The key dealer (kdc-plugin/dealer/dealer_module.cc) through its two krb5
+// The key dealer (kdc-plugin/dealer/, dealer_module.cc) through its two krb5
 // plugin vtables, as libkdb5 and kadm5 drive it, with in-process Admin
 // servers over mTLS (mpc-server/test/server/fake_admin.h): the initvt
 // functions refuse other major versions; `protect` patterns from the

@@ -399,7 +399,7 @@ absl::StatusOr<ShareOutcome> ShareOne(Kdb& kdb, Clusters& cluster,
   auto keys = MakeKeysToShare(kdb, a, *info, password);
   if (!keys.ok()) return keys.status();
   // A user kind's entry gets +requires_preauth before its handles, as the
-  // dealer's (kdc-plugin/dealer/dealer_module.cc, RequirePreauth).
+  // dealer's (kdc-plugin/dealer/kadm5_hook_vtable.cc, RequirePreauth).
   if (ShareKindOf(a, info->name) != KeyKind::kService)
     if (absl::Status st = kdb.RequirePreauth(info->name); !st.ok()) return st;
   if (absl::Status st = PutAndSetHandles(kdb, cluster, a, info->name, *keys); !st.ok())
