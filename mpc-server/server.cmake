@@ -49,6 +49,8 @@ set(KMPC_SERVICE_SOURCES
   src/service/one_use_states.cc
   src/service/memory_scheduler_ring.cc src/service/metrics.cc
   src/service/scheduler.cc src/service/services.cc
+  src/service/keyops_service.cc src/service/admin_service.cc
+  src/service/request_checks.cc
   src/service/tls_scheduler_ring.cc src/service/wipe_interceptor.cc
   src/service/request_wipe.cc)
 set(KMPC_SERVICE_LIBS
@@ -95,7 +97,12 @@ target_compile_options(kmpc-mpc-bench PRIVATE -Wall -Wextra)
 
 # Tests of the service layer over kmpc_service: test/server/NAME_test.cc
 # as kmpc_NAME_test, with its ctest timeout in seconds.
-#   services               three parties' KeyOpsService end to end, no gRPC
+#   keyops_service         three parties' KeyOpsService end to end, no gRPC
+#                          (test/server/services_testing.h)
+#   admin_service          AdminService on those parties: SetKeyKind,
+#                          DeleteKeys, ResetBreaker
+#   services               the test-only request recorder, ToGrpcStatus
+#   request_checks         the KeyOps and Admin requests' checks, alone
 #   wipe_interceptor       KeyOps responses' shares wiped once serialized
 #   request_wipe           received requests: no freed block holds a byte of
 #                          their shares (service/request_wipe.h; free() hooked)
@@ -110,7 +117,8 @@ target_compile_options(kmpc-mpc-bench PRIVATE -Wall -Wextra)
 #   memory_scheduler_ring  the in-process ring of the scheduler and service
 #                          tests (service/memory_scheduler_ring.cc)
 #   tls_scheduler_ring     the TLS ring as the scheduler's ring
-foreach(_test IN ITEMS services:180 wipe_interceptor:60 request_wipe:60
+foreach(_test IN ITEMS keyops_service:180 admin_service:120 services:60
+                       request_checks:30 wipe_interceptor:60 request_wipe:60
                        scheduler:120 auth:120
                        one_use_states:60 key_cache:60 metrics:60 breaker:60
                        memory_scheduler_ring:60 tls_scheduler_ring:60)

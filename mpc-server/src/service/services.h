@@ -1,6 +1,8 @@
-// The gRPC services of one MPC server: KeyOps for the KDC, Admin for the
-// operator's tools. This is the only place absl::Status becomes grpc::Status
-// (style.md). Both services require mutual TLS; each has an allow-list of
+// The gRPC services of one MPC server: KeyOps for the KDC
+// (keyops_service.cc), Admin for the operator's tools (admin_service.cc);
+// the checks of their requests are request_checks.h's. This is the only
+// place absl::Status becomes grpc::Status (style.md; ToGrpcStatus,
+// services.cc). Both services require mutual TLS; each has an allow-list of
 // client certificate identities (subject CN, optional SHA-256 pins) and the
 // server's CRL, checked from the call's AuthContext on every RPC (auth.h).
 #ifndef KMPC_SERVICE_SERVICES_H_

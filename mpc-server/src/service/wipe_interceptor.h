@@ -52,7 +52,7 @@ void SetWipeObserverForTesting(WipeObserver* o);
 // Wipes the share field of a KeyOps response in place (RunResponse.shares,
 // FinalizeResponse.tags, SignResponse.tag_shares) and returns it; null
 // (nothing done) for any other message. Also for a response that will not
-// be sent (services.cc, Serve).
+// be sent (keyops_service.cc, Serve).
 const std::string* WipeResponseShares(google::protobuf::MessageLite* m);
 
 // Applies to the KeyOps methods; other methods get no interceptor.

@@ -1454,7 +1454,7 @@ TEST(Malicious, PadsComeOnlyFromVerifiedBatches) {
   EXPECT_TRUE(PadsSignRight({*r[0], *r[1], *r[2]}, jobs, key));
 }
 
-// A verify item's answers under verification pads (services.cc
+// A verify item's answers under verification pads (keyops_service.cc
 // SetVerifyAnswer): each party's SignShare plus the local cross terms of
 // its shares of r and of the presented tag t' (dealt after D); their XOR
 // is r * (T ^ t'), zero iff t' is the tag.

@@ -112,7 +112,7 @@ TEST(WipeInterceptor, SharesReachTheClientAndAreWipedOnTheServer) {
   SetWipeObserverForTesting(nullptr);
 }
 
-// A response that is not sent: WipeResponseShares (services.cc, Serve)
+// A response that is not sent: WipeResponseShares (keyops_service.cc, Serve)
 // wipes its share field; any other message is left alone.
 TEST(WipeInterceptor, WipeResponseSharesByType) {
   pb::SignResponse s;
