@@ -36,6 +36,8 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/protocol/dzkp.cc
   ${KMPC_CORE_ROOT}/src/protocol/dzkp_first_level.cc
   ${KMPC_CORE_ROOT}/src/protocol/dzkp_rounds.cc
+  ${KMPC_CORE_ROOT}/src/protocol/sha256.cc
+  ${KMPC_CORE_ROOT}/src/protocol/mul_log.cc
   ${KMPC_CORE_ROOT}/src/protocol/verify.cc
   ${KMPC_CORE_ROOT}/src/aes/aes.cc
   ${KMPC_CORE_ROOT}/src/aes/kernel_avx2.cc
@@ -101,7 +103,7 @@ include(GoogleTest)
 set(KMPC_VECTORS "${CMAKE_SOURCE_DIR}/krb5-patches/tests/enctype-vectors.json")
 
 foreach(t replicated_test gf128_test dzkp_test dzkp_simd_test dzkp_first_level_test
-    dzkp_rounds_test verify_test prss_test prf_test rep3_test
+    dzkp_rounds_test sha256_test mul_log_test verify_test prss_test prf_test rep3_test
     memory_ring_test aes_test agreement_test key_shares_test sign_test engine_test
     refresh_test refresh_check_test key_expansion_test transpose_test user_key_rule_test gate_budget_test
     batch_state_test keys_test batch_agreement_test pads_test cts_plan_test aes_phase_test

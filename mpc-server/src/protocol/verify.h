@@ -220,17 +220,8 @@
 #ifndef KMPC_PROTOCOL_VERIFY_H_
 #define KMPC_PROTOCOL_VERIFY_H_
 
-#include <array>
-#include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <vector>
-
 #include "absl/status/status.h"
-#include "absl/types/span.h"
-#include "protocol/dzkp.h"
-
-typedef struct evp_md_ctx_st EVP_MD_CTX;
+#include "protocol/mul_log.h"
 
 namespace kmpc::protocol {
 
@@ -243,131 +234,6 @@ bool IsIntegrityFailure(const absl::Status& st);
 // The status of a batch in which a deviation was detected (DATA_LOSS with
 // kIntegrityPayload): the check's, and the agreement's (batch_agreement.cc).
 absl::Status IntegrityFailure();
-
-// Streaming SHA-256 (OpenSSL EVP).
-class Sha256 {
- public:
-  Sha256();
-  ~Sha256();
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void Update(absl::Span<const uint8_t> b);
-  void Update(const uint64_t* w, size_t n) {
-    Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(w), 8 * n));
-  }
-  absl::Status Final(std::array<uint8_t, 32>& out);
-  // The digest of what was hashed so far; hashing may go on.
-  absl::Status Peek(std::array<uint8_t, 32>& out);
-  // Starts a new digest.
-  void Reset();
-
- private:
-  EVP_MD_CTX* ctx_;
-  EVP_MD_CTX* peek_;  // Peek's copy of ctx_
-  bool ok_;
-};
-
-// Every product and opening of a batch, in order, by one party.
-class MulLog {
- public:
-  MulLog() = default;
-  ~MulLog();
-  MulLog(const MulLog&) = delete;
-  MulLog& operator=(const MulLog&) = delete;
-
-  // Appends n AND words (x0, x1, y0, y1, z0); returns where their z1 goes
-  // (SetAndZ1 once the layer's reply is in). Only lanes 0 .. live-1 of
-  // each word are checked: the caller guarantees that the others never
-  // reach an output (bitsliced lanes are independent, and lanes without a
-  // block are dropped).
-  size_t AddAnd(const uint64_t* x0, const uint64_t* x1, const uint64_t* y0,
-                const uint64_t* y1, const uint64_t* z0, size_t n, int live = 64);
-  // AddAnd without the copy: room for n words whose x0, x1, y0, y1, z0 the
-  // caller writes at out[0 .. 5) before the next call.
-  size_t AppendAnd(size_t n, int live, uint64_t* out[5]);
-  void SetAndZ1(size_t at, const uint64_t* z1, size_t n);
-  // Where the z1 words of AppendAnd's words from `at` go (the caller
-  // receives them there instead of calling SetAndZ1). Valid until the next
-  // append.
-  uint64_t* AndZ1At(size_t at) { return and_[5].data() + at; }
-  // n GF(2^128) products, 16 bytes each.
-  void AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
-             const uint8_t* y1, const uint8_t* z0, const uint8_t* z1,
-             size_t n);
-  void AddOpened(absl::Span<const uint8_t> v);
-  // This party saw a deviation outside the log (batch_agreement.cc CheckForwarded:
-  // a forwarded message whose tag failed): its next compare fails whatever
-  // its successor's hash says (the cheater knows every value this party
-  // opened, so it could send back this party's own hash). Until Clear.
-  void MarkDeviated() { deviated_ = true; }
-  bool deviated() const { return deviated_; }
-
-  size_t and_words() const { return and_n_; }
-  size_t gf_products() const { return gf_[0].size() / 16; }
-  bool empty() const { return and_words() == 0 && gf_products() == 0; }
-  // Wipes and empties everything (the opened-values hash restarts); the
-  // engine calls it at the end of every batch.
-  void Clear();
-  // Empties the log for the next wave of the same batch (the opened-values
-  // hash restarts); the AND words and the check's vectors stay in the
-  // buffers until Clear wipes them.
-  void Rewind();
-
-  // Bytes of buffer capacity the log and the Verifier hold (after Clear:
-  // what they keep for the next batch).
-  size_t retained_bytes() const;
-  // The most retained_bytes() kept from one batch to the next (per
-  // worker: each has its own Engine and log). The log holds 48 bytes per
-  // AND word and the compressed vectors 64 / G * 32 (four vectors of one
-  // 8-byte element per 64 lanes of a group of G words): a busy KDC's
-  // batches (up to ~100 logins, ~350,000 words, G = 64) keep ~20 MB and
-  // reuse it batch after batch, and a large batch's (a wave of 8,192
-  // AES-128 blocks: ~700,000 words, ~35 MB) are not kept for good.
-  // EngineOptions::verify_words' default: the AES kernel verifies at the
-  // first AND-layer boundary where the log holds this many words (48 bytes
-  // each: ~3 MB per party, and the check's vectors ~2 MB more), so that
-  // the check reads the words from the cache
-  // while the three parties of a 2-core host share a 32 MB L3; a whole
-  // wave's log (700,000 words for 8,192 AES-128 blocks, ~33 MB per party)
-  // was read from memory, and the check cost ~30% more per word.
-  static constexpr size_t kVerifyWords = 65536;
-  static constexpr size_t kMaxRetainedBytes = size_t{64} << 20;  // 64 MiB
-  // Called after a batch (Clear first): if retained_bytes() exceeds
-  // kMaxRetainedBytes, wipes every buffer over its whole capacity (they
-  // held shares of wire values) and frees it.
-  void ReleaseExcess();
-
- private:
-  friend class Verifier;
-  // Wipes every buffer over its whole capacity and frees it.
-  void FreeAll();
-  // Packs the live lanes of the words logged with live < 64 (in order,
-  // as one bit stream per component), in place: a batch of b < 64
-  // blocks is checked on b/64 of its words. The z = x & y relation holds
-  // lane by lane, so it holds on the packed words.
-  void PackLiveLanes();
-  // x0, x1, y0, y1, z0, z1: words [0, and_n_) in use; each buffer's size
-  // is its capacity.
-  std::array<dzkp::WordVector, 6> and_;
-  size_t and_n_ = 0;
-  bool deviated_ = false;
-  // Runs of words with fewer than 64 live lanes: (first word, words, live).
-  std::vector<std::array<size_t, 3>> partial_;
-  // Elements of and_ / fold_ written since the last Clear and not wiped
-  // since (a completed first compression wipes its words of and_).
-  size_t and_dirty_ = 0, fold_dirty_ = 0;
-  // Verify's first compression wiped and_'s words [0, and_n_) (Rewind
-  // then leaves and_dirty_ as it is).
-  bool and_wiped_ = false;
-  std::array<std::vector<uint8_t>, 6> gf_;
-  Sha256 opened_;
-  // Verifier's buffers, kept for the next batch: the compressed vectors
-  // (f0, f1, g0, g1) of the AND proof (GF(2^64)) and of the GF(2^128)
-  // products' proof, and the first compression's weights.
-  std::array<dzkp::F64Vector, 4> fold_;
-  std::array<dzkp::FeVector, 4> gf_fold_;
-  std::unique_ptr<dzkp::AndWeights> weights_;
-};
 
 // Runs the checks of a MulLog among the three parties (all call Verify at
 // the same point). Rounds: 2 coins of 2, 1 first compression, 3 per

@@ -1570,35 +1570,6 @@ TEST(Malicious, HonestBatchesMatchTheReference) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(r[i].jobs[0].status, pb::JOB_OK);
 }
 
-// The log keeps its buffers for the next batch up to
-// MulLog::kMaxRetainedBytes; ReleaseExcess frees them above it.
-TEST(Malicious, MulLogReleasesBuffersOverTheBound) {
-  protocol::MulLog log;
-  const size_t n = 4096;
-  std::vector<uint64_t> w(n, 0x5a5a5a5a5a5a5a5aull);
-  for (int k = 0; k < 8; ++k) {  // 32,768 words: ~1.5 MiB with doubling
-    const size_t at = log.AddAnd(w.data(), w.data(), w.data(), w.data(), w.data(), n);
-    log.SetAndZ1(at, w.data(), n);
-  }
-  EXPECT_EQ(log.and_words(), 8 * n);
-  log.Clear();
-  const size_t small = log.retained_bytes();
-  EXPECT_GE(small, 6 * 8 * 8 * n);
-  log.ReleaseExcess();
-  EXPECT_EQ(log.retained_bytes(), small) << "a small batch's buffers are kept";
-  // Past the bound: (kMaxRetainedBytes / 48 bytes per gate word) + 4096
-  // words of gate log (six 8-byte arrays).
-  const size_t big = protocol::MulLog::kMaxRetainedBytes / (6 * 8 * n) + 1;
-  for (size_t k = 0; k < big; ++k) {
-    const size_t at = log.AddAnd(w.data(), w.data(), w.data(), w.data(), w.data(), n);
-    log.SetAndZ1(at, w.data(), n);
-  }
-  log.Clear();
-  EXPECT_GT(log.retained_bytes(), protocol::MulLog::kMaxRetainedBytes);
-  log.ReleaseExcess();
-  EXPECT_EQ(log.retained_bytes(), 0u);
-}
-
 // After a batch whose checks needed more than MulLog::kMaxRetainedBytes
 // (2,000 AES-128 blocks: ~80 MB per party), each party keeps at most that,
 // and the next batches (a login, an ENCRYPT) still verify and are right.
