@@ -48,7 +48,8 @@ set(KMPC_SERVICE_SOURCES
   src/service/auth.cc src/service/breaker.cc src/service/key_cache.cc
   src/service/one_use_states.cc
   src/service/memory_scheduler_ring.cc src/service/metrics.cc
-  src/service/scheduler.cc src/service/services.cc
+  src/service/scheduler.cc src/service/scheduler_queue.cc
+  src/service/scheduler_control.cc src/service/services.cc
   src/service/keyops_service.cc src/service/admin_service.cc
   src/service/request_checks.cc
   src/service/tls_scheduler_ring.cc src/service/wipe_interceptor.cc
@@ -107,6 +108,8 @@ target_compile_options(kmpc-mpc-bench PRIVATE -Wall -Wextra)
 #   request_wipe           received requests: no freed block holds a byte of
 #                          their shares (service/request_wipe.h; free() hooked)
 #   scheduler              three Schedulers over the in-memory ring
+#   scheduler_queue        one Scheduler's queue: timeouts, admission, stop
+#   scheduler_control      the scheduler's control messages
 #   auth                   client authorization over real gRPC+mTLS: CRL
 #                          (revocation, reload) and certificate pins
 #   one_use_states         the one-use ENCRYPT and PAD states
@@ -119,7 +122,8 @@ target_compile_options(kmpc-mpc-bench PRIVATE -Wall -Wextra)
 #   tls_scheduler_ring     the TLS ring as the scheduler's ring
 foreach(_test IN ITEMS keyops_service:180 admin_service:120 services:60
                        request_checks:30 wipe_interceptor:60 request_wipe:60
-                       scheduler:120 auth:120
+                       scheduler:120 scheduler_queue:60 scheduler_control:30
+                       auth:120
                        one_use_states:60 key_cache:60 metrics:60 breaker:60
                        memory_scheduler_ring:60 tls_scheduler_ring:60)
   string(REPLACE ":" ";" _test "${_test}")

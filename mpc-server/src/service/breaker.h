@@ -85,7 +85,7 @@ class Breaker {
   absl::StatusOr<std::string> Reset();
 
   // The status a refused batch fails with (FAILED_PRECONDITION, carrying
-  // kBreakerPayload; service/scheduler.cc maps it to BATCH_BREAKER_OPEN).
+  // kBreakerPayload; service/scheduler_queue.cc maps it to BATCH_BREAKER_OPEN).
   absl::Status RefusalStatus() const;
   static bool IsRefusal(const absl::Status& st);
   // The same refusal for a batch this server would have run but `party`

@@ -1,3 +1,8 @@
+// The agreement on the ring (scheduler.h): party 0's workers propose the
+// oldest batch and commit it, the followers claim their copies, forward
+// the proposal and follow the commit, and all three run the batch on the
+// worker's ring connections. The queue the batches wait in is
+// scheduler_queue.cc's, the control messages scheduler_control.h's.
 #include "service/scheduler.h"
 
 #ifdef KMPC_CHEAT_HARNESS
@@ -11,18 +16,20 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "protocol/verify.h"
 #include "net/tls_ring.h"
+#include "service/scheduler_control.h"
+#include "service/scheduler_queue.h"
 #include "util/log.h"
 
 namespace kmpc::service {
 namespace {
+
+using namespace scheduling;  // NOLINT: the control messages and the queue's keys
 
 // A batch of at most this many AES blocks (estimated from its jobs) is
 // latency-bound: its receives spin (WorkerRing::SpinBatch), the control
@@ -43,162 +50,12 @@ bool LatencyBound(BatchKind kind, const std::vector<engine::Job>& jobs) {
   return blocks <= kSpinControlMaxBlocks;
 }
 
-// Control message (32 bytes):
-//   0 type (kPropose / kCommit)   1 kind   2 status   3 status party
-//   4 flags (bit 0: need / new PRSS session; bit 1: go, COMMIT only;
-//     bit 2: retry, COMMIT without go only: the leader proposes the batch
-//     again, the followers keep their copies for it)
-//   5..7 zero   8..23 batch id
-//   24..27 age_ms (PROPOSE): how long ago the batch reached the leader,
-//     plus the time each follower that forwarded it held it
-//   28..31 wait_ms (PROPOSE): how long a follower may wait for its copy
-//     (SchedulerOptions::proposal_wait, and the rest of the batch's retry
-//     time at most, less the time the followers before it held it); both
-//     big-endian, 0 in a COMMIT
-// Status: kStatusMissing, the copy has not arrived (yet): the leader may
-// retry; kStatusGone, it never will (kBeforeStartMargin): it fails at once;
-// kStatusBreaker, that party's deviation breaker is open (breaker.h): it
-// fails at once, as BATCH_BREAKER_OPEN on every server.
-enum : uint8_t { kPropose = 1, kCommit = 2 };
-enum : uint8_t { kStatusOk = 0, kStatusMissing = 1, kStatusGone = 2, kStatusBreaker = 3 };
-enum : uint8_t { kFlagSession = 1, kFlagGo = 2, kFlagRetry = 4 };
-constexpr size_t kControlSize = 8 + kBatchIdSize + 8;
-
 // A batch that reached the leader this long before a follower was made
 // (Scheduler::serving_since_) was sent by the KDC while that follower was
 // not serving: it never gets its copy. The KDC sends its three calls at
 // once, so the copies arrive within a network round trip of each other;
 // the margin also covers the ring transit the age does not count.
 constexpr absl::Duration kBeforeStartMargin = absl::Milliseconds(500);
-
-struct Control {
-  uint8_t type = 0;
-  BatchKind kind = BatchKind::kRun;
-  uint8_t status = kStatusOk;
-  uint8_t status_party = 0;
-  uint8_t flags = 0;
-  BatchId id{};
-  uint32_t age_ms = 0;
-  uint32_t wait_ms = 0;
-};
-
-void PutU32(uint8_t* p, uint32_t v) {
-  p[0] = static_cast<uint8_t>(v >> 24);
-  p[1] = static_cast<uint8_t>(v >> 16);
-  p[2] = static_cast<uint8_t>(v >> 8);
-  p[3] = static_cast<uint8_t>(v);
-}
-
-uint32_t GetU32(const uint8_t* p) {
-  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 |
-         uint32_t{p[3]};
-}
-
-// Whether ring sequence number a precedes b: a worker's numbers count up
-// from a random start and wrap, so they compare as serial numbers (RFC
-// 1982, section 3.2, for 32 bits).
-bool SeqBefore(uint32_t a, uint32_t b) {
-  return static_cast<int32_t>(b - a) > 0;
-}
-
-// d in ms, clamped to [0, 2^32 - 1].
-uint32_t Ms(absl::Duration d) {
-  if (d <= absl::ZeroDuration()) return 0;
-  return static_cast<uint32_t>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(d), UINT32_MAX));
-}
-
-std::vector<uint8_t> Encode(const Control& c) {
-  std::vector<uint8_t> out(kControlSize, 0);
-  out[0] = c.type;
-  out[1] = static_cast<uint8_t>(c.kind);
-  out[2] = c.status;
-  out[3] = c.status_party;
-  out[4] = c.flags;
-  std::memcpy(out.data() + 8, c.id.data(), kBatchIdSize);
-  PutU32(out.data() + 8 + kBatchIdSize, c.age_ms);
-  PutU32(out.data() + 12 + kBatchIdSize, c.wait_ms);
-  return out;
-}
-
-// The leader's abort of a proposal whose reply it stopped waiting for
-// (the batch's deadline passed, or the ring failed): a COMMIT with neither
-// go nor retry and status OK, which the followers take as "the leader gave
-// up" (FollowCommit). A follower still waiting for the commit is released
-// at once; one that gave up too drops it (ReceiveProposal). Best effort:
-// on a broken link there is no one to tell.
-void AbandonProposal(WorkerRing& ch, uint32_t seq, const Control& propose) {
-  if (!ch.connected()) return;
-  Control abort = propose;
-  abort.type = kCommit;
-  abort.status = kStatusOk;
-  abort.status_party = 0;
-  abort.flags = 0;
-  abort.age_ms = abort.wait_ms = 0;
-  (void)ch.SendControl(seq, Encode(abort));
-}
-
-absl::StatusOr<Control> Decode(const std::vector<uint8_t>& in) {
-  if (in.size() != kControlSize)
-    return absl::DataLossError("ring: malformed scheduling message (size)");
-  Control c;
-  c.type = in[0];
-  c.status = in[2];
-  c.status_party = in[3];
-  c.flags = in[4];
-  const bool bad_retry =
-      (c.flags & kFlagRetry) != 0 && (c.type != kCommit || (c.flags & kFlagGo) != 0);
-  const bool bad_kind = in[1] != static_cast<uint8_t>(BatchKind::kRun) &&
-                        in[1] != static_cast<uint8_t>(BatchKind::kRefresh);
-  if ((c.type != kPropose && c.type != kCommit) || bad_kind ||
-      c.status > kStatusBreaker || c.status_party > 2 || (c.flags & ~7) != 0 ||
-      bad_retry || in[5] != 0 || in[6] != 0 || in[7] != 0)
-    return absl::DataLossError("ring: malformed scheduling message");
-  c.kind = static_cast<BatchKind>(in[1]);
-  std::memcpy(c.id.data(), in.data() + 8, kBatchIdSize);
-  c.age_ms = GetU32(in.data() + 8 + kBatchIdSize);
-  c.wait_ms = GetU32(in.data() + 12 + kBatchIdSize);
-  return c;
-}
-
-// The leader's wait for the reply to its proposal `seq` (its PROPOSE come
-// back around the ring). A receive that fails abandons the proposal
-// (AbandonProposal) and returns that status; a message that is not the
-// reply is DATA_LOSS (the caller drops the link). The reply to an earlier
-// proposal of this worker that came after the leader had given it up is
-// skipped: the link is ordered, so it comes before this proposal's reply,
-// and it must not fail this batch.
-absl::StatusOr<Control> AwaitReply(WorkerRing& ch, uint32_t seq,
-                                   const Control& propose, absl::Time reply_by) {
-  for (;;) {
-    uint32_t rseq = 0;
-    auto reply = ch.RecvControl(&rseq, reply_by);
-    if (!reply.ok()) {
-      AbandonProposal(ch, seq, propose);
-      return reply.status();
-    }
-    absl::StatusOr<Control> back = Decode(*reply);
-    if (back.ok() && back->type == kPropose && SeqBefore(rseq, seq)) {
-      KMPC_VLOG(1) << "dropped a late reply to abandoned proposal " << rseq;
-      continue;
-    }
-    if (back.ok() && (back->type != kPropose || rseq != seq ||
-                      back->id != propose.id || back->kind != propose.kind))
-      back = absl::DataLossError("ring: scheduling message for another batch");
-    return back;
-  }
-}
-
-std::string Key(BatchKind kind, const BatchId& id) {
-  std::string k(1, static_cast<char>(kind));
-  k.append(reinterpret_cast<const char*>(id.data()), id.size());
-  return k;
-}
-
-std::string IdHex(const BatchId& id) {
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(id.data()), id.size()));
-}
 
 absl::Status NotReceived(int party) {
   return absl::UnavailableError(absl::StrCat(
@@ -213,48 +70,7 @@ absl::Status NotRun(uint8_t status, int party) {
   return NotReceived(party);
 }
 
-// The BatchErrorCode of a batch that failed on the ring: the engine's
-// whole-batch refusals (engine.h, RunBatch) and the ring's failures.
-kmpc::v1::BatchErrorCode FailureCode(const absl::Status& st) {
-  if (Breaker::IsRefusal(st)) return kmpc::v1::BATCH_BREAKER_OPEN;
-  if (protocol::IsIntegrityFailure(st)) return kmpc::v1::BATCH_INTEGRITY_CHECK_FAILED;
-  switch (st.code()) {
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kFailedPrecondition:
-      return kmpc::v1::BATCH_PEERS_DISAGREE;
-    case absl::StatusCode::kInvalidArgument:
-      return kmpc::v1::BATCH_TOO_LARGE;
-    case absl::StatusCode::kInternal:
-      return kmpc::v1::BATCH_INTERNAL;
-    default:  // UNAVAILABLE, DATA_LOSS, DEADLINE_EXCEEDED: the ring
-      return kmpc::v1::BATCH_RING_UNAVAILABLE;
-  }
-}
-
 }  // namespace
-
-struct Scheduler::Work {
-  BatchKind kind;
-  BatchId id;
-  std::vector<engine::Job> jobs;
-  std::vector<engine::RefreshItem> refresh;  // kRefresh
-  engine::RefreshLookup refresh_lookup;
-  int rebuild_party = engine::kNoRebuild;  // kRefresh
-  absl::Time arrived;
-  absl::Time deadline = absl::InfiniteFuture();  // the client's
-  absl::Time claimed_at;
-  bool claimed = false;
-  // Party 0's retries (scheduler.h, COMMIT): proposals made so far, when
-  // the last may be made (peer_batch_wait after the first, the deadline at
-  // most), the next's earliest time and the backoff before it.
-  int proposals = 0;
-  absl::Time retry_until = absl::InfiniteFuture();
-  absl::Time not_before = absl::InfinitePast();
-  absl::Duration backoff = absl::ZeroDuration();
-  int missing_party = 0;  // in the last proposal's reply
-  bool done = false;
-  BatchOutcome outcome;
-};
 
 #ifdef KMPC_CHEAT_HARNESS
 // Test-only build (kmpc-mpc-server-cheat, never installed): this party
@@ -348,173 +164,6 @@ void Scheduler::Stop() {
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
-}
-
-BatchOutcome Scheduler::Submit(BatchKind kind, const BatchId& id,
-                               std::vector<engine::Job> jobs,
-                               absl::Time deadline) {
-  auto work = std::make_shared<Work>();
-  work->kind = kind;
-  work->id = id;
-  work->jobs = std::move(jobs);
-  work->deadline = deadline;
-  return Enqueue(std::move(work));
-}
-
-BatchOutcome Scheduler::SubmitRefresh(const BatchId& id,
-                                      std::vector<engine::RefreshItem> items,
-                                      engine::RefreshLookup lookup,
-                                      int rebuild_party) {
-  auto work = std::make_shared<Work>();
-  work->kind = BatchKind::kRefresh;
-  work->id = id;
-  work->refresh = std::move(items);
-  work->refresh_lookup = std::move(lookup);
-  work->rebuild_party = rebuild_party;
-  return Enqueue(std::move(work));
-}
-
-BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
-  work->arrived = absl::Now();
-  const BatchId& id = work->id;
-  const std::string key = Key(work->kind, id);
-  absl::MutexLock lock(&mu_);
-  if (stopping_) {
-    work->outcome.status = absl::UnavailableError("server is shutting down");
-    work->outcome.error = kmpc::v1::BATCH_SHUTTING_DOWN;
-    return std::move(work->outcome);
-  }
-  if (BreakerOpen()) {
-    work->outcome.status = options_.breaker->RefusalStatus();
-    work->outcome.error = kmpc::v1::BATCH_BREAKER_OPEN;
-    return std::move(work->outcome);
-  }
-  if (pending_.count(key) != 0) {
-    work->outcome.status = absl::AlreadyExistsError(absl::StrCat(
-        "batch ", IdHex(id), " is already waiting on this server"));
-    work->outcome.error = kmpc::v1::BATCH_MALFORMED;
-    return std::move(work->outcome);
-  }
-  pending_[key] = work;
-  if (party() == 0) queue_.push_back(work);
-  const bool client_first =
-      work->deadline < work->arrived + options_.schedule_timeout;
-  const absl::Time deadline =
-      std::min(work->arrived + options_.schedule_timeout, work->deadline);
-  // A follower's copy may be claimed, then put back for a retry (Unclaim):
-  // the deadline holds whenever it is not claimed.
-  // The waits name their condition (absl::Mutex re-evaluates it when the
-  // mutex is released), so this thread wakes only when its own batch moved,
-  // not at every other batch's arrival, claim or completion.
-  Work* const w = work.get();
-  auto claimed_or_done = [this, w] { return w->done || w->claimed || stopping_; };
-  auto unclaimed_or_done = [w] { return w->done || !w->claimed; };
-  while (!work->done) {
-    if (work->claimed) {
-      mu_.Await(absl::Condition(&unclaimed_or_done));
-      continue;
-    }
-    // Stop() ends this wait: no worker will claim the batch any more.
-    const bool timed_out =
-        !stopping_ &&
-        !mu_.AwaitWithDeadline(absl::Condition(&claimed_or_done), deadline);
-    if ((timed_out || stopping_) && !work->claimed && !work->done) {
-      auto it = pending_.find(key);
-      if (it != pending_.end() && it->second == work) pending_.erase(it);
-      for (auto q = queue_.begin(); q != queue_.end(); ++q)
-        if (*q == work) {
-          queue_.erase(q);
-          break;
-        }
-      work->outcome.status =
-          stopping_ ? absl::UnavailableError("server is shutting down")
-                    : absl::UnavailableError(absl::StrCat(
-                          "batch was not scheduled on the ring within ",
-                          absl::FormatDuration(deadline - work->arrived),
-                          client_first ? " (the client's deadline)" : "",
-                          " (a peer server is down, or did not receive the batch)"));
-      work->outcome.error = stopping_ ? kmpc::v1::BATCH_SHUTTING_DOWN
-                                      : kmpc::v1::BATCH_RING_UNAVAILABLE;
-      return std::move(work->outcome);
-    }
-  }
-  return std::move(work->outcome);
-}
-
-std::shared_ptr<Scheduler::Work> Scheduler::Claim(BatchKind kind,
-                                                  const BatchId& id,
-                                                  absl::Time deadline) {
-  const std::string key = Key(kind, id);
-  absl::MutexLock lock(&mu_);
-  for (;;) {
-    auto it = pending_.find(key);
-    if (it != pending_.end()) {
-      std::shared_ptr<Work> w = it->second;
-      pending_.erase(it);
-      w->claimed = true;
-      w->claimed_at = absl::Now();
-      return w;
-    }
-    auto arrived = [this, &key] {
-      mu_.AssertReaderHeld();
-      return stopping_ || pending_.count(key) != 0;
-    };
-    if (stopping_ ||
-        !mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline)) {
-      if (absl::Now() >= deadline || stopping_) return nullptr;
-    }
-  }
-}
-
-void Scheduler::Complete(const std::shared_ptr<Work>& work, absl::Status status) {
-  // Counted once per failed batch, on each server that detected it (the
-  // deviating server reports nothing); outside mu_ (the breaker may write
-  // its state file).
-  if (options_.breaker != nullptr && protocol::IsIntegrityFailure(status))
-    options_.breaker->RecordDeviation();
-  absl::MutexLock lock(&mu_);
-  if (!status.ok()) {
-    work->outcome.status = status;
-    work->outcome.error =
-        stopping_ ? kmpc::v1::BATCH_SHUTTING_DOWN : FailureCode(status);
-  }
-  work->outcome.queue_time = work->claimed_at - work->arrived;
-  work->outcome.run_time = absl::Now() - work->claimed_at;
-  work->done = true;
-}
-
-bool Scheduler::BreakerOpen() const {
-  return options_.breaker != nullptr && options_.breaker->open();
-}
-
-bool Scheduler::RefuseIfBreakerOpen(const std::shared_ptr<Work>& work) {
-  if (!BreakerOpen()) return false;
-  Complete(work, options_.breaker->RefusalStatus());
-  return true;
-}
-
-void Scheduler::Unclaim(const std::shared_ptr<Work>& work) {
-  absl::MutexLock lock(&mu_);
-  const std::string key = Key(work->kind, work->id);
-  if (party() == 0) {
-    // Stays claimed for Enqueue (queue_time counts to its first proposal);
-    // a leader loop that stops fails whatever is in queue_.
-    if (pending_.count(key) == 0) pending_[key] = work;
-    queue_.push_front(work);  // the oldest: its place in the queue
-  } else if (stopping_ || pending_.count(key) != 0) {
-    // Shutting down, or the client sent the batch again meanwhile (that
-    // copy is the one proposed next).
-    work->done = true;
-    work->outcome.status =
-        stopping_ ? absl::UnavailableError("server is shutting down")
-                  : absl::AlreadyExistsError(absl::StrCat(
-                        "batch ", IdHex(work->id), " was sent to this server again"));
-    work->outcome.error =
-        stopping_ ? kmpc::v1::BATCH_SHUTTING_DOWN : kmpc::v1::BATCH_MALFORMED;
-  } else {
-    work->claimed = false;
-    pending_[key] = work;
-  }
 }
 
 absl::Status Scheduler::RunOnRing(WorkerRing& ch, Session& session,
@@ -674,53 +323,8 @@ void Scheduler::LeaderLoop(int worker) {
   uint32_t seq = 0;
   RAND_bytes(reinterpret_cast<unsigned char*>(&seq), sizeof(seq));
   while (!stopping_) {
-    std::shared_ptr<Work> work;
-    {
-      absl::MutexLock lock(&mu_);
-      // The oldest batch not waiting for a retry's backoff.
-      while (!stopping_) {
-        const absl::Time now = absl::Now();
-        absl::Time wake = now + absl::Milliseconds(200);
-        auto ready = queue_.end();
-        for (auto q = queue_.begin(); q != queue_.end(); ++q) {
-          if ((*q)->not_before <= now) {
-            ready = q;
-            break;
-          }
-          wake = std::min(wake, (*q)->not_before);
-        }
-        if (ready != queue_.end()) {
-          work = *ready;
-          queue_.erase(ready);
-          break;
-        }
-        const bool idle = queue_.empty();
-        // Woken only when a batch is ready for it (one worker per batch:
-        // absl::Mutex hands the lock to one waiter whose condition holds,
-        // and once that one took the batch the others' is false again).
-        auto ready_batch = [this] {
-          mu_.AssertReaderHeld();
-          if (stopping_) return true;
-          const absl::Time t = absl::Now();
-          for (const auto& q : queue_)
-            if (q->not_before <= t) return true;
-          return false;
-        };
-        if (!mu_.AwaitWithDeadline(absl::Condition(&ready_batch), wake) &&
-            idle && queue_.empty()) {
-          mu_.Unlock();
-          IdleConnect(ch);
-          mu_.Lock();
-        }
-      }
-      if (work == nullptr) break;  // stopping
-      auto it = pending_.find(Key(work->kind, work->id));
-      if (it != pending_.end() && it->second == work) pending_.erase(it);
-      if (!work->claimed) {
-        work->claimed = true;
-        work->claimed_at = absl::Now();
-      }
-    }
+    std::shared_ptr<Work> work = NextBatch(ch);
+    if (work == nullptr) break;  // stopping
     // Queued before the breaker opened: refused now, never proposed.
     if (RefuseIfBreakerOpen(work)) continue;
     bool again = false;
@@ -739,14 +343,7 @@ void Scheduler::LeaderLoop(int worker) {
     }
     Complete(work, st);
   }
-  // Fail whatever is still queued.
-  absl::MutexLock lock(&mu_);
-  for (auto& w : queue_) {
-    w->claimed = w->done = true;
-    w->outcome.status = absl::UnavailableError("server is shutting down");
-    w->outcome.error = kmpc::v1::BATCH_SHUTTING_DOWN;
-  }
-  queue_.clear();
+  FailQueued();  // whatever is still queued
 }
 
 // A proposal a follower received (FollowerLoop): its ring sequence number,

@@ -44,6 +44,10 @@
 // Pipelining: every worker has its own ring connections and Engine, so with
 // N workers N batches are in flight; one computes while others wait on the
 // network.
+//
+// Files: the queue batches wait in on each server is scheduler_queue.cc's,
+// the control messages scheduler_control.h's, the agreement and the runs
+// on the ring scheduler.cc's.
 #ifndef KMPC_SERVICE_SCHEDULER_H_
 #define KMPC_SERVICE_SCHEDULER_H_
 
@@ -189,9 +193,17 @@ class Scheduler {
                          uint32_t seq, Work& work, bool* again);
   absl::Status RunOnRing(WorkerRing& ch, Session& session,
                          uint32_t seq, bool new_session, Work& work);
+  // The queue (scheduler_queue.cc). Admits the batch or refuses it at
+  // once, then waits for its outcome.
   BatchOutcome Enqueue(std::shared_ptr<Work> work);
   std::shared_ptr<Work> Claim(BatchKind kind, const BatchId& id,
                               absl::Time deadline);
+  // Party 0: the oldest queued batch not waiting for a retry's backoff,
+  // claimed for worker `ch`'s ring (IdleConnect while the queue is empty);
+  // null once stopping.
+  std::shared_ptr<Work> NextBatch(WorkerRing& ch);
+  // Party 0, when a leader loop stops: fails every batch still queued.
+  void FailQueued();
   // The leader's idle upkeep of one worker's ring connections.
   void IdleConnect(WorkerRing& ch);
   void Complete(const std::shared_ptr<Work>& work, absl::Status status);
