@@ -3,8 +3,9 @@
 // and each pad for their one later use; Finalize and Sign are served
 // ring-free on the calling thread, and take every state or pad they use
 // before anything is computed with it, so each serves one request at most.
-// Every request is checked (request_checks.h) before any work; the shares
-// a request or a response carries are wiped on every way out.
+// Every request is checked (request_checks.h) before any work. A request's
+// shares are wiped before its handler returns, a refused response's before
+// it is cleared (Serve), a sent one's once serialized (wipe_interceptor.h).
 #include "service/services.h"
 
 #include <grpcpp/grpcpp.h>
