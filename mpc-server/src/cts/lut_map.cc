@@ -1,12 +1,34 @@
+// The mapping's invariants (see lut_map.h for what it computes):
+// - Node v's cuts sit at [Begin(v), End(v)) of one arena (leaves and
+//   arrival in pool_, table and signature in func_): its priority cuts,
+//   then the cut of its own operands if the priority cuts left it out,
+//   then its trivial cut {v} (for a constant: no leaf). An AND's (and an
+//   input's) stay for the cover; an XOR's block is reused once the last
+//   node reading the XOR has its own cuts.
+// - A cut's leaves are sorted; its arrival is its latest leaf's label.
+// - A cut's table is its root's function with leaf i as variable i, built
+//   up the merges (each child's table stretched to the merged leaves, then
+//   ANDed or XORed) and independent of variables n .. 5, so the same
+//   64-bit word serves every leaf count; `inner` is a one-bit-per-node
+//   signature (a Bloom filter) of the nodes the merges computed through.
+// - The merged table is the cone's own function (the walk from the root
+//   that stops at the leaves) whenever no leaf is among the nodes computed
+//   through; where the signature says one may be, the cover walks the cone
+//   instead. Both are exact, so the mapping is the cone walk's mapping.
+// - Candidates are every distinct union of an operand cut pair within k
+//   leaves, in pair order, first occurrence kept, ranked by std::sort on
+//   (arrival, leaf count): the same sequence and the same comparisons as
+//   sorting the cuts themselves, so ties fall the same way. (A stable
+//   sort ranks ties otherwise and changes the figures.)
 #include "cts/lut_map.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <random>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 
 namespace kmpc::cts {
 namespace {
@@ -19,91 +41,337 @@ constexpr uint64_t kVar[kMaxLutInputs] = {
     0xAAAAAAAAAAAAAAAAull, 0xCCCCCCCCCCCCCCCCull, 0xF0F0F0F0F0F0F0F0ull,
     0xFF00FF00FF00FF00ull, 0xFFFF0000FFFF0000ull, 0xFFFFFFFF00000000ull};
 
+// The sets of two or more variables: every bit but 0 and the powers of 2.
+constexpr uint64_t kPairsAndUp = ~0x0000000100010117ull;
+
 uint64_t TableMask(int n) { return n >= 6 ? ~uint64_t{0} : (uint64_t{1} << (1u << n)) - 1; }
 
+// Moebius transform: bit T of the result is the normal form's coefficient
+// of monomial T (a table over n variables).
+uint64_t Anf(uint64_t table, int n) {
+  uint64_t f = table & TableMask(n);
+  for (int i = 0; i < n; ++i) f ^= (f << (1u << i)) & kVar[i];
+  return f;
+}
+
+// Bit S set iff |S| >= 2 and S lies inside some monomial: the normal form's
+// down-closure by the superset-OR transform.
+uint64_t ProductSet(uint64_t table, int n) {
+  uint64_t d = Anf(table, n);
+  for (int i = 0; i < n; ++i) d |= (d >> (1u << i)) & ~kVar[i];
+  return d & kPairsAndUp;
+}
+
+// Exchanges variables i < j of a table.
+uint64_t SwapVars(uint64_t t, int i, int j) {
+  const int shift = (1 << j) - (1 << i);
+  const uint64_t lo = kVar[i] & ~kVar[j];  // bit i set, bit j clear
+  return (t & ~(lo | (lo << shift))) | ((t & lo) << shift) | ((t >> shift) & lo);
+}
+
+uint64_t NodeBit(uint32_t v) { return uint64_t{1} << ((v * 0x9E3779B97F4A7C15ull) >> 58); }
+
+int Popcount(uint64_t x) {  // without the popcnt instruction
+  x -= (x >> 1) & 0x5555555555555555ull;
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+  return static_cast<int>((x * 0x0101010101010101ull) >> 56);
+}
+
+// What the merges read (32 bytes); the cut's function is kept apart.
 struct Cut {
   std::array<uint32_t, kMaxLutInputs> leaf;
+  int arrival = 0;  // the latest leaf's label
   uint8_t n = 0;
-  int arrival = 0;  // the latest leaf's availability
 };
 
-bool operator==(const Cut& x, const Cut& y) {
+struct CutFunc {
+  uint64_t table = 0;  // the root's function over the leaves, as merged
+  uint64_t inner = 0;  // signature of the nodes the merges computed through
+};
+
+bool SameLeaves(const Cut& x, const Cut& y) {
   return x.n == y.n && std::equal(x.leaf.begin(), x.leaf.begin() + x.n, y.leaf.begin());
 }
 
-// Sorted union of two cuts; false when it exceeds k leaves.
-bool Merge(const Cut& x, const Cut& y, int k, Cut* out) {
+// Sorted union of two cuts' leaves and where each one's leaves went;
+// false when it exceeds k leaves.
+bool Merge(const Cut& x, const Cut& y, int k, Cut* out, int* px, int* py) {
   int i = 0, j = 0, n = 0;
   while (i < x.n || j < y.n) {
-    uint32_t v;
+    if (n == k) return false;
     if (j >= y.n || (i < x.n && x.leaf[i] < y.leaf[j])) {
-      v = x.leaf[i++];
+      px[i] = n;
+      out->leaf[n++] = x.leaf[i++];
     } else if (i >= x.n || y.leaf[j] < x.leaf[i]) {
-      v = y.leaf[j++];
+      py[j] = n;
+      out->leaf[n++] = y.leaf[j++];
     } else {
-      v = x.leaf[i++];
+      px[i] = py[j] = n;
+      out->leaf[n++] = x.leaf[i++];
       ++j;
     }
-    if (n == k) return false;
-    out->leaf[n++] = v;
   }
   out->n = static_cast<uint8_t>(n);
   return true;
 }
 
+// A table over m leaves with leaf i moved to variable pos[i] (increasing),
+// highest first, onto variables the table ignores.
+uint64_t Stretch(uint64_t t, int m, const int* pos) {
+  for (int i = m - 1; i >= 0; --i)
+    if (pos[i] != i) t = SwapVars(t, i, pos[i]);
+  return t;
+}
+
+// A merged candidate before it is kept: its leaf count and arrival, and
+// the pair of operand cuts (offsets in the operands' lists) that first
+// gave it. Its leaves are a bit set in Gather's scratch.
+struct Candidate {
+  int arrival;
+  uint32_t n;
+  uint32_t xi, yi;
+};
+
 class Mapper {
  public:
-  Mapper(const Netlist& net, const LutOptions& o) : net_(net), o_(o) {}
+  // keep_all: every node's cuts outlive Label (else an XOR's go once its
+  // last reader has its own).
+  Mapper(const Netlist& net, const LutOptions& o, bool keep_all = false)
+      : net_(net), o_(o), keep_all_(keep_all) {}
   void Label();
   void Cover(LutMap& m);
+  // Node v's cuts: pool_ and func_ at [Begin(v), End(v)).
+  uint32_t Begin(uint32_t v) const { return begin_[v]; }
+  uint32_t End(uint32_t v) const { return end_[v]; }
+  const Cut& CutAt(uint32_t i) const { return pool_[i]; }
+  const CutFunc& FuncAt(uint32_t i) const { return func_[i]; }
+  bool Carried(uint32_t i) const;
+  uint64_t PricedTable(uint32_t root, uint32_t i);
 
  private:
-  Cut Trivial(uint32_t v) const;
-  std::vector<Cut> Candidates(uint32_t v) const;
-  uint64_t Table(uint32_t root, const Cut& c) const;
-  size_t Cost(uint32_t root, const Cut& c) const;
+  void Gather(uint32_t v);
+  size_t Number(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye);
+  template <size_t W, bool kPopcnt>
+  void GatherSets(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye, size_t w);
+  void GatherFast(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye, size_t w);
+  void GatherPortable(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye, size_t w);
+  void Keep(uint32_t v);
+  void Add(uint32_t v, uint32_t x, uint32_t y, int arrival);
+  void Open(uint32_t v);
+  void Close(uint32_t v);
+  bool Recycled(uint32_t v) const { return !keep_all_ && net_.op[v] == Netlist::kXor; }
+  uint64_t Walk(uint32_t root, const Cut& c);
 
   const Netlist& net_;
   LutOptions o_;
+  bool keep_all_;
   std::vector<int> label_;
-  std::vector<std::vector<Cut>> cuts_;  // per node: priority cuts, then the trivial one
+  // The arena: an AND's (or input's) cuts packed where they were made; an
+  // XOR's in a block of cuts_per_node + 2 that returns to free_ once its
+  // last reader (last_read_) is labelled.
+  std::vector<Cut> pool_;
+  std::vector<CutFunc> func_;
+  std::vector<uint32_t> begin_, end_, last_read_, free_;
+  // Scratch of Gather and Keep: the operands' leaves numbered locally
+  // (local_[leaf]: the number, valid under stamp num_stamp_ in its high
+  // half), each operand cut and candidate a bit set of w words over the
+  // numbers, candidates found again by an open-addressed table (valid
+  // under slot_stamp_).
+  std::vector<uint64_t> local_;
+  uint32_t num_stamp_ = 0;
+  std::vector<uint64_t> sets_, cand_sets_, order_;
+  std::vector<Candidate> cand_;
+  size_t cands_ = 0;
+  std::vector<uint32_t> slot_mark_, slot_index_;
+  uint32_t slot_stamp_ = 0;
+  std::vector<uint64_t> walk_table_;  // scratch of Walk, valid where stamped
+  std::vector<uint32_t> walk_stamp_, walk_stack_;
+  uint32_t epoch_ = 0;
 };
 
-Cut Mapper::Trivial(uint32_t v) const {
-  Cut c;
-  if (net_.op[v] != Netlist::kZero && net_.op[v] != Netlist::kOne) {
-    c.leaf[0] = v;
-    c.n = 1;
+// Bumps a scratch table's stamp, clearing its marks when they could repeat.
+void NextStamp(std::vector<uint32_t>& mark, size_t size, uint32_t& stamp) {
+  if (mark.size() < size || ++stamp == 0) {
+    mark.assign(std::max(size, mark.size()), 0);
+    stamp = 1;
   }
-  c.arrival = label_[v];
-  return c;
 }
 
-std::vector<Cut> Mapper::Candidates(uint32_t v) const {
-  std::vector<Cut> out;
-  for (const Cut& x : cuts_[net_.a[v]]) {
-    for (const Cut& y : cuts_[net_.b[v]]) {
-      Cut c;
-      if (!Merge(x, y, o_.k, &c)) continue;
-      c.arrival = 0;
-      for (int i = 0; i < c.n; ++i) c.arrival = std::max(c.arrival, label_[c.leaf[i]]);
-      if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+// Numbers the distinct leaves of the operand cuts [xb, xe) then [yb, ye)
+// in order of appearance and writes each cut's bit set (w words) to
+// sets_; returns w. One pass while the numbers fit a word, a second to
+// write wider sets.
+size_t Mapper::Number(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye) {
+  if (local_.size() != net_.op.size() || ++num_stamp_ == 0) {
+    local_.assign(net_.op.size(), 0);
+    num_stamp_ = 1;
+  }
+  const uint64_t stamp = uint64_t{num_stamp_} << 32;
+  const size_t cuts = xe - xb + ye - yb;
+  sets_.resize(cuts);
+  uint64_t next = 0, *set = sets_.data();
+  for (auto [b, e] : {std::pair{xb, xe}, std::pair{yb, ye}}) {
+    for (uint32_t i = b; i < e; ++i) {
+      uint64_t bits = 0;
+      for (int l = 0; l < pool_[i].n; ++l) {
+        uint64_t& x = local_[pool_[i].leaf[l]];
+        if ((x & ~uint64_t{0xFFFFFFFF}) != stamp) x = stamp | next++;
+        const uint32_t id = static_cast<uint32_t>(x);
+        bits |= uint64_t{id < 64} << (id & 63);
+      }
+      *set++ = bits;
     }
   }
-  std::sort(out.begin(), out.end(), [](const Cut& x, const Cut& y) {
-    return x.arrival != y.arrival ? x.arrival < y.arrival : x.n < y.n;
-  });
-  // The cut of the node's own operands stays whatever its depth: the
-  // cheapest gate, which the cover takes where the node has slack.
-  Cut fanin;  // the operands' trivial cuts are their lists' last
-  const bool has_fanin =
-      Merge(cuts_[net_.a[v]].back(), cuts_[net_.b[v]].back(), o_.k, &fanin);
-  if (out.size() > static_cast<size_t>(o_.cuts_per_node)) out.resize(o_.cuts_per_node);
-  if (has_fanin) {
-    fanin.arrival = std::max(label_[net_.a[v]], label_[net_.b[v]]);
-    if (std::find(out.begin(), out.end(), fanin) == out.end()) out.push_back(fanin);
+  if (next <= 64) return 1;
+  const size_t w = (next + 63) / 64;
+  sets_.assign(cuts * w, 0);
+  set = sets_.data();
+  for (auto [b, e] : {std::pair{xb, xe}, std::pair{yb, ye}}) {
+    for (uint32_t i = b; i < e; ++i, set += w) {
+      for (int l = 0; l < pool_[i].n; ++l) {
+        const uint32_t id = static_cast<uint32_t>(local_[pool_[i].leaf[l]]);
+        set[id >> 6] |= uint64_t{1} << (id & 63);
+      }
+    }
   }
-  return out;
+  return w;
+}
+
+// Every distinct union of an operand cut pair within k leaves, in the
+// order the pairs give them (first occurrence kept), over the bit sets
+// Number wrote (W words, or w when W is 0); kPopcnt: count bits with the
+// instruction, inlined into a caller compiled for it.
+template <size_t W, bool kPopcnt>
+[[gnu::always_inline]] inline void Mapper::GatherSets(uint32_t xb, uint32_t xe, uint32_t yb,
+                                                      uint32_t ye, size_t w) {
+  if constexpr (W != 0) w = W;
+  const size_t nx = xe - xb, ny = ye - yb, slots = std::bit_ceil(2 * nx * ny);
+  NextStamp(slot_mark_, slots, slot_stamp_);
+  slot_index_.resize(slot_mark_.size());
+  if (cand_.size() < nx * ny) cand_.resize(nx * ny);
+  if (cand_sets_.size() < (nx * ny + 1) * w) cand_sets_.resize((nx * ny + 1) * w);
+  cands_ = 0;
+  const uint64_t* xset = sets_.data();
+  const uint64_t* yset = xset + nx * w;
+  for (uint32_t i = 0; i < nx; ++i, xset += w) {
+    const int xa = pool_[xb + i].arrival;
+    for (uint32_t j = 0; j < ny; ++j) {
+      uint64_t* u = &cand_sets_[cands_ * w];  // taken only if new
+      int n = 0;
+      uint64_t h = 0;
+      for (size_t t = 0; t < w; ++t) {
+        u[t] = xset[t] | yset[j * w + t];
+        n += kPopcnt ? __builtin_popcountll(u[t]) : Popcount(u[t]);
+        h = (h ^ u[t]) * 0x9E3779B97F4A7C15ull;
+      }
+      if (n > o_.k) continue;
+      size_t slot = (h >> 32) & (slots - 1);
+      while (slot_mark_[slot] == slot_stamp_ &&
+             !std::equal(u, u + w, &cand_sets_[slot_index_[slot] * w]))
+        slot = (slot + 1) & (slots - 1);
+      if (slot_mark_[slot] == slot_stamp_) continue;  // a repeat
+      slot_mark_[slot] = slot_stamp_;
+      slot_index_[slot] = static_cast<uint32_t>(cands_);
+      cand_[cands_++] = {std::max(xa, pool_[yb + j].arrival), static_cast<uint32_t>(n), i, j};
+    }
+  }
+}
+
+__attribute__((target("popcnt"))) void Mapper::GatherFast(uint32_t xb, uint32_t xe,
+                                                          uint32_t yb, uint32_t ye, size_t w) {
+  if (w == 1) {  // up to 64 distinct leaves: every node of the study at 8 cuts
+    GatherSets<1, true>(xb, xe, yb, ye, w);
+  } else {
+    GatherSets<0, true>(xb, xe, yb, ye, w);
+  }
+}
+
+void Mapper::GatherPortable(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye, size_t w) {
+  if (w == 1) {
+    GatherSets<1, false>(xb, xe, yb, ye, w);
+  } else {
+    GatherSets<0, false>(xb, xe, yb, ye, w);
+  }
+}
+
+void Mapper::Gather(uint32_t v) {
+  static const bool have_popcnt = __builtin_cpu_supports("popcnt");
+  const uint32_t a = net_.a[v], b = net_.b[v];
+  const size_t w = Number(Begin(a), End(a), Begin(b), End(b));
+  if (have_popcnt) {
+    GatherFast(Begin(a), End(a), Begin(b), End(b), w);
+  } else {
+    GatherPortable(Begin(a), End(a), Begin(b), End(b), w);
+  }
+}
+
+// Appends v's cut merged from operand cuts x and y (pool indices).
+void Mapper::Add(uint32_t v, uint32_t x, uint32_t y, int arrival) {
+  Cut c;
+  int px[kMaxLutInputs], py[kMaxLutInputs];
+  Merge(pool_[x], pool_[y], kMaxLutInputs, &c, px, py);
+  c.arrival = arrival;
+  const uint64_t tx = Stretch(func_[x].table, pool_[x].n, px);
+  const uint64_t ty = Stretch(func_[y].table, pool_[y].n, py);
+  pool_[end_[v]] = c;
+  func_[end_[v]++] = {net_.op[v] == Netlist::kXor ? tx ^ ty : tx & ty,
+                      NodeBit(v) | func_[x].inner | func_[y].inner};
+}
+
+// The best cuts_per_node candidates by (arrival, leaf count), then the cut
+// of the node's own operands whatever its depth: the cheapest gate, which
+// the cover takes where the node has slack.
+void Mapper::Keep(uint32_t v) {
+  order_.resize(cands_);
+  for (uint32_t i = 0; i < cands_; ++i) {
+    order_[i] = (static_cast<uint64_t>(cand_[i].arrival) << 35) |
+                (static_cast<uint64_t>(cand_[i].n) << 32) | i;
+  }
+  // Keys (arrival, leaf count) over indices: std::sort makes the same
+  // comparisons, so the same permutation, as on the candidates themselves.
+  std::sort(order_.begin(), order_.end(),
+            [](uint64_t x, uint64_t y) { return (x >> 32) < (y >> 32); });
+  if (order_.size() > static_cast<size_t>(o_.cuts_per_node)) order_.resize(o_.cuts_per_node);
+  const uint32_t a = net_.a[v], b = net_.b[v];
+  for (uint64_t r : order_) {
+    const Candidate& c = cand_[static_cast<uint32_t>(r)];
+    Add(v, Begin(a) + c.xi, Begin(b) + c.yi, c.arrival);
+  }
+  const uint32_t ta = End(a) - 1, tb = End(b) - 1;  // the operands' trivial cuts
+  Cut fanin;
+  int px[kMaxLutInputs], py[kMaxLutInputs];
+  if (!Merge(pool_[ta], pool_[tb], o_.k, &fanin, px, py)) return;
+  for (uint32_t i = Begin(v); i < End(v); ++i)
+    if (SameLeaves(pool_[i], fanin)) return;
+  Add(v, ta, tb, std::max(label_[a], label_[b]));
+}
+
+// Room for node v's cuts: a free block for an XOR, else the arena's end.
+void Mapper::Open(uint32_t v) {
+  if (Recycled(v) && !free_.empty()) {
+    begin_[v] = end_[v] = free_.back();
+    free_.pop_back();
+    return;
+  }
+  begin_[v] = end_[v] = static_cast<uint32_t>(pool_.size());
+  pool_.resize(pool_.size() + o_.cuts_per_node + 2);  // priority, operands', trivial
+  func_.resize(pool_.size());
+}
+
+// Node v's cuts complete: a packed list gives back the room it left; the
+// XORs v was the last to read (and v, read by none) free their blocks.
+void Mapper::Close(uint32_t v) {
+  if (!Recycled(v)) {
+    pool_.resize(End(v));
+    func_.resize(End(v));
+  } else if (last_read_[v] == kNone) {
+    free_.push_back(Begin(v));
+  }
+  if (net_.op[v] != Netlist::kXor && net_.op[v] != Netlist::kAnd) return;
+  const uint32_t a = net_.a[v], b = net_.b[v];
+  if (Recycled(a) && last_read_[a] == v) free_.push_back(Begin(a));
+  if (b != a && Recycled(b) && last_read_[b] == v) free_.push_back(Begin(b));
 }
 
 // Labels: the round in which each node's masked value is available (AND:
@@ -111,48 +379,93 @@ std::vector<Cut> Mapper::Candidates(uint32_t v) const {
 void Mapper::Label() {
   const size_t n = net_.op.size();
   label_.assign(n, 0);
-  cuts_.assign(n, {});
+  begin_.assign(n, 0);
+  end_.assign(n, 0);
+  last_read_.assign(n, kNone);
+  for (uint32_t v = 0; v < n; ++v) {
+    if (net_.op[v] == Netlist::kXor || net_.op[v] == Netlist::kAnd)
+      last_read_[net_.a[v]] = last_read_[net_.b[v]] = v;
+  }
+  // Only Open grows the arena, before v's cuts are made; the rest reach
+  // cuts by index, so growing may move them.
+  pool_.clear();
+  pool_.reserve(3 * n);
+  func_.clear();
+  func_.reserve(3 * n);
+  free_.clear();
   for (uint32_t v = 0; v < n; ++v) {
     const Netlist::Op op = net_.op[v];
+    Open(v);
     if (op == Netlist::kXor || op == Netlist::kAnd) {
-      cuts_[v] = Candidates(v);
-      label_[v] = op == Netlist::kXor
-                      ? std::max(label_[net_.a[v]], label_[net_.b[v]])
-                      : 1 + cuts_[v].front().arrival;
+      Gather(v);
+      Keep(v);
+      label_[v] = op == Netlist::kXor ? std::max(label_[net_.a[v]], label_[net_.b[v]])
+                                      : 1 + pool_[Begin(v)].arrival;
     }
-    cuts_[v].push_back(Trivial(v));
+    Cut c;  // the trivial cut
+    CutFunc f;
+    if (op != Netlist::kZero && op != Netlist::kOne) {
+      c.leaf[0] = v;
+      c.n = 1;
+      f.table = kVar[0];
+    } else {
+      f.table = op == Netlist::kOne ? ~uint64_t{0} : 0;
+    }
+    c.arrival = label_[v];
+    pool_[end_[v]] = c;
+    func_[end_[v]++] = f;
+    Close(v);
   }
 }
 
-// The cone's function over the cut's leaves (leaf i = variable i).
-uint64_t Mapper::Table(uint32_t root, const Cut& c) const {
-  absl::flat_hash_map<uint32_t, uint64_t> tt;
-  tt[0] = 0;
-  tt[1] = ~uint64_t{0};
-  for (int i = 0; i < c.n; ++i) tt[c.leaf[i]] = kVar[i];
-  std::vector<uint32_t> stack{root};
-  while (!stack.empty()) {
-    const uint32_t v = stack.back();
-    if (tt.contains(v)) {
-      stack.pop_back();
+// True when no leaf is among the nodes the merges computed through: the
+// carried table is then the cone's function.
+bool Mapper::Carried(uint32_t i) const {
+  uint64_t leaves = 0;
+  for (int l = 0; l < pool_[i].n; ++l) leaves |= NodeBit(pool_[i].leaf[l]);
+  return (leaves & func_[i].inner) == 0;
+}
+
+// The cone's function over the cut's leaves (leaf i = variable i), walked
+// from the root down to the leaves.
+uint64_t Mapper::Walk(uint32_t root, const Cut& c) {
+  if (walk_stamp_.size() != net_.op.size()) {
+    walk_stamp_.assign(net_.op.size(), 0);
+    walk_table_.assign(net_.op.size(), 0);
+  }
+  NextStamp(walk_stamp_, net_.op.size(), epoch_);
+  const uint32_t e = epoch_;
+  auto set = [&](uint32_t v, uint64_t t) {
+    walk_stamp_[v] = e;
+    walk_table_[v] = t;
+  };
+  set(0, 0);
+  set(1, ~uint64_t{0});
+  for (int i = 0; i < c.n; ++i) set(c.leaf[i], kVar[i]);
+  walk_stack_.assign(1, root);
+  while (!walk_stack_.empty()) {
+    const uint32_t v = walk_stack_.back();
+    if (walk_stamp_[v] == e) {
+      walk_stack_.pop_back();
       continue;
     }
     const uint32_t a = net_.a[v], b = net_.b[v];
-    const bool ready = tt.contains(a) && tt.contains(b);
-    if (!ready) {
+    const bool has_a = walk_stamp_[a] == e, has_b = walk_stamp_[b] == e;
+    if (!has_a || !has_b) {
       if (net_.op[v] == Netlist::kIn) return 0;  // not a cut of root: cannot happen
-      if (!tt.contains(a)) stack.push_back(a);
-      if (!tt.contains(b)) stack.push_back(b);
+      if (!has_a) walk_stack_.push_back(a);
+      if (!has_b) walk_stack_.push_back(b);
       continue;
     }
-    tt[v] = net_.op[v] == Netlist::kXor ? tt[a] ^ tt[b] : tt[a] & tt[b];
-    stack.pop_back();
+    const uint64_t ta = walk_table_[a], tb = walk_table_[b];
+    set(v, net_.op[v] == Netlist::kXor ? ta ^ tb : ta & tb);
+    walk_stack_.pop_back();
   }
-  return tt[root] & TableMask(c.n);
+  return walk_table_[root] & TableMask(c.n);
 }
 
-size_t Mapper::Cost(uint32_t root, const Cut& c) const {
-  return 1 + MaskProducts(Table(root, c), c.n).size();
+uint64_t Mapper::PricedTable(uint32_t root, uint32_t i) {
+  return Carried(i) ? func_[i].table & TableMask(pool_[i].n) : Walk(root, pool_[i]);
 }
 
 // Required times from the outputs back; each needed AND takes, among its
@@ -171,18 +484,20 @@ void Mapper::Cover(LutMap& m) {
       req[net_.b[v]] = std::min(req[net_.b[v]], req[v]);
     }
     if (net_.op[v] != Netlist::kAnd) continue;
-    const Cut* best = nullptr;
-    size_t best_cost = 0;
-    for (const Cut& c : cuts_[v]) {
-      if (c.n == 1 && c.leaf[0] == v) continue;  // the trivial cut
-      if (c.arrival + 1 > req[v]) continue;
-      const size_t cost = Cost(v, c);
-      if (best == nullptr || cost < best_cost) best = &c, best_cost = cost;
+    uint32_t best = kNone;
+    uint64_t best_table = 0;
+    int best_cost = 0;
+    for (uint32_t i = Begin(v); i < End(v) - 1; ++i) {  // all but the trivial cut
+      if (pool_[i].arrival + 1 > req[v]) continue;
+      const uint64_t table = PricedTable(v, i);
+      const int cost = 1 + Popcount(ProductSet(table, pool_[i].n));
+      if (best == kNone || cost < best_cost) best = i, best_cost = cost, best_table = table;
     }
+    const Cut& c = pool_[best];
     LutGate g;
     g.root = v;
-    g.leaves.assign(best->leaf.begin(), best->leaf.begin() + best->n);
-    g.table = Table(v, *best);
+    g.leaves.assign(c.leaf.begin(), c.leaf.begin() + c.n);
+    g.table = best_table;
     for (uint32_t l : g.leaves) req[l] = std::min(req[l], req[v] - 1);
     m.gates.push_back(std::move(g));
   }
@@ -193,14 +508,13 @@ void Mapper::Cover(LutMap& m) {
 void Schedule(LutMap& m) {
   const Netlist& net = m.net;
   std::vector<int> avail(net.op.size(), 0);
-  absl::flat_hash_map<uint32_t, size_t> gate_of;
-  for (size_t i = 0; i < m.gates.size(); ++i) gate_of[m.gates[i].root] = i;
+  std::vector<uint32_t> gate_of(net.op.size(), kNone);
+  for (size_t i = 0; i < m.gates.size(); ++i)
+    gate_of[m.gates[i].root] = static_cast<uint32_t>(i);
   for (uint32_t v = 2; v < net.op.size(); ++v) {
     if (net.op[v] == Netlist::kXor) avail[v] = std::max(avail[net.a[v]], avail[net.b[v]]);
-    if (net.op[v] != Netlist::kAnd) continue;
-    auto it = gate_of.find(v);
-    if (it == gate_of.end()) continue;
-    LutGate& g = m.gates[it->second];
+    if (net.op[v] != Netlist::kAnd || gate_of[v] == kNone) continue;
+    LutGate& g = m.gates[gate_of[v]];
     for (uint32_t l : g.leaves) g.layer = std::max(g.layer, avail[l]);
     avail[v] = ++g.layer;
     m.fig.depth = std::max(m.fig.depth, g.layer);
@@ -229,25 +543,43 @@ void MarkRep3(LutMap& m) {
   }
 }
 
+// A mask product as the sorted leaves it multiplies (kNone past the last).
+using ProductKey = std::array<uint32_t, kMaxLutInputs>;
+struct ProductHash {
+  size_t operator()(const ProductKey& k) const {
+    uint64_t h = 0;
+    for (uint32_t x : k) h = (h ^ x) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
+  }
+};
+
+// Each distinct product counted once, by size, and once more among the
+// hybrid's if a masked gate needs it.
 void Count(LutMap& m) {
   MarkRep3(m);
-  absl::flat_hash_set<std::array<uint32_t, kMaxLutInputs>> seen, hybrid;
+  absl::flat_hash_map<ProductKey, bool, ProductHash> seen;  // -> a masked gate needs it
+  seen.reserve(3 * m.gates.size());
   size_t largest = 1;
   for (const LutGate& g : m.gates) {
     m.fig.rep3_gates += g.rep3;
-    for (uint32_t s : MaskProducts(g.table, static_cast<int>(g.leaves.size()))) {
-      std::array<uint32_t, kMaxLutInputs> key;
+    for (uint64_t s = ProductSet(g.table, static_cast<int>(g.leaves.size())); s != 0;
+         s &= s - 1) {
+      const int set = __builtin_ctzll(s);
+      ProductKey key;
       key.fill(kNone);
       int n = 0;
       for (size_t i = 0; i < g.leaves.size(); ++i)
-        if ((s >> i) & 1) key[n++] = g.leaves[i];
-      if (seen.insert(key).second) ++m.fig.products_by_size[n];
-      if (!g.rep3) hybrid.insert(key);
+        if ((set >> i) & 1) key[n++] = g.leaves[i];
+      const auto [it, fresh] = seen.try_emplace(key, false);
+      if (fresh) ++m.fig.products_by_size[n];
+      if (!g.rep3 && !it->second) {
+        it->second = true;
+        ++m.fig.hybrid_products;
+      }
       largest = std::max(largest, static_cast<size_t>(n));
     }
   }
   m.fig.products = seen.size();
-  m.fig.hybrid_products = hybrid.size();
   m.fig.gates = m.gates.size();
   while ((size_t{1} << m.fig.prep_depth) < largest) ++m.fig.prep_depth;
 }
@@ -287,22 +619,9 @@ Netlist NetlistOf(const Program& p) {
 }
 
 std::vector<uint32_t> MaskProducts(uint64_t table, int n) {
-  // Moebius transform: the normal form's coefficient of monomial T at bit T.
-  uint64_t anf = table & TableMask(n);
-  for (int i = 0; i < n; ++i) {
-    for (uint32_t t = 0; t < (1u << n); ++t)
-      if ((t >> i) & 1) anf ^= ((anf >> (t ^ (1u << i))) & 1) << t;
-  }
   std::vector<uint32_t> out;
-  for (uint32_t s = 0; s < (1u << n); ++s) {
-    if (__builtin_popcount(s) < 2) continue;
-    for (uint32_t t = 0; t < (1u << n); ++t) {
-      if ((t & s) == s && ((anf >> t) & 1)) {
-        out.push_back(s);
-        break;
-      }
-    }
-  }
+  for (uint64_t s = ProductSet(table, n); s != 0; s &= s - 1)
+    out.push_back(static_cast<uint32_t>(__builtin_ctzll(s)));
   return out;
 }
 
@@ -320,6 +639,26 @@ LutMap MapLuts(const Program& p, const LutOptions& o) {
   return m;
 }
 
+std::vector<LutCut> EnumerateCuts(const Netlist& net, const LutOptions& o) {
+  Mapper mapper(net, o, /*keep_all=*/true);
+  mapper.Label();
+  std::vector<LutCut> out;
+  for (uint32_t v = 2; v < net.op.size(); ++v) {
+    if (net.op[v] != Netlist::kXor && net.op[v] != Netlist::kAnd) continue;
+    for (uint32_t i = mapper.Begin(v); i < mapper.End(v) - 1; ++i) {  // not the trivial cut
+      const Cut& c = mapper.CutAt(i);
+      LutCut lc;
+      lc.root = v;
+      lc.leaves.assign(c.leaf.begin(), c.leaf.begin() + c.n);
+      lc.carried = mapper.Carried(i);
+      lc.merged_table = mapper.FuncAt(i).table & TableMask(c.n);
+      lc.table = mapper.PricedTable(v, i);
+      out.push_back(std::move(lc));
+    }
+  }
+  return out;
+}
+
 namespace {
 
 // A gate's share of f(x) from the opened m's and the products lambda_S,
@@ -327,12 +666,8 @@ namespace {
 uint64_t GateValue(const LutGate& g, const std::vector<uint64_t>& mv,
                    const std::vector<uint64_t>& lam) {
   const int n = static_cast<int>(g.leaves.size());
-  const std::vector<uint32_t> allowed = MaskProducts(g.table, n);
-  uint64_t anf = g.table & TableMask(n);
-  for (int i = 0; i < n; ++i) {
-    for (uint32_t t = 0; t < (1u << n); ++t)
-      if ((t >> i) & 1) anf ^= ((anf >> (t ^ (1u << i))) & 1) << t;
-  }
+  const uint64_t allowed = ProductSet(g.table, n);
+  const uint64_t anf = Anf(g.table, n);
   uint64_t out = 0;
   for (uint32_t t = 0; t < (1u << n); ++t) {
     if (!((anf >> t) & 1)) continue;
@@ -341,8 +676,7 @@ uint64_t GateValue(const LutGate& g, const std::vector<uint64_t>& mv,
       for (int i = 0; i < n; ++i) {
         if (((t & ~s) >> i) & 1) term &= mv[g.leaves[i]];
       }
-      if (__builtin_popcount(s) >= 2 &&
-          std::find(allowed.begin(), allowed.end(), s) == allowed.end())
+      if (__builtin_popcount(s) >= 2 && !((allowed >> s) & 1))
         return 0;  // a product the count left out: the check below fails
       for (int i = 0; i < n; ++i) {
         if ((s >> i) & 1) term &= lam[g.leaves[i]];
@@ -364,8 +698,9 @@ std::vector<uint64_t> EvaluateMasked(const LutMap& m, absl::Span<const uint64_t>
   std::vector<bool> open(net.op.size(), false);
   mv[1] = ~uint64_t{0};
   open[0] = open[1] = true;
-  absl::flat_hash_map<uint32_t, size_t> gate_of;
-  for (size_t i = 0; i < m.gates.size(); ++i) gate_of[m.gates[i].root] = i;
+  std::vector<uint32_t> gate_of(net.op.size(), kNone);
+  for (size_t i = 0; i < m.gates.size(); ++i)
+    gate_of[m.gates[i].root] = static_cast<uint32_t>(i);
   for (uint32_t v = 2; v < net.op.size(); ++v) {
     if (net.op[v] == Netlist::kIn) {
       lam[v] = in[net.a[v]];  // lambda_x = x, m_x = 0
@@ -374,8 +709,8 @@ std::vector<uint64_t> EvaluateMasked(const LutMap& m, absl::Span<const uint64_t>
       mv[v] = mv[net.a[v]] ^ mv[net.b[v]];
       lam[v] = lam[net.a[v]] ^ lam[net.b[v]];
       open[v] = open[net.a[v]] && open[net.b[v]];
-    } else if (auto it = gate_of.find(v); it != gate_of.end()) {
-      const LutGate& g = m.gates[it->second];
+    } else if (gate_of[v] != kNone) {
+      const LutGate& g = m.gates[gate_of[v]];
       for (uint32_t l : g.leaves)
         if (!open[l]) return {};  // a leaf not yet opened: a wrong cover
       lam[v] = rng();

@@ -101,6 +101,21 @@ struct LutMap {
 
 LutMap MapLuts(const Program& p, const LutOptions& o);
 
+// The cuts the cover chooses among (for tests): each XOR's and AND's
+// priority cuts as enumerated, trivial cuts left out. Tables are over the
+// leaves (leaf i = variable i), masked to the leaf count.
+struct LutCut {
+  uint32_t root = 0;
+  std::vector<uint32_t> leaves;
+  uint64_t merged_table = 0;  // built up the merges from the operands' cuts
+  // True when no leaf may lie among the nodes the merges computed through
+  // (by a one-bit-per-node signature): merged_table is then the cone's
+  // function, and the cover prices it; otherwise it walks the cone.
+  bool carried = false;
+  uint64_t table = 0;  // what the cover prices: the root's function
+};
+std::vector<LutCut> EnumerateCuts(const Netlist& net, const LutOptions& o);
+
 // The mask products a gate needs: every S (as a bit set over its leaves)
 // with |S| >= 2 inside some monomial of the table's normal form over n
 // leaves.

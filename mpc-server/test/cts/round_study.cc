@@ -2,7 +2,9 @@
 // gates of more inputs"): each program a login or a TGS runs on shares,
 // re-mapped into k-input gates over masked wires (cts/lut_map.h) for k =
 // 2 .. 6, beside today's Rep3 circuit: online rounds, mask-product rounds,
-// opened bits and mask products per lane, bits each party sends per lane.
+// opened bits and mask products per lane, bits each party sends per lane,
+// and what each mapping took (wall and process CPU: on a shared box the
+// CPU is the steadier figure).
 //
 // Usage: kmpc_cts_round_study [--cuts N] [k ...]   (default 2 3 4 5 6; N
 // the priority cuts kept per node, default 8)
@@ -10,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -56,6 +59,7 @@ int cuts_per_node = 8;
 
 LutFigures Row(const Case& cs, int k, int depth_target = 0) {
   const auto t0 = std::chrono::steady_clock::now();
+  const std::clock_t c0 = std::clock();
   LutOptions o;
   o.k = k;
   o.cuts_per_node = cuts_per_node;
@@ -63,6 +67,7 @@ LutFigures Row(const Case& cs, int k, int depth_target = 0) {
   const LutMap m = MapLuts(cs.p, o);
   const double s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   const LutFigures& f = m.fig;
   // Each party sends one bit per opened gate and one per mask product
   // (a Rep3 AND), against one per AND today.
@@ -72,7 +77,7 @@ LutFigures Row(const Case& cs, int k, int depth_target = 0) {
               f.hybrid_products, static_cast<double>(f.gates + f.products) / ands,
               static_cast<double>(f.gates + f.hybrid_products) / ands, f.products_by_size[2]);
   for (int j = 3; j <= k; ++j) std::printf("/%zu", f.products_by_size[j]);
-  std::printf(" | %.1f s |\n", s);
+  std::printf(" | %.2f s (%.2f s CPU) |\n", s, cpu);
   std::fflush(stdout);
   return f;
 }
@@ -115,7 +120,7 @@ int Main(int argc, char** argv) {
   }
   std::printf("| program | k | rounds online + mask products | gates (of them Rep3) "
               "| mask products (hybrid) | bits sent vs today: all masked / hybrid "
-              "| products by size 2/3/.. | mapping time |\n"
+              "| products by size 2/3/.. | mapping time (wall, CPU) |\n"
               "|---|---|---|---|---|---|---|---|\n");
   const std::vector<Case> cases = Cases();
   for (const Case& cs : cases) {
