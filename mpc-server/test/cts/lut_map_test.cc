@@ -16,6 +16,7 @@
 
 #include "cts/aes_circuit.h"
 #include "cts/sha1.h"
+#include "sha1_programs.h"
 
 namespace kmpc::cts {
 namespace {
@@ -140,15 +141,7 @@ void ExpectMapsExactly(const Program& p, const char* what) {
   }
 }
 
-Program Sha1CompressionProgram() {
-  Circuit c;
-  const Sha1State h = StateFromBytes(c.Inputs(160));
-  const Sha1State out = Sha1Compress(c, h, c.Inputs(512));
-  Bits bits;
-  for (const Word& w : out) AppendBigEndian(w, bits);
-  c.Output(bits);
-  return c.Compile();
-}
+using testing::Sha1CompressionProgram;
 
 // The table the cover prices is the cone's function for random cuts of a
 // SHA-1 compression at k = 4 and 6, and so is the merged one wherever the

@@ -20,19 +20,12 @@
 #include "cts/cts.h"
 #include "cts/lut_map.h"
 #include "cts/sha1.h"
+#include "sha1_programs.h"
 
 namespace kmpc::cts {
 namespace {
 
-Program Sha1CompressionProgram() {
-  Circuit c;
-  const Sha1State h = StateFromBytes(c.Inputs(160));
-  const Sha1State out = Sha1Compress(c, h, c.Inputs(512));
-  Bits bits;
-  for (const Word& w : out) AppendBigEndian(w, bits);
-  c.Output(bits);
-  return c.Compile();
-}
+using testing::Sha1CompressionProgram;
 
 struct Case {
   std::string name;

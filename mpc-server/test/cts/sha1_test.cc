@@ -13,6 +13,7 @@
 
 #include "cts/dealer.h"
 #include "cts_testing.h"
+#include "sha1_programs.h"
 
 namespace kmpc::cts {
 namespace {
@@ -105,13 +106,7 @@ TEST(Sha1, PrefixAdderAdds) {
 
 // One compression from a shared state over a shared block: the figures.
 TEST(Sha1, CompressionFigures) {
-  Circuit c;
-  const Sha1State h = StateFromBytes(c.Inputs(160));
-  const Sha1State out = Sha1Compress(c, h, c.Inputs(512));
-  Bits bits;
-  for (const Word& w : out) AppendBigEndian(w, bits);
-  c.Output(bits);
-  const Program p = c.Compile();
+  const Program p = testing::Sha1CompressionProgram();
   std::printf("SHA-1 compression: %zu ANDs, %zu XORs, AND depth %d, %zu slots\n", p.ands,
               p.xors, p.depth, p.slots);
   testing::ExpectCounted(p);  // what the clear engine runs

@@ -1,0 +1,24 @@
+// A SHA-1 compression as a program of its own, for the tests and figures
+// that measure one: inputs a chaining state (20 bytes, the dealt form) ||
+// a 64-byte block, output the new state (20 bytes).
+#ifndef KMPC_TEST_CTS_SHA1_PROGRAMS_H_
+#define KMPC_TEST_CTS_SHA1_PROGRAMS_H_
+
+#include "cts/circuit.h"
+#include "cts/sha1.h"
+
+namespace kmpc::cts::testing {
+
+inline Program Sha1CompressionProgram() {
+  Circuit c;
+  const Sha1State h = StateFromBytes(c.Inputs(160));
+  const Sha1State out = Sha1Compress(c, h, c.Inputs(512));
+  Bits bits;
+  for (const Word& w : out) AppendBigEndian(w, bits);
+  c.Output(bits);
+  return c.Compile();
+}
+
+}  // namespace kmpc::cts::testing
+
+#endif  // KMPC_TEST_CTS_SHA1_PROGRAMS_H_
