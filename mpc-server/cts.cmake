@@ -63,11 +63,24 @@ gtest_discover_tests(kmpc_cts_jobs_wipe_test TEST_PREFIX "cts." DISCOVERY_TIMEOU
 
 # The round study: circuits re-mapped into k-input gates over masked wires
 # (cts/lut_map.h; docs/design/cts-circuits.md, "Fewer rounds").
-add_library(kmpc_lut_map STATIC ${KMPC_CORE_ROOT}/src/cts/lut_map.cc)
-target_link_libraries(kmpc_lut_map PUBLIC kmpc_cts absl::flat_hash_map absl::flat_hash_set absl::hash)
+# The engine runs the mapped programs (cts/masked.h), so they are part of
+# kmpc_core; kmpc_lut_map names them for the tests and the study.
+target_sources(kmpc_core PRIVATE
+  ${KMPC_CORE_ROOT}/src/cts/lut_map.cc
+  ${KMPC_CORE_ROOT}/src/cts/masked_compile.cc
+  ${KMPC_CORE_ROOT}/src/cts/masked_eval.cc
+)
+target_link_libraries(kmpc_core PUBLIC absl::flat_hash_map absl::flat_hash_set absl::hash)
+add_library(kmpc_lut_map INTERFACE)
+target_link_libraries(kmpc_lut_map INTERFACE kmpc_cts)
 add_executable(kmpc_cts_lut_map_test ${KMPC_CORE_ROOT}/test/cts/lut_map_test.cc)
 target_include_directories(kmpc_cts_lut_map_test PRIVATE ${KMPC_CORE_ROOT}/test/core)
 target_link_libraries(kmpc_cts_lut_map_test PRIVATE kmpc_lut_map GTest::gtest GTest::gtest_main)
 gtest_discover_tests(kmpc_cts_lut_map_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 120)
+# Mapped circuits run over masked wires on three in-process parties.
+add_executable(kmpc_cts_masked_test ${KMPC_CORE_ROOT}/test/cts/masked_test.cc)
+target_include_directories(kmpc_cts_masked_test PRIVATE ${KMPC_CORE_ROOT}/test/core)
+target_link_libraries(kmpc_cts_masked_test PRIVATE kmpc_lut_map GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_cts_masked_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 120)
 add_executable(kmpc_cts_round_study ${KMPC_CORE_ROOT}/test/cts/round_study.cc)
 target_link_libraries(kmpc_cts_round_study PRIVATE kmpc_lut_map)

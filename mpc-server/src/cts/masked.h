@@ -21,8 +21,9 @@
 // Rounds. Every mask product lambda_S (|S| >= 2, S inside a monomial of
 // some masked gate's normal form) is a Rep3 AND of two smaller ones (or of
 // leaves' lambdas): level 1 for pairs, 2 for three or four leaves, 3 for
-// five or six, computed in ring messages 1 .. 3 (a leaf's lambda is known
-// when the run starts). Gate layer L (lut_map.h LutGate::layer) then runs
+// five or six, in the last message before its first reader (a leaf's
+// lambda does not depend on the data: it is drawn or computed before the
+// first message that reads it), so layer 1 waits for at most 3. Gate layer L (lut_map.h LutGate::layer) then runs
 // in message prep_rounds + L: its Rep3 gates' ANDs and its opened gates'
 // components in one message (Rep3 AND and opening both send one word per
 // word to party i-1 and receive one from party i+1). A gate's share is
@@ -63,11 +64,6 @@ struct MaskedProgram {
   size_t ands = 0;      // Rep3 ANDs per lane (mask products and Rep3 gates)
   size_t opened = 0;    // opened bits per lane
   std::vector<uint32_t> input_slot, output_slot;
-  // Slots whose lambda is drawn from PRSS when the run starts, in order.
-  std::vector<uint32_t> random_slots;
-  // (dst, a, b) slots: the masked XORs' lambdas, at the start (the mask
-  // products read them).
-  std::vector<uint32_t> lambda_xors;
 
   // A masked gate: its leaves' slots at leaves[leaf_at, + n) and its terms
   // at terms[term_at, + terms); need_r: the monomials of the leaves' m it
@@ -93,7 +89,15 @@ struct MaskedProgram {
 
   // A product operand: a slot's lambda, or (with kProductRef set) a product.
   static constexpr uint32_t kProductRef = uint32_t{1} << 31;
+  // Slots are reused once their last reader has run (a slot's words live
+  // from the first list that writes them to the last that reads them).
   struct Round {
+    // Before the message: the opened roots whose lambda is drawn from PRSS
+    // here (the first message that reads it), then the masked XORs (dst,
+    // a, b) whose lambda is first read here.
+    std::vector<uint32_t> draws;
+    std::vector<uint32_t> lambda_xors;
+    // Products as late as their first reader allows.
     std::vector<uint32_t> products;  // (dst product, a ref, b ref)
     // Rep3 gates (dst slot, a slot, b slot, not): dst = (a ^ not_0) &
     // (b ^ not_1) ^ not_2, not_i bit i of `not`.

@@ -2,6 +2,9 @@
 // the mask products and their levels, and each gate's terms.
 #include <algorithm>
 #include <array>
+#include <functional>
+#include <queue>
+#include <utility>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -25,8 +28,8 @@ struct Builder {
   std::vector<bool> needed, masked, opened;
   absl::flat_hash_map<ProductKey, uint32_t> product_of;
   std::vector<int> product_level;
-  // Per level: (dst, a, b) product triples.
-  std::vector<std::vector<uint32_t>> by_level = std::vector<std::vector<uint32_t>>(4);
+  // Product q's operands at [3q + 1, 3q + 3) (3q: q itself).
+  std::vector<uint32_t> product_ops;
 
   explicit Builder(const LutMap& map) : m(map), net(map.net) {}
 
@@ -96,14 +99,14 @@ struct Builder {
       if (len == 1) return key[from];
       ProductKey sub;
       sub.fill(kNone);
-      std::copy_n(key.begin() + from, len, sub.begin());
+      for (int i = 0; i < len; ++i) sub[i] = key[from + i];
       return Mp::kProductRef | Product(sub, len);
     };
     const uint32_t a = part(0, na), b = part(na, n - na);
     const uint32_t id = static_cast<uint32_t>(product_level.size());
     product_level.push_back(level);
     product_of.emplace(key, id);
-    by_level[level].insert(by_level[level].end(), {id, a, b});
+    product_ops.insert(product_ops.end(), {id, a, b});
     return id;
   }
 
@@ -136,7 +139,8 @@ struct Builder {
         int k = 0;
         for (int i = 0; i < n; ++i)
           if (s & (1u << i)) key[k++] = slot_of[g.leaves[i]];
-        std::sort(key.begin(), key.begin() + k);
+        for (int i = 1; i < k; ++i)  // insertion sort: k <= kMaxLutInputs
+          for (int j = i; j > 0 && key[j - 1] > key[j]; --j) std::swap(key[j - 1], key[j]);
         t.product = Product(key, k);
       }
       for (uint64_t rs = t.r; rs != 0; rs &= rs - 1) {
@@ -149,51 +153,29 @@ struct Builder {
   }
 };
 
-}  // namespace
+constexpr uint32_t kInf = ~uint32_t{0};
 
-absl::StatusOr<MaskedProgram> CompileMasked(const LutMap& map) {
-  Builder b(map);
-  const Netlist& net = map.net;
-  if (absl::Status st = b.Classify(); !st.ok()) return st;
+// The rounds' lists over logical slots (Builder::slot order), products by
+// level, before the slots are packed.
+absl::Status Emit(Builder& b, const std::vector<uint32_t>& slot_of,
+                  const std::vector<uint32_t>& masked_index, std::vector<uint32_t>& ready) {
+  const Netlist& net = b.net;
   Mp& p = b.p;
-  std::vector<uint32_t> slot_of(b.size(), kNone);
-  for (size_t i = 0; i < b.slot.size(); ++i) slot_of[b.slot[i]] = static_cast<uint32_t>(i);
-  p.slots = b.slot.size();
-  // Masked gates first: their products fix the preparation's rounds.
-  std::vector<uint32_t> masked_index(map.gates.size(), kNone);
-  for (size_t g = 0; g < map.gates.size(); ++g) {
-    const LutGate& lg = map.gates[g];
-    if (lg.rep3 || !b.needed[lg.root]) continue;
-    masked_index[g] = static_cast<uint32_t>(p.gates.size());
-    b.AddGate(lg, slot_of);
-  }
-  p.products = b.product_level.size();
-  for (int q = 3; q >= 1 && p.prep_rounds == 0; --q)
-    if (!b.by_level[q].empty()) p.prep_rounds = q;
   const uint32_t prep = static_cast<uint32_t>(p.prep_rounds);
-  int layers = 0;
-  for (const LutGate& g : map.gates) layers = std::max(layers, g.layer);
-  p.round.resize(prep + layers + 1);
-  for (int q = 1; q <= p.prep_rounds; ++q) p.round[q].products = std::move(b.by_level[q]);
-  // Ready times (the message after which a wire is held) and the lists.
-  std::vector<uint32_t> ready(b.size(), 0);
+  ready.assign(b.size(), 0);
   for (uint32_t v = 0; v < b.size(); ++v) {
     const uint32_t s = slot_of[v];
-    if (net.op[v] == Netlist::kIn && s != kNone) {
-      if (p.input_slot.size() <= net.a[v]) p.input_slot.resize(net.a[v] + 1, kNone);
-      p.input_slot[net.a[v]] = s;
-    }
+    if (net.op[v] == Netlist::kIn && s != kNone) p.input_slot[net.a[v]] = s;
     if (s == kNone) continue;
     if (net.op[v] == Netlist::kXor) {
       ready[v] = std::max(ready[net.a[v]], ready[net.b[v]]);
       auto& xs = p.round[ready[v]].xors;
       xs.insert(xs.end(), {s, slot_of[net.a[v]], slot_of[net.b[v]]});
-      if (b.masked[v]) p.lambda_xors.insert(p.lambda_xors.end(), {s, slot_of[net.a[v]], slot_of[net.b[v]]});
       continue;
     }
     if (net.op[v] != Netlist::kAnd) continue;
     const uint32_t g = b.gate_of[v];
-    const LutGate& lg = map.gates[g];
+    const LutGate& lg = b.m.gates[g];
     ready[v] = prep + static_cast<uint32_t>(lg.layer);
     for (uint32_t l : lg.leaves) {
       if (ready[l] >= ready[v])
@@ -210,15 +192,256 @@ absl::StatusOr<MaskedProgram> CompileMasked(const LutMap& map) {
                                    a2 | a1 << 1 | (a0 ^ (a1 & a2)) << 2});
     } else if (b.opened[v]) {
       r.opens.push_back(masked_index[g]);
-      p.random_slots.push_back(s);
     } else {
       r.local.push_back(masked_index[g]);
     }
   }
+  return absl::OkStatus();
+}
+
+// Each product in the last message before its first reader (as late as
+// possible: its slot, and its leaves' masks, live the shortest).
+absl::Status ScheduleProducts(Builder& b) {
+  Mp& p = b.p;
+  std::vector<uint32_t> need(b.product_level.size(), kInf);
+  auto gate_needs = [&](uint32_t g, uint32_t r) {
+    const Mp::Gate& gt = p.gates[g];
+    for (size_t t = gt.term_at; t < gt.term_at + gt.terms; ++t)
+      if (__builtin_popcount(p.terms[t].s) >= 2)
+        need[p.terms[t].product] = std::min(need[p.terms[t].product], r - 1);
+  };
+  for (uint32_t r = 0; r < p.round.size(); ++r) {
+    for (uint32_t g : p.round[r].opens) gate_needs(g, r);
+    for (uint32_t g : p.round[r].local) gate_needs(g, r);
+  }
+  std::vector<uint32_t> at(need.size());
+  for (uint32_t q = static_cast<uint32_t>(need.size()); q-- > 0;) {  // parts before wholes
+    const uint32_t* t = &b.product_ops[3 * q];
+    if (need[q] == kInf || need[q] < static_cast<uint32_t>(b.product_level[q]))
+      return absl::InternalError("CompileMasked: a mask product has no room");
+    at[q] = need[q];
+    for (int i = 1; i < 3; ++i) {
+      if (t[i] & Mp::kProductRef) {
+        const uint32_t o = t[i] & ~Mp::kProductRef;
+        need[o] = std::min(need[o], need[q] - 1);
+      }
+    }
+  }
+  for (uint32_t q = 0; q < need.size(); ++q) {
+    const uint32_t* t = &b.product_ops[3 * q];
+    p.round[at[q]].products.insert(p.round[at[q]].products.end(), {t[0], t[1], t[2]});
+  }
+  return absl::OkStatus();
+}
+
+// Interval packing: item i occupies a slot from def[i] to last[i]
+// (phase times); a slot is reused by an item defined strictly after its
+// last read. Items [0, pinned) keep slots of their own. Deterministic:
+// ties by item number.
+std::vector<uint32_t> Pack(const std::vector<uint64_t>& def, const std::vector<uint64_t>& last,
+                           size_t pinned, size_t* count) {
+  std::vector<uint32_t> order(def.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin() + pinned, order.end(),
+                   [&](uint32_t x, uint32_t y) { return def[x] < def[y]; });
+  std::vector<uint32_t> phys(def.size(), kNone);
+  using Busy = std::pair<uint64_t, uint32_t>;  // (last read, slot)
+  std::priority_queue<Busy, std::vector<Busy>, std::greater<Busy>> busy;
+  std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<uint32_t>> free_slots;
+  uint32_t next = 0;
+  for (uint32_t i : order) {
+    while (!busy.empty() && busy.top().first < def[i]) {
+      free_slots.push(busy.top().second);
+      busy.pop();
+    }
+    if (i < pinned || free_slots.empty()) {
+      phys[i] = next++;
+    } else {
+      phys[i] = free_slots.top();
+      free_slots.pop();
+    }
+    if (i >= pinned) busy.push({last[i], phys[i]});
+  }
+  *count = next;
+  return phys;
+}
+
+
+// Reads of a logical slot's words, in phase times (message r: 2r before
+// it, 2r + 1 after), and the rounds whose lists read it.
+struct Uses {
+  std::vector<uint32_t> first;  // the first round that reads its lambda
+  std::vector<uint64_t> last;   // the last phase time that reads it
+  std::vector<uint64_t> plast;  // per product
+  void Read(uint32_t s, uint32_t r, int post) {
+    first[s] = std::min(first[s], r);
+    last[s] = std::max<uint64_t>(last[s], 2 * uint64_t{r} + post);
+  }
+  void ReadRef(uint32_t ref, uint32_t r, int post) {
+    if (ref & Mp::kProductRef) {
+      uint64_t& l = plast[ref & ~Mp::kProductRef];
+      l = std::max<uint64_t>(l, 2 * uint64_t{r} + post);
+    } else {
+      Read(ref, r, post);
+    }
+  }
+};
+
+void GateReads(const Mp& p, uint32_t g, uint32_t r, int post, bool root, Uses& u) {
+  const Mp::Gate& gt = p.gates[g];
+  if (root) u.Read(gt.root, r, post);
+  for (uint32_t i = 0; i < gt.n; ++i) u.Read(p.leaves[gt.leaf_at + i], r, post);
+  for (size_t t = gt.term_at; t < gt.term_at + gt.terms; ++t)
+    if (__builtin_popcount(p.terms[t].s) >= 2)
+      u.ReadRef(Mp::kProductRef | p.terms[t].product, r, post);
+}
+
+Uses CollectUses(const Mp& p, size_t slots, size_t products) {
+  Uses u;
+  u.first.assign(slots, kInf);
+  u.last.assign(slots, 0);
+  u.plast.assign(products, 0);
+  for (uint32_t r = 0; r < p.round.size(); ++r) {
+    const Mp::Round& rd = p.round[r];
+    for (size_t k = 0; k < rd.products.size(); k += 3) {
+      u.ReadRef(rd.products[k + 1], r, 0);
+      u.ReadRef(rd.products[k + 2], r, 0);
+    }
+    for (size_t k = 0; k < rd.rep3.size(); k += 4) {
+      u.Read(rd.rep3[k + 1], r, 0);
+      u.Read(rd.rep3[k + 2], r, 0);
+    }
+    for (uint32_t g : rd.opens) GateReads(p, g, r, 0, true, u);
+    for (uint32_t g : rd.local) GateReads(p, g, r, 1, false, u);
+    for (size_t k = 0; k < rd.xors.size(); k += 3) {
+      u.Read(rd.xors[k + 1], r, 1);
+      u.Read(rd.xors[k + 2], r, 1);
+    }
+  }
+  for (uint32_t s : p.output_slot) u.last[s] = ~uint64_t{0};
+  return u;
+}
+
+// Where a slot's words begin (its def time) and the lists that write them
+// first: an opened root's lambda is drawn, and a masked XOR's lambda
+// computed, before the first message that reads it; every other slot is
+// written after the message that makes it ready.
+std::vector<uint64_t> PlaceLambdas(Mp& p, const std::vector<uint32_t>& ready,
+                                   const std::vector<uint8_t>& kind, Uses& u) {
+  const size_t n = ready.size();
+  std::vector<std::array<uint32_t, 2>> ops(n, {kNone, kNone});
+  for (const Mp::Round& rd : p.round)
+    for (size_t k = 0; k < rd.xors.size(); k += 3) ops[rd.xors[k]] = {rd.xors[k + 1], rd.xors[k + 2]};
+  std::vector<bool> pass(n, false);
+  for (size_t s = n; s-- > 0;) {  // readers before what they read
+    if (kind[s] != 2 || u.first[s] > ready[s]) continue;
+    pass[s] = true;
+    u.Read(ops[s][0], u.first[s], 0);
+    u.Read(ops[s][1], u.first[s], 0);
+  }
+  std::vector<uint64_t> def(n, 0);
+  for (uint32_t s = 0; s < n; ++s) {
+    if (kind[s] == 0) continue;  // a constant or an input: loaded first
+    const uint64_t after = 2 * uint64_t{ready[s]} + 1;
+    if (kind[s] == 3 || pass[s]) {
+      def[s] = 2 * uint64_t{u.first[s]};
+      auto& list = kind[s] == 3 ? p.round[u.first[s]].draws : p.round[u.first[s]].lambda_xors;
+      if (kind[s] == 3) {
+        list.push_back(s);
+      } else {
+        list.insert(list.end(), {s, ops[s][0], ops[s][1]});
+      }
+    } else {
+      def[s] = after;
+    }
+    u.last[s] = std::max(u.last[s], after);
+  }
+  return def;
+}
+
+template <typename F>
+void RemapSlots(Mp& p, F&& f) {
+  for (uint32_t& s : p.input_slot) s = s == kNone ? kNone : f(s);
+  for (uint32_t& s : p.output_slot) s = f(s);
+  for (Mp::Gate& g : p.gates) g.root = f(g.root);
+  for (uint32_t& s : p.leaves) s = f(s);
+  for (Mp::Round& rd : p.round) {
+    for (size_t k = 0; k < rd.rep3.size(); k += 4)
+      for (int i = 0; i < 3; ++i) rd.rep3[k + i] = f(rd.rep3[k + i]);
+    for (uint32_t& s : rd.xors) s = f(s);
+    for (uint32_t& s : rd.lambda_xors) s = f(s);
+    for (uint32_t& s : rd.draws) s = f(s);
+  }
+}
+
+// Packs the logical slots and the products into as few as their lifetimes
+// allow. kind per logical slot: 0 constant or input, 1 shared, 2 masked
+// XOR, 3 opened root.
+void PackSlots(Mp& p, const std::vector<uint32_t>& ready, const std::vector<uint8_t>& kind,
+               size_t products) {
+  Uses u = CollectUses(p, ready.size(), products);
+  const std::vector<uint64_t> def = PlaceLambdas(p, ready, kind, u);
+  const std::vector<uint32_t> phys = Pack(def, u.last, 2, &p.slots);
+  std::vector<uint64_t> pdef(products, 0);
+  for (uint32_t r = 0; r < p.round.size(); ++r)
+    for (size_t k = 0; k < p.round[r].products.size(); k += 3)
+      pdef[p.round[r].products[k]] = 2 * uint64_t{r} + 1;
+  const std::vector<uint32_t> pphys = Pack(pdef, u.plast, 0, &p.products);
+  auto ref = [&](uint32_t x) {
+    return x & Mp::kProductRef ? Mp::kProductRef | pphys[x & ~Mp::kProductRef] : phys[x];
+  };
+  for (Mp::Round& rd : p.round) {
+    for (size_t k = 0; k < rd.products.size(); k += 3) {
+      rd.products[k] = pphys[rd.products[k]];
+      rd.products[k + 1] = ref(rd.products[k + 1]);
+      rd.products[k + 2] = ref(rd.products[k + 2]);
+    }
+  }
+  for (Mp::Term& t : p.terms)
+    if (__builtin_popcount(t.s) >= 2) t.product = pphys[t.product];
+  RemapSlots(p, [&](uint32_t s) { return phys[s]; });
+}
+
+}  // namespace
+
+absl::StatusOr<MaskedProgram> CompileMasked(const LutMap& map) {
+  Builder b(map);
+  const Netlist& net = map.net;
+  if (absl::Status st = b.Classify(); !st.ok()) return st;
+  Mp& p = b.p;
+  std::vector<uint32_t> slot_of(b.size(), kNone);
+  for (size_t i = 0; i < b.slot.size(); ++i) slot_of[b.slot[i]] = static_cast<uint32_t>(i);
+  // Masked gates first: their products fix the preparation's rounds.
+  std::vector<uint32_t> masked_index(map.gates.size(), kNone);
+  for (size_t g = 0; g < map.gates.size(); ++g) {
+    const LutGate& lg = map.gates[g];
+    if (lg.rep3 || !b.needed[lg.root]) continue;
+    masked_index[g] = static_cast<uint32_t>(p.gates.size());
+    b.AddGate(lg, slot_of);
+  }
+  for (int level : b.product_level) p.prep_rounds = std::max(p.prep_rounds, level);
+  int layers = 0;
+  for (const LutGate& g : map.gates) layers = std::max(layers, g.layer);
+  p.round.resize(p.prep_rounds + layers + 1);
   p.inputs = net.inputs;
-  p.input_slot.resize(net.inputs, kNone);
+  p.input_slot.assign(net.inputs, kNone);
+  std::vector<uint32_t> ready;
+  if (absl::Status st = Emit(b, slot_of, masked_index, ready); !st.ok()) return st;
+  if (absl::Status st = ScheduleProducts(b); !st.ok()) return st;
   p.outputs = net.outputs.size();
   for (uint32_t v : net.outputs) p.output_slot.push_back(slot_of[v]);
+  std::vector<uint32_t> slot_ready(b.slot.size());
+  std::vector<uint8_t> kind(b.slot.size());
+  for (size_t i = 0; i < b.slot.size(); ++i) {
+    const uint32_t v = b.slot[i];
+    slot_ready[i] = ready[v];
+    const Netlist::Op op = net.op[v];
+    kind[i] = op != Netlist::kXor && op != Netlist::kAnd ? 0
+              : b.opened[v]                              ? 3
+              : op == Netlist::kXor && b.masked[v]       ? 2
+                                                         : 1;
+  }
+  PackSlots(p, slot_ready, kind, b.product_level.size());
   for (size_t r = 0; r < p.round.size(); ++r) {
     const Mp::Round& rd = p.round[r];
     p.ands += rd.products.size() / 3 + rd.rep3.size() / 4;

@@ -103,6 +103,7 @@ Layout Plan(std::vector<JobState>& js, size_t r) {
 struct Message {
   std::array<std::vector<uint64_t>, 2> x, y, z, o;
   std::vector<uint64_t> send, recv, opened;
+  std::vector<uint64_t> r0, r1;  // masks drawn before a message
   // Sized once for the largest message (a reallocation would leave shares
   // behind in freed memory).
   void Fit(size_t ands, size_t opens) {
@@ -117,17 +118,41 @@ struct Message {
   void Register(Buffers& b) {
     for (int c = 0; c < 2; ++c)
       for (auto* v : {&x[c], &y[c], &z[c], &o[c]}) b.all.push_back(v);
-    for (auto* v : {&send, &recv, &opened}) b.all.push_back(v);
+    for (auto* v : {&send, &recv, &opened, &r0, &r1}) b.all.push_back(v);
   }
 };
+
+// Before message r: the masks drawn and the masked XORs' lambdas that it
+// is the first to read.
+void Lambdas(JobState& j, const Mp::Round& rd, protocol::Prss& prss, std::vector<uint64_t>& r0,
+             std::vector<uint64_t>& r1) {
+  const size_t wn = j.wn, n = rd.draws.size() * wn;
+  if (n != 0) {
+    prss.RandomShares(reinterpret_cast<uint8_t*>(r0.data()), reinterpret_cast<uint8_t*>(r1.data()),
+                      8 * n);
+    for (size_t i = 0; i < rd.draws.size(); ++i) {
+      uint64_t* c0 = j.comp(rd.draws[i], 0);
+      uint64_t* c1 = j.comp(rd.draws[i], 1);
+      for (size_t w = 0; w < wn; ++w) {
+        c0[w] = r0[i * wn + w];
+        c1[w] = r1[i * wn + w];
+      }
+    }
+  }
+  Xors(rd.lambda_xors, j, 2);
+}
 
 // The round's operands and opened shares, job j's part.
 void Gather(JobState& j, const Mp::Round& rd, int party, Message& msg, size_t at, size_t oat) {
   const size_t wn = j.wn;
   for (size_t k = 0; k < rd.products.size(); k += 3, at += wn) {
     for (int c = 0; c < 2; ++c) {
-      std::copy_n(j.ref(rd.products[k + 1], c), wn, msg.x[c].data() + at);
-      std::copy_n(j.ref(rd.products[k + 2], c), wn, msg.y[c].data() + at);
+      const uint64_t* a = j.ref(rd.products[k + 1], c);
+      const uint64_t* b = j.ref(rd.products[k + 2], c);
+      for (size_t w = 0; w < wn; ++w) {
+        msg.x[c][at + w] = a[w];
+        msg.y[c][at + w] = b[w];
+      }
     }
   }
   for (size_t k = 0; k < rd.rep3.size(); k += 4, at += wn) {
@@ -162,16 +187,23 @@ void Scatter(JobState& j, const Mp::Round& rd, int party, const Message& msg, si
              size_t oat) {
   const size_t wn = j.wn;
   for (size_t k = 0; k < rd.products.size(); k += 3, at += wn) {
-    for (int c = 0; c < 2; ++c)
-      std::copy_n(msg.z[c].data() + at, wn, j.prods.data() + (2 * rd.products[k] + c) * wn);
+    for (int c = 0; c < 2; ++c) {
+      uint64_t* d = j.prods.data() + (2 * rd.products[k] + c) * wn;
+      for (size_t w = 0; w < wn; ++w) d[w] = msg.z[c][at + w];
+    }
   }
   for (size_t k = 0; k < rd.rep3.size(); k += 4, at += wn) {
     std::fill_n(j.m(rd.rep3[k]), wn, rd.rep3[k + 3] & 4 ? ~uint64_t{0} : 0);
-    for (int c = 0; c < 2; ++c) std::copy_n(msg.z[c].data() + at, wn, j.comp(rd.rep3[k], c));
+    for (int c = 0; c < 2; ++c) {
+      uint64_t* d = j.comp(rd.rep3[k], c);
+      for (size_t w = 0; w < wn; ++w) d[w] = msg.z[c][at + w];
+    }
   }
   const Mp& p = *j.job->program;
-  for (size_t k = 0; k < rd.opens.size(); ++k, oat += wn)
-    std::copy_n(msg.opened.data() + oat, wn, j.m(p.gates[rd.opens[k]].root));
+  for (size_t k = 0; k < rd.opens.size(); ++k, oat += wn) {
+    uint64_t* d = j.m(p.gates[rd.opens[k]].root);
+    for (size_t w = 0; w < wn; ++w) d[w] = msg.opened[oat + w];
+  }
   const std::array<bool, 2> pub{share::HoldsPublicIn(party, 0), share::HoldsPublicIn(party, 1)};
   for (uint32_t g : rd.local) {
     const uint32_t root = p.gates[g].root;
@@ -239,16 +271,6 @@ absl::Status Load(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
       for (int c = 0; c < 2; ++c)
         std::copy_n(jb.in[c].data() + i * j.wn, j.wn, j.comp(p.input_slot[i], c));
     }
-    std::vector<uint64_t> r0(p.random_slots.size() * j.wn), r1(r0.size());
-    ctx.prss().RandomShares(reinterpret_cast<uint8_t*>(r0.data()),
-                            reinterpret_cast<uint8_t*>(r1.data()), 8 * r0.size());
-    for (size_t i = 0; i < p.random_slots.size(); ++i) {
-      std::copy_n(r0.data() + i * j.wn, j.wn, j.comp(p.random_slots[i], 0));
-      std::copy_n(r1.data() + i * j.wn, j.wn, j.comp(p.random_slots[i], 1));
-    }
-    share::Wipe(r0.data(), 8 * r0.size());
-    share::Wipe(r1.data(), 8 * r1.size());
-    Xors(p.lambda_xors, j, 2);
     if (!p.round.empty()) Xors(p.round[0].xors, j, 3);
   }
   return absl::OkStatus();
@@ -273,8 +295,15 @@ absl::Status EvaluateMaskedAll(absl::Span<const MaskedJob> jobs, protocol::Rep3&
     max_opens = std::max(max_opens, l.opens);
   }
   msg.Fit(max_ands, max_opens);
+  size_t max_draws = 0;
+  for (const MaskedJob& j : jobs)
+    for (const Mp::Round& rd : j.program->round) max_draws = std::max(max_draws, rd.draws.size() * j.wn);
+  msg.r0.resize(max_draws);
+  msg.r1.resize(max_draws);
   for (size_t r = 1; r < rounds; ++r) {
     const Layout l = Plan(js, r);
+    for (JobState& j : js)
+      if (r < j.job->program->round.size()) Lambdas(j, j.job->program->round[r], ctx.prss(), msg.r0, msg.r1);
     for (size_t k = 0; k < js.size(); ++k) {
       if (r < js[k].job->program->round.size())
         Gather(js[k], js[k].job->program->round[r], party, msg, l.and_at[k], l.open_at[k]);

@@ -12,6 +12,10 @@
 // (CLOCK_PROCESS_CPUTIME_ID, the three parties together) and wall time of
 // a Run, medians of R runs (default 5) after a warm-up, and the CPU per
 // login and party.
+// With --masked[=R]: the spliced reply as k-input gates over masked wires
+// (cts/masked.h, k = 6) beside the same program on Rep3 ANDs, in one run:
+// messages, ANDs and opened bits per lane, the mapping's compile time,
+// and CPU and wall per Run as --cpu, both modes.
 // With --walk[=R]: the gate walk alone of the spliced reply at the --lanes
 // given (default 226 and 256): one thread, two share components as a
 // server holds, every AND layer's products computed locally (no ring, no
@@ -35,6 +39,7 @@
 #include "contract.h"
 #include "cts/dealer.h"
 #include "cts_testing.h"
+#include "masked_testing.h"
 #include "rep3_cluster.h"
 
 namespace kmpc::cts {
@@ -100,6 +105,59 @@ std::vector<Views> SpliceLanes(size_t lanes, size_t n, size_t m, size_t off) {
 
 // kM: a 250-byte request as dealt with its HMAC inner padding (5 blocks).
 constexpr size_t kN = 316, kM = 320, kOff = kN - 16 - kTagBytes;
+
+// --masked (see the head of this file).
+int MaskedMain(std::vector<size_t> lanes, int rounds) {
+  if (lanes.empty()) lanes = {64, 256};
+  const Program spliced = *SpliceEncryptProgram(14, kN, kM, kOff);
+  const double c0 = CpuMs(CLOCK_THREAD_CPUTIME_ID);
+  const LutMap map = MapLuts(spliced, LutOptions{6});
+  const double c1 = CpuMs(CLOCK_THREAD_CPUTIME_ID);
+  absl::StatusOr<MaskedProgram> mp = CompileMasked(map);
+  const double c2 = CpuMs(CLOCK_THREAD_CPUTIME_ID);
+  if (!mp.ok()) {
+    std::fprintf(stderr, "compile failed: %s\n", mp.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("spliced reply: Rep3 %d rounds, %zu ANDs/lane; masked k=6: %d messages (%d of "
+              "products), %zu ANDs + %zu opened bits/lane (%.2fx bits); map %.0f ms, compile "
+              "%.0f ms CPU\n",
+              spliced.depth, spliced.ands, mp->rounds, mp->prep_rounds, mp->ands, mp->opened,
+              static_cast<double>(mp->ands + mp->opened) / static_cast<double>(spliced.ands),
+              c1 - c0, c2 - c1);
+  ::kmpc::testing::Rep3Cluster cl;
+  const std::array<protocol::Rep3*, 3> rep3{cl.rep3[0].get(), cl.rep3[1].get(),
+                                            cl.rep3[2].get()};
+  for (size_t n : lanes) {
+    const auto sin = SpliceLanes(n, kN, kM, kOff);
+    for (bool mal : {false, true}) {
+      for (bool masked : {false, true}) {
+        auto run = [&] {
+          if (!masked) return TimeRun(cl, spliced, sin, mal);
+          std::array<absl::Status, 3> st;
+          const auto t0 = std::chrono::steady_clock::now();
+          testing::RunMaskedAll(rep3, {&*mp}, {sin}, mal, &st);
+          for (const auto& s : st)
+            if (!s.ok()) std::fprintf(stderr, "run failed: %s\n", s.ToString().c_str());
+          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+              .count();
+        };
+        run();  // warm-up
+        std::vector<double> cpu, wall;
+        for (int r = 0; r < rounds; ++r) {
+          const double t = CpuMs();
+          wall.push_back(run());
+          cpu.push_back(CpuMs() - t);
+        }
+        std::printf("%zu lanes, %s, %s: %.1f ms CPU/Run (3 parties), %.1f ms wall/Run, "
+                    "%.0f us CPU/login/party\n",
+                    n, mal ? "malicious" : "semi-honest", masked ? "masked k=6" : "Rep3",
+                    Median(cpu), Median(wall), 1000 * Median(cpu) / 3 / static_cast<double>(n));
+      }
+    }
+  }
+  return 0;
+}
 
 // --cpu: CPU per Run of the spliced reply (see the head of this file).
 int CpuMain(std::vector<size_t> lanes, int rounds) {
@@ -211,7 +269,7 @@ int TicketMain(int rounds) {
 int Main(int argc, char** argv) {
   std::vector<size_t> lanes = {1, 64};
   bool lanes_given = false;
-  int cpu_rounds = 0, walk_rounds = 0;
+  int cpu_rounds = 0, walk_rounds = 0, masked_rounds = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--lanes=", 8) == 0) {
       if (!lanes_given) lanes.clear();
@@ -221,11 +279,16 @@ int Main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--cpu") == 0) cpu_rounds = 5;
     if (std::strncmp(argv[i], "--cpu=", 6) == 0) cpu_rounds = std::max(1, std::stoi(argv[i] + 6));
     if (std::strcmp(argv[i], "--walk") == 0) walk_rounds = 9;
+    if (std::strcmp(argv[i], "--masked") == 0) masked_rounds = 3;
+    if (std::strncmp(argv[i], "--masked=", 9) == 0)
+      masked_rounds = std::max(1, std::stoi(argv[i] + 9));
     if (std::strncmp(argv[i], "--walk=", 7) == 0) walk_rounds = std::max(1, std::stoi(argv[i] + 7));
     if (std::strcmp(argv[i], "--ticket") == 0) return TicketMain(5);
     if (std::strncmp(argv[i], "--ticket=", 9) == 0)
       return TicketMain(std::max(1, std::stoi(argv[i] + 9)));
   }
+  if (masked_rounds > 0)
+    return MaskedMain(lanes_given ? lanes : std::vector<size_t>{}, masked_rounds);
   if (walk_rounds > 0) return WalkMain(lanes_given ? lanes : std::vector<size_t>{}, walk_rounds);
   if (cpu_rounds > 0) return CpuMain(lanes_given ? lanes : std::vector<size_t>{}, cpu_rounds);
   const auto c0 = std::chrono::steady_clock::now();

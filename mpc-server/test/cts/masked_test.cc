@@ -18,6 +18,7 @@
 #include "cts/sha1.h"
 #include "cts_testing.h"
 #include "rep3_cluster.h"
+#include "masked_testing.h"
 #include "sha1_programs.h"
 
 namespace kmpc::cts {
@@ -70,65 +71,6 @@ std::vector<Bytes> RandomLanes(size_t n, size_t bytes, uint32_t seed) {
   return out;
 }
 
-// One party's run of the jobs (their lanes' views), Verify at the end
-// with a log. out[job][lane] = the two output components.
-absl::Status RunParty(protocol::Rep3& r, const std::vector<const MaskedProgram*>& p, int party,
-                      const std::vector<std::vector<Views>>& lanes, protocol::MulLog* log,
-                      size_t verify_words, std::vector<std::vector<std::array<Bytes, 2>>>& out) {
-  std::vector<std::array<std::vector<uint64_t>, 2>> in(p.size()), o(p.size());
-  std::vector<MaskedJob> jobs;
-  for (size_t j = 0; j < p.size(); ++j) {
-    const size_t wn = testing::WordsFor(lanes[j].size());
-    for (int k = 0; k < 2; ++k) {
-      std::vector<absl::Span<const uint8_t>> spans;
-      for (const Views& v : lanes[j]) spans.push_back(v[party].comp[k]);
-      in[j][k] = PackLanes(spans, wn);
-      o[j][k].assign(p[j]->outputs * wn, 0);
-    }
-    jobs.push_back({p[j], wn, {in[j][0], in[j][1]},
-                    {absl::MakeSpan(o[j][0]), absl::MakeSpan(o[j][1])}, lanes[j].size()});
-  }
-  r.set_log(log);
-  absl::Status st = EvaluateMaskedAll(jobs, r, verify_words);
-  if (st.ok() && log != nullptr) st = protocol::Verifier::Verify(r, *log);
-  r.set_log(nullptr);
-  out.assign(p.size(), {});
-  for (size_t j = 0; j < p.size(); ++j) {
-    for (size_t l = 0; l < lanes[j].size(); ++l)
-      out[j].push_back({UnpackLane(o[j][0], jobs[j].wn, l), UnpackLane(o[j][1], jobs[j].wn, l)});
-  }
-  return st;
-}
-
-// All three parties: per job and lane the opened output (empty where the
-// copies disagree). Statuses in *st.
-std::vector<std::vector<Bytes>> RunAll(std::array<protocol::Rep3*, 3> rep3,
-                                       const std::vector<const MaskedProgram*>& p,
-                                       const std::vector<std::vector<Views>>& lanes,
-                                       bool malicious, std::array<absl::Status, 3>* st,
-                                       size_t verify_words = protocol::MulLog::kVerifyWords) {
-  std::array<std::vector<std::vector<std::array<Bytes, 2>>>, 3> outs;
-  std::array<protocol::MulLog, 3> logs;
-  *st = ::kmpc::testing::RunParties([&](int i) {
-    return RunParty(*rep3[i], p, i, lanes, malicious ? &logs[i] : nullptr, verify_words,
-                    outs[i]);
-  });
-  std::vector<std::vector<Bytes>> r(p.size());
-  for (size_t j = 0; j < p.size(); ++j) {
-    for (size_t l = 0; l < lanes[j].size(); ++l) {
-      Views v;
-      bool have = true;
-      for (int i = 0; i < 3; ++i) {
-        have = have && outs[i].size() > j && outs[i][j].size() > l;
-        if (have) v[i].comp = outs[i][j][l];
-      }
-      auto o = have ? share::Open(v) : absl::StatusOr<Bytes>(absl::InternalError("none"));
-      r[j].push_back(o.ok() ? *o : Bytes{});
-    }
-  }
-  return r;
-}
-
 std::vector<Views> Deal(const std::vector<Bytes>& lanes) {
   std::vector<Views> v;
   for (const Bytes& b : lanes) v.push_back(testing::DealViews(b));
@@ -145,7 +87,7 @@ void ExpectMatchesClear(const Case& c, const char* what, std::array<protocol::Re
     const std::vector<Bytes> want = testing::RunClear(c.p, lanes);
     for (bool malicious : {false, true}) {
       std::array<absl::Status, 3> st;
-      const auto got = RunAll(rep3, {&c.mp}, {Deal(lanes)}, malicious, &st);
+      const auto got = testing::RunMaskedAll(rep3, {&c.mp}, {Deal(lanes)}, malicious, &st);
       for (const auto& s : st) ASSERT_TRUE(s.ok()) << what << ": " << s;
       for (size_t l = 0; l < n; ++l)
         ASSERT_EQ(got[0][l], want[l]) << what << " lanes " << n << " lane " << l << " malicious " << malicious << " k " << c.fig.k;
@@ -186,7 +128,7 @@ TEST(Masked, JobsShareMessages) {
   const std::vector<Bytes> la = RandomLanes(70, a.p.inputs / 8, 1);
   const std::vector<Bytes> lb = RandomLanes(5, b.p.inputs / 8, 2);
   std::array<absl::Status, 3> st;
-  const auto got = RunAll(Ptrs(cl), {&a.mp, &b.mp}, {Deal(la), Deal(lb)}, true, &st, 5000);
+  const auto got = testing::RunMaskedAll(Ptrs(cl), {&a.mp, &b.mp}, {Deal(la), Deal(lb)}, true, &st, 5000);
   for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(got[0], testing::RunClear(a.p, la));
   EXPECT_EQ(got[1], testing::RunClear(b.p, lb));
@@ -234,13 +176,13 @@ TEST(Masked, AFlippedProductOrOpenedComponentIsCaught) {
   for (int cheater = 0; cheater < 3; ++cheater) {
     CheatCluster cl(cheater);
     std::array<absl::Status, 3> st;
-    const auto honest = RunAll(cl.rep3(), {&c.mp}, {in}, true, &st);
+    const auto honest = testing::RunMaskedAll(cl.rep3(), {&c.mp}, {in}, true, &st);
     for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(honest[0], testing::RunClear(c.p, lanes));
     for (const Flip& f : flips) {
       // Message m of a run is the cheater's m-th send from now (0-based).
       cl.cheat().Arm(f.message - 1, f.offset, 0x01);
-      RunAll(cl.rep3(), {&c.mp}, {in}, true, &st);
+      testing::RunMaskedAll(cl.rep3(), {&c.mp}, {in}, true, &st);
       ASSERT_TRUE(cl.cheat().fired()) << f.what;
       cl.cheat().Disarm();
       int caught = 0;
@@ -261,7 +203,7 @@ TEST(Masked, WithoutTheCheckAFlipChangesTheOutput) {
   while (c.mp.round[r].opens.empty()) ++r;
   cl.cheat().Arm(r - 1, OpenAt(c.mp, r, 1), 0x01);
   std::array<absl::Status, 3> st;
-  const auto got = RunAll(cl.rep3(), {&c.mp}, {Deal(lanes)}, false, &st);
+  const auto got = testing::RunMaskedAll(cl.rep3(), {&c.mp}, {Deal(lanes)}, false, &st);
   ASSERT_TRUE(cl.cheat().fired());
   for (const auto& s : st) EXPECT_TRUE(s.ok()) << s;
   EXPECT_NE(got[0], testing::RunClear(c.p, lanes));

@@ -1,0 +1,75 @@
+// Three in-process parties running masked programs (cts/masked.h) on
+// their views of each lane: the tests' and the bench's harness.
+#ifndef KMPC_TEST_CTS_MASKED_TESTING_H_
+#define KMPC_TEST_CTS_MASKED_TESTING_H_
+
+#include <array>
+#include <vector>
+
+#include "cts/masked.h"
+#include "cts_testing.h"
+
+namespace kmpc::cts::testing {
+
+// One party's run of the jobs (their lanes' views), Verify at the end
+// with a log. out[job][lane] = the two output components.
+inline absl::Status RunMaskedParty(protocol::Rep3& r, const std::vector<const MaskedProgram*>& p, int party,
+                      const std::vector<std::vector<Views>>& lanes, protocol::MulLog* log,
+                      size_t verify_words, std::vector<std::vector<std::array<Bytes, 2>>>& out) {
+  std::vector<std::array<std::vector<uint64_t>, 2>> in(p.size()), o(p.size());
+  std::vector<MaskedJob> jobs;
+  for (size_t j = 0; j < p.size(); ++j) {
+    const size_t wn = WordsFor(lanes[j].size());
+    for (int k = 0; k < 2; ++k) {
+      std::vector<absl::Span<const uint8_t>> spans;
+      for (const Views& v : lanes[j]) spans.push_back(v[party].comp[k]);
+      in[j][k] = PackLanes(spans, wn);
+      o[j][k].assign(p[j]->outputs * wn, 0);
+    }
+    jobs.push_back({p[j], wn, {in[j][0], in[j][1]},
+                    {absl::MakeSpan(o[j][0]), absl::MakeSpan(o[j][1])}, lanes[j].size()});
+  }
+  r.set_log(log);
+  absl::Status st = EvaluateMaskedAll(jobs, r, verify_words);
+  if (st.ok() && log != nullptr) st = protocol::Verifier::Verify(r, *log);
+  r.set_log(nullptr);
+  out.assign(p.size(), {});
+  for (size_t j = 0; j < p.size(); ++j) {
+    for (size_t l = 0; l < lanes[j].size(); ++l)
+      out[j].push_back({UnpackLane(o[j][0], jobs[j].wn, l), UnpackLane(o[j][1], jobs[j].wn, l)});
+  }
+  return st;
+}
+
+// All three parties: per job and lane the opened output (empty where the
+// copies disagree). Statuses in *st.
+inline std::vector<std::vector<Bytes>> RunMaskedAll(std::array<protocol::Rep3*, 3> rep3,
+                                       const std::vector<const MaskedProgram*>& p,
+                                       const std::vector<std::vector<Views>>& lanes,
+                                       bool malicious, std::array<absl::Status, 3>* st,
+                                       size_t verify_words = protocol::MulLog::kVerifyWords) {
+  std::array<std::vector<std::vector<std::array<Bytes, 2>>>, 3> outs;
+  std::array<protocol::MulLog, 3> logs;
+  *st = ::kmpc::testing::RunParties([&](int i) {
+    return RunMaskedParty(*rep3[i], p, i, lanes, malicious ? &logs[i] : nullptr, verify_words,
+                    outs[i]);
+  });
+  std::vector<std::vector<Bytes>> r(p.size());
+  for (size_t j = 0; j < p.size(); ++j) {
+    for (size_t l = 0; l < lanes[j].size(); ++l) {
+      Views v;
+      bool have = true;
+      for (int i = 0; i < 3; ++i) {
+        have = have && outs[i].size() > j && outs[i][j].size() > l;
+        if (have) v[i].comp = outs[i][j][l];
+      }
+      auto o = have ? share::Open(v) : absl::StatusOr<Bytes>(absl::InternalError("none"));
+      r[j].push_back(o.ok() ? *o : Bytes{});
+    }
+  }
+  return r;
+}
+
+}  // namespace kmpc::cts::testing
+
+#endif  // KMPC_TEST_CTS_MASKED_TESTING_H_
