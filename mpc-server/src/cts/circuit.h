@@ -24,6 +24,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,6 +40,27 @@ inline constexpr Wire kZero = 0;
 inline constexpr Wire kOne = 1;
 
 using Bits = std::vector<Wire>;
+
+struct MaskedProgram;
+
+// A program's run as k-input gates over masked wires (masked.h), compiled
+// after the program itself (on a background thread: it takes longer), so
+// read and set under a lock; null until then.
+class MaskedHandle {
+ public:
+  std::shared_ptr<const MaskedProgram> get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return p_;
+  }
+  void set(std::shared_ptr<const MaskedProgram> p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    p_ = std::move(p);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const MaskedProgram> p_;
+};
 
 // A compiled circuit: only the gates an output depends on, layered by AND
 // depth, each gate's value in a slot that is reused once its last reader
@@ -59,6 +82,7 @@ struct Program {
     std::vector<uint32_t> xors;
   };
   std::vector<Layer> layers;
+  std::shared_ptr<MaskedHandle> masked = std::make_shared<MaskedHandle>();
 };
 
 class Circuit {

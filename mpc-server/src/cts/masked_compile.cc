@@ -126,10 +126,18 @@ struct Builder {
     out.term_at = static_cast<uint32_t>(p.terms.size());
     out.need_r = 1;
     for (uint32_t l : g.leaves) p.leaves.push_back(slot_of[l]);
+    // r[S]: the monomials T \ S of every T >= S in the normal form.
+    std::array<uint64_t, 64> r{};
+    for (uint64_t ts = anf; ts != 0; ts &= ts - 1) {
+      const uint32_t tt = __builtin_ctzll(ts);
+      for (uint32_t s = tt;; s = (s - 1) & tt) {  // every S within T
+        r[s] |= uint64_t{1} << (tt & ~s);
+        if (s == 0) break;
+      }
+    }
     for (uint32_t s = 0; s < full; ++s) {
       Mp::Term t;
-      for (uint32_t tt = 0; tt < full; ++tt)
-        if ((tt & s) == s && ((anf >> tt) & 1)) t.r |= uint64_t{1} << (tt & ~s);
+      t.r = r[s];
       if (t.r == 0) continue;
       t.s = static_cast<uint8_t>(s);
       const int size = __builtin_popcount(s);

@@ -14,6 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cts/cts.h"
+#include "cts/lut_map.h"
+#include "cts/masked.h"
 #include "share/replicated.h"
 
 namespace kmpc::engine {
@@ -265,7 +267,35 @@ std::shared_ptr<const cts::Program> CtsProgramCache::Insert(const Shape& shape,
     lru_.pop_back();
   }
   LogShapeLocked(shape);
+  masked_queue_.push_back(program);
+  if (!masked_thread_.joinable()) masked_thread_ = std::thread([this] { MaskedLoop(); });
+  masked_cv_.notify_all();
   return program;
+}
+
+void CtsProgramCache::MaskedLoop() {
+  // Linux: a thread's nice value is its own (setpriority on its tid).
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    masked_cv_.wait(lock, [this] { return stopping_ || !masked_queue_.empty(); });
+    if (stopping_) return;
+    std::shared_ptr<const cts::Program> p = std::move(masked_queue_.front());
+    masked_queue_.pop_front();
+    masked_busy_ = true;
+    lock.unlock();
+    const cts::LutMap map = cts::MapLuts(*p, cts::LutOptions{kMaskedInputs});
+    absl::StatusOr<cts::MaskedProgram> mp = cts::CompileMasked(map);
+    if (mp.ok()) p->masked->set(std::make_shared<const cts::MaskedProgram>(*std::move(mp)));
+    lock.lock();
+    masked_busy_ = false;
+    masked_cv_.notify_all();
+  }
+}
+
+void CtsProgramCache::WaitMasked() {
+  std::unique_lock<std::mutex> lock(mu_);
+  masked_cv_.wait(lock, [this] { return masked_queue_.empty() && !masked_busy_; });
 }
 
 namespace {
@@ -435,7 +465,15 @@ void CtsProgramCache::WaitPrecompiled() {
   for (std::thread& t : threads) t.join();
 }
 
-CtsProgramCache::~CtsProgramCache() { WaitPrecompiled(); }
+CtsProgramCache::~CtsProgramCache() {
+  WaitPrecompiled();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  masked_cv_.notify_all();
+  if (masked_thread_.joinable()) masked_thread_.join();
+}
 
 CtsCircuitCounters& CtsCircuitCounters::Shared() {
   static CtsCircuitCounters* counters = new CtsCircuitCounters();
@@ -514,21 +552,43 @@ uint64_t CtsCost::Verifies(uint64_t verify_words) const {
 
 CtsCost CostOf(absl::Span<const CtsTask> tasks) {
   // By shape, as RunCtsTasks groups: decided alike on every party.
-  std::map<CtsProgramCache::Shape, std::pair<const cts::Program*, size_t>>
-      lanes;
+  std::map<CtsProgramCache::Shape, std::pair<const CtsTask*, size_t>> lanes;
   for (const CtsTask& t : tasks) {
     auto& l = lanes[ShapeOf(t)];
-    l.first = t.program.get();
+    l.first = &t;
     ++l.second;
   }
   CtsCost c;
-  for (const auto& [shape, pl] : lanes) {
-    const auto& [p, n] = pl;
-    c.and_words += p->ands * ((n + 63) / 64);
-    c.depth = std::max(c.depth, p->depth);
+  for (const auto& [shape, tn] : lanes) {
+    const auto& [t, n] = tn;
+    const size_t ands = std::max(t->program->ands, t->masked ? t->masked->ands : size_t{0});
+    c.and_words += ands * ((n + 63) / 64);
+    c.depth = std::max(c.depth, t->program->depth);
   }
   return c;
 }
+
+namespace {
+
+// Whether every party's `mine` is true (two ring messages: each party's
+// bit, then its bit and its successor's, so each learns all three). A
+// party that sends its neighbours different bits can only make the
+// parties run different protocols, whose messages then fail them (the
+// agreed bit is hashed with the opened values, so the compare round
+// catches a split as well).
+absl::StatusOr<bool> AgreeAll(protocol::Rep3& rep3, bool mine) {
+  uint8_t out = mine, in = 0;
+  for (int step = 0; step < 2; ++step) {
+    absl::Status st = rep3.channel().Exchange(absl::MakeConstSpan(&out, 1), absl::MakeSpan(&in, 1));
+    if (!st.ok()) return st;
+    if (in > 1) return absl::DataLossError("cts: a malformed agreement bit");
+    out = static_cast<uint8_t>(mine && in);
+  }
+  if (rep3.log() != nullptr) rep3.log()->AddOpened(absl::MakeConstSpan(&out, 1));
+  return out == 1;
+}
+
+}  // namespace
 
 absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t verify_words,
                          absl::Span<CtsTask> tasks) {
@@ -556,19 +616,35 @@ absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t veri
                             {absl::MakeSpan(g->out[0]), absl::MakeSpan(g->out[1])},
                             g->tasks.size()});
   }
-  cts::ShareEngine engine(rep3, verify_words);
-  if (absl::Status st = cts::EvaluateAll(jobs, engine); !st.ok()) return st;
+  std::vector<std::shared_ptr<const cts::MaskedProgram>> masked;
+  for (auto& g : groups) masked.push_back(g->tasks[0]->masked);
+  absl::StatusOr<bool> use_masked =
+      AgreeAll(rep3, std::all_of(masked.begin(), masked.end(), [](const auto& m) { return !!m; }));
+  if (!use_masked.ok()) return use_masked.status();
   uint64_t ands = 0;
   int depth = 0;
-  for (auto& g : groups) {
-    UnpackGroup(*g);
-    ands += g->tasks[0]->program->ands * g->tasks.size();
-    depth = std::max(depth, g->tasks[0]->program->depth);
+  if (*use_masked) {
+    std::vector<cts::MaskedJob> mjobs;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      mjobs.push_back({masked[k].get(), jobs[k].wn, jobs[k].in, jobs[k].out, jobs[k].lanes});
+      ands += masked[k]->ands * groups[k]->tasks.size();
+      depth = std::max(depth, masked[k]->rounds);
+    }
+    if (absl::Status st = cts::EvaluateMaskedAll(mjobs, rep3, verify_words); !st.ok()) return st;
+  } else {
+    cts::ShareEngine engine(rep3, verify_words);
+    if (absl::Status st = cts::EvaluateAll(jobs, engine); !st.ok()) return st;
+    for (auto& g : groups) {
+      ands += g->tasks[0]->program->ands * g->tasks.size();
+      depth = std::max(depth, g->tasks[0]->program->depth);
+    }
   }
+  for (auto& g : groups) UnpackGroup(*g);
   CtsCircuitCounters& counters = CtsCircuitCounters::Shared();
   counters.ands += ands;
   counters.rounds += static_cast<uint64_t>(depth);
   ++counters.evaluations;
+  counters.masked += *use_masked;
   return absl::OkStatus();
 }
 

@@ -16,6 +16,8 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -116,6 +118,14 @@ class CtsProgramCache {
   void PrecompileInBackground(std::vector<Shape> shapes);
   // Waits for the background compiles started so far (tests, shutdown).
   void WaitPrecompiled();
+  // Each program inserted is also compiled as k-input gates over masked
+  // wires (cts/masked.h, k = kMaskedInputs: about half the rounds) on one
+  // thread of its own at nice +10, and attached to the program when done
+  // (cts::Program::masked); a Run uses it once every party holds it
+  // (RunCtsTasks). WaitMasked waits for the queue to drain (tests, the
+  // bench's warm-up).
+  static constexpr int kMaskedInputs = 6;
+  void WaitMasked();
   ~CtsProgramCache();
 
  private:
@@ -133,6 +143,13 @@ class CtsProgramCache {
   std::string shapes_path_;  // guarded by mu_
   size_t log_lines_ = 0;     // appended since the last rewrite; mu_
   std::vector<std::thread> precompilers_;  // guarded by mu_
+  // The masked compiles' queue (mu_), its thread (started by the first
+  // Insert) and whether one is running.
+  std::deque<std::shared_ptr<const cts::Program>> masked_queue_;
+  std::condition_variable masked_cv_;
+  std::thread masked_thread_;
+  bool masked_busy_ = false, stopping_ = false;
+  void MaskedLoop();
 
   // ReadShapes with each shape's summed weight.
   static std::vector<std::pair<Shape, uint64_t>> ReadWeightedShapes(const std::string& path);
@@ -147,8 +164,10 @@ class CtsProgramCache {
 // (each call takes its deepest program's depth) and calls. Public: program
 // sizes and lane counts. service/metrics.h renders them as
 // kmpc_cts_ands_total, kmpc_cts_and_rounds_total, kmpc_cts_evaluations_total.
+// Of the evaluations, `masked` ran as k-input gates over masked wires
+// (rounds then count its ring messages, ands its Rep3 ANDs).
 struct CtsCircuitCounters {
-  std::atomic<uint64_t> ands{0}, rounds{0}, evaluations{0};
+  std::atomic<uint64_t> ands{0}, rounds{0}, evaluations{0}, masked{0};
   static CtsCircuitCounters& Shared();
 };
 
@@ -197,6 +216,9 @@ struct CtsTask {
   // (CtsTimeWindow; cts.h StaleTimestamp), the lane's last input.
   std::array<std::array<uint8_t, cts::kWindowBytes>, 2> window{};
   std::shared_ptr<const cts::Program> program;
+  // The program over masked wires, as held when the batch was planned
+  // (null: not compiled yet); the Run uses it if every party holds it.
+  std::shared_ptr<const cts::MaskedProgram> masked;
   std::array<std::vector<uint8_t>, 2> out;
   std::array<uint8_t, 2> mismatch{};
 
@@ -247,9 +269,10 @@ class CtsReleaseLimiter {
 };
 
 // What the tasks cost: AND words over all shapes (ANDs x words per wire)
-// and the deepest program's AND depth. With the check every
-// verify_words AND words (cts::ShareEngine), a run takes at most
-// min(depth, ceil(and_words / verify_words)) Verifies.
+// and the deepest program's AND depth, whichever way the Run goes (Rep3
+// ANDs or masked gates: the larger of each). With the check every
+// verify_words AND words (cts::ShareEngine, cts::EvaluateMaskedAll), a
+// run takes at most min(depth, ceil(and_words / verify_words)) Verifies.
 struct CtsCost {
   uint64_t and_words = 0;
   int depth = 0;

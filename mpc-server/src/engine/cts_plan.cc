@@ -88,6 +88,7 @@ void PlanCtsJob(const RunContext& ctx, BatchState& b, size_t j) {
     return;
   }
   t.program = *std::move(p);
+  t.masked = t.program->masked->get();
   w.cts_task = static_cast<int64_t>(b.cts.size());
   b.cts.push_back(std::move(t));
 }

@@ -90,6 +90,9 @@ Metrics::Metrics(int party)
   cts_evaluations_ = &counter("kmpc_cts_evaluations_total",
                               "evaluations of aes*-cts circuits (one per batch with such jobs)")
                          .Add({});
+  cts_masked_ = &counter("kmpc_cts_masked_evaluations_total",
+                         "of those, evaluations as k-input gates over masked wires")
+                     .Add({});
   ring_bytes_ = &counter("kmpc_ring_bytes_sent_total",
                          "bytes this party sent on the ring")
                      .Add({});
@@ -156,7 +159,8 @@ void Metrics::SyncCts() const {
       std::max(0.0, static_cast<double>(cache.misses()) - cts_misses_->Value()));
   const engine::CtsCircuitCounters& cc = engine::CtsCircuitCounters::Shared();
   for (auto [c, v] : {std::pair{cts_ands_, cc.ands.load()}, std::pair{cts_rounds_, cc.rounds.load()},
-                      std::pair{cts_evaluations_, cc.evaluations.load()}})
+                      std::pair{cts_evaluations_, cc.evaluations.load()},
+                      std::pair{cts_masked_, cc.masked.load()}})
     c->Increment(std::max(0.0, static_cast<double>(v) - c->Value()));
 }
 

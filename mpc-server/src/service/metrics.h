@@ -93,11 +93,12 @@ class Metrics {
   prometheus::Counter* cts_hits_;
   prometheus::Counter* cts_misses_;
   // kmpc_cts_ands_total, kmpc_cts_and_rounds_total,
-  // kmpc_cts_evaluations_total: engine::CtsCircuitCounters, brought up
-  // likewise.
+  // kmpc_cts_evaluations_total, kmpc_cts_masked_evaluations_total:
+  // engine::CtsCircuitCounters, brought up likewise.
   prometheus::Counter* cts_ands_;
   prometheus::Counter* cts_rounds_;
   prometheus::Counter* cts_evaluations_;
+  prometheus::Counter* cts_masked_;
   mutable std::mutex sync_mu_;  // one SyncCts at a time (it adds differences)
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;

@@ -376,7 +376,8 @@ TEST_P(CtsJobs, CtrMpcJobOnACtsKeyIsWrongCipher) {
   ExpectStatus(r, 0, pb::JOB_WRONG_CIPHER);
 }
 
-// The loop of the CtsMalicious tests below: `trials` flips of one bit
+// The loop of the CtsMalicious tests below, on Runs over masked wires:
+// `trials` flips of one bit
 // (bit 0 of a 64-bit word: lane 0) of random messages of the cheater's,
 // each caught (an honest party fails with DATA_LOSS or ABORTED: nothing
 // released) or harmless (the results still `right`); at least `min_caught`
@@ -384,8 +385,14 @@ TEST_P(CtsJobs, CtrMpcJobOnACtsKeyIsWrongCipher) {
 template <typename Clean, typename Cheated, typename Right>
 void FlipsAreCaughtOrHarmless(CtsCluster& c, int cheater, Clean clean, Cheated cheated,
                               Right right, uint64_t seed, int trials, int min_caught) {
+  // The first Run compiles the programs; the flips then go to the Runs over
+  // masked wires (CtsProgramCache::WaitMasked), as a warm server runs.
+  ASSERT_TRUE(right(clean()));
+  CtsProgramCache::Shared().WaitMasked();
+  const uint64_t masked = CtsCircuitCounters::Shared().masked.load();
   const uint64_t before = c.cheat().sent();
   ASSERT_TRUE(right(clean()));
+  ASSERT_GT(CtsCircuitCounters::Shared().masked.load(), masked);
   const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
   ASSERT_GT(sizes.size(), 100u);
   std::mt19937_64 rng(seed);
