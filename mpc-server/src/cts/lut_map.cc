@@ -62,7 +62,7 @@ uint64_t ProductSet(uint64_t table, int n) {
   return d & kPairsAndUp;
 }
 
-// Exchanges variables i < j of a table.
+// Exchanges variables i <= j of a table (i == j: the table unchanged).
 uint64_t SwapVars(uint64_t t, int i, int j) {
   const int shift = (1 << j) - (1 << i);
   const uint64_t lo = kVar[i] & ~kVar[j];  // bit i set, bit j clear
@@ -124,6 +124,73 @@ uint64_t Stretch(uint64_t t, int m, const int* pos) {
   return t;
 }
 
+// The ranking of candidates: keys (arrival, leaf count) in bits 32 and
+// up, the candidate's index below. The order is the one GCC's libstdc++
+// std::sort gives (bits/stl_algo.h, GCC 12: introsort with a median of
+// three pivot and an unguarded partition down to segments of 16 or fewer,
+// a heap sort past 2 log2 n levels, then one insertion sort over all),
+// written out so that only the first `keep` places are ranked: every
+// segment lies wholly below the next, and the final insertion sort is
+// stable, so the first places are the stable order of the segments that
+// reach them.
+bool KeyLess(uint64_t x, uint64_t y) { return (x >> 32) < (y >> 32); }
+
+void MedianToFirst(uint64_t* r, uint64_t* a, uint64_t* b, uint64_t* c) {
+  if (KeyLess(*a, *b)) {
+    std::iter_swap(r, KeyLess(*b, *c) ? b : KeyLess(*a, *c) ? c : a);
+  } else {
+    std::iter_swap(r, KeyLess(*a, *c) ? a : KeyLess(*b, *c) ? c : b);
+  }
+}
+
+uint64_t* PartitionPivot(uint64_t* first, uint64_t* last) {
+  MedianToFirst(first, first + 1, first + (last - first) / 2, last - 1);
+  const uint64_t pivot = *first;  // stays at first: the scan starts past it
+  for (uint64_t* lo = first + 1;; ++lo) {
+    while (KeyLess(*lo, pivot)) ++lo;
+    --last;
+    while (KeyLess(pivot, *last)) --last;
+    if (!(lo < last)) return lo;
+    std::iter_swap(lo, last);
+  }
+}
+
+// Introsort's partitioning of [first, last); segments from `need` on are
+// left as they are, *bound the first place they take.
+void Partitions(uint64_t* first, uint64_t* last, int depth, const uint64_t* need,
+                uint64_t** bound) {
+  while (last - first > 16) {
+    if (depth == 0) {  // std::__partial_sort(first, last, last)
+      std::make_heap(first, last, KeyLess);
+      std::sort_heap(first, last, KeyLess);
+      return;
+    }
+    --depth;
+    uint64_t* cut = PartitionPivot(first, last);
+    if (cut < need) {
+      Partitions(cut, last, depth, need, bound);
+    } else {
+      *bound = std::min(*bound, cut);
+    }
+    last = cut;
+  }
+}
+
+// The first `keep` of keys[0 .. n) in std::sort's order, to out; returns
+// how many (min(n, keep)). Reorders keys.
+size_t RankFirst(uint64_t* keys, size_t n, size_t keep, uint64_t* out) {
+  uint64_t* bound = keys + n;
+  if (n > 16) Partitions(keys, keys + n, 2 * (std::bit_width(n) - 1), keys + keep, &bound);
+  size_t m = 0;  // out[0 .. m): the stable order of what was seen, cut at keep
+  for (const uint64_t* x = keys; x < bound; ++x) {
+    if (m == keep && !KeyLess(*x, out[m - 1])) continue;
+    size_t i = m < keep ? m++ : m - 1;
+    for (; i > 0 && KeyLess(*x, out[i - 1]); --i) out[i] = out[i - 1];
+    out[i] = *x;
+  }
+  return m;
+}
+
 // A merged candidate before it is kept: its leaf count and arrival, and
 // the pair of operand cuts (offsets in the operands' lists) that first
 // gave it. Its leaves are a bit set in Gather's scratch.
@@ -152,6 +219,8 @@ class Mapper {
  private:
   void Gather(uint32_t v);
   size_t Number(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye);
+  template <bool kPopcnt>
+  void GatherWords(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye);
   template <size_t W, bool kPopcnt>
   void GatherSets(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye, size_t w);
   void GatherFast(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye, size_t w);
@@ -174,16 +243,16 @@ class Mapper {
   std::vector<CutFunc> func_;
   std::vector<uint32_t> begin_, end_, last_read_, free_;
   // Scratch of Gather and Keep: the operands' leaves numbered locally
-  // (local_[leaf]: the number, valid under stamp num_stamp_ in its high
-  // half), each operand cut and candidate a bit set of w words over the
-  // numbers, candidates found again by an open-addressed table (valid
-  // under slot_stamp_).
-  std::vector<uint64_t> local_;
-  uint32_t num_stamp_ = 0;
+  // (local_[leaf]: the number, kNone outside Number; numbered_: the leaf of
+  // each number), each operand cut and candidate a bit set of w words over
+  // the numbers, candidates found again by an open-addressed table (valid
+  // under slot_stamp_; slot_word_ the one-word sets).
+  std::vector<uint32_t> local_, numbered_;
+  std::vector<uint64_t> slot_word_;
   std::vector<uint64_t> sets_, cand_sets_, order_;
   std::vector<Candidate> cand_;
   size_t cands_ = 0;
-  std::vector<uint32_t> slot_mark_, slot_index_;
+  std::vector<uint32_t> slot_mark_, slot_index_, fit_;
   uint32_t slot_stamp_ = 0;
   std::vector<uint64_t> walk_table_;  // scratch of Walk, valid where stamped
   std::vector<uint32_t> walk_stamp_, walk_stack_;
@@ -203,38 +272,43 @@ void NextStamp(std::vector<uint32_t>& mark, size_t size, uint32_t& stamp) {
 // sets_; returns w. One pass while the numbers fit a word, a second to
 // write wider sets.
 size_t Mapper::Number(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye) {
-  if (local_.size() != net_.op.size() || ++num_stamp_ == 0) {
-    local_.assign(net_.op.size(), 0);
-    num_stamp_ = 1;
-  }
-  const uint64_t stamp = uint64_t{num_stamp_} << 32;
+  if (local_.size() != net_.op.size()) local_.assign(net_.op.size(), kNone);
   const size_t cuts = xe - xb + ye - yb;
   sets_.resize(cuts);
-  uint64_t next = 0, *set = sets_.data();
+  numbered_.resize(cuts * kMaxLutInputs);
+  uint32_t next = 0;
+  uint64_t* set = sets_.data();
   for (auto [b, e] : {std::pair{xb, xe}, std::pair{yb, ye}}) {
     for (uint32_t i = b; i < e; ++i) {
       uint64_t bits = 0;
       for (int l = 0; l < pool_[i].n; ++l) {
-        uint64_t& x = local_[pool_[i].leaf[l]];
-        if ((x & ~uint64_t{0xFFFFFFFF}) != stamp) x = stamp | next++;
-        const uint32_t id = static_cast<uint32_t>(x);
+        const uint32_t leaf = pool_[i].leaf[l];
+        const uint32_t old = local_[leaf];
+        const bool fresh = old == kNone;
+        const uint32_t id = fresh ? next : old;
+        local_[leaf] = id;
+        numbered_[next] = leaf;  // kept only when fresh
+        next += fresh;
         bits |= uint64_t{id < 64} << (id & 63);
       }
       *set++ = bits;
     }
   }
-  if (next <= 64) return 1;
-  const size_t w = (next + 63) / 64;
-  sets_.assign(cuts * w, 0);
-  set = sets_.data();
-  for (auto [b, e] : {std::pair{xb, xe}, std::pair{yb, ye}}) {
-    for (uint32_t i = b; i < e; ++i, set += w) {
-      for (int l = 0; l < pool_[i].n; ++l) {
-        const uint32_t id = static_cast<uint32_t>(local_[pool_[i].leaf[l]]);
-        set[id >> 6] |= uint64_t{1} << (id & 63);
+  size_t w = 1;
+  if (next > 64) {
+    w = (next + 63) / 64;
+    sets_.assign(cuts * w, 0);
+    set = sets_.data();
+    for (auto [b, e] : {std::pair{xb, xe}, std::pair{yb, ye}}) {
+      for (uint32_t i = b; i < e; ++i, set += w) {
+        for (int l = 0; l < pool_[i].n; ++l) {
+          const uint32_t id = local_[pool_[i].leaf[l]];
+          set[id >> 6] |= uint64_t{1} << (id & 63);
+        }
       }
     }
   }
+  for (uint32_t i = 0; i < next; ++i) local_[numbered_[i]] = kNone;
   return w;
 }
 
@@ -278,10 +352,47 @@ template <size_t W, bool kPopcnt>
   }
 }
 
+// GatherSets for one-word sets: the pairs within k leaves listed first,
+// then each found again or added.
+template <bool kPopcnt>
+[[gnu::always_inline]] inline void Mapper::GatherWords(uint32_t xb, uint32_t xe, uint32_t yb,
+                                                       uint32_t ye) {
+  const size_t nx = xe - xb, ny = ye - yb, slots = std::bit_ceil(2 * nx * ny);
+  const int shift = 64 - std::countr_zero(slots);
+  NextStamp(slot_mark_, slots, slot_stamp_);
+  slot_word_.resize(slot_mark_.size());
+  if (cand_.size() < nx * ny) cand_.resize(nx * ny);
+  if (fit_.size() < ny) fit_.resize(ny);
+  cands_ = 0;
+  const uint64_t* yset = sets_.data() + nx;
+  for (uint32_t i = 0; i < nx; ++i) {
+    const uint64_t x = sets_[i];
+    size_t fits = 0;
+    for (uint32_t j = 0; j < ny; ++j) {
+      const uint64_t u = x | yset[j];
+      fit_[fits] = j;
+      fits += (kPopcnt ? __builtin_popcountll(u) : Popcount(u)) <= o_.k;
+    }
+    const int xa = pool_[xb + i].arrival;
+    for (size_t f = 0; f < fits; ++f) {
+      const uint32_t j = fit_[f];
+      const uint64_t u = x | yset[j];
+      size_t slot = shift == 64 ? 0 : (u * 0x9E3779B97F4A7C15ull) >> shift;
+      while (slot_mark_[slot] == slot_stamp_ && slot_word_[slot] != u)
+        slot = (slot + 1) & (slots - 1);
+      if (slot_mark_[slot] == slot_stamp_) continue;  // a repeat
+      slot_mark_[slot] = slot_stamp_;
+      slot_word_[slot] = u;
+      const uint32_t n = kPopcnt ? __builtin_popcountll(u) : Popcount(u);
+      cand_[cands_++] = {std::max(xa, pool_[yb + j].arrival), n, i, j};
+    }
+  }
+}
+
 __attribute__((target("popcnt"))) void Mapper::GatherFast(uint32_t xb, uint32_t xe,
                                                           uint32_t yb, uint32_t ye, size_t w) {
   if (w == 1) {  // up to 64 distinct leaves: every node of the study at 8 cuts
-    GatherSets<1, true>(xb, xe, yb, ye, w);
+    GatherWords<true>(xb, xe, yb, ye);
   } else {
     GatherSets<0, true>(xb, xe, yb, ye, w);
   }
@@ -289,7 +400,7 @@ __attribute__((target("popcnt"))) void Mapper::GatherFast(uint32_t xb, uint32_t 
 
 void Mapper::GatherPortable(uint32_t xb, uint32_t xe, uint32_t yb, uint32_t ye, size_t w) {
   if (w == 1) {
-    GatherSets<1, false>(xb, xe, yb, ye, w);
+    GatherWords<false>(xb, xe, yb, ye);
   } else {
     GatherSets<0, false>(xb, xe, yb, ye, w);
   }
@@ -323,19 +434,16 @@ void Mapper::Add(uint32_t v, uint32_t x, uint32_t y, int arrival) {
 // of the node's own operands whatever its depth: the cheapest gate, which
 // the cover takes where the node has slack.
 void Mapper::Keep(uint32_t v) {
-  order_.resize(cands_);
+  order_.resize(cands_ + o_.cuts_per_node);
   for (uint32_t i = 0; i < cands_; ++i) {
     order_[i] = (static_cast<uint64_t>(cand_[i].arrival) << 35) |
                 (static_cast<uint64_t>(cand_[i].n) << 32) | i;
   }
-  // Keys (arrival, leaf count) over indices: std::sort makes the same
-  // comparisons, so the same permutation, as on the candidates themselves.
-  std::sort(order_.begin(), order_.end(),
-            [](uint64_t x, uint64_t y) { return (x >> 32) < (y >> 32); });
-  if (order_.size() > static_cast<size_t>(o_.cuts_per_node)) order_.resize(o_.cuts_per_node);
+  uint64_t* const top = order_.data() + cands_;
+  const size_t kept = RankFirst(order_.data(), cands_, o_.cuts_per_node, top);
   const uint32_t a = net_.a[v], b = net_.b[v];
-  for (uint64_t r : order_) {
-    const Candidate& c = cand_[static_cast<uint32_t>(r)];
+  for (size_t r = 0; r < kept; ++r) {
+    const Candidate& c = cand_[static_cast<uint32_t>(top[r])];
     Add(v, Begin(a) + c.xi, Begin(b) + c.yi, c.arrival);
   }
   const uint32_t ta = End(a) - 1, tb = End(b) - 1;  // the operands' trivial cuts

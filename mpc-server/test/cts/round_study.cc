@@ -6,8 +6,10 @@
 // and what each mapping took (wall and process CPU: on a shared box the
 // CPU is the steadier figure).
 //
-// Usage: kmpc_cts_round_study [--cuts N] [k ...]   (default 2 3 4 5 6; N
-// the priority cuts kept per node, default 8)
+// Usage: kmpc_cts_round_study [--cuts N] [--digest] [k ...]   (default 2 3
+// 4 5 6; N the priority cuts kept per node, default 8; --digest ends each
+// row with a digest of the whole mapping, every gate's root, leaves, table,
+// layer and Rep3 flag, to compare mappings bit for bit across builds)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,6 +51,23 @@ std::vector<Case> Cases() {
 }
 
 int cuts_per_node = 8;
+bool digest = false;
+
+// FNV-1a over every gate's fields in gate order.
+uint64_t Digest(const LutMap& m) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](uint64_t x) {
+    for (int i = 0; i < 8; ++i, x >>= 8) h = (h ^ (x & 0xFF)) * 0x100000001b3ull;
+  };
+  for (const LutGate& g : m.gates) {
+    mix(g.root);
+    mix(g.leaves.size());
+    for (uint32_t l : g.leaves) mix(l);
+    mix(g.table);
+    mix(static_cast<uint64_t>(g.layer) << 1 | g.rep3);
+  }
+  return h;
+}
 
 LutFigures Row(const Case& cs, int k, int depth_target = 0) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -70,7 +89,9 @@ LutFigures Row(const Case& cs, int k, int depth_target = 0) {
               f.hybrid_products, static_cast<double>(f.gates + f.products) / ands,
               static_cast<double>(f.gates + f.hybrid_products) / ands, f.products_by_size[2]);
   for (int j = 3; j <= k; ++j) std::printf("/%zu", f.products_by_size[j]);
-  std::printf(" | %.2f s (%.2f s CPU) |\n", s, cpu);
+  std::printf(" | %.2f s (%.2f s CPU) |", s, cpu);
+  if (digest) std::printf(" %016llx |", static_cast<unsigned long long>(Digest(m)));
+  std::printf("\n");
   std::fflush(stdout);
   return f;
 }
@@ -96,6 +117,10 @@ int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--cuts" && i + 1 < argc) {
       cuts_per_node = std::atoi(argv[++i]);
+      continue;
+    }
+    if (std::string(argv[i]) == "--digest") {
+      digest = true;
       continue;
     }
     ks.push_back(std::atoi(argv[i]));
