@@ -67,6 +67,14 @@ KRB5_SRC = os.environ.get("KMPC_KRB5_SRC", os.path.join(BUILD, "krb5-src"))
 # Logic files that are part of another source's unit: {path: (the test
 # file that covers them, why they have no test of their own)}.
 PART_OF = {
+    "mpc-server/src/cts/masked_compile.cc": (
+        "masked_test.cc", "the compile of cts/masked.h: a compiled program is "
+        "checked by running it (masked_eval.cc) on three parties against the "
+        "clear engine, and by the flips its message layout names"),
+    "mpc-server/src/cts/masked_eval.cc": (
+        "masked_test.cc", "the run of cts/masked.h, tested with its compile "
+        "(masked_compile.cc): SHA-1, AES-256 and an adder against the clear "
+        "engine, shared messages, and a cheating party caught"),
     "mpc-server/src/aes/circuit.h": (
         "aes_test.cc", "the AES circuit, written once over an abstract AND "
         "engine and compiled into each ISA kernel of aes.cc; aes_test.cc runs "

@@ -293,6 +293,11 @@ void CtsProgramCache::MaskedLoop() {
   }
 }
 
+size_t CtsProgramCache::masked_pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return masked_queue_.size() + (masked_busy_ ? 1 : 0);
+}
+
 void CtsProgramCache::WaitMasked() {
   std::unique_lock<std::mutex> lock(mu_);
   masked_cv_.wait(lock, [this] { return masked_queue_.empty() && !masked_busy_; });

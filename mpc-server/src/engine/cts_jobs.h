@@ -126,6 +126,8 @@ class CtsProgramCache {
   // bench's warm-up).
   static constexpr int kMaskedInputs = 6;
   void WaitMasked();
+  // Programs queued or being compiled over masked wires.
+  size_t masked_pending() const;
   ~CtsProgramCache();
 
  private:

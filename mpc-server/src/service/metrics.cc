@@ -75,6 +75,38 @@ Metrics::Metrics(int party)
                        .Labels(p)
                        .Register(*registry_)
                        .Add({});
+  RegisterCts(p);
+  ring_bytes_ = &counter("kmpc_ring_bytes_sent_total",
+                         "bytes this party sent on the ring")
+                     .Add({});
+  ring_messages_ = &counter("kmpc_ring_messages_sent_total",
+                            "messages this party sent on the ring")
+                        .Add({});
+  auto& latency = prometheus::BuildHistogram()
+                      .Name("kmpc_batch_latency_seconds")
+                      .Help("a batch's time from its request to its result "
+                            "(scheduling and computation), by kind")
+                      .Labels(p)
+                      .Register(*registry_);
+  for (int k = 0; k < kKinds; ++k)
+    latency_[k] = &latency.Add({{"kind", kinds[k]}}, BucketsSeconds());
+}
+
+// The aes*-cts circuits' series (engine/cts_jobs.h), brought up to date by
+// SyncCts when collected.
+void Metrics::RegisterCts(const prometheus::Labels& p) {
+  auto counter = [&](const char* name, const char* help)
+      -> prometheus::Family<prometheus::Counter>& {
+    return prometheus::BuildCounter().Name(name).Help(help).Labels(p).Register(
+        *registry_);
+  };
+  cts_masked_pending_ = &prometheus::BuildGauge()
+                             .Name("kmpc_cts_masked_pending")
+                             .Help("aes*-cts programs queued or being compiled as gates "
+                                   "over masked wires (their Runs use Rep3 ANDs until then)")
+                             .Labels(p)
+                             .Register(*registry_)
+                             .Add({});
   auto& cts = counter("kmpc_cts_program_cache_total",
                       "aes*-cts program lookups (engine/cts_jobs.h), by result: a miss "
                       "compiles a circuit");
@@ -93,20 +125,6 @@ Metrics::Metrics(int party)
   cts_masked_ = &counter("kmpc_cts_masked_evaluations_total",
                          "of those, evaluations as k-input gates over masked wires")
                      .Add({});
-  ring_bytes_ = &counter("kmpc_ring_bytes_sent_total",
-                         "bytes this party sent on the ring")
-                     .Add({});
-  ring_messages_ = &counter("kmpc_ring_messages_sent_total",
-                            "messages this party sent on the ring")
-                        .Add({});
-  auto& latency = prometheus::BuildHistogram()
-                      .Name("kmpc_batch_latency_seconds")
-                      .Help("a batch's time from its request to its result "
-                            "(scheduling and computation), by kind")
-                      .Labels(p)
-                      .Register(*registry_);
-  for (int k = 0; k < kKinds; ++k)
-    latency_[k] = &latency.Add({{"kind", kinds[k]}}, BucketsSeconds());
 }
 
 void Metrics::RecordBatch(const char* kind, bool ok, uint64_t jobs,
@@ -157,6 +175,7 @@ void Metrics::SyncCts() const {
   cts_hits_->Increment(std::max(0.0, static_cast<double>(cache.hits()) - cts_hits_->Value()));
   cts_misses_->Increment(
       std::max(0.0, static_cast<double>(cache.misses()) - cts_misses_->Value()));
+  cts_masked_pending_->Set(static_cast<double>(cache.masked_pending()));
   const engine::CtsCircuitCounters& cc = engine::CtsCircuitCounters::Shared();
   for (auto [c, v] : {std::pair{cts_ands_, cc.ands.load()}, std::pair{cts_rounds_, cc.rounds.load()},
                       std::pair{cts_evaluations_, cc.evaluations.load()},

@@ -86,6 +86,7 @@ class Metrics {
   // collection (Render, and the HTTP endpoint through `synced_`) does so
   // first.
   void SyncCts() const;
+  void RegisterCts(const prometheus::Labels& p);
   class Synced;
   std::shared_ptr<prometheus::Collectable> synced_;
   // kmpc_cts_program_cache_total{result="hit"|"miss"}, brought up to the
@@ -99,6 +100,7 @@ class Metrics {
   prometheus::Counter* cts_rounds_;
   prometheus::Counter* cts_evaluations_;
   prometheus::Counter* cts_masked_;
+  prometheus::Gauge* cts_masked_pending_;  // CtsProgramCache::masked_pending
   mutable std::mutex sync_mu_;  // one SyncCts at a time (it adds differences)
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;
