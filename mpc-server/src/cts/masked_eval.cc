@@ -2,6 +2,7 @@
 // party's replicated shares.
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <vector>
 
 #include "cts/masked.h"
@@ -28,6 +29,20 @@ struct JobState {
   int live;
   std::vector<uint64_t> vals, prods;
   uint64_t* m(uint32_t s) { return vals.data() + 3 * s * wn; }
+  // The same with the words per wire known at compile time (WN != 0).
+  template <size_t WN>
+  uint64_t* M(uint32_t s) {
+    return vals.data() + 3 * s * (WN ? WN : wn);
+  }
+  template <size_t WN>
+  uint64_t* C(uint32_t s, int c) {
+    return vals.data() + (3 * s + 1 + c) * (WN ? WN : wn);
+  }
+  template <size_t WN>
+  const uint64_t* R(uint32_t r, int c) {
+    if (r & Mp::kProductRef) return prods.data() + (2 * (r & ~Mp::kProductRef) + c) * (WN ? WN : wn);
+    return C<WN>(r, c);
+  }
   uint64_t* comp(uint32_t s, int c) { return vals.data() + (3 * s + 1 + c) * wn; }
   // A product operand's component c (masked.h kProductRef).
   const uint64_t* ref(uint32_t r, int c) {
@@ -37,16 +52,17 @@ struct JobState {
 };
 
 // The share of a masked gate's value, component c into out[c][0 .. wn).
+template <size_t WN>
 void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> pub,
                std::array<uint64_t*, 2> out) {
   const uint32_t* leaves = p.leaves.data() + g.leaf_at;
   const Mp::Term* terms = p.terms.data() + g.term_at;
   std::array<uint64_t, 64> pr;
-  for (size_t w = 0; w < j.wn; ++w) {
+  for (size_t w = 0; w < (WN ? WN : j.wn); ++w) {
     pr[0] = ~uint64_t{0};
     for (uint64_t rs = g.need_r & ~uint64_t{1}; rs != 0; rs &= rs - 1) {
       const uint32_t r = __builtin_ctzll(rs);
-      pr[r] = pr[r & (r - 1)] & j.m(leaves[__builtin_ctz(r)])[w];
+      pr[r] = pr[r & (r - 1)] & j.template M<WN>(leaves[__builtin_ctz(r)])[w];
     }
     uint64_t a0 = 0, a1 = 0;
     for (size_t t = 0; t < g.terms; ++t) {
@@ -58,11 +74,11 @@ void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> 
         a1 ^= pub[1] ? c : 0;
       } else if ((s & (s - 1)) == 0) {
         const uint32_t leaf = leaves[__builtin_ctz(s)];
-        a0 ^= c & j.comp(leaf, 0)[w];
-        a1 ^= c & j.comp(leaf, 1)[w];
+        a0 ^= c & j.template C<WN>(leaf, 0)[w];
+        a1 ^= c & j.template C<WN>(leaf, 1)[w];
       } else {
-        a0 ^= c & j.ref(Mp::kProductRef | terms[t].product, 0)[w];
-        a1 ^= c & j.ref(Mp::kProductRef | terms[t].product, 1)[w];
+        a0 ^= c & j.template R<WN>(Mp::kProductRef | terms[t].product, 0)[w];
+        a1 ^= c & j.template R<WN>(Mp::kProductRef | terms[t].product, 1)[w];
       }
     }
     out[0][w] = a0;
@@ -70,14 +86,16 @@ void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> 
   }
 }
 
-void Xors(const std::vector<uint32_t>& xs, JobState& j, int words) {
-  const size_t n = words * j.wn;
+// XORs (dst, a, b) of all three words of each slot, or (WORDS = 2) of the
+// lambdas only (s_0, s_1).
+template <size_t WN, int WORDS>
+void Xors(const std::vector<uint32_t>& xs, JobState& j) {
+  const size_t wn = WN ? WN : j.wn, n = WORDS * wn, off = (3 - WORDS) * wn;
   for (size_t k = 0; k < xs.size(); k += 3) {
-    uint64_t* d = j.m(xs[k]);
-    const uint64_t* a = j.m(xs[k + 1]);
-    const uint64_t* b = j.m(xs[k + 2]);
-    const size_t off = words == 2 ? j.wn : 0;  // lambdas only: s_0, s_1
-    for (size_t w = 0; w < n; ++w) d[off + w] = a[off + w] ^ b[off + w];
+    uint64_t* d = j.template M<WN>(xs[k]) + off;
+    const uint64_t* a = j.template M<WN>(xs[k + 1]) + off;
+    const uint64_t* b = j.template M<WN>(xs[k + 2]) + off;
+    for (size_t w = 0; w < n; ++w) d[w] = a[w] ^ b[w];
   }
 }
 
@@ -103,52 +121,71 @@ Layout Plan(std::vector<JobState>& js, size_t r) {
 struct Message {
   std::array<std::vector<uint64_t>, 2> x, y, z, o;
   std::vector<uint64_t> send, recv, opened;
+  // The same packed (Packing: at most as many words).
+  std::array<std::vector<uint64_t>, 2> px, py, pz, po;
+  std::vector<uint64_t> popened;
   std::vector<uint64_t> r0, r1;  // masks drawn before a message
   // Sized once for the largest message (a reallocation would leave shares
   // behind in freed memory).
   void Fit(size_t ands, size_t opens) {
     for (int c = 0; c < 2; ++c) {
-      for (auto* v : {&x[c], &y[c], &z[c]}) v->resize(ands);
+      for (auto* v : {&x[c], &y[c], &z[c], &px[c], &py[c], &pz[c]}) v->resize(ands);
       o[c].resize(opens);
+      po[c].resize(opens);
     }
     send.resize(ands + opens);
     recv.resize(ands + opens);
     opened.resize(opens);
+    popened.resize(opens);
   }
   void Register(Buffers& b) {
     for (int c = 0; c < 2; ++c)
-      for (auto* v : {&x[c], &y[c], &z[c], &o[c]}) b.all.push_back(v);
-    for (auto* v : {&send, &recv, &opened, &r0, &r1}) b.all.push_back(v);
+      for (auto* v : {&x[c], &y[c], &z[c], &o[c], &px[c], &py[c], &pz[c], &po[c]})
+        b.all.push_back(v);
+    for (auto* v : {&send, &recv, &opened, &popened, &r0, &r1}) b.all.push_back(v);
   }
 };
 
+// Calls f with the words per wire as a compile-time constant where a job
+// has one (the usual batch of up to 64 logins), 0 (run time) otherwise.
+template <typename F>
+void ByWn(size_t wn, F&& f) {
+  if (wn == 1) {
+    f(std::integral_constant<size_t, 1>());
+  } else {
+    f(std::integral_constant<size_t, 0>());
+  }
+}
+
 // Before message r: the masks drawn and the masked XORs' lambdas that it
 // is the first to read.
+template <size_t WN>
 void Lambdas(JobState& j, const Mp::Round& rd, protocol::Prss& prss, std::vector<uint64_t>& r0,
              std::vector<uint64_t>& r1) {
-  const size_t wn = j.wn, n = rd.draws.size() * wn;
+  const size_t wn = WN ? WN : (WN ? WN : j.wn), n = rd.draws.size() * wn;
   if (n != 0) {
     prss.RandomShares(reinterpret_cast<uint8_t*>(r0.data()), reinterpret_cast<uint8_t*>(r1.data()),
                       8 * n);
     for (size_t i = 0; i < rd.draws.size(); ++i) {
-      uint64_t* c0 = j.comp(rd.draws[i], 0);
-      uint64_t* c1 = j.comp(rd.draws[i], 1);
+      uint64_t* c0 = j.template C<WN>(rd.draws[i], 0);
+      uint64_t* c1 = j.template C<WN>(rd.draws[i], 1);
       for (size_t w = 0; w < wn; ++w) {
         c0[w] = r0[i * wn + w];
         c1[w] = r1[i * wn + w];
       }
     }
   }
-  Xors(rd.lambda_xors, j, 2);
+  Xors<WN, 2>(rd.lambda_xors, j);
 }
 
 // The round's operands and opened shares, job j's part.
+template <size_t WN>
 void Gather(JobState& j, const Mp::Round& rd, int party, Message& msg, size_t at, size_t oat) {
-  const size_t wn = j.wn;
+  const size_t wn = WN ? WN : (WN ? WN : j.wn);
   for (size_t k = 0; k < rd.products.size(); k += 3, at += wn) {
     for (int c = 0; c < 2; ++c) {
-      const uint64_t* a = j.ref(rd.products[k + 1], c);
-      const uint64_t* b = j.ref(rd.products[k + 2], c);
+      const uint64_t* a = j.template R<WN>(rd.products[k + 1], c);
+      const uint64_t* b = j.template R<WN>(rd.products[k + 2], c);
       for (size_t w = 0; w < wn; ++w) {
         msg.x[c][at + w] = a[w];
         msg.y[c][at + w] = b[w];
@@ -160,10 +197,10 @@ void Gather(JobState& j, const Mp::Round& rd, int party, Message& msg, size_t at
     const uint64_t nb = rd.rep3[k + 3] & 2 ? ~uint64_t{0} : 0;
     for (int c = 0; c < 2; ++c) {
       const bool pub = share::HoldsPublicIn(party, c);
-      const uint64_t* a = j.comp(rd.rep3[k + 1], c);
-      const uint64_t* b = j.comp(rd.rep3[k + 2], c);
-      const uint64_t* am = j.m(rd.rep3[k + 1]);
-      const uint64_t* bm = j.m(rd.rep3[k + 2]);
+      const uint64_t* a = j.template C<WN>(rd.rep3[k + 1], c);
+      const uint64_t* b = j.template C<WN>(rd.rep3[k + 2], c);
+      const uint64_t* am = j.template M<WN>(rd.rep3[k + 1]);
+      const uint64_t* bm = j.template M<WN>(rd.rep3[k + 2]);
       for (size_t w = 0; w < wn; ++w) {
         msg.x[c][at + w] = a[w] ^ (pub ? am[w] ^ na : 0);
         msg.y[c][at + w] = b[w] ^ (pub ? bm[w] ^ nb : 0);
@@ -175,17 +212,18 @@ void Gather(JobState& j, const Mp::Round& rd, int party, Message& msg, size_t at
   for (size_t k = 0; k < rd.opens.size(); ++k, oat += wn) {
     const Mp::Gate& g = p.gates[rd.opens[k]];
     std::array<uint64_t*, 2> out{msg.o[0].data() + oat, msg.o[1].data() + oat};
-    GateShare(p, g, j, pub, out);
+    GateShare<WN>(p, g, j, pub, out);
     for (int c = 0; c < 2; ++c) {
-      const uint64_t* lam = j.comp(g.root, c);
+      const uint64_t* lam = j.template C<WN>(g.root, c);
       for (size_t w = 0; w < wn; ++w) out[c][w] ^= lam[w];
     }
   }
 }
 
+template <size_t WN>
 void Scatter(JobState& j, const Mp::Round& rd, int party, const Message& msg, size_t at,
              size_t oat) {
-  const size_t wn = j.wn;
+  const size_t wn = WN ? WN : (WN ? WN : j.wn);
   for (size_t k = 0; k < rd.products.size(); k += 3, at += wn) {
     for (int c = 0; c < 2; ++c) {
       uint64_t* d = j.prods.data() + (2 * rd.products[k] + c) * wn;
@@ -193,56 +231,131 @@ void Scatter(JobState& j, const Mp::Round& rd, int party, const Message& msg, si
     }
   }
   for (size_t k = 0; k < rd.rep3.size(); k += 4, at += wn) {
-    std::fill_n(j.m(rd.rep3[k]), wn, rd.rep3[k + 3] & 4 ? ~uint64_t{0} : 0);
+    std::fill_n(j.template M<WN>(rd.rep3[k]), wn, rd.rep3[k + 3] & 4 ? ~uint64_t{0} : 0);
     for (int c = 0; c < 2; ++c) {
-      uint64_t* d = j.comp(rd.rep3[k], c);
+      uint64_t* d = j.template C<WN>(rd.rep3[k], c);
       for (size_t w = 0; w < wn; ++w) d[w] = msg.z[c][at + w];
     }
   }
   const Mp& p = *j.job->program;
   for (size_t k = 0; k < rd.opens.size(); ++k, oat += wn) {
-    uint64_t* d = j.m(p.gates[rd.opens[k]].root);
+    uint64_t* d = j.template M<WN>(p.gates[rd.opens[k]].root);
     for (size_t w = 0; w < wn; ++w) d[w] = msg.opened[oat + w];
   }
   const std::array<bool, 2> pub{share::HoldsPublicIn(party, 0), share::HoldsPublicIn(party, 1)};
   for (uint32_t g : rd.local) {
     const uint32_t root = p.gates[g].root;
-    std::fill_n(j.m(root), wn, 0);
-    GateShare(p, p.gates[g], j, pub, {j.comp(root, 0), j.comp(root, 1)});
+    std::fill_n(j.template M<WN>(root), wn, 0);
+    GateShare<WN>(p, p.gates[g], j, pub, {j.template C<WN>(root, 0), j.template C<WN>(root, 1)});
   }
-  Xors(rd.xors, j, 3);
+  Xors<WN, 3>(rd.xors, j);
 }
 
-// One message: the ANDs' products and the openings, logged.
+// A job of fewer than 64 live lanes (one word per wire) sends only its
+// lanes' bits of each word, back to back from a word of its own (as
+// cts::EvaluateAll packs its last words): one bit per gate and lane on the
+// ring. AND and XOR are bitwise, so the message computed on packed words
+// is the packed message.
+struct Packing {
+  std::vector<size_t> at, n, pat;
+  std::vector<int> live;
+  size_t words = 0;
+  bool any = false;  // some job packs
+};
+
+Packing PackPlan(const std::vector<size_t>& at, size_t total, const std::vector<JobState>& js) {
+  Packing p;
+  for (size_t k = 0; k < js.size(); ++k) {
+    const size_t n = (k + 1 < js.size() ? at[k + 1] : total) - at[k];
+    const int live = js[k].live;
+    p.at.push_back(at[k]);
+    p.n.push_back(n);
+    p.pat.push_back(p.words);
+    p.live.push_back(live);
+    p.words += live == 64 ? n : (n * live + 63) / 64;
+    p.any = p.any || (live < 64 && n != 0);
+  }
+  return p;
+}
+
+void PackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
+  for (size_t k = 0; k < p.at.size(); ++k) {
+    const uint64_t* src = in + p.at[k];
+    uint64_t* dst = out + p.pat[k];
+    const int live = p.live[k];
+    if (live == 64) {
+      for (size_t w = 0; w < p.n[k]; ++w) dst[w] = src[w];
+      continue;
+    }
+    const uint64_t mask = (uint64_t{1} << live) - 1;
+    std::fill_n(dst, (p.n[k] * live + 63) / 64, 0);
+    for (size_t w = 0, bit = 0; w < p.n[k]; ++w, bit += live) {
+      const uint64_t v = src[w] & mask;
+      const size_t sh = bit % 64;
+      dst[bit / 64] |= v << sh;
+      if (sh + live > 64) dst[bit / 64 + 1] |= v >> (64 - sh);
+    }
+  }
+}
+
+void UnpackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
+  for (size_t k = 0; k < p.at.size(); ++k) {
+    const uint64_t* src = in + p.pat[k];
+    uint64_t* dst = out + p.at[k];
+    const int live = p.live[k];
+    if (live == 64) {
+      for (size_t w = 0; w < p.n[k]; ++w) dst[w] = src[w];
+      continue;
+    }
+    const uint64_t mask = (uint64_t{1} << live) - 1;
+    for (size_t w = 0, bit = 0; w < p.n[k]; ++w, bit += live) {
+      const size_t sh = bit % 64;
+      uint64_t v = src[bit / 64] >> sh;
+      if (sh + live > 64) v |= src[bit / 64 + 1] << (64 - sh);
+      dst[w] = v & mask;
+    }
+  }
+}
+
+// One message: the ANDs' products and the openings, on packed words,
+// logged (the packed words: every bit of them is a live lane or zero in
+// both operands).
 absl::Status Exchange(protocol::Rep3& ctx, std::vector<JobState>& js, const Layout& l,
                       Message& msg) {
-  const size_t n = l.ands;
-  ctx.prss().ZeroShare(reinterpret_cast<uint8_t*>(msg.z[0].data()), 8 * n);
-  for (size_t w = 0; w < n; ++w) {
-    msg.z[0][w] ^= (msg.x[0][w] & msg.y[0][w]) ^ (msg.x[0][w] & msg.y[1][w]) ^
-                   (msg.x[1][w] & msg.y[0][w]);
+  const Packing pa = PackPlan(l.and_at, l.ands, js), po = PackPlan(l.open_at, l.opens, js);
+  const size_t n = pa.words, m = po.words;
+  std::array<uint64_t*, 2> x{msg.x[0].data(), msg.x[1].data()}, y{msg.y[0].data(), msg.y[1].data()},
+      z{msg.z[0].data(), msg.z[1].data()}, o{msg.o[0].data(), msg.o[1].data()};
+  uint64_t* opened = msg.opened.data();
+  if (pa.any || po.any) {
+    for (int c = 0; c < 2; ++c) {
+      PackWords(pa, x[c], msg.px[c].data());
+      PackWords(pa, y[c], msg.py[c].data());
+      PackWords(po, o[c], msg.po[c].data());
+      x[c] = msg.px[c].data();
+      y[c] = msg.py[c].data();
+      z[c] = msg.pz[c].data();
+      o[c] = msg.po[c].data();
+    }
+    opened = msg.popened.data();
   }
-  std::copy_n(msg.z[0].data(), n, msg.send.data());
-  std::copy_n(msg.o[1].data(), l.opens, msg.send.data() + n);
+  ctx.prss().ZeroShare(reinterpret_cast<uint8_t*>(z[0]), 8 * n);
+  for (size_t w = 0; w < n; ++w) z[0][w] ^= (x[0][w] & y[0][w]) ^ (x[0][w] & y[1][w]) ^ (x[1][w] & y[0][w]);
+  std::copy_n(z[0], n, msg.send.data());
+  std::copy_n(o[1], m, msg.send.data() + n);
   absl::Status st = ctx.channel().Exchange(
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.send.data()), 8 * (n + l.opens)),
-      absl::MakeSpan(reinterpret_cast<uint8_t*>(msg.recv.data()), 8 * (n + l.opens)));
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.send.data()), 8 * (n + m)),
+      absl::MakeSpan(reinterpret_cast<uint8_t*>(msg.recv.data()), 8 * (n + m)));
   if (!st.ok()) return st;
-  std::copy_n(msg.recv.data(), n, msg.z[1].data());
-  for (size_t w = 0; w < l.opens; ++w)
-    msg.opened[w] = msg.o[0][w] ^ msg.o[1][w] ^ msg.recv[n + w];
-  protocol::MulLog* log = ctx.log();
-  if (log == nullptr) return absl::OkStatus();
-  for (size_t k = 0; k < js.size(); ++k) {
-    const size_t end = k + 1 < js.size() ? l.and_at[k + 1] : n, at = l.and_at[k];
-    if (end == at) continue;
-    const size_t pos = log->AddAnd(msg.x[0].data() + at, msg.x[1].data() + at, msg.y[0].data() + at,
-                                   msg.y[1].data() + at, msg.z[0].data() + at, end - at, js[k].live);
-    log->SetAndZ1(pos, msg.z[1].data() + at, end - at);
+  std::copy_n(msg.recv.data(), n, z[1]);
+  for (size_t w = 0; w < m; ++w) opened[w] = o[0][w] ^ o[1][w] ^ msg.recv[n + w];
+  if (protocol::MulLog* log = ctx.log(); log != nullptr) {
+    if (n != 0) log->SetAndZ1(log->AddAnd(x[0], x[1], y[0], y[1], z[0], n), z[1], n);
+    if (m != 0) log->AddOpened(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(opened), 8 * m));
   }
-  if (l.opens != 0) {
-    log->AddOpened(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.opened.data()),
-                                       8 * l.opens));
+  if (pa.any || po.any) {
+    for (int c = 0; c < 2; ++c) UnpackWords(pa, z[c], msg.z[c].data());
+    UnpackWords(po, opened, msg.opened.data());
   }
   return absl::OkStatus();
 }
@@ -271,7 +384,8 @@ absl::Status Load(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
       for (int c = 0; c < 2; ++c)
         std::copy_n(jb.in[c].data() + i * j.wn, j.wn, j.comp(p.input_slot[i], c));
     }
-    if (!p.round.empty()) Xors(p.round[0].xors, j, 3);
+    if (!p.round.empty())
+      ByWn(j.wn, [&](auto w) { Xors<decltype(w)::value, 3>(p.round[0].xors, j); });
   }
   return absl::OkStatus();
 }
@@ -289,8 +403,9 @@ absl::Status EvaluateMaskedAll(absl::Span<const MaskedJob> jobs, protocol::Rep3&
   for (const MaskedJob& j : jobs) rounds = std::max(rounds, j.program->round.size());
   const int party = ctx.party();
   size_t max_ands = 0, max_opens = 0;
+  std::vector<Layout> layouts(rounds);
   for (size_t r = 1; r < rounds; ++r) {
-    const Layout l = Plan(js, r);
+    const Layout& l = layouts[r] = Plan(js, r);
     max_ands = std::max(max_ands, l.ands);
     max_opens = std::max(max_opens, l.opens);
   }
@@ -301,19 +416,29 @@ absl::Status EvaluateMaskedAll(absl::Span<const MaskedJob> jobs, protocol::Rep3&
   msg.r0.resize(max_draws);
   msg.r1.resize(max_draws);
   for (size_t r = 1; r < rounds; ++r) {
-    const Layout l = Plan(js, r);
+    const Layout& l = layouts[r];
     for (JobState& j : js)
-      if (r < j.job->program->round.size()) Lambdas(j, j.job->program->round[r], ctx.prss(), msg.r0, msg.r1);
+      if (r < j.job->program->round.size()) {
+        ByWn(j.wn, [&](auto w) {
+          Lambdas<decltype(w)::value>(j, j.job->program->round[r], ctx.prss(), msg.r0, msg.r1);
+        });
+      }
     for (size_t k = 0; k < js.size(); ++k) {
       if (r < js[k].job->program->round.size())
-        Gather(js[k], js[k].job->program->round[r], party, msg, l.and_at[k], l.open_at[k]);
+        ByWn(js[k].wn, [&](auto w) {
+          Gather<decltype(w)::value>(js[k], js[k].job->program->round[r], party, msg,
+                                     l.and_at[k], l.open_at[k]);
+        });
     }
     if (l.ands + l.opens != 0) {
       if (absl::Status st = Exchange(ctx, js, l, msg); !st.ok()) return st;
     }
     for (size_t k = 0; k < js.size(); ++k) {
       if (r < js[k].job->program->round.size())
-        Scatter(js[k], js[k].job->program->round[r], party, msg, l.and_at[k], l.open_at[k]);
+        ByWn(js[k].wn, [&](auto w) {
+          Scatter<decltype(w)::value>(js[k], js[k].job->program->round[r], party, msg,
+                                      l.and_at[k], l.open_at[k]);
+        });
     }
     protocol::MulLog* log = ctx.log();
     if (log != nullptr && log->and_words() >= verify_words) {
