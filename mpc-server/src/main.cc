@@ -180,6 +180,13 @@ ABSL_FLAG(bool, cts_precompile, true,
           "compile in the background at start the aes*-cts programs of the usual "
           "kinit timestamps and of every shape this server compiled before "
           "(STORE_DIR/cts-programs), so that first logins do not wait for them");
+ABSL_FLAG(bool, cts_masked_gates, false,
+          "also compile each aes*-cts program as 6-input gates over masked wires "
+          "(background thread, nice +10) and run a batch that way once all three "
+          "servers hold its programs: about half the ring rounds (for servers in "
+          "different rooms, where rounds set a login's latency), at ~2.5x the CPU "
+          "per login (docs/design/masked-gates.md); a server without it keeps every "
+          "batch on Rep3 ANDs");
 ABSL_FLAG(int, cts_skew_s, static_cast<int>(kmpc::engine::EngineOptions{}.cts_skew_s),
           "the clock skew of a user's timestamp or FAST challenge (the gate of "
           "its aes*-cts AS reply), checked on shares against the KDC's clock: "
@@ -614,6 +621,7 @@ static bool RequiredFlagMissing() {
 // those this server compiled before, recorded in STORE_DIR/cts-programs.
 static void StartCtsPrecompile() {
   auto& cache = kmpc::engine::CtsProgramCache::Shared();
+  cache.set_masked(absl::GetFlag(FLAGS_cts_masked_gates));
   const std::string path = absl::GetFlag(FLAGS_store_dir) + "/cts-programs";
   std::vector<kmpc::engine::CtsProgramCache::Shape> shapes =
       kmpc::engine::CtsProgramCache::UsualShapes();

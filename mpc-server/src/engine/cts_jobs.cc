@@ -267,6 +267,7 @@ std::shared_ptr<const cts::Program> CtsProgramCache::Insert(const Shape& shape,
     lru_.pop_back();
   }
   LogShapeLocked(shape);
+  if (!masked_on_) return program;
   masked_queue_.push_back(program);
   if (!masked_thread_.joinable()) masked_thread_ = std::thread([this] { MaskedLoop(); });
   masked_cv_.notify_all();

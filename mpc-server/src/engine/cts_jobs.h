@@ -128,6 +128,9 @@ class CtsProgramCache {
   void WaitMasked();
   // Programs queued or being compiled over masked wires.
   size_t masked_pending() const;
+  // Whether programs inserted from now on are compiled over masked wires
+  // (the cache's default; a server's is --cts_masked_gates, off).
+  void set_masked(bool on) { masked_on_ = on; }
   ~CtsProgramCache();
 
  private:
@@ -151,6 +154,7 @@ class CtsProgramCache {
   std::condition_variable masked_cv_;
   std::thread masked_thread_;
   bool masked_busy_ = false, stopping_ = false;
+  std::atomic<bool> masked_on_{true};
   void MaskedLoop();
 
   // ReadShapes with each shape's summed weight.
