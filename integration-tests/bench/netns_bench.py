@@ -152,6 +152,10 @@ class NetnsKmpc:
         if i in self.ring_prev:
             text = re.sub(r"^--ring_prev=.*$", f"--ring_prev={self.ring_prev[i]}", text,
                           flags=re.M)
+        # Flags a sweep adds to the deployment's (ring_delay.py: the masked
+        # Runs' points), one per line as the flag file holds them.
+        for flag in getattr(self, "extra_server_flags", []):
+            text = text.rstrip("\n") + "\n" + flag + "\n"
         with open(os.path.join(etc, f"party{i}.flags"), "w") as f:
             f.write(text)
         server = kmpc_cluster.find_built("mpc-server/kmpc-mpc-server")

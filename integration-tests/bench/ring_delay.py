@@ -21,7 +21,9 @@ relay at 0 ms (the control every delay is judged against), and each
 relay's lateness per chunk (ring_relay.py's "stats").
 
 Points, in this order: direct (relay only), 0 ms, each delay, 0 ms again
-(drift). Each: N logins of ctsuser, then N of kdbuser, counters read around
+(drift); then the servers restarted with --cts_masked_gates (the cts
+user's Runs over masked wires, docs/design/masked-gates.md): 0 ms and
+each delay again ("masked_points", judged against their own 0 ms). Each: N logins of ctsuser, then N of kdbuser, counters read around
 each block. kinit runs inside the client namespace from one Python driver
 (this file's "kinit-loop"), timed as cts_bench.Stock times it: a process
 per login. The KDC runs early_flush (a login's Run leaves at once) with
@@ -232,7 +234,7 @@ def warm(client, log):
     return out
 
 
-def sweep(target, delays, n, via, work, log):
+def sweep(target, delays, n, via, work, log, masked=True):
     """netns.json's "ring_delay": the points (module docstring) and their
     summary. via: "relay", "netem" or "auto" (netem where the LAN has it)."""
     from bench import ring_cost
@@ -261,13 +263,43 @@ def sweep(target, delays, n, via, work, log):
         for d, label in zip([0, *delays, 0], labels):
             out["points"].append(measure(target, client, ring, d, n, label))
             log_point(out["points"][-1], log)
+        if masked:
+            out["masked_points"] = masked_points(target, client, ring, delays, n, via, log)
     finally:
         if ring is not None:
             ring.stop()
     out["summary"] = ring_cost.delay_summary(out["points"])
     for line in ring_cost.summary_lines(out["summary"]):
         log(line)
+    if out.get("masked_points"):
+        out["masked_summary"] = ring_cost.delay_summary(out["masked_points"])
+        for line in ring_cost.summary_lines(out["masked_summary"]):
+            log("  masked Runs: " + line.strip())
     return out
+
+
+def masked_points(target, client, ring, delays, n, via, log):
+    """The same points with the servers restarted with --cts_masked_gates
+    (docs/design/masked-gates.md): the cts user's Runs over masked wires
+    once the three servers compiled its programs (kmpc_cts_masked_pending
+    0), beside the same krbtgt-only user."""
+    target.extra_server_flags = ["--cts_masked_gates=true"]
+    target.restart_servers(ring.ring_prev() if isinstance(ring, RelayRing) else None)
+    target.restart_kdc({})
+    warm(client, log)
+    t0 = time.time()
+    while time.time() - t0 < 300:
+        m = target.mpc_counters() or {}
+        if len(m) == 3 and all(m[i].get("kmpc_cts_masked_pending", 1) == 0 for i in range(3)):
+            break
+        time.sleep(0.5)
+    log(f"  masked Runs: programs compiled after {time.time() - t0:.1f} s")
+    client.logins(USERS[0], 1)
+    points = []
+    for d in (0, *delays):
+        points.append(measure(target, client, ring, d, n, f"{via} {d:g} ms masked"))
+        log_point(points[-1], log)
+    return points
 
 
 def log_point(p, log):
