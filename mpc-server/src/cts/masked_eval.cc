@@ -51,38 +51,55 @@ struct JobState {
   }
 };
 
-// The share of a masked gate's value, component c into out[c][0 .. wn).
+// The share of a masked gate's value, component c into out[c][0 .. wn):
+// XOR over its terms of c_S(m) AND lambda_S (masked.h), the monomials of
+// the leaves' m built up once per gate. Words per wire known at compile
+// time (WN != 0): the lane words innermost, so each step is a vector op.
 template <size_t WN>
 void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> pub,
                std::array<uint64_t*, 2> out) {
+  constexpr size_t kW = WN ? WN : 8;  // run-time widths: 8 words at a time
+  const size_t wn = WN ? WN : j.wn;
   const uint32_t* leaves = p.leaves.data() + g.leaf_at;
   const Mp::Term* terms = p.terms.data() + g.term_at;
-  std::array<uint64_t, 64> pr;
-  for (size_t w = 0; w < (WN ? WN : j.wn); ++w) {
-    pr[0] = ~uint64_t{0};
+  for (size_t w0 = 0; w0 < wn; w0 += kW) {
+    const size_t nw = std::min(kW, wn - w0);
+    uint64_t pr[64][kW];
+    for (size_t w = 0; w < nw; ++w) pr[0][w] = ~uint64_t{0};
     for (uint64_t rs = g.need_r & ~uint64_t{1}; rs != 0; rs &= rs - 1) {
       const uint32_t r = __builtin_ctzll(rs);
-      pr[r] = pr[r & (r - 1)] & j.template M<WN>(leaves[__builtin_ctz(r)])[w];
+      const uint64_t* mv = j.template M<WN>(leaves[__builtin_ctz(r)]) + w0;
+      const uint64_t* prev = pr[r & (r - 1)];
+      for (size_t w = 0; w < nw; ++w) pr[r][w] = prev[w] & mv[w];
     }
-    uint64_t a0 = 0, a1 = 0;
+    uint64_t a0[kW] = {}, a1[kW] = {}, c[kW];
     for (size_t t = 0; t < g.terms; ++t) {
-      uint64_t c = 0;
-      for (uint64_t rs = terms[t].r; rs != 0; rs &= rs - 1) c ^= pr[__builtin_ctzll(rs)];
-      const uint8_t s = terms[t].s;
-      if (s == 0) {
-        a0 ^= pub[0] ? c : 0;
-        a1 ^= pub[1] ? c : 0;
-      } else if ((s & (s - 1)) == 0) {
-        const uint32_t leaf = leaves[__builtin_ctz(s)];
-        a0 ^= c & j.template C<WN>(leaf, 0)[w];
-        a1 ^= c & j.template C<WN>(leaf, 1)[w];
-      } else {
-        a0 ^= c & j.template R<WN>(Mp::kProductRef | terms[t].product, 0)[w];
-        a1 ^= c & j.template R<WN>(Mp::kProductRef | terms[t].product, 1)[w];
+      const Mp::Term& tm = terms[t];
+      for (size_t w = 0; w < nw; ++w) c[w] = 0;
+      for (uint64_t rs = tm.r; rs != 0; rs &= rs - 1) {
+        const uint64_t* q = pr[__builtin_ctzll(rs)];
+        for (size_t w = 0; w < nw; ++w) c[w] ^= q[w];
+      }
+      if (tm.s == 0) {
+        for (size_t w = 0; w < nw; ++w) {
+          a0[w] ^= pub[0] ? c[w] : 0;
+          a1[w] ^= pub[1] ? c[w] : 0;
+        }
+        continue;
+      }
+      const uint32_t ref = (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)]
+                                                    : Mp::kProductRef | tm.product;
+      const uint64_t* l0 = j.template R<WN>(ref, 0) + w0;
+      const uint64_t* l1 = j.template R<WN>(ref, 1) + w0;
+      for (size_t w = 0; w < nw; ++w) {
+        a0[w] ^= c[w] & l0[w];
+        a1[w] ^= c[w] & l1[w];
       }
     }
-    out[0][w] = a0;
-    out[1][w] = a1;
+    for (size_t w = 0; w < nw; ++w) {
+      out[0][w0 + w] = a0[w];
+      out[1][w0 + w] = a1[w];
+    }
   }
 }
 
@@ -146,14 +163,16 @@ struct Message {
   }
 };
 
-// Calls f with the words per wire as a compile-time constant where a job
-// has one (the usual batch of up to 64 logins), 0 (run time) otherwise.
+// Calls f with the words per wire as a compile-time constant for jobs of up
+// to 256 lanes (a busy KDC's batches), 0 (run time) past that.
 template <typename F>
 void ByWn(size_t wn, F&& f) {
-  if (wn == 1) {
-    f(std::integral_constant<size_t, 1>());
-  } else {
-    f(std::integral_constant<size_t, 0>());
+  switch (wn) {
+    case 1: return f(std::integral_constant<size_t, 1>());
+    case 2: return f(std::integral_constant<size_t, 2>());
+    case 3: return f(std::integral_constant<size_t, 3>());
+    case 4: return f(std::integral_constant<size_t, 4>());
+    default: return f(std::integral_constant<size_t, 0>());
   }
 }
 
