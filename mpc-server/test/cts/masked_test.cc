@@ -209,5 +209,107 @@ TEST(Masked, WithoutTheCheckAFlipChangesTheOutput) {
   EXPECT_NE(got[0], testing::RunClear(c.p, lanes));
 }
 
+// Review of the packing and of the check's coverage past the live lanes.
+// The cheater's send index of message r (1-based) of a run of one job: the
+// rounds before it that send anything (a round with no AND and no opening
+// sends nothing).
+uint64_t SendOf(const MaskedProgram& p, size_t r) {
+  uint64_t k = 0;
+  for (size_t q = 1; q < r; ++q) {
+    const auto& rd = p.round[q];
+    k += !rd.products.empty() || !rd.rep3.empty() || !rd.opens.empty();
+  }
+  return k;
+}
+
+// Whether an honest party failed the check, and the outputs otherwise.
+struct Outcome {
+  int caught = 0;
+  bool all_ok = true;
+  std::vector<std::vector<Bytes>> got;
+};
+
+Outcome RunFlip(const MaskedProgram& mp, const std::vector<Views>& in, int cheater,
+                uint64_t send, size_t offset, uint8_t mask) {
+  CheatCluster cl(cheater);
+  cl.cheat().Arm(send, offset, mask);
+  std::array<absl::Status, 3> st;
+  Outcome o;
+  o.got = testing::RunMaskedAll(cl.rep3(), {&mp}, {in}, true, &st);
+  EXPECT_TRUE(cl.cheat().fired());
+  for (int i = 0; i < 3; ++i) {
+    o.caught += i != cheater && protocol::IsIntegrityFailure(st[i]);
+    o.all_ok = o.all_ok && st[i].ok();
+  }
+  return o;
+}
+
+// A one-word job of 3 live lanes sends 3 bits per gate, packed; the bits
+// of the last packed word past them (no lane) are zero on every party. A
+// cheater who sets such a bit in the products' or the openings' part is
+// caught: the packed AND words are checked on all 64 bits (the pad's x, y
+// and the XOR of its z are zero) and the packed opened words are hashed
+// as received. The same for a job of 70 lanes (two words a wire, not
+// packed): a flip in lane 63 of the second word (no task) is caught too.
+TEST(Masked, FlipsPastTheLiveLanesAreCaught) {
+  const Case c = Make(testing::Sha1CompressionProgram(), 6);
+  for (size_t lanes : {size_t{3}, size_t{70}}) {
+    const std::vector<Bytes> clear = RandomLanes(lanes, c.p.inputs / 8, 11);
+    const std::vector<Views> in = Deal(clear);
+    const std::vector<Bytes> want = testing::RunClear(c.p, clear);
+    const size_t wn = testing::WordsFor(lanes);
+    size_t r = c.mp.prep_rounds + 3;
+    while (c.mp.round[r].opens.empty() || c.mp.round[r].rep3.empty()) ++r;
+    const auto& rd = c.mp.round[r];
+    const size_t ands = rd.products.size() / 3 + rd.rep3.size() / 4, opens = rd.opens.size();
+    // Byte offsets of a bit past the live lanes in the ANDs' part and in
+    // the openings' part of message r.
+    size_t and_off, open_off;
+    if (lanes < 64) {
+      const size_t n = (ands * lanes + 63) / 64, m = (opens * lanes + 63) / 64;
+      ASSERT_NE(ands * lanes % 64, 0u);
+      ASSERT_NE(opens * lanes % 64, 0u);
+      and_off = 8 * (n - 1) + 7;             // bit 63 of the last AND word
+      open_off = 8 * (n + m - 1) + 7;        // bit 63 of the last opened word
+    } else {
+      and_off = 8 * 1 + 7;                   // gate 0's second word, lane 127
+      open_off = 8 * (wn * ands + 1) + 7;    // opened gate 0's second word, lane 127
+    }
+    for (int cheater = 0; cheater < 3; ++cheater) {
+      for (size_t off : {and_off, open_off}) {
+        const Outcome o = RunFlip(c.mp, in, cheater, SendOf(c.mp, r), off, 0x80);
+        EXPECT_GE(o.caught, 1) << "lanes " << lanes << " cheater " << cheater << " offset "
+                               << off;
+        if (o.all_ok) EXPECT_EQ(o.got[0], want) << "accepted and wrong";
+      }
+    }
+  }
+}
+
+// No selective failure: which honest party fails an opened component's
+// flip depends on what was sent, not on the data (two inputs, the same
+// flip, the same verdicts).
+TEST(Masked, AFlippedOpeningFailsTheSamePartiesWhateverTheData) {
+  const Case c = Make(testing::Sha1CompressionProgram(), 6);
+  size_t r = c.mp.round.size() / 2;
+  while (c.mp.round[r].opens.empty()) ++r;
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    std::array<std::array<bool, 3>, 2> failed{};
+    for (uint32_t seed : {21u, 22u}) {
+      const std::vector<Views> in = Deal(RandomLanes(3, c.p.inputs / 8, seed));
+      CheatCluster cl(cheater);
+      cl.cheat().Arm(SendOf(c.mp, r), OpenAt(c.mp, r, 1) + 1, 0x04);
+      std::array<absl::Status, 3> st;
+      testing::RunMaskedAll(cl.rep3(), {&c.mp}, {in}, true, &st);
+      ASSERT_TRUE(cl.cheat().fired());
+      for (int i = 0; i < 3; ++i) failed[seed - 21][i] = protocol::IsIntegrityFailure(st[i]);
+    }
+    EXPECT_EQ(failed[0], failed[1]) << "cheater " << cheater;
+    int honest_failed = 0;
+    for (int i = 0; i < 3; ++i) honest_failed += i != cheater && failed[0][i];
+    EXPECT_GE(honest_failed, 1) << "cheater " << cheater;
+  }
+}
+
 }  // namespace
 }  // namespace kmpc::cts
