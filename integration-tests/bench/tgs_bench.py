@@ -288,6 +288,8 @@ def one_client(r, runs, k, heimdal, log):
         + ", ".join(f"{c['ms']:.0f}" for c in cold) + " ms")
     for c in clients:  # the KDB service's first tickets too
         c.kvno(f"{SERVICES['kdb']}@{r.realm}", r.service_keytabs["kdb"])
+    # With --cts_masked_gates: the tickets' programs over masked wires.
+    cts_bench.wait_masked(r, log, "after the cold tickets")
     lat = {"cts": [], "kdb": []}
     errors = {"cts": [], "kdb": []}
     tot = Totals()
@@ -500,6 +502,7 @@ def mix(r, seconds, log):
     outdir = os.path.join(BENCH_DIR, "storm", "tgs")
     os.makedirs(outdir, exist_ok=True)
     out = {"warm_up": warm_users(r, outdir, log)}
+    cts_bench.wait_masked(r, log, "after the mix's warm-up")
     for which in ("cts", "kdb"):
         t = MixTarget(r, which)
         at = log_size(r)

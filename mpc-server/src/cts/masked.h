@@ -63,6 +63,9 @@ struct MaskedProgram {
   int rounds = 0;       // ring messages of a run
   size_t ands = 0;      // Rep3 ANDs per lane (mask products and Rep3 gates)
   size_t opened = 0;    // opened bits per lane
+  // SHA-256 of everything below: the parties run a program only if theirs
+  // agree (engine/cts_jobs.cc), so builds that map differently never mix.
+  std::array<uint8_t, 32> digest{};
   std::vector<uint32_t> input_slot, output_slot;
 
   // A masked gate: its leaves' slots at leaves[leaf_at, + n) and its terms

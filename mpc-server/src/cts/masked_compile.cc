@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "cts/masked.h"
+#include "protocol/sha256.h"
 
 namespace kmpc::cts {
 namespace {
@@ -412,6 +413,39 @@ void PackSlots(Mp& p, const std::vector<uint32_t>& ready, const std::vector<uint
 
 }  // namespace
 
+namespace {
+
+absl::Status Digest(Mp& p) {
+  protocol::Sha256 h;
+  auto words = [&](const std::vector<uint32_t>& v) {
+    const uint64_t n = v.size();
+    h.Update(&n, 1);
+    h.Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(v.data()), 4 * v.size()));
+  };
+  const uint64_t head[] = {p.inputs, p.outputs, p.slots, p.products,
+                           static_cast<uint64_t>(p.prep_rounds), p.round.size()};
+  h.Update(head, 6);
+  words(p.input_slot);
+  words(p.output_slot);
+  words(p.leaves);
+  for (const Mp::Gate& g : p.gates) {
+    const uint64_t v[] = {g.root, g.leaf_at, g.term_at, g.n, g.terms, g.need_r};
+    h.Update(v, 6);
+  }
+  for (const Mp::Term& t : p.terms) {
+    const uint64_t v[] = {t.r, t.product, t.s};
+    h.Update(v, 3);
+  }
+  for (const Mp::Round& r : p.round) {
+    for (const auto* l : {&r.draws, &r.lambda_xors, &r.products, &r.rep3, &r.opens, &r.local,
+                          &r.xors})
+      words(*l);
+  }
+  return h.Final(p.digest);
+}
+
+}  // namespace
+
 absl::StatusOr<MaskedProgram> CompileMasked(const LutMap& map) {
   Builder b(map);
   const Netlist& net = map.net;
@@ -457,6 +491,7 @@ absl::StatusOr<MaskedProgram> CompileMasked(const LutMap& map) {
     if (!rd.products.empty() || !rd.rep3.empty() || !rd.opens.empty())
       p.rounds = static_cast<int>(r);
   }
+  if (absl::Status st = Digest(p); !st.ok()) return st;
   return std::move(b.p);
 }
 

@@ -16,6 +16,7 @@
 #include "cts/cts.h"
 #include "cts/lut_map.h"
 #include "cts/masked.h"
+#include "protocol/sha256.h"
 #include "share/replicated.h"
 
 namespace kmpc::engine {
@@ -561,7 +562,7 @@ CtsCost CostOf(absl::Span<const CtsTask> tasks) {
   std::map<CtsProgramCache::Shape, std::pair<const CtsTask*, size_t>> lanes;
   for (const CtsTask& t : tasks) {
     auto& l = lanes[ShapeOf(t)];
-    l.first = &t;
+    if (l.first == nullptr) l.first = &t;  // the task whose programs RunCtsTasks runs
     ++l.second;
   }
   CtsCost c;
@@ -576,22 +577,34 @@ CtsCost CostOf(absl::Span<const CtsTask> tasks) {
 
 namespace {
 
-// Whether every party's `mine` is true (two ring messages: each party's
-// bit, then its bit and its successor's, so each learns all three). A
-// party that sends its neighbours different bits can only make the
-// parties run different protocols, whose messages then fail them (the
-// agreed bit is hashed with the opened values, so the compare round
-// catches a split as well).
-absl::StatusOr<bool> AgreeAll(protocol::Rep3& rep3, bool mine) {
-  uint8_t out = mine, in = 0;
-  for (int step = 0; step < 2; ++step) {
-    absl::Status st = rep3.channel().Exchange(absl::MakeConstSpan(&out, 1), absl::MakeSpan(&in, 1));
-    if (!st.ok()) return st;
-    if (in > 1) return absl::DataLossError("cts: a malformed agreement bit");
-    out = static_cast<uint8_t>(mine && in);
-  }
-  if (rep3.log() != nullptr) rep3.log()->AddOpened(absl::MakeConstSpan(&out, 1));
-  return out == 1;
+// Whether every party holds the same masked programs for the Run's shapes
+// (`digest`: a hash of theirs, in group order; `mine` false: not all
+// compiled). Three ring messages: each party's bit and digest; its bit
+// AND its successor's (digests equal); then the outcome, which each party
+// compares with its successor's: a party that told its neighbours
+// different things cannot split the honest parties between the two
+// protocols (the honest party whose successor is the other sees it, a
+// detected deviation, before any message of either); the outcome is
+// hashed with the opened values too.
+absl::StatusOr<bool> AgreeAll(protocol::Rep3& rep3, bool mine,
+                              const std::array<uint8_t, 32>& digest) {
+  std::array<uint8_t, 33> out{}, in{};
+  out[0] = mine;
+  std::copy(digest.begin(), digest.end(), out.begin() + 1);
+  absl::Status st = rep3.channel().Exchange(out, absl::MakeSpan(in));
+  if (!st.ok()) return st;
+  if (in[0] > 1) return protocol::IntegrityFailure();
+  uint8_t both = mine && in[0] == 1 && std::equal(in.begin() + 1, in.end(), out.begin() + 1),
+          next = 0;
+  st = rep3.channel().Exchange(absl::MakeConstSpan(&both, 1), absl::MakeSpan(&next, 1));
+  if (!st.ok()) return st;
+  if (next > 1) return protocol::IntegrityFailure();
+  uint8_t all = both && next, theirs = 0;
+  st = rep3.channel().Exchange(absl::MakeConstSpan(&all, 1), absl::MakeSpan(&theirs, 1));
+  if (!st.ok()) return st;
+  if (theirs != all) return protocol::IntegrityFailure();
+  if (rep3.log() != nullptr) rep3.log()->AddOpened(absl::MakeConstSpan(&all, 1));
+  return all == 1;
 }
 
 }  // namespace
@@ -623,9 +636,16 @@ absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t veri
                             g->tasks.size()});
   }
   std::vector<std::shared_ptr<const cts::MaskedProgram>> masked;
-  for (auto& g : groups) masked.push_back(g->tasks[0]->masked);
-  absl::StatusOr<bool> use_masked =
-      AgreeAll(rep3, std::all_of(masked.begin(), masked.end(), [](const auto& m) { return !!m; }));
+  protocol::Sha256 h;
+  bool held = true;
+  for (auto& g : groups) {
+    masked.push_back(g->tasks[0]->masked);
+    held = held && masked.back() != nullptr;
+    if (held) h.Update(masked.back()->digest);
+  }
+  std::array<uint8_t, 32> digest{};
+  if (absl::Status st = h.Final(digest); !st.ok()) return st;
+  absl::StatusOr<bool> use_masked = AgreeAll(rep3, held, digest);
   if (!use_masked.ok()) return use_masked.status();
   uint64_t ands = 0;
   int depth = 0;

@@ -449,15 +449,13 @@ TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
       0x637473, 16, 8);
 }
 
-// The agreement on masked Runs (cts_jobs.cc AgreeAll): its two one-byte
-// messages are sent before any message of the Run. A cheater that tells
-// its predecessor another bit (either byte, so that the honest parties
-// run different programs, or one runs masked and the other not) is caught
+// The agreement on masked Runs (cts_jobs.cc AgreeAll): its three messages
+// (bit and digest, 33 bytes; then two of one byte) go before any message
+// of the Run. A cheater that tells its predecessor another bit or digest
+// (so that one honest party would run masked and the other not) is caught
 // or harmless: an honest party fails (nothing released) or the results
-// are right. (The flips of FlipsAreCaughtOrHarmless skip messages of
-// fewer than 8 bytes, these among them.) Today a split fails on the first
-// message of the Run, whose sizes differ between the two programs (a
-// DATA_LOSS of the ring, not the check's): the defence is the framing.
+// are right. A split is seen in the agreement's last message, as a
+// detected deviation, before either protocol sends anything.
 TEST(CtsMalicious, ASplitAgreementIsCaughtOrHarmless) {
   const int cheater = 2;
   CtsCluster c(true, cheater);
@@ -482,9 +480,9 @@ TEST(CtsMalicious, ASplitAgreementIsCaughtOrHarmless) {
   const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
   int flipped = 0;
   for (size_t step = 0; step < sizes.size(); ++step) {
-    if (sizes[step] != 1) continue;
+    if (sizes[step] != 1 && sizes[step] != 33) continue;
     ++flipped;
-    c.cheat().Arm(step, 0, 1);
+    c.cheat().Arm(step, sizes[step] == 33 ? 1 + step % 32 : 0, 1);
     auto r = c.RunStatus(jobs);
     ASSERT_TRUE(c.cheat().fired()) << "step " << step;
     c.cheat().Disarm();
@@ -500,21 +498,17 @@ TEST(CtsMalicious, ASplitAgreementIsCaughtOrHarmless) {
     }
     c.Connect();
   }
-  EXPECT_GE(flipped, 2);
+  EXPECT_GE(flipped, 3);
   EXPECT_TRUE(right(c.Run(jobs)));
 }
 
-// Finding (check-count bound, low): CostOf (cts_jobs.cc) prices a shape
-// by the LAST task of that shape (l.first = &t on every task), while
-// RunCtsTasks runs the masked program of the FIRST (g->tasks[0]->masked).
-// Tasks of one shape may hold different programs within one batch (the
-// cache evicts and recompiles, cts_jobs.cc RunCtsTasks' comment), and a
-// recompiled program has no masked program until its background compile
-// ends: first task masked, last not. The Run then logs masked->ands words
-// a lane word while PlanCts counted program->ands only (the hybrid's are
-// ~1.7-2x more), so CtsCost::Verifies undercounts the Verifies the Run
-// can take against kMaxVerifiesPerBatch.
-TEST(CtsCost, DISABLED_AShapeIsPricedByTheTaskWhoseMaskedProgramRuns) {
+// The check-count bound prices a shape by the programs the Run runs: its
+// first task's (RunCtsTasks runs g->tasks[0]'s). Tasks of one shape may
+// hold different programs in one batch (the cache evicts and recompiles,
+// and a recompiled program has no masked program until its background
+// compile ends): the first task masked, a later one not, and the Run
+// logs masked->ands words a lane word.
+TEST(CtsCost, AShapeIsPricedByTheTaskWhoseMaskedProgramRuns) {
   auto program = cts::DecryptProgram(10, 44, true);
   ASSERT_TRUE(program.ok());
   const auto p = std::make_shared<const cts::Program>(*std::move(program));
