@@ -286,7 +286,12 @@ void CtsProgramCache::MaskedLoop() {
     masked_queue_.pop_front();
     masked_busy_ = true;
     lock.unlock();
-    const cts::LutMap map = cts::MapLuts(*p, cts::LutOptions{kMaskedInputs});
+    // A program no deeper than a login's masked Run (a timestamp's
+    // DECRYPT) spends its own depth on fewer mask products: beside a reply
+    // it adds no round, alone it is no slower than on Rep3 ANDs.
+    cts::LutOptions o{kMaskedInputs};
+    if (p->depth <= kMaskedShallowDepth) o.depth_target = p->depth;
+    const cts::LutMap map = cts::MapLuts(*p, o);
     absl::StatusOr<cts::MaskedProgram> mp = cts::CompileMasked(map);
     if (mp.ok()) p->masked->set(std::make_shared<const cts::MaskedProgram>(*std::move(mp)));
     lock.lock();

@@ -125,6 +125,9 @@ class CtsProgramCache {
   // (RunCtsTasks). WaitMasked waits for the queue to drain (tests, the
   // bench's warm-up).
   static constexpr int kMaskedInputs = 6;
+  // About a login's masked Run (the spliced reply's ~2,160 messages): a
+  // program of at most this AND depth is mapped within its own depth.
+  static constexpr int kMaskedShallowDepth = 2200;
   void WaitMasked();
   // Programs queued or being compiled over masked wires.
   size_t masked_pending() const;
