@@ -184,7 +184,7 @@ ABSL_FLAG(bool, cts_masked_gates, false,
           "also compile each aes*-cts program as 6-input gates over masked wires "
           "(background thread, nice +10) and run a batch that way once all three "
           "servers hold its programs: about half the ring rounds (for servers in "
-          "different rooms, where rounds set a login's latency), at ~2.5x the CPU "
+          "different rooms, where rounds set a login's latency), at ~1.6x the CPU "
           "per login (docs/design/masked-gates.md); a server without it keeps every "
           "batch on Rep3 ANDs");
 ABSL_FLAG(int, cts_skew_s, static_cast<int>(kmpc::engine::EngineOptions{}.cts_skew_s),
