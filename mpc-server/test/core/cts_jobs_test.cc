@@ -425,6 +425,24 @@ void FlipsAreCaughtOrHarmless(CtsCluster& c, int cheater, Clean clean, Cheated c
   EXPECT_TRUE(right(clean()));
 }
 
+// A login's two jobs on a fresh 16-byte key (the timestamp's DECRYPT, the
+// reply's ENCRYPT, no release bound) and whether three results are right.
+struct LoginJobs {
+  Bytes key = Random(16), conf_ts = Random(44), reply = Random(40);
+  std::vector<Job> jobs;
+  explicit LoginJobs(CtsCluster& c) {
+    const std::string id = c.AddKey(key);
+    Job enc = CtsJob(pb::JOB_ENCRYPT, id, false, 3, reply);
+    enc.release_if_ok = 0;
+    jobs = {CtsJob(pb::JOB_DECRYPT, id, false, 1, ClearEncrypt(key, 1, conf_ts)), enc};
+  }
+  bool Right(const std::array<BatchResult, 3>& r) const {
+    if (Revealed(r, 0) != conf_ts) return false;
+    const Bytes back = ClearDecrypt(key, 3, Revealed(r, 1));
+    return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == reply;
+  }
+};
+
 // --security=malicious: a cheating party flips one live-lane bit (bit 0 of
 // a 64-bit word: one job per shape, so lane 0) of one of its messages. No
 // flip that changes an output goes unnoticed: the batch fails on an honest
@@ -432,18 +450,9 @@ void FlipsAreCaughtOrHarmless(CtsCluster& c, int cheater, Clean clean, Cheated c
 TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
   const int cheater = 2;
   CtsCluster c(true, cheater);
-  const Bytes key = Random(16);
-  const std::string id = c.AddKey(key);
-  const Bytes conf_ts = Random(44), reply = Random(40);
-  Job enc = CtsJob(pb::JOB_ENCRYPT, id, false, 3, reply);
-  enc.release_if_ok = 0;
-  const std::vector<Job> jobs = {CtsJob(pb::JOB_DECRYPT, id, false, 1,
-                                        ClearEncrypt(key, 1, conf_ts)), enc};
-  auto right = [&](const std::array<BatchResult, 3>& r) {
-    if (Revealed(r, 0) != conf_ts) return false;
-    const Bytes back = ClearDecrypt(key, 3, Revealed(r, 1));
-    return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == reply;
-  };
+  const LoginJobs login(c);
+  const std::vector<Job>& jobs = login.jobs;
+  auto right = [&](const std::array<BatchResult, 3>& r) { return login.Right(r); };
   FlipsAreCaughtOrHarmless(
       c, cheater, [&] { return c.Run(jobs); }, [&] { return c.RunStatus(jobs); }, right,
       0x637473, 16, 8);
@@ -459,18 +468,9 @@ TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
 TEST(CtsMalicious, ASplitAgreementIsCaughtOrHarmless) {
   const int cheater = 2;
   CtsCluster c(true, cheater);
-  const Bytes key = Random(16);
-  const std::string id = c.AddKey(key);
-  const Bytes conf_ts = Random(44), reply = Random(40);
-  Job enc = CtsJob(pb::JOB_ENCRYPT, id, false, 3, reply);
-  enc.release_if_ok = 0;
-  const std::vector<Job> jobs = {CtsJob(pb::JOB_DECRYPT, id, false, 1,
-                                        ClearEncrypt(key, 1, conf_ts)), enc};
-  auto right = [&](const std::array<BatchResult, 3>& r) {
-    if (Revealed(r, 0) != conf_ts) return false;
-    const Bytes back = ClearDecrypt(key, 3, Revealed(r, 1));
-    return (back.back() & 1) == 0 && Bytes(back.begin() + 16, back.end() - 1) == reply;
-  };
+  const LoginJobs login(c);
+  const std::vector<Job>& jobs = login.jobs;
+  auto right = [&](const std::array<BatchResult, 3>& r) { return login.Right(r); };
   ASSERT_TRUE(right(c.Run(jobs)));
   CtsProgramCache::Shared().WaitMasked();
   const uint64_t masked = CtsCircuitCounters::Shared().masked.load();

@@ -100,36 +100,56 @@ inline Views Concat(const std::vector<Views>& parts) {
 // Verify runs at the end. out[job][lane] = the two output components.
 inline size_t g_verify_words = protocol::MulLog::kVerifyWords;  // ShareEngine's
 
+// One party's words of each job: its lanes' views packed (PackLanes) and
+// room for the outputs, both components; out() its lanes' outputs.
+struct PartyWords {
+  std::vector<std::array<std::vector<uint64_t>, 2>> in, o;
+  std::vector<size_t> wn, lanes;
+  PartyWords(int party, const std::vector<std::vector<Views>>& views,
+             const std::vector<size_t>& outputs)
+      : in(views.size()), o(views.size()) {
+    for (size_t j = 0; j < views.size(); ++j) {
+      wn.push_back(WordsFor(views[j].size()));
+      lanes.push_back(views[j].size());
+      for (int k = 0; k < 2; ++k) {
+        std::vector<absl::Span<const uint8_t>> spans;
+        for (const Views& v : views[j]) spans.push_back(v[party].comp[k]);
+        in[j][k] = PackLanes(spans, wn[j]);
+        o[j][k].assign(outputs[j] * wn[j], 0);
+      }
+    }
+  }
+  std::array<absl::Span<const uint64_t>, 2> In(size_t j) const { return {in[j][0], in[j][1]}; }
+  std::array<absl::Span<uint64_t>, 2> Out(size_t j) {
+    return {absl::MakeSpan(o[j][0]), absl::MakeSpan(o[j][1])};
+  }
+  // out[job][lane] = the lane's two output components.
+  void Unpack(std::vector<std::vector<std::array<Bytes, 2>>>& out) const {
+    out.assign(o.size(), {});
+    for (size_t j = 0; j < o.size(); ++j) {
+      for (size_t l = 0; l < lanes[j]; ++l)
+        out[j].push_back({UnpackLane(o[j][0], wn[j], l), UnpackLane(o[j][1], wn[j], l)});
+    }
+  }
+};
+
 inline absl::Status RunPartyJobs(protocol::Rep3& r, const std::vector<const Program*>& p,
                                  int party, const std::vector<std::vector<Views>>& lanes,
                                  protocol::MulLog* log,
                                  std::vector<std::vector<std::array<Bytes, 2>>>& out) {
-  std::vector<std::array<std::vector<uint64_t>, 2>> in(p.size()), o(p.size());
+  std::vector<size_t> outputs;
+  for (const Program* q : p) outputs.push_back(q->outputs);
+  PartyWords w(party, lanes, outputs);
   std::vector<Job> jobs;
-  for (size_t j = 0; j < p.size(); ++j) {
-    const size_t wn = WordsFor(lanes[j].size());
-    for (int k = 0; k < 2; ++k) {
-      std::vector<absl::Span<const uint8_t>> spans;
-      for (const Views& v : lanes[j]) spans.push_back(v[party].comp[k]);
-      in[j][k] = PackLanes(spans, wn);
-      o[j][k].assign(p[j]->outputs * wn, 0);
-    }
-    // The lane count, as engine/cts_jobs.cc gives it: jobs of at most 32
-    // lanes run packed (circuit.h Job::lanes).
-    jobs.push_back({p[j], wn, {in[j][0], in[j][1]}, {absl::MakeSpan(o[j][0]), absl::MakeSpan(o[j][1])},
-                    lanes[j].size()});
-  }
+  // The lane count, as engine/cts_jobs.cc gives it: jobs of at most 32
+  // lanes run packed (circuit.h Job::lanes).
+  for (size_t j = 0; j < p.size(); ++j) jobs.push_back({p[j], w.wn[j], w.In(j), w.Out(j), w.lanes[j]});
   r.set_log(log);
   ShareEngine e(r, g_verify_words);
   absl::Status st = EvaluateAll(jobs, e);
   if (st.ok() && log != nullptr) st = protocol::Verifier::Verify(r, *log);
   r.set_log(nullptr);
-  out.assign(p.size(), {});
-  for (size_t j = 0; j < p.size(); ++j) {
-    for (size_t l = 0; l < lanes[j].size(); ++l) {
-      out[j].push_back({UnpackLane(o[j][0], jobs[j].wn, l), UnpackLane(o[j][1], jobs[j].wn, l)});
-    }
-  }
+  w.Unpack(out);
   return st;
 }
 

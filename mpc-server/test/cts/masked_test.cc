@@ -53,16 +53,6 @@ Program Aes256Block() {
   return c.Compile();
 }
 
-Program Adder() {
-  Circuit c;
-  Word a, b;
-  for (auto& w : a) w = c.Input();
-  for (auto& w : b) w = c.Input();
-  const Word s = AddWords(c, a, b);
-  c.Output(Bits(s.begin(), s.end()));
-  return c.Compile();
-}
-
 std::vector<Bytes> RandomLanes(size_t n, size_t bytes, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<Bytes> out(n, Bytes(bytes));
@@ -106,7 +96,7 @@ TEST(Masked, Sha1CompressionMatchesTheClearEngine) {
 TEST(Masked, Aes256BlockAndAdderMatchTheClearEngine) {
   ::kmpc::testing::Rep3Cluster cl;
   ExpectMatchesClear(Make(Aes256Block(), 6), "AES-256 block", Ptrs(cl));
-  for (int k : {3, 6}) ExpectMatchesClear(Make(Adder(), k), "adder", Ptrs(cl));
+  for (int k : {3, 6}) ExpectMatchesClear(Make(testing::AdderProgram(), k), "adder", Ptrs(cl));
 }
 
 // The messages of a run are the mask products' levels and the gate
@@ -124,7 +114,7 @@ TEST(Masked, MessagesAreTheMappingsDepth) {
 // in the run (every ~5,000 words) and at the end.
 TEST(Masked, JobsShareMessages) {
   ::kmpc::testing::Rep3Cluster cl;
-  const Case a = Make(testing::Sha1CompressionProgram(), 6), b = Make(Adder(), 4);
+  const Case a = Make(testing::Sha1CompressionProgram(), 6), b = Make(testing::AdderProgram(), 4);
   const std::vector<Bytes> la = RandomLanes(70, a.p.inputs / 8, 1);
   const std::vector<Bytes> lb = RandomLanes(5, b.p.inputs / 8, 2);
   std::array<absl::Status, 3> st;

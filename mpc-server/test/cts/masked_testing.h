@@ -13,31 +13,20 @@ namespace kmpc::cts::testing {
 
 // One party's run of the jobs (their lanes' views), Verify at the end
 // with a log. out[job][lane] = the two output components.
-inline absl::Status RunMaskedParty(protocol::Rep3& r, const std::vector<const MaskedProgram*>& p, int party,
-                      const std::vector<std::vector<Views>>& lanes, protocol::MulLog* log,
-                      size_t verify_words, std::vector<std::vector<std::array<Bytes, 2>>>& out) {
-  std::vector<std::array<std::vector<uint64_t>, 2>> in(p.size()), o(p.size());
+inline absl::Status RunMaskedParty(protocol::Rep3& r, const std::vector<const MaskedProgram*>& p,
+                                   int party, const std::vector<std::vector<Views>>& lanes,
+                                   protocol::MulLog* log, size_t verify_words,
+                                   std::vector<std::vector<std::array<Bytes, 2>>>& out) {
+  std::vector<size_t> outputs;
+  for (const MaskedProgram* q : p) outputs.push_back(q->outputs);
+  PartyWords w(party, lanes, outputs);
   std::vector<MaskedJob> jobs;
-  for (size_t j = 0; j < p.size(); ++j) {
-    const size_t wn = WordsFor(lanes[j].size());
-    for (int k = 0; k < 2; ++k) {
-      std::vector<absl::Span<const uint8_t>> spans;
-      for (const Views& v : lanes[j]) spans.push_back(v[party].comp[k]);
-      in[j][k] = PackLanes(spans, wn);
-      o[j][k].assign(p[j]->outputs * wn, 0);
-    }
-    jobs.push_back({p[j], wn, {in[j][0], in[j][1]},
-                    {absl::MakeSpan(o[j][0]), absl::MakeSpan(o[j][1])}, lanes[j].size()});
-  }
+  for (size_t j = 0; j < p.size(); ++j) jobs.push_back({p[j], w.wn[j], w.In(j), w.Out(j), w.lanes[j]});
   r.set_log(log);
   absl::Status st = EvaluateMaskedAll(jobs, r, verify_words);
   if (st.ok() && log != nullptr) st = protocol::Verifier::Verify(r, *log);
   r.set_log(nullptr);
-  out.assign(p.size(), {});
-  for (size_t j = 0; j < p.size(); ++j) {
-    for (size_t l = 0; l < lanes[j].size(); ++l)
-      out[j].push_back({UnpackLane(o[j][0], jobs[j].wn, l), UnpackLane(o[j][1], jobs[j].wn, l)});
-  }
+  w.Unpack(out);
   return st;
 }
 

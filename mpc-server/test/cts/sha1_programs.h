@@ -1,6 +1,6 @@
 // A SHA-1 compression as a program of its own, for the tests and figures
 // that measure one: inputs a chaining state (20 bytes, the dealt form) ||
-// a 64-byte block, output the new state (20 bytes).
+// a 64-byte block, output the new state (20 bytes); and its adder.
 #ifndef KMPC_TEST_CTS_SHA1_PROGRAMS_H_
 #define KMPC_TEST_CTS_SHA1_PROGRAMS_H_
 
@@ -16,6 +16,18 @@ inline Program Sha1CompressionProgram() {
   Bits bits;
   for (const Word& w : out) AppendBigEndian(w, bits);
   c.Output(bits);
+  return c.Compile();
+}
+
+// SHA-1's 32-bit adder alone (cts/sha1.h AddWords): inputs a || b, output
+// the sum.
+inline Program AdderProgram() {
+  Circuit c;
+  Word a, b;
+  for (auto& w : a) w = c.Input();
+  for (auto& w : b) w = c.Input();
+  const Word s = AddWords(c, a, b);
+  c.Output(Bits(s.begin(), s.end()));
   return c.Compile();
 }
 
