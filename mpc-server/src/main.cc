@@ -182,7 +182,7 @@ ABSL_FLAG(bool, cts_precompile, true,
           "(STORE_DIR/cts-programs), so that first logins do not wait for them");
 ABSL_FLAG(bool, cts_masked_gates, false,
           "also compile each aes*-cts program as 6-input gates over masked wires "
-          "(background thread, nice +10) and run a batch that way once all three "
+          "(background thread, idle priority) and run a batch that way once all three "
           "servers hold its programs: about half the ring rounds (for servers in "
           "different rooms, where rounds set a login's latency), at ~1.6x the CPU "
           "per login (docs/design/masked-gates.md); a server without it keeps every "

@@ -1,6 +1,8 @@
 #include "engine/cts_jobs.h"
 
 #include <openssl/crypto.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,6 +26,19 @@ namespace {
 
 void WipeWords(std::vector<uint64_t>& v) {
   OPENSSL_cleanse(v.data(), v.size() * sizeof(uint64_t));
+}
+
+// The calling thread (a background compile) runs only when no other
+// thread of the host wants the core: SCHED_IDLE, which a woken Run's
+// thread preempts at once (a ring round waits on three such wake-ups; at
+// nice +10 a busy compile delayed each by up to the scheduler's wake-up
+// granularity, seconds over a login's thousands of rounds). Where the
+// policy is refused, nice +10 (a thread's nice value is its own on Linux).
+void RunBehindTheRuns() {
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  sched_param sp{};
+  sp.sched_priority = 0;
+  (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
 }
 
 absl::StatusOr<cts::Program> Compile(pb::JobType type, int nr, size_t n, size_t cf2_bytes,
@@ -276,8 +291,7 @@ std::shared_ptr<const cts::Program> CtsProgramCache::Insert(const Shape& shape,
 }
 
 void CtsProgramCache::MaskedLoop() {
-  // Linux: a thread's nice value is its own (setpriority on its tid).
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  RunBehindTheRuns();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     masked_cv_.wait(lock, [this] { return stopping_ || !masked_queue_.empty(); });
@@ -453,8 +467,7 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::UsualShapes() {
 void CtsProgramCache::PrecompileInBackground(std::vector<Shape> shapes) {
   std::lock_guard<std::mutex> lock(mu_);
   precompilers_.emplace_back([this, shapes = std::move(shapes)] {
-    // Linux: a thread's nice value is its own (setpriority on its tid).
-    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+    RunBehindTheRuns();
     for (const Shape& s : shapes) {
       {
         std::lock_guard<std::mutex> l(mu_);

@@ -112,7 +112,7 @@ class CtsProgramCache {
   // sizes: PA-ENC-TS-ENC with microseconds of three bytes (from 32,768 on:
   // ~97% of logins), conf || P of 44 bytes.
   static std::vector<Shape> UsualShapes();
-  // Compiles each shape not held yet on a thread of its own at nice +10
+  // Compiles each shape not held yet on a thread of its own, idle priority
   // (behind the batches' threads); returns at once. Get meanwhile works as
   // before (a shape asked for before its turn is compiled there).
   void PrecompileInBackground(std::vector<Shape> shapes);
@@ -120,7 +120,7 @@ class CtsProgramCache {
   void WaitPrecompiled();
   // Each program inserted is also compiled as k-input gates over masked
   // wires (cts/masked.h, k = kMaskedInputs: about half the rounds) on one
-  // thread of its own at nice +10, and attached to the program when done
+  // thread of its own at idle priority, and attached to the program when done
   // (cts::Program::masked); a Run uses it once every party holds it
   // (RunCtsTasks). WaitMasked waits for the queue to drain (tests, the
   // bench's warm-up).
