@@ -12,7 +12,8 @@
 //   - an input: m = 0, lambda = the input's shares (nothing opened);
 //   - the constants: m = 0 or all-ones, lambda = 0;
 //   - a masked gate's root that a later masked gate reads: lambda drawn
-//     from the parties' PRSS keys when the run starts, m opened;
+//     from the parties' PRSS keys before the first message that reads it,
+//     m opened;
 //   - an XOR of masked wires.
 // Every other wire (a Rep3 gate's root, a masked gate's root that no
 // masked gate reads, an XOR with such an operand) has m = 0 and s its
@@ -23,20 +24,28 @@
 // leaves' lambdas): level 1 for pairs, 2 for three or four leaves, 3 for
 // five or six, in the last message before its first reader (a leaf's
 // lambda does not depend on the data: it is drawn or computed before the
-// first message that reads it), so layer 1 waits for at most 3. Gate layer L (lut_map.h LutGate::layer) then runs
-// in message prep_rounds + L: its Rep3 gates' ANDs and its opened gates'
+// first message that reads it), so layer 1 waits for at most 3. Gate
+// layer L (lut_map.h LutGate::layer) then runs in message prep_rounds + L
+// (no message for a layer none of whose gates is opened or Rep3): its
+// Rep3 gates' ANDs and its opened gates'
 // components in one message (Rep3 AND and opening both send one word per
 // word to party i-1 and receive one from party i+1). A gate's share is
 //   f(m ^ lambda) = XOR over S of c_S(m) lambda_S,
 //   c_S(m) = XOR over monomials T of f with T >= S of AND_{i in T \ S} m_i,
 // local once its leaves' m are opened and its products are held.
 //
+// Lanes: a job of fewer than 64 lanes (one word per wire) sends only its
+// lanes' bits of each word (masked_eval.cc Packing).
+//
 // Malicious security: every Rep3 AND (mask products and Rep3 gates) is
 // logged in the MulLog and every opened word hashed into its opened-values
 // hash, so the distributed check (protocol/verify.h) rejects a wrong
 // product and the compare round a wrong opened component; a check runs
 // once the log holds verify_words AND words, and the caller checks the
-// rest before opening anything, as cts::ShareEngine.
+// rest before opening anything, as cts::ShareEngine. Messages after an
+// opening carry fresh PRSS components the receiver cannot compute (a
+// zero-sharing's, a drawn lambda's), so one computed from a shifted
+// opening tells it nothing (docs/design/masked-gates.md, "Build").
 #ifndef KMPC_CTS_MASKED_H_
 #define KMPC_CTS_MASKED_H_
 
