@@ -135,7 +135,8 @@ bench-replicas: build
 	@$(BENCH_REPLICAS)
 
 # Users whose aes256-cts-hmac-sha1-96 keys the cluster holds, servers in
-# the default (malicious) mode and in semi-honest: Debian's /usr/bin/kinit,
+# the default (malicious) mode, malicious with --cts_masked_gates
+# ("masked": half the rounds) and semi-honest: Debian's /usr/bin/kinit,
 # one client, without and with FAST (kinit -T); BENCH_CTS_USERS users named
 # as in a directory (2-40 characters, dotted, some with instances) against
 # as many with names of one length, closed-loop storms with MIT's and

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """TGS exchanges to a service whose aes256-cts-hmac-sha1-96 key the cluster
-holds (issue 50 item 7), servers in the default (malicious) mode and in
-semi-honest, one realm per mode, same processes for every figure of a mode:
+holds (issue 50 item 7), servers in the default (malicious) mode, with
+--cts_masked_gates ("masked") and in semi-honest, one realm per mode, same
+processes for every figure of a mode:
 
   one client   Debian's unmodified /usr/bin/kvno -k SERVICE-KEYTAB for the
                service, run as a user runs it (a process per ticket, from
@@ -45,7 +46,7 @@ Writes build/bench/tgs.json and prints the judged targets
 semi-honest; exactly 2 Runs per TGS); bench_results.py puts them in
 results.json.
 
-Usage: tgs_bench.py [--modes malicious,semi-honest] [--runs 40] [--clients 8]
+Usage: tgs_bench.py [--modes malicious,masked,semi-honest] [--runs 40] [--clients 8]
                     [--users 64] [--mix-seconds 10] [--no-mix] [--no-heimdal]
                     [--out FILE] [--server-flags FLAGS]
                     [--module-option NAME=VALUE]
@@ -69,7 +70,9 @@ from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 CTS256 = cts_bench.CTS256
 KVNO = "/usr/bin/kvno"
-MODES = {"malicious": "", "semi-honest": "--security=semi-honest"}
+# "masked": malicious servers with --cts_masked_gates (cts_bench.MODES).
+MODES = {"malicious": "", "masked": "--cts_masked_gates=true",
+         "semi-honest": "--security=semi-honest"}
 # Two hosts' services: the one moved into the cluster, and one whose key
 # stays in the KDB (the baseline of the same run).
 SERVICES = {"cts": "host/files01.kmpc.test", "kdb": "host/build.kmpc.test"}
@@ -548,7 +551,7 @@ def mix(r, seconds, log):
 
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--modes", default="malicious,semi-honest")
+    ap.add_argument("--modes", default="malicious,masked,semi-honest")
     ap.add_argument("--runs", type=int, default=40, help="measured kvno runs per service")
     ap.add_argument("--clients", type=int, default=8,
                     help="client principals of distinct name lengths, in turn")
