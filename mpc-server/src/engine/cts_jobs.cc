@@ -459,8 +459,8 @@ std::vector<std::pair<CtsProgramCache::Shape, uint64_t>> CtsProgramCache::ReadWe
 
 std::vector<CtsProgramCache::Shape> CtsProgramCache::UsualShapes() {
   std::vector<Shape> out;
-  for (int nr : {14, 10})
-    out.push_back(MakeShape(pb::JOB_DECRYPT, nr, 44, 0, 0));
+  for (size_t n : {44, 43})
+    for (int nr : {14, 10}) out.push_back(MakeShape(pb::JOB_DECRYPT, nr, n, 0, 0));
   return out;
 }
 
