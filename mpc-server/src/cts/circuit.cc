@@ -271,23 +271,6 @@ size_t TailBits(const Job& j) {
   return tail;
 }
 
-// The low `width` (1..63) bits of v OR-ed into the bit string w at bit
-// `at` (w zeroed beforehand; a gate may straddle two words).
-inline void PutBits(uint64_t* w, size_t at, size_t width, uint64_t v) {
-  v &= (uint64_t{1} << width) - 1;
-  const size_t i = at / 64, sh = at % 64;
-  w[i] |= v << sh;
-  if (sh + width > 64) w[i + 1] |= v >> (64 - sh);
-}
-
-// The `width` (1..63) bits of the bit string w at bit `at`.
-inline uint64_t GetBits(const uint64_t* w, size_t at, size_t width) {
-  const size_t i = at / 64, sh = at % 64;
-  uint64_t v = w[i] >> sh;
-  if (sh + width > 64) v |= w[i + 1] << (64 - sh);
-  return v & ((uint64_t{1} << width) - 1);
-}
-
 // Two words as one register (SSE2, NEON: the GCC / Clang vector
 // extension); memcpy in and out, so no alignment is assumed.
 typedef uint64_t Words2 __attribute__((vector_size(16)));

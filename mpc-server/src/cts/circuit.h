@@ -228,6 +228,23 @@ struct Job {
 };
 absl::Status EvaluateAll(absl::Span<const Job> jobs, Engine& e);
 
+// Packed lanes on the ring (EvaluateAll's last words, masked_eval.cc's
+// jobs of few lanes): the low `width` (1..63) bits of v OR-ed into the bit
+// string w at bit `at` (w zeroed beforehand; a gate may straddle two
+// words), and read back.
+inline void PutBits(uint64_t* w, size_t at, size_t width, uint64_t v) {
+  v &= (uint64_t{1} << width) - 1;
+  const size_t i = at / 64, sh = at % 64;
+  w[i] |= v << sh;
+  if (sh + width > 64) w[i + 1] |= v >> (64 - sh);
+}
+inline uint64_t GetBits(const uint64_t* w, size_t at, size_t width) {
+  const size_t i = at / 64, sh = at % 64;
+  uint64_t v = w[i] >> sh;
+  if (sh + width > 64) v |= w[i + 1] << (64 - sh);
+  return v & ((uint64_t{1} << width) - 1);
+}
+
 // Lane transposition: lane l's byte string (all the same length n) into
 // 8n wires of wn words (wire 8k + j, lane l at bit l % 64 of word l / 64),
 // and back. Lanes past lanes.size() are zero. The results hold what the

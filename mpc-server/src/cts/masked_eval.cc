@@ -28,8 +28,7 @@ struct JobState {
   size_t wn;
   int live;
   std::vector<uint64_t> vals, prods;
-  uint64_t* m(uint32_t s) { return vals.data() + 3 * s * wn; }
-  // The same with the words per wire known at compile time (WN != 0).
+  // Words per wire known at compile time (WN != 0) or not (WN = 0).
   template <size_t WN>
   uint64_t* M(uint32_t s) {
     return vals.data() + 3 * s * (WN ? WN : wn);
@@ -38,16 +37,11 @@ struct JobState {
   uint64_t* C(uint32_t s, int c) {
     return vals.data() + (3 * s + 1 + c) * (WN ? WN : wn);
   }
+  // A product operand's component c (masked.h kProductRef).
   template <size_t WN>
   const uint64_t* R(uint32_t r, int c) {
     if (r & Mp::kProductRef) return prods.data() + (2 * (r & ~Mp::kProductRef) + c) * (WN ? WN : wn);
     return C<WN>(r, c);
-  }
-  uint64_t* comp(uint32_t s, int c) { return vals.data() + (3 * s + 1 + c) * wn; }
-  // A product operand's component c (masked.h kProductRef).
-  const uint64_t* ref(uint32_t r, int c) {
-    if (r & Mp::kProductRef) return prods.data() + (2 * (r & ~Mp::kProductRef) + c) * wn;
-    return comp(r, c);
   }
 };
 
@@ -306,14 +300,8 @@ void PackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
       for (size_t w = 0; w < p.n[k]; ++w) dst[w] = src[w];
       continue;
     }
-    const uint64_t mask = (uint64_t{1} << live) - 1;
     std::fill_n(dst, (p.n[k] * live + 63) / 64, 0);
-    for (size_t w = 0, bit = 0; w < p.n[k]; ++w, bit += live) {
-      const uint64_t v = src[w] & mask;
-      const size_t sh = bit % 64;
-      dst[bit / 64] |= v << sh;
-      if (sh + live > 64) dst[bit / 64 + 1] |= v >> (64 - sh);
-    }
+    for (size_t w = 0; w < p.n[k]; ++w) PutBits(dst, w * live, live, src[w]);
   }
 }
 
@@ -326,13 +314,7 @@ void UnpackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
       for (size_t w = 0; w < p.n[k]; ++w) dst[w] = src[w];
       continue;
     }
-    const uint64_t mask = (uint64_t{1} << live) - 1;
-    for (size_t w = 0, bit = 0; w < p.n[k]; ++w, bit += live) {
-      const size_t sh = bit % 64;
-      uint64_t v = src[bit / 64] >> sh;
-      if (sh + live > 64) v |= src[bit / 64 + 1] << (64 - sh);
-      dst[w] = v & mask;
-    }
+    for (size_t w = 0; w < p.n[k]; ++w) dst[w] = GetBits(src, w * live, live);
   }
 }
 
@@ -397,11 +379,11 @@ absl::Status Load(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
     bufs.all.push_back(&j.prods);
     j.vals.assign(3 * p.slots * j.wn, 0);
     j.prods.assign(2 * p.products * j.wn, 0);
-    std::fill_n(j.m(1), j.wn, ~uint64_t{0});  // slot 1: the constant 1
+    std::fill_n(j.M<0>(1), j.wn, ~uint64_t{0});  // slot 1: the constant 1
     for (size_t i = 0; i < p.inputs; ++i) {
       if (p.input_slot[i] == ~uint32_t{0}) continue;
       for (int c = 0; c < 2; ++c)
-        std::copy_n(jb.in[c].data() + i * j.wn, j.wn, j.comp(p.input_slot[i], c));
+        std::copy_n(jb.in[c].data() + i * j.wn, j.wn, j.C<0>(p.input_slot[i], c));
     }
     if (!p.round.empty())
       ByWn(j.wn, [&](auto w) { Xors<decltype(w)::value, 3>(p.round[0].xors, j); });
@@ -469,8 +451,8 @@ absl::Status EvaluateMaskedAll(absl::Span<const MaskedJob> jobs, protocol::Rep3&
     for (int c = 0; c < 2; ++c) {
       const bool pub = share::HoldsPublicIn(party, c);
       for (size_t i = 0; i < p.outputs; ++i) {
-        const uint64_t* s = j.comp(p.output_slot[i], c);
-        const uint64_t* m = j.m(p.output_slot[i]);
+        const uint64_t* s = j.C<0>(p.output_slot[i], c);
+        const uint64_t* m = j.M<0>(p.output_slot[i]);
         uint64_t* o = j.job->out[c].data() + i * j.wn;
         for (size_t w = 0; w < j.wn; ++w) o[w] = s[w] ^ (pub ? m[w] : 0);
       }
