@@ -187,6 +187,13 @@ ABSL_FLAG(bool, cts_masked_gates, false,
           "different rooms, where rounds set a login's latency), at ~1.6x the CPU "
           "per login (docs/design/masked-gates.md); a server without it keeps every "
           "batch on Rep3 ANDs");
+ABSL_FLAG(int64_t, cts_masked_max_and_words,
+          static_cast<int64_t>(kmpc::engine::EngineOptions::kCtsMaskedMaxAndWords),
+          "with --cts_masked_gates, run a batch's aes*-cts programs over masked wires only "
+          "while its Rep3 AND words (each shape's program ANDs x its lane words) are at most "
+          "this; larger batches (a busy realm's, where CPU bounds the peak) keep Rep3 ANDs. "
+          "The default takes one login's or TGS's batch of up to 64 of a shape; servers in "
+          "different rooms, whose rounds cost more than the CPU, may raise it. 0 = never");
 ABSL_FLAG(int, cts_skew_s, static_cast<int>(kmpc::engine::EngineOptions{}.cts_skew_s),
           "the clock skew of a user's timestamp or FAST challenge (the gate of "
           "its aes*-cts AS reply), checked on shares against the KDC's clock: "
@@ -270,6 +277,9 @@ absl::Status CtsOptionsFromFlags(kmpc::engine::EngineOptions* o) {
   if (skew <= 0 || skew > 86400)
     return absl::InvalidArgumentError("--cts_skew_s must be 1 to 86400");
   if (rate < 0) return absl::InvalidArgumentError("--cts_releases_per_minute must be >= 0");
+  const int64_t masked_max = absl::GetFlag(FLAGS_cts_masked_max_and_words);
+  if (masked_max < 0) return absl::InvalidArgumentError("--cts_masked_max_and_words must be >= 0");
+  o->cts_masked_max_and_words = static_cast<uint64_t>(masked_max);
   o->cts_skew_s = static_cast<uint32_t>(skew);
   o->cts_releases_per_minute = static_cast<uint32_t>(rate);
   // This server's per-deal bounds, shared by its workers (engine.h

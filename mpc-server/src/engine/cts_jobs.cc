@@ -593,12 +593,25 @@ CtsCost CostOf(absl::Span<const CtsTask> tasks) {
   return c;
 }
 
+uint64_t RunWords(absl::Span<const CtsTask> tasks) {
+  std::map<CtsProgramCache::Shape, std::pair<const CtsTask*, uint64_t>> lanes;
+  for (const CtsTask& t : tasks) {
+    auto& l = lanes[ShapeOf(t)];
+    if (l.first == nullptr) l.first = &t;
+    ++l.second;
+  }
+  uint64_t words = 0;
+  for (const auto& [shape, tn] : lanes) words += tn.first->program->ands * ((tn.second + 63) / 64);
+  return words;
+}
+
 namespace {
 
 // Whether every party holds the same masked programs for the Run's shapes
-// (`digest`: a hash of theirs, in group order; `mine` false: not all
-// compiled). Three ring messages: each party's bit and digest; its bit
-// AND its successor's (digests equal); then the outcome, which each party
+// and chose to run them (`digest`: a hash of theirs, in group order;
+// `mine` false: not all compiled, or the Run past this party's size).
+// Three ring messages: each party's bit and digest; its bit AND its
+// successor's (digests equal); then the outcome, which each party
 // compares with its successor's: a party that told its neighbours
 // different things cannot split the honest parties between the two
 // protocols (the honest party whose successor is the other sees it, a
@@ -628,7 +641,7 @@ absl::StatusOr<bool> AgreeAll(protocol::Rep3& rep3, bool mine,
 }  // namespace
 
 absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t verify_words,
-                         absl::Span<CtsTask> tasks) {
+                         absl::Span<CtsTask> tasks, uint64_t masked_max_and_words) {
   if (tasks.empty()) return absl::OkStatus();
   // Groups by shape (type, nr, n), in order of first appearance (the same
   // on every party: the tasks are). Not by program object: the cache is
@@ -663,7 +676,8 @@ absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t veri
   }
   std::array<uint8_t, 32> digest{};
   if (absl::Status st = h.Final(digest); !st.ok()) return st;
-  absl::StatusOr<bool> use_masked = AgreeAll(rep3, held, digest);
+  const bool chosen = held && RunWords(tasks) <= masked_max_and_words;
+  absl::StatusOr<bool> use_masked = AgreeAll(rep3, chosen, digest);
   if (!use_masked.ok()) return use_masked.status();
   uint64_t ands = 0;
   int depth = 0;

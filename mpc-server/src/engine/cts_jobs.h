@@ -294,13 +294,19 @@ CtsCost CostOf(absl::Span<const CtsTask> tasks);
 // the same program, whatever object each one points to.
 CtsProgramCache::Shape ShapeOf(const CtsTask& t);
 
+// The Rep3 AND words of running `tasks` in one Run: per shape, its
+// program's ANDs x its lane words (ceil(tasks / 64)).
+uint64_t RunWords(absl::Span<const CtsTask> tasks);
+
 // Runs every task in one set of AND rounds (ANDs through `rep3`, logged
-// and checked every verify_words words when it has a log). The parties
-// must pass the same tasks (types, shapes, order): the confounders are
-// drawn from `prss` in task order. A channel error leaves the ring out of
-// step.
+// and checked every verify_words words when it has a log): over masked
+// wires if every party holds the masked programs of all its shapes and
+// chose to (RunWords(tasks) <= masked_max_and_words: EngineOptions
+// cts_masked_max_and_words), else Rep3 ANDs. The parties must pass the
+// same tasks (types, shapes, order): the confounders are drawn from
+// `prss` in task order. A channel error leaves the ring out of step.
 absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t verify_words,
-                         absl::Span<CtsTask> tasks);
+                         absl::Span<CtsTask> tasks, uint64_t masked_max_and_words);
 
 }  // namespace kmpc::engine
 

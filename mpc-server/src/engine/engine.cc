@@ -188,7 +188,8 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(BatchState& b, const KeyLookup& lo
   if (absl::Status s = RunAes(ctx, b); !s.ok()) return s;
   if (absl::Status s = ComputeTags(ctx, b); !s.ok()) return s;
   FillTicketSignatures(ctx, b);
-  if (absl::Status s = RunCtsTasks(rep3_, prss_, options_.verify_words, absl::MakeSpan(b.cts));
+  if (absl::Status s = RunCtsTasks(rep3_, prss_, options_.verify_words, absl::MakeSpan(b.cts),
+                                    options_.cts_masked_max_and_words);
       !s.ok())
     return s;
   if (absl::Status s = CheckTags(ctx, b); !s.ok()) return s;

@@ -607,6 +607,20 @@ struct EngineOptions {
   // beside others, or one spliced reply of the longest P and D alone; > 0.
   // The KDC module packs batches to the default (contract::kCtsBatchBytes).
   uint64_t cts_batch_bytes = contract::kCtsBatchBytes;
+  // With masked programs (--cts_masked_gates, cts_jobs.h CtsProgramCache)
+  // a Run goes over masked wires only while its Rep3 AND words (each
+  // shape's program ANDs x its lane words, cts_jobs.h RunWords) are at
+  // most this; a larger Run keeps Rep3 ANDs. Masked wires halve the
+  // rounds for ~1.5x the CPU a lane word (docs/design/masked-gates.md,
+  // "Which Runs"): a small Run's cost is its rounds (one-client latency,
+  // servers in different rooms), a large one's is CPU (a busy realm's
+  // peak, where Runs hold tens of logins a shape). The default lets a
+  // login's or a TGS's Run of one lane word a shape go masked, not a Run
+  // of several such shapes. Each party's choice goes into the Run's
+  // agreement (masked only if all three choose it), so servers that differ
+  // here run Rep3. 0: never masked.
+  static constexpr uint64_t kCtsMaskedMaxAndWords = 1'000'000;
+  uint64_t cts_masked_max_and_words = kCtsMaskedMaxAndWords;
   // The freshness of a gate (docs/security-model.md, "Freshness of the
   // gate"): an aes*-cts DECRYPT (a PA-ENC-TIMESTAMP, a FAST challenge)
   // releases the jobs gated on it only if its patimestamp lies within

@@ -107,6 +107,7 @@ class CtsCluster {
       // Each party's own per-deal state, kept across reconnections as a
       // server keeps it across rings.
       EngineOptions mine = opt_;
+      if (masked_max_[i]) mine.cts_masked_max_and_words = *masked_max_[i];
       mine.release_limiter = limiters_[i];
       mine.gate_budget = budgets_[i];
       auto e = Engine::Create(ch, mine);
@@ -117,6 +118,9 @@ class CtsCluster {
     for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
   }
   ::kmpc::testing::CheatingChannel& cheat() { return *cheat_; }
+  // Party i's EngineOptions::cts_masked_max_and_words from the next
+  // Connect (nullopt: the cluster's).
+  void SetMaskedMax(int i, std::optional<uint64_t> words) { masked_max_[i] = words; }
   CtsReleaseLimiter& limiter(int i) { return *limiters_[i]; }
   GateBudget& budget(int i) { return *budgets_[i]; }
   // Key `id`'s deal (KeyShares::Origin), as the per-deal bounds count it.
@@ -248,6 +252,7 @@ class CtsCluster {
       std::make_shared<GateBudget>(), std::make_shared<GateBudget>(),
       std::make_shared<GateBudget>()};
   int cheater_ = -1;
+  std::array<std::optional<uint64_t>, 3> masked_max_;
   std::unique_ptr<::kmpc::testing::CheatingChannel> cheat_;
   std::unique_ptr<net::InMemoryRing> ring_;
   std::array<std::unique_ptr<Engine>, 3> engines_;
@@ -500,6 +505,65 @@ TEST(CtsMalicious, ASplitAgreementIsCaughtOrHarmless) {
   }
   EXPECT_GE(flipped, 3);
   EXPECT_TRUE(right(c.Run(jobs)));
+}
+
+// Which Runs go over masked wires (EngineOptions::cts_masked_max_and_words):
+// one whose Rep3 AND words (RunWords) pass any party's bound runs Rep3
+// ANDs on all three (the agreement ANDs the parties' choices), one at
+// every party's bound masked; the results right either way.
+TEST(CtsMasked, ARunPastAnyPartysBoundKeepsRep3) {
+  CtsCluster c(true);
+  const LoginJobs login(c);
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  CtsProgramCache::Shared().WaitMasked();
+  CtsCircuitCounters& n = CtsCircuitCounters::Shared();
+  // Its words, from a Rep3 Run of one task a shape (each party counts the
+  // programs' ANDs once a task).
+  for (int i = 0; i < 3; ++i) c.SetMaskedMax(i, 0);
+  c.Connect();
+  uint64_t masked = n.masked.load(), ands = n.ands.load();
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  ASSERT_EQ(n.masked.load(), masked);
+  const uint64_t words = (n.ands.load() - ands) / 3;
+  ASSERT_GT(words, 0u);
+  for (int i = 0; i < 3; ++i) c.SetMaskedMax(i, words);
+  c.Connect();
+  masked = n.masked.load();
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  EXPECT_EQ(n.masked.load(), masked + 3) << "at every party's bound: masked";
+  for (int party = 0; party < 3; ++party) {
+    c.SetMaskedMax(party, words - 1);
+    c.Connect();
+    masked = n.masked.load();
+    ASSERT_TRUE(login.Right(c.Run(login.jobs))) << "party " << party;
+    EXPECT_EQ(n.masked.load(), masked) << "past party " << party << "'s bound: Rep3";
+    c.SetMaskedMax(party, words);
+  }
+}
+
+// RunWords: each shape's program ANDs x its lane words (64 lanes a word).
+TEST(CtsCost, RunWordsCountsEachShapesLaneWords) {
+  auto a = cts::DecryptProgram(10, 44, true);
+  auto b = cts::DecryptProgram(10, 43, true);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const auto pa = std::make_shared<const cts::Program>(*std::move(a));
+  const auto pb = std::make_shared<const cts::Program>(*std::move(b));
+  auto task = [](std::shared_ptr<const cts::Program> p, size_t n) {
+    CtsTask t;
+    t.type = pb::JOB_DECRYPT;
+    t.nr = 10;
+    t.n = n;
+    t.usage = 1;
+    t.program = std::move(p);
+    return t;
+  };
+  std::vector<CtsTask> tasks;
+  for (int k = 0; k < 64; ++k) tasks.push_back(task(pa, 44));
+  EXPECT_EQ(RunWords(tasks), pa->ands);
+  tasks.push_back(task(pb, 43));
+  EXPECT_EQ(RunWords(tasks), pa->ands + pb->ands);
+  tasks.push_back(task(pa, 44));
+  EXPECT_EQ(RunWords(tasks), 2 * pa->ands + pb->ands);
 }
 
 // The check-count bound prices a shape by the programs the Run runs: its
@@ -1925,7 +1989,8 @@ TEST(CtsJobsGrouping, SameShapeWithDistinctProgramObjectsStaysInStep) {
     }
   }
   auto st = ::kmpc::testing::RunParties([&](int i) -> absl::Status {
-    return RunCtsTasks(*cl.rep3[i], *cl.prss[i], 1024, absl::MakeSpan(tasks[i]));
+    return RunCtsTasks(*cl.rep3[i], *cl.prss[i], 1024, absl::MakeSpan(tasks[i]),
+                       EngineOptions::kCtsMaskedMaxAndWords);
   });
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(st[i].ok()) << "party " << i << ": " << st[i];
   auto ck = cts::DealChecksum(key, 56);

@@ -113,7 +113,8 @@ TEST(CtsJobsWipe, NoFreedBlockHoldsMaterialOrMessageShares) {
   g_hits = 0;
   g_armed = true;
   auto st = RunParties([&](int i) -> absl::Status {
-    return RunCtsTasks(*c.rep3[i], *c.prss[i], 1 << 16, absl::MakeSpan(tasks[i]));
+    return RunCtsTasks(*c.rep3[i], *c.prss[i], 1 << 16, absl::MakeSpan(tasks[i]),
+                       EngineOptions::kCtsMaskedMaxAndWords);
   });
   for (int p = 0; p < 3; ++p) tasks[p].clear();  // outputs: wiped by ~CtsTask
   g_armed = false;
