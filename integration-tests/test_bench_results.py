@@ -325,6 +325,15 @@ def test_cts_users_rows(tmp_path):
 
 
 
+def login_tgs(cts_ops, ctr_ops, failed=0):
+    """tgs_bench.py's login+TGS storm section of one mode."""
+    side = {"ops_per_s": cts_ops, "p50_ms": 300.0, "p99_ms": 900.0, "failed": failed,
+            "cpu_us_per_op": {"mpc-server-0": 4000.0}, "server_runs_per_op": 0.05}
+    return {"concurrency": 64, "seconds": 10, "cts": side,
+            "ctr": {**side, "ops_per_s": ctr_ops, "failed": 0},
+            "ratio_cts_to_ctr_ops": round(cts_ops / ctr_ops, 3)}
+
+
 def tgs_mode(p50, runs=80, n=40, failed=0, mix_failed=0):
     """tgs_bench.py's section of one mode."""
     return {"loadavg_before": 1.0, "loadavg_after": 1.2,
@@ -392,6 +401,42 @@ def test_tgs_rows(tmp_path):
     rows = [t for t in res["targets"] if "service in the cluster" in t["what"]]
     assert [t["met"] for t in rows] == [False, True, True, False, False]
     assert "kvno failed" in rows[3]["measured"]
+
+
+def test_login_tgs_ratio_rows(tmp_path):
+    """The login+TGS storm's cts/ctr-mpc ops/s ratio is judged against 0.6
+    in every mode tgs.json holds (masked too), a failed operation a miss;
+    a mode run without the storm has no row, a failed mode a miss."""
+    d = str(tmp_path)
+    write_inputs(d)
+    modes = {"malicious": {**tgs_mode(140.0), "login_tgs": login_tgs(30.0, 60.0)},
+             "masked": {**tgs_mode(200.0), "login_tgs": login_tgs(42.0, 60.0)},
+             "semi-honest": {**tgs_mode(100.0), "login_tgs": login_tgs(50.0, 60.0, failed=2)}}
+    with open(os.path.join(d, "tgs.json"), "w") as f:
+        json.dump({"when": "2026-11-29T01:00:00+00:00", "machine": {"cores": 2},
+                   "modes": modes}, f)
+    p = run_writer(d)
+    assert p.returncode == 0, p.stderr
+    res = json.load(open(os.path.join(d, "results.json")))
+    assert res["tgs"]["modes"]["masked"]["login_tgs_ratio_cts_to_ctr"] == 0.7
+    assert res["tgs"]["modes"]["masked"]["login_tgs"]["ctr"]["ops_per_s"] == 60.0
+    rows = [t for t in res["targets"] if t["what"].startswith("login+TGS storm")]
+    assert [(t["what"].split("(")[1].split()[0], t["met"]) for t in rows] == [
+        ("malicious", False), ("masked", True), ("semi-honest", False)], rows
+    assert rows[0]["miss_by"] == "0.100 of the ctr-mpc storm's ops/s"
+    assert rows[1]["measured"] == "42.0 vs 60.0 ops/s = 0.700, 0 + 0 failed"
+    assert rows[2]["miss_by"] == "2 failed"
+    assert "login+TGS storm 42.0 ops/s with the cts service" in p.stdout
+    del modes["malicious"]["login_tgs"]
+    modes["masked"] = {"error": "RealmError: kvno failed"}
+    with open(os.path.join(d, "tgs.json"), "w") as f:
+        json.dump({"modes": modes}, f)
+    assert run_writer(d).returncode == 0
+    res = json.load(open(os.path.join(d, "results.json")))
+    rows = [t for t in res["targets"] if t["what"].startswith("login+TGS storm")]
+    assert [(t["what"].split("(")[1].split()[0], t["met"], t["measured"]) for t in rows] == [
+        ("masked", False, "not measured"), ("semi-honest", False,
+                                            "50.0 vs 60.0 ops/s = 0.833, 2 + 0 failed")]
 
 
 def realm_pop(rate, failed=0, runs_per_1000=1000.0, misses=(2, 2, 2)):

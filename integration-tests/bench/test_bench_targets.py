@@ -281,8 +281,10 @@ def test_cts_bench_targets(dry, tmp_path, mode):
 
 @pytest.mark.parametrize("mode", sorted(tgs_bench.MODES))
 def test_tgs_bench_realm_and_mix_targets(dry, tmp_path, mode):
-    """tgs_bench: its realm as main brings it up (both services' keytabs,
-    the cts one shared as a service key) and the mix's targets."""
+    """tgs_bench: its realm as main brings it up (the cts and kdb services'
+    keytabs, the cts one shared as a service key, the ctr service's
+    aes256-ctr-mpc key made in the cluster as a service's) and the
+    storms' targets."""
     calls = dry
     args = tgs_bench.parser().parse_args(["--users", "6", "--module-option", "deadline_ms=9"])
     r = tgs_bench.bring_up(str(tmp_path / "realm"), mode, args.users,
@@ -293,8 +295,10 @@ def test_tgs_bench_realm_and_mix_targets(dry, tmp_path, mode):
     assert ("share", "--from-existing", f"--enctype={tgs_bench.CTS256}", "--service",
             tgs_bench.SERVICES["cts"]) in shares
     assert not any(tgs_bench.SERVICES["kdb"] in a for a in shares)
+    assert ("share", "--randkey", "--service", "--enctype=aes256-ctr-mpc",
+            tgs_bench.SERVICES["ctr"]) in shares
     assert ("--security=semi-honest" in r.cluster.server_flags) == (mode == "semi-honest")
-    for which in ("cts", "kdb"):
+    for which in ("cts", "kdb", "ctr"):
         check_target(tgs_bench.MixTarget(r, which), args.users)
 
 

@@ -34,20 +34,32 @@ processes for every figure of a mode:
                against each server's Runs), the module's jobs per Run and
                the Runs it cut at the servers' bound on one Run's aes*-cts
                programs, and the CPU per operation of each process.
+  login_tgs    kmpc-storm's closed loop of the same users (async engine, 64
+               logins in flight, TCP), each operation a login then one TGS:
+               with --tgs the cts service, then with --tgs a service whose
+               key is an aes256-ctr-mpc handle in the cluster (the "ctr"
+               service, same realm and processes): ops/s of each and their
+               ratio cts/ctr (target >= 0.6), p50/p99, failures, the
+               servers' Runs per operation, tickets per Run and the CPU per
+               operation of each process, as the mix's.
 
-The service was a KDB service first: its keytab is extracted, then its key
-moved with `kmpc-admin share --from-existing --service` (as
+The cts service was a KDB service first: its keytab is extracted, then its
+key moved with `kmpc-admin share --from-existing --service` (as
 integration-tests/test_cts_service.py does), so kvno -k validates every
-ticket with the keytab the host already has. The clients are users of the
-directory-like population of cts_realm.py (their keys in the cluster too).
+ticket with the keytab the host already has. The ctr service gets a new
+random key made in the cluster (`kmpc-admin share --randkey --service
+--enctype=aes256-ctr-mpc`), so no KDB ever held it. The clients are users
+of the directory-like population of cts_realm.py (their keys in the
+cluster too).
 
 Writes build/bench/tgs.json and prints the judged targets
 (bench_results.tgs_targets: one-client p50 <= 150 ms malicious, <= 120 ms
-semi-honest; exactly 2 Runs per TGS); bench_results.py puts them in
-results.json.
+semi-honest; exactly 2 Runs per TGS; the login+TGS storm's cts/ctr ratio
+>= 0.6 in every mode); bench_results.py puts them in results.json.
 
 Usage: tgs_bench.py [--modes malicious,masked,semi-honest] [--runs 40] [--clients 8]
                     [--users 64] [--mix-seconds 10] [--no-mix] [--no-heimdal]
+                    [--storm-seconds 10] [--no-login-tgs]
                     [--out FILE] [--server-flags FLAGS]
                     [--module-option NAME=VALUE]
 """
@@ -69,13 +81,16 @@ from bench import bench_results, cts_bench, cts_realm, storm_bench  # noqa: E402
 from kmpc_harness import realm as kmpc_realm  # noqa: E402
 
 CTS256 = cts_bench.CTS256
+CTR256 = "aes256-ctr-mpc"
 KVNO = "/usr/bin/kvno"
 # "masked": malicious servers with --cts_masked_gates (cts_bench.MODES).
 MODES = {"malicious": "", "masked": "--cts_masked_gates=true",
          "semi-honest": "--security=semi-honest"}
-# Two hosts' services: the one moved into the cluster, and one whose key
-# stays in the KDB (the baseline of the same run).
-SERVICES = {"cts": "host/files01.kmpc.test", "kdb": "host/build.kmpc.test"}
+# Three hosts' services: the one moved into the cluster, one whose key
+# stays in the KDB (the baseline of the same run), and one whose key is an
+# aes256-ctr-mpc handle in the cluster (the login+TGS storm's baseline).
+SERVICES = {"cts": "host/files01.kmpc.test", "kdb": "host/build.kmpc.test",
+            "ctr": "host/print01.kmpc.test"}
 BENCH_DIR = storm_bench.BENCH_DIR
 # kvno runs per block; blocks alternate cts, kdb.
 BLOCK = 10
@@ -83,11 +98,14 @@ COLD_RETRY_S = 120
 KVNO_TIMEOUT_S = 30
 HEIMDAL_TICKETS = 8
 WARM_PASSES = 3
+# The login+TGS storm's logins in flight (closed loop, async engine).
+LOGIN_TGS_CONCURRENCY = 64
 
 
 def bring_up(workdir, mode, n_users, module_options=None, server_flags=""):
-    """The mode's realm, KDC running: both services (keytabs in
-    r.service_keytabs), the cts one moved into the cluster; n_users users
+    """The mode's realm, KDC running: the cts and kdb services (keytabs in
+    r.service_keytabs), the cts one moved into the cluster, and the ctr
+    service, its aes256-ctr-mpc key made in the cluster; n_users users
     named as in a directory, keys in the cluster (r.clients)."""
     from kmpc_harness.kmpc_realm import KmpcRealm
     extra = storm_bench.dbmodules_block(kmpc_realm.REALM, disable_last_success="true",
@@ -100,7 +118,8 @@ def bring_up(workdir, mode, n_users, module_options=None, server_flags=""):
         r.setup_krbtgt()
         r.setup_warmup()
         r.service_keytabs = {}
-        for which, svc in SERVICES.items():
+        for which in ("cts", "kdb"):
+            svc = SERVICES[which]
             kt = os.path.join(r.dir, f"{which}-service.keytab")
             r.kadmin_local(f"addprinc -e {CTS256}:normal -randkey {svc}")
             r.kadmin_local(f"ktadd -norandkey -k {kt} {svc}")
@@ -108,6 +127,10 @@ def bring_up(workdir, mode, n_users, module_options=None, server_flags=""):
             r.service_keytabs[which] = kt
         r.admin("share", "--from-existing", f"--enctype={CTS256}", "--service",
                 SERVICES["cts"])
+        # A service's random aes256-ctr-mpc key, made in the cluster (the
+        # create-time key replaced: the KDB holds the handle only).
+        r.kadmin_local(f"addprinc -e {CTR256}:normal -randkey {SERVICES['ctr']}")
+        r.admin("share", "--randkey", "--service", f"--enctype={CTR256}", SERVICES["ctr"])
         r.clients = cts_realm.add_population(r, "clients", cts_realm.directory_names(n_users))
         r.start()
     except BaseException:
@@ -354,8 +377,9 @@ def prepare_heimdal(log):
 
 
 class MixTarget:
-    """storm_bench's target for the mix: the realm's users (keytab), TGS
-    to one of the two services, TCP, every server-side process watched."""
+    """storm_bench's target for the mix and the login+TGS storm: the
+    realm's users (keytab), TGS to one of the services, TCP, every
+    server-side process watched."""
 
     def __init__(self, r, which):
         self.realm = r
@@ -499,41 +523,55 @@ def warm_users(r, outdir, log):
     return passes
 
 
+def storm_outdir():
+    outdir = os.path.join(BENCH_DIR, "storm", "tgs")
+    os.makedirs(outdir, exist_ok=True)
+    return outdir
+
+
+def one_storm(r, which, args, label, outdir, seconds):
+    """One closed-loop kmpc-storm (args) with --tgs the `which` service:
+    ops/s, p50/p99, failures, CPU per operation, the servers' Runs per
+    operation, the module's Runs per exchange, its error lines and the
+    batch figures over the storm."""
+    t = MixTarget(r, which)
+    at = log_size(r)
+    k0, m0 = batch_counters(r.kdc_metrics_url), t.mpc_counters()
+    res = storm_bench.run_storm(t, [*args, "--tgs", t.service], label, outdir,
+                                timeout=seconds + 300)
+    batches = batch_figures(k0, batch_counters(r.kdc_metrics_url), m0, t.mpc_counters())
+    return res, {
+        "service": t.service,
+        "ops_per_s": res["logins_per_s"], "p50_ms": res["latency_us"]["p50"] / 1e3,
+        "p99_ms": res["latency_us"]["p99"] / 1e3, "failed": res["failed_all_phases"],
+        "errors": res.get("errors"),
+        "cpu_us_per_op": {n: round(v["us_per_login"], 1) for n, v in res["cpu"].items()},
+        "server_runs_per_op": (res.get("mpc") or {}).get("run_batches_per_login"),
+        "runs_per_exchange": res.get("exchanges"), "module_errors": kdc_errors(r, at),
+        "batches": batches}
+
+
 def mix(r, seconds, log):
     """The 16-client mix with TGS to the cts service, then to the KDB one,
     after every user's ticket program is warm."""
-    outdir = os.path.join(BENCH_DIR, "storm", "tgs")
-    os.makedirs(outdir, exist_ok=True)
+    outdir = storm_outdir()
     out = {"warm_up": warm_users(r, outdir, log)}
     cts_bench.wait_masked(r, log, "after the mix's warm-up")
     for which in ("cts", "kdb"):
-        t = MixTarget(r, which)
-        at = log_size(r)
-        k0, m0 = batch_counters(r.kdc_metrics_url), t.mpc_counters()
-        res = storm_bench.run_storm(
-            t, ["-c", storm_bench.MIX_CONCURRENCY, "-d", seconds, "-w", 3, "--engine", "sync",
-                "--mix", storm_bench.MIX, "--tgs", t.service],
-            f"mix-{which}", outdir, timeout=seconds + 300)
-        batches = batch_figures(k0, batch_counters(r.kdc_metrics_url), m0, t.mpc_counters())
+        res, m = one_storm(
+            r, which, ["-c", storm_bench.MIX_CONCURRENCY, "-d", seconds, "-w", 3,
+                       "--engine", "sync", "--mix", storm_bench.MIX],
+            f"mix-{which}", outdir, seconds)
         by_op = res.get("mix") or {}
-        out[which] = {
-            "service": t.service, "ops": storm_bench.MIX,
-            "concurrency": storm_bench.MIX_CONCURRENCY,
-            "ops_per_s": res["logins_per_s"], "p50_ms": res["latency_us"]["p50"] / 1e3,
-            "p99_ms": res["latency_us"]["p99"] / 1e3, "failed": res["failed_all_phases"],
-            "errors": res.get("errors"),
+        out[which] = m = {
+            **m, "ops": storm_bench.MIX, "concurrency": storm_bench.MIX_CONCURRENCY,
             "step_p50_ms": {op: round(v["step_p50_us"] / 1e3, 2) for op, v in by_op.items()
                             if v.get("step_p50_us") is not None},
-            "by_op": by_op,
-            "cpu_us_per_op": {n: round(v["us_per_login"], 1) for n, v in res["cpu"].items()},
-            "server_runs_per_op": (res.get("mpc") or {}).get("run_batches_per_login"),
-            "runs_per_exchange": res.get("exchanges"), "module_errors": kdc_errors(r, at),
-            "batches": batches}
-        m = out[which]
+            "by_op": by_op}
         log(f"  mix {storm_bench.MIX} c={storm_bench.MIX_CONCURRENCY}, TGS to the {which} "
             f"service: {m['ops_per_s']:.1f} ops/s, failed {m['failed']}, step p50 "
             f"{m['step_p50_ms']}, CPU us/op {m['cpu_us_per_op']}")
-        log(f"    {batch_line(batches)}")
+        log(f"    {batch_line(m['batches'])}")
     a, b = out["cts"]["ops_per_s"], out["kdb"]["ops_per_s"]
     out["ratio_cts_to_kdb_ops"] = round(a / b, 3) if b else None
     # What a TGS to the cts service costs each process beyond one to the
@@ -549,6 +587,33 @@ def mix(r, seconds, log):
     return out
 
 
+def login_tgs(r, seconds, warm, log):
+    """The login+TGS storm (LOGIN_TGS_CONCURRENCY logins in flight, each
+    a login then one TGS) with TGS to the cts service, then to the ctr
+    one; warm: the mix did not run, so its warm-up first (every client
+    name length's ticket program compiled for the cts service)."""
+    outdir = storm_outdir()
+    out = {"concurrency": LOGIN_TGS_CONCURRENCY, "seconds": seconds}
+    if warm:
+        out["warm_up"] = warm_users(r, outdir, log)
+        cts_bench.wait_masked(r, log, "after the login+TGS storm's warm-up")
+    for which in ("cts", "ctr"):
+        _, m = one_storm(r, which, ["-c", LOGIN_TGS_CONCURRENCY, "-d", seconds, "-w", 3],
+                         f"login-tgs-{which}", outdir, seconds)
+        out[which] = m
+        log(f"  login+TGS storm c={LOGIN_TGS_CONCURRENCY}, TGS to the {which} service: "
+            f"{m['ops_per_s']:.1f} ops/s, p50 {m['p50_ms']:.1f} ms p99 {m['p99_ms']:.1f} ms, "
+            f"failed {m['failed']}, server Runs per op {m['server_runs_per_op']}, "
+            f"CPU us/op {m['cpu_us_per_op']}")
+        log(f"    {batch_line(m['batches'])}")
+    a, b = out["cts"]["ops_per_s"], out["ctr"]["ops_per_s"]
+    out["ratio_cts_to_ctr_ops"] = round(a / b, 3) if b else None
+    log(f"  login+TGS storm, TGS to the cts service / to the ctr-mpc service: "
+        f"{out['ratio_cts_to_ctr_ops']} (target >= "
+        f"{bench_results.TARGET_LOGIN_TGS_RATIO:g})")
+    return out
+
+
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--modes", default="malicious,masked,semi-honest")
@@ -558,6 +623,9 @@ def parser():
     ap.add_argument("--users", type=int, default=64, help="the realm's users (the mix's)")
     ap.add_argument("--mix-seconds", type=float, default=10)
     ap.add_argument("--no-mix", dest="mix", action="store_false")
+    ap.add_argument("--storm-seconds", type=float, default=10,
+                    help="the login+TGS storm's measured seconds, per service")
+    ap.add_argument("--no-login-tgs", dest="login_tgs", action="store_false")
     ap.add_argument("--no-heimdal", dest="heimdal", action="store_false")
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "tgs.json"))
     ap.add_argument("--server-flags", default="",
@@ -582,6 +650,8 @@ def run_mode(mode, args, module_options, heimdal, log):
         sec["one_client"] = one_client(r, args.runs, args.clients, heimdal, log)
         if args.mix:
             sec["mix"] = mix(r, args.mix_seconds, log)
+        if args.login_tgs:
+            sec["login_tgs"] = login_tgs(r, args.storm_seconds, not args.mix, log)
         sec["loadavg_after"] = os.getloadavg()[0]
         if not r.alive():
             raise kmpc_realm.RealmError("a daemon died:\n" + r.logs()[-3000:])
