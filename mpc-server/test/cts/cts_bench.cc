@@ -125,6 +125,21 @@ int MaskedMain(std::vector<size_t> lanes, int rounds) {
               spliced.depth, spliced.ands, mp->rounds, mp->prep_rounds, mp->ands, mp->opened,
               static_cast<double>(mp->ands + mp->opened) / static_cast<double>(spliced.ands),
               c1 - c0, c2 - c1);
+  {
+    // The gate walk's work (masked_eval.cc GateShare): per masked gate the
+    // monomials of its leaves' m it builds, its terms, and the monomials
+    // its terms' c_S sum.
+    size_t mono = 0, xors = 0;
+    for (const auto& g : mp->gates) {
+      mono += static_cast<size_t>(__builtin_popcountll(g.need_r & ~uint64_t{1}));
+      for (size_t t = 0; t < g.terms; ++t)
+        xors += static_cast<size_t>(__builtin_popcountll(mp->terms[g.term_at + t].r));
+    }
+    const double n = static_cast<double>(std::max<size_t>(mp->gates.size(), 1));
+    std::printf("masked gates %zu: %.1f monomials, %.1f terms, %.1f monomial XORs a gate\n",
+                mp->gates.size(), static_cast<double>(mono) / n,
+                static_cast<double>(mp->terms.size()) / n, static_cast<double>(xors) / n);
+  }
   ::kmpc::testing::Rep3Cluster cl;
   const std::array<protocol::Rep3*, 3> rep3{cl.rep3[0].get(), cl.rep3[1].get(),
                                             cl.rep3[2].get()};
