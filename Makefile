@@ -205,6 +205,8 @@ BENCH_SNAPSHOT = rm -rf $(BUILD)/bench/bin && \
 	{ cp -p $(CMAKE_BUILD)/kdc-plugin/kmpc-kdb-handle $(BUILD)/bench/bin/kdc-plugin/ \
 	  2>/dev/null || true; } && \
 	{ cp -p $(CMAKE_BUILD)/mpc-server/libkmpc_dealer.so $(BUILD)/bench/bin/mpc-server/ \
+	  2>/dev/null || true; } && \
+	{ cp -p $(CMAKE_BUILD)/mpc-server/kmpc-ring-relay $(BUILD)/bench/bin/mpc-server/ \
 	  2>/dev/null || true; }
 BENCH_ENV     = KMPC_CMAKE_BUILD=$(KMPC_BENCH_BUILD) \
                 KMPC_MPC_BIN_DIR=$(KMPC_BENCH_BUILD)/mpc-server \

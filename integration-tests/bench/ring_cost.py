@@ -146,13 +146,15 @@ def delay_row(side, ctl, delay_ms):
 
 def results_section(sweep):
     """netns.json's "ring_delay" -> results.json's "ring_delay": how the
-    delay was made, the logins per point, each point's p50 per kind and
-    the summary; None when the sweep did not run, {"error"} when it failed."""
+    delay was made (and by which relay: "c++" or "python"), the logins per
+    point, each point's p50 per kind and the summary; None when the sweep
+    did not run, {"error"} when it failed."""
     if not sweep:
         return None
     if "error" in sweep:
         return {"error": sweep["error"]}
-    return {"via": sweep.get("via"), "logins_per_point": sweep.get("logins"),
+    return {"via": sweep.get("via"), "relay_impl": sweep.get("relay_impl"),
+            "logins_per_point": sweep.get("logins"),
             "points": [{"label": p["label"], "delay_ms": p["delay_ms"],
                         **{f"{w}_p50_ms": p[w].get("p50_ms") for w in ("cts", "kdb")},
                         **{f"{w}_failed": p[w].get("failed") for w in ("cts", "kdb")}}
@@ -171,7 +173,8 @@ def delay_lines(sec):
     if "error" in sec:
         return [f"ring delay sweep failed: {sec['error'][:200]}"]
     s = sec.get("summary") or {}
-    lines = [f"ring delay between the MPC servers ({sec.get('via')}; Debian's kinit, one "
+    via = f"{sec.get('via')}" + (f", {sec['relay_impl']} relay" if sec.get("relay_impl") else "")
+    lines = [f"ring delay between the MPC servers ({via}; Debian's kinit, one "
              f"client, {sec.get('logins_per_point')} logins a point; control {s.get('control')}):"]
     for p in sec.get("points") or []:
         lines.append(f"  {p['label']:16s} aes256-cts user p50 {fmt(p['cts_p50_ms'])} ms "

@@ -11,11 +11,15 @@ each point's logins).
 Where the kernel has sch_netem the delay is netem's on the servers' links:
 everything a server sends waits, its few answers to the KDC per login too.
 Where it has not, each server's ring link to its predecessor goes through
-ring_relay.py in the server's namespace, under SCHED_FIFO where chrt runs
-(an emulated wire does not queue behind the servers for a core): the
-server dials 127.0.0.1:RELAY there (--ring_prev over its flag file), the
-relay dials the predecessor's ring address and holds every chunk for the
-delay both ways. The relay's own cost is measured twice: the servers
+a relay in the server's namespace, under SCHED_FIFO where chrt runs (an
+emulated wire does not queue behind the servers for a core): the server
+dials 127.0.0.1:RELAY there (--ring_prev over its flag file), the relay
+dials the predecessor's ring address and holds every chunk for the delay
+both ways. The relay is kmpc-ring-relay (mpc-server/tools/ring_relay.cc)
+where it is built (find_relay), else ring_relay.py, its reference: the
+same command line and control protocol, ~6 us a message of its own on
+loopback against the Python one's 13-28 (relay_ab.py); "relay_impl" in
+the JSON says which ran. The relay's own cost is measured twice: the servers
 dialling each other directly ("direct", before the relays) against the
 relay at 0 ms (the control every delay is judged against), and each
 relay's lateness per chunk (ring_relay.py's "stats").
@@ -46,6 +50,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RELAY = os.path.join(HERE, "ring_relay.py")
+RELAY_BIN = "kmpc-ring-relay"
 STOCK_KINIT = "/usr/bin/kinit"
 CTS256 = "aes256-cts-hmac-sha1-96"
 USERS = ("ctsuser", "kdbuser")
@@ -54,6 +59,30 @@ KINIT_TIMEOUT_S = 40
 # Party i's relay listens on 127.0.0.1:(ring base + RELAY_PORT_OFFSET + i)
 # in party i's namespace (the ring listens on base + 10 + i).
 RELAY_PORT_OFFSET = 30
+
+
+def find_relay():
+    """The C++ relay (kmpc-ring-relay), as the harness finds its binaries:
+    $KMPC_RING_RELAY ("python" forces ring_relay.py), else
+    $KMPC_MPC_BIN_DIR's, else cluster.find_built's ($KMPC_CMAKE_BUILD's,
+    else the newest build tree's); None when it is not built."""
+    from kmpc_harness import cluster as kmpc_cluster
+    env = os.environ.get("KMPC_RING_RELAY")
+    if env:
+        return None if env == "python" else env
+    own = os.path.join(os.environ.get("KMPC_MPC_BIN_DIR") or "", RELAY_BIN)
+    if os.environ.get("KMPC_MPC_BIN_DIR") and os.access(own, os.X_OK):
+        return own
+    return kmpc_cluster.find_built(f"mpc-server/{RELAY_BIN}", required=False)
+
+
+def relay_command():
+    """(impl, argv): the C++ relay where it is built, else ring_relay.py
+    under this Python; impl is "c++" or "python"."""
+    binary = find_relay()
+    if binary:
+        return "c++", [binary]
+    return "python", [sys.executable, RELAY]
 
 
 def add_users(realm):
@@ -128,8 +157,9 @@ def summary(runs):
 
 
 class RelayRing:
-    """ring_relay.py on each server's ring link to its predecessor, in the
-    server's namespace (module docstring)."""
+    """A relay (relay_command: kmpc-ring-relay, else ring_relay.py) on each
+    server's ring link to its predecessor, in the server's namespace
+    (module docstring)."""
 
     via = "relay"
 
@@ -142,11 +172,12 @@ class RelayRing:
         self.controls = {i: os.path.join(work, f"relay-{i}.sock") for i in range(3)}
         self.procs = {}
         self.rt = bool(shutil.which("chrt"))
+        self.impl, self.argv = relay_command()
 
     def start(self):
         for i in range(3):
             argv = [*self.lan.exec_prefix(f"p{i}"), *(["chrt", "-f", "1"] if self.rt else []),
-                    sys.executable, RELAY, "--listen", f"127.0.0.1:{self.ports[i]}",
+                    *self.argv, "--listen", f"127.0.0.1:{self.ports[i]}",
                     "--to", self.upstream[i], "--control", self.controls[i]]
             self.procs[i] = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         for i, p in self.procs.items():
@@ -252,7 +283,10 @@ def sweep(target, delays, n, via, work, log, masked=True):
         if via == "relay":
             out["points"].append(measure(target, client, None, 0, n, "direct"))
             log_point(out["points"][-1], log)
-            ring = RelayRing(lan, target.realm.cluster.base, work).start()
+            ring = RelayRing(lan, target.realm.cluster.base, work)
+            out["relay_impl"], out["relay_argv"] = ring.impl, ring.argv
+            log(f"  ring relay: {ring.impl} ({' '.join(ring.argv)})")
+            ring.start()
             out["relay_sched_fifo"] = ring.rt
             target.restart_servers(ring.ring_prev())
             target.restart_kdc({})

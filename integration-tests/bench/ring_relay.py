@@ -27,6 +27,11 @@ oversleeps, at most MAX_LEAD and half the delay) and writes a chunk once it
 is due within that lead, so that the delay a chunk sees is near the one
 configured; "stats" reports the lateness left (negative: early). Prints
 "listening HOST:PORT" when ready; SIGTERM ends it.
+
+kmpc-ring-relay (mpc-server/tools/ring_relay.cc) is this relay in C++,
+with the same command line and protocol and a fraction of its cost
+(relay_ab.py); ring_delay.py starts it where it is built, this one
+otherwise: this file is its reference and the tests run both.
 """
 
 import argparse

@@ -2,7 +2,10 @@
 storm_bench.find_storm takes kmpc-storm from $KMPC_CMAKE_BUILD as the rest
 of the harness takes its binaries (cluster.find_built), and kdc_cpu_ab's
 label=DIR / label=FILE.so arguments are checked with an error naming what
-is wrong. No realm, no storm: well under a second."""
+is wrong; both ring relays (ring_relay.py and the C++ kmpc-ring-relay,
+which fails its case where a build tree lacks it) pass the same test. No
+realm, no storm: about a second."""
+import contextlib
 import os
 import re
 import stat
@@ -252,14 +255,34 @@ def test_ring_delay_summary_against_rounds_times_delay():
     bench_results.ring_cost.print_delay(sec, lambda line: None)
 
 
-def test_ring_relay_delays_both_ways_in_order(tmp_path):
-    """ring_relay.Relay: every chunk waits the configured delay each way,
-    lowering the delay mid-stream keeps the order, "stats" reports the
-    chunks and resets."""
-    import json
+def relay_argv(impl):
+    """The argv of one relay implementation: ring_relay.py, or the C++
+    kmpc-ring-relay as ring_delay.py finds it (find_relay: $KMPC_RING_RELAY,
+    $KMPC_MPC_BIN_DIR, the build trees). A build tree without it fails the
+    C++ case (it is a target of the build); no build tree at all skips it."""
+    from bench import ring_delay
+    from kmpc_harness import cluster as kmpc_cluster
+    if impl == "python":
+        return [sys.executable, ring_delay.RELAY]
+    binary = ring_delay.find_relay()
+    if binary and os.access(binary, os.X_OK):
+        return [binary]
+    trees = [d for d in [os.environ.get("KMPC_CMAKE_BUILD"), os.environ.get("KMPC_MPC_BIN_DIR"),
+                         *kmpc_cluster.cmake_build_dirs()] if d and os.path.isdir(d)]
+    if trees or os.environ.get("KMPC_RING_RELAY"):
+        pytest.fail(f"kmpc-ring-relay is not built ({binary or 'none'} in {trees}): make "
+                    "build, or KMPC_RING_RELAY=PATH")
+    pytest.skip("no build tree: kmpc-ring-relay not built")
+
+
+@contextlib.contextmanager
+def running_relay(impl, tmp_path):
+    """A relay of implementation impl in front of an echo server, 30 ms one
+    way: (address, command(line) on its control socket)."""
+    import select
     import socket
     import threading
-    from bench import ring_relay
+    argv = relay_argv(impl)
     echo = socket.create_server(("127.0.0.1", 0))
 
     def serve_echo():
@@ -269,10 +292,9 @@ def test_ring_relay_delays_both_ways_in_order(tmp_path):
                 c.sendall(data)
     threading.Thread(target=serve_echo, daemon=True).start()
     ctl = str(tmp_path / "ctl.sock")
-    relay = ring_relay.Relay(("127.0.0.1", 0), echo.getsockname(), ctl, 0.030)
-    stop = threading.Event()
-    threading.Thread(target=lambda: [relay.step() for _ in iter(stop.is_set, True)],
-                     daemon=True).start()
+    p = subprocess.Popen([*argv, "--listen", "127.0.0.1:0", "--to",
+                          f"127.0.0.1:{echo.getsockname()[1]}", "--control", ctl,
+                          "--delay-ms", "30"], stdout=subprocess.PIPE, text=True)
 
     def command(line):
         with socket.socket(socket.AF_UNIX) as s:
@@ -280,31 +302,95 @@ def test_ring_relay_delays_both_ways_in_order(tmp_path):
             s.connect(ctl)
             s.sendall(line.encode() + b"\n")
             return s.makefile().readline().strip()
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], 10)
+        line = p.stdout.readline() if ready else ""
+        assert line.startswith("listening 127.0.0.1:"), (argv, line)
+        yield ("127.0.0.1", int(line.rsplit(":", 1)[1])), command
+        p.terminate()  # SIGTERM ends it, the control socket removed
+        assert p.wait(timeout=10) == 0 and not os.path.exists(ctl)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        echo.close()
+
+
+@pytest.mark.parametrize("impl", ["python", "c++"])
+def test_ring_relay_delays_both_ways_in_order(impl, tmp_path):
+    """Both relays (ring_relay.py, kmpc-ring-relay): every chunk waits the
+    configured delay each way, lowering the delay mid-stream keeps the
+    order, "stats" reports the chunks with the same fields and resets;
+    SIGTERM ends the relay and removes its control socket."""
+    with running_relay(impl, tmp_path) as (addr, command):
+        check_relay(addr, command)
+
+
+def check_relay(addr, command):
+    import json
+    import socket
+    totals = {"chunks": 0, "bytes": 0}
+
+    def stats():
+        s = json.loads(command("stats"))
+        assert set(s) == {"delay_ms", "chunks", "bytes", "connections", "lead_us",
+                          "lateness", "read_lag"}, s
+        for k in totals:
+            totals[k] += s[k]
+        return s
+
     def receive(c, n):
         got = b""
         while len(got) < n:
             got += c.recv(65536)
         return got
-    with socket.create_connection(relay.lsock.getsockname()) as c:
+    assert command("ping") == "ok"
+    with socket.create_connection(addr) as c:
         t0 = time.monotonic()
         c.sendall(b"x")
         assert receive(c, 1) == b"x"
         assert time.monotonic() - t0 >= 0.058  # 30 ms out, 30 ms back
+        s = stats()
+        assert s["connections"] == 1 and s["delay_ms"] == 30
+        assert s["lateness"]["n"] == 2 and set(s["lateness"]) == {
+            "n", "p50_us", "p90_us", "p99_us", "max_us"}
         t0 = time.monotonic()
         c.sendall(b"a" * 1000)
-        while sum(d.queued for p in relay.pairs for d in p) < 1000:  # "a" read
+        while stats()["read_lag"]["n"] < 1:  # "a" read (and queued)
+            assert time.monotonic() - t0 < 5, "the relay did not read \"a\""
             time.sleep(0.001)
         assert command("delay 0") == "ok 0"  # the queued chunk keeps its due time
         c.sendall(b"b" * 1000)
         assert receive(c, 2000) == b"a" * 1000 + b"b" * 1000
         assert 0.025 <= time.monotonic() - t0 < 1.0
-    stats = json.loads(command("stats"))
-    assert stats["chunks"] >= 4 and stats["bytes"] == 4002 and stats["delay_ms"] == 0
-    assert json.loads(command("stats"))["chunks"] == 0
+    last = stats()
+    assert totals["chunks"] >= 4 and totals["bytes"] == 4002 and last["delay_ms"] == 0
+    assert stats()["chunks"] == 0
+    assert command("delay 0.5") == "ok 0.5" and json.loads(command("stats"))["delay_ms"] == 0.5
+    assert command("delay x").startswith("error")
     assert command("nonsense").startswith("error")
-    stop.set()
-    with socket.socket(socket.AF_UNIX) as s:  # wakes the loop to see stop
-        s.connect(ctl)
+
+
+def test_ring_delay_picks_the_cpp_relay_where_built(tmp_path, monkeypatch):
+    """ring_delay.relay_command: $KMPC_RING_RELAY ("python" forces the
+    Python one), else $KMPC_MPC_BIN_DIR's kmpc-ring-relay, else
+    $KMPC_CMAKE_BUILD's; ring_relay.py where none is built."""
+    from bench import ring_delay
+    from kmpc_harness import cluster as kmpc_cluster
+    for var in ("KMPC_RING_RELAY", "KMPC_MPC_BIN_DIR", "KMPC_CMAKE_BUILD"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(kmpc_cluster, "BUILD", str(tmp_path / "none"))
+    assert ring_delay.relay_command() == ("python", [sys.executable, ring_delay.RELAY])
+    built = executable(str(tmp_path / "cmake" / "mpc-server" / "kmpc-ring-relay"))
+    monkeypatch.setenv("KMPC_CMAKE_BUILD", str(tmp_path / "cmake"))
+    assert ring_delay.relay_command() == ("c++", [built])
+    snap = executable(str(tmp_path / "bin" / "kmpc-ring-relay"))
+    monkeypatch.setenv("KMPC_MPC_BIN_DIR", os.path.dirname(snap))
+    assert ring_delay.relay_command() == ("c++", [snap])
+    monkeypatch.setenv("KMPC_RING_RELAY", "python")
+    assert ring_delay.relay_command()[0] == "python"
+    monkeypatch.setenv("KMPC_RING_RELAY", "/opt/relay")
+    assert ring_delay.relay_command() == ("c++", ["/opt/relay"])
 
 
 def test_tgs_bench_tickets_per_run_and_shape_cuts():
