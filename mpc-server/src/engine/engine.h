@@ -615,11 +615,13 @@ struct EngineOptions {
   // "Which Runs"): a small Run's cost is its rounds (one-client latency,
   // servers in different rooms), a large one's is CPU (a busy realm's
   // peak, where Runs hold tens of logins a shape). The default lets a
-  // login's or a TGS's Run of one lane word a shape go masked, not a Run
-  // of several such shapes. Each party's choice goes into the Run's
+  // login's Run of one lane word (~444,000 words) or a TGS's (~600,000)
+  // go masked, not one of two words (at 1,000,000 a closed loop of 256
+  // clients ran 2-word masked Runs at 1.4x the CPU a login), nor a login
+  // beside a TGS. Each party's choice goes into the Run's
   // agreement (masked only if all three choose it), so servers that differ
   // here run Rep3. 0: never masked.
-  static constexpr uint64_t kCtsMaskedMaxAndWords = 1'000'000;
+  static constexpr uint64_t kCtsMaskedMaxAndWords = 750'000;
   uint64_t cts_masked_max_and_words = kCtsMaskedMaxAndWords;
   // The freshness of a gate (docs/security-model.md, "Freshness of the
   // gate"): an aes*-cts DECRYPT (a PA-ENC-TIMESTAMP, a FAST challenge)
