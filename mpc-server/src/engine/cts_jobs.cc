@@ -221,6 +221,17 @@ size_t ProgramBytes(const cts::Program& p) {
   return b;
 }
 
+size_t MaskedProgramBytes(const cts::MaskedProgram& p) {
+  size_t b = sizeof(p) + 4 * (p.input_slot.size() + p.output_slot.size() + p.leaves.size()) +
+             sizeof(cts::MaskedProgram::Gate) * p.gates.size() +
+             sizeof(cts::MaskedProgram::Term) * p.terms.size();
+  for (const cts::MaskedProgram::Round& r : p.round) {
+    b += sizeof(r) + 4 * (r.draws.size() + r.lambda_xors.size() + r.products.size() +
+                          r.rep3.size() + r.opens.size() + r.local.size() + r.xors.size());
+  }
+  return b;
+}
+
 size_t CtsProgramCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
@@ -276,18 +287,22 @@ std::shared_ptr<const cts::Program> CtsProgramCache::Insert(const Shape& shape,
   lru_.push_front(shape);
   entries_[shape] = Entry{program, size, lru_.begin()};
   bytes_ += size;
-  while (lru_.size() > 1 && (lru_.size() > kMaxPrograms || bytes_ > kMaxBytes)) {
-    auto victim = entries_.find(lru_.back());
-    bytes_ -= victim->second.bytes;
-    entries_.erase(victim);
-    lru_.pop_back();
-  }
+  EvictLocked();
   LogShapeLocked(shape);
   if (!masked_on_) return program;
   masked_queue_.push_back(program);
   if (!masked_thread_.joinable()) masked_thread_ = std::thread([this] { MaskedLoop(); });
   masked_cv_.notify_all();
   return program;
+}
+
+void CtsProgramCache::EvictLocked() {
+  while (lru_.size() > 1 && (lru_.size() > kMaxPrograms || bytes_ > kMaxBytes)) {
+    auto victim = entries_.find(lru_.back());
+    bytes_ -= victim->second.bytes;
+    entries_.erase(victim);
+    lru_.pop_back();
+  }
 }
 
 void CtsProgramCache::MaskedLoop() {
@@ -298,6 +313,14 @@ void CtsProgramCache::MaskedLoop() {
     if (stopping_) return;
     std::shared_ptr<const cts::Program> p = std::move(masked_queue_.front());
     masked_queue_.pop_front();
+    // A program evicted before its turn is not mapped: no later batch gets
+    // it (one in flight runs Rep3 ANDs).
+    auto held = std::find_if(entries_.begin(), entries_.end(),
+                             [&](const auto& e) { return e.second.program == p; });
+    if (held == entries_.end()) {
+      masked_cv_.notify_all();  // WaitMasked
+      continue;
+    }
     masked_busy_ = true;
     lock.unlock();
     // A program no deeper than a login's masked Run (a timestamp's
@@ -307,8 +330,19 @@ void CtsProgramCache::MaskedLoop() {
     if (p->depth <= kMaskedShallowDepth) o.depth_target = p->depth;
     const cts::LutMap map = cts::MapLuts(*p, o);
     absl::StatusOr<cts::MaskedProgram> mp = cts::CompileMasked(map);
-    if (mp.ok()) p->masked->set(std::make_shared<const cts::MaskedProgram>(*std::move(mp)));
     lock.lock();
+    if (mp.ok()) {
+      // Counted with its program while the cache holds it (Insert's bound).
+      const size_t size = MaskedProgramBytes(*mp);
+      p->masked->set(std::make_shared<const cts::MaskedProgram>(*std::move(mp)));
+      held = std::find_if(entries_.begin(), entries_.end(),
+                          [&](const auto& e) { return e.second.program == p; });
+      if (held != entries_.end()) {
+        held->second.bytes += size;
+        bytes_ += size;
+        EvictLocked();
+      }
+    }
     masked_busy_ = false;
     masked_cv_.notify_all();
   }

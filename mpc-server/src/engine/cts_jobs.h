@@ -46,7 +46,8 @@ namespace kmpc::engine {
 // Compiled programs per shape, shared by the worker threads: compiling a
 // 300-byte reply's program takes ~90 ms and ~14 MiB (cts-circuits.md), so
 // each shape is compiled once and kept, least recently used first out,
-// within kMaxPrograms programs and kMaxBytes of gate lists.
+// within kMaxPrograms programs and kMaxBytes of gate lists (a program's
+// masked program counted with it once attached).
 class CtsProgramCache {
  public:
   static constexpr size_t kMaxPrograms = contract::kCtsProgramsKept;
@@ -167,6 +168,9 @@ class CtsProgramCache {
   void LogShapeLocked(const Shape& shape);
   // Inserts a compiled program (the first of two racing compiles stays).
   std::shared_ptr<const cts::Program> Insert(const Shape& shape, cts::Program p);
+  // Drops least recently used programs past kMaxPrograms or kMaxBytes
+  // (never the last one held); mu_ held.
+  void EvictLocked();
 };
 
 // The aes*-cts circuits this process evaluated (RunCtsTasks calls that
@@ -181,8 +185,10 @@ struct CtsCircuitCounters {
   static CtsCircuitCounters& Shared();
 };
 
-// Heap bytes of a compiled program's gate lists.
+// Heap bytes of a compiled program's gate lists, and of its masked
+// program's (gates, leaves, terms and rounds: ~4x the former's).
 size_t ProgramBytes(const cts::Program& p);
+size_t MaskedProgramBytes(const cts::MaskedProgram& p);
 
 // One aes*-cts job inside RunBatch. Inputs are views into the Job and the
 // key (alive for the batch); outputs are this party's two shares, wiped

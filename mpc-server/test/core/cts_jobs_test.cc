@@ -1805,6 +1805,27 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
 // 4th, ... use, ReadShapes reads them back (distinct, heaviest first, ties
 // oldest first, lines of no valid shape skipped), and
 // PrecompileInBackground compiles them so that the next Get hits.
+// A program's masked program counts in the cache's bytes once attached,
+// so kMaxBytes bounds both (a masked program is several times its
+// program's size).
+TEST(CtsProgramCache, CountsMaskedProgramsInItsBytes) {
+  CtsProgramCache cache;
+  cache.set_masked(true);
+  auto p = cache.Get(pb::JOB_DECRYPT, 10, 44);
+  ASSERT_TRUE(p.ok());
+  cache.WaitMasked();
+  const std::shared_ptr<const cts::MaskedProgram> m = (*p)->masked->get();
+  ASSERT_NE(m, nullptr);
+  EXPECT_GT(MaskedProgramBytes(*m), ProgramBytes(**p));
+  EXPECT_EQ(cache.bytes(), ProgramBytes(**p) + MaskedProgramBytes(*m));
+  auto q = cache.Get(pb::JOB_DECRYPT, 14, 44);
+  ASSERT_TRUE(q.ok());
+  cache.WaitMasked();
+  ASSERT_NE((*q)->masked->get(), nullptr);
+  EXPECT_EQ(cache.bytes(), ProgramBytes(**p) + MaskedProgramBytes(*m) + ProgramBytes(**q) +
+                               MaskedProgramBytes(*(*q)->masked->get()));
+}
+
 TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   const std::string path =
       ::testing::TempDir() + "/cts-programs-" + std::to_string(::getpid());
