@@ -186,7 +186,7 @@ struct CtsCircuitCounters {
 };
 
 // Heap bytes of a compiled program's gate lists, and of its masked
-// program's (gates, leaves, terms and rounds: ~4x the former's).
+// program's (gates, leaves, terms and rounds: several times the former's).
 size_t ProgramBytes(const cts::Program& p);
 size_t MaskedProgramBytes(const cts::MaskedProgram& p);
 
