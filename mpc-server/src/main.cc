@@ -144,6 +144,11 @@ ABSL_FLAG(std::string, debug_record_requests, "",
 ABSL_FLAG(int, ring_spin_us, 150,
           "busy-poll a ring receive of at most --ring_spin_max_bytes this long "
           "before sleeping (latency of small batches); 0 = never");
+ABSL_FLAG(bool, ring_spin_late, true,
+          "a receive that spins (--ring_spin_us) and whose recent rounds all waited "
+          "longer than that sleeps until --ring_spin_us before the expected arrival, "
+          "then spins: servers in different rooms pay no wake-up after a sleep per "
+          "round; false = spin first, then sleep");
 ABSL_FLAG(int, ring_spin_max_bytes, 3072,
           "largest ring message a receive busy-polls for (larger ones sleep: "
           "throughput-bound batches keep their CPU)");
@@ -405,6 +410,7 @@ absl::StatusOr<kmpc::net::TlsRingOptions> RingOptionsFromFlags(
     ropt.tls.check_peer = [crl](X509* peer) { return crl->CheckPeer(peer); };
   ropt.recv_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_ring_timeout_ms));
   ropt.spin_us = absl::GetFlag(FLAGS_ring_spin_us);
+  ropt.spin_late = absl::GetFlag(FLAGS_ring_spin_late);
   ropt.spin_max_bytes =
       static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_ring_spin_max_bytes)));
   ropt.on_reject = [metrics](kmpc::net::RingReject r) {

@@ -236,6 +236,15 @@ void TlsRingChannel::BeginBatch(uint32_t seq, absl::Time deadline) {
   recv_step_ = 0;
 }
 
+void WaitHistory::Add(absl::Duration wait) { waits_[n_++ % kWaits] = wait; }
+
+absl::Duration WaitHistory::SleepBefore(absl::Duration spin) const {
+  if (n_ < kWaits / 2) return absl::ZeroDuration();
+  const size_t k = std::min(n_, kWaits);
+  const absl::Duration least = *std::min_element(waits_.begin(), waits_.begin() + k);
+  return least > spin ? least - spin : absl::ZeroDuration();
+}
+
 absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
                                       bool reading, bool spin,
                                       absl::Time deadline) {
@@ -244,13 +253,26 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
   if (out_blocked) fds[nfds++] = {out_->fd(), POLLOUT, 0};
   if (want_in) fds[nfds++] = {in_->fd(), POLLIN, 0};
   int rc = 0;
-  if (spin && ring_->options_.spin_us > 0) {
+  const bool spinning = spin && ring_->options_.spin_us > 0;
+  // A receive alone (nothing to write) times its wait for WaitHistory.
+  const bool timed = spinning && reading && want_in && !out_blocked;
+  const absl::Time start = absl::Now();
+  if (spinning) {
     // Small messages of a latency-bound batch arrive within tens of
-    // microseconds; polling briefly saves a sleep/wake-up per round.
+    // microseconds; polling briefly saves a sleep/wake-up per round. A
+    // ring whose rounds wait longer (servers in different rooms) sleeps
+    // until spin_us before the expected arrival first.
     spins_.fetch_add(1, std::memory_order_relaxed);
-    const absl::Time spin_end =
-        absl::Now() + absl::Microseconds(ring_->options_.spin_us);
-    while ((rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {
+    const absl::Duration spin_for = absl::Microseconds(ring_->options_.spin_us);
+    const absl::Duration sleep =
+        timed && ring_->options_.spin_late ? waits_.SleepBefore(spin_for) : absl::ZeroDuration();
+    if (sleep > absl::ZeroDuration()) {
+      late_spins_.fetch_add(1, std::memory_order_relaxed);
+      const timespec ts = absl::ToTimespec(std::min(sleep, absl::Milliseconds(kAbortSliceMs)));
+      rc = ppoll(fds, static_cast<nfds_t>(nfds), &ts, nullptr);
+    }
+    const absl::Time spin_end = absl::Now() + spin_for;
+    while (rc == 0 && (rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {
       sched_yield();  // let a co-located party run (3 parties, 2 cores)
     }
   }
@@ -275,6 +297,7 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
   if (rc < 0 && errno != EINTR)
     return Fail(absl::UnavailableError(
         absl::StrCat("ring: poll: ", strerror(errno))));
+  if (timed && rc > 0 && (fds[0].revents & POLLIN) != 0) waits_.Add(absl::Now() - start);
   return absl::OkStatus();
 }
 

@@ -102,6 +102,13 @@ struct TlsRingOptions {
   // latency-bound, as the scheduler decides).
   int spin_us = 0;
   size_t spin_max_bytes = 3072;
+  // A spinning receive whose recent waits (WaitHistory) were all longer
+  // than spin_us first sleeps until spin_us before the expected arrival,
+  // then spins: servers in different rooms (rounds of a one-way delay or
+  // more) then pay no wake-up after a sleep per round (tens of us on a
+  // VM), for no more spinning than a wait past spin_us costs without it.
+  // false: spin first, then sleep.
+  bool spin_late = true;
   // A receive with no output to drain waits in the socket read itself
   // (TlsConn::UseBlockingReads) rather than in poll(); false: poll, as a
   // control for benchmarks.
@@ -115,6 +122,24 @@ struct TlsRingOptions {
   // Called (from the listener's threads) once per rejected connection,
   // e.g. to count it in a metric; must be thread-safe. May be empty.
   std::function<void(RingReject)> on_reject;
+};
+
+// When a spinning receive of a ring channel expects its next message: the
+// least of its last kWaits waits (a ring's rounds within a batch wait
+// about as long as each other; the least keeps a late round from pushing
+// the spin past the next arrival).
+class WaitHistory {
+ public:
+  static constexpr size_t kWaits = 16;
+  void Add(absl::Duration wait);
+  // How long to sleep before spinning for `spin`: the least of the recent
+  // waits minus spin, once kWaits / 2 are in; zero otherwise or when that
+  // is not positive (the spin covers the wait).
+  absl::Duration SleepBefore(absl::Duration spin) const;
+
+ private:
+  std::array<absl::Duration, kWaits> waits_{};
+  size_t n_ = 0;
 };
 
 class TlsRing;
@@ -164,6 +189,8 @@ class TlsRingChannel final : public RingChannel {
   uint64_t steps_sent() const { return steps_sent_.load(); }
   // Waits that busy-polled before sleeping (or instead of it).
   uint64_t spins() const { return spins_.load(); }
+  // Of those, the waits that slept first (TlsRingOptions::spin_late).
+  uint64_t late_spins() const { return late_spins_.load(); }
   // Bytes TCP sent to prev on this channel's connections: frames plus TLS
   // record overhead and handshakes (TCP_INFO tcpi_bytes_sent). Worker
   // thread only.
@@ -217,6 +244,8 @@ class TlsRingChannel final : public RingChannel {
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> steps_sent_{0};
   std::atomic<uint64_t> spins_{0};
+  std::atomic<uint64_t> late_spins_{0};
+  WaitHistory waits_;  // the spinning receives' waits (worker thread)
   std::atomic<bool> up_{false};
   uint64_t generation_ = 0;
   uint64_t tcp_bytes_base_ = 0;  // from connections already closed

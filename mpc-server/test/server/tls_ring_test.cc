@@ -385,6 +385,58 @@ TEST_F(TlsRingTest, SlowPeerWithSpinningOnStillExchanges) {
   for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
 }
 
+// WaitHistory: nothing to sleep until half its window is in; then the
+// least recent wait minus the spin, zero when the spin covers it; a wait
+// older than the window no longer counts.
+TEST(WaitHistoryTest, SleepsUntilTheSpinBeforeTheLeastRecentWait) {
+  const absl::Duration spin = absl::Microseconds(150);
+  WaitHistory h;
+  for (size_t i = 0; i + 1 < WaitHistory::kWaits / 2; ++i) h.Add(absl::Microseconds(900));
+  EXPECT_EQ(h.SleepBefore(spin), absl::ZeroDuration());
+  h.Add(absl::Microseconds(700));
+  EXPECT_EQ(h.SleepBefore(spin), absl::Microseconds(550));
+  h.Add(absl::Microseconds(100));
+  EXPECT_EQ(h.SleepBefore(spin), absl::ZeroDuration());
+  for (size_t i = 0; i < WaitHistory::kWaits; ++i) h.Add(absl::Microseconds(1000 + i));
+  EXPECT_EQ(h.SleepBefore(spin), absl::Microseconds(850));
+}
+
+// A peer that answers every round ~3 ms late (servers in different rooms):
+// with spin_late a spinning receive sleeps first once its history is in,
+// without it never; the rounds carry the right data either way.
+TEST_F(TlsRingTest, SpinLateSleepsFirstBehindASlowPeer) {
+  constexpr int kRounds = 24;
+  std::array<uint64_t, 2> late{}, spins{};
+  for (int on = 0; on < 2; ++on) {
+    ASSERT_NO_FATAL_FAILURE(StartAll(1, [&](TlsRingOptions& o) {
+      o.spin_us = 100;
+      o.spin_late = on == 1;
+    }));
+    auto st = OnAll([&](int p) -> absl::Status {
+      TlsRingChannel* ch = rings_[p]->channel(0);
+      if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
+      ch->BeginBatch(30 + on);
+      for (int r = 0; r < kRounds; ++r) {
+        if (p == 1) absl::SleepFor(absl::Milliseconds(3));
+        uint8_t out[16] = {static_cast<uint8_t>(p), static_cast<uint8_t>(r)};
+        uint8_t in[16];
+        if (auto s = ch->Exchange(out, in); !s.ok()) return s;
+        if (in[0] != (p + 1) % 3 || in[1] != r) return absl::InternalError("wrong data");
+      }
+      if (p == 0) {
+        late[on] = ch->late_spins();
+        spins[on] = ch->spins();
+      }
+      return absl::OkStatus();
+    });
+    for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    for (auto& r : rings_) r.reset();
+  }
+  EXPECT_EQ(late[0], 0u);
+  EXPECT_GE(spins[0], static_cast<uint64_t>(kRounds / 2));  // it spun, without sleeping first
+  EXPECT_GE(late[1], static_cast<uint64_t>(kRounds - WaitHistory::kWaits));
+}
+
 // set_spin_data(false) (a batch that is not latency-bound) makes a small
 // data receive sleep at once: party 0 waits ~50 ms for each of party 1's
 // messages and busy-polls in every such wait with spinning left on, in none
