@@ -238,11 +238,14 @@ void TlsRingChannel::BeginBatch(uint32_t seq, absl::Time deadline) {
 
 void WaitHistory::Add(absl::Duration wait) { waits_[n_++ % kWaits] = wait; }
 
-absl::Duration WaitHistory::SleepBefore(absl::Duration spin) const {
-  if (n_ < kWaits / 2) return absl::ZeroDuration();
+WaitHistory::Plan WaitHistory::PlanFor(absl::Duration spin) const {
+  if (n_ < kWaits / 2) return {absl::ZeroDuration(), spin};
+  std::array<absl::Duration, kWaits> w = waits_;
   const size_t k = std::min(n_, kWaits);
-  const absl::Duration least = *std::min_element(waits_.begin(), waits_.begin() + k);
-  return least > spin ? least - spin : absl::ZeroDuration();
+  std::sort(w.begin(), w.begin() + k);
+  const absl::Duration early = w[1], median = w[k / 2];
+  if (early <= spin) return {absl::ZeroDuration(), spin};
+  return {early - spin, std::max(early, median + spin / 2)};
 }
 
 absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
@@ -264,14 +267,16 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
     // until spin_us before the expected arrival first.
     spins_.fetch_add(1, std::memory_order_relaxed);
     const absl::Duration spin_for = absl::Microseconds(ring_->options_.spin_us);
-    const absl::Duration sleep =
-        timed && ring_->options_.spin_late ? waits_.SleepBefore(spin_for) : absl::ZeroDuration();
-    if (sleep > absl::ZeroDuration()) {
+    const WaitHistory::Plan plan = timed && ring_->options_.spin_late
+                                       ? waits_.PlanFor(spin_for)
+                                       : WaitHistory::Plan{absl::ZeroDuration(), spin_for};
+    if (plan.sleep > absl::ZeroDuration()) {
       late_spins_.fetch_add(1, std::memory_order_relaxed);
-      const timespec ts = absl::ToTimespec(std::min(sleep, absl::Milliseconds(kAbortSliceMs)));
+      const timespec ts =
+          absl::ToTimespec(std::min(plan.sleep, absl::Milliseconds(kAbortSliceMs)));
       rc = ppoll(fds, static_cast<nfds_t>(nfds), &ts, nullptr);
     }
-    const absl::Time spin_end = absl::Now() + spin_for;
+    const absl::Time spin_end = start + std::min(plan.spin_until, absl::Milliseconds(kAbortSliceMs));
     while (rc == 0 && (rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {
       sched_yield();  // let a co-located party run (3 parties, 2 cores)
     }

@@ -124,18 +124,24 @@ struct TlsRingOptions {
   std::function<void(RingReject)> on_reject;
 };
 
-// When a spinning receive of a ring channel expects its next message: the
-// least of its last kWaits waits (a ring's rounds within a batch wait
-// about as long as each other; the least keeps a late round from pushing
-// the spin past the next arrival).
+// When a spinning receive of a ring channel expects its next message, from
+// its last kWaits waits (a ring's rounds within a batch wait about as long
+// as each other): it sleeps until `spin` before the early ones (the second
+// least, so that one short wait does not move it) and spins past the
+// median by half a spin, so a wake-up after the sleep (a timer's, tens of
+// us late on a VM) comes before the message, not after it.
 class WaitHistory {
  public:
   static constexpr size_t kWaits = 16;
   void Add(absl::Duration wait);
-  // How long to sleep before spinning for `spin`: the least of the recent
-  // waits minus spin, once kWaits / 2 are in; zero otherwise or when that
-  // is not positive (the spin covers the wait).
-  absl::Duration SleepBefore(absl::Duration spin) const;
+  struct Plan {
+    absl::Duration sleep;       // before spinning
+    absl::Duration spin_until;  // from the wait's start
+  };
+  // Once kWaits / 2 waits are in and the second least passes `spin`:
+  // sleep = that - spin, spin_until = max(that, median + spin / 2).
+  // Otherwise no sleep and spin_until = spin (the spin covers the wait).
+  Plan PlanFor(absl::Duration spin) const;
 
  private:
   std::array<absl::Duration, kWaits> waits_{};

@@ -385,20 +385,30 @@ TEST_F(TlsRingTest, SlowPeerWithSpinningOnStillExchanges) {
   for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
 }
 
-// WaitHistory: nothing to sleep until half its window is in; then the
-// least recent wait minus the spin, zero when the spin covers it; a wait
-// older than the window no longer counts.
-TEST(WaitHistoryTest, SleepsUntilTheSpinBeforeTheLeastRecentWait) {
-  const absl::Duration spin = absl::Microseconds(150);
+// WaitHistory: no sleep until half its window is in; then sleep until the
+// spin before the second least recent wait and spin until half a spin past
+// the median; none when the spin covers the early waits; a wait older
+// than the window no longer counts.
+TEST(WaitHistoryTest, SleepsUntilTheSpinBeforeTheEarlyWaits) {
+  using absl::Microseconds;
+  const absl::Duration spin = Microseconds(150);
   WaitHistory h;
-  for (size_t i = 0; i + 1 < WaitHistory::kWaits / 2; ++i) h.Add(absl::Microseconds(900));
-  EXPECT_EQ(h.SleepBefore(spin), absl::ZeroDuration());
-  h.Add(absl::Microseconds(700));
-  EXPECT_EQ(h.SleepBefore(spin), absl::Microseconds(550));
-  h.Add(absl::Microseconds(100));
-  EXPECT_EQ(h.SleepBefore(spin), absl::ZeroDuration());
-  for (size_t i = 0; i < WaitHistory::kWaits; ++i) h.Add(absl::Microseconds(1000 + i));
-  EXPECT_EQ(h.SleepBefore(spin), absl::Microseconds(850));
+  for (size_t i = 0; i + 1 < WaitHistory::kWaits / 2; ++i) h.Add(Microseconds(900));
+  EXPECT_EQ(h.PlanFor(spin).sleep, absl::ZeroDuration());
+  EXPECT_EQ(h.PlanFor(spin).spin_until, spin);
+  h.Add(Microseconds(700));  // 700, 900 x 7
+  EXPECT_EQ(h.PlanFor(spin).sleep, Microseconds(750));
+  EXPECT_EQ(h.PlanFor(spin).spin_until, Microseconds(975));
+  h.Add(Microseconds(500));  // one short wait: the second least is 700
+  EXPECT_EQ(h.PlanFor(spin).sleep, Microseconds(550));
+  h.Add(Microseconds(100));  // 100, 500, 700, ...
+  EXPECT_EQ(h.PlanFor(spin).sleep, Microseconds(350));
+  h.Add(Microseconds(100));  // two short ones: the spin covers the second
+  EXPECT_EQ(h.PlanFor(spin).sleep, absl::ZeroDuration());
+  EXPECT_EQ(h.PlanFor(spin).spin_until, spin);
+  for (size_t i = 0; i < WaitHistory::kWaits; ++i) h.Add(Microseconds(1000 + 10 * i));
+  EXPECT_EQ(h.PlanFor(spin).sleep, Microseconds(860));
+  EXPECT_EQ(h.PlanFor(spin).spin_until, Microseconds(1155));
 }
 
 // A peer that answers every round ~3 ms late (servers in different rooms):
