@@ -245,7 +245,7 @@ WaitHistory::Plan WaitHistory::PlanFor(absl::Duration spin) const {
   std::sort(w.begin(), w.begin() + k);
   const absl::Duration early = w[1], median = w[k / 2];
   if (early <= spin) return {absl::ZeroDuration(), spin};
-  return {early - spin, std::max(early, median + spin / 2)};
+  return {early - spin, std::min(std::max(early, median + spin / 2), early + spin)};
 }
 
 absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,

@@ -139,8 +139,10 @@ class WaitHistory {
     absl::Duration spin_until;  // from the wait's start
   };
   // Once kWaits / 2 waits are in and the second least passes `spin`:
-  // sleep = that - spin, spin_until = max(that, median + spin / 2).
-  // Otherwise no sleep and spin_until = spin (the spin covers the wait).
+  // sleep = that - spin, spin_until = max(that, median + spin / 2), at
+  // most that + spin (a spin of 2 x spin at most: waits that vary widely,
+  // as on a loaded host, sleep the rest as before). Otherwise no sleep
+  // and spin_until = spin (the spin covers the wait).
   Plan PlanFor(absl::Duration spin) const;
 
  private:

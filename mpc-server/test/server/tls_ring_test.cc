@@ -409,6 +409,11 @@ TEST(WaitHistoryTest, SleepsUntilTheSpinBeforeTheEarlyWaits) {
   for (size_t i = 0; i < WaitHistory::kWaits; ++i) h.Add(Microseconds(1000 + 10 * i));
   EXPECT_EQ(h.PlanFor(spin).sleep, Microseconds(860));
   EXPECT_EQ(h.PlanFor(spin).spin_until, Microseconds(1155));
+  // Waits that vary widely (a loaded host): the spin stops a spin past the
+  // early waits.
+  for (size_t i = 0; i < WaitHistory::kWaits; ++i) h.Add(Microseconds(i < 2 ? 400 : 2000));
+  EXPECT_EQ(h.PlanFor(spin).sleep, Microseconds(250));
+  EXPECT_EQ(h.PlanFor(spin).spin_until, Microseconds(550));
 }
 
 // A peer that answers every round ~3 ms late (servers in different rooms):
