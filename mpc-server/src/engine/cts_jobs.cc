@@ -237,6 +237,17 @@ size_t CtsProgramCache::bytes() const {
   return bytes_;
 }
 
+void CtsProgramCache::set_max_masked_bytes(size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_masked_bytes_ = n;
+  EvictLocked();
+}
+
+size_t CtsProgramCache::masked_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return masked_bytes_;
+}
+
 size_t CtsProgramCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.size();
@@ -266,7 +277,12 @@ absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       ++hits_;
       const uint64_t uses = ++it->second.uses;
-      if ((uses & (uses - 1)) == 0) LogShapeLocked(shape);  // a power of two
+      if ((uses & (uses - 1)) == 0) {  // a power of two
+        LogShapeLocked(shape);
+        // Its masked program dropped past kMaxMaskedBytes: mapped again.
+        if (masked_on_ && !it->second.masked_queued && it->second.program->masked->get() == nullptr)
+          QueueMaskedLocked(it->second);
+      }
       return it->second.program;
     }
   }
@@ -285,23 +301,36 @@ std::shared_ptr<const cts::Program> CtsProgramCache::Insert(const Shape& shape,
   std::lock_guard<std::mutex> lock(mu_);
   if (entries_.count(shape) != 0) return entries_[shape].program;
   lru_.push_front(shape);
-  entries_[shape] = Entry{program, size, lru_.begin()};
+  Entry& e = entries_[shape] = Entry{program, size, lru_.begin()};
   bytes_ += size;
+  if (masked_on_) QueueMaskedLocked(e);
   EvictLocked();
   LogShapeLocked(shape);
-  if (!masked_on_) return program;
-  masked_queue_.push_back(program);
+  return program;
+}
+
+void CtsProgramCache::QueueMaskedLocked(Entry& e) {
+  e.masked_queued = true;
+  masked_queue_.push_back(e.program);
   if (!masked_thread_.joinable()) masked_thread_ = std::thread([this] { MaskedLoop(); });
   masked_cv_.notify_all();
-  return program;
 }
 
 void CtsProgramCache::EvictLocked() {
   while (lru_.size() > 1 && (lru_.size() > kMaxPrograms || bytes_ > kMaxBytes)) {
     auto victim = entries_.find(lru_.back());
     bytes_ -= victim->second.bytes;
+    masked_bytes_ -= victim->second.masked_bytes;
     entries_.erase(victim);
     lru_.pop_back();
+  }
+  // A batch that snapshot a dropped masked program keeps it until it ends.
+  for (auto it = lru_.rbegin(); masked_bytes_ > max_masked_bytes_ && it != lru_.rend(); ++it) {
+    Entry& e = entries_.at(*it);
+    if (e.masked_bytes == 0) continue;
+    e.program->masked->set(nullptr);
+    masked_bytes_ -= e.masked_bytes;
+    e.masked_bytes = 0;
   }
 }
 
@@ -331,15 +360,16 @@ void CtsProgramCache::MaskedLoop() {
     const cts::LutMap map = cts::MapLuts(*p, o);
     absl::StatusOr<cts::MaskedProgram> mp = cts::CompileMasked(map);
     lock.lock();
-    if (mp.ok()) {
-      // Counted with its program while the cache holds it (Insert's bound).
-      const size_t size = MaskedProgramBytes(*mp);
-      p->masked->set(std::make_shared<const cts::MaskedProgram>(*std::move(mp)));
-      held = std::find_if(entries_.begin(), entries_.end(),
-                          [&](const auto& e) { return e.second.program == p; });
-      if (held != entries_.end()) {
-        held->second.bytes += size;
-        bytes_ += size;
+    // Attached while the cache holds its program, and counted in
+    // masked_bytes_ (kMaxMaskedBytes) meanwhile.
+    held = std::find_if(entries_.begin(), entries_.end(),
+                        [&](const auto& e) { return e.second.program == p; });
+    if (held != entries_.end()) {
+      held->second.masked_queued = false;
+      if (mp.ok()) {
+        held->second.masked_bytes = MaskedProgramBytes(*mp);
+        masked_bytes_ += held->second.masked_bytes;
+        p->masked->set(std::make_shared<const cts::MaskedProgram>(*std::move(mp)));
         EvictLocked();
       }
     }

@@ -46,12 +46,17 @@ namespace kmpc::engine {
 // Compiled programs per shape, shared by the worker threads: compiling a
 // 300-byte reply's program takes ~90 ms and ~14 MiB (cts-circuits.md), so
 // each shape is compiled once and kept, least recently used first out,
-// within kMaxPrograms programs and kMaxBytes of gate lists (a program's
-// masked program counted with it once attached).
+// within kMaxPrograms programs and kMaxBytes of gate lists. Their masked
+// programs (several times larger) are kept within kMaxMaskedBytes apart:
+// past it the least recently used program's masked program is dropped (its
+// shape runs Rep3 ANDs, and is mapped again when its uses next reach a
+// power of two), so masked programs never push out the programs every
+// batch needs.
 class CtsProgramCache {
  public:
   static constexpr size_t kMaxPrograms = contract::kCtsProgramsKept;
   static constexpr size_t kMaxBytes = size_t{512} << 20;
+  static constexpr size_t kMaxMaskedBytes = size_t{1} << 30;
 
   // The process's one cache (the servers' workers share it).
   static CtsProgramCache& Shared();
@@ -74,8 +79,11 @@ class CtsProgramCache {
 
   uint64_t hits() const { return hits_.load(); }
   uint64_t misses() const { return misses_.load(); }
-  size_t bytes() const;
-  size_t size() const;  // programs held
+  // The bound on masked programs' bytes (kMaxMaskedBytes; tests lower it).
+  void set_max_masked_bytes(size_t n);
+  size_t bytes() const;         // the programs' gate lists
+  size_t masked_bytes() const;  // their masked programs'
+  size_t size() const;          // programs held
 
   // (job type, nr (0 for CHECKSUM), n, cf2_bytes, usage (0 unless cf2_bytes),
   // splice_m, splice_off), as Get takes them: contract::CtsShape, which the
@@ -144,11 +152,15 @@ class CtsProgramCache {
     size_t bytes;
     std::list<Shape>::iterator lru;
     uint64_t uses = 1;
+    size_t masked_bytes = 0;  // of its masked program, while attached
+    bool masked_queued = false;
   };
   mutable std::mutex mu_;
   std::map<Shape, Entry> entries_;
   std::list<Shape> lru_;  // most recent first
   size_t bytes_ = 0;
+  size_t masked_bytes_ = 0;
+  size_t max_masked_bytes_ = kMaxMaskedBytes;  // mu_
   std::atomic<uint64_t> hits_{0}, misses_{0};
   std::string shapes_path_;  // guarded by mu_
   size_t log_lines_ = 0;     // appended since the last rewrite; mu_
@@ -169,8 +181,11 @@ class CtsProgramCache {
   // Inserts a compiled program (the first of two racing compiles stays).
   std::shared_ptr<const cts::Program> Insert(const Shape& shape, cts::Program p);
   // Drops least recently used programs past kMaxPrograms or kMaxBytes
-  // (never the last one held); mu_ held.
+  // (never the last one held), then least recently used masked programs
+  // past kMaxMaskedBytes; mu_ held.
   void EvictLocked();
+  // Queues e's program for a masked compile (mu_ held).
+  void QueueMaskedLocked(Entry& e);
 };
 
 // The aes*-cts circuits this process evaluated (RunCtsTasks calls that

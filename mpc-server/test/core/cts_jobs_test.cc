@@ -1805,10 +1805,9 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
 // 4th, ... use, ReadShapes reads them back (distinct, heaviest first, ties
 // oldest first, lines of no valid shape skipped), and
 // PrecompileInBackground compiles them so that the next Get hits.
-// A program's masked program counts in the cache's bytes once attached,
-// so kMaxBytes bounds both (a masked program is several times its
-// program's size).
-TEST(CtsProgramCache, CountsMaskedProgramsInItsBytes) {
+// A program's masked program counts in the cache's masked bytes once
+// attached, apart from the programs' bytes (kMaxBytes bounds those alone).
+TEST(CtsProgramCache, CountsMaskedProgramsApart) {
   CtsProgramCache cache;
   cache.set_masked(true);
   auto p = cache.Get(pb::JOB_DECRYPT, 10, 44);
@@ -1817,13 +1816,39 @@ TEST(CtsProgramCache, CountsMaskedProgramsInItsBytes) {
   const std::shared_ptr<const cts::MaskedProgram> m = (*p)->masked->get();
   ASSERT_NE(m, nullptr);
   EXPECT_GT(MaskedProgramBytes(*m), ProgramBytes(**p));
-  EXPECT_EQ(cache.bytes(), ProgramBytes(**p) + MaskedProgramBytes(*m));
+  EXPECT_EQ(cache.bytes(), ProgramBytes(**p));
+  EXPECT_EQ(cache.masked_bytes(), MaskedProgramBytes(*m));
   auto q = cache.Get(pb::JOB_DECRYPT, 14, 44);
   ASSERT_TRUE(q.ok());
   cache.WaitMasked();
   ASSERT_NE((*q)->masked->get(), nullptr);
-  EXPECT_EQ(cache.bytes(), ProgramBytes(**p) + MaskedProgramBytes(*m) + ProgramBytes(**q) +
-                               MaskedProgramBytes(*(*q)->masked->get()));
+  EXPECT_EQ(cache.bytes(), ProgramBytes(**p) + ProgramBytes(**q));
+  EXPECT_EQ(cache.masked_bytes(),
+            MaskedProgramBytes(*m) + MaskedProgramBytes(*(*q)->masked->get()));
+}
+
+// Past the masked bound the least recently used masked programs are
+// dropped (their programs stay); a dropped one is mapped again when its
+// shape's uses next reach a power of two.
+TEST(CtsProgramCache, DropsMaskedProgramsPastItsBoundAndMapsThemAgain) {
+  CtsProgramCache cache;
+  cache.set_masked(true);
+  auto p = cache.Get(pb::JOB_DECRYPT, 10, 44);
+  auto q = cache.Get(pb::JOB_DECRYPT, 14, 44);
+  ASSERT_TRUE(p.ok() && q.ok());
+  cache.WaitMasked();
+  ASSERT_NE((*p)->masked->get(), nullptr);
+  const size_t mq = MaskedProgramBytes(*(*q)->masked->get());
+  cache.set_max_masked_bytes(mq);  // room for q's alone: p's, older, goes
+  EXPECT_EQ((*p)->masked->get(), nullptr);
+  ASSERT_NE((*q)->masked->get(), nullptr);
+  EXPECT_EQ(cache.masked_bytes(), mq);
+  EXPECT_EQ(cache.size(), 2u);
+  cache.set_max_masked_bytes(CtsProgramCache::kMaxMaskedBytes);
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // p's second use
+  cache.WaitMasked();
+  ASSERT_NE((*p)->masked->get(), nullptr);
+  EXPECT_EQ(cache.masked_bytes(), mq + MaskedProgramBytes(*(*p)->masked->get()));
 }
 
 TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {

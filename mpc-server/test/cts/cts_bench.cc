@@ -39,6 +39,7 @@
 #include "contract.h"
 #include "cts/dealer.h"
 #include "cts_testing.h"
+#include "engine/cts_jobs.h"
 #include "masked_testing.h"
 #include "rep3_cluster.h"
 
@@ -136,9 +137,12 @@ int MaskedMain(std::vector<size_t> lanes, int rounds) {
         xors += static_cast<size_t>(__builtin_popcountll(mp->terms[g.term_at + t].r));
     }
     const double n = static_cast<double>(std::max<size_t>(mp->gates.size(), 1));
-    std::printf("masked gates %zu: %.1f monomials, %.1f terms, %.1f monomial XORs a gate\n",
+    std::printf("masked gates %zu: %.1f monomials, %.1f terms, %.1f monomial XORs a gate; "
+                "%.1f MiB held (the Rep3 program %.1f MiB)\n",
                 mp->gates.size(), static_cast<double>(mono) / n,
-                static_cast<double>(mp->terms.size()) / n, static_cast<double>(xors) / n);
+                static_cast<double>(mp->terms.size()) / n, static_cast<double>(xors) / n,
+                static_cast<double>(engine::MaskedProgramBytes(*mp)) / (1 << 20),
+                static_cast<double>(engine::ProgramBytes(spliced)) / (1 << 20));
   }
   ::kmpc::testing::Rep3Cluster cl;
   const std::array<protocol::Rep3*, 3> rep3{cl.rep3[0].get(), cl.rep3[1].get(),
