@@ -92,6 +92,20 @@ class TlsRingTest : public ::testing::Test {
     FAIL() << last;
   }
 
+  // `rounds` exchanges of 16 bytes on party p's channel ch, party 1
+  // sleeping `late` before each (a slow peer); each round's data checked.
+  static absl::Status SlowPeerRounds(TlsRingChannel* ch, int p, int rounds,
+                                     absl::Duration late) {
+    for (int r = 0; r < rounds; ++r) {
+      if (p == 1) absl::SleepFor(late);
+      uint8_t out[16] = {static_cast<uint8_t>(p), static_cast<uint8_t>(r)};
+      uint8_t in[16];
+      if (auto s = ch->Exchange(out, in); !s.ok()) return s;
+      if (in[0] != (p + 1) % 3 || in[1] != r) return absl::InternalError("wrong data");
+    }
+    return absl::OkStatus();
+  }
+
   // Runs f(party) on three threads and collects the statuses.
   template <typename F>
   std::array<absl::Status, 3> OnAll(F f) {
@@ -373,14 +387,7 @@ TEST_F(TlsRingTest, SlowPeerWithSpinningOnStillExchanges) {
     TlsRingChannel* ch = rings_[p]->channel(0);
     if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
     ch->BeginBatch(9);
-    for (int r = 0; r < 40; ++r) {
-      if (p == 1) absl::SleepFor(absl::Microseconds(400));
-      uint8_t out[16] = {static_cast<uint8_t>(p), static_cast<uint8_t>(r)};
-      uint8_t in[16];
-      if (auto s = ch->Exchange(out, in); !s.ok()) return s;
-      if (in[0] != (p + 1) % 3 || in[1] != r) return absl::InternalError("wrong data");
-    }
-    return absl::OkStatus();
+    return SlowPeerRounds(ch, p, 40, absl::Microseconds(400));
   });
   for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
 }
@@ -431,13 +438,7 @@ TEST_F(TlsRingTest, SpinLateSleepsFirstBehindASlowPeer) {
       TlsRingChannel* ch = rings_[p]->channel(0);
       if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
       ch->BeginBatch(30 + on);
-      for (int r = 0; r < kRounds; ++r) {
-        if (p == 1) absl::SleepFor(absl::Milliseconds(3));
-        uint8_t out[16] = {static_cast<uint8_t>(p), static_cast<uint8_t>(r)};
-        uint8_t in[16];
-        if (auto s = ch->Exchange(out, in); !s.ok()) return s;
-        if (in[0] != (p + 1) % 3 || in[1] != r) return absl::InternalError("wrong data");
-      }
+      if (auto s = SlowPeerRounds(ch, p, kRounds, absl::Milliseconds(3)); !s.ok()) return s;
       if (p == 0) {
         late[on] = ch->late_spins();
         spins[on] = ch->spins();
@@ -473,13 +474,7 @@ TEST_F(TlsRingTest, SpinDataOffSleepsInSmallReceives) {
       ch->set_spin_data(spin == 1);
       ch->BeginBatch(20 + spin);
       const uint64_t before = ch->spins();
-      for (int r = 0; r < kRounds; ++r) {
-        if (p == 1) absl::SleepFor(absl::Milliseconds(50));
-        uint8_t out[16] = {static_cast<uint8_t>(p), static_cast<uint8_t>(r)};
-        uint8_t in[16];
-        if (auto s = ch->Exchange(out, in); !s.ok()) return s;
-        if (in[0] != (p + 1) % 3 || in[1] != r) return absl::InternalError("wrong data");
-      }
+      if (auto s = SlowPeerRounds(ch, p, kRounds, absl::Milliseconds(50)); !s.ok()) return s;
       if (p == 0) spins[spin] = ch->spins() - before;
       return absl::OkStatus();
     });
