@@ -237,6 +237,11 @@ size_t CtsProgramCache::bytes() const {
   return bytes_;
 }
 
+void CtsProgramCache::set_masked_retry(absl::Duration d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  masked_retry_ = d;
+}
+
 void CtsProgramCache::set_max_masked_bytes(size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   max_masked_bytes_ = n;
@@ -276,14 +281,19 @@ absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(
     if (it != entries_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       ++hits_;
-      const uint64_t uses = ++it->second.uses;
-      if ((uses & (uses - 1)) == 0) {  // a power of two
-        LogShapeLocked(shape);
-        // Its masked program dropped past kMaxMaskedBytes: mapped again.
-        if (masked_on_ && !it->second.masked_queued && it->second.program->masked->get() == nullptr)
-          QueueMaskedLocked(it->second);
+      Entry& e = it->second;
+      const uint64_t uses = ++e.uses;
+      const bool pow2 = (uses & (uses - 1)) == 0;
+      if (pow2) LogShapeLocked(shape);
+      // Its masked program dropped past kMaxMaskedBytes (or its compile
+      // failed): mapped again on its first use masked_retry_ after the
+      // drop, or when its uses reach a power of two.
+      if (masked_on_ && !e.masked_queued && e.program->masked->get() == nullptr &&
+          (pow2 || (e.masked_dropped && absl::Now() - e.dropped_at >= masked_retry_))) {
+        e.masked_dropped = false;
+        QueueMaskedLocked(e);
       }
-      return it->second.program;
+      return e.program;
     }
   }
   ++misses_;
@@ -331,6 +341,8 @@ void CtsProgramCache::EvictLocked() {
     e.program->masked->set(nullptr);
     masked_bytes_ -= e.masked_bytes;
     e.masked_bytes = 0;
+    e.masked_dropped = true;
+    e.dropped_at = absl::Now();
   }
 }
 

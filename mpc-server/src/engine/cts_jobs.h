@@ -49,9 +49,8 @@ namespace kmpc::engine {
 // within kMaxPrograms programs and kMaxBytes of gate lists. Their masked
 // programs (several times larger) are kept within kMaxMaskedBytes apart:
 // past it the least recently used program's masked program is dropped (its
-// shape runs Rep3 ANDs, and is mapped again when its uses next reach a
-// power of two), so masked programs never push out the programs every
-// batch needs.
+// shape runs Rep3 ANDs until it is mapped again: set_masked_retry), so
+// masked programs never push out the programs every batch needs.
 class CtsProgramCache {
  public:
   static constexpr size_t kMaxPrograms = contract::kCtsProgramsKept;
@@ -81,6 +80,12 @@ class CtsProgramCache {
   uint64_t misses() const { return misses_.load(); }
   // The bound on masked programs' bytes (kMaxMaskedBytes; tests lower it).
   void set_max_masked_bytes(size_t n);
+  // A dropped masked program is mapped again on its shape's first use this
+  // long after the drop (kMaskedRetry: at most one background compile a
+  // minute per shape when the hot shapes' masked programs pass the bound),
+  // or when its uses reach a power of two.
+  static constexpr absl::Duration kMaskedRetry = absl::Seconds(60);
+  void set_masked_retry(absl::Duration d);
   size_t bytes() const;         // the programs' gate lists
   size_t masked_bytes() const;  // their masked programs'
   size_t size() const;          // programs held
@@ -154,6 +159,8 @@ class CtsProgramCache {
     uint64_t uses = 1;
     size_t masked_bytes = 0;  // of its masked program, while attached
     bool masked_queued = false;
+    bool masked_dropped = false;  // past kMaxMaskedBytes, at dropped_at
+    absl::Time dropped_at = absl::InfinitePast();
   };
   mutable std::mutex mu_;
   std::map<Shape, Entry> entries_;
@@ -161,6 +168,7 @@ class CtsProgramCache {
   size_t bytes_ = 0;
   size_t masked_bytes_ = 0;
   size_t max_masked_bytes_ = kMaxMaskedBytes;  // mu_
+  absl::Duration masked_retry_ = kMaskedRetry;  // mu_
   std::atomic<uint64_t> hits_{0}, misses_{0};
   std::string shapes_path_;  // guarded by mu_
   size_t log_lines_ = 0;     // appended since the last rewrite; mu_

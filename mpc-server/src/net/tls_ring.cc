@@ -270,11 +270,15 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
     const WaitHistory::Plan plan = timed && ring_->options_.spin_late
                                        ? waits_.PlanFor(spin_for)
                                        : WaitHistory::Plan{absl::ZeroDuration(), spin_for};
-    if (plan.sleep > absl::ZeroDuration()) {
+    // Not past the receive's deadline nor while aborting (the slices
+    // below check both); a signal ends the sleep like its timeout.
+    const absl::Duration sleep =
+        std::min({plan.sleep, absl::Milliseconds(kAbortSliceMs), deadline - start});
+    if (sleep > absl::ZeroDuration() && !ring_->aborting()) {
       late_spins_.fetch_add(1, std::memory_order_relaxed);
-      const timespec ts =
-          absl::ToTimespec(std::min(plan.sleep, absl::Milliseconds(kAbortSliceMs)));
+      const timespec ts = absl::ToTimespec(sleep);
       rc = ppoll(fds, static_cast<nfds_t>(nfds), &ts, nullptr);
+      if (rc < 0 && errno == EINTR) rc = 0;
     }
     const absl::Time spin_end = start + std::min(plan.spin_until, absl::Milliseconds(kAbortSliceMs));
     while (rc == 0 && (rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {

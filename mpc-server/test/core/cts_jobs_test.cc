@@ -1851,6 +1851,30 @@ TEST(CtsProgramCache, DropsMaskedProgramsPastItsBoundAndMapsThemAgain) {
   EXPECT_EQ(cache.masked_bytes(), mq + MaskedProgramBytes(*(*p)->masked->get()));
 }
 
+// A dropped masked program is mapped again on its shape's first use
+// masked_retry after the drop, not before (a use that is no power of two).
+TEST(CtsProgramCache, MapsADroppedMaskedProgramAgainAfterTheRetryDelay) {
+  CtsProgramCache cache;
+  cache.set_masked(true);
+  auto p = cache.Get(pb::JOB_DECRYPT, 10, 44);
+  auto q = cache.Get(pb::JOB_DECRYPT, 14, 44);
+  ASSERT_TRUE(p.ok() && q.ok());
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // 4 uses
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 14, 44).ok());  // q most recent
+  cache.WaitMasked();
+  ASSERT_NE((*p)->masked->get(), nullptr);
+  cache.set_max_masked_bytes(MaskedProgramBytes(*(*q)->masked->get()));
+  ASSERT_EQ((*p)->masked->get(), nullptr);
+  cache.set_max_masked_bytes(CtsProgramCache::kMaxMaskedBytes);
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // 5th use, within the delay
+  cache.WaitMasked();
+  EXPECT_EQ((*p)->masked->get(), nullptr);
+  cache.set_masked_retry(absl::ZeroDuration());
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // 6th use, past it
+  cache.WaitMasked();
+  EXPECT_NE((*p)->masked->get(), nullptr);
+}
+
 TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   const std::string path =
       ::testing::TempDir() + "/cts-programs-" + std::to_string(::getpid());
