@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
@@ -259,6 +260,10 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
   const bool spinning = spin && ring_->options_.spin_us > 0;
   // A receive alone (nothing to write) times its wait for WaitHistory.
   const bool timed = spinning && reading && want_in && !out_blocked;
+  // The spin and the waits on the monotonic clock (a wall-clock step must
+  // neither stretch a spin nor record a wrong wait); the deadline is wall.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
   const absl::Time start = absl::Now();
   if (spinning) {
     // Small messages of a latency-bound batch arrive within tens of
@@ -280,8 +285,9 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
       rc = ppoll(fds, static_cast<nfds_t>(nfds), &ts, nullptr);
       if (rc < 0 && errno == EINTR) rc = 0;
     }
-    const absl::Time spin_end = start + std::min(plan.spin_until, absl::Milliseconds(kAbortSliceMs));
-    while (rc == 0 && (rc = poll(fds, nfds, 0)) == 0 && absl::Now() < spin_end) {
+    const Clock::time_point spin_end =
+        t0 + absl::ToChronoNanoseconds(std::min(plan.spin_until, absl::Milliseconds(kAbortSliceMs)));
+    while (rc == 0 && (rc = poll(fds, nfds, 0)) == 0 && Clock::now() < spin_end) {
       sched_yield();  // let a co-located party run (3 parties, 2 cores)
     }
   }
@@ -306,7 +312,7 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
   if (rc < 0 && errno != EINTR)
     return Fail(absl::UnavailableError(
         absl::StrCat("ring: poll: ", strerror(errno))));
-  if (timed && rc > 0 && (fds[0].revents & POLLIN) != 0) waits_.Add(absl::Now() - start);
+  if (timed && rc > 0 && (fds[0].revents & POLLIN) != 0) waits_.Add(absl::FromChrono(Clock::now() - t0));
   return absl::OkStatus();
 }
 
