@@ -1827,52 +1827,65 @@ TEST(CtsProgramCache, CountsMaskedProgramsApart) {
             MaskedProgramBytes(*m) + MaskedProgramBytes(*(*q)->masked->get()));
 }
 
+// A cache with masked programs on holding two shapes' programs, p (10
+// rounds) and q (14), `p_uses` uses of p before q's second (q the most
+// recent), both masked programs attached.
+struct TwoMaskedShapes {
+  CtsProgramCache cache;
+  std::shared_ptr<const cts::Program> p, q;
+  explicit TwoMaskedShapes(int p_uses = 1) {
+    cache.set_masked(true);
+    auto a = cache.Get(pb::JOB_DECRYPT, 10, 44);
+    auto b = cache.Get(pb::JOB_DECRYPT, 14, 44);
+    EXPECT_TRUE(a.ok() && b.ok());
+    if (!a.ok() || !b.ok()) return;
+    p = *a;
+    q = *b;
+    for (int k = 1; k < p_uses; ++k) EXPECT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());
+    if (p_uses > 1) EXPECT_TRUE(cache.Get(pb::JOB_DECRYPT, 14, 44).ok());
+    cache.WaitMasked();
+    EXPECT_NE(p->masked->get(), nullptr);
+    EXPECT_NE(q->masked->get(), nullptr);
+  }
+};
+
 // Past the masked bound the least recently used masked programs are
 // dropped (their programs stay); a dropped one is mapped again when its
 // shape's uses next reach a power of two.
 TEST(CtsProgramCache, DropsMaskedProgramsPastItsBoundAndMapsThemAgain) {
-  CtsProgramCache cache;
-  cache.set_masked(true);
-  auto p = cache.Get(pb::JOB_DECRYPT, 10, 44);
-  auto q = cache.Get(pb::JOB_DECRYPT, 14, 44);
-  ASSERT_TRUE(p.ok() && q.ok());
-  cache.WaitMasked();
-  ASSERT_NE((*p)->masked->get(), nullptr);
-  const size_t mq = MaskedProgramBytes(*(*q)->masked->get());
+  TwoMaskedShapes t;
+  ASSERT_NE(t.q, nullptr);
+  CtsProgramCache& cache = t.cache;
+  const size_t mq = MaskedProgramBytes(*t.q->masked->get());
   cache.set_max_masked_bytes(mq);  // room for q's alone: p's, older, goes
-  EXPECT_EQ((*p)->masked->get(), nullptr);
-  ASSERT_NE((*q)->masked->get(), nullptr);
+  EXPECT_EQ(t.p->masked->get(), nullptr);
+  ASSERT_NE(t.q->masked->get(), nullptr);
   EXPECT_EQ(cache.masked_bytes(), mq);
   EXPECT_EQ(cache.size(), 2u);
   cache.set_max_masked_bytes(CtsProgramCache::kMaxMaskedBytes);
   ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // p's second use
   cache.WaitMasked();
-  ASSERT_NE((*p)->masked->get(), nullptr);
-  EXPECT_EQ(cache.masked_bytes(), mq + MaskedProgramBytes(*(*p)->masked->get()));
+  ASSERT_NE(t.p->masked->get(), nullptr);
+  EXPECT_EQ(cache.masked_bytes(), mq + MaskedProgramBytes(*t.p->masked->get()));
 }
 
 // A dropped masked program is mapped again on its shape's first use
 // masked_retry after the drop, not before (a use that is no power of two).
 TEST(CtsProgramCache, MapsADroppedMaskedProgramAgainAfterTheRetryDelay) {
-  CtsProgramCache cache;
-  cache.set_masked(true);
-  auto p = cache.Get(pb::JOB_DECRYPT, 10, 44);
-  auto q = cache.Get(pb::JOB_DECRYPT, 14, 44);
-  ASSERT_TRUE(p.ok() && q.ok());
-  for (int k = 0; k < 3; ++k) ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // 4 uses
-  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 14, 44).ok());  // q most recent
-  cache.WaitMasked();
-  ASSERT_NE((*p)->masked->get(), nullptr);
-  cache.set_max_masked_bytes(MaskedProgramBytes(*(*q)->masked->get()));
-  ASSERT_EQ((*p)->masked->get(), nullptr);
+  TwoMaskedShapes t(4);
+  ASSERT_NE(t.q, nullptr);
+  CtsProgramCache& cache = t.cache;
+  const std::shared_ptr<const cts::Program>& p = t.p;
+  cache.set_max_masked_bytes(MaskedProgramBytes(*t.q->masked->get()));
+  ASSERT_EQ(p->masked->get(), nullptr);
   cache.set_max_masked_bytes(CtsProgramCache::kMaxMaskedBytes);
   ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // 5th use, within the delay
   cache.WaitMasked();
-  EXPECT_EQ((*p)->masked->get(), nullptr);
+  EXPECT_EQ(p->masked->get(), nullptr);
   cache.set_masked_retry(absl::ZeroDuration());
   ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // 6th use, past it
   cache.WaitMasked();
-  EXPECT_NE((*p)->masked->get(), nullptr);
+  EXPECT_NE(p->masked->get(), nullptr);
 }
 
 TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
