@@ -177,7 +177,9 @@ def test_series_files_are_the_export_of_the_branch(krb5_src, tmp_path):
     start = time.monotonic()
     scratch = str(tmp_path / "krb5")
     run("git", "clone", "-q", "--shared", "--no-checkout", krb5_src, scratch)
-    run("git", "-C", scratch, "checkout", "-q", "-b", "kmpc", "refs/tags/debian")
+    # -B: the clone already has a branch kmpc when the source's HEAD is on
+    # its kmpc branch (as `make krb5-series` leaves it).
+    run("git", "-C", scratch, "checkout", "-q", "-B", "kmpc", "refs/tags/debian")
     series = [l.split()[0] for l in open(os.path.join(PATCHES, "series"))
               if l.strip() and not l.startswith("#")]
     for name in series:
