@@ -145,10 +145,10 @@ ABSL_FLAG(int, ring_spin_us, 150,
           "busy-poll a ring receive of at most --ring_spin_max_bytes this long "
           "before sleeping (latency of small batches); 0 = never");
 ABSL_FLAG(bool, ring_spin_late, true,
-          "a receive that spins (--ring_spin_us) and whose recent rounds all waited "
-          "longer than that sleeps until --ring_spin_us before the expected arrival, "
-          "then spins: servers in different rooms pay no wake-up after a sleep per "
-          "round; false = spin first, then sleep");
+          "a receive that spins (--ring_spin_us) and whose recent rounds waited longer "
+          "than that sleeps until --ring_spin_us before the expected arrival, then "
+          "spins: servers in different rooms pay no wake-up after a sleep per round; "
+          "false = spin first, then sleep");
 ABSL_FLAG(int, ring_spin_max_bytes, 3072,
           "largest ring message a receive busy-polls for (larger ones sleep: "
           "throughput-bound batches keep their CPU)");

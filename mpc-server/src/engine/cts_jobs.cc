@@ -289,8 +289,8 @@ absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(
       // failed): mapped again on its first use masked_retry_ after the
       // drop, or when its uses reach a power of two.
       if (masked_on_ && !e.masked_queued && e.program->masked->get() == nullptr &&
-          (pow2 || (e.masked_dropped && absl::Now() - e.dropped_at >= masked_retry_))) {
-        e.masked_dropped = false;
+          (pow2 || absl::Now() - e.dropped_at >= masked_retry_)) {
+        e.dropped_at = absl::InfiniteFuture();
         QueueMaskedLocked(e);
       }
       return e.program;
@@ -341,7 +341,6 @@ void CtsProgramCache::EvictLocked() {
     e.program->masked->set(nullptr);
     masked_bytes_ -= e.masked_bytes;
     e.masked_bytes = 0;
-    e.masked_dropped = true;
     e.dropped_at = absl::Now();
   }
 }
@@ -354,11 +353,14 @@ void CtsProgramCache::MaskedLoop() {
     if (stopping_) return;
     std::shared_ptr<const cts::Program> p = std::move(masked_queue_.front());
     masked_queue_.pop_front();
+    // The entry holding p (mu_ held), if the cache still does.
+    auto entry_of_p = [&] {
+      return std::find_if(entries_.begin(), entries_.end(),
+                          [&](const auto& e) { return e.second.program == p; });
+    };
     // A program evicted before its turn is not mapped: no later batch gets
     // it (one in flight runs Rep3 ANDs).
-    auto held = std::find_if(entries_.begin(), entries_.end(),
-                             [&](const auto& e) { return e.second.program == p; });
-    if (held == entries_.end()) {
+    if (entry_of_p() == entries_.end()) {
       masked_cv_.notify_all();  // WaitMasked
       continue;
     }
@@ -374,9 +376,7 @@ void CtsProgramCache::MaskedLoop() {
     lock.lock();
     // Attached while the cache holds its program, and counted in
     // masked_bytes_ (kMaxMaskedBytes) meanwhile.
-    held = std::find_if(entries_.begin(), entries_.end(),
-                        [&](const auto& e) { return e.second.program == p; });
-    if (held != entries_.end()) {
+    if (auto held = entry_of_p(); held != entries_.end()) {
       held->second.masked_queued = false;
       if (mp.ok()) {
         held->second.masked_bytes = MaskedProgramBytes(*mp);
@@ -651,34 +651,40 @@ uint64_t CtsCost::Verifies(uint64_t verify_words) const {
   return std::min<uint64_t>(static_cast<uint64_t>(depth), by_words);
 }
 
-CtsCost CostOf(absl::Span<const CtsTask> tasks) {
-  // By shape, as RunCtsTasks groups: decided alike on every party.
-  std::map<CtsProgramCache::Shape, std::pair<const CtsTask*, size_t>> lanes;
-  for (const CtsTask& t : tasks) {
-    auto& l = lanes[ShapeOf(t)];
-    if (l.first == nullptr) l.first = &t;  // the task whose programs RunCtsTasks runs
-    ++l.second;
-  }
-  CtsCost c;
-  for (const auto& [shape, tn] : lanes) {
-    const auto& [t, n] = tn;
-    const size_t ands = std::max(t->program->ands, t->masked ? t->masked->ands : size_t{0});
-    c.and_words += ands * ((n + 63) / 64);
-    c.depth = std::max(c.depth, t->program->depth);
-  }
-  return c;
-}
+namespace {
 
-uint64_t RunWords(absl::Span<const CtsTask> tasks) {
+// Per shape, as RunCtsTasks groups (decided alike on every party): the
+// task whose programs RunCtsTasks runs (the first) and the lane words
+// (64 tasks a word).
+std::map<CtsProgramCache::Shape, std::pair<const CtsTask*, uint64_t>> WordsByShape(
+    absl::Span<const CtsTask> tasks) {
   std::map<CtsProgramCache::Shape, std::pair<const CtsTask*, uint64_t>> lanes;
   for (const CtsTask& t : tasks) {
     auto& l = lanes[ShapeOf(t)];
     if (l.first == nullptr) l.first = &t;
     ++l.second;
   }
-  uint64_t words = 0;
-  for (const auto& [shape, tn] : lanes) words += tn.first->program->ands * ((tn.second + 63) / 64);
-  return words;
+  for (auto& [shape, tn] : lanes) tn.second = (tn.second + 63) / 64;
+  return lanes;
+}
+
+}  // namespace
+
+CtsCost CostOf(absl::Span<const CtsTask> tasks) {
+  CtsCost c;
+  for (const auto& [shape, tw] : WordsByShape(tasks)) {
+    const auto& [t, words] = tw;
+    const size_t ands = std::max(t->program->ands, t->masked ? t->masked->ands : size_t{0});
+    c.and_words += ands * words;
+    c.depth = std::max(c.depth, t->program->depth);
+  }
+  return c;
+}
+
+uint64_t RunWords(absl::Span<const CtsTask> tasks) {
+  uint64_t n = 0;
+  for (const auto& [shape, tw] : WordsByShape(tasks)) n += tw.first->program->ands * tw.second;
+  return n;
 }
 
 namespace {

@@ -159,8 +159,9 @@ class CtsProgramCache {
     uint64_t uses = 1;
     size_t masked_bytes = 0;  // of its masked program, while attached
     bool masked_queued = false;
-    bool masked_dropped = false;  // past kMaxMaskedBytes, at dropped_at
-    absl::Time dropped_at = absl::InfinitePast();
+    // When its masked program was last dropped past kMaxMaskedBytes
+    // (InfiniteFuture: not since it was last queued).
+    absl::Time dropped_at = absl::InfiniteFuture();
   };
   mutable std::mutex mu_;
   std::map<Shape, Entry> entries_;

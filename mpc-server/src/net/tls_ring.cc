@@ -263,9 +263,9 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
   // The spin and the waits on the monotonic clock (a wall-clock step must
   // neither stretch a spin nor record a wrong wait); the deadline is wall.
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point t0 = Clock::now();
-  const absl::Time start = absl::Now();
+  Clock::time_point t0;
   if (spinning) {
+    t0 = Clock::now();
     // Small messages of a latency-bound batch arrive within tens of
     // microseconds; polling briefly saves a sleep/wake-up per round. A
     // ring whose rounds wait longer (servers in different rooms) sleeps
@@ -278,7 +278,7 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
     // Not past the receive's deadline nor while aborting (the slices
     // below check both); a signal ends the sleep like its timeout.
     const absl::Duration sleep =
-        std::min({plan.sleep, absl::Milliseconds(kAbortSliceMs), deadline - start});
+        std::min({plan.sleep, absl::Milliseconds(kAbortSliceMs), deadline - absl::Now()});
     if (sleep > absl::ZeroDuration() && !ring_->aborting()) {
       late_spins_.fetch_add(1, std::memory_order_relaxed);
       const timespec ts = absl::ToTimespec(sleep);
@@ -286,7 +286,8 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
       if (rc < 0 && errno == EINTR) rc = 0;
     }
     const Clock::time_point spin_end =
-        t0 + absl::ToChronoNanoseconds(std::min(plan.spin_until, absl::Milliseconds(kAbortSliceMs)));
+        t0 + absl::ToChronoNanoseconds(
+                 std::min(plan.spin_until, absl::Milliseconds(kAbortSliceMs)));
     while (rc == 0 && (rc = poll(fds, nfds, 0)) == 0 && Clock::now() < spin_end) {
       sched_yield();  // let a co-located party run (3 parties, 2 cores)
     }
@@ -312,7 +313,8 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
   if (rc < 0 && errno != EINTR)
     return Fail(absl::UnavailableError(
         absl::StrCat("ring: poll: ", strerror(errno))));
-  if (timed && rc > 0 && (fds[0].revents & POLLIN) != 0) waits_.Add(absl::FromChrono(Clock::now() - t0));
+  if (timed && rc > 0 && (fds[0].revents & POLLIN) != 0)
+    waits_.Add(absl::FromChrono(Clock::now() - t0));
   return absl::OkStatus();
 }
 

@@ -102,12 +102,11 @@ struct TlsRingOptions {
   // latency-bound, as the scheduler decides).
   int spin_us = 0;
   size_t spin_max_bytes = 3072;
-  // A spinning receive whose recent waits (WaitHistory) were all longer
-  // than spin_us first sleeps until spin_us before the expected arrival,
-  // then spins: servers in different rooms (rounds of a one-way delay or
-  // more) then pay no wake-up after a sleep per round (tens of us on a
-  // VM), for no more spinning than a wait past spin_us costs without it.
-  // false: spin first, then sleep.
+  // A spinning receive whose recent waits (WaitHistory) were longer than
+  // spin_us first sleeps until spin_us before the expected arrival, then
+  // spins (2 x spin_us at most): servers in different rooms (rounds of a
+  // one-way delay or more) then pay no wake-up after a sleep per round
+  // (tens of us on a VM). false: spin first, then sleep.
   bool spin_late = true;
   // A receive with no output to drain waits in the socket read itself
   // (TlsConn::UseBlockingReads) rather than in poll(); false: poll, as a

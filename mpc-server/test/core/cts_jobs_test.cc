@@ -1800,11 +1800,6 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
   EXPECT_LE(cache.bytes(), CtsProgramCache::kMaxBytes);
 }
 
-// A server compiles the shapes it expects before a batch needs them:
-// RecordShapesTo appends every shape compiled and a line more at its 2nd,
-// 4th, ... use, ReadShapes reads them back (distinct, heaviest first, ties
-// oldest first, lines of no valid shape skipped), and
-// PrecompileInBackground compiles them so that the next Get hits.
 // A program's masked program counts in the cache's masked bytes once
 // attached, apart from the programs' bytes (kMaxBytes bounds those alone).
 TEST(CtsProgramCache, CountsMaskedProgramsApart) {
@@ -1888,6 +1883,11 @@ TEST(CtsProgramCache, MapsADroppedMaskedProgramAgainAfterTheRetryDelay) {
   EXPECT_NE(p->masked->get(), nullptr);
 }
 
+// A server compiles the shapes it expects before a batch needs them:
+// RecordShapesTo appends every shape compiled and a line more at its 2nd,
+// 4th, ... use, ReadShapes reads them back (distinct, heaviest first, ties
+// oldest first, lines of no valid shape skipped), and
+// PrecompileInBackground compiles them so that the next Get hits.
 TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   const std::string path =
       ::testing::TempDir() + "/cts-programs-" + std::to_string(::getpid());
