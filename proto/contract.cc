@@ -161,16 +161,26 @@ uint64_t CtsSpliceWindow(uint64_t off) {
   return 16 * ((end + 15) / 16) - kCtsConfounder - kSpliceBytes;
 }
 
+uint64_t CtsTicketClassMax(uint64_t n) { return 64 * CtsHashBlocks(n) - 9; }
+
+uint64_t CtsTicketWindow(uint64_t off) {
+  return 64 * ((kCtsConfounder + off) / 64) + 63 - kCtsConfounder;
+}
+
 CtsShape MakeCtsShape(pb::JobType type, int nr, uint64_t n, uint64_t cf2_bytes, uint32_t usage,
                       uint64_t splice_m, uint64_t splice_off) {
-  return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr, CtsClassMax(type, n),
-          cf2_bytes,
+  const bool ticket = type == pb::JOB_ENCRYPT && cf2_bytes == 0 && splice_m != 0 &&
+                      usage == kTicketUsage;
+  return {static_cast<int>(type), type == pb::JOB_CHECKSUM ? 0 : nr,
+          ticket ? CtsTicketClassMax(n) : CtsClassMax(type, n), cf2_bytes,
           cf2_bytes != 0 || (type == pb::JOB_DECRYPT && usage == kTicketUsage) ||
                   (splice_m != 0 && usage == kTicketUsage)
               ? usage
               : 0,
           splice_m,
-          splice_m != 0 ? CtsSpliceWindow(splice_off) : splice_off};
+          splice_m == 0 ? splice_off
+          : ticket      ? CtsTicketWindow(splice_off)
+                        : CtsSpliceWindow(splice_off)};
 }
 
 int CtsRounds(pb::Cipher cipher) {

@@ -63,7 +63,10 @@ inline constexpr size_t kChecksumSize = kCtr0Size + kTagSize;
 // 15: an aes*-cts ticket ENCRYPT (usage 2) may sign its PAC in the cluster
 // (Job.sign_pad): the server signature and the KDC signature under a PAD
 // of the krbtgt, both spliced into the ticket.
-inline constexpr uint32_t kWireVersion = 15;
+// 16: a signed ticket's program serves one SHA-1 block count of conf || P
+// and the 64 offsets of T_s's SHA-1 block (CtsTicketClassMax,
+// CtsTicketWindow): other programs' layers on the ring.
+inline constexpr uint32_t kWireVersion = 16;
 // Empty if `got` is kWireVersion; else what is wrong, naming both versions
 // and `peer` ("the KDC module", "MPC party 1 (...)").
 std::string WireVersionProblem(uint32_t got, absl::string_view peer);
@@ -247,6 +250,16 @@ uint64_t CtsKeyBytes(pb::CtsKey key);
 uint64_t CtsHashBlocks(uint64_t n);
 uint64_t CtsClassMax(pb::JobType type, uint64_t n);
 uint64_t CtsSpliceWindow(uint64_t off);
+// A ticket signed in the cluster (a usage-2 ENCRYPT with its PAC spliced,
+// Job.sign_pad; mpc-server cts.h TicketClassProgram) is classed wider, so
+// that tickets of clients with names of other lengths share a program:
+// its class is one SHA-1 block count of conf || P (CtsTicketClassMax: the
+// CBC blocks past n are computed and dropped), and its signatures' offset
+// is named by the SHA-1 block where T_s starts in conf || P (64 offsets;
+// CtsTicketWindow, the window's last offset). Neither adds AND depth: the
+// HMAC's chain waits for T_s from the same block as a window of 16 does.
+uint64_t CtsTicketClassMax(uint64_t n);
+uint64_t CtsTicketWindow(uint64_t off);
 // The program an aes*-cts job runs, as the servers key their compiled
 // programs (mpc-server engine/cts_jobs.h CtsProgramCache) and as the KDC
 // module keys the shapes a passed gate proved (kdc-plugin planner.h): (job

@@ -283,6 +283,35 @@ TEST(CtsShape, NamesTheLengthClass) {
   EXPECT_NE(MakeCtsShape(pb::JOB_ENCRYPT, 14, 311, 0, 0), MakeCtsShape(pb::JOB_ENCRYPT, 14, 312, 0, 0));
 }
 
+// A signed ticket's shape (CtsTicketClassMax, CtsTicketWindow): one SHA-1
+// block count of conf || P, and T_s's start by its SHA-1 block, so that
+// clients' names of other lengths share it; the reply's splice keeps its
+// classes and windows of 16.
+TEST(CtsShape, NamesASignedTicketsWiderClass) {
+  EXPECT_EQ(CtsTicketClassMax(568), 631u);  // 568..631: ten SHA-1 blocks
+  EXPECT_EQ(CtsTicketClassMax(631), 631u);
+  EXPECT_EQ(CtsTicketClassMax(632), 695u);
+  EXPECT_EQ(CtsTicketWindow(0), 47u);  // T_s starts in conf || P's first block
+  EXPECT_EQ(CtsTicketWindow(47), 47u);
+  EXPECT_EQ(CtsTicketWindow(48), 111u);
+  EXPECT_EQ(CtsTicketWindow(111), 111u);
+  EXPECT_EQ(CtsTicketWindow(112), 175u);
+  const auto ticket = [](uint64_t n, uint64_t off) {
+    return MakeCtsShape(pb::JOB_ENCRYPT, 14, n, 0, kTicketUsage, 384, off);
+  };
+  EXPECT_EQ(ticket(568, 400), ticket(631, 431));
+  EXPECT_EQ(std::get<2>(ticket(568, 400)), 631u);
+  EXPECT_EQ(std::get<6>(ticket(568, 400)), 431u);
+  EXPECT_NE(ticket(568, 431), ticket(568, 432));  // T_s's next SHA-1 block
+  EXPECT_NE(ticket(631, 400), ticket(632, 400));
+  EXPECT_NE(ticket(600, 400), MakeCtsShape(pb::JOB_ENCRYPT, 14, 600, 0, kTicketUsage, 448, 400));
+  // The reply's splice: CBC and SHA-1 block counts, windows of 16.
+  EXPECT_NE(MakeCtsShape(pb::JOB_ENCRYPT, 14, 568, 0, 0, 384, 400),
+            MakeCtsShape(pb::JOB_ENCRYPT, 14, 600, 0, 0, 384, 400));
+  EXPECT_NE(MakeCtsShape(pb::JOB_ENCRYPT, 14, 600, 0, 0, 384, 400),
+            MakeCtsShape(pb::JOB_ENCRYPT, 14, 600, 0, 0, 384, 420));
+}
+
 // The depth bound the KDC module's deep lane reads: a login's spliced
 // reply well below deep_rounds' default (8,000), the caps' longest far
 // above; only aes*-cts jobs have one.
@@ -390,7 +419,7 @@ TEST(CheckJob, CtsSplice) {
 // kTicketSignatureGap after the server's), its shape its own (the usage
 // kept) and not the reply splice's; sign_pad on anything else MALFORMED.
 TEST(CheckJob, CtsTicketSignatures) {
-  EXPECT_GE(kWireVersion, 15u);
+  EXPECT_GE(kWireVersion, 16u);
   JobShape t{pb::JOB_ENCRYPT, pb::CIPHER_AES256_CTS, kKeyIdSize, 560, "", ""};
   t.usage = kTicketUsage;
   t.splice_length = 384;  // a 330-byte PAC with its padding

@@ -250,11 +250,26 @@ size_t SpliceWindowOffset(size_t off) {
   return kBlock * BlockCount(end) - kBlock - kTagBytes;
 }
 
-std::vector<uint8_t> SpliceSelector(size_t off) {
-  const size_t bit = (kBlock + off + kTagBytes - 1) % kBlock;
-  std::vector<uint8_t> sel(2, 0);
+namespace {
+
+std::vector<uint8_t> OneHot(size_t bits, size_t bit) {
+  std::vector<uint8_t> sel(bits / 8, 0);
   sel[bit / 8] = static_cast<uint8_t>(1u << (bit % 8));
   return sel;
+}
+
+}  // namespace
+
+std::vector<uint8_t> SpliceSelector(size_t off) {
+  return OneHot(kBlock, (kBlock + off + kTagBytes - 1) % kBlock);
+}
+
+size_t TicketClassMax(size_t n) { return 64 * HashBlocks(n) - 9; }
+
+size_t TicketWindowOffset(size_t off) { return 64 * ((kBlock + off) / 64) + 63 - kBlock; }
+
+std::vector<uint8_t> TicketSelector(size_t off) {
+  return OneHot(kTicketWindow, (kBlock + off) % kTicketWindow);
 }
 
 bool SpliceClassFits(size_t cm, size_t m, size_t off) {
@@ -310,7 +325,7 @@ struct SplicedInputs {
   Bits x, q, mac, sel;
 };
 
-SplicedInputs ReadSplicedInputs(Circuit& c, int nr, size_t cm, size_t m) {
+SplicedInputs ReadSplicedInputs(Circuit& c, int nr, size_t cm, size_t m, size_t sel_bits) {
   SplicedInputs in;
   in.k = UsageKeyInputs(c, nr);
   UsageKeys ck;
@@ -318,7 +333,7 @@ SplicedInputs ReadSplicedInputs(Circuit& c, int nr, size_t cm, size_t m) {
   ck.opad = StateFromBytes(c.Inputs(160));
   std::tie(in.x, in.q) = ClassInputs(c, cm);
   in.mac = HmacSha1Padded(c, ck.ipad, ck.opad, c.Inputs(8 * m));
-  in.sel = c.Inputs(16);
+  in.sel = c.Inputs(sel_bits);
   return in;
 }
 
@@ -346,7 +361,7 @@ absl::StatusOr<Program> SpliceEncryptClassProgram(int nr, size_t cm, size_t m, s
         "cts: a spliced message is dealt padded (a multiple of 64 bytes, at most 65536) and "
         "its checksum lies inside P");
   Circuit c;
-  SplicedInputs in = ReadSplicedInputs(c, nr, cm, m);
+  SplicedInputs in = ReadSplicedInputs(c, nr, cm, m, kBlock);
   const size_t last_end = kBlock + off + kTagBytes;  // the window's last end
   for (size_t j = 0; j < kBlock; ++j) {
     const size_t end = last_end - (kBlock - 1) + j;
@@ -367,10 +382,22 @@ size_t GcmBit(size_t j) { return 8 * (j / 8) + 7 - j % 8; }
 
 }  // namespace
 
+namespace {
+
+// T_s's first start in conf || P of the window of off (a
+// TicketWindowOffset): its SHA-1 block's first byte, or P's.
+size_t TicketWindowFirst(size_t off) {
+  return std::max(kBlock, kBlock + off + 1 - kTicketWindow);
+}
+
+}  // namespace
+
 bool TicketClassFits(size_t cm, size_t m, size_t off, size_t gap) {
   // The window's first position must hold both values inside conf || P.
-  const size_t first_end = kBlock + off + kTagBytes - (kBlock - 1);
-  return SpliceClassFits(cm, m, off) && first_end + gap + kKdcSignatureBytes - kTagBytes <= cm;
+  const size_t first = TicketWindowFirst(off);
+  return m >= 64 && m % 64 == 0 && m <= kMaxBytes && off == TicketWindowOffset(off) &&
+         cm == TicketClassMax(cm) && first + kTagBytes <= cm &&
+         first + gap + kKdcSignatureBytes <= cm;
 }
 
 // V_0 = h, V_{i+1} = V_i x: a shift towards the higher coefficients and,
@@ -395,28 +422,28 @@ Bits GfMulCircuit(Circuit& c, const Bits& d, size_t bits, const Bits& h) {
 absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t off,
                                            size_t gap) {
   if (absl::Status st = CheckClass(nr, cm); !st.ok()) return st;
-  cm = EncryptClassMax(cm);
-  off = SpliceWindowOffset(off);
+  cm = TicketClassMax(cm);
+  off = TicketWindowOffset(off);
   if (!TicketClassFits(cm, m, off, gap))
     return absl::InvalidArgumentError(
         "cts: a PAC is dealt padded (a multiple of 64 bytes, at most 65536) and both "
         "signatures lie inside P");
   Circuit c;
-  SplicedInputs in = ReadSplicedInputs(c, nr, cm, m);
+  SplicedInputs in = ReadSplicedInputs(c, nr, cm, m, kTicketWindow);
   const Bits ctr0 = c.Inputs(128), h2 = c.Inputs(128), l = c.Inputs(128);
   const Bits t_s(in.mac.begin(), in.mac.begin() + 8 * kTagBytes);
   Bits t_s_block = t_s;
   t_s_block.resize(128, kZero);
   Bits sig = ctr0;
   Append(sig, c.Xor(l, GfMulCircuit(c, t_s_block, 8 * kTagBytes, h2)));
-  // Each of the window's ends gets T_s, and the KDC signature gap bytes
-  // after T_s's start, ANDed with its selector bit: 16 x (96 + 256) ANDs
-  // of depth 1; a position whose values do not both fit is skipped.
-  const size_t last_end = kBlock + off + kTagBytes;
-  for (size_t j = 0; j < kBlock; ++j) {
-    const size_t end = last_end - (kBlock - 1) + j;
-    const size_t at_s = end - kTagBytes, at_k = at_s + gap;
-    if (end < kBlock + kTagBytes || at_k + kKdcSignatureBytes > cm) continue;
+  // Each start of T_s in the window gets T_s, and the KDC signature gap
+  // bytes after it, ANDed with its selector bit: 64 x (96 + 256) ANDs of
+  // depth 1; a start in the confounder, or whose values do not both fit
+  // the class, is skipped.
+  const size_t block_start = kBlock + off + 1 - kTicketWindow;
+  for (size_t j = 0; j < kTicketWindow; ++j) {
+    const size_t at_s = block_start + j, at_k = at_s + gap;
+    if (at_s < kBlock || at_s + kTagBytes > cm || at_k + kKdcSignatureBytes > cm) continue;
     for (size_t i = 0; i < t_s.size(); ++i)
       in.x[8 * at_s + i] = c.Xor(in.x[8 * at_s + i], c.And(in.sel[j], t_s[i]));
     for (size_t i = 0; i < sig.size(); ++i)
@@ -455,7 +482,7 @@ std::vector<uint8_t> CutClassOutput(size_t n, absl::Span<const uint8_t> out) {
     take(cut, kBlock * (nb - 1), kBlock);  // C_nb
     take(cut, kBlock * (nb - 2), r);       // C_{nb-1}, stolen
   }
-  take(cut, kBlock * nb, kTagBytes);
+  take(cut, out.size() - kTagBytes, kTagBytes);
   return cut;
 }
 

@@ -164,6 +164,17 @@ absl::StatusOr<Program> EncryptClassProgram(int nr, size_t cm);
 absl::StatusOr<Program> SpliceEncryptClassProgram(int nr, size_t cm, size_t m, size_t off);
 absl::StatusOr<Program> Cf2EncryptClassProgram(int nr_k, size_t keylen, uint32_t usage,
                                                size_t cm);
+// A signed ticket's class and window (contract::CtsTicketClassMax,
+// CtsTicketWindow): every n of one SHA-1 block count (TicketClassMax, the
+// class's largest length: 64 HashBlocks(n) - 9; its CBC blocks past a
+// lane's n are computed and cut away), and the kTicketWindow starts of T_s
+// in one SHA-1 block of conf || P (TicketWindowOffset: the window's last
+// offset in P), by a one-hot selector of 8 bytes (TicketSelector: bit
+// (16 + off) % 64; public, filled in by each server).
+inline constexpr size_t kTicketWindow = 64;
+size_t TicketClassMax(size_t n);
+size_t TicketWindowOffset(size_t off);
+std::vector<uint8_t> TicketSelector(size_t off);
 // A ticket to a principal whose key the cluster holds under aes*-cts,
 // signed and encrypted in one program (exchange-plan.md, "Tickets to such
 // a principal"). MIT's KDC (1.21, pac_sign.c sign_pac) signs a service
@@ -180,18 +191,18 @@ absl::StatusOr<Program> Cf2EncryptClassProgram(int nr_k, size_t keylen, uint32_t
 // pad16(T_s) * H^2 = XOR_i T_s[i] AND (H^2 x^i) over T_s's 96 bits (GCM's
 // bit order, SP 800-38D 6.3): H^2 x^i is linear in H^2, so the product is
 // one layer of 96 x 128 ANDs. T_s is spliced into conf || P at its
-// offset's window (the 16 offsets whose 12 bytes end in one CBC block, by
-// a one-hot selector as SpliceEncryptClassProgram's), the 32-byte KDC
+// offset's window (the 64 offsets that start in one SHA-1 block, by
+// TicketSelector), the 32-byte KDC
 // signature ctr0 || tag `gap` bytes after T_s's start (MIT's PAC holds the
 // KDC signature's buffer right after the server signature's:
-// contract::kTicketSignatureGap), then conf || P is encrypted as
-// EncryptClassProgram does. Neither signature is an output.
+// contract::kTicketSignatureGap), then conf || P (TicketClassMax) is
+// encrypted as EncryptClassProgram does. Neither signature is an output.
 //
 // Inputs per lane, in order: the ticket usage's material
 // (UsageMaterialBytes(nr), usage 2), the 40 bytes of DealChecksum(K, 17),
 // conf || P || zeros and the padding vector (as EncryptClassProgram's),
 // the PAC padded for the HMAC's inner hash (m bytes, a multiple of 64:
-// contract::SpliceDealtBytes), the selector (2 bytes, SpliceSelector(off)),
+// contract::SpliceDealtBytes), the selector (8 bytes, TicketSelector(off)),
 // ctr0 (16 bytes, public), H^2 (16 bytes) and L (16 bytes) of the
 // krbtgt, GCM's byte order. Outputs as EncryptClassProgram's. off is T_s's
 // offset in P (any of its window: the window names the program).
@@ -208,7 +219,8 @@ Bits GfMulCircuit(Circuit& c, const Bits& d, size_t bits, const Bits& h);
 // the padding vector; outputs the 12-byte checksum.
 absl::StatusOr<Program> ChecksumClassProgram(size_t cm);
 // A class program's output for a lane of length n (one share component):
-// RFC 3962's C || T, n + 12 bytes. `out` holds 16 ceil(n / 16) + 12.
+// RFC 3962's C || T, n + 12 bytes. `out` holds the class's CBC blocks
+// (at least ceil(n / 16) of them), then the 12-byte tag.
 std::vector<uint8_t> CutClassOutput(size_t n, absl::Span<const uint8_t> out);
 
 // The checksum hmac-sha1-96-aes* (RFC 3962 section 7) of n bytes: inputs

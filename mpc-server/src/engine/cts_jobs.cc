@@ -143,7 +143,9 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
   b.insert(b.end(), 64 * cts::HashBlocks(t.n) - t.n, 0);
   AppendPublic(b, party, c, cts::PaddingBytes(t.n));
   b.insert(b.end(), shared.begin() + msg, shared.end());
-  if (t.splice_m != 0) AppendPublic(b, party, c, cts::SpliceSelector(t.splice_off));
+  if (t.splice_m != 0)
+    AppendPublic(b, party, c,
+                 t.ticket ? cts::TicketSelector(t.splice_off) : cts::SpliceSelector(t.splice_off));
   if (t.ticket) b.insert(b.end(), t.sign[c].begin(), t.sign[c].end());
   return b;
 }

@@ -1493,6 +1493,45 @@ TEST_P(CtsJobs, TicketSignedAndSplicedInOneRun) {
   }
 }
 
+// Tickets of clients whose names differ in length (conf || P of 568 and
+// 625 bytes, T_s at 500 and 545: one SHA-1 block count, T_s starting in
+// one SHA-1 block, contract::CtsTicketClassMax / CtsTicketWindow) run one
+// program, each lane cut to its own ciphertext, both right and signed.
+TEST_P(CtsJobs, TicketsOfOneClassShareAProgram) {
+  CtsCluster c(GetParam());
+  const Bytes kt = Random(32), key = Random(32);
+  const std::string krbtgt = c.AddCtrKey(kt), id = c.AddKey(key);
+  const std::vector<std::pair<size_t, size_t>> tickets = {{552, 500}, {609, 545}};
+  std::vector<Job> jobs = {PadJob(krbtgt, 12), PadJob(krbtgt, 12)};
+  std::vector<Bytes> ps, pacs;
+  for (size_t i = 0; i < tickets.size(); ++i) {
+    const auto [len, off] = tickets[i];
+    ps.push_back(Random(len));
+    pacs.push_back(Random(330 + 7 * i));
+    std::fill(ps[i].begin() + off, ps[i].begin() + off + 12, 0);
+    std::fill(ps[i].begin() + off + 16, ps[i].begin() + off + 48, 0);
+    jobs.push_back(TicketJob(id, true, ps[i], pacs[i], off, static_cast<int64_t>(i)));
+  }
+  ASSERT_EQ(contract::MakeCtsShape(pb::JOB_ENCRYPT, 14, 16 + 552, 0, 2, 384, 500),
+            contract::MakeCtsShape(pb::JOB_ENCRYPT, 14, 16 + 609, 0, 2, 384, 545));
+  const uint64_t misses = CtsProgramCache::Shared().misses();
+  auto r = c.Run(jobs);
+  // At most one program compiled for both tickets, on each party.
+  EXPECT_LE(CtsProgramCache::Shared().misses() - misses, 3u);
+  for (size_t i = 0; i < tickets.size(); ++i) {
+    ExpectStatus(r, 2 + i, pb::JOB_OK);
+    const Bytes out = Revealed(r, 2 + i);
+    ASSERT_EQ(out.size(), 16 + tickets[i].first + 12) << i;
+    const Bytes back = ClearDecrypt(key, 2, out);
+    ASSERT_EQ(back.back() & 1, 0) << "the cluster's tag does not verify: ticket " << i;
+    Bytes t_s, sig;
+    const Bytes ctr0(r[0].jobs[i].ctr0.begin(), r[0].jobs[i].ctr0.end());
+    EXPECT_EQ(Bytes(back.begin() + 16, back.end() - 1),
+              SignedTicketPlain(key, kt, ps[i], pacs[i], tickets[i].second, ctr0, &t_s, &sig))
+        << i;
+  }
+}
+
 // --security=malicious, a cheating party and the one-Run ticket (the PAD
 // under the krbtgt, the usage-2 ENCRYPT with T_s and the KDC signature
 // spliced in): each server enters the signature's L and H^2 as its own
@@ -1969,13 +2008,16 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
     CtsProgramCache cache;
     cache.RecordShapesTo(path);
     ASSERT_TRUE(cache.Get(pb::JOB_ENCRYPT, 14, 576, 0, 2, 384, 500).ok());
-    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 14, 576, 0, 2, 384, 530).ok());  // KDC sig past P
+    // T_s's SHA-1 block past the class (568..631 bytes of conf || P).
+    EXPECT_FALSE(cache.Get(pb::JOB_ENCRYPT, 14, 576, 0, 2, 384, 624).ok());
     EXPECT_NE(CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 14, 576, 0, 2, 384, 500),
               CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 14, 576, 0, 3, 384, 500));
   }
   const auto ticket = CtsProgramCache::ReadShapes(path);
   ASSERT_EQ(ticket.size(), 1u);
-  EXPECT_EQ(ticket[0], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 14, 576, 0, 2, 384, 500}));
+  // Recorded by its class and window (contract::CtsTicketClassMax,
+  // CtsTicketWindow: T_s starts at 516, in conf || P's bytes 512..575).
+  EXPECT_EQ(ticket[0], (CtsProgramCache::Shape{pb::JOB_ENCRYPT, 14, 631, 0, 2, 384, 559}));
   for (const auto& s : CtsProgramCache::UsualShapes()) {
     EXPECT_EQ(std::get<0>(s), pb::JOB_DECRYPT);
     EXPECT_TRUE(fresh.Get(pb::JOB_DECRYPT, std::get<1>(s), std::get<2>(s)).ok());

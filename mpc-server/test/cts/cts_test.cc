@@ -790,7 +790,7 @@ TicketLane MakeTicketLane(int nr, size_t n, size_t m, size_t off_s, size_t gap) 
   const std::string pp = contract::SplicePadding(m);
   Bytes lane = Cat(Cat(DealUsage(base, 2)->bytes, DealChecksum(base, 17)->bytes), conf_plain);
   lane = Cat(Cat(Cat(lane, ClassTail(n)), pac), Bytes(pp.begin(), pp.end()));
-  lane = Cat(lane, SpliceSelector(off_s));
+  lane = Cat(lane, TicketSelector(off_s));
   t.in = Cat(Cat(Cat(lane, ctr0), Bytes(h2.begin(), h2.end())), l);
   for (size_t i = 0; i < 12; ++i) conf_plain[16 + off_s + i] ^= t_s[i];
   for (size_t i = 0; i < 32; ++i) conf_plain[16 + off_k + i] ^= sig[i];
@@ -826,22 +826,25 @@ TEST(Rfc3962, GfMulCircuitIsGcms) {
 // Tickets of every length of a class and signatures at every offset of
 // their windows through one program each, both key sizes, in the clear;
 // the KDC signature right after the server signature's buffer (MIT's
-// layout, gap 16) and further on.
+// layout, gap 16) and further on. A class is one SHA-1 block count of
+// conf || P (568..631 bytes here) and a window T_s's 64 starts in one
+// SHA-1 block (P's offsets 48..111, and 0..47 beside the confounder).
 TEST(Rfc3962, TicketClassProgramSignsAndSplices) {
   struct Case {
     size_t n, m, off, gap;
   };
   std::vector<Case> cases;
-  for (size_t n = 561; n <= 576; ++n) cases.push_back({n, 330, n - 64, 16});  // sigs end P
-  for (size_t o = 97; o <= 112; ++o) cases.push_back({576, 330, o, 16});      // one window
-  for (size_t o = 97; o <= 112; ++o) cases.push_back({576, 100, o, 200});
+  for (size_t n = 568; n <= 631; n += 3) cases.push_back({n, 330, n - 64, 16});  // sigs end P
+  for (size_t o = 48; o <= 111; ++o) cases.push_back({576, 330, o, 16});         // one window
+  for (size_t o = 0; o <= 47; o += 5) cases.push_back({600, 330, o, 16});        // the first
+  for (size_t o = 48; o <= 111; o += 7) cases.push_back({576, 100, o, 200});
   for (int nr : {10, 14}) {
     std::map<std::tuple<size_t, size_t, size_t, size_t>, std::vector<Case>> programs;
     for (const Case& c : cases)
-      programs[{EncryptClassMax(c.n), contract::SpliceDealtBytes(c.m), SpliceWindowOffset(c.off),
+      programs[{TicketClassMax(c.n), contract::SpliceDealtBytes(c.m), TicketWindowOffset(c.off),
                 c.gap}]
           .push_back(c);
-    EXPECT_EQ(programs.size(), 7u);  // the classes and windows the cases cross
+    EXPECT_EQ(programs.size(), 5u);  // the classes and windows the cases cross
     for (const auto& [key, cs] : programs) {
       const auto p = TicketClassProgram(nr, cs[0].n, contract::SpliceDealtBytes(cs[0].m),
                                         cs[0].off, cs[0].gap);
@@ -861,7 +864,7 @@ TEST(Rfc3962, TicketClassProgramSignsAndSplices) {
   }
   EXPECT_FALSE(TicketClassProgram(14, 576, 330, 200, 16).ok());  // PAC not dealt padded
   EXPECT_FALSE(TicketClassProgram(14, 47, 64, 0, 16).ok());      // no room for both
-  EXPECT_FALSE(TicketClassProgram(14, 576, 384, 530, 16).ok());  // past P's end
+  EXPECT_FALSE(TicketClassProgram(14, 576, 384, 624, 16).ok());  // past the class
   EXPECT_FALSE(TicketClassProgram(12, 576, 384, 200, 16).ok());
   EXPECT_TRUE(TicketClassProgram(10, 64, 64, 0, 16).ok());
 }
@@ -895,7 +898,7 @@ TEST(Rfc3962, TicketClassProgramOnSharesMalicious) {
 TEST(Rfc3962, TicketFigures) {
   constexpr size_t kN = 576, kM = 330, kOff = 420, kGap = 16;
   const Program tk = *TicketClassProgram(14, kN, contract::SpliceDealtBytes(kM), kOff, kGap);
-  const Program enc = *EncryptClassProgram(14, kN);
+  const Program enc = *EncryptClassProgram(14, TicketClassMax(kN));
   const Program ck = *ChecksumClassProgram(kM);
   std::printf("aes256 ticket class (%zu bytes): %zu ANDs, AND depth %d\n", kN, enc.ands,
               enc.depth);
@@ -906,7 +909,7 @@ TEST(Rfc3962, TicketFigures) {
               tk.ands, tk.depth, enc.ands + ck.ands, enc.depth + ck.depth);
   testing::ExpectCounted(tk);
   EXPECT_GE(tk.ands, enc.ands + ck.ands + 96 * 128);
-  EXPECT_LE(tk.ands, enc.ands + ck.ands + 96 * 128 + 16 * (96 + 256) + 4000);
+  EXPECT_LE(tk.ands, enc.ands + ck.ands + 96 * 128 + kTicketWindow * (96 + 256) + 4000);
   EXPECT_LT(tk.depth, enc.depth + ck.depth);
 }
 
