@@ -284,9 +284,14 @@ CtsShape CtsShapeOf(const JobShape& s);
 // whose new shape would pass it fails (JOB_MALFORMED), and the KDC module
 // never puts such a job in a batch beside others (kdc-plugin job.h
 // CtsBatchShapes). The bound lets one job of any length through beside
-// others, or one spliced reply of the longest P and D alone.
+// others, or one spliced reply of the longest P and D alone; it holds
+// the several shapes a realm's names of 2 to 40 characters give its
+// logins and signed tickets (a few a SHA-1 block count each), so that a
+// loaded KDC's Runs are not cut by length. A shape byte is ~31 KB of
+// gate list (a 636-byte spliced reply's program 19.8 MiB), so a batch's
+// programs stay within ~0.5 GB, the cache's bound (CtsProgramCache).
 uint64_t CtsShapeBytes(const CtsShape& s);
-inline constexpr uint64_t kCtsBatchBytes = 2 * kMaxCtsBytes;
+inline constexpr uint64_t kCtsBatchBytes = 8 * kMaxCtsBytes;
 // n of an aes*-cts job, before its class: what its output is cut to.
 uint64_t CtsLengthOf(const JobShape& s);
 // One party's two shares of a message, as slices of a request's flat

@@ -450,8 +450,12 @@ TEST_P(FakeBatcherTest, AesCtsProgramsOfOneBatchStayWithinTheServersBound) {
   o.max_blocks = o.backlog_blocks = uint64_t{1} << 40;  // the bound alone cuts
   auto b = Make(o);
   const auto cts = CtsReply;
-  // None deeper than deep_rounds (those go in batches of their own).
-  const std::vector<size_t> lengths = {400, 700, 1000, 1000, 1300, 1200, 400};
+  // None deeper than deep_rounds (those go in batches of their own):
+  // thirteen classes of 1,300 down to 1,108 bytes (15,989 bytes of
+  // programs), 1,300 again, then 1,092 and 1,300.
+  std::vector<size_t> lengths;
+  for (size_t n = 1300; n >= 1108; n -= 16) lengths.push_back(n);
+  for (size_t n : {1300, 1092, 1300}) lengths.push_back(n);
   uint64_t all = 0;
   std::set<contract::CtsShape> distinct;
   for (size_t i = 0; i < lengths.size(); ++i) {
@@ -464,9 +468,10 @@ TEST_P(FakeBatcherTest, AesCtsProgramsOfOneBatchStayWithinTheServersBound) {
   ASSERT_GT(all, contract::kCtsBatchBytes);  // one batch would fail a job
   // (The fake computes no aes*-cts job: each fails alone, unknown key.)
   ASSERT_TRUE(sink_.WaitFor(lengths.size(), absl::Seconds(5)));
-  // In order: 400 + 700 + 1000 + 1000 (one program) + 1300 fit; 1200
-  // would pass the bound, so it and the last 400 go in a second batch.
-  EXPECT_EQ(RunSizes(), (std::vector<int>{5, 2}));
+  // In order: the thirteen classes and 1,300 again (one program) fit;
+  // 1,092 would pass the bound, so it and the last 1,300 go in a second
+  // batch.
+  EXPECT_EQ(RunSizes(), (std::vector<int>{14, 2}));
   EXPECT_EQ(b->stats().cts_shape_cuts, 1u);
 }
 
