@@ -116,7 +116,7 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
   const bool classed = t.type == pb::JOB_ENCRYPT || t.type == pb::JOB_CHECKSUM;
   b.reserve(t.material->share[c].size() + splice_material.size() + conf.size() +
             t.shared_in[c].size() + t.window[c].size() + (classed ? ClassTailBytes(t.n) : 0) +
-            2 + t.sign[c].size());
+            (t.ticket ? cts::kTicketWindow / 8 : cts::kBlock / 8) + t.sign[c].size());
   b.assign(t.material->share[c].begin(), t.material->share[c].end());
   // A splice's checksum material follows the reply's (cts.h
   // SpliceEncryptProgram); P || D follow the confounder as dealt.
@@ -375,6 +375,9 @@ void CtsProgramCache::MaskedLoop() {
     if (p->depth <= kMaskedShallowDepth) o.depth_target = p->depth;
     const cts::LutMap map = cts::MapLuts(*p, o);
     absl::StatusOr<cts::MaskedProgram> mp = cts::CompileMasked(map);
+    if (mp.ok() && (mp->ands > kMaskedAndsPerAnd * p->ands ||
+                    mp->rounds > p->depth + kMaskedPrepRounds))
+      mp = absl::ResourceExhaustedError("masked program past CostOf's price");
     lock.lock();
     // Attached while the cache holds its program, and counted in
     // masked_bytes_ (kMaxMaskedBytes) meanwhile.
@@ -676,9 +679,8 @@ CtsCost CostOf(absl::Span<const CtsTask> tasks) {
   CtsCost c;
   for (const auto& [shape, tw] : WordsByShape(tasks)) {
     const auto& [t, words] = tw;
-    const size_t ands = std::max(t->program->ands, t->masked ? t->masked->ands : size_t{0});
-    c.and_words += ands * words;
-    c.depth = std::max(c.depth, t->program->depth);
+    c.and_words += CtsProgramCache::kMaskedAndsPerAnd * t->program->ands * words;
+    c.depth = std::max(c.depth, t->program->depth + CtsProgramCache::kMaskedPrepRounds);
   }
   return c;
 }

@@ -143,6 +143,15 @@ class CtsProgramCache {
   // About a login's masked Run (the spliced reply's ~2,160 messages): a
   // program of at most this AND depth is mapped within its own depth.
   static constexpr int kMaskedShallowDepth = 2200;
+  // A masked program is attached only if it logs at most this many AND
+  // words a lane word per AND of its program (the hybrid's products and
+  // Rep3 gates: ~1.9x for a spliced reply, ~2.5x for a signed ticket) and
+  // sends at most kMaskedPrepRounds messages more than its program's AND
+  // depth (the mask products' layers: ceil(log2 kMaskedInputs)), so that
+  // CostOf can price every shape at these bounds, whichever programs this
+  // party holds: facts of the program, the same on every party.
+  static constexpr size_t kMaskedAndsPerAnd = 4;
+  static constexpr int kMaskedPrepRounds = 3;
   void WaitMasked();
   // Programs queued or being compiled over masked wires.
   size_t masked_pending() const;
@@ -308,11 +317,17 @@ class CtsReleaseLimiter {
   std::map<std::string, Bucket> buckets_;
 };
 
-// What the tasks cost: AND words over all shapes (ANDs x words per wire)
-// and the deepest program's AND depth, whichever way the Run goes (Rep3
-// ANDs or masked gates: the larger of each). With the check every
-// verify_words AND words (cts::ShareEngine, cts::EvaluateMaskedAll), a
-// run takes at most min(depth, ceil(and_words / verify_words)) Verifies.
+// What the tasks cost, whichever way the Run goes (Rep3 ANDs or masked
+// gates): AND words over all shapes (per shape, its lane words x
+// CtsProgramCache::kMaskedAndsPerAnd x its program's ANDs) and the most
+// messages between checks (the deepest program's AND depth +
+// kMaskedPrepRounds). Both are priced from the programs, not from the
+// masked programs this party holds: parties that differ in holding one (a
+// fresh server, one dropped past the cache's bound) count the same checks,
+// so none refuses a batch near kMaxVerifiesPerBatch that the others run.
+// With the check every verify_words AND words (cts::ShareEngine,
+// cts::EvaluateMaskedAll), at most one a message, a Run takes at most
+// min(depth, ceil(and_words / verify_words)) Verifies.
 struct CtsCost {
   uint64_t and_words = 0;
   int depth = 0;

@@ -594,6 +594,57 @@ TEST(CtsCost, AShapeIsPricedByTheTaskWhoseMaskedProgramRuns) {
   EXPECT_GE(CostOf(tasks).and_words, m->ands);
 }
 
+// The same batch planned by parties that differ in holding the masked
+// program (a fresh server, or one that dropped it past the cache's bound)
+// counts the same checks on each: CostOf prices a shape at the bound a
+// masked program must meet to be attached, not by this party's snapshot
+// (else a batch near kMaxVerifiesPerBatch could be refused by one party
+// and run by the others, the ring out of step until its deadline).
+TEST(CtsCost, PartiesWithAndWithoutTheMaskedProgramCountTheSameChecks) {
+  auto program = cts::SpliceEncryptClassProgram(14, 316, 320, 288);
+  ASSERT_TRUE(program.ok());
+  const auto p = std::make_shared<const cts::Program>(*std::move(program));
+  auto mp = cts::CompileMasked(cts::MapLuts(*p, cts::LutOptions{CtsProgramCache::kMaskedInputs}));
+  ASSERT_TRUE(mp.ok()) << mp.status();
+  const auto m = std::make_shared<const cts::MaskedProgram>(*std::move(mp));
+  ASSERT_LE(m->ands, CtsProgramCache::kMaskedAndsPerAnd * p->ands);  // attachable
+  ASSERT_LE(m->rounds, p->depth + CtsProgramCache::kMaskedPrepRounds);
+  std::array<std::vector<CtsTask>, 2> party;
+  for (int holds = 0; holds < 2; ++holds)
+    for (int l = 0; l < 130; ++l) {  // three lane words
+      CtsTask t;
+      t.type = pb::JOB_ENCRYPT;
+      t.nr = 14;
+      t.n = 316;
+      t.splice_m = 320;
+      t.splice_off = 288;
+      t.program = p;
+      if (holds == 1) t.masked = m;
+      party[holds].push_back(std::move(t));
+    }
+  const CtsCost without = CostOf(party[0]), with = CostOf(party[1]);
+  EXPECT_EQ(without.and_words, with.and_words);
+  EXPECT_EQ(without.depth, with.depth);
+  EXPECT_GE(with.and_words, 3 * m->ands);  // what the masked Run logs
+  for (uint64_t vw : {uint64_t{1}, uint64_t{4096}, uint64_t{65536}})
+    EXPECT_EQ(without.Verifies(vw), with.Verifies(vw)) << vw;
+  // A check at most every message: the masked Run's messages are priced.
+  EXPECT_GE(with.Verifies(1), static_cast<uint64_t>(m->rounds));
+}
+
+// The signed ticket's masked program (the widest hybrid) is within both
+// bounds, so the cache attaches it (else TGS Runs would stay Rep3).
+TEST(CtsCost, ASignedTicketsMaskedProgramIsAttachable) {
+  auto program = cts::TicketClassProgram(14, 576, contract::SpliceDealtBytes(330), 420,
+                                         contract::kTicketSignatureGap);
+  ASSERT_TRUE(program.ok());
+  auto mp = cts::CompileMasked(
+      cts::MapLuts(*program, cts::LutOptions{CtsProgramCache::kMaskedInputs}));
+  ASSERT_TRUE(mp.ok()) << mp.status();
+  EXPECT_LE(mp->ands, CtsProgramCache::kMaskedAndsPerAnd * program->ands);
+  EXPECT_LE(mp->rounds, program->depth + CtsProgramCache::kMaskedPrepRounds);
+}
+
 // A service ticket to the key's principal (a user used as a service): the
 // ticket ENCRYPT under usage 2 and the PAC server signature, CHECKSUM under
 // usage 17, match the clear circuits on the dealer's material, and a
