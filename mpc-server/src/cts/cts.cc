@@ -196,8 +196,16 @@ absl::StatusOr<Program> DecryptProgram(int nr, size_t n, bool window) {
   return c.Compile();
 }
 
+namespace {
+
+// A spliced message (a request, a PAC) as dealt: padded for its HMAC's
+// inner hash, a multiple of 64 bytes, at most kMaxBytes.
+bool DealtPaddedFits(size_t m) { return m >= 64 && m % 64 == 0 && m <= kMaxBytes; }
+
+}  // namespace
+
 bool SpliceFits(size_t n, size_t m, size_t off) {
-  return m >= 64 && m % 64 == 0 && m <= kMaxBytes && n >= kBlock + kTagBytes &&
+  return DealtPaddedFits(m) && n >= kBlock + kTagBytes &&
          off <= n - kBlock - kTagBytes;
 }
 
@@ -274,8 +282,7 @@ std::vector<uint8_t> TicketSelector(size_t off) {
 
 bool SpliceClassFits(size_t cm, size_t m, size_t off) {
   // The window's first end (off + 28 - 15) must lie inside conf || P.
-  return m >= 64 && m % 64 == 0 && m <= kMaxBytes && cm >= kBlock + kTagBytes &&
-         off == SpliceWindowOffset(off) && off + kBlock + kTagBytes - (kBlock - 1) <= cm;
+  return DealtPaddedFits(m) && cm >= kBlock + kTagBytes && off == SpliceWindowOffset(off) && off + kBlock + kTagBytes - (kBlock - 1) <= cm;
 }
 
 namespace {
@@ -380,22 +387,16 @@ namespace {
 // bit is the most significant of byte 0) as a circuit index.
 size_t GcmBit(size_t j) { return 8 * (j / 8) + 7 - j % 8; }
 
-}  // namespace
-
-namespace {
-
-// T_s's first start in conf || P of the window of off (a
-// TicketWindowOffset): its SHA-1 block's first byte, or P's.
-size_t TicketWindowFirst(size_t off) {
-  return std::max(kBlock, kBlock + off + 1 - kTicketWindow);
-}
+// The first byte in conf || P of the SHA-1 block whose starts of T_s the
+// window of off (a TicketWindowOffset) holds.
+size_t TicketBlockStart(size_t off) { return kBlock + off + 1 - kTicketWindow; }
 
 }  // namespace
 
 bool TicketClassFits(size_t cm, size_t m, size_t off, size_t gap) {
-  // The window's first position must hold both values inside conf || P.
-  const size_t first = TicketWindowFirst(off);
-  return m >= 64 && m % 64 == 0 && m <= kMaxBytes && off == TicketWindowOffset(off) &&
+  // The window's first start inside P must hold both values inside conf || P.
+  const size_t first = std::max(kBlock, TicketBlockStart(off));
+  return DealtPaddedFits(m) && off == TicketWindowOffset(off) &&
          cm == TicketClassMax(cm) && first + kTagBytes <= cm &&
          first + gap + kKdcSignatureBytes <= cm;
 }
@@ -440,7 +441,7 @@ absl::StatusOr<Program> TicketClassProgram(int nr, size_t cm, size_t m, size_t o
   // bytes after it, ANDed with its selector bit: 64 x (96 + 256) ANDs of
   // depth 1; a start in the confounder, or whose values do not both fit
   // the class, is skipped.
-  const size_t block_start = kBlock + off + 1 - kTicketWindow;
+  const size_t block_start = TicketBlockStart(off);
   for (size_t j = 0; j < kTicketWindow; ++j) {
     const size_t at_s = block_start + j, at_k = at_s + gap;
     if (at_s < kBlock || at_s + kTagBytes > cm || at_k + kKdcSignatureBytes > cm) continue;

@@ -114,9 +114,14 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
       t.splice_material != nullptr ? absl::MakeConstSpan(t.splice_material->share[c])
                                    : absl::Span<const uint8_t>();
   const bool classed = t.type == pb::JOB_ENCRYPT || t.type == pb::JOB_CHECKSUM;
+  // A splice's one-hot selector (public): a signed ticket's, or a reply's.
+  const std::vector<uint8_t> sel =
+      t.splice_m == 0 ? std::vector<uint8_t>()
+      : t.ticket      ? cts::TicketSelector(t.splice_off)
+                      : cts::SpliceSelector(t.splice_off);
   b.reserve(t.material->share[c].size() + splice_material.size() + conf.size() +
             t.shared_in[c].size() + t.window[c].size() + (classed ? ClassTailBytes(t.n) : 0) +
-            (t.ticket ? cts::kTicketWindow / 8 : cts::kBlock / 8) + t.sign[c].size());
+            sel.size() + t.sign[c].size());
   b.assign(t.material->share[c].begin(), t.material->share[c].end());
   // A splice's checksum material follows the reply's (cts.h
   // SpliceEncryptProgram); P || D follow the confounder as dealt.
@@ -143,9 +148,7 @@ std::vector<uint8_t> LaneBytes(const CtsTask& t, int party, int c,
   b.insert(b.end(), 64 * cts::HashBlocks(t.n) - t.n, 0);
   AppendPublic(b, party, c, cts::PaddingBytes(t.n));
   b.insert(b.end(), shared.begin() + msg, shared.end());
-  if (t.splice_m != 0)
-    AppendPublic(b, party, c,
-                 t.ticket ? cts::TicketSelector(t.splice_off) : cts::SpliceSelector(t.splice_off));
+  if (!sel.empty()) AppendPublic(b, party, c, sel);
   if (t.ticket) b.insert(b.end(), t.sign[c].begin(), t.sign[c].end());
   return b;
 }
