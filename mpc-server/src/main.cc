@@ -196,7 +196,8 @@ ABSL_FLAG(int64_t, cts_masked_max_and_words,
           static_cast<int64_t>(kmpc::engine::EngineOptions::kCtsMaskedMaxAndWords),
           "with --cts_masked_gates, run a batch's aes*-cts programs over masked wires only "
           "while its Rep3 AND words (each shape's program ANDs x its lane words) are at most "
-          "this; larger batches (a busy realm's, where CPU bounds the peak) keep Rep3 ANDs. "
+          "this and no other batch is in flight on this server; larger batches and "
+          "batches beside others (a busy realm's, where CPU bounds the peak) keep Rep3 ANDs. "
           "The default takes one login's or TGS's batch of up to 64 of a shape; servers in "
           "different rooms, whose rounds cost more than the CPU, may raise it. 0 = never");
 ABSL_FLAG(int, cts_skew_s, static_cast<int>(kmpc::engine::EngineOptions{}.cts_skew_s),

@@ -623,6 +623,14 @@ struct EngineOptions {
   // here run Rep3. 0: never masked.
   static constexpr uint64_t kCtsMaskedMaxAndWords = 750'000;
   uint64_t cts_masked_max_and_words = kCtsMaskedMaxAndWords;
+  // Whether this server has other batches waiting or running beside the
+  // one this engine runs (service/scheduler.h Scheduler::Busy). A busy
+  // party chooses Rep3 ANDs for the Run's aes*-cts programs whatever their
+  // words: other batches then wait for the CPU, which masked wires spend
+  // ~1.5x of a lane word, while an idle server's login waits for the
+  // Run's rounds, which they halve. Goes into the same agreement as the
+  // bound. Null: never busy (tests, tools).
+  std::function<bool()> busy;
   // The freshness of a gate (docs/security-model.md, "Freshness of the
   // gate"): an aes*-cts DECRYPT (a PA-ENC-TIMESTAMP, a FAST challenge)
   // releases the jobs gated on it only if its patimestamp lies within

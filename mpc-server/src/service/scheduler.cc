@@ -135,14 +135,18 @@ struct Scheduler::Session {
 
 Scheduler::Scheduler(SchedulerRing* ring, engine::KeyLookup lookup,
                      SchedulerOptions options)
-    : ring_(ring), lookup_(std::move(lookup)), options_(options) {}
+    : ring_(ring), lookup_(std::move(lookup)), options_(options) {
+  options_.engine.busy = [this] { return Busy(); };
+}
 
 Scheduler::Scheduler(net::TlsRing* ring, engine::KeyLookup lookup,
                      SchedulerOptions options)
     : owned_ring_(MakeTlsSchedulerRing(ring)),
       ring_(owned_ring_.get()),
       lookup_(std::move(lookup)),
-      options_(options) {}
+      options_(options) {
+  options_.engine.busy = [this] { return Busy(); };
+}
 
 Scheduler::~Scheduler() { Stop(); }
 

@@ -151,6 +151,11 @@ class Scheduler {
                              engine::RefreshLookup lookup,
                              int rebuild_party = engine::kNoRebuild);
 
+  // Whether more than one batch is in flight on this server (admitted by
+  // Submit and not yet done: waiting, proposed or running): its engines'
+  // EngineOptions::busy, which then keeps their Runs on Rep3 ANDs.
+  bool Busy() const { return in_flight_.load(std::memory_order_relaxed) > 1; }
+
   bool RingUp() const { return ring_->AllConnected(); }
   int party() const { return ring_->party(); }
   int workers() const { return ring_->workers(); }
@@ -221,6 +226,7 @@ class Scheduler {
   engine::KeyLookup lookup_;
   SchedulerOptions options_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int> in_flight_{0};  // Busy()
   // When this Scheduler was made: no batch of the KDC can have reached this
   // server earlier (main.cc makes it before it starts serving gRPC).
   const absl::Time serving_since_ = absl::Now();

@@ -101,6 +101,12 @@ BatchOutcome Scheduler::Enqueue(std::shared_ptr<Work> work) {
   }
   pending_[key] = work;
   if (party() == 0) queue_.push_back(work);
+  // In flight (Busy) from its admission to its outcome, on every path out.
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  struct Leave {
+    std::atomic<int>& n;
+    ~Leave() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{in_flight_};
   const bool client_first =
       work->deadline < work->arrived + options_.schedule_timeout;
   const absl::Time deadline =

@@ -108,6 +108,7 @@ class CtsCluster {
       // server keeps it across rings.
       EngineOptions mine = opt_;
       if (masked_max_[i]) mine.cts_masked_max_and_words = *masked_max_[i];
+      if (busy_[i]) mine.busy = [] { return true; };
       mine.release_limiter = limiters_[i];
       mine.gate_budget = budgets_[i];
       auto e = Engine::Create(ch, mine);
@@ -121,6 +122,8 @@ class CtsCluster {
   // Party i's EngineOptions::cts_masked_max_and_words from the next
   // Connect (nullopt: the cluster's).
   void SetMaskedMax(int i, std::optional<uint64_t> words) { masked_max_[i] = words; }
+  // Party i's server busy (EngineOptions::busy) from the next Connect.
+  void SetBusy(int i, bool busy) { busy_[i] = busy; }
   CtsReleaseLimiter& limiter(int i) { return *limiters_[i]; }
   GateBudget& budget(int i) { return *budgets_[i]; }
   // Key `id`'s deal (KeyShares::Origin), as the per-deal bounds count it.
@@ -253,6 +256,7 @@ class CtsCluster {
       std::make_shared<GateBudget>()};
   int cheater_ = -1;
   std::array<std::optional<uint64_t>, 3> masked_max_;
+  std::array<bool, 3> busy_{};
   std::unique_ptr<::kmpc::testing::CheatingChannel> cheat_;
   std::unique_ptr<net::InMemoryRing> ring_;
   std::array<std::unique_ptr<Engine>, 3> engines_;
@@ -507,11 +511,12 @@ TEST(CtsMalicious, ASplitAgreementIsCaughtOrHarmless) {
   EXPECT_TRUE(right(c.Run(jobs)));
 }
 
-// Which Runs go over masked wires (EngineOptions::cts_masked_max_and_words):
-// one whose Rep3 AND words (RunWords) pass any party's bound runs Rep3
-// ANDs on all three (the agreement ANDs the parties' choices), one at
-// every party's bound masked; the results right either way.
-TEST(CtsMasked, ARunPastAnyPartysBoundKeepsRep3) {
+// Which Runs go over masked wires (EngineOptions::cts_masked_max_and_words
+// and busy): one whose Rep3 AND words (RunWords) pass any party's bound,
+// or that any party's busy server runs, runs Rep3 ANDs on all three (the
+// agreement ANDs the parties' choices), one at every party's bound on
+// idle servers masked; the results right either way.
+TEST(CtsMasked, ARunPastAnyPartysBoundOrOnABusyServerKeepsRep3) {
   CtsCluster c(true);
   const LoginJobs login(c);
   ASSERT_TRUE(login.Right(c.Run(login.jobs)));
@@ -539,6 +544,19 @@ TEST(CtsMasked, ARunPastAnyPartysBoundKeepsRep3) {
     EXPECT_EQ(n.masked.load(), masked) << "past party " << party << "'s bound: Rep3";
     c.SetMaskedMax(party, words);
   }
+  // Within every bound, but one party's server runs other batches.
+  for (int party = 0; party < 3; ++party) {
+    c.SetBusy(party, true);
+    c.Connect();
+    masked = n.masked.load();
+    ASSERT_TRUE(login.Right(c.Run(login.jobs))) << "party " << party;
+    EXPECT_EQ(n.masked.load(), masked) << "party " << party << " busy: Rep3";
+    c.SetBusy(party, false);
+  }
+  c.Connect();
+  masked = n.masked.load();
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  EXPECT_EQ(n.masked.load(), masked + 3) << "none busy again: masked";
 }
 
 // RunWords: each shape's program ANDs x its lane words (64 lanes a word).

@@ -92,6 +92,32 @@ TEST_F(SchedulerQueueTest, TheSameBatchWaitsOnceAndAStopEndsTheWait) {
   EXPECT_EQ(out.error, pb::BATCH_SHUTTING_DOWN);
 }
 
+// Busy (the engines' EngineOptions::busy): more than one batch admitted
+// and not done. A refused copy does not count; a batch counts until its
+// outcome, whatever ends it (here the stop).
+TEST_F(SchedulerQueueTest, BusyWhileAnotherBatchIsInFlight) {
+  Make(absl::Seconds(30));
+  EXPECT_FALSE(scheduler_->Busy());
+  const BatchId id = RandomBatchId();
+  std::future<BatchOutcome> first = std::async(std::launch::async, [&] {
+    return scheduler_->Submit(BatchKind::kRun, id, {});
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // the first is waiting
+  EXPECT_FALSE(scheduler_->Busy()) << "one batch alone";
+  ASSERT_TRUE(absl::IsAlreadyExists(scheduler_->Submit(BatchKind::kRun, id, {}).status));
+  EXPECT_FALSE(scheduler_->Busy()) << "a refused copy is not in flight";
+  std::future<BatchOutcome> second = std::async(std::launch::async, [&] {
+    return scheduler_->Submit(BatchKind::kRun, RandomBatchId(), {});
+  });
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!scheduler_->Busy() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(scheduler_->Busy()) << "two batches waiting";
+  scheduler_->Stop();
+  EXPECT_EQ(first.get().error, pb::BATCH_SHUTTING_DOWN);
+  EXPECT_EQ(second.get().error, pb::BATCH_SHUTTING_DOWN);
+  EXPECT_FALSE(scheduler_->Busy()) << "both done";
+}
+
 TEST_F(SchedulerQueueTest, AnOpenBreakerRefusesAtOnce) {
   Breaker breaker(BreakerOptions{1, absl::Minutes(10), ""});
   Make(absl::Seconds(30), &breaker);
