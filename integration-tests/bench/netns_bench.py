@@ -44,7 +44,7 @@ run's PID) or by `netns_bench.py cleanup`.
 Usage: netns_bench.py [--rtt-ms 0.13] [--rate 10gbit] [--users 1000]
                         [--duration 4] [--quick] [--ring-delays 0.1,0.5,2]
                         [--delay-logins 15] [--ring-delay-via auto|relay|netem]
-                        [--ring-delay-only]
+                        [--ring-delay-only] [--masked-server-flag FLAG ...]
        netns_bench.py cleanup
 """
 
@@ -319,6 +319,9 @@ def parser():
                     help="how the delay is made (auto: netem where the kernel has it)")
     ap.add_argument("--ring-delay-only", action="store_true",
                     help="no storms: the ring delay sweep alone")
+    ap.add_argument("--masked-server-flag", action="append", default=[],
+                    help="a server flag added for the sweep's masked points (repeat; "
+                         "a variant to measure, e.g. --ring_spin_us=300)")
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "netns.json"))
     return ap
 
@@ -364,7 +367,7 @@ def delay_sweep(target, args, work, log):
         f"{args.delay_logins} logins of each user a point")
     try:
         return ring_delay.sweep(target, delays, args.delay_logins, args.ring_delay_via,
-                                work, log)
+                                work, log, masked_flags=args.masked_server_flag)
     except Exception as e:  # noqa: BLE001 -- reported in netns.json
         log(f"  ring delay sweep FAILED: {e}")
         sys.stderr.write(target.logs()[-5000:] + "\n")

@@ -265,9 +265,11 @@ def warm(client, log):
     return out
 
 
-def sweep(target, delays, n, via, work, log, masked=True):
+def sweep(target, delays, n, via, work, log, masked=True, masked_flags=()):
     """netns.json's "ring_delay": the points (module docstring) and their
-    summary. via: "relay", "netem" or "auto" (netem where the LAN has it)."""
+    summary. via: "relay", "netem" or "auto" (netem where the LAN has it).
+    masked_flags: server flags added to --cts_masked_gates for the masked
+    points (a variant to measure, e.g. another --ring_spin_us)."""
     from bench import ring_cost
     lan = target.lan
     if via == "auto":
@@ -298,7 +300,9 @@ def sweep(target, delays, n, via, work, log, masked=True):
             out["points"].append(measure(target, client, ring, d, n, label))
             log_point(out["points"][-1], log)
         if masked:
-            out["masked_points"] = masked_points(target, client, ring, delays, n, via, log)
+            out["masked_flags"] = ["--cts_masked_gates=true", *masked_flags]
+            out["masked_points"] = masked_points(target, client, ring, delays, n, via, log,
+                                                 out["masked_flags"])
     finally:
         if ring is not None:
             ring.stop()
@@ -312,12 +316,13 @@ def sweep(target, delays, n, via, work, log, masked=True):
     return out
 
 
-def masked_points(target, client, ring, delays, n, via, log):
-    """The same points with the servers restarted with --cts_masked_gates
-    (docs/design/masked-gates.md): the cts user's Runs over masked wires
-    once the three servers compiled its programs (kmpc_cts_masked_pending
-    0), beside the same krbtgt-only user."""
-    target.extra_server_flags = ["--cts_masked_gates=true"]
+def masked_points(target, client, ring, delays, n, via, log, flags):
+    """The same points with the servers restarted with flags
+    (--cts_masked_gates, docs/design/masked-gates.md, and sweep's
+    masked_flags): the cts user's Runs over masked wires once the three
+    servers compiled its programs (kmpc_cts_masked_pending 0), beside the
+    same krbtgt-only user."""
+    target.extra_server_flags = list(flags)
     target.restart_servers(ring.ring_prev() if isinstance(ring, RelayRing) else None)
     target.restart_kdc({})
     warm(client, log)
