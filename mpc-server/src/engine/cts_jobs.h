@@ -347,9 +347,10 @@ uint64_t RunWords(absl::Span<const CtsTask> tasks);
 // and checked every verify_words words when it has a log): over masked
 // wires if every party holds the masked programs of all its shapes and
 // chose to (RunWords(tasks) <= masked_max_and_words: EngineOptions
-// cts_masked_max_and_words, 0 while its server is busy), else Rep3 ANDs. The parties must pass the
-// same tasks (types, shapes, order): the confounders are drawn from
-// `prss` in task order. A channel error leaves the ring out of step.
+// cts_masked_max_and_words, 0 while its server is busy), else Rep3 ANDs.
+// The parties must pass the same tasks (types, shapes, order): the
+// confounders are drawn from `prss` in task order. A channel error leaves
+// the ring out of step.
 absl::Status RunCtsTasks(protocol::Rep3& rep3, protocol::Prss& prss, size_t verify_words,
                          absl::Span<CtsTask> tasks, uint64_t masked_max_and_words);
 

@@ -155,6 +155,9 @@ class Scheduler {
   // Submit and not yet done: waiting, proposed or running): its engines'
   // EngineOptions::busy, which then keeps their Runs on Rep3 ANDs.
   bool Busy() const { return in_flight_.load(std::memory_order_relaxed) > 1; }
+  // What this Scheduler's workers create their engines with (its
+  // SchedulerOptions::engine, busy set to Busy).
+  const engine::EngineOptions& engine_options() const { return options_.engine; }
 
   bool RingUp() const { return ring_->AllConnected(); }
   int party() const { return ring_->party(); }

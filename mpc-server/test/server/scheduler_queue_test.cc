@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <openssl/rand.h>
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -97,7 +98,12 @@ TEST_F(SchedulerQueueTest, TheSameBatchWaitsOnceAndAStopEndsTheWait) {
 // outcome, whatever ends it (here the stop).
 TEST_F(SchedulerQueueTest, BusyWhileAnotherBatchIsInFlight) {
   Make(absl::Seconds(30));
+  // The engines ask the scheduler (EngineOptions::busy), whatever the
+  // options it was given held.
+  const std::function<bool()>& engines_busy = scheduler_->engine_options().busy;
+  ASSERT_TRUE(engines_busy);
   EXPECT_FALSE(scheduler_->Busy());
+  EXPECT_FALSE(engines_busy());
   const BatchId id = RandomBatchId();
   std::future<BatchOutcome> first = std::async(std::launch::async, [&] {
     return scheduler_->Submit(BatchKind::kRun, id, {});
@@ -112,10 +118,12 @@ TEST_F(SchedulerQueueTest, BusyWhileAnotherBatchIsInFlight) {
   const absl::Time until = absl::Now() + absl::Seconds(10);
   while (!scheduler_->Busy() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
   EXPECT_TRUE(scheduler_->Busy()) << "two batches waiting";
+  EXPECT_TRUE(engines_busy());
   scheduler_->Stop();
   EXPECT_EQ(first.get().error, pb::BATCH_SHUTTING_DOWN);
   EXPECT_EQ(second.get().error, pb::BATCH_SHUTTING_DOWN);
   EXPECT_FALSE(scheduler_->Busy()) << "both done";
+  EXPECT_FALSE(engines_busy());
 }
 
 TEST_F(SchedulerQueueTest, AnOpenBreakerRefusesAtOnce) {
