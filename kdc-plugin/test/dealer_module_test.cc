@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "fake_admin.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
+#include "openssl_at_exit.h"
 
 extern "C" {
 #include <kadm5/admin.h>

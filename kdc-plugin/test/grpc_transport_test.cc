@@ -26,6 +26,7 @@
 #include "batch_error.h"
 #include "party_server.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
+#include "openssl_at_exit.h"
 
 namespace kmpc::kdc {
 namespace {

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "kdcmpc_job.h"
 #include "test_util.h"
+#include "openssl_at_exit.h"
 
 extern "C" {
 #include <krb5/kdcmpc_plugin.h>

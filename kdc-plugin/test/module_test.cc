@@ -25,6 +25,7 @@ extern "C" {
 #include <krb5/kdcmpc_plugin.h>
 
 #include "core.h"
+#include "openssl_at_exit.h"
 }
 
 namespace {

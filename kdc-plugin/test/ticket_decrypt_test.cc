@@ -16,6 +16,7 @@
 #include "contract.h"
 #include "party_server.h"
 #include "test_util.h"  // mpc-server/test/server: MakeTestCerts, FreeLoopbackPort
+#include "openssl_at_exit.h"
 
 namespace {
 
