@@ -282,7 +282,8 @@ std::vector<uint8_t> TicketSelector(size_t off) {
 
 bool SpliceClassFits(size_t cm, size_t m, size_t off) {
   // The window's first end (off + 28 - 15) must lie inside conf || P.
-  return DealtPaddedFits(m) && cm >= kBlock + kTagBytes && off == SpliceWindowOffset(off) && off + kBlock + kTagBytes - (kBlock - 1) <= cm;
+  return DealtPaddedFits(m) && cm >= kBlock + kTagBytes && off == SpliceWindowOffset(off) &&
+         off + kBlock + kTagBytes - (kBlock - 1) <= cm;
 }
 
 namespace {

@@ -189,7 +189,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(BatchState& b, const KeyLookup& lo
   if (absl::Status s = ComputeTags(ctx, b); !s.ok()) return s;
   FillTicketSignatures(ctx, b);
   const uint64_t masked_max =
-      b.cts.empty() || (options_.busy && options_.busy()) ? 0 : options_.cts_masked_max_and_words;
+      options_.busy && options_.busy() ? 0 : options_.cts_masked_max_and_words;
   if (absl::Status s = RunCtsTasks(rep3_, prss_, options_.verify_words, absl::MakeSpan(b.cts),
                                     masked_max);
       !s.ok())
