@@ -52,6 +52,7 @@ add_library(kmpc_core STATIC
   ${KMPC_CORE_ROOT}/src/engine/tags.cc
   ${KMPC_CORE_ROOT}/src/engine/collect.cc
   ${KMPC_CORE_ROOT}/src/engine/engine.cc
+  ${KMPC_CORE_ROOT}/src/engine/ride.cc
   ${KMPC_CORE_ROOT}/src/engine/gate_budget.cc
   ${KMPC_CORE_ROOT}/src/engine/refresh.cc
   ${KMPC_CORE_ROOT}/src/engine/refresh_agreement.cc
@@ -107,7 +108,8 @@ foreach(t replicated_test gf128_test dzkp_test dzkp_simd_test dzkp_first_level_t
     memory_ring_test aes_test agreement_test key_shares_test sign_test engine_test
     refresh_test refresh_check_test key_expansion_test transpose_test user_key_rule_test gate_budget_test
     batch_state_test keys_test batch_agreement_test pads_test cts_plan_test aes_phase_test
-    tags_test collect_test refresh_components_test refresh_agreement_test rebuild_test)
+    tags_test collect_test refresh_components_test refresh_agreement_test rebuild_test
+    ride_test)
   add_executable(kmpc_core_${t} ${KMPC_CORE_ROOT}/test/core/${t}.cc)
   target_link_libraries(kmpc_core_${t} PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
   target_compile_definitions(kmpc_core_${t} PRIVATE

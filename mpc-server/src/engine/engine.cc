@@ -12,14 +12,20 @@
 //   PlanCts         cts_plan.h: the aes*-cts jobs' tasks and programs;
 //   RunAes          aes_phase.h: one bitsliced AES pass over every block;
 //   ComputeTags     tags.h: H-power extension and T' = GHASH ^ AES_K(c0)
-//                   on shares; the aes*-cts tasks (cts_jobs.h) then run;
+//                   on shares; the aes*-cts tasks (cts_jobs.h) then run,
+//                   or, where none needs them (no signed ticket) and the
+//                   pass is small, run beside the two as their host
+//                   (ride.h: RunAes and ComputeTags' messages ride in the
+//                   tasks' first rounds);
 //   CheckTags       tags.h: one GF(2^128) multiplication round and one
 //                   reveal round; the aes*-cts verdicts; the gates' budget;
 //   Collect         collect.h: the per-job results.
 // See engine.h and docs/design/enctype.md.
 #include "engine/engine.h"
 
+#include <array>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -31,6 +37,7 @@
 #include "engine/cts_plan.h"
 #include "engine/keys.h"
 #include "engine/pads.h"
+#include "engine/ride.h"
 #include "engine/tags.h"
 #include "protocol/gf128.h"
 #include "share/replicated.h"
@@ -81,6 +88,30 @@ absl::Status FinalizeShare(const EncryptState& state, uint32_t usage,
 
 namespace {
 
+// AES lanes of the Run's ctr-mpc jobs (RunAes places 1 + nks a job).
+size_t AesLanes(const BatchState& b) {
+  size_t n = 0;
+  for (const JobPlan& w : b.plan)
+    if (w.aes()) n += 1 + w.nks;
+  return n;
+}
+
+// Whether RunAes and ComputeTags ride along the aes*-cts tasks (ride.h):
+// a public rule on the agreed batch, alike on every party. Some AES and
+// some task; no signed ticket (FillTicketSignatures reads ComputeTags'
+// pads into its task); and a pass of at most kRideMaxAesLanes lanes (a
+// few logins' tickets: the rider's log, checked with the host's, stays
+// small), while a storm's large Runs keep the phases in turn on one
+// thread (their rounds are many and their AES pass no longer small).
+constexpr size_t kRideMaxAesLanes = 512;
+bool RidesAlong(const BatchState& b) {
+  if (b.cts.empty()) return false;
+  for (const CtsTask& t : b.cts)
+    if (t.ticket) return false;
+  const size_t lanes = AesLanes(b);
+  return lanes > 0 && lanes <= kRideMaxAesLanes;
+}
+
 // Malicious security (protocol/verify.h): while it lives, every product and
 // opening is logged, to be verified before a value depending on it is
 // opened (CheckTags) or released (Collect); it leaves the log empty and
@@ -104,8 +135,9 @@ class Engine::Impl {
  public:
   Impl(net::RingChannel& channel, protocol::Prss prss, EngineOptions options)
       : channel_(channel),
+        ride_(channel_),
         prss_(std::move(prss)),
-        rep3_(channel_, prss_),
+        rep3_(ride_, prss_),
         options_(options),
         limiter_(options_.release_limiter != nullptr ? options_.release_limiter
                                                      : std::make_shared<CtsReleaseLimiter>()),
@@ -113,7 +145,9 @@ class Engine::Impl {
                                                 : std::make_shared<GateBudget>()) {}
 
   int party() const { return prss_.party(); }
-  size_t verify_retained_bytes() const { return log_.retained_bytes(); }
+  size_t verify_retained_bytes() const {
+    return log_.retained_bytes() + rider_log_.retained_bytes();
+  }
 
   absl::StatusOr<BatchResult> RunBatch(uint64_t batch_seq,
                                        absl::Span<const Job> jobs,
@@ -145,8 +179,14 @@ class Engine::Impl {
  private:
   // One batch's phases on b, with b.deviated set by the agreement.
   absl::StatusOr<BatchResult> Run(BatchState& b, const KeyLookup& lookup);
+  // RunAes, ComputeTags and the aes*-cts tasks: in turn, or the first two
+  // riding along the tasks (RidesAlong).
+  absl::Status RunAesTagsAndCts(const RunContext& ctx, BatchState& b);
 
   net::RingChannel& channel_;
+  // The ring as the Run's phases see it: channel_, carrying a rider's
+  // messages while one runs (ride.h).
+  RideAlong ride_;
   protocol::Prss prss_;
   protocol::Rep3 rep3_;
   EngineOptions options_;
@@ -156,13 +196,15 @@ class Engine::Impl {
   std::shared_ptr<GateBudget> budget_;
   aes::Workspace workspace_;
   protocol::MulLog log_;
+  // The rider's products (malicious mode), moved into log_ after it.
+  protocol::MulLog rider_log_;
   // Set after a channel failure: the parties may be out of step (PRSS
   // counters, half-read messages), so the engine refuses further batches.
   bool broken_ = false;
 };
 
 absl::StatusOr<BatchResult> Engine::Impl::Run(BatchState& b, const KeyLookup& lookup) {
-  const RunContext ctx{channel_, prss_, rep3_, log_, options_, *limiter_, workspace_};
+  const RunContext ctx{ride_, prss_, rep3_, log_, options_, *limiter_, workspace_};
   LookupKeys(ctx, b, lookup);
   // From here on, in malicious mode, every product and opening is logged.
   const LogScope scope(rep3_, log_, options_.malicious);
@@ -185,15 +227,7 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(BatchState& b, const KeyLookup& lo
   if (absl::Status s = DrawCounters(ctx, b); !s.ok()) return s;
   LinkPads(b);
   if (absl::Status s = PlanCts(ctx, b); !s.ok()) return s;
-  if (absl::Status s = RunAes(ctx, b); !s.ok()) return s;
-  if (absl::Status s = ComputeTags(ctx, b); !s.ok()) return s;
-  FillTicketSignatures(ctx, b);
-  const uint64_t masked_max =
-      options_.busy && options_.busy() ? 0 : options_.cts_masked_max_and_words;
-  if (absl::Status s = RunCtsTasks(rep3_, prss_, options_.verify_words, absl::MakeSpan(b.cts),
-                                    masked_max);
-      !s.ok())
-    return s;
+  if (absl::Status s = RunAesTagsAndCts(ctx, b); !s.ok()) return s;
   if (absl::Status s = CheckTags(ctx, b); !s.ok()) return s;
   if (absl::Status s = OpenCtsVerdicts(ctx, b); !s.ok()) return s;
   SettleGates(b);
@@ -202,6 +236,70 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(BatchState& b, const KeyLookup& lo
     if (absl::Status s = protocol::Verifier::Verify(rep3_, log_); !s.ok()) return s;
   }
   return Collect(ctx, b);
+}
+
+absl::Status Engine::Impl::RunAesTagsAndCts(const RunContext& ctx, BatchState& b) {
+  const uint64_t masked_max =
+      options_.busy && options_.busy() ? 0 : options_.cts_masked_max_and_words;
+  auto cts = [&] {
+    return RunCtsTasks(rep3_, prss_, options_.verify_words, absl::MakeSpan(b.cts), masked_max);
+  };
+  auto in_turn = [&]() -> absl::Status {
+    if (absl::Status s = RunAes(ctx, b); !s.ok()) return s;
+    if (absl::Status s = ComputeTags(ctx, b); !s.ok()) return s;
+    FillTicketSignatures(ctx, b);
+    return cts();
+  };
+  if (!RidesAlong(b)) return in_turn();
+  // The rider's PRSS keys: a fresh random value's two components, k'_j =
+  // F(k_j, id) for an id the Run's own PRSS never uses again, so each is
+  // known to the two parties that hold k_j (prss.h) and the rider's ids
+  // are not the host's. Its Rep3 and log are its own (ride.h).
+  std::array<uint8_t, 16> k0, k1;
+  prss_.RandomShares(k0.data(), k1.data(), k0.size());
+  protocol::Prss rider_prss(party(), k0.data(), k1.data());
+  share::Wipe(k0.data(), k0.size());
+  share::Wipe(k1.data(), k1.size());
+  struct ClearRiderLog {
+    protocol::MulLog& log;
+    ~ClearRiderLog() {
+      log.Clear();
+      log.ReleaseExcess();
+    }
+  } clear_rider_log{rider_log_};
+  const bool logging = ctx.logging();
+  // The rider runs no check of its own (the AES kernel's at verify_words):
+  // its log holds no opening, so a check there would not confirm the
+  // agreement's openings (ctr0) before its own last one (verify.h), nor
+  // start silent after a deviation this party saw. Its products are
+  // checked with the host's, in the Run's next check (MulLog::Append).
+  EngineOptions rider_options = options_;
+  rider_options.verify_words = std::numeric_limits<uint32_t>::max();
+  // Every return below ends the rider first (it uses this frame's locals).
+  struct EndRide {
+    RideAlong& ride;
+    ~EndRide() {
+      if (ride.riding()) (void)ride.Join(true);
+    }
+  } end_ride{ride_};
+  const bool riding = ride_.Start([&](net::RingChannel& ch) -> absl::Status {
+    protocol::Rep3 rep3(ch, rider_prss);
+    if (logging) rep3.set_log(&rider_log_);
+    const RunContext rider{ch, rider_prss, rep3, rider_log_, rider_options, *limiter_,
+                           workspace_};
+    if (absl::Status s = RunAes(rider, b); !s.ok()) return s;
+    return ComputeTags(rider, b);
+  });
+  // No thread: the parties that rode expect this one's combined messages,
+  // so the Run fails here, the engine with it (not an in-step status:
+  // RunBatch), and the server's next Run starts on a fresh ring.
+  if (!riding) return absl::ResourceExhaustedError("no thread for the Run's AES and tags");
+  absl::Status st = cts();
+  absl::Status rode = ride_.Join(!st.ok());
+  if (!st.ok()) return st;
+  if (!rode.ok()) return rode;
+  // The check after the tasks covers the rider's products too.
+  return logging ? log_.Append(rider_log_) : absl::OkStatus();
 }
 
 Job::~Job() {

@@ -100,6 +100,28 @@ void MulLog::AddGf(const uint8_t* x0, const uint8_t* x1, const uint8_t* y0,
 
 void MulLog::AddOpened(absl::Span<const uint8_t> v) {
   opened_.Update(v);
+  opened_any_ = true;
+}
+
+absl::Status MulLog::Append(MulLog& other) {
+  if (other.opened_any_)
+    return absl::FailedPreconditionError("MulLog::Append: the other log opened values");
+  const size_t n = other.and_n_;
+  if (n > 0) {
+    uint64_t* out[5];
+    const size_t at = AppendAnd(n, 64, out);
+    for (int k = 0; k < 5; ++k) std::memcpy(out[k], other.and_[k].data(), 8 * n);
+    SetAndZ1(at, other.and_[5].data(), n);
+    for (const auto& [first, count, live] : other.partial_)
+      partial_.push_back({at + first, count, live});
+  }
+  for (int k = 0; k < 6; ++k) {
+    Reserve(gf_[k], gf_[k].size() + other.gf_[k].size());
+    gf_[k].insert(gf_[k].end(), other.gf_[k].begin(), other.gf_[k].end());
+  }
+  if (other.deviated_) deviated_ = true;
+  other.Clear();
+  return absl::OkStatus();
 }
 
 namespace {
@@ -185,6 +207,7 @@ void MulLog::Rewind() {
     v.clear();
   }
   opened_.Reset();
+  opened_any_ = false;
 }
 
 void MulLog::Clear() {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "protocol/dzkp.h"
 #include "protocol/sha256.h"
@@ -78,6 +79,12 @@ class MulLog {
              const uint8_t* y1, const uint8_t* z0, const uint8_t* z1,
              size_t n);
   void AddOpened(absl::Span<const uint8_t> v);
+  // Moves other's AND words and GF(2^128) products after this log's, in
+  // their order (a rider's log, engine/ride.h: the check then covers both
+  // protocols' products at once), and clears other. FAILED_PRECONDITION,
+  // nothing moved, if other opened a value since its last check: its
+  // openings' hash is compared by its own protocol, not carried over.
+  absl::Status Append(MulLog& other);
   // This party saw a deviation outside the log (batch_agreement.cc CheckForwarded:
   // a forwarded message whose tag failed): its next compare fails whatever
   // its successor's hash says (the cheater knows every value this party
@@ -144,6 +151,7 @@ class MulLog {
   bool and_wiped_ = false;
   std::array<std::vector<uint8_t>, 6> gf_;
   Sha256 opened_;
+  bool opened_any_ = false;  // AddOpened since the last Rewind
   // Verifier's buffers, kept for the next batch: the compressed vectors
   // (f0, f1, g0, g1) of the AND proof (GF(2^64)) and of the GF(2^128)
   // products' proof, and the first compression's weights.

@@ -119,6 +119,8 @@ class CtsCluster {
     for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
   }
   ::kmpc::testing::CheatingChannel& cheat() { return *cheat_; }
+  // Messages party i sent on the ring since the last Connect.
+  uint64_t messages(int i) const { return ring_->messages_sent(i); }
   // Party i's EngineOptions::cts_masked_max_and_words from the next
   // Connect (nullopt: the cluster's).
   void SetMaskedMax(int i, std::optional<uint64_t> words) { masked_max_[i] = words; }
@@ -465,6 +467,137 @@ TEST(CtsMalicious, FlippedBitsAreCaughtOrHarmless) {
   FlipsAreCaughtOrHarmless(
       c, cheater, [&] { return c.Run(jobs); }, [&] { return c.RunStatus(jobs); }, right,
       0x637473, 16, 8);
+}
+
+// A krbtgt ticket's ENCRYPT (aes256-ctr-mpc, 20 keystream blocks: usage 2)
+// and the keystream it must have, AES_K(ctr0 + i) for i = 1 .. 20 by
+// OpenSSL.
+Job TicketKeystreamJob(const std::string& krbtgt) {
+  Job j;
+  j.type = pb::JOB_ENCRYPT;
+  j.cipher = pb::CIPHER_AES256;
+  j.key_id = krbtgt;
+  j.usage = 2;
+  j.nblocks = 20;
+  return j;
+}
+bool KeystreamRight(const std::array<BatchResult, 3>& r, size_t j, const Bytes& kt) {
+  Bytes ks;
+  for (int i = 0; i < 3; ++i) {
+    if (r[i].jobs.size() <= j || r[i].jobs[j].status != pb::JOB_OK) return false;
+    const Bytes& k = r[i].jobs[j].keystream[0];
+    ks.resize(k.size());
+    for (size_t b = 0; b < k.size(); ++b) ks[b] ^= k[b];
+  }
+  if (ks.size() != 16 * 20) return false;
+  const auto& ctr0 = r[0].jobs[j].ctr0;
+  for (uint64_t i = 1; i <= 20; ++i) {
+    std::array<uint8_t, 16> ctr;
+    std::copy(ctr0.begin(), ctr0.end(), ctr.begin());
+    uint64_t carry = i;
+    for (int b = 15; b >= 0 && carry != 0; --b) {
+      carry += ctr[b];
+      ctr[b] = static_cast<uint8_t>(carry);
+      carry >>= 8;
+    }
+    const auto want = ::kmpc::testing::OpensslAes(kt, ctr.data());
+    if (!std::equal(want.begin(), want.end(), ks.begin() + 16 * (i - 1))) return false;
+  }
+  return true;
+}
+
+// A login's Run as the KDC sends it: the krbtgt ticket's keystream beside
+// the user's aes*-cts jobs. Its AES pass and tags ride along the tasks'
+// rounds (engine.cc RidesAlong, ride.h): the Run sends about as many
+// messages as the cts jobs alone (the check may take a step more for the
+// rider's products), where the ticket alone takes its AES-256 rounds (14
+// x 3 or 14 x 4 by the S-box); both results right.
+TEST_P(CtsJobs, AKrbtgtTicketRidesAlongTheLoginsRounds) {
+  CtsCluster c(GetParam());
+  const Bytes kt = Random(32);
+  const std::string krbtgt = c.AddCtrKey(kt);
+  const LoginJobs login(c);
+  std::vector<Job> with = login.jobs;
+  with.push_back(TicketKeystreamJob(krbtgt));
+  auto r = c.Run(with);  // compiles the programs
+  ASSERT_TRUE(login.Right(r));
+  CtsProgramCache::Shared().WaitMasked();
+  auto count = [&](const std::vector<Job>& jobs, std::array<BatchResult, 3>* out) {
+    const uint64_t before = c.messages(0);
+    *out = c.Run(jobs);
+    return c.messages(0) - before;
+  };
+  std::array<BatchResult, 3> alone_r, ticket_r, with_r;
+  const uint64_t alone = count(login.jobs, &alone_r);
+  const uint64_t ticket = count({TicketKeystreamJob(krbtgt)}, &ticket_r);
+  const uint64_t both = count(with, &with_r);
+  EXPECT_TRUE(login.Right(alone_r));
+  EXPECT_TRUE(KeystreamRight(ticket_r, 0, kt));
+  EXPECT_TRUE(login.Right(with_r));
+  EXPECT_TRUE(KeystreamRight(with_r, 2, kt));
+  EXPECT_GE(ticket, 40u) << "the ticket alone runs its AES rounds";
+  EXPECT_LE(both, alone + 5) << "the ticket's AES rode along: " << alone << " alone, " << ticket
+                             << " the ticket";
+  EXPECT_LT(both + 30, alone + ticket);
+}
+
+// The same Run with a cheater flipping one bit of the rider's part of a
+// message (the ticket's AES and tag products, after the host's bytes):
+// caught (an honest party fails, nothing released) or harmless. The
+// rider's products are checked with the host's (MulLog::Append).
+TEST(CtsMalicious, FlippedBitsOfARidingTicketAreCaughtOrHarmless) {
+  const int cheater = 1;
+  CtsCluster c(true, cheater);
+  const Bytes kt = Random(32);
+  const std::string krbtgt = c.AddCtrKey(kt);
+  const LoginJobs login(c);
+  std::vector<Job> with = login.jobs;
+  with.push_back(TicketKeystreamJob(krbtgt));
+  auto right = [&](const std::array<BatchResult, 3>& r) {
+    return login.Right(r) && KeystreamRight(r, 2, kt);
+  };
+  ASSERT_TRUE(right(c.Run(with)));
+  CtsProgramCache::Shared().WaitMasked();
+  // A dry run of each: the steps whose message grew carry the rider.
+  uint64_t before = c.cheat().sent();
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  const std::vector<size_t> alone(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  before = c.cheat().sent();
+  ASSERT_TRUE(right(c.Run(with)));
+  const std::vector<size_t> both(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  // The rider's messages are the first ones after the agreement: the two
+  // Runs' steps are aligned there (the check at the end may differ).
+  std::vector<std::pair<size_t, size_t>> rider;  // (step, the host's bytes)
+  for (size_t k = 0; k < std::min(both.size(), alone.size()); ++k)
+    if (both[k] > alone[k]) rider.push_back({k, alone[k]});
+  ASSERT_GE(rider.size(), 40u) << "the ticket's AES rounds ride";
+  std::mt19937_64 rng(0x72696465);
+  int caught = 0;
+  const int trials = 12;
+  for (int t = 0; t < trials; ++t) {
+    const auto [step, host] = rider[rng() % rider.size()];
+    // Bit 0 of a rider word: lane 0, the ticket's first (live) block.
+    const size_t room = both[step] - host;
+    c.cheat().Arm(step, host + 8 * (rng() % (room / 8)), 1);
+    auto r = c.RunStatus(with);
+    ASSERT_TRUE(c.cheat().fired());
+    c.cheat().Disarm();
+    bool failed = false;
+    for (int i = 0; i < 3; ++i) {
+      if (i == cheater || r[i].ok()) continue;
+      const auto code = r[i].status().code();
+      failed = failed || code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted;
+    }
+    if (failed) {
+      ++caught;
+    } else {
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
+      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
+    }
+    c.Connect();
+  }
+  EXPECT_GE(caught, trials / 2) << "of " << trials;
+  EXPECT_TRUE(right(c.Run(with)));
 }
 
 // The agreement on masked Runs (cts_jobs.cc AgreeAll): its three messages
