@@ -11,6 +11,8 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include <grpc/grpc.h>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "cts_items.h"
 #include "absl/synchronization/mutex.h"
 #include "batcher.h"
@@ -218,6 +221,35 @@ class LoopSink : public Sink {
   std::deque<std::pair<int, std::string>> logs_;
 };
 
+// The module's reference to the gRPC library, from before its first
+// channel until after its last gRPC object is gone (the first member of
+// kmpc_core: destroyed last). Its release waits until gRPC has shut down:
+// the channels' core objects let go of their own references later, on
+// gRPC's threads (after their connection attempts end), and the last of
+// them shuts gRPC down on a thread of its own. So once fini returns no
+// gRPC thread is at work (none in a TLS handshake while the process's exit
+// runs OpenSSL's atexit clean-up), unless something else in the process
+// holds gRPC: then fini returns after kShutdownWait, gRPC still running.
+class GrpcLibraryRef {
+ public:
+  static constexpr absl::Duration kShutdownWait = absl::Seconds(3);
+
+  GrpcLibraryRef() { grpc_init(); }
+  ~GrpcLibraryRef() {
+    // On the KDC's thread (never gRPC's): the clean-up runs here if this
+    // is the last reference (grpc.h: grpc_shutdown, not the deprecated
+    // grpc_shutdown_blocking).
+    grpc_shutdown();
+    // grpc_is_initialized() is 1 until the clean-up thread has finished
+    // (it holds gRPC's init lock meanwhile).
+    const absl::Time until = absl::Now() + kShutdownWait;
+    while (grpc_is_initialized() != 0 && absl::Now() < until)
+      absl::SleepFor(absl::Milliseconds(5));
+  }
+  GrpcLibraryRef(const GrpcLibraryRef&) = delete;
+  GrpcLibraryRef& operator=(const GrpcLibraryRef&) = delete;
+};
+
 }  // namespace
 }  // namespace kmpc::kdc
 
@@ -230,6 +262,8 @@ struct krb5_kdcmpc_exchange_st {
 };
 
 struct kmpc_core {
+  // First: gRPC is released after everything below (GrpcLibraryRef).
+  kmpc::kdc::GrpcLibraryRef grpc;
   int efd = -1;
   std::unique_ptr<kmpc::kdc::LoopSink> sink;
   // Outlives the router (its observer); the exposer goes first.

@@ -3,13 +3,17 @@
 // in the krb5 context and no module data, the process made non-dumpable, the
 // ready line in the KDC log, submit's refusals with their message, and a job
 // completed through the verto loop with its krb5 error and message, done
-// called exactly once by the loop. The KDC log (krb5_klog_syslog, from
-// libkadm5srv_mit in krb5kdc) is recorded here.
+// called exactly once by the loop, and fini leaving no gRPC at work. The
+// KDC log (krb5_klog_syslog, from libkadm5srv_mit in krb5kdc) is recorded
+// here. OpenSSL's atexit clean-up runs at this program's exit, as at
+// krb5kdc's.
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+
+#include <grpc/grpc.h>
 
 #include <chrono>
 #include <functional>
@@ -21,7 +25,6 @@
 #include "gtest/gtest.h"
 #include "kdcmpc_job.h"
 #include "test_util.h"
-#include "openssl_at_exit.h"
 
 extern "C" {
 #include <krb5/kdcmpc_plugin.h>
@@ -529,6 +532,25 @@ TEST_F(KmpcKdcTest, JobsSubmittedFromADrainOfManyCompletionsGoOutAtTheNextTurn) 
         std::chrono::duration_cast<std::chrono::milliseconds>(now - c.submitted);
     EXPECT_LT(took.count(), 1000) << "a chained job waited " << took.count() << " ms";
   }
+}
+
+TEST_F(KmpcKdcTest, FiniLeavesGrpcShutDownWithinSecondsWhenServersAreUnreachable) {
+  // A job failed against servers that do not listen: gRPC keeps trying to
+  // connect to them until fini. After fini gRPC is shut down (no thread of
+  // it is at work at the process's exit), within seconds.
+  ASSERT_EQ(Init(UnreachableCluster()), 0) << Message(0);
+  const krb5_kdcmpc_job job = Encrypt();
+  ASSERT_EQ(vt_.submit(ctx_, data_, &job, OnDone, &done_), 0);
+  RunLoopUntilDone();
+  ASSERT_EQ(done_.calls, 1) << "no completion within 10 s";
+  const auto start = std::chrono::steady_clock::now();
+  vt_.fini(ctx_, data_);
+  data_ = nullptr;
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  RecordProperty("fini_ms", static_cast<int>(took.count()));
+  EXPECT_EQ(grpc_is_initialized(), 0);
+  EXPECT_LT(took.count(), 5000) << "fini took " << took.count() << " ms";
 }
 
 }  // namespace

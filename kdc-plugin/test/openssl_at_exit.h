@@ -1,11 +1,12 @@
-// Included by the module's tests that leave gRPC channels to servers that
-// do not listen: gRPC 1.51 keeps reconnecting to them from its global
-// subchannel pool, on its event-engine threads, after the module's fini
-// has released its channels, and a TLS handshake still in flight at exit
-// runs under OpenSSL's atexit cleanup (OPENSSL_cleanup frees the locks it
-// takes: a SIGSEGV after every test passed, seen in a clean clone's
-// ctest). These test programs leave OpenSSL's global state to the end of
-// the process. Initialised before main (an inline variable: once per
+// Included by tests that hold gRPC channels to servers that do not listen
+// outside the KDC module's own gRPC reference (module.cc GrpcLibraryRef,
+// which shuts gRPC down in fini): the transport's, the dealer's and the
+// kdb/ticket tests. gRPC 1.51 keeps reconnecting to such servers from its
+// global subchannel pool on its event-engine threads, and a TLS handshake
+// still in flight at exit would run under OpenSSL's atexit cleanup
+// (OPENSSL_cleanup frees the locks it takes: a SIGSEGV after every test
+// passed). These programs leave OpenSSL's global state to the end of the
+// process. Initialised before main (an inline variable: once per
 // program), before anything else initialises OpenSSL.
 #ifndef KMPC_KDC_TEST_OPENSSL_AT_EXIT_H_
 #define KMPC_KDC_TEST_OPENSSL_AT_EXIT_H_
