@@ -389,6 +389,35 @@ TEST_P(CtsJobs, CtrMpcJobOnACtsKeyIsWrongCipher) {
   ExpectStatus(r, 0, pb::JOB_WRONG_CIPHER);
 }
 
+// One flip by the cheater: bit 0 of the byte at `offset` of its message
+// `step` messages on, in a Run by `cheated`. Returns whether an honest
+// party caught it (DATA_LOSS or ABORTED: nothing released); if none did,
+// every party's results must be `right`. The ring is fresh after it.
+template <typename Cheated, typename Right>
+bool FlipCaught(CtsCluster& c, int cheater, uint64_t step, size_t offset, Cheated cheated,
+                Right right) {
+  c.cheat().Arm(step, offset, 1);
+  auto r = cheated();
+  EXPECT_TRUE(c.cheat().fired());
+  c.cheat().Disarm();
+  bool failed = false;
+  for (int i = 0; i < 3; ++i) {
+    if (i == cheater || r[i].ok()) continue;
+    const auto code = r[i].status().code();
+    failed = failed || code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted;
+  }
+  if (!failed) {
+    bool ran = true;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
+      ran = ran && r[i].ok();
+    }
+    if (ran) EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
+  }
+  c.Connect();
+  return failed;
+}
+
 // The loop of the CtsMalicious tests below, on Runs over masked wires:
 // `trials` flips of one bit
 // (bit 0 of a 64-bit word: lane 0) of random messages of the cheater's,
@@ -414,23 +443,7 @@ void FlipsAreCaughtOrHarmless(CtsCluster& c, int cheater, Clean clean, Cheated c
     const uint64_t step = rng() % sizes.size();
     if (sizes[step] < 8) continue;
     ++done;
-    c.cheat().Arm(step, 8 * (rng() % (sizes[step] / 8)), 1);
-    auto r = cheated();
-    ASSERT_TRUE(c.cheat().fired());
-    c.cheat().Disarm();
-    bool failed = false;  // an honest party's check caught it
-    for (int i = 0; i < 3; ++i) {
-      if (i == cheater || r[i].ok()) continue;
-      const auto code = r[i].status().code();
-      failed = failed || code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted;
-    }
-    if (failed) {
-      ++caught;
-    } else {
-      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
-      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
-    }
-    c.Connect();
+    if (FlipCaught(c, cheater, step, 8 * (rng() % (sizes[step] / 8)), cheated, right)) ++caught;
   }
   EXPECT_GE(caught, min_caught) << "of " << trials;
   EXPECT_TRUE(right(clean()));
@@ -578,23 +591,9 @@ TEST(CtsMalicious, FlippedBitsOfARidingTicketAreCaughtOrHarmless) {
     const auto [step, host] = rider[rng() % rider.size()];
     // Bit 0 of a rider word: lane 0, the ticket's first (live) block.
     const size_t room = both[step] - host;
-    c.cheat().Arm(step, host + 8 * (rng() % (room / 8)), 1);
-    auto r = c.RunStatus(with);
-    ASSERT_TRUE(c.cheat().fired());
-    c.cheat().Disarm();
-    bool failed = false;
-    for (int i = 0; i < 3; ++i) {
-      if (i == cheater || r[i].ok()) continue;
-      const auto code = r[i].status().code();
-      failed = failed || code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted;
-    }
-    if (failed) {
+    if (FlipCaught(c, cheater, step, host + 8 * (rng() % (room / 8)),
+                   [&] { return c.RunStatus(with); }, right))
       ++caught;
-    } else {
-      for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i].ok()) << "step " << step << ": " << r[i].status();
-      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << "step " << step << ": not caught, wrong";
-    }
-    c.Connect();
   }
   EXPECT_GE(caught, trials / 2) << "of " << trials;
   EXPECT_TRUE(right(c.Run(with)));
