@@ -300,6 +300,16 @@ void PackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
       for (size_t w = 0; w < p.n[k]; ++w) dst[w] = src[w];
       continue;
     }
+    if (live == 1) {  // one login's job: lane 0 of 64 words to a word
+      const size_t n = p.n[k];
+      for (size_t w0 = 0; w0 < n; w0 += 64) {
+        uint64_t acc = 0;
+        const size_t m = std::min<size_t>(64, n - w0);
+        for (size_t b = 0; b < m; ++b) acc |= (src[w0 + b] & 1) << b;
+        dst[w0 / 64] = acc;
+      }
+      continue;
+    }
     std::fill_n(dst, (p.n[k] * live + 63) / 64, 0);
     for (size_t w = 0; w < p.n[k]; ++w) PutBits(dst, w * live, live, src[w]);
   }
@@ -312,6 +322,10 @@ void UnpackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
     const int live = p.live[k];
     if (live == 64) {
       for (size_t w = 0; w < p.n[k]; ++w) dst[w] = src[w];
+      continue;
+    }
+    if (live == 1) {
+      for (size_t w = 0; w < p.n[k]; ++w) dst[w] = (src[w / 64] >> (w % 64)) & 1;
       continue;
     }
     for (size_t w = 0; w < p.n[k]; ++w) dst[w] = GetBits(src, w * live, live);
