@@ -14,6 +14,9 @@
 // sends messages of one size on every party (channel.h). Leftover rider
 // messages (a rider with more rounds than the host had) go alone in Join.
 // The host's SendToPrev and RecvFromNext, outside Exchange, carry nothing.
+// The rider sends each round's message before it waits for that round's
+// reply (every ring protocol here does): a rider that received first
+// would wait for a host exchange that waits for its send.
 //
 // The rider has its own PRSS keys, Rep3 and MulLog (engine.cc), so the two
 // threads share no protocol state; only this class's queues, under mu_.
