@@ -108,27 +108,31 @@ void RideAlong::Deliver(absl::Status st, absl::Span<const uint8_t> part) {
   cv_.notify_all();
 }
 
-absl::Status RideAlong::Exchange(absl::Span<const uint8_t> to_prev,
-                                 absl::Span<uint8_t> from_next) {
-  if (!thread_.joinable()) return inner_.Exchange(to_prev, from_next);
+bool RideAlong::Carry(absl::Span<const uint8_t> to_prev, absl::Span<uint8_t> from_next,
+                      absl::Status* st) {
   std::vector<uint8_t> rider;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (aborted_ || !failed_.ok() || !NextSend(lock, &rider))
-      return inner_.Exchange(to_prev, from_next);
+    if (aborted_ || !failed_.ok() || !NextSend(lock, &rider)) return false;
   }
   send_.resize(to_prev.size() + rider.size());
   std::copy(to_prev.begin(), to_prev.end(), send_.begin());
   std::copy(rider.begin(), rider.end(), send_.begin() + static_cast<long>(to_prev.size()));
   recv_.resize(from_next.size() + rider.size());
-  absl::Status st = inner_.Exchange(send_, absl::MakeSpan(recv_));
-  if (st.ok())
-    std::copy_n(recv_.begin(), from_next.size(), from_next.begin());
-  Deliver(st, absl::MakeConstSpan(recv_).subspan(from_next.size()));
+  *st = inner_.Exchange(send_, absl::MakeSpan(recv_));
+  if (st->ok()) std::copy_n(recv_.begin(), from_next.size(), from_next.begin());
+  Deliver(*st, absl::MakeConstSpan(recv_).subspan(from_next.size()));
   share::Wipe(rider);
   share::Wipe(send_);
   share::Wipe(recv_);
-  return st;
+  return true;
+}
+
+absl::Status RideAlong::Exchange(absl::Span<const uint8_t> to_prev,
+                                 absl::Span<uint8_t> from_next) {
+  absl::Status st;
+  if (thread_.joinable() && Carry(to_prev, from_next, &st)) return st;
+  return inner_.Exchange(to_prev, from_next);
 }
 
 absl::Status RideAlong::Join(bool abort) {
@@ -139,17 +143,8 @@ absl::Status RideAlong::Join(bool abort) {
     cv_.notify_all();
   } else {
     // What the rider still sends goes alone, one exchange each.
-    for (;;) {
-      std::vector<uint8_t> msg;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        if (!failed_.ok() || !NextSend(lock, &msg)) break;
-      }
-      recv_.resize(msg.size());
-      absl::Status st = inner_.Exchange(msg, absl::MakeSpan(recv_));
-      Deliver(st, recv_);
-      share::Wipe(msg);
-      share::Wipe(recv_);
+    absl::Status st;
+    while (Carry({}, {}, &st)) {
     }
   }
   thread_.join();

@@ -72,6 +72,12 @@ class RideAlong : public net::RingChannel {
   // The rider's next send, waiting for it; false once the rider returned
   // with nothing left to send. Holds mu_ through lock.
   bool NextSend(std::unique_lock<std::mutex>& lock, std::vector<uint8_t>* msg);
+  // One inner exchange of to_prev and the rider's next send (if it has
+  // one, and no exchange failed): the reply's host part into from_next,
+  // the rest to the rider, the exchange's status in *st. False, nothing
+  // sent, when there is nothing of the rider's to carry.
+  bool Carry(absl::Span<const uint8_t> to_prev, absl::Span<uint8_t> from_next,
+             absl::Status* st);
   void Deliver(absl::Status st, absl::Span<const uint8_t> part);
 
   net::RingChannel& inner_;

@@ -108,17 +108,15 @@ absl::Status MulLog::Append(MulLog& other) {
     return absl::FailedPreconditionError("MulLog::Append: the other log opened values");
   const size_t n = other.and_n_;
   if (n > 0) {
-    uint64_t* out[5];
-    const size_t at = AppendAnd(n, 64, out);
-    for (int k = 0; k < 5; ++k) std::memcpy(out[k], other.and_[k].data(), 8 * n);
-    SetAndZ1(at, other.and_[5].data(), n);
+    const auto& a = other.and_;
+    const size_t at = AddAnd(a[0].data(), a[1].data(), a[2].data(), a[3].data(), a[4].data(), n);
+    SetAndZ1(at, a[5].data(), n);
     for (const auto& [first, count, live] : other.partial_)
       partial_.push_back({at + first, count, live});
   }
-  for (int k = 0; k < 6; ++k) {
-    Reserve(gf_[k], gf_[k].size() + other.gf_[k].size());
-    gf_[k].insert(gf_[k].end(), other.gf_[k].begin(), other.gf_[k].end());
-  }
+  const auto& g = other.gf_;
+  AddGf(g[0].data(), g[1].data(), g[2].data(), g[3].data(), g[4].data(), g[5].data(),
+        other.gf_products());
   if (other.deviated_) deviated_ = true;
   other.Clear();
   return absl::OkStatus();

@@ -495,25 +495,13 @@ Job TicketKeystreamJob(const std::string& krbtgt) {
   return j;
 }
 bool KeystreamRight(const std::array<BatchResult, 3>& r, size_t j, const Bytes& kt) {
-  Bytes ks;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 3; ++i)
     if (r[i].jobs.size() <= j || r[i].jobs[j].status != pb::JOB_OK) return false;
-    const Bytes& k = r[i].jobs[j].keystream[0];
-    ks.resize(k.size());
-    for (size_t b = 0; b < k.size(); ++b) ks[b] ^= k[b];
-  }
+  const Bytes ks = Revealed(r, j);
   if (ks.size() != 16 * 20) return false;
-  const auto& ctr0 = r[0].jobs[j].ctr0;
+  const Bytes ctr0(r[0].jobs[j].ctr0.begin(), r[0].jobs[j].ctr0.end());
   for (uint64_t i = 1; i <= 20; ++i) {
-    std::array<uint8_t, 16> ctr;
-    std::copy(ctr0.begin(), ctr0.end(), ctr.begin());
-    uint64_t carry = i;
-    for (int b = 15; b >= 0 && carry != 0; --b) {
-      carry += ctr[b];
-      ctr[b] = static_cast<uint8_t>(carry);
-      carry >>= 8;
-    }
-    const auto want = ::kmpc::testing::OpensslAes(kt, ctr.data());
+    const auto want = ::kmpc::testing::OpensslAes(kt, reference::Ctr(ctr0, i).data());
     if (!std::equal(want.begin(), want.end(), ks.begin() + 16 * (i - 1))) return false;
   }
   return true;
