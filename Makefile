@@ -65,9 +65,19 @@ test-unit: build
 	@echo "== C++ unit tests (ctest) =="
 	@cd $(CMAKE_BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The integration tests mostly wait on their daemons (~0.3 of a core each):
+# PYTEST_WORKERS files run at once (pytest-xdist, a test file's tests in
+# order on one worker: their module fixtures hold a realm), then the files
+# marked serial (storms, latencies: conftest.py) one by one; 1: all in one
+# run, one by one.
+PYTEST_WORKERS ?= 3
+PYTEST := KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) -m pytest -q -ra --durations=25
 test-integration: build
 	@echo "== integration tests (pytest, real processes) =="
-	@KMPC_CMAKE_BUILD=$(CMAKE_BUILD) $(PYTHON) -m pytest -q -ra --durations=25 integration-tests
+	@$(if $(filter 1,$(PYTEST_WORKERS)),$(PYTEST) integration-tests, \
+	  rc=0; $(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" integration-tests || rc=$$?; \
+	  echo "== integration tests that need the machine to themselves (serial) =="; \
+	  $(PYTEST) -m serial integration-tests || rc=$$?; exit $$rc)
 
 # MIT's own KDC-facing Python tests (src/tests/t_*.py ...) on MIT's k5test
 # harness in its kmpc mode (krb5's k5test kmpc-mode patch): every realm a test creates

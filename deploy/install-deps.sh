@@ -15,6 +15,7 @@ pkgs=(
   libcli11-dev  # kmpc-admin's command line (header-only)
   # tests, demo and benchmarks
   python3 python3-pytest python3-cryptography python3-matplotlib python3-grpcio
+  python3-pytest-xdist  # make test runs the integration test files in parallel
   python3-protobuf  # the tests decode kmpc.proto messages with protoc's classes
   openssl iproute2 procps
   python3-pip  # test_code_layout.py: pip install --target build/pydeps lizard

@@ -17,6 +17,13 @@ from kmpc_harness import realm as kmpc_realm  # noqa: E402
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "serial: a test whose figures need the machine to itself (a storm, "
+        "latencies, a window): make test runs these files one by one after the others, "
+        "which run in parallel (-m 'not serial' -n N)")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cert_pool(tmp_path_factory):
     """The clusters' certificates generated ahead in the background
@@ -48,6 +55,11 @@ def pytest_collection_finish(session):
     its slow preparation overlaps the other tests (on the CPU time they
     leave idle)."""
     if session.config.option.collectonly:
+        return
+    # Under pytest-xdist (make test) every worker collects every test, and
+    # which worker runs a module is decided later: the module's own fixture
+    # starts its preparation there instead (once, in that worker).
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     for mod in {getattr(item, "module", None) for item in session.items} - {None}:
         start = getattr(mod, "start_in_background", None)

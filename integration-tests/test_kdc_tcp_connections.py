@@ -30,6 +30,11 @@ import struct
 import time
 
 import krb_der
+import pytest
+
+# A load-bearing timing test (a storm, latencies or a window): make test
+# runs it alone, after the parallel part (conftest.py, "serial").
+pytestmark = pytest.mark.serial
 
 CONNECTIONS = 120
 MIT_DEFAULT = 45

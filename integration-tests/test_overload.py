@@ -31,6 +31,10 @@ import pytest
 from bench import storm_bench
 from kmpc_harness.realm import storm_users_realm
 
+# A load-bearing timing test (a storm, latencies or a window): make test
+# runs it alone, after the parallel part (conftest.py, "serial").
+pytestmark = pytest.mark.serial
+
 AS_REP, KRB_ERROR = 0x6B, 0x7E
 
 

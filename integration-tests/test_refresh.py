@@ -39,6 +39,11 @@ from aes_ref import expand_key  # noqa: E402
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 from kmpc_harness.kmpc_realm import KmpcRealm, storm_realm  # noqa: E402
 from bench import storm_bench  # noqa: E402
+import pytest  # noqa: E402
+
+# A load-bearing timing test (a storm, latencies or a window): make test
+# runs it alone, after the parallel part (conftest.py, "serial").
+pytestmark = pytest.mark.serial
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so")
 

@@ -25,6 +25,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 from test_refresh import (Storm, check_combines, check_redealt,  # noqa: E402
                           make_realm, one_record, only_id, read_stores, status_ok)
+import pytest  # noqa: E402
+
+# A load-bearing timing test (a storm, latencies or a window): make test
+# runs it alone, after the parallel part (conftest.py, "serial").
+pytestmark = pytest.mark.serial
 
 kmpc_cluster.require_built("mpc-server/kmpc-admin", "kdc-plugin/libkmpc_kdc.so")
 

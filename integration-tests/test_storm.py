@@ -15,6 +15,10 @@ import pytest
 from bench import storm_bench
 from kmpc_harness.realm import PREFIX, storm_users_realm
 
+# A load-bearing timing test (a storm, latencies or a window): make test
+# runs it alone, after the parallel part (conftest.py, "serial").
+pytestmark = pytest.mark.serial
+
 ENCTYPES = ["aes256-cts-hmac-sha1-96"]
 
 

@@ -32,6 +32,11 @@ from kmpc_harness import cluster as kmpc_cluster  # noqa: E402
 from kmpc_harness.kmpc_realm import KmpcRealm, storm_realm  # noqa: E402
 # Skipped as test_recovery is (kmpc-admin and the module built).
 from test_recovery import Storm, kill9, quantile  # noqa: E402
+import pytest  # noqa: E402
+
+# A load-bearing timing test (a storm, latencies or a window): make test
+# runs it alone, after the parallel part (conftest.py, "serial").
+pytestmark = pytest.mark.serial
 
 
 
