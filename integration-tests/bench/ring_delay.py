@@ -347,7 +347,10 @@ def log_point(p, log):
     log(f"  {p['label']:14s} " + "; ".join(
         f"{w} p50 {p[w]['p50_ms']} ms (failed {p[w]['failed']}, "
         f"{ring_cost.mean_of(p[w]['servers'], 'ring_messages_per_login')} rounds, "
-        f"{ring_cost.mean_of(p[w]['servers'], 'ring_bytes_per_login')} B/server)"
+        f"{ring_cost.mean_of(p[w]['servers'], 'ring_bytes_per_login')} B/server, "
+        f"spins ran out {ring_cost.mean_of(p[w]['servers'], 'spins_ran_out_per_login')} / "
+        f"{ring_cost.mean_of(p[w]['servers'], 'spinning_waits_per_login')}, slept first "
+        f"{ring_cost.mean_of(p[w]['servers'], 'waits_slept_first_per_login')})"
         for w in ("cts", "kdb")) + (f"; relay lateness p50 {lat} us" if lat else ""))
 
 

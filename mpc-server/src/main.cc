@@ -710,6 +710,16 @@ int main(int argc, char** argv) {
   int port = 0;
   auto server = StartGrpcServer(keyops_wiping.get(), admin_wiping.get(), &port);
   if (!server.ok()) return Fail(std::string(server.status().message()));
+  metrics.SetRingWaitSource([r = ring->get()] {
+    kmpc::service::Metrics::RingWaits w;
+    for (int i = 0; i < r->workers(); ++i) {
+      const kmpc::net::TlsRingChannel* ch = r->channel(i);
+      w.spun += ch->spins();
+      w.slept_first += ch->late_spins();
+      w.ran_out += ch->spins_ran_out();
+    }
+    return w;
+  });
   auto exposer = StartMetricsExposer(metrics);
   if (!exposer.ok()) return Fail(std::string(exposer.status().message()));
   StartCtsPrecompile();

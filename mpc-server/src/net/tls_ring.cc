@@ -291,6 +291,7 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
     while (rc == 0 && (rc = poll(fds, nfds, 0)) == 0 && Clock::now() < spin_end) {
       sched_yield();  // let a co-located party run (3 parties, 2 cores)
     }
+    if (rc == 0) spins_ran_out_.fetch_add(1, std::memory_order_relaxed);
   }
   // In slices, so that a shutting-down server (TlsRing::Abort) does not
   // wait out the timeout.

@@ -198,6 +198,9 @@ class TlsRingChannel final : public RingChannel {
   uint64_t spins() const { return spins_.load(); }
   // Of those, the waits that slept first (TlsRingOptions::spin_late).
   uint64_t late_spins() const { return late_spins_.load(); }
+  // Of those, the waits whose spin ended before the message came: they
+  // slept in poll() after it and paid a wake-up.
+  uint64_t spins_ran_out() const { return spins_ran_out_.load(); }
   // Bytes TCP sent to prev on this channel's connections: frames plus TLS
   // record overhead and handshakes (TCP_INFO tcpi_bytes_sent). Worker
   // thread only.
@@ -252,6 +255,7 @@ class TlsRingChannel final : public RingChannel {
   std::atomic<uint64_t> steps_sent_{0};
   std::atomic<uint64_t> spins_{0};
   std::atomic<uint64_t> late_spins_{0};
+  std::atomic<uint64_t> spins_ran_out_{0};
   WaitHistory waits_;  // the spinning receives' waits (worker thread)
   std::atomic<bool> up_{false};
   uint64_t generation_ = 0;

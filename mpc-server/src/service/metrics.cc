@@ -23,6 +23,7 @@ class Metrics::Synced : public prometheus::Collectable {
   explicit Synced(const Metrics* m) : m_(m) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
     m_->SyncCts();
+    m_->SyncRing();
     return m_->registry_->Collect();
   }
 
@@ -81,6 +82,18 @@ Metrics::Metrics(int party)
                      .Add({});
   ring_messages_ = &counter("kmpc_ring_messages_sent_total",
                             "messages this party sent on the ring")
+                        .Add({});
+  ring_waits_[0] = &counter("kmpc_ring_spinning_waits_total",
+                            "ring receives of latency-bound batches that busy-polled "
+                            "(--ring_spin_us) before or instead of sleeping")
+                        .Add({});
+  ring_waits_[1] = &counter("kmpc_ring_waits_slept_first_total",
+                            "of those, the ones that slept until shortly before the "
+                            "expected arrival first (--ring_spin_late)")
+                        .Add({});
+  ring_waits_[2] = &counter("kmpc_ring_spins_ran_out_total",
+                            "of those, the ones whose spin ended before the message "
+                            "came (a sleep and a wake-up paid)")
                         .Add({});
   auto& latency = prometheus::BuildHistogram()
                       .Name("kmpc_batch_latency_seconds")
@@ -181,6 +194,21 @@ void Metrics::SyncCts() const {
                       std::pair{cts_evaluations_, cc.evaluations.load()},
                       std::pair{cts_masked_, cc.masked.load()}})
     c->Increment(std::max(0.0, static_cast<double>(v) - c->Value()));
+}
+
+void Metrics::SetRingWaitSource(std::function<RingWaits()> source) {
+  std::lock_guard<std::mutex> l(sync_mu_);
+  ring_waits_source_ = std::move(source);
+}
+
+void Metrics::SyncRing() const {
+  std::lock_guard<std::mutex> l(sync_mu_);
+  if (!ring_waits_source_) return;
+  const RingWaits w = ring_waits_source_();
+  const uint64_t v[3] = {w.spun, w.slept_first, w.ran_out};
+  for (int i = 0; i < 3; ++i)
+    ring_waits_[i]->Increment(
+        std::max(0.0, static_cast<double>(v[i]) - ring_waits_[i]->Value()));
 }
 
 std::string Metrics::Render() const {

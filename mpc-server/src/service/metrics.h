@@ -10,6 +10,7 @@
 #define KMPC_SERVICE_METRICS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,6 +57,16 @@ class Metrics {
   void RecordRingRejected(const char* reason);
   // A job that failed alone; status: its JobStatus name.
   void RecordJobFailure(const std::string& status);
+  // The ring's receive waits that spun (net::TlsRingChannel::spins,
+  // late_spins, spins_ran_out), summed over its workers; `source` is read
+  // at each collection (kmpc_ring_spinning_waits_total and the two below
+  // it) and must outlive the Metrics object's use. A wait whose spin ran
+  // out paid a sleep and a wake-up: the figure that tells whether the spin
+  // policy (--ring_spin_us, --ring_spin_late) fits the peers' distance.
+  struct RingWaits {
+    uint64_t spun = 0, slept_first = 0, ran_out = 0;
+  };
+  void SetRingWaitSource(std::function<RingWaits()> source);
 
   uint64_t batches_ok() const;
   uint64_t batches_failed() const;
@@ -104,6 +115,9 @@ class Metrics {
   mutable std::mutex sync_mu_;  // one SyncCts at a time (it adds differences)
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;
+  std::function<RingWaits()> ring_waits_source_;  // set before serving
+  prometheus::Counter* ring_waits_[3];  // spun, slept_first, ran_out
+  void SyncRing() const;
   prometheus::Histogram* latency_[kKinds];
 };
 

@@ -71,6 +71,25 @@ TEST(MetricsTest, TheHttpCollectionSeesTheCtsProgramCache) {
     EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
 }
 
+// The ring's spinning waits are read from their source at each collection:
+// the counters follow it, and without a source they stay at 0.
+TEST(MetricsTest, RingWaitsFollowTheirSource) {
+  Metrics m(2);
+  EXPECT_TRUE(absl::StrContains(m.Render(),
+                                "kmpc_ring_spins_ran_out_total{party=\"2\"} 0\n"));
+  Metrics::RingWaits w{40, 7, 3};
+  m.SetRingWaitSource([&w] { return w; });
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::string text = m.Render();
+    for (const std::string& want :
+         {absl::StrCat("kmpc_ring_spinning_waits_total{party=\"2\"} ", w.spun, "\n"),
+          absl::StrCat("kmpc_ring_waits_slept_first_total{party=\"2\"} ", w.slept_first, "\n"),
+          absl::StrCat("kmpc_ring_spins_ran_out_total{party=\"2\"} ", w.ran_out, "\n")})
+      EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
+    w = {100, 9, 50};
+  }
+}
+
 // A failed batch counts its ring traffic and latency but no jobs or AES
 // blocks; a sign batch has its own series and is not a ring batch of
 // batches_ok / batches_failed.

@@ -428,7 +428,7 @@ TEST(WaitHistoryTest, SleepsUntilTheSpinBeforeTheEarlyWaits) {
 // without it never; the rounds carry the right data either way.
 TEST_F(TlsRingTest, SpinLateSleepsFirstBehindASlowPeer) {
   constexpr int kRounds = 24;
-  std::array<uint64_t, 2> late{}, spins{};
+  std::array<uint64_t, 2> late{}, spins{}, ran_out{};
   for (int on = 0; on < 2; ++on) {
     ASSERT_NO_FATAL_FAILURE(StartAll(1, [&](TlsRingOptions& o) {
       o.spin_us = 100;
@@ -442,6 +442,7 @@ TEST_F(TlsRingTest, SpinLateSleepsFirstBehindASlowPeer) {
       if (p == 0) {
         late[on] = ch->late_spins();
         spins[on] = ch->spins();
+        ran_out[on] = ch->spins_ran_out();
       }
       return absl::OkStatus();
     });
@@ -450,6 +451,9 @@ TEST_F(TlsRingTest, SpinLateSleepsFirstBehindASlowPeer) {
   }
   EXPECT_EQ(late[0], 0u);
   EXPECT_GE(spins[0], static_cast<uint64_t>(kRounds / 2));  // it spun, without sleeping first
+  // A 100 us spin before a 3 ms wait ends without the message, and is counted.
+  EXPECT_GE(ran_out[0], static_cast<uint64_t>(kRounds / 2));
+  EXPECT_LE(ran_out[0], spins[0]);
   EXPECT_GE(late[1], static_cast<uint64_t>(kRounds - WaitHistory::kWaits));
 }
 
