@@ -172,13 +172,16 @@ def test_pkinit_bench_runs_and_results_rows(capsys):
 
 def snapshots(per_login, logins, base=1000):
     """Two mpc_metrics()-shaped snapshots `logins` logins apart: party i
-    sent per_login[i] bytes and 40 messages a login, ran 1 Run a login."""
+    sent per_login[i] bytes and 40 messages a login, ran 1 Run a login,
+    spun in 20 receive waits a login of which 5 ran out."""
     m0 = {i: {"kmpc_ring_bytes_sent_total": base, "kmpc_ring_messages_sent_total": base,
               "kmpc_batches_run_ok_total": 7} for i in range(3)}
     m1 = {i: {"kmpc_ring_bytes_sent_total": base + per_login[i] * logins,
               "kmpc_ring_messages_sent_total": base + 40 * logins,
               "kmpc_batches_run_ok_total": 7 + logins,
-              "kmpc_cts_and_rounds_total": 30 * logins} for i in range(3)}
+              "kmpc_cts_and_rounds_total": 30 * logins,
+              "kmpc_ring_spinning_waits_total": 20 * logins,
+              "kmpc_ring_spins_ran_out_total": 5 * logins} for i in range(3)}
     return m0, m1
 
 
@@ -192,7 +195,9 @@ def test_ring_cost_bytes_per_login_per_server(capsys):
     assert srv["mpc-server-1"] == {"ring_bytes_per_login": 205010.0,
                                    "ring_messages_per_login": 40.0,
                                    "and_rounds_per_login": 30.0, "ands_per_login": 0.0,
-                                   "runs_per_login": 1.0}
+                                   "runs_per_login": 1.0, "spinning_waits_per_login": 20.0,
+                                   "waits_slept_first_per_login": 0.0,
+                                   "spins_ran_out_per_login": 5.0}
     assert ring_cost.bytes_row(srv) == {
         "by_server": {"mpc-server-0": 205000.0, "mpc-server-1": 205010.0,
                       "mpc-server-2": 204990.0}, "mean": 205000.0, "spread": 20.0}
