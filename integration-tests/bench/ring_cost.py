@@ -20,11 +20,13 @@ SERIES = {"ring_bytes_per_login": "kmpc_ring_bytes_sent_total",
           "and_rounds_per_login": "kmpc_cts_and_rounds_total",
           "ands_per_login": "kmpc_cts_ands_total",
           "runs_per_login": "kmpc_batches_run_ok_total",
-          # The ring's receive waits that spun, slept first, or paid a
-          # wake-up after their spin (--ring_spin_us, --ring_spin_late).
+          # The ring's receive waits that spun, slept first, paid a
+          # wake-up after their spin, or spun through a peer's delay
+          # (--ring_spin_us, --ring_spin_late, --ring_spin_through_us).
           "spinning_waits_per_login": "kmpc_ring_spinning_waits_total",
           "waits_slept_first_per_login": "kmpc_ring_waits_slept_first_total",
-          "spins_ran_out_per_login": "kmpc_ring_spins_ran_out_total"}
+          "spins_ran_out_per_login": "kmpc_ring_spins_ran_out_total",
+          "waits_spun_through_per_login": "kmpc_ring_waits_spun_through_total"}
 
 
 def per_server(m0, m1, logins):

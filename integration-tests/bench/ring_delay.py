@@ -247,11 +247,31 @@ def measure(target, client, ring, delay_ms, n, label):
              "loadavg": os.getloadavg()[0]}
     for who, user in zip(("cts", "kdb"), USERS):
         m0 = target.mpc_counters()
+        c0 = server_cpu(target)
         runs = client.logins(user, n)
+        c1 = server_cpu(target)
         m1 = target.mpc_counters()
-        point[who] = {**summary(runs), "servers": ring_cost.per_server(m0, m1, len(runs))}
+        point[who] = {**summary(runs), "servers": ring_cost.per_server(m0, m1, len(runs)),
+                      "server_cpu_ms_per_login": (
+                          {k: round((c1[k] - c0[k]) * 1e3 / len(runs), 1) for k in c0}
+                          if c0 and c1 and runs else None)}
     point["relay"] = ring.stats() if ring is not None else None
     return point
+
+
+def server_cpu(target):
+    """{mpc-server-I: CPU seconds} of the target's three servers (their
+    spins included: what a server's host gives a login), None when the
+    target does not name their pids."""
+    from bench import cts_realm
+    pids = {k: v for k, v in getattr(target, "watch", {}).items()
+            if k.startswith("mpc-server-")}
+    if len(pids) != 3:
+        return None
+    try:
+        return cts_realm.cpu_seconds(pids)
+    except OSError:
+        return None
 
 
 def warm(client, log):
@@ -350,7 +370,9 @@ def log_point(p, log):
         f"{ring_cost.mean_of(p[w]['servers'], 'ring_bytes_per_login')} B/server, "
         f"spins ran out {ring_cost.mean_of(p[w]['servers'], 'spins_ran_out_per_login')} / "
         f"{ring_cost.mean_of(p[w]['servers'], 'spinning_waits_per_login')}, slept first "
-        f"{ring_cost.mean_of(p[w]['servers'], 'waits_slept_first_per_login')})"
+        f"{ring_cost.mean_of(p[w]['servers'], 'waits_slept_first_per_login')}, spun through "
+        f"{ring_cost.mean_of(p[w]['servers'], 'waits_spun_through_per_login')}, CPU ms a "
+        f"login {list((p[w].get('server_cpu_ms_per_login') or {}).values())})"
         for w in ("cts", "kdb")) + (f"; relay lateness p50 {lat} us" if lat else ""))
 
 

@@ -197,7 +197,8 @@ def test_ring_cost_bytes_per_login_per_server(capsys):
                                    "and_rounds_per_login": 30.0, "ands_per_login": 0.0,
                                    "runs_per_login": 1.0, "spinning_waits_per_login": 20.0,
                                    "waits_slept_first_per_login": 0.0,
-                                   "spins_ran_out_per_login": 5.0}
+                                   "spins_ran_out_per_login": 5.0,
+                                   "waits_spun_through_per_login": 0.0}
     assert ring_cost.bytes_row(srv) == {
         "by_server": {"mpc-server-0": 205000.0, "mpc-server-1": 205010.0,
                       "mpc-server-2": 204990.0}, "mean": 205000.0, "spread": 20.0}

@@ -146,9 +146,15 @@ ABSL_FLAG(int, ring_spin_us, 150,
           "before sleeping (latency of small batches); 0 = never");
 ABSL_FLAG(bool, ring_spin_late, true,
           "a receive that spins (--ring_spin_us) and whose recent rounds waited longer "
-          "than that sleeps until --ring_spin_us before the expected arrival, then "
-          "spins: servers in different rooms pay no wake-up after a sleep per round; "
-          "false = spin first, then sleep");
+          "than that spins through the wait (up to --ring_spin_through_us) or sleeps "
+          "until --ring_spin_us before the expected arrival, then spins: servers in "
+          "different rooms pay no wake-up after a sleep per round; false = spin "
+          "first, then sleep");
+ABSL_FLAG(int, ring_spin_through_us, 1500,
+          "with --ring_spin_late, a spinning receive whose recent rounds waited "
+          "longer than --ring_spin_us but no longer than this (median) spins through "
+          "the wait, up to this long (servers rooms apart); past it, it sleeps until "
+          "shortly before the expected arrival; 0: never spins through");
 ABSL_FLAG(int, ring_spin_max_bytes, 3072,
           "largest ring message a receive busy-polls for (larger ones sleep: "
           "throughput-bound batches keep their CPU)");
@@ -412,12 +418,39 @@ absl::StatusOr<kmpc::net::TlsRingOptions> RingOptionsFromFlags(
   ropt.recv_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_ring_timeout_ms));
   ropt.spin_us = absl::GetFlag(FLAGS_ring_spin_us);
   ropt.spin_late = absl::GetFlag(FLAGS_ring_spin_late);
+  ropt.spin_through_us = std::max(0, absl::GetFlag(FLAGS_ring_spin_through_us));
   ropt.spin_max_bytes =
       static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_ring_spin_max_bytes)));
   ropt.on_reject = [metrics](kmpc::net::RingReject r) {
     metrics->RecordRingRejected(kmpc::net::RingRejectName(r));
   };
   return ropt;
+}
+
+// The ring (RingOptionsFromFlags, *ropt), its listener's rejects and its
+// receives' spins (TlsRingChannel's counters over its workers) counted in
+// `metrics`, which outlives it: the exposer and the services stop before
+// the ring is destroyed.
+absl::StatusOr<std::unique_ptr<kmpc::net::TlsRing>> StartRing(
+    int party, const std::shared_ptr<kmpc::service::RevocationList>& crl,
+    kmpc::service::Metrics* metrics, kmpc::net::TlsRingOptions* ropt) {
+  auto opt = RingOptionsFromFlags(party, crl, metrics);
+  if (!opt.ok()) return opt.status();
+  *ropt = *std::move(opt);
+  auto ring = kmpc::net::TlsRing::Start(*ropt);
+  if (!ring.ok()) return ring.status();
+  metrics->SetRingWaitSource([r = ring->get()] {
+    kmpc::service::Metrics::RingWaits w;
+    for (int i = 0; i < r->workers(); ++i) {
+      const kmpc::net::TlsRingChannel* ch = r->channel(i);
+      w.spun += ch->spins();
+      w.slept_first += ch->late_spins();
+      w.ran_out += ch->spins_ran_out();
+      w.through += ch->spun_through();
+    }
+    return w;
+  });
+  return ring;
 }
 
 // A store of states awaiting their next request (ENCRYPT states, pads):
@@ -685,10 +718,8 @@ int main(int argc, char** argv) {
 
   const sigset_t stop_set = BlockStopSignals();  // before any thread starts
   kmpc::service::Metrics metrics(party);  // before the ring, which counts in it
-  auto ropt_or = RingOptionsFromFlags(party, crl, &metrics);
-  if (!ropt_or.ok()) return Fail(std::string(ropt_or.status().message()));
-  const kmpc::net::TlsRingOptions ropt = *std::move(ropt_or);
-  auto ring = kmpc::net::TlsRing::Start(ropt);
+  kmpc::net::TlsRingOptions ropt;
+  auto ring = StartRing(party, crl, &metrics, &ropt);
   if (!ring.ok()) return Fail(std::string(ring.status().message()));
 
   kmpc::service::KeyCache keys(store->get(), party);
@@ -710,16 +741,6 @@ int main(int argc, char** argv) {
   int port = 0;
   auto server = StartGrpcServer(keyops_wiping.get(), admin_wiping.get(), &port);
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  metrics.SetRingWaitSource([r = ring->get()] {
-    kmpc::service::Metrics::RingWaits w;
-    for (int i = 0; i < r->workers(); ++i) {
-      const kmpc::net::TlsRingChannel* ch = r->channel(i);
-      w.spun += ch->spins();
-      w.slept_first += ch->late_spins();
-      w.ran_out += ch->spins_ran_out();
-    }
-    return w;
-  });
   auto exposer = StartMetricsExposer(metrics);
   if (!exposer.ok()) return Fail(std::string(exposer.status().message()));
   StartCtsPrecompile();

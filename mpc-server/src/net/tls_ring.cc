@@ -239,12 +239,16 @@ void TlsRingChannel::BeginBatch(uint32_t seq, absl::Time deadline) {
 
 void WaitHistory::Add(absl::Duration wait) { waits_[n_++ % kWaits] = wait; }
 
-WaitHistory::Plan WaitHistory::PlanFor(absl::Duration spin) const {
+WaitHistory::Plan WaitHistory::PlanFor(absl::Duration spin,
+                                       absl::Duration through) const {
   if (n_ < kWaits / 2) return {absl::ZeroDuration(), spin};
   std::array<absl::Duration, kWaits> w = waits_;
   const size_t k = std::min(n_, kWaits);
   std::sort(w.begin(), w.begin() + k);
-  const absl::Duration early = w[1], median = w[k / 2];
+  const absl::Duration early = w[1], median = w[k / 2], longest = w[k - 1];
+  if (median <= spin) return {absl::ZeroDuration(), spin};
+  if (median <= through)
+    return {absl::ZeroDuration(), std::min(longest + spin / 2, through)};
   if (early <= spin) return {absl::ZeroDuration(), spin};
   return {early - spin, std::min(std::max(early, median + spin / 2), early + spin)};
 }
@@ -273,8 +277,13 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
     spins_.fetch_add(1, std::memory_order_relaxed);
     const absl::Duration spin_for = absl::Microseconds(ring_->options_.spin_us);
     const WaitHistory::Plan plan = timed && ring_->options_.spin_late
-                                       ? waits_.PlanFor(spin_for)
+                                       ? waits_.PlanFor(spin_for, spin_through_
+                                                                      ? absl::Microseconds(
+                                                                            ring_->options_.spin_through_us)
+                                                                      : absl::ZeroDuration())
                                        : WaitHistory::Plan{absl::ZeroDuration(), spin_for};
+    if (plan.sleep == absl::ZeroDuration() && plan.spin_until > spin_for)
+      spun_through_.fetch_add(1, std::memory_order_relaxed);
     // Not past the receive's deadline nor while aborting (the slices
     // below check both); a signal ends the sleep like its timeout.
     const absl::Duration sleep =

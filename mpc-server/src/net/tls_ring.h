@@ -103,11 +103,17 @@ struct TlsRingOptions {
   int spin_us = 0;
   size_t spin_max_bytes = 3072;
   // A spinning receive whose recent waits (WaitHistory) were longer than
-  // spin_us first sleeps until spin_us before the expected arrival, then
-  // spins (2 x spin_us at most): servers in different rooms (rounds of a
-  // one-way delay or more) then pay no wake-up after a sleep per round
-  // (tens of us on a VM). false: spin first, then sleep.
+  // spin_us: up to a median of spin_through_us (servers rooms apart, a
+  // one-way delay of up to ~1 ms) it spins through the wait, until half a
+  // spin past the longest recent one (spin_through_us at most); past that
+  // median it first sleeps until spin_us before the expected arrival, then
+  // spins (2 x spin_us at most). Either way a round pays no wake-up after a
+  // sleep (tens of us on a VM, each of a login's ~2,200 rounds); the spin
+  // through costs the server a core while a latency-bound batch waits on
+  // its peers, never while a large one does (spin_max_bytes, and the
+  // scheduler's set_spin_data). false: spin spin_us first, then sleep.
   bool spin_late = true;
+  int spin_through_us = 1500;
   // A receive with no output to drain waits in the socket read itself
   // (TlsConn::UseBlockingReads) rather than in poll(); false: poll, as a
   // control for benchmarks.
@@ -124,11 +130,15 @@ struct TlsRingOptions {
 };
 
 // When a spinning receive of a ring channel expects its next message, from
-// its last kWaits waits (a ring's rounds within a batch wait about as long
-// as each other): it sleeps until `spin` before the early ones (the second
-// least, so that one short wait does not move it) and spins past the
-// median by half a spin, so a wake-up after the sleep (a timer's, tens of
-// us late on a VM) comes before the message, not after it.
+// its last kWaits waits. A masked Run's waits between rooms are bimodal
+// (messages already sent while this party computed, and a one-way delay
+// for the rest), so the median tells the peers' distance: up to `through`
+// the receive spins through the wait; past it (rounds of milliseconds,
+// where a wake-up is a small part of the wait) it sleeps until `spin`
+// before the early waits (the second least, so that one short wait does
+// not move it) and spins past the median by half a spin, so a wake-up
+// after the sleep (a timer's, tens of us late on a VM) comes before the
+// message, not after it.
 class WaitHistory {
  public:
   static constexpr size_t kWaits = 16;
@@ -137,12 +147,14 @@ class WaitHistory {
     absl::Duration sleep;       // before spinning
     absl::Duration spin_until;  // from the wait's start
   };
-  // Once kWaits / 2 waits are in and the second least passes `spin`:
-  // sleep = that - spin, spin_until = max(that, median + spin / 2), at
-  // most that + spin (a spin of 2 x spin at most: waits that vary widely,
-  // as on a loaded host, sleep the rest as before). Otherwise no sleep
-  // and spin_until = spin (the spin covers the wait).
-  Plan PlanFor(absl::Duration spin) const;
+  // Before kWaits / 2 waits are in, or with a median of at most `spin`
+  // (one site): no sleep, spin_until = spin. A median up to `through`: no
+  // sleep, spin_until = the longest wait + spin / 2, at most `through`.
+  // Past it, once the second least passes `spin`: sleep = that - spin,
+  // spin_until = max(that, median + spin / 2), at most that + spin (waits
+  // that vary widely sleep the rest); otherwise as one site.
+  Plan PlanFor(absl::Duration spin,
+               absl::Duration through = absl::ZeroDuration()) const;
 
  private:
   std::array<absl::Duration, kWaits> waits_{};
@@ -187,6 +199,12 @@ class TlsRingChannel final : public RingChannel {
   // was 16% of a server's CPU and a Run took ~1.7x as long in a storm of
   // 24 logins per Run: docs/bench-log.md).
   void set_spin_data(bool on) { spin_data_ = on; }
+  // Whether a spinning receive may spin through a wait of a few hundred
+  // microseconds (TlsRingOptions::spin_through_us; on until set). The
+  // scheduler sets it per batch, for a batch alone on its server: the spin
+  // then takes a core for the whole Run, which a busy server's other
+  // batches need.
+  void set_spin_through(bool on) { spin_through_ = on; }
   // Waits until all queued output is written.
   absl::Status Flush(absl::Time deadline);
   // Drops both connections (after a failed batch).
@@ -201,6 +219,9 @@ class TlsRingChannel final : public RingChannel {
   // Of those, the waits whose spin ended before the message came: they
   // slept in poll() after it and paid a wake-up.
   uint64_t spins_ran_out() const { return spins_ran_out_.load(); }
+  // Of those, the waits that spun through (past spin_us: a peer rooms
+  // apart, TlsRingOptions::spin_through_us), a core's time each.
+  uint64_t spun_through() const { return spun_through_.load(); }
   // Bytes TCP sent to prev on this channel's connections: frames plus TLS
   // record overhead and handshakes (TCP_INFO tcpi_bytes_sent). Worker
   // thread only.
@@ -251,11 +272,13 @@ class TlsRingChannel final : public RingChannel {
   absl::Time batch_deadline_ = absl::InfiniteFuture();
   bool spin_control_ = false;
   bool spin_data_ = true;
+  bool spin_through_ = true;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> steps_sent_{0};
   std::atomic<uint64_t> spins_{0};
   std::atomic<uint64_t> late_spins_{0};
   std::atomic<uint64_t> spins_ran_out_{0};
+  std::atomic<uint64_t> spun_through_{0};
   WaitHistory waits_;  // the spinning receives' waits (worker thread)
   std::atomic<bool> up_{false};
   uint64_t generation_ = 0;

@@ -95,6 +95,11 @@ Metrics::Metrics(int party)
                             "of those, the ones whose spin ended before the message "
                             "came (a sleep and a wake-up paid)")
                         .Add({});
+  ring_waits_[3] = &counter("kmpc_ring_waits_spun_through_total",
+                            "of those, the ones that spun through a wait longer than "
+                            "--ring_spin_us (peers rooms apart, --ring_spin_through_us): "
+                            "a core's time while a lone batch waits")
+                        .Add({});
   auto& latency = prometheus::BuildHistogram()
                       .Name("kmpc_batch_latency_seconds")
                       .Help("a batch's time from its request to its result "
@@ -205,8 +210,8 @@ void Metrics::SyncRing() const {
   std::lock_guard<std::mutex> l(sync_mu_);
   if (!ring_waits_source_) return;
   const RingWaits w = ring_waits_source_();
-  const uint64_t v[3] = {w.spun, w.slept_first, w.ran_out};
-  for (int i = 0; i < 3; ++i)
+  const uint64_t v[4] = {w.spun, w.slept_first, w.ran_out, w.through};
+  for (int i = 0; i < 4; ++i)
     ring_waits_[i]->Increment(
         std::max(0.0, static_cast<double>(v[i]) - ring_waits_[i]->Value()));
 }

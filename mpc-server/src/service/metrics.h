@@ -58,13 +58,13 @@ class Metrics {
   // A job that failed alone; status: its JobStatus name.
   void RecordJobFailure(const std::string& status);
   // The ring's receive waits that spun (net::TlsRingChannel::spins,
-  // late_spins, spins_ran_out), summed over its workers; `source` is read
-  // at each collection (kmpc_ring_spinning_waits_total and the two below
-  // it) and must outlive the Metrics object's use. A wait whose spin ran
+  // late_spins, spins_ran_out, spun_through), summed over its workers; `source` is read
+  // at each collection (kmpc_ring_spinning_waits_total and the three
+  // below it) and must outlive the Metrics object's use. A wait whose spin ran
   // out paid a sleep and a wake-up: the figure that tells whether the spin
   // policy (--ring_spin_us, --ring_spin_late) fits the peers' distance.
   struct RingWaits {
-    uint64_t spun = 0, slept_first = 0, ran_out = 0;
+    uint64_t spun = 0, slept_first = 0, ran_out = 0, through = 0;
   };
   void SetRingWaitSource(std::function<RingWaits()> source);
 
@@ -116,7 +116,7 @@ class Metrics {
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;
   std::function<RingWaits()> ring_waits_source_;  // set before serving
-  prometheus::Counter* ring_waits_[3];  // spun, slept_first, ran_out
+  prometheus::Counter* ring_waits_[4];  // spun, slept_first, ran_out, through
   void SyncRing() const;
   prometheus::Histogram* latency_[kKinds];
 };

@@ -49,8 +49,10 @@ class WorkerRing {
                                                            absl::Time deadline) = 0;
   // Whether this batch's receives may busy-poll briefly before they sleep:
   // RecvControl's and the small data ones
-  // (net::TlsRingChannel::set_spin_control, set_spin_data); a hint.
-  virtual void SpinBatch(bool on) { (void)on; }
+  // (net::TlsRingChannel::set_spin_control, set_spin_data), and whether
+  // they may spin through the waits of peers rooms apart
+  // (set_spin_through: the batch is alone on this server); a hint.
+  virtual void SpinBatch(bool on, bool through) { (void)on, (void)through; }
   // Waits until everything sent has left this party.
   virtual absl::Status Flush(absl::Time deadline) = 0;
   // Drops the link after a failed batch (the neighbours fail fast).

@@ -252,7 +252,10 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
           std::min(absl::Now() + options_.connect_timeout, work.deadline));
       !st.ok())
     return absl::UnavailableError(st.message());
-  ch.SpinBatch(LatencyBound(work.kind, work.jobs));
+  // Spinning through the rounds of peers rooms apart takes a core for the
+  // whole Run: only a batch alone on this server does (the same test as
+  // the masked Runs' EngineOptions::busy).
+  ch.SpinBatch(LatencyBound(work.kind, work.jobs), !Busy());
   const absl::Time now = absl::Now();
   if (now >= work.deadline)
     return work.proposals > 0
@@ -436,7 +439,7 @@ absl::Status Scheduler::ForwardProposal(WorkerRing& ch, Session& session, Propos
   fwd.age_ms = Ms(absl::Milliseconds(fwd.age_ms) + held);
   fwd.wait_ms = Ms(absl::Milliseconds(fwd.wait_ms) - held);
   if (!st.ok()) return st;
-  ch.SpinBatch(p.work != nullptr && LatencyBound(p.work->kind, p.work->jobs));
+  ch.SpinBatch(p.work != nullptr && LatencyBound(p.work->kind, p.work->jobs), !Busy());
   if (absl::Status sent = ch.SendControl(p.seq, Encode(fwd)); !sent.ok()) return sent;
   p.forwarded = true;
   uint32_t cseq = 0;

@@ -28,9 +28,10 @@ class TlsWorker final : public WorkerRing {
                                                    absl::Time deadline) override {
     return ch_.RecvControl(seq, deadline);
   }
-  void SpinBatch(bool on) override {
+  void SpinBatch(bool on, bool through) override {
     ch_.set_spin_control(on);
     ch_.set_spin_data(on);
+    ch_.set_spin_through(on && through);
   }
   absl::Status Flush(absl::Time deadline) override { return ch_.Flush(deadline); }
   void Reset() override { ch_.Reset(); }

@@ -77,16 +77,17 @@ TEST(MetricsTest, RingWaitsFollowTheirSource) {
   Metrics m(2);
   EXPECT_TRUE(absl::StrContains(m.Render(),
                                 "kmpc_ring_spins_ran_out_total{party=\"2\"} 0\n"));
-  Metrics::RingWaits w{40, 7, 3};
+  Metrics::RingWaits w{40, 7, 3, 20};
   m.SetRingWaitSource([&w] { return w; });
   for (int pass = 0; pass < 2; ++pass) {
     const std::string text = m.Render();
     for (const std::string& want :
          {absl::StrCat("kmpc_ring_spinning_waits_total{party=\"2\"} ", w.spun, "\n"),
           absl::StrCat("kmpc_ring_waits_slept_first_total{party=\"2\"} ", w.slept_first, "\n"),
-          absl::StrCat("kmpc_ring_spins_ran_out_total{party=\"2\"} ", w.ran_out, "\n")})
+          absl::StrCat("kmpc_ring_spins_ran_out_total{party=\"2\"} ", w.ran_out, "\n"),
+          absl::StrCat("kmpc_ring_waits_spun_through_total{party=\"2\"} ", w.through, "\n")})
       EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
-    w = {100, 9, 50};
+    w = {100, 9, 50, 30};
   }
 }
 
