@@ -151,10 +151,11 @@ ABSL_FLAG(bool, ring_spin_late, true,
           "different rooms pay no wake-up after a sleep per round; false = spin "
           "first, then sleep");
 ABSL_FLAG(int, ring_spin_through_us, 1500,
-          "with --ring_spin_late, a spinning receive whose recent rounds waited "
-          "longer than --ring_spin_us but no longer than this (median) spins through "
-          "the wait, up to this long (servers rooms apart); past it, it sleeps until "
-          "shortly before the expected arrival; 0: never spins through");
+          "with --ring_spin_late, while this server has one batch in flight, a "
+          "spinning receive whose recent rounds waited longer than --ring_spin_us "
+          "but no longer than this (median) spins through the wait, up to this long "
+          "(servers rooms apart: a core's time while it lasts); 0 = never, at most "
+          "10000");
 ABSL_FLAG(int, ring_spin_max_bytes, 3072,
           "largest ring message a receive busy-polls for (larger ones sleep: "
           "throughput-bound batches keep their CPU)");
@@ -418,7 +419,12 @@ absl::StatusOr<kmpc::net::TlsRingOptions> RingOptionsFromFlags(
   ropt.recv_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_ring_timeout_ms));
   ropt.spin_us = absl::GetFlag(FLAGS_ring_spin_us);
   ropt.spin_late = absl::GetFlag(FLAGS_ring_spin_late);
-  ropt.spin_through_us = std::max(0, absl::GetFlag(FLAGS_ring_spin_through_us));
+  ropt.spin_through_us = absl::GetFlag(FLAGS_ring_spin_through_us);
+  if (ropt.spin_through_us < 0 ||
+      ropt.spin_through_us > kmpc::net::TlsRingOptions::kMaxSpinThroughUs)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ring_spin_through_us must be 0 to ",
+                     kmpc::net::TlsRingOptions::kMaxSpinThroughUs));
   ropt.spin_max_bytes =
       static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_ring_spin_max_bytes)));
   ropt.on_reject = [metrics](kmpc::net::RingReject r) {

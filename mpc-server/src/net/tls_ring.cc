@@ -253,6 +253,12 @@ WaitHistory::Plan WaitHistory::PlanFor(absl::Duration spin,
   return {early - spin, std::min(std::max(early, median + spin / 2), early + spin)};
 }
 
+absl::Duration TlsRingChannel::SpinThroughBound() const {
+  return spin_through_ && spin_through_()
+             ? absl::Microseconds(ring_->options_.spin_through_us)
+             : absl::ZeroDuration();
+}
+
 absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
                                       bool reading, bool spin,
                                       absl::Time deadline) {
@@ -270,6 +276,7 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
   Clock::time_point t0;
   if (spinning) {
     t0 = Clock::now();
+    const absl::Duration to_deadline = deadline - absl::Now();
     // Small messages of a latency-bound batch arrive within tens of
     // microseconds; polling briefly saves a sleep/wake-up per round. A
     // ring whose rounds wait longer (servers in different rooms) sleeps
@@ -277,30 +284,33 @@ absl::Status TlsRingChannel::PollWait(bool out_blocked, bool want_in,
     spins_.fetch_add(1, std::memory_order_relaxed);
     const absl::Duration spin_for = absl::Microseconds(ring_->options_.spin_us);
     const WaitHistory::Plan plan = timed && ring_->options_.spin_late
-                                       ? waits_.PlanFor(spin_for, spin_through_
-                                                                      ? absl::Microseconds(
-                                                                            ring_->options_.spin_through_us)
-                                                                      : absl::ZeroDuration())
+                                       ? waits_.PlanFor(spin_for, SpinThroughBound())
                                        : WaitHistory::Plan{absl::ZeroDuration(), spin_for};
-    if (plan.sleep == absl::ZeroDuration() && plan.spin_until > spin_for)
-      spun_through_.fetch_add(1, std::memory_order_relaxed);
     // Not past the receive's deadline nor while aborting (the slices
     // below check both); a signal ends the sleep like its timeout.
     const absl::Duration sleep =
-        std::min({plan.sleep, absl::Milliseconds(kAbortSliceMs), deadline - absl::Now()});
+        std::min({plan.sleep, absl::Milliseconds(kAbortSliceMs), to_deadline});
     if (sleep > absl::ZeroDuration() && !ring_->aborting()) {
       late_spins_.fetch_add(1, std::memory_order_relaxed);
       const timespec ts = absl::ToTimespec(sleep);
       rc = ppoll(fds, static_cast<nfds_t>(nfds), &ts, nullptr);
       if (rc < 0 && errno == EINTR) rc = 0;
     }
+    // Not past the deadline (to_deadline from t0) nor while aborting.
     const Clock::time_point spin_end =
-        t0 + absl::ToChronoNanoseconds(
-                 std::min(plan.spin_until, absl::Milliseconds(kAbortSliceMs)));
-    while (rc == 0 && (rc = poll(fds, nfds, 0)) == 0 && Clock::now() < spin_end) {
+        t0 + absl::ToChronoNanoseconds(std::max(
+                 absl::ZeroDuration(), std::min({plan.spin_until,
+                                                 absl::Milliseconds(kAbortSliceMs),
+                                                 to_deadline})));
+    while (rc == 0 && (rc = poll(fds, nfds, 0)) == 0 && Clock::now() < spin_end &&
+           !ring_->aborting()) {
       sched_yield();  // let a co-located party run (3 parties, 2 cores)
     }
-    if (rc == 0) spins_ran_out_.fetch_add(1, std::memory_order_relaxed);
+    if (rc == 0)
+      spins_ran_out_.fetch_add(1, std::memory_order_relaxed);
+    else if (plan.sleep == absl::ZeroDuration() && plan.spin_until > spin_for &&
+             Clock::now() - t0 > absl::ToChronoNanoseconds(spin_for))
+      spun_through_.fetch_add(1, std::memory_order_relaxed);
   }
   // In slices, so that a shutting-down server (TlsRing::Abort) does not
   // wait out the timeout.

@@ -104,16 +104,20 @@ struct TlsRingOptions {
   size_t spin_max_bytes = 3072;
   // A spinning receive whose recent waits (WaitHistory) were longer than
   // spin_us: up to a median of spin_through_us (servers rooms apart, a
-  // one-way delay of up to ~1 ms) it spins through the wait, until half a
-  // spin past the longest recent one (spin_through_us at most); past that
-  // median it first sleeps until spin_us before the expected arrival, then
-  // spins (2 x spin_us at most). Either way a round pays no wake-up after a
-  // sleep (tens of us on a VM, each of a login's ~2,200 rounds); the spin
-  // through costs the server a core while a latency-bound batch waits on
-  // its peers, never while a large one does (spin_max_bytes, and the
-  // scheduler's set_spin_data). false: spin spin_us first, then sleep.
+  // one-way delay of up to ~1 ms), where set_spin_through allows it, it
+  // spins through the wait, until half a spin past the longest recent one
+  // (spin_through_us at most); otherwise, once the early waits too are
+  // longer than spin_us, it first sleeps until spin_us before the expected
+  // arrival, then spins (2 x spin_us at most), and else spins spin_us and
+  // sleeps. The first two pay no wake-up after a sleep (tens of us on a
+  // VM, each of a login's ~2,200 rounds); the spin through costs the
+  // server a core while a latency-bound batch waits on its peers, never
+  // while a large one does (spin_max_bytes, and the scheduler's
+  // set_spin_data). false: spin spin_us first, then sleep. Every spin ends
+  // at the receive's deadline and on Abort().
   bool spin_late = true;
-  int spin_through_us = 1500;
+  int spin_through_us = 1500;  // at most kMaxSpinThroughUs
+  static constexpr int kMaxSpinThroughUs = 10000;
   // A receive with no output to drain waits in the socket read itself
   // (TlsConn::UseBlockingReads) rather than in poll(); false: poll, as a
   // control for benchmarks.
@@ -199,12 +203,14 @@ class TlsRingChannel final : public RingChannel {
   // was 16% of a server's CPU and a Run took ~1.7x as long in a storm of
   // 24 logins per Run: docs/bench-log.md).
   void set_spin_data(bool on) { spin_data_ = on; }
-  // Whether a spinning receive may spin through a wait of a few hundred
-  // microseconds (TlsRingOptions::spin_through_us; on until set). The
-  // scheduler sets it per batch, for a batch alone on its server: the spin
-  // then takes a core for the whole Run, which a busy server's other
-  // batches need.
-  void set_spin_through(bool on) { spin_through_ = on; }
+  // When a spinning receive may spin through a wait of a few hundred
+  // microseconds (TlsRingOptions::spin_through_us), asked at each such
+  // wait on the worker's thread; empty (the default): never. The scheduler
+  // allows it while its server has a single batch in flight: the spin
+  // takes a core, which a busy server's other batches need.
+  void set_spin_through(std::function<bool()> allowed) {
+    spin_through_ = std::move(allowed);
+  }
   // Waits until all queued output is written.
   absl::Status Flush(absl::Time deadline);
   // Drops both connections (after a failed batch).
@@ -219,8 +225,9 @@ class TlsRingChannel final : public RingChannel {
   // Of those, the waits whose spin ended before the message came: they
   // slept in poll() after it and paid a wake-up.
   uint64_t spins_ran_out() const { return spins_ran_out_.load(); }
-  // Of those, the waits that spun through (past spin_us: a peer rooms
-  // apart, TlsRingOptions::spin_through_us), a core's time each.
+  // Of those, the waits that spun through past spin_us until the message
+  // came (a peer rooms apart, TlsRingOptions::spin_through_us), a core's
+  // time each.
   uint64_t spun_through() const { return spun_through_.load(); }
   // Bytes TCP sent to prev on this channel's connections: frames plus TLS
   // record overhead and handshakes (TCP_INFO tcpi_bytes_sent). Worker
@@ -252,6 +259,8 @@ class TlsRingChannel final : public RingChannel {
   // (channel dropped) at the deadline or on Abort().
   absl::Status PollWait(bool out_blocked, bool want_in, bool reading,
                         bool spin, absl::Time deadline);
+  // PlanFor's `through`: spin_through_us while set_spin_through allows.
+  absl::Duration SpinThroughBound() const;
   absl::Status Fail(absl::Status st);
   void AdoptIncoming();
   void DropOut();
@@ -272,7 +281,7 @@ class TlsRingChannel final : public RingChannel {
   absl::Time batch_deadline_ = absl::InfiniteFuture();
   bool spin_control_ = false;
   bool spin_data_ = true;
-  bool spin_through_ = true;
+  std::function<bool()> spin_through_;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> steps_sent_{0};
   std::atomic<uint64_t> spins_{0};

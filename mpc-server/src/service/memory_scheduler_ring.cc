@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -169,6 +170,14 @@ class Worker final : public WorkerRing, public net::RingChannel {
     ++generation_;
   }
   Counters counters() const override { return {bytes_.load(), messages_.load(), 0}; }
+  void SpinThroughWhile(std::function<bool()> allowed) override {
+    absl::MutexLock lock(&spin_through_mu_);
+    spin_through_ = std::move(allowed);
+  }
+  bool SpinThroughAllowed() {
+    absl::MutexLock lock(&spin_through_mu_);
+    return spin_through_ && spin_through_();
+  }
 
  private:
   Inbox& Mine() { return *shared_->inbox[party_][worker_]; }
@@ -212,6 +221,8 @@ class Worker final : public WorkerRing, public net::RingChannel {
   uint64_t in_epoch_ = 0, out_epoch_ = 0;  // the connections adopted
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> messages_{0};
+  absl::Mutex spin_through_mu_;
+  std::function<bool()> spin_through_ ABSL_GUARDED_BY(spin_through_mu_);
 };
 
 }  // namespace
@@ -226,6 +237,7 @@ class MemorySchedulerRings::Party final : public SchedulerRing {
   int party() const override { return party_; }
   int workers() const override { return static_cast<int>(workers_.size()); }
   WorkerRing& worker(int w) override { return *workers_[w]; }
+  Worker& memory_worker(int w) { return *workers_[w]; }
   bool AllConnected() const override { return !shared_->down(); }
   absl::Duration recv_timeout() const override { return shared_->recv_timeout; }
 
@@ -248,6 +260,10 @@ void MemorySchedulerRings::Shutdown() { shared_->Shutdown(); }
 
 void MemorySchedulerRings::DelayControlSends(int i, absl::Duration d) {
   shared_->control_delay_us[i] = absl::ToInt64Microseconds(d);
+}
+
+bool MemorySchedulerRings::SpinThroughAllowed(int party, int worker) {
+  return parties_[party]->memory_worker(worker).SpinThroughAllowed();
 }
 
 int MemorySchedulerRings::control_sends_delayed() const {

@@ -33,6 +33,9 @@ class MemorySchedulerRings {
   // (counted once their sleep is over).
   void DelayControlSends(int i, absl::Duration d);
   int control_sends_delayed() const;
+  // What party i's worker w was last given by WorkerRing::SpinThroughWhile
+  // says now (false when it was given none).
+  bool SpinThroughAllowed(int party, int worker);
 
   class Shared;  // the queues, shared by the three parties' workers
 

@@ -8,6 +8,7 @@
 #define KMPC_SERVICE_RING_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -49,10 +50,12 @@ class WorkerRing {
                                                            absl::Time deadline) = 0;
   // Whether this batch's receives may busy-poll briefly before they sleep:
   // RecvControl's and the small data ones
-  // (net::TlsRingChannel::set_spin_control, set_spin_data), and whether
-  // they may spin through the waits of peers rooms apart
-  // (set_spin_through: the batch is alone on this server); a hint.
-  virtual void SpinBatch(bool on, bool through) { (void)on, (void)through; }
+  // (net::TlsRingChannel::set_spin_control, set_spin_data); a hint.
+  virtual void SpinBatch(bool on) { (void)on; }
+  // When a spinning receive may spin through the wait of peers rooms
+  // apart (net::TlsRingChannel::set_spin_through): asked at each such
+  // wait, from this worker's thread; a hint.
+  virtual void SpinThroughWhile(std::function<bool()> allowed) { (void)allowed; }
   // Waits until everything sent has left this party.
   virtual absl::Status Flush(absl::Time deadline) = 0;
   // Drops the link after a failed batch (the neighbours fail fast).

@@ -136,7 +136,7 @@ struct Scheduler::Session {
 Scheduler::Scheduler(SchedulerRing* ring, engine::KeyLookup lookup,
                      SchedulerOptions options)
     : ring_(ring), lookup_(std::move(lookup)), options_(options) {
-  options_.engine.busy = [this] { return Busy(); };
+  AskBusy();
 }
 
 Scheduler::Scheduler(net::TlsRing* ring, engine::KeyLookup lookup,
@@ -145,10 +145,22 @@ Scheduler::Scheduler(net::TlsRing* ring, engine::KeyLookup lookup,
       ring_(owned_ring_.get()),
       lookup_(std::move(lookup)),
       options_(options) {
-  options_.engine.busy = [this] { return Busy(); };
+  AskBusy();
 }
 
-Scheduler::~Scheduler() { Stop(); }
+void Scheduler::AskBusy() {
+  options_.engine.busy = [this] { return Busy(); };
+  // Spinning through the rounds of peers rooms apart takes a core while it
+  // lasts: only while this server has one batch in flight, asked at every
+  // such wait, so a batch that started alone stops when others arrive.
+  for (int w = 0; w < ring_->workers(); ++w)
+    ring_->worker(w).SpinThroughWhile([this] { return !Busy(); });
+}
+
+Scheduler::~Scheduler() {
+  Stop();
+  for (int w = 0; w < ring_->workers(); ++w) ring_->worker(w).SpinThroughWhile(nullptr);
+}
 
 void Scheduler::Start() {
   for (int w = 0; w < ring_->workers(); ++w) {
@@ -252,10 +264,7 @@ absl::Status Scheduler::LeadBatch(WorkerRing& ch, Session& session,
           std::min(absl::Now() + options_.connect_timeout, work.deadline));
       !st.ok())
     return absl::UnavailableError(st.message());
-  // Spinning through the rounds of peers rooms apart takes a core for the
-  // whole Run: only a batch alone on this server does (the same test as
-  // the masked Runs' EngineOptions::busy).
-  ch.SpinBatch(LatencyBound(work.kind, work.jobs), !Busy());
+  ch.SpinBatch(LatencyBound(work.kind, work.jobs));
   const absl::Time now = absl::Now();
   if (now >= work.deadline)
     return work.proposals > 0
@@ -439,7 +448,7 @@ absl::Status Scheduler::ForwardProposal(WorkerRing& ch, Session& session, Propos
   fwd.age_ms = Ms(absl::Milliseconds(fwd.age_ms) + held);
   fwd.wait_ms = Ms(absl::Milliseconds(fwd.wait_ms) - held);
   if (!st.ok()) return st;
-  ch.SpinBatch(p.work != nullptr && LatencyBound(p.work->kind, p.work->jobs), !Busy());
+  ch.SpinBatch(p.work != nullptr && LatencyBound(p.work->kind, p.work->jobs));
   if (absl::Status sent = ch.SendControl(p.seq, Encode(fwd)); !sent.ok()) return sent;
   p.forwarded = true;
   uint32_t cseq = 0;

@@ -153,7 +153,8 @@ class Scheduler {
 
   // Whether more than one batch is in flight on this server (admitted by
   // Submit and not yet done: waiting, proposed or running): its engines'
-  // EngineOptions::busy, which then keeps their Runs on Rep3 ANDs.
+  // EngineOptions::busy, which then keeps their Runs on Rep3 ANDs, and
+  // its ring workers' WorkerRing::SpinThroughWhile (not while busy).
   bool Busy() const { return in_flight_.load(std::memory_order_relaxed) > 1; }
   // What this Scheduler's workers create their engines with (its
   // SchedulerOptions::engine, busy set to Busy).
@@ -168,6 +169,10 @@ class Scheduler {
  private:
   struct Work;
   struct Session;  // one worker's Engine and the channel generation it used
+
+  // Busy as the engines' EngineOptions::busy and as when the ring's
+  // workers may spin through a wait (WorkerRing::SpinThroughWhile).
+  void AskBusy();
 
   void LeaderLoop(int worker);
   void FollowerLoop(int worker);

@@ -28,10 +28,12 @@ class TlsWorker final : public WorkerRing {
                                                    absl::Time deadline) override {
     return ch_.RecvControl(seq, deadline);
   }
-  void SpinBatch(bool on, bool through) override {
+  void SpinBatch(bool on) override {
     ch_.set_spin_control(on);
     ch_.set_spin_data(on);
-    ch_.set_spin_through(on && through);
+  }
+  void SpinThroughWhile(std::function<bool()> allowed) override {
+    ch_.set_spin_through(std::move(allowed));
   }
   absl::Status Flush(absl::Time deadline) override { return ch_.Flush(deadline); }
   void Reset() override { ch_.Reset(); }

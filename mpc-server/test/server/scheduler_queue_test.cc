@@ -93,9 +93,10 @@ TEST_F(SchedulerQueueTest, TheSameBatchWaitsOnceAndAStopEndsTheWait) {
   EXPECT_EQ(out.error, pb::BATCH_SHUTTING_DOWN);
 }
 
-// Busy (the engines' EngineOptions::busy): more than one batch admitted
-// and not done. A refused copy does not count; a batch counts until its
-// outcome, whatever ends it (here the stop).
+// Busy (the engines' EngineOptions::busy, and not the ring workers'
+// spin through): more than one batch admitted and not done. A refused copy
+// does not count; a batch counts until its outcome, whatever ends it (here
+// the stop). A destroyed Scheduler leaves its ring no question to ask.
 TEST_F(SchedulerQueueTest, BusyWhileAnotherBatchIsInFlight) {
   Make(absl::Seconds(30));
   // The engines ask the scheduler (EngineOptions::busy), whatever the
@@ -104,6 +105,7 @@ TEST_F(SchedulerQueueTest, BusyWhileAnotherBatchIsInFlight) {
   ASSERT_TRUE(engines_busy);
   EXPECT_FALSE(scheduler_->Busy());
   EXPECT_FALSE(engines_busy());
+  EXPECT_TRUE(rings_->SpinThroughAllowed(1, 0));
   const BatchId id = RandomBatchId();
   std::future<BatchOutcome> first = std::async(std::launch::async, [&] {
     return scheduler_->Submit(BatchKind::kRun, id, {});
@@ -119,11 +121,15 @@ TEST_F(SchedulerQueueTest, BusyWhileAnotherBatchIsInFlight) {
   while (!scheduler_->Busy() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
   EXPECT_TRUE(scheduler_->Busy()) << "two batches waiting";
   EXPECT_TRUE(engines_busy());
+  EXPECT_FALSE(rings_->SpinThroughAllowed(1, 0));
   scheduler_->Stop();
   EXPECT_EQ(first.get().error, pb::BATCH_SHUTTING_DOWN);
   EXPECT_EQ(second.get().error, pb::BATCH_SHUTTING_DOWN);
   EXPECT_FALSE(scheduler_->Busy()) << "both done";
   EXPECT_FALSE(engines_busy());
+  EXPECT_TRUE(rings_->SpinThroughAllowed(1, 0));
+  scheduler_.reset();
+  EXPECT_FALSE(rings_->SpinThroughAllowed(1, 0));
 }
 
 TEST_F(SchedulerQueueTest, AnOpenBreakerRefusesAtOnce) {
