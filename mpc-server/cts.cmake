@@ -67,6 +67,7 @@ gtest_discover_tests(kmpc_cts_jobs_wipe_test TEST_PREFIX "cts." DISCOVERY_TIMEOU
 # kmpc_core; kmpc_lut_map names them for the tests and the study.
 target_sources(kmpc_core PRIVATE
   ${KMPC_CORE_ROOT}/src/cts/lut_map.cc
+  ${KMPC_CORE_ROOT}/src/cts/rank_first.cc
   ${KMPC_CORE_ROOT}/src/cts/masked_compile.cc
   ${KMPC_CORE_ROOT}/src/cts/masked_eval.cc
 )
@@ -77,6 +78,9 @@ add_executable(kmpc_cts_lut_map_test ${KMPC_CORE_ROOT}/test/cts/lut_map_test.cc)
 target_include_directories(kmpc_cts_lut_map_test PRIVATE ${KMPC_CORE_ROOT}/test/core)
 target_link_libraries(kmpc_cts_lut_map_test PRIVATE kmpc_lut_map GTest::gtest GTest::gtest_main)
 gtest_discover_tests(kmpc_cts_lut_map_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 120)
+add_executable(kmpc_cts_rank_first_test ${KMPC_CORE_ROOT}/test/cts/rank_first_test.cc)
+target_link_libraries(kmpc_cts_rank_first_test PRIVATE kmpc_lut_map GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_cts_rank_first_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)
 # Mapped circuits run over masked wires on three in-process parties.
 add_executable(kmpc_cts_masked_test ${KMPC_CORE_ROOT}/test/cts/masked_test.cc)
 target_include_directories(kmpc_cts_masked_test PRIVATE ${KMPC_CORE_ROOT}/test/core)
