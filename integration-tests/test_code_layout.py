@@ -67,6 +67,12 @@ KRB5_SRC = os.environ.get("KMPC_KRB5_SRC", os.path.join(BUILD, "krb5-src"))
 # Logic files that are part of another source's unit: {path: (the test
 # file that covers them, why they have no test of their own)}.
 PART_OF = {
+    "kdc-plugin/src/dispatcher_next.cc": (
+        "dispatcher_test.cc", "the dispatcher's choice of its next batch "
+        "(Dispatcher::NextRun, NextDeep, NextSign, NextFinalizeOnly, TakeUnits), "
+        "one class with dispatcher.cc; dispatcher_test.cc drives the flush rules "
+        "(windows, early flush, holds, deep groups, whole units, the cts shape "
+        "bound) through Submit against a fake cluster"),
     "mpc-server/src/cts/masked_compile.cc": (
         "masked_test.cc", "the compile of cts/masked.h: a compiled program is "
         "checked by running it (masked_eval.cc) on three parties against the "
@@ -88,9 +94,9 @@ PART_OF = {
         "aes_test.cc", "aes.cc's kernel body, compiled once per ISA "
         "(kernel_avx2.cc, kernel_avx512.cc); aes_test.cc runs each kernel"),
     "mpc-server/src/service/ring.h": (
-        "scheduler_test.cc", "the scheduler's ring interface; its one body, "
-        "the default SpinControl (a no-op hint), is what the in-memory "
-        "scheduler ring runs in scheduler_test.cc"),
+        "scheduler_test.cc", "the scheduler's ring interface; its default "
+        "SpinBatch (a no-op hint) is what the in-memory scheduler ring runs "
+        "in scheduler_test.cc"),
     "mpc-server/src/net/channel.h": (
         "rep3_test.cc", "the ring channel interface; its one body, the "
         "default Exchange (send, then receive), is what rep3 and prss call on "

@@ -231,6 +231,15 @@ class Dispatcher : public StepHost,
   // (Submit, GroupOf): kTicketGroupBit | n, apart from the planner's
   // exchange groups (planner.cc kPlanGroupBit).
   static constexpr uint64_t kTicketGroupBit = uint64_t{1} << 62;
+  // finalize_only batches in flight at once; and how long finalize_only
+  // jobs wait for SubmitterIdle() (the KDC calls it when the callback that
+  // submitted them returns) before they go anyway.
+  static constexpr int kMaxFinalizeOnlyInflight = 4;
+  static constexpr absl::Duration kFinalizeOnlyMaxWait = absl::Milliseconds(5);
+  // How long sign jobs wait for SubmitterIdle() before the dispatcher
+  // sends them anyway (the KDC calls it when its callback returns: well
+  // before).
+  static constexpr absl::Duration kSignMaxWait = absl::Milliseconds(5);
   uint64_t ticket_groups_ = 0;
   int inflight_ = 0;  // Run batches, deep ones included
   // Groups with a job deeper than BatcherOptions::deep_rounds: they go in
