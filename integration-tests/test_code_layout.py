@@ -67,6 +67,11 @@ KRB5_SRC = os.environ.get("KMPC_KRB5_SRC", os.path.join(BUILD, "krb5-src"))
 # Logic files that are part of another source's unit: {path: (the test
 # file that covers them, why they have no test of their own)}.
 PART_OF = {
+    "kdc-plugin/src/kdcmpc_c.cc": (
+        "module_test.cc", "module.cc's conversions of the kdcmpc C structures "
+        "(jobs, exchange plans, statuses as krb5 codes), reached only through "
+        "the C interface: module_test.cc's refusals at submit (malformed jobs, "
+        "enctypes, aes*-cts outside a plan) and kmpc_kdc_test.cc's plans"),
     "kdc-plugin/src/dispatcher_next.cc": (
         "dispatcher_test.cc", "the dispatcher's choice of its next batch "
         "(Dispatcher::NextRun, NextDeep, NextSign, NextFinalizeOnly, TakeUnits), "

@@ -1,5 +1,5 @@
 // Jobs of the kdcmpc module's C++ core. An absl::Status becomes a
-// krb5_error_code in one place (KrbErrorFromStatus, module.cc), by the
+// krb5_error_code in one place (KrbErrorFromStatus, kdcmpc_c.h), by the
 // table every side of kmpc classifies statuses with (proto/status_class.h:
 // also the metric's cause label and whether the cluster, not the job,
 // failed).
