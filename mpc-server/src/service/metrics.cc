@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <utility>
 
 #include "engine/cts_jobs.h"
 #include "prometheus/text_serializer.h"
@@ -83,23 +85,24 @@ Metrics::Metrics(int party)
   ring_messages_ = &counter("kmpc_ring_messages_sent_total",
                             "messages this party sent on the ring")
                         .Add({});
-  ring_waits_[0] = &counter("kmpc_ring_spinning_waits_total",
-                            "ring receives of latency-bound batches that busy-polled "
-                            "(--ring_spin_us) before or instead of sleeping")
-                        .Add({});
-  ring_waits_[1] = &counter("kmpc_ring_waits_slept_first_total",
-                            "of those, the ones that slept until shortly before the "
-                            "expected arrival first (--ring_spin_late)")
-                        .Add({});
-  ring_waits_[2] = &counter("kmpc_ring_spins_ran_out_total",
-                            "of those, the ones whose spin ended before the message "
-                            "came (a sleep and a wake-up paid)")
-                        .Add({});
-  ring_waits_[3] = &counter("kmpc_ring_waits_spun_through_total",
-                            "of those, the ones that spun through a wait longer than "
-                            "--ring_spin_us (peers rooms apart, --ring_spin_through_us): "
-                            "a core's time while a lone batch waits")
-                        .Add({});
+  // RingWaits' fields in order (SyncRing).
+  constexpr std::pair<const char*, const char*> kRingWaits[] = {
+      {"kmpc_ring_spinning_waits_total",
+       "ring receives of latency-bound batches that busy-polled (--ring_spin_us) "
+       "before or instead of sleeping"},
+      {"kmpc_ring_waits_slept_first_total",
+       "of those, the ones that slept until shortly before the expected arrival "
+       "first (--ring_spin_late)"},
+      {"kmpc_ring_spins_ran_out_total",
+       "of those, the ones whose spin ended before the message came (a sleep and "
+       "a wake-up paid)"},
+      {"kmpc_ring_waits_spun_through_total",
+       "of those, the ones that spun through a wait longer than --ring_spin_us "
+       "(peers rooms apart, --ring_spin_through_us): a core's time while a lone "
+       "batch waits"}};
+  static_assert(std::size(kRingWaits) == std::size(decltype(ring_waits_){}));
+  for (size_t i = 0; i < std::size(kRingWaits); ++i)
+    ring_waits_[i] = &counter(kRingWaits[i].first, kRingWaits[i].second).Add({});
   auto& latency = prometheus::BuildHistogram()
                       .Name("kmpc_batch_latency_seconds")
                       .Help("a batch's time from its request to its result "
