@@ -58,11 +58,12 @@ class Metrics {
   // A job that failed alone; status: its JobStatus name.
   void RecordJobFailure(const std::string& status);
   // The ring's receive waits that spun (net::TlsRingChannel::spins,
-  // late_spins, spins_ran_out, spun_through), summed over its workers; `source` is read
-  // at each collection (kmpc_ring_spinning_waits_total and the three
-  // below it) and must outlive the Metrics object's use. A wait whose spin ran
-  // out paid a sleep and a wake-up: the figure that tells whether the spin
-  // policy (--ring_spin_us, --ring_spin_late) fits the peers' distance.
+  // late_spins, spins_ran_out, spun_through), summed over its workers;
+  // `source` is read at each collection (kmpc_ring_spinning_waits_total
+  // and the three below it) and must outlive the Metrics object's use. A
+  // wait whose spin ran out paid a sleep and a wake-up: the figure that
+  // tells whether the spin policy (--ring_spin_us, --ring_spin_late,
+  // --ring_spin_through_us) fits the peers' distance.
   struct RingWaits {
     uint64_t spun = 0, slept_first = 0, ran_out = 0, through = 0;
   };
@@ -112,7 +113,9 @@ class Metrics {
   prometheus::Counter* cts_evaluations_;
   prometheus::Counter* cts_masked_;
   prometheus::Gauge* cts_masked_pending_;  // CtsProgramCache::masked_pending
-  mutable std::mutex sync_mu_;  // one SyncCts at a time (it adds differences)
+  // One SyncCts or SyncRing at a time (they add differences); guards
+  // ring_waits_source_.
+  mutable std::mutex sync_mu_;
   prometheus::Counter* ring_bytes_;
   prometheus::Counter* ring_messages_;
   std::function<RingWaits()> ring_waits_source_;  // set before serving
