@@ -381,6 +381,7 @@ void CtsProgramCache::MaskedLoop() {
     if (mp.ok() && (mp->ands > kMaskedAndsPerAnd * p->ands ||
                     mp->rounds > p->depth + kMaskedPrepRounds))
       mp = absl::ResourceExhaustedError("masked program past CostOf's price");
+    if (!mp.ok()) ++masked_refused_;
     lock.lock();
     // Attached while the cache holds its program, and counted in
     // masked_bytes_ (kMaxMaskedBytes) meanwhile.

@@ -155,6 +155,9 @@ class CtsProgramCache {
   void WaitMasked();
   // Programs queued or being compiled over masked wires.
   size_t masked_pending() const;
+  // Programs whose masked compile failed or came out past CostOf's price
+  // (kMaskedAndsPerAnd, kMaskedPrepRounds): their Runs stay on Rep3 ANDs.
+  uint64_t masked_refused() const { return masked_refused_.load(); }
   // Whether programs inserted from now on are compiled over masked wires
   // (the cache's default; a server's is --cts_masked_gates, off).
   void set_masked(bool on) { masked_on_ = on; }
@@ -179,7 +182,7 @@ class CtsProgramCache {
   size_t masked_bytes_ = 0;
   size_t max_masked_bytes_ = kMaxMaskedBytes;  // mu_
   absl::Duration masked_retry_ = kMaskedRetry;  // mu_
-  std::atomic<uint64_t> hits_{0}, misses_{0};
+  std::atomic<uint64_t> hits_{0}, misses_{0}, masked_refused_{0};
   std::string shapes_path_;  // guarded by mu_
   size_t log_lines_ = 0;     // appended since the last rewrite; mu_
   std::vector<std::thread> precompilers_;  // guarded by mu_

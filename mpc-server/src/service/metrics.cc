@@ -146,6 +146,10 @@ void Metrics::RegisterCts(const prometheus::Labels& p) {
   cts_masked_ = &counter("kmpc_cts_masked_evaluations_total",
                          "of those, evaluations as k-input gates over masked wires")
                      .Add({});
+  cts_masked_refused_ = &counter("kmpc_cts_masked_refused_total",
+                                 "aes*-cts programs whose compile over masked wires failed "
+                                 "or came out past its price: their Runs stay on Rep3 ANDs")
+                            .Add({});
 }
 
 void Metrics::RecordBatch(const char* kind, bool ok, uint64_t jobs,
@@ -197,6 +201,8 @@ void Metrics::SyncCts() const {
   cts_misses_->Increment(
       std::max(0.0, static_cast<double>(cache.misses()) - cts_misses_->Value()));
   cts_masked_pending_->Set(static_cast<double>(cache.masked_pending()));
+  cts_masked_refused_->Increment(std::max(
+      0.0, static_cast<double>(cache.masked_refused()) - cts_masked_refused_->Value()));
   const engine::CtsCircuitCounters& cc = engine::CtsCircuitCounters::Shared();
   for (auto [c, v] : {std::pair{cts_ands_, cc.ands.load()}, std::pair{cts_rounds_, cc.rounds.load()},
                       std::pair{cts_evaluations_, cc.evaluations.load()},

@@ -113,6 +113,7 @@ class Metrics {
   prometheus::Counter* cts_evaluations_;
   prometheus::Counter* cts_masked_;
   prometheus::Gauge* cts_masked_pending_;  // CtsProgramCache::masked_pending
+  prometheus::Counter* cts_masked_refused_;  // CtsProgramCache::masked_refused
   // One SyncCts or SyncRing at a time (they add differences); guards
   // ring_waits_source_.
   mutable std::mutex sync_mu_;

@@ -67,7 +67,9 @@ TEST(MetricsTest, TheHttpCollectionSeesTheCtsProgramCache) {
        {absl::StrCat("kmpc_cts_program_cache_total{party=\"0\",result=\"miss\"} ",
                      cache.misses(), "\n"),
         absl::StrCat("kmpc_cts_program_cache_total{party=\"0\",result=\"hit\"} ",
-                     cache.hits(), "\n")})
+                     cache.hits(), "\n"),
+        absl::StrCat("kmpc_cts_masked_refused_total{party=\"0\"} ", cache.masked_refused(),
+                     "\n")})
     EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
 }
 
