@@ -11,6 +11,7 @@ target_sources(kmpc_core PRIVATE
   ${KMPC_CORE_ROOT}/src/cts/aes_circuit.cc
   ${KMPC_CORE_ROOT}/src/cts/cts.cc
   ${KMPC_CORE_ROOT}/src/engine/cts_jobs.cc
+  ${KMPC_CORE_ROOT}/src/engine/cts_program_cache.cc
 )
 add_library(kmpc_cts INTERFACE)
 target_link_libraries(kmpc_cts INTERFACE kmpc_core)
@@ -53,6 +54,9 @@ add_executable(kmpc_cts_jobs_test ${KMPC_CORE_ROOT}/test/core/cts_jobs_test.cc)
 target_include_directories(kmpc_cts_jobs_test PRIVATE ${KMPC_CORE_ROOT}/test/core)
 target_link_libraries(kmpc_cts_jobs_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
 gtest_discover_tests(kmpc_cts_jobs_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)
+add_executable(kmpc_cts_program_cache_test ${KMPC_CORE_ROOT}/test/core/cts_program_cache_test.cc)
+target_link_libraries(kmpc_cts_program_cache_test PRIVATE kmpc_core GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_cts_program_cache_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 60)
 
 # No buffer of the aes*-cts jobs is freed holding a share of the dealt
 # material or of a message (free() hooked, as request_wipe_test does).
