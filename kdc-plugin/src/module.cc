@@ -38,7 +38,6 @@
 #include "kdc_metrics.h"
 #include "options.h"
 #include "prometheus/exposer.h"
-#include "status_class.h"
 
 namespace kmpc::kdc {
 

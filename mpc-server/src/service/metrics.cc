@@ -194,20 +194,27 @@ uint64_t Metrics::batches_failed() const {
   return static_cast<uint64_t>(failed_[0]->Value() + failed_[1]->Value());
 }
 
+namespace {
+
+// A counter that mirrors a process-wide count, brought up to it (never
+// down: a counter only rises).
+void CatchUp(prometheus::Counter* c, uint64_t v) {
+  c->Increment(std::max(0.0, static_cast<double>(v) - c->Value()));
+}
+
+}  // namespace
+
 void Metrics::SyncCts() const {
   std::lock_guard<std::mutex> l(sync_mu_);
   const engine::CtsProgramCache& cache = engine::CtsProgramCache::Shared();
-  cts_hits_->Increment(std::max(0.0, static_cast<double>(cache.hits()) - cts_hits_->Value()));
-  cts_misses_->Increment(
-      std::max(0.0, static_cast<double>(cache.misses()) - cts_misses_->Value()));
   cts_masked_pending_->Set(static_cast<double>(cache.masked_pending()));
-  cts_masked_refused_->Increment(std::max(
-      0.0, static_cast<double>(cache.masked_refused()) - cts_masked_refused_->Value()));
   const engine::CtsCircuitCounters& cc = engine::CtsCircuitCounters::Shared();
-  for (auto [c, v] : {std::pair{cts_ands_, cc.ands.load()}, std::pair{cts_rounds_, cc.rounds.load()},
+  for (auto [c, v] : {std::pair{cts_hits_, cache.hits()}, std::pair{cts_misses_, cache.misses()},
+                      std::pair{cts_masked_refused_, cache.masked_refused()},
+                      std::pair{cts_ands_, cc.ands.load()}, std::pair{cts_rounds_, cc.rounds.load()},
                       std::pair{cts_evaluations_, cc.evaluations.load()},
                       std::pair{cts_masked_, cc.masked.load()}})
-    c->Increment(std::max(0.0, static_cast<double>(v) - c->Value()));
+    CatchUp(c, v);
 }
 
 void Metrics::SetRingWaitSource(std::function<RingWaits()> source) {
@@ -219,10 +226,9 @@ void Metrics::SyncRing() const {
   std::lock_guard<std::mutex> l(sync_mu_);
   if (!ring_waits_source_) return;
   const RingWaits w = ring_waits_source_();
-  const uint64_t v[4] = {w.spun, w.slept_first, w.ran_out, w.through};
-  for (int i = 0; i < 4; ++i)
-    ring_waits_[i]->Increment(
-        std::max(0.0, static_cast<double>(v[i]) - ring_waits_[i]->Value()));
+  const uint64_t v[std::size(decltype(ring_waits_){})] = {w.spun, w.slept_first, w.ran_out,
+                                                          w.through};
+  for (size_t i = 0; i < std::size(v); ++i) CatchUp(ring_waits_[i], v[i]);
 }
 
 std::string Metrics::Render() const {

@@ -453,9 +453,8 @@ TEST(WaitHistoryTest, SpinsThroughWaitsOfUpToThrough) {
 
 // A peer ~600 us late in two rounds of three (one room apart) and ~60 us
 // in the third (its message already on the way, as a masked Run's are
-// while a party computes):
-// with the spin through allowed, party 0's receives spin through the
-// waits (none sleeps first, few run their spin out); not allowed (a busy
+// while a party computes). With the spin through allowed, party 0's
+// receives spin through the waits (none sleeps first, few run their spin out); not allowed (a busy
 // server's batch), none does, and they sleep (first, or after their spin).
 // The bound is wide, so that a loaded host's longer waits are still spun
 // through.
@@ -472,7 +471,7 @@ TEST_F(TlsRingTest, SpinThroughCoversAPeerRoomsApart) {
       if (auto s = ch->Connect(In(absl::Seconds(5))); !s.ok()) return s;
       // Party 0 alone (the others' spins would take both cores from party
       // 1's wake-ups on a loaded host).
-      ch->set_spin_through([&] { return p == 0 && through == 1; });
+      ch->set_spin_through([allowed = p == 0 && through == 1] { return allowed; });
       ch->BeginBatch(40 + through);
       const uint64_t before = ch->spins_ran_out(), slept = ch->late_spins(),
                      thru = ch->spun_through();
