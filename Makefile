@@ -150,9 +150,9 @@ bench-replicas: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_REPLICAS)
 
-# Users whose aes256-cts-hmac-sha1-96 keys the cluster holds, servers in
-# the default (malicious) mode, malicious with --cts_masked_gates
-# ("masked": half the rounds) and semi-honest: Debian's /usr/bin/kinit,
+# Users whose aes256-cts-hmac-sha1-96 keys the cluster holds, servers
+# with their defaults (malicious, small Runs over masked wires: half the
+# rounds), the same on Rep3 ANDs ("rep3") and semi-honest: Debian's /usr/bin/kinit,
 # one client, without and with FAST (kinit -T); BENCH_CTS_USERS users named
 # as in a directory (2-40 characters, dotted, some with instances) against
 # as many with names of one length, closed-loop storms with MIT's and

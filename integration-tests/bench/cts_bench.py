@@ -3,9 +3,10 @@
 (issue 39 item 6): Debian's unmodified /usr/bin/kinit, one client, without
 and with FAST (kinit -T), and login storms (kmpc-storm) of such users
 beside a storm of ordinary users (keys in the KDB: only the krbtgt key in
-the cluster) in the same realm, same processes, same mode. Three modes:
-the servers' default (malicious), malicious with --cts_masked_gates (the
-Runs over masked wires, after the compiles: "masked") and
+the cluster) in the same realm, same processes, same mode. Three modes: the servers'
+defaults ("malicious": malicious security, a small Run over masked wires
+once its programs are compiled, docs/design/masked-gates.md), the same
+with every Run on Rep3 ANDs (--cts_masked_gates=false: "rep3") and
 --security=semi-honest.
 
 One realm per mode (kmpc_harness.kmpc_realm.KmpcRealm, the real kdcmpc
@@ -45,7 +46,7 @@ users), kdb.
 Writes build/bench/cts.json and prints a table; bench_results.py turns it
 into results.json's "cts" section and its targets.
 
-Usage: cts_bench.py [--modes malicious,masked,semi-honest] [--logins 40]
+Usage: cts_bench.py [--modes malicious,rep3,semi-honest] [--logins 40]
                     [--users 200] [--quick] [--no-storm] [--no-realm]
                     [--realm-seconds 15] [--samples 12] [--out FILE]
                     [--server-flags FLAGS] [--tcp-max-connections N]
@@ -73,9 +74,10 @@ CTS256 = "aes256-cts-hmac-sha1-96"
 CTS128 = "aes128-cts-hmac-sha1-96"
 ENCTYPES = ("aes256-ctr-mpc", "aes128-ctr-mpc", CTS256, CTS128)
 STOCK_KINIT = "/usr/bin/kinit"
-# "masked": the default (malicious) servers with the Runs over masked
-# wires (--cts_masked_gates, docs/design/masked-gates.md), the same run.
-MODES = {"malicious": "", "masked": "--cts_masked_gates=true",
+# "malicious": the servers' defaults, whose small Runs go over masked wires
+# (--cts_masked_gates, docs/design/masked-gates.md); "rep3": the same with
+# every Run on Rep3 ANDs, the same run.
+MODES = {"malicious": "", "rep3": "--cts_masked_gates=false",
          "semi-honest": "--security=semi-honest"}
 ARMOR = "host/armor.kmpc.test"
 BENCH_DIR = storm_bench.BENCH_DIR
@@ -360,14 +362,21 @@ def ring_blocks(r, c, pws, n):
     """What each server sends on the ring per login: n logins of ctsuser,
     then n of kdbuser, each block between two readings of the servers'
     counters ({"logins": n, "cts": ring_cost.per_server(), "kdb": ...,
-    "cts_failed", "kdb_failed"}; a failed login's partial Run counts too)."""
-    out = {"logins": n}
+    "cts_failed", "kdb_failed", and "cpu_ms": {"cts"|"kdb": {process: ms
+    of CPU a login}} of the KDC and each server from /proc, read from
+    outside; a failed login's partial Run counts too)."""
+    out = {"logins": n, "cpu_ms": {}}
+    pids = {"krb5kdc": r.kdc_proc.pid,
+            **{f"mpc-server-{i}": r.cluster.pid(i) for i in range(3)}}
     for who, name in (("cts", "ctsuser"), ("kdb", "kdbuser")):
         m0 = storm_bench.mpc_metrics(r.cluster.servers, r.cluster.certs)
+        cpu0 = cts_realm.cpu_seconds(pids)
         failed = sum(c.timed([name], input=pws[name] + "\n")[1] != 0 for _ in range(n))
+        cpu1 = cts_realm.cpu_seconds(pids)
         m1 = storm_bench.mpc_metrics(r.cluster.servers, r.cluster.certs)
         out[who] = ring_cost.per_server(m0, m1, n)
         out[f"{who}_failed"] = failed
+        out["cpu_ms"][who] = {k: round(1e3 * (cpu1[k] - cpu0[k]) / n, 2) for k in pids}
     return out
 
 
@@ -379,8 +388,12 @@ def ring_line(rp):
             return "unmeasured"
         return ("/".join(f"{v['ring_bytes_per_login']:,.0f}" for v in srv.values())
                 + f" bytes, {ring_cost.mean_of(srv, 'ring_messages_per_login'):,.0f} messages")
+    def cpu(who):
+        c = (rp.get("cpu_ms") or {}).get(who) or {}
+        return "/".join(f"{v:.1f}" for k, v in sorted(c.items()) if k.startswith("mpc-server"))
     return (f"  ring, each server per login ({rp['logins']} logins a user): "
-            f"cts {side('cts')}; krbtgt-only {side('kdb')}")
+            f"cts {side('cts')}; krbtgt-only {side('kdb')}; each server's CPU ms a login "
+            f"(/proc): cts {cpu('cts')}, krbtgt-only {cpu('kdb')}")
 
 
 class SharedTarget(storm_bench.KmpcTarget):
@@ -522,7 +535,7 @@ def storms(r, mode, n_users, quick, log):
 
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--modes", default="malicious,masked,semi-honest")
+    ap.add_argument("--modes", default="malicious,rep3,semi-honest")
     ap.add_argument("--logins", type=int, default=40, help="one-client logins per user")
     ap.add_argument("--users", type=int, default=200, help="storm users of each kind")
     ap.add_argument("--quick", action="store_true")

@@ -66,8 +66,9 @@ def bytes_row(servers):
 def login_row(rp):
     """cts_bench's "ring_per_login" (ring_blocks) -> results.json's: per
     kind of login, each server's bytes per login with their mean and
-    spread, and the mean messages, AND rounds and ANDs per login; None
-    when it was not measured."""
+    spread, the mean messages, AND rounds and ANDs per login, and each
+    process's CPU ms a login where measured; None when it was not
+    measured."""
     if not rp:
         return None
     out = {"logins": rp.get("logins")}
@@ -76,7 +77,8 @@ def login_row(rp):
         out[who] = srv and {"bytes": bytes_row(srv), "failed": rp.get(f"{who}_failed"),
                             **{k: mean_of(srv, k) for k in ("ring_messages_per_login",
                                                             "and_rounds_per_login",
-                                                            "ands_per_login")}}
+                                                            "ands_per_login")},
+                            "cpu_ms_per_login": (rp.get("cpu_ms") or {}).get(who)}
     return out
 
 
@@ -86,9 +88,11 @@ def login_line(row):
         if not v:
             return "unmeasured"
         b = v["bytes"]
+        cpu = v.get("cpu_ms_per_login") or {}
+        srv = [f"{x:.1f}" for k, x in sorted(cpu.items()) if k.startswith("mpc-server")]
         return (" / ".join(f"{x:,.0f}" for x in b["by_server"].values())
                 + f" bytes (servers 0 / 1 / 2), {fmt(v['ring_messages_per_login'], ',.0f')} "
-                f"messages")
+                f"messages" + (f", {' / '.join(srv)} ms of CPU" if srv else ""))
     return (f"ring per login, each server ({row['logins']} logins a user): aes256-cts user "
             f"{side(row.get('cts'))}; krbtgt-only {side(row.get('kdb'))}")
 

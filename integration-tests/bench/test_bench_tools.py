@@ -206,14 +206,20 @@ def test_ring_cost_bytes_per_login_per_server(capsys):
     assert ring_cost.per_server(m0, m1, 0) is None
     k0, k1 = snapshots([65000] * 3, 10)
     rp = {"logins": 10, "cts": srv, "kdb": ring_cost.per_server(k0, k1, 10),
-          "cts_failed": 0, "kdb_failed": 1}
+          "cts_failed": 0, "kdb_failed": 1,
+          "cpu_ms": {"cts": {"krb5kdc": 2.5, "mpc-server-0": 61.0, "mpc-server-1": 62.5,
+                             "mpc-server-2": 60.25}}}
     cts = {"when": "t", "modes": {"malicious": {"one_client": {"ring_per_login": rp}}}}
     row = bench_results.cts_side(cts)["modes"]["malicious"]["ring_per_login"]
     assert row["cts"]["bytes"]["mean"] == 205000.0 and row["kdb"]["failed"] == 1
     assert row["kdb"]["ring_messages_per_login"] == 40.0
-    assert ring_cost.login_line(row).startswith(
+    assert row["cts"]["cpu_ms_per_login"]["mpc-server-1"] == 62.5
+    assert row["kdb"]["cpu_ms_per_login"] is None
+    assert ring_cost.login_line(row) == (
         "ring per login, each server (10 logins a user): aes256-cts user "
-        "205,000 / 205,010 / 204,990 bytes (servers 0 / 1 / 2), 40 messages")
+        "205,000 / 205,010 / 204,990 bytes (servers 0 / 1 / 2), 40 messages, "
+        "61.0 / 62.5 / 60.2 ms of CPU; krbtgt-only 65,000 / 65,000 / 65,000 bytes "
+        "(servers 0 / 1 / 2), 40 messages")
 
 
 def delay_point(label, via, delay_ms, cts_ms, kdb_ms, rounds=(4400, 77), lateness=None):
