@@ -192,13 +192,14 @@ ABSL_FLAG(bool, cts_precompile, true,
           "compile in the background at start the aes*-cts programs of the usual "
           "kinit timestamps and of every shape this server compiled before "
           "(STORE_DIR/cts-programs), so that first logins do not wait for them");
-ABSL_FLAG(bool, cts_masked_gates, true,
+ABSL_FLAG(bool, cts_masked_gates, false,
           "also compile each aes*-cts program as 6-input gates over masked wires "
           "(background thread, idle priority; up to 1 GiB of them held) and run a "
           "small batch on an otherwise idle server that way once all three servers "
           "hold its programs: about half the ring rounds, which set a login's latency "
-          "once the servers sit in different rooms (docs/design/masked-gates.md); "
-          "false keeps every batch on Rep3 ANDs, on this server and so on all three");
+          "once the servers sit in different rooms, for the same CPU a lone login but "
+          "~1.2x a TGS's ticket (docs/design/masked-gates.md); a server without it "
+          "keeps every batch on Rep3 ANDs");
 ABSL_FLAG(int64_t, cts_masked_max_and_words,
           static_cast<int64_t>(kmpc::engine::EngineOptions::kCtsMaskedMaxAndWords),
           "with --cts_masked_gates, run a batch's aes*-cts programs over masked wires only "

@@ -444,6 +444,23 @@ absl::Status Digest(Mp& p) {
   return h.Final(p.digest);
 }
 
+// The lists at their sizes: a server bounds its masked programs' memory by
+// their sizes (engine/cts_program_cache.cc MaskedProgramBytes), and lists
+// built by push_back hold up to twice that.
+void ShrinkToFit(Mp& p) {
+  p.input_slot.shrink_to_fit();
+  p.output_slot.shrink_to_fit();
+  p.gates.shrink_to_fit();
+  p.leaves.shrink_to_fit();
+  p.terms.shrink_to_fit();
+  for (Mp::Round& r : p.round) {
+    for (std::vector<uint32_t>* v : {&r.draws, &r.lambda_xors, &r.products, &r.rep3, &r.opens,
+                                     &r.local, &r.xors})
+      v->shrink_to_fit();
+  }
+  p.round.shrink_to_fit();
+}
+
 }  // namespace
 
 absl::StatusOr<MaskedProgram> CompileMasked(const LutMap& map) {
@@ -491,6 +508,7 @@ absl::StatusOr<MaskedProgram> CompileMasked(const LutMap& map) {
     if (!rd.products.empty() || !rd.rep3.empty() || !rd.opens.empty())
       p.rounds = static_cast<int>(r);
   }
+  ShrinkToFit(p);
   if (absl::Status st = Digest(p); !st.ok()) return st;
   return std::move(b.p);
 }

@@ -10,7 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
+#include <optional>
 #include <random>
+#include <utility>
 
 #include "../cheat.h"
 #include "cheat_ring.h"
@@ -19,6 +23,8 @@
 #include "cts_testing.h"
 #include "rep3_cluster.h"
 #include "masked_testing.h"
+#include "protocol/sha256.h"
+#include "tap_channel.h"
 #include "sha1_programs.h"
 
 namespace kmpc::cts {
@@ -108,6 +114,27 @@ TEST(Masked, MessagesAreTheMappingsDepth) {
   EXPECT_LE(c.mp.rounds, 247);
   EXPECT_LT(c.mp.rounds, c.p.depth / 2 + 10);
   EXPECT_EQ(c.mp.ands, c.fig.hybrid_products + c.fig.rep3_gates);
+}
+
+// A compiled program's lists hold no spare capacity: a server bounds its
+// masked programs' memory by their sizes (cts_program_cache.cc).
+TEST(Masked, ListsHoldNoSpareCapacity) {
+  const Case c = Make(testing::Sha1CompressionProgram(), 6);
+  const MaskedProgram& p = c.mp;
+  EXPECT_EQ(p.gates.capacity(), p.gates.size());
+  EXPECT_EQ(p.terms.capacity(), p.terms.size());
+  EXPECT_EQ(p.leaves.capacity(), p.leaves.size());
+  EXPECT_EQ(p.round.capacity(), p.round.size());
+  size_t words = 0, spare = 0;
+  for (const MaskedProgram::Round& r : p.round) {
+    for (const std::vector<uint32_t>* v : {&r.draws, &r.lambda_xors, &r.products, &r.rep3,
+                                           &r.opens, &r.local, &r.xors}) {
+      words += v->size();
+      spare += v->capacity() - v->size();
+    }
+  }
+  EXPECT_GT(words, 10000u);
+  EXPECT_EQ(spare, 0u);
 }
 
 // Two programs of different depth and lanes in the same messages, checked
@@ -298,6 +325,304 @@ TEST(Masked, AFlippedOpeningFailsTheSamePartiesWhateverTheData) {
     int honest_failed = 0;
     for (int i = 0; i < 3; ++i) honest_failed += i != cheater && failed[0][i];
     EXPECT_GE(honest_failed, 1) << "cheater " << cheater;
+  }
+}
+
+
+// ---- Review 2026-11-29 (docs/reviews/2026-11-29-masked-gates.md) ----
+
+// Three parties on the in-memory ring, the cheater's channel a TapChannel
+// (its every message sent and received kept; one outgoing message shifted).
+class TapCluster {
+ public:
+  explicit TapCluster(int cheater, std::vector<uint8_t> setup_shift = {}) {
+    tap_ = std::make_unique<::kmpc::testing::TapChannel>(ring_.party(cheater));
+    if (!setup_shift.empty()) tap_->Shift(0, std::move(setup_shift));  // Prss::Setup's k_i
+    for (int i = 0; i < 3; ++i) ch_[i] = i == cheater ? tap_.get() : &ring_.party(i);
+    auto st = ::kmpc::testing::RunParties([&](int i) -> absl::Status {
+      auto p = protocol::Prss::Setup(*ch_[i]);
+      if (!p.ok()) return p.status();
+      prss_[i].emplace(std::move(*p));
+      return absl::OkStatus();
+    });
+    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+    for (int i = 0; i < 3; ++i) rep3_[i] = std::make_unique<protocol::Rep3>(*ch_[i], *prss_[i]);
+  }
+  ::kmpc::testing::TapChannel& tap() { return *tap_; }
+  std::array<protocol::Rep3*, 3> rep3() { return {rep3_[0].get(), rep3_[1].get(), rep3_[2].get()}; }
+
+ private:
+  net::InMemoryRing ring_{std::chrono::milliseconds(5000)};
+  std::unique_ptr<::kmpc::testing::TapChannel> tap_;
+  std::array<net::RingChannel*, 3> ch_{};
+  std::array<std::optional<protocol::Prss>, 3> prss_;
+  std::array<std::unique_ptr<protocol::Rep3>, 3> rep3_;
+};
+
+// A chain of four two-leaf AND gates, compiled by hand as CompileMasked
+// lays a program out, on inputs x0 .. x3 (wires 0, 8, 16, 24: bit 0 of
+// bytes 0 .. 3 of a 4-byte lane): g = x0 x1 (layer 1, message 2), h = g x2
+// (message 3), k = h x3 (message 4), each opened (a later gate reads it),
+// and out = k x0 (local, never opened; output wire 0). Each gate's pair
+// product goes in the message before its own.
+MaskedProgram AndChain() {
+  MaskedProgram p;
+  p.inputs = 32;
+  p.outputs = 8;
+  p.slots = 10;  // 0, 1 the constants, 2 .. 5 the inputs, 6 .. 9 the gates
+  p.products = 4;
+  p.prep_rounds = 1;
+  p.rounds = 4;
+  p.ands = 4;
+  p.opened = 3;
+  p.input_slot.assign(32, ~uint32_t{0});
+  for (uint32_t i = 0; i < 4; ++i) p.input_slot[8 * i] = 2 + i;
+  p.output_slot = {9, 0, 0, 0, 0, 0, 0, 0};
+  const uint32_t root[4] = {6, 7, 8, 9};
+  const uint32_t leaves[4][2] = {{2, 3}, {6, 4}, {7, 5}, {8, 2}};
+  for (uint32_t g = 0; g < 4; ++g) {
+    MaskedProgram::Gate gt;
+    gt.root = root[g];
+    gt.leaf_at = 2 * g;
+    gt.term_at = 4 * g;
+    gt.n = 2;
+    gt.terms = 4;
+    gt.need_r = 0xF;
+    p.gates.push_back(gt);
+    p.leaves.insert(p.leaves.end(), {leaves[g][0], leaves[g][1]});
+    // x_a x_b = m_a m_b ^ m_b lambda_a ^ m_a lambda_b ^ lambda_ab.
+    p.terms.push_back({0b1000, 0, 0});
+    p.terms.push_back({0b0100, 0, 1});
+    p.terms.push_back({0b0010, 0, 2});
+    p.terms.push_back({0b0001, g, 3});
+  }
+  p.round.resize(6);
+  p.round[1].products = {0, 2, 3};
+  for (uint32_t g = 0; g < 3; ++g) {
+    MaskedProgram::Round& r = p.round[2 + g];
+    r.draws = {root[g]};
+    r.products = {g + 1, root[g], leaves[g + 1][1]};
+    r.opens = {g};
+  }
+  p.round[5].local = {3};
+  return p;
+}
+
+// SHA-256 of opened words in order, as the MulLog hashes them (one packed
+// word a message for one lane and one opened gate): a Coin's
+// acknowledgement (verify.cc).
+std::array<uint8_t, 32> AckOf(const std::array<uint64_t, 3>& words) {
+  protocol::Sha256 h;
+  for (const uint64_t& w : words) h.Update(&w, 1);
+  std::array<uint8_t, 32> out{};
+  EXPECT_TRUE(h.Peek(out).ok());
+  return out;
+}
+
+struct AckLeak {
+  int trials = 0, caught = 0, learned = 0, released = 0;
+};
+
+// The cheater P flips its opened component of g (lane 0) to P-1 and runs
+// the protocol honestly otherwise. P-1 opens g shifted and sends P+1 its
+// component of h computed from it; P+1 opens h, then k, from those, so its
+// view of k is, in P's terms (s_j: component j of a wire),
+//   m_k(P+1) = m_k(P) ^ x2_P x3_{P+1} ^ (x2 ^ x2_{P+1}) x3_P,
+// m_k(P) being P's own view; the check's first acknowledgement (verify.cc
+// Coin) then sends P the hash of P+1's view before anyone compared
+// anything. With x3_P = 1, P learns x2 (an input bit whose component
+// x2_{P+2} it lacks) from the two candidate hashes. Counts, over `n` random
+// lanes per cheater, how often P learned x2 and how often an honest party
+// caught the flip.
+AckLeak RunAckLeak(int n) {
+  const MaskedProgram p = AndChain();
+  std::mt19937 rng(0x61636b);
+  AckLeak r;
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    for (int t = 0; t < n; ++t) {
+      std::array<Bytes, 3> s;  // components s_0, s_1, s_2 (bytes 0x00 or 0xFF)
+      for (Bytes& c : s) {
+        c.resize(4);
+        for (uint8_t& b : c) b = rng() & 1 ? 0xFF : 0x00;
+      }
+      s[cheater][3] = 0xFF;  // x3_P = 1: P chose its flip where that holds
+      Views v;
+      for (int i = 0; i < 3; ++i) v[i].comp = {s[i], s[(i + 1) % 3]};
+      TapCluster cl(cheater);
+      const size_t base = cl.tap().sent().size();  // after Prss::Setup
+      // Message 2 (the cheater's second send): one packed AND word, then
+      // the opened word; bit 0 of the latter is g's component, lane 0.
+      cl.tap().Shift(base + 1, {0, 0, 0, 0, 0, 0, 0, 0, 0x01});
+      std::array<absl::Status, 3> st;
+      const auto got = testing::RunMaskedAll(cl.rep3(), {&p}, {{v}}, true, &st);
+      ++r.trials;
+      const int next = (cheater + 1) % 3;
+      r.caught += protocol::IsIntegrityFailure(st[next]) ? 1 : 0;
+      r.released += st[0].ok() && st[1].ok() && st[2].ok() ? 1 : 0;
+      const auto& sent = cl.tap().sent();
+      const auto& recv = cl.tap().received();
+      if (sent.size() <= base + 4 || recv.size() <= base + 4 || recv[base + 4].size() != 32) {
+        ADD_FAILURE() << "no acknowledgement after the run";
+        continue;
+      }
+      // P's own view (m_g, m_h, m_k), from its own acknowledgement.
+      int own = -1;
+      for (int w = 0; w < 8; ++w) {
+        const auto a = AckOf({uint64_t(w & 1), uint64_t(w >> 1 & 1), uint64_t(w >> 2 & 1)});
+        if (std::equal(a.begin(), a.end(), sent[base + 4].begin())) own = w;
+      }
+      if (own < 0) {
+        ADD_FAILURE() << "the cheater's acknowledgement is not a hash of three bits";
+        continue;
+      }
+      const uint64_t mg = own & 1, mh = own >> 1 & 1, mk = own >> 2 & 1;
+      const uint64_t x2p = s[cheater][2] & 1, x2n = s[next][2] & 1;
+      const uint64_t x3p = s[cheater][3] & 1, x3n = s[next][3] & 1;
+      const uint64_t x2 = (s[0][2] ^ s[1][2] ^ s[2][2]) & 1;  // the secret
+      std::array<std::array<uint8_t, 32>, 2> cand;
+      for (uint64_t guess : {0, 1})
+        cand[guess] = AckOf({mg, mh ^ x2p, mk ^ (x2p & x3n) ^ ((guess ^ x2n) & x3p)});
+      const auto is = [&](const std::array<uint8_t, 32>& a) {
+        return std::equal(a.begin(), a.end(), recv[base + 4].begin());
+      };
+      r.learned += is(cand[x2]) && !is(cand[x2 ^ 1]) ? 1 : 0;
+      (void)got;
+    }
+  }
+  return r;
+}
+
+// The flip itself is caught: P+1 (whose successor P-1 opened g shifted)
+// fails the check, and the Run releases nothing.
+TEST(Masked, AFlipTwoLayersBeforeTheCheckIsCaught) {
+  const MaskedProgram p = AndChain();  // first, unshifted: the program is right
+  for (int x = 0; x < 16; ++x) {
+    Bytes lane(4);
+    for (int i = 0; i < 4; ++i) lane[i] = x >> i & 1 ? 0xFF : 0x00;
+    TapCluster cl(0);
+    std::array<absl::Status, 3> st;
+    const auto got = testing::RunMaskedAll(cl.rep3(), {&p}, {{testing::DealViews(lane)}}, true, &st);
+    for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(got[0][0].size(), 1u);
+    EXPECT_EQ(got[0][0][0] != 0, x == 15) << "x " << x;
+  }
+  const AckLeak r = RunAckLeak(4);
+  EXPECT_EQ(r.caught, r.trials);
+  EXPECT_EQ(r.released, 0);
+}
+
+// FINDING (review 2026-11-29, high; fails until fixed, so disabled): the
+// abort comes too late. The hash of the opened values that the check's
+// first acknowledgement sends is, at P+1, a function of a secret input bit
+// and of what P knows, so P learns that bit from a batch that then fails:
+// here every time (the assertion below is the secure behaviour). Run with
+// --gtest_also_run_disabled_tests to see it fail.
+TEST(Masked, DISABLED_TheAcknowledgementAfterAShiftedOpeningTellsTheCheaterNothing) {
+  const AckLeak r = RunAckLeak(8);
+  EXPECT_EQ(r.caught, r.trials);
+  EXPECT_EQ(r.learned, 0) << "the cheater learned x2 in " << r.learned << " of " << r.trials
+                          << " aborted batches";
+}
+
+// A lone login's job (one live lane: masked_eval.cc Packing's one-lane
+// path) with one bit flipped: a pair's, a 3-4 leaves' and a 5-6 leaves'
+// mask product (messages 1, 2, 3), a Rep3 gate's product, an opened
+// component in the first and in the last gate layer that opens, and the
+// pad past the lane in the last packed opened word. Each is caught by an
+// honest party; a run that all accept is right.
+TEST(Masked, OneLaneFlipsAreCaughtAtEveryLevel) {
+  const Case c = Make(testing::Sha1CompressionProgram(), 6);
+  const std::vector<Bytes> clear = RandomLanes(1, c.p.inputs / 8, 31);
+  const std::vector<Views> in = Deal(clear);
+  const std::vector<Bytes> want = testing::RunClear(c.p, clear);
+  const auto& rd = c.mp.round;
+  auto and_words = [&](size_t r) { return (rd[r].products.size() / 3 + rd[r].rep3.size() / 4 + 63) / 64; };
+  size_t first_open = 0, last_open = 0, rep3 = 0;
+  for (size_t r = 1; r < rd.size(); ++r) {
+    if (!rd[r].opens.empty()) {
+      if (first_open == 0) first_open = r;
+      last_open = r;
+    }
+    if (rep3 == 0 && !rd[r].rep3.empty()) rep3 = r;
+  }
+  ASSERT_NE(first_open, 0u);
+  ASSERT_NE(rep3, 0u);
+  ASSERT_NE(rd[last_open].opens.size() % 64, 0u);
+  struct Flip {
+    const char* what;
+    size_t round, offset;
+    uint8_t mask;
+  };
+  std::vector<Flip> flips;
+  for (size_t r = 1; r <= static_cast<size_t>(c.mp.prep_rounds); ++r) {
+    ASSERT_FALSE(rd[r].products.empty()) << "message " << r;
+    flips.push_back({"a mask product", r, 0, 0x01});
+  }
+  // One lane, packed: item q is bit q of the ANDs; the Rep3 gates follow the
+  // products.
+  const size_t q = rd[rep3].products.size() / 3;
+  flips.push_back({"a Rep3 gate's product", rep3, q / 8, static_cast<uint8_t>(1u << (q % 8))});
+  flips.push_back({"the first opened layer", first_open, 8 * and_words(first_open), 0x01});
+  flips.push_back({"the last opened layer", last_open, 8 * and_words(last_open), 0x01});
+  const size_t last_word = (rd[last_open].opens.size() + 63) / 64 - 1;
+  flips.push_back({"the pad past the lane", last_open,
+                   8 * (and_words(last_open) + last_word) + 7, 0x80});
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    for (const Flip& f : flips) {
+      const Outcome o = RunFlip(c.mp, in, cheater, SendOf(c.mp, f.round), f.offset, f.mask);
+      EXPECT_GE(o.caught, 1) << f.what << " (message " << f.round << "), cheater " << cheater;
+      if (o.all_ok) EXPECT_EQ(o.got[0], want) << f.what << ": accepted and wrong";
+    }
+  }
+}
+
+// No selective failure for a flipped product either: a pair's mask product
+// and a Rep3 gate's product, flipped alike over two inputs, fail the same
+// honest parties (the check's verdict depends on what was sent, not on the
+// data).
+TEST(Masked, AFlippedProductFailsTheSamePartiesWhateverTheData) {
+  const Case c = Make(testing::Sha1CompressionProgram(), 6);
+  size_t rep3 = c.mp.prep_rounds + 1;
+  while (c.mp.round[rep3].rep3.empty()) ++rep3;
+  // 3 live lanes a word, packed: item q's lane 0 is bit 3 q of the ANDs.
+  const size_t first_rep3 = 3 * (c.mp.round[rep3].products.size() / 3);
+  const std::vector<std::pair<size_t, size_t>> at = {{1, 0}, {rep3, first_rep3}};
+  for (const auto& [r, bit] : at) {
+    for (int cheater = 0; cheater < 3; ++cheater) {
+      std::array<std::array<bool, 3>, 2> failed{};
+      for (uint32_t seed : {41u, 42u}) {
+        const std::vector<Views> in = Deal(RandomLanes(3, c.p.inputs / 8, seed));
+        CheatCluster cl(cheater);
+        cl.cheat().Arm(SendOf(c.mp, r), bit / 8, static_cast<uint8_t>(1u << (bit % 8)));
+        std::array<absl::Status, 3> st;
+        testing::RunMaskedAll(cl.rep3(), {&c.mp}, {in}, true, &st);
+        ASSERT_TRUE(cl.cheat().fired());
+        for (int i = 0; i < 3; ++i) failed[seed - 41][i] = protocol::IsIntegrityFailure(st[i]);
+      }
+      EXPECT_EQ(failed[0], failed[1]) << "message " << r << ", cheater " << cheater;
+      int honest = 0;
+      for (int i = 0; i < 3; ++i) honest += i != cheater && failed[0][i];
+      EXPECT_GE(honest, 1) << "message " << r << ", cheater " << cheater;
+    }
+  }
+}
+
+// A cheater whose PRSS key k_i, as its predecessor holds it, is not the
+// one it uses (it sent another at Prss::Setup): every mask it draws,
+// every zero-sharing and the check's coins are inconsistent with the
+// honest copies. Caught; nothing released.
+TEST(Masked, APartyWithAnotherKeyThanItsPredecessorsIsCaught) {
+  const Case c = Make(testing::Sha1CompressionProgram(), 6);
+  const std::vector<Bytes> clear = RandomLanes(1, c.p.inputs / 8, 51);
+  const std::vector<Views> in = Deal(clear);
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    TapCluster cl(cheater, {0x01});
+    std::array<absl::Status, 3> st;
+    testing::RunMaskedAll(cl.rep3(), {&c.mp}, {in}, true, &st);
+    int caught = 0;
+    for (int i = 0; i < 3; ++i) caught += i != cheater && protocol::IsIntegrityFailure(st[i]);
+    EXPECT_GE(caught, 1) << "cheater " << cheater << ": " << st[0] << " / " << st[1] << " / "
+                         << st[2];
   }
 }
 
