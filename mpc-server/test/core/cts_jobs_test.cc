@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -616,6 +617,60 @@ TEST(CtsMalicious, ASplitAgreementIsCaughtOrHarmless) {
   }
   EXPECT_GE(flipped, 3);
   EXPECT_TRUE(right(c.Run(jobs)));
+}
+
+// Review 2026-11-29 (docs/reviews/2026-11-29-masked-gates.md): the
+// cheater keeps its predecessor B in step with a lie over two of the
+// agreement's messages (AgreeAll), not one: (a) "not both" in the second
+// and "not masked" in the third, so that B, which hears only the cheater,
+// decides Rep3 without noticing while the third party A, whose successor
+// is B, decided masked; (b) another digest in the first and "not masked"
+// in the third, so that A and B decide Rep3 and the cheater, by its own
+// count, masked. In (a) A sees B's outcome differ from its own in the
+// third message; in (b) the honest parties agree and only the cheater
+// runs the other protocol. Either way an honest party fails and no honest
+// party returns a wrong result.
+TEST(CtsMalicious, AConsistentLieInTheAgreementIsCaughtOrHarmless) {
+  const int cheater = 1;
+  CtsCluster c(true, cheater);
+  const LoginJobs login(c);
+  auto right = [&](const std::array<BatchResult, 3>& r) { return login.Right(r); };
+  ASSERT_TRUE(right(c.Run(login.jobs)));
+  CtsProgramCache::Shared().WaitMasked();
+  const uint64_t masked = CtsCircuitCounters::Shared().masked.load();
+  const uint64_t before = c.cheat().sent();
+  ASSERT_TRUE(right(c.Run(login.jobs)));
+  ASSERT_GT(CtsCircuitCounters::Shared().masked.load(), masked);  // all three chose masked
+  const std::vector<size_t> sizes(c.cheat().sizes().begin() + before, c.cheat().sizes().end());
+  size_t agree = 0;  // the agreement: 33 bytes (bit, digest), then 1 and 1
+  while (agree + 2 < sizes.size() &&
+         !(sizes[agree] == 33 && sizes[agree + 1] == 1 && sizes[agree + 2] == 1))
+    ++agree;
+  ASSERT_LT(agree + 2, sizes.size());
+  struct Lie {
+    const char* what;
+    uint64_t first;
+    size_t offset;
+  };
+  for (const Lie& lie : {Lie{"not both, then not masked", agree + 1, 0},
+                         Lie{"another digest, then not masked", agree, 1}}) {
+    c.cheat().Arm(lie.first, lie.offset, 1);
+    c.cheat().ArmReadAhead(agree + 2, {}, std::chrono::milliseconds(0),
+                           [](std::vector<uint8_t>& m, const std::vector<std::vector<uint8_t>>&) {
+                             m[0] ^= 1;
+                           });
+    auto r = c.RunStatus(login.jobs);
+    EXPECT_TRUE(c.cheat().fired()) << lie.what;
+    c.cheat().Disarm();
+    int failed = 0;
+    for (int i = 0; i < 3; ++i) failed += i != cheater && !r[i].ok();
+    EXPECT_GE(failed, 1) << lie.what << ": " << r[0].status() << " / " << r[1].status() << " / "
+                         << r[2].status();
+    if (r[0].ok() && r[1].ok() && r[2].ok())
+      EXPECT_TRUE(right({*r[0], *r[1], *r[2]})) << lie.what << ": accepted and wrong";
+    c.Connect();
+  }
+  EXPECT_TRUE(right(c.Run(login.jobs)));
 }
 
 // Which Runs go over masked wires (EngineOptions::cts_masked_max_and_words

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -443,7 +444,7 @@ AckLeak RunAckLeak(int n) {
       std::array<Bytes, 3> s;  // components s_0, s_1, s_2 (bytes 0x00 or 0xFF)
       for (Bytes& c : s) {
         c.resize(4);
-        for (uint8_t& b : c) b = rng() & 1 ? 0xFF : 0x00;
+        for (uint8_t& b : c) b = (rng() & 1) ? 0xFF : 0x00;
       }
       s[cheater][3] = 0xFF;  // x3_P = 1: P chose its flip where that holds
       Views v;
@@ -468,14 +469,14 @@ AckLeak RunAckLeak(int n) {
       // P's own view (m_g, m_h, m_k), from its own acknowledgement.
       int own = -1;
       for (int w = 0; w < 8; ++w) {
-        const auto a = AckOf({uint64_t(w & 1), uint64_t(w >> 1 & 1), uint64_t(w >> 2 & 1)});
+        const auto a = AckOf({uint64_t(w & 1), uint64_t((w >> 1) & 1), uint64_t((w >> 2) & 1)});
         if (std::equal(a.begin(), a.end(), sent[base + 4].begin())) own = w;
       }
       if (own < 0) {
         ADD_FAILURE() << "the cheater's acknowledgement is not a hash of three bits";
         continue;
       }
-      const uint64_t mg = own & 1, mh = own >> 1 & 1, mk = own >> 2 & 1;
+      const uint64_t mg = own & 1, mh = (own >> 1) & 1, mk = (own >> 2) & 1;
       const uint64_t x2p = s[cheater][2] & 1, x2n = s[next][2] & 1;
       const uint64_t x3p = s[cheater][3] & 1, x3n = s[next][3] & 1;
       const uint64_t x2 = (s[0][2] ^ s[1][2] ^ s[2][2]) & 1;  // the secret
@@ -498,7 +499,7 @@ TEST(Masked, AFlipTwoLayersBeforeTheCheckIsCaught) {
   const MaskedProgram p = AndChain();  // first, unshifted: the program is right
   for (int x = 0; x < 16; ++x) {
     Bytes lane(4);
-    for (int i = 0; i < 4; ++i) lane[i] = x >> i & 1 ? 0xFF : 0x00;
+    for (int i = 0; i < 4; ++i) lane[i] = ((x >> i) & 1) ? 0xFF : 0x00;
     TapCluster cl(0);
     std::array<absl::Status, 3> st;
     const auto got = testing::RunMaskedAll(cl.rep3(), {&p}, {{testing::DealViews(lane)}}, true, &st);
@@ -525,8 +526,8 @@ TEST(Masked, DISABLED_TheAcknowledgementAfterAShiftedOpeningTellsTheCheaterNothi
 }
 
 // A lone login's job (one live lane: masked_eval.cc Packing's one-lane
-// path) with one bit flipped: a pair's, a 3-4 leaves' and a 5-6 leaves'
-// mask product (messages 1, 2, 3), a Rep3 gate's product, an opened
+// path) with one bit flipped: the first pair's, 3-4 leaves' and 5-6
+// leaves' mask product, a Rep3 gate's product, an opened
 // component in the first and in the last gate layer that opens, and the
 // pad past the lane in the last packed opened word. Each is caught by an
 // honest party; a run that all accept is right.
@@ -553,11 +554,32 @@ TEST(Masked, OneLaneFlipsAreCaughtAtEveryLevel) {
     size_t round, offset;
     uint8_t mask;
   };
+  // The first product of each level (1: pairs, 2: 3-4 leaves, 3: 5-6),
+  // its level from its operands' (slots are reused: a product slot's level
+  // is its last writer's). One lane, packed: item q is bit q of the ANDs.
   std::vector<Flip> flips;
-  for (size_t r = 1; r <= static_cast<size_t>(c.mp.prep_rounds); ++r) {
-    ASSERT_FALSE(rd[r].products.empty()) << "message " << r;
-    flips.push_back({"a mask product", r, 0, 0x01});
+  const char* level_name[4] = {"", "a pair's product", "a 3-4 leaves' product",
+                               "a 5-6 leaves' product"};
+  std::vector<int> level(c.mp.products, 0);
+  std::array<bool, 4> seen{};
+  for (size_t r = 1; r < rd.size(); ++r) {
+    std::vector<std::pair<uint32_t, int>> made;
+    for (size_t k = 0; k < rd[r].products.size(); k += 3) {
+      int l = 1;
+      for (int i = 1; i < 3; ++i) {
+        const uint32_t ref = rd[r].products[k + i];
+        if (ref & MaskedProgram::kProductRef) l = std::max(l, level[ref & ~MaskedProgram::kProductRef] + 1);
+      }
+      made.push_back({rd[r].products[k], l});
+      const size_t q = k / 3;
+      if (l <= 3 && !seen[l]) {
+        seen[l] = true;
+        flips.push_back({level_name[l], r, q / 8, static_cast<uint8_t>(1u << (q % 8))});
+      }
+    }
+    for (const auto& [slot, l] : made) level[slot] = l;
   }
+  ASSERT_TRUE(seen[1] && seen[2] && seen[3]);
   // One lane, packed: item q is bit q of the ANDs; the Rep3 gates follow the
   // products.
   const size_t q = rd[rep3].products.size() / 3;
@@ -586,7 +608,9 @@ TEST(Masked, AFlippedProductFailsTheSamePartiesWhateverTheData) {
   while (c.mp.round[rep3].rep3.empty()) ++rep3;
   // 3 live lanes a word, packed: item q's lane 0 is bit 3 q of the ANDs.
   const size_t first_rep3 = 3 * (c.mp.round[rep3].products.size() / 3);
-  const std::vector<std::pair<size_t, size_t>> at = {{1, 0}, {rep3, first_rep3}};
+  size_t first = 1;  // the first message with a mask product
+  while (c.mp.round[first].products.empty()) ++first;
+  const std::vector<std::pair<size_t, size_t>> at = {{first, 0}, {rep3, first_rep3}};
   for (const auto& [r, bit] : at) {
     for (int cheater = 0; cheater < 3; ++cheater) {
       std::array<std::array<bool, 3>, 2> failed{};
