@@ -45,7 +45,12 @@
 // rest before opening anything, as cts::ShareEngine. Messages after an
 // opening carry fresh PRSS components the receiver cannot compute (a
 // zero-sharing's, a drawn lambda's), so one computed from a shifted
-// opening tells it nothing (docs/design/masked-gates.md, "Build").
+// opening tells it nothing (docs/design/masked-gates.md, "Build"); and
+// every message carries its sender's view (a hash of what it opened
+// before it), which the receiver compares with its own, so that an honest
+// party learns of a shifted opening one message later, before it hashes
+// anything computed from it towards the cheater (masked_eval.cc
+// kViewWords; docs/reviews/2026-11-29-masked-gates.md).
 #ifndef KMPC_CTS_MASKED_H_
 #define KMPC_CTS_MASKED_H_
 

@@ -2,8 +2,11 @@
 // party's replicated shares.
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <type_traits>
 #include <vector>
+
+#include <openssl/crypto.h>
 
 #include "cts/masked.h"
 #include "share/replicated.h"
@@ -129,6 +132,18 @@ Layout Plan(std::vector<JobState>& js, size_t r) {
   return l;
 }
 
+// The view in every message of a malicious Run: the first kViewWords
+// words of the sender's hash of all it opened before this message
+// (MulLog::OpenedDigest). A party whose successor's view differs from its
+// own marks the log deviated (its next check fails and starts silent,
+// verify.cc ConfirmedRing) and sends zeros from then on. Without it the
+// check's first acknowledgement would hash openings two layers past a
+// shifted one, which a cheater can tell apart by a secret bit
+// (docs/reviews/2026-11-29-masked-gates.md): an honest party now learns
+// of the shift one message after it, before it hashes anything the bit
+// reaches towards the cheater.
+constexpr size_t kViewWords = 2;
+
 struct Message {
   std::array<std::vector<uint64_t>, 2> x, y, z, o;
   std::vector<uint64_t> send, recv, opened;
@@ -144,8 +159,8 @@ struct Message {
       o[c].resize(opens);
       po[c].resize(opens);
     }
-    send.resize(ands + opens);
-    recv.resize(ands + opens);
+    send.resize(ands + opens + kViewWords);
+    recv.resize(ands + opens + kViewWords);
     opened.resize(opens);
     popened.resize(opens);
   }
@@ -358,13 +373,23 @@ absl::Status Exchange(protocol::Rep3& ctx, std::vector<JobState>& js, const Layo
   for (size_t w = 0; w < n; ++w) z[0][w] ^= (x[0][w] & y[0][w]) ^ (x[0][w] & y[1][w]) ^ (x[1][w] & y[0][w]);
   std::copy_n(z[0], n, msg.send.data());
   std::copy_n(o[1], m, msg.send.data() + n);
+  protocol::MulLog* const mlog = ctx.log();
+  const size_t v = mlog != nullptr ? kViewWords : 0;
+  std::array<uint8_t, 32> view{};
+  if (v != 0 && !mlog->deviated()) {
+    if (absl::Status st = mlog->OpenedDigest(view); !st.ok()) return st;
+  }
+  std::memcpy(msg.send.data() + n + m, view.data(), 8 * v);
   absl::Status st = ctx.channel().Exchange(
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.send.data()), 8 * (n + m)),
-      absl::MakeSpan(reinterpret_cast<uint8_t*>(msg.recv.data()), 8 * (n + m)));
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.send.data()), 8 * (n + m + v)),
+      absl::MakeSpan(reinterpret_cast<uint8_t*>(msg.recv.data()), 8 * (n + m + v)));
   if (!st.ok()) return st;
+  if (v != 0 && !mlog->deviated() &&
+      CRYPTO_memcmp(msg.recv.data() + n + m, view.data(), 8 * v) != 0)
+    mlog->MarkDeviated();
   std::copy_n(msg.recv.data(), n, z[1]);
   for (size_t w = 0; w < m; ++w) opened[w] = o[0][w] ^ o[1][w] ^ msg.recv[n + w];
-  if (protocol::MulLog* log = ctx.log(); log != nullptr) {
+  if (protocol::MulLog* log = mlog; log != nullptr) {
     if (n != 0) log->SetAndZ1(log->AddAnd(x[0], x[1], y[0], y[1], z[0], n), z[1], n);
     if (m != 0) log->AddOpened(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(opened), 8 * m));
   }

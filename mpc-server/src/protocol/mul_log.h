@@ -91,6 +91,9 @@ class MulLog {
   // opened, so it could send back this party's own hash). Until Clear.
   void MarkDeviated() { deviated_ = true; }
   bool deviated() const { return deviated_; }
+  // The hash of the values opened since the last Rewind, as Compare would
+  // send it now; opening may go on (cts/masked_eval.cc's per-message view).
+  absl::Status OpenedDigest(std::array<uint8_t, 32>& out) { return opened_.Peek(out); }
 
   size_t and_words() const { return and_n_; }
   size_t gf_products() const { return gf_[0].size() / 16; }
