@@ -15,6 +15,8 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "../cheat.h"
@@ -630,6 +632,91 @@ TEST(Masked, AFlippedProductFailsTheSamePartiesWhateverTheData) {
       for (int i = 0; i < 3; ++i) honest += i != cheater && failed[0][i];
       EXPECT_GE(honest, 1) << "message " << r << ", cheater " << cheater;
     }
+  }
+}
+
+// Review of the per-message view (masked_eval.cc kViewWords), on a
+// compiled SHA-1 program, one lane: P flips an opened component (or its
+// view words) in message k0, at distances 0 .. 3 and more from the
+// Run's check. What P receives from P+1 is never a hash of openings P
+// cannot compute: P+1's views up to k0 + 1 are P's own (both hash the
+// true openings), later ones and the whole check (bar 16-byte coin
+// shares) are zeros.
+TEST(Masked, AfterAShiftedOpeningTheSuccessorSendsOnlyViewsTheCheaterKnows) {
+  const Case c = Make(testing::Sha1CompressionProgram(), 6);
+  const std::vector<Views> in = Deal(RandomLanes(1, c.p.inputs / 8, 61));
+  const auto& rd = c.mp.round;
+  const size_t msgs = SendOf(c.mp, rd.size());
+  auto words = [&](size_t r, bool ands) {
+    const size_t n = ands ? rd[r].products.size() / 3 + rd[r].rep3.size() / 4 : rd[r].opens.size();
+    return (n + 63) / 64;  // one lane: packed
+  };
+  std::vector<size_t> at;  // rounds with openings: the last four, a middle one, the first
+  for (size_t r = rd.size() - 1; r >= 1 && at.size() < 4; --r)
+    if (!rd[r].opens.empty()) at.push_back(r);
+  for (size_t from : {size_t{1}, rd.size() / 2}) {
+    size_t r = from;
+    while (rd[r].opens.empty()) ++r;
+    at.push_back(r);
+  }
+  std::set<size_t> dists;
+  auto in_chain = [](int seed) {
+    Bytes lane(4);
+    for (int i = 0; i < 4; ++i) lane[i] = ((seed + 5 * i) & 2) ? 0xFF : 0x00;
+    return testing::DealViews(lane);
+  };
+  for (int cheater = 0; cheater < 3; ++cheater)
+    for (size_t r : at)
+      for (bool view : {false, true}) {
+        const size_t k0 = SendOf(c.mp, r), len = 8 * (words(r, true) + words(r, false)) + 16;
+        std::vector<uint8_t> delta(view ? len : 8 * words(r, true) + 1, 0);
+        delta[view ? len - 16 : 8 * words(r, true)] = 0x01;
+        TapCluster cl(cheater);
+        const size_t base = cl.tap().sent().size();
+        cl.tap().Shift(base + k0, delta);
+        std::array<absl::Status, 3> st;
+        testing::RunMaskedAll(cl.rep3(), {&c.mp}, {in}, true, &st);
+        const std::string what = "cheater " + std::to_string(cheater) + " message " +
+                                 std::to_string(k0) + " of " + std::to_string(msgs) +
+                                 (view ? " (view)" : "");
+        EXPECT_TRUE(protocol::IsIntegrityFailure(st[(cheater + 1) % 3])) << what;
+        const auto& sent = cl.tap().sent();
+        const auto& recv = cl.tap().received();
+        ASSERT_GT(recv.size(), base + msgs) << what;
+        ASSERT_EQ(recv[base + k0].size(), len) << what;
+        dists.insert(msgs - 1 - k0);
+        for (size_t k = 0; k < msgs; ++k) {
+          const auto& m = recv[base + k];
+          const std::vector<uint8_t> v(m.end() - 16, m.end());
+          std::vector<uint8_t> own(sent[base + k].end() - 16, sent[base + k].end());
+          if (view && k == k0) own[0] ^= 0x01;  // the tap keeps what P sent
+          if (k <= k0 + 1)
+            EXPECT_EQ(v, own) << what << ", view in message " << k;
+          else
+            EXPECT_EQ(v, std::vector<uint8_t>(16, 0)) << what << ", view in message " << k;
+        }
+        if (k0 + 1 == msgs) {  // the check right after: P+1's hash of the true openings
+          EXPECT_EQ(recv[base + msgs], sent[base + msgs]) << what;
+          continue;
+        }
+        for (size_t k = base + msgs; k < recv.size(); ++k)
+          if (recv[k].size() != 16)  // bar coin shares, all zeros
+            EXPECT_EQ(recv[k], std::vector<uint8_t>(recv[k].size(), 0))
+                << what << ", check message " << k - base - msgs;
+      }
+  EXPECT_TRUE(dists.count(1) && dists.count(2) && dists.count(3));
+  // Distance 0 (the last message opens: the hand-built chain's k): P+1's
+  // acknowledgement is P's own.
+  const MaskedProgram p = AndChain();
+  for (int cheater = 0; cheater < 3; ++cheater) {
+    TapCluster cl(cheater);
+    const size_t base = cl.tap().sent().size();
+    cl.tap().Shift(base + 3, {0, 0, 0, 0, 0, 0, 0, 0, 0x01});
+    std::array<absl::Status, 3> st;
+    testing::RunMaskedAll(cl.rep3(), {&p}, {{in_chain(cheater)}}, true, &st);
+    EXPECT_TRUE(protocol::IsIntegrityFailure(st[(cheater + 1) % 3])) << cheater;
+    ASSERT_GT(cl.tap().received().size(), base + 4);
+    EXPECT_EQ(cl.tap().received()[base + 4], cl.tap().sent()[base + 4]) << cheater;
   }
 }
 
