@@ -415,8 +415,15 @@ void PackSlots(Mp& p, const std::vector<uint32_t>& ready, const std::vector<uint
 
 namespace {
 
+// The version of the run's messages (masked_eval.cc), in every digest: 2
+// since each message carries its sender's view. Servers whose runs send
+// other messages hold other digests, so their agreement picks Rep3 ANDs
+// (engine/cts_jobs.cc) instead of failing on a message's size.
+constexpr uint64_t kMessagesVersion = 2;
+
 absl::Status Digest(Mp& p) {
   protocol::Sha256 h;
+  h.Update(&kMessagesVersion, 1);
   auto words = [&](const std::vector<uint32_t>& v) {
     const uint64_t n = v.size();
     h.Update(&n, 1);
