@@ -364,8 +364,7 @@ def ring_blocks(r, c, pws, n):
     of CPU a login}} of the KDC and each server from /proc, read from
     outside; a failed login's partial Run counts too)."""
     out = {"logins": n, "cpu_ms": {}}
-    pids = {"krb5kdc": r.kdc_proc.pid,
-            **{f"mpc-server-{i}": r.cluster.pid(i) for i in range(3)}}
+    pids = cts_realm.pids(r)
     for who, name in (("cts", "ctsuser"), ("kdb", "kdbuser")):
         m0 = storm_bench.mpc_metrics(r.cluster.servers, r.cluster.certs)
         cpu0 = cts_realm.cpu_seconds(pids)
@@ -410,8 +409,7 @@ class SharedTarget(storm_bench.KmpcTarget):
         self.principal_fmt = None if which == "cts" else "kdb%d@" + r.realm
         self.service = f"{storm_bench.SERVICE}@{r.realm}"
         self.env = r.env
-        self.watch = {"krb5kdc": r.kdc_proc.pid,
-                      **{f"mpc-server-{i}": r.cluster.pid(i) for i in range(3)}}
+        self.watch = cts_realm.pids(r)
         self.udp_ports = [r.kdc_port]
         self.enctype = CTS256
         self.module = r.module

@@ -182,6 +182,12 @@ class PopTarget:
         pass
 
 
+def pids(r):
+    """{process: pid} of a realm's KDC and its three servers."""
+    return {"krb5kdc": r.kdc_proc.pid, **{f"mpc-server-{i}": r.cluster.pid(i)
+                                          for i in range(3)}}
+
+
 def cpu_seconds(pids):
     """utime + stime of each pid (proc(5) /proc/PID/stat fields 14, 15)."""
     hz = os.sysconf("SC_CLK_TCK")
@@ -364,16 +370,15 @@ def phase(r, pop, confs, opts, heimdal, outdir, log):
         loop.start()
     try:
         run_storms(targets, conc, opts["warmup_s"], f"{pop.label}-warm", outdir)
-        pids = {"krb5kdc": r.kdc_proc.pid, **{f"mpc-server-{i}": r.cluster.pid(i)
-                                               for i in range(3)}}
-        s0 = snapshot(r, pids)
+        procs = pids(r)
+        s0 = snapshot(r, procs)
         if loop:
             loop.mark()
         res = run_storms(targets, conc, opts["seconds"], pop.label, outdir)
     finally:
         if loop:
             loop.stop()
-    s1 = snapshot(r, pids)
+    s1 = snapshot(r, procs)
     return phase_figures(pop, conc, res, loop, s0, s1, opts["seconds"], log)
 
 

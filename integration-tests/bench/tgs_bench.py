@@ -139,11 +139,6 @@ def bring_up(workdir, mode, n_users, module_options=None, server_flags=""):
     return r
 
 
-def pids(r):
-    return {"krb5kdc": r.kdc_proc.pid, **{f"mpc-server-{i}": r.cluster.pid(i)
-                                          for i in range(3)}}
-
-
 def pick_clients(names, k):
     """k of the population's names spread over its lengths (shortest to
     longest): each a different ticket length."""
@@ -323,11 +318,11 @@ def one_client(r, runs, k, heimdal, log):
     while done < runs:
         n = min(BLOCK, runs - done)
         c0 = snapshot_counters(r)
-        cpu0 = cts_realm.cpu_seconds(pids(r))
+        cpu0 = cts_realm.cpu_seconds(cts_realm.pids(r))
         ok0 = len(lat["cts"])
         one_block(r, clients, "cts", done, n, lat["cts"], errors["cts"])
         kdc1 = settle(r, c0["kdc"], len(lat["cts"]) - ok0)
-        cpu1 = cts_realm.cpu_seconds(pids(r))
+        cpu1 = cts_realm.cpu_seconds(cts_realm.pids(r))
         c1 = snapshot_counters(r)
         c1["kdc"] = kdc1
         tot.block(c0, c1, cpu0, cpu1)
@@ -388,7 +383,7 @@ class MixTarget:
         self.n_users = len(r.clients.names)
         self.service = f"{SERVICES[which]}@{r.realm}"
         self.env = r.env
-        self.watch = pids(r)
+        self.watch = cts_realm.pids(r)
         self.metrics_urls = {"krb5kdc": r.kdc_metrics_url}
         self.udp_ports = [r.kdc_port]
         # A cts login can outlast the 1 s UDP retransmit on a loaded host.

@@ -389,9 +389,9 @@ absl::Status Exchange(protocol::Rep3& ctx, std::vector<JobState>& js, const Layo
     mlog->MarkDeviated();
   std::copy_n(msg.recv.data(), n, z[1]);
   for (size_t w = 0; w < m; ++w) opened[w] = o[0][w] ^ o[1][w] ^ msg.recv[n + w];
-  if (protocol::MulLog* log = mlog; log != nullptr) {
-    if (n != 0) log->SetAndZ1(log->AddAnd(x[0], x[1], y[0], y[1], z[0], n), z[1], n);
-    if (m != 0) log->AddOpened(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(opened), 8 * m));
+  if (mlog != nullptr) {
+    if (n != 0) mlog->SetAndZ1(mlog->AddAnd(x[0], x[1], y[0], y[1], z[0], n), z[1], n);
+    if (m != 0) mlog->AddOpened(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(opened), 8 * m));
   }
   if (pa.any || po.any) {
     for (int c = 0; c < 2; ++c) UnpackWords(pa, z[c], msg.z[c].data());
