@@ -12,6 +12,7 @@ import secrets
 import select
 import signal
 import socket
+import struct
 import time
 
 import pytest
@@ -59,10 +60,42 @@ def read_log(realm):
         return f.read()
 
 
+SO_TIMESTAMPNS = 35     # Linux, asm-generic/socket.h; also the cmsg type
+
+
+def wait_kernel_stamps_live(timeout=10):
+    """Wait until the kernel timestamps arriving datagrams.
+
+    Linux turns receive timestamps on for all sockets when the first one asks
+    (net_enable_timestamp), through a deferred work item; a datagram that
+    arrives before it ran carries no stamp, and recvmsg() then stamps it with
+    the time it is read, so a request queued in a just-started KDC's socket
+    would read as fresh.  A datagram to ourselves, read 100 ms later, shows
+    the stamps are taken on arrival."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        deadline = time.monotonic() + timeout
+        while True:
+            s.sendto(b"t", s.getsockname())
+            time.sleep(0.1)
+            _, anc, _, _ = s.recvmsg(16, socket.CMSG_SPACE(16))
+            now = time.time()
+            stamps = [struct.unpack("qq", d[:16]) for lvl, typ, d in anc
+                      if lvl == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS]
+            if stamps and now - (stamps[0][0] + stamps[0][1] / 1e9) >= 0.08:
+                return
+            assert time.monotonic() < deadline, "the kernel does not stamp datagrams"
+    finally:
+        s.close()
+
+
 def frozen_kdc_probes(realm, reply_wait=1.5):
     """Send STALE_PROBES AS-REQs while the KDC is stopped, resume it after
     FROZEN_S and return (the replies that came within reply_wait after
     that, the monotonic time of the SIGCONT)."""
+    wait_kernel_stamps_live()
     pid = realm.kdc_proc.pid
     os.kill(pid, signal.SIGSTOP)
     try:
