@@ -150,9 +150,9 @@ bench-replicas: build
 	@$(BENCH_SNAPSHOT)
 	@$(BENCH_REPLICAS)
 
-# Users whose aes256-cts-hmac-sha1-96 keys the cluster holds, servers in
-# the default (malicious) mode, malicious with --cts_masked_gates
-# ("masked": half the rounds) and semi-honest: Debian's /usr/bin/kinit,
+# Users whose aes256-cts-hmac-sha1-96 keys the cluster holds, servers
+# with their defaults (malicious, small Runs over masked wires: half the
+# rounds), the same on Rep3 ANDs ("rep3") and semi-honest: Debian's /usr/bin/kinit,
 # one client, without and with FAST (kinit -T); BENCH_CTS_USERS users named
 # as in a directory (2-40 characters, dotted, some with instances) against
 # as many with names of one length, closed-loop storms with MIT's and
@@ -169,9 +169,8 @@ bench-cts: build
 	@$(BENCH_RESULTS) --cts-rows
 
 # TGS exchanges to a service whose aes256-cts key the cluster holds (moved
-# with kmpc-admin share --from-existing --service), servers malicious (the
-# default), malicious with --cts_masked_gates ("masked") and semi-honest:
-# Debian's /usr/bin/kvno -k, one client (clients of varied
+# with kmpc-admin share --from-existing --service), servers malicious then
+# semi-honest: Debian's /usr/bin/kvno -k, one client (clients of varied
 # name lengths in turn; cold first tickets apart), beside a service whose
 # key is in the KDB; Runs, ANDs, AND rounds and each server's CPU per TGS;
 # the login+TGS mix with either service (build/bench/tgs.json, targets

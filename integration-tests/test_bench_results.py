@@ -405,12 +405,12 @@ def test_tgs_rows(tmp_path):
 
 def test_login_tgs_ratio_rows(tmp_path):
     """The login+TGS storm's cts/ctr-mpc ops/s ratio is judged against 0.6
-    in every mode tgs.json holds (masked too), a failed operation a miss;
+    in every mode tgs.json holds (rep3 too), a failed operation a miss;
     a mode run without the storm has no row, a failed mode a miss."""
     d = str(tmp_path)
     write_inputs(d)
     modes = {"malicious": {**tgs_mode(140.0), "login_tgs": login_tgs(30.0, 60.0)},
-             "masked": {**tgs_mode(200.0), "login_tgs": login_tgs(42.0, 60.0)},
+             "rep3": {**tgs_mode(200.0), "login_tgs": login_tgs(42.0, 60.0)},
              "semi-honest": {**tgs_mode(100.0), "login_tgs": login_tgs(50.0, 60.0, failed=2)}}
     with open(os.path.join(d, "tgs.json"), "w") as f:
         json.dump({"when": "2026-11-29T01:00:00+00:00", "machine": {"cores": 2},
@@ -418,24 +418,24 @@ def test_login_tgs_ratio_rows(tmp_path):
     p = run_writer(d)
     assert p.returncode == 0, p.stderr
     res = json.load(open(os.path.join(d, "results.json")))
-    assert res["tgs"]["modes"]["masked"]["login_tgs_ratio_cts_to_ctr"] == 0.7
-    assert res["tgs"]["modes"]["masked"]["login_tgs"]["ctr"]["ops_per_s"] == 60.0
+    assert res["tgs"]["modes"]["rep3"]["login_tgs_ratio_cts_to_ctr"] == 0.7
+    assert res["tgs"]["modes"]["rep3"]["login_tgs"]["ctr"]["ops_per_s"] == 60.0
     rows = [t for t in res["targets"] if t["what"].startswith("login+TGS storm")]
     assert [(t["what"].split("(")[1].split()[0], t["met"]) for t in rows] == [
-        ("malicious", False), ("masked", True), ("semi-honest", False)], rows
+        ("malicious", False), ("rep3", True), ("semi-honest", False)], rows
     assert rows[0]["miss_by"] == "0.100 of the ctr-mpc storm's ops/s"
     assert rows[1]["measured"] == "42.0 vs 60.0 ops/s = 0.700, 0 + 0 failed"
     assert rows[2]["miss_by"] == "2 failed"
     assert "login+TGS storm 42.0 ops/s with the cts service" in p.stdout
     del modes["malicious"]["login_tgs"]
-    modes["masked"] = {"error": "RealmError: kvno failed"}
+    modes["rep3"] = {"error": "RealmError: kvno failed"}
     with open(os.path.join(d, "tgs.json"), "w") as f:
         json.dump({"modes": modes}, f)
     assert run_writer(d).returncode == 0
     res = json.load(open(os.path.join(d, "results.json")))
     rows = [t for t in res["targets"] if t["what"].startswith("login+TGS storm")]
     assert [(t["what"].split("(")[1].split()[0], t["met"], t["measured"]) for t in rows] == [
-        ("masked", False, "not measured"), ("semi-honest", False,
+        ("rep3", False, "not measured"), ("semi-honest", False,
                                             "50.0 vs 60.0 ops/s = 0.833, 2 + 0 failed")]
 
 

@@ -1,6 +1,6 @@
-"""Logins whose MPC Runs go over masked wires (--cts_masked_gates on the
-three kmpc-mpc-server, docs/design/masked-gates.md), with Debian's own
-kinit, klist and kvno, servers in the default malicious mode.
+"""Logins whose MPC Runs go over masked wires (--cts_masked_gates, on by
+default on the three kmpc-mpc-server, docs/design/masked-gates.md), with
+Debian's own kinit, klist and kvno, servers with their default flags.
 
 A fresh cluster runs its first Runs on Rep3 ANDs while each server
 compiles the programs over masked wires on a background thread
@@ -8,8 +8,8 @@ compiles the programs over masked wires on a background thread
 login's Run is masked (kmpc_cts_masked_evaluations_total grows on every
 server) and takes about half the AND rounds, and the login is the same
 to the client (the reply's checksum spliced, the TGT good for a service
-ticket). A server restarted without the flag makes every later Run
-agree on Rep3 ANDs again, and logins still work.
+ticket). A server restarted with --cts_masked_gates=false makes every
+later Run agree on Rep3 ANDs again, and logins still work.
 """
 import time
 
@@ -48,8 +48,9 @@ def wait_compiled(kr):
 
 
 def test_logins_run_over_masked_wires_and_fall_back(kmpc_factory):
-    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True, module_options=MODULE,
-                      server_flags="--cts_masked_gates=true")
+    # The servers' default flags: masked gates are on.
+    kr = kmpc_factory(module="real", enctypes=ENCTYPES, metrics=True, module_options=MODULE)
+    assert "cts_masked_gates" not in kr.cluster.server_flags
     kr.setup_krbtgt()
     kr.addprinc(SERVICE, "Svc-pw-90210", enctypes=[CTS256], flags="")
     kr.addprinc("mia", PASSWORD, enctypes=[CTS256])
@@ -79,9 +80,9 @@ def test_logins_run_over_masked_wires_and_fall_back(kmpc_factory):
             break
     assert masked_logins == 2, counters(kr)
 
-    # One server without the flag: the Runs agree on Rep3 ANDs.
+    # One server with the flag off: the Runs agree on Rep3 ANDs.
     kr.cluster.stop_party(1)
-    kr.cluster.server_flags = kr.cluster.server_flags.replace("--cts_masked_gates=true", "")
+    kr.cluster.server_flags = (kr.cluster.server_flags + " --cts_masked_gates=false").strip()
     kr.cluster.start_party(1)
     assert_login(kr, c, "mia", PASSWORD, CTS256)  # the restarted server compiles
     before = counters(kr)

@@ -96,7 +96,7 @@ TARGET_TGS_RUNS = 2
 # under an aes*-ctr-mpc handle: ops/s ratio, same realm and run, every
 # server mode.
 TARGET_LOGIN_TGS_RATIO = 0.6
-TGS_MODES = ("malicious", "masked", "semi-honest")
+TGS_MODES = ("malicious", "rep3", "semi-honest")
 
 
 def load(path):

@@ -24,10 +24,11 @@ dialling each other directly ("direct", before the relays) against the
 relay at 0 ms (the control every delay is judged against), and each
 relay's lateness per chunk (ring_relay.py's "stats").
 
-Points, in this order: direct (relay only), 0 ms, each delay, 0 ms again
-(drift); then the servers restarted with --cts_masked_gates (the cts
-user's Runs over masked wires, docs/design/masked-gates.md): 0 ms and
-each delay again ("masked_points", judged against their own 0 ms). Each: N logins of ctsuser, then N of kdbuser, counters read around
+Points, in this order, the servers restarted with --cts_masked_gates=false
+(every Run on Rep3 ANDs): direct (relay only), 0 ms, each delay, 0 ms
+again (drift); then the servers restarted with their default
+--cts_masked_gates (the cts user's Runs over masked wires,
+docs/design/masked-gates.md): 0 ms and each delay again ("masked_points", judged against their own 0 ms). Each: N logins of ctsuser, then N of kdbuser, counters read around
 each block. kinit runs inside the client namespace from one Python driver
 (this file's "kinit-loop"), timed as cts_bench.Stock times it: a process
 per login. The KDC runs early_flush (a login's Run leaves at once) with
@@ -297,6 +298,10 @@ def sweep(target, delays, n, via, work, log, masked=True, masked_flags=()):
     options = {"deadline_ms": DEADLINE_MS, "early_flush": "true"}
     out = {"via": via, "logins": n, "delays_ms": list(delays), "module_options": options,
            "points": []}
+    # The first points on Rep3 ANDs (the servers' default runs lone
+    # logins over masked wires): the masked points below restart them.
+    target.extra_server_flags = ["--cts_masked_gates=false"]
+    target.restart_servers(None)
     target.restart_kdc(options)
     client = Client(target, target.delay_passwords, work)
     out["cold"] = warm(client, log)

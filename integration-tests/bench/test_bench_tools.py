@@ -431,3 +431,11 @@ def test_tgs_bench_tickets_per_run_and_shape_cuts():
                  "tickets_per_run": 10.0}
     assert tgs_bench.batch_figures(None, k1, None, None) is None
     assert "10.0 tickets per Run" in tgs_bench.batch_line(b)
+    cts = lambda runs, masked, compiles: [  # noqa: E731
+        {"kmpc_cts_evaluations_total": runs, "kmpc_cts_masked_evaluations_total": masked,
+         "kmpc_cts_masked_compiles_total": compiles, "kmpc_cts_masked_drops_total": 1}] * 3
+    m = tgs_bench.masked_figures(cts(10, 4, 2), cts(50, 9, 6))
+    assert m == {"cts_runs": 40, "masked_runs": 5, "masked_compiles": 12, "masked_drops": 0}
+    assert tgs_bench.masked_figures(None, cts(50, 9, 6)) == {}
+    assert ("5 of 40 aes*-cts Runs over masked wires, 12 masked compiles and 0 drops"
+            in tgs_bench.batch_line({**b, **m}))

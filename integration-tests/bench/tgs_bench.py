@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """TGS exchanges to a service whose aes256-cts-hmac-sha1-96 key the cluster
-holds (issue 50 item 7), servers in the default (malicious) mode, with
---cts_masked_gates ("masked") and in semi-honest, one realm per mode, same
-processes for every figure of a mode:
+holds (issue 50 item 7), servers with their defaults ("malicious": small
+Runs over masked wires), the same on Rep3 ANDs only
+(--cts_masked_gates=false: "rep3") and in semi-honest, one realm per
+mode, same processes for every figure of a mode:
 
   one client   Debian's unmodified /usr/bin/kvno -k SERVICE-KEYTAB for the
                service, run as a user runs it (a process per ticket, from
@@ -57,7 +58,7 @@ Writes build/bench/tgs.json and prints the judged targets
 semi-honest; exactly 2 Runs per TGS; the login+TGS storm's cts/ctr ratio
 >= 0.6 in every mode); bench_results.py puts them in results.json.
 
-Usage: tgs_bench.py [--modes malicious,masked,semi-honest] [--runs 40] [--clients 8]
+Usage: tgs_bench.py [--modes malicious,rep3,semi-honest] [--runs 40] [--clients 8]
                     [--users 64] [--mix-seconds 10] [--no-mix] [--no-heimdal]
                     [--storm-seconds 10] [--no-login-tgs]
                     [--out FILE] [--server-flags FLAGS]
@@ -83,9 +84,8 @@ from kmpc_harness import realm as kmpc_realm  # noqa: E402
 CTS256 = cts_bench.CTS256
 CTR256 = "aes256-ctr-mpc"
 KVNO = "/usr/bin/kvno"
-# "masked": malicious servers with --cts_masked_gates (cts_bench.MODES).
-MODES = {"malicious": "", "masked": "--cts_masked_gates=true",
-         "semi-honest": "--security=semi-honest"}
+# cts_bench.MODES: "malicious" the servers' defaults, "rep3" Rep3 ANDs only.
+MODES = dict(cts_bench.MODES)
 # Three hosts' services: the one moved into the cluster, one whose key
 # stays in the KDB (the baseline of the same run), and one whose key is an
 # aes256-ctr-mpc handle in the cluster (the login+TGS storm's baseline).
@@ -466,13 +466,34 @@ def batch_figures(k0, k1, m0, m1):
     return out
 
 
+def masked_figures(c0, c1):
+    """{"cts_runs", "masked_runs", "masked_compiles", "masked_drops"}:
+    party 0's aes*-cts Runs over one storm and those of them over masked
+    wires (the three agree on each Run), and the masked compiles that
+    ended and masked programs dropped past the cache's bound meanwhile,
+    summed over the three servers (background CPU); {} without the
+    servers' counters."""
+    if not c0 or not c1:
+        return {}
+
+    def delta(name, parties):
+        return int(sum(c1[i].get(name, 0) - c0[i].get(name, 0) for i in parties))
+    return {"cts_runs": delta("kmpc_cts_evaluations_total", [0]),
+            "masked_runs": delta("kmpc_cts_masked_evaluations_total", [0]),
+            "masked_compiles": delta("kmpc_cts_masked_compiles_total", range(3)),
+            "masked_drops": delta("kmpc_cts_masked_drops_total", range(3))}
+
+
 def batch_line(b):
     if not b:
         return "tickets per Run: the KDC's counters unreadable"
+    masked = (f"; {b['masked_runs']} of {b['cts_runs']} aes*-cts Runs over masked wires, "
+              f"{b['masked_compiles']} masked compiles and {b['masked_drops']} drops "
+              f"(three servers)" if "cts_runs" in b else "")
     return (f"{b['tickets']} tickets in {b.get('server_runs')} server Runs: "
             f"{b.get('tickets_per_run')} tickets per Run; the module's "
             f"{b['module_jobs_per_run']} jobs per Run; {b['cts_shape_cuts']} of its "
-            f"{b['module_runs']} Runs cut by the cts shape bound")
+            f"{b['module_runs']} Runs cut by the cts shape bound{masked}")
 
 
 def kdc_errors(r, start):
@@ -532,9 +553,12 @@ def one_storm(r, which, args, label, outdir, seconds):
     t = MixTarget(r, which)
     at = log_size(r)
     k0, m0 = batch_counters(r.kdc_metrics_url), t.mpc_counters()
+    c0 = cts_bench.cts_counters(r)
     res = storm_bench.run_storm(t, [*args, "--tgs", t.service], label, outdir,
                                 timeout=seconds + 300)
     batches = batch_figures(k0, batch_counters(r.kdc_metrics_url), m0, t.mpc_counters())
+    if batches is not None:
+        batches.update(masked_figures(c0, cts_bench.cts_counters(r)))
     return res, {
         "service": t.service,
         "ops_per_s": res["logins_per_s"], "p50_ms": res["latency_us"]["p50"] / 1e3,
@@ -611,7 +635,7 @@ def login_tgs(r, seconds, warm, log):
 
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--modes", default="malicious,masked,semi-honest")
+    ap.add_argument("--modes", default="malicious,rep3,semi-honest")
     ap.add_argument("--runs", type=int, default=40, help="measured kvno runs per service")
     ap.add_argument("--clients", type=int, default=8,
                     help="client principals of distinct name lengths, in turn")

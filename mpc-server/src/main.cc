@@ -192,14 +192,13 @@ ABSL_FLAG(bool, cts_precompile, true,
           "compile in the background at start the aes*-cts programs of the usual "
           "kinit timestamps and of every shape this server compiled before "
           "(STORE_DIR/cts-programs), so that first logins do not wait for them");
-ABSL_FLAG(bool, cts_masked_gates, false,
+ABSL_FLAG(bool, cts_masked_gates, true,
           "also compile each aes*-cts program as 6-input gates over masked wires "
           "(background thread, idle priority; up to 1 GiB of them held) and run a "
           "small batch on an otherwise idle server that way once all three servers "
           "hold its programs: about half the ring rounds, which set a login's latency "
-          "once the servers sit in different rooms, for the same CPU a lone login but "
-          "~1.2x a TGS's ticket (docs/design/masked-gates.md); a server without it "
-          "keeps every batch on Rep3 ANDs");
+          "once the servers sit in different rooms (docs/design/masked-gates.md); "
+          "false keeps every batch on Rep3 ANDs, on this server and so on all three");
 ABSL_FLAG(int64_t, cts_masked_max_and_words,
           static_cast<int64_t>(kmpc::engine::EngineOptions::kCtsMaskedMaxAndWords),
           "with --cts_masked_gates, run a batch's aes*-cts programs over masked wires only "
@@ -208,6 +207,16 @@ ABSL_FLAG(int64_t, cts_masked_max_and_words,
           "batches beside others (a busy realm's, where CPU bounds the peak) keep Rep3 ANDs. "
           "The default takes one login's or TGS's batch of up to 64 of a shape; servers in "
           "different rooms, whose rounds cost more than the CPU, may raise it. 0 = never");
+ABSL_FLAG(int64_t, cts_masked_max_jobs,
+          static_cast<int64_t>(kmpc::engine::EngineOptions::kCtsMaskedMaxJobs),
+          "with --cts_masked_gates, and only while the batch holds at most this many "
+          "aes*-cts jobs: one request's (a login's 2, a FAST login's 3, a TGS's 1). More "
+          "is requests that queued together, a realm at load, where masked wires' CPU "
+          "(~1.9-2.5x a lane word) would lower the peak: those keep Rep3 ANDs. 0 = never");
+ABSL_FLAG(absl::Duration, cts_masked_calm, absl::Seconds(2),
+          "with --cts_masked_gates, and only once this server has run no batch past "
+          "--cts_masked_max_jobs nor beside another for this long (e.g. 2s; 0 = no "
+          "memory): the small batches of a loaded realm's short lulls keep Rep3 ANDs");
 ABSL_FLAG(int, cts_skew_s, static_cast<int>(kmpc::engine::EngineOptions{}.cts_skew_s),
           "the clock skew of a user's timestamp or FAST challenge (the gate of "
           "its aes*-cts AS reply), checked on shares against the KDC's clock: "
@@ -294,6 +303,13 @@ absl::Status CtsOptionsFromFlags(kmpc::engine::EngineOptions* o) {
   const int64_t masked_max = absl::GetFlag(FLAGS_cts_masked_max_and_words);
   if (masked_max < 0) return absl::InvalidArgumentError("--cts_masked_max_and_words must be >= 0");
   o->cts_masked_max_and_words = static_cast<uint64_t>(masked_max);
+  const int64_t masked_jobs = absl::GetFlag(FLAGS_cts_masked_max_jobs);
+  if (masked_jobs < 0) return absl::InvalidArgumentError("--cts_masked_max_jobs must be >= 0");
+  o->cts_masked_max_jobs = static_cast<size_t>(masked_jobs);
+  const absl::Duration calm = absl::GetFlag(FLAGS_cts_masked_calm);
+  if (calm < absl::ZeroDuration()) return absl::InvalidArgumentError("--cts_masked_calm must be >= 0");
+  o->cts_masked_calm = calm;
+  o->cts_loaded_at = std::make_shared<std::atomic<int64_t>>(0);
   o->cts_skew_s = static_cast<uint32_t>(skew);
   o->cts_releases_per_minute = static_cast<uint32_t>(rate);
   // This server's per-deal bounds, shared by its workers (engine.h

@@ -158,6 +158,12 @@ class CtsProgramCache {
   // Programs whose masked compile failed or came out past CostOf's price
   // (kMaskedAndsPerAnd, kMaskedPrepRounds): their Runs stay on Rep3 ANDs.
   uint64_t masked_refused() const { return masked_refused_.load(); }
+  // Masked compiles ended (attached or refused), and masked programs
+  // dropped past kMaxMaskedBytes (each recompiled on a later use, at most
+  // once every kMaskedRetry): both grow with a realm's new shapes, and a
+  // steady realm whose shapes do not fit the bound keeps them growing.
+  uint64_t masked_compiles() const { return masked_compiles_.load(); }
+  uint64_t masked_drops() const { return masked_drops_.load(); }
   // Whether programs inserted from now on are compiled over masked wires
   // (the cache's default; a server's is --cts_masked_gates, off).
   void set_masked(bool on) { masked_on_ = on; }
@@ -182,7 +188,8 @@ class CtsProgramCache {
   size_t masked_bytes_ = 0;
   size_t max_masked_bytes_ = kMaxMaskedBytes;  // mu_
   absl::Duration masked_retry_ = kMaskedRetry;  // mu_
-  std::atomic<uint64_t> hits_{0}, misses_{0}, masked_refused_{0};
+  std::atomic<uint64_t> hits_{0}, misses_{0}, masked_refused_{0}, masked_compiles_{0},
+      masked_drops_{0};
   std::string shapes_path_;  // guarded by mu_
   size_t log_lines_ = 0;     // appended since the last rewrite; mu_
   std::vector<std::thread> precompilers_;  // guarded by mu_

@@ -201,6 +201,7 @@ void CtsProgramCache::EvictLocked() {
     masked_bytes_ -= e.masked_bytes;
     e.masked_bytes = 0;
     e.dropped_at = absl::Now();
+    ++masked_drops_;
   }
 }
 
@@ -236,6 +237,7 @@ void CtsProgramCache::MaskedLoop() {
                     mp->rounds > p->depth + kMaskedPrepRounds))
       mp = absl::ResourceExhaustedError("masked program past CostOf's price");
     if (!mp.ok()) ++masked_refused_;
+    ++masked_compiles_;
     lock.lock();
     // Attached while the cache holds its program, and counted in
     // masked_bytes_ (kMaxMaskedBytes) meanwhile.

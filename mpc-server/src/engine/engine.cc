@@ -239,8 +239,16 @@ absl::StatusOr<BatchResult> Engine::Impl::Run(BatchState& b, const KeyLookup& lo
 }
 
 absl::Status Engine::Impl::RunAesTagsAndCts(const RunContext& ctx, BatchState& b) {
-  const uint64_t masked_max =
-      options_.busy && options_.busy() ? 0 : options_.cts_masked_max_and_words;
+  const bool loaded = b.cts.size() > options_.cts_masked_max_jobs ||
+                      (options_.busy && options_.busy());
+  bool rep3 = loaded;
+  if (options_.cts_loaded_at != nullptr && options_.cts_masked_calm > absl::ZeroDuration()) {
+    const absl::Time now = absl::Now();
+    if (loaded) options_.cts_loaded_at->store(absl::ToUnixNanos(now));
+    rep3 = rep3 || now - absl::FromUnixNanos(options_.cts_loaded_at->load()) <
+                       options_.cts_masked_calm;
+  }
+  const uint64_t masked_max = rep3 ? 0 : options_.cts_masked_max_and_words;
   auto cts = [&] {
     return RunCtsTasks(rep3_, prss_, options_.verify_words, absl::MakeSpan(b.cts), masked_max);
   };

@@ -66,6 +66,7 @@
 #define KMPC_ENGINE_ENGINE_H_
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -77,6 +78,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "contract.h"
 #include "kmpc.pb.h"
@@ -623,6 +625,24 @@ struct EngineOptions {
   // here run Rep3. 0: never masked.
   static constexpr uint64_t kCtsMaskedMaxAndWords = 750'000;
   uint64_t cts_masked_max_and_words = kCtsMaskedMaxAndWords;
+  // And only while the batch holds at most this many aes*-cts jobs: one
+  // request's (a login's timestamp and reply; a FAST login's three; a
+  // TGS's ticket). A batch of more is requests that queued together, a
+  // realm at load, where the CPU a lane word decides the peak and masked
+  // wires spend ~1.9x (a reply) to ~2.5x (a ticket) of it: a closed loop
+  // of 16 clients ran Runs of ~6 tickets of one length class, one lane
+  // word within the words' bound, masked at ~1.4x the CPU an operation
+  // (docs/bench-log.md, 2026-11-29 22:51). Goes into the same agreement.
+  static constexpr size_t kCtsMaskedMaxJobs = 3;
+  size_t cts_masked_max_jobs = kCtsMaskedMaxJobs;
+  // And only once the server has run no batch at load (past
+  // cts_masked_max_jobs, or while busy) for cts_masked_calm: under load
+  // the queue drains now and then, and the small batches of those
+  // moments are the load's too. cts_loaded_at holds the last such
+  // batch's start (absl::ToUnixNanos), shared by the server's workers;
+  // null or a zero calm: no memory (tests, tools).
+  std::shared_ptr<std::atomic<int64_t>> cts_loaded_at;
+  absl::Duration cts_masked_calm = absl::ZeroDuration();
   // Whether this server has other batches waiting or running beside the
   // one this engine runs (service/scheduler.h Scheduler::Busy). A busy
   // party chooses Rep3 ANDs for the Run's aes*-cts programs whatever their

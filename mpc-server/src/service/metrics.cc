@@ -150,6 +150,14 @@ void Metrics::RegisterCts(const prometheus::Labels& p) {
                                  "aes*-cts programs whose compile over masked wires failed "
                                  "or came out past its price: their Runs stay on Rep3 ANDs")
                             .Add({});
+  cts_masked_compiles_ = &counter("kmpc_cts_masked_compiles_total",
+                                  "compiles of aes*-cts programs over masked wires ended "
+                                  "(background, idle priority; attached or refused)")
+                             .Add({});
+  cts_masked_drops_ = &counter("kmpc_cts_masked_drops_total",
+                               "aes*-cts programs over masked wires dropped past the cache's "
+                               "memory bound (compiled again on a later use)")
+                          .Add({});
 }
 
 void Metrics::RecordBatch(const char* kind, bool ok, uint64_t jobs,
@@ -211,6 +219,8 @@ void Metrics::SyncCts() const {
   const engine::CtsCircuitCounters& cc = engine::CtsCircuitCounters::Shared();
   for (auto [c, v] : {std::pair{cts_hits_, cache.hits()}, std::pair{cts_misses_, cache.misses()},
                       std::pair{cts_masked_refused_, cache.masked_refused()},
+                      std::pair{cts_masked_compiles_, cache.masked_compiles()},
+                      std::pair{cts_masked_drops_, cache.masked_drops()},
                       std::pair{cts_ands_, cc.ands.load()}, std::pair{cts_rounds_, cc.rounds.load()},
                       std::pair{cts_evaluations_, cc.evaluations.load()},
                       std::pair{cts_masked_, cc.masked.load()}})

@@ -114,6 +114,8 @@ class Metrics {
   prometheus::Counter* cts_masked_;
   prometheus::Gauge* cts_masked_pending_;  // CtsProgramCache::masked_pending
   prometheus::Counter* cts_masked_refused_;  // CtsProgramCache::masked_refused
+  prometheus::Counter* cts_masked_compiles_;  // CtsProgramCache::masked_compiles
+  prometheus::Counter* cts_masked_drops_;     // CtsProgramCache::masked_drops
   // One SyncCts or SyncRing at a time (they add differences); guards
   // ring_waits_source_.
   mutable std::mutex sync_mu_;

@@ -110,6 +110,8 @@ class CtsCluster {
       EngineOptions mine = opt_;
       if (masked_max_[i]) mine.cts_masked_max_and_words = *masked_max_[i];
       if (busy_[i]) mine.busy = [] { return true; };
+      if (masked_jobs_[i]) mine.cts_masked_max_jobs = *masked_jobs_[i];
+      mine.cts_loaded_at = loaded_at_[i];
       mine.release_limiter = limiters_[i];
       mine.gate_budget = budgets_[i];
       auto e = Engine::Create(ch, mine);
@@ -127,6 +129,13 @@ class CtsCluster {
   void SetMaskedMax(int i, std::optional<uint64_t> words) { masked_max_[i] = words; }
   // Party i's server busy (EngineOptions::busy) from the next Connect.
   void SetBusy(int i, bool busy) { busy_[i] = busy; }
+  // Party i's EngineOptions::cts_masked_max_jobs from the next Connect.
+  void SetMaskedMaxJobs(int i, std::optional<size_t> jobs) { masked_jobs_[i] = jobs; }
+  // Every party's EngineOptions::cts_masked_calm from the next Connect;
+  // each party remembers its own load across Connects, as a server does.
+  void SetMaskedCalm(absl::Duration calm) { opt_.cts_masked_calm = calm; }
+  // Party i's server last at load an hour ago.
+  void AgeLoad(int i) { loaded_at_[i]->store(absl::ToUnixNanos(absl::Now() - absl::Hours(1))); }
   CtsReleaseLimiter& limiter(int i) { return *limiters_[i]; }
   GateBudget& budget(int i) { return *budgets_[i]; }
   // Key `id`'s deal (KeyShares::Origin), as the per-deal bounds count it.
@@ -260,6 +269,10 @@ class CtsCluster {
   int cheater_ = -1;
   std::array<std::optional<uint64_t>, 3> masked_max_;
   std::array<bool, 3> busy_{};
+  std::array<std::optional<size_t>, 3> masked_jobs_;
+  std::array<std::shared_ptr<std::atomic<int64_t>>, 3> loaded_at_ = {
+      std::make_shared<std::atomic<int64_t>>(0), std::make_shared<std::atomic<int64_t>>(0),
+      std::make_shared<std::atomic<int64_t>>(0)};
   std::unique_ptr<::kmpc::testing::CheatingChannel> cheat_;
   std::unique_ptr<net::InMemoryRing> ring_;
   std::array<std::unique_ptr<Engine>, 3> engines_;
@@ -673,11 +686,12 @@ TEST(CtsMalicious, AConsistentLieInTheAgreementIsCaughtOrHarmless) {
   EXPECT_TRUE(right(c.Run(login.jobs)));
 }
 
-// Which Runs go over masked wires (EngineOptions::cts_masked_max_and_words
-// and busy): one whose Rep3 AND words (RunWords) pass any party's bound,
-// or that any party's busy server runs, runs Rep3 ANDs on all three (the
-// agreement ANDs the parties' choices), one at every party's bound on
-// idle servers masked; the results right either way.
+// Which Runs go over masked wires (EngineOptions::cts_masked_max_and_words,
+// cts_masked_max_jobs and busy): one whose Rep3 AND words (RunWords) or
+// aes*-cts jobs pass any party's bound, or that any party's busy server
+// runs, runs Rep3 ANDs on all three (the agreement ANDs the parties'
+// choices), one at every party's bound on idle servers masked; the results
+// right either way.
 TEST(CtsMasked, ARunPastAnyPartysBoundOrOnABusyServerKeepsRep3) {
   CtsCluster c(true);
   const LoginJobs login(c);
@@ -719,6 +733,54 @@ TEST(CtsMasked, ARunPastAnyPartysBoundOrOnABusyServerKeepsRep3) {
   masked = n.masked.load();
   ASSERT_TRUE(login.Right(c.Run(login.jobs)));
   EXPECT_EQ(n.masked.load(), masked + 3) << "none busy again: masked";
+  // The login's two jobs: past one party's job bound (a batch of several
+  // requests) Rep3, at every party's masked.
+  ASSERT_EQ(login.jobs.size(), 2u);
+  for (int party = 0; party < 3; ++party) {
+    c.SetMaskedMaxJobs(party, 1);
+    c.Connect();
+    masked = n.masked.load();
+    ASSERT_TRUE(login.Right(c.Run(login.jobs))) << "party " << party;
+    EXPECT_EQ(n.masked.load(), masked) << "past party " << party << "'s job bound: Rep3";
+    c.SetMaskedMaxJobs(party, 2);
+  }
+  c.Connect();
+  masked = n.masked.load();
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  EXPECT_EQ(n.masked.load(), masked + 3) << "at every party's job bound: masked";
+}
+
+// A server that ran a batch at load (EngineOptions::cts_masked_calm): its
+// small batches keep Rep3 ANDs until the calm has passed since, so a
+// loaded realm's lulls do not run masked; the others' choice goes into the
+// agreement as before.
+TEST(CtsMasked, AfterABatchAtLoadSmallRunsKeepRep3ForTheCalm) {
+  CtsCluster c(true);
+  const LoginJobs login(c);
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  CtsProgramCache::Shared().WaitMasked();
+  CtsCircuitCounters& n = CtsCircuitCounters::Shared();
+  c.SetMaskedCalm(absl::Minutes(10));
+  c.Connect();
+  uint64_t masked = n.masked.load();
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  EXPECT_EQ(n.masked.load(), masked + 3) << "no load seen: masked";
+  c.SetMaskedMaxJobs(1, 1);  // party 1 sees the login's two jobs as load
+  c.Connect();
+  masked = n.masked.load();
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  EXPECT_EQ(n.masked.load(), masked) << "at load: Rep3";
+  c.SetMaskedMaxJobs(1, std::nullopt);
+  c.Connect();
+  for (int k = 0; k < 2; ++k) {
+    masked = n.masked.load();
+    ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+    EXPECT_EQ(n.masked.load(), masked) << "within party 1's calm: Rep3";
+  }
+  c.AgeLoad(1);
+  masked = n.masked.load();
+  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
+  EXPECT_EQ(n.masked.load(), masked + 3) << "the calm passed: masked";
 }
 
 // RunWords: each shape's program ANDs x its lane words (64 lanes a word).

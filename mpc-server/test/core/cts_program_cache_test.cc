@@ -97,9 +97,12 @@ TEST(CtsProgramCache, DropsMaskedProgramsPastItsBoundAndMapsThemAgain) {
   TwoMaskedShapes t;
   ASSERT_NE(t.q, nullptr);
   CtsProgramCache& cache = t.cache;
+  EXPECT_EQ(cache.masked_compiles(), 2u);
+  EXPECT_EQ(cache.masked_drops(), 0u);
   const size_t mq = MaskedProgramBytes(*t.q->masked->get());
   cache.set_max_masked_bytes(mq);  // room for q's alone: p's, older, goes
   EXPECT_EQ(t.p->masked->get(), nullptr);
+  EXPECT_EQ(cache.masked_drops(), 1u);
   ASSERT_NE(t.q->masked->get(), nullptr);
   EXPECT_EQ(cache.masked_bytes(), mq);
   EXPECT_EQ(cache.size(), 2u);
@@ -108,6 +111,8 @@ TEST(CtsProgramCache, DropsMaskedProgramsPastItsBoundAndMapsThemAgain) {
   cache.WaitMasked();
   ASSERT_NE(t.p->masked->get(), nullptr);
   EXPECT_EQ(cache.masked_bytes(), mq + MaskedProgramBytes(*t.p->masked->get()));
+  EXPECT_EQ(cache.masked_compiles(), 3u);
+  EXPECT_EQ(cache.masked_drops(), 1u);
 }
 
 // A dropped masked program is mapped again on its shape's first use

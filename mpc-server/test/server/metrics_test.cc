@@ -69,7 +69,10 @@ TEST(MetricsTest, TheHttpCollectionSeesTheCtsProgramCache) {
         absl::StrCat("kmpc_cts_program_cache_total{party=\"0\",result=\"hit\"} ",
                      cache.hits(), "\n"),
         absl::StrCat("kmpc_cts_masked_refused_total{party=\"0\"} ", cache.masked_refused(),
-                     "\n")})
+                     "\n"),
+        absl::StrCat("kmpc_cts_masked_compiles_total{party=\"0\"} ", cache.masked_compiles(),
+                     "\n"),
+        absl::StrCat("kmpc_cts_masked_drops_total{party=\"0\"} ", cache.masked_drops(), "\n")})
     EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
 }
 
