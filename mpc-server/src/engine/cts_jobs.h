@@ -165,7 +165,7 @@ class CtsProgramCache {
   uint64_t masked_compiles() const { return masked_compiles_.load(); }
   uint64_t masked_drops() const { return masked_drops_.load(); }
   // Whether programs inserted from now on are compiled over masked wires
-  // (the cache's default; a server's is --cts_masked_gates, off).
+  // (the cache's default; a server's is --cts_masked_gates, on).
   void set_masked(bool on) { masked_on_ = on; }
   ~CtsProgramCache();
 
