@@ -686,6 +686,14 @@ TEST(CtsMalicious, AConsistentLieInTheAgreementIsCaughtOrHarmless) {
   EXPECT_TRUE(right(c.Run(login.jobs)));
 }
 
+// How many parties ran the login's Run over masked wires (all three or
+// none: they agree), or -1 if its results were wrong.
+int MaskedParties(CtsCluster& c, const LoginJobs& login) {
+  const uint64_t before = CtsCircuitCounters::Shared().masked.load();
+  if (!login.Right(c.Run(login.jobs))) return -1;
+  return static_cast<int>(CtsCircuitCounters::Shared().masked.load() - before);
+}
+
 // Which Runs go over masked wires (EngineOptions::cts_masked_max_and_words,
 // cts_masked_max_jobs and busy): one whose Rep3 AND words (RunWords) or
 // aes*-cts jobs pass any party's bound, or that any party's busy server
@@ -702,52 +710,39 @@ TEST(CtsMasked, ARunPastAnyPartysBoundOrOnABusyServerKeepsRep3) {
   // programs' ANDs once a task).
   for (int i = 0; i < 3; ++i) c.SetMaskedMax(i, 0);
   c.Connect();
-  uint64_t masked = n.masked.load(), ands = n.ands.load();
-  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
-  ASSERT_EQ(n.masked.load(), masked);
+  const uint64_t ands = n.ands.load();
+  ASSERT_EQ(MaskedParties(c, login), 0);
   const uint64_t words = (n.ands.load() - ands) / 3;
   ASSERT_GT(words, 0u);
   for (int i = 0; i < 3; ++i) c.SetMaskedMax(i, words);
   c.Connect();
-  masked = n.masked.load();
-  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
-  EXPECT_EQ(n.masked.load(), masked + 3) << "at every party's bound: masked";
+  EXPECT_EQ(MaskedParties(c, login), 3) << "at every party's bound: masked";
   for (int party = 0; party < 3; ++party) {
     c.SetMaskedMax(party, words - 1);
     c.Connect();
-    masked = n.masked.load();
-    ASSERT_TRUE(login.Right(c.Run(login.jobs))) << "party " << party;
-    EXPECT_EQ(n.masked.load(), masked) << "past party " << party << "'s bound: Rep3";
+    EXPECT_EQ(MaskedParties(c, login), 0) << "past party " << party << "'s bound: Rep3";
     c.SetMaskedMax(party, words);
   }
   // Within every bound, but one party's server runs other batches.
   for (int party = 0; party < 3; ++party) {
     c.SetBusy(party, true);
     c.Connect();
-    masked = n.masked.load();
-    ASSERT_TRUE(login.Right(c.Run(login.jobs))) << "party " << party;
-    EXPECT_EQ(n.masked.load(), masked) << "party " << party << " busy: Rep3";
+    EXPECT_EQ(MaskedParties(c, login), 0) << "party " << party << " busy: Rep3";
     c.SetBusy(party, false);
   }
   c.Connect();
-  masked = n.masked.load();
-  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
-  EXPECT_EQ(n.masked.load(), masked + 3) << "none busy again: masked";
+  EXPECT_EQ(MaskedParties(c, login), 3) << "none busy again: masked";
   // The login's two jobs: past one party's job bound (a batch of several
   // requests) Rep3, at every party's masked.
   ASSERT_EQ(login.jobs.size(), 2u);
   for (int party = 0; party < 3; ++party) {
     c.SetMaskedMaxJobs(party, 1);
     c.Connect();
-    masked = n.masked.load();
-    ASSERT_TRUE(login.Right(c.Run(login.jobs))) << "party " << party;
-    EXPECT_EQ(n.masked.load(), masked) << "past party " << party << "'s job bound: Rep3";
+    EXPECT_EQ(MaskedParties(c, login), 0) << "past party " << party << "'s job bound: Rep3";
     c.SetMaskedMaxJobs(party, 2);
   }
   c.Connect();
-  masked = n.masked.load();
-  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
-  EXPECT_EQ(n.masked.load(), masked + 3) << "at every party's job bound: masked";
+  EXPECT_EQ(MaskedParties(c, login), 3) << "at every party's job bound: masked";
 }
 
 // A server that ran a batch at load (EngineOptions::cts_masked_calm): its
@@ -759,28 +754,18 @@ TEST(CtsMasked, AfterABatchAtLoadSmallRunsKeepRep3ForTheCalm) {
   const LoginJobs login(c);
   ASSERT_TRUE(login.Right(c.Run(login.jobs)));
   CtsProgramCache::Shared().WaitMasked();
-  CtsCircuitCounters& n = CtsCircuitCounters::Shared();
   c.SetMaskedCalm(absl::Minutes(10));
   c.Connect();
-  uint64_t masked = n.masked.load();
-  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
-  EXPECT_EQ(n.masked.load(), masked + 3) << "no load seen: masked";
+  EXPECT_EQ(MaskedParties(c, login), 3) << "no load seen: masked";
   c.SetMaskedMaxJobs(1, 1);  // party 1 sees the login's two jobs as load
   c.Connect();
-  masked = n.masked.load();
-  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
-  EXPECT_EQ(n.masked.load(), masked) << "at load: Rep3";
+  EXPECT_EQ(MaskedParties(c, login), 0) << "at load: Rep3";
   c.SetMaskedMaxJobs(1, std::nullopt);
   c.Connect();
-  for (int k = 0; k < 2; ++k) {
-    masked = n.masked.load();
-    ASSERT_TRUE(login.Right(c.Run(login.jobs)));
-    EXPECT_EQ(n.masked.load(), masked) << "within party 1's calm: Rep3";
-  }
+  for (int k = 0; k < 2; ++k)
+    EXPECT_EQ(MaskedParties(c, login), 0) << "within party 1's calm: Rep3";
   c.AgeLoad(1);
-  masked = n.masked.load();
-  ASSERT_TRUE(login.Right(c.Run(login.jobs)));
-  EXPECT_EQ(n.masked.load(), masked + 3) << "the calm passed: masked";
+  EXPECT_EQ(MaskedParties(c, login), 3) << "the calm passed: masked";
 }
 
 // RunWords: each shape's program ANDs x its lane words (64 lanes a word).
