@@ -61,8 +61,12 @@ add_library(kmpc_service STATIC ${KMPC_SERVICE_SOURCES})
 target_include_directories(kmpc_service PUBLIC "${_srv}/src")
 target_link_libraries(kmpc_service PUBLIC ${KMPC_SERVICE_LIBS})
 
-# The server binary (src/main.cc) over a service library.
-set(KMPC_SERVER_MAIN_LIBS absl::flags absl::flags_parse prometheus-cpp::pull)
+# The server binary (src/main.cc) over a service library; its engine
+# flags and the options they make (src/engine_flags.cc) apart, tested alone.
+add_library(kmpc_engine_flags STATIC src/engine_flags.cc)
+target_include_directories(kmpc_engine_flags PUBLIC "${_srv}/src")
+target_link_libraries(kmpc_engine_flags PUBLIC kmpc_core kmpc_net_tls absl::flags)
+set(KMPC_SERVER_MAIN_LIBS kmpc_engine_flags absl::flags absl::flags_parse prometheus-cpp::pull)
 add_executable(kmpc-mpc-server src/main.cc)
 target_link_libraries(kmpc-mpc-server PRIVATE kmpc_service ${KMPC_SERVER_MAIN_LIBS})
 
@@ -132,6 +136,10 @@ foreach(_test IN ITEMS keyops_service:180 admin_service:120 services:60
   kmpc_server_test(kmpc_${_name}_test ${_timeout}
     SOURCES test/server/${_name}_test.cc LIBS kmpc_service)
 endforeach()
+
+# The engine flags' options, defaults and refusals (src/engine_flags.cc).
+kmpc_server_test(kmpc_engine_flags_test 30
+  SOURCES test/server/engine_flags_test.cc LIBS kmpc_engine_flags GTest::gmock)
 
 # main.cc through the built binary: flags, refusals, --flagfile, exit codes.
 kmpc_server_test(kmpc_main_test 120

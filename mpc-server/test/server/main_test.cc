@@ -144,6 +144,18 @@ TEST_F(MainTest, ValidFlagsServeUntilSigtermThenExitZero) {
   EXPECT_THAT(s.output, HasSubstr("signal 15: shutting down"));
 }
 
+// --help: the server's own flags, main.cc's and the engine's (abseil's
+// default matches none of a binary named kmpc-mpc-server).
+TEST_F(MainTest, HelpListsTheServersOwnFlags) {
+  Server s({"--help"});
+  ASSERT_GT(s.pid, 0);
+  EXPECT_EQ(s.Wait(10000), 1) << s.output;
+  for (const char* flag : {"--party (", "--ring_spin_us (", "--cts_masked_gates (",
+                           "--security (", "--gate_decrypts_per_run ("})
+    EXPECT_THAT(s.output, HasSubstr(flag)) << s.output;
+  EXPECT_THAT(s.output, ::testing::Not(HasSubstr("No flags matched"))) << s.output;
+}
+
 TEST_F(MainTest, PartyOutOfRange) {
   ExpectRefused(Flags({"--party=3"}), "--party must be 0, 1 or 2");
   ExpectRefused(Flags({"--party=-1"}), "--party must be 0, 1 or 2");
