@@ -16,27 +16,23 @@
 #include "protocol/prss.h"
 #include "protocol/rep3.h"
 #include "protocol/verify.h"
+#include "rep3_cluster.h"
 #include "test_util.h"
 
 namespace kmpc::testing {
 
 class CheatRing {
  public:
-  CheatRing(int cheater, std::chrono::milliseconds ring_timeout)
+  explicit CheatRing(int cheater,
+                     std::chrono::milliseconds ring_timeout = std::chrono::milliseconds(5000))
       : cheater_(cheater), ring_(ring_timeout) {
     cheat_ = std::make_unique<CheatingChannel>(ring_.party(cheater));
     for (int i = 0; i < 3; ++i) ch_[i] = i == cheater ? cheat_.get() : &ring_.party(i);
-    auto st = RunParties([&](int i) -> absl::Status {
-      auto p = protocol::Prss::Setup(*ch_[i]);
-      if (!p.ok()) return p.status();
-      prss_[i].emplace(std::move(*p));
-      return absl::OkStatus();
-    });
-    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
-    for (int i = 0; i < 3; ++i)
-      rep3_[i] = std::make_unique<protocol::Rep3>(*ch_[i], *prss_[i]);
+    SetUpParties(ch_, prss_, rep3_);
   }
   CheatingChannel& cheat() { return *cheat_; }
+  std::array<protocol::Rep3*, 3> rep3() { return {rep3_[0].get(), rep3_[1].get(), rep3_[2].get()}; }
+  int cheater() const { return cheater_; }
 
   // `layers` AND layers of `words` words and one layer of `gf` GF(2^128)
   // products on random shared inputs, logged, then Verify. One status per

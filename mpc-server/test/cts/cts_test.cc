@@ -510,14 +510,7 @@ TEST(Rfc3962, MixedBatchInOneRun) {
   }
 }
 
-class CheatCluster : public ::kmpc::testing::CheatRing {
- public:
-  explicit CheatCluster(int cheater) : CheatRing(cheater, std::chrono::milliseconds(5000)) {}
-  std::array<protocol::Rep3*, 3> rep3() {
-    return {rep3_[0].get(), rep3_[1].get(), rep3_[2].get()};
-  }
-  int cheater() const { return cheater_; }
-};
+using CheatCluster = ::kmpc::testing::CheatRing;
 
 // One party adds an error to one AND of one layer (one bit of its
 // message: one gate, one lane) of the timestamp's decryption: in the AES

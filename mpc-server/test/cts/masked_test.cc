@@ -154,11 +154,7 @@ TEST(Masked, JobsShareMessages) {
   EXPECT_EQ(got[1], testing::RunClear(b.p, lb));
 }
 
-class CheatCluster : public ::kmpc::testing::CheatRing {
- public:
-  explicit CheatCluster(int cheater) : CheatRing(cheater, std::chrono::milliseconds(5000)) {}
-  std::array<protocol::Rep3*, 3> rep3() { return {rep3_[0].get(), rep3_[1].get(), rep3_[2].get()}; }
-};
+using CheatCluster = ::kmpc::testing::CheatRing;
 
 // The byte offset in message r (1-based) of its first opened word, and of
 // its first Rep3 gate's product: the layout EvaluateMaskedAll sends (one
@@ -342,14 +338,7 @@ class TapCluster {
     tap_ = std::make_unique<::kmpc::testing::TapChannel>(ring_.party(cheater));
     if (!setup_shift.empty()) tap_->Shift(0, std::move(setup_shift));  // Prss::Setup's k_i
     for (int i = 0; i < 3; ++i) ch_[i] = i == cheater ? tap_.get() : &ring_.party(i);
-    auto st = ::kmpc::testing::RunParties([&](int i) -> absl::Status {
-      auto p = protocol::Prss::Setup(*ch_[i]);
-      if (!p.ok()) return p.status();
-      prss_[i].emplace(std::move(*p));
-      return absl::OkStatus();
-    });
-    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
-    for (int i = 0; i < 3; ++i) rep3_[i] = std::make_unique<protocol::Rep3>(*ch_[i], *prss_[i]);
+    ::kmpc::testing::SetUpParties(ch_, prss_, rep3_);
   }
   ::kmpc::testing::TapChannel& tap() { return *tap_; }
   std::array<protocol::Rep3*, 3> rep3() { return {rep3_[0].get(), rep3_[1].get(), rep3_[2].get()}; }
