@@ -100,6 +100,59 @@ void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> 
   }
 }
 
+// Bit R of kSubsetsOf[x] (R, x sets of at most six leaves): R is a subset
+// of x, i.e. the monomial AND_{i in R} m_i is 1 where the leaves' m are x.
+constexpr std::array<uint64_t, 64> SubsetMasks() {
+  std::array<uint64_t, 64> t{};
+  for (uint32_t x = 0; x < 64; ++x)
+    for (uint32_t r = 0; r < 64; ++r)
+      if ((r & ~x) == 0) t[x] |= uint64_t{1} << r;
+  return t;
+}
+constexpr std::array<uint64_t, 64> kSubsetsOf = SubsetMasks();
+
+// GateShare of a job whose one live lane is lane 0 (a lone request's:
+// Packing sends bit 0 of each word, and only lane 0 is read back): the
+// leaves' opened bits x select the monomials that are 1 (kSubsetsOf[x]),
+// and a term's c_S(m) is the parity of its monomials among them. Lane 0
+// of out is GateShare<1>'s; the other lanes are 0.
+void GateShareLane0(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> pub,
+                    std::array<uint64_t*, 2> out) {
+  const uint32_t* leaves = p.leaves.data() + g.leaf_at;
+  const Mp::Term* terms = p.terms.data() + g.term_at;
+  uint32_t x = 0;
+  for (uint32_t i = 0; i < g.n; ++i)
+    x |= static_cast<uint32_t>(*j.M<1>(leaves[i]) & 1) << i;
+  const uint64_t ones = kSubsetsOf[x & 63];
+  const uint64_t p0 = pub[0], p1 = pub[1];
+  uint64_t a0 = 0, a1 = 0;
+  for (size_t t = 0; t < g.terms; ++t) {
+    const Mp::Term& tm = terms[t];
+    const uint64_t c = static_cast<uint64_t>(__builtin_parityll(tm.r & ones));
+    if (tm.s == 0) {
+      a0 ^= c & p0;
+      a1 ^= c & p1;
+      continue;
+    }
+    const uint32_t ref = (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)]
+                                                  : Mp::kProductRef | tm.product;
+    a0 ^= c & *j.R<1>(ref, 0);
+    a1 ^= c & *j.R<1>(ref, 1);
+  }
+  out[0][0] = a0;
+  out[1][0] = a1;
+}
+
+// A gate's share: the one-lane walk for a lone request's job.
+template <size_t WN>
+void ShareOf(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> pub,
+             std::array<uint64_t*, 2> out) {
+  if constexpr (WN == 1) {
+    if (j.live == 1) return GateShareLane0(p, g, j, pub, out);
+  }
+  GateShare<WN>(p, g, j, pub, out);
+}
+
 // XORs (dst, a, b) of all three words of each slot, or (WORDS = 2) of the
 // lambdas only (s_0, s_1).
 template <size_t WN, int WORDS>
@@ -240,7 +293,7 @@ void Gather(JobState& j, const Mp::Round& rd, int party, Message& msg, size_t at
   for (size_t k = 0; k < rd.opens.size(); ++k, oat += wn) {
     const Mp::Gate& g = p.gates[rd.opens[k]];
     std::array<uint64_t*, 2> out{msg.o[0].data() + oat, msg.o[1].data() + oat};
-    GateShare<WN>(p, g, j, pub, out);
+    ShareOf<WN>(p, g, j, pub, out);
     for (int c = 0; c < 2; ++c) {
       const uint64_t* lam = j.template C<WN>(g.root, c);
       for (size_t w = 0; w < wn; ++w) out[c][w] ^= lam[w];
@@ -274,7 +327,7 @@ void Scatter(JobState& j, const Mp::Round& rd, int party, const Message& msg, si
   for (uint32_t g : rd.local) {
     const uint32_t root = p.gates[g].root;
     std::fill_n(j.template M<WN>(root), wn, 0);
-    GateShare<WN>(p, p.gates[g], j, pub, {j.template C<WN>(root, 0), j.template C<WN>(root, 1)});
+    ShareOf<WN>(p, p.gates[g], j, pub, {j.template C<WN>(root, 0), j.template C<WN>(root, 1)});
   }
   Xors<WN, 3>(rd.xors, j);
 }

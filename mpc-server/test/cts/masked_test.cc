@@ -80,8 +80,10 @@ std::array<protocol::Rep3*, 3> Ptrs(::kmpc::testing::Rep3Cluster& cl) {
   return {cl.rep3[0].get(), cl.rep3[1].get(), cl.rep3[2].get()};
 }
 
+// One lane (a lone request's: masked_eval.cc's one-lane walk), a few,
+// a full word and more.
 void ExpectMatchesClear(const Case& c, const char* what, std::array<protocol::Rep3*, 3> rep3) {
-  for (size_t n : {3, 64, 100}) {
+  for (size_t n : {1, 3, 64, 100}) {
     const std::vector<Bytes> lanes = RandomLanes(n, c.p.inputs / 8, static_cast<uint32_t>(n));
     const std::vector<Bytes> want = testing::RunClear(c.p, lanes);
     for (bool malicious : {false, true}) {
