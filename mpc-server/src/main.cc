@@ -509,6 +509,16 @@ absl::StatusOr<kmpc::service::BreakerOptions> BreakerOptionsFromFlags() {
 
 }  // namespace
 
+// --help lists the server's own flags (this file's and the engine's);
+// --helpfull adds the libraries'.
+static void HelpListsTheServersFlags() {
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "src/main.cc") || absl::EndsWith(file, "src/engine_flags.cc");
+  };
+  absl::SetFlagsUsageConfig(usage);
+}
+
 static bool RequiredFlagMissing() {
   for (const auto* f : {&FLAGS_cert, &FLAGS_key, &FLAGS_ca, &FLAGS_store_dir,
                         &FLAGS_ring_prev})
@@ -519,13 +529,7 @@ static bool RequiredFlagMissing() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("kmpc MPC server (one of three parties)");
-  // --help lists the server's own flags (this file's and the engine's);
-  // --helpfull adds the libraries'.
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "src/main.cc") || absl::EndsWith(file, "src/engine_flags.cc");
-  };
-  absl::SetFlagsUsageConfig(usage);
+  HelpListsTheServersFlags();
   // No lock-graph bookkeeping on every absl::Mutex acquisition (Debian's
   // abseil keeps deadlock detection on; as in the KDC module).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
