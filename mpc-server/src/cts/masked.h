@@ -35,7 +35,9 @@
 // local once its leaves' m are opened and its products are held.
 //
 // Lanes: a job of fewer than 64 lanes (one word per wire) sends only its
-// lanes' bits of each word (masked_eval.cc Packing).
+// lanes' bits of each word (masked_eval.cc Packing); a job of one lane (a
+// lone request's) computes its gates' shares for lane 0 alone
+// (GateShareLane0), the only lane it sends or reads back.
 //
 // Malicious security: every Rep3 AND (mask products and Rep3 gates) is
 // logged in the MulLog and every opened word hashed into its opened-values
