@@ -526,7 +526,6 @@ static bool RequiredFlagMissing() {
   return false;
 }
 
-
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("kmpc MPC server (one of three parties)");
   HelpListsTheServersFlags();

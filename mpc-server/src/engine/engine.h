@@ -668,8 +668,8 @@ struct EngineOptions {
   // timestamp it replays within the skew. 0: no bound.
   uint32_t cts_releases_per_minute = 30;
   // The server's per-deal state, shared by its workers and owned by the
-  // server (main.cc): the release bound's buckets (cts_jobs.h
-  // CtsReleaseLimiter) and the gate DECRYPTs' failure budget
+  // server (made in engine_flags.cc): the release bound's buckets
+  // (cts_jobs.h CtsReleaseLimiter) and the gate DECRYPTs' failure budget
   // (gate_budget.h). Null: the engine keeps its own (tests; each party of
   // an in-process ring counts apart, as a server does).
   std::shared_ptr<CtsReleaseLimiter> release_limiter;

@@ -61,8 +61,8 @@ struct GateBudgetOptions {
   // Failed gate DECRYPTs of one deal per window; 0: no bound.
   uint32_t failures_per_window = 100;
   absl::Duration window = absl::Hours(1);
-  // Where the counts persist (main.cc: STORE_DIR/gate-failures); empty:
-  // in memory only (tests).
+  // Where the counts persist (engine_flags.cc: STORE_DIR/gate-failures);
+  // empty: in memory only (tests).
   std::string state_file;
   // What GateRun reads the time from; null: absl::Now (tests move it).
   std::function<absl::Time()> clock;
