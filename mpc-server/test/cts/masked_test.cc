@@ -142,18 +142,22 @@ TEST(Masked, ListsHoldNoSpareCapacity) {
   EXPECT_EQ(spare, 0u);
 }
 
-// Two programs of different depth and lanes in the same messages, checked
-// in the run (every ~5,000 words) and at the end.
+// Programs of different depth and lanes in the same messages (a one-lane
+// job's packed bits beside wider jobs' words), checked in the run (every
+// ~5,000 words) and at the end.
 TEST(Masked, JobsShareMessages) {
   ::kmpc::testing::Rep3Cluster cl;
   const Case a = Make(testing::Sha1CompressionProgram(), 6), b = Make(testing::AdderProgram(), 4);
   const std::vector<Bytes> la = RandomLanes(70, a.p.inputs / 8, 1);
   const std::vector<Bytes> lb = RandomLanes(5, b.p.inputs / 8, 2);
+  const std::vector<Bytes> lc = RandomLanes(1, a.p.inputs / 8, 3);
   std::array<absl::Status, 3> st;
-  const auto got = testing::RunMaskedAll(Ptrs(cl), {&a.mp, &b.mp}, {Deal(la), Deal(lb)}, true, &st, 5000);
+  const auto got = testing::RunMaskedAll(Ptrs(cl), {&a.mp, &b.mp, &a.mp},
+                                         {Deal(la), Deal(lb), Deal(lc)}, true, &st, 5000);
   for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(got[0], testing::RunClear(a.p, la));
   EXPECT_EQ(got[1], testing::RunClear(b.p, lb));
+  EXPECT_EQ(got[2], testing::RunClear(a.p, lc));
 }
 
 using CheatCluster = ::kmpc::testing::CheatRing;
