@@ -15,7 +15,8 @@
 // With --masked[=R]: the spliced reply as k-input gates over masked wires
 // (cts/masked.h, k = 6) beside the same program on Rep3 ANDs, in one run:
 // messages, ANDs and opened bits per lane, the mapping's compile time,
-// and CPU and wall per Run as --cpu, both modes.
+// how many masked gates of a message share a shape (GateShapes), and CPU
+// and wall per Run as --cpu, both modes.
 // With --walk[=R]: the gate walk alone of the spliced reply at the --lanes
 // given (default 226 and 256): one thread, two share components as a
 // server holds, every AND layer's products computed locally (no ring, no
@@ -32,6 +33,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -107,6 +109,45 @@ std::vector<Views> SpliceLanes(size_t lanes, size_t n, size_t m, size_t off) {
 // kM: a 250-byte request as dealt with its HMAC inner padding (5 blocks).
 constexpr size_t kN = 316, kM = 320, kOff = kN - 16 - kTagBytes;
 
+// How many masked gates of one message share a shape (leaf count, the
+// monomials read, each term's monomials and its product's leaves): gates
+// of one shape could share a word in a one-lane job's walk (gates, not
+// lanes, in a word). Prints the gates and distinct shapes a message, and
+// the share of gates in shapes of at least 8 and 32.
+void GateShapes(const MaskedProgram& mp) {
+  size_t gates = 0, shapes = 0, in8 = 0, in32 = 0, messages = 0;
+  for (const MaskedProgram::Round& rd : mp.round) {
+    std::map<std::vector<uint64_t>, size_t> count;
+    for (const auto* list : {&rd.opens, &rd.local}) {
+      for (uint32_t gi : *list) {
+        const MaskedProgram::Gate& g = mp.gates[gi];
+        std::vector<uint64_t> key{g.n, g.need_r};
+        for (size_t t = 0; t < g.terms; ++t) {
+          const MaskedProgram::Term& tm = mp.terms[g.term_at + t];
+          key.push_back(tm.r);
+          key.push_back(tm.s);
+        }
+        ++count[key];
+      }
+    }
+    if (count.empty()) continue;
+    ++messages;
+    for (const auto& [key, k] : count) {
+      gates += k;
+      in8 += k >= 8 ? k : 0;
+      in32 += k >= 32 ? k : 0;
+    }
+    shapes += count.size();
+  }
+  const double m = static_cast<double>(std::max<size_t>(messages, 1));
+  const double g = static_cast<double>(std::max<size_t>(gates, 1));
+  std::printf("masked gates a message %.1f in %.1f shapes; %.0f%% of gates in shapes of >= 8 "
+              "a message, %.0f%% in shapes of >= 32 (%zu messages with gates)\n",
+              static_cast<double>(gates) / m, static_cast<double>(shapes) / m,
+              100.0 * static_cast<double>(in8) / g, 100.0 * static_cast<double>(in32) / g,
+              messages);
+}
+
 // --masked (see the head of this file).
 int MaskedMain(std::vector<size_t> lanes, int rounds) {
   if (lanes.empty()) lanes = {64, 256};
@@ -144,6 +185,7 @@ int MaskedMain(std::vector<size_t> lanes, int rounds) {
                 static_cast<double>(engine::MaskedProgramBytes(*mp)) / (1 << 20),
                 static_cast<double>(engine::ProgramBytes(spliced)) / (1 << 20));
   }
+  GateShapes(*mp);
   ::kmpc::testing::Rep3Cluster cl;
   const std::array<protocol::Rep3*, 3> rep3{cl.rep3[0].get(), cl.rep3[1].get(),
                                             cl.rep3[2].get()};
