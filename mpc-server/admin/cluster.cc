@@ -1,5 +1,7 @@
 #include "admin/cluster.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,7 +47,14 @@ absl::StatusOr<std::unique_ptr<client::AdminClient>> Connect(
   c.cert = cert;
   c.key = key;
   c.rpc_timeout = absl::Milliseconds(timeout_ms);
-  return client::AdminClient::Connect(c);
+  // Up to 3 s for the three connections before the first call, as
+  // kmpc-mpc-client (client/channels.h ChannelOptions::connect_wait): a
+  // connection whose first attempt fails transiently (a server just
+  // started, a loaded host) is retried instead of failing the command as
+  // "unreachable"; a server that is down still fails the first call.
+  client::ChannelOptions o;
+  o.connect_wait = absl::Milliseconds(std::min(3000, timeout_ms));
+  return client::AdminClient::Connect(c, o);
 }
 
 absl::Status Prefixed(const std::string& prefix, const absl::Status& st) {

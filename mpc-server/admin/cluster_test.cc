@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "admin/kdb.h"
@@ -160,6 +162,25 @@ TEST_F(ClustersTest, ADownClusterIsNamedByCheckReachableAndDeleteKey) {
   EXPECT_TRUE(absl::IsUnavailable(st)) << st;
   EXPECT_EQ(st.message().find("cluster 2: "), 0u) << st;
   EXPECT_GE(servers_[0][0]->deletes(), 1);
+}
+
+// A server that comes up while kmpc-admin connects (its first connection
+// attempt refused) is reached: the command does not fail it as
+// unreachable (kmpc-admin status right after a restart, on a loaded host).
+TEST_F(ClustersTest, AServerThatComesUpWhileConnectingIsReached) {
+  Config cfg = TwoClusters();
+  cfg.more.clear();
+  const std::string addr1 = cfg.servers[1];
+  const int port1 = std::stoi(addr1.substr(addr1.rfind(':') + 1));
+  servers_[0][1].reset();
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    servers_[0][1] = std::make_unique<FakeAdmin>(Certs(), 1, port1);
+  });
+  auto c = Clusters::Connect(cfg);
+  const absl::Status st = c.ok() ? (*c)->CheckReachable() : c.status();
+  later.join();
+  EXPECT_TRUE(st.ok()) << st;
 }
 
 }  // namespace
