@@ -92,9 +92,11 @@ struct ChannelOptions {
   // them before Open returns (never an error: a party that is down or
   // refuses us fails the first call). gRPC retries a connection attempt
   // that fails transiently only while the channel is used; a first call
-  // made right away can fail on such a failure instead. (The one such
-  // failure seen, gRPC 1.51 reporting a stale ENOENT as a connect error,
-  // Open prevents: see channels.cc.)
+  // made right away can fail on such a failure instead. (gRPC 1.51 can
+  // report a connect() in progress as failed with a stale errno: Open
+  // removes the one source of it seen in a VM, see channels.cc, but a
+  // packaged kmpc-admin in a chroot still met one, reported as "No such
+  // file or directory": the wait is what retries it.)
   // 0: channels connect on their first call (the KDC module: see
   // kdc-plugin/src/grpc_transport.cc).
   absl::Duration connect_wait = absl::ZeroDuration();
