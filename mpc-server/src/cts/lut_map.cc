@@ -30,45 +30,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "cts/rank_first.h"
+#include "cts/truth_table.h"
 
 namespace kmpc::cts {
 namespace {
 
 constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 constexpr int kFar = std::numeric_limits<int>::max() / 2;
-
-// Variable i's column of a truth table over 6 variables.
-constexpr uint64_t kVar[kMaxLutInputs] = {
-    0xAAAAAAAAAAAAAAAAull, 0xCCCCCCCCCCCCCCCCull, 0xF0F0F0F0F0F0F0F0ull,
-    0xFF00FF00FF00FF00ull, 0xFFFF0000FFFF0000ull, 0xFFFFFFFF00000000ull};
-
-// The sets of two or more variables: every bit but 0 and the powers of 2.
-constexpr uint64_t kPairsAndUp = ~0x0000000100010117ull;
-
-uint64_t TableMask(int n) { return n >= 6 ? ~uint64_t{0} : (uint64_t{1} << (1u << n)) - 1; }
-
-// Moebius transform: bit T of the result is the normal form's coefficient
-// of monomial T (a table over n variables).
-uint64_t Anf(uint64_t table, int n) {
-  uint64_t f = table & TableMask(n);
-  for (int i = 0; i < n; ++i) f ^= (f << (1u << i)) & kVar[i];
-  return f;
-}
-
-// Bit S set iff |S| >= 2 and S lies inside some monomial: the normal form's
-// down-closure by the superset-OR transform.
-uint64_t ProductSet(uint64_t table, int n) {
-  uint64_t d = Anf(table, n);
-  for (int i = 0; i < n; ++i) d |= (d >> (1u << i)) & ~kVar[i];
-  return d & kPairsAndUp;
-}
-
-// Exchanges variables i <= j of a table (i == j: the table unchanged).
-uint64_t SwapVars(uint64_t t, int i, int j) {
-  const int shift = (1 << j) - (1 << i);
-  const uint64_t lo = kVar[i] & ~kVar[j];  // bit i set, bit j clear
-  return (t & ~(lo | (lo << shift))) | ((t & lo) << shift) | ((t >> shift) & lo);
-}
 
 uint64_t NodeBit(uint32_t v) { return uint64_t{1} << ((v * 0x9E3779B97F4A7C15ull) >> 58); }
 
