@@ -1,7 +1,6 @@
 #include "admin/cluster.h"
 
 #include <algorithm>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
