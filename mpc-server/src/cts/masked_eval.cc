@@ -48,6 +48,12 @@ struct JobState {
   }
 };
 
+// Where a term's lambda_S is (JobState::R): leaf s's slot when S = {s},
+// the product `product` otherwise (S empty: the public word, not read).
+uint32_t LambdaRef(const Mp::Term& tm, const uint32_t* leaves) {
+  return (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)] : Mp::kProductRef | tm.product;
+}
+
 // The share of a masked gate's value, component c into out[c][0 .. wn):
 // XOR over its terms of c_S(m) AND lambda_S (masked.h), the monomials of
 // the leaves' m built up once per gate. Words per wire known at compile
@@ -84,8 +90,7 @@ void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> 
         }
         continue;
       }
-      const uint32_t ref = (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)]
-                                                    : Mp::kProductRef | tm.product;
+      const uint32_t ref = LambdaRef(tm, leaves);
       const uint64_t* l0 = j.template R<WN>(ref, 0) + w0;
       const uint64_t* l1 = j.template R<WN>(ref, 1) + w0;
       for (size_t w = 0; w < nw; ++w) {
@@ -134,8 +139,7 @@ void GateShareLane0(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool
       a1 ^= c & p1;
       continue;
     }
-    const uint32_t ref = (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)]
-                                                  : Mp::kProductRef | tm.product;
+    const uint32_t ref = LambdaRef(tm, leaves);
     a0 ^= c & *j.R<1>(ref, 0);
     a1 ^= c & *j.R<1>(ref, 1);
   }
