@@ -16,7 +16,9 @@
 // (cts/masked.h, k = 6) beside the same program on Rep3 ANDs, in one run:
 // messages, ANDs and opened bits per lane, the mapping's compile time,
 // how many masked gates of a message share a shape (GateShapes), and CPU
-// and wall per Run as --cpu, both modes.
+// and wall per Run as --cpu, both modes; and one party's masked Run alone
+// over a ring that sends nowhere (the walk's own CPU, no wake-ups);
+// --masked-walk=R (after any --lanes) prints only that, medians of R runs.
 // With --walk[=R]: the gate walk alone of the spliced reply at the --lanes
 // given (default 226 and 256): one thread, two share components as a
 // server holds, every AND layer's products computed locally (no ring, no
@@ -148,6 +150,56 @@ void GateShapes(const MaskedProgram& mp) {
               messages);
 }
 
+// A ring whose messages go nowhere and come back as zeros: one party's
+// masked walk with no peers (its cost does not depend on the values).
+class NullRing final : public net::RingChannel {
+ public:
+  int party() const override { return 0; }
+  absl::Status SendToPrev(absl::Span<const uint8_t>) override { return absl::OkStatus(); }
+  absl::Status RecvFromNext(absl::Span<uint8_t> out) override {
+    std::fill(out.begin(), out.end(), 0);
+    return absl::OkStatus();
+  }
+};
+
+// One party's semi-honest masked Run of n lanes over a NullRing: the walk,
+// the PRSS draws and the packing, with no wake-ups; median ms CPU a Run.
+double MaskedWalkMs(const MaskedProgram& mp, protocol::Prss& prss, size_t n, int rounds) {
+  NullRing ring;
+  protocol::Rep3 solo(ring, prss);
+  const size_t wn = (n + 63) / 64;
+  std::vector<uint64_t> in(mp.inputs * wn, 0x5a5a5a5a5a5a5a5aULL);
+  std::vector<uint64_t> out0(mp.outputs * wn), out1(out0.size());
+  const MaskedJob job{&mp, wn, {in, in}, {absl::MakeSpan(out0), absl::MakeSpan(out1)}, n};
+  std::vector<double> cpu;
+  for (int r = 0; r <= rounds; ++r) {  // the first is a warm-up
+    const double c0 = CpuMs(CLOCK_THREAD_CPUTIME_ID);
+    if (absl::Status st = EvaluateMaskedAll(absl::MakeConstSpan(&job, 1), solo); !st.ok())
+      std::fprintf(stderr, "walk failed: %s\n", st.ToString().c_str());
+    if (r > 0) cpu.push_back(CpuMs(CLOCK_THREAD_CPUTIME_ID) - c0);
+  }
+  return Median(cpu);
+}
+
+// --masked-walk (see the head of this file).
+int MaskedWalkMain(std::vector<size_t> lanes, int rounds) {
+  if (lanes.empty()) lanes = {1, 64};
+  const Program spliced = *SpliceEncryptProgram(14, kN, kM, kOff);
+  absl::StatusOr<MaskedProgram> mp = CompileMasked(MapLuts(spliced, LutOptions{6}));
+  if (!mp.ok()) {
+    std::fprintf(stderr, "compile failed: %s\n", mp.status().ToString().c_str());
+    return 1;
+  }
+  ::kmpc::testing::Rep3Cluster solo;
+  for (size_t n : lanes) {
+    const double walk = MaskedWalkMs(*mp, *solo.prss[0], n, rounds);
+    std::printf("%zu lanes, masked walk alone (one party, semi-honest, no ring): %.2f ms CPU/Run, "
+                "%.2f us a message\n",
+                n, walk, 1000 * walk / std::max(mp->rounds, 1));
+  }
+  return 0;
+}
+
 // --masked (see the head of this file).
 int MaskedMain(std::vector<size_t> lanes, int rounds) {
   if (lanes.empty()) lanes = {64, 256};
@@ -179,17 +231,22 @@ int MaskedMain(std::vector<size_t> lanes, int rounds) {
     }
     const double n = static_cast<double>(std::max<size_t>(mp->gates.size(), 1));
     std::printf("masked gates %zu: %.1f monomials, %.1f terms, %.1f monomial XORs a gate; "
-                "%.1f MiB held (the Rep3 program %.1f MiB)\n",
+                "%.1f MiB held (the Rep3 program %.1f MiB); %zu value slots, %zu product slots\n",
                 mp->gates.size(), static_cast<double>(mono) / n,
                 static_cast<double>(mp->terms.size()) / n, static_cast<double>(xors) / n,
                 static_cast<double>(engine::MaskedProgramBytes(*mp)) / (1 << 20),
-                static_cast<double>(engine::ProgramBytes(spliced)) / (1 << 20));
+                static_cast<double>(engine::ProgramBytes(spliced)) / (1 << 20), mp->slots,
+                mp->products);
   }
   GateShapes(*mp);
-  ::kmpc::testing::Rep3Cluster cl;
+  ::kmpc::testing::Rep3Cluster cl, solo;  // solo: the walk alone's PRSS
   const std::array<protocol::Rep3*, 3> rep3{cl.rep3[0].get(), cl.rep3[1].get(),
                                             cl.rep3[2].get()};
   for (size_t n : lanes) {
+    const double walk = MaskedWalkMs(*mp, *solo.prss[0], n, 2 * rounds + 1);
+    std::printf("%zu lanes, masked walk alone (one party, semi-honest, no ring): %.2f ms CPU/Run, "
+                "%.2f us a message\n",
+                n, walk, 1000 * walk / std::max(mp->rounds, 1));
     const auto sin = SpliceLanes(n, kN, kM, kOff);
     for (bool mal : {false, true}) {
       for (bool masked : {false, true}) {
@@ -343,6 +400,9 @@ int Main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--masked") == 0) masked_rounds = 3;
     if (std::strncmp(argv[i], "--masked=", 9) == 0)
       masked_rounds = std::max(1, std::stoi(argv[i] + 9));
+    if (std::strncmp(argv[i], "--masked-walk=", 14) == 0)
+      return MaskedWalkMain(lanes_given ? lanes : std::vector<size_t>{},
+                            std::max(1, std::stoi(argv[i] + 14)));
     if (std::strncmp(argv[i], "--walk=", 7) == 0) walk_rounds = std::max(1, std::stoi(argv[i] + 7));
     if (std::strcmp(argv[i], "--ticket") == 0) return TicketMain(5);
     if (std::strncmp(argv[i], "--ticket=", 9) == 0)
