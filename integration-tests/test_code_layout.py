@@ -86,6 +86,10 @@ PART_OF = {
         "masked_test.cc", "the run of cts/masked.h, tested with its compile "
         "(masked_compile.cc): SHA-1, AES-256 and an adder against the clear "
         "engine, shared messages, and a cheating party caught"),
+    "mpc-server/src/cts/masked_run.h": (
+        "masked_lane0_test.cc", "the job state and message that the run's two "
+        "walks (masked_eval.cc, masked_lane0.cc) share; masked_lane0_test.cc "
+        "runs a one-lane job on both and compares every message"),
     "mpc-server/src/aes/circuit.h": (
         "aes_test.cc", "the AES circuit, written once over an abstract AND "
         "engine and compiled into each ISA kernel of aes.cc; aes_test.cc runs "

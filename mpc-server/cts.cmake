@@ -74,6 +74,7 @@ target_sources(kmpc_core PRIVATE
   ${KMPC_CORE_ROOT}/src/cts/rank_first.cc
   ${KMPC_CORE_ROOT}/src/cts/masked_compile.cc
   ${KMPC_CORE_ROOT}/src/cts/masked_eval.cc
+  ${KMPC_CORE_ROOT}/src/cts/masked_lane0.cc
 )
 target_link_libraries(kmpc_core PUBLIC absl::flat_hash_map absl::flat_hash_set absl::hash)
 add_library(kmpc_lut_map INTERFACE)
@@ -96,3 +97,8 @@ target_link_libraries(kmpc_cts_masked_test PRIVATE kmpc_lut_map GTest::gtest GTe
 gtest_discover_tests(kmpc_cts_masked_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 120)
 add_executable(kmpc_cts_round_study ${KMPC_CORE_ROOT}/test/cts/round_study.cc)
 target_link_libraries(kmpc_cts_round_study PRIVATE kmpc_lut_map)
+
+add_executable(kmpc_cts_masked_lane0_test ${KMPC_CORE_ROOT}/test/cts/masked_lane0_test.cc)
+target_include_directories(kmpc_cts_masked_lane0_test PRIVATE ${KMPC_CORE_ROOT}/test/core)
+target_link_libraries(kmpc_cts_masked_lane0_test PRIVATE kmpc_lut_map GTest::gtest GTest::gtest_main)
+gtest_discover_tests(kmpc_cts_masked_lane0_test TEST_PREFIX "cts." DISCOVERY_TIMEOUT 120)

@@ -36,8 +36,8 @@
 //
 // Lanes: a job of fewer than 64 lanes (one word per wire) sends only its
 // lanes' bits of each word (masked_eval.cc Packing); a job of one lane (a
-// lone request's) computes its gates' shares for lane 0 alone
-// (GateShareLane0), the only lane it sends or reads back.
+// lone request's) holds each value in one byte and computes lane 0 alone
+// (masked_lane0.cc), the only lane it sends or reads back.
 //
 // Malicious security: every Rep3 AND (mask products and Rep3 gates) is
 // logged in the MulLog and every opened word hashed into its opened-values
@@ -143,6 +143,9 @@ struct MaskedJob {
   std::array<absl::Span<const uint64_t>, 2> in;
   std::array<absl::Span<uint64_t>, 2> out;
   size_t lanes = 0;  // live lanes of a one-word job (0: all 64)
+  // A one-lane job runs the one-lane walk (masked_lane0.cc) unless set:
+  // the tests' reference, the word walk, whose messages are the same.
+  bool word_walk = false;
 };
 absl::Status EvaluateMaskedAll(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
                                size_t verify_words = protocol::MulLog::kVerifyWords);

@@ -9,50 +9,18 @@
 #include <openssl/crypto.h>
 
 #include "cts/masked.h"
+#include "cts/masked_run.h"
 #include "share/replicated.h"
 
 namespace kmpc::cts {
 namespace {
 
+using masked_run::Buffers;
+using masked_run::JobState;
+using masked_run::kViewWords;
+using masked_run::LambdaRef;
+using masked_run::Message;
 using Mp = MaskedProgram;
-
-// Wipes every buffer it holds on destruction (they hold shares).
-struct Buffers {
-  std::vector<std::vector<uint64_t>*> all;
-  ~Buffers() {
-    for (auto* b : all) share::Wipe(b->data(), 8 * b->capacity());
-  }
-};
-
-// One job's values: slot s at [3 * s * wn, + 3 * wn) as m, s_0, s_1 (wn
-// words each); product q at [2 * q * wn, + 2 * wn) as s_0, s_1.
-struct JobState {
-  const MaskedJob* job;
-  size_t wn;
-  int live;
-  std::vector<uint64_t> vals, prods;
-  // Words per wire known at compile time (WN != 0) or not (WN = 0).
-  template <size_t WN>
-  uint64_t* M(uint32_t s) {
-    return vals.data() + 3 * s * (WN ? WN : wn);
-  }
-  template <size_t WN>
-  uint64_t* C(uint32_t s, int c) {
-    return vals.data() + (3 * s + 1 + c) * (WN ? WN : wn);
-  }
-  // A product operand's component c (masked.h kProductRef).
-  template <size_t WN>
-  const uint64_t* R(uint32_t r, int c) {
-    if (r & Mp::kProductRef) return prods.data() + (2 * (r & ~Mp::kProductRef) + c) * (WN ? WN : wn);
-    return C<WN>(r, c);
-  }
-};
-
-// Where a term's lambda_S is (JobState::R): leaf s's slot when S = {s},
-// the product `product` otherwise (S empty: the public word, not read).
-uint32_t LambdaRef(const Mp::Term& tm, const uint32_t* leaves) {
-  return (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)] : Mp::kProductRef | tm.product;
-}
 
 // The share of a masked gate's value, component c into out[c][0 .. wn):
 // XOR over its terms of c_S(m) AND lambda_S (masked.h), the monomials of
@@ -105,58 +73,6 @@ void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> 
   }
 }
 
-// Bit R of kSubsetsOf[x] (R, x sets of at most six leaves): R is a subset
-// of x, i.e. the monomial AND_{i in R} m_i is 1 where the leaves' m are x.
-constexpr std::array<uint64_t, 64> SubsetMasks() {
-  std::array<uint64_t, 64> t{};
-  for (uint32_t x = 0; x < 64; ++x)
-    for (uint32_t r = 0; r < 64; ++r)
-      if ((r & ~x) == 0) t[x] |= uint64_t{1} << r;
-  return t;
-}
-constexpr std::array<uint64_t, 64> kSubsetsOf = SubsetMasks();
-
-// GateShare of a job whose one live lane is lane 0 (a lone request's:
-// Packing sends bit 0 of each word, and only lane 0 is read back): the
-// leaves' opened bits x select the monomials that are 1 (kSubsetsOf[x]),
-// and a term's c_S(m) is the parity of its monomials among them. Lane 0
-// of out is GateShare<1>'s; the other lanes are 0.
-void GateShareLane0(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> pub,
-                    std::array<uint64_t*, 2> out) {
-  const uint32_t* leaves = p.leaves.data() + g.leaf_at;
-  const Mp::Term* terms = p.terms.data() + g.term_at;
-  uint32_t x = 0;
-  for (uint32_t i = 0; i < g.n; ++i)
-    x |= static_cast<uint32_t>(*j.M<1>(leaves[i]) & 1) << i;
-  const uint64_t ones = kSubsetsOf[x & 63];
-  const uint64_t p0 = pub[0], p1 = pub[1];
-  uint64_t a0 = 0, a1 = 0;
-  for (size_t t = 0; t < g.terms; ++t) {
-    const Mp::Term& tm = terms[t];
-    const uint64_t c = static_cast<uint64_t>(__builtin_parityll(tm.r & ones));
-    if (tm.s == 0) {
-      a0 ^= c & p0;
-      a1 ^= c & p1;
-      continue;
-    }
-    const uint32_t ref = LambdaRef(tm, leaves);
-    a0 ^= c & *j.R<1>(ref, 0);
-    a1 ^= c & *j.R<1>(ref, 1);
-  }
-  out[0][0] = a0;
-  out[1][0] = a1;
-}
-
-// A gate's share: the one-lane walk for a lone request's job.
-template <size_t WN>
-void ShareOf(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> pub,
-             std::array<uint64_t*, 2> out) {
-  if constexpr (WN == 1) {
-    if (j.live == 1) return GateShareLane0(p, g, j, pub, out);
-  }
-  GateShare<WN>(p, g, j, pub, out);
-}
-
 // XORs (dst, a, b) of all three words of each slot, or (WORDS = 2) of the
 // lambdas only (s_0, s_1).
 template <size_t WN, int WORDS>
@@ -188,46 +104,6 @@ Layout Plan(std::vector<JobState>& js, size_t r) {
   }
   return l;
 }
-
-// The view in every message of a malicious Run: the first kViewWords
-// words of the sender's hash of all it opened before this message
-// (MulLog::OpenedDigest). A party whose successor's view differs from its
-// own marks the log deviated (its next check fails and starts silent,
-// verify.cc ConfirmedRing) and sends zeros from then on. Without it the
-// check's first acknowledgement would hash openings two layers past a
-// shifted one, which a cheater can tell apart by a secret bit
-// (docs/reviews/2026-11-29-masked-gates.md): an honest party now learns
-// of the shift one message after it, before it hashes anything the bit
-// reaches towards the cheater.
-constexpr size_t kViewWords = 2;
-
-struct Message {
-  std::array<std::vector<uint64_t>, 2> x, y, z, o;
-  std::vector<uint64_t> send, recv, opened;
-  // The same packed (Packing: at most as many words).
-  std::array<std::vector<uint64_t>, 2> px, py, pz, po;
-  std::vector<uint64_t> popened;
-  std::vector<uint64_t> r0, r1;  // masks drawn before a message
-  // Sized once for the largest message (a reallocation would leave shares
-  // behind in freed memory).
-  void Fit(size_t ands, size_t opens) {
-    for (int c = 0; c < 2; ++c) {
-      for (auto* v : {&x[c], &y[c], &z[c], &px[c], &py[c], &pz[c]}) v->resize(ands);
-      o[c].resize(opens);
-      po[c].resize(opens);
-    }
-    send.resize(ands + opens + kViewWords);
-    recv.resize(ands + opens + kViewWords);
-    opened.resize(opens);
-    popened.resize(opens);
-  }
-  void Register(Buffers& b) {
-    for (int c = 0; c < 2; ++c)
-      for (auto* v : {&x[c], &y[c], &z[c], &o[c], &px[c], &py[c], &pz[c], &po[c]})
-        b.all.push_back(v);
-    for (auto* v : {&send, &recv, &opened, &popened, &r0, &r1}) b.all.push_back(v);
-  }
-};
 
 // Calls f with the words per wire as a compile-time constant for jobs of up
 // to 256 lanes (a busy KDC's batches), 0 (run time) past that.
@@ -297,7 +173,7 @@ void Gather(JobState& j, const Mp::Round& rd, int party, Message& msg, size_t at
   for (size_t k = 0; k < rd.opens.size(); ++k, oat += wn) {
     const Mp::Gate& g = p.gates[rd.opens[k]];
     std::array<uint64_t*, 2> out{msg.o[0].data() + oat, msg.o[1].data() + oat};
-    ShareOf<WN>(p, g, j, pub, out);
+    GateShare<WN>(p, g, j, pub, out);
     for (int c = 0; c < 2; ++c) {
       const uint64_t* lam = j.template C<WN>(g.root, c);
       for (size_t w = 0; w < wn; ++w) out[c][w] ^= lam[w];
@@ -331,7 +207,7 @@ void Scatter(JobState& j, const Mp::Round& rd, int party, const Message& msg, si
   for (uint32_t g : rd.local) {
     const uint32_t root = p.gates[g].root;
     std::fill_n(j.template M<WN>(root), wn, 0);
-    ShareOf<WN>(p, p.gates[g], j, pub, {j.template C<WN>(root, 0), j.template C<WN>(root, 1)});
+    GateShare<WN>(p, p.gates[g], j, pub, {j.template C<WN>(root, 0), j.template C<WN>(root, 1)});
   }
   Xors<WN, 3>(rd.xors, j);
 }
@@ -457,6 +333,9 @@ absl::Status Exchange(protocol::Rep3& ctx, std::vector<JobState>& js, const Layo
   return absl::OkStatus();
 }
 
+// A one-lane job's walk is masked_lane0.cc's (masked_run.h JobState).
+bool OneLane(const JobState& j) { return j.live == 1 && !j.job->word_walk; }
+
 absl::Status Load(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
                   std::vector<JobState>& js, Buffers& bufs) {
   js.resize(jobs.size());
@@ -471,6 +350,10 @@ absl::Status Load(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
     j.job = &jb;
     j.wn = jb.wn;
     j.live = jb.wn == 1 && jb.lanes != 0 && jb.lanes < 64 ? static_cast<int>(jb.lanes) : 64;
+    if (OneLane(j)) {
+      masked_run::Lane0Load(j, bufs);
+      continue;
+    }
     bufs.all.push_back(&j.vals);
     bufs.all.push_back(&j.prods);
     j.vals.assign(3 * p.slots * j.wn, 0);
@@ -485,6 +368,44 @@ absl::Status Load(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
       ByWn(j.wn, [&](auto w) { Xors<decltype(w)::value, 3>(p.round[0].xors, j); });
   }
   return absl::OkStatus();
+}
+
+// Job j's part of message r: before the exchange its masks, then its
+// operands and opened shares; after it, its products and openings.
+void Before(JobState& j, size_t r, protocol::Prss& prss, int party, Message& msg, size_t at,
+            size_t oat) {
+  const Mp::Round& rd = j.job->program->round[r];
+  if (OneLane(j)) {
+    masked_run::Lane0Lambdas(j, rd, prss, msg);
+    masked_run::Lane0Gather(j, rd, party, msg, at, oat);
+    return;
+  }
+  ByWn(j.wn, [&](auto w) {
+    Lambdas<decltype(w)::value>(j, rd, prss, msg.r0, msg.r1);
+    Gather<decltype(w)::value>(j, rd, party, msg, at, oat);
+  });
+}
+
+void After(JobState& j, size_t r, int party, const Message& msg, size_t at, size_t oat) {
+  const Mp::Round& rd = j.job->program->round[r];
+  if (OneLane(j)) return masked_run::Lane0Scatter(j, rd, party, msg, at, oat);
+  ByWn(j.wn, [&](auto w) { Scatter<decltype(w)::value>(j, rd, party, msg, at, oat); });
+}
+
+// This party's output shares (m folded into the component that holds
+// public constants).
+void Outputs(JobState& j, int party) {
+  if (OneLane(j)) return masked_run::Lane0Outputs(j, party);
+  const Mp& p = *j.job->program;
+  for (int c = 0; c < 2; ++c) {
+    const bool pub = share::HoldsPublicIn(party, c);
+    for (size_t i = 0; i < p.outputs; ++i) {
+      const uint64_t* s = j.C<0>(p.output_slot[i], c);
+      const uint64_t* m = j.M<0>(p.output_slot[i]);
+      uint64_t* o = j.job->out[c].data() + i * j.wn;
+      for (size_t w = 0; w < j.wn; ++w) o[w] = s[w] ^ (pub ? m[w] : 0);
+    }
+  }
 }
 
 }  // namespace
@@ -514,46 +435,21 @@ absl::Status EvaluateMaskedAll(absl::Span<const MaskedJob> jobs, protocol::Rep3&
   msg.r1.resize(max_draws);
   for (size_t r = 1; r < rounds; ++r) {
     const Layout& l = layouts[r];
-    for (JobState& j : js)
-      if (r < j.job->program->round.size()) {
-        ByWn(j.wn, [&](auto w) {
-          Lambdas<decltype(w)::value>(j, j.job->program->round[r], ctx.prss(), msg.r0, msg.r1);
-        });
-      }
-    for (size_t k = 0; k < js.size(); ++k) {
+    for (size_t k = 0; k < js.size(); ++k)
       if (r < js[k].job->program->round.size())
-        ByWn(js[k].wn, [&](auto w) {
-          Gather<decltype(w)::value>(js[k], js[k].job->program->round[r], party, msg,
-                                     l.and_at[k], l.open_at[k]);
-        });
-    }
+        Before(js[k], r, ctx.prss(), party, msg, l.and_at[k], l.open_at[k]);
     if (l.ands + l.opens != 0) {
       if (absl::Status st = Exchange(ctx, js, l, msg); !st.ok()) return st;
     }
-    for (size_t k = 0; k < js.size(); ++k) {
+    for (size_t k = 0; k < js.size(); ++k)
       if (r < js[k].job->program->round.size())
-        ByWn(js[k].wn, [&](auto w) {
-          Scatter<decltype(w)::value>(js[k], js[k].job->program->round[r], party, msg,
-                                      l.and_at[k], l.open_at[k]);
-        });
-    }
+        After(js[k], r, party, msg, l.and_at[k], l.open_at[k]);
     protocol::MulLog* log = ctx.log();
     if (log != nullptr && log->and_words() >= verify_words) {
       if (absl::Status st = protocol::Verifier::Verify(ctx, *log); !st.ok()) return st;
     }
   }
-  for (JobState& j : js) {
-    const Mp& p = *j.job->program;
-    for (int c = 0; c < 2; ++c) {
-      const bool pub = share::HoldsPublicIn(party, c);
-      for (size_t i = 0; i < p.outputs; ++i) {
-        const uint64_t* s = j.C<0>(p.output_slot[i], c);
-        const uint64_t* m = j.M<0>(p.output_slot[i]);
-        uint64_t* o = j.job->out[c].data() + i * j.wn;
-        for (size_t w = 0; w < j.wn; ++w) o[w] = s[w] ^ (pub ? m[w] : 0);
-      }
-    }
-  }
+  for (JobState& j : js) Outputs(j, party);
   return absl::OkStatus();
 }
 

@@ -1,0 +1,169 @@
+// The one-lane walk of EvaluateMaskedAll (masked_run.h): a lone request's
+// job, its values one byte a slot (m in bit 0, the two share components in
+// bits 1 and 2), so that a slot's three components are one load and a
+// Run's values fit in the cache (a spliced reply's 70,567 slots: 69 KiB
+// against 1.6 MiB of words). It computes bit 0 of every word the word walk
+// (masked_eval.cc) computes, from the same PRSS draws, and the message
+// carries only bit 0 of a one-lane job's words (Packing), so both walks
+// send the same messages.
+#include <array>
+#include <cstdint>
+
+#include "cts/masked_run.h"
+
+namespace kmpc::cts::masked_run {
+namespace {
+
+constexpr uint8_t kM = 1;           // bit 0: the public m
+constexpr uint8_t kLambdaBits = 6;  // bits 1, 2: s_0, s_1
+
+// Component c (0 or 1) of a byte as a word's bit 0, and back.
+inline uint64_t Bit(uint8_t v, int c) { return (v >> (1 + c)) & 1; }
+inline uint8_t Comps(uint64_t s0, uint64_t s1) {
+  return static_cast<uint8_t>(((s0 & 1) << 1) | ((s1 & 1) << 2));
+}
+
+// A product operand's byte (masked.h kProductRef): its lambda bits.
+inline uint8_t Lambda(const JobState& j, uint32_t r) {
+  return (r & Mp::kProductRef) ? j.p1[r & ~Mp::kProductRef] : (j.v1[r] & kLambdaBits);
+}
+
+// Bit R of kSubsetsOf[x] (R, x sets of at most six leaves): R is a subset
+// of x, i.e. the monomial AND_{i in R} m_i is 1 where the leaves' m are x.
+constexpr std::array<uint64_t, 64> SubsetMasks() {
+  std::array<uint64_t, 64> t{};
+  for (uint32_t x = 0; x < 64; ++x)
+    for (uint32_t r = 0; r < 64; ++r)
+      if ((r & ~x) == 0) t[x] |= uint64_t{1} << r;
+  return t;
+}
+constexpr std::array<uint64_t, 64> kSubsetsOf = SubsetMasks();
+
+// A masked gate's share (masked.h) as lambda bits: the leaves' opened bits
+// x select the monomials that are 1 (kSubsetsOf[x]), a term's c_S(m) is
+// the parity of its monomials among them, times lambda_S; pub_bits: the
+// components that hold public constants (share/replicated.h
+// HoldsPublicIn), which the empty S's term adds c to.
+uint8_t GateShare(const Mp& p, const Mp::Gate& g, const JobState& j, uint8_t pub_bits) {
+  const uint32_t* leaves = p.leaves.data() + g.leaf_at;
+  const Mp::Term* terms = p.terms.data() + g.term_at;
+  uint32_t x = 0;
+  for (uint32_t i = 0; i < g.n; ++i) x |= static_cast<uint32_t>(j.v1[leaves[i]] & kM) << i;
+  const uint64_t ones = kSubsetsOf[x & 63];
+  uint8_t a = 0;
+  for (size_t t = 0; t < g.terms; ++t) {
+    const Mp::Term& tm = terms[t];
+    const uint8_t c = static_cast<uint8_t>(-__builtin_parityll(tm.r & ones));
+    a ^= c & (tm.s == 0 ? pub_bits : Lambda(j, LambdaRef(tm, leaves)));
+  }
+  return a;
+}
+
+uint8_t PubBits(int party) {
+  return Comps(share::HoldsPublicIn(party, 0), share::HoldsPublicIn(party, 1));
+}
+
+// XORs (dst, a, b) of the whole bytes, or (LAMBDAS) of the lambda bits
+// only, dst's m kept.
+template <bool LAMBDAS>
+void Xors(const std::vector<uint32_t>& xs, JobState& j) {
+  uint8_t* v = j.v1.data();
+  for (size_t k = 0; k < xs.size(); k += 3) {
+    const uint8_t s = v[xs[k + 1]] ^ v[xs[k + 2]];
+    v[xs[k]] = LAMBDAS ? static_cast<uint8_t>((v[xs[k]] & kM) | (s & kLambdaBits)) : s;
+  }
+}
+
+}  // namespace
+
+void Lane0Load(JobState& j, Buffers& bufs) {
+  const Mp& p = *j.job->program;
+  bufs.bytes.push_back(&j.v1);
+  bufs.bytes.push_back(&j.p1);
+  j.v1.assign(p.slots, 0);
+  j.p1.assign(p.products, 0);
+  j.v1[1] = kM;  // slot 1: the constant 1
+  for (size_t i = 0; i < p.inputs; ++i) {
+    const uint32_t s = p.input_slot[i];
+    if (s == ~uint32_t{0}) continue;
+    j.v1[s] = static_cast<uint8_t>((j.v1[s] & kM) | Comps(j.job->in[0][i], j.job->in[1][i]));
+  }
+  if (!p.round.empty()) Xors<false>(p.round[0].xors, j);
+}
+
+void Lane0Lambdas(JobState& j, const Mp::Round& rd, protocol::Prss& prss, Message& msg) {
+  const size_t n = rd.draws.size();
+  if (n != 0) {
+    // A word a draw, as the word walk draws them: the same PRSS stream.
+    prss.RandomShares(reinterpret_cast<uint8_t*>(msg.r0.data()),
+                      reinterpret_cast<uint8_t*>(msg.r1.data()), 8 * n);
+    for (size_t i = 0; i < n; ++i) {
+      uint8_t& d = j.v1[rd.draws[i]];
+      d = static_cast<uint8_t>((d & kM) | Comps(msg.r0[i], msg.r1[i]));
+    }
+  }
+  Xors<true>(rd.lambda_xors, j);
+}
+
+void Lane0Gather(JobState& j, const Mp::Round& rd, int party, Message& msg, size_t at,
+                 size_t oat) {
+  for (size_t k = 0; k < rd.products.size(); k += 3, ++at) {
+    const uint8_t a = Lambda(j, rd.products[k + 1]), b = Lambda(j, rd.products[k + 2]);
+    for (int c = 0; c < 2; ++c) {
+      msg.x[c][at] = Bit(a, c);
+      msg.y[c][at] = Bit(b, c);
+    }
+  }
+  for (size_t k = 0; k < rd.rep3.size(); k += 4, ++at) {
+    const uint8_t a = j.v1[rd.rep3[k + 1]], b = j.v1[rd.rep3[k + 2]];
+    const uint64_t na = rd.rep3[k + 3] & 1, nb = (rd.rep3[k + 3] >> 1) & 1;
+    for (int c = 0; c < 2; ++c) {
+      const uint64_t pub = share::HoldsPublicIn(party, c) ? 1 : 0;
+      msg.x[c][at] = Bit(a, c) ^ (pub & ((a & kM) ^ na));
+      msg.y[c][at] = Bit(b, c) ^ (pub & ((b & kM) ^ nb));
+    }
+  }
+  const Mp& p = *j.job->program;
+  const uint8_t pub_bits = PubBits(party);
+  for (size_t k = 0; k < rd.opens.size(); ++k, ++oat) {
+    const Mp::Gate& g = p.gates[rd.opens[k]];
+    const uint8_t o = GateShare(p, g, j, pub_bits) ^ (j.v1[g.root] & kLambdaBits);
+    msg.o[0][oat] = Bit(o, 0);
+    msg.o[1][oat] = Bit(o, 1);
+  }
+}
+
+void Lane0Scatter(JobState& j, const Mp::Round& rd, int party, const Message& msg, size_t at,
+                  size_t oat) {
+  for (size_t k = 0; k < rd.products.size(); k += 3, ++at)
+    j.p1[rd.products[k]] = Comps(msg.z[0][at], msg.z[1][at]);
+  for (size_t k = 0; k < rd.rep3.size(); k += 4, ++at) {
+    const uint8_t m = rd.rep3[k + 3] & 4 ? kM : 0;
+    j.v1[rd.rep3[k]] = static_cast<uint8_t>(m | Comps(msg.z[0][at], msg.z[1][at]));
+  }
+  const Mp& p = *j.job->program;
+  for (size_t k = 0; k < rd.opens.size(); ++k, ++oat) {
+    uint8_t& d = j.v1[p.gates[rd.opens[k]].root];
+    d = static_cast<uint8_t>((d & kLambdaBits) | (msg.opened[oat] & 1));
+  }
+  const uint8_t pub_bits = PubBits(party);
+  for (uint32_t g : rd.local) {
+    const uint32_t root = p.gates[g].root;
+    j.v1[root] &= kLambdaBits;  // m = 0 before the share, as the word walk
+    j.v1[root] = GateShare(p, p.gates[g], j, pub_bits);
+  }
+  Xors<false>(rd.xors, j);
+}
+
+void Lane0Outputs(JobState& j, int party) {
+  const Mp& p = *j.job->program;
+  for (int c = 0; c < 2; ++c) {
+    const uint64_t pub = share::HoldsPublicIn(party, c) ? 1 : 0;
+    for (size_t i = 0; i < p.outputs; ++i) {
+      const uint8_t v = j.v1[p.output_slot[i]];
+      j.job->out[c][i] = Bit(v, c) ^ (pub & v & kM);
+    }
+  }
+}
+
+}  // namespace kmpc::cts::masked_run
