@@ -51,7 +51,7 @@
 // every message carries its sender's view (a hash of what it opened
 // before it), which the receiver compares with its own, so that an honest
 // party learns of a shifted opening one message later, before it hashes
-// anything computed from it towards the cheater (masked_eval.cc
+// anything computed from it towards the cheater (masked_run.h
 // kViewWords; docs/reviews/2026-11-29-masked-gates.md).
 #ifndef KMPC_CTS_MASKED_H_
 #define KMPC_CTS_MASKED_H_

@@ -2,10 +2,12 @@
 // in for (masked_eval.cc, MaskedJob::word_walk): from the same PRSS keys,
 // every message each party sends is the same byte for byte, and so are
 // the outputs, which are the clear engine's; semi-honest and with the
-// check, for programs at k = 2, 4 and 6 (a SHA-1 compression, an adder,
-// an AES-256 block: masked and Rep3 gates, local gates, products of up to
-// six leaves). Beside them, masked_test.cc runs one lane against the
-// clear engine and its cheating parties at one lane.
+// check: a SHA-1 compression at k = 2, 4 and 6, an adder and an AES-256
+// block at k = 6 (masked and Rep3 gates, local gates, products of up to
+// six leaves), one-lane jobs beside others in the same messages, and a
+// Rep3 gate with each of its negations. Beside them, masked_test.cc runs
+// one lane against the clear engine and its cheating parties at one
+// lane.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cts/aes_circuit.h"
@@ -31,15 +34,27 @@ namespace {
 using testing::Bytes;
 using testing::Views;
 
+// One job of a run: a program and its lanes' views.
+struct Lanes {
+  const MaskedProgram* p;
+  std::vector<Views> views;
+};
+
 struct Transcript {
   std::array<::kmpc::testing::TapChannel::Msgs, 3> sent;
-  std::array<std::array<Bytes, 2>, 3> out;  // each party's output components
+  // out[i][job][lane]: party i's output components; words[i][job]: its
+  // raw output words (component 0).
+  std::array<std::vector<std::vector<std::array<Bytes, 2>>>, 3> out;
+  std::array<std::vector<std::vector<uint64_t>>, 3> words;
   std::array<absl::Status, 3> st;
 };
 
-// Three parties with fixed PRSS keys run one lane of mp, on the one-lane
-// walk or (word_walk) on the word walk; every message each sends is kept.
-Transcript RunLane(const MaskedProgram& mp, const Views& lane, bool word_walk, bool malicious) {
+// Three parties with fixed PRSS keys run the jobs in the same messages,
+// each one-lane job on the one-lane walk or (word_walk) on the word walk;
+// every message each party sends is kept. With a log, the check runs
+// whenever it holds verify_words AND words, and at the end.
+Transcript RunJobs(const std::vector<Lanes>& jobs, bool word_walk, bool malicious,
+                   size_t verify_words = protocol::MulLog::kVerifyWords) {
   net::InMemoryRing ring{std::chrono::milliseconds(5000)};
   std::array<std::unique_ptr<::kmpc::testing::TapChannel>, 3> tap;
   std::array<std::optional<protocol::Prss>, 3> prss;
@@ -51,23 +66,70 @@ Transcript RunLane(const MaskedProgram& mp, const Views& lane, bool word_walk, b
     prss[i].emplace(i, key[i].data(), key[(i + 1) % 3].data());
     rep3[i] = std::make_unique<protocol::Rep3>(*tap[i], *prss[i]);
   }
+  std::vector<std::vector<Views>> views;
+  std::vector<size_t> outputs;
+  for (const Lanes& l : jobs) {
+    views.push_back(l.views);
+    outputs.push_back(l.p->outputs);
+  }
   Transcript t;
   std::array<protocol::MulLog, 3> logs;
   t.st = ::kmpc::testing::RunParties([&](int i) {
-    testing::PartyWords w(i, {{lane}}, {mp.outputs});
-    MaskedJob job{&mp, w.wn[0], w.In(0), w.Out(0), w.lanes[0]};
-    job.word_walk = word_walk;
+    testing::PartyWords w(i, views, outputs);
+    std::vector<MaskedJob> mj;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      mj.push_back({jobs[k].p, w.wn[k], w.In(k), w.Out(k), w.lanes[k]});
+      mj.back().word_walk = word_walk;
+    }
     rep3[i]->set_log(malicious ? &logs[i] : nullptr);
-    absl::Status st = EvaluateMaskedAll(absl::MakeConstSpan(&job, 1), *rep3[i]);
+    absl::Status st = EvaluateMaskedAll(mj, *rep3[i], verify_words);
     if (st.ok() && malicious) st = protocol::Verifier::Verify(*rep3[i], logs[i]);
     rep3[i]->set_log(nullptr);
-    std::vector<std::vector<std::array<Bytes, 2>>> out;
-    w.Unpack(out);
-    t.out[i] = out[0][0];
+    w.Unpack(t.out[i]);
+    for (size_t k = 0; k < jobs.size(); ++k) t.words[i].push_back(w.o[k][0]);
     return st;
   });
   for (int i = 0; i < 3; ++i) t.sent[i] = tap[i]->sent();
   return t;
+}
+
+// Both walks of the same jobs: the same messages from every party and the
+// same outputs. The one-lane walk ran where a job has one lane: its output
+// words hold lane 0 alone, where the word walk leaves other lanes' bits
+// (masks drawn for all 64) in some.
+void ExpectBothWalksAgree(const std::vector<Lanes>& jobs, bool malicious, size_t verify_words,
+                          const std::string& what) {
+  const Transcript one = RunJobs(jobs, false, malicious, verify_words);
+  const Transcript word = RunJobs(jobs, true, malicious, verify_words);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(one.st[i].ok()) << what << ": " << one.st[i];
+    ASSERT_TRUE(word.st[i].ok()) << what << ": " << word.st[i];
+    EXPECT_EQ(one.sent[i], word.sent[i]) << what << ": party " << i;
+    EXPECT_EQ(one.out[i], word.out[i]) << what << ": party " << i;
+  }
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    if (jobs[k].views.size() != 1) continue;
+    auto high = [&](const Transcript& t) {
+      bool any = false;
+      for (int i = 0; i < 3; ++i)
+        for (uint64_t w : t.words[i][k]) any = any || (w >> 1) != 0;
+      return any;
+    };
+    EXPECT_FALSE(high(one)) << what << ": job " << k << " did not run the one-lane walk";
+    if (jobs[k].p->outputs >= 64) EXPECT_TRUE(high(word)) << what << ": job " << k;
+  }
+}
+
+// The opened outputs of job k's lanes (empty where the copies disagree).
+std::vector<Bytes> Opened(const Transcript& t, size_t k) {
+  std::vector<Bytes> r;
+  for (size_t l = 0; l < t.out[0][k].size(); ++l) {
+    Views v;
+    for (int i = 0; i < 3; ++i) v[i].comp = t.out[i][k][l];
+    auto o = share::Open(v);
+    r.push_back(o.ok() ? *o : Bytes{});
+  }
+  return r;
 }
 
 Program Aes256Block() {
@@ -79,30 +141,22 @@ Program Aes256Block() {
   return c.Compile();
 }
 
+Bytes RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Bytes b(n);
+  for (uint8_t& x : b) x = static_cast<uint8_t>(rng());
+  return b;
+}
+
 void ExpectSameAsTheWordWalk(const Program& p, int k, uint32_t seed) {
   auto mp = CompileMasked(MapLuts(p, LutOptions{k}));
   ASSERT_TRUE(mp.ok()) << mp.status();
-  std::mt19937 rng(seed);
-  Bytes in(p.inputs / 8);
-  for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
-  const Bytes want = testing::RunClear(p, {in})[0];
-  const Views lane = testing::DealViews(in);
+  const Bytes in = RandomBytes(p.inputs / 8, seed);
+  const std::vector<Lanes> jobs{{&*mp, {testing::DealViews(in)}}};
   for (bool malicious : {false, true}) {
-    const Transcript one = RunLane(*mp, lane, false, malicious);
-    const Transcript word = RunLane(*mp, lane, true, malicious);
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(one.st[i].ok()) << one.st[i];
-      ASSERT_TRUE(word.st[i].ok()) << word.st[i];
-      // More than the Prss-free run's own: the masked messages are there.
-      EXPECT_GE(one.sent[i].size(), static_cast<size_t>(mp->rounds) - 1);
-      EXPECT_EQ(one.sent[i], word.sent[i]) << "party " << i << " k " << k;
-      EXPECT_EQ(one.out[i], word.out[i]) << "party " << i << " k " << k;
-    }
-    Views v;
-    for (int i = 0; i < 3; ++i) v[i].comp = one.out[i];
-    auto got = share::Open(v);
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(*got, want) << "k " << k << " malicious " << malicious;
+    const std::string what = "k " + std::to_string(k) + " malicious " + std::to_string(malicious);
+    ExpectBothWalksAgree(jobs, malicious, protocol::MulLog::kVerifyWords, what);
+    EXPECT_EQ(Opened(RunJobs(jobs, false, malicious), 0), testing::RunClear(p, {in})) << what;
   }
 }
 
@@ -113,44 +167,67 @@ TEST(MaskedLane0, SendsWhatTheWordWalkSends) {
   ExpectSameAsTheWordWalk(Aes256Block(), 6, 8);
 }
 
-// A Rep3 gate with all three negations (not = 7: (a ^ 1)(b ^ 1) ^ 1, an
-// OR), which the mapped programs above may not hold: a program of that one
-// gate on input wires 0 and 8 (bit 0 of bytes 0 and 1), output wire 0.
-TEST(MaskedLane0, ARep3GateWithItsNegationsSendsWhatTheWordWalkSends) {
-  MaskedProgram p;
-  p.inputs = 16;
-  p.outputs = 8;
-  p.slots = 5;  // 0, 1 the constants, 2 and 3 the inputs, 4 the gate
-  p.rounds = 1;
-  p.ands = 1;
-  p.input_slot.assign(16, ~uint32_t{0});
-  p.input_slot[0] = 2;
-  p.input_slot[8] = 3;
-  p.output_slot = {4, 0, 0, 0, 0, 0, 0, 0};
-  p.round.resize(2);
-  p.round[1].rep3 = {4, 2, 3, 7};
-  for (int x = 0; x < 4; ++x) {
-    const Views lane = testing::DealViews(Bytes{static_cast<uint8_t>(x & 1), static_cast<uint8_t>(x >> 1)});
-    for (bool malicious : {false, true}) {
-      const Transcript one = RunLane(p, lane, false, malicious);
-      const Transcript word = RunLane(p, lane, true, malicious);
-      Views v;
-      for (int i = 0; i < 3; ++i) {
-        ASSERT_TRUE(one.st[i].ok() && word.st[i].ok()) << one.st[i] << word.st[i];
-        EXPECT_EQ(one.sent[i], word.sent[i]) << "party " << i << " x " << x;
-        v[i].comp = one.out[i];
+// One-lane jobs beside a three-lane one and each other in the same
+// messages, at other offsets than 0, with the check run every ~2,000 AND
+// words as well as at the end.
+TEST(MaskedLane0, SendsWhatTheWordWalkSendsBesideOtherJobs) {
+  const Program sha = testing::Sha1CompressionProgram(), add = testing::AdderProgram();
+  auto ms = CompileMasked(MapLuts(sha, LutOptions{6}));
+  auto ma = CompileMasked(MapLuts(add, LutOptions{4}));
+  ASSERT_TRUE(ms.ok() && ma.ok());
+  std::vector<Bytes> three;
+  for (uint32_t s = 0; s < 3; ++s) three.push_back(RandomBytes(sha.inputs / 8, 20 + s));
+  const Bytes a = RandomBytes(add.inputs / 8, 30), b = RandomBytes(sha.inputs / 8, 31);
+  std::vector<Views> tv;
+  for (const Bytes& x : three) tv.push_back(testing::DealViews(x));
+  const std::vector<Lanes> jobs{{&*ms, tv}, {&*ma, {testing::DealViews(a)}},
+                                {&*ms, {testing::DealViews(b)}}};
+  for (bool malicious : {false, true}) {
+    ExpectBothWalksAgree(jobs, malicious, 2000, "malicious " + std::to_string(malicious));
+    const Transcript t = RunJobs(jobs, false, malicious, 2000);
+    EXPECT_EQ(Opened(t, 0), testing::RunClear(sha, three));
+    EXPECT_EQ(Opened(t, 1), testing::RunClear(add, {a}));
+    EXPECT_EQ(Opened(t, 2), testing::RunClear(sha, {b}));
+  }
+}
+
+// A Rep3 gate with each of its negations (not: (a ^ n0)(b ^ n1) ^ n2, bit
+// i of not n_i), which mapped programs may not all hold: a program of that
+// one gate on input wires 0 and 8 (bit 0 of bytes 0 and 1), output wire 0.
+TEST(MaskedLane0, ARep3GateWithEachNegationSendsWhatTheWordWalkSends) {
+  for (uint32_t neg = 0; neg < 8; ++neg) {
+    MaskedProgram p;
+    p.inputs = 16;
+    p.outputs = 8;
+    p.slots = 5;  // 0, 1 the constants, 2 and 3 the inputs, 4 the gate
+    p.rounds = 1;
+    p.ands = 1;
+    p.input_slot.assign(16, ~uint32_t{0});
+    p.input_slot[0] = 2;
+    p.input_slot[8] = 3;
+    p.output_slot = {4, 0, 0, 0, 0, 0, 0, 0};
+    p.round.resize(2);
+    p.round[1].rep3 = {4, 2, 3, neg};
+    for (uint32_t x = 0; x < 4; ++x) {
+      const uint32_t xa = x & 1, xb = x >> 1;
+      const uint32_t want = ((xa ^ (neg & 1)) & (xb ^ ((neg >> 1) & 1))) ^ (neg >> 2);
+      const std::vector<Lanes> jobs{
+          {&p, {testing::DealViews(Bytes{static_cast<uint8_t>(xa), static_cast<uint8_t>(xb)})}}};
+      for (bool malicious : {false, true}) {
+        const std::string what = "not " + std::to_string(neg) + " x " + std::to_string(x);
+        ExpectBothWalksAgree(jobs, malicious, protocol::MulLog::kVerifyWords, what);
+        EXPECT_EQ(Opened(RunJobs(jobs, false, malicious), 0),
+                  std::vector<Bytes>{Bytes{static_cast<uint8_t>(want)}})
+            << what;
       }
-      auto got = share::Open(v);
-      ASSERT_TRUE(got.ok()) << got.status();
-      EXPECT_EQ(*got, Bytes{static_cast<uint8_t>(x != 0)}) << "x " << x;
     }
   }
 }
 
 // The test's own premise: with the same keys and dealing, another input
 // bit (component s_0 flipped in both views that hold it) changes the
-// messages, so the comparison above would not pass walks that ignored the
-// data.
+// messages, so the comparisons above would not pass walks that ignored
+// the data.
 TEST(MaskedLane0, AnotherInputSendsOtherMessages) {
   const Program p = testing::Sha1CompressionProgram();
   auto mp = CompileMasked(MapLuts(p, LutOptions{6}));
@@ -159,10 +236,10 @@ TEST(MaskedLane0, AnotherInputSendsOtherMessages) {
   Views b = a;
   b[0].comp[0][0] ^= 1;  // s_0: party 0's first component, party 2's second
   b[2].comp[1][0] ^= 1;
-  const Transcript ta = RunLane(*mp, a, false, false), tb = RunLane(*mp, b, false, false);
+  const Transcript ta = RunJobs({{&*mp, {a}}}, false, false);
+  const Transcript tb = RunJobs({{&*mp, {b}}}, false, false);
   ASSERT_TRUE(ta.st[0].ok() && tb.st[0].ok());
   EXPECT_NE(ta.sent[0], tb.sent[0]);
-  EXPECT_EQ(ta.sent[0].front(), tb.sent[0].front());  // the first message: products only
 }
 
 }  // namespace

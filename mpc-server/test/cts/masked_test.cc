@@ -514,7 +514,7 @@ TEST(Masked, AFlipTwoLayersBeforeTheCheckIsCaught) {
 // The review's finding (2026-11-29): the hash of the opened values that
 // the check's first acknowledgement sends is, at P+1, a function of a
 // secret input bit and of what P knows, so without the per-message view
-// (masked_eval.cc kViewWords) P learned that bit from every batch that
+// (masked_run.h kViewWords) P learned that bit from every batch that
 // then failed. With it P+1 sees P-1's shifted view one message after the
 // shift and its acknowledgements start silent.
 TEST(Masked, TheAcknowledgementAfterAShiftedOpeningTellsTheCheaterNothing) {
@@ -630,7 +630,7 @@ TEST(Masked, AFlippedProductFailsTheSamePartiesWhateverTheData) {
   }
 }
 
-// Review of the per-message view (masked_eval.cc kViewWords), on a
+// Review of the per-message view (masked_run.h kViewWords), on a
 // compiled SHA-1 program, one lane: P flips an opened component (or its
 // view words) in message k0, at distances 0 .. 3 and more from the
 // Run's check. What P receives from P+1 is never a hash of openings P
