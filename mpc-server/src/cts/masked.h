@@ -84,27 +84,36 @@ struct MaskedProgram {
   std::array<uint8_t, 32> digest{};
   std::vector<uint32_t> input_slot, output_slot;
 
-  // A masked gate: its leaves' slots at leaves[leaf_at, + n) and its terms
-  // at terms[term_at, + terms); need_r: the monomials of the leaves' m it
-  // reads (bit R: AND of m_i for i in R), closed under dropping the lowest
-  // leaf.
+  // A masked gate: its leaves' slots at leaves[leaf_at, + forms[form].n),
+  // its form (its normal form's terms, shared by every gate of the same
+  // one: a Run streams a gate's slots, not its terms), and the products of
+  // its terms whose S has two or more leaves at gate_products[product_at,
+  // + forms[form].products), in the form's term order.
   struct Gate {
     uint32_t root = 0;
-    uint32_t leaf_at = 0, term_at = 0;
-    uint16_t n = 0, terms = 0;
+    uint32_t leaf_at = 0, form = 0, product_at = 0;
+  };
+  // A gate's terms at terms[term_at, + terms); need_r: the monomials of
+  // the leaves' m it reads (bit R: AND of m_i for i in R), closed under
+  // dropping the lowest leaf.
+  struct Form {
     uint64_t need_r = 0;
+    uint32_t term_at = 0;
+    uint16_t n = 0, terms = 0;
+    uint16_t products = 0;  // its terms whose S has two or more leaves
   };
   // c_S(m) = XOR of the monomials in r; times lambda_S: the public word
-  // when S is empty, leaf s's lambda when S = {s}, product `product`
+  // when S is empty, leaf s's lambda when S = {s}, the gate's next product
   // otherwise.
   struct Term {
     uint64_t r = 0;
-    uint32_t product = 0;
     uint8_t s = 0;
   };
   std::vector<Gate> gates;
   std::vector<uint32_t> leaves;
+  std::vector<Form> forms;
   std::vector<Term> terms;
+  std::vector<uint32_t> gate_products;
 
   // A product operand: a slot's lambda, or (with kProductRef set) a product.
   static constexpr uint32_t kProductRef = uint32_t{1} << 31;

@@ -28,6 +28,8 @@ struct Builder {
   std::vector<uint32_t> gate_of, slot, ready;
   std::vector<bool> needed, masked, opened;
   absl::flat_hash_map<ProductKey, uint32_t> product_of;
+  // A form's index by its n, need_r and terms' (r, s).
+  absl::flat_hash_map<std::vector<uint64_t>, uint32_t> form_of;
   std::vector<int> product_level;
   // Product q's operands at [3q + 1, 3q + 3) (3q: q itself).
   std::vector<uint32_t> product_ops;
@@ -122,10 +124,8 @@ struct Builder {
     }
     Mp::Gate out;
     out.root = slot_of[g.root];
-    out.n = static_cast<uint16_t>(n);
     out.leaf_at = static_cast<uint32_t>(p.leaves.size());
-    out.term_at = static_cast<uint32_t>(p.terms.size());
-    out.need_r = 1;
+    out.product_at = static_cast<uint32_t>(p.gate_products.size());
     for (uint32_t l : g.leaves) p.leaves.push_back(slot_of[l]);
     // r[S]: the monomials T \ S of every T >= S in the normal form.
     std::array<uint64_t, 64> r{};
@@ -136,29 +136,44 @@ struct Builder {
         if (s == 0) break;
       }
     }
+    uint64_t need_r = 1;
+    std::vector<uint64_t> key{static_cast<uint64_t>(n), 0};  // key[1]: need_r
     for (uint32_t s = 0; s < full; ++s) {
-      Mp::Term t;
-      t.r = r[s];
-      if (t.r == 0) continue;
-      t.s = static_cast<uint8_t>(s);
+      if (r[s] == 0) continue;
+      key.insert(key.end(), {r[s], s});
       const int size = __builtin_popcount(s);
       if (size >= 2) {
-        ProductKey key;
-        key.fill(kNone);
+        ProductKey pk;
+        pk.fill(kNone);
         int k = 0;
         for (int i = 0; i < n; ++i)
-          if (s & (1u << i)) key[k++] = slot_of[g.leaves[i]];
+          if (s & (1u << i)) pk[k++] = slot_of[g.leaves[i]];
         for (int i = 1; i < k; ++i)  // insertion sort: k <= kMaxLutInputs
-          for (int j = i; j > 0 && key[j - 1] > key[j]; --j) std::swap(key[j - 1], key[j]);
-        t.product = Product(key, k);
+          for (int j = i; j > 0 && pk[j - 1] > pk[j]; --j) std::swap(pk[j - 1], pk[j]);
+        p.gate_products.push_back(Product(pk, k));
       }
-      for (uint64_t rs = t.r; rs != 0; rs &= rs - 1) {
-        for (uint32_t r = __builtin_ctzll(rs); r != 0; r &= r - 1) out.need_r |= uint64_t{1} << r;
+      for (uint64_t rs = r[s]; rs != 0; rs &= rs - 1) {
+        for (uint32_t q = __builtin_ctzll(rs); q != 0; q &= q - 1) need_r |= uint64_t{1} << q;
       }
-      p.terms.push_back(t);
     }
-    out.terms = static_cast<uint16_t>(p.terms.size() - out.term_at);
+    key[1] = need_r;
+    out.form = FormOf(key, p.gate_products.size() - out.product_at);
     p.gates.push_back(out);
+  }
+
+  // The form of key (n, need_r, then each term's r and s), added if new.
+  uint32_t FormOf(const std::vector<uint64_t>& key, size_t products) {
+    auto [it, added] = form_of.try_emplace(key, static_cast<uint32_t>(p.forms.size()));
+    if (!added) return it->second;
+    Mp::Form f;
+    f.n = static_cast<uint16_t>(key[0]);
+    f.need_r = key[1];
+    f.term_at = static_cast<uint32_t>(p.terms.size());
+    f.terms = static_cast<uint16_t>((key.size() - 2) / 2);
+    f.products = static_cast<uint16_t>(products);
+    for (size_t k = 2; k < key.size(); k += 2) p.terms.push_back({key[k], static_cast<uint8_t>(key[k + 1])});
+    p.forms.push_back(f);
+    return it->second;
   }
 };
 
@@ -215,9 +230,10 @@ absl::Status ScheduleProducts(Builder& b) {
   std::vector<uint32_t> need(b.product_level.size(), kInf);
   auto gate_needs = [&](uint32_t g, uint32_t r) {
     const Mp::Gate& gt = p.gates[g];
-    for (size_t t = gt.term_at; t < gt.term_at + gt.terms; ++t)
-      if (__builtin_popcount(p.terms[t].s) >= 2)
-        need[p.terms[t].product] = std::min(need[p.terms[t].product], r - 1);
+    for (size_t k = 0; k < p.forms[gt.form].products; ++k) {
+      const uint32_t q = p.gate_products[gt.product_at + k];
+      need[q] = std::min(need[q], r - 1);
+    }
   };
   for (uint32_t r = 0; r < p.round.size(); ++r) {
     for (uint32_t g : p.round[r].opens) gate_needs(g, r);
@@ -299,10 +315,10 @@ struct Uses {
 void GateReads(const Mp& p, uint32_t g, uint32_t r, int post, bool root, Uses& u) {
   const Mp::Gate& gt = p.gates[g];
   if (root) u.Read(gt.root, r, post);
-  for (uint32_t i = 0; i < gt.n; ++i) u.Read(p.leaves[gt.leaf_at + i], r, post);
-  for (size_t t = gt.term_at; t < gt.term_at + gt.terms; ++t)
-    if (__builtin_popcount(p.terms[t].s) >= 2)
-      u.ReadRef(Mp::kProductRef | p.terms[t].product, r, post);
+  const Mp::Form& f = p.forms[gt.form];
+  for (uint32_t i = 0; i < f.n; ++i) u.Read(p.leaves[gt.leaf_at + i], r, post);
+  for (size_t k = 0; k < f.products; ++k)
+    u.ReadRef(Mp::kProductRef | p.gate_products[gt.product_at + k], r, post);
 }
 
 Uses CollectUses(const Mp& p, size_t slots, size_t products) {
@@ -406,8 +422,7 @@ void PackSlots(Mp& p, const std::vector<uint32_t>& ready, const std::vector<uint
       rd.products[k + 2] = ref(rd.products[k + 2]);
     }
   }
-  for (Mp::Term& t : p.terms)
-    if (__builtin_popcount(t.s) >= 2) t.product = pphys[t.product];
+  for (uint32_t& q : p.gate_products) q = pphys[q];
   RemapSlots(p, [&](uint32_t s) { return phys[s]; });
 }
 
@@ -435,13 +450,18 @@ absl::Status Digest(Mp& p) {
   words(p.input_slot);
   words(p.output_slot);
   words(p.leaves);
+  words(p.gate_products);
   for (const Mp::Gate& g : p.gates) {
-    const uint64_t v[] = {g.root, g.leaf_at, g.term_at, g.n, g.terms, g.need_r};
-    h.Update(v, 6);
+    const uint64_t v[] = {g.root, g.leaf_at, g.form, g.product_at};
+    h.Update(v, 4);
+  }
+  for (const Mp::Form& f : p.forms) {
+    const uint64_t v[] = {f.need_r, f.term_at, f.n, f.terms, f.products};
+    h.Update(v, 5);
   }
   for (const Mp::Term& t : p.terms) {
-    const uint64_t v[] = {t.r, t.product, t.s};
-    h.Update(v, 3);
+    const uint64_t v[] = {t.r, t.s};
+    h.Update(v, 2);
   }
   for (const Mp::Round& r : p.round) {
     for (const auto* l : {&r.draws, &r.lambda_xors, &r.products, &r.rep3, &r.opens, &r.local,
@@ -459,7 +479,9 @@ void ShrinkToFit(Mp& p) {
   p.output_slot.shrink_to_fit();
   p.gates.shrink_to_fit();
   p.leaves.shrink_to_fit();
+  p.forms.shrink_to_fit();
   p.terms.shrink_to_fit();
+  p.gate_products.shrink_to_fit();
   for (Mp::Round& r : p.round) {
     for (std::vector<uint32_t>* v : {&r.draws, &r.lambda_xors, &r.products, &r.rep3, &r.opens,
                                      &r.local, &r.xors})

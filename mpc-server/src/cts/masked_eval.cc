@@ -31,20 +31,22 @@ void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> 
                std::array<uint64_t*, 2> out) {
   constexpr size_t kW = WN ? WN : 8;  // run-time widths: 8 words at a time
   const size_t wn = WN ? WN : j.wn;
+  const Mp::Form& f = p.forms[g.form];
   const uint32_t* leaves = p.leaves.data() + g.leaf_at;
-  const Mp::Term* terms = p.terms.data() + g.term_at;
+  const Mp::Term* terms = p.terms.data() + f.term_at;
   for (size_t w0 = 0; w0 < wn; w0 += kW) {
+    const uint32_t* products = p.gate_products.data() + g.product_at;
     const size_t nw = std::min(kW, wn - w0);
     uint64_t pr[64][kW];
     for (size_t w = 0; w < nw; ++w) pr[0][w] = ~uint64_t{0};
-    for (uint64_t rs = g.need_r & ~uint64_t{1}; rs != 0; rs &= rs - 1) {
+    for (uint64_t rs = f.need_r & ~uint64_t{1}; rs != 0; rs &= rs - 1) {
       const uint32_t r = __builtin_ctzll(rs);
       const uint64_t* mv = j.template M<WN>(leaves[__builtin_ctz(r)]) + w0;
       const uint64_t* prev = pr[r & (r - 1)];
       for (size_t w = 0; w < nw; ++w) pr[r][w] = prev[w] & mv[w];
     }
     uint64_t a0[kW] = {}, a1[kW] = {}, c[kW];
-    for (size_t t = 0; t < g.terms; ++t) {
+    for (size_t t = 0; t < f.terms; ++t) {
       const Mp::Term& tm = terms[t];
       for (size_t w = 0; w < nw; ++w) c[w] = 0;
       for (uint64_t rs = tm.r; rs != 0; rs &= rs - 1) {
@@ -58,7 +60,7 @@ void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> 
         }
         continue;
       }
-      const uint32_t ref = LambdaRef(tm, leaves);
+      const uint32_t ref = LambdaRef(tm, leaves, products);
       const uint64_t* l0 = j.template R<WN>(ref, 0) + w0;
       const uint64_t* l1 = j.template R<WN>(ref, 1) + w0;
       for (size_t w = 0; w < nw; ++w) {

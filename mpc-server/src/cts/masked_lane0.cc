@@ -45,16 +45,18 @@ constexpr std::array<uint64_t, 64> kSubsetsOf = SubsetMasks();
 // components that hold public constants (share/replicated.h
 // HoldsPublicIn), which the empty S's term adds c to.
 uint8_t GateShare(const Mp& p, const Mp::Gate& g, const JobState& j, uint8_t pub_bits) {
+  const Mp::Form& f = p.forms[g.form];
   const uint32_t* leaves = p.leaves.data() + g.leaf_at;
-  const Mp::Term* terms = p.terms.data() + g.term_at;
+  const uint32_t* products = p.gate_products.data() + g.product_at;
+  const Mp::Term* terms = p.terms.data() + f.term_at;
   uint32_t x = 0;
-  for (uint32_t i = 0; i < g.n; ++i) x |= static_cast<uint32_t>(j.v1[leaves[i]] & kM) << i;
+  for (uint32_t i = 0; i < f.n; ++i) x |= static_cast<uint32_t>(j.v1[leaves[i]] & kM) << i;
   const uint64_t ones = kSubsetsOf[x & 63];
   uint8_t a = 0;
-  for (size_t t = 0; t < g.terms; ++t) {
+  for (size_t t = 0; t < f.terms; ++t) {
     const Mp::Term& tm = terms[t];
     const uint8_t c = static_cast<uint8_t>(-__builtin_parityll(tm.r & ones));
-    a ^= c & (tm.s == 0 ? pub_bits : Lambda(j, LambdaRef(tm, leaves)));
+    a ^= c & (tm.s == 0 ? pub_bits : Lambda(j, LambdaRef(tm, leaves, products)));
   }
   return a;
 }

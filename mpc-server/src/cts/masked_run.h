@@ -57,9 +57,10 @@ struct JobState {
 };
 
 // Where a term's lambda_S is (JobState::R): leaf s's slot when S = {s},
-// the product `product` otherwise (S empty: the public word, not read).
-inline uint32_t LambdaRef(const Mp::Term& tm, const uint32_t* leaves) {
-  return (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)] : Mp::kProductRef | tm.product;
+// else the gate's next product (*products, then advanced; masked.h Gate).
+// S empty: the public word, not read.
+inline uint32_t LambdaRef(const Mp::Term& tm, const uint32_t* leaves, const uint32_t*& products) {
+  return (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)] : Mp::kProductRef | *products++;
 }
 
 // The view in every message of a malicious Run: the first kViewWords

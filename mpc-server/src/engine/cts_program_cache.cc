@@ -81,8 +81,11 @@ size_t ProgramBytes(const cts::Program& p) {
 }
 
 size_t MaskedProgramBytes(const cts::MaskedProgram& p) {
-  size_t b = sizeof(p) + 4 * (p.input_slot.size() + p.output_slot.size() + p.leaves.size()) +
+  size_t b = sizeof(p) +
+             4 * (p.input_slot.size() + p.output_slot.size() + p.leaves.size() +
+                  p.gate_products.size()) +
              sizeof(cts::MaskedProgram::Gate) * p.gates.size() +
+             sizeof(cts::MaskedProgram::Form) * p.forms.size() +
              sizeof(cts::MaskedProgram::Term) * p.terms.size();
   for (const cts::MaskedProgram::Round& r : p.round) {
     b += sizeof(r) + 4 * (r.draws.size() + r.lambda_xors.size() + r.products.size() +

@@ -111,25 +111,18 @@ std::vector<Views> SpliceLanes(size_t lanes, size_t n, size_t m, size_t off) {
 // kM: a 250-byte request as dealt with its HMAC inner padding (5 blocks).
 constexpr size_t kN = 316, kM = 320, kOff = kN - 16 - kTagBytes;
 
-// How many masked gates of one message share a shape (leaf count, the
-// monomials read, each term's monomials and its product's leaves): gates
+// How many masked gates of one message share a shape (masked.h Form: the
+// leaf count, the monomials read, each term's monomials and S): gates
 // of one shape could share a word in a one-lane job's walk (gates, not
 // lanes, in a word). Prints the gates and distinct shapes a message, and
 // the share of gates in shapes of at least 8 and 32.
 void GateShapes(const MaskedProgram& mp) {
   size_t gates = 0, shapes = 0, in8 = 0, in32 = 0, messages = 0;
   for (const MaskedProgram::Round& rd : mp.round) {
-    std::map<std::vector<uint64_t>, size_t> count;
+    std::map<uint32_t, size_t> count;  // gates a form (masked.h Form)
     for (const auto* list : {&rd.opens, &rd.local}) {
       for (uint32_t gi : *list) {
-        const MaskedProgram::Gate& g = mp.gates[gi];
-        std::vector<uint64_t> key{g.n, g.need_r};
-        for (size_t t = 0; t < g.terms; ++t) {
-          const MaskedProgram::Term& tm = mp.terms[g.term_at + t];
-          key.push_back(tm.r);
-          key.push_back(tm.s);
-        }
-        ++count[key];
+        ++count[mp.gates[gi].form];
       }
     }
     if (count.empty()) continue;
@@ -224,19 +217,23 @@ int MaskedMain(std::vector<size_t> lanes, int rounds) {
     // monomials of its leaves' m it builds, its terms, and the monomials
     // its terms' c_S sum.
     size_t mono = 0, xors = 0;
+    size_t terms = 0;
     for (const auto& g : mp->gates) {
-      mono += static_cast<size_t>(__builtin_popcountll(g.need_r & ~uint64_t{1}));
-      for (size_t t = 0; t < g.terms; ++t)
-        xors += static_cast<size_t>(__builtin_popcountll(mp->terms[g.term_at + t].r));
+      const MaskedProgram::Form& f = mp->forms[g.form];
+      mono += static_cast<size_t>(__builtin_popcountll(f.need_r & ~uint64_t{1}));
+      terms += f.terms;
+      for (size_t t = 0; t < f.terms; ++t)
+        xors += static_cast<size_t>(__builtin_popcountll(mp->terms[f.term_at + t].r));
     }
     const double n = static_cast<double>(std::max<size_t>(mp->gates.size(), 1));
     std::printf("masked gates %zu: %.1f monomials, %.1f terms, %.1f monomial XORs a gate; "
-                "%.1f MiB held (the Rep3 program %.1f MiB); %zu value slots, %zu product slots\n",
+                "%.1f MiB held (the Rep3 program %.1f MiB); %zu value slots, %zu product slots, "
+                "%zu forms of %zu terms\n",
                 mp->gates.size(), static_cast<double>(mono) / n,
-                static_cast<double>(mp->terms.size()) / n, static_cast<double>(xors) / n,
+                static_cast<double>(terms) / n, static_cast<double>(xors) / n,
                 static_cast<double>(engine::MaskedProgramBytes(*mp)) / (1 << 20),
                 static_cast<double>(engine::ProgramBytes(spliced)) / (1 << 20), mp->slots,
-                mp->products);
+                mp->products, mp->forms.size(), mp->terms.size());
   }
   GateShapes(*mp);
   ::kmpc::testing::Rep3Cluster cl, solo;  // solo: the walk alone's PRSS

@@ -128,6 +128,8 @@ TEST(Masked, ListsHoldNoSpareCapacity) {
   const MaskedProgram& p = c.mp;
   EXPECT_EQ(p.gates.capacity(), p.gates.size());
   EXPECT_EQ(p.terms.capacity(), p.terms.size());
+  EXPECT_EQ(p.forms.capacity(), p.forms.size());
+  EXPECT_EQ(p.gate_products.capacity(), p.gate_products.size());
   EXPECT_EQ(p.leaves.capacity(), p.leaves.size());
   EXPECT_EQ(p.round.capacity(), p.round.size());
   size_t words = 0, spare = 0;
@@ -378,21 +380,22 @@ MaskedProgram AndChain() {
   p.output_slot = {9, 0, 0, 0, 0, 0, 0, 0};
   const uint32_t root[4] = {6, 7, 8, 9};
   const uint32_t leaves[4][2] = {{2, 3}, {6, 4}, {7, 5}, {8, 2}};
+  // One form: x_a x_b = m_a m_b ^ m_b lambda_a ^ m_a lambda_b ^ lambda_ab.
+  MaskedProgram::Form f;
+  f.need_r = 0xF;
+  f.n = 2;
+  f.terms = 4;
+  f.products = 1;
+  p.forms.push_back(f);
+  p.terms = {{0b1000, 0}, {0b0100, 1}, {0b0010, 2}, {0b0001, 3}};
   for (uint32_t g = 0; g < 4; ++g) {
     MaskedProgram::Gate gt;
     gt.root = root[g];
     gt.leaf_at = 2 * g;
-    gt.term_at = 4 * g;
-    gt.n = 2;
-    gt.terms = 4;
-    gt.need_r = 0xF;
+    gt.product_at = g;
     p.gates.push_back(gt);
     p.leaves.insert(p.leaves.end(), {leaves[g][0], leaves[g][1]});
-    // x_a x_b = m_a m_b ^ m_b lambda_a ^ m_a lambda_b ^ lambda_ab.
-    p.terms.push_back({0b1000, 0, 0});
-    p.terms.push_back({0b0100, 0, 1});
-    p.terms.push_back({0b0010, 0, 2});
-    p.terms.push_back({0b0001, g, 3});
+    p.gate_products.push_back(g);
   }
   p.round.resize(6);
   p.round[1].products = {0, 2, 3};
