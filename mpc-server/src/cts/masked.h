@@ -103,17 +103,22 @@ struct MaskedProgram {
     uint16_t products = 0;  // its terms whose S has two or more leaves
   };
   // c_S(m) = XOR of the monomials in r; times lambda_S: the public word
-  // when S is empty, leaf s's lambda when S = {s}, the gate's next product
-  // otherwise.
+  // when S is empty, leaf s's lambda when S = {s}, otherwise the gate's
+  // product gate_products[product_at + product].
   struct Term {
     uint64_t r = 0;
     uint8_t s = 0;
+    uint8_t product = 0;
   };
   std::vector<Gate> gates;
   std::vector<uint32_t> leaves;
   std::vector<Form> forms;
   std::vector<Term> terms;
   std::vector<uint32_t> gate_products;
+  // form_on[64 * f + x], x the form's leaves' opened bits (bit i: leaf
+  // i's m): bit t set where term t's c_S(m) is 1 (the one-lane walk reads
+  // only those terms).
+  std::vector<uint64_t> form_on;
 
   // A product operand: a slot's lambda, or (with kProductRef set) a product.
   static constexpr uint32_t kProductRef = uint32_t{1} << 31;
@@ -138,6 +143,10 @@ struct MaskedProgram {
   };
   std::vector<Round> round;  // round[0]: before the first message
 };
+
+// Fills p.form_on from p.forms and p.terms (CompileMasked does; a program
+// built by hand calls it once its forms are in).
+void FillFormTable(MaskedProgram& p);
 
 // The mapping's gates as a run over masked wires. Fails if a gate reads a
 // wire of its own layer or later, or if an output is not computed.

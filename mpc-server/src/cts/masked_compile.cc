@@ -171,7 +171,12 @@ struct Builder {
     f.term_at = static_cast<uint32_t>(p.terms.size());
     f.terms = static_cast<uint16_t>((key.size() - 2) / 2);
     f.products = static_cast<uint16_t>(products);
-    for (size_t k = 2; k < key.size(); k += 2) p.terms.push_back({key[k], static_cast<uint8_t>(key[k + 1])});
+    uint8_t products_before = 0;
+    for (size_t k = 2; k < key.size(); k += 2) {
+      const uint8_t s = static_cast<uint8_t>(key[k + 1]);
+      p.terms.push_back({key[k], s, products_before});
+      products_before += __builtin_popcount(s) >= 2;
+    }
     p.forms.push_back(f);
     return it->second;
   }
@@ -460,9 +465,10 @@ absl::Status Digest(Mp& p) {
     h.Update(v, 5);
   }
   for (const Mp::Term& t : p.terms) {
-    const uint64_t v[] = {t.r, t.s};
-    h.Update(v, 2);
+    const uint64_t v[] = {t.r, t.s, t.product};
+    h.Update(v, 3);
   }
+  h.Update(p.form_on.data(), p.form_on.size());
   for (const Mp::Round& r : p.round) {
     for (const auto* l : {&r.draws, &r.lambda_xors, &r.products, &r.rep3, &r.opens, &r.local,
                           &r.xors})
@@ -482,6 +488,7 @@ void ShrinkToFit(Mp& p) {
   p.forms.shrink_to_fit();
   p.terms.shrink_to_fit();
   p.gate_products.shrink_to_fit();
+  p.form_on.shrink_to_fit();
   for (Mp::Round& r : p.round) {
     for (std::vector<uint32_t>* v : {&r.draws, &r.lambda_xors, &r.products, &r.rep3, &r.opens,
                                      &r.local, &r.xors})
@@ -491,6 +498,22 @@ void ShrinkToFit(Mp& p) {
 }
 
 }  // namespace
+
+void FillFormTable(MaskedProgram& p) {
+  p.form_on.clear();
+  p.form_on.reserve(64 * p.forms.size());
+  for (const Mp::Form& f : p.forms) {
+    // Monomial R is 1 where the leaves' m are x iff R is a subset of x.
+    for (uint32_t x = 0; x < 64; ++x) {
+      uint64_t ones = 0, on = 0;
+      for (uint32_t r = 0; r < 64; ++r)
+        if ((r & ~x) == 0) ones |= uint64_t{1} << r;
+      for (uint32_t t = 0; t < f.terms; ++t)
+        if (__builtin_parityll(p.terms[f.term_at + t].r & ones)) on |= uint64_t{1} << t;
+      p.form_on.push_back(x >> f.n == 0 ? on : 0);
+    }
+  }
+}
 
 absl::StatusOr<MaskedProgram> CompileMasked(const LutMap& map) {
   Builder b(map);
@@ -537,6 +560,7 @@ absl::StatusOr<MaskedProgram> CompileMasked(const LutMap& map) {
     if (!rd.products.empty() || !rd.rep3.empty() || !rd.opens.empty())
       p.rounds = static_cast<int>(r);
   }
+  FillFormTable(p);
   ShrinkToFit(p);
   if (absl::Status st = Digest(p); !st.ok()) return st;
   return std::move(b.p);

@@ -6,7 +6,6 @@
 // (masked_eval.cc) computes, from the same PRSS draws, and the message
 // carries only bit 0 of a one-lane job's words (Packing), so both walks
 // send the same messages.
-#include <array>
 #include <cstdint>
 
 #include "cts/masked_run.h"
@@ -28,22 +27,11 @@ inline uint8_t Lambda(const JobState& j, uint32_t r) {
   return (r & Mp::kProductRef) ? j.p1[r & ~Mp::kProductRef] : (j.v1[r] & kLambdaBits);
 }
 
-// Bit R of kSubsetsOf[x] (R, x sets of at most six leaves): R is a subset
-// of x, i.e. the monomial AND_{i in R} m_i is 1 where the leaves' m are x.
-constexpr std::array<uint64_t, 64> SubsetMasks() {
-  std::array<uint64_t, 64> t{};
-  for (uint32_t x = 0; x < 64; ++x)
-    for (uint32_t r = 0; r < 64; ++r)
-      if ((r & ~x) == 0) t[x] |= uint64_t{1} << r;
-  return t;
-}
-constexpr std::array<uint64_t, 64> kSubsetsOf = SubsetMasks();
-
-// A masked gate's share (masked.h) as lambda bits: the leaves' opened bits
-// x select the monomials that are 1 (kSubsetsOf[x]), a term's c_S(m) is
-// the parity of its monomials among them, times lambda_S; pub_bits: the
+// A masked gate's share (masked.h) as lambda bits: its form's table of
+// the terms whose c_S(m) is 1 where the leaves' opened bits are x
+// (MaskedProgram::form_on), each adding its lambda_S; pub_bits: the
 // components that hold public constants (share/replicated.h
-// HoldsPublicIn), which the empty S's term adds c to.
+// HoldsPublicIn), which the empty S's term adds.
 uint8_t GateShare(const Mp& p, const Mp::Gate& g, const JobState& j, uint8_t pub_bits) {
   const Mp::Form& f = p.forms[g.form];
   const uint32_t* leaves = p.leaves.data() + g.leaf_at;
@@ -51,12 +39,10 @@ uint8_t GateShare(const Mp& p, const Mp::Gate& g, const JobState& j, uint8_t pub
   const Mp::Term* terms = p.terms.data() + f.term_at;
   uint32_t x = 0;
   for (uint32_t i = 0; i < f.n; ++i) x |= static_cast<uint32_t>(j.v1[leaves[i]] & kM) << i;
-  const uint64_t ones = kSubsetsOf[x & 63];
   uint8_t a = 0;
-  for (size_t t = 0; t < f.terms; ++t) {
-    const Mp::Term& tm = terms[t];
-    const uint8_t c = static_cast<uint8_t>(-__builtin_parityll(tm.r & ones));
-    a ^= c & (tm.s == 0 ? pub_bits : Lambda(j, LambdaRef(tm, leaves, products)));
+  for (uint64_t on = p.form_on[64 * size_t{g.form} + (x & 63)]; on != 0; on &= on - 1) {
+    const Mp::Term& tm = terms[__builtin_ctzll(on)];
+    a ^= tm.s == 0 ? pub_bits : Lambda(j, LambdaRef(tm, leaves, products));
   }
   return a;
 }

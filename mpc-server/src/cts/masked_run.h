@@ -57,10 +57,11 @@ struct JobState {
 };
 
 // Where a term's lambda_S is (JobState::R): leaf s's slot when S = {s},
-// else the gate's next product (*products, then advanced; masked.h Gate).
-// S empty: the public word, not read.
-inline uint32_t LambdaRef(const Mp::Term& tm, const uint32_t* leaves, const uint32_t*& products) {
-  return (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)] : Mp::kProductRef | *products++;
+// else the gate's product (masked.h Term; products: the gate's list). S
+// empty: the public word, not read.
+inline uint32_t LambdaRef(const Mp::Term& tm, const uint32_t* leaves, const uint32_t* products) {
+  return (tm.s & (tm.s - 1)) == 0 ? leaves[__builtin_ctz(tm.s)]
+                                  : Mp::kProductRef | products[tm.product];
 }
 
 // The view in every message of a malicious Run: the first kViewWords

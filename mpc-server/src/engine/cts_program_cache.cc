@@ -84,6 +84,7 @@ size_t MaskedProgramBytes(const cts::MaskedProgram& p) {
   size_t b = sizeof(p) +
              4 * (p.input_slot.size() + p.output_slot.size() + p.leaves.size() +
                   p.gate_products.size()) +
+             8 * p.form_on.size() +
              sizeof(cts::MaskedProgram::Gate) * p.gates.size() +
              sizeof(cts::MaskedProgram::Form) * p.forms.size() +
              sizeof(cts::MaskedProgram::Term) * p.terms.size();

@@ -130,6 +130,8 @@ TEST(Masked, ListsHoldNoSpareCapacity) {
   EXPECT_EQ(p.terms.capacity(), p.terms.size());
   EXPECT_EQ(p.forms.capacity(), p.forms.size());
   EXPECT_EQ(p.gate_products.capacity(), p.gate_products.size());
+  EXPECT_EQ(p.form_on.capacity(), p.form_on.size());
+  EXPECT_EQ(p.form_on.size(), 64 * p.forms.size());
   EXPECT_EQ(p.leaves.capacity(), p.leaves.size());
   EXPECT_EQ(p.round.capacity(), p.round.size());
   size_t words = 0, spare = 0;
@@ -397,6 +399,7 @@ MaskedProgram AndChain() {
     p.leaves.insert(p.leaves.end(), {leaves[g][0], leaves[g][1]});
     p.gate_products.push_back(g);
   }
+  FillFormTable(p);
   p.round.resize(6);
   p.round[1].products = {0, 2, 3};
   for (uint32_t g = 0; g < 3; ++g) {
