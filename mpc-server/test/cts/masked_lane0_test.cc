@@ -132,15 +132,6 @@ std::vector<Bytes> Opened(const Transcript& t, size_t k) {
   return r;
 }
 
-Program Aes256Block() {
-  Circuit c;
-  RoundKeys k;
-  k.nr = 14;
-  k.bits = c.Inputs(128 * 15);
-  c.Output(AesEncryptBlock(c, k, c.Inputs(128)));
-  return c.Compile();
-}
-
 Bytes RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   Bytes b(n);
@@ -164,7 +155,7 @@ TEST(MaskedLane0, SendsWhatTheWordWalkSends) {
   for (int k : {2, 4, 6})
     ExpectSameAsTheWordWalk(testing::Sha1CompressionProgram(), k, static_cast<uint32_t>(k));
   ExpectSameAsTheWordWalk(testing::AdderProgram(), 6, 7);
-  ExpectSameAsTheWordWalk(Aes256Block(), 6, 8);
+  ExpectSameAsTheWordWalk(testing::Aes256BlockProgram(), 6, 8);
 }
 
 // One-lane jobs beside a three-lane one and each other in the same

@@ -53,15 +53,6 @@ Case Make(Program p, int k) {
   return c;
 }
 
-Program Aes256Block() {
-  Circuit c;
-  RoundKeys k;
-  k.nr = 14;
-  k.bits = c.Inputs(128 * 15);
-  c.Output(AesEncryptBlock(c, k, c.Inputs(128)));
-  return c.Compile();
-}
-
 std::vector<Bytes> RandomLanes(size_t n, size_t bytes, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<Bytes> out(n, Bytes(bytes));
@@ -106,7 +97,7 @@ TEST(Masked, Sha1CompressionMatchesTheClearEngine) {
 
 TEST(Masked, Aes256BlockAndAdderMatchTheClearEngine) {
   ::kmpc::testing::Rep3Cluster cl;
-  ExpectMatchesClear(Make(Aes256Block(), 6), "AES-256 block", Ptrs(cl));
+  ExpectMatchesClear(Make(testing::Aes256BlockProgram(), 6), "AES-256 block", Ptrs(cl));
   for (int k : {3, 6}) ExpectMatchesClear(Make(testing::AdderProgram(), k), "adder", Ptrs(cl));
 }
 

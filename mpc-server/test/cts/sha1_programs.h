@@ -1,9 +1,11 @@
 // A SHA-1 compression as a program of its own, for the tests and figures
 // that measure one: inputs a chaining state (20 bytes, the dealt form) ||
-// a 64-byte block, output the new state (20 bytes); and its adder.
+// a 64-byte block, output the new state (20 bytes); its adder; and an
+// AES-256 block (inputs the 15 round keys || the block).
 #ifndef KMPC_TEST_CTS_SHA1_PROGRAMS_H_
 #define KMPC_TEST_CTS_SHA1_PROGRAMS_H_
 
+#include "cts/aes_circuit.h"
 #include "cts/circuit.h"
 #include "cts/sha1.h"
 
@@ -28,6 +30,15 @@ inline Program AdderProgram() {
   for (auto& w : b) w = c.Input();
   const Word s = AddWords(c, a, b);
   c.Output(Bits(s.begin(), s.end()));
+  return c.Compile();
+}
+
+inline Program Aes256BlockProgram() {
+  Circuit c;
+  RoundKeys k;
+  k.nr = 14;
+  k.bits = c.Inputs(128 * 15);
+  c.Output(AesEncryptBlock(c, k, c.Inputs(128)));
   return c.Compile();
 }
 
