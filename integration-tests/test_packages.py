@@ -44,7 +44,7 @@ OTHER_DIST = ph.SUITE != ph.HOST_SUITE
 DIST_BUILD = os.path.join(BUILD, ph.SUITE) if OTHER_DIST else BUILD
 DEBS = os.path.join(DIST_BUILD, "deb")
 NEXT = os.path.join(DEBS, "next")
-NEXT_KMPC_VERSION = "0.2.0-1.1"
+NEXT_KMPC_VERSION = "0.3.0-1.1"
 KMPC_PKGS = ("kmpc-mpc-server", "kmpc-kdc", "kmpc-admin")
 REALM = "PKG.KMPC.TEST"
 SERVICE = "host/svc.pkg.kmpc.test"
