@@ -456,6 +456,8 @@ absl::Status Digest(Mp& p) {
   words(p.output_slot);
   words(p.leaves);
   words(p.gate_products);
+  const uint64_t counts[] = {p.gates.size(), p.forms.size(), p.terms.size(), p.form_on.size()};
+  h.Update(counts, 4);  // so that no list's end can pass for the next one's start
   for (const Mp::Gate& g : p.gates) {
     const uint64_t v[] = {g.root, g.leaf_at, g.form, g.product_at};
     h.Update(v, 4);

@@ -348,6 +348,9 @@ absl::Status Load(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
       if (jb.in[c].size() != p.inputs * jb.wn || jb.out[c].size() != p.outputs * jb.wn)
         return absl::InvalidArgumentError("cts::EvaluateMaskedAll: wrong input or output size");
     }
+    if (p.form_on.size() != 64 * p.forms.size())
+      return absl::InvalidArgumentError(
+          "cts::EvaluateMaskedAll: a program without its forms' table (FillFormTable)");
     JobState& j = js[k];
     j.job = &jb;
     j.wn = jb.wn;

@@ -215,6 +215,28 @@ TEST(MaskedLane0, ARep3GateWithEachNegationSendsWhatTheWordWalkSends) {
   }
 }
 
+// A program whose forms have no table (built by hand without
+// FillFormTable) is refused before any message, not read out of bounds.
+TEST(MaskedLane0, AProgramWithoutItsFormsTableIsRefused) {
+  MaskedProgram p;
+  p.inputs = 8;
+  p.outputs = 8;
+  p.slots = 2;
+  p.input_slot.assign(8, ~uint32_t{0});
+  p.output_slot.assign(8, 0);
+  p.round.resize(1);
+  p.forms.push_back({});
+  const std::vector<Lanes> jobs{{&p, {testing::DealViews(Bytes{1})}}};
+  const Transcript t = RunJobs(jobs, false, false);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(t.st[i].code(), absl::StatusCode::kInvalidArgument) << t.st[i];
+    EXPECT_TRUE(t.sent[i].empty());
+  }
+  FillFormTable(p);
+  const Transcript u = RunJobs(jobs, false, false);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(u.st[i].ok()) << u.st[i];
+}
+
 // The test's own premise: with the same keys and dealing, another input
 // bit (component s_0 flipped in both views that hold it) changes the
 // messages, so the comparisons above would not pass walks that ignored
