@@ -34,8 +34,8 @@ void GateShare(const Mp& p, const Mp::Gate& g, JobState& j, std::array<bool, 2> 
   const Mp::Form& f = p.forms[g.form];
   const uint32_t* leaves = p.leaves.data() + g.leaf_at;
   const Mp::Term* terms = p.terms.data() + f.term_at;
+  const uint32_t* products = p.gate_products.data() + g.product_at;
   for (size_t w0 = 0; w0 < wn; w0 += kW) {
-    const uint32_t* products = p.gate_products.data() + g.product_at;
     const size_t nw = std::min(kW, wn - w0);
     uint64_t pr[64][kW];
     for (size_t w = 0; w < nw; ++w) pr[0][w] = ~uint64_t{0};
