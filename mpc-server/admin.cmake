@@ -56,6 +56,7 @@ if(TARGET kmpc_cluster_admin)
     ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_set_kind.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/cmd_rebuild_party.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_handles.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_rewrite.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/user_ctr.cc)
@@ -114,7 +115,8 @@ if(TARGET kmpc_cluster_admin)
     ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/refresh_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/admin/refresh.cc
-    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb.cc
+    ${CMAKE_CURRENT_LIST_DIR}/admin/kdb_handles.cc)
   target_include_directories(kmpc_admin_cluster_test PRIVATE
     "${CMAKE_CURRENT_LIST_DIR}/test/server" "${KRB5_PREFIX}/include")
   target_compile_definitions(kmpc_admin_cluster_test PRIVATE
