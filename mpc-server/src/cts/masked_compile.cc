@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "cts/masked.h"
+#include "cts/truth_table.h"
 #include "protocol/sha256.h"
 
 namespace kmpc::cts {
@@ -117,11 +118,7 @@ struct Builder {
   void AddGate(const LutGate& g, const std::vector<uint32_t>& slot_of) {
     const int n = static_cast<int>(g.leaves.size());
     const uint32_t full = 1u << n;
-    uint64_t anf = g.table & (full == 64 ? ~uint64_t{0} : (uint64_t{1} << full) - 1);
-    for (int i = 0; i < n; ++i) {
-      for (uint32_t j = 0; j < full; ++j)
-        if (j & (1u << i)) anf ^= ((anf >> (j ^ (1u << i))) & 1) << j;
-    }
+    const uint64_t anf = Anf(g.table, n);
     Mp::Gate out;
     out.root = slot_of[g.root];
     out.leaf_at = static_cast<uint32_t>(p.leaves.size());
@@ -157,12 +154,14 @@ struct Builder {
       }
     }
     key[1] = need_r;
-    out.form = FormOf(key, p.gate_products.size() - out.product_at);
+    out.form = FormOf(key);
     p.gates.push_back(out);
   }
 
-  // The form of key (n, need_r, then each term's r and s), added if new.
-  uint32_t FormOf(const std::vector<uint64_t>& key, size_t products) {
+  // The form of key (n, need_r, then each term's r and s), added if new;
+  // each term's product, if its S has two or more leaves, is the next in
+  // the gate's list (AddGate pushes them in term order).
+  uint32_t FormOf(const std::vector<uint64_t>& key) {
     auto [it, added] = form_of.try_emplace(key, static_cast<uint32_t>(p.forms.size()));
     if (!added) return it->second;
     Mp::Form f;
@@ -170,12 +169,10 @@ struct Builder {
     f.need_r = key[1];
     f.term_at = static_cast<uint32_t>(p.terms.size());
     f.terms = static_cast<uint16_t>((key.size() - 2) / 2);
-    f.products = static_cast<uint16_t>(products);
-    uint8_t products_before = 0;
     for (size_t k = 2; k < key.size(); k += 2) {
       const uint8_t s = static_cast<uint8_t>(key[k + 1]);
-      p.terms.push_back({key[k], s, products_before});
-      products_before += __builtin_popcount(s) >= 2;
+      p.terms.push_back({key[k], s, static_cast<uint8_t>(f.products)});
+      f.products += __builtin_popcount(s) >= 2;
     }
     p.forms.push_back(f);
     return it->second;
@@ -505,11 +502,12 @@ void FillFormTable(MaskedProgram& p) {
   p.form_on.clear();
   p.form_on.reserve(64 * p.forms.size());
   for (const Mp::Form& f : p.forms) {
-    // Monomial R is 1 where the leaves' m are x iff R is a subset of x.
     for (uint32_t x = 0; x < 64; ++x) {
-      uint64_t ones = 0, on = 0;
-      for (uint32_t r = 0; r < 64; ++r)
-        if ((r & ~x) == 0) ones |= uint64_t{1} << r;
+      // Monomial R is 1 where the leaves' m are x iff R lies within x: bit
+      // R of ones is clear where R holds a leaf i whose m is 0 (kVar[i]).
+      uint64_t ones = ~uint64_t{0}, on = 0;
+      for (int i = 0; i < kMaxLutInputs; ++i)
+        if (((x >> i) & 1) == 0) ones &= ~kVar[i];
       for (uint32_t t = 0; t < f.terms; ++t)
         if (__builtin_parityll(p.terms[f.term_at + t].r & ones)) on |= uint64_t{1} << t;
       p.form_on.push_back(x >> f.n == 0 ? on : 0);
