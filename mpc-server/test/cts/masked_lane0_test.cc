@@ -18,12 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "cts/aes_circuit.h"
 #include "cts/lut_map.h"
 #include "cts/masked.h"
 #include "net/memory_ring.h"
 #include "cts_testing.h"
-#include "protocol/verify.h"
+#include "masked_testing.h"
 #include "sha1_programs.h"
 #include "tap_channel.h"
 #include "test_util.h"
@@ -44,7 +43,7 @@ struct Transcript {
   std::array<::kmpc::testing::TapChannel::Msgs, 3> sent;
   // out[i][job][lane]: party i's output components; words[i][job]: its
   // raw output words (component 0).
-  std::array<std::vector<std::vector<std::array<Bytes, 2>>>, 3> out;
+  std::array<testing::PartyOutputs, 3> out;
   std::array<std::vector<std::vector<uint64_t>>, 3> words;
   std::array<absl::Status, 3> st;
 };
@@ -66,28 +65,18 @@ Transcript RunJobs(const std::vector<Lanes>& jobs, bool word_walk, bool maliciou
     prss[i].emplace(i, key[i].data(), key[(i + 1) % 3].data());
     rep3[i] = std::make_unique<protocol::Rep3>(*tap[i], *prss[i]);
   }
+  std::vector<const MaskedProgram*> programs;
   std::vector<std::vector<Views>> views;
-  std::vector<size_t> outputs;
   for (const Lanes& l : jobs) {
+    programs.push_back(l.p);
     views.push_back(l.views);
-    outputs.push_back(l.p->outputs);
   }
   Transcript t;
   std::array<protocol::MulLog, 3> logs;
   t.st = ::kmpc::testing::RunParties([&](int i) {
-    testing::PartyWords w(i, views, outputs);
-    std::vector<MaskedJob> mj;
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      mj.push_back({jobs[k].p, w.wn[k], w.In(k), w.Out(k), w.lanes[k]});
-      mj.back().word_walk = word_walk;
-    }
-    rep3[i]->set_log(malicious ? &logs[i] : nullptr);
-    absl::Status st = EvaluateMaskedAll(mj, *rep3[i], verify_words);
-    if (st.ok() && malicious) st = protocol::Verifier::Verify(*rep3[i], logs[i]);
-    rep3[i]->set_log(nullptr);
-    w.Unpack(t.out[i]);
-    for (size_t k = 0; k < jobs.size(); ++k) t.words[i].push_back(w.o[k][0]);
-    return st;
+    return testing::RunMaskedParty(*rep3[i], programs, i, views,
+                                   malicious ? &logs[i] : nullptr, verify_words, t.out[i],
+                                   word_walk, &t.words[i]);
   });
   for (int i = 0; i < 3; ++i) t.sent[i] = tap[i]->sent();
   return t;
@@ -122,14 +111,9 @@ void ExpectBothWalksAgree(const std::vector<Lanes>& jobs, bool malicious, size_t
 
 // The opened outputs of job k's lanes (empty where the copies disagree).
 std::vector<Bytes> Opened(const Transcript& t, size_t k) {
-  std::vector<Bytes> r;
-  for (size_t l = 0; l < t.out[0][k].size(); ++l) {
-    Views v;
-    for (int i = 0; i < 3; ++i) v[i].comp = t.out[i][k][l];
-    auto o = share::Open(v);
-    r.push_back(o.ok() ? *o : Bytes{});
-  }
-  return r;
+  std::vector<size_t> n(t.out[0].size());
+  for (size_t j = 0; j < n.size(); ++j) n[j] = t.out[0][j].size();
+  return testing::OpenOutputs(t.out, n)[k];
 }
 
 Bytes RandomBytes(size_t n, uint32_t seed) {

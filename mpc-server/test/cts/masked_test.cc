@@ -21,7 +21,6 @@
 
 #include "../cheat.h"
 #include "cheat_ring.h"
-#include "cts/aes_circuit.h"
 #include "cts/sha1.h"
 #include "cts_testing.h"
 #include "rep3_cluster.h"
